@@ -1,0 +1,120 @@
+"""The server-side assignor SPI: one pure call, read-only inputs, one error type.
+
+An assignor turns a *group spec* (who is in the group, what each member subscribes to, what
+each member is currently targeted with) and the *metadata of the subscribed topics* into the
+group's new target assignment (KIP-848 "Assignment Process", Kafka 4.0's
+``ConsumerGroupPartitionAssignor``).
+
+Rules for implementers
+* ``assign`` must be a pure function of its inputs: no IO, no clock, no randomness, and no
+  dependence on ``hash()`` seeds or mapping iteration order (sort when order matters). The same
+  inputs must always give the same result.
+* Every member of ``group_spec.members`` appears in the result (possibly with nothing).
+* A partition is given to at most one member, only to a member subscribed to its topic, and
+  only if the topic is in ``topics`` and the partition index is in ``range(num_partitions)``.
+  The coordinator validates every result before installing it and refuses one that breaks
+  these rules (the group then keeps its previous target assignment).
+* A member subscribed to a topic id that is absent from ``topics`` is an error: raise
+  :class:`PartitionAssignorError`. Any failure must be raised as that type; the coordinator
+  answers the triggering request with UNKNOWN_SERVER_ERROR and changes nothing.
+* Inputs are read-only. Partition sets are ``frozenset``s and may be shared between the input
+  and the output (returning a member's current set unchanged is encouraged: it is cheap).
+
+Topic ids are Kafka UUIDs in their base64url text form (22 characters), as Kafka's tools
+print them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import ClassVar, Protocol, runtime_checkable
+
+__all__ = [
+    "TopicId",
+    "MemberAssignment",
+    "SubscriptionType",
+    "MemberSubscription",
+    "GroupSpec",
+    "TopicMetadata",
+    "GroupAssignment",
+    "PartitionAssignor",
+    "PartitionAssignorError",
+]
+
+TopicId = str
+"""A Kafka topic id (UUID) in base64url form, e.g. ``"vUoHcKbRQRu-E0ATTUX9fA"``."""
+
+MemberAssignment = Mapping[TopicId, frozenset[int]]
+"""Topic id -> partition indexes. Topics with no partitions are omitted."""
+
+
+class SubscriptionType(Enum):
+    """HOMOGENEOUS when every member subscribes to exactly the same topics."""
+
+    HOMOGENEOUS = "HOMOGENEOUS"
+    HETEROGENEOUS = "HETEROGENEOUS"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MemberSubscription:
+    """What one member asks for, and what it is currently targeted with."""
+
+    rack_id: str | None
+    instance_id: str | None
+    subscribed_topic_ids: frozenset[TopicId]
+    assignment: MemberAssignment
+    """The member's current *target* assignment (empty for a new member)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GroupSpec:
+    """The group as the assignor sees it. ``members`` is keyed by member id."""
+
+    members: Mapping[str, MemberSubscription]
+    subscription_type: SubscriptionType
+    partition_owners: Mapping[TopicId, Mapping[int, str]] = field(default_factory=dict)
+    """Inverted current target assignment: topic id -> partition -> member id."""
+
+    def is_partition_assigned(self, topic_id: TopicId, partition: int) -> bool:
+        """True if the partition is in some member's current target assignment."""
+        owners = self.partition_owners.get(topic_id)
+        return owners is not None and partition in owners
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TopicMetadata:
+    """A subscribed topic. ``partition_racks`` maps a partition to the racks of its replicas;
+    it is empty when rack information is not known."""
+
+    topic_id: TopicId
+    name: str
+    num_partitions: int
+    partition_racks: Mapping[int, frozenset[str]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GroupAssignment:
+    """The new target assignment: member id -> its partitions."""
+
+    members: Mapping[str, MemberAssignment]
+
+
+class PartitionAssignorError(Exception):
+    """The one error an assignor may raise. The coordinator turns it into
+    UNKNOWN_SERVER_ERROR for the triggering request and keeps the group unchanged."""
+
+
+@runtime_checkable
+class PartitionAssignor(Protocol):
+    """A server-side assignor. ``name`` is what members put in ``server_assignor``."""
+
+    name: ClassVar[str]
+
+    def assign(
+        self, group_spec: GroupSpec, topics: Mapping[TopicId, TopicMetadata]
+    ) -> GroupAssignment:
+        """Compute the target assignment. ``topics`` holds the metadata of every topic that
+        some member subscribes to and that exists."""
+        ...

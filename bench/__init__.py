@@ -1,0 +1,1 @@
+"""Benchmarks: each script prints tables and rewrites its own section of docs/benchmarks.md."""

@@ -1,0 +1,49 @@
+"""Shared helpers for benchmark scripts: Markdown tables and docs/benchmarks.md sections.
+
+Each benchmark owns one section of docs/benchmarks.md, delimited by
+``<!-- bench:NAME -->`` and ``<!-- /bench:NAME -->``; re-running it replaces only that section.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+
+DOC = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
+HEADER = "# Benchmarks\n\nEach section is written by the command it shows; re-run it to refresh.\n"
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """A GitHub Markdown table."""
+    out = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    out += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(out)
+
+
+def machine() -> str:
+    """One line describing where the numbers were measured."""
+    try:
+        rev = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
+        ).stdout.strip()
+    except OSError:
+        rev = "?"
+    return (
+        f"{platform.python_implementation()} {platform.python_version()}, "
+        f"{os.cpu_count()} CPUs, {platform.machine()}, commit {rev or '?'}"
+    )
+
+
+def write_section(name: str, body: str) -> None:
+    """Replace (or append) the section ``name`` of docs/benchmarks.md with ``body``."""
+    DOC.parent.mkdir(parents=True, exist_ok=True)
+    text = DOC.read_text() if DOC.exists() else HEADER
+    start, end = f"<!-- bench:{name} -->", f"<!-- /bench:{name} -->"
+    block = f"{start}\n{body.rstrip()}\n{end}"
+    pattern = re.compile(re.escape(start) + r".*?" + re.escape(end), re.S)
+    text = pattern.sub(lambda _m: block, text) if pattern.search(text) else text.rstrip() + "\n\n" + block + "\n"
+    DOC.write_text(text)

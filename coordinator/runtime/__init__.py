@@ -1,0 +1,1 @@
+"""(see the package docstring once written)"""
