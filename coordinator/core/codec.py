@@ -1,0 +1,191 @@
+"""Record <-> bytes. Pure and deterministic: the same record always gives the same bytes.
+
+Keys and values are compact JSON arrays (positional fields, Kafka field order), so a dump is
+readable and loading is fast. Layout: key = ``[type, *key_fields]``; value =
+``[value_version, *value_fields]``; a tombstone has no value bytes. Assignments are encoded as
+``[[topic_id, [p, ...]], ...]`` sorted by topic id and partition. Unknown record types raise
+:class:`~coordinator.core.errors.IllegalStateError` (a newer store must be refused earlier, by
+its schema version).
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+
+from assignors.api import TopicMetadata
+
+from . import records as r
+from .errors import IllegalStateError
+from .model import Assignment, ClassicMemberMetadata
+
+VALUE_VERSION = 0
+
+
+def _enc_assignment(a: Assignment) -> list[Any]:
+    return [[t, sorted(a[t])] for t in sorted(a)]
+
+
+def _dec_assignment(raw: list[Any]) -> dict[str, frozenset[int]]:
+    return {t: frozenset(ps) for t, ps in raw if ps}
+
+
+def _enc_classic(c: ClassicMemberMetadata | None) -> Any:
+    if c is None:
+        return None
+    protocols = [[name, base64.b64encode(meta).decode("ascii")] for name, meta in c.supported_protocols]
+    return [c.session_timeout_ms, protocols]
+
+
+def _dec_classic(raw: Any) -> ClassicMemberMetadata | None:
+    if raw is None:
+        return None
+    timeout, protocols = raw
+    return ClassicMemberMetadata(
+        session_timeout_ms=timeout,
+        supported_protocols=tuple((name, base64.b64decode(meta)) for name, meta in protocols),
+    )
+
+
+_KEY_FIELDS: dict[int, tuple[type, tuple[str, ...]]] = {
+    cls.TYPE: (cls, tuple(cls.__dataclass_fields__))  # type: ignore[attr-defined]
+    for cls in (
+        r.ConsumerGroupMetadataKey,
+        r.ConsumerGroupPartitionMetadataKey,
+        r.ConsumerGroupMemberMetadataKey,
+        r.ConsumerGroupTargetAssignmentMetadataKey,
+        r.ConsumerGroupTargetAssignmentMemberKey,
+        r.ConsumerGroupCurrentMemberAssignmentKey,
+        r.ConsumerGroupRegularExpressionKey,
+        r.GroupConfigKey,
+        r.TopicKey,
+    )
+}
+
+
+def _value_encoders() -> dict[int, tuple[Callable[[Any], list[Any]], Callable[[list[Any]], Any]]]:
+    def md_enc(v: r.ConsumerGroupMetadataValue) -> list[Any]:
+        return [v.epoch, v.group_uid]
+
+    def md_dec(f: list[Any]) -> r.ConsumerGroupMetadataValue:
+        return r.ConsumerGroupMetadataValue(epoch=f[0], group_uid=f[1])
+
+    def pm_enc(v: r.ConsumerGroupPartitionMetadataValue) -> list[Any]:
+        return [[[t.topic_id, t.name, t.num_partitions] for t in v.topics]]
+
+    def pm_dec(f: list[Any]) -> r.ConsumerGroupPartitionMetadataValue:
+        return r.ConsumerGroupPartitionMetadataValue(
+            topics=tuple(TopicMetadata(topic_id=t[0], name=t[1], num_partitions=t[2]) for t in f[0])
+        )
+
+    def mm_enc(v: r.ConsumerGroupMemberMetadataValue) -> list[Any]:
+        return [
+            v.instance_id, v.rack_id, v.client_id, v.client_host, list(v.subscribed_topic_names),
+            v.subscribed_topic_regex, v.rebalance_timeout_ms, v.server_assignor,
+            _enc_classic(v.classic_member_metadata),
+        ]
+
+    def mm_dec(f: list[Any]) -> r.ConsumerGroupMemberMetadataValue:
+        return r.ConsumerGroupMemberMetadataValue(
+            instance_id=f[0], rack_id=f[1], client_id=f[2], client_host=f[3],
+            subscribed_topic_names=tuple(f[4]), subscribed_topic_regex=f[5],
+            rebalance_timeout_ms=f[6], server_assignor=f[7],
+            classic_member_metadata=_dec_classic(f[8] if len(f) > 8 else None),
+        )
+
+    def te_enc(v: r.ConsumerGroupTargetAssignmentMetadataValue) -> list[Any]:
+        return [v.assignment_epoch]
+
+    def te_dec(f: list[Any]) -> r.ConsumerGroupTargetAssignmentMetadataValue:
+        return r.ConsumerGroupTargetAssignmentMetadataValue(assignment_epoch=f[0])
+
+    def tm_enc(v: r.ConsumerGroupTargetAssignmentMemberValue) -> list[Any]:
+        return [_enc_assignment(v.topic_partitions)]
+
+    def tm_dec(f: list[Any]) -> r.ConsumerGroupTargetAssignmentMemberValue:
+        return r.ConsumerGroupTargetAssignmentMemberValue(topic_partitions=_dec_assignment(f[0]))
+
+    def ca_enc(v: r.ConsumerGroupCurrentMemberAssignmentValue) -> list[Any]:
+        return [
+            v.member_epoch, v.previous_member_epoch, v.state,
+            _enc_assignment(v.assigned_partitions), _enc_assignment(v.partitions_pending_revocation),
+        ]
+
+    def ca_dec(f: list[Any]) -> r.ConsumerGroupCurrentMemberAssignmentValue:
+        return r.ConsumerGroupCurrentMemberAssignmentValue(
+            member_epoch=f[0], previous_member_epoch=f[1], state=f[2],
+            assigned_partitions=_dec_assignment(f[3]), partitions_pending_revocation=_dec_assignment(f[4]),
+        )
+
+    def rx_enc(v: r.ConsumerGroupRegularExpressionValue) -> list[Any]:
+        return [list(v.topics), v.version, v.timestamp_ms]
+
+    def rx_dec(f: list[Any]) -> r.ConsumerGroupRegularExpressionValue:
+        return r.ConsumerGroupRegularExpressionValue(topics=tuple(f[0]), version=f[1], timestamp_ms=f[2])
+
+    def gc_enc(v: r.GroupConfigValue) -> list[Any]:
+        return [v.value]
+
+    def gc_dec(f: list[Any]) -> r.GroupConfigValue:
+        return r.GroupConfigValue(value=f[0])
+
+    def tp_enc(v: r.TopicValue) -> list[Any]:
+        return [v.topic_id, v.num_partitions]
+
+    def tp_dec(f: list[Any]) -> r.TopicValue:
+        return r.TopicValue(topic_id=f[0], num_partitions=f[1])
+
+    return {
+        3: (md_enc, md_dec), 4: (pm_enc, pm_dec), 5: (mm_enc, mm_dec), 6: (te_enc, te_dec),
+        7: (tm_enc, tm_dec), 8: (ca_enc, ca_dec), 16: (rx_enc, rx_dec), 1016: (gc_enc, gc_dec),
+        1100: (tp_enc, tp_dec),
+    }
+
+
+_VALUES = _value_encoders()
+
+
+def encode_key(key: r.RecordKey) -> bytes:
+    cls_fields = _KEY_FIELDS[key.TYPE][1]
+    return orjson.dumps([key.TYPE, *(getattr(key, f) for f in cls_fields)])
+
+
+def encode(record: r.Record) -> tuple[bytes, bytes | None]:
+    """Record -> (key bytes, value bytes or None for a tombstone)."""
+    key = encode_key(record.key)
+    if record.value is None:
+        return key, None
+    enc = _VALUES[record.key.TYPE][0]
+    return key, orjson.dumps([VALUE_VERSION, *enc(record.value)])
+
+
+def decode(key: bytes, value: bytes | None) -> r.Record:
+    """(key bytes, value bytes or None) -> Record."""
+    try:
+        raw_key = orjson.loads(key)
+        type_id = raw_key[0]
+        entry = _KEY_FIELDS.get(type_id)
+        if entry is None:
+            raise IllegalStateError(f"unknown record type {type_id}")
+        rkey = entry[0](*raw_key[1:])
+        if value is None:
+            return r.Record(rkey, None)
+        raw_value = orjson.loads(value)
+        return r.Record(rkey, _VALUES[type_id][1](raw_value[1:]))
+    except IllegalStateError:
+        raise
+    except Exception as exc:  # corrupt bytes are a bug/corruption, never protocol state
+        raise IllegalStateError(f"cannot decode record key={key[:80]!r}: {exc}") from exc
+
+
+def describe(record: r.Record) -> str:
+    """One readable line (for ``kip848 dump``)."""
+    key = record.key
+    fields = ", ".join(f"{f}={getattr(key, f)!r}" for f in _KEY_FIELDS[key.TYPE][1])
+    name = type(key).__name__.removesuffix("Key")
+    if record.value is None:
+        return f"{name}({fields}) -> <tombstone>"
+    return f"{name}({fields}) -> {record.value}"

@@ -1,0 +1,94 @@
+"""Commands (requests), responses and results of the core, as frozen dataclasses.
+
+The server converts protobuf messages into these at the boundary; the core never sees proto.
+Kafka "nullable" fields are ``None`` when absent ("null means unchanged").
+"""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass, field
+from typing import Generic, Protocol, TypeVar
+
+from .model import Assignment
+from .records import Record
+from .timers import TimerOp
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConsumerGroupHeartbeat:
+    group_id: str
+    member_id: str = ""
+    member_epoch: int = 0
+    instance_id: str | None = None
+    rack_id: str | None = None
+    rebalance_timeout_ms: int = -1
+    subscribed_topic_names: tuple[str, ...] | None = None
+    subscribed_topic_regex: str | None = None
+    server_assignor: str | None = None
+    topic_partitions: Assignment | None = None
+    """Owned partitions reported by the member; None = unchanged / not provided."""
+    client_id: str = ""
+    client_host: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HeartbeatAssignment:
+    assigned: Assignment
+    pending: Assignment
+    """In the member's target but not yet released by their previous owners."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConsumerGroupHeartbeatResponse:
+    member_id: str | None
+    member_epoch: int
+    heartbeat_interval_ms: int
+    assignment: HeartbeatAssignment | None = None
+    should_compute_assignment: bool = False
+
+
+@dataclass(slots=True)
+class Result(Generic[T]):
+    """What a handler returns: records (already replayed into the shard), the response, and
+    timer operations to apply once the records are durable."""
+
+    records: list[Record] = field(default_factory=list)
+    response: T | None = None
+    timers: list[TimerOp] = field(default_factory=list)
+
+
+class IdSource(Protocol):
+    """Where fresh identifiers come from. The runtime supplies random ones; tests supply a
+    deterministic sequence. The core itself has no randomness."""
+
+    def new_member_id(self) -> str: ...
+
+    def new_group_uid(self) -> str: ...
+
+    def new_topic_id(self) -> str: ...
+
+
+class SequentialIds:
+    """Deterministic ids for tests and simulations: ``member-1``, ``cgp_…0001``, topic ids
+    derived from a counter."""
+
+    def __init__(self, prefix: str = "") -> None:
+        self._n = 0
+        self._prefix = prefix
+
+    def _next(self) -> int:
+        self._n += 1
+        return self._n
+
+    def new_member_id(self) -> str:
+        return f"{self._prefix}member-{self._next()}"
+
+    def new_group_uid(self) -> str:
+        return "cgp_" + f"{self._next():026d}"
+
+    def new_topic_id(self) -> str:
+        raw = self._next().to_bytes(16, "big")
+        return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")

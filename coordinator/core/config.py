@@ -1,0 +1,169 @@
+"""Coordinator configuration: Kafka's names, Kafka's defaults, validated with clear messages.
+
+:func:`parse_config` turns ``{name: text}`` (from ``--set`` / a config file) into a frozen
+:class:`GroupCoordinatorConfig`, refusing unknown names and out-of-range values with
+:class:`ConfigError`. Per-group dynamic overrides (``consumer.session.timeout.ms``,
+``consumer.heartbeat.interval.ms``) are validated by :func:`check_group_config`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+INT_MAX = 2**31 - 1
+
+
+class ConfigError(ValueError):
+    """A bad configuration; the message names the setting and the rule it breaks."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GroupCoordinatorConfig:
+    consumer_session_timeout_ms: int = 45_000
+    consumer_min_session_timeout_ms: int = 45_000
+    consumer_max_session_timeout_ms: int = 60_000
+    consumer_heartbeat_interval_ms: int = 5_000
+    consumer_min_heartbeat_interval_ms: int = 5_000
+    consumer_max_heartbeat_interval_ms: int = 15_000
+    consumer_max_size: int = INT_MAX
+    consumer_assignors: tuple[str, ...] = ("uniform", "range")
+    consumer_migration_policy: str = "bidirectional"
+    consumer_regex_refresh_interval_ms: int = 600_000
+    offsets_retention_minutes: int = 10_080
+    offsets_retention_check_interval_ms: int = 600_000
+    offset_metadata_max_bytes: int = 4_096
+    classic_min_session_timeout_ms: int = 6_000
+    classic_max_session_timeout_ms: int = 1_800_000
+    classic_initial_rebalance_delay_ms: int = 3_000
+    classic_max_size: int = INT_MAX
+    shards: int = 4
+
+
+# Kafka config name -> (field, parser, minimum, maximum)
+def _int(text: str) -> int:
+    return int(text.strip())
+
+
+def _list(text: str) -> tuple[str, ...]:
+    items = tuple(s.strip() for s in text.split(",") if s.strip())
+    if not items:
+        raise ValueError("must list at least one value")
+    return items
+
+
+def _policy(text: str) -> str:
+    value = text.strip().lower()
+    if value not in ("bidirectional", "upgrade", "downgrade", "disabled"):
+        raise ValueError("must be one of bidirectional, upgrade, downgrade, disabled")
+    return value
+
+
+_Spec = tuple[str, Callable[[str], Any], int | None, int | None]
+
+CONFIG_SPECS: dict[str, _Spec] = {
+    "group.consumer.session.timeout.ms": ("consumer_session_timeout_ms", _int, 1, None),
+    "group.consumer.min.session.timeout.ms": ("consumer_min_session_timeout_ms", _int, 1, None),
+    "group.consumer.max.session.timeout.ms": ("consumer_max_session_timeout_ms", _int, 1, None),
+    "group.consumer.heartbeat.interval.ms": ("consumer_heartbeat_interval_ms", _int, 1, None),
+    "group.consumer.min.heartbeat.interval.ms": ("consumer_min_heartbeat_interval_ms", _int, 1, None),
+    "group.consumer.max.heartbeat.interval.ms": ("consumer_max_heartbeat_interval_ms", _int, 1, None),
+    "group.consumer.max.size": ("consumer_max_size", _int, 1, INT_MAX),
+    "group.consumer.assignors": ("consumer_assignors", _list, None, None),
+    "group.consumer.migration.policy": ("consumer_migration_policy", _policy, None, None),
+    "group.consumer.regex.refresh.interval.ms": ("consumer_regex_refresh_interval_ms", _int, 10_000, None),
+    "offsets.retention.minutes": ("offsets_retention_minutes", _int, 1, None),
+    "offsets.retention.check.interval.ms": ("offsets_retention_check_interval_ms", _int, 1, None),
+    "offset.metadata.max.bytes": ("offset_metadata_max_bytes", _int, 0, None),
+    "group.min.session.timeout.ms": ("classic_min_session_timeout_ms", _int, 0, None),
+    "group.max.session.timeout.ms": ("classic_max_session_timeout_ms", _int, 0, None),
+    "group.initial.rebalance.delay.ms": ("classic_initial_rebalance_delay_ms", _int, 0, None),
+    "group.max.size": ("classic_max_size", _int, 1, INT_MAX),
+    "group.coordinator.shards": ("shards", _int, 1, 1024),
+}
+NAME_OF_FIELD = {spec[0]: name for name, spec in CONFIG_SPECS.items()}
+
+GROUP_CONFIGS = ("consumer.session.timeout.ms", "consumer.heartbeat.interval.ms")
+
+
+def parse_config(settings: Mapping[str, str]) -> GroupCoordinatorConfig:
+    """Build a validated config from Kafka-named settings (unset names keep Kafka's defaults)."""
+    values: dict[str, Any] = {}
+    for name, text in settings.items():
+        spec = CONFIG_SPECS.get(name)
+        if spec is None:
+            raise ConfigError(f"unknown configuration '{name}' (known: {', '.join(sorted(CONFIG_SPECS))})")
+        field_name, parser, lo, hi = spec
+        try:
+            value = parser(str(text))
+        except ValueError as exc:
+            raise ConfigError(f"invalid value {text!r} for '{name}': {exc}") from None
+        if isinstance(value, int) and lo is not None and value < lo:
+            raise ConfigError(f"invalid value {value} for '{name}': must be >= {lo}")
+        if isinstance(value, int) and hi is not None and value > hi:
+            raise ConfigError(f"invalid value {value} for '{name}': must be <= {hi}")
+        values[field_name] = value
+    config = GroupCoordinatorConfig(**values)
+    check_config(config)
+    return config
+
+
+def check_config(c: GroupCoordinatorConfig) -> None:
+    """Cross-field rules, as Kafka's GroupCoordinatorConfig enforces them."""
+    def need(cond: bool, message: str) -> None:
+        if not cond:
+            raise ConfigError(message)
+
+    need(
+        c.consumer_min_session_timeout_ms <= c.consumer_session_timeout_ms <= c.consumer_max_session_timeout_ms,
+        "group.consumer.session.timeout.ms must be between group.consumer.min.session.timeout.ms "
+        f"and group.consumer.max.session.timeout.ms ({c.consumer_min_session_timeout_ms}.."
+        f"{c.consumer_max_session_timeout_ms}), got {c.consumer_session_timeout_ms}",
+    )
+    need(
+        c.consumer_min_heartbeat_interval_ms <= c.consumer_heartbeat_interval_ms <= c.consumer_max_heartbeat_interval_ms,
+        "group.consumer.heartbeat.interval.ms must be between group.consumer.min.heartbeat.interval.ms "
+        f"and group.consumer.max.heartbeat.interval.ms ({c.consumer_min_heartbeat_interval_ms}.."
+        f"{c.consumer_max_heartbeat_interval_ms}), got {c.consumer_heartbeat_interval_ms}",
+    )
+    need(
+        c.consumer_heartbeat_interval_ms < c.consumer_session_timeout_ms,
+        "group.consumer.heartbeat.interval.ms must be less than group.consumer.session.timeout.ms",
+    )
+    need(
+        c.consumer_min_heartbeat_interval_ms < c.consumer_min_session_timeout_ms,
+        "group.consumer.min.heartbeat.interval.ms must be less than group.consumer.min.session.timeout.ms",
+    )
+    need(
+        c.classic_min_session_timeout_ms <= c.classic_max_session_timeout_ms,
+        "group.min.session.timeout.ms must be <= group.max.session.timeout.ms",
+    )
+    need(len(set(c.consumer_assignors)) == len(c.consumer_assignors), "group.consumer.assignors lists a name twice")
+
+
+def check_group_config(c: GroupCoordinatorConfig, name: str, value: str) -> int:
+    """Validate one per-group dynamic config value; returns it parsed. Kafka's GroupConfig rules:
+    within the broker's min/max bounds."""
+    if name not in GROUP_CONFIGS:
+        raise ConfigError(f"unknown group config '{name}' (supported: {', '.join(GROUP_CONFIGS)})")
+    try:
+        parsed = int(value)
+    except ValueError:
+        raise ConfigError(f"invalid value {value!r} for '{name}': not an integer") from None
+    if name == "consumer.session.timeout.ms":
+        lo, hi = c.consumer_min_session_timeout_ms, c.consumer_max_session_timeout_ms
+    else:
+        lo, hi = c.consumer_min_heartbeat_interval_ms, c.consumer_max_heartbeat_interval_ms
+    if not lo <= parsed <= hi:
+        raise ConfigError(f"invalid value {parsed} for '{name}': must be between {lo} and {hi}")
+    return parsed
+
+
+def config_items(c: GroupCoordinatorConfig) -> dict[str, str]:
+    """The config as Kafka-named text values (for describe/dump)."""
+    out = {}
+    for f in fields(c):
+        value = getattr(c, f.name)
+        out[NAME_OF_FIELD[f.name]] = ",".join(value) if isinstance(value, tuple) else str(value)
+    return out

@@ -1,0 +1,329 @@
+"""A consumer group's in-memory state, changed only by :meth:`ConsumerGroup.replay_*`.
+
+Besides what the records say (epochs, members, target assignment, subscription metadata,
+resolved regexes) the group keeps derived indexes, updated in the same replay step so they can
+never drift: static members by instance id, subscriber counts per topic name, member counts
+per regex and per server assignor, the inverted target assignment, and the *current owner* of
+every partition (assigned or pending revocation) — the invariant "a partition is owned by at
+most one member" is checked here on every replay (KIP-848 "Reconciliation of the group").
+
+Every write goes through the shard's :class:`~coordinator.core.timeline.UndoLog`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import replace
+from enum import Enum
+
+from assignors.api import SubscriptionType, TopicId, TopicMetadata
+
+from . import records as r
+from .errors import IllegalStateError
+from .model import EMPTY_ASSIGNMENT, Assignment, ConsumerGroupMember, MemberState
+from .timeline import TDict, UndoLog
+
+
+class GroupState(Enum):
+    EMPTY = "Empty"
+    ASSIGNING = "Assigning"
+    RECONCILING = "Reconciling"
+    STABLE = "Stable"
+    DEAD = "Dead"
+
+
+class ConsumerGroup:
+    __slots__ = (
+        "_log",
+        "group_id",
+        "group_uid",
+        "group_epoch",
+        "assignment_epoch",
+        "members",
+        "static_members",
+        "target",
+        "target_owners",
+        "partition_owners",
+        "topic_subscribers",
+        "regex_members",
+        "resolved_regexes",
+        "subscription_metadata",
+        "assignor_votes",
+        "classic_members",
+        "metadata_checked",
+    )
+
+    def __init__(self, log: UndoLog, group_id: str) -> None:
+        self._log = log
+        self.group_id = group_id
+        self.group_uid = ""
+        self.group_epoch = 0
+        self.assignment_epoch = 0
+        self.members: TDict = log.new_dict()  # member id -> ConsumerGroupMember
+        self.static_members: TDict = log.new_dict()  # instance id -> member id
+        self.target: TDict = log.new_dict()  # member id -> Assignment
+        self.target_owners: TDict = log.new_dict()  # topic id -> TDict(partition -> member id)
+        self.partition_owners: TDict = log.new_dict()  # topic id -> TDict(partition -> member id)
+        self.topic_subscribers: TDict = log.new_dict()  # topic name -> number of members
+        self.regex_members: TDict = log.new_dict()  # regex -> number of members using it
+        self.resolved_regexes: TDict = log.new_dict()  # regex -> (frozenset of names, version)
+        self.subscription_metadata: dict[str, TopicMetadata] = {}  # name -> metadata (replaced whole)
+        self.assignor_votes: TDict = log.new_dict()  # server assignor name -> members
+        self.classic_members = 0
+        # Soft state: (topics image version, group epoch) at the last metadata check.
+        self.metadata_checked: tuple[int, int] = (-1, -1)
+
+    # ------------------------------------------------------------------ queries
+
+    def state(self) -> GroupState:
+        if not self.members:
+            return GroupState.EMPTY
+        if self.group_epoch > self.assignment_epoch:
+            return GroupState.ASSIGNING
+        epoch = self.assignment_epoch
+        for m in self.members.values():
+            if not m.is_reconciled_to(epoch):
+                return GroupState.RECONCILING
+        return GroupState.STABLE
+
+    def subscription_type(self) -> SubscriptionType:
+        n = len(self.members)
+        for count in self.topic_subscribers.values():
+            if count != n:
+                return SubscriptionType.HETEROGENEOUS
+        return SubscriptionType.HOMOGENEOUS
+
+    def effective_topics(self, member: ConsumerGroupMember) -> frozenset[str]:
+        """Topic names a member subscribes to: its names plus what its regex resolved to."""
+        names = frozenset(member.subscribed_topic_names)
+        regex = member.subscribed_topic_regex
+        if regex:
+            resolved = self.resolved_regexes.get(regex)
+            if resolved is not None:
+                return names | resolved[0]
+        return names
+
+    def owner_of(self, topic_id: TopicId, partition: int) -> str | None:
+        owners = self.partition_owners.get(topic_id)
+        return None if owners is None else owners.get(partition)
+
+    def target_of(self, member_id: str) -> Assignment:
+        return self.target.get(member_id, EMPTY_ASSIGNMENT)
+
+    def preferred_assignor(self, configured: tuple[str, ...]) -> str:
+        """The server assignor named by most members; ties go to the one configured first;
+        none named: the default (first configured)."""
+        best, best_votes = configured[0], 0
+        for name in configured:
+            votes = self.assignor_votes.get(name, 0)
+            if votes > best_votes:
+                best, best_votes = name, votes
+        return best
+
+    # ------------------------------------------------------------------ replay
+
+    def set(self, name: str, value: object) -> None:
+        self._log.set_attr(self, name, value)
+
+    def replay_member_metadata(self, member_id: str, value: r.ConsumerGroupMemberMetadataValue | None) -> None:
+        old = self.members.get(member_id)
+        if value is None:
+            if old is None:
+                return
+            if old.member_epoch != -1 or member_id in self.target:
+                raise IllegalStateError(
+                    f"group {self.group_id}: member {member_id} metadata deleted before its "
+                    "current and target assignments"
+                )
+            self._unindex_member(old)
+            del self.members[member_id]
+            return
+        base = old if old is not None else ConsumerGroupMember(member_id=member_id)
+        new = replace(
+            base,
+            instance_id=value.instance_id,
+            rack_id=value.rack_id,
+            client_id=value.client_id,
+            client_host=value.client_host,
+            subscribed_topic_names=value.subscribed_topic_names,
+            subscribed_topic_regex=value.subscribed_topic_regex,
+            rebalance_timeout_ms=value.rebalance_timeout_ms,
+            server_assignor_name=value.server_assignor,
+            classic_member_metadata=value.classic_member_metadata,
+        )
+        if old is not None:
+            self._unindex_member(old)
+        self._index_member(new)
+        self.members[member_id] = new
+
+    def _index_member(self, m: ConsumerGroupMember) -> None:
+        if m.instance_id is not None:
+            self.static_members[m.instance_id] = m.member_id
+        for name in self.effective_topics(m):
+            self.topic_subscribers.increment(name, 1)
+        if m.subscribed_topic_regex:
+            self.regex_members.increment(m.subscribed_topic_regex, 1)
+        if m.server_assignor_name is not None:
+            self.assignor_votes.increment(m.server_assignor_name, 1)
+        if m.classic_member_metadata is not None:
+            self.set("classic_members", self.classic_members + 1)
+
+    def _unindex_member(self, m: ConsumerGroupMember) -> None:
+        if m.instance_id is not None and self.static_members.get(m.instance_id) == m.member_id:
+            del self.static_members[m.instance_id]
+        for name in self.effective_topics(m):
+            self.topic_subscribers.increment(name, -1)
+        if m.subscribed_topic_regex:
+            self.regex_members.increment(m.subscribed_topic_regex, -1)
+        if m.server_assignor_name is not None:
+            self.assignor_votes.increment(m.server_assignor_name, -1)
+        if m.classic_member_metadata is not None:
+            self.set("classic_members", self.classic_members - 1)
+
+    def replay_regex(self, regex: str, value: r.ConsumerGroupRegularExpressionValue | None) -> None:
+        users = [m for m in self.members.values() if m.subscribed_topic_regex == regex]
+        for m in users:
+            for name in self.effective_topics(m):
+                self.topic_subscribers.increment(name, -1)
+        if value is None:
+            self.resolved_regexes.discard(regex)
+        else:
+            self.resolved_regexes[regex] = (frozenset(value.topics), value.version)
+        for m in users:
+            for name in self.effective_topics(m):
+                self.topic_subscribers.increment(name, 1)
+
+    def replay_target_member(self, member_id: str, value: r.ConsumerGroupTargetAssignmentMemberValue | None) -> None:
+        old = self.target.get(member_id)
+        if old is not None:
+            self._unown(self.target_owners, old, member_id, "target")
+        if value is None:
+            self.target.discard(member_id)
+            return
+        new = value.topic_partitions
+        self._own(self.target_owners, new, member_id, "target")
+        self.target[member_id] = new
+
+    def replay_current_assignment(
+        self, member_id: str, value: r.ConsumerGroupCurrentMemberAssignmentValue | None
+    ) -> None:
+        old = self.members.get(member_id)
+        if old is not None:
+            self._unown(self.partition_owners, old.assigned_partitions, member_id, "current")
+            self._unown(self.partition_owners, old.partitions_pending_revocation, member_id, "current")
+        if value is None:
+            if old is None:
+                return
+            self.members[member_id] = replace(
+                old,
+                member_epoch=-1,
+                previous_member_epoch=-1,
+                state=MemberState.STABLE,
+                assigned_partitions=EMPTY_ASSIGNMENT,
+                partitions_pending_revocation=EMPTY_ASSIGNMENT,
+            )
+            return
+        base = old if old is not None else ConsumerGroupMember(member_id=member_id)
+        new = replace(
+            base,
+            member_epoch=value.member_epoch,
+            previous_member_epoch=value.previous_member_epoch,
+            state=MemberState.from_value(value.state),
+            assigned_partitions=value.assigned_partitions,
+            partitions_pending_revocation=value.partitions_pending_revocation,
+        )
+        self._own(self.partition_owners, new.assigned_partitions, member_id, "current")
+        self._own(self.partition_owners, new.partitions_pending_revocation, member_id, "current")
+        if old is None:
+            self._index_member(new)
+        self.members[member_id] = new
+
+    def _own(self, index: TDict, assignment: Assignment, member_id: str, what: str) -> None:
+        for topic_id, partitions in assignment.items():
+            owners = index.get(topic_id)
+            if owners is None:
+                owners = TDict(self._log)
+                index[topic_id] = owners
+            for p in partitions:
+                holder = owners.get(p)
+                if holder is not None and holder != member_id:
+                    raise IllegalStateError(
+                        f"group {self.group_id}: {what} partition {topic_id}-{p} given to {member_id} "
+                        f"while owned by {holder}"
+                    )
+                owners[p] = member_id
+
+    def _unown(self, index: TDict, assignment: Assignment, member_id: str, what: str) -> None:
+        for topic_id, partitions in assignment.items():
+            owners = index.get(topic_id)
+            for p in partitions:
+                holder = None if owners is None else owners.get(p)
+                if holder != member_id:
+                    raise IllegalStateError(
+                        f"group {self.group_id}: {what} partition {topic_id}-{p} released by {member_id} "
+                        f"but owned by {holder}"
+                    )
+                del owners[p]  # type: ignore[union-attr]
+            if owners is not None and not owners:
+                del index[topic_id]
+
+    def check_deletable(self) -> None:
+        if self.members or self.target:
+            raise IllegalStateError(
+                f"group {self.group_id} deleted while it still has members or a target assignment"
+            )
+
+    # ------------------------------------------------------------------ snapshot
+
+    def snapshot(self) -> dict[str, object]:
+        """A canonical, comparable view of everything replay determines (for tests/dumps)."""
+        def a(x: Assignment) -> dict[str, list[int]]:
+            return {t: sorted(ps) for t, ps in sorted(x.items())}
+
+        return {
+            "group_id": self.group_id,
+            "group_uid": self.group_uid,
+            "group_epoch": self.group_epoch,
+            "assignment_epoch": self.assignment_epoch,
+            "subscription_metadata": {
+                n: (t.topic_id, t.num_partitions) for n, t in sorted(self.subscription_metadata.items())
+            },
+            "resolved_regexes": {k: (sorted(v[0]), v[1]) for k, v in sorted(self.resolved_regexes.items())},
+            "members": {
+                mid: {
+                    "instance_id": m.instance_id,
+                    "rack_id": m.rack_id,
+                    "client_id": m.client_id,
+                    "client_host": m.client_host,
+                    "subscribed_topic_names": list(m.subscribed_topic_names),
+                    "subscribed_topic_regex": m.subscribed_topic_regex,
+                    "server_assignor": m.server_assignor_name,
+                    "rebalance_timeout_ms": m.rebalance_timeout_ms,
+                    "classic": m.classic_member_metadata,
+                    "member_epoch": m.member_epoch,
+                    "previous_member_epoch": m.previous_member_epoch,
+                    "state": m.state.name,
+                    "assigned": a(m.assigned_partitions),
+                    "pending_revocation": a(m.partitions_pending_revocation),
+                }
+                for mid, m in sorted(self.members.items())
+            },
+            "target": {mid: a(t) for mid, t in sorted(self.target.items())},
+            "derived": {
+                "static_members": dict(sorted(self.static_members.items())),
+                "topic_subscribers": dict(sorted(self.topic_subscribers.items())),
+                "regex_members": dict(sorted(self.regex_members.items())),
+                "assignor_votes": dict(sorted(self.assignor_votes.items())),
+                "classic_members": self.classic_members,
+                "partition_owners": {
+                    t: dict(sorted(o.items())) for t, o in sorted(self.partition_owners.items())
+                },
+                "target_owners": {t: dict(sorted(o.items())) for t, o in sorted(self.target_owners.items())},
+            },
+        }
+
+
+def iter_assignment(a: Assignment) -> Iterable[tuple[TopicId, int]]:
+    for topic_id, partitions in a.items():
+        for p in partitions:
+            yield topic_id, p

@@ -1,0 +1,170 @@
+"""Values of the consumer group model: assignments, member states, members, topics.
+
+All values are immutable. An *assignment* is a ``Mapping[topic_id, frozenset[int]]`` with no
+empty sets (KIP-848 "Target Assignment" / "Current Assignment"); helpers here build, compare and
+diff them. Topic ids are Kafka UUIDs in base64url text form.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+
+from assignors.api import TopicId, TopicMetadata
+
+__all__ = [
+    "Assignment",
+    "EMPTY_ASSIGNMENT",
+    "MemberState",
+    "ConsumerGroupMember",
+    "TopicImage",
+    "TopicsImage",
+    "TopicMetadata",
+    "ZERO_TOPIC_ID",
+    "topic_id_to_bytes",
+    "topic_id_from_bytes",
+    "make_assignment",
+    "assignment_minus",
+    "assignment_union",
+    "assignment_size",
+    "assignment_from_pairs",
+]
+
+Assignment = Mapping[TopicId, frozenset[int]]
+EMPTY_ASSIGNMENT: Assignment = {}
+ZERO_TOPIC_ID = "AAAAAAAAAAAAAAAAAAAAAA"
+
+
+def topic_id_to_bytes(topic_id: TopicId) -> bytes:
+    """Base64url text (22 chars, no padding) -> 16 raw bytes."""
+    raw = base64.urlsafe_b64decode(topic_id + "==")
+    if len(raw) != 16:
+        raise ValueError(f"not a topic id: {topic_id!r}")
+    return raw
+
+
+def topic_id_from_bytes(raw: bytes) -> TopicId:
+    """16 raw bytes -> base64url text (Kafka's ``Uuid.toString()``)."""
+    if len(raw) != 16:
+        raise ValueError(f"a topic id has 16 bytes, got {len(raw)}")
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
+
+
+def make_assignment(items: Iterable[tuple[TopicId, Iterable[int]]]) -> dict[TopicId, frozenset[int]]:
+    """Build an assignment, merging duplicate topics and dropping empty sets."""
+    out: dict[TopicId, frozenset[int]] = {}
+    for topic_id, partitions in items:
+        ps = frozenset(partitions)
+        if ps:
+            prev = out.get(topic_id)
+            out[topic_id] = ps if prev is None else prev | ps
+    return out
+
+
+def assignment_from_pairs(pairs: Iterable[tuple[TopicId, int]]) -> dict[TopicId, frozenset[int]]:
+    acc: dict[TopicId, set[int]] = {}
+    for topic_id, p in pairs:
+        acc.setdefault(topic_id, set()).add(p)
+    return {t: frozenset(ps) for t, ps in acc.items()}
+
+
+def assignment_minus(a: Assignment, b: Assignment) -> dict[TopicId, frozenset[int]]:
+    out: dict[TopicId, frozenset[int]] = {}
+    for topic_id, ps in a.items():
+        other = b.get(topic_id)
+        rest = ps - other if other else ps
+        if rest:
+            out[topic_id] = rest
+    return out
+
+
+def assignment_union(a: Assignment, b: Assignment) -> dict[TopicId, frozenset[int]]:
+    out = dict(a)
+    for topic_id, ps in b.items():
+        prev = out.get(topic_id)
+        out[topic_id] = ps if prev is None else prev | ps
+    return out
+
+
+def assignment_size(a: Assignment) -> int:
+    return sum(len(ps) for ps in a.values())
+
+
+class MemberState(Enum):
+    """Reconciliation state of a member (persisted as int8, Kafka's numbers)."""
+
+    STABLE = 0
+    UNREVOKED_PARTITIONS = 1
+    UNRELEASED_PARTITIONS = 2
+    UNKNOWN = 127
+
+    @classmethod
+    def from_value(cls, value: int) -> MemberState:
+        """Any byte this build does not know maps to UNKNOWN (forward compatibility)."""
+        try:
+            return cls(value)
+        except ValueError:
+            return cls.UNKNOWN
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClassicMemberMetadata:
+    """Present on members that speak the classic protocol (legacy bridge)."""
+
+    session_timeout_ms: int
+    supported_protocols: tuple[tuple[str, bytes], ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConsumerGroupMember:
+    """A member: its metadata (record 5) and its current assignment (record 8)."""
+
+    member_id: str
+    instance_id: str | None = None
+    rack_id: str | None = None
+    client_id: str = ""
+    client_host: str = ""
+    subscribed_topic_names: tuple[str, ...] = ()
+    subscribed_topic_regex: str | None = None
+    server_assignor_name: str | None = None
+    rebalance_timeout_ms: int = -1
+    classic_member_metadata: ClassicMemberMetadata | None = None
+    member_epoch: int = 0
+    previous_member_epoch: int = 0
+    state: MemberState = MemberState.STABLE
+    assigned_partitions: Assignment = field(default_factory=dict)
+    partitions_pending_revocation: Assignment = field(default_factory=dict)
+
+    def is_reconciled_to(self, target_epoch: int) -> bool:
+        return self.state is MemberState.STABLE and self.member_epoch == target_epoch
+
+    @property
+    def uses_classic_protocol(self) -> bool:
+        return self.classic_member_metadata is not None
+
+
+@dataclass(frozen=True, slots=True)
+class TopicImage:
+    topic_id: TopicId
+    name: str
+    num_partitions: int
+
+
+@dataclass(frozen=True, slots=True)
+class TopicsImage:
+    """The cluster's topics as the coordinator knows them (its topic registry). Immutable:
+    a change produces a new image with a higher ``version``."""
+
+    version: int = 0
+    by_name: Mapping[str, TopicImage] = field(default_factory=dict)
+    by_id: Mapping[TopicId, TopicImage] = field(default_factory=dict)
+
+    @staticmethod
+    def of(topics: Iterable[TopicImage], version: int = 0) -> TopicsImage:
+        by_name = {t.name: t for t in topics}
+        return TopicsImage(version, by_name, {t.topic_id: t for t in by_name.values()})
+
+    def with_topics(self, topics: Iterable[TopicImage]) -> TopicsImage:
+        return TopicsImage.of(topics, self.version + 1)

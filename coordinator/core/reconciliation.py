@@ -1,0 +1,137 @@
+"""Member reconciliation: move one member from its current assignment toward its target.
+
+Pure function of (member, target epoch, target assignment, who owns each partition, what the
+member reports it owns). Kafka's ``CurrentAssignmentBuilder`` semantics (KIP-848 "Member Epoch -
+Reconciliation of the group"), with two later Kafka refinements:
+
+* leaving UNREVOKED_PARTITIONS goes to ``min(epoch + 1, target epoch)``;
+* a partition held by the member itself (e.g. just acknowledged as revoked) is not treated as
+  unreleased, so it can be handed straight back if the target gives it back.
+
+States: STABLE (at its epoch, nothing pending), UNREVOKED_PARTITIONS (must revoke first; stays at
+its old epoch), UNRELEASED_PARTITIONS (at the target epoch, waiting for partitions others still
+hold), UNKNOWN (a state byte this build does not know: fenced unless it reports owning nothing).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+from assignors.api import TopicId
+
+from .errors import FencedMemberEpochError
+from .model import Assignment, ConsumerGroupMember, MemberState
+
+OwnerOf = Callable[[TopicId, int], "str | None"]
+
+
+def owns_any(owned: Assignment | None, partitions: Assignment) -> bool:
+    """Does the member still report owning any of ``partitions``? Unknown (None) counts as yes."""
+    if owned is None:
+        return True
+    for topic_id, ps in owned.items():
+        pending = partitions.get(topic_id)
+        if pending and not pending.isdisjoint(ps):
+            return True
+    return False
+
+
+def compute_next_member(
+    member: ConsumerGroupMember,
+    target_epoch: int,
+    target: Assignment,
+    owner_of: OwnerOf,
+    owned: Assignment | None,
+) -> ConsumerGroupMember:
+    """The member's next state; returns ``member`` itself when nothing changes."""
+    state = member.state
+    if state is MemberState.STABLE:
+        if member.member_epoch == target_epoch:
+            return member
+        return _next(member, member.member_epoch, target_epoch, target, owner_of, owned)
+    if state is MemberState.UNREVOKED_PARTITIONS:
+        if owns_any(owned, member.partitions_pending_revocation):
+            return member
+        epoch = min(member.member_epoch + 1, target_epoch)
+        return _next(member, epoch, target_epoch, target, owner_of, owned)
+    if state is MemberState.UNRELEASED_PARTITIONS:
+        return _next(member, member.member_epoch, target_epoch, target, owner_of, owned)
+    # UNKNOWN
+    if owned is None or owned:
+        raise FencedMemberEpochError(
+            "The consumer group member is in a unknown state. The member must abandon all its "
+            "partitions and rejoin."
+        )
+    return _next(member, target_epoch, target_epoch, target, owner_of, owned)
+
+
+def _next(
+    member: ConsumerGroupMember,
+    epoch: int,
+    target_epoch: int,
+    target: Assignment,
+    owner_of: OwnerOf,
+    owned: Assignment | None,
+) -> ConsumerGroupMember:
+    member_id = member.member_id
+    assigned = member.assigned_partitions
+    new_assigned: dict[TopicId, frozenset[int]] = {}
+    revoke: dict[TopicId, frozenset[int]] = {}
+    to_add: dict[TopicId, frozenset[int]] = {}
+    unreleased = False
+    for topic_id in target.keys() | assigned.keys():
+        tgt = target.get(topic_id, frozenset())
+        cur = assigned.get(topic_id, frozenset())
+        keep = cur & tgt
+        gone = cur - keep
+        add = tgt - keep
+        if add:
+            free = frozenset(p for p in add if _is_free(owner_of(topic_id, p), member_id))
+            if len(free) != len(add):
+                unreleased = True
+            add = free
+        if keep:
+            new_assigned[topic_id] = keep
+        if gone:
+            revoke[topic_id] = gone
+        if add:
+            to_add[topic_id] = add
+
+    if revoke and owns_any(owned, revoke):
+        # Revoke first: stay at the (passed) epoch until the member acknowledges.
+        return _changed(member, MemberState.UNREVOKED_PARTITIONS, epoch, new_assigned, revoke)
+    if to_add:
+        for topic_id, ps in to_add.items():
+            prev = new_assigned.get(topic_id)
+            new_assigned[topic_id] = ps if prev is None else prev | ps
+    new_state = MemberState.UNRELEASED_PARTITIONS if unreleased else MemberState.STABLE
+    return _changed(member, new_state, target_epoch, new_assigned, {})
+
+
+def _is_free(owner: str | None, member_id: str) -> bool:
+    return owner is None or owner == member_id
+
+
+def _changed(
+    member: ConsumerGroupMember,
+    state: MemberState,
+    epoch: int,
+    assigned: Assignment,
+    pending_revocation: Assignment,
+) -> ConsumerGroupMember:
+    if (
+        member.state is state
+        and member.member_epoch == epoch
+        and member.assigned_partitions == assigned
+        and member.partitions_pending_revocation == pending_revocation
+    ):
+        return member
+    return replace(
+        member,
+        state=state,
+        member_epoch=epoch,
+        previous_member_epoch=member.member_epoch,
+        assigned_partitions=assigned,
+        partitions_pending_revocation=pending_revocation,
+    )

@@ -1,0 +1,282 @@
+"""Records: the only way state changes. Named and numbered after Kafka's record types.
+
+A :class:`Record` is a key and a value; ``value is None`` is a tombstone (deletion). Keys are
+what compaction keeps the latest value of. The key's ``TYPE`` doubles as the record type id
+(Kafka's key "version"). Ordering rules for tombstones are enforced by ``replay``
+(see :mod:`coordinator.core.group`):
+
+* removing a member writes, in order: current-assignment tombstone, target-assignment
+  tombstone, member-metadata tombstone;
+* deleting a group writes the tombstones of every member, the target-assignment-metadata
+  tombstone, the partition-metadata tombstone, then the group-metadata tombstone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar, Union
+
+from assignors.api import TopicMetadata
+
+from .model import Assignment, ClassicMemberMetadata
+
+# ---------------------------------------------------------------- keys
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupMetadataKey:
+    TYPE: ClassVar[int] = 3
+    group_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupPartitionMetadataKey:
+    TYPE: ClassVar[int] = 4
+    group_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupMemberMetadataKey:
+    TYPE: ClassVar[int] = 5
+    group_id: str
+    member_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupTargetAssignmentMetadataKey:
+    TYPE: ClassVar[int] = 6
+    group_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupTargetAssignmentMemberKey:
+    TYPE: ClassVar[int] = 7
+    group_id: str
+    member_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupCurrentMemberAssignmentKey:
+    TYPE: ClassVar[int] = 8
+    group_id: str
+    member_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupRegularExpressionKey:
+    TYPE: ClassVar[int] = 16
+    group_id: str
+    regular_expression: str
+
+
+@dataclass(frozen=True, slots=True)
+class GroupConfigKey:
+    """Per-group dynamic config (Kafka keeps these as ConfigRecords of resource type GROUP in
+    the controller; we keep them in the group's shard). Survives group deletion."""
+
+    TYPE: ClassVar[int] = 1016
+    group_id: str
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class TopicKey:
+    """The topic registry (Kafka's TopicRecord + PartitionRecord count). Cluster-level."""
+
+    TYPE: ClassVar[int] = 1100
+    name: str
+
+
+# ---------------------------------------------------------------- values
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConsumerGroupMetadataValue:
+    epoch: int
+    group_uid: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConsumerGroupPartitionMetadataValue:
+    """Subscription metadata: every subscribed topic that exists, by name."""
+
+    topics: tuple[TopicMetadata, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConsumerGroupMemberMetadataValue:
+    instance_id: str | None
+    rack_id: str | None
+    client_id: str
+    client_host: str
+    subscribed_topic_names: tuple[str, ...]
+    subscribed_topic_regex: str | None
+    rebalance_timeout_ms: int
+    server_assignor: str | None
+    classic_member_metadata: ClassicMemberMetadata | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConsumerGroupTargetAssignmentMetadataValue:
+    assignment_epoch: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConsumerGroupTargetAssignmentMemberValue:
+    topic_partitions: Assignment
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConsumerGroupCurrentMemberAssignmentValue:
+    member_epoch: int
+    previous_member_epoch: int
+    state: int
+    assigned_partitions: Assignment
+    partitions_pending_revocation: Assignment
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConsumerGroupRegularExpressionValue:
+    """A resolved regex: the topic names it matched in topics image ``version``."""
+
+    topics: tuple[str, ...]
+    version: int
+    timestamp_ms: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GroupConfigValue:
+    value: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TopicValue:
+    topic_id: str
+    num_partitions: int
+
+
+RecordKey = Union[
+    ConsumerGroupMetadataKey,
+    ConsumerGroupPartitionMetadataKey,
+    ConsumerGroupMemberMetadataKey,
+    ConsumerGroupTargetAssignmentMetadataKey,
+    ConsumerGroupTargetAssignmentMemberKey,
+    ConsumerGroupCurrentMemberAssignmentKey,
+    ConsumerGroupRegularExpressionKey,
+    GroupConfigKey,
+    TopicKey,
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    key: RecordKey
+    value: object | None = field(default=None)
+
+    @property
+    def is_tombstone(self) -> bool:
+        return self.value is None
+
+    @property
+    def group_id(self) -> str | None:
+        return getattr(self.key, "group_id", None)
+
+
+# ---------------------------------------------------------------- helpers (Kafka's
+# GroupCoordinatorRecordHelpers): one function per record and tombstone.
+
+
+def group_epoch_record(group_id: str, epoch: int, group_uid: str) -> Record:
+    return Record(ConsumerGroupMetadataKey(group_id), ConsumerGroupMetadataValue(epoch=epoch, group_uid=group_uid))
+
+
+def group_epoch_tombstone(group_id: str) -> Record:
+    return Record(ConsumerGroupMetadataKey(group_id))
+
+
+def partition_metadata_record(group_id: str, topics: dict[str, TopicMetadata]) -> Record:
+    ordered = tuple(topics[name] for name in sorted(topics))
+    return Record(ConsumerGroupPartitionMetadataKey(group_id), ConsumerGroupPartitionMetadataValue(topics=ordered))
+
+
+def partition_metadata_tombstone(group_id: str) -> Record:
+    return Record(ConsumerGroupPartitionMetadataKey(group_id))
+
+
+def member_metadata_record(group_id: str, member) -> Record:  # member: ConsumerGroupMember
+    return Record(
+        ConsumerGroupMemberMetadataKey(group_id, member.member_id),
+        ConsumerGroupMemberMetadataValue(
+            instance_id=member.instance_id,
+            rack_id=member.rack_id,
+            client_id=member.client_id,
+            client_host=member.client_host,
+            subscribed_topic_names=member.subscribed_topic_names,
+            subscribed_topic_regex=member.subscribed_topic_regex,
+            rebalance_timeout_ms=member.rebalance_timeout_ms,
+            server_assignor=member.server_assignor_name,
+            classic_member_metadata=member.classic_member_metadata,
+        ),
+    )
+
+
+def member_metadata_tombstone(group_id: str, member_id: str) -> Record:
+    return Record(ConsumerGroupMemberMetadataKey(group_id, member_id))
+
+
+def target_assignment_record(group_id: str, member_id: str, partitions: Assignment) -> Record:
+    return Record(
+        ConsumerGroupTargetAssignmentMemberKey(group_id, member_id),
+        ConsumerGroupTargetAssignmentMemberValue(topic_partitions=partitions),
+    )
+
+
+def target_assignment_tombstone(group_id: str, member_id: str) -> Record:
+    return Record(ConsumerGroupTargetAssignmentMemberKey(group_id, member_id))
+
+
+def target_assignment_epoch_record(group_id: str, epoch: int) -> Record:
+    return Record(
+        ConsumerGroupTargetAssignmentMetadataKey(group_id),
+        ConsumerGroupTargetAssignmentMetadataValue(assignment_epoch=epoch),
+    )
+
+
+def target_assignment_epoch_tombstone(group_id: str) -> Record:
+    return Record(ConsumerGroupTargetAssignmentMetadataKey(group_id))
+
+
+def current_assignment_record(group_id: str, member) -> Record:  # member: ConsumerGroupMember
+    return Record(
+        ConsumerGroupCurrentMemberAssignmentKey(group_id, member.member_id),
+        ConsumerGroupCurrentMemberAssignmentValue(
+            member_epoch=member.member_epoch,
+            previous_member_epoch=member.previous_member_epoch,
+            state=member.state.value,
+            assigned_partitions=member.assigned_partitions,
+            partitions_pending_revocation=member.partitions_pending_revocation,
+        ),
+    )
+
+
+def current_assignment_tombstone(group_id: str, member_id: str) -> Record:
+    return Record(ConsumerGroupCurrentMemberAssignmentKey(group_id, member_id))
+
+
+def regex_record(group_id: str, regex: str, topics: frozenset[str], version: int, timestamp_ms: int) -> Record:
+    return Record(
+        ConsumerGroupRegularExpressionKey(group_id, regex),
+        ConsumerGroupRegularExpressionValue(topics=tuple(sorted(topics)), version=version, timestamp_ms=timestamp_ms),
+    )
+
+
+def regex_tombstone(group_id: str, regex: str) -> Record:
+    return Record(ConsumerGroupRegularExpressionKey(group_id, regex))
+
+
+def group_config_record(group_id: str, name: str, value: str | None) -> Record:
+    return Record(GroupConfigKey(group_id, name), None if value is None else GroupConfigValue(value=value))
+
+
+def topic_record(name: str, topic_id: str | None, num_partitions: int = 0) -> Record:
+    return Record(TopicKey(name), None if topic_id is None else TopicValue(topic_id=topic_id, num_partitions=num_partitions))

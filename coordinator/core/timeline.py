@@ -1,0 +1,101 @@
+"""An undo log that makes in-memory state revertible, like Kafka's timeline structures.
+
+The runtime replays a command's records into memory *before* they are durable (so the next
+command sees them). If the durable write then fails, the state must go back to the last durable
+point. Every mutation made by ``replay`` goes through :class:`TDict` (a ``dict`` whose writes are
+logged) or :meth:`UndoLog.set_attr`, so that :meth:`UndoLog.rollback` can undo them exactly.
+
+Reads on a ``TDict`` are plain ``dict`` reads (no overhead). Logging is off while loading.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+_MISSING: Any = object()
+
+
+class UndoLog:
+    """Positions are absolute: ``mark()`` returns one, ``rollback(m)`` undoes everything logged
+    after it, ``release(m)`` forgets entries before it (they are durable and final)."""
+
+    __slots__ = ("_entries", "_base", "enabled")
+
+    def __init__(self) -> None:
+        self._entries: list[tuple[Any, Any, Any, bool]] = []
+        self._base = 0
+        self.enabled = True
+
+    def mark(self) -> int:
+        return self._base + len(self._entries)
+
+    def rollback(self, mark: int) -> None:
+        if mark < self._base:
+            raise ValueError(f"cannot roll back to {mark}: released up to {self._base}")
+        entries = self._entries
+        while len(entries) > mark - self._base:
+            target, key, old, is_attr = entries.pop()
+            if is_attr:
+                object.__setattr__(target, key, old)
+            elif old is _MISSING:
+                dict.pop(target, key, None)
+            else:
+                dict.__setitem__(target, key, old)
+
+    def release(self, mark: int) -> None:
+        n = min(mark - self._base, len(self._entries))
+        if n > 0:
+            del self._entries[:n]
+            self._base += n
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def set_attr(self, obj: Any, name: str, value: Any) -> None:
+        if self.enabled:
+            self._entries.append((obj, name, getattr(obj, name), True))
+        object.__setattr__(obj, name, value)
+
+    def new_dict(self) -> TDict:
+        return TDict(self)
+
+
+class TDict(dict):  # type: ignore[type-arg]
+    """A dict whose writes are recorded in an :class:`UndoLog`."""
+
+    __slots__ = ("_log",)
+
+    def __init__(self, log: UndoLog) -> None:
+        super().__init__()
+        self._log = log
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        log = self._log
+        if log.enabled:
+            log._entries.append((self, key, dict.get(self, key, _MISSING), False))
+        dict.__setitem__(self, key, value)
+
+    def __delitem__(self, key: Any) -> None:
+        log = self._log
+        old = dict.pop(self, key)
+        if log.enabled:
+            log._entries.append((self, key, old, False))
+
+    def discard(self, key: Any) -> None:
+        """Delete ``key`` if present."""
+        if key in self:
+            self.__delitem__(key)
+
+    def increment(self, key: Any, delta: int) -> None:
+        """Add ``delta`` to a counter; a counter reaching zero is removed."""
+        value = dict.get(self, key, 0) + delta
+        if value:
+            self[key] = value
+        else:
+            self.discard(key)
+
+    # Mutators that would bypass the log are forbidden: use the methods above.
+    def _forbidden(self, *_a: Any, **_k: Any) -> Any:
+        raise TypeError("TDict: use item assignment, del, discard or increment")
+
+    pop = popitem = setdefault = update = clear = _forbidden  # type: ignore[assignment]

@@ -1,0 +1,97 @@
+"""Keyed timers, as values. Handlers return :class:`ArmTimer` / :class:`CancelTimer` operations;
+:class:`TimerTable` applies them (arming a key replaces its previous timer) and hands back
+the timers that fell due, in deadline order (then arming order). Pure: no clock, no IO; the
+runtime and the test harness both drive it with their own notion of "now".
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+from typing import Union
+
+TimerKey = tuple[str, str, str]
+"""(kind, group_id, member_id); kind is "session" or "rebalance" (later: classic timers)."""
+
+SESSION = "session"
+REBALANCE = "rebalance"
+
+
+@dataclass(frozen=True, slots=True)
+class ArmTimer:
+    key: TimerKey
+    deadline_ms: int
+    payload: int = 0
+    """Captured state the timer checks when it fires (e.g. the member epoch for rebalance)."""
+
+
+@dataclass(frozen=True, slots=True)
+class CancelTimer:
+    key: TimerKey
+
+
+TimerOp = Union[ArmTimer, CancelTimer]
+
+
+@dataclass(frozen=True, slots=True)
+class DueTimer:
+    key: TimerKey
+    deadline_ms: int
+    payload: int
+
+
+class TimerTable:
+    """Active timers by key, plus a heap ordered by (deadline, sequence). Superseded heap
+    entries are skipped lazily, so a cancelled or replaced timer never fires."""
+
+    __slots__ = ("_active", "_heap", "_seq")
+
+    def __init__(self) -> None:
+        self._active: dict[TimerKey, tuple[int, int, int]] = {}  # key -> (deadline, seq, payload)
+        self._heap: list[tuple[int, int, TimerKey]] = []
+        self._seq = 0
+
+    def apply(self, ops: list[TimerOp] | tuple[TimerOp, ...]) -> None:
+        for op in ops:
+            if type(op) is ArmTimer:
+                self._seq += 1
+                self._active[op.key] = (op.deadline_ms, self._seq, op.payload)
+                heapq.heappush(self._heap, (op.deadline_ms, self._seq, op.key))
+            else:
+                self._active.pop(op.key, None)
+        if len(self._heap) > 64 and len(self._heap) > 4 * len(self._active):
+            self._compact()
+
+    def _compact(self) -> None:
+        self._heap = [(d, s, k) for k, (d, s, _p) in self._active.items()]
+        heapq.heapify(self._heap)
+
+    def next_deadline(self) -> int | None:
+        heap, active = self._heap, self._active
+        while heap:
+            deadline, seq, key = heap[0]
+            current = active.get(key)
+            if current is not None and current[1] == seq:
+                return deadline
+            heapq.heappop(heap)
+        return None
+
+    def pop_due(self, now_ms: int) -> DueTimer | None:
+        """Remove and return the earliest timer with deadline <= now_ms, if any."""
+        deadline = self.next_deadline()
+        if deadline is None or deadline > now_ms:
+            return None
+        _d, _seq, key = heapq.heappop(self._heap)
+        _d2, _s2, payload = self._active.pop(key)
+        return DueTimer(key, deadline, payload)
+
+    def get(self, key: TimerKey) -> tuple[int, int] | None:
+        """(deadline_ms, payload) of the active timer with this key, if any."""
+        entry = self._active.get(key)
+        return None if entry is None else (entry[0], entry[2])
+
+    def keys(self) -> list[TimerKey]:
+        return sorted(self._active)
+
+    def __len__(self) -> int:
+        return len(self._active)

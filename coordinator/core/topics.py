@@ -1,0 +1,176 @@
+"""The topic registry: the coordinator's own source of topic metadata (AdminService topic RPCs).
+
+A small state machine in the same style as a shard: handlers validate per topic (Kafka's
+per-topic error codes), emit ``TopicKey`` records (a tombstone deletes a topic), and replay
+builds the state. Each change yields a new immutable :class:`TopicsImage` with a higher
+process-local version, which the runtime hands to every shard. A deleted and re-created topic
+gets a new topic id (KIP-848 "Topic ID and Topic Recreation").
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from . import records as r
+from .commands import IdSource, Result
+from .errors import (
+    CoordinatorError,
+    ErrorCode,
+    IllegalStateError,
+    InvalidPartitionsError,
+    InvalidRequestError,
+    InvalidTopicError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
+)
+from .model import ZERO_TOPIC_ID, TopicImage, TopicsImage
+from .timeline import TDict, UndoLog
+
+MAX_TOPIC_NAME_LENGTH = 249
+MAX_PARTITIONS = 1_000_000
+_LEGAL = re.compile(r"[a-zA-Z0-9._-]+")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NewTopic:
+    name: str
+    num_partitions: int
+    topic_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TopicResult:
+    name: str
+    topic_id: str = ZERO_TOPIC_ID
+    num_partitions: int = 0
+    error_code: ErrorCode = ErrorCode.NONE
+    error_message: str | None = None
+
+
+def check_topic_name(name: str) -> None:
+    """Kafka's topic name rules (org.apache.kafka.common.internals.Topic.validate)."""
+    if not name:
+        raise InvalidTopicError("Topic name is illegal, it can't be empty.")
+    if name in (".", ".."):
+        raise InvalidTopicError("Topic name cannot be \".\" or \"..\".")
+    if len(name) > MAX_TOPIC_NAME_LENGTH:
+        raise InvalidTopicError(
+            f"Topic name is illegal, it can't be longer than {MAX_TOPIC_NAME_LENGTH} characters, topic name: {name}"
+        )
+    if not _LEGAL.fullmatch(name):
+        raise InvalidTopicError(
+            f"Topic name \"{name}\" is illegal, it contains a character other than ASCII alphanumerics, '.', '_' and '-'"
+        )
+
+
+class TopicRegistry:
+    def __init__(self, ids: IdSource) -> None:
+        self.ids = ids
+        self.undo = UndoLog()
+        self.topics: TDict = self.undo.new_dict()  # name -> TopicValue
+        self._version = 0
+        self._image: TopicsImage | None = TopicsImage()
+
+    # -------------------------------------------------------------- state
+
+    def replay(self, record: r.Record) -> None:
+        if not isinstance(record.key, r.TopicKey):
+            raise IllegalStateError(f"not a topic record: {record.key}")
+        if record.value is None:
+            self.topics.discard(record.key.name)
+        else:
+            self.topics[record.key.name] = record.value
+        self._image = None
+
+    def image(self) -> TopicsImage:
+        """The current image; a new version after every change."""
+        if self._image is None:
+            self._version += 1
+            self._image = TopicsImage.of(
+                (TopicImage(v.topic_id, name, v.num_partitions) for name, v in self.topics.items()),
+                self._version,
+            )
+        return self._image
+
+    def mark(self) -> int:
+        return self.undo.mark()
+
+    def rollback(self, mark: int) -> None:
+        self.undo.rollback(mark)
+        self._image = None
+
+    def release(self, mark: int) -> None:
+        self.undo.release(mark)
+
+    def _emit(self, result: Result[object], record: r.Record) -> None:
+        result.records.append(record)
+        self.replay(record)
+
+    # -------------------------------------------------------------- handlers
+
+    def create_topics(self, topics: Sequence[NewTopic]) -> Result[list[TopicResult]]:
+        result: Result[list[TopicResult]] = Result(response=[])
+        seen: set[str] = set()
+        used_ids = {v.topic_id for v in self.topics.values()}
+        for t in topics:
+            try:
+                if t.name in seen:
+                    raise InvalidRequestError(f"Duplicate topic name {t.name} in the request.")
+                seen.add(t.name)
+                check_topic_name(t.name)
+                if t.name in self.topics:
+                    raise TopicAlreadyExistsError(f"Topic '{t.name}' already exists.")
+                if not 1 <= t.num_partitions <= MAX_PARTITIONS:
+                    raise InvalidPartitionsError(
+                        f"Number of partitions must be between 1 and {MAX_PARTITIONS}, got {t.num_partitions}."
+                    )
+                topic_id = t.topic_id or self.ids.new_topic_id()
+                if topic_id == ZERO_TOPIC_ID or topic_id in used_ids:
+                    raise InvalidRequestError(f"Topic id {topic_id} is reserved or already in use.")
+                used_ids.add(topic_id)
+                self._emit(result, r.topic_record(t.name, topic_id, t.num_partitions))
+                result.response.append(TopicResult(name=t.name, topic_id=topic_id, num_partitions=t.num_partitions))  # type: ignore[union-attr]
+            except CoordinatorError as exc:
+                result.response.append(TopicResult(name=t.name, error_code=exc.code, error_message=exc.message))  # type: ignore[union-attr]
+        return result
+
+    def create_partitions(self, requests: Sequence[tuple[str, int]]) -> Result[list[TopicResult]]:
+        """Raise a topic's partition count to ``count`` (Kafka: the new total)."""
+        result: Result[list[TopicResult]] = Result(response=[])
+        for name, count in requests:
+            try:
+                current = self.topics.get(name)
+                if current is None:
+                    raise UnknownTopicOrPartitionError(f"The topic '{name}' does not exist.")
+                if count <= current.num_partitions:
+                    raise InvalidPartitionsError(
+                        f"Topic currently has {current.num_partitions} partitions, which is higher than or "
+                        f"equal to the requested {count}."
+                    )
+                if count > MAX_PARTITIONS:
+                    raise InvalidPartitionsError(f"Number of partitions must be at most {MAX_PARTITIONS}.")
+                self._emit(result, r.topic_record(name, current.topic_id, count))
+                result.response.append(TopicResult(name=name, topic_id=current.topic_id, num_partitions=count))  # type: ignore[union-attr]
+            except CoordinatorError as exc:
+                result.response.append(TopicResult(name=name, error_code=exc.code, error_message=exc.message))  # type: ignore[union-attr]
+        return result
+
+    def delete_topics(self, names: Sequence[str]) -> Result[list[TopicResult]]:
+        result: Result[list[TopicResult]] = Result(response=[])
+        for name in names:
+            current = self.topics.get(name)
+            if current is None:
+                exc = UnknownTopicOrPartitionError(f"The topic '{name}' does not exist.")
+                result.response.append(TopicResult(name=name, error_code=exc.code, error_message=exc.message))  # type: ignore[union-attr]
+                continue
+            self._emit(result, r.topic_record(name, None))
+            result.response.append(TopicResult(name=name, topic_id=current.topic_id, num_partitions=current.num_partitions))  # type: ignore[union-attr]
+        return result
+
+    def list_topics(self) -> list[TopicResult]:
+        return [
+            TopicResult(name=name, topic_id=v.topic_id, num_partitions=v.num_partitions)
+            for name, v in sorted(self.topics.items())
+        ]
