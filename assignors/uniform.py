@@ -1,0 +1,598 @@
+"""The ``uniform`` assignor (Kafka 4.0's default server-side assignor): balanced, then sticky.
+
+Theory of operation
+-------------------
+Members with the same subscription are interchangeable, so the assignor works on *classes* of
+members (one class per distinct subscription; a homogeneous group is one class) and only goes
+down to individual members at the end:
+
+1. **Clean** each member's current target assignment: drop topics it no longer subscribes to,
+   topics that vanished, indexes out of range and partitions claimed twice (the first member in
+   member-id order keeps them). Per topic, what nobody holds forms the *unassigned pool*.
+2. **Count** (only when there are several classes): decide how many partitions of each topic
+   each class gets. First the unassigned partitions of each topic are water-filled onto its
+   least-loaded subscriber classes (topics with the most partitions per subscriber first, as in
+   KAFKA-17710); then each topic whose most-loaded holder carries two or more partitions more than
+   its least-loaded subscriber is re-split optimally among its subscribers, keeping every class
+   as close to what it holds as that optimum allows. Each re-split strictly lowers the sum of
+   squared member loads, so the passes converge; they are capped at
+   :data:`MAX_BALANCE_PASSES`. The result is *locally balanced*: no single partition can move to
+   another subscriber of its topic and narrow the gap between the two members.
+3. **Realise** per class: the class total is spread over its members (sizes differ by at most
+   one; the extra partitions go first to members that already hold that many, so survivors never
+   lose partitions when someone leaves). Members give up what their class must release and what
+   exceeds their quota (the highest partition indexes), and members below quota take contiguous
+   runs from the pool.
+
+Members whose partitions do not change get their input mapping back unchanged (shared, not
+copied). Member ids, topic ids and partitions are sorted wherever order matters, so the result
+depends only on the input's values, never on ``hash()`` seeds or mapping order.
+
+Rack information is not used (as in Kafka 4.0's uniform assignor).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from itertools import chain
+from operator import methodcaller
+from typing import ClassVar
+
+from assignors.api import (
+    GroupAssignment,
+    GroupSpec,
+    MemberAssignment,
+    MemberSubscription,
+    PartitionAssignorError,
+    SubscriptionType,
+    TopicId,
+    TopicMetadata,
+)
+
+__all__ = ["UniformAssignor", "compute_uniform_assignment"]
+
+_values = methodcaller("values")
+
+MAX_BALANCE_PASSES = 64
+"""Upper bound on the passes over the shared topics in one round of single-topic balancing."""
+MAX_BALANCE_ROUNDS = 16
+"""Upper bound on the rounds of (single-topic balancing, chain shifts)."""
+MAX_CHAIN_SHIFTS = 256
+"""Upper bound on the chain shifts per round; each costs one breadth-first search over the
+classes and topics."""
+
+
+class UniformAssignor:
+    """Balanced and sticky; member sizes differ by at most one in homogeneous groups (default)."""
+
+    name: ClassVar[str] = "uniform"
+
+    def assign(
+        self, group_spec: GroupSpec, topics: Mapping[TopicId, TopicMetadata]
+    ) -> GroupAssignment:
+        return GroupAssignment(members=compute_uniform_assignment(group_spec, topics))
+
+
+def compute_uniform_assignment(
+    group_spec: GroupSpec, topics: Mapping[TopicId, TopicMetadata]
+) -> dict[str, MemberAssignment]:
+    """The uniform assignment as a plain ``member id -> {topic id: frozenset}`` dict."""
+    specs = group_spec.members
+    if not specs:
+        return {}
+    return _Builder(specs, group_spec.subscription_type, topics).build()
+
+
+class _Builder:
+    """One assignment computation. Members are referred to by their index in sorted order."""
+
+    def __init__(
+        self,
+        specs: Mapping[str, MemberSubscription],
+        subscription_type: SubscriptionType,
+        topics: Mapping[TopicId, TopicMetadata],
+    ) -> None:
+        self.member_ids = member_ids = sorted(specs)
+        count = len(member_ids)
+        spec_list = [specs[m] for m in member_ids]
+        subscriptions = [spec.subscribed_topic_ids for spec in spec_list]
+        self.assignments = [spec.assignment for spec in spec_list]
+
+        # Classes of identical subscriptions, numbered in the order of their first member.
+        self.class_members: list[list[int]] = []
+        self.class_subscriptions: list[frozenset[TopicId]] = []
+        if subscription_type is SubscriptionType.HOMOGENEOUS:
+            # Trusted, as in Kafka: comparing thousands of equal subscriptions member by member
+            # would cost more than the whole assignment. The result is validated anyway.
+            self.class_members.append(list(range(count)))
+            self.class_subscriptions.append(subscriptions[0])
+            self.member_class = [0] * count
+        else:
+            class_of_subscription: dict[frozenset[TopicId], int] = {}
+            self.member_class = member_class = [0] * count
+            for i, subscription in enumerate(subscriptions):
+                k = class_of_subscription.get(subscription)
+                if k is None:
+                    k = class_of_subscription[subscription] = len(self.class_members)
+                    self.class_members.append([i])
+                    self.class_subscriptions.append(subscription)
+                else:
+                    self.class_members[k].append(i)
+                member_class[i] = k
+
+        # Partition counts of the subscribed topics; a missing topic is the caller's error.
+        partition_counts: dict[TopicId, int] = {}
+        for k, subscription in enumerate(self.class_subscriptions):
+            missing = [t for t in subscription if t not in topics]
+            if missing:
+                raise PartitionAssignorError(
+                    f"member {member_ids[self.class_members[k][0]]!r} is subscribed to topic "
+                    f"{min(missing)!r}, which is not in the topic metadata"
+                )
+            for t in subscription:
+                if t not in partition_counts:
+                    partition_counts[t] = max(0, topics[t].num_partitions)
+        self.partition_counts = {t: n for t, n in partition_counts.items() if n > 0}
+        self.topic_ids = sorted(self.partition_counts)
+
+        self.current: list[Mapping[TopicId, frozenset[int]]] = list(self.assignments)
+        self.owned = [False] * count  # True once current[i] is our own (mutable) dict
+        self.load = [0] * count
+        self.target = [0] * count
+        self.held: dict[TopicId, list[tuple[int, frozenset[int]]]] = {}
+        self.unassigned: dict[TopicId, Sequence[int]] = {}
+
+    # ------------------------------------------------------------------ driver
+
+    def build(self) -> dict[str, MemberAssignment]:
+        self._clean()
+        if len(self.class_members) == 1:
+            members = self.class_members[0]
+            self._set_targets(members, sum(self.partition_counts.values()))
+            incoming = [(t, self.unassigned[t]) for t in self.topic_ids if self.unassigned[t]]
+            self._settle_class(members, incoming)
+        else:
+            self._assign_classes()
+        return dict(zip(self.member_ids, self.current))
+
+    # ------------------------------------------------------------------ step 1: clean
+
+    def _own(self, i: int) -> dict[TopicId, frozenset[int]]:
+        """Member i's assignment as a dict we may change (copied on first write)."""
+        if not self.owned[i]:
+            self.current[i] = dict(self.current[i])
+            self.owned[i] = True
+        return self.current[i]  # type: ignore[return-value]
+
+    def _clean(self) -> None:
+        counts = self.partition_counts
+        current, load, owned = self.current, self.load, self.owned
+        assignments, member_class = self.assignments, self.member_class
+        held: dict[TopicId, list[tuple[int, frozenset[int]]]] = {t: [] for t in self.topic_ids}
+        # Per class, the subscribed topics that exist and have partitions.
+        usable = [frozenset(s & counts.keys()) for s in self.class_subscriptions]
+        if len(usable) == 1:
+            tidy = all(map(usable[0].issuperset, assignments))
+        else:
+            tidy = all(map(frozenset.issuperset, [usable[k] for k in member_class], assignments))
+        # Fast path (the usual case): every member holds only non-empty sets of usable topics.
+        if tidy and all(chain.from_iterable(map(_values, assignments))):
+            for i, assignment in enumerate(assignments):
+                if assignment:
+                    for t, partitions in assignment.items():
+                        held[t].append((i, partitions))
+                    load[i] = sum(map(len, assignment.values()))
+        else:
+            for i, assignment in enumerate(assignments):
+                if not assignment:
+                    continue
+                valid = usable[member_class[i]]
+                kept = {t: p for t, p in assignment.items() if p and t in valid}
+                if len(kept) != len(assignment):
+                    current[i] = kept
+                    owned[i] = True
+                for t, partitions in kept.items():
+                    held[t].append((i, partitions))
+                load[i] = sum(map(len, kept.values()))
+
+        # Per topic: what nobody holds. Sizes add up exactly when no partition is held twice
+        # and no index is out of range; otherwise resolve (rare) and recount.
+        for t in self.topic_ids:
+            n = counts[t]
+            entries = held[t]
+            if not entries:
+                self.unassigned[t] = range(n)
+                continue
+            sets = [p for _, p in entries]
+            free = set(range(n))
+            free.difference_update(*sets)
+            if sum(map(len, sets)) + len(free) != n:
+                entries = held[t] = self._resolve_conflicts(t, n, entries)
+                free = set(range(n))
+                free.difference_update(*[p for _, p in entries])
+            self.unassigned[t] = sorted(free) if len(free) != n else range(n)
+        self.held = held
+
+    def _resolve_conflicts(
+        self, t: TopicId, n: int, entries: list[tuple[int, frozenset[int]]]
+    ) -> list[tuple[int, frozenset[int]]]:
+        """Drop out-of-range indexes and second claims (earlier member id wins)."""
+        claimed: set[int] = set()
+        kept: list[tuple[int, frozenset[int]]] = []
+        for i, partitions in entries:
+            if claimed.isdisjoint(partitions) and min(partitions) >= 0 and max(partitions) < n:
+                valid = partitions
+            else:
+                valid = frozenset(p for p in partitions if 0 <= p < n and p not in claimed)
+                assignment = self._own(i)
+                if valid:
+                    assignment[t] = valid
+                else:
+                    del assignment[t]
+                self.load[i] -= len(partitions) - len(valid)
+            if valid:
+                claimed.update(valid)
+                kept.append((i, valid))
+        return kept
+
+    # ------------------------------------------------------------------ step 2: count
+
+    def _assign_classes(self) -> None:
+        class_members = self.class_members
+        classes = range(len(class_members))
+        size = [len(members) for members in class_members]
+        counts = self.partition_counts
+        load = self.load
+
+        # Current holdings per class and topic.
+        holding: list[dict[TopicId, int]] = [{} for _ in classes]
+        member_class = self.member_class
+        for t, entries in self.held.items():
+            for i, partitions in entries:
+                h = holding[member_class[i]]
+                h[t] = h.get(t, 0) + len(partitions)
+        total = [sum(load[i] for i in members) for members in class_members]
+
+        subscribers: dict[TopicId, list[int]] = {t: [] for t in self.topic_ids}
+        for k, subscription in enumerate(self.class_subscriptions):
+            for t in subscription:
+                if t in counts:
+                    subscribers[t].append(k)
+        for t in self.topic_ids:
+            subscribers[t].sort()
+
+        def topic_order(t: TopicId) -> tuple[float, int, TopicId]:
+            members = sum(size[k] for k in subscribers[t])
+            return (-(counts[t] / members), members, t)
+
+        order = sorted(self.topic_ids, key=topic_order)
+        share = [dict(h) for h in holding]  # the class-level split being computed
+
+        # 2a. Water-fill each topic's unassigned partitions onto its least-loaded subscribers.
+        for t in order:
+            free = len(self.unassigned[t])
+            if not free:
+                continue
+            ks = subscribers[t]
+            if len(ks) == 1:
+                k = ks[0]
+                share[k][t] = share[k].get(t, 0) + free
+                total[k] += free
+                continue
+            level = _water_level([size[k] for k in ks], [total[k] for k in ks], free)
+            low = [max(0, level * size[k] - total[k]) for k in ks]
+            high = [max(0, (level + 1) * size[k] - total[k]) for k in ks]
+            add = _fit(low, low, high, free)
+            for k, a in zip(ks, add):
+                if a:
+                    share[k][t] = share[k].get(t, 0) + a
+                    total[k] += a
+
+        # 2b. Balance: re-split single topics, then move partitions along chains of topics.
+        split = _Split(size, total, share, subscribers, counts, self.class_subscriptions)
+        shared = [t for t in order if len(subscribers[t]) > 1]
+        for _ in range(MAX_BALANCE_ROUNDS):
+            split.balance_topics(shared)
+            if not split.shift_chains():
+                break
+
+        # Step 3: realise. Targets first (they decide who gives up what), then the forced
+        # releases of each class, then the per-topic pools are handed to receiving classes.
+        for k in classes:
+            self._set_targets(class_members[k], total[k])
+        released: dict[TopicId, list[int]] = {}
+        for k in classes:
+            for t in sorted(holding[k]):
+                excess = holding[k][t] - share[k].get(t, 0)
+                if excess > 0:
+                    released.setdefault(t, []).extend(
+                        self._release_topic(class_members[k], t, excess)
+                    )
+        incoming: list[list[tuple[TopicId, Sequence[int]]]] = [[] for _ in classes]
+        for t in self.topic_ids:
+            pool = self.unassigned[t]
+            extra = released.get(t)
+            if extra:
+                pool = sorted([*pool, *extra])
+            start = 0
+            for k in subscribers[t]:
+                gain = share[k].get(t, 0) - holding[k].get(t, 0)
+                if gain > 0:
+                    incoming[k].append((t, pool[start : start + gain]))
+                    start += gain
+            if start != len(pool):
+                raise PartitionAssignorError(
+                    f"internal error: {len(pool) - start} partitions of topic {t!r} left over"
+                )
+        for k in classes:
+            self._settle_class(class_members[k], incoming[k])
+
+    # ------------------------------------------------------------------ step 3: realise
+
+    def _set_targets(self, members: list[int], class_total: int) -> None:
+        """Spread ``class_total`` over ``members``: quota q, and q+1 for ``class_total % n`` of
+        them, preferring members that already hold more than q (they then lose nothing)."""
+        quota, extras = divmod(class_total, len(members))
+        target, load = self.target, self.load
+        for i in members:
+            target[i] = quota
+        if not extras:
+            return
+        for i in members:
+            if load[i] > quota:
+                target[i] = quota + 1
+                extras -= 1
+                if not extras:
+                    return
+        for i in members:
+            if target[i] == quota:
+                target[i] = quota + 1
+                extras -= 1
+                if not extras:
+                    return
+
+    def _release_topic(self, members: list[int], t: TopicId, count: int) -> list[int]:
+        """Take ``count`` partitions of topic t away from the class: first from members above
+        their target, then from any holder; highest indexes first."""
+        load, target, current = self.load, self.target, self.current
+        out: list[int] = []
+        for only_over_target in (True, False):
+            for i in members:
+                if not count:
+                    return out
+                partitions = current[i].get(t)
+                if not partitions:
+                    continue
+                take = min(len(partitions), count)
+                if only_over_target:
+                    take = min(take, load[i] - target[i])
+                    if take <= 0:
+                        continue
+                ordered = sorted(partitions)
+                keep = len(ordered) - take
+                out.extend(ordered[keep:])
+                assignment = self._own(i)
+                if keep:
+                    assignment[t] = frozenset(ordered[:keep])
+                else:
+                    del assignment[t]
+                load[i] -= take
+                count -= take
+        if count:
+            raise PartitionAssignorError(f"internal error: could not release topic {t!r}")
+        return out
+
+    def _settle_class(
+        self, members: list[int], incoming: list[tuple[TopicId, Sequence[int]]]
+    ) -> None:
+        """Members above target give up their highest partitions; members below target take
+        contiguous runs of the class pool (incoming partitions plus what was given up)."""
+        load, target, current = self.load, self.target, self.current
+        given_up: dict[TopicId, list[int]] = {}
+        below: list[int] = []
+        for i in members:
+            keep = target[i]
+            if load[i] <= keep:
+                if load[i] < keep:
+                    below.append(i)
+                continue
+            assignment = current[i]
+            trimmed: dict[TopicId, frozenset[int]] = {}
+            for t in sorted(assignment):
+                partitions = assignment[t]
+                if keep >= len(partitions):
+                    trimmed[t] = partitions
+                    keep -= len(partitions)
+                    continue
+                ordered = sorted(partitions)
+                if keep:
+                    trimmed[t] = frozenset(ordered[:keep])
+                given_up.setdefault(t, []).extend(ordered[keep:])
+                keep = 0
+            current[i] = trimmed
+            self.owned[i] = True
+            load[i] = target[i]
+
+        if given_up:
+            merged = dict(incoming)
+            for t, extra in given_up.items():
+                merged[t] = sorted([*merged.get(t, ()), *extra])
+            pool = [(t, merged[t]) for t in sorted(merged)]
+        else:
+            pool = incoming
+        pool = [(t, seq) for t, seq in pool if len(seq)]
+
+        at, start = 0, 0
+        for i in below:
+            need = target[i] - load[i]
+            assignment = self._own(i)
+            while need:
+                if at >= len(pool):
+                    raise PartitionAssignorError("internal error: partition pool exhausted")
+                t, seq = pool[at]
+                take = min(need, len(seq) - start)
+                run = frozenset(seq[start : start + take])
+                before = assignment.get(t)
+                assignment[t] = before | run if before else run
+                need -= take
+                start += take
+                if start == len(seq):
+                    at, start = at + 1, 0
+            load[i] = target[i]
+        if at != len(pool):
+            raise PartitionAssignorError("internal error: partitions left in the pool")
+
+
+class _Split:
+    """The class-level split being balanced: ``share[k][t]`` partitions of topic t go to class k
+    (``size[k]`` members, ``total[k]`` partitions in all). Member loads within a class differ by
+    at most one, so class k's members carry ``total[k] // size[k]`` or one more."""
+
+    def __init__(
+        self,
+        size: list[int],
+        total: list[int],
+        share: list[dict[TopicId, int]],
+        subscribers: dict[TopicId, list[int]],
+        counts: dict[TopicId, int],
+        subscriptions: list[frozenset[TopicId]],
+    ) -> None:
+        self.size, self.total, self.share = size, total, share
+        self.subscribers, self.counts = subscribers, counts
+        self.class_topics = [sorted(t for t in sub if t in counts) for sub in subscriptions]
+
+    def balance_topics(self, shared: list[TopicId]) -> None:
+        """Re-split each topic whose most-loaded holder class carries 2+ more per member than its
+        least-loaded subscriber class, keeping every class as close to its share as the optimal
+        split allows. Each re-split strictly lowers the sum of squared member loads."""
+        size, total, share, counts = self.size, self.total, self.share, self.counts
+        for _ in range(MAX_BALANCE_PASSES):
+            changed = False
+            for t in shared:
+                ks = self.subscribers[t]
+                floor = min(total[k] // size[k] for k in ks)
+                ceiling = max((-(-total[k] // size[k]) for k in ks if share[k].get(t)), default=0)
+                if ceiling - floor <= 1:
+                    continue
+                now = [share[k].get(t, 0) for k in ks]
+                base = [total[k] - x for k, x in zip(ks, now)]
+                level = _water_level([size[k] for k in ks], base, counts[t])
+                low = [max(0, level * size[k] - b) for k, b in zip(ks, base)]
+                high = [max(0, (level + 1) * size[k] - b) for k, b in zip(ks, base)]
+                start = [min(max(x, lo), hi) for x, lo, hi in zip(now, low, high)]
+                new = _fit(start, low, high, counts[t])
+                if new != now:
+                    changed = True
+                    for k, b, x in zip(ks, base, new):
+                        share[k][t] = x
+                        total[k] = b + x
+            if not changed:
+                return
+
+    def shift_chains(self) -> bool:
+        """Move partitions along chains "class a gives topic t to class b, b gives topic u to
+        class c, ..." from a heavy class to a class two or more partitions per member lighter
+        (the 9/10/11 case single-topic balancing cannot see). Returns True if anything moved."""
+        size, total, share = self.size, self.total, self.share
+        moved = False
+        for _ in range(MAX_CHAIN_SHIFTS):
+            path = self._find_chain()
+            if path is None:
+                return moved
+            source, target, edges = path
+            gap = total[source] * size[target] - total[target] * size[source]
+            step = max(1, gap // (2 * (size[source] + size[target])))
+            step = min([step] + [share[k][t] for k, t, _ in edges])
+            for k, t, to in edges:
+                share[k][t] -= step
+                share[to][t] = share[to].get(t, 0) + step
+            total[source] -= step
+            total[target] += step
+            moved = True
+        return moved
+
+    def _find_chain(self) -> tuple[int, int, list[tuple[int, TopicId, int]]] | None:
+        size, total, share = self.size, self.total, self.share
+        classes = range(len(size))
+        floors = [total[k] // size[k] for k in classes]
+        lowest = min(floors)
+        ceilings = sorted(
+            ((-(-total[k] // size[k]), k) for k in classes if total[k]), key=lambda c: (-c[0], c[1])
+        )
+        for ceiling, source in ceilings:
+            if ceiling - lowest < 2:
+                return None
+            # Breadth-first over "holds a partition of a topic another class subscribes to".
+            parent: dict[int, tuple[int, TopicId]] = {source: (source, "")}
+            expanded: set[TopicId] = set()
+            frontier = [source]
+            best = source
+            while frontier:
+                following: list[int] = []
+                for k in frontier:
+                    for t in self.class_topics[k]:
+                        if t in expanded or not share[k].get(t):
+                            continue
+                        expanded.add(t)
+                        for other in self.subscribers[t]:
+                            if other not in parent:
+                                parent[other] = (k, t)
+                                following.append(other)
+                                if floors[other] < floors[best]:
+                                    best = other
+                frontier = following
+            if ceiling - floors[best] >= 2:
+                edges: list[tuple[int, TopicId, int]] = []
+                k = best
+                while k != source:
+                    previous, t = parent[k]
+                    edges.append((previous, t, k))
+                    k = previous
+                edges.reverse()
+                return source, best, edges
+        return None
+
+
+def _water_level(sizes: list[int], loads: list[int], units: int) -> int:
+    """The highest level L such that raising every member of the given classes (``sizes[j]``
+    members holding ``loads[j]`` partitions in all, spread evenly) to at least L partitions takes
+    no more than ``units`` partitions."""
+
+    def need(level: int) -> int:
+        return sum(max(0, level * n - b) for n, b in zip(sizes, loads))
+
+    low = min(b // n for n, b in zip(sizes, loads))  # need(low) == 0
+    high = (units + sum(loads)) // sum(sizes) + 1  # need(high) > units
+    while high - low > 1:
+        mid = (low + high) // 2
+        if need(mid) <= units:
+            low = mid
+        else:
+            high = mid
+    return low
+
+
+def _fit(start: list[int], low: list[int], high: list[int], total: int) -> list[int]:
+    """Adjust ``start`` (already within [low, high]) so that it sums to ``total``, changing the
+    earliest classes first."""
+    out = list(start)
+    gap = total - sum(out)
+    if gap > 0:
+        for j, (x, hi) in enumerate(zip(out, high)):
+            step = min(gap, hi - x)
+            if step > 0:
+                out[j] = x + step
+                gap -= step
+                if not gap:
+                    break
+    elif gap < 0:
+        for j, (x, lo) in enumerate(zip(out, low)):
+            step = min(-gap, x - lo)
+            if step > 0:
+                out[j] = x - step
+                gap += step
+                if not gap:
+                    break
+    if gap:
+        raise PartitionAssignorError("internal error: cannot split a topic among its subscribers")
+    return out
