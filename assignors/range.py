@@ -1,0 +1,121 @@
+"""The ``range`` assignor (Kafka 4.0): contiguous ranges per topic, recomputed from scratch.
+
+Theory of operation
+-------------------
+Members are ordered once: static members first, by instance id (then member id), then dynamic
+members by member id. For each topic, its subscribers keep that order; with ``n`` partitions and
+``s`` subscribers each gets ``n // s`` consecutive partitions and the first ``n % s`` get one
+more. Members beyond the partition count get nothing from that topic.
+
+Consequences worth knowing:
+
+* Topics with equal partition counts and equal subscribers are *co-partitioned*: the member
+  that gets partitions 3-5 of one topic gets partitions 3-5 of the other (joins on keys).
+* The assignor is not sticky (KAFKA-16944): adding or removing a member can shift every range.
+  Because static members sort first by instance id, a static member that restarts with a new
+  member id gets exactly its old ranges back.
+* It is not balanced across topics: with many small topics the first members get one partition
+  of each. Use ``uniform`` for balance.
+
+The current target assignment is ignored, so the result depends only on subscriptions,
+instance ids and partition counts. Identical ranges are shared as one frozenset.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import ClassVar
+
+from assignors.api import (
+    GroupAssignment,
+    GroupSpec,
+    MemberAssignment,
+    MemberSubscription,
+    PartitionAssignorError,
+    SubscriptionType,
+    TopicId,
+    TopicMetadata,
+)
+
+__all__ = ["RangeAssignor", "compute_range_assignment", "member_order"]
+
+
+class RangeAssignor:
+    """Contiguous partition ranges per topic; co-partitions equal topics; not sticky."""
+
+    name: ClassVar[str] = "range"
+
+    def assign(
+        self, group_spec: GroupSpec, topics: Mapping[TopicId, TopicMetadata]
+    ) -> GroupAssignment:
+        return GroupAssignment(members=compute_range_assignment(group_spec, topics))
+
+
+def member_order(members: Mapping[str, MemberSubscription]) -> list[str]:
+    """Static members by instance id, then dynamic members by member id."""
+    static = sorted((s.instance_id, m) for m, s in members.items() if s.instance_id is not None)
+    dynamic = sorted(m for m, s in members.items() if s.instance_id is None)
+    return [m for _, m in static] + dynamic
+
+
+def compute_range_assignment(
+    group_spec: GroupSpec, topics: Mapping[TopicId, TopicMetadata]
+) -> dict[str, MemberAssignment]:
+    """The range assignment as a plain ``member id -> {topic id: frozenset}`` dict."""
+    specs = group_spec.members
+    if not specs:
+        return {}
+    order = member_order(specs)
+
+    # Subscribers of each topic, in member order. Members with the same subscription share one
+    # list, so a homogeneous group costs O(topics), not O(members x topics).
+    if group_spec.subscription_type is SubscriptionType.HOMOGENEOUS:
+        groups = {specs[order[0]].subscribed_topic_ids: order}
+    else:
+        groups = {}
+        for member_id in order:
+            groups.setdefault(specs[member_id].subscribed_topic_ids, []).append(member_id)
+    subscribers: dict[TopicId, list[str]] = {}
+    for subscription, group in groups.items():
+        missing = [t for t in subscription if t not in topics]
+        if missing:
+            raise PartitionAssignorError(
+                f"member {group[0]!r} is subscribed to topic {min(missing)!r}, "
+                "which is not in the topic metadata"
+            )
+        for t in subscription:
+            if t in subscribers:
+                subscribers[t] = subscribers[t] + group
+            else:
+                subscribers[t] = group
+    if len(groups) > 1:
+        position = {m: i for i, m in enumerate(order)}
+        for t, members in subscribers.items():
+            subscribers[t] = sorted(members, key=position.__getitem__)
+
+    result: dict[str, dict[TopicId, frozenset[int]]] = {m: {} for m in order}
+    # (partition count, subscriber count) -> the ranges, so co-partitioned topics share them.
+    cache: dict[tuple[int, int], list[frozenset[int]]] = {}
+    for t in sorted(subscribers):
+        count = topics[t].num_partitions
+        if count <= 0:
+            continue
+        members = subscribers[t]
+        ranges = cache.get((count, len(members)))
+        if ranges is None:
+            ranges = cache[(count, len(members))] = _ranges(count, len(members))
+        for member_id, partitions in zip(members, ranges):
+            result[member_id][t] = partitions
+    return result  # type: ignore[return-value]
+
+
+def _ranges(count: int, subscribers: int) -> list[frozenset[int]]:
+    """The non-empty ranges of ``count`` partitions over ``subscribers`` members, in order."""
+    quota, extra = divmod(count, subscribers)
+    out: list[frozenset[int]] = []
+    start = 0
+    for i in range(min(count, subscribers)):
+        end = start + quota + (1 if i < extra else 0)
+        out.append(frozenset(range(start, end)))
+        start = end
+    return out
