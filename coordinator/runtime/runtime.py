@@ -1,0 +1,479 @@
+"""The coordinator runtime: shards on one asyncio loop, group commit, timers, loading.
+
+Theory of operation (Kafka's CoordinatorRuntime, reduced to one process):
+
+* Groups are hashed onto ``group.coordinator.shards`` shards (:func:`~.loader.shard_of`); the
+  topic registry is one more state machine. The core is synchronous, so a command runs to
+  completion on the loop thread: the arrival order of commands on the loop *is* each shard's
+  command order, and no command ever sees another half-done (no per-shard queue is needed; a
+  queue would only add a task switch per request).
+* A command's records are already replayed in memory when its handler returns. They join the
+  *pending batch*; one writer coroutine hands each batch to ``store.append`` in a dedicated
+  single-thread executor. While a batch is in flight, new commands accumulate into the next
+  pending batch: that is group commit, and it grows by itself with the load.
+* A response is released only once its batch is durable. A command with no records (a read,
+  a steady heartbeat) still waits for the last outstanding batch of its state machine, so it
+  never exposes state that could still be lost; with nothing outstanding it answers at once.
+* Write failure: every command of the failed batch and of any later un-persisted batch gets
+  COORDINATOR_NOT_AVAILABLE in-band; every state machine is rolled back (undo log) to its mark
+  at the start of the failed batch; their timer operations are dropped.
+* Timers: handlers return keyed arm/cancel operations, applied to one :class:`TimerTable` only
+  once their batch is durable. A due timer fires as an ordinary command on its shard; if a
+  not-yet-durable command has touched the same key, the firing is deferred until that batch
+  resolves (applied ops supersede it; a failed batch puts it back). With the manual clock
+  nothing fires until :meth:`advance_time`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from enum import Enum
+from typing import Any, TypeVar
+
+from coordinator.core import codec
+from coordinator.core.commands import (
+    ConsumerGroupHeartbeat,
+    ConsumerGroupHeartbeatResponse,
+    IdSource,
+    Result,
+)
+from coordinator.core.config import GroupCoordinatorConfig
+from coordinator.core.errors import (
+    CoordinatorError,
+    CoordinatorLoadInProgressError,
+    CoordinatorNotAvailableError,
+)
+from coordinator.core.shard import GroupCoordinatorShard, GroupDescription
+from coordinator.core.timers import ArmTimer, DueTimer, TimerOp, TimerTable
+from coordinator.core.topics import NewTopic, TopicRegistry, TopicResult
+
+from .assignors import make_assignors
+from .clock import ManualClock, SystemClock
+from .ids import RandomIds
+from .loader import LoadStats, load_into, shard_of
+from .store import RecordStore, StoredRecord, StoreWriteError
+
+log = logging.getLogger("kip848.runtime")
+T = TypeVar("T")
+
+REGISTRY = -1
+"""State-machine index of the topic registry (shards are 0..n-1)."""
+
+
+class RuntimeState(Enum):
+    INITIAL = "initial"
+    LOADING = "loading"
+    ACTIVE = "active"
+    CLOSING = "closing"
+    CLOSED = "closed"
+    FAILED = "failed"
+
+
+class _Batch:
+    """Records of many commands, written by one ``store.append``."""
+
+    __slots__ = ("records", "timer_ops", "future", "start_marks", "end_marks", "commands")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, start_marks: list[int]) -> None:
+        self.records: list[StoredRecord] = []
+        self.timer_ops: list[TimerOp] = []
+        self.future: asyncio.Future[None] = loop.create_future()
+        self.future.add_done_callback(_retrieve)
+        self.start_marks = start_marks
+        self.end_marks: list[int] | None = None
+        self.commands = 0
+
+
+def _retrieve(fut: asyncio.Future[None]) -> None:
+    if not fut.cancelled():
+        fut.exception()  # mark retrieved: a batch may fail with nobody awaiting it (timers)
+
+
+class CoordinatorRuntime:
+    def __init__(
+        self,
+        *,
+        config: GroupCoordinatorConfig,
+        store: RecordStore,
+        clock: SystemClock | ManualClock | None = None,
+        ids: IdSource | None = None,
+        assignors: Sequence[Any] | None = None,
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.clock = clock if clock is not None else SystemClock()
+        self.ids = ids if ids is not None else RandomIds()
+        assignors = list(assignors) if assignors is not None else make_assignors(config.consumer_assignors)
+        self.shard_count = config.shards
+        self.shards = [
+            GroupCoordinatorShard(config=config, assignors=assignors, ids=self.ids)
+            for _ in range(self.shard_count)
+        ]
+        self.registry = TopicRegistry(self.ids)
+        # State machines in mark order: shards 0..n-1, then the registry (index n == REGISTRY).
+        self._machines: list[Any] = [*self.shards, self.registry]
+        self.timers = TimerTable()
+        self.state = RuntimeState.INITIAL
+        self.load_stats: LoadStats | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="kip848-writer")
+        self._pending: _Batch | None = None
+        self._inflight: _Batch | None = None
+        self._last_batch: dict[int, _Batch] = {}  # machine index -> its last outstanding batch
+        self._wake_writer: asyncio.Event | None = None
+        self._writer_task: asyncio.Task[None] | None = None
+        self._timer_handle: asyncio.TimerHandle | None = None
+        self._timer_at_ms: int | None = None
+        self._pending_keys: dict[Any, int] = {}  # timer key -> ops not yet durable
+        self._deferred: dict[Any, DueTimer] = {}
+        self.stats = {"batches": 0, "records": 0, "commands": 0, "failed_batches": 0, "timers_fired": 0}
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> LoadStats:
+        """Load every shard from the store, then serve. Requests before the end of loading
+        get COORDINATOR_LOAD_IN_PROGRESS."""
+        loop = self._loop = asyncio.get_running_loop()
+        self._wake_writer = asyncio.Event()
+        self.state = RuntimeState.LOADING
+        try:
+            stats = await loop.run_in_executor(self._executor, load_into, self.store, self.shards, self.registry)
+        except BaseException:
+            self.state = RuntimeState.FAILED
+            raise
+        if self.state is not RuntimeState.LOADING:  # closed while loading
+            return stats
+        self.load_stats = stats
+        now = self.clock.now_ms()
+        for i, shard in enumerate(self.shards):
+            self._apply_timer_ops(shard.on_loaded(now))
+            s = stats.shards[i]
+            log.info("Loaded shard %d: %d records, %d groups in %.1f ms.", i, s.records, s.groups, s.seconds * 1e3)
+        log.info(
+            "Loaded %d records (%d groups, %d topics, last offset %d) in %.1f ms.",
+            stats.records, stats.groups, stats.topics, stats.last_offset, stats.seconds * 1e3,
+        )
+        self._writer_task = loop.create_task(self._writer_loop(), name="kip848-writer")
+        self.state = RuntimeState.ACTIVE
+        self._reschedule_timer()
+        return stats
+
+    async def close(self) -> None:
+        """Stop taking commands, finish in-flight and pending writes, close the store."""
+        if self.state in (RuntimeState.CLOSED, RuntimeState.CLOSING):
+            return
+        was_active = self.state is RuntimeState.ACTIVE
+        self.state = RuntimeState.CLOSING
+        if self._timer_handle is not None:
+            self._timer_handle.cancel()
+            self._timer_handle = None
+        if was_active:
+            await self.flush()
+        if self._writer_task is not None:
+            self._writer_task.cancel()
+            try:
+                await self._writer_task
+            except asyncio.CancelledError:
+                pass
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._executor, self.store.close)
+        self._executor.shutdown(wait=True)
+        self.state = RuntimeState.CLOSED
+
+    async def flush(self) -> None:
+        """Wait until every batch produced so far is resolved (durable or failed)."""
+        for _ in range(1_000_000):
+            batch = self._pending or self._inflight
+            if batch is None:
+                return
+            try:
+                await batch.future
+            except CoordinatorError:
+                pass
+
+    # ------------------------------------------------------------------ commands
+
+    def _check_serving(self) -> None:
+        state = self.state
+        if state is RuntimeState.ACTIVE:
+            return
+        if state in (RuntimeState.LOADING, RuntimeState.INITIAL):
+            raise CoordinatorLoadInProgressError()
+        raise CoordinatorNotAvailableError(f"The coordinator is {state.value}.")
+
+    def _machine(self, index: int) -> Any:
+        return self.registry if index == REGISTRY else self.shards[index]
+
+    def _execute(self, index: int, fn: Callable[[Any], Any], *, read: bool = False) -> tuple[Any, _Batch | None]:
+        """Run one command now (synchronously, on the loop thread). Returns its response and the
+        batch it must wait for (None: answer at once)."""
+        if index == REGISTRY:
+            index = self.shard_count
+        machine = self._machines[index]
+        mark = machine.mark()
+        try:
+            out = fn(machine)
+        except CoordinatorError:
+            machine.rollback(mark)  # the core already did; harmless and keeps the registry safe
+            raise
+        except BaseException:
+            machine.rollback(mark)
+            log.exception("Unexpected error in a command on state machine %d", index)
+            raise
+        self.stats["commands"] += 1
+        if read:
+            return out, self._last_batch.get(index)
+        result: Result[Any] = out
+        records = result.records
+        if records:
+            batch = self._pending
+            if batch is None:
+                marks = [m.mark() for m in self._machines]
+                marks[index] = mark
+                batch = self._pending = _Batch(self._loop, marks)  # type: ignore[arg-type]
+                self._wake_writer.set()  # type: ignore[union-attr]
+            encode = codec.encode
+            append = batch.records.append
+            for rec in records:
+                key, value = encode(rec)
+                append(StoredRecord(key, value, rec.group_id))
+            batch.commands += 1
+            self._last_batch[index] = batch
+            if index == self.shard_count:
+                self._publish_topics()
+        else:
+            batch = self._last_batch.get(index)
+        if result.timers:
+            if batch is None:
+                self._apply_timer_ops(result.timers)
+            else:
+                batch.timer_ops.extend(result.timers)
+                pk = self._pending_keys
+                for op in result.timers:
+                    pk[op.key] = pk.get(op.key, 0) + 1
+        return result.response, batch
+
+    async def _submit(self, index: int, fn: Callable[[Any], Any], *, read: bool = False) -> Any:
+        self._check_serving()
+        response, batch = self._execute(index, fn, read=read)
+        if batch is not None:
+            await batch.future
+        return response
+
+    def _publish_topics(self) -> None:
+        image = self.registry.image()
+        for shard in self.shards:
+            shard.set_topics(image)
+
+    # ------------------------------------------------------------------ writer
+
+    async def _writer_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        wake = self._wake_writer
+        assert wake is not None
+        while True:
+            await wake.wait()
+            wake.clear()
+            while self._pending is not None:
+                batch = self._pending
+                self._pending = None
+                batch.end_marks = [m.mark() for m in self._machines]
+                self._inflight = batch
+                try:
+                    await loop.run_in_executor(self._executor, self.store.append, batch.records, self.clock.now_ms())
+                except asyncio.CancelledError:
+                    raise
+                except BaseException as exc:  # noqa: BLE001 - every write failure fails the batch
+                    self._inflight = None
+                    self._fail(batch, exc)
+                else:
+                    self._inflight = None
+                    self._succeed(batch)
+
+    def _succeed(self, batch: _Batch) -> None:
+        for m, mark in zip(self._machines, batch.end_marks or (), strict=True):
+            m.release(mark)
+        for index, last in list(self._last_batch.items()):
+            if last is batch:
+                del self._last_batch[index]
+        self.stats["batches"] += 1
+        self.stats["records"] += len(batch.records)
+        if batch.timer_ops:
+            self._apply_timer_ops(batch.timer_ops)
+            self._settle_keys(batch.timer_ops, durable=True)
+        batch.future.set_result(None)
+
+    def _fail(self, batch: _Batch, exc: BaseException) -> None:
+        """Roll every state machine back to the start of the failed batch; fail it and every
+        later un-persisted batch."""
+        self.stats["failed_batches"] += 1
+        failed = [batch]
+        if self._pending is not None:
+            failed.append(self._pending)
+            self._pending = None
+        self._last_batch.clear()
+        for m, mark in zip(self._machines, batch.start_marks, strict=True):
+            m.rollback(mark)
+        self._publish_topics()
+        n = sum(b.commands for b in failed)
+        log.error("Write of %d records (%d commands) failed; state rolled back: %r", len(batch.records), n, exc)
+        if isinstance(exc, StoreWriteError) and exc.outcome_unknown:
+            # The store refuses further appends until reopened; the in-memory state cannot be
+            # trusted to match it. Stop serving: a restart reloads from the store.
+            log.critical("The store failed with an unknown outcome; the coordinator stops serving.")
+            self.state = RuntimeState.FAILED
+        error = CoordinatorNotAvailableError(f"The write to the record store failed: {exc}")
+        for b in failed:
+            self._settle_keys(b.timer_ops, durable=False)
+            b.future.set_exception(error)
+
+    # ------------------------------------------------------------------ timers
+
+    def _apply_timer_ops(self, ops: Sequence[TimerOp]) -> None:
+        self.timers.apply(ops)
+        at = self._timer_at_ms
+        for op in ops:
+            if type(op) is ArmTimer and (at is None or op.deadline_ms < at):
+                self._reschedule_timer()
+                return
+
+    def _settle_keys(self, ops: Sequence[TimerOp], *, durable: bool) -> None:
+        pk = self._pending_keys
+        for op in ops:
+            key = op.key
+            left = pk.get(key, 0) - 1
+            if left > 0:
+                pk[key] = left
+                continue
+            pk.pop(key, None)
+            due = self._deferred.pop(key, None)
+            if due is not None and not durable and self.timers.get(key) is None:
+                # The command that touched the key is gone: the timer it deferred comes back.
+                self._apply_timer_ops([ArmTimer(key, due.deadline_ms, due.payload)])
+
+    def _reschedule_timer(self) -> None:
+        if self.clock.manual or self.state is not RuntimeState.ACTIVE or self._loop is None:
+            return
+        deadline = self.timers.next_deadline()
+        if self._timer_handle is not None:
+            if deadline == self._timer_at_ms:
+                return
+            self._timer_handle.cancel()
+            self._timer_handle = None
+        self._timer_at_ms = deadline
+        if deadline is None:
+            return
+        delay = max(0.0, (deadline - self.clock.now_ms()) / 1000)
+        self._timer_handle = self._loop.call_later(delay, self._on_timer_due)
+
+    def _on_timer_due(self) -> None:
+        self._timer_handle = None
+        self._timer_at_ms = None
+        if self.state is not RuntimeState.ACTIVE:
+            return
+        now = self.clock.now_ms()
+        for _ in range(100_000):  # bounded; the rest fire on the next wake-up
+            due = self.timers.pop_due(now)
+            if due is None:
+                break
+            self._fire(due, now)
+        self._reschedule_timer()
+
+    def _fire(self, due: DueTimer, now_ms: int) -> _Batch | None:
+        if self._pending_keys.get(due.key):
+            self._deferred[due.key] = due  # a not-yet-durable command touched this key
+            return None
+        _kind, group_id, _member = due.key
+        self.stats["timers_fired"] += 1
+        try:
+            _resp, batch = self._execute(shard_of(group_id, self.shard_count), lambda s: s.on_timer(due, now_ms))
+        except CoordinatorError as exc:
+            log.warning("Timer %s failed: %s", due.key, exc.message)
+            return None
+        except Exception:  # noqa: BLE001 - logged by _execute; a timer must not kill the loop
+            return None
+        return batch
+
+    async def advance_time(self, ms: int) -> int:
+        """Manual clock only: move time forward and fire every due timer in deadline order,
+        waiting for their effects to be durable."""
+        if not isinstance(self.clock, ManualClock):
+            raise CoordinatorNotAvailableError("AdvanceTime needs --clock manual.")
+        self._check_serving()
+        now = self.clock.advance(ms)
+        await self.flush()
+        for _ in range(1_000_000):
+            due = self.timers.pop_due(now)
+            if due is None:
+                break
+            self._fire(due, now)
+            await self.flush()
+        return now
+
+    # ------------------------------------------------------------------ typed API
+
+    def shard_index(self, group_id: str) -> int:
+        return shard_of(group_id, self.shard_count)
+
+    async def heartbeat(self, req: ConsumerGroupHeartbeat) -> ConsumerGroupHeartbeatResponse:
+        now = self.clock.now_ms()
+        return await self._submit(self.shard_index(req.group_id), lambda s: s.consumer_group_heartbeat(req, now))
+
+    async def describe_group(self, group_id: str) -> GroupDescription:
+        return await self._submit(self.shard_index(group_id), lambda s: s.describe_group(group_id), read=True)
+
+    async def alter_group_configs(self, group_id: str, changes: Mapping[str, str | None]) -> None:
+        await self._submit(self.shard_index(group_id), lambda s: s.alter_group_configs(group_id, changes))
+
+    async def group_config(self, group_id: str) -> dict[str, str]:
+        return await self._submit(self.shard_index(group_id), lambda s: s.group_config(group_id), read=True)
+
+    async def list_groups(self) -> list[tuple[str, str]]:
+        """(group id, state) of every consumer group, across shards."""
+        self._check_serving()
+        out: list[tuple[str, str]] = []
+        waits = []
+        for i, shard in enumerate(self.shards):
+            groups, batch = self._execute(
+                i, lambda s: [(gid, s.groups[gid].state().value) for gid in s.groups], read=True
+            )
+            out.extend(groups)
+            if batch is not None:
+                waits.append(batch.future)
+        for fut in waits:
+            await fut
+        return sorted(out)
+
+    async def create_topics(self, topics: Sequence[NewTopic]) -> list[TopicResult]:
+        return await self._submit(REGISTRY, lambda r: r.create_topics(topics))
+
+    async def create_partitions(self, requests: Sequence[tuple[str, int]]) -> list[TopicResult]:
+        return await self._submit(REGISTRY, lambda r: r.create_partitions(requests))
+
+    async def delete_topics(self, names: Sequence[str]) -> list[TopicResult]:
+        return await self._submit(REGISTRY, lambda r: r.delete_topics(names))
+
+    async def list_topics(self) -> list[TopicResult]:
+        return await self._submit(REGISTRY, lambda r: r.list_topics(), read=True)
+
+    def topic_name(self, topic_id: str) -> str:
+        """Convenience name for responses ("" when unknown)."""
+        t = self.registry.image().by_id.get(topic_id)
+        return "" if t is None else t.name
+
+    def snapshot(self) -> dict[str, Any]:
+        """Canonical in-memory state (tests compare it across restarts)."""
+        groups: dict[str, Any] = {}
+        configs: dict[str, Any] = {}
+        for shard in self.shards:
+            snap = shard.snapshot()
+            groups.update(snap["groups"])
+            configs.update(snap["group_configs"])
+        return {
+            "groups": dict(sorted(groups.items())),
+            "group_configs": dict(sorted(configs.items())),
+            "topics": [(t.name, t.topic_id, t.num_partitions) for t in self.registry.list_topics()],
+        }
