@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Callable
+from dataclasses import fields
 from typing import Any
 
 import orjson
@@ -51,7 +52,7 @@ def _dec_classic(raw: Any) -> ClassicMemberMetadata | None:
 
 
 _KEY_FIELDS: dict[int, tuple[type, tuple[str, ...]]] = {
-    cls.TYPE: (cls, tuple(cls.__dataclass_fields__))  # type: ignore[attr-defined]
+    cls.TYPE: (cls, tuple(f.name for f in fields(cls)))
     for cls in (
         r.ConsumerGroupMetadataKey,
         r.ConsumerGroupPartitionMetadataKey,

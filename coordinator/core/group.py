@@ -194,14 +194,31 @@ class ConsumerGroup:
                 self.topic_subscribers.increment(name, 1)
 
     def replay_target_member(self, member_id: str, value: r.ConsumerGroupTargetAssignmentMemberValue | None) -> None:
+        # The inverted target index is lenient: within one new target assignment, the records
+        # of the members are replayed one by one, so a moved partition is briefly in two
+        # targets. The newest writer wins; a member only removes entries that still name it.
         old = self.target.get(member_id)
         if old is not None:
-            self._unown(self.target_owners, old, member_id, "target")
+            for topic_id, partitions in old.items():
+                owners = self.target_owners.get(topic_id)
+                if owners is None:
+                    continue
+                for p in partitions:
+                    if owners.get(p) == member_id:
+                        del owners[p]
+                if not owners:
+                    del self.target_owners[topic_id]
         if value is None:
             self.target.discard(member_id)
             return
         new = value.topic_partitions
-        self._own(self.target_owners, new, member_id, "target")
+        for topic_id, partitions in new.items():
+            owners = self.target_owners.get(topic_id)
+            if owners is None:
+                owners = TDict(self._log)
+                self.target_owners[topic_id] = owners
+            for p in partitions:
+                owners[p] = member_id
         self.target[member_id] = new
 
     def replay_current_assignment(
@@ -239,6 +256,7 @@ class ConsumerGroup:
         self.members[member_id] = new
 
     def _own(self, index: TDict, assignment: Assignment, member_id: str, what: str) -> None:
+        """Strict: a partition is owned (assigned or pending revocation) by at most one member."""
         for topic_id, partitions in assignment.items():
             owners = index.get(topic_id)
             if owners is None:

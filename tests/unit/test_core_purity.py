@@ -1,0 +1,84 @@
+"""The core and the legacy bridge are pure: no IO, asyncio, grpc, wall clock or randomness.
+
+Every import in every module of coordinator/core and legacy_bridge (including imports inside
+functions) must come from an allow-list of side-effect-free modules.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PURE_PACKAGES = [ROOT / "coordinator" / "core", ROOT / "legacy_bridge"]
+
+ALLOWED = {
+    # standard library, side-effect free
+    "__future__", "abc", "base64", "bisect", "collections", "dataclasses", "enum", "functools",
+    "heapq", "itertools", "logging", "math", "operator", "re", "struct", "typing", "types",
+    "zlib",
+    # third-party pure computation
+    "re2", "orjson",
+    # our own pure modules
+    "coordinator", "assignors.api", "assignors.validation", "assignors.uniform", "assignors.range",
+    "legacy_bridge",
+}
+FORBIDDEN_EXAMPLES = ["asyncio", "grpc", "socket", "sqlite3", "threading", "random", "time", "os",
+                      "datetime", "uuid", "ulid", "secrets", "subprocess", "io", "pathlib"]
+
+
+def _imports(path: Path) -> list[tuple[int, str]]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:  # relative import inside the package
+                continue
+            out.append((node.lineno, node.module or ""))
+    return out
+
+
+def _allowed(module: str) -> bool:
+    if module.startswith("coordinator.") and not module.startswith("coordinator.core"):
+        return False  # the core may not reach into runtime/server/cli
+    return any(module == a or module.startswith(a + ".") for a in ALLOWED)
+
+
+def _modules() -> list[Path]:
+    return sorted(p for pkg in PURE_PACKAGES if pkg.exists() for p in pkg.rglob("*.py"))
+
+
+def test_there_is_something_to_check() -> None:
+    assert len(_modules()) >= 10
+
+
+@pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_module_imports_only_pure_modules(path: Path) -> None:
+    bad = [f"line {line}: import {mod}" for line, mod in _imports(path) if not _allowed(mod)]
+    assert not bad, f"{path.relative_to(ROOT)} imports impure modules: {bad}"
+
+
+@pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_module_does_not_open_files_or_read_the_clock(path: Path) -> None:
+    tree = ast.parse(path.read_text())
+    calls = [
+        n.func.id for n in ast.walk(tree)
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in {"open", "input", "print", "exec", "eval"}
+    ]
+    assert not calls, f"{path.relative_to(ROOT)} calls {calls}"
+
+
+@pytest.mark.parametrize("module", FORBIDDEN_EXAMPLES)
+def test_allow_list_rejects_io_clock_and_random_modules(module: str) -> None:
+    assert not _allowed(module)
+    assert not _allowed(module + ".sub")
+
+
+def test_allow_list_rejects_runtime_and_server() -> None:
+    assert not _allowed("coordinator.runtime.store")
+    assert not _allowed("coordinator.server")
+    assert _allowed("coordinator.core.records")
