@@ -425,11 +425,33 @@ class CoordinatorRuntime:
     async def describe_group(self, group_id: str) -> GroupDescription:
         return await self._submit(self.shard_index(group_id), lambda s: s.describe_group(group_id), read=True)
 
-    async def alter_group_configs(self, group_id: str, changes: Mapping[str, str | None]) -> None:
-        await self._submit(self.shard_index(group_id), lambda s: s.alter_group_configs(group_id, changes))
+    async def alter_group_configs(
+        self, group_id: str, changes: Mapping[str, str | None], *, validate_only: bool = False
+    ) -> None:
+        index = self.shard_index(group_id)
+        if not validate_only:
+            await self._submit(index, lambda s: s.alter_group_configs(group_id, changes))
+            return
+
+        def validate(s: GroupCoordinatorShard) -> None:
+            mark = s.mark()
+            try:
+                s.alter_group_configs(group_id, changes)
+            finally:
+                s.rollback(mark)
+
+        await self._submit(index, validate, read=True)
 
     async def group_config(self, group_id: str) -> dict[str, str]:
         return await self._submit(self.shard_index(group_id), lambda s: s.group_config(group_id), read=True)
+
+    async def describe_group_config(self, group_id: str) -> tuple[dict[str, str], dict[str, str]]:
+        """(effective configs, per-group overrides)."""
+        return await self._submit(
+            self.shard_index(group_id),
+            lambda s: (s.group_config(group_id), dict(s.group_configs.get(group_id, {}))),
+            read=True,
+        )
 
     async def list_groups(self) -> list[tuple[str, str]]:
         """(group id, state) of every consumer group, across shards."""

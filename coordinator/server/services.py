@@ -1,0 +1,250 @@
+"""Thin grpc.aio servicers: convert, call the runtime, convert back.
+
+Every protocol error is answered in-band (``error_code``/``error_message``, gRPC status OK),
+through ``errors.to_error_code``. An unexpected exception is a bug: it is logged with its
+traceback and answered as UNKNOWN_SERVER_ERROR. While the server shuts down, calls get the
+gRPC status UNAVAILABLE.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import grpc
+
+from coordinator.core.errors import (
+    CoordinatorError,
+    ErrorCode,
+    InvalidGroupIdError,
+    InvalidRequestError,
+    to_error_code,
+)
+from coordinator.runtime import CoordinatorRuntime, RuntimeState
+from kip848.v1 import (
+    admin_pb2,
+    admin_pb2_grpc,
+    consumer_group_pb2,
+    consumer_group_pb2_grpc,
+    testing_pb2,
+    testing_pb2_grpc,
+)
+
+from . import convert
+
+log = logging.getLogger("kip848.server")
+M = TypeVar("M")
+
+CLIENT_ID_KEY = "client-id"
+
+
+def client_id_of(context: grpc.aio.ServicerContext) -> str:
+    for key, value in context.invocation_metadata() or ():
+        if key == CLIENT_ID_KEY:
+            return value if isinstance(value, str) else value.decode("utf-8", "replace")
+    return ""
+
+
+def client_host_of(context: grpc.aio.ServicerContext) -> str:
+    """The peer address shown like Kafka's ClientHost (``/127.0.0.1``)."""
+    peer = context.peer() or ""
+    kind, _, rest = peer.partition(":")
+    if kind == "ipv4":
+        return "/" + rest.rpartition(":")[0]
+    if kind == "ipv6":
+        host = rest.rpartition(":")[0]
+        return "/" + host.strip("[]")
+    return "/" + peer if peer else ""
+
+
+def _with_error(message_type: type[M], code: ErrorCode, text: str | None, **fields: Any) -> M:
+    out = message_type(error_code=int(code), **fields)
+    if text is not None:
+        out.error_message = text  # type: ignore[attr-defined]
+    return out
+
+
+async def _guard(
+    runtime: CoordinatorRuntime,
+    context: grpc.aio.ServicerContext,
+    message_type: type[M],
+    call: Callable[[], Awaitable[M]],
+) -> M:
+    """Run one RPC body: UNAVAILABLE while shutting down, in-band errors otherwise."""
+    if runtime.state in (RuntimeState.CLOSING, RuntimeState.CLOSED):
+        await context.abort(grpc.StatusCode.UNAVAILABLE, "The coordinator is shutting down.")
+    try:
+        return await call()
+    except CoordinatorError as exc:
+        return _with_error(message_type, exc.code, exc.message)
+    except Exception as exc:  # noqa: BLE001 - a bug: log it, answer in-band
+        log.exception("Unexpected error in %s", message_type.__name__)
+        code, text = to_error_code(exc)
+        return _with_error(message_type, code, text)
+
+
+class ConsumerGroupService(consumer_group_pb2_grpc.ConsumerGroupServiceServicer):
+    def __init__(self, runtime: CoordinatorRuntime) -> None:
+        self.runtime = runtime
+
+    async def ConsumerGroupHeartbeat(  # noqa: N802 - gRPC method name
+        self, request: consumer_group_pb2.ConsumerGroupHeartbeatRequest, context: grpc.aio.ServicerContext
+    ) -> consumer_group_pb2.ConsumerGroupHeartbeatResponse:
+        runtime = self.runtime
+        if runtime.state in (RuntimeState.CLOSING, RuntimeState.CLOSED):
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "The coordinator is shutting down.")
+        try:
+            cmd = convert.heartbeat_from_proto(
+                request, client_id=client_id_of(context), client_host=client_host_of(context)
+            )
+            resp = await runtime.heartbeat(cmd)
+            return convert.heartbeat_to_proto(resp, runtime.topic_name)
+        except CoordinatorError as exc:
+            return convert.heartbeat_error(exc.code, exc.message)
+        except Exception as exc:  # noqa: BLE001
+            log.exception("Unexpected error in ConsumerGroupHeartbeat")
+            return convert.heartbeat_error(*to_error_code(exc))
+
+    async def ConsumerGroupDescribe(  # noqa: N802
+        self, request: consumer_group_pb2.ConsumerGroupDescribeRequest, context: grpc.aio.ServicerContext
+    ) -> consumer_group_pb2.ConsumerGroupDescribeResponse:
+        runtime = self.runtime
+
+        async def body() -> consumer_group_pb2.ConsumerGroupDescribeResponse:
+            out = consumer_group_pb2.ConsumerGroupDescribeResponse(error_code=0)
+            for group_id in request.group_ids:
+                try:
+                    if not group_id.strip():
+                        raise InvalidGroupIdError("Group id can't be empty.")
+                    desc = await runtime.describe_group(group_id)
+                    out.groups.append(convert.described_group_to_proto(desc, runtime.topic_name))
+                except CoordinatorError as exc:
+                    out.groups.append(convert.described_group_error(group_id, exc.code, exc.message))
+            return out
+
+        return await _guard(runtime, context, consumer_group_pb2.ConsumerGroupDescribeResponse, body)
+
+
+class AdminService(admin_pb2_grpc.AdminServiceServicer):
+    """Topic registry, ListGroups and GROUP configs. DeleteGroups is not implemented yet
+    (UNIMPLEMENTED from the generated base class)."""
+
+    def __init__(self, runtime: CoordinatorRuntime) -> None:
+        self.runtime = runtime
+
+    async def CreateTopics(self, request, context):  # noqa: N802
+        async def body() -> admin_pb2.CreateTopicsResponse:
+            return convert.create_topics_to_proto(await self.runtime.create_topics(convert.new_topics_from_proto(request)))
+
+        return await _guard(self.runtime, context, admin_pb2.CreateTopicsResponse, body)
+
+    async def CreatePartitions(self, request, context):  # noqa: N802
+        async def body() -> admin_pb2.CreatePartitionsResponse:
+            reqs = [(t.name, t.count) for t in request.topics]
+            return convert.create_partitions_to_proto(await self.runtime.create_partitions(reqs))
+
+        return await _guard(self.runtime, context, admin_pb2.CreatePartitionsResponse, body)
+
+    async def DeleteTopics(self, request, context):  # noqa: N802
+        async def body() -> admin_pb2.DeleteTopicsResponse:
+            return convert.delete_topics_to_proto(await self.runtime.delete_topics(list(request.names)))
+
+        return await _guard(self.runtime, context, admin_pb2.DeleteTopicsResponse, body)
+
+    async def ListTopics(self, request, context):  # noqa: N802
+        async def body() -> admin_pb2.ListTopicsResponse:
+            return convert.list_topics_to_proto(await self.runtime.list_topics())
+
+        return await _guard(self.runtime, context, admin_pb2.ListTopicsResponse, body)
+
+    async def ListGroups(self, request, context):  # noqa: N802
+        async def body() -> admin_pb2.ListGroupsResponse:
+            states = {s.lower() for s in request.states_filter}
+            types = {t.lower() for t in request.types_filter}
+            out = admin_pb2.ListGroupsResponse(error_code=0)
+            if types and "consumer" not in types:
+                return out
+            for group_id, state in await self.runtime.list_groups():
+                if states and state.lower() not in states:
+                    continue
+                out.groups.add(group_id=group_id, protocol_type="consumer", group_state=state, group_type="consumer")
+            return out
+
+        return await _guard(self.runtime, context, admin_pb2.ListGroupsResponse, body)
+
+    async def DescribeConfigs(self, request, context):  # noqa: N802
+        async def body() -> admin_pb2.DescribeConfigsResponse:
+            out = admin_pb2.DescribeConfigsResponse(error_code=0)
+            for res in request.resources:
+                if res.resource_type != convert.GROUP_RESOURCE:
+                    out.results.append(_config_error(res, InvalidRequestError("Only GROUP (16) resources are supported.")))
+                    continue
+                try:
+                    if not res.resource_name.strip():
+                        raise InvalidGroupIdError("Group id can't be empty.")
+                    configs, overrides = await self.runtime.describe_group_config(res.resource_name)
+                    keys = list(res.configuration_keys.names) if res.HasField("configuration_keys") else None
+                    out.results.append(convert.describe_config_result(res.resource_name, configs, overrides, keys))
+                except CoordinatorError as exc:
+                    out.results.append(_config_error(res, exc))
+            return out
+
+        return await _guard(self.runtime, context, admin_pb2.DescribeConfigsResponse, body)
+
+    async def IncrementalAlterConfigs(self, request, context):  # noqa: N802
+        async def body() -> admin_pb2.IncrementalAlterConfigsResponse:
+            out = admin_pb2.IncrementalAlterConfigsResponse(error_code=0)
+            for res in request.resources:
+                item = out.responses.add(error_code=0, resource_type=res.resource_type, resource_name=res.resource_name)
+                try:
+                    if res.resource_type != convert.GROUP_RESOURCE:
+                        raise InvalidRequestError("Only GROUP (16) resources are supported.")
+                    changes: dict[str, str | None] = {}
+                    for c in res.configs:
+                        if c.config_operation == convert.OP_SET:
+                            if not c.HasField("value"):
+                                raise InvalidRequestError(f"Config {c.name}: SET needs a value.")
+                            changes[c.name] = c.value
+                        elif c.config_operation == convert.OP_DELETE:
+                            changes[c.name] = None
+                        else:
+                            raise InvalidRequestError(
+                                f"Config {c.name}: operation {c.config_operation} is not supported for GROUP configs."
+                            )
+                    await self.runtime.alter_group_configs(
+                        res.resource_name, changes, validate_only=request.validate_only
+                    )
+                except CoordinatorError as exc:
+                    item.error_code = int(exc.code)
+                    item.error_message = exc.message
+            return out
+
+        return await _guard(self.runtime, context, admin_pb2.IncrementalAlterConfigsResponse, body)
+
+
+def _config_error(res: Any, exc: CoordinatorError) -> admin_pb2.DescribeConfigsResponse.Result:
+    return admin_pb2.DescribeConfigsResponse.Result(
+        error_code=int(exc.code),
+        error_message=exc.message,
+        resource_type=res.resource_type,
+        resource_name=res.resource_name,
+    )
+
+
+class TestingService(testing_pb2_grpc.TestingServiceServicer):
+    """Served only with ``--clock manual``."""
+
+    __test__ = False  # not a pytest class
+
+    def __init__(self, runtime: CoordinatorRuntime) -> None:
+        self.runtime = runtime
+
+    async def AdvanceTime(self, request, context):  # noqa: N802
+        async def body() -> testing_pb2.AdvanceTimeResponse:
+            if request.ms < 0:
+                raise InvalidRequestError(f"ms must be >= 0, got {request.ms}.")
+            now = await self.runtime.advance_time(request.ms)
+            return testing_pb2.AdvanceTimeResponse(error_code=0, now_ms=now)
+
+        return await _guard(self.runtime, context, testing_pb2.AdvanceTimeResponse, body)
