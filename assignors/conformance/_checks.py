@@ -1,0 +1,350 @@
+"""What the kit verifies on one scenario, as plain functions of (assignor, scenario)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from assignors.api import (
+    GroupAssignment,
+    GroupSpec,
+    MemberSubscription,
+    PartitionAssignor,
+    PartitionAssignorError,
+    TopicId,
+    TopicMetadata,
+)
+from assignors.conformance._model import Scenario, make_group_spec, permuted, snapshot, with_assignment
+from assignors.validation import check_assignment
+
+# Check names, in report order.
+INTERFACE = "interface"
+EMPTY_GROUP = "empty group"
+UNKNOWN_TOPIC = "unknown topic"
+NO_ERROR = "valid input accepted"
+WELL_FORMED = "well-formed result"
+MEMBERS = "every member, no stranger"
+EXISTING = "existing partitions only"
+EXCLUSIVE = "exclusivity"
+SUBSCRIBER_ONLY = "subscriber-only"
+COMPLETE = "completeness"
+VALIDATION = "coordinator validation"
+UNTOUCHED = "inputs untouched"
+DETERMINISTIC = "determinism"
+HASH_SEED = "hash-seed independence"
+BALANCE = "balance"
+STICKINESS = "stickiness"
+
+PROPERTY_CHECKS = (
+    NO_ERROR, WELL_FORMED, MEMBERS, EXISTING, EXCLUSIVE, SUBSCRIBER_ONLY, COMPLETE, VALIDATION,
+    UNTOUCHED, DETERMINISTIC,
+)
+
+Owners = dict[tuple[TopicId, int], str]
+
+
+@dataclass(slots=True)
+class Figures:
+    """Balance and stickiness numbers, summed over scenarios."""
+
+    homogeneous: int = 0
+    homogeneous_max_spread: int = 0
+    homogeneous_unbalanced: int = 0
+    heterogeneous: int = 0
+    heterogeneous_max_spread: int = 0
+    locally_improvable: int = 0
+    chain_improvable: int = 0
+    leaves: int = 0
+    leaves_homogeneous: int = 0
+    leave_lost_by_survivors: int = 0
+    leave_lost_homogeneous: int = 0
+    leave_moved: int = 0
+    leave_minimum: int = 0
+    joins: int = 0
+    joins_homogeneous: int = 0
+    join_moved: int = 0
+    join_moved_between_old: int = 0
+    join_moved_between_old_homogeneous: int = 0
+    join_minimum_homogeneous: int = 0
+    join_moved_homogeneous: int = 0
+
+    def add(self, other: Figures) -> None:
+        for name in self.__slots__:  # type: ignore[attr-defined]
+            mine, theirs = getattr(self, name), getattr(other, name)
+            merged = max(mine, theirs) if name.endswith("max_spread") else mine + theirs
+            setattr(self, name, merged)
+
+
+@dataclass(slots=True)
+class Outcome:
+    failures: dict[str, str] = field(default_factory=dict)
+    figures: Figures = field(default_factory=Figures)
+    balance_issue: str | None = None
+    stickiness_issue: str | None = None
+
+    def fail(self, check: str, message: str) -> None:
+        self.failures.setdefault(check, message)
+
+
+# ---------------------------------------------------------------------- one scenario
+
+
+def evaluate(assignor: PartitionAssignor, scenario: Scenario) -> Outcome:
+    out = Outcome()
+    spec, topics = scenario.group_spec(), scenario.topic_metadata()
+    result = _assign_checked(assignor, spec, topics, out, "")
+    if result is None:
+        return out
+
+    # Determinism: the same input again, then an equal input built differently.
+    again = _call(assignor, spec, topics)
+    if not isinstance(again, GroupAssignment) or _plain(again) != result:
+        out.fail(DETERMINISTIC, "two calls with the same input gave different results")
+    else:
+        spec2, topics2 = permuted(spec, topics)
+        third = _call(assignor, spec2, topics2)
+        if not isinstance(third, GroupAssignment) or _plain(third) != result:
+            out.fail(
+                DETERMINISTIC,
+                "an equal input with mappings in another order (and sets, strings rebuilt) "
+                "gave a different result",
+            )
+
+    _balance(spec, topics, result, out)
+    if len(spec.members) > 1:
+        _leave(assignor, scenario, spec, topics, result, out)
+    _join(assignor, scenario, spec, topics, result, out)
+    return out
+
+
+def _call(assignor: PartitionAssignor, spec: GroupSpec, topics: Mapping[TopicId, TopicMetadata]) -> object:
+    try:
+        return assignor.assign(spec, topics)
+    except Exception as exc:  # noqa: BLE001
+        return exc
+
+
+def _assign_checked(
+    assignor: PartitionAssignor,
+    spec: GroupSpec,
+    topics: Mapping[TopicId, TopicMetadata],
+    out: Outcome,
+    context: str,
+) -> dict[str, dict[TopicId, frozenset[int]]] | None:
+    """Call assign and run every validity check; the plain result, or None if unusable."""
+    before = snapshot(spec, topics)
+    try:
+        result = assignor.assign(spec, topics)
+    except Exception as exc:  # noqa: BLE001
+        out.fail(NO_ERROR, f"{context}assign() raised {type(exc).__name__}: {exc}")
+        return None
+    if snapshot(spec, topics) != before:
+        out.fail(UNTOUCHED, f"{context}assign() modified its input")
+    problem = _structure_problem(result)
+    if problem:
+        out.fail(WELL_FORMED, context + problem)
+        return None
+    plain = _plain(result)  # type: ignore[arg-type]
+    members = spec.members
+    unknown = sorted(set(plain) - set(members))
+    missing = sorted(set(members) - set(plain))
+    if unknown:
+        out.fail(MEMBERS, f"{context}the result names member {unknown[0]!r}, not in the group")
+    if missing:
+        out.fail(MEMBERS, f"{context}member {missing[0]!r} is missing from the result")
+    owners: Owners = {}
+    for member_id in sorted(plain):
+        subscribed = members[member_id].subscribed_topic_ids if member_id in members else frozenset()
+        for t in sorted(plain[member_id]):
+            md = topics.get(t)
+            if md is None:
+                out.fail(EXISTING, f"{context}member {member_id!r} is given topic {t!r}, which is not in the metadata")
+                continue
+            if t not in subscribed:
+                out.fail(SUBSCRIBER_ONLY, f"{context}member {member_id!r} is given topic {md.name} ({t}), to which it is not subscribed")
+            for p in sorted(plain[member_id][t]):
+                if not 0 <= p < md.num_partitions:
+                    out.fail(EXISTING, f"{context}member {member_id!r} is given partition {p} of {md.name}, which has {md.num_partitions}")
+                    continue
+                first = owners.setdefault((t, p), member_id)
+                if first != member_id:
+                    out.fail(EXCLUSIVE, f"{context}partition {p} of {md.name} is given to both {first!r} and {member_id!r}")
+    wanted = {t for s in members.values() for t in s.subscribed_topic_ids if t in topics}
+    for t in sorted(wanted):
+        md = topics[t]
+        left = [p for p in range(md.num_partitions) if (t, p) not in owners]
+        if left:
+            out.fail(COMPLETE, f"{context}{len(left)} partition(s) of {md.name} left unassigned, e.g. {left[0]}")
+    try:
+        check_assignment(spec, topics, result)
+    except PartitionAssignorError as exc:
+        out.fail(VALIDATION, f"{context}{exc}")
+    return plain
+
+
+def _structure_problem(result: object) -> str | None:
+    if not isinstance(result, GroupAssignment):
+        return f"assign() returned {type(result).__name__}, not GroupAssignment"
+    if not isinstance(result.members, Mapping):
+        return "GroupAssignment.members is not a mapping"
+    for member_id, assignment in result.members.items():
+        if not isinstance(assignment, Mapping):
+            return f"member {member_id!r}: assignment is a {type(assignment).__name__}, not a mapping"
+        for t, partitions in assignment.items():
+            if not isinstance(partitions, frozenset):
+                return f"member {member_id!r}, topic {t!r}: {type(partitions).__name__}, not frozenset"
+            if not partitions:
+                return f"member {member_id!r}, topic {t!r}: empty set (omit the topic instead)"
+            if any(type(p) is not int for p in partitions):
+                return f"member {member_id!r}, topic {t!r}: partitions must be ints"
+    return None
+
+
+def _plain(result: GroupAssignment) -> dict[str, dict[TopicId, frozenset[int]]]:
+    return {m: dict(a) for m, a in result.members.items()}
+
+
+def _owners(plain: Mapping[str, Mapping[TopicId, frozenset[int]]]) -> Owners:
+    return {(t, p): m for m, a in plain.items() for t, ps in a.items() for p in ps}
+
+
+def _loads(plain: Mapping[str, Mapping[TopicId, frozenset[int]]]) -> dict[str, int]:
+    return {m: sum(map(len, a.values())) for m, a in plain.items()}
+
+
+# ---------------------------------------------------------------------- figures
+
+
+def _balance(
+    spec: GroupSpec,
+    topics: Mapping[TopicId, TopicMetadata],
+    plain: dict[str, dict[TopicId, frozenset[int]]],
+    out: Outcome,
+) -> None:
+    loads = _loads(plain)
+    if not loads:
+        return
+    spread = max(loads.values()) - min(loads.values())
+    f = out.figures
+    subscribed = {m: s.subscribed_topic_ids for m, s in spec.members.items()}
+    if len(set(subscribed.values())) <= 1:
+        f.homogeneous += 1
+        f.homogeneous_max_spread = spread
+        if spread > 1:
+            f.homogeneous_unbalanced += 1
+            out.balance_issue = f"homogeneous group with member sizes {sorted(loads.values())}"
+        return
+    f.heterogeneous += 1
+    f.heterogeneous_max_spread = spread
+    # Locally improvable: a partition could move to another subscriber of its topic that holds
+    # two or more partitions fewer than its owner.
+    local = False
+    for owner, assignment in plain.items():
+        for t in assignment:
+            for other, subs in subscribed.items():
+                if t in subs and loads[owner] - loads[other] >= 2:
+                    local = True
+                    if out.balance_issue is None:
+                        out.balance_issue = (
+                            f"{owner!r} holds {loads[owner]} including {topics[t].name}; "
+                            f"{other!r} also subscribes to it and holds {loads[other]}"
+                        )
+    if local:
+        f.locally_improvable += 1
+    # Chain-improvable: partitions could travel along owner -> subscriber -> ... to a member two
+    # or more partitions lighter (a sequence of moves that narrows the spread).
+    for source in plain:
+        seen = {source}
+        frontier = [source]
+        while frontier:
+            following = []
+            for member in frontier:
+                for t in plain.get(member, {}):
+                    for other, subs in subscribed.items():
+                        if other not in seen and t in subs:
+                            seen.add(other)
+                            following.append(other)
+            frontier = following
+        if any(loads[source] - loads[m] >= 2 for m in seen):
+            f.chain_improvable += 1
+            break
+
+
+def _leave(
+    assignor: PartitionAssignor,
+    scenario: Scenario,
+    spec: GroupSpec,
+    topics: Mapping[TopicId, TopicMetadata],
+    before: dict[str, dict[TopicId, frozenset[int]]],
+    out: Outcome,
+) -> None:
+    order = [m.member_id for m in scenario.members]
+    gone = order[scenario.leaver % len(order)]
+    survivors = {m: s for m, s in spec.members.items() if m != gone}
+    next_spec = with_assignment(make_group_spec(survivors), before)
+    after = _assign_checked(assignor, next_spec, topics, out, f"after {gone!r} left: ")
+    if after is None:
+        return
+    old, new = _owners(before), _owners(after)
+    lost = sum(1 for key, m in old.items() if m != gone and new.get(key) != m)
+    moved = sum(1 for key, m in old.items() if key in new and new[key] != m)
+    f = out.figures
+    f.leaves += 1
+    f.leave_lost_by_survivors += lost
+    f.leave_moved += moved
+    # Only the leaver's partitions that someone else subscribes to have to move.
+    wanted = {t for s in survivors.values() for t in s.subscribed_topic_ids}
+    f.leave_minimum += sum(1 for (t, _), m in old.items() if m == gone and t in wanted)
+    if len({s.subscribed_topic_ids for s in survivors.values()}) <= 1:
+        f.leaves_homogeneous += 1
+        f.leave_lost_homogeneous += lost
+        if lost and out.stickiness_issue is None:
+            out.stickiness_issue = f"after {gone!r} left a homogeneous group, survivors lost {lost} partition(s)"
+
+
+def _join(
+    assignor: PartitionAssignor,
+    scenario: Scenario,
+    spec: GroupSpec,
+    topics: Mapping[TopicId, TopicMetadata],
+    before: dict[str, dict[TopicId, frozenset[int]]],
+    out: Outcome,
+) -> None:
+    newcomer = "conformance-new-member"
+    while newcomer in spec.members:
+        newcomer += "-x"
+    first = scenario.members[0]
+    subscription = scenario.joiner_subscription
+    topics_wanted = frozenset(first.subscription if subscription is None else subscription)
+    members = dict(spec.members)
+    members[newcomer] = MemberSubscription(
+        rack_id=None, instance_id=None, subscribed_topic_ids=topics_wanted, assignment={}
+    )
+    next_spec = with_assignment(make_group_spec(members), before)
+    after = _assign_checked(assignor, next_spec, topics, out, f"after {newcomer!r} joined: ")
+    if after is None:
+        return
+    old, new = _owners(before), _owners(after)
+    moved = sum(1 for key, m in old.items() if key in new and new[key] != m)
+    between_old = sum(1 for key, m in old.items() if new.get(key) not in (m, newcomer, None))
+    f = out.figures
+    f.joins += 1
+    f.join_moved += moved
+    f.join_moved_between_old += between_old
+    if len({s.subscribed_topic_ids for s in members.values()}) <= 1:
+        total = sum(topics[t].num_partitions for t in topics_wanted if t in topics)
+        fair = total // len(members)
+        unassigned_before = sum(
+            1 for t in topics_wanted if t in topics
+            for p in range(topics[t].num_partitions) if (t, p) not in old
+        )
+        f.joins_homogeneous += 1
+        f.join_moved_between_old_homogeneous += between_old
+        f.join_moved_homogeneous += moved
+        # Balance needs the newcomer to get at least `fair`; only what was unassigned comes free.
+        f.join_minimum_homogeneous += max(0, fair - unassigned_before)
+        if between_old and out.stickiness_issue is None:
+            out.stickiness_issue = (
+                f"after {newcomer!r} joined a homogeneous group, {between_old} partition(s) "
+                "moved between members that were already there"
+            )
