@@ -1,0 +1,174 @@
+"""Shared e2e fixtures: a real ``kip848 serve`` subprocess on 127.0.0.1:0.
+
+The server prints ``listening on HOST:PORT`` once bound; we read that line (bounded wait) and
+talk to it with the generated stubs (sync stubs are fine: the server is another process).
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from kip848.v1 import (
+    admin_pb2,
+    admin_pb2_grpc,
+    common_pb2,
+    consumer_group_pb2,
+    consumer_group_pb2_grpc,
+    testing_pb2,
+    testing_pb2_grpc,
+)
+
+START_TIMEOUT_S = 20.0
+
+
+class ServerProcess:
+    def __init__(self, data_dir: Path, *extra: str, clock: str = "manual") -> None:
+        self.data_dir = data_dir
+        self.stderr_path = data_dir.parent / f"{data_dir.name}-serve-{time.monotonic_ns()}.log"
+        self._stderr = open(self.stderr_path, "wb")  # noqa: SIM115 - closed in wait()
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "coordinator.cli", "serve", "--listen", "127.0.0.1:0",
+             "--data-dir", str(data_dir), "--clock", clock, *extra],
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            env=env,
+        )
+        self.address = self._read_address()
+        self.channel = grpc.insecure_channel(self.address)
+        grpc.channel_ready_future(self.channel).result(timeout=START_TIMEOUT_S)
+        self.groups = consumer_group_pb2_grpc.ConsumerGroupServiceStub(self.channel)
+        self.admin = admin_pb2_grpc.AdminServiceStub(self.channel)
+        self.testing = testing_pb2_grpc.TestingServiceStub(self.channel)
+        self.wait_loaded()
+
+    def _read_address(self) -> str:
+        assert self.proc.stdout is not None
+        deadline = time.monotonic() + START_TIMEOUT_S
+        buf = b""
+        while b"\n" not in buf:
+            left = deadline - time.monotonic()
+            if left <= 0 or self.proc.poll() is not None:
+                raise AssertionError(f"server did not start: {self.stderr_text()}")
+            ready, _, _ = select.select([self.proc.stdout], [], [], left)
+            if ready:
+                chunk = os.read(self.proc.stdout.fileno(), 4096)
+                if not chunk:
+                    continue
+                buf += chunk
+        line = buf.decode().splitlines()[0]
+        assert line.startswith("listening on 127.0.0.1:"), line
+        return line.removeprefix("listening on ")
+
+    def wait_loaded(self) -> None:
+        """Until the store is loaded (requests stop answering COORDINATOR_LOAD_IN_PROGRESS)."""
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.admin.ListTopics(admin_pb2.ListTopicsRequest(), timeout=5).error_code != 14:
+                return
+            time.sleep(0.02)
+        raise AssertionError("store never finished loading")
+
+    def stderr_text(self) -> str:
+        self._stderr.flush()
+        return self.stderr_path.read_text(errors="replace")
+
+    # ------------------------------------------------------------- helpers
+
+    def create_topic(self, name: str, partitions: int) -> bytes:
+        resp = self.admin.CreateTopics(
+            admin_pb2.CreateTopicsRequest(topics=[admin_pb2.CreateTopicsRequest.CreatableTopic(name=name, num_partitions=partitions)]),
+            timeout=10,
+        )
+        assert resp.topics[0].error_code == 0, resp
+        return resp.topics[0].topic_id
+
+    def heartbeat(self, client_id: str = "client", **fields: object) -> consumer_group_pb2.ConsumerGroupHeartbeatResponse:
+        return self.groups.ConsumerGroupHeartbeat(
+            consumer_group_pb2.ConsumerGroupHeartbeatRequest(**fields), timeout=10, metadata=(("client-id", client_id),)
+        )
+
+    def describe(self, *group_ids: str) -> consumer_group_pb2.ConsumerGroupDescribeResponse:
+        return self.groups.ConsumerGroupDescribe(
+            consumer_group_pb2.ConsumerGroupDescribeRequest(group_ids=list(group_ids)), timeout=10
+        )
+
+    def advance(self, ms: int) -> testing_pb2.AdvanceTimeResponse:
+        return self.testing.AdvanceTime(testing_pb2.AdvanceTimeRequest(ms=ms), timeout=10)
+
+    # ------------------------------------------------------------- lifecycle
+
+    def signal(self, sig: int) -> None:
+        self.proc.send_signal(sig)
+
+    def wait(self, timeout: float = 15.0) -> int:
+        try:
+            return self.proc.wait(timeout=timeout)
+        finally:
+            self.channel.close()
+            if self.proc.stdout:
+                self.proc.stdout.close()
+            self._stderr.close()
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.signal(signal.SIGTERM)
+        return self.wait()
+
+    def kill9(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.wait()
+
+
+def join_request(group_id: str, topics: list[str], member_id: str = "", rebalance_timeout_ms: int = 30_000, **extra: object) -> dict:
+    return dict(
+        group_id=group_id,
+        member_id=member_id,
+        member_epoch=0,
+        rebalance_timeout_ms=rebalance_timeout_ms,
+        subscribed_topic_names=common_pb2.TopicNames(names=topics),
+        topic_partitions=common_pb2.TopicPartitionsList(),
+        **extra,
+    )
+
+
+def owned(*items: tuple[bytes, list[int]]) -> common_pb2.TopicPartitionsList:
+    return common_pb2.TopicPartitionsList(
+        items=[common_pb2.TopicPartitions(topic_id=t, partitions=ps) for t, ps in items]
+    )
+
+
+@pytest.fixture(scope="module")
+def manual_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    server = ServerProcess(tmp_path_factory.mktemp("manual") / "data", clock="manual")
+    try:
+        yield server
+    finally:
+        assert server.stop() == 0, server.stderr_text()
+
+
+@pytest.fixture
+def start_server(tmp_path: Path) -> Iterator:
+    """Factory: start servers on a data dir; stops any still running at the end."""
+    started: list[ServerProcess] = []
+
+    def start(data_dir: Path | None = None, *extra: str, clock: str = "manual") -> ServerProcess:
+        server = ServerProcess(data_dir or tmp_path / "data", *extra, clock=clock)
+        started.append(server)
+        return server
+
+    yield start
+    for s in started:
+        if s.proc.poll() is None:
+            s.proc.kill()
+            s.wait()
