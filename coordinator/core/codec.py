@@ -54,6 +54,7 @@ def _dec_classic(raw: Any) -> ClassicMemberMetadata | None:
 _KEY_FIELDS: dict[int, tuple[type, tuple[str, ...]]] = {
     cls.TYPE: (cls, tuple(f.name for f in fields(cls)))
     for cls in (
+        r.OffsetCommitKey,
         r.ConsumerGroupMetadataKey,
         r.ConsumerGroupPartitionMetadataKey,
         r.ConsumerGroupMemberMetadataKey,
@@ -68,6 +69,14 @@ _KEY_FIELDS: dict[int, tuple[type, tuple[str, ...]]] = {
 
 
 def _value_encoders() -> dict[int, tuple[Callable[[Any], list[Any]], Callable[[list[Any]], Any]]]:
+    def oc_enc(v: r.OffsetCommitValue) -> list[Any]:
+        return [v.offset, v.leader_epoch, v.metadata, v.commit_timestamp_ms, v.expire_timestamp_ms]
+
+    def oc_dec(f: list[Any]) -> r.OffsetCommitValue:
+        return r.OffsetCommitValue(
+            offset=f[0], leader_epoch=f[1], metadata=f[2], commit_timestamp_ms=f[3], expire_timestamp_ms=f[4]
+        )
+
     def md_enc(v: r.ConsumerGroupMetadataValue) -> list[Any]:
         return [v.epoch, v.group_uid]
 
@@ -140,7 +149,7 @@ def _value_encoders() -> dict[int, tuple[Callable[[Any], list[Any]], Callable[[l
         return r.TopicValue(topic_id=f[0], num_partitions=f[1])
 
     return {
-        3: (md_enc, md_dec), 4: (pm_enc, pm_dec), 5: (mm_enc, mm_dec), 6: (te_enc, te_dec),
+        1: (oc_enc, oc_dec), 3: (md_enc, md_dec), 4: (pm_enc, pm_dec), 5: (mm_enc, mm_dec), 6: (te_enc, te_dec),
         7: (tm_enc, tm_dec), 8: (ca_enc, ca_dec), 16: (rx_enc, rx_dec), 1016: (gc_enc, gc_dec),
         1100: (tp_enc, tp_dec),
     }

@@ -66,6 +66,7 @@ class CoreHarness:
         if res.response[0].error_code:  # type: ignore[index]
             raise AssertionError(res.response[0].error_message)  # type: ignore[index]
         self._topics_changed(res)
+        self._commit(self.shard.on_topics_deleted([name]))
 
     def topic_id(self, name: str) -> str:
         return self.registry.topics[name].topic_id
@@ -109,6 +110,22 @@ class CoreHarness:
             topic_partitions={},
             **extra,
         )
+
+    def commit(self, group_id: str, member_id: str, epoch: int, offsets: dict[tuple[str, int], int]) -> Any:
+        """OffsetCommit of {(topic name, partition): offset}."""
+        from .offsets import OffsetCommit, OffsetCommitPartition, OffsetCommitTopic
+
+        by_topic: dict[str, list[OffsetCommitPartition]] = {}
+        for (topic, partition), offset in sorted(offsets.items()):
+            by_topic.setdefault(topic, []).append(OffsetCommitPartition(partition_index=partition, committed_offset=offset))
+        req = OffsetCommit(
+            group_id=group_id, generation_id_or_member_epoch=epoch, member_id=member_id,
+            topics=tuple(OffsetCommitTopic(name=t, partitions=tuple(ps)) for t, ps in by_topic.items()),
+        )
+        return self._commit(self.shard.offset_commit(req, self.now_ms)).response
+
+    def expire_offsets(self) -> Result[None]:
+        return self._commit(self.shard.expire_offsets(self.now_ms))
 
     def alter_configs(self, group_id: str, changes: dict[str, str | None]) -> Result[None]:
         return self._commit(self.shard.alter_group_configs(group_id, changes))

@@ -24,6 +24,14 @@ from .model import Assignment, ClassicMemberMetadata
 
 
 @dataclass(frozen=True, slots=True)
+class OffsetCommitKey:
+    TYPE: ClassVar[int] = 1
+    group_id: str
+    topic: str
+    partition: int
+
+
+@dataclass(frozen=True, slots=True)
 class ConsumerGroupMetadataKey:
     TYPE: ClassVar[int] = 3
     group_id: str
@@ -88,6 +96,15 @@ class TopicKey:
 
 
 # ---------------------------------------------------------------- values
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OffsetCommitValue:
+    offset: int
+    leader_epoch: int
+    metadata: str
+    commit_timestamp_ms: int
+    expire_timestamp_ms: int = -1
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -156,6 +173,7 @@ class TopicValue:
 
 
 RecordKey = Union[
+    OffsetCommitKey,
     ConsumerGroupMetadataKey,
     ConsumerGroupPartitionMetadataKey,
     ConsumerGroupMemberMetadataKey,
@@ -184,6 +202,14 @@ class Record:
 
 # ---------------------------------------------------------------- helpers (Kafka's
 # GroupCoordinatorRecordHelpers): one function per record and tombstone.
+
+
+def offset_commit_record(group_id: str, topic: str, partition: int, value: OffsetCommitValue) -> Record:
+    return Record(OffsetCommitKey(group_id, topic, partition), value)
+
+
+def offset_commit_tombstone(group_id: str, topic: str, partition: int) -> Record:
+    return Record(OffsetCommitKey(group_id, topic, partition))
 
 
 def group_epoch_record(group_id: str, epoch: int, group_uid: str) -> Record:

@@ -44,6 +44,7 @@ from .errors import (
     UnsupportedAssignorError,
 )
 from .group import ConsumerGroup, GroupState
+from .offsets import OffsetsMixin
 from .model import EMPTY_ASSIGNMENT, Assignment, ConsumerGroupMember, MemberState, TopicsImage, assignment_minus
 from .reconciliation import compute_next_member
 from .regex import compile_regex, resolve_regex
@@ -86,7 +87,7 @@ class GroupDescription:
     members: tuple[MemberDescription, ...]
 
 
-class GroupCoordinatorShard:
+class GroupCoordinatorShard(OffsetsMixin):
     def __init__(
         self,
         *,
@@ -105,6 +106,7 @@ class GroupCoordinatorShard:
         self.undo = UndoLog()
         self.groups: TDict = self.undo.new_dict()  # group id -> ConsumerGroup
         self.group_configs: TDict = self.undo.new_dict()  # group id -> {name: value}
+        self.offsets: TDict = self.undo.new_dict()  # group id -> TDict((topic, partition) -> OffsetCommitValue)
         self._regex_cache: dict[str, tuple[int, frozenset[str]]] = {}  # soft, process-local
 
     # ------------------------------------------------------------------ transactions
@@ -131,6 +133,9 @@ class GroupCoordinatorShard:
         t = key.TYPE
         if t == r.GroupConfigKey.TYPE:
             self._replay_group_config(key, value)  # type: ignore[arg-type]
+            return
+        if t == 1:
+            self.replay_offset(key, value)  # type: ignore[arg-type]
             return
         if t == r.TopicKey.TYPE:
             raise IllegalStateError("topic registry records belong to the topic registry, not a shard")
@@ -692,6 +697,9 @@ class GroupCoordinatorShard:
         return {
             "groups": {gid: self.groups[gid].snapshot() for gid in sorted(self.groups)},
             "group_configs": {gid: dict(sorted(c.items())) for gid, c in sorted(self.group_configs.items())},
+            "offsets": {
+                gid: {f"{t}-{p}": v for (t, p), v in sorted(o.items())} for gid, o in sorted(self.offsets.items())
+            },
         }
 
     def records_of_state(self) -> list[r.Record]:
@@ -714,6 +722,9 @@ class GroupCoordinatorShard:
         for gid in sorted(self.group_configs):
             for name, value in sorted(self.group_configs[gid].items()):
                 out.append(r.group_config_record(gid, name, value))
+        for gid in sorted(self.offsets):
+            for (topic, partition), value in sorted(self.offsets[gid].items()):
+                out.append(r.offset_commit_record(gid, topic, partition, value))
         return out
 
 

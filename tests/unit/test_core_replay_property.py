@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from coordinator.core import codec
 from coordinator.core.commands import SequentialIds
+from coordinator.core.config import GroupCoordinatorConfig
 from coordinator.core.errors import CoordinatorError
 from coordinator.core.harness import CoreHarness
 from coordinator.core.model import MemberState
@@ -34,6 +35,9 @@ op = st.one_of(
     st.tuples(st.just("sleep"), st.integers(min_value=0, max_value=70_000)),
     st.tuples(st.just("topic"), st.sampled_from(["add", "delete", "create"]), st.sampled_from(["foo", "bar", "baz"])),
     st.tuples(st.just("config"), st.sampled_from(GROUPS), st.sampled_from([None, "5000", "10000"])),
+    st.tuples(st.just("commit"), st.sampled_from(GROUPS), st.sampled_from(MEMBERS + ["admin"]), st.integers(0, 1000)),
+    st.tuples(st.just("expire"),),
+    st.tuples(st.just("delete_group"), st.sampled_from(GROUPS)),
 )
 
 
@@ -90,6 +94,20 @@ def _apply(h: CoreHarness, step: tuple[Any, ...]) -> None:
                 h.delete_topic(name)
             elif action == "create" and name not in h.registry.topics:
                 h.create_topic(name, 2)
+        elif kind == "commit":
+            _, g, m, offset = step
+            group = h.shard.groups.get(g)
+            member = None if group is None else group.members.get(m)
+            if member is None:  # an admin commit (epoch -1)
+                h.commit(g, "", -1, {("foo", 0): offset})
+            else:
+                owned = [(h.registry.image().by_id[t].name, p) for t, ps in member.assigned_partitions.items()
+                         for p in ps if t in h.registry.image().by_id]
+                h.commit(g, m, member.member_epoch, {tp: offset for tp in owned})
+        elif kind == "expire":
+            h.expire_offsets()
+        elif kind == "delete_group":
+            h._commit(h.shard.delete_groups([step[1]]))
         elif kind == "config":
             _, g, value = step
             h.alter_configs(g, {"consumer.heartbeat.interval.ms": value})
@@ -124,7 +142,7 @@ def _check_invariants(h: CoreHarness) -> None:
 @settings(max_examples=int(__import__("os").environ.get("KIP848_PROPERTY_EXAMPLES", "150")), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(op, min_size=1, max_size=60))
 def test_replaying_emitted_records_rebuilds_identical_state(steps: list[tuple[Any, ...]]) -> None:
-    h = CoreHarness()
+    h = CoreHarness(config=GroupCoordinatorConfig(offsets_retention_minutes=1))
     h.create_topic("foo", 3)
     h.create_topic("bar", 2)
     for step in steps:
