@@ -80,7 +80,8 @@ class ServerProcess:
         raise AssertionError("store never finished loading")
 
     def stderr_text(self) -> str:
-        self._stderr.flush()
+        if not self._stderr.closed:
+            self._stderr.flush()
         return self.stderr_path.read_text(errors="replace")
 
     # ------------------------------------------------------------- helpers
