@@ -1,0 +1,118 @@
+"""``kip848``: configuration errors, dump and replay on a small store (offline)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from coordinator.cli import main, read_properties
+from coordinator.core.commands import ConsumerGroupHeartbeat
+from coordinator.core.config import parse_config
+from coordinator.core.topics import NewTopic
+from coordinator.runtime import CoordinatorRuntime, ManualClock
+from coordinator.runtime.store import SqliteRecordStore, StoredRecord
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--set", "no.such.config=1"], "kip848 serve: unknown configuration 'no.such.config'"),
+        (["--set", "group.consumer.session.timeout.ms=abc"],
+         "kip848 serve: invalid value 'abc' for 'group.consumer.session.timeout.ms'"),
+        (["--set", "group.coordinator.shards=0"], "kip848 serve: invalid value 0 for 'group.coordinator.shards': must be >= 1"),
+        (["--set", "group.consumer.heartbeat.interval.ms"], "kip848 serve: --set expects NAME=VALUE"),
+        (["--set", "group.consumer.assignors=uniform,nope"], "kip848 serve: group.consumer.assignors:"),
+        (["--listen", "localhost"], "kip848 serve: --listen must be HOST:PORT"),
+        (["--config-file", "/nonexistent/x.properties"], "kip848 serve: cannot read config file"),
+    ],
+)
+def test_serve_refuses_bad_configuration(capsys: pytest.CaptureFixture[str], argv: list[str], message: str) -> None:
+    code, out, err = run(capsys, "serve", *argv)
+    assert (code, out) == (2, "")
+    assert err.startswith(message), err
+    assert err.count("\n") == 1
+
+
+def test_properties_file(tmp_path: Path) -> None:
+    path = tmp_path / "c.properties"
+    path.write_text("# comment\n! also\n\ngroup.coordinator.shards = 8\ngroup.consumer.assignors=range,uniform\na.b: c\n")
+    assert read_properties(str(path)) == {
+        "group.coordinator.shards": "8", "group.consumer.assignors": "range,uniform", "a.b": "c"
+    }
+    path.write_text("just-a-name\n")
+    with pytest.raises(Exception, match=r"c.properties:1: expected name=value"):
+        read_properties(str(path))
+
+
+def test_config_file_values_are_validated(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "c.properties"
+    path.write_text("group.consumer.heartbeat.interval.ms=50000\n")
+    code, _out, err = run(capsys, "serve", "--config-file", str(path))
+    assert code == 2
+    assert "group.consumer.heartbeat.interval.ms must be between" in err
+
+
+def _small_store(data_dir: Path) -> dict:
+    async def build() -> dict:
+        store = SqliteRecordStore(data_dir)
+        rt = CoordinatorRuntime(config=parse_config({"group.coordinator.shards": "2"}), store=store, clock=ManualClock(0))
+        await rt.start()
+        await rt.create_topics([NewTopic(name="t", num_partitions=4)])
+        for m in ("a", "b"):
+            await rt.heartbeat(ConsumerGroupHeartbeat(
+                group_id="g", member_id=m, member_epoch=0, rebalance_timeout_ms=1000,
+                subscribed_topic_names=("t",), topic_partitions={},
+            ))
+        await rt.alter_group_configs("g", {"consumer.session.timeout.ms": "50000"})
+        snap = rt.snapshot()
+        await rt.close()
+        return snap
+
+    return asyncio.run(build())
+
+
+def test_dump_and_replay(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = tmp_path / "var"
+    _small_store(data)
+    code, out, _ = run(capsys, "dump", "--data-dir", str(data))
+    lines = out.splitlines()
+    assert code == 0
+    assert lines[0].startswith("0\tTopic(name='t') -> TopicValue(")
+    assert any("GroupConfig(group_id='g', name='consumer.session.timeout.ms')" in line for line in lines)
+    code, out, _ = run(capsys, "dump", "--data-dir", str(data), "--journal", "--output", "json")
+    entries = [json.loads(line) for line in out.splitlines()]
+    assert code == 0 and [e["offset"] for e in entries] == list(range(len(entries)))
+    assert len(entries) > len(lines)  # the journal keeps overwritten records too
+
+    code, out, _ = run(capsys, "replay", "--data-dir", str(data), "--output", "json")
+    summary = json.loads(out)
+    assert code == 0
+    assert {k: summary[k] for k in ("records", "topics", "groups", "members", "problems", "ok")} == {
+        "records": len(lines), "topics": 1, "groups": 1, "members": 2, "problems": [], "ok": True,
+    }
+    code, out, _ = run(capsys, "replay", "--data-dir", str(data))
+    assert code == 0 and out.splitlines()[-1] == "OK"
+
+
+def test_replay_refuses_a_corrupt_store(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = tmp_path / "var"
+    _small_store(data)
+    with SqliteRecordStore(data) as store:
+        store.append([StoredRecord(b"[5,\"g\",\"x\"]", b"not json", "g")], 1)
+    code, out, err = run(capsys, "replay", "--data-dir", str(data))
+    assert code == 1 and out == ""
+    assert err.startswith(f"kip848 replay: the store in {data} is corrupt: cannot decode record")
+
+
+def test_replay_of_a_missing_store(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _out, err = run(capsys, "replay", "--data-dir", str(tmp_path / "none"))
+    assert code == 1 and err.startswith("kip848 replay:")
