@@ -1,1 +1,48 @@
-"""(see the package docstring once written)"""
+"""Record store: the durable home of the coordinator's records.
+
+Rules and theory of operation:
+
+* The store keeps opaque records (key bytes, value bytes or None = tombstone, group id) and
+  knows nothing of the core: it never imports ``coordinator.core``.
+* Durability contract: ``append(records, timestamp_ms)`` writes one batch atomically (all or
+  nothing) and returns only once it is durable; the runtime releases responses after that. A
+  failed append raises ``StoreWriteError`` and nothing of the batch is visible, unless
+  ``outcome_unknown`` is set (a failed commit): then the store refuses all further appends until
+  reopened, and the runtime must reload from it. Group commit = many commands' records in one
+  ``append``.
+* Two views of the same appends. The *compacted view* (``load()``) holds each key's latest value
+  in the order of the offsets of those writes; tombstones delete. The runtime replays it at
+  start-up. The *journal* (``journal()``) holds every record with its offset and timestamp, for
+  analytics; retention (``expire_journal``/``apply_retention``) cuts a prefix of it and never
+  touches the compacted view. Offsets start at 0 and are never reused.
+* Thread model: all methods are thread-safe. The runtime calls ``append`` from one writer thread;
+  readers (``load``, ``journal``) see a snapshot taken when they are called and do not block it.
+* ``SqliteRecordStore`` (default, ``<data-dir>/coordinator.db``, WAL, fsync per commit) refuses
+  stores written by a newer schema version (``StoreVersionError``) and files that are not record
+  stores or are corrupt (``StoreError``). ``MemoryRecordStore`` has the same semantics plus fault
+  injection, for tests.
+"""
+
+from .api import (
+    JournalEntry,
+    RecordStore,
+    StoredRecord,
+    StoreError,
+    StoreVersionError,
+    StoreWriteError,
+)
+from .memory import MemoryRecordStore
+from .sqlite import DATA_FILE_NAME, SCHEMA_VERSION, SqliteRecordStore
+
+__all__ = [
+    "DATA_FILE_NAME",
+    "SCHEMA_VERSION",
+    "JournalEntry",
+    "MemoryRecordStore",
+    "RecordStore",
+    "SqliteRecordStore",
+    "StoreError",
+    "StoreVersionError",
+    "StoreWriteError",
+    "StoredRecord",
+]

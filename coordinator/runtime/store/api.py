@@ -1,0 +1,153 @@
+"""The record store contract: types, errors and the :class:`RecordStore` protocol.
+
+Both implementations (:mod:`.sqlite`, :mod:`.memory`) follow this module to the letter, and one
+contract test suite (tests/unit/test_store_contract.py) runs against both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+__all__ = [
+    "JournalEntry",
+    "RecordStore",
+    "StoreError",
+    "StoreVersionError",
+    "StoreWriteError",
+    "StoredRecord",
+    "check_batch",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class StoredRecord:
+    """One record as the store sees it: opaque bytes plus the group it belongs to.
+
+    ``key`` and ``value`` are encoded by the core's codec; the store only compares keys for
+    equality. ``value is None`` is a tombstone. ``group_id`` is None for cluster-level records
+    (the topic registry); it routes records to shards at load time and feeds analytics.
+    """
+
+    key: bytes
+    value: bytes | None
+    group_id: str | None
+
+    @property
+    def is_tombstone(self) -> bool:
+        return self.value is None
+
+
+@dataclass(frozen=True, slots=True)
+class JournalEntry:
+    """One record of the append-only journal, as written (tombstones included)."""
+
+    offset: int
+    timestamp_ms: int
+    group_id: str | None
+    key: bytes
+    value: bytes | None
+
+
+class StoreError(Exception):
+    """The store cannot be used: not a record store, corrupt, locked, closed, ..."""
+
+
+class StoreWriteError(StoreError):
+    """An append failed. The cause is chained (``__cause__``).
+
+    ``outcome_unknown`` is False when the store knows that nothing of the batch was written (the
+    usual case: validation failed, or the transaction was rolled back). It is True when the
+    failure happened while committing, so the batch may or may not be durable: the store then
+    refuses every later append (``StoreWriteError``) until it is closed and reopened, because the
+    in-memory state of the caller can no longer be trusted to match the store. Either way the
+    caller must not acknowledge the batch.
+    """
+
+    def __init__(self, message: str, *, outcome_unknown: bool = False) -> None:
+        super().__init__(message)
+        self.outcome_unknown = outcome_unknown
+
+
+class StoreVersionError(StoreError):
+    """The store was written by a schema version this build cannot read (newer, or older
+    without a migration)."""
+
+
+@runtime_checkable
+class RecordStore(Protocol):
+    """Durable, ordered, atomic storage of records.
+
+    Offsets are assigned by the store: 0, 1, 2, ... in append order, never reused (not even
+    after journal expiry or tombstones).
+    """
+
+    def append(self, records: Sequence[StoredRecord], timestamp_ms: int) -> int:
+        """Atomically and durably append one batch (all or nothing).
+
+        Returns the offset of the last record (the first is ``last - len(records) + 1``). An
+        empty batch writes nothing and returns :meth:`last_offset`. Raises
+        :class:`StoreWriteError` on any failure; nothing of the batch is visible then (see
+        ``StoreWriteError.outcome_unknown`` for the one exception).
+        """
+        ...
+
+    def load(self) -> Iterator[tuple[int, StoredRecord]]:
+        """The compacted view: each live key once with its latest value (tombstoned keys
+        omitted), in the order of the offsets of those latest writes, like a compacted Kafka
+        log. The snapshot is taken when ``load()`` is called; later appends are not seen."""
+        ...
+
+    def journal(
+        self, *, from_offset: int = 0, to_offset: int | None = None
+    ) -> Iterator[JournalEntry]:
+        """Journal entries with ``from_offset <= offset < to_offset`` (``None``: to the end),
+        in offset order, tombstones included. Entries removed by retention are skipped, so the
+        first entry may be later than ``from_offset``. Snapshot taken at call time."""
+        ...
+
+    def expire_journal(self, older_than_ms: int) -> int:
+        """Delete the longest *prefix* of the journal whose entries all have
+        ``timestamp_ms < older_than_ms`` (the journal stays a contiguous range of offsets).
+        Never touches the compacted view. Returns the number of entries deleted."""
+        ...
+
+    def apply_retention(self, now_ms: int) -> int:
+        """``expire_journal(now_ms - journal_retention_ms)``; 0 when retention is unset."""
+        ...
+
+    def last_offset(self) -> int:
+        """Offset of the last acknowledged record; -1 when nothing was ever appended."""
+        ...
+
+    def stats(self) -> dict[str, Any]:
+        """Counts and sizes, for ``kip848 replay``/dump and benchmarks (may scan the store)."""
+        ...
+
+    def close(self) -> None:
+        """Release the store. Idempotent. Iterators already returned stay usable."""
+        ...
+
+
+def check_batch(records: Sequence[StoredRecord], timestamp_ms: int) -> None:
+    """Raise :class:`StoreWriteError` (nothing written) unless the batch is well typed.
+
+    Strict types matter: SQLite would silently store a ``str`` key as TEXT, a different key
+    from the same bytes.
+    """
+    if type(timestamp_ms) is not int:
+        raise StoreWriteError(f"timestamp_ms must be an int, got {type(timestamp_ms).__name__}")
+    for i, rec in enumerate(records):
+        if not isinstance(rec, StoredRecord):
+            raise StoreWriteError(f"record #{i} is a {type(rec).__name__}, not a StoredRecord")
+        if type(rec.key) is not bytes:
+            raise StoreWriteError(f"record #{i}: key must be bytes, got {type(rec.key).__name__}")
+        if rec.value is not None and type(rec.value) is not bytes:
+            raise StoreWriteError(
+                f"record #{i}: value must be bytes or None, got {type(rec.value).__name__}"
+            )
+        if rec.group_id is not None and type(rec.group_id) is not str:
+            raise StoreWriteError(
+                f"record #{i}: group_id must be str or None, got {type(rec.group_id).__name__}"
+            )

@@ -1,0 +1,185 @@
+"""An in-memory :class:`~.api.RecordStore` with the same semantics as the SQLite one.
+
+For tests of the runtime: :meth:`MemoryRecordStore.reopen` simulates a restart (a new store over
+the same "durable" data), :meth:`~MemoryRecordStore.fail_next_appends` injects write failures and
+:meth:`~MemoryRecordStore.hold_appends` blocks the writer so a test can observe what happens
+while a batch is in flight. ``batch_sizes`` records every successful append (group commit).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Sequence
+from typing import Any, Self
+
+from .api import JournalEntry, StoredRecord, StoreError, StoreWriteError, check_batch
+
+__all__ = ["MemoryRecordStore"]
+
+
+class _Data:
+    """What survives a simulated restart."""
+
+    def __init__(self) -> None:
+        self.journal: list[JournalEntry] = []  # contiguous offsets (retention cuts a prefix)
+        # key -> (offset, record); dict order == offset order (a re-write moves the key last).
+        self.compacted: dict[bytes, tuple[int, StoredRecord]] = {}
+        self.next_offset = 0
+
+
+class MemoryRecordStore:
+    """Thread-safe (one lock). Not durable: "durable" means "in this object"."""
+
+    def __init__(
+        self, *, journal_retention_ms: int | None = None, _data: _Data | None = None
+    ) -> None:
+        if journal_retention_ms is not None and journal_retention_ms < 0:
+            raise ValueError("journal_retention_ms must be >= 0 or None")
+        self.journal_retention_ms = journal_retention_ms
+        self._data = _data if _data is not None else _Data()
+        self._lock = threading.Lock()
+        self._closed = False
+        self._failed = False
+        self._faults: list[tuple[BaseException, bool]] = []
+        self._released = threading.Event()
+        self._released.set()
+        self.batch_sizes: list[int] = []
+
+    # -- test hooks -------------------------------------------------------------------------
+
+    def fail_next_appends(
+        self, n: int = 1, exc: BaseException | None = None, *, outcome_unknown: bool = False
+    ) -> None:
+        """Make the next ``n`` non-empty appends raise :class:`StoreWriteError` caused by
+        ``exc`` (default ``OSError``). With ``outcome_unknown`` the batch *is* written first
+        (a commit that failed to report success) and the store then refuses further appends,
+        exactly like the SQLite store after a failed COMMIT."""
+        for _ in range(n):
+            self._faults.append((exc or OSError("injected write failure"), outcome_unknown))
+
+    def hold_appends(self) -> None:
+        """Block every append (before it writes) until :meth:`release_appends`."""
+        self._released.clear()
+
+    def release_appends(self) -> None:
+        self._released.set()
+
+    def reopen(self) -> MemoryRecordStore:
+        """Close this store and return a new one over the same data, like a process restart."""
+        self.close()
+        return MemoryRecordStore(journal_retention_ms=self.journal_retention_ms, _data=self._data)
+
+    @property
+    def failed(self) -> bool:
+        return self._failed
+
+    # -- RecordStore -------------------------------------------------------------------------
+
+    def append(self, records: Sequence[StoredRecord], timestamp_ms: int) -> int:
+        check_batch(records, timestamp_ms)
+        # Bounded so that a test that forgets release_appends() fails instead of hanging.
+        if not self._released.wait(timeout=30):
+            raise StoreWriteError("append held for 30 s by hold_appends(); never released")
+        with self._lock:
+            if self._closed:
+                raise StoreWriteError("store is closed")
+            if self._failed:
+                raise StoreWriteError(
+                    "store failed earlier (outcome of a commit unknown); reopen it"
+                )
+            data = self._data
+            if not records:
+                return data.next_offset - 1
+            if self._faults:
+                exc, outcome_unknown = self._faults.pop(0)
+                if outcome_unknown:
+                    self._apply(records, timestamp_ms)
+                    self._failed = True
+                raise StoreWriteError(
+                    f"injected append failure: {exc!r}", outcome_unknown=outcome_unknown
+                ) from exc
+            self.batch_sizes.append(len(records))
+            return self._apply(records, timestamp_ms)
+
+    def _apply(self, records: Sequence[StoredRecord], timestamp_ms: int) -> int:
+        data = self._data
+        offset = data.next_offset
+        for rec in records:
+            data.journal.append(
+                JournalEntry(offset, timestamp_ms, rec.group_id, rec.key, rec.value)
+            )
+            data.compacted.pop(rec.key, None)
+            if rec.value is not None:
+                data.compacted[rec.key] = (offset, rec)
+            offset += 1
+        data.next_offset = offset
+        return offset - 1
+
+    def load(self) -> Iterator[tuple[int, StoredRecord]]:
+        with self._lock:
+            self._check_open()
+            return iter(list(self._data.compacted.values()))
+
+    def journal(
+        self, *, from_offset: int = 0, to_offset: int | None = None
+    ) -> Iterator[JournalEntry]:
+        with self._lock:
+            self._check_open()
+            entries = self._data.journal
+            if not entries:
+                return iter(())
+            first = entries[0].offset
+            start = max(from_offset - first, 0)
+            stop = len(entries) if to_offset is None else max(to_offset - first, 0)
+            return iter(entries[start:stop])
+
+    def expire_journal(self, older_than_ms: int) -> int:
+        if type(older_than_ms) is not int:
+            raise TypeError("older_than_ms must be an int")
+        with self._lock:
+            self._check_open()
+            entries = self._data.journal
+            n = 0
+            while n < len(entries) and entries[n].timestamp_ms < older_than_ms:
+                n += 1
+            del entries[:n]
+            return n
+
+    def apply_retention(self, now_ms: int) -> int:
+        if self.journal_retention_ms is None:
+            return 0
+        return self.expire_journal(now_ms - self.journal_retention_ms)
+
+    def last_offset(self) -> int:
+        return self._data.next_offset - 1
+
+    def stats(self) -> dict[str, Any]:
+        with self._lock:
+            data = self._data
+            live = [rec for _, rec in data.compacted.values()]
+            return {
+                "implementation": "memory",
+                "last_offset": data.next_offset - 1,
+                "journal_entries": len(data.journal),
+                "journal_first_offset": data.journal[0].offset if data.journal else None,
+                "journal_tombstones": sum(1 for e in data.journal if e.value is None),
+                "journal_bytes": sum(len(e.key) + len(e.value or b"") for e in data.journal),
+                "compacted_records": len(live),
+                "compacted_groups": len({r.group_id for r in live if r.group_id is not None}),
+                "compacted_key_bytes": sum(len(r.key) for r in live),
+                "compacted_value_bytes": sum(len(r.value or b"") for r in live),
+                "journal_retention_ms": self.journal_retention_ms,
+            }
+
+    def close(self) -> None:
+        self._closed = True
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreError("store is closed")
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,447 @@
+"""The RecordStore contract, run against every implementation (memory and SQLite).
+
+Implementation-specific behaviour (schema versions, corrupt files, locking, fault-injection
+hooks) is tested in test_store_sqlite.py and test_store_memory.py.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import threading
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from coordinator.runtime.store import (
+    JournalEntry,
+    MemoryRecordStore,
+    RecordStore,
+    SqliteRecordStore,
+    StoredRecord,
+    StoreError,
+    StoreWriteError,
+)
+
+
+def put(key: bytes, value: bytes, group_id: str | None = "g") -> StoredRecord:
+    return StoredRecord(key=key, value=value, group_id=group_id)
+
+
+def tomb(key: bytes, group_id: str | None = "g") -> StoredRecord:
+    return StoredRecord(key=key, value=None, group_id=group_id)
+
+
+class MemoryImpl:
+    name = "memory"
+
+    def open(self, **kw: Any) -> MemoryRecordStore:
+        kw.pop("sync", None)
+        return MemoryRecordStore(**kw)
+
+    def reopen(self, store: Any) -> MemoryRecordStore:
+        return store.reopen()
+
+    def failing_batch(self, store: Any, records: list[StoredRecord]) -> list[StoredRecord]:
+        store.fail_next_appends(1, OSError("disk on fire"))
+        return records
+
+
+class SqliteImpl:
+    """Each instance owns a directory; ``open`` always opens the same store."""
+
+    name = "sqlite"
+    BOOM = b"\x00boom"
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.kw: dict[str, Any] = {}
+
+    def open(self, **kw: Any) -> SqliteRecordStore:
+        self.kw = kw
+        return SqliteRecordStore(self.directory, **kw)
+
+    def reopen(self, store: Any) -> SqliteRecordStore:
+        store.close()
+        return SqliteRecordStore(self.directory, **self.kw)
+
+    def failing_batch(self, store: Any, records: list[StoredRecord]) -> list[StoredRecord]:
+        """A real failure in the middle of the transaction: a trigger (installed through a
+        second connection) aborts on the BOOM key after the first records were inserted."""
+        import sqlite3
+
+        raw = sqlite3.connect(store.path)
+        raw.execute(
+            "CREATE TRIGGER IF NOT EXISTS test_boom BEFORE INSERT ON journal"
+            f" WHEN NEW.key = x'{self.BOOM.hex()}' BEGIN SELECT RAISE(ABORT, 'disk on fire'); END"
+        )
+        raw.commit()
+        raw.close()
+        mid = len(records) // 2 + 1
+        return [*records[:mid], put(self.BOOM, b"x"), *records[mid:]]
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def impl(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
+    return MemoryImpl() if request.param == "memory" else SqliteImpl(tmp_path / "data")
+
+
+@pytest.fixture
+def store(impl: Any) -> Iterator[Any]:
+    s = impl.open()
+    yield s
+    s.close()
+
+
+def loaded(store: Any) -> list[tuple[int, StoredRecord]]:
+    return list(store.load())
+
+
+def journal(store: Any, **kw: Any) -> list[JournalEntry]:
+    return list(store.journal(**kw))
+
+
+# -- basics ----------------------------------------------------------------------------------
+
+
+def test_is_a_record_store(store: Any) -> None:
+    assert isinstance(store, RecordStore)
+
+
+def test_empty_store(store: Any) -> None:
+    assert store.last_offset() == -1
+    assert loaded(store) == []
+    assert journal(store) == []
+
+
+def test_append_returns_last_offset_and_offsets_are_contiguous(store: Any) -> None:
+    assert store.append([put(b"a", b"1")], 10) == 0
+    assert store.append([put(b"b", b"2"), put(b"c", b"3"), put(b"d", b"4")], 11) == 3
+    assert store.last_offset() == 3
+    assert store.append([put(b"e", b"5")], 12) == 4
+    assert [e.offset for e in journal(store)] == [0, 1, 2, 3, 4]
+
+
+def test_empty_batch_writes_nothing(store: Any) -> None:
+    assert store.append([], 1) == -1
+    store.append([put(b"a", b"1")], 2)
+    assert store.append([], 3) == 0
+    assert journal(store) == [JournalEntry(0, 2, "g", b"a", b"1")]
+
+
+# -- the compacted view -------------------------------------------------------------------------
+
+
+def test_load_orders_by_offset_of_latest_write(store: Any) -> None:
+    store.append([put(b"a", b"a1"), put(b"b", b"b1"), put(b"c", b"c1")], 1)
+    store.append([put(b"a", b"a2")], 2)
+    store.append([put(b"b", b"b2", group_id="h")], 3)
+    assert loaded(store) == [
+        (2, put(b"c", b"c1")),
+        (3, put(b"a", b"a2")),
+        (4, put(b"b", b"b2", group_id="h")),
+    ]
+
+
+def test_tombstone_deletes_key(store: Any) -> None:
+    store.append([put(b"a", b"1"), put(b"b", b"2")], 1)
+    store.append([tomb(b"a")], 2)
+    assert loaded(store) == [(1, put(b"b", b"2"))]
+
+
+def test_tombstone_of_unknown_key_is_journaled_only(store: Any) -> None:
+    store.append([tomb(b"never")], 1)
+    assert loaded(store) == []
+    assert journal(store) == [JournalEntry(0, 1, "g", b"never", None)]
+
+
+def test_rewrite_after_tombstone(store: Any) -> None:
+    store.append([put(b"a", b"1"), put(b"b", b"2")], 1)
+    store.append([tomb(b"a")], 2)
+    store.append([put(b"a", b"3")], 3)
+    assert loaded(store) == [(1, put(b"b", b"2")), (3, put(b"a", b"3"))]
+
+
+def test_within_one_batch_the_last_write_wins(store: Any) -> None:
+    store.append([put(b"a", b"1"), tomb(b"a"), put(b"b", b"1"), tomb(b"c")], 1)
+    store.append([tomb(b"b"), put(b"b", b"2"), put(b"c", b"1"), put(b"c", b"2")], 2)
+    assert loaded(store) == [(5, put(b"b", b"2")), (7, put(b"c", b"2"))]
+
+
+def test_bytes_round_trip_exactly(store: Any) -> None:
+    records = [
+        put(b"", b"empty key"),
+        put(b"\x00\xff\x00", b""),  # an empty value is a value, not a tombstone
+        put(b"k", b"\x00" * 3, group_id=None),  # cluster-level record (topic registry)
+        put(b"\xe2\x82\xac", "v€".encode(), group_id="grüppe-€"),
+    ]
+    store.append(records, 1)
+    assert [rec for _, rec in loaded(store)] == records
+    assert [rec.value for _, rec in loaded(store)][1] == b""
+
+
+# -- the journal -------------------------------------------------------------------------------
+
+
+def test_journal_has_every_record_with_its_timestamp(store: Any) -> None:
+    store.append([put(b"a", b"1"), put(b"b", b"2", group_id=None)], 100)
+    store.append([tomb(b"a")], 200)
+    store.append([put(b"a", b"3", group_id="h")], 300)
+    assert journal(store) == [
+        JournalEntry(0, 100, "g", b"a", b"1"),
+        JournalEntry(1, 100, None, b"b", b"2"),
+        JournalEntry(2, 200, "g", b"a", None),
+        JournalEntry(3, 300, "h", b"a", b"3"),
+    ]
+    assert [e.offset for e in journal(store, from_offset=1, to_offset=3)] == [1, 2]
+    assert [e.offset for e in journal(store, from_offset=2)] == [2, 3]
+    assert journal(store, from_offset=4) == []
+    assert journal(store, from_offset=3, to_offset=3) == []
+
+
+def test_expire_journal_cuts_a_prefix_and_keeps_the_compacted_view(store: Any) -> None:
+    store.append([put(b"a", b"1")], 100)
+    store.append([put(b"b", b"1")], 300)
+    store.append([put(b"c", b"1")], 150)  # a clock step back: kept while 300 is kept
+    store.append([put(b"d", b"1")], 400)
+    before = loaded(store)
+    assert store.expire_journal(100) == 0  # strictly older only
+    assert store.expire_journal(250) == 1
+    assert [e.offset for e in journal(store)] == [1, 2, 3]
+    assert journal(store, from_offset=0, to_offset=2) == [JournalEntry(1, 300, "g", b"b", b"1")]
+    assert loaded(store) == before
+    assert store.expire_journal(250) == 0
+    assert store.expire_journal(350) == 2
+    assert [e.offset for e in journal(store)] == [3]
+    assert store.expire_journal(10_000) == 1
+    assert journal(store) == []
+    assert loaded(store) == before
+    assert store.last_offset() == 3
+
+
+def test_offsets_are_not_reused_after_everything_expired(impl: Any) -> None:
+    store = impl.open()
+    store.append([put(b"a", b"1"), tomb(b"a")], 1)
+    assert store.expire_journal(2) == 2
+    assert loaded(store) == [] and journal(store) == []
+    store = impl.reopen(store)
+    assert store.last_offset() == 1
+    assert store.append([put(b"b", b"1")], 3) == 2
+    store.close()
+
+
+def test_apply_retention(impl: Any) -> None:
+    store = impl.open(journal_retention_ms=1000)
+    store.append([put(b"a", b"1")], 1000)
+    store.append([put(b"b", b"1")], 2000)
+    assert store.apply_retention(now_ms=2000) == 0  # 1000 is not older than 2000 - 1000
+    assert store.apply_retention(now_ms=2001) == 1
+    assert [e.offset for e in journal(store)] == [1]
+    store.close()
+    unlimited = impl.open()
+    assert unlimited.journal_retention_ms is None
+    assert unlimited.apply_retention(now_ms=10**12) == 0
+    unlimited.close()
+
+
+# -- atomicity and validation -----------------------------------------------------------------
+
+
+def test_failed_batch_leaves_nothing(impl: Any) -> None:
+    store = impl.open()
+    store.append([put(b"a", b"1"), put(b"b", b"1")], 1)
+    batch = impl.failing_batch(store, [put(b"a", b"2"), tomb(b"b"), put(b"c", b"1")])
+    with pytest.raises(StoreWriteError) as info:
+        store.append(batch, 2)
+    assert "disk on fire" in str(info.value)
+    assert info.value.__cause__ is not None
+    assert info.value.outcome_unknown is False
+    assert store.last_offset() == 1
+    assert loaded(store) == [(0, put(b"a", b"1")), (1, put(b"b", b"1"))]
+    assert [e.offset for e in journal(store)] == [0, 1]
+    # The store goes on; the next batch takes the offsets the failed one would have taken.
+    assert store.append([put(b"c", b"2")], 3) == 2
+    store = impl.reopen(store)
+    assert loaded(store) == [(0, put(b"a", b"1")), (1, put(b"b", b"1")), (2, put(b"c", b"2"))]
+    store.close()
+
+
+@pytest.mark.parametrize(
+    ("records", "timestamp_ms", "message"),
+    [
+        ([StoredRecord(key="a", value=b"1", group_id="g")], 1, "key must be bytes"),  # type: ignore[arg-type]
+        ([StoredRecord(key=b"a", value="1", group_id="g")], 1, "value must be bytes"),  # type: ignore[arg-type]
+        ([StoredRecord(key=b"a", value=b"1", group_id=7)], 1, "group_id must be str"),  # type: ignore[arg-type]
+        ([(b"a", b"1", "g")], 1, "not a StoredRecord"),
+        ([put(b"a", b"1")], 1.5, "timestamp_ms must be an int"),
+        ([put(b"a", b"1")], True, "timestamp_ms must be an int"),
+    ],
+)
+def test_invalid_batch_is_refused_whole(
+    store: Any, records: list[Any], timestamp_ms: Any, message: str
+) -> None:
+    with pytest.raises(StoreWriteError, match=message):
+        store.append([put(b"ok", b"1"), *records], timestamp_ms)
+    assert store.last_offset() == -1
+    assert journal(store) == []
+
+
+def test_closed_store_refuses_everything(impl: Any) -> None:
+    store = impl.open()
+    store.append([put(b"a", b"1")], 1)
+    store.close()
+    store.close()  # idempotent
+    with pytest.raises(StoreWriteError, match="closed"):
+        store.append([put(b"b", b"1")], 2)
+    with pytest.raises(StoreError, match="closed"):
+        store.load()
+    with pytest.raises(StoreError, match="closed"):
+        store.journal()
+
+
+# -- persistence, snapshots, threads ------------------------------------------------------------
+
+
+def test_reopen_keeps_everything(impl: Any) -> None:
+    store = impl.open()
+    store.append([put(b"a", b"1"), put(b"b", b"1", group_id=None)], 1)
+    store.append([tomb(b"a"), put(b"c", b"1")], 2)
+    view, log = loaded(store), journal(store)
+    store = impl.reopen(store)
+    assert loaded(store) == view
+    assert journal(store) == log
+    assert store.last_offset() == 3
+    assert store.append([put(b"d", b"1")], 3) == 4
+    store.close()
+
+
+def test_load_and_journal_are_snapshots(store: Any) -> None:
+    store.append([put(b"a", b"1"), put(b"b", b"1")], 1)
+    view = store.load()
+    log = store.journal()
+    first = next(view)
+    store.append([put(b"c", b"1"), tomb(b"b")], 2)
+    assert [first, *view] == [(0, put(b"a", b"1")), (1, put(b"b", b"1"))]
+    assert [e.offset for e in log] == [0, 1]
+
+
+def test_concurrent_appends_are_serialised(store: Any) -> None:
+    n_threads, n_batches, size = 4, 25, 5
+
+    def writer(t: int) -> None:
+        for b in range(n_batches):
+            recs = [put(f"{t}/{b}/{i}".encode(), b"v", group_id=f"{t}/{b}") for i in range(size)]
+            last = store.append(recs, b)
+            assert (last + 1) % size == 0
+
+    threads = [threading.Thread(target=writer, args=(t,)) for t in range(n_threads)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(timeout=30)
+        assert not th.is_alive()
+    entries = journal(store)
+    assert [e.offset for e in entries] == list(range(n_threads * n_batches * size))
+    for i in range(0, len(entries), size):  # every batch contiguous and whole
+        chunk = entries[i : i + size]
+        assert len({e.group_id for e in chunk}) == 1
+        assert [e.key.rsplit(b"/", 1)[1] for e in chunk] == [b"0", b"1", b"2", b"3", b"4"]
+    assert len(loaded(store)) == n_threads * n_batches * size
+
+
+def test_stats(store: Any) -> None:
+    store.append([put(b"a", b"12", group_id="g1"), put(b"bb", b"3", group_id="g2")], 1)
+    store.append([tomb(b"a", group_id="g1"), put(b"c", b"", group_id=None)], 2)
+    stats = store.stats()
+    assert stats["implementation"] in ("memory", "sqlite")
+    assert {
+        k: stats[k]
+        for k in (
+            "last_offset",
+            "journal_entries",
+            "journal_first_offset",
+            "journal_tombstones",
+            "journal_bytes",
+            "compacted_records",
+            "compacted_groups",
+            "compacted_key_bytes",
+            "compacted_value_bytes",
+        )
+    } == {
+        "last_offset": 3,
+        "journal_entries": 4,
+        "journal_first_offset": 0,
+        "journal_tombstones": 1,
+        "journal_bytes": 1 + 2 + 2 + 1 + 1 + 1,
+        "compacted_records": 2,
+        "compacted_groups": 1,
+        "compacted_key_bytes": 3,
+        "compacted_value_bytes": 1,
+    }
+
+
+# -- a model check ----------------------------------------------------------------------------
+
+keys = st.sampled_from([b"a", b"b", b"c", b"d", b""])
+records = st.builds(
+    StoredRecord,
+    key=keys,
+    value=st.one_of(st.none(), st.binary(max_size=8)),
+    group_id=st.sampled_from(["g", "h", None]),
+)
+ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("append"), st.lists(records, max_size=6)),
+        st.tuples(st.just("expire"), st.integers(0, 40)),
+        st.tuples(st.just("reopen"), st.none()),
+    ),
+    max_size=25,
+)
+
+
+def check_against_model(impl_name: str, program: Sequence[tuple[str, Any]]) -> None:
+    directory = Path(tempfile.mkdtemp(prefix="store-model-"))
+    try:
+        it: Any = MemoryImpl() if impl_name == "memory" else SqliteImpl(directory)
+        store = it.open(sync="normal") if impl_name == "sqlite" else it.open()
+        log: list[JournalEntry] = []
+        clock = 0
+        for op, arg in program:
+            if op == "append":
+                clock += 1
+                first = len(log)
+                last = store.append(arg, clock)
+                log += [
+                    JournalEntry(first + i, clock, r.group_id, r.key, r.value)
+                    for i, r in enumerate(arg)
+                ]
+                assert last == len(log) - 1
+            elif op == "expire":
+                live = journal(store)
+                expected = next((i for i, e in enumerate(live) if e.timestamp_ms >= arg), len(live))
+                assert store.expire_journal(arg) == expected
+            else:
+                store = it.reopen(store)
+            view: dict[bytes, tuple[int, StoredRecord]] = {}
+            for e in log:
+                view.pop(e.key, None)
+                if e.value is not None:
+                    view[e.key] = (e.offset, StoredRecord(e.key, e.value, e.group_id))
+            assert loaded(store) == list(view.values())
+            remaining = journal(store)
+            assert remaining == log[len(log) - len(remaining) :]
+            assert store.last_offset() == len(log) - 1
+        store.close()
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+@pytest.mark.parametrize("impl_name", ["memory", "sqlite"])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(program=ops)
+def test_matches_a_model(impl_name: str, program: list[tuple[str, Any]]) -> None:
+    check_against_model(impl_name, program)
