@@ -1,0 +1,304 @@
+"""Pure transition tests of the member reconciliation state machine
+(``coordinator.core.reconciliation.compute_next_member``; Kafka's CurrentAssignmentBuilderTest,
+KIP-848 "Member Epoch - Reconciliation of the group", reference notes §1.5).
+
+``owner_of`` is a fake: a dict (topic id, partition) -> member id; anything absent is free.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import pytest
+
+from coordinator.core.errors import ErrorCode, FencedMemberEpochError
+from coordinator.core.model import ConsumerGroupMember, MemberState
+from coordinator.core.reconciliation import compute_next_member, owns_any
+
+T1 = "AAAAAAAAAAAAAAAAAAAAAQ"
+T2 = "AAAAAAAAAAAAAAAAAAAAAg"
+T3 = "AAAAAAAAAAAAAAAAAAAAAw"
+ME = "member"
+
+STABLE = MemberState.STABLE
+UNREVOKED = MemberState.UNREVOKED_PARTITIONS
+UNRELEASED = MemberState.UNRELEASED_PARTITIONS
+UNKNOWN = MemberState.UNKNOWN
+
+
+def a(*topics: tuple[str, Iterable[int]]) -> dict[str, frozenset[int]]:
+    """An assignment: a((T1, [1, 2]), (T2, [3]))."""
+    return {t: frozenset(ps) for t, ps in topics if ps}
+
+
+def member(state: MemberState, epoch: int, prev: int, assigned: dict, pending: dict | None = None) -> ConsumerGroupMember:
+    return ConsumerGroupMember(
+        member_id=ME,
+        subscribed_topic_names=("foo", "bar"),
+        rebalance_timeout_ms=30_000,
+        state=state,
+        member_epoch=epoch,
+        previous_member_epoch=prev,
+        assigned_partitions=assigned,
+        partitions_pending_revocation=pending or {},
+    )
+
+
+def free(_topic_id: str, _partition: int) -> str | None:
+    return None
+
+
+def held_by(owner: str, *topics: str):
+    """owner_of: every partition of ``topics`` (all topics if none given) is held by ``owner``."""
+    def owner_of(topic_id: str, _partition: int) -> str | None:
+        return owner if not topics or topic_id in topics else None
+    return owner_of
+
+
+def owners(table: dict[tuple[str, int], str]):
+    return lambda topic_id, partition: table.get((topic_id, partition))
+
+
+# ------------------------------------------------------------------------ STABLE
+
+
+def test_stable_at_target_epoch_returns_the_same_object() -> None:
+    m = member(STABLE, 10, 9, a((T1, [1, 2, 3]), (T2, [4, 5, 6])))
+    target = a((T1, [1, 2, 3]), (T2, [4, 5, 6]))
+    assert compute_next_member(m, 10, target, held_by("other"), None) is m
+    # Even if the target differs: a member reconciled to the target epoch is left alone.
+    assert compute_next_member(m, 10, a((T1, [9])), free, {}) is m
+
+
+def test_stable_to_stable_with_a_new_epoch() -> None:
+    m = member(STABLE, 10, 10, a((T1, [1, 2, 3]), (T2, [4, 5, 6])))
+    target = a((T1, [1, 2, 3]), (T2, [4, 5, 6]))
+    # The member's own partitions are not "unreleased", whoever the index says holds them.
+    assert compute_next_member(m, 11, target, held_by(ME), None) == member(
+        STABLE, 11, 10, a((T1, [1, 2, 3]), (T2, [4, 5, 6]))
+    )
+
+
+def test_stable_to_stable_with_new_free_partitions() -> None:
+    m = member(STABLE, 10, 10, a((T1, [1, 2, 3]), (T2, [4, 5, 6])))
+    target = a((T1, [1, 2, 3, 4]), (T2, [4, 5, 6, 7]))
+    assert compute_next_member(m, 11, target, free, None) == member(
+        STABLE, 11, 10, a((T1, [1, 2, 3, 4]), (T2, [4, 5, 6, 7]))
+    )
+
+
+@pytest.mark.parametrize(
+    "owned",
+    [None, a((T1, [1, 2, 3]), (T2, [4, 5, 6])), a((T1, [1])), a((T2, [4]))],
+    ids=["owned_unknown", "owns_all", "owns_revoked_t1", "owns_revoked_t2"],
+)
+def test_stable_to_unrevoked(owned: dict | None) -> None:
+    m = member(STABLE, 10, 10, a((T1, [1, 2, 3]), (T2, [4, 5, 6])))
+    target = a((T1, [2, 3, 4]), (T2, [5, 6, 7]))
+    # Revoke first: stays at its epoch, keeps only what the target keeps; new partitions wait.
+    assert compute_next_member(m, 11, target, free, owned) == member(
+        UNREVOKED, 10, 10, a((T1, [2, 3]), (T2, [5, 6])), a((T1, [1]), (T2, [4]))
+    )
+
+
+def test_stable_to_unreleased() -> None:
+    m = member(STABLE, 10, 10, a((T1, [1, 2, 3]), (T2, [4, 5, 6])))
+    target = a((T1, [1, 2, 3, 4]), (T2, [4, 5, 6, 7]))
+    assert compute_next_member(m, 11, target, held_by("other"), None) == member(
+        UNRELEASED, 11, 10, a((T1, [1, 2, 3]), (T2, [4, 5, 6]))
+    )
+
+
+def test_stable_to_unreleased_gets_what_is_free_and_waits_for_the_rest() -> None:
+    m = member(STABLE, 10, 10, a((T1, [1])))
+    target = a((T1, [1, 2, 3]), (T2, [0, 1]))
+    owner_of = owners({(T1, 3): "other", (T2, 1): "third"})
+    assert compute_next_member(m, 11, target, owner_of, None) == member(
+        UNRELEASED, 11, 10, a((T1, [1, 2]), (T2, [0]))
+    )
+
+
+def test_revoked_partitions_already_dropped_by_the_client_skip_unrevoked() -> None:
+    """The client no longer reports the partitions to revoke: no UNREVOKED step (Kafka:
+    testStableToUnreleasedPartitionsWithOwnedPartitionsNotHavingRevokedPartitions)."""
+    m = member(STABLE, 10, 10, a((T1, [1, 2, 3]), (T2, [4, 5, 6])))
+    target = a((T1, [1, 2, 3]), (T2, [4, 5, 7]))
+    assert compute_next_member(m, 11, target, held_by("other", T2), {}) == member(
+        UNRELEASED, 11, 10, a((T1, [1, 2, 3]), (T2, [4, 5]))
+    )
+    # Owned lists other partitions only: the same.
+    owned = a((T1, [1, 2, 3]), (T2, [4, 5]))
+    assert compute_next_member(m, 11, target, free, owned) == member(
+        STABLE, 11, 10, a((T1, [1, 2, 3]), (T2, [4, 5, 7]))
+    )
+
+
+def test_whole_topic_removed_and_another_added() -> None:
+    """Multiple topics: T1 disappears from the target (revoke), T3 appears (assign once free)."""
+    m = member(STABLE, 4, 3, a((T1, [0, 1]), (T2, [0])))
+    target = a((T2, [0, 1]), (T3, [0, 1, 2]))
+    step = compute_next_member(m, 5, target, free, a((T1, [0, 1]), (T2, [0])))
+    assert step == member(UNREVOKED, 4, 4, a((T2, [0])), a((T1, [0, 1])))
+    # Acknowledged (T1 dropped): everything new is free.
+    done = compute_next_member(step, 5, target, free, a((T2, [0])))
+    assert done == member(STABLE, 5, 4, a((T2, [0, 1]), (T3, [0, 1, 2])))
+
+
+# ------------------------------------------------------------------------ UNREVOKED_PARTITIONS
+
+
+@pytest.mark.parametrize(
+    "owned",
+    [None, a((T1, [1, 2, 3]), (T2, [5, 6])), a((T1, [2, 3]), (T2, [4, 5, 6])), a((T2, [4]))],
+    ids=["owned_unknown", "still_owns_t1_1", "still_owns_t2_4", "only_t2_4"],
+)
+def test_remains_unrevoked_while_revoked_partitions_are_owned(owned: dict | None) -> None:
+    m = member(UNREVOKED, 10, 10, a((T1, [2, 3]), (T2, [5, 6])), a((T1, [1]), (T2, [4])))
+    target = a((T1, [3]), (T2, [6]))
+    assert compute_next_member(m, 12, target, free, owned) is m
+
+
+def test_unrevoked_to_stable_after_ack() -> None:
+    m = member(UNREVOKED, 10, 10, a((T1, [2, 3]), (T2, [5, 6])), a((T1, [1]), (T2, [4])))
+    target = a((T1, [2, 3]), (T2, [5, 6]))
+    owned = a((T1, [2, 3]), (T2, [5, 6]))
+    assert compute_next_member(m, 11, target, free, owned) == member(
+        STABLE, 11, 10, a((T1, [2, 3]), (T2, [5, 6]))
+    )
+
+
+def test_unrevoked_ack_goes_to_the_target_epoch_when_nothing_more_to_revoke() -> None:
+    """Acknowledging at epoch 10 with the target at 12: epoch min(10+1, 12) = 11 is only the
+    starting point; with nothing left to revoke the member lands on the target epoch."""
+    m = member(UNREVOKED, 10, 10, a((T1, [2, 3])), a((T1, [1])))
+    target = a((T1, [2, 3, 4]))
+    assert compute_next_member(m, 12, target, free, a((T1, [2, 3]))) == member(
+        STABLE, 12, 10, a((T1, [2, 3, 4]))
+    )
+
+
+def test_unrevoked_to_unrevoked_when_the_target_moved_on() -> None:
+    """Acknowledged epoch 10's revocation, but epoch 12 revokes more: UNREVOKED at
+    min(10 + 1, 12) = 11 (Kafka: testUnrevokedPartitionsToUnrevokedPartitions)."""
+    m = member(UNREVOKED, 10, 10, a((T1, [2, 3]), (T2, [5, 6])), a((T1, [1]), (T2, [4])))
+    target = a((T1, [3]), (T2, [6]))
+    owned = a((T1, [2, 3]), (T2, [5, 6]))
+    assert compute_next_member(m, 12, target, free, owned) == member(
+        UNREVOKED, 11, 10, a((T1, [3]), (T2, [6])), a((T1, [2]), (T2, [5]))
+    )
+
+
+def test_unrevoked_epoch_never_exceeds_the_target_epoch() -> None:
+    """min(epoch + 1, target): a member that was revoking at the target epoch itself (e.g. after
+    a static rejoin) stays at the target epoch."""
+    m = member(UNREVOKED, 11, 10, a((T1, [2])), a((T1, [1])))
+    target = a((T1, [3]))
+    step = compute_next_member(m, 11, target, free, a((T1, [2])))
+    assert step == member(UNREVOKED, 11, 11, {}, a((T1, [2])))
+
+
+def test_unrevoked_to_unreleased() -> None:
+    m = member(UNREVOKED, 11, 10, a((T1, [2, 3]), (T2, [5, 6])), a((T1, [1]), (T2, [4])))
+    target = a((T1, [2, 3, 4]), (T2, [5, 6, 7]))
+    owned = a((T1, [2, 3]), (T2, [5, 6]))
+    assert compute_next_member(m, 12, target, held_by("other"), owned) == member(
+        UNRELEASED, 12, 11, a((T1, [2, 3]), (T2, [5, 6]))
+    )
+
+
+def test_partition_held_by_the_member_itself_is_free() -> None:
+    """The member just acknowledged revoking T1-1 (the ownership index still names it) and the
+    new target gives T1-1 back: it is handed straight back, not treated as unreleased."""
+    m = member(UNREVOKED, 10, 10, a((T1, [2])), a((T1, [1])))
+    target = a((T1, [1, 2]))
+    owner_of = owners({(T1, 1): ME, (T1, 2): ME})
+    assert compute_next_member(m, 11, target, owner_of, a((T1, [2]))) == member(
+        STABLE, 11, 10, a((T1, [1, 2]))
+    )
+
+
+# ------------------------------------------------------------------------ UNRELEASED_PARTITIONS
+
+
+def test_unreleased_to_stable_when_released() -> None:
+    m = member(UNRELEASED, 11, 11, a((T1, [2, 3]), (T2, [5, 6])))
+    target = a((T1, [2, 3, 4]), (T2, [5, 6, 7]))
+    assert compute_next_member(m, 11, target, free, None) == member(
+        STABLE, 11, 11, a((T1, [2, 3, 4]), (T2, [5, 6, 7]))
+    )
+
+
+def test_unreleased_to_stable_at_a_new_epoch() -> None:
+    m = member(UNRELEASED, 11, 11, a((T1, [2, 3]), (T2, [5, 6])))
+    target = a((T1, [2, 3]), (T2, [5, 6]))
+    assert compute_next_member(m, 12, target, held_by("other"), None) == member(
+        STABLE, 12, 11, a((T1, [2, 3]), (T2, [5, 6]))
+    )
+
+
+def test_unreleased_stays_while_partitions_are_held_and_returns_the_same_object() -> None:
+    m = member(UNRELEASED, 11, 11, a((T1, [2, 3]), (T2, [5, 6])))
+    target = a((T1, [2, 3, 4]), (T2, [5, 6, 7]))
+    assert compute_next_member(m, 11, target, held_by("other"), None) is m
+    assert compute_next_member(m, 11, target, held_by("other"), {}) is m
+
+
+def test_unreleased_partially_released() -> None:
+    m = member(UNRELEASED, 11, 11, a((T1, [2, 3]), (T2, [5, 6])))
+    target = a((T1, [2, 3, 4]), (T2, [5, 6, 7]))
+    assert compute_next_member(m, 11, target, held_by("other", T2), None) == member(
+        UNRELEASED, 11, 11, a((T1, [2, 3, 4]), (T2, [5, 6]))
+    )
+
+
+def test_unreleased_to_unrevoked() -> None:
+    m = member(UNRELEASED, 11, 11, a((T1, [2, 3]), (T2, [5, 6])))
+    target = a((T1, [3]), (T2, [6]))
+    assert compute_next_member(m, 12, target, held_by("other"), None) == member(
+        UNREVOKED, 11, 11, a((T1, [3]), (T2, [6])), a((T1, [2]), (T2, [5]))
+    )
+
+
+# ------------------------------------------------------------------------ UNKNOWN
+
+
+@pytest.mark.parametrize("owned", [None, a((T1, [3]))], ids=["owned_unknown", "owns_something"])
+def test_unknown_state_is_fenced(owned: dict | None) -> None:
+    m = member(UNKNOWN, 11, 11, a((T1, [3]), (T2, [6])), a((T1, [2]), (T2, [5])))
+    with pytest.raises(FencedMemberEpochError) as info:
+        compute_next_member(m, 12, a((T1, [3]), (T2, [6])), held_by("other"), owned)
+    assert info.value.code == ErrorCode.FENCED_MEMBER_EPOCH
+    assert info.value.message == (
+        "The consumer group member is in a unknown state. The member must abandon all its "
+        "partitions and rejoin."
+    )
+
+
+def test_unknown_state_with_explicitly_empty_owned_jumps_to_the_target() -> None:
+    m = member(UNKNOWN, 11, 11, a((T1, [3]), (T2, [6])), a((T1, [2]), (T2, [5])))
+    owner_of = owners({(T1, 3): ME, (T2, 6): ME, (T1, 2): ME, (T2, 5): ME})
+    assert compute_next_member(m, 12, a((T1, [3]), (T2, [6])), owner_of, {}) == member(
+        STABLE, 12, 11, a((T1, [3]), (T2, [6]))
+    )
+
+
+# ------------------------------------------------------------------------ helpers
+
+
+def test_owns_any() -> None:
+    assert owns_any(None, {}) is True  # unknown counts as "still owns"
+    assert owns_any({}, a((T1, [1]))) is False
+    assert owns_any(a((T1, [2])), a((T1, [1]))) is False
+    assert owns_any(a((T2, [1])), a((T1, [1]))) is False
+    assert owns_any(a((T1, [1, 2])), a((T1, [1]))) is True
+
+
+def test_inputs_are_not_mutated() -> None:
+    assigned = a((T1, [1, 2, 3]))
+    m = member(STABLE, 1, 0, assigned)
+    target = a((T1, [3, 4]))
+    owned = a((T1, [1, 2, 3]))
+    snapshot = (dict(assigned), dict(target), dict(owned))
+    compute_next_member(m, 2, target, free, owned)
+    assert (m.assigned_partitions, target, owned) == snapshot
+    assert m == member(STABLE, 1, 0, a((T1, [1, 2, 3])))

@@ -1,0 +1,280 @@
+"""UndoLog / TDict: every logged write can be undone exactly (coordinator/core/timeline.py)."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from coordinator.core.timeline import TDict, UndoLog
+
+
+class Box:
+    __slots__ = ("a", "b")
+
+    def __init__(self) -> None:
+        self.a = 1
+        self.b = "x"
+
+
+def plain(d: Any) -> Any:
+    """A TDict tree as plain dicts (for exact comparisons)."""
+    if isinstance(d, dict):
+        return {k: plain(v) for k, v in d.items()}
+    return d
+
+
+def test_rollback_restores_sets_overwrites_deletes_and_re_adds() -> None:
+    log = UndoLog()
+    d = log.new_dict()
+    d["keep"] = 1
+    d["gone"] = 2
+    d["changed"] = 3
+    log.release(log.mark())
+    assert len(log) == 0
+
+    m = log.mark()
+    d["changed"] = 30
+    d["changed"] = 300
+    del d["gone"]
+    d["new"] = 4
+    d["gone"] = 22  # re-added with another value
+    del d["new"]
+    d["new"] = 5
+    d.discard("keep")
+    d.discard("absent")  # no-op, not logged
+    d.increment("counter", 2)
+    d.increment("counter", -2)  # reaches zero: removed
+    assert plain(d) == {"changed": 300, "gone": 22, "new": 5}
+    log.rollback(m)
+    assert plain(d) == {"keep": 1, "gone": 2, "changed": 3}
+    assert len(log) == 0
+
+
+def test_rollback_restores_nested_dicts_and_attributes() -> None:
+    log = UndoLog()
+    outer = log.new_dict()
+    inner = TDict(log)
+    inner[1] = "m1"
+    outer["t"] = inner
+    box = Box()
+    log.release(log.mark())
+    before = (plain(outer), box.a, box.b)
+
+    m = log.mark()
+    outer["t"][1] = "m2"
+    outer["t"][2] = "m3"
+    fresh = TDict(log)
+    fresh[0] = "z"
+    outer["u"] = fresh
+    del outer["t"][1]
+    log.set_attr(box, "a", 2)
+    log.set_attr(box, "a", 3)
+    log.set_attr(box, "b", None)
+    del outer["t"]
+    assert plain(outer) == {"u": {0: "z"}}
+    assert (box.a, box.b) == (3, None)
+
+    log.rollback(m)
+    assert (plain(outer), box.a, box.b) == before
+    assert outer["t"] is inner  # the same object is back, not a copy
+
+
+def test_rollback_to_an_intermediate_mark() -> None:
+    log = UndoLog()
+    d = log.new_dict()
+    d["a"] = 1
+    m1 = log.mark()
+    d["b"] = 2
+    m2 = log.mark()
+    d["c"] = 3
+    d["a"] = 10
+    log.rollback(m2)
+    assert plain(d) == {"a": 1, "b": 2}
+    log.rollback(m1)
+    assert plain(d) == {"a": 1}
+    log.rollback(0)
+    assert plain(d) == {}
+    assert log.mark() == 0
+
+
+def test_marks_are_absolute_across_release() -> None:
+    log = UndoLog()
+    d = log.new_dict()
+    d["a"] = 1
+    d["b"] = 2
+    assert log.mark() == 2
+    log.release(1)  # forget the first entry only
+    assert len(log) == 1
+    assert log.mark() == 2
+    d["c"] = 3
+    m = log.mark()
+    assert m == 3
+    d["c"] = 4
+    log.rollback(m)
+    assert d["c"] == 3
+    log.rollback(1)  # still possible: released only up to 1
+    assert plain(d) == {"a": 1}
+
+
+def test_release_then_rollback_to_an_older_mark_raises() -> None:
+    log = UndoLog()
+    d = log.new_dict()
+    old = log.mark()
+    d["a"] = 1
+    d["b"] = 2
+    log.release(log.mark())
+    with pytest.raises(ValueError, match=r"cannot roll back to 0: released up to 2"):
+        log.rollback(old)
+    assert plain(d) == {"a": 1, "b": 2}  # nothing was undone
+    log.rollback(log.mark())  # the current mark is fine
+    assert plain(d) == {"a": 1, "b": 2}
+
+
+def test_release_beyond_the_log_is_clamped() -> None:
+    log = UndoLog()
+    d = log.new_dict()
+    d["a"] = 1
+    log.release(10)
+    assert len(log) == 0
+    assert log.mark() == 1
+    log.release(0)  # older than the base: nothing to do
+    assert log.mark() == 1
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda d: d.pop("a"),
+        lambda d: d.pop("zz", None),
+        lambda d: d.popitem(),
+        lambda d: d.setdefault("b", 2),
+        lambda d: d.update({"b": 2}),
+        lambda d: d.update(b=2),
+        lambda d: d.clear(),
+    ],
+    ids=["pop", "pop_default", "popitem", "setdefault", "update", "update_kwargs", "clear"],
+)
+def test_forbidden_mutators_raise_and_change_nothing(call: Any) -> None:
+    log = UndoLog()
+    d = log.new_dict()
+    d["a"] = 1
+    n = len(log)
+    with pytest.raises(TypeError, match="TDict: use item assignment, del, discard or increment"):
+        call(d)
+    assert plain(d) == {"a": 1}
+    assert len(log) == n
+
+
+def test_in_place_union_cannot_bypass_the_log() -> None:
+    """``d |= other`` is a mutator too: it must either be refused like ``update`` or be undone
+    by a rollback. It must never change a TDict silently behind the log's back."""
+    log = UndoLog()
+    d = log.new_dict()
+    d["a"] = 1
+    m = log.mark()
+    try:
+        d |= {"a": 2, "b": 3}
+    except TypeError:
+        assert plain(d) == {"a": 1}
+        return
+    log.rollback(m)
+    assert plain(d) == {"a": 1}
+
+
+def test_deleting_a_missing_key_raises_and_logs_nothing() -> None:
+    log = UndoLog()
+    d = log.new_dict()
+    with pytest.raises(KeyError):
+        del d["nope"]
+    assert len(log) == 0
+
+
+def test_reads_are_plain_dict_reads() -> None:
+    log = UndoLog()
+    d = log.new_dict()
+    d["a"] = 1
+    assert d.get("a") == 1 and d.get("b") is None and "a" in d and len(d) == 1
+    assert dict(d) == {"a": 1} and list(d.items()) == [("a", 1)]
+    assert isinstance(d, dict)
+    assert len(log) == 1  # reads log nothing
+
+
+def test_disabled_log_records_nothing() -> None:
+    log = UndoLog()
+    d = log.new_dict()
+    box = Box()
+    log.enabled = False
+    d["a"] = 1
+    d["a"] = 2
+    d["b"] = 3
+    del d["b"]
+    d.increment("c", 1)
+    d.discard("c")
+    log.set_attr(box, "a", 5)
+    assert len(log) == 0
+    assert log.mark() == 0
+    assert plain(d) == {"a": 2}
+    assert box.a == 5
+    log.rollback(0)  # nothing to undo
+    assert plain(d) == {"a": 2} and box.a == 5
+    log.enabled = True
+    d["a"] = 9
+    log.rollback(0)
+    assert plain(d) == {"a": 2}
+
+
+# ------------------------------------------------------------------------ property
+
+KEYS = st.sampled_from(["a", "b", "c", "d"])
+OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("set"), KEYS, st.integers(-3, 3)),
+        st.tuples(st.just("del"), KEYS, st.just(0)),
+        st.tuples(st.just("inc"), KEYS, st.integers(-2, 2)),
+        st.tuples(st.just("nested"), KEYS, st.integers(0, 3)),
+        st.tuples(st.just("attr"), st.just("a"), st.integers(0, 9)),
+        st.tuples(st.just("mark"), st.just(""), st.just(0)),
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=150, deadline=None, derandomize=True)
+@given(OPS, st.data())
+def test_rollback_to_any_mark_restores_the_state_at_that_mark(ops: list[tuple[str, str, int]], data: Any) -> None:
+    log = UndoLog()
+    d = log.new_dict()
+    box = Box()
+    states: list[tuple[int, Any, int]] = [(log.mark(), copy.deepcopy(plain(d)), box.a)]
+    for op, key, value in ops:
+        if op == "set":
+            d[key] = value
+        elif op == "del":
+            d.discard(key)
+        elif op == "inc":
+            if not isinstance(d.get(key, 0), int):
+                continue
+            d.increment(key, value)
+        elif op == "nested":
+            inner = d.get(key)
+            if not isinstance(inner, TDict):
+                inner = TDict(log)
+                d[key] = inner
+            inner[value] = value
+        elif op == "attr":
+            log.set_attr(box, "a", value)
+        else:
+            states.append((log.mark(), copy.deepcopy(plain(d)), box.a))
+    states.append((log.mark(), copy.deepcopy(plain(d)), box.a))
+    # Roll back to marks in decreasing order, checking each state exactly.
+    picks = sorted(set(data.draw(st.lists(st.sampled_from(range(len(states))), min_size=1, max_size=4))), reverse=True)
+    for i in picks:
+        mark, state, attr = states[i]
+        log.rollback(mark)
+        assert plain(d) == state
+        assert box.a == attr
+        assert log.mark() == mark

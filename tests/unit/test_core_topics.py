@@ -1,0 +1,335 @@
+"""The topic registry (coordinator/core/topics.py): Kafka's CreateTopics / CreatePartitions /
+DeleteTopics rules with per-topic error codes, and versioned immutable topic images."""
+
+from __future__ import annotations
+
+import pytest
+
+from coordinator.core import records as r
+from coordinator.core.commands import SequentialIds
+from coordinator.core.errors import ErrorCode, IllegalStateError, InvalidTopicError
+from coordinator.core.model import ZERO_TOPIC_ID, TopicImage, TopicsImage
+from coordinator.core.topics import MAX_PARTITIONS, NewTopic, TopicRegistry, TopicResult, check_topic_name
+
+ID1 = "AAAAAAAAAAAAAAAAAAAAAQ"  # SequentialIds' first topic id
+ID2 = "AAAAAAAAAAAAAAAAAAAAAg"
+ID3 = "AAAAAAAAAAAAAAAAAAAAAw"
+EXPLICIT = "vUoHcKbRQRu-E0ATTUX9fA"
+
+
+def registry() -> TopicRegistry:
+    return TopicRegistry(SequentialIds())
+
+
+def create(reg: TopicRegistry, *topics: tuple[str, int] | NewTopic) -> list[TopicResult]:
+    items = [t if isinstance(t, NewTopic) else NewTopic(name=t[0], num_partitions=t[1]) for t in topics]
+    return reg.create_topics(items).response  # type: ignore[return-value]
+
+
+def error(name: str, code: ErrorCode, message: str) -> TopicResult:
+    return TopicResult(name=name, error_code=code, error_message=message)
+
+
+# ------------------------------------------------------------------------ create
+
+
+def test_create_topics_emits_records_and_answers_per_topic() -> None:
+    reg = registry()
+    res = reg.create_topics([NewTopic(name="foo", num_partitions=3), NewTopic(name="bar", num_partitions=1)])
+    assert res.response == [
+        TopicResult(name="foo", topic_id=ID1, num_partitions=3),
+        TopicResult(name="bar", topic_id=ID2, num_partitions=1),
+    ]
+    assert res.records == [r.topic_record("foo", ID1, 3), r.topic_record("bar", ID2, 1)]
+    assert reg.list_topics() == [
+        TopicResult(name="bar", topic_id=ID2, num_partitions=1),
+        TopicResult(name="foo", topic_id=ID1, num_partitions=3),
+    ]
+
+
+LONGEST = "x" * 249
+
+
+@pytest.mark.parametrize(
+    "name,message",
+    [
+        ("", "Topic name is illegal, it can't be empty."),
+        (".", 'Topic name cannot be "." or "..".'),
+        ("..", 'Topic name cannot be "." or "..".'),
+        ("x" * 250, f"Topic name is illegal, it can't be longer than 249 characters, topic name: {'x' * 250}"),
+        ("a b", "Topic name \"a b\" is illegal, it contains a character other than ASCII alphanumerics, '.', '_' and '-'"),
+        ("a/b", "Topic name \"a/b\" is illegal, it contains a character other than ASCII alphanumerics, '.', '_' and '-'"),
+        ("caf\u00e9", "Topic name \"caf\u00e9\" is illegal, it contains a character other than ASCII alphanumerics, '.', '_' and '-'"),
+        ("t\n", "Topic name \"t\n\" is illegal, it contains a character other than ASCII alphanumerics, '.', '_' and '-'"),
+        ("a+b", "Topic name \"a+b\" is illegal, it contains a character other than ASCII alphanumerics, '.', '_' and '-'"),
+    ],
+    ids=["empty", "dot", "dotdot", "too_long", "space", "slash", "non_ascii", "newline", "plus"],
+)
+def test_invalid_topic_names(name: str, message: str) -> None:
+    with pytest.raises(InvalidTopicError) as info:
+        check_topic_name(name)
+    assert info.value.message == message
+    reg = registry()
+    assert create(reg, (name, 1)) == [error(name, ErrorCode.INVALID_TOPIC_EXCEPTION, message)]
+    assert reg.topics == {}
+
+
+@pytest.mark.parametrize("name", [LONGEST, "a.b_c-D9", "...", "_", "-", "__consumer_offsets", "A" * 10])
+def test_valid_topic_names(name: str) -> None:
+    check_topic_name(name)
+    reg = registry()
+    assert create(reg, (name, 1)) == [TopicResult(name=name, topic_id=ID1, num_partitions=1)]
+
+
+def test_topic_already_exists() -> None:
+    reg = registry()
+    create(reg, ("foo", 3))
+    res = reg.create_topics([NewTopic(name="foo", num_partitions=5)])
+    assert res.response == [error("foo", ErrorCode.TOPIC_ALREADY_EXISTS, "Topic 'foo' already exists.")]
+    assert res.records == []
+    assert reg.topics["foo"] == r.TopicValue(topic_id=ID1, num_partitions=3)
+
+
+def test_duplicate_names_in_one_request_create_nothing() -> None:
+    """Kafka (CreateTopics): a name listed twice is answered INVALID_REQUEST and that topic is
+    not created; the other topics of the request are processed normally."""
+    reg = registry()
+    res = reg.create_topics([
+        NewTopic(name="foo", num_partitions=1),
+        NewTopic(name="bar", num_partitions=2),
+        NewTopic(name="foo", num_partitions=3),
+    ])
+    assert "foo" not in reg.topics
+    assert_duplicate_refused(res.response, "foo")  # type: ignore[arg-type]
+    assert [t for t in res.response if t.name == "bar"] == [  # type: ignore[union-attr]
+        TopicResult(name="bar", topic_id=reg.topics["bar"].topic_id, num_partitions=2)
+    ]
+    assert [rec.key.name for rec in res.records] == ["bar"]  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("count", [0, -5, MAX_PARTITIONS + 1])
+def test_invalid_partition_counts(count: int) -> None:
+    reg = registry()
+    assert create(reg, ("foo", count)) == [error(
+        "foo", ErrorCode.INVALID_PARTITIONS,
+        f"Number of partitions must be between 1 and {MAX_PARTITIONS}, got {count}.",
+    )]
+    assert reg.topics == {}
+
+
+def test_partition_count_bounds_are_inclusive() -> None:
+    reg = registry()
+    assert create(reg, ("one", 1), ("many", MAX_PARTITIONS)) == [
+        TopicResult(name="one", topic_id=ID1, num_partitions=1),
+        TopicResult(name="many", topic_id=ID2, num_partitions=MAX_PARTITIONS),
+    ]
+
+
+def test_explicit_topic_ids() -> None:
+    reg = registry()
+    assert create(reg, NewTopic(name="foo", num_partitions=2, topic_id=EXPLICIT)) == [
+        TopicResult(name="foo", topic_id=EXPLICIT, num_partitions=2)
+    ]
+    # Already in use, the zero id, and an id used twice in one request are refused.
+    assert create(reg, NewTopic(name="bar", num_partitions=1, topic_id=EXPLICIT)) == [
+        error("bar", ErrorCode.INVALID_REQUEST, f"Topic id {EXPLICIT} is reserved or already in use.")
+    ]
+    assert create(reg, NewTopic(name="bar", num_partitions=1, topic_id=ZERO_TOPIC_ID)) == [
+        error("bar", ErrorCode.INVALID_REQUEST, f"Topic id {ZERO_TOPIC_ID} is reserved or already in use.")
+    ]
+    assert create(reg, NewTopic(name="a", num_partitions=1, topic_id=ID3), NewTopic(name="b", num_partitions=1, topic_id=ID3)) == [
+        TopicResult(name="a", topic_id=ID3, num_partitions=1),
+        error("b", ErrorCode.INVALID_REQUEST, f"Topic id {ID3} is reserved or already in use."),
+    ]
+    assert sorted(reg.topics) == ["a", "foo"]
+
+
+def test_generated_ids_skip_ids_in_use() -> None:
+    """A generated id that collides with an explicit one is refused rather than reused."""
+    reg = registry()
+    create(reg, NewTopic(name="foo", num_partitions=1, topic_id=ID1))
+    res = create(reg, ("bar", 1))
+    assert res == [error("bar", ErrorCode.INVALID_REQUEST, f"Topic id {ID1} is reserved or already in use.")]
+    assert create(reg, ("bar", 1)) == [TopicResult(name="bar", topic_id=ID2, num_partitions=1)]
+
+
+def test_one_bad_topic_does_not_fail_the_others() -> None:
+    reg = registry()
+    create(reg, ("exists", 1))
+    assert create(reg, ("ok", 2), ("", 1), ("exists", 1), ("zero", 0), ("ok2", 1)) == [
+        TopicResult(name="ok", topic_id=ID2, num_partitions=2),
+        error("", ErrorCode.INVALID_TOPIC_EXCEPTION, "Topic name is illegal, it can't be empty."),
+        error("exists", ErrorCode.TOPIC_ALREADY_EXISTS, "Topic 'exists' already exists."),
+        error("zero", ErrorCode.INVALID_PARTITIONS, f"Number of partitions must be between 1 and {MAX_PARTITIONS}, got 0."),
+        TopicResult(name="ok2", topic_id=ID3, num_partitions=1),
+    ]
+
+
+# ------------------------------------------------------------------------ add partitions
+
+
+def test_add_partitions() -> None:
+    reg = registry()
+    create(reg, ("foo", 3))
+    res = reg.create_partitions([("foo", 5)])
+    assert res.response == [TopicResult(name="foo", topic_id=ID1, num_partitions=5)]
+    assert res.records == [r.topic_record("foo", ID1, 5)]
+    assert reg.image().by_name["foo"] == TopicImage(ID1, "foo", 5)
+
+
+@pytest.mark.parametrize(
+    "name,count,code,message",
+    [
+        ("nope", 4, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "The topic 'nope' does not exist."),
+        ("foo", 3, ErrorCode.INVALID_PARTITIONS,
+         "Topic currently has 3 partitions, which is higher than or equal to the requested 3."),
+        ("foo", 2, ErrorCode.INVALID_PARTITIONS,
+         "Topic currently has 3 partitions, which is higher than or equal to the requested 2."),
+        ("foo", MAX_PARTITIONS + 1, ErrorCode.INVALID_PARTITIONS, f"Number of partitions must be at most {MAX_PARTITIONS}."),
+    ],
+    ids=["unknown_topic", "same_count", "decrease", "too_many"],
+)
+def test_add_partitions_errors(name: str, count: int, code: ErrorCode, message: str) -> None:
+    reg = registry()
+    create(reg, ("foo", 3))
+    image = reg.image()
+    res = reg.create_partitions([(name, count)])
+    assert res.response == [error(name, code, message)]
+    assert res.records == []
+    assert reg.topics["foo"].num_partitions == 3
+    assert reg.image() is image
+
+
+def test_add_partitions_batch_is_per_topic() -> None:
+    reg = registry()
+    create(reg, ("foo", 1), ("bar", 1))
+    res = reg.create_partitions([("foo", 2), ("nope", 2), ("bar", 1)])
+    assert [(t.name, t.error_code, t.num_partitions) for t in res.response] == [  # type: ignore[union-attr]
+        ("foo", ErrorCode.NONE, 2), ("nope", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, 0),
+        ("bar", ErrorCode.INVALID_PARTITIONS, 0),
+    ]
+
+
+def assert_duplicate_refused(results: list[TopicResult], name: str) -> None:
+    mine = [t for t in results if t.name == name]
+    assert mine
+    assert all(t.error_code == ErrorCode.INVALID_REQUEST for t in mine), mine
+    assert all("Duplicate topic name" in (t.error_message or "") for t in mine), mine
+
+
+def test_add_partitions_duplicate_names_are_refused() -> None:
+    """Kafka (CreatePartitions): a name listed twice is answered INVALID_REQUEST "Duplicate topic
+    name." and that topic is left alone; the other topics are processed."""
+    reg = registry()
+    create(reg, ("foo", 1), ("bar", 1))
+    res = reg.create_partitions([("bar", 2), ("foo", 2), ("bar", 4)])
+    assert_duplicate_refused(res.response, "bar")  # type: ignore[arg-type]
+    assert reg.topics["bar"].num_partitions == 1
+    assert reg.topics["foo"].num_partitions == 2
+    assert res.records == [r.topic_record("foo", ID1, 2)]
+
+
+# ------------------------------------------------------------------------ delete
+
+
+def test_delete_topics() -> None:
+    reg = registry()
+    create(reg, ("foo", 3), ("bar", 1))
+    res = reg.delete_topics(["foo", "nope"])
+    assert res.response == [
+        TopicResult(name="foo", topic_id=ID1, num_partitions=3),
+        error("nope", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "The topic 'nope' does not exist."),
+    ]
+    assert res.records == [r.topic_record("foo", None)]
+    assert sorted(reg.topics) == ["bar"]
+    assert "foo" not in reg.image().by_name and ID1 not in reg.image().by_id
+
+
+def test_delete_duplicate_names_are_refused() -> None:
+    """Kafka (DeleteTopics): a name listed twice is answered INVALID_REQUEST "Duplicate topic
+    name." and that topic is not deleted."""
+    reg = registry()
+    create(reg, ("foo", 1), ("bar", 1))
+    res = reg.delete_topics(["foo", "bar", "foo"])
+    assert_duplicate_refused(res.response, "foo")  # type: ignore[arg-type]
+    assert sorted(reg.topics) == ["foo"]
+    assert res.records == [r.topic_record("bar", None)]
+
+
+def test_recreated_topic_gets_a_new_id() -> None:
+    reg = registry()
+    create(reg, ("foo", 3))
+    reg.delete_topics(["foo"])
+    assert create(reg, ("foo", 3)) == [TopicResult(name="foo", topic_id=ID2, num_partitions=3)]
+    assert reg.image().by_name["foo"].topic_id == ID2
+    assert set(reg.image().by_id) == {ID2}
+
+
+# ------------------------------------------------------------------------ images, replay, rollback
+
+
+def test_image_version_increases_with_every_change_and_only_then() -> None:
+    reg = registry()
+    v0 = reg.image()
+    assert v0 == TopicsImage() and v0.version == 0
+    create(reg, ("foo", 1))
+    v1 = reg.image()
+    assert v1.version > v0.version
+    assert reg.image() is v1  # no change: same image
+    reg.create_partitions([("foo", 2)])
+    v2 = reg.image()
+    reg.delete_topics(["foo"])
+    v3 = reg.image()
+    create(reg, ("foo", 1))
+    v4 = reg.image()
+    assert v0.version < v1.version < v2.version < v3.version < v4.version
+    # Failed operations change nothing.
+    create(reg, ("foo", 1))
+    reg.delete_topics(["nope"])
+    assert reg.image() is v4
+    # Images are immutable snapshots.
+    assert v1.by_name["foo"].num_partitions == 1 and v2.by_name["foo"].num_partitions == 2
+    assert v3.by_name == {}
+
+
+def test_image_indexes_agree() -> None:
+    reg = registry()
+    create(reg, ("foo", 3), ("bar", 1))
+    image = reg.image()
+    assert image.by_name == {"foo": TopicImage(ID1, "foo", 3), "bar": TopicImage(ID2, "bar", 1)}
+    assert image.by_id == {ID1: TopicImage(ID1, "foo", 3), ID2: TopicImage(ID2, "bar", 1)}
+
+
+def test_replay_rebuilds_the_registry() -> None:
+    reg = registry()
+    recs = []
+    recs += reg.create_topics([NewTopic(name="foo", num_partitions=3), NewTopic(name="bar", num_partitions=1)]).records
+    recs += reg.create_partitions([("foo", 4)]).records
+    recs += reg.delete_topics(["bar"]).records
+    recs += reg.create_topics([NewTopic(name="bar", num_partitions=2)]).records
+    fresh = registry()
+    for rec in recs:
+        fresh.replay(rec)
+    assert fresh.list_topics() == reg.list_topics()
+    assert fresh.image().by_name == reg.image().by_name
+
+
+def test_replay_refuses_group_records() -> None:
+    with pytest.raises(IllegalStateError, match="not a topic record"):
+        registry().replay(r.group_epoch_record("g", 1, "cgp_x"))
+
+
+def test_rollback_restores_topics_and_invalidates_the_image() -> None:
+    reg = registry()
+    create(reg, ("foo", 1))
+    reg.release(reg.mark())
+    before = reg.image()
+    m = reg.mark()
+    create(reg, ("bar", 1))
+    reg.delete_topics(["foo"])
+    assert sorted(reg.image().by_name) == ["bar"]
+    reg.rollback(m)
+    after = reg.image()
+    assert after.by_name == before.by_name
+    assert after.version > before.version  # a new image, never a reused version number
+    assert sorted(reg.topics) == ["foo"]
