@@ -248,6 +248,21 @@ def test_apply_retention(impl: Any) -> None:
     unlimited.close()
 
 
+def test_append_applies_retention_by_itself(impl: Any) -> None:
+    """With a retention, append expires the journal using its batch timestamp as now, at most
+    once per min(retention, 1 min) and only after its batch is written."""
+    store = impl.open(journal_retention_ms=1000)
+    for i, ts in enumerate([0, 500, 1500, 1600]):
+        store.append([put(b"%d" % i, b"v")], ts)
+    # t=1500 expired t=0 (older than 500); t=1600 came too soon after to expire t=500.
+    assert [e.timestamp_ms for e in journal(store)] == [500, 1500, 1600]
+    store.append([put(b"4", b"v")], 2600)  # expires everything older than 1600
+    assert [e.timestamp_ms for e in journal(store)] == [1600, 2600]
+    assert [rec.key for _, rec in loaded(store)] == [b"0", b"1", b"2", b"3", b"4"]
+    assert store.last_offset() == 4
+    store.close()
+
+
 # -- atomicity and validation -----------------------------------------------------------------
 
 

@@ -304,6 +304,37 @@ def test_expire_in_chunks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
     db.close()
 
 
+def test_automatic_retention_is_bounded_per_append(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sqlite_store, "_RETENTION_STEP", 3)
+    with SqliteRecordStore(tmp_path) as store:
+        store.append([put(b"%d" % i) for i in range(10)], 0)
+    with SqliteRecordStore(tmp_path, journal_retention_ms=100) as store:
+        sizes = []
+        for i in range(5):
+            store.append([put(b"new%d" % i)], 1000 + i)  # backlog: 10 expired entries
+            sizes.append(len(list(store.journal())))
+        # 10 old + 1 new - 3 = 8; 9 - 3 = 6; 7 - 3 = 4; 5 - 1 (the last old one: a partial
+        # chunk, so the backlog is done and the next check waits); 4 + 1
+        assert sizes == [8, 6, 4, 4, 5]
+        assert len(list(store.load())) == 15
+
+
+def test_automatic_retention_failure_does_not_fail_the_append(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    with SqliteRecordStore(tmp_path, journal_retention_ms=10) as store:
+
+        def broken(*_: object) -> tuple[int, bool]:
+            raise StoreWriteError("journal expiry failed: disk I/O error")
+
+        monkeypatch.setattr(store, "_expire_chunk", broken)
+        assert store.append([put(b"a")], 0) == 0
+        assert "journal retention step failed" in caplog.text
+        assert [e.key for e in store.journal()] == [b"a"]
+
+
 def test_appends_from_a_writer_thread_while_loading(tmp_path: Path) -> None:
     """The runtime's model: appends on one executor thread, reads on the loop thread."""
     from concurrent.futures import ThreadPoolExecutor

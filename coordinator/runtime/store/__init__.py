@@ -13,8 +13,10 @@ Rules and theory of operation:
 * Two views of the same appends. The *compacted view* (``load()``) holds each key's latest value
   in the order of the offsets of those writes; tombstones delete. The runtime replays it at
   start-up. The *journal* (``journal()``) holds every record with its offset and timestamp, for
-  analytics; retention (``expire_journal``/``apply_retention``) cuts a prefix of it and never
-  touches the compacted view. Offsets start at 0 and are never reused.
+  analytics. Retention cuts a prefix of it and never touches the compacted view: with
+  ``journal_retention_ms`` set, ``append`` applies it by itself (batch timestamp = now, once a
+  minute, bounded work per call); ``expire_journal`` does it on demand. Offsets start at 0 and
+  are never reused.
 * Thread model: all methods are thread-safe. The runtime calls ``append`` from one writer thread;
   readers (``load``, ``journal``) see a snapshot taken when they are called and do not block it.
 * ``SqliteRecordStore`` (default, ``<data-dir>/coordinator.db``, WAL, fsync per commit) refuses

@@ -18,7 +18,10 @@ __all__ = [
     "StoreWriteError",
     "StoredRecord",
     "check_batch",
+    "retention_interval_ms",
 ]
+
+RETENTION_CHECK_MS = 60_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,7 +117,11 @@ class RecordStore(Protocol):
         ...
 
     def apply_retention(self, now_ms: int) -> int:
-        """``expire_journal(now_ms - journal_retention_ms)``; 0 when retention is unset."""
+        """``expire_journal(now_ms - journal_retention_ms)``; 0 when retention is unset.
+
+        Rarely needed: with a retention set, ``append`` applies it by itself (using the batch's
+        ``timestamp_ms`` as now), once a minute, a bounded number of entries per call, after
+        the batch is durable. Call this to expire while no appends happen, e.g. at shutdown."""
         ...
 
     def last_offset(self) -> int:
@@ -128,6 +135,12 @@ class RecordStore(Protocol):
     def close(self) -> None:
         """Release the store. Idempotent. Iterators already returned stay usable."""
         ...
+
+
+def retention_interval_ms(journal_retention_ms: int) -> int:
+    """How long after an automatic retention pass ``append`` runs the next one: a minute, or
+    the retention itself when shorter (so short retentions in tests act promptly)."""
+    return max(1, min(RETENTION_CHECK_MS, journal_retention_ms))
 
 
 def check_batch(records: Sequence[StoredRecord], timestamp_ms: int) -> None:

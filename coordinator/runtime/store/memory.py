@@ -8,11 +8,19 @@ while a batch is in flight. ``batch_sizes`` records every successful append (gro
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Iterator, Sequence
 from typing import Any, Self
 
-from .api import JournalEntry, StoredRecord, StoreError, StoreWriteError, check_batch
+from .api import (
+    JournalEntry,
+    StoredRecord,
+    StoreError,
+    StoreWriteError,
+    check_batch,
+    retention_interval_ms,
+)
 
 __all__ = ["MemoryRecordStore"]
 
@@ -40,6 +48,7 @@ class MemoryRecordStore:
         self._lock = threading.Lock()
         self._closed = False
         self._failed = False
+        self._retention_due_ms = -(2**63)  # the first append checks
         self._faults: list[tuple[BaseException, bool]] = []
         self._released = threading.Event()
         self._released.set()
@@ -99,7 +108,14 @@ class MemoryRecordStore:
                     f"injected append failure: {exc!r}", outcome_unknown=outcome_unknown
                 ) from exc
             self.batch_sizes.append(len(records))
-            return self._apply(records, timestamp_ms)
+            last = self._apply(records, timestamp_ms)
+        retention = self.journal_retention_ms
+        if retention is not None and timestamp_ms >= self._retention_due_ms:
+            # Like the SQLite store: after the batch is durable, never an error of the append.
+            with contextlib.suppress(StoreError):
+                self.expire_journal(timestamp_ms - retention)
+            self._retention_due_ms = timestamp_ms + retention_interval_ms(retention)
+        return last
 
     def _apply(self, records: Sequence[StoredRecord], timestamp_ms: int) -> int:
         data = self._data

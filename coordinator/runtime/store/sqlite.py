@@ -17,6 +17,10 @@ SQLite fsyncs the WAL on every commit, so an acknowledged batch survives ``kill 
 loss (as far as the disk honours fsync). ``sync="normal"`` survives ``kill -9`` but may lose the
 last commits on power loss. ``sync="off"`` is for benchmark fixtures only.
 
+Retention: with ``journal_retention_ms``, each ``append`` whose timestamp is due (once a minute)
+runs one extra small transaction after its batch is durable, deleting at most 2,000 expired
+journal entries (more on the next appends while a backlog remains); its errors are logged.
+
 Thread model: every method may be called from any thread; one lock serialises the single writer
 connection (the runtime calls ``append`` from one writer thread anyway). ``load``/``journal``/
 ``stats`` read through their own short-lived read-only connection, so a long read neither
@@ -27,12 +31,12 @@ open a store for writing: an exclusive ``flock`` on ``coordinator.db.lock`` enfo
 from __future__ import annotations
 
 import importlib.metadata
+import logging
 import os
 import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import closing
 from pathlib import Path
 from typing import Any, BinaryIO, Literal, Self
 
@@ -43,6 +47,7 @@ from .api import (
     StoreVersionError,
     StoreWriteError,
     check_batch,
+    retention_interval_ms,
 )
 
 try:  # POSIX only; elsewhere the single-writer rule is documented but not enforced.
@@ -52,6 +57,8 @@ except ImportError:  # pragma: no cover
 
 __all__ = ["DATA_FILE_NAME", "SCHEMA_VERSION", "SqliteRecordStore"]
 
+log = logging.getLogger(__name__)
+
 DATA_FILE_NAME = "coordinator.db"
 SCHEMA_VERSION = 1
 APPLICATION_ID = 0x4B383438  # "K848"
@@ -59,6 +66,7 @@ Sync = Literal["full", "normal", "off"]
 _SYNC_PRAGMA = {"full": "FULL", "normal": "NORMAL", "off": "OFF"}
 _FETCH = 8192  # rows per fetchmany: one C call per chunk instead of one per row
 _EXPIRE_CHUNK = 50_000  # journal rows deleted per transaction, so appends interleave
+_RETENTION_STEP = 2_000  # journal rows at most deleted by the automatic retention of one append
 
 _SCHEMA_V1 = (
     "CREATE TABLE meta (name TEXT PRIMARY KEY NOT NULL, value NOT NULL)",
@@ -127,6 +135,7 @@ class SqliteRecordStore:
         self._conn: sqlite3.Connection | None = None
         self._lock_file: BinaryIO | None = None
         self._failed = False
+        self._retention_due_ms = -(2**63)  # the first append checks
         self._ro_uri = self.path.as_uri() + "?mode=ro"
         try:
             self._open()
@@ -292,8 +301,11 @@ class SqliteRecordStore:
                     f"commit to {self.path} failed; the batch may or may not be durable: {e}",
                     outcome_unknown=True,
                 ) from e
-            self._next_offset = start + len(rows)
-            return self._next_offset - 1
+            last = start + len(rows) - 1
+            self._next_offset = last + 1
+        if self.journal_retention_ms is not None and timestamp_ms >= self._retention_due_ms:
+            self._retention_step(timestamp_ms)
+        return last
 
     def _commit(self) -> None:
         assert self._conn is not None
@@ -323,48 +335,56 @@ class SqliteRecordStore:
     def expire_journal(self, older_than_ms: int) -> int:
         if type(older_than_ms) is not int:
             raise TypeError("older_than_ms must be an int")
+        deleted, more = 0, True
+        while more:  # one transaction per chunk, so appends interleave
+            n, more = self._expire_chunk(older_than_ms, _EXPIRE_CHUNK)
+            deleted += n
+        return deleted
+
+    def _expire_chunk(self, older_than_ms: int, limit: int) -> tuple[int, bool]:
+        """Expire the expired prefix of the first ``limit`` journal entries. Returns (entries
+        deleted, whether the whole chunk expired, i.e. there may be more)."""
         with self._lock:
-            self._writer()
-        # The boundary is found once, outside the writer lock; later appends only add offsets
-        # after it, so the prefix it delimits can only stay the same.
-        with closing(self._read()) as conn:
-            first_kept = conn.execute(
-                "SELECT offset FROM journal WHERE timestamp_ms >= ? ORDER BY offset LIMIT 1",
-                (older_than_ms,),
-            ).fetchone()
-            low = conn.execute("SELECT min(offset) FROM journal").fetchone()[0]
-            end = (
-                first_kept[0]
-                if first_kept
-                else conn.execute("SELECT max(offset) + 1 FROM journal").fetchone()[0]
-            )
-        if low is None or end is None or end <= low:
-            return 0
-        deleted = 0
-        while low < end:
-            upto = min(low + _EXPIRE_CHUNK, end)
-            with self._lock:
-                conn = self._writer()
-                try:
-                    conn.execute("BEGIN IMMEDIATE")
-                    cur = conn.execute("DELETE FROM journal WHERE offset < ?", (upto,))
-                    deleted += cur.rowcount
+            conn = self._writer()
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                head = conn.execute(
+                    "SELECT offset, timestamp_ms FROM journal ORDER BY offset LIMIT ?", (limit,)
+                ).fetchall()
+                n = next((i for i, (_, ts) in enumerate(head) if ts >= older_than_ms), len(head))
+                if n:
+                    through = head[n - 1][0]
+                    conn.execute("DELETE FROM journal WHERE offset <= ?", (through,))
                     conn.execute(
                         "UPDATE meta SET value = max(value, ?)"
                         " WHERE name = 'journal_expired_through_offset'",
-                        (upto - 1,),
+                        (through,),
                     )
                     self._commit()
-                except sqlite3.Error as e:
-                    self._rollback()
-                    raise StoreWriteError(f"journal expiry in {self.path} failed: {e}") from e
-            low = upto
-        return deleted
+                else:
+                    conn.execute("ROLLBACK")
+            except sqlite3.Error as e:
+                self._rollback()
+                raise StoreWriteError(f"journal expiry in {self.path} failed: {e}") from e
+        return n, n == limit
 
     def apply_retention(self, now_ms: int) -> int:
         if self.journal_retention_ms is None:
             return 0
         return self.expire_journal(now_ms - self.journal_retention_ms)
+
+    def _retention_step(self, now_ms: int) -> None:
+        """Automatic retention, run by append() after its batch is durable: at most one small
+        chunk per append, so an append never pays for a large backlog at once. A failure here
+        is logged, never raised: the caller's batch is already durable."""
+        retention = self.journal_retention_ms
+        assert retention is not None
+        try:
+            _, more = self._expire_chunk(now_ms - retention, _RETENTION_STEP)
+        except StoreError as e:
+            log.warning("journal retention step failed (will retry): %s", e)
+            more = False
+        self._retention_due_ms = now_ms if more else now_ms + retention_interval_ms(retention)
 
     # -- reading ----------------------------------------------------------------------------
 
