@@ -1,0 +1,349 @@
+"""Exhaustive checking of small scopes: breadth-first search over every interleaving.
+
+Scope: ``members`` clients (2–3) in one group subscribed to one topic with ``partitions``
+partitions (2–4), explored to ``depth`` actions. In every state the enabled actions are:
+
+* ``send i``      client i sends its next heartbeat (join, ack, plain heartbeat) — at most one in flight;
+* ``deliver i``   the coordinator processes client i's oldest request (per-client FIFO);
+* ``lose-req i``  client i's oldest request is lost;
+* ``respond i``   client i receives its oldest response (ignored unless it matches the request in flight);
+* ``lose-resp i`` client i's oldest response is lost;
+* ``timeout i``   client i's request timed out (only once its request or response is lost);
+* ``revoked i``   client i's revocation callback finishes;
+* ``fire k``      a coordinator timer fires (session or rebalance). Time is abstracted away: any
+  armed timer may fire at any point, which over-approximates every timing (a member can always be
+  slow), so safety proven here holds for all timings within the depth bound.
+
+Invariants I1, I1b, I2 and I3 (:mod:`coordinator.sim.invariants`) are checked in every reachable
+state. States are deduplicated by a canonical key (shard snapshot, armed timers, client states,
+messages in flight). Because the search is breadth-first, the first violation found has a
+shortest path, which is printed action by action.
+
+A coordinator state is stored as its compacted record list (``records_of_state``) and rebuilt by
+replay before its successors are computed; each action is applied and then rolled back with the
+shard's undo log.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from coordinator.core.commands import ConsumerGroupHeartbeat, SequentialIds
+from coordinator.core.config import GroupCoordinatorConfig
+from coordinator.core.errors import CoordinatorError, IllegalStateError
+from coordinator.core.records import Record
+from coordinator.core.shard import GroupCoordinatorShard
+from coordinator.core.timers import ArmTimer, CancelTimer, DueTimer
+from coordinator.core.topics import NewTopic, TopicRegistry
+
+from . import invariants as inv
+from .client import JOINING, SimClient, fmt
+
+GROUP = "grp"
+
+
+@dataclass(slots=True)
+class _State:
+    records: tuple[Record, ...]
+    timers: tuple[tuple[tuple[str, str, str], int], ...]  # sorted (key, payload)
+    clients: tuple[SimClient, ...]
+    requests: tuple[tuple[tuple[int, ConsumerGroupHeartbeat], ...], ...]  # per client FIFO
+    responses: tuple[tuple[tuple[int, tuple], ...], ...]  # per client FIFO
+    corr: int
+    parent: int
+    action: str
+    depth: int
+
+
+@dataclass(slots=True)
+class ExploreResult:
+    members: int
+    partitions: int
+    depth: int
+    states: int = 0
+    transitions: int = 0
+    max_depth_reached: int = 0
+    truncated: bool = False
+    violation: str | None = None
+    violation_name: str | None = None
+    path: list[str] = field(default_factory=list)
+    per_depth: list[int] = field(default_factory=list)
+
+    def render(self) -> str:
+        lines = [
+            f"explored {self.members} members x {self.partitions} partitions to depth {self.depth}: "
+            f"{self.states} distinct states, {self.transitions} transitions"
+            + (" (TRUNCATED at the state limit)" if self.truncated else ""),
+            "new states per depth: " + " ".join(str(n) for n in self.per_depth),
+        ]
+        if self.violation is None:
+            lines.append("invariants I1, I1b, I2, I3 hold in every explored state")
+        else:
+            lines.append(f"INVARIANT {self.violation_name} VIOLATED after {len(self.path)} actions (a shortest path):")
+            lines.extend(f"  {n + 1:2d}. {a}" for n, a in enumerate(self.path))
+            lines.append(self.violation)
+        return "\n".join(lines)
+
+
+class Explorer:
+    def __init__(
+        self,
+        *,
+        members: int = 2,
+        partitions: int = 2,
+        depth: int = 12,
+        max_states: int = 200_000,
+        assignors: Sequence[Any] | None = None,
+        static_members: int = 0,
+        timers: bool = True,
+        losses: bool = True,
+    ) -> None:
+        if assignors is None:
+            from assignors.uniform import UniformAssignor
+
+            assignors = [UniformAssignor()]
+        self.members = members
+        self.partitions = partitions
+        self.depth = depth
+        self.max_states = max_states
+        self.with_timers = timers
+        self.with_losses = losses
+        self.assignors = list(assignors)
+        self.config = GroupCoordinatorConfig()
+        ids = SequentialIds()
+        registry = TopicRegistry(ids)
+        res = registry.create_topics([NewTopic(name="t0", num_partitions=partitions)])
+        registry.release(registry.mark())
+        self.topic_id = res.response[0].topic_id  # type: ignore[index]
+        self.labels = {self.topic_id: "t0"}
+        self.image = registry.image()
+        self.static_members = static_members
+
+    # ------------------------------------------------------------------ shard
+
+    def _shard(self, records: Sequence[Record]) -> GroupCoordinatorShard:
+        shard = GroupCoordinatorShard(config=self.config, assignors=self.assignors, ids=SequentialIds("x"),
+                                      topics=self.image)
+        shard.undo.enabled = False
+        for rec in records:
+            shard.replay(rec)
+        shard.undo.enabled = True
+        return shard
+
+    # ------------------------------------------------------------------ search
+
+    def run(self) -> ExploreResult:
+        result = ExploreResult(self.members, self.partitions, self.depth)
+        clients = []
+        for i in range(self.members):
+            c = SimClient(index=i, topics=("t0",), group_id=GROUP,
+                          instance_id=f"inst-{i}" if i < self.static_members else None)
+            c.start()
+            clients.append(c)
+        root = _State((), (), tuple(clients), tuple(() for _ in clients), tuple(() for _ in clients), 0, -1, "start", 0)
+        states: list[_State] = [root]
+        seen = {self._key(self._shard(()), root)}
+        frontier: deque[int] = deque([0])
+        result.per_depth.append(1)
+        while frontier:
+            idx = frontier.popleft()
+            st = states[idx]
+            if st.depth >= self.depth:
+                continue
+            shard = self._shard(st.records)
+            parent_snap = repr(shard.snapshot())
+            for action in self._actions(st):
+                mark = shard.mark()
+                result.transitions += 1
+                try:
+                    nxt = self._apply(shard, st, idx, action)
+                except _Violation as v:
+                    result.violation_name, result.violation = v.name, v.message
+                    result.path = self._path(states, idx) + [action]
+                    result.states = len(states)
+                    return result
+                failures = inv.check_safety(shard.groups.get(GROUP), nxt.clients)
+                if failures:
+                    result.violation_name = failures[0][0]
+                    result.violation = "\n".join(f"[{n}] {m}" for n, m in failures) + "\n" + self._dump(shard, nxt)
+                    result.path = self._path(states, idx) + [action]
+                    result.states = len(states)
+                    return result
+                key = self._key(shard, nxt, parent_snap if nxt.records is st.records else None)
+                shard.rollback(mark)
+                if key in seen:
+                    continue
+                seen.add(key)
+                states.append(nxt)
+                frontier.append(len(states) - 1)
+                while len(result.per_depth) <= nxt.depth:
+                    result.per_depth.append(0)
+                result.per_depth[nxt.depth] += 1
+                result.max_depth_reached = max(result.max_depth_reached, nxt.depth)
+                if len(states) >= self.max_states:
+                    result.truncated = True
+                    result.states = len(states)
+                    return result
+        result.states = len(states)
+        return result
+
+    def _path(self, states: list[_State], idx: int) -> list[str]:
+        out = []
+        while idx > 0:
+            out.append(states[idx].action)
+            idx = states[idx].parent
+        return out[::-1]
+
+    def _key(self, shard: GroupCoordinatorShard, st: _State, snap: str | None = None) -> tuple:
+        return (
+            snap if snap is not None else repr(shard.snapshot()),
+            st.timers,
+            tuple(c.key() for c in st.clients),
+            tuple(tuple((corr, repr(req)) for corr, req in q) for q in st.requests),
+            tuple(tuple((corr, repr(o)) for corr, o in q) for q in st.responses),
+        )
+
+    def _actions(self, st: _State) -> list[str]:
+        out = []
+        for i, c in enumerate(st.clients):
+            if c.can_send:
+                out.append(f"send {i}")
+            if st.requests[i]:
+                out.append(f"deliver {i}")
+                if self.with_losses:
+                    out.append(f"lose-req {i}")
+            if st.responses[i]:
+                out.append(f"respond {i}")
+                if self.with_losses:
+                    out.append(f"lose-resp {i}")
+            if c.inflight is not None and not st.requests[i] and not any(
+                corr == c.inflight for corr, _o in st.responses[i]
+            ):
+                out.append(f"timeout {i}")
+            if c.revoking:
+                out.append(f"revoked {i}")
+        if self.with_timers:
+            for key, payload in st.timers:
+                out.append(f"fire {key[0]} {key[2]} {payload}")
+        return out
+
+    def _apply(self, shard: GroupCoordinatorShard, st: _State, parent: int, action: str) -> _State:
+        verb, *args = action.split()
+        clients = list(st.clients)
+        requests = list(st.requests)
+        responses = list(st.responses)
+        timers = dict(st.timers)
+        corr = st.corr
+        records = st.records
+        label = action
+
+        touched = False
+
+        def commit(res: Any) -> None:
+            nonlocal touched
+            touched = True
+            for op in res.timers:
+                if type(op) is ArmTimer:
+                    timers[op.key] = op.payload
+                elif type(op) is CancelTimer:
+                    timers.pop(op.key, None)
+
+        if verb == "fire":
+            kind, member_id, payload = args[0], args[1], int(args[2])
+            key = (kind, GROUP, member_id)
+            timers.pop(key, None)
+            try:
+                res = shard.on_timer(DueTimer(key, 0, payload), 0)
+            except IllegalStateError as exc:
+                raise _Violation(inv.CORE_ILLEGAL_STATE, str(exc)) from None
+            commit(res)
+            label = f"fire {kind} timer of {member_id} ({len(res.records)} records)"
+        else:
+            i = int(args[0])
+            c = copy.copy(clients[i])
+            clients[i] = c
+            if verb == "send":
+                req = c.build_request()
+                corr += 1
+                c.sent(corr, req)
+                requests[i] = requests[i] + ((corr, req),)
+                label = f"send {i}: {c.member_id} {_req(req, self.labels)}"
+            elif verb == "deliver":
+                (rc, req), rest = requests[i][0], requests[i][1:]
+                requests[i] = rest
+                try:
+                    res = shard.consumer_group_heartbeat(req, 0)
+                except CoordinatorError as exc:
+                    outcome: tuple = ("error", int(exc.code))
+                    label = f"deliver {i}: corr {rc} -> {exc.code.name}"
+                except IllegalStateError as exc:
+                    raise _Violation(inv.CORE_ILLEGAL_STATE, str(exc)) from None
+                else:
+                    commit(res)
+                    resp = res.response
+                    outcome = ("ok", resp)
+                    a = resp.assignment
+                    label = (f"deliver {i}: corr {rc} -> epoch {resp.member_epoch}"
+                             + ("" if a is None else f" assigned={fmt(a.assigned, self.labels)}"))
+                responses[i] = responses[i] + ((rc, outcome),)
+            elif verb == "lose-req":
+                requests[i] = requests[i][1:]
+            elif verb == "respond":
+                (rc, outcome), rest = responses[i][0], responses[i][1:]
+                responses[i] = rest
+                if c.inflight == rc:
+                    if outcome[0] == "ok":
+                        c.on_response(outcome[1])
+                    else:
+                        c.on_error(outcome[1])
+                label = f"respond {i}: corr {rc} -> {c.describe(self.labels)}"
+            elif verb == "lose-resp":
+                responses[i] = responses[i][1:]
+            elif verb == "timeout":
+                c.on_timeout()
+            elif verb == "revoked":
+                c.finish_revocation(c.revoke_token)
+                label = f"revoked {i}: {c.describe(self.labels)}"
+            else:  # pragma: no cover
+                raise AssertionError(action)
+        if touched:
+            records = tuple(shard.records_of_state())
+        return _State(records, tuple(sorted(timers.items())), tuple(clients), tuple(requests), tuple(responses),
+                      corr, parent, label, st.depth + 1)
+
+    def _dump(self, shard: GroupCoordinatorShard, st: _State) -> str:
+        lines = ["clients:"]
+        lines += ["  " + c.describe(self.labels) for c in st.clients]
+        g = shard.groups.get(GROUP)
+        if g is not None:
+            lines.append(f"coordinator: state={g.state().value} group_epoch={g.group_epoch} "
+                         f"assignment_epoch={g.assignment_epoch}")
+            for mid in sorted(g.members):
+                m = g.members[mid]
+                lines.append(f"  {mid}: epoch={m.member_epoch} {m.state.name} "
+                             f"assigned={fmt(m.assigned_partitions, self.labels)} "
+                             f"pending_revocation={fmt(m.partitions_pending_revocation, self.labels)} "
+                             f"target={fmt(g.target_of(mid), self.labels)}")
+        return "\n".join(lines)
+
+
+class _Violation(Exception):
+    def __init__(self, name: str, message: str) -> None:
+        super().__init__(message)
+        self.name = name
+        self.message = message
+
+
+def _req(req: ConsumerGroupHeartbeat, labels: dict[str, str]) -> str:
+    text = f"heartbeat(epoch={req.member_epoch}"
+    if req.topic_partitions is not None:
+        text += f" owned={fmt(req.topic_partitions, labels)}"
+    return text + ")"
+
+
+def explore(**kw: Any) -> ExploreResult:
+    return Explorer(**kw).run()

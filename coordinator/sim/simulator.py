@@ -1,0 +1,727 @@
+"""Discrete event simulation of a KIP-848 group: the pure core + a fleet of simulated clients on
+virtual time, with seeded faults and named invariants checked after every step (KIP-848 "Test
+Plan").
+
+Theory of operation
+-------------------
+* One ``random.Random(seed)`` drives every choice; events sit in a heap ordered by (virtual time,
+  sequence number), so a seed replays exactly. Each processed event — a request delivered to the
+  coordinator, a response delivered to a client, a client timer, a coordinator timer (session or
+  rebalance timeout), a fault — is one *step*.
+* The network is per-client FIFO (a TCP connection): a request is never overtaken by a later
+  request of the same client. Faults: ``lose-request``, ``lose-response``, ``duplicate`` (a second
+  copy is processed right after the first; its response is ignored by correlation id), ``delay``
+  (a request arrives after the client's request timeout — the client retries and the retry queues
+  behind it). ``reorder`` (off in ``all``) breaks FIFO and models requests that cross connections.
+* Client faults: ``crash`` (process dies, restarts later with a new member id), ``static-bounce``
+  (a static member leaves with -2 and comes back with a new member id), ``leave`` (dynamic member
+  leaves with -1 and comes back), ``slow-revoke`` (revocation callback runs past the rebalance
+  timeout). Cluster faults: ``add-partitions``, ``recreate-topic`` (delete, then re-create under a
+  new topic id), ``assignor`` (a member switches its server assignor), ``coordinator-restart``
+  (every stored record goes through the codec and is replayed into a fresh shard; in-flight
+  requests and responses are lost; timers are re-armed by ``on_loaded``).
+* Phases: ``steps`` steps with faults, then a quiet phase (no new faults) that must reach a
+  Stable group in which every subscribed partition is owned by exactly one member within
+  :meth:`SimParams.liveness_bound_ms` of virtual time (invariant I5).
+* Invariants after every step: see :mod:`coordinator.sim.invariants` (I1–I3), plus I4: an
+  incrementally replayed copy of the shard, fed every record through the codec, equals the live
+  shard.
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from coordinator.core import codec
+from coordinator.core.commands import ConsumerGroupHeartbeat, Result, SequentialIds
+from coordinator.core.config import GroupCoordinatorConfig
+from coordinator.core.errors import CoordinatorError, IllegalStateError
+from coordinator.core.group import GroupState
+from coordinator.core.harness import CoreHarness
+from coordinator.core.shard import GroupCoordinatorShard
+from coordinator.core.timers import TimerTable
+
+from . import invariants as inv
+from .client import DOWN, JOINING, LEAVING, MEMBER, SimClient, fmt
+
+GROUP = "grp"
+
+ALL_FAULTS = (
+    "lose-request",
+    "lose-response",
+    "duplicate",
+    "delay",
+    "crash",
+    "static-bounce",
+    "leave",
+    "slow-revoke",
+    "add-partitions",
+    "recreate-topic",
+    "assignor",
+    "coordinator-restart",
+)
+EXTRA_FAULTS = ("reorder",)
+KNOWN_FAULTS = ALL_FAULTS + EXTRA_FAULTS
+
+
+def parse_faults(text: str | Sequence[str] | None) -> frozenset[str]:
+    if text is None:
+        return frozenset(ALL_FAULTS)
+    items = [s.strip() for s in (text.split(",") if isinstance(text, str) else text) if s.strip()]
+    out: set[str] = set()
+    for item in items:
+        if item == "all":
+            out |= set(ALL_FAULTS)
+        elif item == "none":
+            continue
+        elif item in KNOWN_FAULTS:
+            out.add(item)
+        else:
+            raise ValueError(f"unknown fault {item!r} (known: {', '.join(KNOWN_FAULTS)}, all, none)")
+    return frozenset(out)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SimParams:
+    seed: int = 0
+    steps: int = 300
+    members: int = 3
+    partitions: int = 4
+    topics: int = 2
+    faults: frozenset[str] = frozenset(ALL_FAULTS)
+    fault_rate: float = 0.08  # chance per step that a client/cluster fault is scheduled
+    net_fault_rate: float = 0.05  # chance per message of each enabled network fault
+    static_members: int = 1  # the first N clients are static (have an instance id)
+    session_timeout_ms: int = 45_000
+    heartbeat_interval_ms: int = 5_000
+    rebalance_timeout_ms: int = 20_000
+    request_timeout_ms: int = 15_000
+    retry_backoff_ms: int = 1_000
+    max_latency_ms: int = 20
+    max_revoke_ms: int = 500
+    restart_delay_max_ms: int = 10_000
+    trace_tail: int = 40
+    quiet_steps_max: int = 20_000
+
+    def liveness_bound_ms(self) -> int:
+        """Virtual time after faults stop within which the group must be Stable with every
+        subscribed partition owned by exactly one member (I5). Derivation (docs/simulation.md):
+
+        * a delayed request still in flight lands within 2 x request timeout (``delay`` bound);
+        * a dead incarnation's session, and a slow revoker's rebalance timeout, expire within
+          max(session timeout, rebalance timeout) of their last heartbeat / of the revocation start;
+          a crashed/bounced client is back within the restart delay, and a deleted topic is
+          re-created within the same delay;
+        * a client whose last request or response was lost retries after the request timeout;
+        * then each member needs a bounded number of heartbeat round trips: revoke and
+          acknowledge, the new owner picks the partition up on its next heartbeat, and a rejoin
+          (fenced member) adds a round: 4 x (heartbeat interval + 2 x max latency + revocation).
+        """
+        settle = max(self.session_timeout_ms, self.rebalance_timeout_ms, self.restart_delay_max_ms)
+        rounds = 4 * (self.heartbeat_interval_ms + 2 * self.max_latency_ms + self.max_revoke_ms)
+        return 2 * self.request_timeout_ms + settle + self.request_timeout_ms + self.retry_backoff_ms + rounds
+
+    def command(self) -> str:
+        faults = ",".join(f for f in KNOWN_FAULTS if f in self.faults) or "none"
+        return (
+            f"kip848 simulate --seed {self.seed} --steps {self.steps} --members {self.members} "
+            f"--partitions {self.partitions} --faults {faults}"
+        )
+
+
+class InvariantViolation(AssertionError):
+    def __init__(self, name: str, report: str) -> None:
+        super().__init__(report)
+        self.name = name
+        self.report = report
+
+
+@dataclass(slots=True)
+class SimSummary:
+    params: SimParams
+    steps: int = 0
+    fault_steps: int = 0
+    virtual_ms: int = 0
+    events: Counter = field(default_factory=Counter)
+    faults: Counter = field(default_factory=Counter)
+    checks: int = 0
+    zombie_steps: int = 0
+    restarts: int = 0
+    records: int = 0
+    final_state: str = ""
+    final_epoch: int = 0
+    time_to_stable_ms: int | None = None
+    violation: InvariantViolation | None = None
+    trace_digest: str = ""
+
+    def render(self) -> str:
+        p = self.params
+        lines = [
+            f"seed={p.seed} members={p.members} partitions={p.partitions}x{p.topics} topics "
+            f"faults={','.join(sorted(p.faults)) or 'none'}",
+            f"steps: {self.steps} ({self.fault_steps} with faults, {self.steps - self.fault_steps} quiet); "
+            f"virtual time {self.virtual_ms / 1000:.1f}s; records {self.records}; coordinator restarts {self.restarts}",
+            "events: " + ", ".join(f"{k}={v}" for k, v in sorted(self.events.items())),
+            "faults injected: " + (", ".join(f"{k}={v}" for k, v in sorted(self.faults.items())) or "none"),
+            f"invariant checks passed: {self.checks} (steps with zombie claims: {self.zombie_steps})",
+            f"final group state: {self.final_state} at group epoch {self.final_epoch}",
+            "time to stable after faults stopped: "
+            + ("never" if self.time_to_stable_ms is None else f"{self.time_to_stable_ms / 1000:.1f}s")
+            + f" (bound {p.liveness_bound_ms() / 1000:.1f}s)",
+            f"trace digest: {self.trace_digest}",
+        ]
+        if self.violation is not None:
+            lines.append(f"INVARIANT VIOLATED: {self.violation.name}")
+        return "\n".join(lines)
+
+
+class Simulation:
+    def __init__(self, params: SimParams, *, assignors: Sequence[Any] | None = None) -> None:
+        self.p = params
+        self.rng = random.Random(params.seed)
+        if assignors is None:
+            assignors = _default_assignors()
+        self.assignor_names = [a.name for a in assignors]
+        config = GroupCoordinatorConfig(
+            consumer_session_timeout_ms=params.session_timeout_ms,
+            consumer_heartbeat_interval_ms=params.heartbeat_interval_ms,
+        )
+        self.h = CoreHarness(assignors=list(assignors), config=config, ids=SequentialIds())
+        self.store: list[tuple[bytes, bytes | None]] = []  # the record store (encoded)
+        self.replica = self._fresh_shard()
+        self.now = 0
+        self.seq = 0
+        self.queue: list[tuple[int, int, str, tuple]] = []
+        self.corr = 0
+        self.coord_gen = 0  # bumps on restart: deliveries of older generations are lost
+        self.fifo: dict[int, int] = {}  # client -> time of its last scheduled delivery
+        self._tick_gen: dict[int, int] = {}  # client -> serial of its live heartbeat timer
+        self.tick_serial = 0
+        self.trace: list[str] = []
+        self.summary = SimSummary(params)
+        self.topic_names = [f"t{i}" for i in range(params.topics)]
+        self.topic_label: dict[str, str] = {}
+        self.deleted: set[str] = set()
+        self.faults_on = True
+        self.step = 0
+        self.quiet_since: int | None = None
+        for name in self.topic_names:
+            self._create_topic(name, params.partitions)
+        self.clients: list[SimClient] = []
+        for i in range(params.members):
+            # Heterogeneous subscriptions: client 0 subscribes to t0 only when there are several
+            # topics; the rest subscribe to everything.
+            topics = tuple(self.topic_names[:1]) if (i == 0 and params.topics > 1) else tuple(self.topic_names)
+            c = SimClient(
+                index=i, topics=topics, instance_id=f"inst-{i}" if i < params.static_members else None,
+                rebalance_timeout_ms=params.rebalance_timeout_ms, group_id=GROUP,
+            )
+            self.clients.append(c)
+            self._schedule(self.rng.randint(0, params.heartbeat_interval_ms), "start", (i,))
+
+    # ------------------------------------------------------------------ plumbing
+
+    def _fresh_shard(self) -> GroupCoordinatorShard:
+        h = self.h
+        return GroupCoordinatorShard(config=h.config, assignors=h.assignors, ids=h.ids, topics=h.registry.image())
+
+    def _create_topic(self, name: str, partitions: int) -> None:
+        tid = self.h.create_topic(name, partitions)
+        self.topic_label[tid] = f"{name}#{sum(1 for v in self.topic_label.values() if v.startswith(name + '#'))}"
+        self.replica.set_topics(self.h.registry.image())
+
+    def _schedule(self, at: int, kind: str, payload: tuple) -> None:
+        self.seq += 1
+        heapq.heappush(self.queue, (at, self.seq, kind, payload))
+
+    def _log(self, text: str) -> None:
+        self.trace.append(f"#{self.step} t={self.now} {text}")
+
+    def _commit(self, res: Result[Any]) -> None:
+        h = self.h
+        h.log.extend(res.records)
+        h.timers.apply(res.timers)
+        h.shard.release(h.shard.mark())
+        for rec in res.records:
+            k, v = codec.encode(rec)
+            self.store.append((k, v))
+            self.replica.replay(codec.decode(k, v))
+        self.replica.release(self.replica.mark())
+
+    @property
+    def group(self):  # noqa: ANN201
+        return self.h.shard.groups.get(GROUP)
+
+    def _latency(self) -> int:
+        return self.rng.randint(1, self.p.max_latency_ms)
+
+    def _net_fault(self, name: str) -> bool:
+        return self.faults_on and name in self.p.faults and self.rng.random() < self.p.net_fault_rate
+
+    # ------------------------------------------------------------------ running
+
+    def run(self) -> SimSummary:
+        p = self.p
+        s = self.summary
+        bound = p.liveness_bound_ms()
+        quiet_steps = 0
+        stable_at: int | None = None
+        try:
+            while True:
+                if self.faults_on and self.step >= p.steps:
+                    self.faults_on = False
+                    self.quiet_since = self.now
+                    self._log(f"faults stop; liveness bound {bound} ms")
+                if not self.faults_on:
+                    if self._converged():
+                        if stable_at is None:
+                            stable_at = self.now
+                            s.time_to_stable_ms = self.now - (self.quiet_since or 0)
+                        if self.now - stable_at >= 2 * p.heartbeat_interval_ms:
+                            break  # stayed converged for two heartbeat intervals
+                    else:
+                        if stable_at is not None:
+                            self._fail(inv.LIVENESS, f"group left the converged state at t={self.now} "
+                                       f"(converged at t={stable_at}) without any fault")
+                    if self.now - (self.quiet_since or 0) > bound:
+                        self._fail(inv.LIVENESS, f"not converged {bound} ms after faults stopped "
+                                   f"(at t={self.quiet_since}); {self._why_not_converged()}")
+                    quiet_steps += 1
+                    if quiet_steps > p.quiet_steps_max:
+                        self._fail(inv.LIVENESS, f"no convergence within {p.quiet_steps_max} quiet steps")
+                if not self._next_step():
+                    self._fail(inv.LIVENESS, "event queue ran dry")
+                if self.faults_on:
+                    s.fault_steps += 1
+                self._check()
+        except InvariantViolation as exc:
+            s.violation = exc
+        s.steps = self.step
+        s.virtual_ms = self.now
+        s.records = len(self.store)
+        g = self.group
+        s.final_state = self.h.shard.group_state(GROUP).value
+        s.final_epoch = 0 if g is None else g.group_epoch
+        s.trace_digest = _digest(self.trace)
+        return s
+
+    def _next_step(self) -> bool:
+        """Process the earliest of: the next event, the next coordinator timer."""
+        if not self.queue and self.h.timers.next_deadline() is None:
+            return False
+        deadline = self.h.timers.next_deadline()
+        if deadline is not None and (not self.queue or deadline <= self.queue[0][0]):
+            self.step += 1
+            self.now = max(self.now, deadline)
+            due = self.h.timers.pop_due(self.now)
+            assert due is not None
+            self.h.now_ms = self.now
+            self.summary.events[f"timer-{due.key[0]}"] += 1
+            res = self._guard(lambda: self.h.shard.on_timer(due, self.now))
+            self._commit(res)
+            self._log(f"coordinator {due.key[0]} timer fires for {due.key[2]} (payload {due.payload}); "
+                      f"{len(res.records)} records")
+            return True
+        while self.queue:
+            at, _seq, kind, payload = heapq.heappop(self.queue)
+            if self._is_noop(kind, payload):
+                continue  # a superseded client timer or a timeout of an answered request
+            self.step += 1
+            self.now = max(self.now, at)
+            self.h.now_ms = self.now
+            self.summary.events[kind] += 1
+            getattr(self, "_on_" + kind)(*payload)
+            if self.faults_on and self.rng.random() < self.p.fault_rate:
+                self._inject_fault()
+            return True
+        return self._next_step()
+
+    def _is_noop(self, kind: str, payload: tuple) -> bool:
+        if kind == "tick":
+            return payload[1] != self._tick_gen.get(payload[0])
+        if kind == "timeout":
+            return self.clients[payload[0]].inflight != payload[1]
+        return False
+
+    def _guard(self, fn):  # noqa: ANN001, ANN202
+        try:
+            return fn()
+        except IllegalStateError as exc:
+            self._fail(inv.CORE_ILLEGAL_STATE, f"the core raised IllegalStateError: {exc}")
+            raise  # unreachable
+
+    # ------------------------------------------------------------------ client events
+
+    def _on_start(self, i: int) -> None:
+        c = self.clients[i]
+        c.start()
+        self._log(f"c{i} starts as {c.member_id}")
+        self._send(i)
+
+    def _on_tick(self, i: int, gen: int) -> None:
+        c = self.clients[i]
+        if c.can_send:
+            self._send(i)
+        elif c.phase in (JOINING, MEMBER):
+            self._arm_tick(i, c.heartbeat_interval_ms)
+
+    def _arm_tick(self, i: int, delay: int) -> None:
+        """(Re)arm client i's heartbeat timer; an older pending tick becomes a no-op."""
+        self.tick_serial += 1
+        self._tick_gen[i] = self.tick_serial
+        self._schedule(self.now + delay, "tick", (i, self.tick_serial))
+
+    def _send(self, i: int) -> None:
+        c = self.clients[i]
+        if not c.can_send:
+            return
+        req = c.build_request()
+        self.corr += 1
+        corr = self.corr
+        c.sent(corr, req)
+        self._log(f"c{i} sends {_req_text(req, self.topic_label)} corr={corr}")
+        self._schedule(self.now + self.p.request_timeout_ms, "timeout", (i, corr))
+        if self._net_fault("lose-request"):
+            self.summary.faults["lose-request"] += 1
+            self._log(f"  fault: request corr={corr} lost")
+        else:
+            delay = self._latency()
+            if self._net_fault("delay"):
+                self.summary.faults["delay"] += 1
+                delay += self.rng.randint(self.p.request_timeout_ms // 2, 2 * self.p.request_timeout_ms)
+                self._log(f"  fault: request corr={corr} delayed by {delay} ms")
+            at = self.now + delay
+            if not self._net_fault("reorder"):
+                at = max(at, self.fifo.get(i, 0) + 1)
+            else:
+                self.summary.faults["reorder"] += 1
+            self.fifo[i] = max(self.fifo.get(i, 0), at)
+            self._schedule(at, "deliver", (i, corr, req, self.coord_gen, False))
+            if self._net_fault("duplicate"):
+                self.summary.faults["duplicate"] += 1
+                self.fifo[i] = at + 1
+                self._schedule(at + 1, "deliver", (i, corr, req, self.coord_gen, True))
+                self._log(f"  fault: request corr={corr} duplicated")
+        if c.phase != LEAVING:
+            self._arm_tick(i, c.heartbeat_interval_ms)
+
+    def _on_deliver(self, i: int, corr: int, req: ConsumerGroupHeartbeat, gen: int, dup: bool) -> None:
+        if gen != self.coord_gen:
+            self._log(f"request corr={corr} from c{i} lost in a coordinator restart")
+            return
+        outcome: Any
+        try:
+            res = self.h.shard.consumer_group_heartbeat(req, self.now)
+        except CoordinatorError as exc:
+            outcome = ("error", int(exc.code), exc.message)
+            self._log(f"coordinator: corr={corr}{' (dup)' if dup else ''} from c{i} -> {exc.code.name}: {exc.message}")
+        except IllegalStateError as exc:
+            self._fail(inv.CORE_ILLEGAL_STATE, f"the core raised IllegalStateError on corr={corr}: {exc}")
+        else:
+            self._commit(res)
+            resp = res.response
+            outcome = ("ok", resp)
+            a = resp.assignment
+            self._log(
+                f"coordinator: corr={corr}{' (dup)' if dup else ''} from c{i} -> epoch {resp.member_epoch}"
+                + ("" if a is None else f" assigned={fmt(a.assigned, self.topic_label)} pending={fmt(a.pending, self.topic_label)}")
+                + f"; {len(res.records)} records"
+            )
+        if self._net_fault("lose-response"):
+            self.summary.faults["lose-response"] += 1
+            self._log(f"  fault: response corr={corr} lost")
+            return
+        self._schedule(self.now + self._latency(), "respond", (i, corr, outcome, self.coord_gen))
+
+    def _on_respond(self, i: int, corr: int, outcome: tuple, gen: int) -> None:
+        c = self.clients[i]
+        if gen != self.coord_gen or c.inflight != corr:
+            self._log(f"c{i} ignores response corr={corr} (not in flight)")
+            return
+        if outcome[0] == "ok":
+            actions = c.on_response(outcome[1])
+        else:
+            actions = c.on_error(outcome[1])
+        self._log(f"c{i} handles corr={corr}: {c.describe(self.topic_label)} actions={actions}")
+        self._after(i, actions)
+
+    def _after(self, i: int, actions: list[str]) -> None:
+        c = self.clients[i]
+        for a in actions:
+            if a == "revoke":
+                slow = self.faults_on and "slow-revoke" in self.p.faults and self.rng.random() < 0.15
+                if slow:
+                    self.summary.faults["slow-revoke"] += 1
+                    delay = c.rebalance_timeout_ms + self.rng.randint(1, 10_000)
+                    self._log(f"  fault: c{i} revokes {fmt(c.revoking, self.topic_label)} slowly ({delay} ms)")
+                else:
+                    delay = self.rng.randint(0, self.p.max_revoke_ms)
+                self._schedule(self.now + delay, "revoked", (i, c.revoke_token))
+            elif a == "send":
+                self._arm_tick(i, 0)
+            elif a == "rejoin":
+                self._arm_tick(i, self.rng.randint(0, 100))
+            elif a == "retry":
+                self._arm_tick(i, self.p.retry_backoff_ms)
+            elif a == "fatal":
+                self._schedule(self.now + self.rng.randint(1, self.p.restart_delay_max_ms), "start", (i,))
+
+    def _on_revoked(self, i: int, token: int) -> None:
+        c = self.clients[i]
+        actions = c.finish_revocation(token)
+        if actions:
+            self._log(f"c{i} finished revoking: {c.describe(self.topic_label)}")
+        self._after(i, actions)
+
+    def _on_timeout(self, i: int, corr: int) -> None:
+        c = self.clients[i]
+        c.on_timeout()
+        self._log(f"c{i} request corr={corr} timed out")
+        if c.phase != DOWN:
+            self._arm_tick(i, self.p.retry_backoff_ms)
+
+    # ------------------------------------------------------------------ faults
+
+    def _inject_fault(self) -> None:
+        p = self.p
+        kinds = [f for f in ("crash", "static-bounce", "leave", "add-partitions", "recreate-topic", "assignor",
+                             "coordinator-restart") if f in p.faults]
+        if not kinds:
+            return
+        kind = self.rng.choice(kinds)
+        self._schedule(self.now + self.rng.randint(0, p.heartbeat_interval_ms), "fault", (kind,))
+
+    def _on_fault(self, kind: str) -> None:
+        if not self.faults_on:
+            self._log(f"fault {kind} dropped (faults stopped)")
+            return
+        rng = self.rng
+        up = [c for c in self.clients if c.phase in (JOINING, MEMBER)]
+        if kind in ("crash", "leave", "static-bounce", "assignor"):
+            pool = [c for c in up if c.instance_id is not None] if kind == "static-bounce" else up
+            if kind == "leave":
+                pool = [c for c in up if c.instance_id is None]
+            if not pool:
+                return
+            c = rng.choice(pool)
+            self.summary.faults[kind] += 1
+            if kind == "assignor":
+                name = rng.choice(self.assignor_names)
+                c.set_assignor(name)
+                self._log(f"fault: c{c.index} switches its server assignor to {name}")
+                return
+            if kind == "crash":
+                c.crash()
+                self._log(f"fault: c{c.index} crashes")
+            else:
+                c.begin_leave(static_bounce=(kind == "static-bounce"))
+                self._log(f"fault: c{c.index} shuts down ({'-2' if c.leave_epoch == -2 else '-1'})")
+                self._send(c.index)
+            self._schedule(self.now + rng.randint(1, self.p.restart_delay_max_ms), "start", (c.index,))
+            return
+        self.summary.faults[kind] += 1
+        if kind == "add-partitions":
+            live = [n for n in self.topic_names if n not in self.deleted]
+            if not live:
+                return
+            name = rng.choice(live)
+            total = self.h.registry.topics[name].num_partitions + rng.randint(1, 2)
+            self.h.add_partitions(name, total)
+            self.replica.set_topics(self.h.registry.image())
+            self._log(f"fault: topic {name} grows to {total} partitions")
+        elif kind == "recreate-topic":
+            live = [n for n in self.topic_names if n not in self.deleted]
+            if not live:
+                return
+            name = rng.choice(live)
+            self.h.delete_topic(name)
+            self.deleted.add(name)
+            self.replica.set_topics(self.h.registry.image())
+            self._log(f"fault: topic {name} deleted")
+            self._schedule(self.now + rng.randint(1, self.p.restart_delay_max_ms), "recreate", (name,))
+        elif kind == "coordinator-restart":
+            self._restart_coordinator()
+
+    def _on_recreate(self, name: str) -> None:
+        self.deleted.discard(name)
+        self._create_topic(name, self.p.partitions)
+        self._log(f"topic {name} re-created with {self.p.partitions} partitions")
+
+    def _restart_coordinator(self) -> None:
+        """Reload from the store through the codec; everything in flight is lost."""
+        before = self.h.shard.snapshot()
+        fresh = self._fresh_shard()
+        fresh.undo.enabled = False
+        try:
+            for k, v in self.store:
+                fresh.replay(codec.decode(k, v))
+        except IllegalStateError as exc:
+            self._fail(inv.REPLAY_EQUALS_LIVE, f"reloading the store failed: {exc}")
+        fresh.undo.enabled = True
+        self.h.shard = fresh
+        self.h.timers = TimerTable()
+        self.h.timers.apply(fresh.on_loaded(self.now))
+        self.coord_gen += 1
+        self.fifo.clear()
+        self.summary.restarts += 1
+        self._log(f"fault: coordinator restarts; reloaded {len(self.store)} records")
+        after = fresh.snapshot()
+        if after != before:
+            self._fail(inv.REPLAY_EQUALS_LIVE, "state reloaded from the store differs from the state "
+                       "before the restart:\n" + _diff(before, after))
+
+    # ------------------------------------------------------------------ invariants
+
+    def _check(self) -> None:
+        group = self.group
+        failures = inv.check_safety(group, self.clients)
+        if failures:
+            name = failures[0][0]
+            self._fail(name, "\n".join(f"[{n}] {m}" for n, m in failures))
+        live = self.h.shard.snapshot()
+        replica = self.replica.snapshot()
+        if live != replica:
+            self._fail(inv.REPLAY_EQUALS_LIVE, "replaying the stored records does not yield the live state:\n"
+                       + _diff(live, replica))
+        _l, zombies = inv.live_claims(group, self.clients)
+        if zombies:
+            self.summary.zombie_steps += 1
+        self.summary.checks += 1
+
+    def _converged(self) -> bool:
+        return not self._why_not_converged()
+
+    def _why_not_converged(self) -> str:
+        group = self.group
+        if group is None:
+            return "no group"
+        pending = sorted({kind for _t, _s, kind, _p in self.queue if kind in ("start", "recreate")} | {
+            "stale request" for _t, _s, kind, pl in self.queue
+            if kind == "deliver" and self.clients[pl[0]].inflight != pl[1]
+        })
+        if pending:
+            return f"fault follow-ups still pending: {pending}"
+        if group.state() is not GroupState.STABLE:
+            return f"group is {group.state().value}"
+        owners: dict[tuple[str, int], list[str]] = {}
+        for c in self.clients:
+            if c.phase != MEMBER:
+                return f"c{c.index} is {c.phase}"
+            if c.member_id not in group.members:
+                return f"c{c.index} ({c.member_id}) is not a member"
+            if c.server_assignor != group.members[c.member_id].server_assignor_name:
+                return f"c{c.index}'s server assignor {c.server_assignor} has not reached the coordinator"
+            if c.revoking or c.inflight is not None and c.epoch != group.group_epoch:
+                return f"c{c.index} is still reconciling"
+            if c.epoch != group.group_epoch:
+                return f"c{c.index} at epoch {c.epoch}, group at {group.group_epoch}"
+            for t, ps in c.owned.items():
+                for part in ps:
+                    owners.setdefault((t, part), []).append(c.member_id)
+        expected = set()
+        subscribed = set()
+        for c in self.clients:
+            subscribed |= set(c.topics)
+        for name in subscribed:
+            topic = self.h.registry.topics.get(name)
+            if topic is None:
+                continue
+            for part in range(topic.num_partitions):
+                expected.add((topic.topic_id, part))
+        missing = sorted(expected - set(owners))
+        if missing:
+            return f"unowned partitions {missing[:6]}"
+        extra = sorted(set(owners) - expected)
+        if extra:
+            return f"owned partitions of no subscribed topic {extra[:6]}"
+        return ""
+
+    def _fail(self, name: str, message: str) -> None:
+        raise InvariantViolation(name, self.report(name, message))
+
+    def report(self, name: str, message: str) -> str:
+        p = self.p
+        lines = [
+            f"INVARIANT {name} VIOLATED",
+            f"seed={p.seed} step={self.step} t={self.now}ms ({'faults on' if self.faults_on else 'quiet phase'})",
+            message,
+            "",
+            f"reproduce: {p.command()}",
+            "",
+            "clients:",
+        ]
+        for c in self.clients:
+            lines.append("  " + c.describe(self.topic_label))
+        g = self.group
+        lines.append("coordinator:")
+        if g is None:
+            lines.append("  no group")
+        else:
+            lines.append(f"  state={g.state().value} group_epoch={g.group_epoch} assignment_epoch={g.assignment_epoch}")
+            for mid in sorted(g.members):
+                m = g.members[mid]
+                lines.append(
+                    f"  {mid}: epoch={m.member_epoch} prev={m.previous_member_epoch} {m.state.name} "
+                    f"assigned={fmt(m.assigned_partitions, self.topic_label)} "
+                    f"pending_revocation={fmt(m.partitions_pending_revocation, self.topic_label)} "
+                    f"target={fmt(g.target_of(mid), self.topic_label)}"
+                )
+        lines.append("topics: " + ", ".join(
+            f"{n}={self.topic_label.get(t.topic_id, t.topic_id)}({t.num_partitions})"
+            for n, t in sorted(self.h.registry.topics.items())))
+        lines.append(f"timers: {[(k[0], k[2], self.h.timers.get(k)) for k in self.h.timers.keys()]}")
+        lines.append(f"last {p.trace_tail} events:")
+        lines.extend("  " + t for t in self.trace[-p.trace_tail:])
+        return "\n".join(lines)
+
+
+def _req_text(req: ConsumerGroupHeartbeat, names: dict[str, str]) -> str:
+    parts = [f"epoch={req.member_epoch}"]
+    if req.topic_partitions is not None:
+        parts.append(f"owned={fmt(req.topic_partitions, names)}")
+    if req.server_assignor is not None:
+        parts.append(f"assignor={req.server_assignor}")
+    return "heartbeat(" + " ".join(parts) + ")"
+
+
+def _digest(trace: list[str]) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    for line in trace:
+        h.update(line.encode())
+        h.update(b"\n")
+    return h.hexdigest()[:16]
+
+
+def _diff(a: Any, b: Any, path: str = "") -> str:
+    if isinstance(a, dict) and isinstance(b, dict):
+        out = []
+        for k in sorted(set(a) | set(b), key=str):
+            if a.get(k) != b.get(k):
+                out.append(_diff(a.get(k), b.get(k), f"{path}/{k}"))
+        return "\n".join(out[:10])
+    return f"  {path}: live={a!r} replayed={b!r}"
+
+
+def _default_assignors() -> list[Any]:
+    from assignors.uniform import UniformAssignor
+
+    out: list[Any] = [UniformAssignor()]
+    try:
+        from assignors.range import RangeAssignor
+
+        rng = RangeAssignor()
+        out.append(rng)
+    except ImportError:  # pragma: no cover - until the range assignor lands
+        pass
+    return out
+
+
+def simulate(params: SimParams, **kw: Any) -> SimSummary:
+    return Simulation(params, **kw).run()
