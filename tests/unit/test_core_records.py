@@ -194,6 +194,23 @@ def test_garbage_bytes_raise_illegal_state(key: bytes, value: bytes | None, need
         codec.decode(key, value)
 
 
+@pytest.mark.parametrize(
+    "key,value",
+    [
+        (b'[true,"grp","foo",0]', None),  # a bool is not a record type (True == 1 in Python)
+        (b'[3.0,"grp"]', None),  # nor is a float
+        (b'[3,5]', None),  # a group id is a string
+    ],
+    ids=["bool_type", "float_type", "int_group_id"],
+)
+def test_well_formed_json_with_wrong_key_types_is_refused(key: bytes, value: bytes | None) -> None:
+    """Corrupt keys must fail loudly at decode time, not slip into the state as keys of the
+    wrong type (``[true, ...]`` decodes as an offset commit key, ``[3.0, ...]`` re-encodes to
+    other bytes, an int group id only blows up later, e.g. when groups are sorted)."""
+    with pytest.raises(IllegalStateError):
+        codec.decode(key, value)
+
+
 def test_describe_is_one_readable_line() -> None:
     assert codec.describe(r.group_epoch_tombstone(G)) == "ConsumerGroupMetadata(group_id='grp') -> <tombstone>"
     line = codec.describe(r.target_assignment_epoch_record(G, 3))

@@ -1,0 +1,1036 @@
+"""ConsumerGroupHeartbeat behaviour (KIP-848 "Request Handling", "Static Membership", group
+states, dynamic group configs, regex subscriptions; reference notes §1.3-1.10, §1.14).
+
+Like Kafka's GroupMetadataManagerTest the group is driven with a test assignor whose result is
+obvious (round robin per topic in member-id order), so the tests check the protocol, not the
+assignor. Each step asserts the whole response and the whole ordered record list.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from assignors.api import GroupAssignment, GroupSpec, TopicMetadata
+from coordinator.core import records as r
+from coordinator.core.commands import ConsumerGroupHeartbeatResponse as Resp
+from coordinator.core.commands import HeartbeatAssignment as HA
+from coordinator.core.commands import SequentialIds
+from coordinator.core.config import GroupCoordinatorConfig
+from coordinator.core.errors import (
+    ErrorCode,
+    GroupIdNotFoundError,
+    InvalidConfigError,
+    InvalidRequestError,
+)
+from coordinator.core.harness import CoreHarness
+from coordinator.core.model import ConsumerGroupMember, MemberState
+from coordinator.core.timers import REBALANCE, SESSION, ArmTimer, CancelTimer, DueTimer
+
+G = "grp"
+HB_MS = 5_000
+SESSION_MS = 45_000
+RT = 60_000
+STABLE = MemberState.STABLE
+UNREVOKED = MemberState.UNREVOKED_PARTITIONS
+UNRELEASED = MemberState.UNRELEASED_PARTITIONS
+SESSION_CFG = "consumer.session.timeout.ms"
+HB_CFG = "consumer.heartbeat.interval.ms"
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+class RoundRobinAssignor:
+    """For each topic, partition p goes to the (p mod n)-th of its n subscribers in member-id
+    order. Counts its calls."""
+
+    def __init__(self, name: str = "rr") -> None:
+        self.name = name
+        self.calls = 0
+
+    def assign(self, spec: GroupSpec, topics: Mapping[str, TopicMetadata]) -> GroupAssignment:
+        self.calls += 1
+        out: dict[str, dict[str, frozenset[int]]] = {m: {} for m in spec.members}
+        for topic_id in sorted(topics):
+            subs = sorted(m for m, s in spec.members.items() if topic_id in s.subscribed_topic_ids)
+            for i, member_id in enumerate(subs):
+                ps = frozenset(p for p in range(topics[topic_id].num_partitions) if p % len(subs) == i)
+                if ps:
+                    out[member_id][topic_id] = ps
+        return GroupAssignment(members=out)
+
+
+class Ids(SequentialIds):
+    """Recognisable generated ids."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.members = 0
+        self.uids = 0
+
+    def new_member_id(self) -> str:
+        self.members += 1
+        return f"gen-{self.members}"
+
+    def new_group_uid(self) -> str:
+        self.uids += 1
+        return f"cgp_uid{self.uids}"
+
+
+def harness(*assignors: Any, **kw: Any) -> CoreHarness:
+    return CoreHarness(assignors=list(assignors) or [RoundRobinAssignor()], ids=kw.pop("ids", Ids()), **kw)
+
+
+def p(topic_id: str, *parts: int) -> dict[str, frozenset[int]]:
+    return {topic_id: frozenset(parts)} if parts else {}
+
+
+def pp(*assignments: dict[str, frozenset[int]]) -> dict[str, frozenset[int]]:
+    out: dict[str, frozenset[int]] = {}
+    for a in assignments:
+        out.update(a)
+    return out
+
+
+def mm(member_id: str, topics: tuple[str, ...] = ("foo",), **fields: Any) -> r.Record:
+    fields.setdefault("rebalance_timeout_ms", RT)
+    return r.member_metadata_record(G, ConsumerGroupMember(member_id=member_id, subscribed_topic_names=topics, **fields))
+
+
+def ca(member_id: str, epoch: int, prev: int, state: MemberState, assigned: dict, pending: dict | None = None) -> r.Record:
+    return r.current_assignment_record(G, ConsumerGroupMember(
+        member_id=member_id, member_epoch=epoch, previous_member_epoch=prev, state=state,
+        assigned_partitions=assigned, partitions_pending_revocation=pending or {},
+    ))
+
+
+def md(h: CoreHarness, *names: str) -> dict[str, TopicMetadata]:
+    image = h.shard.topics.by_name
+    return {n: TopicMetadata(topic_id=image[n].topic_id, name=n, num_partitions=image[n].num_partitions) for n in names}
+
+
+def removed(member_id: str) -> list[r.Record]:
+    return [r.current_assignment_tombstone(G, member_id), r.target_assignment_tombstone(G, member_id),
+            r.member_metadata_tombstone(G, member_id)]
+
+
+def uid(h: CoreHarness, group_id: str = G) -> str:
+    return h.shard.groups[group_id].group_uid
+
+
+def check_replay(h: CoreHarness) -> None:
+    assert h.replayed().snapshot() == h.shard.snapshot()
+
+
+def one_member(partitions: int = 4, **join: Any) -> tuple[CoreHarness, str]:
+    """A alone in "grp", STABLE at epoch 1 with every partition of foo."""
+    h = harness()
+    foo = h.create_topic("foo", partitions)
+    res = h.join("A", ["foo"], **join)
+    assert res.response.member_epoch == 1
+    return h, foo
+
+
+def seeded(epoch: int = 5) -> tuple[CoreHarness, str]:
+    """A=[foo-0,1], B=[foo-2,3], both STABLE at ``epoch`` (previous ``epoch - 1``)."""
+    h = harness()
+    foo = h.create_topic("foo", 4)
+    h.seed_group(G, epoch, {"A": (["foo"], p(foo, 0, 1)), "B": (["foo"], p(foo, 2, 3))})
+    return h, foo
+
+
+# --------------------------------------------------------------------------- member ids
+
+
+def test_member_id_is_generated_when_empty() -> None:
+    h = harness()
+    foo = h.create_topic("foo", 2)
+    res = h.join("", ["foo"])
+    assert res.response == Resp(member_id="gen-1", member_epoch=1, heartbeat_interval_ms=HB_MS,
+                                assignment=HA(assigned=p(foo, 0, 1), pending={}))
+    assert res.records == [
+        mm("gen-1"),
+        r.partition_metadata_record(G, md(h, "foo")),
+        r.group_epoch_record(G, 1, "cgp_uid1"),
+        r.target_assignment_record(G, "gen-1", p(foo, 0, 1)),
+        r.target_assignment_epoch_record(G, 1),
+        ca("gen-1", 1, 0, STABLE, p(foo, 0, 1)),
+    ]
+    assert res.timers == [CancelTimer((REBALANCE, G, "gen-1")), ArmTimer((SESSION, G, "gen-1"), SESSION_MS)]
+    # The generated id is then used like any other.
+    assert h.heartbeat(member_id="gen-1", member_epoch=1) == Resp(member_id="gen-1", member_epoch=1, heartbeat_interval_ms=HB_MS)
+    assert h.join("", ["foo"]).response.member_id == "gen-2"
+    check_replay(h)
+
+
+def test_client_chosen_member_id_is_kept() -> None:
+    h = harness()
+    h.create_topic("foo", 2)
+    assert h.join("my-own-id", ["foo"]).response.member_id == "my-own-id"
+    assert list(h.shard.groups[G].members) == ["my-own-id"]
+    assert h.ids.members == 0  # type: ignore[attr-defined]
+
+
+# --------------------------------------------------------------------------- null means unchanged
+
+
+def full_featured_member() -> tuple[CoreHarness, str, dict[str, Any]]:
+    h = harness(RoundRobinAssignor("rr"), RoundRobinAssignor("other"))
+    foo = h.create_topic("foo", 2)
+    h.create_topic("fizz", 1)
+    identity = dict(client_id="client-a", client_host="/10.0.0.1")
+    h.join("A", ["foo"], regex="fi.*", instance_id="i1", rack_id="r1", server_assignor="other",
+           rebalance_timeout_ms=30_000, **identity)
+    return h, foo, identity
+
+
+def test_empty_heartbeat_changes_nothing() -> None:
+    h, foo, identity = full_featured_member()
+    before = h.shard.snapshot()
+    res = h.heartbeat_result(member_id="A", member_epoch=1, instance_id="i1", **identity)
+    assert res.response == Resp(member_id="A", member_epoch=1, heartbeat_interval_ms=HB_MS)
+    assert res.records == []
+    assert res.timers == [ArmTimer((SESSION, G, "A"), SESSION_MS)]
+    assert h.shard.snapshot() == before
+    m = h.shard.groups[G].members["A"]
+    assert (m.instance_id, m.rack_id, m.rebalance_timeout_ms, m.subscribed_topic_names, m.subscribed_topic_regex,
+            m.server_assignor_name) == ("i1", "r1", 30_000, ("foo",), "fi.*", "other")
+
+
+def test_repeating_every_field_with_the_same_value_changes_nothing() -> None:
+    h, foo, identity = full_featured_member()
+    before = h.shard.snapshot()
+    owned = h.shard.groups[G].members["A"].assigned_partitions
+    res = h.heartbeat_result(
+        member_id="A", member_epoch=1, instance_id="i1", rack_id="r1", rebalance_timeout_ms=30_000,
+        subscribed_topic_names=("foo",), subscribed_topic_regex="fi.*", server_assignor="other",
+        topic_partitions=owned, **identity,
+    )
+    assert res.records == []
+    assert h.shard.snapshot() == before
+    # A full request: the assignment is sent even though nothing changed.
+    assert res.response == Resp(member_id="A", member_epoch=1, heartbeat_interval_ms=HB_MS,
+                                assignment=HA(assigned=owned, pending={}))
+
+
+@pytest.mark.parametrize(
+    "field,value,attr,expected",
+    [
+        ("rack_id", "r2", "rack_id", "r2"),
+        ("rebalance_timeout_ms", 10_000, "rebalance_timeout_ms", 10_000),
+        ("client_id", "client-b", "client_id", "client-b"),
+        ("client_host", "/10.0.0.2", "client_host", "/10.0.0.2"),
+    ],
+)
+def test_changes_that_do_not_bump_the_epoch(field: str, value: Any, attr: str, expected: Any) -> None:
+    """Rack, rebalance timeout, client id and host: a member metadata record, no bump."""
+    h, foo, identity = full_featured_member()
+    fields: dict[str, Any] = dict(member_id="A", member_epoch=1, instance_id="i1", **identity)
+    fields[field] = value
+    res = h.heartbeat_result(**fields)
+    member = h.shard.groups[G].members["A"]
+    assert getattr(member, attr) == expected
+    assert res.records == [r.member_metadata_record(G, member)]
+    assert res.response == Resp(member_id="A", member_epoch=1, heartbeat_interval_ms=HB_MS)
+    assert h.shard.groups[G].group_epoch == 1
+    check_replay(h)
+
+
+def test_client_id_and_host_change_emit_member_metadata_without_bump() -> None:
+    h, foo = one_member(client_id="c1", client_host="/1.1.1.1")
+    res = h.heartbeat_result(member_id="A", member_epoch=1, client_id="c2", client_host="/2.2.2.2")
+    assert res.records == [mm("A", client_id="c2", client_host="/2.2.2.2")]
+    assert res.response == Resp(member_id="A", member_epoch=1, heartbeat_interval_ms=HB_MS)
+    assert h.shard.describe_group(G).group_epoch == 1
+
+
+def test_subscribed_names_are_a_sorted_set() -> None:
+    h = harness()
+    h.create_topic("foo", 1)
+    h.create_topic("bar", 1)
+    h.join("A", ["foo", "bar", "foo"])
+    assert h.shard.groups[G].members["A"].subscribed_topic_names == ("bar", "foo")
+    # The same set in another order is no change.
+    assert h.heartbeat_result(member_id="A", member_epoch=1, subscribed_topic_names=("foo", "bar")).records == []
+
+
+# --------------------------------------------------------------------------- full vs partial responses
+
+
+def test_join_always_returns_the_assignment() -> None:
+    h, foo = one_member()
+    res = h.join("A", ["foo"])  # re-join of a known member, nothing changes
+    assert res.records == []
+    assert res.response == Resp(member_id="A", member_epoch=1, heartbeat_interval_ms=HB_MS,
+                                assignment=HA(assigned=p(foo, 0, 1, 2, 3), pending={}))
+
+
+@pytest.mark.parametrize(
+    "extra,full",
+    [
+        (dict(rebalance_timeout_ms=RT, subscribed_topic_names=("foo",), topic_partitions="owned"), True),
+        (dict(rebalance_timeout_ms=RT, subscribed_topic_regex="", subscribed_topic_names=("foo",), topic_partitions="owned"), True),
+        (dict(subscribed_topic_names=("foo",), topic_partitions="owned"), False),
+        (dict(rebalance_timeout_ms=RT, topic_partitions="owned"), False),
+        (dict(rebalance_timeout_ms=RT, subscribed_topic_names=("foo",)), False),
+        (dict(), False),
+    ],
+    ids=["full", "full_with_regex", "no_rebalance_timeout", "no_subscription", "no_owned", "empty"],
+)
+def test_full_request_gets_the_assignment(extra: dict[str, Any], full: bool) -> None:
+    h, foo = one_member()
+    owned = p(foo, 0, 1, 2, 3)
+    if extra.get("topic_partitions") == "owned":
+        extra["topic_partitions"] = owned
+    res = h.heartbeat_result(member_id="A", member_epoch=1, **extra)
+    assert res.records == []
+    assert res.response == Resp(member_id="A", member_epoch=1, heartbeat_interval_ms=HB_MS,
+                                assignment=HA(assigned=owned, pending={}) if full else None)
+
+
+def test_full_request_with_only_a_regex() -> None:
+    h = harness()
+    foo = h.create_topic("foo", 2)
+    h.join("A", regex="f.*")
+    res = h.heartbeat_result(member_id="A", member_epoch=1, rebalance_timeout_ms=RT, subscribed_topic_regex="f.*",
+                             topic_partitions=p(foo, 0, 1))
+    assert res.response.assignment == HA(assigned=p(foo, 0, 1), pending={})
+
+
+def test_partial_response_only_when_assigned_or_pending_changed() -> None:
+    h, foo = one_member()  # A=[0,1,2,3] at 1
+    # B joins (epoch 2): target A=[0,2], B=[1,3]; B waits for A.
+    res = h.join("B", ["foo"])
+    assert res.response == Resp(member_id="B", member_epoch=2, heartbeat_interval_ms=HB_MS,
+                                assignment=HA(assigned={}, pending=p(foo, 1, 3)))
+    # B again: nothing changed -> no assignment.
+    assert h.heartbeat(member_id="B", member_epoch=2) == Resp(member_id="B", member_epoch=2, heartbeat_interval_ms=HB_MS)
+    # A's assigned set shrinks (revocation): assignment sent.
+    res = h.heartbeat_result(member_id="A", member_epoch=1, topic_partitions=p(foo, 0, 1, 2, 3))
+    assert res.response == Resp(member_id="A", member_epoch=1, heartbeat_interval_ms=HB_MS,
+                                assignment=HA(assigned=p(foo, 0, 2), pending={}))
+    # A acknowledges: its epoch moves, its assigned set does not -> no assignment.
+    res = h.heartbeat_result(member_id="A", member_epoch=1, topic_partitions=p(foo, 0, 2))
+    assert res.response == Resp(member_id="A", member_epoch=2, heartbeat_interval_ms=HB_MS)
+    # B gets its partitions: assignment sent.
+    res = h.heartbeat_result(member_id="B", member_epoch=2)
+    assert res.response == Resp(member_id="B", member_epoch=2, heartbeat_interval_ms=HB_MS,
+                                assignment=HA(assigned=p(foo, 1, 3), pending={}))
+    check_replay(h)
+
+
+def test_pending_change_alone_sends_the_assignment() -> None:
+    h = harness()
+    foo = h.create_topic("foo", 4)
+    bar = h.create_topic("bar", 2)
+    h.join("A", ["foo", "bar"])  # A owns everything at 1
+    h.join("B", ["foo"])  # epoch 2: B waits for foo-1, foo-3
+    # B also subscribes to bar in its own heartbeat: epoch 3, target B=[foo-1,3, bar-1], all
+    # still held by A. Assigned stays empty; pending grows -> assignment sent.
+    res = h.heartbeat_result(member_id="B", member_epoch=2, subscribed_topic_names=("bar", "foo"))
+    assert res.records[-1] == ca("B", 3, 2, UNRELEASED, {})
+    assert res.response == Resp(member_id="B", member_epoch=3, heartbeat_interval_ms=HB_MS,
+                                assignment=HA(assigned={}, pending=pp(p(foo, 1, 3), p(bar, 1))))
+
+
+def test_pending_change_caused_by_another_members_rebalance_is_reported() -> None:
+    """"Absent = no change" (API.md, proto): B was told pending=[1,3]; C's join moves foo-3 to
+    C, so B's next response must carry its new pending set [1] even though nothing else changes
+    for B in that heartbeat."""
+    h, foo = one_member()  # A=[0,1,2,3] at 1
+    h.join("B", ["foo"])  # epoch 2: target A=[0,2], B=[1,3]; B told pending=[1,3]
+    h.join("C", ["foo"])  # epoch 3: target A=[0,3], B=[1], C=[2]
+    res = h.heartbeat_result(member_id="B", member_epoch=2)
+    assert res.records == [ca("B", 3, 2, UNRELEASED, {})]
+    assert res.response == Resp(member_id="B", member_epoch=3, heartbeat_interval_ms=HB_MS,
+                                assignment=HA(assigned={}, pending=p(foo, 1)))
+
+
+# --------------------------------------------------------------------------- epochs
+
+
+def test_lost_response_previous_epoch_with_subset_is_accepted() -> None:
+    h, foo = one_member()
+    h.join("B", ["foo"])  # epoch 2: target A=[0,2], B=[1,3]
+    h.heartbeat(member_id="A", member_epoch=1, topic_partitions=p(foo, 0, 1, 2, 3))  # A revoking
+    h.heartbeat(member_id="A", member_epoch=1, topic_partitions=p(foo, 0, 2))  # ack: epoch 2 (response lost)
+    assert h.shard.groups[G].members["A"].member_epoch == 2
+    # A retries with epoch 1 and owned partitions within its assignment: treated normally.
+    res = h.heartbeat_result(member_id="A", member_epoch=1, topic_partitions=p(foo, 0, 2))
+    assert res.records == []
+    assert res.response == Resp(member_id="A", member_epoch=2, heartbeat_interval_ms=HB_MS)
+    assert res.timers == [ArmTimer((SESSION, G, "A"), SESSION_MS)]
+    res = h.heartbeat_result(member_id="A", member_epoch=1, topic_partitions={})  # empty is a subset too
+    assert res.response == Resp(member_id="A", member_epoch=2, heartbeat_interval_ms=HB_MS)
+    check_replay(h)
+
+
+def test_lost_response_still_reconciles() -> None:
+    """The previous epoch is accepted and the member progresses as if it had sent the new one."""
+    h, foo = seeded(5)
+    h.join("C", ["foo"])  # epoch 6: target A=[0,3], B=[1], C=[2]
+    res = h.heartbeat_result(member_id="B", member_epoch=4, topic_partitions=p(foo, 2, 3))
+    assert res.records == [ca("B", 5, 5, UNREVOKED, {}, p(foo, 2, 3))]
+    assert res.response == Resp(member_id="B", member_epoch=5, heartbeat_interval_ms=HB_MS,
+                                assignment=HA(assigned={}, pending=p(foo, 1)))
+
+
+def test_known_member_may_rejoin_with_epoch_zero() -> None:
+    """KAFKA-19233: a known member re-joining with epoch 0 is accepted and gets its assignment."""
+    h, foo = seeded(5)
+    res = h.join("A", ["foo"])
+    assert res.records == []
+    assert res.response == Resp(member_id="A", member_epoch=5, heartbeat_interval_ms=HB_MS,
+                                assignment=HA(assigned=p(foo, 0, 1), pending={}))
+
+
+def test_fenced_member_rejoining_with_epoch_zero_releases_what_it_was_revoking() -> None:
+    h, foo = one_member()
+    h.join("B", ["foo"])
+    h.heartbeat(member_id="A", member_epoch=1, topic_partitions=p(foo, 0, 1, 2, 3))
+    assert h.shard.groups[G].members["A"].state is UNREVOKED
+    # A was fenced client-side, abandoned everything and re-joins (owned = []).
+    res = h.join("A", ["foo"])
+    assert res.records == [ca("A", 2, 1, STABLE, p(foo, 0, 2))]
+    assert res.response == Resp(member_id="A", member_epoch=2, heartbeat_interval_ms=HB_MS,
+                                assignment=HA(assigned=p(foo, 0, 2), pending={}))
+    assert res.timers == [CancelTimer((REBALANCE, G, "A")), ArmTimer((SESSION, G, "A"), SESSION_MS)]
+
+
+# --------------------------------------------------------------------------- leaving
+
+
+def test_leave_writes_three_tombstones_and_bumps_the_epoch() -> None:
+    h, foo = seeded(5)
+    res = h.heartbeat_result(member_id="A", member_epoch=-1)
+    assert res.response == Resp(member_id="A", member_epoch=-1, heartbeat_interval_ms=0)
+    assert res.records == [*removed("A"), r.group_epoch_record(G, 6, "cgp_seeded")]
+    assert res.timers == [CancelTimer((SESSION, G, "A")), CancelTimer((REBALANCE, G, "A"))]
+    assert "A" not in h.shard.groups[G].members
+    assert h.shard.groups[G].owner_of(foo, 0) is None
+    # B gets A's partitions on its next heartbeat.
+    res = h.heartbeat_result(member_id="B", member_epoch=5)
+    assert res.records == [
+        r.target_assignment_record(G, "B", p(foo, 0, 1, 2, 3)),
+        r.target_assignment_epoch_record(G, 6),
+        ca("B", 6, 5, STABLE, p(foo, 0, 1, 2, 3)),
+    ]
+    check_replay(h)
+
+
+def test_last_member_leaving_clears_the_subscription_metadata() -> None:
+    h, foo = one_member()
+    res = h.heartbeat_result(member_id="A", member_epoch=-1)
+    assert res.records == [*removed("A"), r.partition_metadata_record(G, {}), r.group_epoch_record(G, 2, uid(h))]
+    assert h.shard.describe_group(G).group_state == "Empty"
+    check_replay(h)
+
+
+def test_static_member_leaving_for_good_with_epoch_minus_one() -> None:
+    h, foo = one_member(instance_id="i1")
+    res = h.heartbeat_result(member_id="A", member_epoch=-1, instance_id="i1")
+    assert res.response == Resp(member_id="A", member_epoch=-1, heartbeat_interval_ms=0)
+    assert res.records == [*removed("A"), r.partition_metadata_record(G, {}), r.group_epoch_record(G, 2, uid(h))]
+    assert h.shard.groups[G].static_members == {}
+
+
+def test_static_temporary_leave() -> None:
+    h, foo = one_member(instance_id="i1")  # A (i1) = [0,1,2,3] at 1
+    h.join("B", ["foo"])  # epoch 2: A must revoke 1,3
+    h.heartbeat(member_id="A", member_epoch=1, instance_id="i1", topic_partitions=p(foo, 0, 1, 2, 3))
+    assert h.shard.groups[G].members["A"].partitions_pending_revocation == p(foo, 1, 3)
+    session_deadline = h.timers.get((SESSION, G, "A"))
+    h.sleep(1_000)
+
+    res = h.heartbeat_result(member_id="A", member_epoch=-2, instance_id="i1")
+    assert res.response == Resp(member_id="A", member_epoch=-2, heartbeat_interval_ms=0)
+    assert res.records == [ca("A", -2, 1, UNREVOKED, p(foo, 0, 2), {})]
+    assert res.timers == []
+    assert h.timers.get((SESSION, G, "A")) == session_deadline  # still armed
+    group = h.shard.groups[G]
+    assert group.static_members == {"i1": "A"}
+    assert group.owner_of(foo, 1) is None and group.owner_of(foo, 0) == "A"
+    assert group.group_epoch == 2
+    check_replay(h)
+
+
+def test_static_member_rejoins_with_a_new_member_id() -> None:
+    h, foo = one_member(instance_id="i1")
+    h.heartbeat(member_id="A", member_epoch=-2, instance_id="i1")
+    res = h.join("A2", ["foo"], instance_id="i1")
+    assert res.records == [
+        *removed("A"),
+        mm("A2", instance_id="i1"),
+        r.target_assignment_record(G, "A2", p(foo, 0, 1, 2, 3)),
+        ca("A2", 0, 0, STABLE, p(foo, 0, 1, 2, 3)),
+        ca("A2", 1, 0, STABLE, p(foo, 0, 1, 2, 3)),
+    ]
+    assert res.response == Resp(member_id="A2", member_epoch=1, heartbeat_interval_ms=HB_MS,
+                                assignment=HA(assigned=p(foo, 0, 1, 2, 3), pending={}))
+    assert res.timers == [
+        CancelTimer((SESSION, G, "A")), CancelTimer((REBALANCE, G, "A")),
+        CancelTimer((REBALANCE, G, "A2")), ArmTimer((SESSION, G, "A2"), SESSION_MS),
+    ]
+    group = h.shard.groups[G]
+    assert group.group_epoch == 1 and group.assignment_epoch == 1
+    assert group.static_members == {"i1": "A2"}
+    assert sorted(group.members) == ["A2"]
+    check_replay(h)
+
+
+def test_static_rejoin_inherits_target_and_partitions_in_a_busy_group() -> None:
+    h, foo = one_member(instance_id="i1")
+    h.join("B", ["foo"])  # epoch 2: target A=[0,2], B=[1,3]
+    h.heartbeat(member_id="A", member_epoch=1, instance_id="i1", topic_partitions=p(foo, 0, 1, 2, 3))
+    h.heartbeat(member_id="A", member_epoch=1, instance_id="i1", topic_partitions=p(foo, 0, 2))  # A at 2
+    h.heartbeat(member_id="A", member_epoch=-2, instance_id="i1")
+    res = h.join("A2", ["foo"], instance_id="i1")
+    assert res.records == [
+        *removed("A"),
+        mm("A2", instance_id="i1"),
+        r.target_assignment_record(G, "A2", p(foo, 0, 2)),
+        ca("A2", 0, 0, STABLE, p(foo, 0, 2)),
+        ca("A2", 2, 0, STABLE, p(foo, 0, 2)),
+    ]
+    assert h.shard.groups[G].group_epoch == 2
+    check_replay(h)
+
+
+def test_static_member_never_rejoining_is_removed_by_its_session_timeout() -> None:
+    h, foo = one_member(instance_id="i1")
+    h.heartbeat(member_id="A", member_epoch=-2, instance_id="i1")
+    assert h.sleep(SESSION_MS - 1) == []
+    fired = h.sleep(1)
+    assert len(fired) == 1
+    assert fired[0].records == [*removed("A"), r.partition_metadata_record(G, {}), r.group_epoch_record(G, 2, uid(h))]
+    assert h.shard.groups[G].static_members == {}
+    # The instance id is free again: a new incarnation is a brand-new member.
+    res = h.join("A3", ["foo"], instance_id="i1")
+    assert res.response.member_epoch == 3
+    check_replay(h)
+
+
+# --------------------------------------------------------------------------- rebalance triggers
+
+
+def test_server_assignor_change_bumps_and_the_most_voted_assignor_is_used() -> None:
+    alpha, beta = RoundRobinAssignor("alpha"), RoundRobinAssignor("beta")
+    h = harness(alpha, beta)
+    foo = h.create_topic("foo", 2)
+    h.join("A", ["foo"])
+    assert (alpha.calls, beta.calls) == (1, 0)
+    assert h.shard.describe_group(G).assignor_name == "alpha"  # default: first configured
+
+    res = h.heartbeat_result(member_id="A", member_epoch=1, server_assignor="beta")
+    assert res.records == [
+        mm("A", server_assignor_name="beta"),
+        r.group_epoch_record(G, 2, uid(h)),
+        r.target_assignment_epoch_record(G, 2),
+        ca("A", 2, 1, STABLE, p(foo, 0, 1)),
+    ]
+    assert (alpha.calls, beta.calls) == (1, 1)
+    assert h.shard.describe_group(G).assignor_name == "beta"
+
+    h.join("B", ["foo"], server_assignor="alpha")  # 1 vote each: the first configured wins
+    assert (alpha.calls, beta.calls) == (2, 1)
+    assert h.shard.describe_group(G).assignor_name == "alpha"
+    h.join("C", ["foo"], server_assignor="beta")  # beta 2 - alpha 1
+    assert (alpha.calls, beta.calls) == (2, 2)
+    assert h.shard.describe_group(G).assignor_name == "beta"
+    h.join("D", ["foo"])  # no vote: nothing changes in the ranking
+    assert (alpha.calls, beta.calls) == (2, 3)
+    check_replay(h)
+
+
+def test_subscription_change_bumps_the_epoch() -> None:
+    h, foo = one_member(2)
+    bar = h.create_topic("bar", 1)
+    res = h.heartbeat_result(member_id="A", member_epoch=1, subscribed_topic_names=("foo", "bar"))
+    assert res.records == [
+        mm("A", ("bar", "foo")),
+        r.partition_metadata_record(G, md(h, "bar", "foo")),
+        r.group_epoch_record(G, 2, uid(h)),
+        r.target_assignment_record(G, "A", pp(p(foo, 0, 1), p(bar, 0))),
+        r.target_assignment_epoch_record(G, 2),
+        ca("A", 2, 1, STABLE, pp(p(foo, 0, 1), p(bar, 0))),
+    ]
+    assert res.response == Resp(member_id="A", member_epoch=2, heartbeat_interval_ms=HB_MS,
+                                assignment=HA(assigned=pp(p(foo, 0, 1), p(bar, 0)), pending={}))
+    check_replay(h)
+
+
+def test_subscribing_to_a_missing_topic_still_bumps() -> None:
+    h, foo = one_member(2)
+    res = h.heartbeat_result(member_id="A", member_epoch=1, subscribed_topic_names=("foo", "nope"))
+    assert res.records == [
+        mm("A", ("foo", "nope")),
+        r.group_epoch_record(G, 2, uid(h)),
+        r.target_assignment_epoch_record(G, 2),
+        ca("A", 2, 1, STABLE, p(foo, 0, 1)),
+    ]
+
+
+def test_topic_created_deleted_and_recreated() -> None:
+    h, foo = one_member(2)
+    h.heartbeat(member_id="A", member_epoch=1, subscribed_topic_names=("foo", "bar"))  # epoch 2, bar missing
+
+    # bar is created: new metadata, bump, new target.
+    bar = h.create_topic("bar", 2)
+    res = h.heartbeat_result(member_id="A", member_epoch=2)
+    assert res.records == [
+        r.partition_metadata_record(G, md(h, "bar", "foo")),
+        r.group_epoch_record(G, 3, uid(h)),
+        r.target_assignment_record(G, "A", pp(p(foo, 0, 1), p(bar, 0, 1))),
+        r.target_assignment_epoch_record(G, 3),
+        ca("A", 3, 2, STABLE, pp(p(foo, 0, 1), p(bar, 0, 1))),
+    ]
+    # bar is deleted: A must revoke it (it reports owning it).
+    h.delete_topic("bar")
+    res = h.heartbeat_result(member_id="A", member_epoch=3, topic_partitions=pp(p(foo, 0, 1), p(bar, 0, 1)))
+    assert res.records == [
+        r.partition_metadata_record(G, md(h, "foo")),
+        r.group_epoch_record(G, 4, uid(h)),
+        r.target_assignment_record(G, "A", p(foo, 0, 1)),
+        r.target_assignment_epoch_record(G, 4),
+        ca("A", 3, 3, UNREVOKED, p(foo, 0, 1), p(bar, 0, 1)),
+    ]
+    res = h.heartbeat_result(member_id="A", member_epoch=3, topic_partitions=p(foo, 0, 1))
+    assert res.records == [ca("A", 4, 3, STABLE, p(foo, 0, 1))]
+    # bar is re-created: a new topic id, hence new metadata and a new target.
+    bar2 = h.create_topic("bar", 2)
+    assert bar2 != bar
+    res = h.heartbeat_result(member_id="A", member_epoch=4)
+    assert res.records == [
+        r.partition_metadata_record(G, md(h, "bar", "foo")),
+        r.group_epoch_record(G, 5, uid(h)),
+        r.target_assignment_record(G, "A", pp(p(foo, 0, 1), p(bar2, 0, 1))),
+        r.target_assignment_epoch_record(G, 5),
+        ca("A", 5, 4, STABLE, pp(p(foo, 0, 1), p(bar2, 0, 1))),
+    ]
+    check_replay(h)
+
+
+def test_topic_recreated_between_heartbeats_revokes_the_old_id() -> None:
+    h, foo = one_member(2)
+    h.delete_topic("foo")
+    foo2 = h.create_topic("foo", 2)
+    res = h.heartbeat_result(member_id="A", member_epoch=1, topic_partitions=p(foo, 0, 1))
+    assert res.records == [
+        r.partition_metadata_record(G, md(h, "foo")),
+        r.group_epoch_record(G, 2, uid(h)),
+        r.target_assignment_record(G, "A", p(foo2, 0, 1)),
+        r.target_assignment_epoch_record(G, 2),
+        ca("A", 1, 1, UNREVOKED, {}, p(foo, 0, 1)),
+    ]
+    res = h.heartbeat_result(member_id="A", member_epoch=1, topic_partitions={})
+    assert res.records == [ca("A", 2, 1, STABLE, p(foo2, 0, 1))]
+
+
+def test_partitions_added() -> None:
+    h, foo = one_member(2)
+    h.add_partitions("foo", 3)
+    res = h.heartbeat_result(member_id="A", member_epoch=1)
+    assert res.records == [
+        r.partition_metadata_record(G, md(h, "foo")),
+        r.group_epoch_record(G, 2, uid(h)),
+        r.target_assignment_record(G, "A", p(foo, 0, 1, 2)),
+        r.target_assignment_epoch_record(G, 2),
+        ca("A", 2, 1, STABLE, p(foo, 0, 1, 2)),
+    ]
+
+
+def test_unrelated_topic_changes_do_not_bump() -> None:
+    h, foo = one_member(2)
+    h.create_topic("other", 3)
+    h.add_partitions("other", 4)
+    res = h.heartbeat_result(member_id="A", member_epoch=1)
+    assert res.records == []
+    assert h.shard.groups[G].group_epoch == 1
+
+
+# --------------------------------------------------------------------------- regex subscriptions
+
+
+def regex_harness() -> tuple[CoreHarness, dict[str, str]]:
+    h = harness()
+    ids = {name: h.create_topic(name, 1) for name in ("foo", "fa", "bar", "xfoo", "f")}
+    return h, ids
+
+
+def test_regex_subscription_is_resolved_with_full_match_semantics() -> None:
+    h, t = regex_harness()
+    h.now_ms = 1234
+    version = h.shard.topics.version
+    res = h.join("A", regex="f.+")
+    expected = pp(p(t["fa"], 0), p(t["foo"], 0))
+    assert res.records == [
+        mm("A", (), subscribed_topic_regex="f.+"),
+        r.regex_record(G, "f.+", frozenset({"fa", "foo"}), version, 1234),  # not "xfoo", not "f"
+        r.partition_metadata_record(G, md(h, "fa", "foo")),
+        r.group_epoch_record(G, 1, uid(h)),
+        r.target_assignment_record(G, "A", expected),
+        r.target_assignment_epoch_record(G, 1),
+        ca("A", 1, 0, STABLE, expected),
+    ]
+    assert res.response == Resp(member_id="A", member_epoch=1, heartbeat_interval_ms=HB_MS,
+                                assignment=HA(assigned=expected, pending={}))
+    check_replay(h)
+
+
+def test_regex_is_re_resolved_when_topics_are_created_and_deleted() -> None:
+    h, t = regex_harness()
+    h.join("A", regex="f.+")
+    fb = h.create_topic("fb", 1)
+    h.create_topic("zzz", 1)
+    res = h.heartbeat_result(member_id="A", member_epoch=1)
+    with_fb = pp(p(t["fa"], 0), p(fb, 0), p(t["foo"], 0))
+    assert res.records == [
+        r.regex_record(G, "f.+", frozenset({"fa", "fb", "foo"}), h.shard.topics.version, 0),
+        r.partition_metadata_record(G, md(h, "fa", "fb", "foo")),
+        r.group_epoch_record(G, 2, uid(h)),
+        r.target_assignment_record(G, "A", with_fb),
+        r.target_assignment_epoch_record(G, 2),
+        ca("A", 2, 1, STABLE, with_fb),
+    ]
+    h.delete_topic("fa")
+    res = h.heartbeat_result(member_id="A", member_epoch=2, topic_partitions=with_fb)
+    assert res.records == [
+        r.regex_record(G, "f.+", frozenset({"fb", "foo"}), h.shard.topics.version, 0),
+        r.partition_metadata_record(G, md(h, "fb", "foo")),
+        r.group_epoch_record(G, 3, uid(h)),
+        r.target_assignment_record(G, "A", pp(p(fb, 0), p(t["foo"], 0))),
+        r.target_assignment_epoch_record(G, 3),
+        ca("A", 2, 2, UNREVOKED, pp(p(fb, 0), p(t["foo"], 0)), p(t["fa"], 0)),
+    ]
+    # A topic that does not match: no new resolution record, no bump.
+    h.create_topic("nomatch", 1)
+    assert h.heartbeat_result(member_id="A", member_epoch=2, topic_partitions=pp(p(fb, 0), p(t["foo"], 0))).records == [
+        ca("A", 3, 2, STABLE, pp(p(fb, 0), p(t["foo"], 0)))
+    ]
+    check_replay(h)
+
+
+def test_names_and_regex_combined() -> None:
+    h, t = regex_harness()
+    res = h.join("A", ["bar"], regex="fo+")
+    expected = pp(p(t["bar"], 0), p(t["foo"], 0))
+    assert res.records[0] == mm("A", ("bar",), subscribed_topic_regex="fo+")
+    assert res.records[2] == r.partition_metadata_record(G, md(h, "bar", "foo"))
+    assert res.response.assignment == HA(assigned=expected, pending={})
+    assert h.shard.groups[G].topic_subscribers == {"bar": 1, "foo": 1}
+
+
+def test_regex_tombstone_when_the_last_user_drops_it() -> None:
+    h, t = regex_harness()
+    h.join("A", regex="f.+")
+    h.join("B", ["bar"], regex="f.+")
+    # B drops the regex: A still uses it, no tombstone.
+    res = h.heartbeat_result(member_id="B", member_epoch=2, subscribed_topic_regex="")
+    assert res.records[:2] == [mm("B", ("bar",)), r.group_epoch_record(G, 3, uid(h))]
+    assert r.regex_tombstone(G, "f.+") not in res.records
+    # A switches to names: the last user is gone, the resolution is deleted.
+    res = h.heartbeat_result(member_id="A", member_epoch=1, subscribed_topic_names=("foo",), subscribed_topic_regex="")
+    assert res.records[:4] == [
+        mm("A", ("foo",)),
+        r.regex_tombstone(G, "f.+"),
+        r.partition_metadata_record(G, md(h, "bar", "foo")),
+        r.group_epoch_record(G, 4, uid(h)),
+    ]
+    assert dict(h.shard.groups[G].resolved_regexes) == {}
+    check_replay(h)
+
+
+def test_regex_tombstone_when_the_last_user_leaves() -> None:
+    h, t = regex_harness()
+    h.join("A", regex="f.+")
+    res = h.heartbeat_result(member_id="A", member_epoch=-1)
+    assert res.records == [*removed("A"), r.regex_tombstone(G, "f.+"), r.partition_metadata_record(G, {}),
+                           r.group_epoch_record(G, 2, uid(h))]
+    check_replay(h)
+
+
+def test_switching_to_an_already_resolved_regex() -> None:
+    h, t = regex_harness()
+    h.join("A", regex="f.+")
+    res = h.join("B", ["bar"])
+    assert res.response.member_epoch == 2
+    res = h.heartbeat_result(member_id="B", member_epoch=2, subscribed_topic_names=(), subscribed_topic_regex="f.+")
+    assert res.records[:2] == [mm("B", (), subscribed_topic_regex="f.+"), r.partition_metadata_record(G, md(h, "fa", "foo"))]
+    assert res.records[2] == r.group_epoch_record(G, 3, uid(h))
+    assert not any(isinstance(x.key, r.ConsumerGroupRegularExpressionKey) for x in res.records)
+    assert h.shard.groups[G].regex_members == {"f.+": 2}
+
+
+# --------------------------------------------------------------------------- timeouts
+
+
+def test_rebalance_timeout_fences_a_member_stuck_revoking() -> None:
+    h, foo = one_member(rebalance_timeout_ms=10_000)
+    h.join("B", ["foo"])
+    h.sleep(1_000)
+    res = h.heartbeat_result(member_id="A", member_epoch=1, topic_partitions=p(foo, 0, 1, 2, 3))
+    assert res.timers == [ArmTimer((REBALANCE, G, "A"), 11_000, 1), ArmTimer((SESSION, G, "A"), 46_000)]
+    # Heartbeats that still report the revoked partitions do not move the deadline.
+    h.sleep(5_000)
+    res = h.heartbeat_result(member_id="A", member_epoch=1, topic_partitions=p(foo, 0, 1, 2, 3))
+    assert res.timers == [ArmTimer((SESSION, G, "A"), 51_000)]
+    assert h.sleep(4_999) == []
+    fired = h.sleep(1)
+    assert len(fired) == 1
+    assert fired[0].records == [*removed("A"), r.group_epoch_record(G, 3, uid(h))]
+    assert fired[0].timers == [CancelTimer((SESSION, G, "A")), CancelTimer((REBALANCE, G, "A"))]
+    # B gets everything at epoch 3.
+    res = h.heartbeat_result(member_id="B", member_epoch=2)
+    assert res.response == Resp(member_id="B", member_epoch=3, heartbeat_interval_ms=HB_MS,
+                                assignment=HA(assigned=p(foo, 0, 1, 2, 3), pending={}))
+    check_replay(h)
+
+
+def test_rebalance_timeout_does_nothing_once_the_member_moved_on() -> None:
+    h, foo = one_member(rebalance_timeout_ms=10_000)
+    h.join("B", ["foo"])
+    h.heartbeat(member_id="A", member_epoch=1, topic_partitions=p(foo, 0, 1, 2, 3))
+    res = h.heartbeat_result(member_id="A", member_epoch=1, topic_partitions=p(foo, 0, 2))
+    assert res.timers[0] == CancelTimer((REBALANCE, G, "A"))
+    assert h.timers.get((REBALANCE, G, "A")) is None
+    assert h.sleep(20_000) == []
+    # A stale timer that fires anyway (e.g. raced with the acknowledgement) is a no-op.
+    before = h.shard.snapshot()
+    stale = h.shard.on_timer(DueTimer((REBALANCE, G, "A"), 10_000, 1), h.now_ms)
+    assert stale.records == [] and stale.timers == []
+    assert h.shard.snapshot() == before
+    # ... and so is one for a member that is gone.
+    assert h.shard.on_timer(DueTimer((REBALANCE, G, "Z"), 0, 1), h.now_ms).records == []
+    assert h.shard.on_timer(DueTimer((SESSION, "nope", "Z"), 0, 0), h.now_ms).records == []
+
+
+def test_session_timeout_removes_a_silent_member() -> None:
+    h, foo = seeded(5)
+    h.sleep(40_000)
+    h.heartbeat(member_id="B", member_epoch=5)  # B's deadline moves to 85 000
+    fired = h.sleep(5_000)  # A's deadline (45 000) passes
+    assert [f.records for f in fired] == [[*removed("A"), r.group_epoch_record(G, 6, "cgp_seeded")]]
+    assert sorted(h.shard.groups[G].members) == ["B"]
+    assert h.timers.get((SESSION, G, "B")) == (85_000, 0)
+    assert h.sleep(39_999) == []
+    assert len(h.sleep(1)) == 1
+    assert h.shard.groups[G].members == {}
+    check_replay(h)
+
+
+def test_each_heartbeat_re_arms_the_session_timer() -> None:
+    h, foo = one_member()
+    for _ in range(20):
+        h.sleep(SESSION_MS - 1)
+        h.heartbeat(member_id="A", member_epoch=1)
+    assert "A" in h.shard.groups[G].members
+
+
+def test_timers_are_re_armed_after_a_load() -> None:
+    """KIP-848 "Fail Over": session timers for every member (group overrides apply), rebalance
+    timers for members that were revoking, with their epoch."""
+    h, foo = one_member(rebalance_timeout_ms=10_000)
+    h.join("B", ["foo"], group_id="g2")
+    h.join("B", ["foo"])
+    h.heartbeat(member_id="A", member_epoch=1, topic_partitions=p(foo, 0, 1, 2, 3))  # A revoking
+    h.alter_configs("g2", {SESSION_CFG: "50000"})
+    fresh = h.replayed()
+    assert fresh.on_loaded(1_000) == [  # groups and members in id order
+        ArmTimer((SESSION, "g2", "B"), 1_000 + 50_000),
+        ArmTimer((SESSION, G, "A"), 1_000 + SESSION_MS),
+        ArmTimer((REBALANCE, G, "A"), 1_000 + 10_000, 1),
+        ArmTimer((SESSION, G, "B"), 1_000 + SESSION_MS),
+    ]
+
+
+def test_a_loaded_shard_continues_exactly_like_the_live_one() -> None:
+    """Soft state (metadata check marks, regex cache) is not persisted: a shard loaded from the
+    records must answer the next heartbeats with the same records and responses."""
+    h, t = regex_harness()
+    h.join("A", ["bar"], regex="f.+")
+    h.join("B", ["foo"], instance_id="iB")
+    h.heartbeat(member_id="A", member_epoch=1, topic_partitions=h.shard.groups[G].members["A"].assigned_partitions)
+    fresh = h.replayed()
+    fresh.set_topics(h.shard.topics)
+    steps = [
+        dict(group_id=G, member_id="B", member_epoch=2, instance_id="iB"),
+        dict(group_id=G, member_id="A", member_epoch=1, topic_partitions={}),
+        dict(group_id=G, member_id="A", member_epoch=2),
+        dict(group_id=G, member_id="B", member_epoch=-2, instance_id="iB"),
+    ]
+    from coordinator.core.commands import ConsumerGroupHeartbeat
+
+    for step in steps:
+        live = h.shard.consumer_group_heartbeat(ConsumerGroupHeartbeat(**step), 100)
+        loaded = fresh.consumer_group_heartbeat(ConsumerGroupHeartbeat(**step), 100)
+        assert (loaded.records, loaded.response, loaded.timers) == (live.records, live.response, live.timers)
+    assert fresh.snapshot() == h.shard.snapshot()
+
+
+# --------------------------------------------------------------------------- group states
+
+
+def test_group_states() -> None:
+    h = harness()
+    foo = h.create_topic("foo", 2)
+    with pytest.raises(GroupIdNotFoundError) as info:
+        h.shard.describe_group(G)
+    assert info.value.code == ErrorCode.GROUP_ID_NOT_FOUND
+    assert info.value.message == "Group grp not found."
+    assert h.shard.group_state(G).value == "Dead"
+
+    h.join("A", ["foo"])
+    assert h.shard.describe_group(G).group_state == "Stable"
+    h.join("B", ["foo"])  # A must revoke foo-1, B waits for it
+    assert h.shard.describe_group(G).group_state == "Reconciling"
+    h.heartbeat(member_id="A", member_epoch=1, topic_partitions=p(foo, 0, 1))
+    h.heartbeat(member_id="A", member_epoch=1, topic_partitions=p(foo, 0))
+    assert h.shard.describe_group(G).group_state == "Reconciling"  # B not there yet
+    h.heartbeat(member_id="B", member_epoch=2)
+    desc = h.shard.describe_group(G)
+    assert desc.group_state == "Stable"
+    assert (desc.group_epoch, desc.assignment_epoch) == (2, 2)
+    assert [(m.member_id, m.member_epoch, m.state, m.assignment, m.target_assignment, m.member_type) for m in desc.members] == [
+        ("A", 2, "STABLE", p(foo, 0), p(foo, 0), 1),
+        ("B", 2, "STABLE", p(foo, 1), p(foo, 1), 1),
+    ]
+    # B's session expires while A keeps heartbeating: the group epoch moves ahead of the
+    # assignment epoch until the next heartbeat computes a new target.
+    for _ in range(8):
+        h.sleep(HB_MS)
+        h.heartbeat(member_id="A", member_epoch=2)
+    assert len(h.sleep(HB_MS)) == 1  # B's session timeout
+    desc = h.shard.describe_group(G)
+    assert (desc.group_state, desc.group_epoch, desc.assignment_epoch) == ("Assigning", 3, 2)
+    h.heartbeat(member_id="A", member_epoch=2)
+    assert h.shard.describe_group(G).group_state == "Stable"
+    h.heartbeat(member_id="A", member_epoch=-1)
+    desc = h.shard.describe_group(G)
+    assert (desc.group_state, desc.members) == ("Empty", ())
+    assert h.shard.group_state(G).value == "Empty"
+
+
+# --------------------------------------------------------------------------- group configs
+
+
+def test_group_config_validation_errors() -> None:
+    h, foo = one_member()
+    cases = [
+        ({"foo.bar": "1"}, InvalidConfigError,
+         "unknown group config 'foo.bar' (supported: consumer.session.timeout.ms, consumer.heartbeat.interval.ms)"),
+        ({"foo.bar": None}, InvalidConfigError,
+         "unknown group config 'foo.bar' (supported: consumer.session.timeout.ms, consumer.heartbeat.interval.ms)"),
+        ({SESSION_CFG: "44999"}, InvalidConfigError,
+         "invalid value 44999 for 'consumer.session.timeout.ms': must be between 45000 and 60000"),
+        ({HB_CFG: "15001"}, InvalidConfigError,
+         "invalid value 15001 for 'consumer.heartbeat.interval.ms': must be between 5000 and 15000"),
+        ({HB_CFG: "fast"}, InvalidConfigError, "invalid value 'fast' for 'consumer.heartbeat.interval.ms': not an integer"),
+        ({HB_CFG: "6000", SESSION_CFG: "1"}, InvalidConfigError,
+         "invalid value 1 for 'consumer.session.timeout.ms': must be between 45000 and 60000"),
+    ]
+    before = h.shard.snapshot()
+    for changes, exc, message in cases:
+        with pytest.raises(exc) as info:
+            h.alter_configs(G, changes)
+        assert info.value.code == ErrorCode.INVALID_CONFIG
+        assert info.value.message == message
+        assert h.shard.snapshot() == before
+        assert len(h.shard.undo) == 0
+    with pytest.raises(InvalidRequestError) as info2:
+        h.alter_configs("  ", {HB_CFG: "6000"})
+    assert info2.value.message == "Group id can't be empty."
+    assert h.shard.snapshot() == before
+
+
+def test_group_config_heartbeat_interval_must_stay_below_the_session_timeout() -> None:
+    config = GroupCoordinatorConfig(consumer_min_session_timeout_ms=6_000)
+    h = harness(config=config)
+    h.alter_configs(G, {SESSION_CFG: "10000"})
+    with pytest.raises(InvalidConfigError) as info:
+        h.alter_configs(G, {HB_CFG: "12000"})
+    assert info.value.message == (
+        "consumer.heartbeat.interval.ms (12000) must be less than consumer.session.timeout.ms (10000)."
+    )
+    # Both in one request are validated together.
+    with pytest.raises(InvalidConfigError):
+        h.alter_configs(G, {HB_CFG: "10000", SESSION_CFG: "10000"})
+    h.alter_configs(G, {HB_CFG: "9000", SESSION_CFG: "9500"})
+    assert h.shard.group_config(G) == {SESSION_CFG: "9500", HB_CFG: "9000"}
+
+
+def test_group_configs_take_effect_on_the_next_heartbeat_and_persist() -> None:
+    h, foo = one_member()
+    h.sleep(1_000)
+    res = h.alter_configs(G, {SESSION_CFG: "50000", HB_CFG: " 6000"})
+    assert res.records == [r.group_config_record(G, HB_CFG, "6000"), r.group_config_record(G, SESSION_CFG, "50000")]
+    assert res.timers == []
+    assert h.timers.get((SESSION, G, "A")) == (SESSION_MS, 0)  # existing timer untouched
+    assert h.shard.group_config(G) == {SESSION_CFG: "50000", HB_CFG: "6000"}
+
+    res = h.heartbeat_result(member_id="A", member_epoch=1)
+    assert res.response == Resp(member_id="A", member_epoch=1, heartbeat_interval_ms=6_000)
+    assert res.timers == [ArmTimer((SESSION, G, "A"), 1_000 + 50_000)]
+    assert h.join("B", ["foo"]).response.heartbeat_interval_ms == 6_000
+
+    # Persisted: a replayed shard has the same overrides.
+    fresh = h.replayed()
+    assert fresh.group_config(G) == h.shard.group_config(G)
+    assert fresh.heartbeat_interval_ms(G) == 6_000 and fresh.session_timeout_ms(G) == 50_000
+    check_replay(h)
+
+    # Deleting an override returns to the broker default.
+    res = h.alter_configs(G, {HB_CFG: None})
+    assert res.records == [r.group_config_record(G, HB_CFG, None)]
+    assert h.shard.group_config(G) == {SESSION_CFG: "50000", HB_CFG: "5000"}
+    assert h.heartbeat(member_id="A", member_epoch=h.shard.groups[G].members["A"].member_epoch).heartbeat_interval_ms == HB_MS
+    check_replay(h)
+
+
+def test_group_configs_exist_without_the_group_and_survive_it() -> None:
+    h = harness()
+    h.create_topic("foo", 1)
+    h.alter_configs(G, {HB_CFG: "7000"})
+    assert G not in h.shard.groups
+    assert h.join("A", ["foo"]).response.heartbeat_interval_ms == 7_000
+    h.heartbeat(member_id="A", member_epoch=-1)
+    assert h.shard.group_config(G)[HB_CFG] == "7000"
+    assert h.shard.group_config("other") == {SESSION_CFG: "45000", HB_CFG: "5000"}
+    check_replay(h)
+
+
+# --------------------------------------------------------------------------- group uid
+
+
+def test_group_uid_is_minted_once() -> None:
+    h = harness()
+    foo = h.create_topic("foo", 2)
+    h.join("A", ["foo"])
+    first = uid(h)
+    assert first == "cgp_uid1" and first.startswith("cgp_")
+    h.join("B", ["foo"])
+    h.heartbeat(member_id="A", member_epoch=-1)
+    h.heartbeat(member_id="B", member_epoch=-1)
+    assert h.shard.describe_group(G).group_state == "Empty"
+    assert uid(h) == first
+    epoch = h.shard.groups[G].group_epoch
+    res = h.join("C", ["foo"])
+    assert res.records[2] == r.group_epoch_record(G, epoch + 1, first)
+    assert uid(h) == first
+    assert h.ids.uids == 1  # type: ignore[attr-defined]
+    assert h.replayed().groups[G].group_uid == first
+    # Another group gets its own uid.
+    h.join("X", ["foo"], group_id="g2")
+    assert uid(h, "g2") == "cgp_uid2"
+    check_replay(h)
+
+
+def test_group_uid_with_the_default_id_source() -> None:
+    h = CoreHarness(assignors=[RoundRobinAssignor()])
+    h.create_topic("foo", 1)
+    h.join("A", ["foo"])
+    value = uid(h)
+    assert value.startswith("cgp_") and len(value) > len("cgp_")
+    assert h.replayed().groups[G].group_uid == value
