@@ -247,3 +247,25 @@ async def test_closed_runtime_answers_not_available() -> None:
     await rt.close()
     with pytest.raises(CoordinatorNotAvailableError):
         await rt.heartbeat(join("g"))
+
+
+async def test_system_clock_fires_session_timeout_by_itself() -> None:
+    from coordinator.runtime import SystemClock
+
+    config = parse_config({
+        "group.consumer.min.session.timeout.ms": "50", "group.consumer.session.timeout.ms": "50",
+        "group.consumer.min.heartbeat.interval.ms": "10", "group.consumer.heartbeat.interval.ms": "20",
+    })
+    rt = CoordinatorRuntime(config=config, store=MemoryRecordStore(), clock=SystemClock(),
+                            ids=SequentialIds(), assignors=[UniformAssignor()])
+    await rt.start()
+    await rt.create_topics([NewTopic(name="t", num_partitions=2)])
+    await rt.heartbeat(join("g"))
+    for _ in range(100):  # bounded: up to ~1 s
+        await asyncio.sleep(0.01)
+        if not (await rt.describe_group("g")).members:
+            break
+    desc = await rt.describe_group("g")
+    assert (desc.members, desc.group_epoch) == ((), 2)
+    assert rt.stats["timers_fired"] == 1
+    await rt.close()
