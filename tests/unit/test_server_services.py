@@ -1,0 +1,87 @@
+"""Servicers in-process: in-band errors, bugs answered UNKNOWN_SERVER_ERROR, UNAVAILABLE on shutdown."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+
+from coordinator.core.config import parse_config
+from coordinator.core.errors import CoordinatorLoadInProgressError
+from coordinator.runtime import CoordinatorRuntime, ManualClock, RuntimeState
+from coordinator.runtime.store import MemoryRecordStore
+from coordinator.server.services import AdminService, ConsumerGroupService, client_id_of
+from kip848.v1 import admin_pb2, consumer_group_pb2 as cg
+
+
+class Ctx:
+    def __init__(self) -> None:
+        self.aborted: tuple[grpc.StatusCode, str] | None = None
+
+    def invocation_metadata(self):
+        return (("user-agent", "x"), ("client-id", "app"))
+
+    def peer(self) -> str:
+        return "ipv4:127.0.0.1:1"
+
+    async def abort(self, code: grpc.StatusCode, details: str) -> None:
+        self.aborted = (code, details)
+        raise RuntimeError("aborted")
+
+
+def runtime() -> CoordinatorRuntime:
+    return CoordinatorRuntime(config=parse_config({}), store=MemoryRecordStore(), clock=ManualClock(0))
+
+
+def test_client_id_from_metadata() -> None:
+    assert client_id_of(Ctx()) == "app"  # type: ignore[arg-type]
+
+
+async def test_load_in_progress_is_in_band() -> None:
+    rt = runtime()  # not started: loading
+    resp = await ConsumerGroupService(rt).ConsumerGroupHeartbeat(cg.ConsumerGroupHeartbeatRequest(group_id="g"), Ctx())
+    assert resp == cg.ConsumerGroupHeartbeatResponse(error_code=14, error_message=CoordinatorLoadInProgressError().message)
+    topics = await AdminService(rt).ListTopics(admin_pb2.ListTopicsRequest(), Ctx())
+    assert topics == admin_pb2.ListTopicsResponse(error_code=14, error_message=CoordinatorLoadInProgressError().message)
+
+
+async def test_a_bug_is_unknown_server_error_in_band(monkeypatch: pytest.MonkeyPatch) -> None:
+    rt = runtime()
+    await rt.start()
+
+    async def boom(_req):
+        raise ZeroDivisionError("bug")
+
+    monkeypatch.setattr(rt, "heartbeat", boom)
+    resp = await ConsumerGroupService(rt).ConsumerGroupHeartbeat(cg.ConsumerGroupHeartbeatRequest(group_id="g"), Ctx())
+    assert resp == cg.ConsumerGroupHeartbeatResponse(error_code=-1)
+    await rt.close()
+
+
+async def test_unavailable_while_shutting_down() -> None:
+    rt = runtime()
+    await rt.start()
+    await rt.close()
+    assert rt.state is RuntimeState.CLOSED
+    ctx = Ctx()
+    with pytest.raises(RuntimeError, match="aborted"):
+        await ConsumerGroupService(rt).ConsumerGroupHeartbeat(cg.ConsumerGroupHeartbeatRequest(group_id="g"), ctx)
+    assert ctx.aborted == (grpc.StatusCode.UNAVAILABLE, "The coordinator is shutting down.")
+
+
+async def test_describe_configs_refuses_other_resource_types() -> None:
+    rt = runtime()
+    await rt.start()
+    Desc = admin_pb2.DescribeConfigsRequest
+    resp = await AdminService(rt).DescribeConfigs(Desc(resources=[Desc.Resource(resource_type=2, resource_name="t")]), Ctx())
+    assert resp == admin_pb2.DescribeConfigsResponse(results=[admin_pb2.DescribeConfigsResponse.Result(
+        error_code=42, error_message="Only GROUP (16) resources are supported.", resource_type=2, resource_name="t",
+    )])
+    Alter = admin_pb2.IncrementalAlterConfigsRequest
+    bad = await AdminService(rt).IncrementalAlterConfigs(Alter(resources=[Alter.Resource(
+        resource_type=16, resource_name="g",
+        configs=[Alter.AlterableConfig(name="consumer.session.timeout.ms", config_operation=0, value="1")],
+    )]), Ctx())
+    item = bad.responses[0]
+    assert (item.error_code, item.resource_name) == (40, "g")
+    assert "consumer.session.timeout.ms" in item.error_message
+    await rt.close()
