@@ -188,7 +188,7 @@ def full_featured_member() -> tuple[CoreHarness, str, dict[str, Any]]:
 
 
 def test_empty_heartbeat_changes_nothing() -> None:
-    h, foo, identity = full_featured_member()
+    h, _foo, identity = full_featured_member()
     before = h.shard.snapshot()
     res = h.heartbeat_result(member_id="A", member_epoch=1, instance_id="i1", **identity)
     assert res.response == Resp(member_id="A", member_epoch=1, heartbeat_interval_ms=HB_MS)
@@ -201,7 +201,7 @@ def test_empty_heartbeat_changes_nothing() -> None:
 
 
 def test_repeating_every_field_with_the_same_value_changes_nothing() -> None:
-    h, foo, identity = full_featured_member()
+    h, _foo, identity = full_featured_member()
     before = h.shard.snapshot()
     owned = h.shard.groups[G].members["A"].assigned_partitions
     res = h.heartbeat_result(
@@ -227,7 +227,7 @@ def test_repeating_every_field_with_the_same_value_changes_nothing() -> None:
 )
 def test_changes_that_do_not_bump_the_epoch(field: str, value: Any, attr: str, expected: Any) -> None:
     """Rack, rebalance timeout, client id and host: a member metadata record, no bump."""
-    h, foo, identity = full_featured_member()
+    h, _foo, identity = full_featured_member()
     fields: dict[str, Any] = dict(member_id="A", member_epoch=1, instance_id="i1", **identity)
     fields[field] = value
     res = h.heartbeat_result(**fields)
@@ -240,7 +240,7 @@ def test_changes_that_do_not_bump_the_epoch(field: str, value: Any, attr: str, e
 
 
 def test_client_id_and_host_change_emit_member_metadata_without_bump() -> None:
-    h, foo = one_member(client_id="c1", client_host="/1.1.1.1")
+    h, _foo = one_member(client_id="c1", client_host="/1.1.1.1")
     res = h.heartbeat_result(member_id="A", member_epoch=1, client_id="c2", client_host="/2.2.2.2")
     assert res.records == [mm("A", client_id="c2", client_host="/2.2.2.2")]
     assert res.response == Resp(member_id="A", member_epoch=1, heartbeat_interval_ms=HB_MS)
@@ -422,7 +422,7 @@ def test_leave_writes_three_tombstones_and_bumps_the_epoch() -> None:
 
 
 def test_last_member_leaving_clears_the_subscription_metadata() -> None:
-    h, foo = one_member()
+    h, _foo = one_member()
     res = h.heartbeat_result(member_id="A", member_epoch=-1)
     assert res.records == [*removed("A"), r.partition_metadata_record(G, {}), r.group_epoch_record(G, 2, uid(h))]
     assert h.shard.describe_group(G).group_state == "Empty"
@@ -430,7 +430,7 @@ def test_last_member_leaving_clears_the_subscription_metadata() -> None:
 
 
 def test_static_member_leaving_for_good_with_epoch_minus_one() -> None:
-    h, foo = one_member(instance_id="i1")
+    h, _foo = one_member(instance_id="i1")
     res = h.heartbeat_result(member_id="A", member_epoch=-1, instance_id="i1")
     assert res.response == Resp(member_id="A", member_epoch=-1, heartbeat_interval_ms=0)
     assert res.records == [*removed("A"), r.partition_metadata_record(G, {}), r.group_epoch_record(G, 2, uid(h))]
@@ -500,7 +500,7 @@ def test_static_rejoin_inherits_target_and_partitions_in_a_busy_group() -> None:
 
 
 def test_static_member_never_rejoining_is_removed_by_its_session_timeout() -> None:
-    h, foo = one_member(instance_id="i1")
+    h, _foo = one_member(instance_id="i1")
     h.heartbeat(member_id="A", member_epoch=-2, instance_id="i1")
     assert h.sleep(SESSION_MS - 1) == []
     fired = h.sleep(1)
@@ -643,7 +643,7 @@ def test_partitions_added() -> None:
 
 
 def test_unrelated_topic_changes_do_not_bump() -> None:
-    h, foo = one_member(2)
+    h, _foo = one_member(2)
     h.create_topic("other", 3)
     h.add_partitions("other", 4)
     res = h.heartbeat_result(member_id="A", member_epoch=1)
@@ -724,7 +724,7 @@ def test_names_and_regex_combined() -> None:
 
 
 def test_regex_tombstone_when_the_last_user_drops_it() -> None:
-    h, t = regex_harness()
+    h, _t = regex_harness()
     h.join("A", regex="f.+")
     h.join("B", ["bar"], regex="f.+")
     # B drops the regex: A still uses it, no tombstone.
@@ -744,7 +744,7 @@ def test_regex_tombstone_when_the_last_user_drops_it() -> None:
 
 
 def test_regex_tombstone_when_the_last_user_leaves() -> None:
-    h, t = regex_harness()
+    h, _t = regex_harness()
     h.join("A", regex="f.+")
     res = h.heartbeat_result(member_id="A", member_epoch=-1)
     assert res.records == [*removed("A"), r.regex_tombstone(G, "f.+"), r.partition_metadata_record(G, {}),
@@ -753,7 +753,7 @@ def test_regex_tombstone_when_the_last_user_leaves() -> None:
 
 
 def test_switching_to_an_already_resolved_regex() -> None:
-    h, t = regex_harness()
+    h, _t = regex_harness()
     h.join("A", regex="f.+")
     res = h.join("B", ["bar"])
     assert res.response.member_epoch == 2
@@ -808,7 +808,7 @@ def test_rebalance_timeout_does_nothing_once_the_member_moved_on() -> None:
 
 
 def test_session_timeout_removes_a_silent_member() -> None:
-    h, foo = seeded(5)
+    h, _foo = seeded(5)
     h.sleep(40_000)
     h.heartbeat(member_id="B", member_epoch=5)  # B's deadline moves to 85 000
     fired = h.sleep(5_000)  # A's deadline (45 000) passes
@@ -822,7 +822,7 @@ def test_session_timeout_removes_a_silent_member() -> None:
 
 
 def test_each_heartbeat_re_arms_the_session_timer() -> None:
-    h, foo = one_member()
+    h, _foo = one_member()
     for _ in range(20):
         h.sleep(SESSION_MS - 1)
         h.heartbeat(member_id="A", member_epoch=1)
@@ -849,7 +849,7 @@ def test_timers_are_re_armed_after_a_load() -> None:
 def test_a_loaded_shard_continues_exactly_like_the_live_one() -> None:
     """Soft state (metadata check marks, regex cache) is not persisted: a shard loaded from the
     records must answer the next heartbeats with the same records and responses."""
-    h, t = regex_harness()
+    h, _t = regex_harness()
     h.join("A", ["bar"], regex="f.+")
     h.join("B", ["foo"], instance_id="iB")
     h.heartbeat(member_id="A", member_epoch=1, topic_partitions=h.shard.groups[G].members["A"].assigned_partitions)
@@ -917,7 +917,7 @@ def test_group_states() -> None:
 
 
 def test_group_config_validation_errors() -> None:
-    h, foo = one_member()
+    h, _foo = one_member()
     cases = [
         ({"foo.bar": "1"}, InvalidConfigError,
          "unknown group config 'foo.bar' (supported: consumer.session.timeout.ms, consumer.heartbeat.interval.ms)"),
@@ -962,7 +962,7 @@ def test_group_config_heartbeat_interval_must_stay_below_the_session_timeout() -
 
 
 def test_group_configs_take_effect_on_the_next_heartbeat_and_persist() -> None:
-    h, foo = one_member()
+    h, _foo = one_member()
     h.sleep(1_000)
     res = h.alter_configs(G, {SESSION_CFG: "50000", HB_CFG: " 6000"})
     assert res.records == [r.group_config_record(G, HB_CFG, "6000"), r.group_config_record(G, SESSION_CFG, "50000")]
@@ -1006,7 +1006,7 @@ def test_group_configs_exist_without_the_group_and_survive_it() -> None:
 
 def test_group_uid_is_minted_once() -> None:
     h = harness()
-    foo = h.create_topic("foo", 2)
+    h.create_topic("foo", 2)
     h.join("A", ["foo"])
     first = uid(h)
     assert first == "cgp_uid1" and first.startswith("cgp_")

@@ -118,7 +118,7 @@ def static_group() -> tuple[CoreHarness, str]:
 
 
 def timers_state(h: CoreHarness) -> list[tuple[Any, Any]]:
-    return [(k, h.timers.get(k)) for k in h.timers.keys()]
+    return [(k, h.timers.get(k)) for k in h.timers.keys()]  # noqa: SIM118 (not a dict)
 
 
 def assert_rejected(
@@ -209,7 +209,7 @@ def test_invalid_request_is_checked_before_the_group_is_looked_up() -> None:
 
 
 def test_existing_member_cannot_take_over_a_released_instance_id() -> None:
-    h, foo = static_group()
+    h, _foo = static_group()
     h.join("B", ["foo"])
     h.heartbeat(member_id="S", member_epoch=-2, instance_id="i1")
     assert_rejected(
@@ -319,7 +319,7 @@ def test_fenced_previous_epoch_when_owned_is_null() -> None:
 
 
 def test_fenced_static_member_epoch() -> None:
-    h, foo = static_group()  # S: epoch 1, previous 0
+    h, _foo = static_group()  # S: epoch 1, previous 0
     assert_rejected(h, FencedMemberEpochError, ErrorCode.FENCED_MEMBER_EPOCH,
                     GREATER.format(received=2, current=1), member_id="S", member_epoch=2, instance_id="i1")
 
@@ -419,7 +419,7 @@ def test_group_max_size_reached_for_a_new_static_member() -> None:
 
 
 def test_existing_member_may_heartbeat_and_rejoin_in_a_full_group() -> None:
-    h, foo = full_group()
+    h, _foo = full_group()
     res = h.heartbeat_result(member_id="A", member_epoch=1)
     assert res.response.member_epoch in (1, 2)
     res = h.join("A", ["foo"])
@@ -538,3 +538,51 @@ def test_assignor_failure_on_a_subscription_change_keeps_the_old_subscription() 
                     "Failed to compute a new target assignment for epoch 4: boom",
                     member_id="A", member_epoch=3, subscribed_topic_names=("foo", "bar"))
     assert h.shard.groups[G].members["A"].subscribed_topic_names == ("foo",)
+
+
+class SwitchableAssignor(RoundRobinAssignor):
+    """Round robin until told to fail."""
+
+    def __init__(self) -> None:
+        super().__init__("switchable")
+        self.fail = False
+
+    def assign(self, spec: GroupSpec, topics: Mapping[str, TopicMetadata]) -> GroupAssignment:
+        if self.fail:
+            raise PartitionAssignorError("switched off")
+        return super().assign(spec, topics)
+
+
+def test_assignor_failure_rolls_back_a_static_replacement() -> None:
+    """The replacement writes the old member's tombstones and the new member's records before
+    the assignor runs (the new incarnation also changes its subscription): all undone."""
+    assignor = SwitchableAssignor()
+    h = harness(assignors=[assignor])
+    h.create_topic("foo", 2)
+    h.create_topic("bar", 1)
+    h.join("S", ["foo"], instance_id="i1")
+    h.heartbeat(member_id="S", member_epoch=-2, instance_id="i1")
+    assignor.fail = True
+    assert_rejected(h, UnknownServerError, ErrorCode.UNKNOWN_SERVER_ERROR,
+                    "Failed to compute a new target assignment for epoch 2: switched off",
+                    **join_fields("S2", instance_id="i1", subscribed_topic_names=("foo", "bar")))
+    group = h.shard.groups[G]
+    assert group.static_members == {"i1": "S"}
+    assert group.members["S"].member_epoch == -2
+    assert "S2" not in group.members
+    # Once the assignor works again the same request succeeds.
+    assignor.fail = False
+    assert h.join("S2", ["foo", "bar"], instance_id="i1").response.member_epoch == 2
+
+
+def test_assignor_failure_rolls_back_a_regex_resolution() -> None:
+    assignor = SwitchableAssignor()
+    h = harness(assignors=[assignor])
+    h.create_topic("foo", 2)
+    h.join("A", ["foo"])
+    assignor.fail = True
+    assert_rejected(h, UnknownServerError, ErrorCode.UNKNOWN_SERVER_ERROR,
+                    "Failed to compute a new target assignment for epoch 2: switched off",
+                    member_id="A", member_epoch=1, subscribed_topic_regex="f.*")
+    assert dict(h.shard.groups[G].resolved_regexes) == {}
+    assert h.shard.groups[G].members["A"].subscribed_topic_regex is None

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from coordinator.core.errors import ErrorCode, FencedMemberEpochError
 from coordinator.core.model import ConsumerGroupMember, MemberState
@@ -302,3 +304,65 @@ def test_inputs_are_not_mutated() -> None:
     compute_next_member(m, 2, target, free, owned)
     assert (m.assigned_partitions, target, owned) == snapshot
     assert m == member(STABLE, 1, 0, a((T1, [1, 2, 3])))
+
+
+# ------------------------------------------------------------------------ property
+
+PARTS = st.frozensets(st.integers(0, 5), max_size=6)
+ASSIGNMENT = st.builds(lambda x, y: a((T1, x), (T2, y)), PARTS, PARTS)
+
+
+@st.composite
+def scenarios(draw: st.DrawFn) -> tuple[ConsumerGroupMember, int, dict, dict, dict | None]:
+    state = draw(st.sampled_from([STABLE, UNREVOKED, UNRELEASED]))
+    epoch = draw(st.integers(1, 5))
+    target_epoch = draw(st.integers(epoch, epoch + 2))
+    assigned = draw(ASSIGNMENT)
+    pending = draw(ASSIGNMENT) if state is UNREVOKED else {}
+    pending = {t: ps - assigned.get(t, frozenset()) for t, ps in pending.items()}
+    pending = {t: ps for t, ps in pending.items() if ps}
+    target = draw(ASSIGNMENT)
+    others = draw(st.dictionaries(st.tuples(st.sampled_from([T1, T2]), st.integers(0, 5)), st.sampled_from(["x", "y"]), max_size=8))
+    for t, ps in list(assigned.items()) + list(pending.items()):  # the member's own partitions are its own
+        for q in ps:
+            others[(t, q)] = ME
+    owned = draw(st.one_of(st.none(), ASSIGNMENT))
+    m = member(state, epoch, epoch - 1, assigned, pending)
+    return m, target_epoch, target, others, owned
+
+
+@settings(max_examples=150, deadline=None, derandomize=True, database=None)
+@given(scenarios())
+def test_transition_invariants(scenario: tuple[ConsumerGroupMember, int, dict, dict, dict | None]) -> None:
+    m, target_epoch, target, table, owned = scenario
+    nxt = compute_next_member(m, target_epoch, target, owners(table), owned)
+    assert nxt.member_epoch <= target_epoch
+    assert nxt.member_id == m.member_id and nxt.subscribed_topic_names == m.subscribed_topic_names
+    if nxt is m:
+        return
+    assert nxt != m
+    assert nxt.previous_member_epoch == m.member_epoch
+    tgt = {(t, q) for t, ps in target.items() for q in ps}
+    got = {(t, q) for t, ps in nxt.assigned_partitions.items() for q in ps}
+    had = {(t, q) for t, ps in m.assigned_partitions.items() for q in ps}
+    assert got <= tgt
+    for t, q in got - had:  # never given a partition someone else still holds
+        assert table.get((t, q)) in (None, ME)
+    assert all(ps for ps in nxt.assigned_partitions.values())
+    assert all(ps for ps in nxt.partitions_pending_revocation.values())
+    if nxt.state is UNREVOKED:
+        pend = {(t, q) for t, ps in nxt.partitions_pending_revocation.items() for q in ps}
+        assert pend and pend.isdisjoint(tgt) and pend <= had
+        assert got == had & tgt
+        assert owns_any(owned, nxt.partitions_pending_revocation)
+        expected = m.member_epoch if m.state is not UNREVOKED else min(m.member_epoch + 1, target_epoch)
+        assert nxt.member_epoch == expected
+    else:
+        assert nxt.partitions_pending_revocation == {}
+        assert nxt.member_epoch == target_epoch
+        missing = tgt - got
+        if nxt.state is STABLE:
+            assert not missing
+        else:
+            assert nxt.state is UNRELEASED
+            assert missing and all(table.get(x) not in (None, ME) for x in missing)

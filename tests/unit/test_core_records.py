@@ -448,6 +448,8 @@ def busy_harness() -> CoreHarness:
     h.heartbeat(member_id="Z", member_epoch=-1, group_id="g3")  # g3: empty group
     h.alter_configs(G, {"consumer.session.timeout.ms": "50000"})
     h.alter_configs("no-such-group", {"consumer.heartbeat.interval.ms": "6000"})
+    h.commit(G, "A", h.shard.groups[G].members["A"].member_epoch, {("foo", 0): 42, ("foo", 1): 7})
+    h.commit("offsets-only", "", -1, {("bar", 1): 3})
     return h
 
 
@@ -458,6 +460,7 @@ def test_records_of_state_rebuild_the_same_snapshot() -> None:
     assert MemberState.UNREVOKED_PARTITIONS in states
     assert g.members["S"].member_epoch == -2
     assert sorted(h.shard.groups) == ["g2", "g3", G]
+    assert sorted(h.shard.offsets) == [G, "offsets-only"]
 
     recs = h.shard.records_of_state()
     fresh = new_shard()

@@ -243,7 +243,7 @@ OPS = st.lists(
 )
 
 
-@settings(max_examples=150, deadline=None, derandomize=True)
+@settings(max_examples=150, deadline=None, derandomize=True, database=None)
 @given(OPS, st.data())
 def test_rollback_to_any_mark_restores_the_state_at_that_mark(ops: list[tuple[str, str, int]], data: Any) -> None:
     log = UndoLog()

@@ -9,7 +9,13 @@ from coordinator.core import records as r
 from coordinator.core.commands import SequentialIds
 from coordinator.core.errors import ErrorCode, IllegalStateError, InvalidTopicError
 from coordinator.core.model import ZERO_TOPIC_ID, TopicImage, TopicsImage
-from coordinator.core.topics import MAX_PARTITIONS, NewTopic, TopicRegistry, TopicResult, check_topic_name
+from coordinator.core.topics import (
+    MAX_PARTITIONS,
+    NewTopic,
+    TopicRegistry,
+    TopicResult,
+    check_topic_name,
+)
 
 ID1 = "AAAAAAAAAAAAAAAAAAAAAQ"  # SequentialIds' first topic id
 ID2 = "AAAAAAAAAAAAAAAAAAAAAg"
