@@ -19,7 +19,7 @@ import json
 import logging
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -97,8 +97,8 @@ def _add_config_flags(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from coordinator.server.app import ServeOptions, make_runtime, serve, split_listen
     from coordinator.runtime.store import SqliteRecordStore, StoreError
+    from coordinator.server.app import ServeOptions, make_runtime, serve, split_listen
 
     config = build_config(args.config_file, args.set)
     try:

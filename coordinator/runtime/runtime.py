@@ -75,7 +75,7 @@ class RuntimeState(Enum):
 class _Batch:
     """Records of many commands, written by one ``store.append``."""
 
-    __slots__ = ("records", "timer_ops", "future", "start_marks", "end_marks", "commands")
+    __slots__ = ("commands", "end_marks", "future", "records", "start_marks", "timer_ops")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, start_marks: list[int]) -> None:
         self.records: list[StoredRecord] = []

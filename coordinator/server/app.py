@@ -18,11 +18,18 @@ from dataclasses import dataclass
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
+from kip848.v1 import (
+    admin_pb2,
+    admin_pb2_grpc,
+    consumer_group_pb2,
+    consumer_group_pb2_grpc,
+    testing_pb2,
+    testing_pb2_grpc,
+)
 
 from coordinator.core.config import GroupCoordinatorConfig
 from coordinator.runtime import CoordinatorRuntime, ManualClock, SystemClock
 from coordinator.runtime.store import RecordStore
-from kip848.v1 import admin_pb2, admin_pb2_grpc, consumer_group_pb2, consumer_group_pb2_grpc, testing_pb2, testing_pb2_grpc
 
 from .services import AdminService, ConsumerGroupService, TestingService
 
@@ -144,8 +151,8 @@ async def serve(runtime: CoordinatorRuntime, options: ServeOptions) -> int:
         load_task.cancel()
         try:
             await load_task
-        except (asyncio.CancelledError, Exception):  # noqa: BLE001 - shutting down anyway
-            pass
+        except (asyncio.CancelledError, Exception) as exc:  # noqa: BLE001 - shutting down anyway
+            log.debug("Loading interrupted by shutdown: %r", exc)
     stop_task.cancel()
     await server.stop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -10,12 +10,18 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 
+from kip848.v1 import admin_pb2, common_pb2, consumer_group_pb2
+
 from coordinator.core.commands import ConsumerGroupHeartbeat, ConsumerGroupHeartbeatResponse
 from coordinator.core.errors import ErrorCode, InvalidRequestError
-from coordinator.core.model import Assignment, make_assignment, topic_id_from_bytes, topic_id_to_bytes
+from coordinator.core.model import (
+    Assignment,
+    make_assignment,
+    topic_id_from_bytes,
+    topic_id_to_bytes,
+)
 from coordinator.core.shard import GroupDescription
 from coordinator.core.topics import NewTopic, TopicResult
-from kip848.v1 import admin_pb2, common_pb2, consumer_group_pb2
 
 NameOf = Callable[[str], str]
 

@@ -13,6 +13,14 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import grpc
+from kip848.v1 import (
+    admin_pb2,
+    admin_pb2_grpc,
+    consumer_group_pb2,
+    consumer_group_pb2_grpc,
+    testing_pb2,
+    testing_pb2_grpc,
+)
 
 from coordinator.core.errors import (
     CoordinatorError,
@@ -22,14 +30,6 @@ from coordinator.core.errors import (
     to_error_code,
 )
 from coordinator.runtime import CoordinatorRuntime, RuntimeState
-from kip848.v1 import (
-    admin_pb2,
-    admin_pb2_grpc,
-    consumer_group_pb2,
-    consumer_group_pb2_grpc,
-    testing_pb2,
-    testing_pb2_grpc,
-)
 
 from . import convert
 
@@ -78,7 +78,7 @@ async def _guard(
         return await call()
     except CoordinatorError as exc:
         return _with_error(message_type, exc.code, exc.message)
-    except Exception as exc:  # noqa: BLE001 - a bug: log it, answer in-band
+    except Exception as exc:
         log.exception("Unexpected error in %s", message_type.__name__)
         code, text = to_error_code(exc)
         return _with_error(message_type, code, text)
@@ -88,7 +88,7 @@ class ConsumerGroupService(consumer_group_pb2_grpc.ConsumerGroupServiceServicer)
     def __init__(self, runtime: CoordinatorRuntime) -> None:
         self.runtime = runtime
 
-    async def ConsumerGroupHeartbeat(  # noqa: N802 - gRPC method name
+    async def ConsumerGroupHeartbeat(
         self, request: consumer_group_pb2.ConsumerGroupHeartbeatRequest, context: grpc.aio.ServicerContext
     ) -> consumer_group_pb2.ConsumerGroupHeartbeatResponse:
         runtime = self.runtime
@@ -102,11 +102,11 @@ class ConsumerGroupService(consumer_group_pb2_grpc.ConsumerGroupServiceServicer)
             return convert.heartbeat_to_proto(resp, runtime.topic_name)
         except CoordinatorError as exc:
             return convert.heartbeat_error(exc.code, exc.message)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             log.exception("Unexpected error in ConsumerGroupHeartbeat")
             return convert.heartbeat_error(*to_error_code(exc))
 
-    async def ConsumerGroupDescribe(  # noqa: N802
+    async def ConsumerGroupDescribe(
         self, request: consumer_group_pb2.ConsumerGroupDescribeRequest, context: grpc.aio.ServicerContext
     ) -> consumer_group_pb2.ConsumerGroupDescribeResponse:
         runtime = self.runtime
@@ -133,32 +133,32 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
     def __init__(self, runtime: CoordinatorRuntime) -> None:
         self.runtime = runtime
 
-    async def CreateTopics(self, request, context):  # noqa: N802
+    async def CreateTopics(self, request, context):
         async def body() -> admin_pb2.CreateTopicsResponse:
             return convert.create_topics_to_proto(await self.runtime.create_topics(convert.new_topics_from_proto(request)))
 
         return await _guard(self.runtime, context, admin_pb2.CreateTopicsResponse, body)
 
-    async def CreatePartitions(self, request, context):  # noqa: N802
+    async def CreatePartitions(self, request, context):
         async def body() -> admin_pb2.CreatePartitionsResponse:
             reqs = [(t.name, t.count) for t in request.topics]
             return convert.create_partitions_to_proto(await self.runtime.create_partitions(reqs))
 
         return await _guard(self.runtime, context, admin_pb2.CreatePartitionsResponse, body)
 
-    async def DeleteTopics(self, request, context):  # noqa: N802
+    async def DeleteTopics(self, request, context):
         async def body() -> admin_pb2.DeleteTopicsResponse:
             return convert.delete_topics_to_proto(await self.runtime.delete_topics(list(request.names)))
 
         return await _guard(self.runtime, context, admin_pb2.DeleteTopicsResponse, body)
 
-    async def ListTopics(self, request, context):  # noqa: N802
+    async def ListTopics(self, request, context):
         async def body() -> admin_pb2.ListTopicsResponse:
             return convert.list_topics_to_proto(await self.runtime.list_topics())
 
         return await _guard(self.runtime, context, admin_pb2.ListTopicsResponse, body)
 
-    async def ListGroups(self, request, context):  # noqa: N802
+    async def ListGroups(self, request, context):
         async def body() -> admin_pb2.ListGroupsResponse:
             states = {s.lower() for s in request.states_filter}
             types = {t.lower() for t in request.types_filter}
@@ -173,7 +173,7 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
 
         return await _guard(self.runtime, context, admin_pb2.ListGroupsResponse, body)
 
-    async def DescribeConfigs(self, request, context):  # noqa: N802
+    async def DescribeConfigs(self, request, context):
         async def body() -> admin_pb2.DescribeConfigsResponse:
             out = admin_pb2.DescribeConfigsResponse(error_code=0)
             for res in request.resources:
@@ -192,7 +192,7 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
 
         return await _guard(self.runtime, context, admin_pb2.DescribeConfigsResponse, body)
 
-    async def IncrementalAlterConfigs(self, request, context):  # noqa: N802
+    async def IncrementalAlterConfigs(self, request, context):
         async def body() -> admin_pb2.IncrementalAlterConfigsResponse:
             out = admin_pb2.IncrementalAlterConfigsResponse(error_code=0)
             for res in request.resources:
@@ -240,7 +240,7 @@ class TestingService(testing_pb2_grpc.TestingServiceServicer):
     def __init__(self, runtime: CoordinatorRuntime) -> None:
         self.runtime = runtime
 
-    async def AdvanceTime(self, request, context):  # noqa: N802
+    async def AdvanceTime(self, request, context):
         async def body() -> testing_pb2.AdvanceTimeResponse:
             if request.ms < 0:
                 raise InvalidRequestError(f"ms must be >= 0, got {request.ms}.")

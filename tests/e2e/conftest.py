@@ -17,7 +17,6 @@ from pathlib import Path
 
 import grpc
 import pytest
-
 from kip848.v1 import (
     admin_pb2,
     admin_pb2_grpc,

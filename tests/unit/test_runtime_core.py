@@ -235,7 +235,7 @@ async def test_load_in_progress_and_restart_equals_state() -> None:
         "consumer.heartbeat.interval.ms": "6000",
     }
     # on_loaded re-armed the session timers
-    assert sorted(k for k in rt2.timers.keys() if k[0] == "session") == [
+    assert sorted(k for k in rt2.timers.keys() if k[0] == "session") == [  # noqa: SIM118
         ("session", "g", "a"),
         ("session", "g", "b"),
     ]

@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import pytest
+from kip848.v1 import admin_pb2, common_pb2
+from kip848.v1 import consumer_group_pb2 as cg
 
-from coordinator.core.commands import ConsumerGroupHeartbeat, ConsumerGroupHeartbeatResponse, HeartbeatAssignment
+from coordinator.core.commands import (
+    ConsumerGroupHeartbeat,
+    ConsumerGroupHeartbeatResponse,
+    HeartbeatAssignment,
+)
 from coordinator.core.errors import ErrorCode, InvalidRequestError
 from coordinator.core.model import topic_id_from_bytes
 from coordinator.core.topics import NewTopic, TopicResult
 from coordinator.server import convert
 from coordinator.server.services import client_host_of
-from kip848.v1 import admin_pb2, common_pb2, consumer_group_pb2 as cg
 
 T1 = bytes(range(1, 17))
 T2 = bytes(range(2, 18))

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import grpc
 import pytest
+from kip848.v1 import admin_pb2
+from kip848.v1 import consumer_group_pb2 as cg
 
 from coordinator.core.config import parse_config
 from coordinator.core.errors import CoordinatorLoadInProgressError
 from coordinator.runtime import CoordinatorRuntime, ManualClock, RuntimeState
 from coordinator.runtime.store import MemoryRecordStore
 from coordinator.server.services import AdminService, ConsumerGroupService, client_id_of
-from kip848.v1 import admin_pb2, consumer_group_pb2 as cg
 
 
 class Ctx:
