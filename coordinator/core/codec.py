@@ -52,7 +52,7 @@ def _dec_classic(raw: Any) -> ClassicMemberMetadata | None:
 
 
 _KEY_FIELDS: dict[int, tuple[type, tuple[str, ...]]] = {
-    cls.TYPE: (cls, tuple(f.name for f in fields(cls)))
+    cls.TYPE: (cls, tuple(f.name for f in fields(cls)))  # type: ignore[attr-defined]
     for cls in (
         r.OffsetCommitKey,
         r.ConsumerGroupMetadataKey,
@@ -66,6 +66,25 @@ _KEY_FIELDS: dict[int, tuple[type, tuple[str, ...]]] = {
         r.TopicKey,
     )
 }
+
+
+_KEY_TYPES: dict[int, tuple[type, ...]] = {
+    type_id: tuple(int if f.type in ("int", int) else str for f in fields(cls))
+    for type_id, (cls, _names) in _KEY_FIELDS.items()
+}
+
+
+def _check_key(raw: list[Any]) -> None:
+    """Keys must have exactly the declared field types (bool is not an int, 3.0 is not 3)."""
+    type_id = raw[0]
+    if type(type_id) is not int:
+        raise IllegalStateError(f"record type must be an integer, got {type_id!r}")
+    expected = _KEY_TYPES.get(type_id)
+    if expected is None:
+        raise IllegalStateError(f"unknown record type {type_id}")
+    values = raw[1:]
+    if len(values) != len(expected) or any(type(v) is not t for v, t in zip(values, expected)):
+        raise IllegalStateError(f"malformed key for record type {type_id}: {raw!r}")
 
 
 def _value_encoders() -> dict[int, tuple[Callable[[Any], list[Any]], Callable[[list[Any]], Any]]]:
@@ -176,11 +195,9 @@ def decode(key: bytes, value: bytes | None) -> r.Record:
     """(key bytes, value bytes or None) -> Record."""
     try:
         raw_key = orjson.loads(key)
+        _check_key(raw_key)
         type_id = raw_key[0]
-        entry = _KEY_FIELDS.get(type_id)
-        if entry is None:
-            raise IllegalStateError(f"unknown record type {type_id}")
-        rkey = entry[0](*raw_key[1:])
+        rkey = _KEY_FIELDS[type_id][0](*raw_key[1:])
         if value is None:
             return r.Record(rkey, None)
         raw_value = orjson.loads(value)

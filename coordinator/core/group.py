@@ -286,9 +286,15 @@ class ConsumerGroup:
                 del index[topic_id]
 
     def check_deletable(self) -> None:
+        """A group tombstone comes last: after every member, the target assignment epoch and
+        the subscription metadata were tombstoned."""
         if self.members or self.target:
             raise IllegalStateError(
                 f"group {self.group_id} deleted while it still has members or a target assignment"
+            )
+        if self.assignment_epoch != -1 or self.subscription_metadata:
+            raise IllegalStateError(
+                f"group {self.group_id} deleted before its target assignment epoch and subscription metadata"
             )
 
     # ------------------------------------------------------------------ snapshot

@@ -24,8 +24,11 @@ def compile_regex(pattern: str) -> re2._Regexp:  # type: ignore[name-defined]
     try:
         return re2.compile(pattern, _OPTIONS)
     except re2.error as exc:
+        reason = exc.args[0] if exc.args else exc
+        if isinstance(reason, bytes):
+            reason = reason.decode("utf-8", "replace")
         raise InvalidRegularExpressionError(
-            f"SubscribedTopicRegex `{pattern}` is not a valid regular expression: {exc}."
+            f"SubscribedTopicRegex `{pattern}` is not a valid regular expression: {reason}."
         ) from None
 
 

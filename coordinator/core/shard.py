@@ -266,7 +266,7 @@ class GroupCoordinatorShard(OffsetsMixin):
             raise invalid("RackId can't be empty.")
         epoch = req.member_epoch
         if epoch < LEAVE_GROUP_STATIC_MEMBER_EPOCH:
-            raise invalid(f"MemberEpoch is invalid: {epoch}.")
+            raise invalid("MemberEpoch is invalid.")
         if epoch != 0 and not req.member_id.strip():
             raise invalid("MemberId can't be empty.")
         if req.member_id and not req.member_id.strip():
@@ -304,15 +304,20 @@ class GroupCoordinatorShard(OffsetsMixin):
             raise GroupIdNotFoundError(f"Consumer group {group_id} not found.")
         member_id = req.member_id or self.ids.new_member_id()
 
-        # 1. Find or create the member, validating its epoch (KIP-848 "Fencing").
+        # 1. Find or create the member, validating its epoch (KIP-848 "Fencing"). A full group
+        # refuses any member id it does not know, except a static member taking its place back.
+        if (
+            group is not None
+            and len(group.members) >= self.config.consumer_max_size
+            and member_id not in group.members
+            and (req.instance_id is None or req.instance_id not in group.static_members)
+        ):
+            raise GroupMaxSizeReachedError(
+                f"The consumer group has reached its maximum capacity of {self.config.consumer_max_size} members."
+            )
         member, replaced = self._find_or_create_member(group, member_id, req)
-        if group is not None and member_id not in group.members and replaced is None:
-            if len(group.members) >= self.config.consumer_max_size:
-                raise GroupMaxSizeReachedError(
-                    f"The consumer group has reached its maximum capacity of "
-                    f"{self.config.consumer_max_size} members."
-                )
         before_assigned = member.assigned_partitions
+        before_epoch = member.member_epoch
         before_pending = self._pending(group, member) if group is not None and replaced is None else None
         if replaced is not None:
             self._replace_static_member(result, group, replaced, member)  # type: ignore[arg-type]
@@ -363,7 +368,12 @@ class GroupCoordinatorShard(OffsetsMixin):
         )
         pending = self._pending(group, final)
         assignment = None
-        if full or final.assigned_partitions != before_assigned or pending != before_pending:
+        if (
+            full
+            or final.assigned_partitions != before_assigned
+            or pending != before_pending
+            or final.member_epoch != before_epoch  # a new epoch may come with a new target
+        ):
             assignment = HeartbeatAssignment(assigned=final.assigned_partitions, pending=pending)
         result.response = ConsumerGroupHeartbeatResponse(
             member_id=member_id,

@@ -98,4 +98,4 @@ class TDict(dict):  # type: ignore[type-arg]
     def _forbidden(self, *_a: Any, **_k: Any) -> Any:
         raise TypeError("TDict: use item assignment, del, discard or increment")
 
-    pop = popitem = setdefault = update = clear = _forbidden  # type: ignore[assignment]
+    pop = popitem = setdefault = update = clear = __ior__ = _forbidden  # type: ignore[assignment]

@@ -65,6 +65,19 @@ def check_topic_name(name: str) -> None:
         )
 
 
+def _duplicates(names: Sequence[str]) -> set[str]:
+    seen: set[str] = set()
+    dup: set[str] = set()
+    for name in names:
+        (dup if name in seen else seen).add(name)
+    return dup
+
+
+def _duplicate_result(name: str) -> TopicResult:
+    exc = InvalidRequestError(f"Duplicate topic name {name} in the request.")
+    return TopicResult(name=name, error_code=exc.code, error_message=exc.message)
+
+
 class TopicRegistry:
     def __init__(self, ids: IdSource) -> None:
         self.ids = ids
@@ -112,13 +125,13 @@ class TopicRegistry:
 
     def create_topics(self, topics: Sequence[NewTopic]) -> Result[list[TopicResult]]:
         result: Result[list[TopicResult]] = Result(response=[])
-        seen: set[str] = set()
+        dup = _duplicates([t.name for t in topics])
         used_ids = {v.topic_id for v in self.topics.values()}
         for t in topics:
+            if t.name in dup:  # Kafka: every entry of a duplicated name fails; nothing is created
+                result.response.append(_duplicate_result(t.name))  # type: ignore[union-attr]
+                continue
             try:
-                if t.name in seen:
-                    raise InvalidRequestError(f"Duplicate topic name {t.name} in the request.")
-                seen.add(t.name)
                 check_topic_name(t.name)
                 if t.name in self.topics:
                     raise TopicAlreadyExistsError(f"Topic '{t.name}' already exists.")
@@ -139,7 +152,11 @@ class TopicRegistry:
     def create_partitions(self, requests: Sequence[tuple[str, int]]) -> Result[list[TopicResult]]:
         """Raise a topic's partition count to ``count`` (Kafka: the new total)."""
         result: Result[list[TopicResult]] = Result(response=[])
+        dup = _duplicates([name for name, _c in requests])
         for name, count in requests:
+            if name in dup:
+                result.response.append(_duplicate_result(name))  # type: ignore[union-attr]
+                continue
             try:
                 current = self.topics.get(name)
                 if current is None:
@@ -159,7 +176,11 @@ class TopicRegistry:
 
     def delete_topics(self, names: Sequence[str]) -> Result[list[TopicResult]]:
         result: Result[list[TopicResult]] = Result(response=[])
+        dup = _duplicates(names)
         for name in names:
+            if name in dup:
+                result.response.append(_duplicate_result(name))  # type: ignore[union-attr]
+                continue
             current = self.topics.get(name)
             if current is None:
                 exc = UnknownTopicOrPartitionError(f"The topic '{name}' does not exist.")

@@ -300,7 +300,7 @@ def test_full_request_with_only_a_regex() -> None:
     assert res.response.assignment == HA(assigned=p(foo, 0, 1), pending={})
 
 
-def test_partial_response_only_when_assigned_or_pending_changed() -> None:
+def test_partial_response_only_when_assigned_pending_or_epoch_changed() -> None:
     h, foo = one_member()  # A=[0,1,2,3] at 1
     # B joins (epoch 2): target A=[0,2], B=[1,3]; B waits for A.
     res = h.join("B", ["foo"])
@@ -312,9 +312,13 @@ def test_partial_response_only_when_assigned_or_pending_changed() -> None:
     res = h.heartbeat_result(member_id="A", member_epoch=1, topic_partitions=p(foo, 0, 1, 2, 3))
     assert res.response == Resp(member_id="A", member_epoch=1, heartbeat_interval_ms=HB_MS,
                                 assignment=HA(assigned=p(foo, 0, 2), pending={}))
-    # A acknowledges: its epoch moves, its assigned set does not -> no assignment.
+    # A acknowledges: it moves to a new epoch, which always comes with its assignment
+    # (KIP-848 "Assignment": on a new epoch the member receives its assigned and pending sets).
     res = h.heartbeat_result(member_id="A", member_epoch=1, topic_partitions=p(foo, 0, 2))
-    assert res.response == Resp(member_id="A", member_epoch=2, heartbeat_interval_ms=HB_MS)
+    assert res.response == Resp(member_id="A", member_epoch=2, heartbeat_interval_ms=HB_MS,
+                                assignment=HA(assigned=p(foo, 0, 2), pending={}))
+    # A again at its epoch: nothing changed -> no assignment.
+    assert h.heartbeat(member_id="A", member_epoch=2) == Resp(member_id="A", member_epoch=2, heartbeat_interval_ms=HB_MS)
     # B gets its partitions: assignment sent.
     res = h.heartbeat_result(member_id="B", member_epoch=2)
     assert res.response == Resp(member_id="B", member_epoch=2, heartbeat_interval_ms=HB_MS,

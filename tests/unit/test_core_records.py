@@ -179,9 +179,9 @@ def test_bytes_are_deterministic_regardless_of_construction_order() -> None:
         (b"[]", None, "cannot decode record"),
         (b"{}", None, "cannot decode record"),
         (b'[999,"grp"]', None, "unknown record type 999"),
-        (b'["3","grp"]', None, "unknown record type 3"),
-        (b"[3]", None, "cannot decode record"),  # missing key field
-        (b'[3,"grp","extra"]', None, "cannot decode record"),  # too many key fields
+        (b'["3","grp"]', None, "record type must be an integer"),
+        (b"[3]", None, "malformed key for record type 3"),  # missing key field
+        (b'[3,"grp","extra"]', None, "malformed key for record type 3"),  # too many key fields
         (b'[3,"grp"]', b"{", "cannot decode record"),
         (b'[3,"grp"]', b"[0]", "cannot decode record"),  # value fields missing
         (b'[7,"grp","m"]', b'[0,[["t"]]]', "cannot decode record"),
