@@ -81,7 +81,7 @@ class ExploreResult:
             "new states per depth: " + " ".join(str(n) for n in self.per_depth),
         ]
         if self.violation is None:
-            lines.append("invariants I1, I1b, I2, I3 hold in every explored state")
+            lines.append("safety invariants (I1, I1b, I2, I3) hold in every explored state")
         else:
             lines.append(f"INVARIANT {self.violation_name} VIOLATED after {len(self.path)} actions (a shortest path):")
             lines.extend(f"  {n + 1:2d}. {a}" for n, a in enumerate(self.path))
@@ -101,7 +101,9 @@ class Explorer:
         static_members: int = 0,
         timers: bool = True,
         losses: bool = True,
+        invariants: Sequence[str] = inv.SAFETY,
     ) -> None:
+        self.invariants = frozenset(invariants)
         if assignors is None:
             from assignors.uniform import UniformAssignor
 
@@ -166,11 +168,11 @@ class Explorer:
                     result.path = self._path(states, idx) + [action]
                     result.states = len(states)
                     return result
-                failures = inv.check_safety(shard.groups.get(GROUP), nxt.clients)
+                failures = inv.check_safety(shard.groups.get(GROUP), nxt.clients, self.invariants)
                 if failures:
                     result.violation_name = failures[0][0]
                     result.violation = "\n".join(f"[{n}] {m}" for n, m in failures) + "\n" + self._dump(shard, nxt)
-                    result.path = self._path(states, idx) + [action]
+                    result.path = self._path(states, idx) + [nxt.action]
                     result.states = len(states)
                     return result
                 key = self._key(shard, nxt, parent_snap if nxt.records is st.records else None)

@@ -107,6 +107,7 @@ class SimParams:
     restart_delay_max_ms: int = 10_000
     trace_tail: int = 40
     quiet_steps_max: int = 20_000
+    invariants: frozenset[str] = frozenset(inv.SAFETY)  # safety invariants checked (I4/I5 always)
 
     def liveness_bound_ms(self) -> int:
         """Virtual time after faults stop within which the group must be Stable with every
@@ -579,7 +580,7 @@ class Simulation:
 
     def _check(self) -> None:
         group = self.group
-        failures = inv.check_safety(group, self.clients)
+        failures = inv.check_safety(group, self.clients, self.p.invariants)
         if failures:
             name = failures[0][0]
             self._fail(name, "\n".join(f"[{n}] {m}" for n, m in failures))
@@ -601,8 +602,8 @@ class Simulation:
         if group is None:
             return "no group"
         pending = sorted({kind for _t, _s, kind, _p in self.queue if kind in ("start", "recreate")} | {
-            "stale request" for _t, _s, kind, pl in self.queue
-            if kind == "deliver" and self.clients[pl[0]].inflight != pl[1]
+            "delayed or stale request" for at, _s, kind, pl in self.queue
+            if kind == "deliver" and (self.clients[pl[0]].inflight != pl[1] or at > self.now + 2 * self.p.max_latency_ms)
         })
         if pending:
             return f"fault follow-ups still pending: {pending}"

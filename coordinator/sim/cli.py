@@ -1,0 +1,96 @@
+"""``kip848 simulate``: run seeded simulations (or the exhaustive explorer) and report.
+
+    kip848 simulate --seed N --steps K --members M [--partitions P] [--faults LIST|all|none]
+                    [--topics T] [--count C] [--quiet]
+    kip848 simulate --explore --members M --partitions P [--depth D] [--max-states S]
+
+Exit status: 0 if every invariant held, 1 on a violation (the report names the invariant, the
+seed and step, dumps the state and the last events, and prints the command that reproduces it),
+2 on bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from .simulator import ALL_FAULTS, EXTRA_FAULTS, SimParams, Simulation, parse_faults
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="kip848 simulate", description=__doc__.split("\n\n")[0])
+    p.add_argument("--seed", type=int, default=0, help="random seed (first seed with --count)")
+    p.add_argument("--steps", type=int, default=300, help="steps with faults before the quiet phase")
+    p.add_argument("--members", type=int, default=3)
+    p.add_argument("--partitions", type=int, default=4, help="partitions per topic")
+    p.add_argument("--topics", type=int, default=2)
+    p.add_argument("--static", type=int, default=1, help="how many members are static")
+    p.add_argument(
+        "--faults", default="all",
+        help=f"comma-separated faults, 'all' or 'none' (all = {','.join(ALL_FAULTS)}; also: {','.join(EXTRA_FAULTS)})",
+    )
+    p.add_argument("--count", type=int, default=1, help="run seeds seed..seed+count-1 (soak)")
+    p.add_argument("--quiet", action="store_true", help="one line per seed")
+    p.add_argument("--explore", action="store_true", help="exhaustive small-scope exploration instead")
+    p.add_argument("--depth", type=int, default=12, help="explorer: maximum number of actions")
+    p.add_argument("--max-states", type=int, default=300_000, help="explorer: state limit")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(list(argv) if argv is not None else None)
+    if args.explore:
+        return _explore(args)
+    try:
+        faults = parse_faults(args.faults)
+    except ValueError as exc:
+        parser.error(str(exc))
+    for name, value, lo in (("--steps", args.steps, 1), ("--members", args.members, 1),
+                            ("--partitions", args.partitions, 1), ("--topics", args.topics, 1),
+                            ("--count", args.count, 1)):
+        if value < lo:
+            parser.error(f"{name} must be >= {lo}")
+    worst = 0
+    failed = 0
+    for seed in range(args.seed, args.seed + args.count):
+        params = SimParams(seed=seed, steps=args.steps, members=args.members, partitions=args.partitions,
+                           topics=args.topics, faults=faults, static_members=min(args.static, args.members))
+        summary = Simulation(params).run()
+        if args.quiet:
+            status = "FAIL " + summary.violation.name if summary.violation else "ok"
+            tts = "-" if summary.time_to_stable_ms is None else f"{summary.time_to_stable_ms}ms"
+            print(f"seed {seed}: {status} steps={summary.steps} checks={summary.checks} "
+                  f"time-to-stable={tts} digest={summary.trace_digest}")
+        else:
+            print(summary.render())
+        if summary.violation is not None:
+            failed += 1
+            print(summary.violation.report)
+        elif summary.time_to_stable_ms is not None:
+            worst = max(worst, summary.time_to_stable_ms)
+    if args.count > 1:
+        print(f"{args.count} seeds x {args.steps} steps: {failed} failed; worst time to stable "
+              f"{worst / 1000:.1f}s (bound {SimParams(steps=args.steps).liveness_bound_ms() / 1000:.1f}s)")
+    return 1 if failed else 0
+
+
+def _explore(args: argparse.Namespace) -> int:
+    from .explore import explore
+
+    if not 1 <= args.members <= 4 or not 1 <= args.partitions <= 6:
+        print("explore: scope too large (members 1..4, partitions 1..6)", file=sys.stderr)
+        return 2
+    result = explore(members=args.members, partitions=args.partitions, depth=args.depth,
+                     max_states=args.max_states)
+    print(result.render())
+    if result.violation is not None:
+        print(f"reproduce: kip848 simulate --explore --members {args.members} --partitions {args.partitions} "
+              f"--depth {args.depth}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
