@@ -103,15 +103,18 @@ def load_assignor(entry: str) -> PartitionAssignor:
             f"{SETTING}: {entry!r}: several installed packages provide it ({owners}); "
             "use a module:Class path to choose"
         )
-    (ep,) = matches
+    return _load_entry_point(entry, matches[0])
+
+
+def _load_entry_point(entry: str, ep: metadata.EntryPoint) -> PartitionAssignor:
     try:
         cls = ep.load()
-    except Exception as exc:  # noqa: BLE001 - any failure of a plugin import is reported
+    except Exception as exc:
         raise AssignorConfigError(
             f"{SETTING}: {entry!r}: loading entry point {ep.value!r} from "
             f"{_distribution_label(ep)} failed: {type(exc).__name__}: {exc}"
         ) from exc
-    return _instantiate(entry, cls, entry)
+    return _instantiate(entry, cls, ep.name)
 
 
 # ---------------------------------------------------------------------------- listing
@@ -145,7 +148,7 @@ def available_assignors() -> list[AssignorInfo]:
                 ep.name,
                 f"entry point {_distribution_label(ep)}",
                 ep.value,
-                lambda e=ep: _instantiate(e.name, e.load(), e.name),
+                lambda e=ep: _load_entry_point(e.name, e),
             )
         )
     return rows
@@ -210,7 +213,7 @@ def _import_class(entry: str, target: str) -> object:
         raise AssignorConfigError(
             f"{SETTING}: {entry!r}: importing module {module_name!r} failed: {exc}"
         ) from exc
-    except Exception as exc:  # noqa: BLE001 - the plugin's own import-time failure
+    except Exception as exc:
         raise AssignorConfigError(
             f"{SETTING}: {entry!r}: importing module {module_name!r} failed: "
             f"{type(exc).__name__}: {exc}"
@@ -248,7 +251,7 @@ def _instantiate(entry: str, cls: object, entry_point_name: str | None) -> Parti
         )
     try:
         assignor = cls()
-    except Exception as exc:  # noqa: BLE001 - any constructor failure is a config error
+    except Exception as exc:
         raise AssignorConfigError(
             f"{SETTING}: {entry!r}: constructor {cls.__qualname__}() failed: "
             f"{type(exc).__name__}: {exc}"
