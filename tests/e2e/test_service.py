@@ -85,7 +85,9 @@ def test_two_members_rebalance_incrementally(manual_server: ServerProcess) -> No
     b = s.heartbeat(group_id="g-inc", member_id="B", member_epoch=2)
     assert b == Resp(member_id="B", member_epoch=2, heartbeat_interval_ms=5000)  # still waiting
     a = s.heartbeat(group_id="g-inc", member_id="A", member_epoch=1, topic_partitions=owned((t, [0, 1])))
-    assert a == Resp(member_id="A", member_epoch=2, heartbeat_interval_ms=5000)
+    # a new member epoch always carries the assignment (KIP-848 "Assignment")
+    assert a == Resp(member_id="A", member_epoch=2, heartbeat_interval_ms=5000,
+                     assignment=assigned(tps(t, [0, 1], "inc")))
     b = s.heartbeat(group_id="g-inc", member_id="B", member_epoch=2)
     assert b == Resp(member_id="B", member_epoch=2, heartbeat_interval_ms=5000,
                      assignment=assigned(tps(t, [2, 3], "inc")))
