@@ -201,6 +201,7 @@ class Simulation:
         self.corr = 0
         self.coord_gen = 0  # bumps on restart: deliveries of older generations are lost
         self.fifo: dict[int, int] = {}  # client -> time of its last scheduled delivery
+        self.resp_fifo: dict[int, int] = {}  # client -> time of its last scheduled response
         self._tick_gen: dict[int, int] = {}  # client -> serial of its live heartbeat timer
         self.tick_serial = 0
         self.trace: list[str] = []
@@ -437,7 +438,11 @@ class Simulation:
             self.summary.faults["lose-response"] += 1
             self._log(f"  fault: response corr={corr} lost")
             return
-        self._schedule(self.now + self._latency(), "respond", (i, corr, outcome, self.coord_gen))
+        # Responses are FIFO per client too (one connection): the response to a duplicate copy
+        # never overtakes the response to the original.
+        at = max(self.now + self._latency(), self.resp_fifo.get(i, 0) + 1)
+        self.resp_fifo[i] = at
+        self._schedule(at, "respond", (i, corr, outcome, self.coord_gen))
 
     def _on_respond(self, i: int, corr: int, outcome: tuple, gen: int) -> None:
         c = self.clients[i]
@@ -569,6 +574,7 @@ class Simulation:
         self.h.timers.apply(fresh.on_loaded(self.now))
         self.coord_gen += 1
         self.fifo.clear()
+        self.resp_fifo.clear()
         self.summary.restarts += 1
         self._log(f"fault: coordinator restarts; reloaded {len(self.store)} records")
         after = fresh.snapshot()
