@@ -82,8 +82,7 @@ def _check_key(raw: list[Any]) -> None:
     expected = _KEY_TYPES.get(type_id)
     if expected is None:
         raise IllegalStateError(f"unknown record type {type_id}")
-    values = raw[1:]
-    if len(values) != len(expected) or any(type(v) is not t for v, t in zip(values, expected)):
+    if tuple(map(type, raw))[1:] != expected:
         raise IllegalStateError(f"malformed key for record type {type_id}: {raw!r}")
 
 
