@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -14,7 +15,13 @@ from assignors.api import (
     TopicId,
     TopicMetadata,
 )
-from assignors.conformance._model import Scenario, make_group_spec, permuted, snapshot, with_assignment
+from assignors.conformance._model import (
+    Scenario,
+    make_group_spec,
+    permuted,
+    snapshot,
+    with_assignment,
+)
 from assignors.validation import check_assignment
 
 # Check names, in report order.
@@ -36,8 +43,16 @@ BALANCE = "balance"
 STICKINESS = "stickiness"
 
 PROPERTY_CHECKS = (
-    NO_ERROR, WELL_FORMED, MEMBERS, EXISTING, EXCLUSIVE, SUBSCRIBER_ONLY, COMPLETE, VALIDATION,
-    UNTOUCHED, DETERMINISTIC,
+    NO_ERROR,
+    WELL_FORMED,
+    MEMBERS,
+    EXISTING,
+    EXCLUSIVE,
+    SUBSCRIBER_ONLY,
+    COMPLETE,
+    VALIDATION,
+    UNTOUCHED,
+    DETERMINISTIC,
 )
 
 Owners = dict[tuple[TopicId, int], str]
@@ -90,18 +105,21 @@ class Outcome:
 
 
 def evaluate(assignor: PartitionAssignor, scenario: Scenario) -> Outcome:
+    """Every check on one scenario. Each call gets freshly built inputs, so an assignor that
+    damages its input is reported once (inputs untouched) without spoiling the other checks;
+    balance and stickiness are only measured on results that passed every validity check."""
     out = Outcome()
-    spec, topics = scenario.group_spec(), scenario.topic_metadata()
-    result = _assign_checked(assignor, spec, topics, out, "")
+    result = _assign_checked(assignor, scenario.group_spec(), scenario.topic_metadata(), out, "")
     if result is None:
         return out
+    valid = not out.failures
 
     # Determinism: the same input again, then an equal input built differently.
-    again = _call(assignor, spec, topics)
+    again = _call(assignor, scenario.group_spec(), scenario.topic_metadata())
     if not isinstance(again, GroupAssignment) or _plain(again) != result:
         out.fail(DETERMINISTIC, "two calls with the same input gave different results")
     else:
-        spec2, topics2 = permuted(spec, topics)
+        spec2, topics2 = permuted(scenario.group_spec(), scenario.topic_metadata())
         third = _call(assignor, spec2, topics2)
         if not isinstance(third, GroupAssignment) or _plain(third) != result:
             out.fail(
@@ -110,14 +128,19 @@ def evaluate(assignor: PartitionAssignor, scenario: Scenario) -> Outcome:
                 "gave a different result",
             )
 
+    if not valid:
+        return out
+    spec, topics = scenario.group_spec(), scenario.topic_metadata()
     _balance(spec, topics, result, out)
     if len(spec.members) > 1:
-        _leave(assignor, scenario, spec, topics, result, out)
-    _join(assignor, scenario, spec, topics, result, out)
+        _leave(assignor, scenario, spec, result, out)
+    _join(assignor, scenario, spec, result, out)
     return out
 
 
-def _call(assignor: PartitionAssignor, spec: GroupSpec, topics: Mapping[TopicId, TopicMetadata]) -> object:
+def _call(
+    assignor: PartitionAssignor, spec: GroupSpec, topics: Mapping[TopicId, TopicMetadata]
+) -> object:
     try:
         return assignor.assign(spec, topics)
     except Exception as exc:  # noqa: BLE001
@@ -133,12 +156,15 @@ def _assign_checked(
 ) -> dict[str, dict[TopicId, frozenset[int]]] | None:
     """Call assign and run every validity check; the plain result, or None if unusable."""
     before = snapshot(spec, topics)
+    # Checked against pristine copies, in case the assignor damages what it was given.
+    given_spec, given_topics = spec, topics
+    spec, topics = copy.deepcopy(spec), copy.deepcopy(topics)
     try:
-        result = assignor.assign(spec, topics)
+        result = assignor.assign(given_spec, given_topics)
     except Exception as exc:  # noqa: BLE001
         out.fail(NO_ERROR, f"{context}assign() raised {type(exc).__name__}: {exc}")
         return None
-    if snapshot(spec, topics) != before:
+    if snapshot(given_spec, given_topics) != before:
         out.fail(UNTOUCHED, f"{context}assign() modified its input")
     problem = _structure_problem(result)
     if problem:
@@ -154,27 +180,44 @@ def _assign_checked(
         out.fail(MEMBERS, f"{context}member {missing[0]!r} is missing from the result")
     owners: Owners = {}
     for member_id in sorted(plain):
-        subscribed = members[member_id].subscribed_topic_ids if member_id in members else frozenset()
+        subscribed = (
+            members[member_id].subscribed_topic_ids if member_id in members else frozenset()
+        )
         for t in sorted(plain[member_id]):
             md = topics.get(t)
             if md is None:
-                out.fail(EXISTING, f"{context}member {member_id!r} is given topic {t!r}, which is not in the metadata")
+                out.fail(
+                    EXISTING,
+                    f"{context}member {member_id!r} is given topic {t!r}, which is not in the metadata",
+                )
                 continue
             if t not in subscribed:
-                out.fail(SUBSCRIBER_ONLY, f"{context}member {member_id!r} is given topic {md.name} ({t}), to which it is not subscribed")
+                out.fail(
+                    SUBSCRIBER_ONLY,
+                    f"{context}member {member_id!r} is given topic {md.name} ({t}), to which it is not subscribed",
+                )
             for p in sorted(plain[member_id][t]):
                 if not 0 <= p < md.num_partitions:
-                    out.fail(EXISTING, f"{context}member {member_id!r} is given partition {p} of {md.name}, which has {md.num_partitions}")
+                    out.fail(
+                        EXISTING,
+                        f"{context}member {member_id!r} is given partition {p} of {md.name}, which has {md.num_partitions}",
+                    )
                     continue
                 first = owners.setdefault((t, p), member_id)
                 if first != member_id:
-                    out.fail(EXCLUSIVE, f"{context}partition {p} of {md.name} is given to both {first!r} and {member_id!r}")
+                    out.fail(
+                        EXCLUSIVE,
+                        f"{context}partition {p} of {md.name} is given to both {first!r} and {member_id!r}",
+                    )
     wanted = {t for s in members.values() for t in s.subscribed_topic_ids if t in topics}
     for t in sorted(wanted):
         md = topics[t]
         left = [p for p in range(md.num_partitions) if (t, p) not in owners]
         if left:
-            out.fail(COMPLETE, f"{context}{len(left)} partition(s) of {md.name} left unassigned, e.g. {left[0]}")
+            out.fail(
+                COMPLETE,
+                f"{context}{len(left)} partition(s) of {md.name} left unassigned, e.g. {left[0]}",
+            )
     try:
         check_assignment(spec, topics, result)
     except PartitionAssignorError as exc:
@@ -189,10 +232,14 @@ def _structure_problem(result: object) -> str | None:
         return "GroupAssignment.members is not a mapping"
     for member_id, assignment in result.members.items():
         if not isinstance(assignment, Mapping):
-            return f"member {member_id!r}: assignment is a {type(assignment).__name__}, not a mapping"
+            return (
+                f"member {member_id!r}: assignment is a {type(assignment).__name__}, not a mapping"
+            )
         for t, partitions in assignment.items():
             if not isinstance(partitions, frozenset):
-                return f"member {member_id!r}, topic {t!r}: {type(partitions).__name__}, not frozenset"
+                return (
+                    f"member {member_id!r}, topic {t!r}: {type(partitions).__name__}, not frozenset"
+                )
             if not partitions:
                 return f"member {member_id!r}, topic {t!r}: empty set (omit the topic instead)"
             if any(type(p) is not int for p in partitions):
@@ -274,7 +321,6 @@ def _leave(
     assignor: PartitionAssignor,
     scenario: Scenario,
     spec: GroupSpec,
-    topics: Mapping[TopicId, TopicMetadata],
     before: dict[str, dict[TopicId, frozenset[int]]],
     out: Outcome,
 ) -> None:
@@ -282,8 +328,10 @@ def _leave(
     gone = order[scenario.leaver % len(order)]
     survivors = {m: s for m, s in spec.members.items() if m != gone}
     next_spec = with_assignment(make_group_spec(survivors), before)
-    after = _assign_checked(assignor, next_spec, topics, out, f"after {gone!r} left: ")
-    if after is None:
+    failures = len(out.failures)
+    context = f"after {gone!r} left: "
+    after = _assign_checked(assignor, next_spec, scenario.topic_metadata(), out, context)
+    if after is None or len(out.failures) != failures:
         return
     old, new = _owners(before), _owners(after)
     lost = sum(1 for key, m in old.items() if m != gone and new.get(key) != m)
@@ -299,14 +347,15 @@ def _leave(
         f.leaves_homogeneous += 1
         f.leave_lost_homogeneous += lost
         if lost and out.stickiness_issue is None:
-            out.stickiness_issue = f"after {gone!r} left a homogeneous group, survivors lost {lost} partition(s)"
+            out.stickiness_issue = (
+                f"after {gone!r} left a homogeneous group, survivors lost {lost} partition(s)"
+            )
 
 
 def _join(
     assignor: PartitionAssignor,
     scenario: Scenario,
     spec: GroupSpec,
-    topics: Mapping[TopicId, TopicMetadata],
     before: dict[str, dict[TopicId, frozenset[int]]],
     out: Outcome,
 ) -> None:
@@ -321,8 +370,11 @@ def _join(
         rack_id=None, instance_id=None, subscribed_topic_ids=topics_wanted, assignment={}
     )
     next_spec = with_assignment(make_group_spec(members), before)
-    after = _assign_checked(assignor, next_spec, topics, out, f"after {newcomer!r} joined: ")
-    if after is None:
+    failures = len(out.failures)
+    topics = scenario.topic_metadata()
+    context = f"after {newcomer!r} joined: "
+    after = _assign_checked(assignor, next_spec, topics, out, context)
+    if after is None or len(out.failures) != failures:
         return
     old, new = _owners(before), _owners(after)
     moved = sum(1 for key, m in old.items() if key in new and new[key] != m)
@@ -335,8 +387,11 @@ def _join(
         total = sum(topics[t].num_partitions for t in topics_wanted if t in topics)
         fair = total // len(members)
         unassigned_before = sum(
-            1 for t in topics_wanted if t in topics
-            for p in range(topics[t].num_partitions) if (t, p) not in old
+            1
+            for t in topics_wanted
+            if t in topics
+            for p in range(topics[t].num_partitions)
+            if (t, p) not in old
         )
         f.joins_homogeneous += 1
         f.join_moved_between_old_homogeneous += between_old

@@ -87,9 +87,7 @@ class Scenario:
             if m.rack_id is not None:
                 extra.append(f"rack={m.rack_id}")
             subs = ",".join(names.get(t, t) for t in m.subscription) or "-"
-            cur = " ".join(
-                f"{names.get(t, t)}{list(p)}" for t, p in m.current
-            ) or "-"
+            cur = " ".join(f"{names.get(t, t)}{list(p)}" for t, p in m.current) or "-"
             tail = f" [{' '.join(extra)}]" if extra else ""
             lines.append(f"  {m.member_id}{tail} subscribes {subs}; current {cur}")
         return "\n".join(lines)
@@ -98,7 +96,9 @@ class Scenario:
 def make_group_spec(members: Mapping[str, MemberSubscription]) -> GroupSpec:
     """A GroupSpec with the right subscription type and inverted current assignment."""
     subscriptions = {m.subscribed_topic_ids for m in members.values()}
-    kind = SubscriptionType.HOMOGENEOUS if len(subscriptions) <= 1 else SubscriptionType.HETEROGENEOUS
+    kind = (
+        SubscriptionType.HOMOGENEOUS if len(subscriptions) <= 1 else SubscriptionType.HETEROGENEOUS
+    )
     owners: dict[TopicId, dict[int, str]] = {}
     for member_id in sorted(members):
         for t, partitions in members[member_id].assignment.items():
@@ -117,9 +117,7 @@ def _subscription(m: MemberPlan) -> MemberSubscription:
     )
 
 
-def with_assignment(
-    spec: GroupSpec, assignment: Mapping[str, MemberAssignment]
-) -> GroupSpec:
+def with_assignment(spec: GroupSpec, assignment: Mapping[str, MemberAssignment]) -> GroupSpec:
     """The same group whose current target assignment is ``assignment``."""
     members = {
         m: MemberSubscription(
@@ -147,7 +145,9 @@ def permuted(
         members[fresh(member_id)] = MemberSubscription(
             rack_id=s.rack_id,
             instance_id=s.instance_id,
-            subscribed_topic_ids=frozenset(fresh(t) for t in sorted(s.subscribed_topic_ids, reverse=True)),
+            subscribed_topic_ids=frozenset(
+                fresh(t) for t in sorted(s.subscribed_topic_ids, reverse=True)
+            ),
             assignment={
                 fresh(t): frozenset(sorted(s.assignment[t], reverse=True))
                 for t in reversed(list(s.assignment))
@@ -188,7 +188,13 @@ def snapshot(spec: GroupSpec, topics: Mapping[TopicId, TopicMetadata]) -> object
         ),
         sorted((t, sorted(o.items())) for t, o in spec.partition_owners.items()),
         sorted(
-            (t, md.topic_id, md.name, md.num_partitions, sorted((p, sorted(r)) for p, r in md.partition_racks.items()))
+            (
+                t,
+                md.topic_id,
+                md.name,
+                md.num_partitions,
+                sorted((p, sorted(r)) for p, r in md.partition_racks.items()),
+            )
             for t, md in topics.items()
         ),
     )

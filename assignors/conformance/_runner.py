@@ -29,7 +29,6 @@ from assignors.conformance._checks import (
     STICKINESS,
     UNKNOWN_TOPIC,
     Figures,
-    Outcome,
     evaluate,
 )
 from assignors.conformance._model import Scenario, random_scenario, topic_id_from_bytes
@@ -37,6 +36,12 @@ from assignors.conformance._model import Scenario, random_scenario, topic_id_fro
 HASH_SEED_VALUES = ("0", "1", "4242")
 HASH_SEED_GROUPS = 40
 SUBPROCESS_TIMEOUT_S = 120
+SHRINK_BUDGET = 300
+"""Evaluations allowed for shrinking one failing check, beyond the exploration's count."""
+
+
+class _StopSearch(BaseException):
+    """Ends a shrinking search that ran out of budget."""
 
 
 class _Found(Exception):
@@ -59,7 +64,11 @@ def run(
     checks = report.checks
 
     problem = _interface_problem(assignor)
-    checks.append(CheckResult(name=INTERFACE, passed=problem is None, summary=problem or f"name {assignor.name!r}"))
+    checks.append(
+        CheckResult(
+            name=INTERFACE, passed=problem is None, summary=problem or f"name {assignor.name!r}"
+        )
+    )
     if problem:
         return report
     checks.append(_empty_group(assignor))
@@ -101,7 +110,12 @@ def run(
         checks.append(_hash_seed_check(assignor, class_path, seed))
     if require_balance:
         checks.append(
-            _requirement(BALANCE, balance_issue, figures.homogeneous_unbalanced + figures.locally_improvable, count)
+            _requirement(
+                BALANCE,
+                balance_issue,
+                figures.homogeneous_unbalanced + figures.locally_improvable,
+                count,
+            )
         )
     if require_stickiness:
         issues = figures.leave_lost_homogeneous + figures.join_moved_between_old_homogeneous
@@ -157,10 +171,14 @@ def _empty_group(assignor: PartitionAssignor) -> CheckResult:
         try:
             result = assignor.assign(spec, meta)
         except Exception as exc:  # noqa: BLE001
-            return CheckResult(name=EMPTY_GROUP, passed=False, summary=f"raised {type(exc).__name__}: {exc}")
+            return CheckResult(
+                name=EMPTY_GROUP, passed=False, summary=f"raised {type(exc).__name__}: {exc}"
+            )
         if not isinstance(result, GroupAssignment) or len(result.members) != 0:
             return CheckResult(
-                name=EMPTY_GROUP, passed=False, summary=f"expected GroupAssignment(members={{}}), got {result!r}"
+                name=EMPTY_GROUP,
+                passed=False,
+                summary=f"expected GroupAssignment(members={{}}), got {result!r}",
             )
     return CheckResult(name=EMPTY_GROUP, passed=True, summary="empty result")
 
@@ -170,11 +188,16 @@ def _unknown_topic(assignor: PartitionAssignor) -> CheckResult:
     topics = {known: TopicMetadata(topic_id=known, name="known", num_partitions=4)}
 
     def member(subs: frozenset[str]) -> MemberSubscription:
-        return MemberSubscription(rack_id=None, instance_id=None, subscribed_topic_ids=subs, assignment={})
+        return MemberSubscription(
+            rack_id=None, instance_id=None, subscribed_topic_ids=subs, assignment={}
+        )
 
     cases = {
         "homogeneous": GroupSpec(
-            members={"a": member(frozenset({known, unknown})), "b": member(frozenset({known, unknown}))},
+            members={
+                "a": member(frozenset({known, unknown})),
+                "b": member(frozenset({known, unknown})),
+            },
             subscription_type=SubscriptionType.HOMOGENEOUS,
         ),
         "heterogeneous": GroupSpec(
@@ -237,21 +260,39 @@ def _hypothesis_run(body: object, examples: int, seed: int, *, shrink: bool) -> 
 def _shrink(
     assignor: PartitionAssignor, check: str, examples: int, seed: int, found: tuple[str, Scenario]
 ) -> tuple[str, Scenario]:
-    """Search again raising on ``check`` only, so hypothesis shrinks to a small failing group."""
+    """Search again raising on ``check`` only, so that hypothesis shrinks towards a small failing
+    group. The smallest failing group seen is kept here, and after :data:`SHRINK_BUDGET`
+    evaluations nothing more is raised: a flaky failure cannot make shrinking run away."""
+    best = found
+    calls = 0
+
+    def size(scenario: Scenario) -> tuple[int, ...]:
+        return (
+            len(scenario.members),
+            len(scenario.topics),
+            sum(t.partitions for t in scenario.topics),
+            len(scenario.describe()),
+        )
 
     def body(scenario: Scenario) -> None:
-        outcome: Outcome = evaluate(assignor, scenario)
-        message = outcome.failures.get(check)
-        if message is not None:
-            raise _Found(message, scenario)
+        nonlocal best, calls
+        calls += 1
+        if calls > examples + SHRINK_BUDGET:
+            raise _StopSearch  # a BaseException: hypothesis lets it through at once
+        message = evaluate(assignor, scenario).failures.get(check)
+        if message is None:
+            return
+        if size(scenario) < size(best[1]):
+            best = (message, scenario)
+        raise _Found(message, scenario)
 
     try:
         _hypothesis_run(body, examples, seed, shrink=True)
-    except _Found as smallest:
-        return smallest.message, smallest.scenario
-    except Exception:  # noqa: BLE001 - e.g. a flaky failure: keep the first one found
-        return found
-    return found
+    except _StopSearch:
+        pass
+    except Exception:  # noqa: BLE001, S110 - _Found, or hypothesis giving up on a flaky failure
+        pass
+    return best
 
 
 def _requirement(
@@ -312,10 +353,14 @@ def _hash_seed_check(assignor: PartitionAssignor, class_path: str | None, seed: 
                 check=False,
             )
         except subprocess.TimeoutExpired:
-            return CheckResult(name=HASH_SEED, passed=False, summary=f"PYTHONHASHSEED={value}: timed out")
+            return CheckResult(
+                name=HASH_SEED, passed=False, summary=f"PYTHONHASHSEED={value}: timed out"
+            )
         if proc.returncode != 0:
             tail = (proc.stderr.strip().splitlines() or ["?"])[-1]
-            return CheckResult(name=HASH_SEED, passed=False, summary=f"PYTHONHASHSEED={value}: {tail}")
+            return CheckResult(
+                name=HASH_SEED, passed=False, summary=f"PYTHONHASHSEED={value}: {tail}"
+            )
         digests[f"PYTHONHASHSEED={value}"] = proc.stdout.strip()
     if len(set(digests.values())) == 1:
         return CheckResult(
@@ -329,4 +374,3 @@ def _hash_seed_check(assignor: PartitionAssignor, class_path: str | None, seed: 
         passed=False,
         summary=f"results differ between interpreters ({differing}): the assignor depends on hash() or set order",
     )
-
