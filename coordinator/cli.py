@@ -514,6 +514,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_replay)
 
     sub.add_parser("assignors", help="list and inspect partition assignors", add_help=False)
+    sub.add_parser("simulate", help="deterministic simulation / exhaustive exploration (see docs/simulation.md)", add_help=False)
     return parser
 
 
@@ -523,6 +524,10 @@ def main(argv: list[str] | None = None) -> int:
         from assignors.cli import main as assignors_main
 
         return assignors_main(argv[1:])
+    if argv and argv[0] == "simulate":
+        from coordinator.sim.cli import main as simulate_main
+
+        return simulate_main(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):

@@ -61,12 +61,13 @@ class CoreHarness:
             raise AssertionError(res.response[0].error_message)  # type: ignore[index]
         self._topics_changed(res)
 
-    def delete_topic(self, name: str) -> None:
+    def delete_topic(self, name: str) -> Result[None]:
+        """Delete a topic; returns the shard's result (tombstones of the topic's offsets)."""
         res = self.registry.delete_topics([name])
         if res.response[0].error_code:  # type: ignore[index]
             raise AssertionError(res.response[0].error_message)  # type: ignore[index]
         self._topics_changed(res)
-        self._commit(self.shard.on_topics_deleted([name]))
+        return self._commit(self.shard.on_topics_deleted([name]))
 
     def topic_id(self, name: str) -> str:
         return self.registry.topics[name].topic_id

@@ -33,10 +33,11 @@ JOINING = "joining"  # epoch 0: (re)joining
 MEMBER = "member"  # has a member epoch
 LEAVING = "leaving"  # sent (or about to send) a leave heartbeat
 
-# Extension point (offset commits, issue "offsets"): once the core has an OffsetCommit API, a
-# member in MEMBER state commits offsets for its owned partitions here with its member epoch,
-# and an invariant checks that the coordinator accepts commits only from the current owner.
-COMMIT_OFFSETS_SUPPORTED = False
+# Offset commits: a member commits the progress of the partitions it owns with its member epoch
+# on every heartbeat tick and before a revocation completes (Kafka's auto-commit); it resumes a
+# newly owned partition from the committed offset. Invariant I6 checks that the coordinator
+# accepts commits only from the partition's current owner and that offsets never go back.
+COMMIT_OFFSETS_SUPPORTED = True
 
 
 def norm(a: Mapping[str, frozenset[int]] | None) -> Owned:
@@ -97,6 +98,7 @@ class SimClient:
     assignor_dirty: bool = False
     leave_epoch: int = -1
     heartbeat_interval_ms: int = 5_000
+    progress: dict[tuple[str, int], int] = field(default_factory=dict)  # (topic id, p) -> next offset
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -115,6 +117,7 @@ class SimClient:
         """Graceful shutdown: release every partition (revocation callbacks run on close), then
         send a leave heartbeat (-2 for a static member that will come back, else -1)."""
         self.owned = {}
+        self.progress = {}
         self.revoking = {}
         self.revoke_token += 1
         self.target = None
@@ -126,6 +129,7 @@ class SimClient:
         self.phase = phase
         self.epoch = 0
         self.owned = {}
+        self.progress = {}
         self.target = None
         self.revoking = {}
         self.revoke_token += 1
@@ -256,6 +260,9 @@ class SimClient:
         if token != self.revoke_token or not self.revoking:
             return []
         self.owned = minus(self.owned, self.revoking)
+        for t, ps in self.revoking.items():  # a partition given up is re-read from its commit if it comes back
+            for p in ps:
+                self.progress.pop((t, p), None)
         self.revoking = {}
         actions = ["send"]
         if self.target is not None:

@@ -30,8 +30,9 @@ TARGET_VALID = "I3-target-assigns-each-partition-once-to-a-subscriber"
 REPLAY_EQUALS_LIVE = "I4-replay-yields-live-state"
 LIVENESS = "I5-liveness-stable-after-faults-stop"
 CORE_ILLEGAL_STATE = "core-illegal-state"
+OFFSETS_FENCED = "I6-commits-only-from-owner-and-monotonic"
 
-SAFETY = (NO_DOUBLE_OWNERSHIP, OWNED_KNOWN_TO_COORDINATOR, EPOCHS_BOUNDED, TARGET_VALID)
+SAFETY = (NO_DOUBLE_OWNERSHIP, OWNED_KNOWN_TO_COORDINATOR, EPOCHS_BOUNDED, TARGET_VALID, OFFSETS_FENCED)
 
 
 def live_claims(group: ConsumerGroup | None, clients: Iterable[SimClient]) -> tuple[list[SimClient], list[SimClient]]:

@@ -43,6 +43,13 @@ from coordinator.core.config import GroupCoordinatorConfig
 from coordinator.core.errors import CoordinatorError, IllegalStateError
 from coordinator.core.group import GroupState
 from coordinator.core.harness import CoreHarness
+from coordinator.core.offsets import (
+    OffsetCommit,
+    OffsetCommitPartition,
+    OffsetCommitTopic,
+    OffsetFetchGroup,
+    OffsetFetchTopic,
+)
 from coordinator.core.shard import GroupCoordinatorShard
 from coordinator.core.timers import TimerTable
 
@@ -201,6 +208,7 @@ class Simulation:
         self.corr = 0
         self.coord_gen = 0  # bumps on restart: deliveries of older generations are lost
         self.fifo: dict[int, int] = {}  # client -> time of its last scheduled delivery
+        self.committed: dict[tuple[str, int], int] = {}  # (topic id, p) -> last accepted offset
         self.resp_fifo: dict[int, int] = {}  # client -> time of its last scheduled response
         self._tick_gen: dict[int, int] = {}  # client -> serial of its live heartbeat timer
         self.tick_serial = 0
@@ -249,7 +257,11 @@ class Simulation:
         h.log.extend(res.records)
         h.timers.apply(res.timers)
         h.shard.release(h.shard.mark())
-        for rec in res.records:
+        self._store_records(res.records)
+
+    def _store_records(self, records: Sequence[Any]) -> None:
+        """Append to the simulated store and feed the replica (invariant I4)."""
+        for rec in records:
             k, v = codec.encode(rec)
             self.store.append((k, v))
             self.replica.replay(codec.decode(k, v))
@@ -365,8 +377,64 @@ class Simulation:
         self._log(f"c{i} starts as {c.member_id}")
         self._send(i)
 
+    # ------------------------------------------------------------------ offset commits
+
+    def _commit_offsets(self, i: int) -> None:
+        """Client i commits the progress of what it owns (revoking partitions included) with its
+        member epoch. Commits travel on their own connection; a lost one is simply not applied."""
+        c = self.clients[i]
+        if c.phase != MEMBER:
+            return
+        owned = [(t, p) for t, ps in c.owned.items() for p in sorted(ps)]
+        c.progress = {k: v for k, v in c.progress.items() if k in set(owned)}
+        if not owned:
+            return
+        image = self.h.registry.image()
+        for t, p in owned:
+            if (t, p) not in c.progress:  # newly owned: resume from the committed offset
+                name = image.by_id[t].name if t in image.by_id else None
+                got = self.h.shard.offset_fetch(OffsetFetchGroup(
+                    group_id=GROUP, topics=(OffsetFetchTopic(name=name or "", topic_id=t, partition_indexes=(p,)),)))
+                committed = got.topics[0].partitions[0].committed_offset if got.topics else -1
+                c.progress[(t, p)] = max(committed, 0)
+            c.progress[(t, p)] += self.rng.randint(1, 10)
+        if self._net_fault("lose-request"):
+            self.summary.faults["lose-request"] += 1
+            return
+        by_topic: dict[str, list[OffsetCommitPartition]] = {}
+        for t, p in owned:
+            by_topic.setdefault(t, []).append(OffsetCommitPartition(partition_index=p, committed_offset=c.progress[(t, p)]))
+        req = OffsetCommit(group_id=GROUP, generation_id_or_member_epoch=c.epoch, member_id=c.member_id,
+                           topics=tuple(OffsetCommitTopic(topic_id=t, partitions=tuple(ps)) for t, ps in by_topic.items()))
+        group = self.group
+        try:
+            res = self.h.shard.offset_commit(req, self.now)
+        except CoordinatorError as exc:
+            self.summary.events["commit-rejected"] += 1
+            self._log(f"c{i} commit at epoch {c.epoch} rejected: {exc.code.name}")
+            return
+        self._commit(res)
+        self.summary.events["commit"] += 1
+        for topic in res.response.topics:
+            for part in topic.partitions:
+                if part.error_code:
+                    continue
+                key = (topic.topic_id, part.partition_index)
+                offset = c.progress[key]
+                owner = None if group is None else group.owner_of(*key)
+                if inv.OFFSETS_FENCED not in self.p.invariants:
+                    pass
+                elif owner != c.member_id:
+                    self._fail(inv.OFFSETS_FENCED, f"commit of {key} by {c.member_id} (epoch {c.epoch}) accepted "
+                               f"while the coordinator attributes it to {owner}")
+                if offset < self.committed.get(key, -1) and inv.OFFSETS_FENCED in self.p.invariants:
+                    self._fail(inv.OFFSETS_FENCED, f"commit of {key} by {c.member_id} moved the offset back "
+                               f"from {self.committed[key]} to {offset}")
+                self.committed[key] = offset
+
     def _on_tick(self, i: int, gen: int) -> None:
         c = self.clients[i]
+        self._commit_offsets(i)
         if c.can_send:
             self._send(i)
         elif c.phase in (JOINING, MEMBER):
@@ -479,6 +547,8 @@ class Simulation:
 
     def _on_revoked(self, i: int, token: int) -> None:
         c = self.clients[i]
+        if token == c.revoke_token and c.revoking:
+            self._commit_offsets(i)  # commit before giving the partitions up (auto-commit on revoke)
         actions = c.finish_revocation(token)
         if actions:
             self._log(f"c{i} finished revoking: {c.describe(self.topic_label)}")
@@ -545,7 +615,7 @@ class Simulation:
             if not live:
                 return
             name = rng.choice(live)
-            self.h.delete_topic(name)
+            self._store_records(self.h.delete_topic(name).records)  # offsets of the topic go with it
             self.deleted.add(name)
             self.replica.set_topics(self.h.registry.image())
             self._log(f"fault: topic {name} deleted")
