@@ -90,6 +90,18 @@ class Scenario:
             cur = " ".join(f"{names.get(t, t)}{list(p)}" for t, p in m.current) or "-"
             tail = f" [{' '.join(extra)}]" if extra else ""
             lines.append(f"  {m.member_id}{tail} subscribes {subs}; current {cur}")
+        if self.members:
+            gone = self.members[self.leaver % len(self.members)].member_id
+            joiner = (
+                self.members[0].subscription
+                if self.joiner_subscription is None
+                else self.joiner_subscription
+            )
+            wants = ",".join(names.get(t, t) for t in joiner) or "-"
+            lines.append(
+                f"then (stickiness runs): {gone} leaves; separately, a new member subscribing "
+                f"{wants} joins"
+            )
         return "\n".join(lines)
 
 

@@ -9,6 +9,7 @@ import random
 import subprocess
 import sys
 from collections.abc import Mapping
+from dataclasses import replace
 
 from assignors.api import (
     GroupAssignment,
@@ -31,23 +32,13 @@ from assignors.conformance._checks import (
     Figures,
     evaluate,
 )
-from assignors.conformance._model import Scenario, random_scenario, topic_id_from_bytes
+from assignors.conformance._model import MemberPlan, Scenario, random_scenario, topic_id_from_bytes
 
 HASH_SEED_VALUES = ("0", "1", "4242")
 HASH_SEED_GROUPS = 40
 SUBPROCESS_TIMEOUT_S = 120
-SHRINK_BUDGET = 300
-"""Evaluations allowed for shrinking one failing check, beyond the exploration's count."""
-
-
-class _StopSearch(BaseException):
-    """Ends a shrinking search that ran out of budget."""
-
-
-class _Found(Exception):
-    def __init__(self, message: str, scenario: Scenario) -> None:
-        super().__init__(message)
-        self.message, self.scenario = message, scenario
+SHRINK_BUDGET = 400
+"""Evaluations allowed for shrinking one failing check."""
 
 
 def run(
@@ -93,7 +84,7 @@ def run(
         if outcome.stickiness_issue and stickiness_issue is None:
             stickiness_issue = (outcome.stickiness_issue, scenario)
 
-    _hypothesis_run(explore, examples, seed, shrink=False)
+    _hypothesis_run(explore, examples, seed)
     report.figures = figures
     report.examples = count
 
@@ -101,7 +92,7 @@ def run(
         if name not in first_failure:
             checks.append(CheckResult(name=name, passed=True, summary=f"{count} groups"))
             continue
-        message, scenario = _shrink(assignor, name, examples, seed, first_failure[name])
+        message, scenario = _shrink(assignor, name, first_failure[name])
         checks.append(
             CheckResult(name=name, passed=False, summary=message, example=scenario.describe())
         )
@@ -227,7 +218,7 @@ def _unknown_topic(assignor: PartitionAssignor) -> CheckResult:
 # ---------------------------------------------------------------------- hypothesis
 
 
-def _hypothesis_run(body: object, examples: int, seed: int, *, shrink: bool) -> None:
+def _hypothesis_run(body: object, examples: int, seed: int) -> None:
     try:
         from hypothesis import HealthCheck, Phase, Verbosity, given, settings
         from hypothesis import seed as fix_seed
@@ -237,15 +228,13 @@ def _hypothesis_run(body: object, examples: int, seed: int, *, shrink: bool) -> 
         ) from exc
     from assignors.conformance._strategies import scenarios
 
-    phases = (Phase.generate, Phase.shrink) if shrink else (Phase.generate,)
-
     @fix_seed(seed)
     @settings(
         max_examples=max(1, examples),
         deadline=None,
         database=None,
         derandomize=False,
-        phases=phases,
+        phases=(Phase.generate,),  # failures are shrunk by _shrink, structurally
         verbosity=Verbosity.quiet,
         suppress_health_check=list(HealthCheck),
         report_multiple_bugs=False,
@@ -258,41 +247,86 @@ def _hypothesis_run(body: object, examples: int, seed: int, *, shrink: bool) -> 
 
 
 def _shrink(
-    assignor: PartitionAssignor, check: str, examples: int, seed: int, found: tuple[str, Scenario]
+    assignor: PartitionAssignor, check: str, found: tuple[str, Scenario]
 ) -> tuple[str, Scenario]:
-    """Search again raising on ``check`` only, so that hypothesis shrinks towards a small failing
-    group. The smallest failing group seen is kept here, and after :data:`SHRINK_BUDGET`
-    evaluations nothing more is raised: a flaky failure cannot make shrinking run away."""
-    best = found
-    calls = 0
+    """Greedily simplify a failing group while ``check`` still fails: drop members and topics,
+    cut partition counts, clear current assignments, racks and instance ids. Deterministic, and
+    bounded by :data:`SHRINK_BUDGET` evaluations."""
+    message, best = found
+    budget = SHRINK_BUDGET
+    improved = True
+    while improved and budget > 0:
+        improved = False
+        for candidate in _simpler(best):
+            if budget <= 0:
+                break
+            budget -= 1
+            failure = evaluate(assignor, candidate).failures.get(check)
+            if failure is not None:
+                message, best = failure, candidate
+                improved = True
+                break
+    return message, best
 
-    def size(scenario: Scenario) -> tuple[int, ...]:
-        return (
-            len(scenario.members),
-            len(scenario.topics),
-            sum(t.partitions for t in scenario.topics),
-            len(scenario.describe()),
-        )
 
-    def body(scenario: Scenario) -> None:
-        nonlocal best, calls
-        calls += 1
-        if calls > examples + SHRINK_BUDGET:
-            raise _StopSearch  # a BaseException: hypothesis lets it through at once
-        message = evaluate(assignor, scenario).failures.get(check)
-        if message is None:
-            return
-        if size(scenario) < size(best[1]):
-            best = (message, scenario)
-        raise _Found(message, scenario)
+def _simpler(sc: Scenario) -> list[Scenario]:
+    """Candidate simplifications of a scenario, most drastic first."""
+    out: list[Scenario] = []
+    members, topics = sc.members, sc.topics
+    for j in range(len(members)):
+        if len(members) > 1:
+            out.append(replace(sc, members=members[:j] + members[j + 1 :]))
+    for i, t in enumerate(topics):
+        if len(topics) > 1:
+            rest = topics[:i] + topics[i + 1 :]
+            out.append(
+                replace(
+                    sc, topics=rest, members=tuple(_without_topic(m, t.topic_id) for m in members)
+                )
+            )
+    for i, t in enumerate(topics):
+        for smaller in sorted({1, t.partitions // 2}):
+            if 0 < smaller < t.partitions:
+                cut = replace(
+                    t, partitions=smaller, racks=tuple(r for r in t.racks if r[0] < smaller)
+                )
+                out.append(
+                    replace(
+                        sc,
+                        topics=topics[:i] + (cut,) + topics[i + 1 :],
+                        members=tuple(_cut_partitions(m, t.topic_id, smaller) for m in members),
+                    )
+                )
+    for j, m in enumerate(members):
+        for simpler in (
+            replace(m, current=()) if m.current else None,
+            replace(m, rack_id=None) if m.rack_id is not None else None,
+            replace(m, instance_id=None) if m.instance_id is not None else None,
+        ):
+            if simpler is not None:
+                out.append(replace(sc, members=members[:j] + (simpler,) + members[j + 1 :]))
+    if any(t.racks for t in topics):
+        out.append(replace(sc, topics=tuple(replace(t, racks=()) for t in topics)))
+    if sc.joiner_subscription is not None:
+        out.append(replace(sc, joiner_subscription=None))
+    return out
 
-    try:
-        _hypothesis_run(body, examples, seed, shrink=True)
-    except _StopSearch:
-        pass
-    except Exception:  # noqa: BLE001, S110 - _Found, or hypothesis giving up on a flaky failure
-        pass
-    return best
+
+def _without_topic(m: MemberPlan, topic_id: str) -> MemberPlan:
+    return replace(
+        m,
+        subscription=tuple(t for t in m.subscription if t != topic_id),
+        current=tuple((t, ps) for t, ps in m.current if t != topic_id),
+    )
+
+
+def _cut_partitions(m: MemberPlan, topic_id: str, count: int) -> MemberPlan:
+    current = []
+    for t, ps in m.current:
+        kept = tuple(p for p in ps if t != topic_id or p < count)
+        if kept:
+            current.append((t, kept))
+    return replace(m, current=tuple(current))
 
 
 def _requirement(

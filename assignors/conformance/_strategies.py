@@ -29,17 +29,17 @@ _bits = st.integers(0, 2**MAX_TOPICS - 1)
 _member_text = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789-", min_size=1, max_size=12)
 _member_ids = st.lists(
     st.one_of(st.binary(min_size=16, max_size=16).map(topic_id_from_bytes), _member_text),
-    min_size=1,
+    min_size=MAX_MEMBERS,
     max_size=MAX_MEMBERS,
     unique=True,
 )
+_member_count = st.integers(1, MAX_MEMBERS)
 _per_member = st.lists(st.tuples(_bits, _small, _small), min_size=MAX_MEMBERS, max_size=MAX_MEMBERS)
-_owners = st.lists(
-    _small, min_size=MAX_TOPICS * MAX_PARTITIONS, max_size=MAX_TOPICS * MAX_PARTITIONS
-)
-_racks = st.lists(
-    st.integers(1, 7), min_size=MAX_TOPICS * MAX_PARTITIONS, max_size=MAX_TOPICS * MAX_PARTITIONS
-)
+_owners = [st.lists(_small, min_size=n, max_size=n) for n in range(MAX_TOPICS * MAX_PARTITIONS + 1)]
+_racks = [
+    st.lists(st.integers(1, 7), min_size=n, max_size=n)
+    for n in range(MAX_TOPICS * MAX_PARTITIONS + 1)
+]
 _settings = st.tuples(
     _bits, st.integers(0, 2), st.booleans(), st.booleans(), _small, _small, _small
 )
@@ -53,8 +53,11 @@ def scenarios(draw: st.DrawFn) -> Scenario:
     raw_ids = draw(_raw_ids)
     counts = draw(_counts)
     common_bits, mode_index, homogeneous, with_racks, stale, leaver, joiner = draw(_settings)
+    n_topics = len(raw_ids)
     ids = [topic_id_from_bytes(raw) for raw in raw_ids]
-    rack_masks = draw(_racks) if with_racks else []
+    total = sum(counts[:n_topics])
+    starts = [sum(counts[:i]) for i in range(n_topics)]  # where each topic's partitions begin
+    rack_masks = draw(_racks[total]) if with_racks else []
 
     def subset(bits: int) -> tuple[str, ...]:
         return tuple(t for i, t in enumerate(ids) if bits >> i & 1)
@@ -66,11 +69,7 @@ def scenarios(draw: st.DrawFn) -> Scenario:
             racks = tuple(
                 (
                     p,
-                    tuple(
-                        r
-                        for b, r in enumerate(RACKS)
-                        if rack_masks[i * MAX_PARTITIONS + p] >> b & 1
-                    ),
+                    tuple(r for b, r in enumerate(RACKS) if rack_masks[starts[i] + p] >> b & 1),
                 )
                 for p in range(counts[i])
             )
@@ -78,26 +77,28 @@ def scenarios(draw: st.DrawFn) -> Scenario:
             TopicPlan(topic_id=topic_id, name=f"topic-{i}", partitions=counts[i], racks=racks)
         )
 
-    member_ids = draw(_member_ids)
+    n_members = draw(_member_count)
+    member_ids = draw(_member_ids)[:n_members]
     per_member = draw(_per_member)
-    n_members = len(member_ids)
     if homogeneous:
         common = subset(common_bits) or (ids[0],)
         subscriptions = [common] * n_members
     else:
-        subscriptions = [subset(per_member[j][0]) for j in range(n_members)]
+        # XOR with a member-dependent pattern, so that the simplest draws (zeros) still give
+        # members different subscriptions.
+        subscriptions = [subset(per_member[j][0] ^ (j * 0b1011 + 0b101)) for j in range(n_members)]
 
     mode = ("none", "random", "stale")[mode_index]
     current: list[dict[str, list[int]]] = [{} for _ in range(n_members)]
     if mode != "none":
-        owners = draw(_owners)
+        owners = draw(_owners[total])
         for i, t in enumerate(topics):
             subscribers = [j for j in range(n_members) if t.topic_id in subscriptions[j]]
             pool = list(range(n_members)) if mode == "stale" else subscribers
             if not pool:
                 continue
             for p in range(t.partitions):
-                pick = owners[i * MAX_PARTITIONS + p]
+                pick = owners[starts[i] + p]
                 if pick:  # 0 = nobody owns it
                     owner = pool[(pick - 1) % len(pool)]
                     current[owner].setdefault(t.topic_id, []).append(p)
