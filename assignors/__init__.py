@@ -1,1 +1,34 @@
-"""(see the package docstring once written)"""
+"""Server-side assignors: who gets which partitions (KIP-848 "Assignment Process").
+
+Rules
+-----
+* One call: ``assign(group_spec, topics) -> GroupAssignment`` (:mod:`assignors.api`). Inputs are
+  read-only; the call is pure (no IO, clock or randomness) and deterministic - the same input
+  values give the same result whatever the ``hash()`` seed or mapping order.
+* Failure is :class:`~assignors.api.PartitionAssignorError` (e.g. a subscription to a topic
+  missing from ``topics``). The coordinator answers UNKNOWN_SERVER_ERROR and changes nothing.
+* The coordinator installs nothing it has not checked with
+  :func:`assignors.validation.check_assignment`: every member present and no stranger, each
+  partition at most once, only to subscribers, only existing partitions, ``frozenset`` sets.
+
+Theory
+------
+``uniform`` (:mod:`assignors.uniform`, the default) is balanced first, then sticky. Members with
+equal subscriptions form a class; a homogeneous group is one class, where sizes differ by at
+most one and extra partitions go to members that already hold them. Between classes, topic
+shares are water-filled and re-split until no partition - nor chain of partitions across topics
+- can move to a member two or more partitions lighter. Only then are partitions handed out,
+keeping every member's current partitions up to its quota and moving the rest in contiguous
+runs. ``range`` (:mod:`assignors.range`) gives contiguous per-topic ranges recomputed from
+scratch, static members first by instance id, as Kafka 4.0 does.
+
+Where things are
+----------------
+``api`` the SPI (owned by the core); ``uniform``, ``range`` the built-ins; ``validation`` the
+coordinator's gate; ``registry`` resolves ``group.consumer.assignors`` (built-in names, entry
+points of group ``kip848.assignors``, ``module:Class``); ``cli`` is ``kip848 assignors``;
+``conformance`` is the kit plugin authors run (``python -m assignors.conformance NAME``, or the
+``assignor_conformance`` pytest fixture). docs/assignors.md is the plugin author's guide.
+
+Importing this package imports nothing else (the pytest plugin and the CLI rely on that).
+"""

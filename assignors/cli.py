@@ -54,7 +54,9 @@ def _list(*, as_json: bool) -> int:
         return 0 if all(row.error is None for row in rows) else 1
     table = [("NAME", "SOURCE", "DESCRIPTION")]
     for row in rows:
-        table.append((row.name, row.source, f"BROKEN: {row.error}" if row.error else row.description))
+        table.append(
+            (row.name, row.source, f"BROKEN: {row.error}" if row.error else row.description)
+        )
     widths = [max(len(r[c]) for r in table) for c in range(2)]
     for name, source, text in table:
         print(f"{name:<{widths[0]}}  {source:<{widths[1]}}  {text}".rstrip())
