@@ -55,6 +55,7 @@ _KEY_FIELDS: dict[int, tuple[type, tuple[str, ...]]] = {
     cls.TYPE: (cls, tuple(f.name for f in fields(cls)))  # type: ignore[attr-defined]
     for cls in (
         r.OffsetCommitKey,
+        r.GroupMetadataKey,
         r.ConsumerGroupMetadataKey,
         r.ConsumerGroupPartitionMetadataKey,
         r.ConsumerGroupMemberMetadataKey,
@@ -93,6 +94,30 @@ def _value_encoders() -> dict[int, tuple[Callable[[Any], list[Any]], Callable[[l
     def oc_dec(f: list[Any]) -> r.OffsetCommitValue:
         return r.OffsetCommitValue(
             offset=f[0], leader_epoch=f[1], metadata=f[2], commit_timestamp_ms=f[3], expire_timestamp_ms=f[4]
+        )
+
+    def b64(b: bytes) -> str:
+        return base64.b64encode(b).decode("ascii")
+
+    def gm_enc(v: r.GroupMetadataValue) -> list[Any]:
+        members = [
+            [m.member_id, m.group_instance_id, m.client_id, m.client_host, m.rebalance_timeout_ms,
+             m.session_timeout_ms, b64(m.subscription), b64(m.assignment)]
+            for m in v.members
+        ]
+        return [v.protocol_type, v.generation, v.protocol, v.leader, v.current_state_timestamp_ms, members]
+
+    def gm_dec(f: list[Any]) -> r.GroupMetadataValue:
+        return r.GroupMetadataValue(
+            protocol_type=f[0], generation=f[1], protocol=f[2], leader=f[3], current_state_timestamp_ms=f[4],
+            members=tuple(
+                r.GroupMetadataMemberValue(
+                    member_id=m[0], group_instance_id=m[1], client_id=m[2], client_host=m[3],
+                    rebalance_timeout_ms=m[4], session_timeout_ms=m[5],
+                    subscription=base64.b64decode(m[6]), assignment=base64.b64decode(m[7]),
+                )
+                for m in f[5]
+            ),
         )
 
     def md_enc(v: r.ConsumerGroupMetadataValue) -> list[Any]:
@@ -167,7 +192,7 @@ def _value_encoders() -> dict[int, tuple[Callable[[Any], list[Any]], Callable[[l
         return r.TopicValue(topic_id=f[0], num_partitions=f[1])
 
     return {
-        1: (oc_enc, oc_dec), 3: (md_enc, md_dec), 4: (pm_enc, pm_dec), 5: (mm_enc, mm_dec), 6: (te_enc, te_dec),
+        1: (oc_enc, oc_dec), 2: (gm_enc, gm_dec), 3: (md_enc, md_dec), 4: (pm_enc, pm_dec), 5: (mm_enc, mm_dec), 6: (te_enc, te_dec),
         7: (tm_enc, tm_dec), 8: (ca_enc, ca_dec), 16: (rx_enc, rx_dec), 1016: (gc_enc, gc_dec),
         1100: (tp_enc, tp_dec),
     }

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import base64
 from dataclasses import dataclass, field
-from typing import Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from .model import Assignment
 from .records import Record
@@ -50,14 +50,25 @@ class ConsumerGroupHeartbeatResponse:
     should_compute_assignment: bool = False
 
 
+@dataclass(frozen=True, slots=True)
+class Pending:
+    """A deferred response (classic JoinGroup/SyncGroup wait at a barrier): the answer comes
+    later, in some result's ``completions`` as ``(token, response)``."""
+
+    token: int
+
+
 @dataclass(slots=True)
 class Result(Generic[T]):
     """What a handler returns: records (already replayed into the shard), the response, and
-    timer operations to apply once the records are durable."""
+    timer operations to apply once the records are durable. ``completions`` answer earlier
+    :class:`Pending` responses; like timers, they are released only once the records are
+    durable (and dropped if the write fails: the rollback makes them pending again)."""
 
     records: list[Record] = field(default_factory=list)
     response: T | None = None
     timers: list[TimerOp] = field(default_factory=list)
+    completions: list[tuple[int, Any]] = field(default_factory=list)
 
 
 class IdSource(Protocol):

@@ -32,6 +32,15 @@ class OffsetCommitKey:
 
 
 @dataclass(frozen=True, slots=True)
+class GroupMetadataKey:
+    """A classic group (Kafka's GroupMetadata record): one value holds the whole group as of
+    its last completed generation. Written by the legacy bridge."""
+
+    TYPE: ClassVar[int] = 2
+    group_id: str
+
+
+@dataclass(frozen=True, slots=True)
 class ConsumerGroupMetadataKey:
     TYPE: ClassVar[int] = 3
     group_id: str
@@ -108,6 +117,29 @@ class OffsetCommitValue:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class GroupMetadataMemberValue:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    rebalance_timeout_ms: int
+    session_timeout_ms: int
+    subscription: bytes
+    """The member's metadata for the group's selected protocol."""
+    assignment: bytes
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GroupMetadataValue:
+    protocol_type: str
+    generation: int
+    protocol: str | None
+    leader: str | None
+    current_state_timestamp_ms: int
+    members: tuple[GroupMetadataMemberValue, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ConsumerGroupMetadataValue:
     epoch: int
     group_uid: str
@@ -174,6 +206,7 @@ class TopicValue:
 
 RecordKey = Union[
     OffsetCommitKey,
+    GroupMetadataKey,
     ConsumerGroupMetadataKey,
     ConsumerGroupPartitionMetadataKey,
     ConsumerGroupMemberMetadataKey,
@@ -210,6 +243,14 @@ def offset_commit_record(group_id: str, topic: str, partition: int, value: Offse
 
 def offset_commit_tombstone(group_id: str, topic: str, partition: int) -> Record:
     return Record(OffsetCommitKey(group_id, topic, partition))
+
+
+def classic_group_record(group_id: str, value: GroupMetadataValue) -> Record:
+    return Record(GroupMetadataKey(group_id), value)
+
+
+def classic_group_tombstone(group_id: str) -> Record:
+    return Record(GroupMetadataKey(group_id))
 
 
 def group_epoch_record(group_id: str, epoch: int, group_uid: str) -> Record:

@@ -45,7 +45,7 @@ from .errors import (
 )
 from .group import ConsumerGroup, GroupState
 from .offsets import OffsetsMixin
-from .model import EMPTY_ASSIGNMENT, Assignment, ConsumerGroupMember, MemberState, TopicsImage, assignment_minus
+from .model import EMPTY_ASSIGNMENT, Assignment, ClassicMemberMetadata, ConsumerGroupMember, MemberState, TopicsImage, assignment_minus
 from .reconciliation import compute_next_member
 from .regex import compile_regex, resolve_regex
 from .target_assignment import compute_target_assignment
@@ -139,6 +139,9 @@ class GroupCoordinatorShard(OffsetsMixin):
             return
         if t == r.TopicKey.TYPE:
             raise IllegalStateError("topic registry records belong to the topic registry, not a shard")
+        if t == r.GroupMetadataKey.TYPE:
+            self.replay_classic_group(key, value)  # type: ignore[arg-type]
+            return
         group_id = key.group_id  # type: ignore[union-attr]
         group = self.groups.get(group_id)
         if value is None:
@@ -169,6 +172,22 @@ class GroupCoordinatorShard(OffsetsMixin):
             group.replay_regex(key.regular_expression, value)  # type: ignore[union-attr,arg-type]
         else:
             raise IllegalStateError(f"unknown record type {t}")
+
+    def replay_classic_group(self, key: r.GroupMetadataKey, value: r.GroupMetadataValue | None) -> None:
+        """Classic groups belong to the legacy bridge (``legacy_bridge.BridgedShard``)."""
+        raise IllegalStateError(f"classic group record for {key.group_id} needs the legacy bridge")
+
+    # Hooks of the legacy bridge (KIP-848 "Supporting Online Consumer Group Upgrade"); the plain
+    # core has no classic groups, so they do nothing here.
+
+    def _before_consumer_heartbeat(self, result: Result[Any], req: ConsumerGroupHeartbeat, now_ms: int) -> None:
+        """Before a ConsumerGroupHeartbeat: the bridge upgrades a classic group of that id."""
+
+    def _after_member_removed(self, result: Result[Any], group: ConsumerGroup, now_ms: int) -> None:
+        """After a member left or was fenced: the bridge may downgrade to a classic group."""
+
+    def on_bridge_timer(self, timer: DueTimer, now_ms: int) -> Result[None]:
+        raise IllegalStateError(f"unknown timer kind {timer.key[0]}")
 
     def _replay_group_config(self, key: r.GroupConfigKey, value: r.GroupConfigValue | None) -> None:
         configs = dict(self.group_configs.get(key.group_id, {}))
@@ -294,8 +313,14 @@ class GroupCoordinatorShard(OffsetsMixin):
         if req.subscribed_topic_regex:
             compile_regex(req.subscribed_topic_regex)  # INVALID_REGULAR_EXPRESSION, before any change
 
-    def _heartbeat(self, req: ConsumerGroupHeartbeat, now_ms: int) -> Result[ConsumerGroupHeartbeatResponse]:
+    def _heartbeat(
+        self, req: ConsumerGroupHeartbeat, now_ms: int, classic: ClassicMemberMetadata | None = None
+    ) -> Result[ConsumerGroupHeartbeatResponse]:
+        """``classic``: the member speaks the classic protocol (a JoinGroup translated by the
+        legacy bridge); None for a ConsumerGroupHeartbeat."""
         result: Result[ConsumerGroupHeartbeatResponse] = Result()
+        if classic is None:
+            self._before_consumer_heartbeat(result, req, now_ms)
         group_id = req.group_id
         group: ConsumerGroup | None = self.groups.get(group_id)
         epoch = req.member_epoch
@@ -324,7 +349,7 @@ class GroupCoordinatorShard(OffsetsMixin):
             result.timers += self._cancel_timers(group_id, replaced.member_id)
 
         # 2. Apply the request's "null means unchanged" fields.
-        updated = self._updated_member(member, req)
+        updated = self._updated_member(member, req, classic)
         is_new = group is None or member_id not in group.members
         bump = False
         if is_new or updated != member:
@@ -360,7 +385,8 @@ class GroupCoordinatorShard(OffsetsMixin):
         final = self._reconcile(result, group, member, owned, now_ms)
 
         # 6. Session timeout and response.
-        result.timers.append(ArmTimer((SESSION, group_id, member_id), now_ms + self.session_timeout_ms(group_id)))
+        session_ms = classic.session_timeout_ms if classic is not None else self.session_timeout_ms(group_id)
+        result.timers.append(ArmTimer((SESSION, group_id, member_id), now_ms + session_ms))
         full = epoch == 0 or (
             req.rebalance_timeout_ms != -1
             and (req.subscribed_topic_names is not None or req.subscribed_topic_regex is not None)
@@ -466,7 +492,9 @@ class GroupCoordinatorShard(OffsetsMixin):
         )
 
     @staticmethod
-    def _updated_member(member: ConsumerGroupMember, req: ConsumerGroupHeartbeat) -> ConsumerGroupMember:
+    def _updated_member(
+        member: ConsumerGroupMember, req: ConsumerGroupHeartbeat, classic: ClassicMemberMetadata | None = None
+    ) -> ConsumerGroupMember:
         changes: dict[str, Any] = {}
         if req.instance_id is not None and req.instance_id != member.instance_id:
             changes["instance_id"] = req.instance_id
@@ -488,8 +516,8 @@ class GroupCoordinatorShard(OffsetsMixin):
             changes["client_id"] = req.client_id
         if req.client_host != member.client_host:
             changes["client_host"] = req.client_host
-        if member.classic_member_metadata is not None:
-            changes["classic_member_metadata"] = None
+        if member.classic_member_metadata != classic:
+            changes["classic_member_metadata"] = classic
         return replace(member, **changes) if changes else member
 
     def _refresh_metadata(self, result: Result[Any], group: ConsumerGroup, now_ms: int) -> bool:
@@ -622,6 +650,7 @@ class GroupCoordinatorShard(OffsetsMixin):
         group.set("metadata_checked", (self.topics.version, group.group_epoch))
         result.timers += self._cancel_timers(gid, member.member_id)
         log.info("[GroupId %s] Member %s %s; group epoch is now %d.", gid, member.member_id, why, group.group_epoch)
+        self._after_member_removed(result, group, now_ms)
         return result
 
     @staticmethod
@@ -633,6 +662,8 @@ class GroupCoordinatorShard(OffsetsMixin):
     def on_timer(self, timer: DueTimer, now_ms: int) -> Result[None]:
         """A session or rebalance timer fired. Stale timers (member gone, epoch moved on) do nothing."""
         kind, group_id, member_id = timer.key
+        if kind != SESSION and kind != REBALANCE:
+            return self.on_bridge_timer(timer, now_ms)
         group = self.groups.get(group_id)
         member = None if group is None else group.members.get(member_id)
         if member is None or group is None:

@@ -97,6 +97,14 @@ ALL_RECORDS: list[tuple[str, r.Record]] = [
     ("offset_commit", r.offset_commit_record(G, "foo", 3, r.OffsetCommitValue(
         offset=42, leader_epoch=-1, metadata="meta \u00e9", commit_timestamp_ms=1_000, expire_timestamp_ms=-1))),
     ("offset_commit_tombstone", r.offset_commit_tombstone(G, "foo", 3)),
+    ("classic_group", r.classic_group_record(G, r.GroupMetadataValue(
+        protocol_type="consumer", generation=4, protocol="range", leader="m1", current_state_timestamp_ms=7,
+        members=(r.GroupMetadataMemberValue(
+            member_id="m1", group_instance_id=None, client_id="c", client_host="/h", rebalance_timeout_ms=300_000,
+            session_timeout_ms=45_000, subscription=b"\x00\x01\xff", assignment=b""),)))),
+    ("classic_group_empty", r.classic_group_record(G, r.GroupMetadataValue(
+        protocol_type="", generation=0, protocol=None, leader=None, current_state_timestamp_ms=0, members=()))),
+    ("classic_group_tombstone", r.classic_group_tombstone(G)),
     ("topic", r.topic_record("foo", T1, 3)),
     ("topic_tombstone", r.topic_record("foo", None)),
     ("unicode_ids", r.member_metadata_record("gr\u00fcppe \U0001f600", full_member("m\u00e9mbre", client_id="\u4e2d"))),
