@@ -231,6 +231,34 @@ def measure_ours(assignor: PartitionAssignor, cell: Cell) -> dict[str, Measure]:
     return out
 
 
+VALIDATION_CELLS = (
+    Cell(10000, 10, 10, False),
+    Cell(10000, 10, 1000, False),
+    Cell(5000, 50, 100, True),
+    Cell(100000, 1, 10, False),
+)
+QUICK_VALIDATION_CELLS = (Cell(1000, 10, 10, False),)
+
+
+def measure_validation(cell: Cell) -> float:
+    """check_assignment on the uniform FULL result of ``cell``: median ms."""
+    from assignors.validation import check_assignment
+
+    ids, metadata = build_topics(cell)
+    subs = subscriptions(cell, ids)
+    spec = make_spec(
+        [(member_id(i), subs[i]) for i in range(cell.members)], {}, not cell.heterogeneous
+    )
+    result = UniformAssignor().assign(spec, metadata)
+    gc.collect()
+    gc.freeze()
+    try:
+        ms, _ = time_call(lambda: check_assignment(spec, metadata, result))
+    finally:
+        gc.unfreeze()
+    return ms
+
+
 # ---------------------------------------------------------------------- kafka-python peers
 
 
@@ -496,12 +524,20 @@ def main(argv: list[str] | None = None) -> int:
                 f"  {name:<18} {cell.members:>5} x {cell.ratio:<2} x {cell.topics:<4} {cell.kind:<13} "
                 + "  ".join(f"{s} {fmt_ms(res[s])} ms" for s in SCENARIOS)
             )
+    validation = {
+        cell: measure_validation(cell)
+        for cell in (QUICK_VALIDATION_CELLS if args.quick else VALIDATION_CELLS)
+    }
+    for cell, ms in validation.items():
+        log(
+            f"  check_assignment {cell.members:>6} x {cell.partitions:<7} {cell.kind:<13} {ms:.1f} ms"
+        )
     peers: dict[tuple[Cell, str], dict[str, Measure]] = {}
     if not args.no_peers:
         log("kafka-python peers:")
         peers = run_peers(peer_cells(cells, args.quick), args.peer_timeout, args.peer_jobs, log)
 
-    markdown = report(cells, ours, peers, args)
+    markdown = report(cells, ours, peers, validation, args)
     print()
     print(markdown)
     print(f"\n(total {time.perf_counter() - started:.0f} s)")
@@ -515,6 +551,7 @@ def report(
     cells: list[Cell],
     ours: dict[tuple[Cell, str], dict[str, Measure]],
     peers: dict[tuple[Cell, str], dict[str, Measure]],
+    validation: dict[Cell, float],
     args: argparse.Namespace,
 ) -> str:
     from bench._report import machine, table
@@ -541,6 +578,21 @@ def report(
         "",
     ]
     out += targets(cells, ours, peers)
+    rows = [
+        [f"{c.members:,}", f"{c.partitions:,}", c.topics, c.kind, f"{ms:.1f}"]
+        for c, ms in validation.items()
+    ]
+    out += [
+        "### Result validation",
+        "",
+        (
+            "`assignors.validation.check_assignment` (run by the coordinator on every result) on the "
+            "uniform FULL result; target < 30 ms for 100,000 partitions."
+        ),
+        "",
+        table(["members", "partitions", "topics", "subscriptions", "ms"], rows),
+        "",
+    ]
     for heterogeneous in (False, True):
         rows = []
         for cell in [c for c in cells if c.heterogeneous == heterogeneous]:
