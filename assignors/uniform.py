@@ -58,8 +58,9 @@ MAX_BALANCE_PASSES = 64
 MAX_BALANCE_ROUNDS = 16
 """Upper bound on the rounds of (single-topic balancing, chain shifts)."""
 MAX_CHAIN_SHIFTS = 256
-"""Upper bound on the chain shifts per round; each costs one breadth-first search over the
-classes and topics."""
+"""Upper bound on the chain shifts per round; each costs one search of the subscription graph."""
+WORK_PER_INCIDENCE = 64
+"""Balancing work allowed per (class, subscribed topic) pair; see :class:`_Split`."""
 
 
 class UniformAssignor:
@@ -446,7 +447,11 @@ class _Builder:
 class _Split:
     """The class-level split being balanced: ``share[k][t]`` partitions of topic t go to class k
     (``size[k]`` members, ``total[k]`` partitions in all). Member loads within a class differ by
-    at most one, so class k's members carry ``total[k] // size[k]`` or one more."""
+    at most one, so class k's members carry ``total[k] // size[k]`` or one more.
+
+    All balancing work is charged to ``budget`` (in units of one class-topic incidence visited),
+    :data:`WORK_PER_INCIDENCE` times the size of the subscription graph: an adversarial group
+    ends up slightly less balanced rather than slow. Typical groups use a small fraction."""
 
     def __init__(
         self,
@@ -460,6 +465,8 @@ class _Split:
         self.size, self.total, self.share = size, total, share
         self.subscribers, self.counts = subscribers, counts
         self.class_topics = [sorted(t for t in sub if t in counts) for sub in subscriptions]
+        incidences = sum(len(ks) for ks in subscribers.values())
+        self.budget = WORK_PER_INCIDENCE * incidences + 10_000
 
     def balance_topics(self, shared: list[TopicId]) -> None:
         """Re-split each topic whose most-loaded holder class carries 2+ more per member than its
@@ -470,6 +477,9 @@ class _Split:
             changed = False
             for t in shared:
                 ks = self.subscribers[t]
+                self.budget -= len(ks)
+                if self.budget < 0:
+                    return
                 floor = min(total[k] // size[k] for k in ks)
                 ceiling = max((-(-total[k] // size[k]) for k in ks if share[k].get(t)), default=0)
                 if ceiling - floor <= 1:
@@ -501,6 +511,7 @@ class _Split:
                 return moved
             source, target, edges = path
             gap = total[source] * size[target] - total[target] * size[source]
+            # Half of what would equalise the two classes: never overshoots.
             step = max(1, gap // (2 * (size[source] + size[target])))
             step = min([step] + [share[k][t] for k, t, _ in edges])
             for k, t, to in edges:
@@ -512,19 +523,24 @@ class _Split:
         return moved
 
     def _find_chain(self) -> tuple[int, int, list[tuple[int, TopicId, int]]] | None:
+        """A chain from a heavy class to one 2+ partitions per member lighter, or None.
+
+        Sources are tried heaviest first and share one visited set: a class already reached
+        from a heavier source leads nowhere useful for a lighter one (everything beyond it was
+        explored and found too heavy), so the whole search visits each edge once."""
         size, total, share = self.size, self.total, self.share
         classes = range(len(size))
         floors = [total[k] // size[k] for k in classes]
         lowest = min(floors)
-        ceilings = sorted(
-            ((-(-total[k] // size[k]), k) for k in classes if total[k]), key=lambda c: (-c[0], c[1])
-        )
-        for ceiling, source in ceilings:
-            if ceiling - lowest < 2:
+        sources = sorted((-(-total[k] // size[k]), k) for k in classes if total[k])
+        parent: dict[int, tuple[int, TopicId]] = {}
+        expanded: set[TopicId] = set()
+        for ceiling, source in reversed(sources):
+            if ceiling - lowest < 2 or self.budget < 0:
                 return None
-            # Breadth-first over "holds a partition of a topic another class subscribes to".
-            parent: dict[int, tuple[int, TopicId]] = {source: (source, "")}
-            expanded: set[TopicId] = set()
+            if source in parent:
+                continue
+            parent[source] = (source, "")
             frontier = [source]
             best = source
             while frontier:
@@ -534,12 +550,15 @@ class _Split:
                         if t in expanded or not share[k].get(t):
                             continue
                         expanded.add(t)
-                        for other in self.subscribers[t]:
+                        subscribers = self.subscribers[t]
+                        self.budget -= len(subscribers)
+                        for other in subscribers:
                             if other not in parent:
                                 parent[other] = (k, t)
                                 following.append(other)
                                 if floors[other] < floors[best]:
                                     best = other
+                    self.budget -= len(self.class_topics[k])
                 frontier = following
             if ceiling - floors[best] >= 2:
                 edges: list[tuple[int, TopicId, int]] = []
