@@ -23,6 +23,9 @@ from .topics import NewTopic, TopicRegistry
 
 
 class CoreHarness:
+    shard_class: type[GroupCoordinatorShard] = GroupCoordinatorShard
+    """The legacy bridge's harness swaps in its bridged shard."""
+
     def __init__(
         self,
         *,
@@ -41,9 +44,11 @@ class CoreHarness:
         self.ids = ids or SequentialIds()
         self.now_ms = now_ms
         self.registry = TopicRegistry(self.ids)
-        self.shard = GroupCoordinatorShard(config=self.config, assignors=self.assignors, ids=self.ids)
+        self.shard = self.shard_class(config=self.config, assignors=self.assignors, ids=self.ids)
         self.timers = TimerTable()
         self.log: list[r.Record] = []
+        self.completions: dict[int, Any] = {}
+        """Deferred responses answered so far (token -> response)."""
 
     # -------------------------------------------------------------- topics
 
@@ -81,6 +86,10 @@ class CoreHarness:
     def _commit(self, res: Result[Any]) -> Result[Any]:
         self.log.extend(res.records)
         self.timers.apply(res.timers)
+        for token, response in res.completions:
+            if token in self.completions:
+                raise AssertionError(f"deferred response {token} completed twice")
+            self.completions[token] = response
         self.shard.release(self.shard.mark())
         return res
 
@@ -188,7 +197,7 @@ class CoreHarness:
 
     def replayed(self) -> GroupCoordinatorShard:
         """A fresh shard loaded from every record emitted so far."""
-        fresh = GroupCoordinatorShard(config=self.config, assignors=self.assignors, ids=SequentialIds("x"))
+        fresh = self.shard_class(config=self.config, assignors=self.assignors, ids=SequentialIds("x"))
         fresh.undo.enabled = False
         for record in self.log:
             fresh.replay(record)

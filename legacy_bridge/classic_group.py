@@ -1,0 +1,221 @@
+"""A classic group: Kafka's group membership protocol with a join barrier and a leader.
+
+States (Kafka's ClassicGroupState): Empty -> PreparingRebalance -> CompletingRebalance -> Stable,
+and back to PreparingRebalance on any membership or metadata change. Dead is never held (a
+removed group simply disappears).
+
+Durability follows Kafka: the join and sync phases are transient (in memory, every write through
+the shard's undo log so a failed batch rolls them back); each *completed generation* — the
+leader's SyncGroup, a join phase that left the group empty, a static member replaced in a
+stable group — is written as one GroupMetadata record (type 2). Loading rebuilds the group from
+its last record: Stable with its members and assignments, or Empty.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from enum import Enum
+
+from coordinator.core import records as r
+from coordinator.core.timeline import TDict, UndoLog
+
+from .messages import Protocols
+
+
+class ClassicGroupState(Enum):
+    EMPTY = "Empty"
+    PREPARING_REBALANCE = "PreparingRebalance"
+    COMPLETING_REBALANCE = "CompletingRebalance"
+    STABLE = "Stable"
+    DEAD = "Dead"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClassicMember:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    rebalance_timeout_ms: int
+    session_timeout_ms: int
+    protocol_type: str
+    protocols: Protocols
+    assignment: bytes = b""
+    join_token: int | None = None
+    """Set while its JoinGroup waits at the barrier."""
+    sync_token: int | None = None
+    """Set while its SyncGroup waits for the leader's assignment."""
+    is_new: bool = False
+
+    def metadata(self, protocol: str | None) -> bytes:
+        for name, metadata in self.protocols:
+            if name == protocol:
+                return metadata
+        return b""
+
+    def protocol_names(self) -> tuple[str, ...]:
+        return tuple(name for name, _m in self.protocols)
+
+
+class ClassicGroup:
+    __slots__ = (
+        "_log",
+        "group_id",
+        "state",
+        "previous_state",
+        "protocol_type",
+        "protocol_name",
+        "generation",
+        "leader_id",
+        "members",
+        "static_members",
+        "pending_members",
+        "pending_sync",
+        "new_member_added",
+        "state_timestamp_ms",
+        "durable",
+    )
+
+    def __init__(self, log: UndoLog, group_id: str) -> None:
+        self._log = log
+        self.group_id = group_id
+        self.state = ClassicGroupState.EMPTY
+        self.previous_state = ClassicGroupState.EMPTY
+        self.protocol_type: str | None = None
+        self.protocol_name: str | None = None
+        self.generation = 0
+        self.leader_id: str | None = None
+        self.members: TDict = log.new_dict()  # member id -> ClassicMember (join order)
+        self.static_members: TDict = log.new_dict()  # instance id -> member id
+        self.pending_members: TDict = log.new_dict()  # member ids handed out by MEMBER_ID_REQUIRED
+        self.pending_sync: TDict = log.new_dict()  # member ids expected to send SyncGroup
+        self.new_member_added = False
+        self.state_timestamp_ms = 0
+        self.durable: r.GroupMetadataValue | None = None  # the last record replayed
+
+    def set(self, name: str, value: object) -> None:
+        self._log.set_attr(self, name, value)
+
+    def transition(self, state: ClassicGroupState, now_ms: int) -> None:
+        self.set("previous_state", self.state)
+        self.set("state", state)
+        self.set("state_timestamp_ms", now_ms)
+
+    # ------------------------------------------------------------------ membership
+
+    def put_member(self, member: ClassicMember) -> None:
+        old = self.members.get(member.member_id)
+        if old is not None and old.group_instance_id is not None and old.group_instance_id != member.group_instance_id:
+            self.static_members.discard(old.group_instance_id)
+        self.members[member.member_id] = member
+        if member.group_instance_id is not None:
+            self.static_members[member.group_instance_id] = member.member_id
+        if self.leader_id is None:
+            self.set("leader_id", member.member_id)
+
+    def remove_member(self, member_id: str) -> ClassicMember | None:
+        member = self.members.get(member_id)
+        if member is None:
+            return None
+        del self.members[member_id]
+        if member.group_instance_id is not None and self.static_members.get(member.group_instance_id) == member_id:
+            del self.static_members[member.group_instance_id]
+        self.pending_sync.discard(member_id)
+        if self.leader_id == member_id:
+            self.set("leader_id", next(iter(self.members), None))
+        return member
+
+    def all_joined(self) -> bool:
+        return not self.pending_members and all(m.join_token is not None for m in self.members.values())
+
+    def max_rebalance_timeout_ms(self) -> int:
+        return max((m.rebalance_timeout_ms for m in self.members.values()), default=0)
+
+    # ------------------------------------------------------------------ protocols
+
+    def candidate_protocols(self) -> list[str]:
+        """Protocols every member supports, in the order of the first member's preference."""
+        members = list(self.members.values())
+        if not members:
+            return []
+        common = set(members[0].protocol_names())
+        for m in members[1:]:
+            common &= set(m.protocol_names())
+        return [n for n in members[0].protocol_names() if n in common]
+
+    def supports_protocols(self, protocol_type: str, names: tuple[str, ...]) -> bool:
+        if not protocol_type or not names:
+            return False
+        if not self.members:
+            return True
+        return protocol_type == self.protocol_type and bool(set(self.candidate_protocols()) & set(names))
+
+    def select_protocol(self) -> str:
+        """Each member votes for its most preferred candidate; most votes wins, ties go to the
+        earlier candidate (Kafka's vote)."""
+        candidates = self.candidate_protocols()
+        if not candidates:
+            raise ValueError(f"group {self.group_id}: no protocol supported by every member")
+        votes: Counter[str] = Counter()
+        for m in self.members.values():
+            for name in m.protocol_names():
+                if name in candidates:
+                    votes[name] += 1
+                    break
+        best = max(votes.values())
+        return next(c for c in candidates if votes[c] == best)
+
+    # ------------------------------------------------------------------ records
+
+    def to_record_value(self) -> r.GroupMetadataValue:
+        return r.GroupMetadataValue(
+            protocol_type=self.protocol_type or "",
+            generation=self.generation,
+            protocol=self.protocol_name,
+            leader=self.leader_id if self.members else None,
+            current_state_timestamp_ms=self.state_timestamp_ms,
+            members=tuple(
+                r.GroupMetadataMemberValue(
+                    member_id=m.member_id,
+                    group_instance_id=m.group_instance_id,
+                    client_id=m.client_id,
+                    client_host=m.client_host,
+                    rebalance_timeout_ms=m.rebalance_timeout_ms,
+                    session_timeout_ms=m.session_timeout_ms,
+                    subscription=m.metadata(self.protocol_name),
+                    assignment=m.assignment,
+                )
+                for m in self.members.values()
+            ),
+        )
+
+    @classmethod
+    def from_record(cls, log: UndoLog, group_id: str, value: r.GroupMetadataValue) -> ClassicGroup:
+        group = cls(log, group_id)
+        group.protocol_type = value.protocol_type or None
+        group.protocol_name = value.protocol
+        group.generation = value.generation
+        group.state_timestamp_ms = value.current_state_timestamp_ms
+        for mv in value.members:
+            group.put_member(
+                ClassicMember(
+                    member_id=mv.member_id,
+                    group_instance_id=mv.group_instance_id,
+                    client_id=mv.client_id,
+                    client_host=mv.client_host,
+                    rebalance_timeout_ms=mv.rebalance_timeout_ms,
+                    session_timeout_ms=mv.session_timeout_ms,
+                    protocol_type=value.protocol_type,
+                    protocols=((value.protocol or "", mv.subscription),),
+                    assignment=mv.assignment,
+                )
+            )
+        group.leader_id = value.leader if value.leader in group.members else next(iter(group.members), None)
+        group.state = ClassicGroupState.STABLE if value.members else ClassicGroupState.EMPTY
+        group.durable = value
+        return group
+
+    def snapshot(self) -> dict[str, object]:
+        """What replay determines: the last durable record (the join/sync phases are transient)."""
+        return {"classic": self.durable}
