@@ -684,9 +684,9 @@ class BridgedShard(GroupCoordinatorShard):
                 member_id=new_id,
             )
             return result
+        # The id handed out by MEMBER_ID_REQUIRED is not tracked in a consumer group: an unknown
+        # id joins as a new member (Kafka does the same).
         existing = group.members.get(req.member_id) if req.member_id else None
-        if req.member_id and existing is None:
-            raise UnknownMemberIdError(f"Member {req.member_id} is not a member of group {gid}.")
         if existing is not None and existing.classic_member_metadata is None:
             raise UnknownMemberIdError(f"Member {req.member_id} does not use the classic protocol.")
         member_id = req.member_id or f"{req.group_instance_id}-{self.ids.new_member_id()}"
