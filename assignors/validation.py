@@ -60,20 +60,20 @@ def _looks_valid(
     step iterates in C (map, chain, set operations) except one pass that buckets the (member,
     topic) pairs by topic."""
     specs = group_spec.members
-    if type(given) is not dict or type(specs) is not dict:
+    if not isinstance(given, dict) or not isinstance(specs, dict):
         return False
     if len(given) != len(specs) or given.keys() != specs.keys():
         return False
     assignments = list(given.values())
-    if not set(map(type, assignments)) <= {dict}:
+    if not _all_types(assignments, dict):
         return False
     subscriptions = list(map(_subscribed, map(specs.__getitem__, given)))
-    if not set(map(type, subscriptions)) <= {frozenset}:
+    if not _all_types(subscriptions, frozenset):
         return False
     if not all(map(frozenset.issuperset, subscriptions, assignments)):
         return False
     sets = list(chain.from_iterable(map(dict.values, assignments)))
-    if not set(map(type, sets)) <= {frozenset} or not all(sets):
+    if not _all_types(sets, frozenset) or not all(sets):
         return False
     by_topic: dict[TopicId, list[frozenset[int]]] = {}
     for topic_id, partitions in chain.from_iterable(map(dict.items, assignments)):
@@ -95,6 +95,11 @@ def _looks_valid(
 
 
 _subscribed = attrgetter("subscribed_topic_ids")
+
+
+def _all_types(values: list[object], base: type) -> bool:
+    """True if every value is an instance of ``base`` (the distinct types are few)."""
+    return all(issubclass(t, base) for t in set(map(type, values)))
 
 
 def _precise_check(

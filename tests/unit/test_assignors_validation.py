@@ -121,3 +121,19 @@ def test_large_valid_result_passes() -> None:
     members["m1999"] = {**members["m1999"], "t9": frozenset({0})}
     with pytest.raises(InvalidAssignmentError, match="partition 0 of topic 't9'"):
         check_assignment(spec, meta, GroupAssignment(members=members))
+
+
+def test_other_mapping_types_are_accepted() -> None:
+    from types import MappingProxyType
+
+    class Target(dict):  # type: ignore[type-arg]
+        pass
+
+    check({m: Target(a) for m, a in VALID.items()})  # dict subclasses: the fast path
+    check({m: MappingProxyType(a) for m, a in VALID.items()})  # any Mapping: the precise path
+    check_assignment(SPEC, TOPICS, GroupAssignment(members=MappingProxyType(VALID)))
+
+
+def test_booleans_are_not_partitions() -> None:
+    with pytest.raises(InvalidAssignmentError, match="partition True is a bool, not an int"):
+        check(VALID | {"m1": {"a": fs(0), "b": fs(0)}, "m2": {"a": fs(True, 2, 3)}})
