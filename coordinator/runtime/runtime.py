@@ -34,6 +34,7 @@ from enum import Enum
 from typing import Any, TypeVar
 
 from coordinator.core import codec
+from legacy_bridge.shard import BridgedShard
 from coordinator.core.commands import (
     ConsumerGroupHeartbeat,
     ConsumerGroupHeartbeatResponse,
@@ -75,7 +76,7 @@ class RuntimeState(Enum):
 class _Batch:
     """Records of many commands, written by one ``store.append``."""
 
-    __slots__ = ("commands", "end_marks", "future", "records", "start_marks", "timer_ops")
+    __slots__ = ("commands", "completions", "end_marks", "future", "records", "start_marks", "timer_ops")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, start_marks: list[int]) -> None:
         self.records: list[StoredRecord] = []
@@ -85,6 +86,7 @@ class _Batch:
         self.start_marks = start_marks
         self.end_marks: list[int] | None = None
         self.commands = 0
+        self.completions: list[tuple[int, Any]] = []  # legacy bridge: deferred responses
 
 
 def _retrieve(fut: asyncio.Future[None]) -> None:
@@ -109,7 +111,7 @@ class CoordinatorRuntime:
         assignors = list(assignors) if assignors is not None else make_assignors(config.consumer_assignors)
         self.shard_count = config.shards
         self.shards = [
-            GroupCoordinatorShard(config=config, assignors=assignors, ids=self.ids)
+            BridgedShard(config=config, assignors=assignors, ids=self.ids)
             for _ in range(self.shard_count)
         ]
         self.registry = TopicRegistry(self.ids)
@@ -129,6 +131,7 @@ class CoordinatorRuntime:
         self._timer_at_ms: int | None = None
         self._pending_keys: dict[Any, int] = {}  # timer key -> ops not yet durable
         self._deferred: dict[Any, DueTimer] = {}
+        self._parked: dict[int, asyncio.Future[Any]] = {}  # legacy bridge: token -> waiting request
         self.stats = {"batches": 0, "records": 0, "commands": 0, "failed_batches": 0, "timers_fired": 0}
 
     # ------------------------------------------------------------------ lifecycle
@@ -254,6 +257,11 @@ class CoordinatorRuntime:
                 pk = self._pending_keys
                 for op in result.timers:
                     pk[op.key] = pk.get(op.key, 0) + 1
+        if result.completions:  # legacy bridge: answer parked requests once durable
+            if batch is None:
+                self._complete(result.completions)
+            else:
+                batch.completions.extend(result.completions)
         return result.response, batch
 
     async def _submit(self, index: int, fn: Callable[[Any], Any], *, read: bool = False) -> Any:
@@ -304,6 +312,8 @@ class CoordinatorRuntime:
         if batch.timer_ops:
             self._apply_timer_ops(batch.timer_ops)
             self._settle_keys(batch.timer_ops, durable=True)
+        if batch.completions:
+            self._complete(batch.completions)
         batch.future.set_result(None)
 
     def _fail(self, batch: _Batch, exc: BaseException) -> None:
@@ -499,3 +509,53 @@ class CoordinatorRuntime:
             "group_configs": dict(sorted(configs.items())),
             "topics": [(t.name, t.topic_id, t.num_partitions) for t in self.registry.list_topics()],
         }
+
+    # ------------------------------------------------------------------ legacy bridge (classic RPCs)
+
+    def _complete(self, completions: Sequence[tuple[int, Any]]) -> None:
+        """Answer parked classic requests (their completing batch is durable). A failed batch
+        drops its completions: the rollback makes those requests pending again."""
+        for token, response in completions:
+            fut = self._parked.pop(token, None)
+            if fut is not None and not fut.done():
+                fut.set_result(response)
+
+    async def _classic(self, group_id: str, fn: Callable[[Any], Any]) -> Any:
+        """Run a classic command; a ``Pending`` answer parks the request until a later durable
+        result completes it (the join barrier, the leader's SyncGroup, a timer)."""
+        self._check_serving()
+        response, batch = self._execute(self.shard_index(group_id), fn)
+        if type(response).__name__ != "Pending":
+            if batch is not None:
+                await batch.future
+            return response
+        fut: asyncio.Future[Any] = self._loop.create_future()  # type: ignore[union-attr]
+        self._parked[response.token] = fut
+        try:
+            if batch is not None:
+                await batch.future
+            return await fut
+        finally:
+            self._parked.pop(response.token, None)
+
+    async def classic_join(self, req: Any) -> Any:
+        now = self.clock.now_ms()
+        return await self._classic(req.group_id, lambda s: s.classic_join(req, now))
+
+    async def classic_sync(self, req: Any) -> Any:
+        now = self.clock.now_ms()
+        return await self._classic(req.group_id, lambda s: s.classic_sync(req, now))
+
+    async def classic_heartbeat(self, req: Any) -> Any:
+        now = self.clock.now_ms()
+        return await self._classic(req.group_id, lambda s: s.classic_heartbeat(req, now))
+
+    async def classic_leave(self, req: Any) -> Any:
+        now = self.clock.now_ms()
+        return await self._classic(req.group_id, lambda s: s.classic_leave(req, now))
+
+    async def describe_classic_groups(self, group_ids: Sequence[str]) -> list[Any]:
+        out = []
+        for gid in group_ids:
+            out += await self._submit(self.shard_index(gid), lambda s, g=gid: s.describe_classic_groups([g]), read=True)
+        return out
