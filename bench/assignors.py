@@ -37,6 +37,7 @@ import argparse
 import gc
 import hashlib
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -75,6 +76,7 @@ TARGET_SECONDS_PER_CELL = 0.3
 MIN_REPEATS = 5
 MAX_REPEATS = 25
 PEER_TIMEOUT_FOR_REPORT = [60.0]  # set from --peer-timeout; read by the targets table
+LOAD_AT_START = 0.0
 
 Assignment = Mapping[str, Mapping[str, frozenset[int]]]
 
@@ -536,6 +538,8 @@ def main(argv: list[str] | None = None) -> int:
         print(line, flush=True)
 
     started = time.perf_counter()
+    global LOAD_AT_START
+    LOAD_AT_START = os.getloadavg()[0]
     PEER_TIMEOUT_FOR_REPORT[0] = args.peer_timeout
     cells = grid(args.quick)
     ours: dict[tuple[Cell, str], dict[str, Measure]] = {}
@@ -566,6 +570,7 @@ def main(argv: list[str] | None = None) -> int:
         log("kafka-python peers:")
         peers = run_peers(peer_cells(cells, args.quick), args.peer_timeout, args.peer_jobs, log)
 
+    args.load = (LOAD_AT_START, os.getloadavg()[0])
     markdown = report(cells, ours, peers, validation, args)
     print()
     print(markdown)
@@ -593,7 +598,10 @@ def report(
     out = [
         "## Server-side assignors",
         "",
-        f"Command: `{command}` — {machine()}.",
+        (
+            f"Command: `{command}` — {machine()}; load average {args.load[0]:.1f} at the start, "
+            f"{args.load[1]:.1f} at the end (other work shares the 2 cores)."
+        ),
         "",
         (
             "Time of one `assign` call in ms: the best of 5-25 runs after a warm-up (the machine is shared; the targets table also gives the median and the CPU time); *moved* = partitions whose owner "
