@@ -215,17 +215,31 @@ def encode(record: r.Record) -> tuple[bytes, bytes | None]:
     return key, orjson.dumps([VALUE_VERSION, *enc(record.value)])
 
 
+def _signature_table() -> dict[tuple[int, tuple[type, ...]], tuple[int, type, Callable[[list[Any]], Any]]]:
+    """(record type, exact JSON field types of its key) -> how to build it (an offset key is
+    ``(1, (int, str, str, int))``). One dict lookup both type-checks a key (bool is not int, 3.0 is not 3) and finds
+    its decoder."""
+    return {
+        (type_id, (int, *types)): (type_id, _KEY_FIELDS[type_id][0], _VALUES[type_id][1])
+        for type_id, types in _KEY_TYPES.items()
+    }
+
+
+_SIGNATURES = _signature_table()
+
+
 def decode(key: bytes, value: bytes | None) -> r.Record:
     """(key bytes, value bytes or None) -> Record."""
     try:
         raw_key = orjson.loads(key)
-        _check_key(raw_key)
-        type_id = raw_key[0]
-        rkey = _KEY_FIELDS[type_id][0](*raw_key[1:])
+        spec = _SIGNATURES.get((raw_key[0], tuple(map(type, raw_key))))
+        if spec is None:
+            _check_key(raw_key)  # raises with a precise message
+            raise IllegalStateError(f"malformed key {raw_key!r}")
+        rkey = spec[1](*raw_key[1:])
         if value is None:
             return r.Record(rkey, None)
-        raw_value = orjson.loads(value)
-        return r.Record(rkey, _VALUES[type_id][1](raw_value[1:]))
+        return r.Record(rkey, spec[2](orjson.loads(value)[1:]))
     except IllegalStateError:
         raise
     except Exception as exc:  # corrupt bytes are a bug/corruption, never protocol state

@@ -225,8 +225,7 @@ class ConsumerGroup:
             if owners is None:
                 owners = TDict(self._log)
                 self.target_owners[topic_id] = owners
-            for p in partitions:
-                owners[p] = member_id
+            owners.set_many(partitions, member_id)
         self.target[member_id] = new
 
     def replay_current_assignment(
@@ -296,7 +295,7 @@ class ConsumerGroup:
                         f"group {self.group_id}: {what} partition {topic_id}-{p} given to {member_id} "
                         f"while owned by {holder}"
                     )
-                owners[p] = member_id
+            owners.set_many(partitions, member_id)
 
     def _unown(self, index: TDict, assignment: Assignment, member_id: str, what: str) -> None:
         for topic_id, partitions in assignment.items():
@@ -308,7 +307,7 @@ class ConsumerGroup:
                         f"group {self.group_id}: {what} partition {topic_id}-{p} released by {member_id} "
                         f"but owned by {holder}"
                     )
-                del owners[p]  # type: ignore[union-attr]
+            owners.del_many(partitions)  # type: ignore[union-attr]
             if owners is not None and not owners:
                 del index[topic_id]
 

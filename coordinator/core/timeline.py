@@ -81,6 +81,24 @@ class TDict(dict):  # type: ignore[type-arg]
         if log.enabled:
             log._entries.append((self, key, old, False))
 
+    def set_many(self, keys: Any, value: Any) -> None:
+        """Set every key in ``keys`` to ``value`` (one C-level update; logged entry by entry)."""
+        log = self._log
+        if log.enabled:
+            get = dict.get
+            log._entries.extend((self, k, get(self, k, _MISSING), False) for k in keys)
+        dict.update(self, dict.fromkeys(keys, value))
+
+    def del_many(self, keys: Any) -> None:
+        """Delete every key in ``keys`` (all must be present)."""
+        log = self._log
+        pop = dict.pop
+        if log.enabled:
+            log._entries.extend((self, k, pop(self, k), False) for k in keys)
+        else:
+            for k in keys:
+                pop(self, k)
+
     def discard(self, key: Any) -> None:
         """Delete ``key`` if present."""
         if key in self:
