@@ -180,8 +180,12 @@ class OffsetsMixin:
         group = self.groups.get(req.group_id)
         epoch = req.generation_id_or_member_epoch
         if group is None:
-            if epoch >= 0 and req.group_id not in self.offsets:
-                raise GroupIdNotFoundError(f"Group {req.group_id} not found.")
+            if epoch >= 0:
+                if req.group_id not in self.offsets:
+                    raise GroupIdNotFoundError(f"Group {req.group_id} not found.")
+                # A simple group (offsets only) has no members: Kafka's ClassicGroup validates
+                # the member of any commit with a generation >= 0.
+                raise UnknownMemberIdError(f"Member {req.member_id} is not a member of group {req.group_id}.")
         elif not (epoch < 0 and not group.members):
             _validate_member(group, req.member_id, epoch)
         return self._run(self._offset_commit, req, now_ms)
@@ -220,6 +224,8 @@ class OffsetsMixin:
 
     def _resolve_topic(self: GroupCoordinatorShard, name: str, topic_id: str) -> tuple[str, str, tuple[ErrorCode, str] | None]:
         """(name, topic id, error) for a topic given by name or by id."""
+        if not name and (not topic_id or topic_id == ZERO_TOPIC_ID):
+            return name, ZERO_TOPIC_ID, (ErrorCode.INVALID_REQUEST, "A topic needs a name or a topic id.")
         if topic_id and topic_id != ZERO_TOPIC_ID:
             image = self.topics.by_id.get(topic_id)
             if image is None:
@@ -260,7 +266,9 @@ class OffsetsMixin:
                 name, topic_id, error = self._resolve_topic(t.name, t.topic_id)
                 parts = []
                 for p in t.partition_indexes:
-                    if error is not None and error[0] is ErrorCode.UNKNOWN_TOPIC_ID:
+                    # An unknown name answers -1 like any offset never committed (Kafka); a bad
+                    # address (unknown id, no name nor id, name and id disagree) is an error.
+                    if error is not None and error[0] is not ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
                         parts.append(FetchedPartition(partition_index=p, error_code=error[0]))
                         continue
                     v = stored.get((name, p))

@@ -46,7 +46,17 @@ from coordinator.core.errors import (
     CoordinatorError,
     CoordinatorLoadInProgressError,
     CoordinatorNotAvailableError,
+    ErrorCode,
 )
+from coordinator.core.offsets import (
+    ListedGroup,
+    OffsetCommit,
+    OffsetCommitResponse,
+    OffsetDeleteResponse,
+    OffsetFetchGroup,
+    OffsetFetchGroupResponse,
+)
+from coordinator.core.records import ConsumerGroupMetadataKey, OffsetCommitKey
 from coordinator.core.shard import GroupCoordinatorShard, GroupDescription
 from coordinator.core.timers import ArmTimer, DueTimer, TimerOp, TimerTable
 from coordinator.core.topics import NewTopic, TopicRegistry, TopicResult
@@ -62,6 +72,10 @@ T = TypeVar("T")
 
 REGISTRY = -1
 """State-machine index of the topic registry (shards are 0..n-1)."""
+
+EXPIRE_OFFSETS = "expire-offsets"
+"""Timer kind of the periodic offset expiration; one timer per shard, keyed
+``(EXPIRE_OFFSETS, "", str(shard_index))``."""
 
 
 class RuntimeState(Enum):
@@ -153,6 +167,7 @@ class CoordinatorRuntime:
         now = self.clock.now_ms()
         for i, shard in enumerate(self.shards):
             self._apply_timer_ops(shard.on_loaded(now))
+            self._apply_timer_ops([self._expiration_timer(i, now)])
             s = stats.shards[i]
             log.info("Loaded shard %d: %d records, %d groups in %.1f ms.", i, s.records, s.groups, s.seconds * 1e3)
         log.info(
@@ -397,6 +412,8 @@ class CoordinatorRuntime:
             self._deferred[due.key] = due  # a not-yet-durable command touched this key
             return None
         _kind, group_id, _member = due.key
+        if _kind == EXPIRE_OFFSETS:
+            return self._fire_expiration(due, now_ms)
         self.stats["timers_fired"] += 1
         try:
             _resp, batch = self._execute(shard_of(group_id, self.shard_count), lambda s: s.on_timer(due, now_ms))
@@ -463,21 +480,20 @@ class CoordinatorRuntime:
             read=True,
         )
 
-    async def list_groups(self) -> list[tuple[str, str]]:
-        """(group id, state) of every consumer group, across shards."""
+    async def list_groups(self, states: Sequence[str] = (), types: Sequence[str] = ()) -> list[ListedGroup]:
+        """ListGroups across shards (consumer groups and offset-only "simple" groups), with the
+        core's case-insensitive state and type filters; sorted by group id."""
         self._check_serving()
-        out: list[tuple[str, str]] = []
+        out: list[ListedGroup] = []
         waits = []
-        for i, shard in enumerate(self.shards):
-            groups, batch = self._execute(
-                i, lambda s: [(gid, s.groups[gid].state().value) for gid in s.groups], read=True
-            )
+        for i in range(self.shard_count):
+            groups, batch = self._execute(i, lambda s: s.list_groups(states, types), read=True)
             out.extend(groups)
             if batch is not None:
                 waits.append(batch.future)
         for fut in waits:
             await fut
-        return sorted(out)
+        return sorted(out, key=lambda g: g.group_id)
 
     async def create_topics(self, topics: Sequence[NewTopic]) -> list[TopicResult]:
         return await self._submit(REGISTRY, lambda r: r.create_topics(topics))
@@ -486,7 +502,19 @@ class CoordinatorRuntime:
         return await self._submit(REGISTRY, lambda r: r.create_partitions(requests))
 
     async def delete_topics(self, names: Sequence[str]) -> list[TopicResult]:
-        return await self._submit(REGISTRY, lambda r: r.delete_topics(names))
+        """Delete topics and, in the same durable batch, the committed offsets of every group on
+        them (Kafka's onPartitionsDeleted), so a re-created topic starts fresh. Running the
+        shards right after the registry, with no await in between, puts every record in one
+        pending batch: no crash can keep the topic deletion without the offset tombstones, and
+        no commit to a re-created topic can slip in between."""
+        self._check_serving()
+        results, batch = self._execute(REGISTRY, lambda r: r.delete_topics(names))
+        deleted = [t.name for t in results if t.error_code == ErrorCode.NONE]
+        for i in range(self.shard_count if deleted else 0):
+            self._execute(i, lambda s: s.on_topics_deleted(deleted))  # joins the registry's batch
+        if batch is not None:
+            await batch.future
+        return results
 
     async def list_topics(self) -> list[TopicResult]:
         return await self._submit(REGISTRY, lambda r: r.list_topics(), read=True)
@@ -495,6 +523,95 @@ class CoordinatorRuntime:
         """Convenience name for responses ("" when unknown)."""
         t = self.registry.image().by_id.get(topic_id)
         return "" if t is None else t.name
+
+    # ------------------------------------------------------------------ offsets and group administration
+    # OffsetCommit / OffsetFetch / OffsetDelete, DeleteGroups and the periodic offset expiration
+    # (owner: offsets/admin). The semantics are the core's (coordinator/core/offsets.py); this
+    # block only routes commands to shards and waits for durability.
+
+    async def offset_commit(self, req: OffsetCommit) -> OffsetCommitResponse:
+        """Answered once the commit's records are durable. Group-level errors (fencing, unknown
+        group, loading, a failed write) raise; ``commit_error_response`` puts them on every
+        partition, as Kafka answers."""
+        now = self.clock.now_ms()
+        return await self._submit(self.shard_index(req.group_id), lambda s: s.offset_commit(req, now))
+
+    async def offset_fetch(self, groups: Sequence[OffsetFetchGroup]) -> list[OffsetFetchGroupResponse]:
+        """A read per group on the group's shard; each answer waits for the last outstanding
+        batch of its shard, so it never shows a commit that could still be lost. A per-group
+        coordinator error (loading, a failed write behind the read) is that group's error."""
+        answers: list[OffsetFetchGroupResponse | None] = []
+        waits: list[tuple[int, _Batch]] = []
+        for n, group in enumerate(groups):
+            try:
+                self._check_serving()
+                resp, batch = self._execute(self.shard_index(group.group_id), lambda s, g=group: s.offset_fetch(g), read=True)
+            except CoordinatorError as exc:
+                resp, batch = _fetch_error(group.group_id, exc), None
+            answers.append(resp)
+            if batch is not None:
+                waits.append((n, batch))
+        for n, batch in waits:
+            try:
+                await batch.future
+            except CoordinatorError as exc:
+                answers[n] = _fetch_error(groups[n].group_id, exc)
+        return answers  # type: ignore[return-value]
+
+    async def offset_delete(self, group_id: str, topics: Sequence[tuple[str, Sequence[int]]]) -> OffsetDeleteResponse:
+        return await self._submit(self.shard_index(group_id), lambda s: s.offset_delete(group_id, topics))
+
+    async def delete_groups(self, group_ids: Sequence[str]) -> list[tuple[str, ErrorCode, str | None]]:
+        """(group id, error code, message) per requested id, in request order. Each shard
+        deletes its own groups in one command; a failed write fails that shard's groups."""
+        by_shard: dict[int, list[int]] = {}
+        for n, gid in enumerate(group_ids):
+            by_shard.setdefault(self.shard_index(gid), []).append(n)
+        out: list[tuple[str, ErrorCode, str | None]] = [(gid, ErrorCode.NONE, None) for gid in group_ids]
+        waits: list[tuple[list[int], _Batch]] = []
+        for index, positions in by_shard.items():
+            ids = [group_ids[n] for n in positions]
+            try:
+                self._check_serving()
+                results, batch = self._execute(index, lambda s, ids=ids: s.delete_groups(ids))
+            except CoordinatorError as exc:
+                results, batch = [(gid, exc.code, exc.message) for gid in ids], None
+            for n, item in zip(positions, results, strict=True):
+                out[n] = item
+            if batch is not None:
+                waits.append((positions, batch))
+        for positions, batch in waits:
+            try:
+                await batch.future
+            except CoordinatorError as exc:
+                for n in positions:
+                    if out[n][1] == ErrorCode.NONE:
+                        out[n] = (group_ids[n], exc.code, exc.message)
+        return out
+
+    def _expiration_timer(self, index: int, now_ms: int) -> ArmTimer:
+        return ArmTimer((EXPIRE_OFFSETS, "", str(index)), now_ms + self.config.offsets_retention_check_interval_ms)
+
+    def _fire_expiration(self, due: DueTimer, now_ms: int) -> _Batch | None:
+        """``offsets.retention.check.interval.ms`` elapsed on one shard: expire offsets, delete
+        empty groups left without offsets. The next run is armed first, straight into the
+        table: the schedule is not state, and a failed run or write must not end the cleanup."""
+        index = int(due.key[2])
+        self._apply_timer_ops([self._expiration_timer(index, now_ms)])
+        self.stats["timers_fired"] += 1
+        try:
+            result, batch = self._execute(index, lambda s: _expire(s, now_ms))
+        except CoordinatorError as exc:
+            log.warning("Offset expiration on shard %d failed: %s", index, exc.message)
+            return None
+        except Exception:  # noqa: BLE001 - logged by _execute; a timer must not kill the loop
+            return None
+        offsets, groups = result
+        if offsets or groups:
+            log.info("Shard %d: expired %d offsets, deleted %d empty groups.", index, offsets, groups)
+        return batch
+
+    # ------------------------------------------------------------------ (end of offsets block)
 
     def snapshot(self) -> dict[str, Any]:
         """Canonical in-memory state (tests compare it across restarts)."""
@@ -559,3 +676,21 @@ class CoordinatorRuntime:
         for gid in group_ids:
             out += await self._submit(self.shard_index(gid), lambda s, g=gid: s.describe_classic_groups([g]), read=True)
         return out
+
+
+def _fetch_error(group_id: str, exc: CoordinatorError) -> OffsetFetchGroupResponse:
+    return OffsetFetchGroupResponse(group_id=group_id, error_code=exc.code, error_message=exc.message)
+
+
+def _expire(shard: GroupCoordinatorShard, now_ms: int) -> Result[tuple[int, int]]:
+    """The core's expiration, answering (offsets expired, groups deleted) for the log."""
+    result: Result[Any] = shard.expire_offsets(now_ms)
+    offsets = groups = 0
+    for rec in result.records:
+        if rec.value is None:
+            if type(rec.key) is OffsetCommitKey:
+                offsets += 1
+            elif type(rec.key) is ConsumerGroupMetadataKey:
+                groups += 1
+    result.response = (offsets, groups)
+    return result

@@ -23,6 +23,8 @@ from kip848.v1 import (
     admin_pb2_grpc,
     consumer_group_pb2,
     consumer_group_pb2_grpc,
+    offsets_pb2,
+    offsets_pb2_grpc,
     testing_pb2,
     testing_pb2_grpc,
 )
@@ -31,7 +33,7 @@ from coordinator.core.config import GroupCoordinatorConfig
 from coordinator.runtime import CoordinatorRuntime, ManualClock, SystemClock
 from coordinator.runtime.store import RecordStore
 
-from .services import AdminService, ConsumerGroupService, TestingService
+from .services import AdminService, ConsumerGroupService, OffsetService, TestingService
 
 log = logging.getLogger("kip848.server")
 
@@ -80,9 +82,11 @@ class CoordinatorServer:
         self.health = health.aio.HealthServicer()
         consumer_group_pb2_grpc.add_ConsumerGroupServiceServicer_to_server(ConsumerGroupService(runtime), self.server)
         admin_pb2_grpc.add_AdminServiceServicer_to_server(AdminService(runtime), self.server)
+        offsets_pb2_grpc.add_OffsetServiceServicer_to_server(OffsetService(runtime), self.server)
         services = [
             consumer_group_pb2.DESCRIPTOR.services_by_name["ConsumerGroupService"].full_name,
             admin_pb2.DESCRIPTOR.services_by_name["AdminService"].full_name,
+            offsets_pb2.DESCRIPTOR.services_by_name["OffsetService"].full_name,
         ]
         if isinstance(runtime.clock, ManualClock):
             testing_pb2_grpc.add_TestingServiceServicer_to_server(TestingService(runtime), self.server)

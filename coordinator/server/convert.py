@@ -10,15 +10,27 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 
-from kip848.v1 import admin_pb2, common_pb2, consumer_group_pb2
+from kip848.v1 import admin_pb2, common_pb2, consumer_group_pb2, offsets_pb2
 
 from coordinator.core.commands import ConsumerGroupHeartbeat, ConsumerGroupHeartbeatResponse
 from coordinator.core.errors import ErrorCode, InvalidRequestError
 from coordinator.core.model import (
+    ZERO_TOPIC_ID,
     Assignment,
     make_assignment,
     topic_id_from_bytes,
     topic_id_to_bytes,
+)
+from coordinator.core.offsets import (
+    ListedGroup,
+    OffsetCommit,
+    OffsetCommitPartition,
+    OffsetCommitResponse,
+    OffsetCommitTopic,
+    OffsetDeleteResponse,
+    OffsetFetchGroup,
+    OffsetFetchGroupResponse,
+    OffsetFetchTopic,
 )
 from coordinator.core.shard import GroupDescription
 from coordinator.core.topics import NewTopic, TopicResult
@@ -105,6 +117,12 @@ _Member = consumer_group_pb2.ConsumerGroupDescribeResponse.Member
 _MemberAssignment = consumer_group_pb2.ConsumerGroupDescribeResponse.MemberAssignment
 
 
+def _known_topics(assignment: Assignment, name_of: NameOf) -> list[common_pb2.TopicPartitions]:
+    """Describe shows topics by id and name and omits topics that no longer exist (Kafka's
+    ConsumerGroup.asDescribedGroup)."""
+    return [tp for tp in assignment_to_proto(assignment, name_of) if tp.topic_name]
+
+
 def described_group_to_proto(desc: GroupDescription, name_of: NameOf = _no_name) -> _Described:
     members = []
     for m in desc.members:
@@ -114,8 +132,8 @@ def described_group_to_proto(desc: GroupDescription, name_of: NameOf = _no_name)
             client_id=m.client_id,
             client_host=m.client_host,
             subscribed_topic_names=list(m.subscribed_topic_names),
-            assignment=_MemberAssignment(topic_partitions=assignment_to_proto(m.assignment, name_of)),
-            target_assignment=_MemberAssignment(topic_partitions=assignment_to_proto(m.target_assignment, name_of)),
+            assignment=_MemberAssignment(topic_partitions=_known_topics(m.assignment, name_of)),
+            target_assignment=_MemberAssignment(topic_partitions=_known_topics(m.target_assignment, name_of)),
             member_type=m.member_type,
         )
         if m.instance_id is not None:
@@ -202,19 +220,38 @@ def list_topics_to_proto(results: Iterable[TopicResult]) -> admin_pb2.ListTopics
 # ---------------------------------------------------------------- group configs
 
 GROUP_RESOURCE = 16
+"""GROUP in shared/API.md (and KIP-848's text)."""
+KAFKA_GROUP_RESOURCE = 32
+"""GROUP in Kafka's ConfigResource.Type; accepted too, and answered with the number asked."""
+GROUP_RESOURCES = (GROUP_RESOURCE, KAFKA_GROUP_RESOURCE)
 CONFIG_SOURCE_DYNAMIC_GROUP = 8  # Kafka's DescribeConfigsResponse.ConfigSource.GROUP_CONFIG
 CONFIG_SOURCE_DEFAULT = 5  # DEFAULT_CONFIG
 CONFIG_TYPE_INT = 3
 OP_SET, OP_DELETE = 0, 1
 
 
+GROUP_CONFIG_DOCS = {
+    "consumer.session.timeout.ms": "The timeout to detect client failures when using the consumer group protocol.",
+    "consumer.heartbeat.interval.ms": "The heartbeat interval given to the members of a consumer group.",
+}
+
+
 def describe_config_result(
-    name: str, configs: Mapping[str, str], overrides: Mapping[str, str], keys: Iterable[str] | None
+    name: str,
+    configs: Mapping[str, str],
+    overrides: Mapping[str, str],
+    keys: Iterable[str] | None,
+    *,
+    resource_type: int = GROUP_RESOURCE,
+    include_synonyms: bool = False,
+    include_documentation: bool = False,
 ) -> admin_pb2.DescribeConfigsResponse.Result:
-    result = admin_pb2.DescribeConfigsResponse.Result(error_code=0, resource_type=GROUP_RESOURCE, resource_name=name)
-    wanted = list(configs) if keys is None else [k for k in keys if k in configs]
+    """Kafka's ConfigHelper.createGroupConfigEntry: the source is GROUP_CONFIG for a per-group
+    override, DEFAULT_CONFIG otherwise; the only synonym is the override itself."""
+    result = admin_pb2.DescribeConfigsResponse.Result(error_code=0, resource_type=resource_type, resource_name=name)
+    wanted = list(configs) if keys is None else [k for k in dict.fromkeys(keys) if k in configs]
     for key in wanted:
-        result.configs.add(
+        item = result.configs.add(
             name=key,
             value=configs[key],
             read_only=False,
@@ -222,4 +259,148 @@ def describe_config_result(
             is_sensitive=False,
             config_type=CONFIG_TYPE_INT,
         )
+        if include_synonyms and key in overrides:
+            item.synonyms.add(name=key, value=overrides[key], source=CONFIG_SOURCE_DYNAMIC_GROUP)
+        if include_documentation and key in GROUP_CONFIG_DOCS:
+            item.documentation = GROUP_CONFIG_DOCS[key]
     return result
+
+
+# ---------------------------------------------------------------- groups
+
+
+def list_groups_to_proto(groups: Iterable[ListedGroup]) -> admin_pb2.ListGroupsResponse:
+    out = admin_pb2.ListGroupsResponse(error_code=0)
+    for g in groups:
+        out.groups.add(group_id=g.group_id, protocol_type=g.protocol_type, group_state=g.group_state, group_type=g.group_type)
+    return out
+
+
+def delete_groups_to_proto(results: Iterable[tuple[str, ErrorCode, str | None]]) -> admin_pb2.DeleteGroupsResponse:
+    out = admin_pb2.DeleteGroupsResponse(error_code=0)
+    for group_id, code, message in results:
+        item = out.results.add(group_id=group_id, error_code=int(code))
+        if message is not None:
+            item.error_message = message
+    return out
+
+
+# ---------------------------------------------------------------- offsets
+
+
+def _topic_id_in_or_zero(raw: bytes) -> str:
+    """Empty (or all zero) bytes = no id."""
+    return topic_id_in(raw) if raw else ZERO_TOPIC_ID
+
+
+def _topic_id_out(topic_id: str) -> bytes:
+    return b"" if topic_id == ZERO_TOPIC_ID else topic_id_to_bytes(topic_id)
+
+
+def offset_commit_from_proto(req: offsets_pb2.OffsetCommitRequest) -> OffsetCommit:
+    return OffsetCommit(
+        group_id=req.group_id,
+        generation_id_or_member_epoch=(
+            req.generation_id_or_member_epoch if req.HasField("generation_id_or_member_epoch") else -1
+        ),
+        member_id=req.member_id,
+        group_instance_id=req.group_instance_id if req.HasField("group_instance_id") else None,
+        topics=tuple(
+            OffsetCommitTopic(
+                name=t.name,
+                topic_id=_topic_id_in_or_zero(t.topic_id),
+                partitions=tuple(
+                    OffsetCommitPartition(
+                        partition_index=p.partition_index,
+                        committed_offset=p.committed_offset,
+                        committed_leader_epoch=(
+                            p.committed_leader_epoch if p.HasField("committed_leader_epoch") else -1
+                        ),
+                        committed_metadata=p.committed_metadata if p.HasField("committed_metadata") else None,
+                    )
+                    for p in t.partitions
+                ),
+            )
+            for t in req.topics
+        ),
+    )
+
+
+def offset_commit_to_proto(resp: OffsetCommitResponse) -> offsets_pb2.OffsetCommitResponse:
+    out = offsets_pb2.OffsetCommitResponse(error_code=0)
+    for t in resp.topics:
+        topic = out.topics.add(name=t.name, topic_id=_topic_id_out(t.topic_id))
+        for p in t.partitions:
+            item = topic.partitions.add(partition_index=p.partition_index, error_code=int(p.error_code))
+            if p.error_message is not None:
+                item.error_message = p.error_message
+    return out
+
+
+def offset_commit_error(
+    req: offsets_pb2.OffsetCommitRequest, code: ErrorCode, message: str | None
+) -> offsets_pb2.OffsetCommitResponse:
+    """A group-level error on every partition of the request, as Kafka answers OffsetCommit
+    (built from the request itself, so it also serves a request that does not convert)."""
+    out = offsets_pb2.OffsetCommitResponse(error_code=0)
+    for t in req.topics:
+        topic = out.topics.add(name=t.name, topic_id=t.topic_id)
+        for p in t.partitions:
+            item = topic.partitions.add(partition_index=p.partition_index, error_code=int(code))
+            if message is not None:
+                item.error_message = message
+    return out
+
+
+def offset_fetch_group_from_proto(g: offsets_pb2.OffsetFetchRequest.Group) -> OffsetFetchGroup:
+    return OffsetFetchGroup(
+        group_id=g.group_id,
+        member_id=g.member_id if g.HasField("member_id") else None,
+        member_epoch=g.member_epoch if g.HasField("member_epoch") else -1,
+        topics=(
+            tuple(
+                OffsetFetchTopic(
+                    name=t.name, topic_id=_topic_id_in_or_zero(t.topic_id), partition_indexes=tuple(t.partition_indexes)
+                )
+                for t in g.topics.items
+            )
+            if g.HasField("topics")
+            else None
+        ),
+    )
+
+
+def offset_fetch_group_to_proto(resp: OffsetFetchGroupResponse) -> offsets_pb2.OffsetFetchResponse.Group:
+    out = offsets_pb2.OffsetFetchResponse.Group(group_id=resp.group_id, error_code=int(resp.error_code))
+    if resp.error_message is not None:
+        out.error_message = resp.error_message
+    for t in resp.topics:
+        topic = out.topics.add(name=t.name, topic_id=_topic_id_out(t.topic_id))
+        for p in t.partitions:
+            item = topic.partitions.add(
+                partition_index=p.partition_index,
+                committed_offset=p.committed_offset,
+                committed_leader_epoch=p.committed_leader_epoch,
+                error_code=int(p.error_code),
+            )
+            if p.metadata is not None:
+                item.metadata = p.metadata
+    return out
+
+
+def offset_fetch_group_error(group_id: str, code: ErrorCode, message: str | None) -> offsets_pb2.OffsetFetchResponse.Group:
+    out = offsets_pb2.OffsetFetchResponse.Group(group_id=group_id, error_code=int(code))
+    if message is not None:
+        out.error_message = message
+    return out
+
+
+def offset_delete_to_proto(resp: OffsetDeleteResponse) -> offsets_pb2.OffsetDeleteResponse:
+    out = offsets_pb2.OffsetDeleteResponse(error_code=0)
+    for t in resp.topics:
+        topic = out.topics.add(name=t.name)
+        for p in t.partitions:
+            item = topic.partitions.add(partition_index=p.partition_index, error_code=int(p.error_code))
+            if p.error_message is not None:
+                item.error_message = p.error_message
+    return out

@@ -18,6 +18,8 @@ from kip848.v1 import (
     admin_pb2_grpc,
     consumer_group_pb2,
     consumer_group_pb2_grpc,
+    offsets_pb2,
+    offsets_pb2_grpc,
     testing_pb2,
     testing_pb2_grpc,
 )
@@ -126,9 +128,72 @@ class ConsumerGroupService(consumer_group_pb2_grpc.ConsumerGroupServiceServicer)
         return await _guard(runtime, context, consumer_group_pb2.ConsumerGroupDescribeResponse, body)
 
 
+def _check_group_id(group_id: str) -> None:
+    """Kafka's services answer INVALID_GROUP_ID for an empty group id."""
+    if not group_id.strip():
+        raise InvalidGroupIdError("Group id can't be empty.")
+
+
+class OffsetService(offsets_pb2_grpc.OffsetServiceServicer):
+    """OffsetCommit, OffsetFetch, OffsetDelete (semantics: coordinator/core/offsets.py)."""
+
+    def __init__(self, runtime: CoordinatorRuntime) -> None:
+        self.runtime = runtime
+
+    async def OffsetCommit(
+        self, request: offsets_pb2.OffsetCommitRequest, context: grpc.aio.ServicerContext
+    ) -> offsets_pb2.OffsetCommitResponse:
+        runtime = self.runtime
+        if runtime.state in (RuntimeState.CLOSING, RuntimeState.CLOSED):
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "The coordinator is shutting down.")
+        try:
+            _check_group_id(request.group_id)
+            resp = await runtime.offset_commit(convert.offset_commit_from_proto(request))
+            return convert.offset_commit_to_proto(resp)
+        except CoordinatorError as exc:  # group-level: on every partition, as Kafka answers
+            return convert.offset_commit_error(request, exc.code, exc.message)
+        except Exception as exc:
+            log.exception("Unexpected error in OffsetCommit")
+            return convert.offset_commit_error(request, *to_error_code(exc))
+
+    async def OffsetFetch(
+        self, request: offsets_pb2.OffsetFetchRequest, context: grpc.aio.ServicerContext
+    ) -> offsets_pb2.OffsetFetchResponse:
+        runtime = self.runtime
+
+        async def body() -> offsets_pb2.OffsetFetchResponse:
+            answers: list[Any] = []
+            valid = []
+            for g in request.groups:
+                try:
+                    _check_group_id(g.group_id)
+                    valid.append(convert.offset_fetch_group_from_proto(g))
+                    answers.append(None)
+                except CoordinatorError as exc:
+                    answers.append(convert.offset_fetch_group_error(g.group_id, exc.code, exc.message))
+            fetched = iter(await runtime.offset_fetch(valid))
+            out = offsets_pb2.OffsetFetchResponse(error_code=0)
+            for a in answers:
+                out.groups.append(a if a is not None else convert.offset_fetch_group_to_proto(next(fetched)))
+            return out
+
+        return await _guard(runtime, context, offsets_pb2.OffsetFetchResponse, body)
+
+    async def OffsetDelete(
+        self, request: offsets_pb2.OffsetDeleteRequest, context: grpc.aio.ServicerContext
+    ) -> offsets_pb2.OffsetDeleteResponse:
+        runtime = self.runtime
+
+        async def body() -> offsets_pb2.OffsetDeleteResponse:
+            _check_group_id(request.group_id)
+            topics = [(t.name, list(t.partition_indexes)) for t in request.topics]
+            return convert.offset_delete_to_proto(await runtime.offset_delete(request.group_id, topics))
+
+        return await _guard(runtime, context, offsets_pb2.OffsetDeleteResponse, body)
+
+
 class AdminService(admin_pb2_grpc.AdminServiceServicer):
-    """Topic registry, ListGroups and GROUP configs. DeleteGroups is not implemented yet
-    (UNIMPLEMENTED from the generated base class)."""
+    """Topic registry, ListGroups, DeleteGroups and GROUP configs."""
 
     def __init__(self, runtime: CoordinatorRuntime) -> None:
         self.runtime = runtime
@@ -160,32 +225,39 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
 
     async def ListGroups(self, request, context):
         async def body() -> admin_pb2.ListGroupsResponse:
-            states = {s.lower() for s in request.states_filter}
-            types = {t.lower() for t in request.types_filter}
-            out = admin_pb2.ListGroupsResponse(error_code=0)
-            if types and "consumer" not in types:
-                return out
-            for group_id, state in await self.runtime.list_groups():
-                if states and state.lower() not in states:
-                    continue
-                out.groups.add(group_id=group_id, protocol_type="consumer", group_state=state, group_type="consumer")
-            return out
+            groups = await self.runtime.list_groups(list(request.states_filter), list(request.types_filter))
+            return convert.list_groups_to_proto(groups)
 
         return await _guard(self.runtime, context, admin_pb2.ListGroupsResponse, body)
+
+    async def DeleteGroups(self, request, context):
+        async def body() -> admin_pb2.DeleteGroupsResponse:
+            results: list[Any] = []
+            valid = []
+            for gid in request.group_ids:
+                if gid.strip():
+                    valid.append(gid)
+                    results.append(None)
+                else:
+                    exc = InvalidGroupIdError("Group id can't be empty.")
+                    results.append((gid, exc.code, exc.message))
+            deleted = iter(await self.runtime.delete_groups(valid))
+            return convert.delete_groups_to_proto(r if r is not None else next(deleted) for r in results)
+
+        return await _guard(self.runtime, context, admin_pb2.DeleteGroupsResponse, body)
 
     async def DescribeConfigs(self, request, context):
         async def body() -> admin_pb2.DescribeConfigsResponse:
             out = admin_pb2.DescribeConfigsResponse(error_code=0)
             for res in request.resources:
-                if res.resource_type != convert.GROUP_RESOURCE:
-                    out.results.append(_config_error(res, InvalidRequestError("Only GROUP (16) resources are supported.")))
-                    continue
                 try:
-                    if not res.resource_name.strip():
-                        raise InvalidGroupIdError("Group id can't be empty.")
+                    _check_config_resource(res)
                     configs, overrides = await self.runtime.describe_group_config(res.resource_name)
                     keys = list(res.configuration_keys.names) if res.HasField("configuration_keys") else None
-                    out.results.append(convert.describe_config_result(res.resource_name, configs, overrides, keys))
+                    out.results.append(convert.describe_config_result(
+                        res.resource_name, configs, overrides, keys, resource_type=res.resource_type,
+                        include_synonyms=request.include_synonyms, include_documentation=request.include_documentation,
+                    ))
                 except CoordinatorError as exc:
                     out.results.append(_config_error(res, exc))
             return out
@@ -195,11 +267,16 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
     async def IncrementalAlterConfigs(self, request, context):
         async def body() -> admin_pb2.IncrementalAlterConfigsResponse:
             out = admin_pb2.IncrementalAlterConfigsResponse(error_code=0)
+            seen = [(res.resource_type, res.resource_name) for res in request.resources]
             for res in request.resources:
                 item = out.responses.add(error_code=0, resource_type=res.resource_type, resource_name=res.resource_name)
                 try:
-                    if res.resource_type != convert.GROUP_RESOURCE:
-                        raise InvalidRequestError("Only GROUP (16) resources are supported.")
+                    _check_config_resource(res)
+                    if seen.count((res.resource_type, res.resource_name)) > 1:
+                        raise InvalidRequestError("Each resource must appear at most once.")
+                    names = [c.name for c in res.configs]
+                    if len(set(names)) != len(names):
+                        raise InvalidRequestError("Error due to duplicate config keys.")
                     changes: dict[str, str | None] = {}
                     for c in res.configs:
                         if c.config_operation == convert.OP_SET:
@@ -221,6 +298,15 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
             return out
 
         return await _guard(self.runtime, context, admin_pb2.IncrementalAlterConfigsResponse, body)
+
+
+def _check_config_resource(res: Any) -> None:
+    if res.resource_type not in convert.GROUP_RESOURCES:
+        raise InvalidRequestError(
+            f"Only GROUP resources ({convert.GROUP_RESOURCE}, or Kafka's {convert.KAFKA_GROUP_RESOURCE}) are supported."
+        )
+    if not res.resource_name.strip():
+        raise InvalidRequestError("Group name must not be empty.")
 
 
 def _config_error(res: Any, exc: CoordinatorError) -> admin_pb2.DescribeConfigsResponse.Result:

@@ -159,6 +159,7 @@ def test_health_and_reflection(manual_server: ServerProcess) -> None:
         "grpc.reflection.v1alpha.ServerReflection",
         "kip848.v1.AdminService",
         "kip848.v1.ConsumerGroupService",
+        "kip848.v1.OffsetService",
         "kip848.v1.TestingService",
     ]
 

@@ -201,3 +201,34 @@ def test_deleting_a_topic_deletes_its_offsets(h: CoreHarness) -> None:
     h.create_topic("foo", 2)  # re-created: starts fresh
     got = h.shard.offset_fetch(OffsetFetchGroup(group_id="simple", topics=(OffsetFetchTopic(name="foo", partition_indexes=(0,)),)))
     assert got.topics[0].partitions == (FetchedPartition(partition_index=0),)
+
+
+def test_a_simple_group_refuses_a_commit_with_a_generation(h: CoreHarness) -> None:
+    # Kafka's ClassicGroup.validateOffsetCommit: generation >= 0 validates the member, and a
+    # simple group has none.
+    h.commit("simple", "", -1, {("foo", 0): 1})
+    before = h.shard.snapshot()
+    with pytest.raises(UnknownMemberIdError) as err:
+        h.shard.offset_commit(OffsetCommit(group_id="simple", generation_id_or_member_epoch=0, member_id="A", topics=(
+            OffsetCommitTopic(name="foo", partitions=(OffsetCommitPartition(partition_index=0, committed_offset=2),)),)), 5)
+    assert err.value.message == "Member A is not a member of group simple."
+    assert h.shard.snapshot() == before
+
+
+def test_a_topic_needs_a_name_or_an_id(h: CoreHarness) -> None:
+    req = OffsetCommit(group_id="simple", topics=(
+        OffsetCommitTopic(partitions=(OffsetCommitPartition(partition_index=0, committed_offset=1),)),))
+    res = h.shard.offset_commit(req, 5)
+    assert res.response.topics == (TopicResult(name="", topic_id="AAAAAAAAAAAAAAAAAAAAAA", partitions=(
+        PartitionResult(partition_index=0, error_code=ErrorCode.INVALID_REQUEST, error_message="A topic needs a name or a topic id."),
+    )),)
+    assert res.records == []
+    h.commit("simple", "", -1, {("foo", 0): 1})
+    fetched = h.shard.offset_fetch(OffsetFetchGroup(group_id="simple", topics=(
+        OffsetFetchTopic(partition_indexes=(0,)),
+        OffsetFetchTopic(name="bar", topic_id=h.topic_id("foo"), partition_indexes=(0,)),
+        OffsetFetchTopic(name="gone", partition_indexes=(0,)),
+    )))
+    assert [[p.error_code for p in t.partitions] for t in fetched.topics] == [
+        [ErrorCode.INVALID_REQUEST], [ErrorCode.INVALID_REQUEST], [ErrorCode.NONE],
+    ]

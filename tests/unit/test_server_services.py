@@ -75,7 +75,7 @@ async def test_describe_configs_refuses_other_resource_types() -> None:
     Desc = admin_pb2.DescribeConfigsRequest
     resp = await AdminService(rt).DescribeConfigs(Desc(resources=[Desc.Resource(resource_type=2, resource_name="t")]), Ctx())
     assert resp == admin_pb2.DescribeConfigsResponse(results=[admin_pb2.DescribeConfigsResponse.Result(
-        error_code=42, error_message="Only GROUP (16) resources are supported.", resource_type=2, resource_name="t",
+        error_code=42, error_message="Only GROUP resources (16, or Kafka's 32) are supported.", resource_type=2, resource_name="t",
     )])
     Alter = admin_pb2.IncrementalAlterConfigsRequest
     bad = await AdminService(rt).IncrementalAlterConfigs(Alter(resources=[Alter.Resource(
