@@ -9,7 +9,8 @@ Conventions: see common.proto.
 Integer codes used below (fields stay int32, as in Kafka):
 * resource_type: 16 = GROUP, the only type served. NOTE: 16 is fixed by
   shared/API.md; Kafka's own ConfigResource.Type numbers GROUP as 32 (and 16 is
-  CLIENT_METRICS there). 0 = UNKNOWN, 2 = TOPIC, 4 = BROKER are not served.
+  CLIENT_METRICS there), so 32 is accepted as GROUP too and answered with the number
+  the request used. 0 = UNKNOWN, 2 = TOPIC, 4 = BROKER are not served.
 * config_operation: 0 = SET, 1 = DELETE (revert to the default), 2 = APPEND,
   3 = SUBTRACT (APPEND / SUBTRACT only apply to list-valued configs).
 * config_source (and synonym source): 0 = UNKNOWN, 1 = TOPIC_CONFIG,

@@ -120,8 +120,8 @@ class AdminServiceServicer:
         -1 UNKNOWN_SERVER_ERROR
         15 COORDINATOR_NOT_AVAILABLE
         30 GROUP_AUTHORIZATION_FAILED
-        42 INVALID_REQUEST               resource_type is not GROUP (16), or empty
-        resource_name
+        42 INVALID_REQUEST               resource_type is not GROUP (16 or 32), or
+        empty resource_name
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -135,7 +135,7 @@ class AdminServiceServicer:
         -1 UNKNOWN_SERVER_ERROR
         15 COORDINATOR_NOT_AVAILABLE
         30 GROUP_AUTHORIZATION_FAILED
-        42 INVALID_REQUEST               resource_type is not GROUP (16), empty
+        42 INVALID_REQUEST               resource_type is not GROUP (16 or 32), empty
         resource_name, a duplicate resource or config
         name, an unknown config_operation, or APPEND /
         SUBTRACT on a config that is not a list

@@ -9,7 +9,8 @@ Conventions: see common.proto.
 Integer codes used below (fields stay int32, as in Kafka):
 * resource_type: 16 = GROUP, the only type served. NOTE: 16 is fixed by
   shared/API.md; Kafka's own ConfigResource.Type numbers GROUP as 32 (and 16 is
-  CLIENT_METRICS there). 0 = UNKNOWN, 2 = TOPIC, 4 = BROKER are not served.
+  CLIENT_METRICS there), so 32 is accepted as GROUP too and answered with the number
+  the request used. 0 = UNKNOWN, 2 = TOPIC, 4 = BROKER are not served.
 * config_operation: 0 = SET, 1 = DELETE (revert to the default), 2 = APPEND,
   3 = SUBTRACT (APPEND / SUBTRACT only apply to list-valued configs).
 * config_source (and synonym source): 0 = UNKNOWN, 1 = TOPIC_CONFIG,
@@ -86,8 +87,8 @@ class AdminServiceStub:
       -1 UNKNOWN_SERVER_ERROR
       15 COORDINATOR_NOT_AVAILABLE
       30 GROUP_AUTHORIZATION_FAILED
-      42 INVALID_REQUEST               resource_type is not GROUP (16), or empty
-                                       resource_name
+      42 INVALID_REQUEST               resource_type is not GROUP (16 or 32), or
+                                       empty resource_name
     """
     IncrementalAlterConfigs: _grpc.UnaryUnaryMultiCallable[_admin_pb2.IncrementalAlterConfigsRequest, _admin_pb2.IncrementalAlterConfigsResponse]
     """Sets, deletes (reverts), appends to or subtracts from dynamic GROUP configs;
@@ -97,7 +98,7 @@ class AdminServiceStub:
       -1 UNKNOWN_SERVER_ERROR
       15 COORDINATOR_NOT_AVAILABLE
       30 GROUP_AUTHORIZATION_FAILED
-      42 INVALID_REQUEST               resource_type is not GROUP (16), empty
+      42 INVALID_REQUEST               resource_type is not GROUP (16 or 32), empty
                                        resource_name, a duplicate resource or config
                                        name, an unknown config_operation, or APPEND /
                                        SUBTRACT on a config that is not a list
@@ -180,8 +181,8 @@ class AdminServiceAsyncStub(AdminServiceStub):
       -1 UNKNOWN_SERVER_ERROR
       15 COORDINATOR_NOT_AVAILABLE
       30 GROUP_AUTHORIZATION_FAILED
-      42 INVALID_REQUEST               resource_type is not GROUP (16), or empty
-                                       resource_name
+      42 INVALID_REQUEST               resource_type is not GROUP (16 or 32), or
+                                       empty resource_name
     """
     IncrementalAlterConfigs: _aio.UnaryUnaryMultiCallable[_admin_pb2.IncrementalAlterConfigsRequest, _admin_pb2.IncrementalAlterConfigsResponse]  # type: ignore[assignment]
     """Sets, deletes (reverts), appends to or subtracts from dynamic GROUP configs;
@@ -191,7 +192,7 @@ class AdminServiceAsyncStub(AdminServiceStub):
       -1 UNKNOWN_SERVER_ERROR
       15 COORDINATOR_NOT_AVAILABLE
       30 GROUP_AUTHORIZATION_FAILED
-      42 INVALID_REQUEST               resource_type is not GROUP (16), empty
+      42 INVALID_REQUEST               resource_type is not GROUP (16 or 32), empty
                                        resource_name, a duplicate resource or config
                                        name, an unknown config_operation, or APPEND /
                                        SUBTRACT on a config that is not a list
@@ -289,8 +290,8 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
           -1 UNKNOWN_SERVER_ERROR
           15 COORDINATOR_NOT_AVAILABLE
           30 GROUP_AUTHORIZATION_FAILED
-          42 INVALID_REQUEST               resource_type is not GROUP (16), or empty
-                                           resource_name
+          42 INVALID_REQUEST               resource_type is not GROUP (16 or 32), or
+                                           empty resource_name
         """
 
     @_abc_1.abstractmethod
@@ -306,7 +307,7 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
           -1 UNKNOWN_SERVER_ERROR
           15 COORDINATOR_NOT_AVAILABLE
           30 GROUP_AUTHORIZATION_FAILED
-          42 INVALID_REQUEST               resource_type is not GROUP (16), empty
+          42 INVALID_REQUEST               resource_type is not GROUP (16 or 32), empty
                                            resource_name, a duplicate resource or config
                                            name, an unknown config_operation, or APPEND /
                                            SUBTRACT on a config that is not a list

@@ -88,7 +88,8 @@ class OffsetServiceServicer:
 
     def OffsetFetch(self, request, context):
         """Fetches committed offsets of one or more groups (all topics when `topics` is
-        absent); with member_id / member_epoch set, the member is validated first.
+        absent); with member_id / member_epoch set, the member is validated first. An
+        unknown group is not an error: every partition answers -1 (Kafka 4.0).
         Errors (per group in groups[].error_code, per partition, or request-level):
         0 NONE
         -1 UNKNOWN_SERVER_ERROR
@@ -98,8 +99,6 @@ class OffsetServiceServicer:
         30 GROUP_AUTHORIZATION_FAILED
         42 INVALID_REQUEST
         24 INVALID_GROUP_ID              empty group_id (per group)
-        69 GROUP_ID_NOT_FOUND            member validation requested and the group is
-        unknown (per group)
         25 UNKNOWN_MEMBER_ID             unknown member (per group)
         113 STALE_MEMBER_EPOCH           member_epoch differs from the member's (per group)
         100 UNKNOWN_TOPIC_ID             unknown topic_id (per partition)

@@ -63,7 +63,8 @@ class OffsetServiceStub:
     """
     OffsetFetch: _grpc.UnaryUnaryMultiCallable[_offsets_pb2.OffsetFetchRequest, _offsets_pb2.OffsetFetchResponse]
     """Fetches committed offsets of one or more groups (all topics when `topics` is
-    absent); with member_id / member_epoch set, the member is validated first.
+    absent); with member_id / member_epoch set, the member is validated first. An
+    unknown group is not an error: every partition answers -1 (Kafka 4.0).
     Errors (per group in groups[].error_code, per partition, or request-level):
       0 NONE
       -1 UNKNOWN_SERVER_ERROR
@@ -73,8 +74,6 @@ class OffsetServiceStub:
       30 GROUP_AUTHORIZATION_FAILED
       42 INVALID_REQUEST
       24 INVALID_GROUP_ID              empty group_id (per group)
-      69 GROUP_ID_NOT_FOUND            member validation requested and the group is
-                                       unknown (per group)
       25 UNKNOWN_MEMBER_ID             unknown member (per group)
       113 STALE_MEMBER_EPOCH           member_epoch differs from the member's (per group)
       100 UNKNOWN_TOPIC_ID             unknown topic_id (per partition)
@@ -130,7 +129,8 @@ class OffsetServiceAsyncStub(OffsetServiceStub):
     """
     OffsetFetch: _aio.UnaryUnaryMultiCallable[_offsets_pb2.OffsetFetchRequest, _offsets_pb2.OffsetFetchResponse]  # type: ignore[assignment]
     """Fetches committed offsets of one or more groups (all topics when `topics` is
-    absent); with member_id / member_epoch set, the member is validated first.
+    absent); with member_id / member_epoch set, the member is validated first. An
+    unknown group is not an error: every partition answers -1 (Kafka 4.0).
     Errors (per group in groups[].error_code, per partition, or request-level):
       0 NONE
       -1 UNKNOWN_SERVER_ERROR
@@ -140,8 +140,6 @@ class OffsetServiceAsyncStub(OffsetServiceStub):
       30 GROUP_AUTHORIZATION_FAILED
       42 INVALID_REQUEST
       24 INVALID_GROUP_ID              empty group_id (per group)
-      69 GROUP_ID_NOT_FOUND            member validation requested and the group is
-                                       unknown (per group)
       25 UNKNOWN_MEMBER_ID             unknown member (per group)
       113 STALE_MEMBER_EPOCH           member_epoch differs from the member's (per group)
       100 UNKNOWN_TOPIC_ID             unknown topic_id (per partition)
@@ -206,7 +204,8 @@ class OffsetServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_offsets_pb2.OffsetFetchResponse, _abc.Awaitable[_offsets_pb2.OffsetFetchResponse]]:
         """Fetches committed offsets of one or more groups (all topics when `topics` is
-        absent); with member_id / member_epoch set, the member is validated first.
+        absent); with member_id / member_epoch set, the member is validated first. An
+        unknown group is not an error: every partition answers -1 (Kafka 4.0).
         Errors (per group in groups[].error_code, per partition, or request-level):
           0 NONE
           -1 UNKNOWN_SERVER_ERROR
@@ -216,8 +215,6 @@ class OffsetServiceServicer(metaclass=_abc_1.ABCMeta):
           30 GROUP_AUTHORIZATION_FAILED
           42 INVALID_REQUEST
           24 INVALID_GROUP_ID              empty group_id (per group)
-          69 GROUP_ID_NOT_FOUND            member validation requested and the group is
-                                           unknown (per group)
           25 UNKNOWN_MEMBER_ID             unknown member (per group)
           113 STALE_MEMBER_EPOCH           member_epoch differs from the member's (per group)
           100 UNKNOWN_TOPIC_ID             unknown topic_id (per partition)
