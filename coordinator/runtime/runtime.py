@@ -531,8 +531,8 @@ class CoordinatorRuntime:
 
     async def offset_commit(self, req: OffsetCommit) -> OffsetCommitResponse:
         """Answered once the commit's records are durable. Group-level errors (fencing, unknown
-        group, loading, a failed write) raise; ``commit_error_response`` puts them on every
-        partition, as Kafka answers."""
+        group, loading, a failed write) raise; the server puts them on every partition, as
+        Kafka answers (``convert.offset_commit_error``)."""
         now = self.clock.now_ms()
         return await self._submit(self.shard_index(req.group_id), lambda s: s.offset_commit(req, now))
 

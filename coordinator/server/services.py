@@ -72,18 +72,20 @@ async def _guard(
     context: grpc.aio.ServicerContext,
     message_type: type[M],
     call: Callable[[], Awaitable[M]],
+    on_error: Callable[[ErrorCode, str | None], M] | None = None,
 ) -> M:
-    """Run one RPC body: UNAVAILABLE while shutting down, in-band errors otherwise."""
+    """Run one RPC body: UNAVAILABLE while shutting down, in-band errors otherwise (in the
+    response's ``error_code``, or wherever ``on_error`` puts them)."""
     if runtime.state in (RuntimeState.CLOSING, RuntimeState.CLOSED):
         await context.abort(grpc.StatusCode.UNAVAILABLE, "The coordinator is shutting down.")
+    error = on_error or (lambda code, text: _with_error(message_type, code, text))
     try:
         return await call()
     except CoordinatorError as exc:
-        return _with_error(message_type, exc.code, exc.message)
+        return error(exc.code, exc.message)
     except Exception as exc:
         log.exception("Unexpected error in %s", message_type.__name__)
-        code, text = to_error_code(exc)
-        return _with_error(message_type, code, text)
+        return error(*to_error_code(exc))
 
 
 class ConsumerGroupService(consumer_group_pb2_grpc.ConsumerGroupServiceServicer):
@@ -94,19 +96,16 @@ class ConsumerGroupService(consumer_group_pb2_grpc.ConsumerGroupServiceServicer)
         self, request: consumer_group_pb2.ConsumerGroupHeartbeatRequest, context: grpc.aio.ServicerContext
     ) -> consumer_group_pb2.ConsumerGroupHeartbeatResponse:
         runtime = self.runtime
-        if runtime.state in (RuntimeState.CLOSING, RuntimeState.CLOSED):
-            await context.abort(grpc.StatusCode.UNAVAILABLE, "The coordinator is shutting down.")
-        try:
+
+        async def body() -> consumer_group_pb2.ConsumerGroupHeartbeatResponse:
             cmd = convert.heartbeat_from_proto(
                 request, client_id=client_id_of(context), client_host=client_host_of(context)
             )
-            resp = await runtime.heartbeat(cmd)
-            return convert.heartbeat_to_proto(resp, runtime.topic_name)
-        except CoordinatorError as exc:
-            return convert.heartbeat_error(exc.code, exc.message)
-        except Exception as exc:
-            log.exception("Unexpected error in ConsumerGroupHeartbeat")
-            return convert.heartbeat_error(*to_error_code(exc))
+            return convert.heartbeat_to_proto(await runtime.heartbeat(cmd), runtime.topic_name)
+
+        return await _guard(
+            runtime, context, consumer_group_pb2.ConsumerGroupHeartbeatResponse, body, convert.heartbeat_error
+        )
 
     async def ConsumerGroupDescribe(
         self, request: consumer_group_pb2.ConsumerGroupDescribeRequest, context: grpc.aio.ServicerContext
@@ -144,17 +143,16 @@ class OffsetService(offsets_pb2_grpc.OffsetServiceServicer):
         self, request: offsets_pb2.OffsetCommitRequest, context: grpc.aio.ServicerContext
     ) -> offsets_pb2.OffsetCommitResponse:
         runtime = self.runtime
-        if runtime.state in (RuntimeState.CLOSING, RuntimeState.CLOSED):
-            await context.abort(grpc.StatusCode.UNAVAILABLE, "The coordinator is shutting down.")
-        try:
+
+        async def body() -> offsets_pb2.OffsetCommitResponse:
             _check_group_id(request.group_id)
-            resp = await runtime.offset_commit(convert.offset_commit_from_proto(request))
-            return convert.offset_commit_to_proto(resp)
-        except CoordinatorError as exc:  # group-level: on every partition, as Kafka answers
-            return convert.offset_commit_error(request, exc.code, exc.message)
-        except Exception as exc:
-            log.exception("Unexpected error in OffsetCommit")
-            return convert.offset_commit_error(request, *to_error_code(exc))
+            return convert.offset_commit_to_proto(await runtime.offset_commit(convert.offset_commit_from_proto(request)))
+
+        # A group-level error goes on every partition, as Kafka answers OffsetCommit.
+        return await _guard(
+            runtime, context, offsets_pb2.OffsetCommitResponse, body,
+            lambda code, text: convert.offset_commit_error(request, code, text),
+        )
 
     async def OffsetFetch(
         self, request: offsets_pb2.OffsetFetchRequest, context: grpc.aio.ServicerContext

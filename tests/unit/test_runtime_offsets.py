@@ -7,12 +7,11 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from test_runtime_core import START_MS, make_runtime
 
-from assignors.uniform import UniformAssignor
 from coordinator.core import codec
 from coordinator.core import records as r
-from coordinator.core.commands import ConsumerGroupHeartbeat, SequentialIds
-from coordinator.core.config import parse_config
+from coordinator.core.commands import ConsumerGroupHeartbeat
 from coordinator.core.errors import (
     CoordinatorNotAvailableError,
     ErrorCode,
@@ -34,23 +33,11 @@ from coordinator.core.offsets import (
     TopicResult,
 )
 from coordinator.core.topics import NewTopic
-from coordinator.runtime import CoordinatorRuntime, ManualClock, shard_of
+from coordinator.runtime import CoordinatorRuntime, shard_of
 from coordinator.runtime.runtime import EXPIRE_OFFSETS
 from coordinator.runtime.store import MemoryRecordStore
 
-START_MS = 1_000_000
 MINUTE = 60_000
-
-
-def make_runtime(store: MemoryRecordStore | None = None, shards: int = 2, **settings: str) -> CoordinatorRuntime:
-    config = parse_config({"group.coordinator.shards": str(shards), **settings})
-    return CoordinatorRuntime(
-        config=config,
-        store=store if store is not None else MemoryRecordStore(),
-        clock=ManualClock(START_MS),
-        ids=SequentialIds(),
-        assignors=[UniformAssignor()],
-    )
 
 
 async def started(rt: CoordinatorRuntime, *topics: tuple[str, int]) -> CoordinatorRuntime:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import grpc
 import pytest
 from kip848.v1 import admin_pb2, common_pb2, offsets_pb2
+from test_server_services import Ctx, runtime
 
-from coordinator.core.config import parse_config
 from coordinator.core.errors import CoordinatorLoadInProgressError, ErrorCode
 from coordinator.core.model import ZERO_TOPIC_ID, topic_id_from_bytes
 from coordinator.core.offsets import (
@@ -20,8 +20,6 @@ from coordinator.core.offsets import (
     OffsetFetchGroupResponse,
     OffsetFetchTopic,
 )
-from coordinator.runtime import CoordinatorRuntime, ManualClock
-from coordinator.runtime.store import MemoryRecordStore
 from coordinator.server import convert
 from coordinator.server.services import AdminService, OffsetService
 
@@ -32,25 +30,6 @@ OFR = offsets_pb2.OffsetFetchResponse
 T1 = bytes(range(1, 17))
 ID1 = topic_id_from_bytes(T1)
 LOADING = CoordinatorLoadInProgressError().message
-
-
-class Ctx:
-    def __init__(self) -> None:
-        self.aborted: tuple[grpc.StatusCode, str] | None = None
-
-    def invocation_metadata(self):
-        return ()
-
-    def peer(self) -> str:
-        return "ipv4:127.0.0.1:1"
-
-    async def abort(self, code: grpc.StatusCode, details: str) -> None:
-        self.aborted = (code, details)
-        raise RuntimeError("aborted")
-
-
-def runtime() -> CoordinatorRuntime:
-    return CoordinatorRuntime(config=parse_config({}), store=MemoryRecordStore(), clock=ManualClock(0))
 
 
 def test_commit_conversion_absent_optionals_are_minus_one_and_none() -> None:
