@@ -34,7 +34,7 @@ Rack information is not used (as in Kafka 4.0's uniform assignor).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from itertools import chain
+from itertools import chain, filterfalse
 from operator import methodcaller
 from typing import ClassVar
 
@@ -146,7 +146,8 @@ class _Builder:
     # ------------------------------------------------------------------ driver
 
     def build(self) -> dict[str, MemberAssignment]:
-        self._clean()
+        if len(self.class_members) > 1 or not self._clean_one_class():
+            self._clean()
         if len(self.class_members) == 1:
             members = self.class_members[0]
             self._set_targets(members, sum(self.partition_counts.values()))
@@ -164,6 +165,47 @@ class _Builder:
             self.current[i] = dict(self.current[i])
             self.owned[i] = True
         return self.current[i]  # type: ignore[return-value]
+
+    def _clean_one_class(self) -> bool:
+        """The common homogeneous case, with as little per-member work as possible: every
+        member holds only non-empty sets of subscribed topics, no partition twice, no index out
+        of range. Per topic, the union of what members hold is built directly; sizes add up
+        exactly when nothing is held twice. Returns False (nothing changed) otherwise."""
+        counts = self.partition_counts
+        unions: dict[TopicId, set[int]] = {t: set() for t in self.topic_ids}
+        add = {t: u.update for t, u in unions.items()}  # exactly the usable topics
+        load: list[int] = []
+        record = load.append
+        try:
+            for assignment in self.assignments:
+                size = 0
+                for t, partitions in assignment.items():
+                    if not partitions:
+                        return False
+                    add[t](partitions)  # KeyError: unsubscribed or vanished topic
+                    size += len(partitions)
+                record(size)
+        except KeyError:
+            return False
+        if sum(load) != sum(map(len, unions.values())):
+            return False  # some partition is held twice
+        unassigned: dict[TopicId, Sequence[int]] = {}
+        for t, union in unions.items():
+            n = counts[t]
+            if not union:
+                unassigned[t] = range(n)
+            elif len(union) == n:
+                if min(union) != 0 or max(union) != n - 1:
+                    return False
+                unassigned[t] = ()
+            else:
+                free = list(filterfalse(union.__contains__, range(n)))
+                if len(free) + len(union) != n:
+                    return False  # an index out of range
+                unassigned[t] = free
+        self.load = load
+        self.unassigned = unassigned
+        return True
 
     def _clean(self) -> None:
         counts = self.partition_counts
