@@ -150,6 +150,21 @@ def test_stale_targets_are_cleaned_before_assigning() -> None:
     }
 
 
+@pytest.mark.parametrize(
+    "current",
+    [
+        {"m1": {"a": [0, 1]}, "m2": {"a": [1, 2]}},  # a1 claimed twice: m1 sorts first
+        {"m1": {"a": [0, 1, 5]}, "m2": {"a": [2]}},  # a5 out of range
+        {"m1": {"a": [0, 1, 2]}, "m2": {"a": [7]}},  # as many as a has, but a7 out of range
+        {"m1": {"a": [0, 1], "gone": [0]}, "m2": {}},  # a deleted topic
+        {"m1": {"a": [0, 1], "b": []}, "m2": {"a": [2]}},  # an empty set, unsubscribed topic
+    ],
+)
+def test_homogeneous_stale_targets_take_the_careful_path(current: dict) -> None:  # type: ignore[type-arg]
+    result = assign({m: member("a", c) for m, c in current.items()}, topics(a=4))
+    assert result == {"m1": {"a": fs(0, 1)}, "m2": {"a": fs(2, 3)}}
+
+
 def test_subscription_change_revokes_the_old_topic_then_balances() -> None:
     meta = topics(a=2, b=2)
     current = {"m1": {"a": fs(0), "b": fs(0)}, "m2": {"a": fs(1), "b": fs(1)}}
