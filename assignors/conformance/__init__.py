@@ -16,8 +16,9 @@ by :func:`assignors.validation.check_assignment`, inputs untouched), twice more 
 determinism (same input; an equal input built in another order), and once each after a member
 leaves and after one joins, to measure stickiness. Fixed cases cover the empty group and an
 unknown topic, and the same seeded groups are run under three ``PYTHONHASHSEED`` values to prove
-the result never depends on ``hash()`` order. A failing check is searched again so that
-hypothesis can shrink it, and the report shows the smallest failing group.
+the result never depends on ``hash()`` order. A failing group is then reduced (members,
+topics and partitions dropped, current assignments cleared, while the same check still fails),
+and the report shows that smallest failing group.
 
 Balance and stickiness are *figures* by default (an assignor such as ``range`` is neither
 balanced nor sticky by design); ``require_balance`` / ``require_stickiness`` (``--require-balance``,
