@@ -26,6 +26,36 @@ from .model import Assignment, ClassicMemberMetadata
 VALUE_VERSION = 0
 
 
+_new, _set = object.__new__, object.__setattr__
+
+
+def _current_assignment(epoch: int, prev: int, state: int, assigned: Any, pending: Any) -> Any:
+    """``ConsumerGroupCurrentMemberAssignmentValue(...)`` without keyword parsing (hot at load)."""
+    v = _new(r.ConsumerGroupCurrentMemberAssignmentValue)
+    _set(v, "member_epoch", epoch)
+    _set(v, "previous_member_epoch", prev)
+    _set(v, "state", state)
+    _set(v, "assigned_partitions", assigned)
+    _set(v, "partitions_pending_revocation", pending)
+    return v
+
+
+def _member_metadata(instance_id: Any, rack_id: Any, client_id: Any, client_host: Any, names: Any,
+                     regex: Any, rebalance_timeout_ms: Any, assignor: Any, classic: Any) -> Any:
+    """``ConsumerGroupMemberMetadataValue(...)`` without keyword parsing (hot at load)."""
+    v = _new(r.ConsumerGroupMemberMetadataValue)
+    _set(v, "instance_id", instance_id)
+    _set(v, "rack_id", rack_id)
+    _set(v, "client_id", client_id)
+    _set(v, "client_host", client_host)
+    _set(v, "subscribed_topic_names", names)
+    _set(v, "subscribed_topic_regex", regex)
+    _set(v, "rebalance_timeout_ms", rebalance_timeout_ms)
+    _set(v, "server_assignor", assignor)
+    _set(v, "classic_member_metadata", classic)
+    return v
+
+
 def _enc_assignment(a: Assignment) -> list[Any]:
     return [[t, sorted(a[t])] for t in sorted(a)]
 
@@ -142,11 +172,9 @@ def _value_encoders() -> dict[int, tuple[Callable[[Any], list[Any]], Callable[[l
         ]
 
     def mm_dec(f: list[Any]) -> r.ConsumerGroupMemberMetadataValue:
-        return r.ConsumerGroupMemberMetadataValue(
-            instance_id=f[0], rack_id=f[1], client_id=f[2], client_host=f[3],
-            subscribed_topic_names=tuple(f[4]), subscribed_topic_regex=f[5],
-            rebalance_timeout_ms=f[6], server_assignor=f[7],
-            classic_member_metadata=_dec_classic(f[8] if len(f) > 8 else None),
+        return _member_metadata(  # field order of ConsumerGroupMemberMetadataValue
+            f[0], f[1], f[2], f[3], tuple(f[4]), f[5], f[6], f[7],
+            _dec_classic(f[8] if len(f) > 8 else None),
         )
 
     def te_enc(v: r.ConsumerGroupTargetAssignmentMetadataValue) -> list[Any]:
@@ -168,10 +196,7 @@ def _value_encoders() -> dict[int, tuple[Callable[[Any], list[Any]], Callable[[l
         ]
 
     def ca_dec(f: list[Any]) -> r.ConsumerGroupCurrentMemberAssignmentValue:
-        return r.ConsumerGroupCurrentMemberAssignmentValue(
-            member_epoch=f[0], previous_member_epoch=f[1], state=f[2],
-            assigned_partitions=_dec_assignment(f[3]), partitions_pending_revocation=_dec_assignment(f[4]),
-        )
+        return _current_assignment(f[0], f[1], f[2], _dec_assignment(f[3]), _dec_assignment(f[4]))
 
     def rx_enc(v: r.ConsumerGroupRegularExpressionValue) -> list[Any]:
         return [list(v.topics), v.version, v.timestamp_ms]

@@ -20,7 +20,7 @@ from assignors.api import SubscriptionType, TopicId, TopicMetadata
 
 from . import records as r
 from .errors import IllegalStateError
-from .model import EMPTY_ASSIGNMENT, Assignment, ConsumerGroupMember, MemberState
+from .model import EMPTY_ASSIGNMENT, Assignment, ConsumerGroupMember, MemberState, build_member
 from .timeline import TDict, UndoLog
 
 
@@ -142,22 +142,22 @@ class ConsumerGroup:
             return
         # One explicit constructor call (dataclasses.replace is several times slower, and
         # loading a store replays millions of these).
-        new = ConsumerGroupMember(
-            member_id=member_id,
-            instance_id=value.instance_id,
-            rack_id=value.rack_id,
-            client_id=value.client_id,
-            client_host=value.client_host,
-            subscribed_topic_names=value.subscribed_topic_names,
-            subscribed_topic_regex=value.subscribed_topic_regex,
-            server_assignor_name=value.server_assignor,
-            rebalance_timeout_ms=value.rebalance_timeout_ms,
-            classic_member_metadata=value.classic_member_metadata,
-            member_epoch=0 if old is None else old.member_epoch,
-            previous_member_epoch=0 if old is None else old.previous_member_epoch,
-            state=MemberState.STABLE if old is None else old.state,
-            assigned_partitions=EMPTY_ASSIGNMENT if old is None else old.assigned_partitions,
-            partitions_pending_revocation=EMPTY_ASSIGNMENT if old is None else old.partitions_pending_revocation,
+        new = build_member(
+            member_id,
+            value.instance_id,
+            value.rack_id,
+            value.client_id,
+            value.client_host,
+            value.subscribed_topic_names,
+            value.subscribed_topic_regex,
+            value.server_assignor,
+            value.rebalance_timeout_ms,
+            value.classic_member_metadata,
+            0 if old is None else old.member_epoch,
+            0 if old is None else old.previous_member_epoch,
+            MemberState.STABLE if old is None else old.state,
+            EMPTY_ASSIGNMENT if old is None else old.assigned_partitions,
+            EMPTY_ASSIGNMENT if old is None else old.partitions_pending_revocation,
         )
         if old is not None:
             self._unindex_member(old)
@@ -249,31 +249,18 @@ class ConsumerGroup:
             return
         state = _STATES.get(value.state) or MemberState.from_value(value.state)
         if old is None:
-            new = ConsumerGroupMember(
-                member_id=member_id,
-                member_epoch=value.member_epoch,
-                previous_member_epoch=value.previous_member_epoch,
-                state=state,
-                assigned_partitions=value.assigned_partitions,
-                partitions_pending_revocation=value.partitions_pending_revocation,
+            new = build_member(
+                member_id, None, None, "", "", (), None, None, -1, None,
+                value.member_epoch, value.previous_member_epoch, state,
+                value.assigned_partitions, value.partitions_pending_revocation,
             )
         else:
-            new = ConsumerGroupMember(
-                member_id=member_id,
-                instance_id=old.instance_id,
-                rack_id=old.rack_id,
-                client_id=old.client_id,
-                client_host=old.client_host,
-                subscribed_topic_names=old.subscribed_topic_names,
-                subscribed_topic_regex=old.subscribed_topic_regex,
-                server_assignor_name=old.server_assignor_name,
-                rebalance_timeout_ms=old.rebalance_timeout_ms,
-                classic_member_metadata=old.classic_member_metadata,
-                member_epoch=value.member_epoch,
-                previous_member_epoch=value.previous_member_epoch,
-                state=state,
-                assigned_partitions=value.assigned_partitions,
-                partitions_pending_revocation=value.partitions_pending_revocation,
+            new = build_member(
+                member_id, old.instance_id, old.rack_id, old.client_id, old.client_host,
+                old.subscribed_topic_names, old.subscribed_topic_regex, old.server_assignor_name,
+                old.rebalance_timeout_ms, old.classic_member_metadata,
+                value.member_epoch, value.previous_member_epoch, state,
+                value.assigned_partitions, value.partitions_pending_revocation,
             )
         self._own(self.partition_owners, new.assigned_partitions, member_id, "current")
         self._own(self.partition_owners, new.partitions_pending_revocation, member_id, "current")

@@ -145,6 +145,48 @@ class ConsumerGroupMember:
         return self.classic_member_metadata is not None
 
 
+_new = object.__new__
+_set = object.__setattr__
+
+
+def build_member(
+    member_id: str,
+    instance_id: str | None,
+    rack_id: str | None,
+    client_id: str,
+    client_host: str,
+    subscribed_topic_names: tuple[str, ...],
+    subscribed_topic_regex: str | None,
+    server_assignor_name: str | None,
+    rebalance_timeout_ms: int,
+    classic_member_metadata: ClassicMemberMetadata | None,
+    member_epoch: int,
+    previous_member_epoch: int,
+    state: MemberState,
+    assigned_partitions: Assignment,
+    partitions_pending_revocation: Assignment,
+) -> ConsumerGroupMember:
+    """The same value as ``ConsumerGroupMember(...)`` with every field given, built about twice
+    as fast (no keyword parsing). Replay uses it: a store load builds millions of members."""
+    m = _new(ConsumerGroupMember)
+    _set(m, "member_id", member_id)
+    _set(m, "instance_id", instance_id)
+    _set(m, "rack_id", rack_id)
+    _set(m, "client_id", client_id)
+    _set(m, "client_host", client_host)
+    _set(m, "subscribed_topic_names", subscribed_topic_names)
+    _set(m, "subscribed_topic_regex", subscribed_topic_regex)
+    _set(m, "server_assignor_name", server_assignor_name)
+    _set(m, "rebalance_timeout_ms", rebalance_timeout_ms)
+    _set(m, "classic_member_metadata", classic_member_metadata)
+    _set(m, "member_epoch", member_epoch)
+    _set(m, "previous_member_epoch", previous_member_epoch)
+    _set(m, "state", state)
+    _set(m, "assigned_partitions", assigned_partitions)
+    _set(m, "partitions_pending_revocation", partitions_pending_revocation)
+    return m
+
+
 @dataclass(frozen=True, slots=True)
 class TopicImage:
     topic_id: TopicId

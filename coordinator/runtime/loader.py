@@ -18,10 +18,9 @@ from coordinator.core import codec
 from coordinator.core.shard import GroupCoordinatorShard
 from coordinator.core.topics import TopicRegistry
 
-from .store import RecordStore, StoredRecord
+from .store import RecordStore
 
 log = logging.getLogger("kip848.runtime")
-_CHUNK = 16_384
 
 
 def shard_of(group_id: str, shards: int) -> int:
@@ -69,7 +68,7 @@ def load_into(
     decode = codec.decode
     counts = [0] * n
     times = [0.0] * n
-    buckets: list[list[StoredRecord]] = [[] for _ in range(n)]
+    buckets: list[list[tuple[bytes, bytes]]] = [[] for _ in range(n)]
     clock = time.perf_counter
     start = clock()
     topic_records = 0
@@ -83,8 +82,8 @@ def load_into(
             if bucket:
                 t0 = clock()
                 replay = shards[i].replay
-                for rec in bucket:
-                    replay(decode(rec.key, rec.value))
+                for key, value in bucket:
+                    replay(decode(key, value))
                 times[i] += clock() - t0
                 counts[i] += len(bucket)
                 bucket.clear()
@@ -95,23 +94,18 @@ def load_into(
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        pending = 0
-        for offset, stored in store.load():
-            last = offset
-            gid = stored.group_id
-            if gid is None:
-                registry.replay(decode(stored.key, stored.value))
-                topic_records += 1
-                continue
-            idx = cache.get(gid)
-            if idx is None:
-                idx = cache[gid] = shard_of(gid, n)
-            buckets[idx].append(stored)
-            pending += 1
-            if pending >= _CHUNK:
-                drain()
-                pending = 0
-        drain()
+        for rows in store.load_rows():  # chunks of (offset, key, value, group id) tuples
+            for offset, key, value, gid in rows:
+                if gid is None:
+                    registry.replay(decode(key, value))
+                    topic_records += 1
+                    continue
+                idx = cache.get(gid)
+                if idx is None:
+                    idx = cache[gid] = shard_of(gid, n)
+                buckets[idx].append((key, value))
+            last = rows[-1][0]
+            drain()
     finally:
         for m in machines:
             m.undo.enabled = True

@@ -460,3 +460,12 @@ def check_against_model(impl_name: str, program: Sequence[tuple[str, Any]]) -> N
 @given(program=ops)
 def test_matches_a_model(impl_name: str, program: list[tuple[str, Any]]) -> None:
     check_against_model(impl_name, program)
+
+
+def test_load_rows_is_the_compacted_view_as_tuples(store: Any) -> None:
+    store.append([put(b"a", b"a1"), put(b"b", b"b1", group_id="g"), put(b"c", b"c1")], 1)
+    store.append([put(b"a", b"a2"), StoredRecord(b"c", None, None)], 2)
+    rows = [row for chunk in store.load_rows() for row in chunk]
+    assert rows == [(off, rec.key, rec.value, rec.group_id) for off, rec in store.load()]
+    assert [(k, v, g) for _o, k, v, g in rows] == [(b"b", b"b1", "g"), (b"a", b"a2", "g")]
+    assert all(isinstance(chunk, list) and chunk for chunk in store.load_rows())

@@ -102,6 +102,12 @@ class RecordStore(Protocol):
         log. The snapshot is taken when ``load()`` is called; later appends are not seen."""
         ...
 
+    def load_rows(self) -> Iterator[list[tuple[int, bytes, bytes, str | None]]]:
+        """The same compacted view as :meth:`load`, as chunks of plain
+        ``(offset, key, value, group_id)`` tuples: the fast path for loading millions of
+        records (no per-record object)."""
+        ...
+
     def journal(
         self, *, from_offset: int = 0, to_offset: int | None = None
     ) -> Iterator[JournalEntry]:

@@ -136,6 +136,10 @@ class MemoryRecordStore:
             self._check_open()
             return iter(list(self._data.compacted.values()))
 
+    def load_rows(self) -> Iterator[list[tuple[int, bytes, bytes, str | None]]]:
+        rows = [(offset, rec.key, rec.value, rec.group_id) for offset, rec in self.load()]
+        return iter([rows] if rows else [])
+
     def journal(
         self, *, from_offset: int = 0, to_offset: int | None = None
     ) -> Iterator[JournalEntry]:

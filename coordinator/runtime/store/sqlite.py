@@ -419,6 +419,23 @@ class SqliteRecordStore:
         )
         return self._iter_load(conn, cur)
 
+    def load_rows(self) -> Iterator[list[tuple[int, bytes, bytes, str | None]]]:
+        conn, cur = self._query(
+            "SELECT offset, key, value, group_id FROM compacted ORDER BY offset"
+        )
+        return self._iter_rows(conn, cur)
+
+    def _iter_rows(
+        self, conn: sqlite3.Connection, cur: sqlite3.Cursor
+    ) -> Iterator[list[tuple[int, bytes, bytes, str | None]]]:
+        try:
+            while rows := cur.fetchmany(_FETCH):
+                yield rows
+        except sqlite3.Error as e:
+            raise StoreError(f"cannot load record store at {self.path}: {e}") from e
+        finally:
+            conn.close()
+
     def _iter_load(
         self, conn: sqlite3.Connection, cur: sqlite3.Cursor
     ) -> Iterator[tuple[int, StoredRecord]]:
