@@ -146,6 +146,7 @@ class CoordinatorRuntime:
         self._pending_keys: dict[Any, int] = {}  # timer key -> ops not yet durable
         self._deferred: dict[Any, DueTimer] = {}
         self._parked: dict[int, asyncio.Future[Any]] = {}  # legacy bridge: token -> waiting request
+        self._parking_closed = False  # legacy bridge: shutting down, parked requests answered
         self.stats = {"batches": 0, "records": 0, "commands": 0, "failed_batches": 0, "timers_fired": 0}
 
     # ------------------------------------------------------------------ lifecycle
@@ -185,6 +186,7 @@ class CoordinatorRuntime:
             return
         was_active = self.state is RuntimeState.ACTIVE
         self.state = RuntimeState.CLOSING
+        self.release_parked()
         if self._timer_handle is not None:
             self._timer_handle.cancel()
             self._timer_handle = None
@@ -637,6 +639,17 @@ class CoordinatorRuntime:
             if fut is not None and not fut.done():
                 fut.set_result(response)
 
+    def release_parked(self) -> None:
+        """Shutdown: answer every parked classic request (and any parked from now on) with
+        COORDINATOR_NOT_AVAILABLE, so no JoinGroup/SyncGroup hangs while the server drains
+        (Kafka answers NOT_COORDINATOR when it unloads a group; the client rediscovers and
+        rejoins either way). Idempotent."""
+        self._parking_closed = True
+        parked, self._parked = self._parked, {}
+        for fut in parked.values():
+            if not fut.done():
+                fut.set_exception(_shutting_down())
+
     async def _classic(self, group_id: str, fn: Callable[[Any], Any]) -> Any:
         """Run a classic command; a ``Pending`` answer parks the request until a later durable
         result completes it (the join barrier, the leader's SyncGroup, a timer)."""
@@ -648,6 +661,8 @@ class CoordinatorRuntime:
             return response
         fut: asyncio.Future[Any] = self._loop.create_future()  # type: ignore[union-attr]
         self._parked[response.token] = fut
+        if self._parking_closed:
+            fut.set_exception(_shutting_down())
         try:
             if batch is not None:
                 await batch.future
@@ -676,6 +691,10 @@ class CoordinatorRuntime:
         for gid in group_ids:
             out += await self._submit(self.shard_index(gid), lambda s, g=gid: s.describe_classic_groups([g]), read=True)
         return out
+
+
+def _shutting_down() -> CoordinatorNotAvailableError:
+    return CoordinatorNotAvailableError("The coordinator is shutting down.")
 
 
 def _fetch_error(group_id: str, exc: CoordinatorError) -> OffsetFetchGroupResponse:

@@ -21,6 +21,8 @@ from grpc_reflection.v1alpha import reflection
 from kip848.v1 import (
     admin_pb2,
     admin_pb2_grpc,
+    classic_group_pb2,
+    classic_group_pb2_grpc,
     consumer_group_pb2,
     consumer_group_pb2_grpc,
     offsets_pb2,
@@ -33,6 +35,7 @@ from coordinator.core.config import GroupCoordinatorConfig
 from coordinator.runtime import CoordinatorRuntime, ManualClock, SystemClock
 from coordinator.runtime.store import RecordStore
 
+from .classic_service import ClassicGroupService
 from .services import AdminService, ConsumerGroupService, OffsetService, TestingService
 
 log = logging.getLogger("kip848.server")
@@ -83,10 +86,13 @@ class CoordinatorServer:
         consumer_group_pb2_grpc.add_ConsumerGroupServiceServicer_to_server(ConsumerGroupService(runtime), self.server)
         admin_pb2_grpc.add_AdminServiceServicer_to_server(AdminService(runtime), self.server)
         offsets_pb2_grpc.add_OffsetServiceServicer_to_server(OffsetService(runtime), self.server)
+        classic = ClassicGroupService(runtime, lambda: (self.host.strip("[]"), self.port))
+        classic_group_pb2_grpc.add_ClassicGroupServiceServicer_to_server(classic, self.server)
         services = [
             consumer_group_pb2.DESCRIPTOR.services_by_name["ConsumerGroupService"].full_name,
             admin_pb2.DESCRIPTOR.services_by_name["AdminService"].full_name,
             offsets_pb2.DESCRIPTOR.services_by_name["OffsetService"].full_name,
+            classic_group_pb2.DESCRIPTOR.services_by_name["ClassicGroupService"].full_name,
         ]
         if isinstance(runtime.clock, ManualClock):
             testing_pb2_grpc.add_TestingServiceServicer_to_server(TestingService(runtime), self.server)
@@ -117,6 +123,7 @@ class CoordinatorServer:
 
     async def stop(self, grace_s: float = SHUTDOWN_GRACE_S) -> None:
         await self.health.enter_graceful_shutdown()
+        self.runtime.release_parked()  # parked JoinGroup/SyncGroup answered, not left to the grace
         await self.server.stop(grace_s)  # stop accepting; in-flight calls finish
         await self.runtime.close()  # flush pending writes, close the store
 

@@ -158,6 +158,7 @@ def test_health_and_reflection(manual_server: ServerProcess) -> None:
         "grpc.health.v1.Health",
         "grpc.reflection.v1alpha.ServerReflection",
         "kip848.v1.AdminService",
+        "kip848.v1.ClassicGroupService",
         "kip848.v1.ConsumerGroupService",
         "kip848.v1.OffsetService",
         "kip848.v1.TestingService",
