@@ -32,15 +32,15 @@ from enum import Enum
 from typing import ClassVar, Protocol, runtime_checkable
 
 __all__ = [
-    "TopicId",
-    "MemberAssignment",
-    "SubscriptionType",
-    "MemberSubscription",
-    "GroupSpec",
-    "TopicMetadata",
     "GroupAssignment",
+    "GroupSpec",
+    "MemberAssignment",
+    "MemberSubscription",
     "PartitionAssignor",
     "PartitionAssignorError",
+    "SubscriptionType",
+    "TopicId",
+    "TopicMetadata",
 ]
 
 TopicId = str

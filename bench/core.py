@@ -20,9 +20,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._report import machine, table, write_section  # noqa: E402
-from coordinator.core.commands import ConsumerGroupHeartbeat  # noqa: E402
-from coordinator.core.harness import CoreHarness  # noqa: E402
+from bench._report import machine, table, write_section
+from coordinator.core.commands import ConsumerGroupHeartbeat
+from coordinator.core.harness import CoreHarness
 
 GROUP = "bench"
 

@@ -23,7 +23,6 @@ from .errors import IllegalStateError
 from .model import EMPTY_ASSIGNMENT, Assignment, ConsumerGroupMember, MemberState, build_member
 from .timeline import TDict, UndoLog
 
-
 _STATES = {s.value: s for s in MemberState}
 
 
@@ -38,22 +37,22 @@ class GroupState(Enum):
 class ConsumerGroup:
     __slots__ = (
         "_log",
-        "group_id",
-        "group_uid",
-        "group_epoch",
         "assignment_epoch",
-        "members",
-        "static_members",
-        "target",
-        "target_owners",
-        "partition_owners",
-        "topic_subscribers",
-        "regex_members",
-        "resolved_regexes",
-        "subscription_metadata",
         "assignor_votes",
         "classic_members",
+        "group_epoch",
+        "group_id",
+        "group_uid",
+        "members",
         "metadata_checked",
+        "partition_owners",
+        "regex_members",
+        "resolved_regexes",
+        "static_members",
+        "subscription_metadata",
+        "target",
+        "target_owners",
+        "topic_subscribers",
     )
 
     def __init__(self, log: UndoLog, group_id: str) -> None:

@@ -14,7 +14,13 @@ from typing import Any
 from assignors.api import PartitionAssignor
 
 from . import records as r
-from .commands import ConsumerGroupHeartbeat, ConsumerGroupHeartbeatResponse, IdSource, Result, SequentialIds
+from .commands import (
+    ConsumerGroupHeartbeat,
+    ConsumerGroupHeartbeatResponse,
+    IdSource,
+    Result,
+    SequentialIds,
+)
 from .config import GroupCoordinatorConfig
 from .model import Assignment
 from .shard import GroupCoordinatorShard

@@ -15,21 +15,21 @@ from enum import Enum
 from assignors.api import TopicId, TopicMetadata
 
 __all__ = [
-    "Assignment",
     "EMPTY_ASSIGNMENT",
-    "MemberState",
-    "ConsumerGroupMember",
-    "TopicImage",
-    "TopicsImage",
-    "TopicMetadata",
     "ZERO_TOPIC_ID",
-    "topic_id_to_bytes",
-    "topic_id_from_bytes",
-    "make_assignment",
-    "assignment_minus",
-    "assignment_union",
-    "assignment_size",
+    "Assignment",
+    "ConsumerGroupMember",
+    "MemberState",
+    "TopicImage",
+    "TopicMetadata",
+    "TopicsImage",
     "assignment_from_pairs",
+    "assignment_minus",
+    "assignment_size",
+    "assignment_union",
+    "make_assignment",
+    "topic_id_from_bytes",
+    "topic_id_to_bytes",
 ]
 
 Assignment = Mapping[TopicId, frozenset[int]]

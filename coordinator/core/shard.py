@@ -44,8 +44,16 @@ from .errors import (
     UnsupportedAssignorError,
 )
 from .group import ConsumerGroup, GroupState
+from .model import (
+    EMPTY_ASSIGNMENT,
+    Assignment,
+    ClassicMemberMetadata,
+    ConsumerGroupMember,
+    MemberState,
+    TopicsImage,
+    assignment_minus,
+)
 from .offsets import OffsetsMixin
-from .model import EMPTY_ASSIGNMENT, Assignment, ClassicMemberMetadata, ConsumerGroupMember, MemberState, TopicsImage, assignment_minus
 from .reconciliation import compute_next_member
 from .regex import compile_regex, resolve_regex
 from .target_assignment import compute_target_assignment

@@ -19,7 +19,7 @@ class UndoLog:
     """Positions are absolute: ``mark()`` returns one, ``rollback(m)`` undoes everything logged
     after it, ``release(m)`` forgets entries before it (they are durable and final)."""
 
-    __slots__ = ("_entries", "_base", "enabled")
+    __slots__ = ("_base", "_entries", "enabled")
 
     def __init__(self) -> None:
         self._entries: list[tuple[Any, Any, Any, bool]] = []

@@ -36,7 +36,7 @@ def scenario() -> CoreHarness:
     return h
 
 
-def summary(shard) -> dict:  # noqa: ANN001
+def summary(shard) -> dict:
     """A JSON view of what replay determines."""
     out: dict = {"groups": {}, "offsets": {}, "configs": {}}
     for gid, g in sorted(shard.groups.items()):

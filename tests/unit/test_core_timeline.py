@@ -283,7 +283,12 @@ def test_rollback_to_any_mark_restores_the_state_at_that_mark(ops: list[tuple[st
 def test_build_member_equals_the_dataclass_constructor() -> None:
     from dataclasses import fields
 
-    from coordinator.core.model import ClassicMemberMetadata, ConsumerGroupMember, MemberState, build_member
+    from coordinator.core.model import (
+        ClassicMemberMetadata,
+        ConsumerGroupMember,
+        MemberState,
+        build_member,
+    )
 
     kwargs = dict(
         member_id="m", instance_id="i", rack_id="r", client_id="c", client_host="/h",
