@@ -4,22 +4,19 @@ fetches, the rejoin guarantee, retention expiry and topic deletion."""
 
 from __future__ import annotations
 
-import asyncio
-from dataclasses import replace
 from pathlib import Path
 
 from conftest import ServerProcess, join_request, owned
-from kip848.v1 import admin_pb2, common_pb2, offsets_pb2, offsets_pb2_grpc
+from kafka.protocol.consumer.metadata import ConsumerProtocolSubscription as KSubscription
+from kip848.v1 import (
+    admin_pb2,
+    classic_group_pb2,
+    classic_group_pb2_grpc,
+    common_pb2,
+    offsets_pb2,
+    offsets_pb2_grpc,
+)
 from kip848.v1 import consumer_group_pb2 as cg
-
-from coordinator.core import codec
-from coordinator.core import records as r
-from coordinator.core.commands import ConsumerGroupHeartbeat
-from coordinator.core.config import parse_config
-from coordinator.core.model import ClassicMemberMetadata
-from coordinator.core.topics import NewTopic
-from coordinator.runtime import CoordinatorRuntime, ManualClock
-from coordinator.runtime.store import SqliteRecordStore, StoredRecord
 
 OC = offsets_pb2.OffsetCommitRequest
 OCR = offsets_pb2.OffsetCommitResponse
@@ -128,42 +125,43 @@ def test_fetch_validates_the_member_when_asked(manual_server: ServerProcess) -> 
     assert fetch(s, OF.Group(group_id="g-ffence", member_epoch=-1)) == good
 
 
-async def _seed_classic_member(data_dir: Path) -> None:
-    """A consumer group whose member C speaks the classic protocol (as the legacy bridge
-    writes it): built in-process on the server's store, before the server starts."""
-    rt = CoordinatorRuntime(config=parse_config({}), store=SqliteRecordStore(data_dir), clock=ManualClock())
-    await rt.start()
-    await rt.create_topics([NewTopic(name="legacy", num_partitions=2)])
-    await rt.heartbeat(ConsumerGroupHeartbeat(group_id="g-classic", member_id="C", member_epoch=0,
-                                              rebalance_timeout_ms=30_000, subscribed_topic_names=("legacy",),
-                                              topic_partitions={}))
-    member = rt.shards[rt.shard_index("g-classic")].groups["g-classic"].members["C"]
-    classic = replace(member, classic_member_metadata=ClassicMemberMetadata(session_timeout_ms=45_000))
-    await rt.close()
-    store = SqliteRecordStore(data_dir)
-    key, value = codec.encode(r.member_metadata_record("g-classic", classic))
-    store.append([StoredRecord(key, value, "g-classic")], 1)
-    store.close()
+def _classic_join(s: ServerProcess, group_id: str, topics: list[str]) -> tuple[str, int]:
+    """A classic member joins a consumer group for real (JoinGroup through the legacy bridge,
+    with kafka-python's embedded subscription bytes): (member id, generation = member epoch)."""
+    stub = classic_group_pb2_grpc.ClassicGroupServiceStub(s.channel)
+    metadata = KSubscription(version=3, topics=topics, user_data=None, owned_partitions=[], generation_id=-1,
+                             rack_id=None).encode(version=3)
+
+    def join(member_id: str) -> classic_group_pb2.JoinGroupResponse:
+        return stub.JoinGroup(classic_group_pb2.JoinGroupRequest(
+            group_id=group_id, session_timeout_ms=45_000, rebalance_timeout_ms=30_000, member_id=member_id,
+            protocol_type="consumer", protocols=[classic_group_pb2.JoinGroupRequest.Protocol(name="range", metadata=metadata)],
+        ), timeout=10)
+
+    first = join("")
+    assert first.error_code == 79, first  # MEMBER_ID_REQUIRED
+    joined = join(first.member_id)
+    assert joined.error_code == 0, joined
+    return joined.member_id, joined.generation_id
 
 
-def test_classic_member_commits_with_its_generation(start_server, tmp_path: Path) -> None:
-    data = tmp_path / "data"
-    data.mkdir()
-    asyncio.run(_seed_classic_member(data))
-    s: ServerProcess = start_server(data)
-    [t] = [x.topic_id for x in s.admin.ListTopics(admin_pb2.ListTopicsRequest(), timeout=10).topics]
-    assert s.describe("g-classic").groups[0].members[0].member_type == 0
+def test_classic_member_commits_with_its_generation(manual_server: ServerProcess) -> None:
+    s = manual_server
+    t = s.create_topic("legacy", 2)
+    s.heartbeat(**join_request("g-classic", ["legacy"], member_id="K"))
+    c, generation = _classic_join(s, "g-classic", ["legacy"])
+    assert generation == 2
+    assert {x.member_id: x.member_type for x in s.describe("g-classic").groups[0].members} == {c: 0, "K": 1}
     offsets = {("legacy", 0): 1, ("legacy", 1): 2}
-    for other in (0, 2):
-        assert commit(s, "g-classic", offsets, epoch=other, member_id="C") == OCR(topics=[refused(
-            "legacy", 22, f"The received generation id {other} does not match the expected member epoch 1.", 0, 1)])
-    assert commit(s, "g-classic", offsets, epoch=1, member_id="X") == OCR(topics=[refused(
+    for other in (1, 3):
+        assert commit(s, "g-classic", offsets, epoch=other, member_id=c) == OCR(topics=[refused(
+            "legacy", 22, f"The received generation id {other} does not match the expected member epoch 2.", 0, 1)])
+    assert commit(s, "g-classic", offsets, epoch=2, member_id="X") == OCR(topics=[refused(
         "legacy", 25, "Member X is not a member of group g-classic.", 0, 1)])
-    assert commit(s, "g-classic", offsets, epoch=1, member_id="C") == OCR(topics=[committed("legacy", t, 0, 1)])
-    assert fetch(s, OF.Group(group_id="g-classic", member_id="C", member_epoch=0)).groups[0] == OFR.Group(
+    assert commit(s, "g-classic", offsets, epoch=2, member_id=c) == OCR(topics=[committed("legacy", t, 0, 1)])
+    assert fetch(s, OF.Group(group_id="g-classic", member_id=c, member_epoch=1)).groups[0] == OFR.Group(
         group_id="g-classic", error_code=22,
-        error_message="The received generation id 0 does not match the expected member epoch 1.")
-    assert s.stop() == 0
+        error_message="The received generation id 1 does not match the expected member epoch 2.")
 
 
 def test_admin_commits_only_on_an_empty_or_missing_group(manual_server: ServerProcess) -> None:
