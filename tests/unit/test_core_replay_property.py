@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -139,10 +140,18 @@ def _check_invariants(h: CoreHarness) -> None:
                     assert seen.setdefault((t, p), mid) == mid, f"{gid}: {t}-{p} targeted twice"
 
 
+def _shard_classes() -> list[type]:
+    from legacy_bridge.shard import BridgedShard  # what the server runs
+
+    return [GroupCoordinatorShard, BridgedShard]
+
+
+@pytest.mark.parametrize("shard_class", _shard_classes(), ids=lambda c: c.__name__)
 @settings(max_examples=int(__import__("os").environ.get("KIP848_PROPERTY_EXAMPLES", "150")), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(op, min_size=1, max_size=60))
-def test_replaying_emitted_records_rebuilds_identical_state(steps: list[tuple[Any, ...]]) -> None:
+def test_replaying_emitted_records_rebuilds_identical_state(shard_class: type, steps: list[tuple[Any, ...]]) -> None:
     h = CoreHarness(config=GroupCoordinatorConfig(offsets_retention_minutes=1))
+    h.shard = shard_class(config=h.config, assignors=h.assignors, ids=h.ids)
     h.create_topic("foo", 3)
     h.create_topic("bar", 2)
     for step in steps:
@@ -155,7 +164,7 @@ def test_replaying_emitted_records_rebuilds_identical_state(steps: list[tuple[An
                 assert h.shard.snapshot() == snapshot_before, f"state changed without records: {step}"
         _check_invariants(h)
 
-    fresh = GroupCoordinatorShard(config=h.config, assignors=h.assignors, ids=SequentialIds("fresh"))
+    fresh = type(h.shard)(config=h.config, assignors=h.assignors, ids=SequentialIds("fresh"))
     fresh.undo.enabled = False
     for record in h.log:
         key, value = codec.encode(record)
@@ -163,7 +172,7 @@ def test_replaying_emitted_records_rebuilds_identical_state(steps: list[tuple[An
     assert fresh.snapshot() == h.shard.snapshot()
 
     # The canonical records of the live state rebuild it too (what compaction keeps).
-    compacted = GroupCoordinatorShard(config=h.config, assignors=h.assignors, ids=SequentialIds("c"))
+    compacted = type(h.shard)(config=h.config, assignors=h.assignors, ids=SequentialIds("c"))
     for record in h.shard.records_of_state():
         compacted.replay(record)
     assert compacted.snapshot() == h.shard.snapshot()
