@@ -1,0 +1,271 @@
+"""Online migration: ``group.consumer.migration.policy`` (bidirectional, upgrade, downgrade,
+disabled) on the bridged shard, and the conversions through the runtime with write failures and
+a restart after every durable batch (MemoryRecordStore): a conversion is all or nothing."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from assignors.uniform import UniformAssignor
+from coordinator.core import codec
+from coordinator.core import records as r
+from coordinator.core.commands import ConsumerGroupHeartbeat, Pending, SequentialIds
+from coordinator.core.config import GroupCoordinatorConfig, parse_config
+from coordinator.core.errors import CoordinatorNotAvailableError, GroupIdNotFoundError
+from coordinator.core.topics import NewTopic
+from coordinator.runtime import CoordinatorRuntime, ManualClock, RuntimeState
+from coordinator.runtime.store import MemoryRecordStore, StoredRecord
+from legacy_bridge import messages as m
+from legacy_bridge.harness import ClassicHarness, subscription
+from legacy_bridge.protocol import AssignmentMessage, encode_assignment
+
+META = subscription(["foo"])
+POLICIES = ("bidirectional", "upgrade", "downgrade", "disabled")
+
+
+def asg(*ps: int) -> bytes:
+    return encode_assignment(AssignmentMessage(assigned_partitions=(("foo", ps),)))
+
+
+def classic_record(members: tuple[tuple[str, tuple[int, ...]], ...] = (("A", (0, 1)), ("B", (2, 3))),
+                   generation: int = 5) -> r.Record:
+    return r.classic_group_record("grp", r.GroupMetadataValue(
+        protocol_type="consumer", generation=generation, protocol="range" if members else None,
+        leader=members[0][0] if members else None, current_state_timestamp_ms=0,
+        members=tuple(
+            r.GroupMetadataMemberValue(member_id=x, group_instance_id=None, client_id="", client_host="",
+                                       rebalance_timeout_ms=60_000, session_timeout_ms=45_000, subscription=META,
+                                       assignment=asg(*ps))
+            for x, ps in members
+        ),
+    ))
+
+
+def harness(policy: str, record: r.Record | None = None) -> tuple[ClassicHarness, str]:
+    h = ClassicHarness(config=GroupCoordinatorConfig(consumer_migration_policy=policy))
+    foo = h.create_topic("foo", 4)
+    if record is not None:
+        h.shard.replay(record)
+        h.log.append(record)
+        h.shard.release(h.shard.mark())
+        h.timers.apply(h.shard.on_loaded(0))
+    return h, foo
+
+
+# ------------------------------------------------------------------ policy
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_upgrade_of_a_non_empty_classic_group_follows_the_policy(policy: str) -> None:
+    h, foo = harness(policy, classic_record())
+    before = (h.shard.snapshot(), list(h.log))
+    if policy in ("disabled", "downgrade"):
+        with pytest.raises(GroupIdNotFoundError) as info:
+            h.join("K", ["foo"])
+        assert info.value.message == (
+            f"Cannot upgrade classic group grp to a consumer group: group.consumer.migration.policy is {policy}.")
+        assert (h.shard.snapshot(), h.log) == before
+        assert h.shard.classic_groups["grp"].generation == 5 and "grp" not in h.shard.groups
+    else:
+        resp = h.join("K", ["foo"]).response
+        assert resp.member_epoch == 6
+        assert "grp" not in h.shard.classic_groups
+        assert {x: (y.member_epoch, dict(y.assigned_partitions)) for x, y in h.shard.groups["grp"].members.items()} == {
+            "A": (5, {foo: frozenset({0, 1})}), "B": (5, {foo: frozenset({2, 3})}), "K": (6, {})}
+    assert h.shard.snapshot() == h.replayed().snapshot()
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_empty_groups_convert_whatever_the_policy(policy: str) -> None:
+    # An empty classic group is replaced by a consumer group ...
+    h, _ = harness(policy, classic_record(members=()))
+    assert h.shard.classic_groups["grp"].state.value == "Empty"
+    assert h.join("K", ["foo"]).response.member_epoch == 1
+    assert "grp" not in h.shard.classic_groups
+    # ... and an empty consumer group by a classic group.
+    h.heartbeat(member_id="K", member_epoch=-1)
+    assert not h.shard.groups["grp"].members
+    first = h.join_group()
+    assert first.error_code == 79
+    assert isinstance(h.join_group(first.member_id), Pending)
+    assert "grp" not in h.shard.groups and h.shard.classic_groups["grp"].state.value == "PreparingRebalance"
+    assert h.shard.snapshot() == h.replayed().snapshot()
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_downgrade_when_the_last_consumer_member_leaves_follows_the_policy(policy: str) -> None:
+    # A consumer group K + two classic members (joined through JoinGroup: allowed by any policy).
+    h, _ = harness(policy)
+    assert h.join("K", ["foo"]).response.member_epoch == 1
+    ids = []
+    for _ in range(2):
+        new = h.join_group().member_id
+        joined = h.join_group(new)
+        assert (joined.error_code, joined.member_id) == (0, new)
+        ids.append(new)
+    h.heartbeat(member_id="K", member_epoch=-1)
+    if policy in ("bidirectional", "downgrade"):
+        assert "grp" not in h.shard.groups
+        group = h.shard.classic_groups["grp"]
+        assert (group.state.value, sorted(group.members), group.generation) == ("PreparingRebalance", sorted(ids), 4)
+        assert [type(x.key).__name__ for x in h.log[-1:]] == ["GroupMetadataKey"]
+    else:
+        assert "grp" not in h.shard.classic_groups
+        group = h.shard.groups["grp"]
+        assert sorted(group.members) == sorted(ids)
+        assert all(x.classic_member_metadata is not None for x in group.members.values())
+        # Still served as classic members of a consumer group.
+        epoch = group.members[ids[0]].member_epoch
+        assert h.classic_heartbeat(ids[0], epoch).error_code in (0, 27)
+    assert h.shard.snapshot() == h.replayed().snapshot()
+
+
+# ------------------------------------------------------------------ through the runtime
+
+
+def make_runtime(store: MemoryRecordStore) -> CoordinatorRuntime:
+    return CoordinatorRuntime(
+        config=parse_config({"group.coordinator.shards": "2", "group.initial.rebalance.delay.ms": "0"}),
+        store=store, clock=ManualClock(1_000_000), ids=SequentialIds(), assignors=[UniformAssignor()],
+    )
+
+
+async def started(store: MemoryRecordStore) -> CoordinatorRuntime:
+    rt = make_runtime(store)
+    await rt.start()
+    return rt
+
+
+def seed(store: MemoryRecordStore) -> None:
+    key, value = codec.encode(classic_record())
+    store.append([StoredRecord(key, value, "grp")], 1)
+
+
+def k_join() -> ConsumerGroupHeartbeat:
+    return ConsumerGroupHeartbeat(group_id="grp", member_id="K", member_epoch=0, rebalance_timeout_ms=30_000,
+                                  subscribed_topic_names=("foo",), topic_partitions={})
+
+
+def kind(rt: CoordinatorRuntime) -> str:
+    shard = rt.shards[rt.shard_index("grp")]
+    classic, consumer = "grp" in shard.classic_groups, "grp" in shard.groups
+    assert classic != consumer, "a group id is either a classic or a consumer group"
+    return "classic" if classic else "consumer"
+
+
+def join_req(member_id: str, owned: dict[str, list[int]] | None = None) -> m.JoinGroup:
+    return m.JoinGroup(group_id="grp", session_timeout_ms=45_000, rebalance_timeout_ms=60_000, member_id=member_id,
+                       protocol_type="consumer", protocols=(("range", subscription(["foo"], owned=owned)),))
+
+
+async def test_failed_conversions_leave_nothing_behind_and_restart_cleanly() -> None:
+    store = MemoryRecordStore()
+    await (await started(store)).close()  # nothing yet
+    store = store.reopen()
+    seed(store)
+    rt = await started(store)
+    await rt.create_topics([NewTopic(name="foo", num_partitions=4)])
+    classic = rt.snapshot()
+    # The upgrade's batch fails: the classic group is back in memory, and after a restart.
+    store.fail_next_appends(1)
+    with pytest.raises(CoordinatorNotAvailableError):
+        await rt.heartbeat(k_join())
+    assert (kind(rt), rt.snapshot()) == ("classic", classic)
+    await rt.close()
+    store = store.reopen()
+    rt = await started(store)
+    assert (kind(rt), rt.snapshot()) == ("classic", classic)
+    # The upgrade succeeds; the downgrade's batch fails: still the consumer group.
+    assert (await rt.heartbeat(k_join())).member_epoch == 6
+    consumer = rt.snapshot()
+    store.fail_next_appends(1)
+    with pytest.raises(CoordinatorNotAvailableError):
+        await rt.heartbeat(ConsumerGroupHeartbeat(group_id="grp", member_id="K", member_epoch=-1))
+    assert (kind(rt), rt.snapshot()) == ("consumer", consumer)
+    # A commit whose outcome is unknown: the runtime stops; the restart shows the whole
+    # downgrade (the batch was written), never half of it.
+    store.fail_next_appends(1, outcome_unknown=True)
+    with pytest.raises(CoordinatorNotAvailableError):
+        await rt.heartbeat(ConsumerGroupHeartbeat(group_id="grp", member_id="K", member_epoch=-1))
+    assert rt.state is RuntimeState.FAILED
+    await rt.close()
+    store = store.reopen()
+    rt = await started(store)
+    assert kind(rt) == "classic"
+    group = rt.shards[rt.shard_index("grp")].classic_groups["grp"]
+    assert (sorted(group.members), group.generation, group.state.value) == (["A", "B"], 7, "Stable")
+    await rt.close()
+
+
+async def test_restart_after_every_batch_of_an_upgrade_and_downgrade() -> None:
+    """Drive a full migration (classic -> consumer -> reconcile -> classic -> rebalance); after
+    every command remember the durable snapshot and the journal length; then load every journal
+    prefix that ends on a batch boundary into a fresh runtime: it must equal the snapshot taken
+    when that prefix was the whole store (so any crash point restarts into a consistent group)."""
+    store = MemoryRecordStore()
+    seed(store)
+    rt = await started(store)
+    points: dict[int, tuple[str, Any]] = {}
+
+    def mark() -> None:
+        points[store.last_offset()] = (kind(rt), rt.snapshot())
+
+    await rt.create_topics([NewTopic(name="foo", num_partitions=4)])
+    mark()
+    assert (await rt.heartbeat(k_join())).member_epoch == 6
+    mark()
+    owns = {"A": [0, 1], "B": [2, 3]}
+    for _ in range(3):  # each classic member reconciles: heartbeat -> join -> sync
+        for mid in ("A", "B"):
+            member = rt.shards[rt.shard_index("grp")].groups["grp"].members[mid]
+            hb = await rt.classic_heartbeat(m.Heartbeat(group_id="grp", generation_id=member.member_epoch, member_id=mid))
+            mark()
+            if hb.error_code == 0:
+                continue
+            joined = await rt.classic_join(join_req(mid, {"foo": owns[mid]}))
+            mark()
+            synced = await rt.classic_sync(m.SyncGroup(group_id="grp", generation_id=joined.generation_id, member_id=mid))
+            mark()
+            owns[mid] = ClassicHarness.assigned(synced).get("foo", [])
+        await rt.heartbeat(ConsumerGroupHeartbeat(group_id="grp", member_id="K", member_epoch=6, topic_partitions={}))
+        mark()
+    await rt.heartbeat(ConsumerGroupHeartbeat(group_id="grp", member_id="K", member_epoch=-1))
+    mark()
+    assert kind(rt) == "classic"
+    # The classic rebalance after the downgrade: A waits at the barrier, B completes it.
+    parked = asyncio.ensure_future(rt.classic_join(join_req("A")))
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert not parked.done()
+    jb = await rt.classic_join(join_req("B"))
+    ja = await asyncio.wait_for(parked, 5)
+    assert (ja.generation_id, jb.generation_id) == (8, 8)
+    mark()
+    leader = ja.leader
+    sync = await rt.classic_sync(m.SyncGroup(group_id="grp", generation_id=8, member_id=leader,
+                                             assignments=(("A", asg(0, 1)), ("B", asg(2, 3)))))
+    assert sync.assignment == (asg(0, 1) if leader == "A" else asg(2, 3))
+    mark()
+    await rt.close()
+    batch_sizes = list(store.batch_sizes)
+    store = store.reopen()
+    journal = list(store.journal())
+    assert len(batch_sizes) >= 8 and sum(batch_sizes) == len(journal)  # the seed is the first batch
+    boundaries = []  # the last offset of each batch: the crash points
+    for size in batch_sizes:
+        boundaries.append((boundaries[-1] if boundaries else -1) + size)
+    kinds = set()
+    for last in boundaries:
+        prefix = MemoryRecordStore()
+        for e in journal[: last + 1]:
+            prefix.append([StoredRecord(e.key, e.value, e.group_id)], e.timestamp_ms)
+        rt = await started(prefix)
+        if last in points:
+            assert (kind(rt), rt.snapshot()) == points[last], f"prefix ending at offset {last}"
+        kinds.add(kind(rt))
+        await rt.close()
+    assert kinds == {"classic", "consumer"}
+    assert set(points) <= set(boundaries)
