@@ -98,7 +98,8 @@ class BridgedShard(GroupCoordinatorShard):
             return
         if gid in self.groups:
             raise r_illegal(f"classic group {gid} written while a consumer group of that id exists")
-        if group is None:
+        if group is None or group.to_record_value() != value:
+            # Loading (or a record this group's state does not express): rebuild from the record.
             self.classic_groups[gid] = ClassicGroup.from_record(self.undo, gid, value)
         else:
             # Live: the handler built the record from this very group; keep the transient state.

@@ -195,3 +195,25 @@ def test_pending_sync_is_answered_rebalance_in_progress_when_the_group_rebalance
         error_code=27, error_message="The group is rebalancing, so a rejoin is needed.")
     assert "member-2" not in h.shard.classic_groups["grp"].members
     assert a.token in h.completions
+
+
+def test_loading_two_generations_rebuilds_the_group_from_the_last_record() -> None:
+    """Found by the simulator (classic members, coordinator restart): replaying a later
+    GroupMetadata record of a group that already exists must rebuild it from that record on
+    load; the live path (the handler built the record from this very group) keeps its transient
+    state. Before the fix the loaded group kept the first generation's members and generation."""
+    h = ClassicHarness(config=GroupCoordinatorConfig(classic_initial_rebalance_delay_ms=0))
+    h.create_topic("foo", 2)
+    first = h.join_group(instance_id="i1")
+    h.sleep(0)
+    old_id = h.completions[first.token].member_id
+    h.sync_group(old_id, 1, {old_id: asg(0, 1)})
+    again = h.join_group(instance_id="i1")  # static restart in a stable group: a second record
+    assert again.member_id != old_id and len(h.log) == 2
+    loaded = h.replayed()
+    group = loaded.classic_groups["grp"]
+    assert (group.generation, list(group.members), group.leader_id) == (1, [again.member_id], again.member_id)
+    assert group.static_members["i1"] == again.member_id
+    assert group.to_record_value() == group.durable == h.shard.classic_groups["grp"].durable
+    live = h.shard.classic_groups["grp"]
+    assert list(live.members) == [again.member_id]
