@@ -123,6 +123,7 @@ def test_online_migration_case_study() -> None:
 # ------------------------------------------------------------------ rolling upgrade and back
 
 N = 10
+ONE_REBALANCE_TICKS = 4
 
 
 class Fleet:
@@ -132,11 +133,28 @@ class Fleet:
         self.h, self.foo = h, foo
         self.classic: dict[str, dict[str, Any]] = {}  # member id -> {gen, owned, join, sync}
         self.consumer: dict[str, dict[str, Any]] = {}  # member id -> {epoch, owned}
+        self.unowned_ticks: dict[int, int] = {}  # partition -> consecutive ticks without an owner
+        self.max_unowned_ticks = 0
 
     def owned(self) -> dict[str, set[int]]:
         out = {mid: set(c["owned"]) for mid, c in self.classic.items()}
         out.update({mid: set(c["owned"]) for mid, c in self.consumer.items()})
         return out
+
+    def check_unowned_bound(self) -> None:
+        """No partition stays unowned longer than one rebalance. A tick is one heartbeat round
+        (1 s; members act in a fixed order). The worst case is an eager classic rebalance:
+        tick 1 a member hears REBALANCE_IN_PROGRESS, revokes everything and rejoins; tick 2 the
+        members ordered before it hear it too, and the last rejoin completes the barrier; tick 3
+        the JoinGroup answers arrive and the leader syncs; tick 4 the followers' SyncGroup answers
+        arrive and they own their partitions again. A KIP-848 hand-over takes two ticks (revoke
+        and acknowledge, then the new owner's heartbeat)."""
+        owned = set().union(*self.owned().values()) if self.owned() else set()
+        for p in range(N):
+            self.unowned_ticks[p] = 0 if p in owned else self.unowned_ticks.get(p, 0) + 1
+        worst = max(self.unowned_ticks.values())
+        self.max_unowned_ticks = max(self.max_unowned_ticks, worst)
+        assert worst <= ONE_REBALANCE_TICKS, f"partitions unowned for {worst} ticks: {self.unowned_ticks}"
 
     def check_no_double_ownership(self) -> None:
         seen: dict[int, str] = {}
@@ -224,6 +242,7 @@ class Fleet:
                                topic_partitions={self.foo: frozenset(c["owned"])} if c["owned"] else {})
             self._take(mid, resp)
         self.check_no_double_ownership()
+        self.check_unowned_bound()
 
     def settle(self, rounds: int = 12) -> int:
         """Tick until every partition is owned and nothing changes; returns the rounds used."""
@@ -270,4 +289,5 @@ def test_rolling_upgrade_of_five_classic_members_and_back() -> None:
     assert not fleet.consumer
     assert "grp" in h.shard.classic_groups and "grp" not in h.shard.groups
     assert h.shard.classic_groups["grp"].state.value == "Stable"
+    assert fleet.max_unowned_ticks == ONE_REBALANCE_TICKS  # the bound is reached (eager rebalances), never passed
     assert isinstance(Pending(0), Pending)
