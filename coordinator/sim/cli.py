@@ -1,7 +1,8 @@
 """``kip848 simulate``: run seeded simulations (or the exhaustive explorer) and report.
 
     kip848 simulate --seed N --steps K --members M [--partitions P] [--faults LIST|all|none]
-                    [--topics T] [--count C] [--quiet]
+                    [--topics T] [--static S] [--classic N --protocol eager|cooperative|mixed]
+                    [--count C] [--quiet]
     kip848 simulate --explore --members M --partitions P [--depth D] [--max-states S]
 
 Exit status: 0 if every invariant held, 1 on a violation (the report names the invariant, the
@@ -15,7 +16,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from .simulator import ALL_FAULTS, EXTRA_FAULTS, SimParams, Simulation, parse_faults
+from .simulator import ALL_FAULTS, CLASSIC_PROTOCOLS, EXTRA_FAULTS, SimParams, Simulation, parse_faults
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -26,6 +27,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--partitions", type=int, default=4, help="partitions per topic")
     p.add_argument("--topics", type=int, default=2)
     p.add_argument("--static", type=int, default=1, help="how many members are static")
+    p.add_argument("--classic", type=int, default=0,
+                   help="how many members (the last N) speak the classic protocol through the legacy bridge")
+    p.add_argument("--protocol", default="eager",
+                   help="rebalance protocol of the classic members: eager, cooperative or mixed (alternating)")
     p.add_argument(
         "--faults", default="all",
         help=f"comma-separated faults, 'all' or 'none' (all = {','.join(ALL_FAULTS)}; also: {','.join(EXTRA_FAULTS)})",
@@ -47,6 +52,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         faults = parse_faults(args.faults)
     except ValueError as exc:
         parser.error(str(exc))
+    if args.protocol not in CLASSIC_PROTOCOLS:
+        parser.error(f"--protocol must be one of {', '.join(CLASSIC_PROTOCOLS)}")
+    if not 0 <= args.classic <= args.members:
+        parser.error("--classic must be between 0 and --members")
     for name, value, lo in (("--steps", args.steps, 1), ("--members", args.members, 1),
                             ("--partitions", args.partitions, 1), ("--topics", args.topics, 1),
                             ("--count", args.count, 1)):
@@ -56,7 +65,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     failed = 0
     for seed in range(args.seed, args.seed + args.count):
         params = SimParams(seed=seed, steps=args.steps, members=args.members, partitions=args.partitions,
-                           topics=args.topics, faults=faults, static_members=min(args.static, args.members))
+                           topics=args.topics, faults=faults, static_members=min(args.static, args.members),
+                           classic=args.classic, protocol=args.protocol)
         summary = Simulation(params).run()
         if args.quiet:
             status = "FAIL " + summary.violation.name if summary.violation else "ok"
@@ -72,7 +82,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             worst = max(worst, summary.time_to_stable_ms)
     if args.count > 1:
         print(f"{args.count} seeds x {args.steps} steps: {failed} failed; worst time to stable "
-              f"{worst / 1000:.1f}s (bound {SimParams(steps=args.steps).liveness_bound_ms() / 1000:.1f}s)")
+              f"{worst / 1000:.1f}s (bound {SimParams(steps=args.steps, classic=args.classic).liveness_bound_ms() / 1000:.1f}s)")
     return 1 if failed else 0
 
 

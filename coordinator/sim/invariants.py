@@ -13,13 +13,27 @@ partition is given to a new member only once its previous owner has revoked it):
   *zombie*: Kafka fences zombies by member epoch (its offset commits and its next heartbeat are
   rejected), so its stale belief does not count as ownership. Zombie claims are counted, not
   failed.
+
+Classic clients (:mod:`.classic_client`) are judged the same way. Inside a consumer group a
+classic member is a member like any other. In a *classic* group (legacy bridge) a claim is live
+while the member id is in the group and the client is at the group's generation, or one behind
+when its last JoinGroup (subscription ``generation_id``) was sent from that generation — its join
+response is on the way. A client further behind (a static member that missed the rebalance, a
+member the coordinator already removed) is a zombie: the classic protocol fences it by generation
+(its Heartbeat, SyncGroup and offset commits get ILLEGAL_GENERATION / UNKNOWN_MEMBER_ID). In a
+classic group the coordinator *attributes* to a member its last assignment plus the partitions it
+reported as owned in its subscription (cooperative). Partitions of deleted or re-created topics
+are ignored for classic clients (the classic protocol names topics, not ids).
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Sequence
 
+from typing import Any
+
 from coordinator.core.group import ConsumerGroup
+from legacy_bridge.protocol import ProtocolError, decode_assignment, decode_subscription
 
 from .client import DOWN, SimClient
 
@@ -35,7 +49,63 @@ OFFSETS_FENCED = "I6-commits-only-from-owner-and-monotonic"
 SAFETY = (NO_DOUBLE_OWNERSHIP, OWNED_KNOWN_TO_COORDINATOR, EPOCHS_BOUNDED, TARGET_VALID, OFFSETS_FENCED)
 
 
-def live_claims(group: ConsumerGroup | None, clients: Iterable[SimClient]) -> tuple[list[SimClient], list[SimClient]]:
+def is_classic(c: Any) -> bool:
+    return getattr(c, "classic", False)
+
+
+def _wire_ids(tps: Any, topic_ids: dict[str, str]) -> set[tuple[str, int]]:
+    return {(topic_ids[n], p) for n, ps in tps if n in topic_ids for p in ps}
+
+
+def classic_assignment(member: Any, topic_ids: dict[str, str]) -> dict[str, frozenset[int]]:
+    return _as_owned(_wire_ids(decode_assignment(member.assignment).assigned_partitions, topic_ids)
+                     if member.assignment else set())
+
+
+def classic_claims(member: Any, topic_ids: dict[str, str]) -> dict[str, frozenset[int]]:
+    try:
+        sub = decode_subscription(member.protocols[0][1])
+    except (ProtocolError, IndexError):
+        return {}
+    return _as_owned(_wire_ids(sub.owned_partitions, topic_ids))
+
+
+def classic_join_generation(member: Any) -> int:
+    try:
+        return decode_subscription(member.protocols[0][1]).generation_id
+    except (ProtocolError, IndexError):
+        return -1
+
+
+def _as_owned(tps: set[tuple[str, int]]) -> dict[str, frozenset[int]]:
+    out: dict[str, set[int]] = {}
+    for t, p in tps:
+        out.setdefault(t, set()).add(p)
+    return {t: frozenset(ps) for t, ps in out.items()}
+
+
+def classic_attributed(classic: Any, member_id: str, topic_ids: dict[str, str]) -> set[tuple[str, int]]:
+    """What a classic group attributes to a member: its assignment and its reported claims."""
+    member = classic.members.get(member_id)
+    if member is None:
+        return set()
+    out = set()
+    for a in (classic_assignment(member, topic_ids), classic_claims(member, topic_ids)):
+        out |= {(t, p) for t, ps in a.items() for p in ps}
+    return out
+
+
+def classic_claim_live(classic: Any, c: Any) -> bool:
+    member = classic.members.get(c.member_id) if c.member_id else None
+    if member is None:
+        return False
+    gen = c.generation
+    return gen == classic.generation or (gen == classic.generation - 1 and classic_join_generation(member) == gen)
+
+
+def live_claims(
+    group: ConsumerGroup | None, clients: Iterable[SimClient], classic: Any = None
+) -> tuple[list[SimClient], list[SimClient]]:
     """(live claimants, zombie claimants) among clients that believe they own something."""
     live, zombies = [], []
     for c in clients:
@@ -43,13 +113,15 @@ def live_claims(group: ConsumerGroup | None, clients: Iterable[SimClient]) -> tu
             continue
         if group is not None and c.member_id in group.members:
             live.append(c)
+        elif group is None and classic is not None and is_classic(c) and classic_claim_live(classic, c):
+            live.append(c)
         else:
             zombies.append(c)
     return live, zombies
 
 
-def check_no_double_ownership(group: ConsumerGroup | None, clients: Sequence[SimClient]) -> list[str]:
-    live, _z = live_claims(group, clients)
+def check_no_double_ownership(group: ConsumerGroup | None, clients: Sequence[SimClient], classic: Any = None) -> list[str]:
+    live, _z = live_claims(group, clients, classic)
     seen: dict[tuple[str, int], str] = {}
     out = []
     for c in live:
@@ -63,16 +135,31 @@ def check_no_double_ownership(group: ConsumerGroup | None, clients: Sequence[Sim
     return out
 
 
-def check_owned_known(group: ConsumerGroup | None, clients: Sequence[SimClient]) -> list[str]:
+def check_owned_known(
+    group: ConsumerGroup | None, clients: Sequence[SimClient], classic: Any = None,
+    topic_ids: dict[str, str] | None = None,
+) -> list[str]:
     """A live client owns only partitions the coordinator attributes to it (assigned or pending
-    revocation): the coordinator's view of ownership must never lag behind a member's belief."""
-    if group is None:
-        return []
-    live, _z = live_claims(group, clients)
+    revocation; in a classic group: assignment or reported claims): the coordinator's view of
+    ownership must never lag behind a member's belief."""
+    live, _z = live_claims(group, clients, classic)
+    current = set((topic_ids or {}).values())
     out = []
+    if group is None:
+        if classic is None:
+            return []
+        for c in live:
+            known = classic_attributed(classic, c.member_id, topic_ids or {})
+            extra = sorted((t, p) for t, ps in c.owned.items() if t in current for p in ps if (t, p) not in known)
+            if extra:
+                out.append(f"classic {c.member_id} owns {extra} but the classic group attributes to it only "
+                           f"{sorted(known)}")
+        return out
     for c in live:
         m = group.members[c.member_id]
         for t in sorted(c.owned):
+            if is_classic(c) and t not in current:
+                continue
             known = m.assigned_partitions.get(t, frozenset()) | m.partitions_pending_revocation.get(t, frozenset())
             extra = c.owned[t] - known
             if extra:
@@ -84,9 +171,14 @@ def check_owned_known(group: ConsumerGroup | None, clients: Sequence[SimClient])
     return out
 
 
-def check_epochs(group: ConsumerGroup | None, clients: Sequence[SimClient]) -> list[str]:
+def check_epochs(group: ConsumerGroup | None, clients: Sequence[SimClient], classic: Any = None) -> list[str]:
     if group is None:
-        return []
+        if classic is None:
+            return []
+        return [f"classic client {c.member_id} believes generation {c.epoch} > generation {classic.generation}"
+                for c in clients
+                if c.phase != DOWN and is_classic(c) and c.fresh_generation and c.member_id in classic.members
+                and c.epoch > classic.generation]
     out = []
     ge = group.group_epoch
     if group.assignment_epoch > ge:
@@ -98,7 +190,11 @@ def check_epochs(group: ConsumerGroup | None, clients: Sequence[SimClient]) -> l
         if m.member_epoch > group.assignment_epoch:
             out.append(f"member {mid} epoch {m.member_epoch} > assignment epoch {group.assignment_epoch}")
     for c in clients:
-        if c.phase != DOWN and c.epoch > ge:
+        # Only members: a group deleted when empty and created again (bridge conversions) starts
+        # over, and a zombie of the old group may remember a higher epoch.
+        # A classic client may hold a generation the coordinator forgot in a restart (the join
+        # and sync phases are not written, as in Kafka) until its next request fails.
+        if c.phase != DOWN and c.member_id in group.members and c.epoch > ge and getattr(c, "fresh_generation", True):
             out.append(f"client {c.member_id} believes epoch {c.epoch} > group epoch {ge}")
     return out
 
@@ -141,17 +237,35 @@ def check_target(group: ConsumerGroup | None) -> list[str]:
     return out
 
 
+def check_classic_assignment(classic: Any, topic_ids: dict[str, str]) -> list[str]:
+    """A Stable classic group gives each partition to at most one member."""
+    if classic is None or classic.state.value != "Stable":
+        return []
+    seen: dict[tuple[str, int], str] = {}
+    out = []
+    for mid in sorted(classic.members):
+        for t, ps in sorted(classic_assignment(classic.members[mid], topic_ids).items()):
+            for p in sorted(ps):
+                if (t, p) in seen:
+                    out.append(f"classic generation {classic.generation} gives {t}-{p} to {seen[(t, p)]} and {mid}")
+                seen[(t, p)] = mid
+    return out
+
+
 def check_safety(
-    group: ConsumerGroup | None, clients: Sequence[SimClient], names: Collection[str] = SAFETY
+    group: ConsumerGroup | None, clients: Sequence[SimClient], names: Collection[str] = SAFETY, *,
+    classic: Any = None, topic_ids: dict[str, str] | None = None,
 ) -> list[tuple[str, str]]:
-    """The selected safety invariants (default: all); [(name, message)] for those that fail."""
+    """The selected safety invariants (default: all); [(name, message)] for those that fail.
+    ``classic``: the classic group of that id, if the legacy bridge holds one."""
     out: list[tuple[str, str]] = []
     if NO_DOUBLE_OWNERSHIP in names:
-        out += [(NO_DOUBLE_OWNERSHIP, m) for m in check_no_double_ownership(group, clients)]
+        out += [(NO_DOUBLE_OWNERSHIP, m) for m in check_no_double_ownership(group, clients, classic)]
     if OWNED_KNOWN_TO_COORDINATOR in names:
-        out += [(OWNED_KNOWN_TO_COORDINATOR, m) for m in check_owned_known(group, clients)]
+        out += [(OWNED_KNOWN_TO_COORDINATOR, m) for m in check_owned_known(group, clients, classic, topic_ids)]
     if EPOCHS_BOUNDED in names:
-        out += [(EPOCHS_BOUNDED, m) for m in check_epochs(group, clients)]
+        out += [(EPOCHS_BOUNDED, m) for m in check_epochs(group, clients, classic)]
     if TARGET_VALID in names:
         out += [(TARGET_VALID, m) for m in check_target(group)]
+        out += [(TARGET_VALID, m) for m in check_classic_assignment(classic, topic_ids or {})]
     return out

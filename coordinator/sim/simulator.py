@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from coordinator.core import codec
-from coordinator.core.commands import ConsumerGroupHeartbeat, Result, SequentialIds
+from coordinator.core.commands import ConsumerGroupHeartbeat, Pending, Result, SequentialIds
 from coordinator.core.config import GroupCoordinatorConfig
 from coordinator.core.errors import CoordinatorError, IllegalStateError
 from coordinator.core.group import GroupState
@@ -52,8 +52,11 @@ from coordinator.core.offsets import (
 )
 from coordinator.core.shard import GroupCoordinatorShard
 from coordinator.core.timers import TimerTable
+from legacy_bridge import messages as lm
+from legacy_bridge.harness import ClassicHarness
 
 from . import invariants as inv
+from .classic_client import COOPERATIVE, EAGER, SYNCING, ClassicClient, Meta
 from .client import DOWN, JOINING, LEAVING, MEMBER, SimClient, fmt
 
 GROUP = "grp"
@@ -71,7 +74,10 @@ ALL_FAULTS = (
     "recreate-topic",
     "assignor",
     "coordinator-restart",
+    "switch-protocol",
 )
+CLASSIC_ONLY_FAULTS = ("switch-protocol",)  # injected only when the fleet uses the classic protocol
+CLASSIC_PROTOCOLS = ("eager", "cooperative", "mixed")
 EXTRA_FAULTS = ("reorder",)
 KNOWN_FAULTS = ALL_FAULTS + EXTRA_FAULTS
 
@@ -115,6 +121,9 @@ class SimParams:
     trace_tail: int = 40
     quiet_steps_max: int = 20_000
     invariants: frozenset[str] = frozenset(inv.SAFETY)  # safety invariants checked (I4/I5 always)
+    classic: int = 0  # the last N clients speak the classic protocol (JoinGroup/SyncGroup)
+    protocol: str = "eager"  # classic clients: eager | cooperative | mixed (alternating)
+    initial_rebalance_delay_ms: int = 3_000  # group.initial.rebalance.delay.ms (classic groups)
 
     def liveness_bound_ms(self) -> int:
         """Virtual time after faults stop within which the group must be Stable with every
@@ -132,13 +141,39 @@ class SimParams:
         """
         settle = max(self.session_timeout_ms, self.rebalance_timeout_ms, self.restart_delay_max_ms)
         rounds = 4 * (self.heartbeat_interval_ms + 2 * self.max_latency_ms + self.max_revoke_ms)
-        return 2 * self.request_timeout_ms + settle + self.request_timeout_ms + self.retry_backoff_ms + rounds
+        bound = 2 * self.request_timeout_ms + settle + self.request_timeout_ms + self.retry_backoff_ms + rounds
+        if self.uses_classic():
+            bound += self.classic_extra_ms()
+        return bound
+
+    def uses_classic(self) -> bool:
+        return self.classic > 0
+
+    def classic_extra_ms(self) -> int:
+        """Classic rebalances on top of the KIP-848 bound (docs/simulation.md):
+
+        * a parked JoinGroup lost in a coordinator restart is resent after the join timeout
+          (rebalance timeout + 5 s) instead of the request timeout: + (R + 5 s - T);
+        * the first generation of an empty group waits the initial rebalance delay, re-armed
+          while members keep arriving but never beyond the rebalance timeout: + R;
+        * a rebalance may wait the join barrier (a member that does not rejoin: R) and the sync
+          barrier (a member that does not sync is removed after R, which starts one more
+          rebalance): + 2R;
+        * a cooperative hand-over needs two generations (revoke, then assign) and a mixed group
+          one more heartbeat round per classic member behind: + 4 x (H + 4L + V).
+        """
+        r = self.rebalance_timeout_ms
+        join_timeout = max(0, r + 5_000 - self.request_timeout_ms)
+        rounds = 4 * (self.heartbeat_interval_ms + 4 * self.max_latency_ms + self.max_revoke_ms)
+        return join_timeout + r + 2 * r + rounds
 
     def command(self) -> str:
         faults = ",".join(f for f in KNOWN_FAULTS if f in self.faults) or "none"
         return (
             f"kip848 simulate --seed {self.seed} --steps {self.steps} --members {self.members} "
             f"--partitions {self.partitions} --faults {faults}"
+            + (f" --topics {self.topics} --static {self.static_members} --classic {self.classic} "
+               f"--protocol {self.protocol}" if self.classic else "")
         )
 
 
@@ -198,8 +233,13 @@ class Simulation:
         config = GroupCoordinatorConfig(
             consumer_session_timeout_ms=params.session_timeout_ms,
             consumer_heartbeat_interval_ms=params.heartbeat_interval_ms,
+            classic_initial_rebalance_delay_ms=params.initial_rebalance_delay_ms,
         )
-        self.h = CoreHarness(assignors=list(assignors), config=config, ids=SequentialIds())
+        # The bridged shard: classic groups, classic members in consumer groups, upgrade and
+        # downgrade. A fleet without classic clients never creates a classic group.
+        self.h: CoreHarness = ClassicHarness(assignors=list(assignors), config=config, ids=SequentialIds())
+        self.parked: dict[int, tuple[int, int, bool]] = {}  # deferred-response token -> (client, corr, dup)
+        self.id_name: dict[str, str] = {}  # every topic id ever created -> name
         self.store: list[tuple[bytes, bytes | None]] = []  # the record store (encoded)
         self.replica = self._fresh_shard()
         self.now = 0
@@ -222,26 +262,46 @@ class Simulation:
         self.quiet_since: int | None = None
         for name in self.topic_names:
             self._create_topic(name, params.partitions)
-        self.clients: list[SimClient] = []
+        self.clients: list[Any] = []
+        self.switch_to: dict[int, Any] = {}  # client index -> the client that replaces it at restart
         for i in range(params.members):
-            # Heterogeneous subscriptions: client 0 subscribes to t0 only when there are several
-            # topics; the rest subscribe to everything.
-            topics = tuple(self.topic_names[:1]) if (i == 0 and params.topics > 1) else tuple(self.topic_names)
-            c = SimClient(
-                index=i, topics=topics, instance_id=f"inst-{i}" if i < params.static_members else None,
-                rebalance_timeout_ms=params.rebalance_timeout_ms, group_id=GROUP,
-            )
+            if i >= params.members - params.classic:
+                protocol = params.protocol if params.protocol != "mixed" else (COOPERATIVE if i % 2 else EAGER)
+                c = self._new_client(i, classic=True, protocol=protocol)
+            else:
+                c = self._new_client(i, classic=False)
             self.clients.append(c)
             self._schedule(self.rng.randint(0, params.heartbeat_interval_ms), "start", (i,))
+
+    def _new_client(self, i: int, *, classic: bool, protocol: str = EAGER, incarnation: int = 0) -> Any:
+        p = self.p
+        # Heterogeneous subscriptions: client 0 subscribes to t0 only when there are several
+        # topics; the rest subscribe to everything.
+        topics = tuple(self.topic_names[:1]) if (i == 0 and p.topics > 1) else tuple(self.topic_names)
+        instance_id = f"inst-{i}" if i < p.static_members else None
+        if classic:
+            return ClassicClient(
+                index=i, topics=topics, protocol=protocol, instance_id=instance_id,
+                rebalance_timeout_ms=p.rebalance_timeout_ms, session_timeout_ms=p.session_timeout_ms,
+                group_id=GROUP, incarnation=incarnation, heartbeat_interval_ms=p.heartbeat_interval_ms,
+            )
+        return SimClient(index=i, topics=topics, instance_id=instance_id, rebalance_timeout_ms=p.rebalance_timeout_ms,
+                         group_id=GROUP, incarnation=incarnation)
+
+    def meta(self) -> Meta:
+        """The cluster metadata as classic clients see it."""
+        return Meta(by_name={n: (t.topic_id, t.num_partitions) for n, t in self.h.registry.topics.items()},
+                    name_of=self.id_name)
 
     # ------------------------------------------------------------------ plumbing
 
     def _fresh_shard(self) -> GroupCoordinatorShard:
         h = self.h
-        return GroupCoordinatorShard(config=h.config, assignors=h.assignors, ids=h.ids, topics=h.registry.image())
+        return h.shard_class(config=h.config, assignors=h.assignors, ids=h.ids, topics=h.registry.image())
 
     def _create_topic(self, name: str, partitions: int) -> None:
         tid = self.h.create_topic(name, partitions)
+        self.id_name[tid] = name
         self.topic_label[tid] = f"{name}#{sum(1 for v in self.topic_label.values() if v.startswith(name + '#'))}"
         self.replica.set_topics(self.h.registry.image())
 
@@ -258,6 +318,20 @@ class Simulation:
         h.timers.apply(res.timers)
         h.shard.release(h.shard.mark())
         self._store_records(res.records)
+        self._route_completions(res.completions)
+
+    def _route_completions(self, completions: Sequence[tuple[int, Any]]) -> None:
+        """Deferred JoinGroup/SyncGroup responses completed by this (durable) result go to the
+        client that waits for them, with the normal response latency (and response faults)."""
+        for token, response in completions:
+            waiting = self.parked.pop(token, None)
+            if waiting is None:
+                self._log(f"completion of token {token} has no waiting request (lost)")
+                continue
+            i, corr, dup = waiting
+            self._log(f"coordinator: parked corr={corr}{' (dup)' if dup else ''} of c{i} completes -> "
+                      f"{_resp_text(response)}")
+            self._respond(i, corr, ("ok", response))
 
     def _store_records(self, records: Sequence[Any]) -> None:
         """Append to the simulated store and feed the replica (invariant I4)."""
@@ -270,6 +344,13 @@ class Simulation:
     @property
     def group(self):  # noqa: ANN201
         return self.h.shard.groups.get(GROUP)
+
+    @property
+    def classic_group(self):  # noqa: ANN201
+        return self.h.shard.classic_groups.get(GROUP)
+
+    def _topic_ids(self) -> dict[str, str]:
+        return {n: t.topic_id for n, t in self.h.registry.topics.items()}
 
     def _latency(self) -> int:
         return self.rng.randint(1, self.p.max_latency_ms)
@@ -319,8 +400,12 @@ class Simulation:
         s.virtual_ms = self.now
         s.records = len(self.store)
         g = self.group
-        s.final_state = self.h.shard.group_state(GROUP).value
-        s.final_epoch = 0 if g is None else g.group_epoch
+        cg = self.classic_group
+        if g is None and cg is not None:
+            s.final_state, s.final_epoch = cg.state.value, cg.generation
+        else:
+            s.final_state = self.h.shard.group_state(GROUP).value
+            s.final_epoch = 0 if g is None else g.group_epoch
         s.trace_digest = _digest(self.trace)
         return s
 
@@ -372,6 +457,8 @@ class Simulation:
     # ------------------------------------------------------------------ client events
 
     def _on_start(self, i: int) -> None:
+        if i in self.switch_to:
+            self.clients[i] = self.switch_to.pop(i)
         c = self.clients[i]
         c.start()
         self._log(f"c{i} starts as {c.member_id}")
@@ -383,7 +470,7 @@ class Simulation:
         """Client i commits the progress of what it owns (revoking partitions included) with its
         member epoch. Commits travel on their own connection; a lost one is simply not applied."""
         c = self.clients[i]
-        if c.phase != MEMBER:
+        if not (c.can_commit if isinstance(c, ClassicClient) else c.phase == MEMBER):
             return
         owned = [(t, p) for t, ps in c.owned.items() for p in sorted(ps)]
         c.progress = {k: v for k, v in c.progress.items() if k in set(owned)}
@@ -407,6 +494,7 @@ class Simulation:
         req = OffsetCommit(group_id=GROUP, generation_id_or_member_epoch=c.epoch, member_id=c.member_id,
                            topics=tuple(OffsetCommitTopic(topic_id=t, partitions=tuple(ps)) for t, ps in by_topic.items()))
         group = self.group
+        classic = self.classic_group
         try:
             res = self.h.shard.offset_commit(req, self.now)
         except CoordinatorError as exc:
@@ -421,7 +509,11 @@ class Simulation:
                     continue
                 key = (topic.topic_id, part.partition_index)
                 offset = c.progress[key]
-                owner = None if group is None else group.owner_of(*key)
+                if classic is not None:
+                    owner = c.member_id if key in inv.classic_attributed(
+                        classic, c.member_id, self._topic_ids()) else "nobody (classic group)"
+                else:
+                    owner = None if group is None else group.owner_of(*key)
                 if inv.OFFSETS_FENCED not in self.p.invariants:
                     pass
                 elif owner != c.member_id:
@@ -435,9 +527,17 @@ class Simulation:
     def _on_tick(self, i: int, gen: int) -> None:
         c = self.clients[i]
         self._commit_offsets(i)
+        if isinstance(c, ClassicClient):
+            actions = c.check_metadata(self.meta())
+            if actions:
+                self._log(f"c{i} (leader) sees changed metadata: rejoins")
+                self._after(i, actions)
+                if "revoke" in actions:
+                    self._arm_tick(i, c.heartbeat_interval_ms)
+                    return
         if c.can_send:
             self._send(i)
-        elif c.phase in (JOINING, MEMBER):
+        elif c.phase in (JOINING, SYNCING, MEMBER):
             self._arm_tick(i, c.heartbeat_interval_ms)
 
     def _arm_tick(self, i: int, delay: int) -> None:
@@ -450,12 +550,14 @@ class Simulation:
         c = self.clients[i]
         if not c.can_send:
             return
-        req = c.build_request()
+        classic = isinstance(c, ClassicClient)
+        req = c.build_request(self.meta()) if classic else c.build_request()
         self.corr += 1
         corr = self.corr
         c.sent(corr, req)
         self._log(f"c{i} sends {_req_text(req, self.topic_label)} corr={corr}")
-        self._schedule(self.now + self.p.request_timeout_ms, "timeout", (i, corr))
+        timeout = c.request_timeout(self.p.request_timeout_ms) if classic else self.p.request_timeout_ms
+        self._schedule(self.now + timeout, "timeout", (i, corr))
         if self._net_fault("lose-request"):
             self.summary.faults["lose-request"] += 1
             self._log(f"  fault: request corr={corr} lost")
@@ -480,28 +582,49 @@ class Simulation:
         if c.phase != LEAVING:
             self._arm_tick(i, c.heartbeat_interval_ms)
 
-    def _on_deliver(self, i: int, corr: int, req: ConsumerGroupHeartbeat, gen: int, dup: bool) -> None:
+    def _handle(self, req: Any) -> Result[Any]:
+        shard: Any = self.h.shard
+        if isinstance(req, ConsumerGroupHeartbeat):
+            return shard.consumer_group_heartbeat(req, self.now)
+        if isinstance(req, lm.JoinGroup):
+            return shard.classic_join(req, self.now)
+        if isinstance(req, lm.SyncGroup):
+            return shard.classic_sync(req, self.now)
+        if isinstance(req, lm.Heartbeat):
+            return shard.classic_heartbeat(req, self.now)
+        if isinstance(req, lm.LeaveGroup):
+            return shard.classic_leave(req, self.now)
+        raise TypeError(f"unknown request {type(req).__name__}")
+
+    def _on_deliver(self, i: int, corr: int, req: Any, gen: int, dup: bool) -> None:
         if gen != self.coord_gen:
             self._log(f"request corr={corr} from c{i} lost in a coordinator restart")
             return
         outcome: Any
         try:
-            res = self.h.shard.consumer_group_heartbeat(req, self.now)
+            res = self._handle(req)
         except CoordinatorError as exc:
             outcome = ("error", int(exc.code), exc.message)
             self._log(f"coordinator: corr={corr}{' (dup)' if dup else ''} from c{i} -> {exc.code.name}: {exc.message}")
         except IllegalStateError as exc:
             self._fail(inv.CORE_ILLEGAL_STATE, f"the core raised IllegalStateError on corr={corr}: {exc}")
         else:
-            self._commit(res)
             resp = res.response
+            if isinstance(resp, Pending):
+                self.parked[resp.token] = (i, corr, dup)
+                self._log(f"coordinator: corr={corr}{' (dup)' if dup else ''} from c{i} waits (token {resp.token}); "
+                          f"{len(res.records)} records")
+                self._commit(res)
+                return
+            self._commit(res)
             outcome = ("ok", resp)
-            a = resp.assignment
             self._log(
-                f"coordinator: corr={corr}{' (dup)' if dup else ''} from c{i} -> epoch {resp.member_epoch}"
-                + ("" if a is None else f" assigned={fmt(a.assigned, self.topic_label)} pending={fmt(a.pending, self.topic_label)}")
+                f"coordinator: corr={corr}{' (dup)' if dup else ''} from c{i} -> {_resp_text(resp, self.topic_label)}"
                 + f"; {len(res.records)} records"
             )
+        self._respond(i, corr, outcome)
+
+    def _respond(self, i: int, corr: int, outcome: tuple) -> None:
         if self._net_fault("lose-response"):
             self.summary.faults["lose-response"] += 1
             self._log(f"  fault: response corr={corr} lost")
@@ -517,7 +640,10 @@ class Simulation:
         if gen != self.coord_gen or c.inflight != corr:
             self._log(f"c{i} ignores response corr={corr} (not in flight)")
             return
-        if outcome[0] == "ok":
+        if isinstance(c, ClassicClient):
+            actions = c.on_response(outcome[1], self.meta()) if outcome[0] == "ok" else c.on_error(outcome[1])
+            c.fresh_generation = True
+        elif outcome[0] == "ok":
             actions = c.on_response(outcome[1])
         else:
             actions = c.on_error(outcome[1])
@@ -535,7 +661,7 @@ class Simulation:
                     self._log(f"  fault: c{i} revokes {fmt(c.revoking, self.topic_label)} slowly ({delay} ms)")
                 else:
                     delay = self.rng.randint(0, self.p.max_revoke_ms)
-                self._schedule(self.now + delay, "revoked", (i, c.revoke_token))
+                self._schedule(self.now + delay, "revoked", (i, c.revoke_token, delay > c.rebalance_timeout_ms))
             elif a == "send":
                 self._arm_tick(i, 0)
             elif a == "rejoin":
@@ -545,11 +671,14 @@ class Simulation:
             elif a == "fatal":
                 self._schedule(self.now + self.rng.randint(1, self.p.restart_delay_max_ms), "start", (i,))
 
-    def _on_revoked(self, i: int, token: int) -> None:
+    def _on_revoked(self, i: int, token: int, past_poll_timeout: bool = False) -> None:
         c = self.clients[i]
         if token == c.revoke_token and c.revoking:
             self._commit_offsets(i)  # commit before giving the partitions up (auto-commit on revoke)
-        actions = c.finish_revocation(token)
+        if isinstance(c, ClassicClient):
+            actions = c.finish_revocation(token, poll_timeout=past_poll_timeout)
+        else:
+            actions = c.finish_revocation(token)
         if actions:
             self._log(f"c{i} finished revoking: {c.describe(self.topic_label)}")
         self._after(i, actions)
@@ -566,7 +695,9 @@ class Simulation:
     def _inject_fault(self) -> None:
         p = self.p
         kinds = [f for f in ("crash", "static-bounce", "leave", "add-partitions", "recreate-topic", "assignor",
-                             "coordinator-restart") if f in p.faults]
+                             "coordinator-restart", "switch-protocol") if f in p.faults]
+        if not p.uses_classic():
+            kinds = [f for f in kinds if f not in CLASSIC_ONLY_FAULTS]
         if not kinds:
             return
         kind = self.rng.choice(kinds)
@@ -577,15 +708,30 @@ class Simulation:
             self._log(f"fault {kind} dropped (faults stopped)")
             return
         rng = self.rng
-        up = [c for c in self.clients if c.phase in (JOINING, MEMBER)]
-        if kind in ("crash", "leave", "static-bounce", "assignor"):
+        up = [c for c in self.clients if c.phase in (JOINING, SYNCING, MEMBER) and c.index not in self.switch_to]
+        if kind in ("crash", "leave", "static-bounce", "assignor", "switch-protocol"):
             pool = [c for c in up if c.instance_id is not None] if kind == "static-bounce" else up
             if kind == "leave":
                 pool = [c for c in up if c.instance_id is None]
+            if kind == "assignor":
+                pool = [c for c in up if not isinstance(c, ClassicClient)]
             if not pool:
                 return
             c = rng.choice(pool)
             self.summary.faults[kind] += 1
+            if kind == "switch-protocol":
+                if isinstance(c, ClassicClient):
+                    new = self._new_client(c.index, classic=False, incarnation=c.incarnation)
+                else:
+                    protocol = self.p.protocol if self.p.protocol != "mixed" else rng.choice((EAGER, COOPERATIVE))
+                    new = self._new_client(c.index, classic=True, protocol=protocol, incarnation=c.incarnation)
+                self.switch_to[c.index] = new
+                c.begin_leave(static_bounce=c.instance_id is not None)
+                self._log(f"fault: c{c.index} shuts down to restart as a "
+                          f"{'classic/' + new.protocol if isinstance(new, ClassicClient) else 'KIP-848'} client")
+                self._send(c.index)
+                self._schedule(self.now + rng.randint(1, self.p.restart_delay_max_ms), "start", (c.index,))
+                return
             if kind == "assignor":
                 name = rng.choice(self.assignor_names)
                 c.set_assignor(name)
@@ -596,7 +742,9 @@ class Simulation:
                 self._log(f"fault: c{c.index} crashes")
             else:
                 c.begin_leave(static_bounce=(kind == "static-bounce"))
-                self._log(f"fault: c{c.index} shuts down ({'-2' if c.leave_epoch == -2 else '-1'})")
+                how = ("LeaveGroup" if c.phase == LEAVING else "no LeaveGroup") if isinstance(c, ClassicClient) else (
+                    "-2" if c.leave_epoch == -2 else "-1")
+                self._log(f"fault: c{c.index} shuts down ({how})")
                 self._send(c.index)
             self._schedule(self.now + rng.randint(1, self.p.restart_delay_max_ms), "start", (c.index,))
             return
@@ -615,7 +763,10 @@ class Simulation:
             if not live:
                 return
             name = rng.choice(live)
-            self._store_records(self.h.delete_topic(name).records)  # offsets of the topic go with it
+            res = self.h.delete_topic(name)
+            self._store_records(res.records)  # offsets of the topic go with it
+            self.h.completions.clear()
+            self._route_completions(res.completions)
             self.deleted.add(name)
             self.replica.set_topics(self.h.registry.image())
             self._log(f"fault: topic {name} deleted")
@@ -643,6 +794,10 @@ class Simulation:
         self.h.timers = TimerTable()
         self.h.timers.apply(fresh.on_loaded(self.now))
         self.coord_gen += 1
+        self.parked.clear()  # parked JoinGroup/SyncGroup requests die with the process
+        for c in self.clients:  # a generation not yet written is forgotten by the reloaded coordinator
+            if isinstance(c, ClassicClient):
+                c.fresh_generation = False
         self.fifo.clear()
         self.resp_fifo.clear()
         self.summary.restarts += 1
@@ -656,16 +811,21 @@ class Simulation:
 
     def _check(self) -> None:
         group = self.group
-        failures = inv.check_safety(group, self.clients, self.p.invariants)
+        classic = self.classic_group
+        failures = inv.check_safety(group, self.clients, self.p.invariants, classic=classic, topic_ids=self._topic_ids())
         if failures:
             name = failures[0][0]
             self._fail(name, "\n".join(f"[{n}] {m}" for n, m in failures))
         live = self.h.shard.snapshot()
         replica = self.replica.snapshot()
+        for gid, cg in self.replica.classic_groups.items():  # a replayed classic group is its last record
+            if cg.durable is not None and cg.to_record_value() != cg.durable:
+                self._fail(inv.REPLAY_EQUALS_LIVE, f"the replayed classic group {gid} does not express its last "
+                           f"record: {cg.to_record_value()} != {cg.durable}")
         if live != replica:
             self._fail(inv.REPLAY_EQUALS_LIVE, "replaying the stored records does not yield the live state:\n"
                        + _diff(live, replica))
-        _l, zombies = inv.live_claims(group, self.clients)
+        _l, zombies = inv.live_claims(group, self.clients, classic)
         if zombies:
             self.summary.zombie_steps += 1
         self.summary.checks += 1
@@ -675,7 +835,8 @@ class Simulation:
 
     def _why_not_converged(self) -> str:
         group = self.group
-        if group is None:
+        classic = self.classic_group
+        if group is None and classic is None:
             return "no group"
         pending = sorted({kind for _t, _s, kind, _p in self.queue if kind in ("start", "recreate")} | {
             "delayed or stale request" for at, _s, kind, pl in self.queue
@@ -683,12 +844,25 @@ class Simulation:
         })
         if pending:
             return f"fault follow-ups still pending: {pending}"
-        if group.state() is not GroupState.STABLE:
+        if group is None:
+            if classic.state.value != "Stable":
+                return f"classic group is {classic.state.value}"
+        elif group.state() is not GroupState.STABLE:
             return f"group is {group.state().value}"
         owners: dict[tuple[str, int], list[str]] = {}
         for c in self.clients:
             if c.phase != MEMBER:
                 return f"c{c.index} is {c.phase}"
+            if isinstance(c, ClassicClient):
+                why = self._classic_not_converged(c, group, classic)
+                if why:
+                    return why
+                for t, ps in c.owned.items():
+                    for part in ps:
+                        owners.setdefault((t, part), []).append(c.member_id)
+                continue
+            if group is None:
+                return f"c{c.index} is a KIP-848 client but the group is classic"
             if c.member_id not in group.members:
                 return f"c{c.index} ({c.member_id}) is not a member"
             if c.server_assignor != group.members[c.member_id].server_assignor_name:
@@ -710,12 +884,34 @@ class Simulation:
                 continue
             for part in range(topic.num_partitions):
                 expected.add((topic.topic_id, part))
+        doubles = sorted(k for k, v in owners.items() if len(v) > 1)
+        if doubles:
+            return f"partitions owned twice {doubles[:6]}"
         missing = sorted(expected - set(owners))
         if missing:
             return f"unowned partitions {missing[:6]}"
         extra = sorted(set(owners) - expected)
         if extra:
             return f"owned partitions of no subscribed topic {extra[:6]}"
+        return ""
+
+    def _classic_not_converged(self, c: ClassicClient, group: Any, classic: Any) -> str:
+        if c.revoking or c.rejoin_needed or (c.inflight is not None and c.inflight_kind != "heartbeat"):
+            return f"c{c.index} is still rebalancing"
+        if group is not None:
+            member = group.members.get(c.member_id)
+            if member is None or member.classic_member_metadata is None:
+                return f"c{c.index} ({c.member_id}) is not a classic member of the consumer group"
+            if not c.generation == member.member_epoch == group.group_epoch:
+                return (f"c{c.index} at generation {c.generation}, member epoch {member.member_epoch}, "
+                        f"group epoch {group.group_epoch}")
+            if member.state.name != "STABLE":
+                return f"c{c.index} is {member.state.name} at the coordinator"
+            return ""
+        if c.member_id not in classic.members:
+            return f"c{c.index} ({c.member_id}) is not a member of the classic group"
+        if c.generation != classic.generation:
+            return f"c{c.index} at generation {c.generation}, classic group at {classic.generation}"
         return ""
 
     def _fail(self, name: str, message: str) -> None:
@@ -736,8 +932,20 @@ class Simulation:
             lines.append("  " + c.describe(self.topic_label))
         g = self.group
         lines.append("coordinator:")
+        cg = self.classic_group
+        if cg is not None:
+            lines.append(f"  classic group: state={cg.state.value} generation={cg.generation} "
+                         f"protocol={cg.protocol_name} leader={cg.leader_id}")
+            ids = self._topic_ids()
+            for mid in sorted(cg.members):
+                x = cg.members[mid]
+                lines.append(f"  {mid}: assignment={fmt(inv.classic_assignment(x, ids), self.topic_label)} "
+                             f"claims={fmt(inv.classic_claims(x, ids), self.topic_label)} "
+                             f"joined-at-gen={inv.classic_join_generation(x)} "
+                             f"{'waits-join ' if x.join_token is not None else ''}"
+                             f"{'waits-sync' if x.sync_token is not None else ''}")
         if g is None:
-            lines.append("  no group")
+            lines.append("  no consumer group")
         else:
             lines.append(f"  state={g.state().value} group_epoch={g.group_epoch} assignment_epoch={g.assignment_epoch}")
             for mid in sorted(g.members):
@@ -757,13 +965,46 @@ class Simulation:
         return "\n".join(lines)
 
 
-def _req_text(req: ConsumerGroupHeartbeat, names: dict[str, str]) -> str:
+def _req_text(req: Any, names: dict[str, str]) -> str:
+    if isinstance(req, lm.JoinGroup):
+        from legacy_bridge.protocol import decode_subscription
+
+        sub = decode_subscription(req.protocols[0][1])
+        return (f"JoinGroup(member={req.member_id or '-'} protocols={[n for n, _m in req.protocols]} "
+                f"gen={sub.generation_id} owned={dict(sub.owned_partitions)})")
+    if isinstance(req, lm.SyncGroup):
+        return f"SyncGroup(gen={req.generation_id} assignments={len(req.assignments)})"
+    if isinstance(req, lm.Heartbeat):
+        return f"Heartbeat(gen={req.generation_id})"
+    if isinstance(req, lm.LeaveGroup):
+        return f"LeaveGroup({[x.member_id for x in req.members]})"
     parts = [f"epoch={req.member_epoch}"]
     if req.topic_partitions is not None:
         parts.append(f"owned={fmt(req.topic_partitions, names)}")
     if req.server_assignor is not None:
         parts.append(f"assignor={req.server_assignor}")
     return "heartbeat(" + " ".join(parts) + ")"
+
+
+def _resp_text(resp: Any, names: dict[str, str] | None = None) -> str:
+    code = getattr(resp, "error_code", 0)
+    if isinstance(resp, lm.JoinGroupResponse):
+        if code:
+            return f"JoinGroup error {code} member={resp.member_id}"
+        return (f"JoinGroup gen={resp.generation_id} member={resp.member_id} protocol={resp.protocol_name} "
+                f"leader={resp.leader or '-'} members={len(resp.members)}")
+    if isinstance(resp, lm.SyncGroupResponse):
+        if code:
+            return f"SyncGroup error {code}"
+        from legacy_bridge.protocol import decode_assignment
+
+        a = decode_assignment(resp.assignment).assigned_partitions if resp.assignment else ()
+        return f"SyncGroup assignment={dict(a)}"
+    if isinstance(resp, (lm.HeartbeatResponse, lm.LeaveGroupResponse)):
+        return f"{type(resp).__name__} error {code}"
+    a = resp.assignment
+    return f"epoch {resp.member_epoch}" + (
+        "" if a is None else f" assigned={fmt(a.assigned, names)} pending={fmt(a.pending, names)}")
 
 
 def _digest(trace: list[str]) -> str:
