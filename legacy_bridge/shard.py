@@ -905,7 +905,9 @@ class BridgedShard(GroupCoordinatorShard):
             )
         decoded: list[tuple[ClassicMember, Subscription, AssignmentMessage]] = []
         for x in group.members.values():
-            metadata = x.metadata(group.protocol_name) if group.protocol_name else x.protocols[0][1]
+            # A member that joined during a rebalance may not list the protocol voted at the
+            # last generation: read its own (every consumer protocol carries the same subscription).
+            metadata = (x.metadata(group.protocol_name) if group.protocol_name else b"") or x.protocols[0][1]
             try:
                 sub = decode_subscription(metadata)
                 assignment = decode_assignment(x.assignment) if x.assignment else AssignmentMessage()

@@ -269,3 +269,25 @@ async def test_restart_after_every_batch_of_an_upgrade_and_downgrade() -> None:
         await rt.close()
     assert kinds == {"classic", "consumer"}
     assert set(points) <= set(boundaries)
+
+
+def test_upgrade_during_a_rebalance_reads_a_new_members_own_protocol() -> None:
+    """Found by the simulator (mixed fleet, seed 1010): while a rebalance is in progress the
+    group's protocol is still the one voted at the last generation; a member that joined since
+    and does not list it has no metadata under that name. The upgrade must read its own
+    subscription instead of failing with INVALID_REQUEST."""
+    h = ClassicHarness(config=GroupCoordinatorConfig(classic_initial_rebalance_delay_ms=0))
+    foo = h.create_topic("foo", 2)
+    meta = subscription(["foo"])
+    first = h.join_group(instance_id="a", protocols=(("cooperative-sticky", meta), ("range", meta)))
+    h.sleep(0)
+    a = h.completions[first.token].member_id
+    h.sync_group(a, 1, {a: asg(0, 1)})
+    assert h.shard.classic_groups["grp"].protocol_name == "cooperative-sticky"
+    pending = h.join_group(instance_id="b", protocols=(("range", meta),))  # rebalance starts
+    assert isinstance(pending, Pending)
+    resp = h.join("K", ["foo"]).response  # a KIP-848 member upgrades the group now
+    assert resp.member_epoch > 0
+    g = h.shard.groups["grp"]
+    assert sorted(g.members) == sorted([a, "K", *(mid for mid in g.members if mid.startswith("b-"))])
+    assert g.members[a].assigned_partitions == {foo: frozenset({0, 1})}
