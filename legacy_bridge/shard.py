@@ -398,8 +398,8 @@ class BridgedShard(GroupCoordinatorShard):
             group.set("leader_id", joined[0].member_id if joined else None)
         group.set("generation", group.generation + 1)
         if not group.members:
+            # Kafka's initNextGeneration: the protocol name goes, the protocol type stays.
             group.set("protocol_name", None)
-            group.set("protocol_type", None)
             group.transition(S.EMPTY, now_ms)
             self._emit(result, r.classic_group_record(gid, group.to_record_value()))
             log.info("[GroupId %s] Generation %d is empty.", gid, group.generation)

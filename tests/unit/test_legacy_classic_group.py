@@ -113,7 +113,7 @@ def test_members_that_do_not_rejoin_are_removed_after_the_rebalance_timeout() ->
     h.sleep(10_000)
     assert h.shard.classic_groups["grp"].state.value == "Empty"
     assert h.log[-1] == r.classic_group_record("grp", r.GroupMetadataValue(
-        protocol_type="", generation=3, protocol=None, leader=None, current_state_timestamp_ms=h.now_ms, members=()))
+        protocol_type="consumer", generation=3, protocol=None, leader=None, current_state_timestamp_ms=h.now_ms, members=()))
     assert h.shard.snapshot() == h.replayed().snapshot()
 
 
