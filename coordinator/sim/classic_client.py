@@ -166,6 +166,7 @@ class ClassicClient:
     index: int
     topics: tuple[str, ...]
     protocol: str = EAGER
+    also_cooperative_sticky: bool = False  # an eager client that also offers cooperative-sticky
     instance_id: str | None = None
     rebalance_timeout_ms: int = 20_000
     session_timeout_ms: int = 45_000
@@ -260,6 +261,11 @@ class ClassicClient:
         data = self.metadata(meta)
         if self.protocol == COOPERATIVE:
             return ((COOPERATIVE_STICKY, data), (RANGE, data))
+        if self.also_cooperative_sticky:
+            # Kafka's documented first step of an eager -> cooperative upgrade: eager clients list
+            # both assignors (they still rebalance eagerly), so a group whose members were reloaded
+            # with only their chosen protocol (cooperative-sticky) still accepts them.
+            return ((RANGE, data), (COOPERATIVE_STICKY, data))
         return ((RANGE, data),)
 
     def build_request(self, meta: Meta) -> Any:
@@ -399,6 +405,25 @@ class ClassicClient:
             return []
         return []
 
+    def on_commit_error(self, code: int) -> list[str]:
+        """An OffsetCommit answered UNKNOWN_MEMBER_ID or ILLEGAL_GENERATION: Kafka's
+        ``resetGenerationOnResponseError`` — the generation (and, for an unknown member, the
+        member id) is reset and the partitions are lost; the client rejoins. Other commit errors
+        are retried with the next commit."""
+        code = ErrorCode(code)
+        if code not in (ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.ILLEGAL_GENERATION) or self.phase in (DOWN, LEAVING):
+            return []
+        if code == ErrorCode.UNKNOWN_MEMBER_ID and self.inflight is None:
+            self.member_id = ""
+        self.generation = -1
+        self._lose()
+        if self.inflight is not None:
+            return []  # the request in flight completes first; the next one rejoins
+        self.phase = JOINING
+        self.join_response = None
+        self.assigned_snapshot = None
+        return ["rejoin"]
+
     def on_error(self, code: int, resp: Any = None) -> list[str]:
         self.inflight = None
         if self.phase == LEAVING:
@@ -424,7 +449,9 @@ class ClassicClient:
             self.join_response = None
             self.assigned_snapshot = None
             return ["rejoin"]
-        if code == ErrorCode.FENCED_INSTANCE_ID:
+        if code in (ErrorCode.FENCED_INSTANCE_ID, ErrorCode.INCONSISTENT_GROUP_PROTOCOL):
+            # Fatal in Kafka's client (the application gets the exception and stops); the
+            # simulated process restarts later.
             self.crash()
             return ["fatal"]
         if code in (ErrorCode.UNKNOWN_SERVER_ERROR, ErrorCode.COORDINATOR_NOT_AVAILABLE,

@@ -44,6 +44,7 @@ TARGET_VALID = "I3-target-assigns-each-partition-once-to-a-subscriber"
 REPLAY_EQUALS_LIVE = "I4-replay-yields-live-state"
 LIVENESS = "I5-liveness-stable-after-faults-stop"
 CORE_ILLEGAL_STATE = "core-illegal-state"
+CLIENT_MODEL = "client-got-an-impossible-answer"
 OFFSETS_FENCED = "I6-commits-only-from-owner-and-monotonic"
 
 SAFETY = (NO_DOUBLE_OWNERSHIP, OWNED_KNOWN_TO_COORDINATOR, EPOCHS_BOUNDED, TARGET_VALID, OFFSETS_FENCED)

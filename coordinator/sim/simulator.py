@@ -57,7 +57,7 @@ from legacy_bridge.harness import ClassicHarness
 
 from . import invariants as inv
 from .classic_client import COOPERATIVE, EAGER, SYNCING, ClassicClient, Meta
-from .client import DOWN, JOINING, LEAVING, MEMBER, SimClient, fmt
+from .client import ClientModelError, DOWN, JOINING, LEAVING, MEMBER, SimClient, fmt
 
 GROUP = "grp"
 
@@ -282,6 +282,7 @@ class Simulation:
         if classic:
             return ClassicClient(
                 index=i, topics=topics, protocol=protocol, instance_id=instance_id,
+                also_cooperative_sticky=(p.protocol == "mixed"),
                 rebalance_timeout_ms=p.rebalance_timeout_ms, session_timeout_ms=p.session_timeout_ms,
                 group_id=GROUP, incarnation=incarnation, heartbeat_interval_ms=p.heartbeat_interval_ms,
             )
@@ -389,7 +390,11 @@ class Simulation:
                     quiet_steps += 1
                     if quiet_steps > p.quiet_steps_max:
                         self._fail(inv.LIVENESS, f"no convergence within {p.quiet_steps_max} quiet steps")
-                if not self._next_step():
+                try:
+                    progressed = self._next_step()
+                except ClientModelError as exc:  # an answer no correct client can get
+                    self._fail(inv.CLIENT_MODEL, str(exc))
+                if not progressed:
                     self._fail(inv.LIVENESS, "event queue ran dry")
                 if self.faults_on:
                     s.fault_steps += 1
@@ -500,6 +505,8 @@ class Simulation:
         except CoordinatorError as exc:
             self.summary.events["commit-rejected"] += 1
             self._log(f"c{i} commit at epoch {c.epoch} rejected: {exc.code.name}")
+            if getattr(c, "classic", False):
+                self._after(i, c.on_commit_error(int(exc.code)))
             return
         self._commit(res)
         self.summary.events["commit"] += 1
