@@ -45,6 +45,7 @@ from coordinator.core.model import (
     ConsumerGroupMember,
     MemberState,
     assignment_minus,
+    assignment_union,
 )
 from coordinator.core.shard import SESSION, GroupCoordinatorShard
 from coordinator.core.timers import REBALANCE, ArmTimer, CancelTimer, DueTimer, TimerOp
@@ -931,9 +932,16 @@ class BridgedShard(GroupCoordinatorShard):
         else:
             del self.classic_groups[gid]
         taken: set[tuple[str, int]] = set()
+        assigned = {x.member_id: self._topic_ids(a.assigned_partitions, taken) for x, _s, a in decoded}
+        # A cooperative member may still own partitions its last assignment dropped (it is
+        # revoking them; the leader held them back from everyone). They stay its own, pending
+        # revocation, so they are not handed out before it lets go. Kafka takes only the
+        # assignment here, and then an upgrade during a cooperative rebalance can give such a
+        # partition to a new member while its owner still has it (found by the simulator).
+        revoking = {x.member_id: self._topic_ids(sub.owned_partitions, taken) for x, sub, _a in decoded}
         members = []
-        for x, sub, assignment in decoded:
-            owned = self._topic_ids(assignment.assigned_partitions, taken)
+        for x, sub, _assignment in decoded:
+            owned = assigned[x.member_id]
             member = ConsumerGroupMember(
                 member_id=x.member_id,
                 instance_id=x.group_instance_id,
@@ -947,7 +955,9 @@ class BridgedShard(GroupCoordinatorShard):
                 ),
                 member_epoch=epoch,
                 previous_member_epoch=epoch - 1 if epoch > 0 else 0,
+                state=MemberState.UNREVOKED_PARTITIONS if revoking[x.member_id] else MemberState.STABLE,
                 assigned_partitions=owned,
+                partitions_pending_revocation=revoking[x.member_id],
             )
             members.append(member)
             self._emit(result, r.member_metadata_record(gid, member))
@@ -978,7 +988,14 @@ class BridgedShard(GroupCoordinatorShard):
             return
         gid = group.group_id
         members = [group.members[mid] for mid in sorted(group.members)]
-        targets = {x.member_id: group.target_of(x.member_id) for x in members}
+        # Each member keeps what it may still own: its assigned partitions plus those it has not
+        # finished revoking (disjoint across members by the ownership invariant). Kafka writes the
+        # *target* here; then a partition a member still holds but is targeted elsewhere looks
+        # free, and an upgrade right after (before the classic rebalance completes) hands it to
+        # someone else while its owner still has it (found by the simulator, seed 5094).
+        owned = {
+            x.member_id: assignment_union(x.assigned_partitions, x.partitions_pending_revocation) for x in members
+        }
         generation = group.group_epoch
         for x in members:
             self._remove_member_records(result, gid, x.member_id)
@@ -1002,7 +1019,7 @@ class BridgedShard(GroupCoordinatorShard):
                 session_timeout_ms=c.session_timeout_ms,
                 protocol_type=CONSUMER_PROTOCOL_TYPE,
                 protocols=c.supported_protocols,
-                assignment=self._encode_member_assignment(_with(x, assigned_partitions=targets[x.member_id])),
+                assignment=self._encode_member_assignment(_with(x, assigned_partitions=owned[x.member_id])),
             ))
         classic.protocol_type = CONSUMER_PROTOCOL_TYPE
         classic.generation = generation

@@ -137,3 +137,28 @@ def test_broken_bridge_that_forgets_owned_partitions_is_caught(monkeypatch: pyte
             break
     assert caught is not None
     assert caught.name in (inv.NO_DOUBLE_OWNERSHIP, inv.OWNED_KNOWN_TO_COORDINATOR, inv.OFFSETS_FENCED)
+
+
+@pytest.mark.parametrize(
+    ("seed", "protocol", "why"),
+    [
+        # Bridge: a downgrade wrote each member's *target* as its classic assignment, so a
+        # partition still held elsewhere looked free to an upgrade right after.
+        (5094, "cooperative", "downgrade keeps current ownership"),
+        # Bridge: an upgrade during a cooperative rebalance dropped partitions a member was still
+        # revoking (in nobody's classic assignment), and handed them to a new member.
+        (5034, "cooperative", "upgrade keeps partitions being revoked"),
+        (5092, "cooperative", "upgrade keeps partitions being revoked"),
+    ],
+)
+def test_regression_seeds_for_bridge_bugs(seed: int, protocol: str, why: str) -> None:
+    """Soak seeds that found the bridge bugs above (all faults, 3 classic members)."""
+    _ok(SimParams(seed=seed, steps=400, members=3, classic=3, protocol=protocol, faults=frozenset(ALL_FAULTS)))
+
+
+@pytest.mark.parametrize("seed", [1010, 1049])
+def test_regression_seeds_for_classic_client_model(seed: int) -> None:
+    """Mixed fleets: a classic client fenced through a rejected commit must reset (Kafka's
+    resetGenerationOnResponseError) instead of rejoining with its old id and old partitions
+    (1010); eager clients of a mixed fleet offer cooperative-sticky too (1049)."""
+    _ok(SimParams(seed=seed, steps=400, members=4, classic=2, protocol="mixed", faults=frozenset(ALL_FAULTS)))
