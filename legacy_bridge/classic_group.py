@@ -61,20 +61,20 @@ class ClassicMember:
 class ClassicGroup:
     __slots__ = (
         "_log",
-        "group_id",
-        "state",
-        "previous_state",
-        "protocol_type",
-        "protocol_name",
+        "durable",
         "generation",
+        "group_id",
         "leader_id",
         "members",
-        "static_members",
+        "new_member_added",
         "pending_members",
         "pending_sync",
-        "new_member_added",
+        "previous_state",
+        "protocol_name",
+        "protocol_type",
+        "state",
         "state_timestamp_ms",
-        "durable",
+        "static_members",
     )
 
     def __init__(self, log: UndoLog, group_id: str) -> None:

@@ -22,14 +22,14 @@ from dataclasses import dataclass
 __all__ = [
     "CONSUMER_PROTOCOL_TYPE",
     "LATEST_VERSION",
+    "AssignmentMessage",
     "ProtocolError",
     "Subscription",
-    "AssignmentMessage",
-    "encode_subscription",
+    "TopicPartitionList",
+    "decode_assignment",
     "decode_subscription",
     "encode_assignment",
-    "decode_assignment",
-    "TopicPartitionList",
+    "encode_subscription",
 ]
 
 CONSUMER_PROTOCOL_TYPE = "consumer"

@@ -34,7 +34,6 @@ from enum import Enum
 from typing import Any, TypeVar
 
 from coordinator.core import codec
-from legacy_bridge.shard import BridgedShard
 from coordinator.core.commands import (
     ConsumerGroupHeartbeat,
     ConsumerGroupHeartbeatResponse,
@@ -60,6 +59,7 @@ from coordinator.core.records import ConsumerGroupMetadataKey, OffsetCommitKey
 from coordinator.core.shard import GroupCoordinatorShard, GroupDescription
 from coordinator.core.timers import ArmTimer, DueTimer, TimerOp, TimerTable
 from coordinator.core.topics import NewTopic, TopicRegistry, TopicResult
+from legacy_bridge.shard import BridgedShard
 
 from .assignors import make_assignors
 from .clock import ManualClock, SystemClock

@@ -16,7 +16,14 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from .simulator import ALL_FAULTS, CLASSIC_PROTOCOLS, EXTRA_FAULTS, SimParams, Simulation, parse_faults
+from .simulator import (
+    ALL_FAULTS,
+    CLASSIC_PROTOCOLS,
+    EXTRA_FAULTS,
+    SimParams,
+    Simulation,
+    parse_faults,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -41,7 +41,7 @@ from coordinator.core.timers import ArmTimer, CancelTimer, DueTimer
 from coordinator.core.topics import NewTopic, TopicRegistry
 
 from . import invariants as inv
-from .client import JOINING, SimClient, fmt
+from .client import SimClient, fmt
 
 GROUP = "grp"
 

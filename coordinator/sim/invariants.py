@@ -29,7 +29,6 @@ are ignored for classic clients (the classic protocol names topics, not ids).
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Sequence
-
 from typing import Any
 
 from coordinator.core.group import ConsumerGroup
@@ -112,9 +111,7 @@ def live_claims(
     for c in clients:
         if c.phase == DOWN or not c.owned:
             continue
-        if group is not None and c.member_id in group.members:
-            live.append(c)
-        elif group is None and classic is not None and is_classic(c) and classic_claim_live(classic, c):
+        if group is not None and c.member_id in group.members or group is None and classic is not None and is_classic(c) and classic_claim_live(classic, c):
             live.append(c)
         else:
             zombies.append(c)

@@ -57,7 +57,7 @@ from legacy_bridge.harness import ClassicHarness
 
 from . import invariants as inv
 from .classic_client import COOPERATIVE, EAGER, SYNCING, ClassicClient, Meta
-from .client import ClientModelError, DOWN, JOINING, LEAVING, MEMBER, SimClient, fmt
+from .client import DOWN, JOINING, LEAVING, MEMBER, ClientModelError, SimClient, fmt
 
 GROUP = "grp"
 
@@ -343,11 +343,11 @@ class Simulation:
         self.replica.release(self.replica.mark())
 
     @property
-    def group(self):  # noqa: ANN201
+    def group(self):
         return self.h.shard.groups.get(GROUP)
 
     @property
-    def classic_group(self):  # noqa: ANN201
+    def classic_group(self):
         return self.h.shard.classic_groups.get(GROUP)
 
     def _topic_ids(self) -> dict[str, str]:
@@ -452,7 +452,7 @@ class Simulation:
             return self.clients[payload[0]].inflight != payload[1]
         return False
 
-    def _guard(self, fn):  # noqa: ANN001, ANN202
+    def _guard(self, fn):
         try:
             return fn()
         except IllegalStateError as exc:

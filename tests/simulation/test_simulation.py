@@ -9,9 +9,16 @@ import pytest
 from coordinator.core import reconciliation
 from coordinator.sim import invariants as inv
 from coordinator.sim.cli import main
-from coordinator.sim.simulator import ALL_FAULTS, CLASSIC_ONLY_FAULTS, SimParams, Simulation, parse_faults, simulate
+from coordinator.sim.simulator import (
+    ALL_FAULTS,
+    CLASSIC_ONLY_FAULTS,
+    SimParams,
+    Simulation,
+    parse_faults,
+    simulate,
+)
 
-FAST_SEEDS = range(0, 30)
+FAST_SEEDS = range(30)
 
 
 def _ok(params: SimParams) -> None:
