@@ -528,17 +528,8 @@ class BridgedShard(GroupCoordinatorShard):
         out = []
         for ident in req.members:
             try:
-                if ident.group_instance_id is not None:
-                    owner = group.static_members.get(ident.group_instance_id)
-                    if owner is None:
-                        raise UnknownMemberIdError(f"Instance id {ident.group_instance_id} is unknown.")
-                    if ident.member_id and ident.member_id != owner:
-                        raise FencedInstanceIdError(
-                            f"Static member {ident.member_id} with instance id {ident.group_instance_id} was fenced by member {owner}."
-                        )
-                    member_id = owner
-                else:
-                    member_id = ident.member_id
+                member_id = _leaving_member_id(group.static_members, ident)
+                if ident.group_instance_id is None:
                     if member_id in group.pending_members:
                         del group.pending_members[member_id]
                         result.timers.append(CancelTimer((CLASSIC_PENDING, gid, member_id)))
@@ -815,17 +806,7 @@ class BridgedShard(GroupCoordinatorShard):
         leaving: list[ConsumerGroupMember] = []
         for ident in req.members:
             try:
-                if ident.group_instance_id is not None:
-                    owner = group.static_members.get(ident.group_instance_id)
-                    if owner is None:
-                        raise UnknownMemberIdError(f"Instance id {ident.group_instance_id} is unknown.")
-                    if ident.member_id and ident.member_id != owner:
-                        raise FencedInstanceIdError(
-                            f"Static member {ident.member_id} with instance id {ident.group_instance_id} was fenced by member {owner}."
-                        )
-                    member_id = owner
-                else:
-                    member_id = ident.member_id
+                member_id = _leaving_member_id(group.static_members, ident)
                 member = self._classic_member_of(group, member_id, None)
                 if member in leaving:
                     raise UnknownMemberIdError(f"Member {member_id} is listed twice.")
@@ -1130,6 +1111,21 @@ class BridgedShard(GroupCoordinatorShard):
             if self.classic_groups[gid].durable is not None
         ]
         return out + super().records_of_state()
+
+
+def _leaving_member_id(static_members: Any, ident: m.LeaveMember) -> str:
+    """The member a LeaveGroup entry names: by instance id (which must be known and, if a member
+    id is given too, owned by it) or by member id."""
+    if ident.group_instance_id is None:
+        return ident.member_id
+    owner = static_members.get(ident.group_instance_id)
+    if owner is None:
+        raise UnknownMemberIdError(f"Instance id {ident.group_instance_id} is unknown.")
+    if ident.member_id and ident.member_id != owner:
+        raise FencedInstanceIdError(
+            f"Static member {ident.member_id} with instance id {ident.group_instance_id} was fenced by member {owner}."
+        )
+    return owner
 
 
 def _fields(x: Any) -> dict[str, Any]:
