@@ -472,14 +472,7 @@ class BridgedShard(GroupCoordinatorShard):
         )
 
     def _validate_classic_member(self, group: ClassicGroup, member_id: str, instance_id: str | None) -> ClassicMember:
-        if instance_id is not None:
-            owner = group.static_members.get(instance_id)
-            if owner is None:
-                raise UnknownMemberIdError(f"Instance id {instance_id} is unknown in group {group.group_id}.")
-            if owner != member_id:
-                raise FencedInstanceIdError(
-                    f"Static member {member_id} with instance id {instance_id} was fenced by member {owner}."
-                )
+        _check_static_owner(group.static_members, group.group_id, member_id, instance_id)
         member = group.members.get(member_id)
         if member is None:
             raise UnknownMemberIdError(f"Member {member_id} is not a member of group {group.group_id}.")
@@ -634,14 +627,7 @@ class BridgedShard(GroupCoordinatorShard):
     # ================================================================== classic members in consumer groups
 
     def _classic_member_of(self, group: ConsumerGroup, member_id: str, instance_id: str | None) -> ConsumerGroupMember:
-        if instance_id is not None:
-            owner = group.static_members.get(instance_id)
-            if owner is None:
-                raise UnknownMemberIdError(f"Instance id {instance_id} is unknown in group {group.group_id}.")
-            if owner != member_id:
-                raise FencedInstanceIdError(
-                    f"Static member {member_id} with instance id {instance_id} was fenced by member {owner}."
-                )
+        _check_static_owner(group.static_members, group.group_id, member_id, instance_id)
         member = group.members.get(member_id)
         if member is None:
             raise UnknownMemberIdError(f"Member {member_id} is not a member of group {group.group_id}.")
@@ -1111,6 +1097,19 @@ class BridgedShard(GroupCoordinatorShard):
             if self.classic_groups[gid].durable is not None
         ]
         return out + super().records_of_state()
+
+
+def _check_static_owner(static_members: Any, group_id: str, member_id: str, instance_id: str | None) -> None:
+    """A request naming an instance id must come from the member that owns it."""
+    if instance_id is None:
+        return
+    owner = static_members.get(instance_id)
+    if owner is None:
+        raise UnknownMemberIdError(f"Instance id {instance_id} is unknown in group {group_id}.")
+    if owner != member_id:
+        raise FencedInstanceIdError(
+            f"Static member {member_id} with instance id {instance_id} was fenced by member {owner}."
+        )
 
 
 def _leaving_member_id(static_members: Any, ident: m.LeaveMember) -> str:
