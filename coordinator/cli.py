@@ -16,7 +16,6 @@ configuration error.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import logging
 import sys
@@ -101,6 +100,7 @@ def _add_config_flags(p: argparse.ArgumentParser) -> None:
 def cmd_serve(args: argparse.Namespace) -> int:
     from coordinator.runtime.store import SqliteRecordStore, StoreError
     from coordinator.server.app import ServeOptions, make_runtime, serve, split_listen
+    from coordinator.server.loop import run as run_loop
 
     config = build_config(args.config_file, args.set)
     try:
@@ -111,6 +111,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise UsageError("--max-message-bytes must be >= 1024")
     if args.journal_retention_ms is not None and args.journal_retention_ms < 0:
         raise UsageError("--journal-retention-ms must be >= 0")
+    if not 1 <= args.grpc_processes <= MAX_GRPC_PROCESSES:
+        raise UsageError(f"--grpc-processes must be 1..{MAX_GRPC_PROCESSES}, got {args.grpc_processes}")
     logging.basicConfig(
         level=getattr(logging, args.log_level.upper()),
         stream=sys.stderr,
@@ -123,8 +125,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"kip848 serve: cannot open the store in {args.data_dir}: {exc}", file=sys.stderr)
         return 1
     runtime = make_runtime(config, store, args.clock)
-    options = ServeOptions(listen=args.listen, clock=args.clock, max_message_bytes=args.max_message_bytes)
-    return asyncio.run(serve(runtime, options))
+    options = ServeOptions(
+        listen=args.listen, clock=args.clock, max_message_bytes=args.max_message_bytes,
+        grpc_processes=args.grpc_processes, event_loop=args.event_loop, log_level=args.log_level,
+    )
+    return run_loop(serve(runtime, options), args.event_loop)
 
 
 # ---------------------------------------------------------------- output helpers
@@ -1019,6 +1024,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------- parser
 
 
+MAX_GRPC_PROCESSES = 64
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kip848", description="A KIP-848 consumer group coordinator over gRPC.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -1032,6 +1040,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--journal-retention-ms", type=int, default=None, metavar="MS", help="journal retention (default: keep)")
     p.add_argument("--sync", choices=("full", "normal"), default="full", help="SQLite durability (full: fsync per batch)")
     p.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")
+    p.add_argument("--grpc-processes", type=int, default=1, metavar="N",
+                   help="processes serving gRPC on the listen port (1: this one; N > 1 adds N-1 front ends "
+                        "that forward to it, for more cores)")
+    p.add_argument("--event-loop", choices=("uvloop", "asyncio"), default="uvloop", help="the server's event loop")
     p.set_defaults(func=cmd_serve)
 
     def client(p: argparse.ArgumentParser) -> None:

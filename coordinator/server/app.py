@@ -5,38 +5,39 @@ Start-up: open the store, bind ``--listen`` (port 0 picks a free port), start se
 get COORDINATOR_LOAD_IN_PROGRESS; health says NOT_SERVING until loading is done).
 Shutdown on SIGTERM/SIGINT: health NOT_SERVING, stop accepting, let in-flight calls finish
 (their writes become durable), flush, close the store, exit 0.
+
+``--grpc-processes N`` (N > 1) adds N-1 front-end processes on the same port (``SO_REUSEPORT``)
+that forward their calls to this process (``forwarding.py``): more cores for gRPC's per-call
+work, one coordinator. ``listening on`` is printed once they all serve.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import signal
+import socket
 import sys
 from dataclasses import dataclass
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
-from kip848.v1 import (
-    admin_pb2,
-    admin_pb2_grpc,
-    classic_group_pb2,
-    classic_group_pb2_grpc,
-    consumer_group_pb2,
-    consumer_group_pb2_grpc,
-    offsets_pb2,
-    offsets_pb2_grpc,
-    testing_pb2,
-    testing_pb2_grpc,
-)
 
 from coordinator.core.config import GroupCoordinatorConfig
 from coordinator.runtime import CoordinatorRuntime, ManualClock, SystemClock
 from coordinator.runtime.store import RecordStore
 
 from .classic_service import ClassicGroupService
-from .services import AdminService, ConsumerGroupService, OffsetService, TestingService
+from .forwarding import Dispatcher, FrontEndPool, add_raw_handlers, local_handler, method_table
+from .services import (
+    AdminService,
+    ConsumerGroupService,
+    OffsetService,
+    TestingService,
+    service_descriptors,
+)
 
 log = logging.getLogger("kip848.server")
 
@@ -49,6 +50,9 @@ class ServeOptions:
     listen: str = "127.0.0.1:9094"
     clock: str = "system"
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    grpc_processes: int = 1
+    event_loop: str = "uvloop"
+    log_level: str = "info"
 
 
 def split_listen(listen: str) -> tuple[str, int]:
@@ -79,37 +83,46 @@ class CoordinatorServer:
             options=[
                 ("grpc.max_send_message_length", size),
                 ("grpc.max_receive_message_length", size),
-                ("grpc.so_reuseport", 0),
+                # Shared with our own front ends only; start() checks that the port is free.
+                ("grpc.so_reuseport", 1 if options.grpc_processes > 1 else 0),
             ]
         )
         self.health = health.aio.HealthServicer()
-        consumer_group_pb2_grpc.add_ConsumerGroupServiceServicer_to_server(ConsumerGroupService(runtime), self.server)
-        admin_pb2_grpc.add_AdminServiceServicer_to_server(AdminService(runtime), self.server)
-        offsets_pb2_grpc.add_OffsetServiceServicer_to_server(OffsetService(runtime), self.server)
-        classic = ClassicGroupService(runtime, lambda: (self.host.strip("[]"), self.port))
-        classic_group_pb2_grpc.add_ClassicGroupServiceServicer_to_server(classic, self.server)
-        services = [
-            consumer_group_pb2.DESCRIPTOR.services_by_name["ConsumerGroupService"].full_name,
-            admin_pb2.DESCRIPTOR.services_by_name["AdminService"].full_name,
-            offsets_pb2.DESCRIPTOR.services_by_name["OffsetService"].full_name,
-            classic_group_pb2.DESCRIPTOR.services_by_name["ClassicGroupService"].full_name,
+        servicers: list[object] = [
+            ConsumerGroupService(runtime), AdminService(runtime), OffsetService(runtime),
+            ClassicGroupService(runtime, lambda: (self.host.strip("[]"), self.port)),
         ]
         if isinstance(runtime.clock, ManualClock):
-            testing_pb2_grpc.add_TestingServiceServicer_to_server(TestingService(runtime), self.server)
-            services.append(testing_pb2.DESCRIPTOR.services_by_name["TestingService"].full_name)
+            servicers.append(TestingService(runtime))
+        served = list(zip(service_descriptors(), servicers, strict=False))
+        table = method_table(served)
+        add_raw_handlers(self.server, [descriptor for descriptor, _ in served], lambda path: local_handler(table[path]))
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
-        self.service_names = services
+        self.service_names = [descriptor.full_name for descriptor, _ in served]
+        self.frontends = FrontEndPool(
+            Dispatcher(table), listen=options.listen, max_message_bytes=size,
+            log_level=options.log_level, event_loop=options.event_loop,
+        ) if options.grpc_processes > 1 else None
         reflection.enable_server_reflection(
-            [*services, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME],
+            [*self.service_names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME],
             self.server,
         )
 
     async def start(self) -> int:
-        for name in ("", *self.service_names):
-            await self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+        await self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)
+        if self.frontends is not None:
+            _check_port_free(self.options.listen)
         self.port = self.server.add_insecure_port(self.options.listen)
         await self.server.start()
+        if self.frontends is not None:
+            await self.frontends.start(self.options.grpc_processes - 1, self.port, self.service_names)
         return self.port
+
+    async def _set_health(self, status: int) -> None:
+        for name in ("", *self.service_names):
+            await self.health.set(name, status)
+        if self.frontends is not None:
+            self.frontends.set_health(dict.fromkeys(("", *self.service_names), status))
 
     @property
     def address(self) -> str:
@@ -118,14 +131,31 @@ class CoordinatorServer:
 
     async def load(self) -> None:
         await self.runtime.start()
-        for name in ("", *self.service_names):
-            await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        await self._set_health(health_pb2.HealthCheckResponse.SERVING)
 
     async def stop(self, grace_s: float = SHUTDOWN_GRACE_S) -> None:
         await self.health.enter_graceful_shutdown()
         self.runtime.release_parked()  # parked JoinGroup/SyncGroup answered, not left to the grace
+        if self.frontends is not None:
+            await self.frontends.stop(grace_s)  # they stop accepting; we answer their in-flight calls
         await self.server.stop(grace_s)  # stop accepting; in-flight calls finish
         await self.runtime.close()  # flush pending writes, close the store
+
+
+def _check_port_free(listen: str) -> None:
+    """With ``SO_REUSEPORT`` a second server could silently share a busy port: refuse instead."""
+    host, port = split_listen(listen)
+    if port == 0:
+        return
+    host = host.strip("[]")
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise RuntimeError(f"address {listen} is already in use") from None
+            raise RuntimeError(str(exc)) from None
 
 
 def make_runtime(config: GroupCoordinatorConfig, store: RecordStore, clock: str) -> CoordinatorRuntime:
@@ -139,6 +169,9 @@ async def serve(runtime: CoordinatorRuntime, options: ServeOptions) -> int:
         await server.start()
     except RuntimeError as exc:
         print(f"kip848 serve: cannot listen on {options.listen}: {exc}", file=sys.stderr)
+        if server.frontends is not None:
+            await server.frontends.stop(0.0)
+        await server.server.stop(None)
         await runtime.close()
         return 1
     print(f"listening on {server.address}", flush=True)

@@ -13,9 +13,11 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import grpc
+from google.protobuf.descriptor import ServiceDescriptor
 from kip848.v1 import (
     admin_pb2,
     admin_pb2_grpc,
+    classic_group_pb2,
     consumer_group_pb2,
     consumer_group_pb2_grpc,
     offsets_pb2,
@@ -332,3 +334,14 @@ class TestingService(testing_pb2_grpc.TestingServiceServicer):
             return testing_pb2.AdvanceTimeResponse(error_code=0, now_ms=now)
 
         return await _guard(self.runtime, context, testing_pb2.AdvanceTimeResponse, body)
+
+
+def service_descriptors() -> list[ServiceDescriptor]:
+    """The coordinator's own gRPC services (what a front end forwards), TestingService last."""
+    return [
+        consumer_group_pb2.DESCRIPTOR.services_by_name["ConsumerGroupService"],
+        admin_pb2.DESCRIPTOR.services_by_name["AdminService"],
+        offsets_pb2.DESCRIPTOR.services_by_name["OffsetService"],
+        classic_group_pb2.DESCRIPTOR.services_by_name["ClassicGroupService"],
+        testing_pb2.DESCRIPTOR.services_by_name["TestingService"],
+    ]

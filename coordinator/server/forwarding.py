@@ -1,0 +1,361 @@
+"""Front-end processes: more cores for gRPC, one coordinator.
+
+Python runs one thread of Python code per process, and on a small machine most of a unary
+call's CPU is gRPC's own machinery (HTTP/2, the call object, the event loop), not the
+coordinator's. ``kip848 serve --grpc-processes N`` therefore starts N-1 *front-end* processes
+next to the coordinator process, the way Kafka separates network threads from request handler
+threads:
+
+* Every process binds the same ``--listen`` address (``SO_REUSEPORT``); the kernel spreads
+  incoming connections over them. The coordinator process serves its connections itself.
+* A front end owns no state. It terminates gRPC and passes each call, still encoded, to the
+  coordinator process over a Unix socket pair: ``(call id, method path, request bytes,
+  metadata, peer)``. The coordinator decodes it, runs the very same servicer method as for
+  its own connections, and sends back ``(call id, status code, details, response bytes)``.
+  Responses are therefore identical, and released only once their records are durable.
+* Health follows the coordinator: it pushes every health change to the front ends. Reflection
+  is served locally.
+* Frames are length-prefixed ``marshal`` tuples (both ends are the same program); frames
+  produced in one event-loop turn go out in one write.
+* Lifecycle: the coordinator prints ``listening on`` only once every front end is serving. On
+  shutdown it tells the front ends to stop (they stop accepting and finish their in-flight
+  calls, which the coordinator still answers), waits for them, then stops itself. A front end
+  whose coordinator disappears (``kill -9``) exits at once: it never answers for state it
+  does not have. Front ends ignore SIGINT/SIGTERM; the coordinator process is the one to signal.
+
+This module holds the framing and the coordinator's side; ``frontend.py`` is the front end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import marshal
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import grpc
+from google.protobuf import message as pb_message
+from google.protobuf import message_factory
+from google.protobuf.descriptor import ServiceDescriptor
+
+log = logging.getLogger("kip848.server")
+
+# Frame kinds (first element of every frame tuple).
+CALL = 1  # front end -> coordinator: (CALL, call_id, path, request, metadata, peer)
+REPLY = 2  # coordinator -> front end: (REPLY, call_id, status, details, response)
+HEALTH = 3  # coordinator -> front end: (HEALTH, {service: status})
+STOP = 4  # coordinator -> front end: (STOP, grace_seconds)
+READY = 5  # front end -> coordinator: (READY, port)
+STOPPED = 6  # front end -> coordinator: (STOPPED,)
+
+_HEADER = 4
+STATUS_BY_NUMBER = {code.value[0]: code for code in grpc.StatusCode}
+FRONTEND_START_TIMEOUT_S = 30.0
+
+
+class FrameConnection(asyncio.Protocol):
+    """Length-prefixed marshal frames over a stream; ``send`` coalesces the frames of one loop
+    turn into one write."""
+
+    def __init__(self, on_frame: Callable[[tuple[Any, ...]], None], on_lost: Callable[[], None]) -> None:
+        self._on_frame = on_frame
+        self._on_lost = on_lost
+        self._buffer = bytearray()
+        self._out: list[bytes] = []
+        self._flush_scheduled = False
+        self.transport: asyncio.Transport | None = None
+        self.closed = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        buf = self._buffer
+        buf += data
+        pos, end = 0, len(buf)
+        on_frame = self._on_frame
+        while end - pos >= _HEADER:
+            size = int.from_bytes(buf[pos:pos + _HEADER], "little")
+            if end - pos - _HEADER < size:
+                break
+            start = pos + _HEADER
+            frame = marshal.loads(bytes(buf[start:start + size]))
+            pos = start + size
+            on_frame(frame)
+        if pos:
+            del buf[:pos]
+
+    def send(self, frame: tuple[Any, ...]) -> None:
+        if self.closed:
+            return
+        data = marshal.dumps(frame)
+        self._out.append(len(data).to_bytes(_HEADER, "little"))
+        self._out.append(data)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        out, self._out = self._out, []
+        transport = self.transport
+        if transport is not None and not transport.is_closing():
+            transport.write(b"".join(out))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self._on_lost()
+
+
+# ---------------------------------------------------------------- the coordinator's side
+
+
+class AbortCall(Exception):
+    """Raised by ``ForwardedContext.abort``: the call ends with a non-OK gRPC status."""
+
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        super().__init__(details)
+        self.code = code
+        self.details = details
+
+
+class ForwardedContext:
+    """The part of ``grpc.aio.ServicerContext`` the servicers use, for a forwarded call."""
+
+    __slots__ = ("_metadata", "_peer")
+
+    def __init__(self, metadata: Sequence[tuple[str, Any]], peer: str) -> None:
+        self._metadata = metadata
+        self._peer = peer
+
+    def invocation_metadata(self) -> Sequence[tuple[str, Any]]:
+        return self._metadata
+
+    def peer(self) -> str:
+        return self._peer
+
+    async def abort(self, code: grpc.StatusCode, details: str = "") -> None:
+        raise AbortCall(code, details)
+
+
+Handler = tuple[Callable[[bytes], pb_message.Message], Callable[[Any, Any], Any]]
+
+
+def method_table(services: Iterable[tuple[ServiceDescriptor, object]]) -> dict[str, Handler]:
+    """``/package.Service/Method`` -> (request parser, servicer method) for every unary method."""
+    table: dict[str, Handler] = {}
+    for descriptor, servicer in services:
+        for method in descriptor.methods:
+            if method.client_streaming or method.server_streaming:
+                continue
+            request_class = message_factory.GetMessageClass(method.input_type)
+            table[f"/{descriptor.full_name}/{method.name}"] = (request_class.FromString, getattr(servicer, method.name))
+    return table
+
+
+def add_raw_handlers(
+    server: grpc.aio.Server, services: Iterable[ServiceDescriptor], make: Callable[[str], Callable[..., Any]]
+) -> None:
+    """Serve every unary method of ``services`` with ``make(path)``, a handler taking and
+    returning encoded messages (bytes): decoding is the handler's, so an undecodable request
+    gets INVALID_ARGUMENT (API.md), the same in every process."""
+    for descriptor in services:
+        handlers = {
+            method.name: grpc.unary_unary_rpc_method_handler(make(f"/{descriptor.full_name}/{method.name}"))
+            for method in descriptor.methods
+            if not (method.client_streaming or method.server_streaming)
+        }
+        server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(descriptor.full_name, handlers),))
+        server.add_registered_method_handlers(descriptor.full_name, handlers)
+
+
+def undecodable(exc: Exception) -> str:
+    return f"Undecodable request: {exc}"
+
+
+def local_handler(entry: Handler) -> Callable[..., Any]:
+    """The coordinator process's own handler for one method: decode, run, encode."""
+    parse, method = entry
+
+    async def handle(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        try:
+            message = parse(request)
+        except pb_message.DecodeError as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, undecodable(exc))
+        return (await method(message, context)).SerializeToString()
+
+    return handle
+
+
+class Dispatcher:
+    """Runs forwarded calls on the coordinator's servicers and answers them."""
+
+    def __init__(self, table: dict[str, Handler]) -> None:
+        self.table = table
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def call(self, conn: FrameConnection, frame: tuple[Any, ...]) -> None:
+        task = asyncio.get_running_loop().create_task(self._run(conn, frame))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _run(self, conn: FrameConnection, frame: tuple[Any, ...]) -> None:
+        _kind, call_id, path, payload, metadata, peer = frame
+        entry = self.table.get(path)
+        if entry is None:
+            conn.send((REPLY, call_id, grpc.StatusCode.UNIMPLEMENTED.value[0], f"Method not found: {path}", b""))
+            return
+        parse, method = entry
+        try:
+            request = parse(payload)
+        except pb_message.DecodeError as exc:
+            conn.send((REPLY, call_id, grpc.StatusCode.INVALID_ARGUMENT.value[0], undecodable(exc), b""))
+            return
+        try:
+            response = await method(request, ForwardedContext(metadata, peer))
+        except AbortCall as exc:
+            conn.send((REPLY, call_id, exc.code.value[0], exc.details, b""))
+        except Exception:
+            log.exception("Unexpected error in forwarded call %s", path)
+            conn.send((REPLY, call_id, grpc.StatusCode.UNKNOWN.value[0], "Unexpected server error.", b""))
+        else:
+            conn.send((REPLY, call_id, 0, "", response.SerializeToString()))
+
+    async def drain(self) -> None:
+        if self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+
+class FrontEnd:
+    """One front-end process as the coordinator sees it."""
+
+    def __init__(self, index: int, proc: subprocess.Popen[bytes], conn: FrameConnection) -> None:
+        self.index = index
+        self.proc = proc
+        self.conn = conn
+        self.ready: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self.stopped: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.calls = 0  # calls it forwarded
+        self.lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+
+class FrontEndPool:
+    """Starts, feeds and stops the front-end processes of one coordinator."""
+
+    def __init__(
+        self, dispatcher: Dispatcher, *, listen: str, max_message_bytes: int, log_level: str, event_loop: str
+    ) -> None:
+        self.dispatcher = dispatcher
+        self.event_loop = event_loop
+        self.listen = listen
+        self.max_message_bytes = max_message_bytes
+        self.log_level = log_level
+        self.frontends: list[FrontEnd] = []
+        self._health: dict[str, int] = {}
+
+    async def start(self, count: int, port: int, services: Sequence[str]) -> None:
+        """Start ``count`` front ends on ``port``; returns once all of them serve."""
+        loop = asyncio.get_running_loop()
+        host = self.listen.rpartition(":")[0]
+        for index in range(count):
+            mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                proc = subprocess.Popen(  # noqa: ASYNC220 - fork/exec once at start-up
+                    [sys.executable, "-m", "coordinator.server.frontend", "--fd", str(theirs.fileno()),
+                     "--listen", f"{host}:{port}", "--max-message-bytes", str(self.max_message_bytes),
+                     "--log-level", self.log_level, "--index", str(index + 1), "--parent", str(os.getpid()),
+                     "--event-loop", self.event_loop, "--services", ",".join(services)],
+                    pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                )
+            finally:
+                theirs.close()
+            holder: list[FrontEnd] = []
+            _transport, conn = await loop.create_connection(
+                lambda h=holder: FrameConnection(lambda f, h=h: self._on_frame(h[0], f), lambda h=h: self._on_lost(h[0])),
+                sock=mine,
+            )
+            frontend = FrontEnd(index + 1, proc, conn)
+            holder.append(frontend)
+            self.frontends.append(frontend)
+            if self._health:
+                conn.send((HEALTH, dict(self._health)))
+        for frontend in self.frontends:
+            done, _ = await asyncio.wait([frontend.ready, frontend.lost], timeout=FRONTEND_START_TIMEOUT_S,
+                                         return_when=asyncio.FIRST_COMPLETED)
+            if frontend.ready not in done or frontend.ready.exception() is not None:
+                raise RuntimeError(f"front end {frontend.index} did not start (exit code {frontend.proc.poll()})")
+            log.info("Front end %d (pid %d) serving on port %d.", frontend.index, frontend.proc.pid, frontend.ready.result())
+
+    def _on_frame(self, frontend: FrontEnd, frame: tuple[Any, ...]) -> None:
+        kind = frame[0]
+        if kind == CALL:
+            frontend.calls += 1
+            self.dispatcher.call(frontend.conn, frame)
+        elif kind == READY:
+            if not frontend.ready.done():
+                frontend.ready.set_result(frame[1])
+        elif kind == STOPPED:
+            if not frontend.stopped.done():
+                frontend.stopped.set_result(None)
+        else:
+            log.warning("Front end %d sent an unknown frame kind %r.", frontend.index, kind)
+
+    def _on_lost(self, frontend: FrontEnd) -> None:
+        for fut in (frontend.lost, frontend.stopped):
+            if not fut.done():
+                fut.set_result(None)
+        if not frontend.ready.done():
+            frontend.ready.set_exception(RuntimeError(f"front end {frontend.index} exited while starting"))
+            frontend.ready.exception()
+
+    def set_health(self, statuses: dict[str, int]) -> None:
+        self._health.update(statuses)
+        for frontend in self.frontends:
+            frontend.conn.send((HEALTH, dict(statuses)))
+
+    async def stop(self, grace_s: float) -> None:
+        """Front ends stop accepting and finish their calls (answered by us); then they exit."""
+        for frontend in self.frontends:
+            frontend.conn.send((STOP, grace_s))
+        for frontend in self.frontends:
+            try:
+                await asyncio.wait_for(asyncio.shield(frontend.stopped), grace_s + 5.0)
+            except TimeoutError:
+                log.warning("Front end %d did not stop in time; killing it.", frontend.index)
+        await self.dispatcher.drain()
+        for frontend in self.frontends:
+            await asyncio.to_thread(_reap, frontend.proc)
+            log.info("Front end %d stopped (exit code %s) after forwarding %d calls.",
+                     frontend.index, frontend.proc.returncode, frontend.calls)
+            if frontend.conn.transport is not None:
+                frontend.conn.transport.close()
+
+
+def _reap(proc: subprocess.Popen[bytes]) -> None:
+    try:
+        proc.wait(timeout=10.0)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=10.0)
+
+
+def set_parent_death_signal(parent_pid: int) -> None:
+    """Linux: the kernel kills this process when its parent dies (belt and braces next to
+    the socket EOF check)."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        pr_set_pdeathsig = 1
+        libc.prctl(pr_set_pdeathsig, 9, 0, 0, 0)
+    except (OSError, AttributeError):  # pragma: no cover - best effort
+        pass
+    if os.getppid() != parent_pid:  # the parent is already gone
+        os._exit(1)

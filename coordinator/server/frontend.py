@@ -1,0 +1,151 @@
+"""A front-end process of ``kip848 serve --grpc-processes N`` (see ``forwarding.py``).
+
+Started by the coordinator process, never by hand: ``python -m coordinator.server.frontend
+--fd FD --listen HOST:PORT ...``. It serves the coordinator's services on the shared port,
+passes every call to the coordinator over the socket ``FD`` and answers with what comes back.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import logging
+import os
+import signal
+import socket
+import sys
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from .forwarding import (
+    CALL,
+    HEALTH,
+    READY,
+    REPLY,
+    STATUS_BY_NUMBER,
+    STOP,
+    STOPPED,
+    FrameConnection,
+    add_raw_handlers,
+    set_parent_death_signal,
+)
+from .loop import LOOPS
+from .loop import run as run_loop
+from .services import service_descriptors
+
+log = logging.getLogger("kip848.frontend")
+
+
+class FrontEndServer:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.calls: dict[int, asyncio.Future[tuple[int, str, bytes]]] = {}
+        self.ids = itertools.count(1)
+        self.conn: FrameConnection | None = None
+        self.stop_requested: asyncio.Future[float] | None = None
+        self.stopping = False
+        size = args.max_message_bytes
+        self.server = grpc.aio.server(options=[
+            ("grpc.max_send_message_length", size),
+            ("grpc.max_receive_message_length", size),
+            ("grpc.so_reuseport", 1),
+        ])
+        self.health = health.aio.HealthServicer()
+        wanted = set(args.services.split(",")) if args.services else set()
+        served = [d for d in service_descriptors() if d.full_name in wanted]
+        self.service_names = [d.full_name for d in served]
+        add_raw_handlers(self.server, served, self._forwarder)
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        reflection.enable_server_reflection(
+            [*self.service_names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME],
+            self.server,
+        )
+
+    def _forwarder(self, path: str) -> Any:
+        async def forward(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+            conn = self.conn
+            if conn is None or conn.closed:
+                await context.abort(grpc.StatusCode.UNAVAILABLE, "The coordinator is shutting down.")
+            call_id = next(self.ids)
+            fut: asyncio.Future[tuple[int, str, bytes]] = asyncio.get_running_loop().create_future()
+            self.calls[call_id] = fut
+            metadata = tuple((k, v) for k, v in (context.invocation_metadata() or ()))
+            conn.send((CALL, call_id, path, request, metadata, context.peer() or ""))  # type: ignore[union-attr]
+            try:
+                status, details, payload = await fut
+            finally:
+                self.calls.pop(call_id, None)
+            if status:
+                await context.abort(STATUS_BY_NUMBER.get(status, grpc.StatusCode.UNKNOWN), details)
+            return payload
+
+        return forward
+
+    def on_frame(self, frame: tuple[Any, ...]) -> None:
+        kind = frame[0]
+        if kind == REPLY:
+            fut = self.calls.get(frame[1])
+            if fut is not None and not fut.done():
+                fut.set_result((frame[2], frame[3], frame[4]))
+        elif kind == HEALTH:
+            for name, status in frame[1].items():
+                asyncio.get_running_loop().create_task(self.health.set(name, status))
+        elif kind == STOP:
+            self.stopping = True
+            if self.stop_requested is not None and not self.stop_requested.done():
+                self.stop_requested.set_result(float(frame[1]))
+
+    def on_lost(self) -> None:
+        if self.stopping:
+            return
+        # The coordinator is gone (killed, or crashed): nothing can be answered any more.
+        log.error("Front end %d: lost the coordinator; exiting.", self.args.index)
+        os._exit(3)
+
+    async def run(self) -> int:
+        loop = asyncio.get_running_loop()
+        self.stop_requested = loop.create_future()
+        sock = socket.socket(fileno=self.args.fd)
+        _transport, conn = await loop.create_connection(lambda: FrameConnection(self.on_frame, self.on_lost), sock=sock)
+        self.conn = conn
+        port = self.server.add_insecure_port(self.args.listen)
+        await self.server.start()
+        conn.send((READY, port))
+        grace = await self.stop_requested
+        await self.health.enter_graceful_shutdown()
+        await self.server.stop(grace)  # stop accepting; in-flight calls are answered by the coordinator
+        conn.send((STOPPED,))
+        for _ in range(3):
+            await asyncio.sleep(0)  # let the frame go out
+        return 0
+
+
+async def _serve(args: argparse.Namespace) -> int:
+    return await FrontEndServer(args).run()  # built inside the loop: grpc.aio binds to it
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="kip848-frontend")
+    ap.add_argument("--fd", type=int, required=True)
+    ap.add_argument("--listen", required=True)
+    ap.add_argument("--max-message-bytes", type=int, required=True)
+    ap.add_argument("--log-level", default="info")
+    ap.add_argument("--index", type=int, default=1)
+    ap.add_argument("--parent", type=int, required=True)
+    ap.add_argument("--services", default="")
+    ap.add_argument("--event-loop", choices=LOOPS, default="uvloop")
+    args = ap.parse_args(argv)
+    set_parent_death_signal(args.parent)
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)  # the coordinator process decides when we stop
+    logging.basicConfig(level=getattr(logging, args.log_level.upper()), stream=sys.stderr,
+                        format=f"%(asctime)s %(levelname)s frontend-{args.index} %(name)s: %(message)s")
+    return run_loop(_serve(args), args.event_loop)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
