@@ -33,6 +33,8 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
         (["--set", "group.consumer.assignors=uniform,nope"], "kip848 serve: group.consumer.assignors:"),
         (["--listen", "localhost"], "kip848 serve: --listen must be HOST:PORT"),
         (["--config-file", "/nonexistent/x.properties"], "kip848 serve: cannot read config file"),
+        (["--grpc-processes", "0"], "kip848 serve: --grpc-processes must be 1..64, got 0"),
+        (["--grpc-processes", "65"], "kip848 serve: --grpc-processes must be 1..64, got 65"),
     ],
 )
 def test_serve_refuses_bad_configuration(capsys: pytest.CaptureFixture[str], argv: list[str], message: str) -> None:

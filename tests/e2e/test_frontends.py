@@ -1,0 +1,178 @@
+"""``kip848 serve --grpc-processes N``: front-end processes sharing the listen port.
+
+Every connection lands on one of the N processes (the kernel picks); whichever it is, the
+answers must be the coordinator's own. The tests open many separate connections so that
+some land on front ends, then check that every connection sees the same state, the same
+errors and the same health, that the coordinator's log counts forwarded calls, and the
+lifecycle: SIGTERM stops everything with exit 0, ``kill -9`` of the coordinator takes the
+front ends down, a busy port is refused.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from kip848.v1 import common_pb2, consumer_group_pb2, consumer_group_pb2_grpc, testing_pb2, testing_pb2_grpc
+
+from conftest import ServerProcess, join_request
+
+CONNECTIONS = 12
+HEARTBEAT = "/kip848.v1.ConsumerGroupService/ConsumerGroupHeartbeat"
+
+
+def children(pid: int) -> list[int]:
+    out: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        out += [int(c) for c in (task / "children").read_text().split()]
+    return out
+
+
+def running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except FileNotFoundError:
+        return False
+    return state not in ("Z", "X")
+
+
+def connections(address: str, n: int = CONNECTIONS) -> list[grpc.Channel]:
+    # A local subchannel pool per channel: one TCP connection each, not one shared.
+    return [grpc.insecure_channel(address, options=[("grpc.use_local_subchannel_pool", 1)]) for _ in range(n)]
+
+
+@pytest.fixture
+def server3(tmp_path: Path):
+    server = ServerProcess(tmp_path / "data", "--grpc-processes", "3")
+    yield server
+    if server.proc.poll() is None:
+        server.stop()
+
+
+def test_every_connection_gets_the_coordinators_answers_and_shutdown_is_clean(server3: ServerProcess) -> None:
+    frontends = children(server3.proc.pid)
+    cmdlines = [Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") for pid in frontends]
+    assert len(frontends) == 2, cmdlines
+    assert all(b"coordinator.server.frontend" in c for c in cmdlines), cmdlines
+    server3.create_topic("orders", 12)
+    chans = connections(server3.address)
+    stubs = [consumer_group_pb2_grpc.ConsumerGroupServiceStub(ch) for ch in chans]
+
+    # One member per connection joins, each with its own client id.
+    state: dict[int, tuple[str, int, common_pb2.TopicPartitionsList]] = {}
+    for i, stub in enumerate(stubs):
+        r = stub.ConsumerGroupHeartbeat(
+            consumer_group_pb2.ConsumerGroupHeartbeatRequest(**join_request("g", ["orders"])),
+            timeout=10, metadata=(("client-id", f"client-{i}"),),
+        )
+        assert (r.error_code, r.HasField("error_message")) == (0, False), r
+        state[i] = (r.member_id, r.member_epoch, common_pb2.TopicPartitionsList(items=r.assignment.assigned_topic_partitions))
+    assert len({m for m, _, _ in state.values()}) == CONNECTIONS
+
+    # Reconcile (bounded): each member heartbeats through its own connection until stable.
+    for _round in range(20):
+        changed = False
+        for i, stub in enumerate(stubs):
+            member_id, epoch, owned = state[i]
+            r = stub.ConsumerGroupHeartbeat(consumer_group_pb2.ConsumerGroupHeartbeatRequest(
+                group_id="g", member_id=member_id, member_epoch=epoch, topic_partitions=owned),
+                timeout=10, metadata=(("client-id", f"client-{i}"),))
+            assert r.error_code == 0, r
+            if r.HasField("assignment"):
+                owned = common_pb2.TopicPartitionsList(items=r.assignment.assigned_topic_partitions)
+                changed = True
+            changed |= r.member_epoch != epoch
+            state[i] = (member_id, r.member_epoch, owned)
+        if not changed:
+            break
+    else:
+        raise AssertionError("the group did not converge in 20 rounds")
+
+    # Every connection describes the very same group; client ids (set on every heartbeat, as
+    # in Kafka) came through whichever process.
+    described = [stub.ConsumerGroupDescribe(consumer_group_pb2.ConsumerGroupDescribeRequest(group_ids=["g"]), timeout=10)
+                 for stub in stubs]
+    assert len({d.SerializeToString(deterministic=True) for d in described}) == 1
+    group = described[0].groups[0]
+    assert (group.error_code, group.group_state, len(group.members)) == (0, "Stable", CONNECTIONS)
+    client_of = {m.member_id: m.client_id for m in group.members}
+    assert client_of == {state[i][0]: f"client-{i}" for i in range(CONNECTIONS)}
+    owned = sorted(p for m in group.members for tp in m.assignment.topic_partitions for p in tp.partitions)
+    assert owned == list(range(12))
+
+    # TestingService, health, and transport-level errors: the same on every connection.
+    now = {testing_pb2_grpc.TestingServiceStub(ch).AdvanceTime(testing_pb2.AdvanceTimeRequest(ms=0), timeout=10).now_ms
+           for ch in chans}
+    assert len(now) == 1
+    health = {health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(service=""), timeout=10).status
+              for ch in chans}
+    assert health == {health_pb2.HealthCheckResponse.SERVING}
+    for ch in chans:
+        raw = ch.unary_unary(HEARTBEAT, request_serializer=None, response_deserializer=None)
+        with pytest.raises(grpc.RpcError) as err:
+            raw(b"\xff\xff\xff", timeout=10)
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert err.value.details().startswith("Undecodable request:")
+        missing = ch.unary_unary("/kip848.v1.ConsumerGroupService/NoSuchMethod", request_serializer=None,
+                                 response_deserializer=None)
+        with pytest.raises(grpc.RpcError) as err:
+            missing(b"", timeout=10)
+        assert err.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    for ch in chans:
+        ch.close()
+
+    assert server3.stop() == 0
+    log = server3.stderr_text()
+    forwarded = [int(n) for n in re.findall(r"Front end \d stopped \(exit code 0\) after forwarding (\d+) calls", log)]
+    assert len(forwarded) == 2, log
+    assert sum(forwarded) > 0, log  # 12 connections over 3 processes: some went through front ends
+    deadline = time.monotonic() + 10
+    while any(running(pid) for pid in frontends) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(running(pid) for pid in frontends)
+
+
+def test_front_ends_exit_when_the_coordinator_is_killed(tmp_path: Path) -> None:
+    server = ServerProcess(tmp_path / "data", "--grpc-processes", "2")
+    frontends = children(server.proc.pid)
+    assert len(frontends) == 1
+    server.kill9()
+    deadline = time.monotonic() + 10
+    while any(running(pid) for pid in frontends) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(running(pid) for pid in frontends), "a front end outlived its coordinator"
+
+
+def test_a_busy_port_is_refused(tmp_path: Path) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        done = subprocess.run(
+            [sys.executable, "-m", "coordinator.cli", "serve", "--listen", f"127.0.0.1:{port}",
+             "--data-dir", str(tmp_path / "data"), "--grpc-processes", "2"],
+            capture_output=True, text=True, timeout=60, check=False,
+        )
+    assert done.returncode == 1, done.stderr
+    assert done.stdout == ""
+    assert f"kip848 serve: cannot listen on 127.0.0.1:{port}: address 127.0.0.1:{port} is already in use" in done.stderr
+
+
+def test_sigint_to_the_process_group_stops_cleanly(tmp_path: Path) -> None:
+    """Ctrl-C reaches every process of the group; front ends leave the shutdown to the coordinator."""
+    server = ServerProcess(tmp_path / "data", "--grpc-processes", "2")
+    frontends = children(server.proc.pid)
+    server.create_topic("t", 1)
+    for pid in (server.proc.pid, *frontends):
+        os.kill(pid, signal.SIGINT)
+    assert server.wait() == 0, server.stderr_text()
+    assert "after forwarding" in server.stderr_text()
