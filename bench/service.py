@@ -44,24 +44,42 @@ LOAD_MEMBERS = 10
 
 # ---------------------------------------------------------------- 1. heartbeats through gRPC
 
+HEARTBEAT_PATH = "/kip848.v1.ConsumerGroupService/ConsumerGroupHeartbeat"
+LOADGEN_SRC = Path(__file__).resolve().parent / "loadgen" / "h2hb.c"
+LOADGEN_BIN = Path(__file__).resolve().parent / "loadgen" / "build" / "h2hb"
 
-def _serve_profiled(data_dir: str, profile_out: str) -> int:
+
+def loadgen() -> str:
+    """Build ``bench/loadgen/h2hb`` (C, libnghttp2) if needed; ``scripts/bench`` installs its
+    Debian packages (gcc, libnghttp2-dev)."""
+    if not LOADGEN_BIN.exists() or LOADGEN_BIN.stat().st_mtime < LOADGEN_SRC.stat().st_mtime:
+        LOADGEN_BIN.parent.mkdir(exist_ok=True)
+        done = subprocess.run(["gcc", "-O2", "-Wall", "-o", str(LOADGEN_BIN), str(LOADGEN_SRC), "-lnghttp2"],
+                              capture_output=True, text=True, check=False)
+        if done.returncode:
+            raise SystemExit(f"cannot build the load generator (run scripts/bench, which installs gcc and "
+                             f"libnghttp2-dev):\n{done.stderr}")
+    return str(LOADGEN_BIN)
+
+
+def _serve_profiled(argv: list[str], profile_out: str) -> int:
     """Child process: ``kip848 serve`` under cProfile; stats dumped on SIGTERM."""
     from coordinator.cli import main
 
     prof = cProfile.Profile()
     prof.enable()
     try:
-        return main(["serve", "--listen", "127.0.0.1:0", "--data-dir", data_dir, "--log-level", "warning"])
+        return main(argv)
     finally:
         prof.disable()
         prof.dump_stats(profile_out)
 
 
-async def _echo_server() -> None:
-    """Baseline: a grpc.aio server whose heartbeat does nothing (the cost of gRPC alone)."""
+async def _echo_server(port: int, children: int) -> None:
+    """Baseline: grpc.aio servers whose heartbeat does nothing but answer (gRPC's own cost),
+    ``children`` more of them on the same port (``SO_REUSEPORT``), on uvloop like ours."""
     import grpc
-    from kip848.v1 import admin_pb2, admin_pb2_grpc, consumer_group_pb2_grpc
+    from kip848.v1 import consumer_group_pb2_grpc
     from kip848.v1 import consumer_group_pb2 as cg
 
     class Echo(consumer_group_pb2_grpc.ConsumerGroupServiceServicer):
@@ -70,66 +88,80 @@ async def _echo_server() -> None:
                 member_id=request.member_id, member_epoch=request.member_epoch, heartbeat_interval_ms=5000
             )
 
-    class Admin(admin_pb2_grpc.AdminServiceServicer):
-        async def CreateTopics(self, request, context):
-            return admin_pb2.CreateTopicsResponse()
-
-    server = grpc.aio.server()
+    server = grpc.aio.server(options=[("grpc.so_reuseport", 1)])
     consumer_group_pb2_grpc.add_ConsumerGroupServiceServicer_to_server(Echo(), server)
-    admin_pb2_grpc.add_AdminServiceServicer_to_server(Admin(), server)
-    port = server.add_insecure_port("127.0.0.1:0")
+    port = server.add_insecure_port(f"127.0.0.1:{port}")
     await server.start()
+    procs = [subprocess.Popen([sys.executable, __file__, "--_echo", str(port), "0"]) for _ in range(children)]
+    await asyncio.sleep(1.0 if children else 0)  # let them bind
     print(f"listening on 127.0.0.1:{port}", flush=True)
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
     await stop.wait()
+    for proc in procs:
+        proc.terminate()
+        proc.wait(timeout=30)
     await server.stop(None)
 
 
-async def _client(address: str, members: int, seconds: float) -> dict[str, Any]:
+def _steady_requests(address: str, members: int) -> list[bytes]:
+    """Join ``members`` members (groups of 8) and reconcile them (bounded); returns each
+    member's steady-state heartbeat, encoded."""
     import grpc
     from kip848.v1 import admin_pb2, admin_pb2_grpc, common_pb2, consumer_group_pb2_grpc
     from kip848.v1 import consumer_group_pb2 as cg
 
-    async with grpc.aio.insecure_channel(address) as channel:
+    with grpc.insecure_channel(address) as channel:
         admin = admin_pb2_grpc.AdminServiceStub(channel)
         stub = consumer_group_pb2_grpc.ConsumerGroupServiceStub(channel)
         groups = max(1, members // MEMBERS_PER_GROUP_HB)
-        await admin.CreateTopics(admin_pb2.CreateTopicsRequest(topics=[
+        r = admin.CreateTopics(admin_pb2.CreateTopicsRequest(topics=[
             admin_pb2.CreateTopicsRequest.CreatableTopic(name="bench", num_partitions=4 * MEMBERS_PER_GROUP_HB)
-        ]))
+        ]), timeout=30)
+        assert r.topics[0].error_code == 0, r
         ids = [(f"g{i % groups}", f"m{i}") for i in range(members)]
         state: dict[str, tuple[int, common_pb2.TopicPartitionsList]] = {}
         for gid, mid in ids:
-            r = await stub.ConsumerGroupHeartbeat(cg.ConsumerGroupHeartbeatRequest(
+            r = stub.ConsumerGroupHeartbeat(cg.ConsumerGroupHeartbeatRequest(
                 group_id=gid, member_id=mid, member_epoch=0, rebalance_timeout_ms=60_000,
                 subscribed_topic_names=common_pb2.TopicNames(names=["bench"]),
-                topic_partitions=common_pb2.TopicPartitionsList()))
+                topic_partitions=common_pb2.TopicPartitionsList()), timeout=30)
             assert r.error_code == 0, r
-            state[mid] = (r.member_epoch, common_pb2.TopicPartitionsList(items=list(r.assignment.assigned_topic_partitions)))
+            state[mid] = (r.member_epoch, common_pb2.TopicPartitionsList(items=r.assignment.assigned_topic_partitions))
         for _ in range(30):  # reconcile everyone (bounded)
             changed = False
             for gid, mid in ids:
                 epoch, owned = state[mid]
-                r = await stub.ConsumerGroupHeartbeat(cg.ConsumerGroupHeartbeatRequest(
-                    group_id=gid, member_id=mid, member_epoch=epoch, topic_partitions=owned))
+                r = stub.ConsumerGroupHeartbeat(cg.ConsumerGroupHeartbeatRequest(
+                    group_id=gid, member_id=mid, member_epoch=epoch, topic_partitions=owned), timeout=30)
                 assert r.error_code == 0, r
-                new_owned = owned
                 if r.HasField("assignment"):
-                    new_owned = common_pb2.TopicPartitionsList(items=list(r.assignment.assigned_topic_partitions))
-                if r.member_epoch != epoch or r.HasField("assignment"):
+                    owned = common_pb2.TopicPartitionsList(items=r.assignment.assigned_topic_partitions)
                     changed = True
-                state[mid] = (r.member_epoch, new_owned)
+                changed |= r.member_epoch != epoch
+                state[mid] = (r.member_epoch, owned)
             if not changed:
                 break
+        else:
+            raise AssertionError("members did not converge")
+    return [cg.ConsumerGroupHeartbeatRequest(group_id=g, member_id=m, member_epoch=state[m][0]).SerializeToString()
+            for g, m in ids]
 
+
+async def _py_client(address: str, reqfile: str, seconds: float) -> dict[str, Any]:
+    """The Python client: one grpc.aio channel, one task per member, steady heartbeats."""
+    import grpc
+    from kip848.v1 import consumer_group_pb2_grpc
+    from kip848.v1 import consumer_group_pb2 as cg
+
+    reqs = [cg.ConsumerGroupHeartbeatRequest.FromString(b) for b in _read_requests(reqfile)]
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = consumer_group_pb2_grpc.ConsumerGroupServiceStub(channel)
         latencies: list[float] = []
         stop_at = time.perf_counter() + seconds
 
-        async def member(gid: str, mid: str) -> int:
-            epoch = state[mid][0]
-            req = cg.ConsumerGroupHeartbeatRequest(group_id=gid, member_id=mid, member_epoch=epoch)
+        async def member(req: Any) -> int:
             n = 0
             clock = time.perf_counter
             while clock() < stop_at:
@@ -141,47 +173,86 @@ async def _client(address: str, members: int, seconds: float) -> dict[str, Any]:
                 n += 1
             return n
 
-        started = time.perf_counter()
-        counts = await asyncio.gather(*(member(g, m) for g, m in ids))
-        elapsed = time.perf_counter() - started
+        cpu0, started = time.process_time(), time.perf_counter()
+        counts = await asyncio.gather(*(member(r) for r in reqs))
+        elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu0
     latencies.sort()
+    calls = sum(counts)
 
     def pct(p: float) -> float:
         return latencies[min(len(latencies) - 1, int(p * len(latencies)))] * 1e3
 
-    return {"heartbeats": sum(counts), "seconds": elapsed, "per_s": sum(counts) / elapsed,
-            "p50_ms": pct(0.50), "p99_ms": pct(0.99), "groups": groups}
+    return {"calls": calls, "failures": 0, "seconds": elapsed, "per_s": calls / elapsed,
+            "client_cpu_us": cpu / calls * 1e6, "p50_ms": pct(0.50), "p99_ms": pct(0.99)}
+
+
+def _read_requests(path: str) -> list[bytes]:
+    data, out, pos = Path(path).read_bytes(), [], 0
+    while pos < len(data):
+        n = int.from_bytes(data[pos:pos + 4], "little")
+        out.append(data[pos + 4:pos + 4 + n])
+        pos += 4 + n
+    return out
+
+
+def _tree_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) of a process and its children (front ends)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    pids = [pid]
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        pids += [int(c) for c in (task / "children").read_text().split()]
+    for p in pids:
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rpartition(")")[2].split()
+        except FileNotFoundError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / tick
+    return total
 
 
 def bench_heartbeats(
-    members: int, seconds: float, mode: str = "--_serve"
-) -> tuple[dict[str, Any], list[tuple[str, ...]]]:
-    """``mode``: ``--_serve`` (kip848 serve under cProfile), ``--_serve_plain`` (no profiler)
-    or ``--_echo`` (the gRPC-only baseline)."""
+    server: list[str], members: int, seconds: float, *, client: str = "c", connections: int = 8, echo: bool = False
+) -> dict[str, Any]:
+    """One run: start ``server`` (argv after the script), set up ``members`` steady members
+    (synthetic ones for the echo server), drive them with ``client`` (``c``: bench/loadgen,
+    ``python``: grpc.aio) for ``seconds``; returns rates, latency and CPU per call."""
     with tempfile.TemporaryDirectory(prefix="kip848-bench-") as tmp:
-        profile = os.path.join(tmp, "server.prof")
-        server = subprocess.Popen(
-            [sys.executable, __file__, mode, os.path.join(tmp, "data"), profile],
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-        )
+        argv = [a.replace("{data}", os.path.join(tmp, "data")).replace("{profile}", os.path.join(tmp, "server.prof"))
+                for a in server]
+        proc = subprocess.Popen([sys.executable, __file__, *argv], stdout=subprocess.PIPE,
+                                stderr=subprocess.DEVNULL, text=True)
         try:
-            line = server.stdout.readline().strip()  # type: ignore[union-attr]
+            line = proc.stdout.readline().strip()  # type: ignore[union-attr]
             assert line.startswith("listening on "), line
             address = line.removeprefix("listening on ")
-            client = subprocess.run(
-                [sys.executable, __file__, "--_client", address, str(members), str(seconds)],
-                capture_output=True, text=True, timeout=seconds + 120, check=False,
-            )
-            if client.returncode:
-                raise RuntimeError(client.stderr)
-            result = json.loads(client.stdout.strip().splitlines()[-1])
+            if echo:
+                from kip848.v1 import consumer_group_pb2 as cg
+
+                reqs = [cg.ConsumerGroupHeartbeatRequest(group_id=f"g{i % 8}", member_id=f"m{i}", member_epoch=5)
+                        .SerializeToString() for i in range(members)]
+            else:
+                reqs = _steady_requests(address, members)
+            reqfile = os.path.join(tmp, "requests.bin")
+            Path(reqfile).write_bytes(b"".join(len(r).to_bytes(4, "little") + r for r in reqs))
+            if client == "c":
+                host, _, port = address.rpartition(":")
+                cmd = [loadgen(), host, port, HEARTBEAT_PATH, str(seconds), str(connections), reqfile]
+            else:
+                cmd = [sys.executable, __file__, "--_client", address, reqfile, str(seconds)]
+            cpu0 = _tree_cpu_s(proc.pid)
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 120, check=False)
+            server_cpu = _tree_cpu_s(proc.pid) - cpu0
+            if done.returncode:
+                raise RuntimeError(f"load generator failed: {done.stdout}{done.stderr}")
+            result = json.loads(done.stdout.strip().splitlines()[-1])
         finally:
-            server.send_signal(signal.SIGTERM)
-            server.wait(timeout=60)
-        if mode != "--_serve":
-            return result, []
-        stats = pstats.Stats(profile, stream=io.StringIO())
-    return result, _top_functions(stats, 15)
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=60)
+        result["server_cpu_us"] = server_cpu / result["calls"] * 1e6
+        result["profile"] = (_top_functions(pstats.Stats(argv[1], stream=io.StringIO()), 15)
+                             if argv[0] == "--_serve" else [])
+    return result
 
 
 def _top_functions(stats: pstats.Stats, n: int) -> list[tuple[str, ...]]:
@@ -347,43 +418,73 @@ def bench_group_commit(writers_list: list[int], seconds: float) -> list[dict[str
 # ---------------------------------------------------------------- main
 
 
+SERVE = ["serve", "--listen", "127.0.0.1:0", "--data-dir", "{data}", "--log-level", "warning"]
+
+
 def main() -> int:
     if len(sys.argv) > 1 and sys.argv[1] == "--_serve":
-        return _serve_profiled(sys.argv[2], sys.argv[3])
+        return _serve_profiled(sys.argv[3:], sys.argv[2])
     if len(sys.argv) > 1 and sys.argv[1] == "--_serve_plain":
         from coordinator.cli import main as cli_main
 
-        return cli_main(["serve", "--listen", "127.0.0.1:0", "--data-dir", sys.argv[2], "--log-level", "warning"])
+        return cli_main(sys.argv[2:])
     if len(sys.argv) > 1 and sys.argv[1] == "--_echo":
-        asyncio.run(_echo_server())
+        from coordinator.server.loop import run
+
+        run(_echo_server(int(sys.argv[2]), int(sys.argv[3])))
         return 0
     if len(sys.argv) > 1 and sys.argv[1] == "--_client":
-        print(json.dumps(asyncio.run(_client(sys.argv[2], int(sys.argv[3]), float(sys.argv[4])))))
+        print(json.dumps(asyncio.run(_py_client(sys.argv[2], sys.argv[3], float(sys.argv[4])))))
         return 0
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="smaller numbers, a few seconds per part")
     ap.add_argument("--members", type=int, default=64)
     ap.add_argument("--seconds", type=float, default=None)
+    ap.add_argument("--repeat", type=int, default=3, help="runs of the headline configuration")
     ap.add_argument("--groups", type=int, default=None, help="groups in the load-time store (default 100,000)")
+    ap.add_argument("--only-heartbeats", action="store_true", help="skip load time and group commit")
     ap.add_argument("--no-doc", action="store_true", help="do not write docs/benchmarks.md")
     args = ap.parse_args()
     seconds = args.seconds or (3.0 if args.quick else 10.0)
     groups = args.groups or (10_000 if args.quick else 100_000)
+    members = args.members
 
-    runs = [
-        ("kip848 serve", *bench_heartbeats(args.members, seconds, "--_serve_plain")),
-        ("gRPC-only echo server (baseline)", *bench_heartbeats(args.members, seconds, "--_echo")),
-        ("kip848 serve under cProfile", *bench_heartbeats(args.members, seconds, "--_serve")),
+    plain = ["--_serve_plain", *SERVE]
+    two = [*plain, "--grpc-processes", "2"]
+    configs: list[tuple[str, list[str], dict[str, Any]]] = [
+        *[(f"kip848 serve --grpc-processes 2 (run {i + 1})", two, {}) for i in range(args.repeat)],
+        ("kip848 serve --grpc-processes 2, a connection per member", two, {"connections": members}),
+        ("kip848 serve --grpc-processes 3", [*plain, "--grpc-processes", "3"], {}),
+        ("kip848 serve (one process)", plain, {}),
+        ("kip848 serve --event-loop asyncio (one process)", [*plain, "--event-loop", "asyncio"], {}),
+        ("gRPC-only echo server, one process", ["--_echo", "0", "0"], {"echo": True}),
+        ("gRPC-only echo server, two processes", ["--_echo", "0", "1"], {"echo": True}),
+        ("kip848 serve --grpc-processes 2, Python grpc.aio client", two, {"client": "python"}),
+        ("kip848 serve (one process) under cProfile", ["--_serve", "{profile}", *SERVE], {}),
     ]
-    profile = runs[-1][2]
+    runs = []
+    for name, argv, kw in configs:
+        result = bench_heartbeats(argv, members, seconds, **kw)
+        runs.append((name, kw, result))
+        print(f"{name}: {result['per_s']:,.0f}/s, server {result['server_cpu_us']:.0f} us/call, "
+              f"client {result['client_cpu_us']:.0f} us/call", flush=True)
+    headline = sorted(r["per_s"] for name, _kw, r in runs[:args.repeat])
+    median = headline[len(headline) // 2]
+    profile = runs[-1][2]["profile"]
     hb_table = table(
-        ("server", "members", "heartbeats", "seconds", "heartbeats/s", "p50 ms", "p99 ms", "target"),
-        [(name, args.members, f"{hb['heartbeats']:,}", f"{hb['seconds']:.1f}", f"{hb['per_s']:,.0f}",
-          f"{hb['p50_ms']:.2f}", f"{hb['p99_ms']:.2f}", ">= 5,000/s" if i == 0 else "")
-         for i, (name, hb, _p) in enumerate(runs)],
+        ("server", "client", "connections", "heartbeats", "heartbeats/s", "p50 ms", "p99 ms",
+         "server CPU µs/call", "client CPU µs/call", "target"),
+        [(name, "Python grpc.aio" if kw.get("client") == "python" else "bench/loadgen (C)",
+          1 if kw.get("client") == "python" else kw.get("connections", 8), f"{r['calls']:,}", f"{r['per_s']:,.0f}",
+          f"{r['p50_ms']:.2f}", f"{r['p99_ms']:.2f}", f"{r['server_cpu_us']:.0f}", f"{r['client_cpu_us']:.0f}",
+          ">= 5,000/s" if i < args.repeat else "")
+         for i, (name, kw, r) in enumerate(runs)],
     )
     prof_table = table(("function", "calls", "own s", "own %", "cumulative s"), profile)
-    print(hb_table, "\n\nServer profile (top by own time):\n" + prof_table, sep="\n", flush=True)
+    print(hb_table, f"\nmedian of the headline runs: {median:,.0f}/s",
+          "\nServer profile (top by own time):\n" + prof_table, sep="\n", flush=True)
+    if args.only_heartbeats:
+        return 0
 
     load = bench_load(groups)
     load_table = table(

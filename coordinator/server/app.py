@@ -30,7 +30,14 @@ from coordinator.runtime import CoordinatorRuntime, ManualClock, SystemClock
 from coordinator.runtime.store import RecordStore
 
 from .classic_service import ClassicGroupService
-from .forwarding import Dispatcher, FrontEndPool, add_raw_handlers, local_handler, method_table
+from .forwarding import (
+    Dispatcher,
+    FrontEndPool,
+    GenericOnly,
+    add_raw_handlers,
+    local_handler,
+    method_table,
+)
 from .services import (
     AdminService,
     ConsumerGroupService,
@@ -97,7 +104,7 @@ class CoordinatorServer:
         served = list(zip(service_descriptors(), servicers, strict=False))
         table = method_table(served)
         add_raw_handlers(self.server, [descriptor for descriptor, _ in served], lambda path: local_handler(table[path]))
-        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, GenericOnly(self.server))
         self.service_names = [descriptor.full_name for descriptor, _ in served]
         self.frontends = FrontEndPool(
             Dispatcher(table), listen=options.listen, max_message_bytes=size,
@@ -105,7 +112,7 @@ class CoordinatorServer:
         ) if options.grpc_processes > 1 else None
         reflection.enable_server_reflection(
             [*self.service_names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME],
-            self.server,
+            GenericOnly(self.server),
         )
 
     async def start(self) -> int:

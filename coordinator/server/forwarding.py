@@ -158,20 +158,50 @@ def method_table(services: Iterable[tuple[ServiceDescriptor, object]]) -> dict[s
     return table
 
 
+class _PathHandler(grpc.GenericRpcHandler):
+    """One generic handler for many methods: a dict lookup by ``/package.Service/Method``."""
+
+    def __init__(self, handlers: dict[str, grpc.RpcMethodHandler]) -> None:
+        self.handlers = handlers
+
+    def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
+        return self.handlers.get(handler_call_details.method)
+
+
+class GenericOnly:
+    """Wraps a grpc.aio server for ``add_*Servicer_to_server`` functions (health, reflection) so
+    that they register generic handlers only.
+
+    grpc.aio's accept loop keeps one pending future per *registered* method and runs
+    ``asyncio.wait`` over all of them for every call it accepts; with the thirty-odd methods of
+    our services that was, after gRPC's own work, the largest per-call cost (bench/service.py).
+    Generic handlers share one pending future."""
+
+    def __init__(self, server: grpc.aio.Server) -> None:
+        self._server = server
+
+    def add_generic_rpc_handlers(self, handlers: Sequence[grpc.GenericRpcHandler]) -> None:
+        self._server.add_generic_rpc_handlers(handlers)
+
+    def add_registered_method_handlers(self, service: str, handlers: dict[str, Any]) -> None:
+        """Deliberately nothing: the same handlers came through ``add_generic_rpc_handlers``."""
+
+
 def add_raw_handlers(
     server: grpc.aio.Server, services: Iterable[ServiceDescriptor], make: Callable[[str], Callable[..., Any]]
 ) -> None:
     """Serve every unary method of ``services`` with ``make(path)``, a handler taking and
     returning encoded messages (bytes): decoding is the handler's, so an undecodable request
-    gets INVALID_ARGUMENT (API.md), the same in every process."""
-    for descriptor in services:
-        handlers = {
-            method.name: grpc.unary_unary_rpc_method_handler(make(f"/{descriptor.full_name}/{method.name}"))
-            for method in descriptor.methods
-            if not (method.client_streaming or method.server_streaming)
-        }
-        server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(descriptor.full_name, handlers),))
-        server.add_registered_method_handlers(descriptor.full_name, handlers)
+    gets INVALID_ARGUMENT (API.md), the same in every process. One generic handler, no
+    registered methods (see ``GenericOnly``)."""
+    handlers = {
+        path: grpc.unary_unary_rpc_method_handler(make(path))
+        for descriptor in services
+        for method in descriptor.methods
+        if not (method.client_streaming or method.server_streaming)
+        for path in (f"/{descriptor.full_name}/{method.name}",)
+    }
+    server.add_generic_rpc_handlers((_PathHandler(handlers),))
 
 
 def undecodable(exc: Exception) -> str:

@@ -30,6 +30,7 @@ from .forwarding import (
     STOP,
     STOPPED,
     FrameConnection,
+    GenericOnly,
     add_raw_handlers,
     set_parent_death_signal,
 )
@@ -59,10 +60,10 @@ class FrontEndServer:
         served = [d for d in service_descriptors() if d.full_name in wanted]
         self.service_names = [d.full_name for d in served]
         add_raw_handlers(self.server, served, self._forwarder)
-        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, GenericOnly(self.server))
         reflection.enable_server_reflection(
             [*self.service_names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME],
-            self.server,
+            GenericOnly(self.server),
         )
 
     def _forwarder(self, path: str) -> Any:
