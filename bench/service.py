@@ -79,8 +79,8 @@ async def _echo_server(port: int, children: int) -> None:
     """Baseline: grpc.aio servers whose heartbeat does nothing but answer (gRPC's own cost),
     ``children`` more of them on the same port (``SO_REUSEPORT``), on uvloop like ours."""
     import grpc
-    from kip848.v1 import consumer_group_pb2_grpc
     from kip848.v1 import consumer_group_pb2 as cg
+    from kip848.v1 import consumer_group_pb2_grpc
 
     class Echo(consumer_group_pb2_grpc.ConsumerGroupServiceServicer):
         async def ConsumerGroupHeartbeat(self, request, context):
@@ -92,7 +92,8 @@ async def _echo_server(port: int, children: int) -> None:
     consumer_group_pb2_grpc.add_ConsumerGroupServiceServicer_to_server(Echo(), server)
     port = server.add_insecure_port(f"127.0.0.1:{port}")
     await server.start()
-    procs = [subprocess.Popen([sys.executable, __file__, "--_echo", str(port), "0"]) for _ in range(children)]
+    procs = [subprocess.Popen([sys.executable, __file__, "--_echo", str(port), "0"],  # noqa: ASYNC220 - start-up only
+                              stdout=subprocess.DEVNULL) for _ in range(children)]
     await asyncio.sleep(1.0 if children else 0)  # let them bind
     print(f"listening on 127.0.0.1:{port}", flush=True)
     loop = asyncio.get_running_loop()
@@ -152,8 +153,8 @@ def _steady_requests(address: str, members: int) -> list[bytes]:
 async def _py_client(address: str, reqfile: str, seconds: float) -> dict[str, Any]:
     """The Python client: one grpc.aio channel, one task per member, steady heartbeats."""
     import grpc
-    from kip848.v1 import consumer_group_pb2_grpc
     from kip848.v1 import consumer_group_pb2 as cg
+    from kip848.v1 import consumer_group_pb2_grpc
 
     reqs = [cg.ConsumerGroupHeartbeatRequest.FromString(b) for b in _read_requests(reqfile)]
     async with grpc.aio.insecure_channel(address) as channel:
@@ -481,7 +482,22 @@ def main() -> int:
          for i, (name, kw, r) in enumerate(runs)],
     )
     prof_table = table(("function", "calls", "own s", "own %", "cumulative s"), profile)
-    print(hb_table, f"\nmedian of the headline runs: {median:,.0f}/s",
+    by_name = {name: r for name, _kw, r in runs}
+    one, echo1 = by_name["kip848 serve (one process)"], by_name["gRPC-only echo server, one process"]
+    two = [r for _n, _kw, r in runs[:args.repeat]]
+    two_cpu = sorted(r["server_cpu_us"] for r in two)[len(two) // 2]
+    client_cpu = sorted(r["client_cpu_us"] for r in two)[len(two) // 2]
+    budget_table = table(("part", "µs per call", "how"), [
+        ("load generator (C)", f"{client_cpu:.0f}", "client CPU, headline runs (median)"),
+        ("gRPC + event loop, no coordinator", f"{echo1['server_cpu_us']:.0f}", "echo server, one process"),
+        ("coordinator code (conversion, runtime, core)",
+         f"{one['server_cpu_us'] - echo1['server_cpu_us']:.0f}", "kip848 serve, one process, minus echo"),
+        ("forwarding to the coordinator process (averaged over all calls)",
+         f"{two_cpu - one['server_cpu_us']:.0f}", "--grpc-processes 2 minus one process"),
+        ("ceiling at 2 cores: 2 s / (client + server) per call",
+         f"{2e6 / (client_cpu + two_cpu):,.0f}/s", "--grpc-processes 2"),
+    ])
+    print(hb_table, f"\nmedian of the headline runs: {median:,.0f}/s", "\n" + budget_table,
           "\nServer profile (top by own time):\n" + prof_table, sep="\n", flush=True)
     if args.only_heartbeats:
         return 0
@@ -511,17 +527,35 @@ def main() -> int:
 
 ### Steady-state heartbeats through gRPC
 
-`kip848 serve` (system clock, SQLite store, fsync per batch) and one grpc.aio client process
-with {args.members} concurrent members in groups of {MEMBERS_PER_GROUP_HB}, all reconciled
-before measuring. The baseline row is a grpc.aio server whose handler does nothing, measured
-with the same client: the ceiling gRPC itself puts on this machine at that moment. The
-server's own handler path (conversion, runtime, core) costs about 25 µs per heartbeat
-in-process; the rest is grpc.aio and the event loop.
+`kip848 serve` (system clock, SQLite store, fsync per batch) with {members} members in groups
+of {MEMBERS_PER_GROUP_HB}, all joined and reconciled first; then every member sends its
+steady-state heartbeat again as soon as the previous one is answered, for {seconds:.0f} s per
+row. The load comes from `bench/loadgen/h2hb.c`, a small C HTTP/2 client (libnghttp2) that
+spends about 30 µs of CPU per call and checks every response (HTTP 200, grpc-status 0,
+`error_code` 0); a Python gRPC client spends 140–220 µs per call, as much as the server it
+measures, on the same two cores (last rows). The echo rows are grpc.aio servers whose handler
+only builds the response: gRPC's own ceiling on this machine in the same sitting.
+
+**Headline:** median of {args.repeat} runs of `kip848 serve --grpc-processes 2`:
+**{median:,.0f} heartbeats/s** (target ≥ 5,000/s).
 
 {hb_table}
 
-Where the server's time goes (cProfile, top functions by own time; "own %" is of the whole
-server run including start-up and the reconciliation phase):
+CPU per call, from the rows above (µs; server CPU is the sum over the server's processes):
+
+{budget_table}
+
+A call costs the server mostly gRPC's own work (HTTP/2, the call object, the event loop), which
+runs one Python thread per process; `--grpc-processes 2` adds a front-end process on the same
+port (`SO_REUSEPORT`) that forwards its calls to the coordinator process over a Unix socket
+(coordinator/server/forwarding.py), so gRPC's work uses the second core. Two earlier fixes
+are in every row: uvloop instead of asyncio's loop, and one generic handler instead of
+registered methods (grpc.aio waits on one future per registered method for every call it
+accepts: about 25 µs per call with our thirty-odd methods).
+
+Where the coordinator process's time goes (cProfile of `kip848 serve`, one process; "own %" is
+of the whole run including start-up and the joins; the first row is the event loop itself,
+i.e. uvloop and gRPC's Cython/C code, which cProfile cannot see into):
 
 {prof_table}
 
