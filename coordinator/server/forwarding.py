@@ -287,6 +287,7 @@ class FrontEndPool:
         self.log_level = log_level
         self.frontends: list[FrontEnd] = []
         self._health: dict[str, int] = {}
+        self._stopping = False
 
     async def start(self, count: int, port: int, services: Sequence[str]) -> None:
         """Start ``count`` front ends on ``port``; returns once all of them serve."""
@@ -336,6 +337,9 @@ class FrontEndPool:
             log.warning("Front end %d sent an unknown frame kind %r.", frontend.index, kind)
 
     def _on_lost(self, frontend: FrontEnd) -> None:
+        if frontend.ready.done() and not frontend.stopped.done() and not self._stopping:
+            log.error("Front end %d (pid %d) exited unexpectedly; the other processes keep serving.",
+                      frontend.index, frontend.proc.pid)
         for fut in (frontend.lost, frontend.stopped):
             if not fut.done():
                 fut.set_result(None)
@@ -350,6 +354,7 @@ class FrontEndPool:
 
     async def stop(self, grace_s: float) -> None:
         """Front ends stop accepting and finish their calls (answered by us); then they exit."""
+        self._stopping = True
         for frontend in self.frontends:
             frontend.conn.send((STOP, grace_s))
         for frontend in self.frontends:
