@@ -21,10 +21,15 @@ from pathlib import Path
 
 import grpc
 import pytest
-from grpc_health.v1 import health_pb2, health_pb2_grpc
-from kip848.v1 import common_pb2, consumer_group_pb2, consumer_group_pb2_grpc, testing_pb2, testing_pb2_grpc
-
 from conftest import ServerProcess, join_request
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from kip848.v1 import (
+    common_pb2,
+    consumer_group_pb2,
+    consumer_group_pb2_grpc,
+    testing_pb2,
+    testing_pb2_grpc,
+)
 
 CONNECTIONS = 12
 HEARTBEAT = "/kip848.v1.ConsumerGroupService/ConsumerGroupHeartbeat"
