@@ -148,9 +148,17 @@ def owned(*items: tuple[bytes, list[int]]) -> common_pb2.TopicPartitionsList:
     )
 
 
+@pytest.fixture(scope="module", params=[1, 3], ids=["one-process", "front-ends"])
+def grpc_processes(request: pytest.FixtureRequest) -> tuple[str, ...]:
+    """Every story runs twice: on one process, and with two front ends on the same port. With
+    front ends a test's connection lands on any of the three processes; the answers must be
+    the same (tests/e2e/test_frontends.py checks that many connections spread over them)."""
+    return () if request.param == 1 else ("--grpc-processes", str(request.param))
+
+
 @pytest.fixture(scope="module")
-def manual_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    server = ServerProcess(tmp_path_factory.mktemp("manual") / "data", clock="manual")
+def manual_server(tmp_path_factory: pytest.TempPathFactory, grpc_processes: tuple[str, ...]) -> Iterator[ServerProcess]:
+    server = ServerProcess(tmp_path_factory.mktemp("manual") / "data", *grpc_processes, clock="manual")
     try:
         yield server
     finally:
@@ -158,12 +166,12 @@ def manual_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerPr
 
 
 @pytest.fixture
-def start_server(tmp_path: Path) -> Iterator:
+def start_server(tmp_path: Path, grpc_processes: tuple[str, ...]) -> Iterator:
     """Factory: start servers on a data dir; stops any still running at the end."""
     started: list[ServerProcess] = []
 
     def start(data_dir: Path | None = None, *extra: str, clock: str = "manual") -> ServerProcess:
-        server = ServerProcess(data_dir or tmp_path / "data", *extra, clock=clock)
+        server = ServerProcess(data_dir or tmp_path / "data", *grpc_processes, *extra, clock=clock)
         started.append(server)
         return server
 
