@@ -20,11 +20,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
+import gc
 import io
 import json
 import os
 import pstats
-import resource
 import signal
 import subprocess
 import sys
@@ -342,7 +342,8 @@ def build_load_store(data_dir: str, groups: int) -> int:
     return n
 
 
-def bench_load(groups: int) -> dict[str, Any]:
+def bench_load(groups: int, repeat: int = 1) -> list[dict[str, Any]]:
+    """Build the store once, then load it ``repeat`` times into fresh shards (one row each)."""
     from coordinator.core.commands import SequentialIds
     from coordinator.core.config import GroupCoordinatorConfig
     from coordinator.core.shard import GroupCoordinatorShard
@@ -351,27 +352,37 @@ def bench_load(groups: int) -> dict[str, Any]:
     from coordinator.runtime.loader import load_into
     from coordinator.runtime.store import SqliteRecordStore
 
+    rows = []
     with tempfile.TemporaryDirectory(prefix="kip848-load-") as tmp:
         t0 = time.perf_counter()
         records = build_load_store(tmp, groups)
         build_s = time.perf_counter() - t0
         size = os.path.getsize(os.path.join(tmp, "coordinator.db"))
-        config = GroupCoordinatorConfig()
-        ids = SequentialIds()
-        assignors = make_assignors(config.consumer_assignors)
-        shards = [GroupCoordinatorShard(config=config, assignors=assignors, ids=ids) for _ in range(config.shards)]
-        registry = TopicRegistry(ids)
-        rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        store = SqliteRecordStore(tmp)
-        t0 = time.perf_counter()
-        stats = load_into(store, shards, registry)
-        load_s = time.perf_counter() - t0
-        store.close()
-        members = sum(len(g.members) for s in shards for g in s.groups.values())
-        rss1 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return {"groups": stats.groups, "members": members, "records": records, "build_s": build_s,
-            "load_s": load_s, "records_per_s": records / load_s, "db_mb": size / 2**20,
-            "rss_growth_mb": (rss1 - rss0) / 1024}
+        for _ in range(repeat):
+            config = GroupCoordinatorConfig()
+            ids = SequentialIds()
+            assignors = make_assignors(config.consumer_assignors)
+            shards = [GroupCoordinatorShard(config=config, assignors=assignors, ids=ids) for _ in range(config.shards)]
+            registry = TopicRegistry(ids)
+            rss0 = _rss_mb()
+            store = SqliteRecordStore(tmp)
+            t0 = time.perf_counter()
+            stats = load_into(store, shards, registry)
+            load_s = time.perf_counter() - t0
+            store.close()
+            members = sum(len(g.members) for s in shards for g in s.groups.values())
+            rows.append({"groups": stats.groups, "members": members, "records": records, "build_s": build_s,
+                         "load_s": load_s, "records_per_s": records / load_s, "db_mb": size / 2**20,
+                         "rss_growth_mb": _rss_mb() - rss0})
+            del shards, registry, stats
+            gc.collect()
+    return rows
+
+
+def _rss_mb() -> float:
+    """Current resident set size (not the peak: loads are repeated in one process)."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
 # ---------------------------------------------------------------- 3. group commit
@@ -502,12 +513,13 @@ def main() -> int:
     if args.only_heartbeats:
         return 0
 
-    load = bench_load(groups)
+    loads = bench_load(groups, args.repeat)
+    load_median = sorted(r["load_s"] for r in loads)[len(loads) // 2]
     load_table = table(
-        ("groups", "members", "records", "store MB", "build s", "load s", "records/s", "RSS growth MB", "target"),
-        [(f"{load['groups']:,}", f"{load['members']:,}", f"{load['records']:,}", f"{load['db_mb']:.0f}",
-          f"{load['build_s']:.1f}", f"{load['load_s']:.1f}", f"{load['records_per_s']:,.0f}",
-          f"{load['rss_growth_mb']:.0f}", "<= 30 s at 100,000 groups")],
+        ("run", "groups", "members", "records", "store MB", "load s", "records/s", "RSS growth MB", "target"),
+        [(i + 1, f"{load['groups']:,}", f"{load['members']:,}", f"{load['records']:,}", f"{load['db_mb']:.0f}",
+          f"{load['load_s']:.1f}", f"{load['records_per_s']:,.0f}", f"{load['rss_growth_mb']:.0f}",
+          "<= 30 s at 100,000 groups") for i, load in enumerate(loads)],
     )
     print("\n" + load_table, flush=True)
 
@@ -562,7 +574,11 @@ i.e. uvloop and gRPC's Cython/C code, which cProfile cannot see into):
 ### Load time
 
 A store of canonical records of reconciled 10-member groups (built once by a real shard,
-re-keyed per group), loaded by the runtime's `load_into` (decode + replay into fresh shards).
+re-keyed per group, in {loads[0]['build_s']:.0f} s), loaded {len(loads)} times by the runtime's
+`load_into` (decode + replay into fresh shards). **Median: {load_median:.1f} s** (target ≤ 30 s).
+The same code has measured anywhere from 24 s to 31 s on this machine on the same day: its
+speed varies by up to a third from hour to hour (the core benchmark's steady heartbeat
+likewise), hence the repeats.
 
 {load_table}
 
