@@ -562,8 +562,9 @@ runs one Python thread per process; `--grpc-processes 2` adds a front-end proces
 port (`SO_REUSEPORT`) that forwards its calls to the coordinator process over a Unix socket
 (coordinator/server/forwarding.py), so gRPC's work uses the second core. Two earlier fixes
 are in every row: uvloop instead of asyncio's loop, and one generic handler instead of
-registered methods (grpc.aio waits on one future per registered method for every call it
-accepts: about 25 µs per call with our thirty-odd methods).
+registered methods (grpc.aio's accept loop runs `asyncio.wait` over one future per registered
+method for every call: with our thirty-odd methods that was 20% of the coordinator process's
+time under cProfile, against 6% now, in the `tasks.py:399(wait)` row below).
 
 Where the coordinator process's time goes (cProfile of `kip848 serve`, one process; "own %" is
 of the whole run including start-up and the joins; the first row is the event loop itself,
