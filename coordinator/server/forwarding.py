@@ -22,6 +22,7 @@ threads:
   calls, which the coordinator still answers), waits for them, then stops itself. A front end
   whose coordinator disappears (``kill -9``) exits at once: it never answers for state it
   does not have. Front ends ignore SIGINT/SIGTERM; the coordinator process is the one to signal.
+  A front end that dies while serving is restarted after a back-off (``FrontEndPool``).
 
 This module holds the framing and the coordinator's side; ``frontend.py`` is the front end.
 """
@@ -56,6 +57,7 @@ STOPPED = 6  # front end -> coordinator: (STOPPED,)
 _HEADER = 4
 STATUS_BY_NUMBER = {code.value[0]: code for code in grpc.StatusCode}
 FRONTEND_START_TIMEOUT_S = 30.0
+RESTART_MAX_DELAY_S = 30.0
 
 
 class FrameConnection(asyncio.Protocol):
@@ -275,7 +277,11 @@ class FrontEnd:
 
 
 class FrontEndPool:
-    """Starts, feeds and stops the front-end processes of one coordinator."""
+    """Starts, feeds, supervises and stops the front-end processes of one coordinator.
+
+    A front end that dies while serving (killed, out of memory) is logged and started again
+    after a back-off (1 s, doubling up to ``RESTART_MAX_DELAY_S``); the other processes keep
+    serving meanwhile and its clients reconnect to them."""
 
     def __init__(
         self, dispatcher: Dispatcher, *, listen: str, max_message_bytes: int, log_level: str, event_loop: str
@@ -288,39 +294,51 @@ class FrontEndPool:
         self.frontends: list[FrontEnd] = []
         self._health: dict[str, int] = {}
         self._stopping = False
+        self._port = 0
+        self._services: Sequence[str] = ()
+        self._restarts: dict[int, int] = {}  # index -> consecutive restarts
+        self._restart_tasks: set[asyncio.Task[None]] = set()
 
     async def start(self, count: int, port: int, services: Sequence[str]) -> None:
         """Start ``count`` front ends on ``port``; returns once all of them serve."""
+        self._port, self._services = port, services
+        started = [await self._spawn(index + 1) for index in range(count)]
+        for frontend in started:
+            await self._until_ready(frontend)
+
+    async def _spawn(self, index: int) -> FrontEnd:
         loop = asyncio.get_running_loop()
         host = self.listen.rpartition(":")[0]
-        for index in range(count):
-            mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-            try:
-                proc = subprocess.Popen(  # noqa: ASYNC220 - fork/exec once at start-up
-                    [sys.executable, "-m", "coordinator.server.frontend", "--fd", str(theirs.fileno()),
-                     "--listen", f"{host}:{port}", "--max-message-bytes", str(self.max_message_bytes),
-                     "--log-level", self.log_level, "--index", str(index + 1), "--parent", str(os.getpid()),
-                     "--event-loop", self.event_loop, "--services", ",".join(services)],
-                    pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                )
-            finally:
-                theirs.close()
-            holder: list[FrontEnd] = []
-            _transport, conn = await loop.create_connection(
-                lambda h=holder: FrameConnection(lambda f, h=h: self._on_frame(h[0], f), lambda h=h: self._on_lost(h[0])),
-                sock=mine,
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            proc = subprocess.Popen(  # noqa: ASYNC220 - fork/exec, at start-up and on a rare restart
+                [sys.executable, "-m", "coordinator.server.frontend", "--fd", str(theirs.fileno()),
+                 "--listen", f"{host}:{self._port}", "--max-message-bytes", str(self.max_message_bytes),
+                 "--log-level", self.log_level, "--index", str(index), "--parent", str(os.getpid()),
+                 "--event-loop", self.event_loop, "--services", ",".join(self._services)],
+                pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
             )
-            frontend = FrontEnd(index + 1, proc, conn)
-            holder.append(frontend)
-            self.frontends.append(frontend)
-            if self._health:
-                conn.send((HEALTH, dict(self._health)))
-        for frontend in self.frontends:
-            done, _ = await asyncio.wait([frontend.ready, frontend.lost], timeout=FRONTEND_START_TIMEOUT_S,
-                                         return_when=asyncio.FIRST_COMPLETED)
-            if frontend.ready not in done or frontend.ready.exception() is not None:
-                raise RuntimeError(f"front end {frontend.index} did not start (exit code {frontend.proc.poll()})")
-            log.info("Front end %d (pid %d) serving on port %d.", frontend.index, frontend.proc.pid, frontend.ready.result())
+        finally:
+            theirs.close()
+        holder: list[FrontEnd] = []
+        _transport, conn = await loop.create_connection(
+            lambda: FrameConnection(lambda f: self._on_frame(holder[0], f), lambda: self._on_lost(holder[0])),
+            sock=mine,
+        )
+        frontend = FrontEnd(index, proc, conn)
+        holder.append(frontend)
+        self.frontends = [f for f in self.frontends if f.index != index] + [frontend]
+        self.frontends.sort(key=lambda f: f.index)
+        if self._health:
+            conn.send((HEALTH, dict(self._health)))
+        return frontend
+
+    async def _until_ready(self, frontend: FrontEnd) -> None:
+        done, _ = await asyncio.wait([frontend.ready, frontend.lost], timeout=FRONTEND_START_TIMEOUT_S,
+                                     return_when=asyncio.FIRST_COMPLETED)
+        if frontend.ready not in done or frontend.ready.exception() is not None:
+            raise RuntimeError(f"front end {frontend.index} did not start (exit code {frontend.proc.poll()})")
+        log.info("Front end %d (pid %d) serving on port %d.", frontend.index, frontend.proc.pid, frontend.ready.result())
 
     def _on_frame(self, frontend: FrontEnd, frame: tuple[Any, ...]) -> None:
         kind = frame[0]
@@ -337,15 +355,40 @@ class FrontEndPool:
             log.warning("Front end %d sent an unknown frame kind %r.", frontend.index, kind)
 
     def _on_lost(self, frontend: FrontEnd) -> None:
-        if frontend.ready.done() and not frontend.stopped.done() and not self._stopping:
-            log.error("Front end %d (pid %d) exited unexpectedly; the other processes keep serving.",
-                      frontend.index, frontend.proc.pid)
+        serving = frontend.ready.done() and not frontend.stopped.done()
         for fut in (frontend.lost, frontend.stopped):
             if not fut.done():
                 fut.set_result(None)
         if not frontend.ready.done():
             frontend.ready.set_exception(RuntimeError(f"front end {frontend.index} exited while starting"))
             frontend.ready.exception()
+        if serving and not self._stopping:
+            task = asyncio.get_running_loop().create_task(self._restart(frontend))
+            self._restart_tasks.add(task)
+            task.add_done_callback(self._restart_tasks.discard)
+
+    async def _restart(self, dead: FrontEnd) -> None:
+        code = await asyncio.to_thread(_reap, dead.proc)
+        attempt = self._restarts.get(dead.index, 0)
+        delay = min(RESTART_MAX_DELAY_S, 2.0 ** attempt)
+        log.error("Front end %d (pid %d) exited unexpectedly (exit code %s) after forwarding %d calls; "
+                  "the other processes keep serving; restarting it in %.0f s.",
+                  dead.index, dead.proc.pid, code, dead.calls, delay)
+        await asyncio.sleep(delay)
+        if self._stopping:
+            return
+        self._restarts[dead.index] = attempt + 1
+        frontend = await self._spawn(dead.index)
+        try:
+            await self._until_ready(frontend)
+        except RuntimeError as exc:
+            log.error("Restarting front end %d failed: %s", dead.index, exc)
+            return  # its _on_lost schedules the next attempt, with a longer back-off
+        log.info("Front end %d restarted (pid %d).", frontend.index, frontend.proc.pid)
+        await asyncio.sleep(RESTART_MAX_DELAY_S)  # up this long: the back-off starts over
+        if frontend.lost.done():
+            return
+        self._restarts[dead.index] = 0
 
     def set_health(self, statuses: dict[str, int]) -> None:
         self._health.update(statuses)
@@ -355,6 +398,8 @@ class FrontEndPool:
     async def stop(self, grace_s: float) -> None:
         """Front ends stop accepting and finish their calls (answered by us); then they exit."""
         self._stopping = True
+        for task in list(self._restart_tasks):
+            task.cancel()
         for frontend in self.frontends:
             frontend.conn.send((STOP, grace_s))
         for frontend in self.frontends:
@@ -371,12 +416,12 @@ class FrontEndPool:
                 frontend.conn.transport.close()
 
 
-def _reap(proc: subprocess.Popen[bytes]) -> None:
+def _reap(proc: subprocess.Popen[bytes]) -> int | None:
     try:
-        proc.wait(timeout=10.0)
+        return proc.wait(timeout=10.0)
     except subprocess.TimeoutExpired:
         proc.kill()
-        proc.wait(timeout=10.0)
+        return proc.wait(timeout=10.0)
 
 
 def set_parent_death_signal(parent_pid: int) -> None:

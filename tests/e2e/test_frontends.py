@@ -181,3 +181,40 @@ def test_sigint_to_the_process_group_stops_cleanly(tmp_path: Path) -> None:
         os.kill(pid, signal.SIGINT)
     assert server.wait() == 0, server.stderr_text()
     assert "after forwarding" in server.stderr_text()
+
+
+def test_a_front_end_that_dies_is_restarted_and_the_others_keep_serving(tmp_path: Path) -> None:
+    server = ServerProcess(tmp_path / "data", "--grpc-processes", "3")
+    try:
+        first = children(server.proc.pid)
+        assert len(first) == 2
+        server.create_topic("t", 4)
+        os.kill(first[0], signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while Path(f"/proc/{first[0]}").exists() and time.monotonic() < deadline:
+            time.sleep(0.02)  # until reaped: a zombie's other threads may still hold its socket
+        # Gone (connections it held, or had not yet accepted, were reset: clients reconnect).
+        # The coordinator and the other front end serve every new connection.
+        for ch in connections(server.address, 6):
+            stub = consumer_group_pb2_grpc.ConsumerGroupServiceStub(ch)
+            r = stub.ConsumerGroupDescribe(consumer_group_pb2.ConsumerGroupDescribeRequest(group_ids=["none"]), timeout=10)
+            assert r.groups[0].error_code == 69  # GROUP_ID_NOT_FOUND: answered, not UNAVAILABLE
+            ch.close()
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            now = children(server.proc.pid)
+            if len(now) == 2 and first[0] not in now and "Front end 1 restarted" in server.stderr_text():
+                break
+            time.sleep(0.1)
+        else:
+            raise AssertionError(f"front end 1 was not restarted: {server.stderr_text()}")
+        assert first[1] in now
+        assert re.search(r"Front end 1 \(pid \d+\) exited unexpectedly \(exit code -9\)", server.stderr_text())
+        # The restarted one serves like the others.
+        for ch in connections(server.address, 9):
+            health = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(service=""), timeout=10)
+            assert health.status == health_pb2.HealthCheckResponse.SERVING
+            ch.close()
+    finally:
+        assert server.stop() == 0, server.stderr_text()
+    assert len(re.findall(r"Front end \d stopped \(exit code 0\)", server.stderr_text())) == 2
