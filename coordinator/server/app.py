@@ -118,7 +118,7 @@ class CoordinatorServer:
     async def start(self) -> int:
         await self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)
         if self.frontends is not None:
-            _check_port_free(self.options.listen)
+            await _check_port_free(self.options.listen)
         self.port = self.server.add_insecure_port(self.options.listen)
         await self.server.start()
         if self.frontends is not None:
@@ -149,20 +149,35 @@ class CoordinatorServer:
         await self.runtime.close()  # flush pending writes, close the store
 
 
-def _check_port_free(listen: str) -> None:
-    """With ``SO_REUSEPORT`` a second server could silently share a busy port: refuse instead."""
+PORT_FREE_WAIT_S = 3.0
+
+
+async def _check_port_free(listen: str) -> None:
+    """With ``SO_REUSEPORT`` a second server could silently share a busy port: refuse instead.
+
+    The probe binds like gRPC does (``SO_REUSEADDR``: connections of a previous run in
+    TIME_WAIT do not count) and waits up to ``PORT_FREE_WAIT_S`` for a listener to go away:
+    the front ends of a coordinator killed a moment ago are still exiting."""
     host, port = split_listen(listen)
     if port == 0:
         return
     host = host.strip("[]")
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as probe:
-        try:
-            probe.bind((host, port))
-        except OSError as exc:
-            if exc.errno == errno.EADDRINUSE:
-                raise RuntimeError(f"address {listen} is already in use") from None
-            raise RuntimeError(str(exc)) from None
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + PORT_FREE_WAIT_S
+    for _attempt in range(1000):
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind((host, port))
+                return
+            except OSError as exc:
+                if exc.errno != errno.EADDRINUSE:
+                    raise RuntimeError(str(exc)) from None
+        if loop.time() >= deadline:
+            break
+        await asyncio.sleep(0.05)
+    raise RuntimeError(f"address {listen} is already in use")
 
 
 def make_runtime(config: GroupCoordinatorConfig, store: RecordStore, clock: str) -> CoordinatorRuntime:

@@ -31,13 +31,13 @@ START_TIMEOUT_S = 20.0
 
 
 class ServerProcess:
-    def __init__(self, data_dir: Path, *extra: str, clock: str = "manual") -> None:
+    def __init__(self, data_dir: Path, *extra: str, clock: str = "manual", listen: str = "127.0.0.1:0") -> None:
         self.data_dir = data_dir
         self.stderr_path = data_dir.parent / f"{data_dir.name}-serve-{time.monotonic_ns()}.log"
         self._stderr = open(self.stderr_path, "wb")  # noqa: SIM115 - closed in wait()
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "coordinator.cli", "serve", "--listen", "127.0.0.1:0",
+            [sys.executable, "-m", "coordinator.cli", "serve", "--listen", listen,
              "--data-dir", str(data_dir), "--clock", clock, *extra],
             stdout=subprocess.PIPE,
             stderr=self._stderr,

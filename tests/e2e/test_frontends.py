@@ -218,3 +218,21 @@ def test_a_front_end_that_dies_is_restarted_and_the_others_keep_serving(tmp_path
     finally:
         assert server.stop() == 0, server.stderr_text()
     assert len(re.findall(r"Front end \d stopped \(exit code 0\)", server.stderr_text())) == 2
+
+
+def test_restart_on_the_same_port_right_after_kill_9(tmp_path: Path) -> None:
+    """A supervisor restarts a killed coordinator at once: the port its front ends held is
+    free again a moment later, and the new server waits for that moment."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    for attempt in range(3):
+        server = ServerProcess(tmp_path / "data", "--grpc-processes", "2", listen=f"127.0.0.1:{port}")
+        assert server.address == f"127.0.0.1:{port}"
+        if attempt:
+            assert server.describe("g").groups[0].error_code == 0  # state survived the kills
+        else:
+            server.create_topic("t", 2)
+            r = server.heartbeat(**join_request("g", ["t"]))
+            assert r.error_code == 0, r
+        server.kill9()
