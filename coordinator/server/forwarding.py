@@ -149,12 +149,11 @@ Handler = tuple[Callable[[bytes], pb_message.Message], Callable[[Any, Any], Any]
 
 
 def method_table(services: Iterable[tuple[ServiceDescriptor, object]]) -> dict[str, Handler]:
-    """``/package.Service/Method`` -> (request parser, servicer method) for every unary method."""
+    """``/package.Service/Method`` -> (request parser, servicer method) for every method
+    (``add_raw_handlers`` refuses streaming ones)."""
     table: dict[str, Handler] = {}
     for descriptor, servicer in services:
         for method in descriptor.methods:
-            if method.client_streaming or method.server_streaming:
-                continue
             request_class = message_factory.GetMessageClass(method.input_type)
             table[f"/{descriptor.full_name}/{method.name}"] = (request_class.FromString, getattr(servicer, method.name))
     return table
@@ -195,14 +194,15 @@ def add_raw_handlers(
     """Serve every unary method of ``services`` with ``make(path)``, a handler taking and
     returning encoded messages (bytes): decoding is the handler's, so an undecodable request
     gets INVALID_ARGUMENT (API.md), the same in every process. One generic handler, no
-    registered methods (see ``GenericOnly``)."""
-    handlers = {
-        path: grpc.unary_unary_rpc_method_handler(make(path))
-        for descriptor in services
-        for method in descriptor.methods
-        if not (method.client_streaming or method.server_streaming)
-        for path in (f"/{descriptor.full_name}/{method.name}",)
-    }
+    registered methods (see ``GenericOnly``). A streaming method is refused (``ValueError``):
+    frames carry one request and one response."""
+    handlers = {}
+    for descriptor in services:
+        for method in descriptor.methods:
+            path = f"/{descriptor.full_name}/{method.name}"
+            if method.client_streaming or method.server_streaming:
+                raise ValueError(f"{path} is a streaming RPC: only unary RPCs are served and forwarded")
+            handlers[path] = grpc.unary_unary_rpc_method_handler(make(path))
     server.add_generic_rpc_handlers((_PathHandler(handlers),))
 
 

@@ -49,6 +49,7 @@ class FrontEndServer:
         self.conn: FrameConnection | None = None
         self.stop_requested: asyncio.Future[float] | None = None
         self.stopping = False
+        self.tasks: set[asyncio.Task[None]] = set()
         size = args.max_message_bytes
         self.server = grpc.aio.server(options=[
             ("grpc.max_send_message_length", size),
@@ -94,7 +95,9 @@ class FrontEndServer:
                 fut.set_result((frame[2], frame[3], frame[4]))
         elif kind == HEALTH:
             for name, status in frame[1].items():
-                asyncio.get_running_loop().create_task(self.health.set(name, status))
+                task = asyncio.get_running_loop().create_task(self.health.set(name, status))
+                self.tasks.add(task)
+                task.add_done_callback(self.tasks.discard)
         elif kind == STOP:
             self.stopping = True
             if self.stop_requested is not None and not self.stop_requested.done():

@@ -144,3 +144,32 @@ def test_method_table_covers_every_unary_method_of_every_service() -> None:
     parse, method = table["/kip848.v1.ConsumerGroupService/ConsumerGroupHeartbeat"]
     assert method == "ConsumerGroupHeartbeat"
     assert parse(cg.ConsumerGroupHeartbeatRequest(group_id="x").SerializeToString()).group_id == "x"
+
+
+def test_raw_handlers_serve_every_method_by_path_and_refuse_streaming_ones() -> None:
+    from grpc_health.v1 import health_pb2
+
+    from coordinator.server.forwarding import add_raw_handlers
+
+    class Server:
+        def __init__(self) -> None:
+            self.generic: list[Any] = []
+
+        def add_generic_rpc_handlers(self, handlers: Any) -> None:
+            self.generic.extend(handlers)
+
+    server = Server()
+    descriptors = service_descriptors()
+    add_raw_handlers(server, descriptors, lambda path: path)  # type: ignore[arg-type]
+    assert len(server.generic) == 1  # one generic handler, nothing registered per method
+
+    class Details:
+        def __init__(self, method: str) -> None:
+            self.method = method
+
+    handler = server.generic[0].service(Details("/kip848.v1.OffsetService/OffsetCommit"))
+    assert handler.unary_unary == "/kip848.v1.OffsetService/OffsetCommit"
+    assert (handler.request_deserializer, handler.response_serializer) == (None, None)  # bytes in, bytes out
+    assert server.generic[0].service(Details("/kip848.v1.OffsetService/Nope")) is None
+    with pytest.raises(ValueError, match=r"/grpc.health.v1.Health/Watch is a streaming RPC"):
+        add_raw_handlers(Server(), [health_pb2.DESCRIPTOR.services_by_name["Health"]], lambda path: path)  # type: ignore[arg-type]
