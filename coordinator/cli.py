@@ -105,6 +105,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     config = build_config(args.config_file, args.set)
     try:
         split_listen(args.listen)
+        if args.advertised_address is not None:
+            _host, port = split_listen(args.advertised_address, "--advertised-address")
+            if port == 0:
+                raise ValueError("--advertised-address needs a real port, not 0")
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     if args.max_message_bytes < 1024:
@@ -128,6 +132,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     options = ServeOptions(
         listen=args.listen, clock=args.clock, max_message_bytes=args.max_message_bytes,
         grpc_processes=args.grpc_processes, event_loop=args.event_loop, log_level=args.log_level,
+        advertised=args.advertised_address,
     )
     return run_loop(serve(runtime, options), args.event_loop)
 
@@ -1044,6 +1049,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="processes serving gRPC on the listen port (1: this one; N > 1 adds N-1 front ends "
                         "that forward to it, for more cores)")
     p.add_argument("--event-loop", choices=("uvloop", "asyncio"), default="uvloop", help="the server's event loop")
+    p.add_argument("--advertised-address", default=None, metavar="HOST:PORT",
+                   help="the address FindCoordinator answers (default: the listen address; a wildcard host "
+                        "becomes this machine's name)")
     p.set_defaults(func=cmd_serve)
 
     def client(p: argparse.ArgumentParser) -> None:

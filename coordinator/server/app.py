@@ -60,19 +60,20 @@ class ServeOptions:
     grpc_processes: int = 1
     event_loop: str = "uvloop"
     log_level: str = "info"
+    advertised: str | None = None  # HOST:PORT answered by FindCoordinator (Kafka: advertised.listeners)
 
 
-def split_listen(listen: str) -> tuple[str, int]:
+def split_listen(listen: str, flag: str = "--listen") -> tuple[str, int]:
     """``HOST:PORT`` or ``[V6]:PORT`` -> (host, port). Raises ValueError with a clear message."""
     host, sep, port = listen.rpartition(":")
     if not sep or not host:
-        raise ValueError(f"--listen must be HOST:PORT, got {listen!r}")
+        raise ValueError(f"{flag} must be HOST:PORT, got {listen!r}")
     try:
         number = int(port)
     except ValueError:
-        raise ValueError(f"--listen port must be a number, got {port!r}") from None
+        raise ValueError(f"{flag} port must be a number, got {port!r}") from None
     if not 0 <= number <= 65535:
-        raise ValueError(f"--listen port must be 0..65535, got {number}")
+        raise ValueError(f"{flag} port must be 0..65535, got {number}")
     return host, number
 
 
@@ -97,7 +98,7 @@ class CoordinatorServer:
         self.health = health.aio.HealthServicer()
         servicers: list[object] = [
             ConsumerGroupService(runtime), AdminService(runtime), OffsetService(runtime),
-            ClassicGroupService(runtime, lambda: (self.host.strip("[]"), self.port)),
+            ClassicGroupService(runtime, self.advertised_address),
         ]
         if isinstance(runtime.clock, ManualClock):
             servicers.append(TestingService(runtime))
@@ -131,6 +132,17 @@ class CoordinatorServer:
         if self.frontends is not None:
             self.frontends.set_health(dict.fromkeys(("", *self.service_names), status))
 
+    def advertised_address(self) -> tuple[str, int]:
+        """What FindCoordinator answers: ``--advertised-address``, else the bound address, with a
+        wildcard host (``0.0.0.0``, ``::``) replaced by this machine's name, as Kafka does."""
+        if self.options.advertised:
+            host, port = split_listen(self.options.advertised, "--advertised-address")
+            return host.strip("[]"), port
+        host = self.host.strip("[]")
+        if host in WILDCARD_HOSTS:
+            host = socket.getfqdn()
+        return host, self.port
+
     @property
     def address(self) -> str:
         host = f"[{self.host.strip('[]')}]" if ":" in self.host.strip("[]") else self.host
@@ -150,6 +162,7 @@ class CoordinatorServer:
 
 
 PORT_FREE_WAIT_S = 3.0
+WILDCARD_HOSTS = ("", "0.0.0.0", "::")
 
 
 async def _check_port_free(listen: str) -> None:

@@ -364,3 +364,13 @@ def test_consumer_member_on_classic_apis_is_unknown(manual_server: ServerProcess
     assert c.leave("K") == pb.LeaveGroupResponse(members=[pb.LeaveGroupResponse.MemberResponse(
         member_id="K", error_code=25, error_message="Member K does not use the classic protocol.")])
     assert s.describe("g-cl-mixed").groups[0].members[0].member_type == 1
+
+
+def test_find_coordinator_answers_the_advertised_address(start_server) -> None:
+    """Kafka's advertised.listeners: clients are sent where they can reach the coordinator,
+    not to the address it binds (here 127.0.0.1:0)."""
+    server = start_server(None, "--advertised-address", "coordinator.example:19094")
+    stub = classic_group_pb2_grpc.ClassicGroupServiceStub(server.channel)
+    got = stub.FindCoordinator(pb.FindCoordinatorRequest(key_type=0, coordinator_keys=["g"]), timeout=WAIT_S)
+    assert got == pb.FindCoordinatorResponse(coordinators=[
+        pb.FindCoordinatorResponse.Coordinator(key="g", node_id=0, host="coordinator.example", port=19094)])

@@ -34,6 +34,8 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
         (["--listen", "localhost"], "kip848 serve: --listen must be HOST:PORT"),
         (["--config-file", "/nonexistent/x.properties"], "kip848 serve: cannot read config file"),
         (["--grpc-processes", "0"], "kip848 serve: --grpc-processes must be 1..64, got 0"),
+        (["--advertised-address", "host"], "kip848 serve: --advertised-address must be HOST:PORT, got 'host'"),
+        (["--advertised-address", "host:0"], "kip848 serve: --advertised-address needs a real port, not 0"),
         (["--grpc-processes", "65"], "kip848 serve: --grpc-processes must be 1..64, got 65"),
     ],
 )
@@ -118,3 +120,17 @@ def test_replay_refuses_a_corrupt_store(tmp_path: Path, capsys: pytest.CaptureFi
 def test_replay_of_a_missing_store(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, _out, err = run(capsys, "replay", "--data-dir", str(tmp_path / "none"))
     assert code == 1 and err.startswith("kip848 replay:")
+
+
+def test_a_wildcard_listen_host_is_advertised_as_this_machines_name() -> None:
+    import socket
+
+    from coordinator.server.app import CoordinatorServer, ServeOptions
+
+    for listen, expected in [("0.0.0.0:9094", socket.getfqdn()), ("[::]:9094", socket.getfqdn()),
+                             ("10.1.2.3:9094", "10.1.2.3"), ("[::1]:9094", "::1")]:
+        server = CoordinatorServer.__new__(CoordinatorServer)  # no gRPC server needed for this
+        server.options, server.host, server.port = ServeOptions(listen=listen), listen.rpartition(":")[0], 9094
+        assert server.advertised_address() == (expected, 9094), listen
+    server.options = ServeOptions(listen="0.0.0.0:9094", advertised="[fd00::1]:443")
+    assert server.advertised_address() == ("fd00::1", 443)
