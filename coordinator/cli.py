@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -1032,6 +1033,16 @@ def cmd_replay(args: argparse.Namespace) -> int:
 MAX_GRPC_PROCESSES = 64
 
 
+def _processes(text: str) -> int:
+    """``--grpc-processes``: a number, or ``auto`` (the CPUs this process may run on)."""
+    if text == "auto":
+        return max(1, min(MAX_GRPC_PROCESSES, len(os.sched_getaffinity(0))))
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number or 'auto', got {text!r}") from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kip848", description="A KIP-848 consumer group coordinator over gRPC.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -1045,9 +1056,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--journal-retention-ms", type=int, default=None, metavar="MS", help="journal retention (default: keep)")
     p.add_argument("--sync", choices=("full", "normal"), default="full", help="SQLite durability (full: fsync per batch)")
     p.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")
-    p.add_argument("--grpc-processes", type=int, default=1, metavar="N",
+    p.add_argument("--grpc-processes", type=_processes, default=1, metavar="N|auto",
                    help="processes serving gRPC on the listen port (1: this one; N > 1 adds N-1 front ends "
-                        "that forward to it, for more cores)")
+                        "that forward to it, for more cores; auto: one per usable CPU)")
     p.add_argument("--event-loop", choices=("uvloop", "asyncio"), default="uvloop", help="the server's event loop")
     p.add_argument("--advertised-address", default=None, metavar="HOST:PORT",
                    help="the address FindCoordinator answers (default: the listen address; a wildcard host "

@@ -134,3 +134,16 @@ def test_a_wildcard_listen_host_is_advertised_as_this_machines_name() -> None:
         assert server.advertised_address() == (expected, 9094), listen
     server.options = ServeOptions(listen="0.0.0.0:9094", advertised="[fd00::1]:443")
     assert server.advertised_address() == ("fd00::1", 443)
+
+
+def test_grpc_processes_auto_is_one_per_usable_cpu(capsys: pytest.CaptureFixture[str]) -> None:
+    import os
+
+    from coordinator.cli import _processes
+
+    assert _processes("auto") == max(1, min(64, len(os.sched_getaffinity(0))))
+    assert _processes("3") == 3
+    with pytest.raises(SystemExit) as exit_:
+        main(["serve", "--grpc-processes", "many"])
+    assert exit_.value.code == 2
+    assert "argument --grpc-processes: expected a number or 'auto', got 'many'" in capsys.readouterr().err
