@@ -21,9 +21,7 @@ import socket
 import sys
 from dataclasses import dataclass
 
-import grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
+from grpc_health.v1 import health, health_pb2
 
 from coordinator.core.config import GroupCoordinatorConfig
 from coordinator.runtime import CoordinatorRuntime, ManualClock, SystemClock
@@ -33,10 +31,11 @@ from .classic_service import ClassicGroupService
 from .forwarding import (
     Dispatcher,
     FrontEndPool,
-    GenericOnly,
+    add_health_and_reflection,
     add_raw_handlers,
     local_handler,
     method_table,
+    new_grpc_server,
 )
 from .services import (
     AdminService,
@@ -86,41 +85,33 @@ class CoordinatorServer:
         self.options = options
         self.host, _ = split_listen(options.listen)
         self.port = 0
+        self.advertised: tuple[str, int] = ("", 0)  # set by start()
         size = options.max_message_bytes
-        self.server = grpc.aio.server(
-            options=[
-                ("grpc.max_send_message_length", size),
-                ("grpc.max_receive_message_length", size),
-                # Shared with our own front ends only; start() checks that the port is free.
-                ("grpc.so_reuseport", 1 if options.grpc_processes > 1 else 0),
-            ]
-        )
+        # The port is shared with our own front ends only: start() checks that it is free.
+        self.server = new_grpc_server(size, reuseport=options.grpc_processes > 1)
         self.health = health.aio.HealthServicer()
         servicers: list[object] = [
             ConsumerGroupService(runtime), AdminService(runtime), OffsetService(runtime),
-            ClassicGroupService(runtime, self.advertised_address),
+            ClassicGroupService(runtime, lambda: self.advertised),
         ]
         if isinstance(runtime.clock, ManualClock):
             servicers.append(TestingService(runtime))
         served = list(zip(service_descriptors(), servicers, strict=False))
         table = method_table(served)
         add_raw_handlers(self.server, [descriptor for descriptor, _ in served], lambda path: local_handler(table[path]))
-        health_pb2_grpc.add_HealthServicer_to_server(self.health, GenericOnly(self.server))
         self.service_names = [descriptor.full_name for descriptor, _ in served]
+        add_health_and_reflection(self.server, self.health, self.service_names)
         self.frontends = FrontEndPool(
             Dispatcher(table), listen=options.listen, max_message_bytes=size,
             log_level=options.log_level, event_loop=options.event_loop,
         ) if options.grpc_processes > 1 else None
-        reflection.enable_server_reflection(
-            [*self.service_names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME],
-            GenericOnly(self.server),
-        )
 
     async def start(self) -> int:
         await self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)
         if self.frontends is not None:
             await _check_port_free(self.options.listen)
         self.port = self.server.add_insecure_port(self.options.listen)
+        self.advertised = await asyncio.to_thread(self.advertised_address)
         await self.server.start()
         if self.frontends is not None:
             await self.frontends.start(self.options.grpc_processes - 1, self.port, self.service_names)
@@ -134,7 +125,8 @@ class CoordinatorServer:
 
     def advertised_address(self) -> tuple[str, int]:
         """What FindCoordinator answers: ``--advertised-address``, else the bound address, with a
-        wildcard host (``0.0.0.0``, ``::``) replaced by this machine's name, as Kafka does."""
+        wildcard host (``0.0.0.0``, ``::``) replaced by this machine's name, as Kafka does.
+        Worked out once, in ``start()`` (a name may take a DNS query): ``self.advertised``."""
         if self.options.advertised:
             host, port = split_listen(self.options.advertised, "--advertised-address")
             return host.strip("[]"), port

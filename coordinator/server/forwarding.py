@@ -206,6 +206,28 @@ def add_raw_handlers(
     server.add_generic_rpc_handlers((_PathHandler(handlers),))
 
 
+def new_grpc_server(max_message_bytes: int, *, reuseport: bool) -> grpc.aio.Server:
+    """The grpc.aio server of every process: message size limits, ``SO_REUSEPORT`` only when
+    front ends share the port."""
+    return grpc.aio.server(options=[
+        ("grpc.max_send_message_length", max_message_bytes),
+        ("grpc.max_receive_message_length", max_message_bytes),
+        ("grpc.so_reuseport", 1 if reuseport else 0),
+    ])
+
+
+def add_health_and_reflection(server: grpc.aio.Server, servicer: Any, service_names: Sequence[str]) -> None:
+    """Standard health checking and server reflection for ``service_names`` (generic handlers)."""
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+    from grpc_reflection.v1alpha import reflection
+
+    health_pb2_grpc.add_HealthServicer_to_server(servicer, GenericOnly(server))
+    reflection.enable_server_reflection(
+        [*service_names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME],
+        GenericOnly(server),
+    )
+
+
 def undecodable(exc: Exception) -> str:
     return f"Undecodable request: {exc}"
 

@@ -18,8 +18,7 @@ import sys
 from typing import Any
 
 import grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
+from grpc_health.v1 import health
 
 from .forwarding import (
     CALL,
@@ -30,8 +29,9 @@ from .forwarding import (
     STOP,
     STOPPED,
     FrameConnection,
-    GenericOnly,
+    add_health_and_reflection,
     add_raw_handlers,
+    new_grpc_server,
     set_parent_death_signal,
 )
 from .loop import LOOPS
@@ -50,22 +50,13 @@ class FrontEndServer:
         self.stop_requested: asyncio.Future[float] | None = None
         self.stopping = False
         self.tasks: set[asyncio.Task[None]] = set()
-        size = args.max_message_bytes
-        self.server = grpc.aio.server(options=[
-            ("grpc.max_send_message_length", size),
-            ("grpc.max_receive_message_length", size),
-            ("grpc.so_reuseport", 1),
-        ])
+        self.server = new_grpc_server(args.max_message_bytes, reuseport=True)
         self.health = health.aio.HealthServicer()
         wanted = set(args.services.split(",")) if args.services else set()
         served = [d for d in service_descriptors() if d.full_name in wanted]
         self.service_names = [d.full_name for d in served]
         add_raw_handlers(self.server, served, self._forwarder)
-        health_pb2_grpc.add_HealthServicer_to_server(self.health, GenericOnly(self.server))
-        reflection.enable_server_reflection(
-            [*self.service_names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME],
-            GenericOnly(self.server),
-        )
+        add_health_and_reflection(self.server, self.health, self.service_names)
 
     def _forwarder(self, path: str) -> Any:
         async def forward(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
