@@ -100,7 +100,7 @@ class _Batch:
         self.start_marks = start_marks
         self.end_marks: list[int] | None = None
         self.commands = 0
-        self.completions: list[tuple[int, Any]] = []  # legacy bridge: deferred responses
+        self.completions: list[tuple[int, int, Any]] = []  # legacy bridge: (machine, token, response)
 
 
 def _retrieve(fut: asyncio.Future[None]) -> None:
@@ -145,7 +145,9 @@ class CoordinatorRuntime:
         self._timer_at_ms: int | None = None
         self._pending_keys: dict[Any, int] = {}  # timer key -> ops not yet durable
         self._deferred: dict[Any, DueTimer] = {}
-        self._parked: dict[int, asyncio.Future[Any]] = {}  # legacy bridge: token -> waiting request
+        # Legacy bridge: (state machine index, token) -> waiting request. Tokens are numbered per
+        # shard, so the shard index is part of the key.
+        self._parked: dict[tuple[int, int], asyncio.Future[Any]] = {}
         self._parking_closed = False  # legacy bridge: shutting down, parked requests answered
         self.stats = {"batches": 0, "records": 0, "commands": 0, "failed_batches": 0, "timers_fired": 0}
 
@@ -275,10 +277,11 @@ class CoordinatorRuntime:
                 for op in result.timers:
                     pk[op.key] = pk.get(op.key, 0) + 1
         if result.completions:  # legacy bridge: answer parked requests once durable
+            completions = [(index, token, response) for token, response in result.completions]
             if batch is None:
-                self._complete(result.completions)
+                self._complete(completions)
             else:
-                batch.completions.extend(result.completions)
+                batch.completions.extend(completions)
         return result.response, batch
 
     async def _submit(self, index: int, fn: Callable[[Any], Any], *, read: bool = False) -> Any:
@@ -631,11 +634,11 @@ class CoordinatorRuntime:
 
     # ------------------------------------------------------------------ legacy bridge (classic RPCs)
 
-    def _complete(self, completions: Sequence[tuple[int, Any]]) -> None:
+    def _complete(self, completions: Sequence[tuple[int, int, Any]]) -> None:
         """Answer parked classic requests (their completing batch is durable). A failed batch
         drops its completions: the rollback makes those requests pending again."""
-        for token, response in completions:
-            fut = self._parked.pop(token, None)
+        for index, token, response in completions:
+            fut = self._parked.pop((index, token), None)
             if fut is not None and not fut.done():
                 fut.set_result(response)
 
@@ -654,13 +657,15 @@ class CoordinatorRuntime:
         """Run a classic command; a ``Pending`` answer parks the request until a later durable
         result completes it (the join barrier, the leader's SyncGroup, a timer)."""
         self._check_serving()
-        response, batch = self._execute(self.shard_index(group_id), fn)
+        index = self.shard_index(group_id)
+        response, batch = self._execute(index, fn)
         if type(response).__name__ != "Pending":
             if batch is not None:
                 await batch.future
             return response
+        key = (index, response.token)
         fut: asyncio.Future[Any] = self._loop.create_future()  # type: ignore[union-attr]
-        self._parked[response.token] = fut
+        self._parked[key] = fut
         if self._parking_closed:
             fut.set_exception(_shutting_down())
         try:
@@ -668,7 +673,7 @@ class CoordinatorRuntime:
                 await batch.future
             return await fut
         finally:
-            self._parked.pop(response.token, None)
+            self._parked.pop(key, None)
 
     async def classic_join(self, req: Any) -> Any:
         now = self.clock.now_ms()

@@ -374,3 +374,24 @@ def test_find_coordinator_answers_the_advertised_address(start_server) -> None:
     got = stub.FindCoordinator(pb.FindCoordinatorRequest(key_type=0, coordinator_keys=["g"]), timeout=WAIT_S)
     assert got == pb.FindCoordinatorResponse(coordinators=[
         pb.FindCoordinatorResponse.Coordinator(key="g", node_id=0, host="coordinator.example", port=19094)])
+
+
+def test_concurrent_joins_on_many_shards_reach_their_callers(start_server) -> None:
+    """Regression (#12 item 0): parked classic requests are numbered per shard; two shards'
+    waiters used to share one table keyed by that number, so callers received another group's
+    JoinGroup answer or none. 12 two-step joins on 12 new groups spread over the default 4
+    shards, all parked at once: every caller gets its own group's answer."""
+    from coordinator.runtime.loader import shard_of
+
+    s: ServerProcess = start_server(None, "--set", "group.initial.rebalance.delay.ms=300", clock="system")
+    s.create_topic("cl-many", 4)
+    groups = [f"g-many-{n}" for n in range(12)]
+    assert len({shard_of(g, 4) for g in groups}) == 4  # the groups really span every shard
+    clients = [Classic(s, g, ["cl-many"]) for g in groups]
+    members = [c.new_member("m") for c in clients]
+    futures = [c.join_future(mid, "m") for c, mid in zip(clients, members, strict=True)]
+    meta = k_subscription(["cl-many"])
+    for c, mid, fut in zip(clients, members, futures, strict=True):
+        got = fut.result(timeout=WAIT_S)
+        assert got == J(generation_id=1, protocol_type="consumer", protocol_name="range", leader=mid,
+                        member_id=mid, members=[J.Member(member_id=mid, metadata=meta)]), c.group_id
