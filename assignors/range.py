@@ -104,7 +104,7 @@ def compute_range_assignment(
         ranges = cache.get((count, len(members)))
         if ranges is None:
             ranges = cache[(count, len(members))] = _ranges(count, len(members))
-        for member_id, partitions in zip(members, ranges):
+        for member_id, partitions in zip(members, ranges, strict=False):
             result[member_id][t] = partitions
     return result  # type: ignore[return-value]
 

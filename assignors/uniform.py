@@ -155,7 +155,7 @@ class _Builder:
             self._settle_class(members, incoming)
         else:
             self._assign_classes()
-        return dict(zip(self.member_ids, self.current))
+        return dict(zip(self.member_ids, self.current, strict=False))
 
     # ------------------------------------------------------------------ step 1: clean
 
@@ -326,7 +326,7 @@ class _Builder:
             low = [max(0, level * size[k] - total[k]) for k in ks]
             high = [max(0, (level + 1) * size[k] - total[k]) for k in ks]
             add = _fit(low, low, high, free)
-            for k, a in zip(ks, add):
+            for k, a in zip(ks, add, strict=False):
                 if a:
                     share[k][t] = share[k].get(t, 0) + a
                     total[k] += a
@@ -527,15 +527,15 @@ class _Split:
                 if ceiling - floor <= 1:
                     continue
                 now = [share[k].get(t, 0) for k in ks]
-                base = [total[k] - x for k, x in zip(ks, now)]
+                base = [total[k] - x for k, x in zip(ks, now, strict=False)]
                 level = _water_level([size[k] for k in ks], base, counts[t])
-                low = [max(0, level * size[k] - b) for k, b in zip(ks, base)]
-                high = [max(0, (level + 1) * size[k] - b) for k, b in zip(ks, base)]
-                start = [min(max(x, lo), hi) for x, lo, hi in zip(now, low, high)]
+                low = [max(0, level * size[k] - b) for k, b in zip(ks, base, strict=False)]
+                high = [max(0, (level + 1) * size[k] - b) for k, b in zip(ks, base, strict=False)]
+                start = [min(max(x, lo), hi) for x, lo, hi in zip(now, low, high, strict=False)]
                 new = _fit(start, low, high, counts[t])
                 if new != now:
                     changed = True
-                    for k, b, x in zip(ks, base, new):
+                    for k, b, x in zip(ks, base, new, strict=False):
                         share[k][t] = x
                         total[k] = b + x
             if not changed:
@@ -620,9 +620,9 @@ def _water_level(sizes: list[int], loads: list[int], units: int) -> int:
     no more than ``units`` partitions."""
 
     def need(level: int) -> int:
-        return sum(max(0, level * n - b) for n, b in zip(sizes, loads))
+        return sum(max(0, level * n - b) for n, b in zip(sizes, loads, strict=False))
 
-    low = min(b // n for n, b in zip(sizes, loads))  # need(low) == 0
+    low = min(b // n for n, b in zip(sizes, loads, strict=False))  # need(low) == 0
     high = (units + sum(loads)) // sum(sizes) + 1  # need(high) > units
     while high - low > 1:
         mid = (low + high) // 2
@@ -639,7 +639,7 @@ def _fit(start: list[int], low: list[int], high: list[int], total: int) -> list[
     out = list(start)
     gap = total - sum(out)
     if gap > 0:
-        for j, (x, hi) in enumerate(zip(out, high)):
+        for j, (x, hi) in enumerate(zip(out, high, strict=False)):
             step = min(gap, hi - x)
             if step > 0:
                 out[j] = x + step
@@ -647,7 +647,7 @@ def _fit(start: list[int], low: list[int], high: list[int], total: int) -> list[
                 if not gap:
                     break
     elif gap < 0:
-        for j, (x, lo) in enumerate(zip(out, low)):
+        for j, (x, lo) in enumerate(zip(out, low, strict=False)):
             step = min(-gap, x - lo)
             if step > 0:
                 out[j] = x - step

@@ -45,5 +45,9 @@ def write_section(name: str, body: str) -> None:
     start, end = f"<!-- bench:{name} -->", f"<!-- /bench:{name} -->"
     block = f"{start}\n{body.rstrip()}\n{end}"
     pattern = re.compile(re.escape(start) + r".*?" + re.escape(end), re.DOTALL)
-    text = pattern.sub(lambda _m: block, text) if pattern.search(text) else text.rstrip() + "\n\n" + block + "\n"
+    text = (
+        pattern.sub(lambda _m: block, text)
+        if pattern.search(text)
+        else text.rstrip() + "\n\n" + block + "\n"
+    )
     DOC.write_text(text)

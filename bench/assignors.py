@@ -51,15 +51,15 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from assignors.api import (
+from assignors.api import (  # noqa: E402 - after the sys.path insert
     GroupSpec,
     MemberSubscription,
     PartitionAssignor,
     SubscriptionType,
     TopicMetadata,
 )
-from assignors.range import RangeAssignor
-from assignors.uniform import UniformAssignor
+from assignors.range import RangeAssignor  # noqa: E402
+from assignors.uniform import UniformAssignor  # noqa: E402
 
 MEMBERS = (100, 500, 1000, 5000, 10000)
 RATIOS = (5, 10, 50)

@@ -43,17 +43,27 @@ def build(members: int, partitions: int, topics: int) -> tuple[CoreHarness, int,
             slices[ids[k % members]].setdefault(tid, set()).add(p)
             k += 1
     epoch = 10
-    h.seed_group(GROUP, epoch, {m: (names, {t: frozenset(ps) for t, ps in a.items()}) for m, a in slices.items()})
+    h.seed_group(
+        GROUP,
+        epoch,
+        {m: (names, {t: frozenset(ps) for t, ps in a.items()}) for m, a in slices.items()},
+    )
     return h, epoch, names
 
 
-def bench_steady(h: CoreHarness, epoch: int, ids: list[str], calls: int, with_owned: bool) -> list[float]:
+def bench_steady(
+    h: CoreHarness, epoch: int, ids: list[str], calls: int, with_owned: bool
+) -> list[float]:
     shard = h.shard
     group = shard.groups[GROUP]
     commands = []
     for mid in ids:
         owned = dict(group.members[mid].assigned_partitions) if with_owned else None
-        commands.append(ConsumerGroupHeartbeat(group_id=GROUP, member_id=mid, member_epoch=epoch, topic_partitions=owned))
+        commands.append(
+            ConsumerGroupHeartbeat(
+                group_id=GROUP, member_id=mid, member_epoch=epoch, topic_partitions=owned
+            )
+        )
     samples = []
     n = len(commands)
     gc.collect()
@@ -74,8 +84,12 @@ def bench_steady(h: CoreHarness, epoch: int, ids: list[str], calls: int, with_ow
 def bench_join(h: CoreHarness, names: list[str], repeats: int) -> tuple[list[float], int]:
     shard = h.shard
     cmd = ConsumerGroupHeartbeat(
-        group_id=GROUP, member_id="newcomer", member_epoch=0, rebalance_timeout_ms=60_000,
-        subscribed_topic_names=tuple(names), topic_partitions={},
+        group_id=GROUP,
+        member_id="newcomer",
+        member_epoch=0,
+        rebalance_timeout_ms=60_000,
+        subscribed_topic_names=tuple(names),
+        topic_partitions={},
     )
     samples = []
     records = 0
@@ -108,12 +122,27 @@ def main(argv: list[str] | None = None) -> int:
         return sorted(xs)[min(len(xs) - 1, int(q * len(xs)))]
 
     rows = [
-        ["steady heartbeat, 1,000 members (no owned partitions sent)", f"{len(steady):,}",
-         f"{statistics.median(steady):.1f} µs", f"{pct(steady, 0.99):.1f} µs", "median ≤ 20 µs"],
-        ["steady heartbeat, 1,000 members (owned partitions sent)", f"{len(steady_owned):,}",
-         f"{statistics.median(steady_owned):.1f} µs", f"{pct(steady_owned, 0.99):.1f} µs", "—"],
-        [f"1,001st member joins, 10,000 partitions / 10 topics ({join_records} records)", f"{len(join)}",
-         f"{statistics.median(join):.1f} ms", f"{max(join):.1f} ms (max)", "≤ 50 ms"],
+        [
+            "steady heartbeat, 1,000 members (no owned partitions sent)",
+            f"{len(steady):,}",
+            f"{statistics.median(steady):.1f} µs",
+            f"{pct(steady, 0.99):.1f} µs",
+            "median ≤ 20 µs",
+        ],
+        [
+            "steady heartbeat, 1,000 members (owned partitions sent)",
+            f"{len(steady_owned):,}",
+            f"{statistics.median(steady_owned):.1f} µs",
+            f"{pct(steady_owned, 0.99):.1f} µs",
+            "—",
+        ],
+        [
+            f"1,001st member joins, 10,000 partitions / 10 topics ({join_records} records)",
+            f"{len(join)}",
+            f"{statistics.median(join):.1f} ms",
+            f"{max(join):.1f} ms (max)",
+            "≤ 50 ms",
+        ],
     ]
     headers = ["case", "samples", "median", "p99", "target"]
     print(table(headers, rows))

@@ -73,14 +73,28 @@ class RollingRestart(Simulation):
     """The simulator without faults, driven by a scripted rolling restart."""
 
     def __init__(self, fleet: Fleet, seed: int) -> None:
-        super().__init__(SimParams(
-            seed=seed, members=MEMBERS, partitions=PARTITIONS, topics=1, faults=frozenset(), fault_rate=0.0,
-            net_fault_rate=0.0, static_members=0, session_timeout_ms=SESSION_MS, heartbeat_interval_ms=HEARTBEAT_MS,
-            rebalance_timeout_ms=REBALANCE_MS, initial_rebalance_delay_ms=INITIAL_DELAY_MS, classic=fleet.classic,
-            protocol=fleet.protocol,
-        ))
+        super().__init__(
+            SimParams(
+                seed=seed,
+                members=MEMBERS,
+                partitions=PARTITIONS,
+                topics=1,
+                faults=frozenset(),
+                fault_rate=0.0,
+                net_fault_rate=0.0,
+                static_members=0,
+                session_timeout_ms=SESSION_MS,
+                heartbeat_interval_ms=HEARTBEAT_MS,
+                rebalance_timeout_ms=REBALANCE_MS,
+                initial_rebalance_delay_ms=INITIAL_DELAY_MS,
+                classic=fleet.classic,
+                protocol=fleet.protocol,
+            )
+        )
         self.faults_on = False
-        topic_id = self.h.registry.topics["t0"].topic_id  # clients keep owned partitions by topic id
+        topic_id = self.h.registry.topics[
+            "t0"
+        ].topic_id  # clients keep owned partitions by topic id
         self.all = {(topic_id, p) for p in range(PARTITIONS)}
         self.measuring = False
         self.unowned_ms = 0
@@ -145,8 +159,13 @@ class RollingRestart(Simulation):
             self.settle()
         for since in self.since.values():
             self.max_gap_ms = max(self.max_gap_ms, self.now - since)
-        return Outcome(self.unowned_ms / 1000, self.max_gap_ms / 1000, len(self.lost), (self.now - start) / 1000,
-                       self.step)
+        return Outcome(
+            self.unowned_ms / 1000,
+            self.max_gap_ms / 1000,
+            len(self.lost),
+            (self.now - start) / 1000,
+            self.step,
+        )
 
 
 def run(fleet: Fleet, seed: int = 1) -> Outcome:
@@ -156,46 +175,70 @@ def run(fleet: Fleet, seed: int = 1) -> Outcome:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--no-write", action="store_true", help="print only; leave docs/benchmarks.md alone")
+    parser.add_argument(
+        "--no-write", action="store_true", help="print only; leave docs/benchmarks.md alone"
+    )
     args = parser.parse_args(argv)
     rows = []
     for fleet in FLEETS:
         o = run(fleet, args.seed)
-        rows.append([fleet.label, f"{o.unowned_partition_s:,.0f}", f"{o.unowned_partition_s / MEMBERS:,.1f}",
-                     f"{o.partitions_without_owner}", f"{o.max_gap_s:.1f}", f"{o.duration_s:,.0f}"])
+        rows.append(
+            [
+                fleet.label,
+                f"{o.unowned_partition_s:,.0f}",
+                f"{o.unowned_partition_s / MEMBERS:,.1f}",
+                f"{o.partitions_without_owner}",
+                f"{o.max_gap_s:.1f}",
+                f"{o.duration_s:,.0f}",
+            ]
+        )
         print(" | ".join(rows[-1]), flush=True)
-    headers = ["fleet", "partition-s without owner", "per restart", "partitions that lost their owner",
-               "longest gap (s)", "virtual duration (s)"]
-    body = "\n".join([
-        "## Rolling restart: partitions without an owner (`python bench/migration.py`)",
-        "",
-        (f"Deterministic virtual-time simulation (seed {args.seed}; `coordinator.sim` clients on the pure "
-        "bridged shard, no IO): "
-        f"{MEMBERS} members, one topic of {PARTITIONS} partitions, server assignor `uniform`, classic "
-        "leaders assign with the client-side range/sticky logic of `coordinator/sim/classic_client.py`. "
-        "Each member in turn shuts down gracefully (revokes everything, then LeaveGroup or a leave "
-        f"heartbeat), stays down {RESTART_MS // 1000} s, restarts with a new member id; the next restart "
-        "waits until the group has converged. Measured from the first shutdown to the final convergence: "
-        "partition-seconds during which no client owned the partition (owned = received and not yet "
-        "revoked), the partitions that were ever without an owner, and the longest single gap."),
-        "",
-        (f"Model: heartbeat interval {HEARTBEAT_MS // 1000} s (classic and KIP-848 alike); session "
-        f"timeout {SESSION_MS // 1000} s; rebalance timeout {REBALANCE_MS // 1000} s; "
-        f"group.initial.rebalance.delay.ms {INITIAL_DELAY_MS} (only an empty classic group waits it); "
-        "network latency 1–20 ms per message, revocation callbacks 0–500 ms (seeded random); no "
-        "faults. A classic member learns of a rebalance on its next heartbeat (REBALANCE_IN_PROGRESS); "
-        "the join barrier completes when every member has rejoined; eager members revoke everything "
-        "before rejoining, cooperative ones only what the new assignment drops (then rejoin once more)."),
-        "",
-        table(headers, rows),
-        "",
-        ("KIP-848 members lose only the partitions that actually move (the leaver's, until their new "
-        "owner's next heartbeat, and the ones handed back to the restarted member, between revocation "
-        "and the new owner's next heartbeat); an eager classic group stops the world: every partition "
-        "is unowned from each member's revocation until the sync barrier completes."),
-        "",
-        f"Measured on {machine()}.",
-    ])
+    headers = [
+        "fleet",
+        "partition-s without owner",
+        "per restart",
+        "partitions that lost their owner",
+        "longest gap (s)",
+        "virtual duration (s)",
+    ]
+    body = "\n".join(
+        [
+            "## Rolling restart: partitions without an owner (`python bench/migration.py`)",
+            "",
+            (
+                f"Deterministic virtual-time simulation (seed {args.seed}; `coordinator.sim` clients on the pure "
+                "bridged shard, no IO): "
+                f"{MEMBERS} members, one topic of {PARTITIONS} partitions, server assignor `uniform`, classic "
+                "leaders assign with the client-side range/sticky logic of `coordinator/sim/classic_client.py`. "
+                "Each member in turn shuts down gracefully (revokes everything, then LeaveGroup or a leave "
+                f"heartbeat), stays down {RESTART_MS // 1000} s, restarts with a new member id; the next restart "
+                "waits until the group has converged. Measured from the first shutdown to the final convergence: "
+                "partition-seconds during which no client owned the partition (owned = received and not yet "
+                "revoked), the partitions that were ever without an owner, and the longest single gap."
+            ),
+            "",
+            (
+                f"Model: heartbeat interval {HEARTBEAT_MS // 1000} s (classic and KIP-848 alike); session "
+                f"timeout {SESSION_MS // 1000} s; rebalance timeout {REBALANCE_MS // 1000} s; "
+                f"group.initial.rebalance.delay.ms {INITIAL_DELAY_MS} (only an empty classic group waits it); "
+                "network latency 1–20 ms per message, revocation callbacks 0–500 ms (seeded random); no "
+                "faults. A classic member learns of a rebalance on its next heartbeat (REBALANCE_IN_PROGRESS); "
+                "the join barrier completes when every member has rejoined; eager members revoke everything "
+                "before rejoining, cooperative ones only what the new assignment drops (then rejoin once more)."
+            ),
+            "",
+            table(headers, rows),
+            "",
+            (
+                "KIP-848 members lose only the partitions that actually move (the leaver's, until their new "
+                "owner's next heartbeat, and the ones handed back to the restarted member, between revocation "
+                "and the new owner's next heartbeat); an eager classic group stops the world: every partition "
+                "is unowned from each member's revocation until the sync barrier completes."
+            ),
+            "",
+            f"Measured on {machine()}.",
+        ]
+    )
     if not args.no_write:
         write_section("migration", body)
     return 0

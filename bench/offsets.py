@@ -68,9 +68,23 @@ def _pct(latencies: list[float], p: float) -> float:
 class Server:
     def __init__(self, data_dir: str, sync: str) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "coordinator.cli", "serve", "--listen", "127.0.0.1:0", "--data-dir", data_dir,
-             "--log-level", "warning", "--sync", sync],
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+            [
+                sys.executable,
+                "-m",
+                "coordinator.cli",
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--data-dir",
+                data_dir,
+                "--log-level",
+                "warning",
+                "--sync",
+                sync,
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
         )
         line = self.proc.stdout.readline().strip()  # type: ignore[union-attr]
         if not line.startswith("listening on "):
@@ -83,8 +97,11 @@ class Server:
         self.proc.wait(timeout=60)
 
 
-async def _grpc_row(address: str, server_pid: int, per_request: int, seconds: float, tag: str) -> dict[str, Any]:
+async def _grpc_row(
+    address: str, server_pid: int, per_request: int, seconds: float, tag: str
+) -> dict[str, Any]:
     import grpc
+
     from kip848.v1 import (
         admin_pb2,
         admin_pb2_grpc,
@@ -104,15 +121,28 @@ async def _grpc_row(address: str, server_pid: int, per_request: int, seconds: fl
             if (await admin.ListTopics(admin_pb2.ListTopicsRequest())).error_code != 14:
                 break
             await asyncio.sleep(0.05)
-        created = await admin.CreateTopics(admin_pb2.CreateTopicsRequest(topics=[
-            admin_pb2.CreateTopicsRequest.CreatableTopic(name=f"bench-{tag}", num_partitions=PARTITIONS)]))
+        created = await admin.CreateTopics(
+            admin_pb2.CreateTopicsRequest(
+                topics=[
+                    admin_pb2.CreateTopicsRequest.CreatableTopic(
+                        name=f"bench-{tag}", num_partitions=PARTITIONS
+                    )
+                ]
+            )
+        )
         assert created.topics[0].error_code == 0, created
         epochs = {}
         for c in range(COMMITTERS):
-            join = await groups.ConsumerGroupHeartbeat(cg.ConsumerGroupHeartbeatRequest(
-                group_id=f"{tag}-{c}", member_id=f"m{c}", member_epoch=0, rebalance_timeout_ms=60_000,
-                subscribed_topic_names=common_pb2.TopicNames(names=[f"bench-{tag}"]),
-                topic_partitions=common_pb2.TopicPartitionsList()))
+            join = await groups.ConsumerGroupHeartbeat(
+                cg.ConsumerGroupHeartbeatRequest(
+                    group_id=f"{tag}-{c}",
+                    member_id=f"m{c}",
+                    member_epoch=0,
+                    rebalance_timeout_ms=60_000,
+                    subscribed_topic_names=common_pb2.TopicNames(names=[f"bench-{tag}"]),
+                    topic_partitions=common_pb2.TopicPartitionsList(),
+                )
+            )
             assert join.error_code == 0, join
             epochs[c] = join.member_epoch
         latencies: list[float] = []
@@ -123,8 +153,11 @@ async def _grpc_row(address: str, server_pid: int, per_request: int, seconds: fl
             for _ in range(10_000):
                 await asyncio.sleep(5)
                 for c in range(COMMITTERS):
-                    await groups.ConsumerGroupHeartbeat(cg.ConsumerGroupHeartbeatRequest(
-                        group_id=f"{tag}-{c}", member_id=f"m{c}", member_epoch=epochs[c]))
+                    await groups.ConsumerGroupHeartbeat(
+                        cg.ConsumerGroupHeartbeatRequest(
+                            group_id=f"{tag}-{c}", member_id=f"m{c}", member_epoch=epochs[c]
+                        )
+                    )
 
         async def committer(c: int) -> None:
             clock = time.perf_counter
@@ -132,10 +165,22 @@ async def _grpc_row(address: str, server_pid: int, per_request: int, seconds: fl
                 if clock() >= stop_at:
                     break
                 first = (n * per_request) % PARTITIONS
-                req = OC(group_id=f"{tag}-{c}", generation_id_or_member_epoch=epochs[c], member_id=f"m{c}", topics=[
-                    OC.Topic(name=f"bench-{tag}", partitions=[
-                        OC.Partition(partition_index=(first + k) % PARTITIONS, committed_offset=n) for k in range(per_request)
-                    ])])
+                req = OC(
+                    group_id=f"{tag}-{c}",
+                    generation_id_or_member_epoch=epochs[c],
+                    member_id=f"m{c}",
+                    topics=[
+                        OC.Topic(
+                            name=f"bench-{tag}",
+                            partitions=[
+                                OC.Partition(
+                                    partition_index=(first + k) % PARTITIONS, committed_offset=n
+                                )
+                                for k in range(per_request)
+                            ],
+                        )
+                    ],
+                )
                 t0 = clock()
                 resp = await offsets.OffsetCommit(req)
                 latencies.append(clock() - t0)
@@ -153,16 +198,26 @@ async def _grpc_row(address: str, server_pid: int, per_request: int, seconds: fl
         keep.cancel()
     total = sum(counts)
     return {
-        "path": "gRPC (`kip848 serve`)", "per_request": per_request, "requests": len(latencies), "commits": total,
-        "seconds": elapsed, "per_s": total / elapsed, "p50_ms": _pct(latencies, 0.5), "p99_ms": _pct(latencies, 0.99),
-        "cpu_us": 1e6 * cpu / total, "client_cpu_us": 1e6 * own / total, "load": (load_before, os.getloadavg()[0]),
+        "path": "gRPC (`kip848 serve`)",
+        "per_request": per_request,
+        "requests": len(latencies),
+        "commits": total,
+        "seconds": elapsed,
+        "per_s": total / elapsed,
+        "p50_ms": _pct(latencies, 0.5),
+        "p99_ms": _pct(latencies, 0.99),
+        "cpu_us": 1e6 * cpu / total,
+        "client_cpu_us": 1e6 * own / total,
+        "load": (load_before, os.getloadavg()[0]),
     }
 
 
 # ---------------------------------------------------------------- 2. in-process runtime
 
 
-async def _runtime_row(data_dir: str, per_request: int, seconds: float, sync: str) -> dict[str, Any]:
+async def _runtime_row(
+    data_dir: str, per_request: int, seconds: float, sync: str
+) -> dict[str, Any]:
     from coordinator.core.commands import ConsumerGroupHeartbeat
     from coordinator.core.config import parse_config
     from coordinator.core.offsets import OffsetCommit, OffsetCommitPartition, OffsetCommitTopic
@@ -170,14 +225,23 @@ async def _runtime_row(data_dir: str, per_request: int, seconds: float, sync: st
     from coordinator.runtime import CoordinatorRuntime, SystemClock
     from coordinator.runtime.store import SqliteRecordStore
 
-    rt = CoordinatorRuntime(config=parse_config({}), store=SqliteRecordStore(data_dir, sync=sync), clock=SystemClock())
+    rt = CoordinatorRuntime(
+        config=parse_config({}), store=SqliteRecordStore(data_dir, sync=sync), clock=SystemClock()
+    )
     await rt.start()
     await rt.create_topics([NewTopic(name="bench", num_partitions=PARTITIONS)])
     epochs = {}
     for c in range(COMMITTERS):
-        join = await rt.heartbeat(ConsumerGroupHeartbeat(
-            group_id=f"g{c}", member_id=f"m{c}", member_epoch=0, rebalance_timeout_ms=60_000,
-            subscribed_topic_names=("bench",), topic_partitions={}))
+        join = await rt.heartbeat(
+            ConsumerGroupHeartbeat(
+                group_id=f"g{c}",
+                member_id=f"m{c}",
+                member_epoch=0,
+                rebalance_timeout_ms=60_000,
+                subscribed_topic_names=("bench",),
+                topic_partitions={},
+            )
+        )
         epochs[c] = join.member_epoch
     latencies: list[float] = []
     counts = [0] * COMMITTERS
@@ -189,10 +253,22 @@ async def _runtime_row(data_dir: str, per_request: int, seconds: float, sync: st
             if clock() >= stop_at:
                 break
             first = (n * per_request) % PARTITIONS
-            req = OffsetCommit(group_id=f"g{c}", generation_id_or_member_epoch=epochs[c], member_id=f"m{c}", topics=(
-                OffsetCommitTopic(name="bench", partitions=tuple(
-                    OffsetCommitPartition(partition_index=(first + k) % PARTITIONS, committed_offset=n)
-                    for k in range(per_request))),))
+            req = OffsetCommit(
+                group_id=f"g{c}",
+                generation_id_or_member_epoch=epochs[c],
+                member_id=f"m{c}",
+                topics=(
+                    OffsetCommitTopic(
+                        name="bench",
+                        partitions=tuple(
+                            OffsetCommitPartition(
+                                partition_index=(first + k) % PARTITIONS, committed_offset=n
+                            )
+                            for k in range(per_request)
+                        ),
+                    ),
+                ),
+            )
             t0 = clock()
             resp = await rt.offset_commit(req)
             latencies.append(clock() - t0)
@@ -210,9 +286,17 @@ async def _runtime_row(data_dir: str, per_request: int, seconds: float, sync: st
     await rt.close()
     total = sum(counts)
     return {
-        "path": "in-process runtime", "per_request": per_request, "requests": len(latencies), "commits": total,
-        "seconds": elapsed, "per_s": total / elapsed, "p50_ms": _pct(latencies, 0.5), "p99_ms": _pct(latencies, 0.99),
-        "cpu_us": 1e6 * cpu / total, "client_cpu_us": None, "load": (load_before, os.getloadavg()[0]),
+        "path": "in-process runtime",
+        "per_request": per_request,
+        "requests": len(latencies),
+        "commits": total,
+        "seconds": elapsed,
+        "per_s": total / elapsed,
+        "p50_ms": _pct(latencies, 0.5),
+        "p99_ms": _pct(latencies, 0.99),
+        "cpu_us": 1e6 * cpu / total,
+        "client_cpu_us": None,
+        "load": (load_before, os.getloadavg()[0]),
         "requests_per_batch": len(latencies) / max(1, batches),
     }
 
@@ -223,7 +307,11 @@ async def _runtime_row(data_dir: str, per_request: int, seconds: float, sync: st
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=10.0, help="measured seconds per row")
-    parser.add_argument("--quick", action="store_true", help="3 s per row; print only, do not write docs/benchmarks.md")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="3 s per row; print only, do not write docs/benchmarks.md",
+    )
     args = parser.parse_args()
     seconds = 3.0 if args.quick else args.seconds
     rows: list[dict[str, Any]] = []
@@ -232,24 +320,60 @@ def main() -> int:
             server = Server(os.path.join(tmp, f"served-{sync}"), sync)
             try:
                 for per_request in sizes:
-                    row = asyncio.run(_grpc_row(server.address, server.proc.pid, per_request, seconds, f"r{per_request}"))
+                    row = asyncio.run(
+                        _grpc_row(
+                            server.address, server.proc.pid, per_request, seconds, f"r{per_request}"
+                        )
+                    )
                     rows.append({**row, "sync": sync})
                     print(_line(rows[-1]), flush=True)
             finally:
                 server.stop()
         for sync, sizes in (("full", (1, 100)), ("normal", (1,))):
             for per_request in sizes:
-                row = asyncio.run(_runtime_row(os.path.join(tmp, f"inproc-{sync}-{per_request}"), per_request, seconds, sync))
+                row = asyncio.run(
+                    _runtime_row(
+                        os.path.join(tmp, f"inproc-{sync}-{per_request}"),
+                        per_request,
+                        seconds,
+                        sync,
+                    )
+                )
                 rows.append({**row, "sync": sync})
                 print(_line(rows[-1]), flush=True)
-    headers = ("path", "sync", "partitions/request", "committers", "requests", "partition-commits", "seconds",
-               "partition-commits/s", "p50 ms", "p99 ms", "server CPU µs/commit", "client CPU µs/commit",
-               "load avg (before→after)", "target")
+    headers = (
+        "path",
+        "sync",
+        "partitions/request",
+        "committers",
+        "requests",
+        "partition-commits",
+        "seconds",
+        "partition-commits/s",
+        "p50 ms",
+        "p99 ms",
+        "server CPU µs/commit",
+        "client CPU µs/commit",
+        "load avg (before→after)",
+        "target",
+    )
     body_rows = [
-        (r["path"], r["sync"], r["per_request"], COMMITTERS, f"{r['requests']:,}", f"{r['commits']:,}", f"{r['seconds']:.1f}",
-         f"{r['per_s']:,.0f}", f"{r['p50_ms']:.2f}", f"{r['p99_ms']:.2f}", f"{r['cpu_us']:.1f}",
-         "" if r["client_cpu_us"] is None else f"{r['client_cpu_us']:.1f}",
-         f"{r['load'][0]:.2f}→{r['load'][1]:.2f}", f">= {TARGET:,}/s" if r["path"].startswith("gRPC") and r["sync"] == "full" else "")
+        (
+            r["path"],
+            r["sync"],
+            r["per_request"],
+            COMMITTERS,
+            f"{r['requests']:,}",
+            f"{r['commits']:,}",
+            f"{r['seconds']:.1f}",
+            f"{r['per_s']:,.0f}",
+            f"{r['p50_ms']:.2f}",
+            f"{r['p99_ms']:.2f}",
+            f"{r['cpu_us']:.1f}",
+            "" if r["client_cpu_us"] is None else f"{r['client_cpu_us']:.1f}",
+            f"{r['load'][0]:.2f}→{r['load'][1]:.2f}",
+            f">= {TARGET:,}/s" if r["path"].startswith("gRPC") and r["sync"] == "full" else "",
+        )
         for r in rows
     ]
     text = table(headers, body_rows)
@@ -259,40 +383,53 @@ def main() -> int:
         return 0
     inproc = [r for r in rows if r["path"] == "in-process runtime" and r["sync"] == "full"]
     by = {(r["path"].split()[0], r["sync"], r["per_request"]): r for r in rows}
-    g1, i1, n1 = by[("gRPC", "full", 1)], by[("in-process", "full", 1)], by[("in-process", "normal", 1)]
-    write_section("offsets", "\n".join([
-        "## Durable offset commits (`python bench/offsets.py`)",
-        "",
-        f"{machine()}. `kip848 serve` and the client are separate processes sharing the CPUs; the",
-        "machine is shared with other work, so CPU time per commit is the steadier figure.",
-        "SQLite store, `sync=full` (fsync per batch). 16 committers, each the only member of its",
-        "own consumer group, commit with their member epoch (fencing checked on every request).",
-        "",
-        text,
-        "",
-        "In the in-process rows (no gRPC, no protobuf) the CPU column is the whole process: "
-        "runtime, core, encoding and the SQLite writer thread; group commit put "
-        + ", ".join(f"{r['requests_per_batch']:.1f}" for r in inproc)
-        + " requests in each durable batch (1 and 100 partitions per request).",
-        "",
-        (f"**One partition per request misses the {TARGET:,}/s target** ({g1['per_s']:,.0f}/s through gRPC). "
-        f"Two limits, both visible above: (1) CPU per request. The server spends {g1['cpu_us']:.0f} µs of CPU "
-        f"per single-partition commit, while the coordinator's own path (the in-process row, including its "
-        f"share of the SQLite writer) costs {i1['cpu_us']:.0f} µs; the rest is grpc.aio's per-call machinery "
-        "(the same ceiling as heartbeats, see the service section's profile), so 20,000 RPCs/s would need "
-        "several cores of it. (2) Latency. 16 committers that each wait for a durable answer can never "
-        f"exceed 16 / latency: with an fsync per batch (p50 {i1['p50_ms']:.1f} ms in-process) that is about "
-        f"{i1['per_s']:,.0f}/s however cheap the CPU path; without the per-batch fsync ({n1['per_s']:,.0f}/s, "
-        f"p50 {n1['p50_ms']:.2f} ms) the CPU becomes the limit. Batching partitions per request (clients do: "
-        "one OffsetCommit carries every partition they own) is what reaches the target."),
-    ]))
+    g1, i1, n1 = (
+        by[("gRPC", "full", 1)],
+        by[("in-process", "full", 1)],
+        by[("in-process", "normal", 1)],
+    )
+    write_section(
+        "offsets",
+        "\n".join(
+            [
+                "## Durable offset commits (`python bench/offsets.py`)",
+                "",
+                f"{machine()}. `kip848 serve` and the client are separate processes sharing the CPUs; the",
+                "machine is shared with other work, so CPU time per commit is the steadier figure.",
+                "SQLite store, `sync=full` (fsync per batch). 16 committers, each the only member of its",
+                "own consumer group, commit with their member epoch (fencing checked on every request).",
+                "",
+                text,
+                "",
+                "In the in-process rows (no gRPC, no protobuf) the CPU column is the whole process: "
+                "runtime, core, encoding and the SQLite writer thread; group commit put "
+                + ", ".join(f"{r['requests_per_batch']:.1f}" for r in inproc)
+                + " requests in each durable batch (1 and 100 partitions per request).",
+                "",
+                (
+                    f"**One partition per request misses the {TARGET:,}/s target** ({g1['per_s']:,.0f}/s through gRPC). "
+                    f"Two limits, both visible above: (1) CPU per request. The server spends {g1['cpu_us']:.0f} µs of CPU "
+                    f"per single-partition commit, while the coordinator's own path (the in-process row, including its "
+                    f"share of the SQLite writer) costs {i1['cpu_us']:.0f} µs; the rest is grpc.aio's per-call machinery "
+                    "(the same ceiling as heartbeats, see the service section's profile), so 20,000 RPCs/s would need "
+                    "several cores of it. (2) Latency. 16 committers that each wait for a durable answer can never "
+                    f"exceed 16 / latency: with an fsync per batch (p50 {i1['p50_ms']:.1f} ms in-process) that is about "
+                    f"{i1['per_s']:,.0f}/s however cheap the CPU path; without the per-batch fsync ({n1['per_s']:,.0f}/s, "
+                    f"p50 {n1['p50_ms']:.2f} ms) the CPU becomes the limit. Batching partitions per request (clients do: "
+                    "one OffsetCommit carries every partition they own) is what reaches the target."
+                ),
+            ]
+        ),
+    )
     return 0
 
 
 def _line(r: dict[str, Any]) -> str:
-    return (f"{r['path']}, sync={r['sync']}: {r['per_request']} partitions/request: {r['per_s']:,.0f} partition-commits/s, "
-            f"p50 {r['p50_ms']:.2f} ms, p99 {r['p99_ms']:.2f} ms, {r['cpu_us']:.1f} µs CPU/commit, "
-            f"load {r['load'][0]:.2f}")
+    return (
+        f"{r['path']}, sync={r['sync']}: {r['per_request']} partitions/request: {r['per_s']:,.0f} partition-commits/s, "
+        f"p50 {r['p50_ms']:.2f} ms, p99 {r['p99_ms']:.2f} ms, {r['cpu_us']:.1f} µs CPU/commit, "
+        f"load {r['load'][0]:.2f}"
+    )
 
 
 if __name__ == "__main__":

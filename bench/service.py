@@ -54,11 +54,17 @@ def loadgen() -> str:
     Debian packages (gcc, libnghttp2-dev)."""
     if not LOADGEN_BIN.exists() or LOADGEN_BIN.stat().st_mtime < LOADGEN_SRC.stat().st_mtime:
         LOADGEN_BIN.parent.mkdir(exist_ok=True)
-        done = subprocess.run(["gcc", "-O2", "-Wall", "-o", str(LOADGEN_BIN), str(LOADGEN_SRC), "-lnghttp2"],
-                              capture_output=True, text=True, check=False)
+        done = subprocess.run(
+            ["gcc", "-O2", "-Wall", "-o", str(LOADGEN_BIN), str(LOADGEN_SRC), "-lnghttp2"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         if done.returncode:
-            raise SystemExit(f"cannot build the load generator (run scripts/bench, which installs gcc and "
-                             f"libnghttp2-dev):\n{done.stderr}")
+            raise SystemExit(
+                f"cannot build the load generator (run scripts/bench, which installs gcc and "
+                f"libnghttp2-dev):\n{done.stderr}"
+            )
     return str(LOADGEN_BIN)
 
 
@@ -79,21 +85,29 @@ async def _echo_server(port: int, children: int) -> None:
     """Baseline: grpc.aio servers whose heartbeat does nothing but answer (gRPC's own cost),
     ``children`` more of them on the same port (``SO_REUSEPORT``), on uvloop like ours."""
     import grpc
+
     from kip848.v1 import consumer_group_pb2 as cg
     from kip848.v1 import consumer_group_pb2_grpc
 
     class Echo(consumer_group_pb2_grpc.ConsumerGroupServiceServicer):
         async def ConsumerGroupHeartbeat(self, request, context):
             return cg.ConsumerGroupHeartbeatResponse(
-                member_id=request.member_id, member_epoch=request.member_epoch, heartbeat_interval_ms=5000
+                member_id=request.member_id,
+                member_epoch=request.member_epoch,
+                heartbeat_interval_ms=5000,
             )
 
     server = grpc.aio.server(options=[("grpc.so_reuseport", 1)])
     consumer_group_pb2_grpc.add_ConsumerGroupServiceServicer_to_server(Echo(), server)
     port = server.add_insecure_port(f"127.0.0.1:{port}")
     await server.start()
-    procs = [subprocess.Popen([sys.executable, __file__, "--_echo", str(port), "0"],  # noqa: ASYNC220 - start-up only
-                              stdout=subprocess.DEVNULL) for _ in range(children)]
+    procs = [
+        subprocess.Popen(  # noqa: ASYNC220 - started once, before measuring
+            [sys.executable, __file__, "--_echo", str(port), "0"],
+            stdout=subprocess.DEVNULL,
+        )
+        for _ in range(children)
+    ]
     await asyncio.sleep(1.0 if children else 0)  # let them bind
     print(f"listening on 127.0.0.1:{port}", flush=True)
     loop = asyncio.get_running_loop()
@@ -110,6 +124,7 @@ def _steady_requests(address: str, members: int) -> list[bytes]:
     """Join ``members`` members (groups of 8) and reconcile them (bounded); returns each
     member's steady-state heartbeat, encoded."""
     import grpc
+
     from kip848.v1 import admin_pb2, admin_pb2_grpc, common_pb2, consumer_group_pb2_grpc
     from kip848.v1 import consumer_group_pb2 as cg
 
@@ -117,28 +132,51 @@ def _steady_requests(address: str, members: int) -> list[bytes]:
         admin = admin_pb2_grpc.AdminServiceStub(channel)
         stub = consumer_group_pb2_grpc.ConsumerGroupServiceStub(channel)
         groups = max(1, members // MEMBERS_PER_GROUP_HB)
-        r = admin.CreateTopics(admin_pb2.CreateTopicsRequest(topics=[
-            admin_pb2.CreateTopicsRequest.CreatableTopic(name="bench", num_partitions=4 * MEMBERS_PER_GROUP_HB)
-        ]), timeout=30)
+        r = admin.CreateTopics(
+            admin_pb2.CreateTopicsRequest(
+                topics=[
+                    admin_pb2.CreateTopicsRequest.CreatableTopic(
+                        name="bench", num_partitions=4 * MEMBERS_PER_GROUP_HB
+                    )
+                ]
+            ),
+            timeout=30,
+        )
         assert r.topics[0].error_code == 0, r
         ids = [(f"g{i % groups}", f"m{i}") for i in range(members)]
         state: dict[str, tuple[int, common_pb2.TopicPartitionsList]] = {}
         for gid, mid in ids:
-            r = stub.ConsumerGroupHeartbeat(cg.ConsumerGroupHeartbeatRequest(
-                group_id=gid, member_id=mid, member_epoch=0, rebalance_timeout_ms=60_000,
-                subscribed_topic_names=common_pb2.TopicNames(names=["bench"]),
-                topic_partitions=common_pb2.TopicPartitionsList()), timeout=30)
+            r = stub.ConsumerGroupHeartbeat(
+                cg.ConsumerGroupHeartbeatRequest(
+                    group_id=gid,
+                    member_id=mid,
+                    member_epoch=0,
+                    rebalance_timeout_ms=60_000,
+                    subscribed_topic_names=common_pb2.TopicNames(names=["bench"]),
+                    topic_partitions=common_pb2.TopicPartitionsList(),
+                ),
+                timeout=30,
+            )
             assert r.error_code == 0, r
-            state[mid] = (r.member_epoch, common_pb2.TopicPartitionsList(items=r.assignment.assigned_topic_partitions))
+            state[mid] = (
+                r.member_epoch,
+                common_pb2.TopicPartitionsList(items=r.assignment.assigned_topic_partitions),
+            )
         for _ in range(30):  # reconcile everyone (bounded)
             changed = False
             for gid, mid in ids:
                 epoch, owned = state[mid]
-                r = stub.ConsumerGroupHeartbeat(cg.ConsumerGroupHeartbeatRequest(
-                    group_id=gid, member_id=mid, member_epoch=epoch, topic_partitions=owned), timeout=30)
+                r = stub.ConsumerGroupHeartbeat(
+                    cg.ConsumerGroupHeartbeatRequest(
+                        group_id=gid, member_id=mid, member_epoch=epoch, topic_partitions=owned
+                    ),
+                    timeout=30,
+                )
                 assert r.error_code == 0, r
                 if r.HasField("assignment"):
-                    owned = common_pb2.TopicPartitionsList(items=r.assignment.assigned_topic_partitions)
+                    owned = common_pb2.TopicPartitionsList(
+                        items=r.assignment.assigned_topic_partitions
+                    )
                     changed = True
                 changed |= r.member_epoch != epoch
                 state[mid] = (r.member_epoch, owned)
@@ -146,13 +184,18 @@ def _steady_requests(address: str, members: int) -> list[bytes]:
                 break
         else:
             raise AssertionError("members did not converge")
-    return [cg.ConsumerGroupHeartbeatRequest(group_id=g, member_id=m, member_epoch=state[m][0]).SerializeToString()
-            for g, m in ids]
+    return [
+        cg.ConsumerGroupHeartbeatRequest(
+            group_id=g, member_id=m, member_epoch=state[m][0]
+        ).SerializeToString()
+        for g, m in ids
+    ]
 
 
 async def _py_client(address: str, reqfile: str, seconds: float) -> dict[str, Any]:
     """The Python client: one grpc.aio channel, one task per member, steady heartbeats."""
     import grpc
+
     from kip848.v1 import consumer_group_pb2 as cg
     from kip848.v1 import consumer_group_pb2_grpc
 
@@ -183,15 +226,22 @@ async def _py_client(address: str, reqfile: str, seconds: float) -> dict[str, An
     def pct(p: float) -> float:
         return latencies[min(len(latencies) - 1, int(p * len(latencies)))] * 1e3
 
-    return {"calls": calls, "failures": 0, "seconds": elapsed, "per_s": calls / elapsed,
-            "client_cpu_us": cpu / calls * 1e6, "p50_ms": pct(0.50), "p99_ms": pct(0.99)}
+    return {
+        "calls": calls,
+        "failures": 0,
+        "seconds": elapsed,
+        "per_s": calls / elapsed,
+        "client_cpu_us": cpu / calls * 1e6,
+        "p50_ms": pct(0.50),
+        "p99_ms": pct(0.99),
+    }
 
 
 def _read_requests(path: str) -> list[bytes]:
     data, out, pos = Path(path).read_bytes(), [], 0
     while pos < len(data):
-        n = int.from_bytes(data[pos:pos + 4], "little")
-        out.append(data[pos + 4:pos + 4 + n])
+        n = int.from_bytes(data[pos : pos + 4], "little")
+        out.append(data[pos + 4 : pos + 4 + n])
         pos += 4 + n
     return out
 
@@ -213,16 +263,30 @@ def _tree_cpu_s(pid: int) -> float:
 
 
 def bench_heartbeats(
-    server: list[str], members: int, seconds: float, *, client: str = "c", connections: int = 8, echo: bool = False
+    server: list[str],
+    members: int,
+    seconds: float,
+    *,
+    client: str = "c",
+    connections: int = 8,
+    echo: bool = False,
 ) -> dict[str, Any]:
     """One run: start ``server`` (argv after the script), set up ``members`` steady members
     (synthetic ones for the echo server), drive them with ``client`` (``c``: bench/loadgen,
     ``python``: grpc.aio) for ``seconds``; returns rates, latency and CPU per call."""
     with tempfile.TemporaryDirectory(prefix="kip848-bench-") as tmp:
-        argv = [a.replace("{data}", os.path.join(tmp, "data")).replace("{profile}", os.path.join(tmp, "server.prof"))
-                for a in server]
-        proc = subprocess.Popen([sys.executable, __file__, *argv], stdout=subprocess.PIPE,
-                                stderr=subprocess.DEVNULL, text=True)
+        argv = [
+            a.replace("{data}", os.path.join(tmp, "data")).replace(
+                "{profile}", os.path.join(tmp, "server.prof")
+            )
+            for a in server
+        ]
+        proc = subprocess.Popen(
+            [sys.executable, __file__, *argv],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
         try:
             line = proc.stdout.readline().strip()  # type: ignore[union-attr]
             assert line.startswith("listening on "), line
@@ -230,19 +294,33 @@ def bench_heartbeats(
             if echo:
                 from kip848.v1 import consumer_group_pb2 as cg
 
-                reqs = [cg.ConsumerGroupHeartbeatRequest(group_id=f"g{i % 8}", member_id=f"m{i}", member_epoch=5)
-                        .SerializeToString() for i in range(members)]
+                reqs = [
+                    cg.ConsumerGroupHeartbeatRequest(
+                        group_id=f"g{i % 8}", member_id=f"m{i}", member_epoch=5
+                    ).SerializeToString()
+                    for i in range(members)
+                ]
             else:
                 reqs = _steady_requests(address, members)
             reqfile = os.path.join(tmp, "requests.bin")
             Path(reqfile).write_bytes(b"".join(len(r).to_bytes(4, "little") + r for r in reqs))
             if client == "c":
                 host, _, port = address.rpartition(":")
-                cmd = [loadgen(), host, port, HEARTBEAT_PATH, str(seconds), str(connections), reqfile]
+                cmd = [
+                    loadgen(),
+                    host,
+                    port,
+                    HEARTBEAT_PATH,
+                    str(seconds),
+                    str(connections),
+                    reqfile,
+                ]
             else:
                 cmd = [sys.executable, __file__, "--_client", address, reqfile, str(seconds)]
             cpu0 = _tree_cpu_s(proc.pid)
-            done = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 120, check=False)
+            done = subprocess.run(
+                cmd, capture_output=True, text=True, timeout=seconds + 120, check=False
+            )
             server_cpu = _tree_cpu_s(proc.pid) - cpu0
             if done.returncode:
                 raise RuntimeError(f"load generator failed: {done.stdout}{done.stderr}")
@@ -251,8 +329,11 @@ def bench_heartbeats(
             proc.send_signal(signal.SIGTERM)
             proc.wait(timeout=60)
         result["server_cpu_us"] = server_cpu / result["calls"] * 1e6
-        result["profile"] = (_top_functions(pstats.Stats(argv[1], stream=io.StringIO()), 15)
-                             if argv[0] == "--_serve" else [])
+        result["profile"] = (
+            _top_functions(pstats.Stats(argv[1], stream=io.StringIO()), 15)
+            if argv[0] == "--_serve"
+            else []
+        )
     return result
 
 
@@ -290,25 +371,56 @@ def _template_records() -> list[tuple[bytes, bytes | None]]:
 
     ids = SequentialIds()
     registry = TopicRegistry(ids)
-    registry.create_topics([NewTopic(name="topic", num_partitions=30, topic_id="AAAAAAAAAAAAAAAAAAAAAQ")])
-    shard = GroupCoordinatorShard(config=GroupCoordinatorConfig(), assignors=[UniformAssignor()], ids=ids,
-                                  topics=registry.image())
+    registry.create_topics(
+        [NewTopic(name="topic", num_partitions=30, topic_id="AAAAAAAAAAAAAAAAAAAAAQ")]
+    )
+    shard = GroupCoordinatorShard(
+        config=GroupCoordinatorConfig(),
+        assignors=[UniformAssignor()],
+        ids=ids,
+        topics=registry.image(),
+    )
     epochs: dict[str, tuple[int, Any]] = {}
     for m in range(LOAD_MEMBERS):
         mid = f"member-{m:02d}-xxxxxxxxxxxx"
-        r = shard.consumer_group_heartbeat(ConsumerGroupHeartbeat(
-            group_id="GROUPTEMPLATE", member_id=mid, member_epoch=0, rebalance_timeout_ms=60_000,
-            subscribed_topic_names=("topic",), topic_partitions={}, client_id="bench", client_host="/127.0.0.1"), 0)
+        r = shard.consumer_group_heartbeat(
+            ConsumerGroupHeartbeat(
+                group_id="GROUPTEMPLATE",
+                member_id=mid,
+                member_epoch=0,
+                rebalance_timeout_ms=60_000,
+                subscribed_topic_names=("topic",),
+                topic_partitions={},
+                client_id="bench",
+                client_host="/127.0.0.1",
+            ),
+            0,
+        )
         epochs[mid] = (r.response.member_epoch, r.response.assignment.assigned)
     for _ in range(10):
         for mid, (epoch, owned) in list(epochs.items()):
-            r = shard.consumer_group_heartbeat(ConsumerGroupHeartbeat(
-                group_id="GROUPTEMPLATE", member_id=mid, member_epoch=epoch, topic_partitions=owned,
-                client_id="bench", client_host="/127.0.0.1"), 0)
+            r = shard.consumer_group_heartbeat(
+                ConsumerGroupHeartbeat(
+                    group_id="GROUPTEMPLATE",
+                    member_id=mid,
+                    member_epoch=epoch,
+                    topic_partitions=owned,
+                    client_id="bench",
+                    client_host="/127.0.0.1",
+                ),
+                0,
+            )
             a = r.response.assignment
             epochs[mid] = (r.response.member_epoch, a.assigned if a is not None else owned)
-    return [codec.encode(rec) for rec in shard.records_of_state()], [codec.encode(rec) for rec in registry.list_topics() and [
-        __import__("coordinator.core.records", fromlist=["topic_record"]).topic_record("topic", "AAAAAAAAAAAAAAAAAAAAAQ", 30)]]
+    return [codec.encode(rec) for rec in shard.records_of_state()], [
+        codec.encode(rec)
+        for rec in registry.list_topics()
+        and [
+            __import__("coordinator.core.records", fromlist=["topic_record"]).topic_record(
+                "topic", "AAAAAAAAAAAAAAAAAAAAAQ", 30
+            )
+        ]
+    ]
 
 
 def build_load_store(data_dir: str, groups: int) -> int:
@@ -326,11 +438,13 @@ def build_load_store(data_dir: str, groups: int) -> int:
             gb = gid.encode()
             guid = f"cgp_{g:026d}".encode()
             for k, v in group_records:
-                batch.append(StoredRecord(
-                    k.replace(b"GROUPTEMPLATE", gb),
-                    None if v is None else v.replace(b"GROUPTEMPLATE", gb).replace(uid, guid),
-                    gid,
-                ))
+                batch.append(
+                    StoredRecord(
+                        k.replace(b"GROUPTEMPLATE", gb),
+                        None if v is None else v.replace(b"GROUPTEMPLATE", gb).replace(uid, guid),
+                        gid,
+                    )
+                )
             if len(batch) >= 200_000:
                 store.append(batch, 0)
                 n += len(batch)
@@ -362,7 +476,10 @@ def bench_load(groups: int, repeat: int = 1) -> list[dict[str, Any]]:
             config = GroupCoordinatorConfig()
             ids = SequentialIds()
             assignors = make_assignors(config.consumer_assignors)
-            shards = [GroupCoordinatorShard(config=config, assignors=assignors, ids=ids) for _ in range(config.shards)]
+            shards = [
+                GroupCoordinatorShard(config=config, assignors=assignors, ids=ids)
+                for _ in range(config.shards)
+            ]
             registry = TopicRegistry(ids)
             rss0 = _rss_mb()
             store = SqliteRecordStore(tmp)
@@ -371,9 +488,18 @@ def bench_load(groups: int, repeat: int = 1) -> list[dict[str, Any]]:
             load_s = time.perf_counter() - t0
             store.close()
             members = sum(len(g.members) for s in shards for g in s.groups.values())
-            rows.append({"groups": stats.groups, "members": members, "records": records, "build_s": build_s,
-                         "load_s": load_s, "records_per_s": records / load_s, "db_mb": size / 2**20,
-                         "rss_growth_mb": _rss_mb() - rss0})
+            rows.append(
+                {
+                    "groups": stats.groups,
+                    "members": members,
+                    "records": records,
+                    "build_s": build_s,
+                    "load_s": load_s,
+                    "records_per_s": records / load_s,
+                    "db_mb": size / 2**20,
+                    "rss_growth_mb": _rss_mb() - rss0,
+                }
+            )
             del shards, registry, stats
             gc.collect()
     return rows
@@ -393,7 +519,9 @@ async def _group_commit(writers: int, seconds: float, data_dir: str) -> dict[str
     from coordinator.runtime import CoordinatorRuntime
     from coordinator.runtime.store import SqliteRecordStore
 
-    rt = CoordinatorRuntime(config=GroupCoordinatorConfig(), store=SqliteRecordStore(data_dir, sync="full"))
+    rt = CoordinatorRuntime(
+        config=GroupCoordinatorConfig(), store=SqliteRecordStore(data_dir, sync="full")
+    )
     await rt.start()
     stop_at = time.perf_counter() + seconds
     latencies: list[float] = []
@@ -402,7 +530,9 @@ async def _group_commit(writers: int, seconds: float, data_dir: str) -> dict[str
         n = 0
         while time.perf_counter() < stop_at:
             t0 = time.perf_counter()
-            await rt.alter_group_configs(f"g{w}", {"consumer.heartbeat.interval.ms": str(5000 + n % 2)})
+            await rt.alter_group_configs(
+                f"g{w}", {"consumer.heartbeat.interval.ms": str(5000 + n % 2)}
+            )
             latencies.append(time.perf_counter() - t0)
             n += 1
         return n
@@ -414,9 +544,14 @@ async def _group_commit(writers: int, seconds: float, data_dir: str) -> dict[str
     batches = rt.stats["batches"] - b0
     await rt.close()
     latencies.sort()
-    return {"writers": writers, "commands_per_s": sum(done) / elapsed, "batches_per_s": batches / elapsed,
-            "commands_per_batch": sum(done) / max(1, batches),
-            "p50_ms": latencies[len(latencies) // 2] * 1e3, "p99_ms": latencies[int(len(latencies) * 0.99)] * 1e3}
+    return {
+        "writers": writers,
+        "commands_per_s": sum(done) / elapsed,
+        "batches_per_s": batches / elapsed,
+        "commands_per_batch": sum(done) / max(1, batches),
+        "p50_ms": latencies[len(latencies) // 2] * 1e3,
+        "p99_ms": latencies[int(len(latencies) * 0.99)] * 1e3,
+    }
 
 
 def bench_group_commit(writers_list: list[int], seconds: float) -> list[dict[str, Any]]:
@@ -453,8 +588,12 @@ def main() -> int:
     ap.add_argument("--members", type=int, default=64)
     ap.add_argument("--seconds", type=float, default=None)
     ap.add_argument("--repeat", type=int, default=3, help="runs of the headline configuration")
-    ap.add_argument("--groups", type=int, default=None, help="groups in the load-time store (default 100,000)")
-    ap.add_argument("--only-heartbeats", action="store_true", help="skip load time and group commit")
+    ap.add_argument(
+        "--groups", type=int, default=None, help="groups in the load-time store (default 100,000)"
+    )
+    ap.add_argument(
+        "--only-heartbeats", action="store_true", help="skip load time and group commit"
+    )
     ap.add_argument("--no-doc", action="store_true", help="do not write docs/benchmarks.md")
     args = ap.parse_args()
     seconds = args.seconds or (3.0 if args.quick else 10.0)
@@ -468,7 +607,11 @@ def main() -> int:
         ("kip848 serve --grpc-processes 2, a connection per member", two, {"connections": members}),
         ("kip848 serve --grpc-processes 3", [*plain, "--grpc-processes", "3"], {}),
         ("kip848 serve (one process)", plain, {}),
-        ("kip848 serve --event-loop asyncio (one process)", [*plain, "--event-loop", "asyncio"], {}),
+        (
+            "kip848 serve --event-loop asyncio (one process)",
+            [*plain, "--event-loop", "asyncio"],
+            {},
+        ),
         ("gRPC-only echo server, one process", ["--_echo", "0", "0"], {"echo": True}),
         ("gRPC-only echo server, two processes", ["--_echo", "0", "1"], {"echo": True}),
         ("kip848 serve --grpc-processes 2, Python grpc.aio client", two, {"client": "python"}),
@@ -478,62 +621,149 @@ def main() -> int:
     for name, argv, kw in configs:
         result = bench_heartbeats(argv, members, seconds, **kw)
         runs.append((name, kw, result))
-        print(f"{name}: {result['per_s']:,.0f}/s, server {result['server_cpu_us']:.0f} us/call, "
-              f"client {result['client_cpu_us']:.0f} us/call", flush=True)
-    headline = sorted(r["per_s"] for name, _kw, r in runs[:args.repeat])
+        print(
+            f"{name}: {result['per_s']:,.0f}/s, server {result['server_cpu_us']:.0f} us/call, "
+            f"client {result['client_cpu_us']:.0f} us/call",
+            flush=True,
+        )
+    headline = sorted(r["per_s"] for name, _kw, r in runs[: args.repeat])
     median = headline[len(headline) // 2]
     profile = runs[-1][2]["profile"]
     hb_table = table(
-        ("server", "client", "connections", "heartbeats", "heartbeats/s", "p50 ms", "p99 ms",
-         "server CPU µs/call", "client CPU µs/call", "target"),
-        [(name, "Python grpc.aio" if kw.get("client") == "python" else "bench/loadgen (C)",
-          1 if kw.get("client") == "python" else kw.get("connections", 8), f"{r['calls']:,}", f"{r['per_s']:,.0f}",
-          f"{r['p50_ms']:.2f}", f"{r['p99_ms']:.2f}", f"{r['server_cpu_us']:.0f}", f"{r['client_cpu_us']:.0f}",
-          ">= 5,000/s" if i < args.repeat else "")
-         for i, (name, kw, r) in enumerate(runs)],
+        (
+            "server",
+            "client",
+            "connections",
+            "heartbeats",
+            "heartbeats/s",
+            "p50 ms",
+            "p99 ms",
+            "server CPU µs/call",
+            "client CPU µs/call",
+            "target",
+        ),
+        [
+            (
+                name,
+                "Python grpc.aio" if kw.get("client") == "python" else "bench/loadgen (C)",
+                1 if kw.get("client") == "python" else kw.get("connections", 8),
+                f"{r['calls']:,}",
+                f"{r['per_s']:,.0f}",
+                f"{r['p50_ms']:.2f}",
+                f"{r['p99_ms']:.2f}",
+                f"{r['server_cpu_us']:.0f}",
+                f"{r['client_cpu_us']:.0f}",
+                ">= 5,000/s" if i < args.repeat else "",
+            )
+            for i, (name, kw, r) in enumerate(runs)
+        ],
     )
     prof_table = table(("function", "calls", "own s", "own %", "cumulative s"), profile)
     by_name = {name: r for name, _kw, r in runs}
-    one, echo1 = by_name["kip848 serve (one process)"], by_name["gRPC-only echo server, one process"]
-    two = [r for _n, _kw, r in runs[:args.repeat]]
+    one, echo1 = (
+        by_name["kip848 serve (one process)"],
+        by_name["gRPC-only echo server, one process"],
+    )
+    two = [r for _n, _kw, r in runs[: args.repeat]]
     two_cpu = sorted(r["server_cpu_us"] for r in two)[len(two) // 2]
     client_cpu = sorted(r["client_cpu_us"] for r in two)[len(two) // 2]
-    budget_table = table(("part", "µs per call", "how"), [
-        ("load generator (C)", f"{client_cpu:.0f}", "client CPU, headline runs (median)"),
-        ("gRPC + event loop, no coordinator", f"{echo1['server_cpu_us']:.0f}", "echo server, one process"),
-        ("coordinator code (conversion, runtime, core)",
-         f"{one['server_cpu_us'] - echo1['server_cpu_us']:.0f}", "kip848 serve, one process, minus echo"),
-        ("forwarding to the coordinator process (averaged over all calls)",
-         f"{two_cpu - one['server_cpu_us']:.0f}", "--grpc-processes 2 minus one process"),
-        ("ceiling at 2 cores: 2 s / (client + server) per call",
-         f"{2e6 / (client_cpu + two_cpu):,.0f}/s", "--grpc-processes 2"),
-    ])
-    print(hb_table, f"\nmedian of the headline runs: {median:,.0f}/s", "\n" + budget_table,
-          "\nServer profile (top by own time):\n" + prof_table, sep="\n", flush=True)
+    budget_table = table(
+        ("part", "µs per call", "how"),
+        [
+            ("load generator (C)", f"{client_cpu:.0f}", "client CPU, headline runs (median)"),
+            (
+                "gRPC + event loop, no coordinator",
+                f"{echo1['server_cpu_us']:.0f}",
+                "echo server, one process",
+            ),
+            (
+                "coordinator code (conversion, runtime, core)",
+                f"{one['server_cpu_us'] - echo1['server_cpu_us']:.0f}",
+                "kip848 serve, one process, minus echo",
+            ),
+            (
+                "forwarding to the coordinator process (averaged over all calls)",
+                f"{two_cpu - one['server_cpu_us']:.0f}",
+                "--grpc-processes 2 minus one process",
+            ),
+            (
+                "ceiling at 2 cores: 2 s / (client + server) per call",
+                f"{2e6 / (client_cpu + two_cpu):,.0f}/s",
+                "--grpc-processes 2",
+            ),
+        ],
+    )
+    print(
+        hb_table,
+        f"\nmedian of the headline runs: {median:,.0f}/s",
+        "\n" + budget_table,
+        "\nServer profile (top by own time):\n" + prof_table,
+        sep="\n",
+        flush=True,
+    )
     if args.only_heartbeats:
         return 0
 
     loads = bench_load(groups, args.repeat)
     load_median = sorted(r["load_s"] for r in loads)[len(loads) // 2]
     load_table = table(
-        ("run", "groups", "members", "records", "store MB", "load s", "records/s", "RSS growth MB", "target"),
-        [(i + 1, f"{load['groups']:,}", f"{load['members']:,}", f"{load['records']:,}", f"{load['db_mb']:.0f}",
-          f"{load['load_s']:.1f}", f"{load['records_per_s']:,.0f}", f"{load['rss_growth_mb']:.0f}",
-          "<= 30 s at 100,000 groups") for i, load in enumerate(loads)],
+        (
+            "run",
+            "groups",
+            "members",
+            "records",
+            "store MB",
+            "load s",
+            "records/s",
+            "RSS growth MB",
+            "target",
+        ),
+        [
+            (
+                i + 1,
+                f"{load['groups']:,}",
+                f"{load['members']:,}",
+                f"{load['records']:,}",
+                f"{load['db_mb']:.0f}",
+                f"{load['load_s']:.1f}",
+                f"{load['records_per_s']:,.0f}",
+                f"{load['rss_growth_mb']:.0f}",
+                "<= 30 s at 100,000 groups",
+            )
+            for i, load in enumerate(loads)
+        ],
     )
     print("\n" + load_table, flush=True)
 
     gc_rows = bench_group_commit([1, 8, 64, 256] if not args.quick else [1, 64], min(seconds, 5.0))
     gc_table = table(
-        ("concurrent writers", "commands/s", "durable batches/s", "commands/batch", "p50 ms", "p99 ms"),
-        [(r["writers"], f"{r['commands_per_s']:,.0f}", f"{r['batches_per_s']:,.0f}", f"{r['commands_per_batch']:.1f}",
-          f"{r['p50_ms']:.2f}", f"{r['p99_ms']:.2f}") for r in gc_rows],
+        (
+            "concurrent writers",
+            "commands/s",
+            "durable batches/s",
+            "commands/batch",
+            "p50 ms",
+            "p99 ms",
+        ),
+        [
+            (
+                r["writers"],
+                f"{r['commands_per_s']:,.0f}",
+                f"{r['batches_per_s']:,.0f}",
+                f"{r['commands_per_batch']:.1f}",
+                f"{r['p50_ms']:.2f}",
+                f"{r['p99_ms']:.2f}",
+            )
+            for r in gc_rows
+        ],
     )
     print("\n" + gc_table, flush=True)
 
     if not args.no_doc:
         cmd = "python bench/service.py" + (" --quick" if args.quick else "")
-        write_section("service", f"""## Service (`{cmd}`)
+        write_section(
+            "service",
+            f"""## Service (`{cmd}`)
 
 {machine()}. Server and client are separate processes sharing the 2 cores.
 
@@ -575,7 +805,7 @@ i.e. uvloop and gRPC's Cython/C code, which cProfile cannot see into):
 ### Load time
 
 A store of canonical records of reconciled 10-member groups (built once by a real shard,
-re-keyed per group, in {loads[0]['build_s']:.0f} s), loaded {len(loads)} times by the runtime's
+re-keyed per group, in {loads[0]["build_s"]:.0f} s), loaded {len(loads)} times by the runtime's
 `load_into` (decode + replay into fresh shards). **Median: {load_median:.1f} s** (target ≤ 30 s).
 The same code has measured anywhere from 24 s to 31 s on this machine on the same day: its
 speed varies by up to a third from hour to hour (the core benchmark's steady heartbeat
@@ -590,7 +820,8 @@ group config in a loop (one record per command). While a batch is being written,
 accumulate into the next one, so batches grow with concurrency.
 
 {gc_table}
-""")
+""",
+        )
     return 0
 
 

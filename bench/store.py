@@ -48,7 +48,7 @@ def group_records(g: int, rng: random.Random) -> Iterator[StoredRecord]:
 
     for rtype in (3, 4, 6):
         yield StoredRecord(b'[%d,"%s"]' % (rtype, gkey), value(), group)
-    for m in range(MEMBERS_PER_GROUP):
+    for _m in range(MEMBERS_PER_GROUP):
         member = b"%s-m%016x" % (gkey[-6:], rng.getrandbits(64))
         for rtype in (5, 7, 8):
             yield StoredRecord(b'[%d,"%s","%s"]' % (rtype, gkey, member), value(), group)

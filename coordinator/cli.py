@@ -89,9 +89,15 @@ def build_config(config_file: str | None, sets: Sequence[str]) -> Any:
 
 
 def _add_config_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config-file", metavar="FILE", help="Java-properties file of Kafka config names")
     p.add_argument(
-        "--set", metavar="NAME=VALUE", action="append", default=[], help="a config (repeatable; wins over the file)"
+        "--config-file", metavar="FILE", help="Java-properties file of Kafka config names"
+    )
+    p.add_argument(
+        "--set",
+        metavar="NAME=VALUE",
+        action="append",
+        default=[],
+        help="a config (repeatable; wins over the file)",
     )
 
 
@@ -117,7 +123,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.journal_retention_ms is not None and args.journal_retention_ms < 0:
         raise UsageError("--journal-retention-ms must be >= 0")
     if not 1 <= args.grpc_processes <= MAX_GRPC_PROCESSES:
-        raise UsageError(f"--grpc-processes must be 1..{MAX_GRPC_PROCESSES}, got {args.grpc_processes}")
+        raise UsageError(
+            f"--grpc-processes must be 1..{MAX_GRPC_PROCESSES}, got {args.grpc_processes}"
+        )
     logging.basicConfig(
         level=getattr(logging, args.log_level.upper()),
         stream=sys.stderr,
@@ -125,14 +133,20 @@ def cmd_serve(args: argparse.Namespace) -> int:
     )
     try:
         Path(args.data_dir).mkdir(parents=True, exist_ok=True)
-        store = SqliteRecordStore(args.data_dir, journal_retention_ms=args.journal_retention_ms, sync=args.sync)
+        store = SqliteRecordStore(
+            args.data_dir, journal_retention_ms=args.journal_retention_ms, sync=args.sync
+        )
     except (StoreError, OSError) as exc:
         print(f"kip848 serve: cannot open the store in {args.data_dir}: {exc}", file=sys.stderr)
         return 1
     runtime = make_runtime(config, store, args.clock)
     options = ServeOptions(
-        listen=args.listen, clock=args.clock, max_message_bytes=args.max_message_bytes,
-        grpc_processes=args.grpc_processes, event_loop=args.event_loop, log_level=args.log_level,
+        listen=args.listen,
+        clock=args.clock,
+        max_message_bytes=args.max_message_bytes,
+        grpc_processes=args.grpc_processes,
+        event_loop=args.event_loop,
+        log_level=args.log_level,
         advertised=args.advertised_address,
     )
     return run_loop(serve(runtime, options), args.event_loop)
@@ -191,10 +205,16 @@ def _rpc_failed(args: argparse.Namespace, exc: Any) -> int:
 
     print(f"kip848: {args.bootstrap_server}: {exc.code().name}: {exc.details()}", file=sys.stderr)
     if exc.code() == grpc.StatusCode.UNAVAILABLE:
-        print(f"  hint: is `kip848 serve` running and listening on {args.bootstrap_server}? "
-              "(--bootstrap-server HOST:PORT)", file=sys.stderr)
+        print(
+            f"  hint: is `kip848 serve` running and listening on {args.bootstrap_server}? "
+            "(--bootstrap-server HOST:PORT)",
+            file=sys.stderr,
+        )
     elif exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
-        print(f"  hint: no answer within {args.timeout} s; raise --timeout or check the server", file=sys.stderr)
+        print(
+            f"  hint: no answer within {args.timeout} s; raise --timeout or check the server",
+            file=sys.stderr,
+        )
     return 1
 
 
@@ -217,40 +237,73 @@ def cmd_topics(args: argparse.Namespace) -> int:
         if args.topics_command == "create":
             from coordinator.core.model import topic_id_to_bytes
 
-            topic = admin_pb2.CreateTopicsRequest.CreatableTopic(name=args.name, num_partitions=args.partitions)
+            topic = admin_pb2.CreateTopicsRequest.CreatableTopic(
+                name=args.name, num_partitions=args.partitions
+            )
             if args.topic_id:
                 try:
                     topic.topic_id = topic_id_to_bytes(args.topic_id)
                 except Exception:  # noqa: BLE001
-                    raise UsageError(f"--topic-id must be a base64url topic id (22 chars), got {args.topic_id!r}") from None
+                    raise UsageError(
+                        f"--topic-id must be a base64url topic id (22 chars), got {args.topic_id!r}"
+                    ) from None
             resp = _call(stub.CreateTopics, admin_pb2.CreateTopicsRequest(topics=[topic]), args)
             results = [
-                {"name": t.name, "topic_id": _tid(t.topic_id), "num_partitions": t.num_partitions,
-                 "error": _err(t.error_code, t.error_message) if t.error_code else None}
+                {
+                    "name": t.name,
+                    "topic_id": _tid(t.topic_id),
+                    "num_partitions": t.num_partitions,
+                    "error": _err(t.error_code, t.error_message) if t.error_code else None,
+                }
                 for t in resp.topics
             ]
-            return _results(args, resp, results, lambda r: f"Created topic {r['name']} ({r['topic_id']}, {r['num_partitions']} partitions).")
+            return _results(
+                args,
+                resp,
+                results,
+                lambda r: (
+                    f"Created topic {r['name']} ({r['topic_id']}, {r['num_partitions']} partitions)."
+                ),
+            )
         if args.topics_command == "delete":
             resp = _call(stub.DeleteTopics, admin_pb2.DeleteTopicsRequest(names=args.names), args)
             results = [
-                {"name": t.name, "topic_id": _tid(t.topic_id), "error": _err(t.error_code, t.error_message) if t.error_code else None}
+                {
+                    "name": t.name,
+                    "topic_id": _tid(t.topic_id),
+                    "error": _err(t.error_code, t.error_message) if t.error_code else None,
+                }
                 for t in resp.results
             ]
-            return _results(args, resp, results, lambda r: f"Deleted topic {r['name']} ({r['topic_id']}).")
+            return _results(
+                args, resp, results, lambda r: f"Deleted topic {r['name']} ({r['topic_id']})."
+            )
         if args.topics_command == "add-partitions":
             req = admin_pb2.CreatePartitionsRequest(
-                topics=[admin_pb2.CreatePartitionsRequest.CreatePartitionsTopic(name=args.name, count=args.count)]
+                topics=[
+                    admin_pb2.CreatePartitionsRequest.CreatePartitionsTopic(
+                        name=args.name, count=args.count
+                    )
+                ]
             )
             resp = _call(stub.CreatePartitions, req, args)
             results = [
-                {"name": t.name, "count": args.count, "error": _err(t.error_code, t.error_message) if t.error_code else None}
+                {
+                    "name": t.name,
+                    "count": args.count,
+                    "error": _err(t.error_code, t.error_message) if t.error_code else None,
+                }
                 for t in resp.results
             ]
-            return _results(args, resp, results, lambda r: f"Topic {r['name']} now has {r['count']} partitions.")
+            return _results(
+                args, resp, results, lambda r: f"Topic {r['name']} now has {r['count']} partitions."
+            )
     raise UsageError("topics: choose create, list, delete or add-partitions")
 
 
-def _results(args: argparse.Namespace, resp: Any, results: list[dict[str, Any]], ok_line: Any) -> int:
+def _results(
+    args: argparse.Namespace, resp: Any, results: list[dict[str, Any]], ok_line: Any
+) -> int:
     if resp.error_code:
         print(f"kip848: {_err(resp.error_code, resp.error_message)}", file=sys.stderr)
         return 1
@@ -274,14 +327,14 @@ HINTS: dict[str, str] = {
     "STALE_MEMBER_EPOCH": "the member's epoch moved on; a consumer retries with its current epoch",
     "ILLEGAL_GENERATION": "the classic member's generation moved on; it must rejoin",
     "GROUP_SUBSCRIBED_TO_TOPIC": "members still subscribe to this topic; only offsets of topics the group no longer "
-                                 "subscribes to can be deleted",
+    "subscribes to can be deleted",
     "UNKNOWN_TOPIC_OR_PARTITION": "see the registered topics and their partition counts with `kip848 topics list`",
     "UNKNOWN_TOPIC_ID": "see the registered topics and their ids with `kip848 topics list`",
     "INVALID_GROUP_ID": "a group id must not be empty",
     "INVALID_CONFIG": "group configs: consumer.session.timeout.ms and consumer.heartbeat.interval.ms, within the "
-                      "server's group.consumer.min/max.* bounds, heartbeat interval below the session timeout",
+    "server's group.consumer.min/max.* bounds, heartbeat interval below the session timeout",
     "INVALID_REGULAR_EXPRESSION": "patterns use RE2 syntax (like Java's, without backreferences or lookaround) and "
-                                  "must match the whole topic name",
+    "must match the whole topic name",
     "OFFSET_METADATA_TOO_LARGE": "metadata longer than offset.metadata.max.bytes is refused",
     "COORDINATOR_LOAD_IN_PROGRESS": "the coordinator is still loading its store; retry in a moment",
     "COORDINATOR_NOT_AVAILABLE": "the coordinator could not write its store or is stopping; check its log and retry",
@@ -322,7 +375,11 @@ class CommandFailed(Exception):
 
 def _parts_json(items: Any) -> list[dict[str, Any]]:
     return [
-        {"topic_id": _tid(tp.topic_id), "topic_name": tp.topic_name, "partitions": list(tp.partitions)}
+        {
+            "topic_id": _tid(tp.topic_id),
+            "topic_name": tp.topic_name,
+            "partitions": list(tp.partitions),
+        }
         for tp in items
     ]
 
@@ -336,7 +393,9 @@ def _member_json(m: Any) -> dict[str, Any]:
         "client_id": m.client_id,
         "client_host": m.client_host,
         "subscribed_topic_names": list(m.subscribed_topic_names),
-        "subscribed_topic_regex": m.subscribed_topic_regex if m.HasField("subscribed_topic_regex") else None,
+        "subscribed_topic_regex": m.subscribed_topic_regex
+        if m.HasField("subscribed_topic_regex")
+        else None,
         "assignment": _parts_json(m.assignment.topic_partitions),
         "target_assignment": _parts_json(m.target_assignment.topic_partitions),
         "member_type": m.member_type,
@@ -357,7 +416,13 @@ def _group_json(g: Any) -> dict[str, Any]:
 
 
 def _fmt_parts(items: list[dict[str, Any]]) -> str:
-    return ",".join(f"{i['topic_name'] or i['topic_id']}:{'/'.join(map(str, i['partitions']))}" for i in items) or "-"
+    return (
+        ",".join(
+            f"{i['topic_name'] or i['topic_id']}:{'/'.join(map(str, i['partitions']))}"
+            for i in items
+        )
+        or "-"
+    )
 
 
 MEMBER_TYPES = {-1: "unknown", 0: "classic", 1: "consumer"}
@@ -380,7 +445,10 @@ class _Client:
     def describe(self, group_ids: Sequence[str]) -> list[Any]:
         from kip848.v1 import consumer_group_pb2
 
-        resp = self.call(self.groups.ConsumerGroupDescribe, consumer_group_pb2.ConsumerGroupDescribeRequest(group_ids=group_ids))
+        resp = self.call(
+            self.groups.ConsumerGroupDescribe,
+            consumer_group_pb2.ConsumerGroupDescribeRequest(group_ids=group_ids),
+        )
         if resp.error_code:
             report("describe", resp.error_code, resp.error_message)
             raise CommandFailed
@@ -404,15 +472,22 @@ class _Client:
             raise CommandFailed
         return {t.name: t.num_partitions for t in resp.topics}
 
-    def committed(self, group_id: str, wanted: dict[str, list[int]] | None = None) -> dict[tuple[str, int], Any]:
+    def committed(
+        self, group_id: str, wanted: dict[str, list[int]] | None = None
+    ) -> dict[tuple[str, int], Any]:
         """(topic, partition) -> committed partition entry; all of the group's when ``wanted`` is None."""
         from kip848.v1 import common_pb2, offsets_pb2
 
         group = offsets_pb2.OffsetFetchRequest.Group(group_id=group_id)
         if wanted is not None:
-            group.topics.CopyFrom(common_pb2.TopicPartitionIndexesList(items=[
-                common_pb2.TopicPartitionIndexes(name=t, partition_indexes=ps) for t, ps in wanted.items()
-            ]))
+            group.topics.CopyFrom(
+                common_pb2.TopicPartitionIndexesList(
+                    items=[
+                        common_pb2.TopicPartitionIndexes(name=t, partition_indexes=ps)
+                        for t, ps in wanted.items()
+                    ]
+                )
+            )
         resp = self.call(self.offsets.OffsetFetch, offsets_pb2.OffsetFetchRequest(groups=[group]))
         code, message = resp.error_code, resp.error_message
         if not code and resp.groups[0].error_code:
@@ -424,7 +499,11 @@ class _Client:
         for t in resp.groups[0].topics:
             for p in t.partitions:
                 if p.error_code:
-                    report(f"fetch offset of {t.name}-{p.partition_index}", p.error_code, p.error_message)
+                    report(
+                        f"fetch offset of {t.name}-{p.partition_index}",
+                        p.error_code,
+                        p.error_message,
+                    )
                     raise CommandFailed
                 if p.committed_offset >= 0:
                     out[(t.name, p.partition_index)] = p
@@ -465,20 +544,31 @@ def cmd_groups(args: argparse.Namespace) -> int:
 def _groups_list(args: argparse.Namespace, c: _Client) -> int:
     from kip848.v1 import admin_pb2
 
-    req = admin_pb2.ListGroupsRequest(states_filter=_split_values(args.state), types_filter=_split_values(args.type))
+    req = admin_pb2.ListGroupsRequest(
+        states_filter=_split_values(args.state), types_filter=_split_values(args.type)
+    )
     resp = c.call(c.admin.ListGroups, req)
     if resp.error_code:
         report("list groups", resp.error_code, resp.error_message)
         return 1
     rows = [(g.group_id, g.group_type, g.group_state, g.protocol_type) for g in resp.groups]
     if args.output == "json":
-        print_json([{"group_id": a, "group_type": b, "group_state": c_, "protocol_type": d} for a, b, c_, d in rows])
+        print_json(
+            [
+                {"group_id": a, "group_type": b, "group_state": c_, "protocol_type": d}
+                for a, b, c_, d in rows
+            ]
+        )
     else:
-        print_table(("GROUP", "TYPE", "STATE", "PROTOCOL"), [(a, b, c_, d or "-") for a, b, c_, d in rows])
+        print_table(
+            ("GROUP", "TYPE", "STATE", "PROTOCOL"), [(a, b, c_, d or "-") for a, b, c_, d in rows]
+        )
     return 0
 
 
-def _offset_rows(group: dict[str, Any], committed: dict[tuple[str, int], Any]) -> list[dict[str, Any]]:
+def _offset_rows(
+    group: dict[str, Any], committed: dict[tuple[str, int], Any]
+) -> list[dict[str, Any]]:
     """Committed offsets plus assigned partitions without one, each with its owner (if any)."""
     owners: dict[tuple[str, int], dict[str, Any]] = {}
     for m in group.get("members", []):
@@ -489,21 +579,28 @@ def _offset_rows(group: dict[str, Any], committed: dict[tuple[str, int], Any]) -
     for topic, partition in sorted(set(committed) | set(owners)):
         entry = committed.get((topic, partition))
         owner = owners.get((topic, partition))
-        rows.append({
-            "topic": topic,
-            "partition": partition,
-            "committed_offset": entry.committed_offset if entry is not None else None,
-            "committed_leader_epoch": entry.committed_leader_epoch if entry is not None else None,
-            "metadata": entry.metadata if entry is not None else None,
-            "member_id": owner["member_id"] if owner else None,
-            "client_host": owner["client_host"] if owner else None,
-            "client_id": owner["client_id"] if owner else None,
-        })
+        rows.append(
+            {
+                "topic": topic,
+                "partition": partition,
+                "committed_offset": entry.committed_offset if entry is not None else None,
+                "committed_leader_epoch": entry.committed_leader_epoch
+                if entry is not None
+                else None,
+                "metadata": entry.metadata if entry is not None else None,
+                "member_id": owner["member_id"] if owner else None,
+                "client_host": owner["client_host"] if owner else None,
+                "client_id": owner["client_id"] if owner else None,
+            }
+        )
     return rows
 
 
 def _groups_describe(args: argparse.Namespace, c: _Client) -> int:
-    sections = {s for s in ("state", "members", "offsets") if getattr(args, f"show_{s}")} or {"state", "members"}
+    sections = {s for s in ("state", "members", "offsets") if getattr(args, f"show_{s}")} or {
+        "state",
+        "members",
+    }
     failed = False
     out = []
     for g in c.describe(args.group_ids):
@@ -511,8 +608,13 @@ def _groups_describe(args: argparse.Namespace, c: _Client) -> int:
         if g.error_code == 69:  # not a consumer group: a classic or offsets-only group?
             listed = c.listed().get(g.group_id)
             if listed is not None:
-                group = {"group_id": g.group_id, "error": None, "group_type": listed.group_type,
-                         "group_state": listed.group_state, "members": []}
+                group = {
+                    "group_id": g.group_id,
+                    "error": None,
+                    "group_type": listed.group_type,
+                    "group_state": listed.group_state,
+                    "members": [],
+                }
         if group["error"]:
             report(f"group {g.group_id}", g.error_code, g.error_message)
             failed = True
@@ -522,7 +624,9 @@ def _groups_describe(args: argparse.Namespace, c: _Client) -> int:
         if "members" not in sections:
             group["member_count"] = len(group.pop("members"))
         if "state" not in sections:
-            group = {k: v for k, v in group.items() if k in ("group_id", "error", "members", "offsets")}
+            group = {
+                k: v for k, v in group.items() if k in ("group_id", "error", "members", "offsets")
+            }
         out.append(group)
     if args.output == "json":
         print_json(out)
@@ -545,17 +649,35 @@ def _print_group(g: dict[str, Any], sections: set[str]) -> None:
             f"  assignment epoch {g['assignment_epoch']}  assignor {g['assignor_name']}  members {members}"
         )
     else:
-        print(f"GROUP {g['group_id']}  type {g['group_type']}  state {g['group_state']}  (no consumer-protocol members)")
+        print(
+            f"GROUP {g['group_id']}  type {g['group_type']}  state {g['group_state']}  (no consumer-protocol members)"
+        )
     if "members" in sections:
         print()
         if g["members"]:
             print_table(
-                ("MEMBER", "EPOCH", "TYPE", "CLIENT", "HOST", "INSTANCE", "SUBSCRIPTION", "ASSIGNED", "TARGET"),
+                (
+                    "MEMBER",
+                    "EPOCH",
+                    "TYPE",
+                    "CLIENT",
+                    "HOST",
+                    "INSTANCE",
+                    "SUBSCRIPTION",
+                    "ASSIGNED",
+                    "TARGET",
+                ),
                 [
                     (
-                        m["member_id"], m["member_epoch"], MEMBER_TYPES.get(m["member_type"], m["member_type"]),
-                        m["client_id"] or "-", m["client_host"] or "-", m["instance_id"] or "-",
-                        _fmt_subscription(m), _fmt_parts(m["assignment"]), _fmt_parts(m["target_assignment"]),
+                        m["member_id"],
+                        m["member_epoch"],
+                        MEMBER_TYPES.get(m["member_type"], m["member_type"]),
+                        m["client_id"] or "-",
+                        m["client_host"] or "-",
+                        m["instance_id"] or "-",
+                        _fmt_subscription(m),
+                        _fmt_parts(m["assignment"]),
+                        _fmt_parts(m["target_assignment"]),
                     )
                     for m in g["members"]
                 ],
@@ -566,11 +688,31 @@ def _print_group(g: dict[str, Any], sections: set[str]) -> None:
         print()
         if g["offsets"]:
             print_table(
-                ("TOPIC", "PARTITION", "COMMITTED-OFFSET", "LEADER-EPOCH", "METADATA", "MEMBER", "HOST", "CLIENT"),
+                (
+                    "TOPIC",
+                    "PARTITION",
+                    "COMMITTED-OFFSET",
+                    "LEADER-EPOCH",
+                    "METADATA",
+                    "MEMBER",
+                    "HOST",
+                    "CLIENT",
+                ),
                 [
-                    (r["topic"], r["partition"], _dash(r["committed_offset"]),
-                     _dash(None if r["committed_leader_epoch"] == -1 else r["committed_leader_epoch"]),
-                     _dash(r["metadata"]), _dash(r["member_id"]), _dash(r["client_host"]), _dash(r["client_id"]))
+                    (
+                        r["topic"],
+                        r["partition"],
+                        _dash(r["committed_offset"]),
+                        _dash(
+                            None
+                            if r["committed_leader_epoch"] == -1
+                            else r["committed_leader_epoch"]
+                        ),
+                        _dash(r["metadata"]),
+                        _dash(r["member_id"]),
+                        _dash(r["client_host"]),
+                        _dash(r["client_id"]),
+                    )
                     for r in g["offsets"]
                 ],
             )
@@ -595,7 +737,10 @@ def _groups_delete(args: argparse.Namespace, c: _Client) -> int:
         report("delete groups", resp.error_code, resp.error_message)
         return 1
     results = [
-        {"group_id": r.group_id, "error": _err(r.error_code, r.error_message) if r.error_code else None}
+        {
+            "group_id": r.group_id,
+            "error": _err(r.error_code, r.error_message) if r.error_code else None,
+        }
         for r in resp.results
     ]
     if args.output == "json":
@@ -622,7 +767,9 @@ def parse_topic_partitions(spec: str) -> tuple[str, list[int] | None]:
             lo, dash, hi = item.strip().partition("-")
             partitions.extend(range(int(lo), int(hi) + 1) if dash else [int(lo)])
     except ValueError:
-        raise UsageError(f"--topic {spec!r}: partitions are numbers, e.g. {topic}:0,2,4-7") from None
+        raise UsageError(
+            f"--topic {spec!r}: partitions are numbers, e.g. {topic}:0,2,4-7"
+        ) from None
     if not partitions or any(p < 0 for p in partitions):
         raise UsageError(f"--topic {spec!r}: partitions are numbers >= 0")
     return topic, sorted(set(partitions))
@@ -638,7 +785,11 @@ def read_offsets_csv(path: str) -> dict[tuple[str, int], int]:
     out: dict[tuple[str, int], int] = {}
     for number, raw in enumerate(text.splitlines(), 1):
         line = raw.strip()
-        if not line or line.startswith("#") or line.replace(" ", "").lower() == "topic,partition,offset":
+        if (
+            not line
+            or line.startswith("#")
+            or line.replace(" ", "").lower() == "topic,partition,offset"
+        ):
             continue
         cells = [c.strip() for c in line.split(",")]
         try:
@@ -646,7 +797,9 @@ def read_offsets_csv(path: str) -> dict[tuple[str, int], int]:
                 raise ValueError
             topic, partition, offset = cells[0], int(cells[1]), int(cells[2])
         except ValueError:
-            raise UsageError(f"{path}:{number}: expected topic,partition,offset, got {line!r}") from None
+            raise UsageError(
+                f"{path}:{number}: expected topic,partition,offset, got {line!r}"
+            ) from None
         if partition < 0 or offset < 0:
             raise UsageError(f"{path}:{number}: partition and offset must be >= 0, got {line!r}")
         if (topic, partition) in out:
@@ -657,7 +810,9 @@ def read_offsets_csv(path: str) -> dict[tuple[str, int], int]:
     return out
 
 
-def _resolve_partitions(c: _Client, group_id: str, specs: Sequence[str], all_topics: bool) -> dict[str, list[int]]:
+def _resolve_partitions(
+    c: _Client, group_id: str, specs: Sequence[str], all_topics: bool
+) -> dict[str, list[int]]:
     """Topic -> partitions named by ``--topic`` specs (a bare topic: all its partitions) or,
     with ``--all-topics``, every partition the group has an offset for."""
     if all_topics:
@@ -684,9 +839,13 @@ def _groups_reset_offsets(args: argparse.Namespace, c: _Client) -> int:
 
     gid = args.group_id
     if args.from_file is None and not args.topic and not args.all_topics:
-        raise UsageError("reset-offsets: name the partitions with --topic T[:P] (repeatable), --all-topics, or --from-file")
+        raise UsageError(
+            "reset-offsets: name the partitions with --topic T[:P] (repeatable), --all-topics, or --from-file"
+        )
     if args.from_file is not None and (args.topic or args.all_topics):
-        raise UsageError("reset-offsets: --from-file names its own partitions; drop --topic/--all-topics")
+        raise UsageError(
+            "reset-offsets: --from-file names its own partitions; drop --topic/--all-topics"
+        )
     if args.to_offset is not None and args.to_offset < 0:
         raise UsageError("reset-offsets: --to-offset must be >= 0")
     state = c.group_state(gid)
@@ -698,8 +857,11 @@ def _groups_reset_offsets(args: argparse.Namespace, c: _Client) -> int:
             + ". Offsets can be reset only while the group is inactive (Empty), as in Kafka.",
             file=sys.stderr,
         )
-        print("  hint: stop the group's consumers (they leave, or their session times out), check with "
-              f"`kip848 groups describe {gid} --state`, then run this again", file=sys.stderr)
+        print(
+            "  hint: stop the group's consumers (they leave, or their session times out), check with "
+            f"`kip848 groups describe {gid} --state`, then run this again",
+            file=sys.stderr,
+        )
         return 1
     if args.from_file is not None:
         wanted = read_offsets_csv(args.from_file)
@@ -729,7 +891,10 @@ def _groups_reset_offsets(args: argparse.Namespace, c: _Client) -> int:
                 after = max(0, before + args.shift_by)
             plan.append((topic, p, before, after))
     if unshiftable:
-        print(f"kip848: cannot shift partitions without a committed offset: {', '.join(unshiftable)}", file=sys.stderr)
+        print(
+            f"kip848: cannot shift partitions without a committed offset: {', '.join(unshiftable)}",
+            file=sys.stderr,
+        )
         print("  hint: set them with --to-offset N (or a --from-file CSV) instead", file=sys.stderr)
         return 1
     executed = args.execute
@@ -740,9 +905,13 @@ def _groups_reset_offsets(args: argparse.Namespace, c: _Client) -> int:
         for topic, p, _before, after in plan:
             by_topic.setdefault(topic, []).append((p, after))
         for topic, items in by_topic.items():
-            req.topics.add(name=topic, partitions=[
-                offsets_pb2.OffsetCommitRequest.Partition(partition_index=p, committed_offset=o) for p, o in items
-            ])
+            req.topics.add(
+                name=topic,
+                partitions=[
+                    offsets_pb2.OffsetCommitRequest.Partition(partition_index=p, committed_offset=o)
+                    for p, o in items
+                ],
+            )
         resp = c.call(c.offsets.OffsetCommit, req)
         if resp.error_code:
             report(f"reset offsets of group {gid}", resp.error_code, resp.error_message)
@@ -752,18 +921,31 @@ def _groups_reset_offsets(args: argparse.Namespace, c: _Client) -> int:
                 if p.error_code:
                     errors[(t.name, p.partition_index)] = (p.error_code, p.error_message)
     rows = [
-        {"group_id": gid, "topic": t, "partition": p, "current_offset": before, "new_offset": after,
-         "error": _err(*errors[(t, p)]) if (t, p) in errors else None}
+        {
+            "group_id": gid,
+            "topic": t,
+            "partition": p,
+            "current_offset": before,
+            "new_offset": after,
+            "error": _err(*errors[(t, p)]) if (t, p) in errors else None,
+        }
         for t, p, before, after in plan
     ]
     if args.output == "json":
         print_json({"group_id": gid, "executed": executed, "partitions": rows})
     else:
         print_table(
-            ("GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "NEW-OFFSET") + (("STATUS",) if executed else ()),
+            ("GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "NEW-OFFSET")
+            + (("STATUS",) if executed else ()),
             [
-                (r["group_id"], r["topic"], r["partition"], "-" if r["current_offset"] is None else r["current_offset"],
-                 r["new_offset"]) + ((r["error"] or "reset",) if executed else ())
+                (
+                    r["group_id"],
+                    r["topic"],
+                    r["partition"],
+                    "-" if r["current_offset"] is None else r["current_offset"],
+                    r["new_offset"],
+                )
+                + ((r["error"] or "reset",) if executed else ())
                 for r in rows
             ],
         )
@@ -781,27 +963,41 @@ def _groups_delete_offsets(args: argparse.Namespace, c: _Client) -> int:
 
     gid = args.group_id
     partitions = _resolve_partitions(c, gid, args.topic, False)
-    req = offsets_pb2.OffsetDeleteRequest(group_id=gid, topics=[
-        offsets_pb2.OffsetDeleteRequest.Topic(name=t, partition_indexes=ps) for t, ps in partitions.items()
-    ])
+    req = offsets_pb2.OffsetDeleteRequest(
+        group_id=gid,
+        topics=[
+            offsets_pb2.OffsetDeleteRequest.Topic(name=t, partition_indexes=ps)
+            for t, ps in partitions.items()
+        ],
+    )
     resp = c.call(c.offsets.OffsetDelete, req)
     if resp.error_code:
         report(f"delete offsets of group {gid}", resp.error_code, resp.error_message)
         return 1
     rows = [
-        {"topic": t.name, "partition": p.partition_index, "error": _err(p.error_code, p.error_message) if p.error_code else None}
-        for t in resp.topics for p in t.partitions
+        {
+            "topic": t.name,
+            "partition": p.partition_index,
+            "error": _err(p.error_code, p.error_message) if p.error_code else None,
+        }
+        for t in resp.topics
+        for p in t.partitions
     ]
     if args.output == "json":
         print_json({"group_id": gid, "partitions": rows})
     else:
-        print_table(("TOPIC", "PARTITION", "STATUS"), [
-            (r["topic"], r["partition"], _error_name(p.error_code) if r["error"] else "deleted")
-            for r, p in zip(rows, (p for t in resp.topics for p in t.partitions), strict=True)
-        ])
+        print_table(
+            ("TOPIC", "PARTITION", "STATUS"),
+            [
+                (r["topic"], r["partition"], _error_name(p.error_code) if r["error"] else "deleted")
+                for r, p in zip(rows, (p for t in resp.topics for p in t.partitions), strict=True)
+            ],
+        )
     failed = [(t.name, p) for t in resp.topics for p in t.partitions if p.error_code]
     for topic, p in failed:
-        report(f"delete offset {topic}-{p.partition_index}", p.error_code, p.error_message, hint=False)
+        report(
+            f"delete offset {topic}-{p.partition_index}", p.error_code, p.error_message, hint=False
+        )
     print_hints([p.error_code for _t, p in failed])
     return 1 if failed else 0
 
@@ -816,7 +1012,9 @@ def _groups_validate_regex(args: argparse.Namespace, c: _Client) -> int:
         matched = sorted(resolve_regex(args.pattern, c.topics()))
     except CoordinatorError as exc:
         if args.output == "json":
-            print_json({"pattern": args.pattern, "valid": False, "error": _err(exc.code, exc.message)})
+            print_json(
+                {"pattern": args.pattern, "valid": False, "error": _err(exc.code, exc.message)}
+            )
         report("validate-regex", exc.code, exc.message)
         return 1
     if args.output == "json":
@@ -850,10 +1048,16 @@ def cmd_configs(args: argparse.Namespace) -> int:
         stub = admin_pb2_grpc.AdminServiceStub(channel)
         if args.configs_command == "describe":
             Desc = admin_pb2.DescribeConfigsRequest
-            resp = _call(stub.DescribeConfigs, Desc(
-                resources=[Desc.Resource(resource_type=group_resource, resource_name=args.group)],
-                include_documentation=True,
-            ), args)
+            resp = _call(
+                stub.DescribeConfigs,
+                Desc(
+                    resources=[
+                        Desc.Resource(resource_type=group_resource, resource_name=args.group)
+                    ],
+                    include_documentation=True,
+                ),
+                args,
+            )
             code, message = resp.error_code, resp.error_message
             if not code and resp.results[0].error_code:
                 code, message = resp.results[0].error_code, resp.results[0].error_message
@@ -862,42 +1066,72 @@ def cmd_configs(args: argparse.Namespace) -> int:
                 return 1
             sources = {8: "group override", 5: "server default"}
             rows = [
-                {"name": cfg.name, "value": cfg.value, "source": sources.get(cfg.config_source, str(cfg.config_source)),
-                 "documentation": cfg.documentation}
+                {
+                    "name": cfg.name,
+                    "value": cfg.value,
+                    "source": sources.get(cfg.config_source, str(cfg.config_source)),
+                    "documentation": cfg.documentation,
+                }
                 for cfg in resp.results[0].configs
             ]
             if args.output == "json":
                 print_json({"group_id": args.group, "configs": rows})
             else:
-                print_table(("NAME", "VALUE", "SOURCE"), [(r["name"], r["value"], r["source"]) for r in rows])
+                print_table(
+                    ("NAME", "VALUE", "SOURCE"),
+                    [(r["name"], r["value"], r["source"]) for r in rows],
+                )
             return 0
         sets = _parse_config_pairs(args.add_config)
         deletes = _split_values(args.delete_config)
         if not sets and not deletes:
-            raise UsageError("configs alter: give --add-config NAME=VALUE and/or --delete-config NAME")
+            raise UsageError(
+                "configs alter: give --add-config NAME=VALUE and/or --delete-config NAME"
+            )
         both = sorted(set(sets) & set(deletes))
         if both:
             raise UsageError(f"configs alter: {', '.join(both)} both added and deleted")
         Alter = admin_pb2.IncrementalAlterConfigsRequest
-        configs = [Alter.AlterableConfig(name=n, config_operation=0, value=v) for n, v in sets.items()]
+        configs = [
+            Alter.AlterableConfig(name=n, config_operation=0, value=v) for n, v in sets.items()
+        ]
         configs += [Alter.AlterableConfig(name=n, config_operation=1) for n in deletes]
-        resp = _call(stub.IncrementalAlterConfigs, Alter(
-            resources=[Alter.Resource(resource_type=group_resource, resource_name=args.group, configs=configs)],
-            validate_only=args.validate_only,
-        ), args)
+        resp = _call(
+            stub.IncrementalAlterConfigs,
+            Alter(
+                resources=[
+                    Alter.Resource(
+                        resource_type=group_resource, resource_name=args.group, configs=configs
+                    )
+                ],
+                validate_only=args.validate_only,
+            ),
+            args,
+        )
         code, message = resp.error_code, resp.error_message
         if not code and resp.responses[0].error_code:
             code, message = resp.responses[0].error_code, resp.responses[0].error_message
         if args.output == "json":
-            print_json({"group_id": args.group, "set": sets, "deleted": deletes, "validate_only": args.validate_only,
-                        "error": _err(code, message) if code else None})
+            print_json(
+                {
+                    "group_id": args.group,
+                    "set": sets,
+                    "deleted": deletes,
+                    "validate_only": args.validate_only,
+                    "error": _err(code, message) if code else None,
+                }
+            )
         if code:
             report(f"alter configs of group {args.group}", code, message)
             return 1
         if args.output != "json":
             verb = "Validated (nothing changed)" if args.validate_only else "Altered"
-            changes = [f"{n}={v}" for n, v in sets.items()] + [f"{n} (back to the server default)" for n in deletes]
-            print(f"{verb} configs of group {args.group}: {', '.join(changes)}. Members see the change on their next heartbeat.")
+            changes = [f"{n}={v}" for n, v in sets.items()] + [
+                f"{n} (back to the server default)" for n in deletes
+            ]
+            print(
+                f"{verb} configs of group {args.group}: {', '.join(changes)}. Members see the change on their next heartbeat."
+            )
         return 0
 
 
@@ -947,13 +1181,17 @@ def check_state(shards: Sequence[Any], registry: Any) -> list[str]:
     problems: list[str] = []
     for i, shard in enumerate(shards):
         # Replaying the canonical records of the state must rebuild exactly the state.
-        fresh = GroupCoordinatorShard(config=shard.config, assignors=list(shard.assignors.values()), ids=SequentialIds())
+        fresh = GroupCoordinatorShard(
+            config=shard.config, assignors=list(shard.assignors.values()), ids=SequentialIds()
+        )
         fresh.undo.enabled = False
         try:
             for rec in shard.records_of_state():
                 fresh.replay(rec)
             if fresh.snapshot() != shard.snapshot():
-                problems.append(f"shard {i}: the state does not survive a replay of its own records")
+                problems.append(
+                    f"shard {i}: the state does not survive a replay of its own records"
+                )
         except Exception as exc:  # noqa: BLE001
             problems.append(f"shard {i}: replaying its records fails: {exc!r}")
         for gid in sorted(shard.groups):
@@ -966,7 +1204,9 @@ def check_state(shards: Sequence[Any], registry: Any) -> list[str]:
                         for p in partitions:
                             other = owners.setdefault((topic_id, p), mid)
                             if other != mid:
-                                problems.append(f"group {gid}: partition {topic_id}-{p} owned by {other} and {mid}")
+                                problems.append(
+                                    f"group {gid}: partition {topic_id}-{p} owned by {other} and {mid}"
+                                )
     return problems
 
 
@@ -986,7 +1226,10 @@ def cmd_replay(args: argparse.Namespace) -> int:
         return 1
     assignors = make_assignors(config.consumer_assignors)
     ids = SequentialIds()
-    shards = [GroupCoordinatorShard(config=config, assignors=assignors, ids=ids) for _ in range(config.shards)]
+    shards = [
+        GroupCoordinatorShard(config=config, assignors=assignors, ids=ids)
+        for _ in range(config.shards)
+    ]
     registry = TopicRegistry(ids)
     started = time.perf_counter()
     with store:
@@ -1007,7 +1250,12 @@ def cmd_replay(args: argparse.Namespace) -> int:
         "members": members,
         "load_seconds": round(load_s, 3),
         "shards": [
-            {"shard": s.shard, "records": s.records, "groups": s.groups, "ms": round(s.seconds * 1e3, 1)}
+            {
+                "shard": s.shard,
+                "records": s.records,
+                "groups": s.groups,
+                "ms": round(s.seconds * 1e3, 1),
+            }
             for s in stats.shards
         ],
         "problems": problems,
@@ -1020,7 +1268,10 @@ def cmd_replay(args: argparse.Namespace) -> int:
             f"Replayed {stats.records} records (last offset {stats.last_offset}): {stats.topics} topics, "
             f"{stats.groups} groups, {members} members in {load_s:.3f} s."
         )
-        print_table(("SHARD", "RECORDS", "GROUPS", "LOAD MS"), [(s.shard, s.records, s.groups, f"{s.seconds * 1e3:.1f}") for s in stats.shards])
+        print_table(
+            ("SHARD", "RECORDS", "GROUPS", "LOAD MS"),
+            [(s.shard, s.records, s.groups, f"{s.seconds * 1e3:.1f}") for s in stats.shards],
+        )
         for p in problems:
             print(f"PROBLEM: {p}")
         print("OK" if not problems else f"{len(problems)} problem(s) found")
@@ -1044,25 +1295,64 @@ def _processes(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="kip848", description="A KIP-848 consumer group coordinator over gRPC.")
+    parser = argparse.ArgumentParser(
+        prog="kip848", description="A KIP-848 consumer group coordinator over gRPC."
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     p = sub.add_parser("serve", help="run the coordinator")
-    p.add_argument("--listen", default=DEFAULT_LISTEN, metavar="HOST:PORT", help="bind address (port 0: any free port)")
-    p.add_argument("--data-dir", default=DEFAULT_DATA_DIR, metavar="DIR", help="where the record store lives")
+    p.add_argument(
+        "--listen",
+        default=DEFAULT_LISTEN,
+        metavar="HOST:PORT",
+        help="bind address (port 0: any free port)",
+    )
+    p.add_argument(
+        "--data-dir", default=DEFAULT_DATA_DIR, metavar="DIR", help="where the record store lives"
+    )
     _add_config_flags(p)
-    p.add_argument("--clock", choices=("system", "manual"), default="system", help="manual: TestingService.AdvanceTime")
+    p.add_argument(
+        "--clock",
+        choices=("system", "manual"),
+        default="system",
+        help="manual: TestingService.AdvanceTime",
+    )
     p.add_argument("--max-message-bytes", type=int, default=16 * 1024 * 1024, metavar="N")
-    p.add_argument("--journal-retention-ms", type=int, default=None, metavar="MS", help="journal retention (default: keep)")
-    p.add_argument("--sync", choices=("full", "normal"), default="full", help="SQLite durability (full: fsync per batch)")
+    p.add_argument(
+        "--journal-retention-ms",
+        type=int,
+        default=None,
+        metavar="MS",
+        help="journal retention (default: keep)",
+    )
+    p.add_argument(
+        "--sync",
+        choices=("full", "normal"),
+        default="full",
+        help="SQLite durability (full: fsync per batch)",
+    )
     p.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")
-    p.add_argument("--grpc-processes", type=_processes, default=1, metavar="N|auto",
-                   help="processes serving gRPC on the listen port (1: this one; N > 1 adds N-1 front ends "
-                        "that forward to it, for more cores; auto: one per usable CPU)")
-    p.add_argument("--event-loop", choices=("uvloop", "asyncio"), default="uvloop", help="the server's event loop")
-    p.add_argument("--advertised-address", default=None, metavar="HOST:PORT",
-                   help="the address FindCoordinator answers (default: the listen address; a wildcard host "
-                        "becomes this machine's name)")
+    p.add_argument(
+        "--grpc-processes",
+        type=_processes,
+        default=1,
+        metavar="N|auto",
+        help="processes serving gRPC on the listen port (1: this one; N > 1 adds N-1 front ends "
+        "that forward to it, for more cores; auto: one per usable CPU)",
+    )
+    p.add_argument(
+        "--event-loop",
+        choices=("uvloop", "asyncio"),
+        default="uvloop",
+        help="the server's event loop",
+    )
+    p.add_argument(
+        "--advertised-address",
+        default=None,
+        metavar="HOST:PORT",
+        help="the address FindCoordinator answers (default: the listen address; a wildcard host "
+        "becomes this machine's name)",
+    )
     p.set_defaults(func=cmd_serve)
 
     def client(p: argparse.ArgumentParser) -> None:
@@ -1091,49 +1381,105 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("groups", help="groups and their committed offsets on a running coordinator")
     gsub = p.add_subparsers(dest="groups_command", metavar="ACTION", required=True)
     g = gsub.add_parser("list", help="list groups (consumer, classic, offsets-only)")
-    g.add_argument("--state", action="append", default=[], metavar="STATE",
-                   help="only groups in this state (case-insensitive; repeatable or comma-separated)")
-    g.add_argument("--type", action="append", default=[], metavar="TYPE",
-                   help="only groups of this type: consumer, classic (case-insensitive; repeatable or comma-separated)")
+    g.add_argument(
+        "--state",
+        action="append",
+        default=[],
+        metavar="STATE",
+        help="only groups in this state (case-insensitive; repeatable or comma-separated)",
+    )
+    g.add_argument(
+        "--type",
+        action="append",
+        default=[],
+        metavar="TYPE",
+        help="only groups of this type: consumer, classic (case-insensitive; repeatable or comma-separated)",
+    )
     client(g)
-    g = gsub.add_parser("describe", help="state, members and committed offsets of groups",
-                        description="With no section flag: --state and --members.")
+    g = gsub.add_parser(
+        "describe",
+        help="state, members and committed offsets of groups",
+        description="With no section flag: --state and --members.",
+    )
     g.add_argument("group_ids", nargs="+", metavar="GROUP")
-    g.add_argument("--state", dest="show_state", action="store_true", help="the group's state, epochs and assignor")
-    g.add_argument("--members", dest="show_members", action="store_true", help="members, their assignments and targets")
-    g.add_argument("--offsets", dest="show_offsets", action="store_true",
-                   help="committed offsets, with the member that owns each partition")
+    g.add_argument(
+        "--state",
+        dest="show_state",
+        action="store_true",
+        help="the group's state, epochs and assignor",
+    )
+    g.add_argument(
+        "--members",
+        dest="show_members",
+        action="store_true",
+        help="members, their assignments and targets",
+    )
+    g.add_argument(
+        "--offsets",
+        dest="show_offsets",
+        action="store_true",
+        help="committed offsets, with the member that owns each partition",
+    )
     client(g)
     g = gsub.add_parser("delete", help="delete empty groups with their committed offsets")
     g.add_argument("group_ids", nargs="+", metavar="GROUP")
     client(g)
     g = gsub.add_parser(
-        "reset-offsets", help="set the committed offsets of an inactive group",
+        "reset-offsets",
+        help="set the committed offsets of an inactive group",
         description="Refused while the group has members, as in Kafka. Dry run unless --execute.",
     )
     g.add_argument("group_id", metavar="GROUP")
-    g.add_argument("--topic", action="append", default=[], metavar="TOPIC[:PARTITIONS]",
-                   help="a topic (all its partitions) or TOPIC:0,2,4-7; repeatable")
-    g.add_argument("--all-topics", action="store_true", help="every partition the group has an offset for")
+    g.add_argument(
+        "--topic",
+        action="append",
+        default=[],
+        metavar="TOPIC[:PARTITIONS]",
+        help="a topic (all its partitions) or TOPIC:0,2,4-7; repeatable",
+    )
+    g.add_argument(
+        "--all-topics", action="store_true", help="every partition the group has an offset for"
+    )
     how = g.add_mutually_exclusive_group(required=True)
     how.add_argument("--to-offset", type=int, metavar="N", help="set every partition to N")
-    how.add_argument("--shift-by", type=int, metavar="N", help="move each committed offset by N (may be negative; floor 0)")
-    how.add_argument("--from-file", metavar="CSV", help="topic,partition,offset lines (Kafka's format)")
+    how.add_argument(
+        "--shift-by",
+        type=int,
+        metavar="N",
+        help="move each committed offset by N (may be negative; floor 0)",
+    )
+    how.add_argument(
+        "--from-file", metavar="CSV", help="topic,partition,offset lines (Kafka's format)"
+    )
     mode = g.add_mutually_exclusive_group()
     mode.add_argument("--dry-run", action="store_true", help="show the plan only (the default)")
     mode.add_argument("--execute", action="store_true", help="commit the new offsets")
     client(g)
-    g = gsub.add_parser("delete-offsets", help="delete committed offsets of topics the group no longer subscribes to")
+    g = gsub.add_parser(
+        "delete-offsets",
+        help="delete committed offsets of topics the group no longer subscribes to",
+    )
     g.add_argument("group_id", metavar="GROUP")
-    g.add_argument("--topic", action="append", required=True, metavar="TOPIC[:PARTITIONS]",
-                   help="a topic (all its partitions) or TOPIC:0,2,4-7; repeatable")
+    g.add_argument(
+        "--topic",
+        action="append",
+        required=True,
+        metavar="TOPIC[:PARTITIONS]",
+        help="a topic (all its partitions) or TOPIC:0,2,4-7; repeatable",
+    )
     client(g)
-    g = gsub.add_parser("validate-regex", help="check a subscription regex (RE2, full match) and show what it matches")
+    g = gsub.add_parser(
+        "validate-regex",
+        help="check a subscription regex (RE2, full match) and show what it matches",
+    )
     g.add_argument("pattern", metavar="PATTERN")
     client(g)
     p.set_defaults(func=cmd_groups)
 
-    p = sub.add_parser("configs", help="dynamic group configs (consumer.session.timeout.ms, consumer.heartbeat.interval.ms)")
+    p = sub.add_parser(
+        "configs",
+        help="dynamic group configs (consumer.session.timeout.ms, consumer.heartbeat.interval.ms)",
+    )
     csub = p.add_subparsers(dest="configs_command", metavar="ACTION", required=True)
     g = csub.add_parser("describe", help="effective group configs and where they come from")
     g.add_argument("--group", required=True, metavar="GROUP")
@@ -1148,18 +1494,26 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("dump", help="print the records of a store (offline)")
     p.add_argument("--data-dir", default=DEFAULT_DATA_DIR, metavar="DIR")
-    p.add_argument("--journal", action="store_true", help="the whole journal (default: the compacted view)")
+    p.add_argument(
+        "--journal", action="store_true", help="the whole journal (default: the compacted view)"
+    )
     p.add_argument("--output", choices=("text", "json"), default="text")
     p.set_defaults(func=cmd_dump)
 
-    p = sub.add_parser("replay", help="load a store into fresh shards, check it, summarise (offline)")
+    p = sub.add_parser(
+        "replay", help="load a store into fresh shards, check it, summarise (offline)"
+    )
     p.add_argument("--data-dir", default=DEFAULT_DATA_DIR, metavar="DIR")
     _add_config_flags(p)
     p.add_argument("--output", choices=("table", "json"), default="table")
     p.set_defaults(func=cmd_replay)
 
     sub.add_parser("assignors", help="list and inspect partition assignors", add_help=False)
-    sub.add_parser("simulate", help="deterministic simulation / exhaustive exploration (see docs/simulation.md)", add_help=False)
+    sub.add_parser(
+        "simulate",
+        help="deterministic simulation / exhaustive exploration (see docs/simulation.md)",
+        add_help=False,
+    )
     return parser
 
 

@@ -106,7 +106,11 @@ class ClassicGroup:
 
     def put_member(self, member: ClassicMember) -> None:
         old = self.members.get(member.member_id)
-        if old is not None and old.group_instance_id is not None and old.group_instance_id != member.group_instance_id:
+        if (
+            old is not None
+            and old.group_instance_id is not None
+            and old.group_instance_id != member.group_instance_id
+        ):
             self.static_members.discard(old.group_instance_id)
         self.members[member.member_id] = member
         if member.group_instance_id is not None:
@@ -119,7 +123,10 @@ class ClassicGroup:
         if member is None:
             return None
         del self.members[member_id]
-        if member.group_instance_id is not None and self.static_members.get(member.group_instance_id) == member_id:
+        if (
+            member.group_instance_id is not None
+            and self.static_members.get(member.group_instance_id) == member_id
+        ):
             del self.static_members[member.group_instance_id]
         self.pending_sync.discard(member_id)
         if self.leader_id == member_id:
@@ -127,7 +134,9 @@ class ClassicGroup:
         return member
 
     def all_joined(self) -> bool:
-        return not self.pending_members and all(m.join_token is not None for m in self.members.values())
+        return not self.pending_members and all(
+            m.join_token is not None for m in self.members.values()
+        )
 
     def max_rebalance_timeout_ms(self) -> int:
         return max((m.rebalance_timeout_ms for m in self.members.values()), default=0)
@@ -149,7 +158,9 @@ class ClassicGroup:
             return False
         if not self.members:
             return True
-        return protocol_type == self.protocol_type and bool(set(self.candidate_protocols()) & set(names))
+        return protocol_type == self.protocol_type and bool(
+            set(self.candidate_protocols()) & set(names)
+        )
 
     def select_protocol(self) -> str:
         """Each member votes for its most preferred candidate; most votes wins, ties go to the
@@ -211,7 +222,9 @@ class ClassicGroup:
                     assignment=mv.assignment,
                 )
             )
-        group.leader_id = value.leader if value.leader in group.members else next(iter(group.members), None)
+        group.leader_id = (
+            value.leader if value.leader in group.members else next(iter(group.members), None)
+        )
         group.state = ClassicGroupState.STABLE if value.members else ClassicGroupState.EMPTY
         group.durable = value
         return group

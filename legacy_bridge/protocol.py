@@ -157,7 +157,7 @@ class _Reader:
                 f"{self.what}: truncated at byte {self.pos} reading {field} "
                 f"(needs {n} bytes, {len(self.buf) - self.pos} left)"
             )
-        out = self.buf[self.pos:end]
+        out = self.buf[self.pos : end]
         self.pos = end
         return out
 
@@ -172,7 +172,9 @@ class _Reader:
         if n < 0:
             raise ProtocolError(f"{self.what}: {field} has a negative length {n}")
         if n * min_item_bytes > len(self.buf) - self.pos:
-            raise ProtocolError(f"{self.what}: {field} claims {n} items but only {len(self.buf) - self.pos} bytes remain")
+            raise ProtocolError(
+                f"{self.what}: {field} claims {n} items but only {len(self.buf) - self.pos} bytes remain"
+            )
         return n
 
     def string(self, field: str, *, nullable: bool = False) -> str | None:
@@ -199,7 +201,9 @@ class _Reader:
         out = []
         for _ in range(self.count(field, 6)):
             topic = self.string(f"{field} topic")
-            ps = tuple(self.i32(f"{field} partition") for _ in range(self.count(f"{field} partitions", 4)))
+            ps = tuple(
+                self.i32(f"{field} partition") for _ in range(self.count(f"{field} partitions", 4))
+            )
             out.append((topic, ps))
         return tuple(out)  # type: ignore[arg-type]
 
@@ -226,8 +230,12 @@ def decode_subscription(data: bytes) -> Subscription:
     if version >= 3:
         rack_id = r.string("rack_id", nullable=True)
     return Subscription(
-        version=version, topics=topics, user_data=user_data, owned_partitions=owned,
-        generation_id=generation_id, rack_id=rack_id,
+        version=version,
+        topics=topics,
+        user_data=user_data,
+        owned_partitions=owned,
+        generation_id=generation_id,
+        rack_id=rack_id,
     )
 
 

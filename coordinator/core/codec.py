@@ -40,8 +40,17 @@ def _current_assignment(epoch: int, prev: int, state: int, assigned: Any, pendin
     return v
 
 
-def _member_metadata(instance_id: Any, rack_id: Any, client_id: Any, client_host: Any, names: Any,
-                     regex: Any, rebalance_timeout_ms: Any, assignor: Any, classic: Any) -> Any:
+def _member_metadata(
+    instance_id: Any,
+    rack_id: Any,
+    client_id: Any,
+    client_host: Any,
+    names: Any,
+    regex: Any,
+    rebalance_timeout_ms: Any,
+    assignor: Any,
+    classic: Any,
+) -> Any:
     """``ConsumerGroupMemberMetadataValue(...)`` without keyword parsing (hot at load)."""
     v = _new(r.ConsumerGroupMemberMetadataValue)
     _set(v, "instance_id", instance_id)
@@ -67,7 +76,9 @@ def _dec_assignment(raw: list[Any]) -> dict[str, frozenset[int]]:
 def _enc_classic(c: ClassicMemberMetadata | None) -> Any:
     if c is None:
         return None
-    protocols = [[name, base64.b64encode(meta).decode("ascii")] for name, meta in c.supported_protocols]
+    protocols = [
+        [name, base64.b64encode(meta).decode("ascii")] for name, meta in c.supported_protocols
+    ]
     return [c.session_timeout_ms, protocols]
 
 
@@ -123,7 +134,11 @@ def _value_encoders() -> dict[int, tuple[Callable[[Any], list[Any]], Callable[[l
 
     def oc_dec(f: list[Any]) -> r.OffsetCommitValue:
         return r.OffsetCommitValue(
-            offset=f[0], leader_epoch=f[1], metadata=f[2], commit_timestamp_ms=f[3], expire_timestamp_ms=f[4]
+            offset=f[0],
+            leader_epoch=f[1],
+            metadata=f[2],
+            commit_timestamp_ms=f[3],
+            expire_timestamp_ms=f[4],
         )
 
     def b64(b: bytes) -> str:
@@ -131,20 +146,44 @@ def _value_encoders() -> dict[int, tuple[Callable[[Any], list[Any]], Callable[[l
 
     def gm_enc(v: r.GroupMetadataValue) -> list[Any]:
         members = [
-            [m.member_id, m.group_instance_id, m.client_id, m.client_host, m.rebalance_timeout_ms,
-             m.session_timeout_ms, b64(m.subscription), b64(m.assignment)]
+            [
+                m.member_id,
+                m.group_instance_id,
+                m.client_id,
+                m.client_host,
+                m.rebalance_timeout_ms,
+                m.session_timeout_ms,
+                b64(m.subscription),
+                b64(m.assignment),
+            ]
             for m in v.members
         ]
-        return [v.protocol_type, v.generation, v.protocol, v.leader, v.current_state_timestamp_ms, members]
+        return [
+            v.protocol_type,
+            v.generation,
+            v.protocol,
+            v.leader,
+            v.current_state_timestamp_ms,
+            members,
+        ]
 
     def gm_dec(f: list[Any]) -> r.GroupMetadataValue:
         return r.GroupMetadataValue(
-            protocol_type=f[0], generation=f[1], protocol=f[2], leader=f[3], current_state_timestamp_ms=f[4],
+            protocol_type=f[0],
+            generation=f[1],
+            protocol=f[2],
+            leader=f[3],
+            current_state_timestamp_ms=f[4],
             members=tuple(
                 r.GroupMetadataMemberValue(
-                    member_id=m[0], group_instance_id=m[1], client_id=m[2], client_host=m[3],
-                    rebalance_timeout_ms=m[4], session_timeout_ms=m[5],
-                    subscription=base64.b64decode(m[6]), assignment=base64.b64decode(m[7]),
+                    member_id=m[0],
+                    group_instance_id=m[1],
+                    client_id=m[2],
+                    client_host=m[3],
+                    rebalance_timeout_ms=m[4],
+                    session_timeout_ms=m[5],
+                    subscription=base64.b64decode(m[6]),
+                    assignment=base64.b64decode(m[7]),
                 )
                 for m in f[5]
             ),
@@ -166,14 +205,27 @@ def _value_encoders() -> dict[int, tuple[Callable[[Any], list[Any]], Callable[[l
 
     def mm_enc(v: r.ConsumerGroupMemberMetadataValue) -> list[Any]:
         return [
-            v.instance_id, v.rack_id, v.client_id, v.client_host, list(v.subscribed_topic_names),
-            v.subscribed_topic_regex, v.rebalance_timeout_ms, v.server_assignor,
+            v.instance_id,
+            v.rack_id,
+            v.client_id,
+            v.client_host,
+            list(v.subscribed_topic_names),
+            v.subscribed_topic_regex,
+            v.rebalance_timeout_ms,
+            v.server_assignor,
             _enc_classic(v.classic_member_metadata),
         ]
 
     def mm_dec(f: list[Any]) -> r.ConsumerGroupMemberMetadataValue:
         return _member_metadata(  # field order of ConsumerGroupMemberMetadataValue
-            f[0], f[1], f[2], f[3], tuple(f[4]), f[5], f[6], f[7],
+            f[0],
+            f[1],
+            f[2],
+            f[3],
+            tuple(f[4]),
+            f[5],
+            f[6],
+            f[7],
             _dec_classic(f[8] if len(f) > 8 else None),
         )
 
@@ -191,8 +243,11 @@ def _value_encoders() -> dict[int, tuple[Callable[[Any], list[Any]], Callable[[l
 
     def ca_enc(v: r.ConsumerGroupCurrentMemberAssignmentValue) -> list[Any]:
         return [
-            v.member_epoch, v.previous_member_epoch, v.state,
-            _enc_assignment(v.assigned_partitions), _enc_assignment(v.partitions_pending_revocation),
+            v.member_epoch,
+            v.previous_member_epoch,
+            v.state,
+            _enc_assignment(v.assigned_partitions),
+            _enc_assignment(v.partitions_pending_revocation),
         ]
 
     def ca_dec(f: list[Any]) -> r.ConsumerGroupCurrentMemberAssignmentValue:
@@ -202,7 +257,9 @@ def _value_encoders() -> dict[int, tuple[Callable[[Any], list[Any]], Callable[[l
         return [list(v.topics), v.version, v.timestamp_ms]
 
     def rx_dec(f: list[Any]) -> r.ConsumerGroupRegularExpressionValue:
-        return r.ConsumerGroupRegularExpressionValue(topics=tuple(f[0]), version=f[1], timestamp_ms=f[2])
+        return r.ConsumerGroupRegularExpressionValue(
+            topics=tuple(f[0]), version=f[1], timestamp_ms=f[2]
+        )
 
     def gc_enc(v: r.GroupConfigValue) -> list[Any]:
         return [v.value]
@@ -217,8 +274,16 @@ def _value_encoders() -> dict[int, tuple[Callable[[Any], list[Any]], Callable[[l
         return r.TopicValue(topic_id=f[0], num_partitions=f[1])
 
     return {
-        1: (oc_enc, oc_dec), 2: (gm_enc, gm_dec), 3: (md_enc, md_dec), 4: (pm_enc, pm_dec), 5: (mm_enc, mm_dec), 6: (te_enc, te_dec),
-        7: (tm_enc, tm_dec), 8: (ca_enc, ca_dec), 16: (rx_enc, rx_dec), 1016: (gc_enc, gc_dec),
+        1: (oc_enc, oc_dec),
+        2: (gm_enc, gm_dec),
+        3: (md_enc, md_dec),
+        4: (pm_enc, pm_dec),
+        5: (mm_enc, mm_dec),
+        6: (te_enc, te_dec),
+        7: (tm_enc, tm_dec),
+        8: (ca_enc, ca_dec),
+        16: (rx_enc, rx_dec),
+        1016: (gc_enc, gc_dec),
         1100: (tp_enc, tp_dec),
     }
 
@@ -240,7 +305,9 @@ def encode(record: r.Record) -> tuple[bytes, bytes | None]:
     return key, orjson.dumps([VALUE_VERSION, *enc(record.value)])
 
 
-def _signature_table() -> dict[tuple[int, tuple[type, ...]], tuple[int, type, Callable[[list[Any]], Any]]]:
+def _signature_table() -> dict[
+    tuple[int, tuple[type, ...]], tuple[int, type, Callable[[list[Any]], Any]]
+]:
     """(record type, exact JSON field types of its key) -> how to build it (an offset key is
     ``(1, (int, str, str, int))``). One dict lookup both type-checks a key (bool is not int, 3.0 is not 3) and finds
     its decoder."""

@@ -67,12 +67,27 @@ CONFIG_SPECS: dict[str, _Spec] = {
     "group.consumer.min.session.timeout.ms": ("consumer_min_session_timeout_ms", _int, 1, None),
     "group.consumer.max.session.timeout.ms": ("consumer_max_session_timeout_ms", _int, 1, None),
     "group.consumer.heartbeat.interval.ms": ("consumer_heartbeat_interval_ms", _int, 1, None),
-    "group.consumer.min.heartbeat.interval.ms": ("consumer_min_heartbeat_interval_ms", _int, 1, None),
-    "group.consumer.max.heartbeat.interval.ms": ("consumer_max_heartbeat_interval_ms", _int, 1, None),
+    "group.consumer.min.heartbeat.interval.ms": (
+        "consumer_min_heartbeat_interval_ms",
+        _int,
+        1,
+        None,
+    ),
+    "group.consumer.max.heartbeat.interval.ms": (
+        "consumer_max_heartbeat_interval_ms",
+        _int,
+        1,
+        None,
+    ),
     "group.consumer.max.size": ("consumer_max_size", _int, 1, INT_MAX),
     "group.consumer.assignors": ("consumer_assignors", _list, None, None),
     "group.consumer.migration.policy": ("consumer_migration_policy", _policy, None, None),
-    "group.consumer.regex.refresh.interval.ms": ("consumer_regex_refresh_interval_ms", _int, 10_000, None),
+    "group.consumer.regex.refresh.interval.ms": (
+        "consumer_regex_refresh_interval_ms",
+        _int,
+        10_000,
+        None,
+    ),
     "offsets.retention.minutes": ("offsets_retention_minutes", _int, 1, None),
     "offsets.retention.check.interval.ms": ("offsets_retention_check_interval_ms", _int, 1, None),
     "offset.metadata.max.bytes": ("offset_metadata_max_bytes", _int, 0, None),
@@ -93,7 +108,9 @@ def parse_config(settings: Mapping[str, str]) -> GroupCoordinatorConfig:
     for name, text in settings.items():
         spec = CONFIG_SPECS.get(name)
         if spec is None:
-            raise ConfigError(f"unknown configuration '{name}' (known: {', '.join(sorted(CONFIG_SPECS))})")
+            raise ConfigError(
+                f"unknown configuration '{name}' (known: {', '.join(sorted(CONFIG_SPECS))})"
+            )
         field_name, parser, lo, hi = spec
         try:
             value = parser(str(text))
@@ -111,18 +128,23 @@ def parse_config(settings: Mapping[str, str]) -> GroupCoordinatorConfig:
 
 def check_config(c: GroupCoordinatorConfig) -> None:
     """Cross-field rules, as Kafka's GroupCoordinatorConfig enforces them."""
+
     def need(cond: bool, message: str) -> None:
         if not cond:
             raise ConfigError(message)
 
     need(
-        c.consumer_min_session_timeout_ms <= c.consumer_session_timeout_ms <= c.consumer_max_session_timeout_ms,
+        c.consumer_min_session_timeout_ms
+        <= c.consumer_session_timeout_ms
+        <= c.consumer_max_session_timeout_ms,
         "group.consumer.session.timeout.ms must be between group.consumer.min.session.timeout.ms "
         f"and group.consumer.max.session.timeout.ms ({c.consumer_min_session_timeout_ms}.."
         f"{c.consumer_max_session_timeout_ms}), got {c.consumer_session_timeout_ms}",
     )
     need(
-        c.consumer_min_heartbeat_interval_ms <= c.consumer_heartbeat_interval_ms <= c.consumer_max_heartbeat_interval_ms,
+        c.consumer_min_heartbeat_interval_ms
+        <= c.consumer_heartbeat_interval_ms
+        <= c.consumer_max_heartbeat_interval_ms,
         "group.consumer.heartbeat.interval.ms must be between group.consumer.min.heartbeat.interval.ms "
         f"and group.consumer.max.heartbeat.interval.ms ({c.consumer_min_heartbeat_interval_ms}.."
         f"{c.consumer_max_heartbeat_interval_ms}), got {c.consumer_heartbeat_interval_ms}",
@@ -139,7 +161,10 @@ def check_config(c: GroupCoordinatorConfig) -> None:
         c.classic_min_session_timeout_ms <= c.classic_max_session_timeout_ms,
         "group.min.session.timeout.ms must be <= group.max.session.timeout.ms",
     )
-    need(len(set(c.consumer_assignors)) == len(c.consumer_assignors), "group.consumer.assignors lists a name twice")
+    need(
+        len(set(c.consumer_assignors)) == len(c.consumer_assignors),
+        "group.consumer.assignors lists a name twice",
+    )
 
 
 def check_group_config(c: GroupCoordinatorConfig, name: str, value: str) -> int:

@@ -64,7 +64,9 @@ def _error(name: str, code: ErrorCode, default: str) -> type[CoordinatorError]:
 
 
 UnknownServerError = _error(
-    "UnknownServerError", ErrorCode.UNKNOWN_SERVER_ERROR, "The server experienced an unexpected error."
+    "UnknownServerError",
+    ErrorCode.UNKNOWN_SERVER_ERROR,
+    "The server experienced an unexpected error.",
 )
 UnknownTopicOrPartitionError = _error(
     "UnknownTopicOrPartitionError",
@@ -90,7 +92,9 @@ NotCoordinatorError = _error(
     "NotCoordinatorError", ErrorCode.NOT_COORDINATOR, "This is not the correct coordinator."
 )
 InvalidTopicError = _error(
-    "InvalidTopicError", ErrorCode.INVALID_TOPIC_EXCEPTION, "The request attempted to perform an operation on an invalid topic."
+    "InvalidTopicError",
+    ErrorCode.INVALID_TOPIC_EXCEPTION,
+    "The request attempted to perform an operation on an invalid topic.",
 )
 IllegalGenerationError = _error(
     "IllegalGenerationError",
@@ -102,7 +106,9 @@ InconsistentGroupProtocolError = _error(
     ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
     "The group member's supported protocols are incompatible with those of existing members.",
 )
-InvalidGroupIdError = _error("InvalidGroupIdError", ErrorCode.INVALID_GROUP_ID, "The configured groupId is invalid.")
+InvalidGroupIdError = _error(
+    "InvalidGroupIdError", ErrorCode.INVALID_GROUP_ID, "The configured groupId is invalid."
+)
 UnknownMemberIdError = _error(
     "UnknownMemberIdError",
     ErrorCode.UNKNOWN_MEMBER_ID,
@@ -119,13 +125,17 @@ RebalanceInProgressError = _error(
     "The group is rebalancing, so a rejoin is needed.",
 )
 GroupAuthorizationFailedError = _error(
-    "GroupAuthorizationFailedError", ErrorCode.GROUP_AUTHORIZATION_FAILED, "Group authorization failed."
+    "GroupAuthorizationFailedError",
+    ErrorCode.GROUP_AUTHORIZATION_FAILED,
+    "Group authorization failed.",
 )
 UnsupportedVersionError = _error(
     "UnsupportedVersionError", ErrorCode.UNSUPPORTED_VERSION, "The version of API is not supported."
 )
 TopicAlreadyExistsError = _error(
-    "TopicAlreadyExistsError", ErrorCode.TOPIC_ALREADY_EXISTS, "Topic with this name already exists."
+    "TopicAlreadyExistsError",
+    ErrorCode.TOPIC_ALREADY_EXISTS,
+    "Topic with this name already exists.",
 )
 InvalidPartitionsError = _error(
     "InvalidPartitionsError", ErrorCode.INVALID_PARTITIONS, "Number of partitions is below 1."
@@ -138,8 +148,12 @@ InvalidRequestError = _error(
     ErrorCode.INVALID_REQUEST,
     "This most likely occurs because of a request being malformed by the client library.",
 )
-NonEmptyGroupError = _error("NonEmptyGroupError", ErrorCode.NON_EMPTY_GROUP, "The group is not empty.")
-GroupIdNotFoundError = _error("GroupIdNotFoundError", ErrorCode.GROUP_ID_NOT_FOUND, "The group id does not exist.")
+NonEmptyGroupError = _error(
+    "NonEmptyGroupError", ErrorCode.NON_EMPTY_GROUP, "The group is not empty."
+)
+GroupIdNotFoundError = _error(
+    "GroupIdNotFoundError", ErrorCode.GROUP_ID_NOT_FOUND, "The group id does not exist."
+)
 MemberIdRequiredError = _error(
     "MemberIdRequiredError",
     ErrorCode.MEMBER_ID_REQUIRED,

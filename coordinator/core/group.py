@@ -69,7 +69,9 @@ class ConsumerGroup:
         self.topic_subscribers: TDict = log.new_dict()  # topic name -> number of members
         self.regex_members: TDict = log.new_dict()  # regex -> number of members using it
         self.resolved_regexes: TDict = log.new_dict()  # regex -> (frozenset of names, version)
-        self.subscription_metadata: dict[str, TopicMetadata] = {}  # name -> metadata (replaced whole)
+        self.subscription_metadata: dict[
+            str, TopicMetadata
+        ] = {}  # name -> metadata (replaced whole)
         self.assignor_votes: TDict = log.new_dict()  # server assignor name -> members
         self.classic_members = 0
         # Soft state: (topics image version, group epoch) at the last metadata check.
@@ -126,7 +128,9 @@ class ConsumerGroup:
     def set(self, name: str, value: object) -> None:
         self._log.set_attr(self, name, value)
 
-    def replay_member_metadata(self, member_id: str, value: r.ConsumerGroupMemberMetadataValue | None) -> None:
+    def replay_member_metadata(
+        self, member_id: str, value: r.ConsumerGroupMemberMetadataValue | None
+    ) -> None:
         old = self.members.get(member_id)
         if value is None:
             if old is None:
@@ -200,7 +204,9 @@ class ConsumerGroup:
             for name in self.effective_topics(m):
                 self.topic_subscribers.increment(name, 1)
 
-    def replay_target_member(self, member_id: str, value: r.ConsumerGroupTargetAssignmentMemberValue | None) -> None:
+    def replay_target_member(
+        self, member_id: str, value: r.ConsumerGroupTargetAssignmentMemberValue | None
+    ) -> None:
         # The inverted target index is lenient: within one new target assignment, the records
         # of the members are replayed one by one, so a moved partition is briefly in two
         # targets. The newest writer wins; a member only removes entries that still name it.
@@ -233,7 +239,9 @@ class ConsumerGroup:
         old = self.members.get(member_id)
         if old is not None:
             self._unown(self.partition_owners, old.assigned_partitions, member_id, "current")
-            self._unown(self.partition_owners, old.partitions_pending_revocation, member_id, "current")
+            self._unown(
+                self.partition_owners, old.partitions_pending_revocation, member_id, "current"
+            )
         if value is None:
             if old is None:
                 return
@@ -249,17 +257,39 @@ class ConsumerGroup:
         state = _STATES.get(value.state) or MemberState.from_value(value.state)
         if old is None:
             new = build_member(
-                member_id, None, None, "", "", (), None, None, -1, None,
-                value.member_epoch, value.previous_member_epoch, state,
-                value.assigned_partitions, value.partitions_pending_revocation,
+                member_id,
+                None,
+                None,
+                "",
+                "",
+                (),
+                None,
+                None,
+                -1,
+                None,
+                value.member_epoch,
+                value.previous_member_epoch,
+                state,
+                value.assigned_partitions,
+                value.partitions_pending_revocation,
             )
         else:
             new = build_member(
-                member_id, old.instance_id, old.rack_id, old.client_id, old.client_host,
-                old.subscribed_topic_names, old.subscribed_topic_regex, old.server_assignor_name,
-                old.rebalance_timeout_ms, old.classic_member_metadata,
-                value.member_epoch, value.previous_member_epoch, state,
-                value.assigned_partitions, value.partitions_pending_revocation,
+                member_id,
+                old.instance_id,
+                old.rack_id,
+                old.client_id,
+                old.client_host,
+                old.subscribed_topic_names,
+                old.subscribed_topic_regex,
+                old.server_assignor_name,
+                old.rebalance_timeout_ms,
+                old.classic_member_metadata,
+                value.member_epoch,
+                value.previous_member_epoch,
+                state,
+                value.assigned_partitions,
+                value.partitions_pending_revocation,
             )
         self._own(self.partition_owners, new.assigned_partitions, member_id, "current")
         self._own(self.partition_owners, new.partitions_pending_revocation, member_id, "current")
@@ -313,6 +343,7 @@ class ConsumerGroup:
 
     def snapshot(self) -> dict[str, object]:
         """A canonical, comparable view of everything replay determines (for tests/dumps)."""
+
         def a(x: Assignment) -> dict[str, list[int]]:
             return {t: sorted(ps) for t, ps in sorted(x.items())}
 
@@ -322,9 +353,12 @@ class ConsumerGroup:
             "group_epoch": self.group_epoch,
             "assignment_epoch": self.assignment_epoch,
             "subscription_metadata": {
-                n: (t.topic_id, t.num_partitions) for n, t in sorted(self.subscription_metadata.items())
+                n: (t.topic_id, t.num_partitions)
+                for n, t in sorted(self.subscription_metadata.items())
             },
-            "resolved_regexes": {k: (sorted(v[0]), v[1]) for k, v in sorted(self.resolved_regexes.items())},
+            "resolved_regexes": {
+                k: (sorted(v[0]), v[1]) for k, v in sorted(self.resolved_regexes.items())
+            },
             "members": {
                 mid: {
                     "instance_id": m.instance_id,
@@ -354,7 +388,9 @@ class ConsumerGroup:
                 "partition_owners": {
                     t: dict(sorted(o.items())) for t, o in sorted(self.partition_owners.items())
                 },
-                "target_owners": {t: dict(sorted(o.items())) for t, o in sorted(self.target_owners.items())},
+                "target_owners": {
+                    t: dict(sorted(o.items())) for t, o in sorted(self.target_owners.items())
+                },
             },
         }
 

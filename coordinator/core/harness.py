@@ -59,7 +59,9 @@ class CoreHarness:
     # -------------------------------------------------------------- topics
 
     def create_topic(self, name: str, partitions: int, topic_id: str | None = None) -> str:
-        res = self.registry.create_topics([NewTopic(name=name, num_partitions=partitions, topic_id=topic_id)])
+        res = self.registry.create_topics(
+            [NewTopic(name=name, num_partitions=partitions, topic_id=topic_id)]
+        )
         (out,) = res.response  # type: ignore[misc]
         if out.error_code:
             raise AssertionError(f"create_topic({name}) failed: {out.error_message}")
@@ -101,7 +103,9 @@ class CoreHarness:
 
     def heartbeat_result(self, **fields: Any) -> Result[ConsumerGroupHeartbeatResponse]:
         fields.setdefault("group_id", "grp")
-        return self._commit(self.shard.consumer_group_heartbeat(ConsumerGroupHeartbeat(**fields), self.now_ms))
+        return self._commit(
+            self.shard.consumer_group_heartbeat(ConsumerGroupHeartbeat(**fields), self.now_ms)
+        )
 
     def heartbeat(self, **fields: Any) -> ConsumerGroupHeartbeatResponse:
         return self.heartbeat_result(**fields).response  # type: ignore[return-value]
@@ -127,16 +131,24 @@ class CoreHarness:
             **extra,
         )
 
-    def commit(self, group_id: str, member_id: str, epoch: int, offsets: dict[tuple[str, int], int]) -> Any:
+    def commit(
+        self, group_id: str, member_id: str, epoch: int, offsets: dict[tuple[str, int], int]
+    ) -> Any:
         """OffsetCommit of {(topic name, partition): offset}."""
         from .offsets import OffsetCommit, OffsetCommitPartition, OffsetCommitTopic
 
         by_topic: dict[str, list[OffsetCommitPartition]] = {}
         for (topic, partition), offset in sorted(offsets.items()):
-            by_topic.setdefault(topic, []).append(OffsetCommitPartition(partition_index=partition, committed_offset=offset))
+            by_topic.setdefault(topic, []).append(
+                OffsetCommitPartition(partition_index=partition, committed_offset=offset)
+            )
         req = OffsetCommit(
-            group_id=group_id, generation_id_or_member_epoch=epoch, member_id=member_id,
-            topics=tuple(OffsetCommitTopic(name=t, partitions=tuple(ps)) for t, ps in by_topic.items()),
+            group_id=group_id,
+            generation_id_or_member_epoch=epoch,
+            member_id=member_id,
+            topics=tuple(
+                OffsetCommitTopic(name=t, partitions=tuple(ps)) for t, ps in by_topic.items()
+            ),
         )
         return self._commit(self.shard.offset_commit(req, self.now_ms)).response
 
@@ -176,22 +188,41 @@ class CoreHarness:
 
         recs: list[r.Record] = []
         for mid, (topics, _a) in sorted(members.items()):
-            recs.append(r.member_metadata_record(
-                group_id,
-                ConsumerGroupMember(member_id=mid, subscribed_topic_names=tuple(sorted(topics)), rebalance_timeout_ms=60_000),
-            ))
+            recs.append(
+                r.member_metadata_record(
+                    group_id,
+                    ConsumerGroupMember(
+                        member_id=mid,
+                        subscribed_topic_names=tuple(sorted(topics)),
+                        rebalance_timeout_ms=60_000,
+                    ),
+                )
+            )
         names = sorted({t for topics, _a in members.values() for t in topics})
         image = self.shard.topics.by_name
-        recs.append(r.partition_metadata_record(group_id, {
-            n: TopicMetadata(topic_id=image[n].topic_id, name=n, num_partitions=image[n].num_partitions)
-            for n in names if n in image
-        }))
+        recs.append(
+            r.partition_metadata_record(
+                group_id,
+                {
+                    n: TopicMetadata(
+                        topic_id=image[n].topic_id, name=n, num_partitions=image[n].num_partitions
+                    )
+                    for n in names
+                    if n in image
+                },
+            )
+        )
         recs.append(r.group_epoch_record(group_id, epoch, group_uid))
         for mid, (_t, a) in sorted(members.items()):
             recs.append(r.target_assignment_record(group_id, mid, a))
         recs.append(r.target_assignment_epoch_record(group_id, epoch))
         for mid, (_t, a) in sorted(members.items()):
-            m = ConsumerGroupMember(member_id=mid, member_epoch=epoch, previous_member_epoch=epoch - 1, assigned_partitions=a)
+            m = ConsumerGroupMember(
+                member_id=mid,
+                member_epoch=epoch,
+                previous_member_epoch=epoch - 1,
+                assigned_partitions=a,
+            )
             recs.append(r.current_assignment_record(group_id, _replace(m)))
         for rec in recs:
             self.shard.replay(rec)
@@ -203,7 +234,9 @@ class CoreHarness:
 
     def replayed(self) -> GroupCoordinatorShard:
         """A fresh shard loaded from every record emitted so far."""
-        fresh = self.shard_class(config=self.config, assignors=self.assignors, ids=SequentialIds("x"))
+        fresh = self.shard_class(
+            config=self.config, assignors=self.assignors, ids=SequentialIds("x")
+        )
         fresh.undo.enabled = False
         for record in self.log:
             fresh.replay(record)

@@ -52,7 +52,9 @@ def topic_id_from_bytes(raw: bytes) -> TopicId:
     return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
 
 
-def make_assignment(items: Iterable[tuple[TopicId, Iterable[int]]]) -> dict[TopicId, frozenset[int]]:
+def make_assignment(
+    items: Iterable[tuple[TopicId, Iterable[int]]],
+) -> dict[TopicId, frozenset[int]]:
     """Build an assignment, merging duplicate topics and dropping empty sets."""
     out: dict[TopicId, frozenset[int]] = {}
     for topic_id, partitions in items:

@@ -148,7 +148,11 @@ def commit_error_response(req: OffsetCommit, error: CoordinatorError) -> OffsetC
                 name=t.name,
                 topic_id=t.topic_id,
                 partitions=tuple(
-                    PartitionResult(partition_index=p.partition_index, error_code=error.code, error_message=error.message)
+                    PartitionResult(
+                        partition_index=p.partition_index,
+                        error_code=error.code,
+                        error_message=error.message,
+                    )
                     for p in t.partitions
                 ),
             )
@@ -174,7 +178,9 @@ def _validate_member(group: ConsumerGroup, member_id: str, epoch: int) -> None:
 class OffsetsMixin:
     """Offset and group-administration handlers of :class:`GroupCoordinatorShard`."""
 
-    def offset_commit(self: GroupCoordinatorShard, req: OffsetCommit, now_ms: int) -> Result[OffsetCommitResponse]:
+    def offset_commit(
+        self: GroupCoordinatorShard, req: OffsetCommit, now_ms: int
+    ) -> Result[OffsetCommitResponse]:
         if not req.group_id.strip():
             raise InvalidRequestError("GroupId can't be empty.")
         group = self.groups.get(req.group_id)
@@ -185,12 +191,16 @@ class OffsetsMixin:
                     raise GroupIdNotFoundError(f"Group {req.group_id} not found.")
                 # A simple group (offsets only) has no members: Kafka's ClassicGroup validates
                 # the member of any commit with a generation >= 0.
-                raise UnknownMemberIdError(f"Member {req.member_id} is not a member of group {req.group_id}.")
+                raise UnknownMemberIdError(
+                    f"Member {req.member_id} is not a member of group {req.group_id}."
+                )
         elif not (epoch < 0 and not group.members):
             _validate_member(group, req.member_id, epoch)
         return self._run(self._offset_commit, req, now_ms)
 
-    def _offset_commit(self: GroupCoordinatorShard, req: OffsetCommit, now_ms: int) -> Result[OffsetCommitResponse]:
+    def _offset_commit(
+        self: GroupCoordinatorShard, req: OffsetCommit, now_ms: int
+    ) -> Result[OffsetCommitResponse]:
         result: Result[OffsetCommitResponse] = Result()
         max_bytes = self.config.offset_metadata_max_bytes
         topics_out = []
@@ -203,12 +213,23 @@ class OffsetsMixin:
                 if topic_error is not None:
                     error, message = topic_error
                 elif not 0 <= p.partition_index < self.topics.by_name[name].num_partitions:
-                    error, message = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Partition {name}-{p.partition_index} does not exist."
-                elif p.committed_metadata is not None and len(p.committed_metadata.encode()) > max_bytes:
+                    error, message = (
+                        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                        f"Partition {name}-{p.partition_index} does not exist.",
+                    )
+                elif (
+                    p.committed_metadata is not None
+                    and len(p.committed_metadata.encode()) > max_bytes
+                ):
                     error = ErrorCode.OFFSET_METADATA_TOO_LARGE
-                    message = f"Offset metadata is larger than offset.metadata.max.bytes ({max_bytes})."
+                    message = (
+                        f"Offset metadata is larger than offset.metadata.max.bytes ({max_bytes})."
+                    )
                 elif p.committed_offset < 0:
-                    error, message = ErrorCode.INVALID_REQUEST, f"Committed offset {p.committed_offset} is negative."
+                    error, message = (
+                        ErrorCode.INVALID_REQUEST,
+                        f"Committed offset {p.committed_offset} is negative.",
+                    )
                 else:
                     value = r.OffsetCommitValue(
                         offset=p.committed_offset,
@@ -216,37 +237,74 @@ class OffsetsMixin:
                         metadata=p.committed_metadata or "",
                         commit_timestamp_ms=now_ms,
                     )
-                    self._emit(result, r.offset_commit_record(req.group_id, name, p.partition_index, value))
-                parts.append(PartitionResult(partition_index=p.partition_index, error_code=error, error_message=message))
-            topics_out.append(TopicResult(name=name or t.name, topic_id=topic_id, partitions=tuple(parts)))
+                    self._emit(
+                        result, r.offset_commit_record(req.group_id, name, p.partition_index, value)
+                    )
+                parts.append(
+                    PartitionResult(
+                        partition_index=p.partition_index, error_code=error, error_message=message
+                    )
+                )
+            topics_out.append(
+                TopicResult(name=name or t.name, topic_id=topic_id, partitions=tuple(parts))
+            )
         result.response = OffsetCommitResponse(topics=tuple(topics_out))
         return result
 
-    def _resolve_topic(self: GroupCoordinatorShard, name: str, topic_id: str) -> tuple[str, str, tuple[ErrorCode, str] | None]:
+    def _resolve_topic(
+        self: GroupCoordinatorShard, name: str, topic_id: str
+    ) -> tuple[str, str, tuple[ErrorCode, str] | None]:
         """(name, topic id, error) for a topic given by name or by id."""
         if not name and (not topic_id or topic_id == ZERO_TOPIC_ID):
-            return name, ZERO_TOPIC_ID, (ErrorCode.INVALID_REQUEST, "A topic needs a name or a topic id.")
+            return (
+                name,
+                ZERO_TOPIC_ID,
+                (ErrorCode.INVALID_REQUEST, "A topic needs a name or a topic id."),
+            )
         if topic_id and topic_id != ZERO_TOPIC_ID:
             image = self.topics.by_id.get(topic_id)
             if image is None:
-                return name, topic_id, (ErrorCode.UNKNOWN_TOPIC_ID, f"Topic id {topic_id} does not exist.")
+                return (
+                    name,
+                    topic_id,
+                    (ErrorCode.UNKNOWN_TOPIC_ID, f"Topic id {topic_id} does not exist."),
+                )
             if name and name != image.name:
-                return name, topic_id, (ErrorCode.INVALID_REQUEST, f"Topic id {topic_id} is topic {image.name}, not {name}.")
+                return (
+                    name,
+                    topic_id,
+                    (
+                        ErrorCode.INVALID_REQUEST,
+                        f"Topic id {topic_id} is topic {image.name}, not {name}.",
+                    ),
+                )
             return image.name, topic_id, None
         image = self.topics.by_name.get(name)
         if image is None:
-            return name, ZERO_TOPIC_ID, (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {name} does not exist.")
+            return (
+                name,
+                ZERO_TOPIC_ID,
+                (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {name} does not exist."),
+            )
         return name, image.topic_id, None
 
-    def offset_fetch(self: GroupCoordinatorShard, req: OffsetFetchGroup) -> OffsetFetchGroupResponse:
+    def offset_fetch(
+        self: GroupCoordinatorShard, req: OffsetFetchGroup
+    ) -> OffsetFetchGroupResponse:
         """A read: no records. Unknown groups answer -1 for everything asked."""
         group = self.groups.get(req.group_id)
         if group is not None and not (req.member_id is None and req.member_epoch < 0):
             try:
                 _validate_member(group, req.member_id or "", req.member_epoch)
             except CoordinatorError as exc:
-                return OffsetFetchGroupResponse(group_id=req.group_id, error_code=exc.code, error_message=exc.message)
-        stored = self.offsets.get(req.group_id) if (group is not None or req.group_id in self.offsets) else None
+                return OffsetFetchGroupResponse(
+                    group_id=req.group_id, error_code=exc.code, error_message=exc.message
+                )
+        stored = (
+            self.offsets.get(req.group_id)
+            if (group is not None or req.group_id in self.offsets)
+            else None
+        )
         stored = stored or {}
         topics_out = []
         if req.topics is None:
@@ -256,11 +314,21 @@ class OffsetsMixin:
             for topic in sorted(by_topic):
                 image = self.topics.by_name.get(topic)
                 parts = tuple(
-                    FetchedPartition(partition_index=p, committed_offset=v.offset,
-                                     committed_leader_epoch=v.leader_epoch, metadata=v.metadata)
+                    FetchedPartition(
+                        partition_index=p,
+                        committed_offset=v.offset,
+                        committed_leader_epoch=v.leader_epoch,
+                        metadata=v.metadata,
+                    )
                     for p, v in sorted(by_topic[topic])
                 )
-                topics_out.append(FetchedTopic(name=topic, topic_id=image.topic_id if image else ZERO_TOPIC_ID, partitions=parts))
+                topics_out.append(
+                    FetchedTopic(
+                        name=topic,
+                        topic_id=image.topic_id if image else ZERO_TOPIC_ID,
+                        partitions=parts,
+                    )
+                )
         else:
             for t in req.topics:
                 name, topic_id, error = self._resolve_topic(t.name, t.topic_id)
@@ -275,19 +343,33 @@ class OffsetsMixin:
                     if v is None:
                         parts.append(FetchedPartition(partition_index=p))
                     else:
-                        parts.append(FetchedPartition(partition_index=p, committed_offset=v.offset,
-                                                      committed_leader_epoch=v.leader_epoch, metadata=v.metadata))
-                topics_out.append(FetchedTopic(name=name, topic_id=topic_id, partitions=tuple(parts)))
+                        parts.append(
+                            FetchedPartition(
+                                partition_index=p,
+                                committed_offset=v.offset,
+                                committed_leader_epoch=v.leader_epoch,
+                                metadata=v.metadata,
+                            )
+                        )
+                topics_out.append(
+                    FetchedTopic(name=name, topic_id=topic_id, partitions=tuple(parts))
+                )
         return OffsetFetchGroupResponse(group_id=req.group_id, topics=tuple(topics_out))
 
-    def offset_delete(self: GroupCoordinatorShard, group_id: str, topics: Sequence[tuple[str, Sequence[int]]]) -> Result[OffsetDeleteResponse]:
+    def offset_delete(
+        self: GroupCoordinatorShard, group_id: str, topics: Sequence[tuple[str, Sequence[int]]]
+    ) -> Result[OffsetDeleteResponse]:
         group = self.groups.get(group_id)
         if group is None and group_id not in self.offsets:
             raise GroupIdNotFoundError(f"Group {group_id} not found.")
         return self._run(self._offset_delete, group, group_id, topics)
 
-    def _offset_delete(self: GroupCoordinatorShard, group: ConsumerGroup | None, group_id: str,
-                       topics: Sequence[tuple[str, Sequence[int]]]) -> Result[OffsetDeleteResponse]:
+    def _offset_delete(
+        self: GroupCoordinatorShard,
+        group: ConsumerGroup | None,
+        group_id: str,
+        topics: Sequence[tuple[str, Sequence[int]]],
+    ) -> Result[OffsetDeleteResponse]:
         result: Result[OffsetDeleteResponse] = Result()
         stored = self.offsets.get(group_id, {})
         out = []
@@ -296,31 +378,46 @@ class OffsetsMixin:
             parts = []
             for p in partitions:
                 if subscribed:
-                    parts.append(PartitionResult(
-                        partition_index=p, error_code=ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC,
-                        error_message=f"The group is subscribed to topic {name}.",
-                    ))
+                    parts.append(
+                        PartitionResult(
+                            partition_index=p,
+                            error_code=ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC,
+                            error_message=f"The group is subscribed to topic {name}.",
+                        )
+                    )
                     continue
                 if (name, p) in stored:
                     self._emit(result, r.offset_commit_tombstone(group_id, name, p))
                 parts.append(PartitionResult(partition_index=p))
             image = self.topics.by_name.get(name)
-            out.append(TopicResult(name=name, topic_id=image.topic_id if image else ZERO_TOPIC_ID, partitions=tuple(parts)))
+            out.append(
+                TopicResult(
+                    name=name,
+                    topic_id=image.topic_id if image else ZERO_TOPIC_ID,
+                    partitions=tuple(parts),
+                )
+            )
         result.response = OffsetDeleteResponse(topics=tuple(out))
         return result
 
     # ---------------------------------------------------------------- groups
 
-    def delete_groups(self: GroupCoordinatorShard, group_ids: Sequence[str]) -> Result[list[tuple[str, ErrorCode, str | None]]]:
+    def delete_groups(
+        self: GroupCoordinatorShard, group_ids: Sequence[str]
+    ) -> Result[list[tuple[str, ErrorCode, str | None]]]:
         """DeleteGroups: per group NONE, GROUP_ID_NOT_FOUND or NON_EMPTY_GROUP."""
         result: Result[list[tuple[str, ErrorCode, str | None]]] = Result(response=[])
         for gid in group_ids:
             group = self.groups.get(gid)
             if group is None and gid not in self.offsets:
-                result.response.append((gid, ErrorCode.GROUP_ID_NOT_FOUND, f"Group {gid} not found."))  # type: ignore[union-attr]
+                result.response.append(
+                    (gid, ErrorCode.GROUP_ID_NOT_FOUND, f"Group {gid} not found.")
+                )  # type: ignore[union-attr]
                 continue
             if group is not None and group.members:
-                exc = NonEmptyGroupError(f"Group {gid} is not empty ({len(group.members)} members).")
+                exc = NonEmptyGroupError(
+                    f"Group {gid} is not empty ({len(group.members)} members)."
+                )
                 result.response.append((gid, exc.code, exc.message))  # type: ignore[union-attr]
                 continue
             sub = self._run(self._delete_group, gid)
@@ -357,7 +454,8 @@ class OffsetsMixin:
                     all_expired = False
                     continue
                 expired = (
-                    now_ms >= value.expire_timestamp_ms if value.expire_timestamp_ms >= 0
+                    now_ms >= value.expire_timestamp_ms
+                    if value.expire_timestamp_ms >= 0
                     else now_ms - value.commit_timestamp_ms >= retention_ms
                 )
                 if expired:
@@ -381,7 +479,9 @@ class OffsetsMixin:
                     self._emit(result, r.offset_commit_tombstone(gid, topic, partition))
         return result
 
-    def list_groups(self: GroupCoordinatorShard, states: Sequence[str] = (), types: Sequence[str] = ()) -> list[ListedGroup]:
+    def list_groups(
+        self: GroupCoordinatorShard, states: Sequence[str] = (), types: Sequence[str] = ()
+    ) -> list[ListedGroup]:
         """ListGroups with case-insensitive state and type filters (an unknown type matches nothing)."""
         want_states = {s.lower() for s in states}
         want_types = {t.lower() for t in types}
@@ -389,9 +489,16 @@ class OffsetsMixin:
         for gid in sorted(set(self.groups) | set(self.offsets)):
             group = self.groups.get(gid)
             if group is not None:
-                entry = ListedGroup(group_id=gid, protocol_type="consumer", group_state=group.state().value, group_type="consumer")
+                entry = ListedGroup(
+                    group_id=gid,
+                    protocol_type="consumer",
+                    group_state=group.state().value,
+                    group_type="consumer",
+                )
             else:  # a simple group: offsets only (Kafka: an empty classic group without protocol)
-                entry = ListedGroup(group_id=gid, protocol_type="", group_state="Empty", group_type="classic")
+                entry = ListedGroup(
+                    group_id=gid, protocol_type="", group_state="Empty", group_type="classic"
+                )
             if want_states and entry.group_state.lower() not in want_states:
                 continue
             if want_types and entry.group_type not in want_types:

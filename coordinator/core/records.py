@@ -14,7 +14,7 @@ what compaction keeps the latest value of. The key's ``TYPE`` doubles as the rec
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar, Union
+from typing import ClassVar
 
 from assignors.api import TopicMetadata
 
@@ -204,19 +204,19 @@ class TopicValue:
     num_partitions: int
 
 
-RecordKey = Union[
-    OffsetCommitKey,
-    GroupMetadataKey,
-    ConsumerGroupMetadataKey,
-    ConsumerGroupPartitionMetadataKey,
-    ConsumerGroupMemberMetadataKey,
-    ConsumerGroupTargetAssignmentMetadataKey,
-    ConsumerGroupTargetAssignmentMemberKey,
-    ConsumerGroupCurrentMemberAssignmentKey,
-    ConsumerGroupRegularExpressionKey,
-    GroupConfigKey,
-    TopicKey,
-]
+RecordKey = (
+    OffsetCommitKey
+    | GroupMetadataKey
+    | ConsumerGroupMetadataKey
+    | ConsumerGroupPartitionMetadataKey
+    | ConsumerGroupMemberMetadataKey
+    | ConsumerGroupTargetAssignmentMetadataKey
+    | ConsumerGroupTargetAssignmentMemberKey
+    | ConsumerGroupCurrentMemberAssignmentKey
+    | ConsumerGroupRegularExpressionKey
+    | GroupConfigKey
+    | TopicKey
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,7 +237,9 @@ class Record:
 # GroupCoordinatorRecordHelpers): one function per record and tombstone.
 
 
-def offset_commit_record(group_id: str, topic: str, partition: int, value: OffsetCommitValue) -> Record:
+def offset_commit_record(
+    group_id: str, topic: str, partition: int, value: OffsetCommitValue
+) -> Record:
     return Record(OffsetCommitKey(group_id, topic, partition), value)
 
 
@@ -254,7 +256,10 @@ def classic_group_tombstone(group_id: str) -> Record:
 
 
 def group_epoch_record(group_id: str, epoch: int, group_uid: str) -> Record:
-    return Record(ConsumerGroupMetadataKey(group_id), ConsumerGroupMetadataValue(epoch=epoch, group_uid=group_uid))
+    return Record(
+        ConsumerGroupMetadataKey(group_id),
+        ConsumerGroupMetadataValue(epoch=epoch, group_uid=group_uid),
+    )
 
 
 def group_epoch_tombstone(group_id: str) -> Record:
@@ -263,7 +268,10 @@ def group_epoch_tombstone(group_id: str) -> Record:
 
 def partition_metadata_record(group_id: str, topics: dict[str, TopicMetadata]) -> Record:
     ordered = tuple(topics[name] for name in sorted(topics))
-    return Record(ConsumerGroupPartitionMetadataKey(group_id), ConsumerGroupPartitionMetadataValue(topics=ordered))
+    return Record(
+        ConsumerGroupPartitionMetadataKey(group_id),
+        ConsumerGroupPartitionMetadataValue(topics=ordered),
+    )
 
 
 def partition_metadata_tombstone(group_id: str) -> Record:
@@ -330,10 +338,14 @@ def current_assignment_tombstone(group_id: str, member_id: str) -> Record:
     return Record(ConsumerGroupCurrentMemberAssignmentKey(group_id, member_id))
 
 
-def regex_record(group_id: str, regex: str, topics: frozenset[str], version: int, timestamp_ms: int) -> Record:
+def regex_record(
+    group_id: str, regex: str, topics: frozenset[str], version: int, timestamp_ms: int
+) -> Record:
     return Record(
         ConsumerGroupRegularExpressionKey(group_id, regex),
-        ConsumerGroupRegularExpressionValue(topics=tuple(sorted(topics)), version=version, timestamp_ms=timestamp_ms),
+        ConsumerGroupRegularExpressionValue(
+            topics=tuple(sorted(topics)), version=version, timestamp_ms=timestamp_ms
+        ),
     )
 
 
@@ -342,8 +354,13 @@ def regex_tombstone(group_id: str, regex: str) -> Record:
 
 
 def group_config_record(group_id: str, name: str, value: str | None) -> Record:
-    return Record(GroupConfigKey(group_id, name), None if value is None else GroupConfigValue(value=value))
+    return Record(
+        GroupConfigKey(group_id, name), None if value is None else GroupConfigValue(value=value)
+    )
 
 
 def topic_record(name: str, topic_id: str | None, num_partitions: int = 0) -> Record:
-    return Record(TopicKey(name), None if topic_id is None else TopicValue(topic_id=topic_id, num_partitions=num_partitions))
+    return Record(
+        TopicKey(name),
+        None if topic_id is None else TopicValue(topic_id=topic_id, num_partitions=num_partitions),
+    )

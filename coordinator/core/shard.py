@@ -114,7 +114,9 @@ class GroupCoordinatorShard(OffsetsMixin):
         self.undo = UndoLog()
         self.groups: TDict = self.undo.new_dict()  # group id -> ConsumerGroup
         self.group_configs: TDict = self.undo.new_dict()  # group id -> {name: value}
-        self.offsets: TDict = self.undo.new_dict()  # group id -> TDict((topic, partition) -> OffsetCommitValue)
+        self.offsets: TDict = (
+            self.undo.new_dict()
+        )  # group id -> TDict((topic, partition) -> OffsetCommitValue)
         self._regex_cache: dict[str, tuple[int, frozenset[str]]] = {}  # soft, process-local
 
     # ------------------------------------------------------------------ transactions
@@ -146,7 +148,9 @@ class GroupCoordinatorShard(OffsetsMixin):
             self.replay_offset(key, value)  # type: ignore[arg-type]
             return
         if t == r.TopicKey.TYPE:
-            raise IllegalStateError("topic registry records belong to the topic registry, not a shard")
+            raise IllegalStateError(
+                "topic registry records belong to the topic registry, not a shard"
+            )
         if t == r.GroupMetadataKey.TYPE:
             self.replay_classic_group(key, value)  # type: ignore[arg-type]
             return
@@ -181,14 +185,18 @@ class GroupCoordinatorShard(OffsetsMixin):
         else:
             raise IllegalStateError(f"unknown record type {t}")
 
-    def replay_classic_group(self, key: r.GroupMetadataKey, value: r.GroupMetadataValue | None) -> None:
+    def replay_classic_group(
+        self, key: r.GroupMetadataKey, value: r.GroupMetadataValue | None
+    ) -> None:
         """Classic groups belong to the legacy bridge (``legacy_bridge.BridgedShard``)."""
         raise IllegalStateError(f"classic group record for {key.group_id} needs the legacy bridge")
 
     # Hooks of the legacy bridge (KIP-848 "Supporting Online Consumer Group Upgrade"); the plain
     # core has no classic groups, so they do nothing here.
 
-    def _before_consumer_heartbeat(self, result: Result[Any], req: ConsumerGroupHeartbeat, now_ms: int) -> None:
+    def _before_consumer_heartbeat(
+        self, result: Result[Any], req: ConsumerGroupHeartbeat, now_ms: int
+    ) -> None:
         """Before a ConsumerGroupHeartbeat: the bridge upgrades a classic group of that id."""
 
     def _after_member_removed(self, result: Result[Any], group: ConsumerGroup, now_ms: int) -> None:
@@ -241,7 +249,9 @@ class GroupCoordinatorShard(OffsetsMixin):
         for name, value in changes.items():
             if value is None:
                 if name not in GROUP_CONFIGS:
-                    raise InvalidConfigError(f"unknown group config '{name}' (supported: {', '.join(GROUP_CONFIGS)})")
+                    raise InvalidConfigError(
+                        f"unknown group config '{name}' (supported: {', '.join(GROUP_CONFIGS)})"
+                    )
                 current.pop(name, None)
             else:
                 try:
@@ -249,31 +259,44 @@ class GroupCoordinatorShard(OffsetsMixin):
                 except ConfigError as exc:
                     raise InvalidConfigError(str(exc)) from None
         session = int(current.get(SESSION_TIMEOUT_CONFIG, self.config.consumer_session_timeout_ms))
-        interval = int(current.get(HEARTBEAT_INTERVAL_CONFIG, self.config.consumer_heartbeat_interval_ms))
+        interval = int(
+            current.get(HEARTBEAT_INTERVAL_CONFIG, self.config.consumer_heartbeat_interval_ms)
+        )
         if interval >= session:
             raise InvalidConfigError(
                 f"{HEARTBEAT_INTERVAL_CONFIG} ({interval}) must be less than {SESSION_TIMEOUT_CONFIG} ({session})."
             )
         return self._run(self._alter_group_configs, group_id, changes)
 
-    def _alter_group_configs(self, group_id: str, changes: Mapping[str, str | None]) -> Result[None]:
+    def _alter_group_configs(
+        self, group_id: str, changes: Mapping[str, str | None]
+    ) -> Result[None]:
         result: Result[None] = Result()
         for name in sorted(changes):
             value = changes[name]
-            self._emit(result, r.group_config_record(group_id, name, None if value is None else str(int(value))))
+            self._emit(
+                result,
+                r.group_config_record(group_id, name, None if value is None else str(int(value))),
+            )
         return result
 
     def group_config(self, group_id: str) -> dict[str, str]:
         """Effective per-group configs (overrides, else the broker defaults)."""
         overrides = self.group_configs.get(group_id, {})
         return {
-            SESSION_TIMEOUT_CONFIG: overrides.get(SESSION_TIMEOUT_CONFIG, str(self.config.consumer_session_timeout_ms)),
-            HEARTBEAT_INTERVAL_CONFIG: overrides.get(HEARTBEAT_INTERVAL_CONFIG, str(self.config.consumer_heartbeat_interval_ms)),
+            SESSION_TIMEOUT_CONFIG: overrides.get(
+                SESSION_TIMEOUT_CONFIG, str(self.config.consumer_session_timeout_ms)
+            ),
+            HEARTBEAT_INTERVAL_CONFIG: overrides.get(
+                HEARTBEAT_INTERVAL_CONFIG, str(self.config.consumer_heartbeat_interval_ms)
+            ),
         }
 
     # ------------------------------------------------------------------ heartbeat
 
-    def consumer_group_heartbeat(self, req: ConsumerGroupHeartbeat, now_ms: int) -> Result[ConsumerGroupHeartbeatResponse]:
+    def consumer_group_heartbeat(
+        self, req: ConsumerGroupHeartbeat, now_ms: int
+    ) -> Result[ConsumerGroupHeartbeatResponse]:
         """ConsumerGroupHeartbeat (KIP-848 "Request Handling"; Kafka 4.0 semantics)."""
         self.check_heartbeat_request(req)
         if req.member_epoch < 0:
@@ -282,6 +305,7 @@ class GroupCoordinatorShard(OffsetsMixin):
 
     def check_heartbeat_request(self, req: ConsumerGroupHeartbeat) -> None:
         """Request validation (KIP-848 "Request Validation", Kafka 4.0 relaxations)."""
+
         def invalid(message: str) -> InvalidRequestError:
             return InvalidRequestError(message)
 
@@ -299,27 +323,35 @@ class GroupCoordinatorShard(OffsetsMixin):
         if req.member_id and not req.member_id.strip():
             raise invalid("MemberId can't be blank.")
         if req.rebalance_timeout_ms != -1 and req.rebalance_timeout_ms <= 0:
-            raise invalid(f"RebalanceTimeoutMs must be larger than zero, got {req.rebalance_timeout_ms}.")
+            raise invalid(
+                f"RebalanceTimeoutMs must be larger than zero, got {req.rebalance_timeout_ms}."
+            )
         if epoch == 0:
             if req.rebalance_timeout_ms == -1:
                 raise invalid("RebalanceTimeoutMs must be provided in first request.")
             if req.topic_partitions is None or req.topic_partitions:
                 raise invalid("TopicPartitions must be empty when (re-)joining.")
             if req.subscribed_topic_names is None and req.subscribed_topic_regex is None:
-                raise invalid("SubscribedTopicNames or SubscribedTopicRegex must be set in first request.")
+                raise invalid(
+                    "SubscribedTopicNames or SubscribedTopicRegex must be set in first request."
+                )
         if epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH and req.instance_id is None:
             raise invalid("InstanceId can't be null.")
         if req.topic_partitions:
             for topic_id, partitions in req.topic_partitions.items():
                 if any(p < 0 for p in partitions):
-                    raise invalid(f"TopicPartitions has a negative partition index for topic {topic_id}.")
+                    raise invalid(
+                        f"TopicPartitions has a negative partition index for topic {topic_id}."
+                    )
         if req.server_assignor is not None and req.server_assignor not in self.assignors:
             raise UnsupportedAssignorError(
                 f"ServerAssignor {req.server_assignor} is not supported. Supported assignors: "
                 f"{', '.join(self.assignor_names)}."
             )
         if req.subscribed_topic_regex:
-            compile_regex(req.subscribed_topic_regex)  # INVALID_REGULAR_EXPRESSION, before any change
+            compile_regex(
+                req.subscribed_topic_regex
+            )  # INVALID_REGULAR_EXPRESSION, before any change
 
     def _heartbeat(
         self, req: ConsumerGroupHeartbeat, now_ms: int, classic: ClassicMemberMetadata | None = None
@@ -351,7 +383,9 @@ class GroupCoordinatorShard(OffsetsMixin):
         member, replaced = self._find_or_create_member(group, member_id, req)
         before_assigned = member.assigned_partitions
         before_epoch = member.member_epoch
-        before_pending = self._pending(group, member) if group is not None and replaced is None else None
+        before_pending = (
+            self._pending(group, member) if group is not None and replaced is None else None
+        )
         if replaced is not None:
             self._replace_static_member(result, group, replaced, member)  # type: ignore[arg-type]
             result.timers += self._cancel_timers(group_id, replaced.member_id)
@@ -369,7 +403,10 @@ class GroupCoordinatorShard(OffsetsMixin):
             )
         group = self.groups[group_id]
         new_group = group.group_uid == ""
-        if member.subscribed_topic_regex and member.subscribed_topic_regex != updated.subscribed_topic_regex:
+        if (
+            member.subscribed_topic_regex
+            and member.subscribed_topic_regex != updated.subscribed_topic_regex
+        ):
             self._maybe_drop_regex(result, group, member.subscribed_topic_regex)
 
         # 3. Refresh subscription metadata (and regexes) when needed; bump the group epoch.
@@ -377,7 +414,10 @@ class GroupCoordinatorShard(OffsetsMixin):
             bump = self._refresh_metadata(result, group, now_ms) or bump
             if bump or new_group:
                 uid = group.group_uid or self.ids.new_group_uid()
-                self._emit(result, r.group_epoch_record(group_id, group.group_epoch + (1 if bump else 0), uid))
+                self._emit(
+                    result,
+                    r.group_epoch_record(group_id, group.group_epoch + (1 if bump else 0), uid),
+                )
                 if bump:
                     log.info("[GroupId %s] Bumped group epoch to %d.", group_id, group.group_epoch)
             group.set("metadata_checked", (self.topics.version, group.group_epoch))
@@ -393,7 +433,9 @@ class GroupCoordinatorShard(OffsetsMixin):
         final = self._reconcile(result, group, member, owned, now_ms)
 
         # 6. Session timeout and response.
-        session_ms = classic.session_timeout_ms if classic is not None else self.session_timeout_ms(group_id)
+        session_ms = (
+            classic.session_timeout_ms if classic is not None else self.session_timeout_ms(group_id)
+        )
         result.timers.append(ArmTimer((SESSION, group_id, member_id), now_ms + session_ms))
         full = epoch == 0 or (
             req.rebalance_timeout_ms != -1
@@ -427,7 +469,9 @@ class GroupCoordinatorShard(OffsetsMixin):
         if instance_id is None or group is None:
             if existing is None:
                 if epoch != 0:
-                    raise UnknownMemberIdError(f"Member {member_id} is not a member of group {req.group_id}.")
+                    raise UnknownMemberIdError(
+                        f"Member {member_id} is not a member of group {req.group_id}."
+                    )
                 return ConsumerGroupMember(member_id=member_id), None
             self._check_member_epoch(existing, epoch, req.topic_partitions)
             return existing, None
@@ -453,7 +497,9 @@ class GroupCoordinatorShard(OffsetsMixin):
                     f"Member {member_id} is already in group {req.group_id}; it cannot take over "
                     f"instance id {instance_id}."
                 )
-            replacement = replace(static, member_id=member_id, member_epoch=0, previous_member_epoch=0)
+            replacement = replace(
+                static, member_id=member_id, member_epoch=0, previous_member_epoch=0
+            )
             return replacement, static
         if static is None:
             raise UnknownMemberIdError(f"Instance id {instance_id} is unknown.")
@@ -466,7 +512,9 @@ class GroupCoordinatorShard(OffsetsMixin):
         return static, None
 
     @staticmethod
-    def _check_member_epoch(member: ConsumerGroupMember, received: int, owned: Assignment | None) -> None:
+    def _check_member_epoch(
+        member: ConsumerGroupMember, received: int, owned: Assignment | None
+    ) -> None:
         current = member.member_epoch
         if received == 0 or received == current:
             return  # epoch 0: a known member re-joins after being fenced (KAFKA-19233).
@@ -477,14 +525,20 @@ class GroupCoordinatorShard(OffsetsMixin):
             )
         # Lost-response exception (KIP-848 "Request Handling" 3): the previous epoch is accepted
         # when everything the member owns is still assigned to it.
-        if received != member.previous_member_epoch or not _is_subset(owned, member.assigned_partitions):
+        if received != member.previous_member_epoch or not _is_subset(
+            owned, member.assigned_partitions
+        ):
             raise FencedMemberEpochError(
                 f"The consumer group member has a smaller member epoch ({received}) than the one known "
                 f"by the group coordinator ({current}). The member must abandon all its partitions and rejoin."
             )
 
     def _replace_static_member(
-        self, result: Result[Any], group: ConsumerGroup, old: ConsumerGroupMember, new: ConsumerGroupMember
+        self,
+        result: Result[Any],
+        group: ConsumerGroup,
+        old: ConsumerGroupMember,
+        new: ConsumerGroupMember,
     ) -> None:
         """A static member re-joins under a new member id: it takes over the old member's
         subscription and target, and its current partitions at epoch 0 (KIP-848 "Static Membership")."""
@@ -496,19 +550,27 @@ class GroupCoordinatorShard(OffsetsMixin):
         self._emit(result, r.current_assignment_record(gid, new))
         log.info(
             "[GroupId %s] Static member with instance id %s re-joins as %s, replacing %s.",
-            gid, new.instance_id, new.member_id, old.member_id,
+            gid,
+            new.instance_id,
+            new.member_id,
+            old.member_id,
         )
 
     @staticmethod
     def _updated_member(
-        member: ConsumerGroupMember, req: ConsumerGroupHeartbeat, classic: ClassicMemberMetadata | None = None
+        member: ConsumerGroupMember,
+        req: ConsumerGroupHeartbeat,
+        classic: ClassicMemberMetadata | None = None,
     ) -> ConsumerGroupMember:
         changes: dict[str, Any] = {}
         if req.instance_id is not None and req.instance_id != member.instance_id:
             changes["instance_id"] = req.instance_id
         if req.rack_id is not None and req.rack_id != member.rack_id:
             changes["rack_id"] = req.rack_id
-        if req.rebalance_timeout_ms != -1 and req.rebalance_timeout_ms != member.rebalance_timeout_ms:
+        if (
+            req.rebalance_timeout_ms != -1
+            and req.rebalance_timeout_ms != member.rebalance_timeout_ms
+        ):
             changes["rebalance_timeout_ms"] = req.rebalance_timeout_ms
         if req.server_assignor is not None and req.server_assignor != member.server_assignor_name:
             changes["server_assignor_name"] = req.server_assignor
@@ -562,7 +624,9 @@ class GroupCoordinatorShard(OffsetsMixin):
         for name in group.topic_subscribers:
             t = by_name.get(name)
             if t is not None:
-                out[name] = TopicMetadata(topic_id=t.topic_id, name=name, num_partitions=t.num_partitions)
+                out[name] = TopicMetadata(
+                    topic_id=t.topic_id, name=name, num_partitions=t.num_partitions
+                )
         return out
 
     def _maybe_drop_regex(self, result: Result[Any], group: ConsumerGroup, regex: str) -> None:
@@ -581,7 +645,9 @@ class GroupCoordinatorShard(OffsetsMixin):
         epoch = group.assignment_epoch
         if member.is_reconciled_to(epoch):
             return member
-        updated = compute_next_member(member, epoch, group.target_of(member.member_id), group.owner_of, owned)
+        updated = compute_next_member(
+            member, epoch, group.target_of(member.member_id), group.owner_of, owned
+        )
         if updated is member:
             return member
         gid = group.group_id
@@ -589,7 +655,9 @@ class GroupCoordinatorShard(OffsetsMixin):
         key = (REBALANCE, gid, member.member_id)
         if updated.classic_member_metadata is None:
             if updated.state is MemberState.UNREVOKED_PARTITIONS:
-                result.timers.append(ArmTimer(key, now_ms + updated.rebalance_timeout_ms, updated.member_epoch))
+                result.timers.append(
+                    ArmTimer(key, now_ms + updated.rebalance_timeout_ms, updated.member_epoch)
+                )
             else:
                 result.timers.append(CancelTimer(key))
         return updated
@@ -602,7 +670,9 @@ class GroupCoordinatorShard(OffsetsMixin):
 
     # ------------------------------------------------------------------ leaving and fencing
 
-    def _leave(self, req: ConsumerGroupHeartbeat, now_ms: int) -> Result[ConsumerGroupHeartbeatResponse]:
+    def _leave(
+        self, req: ConsumerGroupHeartbeat, now_ms: int
+    ) -> Result[ConsumerGroupHeartbeatResponse]:
         group = self.groups.get(req.group_id)
         if group is None:
             raise GroupIdNotFoundError(f"Consumer group {req.group_id} not found.")
@@ -610,7 +680,9 @@ class GroupCoordinatorShard(OffsetsMixin):
         if req.instance_id is None:
             member = group.members.get(member_id)
             if member is None:
-                raise UnknownMemberIdError(f"Member {member_id} is not a member of group {req.group_id}.")
+                raise UnknownMemberIdError(
+                    f"Member {member_id} is not a member of group {req.group_id}."
+                )
         else:
             static_id = group.static_members.get(req.instance_id)
             if static_id is None:
@@ -625,13 +697,19 @@ class GroupCoordinatorShard(OffsetsMixin):
                 # Temporary leave: keep the member and its partitions for its session timeout.
                 result: Result[ConsumerGroupHeartbeatResponse] = Result()
                 leaving = replace(
-                    member, member_epoch=LEAVE_GROUP_STATIC_MEMBER_EPOCH, partitions_pending_revocation=EMPTY_ASSIGNMENT
+                    member,
+                    member_epoch=LEAVE_GROUP_STATIC_MEMBER_EPOCH,
+                    partitions_pending_revocation=EMPTY_ASSIGNMENT,
                 )
                 self._emit(result, r.current_assignment_record(group.group_id, leaving))
                 result.response = ConsumerGroupHeartbeatResponse(
-                    member_id=member_id, member_epoch=LEAVE_GROUP_STATIC_MEMBER_EPOCH, heartbeat_interval_ms=0
+                    member_id=member_id,
+                    member_epoch=LEAVE_GROUP_STATIC_MEMBER_EPOCH,
+                    heartbeat_interval_ms=0,
                 )
-                log.info("[GroupId %s] Static member %s temporarily left.", group.group_id, member_id)
+                log.info(
+                    "[GroupId %s] Static member %s temporarily left.", group.group_id, member_id
+                )
                 return result
         result = self._fence_member(group, member, now_ms, "left the group")
         result.response = ConsumerGroupHeartbeatResponse(
@@ -644,7 +722,9 @@ class GroupCoordinatorShard(OffsetsMixin):
         self._emit(result, r.target_assignment_tombstone(group_id, member_id))
         self._emit(result, r.member_metadata_tombstone(group_id, member_id))
 
-    def _fence_member(self, group: ConsumerGroup, member: ConsumerGroupMember, now_ms: int, why: str) -> Result[Any]:
+    def _fence_member(
+        self, group: ConsumerGroup, member: ConsumerGroupMember, now_ms: int, why: str
+    ) -> Result[Any]:
         """Remove a member: 3 tombstones, recomputed subscription metadata, group epoch + 1."""
         result: Result[Any] = Result()
         gid = group.group_id
@@ -657,13 +737,22 @@ class GroupCoordinatorShard(OffsetsMixin):
         self._emit(result, r.group_epoch_record(gid, group.group_epoch + 1, group.group_uid))
         group.set("metadata_checked", (self.topics.version, group.group_epoch))
         result.timers += self._cancel_timers(gid, member.member_id)
-        log.info("[GroupId %s] Member %s %s; group epoch is now %d.", gid, member.member_id, why, group.group_epoch)
+        log.info(
+            "[GroupId %s] Member %s %s; group epoch is now %d.",
+            gid,
+            member.member_id,
+            why,
+            group.group_epoch,
+        )
         self._after_member_removed(result, group, now_ms)
         return result
 
     @staticmethod
     def _cancel_timers(group_id: str, member_id: str) -> list[TimerOp]:
-        return [CancelTimer((SESSION, group_id, member_id)), CancelTimer((REBALANCE, group_id, member_id))]
+        return [
+            CancelTimer((SESSION, group_id, member_id)),
+            CancelTimer((REBALANCE, group_id, member_id)),
+        ]
 
     # ------------------------------------------------------------------ timers
 
@@ -682,7 +771,10 @@ class GroupCoordinatorShard(OffsetsMixin):
             if member.member_epoch != timer.payload:
                 return Result()
             return self._run(
-                self._fence_member, group, member, now_ms,
+                self._fence_member,
+                group,
+                member,
+                now_ms,
                 f"failed to revoke partitions from epoch {timer.payload} within its rebalance timeout",
             )
         raise IllegalStateError(f"unknown timer kind {kind}")
@@ -696,10 +788,23 @@ class GroupCoordinatorShard(OffsetsMixin):
             session_ms = self.session_timeout_ms(group_id)
             for member_id in sorted(group.members):
                 m = group.members[member_id]
-                timeout = m.classic_member_metadata.session_timeout_ms if m.classic_member_metadata else session_ms
+                timeout = (
+                    m.classic_member_metadata.session_timeout_ms
+                    if m.classic_member_metadata
+                    else session_ms
+                )
                 ops.append(ArmTimer((SESSION, group_id, member_id), now_ms + timeout))
-                if m.state is MemberState.UNREVOKED_PARTITIONS and m.classic_member_metadata is None:
-                    ops.append(ArmTimer((REBALANCE, group_id, member_id), now_ms + m.rebalance_timeout_ms, m.member_epoch))
+                if (
+                    m.state is MemberState.UNREVOKED_PARTITIONS
+                    and m.classic_member_metadata is None
+                ):
+                    ops.append(
+                        ArmTimer(
+                            (REBALANCE, group_id, member_id),
+                            now_ms + m.rebalance_timeout_ms,
+                            m.member_epoch,
+                        )
+                    )
         return ops
 
     # ------------------------------------------------------------------ reads
@@ -745,9 +850,12 @@ class GroupCoordinatorShard(OffsetsMixin):
         """Everything replay determines, canonical and comparable."""
         return {
             "groups": {gid: self.groups[gid].snapshot() for gid in sorted(self.groups)},
-            "group_configs": {gid: dict(sorted(c.items())) for gid, c in sorted(self.group_configs.items())},
+            "group_configs": {
+                gid: dict(sorted(c.items())) for gid, c in sorted(self.group_configs.items())
+            },
             "offsets": {
-                gid: {f"{t}-{p}": v for (t, p), v in sorted(o.items())} for gid, o in sorted(self.offsets.items())
+                gid: {f"{t}-{p}": v for (t, p), v in sorted(o.items())}
+                for gid, o in sorted(self.offsets.items())
             },
         }
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass
-from typing import Union
 
 TimerKey = tuple[str, str, str]
 """(kind, group_id, member_id); kind is "session" or "rebalance" (later: classic timers)."""
@@ -30,7 +29,7 @@ class CancelTimer:
     key: TimerKey
 
 
-TimerOp = Union[ArmTimer, CancelTimer]
+TimerOp = ArmTimer | CancelTimer
 
 
 @dataclass(frozen=True, slots=True)

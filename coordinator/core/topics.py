@@ -54,7 +54,7 @@ def check_topic_name(name: str) -> None:
     if not name:
         raise InvalidTopicError("Topic name is illegal, it can't be empty.")
     if name in (".", ".."):
-        raise InvalidTopicError("Topic name cannot be \".\" or \"..\".")
+        raise InvalidTopicError('Topic name cannot be "." or "..".')
     if len(name) > MAX_TOPIC_NAME_LENGTH:
         raise InvalidTopicError(
             f"Topic name is illegal, it can't be longer than {MAX_TOPIC_NAME_LENGTH} characters, topic name: {name}"
@@ -144,9 +144,13 @@ class TopicRegistry:
                     raise InvalidRequestError(f"Topic id {topic_id} is reserved or already in use.")
                 used_ids.add(topic_id)
                 self._emit(result, r.topic_record(t.name, topic_id, t.num_partitions))
-                result.response.append(TopicResult(name=t.name, topic_id=topic_id, num_partitions=t.num_partitions))  # type: ignore[union-attr]
+                result.response.append(
+                    TopicResult(name=t.name, topic_id=topic_id, num_partitions=t.num_partitions)
+                )  # type: ignore[union-attr]
             except CoordinatorError as exc:
-                result.response.append(TopicResult(name=t.name, error_code=exc.code, error_message=exc.message))  # type: ignore[union-attr]
+                result.response.append(
+                    TopicResult(name=t.name, error_code=exc.code, error_message=exc.message)
+                )  # type: ignore[union-attr]
         return result
 
     def create_partitions(self, requests: Sequence[tuple[str, int]]) -> Result[list[TopicResult]]:
@@ -167,11 +171,17 @@ class TopicRegistry:
                         f"equal to the requested {count}."
                     )
                 if count > MAX_PARTITIONS:
-                    raise InvalidPartitionsError(f"Number of partitions must be at most {MAX_PARTITIONS}.")
+                    raise InvalidPartitionsError(
+                        f"Number of partitions must be at most {MAX_PARTITIONS}."
+                    )
                 self._emit(result, r.topic_record(name, current.topic_id, count))
-                result.response.append(TopicResult(name=name, topic_id=current.topic_id, num_partitions=count))  # type: ignore[union-attr]
+                result.response.append(
+                    TopicResult(name=name, topic_id=current.topic_id, num_partitions=count)
+                )  # type: ignore[union-attr]
             except CoordinatorError as exc:
-                result.response.append(TopicResult(name=name, error_code=exc.code, error_message=exc.message))  # type: ignore[union-attr]
+                result.response.append(
+                    TopicResult(name=name, error_code=exc.code, error_message=exc.message)
+                )  # type: ignore[union-attr]
         return result
 
     def delete_topics(self, names: Sequence[str]) -> Result[list[TopicResult]]:
@@ -184,10 +194,16 @@ class TopicRegistry:
             current = self.topics.get(name)
             if current is None:
                 exc = UnknownTopicOrPartitionError(f"The topic '{name}' does not exist.")
-                result.response.append(TopicResult(name=name, error_code=exc.code, error_message=exc.message))  # type: ignore[union-attr]
+                result.response.append(
+                    TopicResult(name=name, error_code=exc.code, error_message=exc.message)
+                )  # type: ignore[union-attr]
                 continue
             self._emit(result, r.topic_record(name, None))
-            result.response.append(TopicResult(name=name, topic_id=current.topic_id, num_partitions=current.num_partitions))  # type: ignore[union-attr]
+            result.response.append(
+                TopicResult(
+                    name=name, topic_id=current.topic_id, num_partitions=current.num_partitions
+                )
+            )  # type: ignore[union-attr]
         return result
 
     def list_topics(self) -> list[TopicResult]:

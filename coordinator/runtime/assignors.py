@@ -6,7 +6,10 @@ import importlib
 from collections.abc import Sequence
 from typing import Any
 
-_BUILTIN = {"uniform": "assignors.uniform:UniformAssignor", "range": "assignors.range:RangeAssignor"}
+_BUILTIN = {
+    "uniform": "assignors.uniform:UniformAssignor",
+    "range": "assignors.range:RangeAssignor",
+}
 
 
 class AssignorLoadError(ValueError):

@@ -95,7 +95,7 @@ def load_into(
     gc.disable()
     try:
         for rows in store.load_rows():  # chunks of (offset, key, value, group id) tuples
-            for offset, key, value, gid in rows:
+            for _offset, key, value, gid in rows:
                 if gid is None:
                     registry.replay(decode(key, value))
                     topic_records += 1

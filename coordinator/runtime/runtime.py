@@ -90,7 +90,15 @@ class RuntimeState(Enum):
 class _Batch:
     """Records of many commands, written by one ``store.append``."""
 
-    __slots__ = ("commands", "completions", "end_marks", "future", "records", "start_marks", "timer_ops")
+    __slots__ = (
+        "commands",
+        "completions",
+        "end_marks",
+        "future",
+        "records",
+        "start_marks",
+        "timer_ops",
+    )
 
     def __init__(self, loop: asyncio.AbstractEventLoop, start_marks: list[int]) -> None:
         self.records: list[StoredRecord] = []
@@ -100,7 +108,9 @@ class _Batch:
         self.start_marks = start_marks
         self.end_marks: list[int] | None = None
         self.commands = 0
-        self.completions: list[tuple[int, int, Any]] = []  # legacy bridge: (machine, token, response)
+        self.completions: list[
+            tuple[int, int, Any]
+        ] = []  # legacy bridge: (machine, token, response)
 
 
 def _retrieve(fut: asyncio.Future[None]) -> None:
@@ -122,7 +132,9 @@ class CoordinatorRuntime:
         self.store = store
         self.clock = clock if clock is not None else SystemClock()
         self.ids = ids if ids is not None else RandomIds()
-        assignors = list(assignors) if assignors is not None else make_assignors(config.consumer_assignors)
+        assignors = (
+            list(assignors) if assignors is not None else make_assignors(config.consumer_assignors)
+        )
         self.shard_count = config.shards
         self.shards = [
             BridgedShard(config=config, assignors=assignors, ids=self.ids)
@@ -149,7 +161,13 @@ class CoordinatorRuntime:
         # shard, so the shard index is part of the key.
         self._parked: dict[tuple[int, int], asyncio.Future[Any]] = {}
         self._parking_closed = False  # legacy bridge: shutting down, parked requests answered
-        self.stats = {"batches": 0, "records": 0, "commands": 0, "failed_batches": 0, "timers_fired": 0}
+        self.stats = {
+            "batches": 0,
+            "records": 0,
+            "commands": 0,
+            "failed_batches": 0,
+            "timers_fired": 0,
+        }
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -160,7 +178,9 @@ class CoordinatorRuntime:
         self._wake_writer = asyncio.Event()
         self.state = RuntimeState.LOADING
         try:
-            stats = await loop.run_in_executor(self._executor, load_into, self.store, self.shards, self.registry)
+            stats = await loop.run_in_executor(
+                self._executor, load_into, self.store, self.shards, self.registry
+            )
         except BaseException:
             self.state = RuntimeState.FAILED
             raise
@@ -172,10 +192,20 @@ class CoordinatorRuntime:
             self._apply_timer_ops(shard.on_loaded(now))
             self._apply_timer_ops([self._expiration_timer(i, now)])
             s = stats.shards[i]
-            log.info("Loaded shard %d: %d records, %d groups in %.1f ms.", i, s.records, s.groups, s.seconds * 1e3)
+            log.info(
+                "Loaded shard %d: %d records, %d groups in %.1f ms.",
+                i,
+                s.records,
+                s.groups,
+                s.seconds * 1e3,
+            )
         log.info(
             "Loaded %d records (%d groups, %d topics, last offset %d) in %.1f ms.",
-            stats.records, stats.groups, stats.topics, stats.last_offset, stats.seconds * 1e3,
+            stats.records,
+            stats.groups,
+            stats.topics,
+            stats.last_offset,
+            stats.seconds * 1e3,
         )
         self._writer_task = loop.create_task(self._writer_loop(), name="kip848-writer")
         self.state = RuntimeState.ACTIVE
@@ -229,7 +259,9 @@ class CoordinatorRuntime:
     def _machine(self, index: int) -> Any:
         return self.registry if index == REGISTRY else self.shards[index]
 
-    def _execute(self, index: int, fn: Callable[[Any], Any], *, read: bool = False) -> tuple[Any, _Batch | None]:
+    def _execute(
+        self, index: int, fn: Callable[[Any], Any], *, read: bool = False
+    ) -> tuple[Any, _Batch | None]:
         """Run one command now (synchronously, on the loop thread). Returns its response and the
         batch it must wait for (None: answer at once)."""
         if index == REGISTRY:
@@ -311,7 +343,9 @@ class CoordinatorRuntime:
                 batch.end_marks = [m.mark() for m in self._machines]
                 self._inflight = batch
                 try:
-                    await loop.run_in_executor(self._executor, self.store.append, batch.records, self.clock.now_ms())
+                    await loop.run_in_executor(
+                        self._executor, self.store.append, batch.records, self.clock.now_ms()
+                    )
                 except asyncio.CancelledError:
                     raise
                 except BaseException as exc:  # noqa: BLE001 - every write failure fails the batch
@@ -349,7 +383,12 @@ class CoordinatorRuntime:
             m.rollback(mark)
         self._publish_topics()
         n = sum(b.commands for b in failed)
-        log.error("Write of %d records (%d commands) failed; state rolled back: %r", len(batch.records), n, exc)
+        log.error(
+            "Write of %d records (%d commands) failed; state rolled back: %r",
+            len(batch.records),
+            n,
+            exc,
+        )
         if isinstance(exc, StoreWriteError) and exc.outcome_unknown:
             # The store refuses further appends until reopened; the in-memory state cannot be
             # trusted to match it. Stop serving: a restart reloads from the store.
@@ -421,7 +460,9 @@ class CoordinatorRuntime:
             return self._fire_expiration(due, now_ms)
         self.stats["timers_fired"] += 1
         try:
-            _resp, batch = self._execute(shard_of(group_id, self.shard_count), lambda s: s.on_timer(due, now_ms))
+            _resp, batch = self._execute(
+                shard_of(group_id, self.shard_count), lambda s: s.on_timer(due, now_ms)
+            )
         except CoordinatorError as exc:
             log.warning("Timer %s failed: %s", due.key, exc.message)
             return None
@@ -452,10 +493,14 @@ class CoordinatorRuntime:
 
     async def heartbeat(self, req: ConsumerGroupHeartbeat) -> ConsumerGroupHeartbeatResponse:
         now = self.clock.now_ms()
-        return await self._submit(self.shard_index(req.group_id), lambda s: s.consumer_group_heartbeat(req, now))
+        return await self._submit(
+            self.shard_index(req.group_id), lambda s: s.consumer_group_heartbeat(req, now)
+        )
 
     async def describe_group(self, group_id: str) -> GroupDescription:
-        return await self._submit(self.shard_index(group_id), lambda s: s.describe_group(group_id), read=True)
+        return await self._submit(
+            self.shard_index(group_id), lambda s: s.describe_group(group_id), read=True
+        )
 
     async def alter_group_configs(
         self, group_id: str, changes: Mapping[str, str | None], *, validate_only: bool = False
@@ -475,7 +520,9 @@ class CoordinatorRuntime:
         await self._submit(index, validate, read=True)
 
     async def group_config(self, group_id: str) -> dict[str, str]:
-        return await self._submit(self.shard_index(group_id), lambda s: s.group_config(group_id), read=True)
+        return await self._submit(
+            self.shard_index(group_id), lambda s: s.group_config(group_id), read=True
+        )
 
     async def describe_group_config(self, group_id: str) -> tuple[dict[str, str], dict[str, str]]:
         """(effective configs, per-group overrides)."""
@@ -485,7 +532,9 @@ class CoordinatorRuntime:
             read=True,
         )
 
-    async def list_groups(self, states: Sequence[str] = (), types: Sequence[str] = ()) -> list[ListedGroup]:
+    async def list_groups(
+        self, states: Sequence[str] = (), types: Sequence[str] = ()
+    ) -> list[ListedGroup]:
         """ListGroups across shards (consumer groups and offset-only "simple" groups), with the
         core's case-insensitive state and type filters; sorted by group id."""
         self._check_serving()
@@ -539,9 +588,13 @@ class CoordinatorRuntime:
         group, loading, a failed write) raise; the server puts them on every partition, as
         Kafka answers (``convert.offset_commit_error``)."""
         now = self.clock.now_ms()
-        return await self._submit(self.shard_index(req.group_id), lambda s: s.offset_commit(req, now))
+        return await self._submit(
+            self.shard_index(req.group_id), lambda s: s.offset_commit(req, now)
+        )
 
-    async def offset_fetch(self, groups: Sequence[OffsetFetchGroup]) -> list[OffsetFetchGroupResponse]:
+    async def offset_fetch(
+        self, groups: Sequence[OffsetFetchGroup]
+    ) -> list[OffsetFetchGroupResponse]:
         """A read per group on the group's shard; each answer waits for the last outstanding
         batch of its shard, so it never shows a commit that could still be lost. A per-group
         coordinator error (loading, a failed write behind the read) is that group's error."""
@@ -550,7 +603,11 @@ class CoordinatorRuntime:
         for n, group in enumerate(groups):
             try:
                 self._check_serving()
-                resp, batch = self._execute(self.shard_index(group.group_id), lambda s, g=group: s.offset_fetch(g), read=True)
+                resp, batch = self._execute(
+                    self.shard_index(group.group_id),
+                    lambda s, g=group: s.offset_fetch(g),
+                    read=True,
+                )
             except CoordinatorError as exc:
                 resp, batch = _fetch_error(group.group_id, exc), None
             answers.append(resp)
@@ -563,16 +620,24 @@ class CoordinatorRuntime:
                 answers[n] = _fetch_error(groups[n].group_id, exc)
         return answers  # type: ignore[return-value]
 
-    async def offset_delete(self, group_id: str, topics: Sequence[tuple[str, Sequence[int]]]) -> OffsetDeleteResponse:
-        return await self._submit(self.shard_index(group_id), lambda s: s.offset_delete(group_id, topics))
+    async def offset_delete(
+        self, group_id: str, topics: Sequence[tuple[str, Sequence[int]]]
+    ) -> OffsetDeleteResponse:
+        return await self._submit(
+            self.shard_index(group_id), lambda s: s.offset_delete(group_id, topics)
+        )
 
-    async def delete_groups(self, group_ids: Sequence[str]) -> list[tuple[str, ErrorCode, str | None]]:
+    async def delete_groups(
+        self, group_ids: Sequence[str]
+    ) -> list[tuple[str, ErrorCode, str | None]]:
         """(group id, error code, message) per requested id, in request order. Each shard
         deletes its own groups in one command; a failed write fails that shard's groups."""
         by_shard: dict[int, list[int]] = {}
         for n, gid in enumerate(group_ids):
             by_shard.setdefault(self.shard_index(gid), []).append(n)
-        out: list[tuple[str, ErrorCode, str | None]] = [(gid, ErrorCode.NONE, None) for gid in group_ids]
+        out: list[tuple[str, ErrorCode, str | None]] = [
+            (gid, ErrorCode.NONE, None) for gid in group_ids
+        ]
         waits: list[tuple[list[int], _Batch]] = []
         for index, positions in by_shard.items():
             ids = [group_ids[n] for n in positions]
@@ -595,7 +660,10 @@ class CoordinatorRuntime:
         return out
 
     def _expiration_timer(self, index: int, now_ms: int) -> ArmTimer:
-        return ArmTimer((EXPIRE_OFFSETS, "", str(index)), now_ms + self.config.offsets_retention_check_interval_ms)
+        return ArmTimer(
+            (EXPIRE_OFFSETS, "", str(index)),
+            now_ms + self.config.offsets_retention_check_interval_ms,
+        )
 
     def _fire_expiration(self, due: DueTimer, now_ms: int) -> _Batch | None:
         """``offsets.retention.check.interval.ms`` elapsed on one shard: expire offsets, delete
@@ -613,7 +681,9 @@ class CoordinatorRuntime:
             return None
         offsets, groups = result
         if offsets or groups:
-            log.info("Shard %d: expired %d offsets, deleted %d empty groups.", index, offsets, groups)
+            log.info(
+                "Shard %d: expired %d offsets, deleted %d empty groups.", index, offsets, groups
+            )
         return batch
 
     # ------------------------------------------------------------------ (end of offsets block)
@@ -694,7 +764,9 @@ class CoordinatorRuntime:
     async def describe_classic_groups(self, group_ids: Sequence[str]) -> list[Any]:
         out = []
         for gid in group_ids:
-            out += await self._submit(self.shard_index(gid), lambda s, g=gid: s.describe_classic_groups([g]), read=True)
+            out += await self._submit(
+                self.shard_index(gid), lambda s, g=gid: s.describe_classic_groups([g]), read=True
+            )
         return out
 
 
@@ -703,7 +775,9 @@ def _shutting_down() -> CoordinatorNotAvailableError:
 
 
 def _fetch_error(group_id: str, exc: CoordinatorError) -> OffsetFetchGroupResponse:
-    return OffsetFetchGroupResponse(group_id=group_id, error_code=exc.code, error_message=exc.message)
+    return OffsetFetchGroupResponse(
+        group_id=group_id, error_code=exc.code, error_message=exc.message
+    )
 
 
 def _expire(shard: GroupCoordinatorShard, now_ms: int) -> Result[tuple[int, int]]:

@@ -59,7 +59,9 @@ class ServeOptions:
     grpc_processes: int = 1
     event_loop: str = "uvloop"
     log_level: str = "info"
-    advertised: str | None = None  # HOST:PORT answered by FindCoordinator (Kafka: advertised.listeners)
+    advertised: str | None = (
+        None  # HOST:PORT answered by FindCoordinator (Kafka: advertised.listeners)
+    )
 
 
 def split_listen(listen: str, flag: str = "--listen") -> tuple[str, int]:
@@ -91,20 +93,33 @@ class CoordinatorServer:
         self.server = new_grpc_server(size, reuseport=options.grpc_processes > 1)
         self.health = health.aio.HealthServicer()
         servicers: list[object] = [
-            ConsumerGroupService(runtime), AdminService(runtime), OffsetService(runtime),
+            ConsumerGroupService(runtime),
+            AdminService(runtime),
+            OffsetService(runtime),
             ClassicGroupService(runtime, lambda: self.advertised),
         ]
         if isinstance(runtime.clock, ManualClock):
             servicers.append(TestingService(runtime))
         served = list(zip(service_descriptors(), servicers, strict=False))
         table = method_table(served)
-        add_raw_handlers(self.server, [descriptor for descriptor, _ in served], lambda path: local_handler(table[path]))
+        add_raw_handlers(
+            self.server,
+            [descriptor for descriptor, _ in served],
+            lambda path: local_handler(table[path]),
+        )
         self.service_names = [descriptor.full_name for descriptor, _ in served]
         add_health_and_reflection(self.server, self.health, self.service_names)
-        self.frontends = FrontEndPool(
-            Dispatcher(table), listen=options.listen, max_message_bytes=size,
-            log_level=options.log_level, event_loop=options.event_loop,
-        ) if options.grpc_processes > 1 else None
+        self.frontends = (
+            FrontEndPool(
+                Dispatcher(table),
+                listen=options.listen,
+                max_message_bytes=size,
+                log_level=options.log_level,
+                event_loop=options.event_loop,
+            )
+            if options.grpc_processes > 1
+            else None
+        )
 
     async def start(self) -> int:
         await self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)
@@ -114,7 +129,9 @@ class CoordinatorServer:
         self.advertised = await asyncio.to_thread(self.advertised_address)
         await self.server.start()
         if self.frontends is not None:
-            await self.frontends.start(self.options.grpc_processes - 1, self.port, self.service_names)
+            await self.frontends.start(
+                self.options.grpc_processes - 1, self.port, self.service_names
+            )
         return self.port
 
     async def _set_health(self, status: int) -> None:
@@ -148,7 +165,9 @@ class CoordinatorServer:
         await self.health.enter_graceful_shutdown()
         self.runtime.release_parked()  # parked JoinGroup/SyncGroup answered, not left to the grace
         if self.frontends is not None:
-            await self.frontends.stop(grace_s)  # they stop accepting; we answer their in-flight calls
+            await self.frontends.stop(
+                grace_s
+            )  # they stop accepting; we answer their in-flight calls
         await self.server.stop(grace_s)  # stop accepting; in-flight calls finish
         await self.runtime.close()  # flush pending writes, close the store
 
@@ -185,8 +204,12 @@ async def _check_port_free(listen: str) -> None:
     raise RuntimeError(f"address {listen} is already in use")
 
 
-def make_runtime(config: GroupCoordinatorConfig, store: RecordStore, clock: str) -> CoordinatorRuntime:
-    return CoordinatorRuntime(config=config, store=store, clock=ManualClock() if clock == "manual" else SystemClock())
+def make_runtime(
+    config: GroupCoordinatorConfig, store: RecordStore, clock: str
+) -> CoordinatorRuntime:
+    return CoordinatorRuntime(
+        config=config, store=store, clock=ManualClock() if clock == "manual" else SystemClock()
+    )
 
 
 async def serve(runtime: CoordinatorRuntime, options: ServeOptions) -> int:
@@ -202,7 +225,9 @@ async def serve(runtime: CoordinatorRuntime, options: ServeOptions) -> int:
         await runtime.close()
         return 1
     print(f"listening on {server.address}", flush=True)
-    log.info("Listening on %s (clock %s, %d shards).", server.address, options.clock, runtime.shard_count)
+    log.info(
+        "Listening on %s (clock %s, %d shards).", server.address, options.clock, runtime.shard_count
+    )
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

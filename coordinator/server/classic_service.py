@@ -19,8 +19,6 @@ from collections.abc import Callable
 from typing import Any
 
 import grpc
-from kip848.v1 import classic_group_pb2 as pb
-from kip848.v1 import classic_group_pb2_grpc
 
 from coordinator.core.errors import (
     CoordinatorError,
@@ -30,6 +28,8 @@ from coordinator.core.errors import (
     InvalidRequestError,
 )
 from coordinator.runtime import CoordinatorRuntime, RuntimeState
+from kip848.v1 import classic_group_pb2 as pb
+from kip848.v1 import classic_group_pb2_grpc
 from legacy_bridge import messages as m
 
 from .services import _guard, _with_error, client_host_of, client_id_of
@@ -53,11 +53,15 @@ def _opt(msg: Any, field: str) -> Any:
 # ---------------------------------------------------------------------------- conversion
 
 
-def join_from_proto(req: pb.JoinGroupRequest, *, client_id: str = "", client_host: str = "") -> m.JoinGroup:
+def join_from_proto(
+    req: pb.JoinGroupRequest, *, client_id: str = "", client_host: str = ""
+) -> m.JoinGroup:
     return m.JoinGroup(
         group_id=req.group_id,
         session_timeout_ms=req.session_timeout_ms,
-        rebalance_timeout_ms=req.rebalance_timeout_ms if req.HasField("rebalance_timeout_ms") else -1,
+        rebalance_timeout_ms=req.rebalance_timeout_ms
+        if req.HasField("rebalance_timeout_ms")
+        else -1,
         member_id=req.member_id,
         group_instance_id=_opt(req, "group_instance_id"),
         protocol_type=req.protocol_type,
@@ -129,7 +133,11 @@ def leave_from_proto(req: pb.LeaveGroupRequest) -> m.LeaveGroup:
     return m.LeaveGroup(
         group_id=req.group_id,
         members=tuple(
-            m.LeaveMember(member_id=x.member_id, group_instance_id=_opt(x, "group_instance_id"), reason=_opt(x, "reason"))
+            m.LeaveMember(
+                member_id=x.member_id,
+                group_instance_id=_opt(x, "group_instance_id"),
+                reason=_opt(x, "reason"),
+            )
             for x in req.members
         ),
     )
@@ -175,7 +183,9 @@ def described_group_to_proto(g: m.DescribedGroup) -> pb.DescribeGroupsResponse.D
     return out
 
 
-def described_group_error(group_id: str, code: ErrorCode, text: str | None) -> pb.DescribeGroupsResponse.DescribedGroup:
+def described_group_error(
+    group_id: str, code: ErrorCode, text: str | None
+) -> pb.DescribeGroupsResponse.DescribedGroup:
     out = pb.DescribeGroupsResponse.DescribedGroup(
         error_code=int(code), group_id=group_id, authorized_operations=AUTHORIZED_OPERATIONS_OMITTED
     )
@@ -212,10 +222,17 @@ class ClassicGroupService(classic_group_pb2_grpc.ClassicGroupServiceServicer):
                 exc = CoordinatorNotAvailableError(f"The coordinator is {runtime.state.value}.")
             for key in request.coordinator_keys:
                 if exc is None:
-                    out.coordinators.add(key=key, node_id=NODE_ID, host=host, port=port, error_code=0)
+                    out.coordinators.add(
+                        key=key, node_id=NODE_ID, host=host, port=port, error_code=0
+                    )
                 else:
                     out.coordinators.add(
-                        key=key, node_id=-1, host="", port=-1, error_code=int(exc.code), error_message=exc.message
+                        key=key,
+                        node_id=-1,
+                        host="",
+                        port=-1,
+                        error_code=int(exc.code),
+                        error_message=exc.message,
                     )
             if exc is not None and not request.coordinator_keys:
                 out.error_code = int(exc.code)
@@ -224,20 +241,28 @@ class ClassicGroupService(classic_group_pb2_grpc.ClassicGroupServiceServicer):
 
         return await _guard(runtime, context, pb.FindCoordinatorResponse, body)
 
-    async def JoinGroup(self, request: pb.JoinGroupRequest, context: grpc.aio.ServicerContext) -> pb.JoinGroupResponse:
+    async def JoinGroup(
+        self, request: pb.JoinGroupRequest, context: grpc.aio.ServicerContext
+    ) -> pb.JoinGroupResponse:
         runtime = self.runtime
 
         async def body() -> pb.JoinGroupResponse:
-            req = join_from_proto(request, client_id=client_id_of(context), client_host=client_host_of(context))
+            req = join_from_proto(
+                request, client_id=client_id_of(context), client_host=client_host_of(context)
+            )
             return join_to_proto(await runtime.classic_join(req))
 
         def error(code: ErrorCode, text: str | None) -> pb.JoinGroupResponse:
-            out = _with_error(pb.JoinGroupResponse, code, text, generation_id=-1, member_id=request.member_id)
+            out = _with_error(
+                pb.JoinGroupResponse, code, text, generation_id=-1, member_id=request.member_id
+            )
             return out
 
         return await _guard(runtime, context, pb.JoinGroupResponse, body, error)
 
-    async def SyncGroup(self, request: pb.SyncGroupRequest, context: grpc.aio.ServicerContext) -> pb.SyncGroupResponse:
+    async def SyncGroup(
+        self, request: pb.SyncGroupRequest, context: grpc.aio.ServicerContext
+    ) -> pb.SyncGroupResponse:
         runtime = self.runtime
 
         async def body() -> pb.SyncGroupResponse:
@@ -246,16 +271,22 @@ class ClassicGroupService(classic_group_pb2_grpc.ClassicGroupServiceServicer):
 
         return await _guard(runtime, context, pb.SyncGroupResponse, body)
 
-    async def Heartbeat(self, request: pb.HeartbeatRequest, context: grpc.aio.ServicerContext) -> pb.HeartbeatResponse:
+    async def Heartbeat(
+        self, request: pb.HeartbeatRequest, context: grpc.aio.ServicerContext
+    ) -> pb.HeartbeatResponse:
         runtime = self.runtime
 
         async def body() -> pb.HeartbeatResponse:
             _check_group_id(request.group_id)
-            return heartbeat_to_proto(await runtime.classic_heartbeat(heartbeat_from_proto(request)))
+            return heartbeat_to_proto(
+                await runtime.classic_heartbeat(heartbeat_from_proto(request))
+            )
 
         return await _guard(runtime, context, pb.HeartbeatResponse, body)
 
-    async def LeaveGroup(self, request: pb.LeaveGroupRequest, context: grpc.aio.ServicerContext) -> pb.LeaveGroupResponse:
+    async def LeaveGroup(
+        self, request: pb.LeaveGroupRequest, context: grpc.aio.ServicerContext
+    ) -> pb.LeaveGroupResponse:
         runtime = self.runtime
 
         async def body() -> pb.LeaveGroupResponse:

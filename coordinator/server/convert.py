@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 
-from kip848.v1 import admin_pb2, common_pb2, consumer_group_pb2, offsets_pb2
-
 from coordinator.core.commands import ConsumerGroupHeartbeat, ConsumerGroupHeartbeatResponse
 from coordinator.core.errors import ErrorCode, InvalidRequestError
 from coordinator.core.model import (
@@ -34,6 +32,7 @@ from coordinator.core.offsets import (
 )
 from coordinator.core.shard import GroupDescription
 from coordinator.core.topics import NewTopic, TopicResult
+from kip848.v1 import admin_pb2, common_pb2, consumer_group_pb2, offsets_pb2
 
 NameOf = Callable[[str], str]
 
@@ -53,7 +52,9 @@ def assignment_from_proto(items: Iterable[common_pb2.TopicPartitions]) -> Assign
     return make_assignment((topic_id_in(tp.topic_id), tp.partitions) for tp in items)
 
 
-def assignment_to_proto(assignment: Assignment, name_of: NameOf = _no_name) -> list[common_pb2.TopicPartitions]:
+def assignment_to_proto(
+    assignment: Assignment, name_of: NameOf = _no_name
+) -> list[common_pb2.TopicPartitions]:
     return [
         common_pb2.TopicPartitions(
             topic_id=topic_id_to_bytes(topic_id),
@@ -65,7 +66,10 @@ def assignment_to_proto(assignment: Assignment, name_of: NameOf = _no_name) -> l
 
 
 def heartbeat_from_proto(
-    req: consumer_group_pb2.ConsumerGroupHeartbeatRequest, *, client_id: str = "", client_host: str = ""
+    req: consumer_group_pb2.ConsumerGroupHeartbeatRequest,
+    *,
+    client_id: str = "",
+    client_host: str = "",
 ) -> ConsumerGroupHeartbeat:
     has = req.HasField
     return ConsumerGroupHeartbeat(
@@ -78,7 +82,9 @@ def heartbeat_from_proto(
         subscribed_topic_names=(
             tuple(req.subscribed_topic_names.names) if has("subscribed_topic_names") else None
         ),
-        subscribed_topic_regex=req.subscribed_topic_regex if has("subscribed_topic_regex") else None,
+        subscribed_topic_regex=req.subscribed_topic_regex
+        if has("subscribed_topic_regex")
+        else None,
         server_assignor=req.server_assignor if has("server_assignor") else None,
         topic_partitions=(
             assignment_from_proto(req.topic_partitions.items) if has("topic_partitions") else None
@@ -100,12 +106,18 @@ def heartbeat_to_proto(
     if resp.member_id is not None:
         out.member_id = resp.member_id
     if resp.assignment is not None:
-        out.assignment.assigned_topic_partitions.extend(assignment_to_proto(resp.assignment.assigned, name_of))
-        out.assignment.pending_topic_partitions.extend(assignment_to_proto(resp.assignment.pending, name_of))
+        out.assignment.assigned_topic_partitions.extend(
+            assignment_to_proto(resp.assignment.assigned, name_of)
+        )
+        out.assignment.pending_topic_partitions.extend(
+            assignment_to_proto(resp.assignment.pending, name_of)
+        )
     return out
 
 
-def heartbeat_error(code: ErrorCode, message: str | None) -> consumer_group_pb2.ConsumerGroupHeartbeatResponse:
+def heartbeat_error(
+    code: ErrorCode, message: str | None
+) -> consumer_group_pb2.ConsumerGroupHeartbeatResponse:
     out = consumer_group_pb2.ConsumerGroupHeartbeatResponse(error_code=int(code))
     if message is not None:
         out.error_message = message
@@ -133,7 +145,9 @@ def described_group_to_proto(desc: GroupDescription, name_of: NameOf = _no_name)
             client_host=m.client_host,
             subscribed_topic_names=list(m.subscribed_topic_names),
             assignment=_MemberAssignment(topic_partitions=_known_topics(m.assignment, name_of)),
-            target_assignment=_MemberAssignment(topic_partitions=_known_topics(m.target_assignment, name_of)),
+            target_assignment=_MemberAssignment(
+                topic_partitions=_known_topics(m.target_assignment, name_of)
+            ),
             member_type=m.member_type,
         )
         if m.instance_id is not None:
@@ -185,14 +199,19 @@ def create_topics_to_proto(results: Iterable[TopicResult]) -> admin_pb2.CreateTo
     out = admin_pb2.CreateTopicsResponse(error_code=0)
     for r in results:
         item = out.topics.add(
-            name=r.name, topic_id=_tid(r), error_code=int(r.error_code), num_partitions=r.num_partitions
+            name=r.name,
+            topic_id=_tid(r),
+            error_code=int(r.error_code),
+            num_partitions=r.num_partitions,
         )
         if r.error_message is not None:
             item.error_message = r.error_message
     return out
 
 
-def create_partitions_to_proto(results: Iterable[TopicResult]) -> admin_pb2.CreatePartitionsResponse:
+def create_partitions_to_proto(
+    results: Iterable[TopicResult],
+) -> admin_pb2.CreatePartitionsResponse:
     out = admin_pb2.CreatePartitionsResponse(error_code=0)
     for r in results:
         item = out.results.add(name=r.name, error_code=int(r.error_code))
@@ -248,14 +267,18 @@ def describe_config_result(
 ) -> admin_pb2.DescribeConfigsResponse.Result:
     """Kafka's ConfigHelper.createGroupConfigEntry: the source is GROUP_CONFIG for a per-group
     override, DEFAULT_CONFIG otherwise; the only synonym is the override itself."""
-    result = admin_pb2.DescribeConfigsResponse.Result(error_code=0, resource_type=resource_type, resource_name=name)
+    result = admin_pb2.DescribeConfigsResponse.Result(
+        error_code=0, resource_type=resource_type, resource_name=name
+    )
     wanted = list(configs) if keys is None else [k for k in dict.fromkeys(keys) if k in configs]
     for key in wanted:
         item = result.configs.add(
             name=key,
             value=configs[key],
             read_only=False,
-            config_source=CONFIG_SOURCE_DYNAMIC_GROUP if key in overrides else CONFIG_SOURCE_DEFAULT,
+            config_source=CONFIG_SOURCE_DYNAMIC_GROUP
+            if key in overrides
+            else CONFIG_SOURCE_DEFAULT,
             is_sensitive=False,
             config_type=CONFIG_TYPE_INT,
         )
@@ -272,11 +295,18 @@ def describe_config_result(
 def list_groups_to_proto(groups: Iterable[ListedGroup]) -> admin_pb2.ListGroupsResponse:
     out = admin_pb2.ListGroupsResponse(error_code=0)
     for g in groups:
-        out.groups.add(group_id=g.group_id, protocol_type=g.protocol_type, group_state=g.group_state, group_type=g.group_type)
+        out.groups.add(
+            group_id=g.group_id,
+            protocol_type=g.protocol_type,
+            group_state=g.group_state,
+            group_type=g.group_type,
+        )
     return out
 
 
-def delete_groups_to_proto(results: Iterable[tuple[str, ErrorCode, str | None]]) -> admin_pb2.DeleteGroupsResponse:
+def delete_groups_to_proto(
+    results: Iterable[tuple[str, ErrorCode, str | None]],
+) -> admin_pb2.DeleteGroupsResponse:
     out = admin_pb2.DeleteGroupsResponse(error_code=0)
     for group_id, code, message in results:
         item = out.results.add(group_id=group_id, error_code=int(code))
@@ -301,7 +331,9 @@ def offset_commit_from_proto(req: offsets_pb2.OffsetCommitRequest) -> OffsetComm
     return OffsetCommit(
         group_id=req.group_id,
         generation_id_or_member_epoch=(
-            req.generation_id_or_member_epoch if req.HasField("generation_id_or_member_epoch") else -1
+            req.generation_id_or_member_epoch
+            if req.HasField("generation_id_or_member_epoch")
+            else -1
         ),
         member_id=req.member_id,
         group_instance_id=req.group_instance_id if req.HasField("group_instance_id") else None,
@@ -316,7 +348,9 @@ def offset_commit_from_proto(req: offsets_pb2.OffsetCommitRequest) -> OffsetComm
                         committed_leader_epoch=(
                             p.committed_leader_epoch if p.HasField("committed_leader_epoch") else -1
                         ),
-                        committed_metadata=p.committed_metadata if p.HasField("committed_metadata") else None,
+                        committed_metadata=p.committed_metadata
+                        if p.HasField("committed_metadata")
+                        else None,
                     )
                     for p in t.partitions
                 ),
@@ -331,7 +365,9 @@ def offset_commit_to_proto(resp: OffsetCommitResponse) -> offsets_pb2.OffsetComm
     for t in resp.topics:
         topic = out.topics.add(name=t.name, topic_id=_topic_id_out(t.topic_id))
         for p in t.partitions:
-            item = topic.partitions.add(partition_index=p.partition_index, error_code=int(p.error_code))
+            item = topic.partitions.add(
+                partition_index=p.partition_index, error_code=int(p.error_code)
+            )
             if p.error_message is not None:
                 item.error_message = p.error_message
     return out
@@ -360,7 +396,9 @@ def offset_fetch_group_from_proto(g: offsets_pb2.OffsetFetchRequest.Group) -> Of
         topics=(
             tuple(
                 OffsetFetchTopic(
-                    name=t.name, topic_id=_topic_id_in_or_zero(t.topic_id), partition_indexes=tuple(t.partition_indexes)
+                    name=t.name,
+                    topic_id=_topic_id_in_or_zero(t.topic_id),
+                    partition_indexes=tuple(t.partition_indexes),
                 )
                 for t in g.topics.items
             )
@@ -370,8 +408,12 @@ def offset_fetch_group_from_proto(g: offsets_pb2.OffsetFetchRequest.Group) -> Of
     )
 
 
-def offset_fetch_group_to_proto(resp: OffsetFetchGroupResponse) -> offsets_pb2.OffsetFetchResponse.Group:
-    out = offsets_pb2.OffsetFetchResponse.Group(group_id=resp.group_id, error_code=int(resp.error_code))
+def offset_fetch_group_to_proto(
+    resp: OffsetFetchGroupResponse,
+) -> offsets_pb2.OffsetFetchResponse.Group:
+    out = offsets_pb2.OffsetFetchResponse.Group(
+        group_id=resp.group_id, error_code=int(resp.error_code)
+    )
     if resp.error_message is not None:
         out.error_message = resp.error_message
     for t in resp.topics:
@@ -388,7 +430,9 @@ def offset_fetch_group_to_proto(resp: OffsetFetchGroupResponse) -> offsets_pb2.O
     return out
 
 
-def offset_fetch_group_error(group_id: str, code: ErrorCode, message: str | None) -> offsets_pb2.OffsetFetchResponse.Group:
+def offset_fetch_group_error(
+    group_id: str, code: ErrorCode, message: str | None
+) -> offsets_pb2.OffsetFetchResponse.Group:
     out = offsets_pb2.OffsetFetchResponse.Group(group_id=group_id, error_code=int(code))
     if message is not None:
         out.error_message = message
@@ -400,7 +444,9 @@ def offset_delete_to_proto(resp: OffsetDeleteResponse) -> offsets_pb2.OffsetDele
     for t in resp.topics:
         topic = out.topics.add(name=t.name)
         for p in t.partitions:
-            item = topic.partitions.add(partition_index=p.partition_index, error_code=int(p.error_code))
+            item = topic.partitions.add(
+                partition_index=p.partition_index, error_code=int(p.error_code)
+            )
             if p.error_message is not None:
                 item.error_message = p.error_message
     return out

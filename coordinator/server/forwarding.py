@@ -64,7 +64,9 @@ class FrameConnection(asyncio.Protocol):
     """Length-prefixed marshal frames over a stream; ``send`` coalesces the frames of one loop
     turn into one write."""
 
-    def __init__(self, on_frame: Callable[[tuple[Any, ...]], None], on_lost: Callable[[], None]) -> None:
+    def __init__(
+        self, on_frame: Callable[[tuple[Any, ...]], None], on_lost: Callable[[], None]
+    ) -> None:
         self._on_frame = on_frame
         self._on_lost = on_lost
         self._buffer = bytearray()
@@ -82,11 +84,11 @@ class FrameConnection(asyncio.Protocol):
         pos, end = 0, len(buf)
         on_frame = self._on_frame
         while end - pos >= _HEADER:
-            size = int.from_bytes(buf[pos:pos + _HEADER], "little")
+            size = int.from_bytes(buf[pos : pos + _HEADER], "little")
             if end - pos - _HEADER < size:
                 break
             start = pos + _HEADER
-            frame = marshal.loads(bytes(buf[start:start + size]))
+            frame = marshal.loads(bytes(buf[start : start + size]))
             pos = start + size
             on_frame(frame)
         if pos:
@@ -155,7 +157,10 @@ def method_table(services: Iterable[tuple[ServiceDescriptor, object]]) -> dict[s
     for descriptor, servicer in services:
         for method in descriptor.methods:
             request_class = message_factory.GetMessageClass(method.input_type)
-            table[f"/{descriptor.full_name}/{method.name}"] = (request_class.FromString, getattr(servicer, method.name))
+            table[f"/{descriptor.full_name}/{method.name}"] = (
+                request_class.FromString,
+                getattr(servicer, method.name),
+            )
     return table
 
 
@@ -165,7 +170,9 @@ class _PathHandler(grpc.GenericRpcHandler):
     def __init__(self, handlers: dict[str, grpc.RpcMethodHandler]) -> None:
         self.handlers = handlers
 
-    def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
+    def service(
+        self, handler_call_details: grpc.HandlerCallDetails
+    ) -> grpc.RpcMethodHandler | None:
         return self.handlers.get(handler_call_details.method)
 
 
@@ -189,7 +196,9 @@ class GenericOnly:
 
 
 def add_raw_handlers(
-    server: grpc.aio.Server, services: Iterable[ServiceDescriptor], make: Callable[[str], Callable[..., Any]]
+    server: grpc.aio.Server,
+    services: Iterable[ServiceDescriptor],
+    make: Callable[[str], Callable[..., Any]],
 ) -> None:
     """Serve every unary method of ``services`` with ``make(path)``, a handler taking and
     returning encoded messages (bytes): decoding is the handler's, so an undecodable request
@@ -201,7 +210,9 @@ def add_raw_handlers(
         for method in descriptor.methods:
             path = f"/{descriptor.full_name}/{method.name}"
             if method.client_streaming or method.server_streaming:
-                raise ValueError(f"{path} is a streaming RPC: only unary RPCs are served and forwarded")
+                raise ValueError(
+                    f"{path} is a streaming RPC: only unary RPCs are served and forwarded"
+                )
             handlers[path] = grpc.unary_unary_rpc_method_handler(make(path))
     server.add_generic_rpc_handlers((_PathHandler(handlers),))
 
@@ -209,21 +220,29 @@ def add_raw_handlers(
 def new_grpc_server(max_message_bytes: int, *, reuseport: bool) -> grpc.aio.Server:
     """The grpc.aio server of every process: message size limits, ``SO_REUSEPORT`` only when
     front ends share the port."""
-    return grpc.aio.server(options=[
-        ("grpc.max_send_message_length", max_message_bytes),
-        ("grpc.max_receive_message_length", max_message_bytes),
-        ("grpc.so_reuseport", 1 if reuseport else 0),
-    ])
+    return grpc.aio.server(
+        options=[
+            ("grpc.max_send_message_length", max_message_bytes),
+            ("grpc.max_receive_message_length", max_message_bytes),
+            ("grpc.so_reuseport", 1 if reuseport else 0),
+        ]
+    )
 
 
-def add_health_and_reflection(server: grpc.aio.Server, servicer: Any, service_names: Sequence[str]) -> None:
+def add_health_and_reflection(
+    server: grpc.aio.Server, servicer: Any, service_names: Sequence[str]
+) -> None:
     """Standard health checking and server reflection for ``service_names`` (generic handlers)."""
     from grpc_health.v1 import health_pb2, health_pb2_grpc
     from grpc_reflection.v1alpha import reflection
 
     health_pb2_grpc.add_HealthServicer_to_server(servicer, GenericOnly(server))
     reflection.enable_server_reflection(
-        [*service_names, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME],
+        [
+            *service_names,
+            health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+            reflection.SERVICE_NAME,
+        ],
         GenericOnly(server),
     )
 
@@ -262,13 +281,23 @@ class Dispatcher:
         _kind, call_id, path, payload, metadata, peer = frame
         entry = self.table.get(path)
         if entry is None:
-            conn.send((REPLY, call_id, grpc.StatusCode.UNIMPLEMENTED.value[0], f"Method not found: {path}", b""))
+            conn.send(
+                (
+                    REPLY,
+                    call_id,
+                    grpc.StatusCode.UNIMPLEMENTED.value[0],
+                    f"Method not found: {path}",
+                    b"",
+                )
+            )
             return
         parse, method = entry
         try:
             request = parse(payload)
         except pb_message.DecodeError as exc:
-            conn.send((REPLY, call_id, grpc.StatusCode.INVALID_ARGUMENT.value[0], undecodable(exc), b""))
+            conn.send(
+                (REPLY, call_id, grpc.StatusCode.INVALID_ARGUMENT.value[0], undecodable(exc), b"")
+            )
             return
         try:
             response = await method(request, ForwardedContext(metadata, peer))
@@ -276,7 +305,9 @@ class Dispatcher:
             conn.send((REPLY, call_id, exc.code.value[0], exc.details, b""))
         except Exception:
             log.exception("Unexpected error in forwarded call %s", path)
-            conn.send((REPLY, call_id, grpc.StatusCode.UNKNOWN.value[0], "Unexpected server error.", b""))
+            conn.send(
+                (REPLY, call_id, grpc.StatusCode.UNKNOWN.value[0], "Unexpected server error.", b"")
+            )
         else:
             conn.send((REPLY, call_id, 0, "", response.SerializeToString()))
 
@@ -306,7 +337,13 @@ class FrontEndPool:
     serving meanwhile and its clients reconnect to them."""
 
     def __init__(
-        self, dispatcher: Dispatcher, *, listen: str, max_message_bytes: int, log_level: str, event_loop: str
+        self,
+        dispatcher: Dispatcher,
+        *,
+        listen: str,
+        max_message_bytes: int,
+        log_level: str,
+        event_loop: str,
     ) -> None:
         self.dispatcher = dispatcher
         self.event_loop = event_loop
@@ -334,17 +371,38 @@ class FrontEndPool:
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             proc = subprocess.Popen(  # noqa: ASYNC220 - fork/exec, at start-up and on a rare restart
-                [sys.executable, "-m", "coordinator.server.frontend", "--fd", str(theirs.fileno()),
-                 "--listen", f"{host}:{self._port}", "--max-message-bytes", str(self.max_message_bytes),
-                 "--log-level", self.log_level, "--index", str(index), "--parent", str(os.getpid()),
-                 "--event-loop", self.event_loop, "--services", ",".join(self._services)],
-                pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                [
+                    sys.executable,
+                    "-m",
+                    "coordinator.server.frontend",
+                    "--fd",
+                    str(theirs.fileno()),
+                    "--listen",
+                    f"{host}:{self._port}",
+                    "--max-message-bytes",
+                    str(self.max_message_bytes),
+                    "--log-level",
+                    self.log_level,
+                    "--index",
+                    str(index),
+                    "--parent",
+                    str(os.getpid()),
+                    "--event-loop",
+                    self.event_loop,
+                    "--services",
+                    ",".join(self._services),
+                ],
+                pass_fds=[theirs.fileno()],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
             )
         finally:
             theirs.close()
         holder: list[FrontEnd] = []
         _transport, conn = await loop.create_connection(
-            lambda: FrameConnection(lambda f: self._on_frame(holder[0], f), lambda: self._on_lost(holder[0])),
+            lambda: FrameConnection(
+                lambda f: self._on_frame(holder[0], f), lambda: self._on_lost(holder[0])
+            ),
             sock=mine,
         )
         frontend = FrontEnd(index, proc, conn)
@@ -356,11 +414,21 @@ class FrontEndPool:
         return frontend
 
     async def _until_ready(self, frontend: FrontEnd) -> None:
-        done, _ = await asyncio.wait([frontend.ready, frontend.lost], timeout=FRONTEND_START_TIMEOUT_S,
-                                     return_when=asyncio.FIRST_COMPLETED)
+        done, _ = await asyncio.wait(
+            [frontend.ready, frontend.lost],
+            timeout=FRONTEND_START_TIMEOUT_S,
+            return_when=asyncio.FIRST_COMPLETED,
+        )
         if frontend.ready not in done or frontend.ready.exception() is not None:
-            raise RuntimeError(f"front end {frontend.index} did not start (exit code {frontend.proc.poll()})")
-        log.info("Front end %d (pid %d) serving on port %d.", frontend.index, frontend.proc.pid, frontend.ready.result())
+            raise RuntimeError(
+                f"front end {frontend.index} did not start (exit code {frontend.proc.poll()})"
+            )
+        log.info(
+            "Front end %d (pid %d) serving on port %d.",
+            frontend.index,
+            frontend.proc.pid,
+            frontend.ready.result(),
+        )
 
     def _on_frame(self, frontend: FrontEnd, frame: tuple[Any, ...]) -> None:
         kind = frame[0]
@@ -382,7 +450,9 @@ class FrontEndPool:
             if not fut.done():
                 fut.set_result(None)
         if not frontend.ready.done():
-            frontend.ready.set_exception(RuntimeError(f"front end {frontend.index} exited while starting"))
+            frontend.ready.set_exception(
+                RuntimeError(f"front end {frontend.index} exited while starting")
+            )
             frontend.ready.exception()
         if serving and not self._stopping:
             task = asyncio.get_running_loop().create_task(self._restart(frontend))
@@ -392,10 +462,16 @@ class FrontEndPool:
     async def _restart(self, dead: FrontEnd) -> None:
         code = await asyncio.to_thread(_reap, dead.proc)
         attempt = self._restarts.get(dead.index, 0)
-        delay = min(RESTART_MAX_DELAY_S, 2.0 ** attempt)
-        log.error("Front end %d (pid %d) exited unexpectedly (exit code %s) after forwarding %d calls; "
-                  "the other processes keep serving; restarting it in %.0f s.",
-                  dead.index, dead.proc.pid, code, dead.calls, delay)
+        delay = min(RESTART_MAX_DELAY_S, 2.0**attempt)
+        log.error(
+            "Front end %d (pid %d) exited unexpectedly (exit code %s) after forwarding %d calls; "
+            "the other processes keep serving; restarting it in %.0f s.",
+            dead.index,
+            dead.proc.pid,
+            code,
+            dead.calls,
+            delay,
+        )
         await asyncio.sleep(delay)
         if self._stopping:
             return
@@ -432,8 +508,12 @@ class FrontEndPool:
         await self.dispatcher.drain()
         for frontend in self.frontends:
             await asyncio.to_thread(_reap, frontend.proc)
-            log.info("Front end %d stopped (exit code %s) after forwarding %d calls.",
-                     frontend.index, frontend.proc.returncode, frontend.calls)
+            log.info(
+                "Front end %d stopped (exit code %s) after forwarding %d calls.",
+                frontend.index,
+                frontend.proc.returncode,
+                frontend.calls,
+            )
             if frontend.conn.transport is not None:
                 frontend.conn.transport.close()
 

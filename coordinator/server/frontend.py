@@ -62,7 +62,9 @@ class FrontEndServer:
         async def forward(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
             conn = self.conn
             if conn is None or conn.closed:
-                await context.abort(grpc.StatusCode.UNAVAILABLE, "The coordinator is shutting down.")
+                await context.abort(
+                    grpc.StatusCode.UNAVAILABLE, "The coordinator is shutting down."
+                )
             call_id = next(self.ids)
             fut: asyncio.Future[tuple[int, str, bytes]] = asyncio.get_running_loop().create_future()
             self.calls[call_id] = fut
@@ -105,14 +107,18 @@ class FrontEndServer:
         loop = asyncio.get_running_loop()
         self.stop_requested = loop.create_future()
         sock = socket.socket(fileno=self.args.fd)
-        _transport, conn = await loop.create_connection(lambda: FrameConnection(self.on_frame, self.on_lost), sock=sock)
+        _transport, conn = await loop.create_connection(
+            lambda: FrameConnection(self.on_frame, self.on_lost), sock=sock
+        )
         self.conn = conn
         port = self.server.add_insecure_port(self.args.listen)
         await self.server.start()
         conn.send((READY, port))
         grace = await self.stop_requested
         await self.health.enter_graceful_shutdown()
-        await self.server.stop(grace)  # stop accepting; in-flight calls are answered by the coordinator
+        await self.server.stop(
+            grace
+        )  # stop accepting; in-flight calls are answered by the coordinator
         conn.send((STOPPED,))
         for _ in range(3):
             await asyncio.sleep(0)  # let the frame go out
@@ -137,8 +143,11 @@ def main(argv: list[str] | None = None) -> int:
     set_parent_death_signal(args.parent)
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, signal.SIG_IGN)  # the coordinator process decides when we stop
-    logging.basicConfig(level=getattr(logging, args.log_level.upper()), stream=sys.stderr,
-                        format=f"%(asctime)s %(levelname)s frontend-{args.index} %(name)s: %(message)s")
+    logging.basicConfig(
+        level=getattr(logging, args.log_level.upper()),
+        stream=sys.stderr,
+        format=f"%(asctime)s %(levelname)s frontend-{args.index} %(name)s: %(message)s",
+    )
     return run_loop(_serve(args), args.event_loop)
 
 

@@ -14,6 +14,15 @@ from typing import Any, TypeVar
 
 import grpc
 from google.protobuf.descriptor import ServiceDescriptor
+
+from coordinator.core.errors import (
+    CoordinatorError,
+    ErrorCode,
+    InvalidGroupIdError,
+    InvalidRequestError,
+    to_error_code,
+)
+from coordinator.runtime import CoordinatorRuntime, RuntimeState
 from kip848.v1 import (
     admin_pb2,
     admin_pb2_grpc,
@@ -25,15 +34,6 @@ from kip848.v1 import (
     testing_pb2,
     testing_pb2_grpc,
 )
-
-from coordinator.core.errors import (
-    CoordinatorError,
-    ErrorCode,
-    InvalidGroupIdError,
-    InvalidRequestError,
-    to_error_code,
-)
-from coordinator.runtime import CoordinatorRuntime, RuntimeState
 
 from . import convert
 
@@ -95,7 +95,9 @@ class ConsumerGroupService(consumer_group_pb2_grpc.ConsumerGroupServiceServicer)
         self.runtime = runtime
 
     async def ConsumerGroupHeartbeat(
-        self, request: consumer_group_pb2.ConsumerGroupHeartbeatRequest, context: grpc.aio.ServicerContext
+        self,
+        request: consumer_group_pb2.ConsumerGroupHeartbeatRequest,
+        context: grpc.aio.ServicerContext,
     ) -> consumer_group_pb2.ConsumerGroupHeartbeatResponse:
         runtime = self.runtime
 
@@ -106,11 +108,17 @@ class ConsumerGroupService(consumer_group_pb2_grpc.ConsumerGroupServiceServicer)
             return convert.heartbeat_to_proto(await runtime.heartbeat(cmd), runtime.topic_name)
 
         return await _guard(
-            runtime, context, consumer_group_pb2.ConsumerGroupHeartbeatResponse, body, convert.heartbeat_error
+            runtime,
+            context,
+            consumer_group_pb2.ConsumerGroupHeartbeatResponse,
+            body,
+            convert.heartbeat_error,
         )
 
     async def ConsumerGroupDescribe(
-        self, request: consumer_group_pb2.ConsumerGroupDescribeRequest, context: grpc.aio.ServicerContext
+        self,
+        request: consumer_group_pb2.ConsumerGroupDescribeRequest,
+        context: grpc.aio.ServicerContext,
     ) -> consumer_group_pb2.ConsumerGroupDescribeResponse:
         runtime = self.runtime
 
@@ -123,10 +131,14 @@ class ConsumerGroupService(consumer_group_pb2_grpc.ConsumerGroupServiceServicer)
                     desc = await runtime.describe_group(group_id)
                     out.groups.append(convert.described_group_to_proto(desc, runtime.topic_name))
                 except CoordinatorError as exc:
-                    out.groups.append(convert.described_group_error(group_id, exc.code, exc.message))
+                    out.groups.append(
+                        convert.described_group_error(group_id, exc.code, exc.message)
+                    )
             return out
 
-        return await _guard(runtime, context, consumer_group_pb2.ConsumerGroupDescribeResponse, body)
+        return await _guard(
+            runtime, context, consumer_group_pb2.ConsumerGroupDescribeResponse, body
+        )
 
 
 def _check_group_id(group_id: str) -> None:
@@ -148,11 +160,16 @@ class OffsetService(offsets_pb2_grpc.OffsetServiceServicer):
 
         async def body() -> offsets_pb2.OffsetCommitResponse:
             _check_group_id(request.group_id)
-            return convert.offset_commit_to_proto(await runtime.offset_commit(convert.offset_commit_from_proto(request)))
+            return convert.offset_commit_to_proto(
+                await runtime.offset_commit(convert.offset_commit_from_proto(request))
+            )
 
         # A group-level error goes on every partition, as Kafka answers OffsetCommit.
         return await _guard(
-            runtime, context, offsets_pb2.OffsetCommitResponse, body,
+            runtime,
+            context,
+            offsets_pb2.OffsetCommitResponse,
+            body,
             lambda code, text: convert.offset_commit_error(request, code, text),
         )
 
@@ -170,11 +187,15 @@ class OffsetService(offsets_pb2_grpc.OffsetServiceServicer):
                     valid.append(convert.offset_fetch_group_from_proto(g))
                     answers.append(None)
                 except CoordinatorError as exc:
-                    answers.append(convert.offset_fetch_group_error(g.group_id, exc.code, exc.message))
+                    answers.append(
+                        convert.offset_fetch_group_error(g.group_id, exc.code, exc.message)
+                    )
             fetched = iter(await runtime.offset_fetch(valid))
             out = offsets_pb2.OffsetFetchResponse(error_code=0)
             for a in answers:
-                out.groups.append(a if a is not None else convert.offset_fetch_group_to_proto(next(fetched)))
+                out.groups.append(
+                    a if a is not None else convert.offset_fetch_group_to_proto(next(fetched))
+                )
             return out
 
         return await _guard(runtime, context, offsets_pb2.OffsetFetchResponse, body)
@@ -187,7 +208,9 @@ class OffsetService(offsets_pb2_grpc.OffsetServiceServicer):
         async def body() -> offsets_pb2.OffsetDeleteResponse:
             _check_group_id(request.group_id)
             topics = [(t.name, list(t.partition_indexes)) for t in request.topics]
-            return convert.offset_delete_to_proto(await runtime.offset_delete(request.group_id, topics))
+            return convert.offset_delete_to_proto(
+                await runtime.offset_delete(request.group_id, topics)
+            )
 
         return await _guard(runtime, context, offsets_pb2.OffsetDeleteResponse, body)
 
@@ -200,7 +223,9 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
 
     async def CreateTopics(self, request, context):
         async def body() -> admin_pb2.CreateTopicsResponse:
-            return convert.create_topics_to_proto(await self.runtime.create_topics(convert.new_topics_from_proto(request)))
+            return convert.create_topics_to_proto(
+                await self.runtime.create_topics(convert.new_topics_from_proto(request))
+            )
 
         return await _guard(self.runtime, context, admin_pb2.CreateTopicsResponse, body)
 
@@ -213,7 +238,9 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
 
     async def DeleteTopics(self, request, context):
         async def body() -> admin_pb2.DeleteTopicsResponse:
-            return convert.delete_topics_to_proto(await self.runtime.delete_topics(list(request.names)))
+            return convert.delete_topics_to_proto(
+                await self.runtime.delete_topics(list(request.names))
+            )
 
         return await _guard(self.runtime, context, admin_pb2.DeleteTopicsResponse, body)
 
@@ -225,7 +252,9 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
 
     async def ListGroups(self, request, context):
         async def body() -> admin_pb2.ListGroupsResponse:
-            groups = await self.runtime.list_groups(list(request.states_filter), list(request.types_filter))
+            groups = await self.runtime.list_groups(
+                list(request.states_filter), list(request.types_filter)
+            )
             return convert.list_groups_to_proto(groups)
 
         return await _guard(self.runtime, context, admin_pb2.ListGroupsResponse, body)
@@ -242,7 +271,9 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
                     exc = InvalidGroupIdError("Group id can't be empty.")
                     results.append((gid, exc.code, exc.message))
             deleted = iter(await self.runtime.delete_groups(valid))
-            return convert.delete_groups_to_proto(r if r is not None else next(deleted) for r in results)
+            return convert.delete_groups_to_proto(
+                r if r is not None else next(deleted) for r in results
+            )
 
         return await _guard(self.runtime, context, admin_pb2.DeleteGroupsResponse, body)
 
@@ -253,11 +284,22 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
                 try:
                     _check_config_resource(res)
                     configs, overrides = await self.runtime.describe_group_config(res.resource_name)
-                    keys = list(res.configuration_keys.names) if res.HasField("configuration_keys") else None
-                    out.results.append(convert.describe_config_result(
-                        res.resource_name, configs, overrides, keys, resource_type=res.resource_type,
-                        include_synonyms=request.include_synonyms, include_documentation=request.include_documentation,
-                    ))
+                    keys = (
+                        list(res.configuration_keys.names)
+                        if res.HasField("configuration_keys")
+                        else None
+                    )
+                    out.results.append(
+                        convert.describe_config_result(
+                            res.resource_name,
+                            configs,
+                            overrides,
+                            keys,
+                            resource_type=res.resource_type,
+                            include_synonyms=request.include_synonyms,
+                            include_documentation=request.include_documentation,
+                        )
+                    )
                 except CoordinatorError as exc:
                     out.results.append(_config_error(res, exc))
             return out
@@ -269,7 +311,9 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):
             out = admin_pb2.IncrementalAlterConfigsResponse(error_code=0)
             seen = [(res.resource_type, res.resource_name) for res in request.resources]
             for res in request.resources:
-                item = out.responses.add(error_code=0, resource_type=res.resource_type, resource_name=res.resource_name)
+                item = out.responses.add(
+                    error_code=0, resource_type=res.resource_type, resource_name=res.resource_name
+                )
                 try:
                     _check_config_resource(res)
                     if seen.count((res.resource_type, res.resource_name)) > 1:

@@ -108,12 +108,22 @@ def assign(protocol: str, members: list[tuple[str, Subscription]], meta: Meta) -
         for name, ps in subs[mid].owned_partitions:
             for p in ps:
                 claims.setdefault((name, p), []).append(mid)
-    partitions = {name: meta.by_name[name][1] for mid in ids for name in subs[mid].topics if name in meta.by_name}
+    partitions = {
+        name: meta.by_name[name][1]
+        for mid in ids
+        for name in subs[mid].topics
+        if name in meta.by_name
+    }
     eligible = {name: [mid for mid in ids if name in subs[mid].topics] for name in partitions}
     target: dict[str, set[tuple[str, int]]] = {mid: set() for mid in ids}
     if protocol == COOPERATIVE_STICKY:
         for (name, p), who in sorted(claims.items()):
-            if len(who) == 1 and name in partitions and p < partitions[name] and name in subs[who[0]].topics:
+            if (
+                len(who) == 1
+                and name in partitions
+                and p < partitions[name]
+                and name in subs[who[0]].topics
+            ):
                 target[who[0]].add((name, p))
         taken = {tp for s in target.values() for tp in s}
         for name in sorted(partitions):
@@ -148,7 +158,9 @@ def assign(protocol: str, members: list[tuple[str, Subscription]], meta: Meta) -
     return out
 
 
-def _one_move(target: dict[str, set], eligible: dict[str, list[str]], ids: list[str]) -> tuple | None:
+def _one_move(
+    target: dict[str, set], eligible: dict[str, list[str]], ids: list[str]
+) -> tuple | None:
     for src in sorted(ids, key=lambda x: (-len(target[x]), x)):
         for tp in sorted(target[src]):
             for dst in sorted(eligible[tp[0]], key=lambda x: (len(target[x]), x)):
@@ -178,7 +190,9 @@ class ClassicClient:
     owned: Owned = field(default_factory=dict)
     revoking: Owned = field(default_factory=dict)
     revoke_token: int = 0
-    after_revoke: str = ""  # "join": eager revocation before JoinGroup; "rejoin": cooperative, after SyncGroup
+    after_revoke: str = (
+        ""  # "join": eager revocation before JoinGroup; "rejoin": cooperative, after SyncGroup
+    )
     inflight: int | None = None
     inflight_kind: str = ""
     join_response: m.JoinGroupResponse | None = None
@@ -187,7 +201,9 @@ class ClassicClient:
     heartbeat_interval_ms: int = 5_000
     progress: dict[tuple[str, int], int] = field(default_factory=dict)
     server_assignor: str | None = None  # unused (KIP-848 only); keeps the simulator generic
-    fresh_generation: bool = True  # simulator bookkeeping: generation handed out by the live coordinator
+    fresh_generation: bool = (
+        True  # simulator bookkeeping: generation handed out by the live coordinator
+    )
 
     @property
     def epoch(self) -> int:
@@ -244,7 +260,11 @@ class ClassicClient:
 
     @property
     def can_commit(self) -> bool:
-        return self.phase in (JOINING, SYNCING, MEMBER) and self.generation >= 0 and bool(self.member_id)
+        return (
+            self.phase in (JOINING, SYNCING, MEMBER)
+            and self.generation >= 0
+            and bool(self.member_id)
+        )
 
     def request_timeout(self, default_ms: int) -> int:
         if self.inflight_kind == "join":
@@ -253,9 +273,14 @@ class ClassicClient:
 
     def metadata(self, meta: Meta) -> bytes:
         owned = meta.names(self.owned) if self.protocol == COOPERATIVE else ()
-        return encode_subscription(Subscription(
-            version=3, topics=self.topics, owned_partitions=owned, generation_id=self.generation,
-        ))
+        return encode_subscription(
+            Subscription(
+                version=3,
+                topics=self.topics,
+                owned_partitions=owned,
+                generation_id=self.generation,
+            )
+        )
 
     def protocols(self, meta: Meta) -> tuple[tuple[str, bytes], ...]:
         data = self.metadata(meta)
@@ -271,14 +296,20 @@ class ClassicClient:
     def build_request(self, meta: Meta) -> Any:
         if self.phase == LEAVING:
             self.inflight_kind = "leave"
-            return m.LeaveGroup(group_id=self.group_id, members=(m.LeaveMember(member_id=self.member_id),))
+            return m.LeaveGroup(
+                group_id=self.group_id, members=(m.LeaveMember(member_id=self.member_id),)
+            )
         if self.phase == JOINING:
             self.inflight_kind = "join"
             return m.JoinGroup(
-                group_id=self.group_id, session_timeout_ms=self.session_timeout_ms,
-                rebalance_timeout_ms=self.rebalance_timeout_ms, member_id=self.member_id,
-                group_instance_id=self.instance_id, protocol_type=CONSUMER_PROTOCOL_TYPE,
-                protocols=self.protocols(meta), client_id=f"c{self.index}",
+                group_id=self.group_id,
+                session_timeout_ms=self.session_timeout_ms,
+                rebalance_timeout_ms=self.rebalance_timeout_ms,
+                member_id=self.member_id,
+                group_instance_id=self.instance_id,
+                protocol_type=CONSUMER_PROTOCOL_TYPE,
+                protocols=self.protocols(meta),
+                client_id=f"c{self.index}",
             )
         if self.phase == SYNCING:
             self.inflight_kind = "sync"
@@ -289,20 +320,35 @@ class ClassicClient:
                 subs = [(x.member_id, decode_subscription(x.metadata)) for x in j.members]
                 plan = assign(j.protocol_name or RANGE, subs, meta)
                 assignments = tuple(
-                    (mid, encode_assignment(AssignmentMessage(version=3, assigned_partitions=plan[mid])))
+                    (
+                        mid,
+                        encode_assignment(
+                            AssignmentMessage(version=3, assigned_partitions=plan[mid])
+                        ),
+                    )
                     for mid in sorted(plan)
                 )
-                self.assigned_snapshot = meta.snapshot(tuple(sorted({t for _mid, s in subs for t in s.topics})))
+                self.assigned_snapshot = meta.snapshot(
+                    tuple(sorted({t for _mid, s in subs for t in s.topics}))
+                )
             else:
                 self.assigned_snapshot = None
             return m.SyncGroup(
-                group_id=self.group_id, generation_id=self.generation, member_id=self.member_id,
-                group_instance_id=self.instance_id, protocol_type=CONSUMER_PROTOCOL_TYPE,
-                protocol_name=j.protocol_name, assignments=assignments,
+                group_id=self.group_id,
+                generation_id=self.generation,
+                member_id=self.member_id,
+                group_instance_id=self.instance_id,
+                protocol_type=CONSUMER_PROTOCOL_TYPE,
+                protocol_name=j.protocol_name,
+                assignments=assignments,
             )
         self.inflight_kind = "heartbeat"
-        return m.Heartbeat(group_id=self.group_id, generation_id=self.generation, member_id=self.member_id,
-                           group_instance_id=self.instance_id)
+        return m.Heartbeat(
+            group_id=self.group_id,
+            generation_id=self.generation,
+            member_id=self.member_id,
+            group_instance_id=self.instance_id,
+        )
 
     def sent(self, corr: int, req: Any) -> None:
         del req
@@ -411,7 +457,10 @@ class ClassicClient:
         member id) is reset and the partitions are lost; the client rejoins. Other commit errors
         are retried with the next commit."""
         code = ErrorCode(code)
-        if code not in (ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.ILLEGAL_GENERATION) or self.phase in (DOWN, LEAVING):
+        if code not in (
+            ErrorCode.UNKNOWN_MEMBER_ID,
+            ErrorCode.ILLEGAL_GENERATION,
+        ) or self.phase in (DOWN, LEAVING):
             return []
         if code == ErrorCode.UNKNOWN_MEMBER_ID and self.inflight is None:
             self.member_id = ""
@@ -440,7 +489,11 @@ class ClassicClient:
             if self.phase == JOINING:
                 return ["rejoin"]
             return self.request_rejoin()
-        if code in (ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.ILLEGAL_GENERATION, ErrorCode.GROUP_ID_NOT_FOUND):
+        if code in (
+            ErrorCode.UNKNOWN_MEMBER_ID,
+            ErrorCode.ILLEGAL_GENERATION,
+            ErrorCode.GROUP_ID_NOT_FOUND,
+        ):
             if code != ErrorCode.ILLEGAL_GENERATION:
                 self.member_id = ""
             self.generation = -1
@@ -454,12 +507,18 @@ class ClassicClient:
             # simulated process restarts later.
             self.crash()
             return ["fatal"]
-        if code in (ErrorCode.UNKNOWN_SERVER_ERROR, ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                    ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.NOT_COORDINATOR):
+        if code in (
+            ErrorCode.UNKNOWN_SERVER_ERROR,
+            ErrorCode.COORDINATOR_NOT_AVAILABLE,
+            ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+            ErrorCode.NOT_COORDINATOR,
+        ):
             if self.phase == SYNCING:
                 self.request_rejoin()
             return ["retry"]
-        raise ClientModelError(f"classic client c{self.index} ({self.member_id}): unexpected error {code.name}")
+        raise ClientModelError(
+            f"classic client c{self.index} ({self.member_id}): unexpected error {code.name}"
+        )
 
     # ------------------------------------------------------------------ views
 

@@ -29,22 +29,34 @@ from .simulator import (
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="kip848 simulate", description=__doc__.split("\n\n")[0])
     p.add_argument("--seed", type=int, default=0, help="random seed (first seed with --count)")
-    p.add_argument("--steps", type=int, default=300, help="steps with faults before the quiet phase")
+    p.add_argument(
+        "--steps", type=int, default=300, help="steps with faults before the quiet phase"
+    )
     p.add_argument("--members", type=int, default=3)
     p.add_argument("--partitions", type=int, default=4, help="partitions per topic")
     p.add_argument("--topics", type=int, default=2)
     p.add_argument("--static", type=int, default=1, help="how many members are static")
-    p.add_argument("--classic", type=int, default=0,
-                   help="how many members (the last N) speak the classic protocol through the legacy bridge")
-    p.add_argument("--protocol", default="eager",
-                   help="rebalance protocol of the classic members: eager, cooperative or mixed (alternating)")
     p.add_argument(
-        "--faults", default="all",
+        "--classic",
+        type=int,
+        default=0,
+        help="how many members (the last N) speak the classic protocol through the legacy bridge",
+    )
+    p.add_argument(
+        "--protocol",
+        default="eager",
+        help="rebalance protocol of the classic members: eager, cooperative or mixed (alternating)",
+    )
+    p.add_argument(
+        "--faults",
+        default="all",
         help=f"comma-separated faults, 'all' or 'none' (all = {','.join(ALL_FAULTS)}; also: {','.join(EXTRA_FAULTS)})",
     )
     p.add_argument("--count", type=int, default=1, help="run seeds seed..seed+count-1 (soak)")
     p.add_argument("--quiet", action="store_true", help="one line per seed")
-    p.add_argument("--explore", action="store_true", help="exhaustive small-scope exploration instead")
+    p.add_argument(
+        "--explore", action="store_true", help="exhaustive small-scope exploration instead"
+    )
     p.add_argument("--depth", type=int, default=12, help="explorer: maximum number of actions")
     p.add_argument("--max-states", type=int, default=300_000, help="explorer: state limit")
     return p
@@ -63,23 +75,37 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--protocol must be one of {', '.join(CLASSIC_PROTOCOLS)}")
     if not 0 <= args.classic <= args.members:
         parser.error("--classic must be between 0 and --members")
-    for name, value, lo in (("--steps", args.steps, 1), ("--members", args.members, 1),
-                            ("--partitions", args.partitions, 1), ("--topics", args.topics, 1),
-                            ("--count", args.count, 1)):
+    for name, value, lo in (
+        ("--steps", args.steps, 1),
+        ("--members", args.members, 1),
+        ("--partitions", args.partitions, 1),
+        ("--topics", args.topics, 1),
+        ("--count", args.count, 1),
+    ):
         if value < lo:
             parser.error(f"{name} must be >= {lo}")
     worst = 0
     failed = 0
     for seed in range(args.seed, args.seed + args.count):
-        params = SimParams(seed=seed, steps=args.steps, members=args.members, partitions=args.partitions,
-                           topics=args.topics, faults=faults, static_members=min(args.static, args.members),
-                           classic=args.classic, protocol=args.protocol)
+        params = SimParams(
+            seed=seed,
+            steps=args.steps,
+            members=args.members,
+            partitions=args.partitions,
+            topics=args.topics,
+            faults=faults,
+            static_members=min(args.static, args.members),
+            classic=args.classic,
+            protocol=args.protocol,
+        )
         summary = Simulation(params).run()
         if args.quiet:
             status = "FAIL " + summary.violation.name if summary.violation else "ok"
             tts = "-" if summary.time_to_stable_ms is None else f"{summary.time_to_stable_ms}ms"
-            print(f"seed {seed}: {status} steps={summary.steps} checks={summary.checks} "
-                  f"time-to-stable={tts} digest={summary.trace_digest}")
+            print(
+                f"seed {seed}: {status} steps={summary.steps} checks={summary.checks} "
+                f"time-to-stable={tts} digest={summary.trace_digest}"
+            )
         else:
             print(summary.render())
         if summary.violation is not None:
@@ -88,8 +114,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif summary.time_to_stable_ms is not None:
             worst = max(worst, summary.time_to_stable_ms)
     if args.count > 1:
-        print(f"{args.count} seeds x {args.steps} steps: {failed} failed; worst time to stable "
-              f"{worst / 1000:.1f}s (bound {SimParams(steps=args.steps, classic=args.classic).liveness_bound_ms() / 1000:.1f}s)")
+        print(
+            f"{args.count} seeds x {args.steps} steps: {failed} failed; worst time to stable "
+            f"{worst / 1000:.1f}s (bound {SimParams(steps=args.steps, classic=args.classic).liveness_bound_ms() / 1000:.1f}s)"
+        )
     return 1 if failed else 0
 
 
@@ -99,12 +127,18 @@ def _explore(args: argparse.Namespace) -> int:
     if not 1 <= args.members <= 4 or not 1 <= args.partitions <= 6:
         print("explore: scope too large (members 1..4, partitions 1..6)", file=sys.stderr)
         return 2
-    result = explore(members=args.members, partitions=args.partitions, depth=args.depth,
-                     max_states=args.max_states)
+    result = explore(
+        members=args.members,
+        partitions=args.partitions,
+        depth=args.depth,
+        max_states=args.max_states,
+    )
     print(result.render())
     if result.violation is not None:
-        print(f"reproduce: kip848 simulate --explore --members {args.members} --partitions {args.partitions} "
-              f"--depth {args.depth}")
+        print(
+            f"reproduce: kip848 simulate --explore --members {args.members} --partitions {args.partitions} "
+            f"--depth {args.depth}"
+        )
         return 1
     return 0
 

@@ -98,7 +98,9 @@ class SimClient:
     assignor_dirty: bool = False
     leave_epoch: int = -1
     heartbeat_interval_ms: int = 5_000
-    progress: dict[tuple[str, int], int] = field(default_factory=dict)  # (topic id, p) -> next offset
+    progress: dict[tuple[str, int], int] = field(
+        default_factory=dict
+    )  # (topic id, p) -> next offset
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -154,21 +156,29 @@ class SimClient:
     def build_request(self) -> ConsumerGroupHeartbeat:
         if self.phase == LEAVING:
             return ConsumerGroupHeartbeat(
-                group_id=self.group_id, member_id=self.member_id, member_epoch=self.leave_epoch,
+                group_id=self.group_id,
+                member_id=self.member_id,
+                member_epoch=self.leave_epoch,
                 instance_id=self.instance_id,
             )
         if self.phase == JOINING:
             return ConsumerGroupHeartbeat(
-                group_id=self.group_id, member_id=self.member_id, member_epoch=0,
-                instance_id=self.instance_id, rebalance_timeout_ms=self.rebalance_timeout_ms,
-                subscribed_topic_names=self.topics, server_assignor=self.server_assignor,
+                group_id=self.group_id,
+                member_id=self.member_id,
+                member_epoch=0,
+                instance_id=self.instance_id,
+                rebalance_timeout_ms=self.rebalance_timeout_ms,
+                subscribed_topic_names=self.topics,
+                server_assignor=self.server_assignor,
                 topic_partitions={},
             )
         full = self.need_full
         owned = dict(self.owned)
         send_owned = full or owned != self.sent_owned
         return ConsumerGroupHeartbeat(
-            group_id=self.group_id, member_id=self.member_id, member_epoch=self.epoch,
+            group_id=self.group_id,
+            member_id=self.member_id,
+            member_epoch=self.epoch,
             instance_id=self.instance_id,
             rebalance_timeout_ms=self.rebalance_timeout_ms if full else -1,
             subscribed_topic_names=self.topics if full else None,
@@ -218,7 +228,11 @@ class SimClient:
             self.phase = DOWN
             return []
         code = ErrorCode(code)
-        if code in (ErrorCode.FENCED_MEMBER_EPOCH, ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.GROUP_ID_NOT_FOUND):
+        if code in (
+            ErrorCode.FENCED_MEMBER_EPOCH,
+            ErrorCode.UNKNOWN_MEMBER_ID,
+            ErrorCode.GROUP_ID_NOT_FOUND,
+        ):
             self.fence()
             return ["rejoin"]
         if code == ErrorCode.FENCED_INSTANCE_ID:
@@ -260,7 +274,12 @@ class SimClient:
         if token != self.revoke_token or not self.revoking:
             return []
         self.owned = minus(self.owned, self.revoking)
-        for t, ps in self.revoking.items():  # a partition given up is re-read from its commit if it comes back
+        for (
+            t,
+            ps,
+        ) in (
+            self.revoking.items()
+        ):  # a partition given up is re-read from its commit if it comes back
             for p in ps:
                 self.progress.pop((t, p), None)
         self.revoking = {}
@@ -277,13 +296,28 @@ class SimClient:
 
     def key(self) -> tuple:
         """Canonical, hashable state (for the explorer)."""
+
         def k(a: Owned | None) -> tuple | None:
-            return None if a is None else tuple(sorted((t, tuple(sorted(ps))) for t, ps in a.items()))
+            return (
+                None if a is None else tuple(sorted((t, tuple(sorted(ps))) for t, ps in a.items()))
+            )
 
         return (
-            self.index, self.incarnation, self.member_id, self.epoch, self.phase, k(self.owned),
-            k(self.target), k(self.revoking), self.inflight is not None, self.inflight_epoch,
-            self.need_full, k(self.sent_owned), self.server_assignor, self.assignor_dirty, self.leave_epoch,
+            self.index,
+            self.incarnation,
+            self.member_id,
+            self.epoch,
+            self.phase,
+            k(self.owned),
+            k(self.target),
+            k(self.revoking),
+            self.inflight is not None,
+            self.inflight_epoch,
+            self.need_full,
+            k(self.sent_owned),
+            self.server_assignor,
+            self.assignor_dirty,
+            self.leave_epoch,
         )
 
     def describe(self, names: Mapping[str, str] | None = None) -> str:

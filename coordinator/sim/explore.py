@@ -83,7 +83,9 @@ class ExploreResult:
         if self.violation is None:
             lines.append("safety invariants (I1, I1b, I2, I3) hold in every explored state")
         else:
-            lines.append(f"INVARIANT {self.violation_name} VIOLATED after {len(self.path)} actions (a shortest path):")
+            lines.append(
+                f"INVARIANT {self.violation_name} VIOLATED after {len(self.path)} actions (a shortest path):"
+            )
             lines.extend(f"  {n + 1:2d}. {a}" for n, a in enumerate(self.path))
             lines.append(self.violation)
         return "\n".join(lines)
@@ -128,8 +130,9 @@ class Explorer:
     # ------------------------------------------------------------------ shard
 
     def _shard(self, records: Sequence[Record]) -> GroupCoordinatorShard:
-        shard = GroupCoordinatorShard(config=self.config, assignors=self.assignors, ids=SequentialIds("x"),
-                                      topics=self.image)
+        shard = GroupCoordinatorShard(
+            config=self.config, assignors=self.assignors, ids=SequentialIds("x"), topics=self.image
+        )
         shard.undo.enabled = False
         for rec in records:
             shard.replay(rec)
@@ -142,11 +145,25 @@ class Explorer:
         result = ExploreResult(self.members, self.partitions, self.depth)
         clients = []
         for i in range(self.members):
-            c = SimClient(index=i, topics=("t0",), group_id=GROUP,
-                          instance_id=f"inst-{i}" if i < self.static_members else None)
+            c = SimClient(
+                index=i,
+                topics=("t0",),
+                group_id=GROUP,
+                instance_id=f"inst-{i}" if i < self.static_members else None,
+            )
             c.start()
             clients.append(c)
-        root = _State((), (), tuple(clients), tuple(() for _ in clients), tuple(() for _ in clients), 0, -1, "start", 0)
+        root = _State(
+            (),
+            (),
+            tuple(clients),
+            tuple(() for _ in clients),
+            tuple(() for _ in clients),
+            0,
+            -1,
+            "start",
+            0,
+        )
         states: list[_State] = [root]
         seen = {self._key(self._shard(()), root)}
         frontier: deque[int] = deque([0])
@@ -171,7 +188,9 @@ class Explorer:
                 failures = inv.check_safety(shard.groups.get(GROUP), nxt.clients, self.invariants)
                 if failures:
                     result.violation_name = failures[0][0]
-                    result.violation = "\n".join(f"[{n}] {m}" for n, m in failures) + "\n" + self._dump(shard, nxt)
+                    result.violation = (
+                        "\n".join(f"[{n}] {m}" for n, m in failures) + "\n" + self._dump(shard, nxt)
+                    )
                     result.path = self._path(states, idx) + [nxt.action]
                     result.states = len(states)
                     return result
@@ -222,8 +241,10 @@ class Explorer:
                 out.append(f"respond {i}")
                 if self.with_losses:
                     out.append(f"lose-resp {i}")
-            if c.inflight is not None and not st.requests[i] and not any(
-                corr == c.inflight for corr, _o in st.responses[i]
+            if (
+                c.inflight is not None
+                and not st.requests[i]
+                and not any(corr == c.inflight for corr, _o in st.responses[i])
             ):
                 out.append(f"timeout {i}")
             if c.revoking:
@@ -289,8 +310,9 @@ class Explorer:
                     resp = res.response
                     outcome = ("ok", resp)
                     a = resp.assignment
-                    label = (f"deliver {i}: corr {rc} -> epoch {resp.member_epoch}"
-                             + ("" if a is None else f" assigned={fmt(a.assigned, self.labels)}"))
+                    label = f"deliver {i}: corr {rc} -> epoch {resp.member_epoch}" + (
+                        "" if a is None else f" assigned={fmt(a.assigned, self.labels)}"
+                    )
                 responses[i] = responses[i] + ((rc, outcome),)
             elif verb == "lose-req":
                 requests[i] = requests[i][1:]
@@ -314,22 +336,35 @@ class Explorer:
                 raise AssertionError(action)
         if touched:
             records = tuple(shard.records_of_state())
-        return _State(records, tuple(sorted(timers.items())), tuple(clients), tuple(requests), tuple(responses),
-                      corr, parent, label, st.depth + 1)
+        return _State(
+            records,
+            tuple(sorted(timers.items())),
+            tuple(clients),
+            tuple(requests),
+            tuple(responses),
+            corr,
+            parent,
+            label,
+            st.depth + 1,
+        )
 
     def _dump(self, shard: GroupCoordinatorShard, st: _State) -> str:
         lines = ["clients:"]
         lines += ["  " + c.describe(self.labels) for c in st.clients]
         g = shard.groups.get(GROUP)
         if g is not None:
-            lines.append(f"coordinator: state={g.state().value} group_epoch={g.group_epoch} "
-                         f"assignment_epoch={g.assignment_epoch}")
+            lines.append(
+                f"coordinator: state={g.state().value} group_epoch={g.group_epoch} "
+                f"assignment_epoch={g.assignment_epoch}"
+            )
             for mid in sorted(g.members):
                 m = g.members[mid]
-                lines.append(f"  {mid}: epoch={m.member_epoch} {m.state.name} "
-                             f"assigned={fmt(m.assigned_partitions, self.labels)} "
-                             f"pending_revocation={fmt(m.partitions_pending_revocation, self.labels)} "
-                             f"target={fmt(g.target_of(mid), self.labels)}")
+                lines.append(
+                    f"  {mid}: epoch={m.member_epoch} {m.state.name} "
+                    f"assigned={fmt(m.assigned_partitions, self.labels)} "
+                    f"pending_revocation={fmt(m.partitions_pending_revocation, self.labels)} "
+                    f"target={fmt(g.target_of(mid), self.labels)}"
+                )
         return "\n".join(lines)
 
 

@@ -46,7 +46,13 @@ CORE_ILLEGAL_STATE = "core-illegal-state"
 CLIENT_MODEL = "client-got-an-impossible-answer"
 OFFSETS_FENCED = "I6-commits-only-from-owner-and-monotonic"
 
-SAFETY = (NO_DOUBLE_OWNERSHIP, OWNED_KNOWN_TO_COORDINATOR, EPOCHS_BOUNDED, TARGET_VALID, OFFSETS_FENCED)
+SAFETY = (
+    NO_DOUBLE_OWNERSHIP,
+    OWNED_KNOWN_TO_COORDINATOR,
+    EPOCHS_BOUNDED,
+    TARGET_VALID,
+    OFFSETS_FENCED,
+)
 
 
 def is_classic(c: Any) -> bool:
@@ -58,8 +64,11 @@ def _wire_ids(tps: Any, topic_ids: dict[str, str]) -> set[tuple[str, int]]:
 
 
 def classic_assignment(member: Any, topic_ids: dict[str, str]) -> dict[str, frozenset[int]]:
-    return _as_owned(_wire_ids(decode_assignment(member.assignment).assigned_partitions, topic_ids)
-                     if member.assignment else set())
+    return _as_owned(
+        _wire_ids(decode_assignment(member.assignment).assigned_partitions, topic_ids)
+        if member.assignment
+        else set()
+    )
 
 
 def classic_claims(member: Any, topic_ids: dict[str, str]) -> dict[str, frozenset[int]]:
@@ -84,7 +93,9 @@ def _as_owned(tps: set[tuple[str, int]]) -> dict[str, frozenset[int]]:
     return {t: frozenset(ps) for t, ps in out.items()}
 
 
-def classic_attributed(classic: Any, member_id: str, topic_ids: dict[str, str]) -> set[tuple[str, int]]:
+def classic_attributed(
+    classic: Any, member_id: str, topic_ids: dict[str, str]
+) -> set[tuple[str, int]]:
     """What a classic group attributes to a member: its assignment and its reported claims."""
     member = classic.members.get(member_id)
     if member is None:
@@ -100,7 +111,9 @@ def classic_claim_live(classic: Any, c: Any) -> bool:
     if member is None:
         return False
     gen = c.generation
-    return gen == classic.generation or (gen == classic.generation - 1 and classic_join_generation(member) == gen)
+    return gen == classic.generation or (
+        gen == classic.generation - 1 and classic_join_generation(member) == gen
+    )
 
 
 def live_claims(
@@ -111,14 +124,23 @@ def live_claims(
     for c in clients:
         if c.phase == DOWN or not c.owned:
             continue
-        if group is not None and c.member_id in group.members or group is None and classic is not None and is_classic(c) and classic_claim_live(classic, c):
+        if (
+            group is not None
+            and c.member_id in group.members
+            or group is None
+            and classic is not None
+            and is_classic(c)
+            and classic_claim_live(classic, c)
+        ):
             live.append(c)
         else:
             zombies.append(c)
     return live, zombies
 
 
-def check_no_double_ownership(group: ConsumerGroup | None, clients: Sequence[SimClient], classic: Any = None) -> list[str]:
+def check_no_double_ownership(
+    group: ConsumerGroup | None, clients: Sequence[SimClient], classic: Any = None
+) -> list[str]:
     live, _z = live_claims(group, clients, classic)
     seen: dict[tuple[str, int], str] = {}
     out = []
@@ -127,14 +149,18 @@ def check_no_double_ownership(group: ConsumerGroup | None, clients: Sequence[Sim
             for p in sorted(c.owned[t]):
                 other = seen.get((t, p))
                 if other is not None:
-                    out.append(f"partition {t}-{p} is owned by {other} and {c.member_id} at the same time")
+                    out.append(
+                        f"partition {t}-{p} is owned by {other} and {c.member_id} at the same time"
+                    )
                 else:
                     seen[(t, p)] = c.member_id
     return out
 
 
 def check_owned_known(
-    group: ConsumerGroup | None, clients: Sequence[SimClient], classic: Any = None,
+    group: ConsumerGroup | None,
+    clients: Sequence[SimClient],
+    classic: Any = None,
     topic_ids: dict[str, str] | None = None,
 ) -> list[str]:
     """A live client owns only partitions the coordinator attributes to it (assigned or pending
@@ -148,17 +174,27 @@ def check_owned_known(
             return []
         for c in live:
             known = classic_attributed(classic, c.member_id, topic_ids or {})
-            extra = sorted((t, p) for t, ps in c.owned.items() if t in current for p in ps if (t, p) not in known)
+            extra = sorted(
+                (t, p)
+                for t, ps in c.owned.items()
+                if t in current
+                for p in ps
+                if (t, p) not in known
+            )
             if extra:
-                out.append(f"classic {c.member_id} owns {extra} but the classic group attributes to it only "
-                           f"{sorted(known)}")
+                out.append(
+                    f"classic {c.member_id} owns {extra} but the classic group attributes to it only "
+                    f"{sorted(known)}"
+                )
         return out
     for c in live:
         m = group.members[c.member_id]
         for t in sorted(c.owned):
             if is_classic(c) and t not in current:
                 continue
-            known = m.assigned_partitions.get(t, frozenset()) | m.partitions_pending_revocation.get(t, frozenset())
+            known = m.assigned_partitions.get(t, frozenset()) | m.partitions_pending_revocation.get(
+                t, frozenset()
+            )
             extra = c.owned[t] - known
             if extra:
                 out.append(
@@ -169,14 +205,21 @@ def check_owned_known(
     return out
 
 
-def check_epochs(group: ConsumerGroup | None, clients: Sequence[SimClient], classic: Any = None) -> list[str]:
+def check_epochs(
+    group: ConsumerGroup | None, clients: Sequence[SimClient], classic: Any = None
+) -> list[str]:
     if group is None:
         if classic is None:
             return []
-        return [f"classic client {c.member_id} believes generation {c.epoch} > generation {classic.generation}"
-                for c in clients
-                if c.phase != DOWN and is_classic(c) and c.fresh_generation and c.member_id in classic.members
-                and c.epoch > classic.generation]
+        return [
+            f"classic client {c.member_id} believes generation {c.epoch} > generation {classic.generation}"
+            for c in clients
+            if c.phase != DOWN
+            and is_classic(c)
+            and c.fresh_generation
+            and c.member_id in classic.members
+            and c.epoch > classic.generation
+        ]
     out = []
     ge = group.group_epoch
     if group.assignment_epoch > ge:
@@ -186,13 +229,20 @@ def check_epochs(group: ConsumerGroup | None, clients: Sequence[SimClient], clas
         if m.member_epoch > ge:
             out.append(f"member {mid} epoch {m.member_epoch} > group epoch {ge}")
         if m.member_epoch > group.assignment_epoch:
-            out.append(f"member {mid} epoch {m.member_epoch} > assignment epoch {group.assignment_epoch}")
+            out.append(
+                f"member {mid} epoch {m.member_epoch} > assignment epoch {group.assignment_epoch}"
+            )
     for c in clients:
         # Only members: a group deleted when empty and created again (bridge conversions) starts
         # over, and a zombie of the old group may remember a higher epoch.
         # A classic client may hold a generation the coordinator forgot in a restart (the join
         # and sync phases are not written, as in Kafka) until its next request fails.
-        if c.phase != DOWN and c.member_id in group.members and c.epoch > ge and getattr(c, "fresh_generation", True):
+        if (
+            c.phase != DOWN
+            and c.member_id in group.members
+            and c.epoch > ge
+            and getattr(c, "fresh_generation", True)
+        ):
             out.append(f"client {c.member_id} believes epoch {c.epoch} > group epoch {ge}")
     return out
 
@@ -227,11 +277,17 @@ def check_target(group: ConsumerGroup | None) -> list[str]:
             if not current:
                 continue
             if meta is None:
-                out.append(f"target gives {mid} partitions of topic id {t}, not in the subscription metadata")
+                out.append(
+                    f"target gives {mid} partitions of topic id {t}, not in the subscription metadata"
+                )
             elif meta.name not in topics:
-                out.append(f"target gives {mid} partitions of {meta.name}, which it does not subscribe to")
+                out.append(
+                    f"target gives {mid} partitions of {meta.name}, which it does not subscribe to"
+                )
             elif max(assignment[t]) >= meta.num_partitions:
-                out.append(f"target gives {mid} {meta.name}-{max(assignment[t])} but it has {meta.num_partitions} partitions")
+                out.append(
+                    f"target gives {mid} {meta.name}-{max(assignment[t])} but it has {meta.num_partitions} partitions"
+                )
     return out
 
 
@@ -245,22 +301,33 @@ def check_classic_assignment(classic: Any, topic_ids: dict[str, str]) -> list[st
         for t, ps in sorted(classic_assignment(classic.members[mid], topic_ids).items()):
             for p in sorted(ps):
                 if (t, p) in seen:
-                    out.append(f"classic generation {classic.generation} gives {t}-{p} to {seen[(t, p)]} and {mid}")
+                    out.append(
+                        f"classic generation {classic.generation} gives {t}-{p} to {seen[(t, p)]} and {mid}"
+                    )
                 seen[(t, p)] = mid
     return out
 
 
 def check_safety(
-    group: ConsumerGroup | None, clients: Sequence[SimClient], names: Collection[str] = SAFETY, *,
-    classic: Any = None, topic_ids: dict[str, str] | None = None,
+    group: ConsumerGroup | None,
+    clients: Sequence[SimClient],
+    names: Collection[str] = SAFETY,
+    *,
+    classic: Any = None,
+    topic_ids: dict[str, str] | None = None,
 ) -> list[tuple[str, str]]:
     """The selected safety invariants (default: all); [(name, message)] for those that fail.
     ``classic``: the classic group of that id, if the legacy bridge holds one."""
     out: list[tuple[str, str]] = []
     if NO_DOUBLE_OWNERSHIP in names:
-        out += [(NO_DOUBLE_OWNERSHIP, m) for m in check_no_double_ownership(group, clients, classic)]
+        out += [
+            (NO_DOUBLE_OWNERSHIP, m) for m in check_no_double_ownership(group, clients, classic)
+        ]
     if OWNED_KNOWN_TO_COORDINATOR in names:
-        out += [(OWNED_KNOWN_TO_COORDINATOR, m) for m in check_owned_known(group, clients, classic, topic_ids)]
+        out += [
+            (OWNED_KNOWN_TO_COORDINATOR, m)
+            for m in check_owned_known(group, clients, classic, topic_ids)
+        ]
     if EPOCHS_BOUNDED in names:
         out += [(EPOCHS_BOUNDED, m) for m in check_epochs(group, clients, classic)]
     if TARGET_VALID in names:

@@ -95,7 +95,9 @@ def parse_faults(text: str | Sequence[str] | None) -> frozenset[str]:
         elif item in KNOWN_FAULTS:
             out.add(item)
         else:
-            raise ValueError(f"unknown fault {item!r} (known: {', '.join(KNOWN_FAULTS)}, all, none)")
+            raise ValueError(
+                f"unknown fault {item!r} (known: {', '.join(KNOWN_FAULTS)}, all, none)"
+            )
     return frozenset(out)
 
 
@@ -141,7 +143,13 @@ class SimParams:
         """
         settle = max(self.session_timeout_ms, self.rebalance_timeout_ms, self.restart_delay_max_ms)
         rounds = 4 * (self.heartbeat_interval_ms + 2 * self.max_latency_ms + self.max_revoke_ms)
-        bound = 2 * self.request_timeout_ms + settle + self.request_timeout_ms + self.retry_backoff_ms + rounds
+        bound = (
+            2 * self.request_timeout_ms
+            + settle
+            + self.request_timeout_ms
+            + self.retry_backoff_ms
+            + rounds
+        )
         if self.uses_classic():
             bound += self.classic_extra_ms()
         return bound
@@ -172,8 +180,12 @@ class SimParams:
         return (
             f"kip848 simulate --seed {self.seed} --steps {self.steps} --members {self.members} "
             f"--partitions {self.partitions} --faults {faults}"
-            + (f" --topics {self.topics} --static {self.static_members} --classic {self.classic} "
-               f"--protocol {self.protocol}" if self.classic else "")
+            + (
+                f" --topics {self.topics} --static {self.static_members} --classic {self.classic} "
+                f"--protocol {self.protocol}"
+                if self.classic
+                else ""
+            )
         )
 
 
@@ -210,11 +222,16 @@ class SimSummary:
             f"steps: {self.steps} ({self.fault_steps} with faults, {self.steps - self.fault_steps} quiet); "
             f"virtual time {self.virtual_ms / 1000:.1f}s; records {self.records}; coordinator restarts {self.restarts}",
             "events: " + ", ".join(f"{k}={v}" for k, v in sorted(self.events.items())),
-            "faults injected: " + (", ".join(f"{k}={v}" for k, v in sorted(self.faults.items())) or "none"),
+            "faults injected: "
+            + (", ".join(f"{k}={v}" for k, v in sorted(self.faults.items())) or "none"),
             f"invariant checks passed: {self.checks} (steps with zombie claims: {self.zombie_steps})",
             f"final group state: {self.final_state} at group epoch {self.final_epoch}",
             "time to stable after faults stopped: "
-            + ("never" if self.time_to_stable_ms is None else f"{self.time_to_stable_ms / 1000:.1f}s")
+            + (
+                "never"
+                if self.time_to_stable_ms is None
+                else f"{self.time_to_stable_ms / 1000:.1f}s"
+            )
             + f" (bound {p.liveness_bound_ms() / 1000:.1f}s)",
             f"trace digest: {self.trace_digest}",
         ]
@@ -237,8 +254,12 @@ class Simulation:
         )
         # The bridged shard: classic groups, classic members in consumer groups, upgrade and
         # downgrade. A fleet without classic clients never creates a classic group.
-        self.h: CoreHarness = ClassicHarness(assignors=list(assignors), config=config, ids=SequentialIds())
-        self.parked: dict[int, tuple[int, int, bool]] = {}  # deferred-response token -> (client, corr, dup)
+        self.h: CoreHarness = ClassicHarness(
+            assignors=list(assignors), config=config, ids=SequentialIds()
+        )
+        self.parked: dict[
+            int, tuple[int, int, bool]
+        ] = {}  # deferred-response token -> (client, corr, dup)
         self.id_name: dict[str, str] = {}  # every topic id ever created -> name
         self.store: list[tuple[bytes, bytes | None]] = []  # the record store (encoded)
         self.replica = self._fresh_shard()
@@ -263,47 +284,75 @@ class Simulation:
         for name in self.topic_names:
             self._create_topic(name, params.partitions)
         self.clients: list[Any] = []
-        self.switch_to: dict[int, Any] = {}  # client index -> the client that replaces it at restart
+        self.switch_to: dict[
+            int, Any
+        ] = {}  # client index -> the client that replaces it at restart
         for i in range(params.members):
             if i >= params.members - params.classic:
-                protocol = params.protocol if params.protocol != "mixed" else (COOPERATIVE if i % 2 else EAGER)
+                protocol = (
+                    params.protocol
+                    if params.protocol != "mixed"
+                    else (COOPERATIVE if i % 2 else EAGER)
+                )
                 c = self._new_client(i, classic=True, protocol=protocol)
             else:
                 c = self._new_client(i, classic=False)
             self.clients.append(c)
             self._schedule(self.rng.randint(0, params.heartbeat_interval_ms), "start", (i,))
 
-    def _new_client(self, i: int, *, classic: bool, protocol: str = EAGER, incarnation: int = 0) -> Any:
+    def _new_client(
+        self, i: int, *, classic: bool, protocol: str = EAGER, incarnation: int = 0
+    ) -> Any:
         p = self.p
         # Heterogeneous subscriptions: client 0 subscribes to t0 only when there are several
         # topics; the rest subscribe to everything.
-        topics = tuple(self.topic_names[:1]) if (i == 0 and p.topics > 1) else tuple(self.topic_names)
+        topics = (
+            tuple(self.topic_names[:1]) if (i == 0 and p.topics > 1) else tuple(self.topic_names)
+        )
         instance_id = f"inst-{i}" if i < p.static_members else None
         if classic:
             return ClassicClient(
-                index=i, topics=topics, protocol=protocol, instance_id=instance_id,
+                index=i,
+                topics=topics,
+                protocol=protocol,
+                instance_id=instance_id,
                 also_cooperative_sticky=(p.protocol == "mixed"),
-                rebalance_timeout_ms=p.rebalance_timeout_ms, session_timeout_ms=p.session_timeout_ms,
-                group_id=GROUP, incarnation=incarnation, heartbeat_interval_ms=p.heartbeat_interval_ms,
+                rebalance_timeout_ms=p.rebalance_timeout_ms,
+                session_timeout_ms=p.session_timeout_ms,
+                group_id=GROUP,
+                incarnation=incarnation,
+                heartbeat_interval_ms=p.heartbeat_interval_ms,
             )
-        return SimClient(index=i, topics=topics, instance_id=instance_id, rebalance_timeout_ms=p.rebalance_timeout_ms,
-                         group_id=GROUP, incarnation=incarnation)
+        return SimClient(
+            index=i,
+            topics=topics,
+            instance_id=instance_id,
+            rebalance_timeout_ms=p.rebalance_timeout_ms,
+            group_id=GROUP,
+            incarnation=incarnation,
+        )
 
     def meta(self) -> Meta:
         """The cluster metadata as classic clients see it."""
-        return Meta(by_name={n: (t.topic_id, t.num_partitions) for n, t in self.h.registry.topics.items()},
-                    name_of=self.id_name)
+        return Meta(
+            by_name={n: (t.topic_id, t.num_partitions) for n, t in self.h.registry.topics.items()},
+            name_of=self.id_name,
+        )
 
     # ------------------------------------------------------------------ plumbing
 
     def _fresh_shard(self) -> GroupCoordinatorShard:
         h = self.h
-        return h.shard_class(config=h.config, assignors=h.assignors, ids=h.ids, topics=h.registry.image())
+        return h.shard_class(
+            config=h.config, assignors=h.assignors, ids=h.ids, topics=h.registry.image()
+        )
 
     def _create_topic(self, name: str, partitions: int) -> None:
         tid = self.h.create_topic(name, partitions)
         self.id_name[tid] = name
-        self.topic_label[tid] = f"{name}#{sum(1 for v in self.topic_label.values() if v.startswith(name + '#'))}"
+        self.topic_label[tid] = (
+            f"{name}#{sum(1 for v in self.topic_label.values() if v.startswith(name + '#'))}"
+        )
         self.replica.set_topics(self.h.registry.image())
 
     def _schedule(self, at: int, kind: str, payload: tuple) -> None:
@@ -330,8 +379,10 @@ class Simulation:
                 self._log(f"completion of token {token} has no waiting request (lost)")
                 continue
             i, corr, dup = waiting
-            self._log(f"coordinator: parked corr={corr}{' (dup)' if dup else ''} of c{i} completes -> "
-                      f"{_resp_text(response)}")
+            self._log(
+                f"coordinator: parked corr={corr}{' (dup)' if dup else ''} of c{i} completes -> "
+                f"{_resp_text(response)}"
+            )
             self._respond(i, corr, ("ok", response))
 
     def _store_records(self, records: Sequence[Any]) -> None:
@@ -357,7 +408,9 @@ class Simulation:
         return self.rng.randint(1, self.p.max_latency_ms)
 
     def _net_fault(self, name: str) -> bool:
-        return self.faults_on and name in self.p.faults and self.rng.random() < self.p.net_fault_rate
+        return (
+            self.faults_on and name in self.p.faults and self.rng.random() < self.p.net_fault_rate
+        )
 
     # ------------------------------------------------------------------ running
 
@@ -382,14 +435,22 @@ class Simulation:
                             break  # stayed converged for two heartbeat intervals
                     else:
                         if stable_at is not None:
-                            self._fail(inv.LIVENESS, f"group left the converged state at t={self.now} "
-                                       f"(converged at t={stable_at}) without any fault")
+                            self._fail(
+                                inv.LIVENESS,
+                                f"group left the converged state at t={self.now} "
+                                f"(converged at t={stable_at}) without any fault",
+                            )
                     if self.now - (self.quiet_since or 0) > bound:
-                        self._fail(inv.LIVENESS, f"not converged {bound} ms after faults stopped "
-                                   f"(at t={self.quiet_since}); {self._why_not_converged()}")
+                        self._fail(
+                            inv.LIVENESS,
+                            f"not converged {bound} ms after faults stopped "
+                            f"(at t={self.quiet_since}); {self._why_not_converged()}",
+                        )
                     quiet_steps += 1
                     if quiet_steps > p.quiet_steps_max:
-                        self._fail(inv.LIVENESS, f"no convergence within {p.quiet_steps_max} quiet steps")
+                        self._fail(
+                            inv.LIVENESS, f"no convergence within {p.quiet_steps_max} quiet steps"
+                        )
                 try:
                     progressed = self._next_step()
                 except ClientModelError as exc:  # an answer no correct client can get
@@ -428,8 +489,10 @@ class Simulation:
             self.summary.events[f"timer-{due.key[0]}"] += 1
             res = self._guard(lambda: self.h.shard.on_timer(due, self.now))
             self._commit(res)
-            self._log(f"coordinator {due.key[0]} timer fires for {due.key[2]} (payload {due.payload}); "
-                      f"{len(res.records)} records")
+            self._log(
+                f"coordinator {due.key[0]} timer fires for {due.key[2]} (payload {due.payload}); "
+                f"{len(res.records)} records"
+            )
             return True
         while self.queue:
             at, _seq, kind, payload = heapq.heappop(self.queue)
@@ -485,8 +548,14 @@ class Simulation:
         for t, p in owned:
             if (t, p) not in c.progress:  # newly owned: resume from the committed offset
                 name = image.by_id[t].name if t in image.by_id else None
-                got = self.h.shard.offset_fetch(OffsetFetchGroup(
-                    group_id=GROUP, topics=(OffsetFetchTopic(name=name or "", topic_id=t, partition_indexes=(p,)),)))
+                got = self.h.shard.offset_fetch(
+                    OffsetFetchGroup(
+                        group_id=GROUP,
+                        topics=(
+                            OffsetFetchTopic(name=name or "", topic_id=t, partition_indexes=(p,)),
+                        ),
+                    )
+                )
                 committed = got.topics[0].partitions[0].committed_offset if got.topics else -1
                 c.progress[(t, p)] = max(committed, 0)
             c.progress[(t, p)] += self.rng.randint(1, 10)
@@ -495,9 +564,17 @@ class Simulation:
             return
         by_topic: dict[str, list[OffsetCommitPartition]] = {}
         for t, p in owned:
-            by_topic.setdefault(t, []).append(OffsetCommitPartition(partition_index=p, committed_offset=c.progress[(t, p)]))
-        req = OffsetCommit(group_id=GROUP, generation_id_or_member_epoch=c.epoch, member_id=c.member_id,
-                           topics=tuple(OffsetCommitTopic(topic_id=t, partitions=tuple(ps)) for t, ps in by_topic.items()))
+            by_topic.setdefault(t, []).append(
+                OffsetCommitPartition(partition_index=p, committed_offset=c.progress[(t, p)])
+            )
+        req = OffsetCommit(
+            group_id=GROUP,
+            generation_id_or_member_epoch=c.epoch,
+            member_id=c.member_id,
+            topics=tuple(
+                OffsetCommitTopic(topic_id=t, partitions=tuple(ps)) for t, ps in by_topic.items()
+            ),
+        )
         group = self.group
         classic = self.classic_group
         try:
@@ -517,18 +594,27 @@ class Simulation:
                 key = (topic.topic_id, part.partition_index)
                 offset = c.progress[key]
                 if classic is not None:
-                    owner = c.member_id if key in inv.classic_attributed(
-                        classic, c.member_id, self._topic_ids()) else "nobody (classic group)"
+                    owner = (
+                        c.member_id
+                        if key in inv.classic_attributed(classic, c.member_id, self._topic_ids())
+                        else "nobody (classic group)"
+                    )
                 else:
                     owner = None if group is None else group.owner_of(*key)
                 if inv.OFFSETS_FENCED not in self.p.invariants:
                     pass
                 elif owner != c.member_id:
-                    self._fail(inv.OFFSETS_FENCED, f"commit of {key} by {c.member_id} (epoch {c.epoch}) accepted "
-                               f"while the coordinator attributes it to {owner}")
+                    self._fail(
+                        inv.OFFSETS_FENCED,
+                        f"commit of {key} by {c.member_id} (epoch {c.epoch}) accepted "
+                        f"while the coordinator attributes it to {owner}",
+                    )
                 if offset < self.committed.get(key, -1) and inv.OFFSETS_FENCED in self.p.invariants:
-                    self._fail(inv.OFFSETS_FENCED, f"commit of {key} by {c.member_id} moved the offset back "
-                               f"from {self.committed[key]} to {offset}")
+                    self._fail(
+                        inv.OFFSETS_FENCED,
+                        f"commit of {key} by {c.member_id} moved the offset back "
+                        f"from {self.committed[key]} to {offset}",
+                    )
                 self.committed[key] = offset
 
     def _on_tick(self, i: int, gen: int) -> None:
@@ -563,7 +649,9 @@ class Simulation:
         corr = self.corr
         c.sent(corr, req)
         self._log(f"c{i} sends {_req_text(req, self.topic_label)} corr={corr}")
-        timeout = c.request_timeout(self.p.request_timeout_ms) if classic else self.p.request_timeout_ms
+        timeout = (
+            c.request_timeout(self.p.request_timeout_ms) if classic else self.p.request_timeout_ms
+        )
         self._schedule(self.now + timeout, "timeout", (i, corr))
         if self._net_fault("lose-request"):
             self.summary.faults["lose-request"] += 1
@@ -572,7 +660,9 @@ class Simulation:
             delay = self._latency()
             if self._net_fault("delay"):
                 self.summary.faults["delay"] += 1
-                delay += self.rng.randint(self.p.request_timeout_ms // 2, 2 * self.p.request_timeout_ms)
+                delay += self.rng.randint(
+                    self.p.request_timeout_ms // 2, 2 * self.p.request_timeout_ms
+                )
                 self._log(f"  fault: request corr={corr} delayed by {delay} ms")
             at = self.now + delay
             if not self._net_fault("reorder"):
@@ -612,15 +702,21 @@ class Simulation:
             res = self._handle(req)
         except CoordinatorError as exc:
             outcome = ("error", int(exc.code), exc.message)
-            self._log(f"coordinator: corr={corr}{' (dup)' if dup else ''} from c{i} -> {exc.code.name}: {exc.message}")
+            self._log(
+                f"coordinator: corr={corr}{' (dup)' if dup else ''} from c{i} -> {exc.code.name}: {exc.message}"
+            )
         except IllegalStateError as exc:
-            self._fail(inv.CORE_ILLEGAL_STATE, f"the core raised IllegalStateError on corr={corr}: {exc}")
+            self._fail(
+                inv.CORE_ILLEGAL_STATE, f"the core raised IllegalStateError on corr={corr}: {exc}"
+            )
         else:
             resp = res.response
             if isinstance(resp, Pending):
                 self.parked[resp.token] = (i, corr, dup)
-                self._log(f"coordinator: corr={corr}{' (dup)' if dup else ''} from c{i} waits (token {resp.token}); "
-                          f"{len(res.records)} records")
+                self._log(
+                    f"coordinator: corr={corr}{' (dup)' if dup else ''} from c{i} waits (token {resp.token}); "
+                    f"{len(res.records)} records"
+                )
                 self._commit(res)
                 return
             self._commit(res)
@@ -648,7 +744,11 @@ class Simulation:
             self._log(f"c{i} ignores response corr={corr} (not in flight)")
             return
         if isinstance(c, ClassicClient):
-            actions = c.on_response(outcome[1], self.meta()) if outcome[0] == "ok" else c.on_error(outcome[1])
+            actions = (
+                c.on_response(outcome[1], self.meta())
+                if outcome[0] == "ok"
+                else c.on_error(outcome[1])
+            )
             c.fresh_generation = True
         elif outcome[0] == "ok":
             actions = c.on_response(outcome[1])
@@ -661,14 +761,20 @@ class Simulation:
         c = self.clients[i]
         for a in actions:
             if a == "revoke":
-                slow = self.faults_on and "slow-revoke" in self.p.faults and self.rng.random() < 0.15
+                slow = (
+                    self.faults_on and "slow-revoke" in self.p.faults and self.rng.random() < 0.15
+                )
                 if slow:
                     self.summary.faults["slow-revoke"] += 1
                     delay = c.rebalance_timeout_ms + self.rng.randint(1, 10_000)
-                    self._log(f"  fault: c{i} revokes {fmt(c.revoking, self.topic_label)} slowly ({delay} ms)")
+                    self._log(
+                        f"  fault: c{i} revokes {fmt(c.revoking, self.topic_label)} slowly ({delay} ms)"
+                    )
                 else:
                     delay = self.rng.randint(0, self.p.max_revoke_ms)
-                self._schedule(self.now + delay, "revoked", (i, c.revoke_token, delay > c.rebalance_timeout_ms))
+                self._schedule(
+                    self.now + delay, "revoked", (i, c.revoke_token, delay > c.rebalance_timeout_ms)
+                )
             elif a == "send":
                 self._arm_tick(i, 0)
             elif a == "rejoin":
@@ -676,12 +782,16 @@ class Simulation:
             elif a == "retry":
                 self._arm_tick(i, self.p.retry_backoff_ms)
             elif a == "fatal":
-                self._schedule(self.now + self.rng.randint(1, self.p.restart_delay_max_ms), "start", (i,))
+                self._schedule(
+                    self.now + self.rng.randint(1, self.p.restart_delay_max_ms), "start", (i,)
+                )
 
     def _on_revoked(self, i: int, token: int, past_poll_timeout: bool = False) -> None:
         c = self.clients[i]
         if token == c.revoke_token and c.revoking:
-            self._commit_offsets(i)  # commit before giving the partitions up (auto-commit on revoke)
+            self._commit_offsets(
+                i
+            )  # commit before giving the partitions up (auto-commit on revoke)
         if isinstance(c, ClassicClient):
             actions = c.finish_revocation(token, poll_timeout=past_poll_timeout)
         else:
@@ -701,8 +811,20 @@ class Simulation:
 
     def _inject_fault(self) -> None:
         p = self.p
-        kinds = [f for f in ("crash", "static-bounce", "leave", "add-partitions", "recreate-topic", "assignor",
-                             "coordinator-restart", "switch-protocol") if f in p.faults]
+        kinds = [
+            f
+            for f in (
+                "crash",
+                "static-bounce",
+                "leave",
+                "add-partitions",
+                "recreate-topic",
+                "assignor",
+                "coordinator-restart",
+                "switch-protocol",
+            )
+            if f in p.faults
+        ]
         if not p.uses_classic():
             kinds = [f for f in kinds if f not in CLASSIC_ONLY_FAULTS]
         if not kinds:
@@ -715,7 +837,11 @@ class Simulation:
             self._log(f"fault {kind} dropped (faults stopped)")
             return
         rng = self.rng
-        up = [c for c in self.clients if c.phase in (JOINING, SYNCING, MEMBER) and c.index not in self.switch_to]
+        up = [
+            c
+            for c in self.clients
+            if c.phase in (JOINING, SYNCING, MEMBER) and c.index not in self.switch_to
+        ]
         if kind in ("crash", "leave", "static-bounce", "assignor", "switch-protocol"):
             pool = [c for c in up if c.instance_id is not None] if kind == "static-bounce" else up
             if kind == "leave":
@@ -730,14 +856,24 @@ class Simulation:
                 if isinstance(c, ClassicClient):
                     new = self._new_client(c.index, classic=False, incarnation=c.incarnation)
                 else:
-                    protocol = self.p.protocol if self.p.protocol != "mixed" else rng.choice((EAGER, COOPERATIVE))
-                    new = self._new_client(c.index, classic=True, protocol=protocol, incarnation=c.incarnation)
+                    protocol = (
+                        self.p.protocol
+                        if self.p.protocol != "mixed"
+                        else rng.choice((EAGER, COOPERATIVE))
+                    )
+                    new = self._new_client(
+                        c.index, classic=True, protocol=protocol, incarnation=c.incarnation
+                    )
                 self.switch_to[c.index] = new
                 c.begin_leave(static_bounce=c.instance_id is not None)
-                self._log(f"fault: c{c.index} shuts down to restart as a "
-                          f"{'classic/' + new.protocol if isinstance(new, ClassicClient) else 'KIP-848'} client")
+                self._log(
+                    f"fault: c{c.index} shuts down to restart as a "
+                    f"{'classic/' + new.protocol if isinstance(new, ClassicClient) else 'KIP-848'} client"
+                )
                 self._send(c.index)
-                self._schedule(self.now + rng.randint(1, self.p.restart_delay_max_ms), "start", (c.index,))
+                self._schedule(
+                    self.now + rng.randint(1, self.p.restart_delay_max_ms), "start", (c.index,)
+                )
                 return
             if kind == "assignor":
                 name = rng.choice(self.assignor_names)
@@ -749,11 +885,16 @@ class Simulation:
                 self._log(f"fault: c{c.index} crashes")
             else:
                 c.begin_leave(static_bounce=(kind == "static-bounce"))
-                how = ("LeaveGroup" if c.phase == LEAVING else "no LeaveGroup") if isinstance(c, ClassicClient) else (
-                    "-2" if c.leave_epoch == -2 else "-1")
+                how = (
+                    ("LeaveGroup" if c.phase == LEAVING else "no LeaveGroup")
+                    if isinstance(c, ClassicClient)
+                    else ("-2" if c.leave_epoch == -2 else "-1")
+                )
                 self._log(f"fault: c{c.index} shuts down ({how})")
                 self._send(c.index)
-            self._schedule(self.now + rng.randint(1, self.p.restart_delay_max_ms), "start", (c.index,))
+            self._schedule(
+                self.now + rng.randint(1, self.p.restart_delay_max_ms), "start", (c.index,)
+            )
             return
         self.summary.faults[kind] += 1
         if kind == "add-partitions":
@@ -777,7 +918,9 @@ class Simulation:
             self.deleted.add(name)
             self.replica.set_topics(self.h.registry.image())
             self._log(f"fault: topic {name} deleted")
-            self._schedule(self.now + rng.randint(1, self.p.restart_delay_max_ms), "recreate", (name,))
+            self._schedule(
+                self.now + rng.randint(1, self.p.restart_delay_max_ms), "recreate", (name,)
+            )
         elif kind == "coordinator-restart":
             self._restart_coordinator()
 
@@ -802,7 +945,9 @@ class Simulation:
         self.h.timers.apply(fresh.on_loaded(self.now))
         self.coord_gen += 1
         self.parked.clear()  # parked JoinGroup/SyncGroup requests die with the process
-        for c in self.clients:  # a generation not yet written is forgotten by the reloaded coordinator
+        for (
+            c
+        ) in self.clients:  # a generation not yet written is forgotten by the reloaded coordinator
             if isinstance(c, ClassicClient):
                 c.fresh_generation = False
         self.fifo.clear()
@@ -811,27 +956,41 @@ class Simulation:
         self._log(f"fault: coordinator restarts; reloaded {len(self.store)} records")
         after = fresh.snapshot()
         if after != before:
-            self._fail(inv.REPLAY_EQUALS_LIVE, "state reloaded from the store differs from the state "
-                       "before the restart:\n" + _diff(before, after))
+            self._fail(
+                inv.REPLAY_EQUALS_LIVE,
+                "state reloaded from the store differs from the state "
+                "before the restart:\n" + _diff(before, after),
+            )
 
     # ------------------------------------------------------------------ invariants
 
     def _check(self) -> None:
         group = self.group
         classic = self.classic_group
-        failures = inv.check_safety(group, self.clients, self.p.invariants, classic=classic, topic_ids=self._topic_ids())
+        failures = inv.check_safety(
+            group, self.clients, self.p.invariants, classic=classic, topic_ids=self._topic_ids()
+        )
         if failures:
             name = failures[0][0]
             self._fail(name, "\n".join(f"[{n}] {m}" for n, m in failures))
         live = self.h.shard.snapshot()
         replica = self.replica.snapshot()
-        for gid, cg in self.replica.classic_groups.items():  # a replayed classic group is its last record
+        for (
+            gid,
+            cg,
+        ) in self.replica.classic_groups.items():  # a replayed classic group is its last record
             if cg.durable is not None and cg.to_record_value() != cg.durable:
-                self._fail(inv.REPLAY_EQUALS_LIVE, f"the replayed classic group {gid} does not express its last "
-                           f"record: {cg.to_record_value()} != {cg.durable}")
+                self._fail(
+                    inv.REPLAY_EQUALS_LIVE,
+                    f"the replayed classic group {gid} does not express its last "
+                    f"record: {cg.to_record_value()} != {cg.durable}",
+                )
         if live != replica:
-            self._fail(inv.REPLAY_EQUALS_LIVE, "replaying the stored records does not yield the live state:\n"
-                       + _diff(live, replica))
+            self._fail(
+                inv.REPLAY_EQUALS_LIVE,
+                "replaying the stored records does not yield the live state:\n"
+                + _diff(live, replica),
+            )
         _l, zombies = inv.live_claims(group, self.clients, classic)
         if zombies:
             self.summary.zombie_steps += 1
@@ -845,10 +1004,18 @@ class Simulation:
         classic = self.classic_group
         if group is None and classic is None:
             return "no group"
-        pending = sorted({kind for _t, _s, kind, _p in self.queue if kind in ("start", "recreate")} | {
-            "delayed or stale request" for at, _s, kind, pl in self.queue
-            if kind == "deliver" and (self.clients[pl[0]].inflight != pl[1] or at > self.now + 2 * self.p.max_latency_ms)
-        })
+        pending = sorted(
+            {kind for _t, _s, kind, _p in self.queue if kind in ("start", "recreate")}
+            | {
+                "delayed or stale request"
+                for at, _s, kind, pl in self.queue
+                if kind == "deliver"
+                and (
+                    self.clients[pl[0]].inflight != pl[1]
+                    or at > self.now + 2 * self.p.max_latency_ms
+                )
+            }
+        )
         if pending:
             return f"fault follow-ups still pending: {pending}"
         if group is None:
@@ -903,15 +1070,21 @@ class Simulation:
         return ""
 
     def _classic_not_converged(self, c: ClassicClient, group: Any, classic: Any) -> str:
-        if c.revoking or c.rejoin_needed or (c.inflight is not None and c.inflight_kind != "heartbeat"):
+        if (
+            c.revoking
+            or c.rejoin_needed
+            or (c.inflight is not None and c.inflight_kind != "heartbeat")
+        ):
             return f"c{c.index} is still rebalancing"
         if group is not None:
             member = group.members.get(c.member_id)
             if member is None or member.classic_member_metadata is None:
                 return f"c{c.index} ({c.member_id}) is not a classic member of the consumer group"
             if not c.generation == member.member_epoch == group.group_epoch:
-                return (f"c{c.index} at generation {c.generation}, member epoch {member.member_epoch}, "
-                        f"group epoch {group.group_epoch}")
+                return (
+                    f"c{c.index} at generation {c.generation}, member epoch {member.member_epoch}, "
+                    f"group epoch {group.group_epoch}"
+                )
             if member.state.name != "STABLE":
                 return f"c{c.index} is {member.state.name} at the coordinator"
             return ""
@@ -941,20 +1114,26 @@ class Simulation:
         lines.append("coordinator:")
         cg = self.classic_group
         if cg is not None:
-            lines.append(f"  classic group: state={cg.state.value} generation={cg.generation} "
-                         f"protocol={cg.protocol_name} leader={cg.leader_id}")
+            lines.append(
+                f"  classic group: state={cg.state.value} generation={cg.generation} "
+                f"protocol={cg.protocol_name} leader={cg.leader_id}"
+            )
             ids = self._topic_ids()
             for mid in sorted(cg.members):
                 x = cg.members[mid]
-                lines.append(f"  {mid}: assignment={fmt(inv.classic_assignment(x, ids), self.topic_label)} "
-                             f"claims={fmt(inv.classic_claims(x, ids), self.topic_label)} "
-                             f"joined-at-gen={inv.classic_join_generation(x)} "
-                             f"{'waits-join ' if x.join_token is not None else ''}"
-                             f"{'waits-sync' if x.sync_token is not None else ''}")
+                lines.append(
+                    f"  {mid}: assignment={fmt(inv.classic_assignment(x, ids), self.topic_label)} "
+                    f"claims={fmt(inv.classic_claims(x, ids), self.topic_label)} "
+                    f"joined-at-gen={inv.classic_join_generation(x)} "
+                    f"{'waits-join ' if x.join_token is not None else ''}"
+                    f"{'waits-sync' if x.sync_token is not None else ''}"
+                )
         if g is None:
             lines.append("  no consumer group")
         else:
-            lines.append(f"  state={g.state().value} group_epoch={g.group_epoch} assignment_epoch={g.assignment_epoch}")
+            lines.append(
+                f"  state={g.state().value} group_epoch={g.group_epoch} assignment_epoch={g.assignment_epoch}"
+            )
             for mid in sorted(g.members):
                 m = g.members[mid]
                 lines.append(
@@ -963,12 +1142,17 @@ class Simulation:
                     f"pending_revocation={fmt(m.partitions_pending_revocation, self.topic_label)} "
                     f"target={fmt(g.target_of(mid), self.topic_label)}"
                 )
-        lines.append("topics: " + ", ".join(
-            f"{n}={self.topic_label.get(t.topic_id, t.topic_id)}({t.num_partitions})"
-            for n, t in sorted(self.h.registry.topics.items())))
-        lines.append(f"timers: {[(k[0], k[2], self.h.timers.get(k)) for k in self.h.timers.keys()]}")
+        lines.append(
+            "topics: "
+            + ", ".join(
+                f"{n}={self.topic_label.get(t.topic_id, t.topic_id)}({t.num_partitions})"
+                for n, t in sorted(self.h.registry.topics.items())
+            )
+        )
+        timers = [(k[0], k[2], self.h.timers.get(k)) for k in self.h.timers.keys()]  # noqa: SIM118
+        lines.append(f"timers: {timers}")
         lines.append(f"last {p.trace_tail} events:")
-        lines.extend("  " + t for t in self.trace[-p.trace_tail:])
+        lines.extend("  " + t for t in self.trace[-p.trace_tail :])
         return "\n".join(lines)
 
 
@@ -977,8 +1161,10 @@ def _req_text(req: Any, names: dict[str, str]) -> str:
         from legacy_bridge.protocol import decode_subscription
 
         sub = decode_subscription(req.protocols[0][1])
-        return (f"JoinGroup(member={req.member_id or '-'} protocols={[n for n, _m in req.protocols]} "
-                f"gen={sub.generation_id} owned={dict(sub.owned_partitions)})")
+        return (
+            f"JoinGroup(member={req.member_id or '-'} protocols={[n for n, _m in req.protocols]} "
+            f"gen={sub.generation_id} owned={dict(sub.owned_partitions)})"
+        )
     if isinstance(req, lm.SyncGroup):
         return f"SyncGroup(gen={req.generation_id} assignments={len(req.assignments)})"
     if isinstance(req, lm.Heartbeat):
@@ -998,8 +1184,10 @@ def _resp_text(resp: Any, names: dict[str, str] | None = None) -> str:
     if isinstance(resp, lm.JoinGroupResponse):
         if code:
             return f"JoinGroup error {code} member={resp.member_id}"
-        return (f"JoinGroup gen={resp.generation_id} member={resp.member_id} protocol={resp.protocol_name} "
-                f"leader={resp.leader or '-'} members={len(resp.members)}")
+        return (
+            f"JoinGroup gen={resp.generation_id} member={resp.member_id} protocol={resp.protocol_name} "
+            f"leader={resp.leader or '-'} members={len(resp.members)}"
+        )
     if isinstance(resp, lm.SyncGroupResponse):
         if code:
             return f"SyncGroup error {code}"
@@ -1011,7 +1199,8 @@ def _resp_text(resp: Any, names: dict[str, str] | None = None) -> str:
         return f"{type(resp).__name__} error {code}"
     a = resp.assignment
     return f"epoch {resp.member_epoch}" + (
-        "" if a is None else f" assigned={fmt(a.assigned, names)} pending={fmt(a.pending, names)}")
+        "" if a is None else f" assigned={fmt(a.assigned, names)} pending={fmt(a.pending, names)}"
+    )
 
 
 def _digest(trace: list[str]) -> str:

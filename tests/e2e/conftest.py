@@ -17,6 +17,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+
 from kip848.v1 import (
     admin_pb2,
     admin_pb2_grpc,
@@ -31,14 +32,27 @@ START_TIMEOUT_S = 20.0
 
 
 class ServerProcess:
-    def __init__(self, data_dir: Path, *extra: str, clock: str = "manual", listen: str = "127.0.0.1:0") -> None:
+    def __init__(
+        self, data_dir: Path, *extra: str, clock: str = "manual", listen: str = "127.0.0.1:0"
+    ) -> None:
         self.data_dir = data_dir
         self.stderr_path = data_dir.parent / f"{data_dir.name}-serve-{time.monotonic_ns()}.log"
         self._stderr = open(self.stderr_path, "wb")  # noqa: SIM115 - closed in wait()
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "coordinator.cli", "serve", "--listen", listen,
-             "--data-dir", str(data_dir), "--clock", clock, *extra],
+            [
+                sys.executable,
+                "-m",
+                "coordinator.cli",
+                "serve",
+                "--listen",
+                listen,
+                "--data-dir",
+                str(data_dir),
+                "--clock",
+                clock,
+                *extra,
+            ],
             stdout=subprocess.PIPE,
             stderr=self._stderr,
             env=env,
@@ -87,15 +101,25 @@ class ServerProcess:
 
     def create_topic(self, name: str, partitions: int) -> bytes:
         resp = self.admin.CreateTopics(
-            admin_pb2.CreateTopicsRequest(topics=[admin_pb2.CreateTopicsRequest.CreatableTopic(name=name, num_partitions=partitions)]),
+            admin_pb2.CreateTopicsRequest(
+                topics=[
+                    admin_pb2.CreateTopicsRequest.CreatableTopic(
+                        name=name, num_partitions=partitions
+                    )
+                ]
+            ),
             timeout=10,
         )
         assert resp.topics[0].error_code == 0, resp
         return resp.topics[0].topic_id
 
-    def heartbeat(self, client_id: str = "client", **fields: object) -> consumer_group_pb2.ConsumerGroupHeartbeatResponse:
+    def heartbeat(
+        self, client_id: str = "client", **fields: object
+    ) -> consumer_group_pb2.ConsumerGroupHeartbeatResponse:
         return self.groups.ConsumerGroupHeartbeat(
-            consumer_group_pb2.ConsumerGroupHeartbeatRequest(**fields), timeout=10, metadata=(("client-id", client_id),)
+            consumer_group_pb2.ConsumerGroupHeartbeatRequest(**fields),
+            timeout=10,
+            metadata=(("client-id", client_id),),
         )
 
     def describe(self, *group_ids: str) -> consumer_group_pb2.ConsumerGroupDescribeResponse:
@@ -130,7 +154,13 @@ class ServerProcess:
         self.wait()
 
 
-def join_request(group_id: str, topics: list[str], member_id: str = "", rebalance_timeout_ms: int = 30_000, **extra: object) -> dict:
+def join_request(
+    group_id: str,
+    topics: list[str],
+    member_id: str = "",
+    rebalance_timeout_ms: int = 30_000,
+    **extra: object,
+) -> dict:
     return dict(
         group_id=group_id,
         member_id=member_id,
@@ -157,8 +187,12 @@ def grpc_processes(request: pytest.FixtureRequest) -> tuple[str, ...]:
 
 
 @pytest.fixture(scope="module")
-def manual_server(tmp_path_factory: pytest.TempPathFactory, grpc_processes: tuple[str, ...]) -> Iterator[ServerProcess]:
-    server = ServerProcess(tmp_path_factory.mktemp("manual") / "data", *grpc_processes, clock="manual")
+def manual_server(
+    tmp_path_factory: pytest.TempPathFactory, grpc_processes: tuple[str, ...]
+) -> Iterator[ServerProcess]:
+    server = ServerProcess(
+        tmp_path_factory.mktemp("manual") / "data", *grpc_processes, clock="manual"
+    )
     try:
         yield server
     finally:

@@ -14,32 +14,42 @@ import grpc
 from conftest import ServerProcess, join_request, owned
 from kafka.protocol.consumer.metadata import ConsumerProtocolAssignment as KAssignment
 from kafka.protocol.consumer.metadata import ConsumerProtocolSubscription as KSubscription
+
 from kip848.v1 import classic_group_pb2 as pb
 from kip848.v1 import classic_group_pb2_grpc
-
 from legacy_bridge.protocol import decode_assignment
 
 WAIT_S = 10.0
-MEMBER_ID_REQUIRED = "The group member needs to have a valid member id before actually entering a consumer group."
+MEMBER_ID_REQUIRED = (
+    "The group member needs to have a valid member id before actually entering a consumer group."
+)
 REBALANCE = "The group is rebalancing, so a rejoin is needed."
 INT32_MIN = -(2**31)
 J = pb.JoinGroupResponse
 D = pb.DescribeGroupsResponse
 
 
-def k_subscription(topics: list[str], owned_partitions: dict[str, list[int]] | None = None, version: int = 3) -> bytes:
+def k_subscription(
+    topics: list[str], owned_partitions: dict[str, list[int]] | None = None, version: int = 3
+) -> bytes:
     tp = KSubscription.TopicPartition
     return KSubscription(
-        version=version, topics=topics, user_data=None,
-        owned_partitions=[tp(topic=t, partitions=ps) for t, ps in sorted((owned_partitions or {}).items())],
-        generation_id=-1, rack_id=None,
+        version=version,
+        topics=topics,
+        user_data=None,
+        owned_partitions=[
+            tp(topic=t, partitions=ps) for t, ps in sorted((owned_partitions or {}).items())
+        ],
+        generation_id=-1,
+        rack_id=None,
     ).encode(version=version)
 
 
 def k_assignment(assigned: dict[str, list[int]], version: int = 3) -> bytes:
     tp = KAssignment.TopicPartition
     return KAssignment(
-        version=version, assigned_partitions=[tp(topic=t, partitions=ps) for t, ps in sorted(assigned.items())],
+        version=version,
+        assigned_partitions=[tp(topic=t, partitions=ps) for t, ps in sorted(assigned.items())],
         user_data=None,
     ).encode(version=version)
 
@@ -72,46 +82,83 @@ class Classic:
     def md(name: str) -> tuple[tuple[str, str]]:
         return (("client-id", f"classic-{name}"),)
 
-    def join_request(self, member_id: str, owned_partitions: dict[str, list[int]] | None = None) -> pb.JoinGroupRequest:
+    def join_request(
+        self, member_id: str, owned_partitions: dict[str, list[int]] | None = None
+    ) -> pb.JoinGroupRequest:
         return pb.JoinGroupRequest(
-            group_id=self.group_id, session_timeout_ms=30_000, rebalance_timeout_ms=60_000, member_id=member_id,
+            group_id=self.group_id,
+            session_timeout_ms=30_000,
+            rebalance_timeout_ms=60_000,
+            member_id=member_id,
             protocol_type="consumer",
-            protocols=[pb.JoinGroupRequest.Protocol(name="range", metadata=k_subscription(self.topics, owned_partitions))],
+            protocols=[
+                pb.JoinGroupRequest.Protocol(
+                    name="range", metadata=k_subscription(self.topics, owned_partitions)
+                )
+            ],
         )
 
     def join(self, member_id: str = "", name: str = "x", **kw: object) -> pb.JoinGroupResponse:
-        return self.stub.JoinGroup(self.join_request(member_id, **kw), timeout=WAIT_S, metadata=self.md(name))  # type: ignore[arg-type]
+        return self.stub.JoinGroup(
+            self.join_request(member_id, **kw), timeout=WAIT_S, metadata=self.md(name)
+        )  # type: ignore[arg-type]
 
     def join_future(self, member_id: str, name: str = "x", **kw: object) -> grpc.Future:
-        return self.stub.JoinGroup.future(self.join_request(member_id, **kw), timeout=WAIT_S, metadata=self.md(name))  # type: ignore[arg-type]
+        return self.stub.JoinGroup.future(
+            self.join_request(member_id, **kw), timeout=WAIT_S, metadata=self.md(name)
+        )  # type: ignore[arg-type]
 
     def new_member(self, name: str) -> str:
         first = self.join(name=name)
-        assert first == J(error_code=79, error_message=MEMBER_ID_REQUIRED, generation_id=-1, member_id=first.member_id)
+        assert first == J(
+            error_code=79,
+            error_message=MEMBER_ID_REQUIRED,
+            generation_id=-1,
+            member_id=first.member_id,
+        )
         return first.member_id
 
-    def sync_request(self, member_id: str, generation: int, plan: dict[str, bytes] | None = None) -> pb.SyncGroupRequest:
+    def sync_request(
+        self, member_id: str, generation: int, plan: dict[str, bytes] | None = None
+    ) -> pb.SyncGroupRequest:
         return pb.SyncGroupRequest(
-            group_id=self.group_id, generation_id=generation, member_id=member_id, protocol_type="consumer",
+            group_id=self.group_id,
+            generation_id=generation,
+            member_id=member_id,
+            protocol_type="consumer",
             protocol_name="range",
-            assignments=[pb.SyncGroupRequest.Assignment(member_id=k, assignment=v) for k, v in sorted((plan or {}).items())],
+            assignments=[
+                pb.SyncGroupRequest.Assignment(member_id=k, assignment=v)
+                for k, v in sorted((plan or {}).items())
+            ],
         )
 
-    def sync(self, member_id: str, generation: int, plan: dict[str, bytes] | None = None) -> pb.SyncGroupResponse:
+    def sync(
+        self, member_id: str, generation: int, plan: dict[str, bytes] | None = None
+    ) -> pb.SyncGroupResponse:
         return self.stub.SyncGroup(self.sync_request(member_id, generation, plan), timeout=WAIT_S)
 
     def heartbeat(self, member_id: str, generation: int) -> pb.HeartbeatResponse:
         return self.stub.Heartbeat(
-            pb.HeartbeatRequest(group_id=self.group_id, generation_id=generation, member_id=member_id), timeout=WAIT_S
+            pb.HeartbeatRequest(
+                group_id=self.group_id, generation_id=generation, member_id=member_id
+            ),
+            timeout=WAIT_S,
         )
 
     def leave(self, *member_ids: str) -> pb.LeaveGroupResponse:
-        return self.stub.LeaveGroup(pb.LeaveGroupRequest(
-            group_id=self.group_id, members=[pb.LeaveGroupRequest.MemberIdentity(member_id=x) for x in member_ids]
-        ), timeout=WAIT_S)
+        return self.stub.LeaveGroup(
+            pb.LeaveGroupRequest(
+                group_id=self.group_id,
+                members=[pb.LeaveGroupRequest.MemberIdentity(member_id=x) for x in member_ids],
+            ),
+            timeout=WAIT_S,
+        )
 
     def describe(self) -> pb.DescribeGroupsResponse.DescribedGroup:
-        resp = self.stub.DescribeGroups(pb.DescribeGroupsRequest(group_ids=[self.group_id]), timeout=WAIT_S)
+        resp = self.stub.DescribeGroups(
+            pb.DescribeGroupsRequest(group_ids=[self.group_id]), timeout=WAIT_S
+        )
         assert resp.error_code == 0 and len(resp.groups) == 1, resp
         return resp.groups[0]
 
@@ -135,9 +182,20 @@ class Classic:
         assert not fa.done() and not fb.done()  # KIP-134: B joined during the delay -> one more
         self.s.advance(3_000)
         meta = k_subscription(self.topics)
-        common = {"generation_id": 1, "protocol_type": "consumer", "protocol_name": "range", "leader": a}
-        assert fa.result(timeout=WAIT_S) == J(**common, member_id=a, members=[  # type: ignore[arg-type]
-            J.Member(member_id=a, metadata=meta), J.Member(member_id=b, metadata=meta)])
+        common = {
+            "generation_id": 1,
+            "protocol_type": "consumer",
+            "protocol_name": "range",
+            "leader": a,
+        }
+        assert fa.result(timeout=WAIT_S) == J(
+            **common,
+            member_id=a,
+            members=[  # type: ignore[arg-type]
+                J.Member(member_id=a, metadata=meta),
+                J.Member(member_id=b, metadata=meta),
+            ],
+        )
         assert fb.result(timeout=WAIT_S) == J(**common, member_id=b)  # type: ignore[arg-type]
         half = partitions // 2
         pa, pb_ = {topic: list(range(half))}, {topic: list(range(half, partitions))}
@@ -145,7 +203,9 @@ class Classic:
         time.sleep(0.1)  # the follower waits for the leader (parked)
         plan = {a: k_assignment(pa), b: k_assignment(pb_)}
         done = pb.SyncGroupResponse(protocol_type="consumer", protocol_name="range")
-        assert self.sync(a, 1, plan) == pb.SyncGroupResponse(protocol_type="consumer", protocol_name="range", assignment=plan[a])
+        assert self.sync(a, 1, plan) == pb.SyncGroupResponse(
+            protocol_type="consumer", protocol_name="range", assignment=plan[a]
+        )
         got = follower.result(timeout=WAIT_S)
         done.assignment = plan[b]
         assert got == done
@@ -157,13 +217,29 @@ def test_find_coordinator(manual_server: ServerProcess) -> None:
     stub = classic_group_pb2_grpc.ClassicGroupServiceStub(manual_server.channel)
     host, port = manual_server.address.rsplit(":", 1)
     C = pb.FindCoordinatorResponse.Coordinator
-    got = stub.FindCoordinator(pb.FindCoordinatorRequest(key_type=0, coordinator_keys=["g1", "g2"]), timeout=WAIT_S)
-    assert got == pb.FindCoordinatorResponse(coordinators=[
-        C(key="g1", node_id=0, host=host, port=int(port)), C(key="g2", node_id=0, host=host, port=int(port))])
-    tx = stub.FindCoordinator(pb.FindCoordinatorRequest(key_type=1, coordinator_keys=["tx"]), timeout=WAIT_S)
-    assert tx == pb.FindCoordinatorResponse(coordinators=[C(
-        key="tx", node_id=-1, port=-1, error_code=42,
-        error_message="Key type 1 is not served: this coordinator serves only groups (key type 0).")])
+    got = stub.FindCoordinator(
+        pb.FindCoordinatorRequest(key_type=0, coordinator_keys=["g1", "g2"]), timeout=WAIT_S
+    )
+    assert got == pb.FindCoordinatorResponse(
+        coordinators=[
+            C(key="g1", node_id=0, host=host, port=int(port)),
+            C(key="g2", node_id=0, host=host, port=int(port)),
+        ]
+    )
+    tx = stub.FindCoordinator(
+        pb.FindCoordinatorRequest(key_type=1, coordinator_keys=["tx"]), timeout=WAIT_S
+    )
+    assert tx == pb.FindCoordinatorResponse(
+        coordinators=[
+            C(
+                key="tx",
+                node_id=-1,
+                port=-1,
+                error_code=42,
+                error_message="Key type 1 is not served: this coordinator serves only groups (key type 0).",
+            )
+        ]
+    )
 
 
 def test_two_member_classic_group(manual_server: ServerProcess) -> None:
@@ -174,58 +250,128 @@ def test_two_member_classic_group(manual_server: ServerProcess) -> None:
     assert c.heartbeat(a, 1) == pb.HeartbeatResponse()
     assert c.heartbeat(b, 1) == pb.HeartbeatResponse()
     assert c.heartbeat(b, 7) == pb.HeartbeatResponse(
-        error_code=22, error_message="The received generation id 7 does not match the generation 1 of group g-cl-two.")
+        error_code=22,
+        error_message="The received generation id 7 does not match the generation 1 of group g-cl-two.",
+    )
     assert c.heartbeat("ghost", 1) == pb.HeartbeatResponse(
-        error_code=25, error_message="Member ghost is not a member of group g-cl-two.")
+        error_code=25, error_message="Member ghost is not a member of group g-cl-two."
+    )
     M = D.Member
     meta = k_subscription(["cl-two"])
     assert c.describe() == D.DescribedGroup(
-        group_id="g-cl-two", group_state="Stable", protocol_type="consumer", protocol_data="range",
-        authorized_operations=INT32_MIN, members=[
-            M(member_id=a, client_id="classic-a", client_host="/127.0.0.1", member_metadata=meta, member_assignment=k_assignment(pa)),
-            M(member_id=b, client_id="classic-b", client_host="/127.0.0.1", member_metadata=meta, member_assignment=k_assignment(pb_)),
-        ])
+        group_id="g-cl-two",
+        group_state="Stable",
+        protocol_type="consumer",
+        protocol_data="range",
+        authorized_operations=INT32_MIN,
+        members=[
+            M(
+                member_id=a,
+                client_id="classic-a",
+                client_host="/127.0.0.1",
+                member_metadata=meta,
+                member_assignment=k_assignment(pa),
+            ),
+            M(
+                member_id=b,
+                client_id="classic-b",
+                client_host="/127.0.0.1",
+                member_metadata=meta,
+                member_assignment=k_assignment(pb_),
+            ),
+        ],
+    )
     # A leaves: B hears REBALANCE_IN_PROGRESS, rejoins alone (it completes the barrier itself).
-    assert c.leave(a) == pb.LeaveGroupResponse(members=[pb.LeaveGroupResponse.MemberResponse(member_id=a)])
+    assert c.leave(a) == pb.LeaveGroupResponse(
+        members=[pb.LeaveGroupResponse.MemberResponse(member_id=a)]
+    )
     assert c.heartbeat(b, 1) == pb.HeartbeatResponse(error_code=27, error_message=REBALANCE)
     meta = k_subscription(["cl-two"])
-    assert c.join(b, "b") == J(generation_id=2, protocol_type="consumer", protocol_name="range", leader=b, member_id=b,
-                               members=[J.Member(member_id=b, metadata=meta)])
+    assert c.join(b, "b") == J(
+        generation_id=2,
+        protocol_type="consumer",
+        protocol_name="range",
+        leader=b,
+        member_id=b,
+        members=[J.Member(member_id=b, metadata=meta)],
+    )
     plan = {b: k_assignment({"cl-two": [0, 1, 2, 3]})}
-    assert c.sync(b, 2, plan) == pb.SyncGroupResponse(protocol_type="consumer", protocol_name="range", assignment=plan[b])
-    assert c.leave(b, "ghost") == pb.LeaveGroupResponse(members=[
-        pb.LeaveGroupResponse.MemberResponse(member_id=b),
-        pb.LeaveGroupResponse.MemberResponse(member_id="ghost", error_code=25,
-                                             error_message="Member ghost is not a member of group g-cl-two."),
-    ])
+    assert c.sync(b, 2, plan) == pb.SyncGroupResponse(
+        protocol_type="consumer", protocol_name="range", assignment=plan[b]
+    )
+    assert c.leave(b, "ghost") == pb.LeaveGroupResponse(
+        members=[
+            pb.LeaveGroupResponse.MemberResponse(member_id=b),
+            pb.LeaveGroupResponse.MemberResponse(
+                member_id="ghost",
+                error_code=25,
+                error_message="Member ghost is not a member of group g-cl-two.",
+            ),
+        ]
+    )
     # Kafka keeps the protocol type of a group that became empty (only the protocol name goes).
-    assert c.describe() == D.DescribedGroup(group_id="g-cl-two", group_state="Empty", protocol_type="consumer",
-                                            authorized_operations=INT32_MIN)
+    assert c.describe() == D.DescribedGroup(
+        group_id="g-cl-two",
+        group_state="Empty",
+        protocol_type="consumer",
+        authorized_operations=INT32_MIN,
+    )
 
 
 def test_in_band_errors(manual_server: ServerProcess) -> None:
     c = Classic(manual_server, "", ["x"])
-    assert c.join(name="e") == J(error_code=24, error_message="Group id '' is invalid.", generation_id=-1)
-    assert c.heartbeat("m", 1) == pb.HeartbeatResponse(error_code=24, error_message="Group id '' is invalid.")
+    assert c.join(name="e") == J(
+        error_code=24, error_message="Group id '' is invalid.", generation_id=-1
+    )
+    assert c.heartbeat("m", 1) == pb.HeartbeatResponse(
+        error_code=24, error_message="Group id '' is invalid."
+    )
     c.group_id = "g-cl-unknown"
-    assert c.heartbeat("m", 1) == pb.HeartbeatResponse(error_code=25, error_message="Group g-cl-unknown not found.")
-    assert c.sync("m", 1) == pb.SyncGroupResponse(error_code=25, error_message="Group g-cl-unknown not found.")
-    assert c.join("m", "e") == J(error_code=25, error_message="Group g-cl-unknown has no member m.", generation_id=-1,
-                                 member_id="m")
-    assert c.describe() == D.DescribedGroup(group_id="g-cl-unknown", group_state="Dead", error_code=69,
-                                            error_message="Group g-cl-unknown not found.", authorized_operations=INT32_MIN)
-    bad = pb.JoinGroupRequest(group_id="g-cl-bad", session_timeout_ms=1, member_id="", protocol_type="consumer",
-                              protocols=[pb.JoinGroupRequest.Protocol(name="range", metadata=b"")])
+    assert c.heartbeat("m", 1) == pb.HeartbeatResponse(
+        error_code=25, error_message="Group g-cl-unknown not found."
+    )
+    assert c.sync("m", 1) == pb.SyncGroupResponse(
+        error_code=25, error_message="Group g-cl-unknown not found."
+    )
+    assert c.join("m", "e") == J(
+        error_code=25,
+        error_message="Group g-cl-unknown has no member m.",
+        generation_id=-1,
+        member_id="m",
+    )
+    assert c.describe() == D.DescribedGroup(
+        group_id="g-cl-unknown",
+        group_state="Dead",
+        error_code=69,
+        error_message="Group g-cl-unknown not found.",
+        authorized_operations=INT32_MIN,
+    )
+    bad = pb.JoinGroupRequest(
+        group_id="g-cl-bad",
+        session_timeout_ms=1,
+        member_id="",
+        protocol_type="consumer",
+        protocols=[pb.JoinGroupRequest.Protocol(name="range", metadata=b"")],
+    )
     assert c.stub.JoinGroup(bad, timeout=WAIT_S) == J(
-        error_code=26, error_message="SessionTimeoutMs 1 is out of range [6000, 1800000].", generation_id=-1)
+        error_code=26,
+        error_message="SessionTimeoutMs 1 is out of range [6000, 1800000].",
+        generation_id=-1,
+    )
 
 
 def _consumer_view(s: ServerProcess, group_id: str) -> dict[str, tuple[int, list[int], int]]:
     """member id -> (member epoch, assigned partitions, member type 0 classic / 1 consumer)."""
     (g,) = s.describe(group_id).groups
     assert g.error_code == 0, g
-    return {x.member_id: (x.member_epoch, sorted(p for tp in x.assignment.topic_partitions for p in tp.partitions), x.member_type)
-            for x in g.members}
+    return {
+        x.member_id: (
+            x.member_epoch,
+            sorted(p for tp in x.assignment.topic_partitions for p in tp.partitions),
+            x.member_type,
+        )
+        for x in g.members
+    }
 
 
 def test_online_upgrade_then_downgrade(manual_server: ServerProcess) -> None:
@@ -236,7 +382,11 @@ def test_online_upgrade_then_downgrade(manual_server: ServerProcess) -> None:
     # A KIP-848 member joins: the classic group is converted; the classic members keep their
     # partitions (generation 1 = member epoch 1); K waits for them.
     k = s.heartbeat(client_id="k", **join_request("g-cl-up", ["cl-up"], member_id="K"))
-    assert (k.error_code, k.member_epoch, list(k.assignment.assigned_topic_partitions)) == (0, 2, [])
+    assert (k.error_code, k.member_epoch, list(k.assignment.assigned_topic_partitions)) == (
+        0,
+        2,
+        [],
+    )
     assert _consumer_view(s, "g-cl-up") == {a: (1, [0, 1], 0), b: (1, [2, 3], 0), "K": (2, [], 1)}
     # Each classic member reconciles alone: REBALANCE_IN_PROGRESS -> JoinGroup -> SyncGroup
     # (a cooperative client: it reports what it owns and keeps it; it rejoins after revoking).
@@ -250,29 +400,50 @@ def test_online_upgrade_then_downgrade(manual_server: ServerProcess) -> None:
             assert hb == pb.HeartbeatResponse(error_code=27, error_message=REBALANCE)
             joined = c.join(mid, name, owned_partitions={"cl-up": owns[mid]})
             # generation = member epoch: 1 while the member still has to revoke, then 2
-            assert joined == J(generation_id=joined.generation_id, protocol_type="consumer", protocol_name="range",
-                               member_id=mid) and joined.generation_id in (1, 2)
+            assert joined == J(
+                generation_id=joined.generation_id,
+                protocol_type="consumer",
+                protocol_name="range",
+                member_id=mid,
+            ) and joined.generation_id in (1, 2)
             synced = c.sync(mid, joined.generation_id)
             kept = assigned(synced.assignment)["cl-up"]
-            assert synced == pb.SyncGroupResponse(protocol_type="consumer", protocol_name="range",
-                                                  assignment=k_assignment({"cl-up": kept}))
+            assert synced == pb.SyncGroupResponse(
+                protocol_type="consumer",
+                protocol_name="range",
+                assignment=k_assignment({"cl-up": kept}),
+            )
             assert set(kept) <= set(owns[mid])  # never handed a partition someone else still owns
             owns[mid] = kept
         else:
             raise AssertionError(f"{mid} did not settle")
-    k2 = s.heartbeat(client_id="k", group_id="g-cl-up", member_id="K", member_epoch=2, topic_partitions=owned())
+    k2 = s.heartbeat(
+        client_id="k", group_id="g-cl-up", member_id="K", member_epoch=2, topic_partitions=owned()
+    )
     gave = [p for x in k2.assignment.assigned_topic_partitions for p in x.partitions]
     assert (k2.error_code, k2.member_epoch, len(gave)) == (0, 2, 1)
     # Sticky: each classic member kept a subset of what it had; exactly one partition moved to K.
     view = _consumer_view(s, "g-cl-up")
     assert view == {a: (2, owns[a], 0), b: (2, owns[b], 0), "K": (2, gave, 1)}
     assert sorted(owns[a] + owns[b] + gave) == [0, 1, 2, 3]
-    assert len(owns[a]) + len(owns[b]) == 3 and set(owns[a]) <= set(pa["cl-up"]) and set(owns[b]) <= set(pb_["cl-up"])
+    assert (
+        len(owns[a]) + len(owns[b]) == 3
+        and set(owns[a]) <= set(pa["cl-up"])
+        and set(owns[b]) <= set(pb_["cl-up"])
+    )
     described = c.describe()
-    assert (described.group_state, described.protocol_type, described.protocol_data) == ("Stable", "consumer", "uniform")
-    assert {x.member_id: (x.client_id, assigned(x.member_assignment)) for x in described.members} == {
-        a: ("classic-a", {"cl-up": owns[a]} if owns[a] else {}), b: ("classic-b", {"cl-up": owns[b]} if owns[b] else {}),
-        "K": ("k", {"cl-up": gave})}
+    assert (described.group_state, described.protocol_type, described.protocol_data) == (
+        "Stable",
+        "consumer",
+        "uniform",
+    )
+    assert {
+        x.member_id: (x.client_id, assigned(x.member_assignment)) for x in described.members
+    } == {
+        a: ("classic-a", {"cl-up": owns[a]} if owns[a] else {}),
+        b: ("classic-b", {"cl-up": owns[b]} if owns[b] else {}),
+        "K": ("k", {"cl-up": gave}),
+    }
     # K leaves: only classic members remain -> the group is downgraded and rebalances classically.
     left = s.heartbeat(client_id="k", group_id="g-cl-up", member_id="K", member_epoch=-1)
     assert (left.error_code, left.member_epoch) == (0, -1)
@@ -283,14 +454,20 @@ def test_online_upgrade_then_downgrade(manual_server: ServerProcess) -> None:
     time.sleep(0.1)
     jb = c.join(b, "b")  # the last member completes the barrier
     ja = fa.result(timeout=WAIT_S)
-    assert (ja.generation_id, jb.generation_id, ja.leader, jb.leader) == (4, 4, ja.leader, ja.leader)
+    assert (ja.generation_id, jb.generation_id, ja.leader, jb.leader) == (
+        4,
+        4,
+        ja.leader,
+        ja.leader,
+    )
     leader, follower = (a, b) if ja.leader == a else (b, a)
     plan = {leader: k_assignment({"cl-up": [0, 1]}), follower: k_assignment({"cl-up": [2, 3]})}
     f = c.stub.SyncGroup.future(c.sync_request(follower, 4), timeout=WAIT_S)
     time.sleep(0.1)
     assert c.sync(leader, 4, plan).assignment == plan[leader]
-    assert f.result(timeout=WAIT_S) == pb.SyncGroupResponse(protocol_type="consumer", protocol_name="range",
-                                                            assignment=plan[follower])
+    assert f.result(timeout=WAIT_S) == pb.SyncGroupResponse(
+        protocol_type="consumer", protocol_name="range", assignment=plan[follower]
+    )
     assert c.state() == "Stable"
 
 
@@ -303,8 +480,12 @@ def test_parked_join_is_answered_on_shutdown(start_server, tmp_path: Path) -> No
     wait_until("A at the barrier", lambda: len(c.describe().members) == 1)
     started = time.monotonic()
     s.signal(signal.SIGTERM)
-    assert fa.result(timeout=WAIT_S) == J(error_code=15, error_message="The coordinator is shutting down.",
-                                          generation_id=-1, member_id=a)
+    assert fa.result(timeout=WAIT_S) == J(
+        error_code=15,
+        error_message="The coordinator is shutting down.",
+        generation_id=-1,
+        member_id=a,
+    )
     assert s.wait() == 0, s.stderr_text()
     assert time.monotonic() - started < 5  # not left to the 10 s grace
 
@@ -333,23 +514,46 @@ def test_state_survives_sigkill_mid_migration(start_server, tmp_path: Path) -> N
     assert _consumer_view(s, "g-cl-kill") == view
     assert c.heartbeat(a, 1) == pb.HeartbeatResponse(error_code=27, error_message=REBALANCE)
     # 3. K leaves (downgrade), SIGKILL: a classic group at generation 3 with A and B.
-    assert s.heartbeat(client_id="k", group_id="g-cl-kill", member_id="K", member_epoch=-1).member_epoch == -1
-    downgraded = c.describe()  # the transient rebalance is not durable (as in Kafka): Stable after a load
+    assert (
+        s.heartbeat(
+            client_id="k", group_id="g-cl-kill", member_id="K", member_epoch=-1
+        ).member_epoch
+        == -1
+    )
+    downgraded = (
+        c.describe()
+    )  # the transient rebalance is not durable (as in Kafka): Stable after a load
     assert downgraded.group_state == "PreparingRebalance"
     s.kill9()
     s = start_server(data)
     c = Classic(s, "g-cl-kill", ["cl-kill"])
     got = c.describe()
     meta = k_subscription(["cl-kill"])
-    assert got == D.DescribedGroup(group_id="g-cl-kill", group_state="Stable", protocol_type="consumer", protocol_data="range",
-                                   authorized_operations=INT32_MIN, members=[
-                                       D.Member(member_id=x.member_id, client_id=x.client_id, client_host=x.client_host,
-                                                member_metadata=meta, member_assignment=y.member_assignment)
-                                       for x, y in zip(downgraded.members, got.members, strict=True)])
+    assert got == D.DescribedGroup(
+        group_id="g-cl-kill",
+        group_state="Stable",
+        protocol_type="consumer",
+        protocol_data="range",
+        authorized_operations=INT32_MIN,
+        members=[
+            D.Member(
+                member_id=x.member_id,
+                client_id=x.client_id,
+                client_host=x.client_host,
+                member_metadata=meta,
+                member_assignment=y.member_assignment,
+            )
+            for x, y in zip(downgraded.members, got.members, strict=True)
+        ],
+    )
     # The serialized assignments are the consumer group's target: a subset of what each had.
-    got_assigned = {x.member_id: assigned(x.member_assignment).get("cl-kill", []) for x in got.members}
+    got_assigned = {
+        x.member_id: assigned(x.member_assignment).get("cl-kill", []) for x in got.members
+    }
     assert set(got_assigned) == {a, b}
-    assert set(got_assigned[a]) <= set(pa["cl-kill"]) and set(got_assigned[b]) <= set(pb_["cl-kill"])
+    assert set(got_assigned[a]) <= set(pa["cl-kill"]) and set(got_assigned[b]) <= set(
+        pb_["cl-kill"]
+    )
     assert c.heartbeat(a, 3) == pb.HeartbeatResponse()
     assert s.stop() == 0, s.stderr_text()
 
@@ -360,9 +564,17 @@ def test_consumer_member_on_classic_apis_is_unknown(manual_server: ServerProcess
     s.heartbeat(**join_request("g-cl-mixed", ["cl-mixed"], member_id="K"))
     c = Classic(s, "g-cl-mixed", ["cl-mixed"])
     assert c.heartbeat("K", 1) == pb.HeartbeatResponse(
-        error_code=25, error_message="Member K does not use the classic protocol.")
-    assert c.leave("K") == pb.LeaveGroupResponse(members=[pb.LeaveGroupResponse.MemberResponse(
-        member_id="K", error_code=25, error_message="Member K does not use the classic protocol.")])
+        error_code=25, error_message="Member K does not use the classic protocol."
+    )
+    assert c.leave("K") == pb.LeaveGroupResponse(
+        members=[
+            pb.LeaveGroupResponse.MemberResponse(
+                member_id="K",
+                error_code=25,
+                error_message="Member K does not use the classic protocol.",
+            )
+        ]
+    )
     assert s.describe("g-cl-mixed").groups[0].members[0].member_type == 1
 
 
@@ -371,9 +583,16 @@ def test_find_coordinator_answers_the_advertised_address(start_server) -> None:
     not to the address it binds (here 127.0.0.1:0)."""
     server = start_server(None, "--advertised-address", "coordinator.example:19094")
     stub = classic_group_pb2_grpc.ClassicGroupServiceStub(server.channel)
-    got = stub.FindCoordinator(pb.FindCoordinatorRequest(key_type=0, coordinator_keys=["g"]), timeout=WAIT_S)
-    assert got == pb.FindCoordinatorResponse(coordinators=[
-        pb.FindCoordinatorResponse.Coordinator(key="g", node_id=0, host="coordinator.example", port=19094)])
+    got = stub.FindCoordinator(
+        pb.FindCoordinatorRequest(key_type=0, coordinator_keys=["g"]), timeout=WAIT_S
+    )
+    assert got == pb.FindCoordinatorResponse(
+        coordinators=[
+            pb.FindCoordinatorResponse.Coordinator(
+                key="g", node_id=0, host="coordinator.example", port=19094
+            )
+        ]
+    )
 
 
 def test_concurrent_joins_on_many_shards_reach_their_callers(start_server) -> None:
@@ -383,7 +602,9 @@ def test_concurrent_joins_on_many_shards_reach_their_callers(start_server) -> No
     shards, all parked at once: every caller gets its own group's answer."""
     from coordinator.runtime.loader import shard_of
 
-    s: ServerProcess = start_server(None, "--set", "group.initial.rebalance.delay.ms=300", clock="system")
+    s: ServerProcess = start_server(
+        None, "--set", "group.initial.rebalance.delay.ms=300", clock="system"
+    )
     s.create_topic("cl-many", 4)
     groups = [f"g-many-{n}" for n in range(12)]
     assert len({shard_of(g, 4) for g in groups}) == 4  # the groups really span every shard
@@ -393,5 +614,11 @@ def test_concurrent_joins_on_many_shards_reach_their_callers(start_server) -> No
     meta = k_subscription(["cl-many"])
     for c, mid, fut in zip(clients, members, futures, strict=True):
         got = fut.result(timeout=WAIT_S)
-        assert got == J(generation_id=1, protocol_type="consumer", protocol_name="range", leader=mid,
-                        member_id=mid, members=[J.Member(member_id=mid, metadata=meta)]), c.group_id
+        assert got == J(
+            generation_id=1,
+            protocol_type="consumer",
+            protocol_name="range",
+            leader=mid,
+            member_id=mid,
+            members=[J.Member(member_id=mid, metadata=meta)],
+        ), c.group_id

@@ -23,6 +23,7 @@ import grpc
 import pytest
 from conftest import ServerProcess, join_request
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+
 from kip848.v1 import (
     common_pb2,
     consumer_group_pb2,
@@ -52,7 +53,10 @@ def running(pid: int) -> bool:
 
 def connections(address: str, n: int = CONNECTIONS) -> list[grpc.Channel]:
     # A local subchannel pool per channel: one TCP connection each, not one shared.
-    return [grpc.insecure_channel(address, options=[("grpc.use_local_subchannel_pool", 1)]) for _ in range(n)]
+    return [
+        grpc.insecure_channel(address, options=[("grpc.use_local_subchannel_pool", 1)])
+        for _ in range(n)
+    ]
 
 
 @pytest.fixture
@@ -63,7 +67,9 @@ def server3(tmp_path: Path):
         server.stop()
 
 
-def test_every_connection_gets_the_coordinators_answers_and_shutdown_is_clean(server3: ServerProcess) -> None:
+def test_every_connection_gets_the_coordinators_answers_and_shutdown_is_clean(
+    server3: ServerProcess,
+) -> None:
     frontends = children(server3.proc.pid)
     cmdlines = [Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") for pid in frontends]
     assert len(frontends) == 2, cmdlines
@@ -77,10 +83,15 @@ def test_every_connection_gets_the_coordinators_answers_and_shutdown_is_clean(se
     for i, stub in enumerate(stubs):
         r = stub.ConsumerGroupHeartbeat(
             consumer_group_pb2.ConsumerGroupHeartbeatRequest(**join_request("g", ["orders"])),
-            timeout=10, metadata=(("client-id", f"client-{i}"),),
+            timeout=10,
+            metadata=(("client-id", f"client-{i}"),),
         )
         assert (r.error_code, r.HasField("error_message")) == (0, False), r
-        state[i] = (r.member_id, r.member_epoch, common_pb2.TopicPartitionsList(items=r.assignment.assigned_topic_partitions))
+        state[i] = (
+            r.member_id,
+            r.member_epoch,
+            common_pb2.TopicPartitionsList(items=r.assignment.assigned_topic_partitions),
+        )
     assert len({m for m, _, _ in state.values()}) == CONNECTIONS
 
     # Reconcile (bounded): each member heartbeats through its own connection until stable.
@@ -88,9 +99,13 @@ def test_every_connection_gets_the_coordinators_answers_and_shutdown_is_clean(se
         changed = False
         for i, stub in enumerate(stubs):
             member_id, epoch, owned = state[i]
-            r = stub.ConsumerGroupHeartbeat(consumer_group_pb2.ConsumerGroupHeartbeatRequest(
-                group_id="g", member_id=member_id, member_epoch=epoch, topic_partitions=owned),
-                timeout=10, metadata=(("client-id", f"client-{i}"),))
+            r = stub.ConsumerGroupHeartbeat(
+                consumer_group_pb2.ConsumerGroupHeartbeatRequest(
+                    group_id="g", member_id=member_id, member_epoch=epoch, topic_partitions=owned
+                ),
+                timeout=10,
+                metadata=(("client-id", f"client-{i}"),),
+            )
             assert r.error_code == 0, r
             if r.HasField("assignment"):
                 owned = common_pb2.TopicPartitionsList(items=r.assignment.assigned_topic_partitions)
@@ -104,22 +119,36 @@ def test_every_connection_gets_the_coordinators_answers_and_shutdown_is_clean(se
 
     # Every connection describes the very same group; client ids (set on every heartbeat, as
     # in Kafka) came through whichever process.
-    described = [stub.ConsumerGroupDescribe(consumer_group_pb2.ConsumerGroupDescribeRequest(group_ids=["g"]), timeout=10)
-                 for stub in stubs]
+    described = [
+        stub.ConsumerGroupDescribe(
+            consumer_group_pb2.ConsumerGroupDescribeRequest(group_ids=["g"]), timeout=10
+        )
+        for stub in stubs
+    ]
     assert len({d.SerializeToString(deterministic=True) for d in described}) == 1
     group = described[0].groups[0]
     assert (group.error_code, group.group_state, len(group.members)) == (0, "Stable", CONNECTIONS)
     client_of = {m.member_id: m.client_id for m in group.members}
     assert client_of == {state[i][0]: f"client-{i}" for i in range(CONNECTIONS)}
-    owned = sorted(p for m in group.members for tp in m.assignment.topic_partitions for p in tp.partitions)
+    owned = sorted(
+        p for m in group.members for tp in m.assignment.topic_partitions for p in tp.partitions
+    )
     assert owned == list(range(12))
 
     # TestingService, health, and transport-level errors: the same on every connection.
-    now = {testing_pb2_grpc.TestingServiceStub(ch).AdvanceTime(testing_pb2.AdvanceTimeRequest(ms=0), timeout=10).now_ms
-           for ch in chans}
+    now = {
+        testing_pb2_grpc.TestingServiceStub(ch)
+        .AdvanceTime(testing_pb2.AdvanceTimeRequest(ms=0), timeout=10)
+        .now_ms
+        for ch in chans
+    }
     assert len(now) == 1
-    health = {health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(service=""), timeout=10).status
-              for ch in chans}
+    health = {
+        health_pb2_grpc.HealthStub(ch)
+        .Check(health_pb2.HealthCheckRequest(service=""), timeout=10)
+        .status
+        for ch in chans
+    }
     assert health == {health_pb2.HealthCheckResponse.SERVING}
     for ch in chans:
         raw = ch.unary_unary(HEARTBEAT, request_serializer=None, response_deserializer=None)
@@ -127,8 +156,11 @@ def test_every_connection_gets_the_coordinators_answers_and_shutdown_is_clean(se
             raw(b"\xff\xff\xff", timeout=10)
         assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert err.value.details().startswith("Undecodable request:")
-        missing = ch.unary_unary("/kip848.v1.ConsumerGroupService/NoSuchMethod", request_serializer=None,
-                                 response_deserializer=None)
+        missing = ch.unary_unary(
+            "/kip848.v1.ConsumerGroupService/NoSuchMethod",
+            request_serializer=None,
+            response_deserializer=None,
+        )
         with pytest.raises(grpc.RpcError) as err:
             missing(b"", timeout=10)
         assert err.value.code() == grpc.StatusCode.UNIMPLEMENTED
@@ -137,7 +169,12 @@ def test_every_connection_gets_the_coordinators_answers_and_shutdown_is_clean(se
 
     assert server3.stop() == 0
     log = server3.stderr_text()
-    forwarded = [int(n) for n in re.findall(r"Front end \d stopped \(exit code 0\) after forwarding (\d+) calls", log)]
+    forwarded = [
+        int(n)
+        for n in re.findall(
+            r"Front end \d stopped \(exit code 0\) after forwarding (\d+) calls", log
+        )
+    ]
     assert len(forwarded) == 2, log
     assert sum(forwarded) > 0, log  # 12 connections over 3 processes: some went through front ends
     deadline = time.monotonic() + 10
@@ -163,13 +200,29 @@ def test_a_busy_port_is_refused(tmp_path: Path) -> None:
         busy.listen()
         port = busy.getsockname()[1]
         done = subprocess.run(
-            [sys.executable, "-m", "coordinator.cli", "serve", "--listen", f"127.0.0.1:{port}",
-             "--data-dir", str(tmp_path / "data"), "--grpc-processes", "2"],
-            capture_output=True, text=True, timeout=60, check=False,
+            [
+                sys.executable,
+                "-m",
+                "coordinator.cli",
+                "serve",
+                "--listen",
+                f"127.0.0.1:{port}",
+                "--data-dir",
+                str(tmp_path / "data"),
+                "--grpc-processes",
+                "2",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
         )
     assert done.returncode == 1, done.stderr
     assert done.stdout == ""
-    assert f"kip848 serve: cannot listen on 127.0.0.1:{port}: address 127.0.0.1:{port} is already in use" in done.stderr
+    assert (
+        f"kip848 serve: cannot listen on 127.0.0.1:{port}: address 127.0.0.1:{port} is already in use"
+        in done.stderr
+    )
 
 
 def test_sigint_to_the_process_group_stops_cleanly(tmp_path: Path) -> None:
@@ -197,22 +250,32 @@ def test_a_front_end_that_dies_is_restarted_and_the_others_keep_serving(tmp_path
         # The coordinator and the other front end serve every new connection.
         for ch in connections(server.address, 6):
             stub = consumer_group_pb2_grpc.ConsumerGroupServiceStub(ch)
-            r = stub.ConsumerGroupDescribe(consumer_group_pb2.ConsumerGroupDescribeRequest(group_ids=["none"]), timeout=10)
+            r = stub.ConsumerGroupDescribe(
+                consumer_group_pb2.ConsumerGroupDescribeRequest(group_ids=["none"]), timeout=10
+            )
             assert r.groups[0].error_code == 69  # GROUP_ID_NOT_FOUND: answered, not UNAVAILABLE
             ch.close()
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
             now = children(server.proc.pid)
-            if len(now) == 2 and first[0] not in now and "Front end 1 restarted" in server.stderr_text():
+            if (
+                len(now) == 2
+                and first[0] not in now
+                and "Front end 1 restarted" in server.stderr_text()
+            ):
                 break
             time.sleep(0.1)
         else:
             raise AssertionError(f"front end 1 was not restarted: {server.stderr_text()}")
         assert first[1] in now
-        assert re.search(r"Front end 1 \(pid \d+\) exited unexpectedly \(exit code -9\)", server.stderr_text())
+        assert re.search(
+            r"Front end 1 \(pid \d+\) exited unexpectedly \(exit code -9\)", server.stderr_text()
+        )
         # The restarted one serves like the others.
         for ch in connections(server.address, 9):
-            health = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(service=""), timeout=10)
+            health = health_pb2_grpc.HealthStub(ch).Check(
+                health_pb2.HealthCheckRequest(service=""), timeout=10
+            )
             assert health.status == health_pb2.HealthCheckResponse.SERVING
             ch.close()
     finally:
@@ -227,7 +290,9 @@ def test_restart_on_the_same_port_right_after_kill_9(tmp_path: Path) -> None:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     for attempt in range(3):
-        server = ServerProcess(tmp_path / "data", "--grpc-processes", "2", listen=f"127.0.0.1:{port}")
+        server = ServerProcess(
+            tmp_path / "data", "--grpc-processes", "2", listen=f"127.0.0.1:{port}"
+        )
         assert server.address == f"127.0.0.1:{port}"
         if attempt:
             assert server.describe("g").groups[0].error_code == 0  # state survived the kills

@@ -8,6 +8,7 @@ import time
 
 import grpc
 from conftest import ServerProcess, join_request
+
 from kip848.v1 import offsets_pb2, offsets_pb2_grpc
 
 OC = offsets_pb2.OffsetCommitRequest
@@ -44,9 +45,18 @@ def test_kill9_during_a_commit_stream_loses_no_acknowledged_commit(start_server,
         try:
             for n in range(1, MAX_ROUNDS):
                 partitions = [(n + k) % PARTITIONS for k in range(4)]
-                req = OC(group_id=group, topics=[OC.Topic(name="stream", partitions=[
-                    OC.Partition(partition_index=p, committed_offset=n) for p in partitions
-                ])])
+                req = OC(
+                    group_id=group,
+                    topics=[
+                        OC.Topic(
+                            name="stream",
+                            partitions=[
+                                OC.Partition(partition_index=p, committed_offset=n)
+                                for p in partitions
+                            ],
+                        )
+                    ],
+                )
                 if w in members:
                     req.generation_id_or_member_epoch = members[w]
                     req.member_id = f"m{w}"
@@ -54,7 +64,9 @@ def test_kill9_during_a_commit_stream_loses_no_acknowledged_commit(start_server,
                     for p in partitions:
                         attempted[(group, p)] = n
                 resp = stub.OffsetCommit(req, timeout=5)
-                assert [p.error_code for t in resp.topics for p in t.partitions] == [0, 0, 0, 0], resp
+                assert [p.error_code for t in resp.topics for p in t.partitions] == [0, 0, 0, 0], (
+                    resp
+                )
                 with lock:
                     for p in partitions:
                         acked[(group, p)] = n
@@ -82,10 +94,14 @@ def test_kill9_during_a_commit_stream_loses_no_acknowledged_commit(start_server,
 
     again: ServerProcess = start_server(tmp_path / "data", clock="system")
     stub = offsets_pb2_grpc.OffsetServiceStub(again.channel)
-    resp = stub.OffsetFetch(OF(groups=[OF.Group(group_id=f"crash-{w}") for w in range(WORKERS)]), timeout=10)
+    resp = stub.OffsetFetch(
+        OF(groups=[OF.Group(group_id=f"crash-{w}") for w in range(WORKERS)]), timeout=10
+    )
     recovered = {
         (g.group_id, p.partition_index): p.committed_offset
-        for g in resp.groups for t in g.topics for p in t.partitions
+        for g in resp.groups
+        for t in g.topics
+        for p in t.partitions
     }
     lost = {k: (v, recovered.get(k)) for k, v in acked_now.items() if recovered.get(k, -1) < v}
     assert lost == {}, f"acknowledged commits lost: {lost}"

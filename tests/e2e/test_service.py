@@ -9,6 +9,7 @@ import sys
 from conftest import ServerProcess, join_request, owned
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
 from kip848.v1 import admin_pb2, common_pb2
 from kip848.v1 import consumer_group_pb2 as cg
 
@@ -24,10 +25,19 @@ def tps(topic_id: bytes, partitions: list[int], name: str) -> common_pb2.TopicPa
 
 
 def assigned(*items: common_pb2.TopicPartitions, pending: tuple = ()) -> cg.Assignment:
-    return cg.Assignment(assigned_topic_partitions=list(items), pending_topic_partitions=list(pending))
+    return cg.Assignment(
+        assigned_topic_partitions=list(items), pending_topic_partitions=list(pending)
+    )
 
 
-def member(member_id: str, epoch: int, parts: list, target: list, topics: list[str], client_id: str = "client") -> Member:
+def member(
+    member_id: str,
+    epoch: int,
+    parts: list,
+    target: list,
+    topics: list[str],
+    client_id: str = "client",
+) -> Member:
     return Member(
         member_id=member_id,
         member_epoch=epoch,
@@ -46,51 +56,111 @@ def test_member_joins_reconciles_and_leaves(manual_server: ServerProcess) -> Non
     join = s.heartbeat(client_id="app-1", **join_request("g-jrl", ["jrl"]))
     member_id = join.member_id
     assert len(member_id) == 22
-    assert join == Resp(member_id=member_id, member_epoch=1, heartbeat_interval_ms=5000,
-                        assignment=assigned(tps(t, [0, 1, 2], "jrl")))
+    assert join == Resp(
+        member_id=member_id,
+        member_epoch=1,
+        heartbeat_interval_ms=5000,
+        assignment=assigned(tps(t, [0, 1, 2], "jrl")),
+    )
     # The member confirms it owns its partitions: steady state, nothing new to say.
-    steady = s.heartbeat(client_id="app-1", group_id="g-jrl", member_id=member_id, member_epoch=1,
-                         topic_partitions=owned((t, [0, 1, 2])))
+    steady = s.heartbeat(
+        client_id="app-1",
+        group_id="g-jrl",
+        member_id=member_id,
+        member_epoch=1,
+        topic_partitions=owned((t, [0, 1, 2])),
+    )
     assert steady == Resp(member_id=member_id, member_epoch=1, heartbeat_interval_ms=5000)
     desc = s.describe("g-jrl")
     uid = desc.groups[0].group_uid
     assert uid.startswith("cgp_") and len(uid) == 30
-    assert desc == cg.ConsumerGroupDescribeResponse(groups=[Described(
-        group_id="g-jrl", group_uid=uid, group_state="Stable", group_epoch=1, assignment_epoch=1,
-        assignor_name="uniform", authorized_operations=NOT_REQUESTED,
-        members=[member(member_id, 1, [tps(t, [0, 1, 2], "jrl")], [tps(t, [0, 1, 2], "jrl")], ["jrl"], "app-1")],
-    )])
+    assert desc == cg.ConsumerGroupDescribeResponse(
+        groups=[
+            Described(
+                group_id="g-jrl",
+                group_uid=uid,
+                group_state="Stable",
+                group_epoch=1,
+                assignment_epoch=1,
+                assignor_name="uniform",
+                authorized_operations=NOT_REQUESTED,
+                members=[
+                    member(
+                        member_id,
+                        1,
+                        [tps(t, [0, 1, 2], "jrl")],
+                        [tps(t, [0, 1, 2], "jrl")],
+                        ["jrl"],
+                        "app-1",
+                    )
+                ],
+            )
+        ]
+    )
     leave = s.heartbeat(group_id="g-jrl", member_id=member_id, member_epoch=-1)
     assert leave == Resp(member_id=member_id, member_epoch=-1, heartbeat_interval_ms=0)
-    assert s.describe("g-jrl") == cg.ConsumerGroupDescribeResponse(groups=[Described(
-        group_id="g-jrl", group_uid=uid, group_state="Empty", group_epoch=2, assignment_epoch=1,
-        assignor_name="uniform", authorized_operations=NOT_REQUESTED,
-    )])
+    assert s.describe("g-jrl") == cg.ConsumerGroupDescribeResponse(
+        groups=[
+            Described(
+                group_id="g-jrl",
+                group_uid=uid,
+                group_state="Empty",
+                group_epoch=2,
+                assignment_epoch=1,
+                assignor_name="uniform",
+                authorized_operations=NOT_REQUESTED,
+            )
+        ]
+    )
 
 
 def test_two_members_rebalance_incrementally(manual_server: ServerProcess) -> None:
     s = manual_server
     t = s.create_topic("inc", 4)
     a = s.heartbeat(**join_request("g-inc", ["inc"], member_id="A"))
-    assert a == Resp(member_id="A", member_epoch=1, heartbeat_interval_ms=5000,
-                     assignment=assigned(tps(t, [0, 1, 2, 3], "inc")))
+    assert a == Resp(
+        member_id="A",
+        member_epoch=1,
+        heartbeat_interval_ms=5000,
+        assignment=assigned(tps(t, [0, 1, 2, 3], "inc")),
+    )
     # B joins: epoch 2; its partitions are pending until A releases them.
     b = s.heartbeat(**join_request("g-inc", ["inc"], member_id="B"))
-    assert b == Resp(member_id="B", member_epoch=2, heartbeat_interval_ms=5000,
-                     assignment=assigned(pending=(tps(t, [2, 3], "inc"),)))
+    assert b == Resp(
+        member_id="B",
+        member_epoch=2,
+        heartbeat_interval_ms=5000,
+        assignment=assigned(pending=(tps(t, [2, 3], "inc"),)),
+    )
     # A is asked to revoke 2 and 3, staying at epoch 1 until it confirms.
-    a = s.heartbeat(group_id="g-inc", member_id="A", member_epoch=1, topic_partitions=owned((t, [0, 1, 2, 3])))
-    assert a == Resp(member_id="A", member_epoch=1, heartbeat_interval_ms=5000,
-                     assignment=assigned(tps(t, [0, 1], "inc")))
+    a = s.heartbeat(
+        group_id="g-inc", member_id="A", member_epoch=1, topic_partitions=owned((t, [0, 1, 2, 3]))
+    )
+    assert a == Resp(
+        member_id="A",
+        member_epoch=1,
+        heartbeat_interval_ms=5000,
+        assignment=assigned(tps(t, [0, 1], "inc")),
+    )
     b = s.heartbeat(group_id="g-inc", member_id="B", member_epoch=2)
     assert b == Resp(member_id="B", member_epoch=2, heartbeat_interval_ms=5000)  # still waiting
-    a = s.heartbeat(group_id="g-inc", member_id="A", member_epoch=1, topic_partitions=owned((t, [0, 1])))
+    a = s.heartbeat(
+        group_id="g-inc", member_id="A", member_epoch=1, topic_partitions=owned((t, [0, 1]))
+    )
     # a new member epoch always carries the assignment (KIP-848 "Assignment")
-    assert a == Resp(member_id="A", member_epoch=2, heartbeat_interval_ms=5000,
-                     assignment=assigned(tps(t, [0, 1], "inc")))
+    assert a == Resp(
+        member_id="A",
+        member_epoch=2,
+        heartbeat_interval_ms=5000,
+        assignment=assigned(tps(t, [0, 1], "inc")),
+    )
     b = s.heartbeat(group_id="g-inc", member_id="B", member_epoch=2)
-    assert b == Resp(member_id="B", member_epoch=2, heartbeat_interval_ms=5000,
-                     assignment=assigned(tps(t, [2, 3], "inc")))
+    assert b == Resp(
+        member_id="B",
+        member_epoch=2,
+        heartbeat_interval_ms=5000,
+        assignment=assigned(tps(t, [2, 3], "inc")),
+    )
     desc = s.describe("g-inc").groups[0]
     assert (desc.group_state, desc.group_epoch, desc.assignment_epoch) == ("Stable", 2, 2)
     assert list(desc.members) == [
@@ -111,48 +181,98 @@ def test_session_timeout_fires_under_manual_clock(manual_server: ServerProcess) 
     desc = s.describe("g-sto").groups[0]
     assert (desc.group_state, desc.group_epoch, list(desc.members)) == ("Empty", 2, [])
     late = s.heartbeat(group_id="g-sto", member_id=join.member_id, member_epoch=1)
-    assert late == Resp(error_code=25, error_message=f"Member {join.member_id} is not a member of group g-sto.")
+    assert late == Resp(
+        error_code=25, error_message=f"Member {join.member_id} is not a member of group g-sto."
+    )
 
 
 def test_in_band_errors(manual_server: ServerProcess) -> None:
     s = manual_server
     bad = s.heartbeat(group_id="", member_epoch=0)
     assert bad == Resp(error_code=42, error_message="GroupId can't be empty.")
-    bad_id = s.heartbeat(**{**join_request("g-err", []), "topic_partitions": owned((b"short", [0]))})
+    bad_id = s.heartbeat(
+        **{**join_request("g-err", []), "topic_partitions": owned((b"short", [0]))}
+    )
     assert bad_id == Resp(error_code=42, error_message="A topic id has 16 bytes, got 5.")
-    assert s.describe("nope") == cg.ConsumerGroupDescribeResponse(groups=[Described(
-        group_id="nope", error_code=69, error_message="Group nope not found.", authorized_operations=NOT_REQUESTED,
-    )])
+    assert s.describe("nope") == cg.ConsumerGroupDescribeResponse(
+        groups=[
+            Described(
+                group_id="nope",
+                error_code=69,
+                error_message="Group nope not found.",
+                authorized_operations=NOT_REQUESTED,
+            )
+        ]
+    )
 
 
 def test_group_configs(manual_server: ServerProcess) -> None:
     s = manual_server
     Alter = admin_pb2.IncrementalAlterConfigsRequest
-    resp = s.admin.IncrementalAlterConfigs(Alter(resources=[Alter.Resource(
-        resource_type=16, resource_name="g-cfg",
-        configs=[Alter.AlterableConfig(name="consumer.heartbeat.interval.ms", config_operation=0, value="7000")],
-    )]), timeout=10)
-    assert resp == admin_pb2.IncrementalAlterConfigsResponse(responses=[
-        admin_pb2.IncrementalAlterConfigsResponse.AlterConfigsResourceResponse(resource_type=16, resource_name="g-cfg")
-    ])
+    resp = s.admin.IncrementalAlterConfigs(
+        Alter(
+            resources=[
+                Alter.Resource(
+                    resource_type=16,
+                    resource_name="g-cfg",
+                    configs=[
+                        Alter.AlterableConfig(
+                            name="consumer.heartbeat.interval.ms", config_operation=0, value="7000"
+                        )
+                    ],
+                )
+            ]
+        ),
+        timeout=10,
+    )
+    assert resp == admin_pb2.IncrementalAlterConfigsResponse(
+        responses=[
+            admin_pb2.IncrementalAlterConfigsResponse.AlterConfigsResourceResponse(
+                resource_type=16, resource_name="g-cfg"
+            )
+        ]
+    )
     Desc = admin_pb2.DescribeConfigsRequest
-    got = s.admin.DescribeConfigs(Desc(resources=[Desc.Resource(resource_type=16, resource_name="g-cfg")]), timeout=10)
+    got = s.admin.DescribeConfigs(
+        Desc(resources=[Desc.Resource(resource_type=16, resource_name="g-cfg")]), timeout=10
+    )
     C = admin_pb2.DescribeConfigsResponse.Config
-    assert got == admin_pb2.DescribeConfigsResponse(results=[admin_pb2.DescribeConfigsResponse.Result(
-        resource_type=16, resource_name="g-cfg",
-        configs=[C(name="consumer.session.timeout.ms", value="45000", config_source=5, config_type=3),
-                 C(name="consumer.heartbeat.interval.ms", value="7000", config_source=8, config_type=3)],
-    )])
+    assert got == admin_pb2.DescribeConfigsResponse(
+        results=[
+            admin_pb2.DescribeConfigsResponse.Result(
+                resource_type=16,
+                resource_name="g-cfg",
+                configs=[
+                    C(
+                        name="consumer.session.timeout.ms",
+                        value="45000",
+                        config_source=5,
+                        config_type=3,
+                    ),
+                    C(
+                        name="consumer.heartbeat.interval.ms",
+                        value="7000",
+                        config_source=8,
+                        config_type=3,
+                    ),
+                ],
+            )
+        ]
+    )
 
 
 def test_health_and_reflection(manual_server: ServerProcess) -> None:
     health = health_pb2_grpc.HealthStub(manual_server.channel)
     for service in ("", "kip848.v1.ConsumerGroupService"):
-        assert health.Check(health_pb2.HealthCheckRequest(service=service), timeout=5) == health_pb2.HealthCheckResponse(
-            status=health_pb2.HealthCheckResponse.SERVING
-        )
+        assert health.Check(
+            health_pb2.HealthCheckRequest(service=service), timeout=5
+        ) == health_pb2.HealthCheckResponse(status=health_pb2.HealthCheckResponse.SERVING)
     stub = reflection_pb2_grpc.ServerReflectionStub(manual_server.channel)
-    responses = list(stub.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=5))
+    responses = list(
+        stub.ServerReflectionInfo(
+            iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=5
+        )
+    )
     names = sorted(s.name for s in responses[0].list_services_response.service)
     assert names == [
         "grpc.health.v1.Health",
@@ -168,7 +288,10 @@ def test_health_and_reflection(manual_server: ServerProcess) -> None:
 def _cli(server: ServerProcess, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "coordinator.cli", *args, "--bootstrap-server", server.address],
-        capture_output=True, text=True, timeout=30, check=False,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
     )
 
 
@@ -179,7 +302,9 @@ def test_cli_against_the_server(manual_server: ServerProcess) -> None:
     [item] = json.loads(created.stdout)
     assert item["name"] == "cli-topic" and item["num_partitions"] == 2 and item["error"] is None
     listed = _cli(s, "topics", "list", "--output", "json")
-    assert {"name": "cli-topic", "topic_id": item["topic_id"], "num_partitions": 2} in json.loads(listed.stdout)
+    assert {"name": "cli-topic", "topic_id": item["topic_id"], "num_partitions": 2} in json.loads(
+        listed.stdout
+    )
     table = _cli(s, "topics", "list")
     assert table.stdout.splitlines()[0].split() == ["TOPIC", "TOPIC", "ID", "PARTITIONS"]
     assert [line.split() for line in table.stdout.splitlines() if line.startswith("cli-topic")] == [
@@ -194,15 +319,32 @@ def test_cli_against_the_server(manual_server: ServerProcess) -> None:
     [group] = json.loads(described.stdout)
     parts = [{"topic_id": item["topic_id"], "topic_name": "cli-topic", "partitions": [0, 1]}]
     assert group == {
-        "group_id": "g-cli", "error": None, "group_uid": group["group_uid"], "group_state": "Stable",
-        "group_epoch": 1, "assignment_epoch": 1, "assignor_name": "uniform",
-        "members": [{
-            "member_id": join.member_id, "instance_id": None, "rack_id": None, "member_epoch": 1,
-            "client_id": "cli-app", "client_host": "/127.0.0.1", "subscribed_topic_names": ["cli-topic"],
-            "subscribed_topic_regex": None, "assignment": parts, "target_assignment": parts, "member_type": 1,
-        }],
+        "group_id": "g-cli",
+        "error": None,
+        "group_uid": group["group_uid"],
+        "group_state": "Stable",
+        "group_epoch": 1,
+        "assignment_epoch": 1,
+        "assignor_name": "uniform",
+        "members": [
+            {
+                "member_id": join.member_id,
+                "instance_id": None,
+                "rack_id": None,
+                "member_epoch": 1,
+                "client_id": "cli-app",
+                "client_host": "/127.0.0.1",
+                "subscribed_topic_names": ["cli-topic"],
+                "subscribed_topic_regex": None,
+                "assignment": parts,
+                "target_assignment": parts,
+                "member_type": 1,
+            }
+        ],
     }
     human = _cli(s, "groups", "describe", "g-cli")
-    assert human.returncode == 0 and "state Stable" in human.stdout and join.member_id in human.stdout
+    assert (
+        human.returncode == 0 and "state Stable" in human.stdout and join.member_id in human.stdout
+    )
     missing = _cli(s, "groups", "describe", "no-such-group")
     assert missing.returncode == 1 and "GROUP_ID_NOT_FOUND" in missing.stderr

@@ -24,7 +24,9 @@ def scenario() -> CoreHarness:
     h.join("B", ["foo"], instance_id="static-b")
     h.heartbeat(member_id="A", member_epoch=1, topic_partitions={foo: frozenset({0, 1, 2, 3})})
     a = h.shard.groups["grp"].members["A"]
-    h.heartbeat(member_id="A", member_epoch=a.member_epoch, topic_partitions=dict(a.assigned_partitions))
+    h.heartbeat(
+        member_id="A", member_epoch=a.member_epoch, topic_partitions=dict(a.assigned_partitions)
+    )
     h.heartbeat(member_id="B", member_epoch=2, instance_id="static-b")
     h.join("C", regex="bar\\..*")
     h.commit("grp", "A", h.shard.groups["grp"].members["A"].member_epoch, {("foo", 0): 10})
@@ -41,19 +43,32 @@ def summary(shard) -> dict:
     out: dict = {"groups": {}, "offsets": {}, "configs": {}}
     for gid, g in sorted(shard.groups.items()):
         out["groups"][gid] = {
-            "uid": g.group_uid, "epoch": g.group_epoch, "assignment_epoch": g.assignment_epoch,
+            "uid": g.group_uid,
+            "epoch": g.group_epoch,
+            "assignment_epoch": g.assignment_epoch,
             "state": g.state().value,
             "members": {
-                mid: [m.member_epoch, m.state.name, m.instance_id, list(m.subscribed_topic_names),
-                      m.subscribed_topic_regex, {t: sorted(ps) for t, ps in sorted(m.assigned_partitions.items())}]
+                mid: [
+                    m.member_epoch,
+                    m.state.name,
+                    m.instance_id,
+                    list(m.subscribed_topic_names),
+                    m.subscribed_topic_regex,
+                    {t: sorted(ps) for t, ps in sorted(m.assigned_partitions.items())},
+                ]
                 for mid, m in sorted(g.members.items())
             },
-            "target": {mid: {t: sorted(ps) for t, ps in sorted(a.items())} for mid, a in sorted(g.target.items())},
+            "target": {
+                mid: {t: sorted(ps) for t, ps in sorted(a.items())}
+                for mid, a in sorted(g.target.items())
+            },
             "regexes": {k: sorted(v[0]) for k, v in sorted(g.resolved_regexes.items())},
         }
     for gid, offsets in sorted(shard.offsets.items()):
         out["offsets"][gid] = {f"{t}-{p}": v.offset for (t, p), v in sorted(offsets.items())}
-    out["configs"] = {gid: dict(sorted(c.items())) for gid, c in sorted(shard.group_configs.items())}
+    out["configs"] = {
+        gid: dict(sorted(c.items())) for gid, c in sorted(shard.group_configs.items())
+    }
     return out
 
 
@@ -63,8 +78,15 @@ def main(name: str) -> None:
     with open(HERE / f"{name}.jsonl", "w") as f:
         for record in h.log:
             key, value = codec.encode(record)
-            f.write(json.dumps({"key": key.decode(), "value": None if value is None else value.decode()}) + "\n")
-    (HERE / f"{name}.expected.json").write_text(json.dumps(summary(h.shard), indent=1, sort_keys=True) + "\n")
+            f.write(
+                json.dumps(
+                    {"key": key.decode(), "value": None if value is None else value.decode()}
+                )
+                + "\n"
+            )
+    (HERE / f"{name}.expected.json").write_text(
+        json.dumps(summary(h.shard), indent=1, sort_keys=True) + "\n"
+    )
 
 
 if __name__ == "__main__":

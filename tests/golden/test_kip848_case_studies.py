@@ -19,13 +19,27 @@ HB_MS = 5000
 SESSION_MS = 45_000
 
 
-def mm(member_id: str, topics: tuple[str, ...] = ("foo",), rebalance_timeout_ms: int = 60_000) -> r.Record:
+def mm(
+    member_id: str, topics: tuple[str, ...] = ("foo",), rebalance_timeout_ms: int = 60_000
+) -> r.Record:
     return r.member_metadata_record(
-        G, ConsumerGroupMember(member_id=member_id, subscribed_topic_names=topics, rebalance_timeout_ms=rebalance_timeout_ms)
+        G,
+        ConsumerGroupMember(
+            member_id=member_id,
+            subscribed_topic_names=topics,
+            rebalance_timeout_ms=rebalance_timeout_ms,
+        ),
     )
 
 
-def ca(member_id: str, epoch: int, prev: int, state: MemberState, assigned: dict, pending: dict | None = None) -> r.Record:
+def ca(
+    member_id: str,
+    epoch: int,
+    prev: int,
+    state: MemberState,
+    assigned: dict,
+    pending: dict | None = None,
+) -> r.Record:
     return r.current_assignment_record(
         G,
         ConsumerGroupMember(
@@ -59,8 +73,12 @@ def test_basic() -> None:
     res = h.join("A", ["foo"])
     uid = h.shard.groups[G].group_uid
     assert uid.startswith("cgp_")
-    assert res.response == Resp(member_id="A", member_epoch=1, heartbeat_interval_ms=HB_MS,
-                                assignment=HA(assigned=p(foo, 0, 1, 2), pending={}))
+    assert res.response == Resp(
+        member_id="A",
+        member_epoch=1,
+        heartbeat_interval_ms=HB_MS,
+        assignment=HA(assigned=p(foo, 0, 1, 2), pending={}),
+    )
     assert res.records == [
         mm("A"),
         r.partition_metadata_record(G, foo_md),
@@ -74,8 +92,12 @@ def test_basic() -> None:
     # Member B joins: epoch 2, target A=[0,1] B=[2]. B moves to epoch 2 but foo-2 is pending
     # until A revokes it.
     res = h.join("B", ["foo"])
-    assert res.response == Resp(member_id="B", member_epoch=2, heartbeat_interval_ms=HB_MS,
-                                assignment=HA(assigned={}, pending=p(foo, 2)))
+    assert res.response == Resp(
+        member_id="B",
+        member_epoch=2,
+        heartbeat_interval_ms=HB_MS,
+        assignment=HA(assigned={}, pending=p(foo, 2)),
+    )
     assert res.records == [
         mm("B"),
         r.group_epoch_record(G, 2, uid),
@@ -87,29 +109,48 @@ def test_basic() -> None:
 
     # A heartbeats: it must revoke foo-2 first (stays at epoch 1; rebalance timer armed).
     res = h.heartbeat_result(member_id="A", member_epoch=1, topic_partitions=p(foo, 0, 1, 2))
-    assert res.response == Resp(member_id="A", member_epoch=1, heartbeat_interval_ms=HB_MS,
-                                assignment=HA(assigned=p(foo, 0, 1), pending={}))
+    assert res.response == Resp(
+        member_id="A",
+        member_epoch=1,
+        heartbeat_interval_ms=HB_MS,
+        assignment=HA(assigned=p(foo, 0, 1), pending={}),
+    )
     assert res.records == [ca("A", 1, 1, UNREVOKED, p(foo, 0, 1), p(foo, 2))]
-    assert res.timers == [ArmTimer((REBALANCE, G, "A"), 60_000, 1), ArmTimer((SESSION, G, "A"), SESSION_MS)]
+    assert res.timers == [
+        ArmTimer((REBALANCE, G, "A"), 60_000, 1),
+        ArmTimer((SESSION, G, "A"), SESSION_MS),
+    ]
 
     # A acknowledges the revocation: epoch 2, foo-2 released. A new epoch always comes with
     # the member's assignment (KIP-848 "Assignment").
     res = h.heartbeat_result(member_id="A", member_epoch=1, topic_partitions=p(foo, 0, 1))
-    assert res.response == Resp(member_id="A", member_epoch=2, heartbeat_interval_ms=HB_MS,
-                                assignment=HA(assigned=p(foo, 0, 1), pending={}))
+    assert res.response == Resp(
+        member_id="A",
+        member_epoch=2,
+        heartbeat_interval_ms=HB_MS,
+        assignment=HA(assigned=p(foo, 0, 1), pending={}),
+    )
     assert res.records == [ca("A", 2, 1, STABLE, p(foo, 0, 1))]
     assert res.timers[0] == CancelTimer((REBALANCE, G, "A"))
 
     # B heartbeats and now gets foo-2.
     res = h.heartbeat_result(member_id="B", member_epoch=2, topic_partitions={})
-    assert res.response == Resp(member_id="B", member_epoch=2, heartbeat_interval_ms=HB_MS,
-                                assignment=HA(assigned=p(foo, 2), pending={}))
+    assert res.response == Resp(
+        member_id="B",
+        member_epoch=2,
+        heartbeat_interval_ms=HB_MS,
+        assignment=HA(assigned=p(foo, 2), pending={}),
+    )
     assert res.records == [ca("B", 2, 2, STABLE, p(foo, 2))]
 
     # Member C joins: epoch 3, target A=[0] B=[2] C=[1]; C waits for foo-1.
     res = h.join("C", ["foo"])
-    assert res.response == Resp(member_id="C", member_epoch=3, heartbeat_interval_ms=HB_MS,
-                                assignment=HA(assigned={}, pending=p(foo, 1)))
+    assert res.response == Resp(
+        member_id="C",
+        member_epoch=3,
+        heartbeat_interval_ms=HB_MS,
+        assignment=HA(assigned={}, pending=p(foo, 1)),
+    )
     assert res.records == [
         mm("C"),
         r.group_epoch_record(G, 3, uid),
@@ -121,8 +162,12 @@ def test_basic() -> None:
 
     # B has nothing to revoke: straight to epoch 3 with the same partitions.
     res = h.heartbeat_result(member_id="B", member_epoch=2, topic_partitions=p(foo, 2))
-    assert res.response == Resp(member_id="B", member_epoch=3, heartbeat_interval_ms=HB_MS,
-                                assignment=HA(assigned=p(foo, 2), pending={}))
+    assert res.response == Resp(
+        member_id="B",
+        member_epoch=3,
+        heartbeat_interval_ms=HB_MS,
+        assignment=HA(assigned=p(foo, 2), pending={}),
+    )
     assert res.records == [ca("B", 3, 2, STABLE, p(foo, 2))]
 
     # C heartbeats: foo-1 is still held by A, nothing changes.
@@ -132,18 +177,30 @@ def test_basic() -> None:
 
     # A revokes foo-1, then acknowledges.
     res = h.heartbeat_result(member_id="A", member_epoch=2, topic_partitions=p(foo, 0, 1))
-    assert res.response == Resp(member_id="A", member_epoch=2, heartbeat_interval_ms=HB_MS,
-                                assignment=HA(assigned=p(foo, 0), pending={}))
+    assert res.response == Resp(
+        member_id="A",
+        member_epoch=2,
+        heartbeat_interval_ms=HB_MS,
+        assignment=HA(assigned=p(foo, 0), pending={}),
+    )
     assert res.records == [ca("A", 2, 2, UNREVOKED, p(foo, 0), p(foo, 1))]
     res = h.heartbeat_result(member_id="A", member_epoch=2, topic_partitions=p(foo, 0))
-    assert res.response == Resp(member_id="A", member_epoch=3, heartbeat_interval_ms=HB_MS,
-                                assignment=HA(assigned=p(foo, 0), pending={}))
+    assert res.response == Resp(
+        member_id="A",
+        member_epoch=3,
+        heartbeat_interval_ms=HB_MS,
+        assignment=HA(assigned=p(foo, 0), pending={}),
+    )
     assert res.records == [ca("A", 3, 2, STABLE, p(foo, 0))]
 
     # C finally gets foo-1. Everyone is at the group epoch (3).
     res = h.heartbeat_result(member_id="C", member_epoch=3)
-    assert res.response == Resp(member_id="C", member_epoch=3, heartbeat_interval_ms=HB_MS,
-                                assignment=HA(assigned=p(foo, 1), pending={}))
+    assert res.response == Resp(
+        member_id="C",
+        member_epoch=3,
+        heartbeat_interval_ms=HB_MS,
+        assignment=HA(assigned=p(foo, 1), pending={}),
+    )
     assert res.records == [ca("C", 3, 3, STABLE, p(foo, 1))]
     assert h.shard.describe_group(G).group_state == "Stable"
     assert h.owned() == {"A": p(foo, 0), "B": p(foo, 2), "C": p(foo, 1)}
@@ -158,8 +215,12 @@ def test_incremental_revocation_and_assignment() -> None:
     uid = h.shard.groups[G].group_uid
 
     res = h.join("C", ["foo"])
-    assert res.response == Resp(member_id="C", member_epoch=22, heartbeat_interval_ms=HB_MS,
-                                assignment=HA(assigned={}, pending=p(foo, 2, 5)))
+    assert res.response == Resp(
+        member_id="C",
+        member_epoch=22,
+        heartbeat_interval_ms=HB_MS,
+        assignment=HA(assigned={}, pending=p(foo, 2, 5)),
+    )
     assert res.records == [
         mm("C"),
         r.group_epoch_record(G, 22, uid),
@@ -170,22 +231,34 @@ def test_incremental_revocation_and_assignment() -> None:
         ca("C", 22, 0, UNRELEASED, {}),
     ]
     # A is told to revoke foo-2, B to revoke foo-5; C: no change.
-    assert h.heartbeat_result(member_id="A", member_epoch=21).records == [ca("A", 21, 21, UNREVOKED, p(foo, 0, 1), p(foo, 2))]
-    assert h.heartbeat_result(member_id="B", member_epoch=21).records == [ca("B", 21, 21, UNREVOKED, p(foo, 3, 4), p(foo, 5))]
+    assert h.heartbeat_result(member_id="A", member_epoch=21).records == [
+        ca("A", 21, 21, UNREVOKED, p(foo, 0, 1), p(foo, 2))
+    ]
+    assert h.heartbeat_result(member_id="B", member_epoch=21).records == [
+        ca("B", 21, 21, UNREVOKED, p(foo, 3, 4), p(foo, 5))
+    ]
     assert h.heartbeat_result(member_id="C", member_epoch=22).records == []
     # A acknowledges: epoch 22, foo-2 released; C gets foo-2 but still waits for foo-5.
     res = h.heartbeat_result(member_id="A", member_epoch=21, topic_partitions=p(foo, 0, 1))
     assert res.records == [ca("A", 22, 21, STABLE, p(foo, 0, 1))]
     res = h.heartbeat_result(member_id="C", member_epoch=22)
-    assert res.response == Resp(member_id="C", member_epoch=22, heartbeat_interval_ms=HB_MS,
-                                assignment=HA(assigned=p(foo, 2), pending=p(foo, 5)))
+    assert res.response == Resp(
+        member_id="C",
+        member_epoch=22,
+        heartbeat_interval_ms=HB_MS,
+        assignment=HA(assigned=p(foo, 2), pending=p(foo, 5)),
+    )
     assert res.records == [ca("C", 22, 22, UNRELEASED, p(foo, 2))]
     # B acknowledges; C gets foo-2 and foo-5.
     res = h.heartbeat_result(member_id="B", member_epoch=21, topic_partitions=p(foo, 3, 4))
     assert res.records == [ca("B", 22, 21, STABLE, p(foo, 3, 4))]
     res = h.heartbeat_result(member_id="C", member_epoch=22)
-    assert res.response == Resp(member_id="C", member_epoch=22, heartbeat_interval_ms=HB_MS,
-                                assignment=HA(assigned=p(foo, 2, 5), pending={}))
+    assert res.response == Resp(
+        member_id="C",
+        member_epoch=22,
+        heartbeat_interval_ms=HB_MS,
+        assignment=HA(assigned=p(foo, 2, 5), pending={}),
+    )
     assert res.records == [ca("C", 22, 22, STABLE, p(foo, 2, 5))]
     assert h.replayed().snapshot() == h.shard.snapshot()
 
@@ -194,7 +267,11 @@ def test_member_failure() -> None:
     """KIP-848 "Member Failure": A stops heartbeating and is removed after its session timeout."""
     h = CoreHarness()
     foo = h.create_topic("foo", 6)
-    h.seed_group(G, 22, {"A": (["foo"], p(foo, 0, 1)), "B": (["foo"], p(foo, 3, 4)), "C": (["foo"], p(foo, 2, 5))})
+    h.seed_group(
+        G,
+        22,
+        {"A": (["foo"], p(foo, 0, 1)), "B": (["foo"], p(foo, 3, 4)), "C": (["foo"], p(foo, 2, 5))},
+    )
     uid = h.shard.groups[G].group_uid
 
     # B and C keep heartbeating; A is silent.
@@ -215,8 +292,12 @@ def test_member_failure() -> None:
 
     # The next heartbeat (B) computes the new target: B=[3,4,0], C=[2,5,1]; both move to 23.
     res = h.heartbeat_result(member_id="B", member_epoch=22)
-    assert res.response == Resp(member_id="B", member_epoch=23, heartbeat_interval_ms=HB_MS,
-                                assignment=HA(assigned=p(foo, 0, 3, 4), pending={}))
+    assert res.response == Resp(
+        member_id="B",
+        member_epoch=23,
+        heartbeat_interval_ms=HB_MS,
+        assignment=HA(assigned=p(foo, 0, 3, 4), pending={}),
+    )
     assert res.records == [
         r.target_assignment_record(G, "B", p(foo, 0, 3, 4)),
         r.target_assignment_record(G, "C", p(foo, 1, 2, 5)),
@@ -224,8 +305,12 @@ def test_member_failure() -> None:
         ca("B", 23, 22, STABLE, p(foo, 0, 3, 4)),
     ]
     res = h.heartbeat_result(member_id="C", member_epoch=22)
-    assert res.response == Resp(member_id="C", member_epoch=23, heartbeat_interval_ms=HB_MS,
-                                assignment=HA(assigned=p(foo, 1, 2, 5), pending={}))
+    assert res.response == Resp(
+        member_id="C",
+        member_epoch=23,
+        heartbeat_interval_ms=HB_MS,
+        assignment=HA(assigned=p(foo, 1, 2, 5), pending={}),
+    )
     assert res.records == [ca("C", 23, 22, STABLE, p(foo, 1, 2, 5))]
     assert h.shard.describe_group(G).group_state == "Stable"
     assert h.replayed().snapshot() == h.shard.snapshot()
@@ -242,17 +327,27 @@ def test_partition_added() -> None:
     # The coordinator notices on the group's next heartbeat: new partition metadata, epoch 23,
     # new target B=[1]. A keeps foo-0 and moves to epoch 23.
     res = h.heartbeat_result(member_id="A", member_epoch=22)
-    assert res.response == Resp(member_id="A", member_epoch=23, heartbeat_interval_ms=HB_MS,
-                                assignment=HA(assigned=p(foo, 0), pending={}))
+    assert res.response == Resp(
+        member_id="A",
+        member_epoch=23,
+        heartbeat_interval_ms=HB_MS,
+        assignment=HA(assigned=p(foo, 0), pending={}),
+    )
     assert res.records == [
-        r.partition_metadata_record(G, {"foo": TopicMetadata(topic_id=foo, name="foo", num_partitions=2)}),
+        r.partition_metadata_record(
+            G, {"foo": TopicMetadata(topic_id=foo, name="foo", num_partitions=2)}
+        ),
         r.group_epoch_record(G, 23, uid),
         r.target_assignment_record(G, "B", p(foo, 1)),
         r.target_assignment_epoch_record(G, 23),
         ca("A", 23, 22, STABLE, p(foo, 0)),
     ]
     res = h.heartbeat_result(member_id="B", member_epoch=22)
-    assert res.response == Resp(member_id="B", member_epoch=23, heartbeat_interval_ms=HB_MS,
-                                assignment=HA(assigned=p(foo, 1), pending={}))
+    assert res.response == Resp(
+        member_id="B",
+        member_epoch=23,
+        heartbeat_interval_ms=HB_MS,
+        assignment=HA(assigned=p(foo, 1), pending={}),
+    )
     assert res.records == [ca("B", 23, 22, STABLE, p(foo, 1))]
     assert h.replayed().snapshot() == h.shard.snapshot()

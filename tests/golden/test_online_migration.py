@@ -28,10 +28,17 @@ def state(h: ClassicHarness, foo: str) -> dict[str, Any]:
         return {"classic": c.state.value, "generation": c.generation}
     return {
         "epoch": g.group_epoch,
-        "target": (g.assignment_epoch, {k: sorted(v.get(foo, ())) for k, v in sorted(g.target.items())}),
+        "target": (
+            g.assignment_epoch,
+            {k: sorted(v.get(foo, ())) for k, v in sorted(g.target.items())},
+        ),
         "members": {
-            mid: (x.member_epoch, x.state.name, sorted(x.assigned_partitions.get(foo, ())),
-                  "classic" if x.classic_member_metadata else "consumer")
+            mid: (
+                x.member_epoch,
+                x.state.name,
+                sorted(x.assigned_partitions.get(foo, ())),
+                "classic" if x.classic_member_metadata else "consumer",
+            )
             for mid, x in sorted(g.members.items())
         },
     }
@@ -42,11 +49,22 @@ def test_online_migration_case_study() -> None:
     foo = h.create_topic("foo", 6)
     # A classic group at generation 22 (as loaded from its GroupMetadata record).
     value = r.GroupMetadataValue(
-        protocol_type="consumer", generation=22, protocol="range", leader="A", current_state_timestamp_ms=0,
+        protocol_type="consumer",
+        generation=22,
+        protocol="range",
+        leader="A",
+        current_state_timestamp_ms=0,
         members=tuple(
-            r.GroupMetadataMemberValue(member_id=x, group_instance_id=None, client_id="", client_host="",
-                                       rebalance_timeout_ms=60_000, session_timeout_ms=45_000, subscription=META,
-                                       assignment=asg(*ps))
+            r.GroupMetadataMemberValue(
+                member_id=x,
+                group_instance_id=None,
+                client_id="",
+                client_host="",
+                rebalance_timeout_ms=60_000,
+                session_timeout_ms=45_000,
+                subscription=META,
+                assignment=asg(*ps),
+            )
             for x, ps in (("A", (0, 1)), ("B", (3, 4)), ("C", (2, 5)))
         ),
     )
@@ -63,11 +81,17 @@ def test_online_migration_case_study() -> None:
     assert (resp.member_epoch, resp.assignment.assigned) == (22, {foo: frozenset({0, 1})})
     assert [type(x.key).__name__ for x in h.log[start:]] == [
         "GroupMetadataKey",
-        "ConsumerGroupMemberMetadataKey", "ConsumerGroupMemberMetadataKey", "ConsumerGroupMemberMetadataKey",
-        "ConsumerGroupPartitionMetadataKey", "ConsumerGroupMetadataKey",
-        "ConsumerGroupTargetAssignmentMemberKey", "ConsumerGroupTargetAssignmentMemberKey",
-        "ConsumerGroupTargetAssignmentMemberKey", "ConsumerGroupTargetAssignmentMetadataKey",
-        "ConsumerGroupCurrentMemberAssignmentKey", "ConsumerGroupCurrentMemberAssignmentKey",
+        "ConsumerGroupMemberMetadataKey",
+        "ConsumerGroupMemberMetadataKey",
+        "ConsumerGroupMemberMetadataKey",
+        "ConsumerGroupPartitionMetadataKey",
+        "ConsumerGroupMetadataKey",
+        "ConsumerGroupTargetAssignmentMemberKey",
+        "ConsumerGroupTargetAssignmentMemberKey",
+        "ConsumerGroupTargetAssignmentMemberKey",
+        "ConsumerGroupTargetAssignmentMetadataKey",
+        "ConsumerGroupCurrentMemberAssignmentKey",
+        "ConsumerGroupCurrentMemberAssignmentKey",
         "ConsumerGroupCurrentMemberAssignmentKey",
         "ConsumerGroupMemberMetadataKey",  # A now speaks the consumer protocol
     ]
@@ -75,47 +99,72 @@ def test_online_migration_case_study() -> None:
     assert state(h, foo) == {
         "epoch": 22,
         "target": (22, {"A": [0, 1], "B": [3, 4], "C": [2, 5]}),
-        "members": {"A": (22, "STABLE", [0, 1], "consumer"), "B": (22, "STABLE", [3, 4], "classic"),
-                    "C": (22, "STABLE", [2, 5], "classic")},
+        "members": {
+            "A": (22, "STABLE", [0, 1], "consumer"),
+            "B": (22, "STABLE", [3, 4], "classic"),
+            "C": (22, "STABLE", [2, 5], "classic"),
+        },
     }
 
     # B leaves (classic LeaveGroup): removed, group epoch 23.
-    assert h.leave_group("B") == m.LeaveGroupResponse(members=(m.LeaveMemberResponse(member_id="B", group_instance_id=None),))
+    assert h.leave_group("B") == m.LeaveGroupResponse(
+        members=(m.LeaveMemberResponse(member_id="B", group_instance_id=None),)
+    )
     assert state(h, foo)["epoch"] == 23
 
     # C heartbeats and is told to rebalance; an eager client revokes everything and rejoins.
     assert h.classic_heartbeat("C", 22).error_code == 27
     joined = h.join_group("C", owned={})
-    assert joined == m.JoinGroupResponse(generation_id=23, protocol_type="consumer", protocol_name="range", member_id="C")
+    assert joined == m.JoinGroupResponse(
+        generation_id=23, protocol_type="consumer", protocol_name="range", member_id="C"
+    )
     assert state(h, foo) == {
         "epoch": 23,
         "target": (23, {"A": [0, 1, 3], "C": [2, 4, 5]}),
-        "members": {"A": (22, "STABLE", [0, 1], "consumer"), "C": (23, "STABLE", [2, 4, 5], "classic")},
+        "members": {
+            "A": (22, "STABLE", [0, 1], "consumer"),
+            "C": (23, "STABLE", [2, 4, 5], "classic"),
+        },
     }
     # A heartbeats and moves to epoch 23 with foo-3 (free since B left).
-    hb = h.heartbeat(group_id="grp", member_id="A", member_epoch=22, topic_partitions={foo: frozenset({0, 1})})
+    hb = h.heartbeat(
+        group_id="grp", member_id="A", member_epoch=22, topic_partitions={foo: frozenset({0, 1})}
+    )
     assert (hb.member_epoch, hb.assignment.assigned) == (23, {foo: frozenset({0, 1, 3})})
     # C's SyncGroup returns its server-computed assignment in its own protocol version.
-    assert h.sync_group("C", 23) == m.SyncGroupResponse(protocol_type="consumer", protocol_name="range", assignment=asg(2, 4, 5))
+    assert h.sync_group("C", 23) == m.SyncGroupResponse(
+        protocol_type="consumer", protocol_name="range", assignment=asg(2, 4, 5)
+    )
     assert h.classic_heartbeat("C", 23) == m.HeartbeatResponse()
 
     # B rejoins with the new protocol: epoch 24, it waits for partitions still owned by A and C.
     hb = h.join("B", ["foo"]).response
-    assert (hb.member_epoch, hb.assignment.assigned, hb.assignment.pending) == (24, {}, {foo: frozenset({3, 5})})
+    assert (hb.member_epoch, hb.assignment.assigned, hb.assignment.pending) == (
+        24,
+        {},
+        {foo: frozenset({3, 5})},
+    )
     # A is told to revoke foo-3; C is told to rebalance and rejoins without partitions.
-    hb = h.heartbeat(group_id="grp", member_id="A", member_epoch=23, topic_partitions={foo: frozenset({0, 1, 3})})
+    hb = h.heartbeat(
+        group_id="grp", member_id="A", member_epoch=23, topic_partitions={foo: frozenset({0, 1, 3})}
+    )
     assert (hb.member_epoch, hb.assignment.assigned) == (23, {foo: frozenset({0, 1})})
     assert h.classic_heartbeat("C", 23).error_code == 27
     assert h.join_group("C", owned={}).generation_id == 24
     assert h.sync_group("C", 24).assignment == asg(2, 4)
-    h.heartbeat(group_id="grp", member_id="A", member_epoch=23, topic_partitions={foo: frozenset({0, 1})})
+    h.heartbeat(
+        group_id="grp", member_id="A", member_epoch=23, topic_partitions={foo: frozenset({0, 1})}
+    )
     hb = h.heartbeat(group_id="grp", member_id="B", member_epoch=24, topic_partitions={})
     assert (hb.member_epoch, hb.assignment.assigned) == (24, {foo: frozenset({3, 5})})
     assert state(h, foo) == {
         "epoch": 24,
         "target": (24, {"A": [0, 1], "B": [3, 5], "C": [2, 4]}),
-        "members": {"A": (24, "STABLE", [0, 1], "consumer"), "B": (24, "STABLE", [3, 5], "consumer"),
-                    "C": (24, "STABLE", [2, 4], "classic")},
+        "members": {
+            "A": (24, "STABLE", [0, 1], "consumer"),
+            "B": (24, "STABLE", [3, 5], "consumer"),
+            "C": (24, "STABLE", [2, 4], "classic"),
+        },
     }
     assert h.shard.snapshot() == h.replayed().snapshot()
 
@@ -154,7 +203,9 @@ class Fleet:
             self.unowned_ticks[p] = 0 if p in owned else self.unowned_ticks.get(p, 0) + 1
         worst = max(self.unowned_ticks.values())
         self.max_unowned_ticks = max(self.max_unowned_ticks, worst)
-        assert worst <= ONE_REBALANCE_TICKS, f"partitions unowned for {worst} ticks: {self.unowned_ticks}"
+        assert worst <= ONE_REBALANCE_TICKS, (
+            f"partitions unowned for {worst} ticks: {self.unowned_ticks}"
+        )
 
     def check_no_double_ownership(self) -> None:
         seen: dict[int, str] = {}
@@ -212,8 +263,16 @@ class Fleet:
                 plan = {}
                 if resp.members:  # the leader assigns round robin
                     ids = [x.member_id for x in resp.members]
-                    plan = {x: encode_assignment(AssignmentMessage(assigned_partitions=(("foo", tuple(p for p in range(N) if p % len(ids) == i)),)))
-                            for i, x in enumerate(ids)}
+                    plan = {
+                        x: encode_assignment(
+                            AssignmentMessage(
+                                assigned_partitions=(
+                                    ("foo", tuple(p for p in range(N) if p % len(ids) == i)),
+                                )
+                            )
+                        )
+                        for i, x in enumerate(ids)
+                    }
                 try:
                     c["sync"] = h.sync_group(mid, c["gen"], plan)
                 except CoordinatorError:  # e.g. REBALANCE_IN_PROGRESS: rejoin
@@ -238,8 +297,12 @@ class Fleet:
                 self._join(mid)
         for mid in sorted(self.consumer):
             c = self.consumer[mid]
-            resp = h.heartbeat(group_id="grp", member_id=mid, member_epoch=c["epoch"],
-                               topic_partitions={self.foo: frozenset(c["owned"])} if c["owned"] else {})
+            resp = h.heartbeat(
+                group_id="grp",
+                member_id=mid,
+                member_epoch=c["epoch"],
+                topic_partitions={self.foo: frozenset(c["owned"])} if c["owned"] else {},
+            )
             self._take(mid, resp)
         self.check_no_double_ownership()
         self.check_unowned_bound()
@@ -289,5 +352,7 @@ def test_rolling_upgrade_of_five_classic_members_and_back() -> None:
     assert not fleet.consumer
     assert "grp" in h.shard.classic_groups and "grp" not in h.shard.groups
     assert h.shard.classic_groups["grp"].state.value == "Stable"
-    assert fleet.max_unowned_ticks == ONE_REBALANCE_TICKS  # the bound is reached (eager rebalances), never passed
+    assert (
+        fleet.max_unowned_ticks == ONE_REBALANCE_TICKS
+    )  # the bound is reached (eager rebalances), never passed
     assert isinstance(Pending(0), Pending)

@@ -28,14 +28,20 @@ def test_golden_log_replays_to_the_expected_state(log: Path) -> None:
     from assignors.range import RangeAssignor
     from assignors.uniform import UniformAssignor
 
-    shard = BridgedShard(config=GroupCoordinatorConfig(), assignors=[UniformAssignor(), RangeAssignor()], ids=SequentialIds())
+    shard = BridgedShard(
+        config=GroupCoordinatorConfig(),
+        assignors=[UniformAssignor(), RangeAssignor()],
+        ids=SequentialIds(),
+    )
     shard.undo.enabled = False
     lines = log.read_text().splitlines()
     for line in lines:
         entry = json.loads(line)
         key, value = entry["key"].encode(), entry["value"]
         record = codec.decode(key, None if value is None else value.encode())
-        assert codec.encode(record) == (key, None if value is None else value.encode()), "re-encoding changed bytes"
+        assert codec.encode(record) == (key, None if value is None else value.encode()), (
+            "re-encoding changed bytes"
+        )
         shard.replay(record)
     expected = json.loads(log.with_suffix("").with_suffix(".expected.json").read_text())
     assert json.loads(json.dumps(summary(shard), sort_keys=True)) == expected

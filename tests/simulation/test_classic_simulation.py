@@ -38,11 +38,24 @@ def test_pure_classic_cooperative(seed: int) -> None:
 
 @pytest.mark.parametrize("seed", range(15))
 def test_mixed_fleet_with_every_fault(seed: int) -> None:
-    _ok(SimParams(seed=seed, steps=400, members=4, classic=2, protocol="mixed", faults=frozenset(ALL_FAULTS)))
+    _ok(
+        SimParams(
+            seed=seed,
+            steps=400,
+            members=4,
+            classic=2,
+            protocol="mixed",
+            faults=frozenset(ALL_FAULTS),
+        )
+    )
 
 
 def test_pure_classic_group_stays_classic_and_mixed_fleets_convert() -> None:
-    s = Simulation(SimParams(seed=3, steps=200, members=3, classic=3, protocol="cooperative", faults=frozenset()))
+    s = Simulation(
+        SimParams(
+            seed=3, steps=200, members=3, classic=3, protocol="cooperative", faults=frozenset()
+        )
+    )
     summary = s.run()
     assert summary.violation is None
     assert s.classic_group is not None and s.group is None
@@ -65,20 +78,47 @@ def test_same_seed_same_trace_with_classic_members() -> None:
 def test_client_side_assignors() -> None:
     meta = Meta(by_name={"t0": ("A", 4), "t1": ("B", 2)}, name_of={"A": "t0", "B": "t1"})
     subs = [("m1", Subscription(topics=("t0", "t1"))), ("m2", Subscription(topics=("t0",)))]
-    assert assign("range", subs, meta) == {"m1": (("t0", (0, 1)), ("t1", (0, 1))), "m2": (("t0", (2, 3)),)}
+    assert assign("range", subs, meta) == {
+        "m1": (("t0", (0, 1)), ("t1", (0, 1))),
+        "m2": (("t0", (2, 3)),),
+    }
     # cooperative-sticky: keeps what each owns, withholds what another member still claims
-    subs = [("m1", Subscription(topics=("t0",), owned_partitions=(("t0", (0, 1, 2, 3)),))),
-            ("m2", Subscription(topics=("t0",)))]
+    subs = [
+        ("m1", Subscription(topics=("t0",), owned_partitions=(("t0", (0, 1, 2, 3)),))),
+        ("m2", Subscription(topics=("t0",))),
+    ]
     plan = assign("cooperative-sticky", subs, meta)
     assert plan == {"m1": (("t0", (2, 3)),), "m2": ()}  # 0 and 1 move to m2 once m1 revoked them
-    subs = [("m1", Subscription(topics=("t0",), owned_partitions=(("t0", (0, 1)),))),
-            ("m2", Subscription(topics=("t0",)))]
-    assert assign("cooperative-sticky", subs, meta) == {"m1": (("t0", (0, 1)),), "m2": (("t0", (2, 3)),)}
+    subs = [
+        ("m1", Subscription(topics=("t0",), owned_partitions=(("t0", (0, 1)),))),
+        ("m2", Subscription(topics=("t0",))),
+    ]
+    assert assign("cooperative-sticky", subs, meta) == {
+        "m1": (("t0", (0, 1)),),
+        "m2": (("t0", (2, 3)),),
+    }
 
 
 def test_cli_classic_flags(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["--seed", "4", "--steps", "150", "--members", "3", "--classic", "3", "--protocol", "cooperative",
-                 "--faults", "crash,lose-response"]) == 0
+    assert (
+        main(
+            [
+                "--seed",
+                "4",
+                "--steps",
+                "150",
+                "--members",
+                "3",
+                "--classic",
+                "3",
+                "--protocol",
+                "cooperative",
+                "--faults",
+                "crash,lose-response",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "final group state: Stable" in out
     for bad in (["--classic", "5", "--members", "3"], ["--protocol", "lazy", "--classic", "1"]):
@@ -102,7 +142,9 @@ def test_broken_bridge_reload_is_caught(monkeypatch: pytest.MonkeyPatch) -> None
         if value is None:
             self.classic_groups.discard(key.group_id)
         elif group is None:
-            self.classic_groups[key.group_id] = bridge.ClassicGroup.from_record(self.undo, key.group_id, value)
+            self.classic_groups[key.group_id] = bridge.ClassicGroup.from_record(
+                self.undo, key.group_id, value
+            )
         else:
             group.set("durable", value)
 
@@ -113,7 +155,9 @@ def test_broken_bridge_reload_is_caught(monkeypatch: pytest.MonkeyPatch) -> None
     assert "--classic 3 --protocol eager" in s.violation.report
 
 
-def test_broken_bridge_that_forgets_owned_partitions_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_broken_bridge_that_forgets_owned_partitions_is_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """A bridge that ignores the owned partitions of classic members inside a consumer group
     (so a cooperative member's partitions are handed out before it revoked them) is caught by
     the ownership invariants."""
@@ -124,19 +168,35 @@ def test_broken_bridge_that_forgets_owned_partitions_is_caught(monkeypatch: pyte
 
     def forgetful(data: bytes):  # type: ignore[no-untyped-def]
         sub = original(data)
-        return proto.Subscription(version=sub.version, topics=sub.topics, generation_id=sub.generation_id,
-                                  rack_id=sub.rack_id)
+        return proto.Subscription(
+            version=sub.version,
+            topics=sub.topics,
+            generation_id=sub.generation_id,
+            rack_id=sub.rack_id,
+        )
 
     monkeypatch.setattr(bridge, "decode_subscription", forgetful)
     caught = None
     for seed in range(10):
-        s = simulate(SimParams(seed=seed, steps=300, members=4, classic=3, protocol="cooperative",
-                               faults=frozenset({"lose-response", "crash"})))
+        s = simulate(
+            SimParams(
+                seed=seed,
+                steps=300,
+                members=4,
+                classic=3,
+                protocol="cooperative",
+                faults=frozenset({"lose-response", "crash"}),
+            )
+        )
         if s.violation is not None:
             caught = s.violation
             break
     assert caught is not None
-    assert caught.name in (inv.NO_DOUBLE_OWNERSHIP, inv.OWNED_KNOWN_TO_COORDINATOR, inv.OFFSETS_FENCED)
+    assert caught.name in (
+        inv.NO_DOUBLE_OWNERSHIP,
+        inv.OWNED_KNOWN_TO_COORDINATOR,
+        inv.OFFSETS_FENCED,
+    )
 
 
 @pytest.mark.parametrize(
@@ -153,7 +213,16 @@ def test_broken_bridge_that_forgets_owned_partitions_is_caught(monkeypatch: pyte
 )
 def test_regression_seeds_for_bridge_bugs(seed: int, protocol: str, why: str) -> None:
     """Soak seeds that found the bridge bugs above (all faults, 3 classic members)."""
-    _ok(SimParams(seed=seed, steps=400, members=3, classic=3, protocol=protocol, faults=frozenset(ALL_FAULTS)))
+    _ok(
+        SimParams(
+            seed=seed,
+            steps=400,
+            members=3,
+            classic=3,
+            protocol=protocol,
+            faults=frozenset(ALL_FAULTS),
+        )
+    )
 
 
 @pytest.mark.parametrize("seed", [1010, 1049])
@@ -161,4 +230,13 @@ def test_regression_seeds_for_classic_client_model(seed: int) -> None:
     """Mixed fleets: a classic client fenced through a rejected commit must reset (Kafka's
     resetGenerationOnResponseError) instead of rejoining with its old id and old partitions
     (1010); eager clients of a mixed fleet offer cooperative-sticky too (1049)."""
-    _ok(SimParams(seed=seed, steps=400, members=4, classic=2, protocol="mixed", faults=frozenset(ALL_FAULTS)))
+    _ok(
+        SimParams(
+            seed=seed,
+            steps=400,
+            members=4,
+            classic=2,
+            protocol="mixed",
+            faults=frozenset(ALL_FAULTS),
+        )
+    )

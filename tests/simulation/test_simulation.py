@@ -61,7 +61,9 @@ def test_every_fault_is_injected_somewhere() -> None:
     seen: set[str] = set()
     for seed in range(5):
         seen |= set(simulate(SimParams(seed=seed, steps=300)).faults)
-    assert seen == set(ALL_FAULTS) - set(CLASSIC_ONLY_FAULTS)  # switch-protocol: fleets with classic members
+    assert seen == set(ALL_FAULTS) - set(
+        CLASSIC_ONLY_FAULTS
+    )  # switch-protocol: fleets with classic members
 
 
 def test_same_seed_reproduces_the_same_trace() -> None:
@@ -96,7 +98,9 @@ def core_hands_out_before_revocation(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.usefixtures("core_hands_out_before_revocation")
 def test_broken_core_is_caught_by_the_ownership_invariant() -> None:
-    only_i1 = SimParams(seed=2, steps=200, faults=frozenset(), invariants=frozenset({inv.NO_DOUBLE_OWNERSHIP}))
+    only_i1 = SimParams(
+        seed=2, steps=200, faults=frozenset(), invariants=frozenset({inv.NO_DOUBLE_OWNERSHIP})
+    )
     summary = simulate(only_i1)
     assert summary.violation is not None
     assert summary.violation.name == inv.NO_DOUBLE_OWNERSHIP
@@ -105,26 +109,43 @@ def test_broken_core_is_caught_by_the_ownership_invariant() -> None:
     assert "is owned by" in report
     assert "reproduce: kip848 simulate --seed 2 --steps 200" in report
     # With every fault on, most seeds hit it within a few dozen steps.
-    caught = [s for s in range(10) if simulate(SimParams(
-        seed=s, steps=300, invariants=frozenset({inv.NO_DOUBLE_OWNERSHIP}))).violation is not None]
+    caught = [
+        s
+        for s in range(10)
+        if simulate(
+            SimParams(seed=s, steps=300, invariants=frozenset({inv.NO_DOUBLE_OWNERSHIP}))
+        ).violation
+        is not None
+    ]
     assert len(caught) >= 5
     assert "last 40 events:" in report and "coordinator:" in report and "clients:" in report
 
     everything = simulate(SimParams(seed=1, steps=200, faults=frozenset()))
     assert everything.violation is not None
-    assert everything.violation.name in (inv.NO_DOUBLE_OWNERSHIP, inv.OWNED_KNOWN_TO_COORDINATOR, inv.OFFSETS_FENCED)
+    assert everything.violation.name in (
+        inv.NO_DOUBLE_OWNERSHIP,
+        inv.OWNED_KNOWN_TO_COORDINATOR,
+        inv.OFFSETS_FENCED,
+    )
 
 
 @pytest.mark.usefixtures("core_hands_out_before_revocation")
-def test_cli_exits_non_zero_with_the_reproduction_command(capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_exits_non_zero_with_the_reproduction_command(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     rc = main(["--seed", "3", "--steps", "100", "--members", "3", "--faults", "none"])
     out = capsys.readouterr().out
     assert rc == 1
     assert "INVARIANT" in out
-    assert "reproduce: kip848 simulate --seed 3 --steps 100 --members 3 --partitions 4 --faults none" in out
+    assert (
+        "reproduce: kip848 simulate --seed 3 --steps 100 --members 3 --partitions 4 --faults none"
+        in out
+    )
 
 
-def test_replay_invariant_catches_state_not_expressed_as_records(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_replay_invariant_catches_state_not_expressed_as_records(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """A broken core that changes live state without a record (here: the session timer also bumps
     the group epoch in memory only) is caught by I4 (replay == live)."""
     from coordinator.core.shard import GroupCoordinatorShard
@@ -152,8 +173,14 @@ def test_replay_invariant_catches_state_not_expressed_as_records(monkeypatch: py
 def test_cli_summary(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--seed", "5", "--steps", "150", "--members", "3", "--partitions", "2"]) == 0
     out = capsys.readouterr().out
-    for needle in ("steps:", "events:", "faults injected:", "invariant checks passed:", "final group state: Stable",
-                   "time to stable after faults stopped:"):
+    for needle in (
+        "steps:",
+        "events:",
+        "faults injected:",
+        "invariant checks passed:",
+        "final group state: Stable",
+        "time to stable after faults stopped:",
+    ):
         assert needle in out
     assert main(["--seed", "5", "--steps", "50", "--count", "3", "--quiet"]) == 0
     assert "3 seeds x 50 steps: 0 failed" in capsys.readouterr().out
@@ -174,7 +201,10 @@ def test_known_limitation_reordered_stale_heartbeat() -> None:
     h.join("A", ["foo"])  # A: epoch 1, owns foo-0,1
     h.add_partitions("foo", 3)
     r = h.heartbeat(member_id="A", member_epoch=1, topic_partitions={foo: frozenset({0, 1})})
-    assert (r.member_epoch, r.assignment.assigned) == (2, {foo: frozenset({0, 1, 2})})  # previous epoch 1
+    assert (r.member_epoch, r.assignment.assigned) == (
+        2,
+        {foo: frozenset({0, 1, 2})},
+    )  # previous epoch 1
     h.join("B", ["foo"])  # epoch 3: foo-2 moves from A to B
     assert h.shard.groups["grp"].target["B"] == {foo: frozenset({2})}
     # A request A sent long ago (epoch 1, owning nothing) arrives now, out of order.

@@ -125,14 +125,28 @@ def failed(report) -> dict[str, str]:  # type: ignore[no-untyped-def]
 
 
 def test_uniform_passes_every_check_and_requirement() -> None:
-    report = run_conformance(UniformAssignor(), examples=120, require_balance=True, require_stickiness=True)
+    report = run_conformance(
+        UniformAssignor(), examples=120, require_balance=True, require_stickiness=True
+    )
     assert report.ok, report.render()
     names = [c.name for c in report.checks]
     assert names == [
-        "interface", "empty group", "unknown topic", "valid input accepted", "well-formed result",
-        "every member, no stranger", "existing partitions only", "exclusivity", "subscriber-only",
-        "completeness", "coordinator validation", "inputs untouched", "determinism",
-        "hash-seed independence", "balance", "stickiness",
+        "interface",
+        "empty group",
+        "unknown topic",
+        "valid input accepted",
+        "well-formed result",
+        "every member, no stranger",
+        "existing partitions only",
+        "exclusivity",
+        "subscriber-only",
+        "completeness",
+        "coordinator validation",
+        "inputs untouched",
+        "determinism",
+        "hash-seed independence",
+        "balance",
+        "stickiness",
     ]
     f = report.figures
     assert f.homogeneous > 0 and f.heterogeneous > 0
@@ -147,7 +161,11 @@ def test_range_passes_the_contract_but_is_neither_balanced_nor_sticky() -> None:
     report = run_conformance(RangeAssignor(), examples=40, hash_seeds=False)
     assert report.ok, report.render()
     strict = run_conformance(
-        RangeAssignor(), examples=40, hash_seeds=False, require_balance=True, require_stickiness=True
+        RangeAssignor(),
+        examples=40,
+        hash_seeds=False,
+        require_balance=True,
+        require_stickiness=True,
     )
     assert set(failed(strict)) == {"balance", "stickiness"}
     assert "FAILED balance" in strict.render()
@@ -198,7 +216,9 @@ def test_a_failure_is_reported_with_a_small_group() -> None:
     assert summary.startswith("after 'conformance-new-member' joined: partition 0 of topic-0")
     assert "topics (1):" in example and "partitions=1" in example and "members (1," in example
     # The class is local to this function: the hash-seed runs cannot import it, and say so.
-    assert next(c.summary for c in report.checks if c.name == "hash-seed independence").startswith("skipped")
+    assert next(c.summary for c in report.checks if c.name == "hash-seed independence").startswith(
+        "skipped"
+    )
 
 
 def test_hash_order_dependence_is_caught(broken: str) -> None:
@@ -213,12 +233,18 @@ def test_hash_order_dependence_is_caught(broken: str) -> None:
 
 
 def test_command_line_exit_status(broken: str, capsys: pytest.CaptureFixture[str]) -> None:
-    assert conformance_main(["uniform", "--examples", "20", "--no-hash-seeds", "--require-balance"]) == 0
+    assert (
+        conformance_main(["uniform", "--examples", "20", "--no-hash-seeds", "--require-balance"])
+        == 0
+    )
     assert "all 14 checks passed" in capsys.readouterr().out
     assert conformance_main([f"{broken}:Lazy", "--examples", "20", "--no-hash-seeds"]) == 1
     assert "FAILED completeness" in capsys.readouterr().out
     assert conformance_main(["no-such-assignor", "--no-hash-seeds"]) == 2
-    assert "error: group.consumer.assignors: 'no-such-assignor': unknown assignor" in capsys.readouterr().err
+    assert (
+        "error: group.consumer.assignors: 'no-such-assignor': unknown assignor"
+        in capsys.readouterr().err
+    )
 
 
 def test_the_pytest_fixture(assignor_conformance) -> None:  # type: ignore[no-untyped-def]
@@ -250,7 +276,15 @@ def test_the_pytest_plugin_imports_cheaply() -> None:
 
 def test_the_module_runs_as_a_program() -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "assignors.conformance", "range", "--examples", "10", "--no-hash-seeds"],
+        [
+            sys.executable,
+            "-m",
+            "assignors.conformance",
+            "range",
+            "--examples",
+            "10",
+            "--no-hash-seeds",
+        ],
         capture_output=True,
         text=True,
         cwd=Path(__file__).resolve().parents[2],

@@ -26,20 +26,39 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     ("argv", "message"),
     [
         (["--set", "no.such.config=1"], "kip848 serve: unknown configuration 'no.such.config'"),
-        (["--set", "group.consumer.session.timeout.ms=abc"],
-         "kip848 serve: invalid value 'abc' for 'group.consumer.session.timeout.ms'"),
-        (["--set", "group.coordinator.shards=0"], "kip848 serve: invalid value 0 for 'group.coordinator.shards': must be >= 1"),
-        (["--set", "group.consumer.heartbeat.interval.ms"], "kip848 serve: --set expects NAME=VALUE"),
-        (["--set", "group.consumer.assignors=uniform,nope"], "kip848 serve: group.consumer.assignors:"),
+        (
+            ["--set", "group.consumer.session.timeout.ms=abc"],
+            "kip848 serve: invalid value 'abc' for 'group.consumer.session.timeout.ms'",
+        ),
+        (
+            ["--set", "group.coordinator.shards=0"],
+            "kip848 serve: invalid value 0 for 'group.coordinator.shards': must be >= 1",
+        ),
+        (
+            ["--set", "group.consumer.heartbeat.interval.ms"],
+            "kip848 serve: --set expects NAME=VALUE",
+        ),
+        (
+            ["--set", "group.consumer.assignors=uniform,nope"],
+            "kip848 serve: group.consumer.assignors:",
+        ),
         (["--listen", "localhost"], "kip848 serve: --listen must be HOST:PORT"),
         (["--config-file", "/nonexistent/x.properties"], "kip848 serve: cannot read config file"),
         (["--grpc-processes", "0"], "kip848 serve: --grpc-processes must be 1..64, got 0"),
-        (["--advertised-address", "host"], "kip848 serve: --advertised-address must be HOST:PORT, got 'host'"),
-        (["--advertised-address", "host:0"], "kip848 serve: --advertised-address needs a real port, not 0"),
+        (
+            ["--advertised-address", "host"],
+            "kip848 serve: --advertised-address must be HOST:PORT, got 'host'",
+        ),
+        (
+            ["--advertised-address", "host:0"],
+            "kip848 serve: --advertised-address needs a real port, not 0",
+        ),
         (["--grpc-processes", "65"], "kip848 serve: --grpc-processes must be 1..64, got 65"),
     ],
 )
-def test_serve_refuses_bad_configuration(capsys: pytest.CaptureFixture[str], argv: list[str], message: str) -> None:
+def test_serve_refuses_bad_configuration(
+    capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
     code, out, err = run(capsys, "serve", *argv)
     assert (code, out) == (2, "")
     assert err.startswith(message), err
@@ -48,16 +67,22 @@ def test_serve_refuses_bad_configuration(capsys: pytest.CaptureFixture[str], arg
 
 def test_properties_file(tmp_path: Path) -> None:
     path = tmp_path / "c.properties"
-    path.write_text("# comment\n! also\n\ngroup.coordinator.shards = 8\ngroup.consumer.assignors=range,uniform\na.b: c\n")
+    path.write_text(
+        "# comment\n! also\n\ngroup.coordinator.shards = 8\ngroup.consumer.assignors=range,uniform\na.b: c\n"
+    )
     assert read_properties(str(path)) == {
-        "group.coordinator.shards": "8", "group.consumer.assignors": "range,uniform", "a.b": "c"
+        "group.coordinator.shards": "8",
+        "group.consumer.assignors": "range,uniform",
+        "a.b": "c",
     }
     path.write_text("just-a-name\n")
     with pytest.raises(Exception, match=r"c.properties:1: expected name=value"):
         read_properties(str(path))
 
 
-def test_config_file_values_are_validated(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_config_file_values_are_validated(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     path = tmp_path / "c.properties"
     path.write_text("group.consumer.heartbeat.interval.ms=50000\n")
     code, _out, err = run(capsys, "serve", "--config-file", str(path))
@@ -68,14 +93,24 @@ def test_config_file_values_are_validated(tmp_path: Path, capsys: pytest.Capture
 def _small_store(data_dir: Path) -> dict:
     async def build() -> dict:
         store = SqliteRecordStore(data_dir)
-        rt = CoordinatorRuntime(config=parse_config({"group.coordinator.shards": "2"}), store=store, clock=ManualClock(0))
+        rt = CoordinatorRuntime(
+            config=parse_config({"group.coordinator.shards": "2"}),
+            store=store,
+            clock=ManualClock(0),
+        )
         await rt.start()
         await rt.create_topics([NewTopic(name="t", num_partitions=4)])
         for m in ("a", "b"):
-            await rt.heartbeat(ConsumerGroupHeartbeat(
-                group_id="g", member_id=m, member_epoch=0, rebalance_timeout_ms=1000,
-                subscribed_topic_names=("t",), topic_partitions={},
-            ))
+            await rt.heartbeat(
+                ConsumerGroupHeartbeat(
+                    group_id="g",
+                    member_id=m,
+                    member_epoch=0,
+                    rebalance_timeout_ms=1000,
+                    subscribed_topic_names=("t",),
+                    topic_partitions={},
+                )
+            )
         await rt.alter_group_configs("g", {"consumer.session.timeout.ms": "50000"})
         snap = rt.snapshot()
         await rt.close()
@@ -91,7 +126,9 @@ def test_dump_and_replay(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     lines = out.splitlines()
     assert code == 0
     assert lines[0].startswith("0\tTopic(name='t') -> TopicValue(")
-    assert any("GroupConfig(group_id='g', name='consumer.session.timeout.ms')" in line for line in lines)
+    assert any(
+        "GroupConfig(group_id='g', name='consumer.session.timeout.ms')" in line for line in lines
+    )
     code, out, _ = run(capsys, "dump", "--data-dir", str(data), "--journal", "--output", "json")
     entries = [json.loads(line) for line in out.splitlines()]
     assert code == 0 and [e["offset"] for e in entries] == list(range(len(entries)))
@@ -100,8 +137,15 @@ def test_dump_and_replay(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     code, out, _ = run(capsys, "replay", "--data-dir", str(data), "--output", "json")
     summary = json.loads(out)
     assert code == 0
-    assert {k: summary[k] for k in ("records", "topics", "groups", "members", "problems", "ok")} == {
-        "records": len(lines), "topics": 1, "groups": 1, "members": 2, "problems": [], "ok": True,
+    assert {
+        k: summary[k] for k in ("records", "topics", "groups", "members", "problems", "ok")
+    } == {
+        "records": len(lines),
+        "topics": 1,
+        "groups": 1,
+        "members": 2,
+        "problems": [],
+        "ok": True,
     }
     code, out, _ = run(capsys, "replay", "--data-dir", str(data))
     assert code == 0 and out.splitlines()[-1] == "OK"
@@ -111,7 +155,7 @@ def test_replay_refuses_a_corrupt_store(tmp_path: Path, capsys: pytest.CaptureFi
     data = tmp_path / "var"
     _small_store(data)
     with SqliteRecordStore(data) as store:
-        store.append([StoredRecord(b"[5,\"g\",\"x\"]", b"not json", "g")], 1)
+        store.append([StoredRecord(b'[5,"g","x"]', b"not json", "g")], 1)
     code, out, err = run(capsys, "replay", "--data-dir", str(data))
     assert code == 1 and out == ""
     assert err.startswith(f"kip848 replay: the store in {data} is corrupt: cannot decode record")
@@ -127,10 +171,18 @@ def test_a_wildcard_listen_host_is_advertised_as_this_machines_name() -> None:
 
     from coordinator.server.app import CoordinatorServer, ServeOptions
 
-    for listen, expected in [("0.0.0.0:9094", socket.getfqdn()), ("[::]:9094", socket.getfqdn()),
-                             ("10.1.2.3:9094", "10.1.2.3"), ("[::1]:9094", "::1")]:
+    for listen, expected in [
+        ("0.0.0.0:9094", socket.getfqdn()),
+        ("[::]:9094", socket.getfqdn()),
+        ("10.1.2.3:9094", "10.1.2.3"),
+        ("[::1]:9094", "::1"),
+    ]:
         server = CoordinatorServer.__new__(CoordinatorServer)  # no gRPC server needed for this
-        server.options, server.host, server.port = ServeOptions(listen=listen), listen.rpartition(":")[0], 9094
+        server.options, server.host, server.port = (
+            ServeOptions(listen=listen),
+            listen.rpartition(":")[0],
+            9094,
+        )
         assert server.advertised_address() == (expected, 9094), listen
     server.options = ServeOptions(listen="0.0.0.0:9094", advertised="[fd00::1]:443")
     assert server.advertised_address() == ("fd00::1", 443)
@@ -146,4 +198,7 @@ def test_grpc_processes_auto_is_one_per_usable_cpu(capsys: pytest.CaptureFixture
     with pytest.raises(SystemExit) as exit_:
         main(["serve", "--grpc-processes", "many"])
     assert exit_.value.code == 2
-    assert "argument --grpc-processes: expected a number or 'auto', got 'many'" in capsys.readouterr().err
+    assert (
+        "argument --grpc-processes: expected a number or 'auto', got 'many'"
+        in capsys.readouterr().err
+    )

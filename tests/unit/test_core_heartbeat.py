@@ -57,7 +57,9 @@ class RoundRobinAssignor:
         for topic_id in sorted(topics):
             subs = sorted(m for m, s in spec.members.items() if topic_id in s.subscribed_topic_ids)
             for i, member_id in enumerate(subs):
-                ps = frozenset(p for p in range(topics[topic_id].num_partitions) if p % len(subs) == i)
+                ps = frozenset(
+                    p for p in range(topics[topic_id].num_partitions) if p % len(subs) == i
+                )
                 if ps:
                     out[member_id][topic_id] = ps
         return GroupAssignment(members=out)
@@ -81,7 +83,9 @@ class Ids(SequentialIds):
 
 
 def harness(*assignors: Any, **kw: Any) -> CoreHarness:
-    return CoreHarness(assignors=list(assignors) or [RoundRobinAssignor()], ids=kw.pop("ids", Ids()), **kw)
+    return CoreHarness(
+        assignors=list(assignors) or [RoundRobinAssignor()], ids=kw.pop("ids", Ids()), **kw
+    )
 
 
 def p(topic_id: str, *parts: int) -> dict[str, frozenset[int]]:
@@ -97,24 +101,46 @@ def pp(*assignments: dict[str, frozenset[int]]) -> dict[str, frozenset[int]]:
 
 def mm(member_id: str, topics: tuple[str, ...] = ("foo",), **fields: Any) -> r.Record:
     fields.setdefault("rebalance_timeout_ms", RT)
-    return r.member_metadata_record(G, ConsumerGroupMember(member_id=member_id, subscribed_topic_names=topics, **fields))
+    return r.member_metadata_record(
+        G, ConsumerGroupMember(member_id=member_id, subscribed_topic_names=topics, **fields)
+    )
 
 
-def ca(member_id: str, epoch: int, prev: int, state: MemberState, assigned: dict, pending: dict | None = None) -> r.Record:
-    return r.current_assignment_record(G, ConsumerGroupMember(
-        member_id=member_id, member_epoch=epoch, previous_member_epoch=prev, state=state,
-        assigned_partitions=assigned, partitions_pending_revocation=pending or {},
-    ))
+def ca(
+    member_id: str,
+    epoch: int,
+    prev: int,
+    state: MemberState,
+    assigned: dict,
+    pending: dict | None = None,
+) -> r.Record:
+    return r.current_assignment_record(
+        G,
+        ConsumerGroupMember(
+            member_id=member_id,
+            member_epoch=epoch,
+            previous_member_epoch=prev,
+            state=state,
+            assigned_partitions=assigned,
+            partitions_pending_revocation=pending or {},
+        ),
+    )
 
 
 def md(h: CoreHarness, *names: str) -> dict[str, TopicMetadata]:
     image = h.shard.topics.by_name
-    return {n: TopicMetadata(topic_id=image[n].topic_id, name=n, num_partitions=image[n].num_partitions) for n in names}
+    return {
+        n: TopicMetadata(topic_id=image[n].topic_id, name=n, num_partitions=image[n].num_partitions)
+        for n in names
+    }
 
 
 def removed(member_id: str) -> list[r.Record]:
-    return [r.current_assignment_tombstone(G, member_id), r.target_assignment_tombstone(G, member_id),
-            r.member_metadata_tombstone(G, member_id)]
+    return [
+        r.current_assignment_tombstone(G, member_id),
+        r.target_assignment_tombstone(G, member_id),
+        r.member_metadata_tombstone(G, member_id),
+    ]
 
 
 def uid(h: CoreHarness, group_id: str = G) -> str:
@@ -149,8 +175,12 @@ def test_member_id_is_generated_when_empty() -> None:
     h = harness()
     foo = h.create_topic("foo", 2)
     res = h.join("", ["foo"])
-    assert res.response == Resp(member_id="gen-1", member_epoch=1, heartbeat_interval_ms=HB_MS,
-                                assignment=HA(assigned=p(foo, 0, 1), pending={}))
+    assert res.response == Resp(
+        member_id="gen-1",
+        member_epoch=1,
+        heartbeat_interval_ms=HB_MS,
+        assignment=HA(assigned=p(foo, 0, 1), pending={}),
+    )
     assert res.records == [
         mm("gen-1"),
         r.partition_metadata_record(G, md(h, "foo")),
@@ -159,9 +189,14 @@ def test_member_id_is_generated_when_empty() -> None:
         r.target_assignment_epoch_record(G, 1),
         ca("gen-1", 1, 0, STABLE, p(foo, 0, 1)),
     ]
-    assert res.timers == [CancelTimer((REBALANCE, G, "gen-1")), ArmTimer((SESSION, G, "gen-1"), SESSION_MS)]
+    assert res.timers == [
+        CancelTimer((REBALANCE, G, "gen-1")),
+        ArmTimer((SESSION, G, "gen-1"), SESSION_MS),
+    ]
     # The generated id is then used like any other.
-    assert h.heartbeat(member_id="gen-1", member_epoch=1) == Resp(member_id="gen-1", member_epoch=1, heartbeat_interval_ms=HB_MS)
+    assert h.heartbeat(member_id="gen-1", member_epoch=1) == Resp(
+        member_id="gen-1", member_epoch=1, heartbeat_interval_ms=HB_MS
+    )
     assert h.join("", ["foo"]).response.member_id == "gen-2"
     check_replay(h)
 
@@ -182,8 +217,16 @@ def full_featured_member() -> tuple[CoreHarness, str, dict[str, Any]]:
     foo = h.create_topic("foo", 2)
     h.create_topic("fizz", 1)
     identity = dict(client_id="client-a", client_host="/10.0.0.1")
-    h.join("A", ["foo"], regex="fi.*", instance_id="i1", rack_id="r1", server_assignor="other",
-           rebalance_timeout_ms=30_000, **identity)
+    h.join(
+        "A",
+        ["foo"],
+        regex="fi.*",
+        instance_id="i1",
+        rack_id="r1",
+        server_assignor="other",
+        rebalance_timeout_ms=30_000,
+        **identity,
+    )
     return h, foo, identity
 
 
@@ -196,8 +239,14 @@ def test_empty_heartbeat_changes_nothing() -> None:
     assert res.timers == [ArmTimer((SESSION, G, "A"), SESSION_MS)]
     assert h.shard.snapshot() == before
     m = h.shard.groups[G].members["A"]
-    assert (m.instance_id, m.rack_id, m.rebalance_timeout_ms, m.subscribed_topic_names, m.subscribed_topic_regex,
-            m.server_assignor_name) == ("i1", "r1", 30_000, ("foo",), "fi.*", "other")
+    assert (
+        m.instance_id,
+        m.rack_id,
+        m.rebalance_timeout_ms,
+        m.subscribed_topic_names,
+        m.subscribed_topic_regex,
+        m.server_assignor_name,
+    ) == ("i1", "r1", 30_000, ("foo",), "fi.*", "other")
 
 
 def test_repeating_every_field_with_the_same_value_changes_nothing() -> None:
@@ -205,15 +254,26 @@ def test_repeating_every_field_with_the_same_value_changes_nothing() -> None:
     before = h.shard.snapshot()
     owned = h.shard.groups[G].members["A"].assigned_partitions
     res = h.heartbeat_result(
-        member_id="A", member_epoch=1, instance_id="i1", rack_id="r1", rebalance_timeout_ms=30_000,
-        subscribed_topic_names=("foo",), subscribed_topic_regex="fi.*", server_assignor="other",
-        topic_partitions=owned, **identity,
+        member_id="A",
+        member_epoch=1,
+        instance_id="i1",
+        rack_id="r1",
+        rebalance_timeout_ms=30_000,
+        subscribed_topic_names=("foo",),
+        subscribed_topic_regex="fi.*",
+        server_assignor="other",
+        topic_partitions=owned,
+        **identity,
     )
     assert res.records == []
     assert h.shard.snapshot() == before
     # A full request: the assignment is sent even though nothing changed.
-    assert res.response == Resp(member_id="A", member_epoch=1, heartbeat_interval_ms=HB_MS,
-                                assignment=HA(assigned=owned, pending={}))
+    assert res.response == Resp(
+        member_id="A",
+        member_epoch=1,
+        heartbeat_interval_ms=HB_MS,
+        assignment=HA(assigned=owned, pending={}),
+    )
 
 
 @pytest.mark.parametrize(
@@ -225,7 +285,9 @@ def test_repeating_every_field_with_the_same_value_changes_nothing() -> None:
         ("client_host", "/10.0.0.2", "client_host", "/10.0.0.2"),
     ],
 )
-def test_changes_that_do_not_bump_the_epoch(field: str, value: Any, attr: str, expected: Any) -> None:
+def test_changes_that_do_not_bump_the_epoch(
+    field: str, value: Any, attr: str, expected: Any
+) -> None:
     """Rack, rebalance timeout, client id and host: a member metadata record, no bump."""
     h, _foo, identity = full_featured_member()
     fields: dict[str, Any] = dict(member_id="A", member_epoch=1, instance_id="i1", **identity)
@@ -254,7 +316,12 @@ def test_subscribed_names_are_a_sorted_set() -> None:
     h.join("A", ["foo", "bar", "foo"])
     assert h.shard.groups[G].members["A"].subscribed_topic_names == ("bar", "foo")
     # The same set in another order is no change.
-    assert h.heartbeat_result(member_id="A", member_epoch=1, subscribed_topic_names=("foo", "bar")).records == []
+    assert (
+        h.heartbeat_result(
+            member_id="A", member_epoch=1, subscribed_topic_names=("foo", "bar")
+        ).records
+        == []
+    )
 
 
 # --------------------------------------------------------------------------- full vs partial responses
@@ -264,15 +331,32 @@ def test_join_always_returns_the_assignment() -> None:
     h, foo = one_member()
     res = h.join("A", ["foo"])  # re-join of a known member, nothing changes
     assert res.records == []
-    assert res.response == Resp(member_id="A", member_epoch=1, heartbeat_interval_ms=HB_MS,
-                                assignment=HA(assigned=p(foo, 0, 1, 2, 3), pending={}))
+    assert res.response == Resp(
+        member_id="A",
+        member_epoch=1,
+        heartbeat_interval_ms=HB_MS,
+        assignment=HA(assigned=p(foo, 0, 1, 2, 3), pending={}),
+    )
 
 
 @pytest.mark.parametrize(
     "extra,full",
     [
-        (dict(rebalance_timeout_ms=RT, subscribed_topic_names=("foo",), topic_partitions="owned"), True),
-        (dict(rebalance_timeout_ms=RT, subscribed_topic_regex="", subscribed_topic_names=("foo",), topic_partitions="owned"), True),
+        (
+            dict(
+                rebalance_timeout_ms=RT, subscribed_topic_names=("foo",), topic_partitions="owned"
+            ),
+            True,
+        ),
+        (
+            dict(
+                rebalance_timeout_ms=RT,
+                subscribed_topic_regex="",
+                subscribed_topic_names=("foo",),
+                topic_partitions="owned",
+            ),
+            True,
+        ),
         (dict(subscribed_topic_names=("foo",), topic_partitions="owned"), False),
         (dict(rebalance_timeout_ms=RT, topic_partitions="owned"), False),
         (dict(rebalance_timeout_ms=RT, subscribed_topic_names=("foo",)), False),
@@ -287,16 +371,25 @@ def test_full_request_gets_the_assignment(extra: dict[str, Any], full: bool) -> 
         extra["topic_partitions"] = owned
     res = h.heartbeat_result(member_id="A", member_epoch=1, **extra)
     assert res.records == []
-    assert res.response == Resp(member_id="A", member_epoch=1, heartbeat_interval_ms=HB_MS,
-                                assignment=HA(assigned=owned, pending={}) if full else None)
+    assert res.response == Resp(
+        member_id="A",
+        member_epoch=1,
+        heartbeat_interval_ms=HB_MS,
+        assignment=HA(assigned=owned, pending={}) if full else None,
+    )
 
 
 def test_full_request_with_only_a_regex() -> None:
     h = harness()
     foo = h.create_topic("foo", 2)
     h.join("A", regex="f.*")
-    res = h.heartbeat_result(member_id="A", member_epoch=1, rebalance_timeout_ms=RT, subscribed_topic_regex="f.*",
-                             topic_partitions=p(foo, 0, 1))
+    res = h.heartbeat_result(
+        member_id="A",
+        member_epoch=1,
+        rebalance_timeout_ms=RT,
+        subscribed_topic_regex="f.*",
+        topic_partitions=p(foo, 0, 1),
+    )
     assert res.response.assignment == HA(assigned=p(foo, 0, 1), pending={})
 
 
@@ -304,25 +397,45 @@ def test_partial_response_only_when_assigned_pending_or_epoch_changed() -> None:
     h, foo = one_member()  # A=[0,1,2,3] at 1
     # B joins (epoch 2): target A=[0,2], B=[1,3]; B waits for A.
     res = h.join("B", ["foo"])
-    assert res.response == Resp(member_id="B", member_epoch=2, heartbeat_interval_ms=HB_MS,
-                                assignment=HA(assigned={}, pending=p(foo, 1, 3)))
+    assert res.response == Resp(
+        member_id="B",
+        member_epoch=2,
+        heartbeat_interval_ms=HB_MS,
+        assignment=HA(assigned={}, pending=p(foo, 1, 3)),
+    )
     # B again: nothing changed -> no assignment.
-    assert h.heartbeat(member_id="B", member_epoch=2) == Resp(member_id="B", member_epoch=2, heartbeat_interval_ms=HB_MS)
+    assert h.heartbeat(member_id="B", member_epoch=2) == Resp(
+        member_id="B", member_epoch=2, heartbeat_interval_ms=HB_MS
+    )
     # A's assigned set shrinks (revocation): assignment sent.
     res = h.heartbeat_result(member_id="A", member_epoch=1, topic_partitions=p(foo, 0, 1, 2, 3))
-    assert res.response == Resp(member_id="A", member_epoch=1, heartbeat_interval_ms=HB_MS,
-                                assignment=HA(assigned=p(foo, 0, 2), pending={}))
+    assert res.response == Resp(
+        member_id="A",
+        member_epoch=1,
+        heartbeat_interval_ms=HB_MS,
+        assignment=HA(assigned=p(foo, 0, 2), pending={}),
+    )
     # A acknowledges: it moves to a new epoch, which always comes with its assignment
     # (KIP-848 "Assignment": on a new epoch the member receives its assigned and pending sets).
     res = h.heartbeat_result(member_id="A", member_epoch=1, topic_partitions=p(foo, 0, 2))
-    assert res.response == Resp(member_id="A", member_epoch=2, heartbeat_interval_ms=HB_MS,
-                                assignment=HA(assigned=p(foo, 0, 2), pending={}))
+    assert res.response == Resp(
+        member_id="A",
+        member_epoch=2,
+        heartbeat_interval_ms=HB_MS,
+        assignment=HA(assigned=p(foo, 0, 2), pending={}),
+    )
     # A again at its epoch: nothing changed -> no assignment.
-    assert h.heartbeat(member_id="A", member_epoch=2) == Resp(member_id="A", member_epoch=2, heartbeat_interval_ms=HB_MS)
+    assert h.heartbeat(member_id="A", member_epoch=2) == Resp(
+        member_id="A", member_epoch=2, heartbeat_interval_ms=HB_MS
+    )
     # B gets its partitions: assignment sent.
     res = h.heartbeat_result(member_id="B", member_epoch=2)
-    assert res.response == Resp(member_id="B", member_epoch=2, heartbeat_interval_ms=HB_MS,
-                                assignment=HA(assigned=p(foo, 1, 3), pending={}))
+    assert res.response == Resp(
+        member_id="B",
+        member_epoch=2,
+        heartbeat_interval_ms=HB_MS,
+        assignment=HA(assigned=p(foo, 1, 3), pending={}),
+    )
     check_replay(h)
 
 
@@ -336,12 +449,16 @@ def test_pending_change_alone_sends_the_assignment() -> None:
     # still held by A. Assigned stays empty; pending grows -> assignment sent.
     res = h.heartbeat_result(member_id="B", member_epoch=2, subscribed_topic_names=("bar", "foo"))
     assert res.records[-1] == ca("B", 3, 2, UNRELEASED, {})
-    assert res.response == Resp(member_id="B", member_epoch=3, heartbeat_interval_ms=HB_MS,
-                                assignment=HA(assigned={}, pending=pp(p(foo, 1, 3), p(bar, 1))))
+    assert res.response == Resp(
+        member_id="B",
+        member_epoch=3,
+        heartbeat_interval_ms=HB_MS,
+        assignment=HA(assigned={}, pending=pp(p(foo, 1, 3), p(bar, 1))),
+    )
 
 
 def test_pending_change_caused_by_another_members_rebalance_is_reported() -> None:
-    """"Absent = no change" (API.md, proto): B was told pending=[1,3]; C's join moves foo-3 to
+    """ "Absent = no change" (API.md, proto): B was told pending=[1,3]; C's join moves foo-3 to
     C, so B's next response must carry its new pending set [1] even though nothing else changes
     for B in that heartbeat."""
     h, foo = one_member()  # A=[0,1,2,3] at 1
@@ -349,8 +466,12 @@ def test_pending_change_caused_by_another_members_rebalance_is_reported() -> Non
     h.join("C", ["foo"])  # epoch 3: target A=[0,3], B=[1], C=[2]
     res = h.heartbeat_result(member_id="B", member_epoch=2)
     assert res.records == [ca("B", 3, 2, UNRELEASED, {})]
-    assert res.response == Resp(member_id="B", member_epoch=3, heartbeat_interval_ms=HB_MS,
-                                assignment=HA(assigned={}, pending=p(foo, 1)))
+    assert res.response == Resp(
+        member_id="B",
+        member_epoch=3,
+        heartbeat_interval_ms=HB_MS,
+        assignment=HA(assigned={}, pending=p(foo, 1)),
+    )
 
 
 # --------------------------------------------------------------------------- epochs
@@ -360,14 +481,18 @@ def test_lost_response_previous_epoch_with_subset_is_accepted() -> None:
     h, foo = one_member()
     h.join("B", ["foo"])  # epoch 2: target A=[0,2], B=[1,3]
     h.heartbeat(member_id="A", member_epoch=1, topic_partitions=p(foo, 0, 1, 2, 3))  # A revoking
-    h.heartbeat(member_id="A", member_epoch=1, topic_partitions=p(foo, 0, 2))  # ack: epoch 2 (response lost)
+    h.heartbeat(
+        member_id="A", member_epoch=1, topic_partitions=p(foo, 0, 2)
+    )  # ack: epoch 2 (response lost)
     assert h.shard.groups[G].members["A"].member_epoch == 2
     # A retries with epoch 1 and owned partitions within its assignment: treated normally.
     res = h.heartbeat_result(member_id="A", member_epoch=1, topic_partitions=p(foo, 0, 2))
     assert res.records == []
     assert res.response == Resp(member_id="A", member_epoch=2, heartbeat_interval_ms=HB_MS)
     assert res.timers == [ArmTimer((SESSION, G, "A"), SESSION_MS)]
-    res = h.heartbeat_result(member_id="A", member_epoch=1, topic_partitions={})  # empty is a subset too
+    res = h.heartbeat_result(
+        member_id="A", member_epoch=1, topic_partitions={}
+    )  # empty is a subset too
     assert res.response == Resp(member_id="A", member_epoch=2, heartbeat_interval_ms=HB_MS)
     check_replay(h)
 
@@ -378,8 +503,12 @@ def test_lost_response_still_reconciles() -> None:
     h.join("C", ["foo"])  # epoch 6: target A=[0,3], B=[1], C=[2]
     res = h.heartbeat_result(member_id="B", member_epoch=4, topic_partitions=p(foo, 2, 3))
     assert res.records == [ca("B", 5, 5, UNREVOKED, {}, p(foo, 2, 3))]
-    assert res.response == Resp(member_id="B", member_epoch=5, heartbeat_interval_ms=HB_MS,
-                                assignment=HA(assigned={}, pending=p(foo, 1)))
+    assert res.response == Resp(
+        member_id="B",
+        member_epoch=5,
+        heartbeat_interval_ms=HB_MS,
+        assignment=HA(assigned={}, pending=p(foo, 1)),
+    )
 
 
 def test_known_member_may_rejoin_with_epoch_zero() -> None:
@@ -387,8 +516,12 @@ def test_known_member_may_rejoin_with_epoch_zero() -> None:
     h, foo = seeded(5)
     res = h.join("A", ["foo"])
     assert res.records == []
-    assert res.response == Resp(member_id="A", member_epoch=5, heartbeat_interval_ms=HB_MS,
-                                assignment=HA(assigned=p(foo, 0, 1), pending={}))
+    assert res.response == Resp(
+        member_id="A",
+        member_epoch=5,
+        heartbeat_interval_ms=HB_MS,
+        assignment=HA(assigned=p(foo, 0, 1), pending={}),
+    )
 
 
 def test_fenced_member_rejoining_with_epoch_zero_releases_what_it_was_revoking() -> None:
@@ -399,8 +532,12 @@ def test_fenced_member_rejoining_with_epoch_zero_releases_what_it_was_revoking()
     # A was fenced client-side, abandoned everything and re-joins (owned = []).
     res = h.join("A", ["foo"])
     assert res.records == [ca("A", 2, 1, STABLE, p(foo, 0, 2))]
-    assert res.response == Resp(member_id="A", member_epoch=2, heartbeat_interval_ms=HB_MS,
-                                assignment=HA(assigned=p(foo, 0, 2), pending={}))
+    assert res.response == Resp(
+        member_id="A",
+        member_epoch=2,
+        heartbeat_interval_ms=HB_MS,
+        assignment=HA(assigned=p(foo, 0, 2), pending={}),
+    )
     assert res.timers == [CancelTimer((REBALANCE, G, "A")), ArmTimer((SESSION, G, "A"), SESSION_MS)]
 
 
@@ -428,7 +565,11 @@ def test_leave_writes_three_tombstones_and_bumps_the_epoch() -> None:
 def test_last_member_leaving_clears_the_subscription_metadata() -> None:
     h, _foo = one_member()
     res = h.heartbeat_result(member_id="A", member_epoch=-1)
-    assert res.records == [*removed("A"), r.partition_metadata_record(G, {}), r.group_epoch_record(G, 2, uid(h))]
+    assert res.records == [
+        *removed("A"),
+        r.partition_metadata_record(G, {}),
+        r.group_epoch_record(G, 2, uid(h)),
+    ]
     assert h.shard.describe_group(G).group_state == "Empty"
     check_replay(h)
 
@@ -437,14 +578,20 @@ def test_static_member_leaving_for_good_with_epoch_minus_one() -> None:
     h, _foo = one_member(instance_id="i1")
     res = h.heartbeat_result(member_id="A", member_epoch=-1, instance_id="i1")
     assert res.response == Resp(member_id="A", member_epoch=-1, heartbeat_interval_ms=0)
-    assert res.records == [*removed("A"), r.partition_metadata_record(G, {}), r.group_epoch_record(G, 2, uid(h))]
+    assert res.records == [
+        *removed("A"),
+        r.partition_metadata_record(G, {}),
+        r.group_epoch_record(G, 2, uid(h)),
+    ]
     assert h.shard.groups[G].static_members == {}
 
 
 def test_static_temporary_leave() -> None:
     h, foo = one_member(instance_id="i1")  # A (i1) = [0,1,2,3] at 1
     h.join("B", ["foo"])  # epoch 2: A must revoke 1,3
-    h.heartbeat(member_id="A", member_epoch=1, instance_id="i1", topic_partitions=p(foo, 0, 1, 2, 3))
+    h.heartbeat(
+        member_id="A", member_epoch=1, instance_id="i1", topic_partitions=p(foo, 0, 1, 2, 3)
+    )
     assert h.shard.groups[G].members["A"].partitions_pending_revocation == p(foo, 1, 3)
     session_deadline = h.timers.get((SESSION, G, "A"))
     h.sleep(1_000)
@@ -472,11 +619,17 @@ def test_static_member_rejoins_with_a_new_member_id() -> None:
         ca("A2", 0, 0, STABLE, p(foo, 0, 1, 2, 3)),
         ca("A2", 1, 0, STABLE, p(foo, 0, 1, 2, 3)),
     ]
-    assert res.response == Resp(member_id="A2", member_epoch=1, heartbeat_interval_ms=HB_MS,
-                                assignment=HA(assigned=p(foo, 0, 1, 2, 3), pending={}))
+    assert res.response == Resp(
+        member_id="A2",
+        member_epoch=1,
+        heartbeat_interval_ms=HB_MS,
+        assignment=HA(assigned=p(foo, 0, 1, 2, 3), pending={}),
+    )
     assert res.timers == [
-        CancelTimer((SESSION, G, "A")), CancelTimer((REBALANCE, G, "A")),
-        CancelTimer((REBALANCE, G, "A2")), ArmTimer((SESSION, G, "A2"), SESSION_MS),
+        CancelTimer((SESSION, G, "A")),
+        CancelTimer((REBALANCE, G, "A")),
+        CancelTimer((REBALANCE, G, "A2")),
+        ArmTimer((SESSION, G, "A2"), SESSION_MS),
     ]
     group = h.shard.groups[G]
     assert group.group_epoch == 1 and group.assignment_epoch == 1
@@ -488,8 +641,12 @@ def test_static_member_rejoins_with_a_new_member_id() -> None:
 def test_static_rejoin_inherits_target_and_partitions_in_a_busy_group() -> None:
     h, foo = one_member(instance_id="i1")
     h.join("B", ["foo"])  # epoch 2: target A=[0,2], B=[1,3]
-    h.heartbeat(member_id="A", member_epoch=1, instance_id="i1", topic_partitions=p(foo, 0, 1, 2, 3))
-    h.heartbeat(member_id="A", member_epoch=1, instance_id="i1", topic_partitions=p(foo, 0, 2))  # A at 2
+    h.heartbeat(
+        member_id="A", member_epoch=1, instance_id="i1", topic_partitions=p(foo, 0, 1, 2, 3)
+    )
+    h.heartbeat(
+        member_id="A", member_epoch=1, instance_id="i1", topic_partitions=p(foo, 0, 2)
+    )  # A at 2
     h.heartbeat(member_id="A", member_epoch=-2, instance_id="i1")
     res = h.join("A2", ["foo"], instance_id="i1")
     assert res.records == [
@@ -509,7 +666,11 @@ def test_static_member_never_rejoining_is_removed_by_its_session_timeout() -> No
     assert h.sleep(SESSION_MS - 1) == []
     fired = h.sleep(1)
     assert len(fired) == 1
-    assert fired[0].records == [*removed("A"), r.partition_metadata_record(G, {}), r.group_epoch_record(G, 2, uid(h))]
+    assert fired[0].records == [
+        *removed("A"),
+        r.partition_metadata_record(G, {}),
+        r.group_epoch_record(G, 2, uid(h)),
+    ]
     assert h.shard.groups[G].static_members == {}
     # The instance id is free again: a new incarnation is a brand-new member.
     res = h.join("A3", ["foo"], instance_id="i1")
@@ -561,8 +722,12 @@ def test_subscription_change_bumps_the_epoch() -> None:
         r.target_assignment_epoch_record(G, 2),
         ca("A", 2, 1, STABLE, pp(p(foo, 0, 1), p(bar, 0))),
     ]
-    assert res.response == Resp(member_id="A", member_epoch=2, heartbeat_interval_ms=HB_MS,
-                                assignment=HA(assigned=pp(p(foo, 0, 1), p(bar, 0)), pending={}))
+    assert res.response == Resp(
+        member_id="A",
+        member_epoch=2,
+        heartbeat_interval_ms=HB_MS,
+        assignment=HA(assigned=pp(p(foo, 0, 1), p(bar, 0)), pending={}),
+    )
     check_replay(h)
 
 
@@ -579,7 +744,9 @@ def test_subscribing_to_a_missing_topic_still_bumps() -> None:
 
 def test_topic_created_deleted_and_recreated() -> None:
     h, foo = one_member(2)
-    h.heartbeat(member_id="A", member_epoch=1, subscribed_topic_names=("foo", "bar"))  # epoch 2, bar missing
+    h.heartbeat(
+        member_id="A", member_epoch=1, subscribed_topic_names=("foo", "bar")
+    )  # epoch 2, bar missing
 
     # bar is created: new metadata, bump, new target.
     bar = h.create_topic("bar", 2)
@@ -593,7 +760,9 @@ def test_topic_created_deleted_and_recreated() -> None:
     ]
     # bar is deleted: A must revoke it (it reports owning it).
     h.delete_topic("bar")
-    res = h.heartbeat_result(member_id="A", member_epoch=3, topic_partitions=pp(p(foo, 0, 1), p(bar, 0, 1)))
+    res = h.heartbeat_result(
+        member_id="A", member_epoch=3, topic_partitions=pp(p(foo, 0, 1), p(bar, 0, 1))
+    )
     assert res.records == [
         r.partition_metadata_record(G, md(h, "foo")),
         r.group_epoch_record(G, 4, uid(h)),
@@ -679,8 +848,12 @@ def test_regex_subscription_is_resolved_with_full_match_semantics() -> None:
         r.target_assignment_epoch_record(G, 1),
         ca("A", 1, 0, STABLE, expected),
     ]
-    assert res.response == Resp(member_id="A", member_epoch=1, heartbeat_interval_ms=HB_MS,
-                                assignment=HA(assigned=expected, pending={}))
+    assert res.response == Resp(
+        member_id="A",
+        member_epoch=1,
+        heartbeat_interval_ms=HB_MS,
+        assignment=HA(assigned=expected, pending={}),
+    )
     check_replay(h)
 
 
@@ -711,9 +884,9 @@ def test_regex_is_re_resolved_when_topics_are_created_and_deleted() -> None:
     ]
     # A topic that does not match: no new resolution record, no bump.
     h.create_topic("nomatch", 1)
-    assert h.heartbeat_result(member_id="A", member_epoch=2, topic_partitions=pp(p(fb, 0), p(t["foo"], 0))).records == [
-        ca("A", 3, 2, STABLE, pp(p(fb, 0), p(t["foo"], 0)))
-    ]
+    assert h.heartbeat_result(
+        member_id="A", member_epoch=2, topic_partitions=pp(p(fb, 0), p(t["foo"], 0))
+    ).records == [ca("A", 3, 2, STABLE, pp(p(fb, 0), p(t["foo"], 0)))]
     check_replay(h)
 
 
@@ -736,7 +909,9 @@ def test_regex_tombstone_when_the_last_user_drops_it() -> None:
     assert res.records[:2] == [mm("B", ("bar",)), r.group_epoch_record(G, 3, uid(h))]
     assert r.regex_tombstone(G, "f.+") not in res.records
     # A switches to names: the last user is gone, the resolution is deleted.
-    res = h.heartbeat_result(member_id="A", member_epoch=1, subscribed_topic_names=("foo",), subscribed_topic_regex="")
+    res = h.heartbeat_result(
+        member_id="A", member_epoch=1, subscribed_topic_names=("foo",), subscribed_topic_regex=""
+    )
     assert res.records[:4] == [
         mm("A", ("foo",)),
         r.regex_tombstone(G, "f.+"),
@@ -751,8 +926,12 @@ def test_regex_tombstone_when_the_last_user_leaves() -> None:
     h, _t = regex_harness()
     h.join("A", regex="f.+")
     res = h.heartbeat_result(member_id="A", member_epoch=-1)
-    assert res.records == [*removed("A"), r.regex_tombstone(G, "f.+"), r.partition_metadata_record(G, {}),
-                           r.group_epoch_record(G, 2, uid(h))]
+    assert res.records == [
+        *removed("A"),
+        r.regex_tombstone(G, "f.+"),
+        r.partition_metadata_record(G, {}),
+        r.group_epoch_record(G, 2, uid(h)),
+    ]
     check_replay(h)
 
 
@@ -761,8 +940,13 @@ def test_switching_to_an_already_resolved_regex() -> None:
     h.join("A", regex="f.+")
     res = h.join("B", ["bar"])
     assert res.response.member_epoch == 2
-    res = h.heartbeat_result(member_id="B", member_epoch=2, subscribed_topic_names=(), subscribed_topic_regex="f.+")
-    assert res.records[:2] == [mm("B", (), subscribed_topic_regex="f.+"), r.partition_metadata_record(G, md(h, "fa", "foo"))]
+    res = h.heartbeat_result(
+        member_id="B", member_epoch=2, subscribed_topic_names=(), subscribed_topic_regex="f.+"
+    )
+    assert res.records[:2] == [
+        mm("B", (), subscribed_topic_regex="f.+"),
+        r.partition_metadata_record(G, md(h, "fa", "foo")),
+    ]
     assert res.records[2] == r.group_epoch_record(G, 3, uid(h))
     assert not any(isinstance(x.key, r.ConsumerGroupRegularExpressionKey) for x in res.records)
     assert h.shard.groups[G].regex_members == {"f.+": 2}
@@ -776,7 +960,10 @@ def test_rebalance_timeout_fences_a_member_stuck_revoking() -> None:
     h.join("B", ["foo"])
     h.sleep(1_000)
     res = h.heartbeat_result(member_id="A", member_epoch=1, topic_partitions=p(foo, 0, 1, 2, 3))
-    assert res.timers == [ArmTimer((REBALANCE, G, "A"), 11_000, 1), ArmTimer((SESSION, G, "A"), 46_000)]
+    assert res.timers == [
+        ArmTimer((REBALANCE, G, "A"), 11_000, 1),
+        ArmTimer((SESSION, G, "A"), 46_000),
+    ]
     # Heartbeats that still report the revoked partitions do not move the deadline.
     h.sleep(5_000)
     res = h.heartbeat_result(member_id="A", member_epoch=1, topic_partitions=p(foo, 0, 1, 2, 3))
@@ -788,8 +975,12 @@ def test_rebalance_timeout_fences_a_member_stuck_revoking() -> None:
     assert fired[0].timers == [CancelTimer((SESSION, G, "A")), CancelTimer((REBALANCE, G, "A"))]
     # B gets everything at epoch 3.
     res = h.heartbeat_result(member_id="B", member_epoch=2)
-    assert res.response == Resp(member_id="B", member_epoch=3, heartbeat_interval_ms=HB_MS,
-                                assignment=HA(assigned=p(foo, 0, 1, 2, 3), pending={}))
+    assert res.response == Resp(
+        member_id="B",
+        member_epoch=3,
+        heartbeat_interval_ms=HB_MS,
+        assignment=HA(assigned=p(foo, 0, 1, 2, 3), pending={}),
+    )
     check_replay(h)
 
 
@@ -856,7 +1047,11 @@ def test_a_loaded_shard_continues_exactly_like_the_live_one() -> None:
     h, _t = regex_harness()
     h.join("A", ["bar"], regex="f.+")
     h.join("B", ["foo"], instance_id="iB")
-    h.heartbeat(member_id="A", member_epoch=1, topic_partitions=h.shard.groups[G].members["A"].assigned_partitions)
+    h.heartbeat(
+        member_id="A",
+        member_epoch=1,
+        topic_partitions=h.shard.groups[G].members["A"].assigned_partitions,
+    )
     fresh = h.replayed()
     fresh.set_topics(h.shard.topics)
     steps = [
@@ -870,7 +1065,11 @@ def test_a_loaded_shard_continues_exactly_like_the_live_one() -> None:
     for step in steps:
         live = h.shard.consumer_group_heartbeat(ConsumerGroupHeartbeat(**step), 100)
         loaded = fresh.consumer_group_heartbeat(ConsumerGroupHeartbeat(**step), 100)
-        assert (loaded.records, loaded.response, loaded.timers) == (live.records, live.response, live.timers)
+        assert (loaded.records, loaded.response, loaded.timers) == (
+            live.records,
+            live.response,
+            live.timers,
+        )
     assert fresh.snapshot() == h.shard.snapshot()
 
 
@@ -897,7 +1096,10 @@ def test_group_states() -> None:
     desc = h.shard.describe_group(G)
     assert desc.group_state == "Stable"
     assert (desc.group_epoch, desc.assignment_epoch) == (2, 2)
-    assert [(m.member_id, m.member_epoch, m.state, m.assignment, m.target_assignment, m.member_type) for m in desc.members] == [
+    assert [
+        (m.member_id, m.member_epoch, m.state, m.assignment, m.target_assignment, m.member_type)
+        for m in desc.members
+    ] == [
         ("A", 2, "STABLE", p(foo, 0), p(foo, 0), 1),
         ("B", 2, "STABLE", p(foo, 1), p(foo, 1), 1),
     ]
@@ -923,17 +1125,36 @@ def test_group_states() -> None:
 def test_group_config_validation_errors() -> None:
     h, _foo = one_member()
     cases = [
-        ({"foo.bar": "1"}, InvalidConfigError,
-         "unknown group config 'foo.bar' (supported: consumer.session.timeout.ms, consumer.heartbeat.interval.ms)"),
-        ({"foo.bar": None}, InvalidConfigError,
-         "unknown group config 'foo.bar' (supported: consumer.session.timeout.ms, consumer.heartbeat.interval.ms)"),
-        ({SESSION_CFG: "44999"}, InvalidConfigError,
-         "invalid value 44999 for 'consumer.session.timeout.ms': must be between 45000 and 60000"),
-        ({HB_CFG: "15001"}, InvalidConfigError,
-         "invalid value 15001 for 'consumer.heartbeat.interval.ms': must be between 5000 and 15000"),
-        ({HB_CFG: "fast"}, InvalidConfigError, "invalid value 'fast' for 'consumer.heartbeat.interval.ms': not an integer"),
-        ({HB_CFG: "6000", SESSION_CFG: "1"}, InvalidConfigError,
-         "invalid value 1 for 'consumer.session.timeout.ms': must be between 45000 and 60000"),
+        (
+            {"foo.bar": "1"},
+            InvalidConfigError,
+            "unknown group config 'foo.bar' (supported: consumer.session.timeout.ms, consumer.heartbeat.interval.ms)",
+        ),
+        (
+            {"foo.bar": None},
+            InvalidConfigError,
+            "unknown group config 'foo.bar' (supported: consumer.session.timeout.ms, consumer.heartbeat.interval.ms)",
+        ),
+        (
+            {SESSION_CFG: "44999"},
+            InvalidConfigError,
+            "invalid value 44999 for 'consumer.session.timeout.ms': must be between 45000 and 60000",
+        ),
+        (
+            {HB_CFG: "15001"},
+            InvalidConfigError,
+            "invalid value 15001 for 'consumer.heartbeat.interval.ms': must be between 5000 and 15000",
+        ),
+        (
+            {HB_CFG: "fast"},
+            InvalidConfigError,
+            "invalid value 'fast' for 'consumer.heartbeat.interval.ms': not an integer",
+        ),
+        (
+            {HB_CFG: "6000", SESSION_CFG: "1"},
+            InvalidConfigError,
+            "invalid value 1 for 'consumer.session.timeout.ms': must be between 45000 and 60000",
+        ),
     ]
     before = h.shard.snapshot()
     for changes, exc, message in cases:
@@ -969,7 +1190,10 @@ def test_group_configs_take_effect_on_the_next_heartbeat_and_persist() -> None:
     h, _foo = one_member()
     h.sleep(1_000)
     res = h.alter_configs(G, {SESSION_CFG: "50000", HB_CFG: " 6000"})
-    assert res.records == [r.group_config_record(G, HB_CFG, "6000"), r.group_config_record(G, SESSION_CFG, "50000")]
+    assert res.records == [
+        r.group_config_record(G, HB_CFG, "6000"),
+        r.group_config_record(G, SESSION_CFG, "50000"),
+    ]
     assert res.timers == []
     assert h.timers.get((SESSION, G, "A")) == (SESSION_MS, 0)  # existing timer untouched
     assert h.shard.group_config(G) == {SESSION_CFG: "50000", HB_CFG: "6000"}
@@ -989,7 +1213,12 @@ def test_group_configs_take_effect_on_the_next_heartbeat_and_persist() -> None:
     res = h.alter_configs(G, {HB_CFG: None})
     assert res.records == [r.group_config_record(G, HB_CFG, None)]
     assert h.shard.group_config(G) == {SESSION_CFG: "50000", HB_CFG: "5000"}
-    assert h.heartbeat(member_id="A", member_epoch=h.shard.groups[G].members["A"].member_epoch).heartbeat_interval_ms == HB_MS
+    assert (
+        h.heartbeat(
+            member_id="A", member_epoch=h.shard.groups[G].members["A"].member_epoch
+        ).heartbeat_interval_ms
+        == HB_MS
+    )
     check_replay(h)
 
 

@@ -50,7 +50,9 @@ class RoundRobinAssignor:
         for topic_id in sorted(topics):
             subs = sorted(m for m, s in spec.members.items() if topic_id in s.subscribed_topic_ids)
             for i, member_id in enumerate(subs):
-                ps = frozenset(p for p in range(topics[topic_id].num_partitions) if p % len(subs) == i)
+                ps = frozenset(
+                    p for p in range(topics[topic_id].num_partitions) if p % len(subs) == i
+                )
                 if ps:
                     out[member_id][topic_id] = ps
         return GroupAssignment(members=out)
@@ -147,8 +149,11 @@ def assert_rejected(
 
 def join_fields(member_id: str = "X", **over: Any) -> dict[str, Any]:
     fields: dict[str, Any] = dict(
-        member_id=member_id, member_epoch=0, rebalance_timeout_ms=60_000,
-        subscribed_topic_names=("foo",), topic_partitions={},
+        member_id=member_id,
+        member_epoch=0,
+        rebalance_timeout_ms=60_000,
+        subscribed_topic_names=("foo",),
+        topic_partitions={},
     )
     fields.update(over)
     return fields
@@ -161,41 +166,81 @@ INVALID = ErrorCode.INVALID_REQUEST
 VALIDATION_CASES = [
     ("empty_group_id", join_fields(group_id=""), "GroupId can't be empty."),
     ("blank_group_id", join_fields(group_id="   "), "GroupId can't be empty."),
-    ("empty_group_id_heartbeat", dict(group_id="", member_id="A", member_epoch=5), "GroupId can't be empty."),
+    (
+        "empty_group_id_heartbeat",
+        dict(group_id="", member_id="A", member_epoch=5),
+        "GroupId can't be empty.",
+    ),
     ("empty_instance_id", join_fields(instance_id=""), "InstanceId can't be empty."),
     ("blank_instance_id", join_fields(instance_id=" \t"), "InstanceId can't be empty."),
     ("empty_rack_id", join_fields(rack_id=""), "RackId can't be empty."),
     ("blank_rack_id", join_fields(rack_id="  "), "RackId can't be empty."),
     ("epoch_minus_3", dict(member_id="A", member_epoch=-3), "MemberEpoch is invalid."),
-    ("epoch_very_negative", dict(member_id="A", member_epoch=-2**31), "MemberEpoch is invalid."),
+    ("epoch_very_negative", dict(member_id="A", member_epoch=-(2**31)), "MemberEpoch is invalid."),
     ("missing_member_id_epoch_5", dict(member_id="", member_epoch=5), "MemberId can't be empty."),
     ("blank_member_id_epoch_5", dict(member_id="  ", member_epoch=5), "MemberId can't be empty."),
     ("missing_member_id_leave", dict(member_id="", member_epoch=-1), "MemberId can't be empty."),
-    ("missing_member_id_static_leave", dict(member_id="", member_epoch=-2, instance_id="i1"),
-     "MemberId can't be empty."),
+    (
+        "missing_member_id_static_leave",
+        dict(member_id="", member_epoch=-2, instance_id="i1"),
+        "MemberId can't be empty.",
+    ),
     ("blank_member_id_join", join_fields(member_id="  "), "MemberId can't be blank."),
-    ("rebalance_timeout_missing_on_join", join_fields(rebalance_timeout_ms=-1),
-     "RebalanceTimeoutMs must be provided in first request."),
-    ("rebalance_timeout_zero_on_join", join_fields(rebalance_timeout_ms=0),
-     "RebalanceTimeoutMs must be larger than zero, got 0."),
-    ("rebalance_timeout_negative_on_join", join_fields(rebalance_timeout_ms=-5),
-     "RebalanceTimeoutMs must be larger than zero, got -5."),
-    ("rebalance_timeout_zero_on_heartbeat", dict(member_id="A", member_epoch=5, rebalance_timeout_ms=0),
-     "RebalanceTimeoutMs must be larger than zero, got 0."),
-    ("owned_partitions_null_on_join", join_fields(topic_partitions=None),
-     "TopicPartitions must be empty when (re-)joining."),
-    ("owned_partitions_non_empty_on_join", join_fields(topic_partitions={"AAAAAAAAAAAAAAAAAAAAAQ": frozenset({0})}),
-     "TopicPartitions must be empty when (re-)joining."),
-    ("neither_names_nor_regex_on_join", join_fields(subscribed_topic_names=None),
-     "SubscribedTopicNames or SubscribedTopicRegex must be set in first request."),
-    ("static_leave_without_instance_id", dict(member_id="A", member_epoch=-2), "InstanceId can't be null."),
-    ("negative_partition_index", dict(member_id="A", member_epoch=5,
-                                      topic_partitions={"AAAAAAAAAAAAAAAAAAAAAQ": frozenset({0, -1})}),
-     "TopicPartitions has a negative partition index for topic AAAAAAAAAAAAAAAAAAAAAQ."),
+    (
+        "rebalance_timeout_missing_on_join",
+        join_fields(rebalance_timeout_ms=-1),
+        "RebalanceTimeoutMs must be provided in first request.",
+    ),
+    (
+        "rebalance_timeout_zero_on_join",
+        join_fields(rebalance_timeout_ms=0),
+        "RebalanceTimeoutMs must be larger than zero, got 0.",
+    ),
+    (
+        "rebalance_timeout_negative_on_join",
+        join_fields(rebalance_timeout_ms=-5),
+        "RebalanceTimeoutMs must be larger than zero, got -5.",
+    ),
+    (
+        "rebalance_timeout_zero_on_heartbeat",
+        dict(member_id="A", member_epoch=5, rebalance_timeout_ms=0),
+        "RebalanceTimeoutMs must be larger than zero, got 0.",
+    ),
+    (
+        "owned_partitions_null_on_join",
+        join_fields(topic_partitions=None),
+        "TopicPartitions must be empty when (re-)joining.",
+    ),
+    (
+        "owned_partitions_non_empty_on_join",
+        join_fields(topic_partitions={"AAAAAAAAAAAAAAAAAAAAAQ": frozenset({0})}),
+        "TopicPartitions must be empty when (re-)joining.",
+    ),
+    (
+        "neither_names_nor_regex_on_join",
+        join_fields(subscribed_topic_names=None),
+        "SubscribedTopicNames or SubscribedTopicRegex must be set in first request.",
+    ),
+    (
+        "static_leave_without_instance_id",
+        dict(member_id="A", member_epoch=-2),
+        "InstanceId can't be null.",
+    ),
+    (
+        "negative_partition_index",
+        dict(
+            member_id="A",
+            member_epoch=5,
+            topic_partitions={"AAAAAAAAAAAAAAAAAAAAAQ": frozenset({0, -1})},
+        ),
+        "TopicPartitions has a negative partition index for topic AAAAAAAAAAAAAAAAAAAAAQ.",
+    ),
 ]
 
 
-@pytest.mark.parametrize("fields,message", [c[1:] for c in VALIDATION_CASES], ids=[c[0] for c in VALIDATION_CASES])
+@pytest.mark.parametrize(
+    "fields,message", [c[1:] for c in VALIDATION_CASES], ids=[c[0] for c in VALIDATION_CASES]
+)
 def test_invalid_request(fields: dict[str, Any], message: str) -> None:
     h, _foo = stable_group()
     assert_rejected(h, InvalidRequestError, INVALID, message, **fields)
@@ -203,8 +248,15 @@ def test_invalid_request(fields: dict[str, Any], message: str) -> None:
 
 def test_invalid_request_is_checked_before_the_group_is_looked_up() -> None:
     h = harness()
-    assert_rejected(h, InvalidRequestError, INVALID, "MemberId can't be empty.",
-                    group_id="nope", member_id="", member_epoch=3)
+    assert_rejected(
+        h,
+        InvalidRequestError,
+        INVALID,
+        "MemberId can't be empty.",
+        group_id="nope",
+        member_id="",
+        member_epoch=3,
+    )
     assert h.shard.groups == {}
 
 
@@ -213,7 +265,9 @@ def test_existing_member_cannot_take_over_a_released_instance_id() -> None:
     h.join("B", ["foo"])
     h.heartbeat(member_id="S", member_epoch=-2, instance_id="i1")
     assert_rejected(
-        h, InvalidRequestError, INVALID,
+        h,
+        InvalidRequestError,
+        INVALID,
         "Member B is already in group grp; it cannot take over instance id i1.",
         **join_fields("B", instance_id="i1"),
     )
@@ -224,21 +278,42 @@ def test_existing_member_cannot_take_over_a_released_instance_id() -> None:
 
 def test_unknown_group_with_positive_epoch() -> None:
     h, _foo = stable_group()
-    assert_rejected(h, GroupIdNotFoundError, ErrorCode.GROUP_ID_NOT_FOUND,
-                    "Consumer group other not found.", group_id="other", member_id="A", member_epoch=5)
+    assert_rejected(
+        h,
+        GroupIdNotFoundError,
+        ErrorCode.GROUP_ID_NOT_FOUND,
+        "Consumer group other not found.",
+        group_id="other",
+        member_id="A",
+        member_epoch=5,
+    )
 
 
 def test_leave_of_unknown_group() -> None:
     h, _foo = stable_group()
-    assert_rejected(h, GroupIdNotFoundError, ErrorCode.GROUP_ID_NOT_FOUND,
-                    "Consumer group other not found.", group_id="other", member_id="A", member_epoch=-1)
+    assert_rejected(
+        h,
+        GroupIdNotFoundError,
+        ErrorCode.GROUP_ID_NOT_FOUND,
+        "Consumer group other not found.",
+        group_id="other",
+        member_id="A",
+        member_epoch=-1,
+    )
 
 
 def test_static_leave_of_unknown_group() -> None:
     h, _foo = stable_group()
-    assert_rejected(h, GroupIdNotFoundError, ErrorCode.GROUP_ID_NOT_FOUND,
-                    "Consumer group other not found.",
-                    group_id="other", member_id="S", member_epoch=-2, instance_id="i1")
+    assert_rejected(
+        h,
+        GroupIdNotFoundError,
+        ErrorCode.GROUP_ID_NOT_FOUND,
+        "Consumer group other not found.",
+        group_id="other",
+        member_id="S",
+        member_epoch=-2,
+        instance_id="i1",
+    )
 
 
 # --------------------------------------------------------------------------- UNKNOWN_MEMBER_ID
@@ -246,28 +321,61 @@ def test_static_leave_of_unknown_group() -> None:
 
 def test_unknown_dynamic_member_with_positive_epoch() -> None:
     h, _foo = stable_group()
-    assert_rejected(h, UnknownMemberIdError, ErrorCode.UNKNOWN_MEMBER_ID,
-                    "Member Z is not a member of group grp.", member_id="Z", member_epoch=5)
+    assert_rejected(
+        h,
+        UnknownMemberIdError,
+        ErrorCode.UNKNOWN_MEMBER_ID,
+        "Member Z is not a member of group grp.",
+        member_id="Z",
+        member_epoch=5,
+    )
 
 
 def test_leave_of_unknown_member() -> None:
     h, _foo = stable_group()
-    assert_rejected(h, UnknownMemberIdError, ErrorCode.UNKNOWN_MEMBER_ID,
-                    "Member Z is not a member of group grp.", member_id="Z", member_epoch=-1)
+    assert_rejected(
+        h,
+        UnknownMemberIdError,
+        ErrorCode.UNKNOWN_MEMBER_ID,
+        "Member Z is not a member of group grp.",
+        member_id="Z",
+        member_epoch=-1,
+    )
 
 
 def test_unknown_static_instance_id_with_positive_epoch() -> None:
     h, _foo = static_group()
-    assert_rejected(h, UnknownMemberIdError, ErrorCode.UNKNOWN_MEMBER_ID,
-                    "Instance id i9 is unknown.", member_id="S", member_epoch=1, instance_id="i9")
+    assert_rejected(
+        h,
+        UnknownMemberIdError,
+        ErrorCode.UNKNOWN_MEMBER_ID,
+        "Instance id i9 is unknown.",
+        member_id="S",
+        member_epoch=1,
+        instance_id="i9",
+    )
 
 
 def test_unknown_static_instance_id_on_leave() -> None:
     h, _foo = static_group()
-    assert_rejected(h, UnknownMemberIdError, ErrorCode.UNKNOWN_MEMBER_ID,
-                    "Instance id i9 is unknown.", member_id="S", member_epoch=-1, instance_id="i9")
-    assert_rejected(h, UnknownMemberIdError, ErrorCode.UNKNOWN_MEMBER_ID,
-                    "Instance id i9 is unknown.", member_id="S", member_epoch=-2, instance_id="i9")
+    assert_rejected(
+        h,
+        UnknownMemberIdError,
+        ErrorCode.UNKNOWN_MEMBER_ID,
+        "Instance id i9 is unknown.",
+        member_id="S",
+        member_epoch=-1,
+        instance_id="i9",
+    )
+    assert_rejected(
+        h,
+        UnknownMemberIdError,
+        ErrorCode.UNKNOWN_MEMBER_ID,
+        "Instance id i9 is unknown.",
+        member_id="S",
+        member_epoch=-2,
+        instance_id="i9",
+    )
 
 
 # --------------------------------------------------------------------------- FENCED_MEMBER_EPOCH
@@ -284,44 +392,81 @@ SMALLER = (
 
 def test_fenced_greater_epoch() -> None:
     h, foo = stable_group(5)
-    assert_rejected(h, FencedMemberEpochError, ErrorCode.FENCED_MEMBER_EPOCH,
-                    GREATER.format(received=6, current=5), member_id="A", member_epoch=6,
-                    topic_partitions=p(foo, 0, 1))
+    assert_rejected(
+        h,
+        FencedMemberEpochError,
+        ErrorCode.FENCED_MEMBER_EPOCH,
+        GREATER.format(received=6, current=5),
+        member_id="A",
+        member_epoch=6,
+        topic_partitions=p(foo, 0, 1),
+    )
 
 
 def test_fenced_smaller_epoch_that_is_not_the_previous_one() -> None:
     h, foo = stable_group(5)  # A: epoch 5, previous 4
-    assert_rejected(h, FencedMemberEpochError, ErrorCode.FENCED_MEMBER_EPOCH,
-                    SMALLER.format(received=3, current=5), member_id="A", member_epoch=3,
-                    topic_partitions=p(foo, 0, 1))
+    assert_rejected(
+        h,
+        FencedMemberEpochError,
+        ErrorCode.FENCED_MEMBER_EPOCH,
+        SMALLER.format(received=3, current=5),
+        member_id="A",
+        member_epoch=3,
+        topic_partitions=p(foo, 0, 1),
+    )
 
 
 def test_fenced_previous_epoch_when_owned_is_not_a_subset() -> None:
     h, foo = stable_group(5)
-    assert_rejected(h, FencedMemberEpochError, ErrorCode.FENCED_MEMBER_EPOCH,
-                    SMALLER.format(received=4, current=5), member_id="A", member_epoch=4,
-                    topic_partitions=p(foo, 0, 1, 2))
+    assert_rejected(
+        h,
+        FencedMemberEpochError,
+        ErrorCode.FENCED_MEMBER_EPOCH,
+        SMALLER.format(received=4, current=5),
+        member_id="A",
+        member_epoch=4,
+        topic_partitions=p(foo, 0, 1, 2),
+    )
 
 
 def test_fenced_previous_epoch_when_owned_is_another_topic() -> None:
     h, foo = stable_group(5)
     bar = h.create_topic("bar", 1)
-    assert_rejected(h, FencedMemberEpochError, ErrorCode.FENCED_MEMBER_EPOCH,
-                    SMALLER.format(received=4, current=5), member_id="A", member_epoch=4,
-                    topic_partitions={**p(foo, 0), **p(bar, 0)})
+    assert_rejected(
+        h,
+        FencedMemberEpochError,
+        ErrorCode.FENCED_MEMBER_EPOCH,
+        SMALLER.format(received=4, current=5),
+        member_id="A",
+        member_epoch=4,
+        topic_partitions={**p(foo, 0), **p(bar, 0)},
+    )
 
 
 def test_fenced_previous_epoch_when_owned_is_null() -> None:
     h, _foo = stable_group(5)
-    assert_rejected(h, FencedMemberEpochError, ErrorCode.FENCED_MEMBER_EPOCH,
-                    SMALLER.format(received=4, current=5), member_id="A", member_epoch=4,
-                    topic_partitions=None)
+    assert_rejected(
+        h,
+        FencedMemberEpochError,
+        ErrorCode.FENCED_MEMBER_EPOCH,
+        SMALLER.format(received=4, current=5),
+        member_id="A",
+        member_epoch=4,
+        topic_partitions=None,
+    )
 
 
 def test_fenced_static_member_epoch() -> None:
     h, _foo = static_group()  # S: epoch 1, previous 0
-    assert_rejected(h, FencedMemberEpochError, ErrorCode.FENCED_MEMBER_EPOCH,
-                    GREATER.format(received=2, current=1), member_id="S", member_epoch=2, instance_id="i1")
+    assert_rejected(
+        h,
+        FencedMemberEpochError,
+        ErrorCode.FENCED_MEMBER_EPOCH,
+        GREATER.format(received=2, current=1),
+        member_id="S",
+        member_epoch=2,
+        instance_id="i1",
+    )
 
 
 def test_fenced_member_in_unknown_state() -> None:
@@ -334,8 +479,11 @@ def test_fenced_member_in_unknown_state() -> None:
     record = r.Record(
         r.ConsumerGroupCurrentMemberAssignmentKey(G, "A"),
         r.ConsumerGroupCurrentMemberAssignmentValue(
-            member_epoch=4, previous_member_epoch=4, state=99,
-            assigned_partitions=m.assigned_partitions, partitions_pending_revocation={},
+            member_epoch=4,
+            previous_member_epoch=4,
+            state=99,
+            assigned_partitions=m.assigned_partitions,
+            partitions_pending_revocation={},
         ),
     )
     h.shard.replay(record)  # as if loaded from a store written by a newer build
@@ -344,10 +492,14 @@ def test_fenced_member_in_unknown_state() -> None:
     assert h.shard.groups[G].members["A"].state is MemberState.UNKNOWN
     assert isinstance(m, ConsumerGroupMember)
     assert_rejected(
-        h, FencedMemberEpochError, ErrorCode.FENCED_MEMBER_EPOCH,
+        h,
+        FencedMemberEpochError,
+        ErrorCode.FENCED_MEMBER_EPOCH,
         "The consumer group member is in a unknown state. The member must abandon all its "
         "partitions and rejoin.",
-        member_id="A", member_epoch=4, topic_partitions=p(foo, 0, 1),
+        member_id="A",
+        member_epoch=4,
+        topic_partitions=p(foo, 0, 1),
     )
 
 
@@ -356,37 +508,62 @@ def test_fenced_member_in_unknown_state() -> None:
 
 def test_fenced_instance_id_on_heartbeat() -> None:
     h, _foo = static_group()
-    assert_rejected(h, FencedInstanceIdError, ErrorCode.FENCED_INSTANCE_ID,
-                    "Static member X with instance id i1 was fenced by member S.",
-                    member_id="X", member_epoch=1, instance_id="i1")
+    assert_rejected(
+        h,
+        FencedInstanceIdError,
+        ErrorCode.FENCED_INSTANCE_ID,
+        "Static member X with instance id i1 was fenced by member S.",
+        member_id="X",
+        member_epoch=1,
+        instance_id="i1",
+    )
 
 
 def test_fenced_instance_id_on_leave() -> None:
     h, _foo = static_group()
     for epoch in (-1, -2):
-        assert_rejected(h, FencedInstanceIdError, ErrorCode.FENCED_INSTANCE_ID,
-                        "Static member X with instance id i1 was fenced by member S.",
-                        member_id="X", member_epoch=epoch, instance_id="i1")
+        assert_rejected(
+            h,
+            FencedInstanceIdError,
+            ErrorCode.FENCED_INSTANCE_ID,
+            "Static member X with instance id i1 was fenced by member S.",
+            member_id="X",
+            member_epoch=epoch,
+            instance_id="i1",
+        )
 
 
 def test_unreleased_instance_id() -> None:
     h, _foo = static_group()
-    assert_rejected(h, UnreleasedInstanceIdError, ErrorCode.UNRELEASED_INSTANCE_ID,
-                    "Static member X with instance id i1 cannot join the group because the instance "
-                    "id is owned by S member.",
-                    **join_fields("X", instance_id="i1"))
+    assert_rejected(
+        h,
+        UnreleasedInstanceIdError,
+        ErrorCode.UNRELEASED_INSTANCE_ID,
+        "Static member X with instance id i1 cannot join the group because the instance "
+        "id is owned by S member.",
+        **join_fields("X", instance_id="i1"),
+    )
 
 
 def test_unreleased_instance_id_when_the_static_member_is_revoking() -> None:
     """Only a temporary leave (epoch -2) releases an instance id; a busy member does not."""
     h, foo = static_group()
     h.join("B", ["foo"])
-    assert h.heartbeat(member_id="S", member_epoch=1, instance_id="i1", topic_partitions=p(foo, 0, 1, 2, 3)).member_epoch == 1
+    assert (
+        h.heartbeat(
+            member_id="S", member_epoch=1, instance_id="i1", topic_partitions=p(foo, 0, 1, 2, 3)
+        ).member_epoch
+        == 1
+    )
     assert h.shard.groups[G].members["S"].state is MemberState.UNREVOKED_PARTITIONS
-    assert_rejected(h, UnreleasedInstanceIdError, ErrorCode.UNRELEASED_INSTANCE_ID,
-                    "Static member X with instance id i1 cannot join the group because the instance "
-                    "id is owned by S member.",
-                    **join_fields("X", instance_id="i1"))
+    assert_rejected(
+        h,
+        UnreleasedInstanceIdError,
+        ErrorCode.UNRELEASED_INSTANCE_ID,
+        "Static member X with instance id i1 cannot join the group because the instance "
+        "id is owned by S member.",
+        **join_fields("X", instance_id="i1"),
+    )
 
 
 # --------------------------------------------------------------------------- GROUP_MAX_SIZE_REACHED
@@ -404,18 +581,27 @@ def full_group() -> tuple[CoreHarness, str]:
 
 def test_group_max_size_reached_for_a_new_member() -> None:
     h, _foo = full_group()
-    assert_rejected(h, GroupMaxSizeReachedError, ErrorCode.GROUP_MAX_SIZE_REACHED, FULL, **join_fields("C"))
+    assert_rejected(
+        h, GroupMaxSizeReachedError, ErrorCode.GROUP_MAX_SIZE_REACHED, FULL, **join_fields("C")
+    )
 
 
 def test_group_max_size_reached_for_a_generated_member_id() -> None:
     h, _foo = full_group()
-    assert_rejected(h, GroupMaxSizeReachedError, ErrorCode.GROUP_MAX_SIZE_REACHED, FULL, **join_fields(""))
+    assert_rejected(
+        h, GroupMaxSizeReachedError, ErrorCode.GROUP_MAX_SIZE_REACHED, FULL, **join_fields("")
+    )
 
 
 def test_group_max_size_reached_for_a_new_static_member() -> None:
     h, _foo = full_group()
-    assert_rejected(h, GroupMaxSizeReachedError, ErrorCode.GROUP_MAX_SIZE_REACHED, FULL,
-                    **join_fields("C", instance_id="i2"))
+    assert_rejected(
+        h,
+        GroupMaxSizeReachedError,
+        ErrorCode.GROUP_MAX_SIZE_REACHED,
+        FULL,
+        **join_fields("C", instance_id="i2"),
+    )
 
 
 def test_existing_member_may_heartbeat_and_rejoin_in_a_full_group() -> None:
@@ -443,19 +629,33 @@ def test_unsupported_assignor_lists_the_supported_names() -> None:
     h = harness(assignors=[RoundRobinAssignor("uniform"), RoundRobinAssignor("range")])
     h.create_topic("foo", 2)
     h.join("A", ["foo"])
-    assert_rejected(h, UnsupportedAssignorError, ErrorCode.UNSUPPORTED_ASSIGNOR,
-                    "ServerAssignor sticky is not supported. Supported assignors: uniform, range.",
-                    **join_fields("B", server_assignor="sticky"))
-    assert_rejected(h, UnsupportedAssignorError, ErrorCode.UNSUPPORTED_ASSIGNOR,
-                    "ServerAssignor  is not supported. Supported assignors: uniform, range.",
-                    member_id="A", member_epoch=1, server_assignor="")
+    assert_rejected(
+        h,
+        UnsupportedAssignorError,
+        ErrorCode.UNSUPPORTED_ASSIGNOR,
+        "ServerAssignor sticky is not supported. Supported assignors: uniform, range.",
+        **join_fields("B", server_assignor="sticky"),
+    )
+    assert_rejected(
+        h,
+        UnsupportedAssignorError,
+        ErrorCode.UNSUPPORTED_ASSIGNOR,
+        "ServerAssignor  is not supported. Supported assignors: uniform, range.",
+        member_id="A",
+        member_epoch=1,
+        server_assignor="",
+    )
 
 
 def test_unsupported_assignor_with_the_default_assignors() -> None:
     h = CoreHarness()
-    assert_rejected(h, UnsupportedAssignorError, ErrorCode.UNSUPPORTED_ASSIGNOR,
-                    "ServerAssignor cooperative-sticky is not supported. Supported assignors: uniform, range.",
-                    **join_fields("B", server_assignor="cooperative-sticky"))
+    assert_rejected(
+        h,
+        UnsupportedAssignorError,
+        ErrorCode.UNSUPPORTED_ASSIGNOR,
+        "ServerAssignor cooperative-sticky is not supported. Supported assignors: uniform, range.",
+        **join_fields("B", server_assignor="cooperative-sticky"),
+    )
 
 
 # --------------------------------------------------------------------------- INVALID_REGULAR_EXPRESSION
@@ -473,16 +673,26 @@ def test_unsupported_assignor_with_the_default_assignors() -> None:
 )
 def test_invalid_regular_expression(regex: str, reason: str) -> None:
     h, _foo = stable_group()
-    assert_rejected(h, InvalidRegularExpressionError, ErrorCode.INVALID_REGULAR_EXPRESSION,
-                    f"SubscribedTopicRegex `{regex}` is not a valid regular expression: {reason}.",
-                    **join_fields("C", subscribed_topic_names=None, subscribed_topic_regex=regex))
+    assert_rejected(
+        h,
+        InvalidRegularExpressionError,
+        ErrorCode.INVALID_REGULAR_EXPRESSION,
+        f"SubscribedTopicRegex `{regex}` is not a valid regular expression: {reason}.",
+        **join_fields("C", subscribed_topic_names=None, subscribed_topic_regex=regex),
+    )
 
 
 def test_invalid_regular_expression_on_a_heartbeat_of_a_known_member() -> None:
     h, _foo = stable_group()
-    err = assert_rejected(h, InvalidRegularExpressionError, ErrorCode.INVALID_REGULAR_EXPRESSION,
-                          "SubscribedTopicRegex `(a` is not a valid regular expression: missing ): (a.",
-                          member_id="A", member_epoch=5, subscribed_topic_regex="(a")
+    err = assert_rejected(
+        h,
+        InvalidRegularExpressionError,
+        ErrorCode.INVALID_REGULAR_EXPRESSION,
+        "SubscribedTopicRegex `(a` is not a valid regular expression: missing ): (a.",
+        member_id="A",
+        member_epoch=5,
+        subscribed_topic_regex="(a",
+    )
     assert isinstance(err, InvalidRegularExpressionError)
 
 
@@ -502,20 +712,32 @@ def assignor_failure_case(assignor: Any) -> CoreHarness:
     [
         (FailingAssignor(PartitionAssignorError("no can do")), "no can do"),
         (FailingAssignor(RuntimeError("oops")), "assignor 'failing' raised RuntimeError: oops"),
-        (ForgetfulAssignor(), "invalid assignment: member 'A' is missing from the result (1 missing)"),
-        (DoubleBookingAssignor(), "invalid assignment: partition 0 of topic 'AAAAAAAAAAAAAAAAAAAAAQ' "
-                                  "(foo) is given to both 'A' and 'B'"),
+        (
+            ForgetfulAssignor(),
+            "invalid assignment: member 'A' is missing from the result (1 missing)",
+        ),
+        (
+            DoubleBookingAssignor(),
+            "invalid assignment: partition 0 of topic 'AAAAAAAAAAAAAAAAAAAAAQ' "
+            "(foo) is given to both 'A' and 'B'",
+        ),
     ],
     ids=["partition_assignor_error", "plugin_bug", "missing_member", "double_booking"],
 )
-def test_assignor_failure_is_unknown_server_error_and_rolls_back(assignor: Any, reason: str) -> None:
+def test_assignor_failure_is_unknown_server_error_and_rolls_back(
+    assignor: Any, reason: str
+) -> None:
     h = assignor_failure_case(assignor)
     before = h.shard.snapshot()
     # B's join emits (and replays) its member metadata record and the group epoch bump before
     # the assignor runs; all of it must be rolled back.
-    assert_rejected(h, UnknownServerError, ErrorCode.UNKNOWN_SERVER_ERROR,
-                    f"Failed to compute a new target assignment for epoch 4: {reason}",
-                    **join_fields("B"))
+    assert_rejected(
+        h,
+        UnknownServerError,
+        ErrorCode.UNKNOWN_SERVER_ERROR,
+        f"Failed to compute a new target assignment for epoch 4: {reason}",
+        **join_fields("B"),
+    )
     group = h.shard.groups[G]
     assert "B" not in group.members
     assert group.group_epoch == 3
@@ -525,8 +747,13 @@ def test_assignor_failure_is_unknown_server_error_and_rolls_back(assignor: Any, 
 def test_assignor_failure_when_creating_a_group_leaves_no_group() -> None:
     h = harness(assignors=[FailingAssignor(PartitionAssignorError("boom"))])
     h.create_topic("foo", 2)
-    assert_rejected(h, UnknownServerError, ErrorCode.UNKNOWN_SERVER_ERROR,
-                    "Failed to compute a new target assignment for epoch 1: boom", **join_fields("A"))
+    assert_rejected(
+        h,
+        UnknownServerError,
+        ErrorCode.UNKNOWN_SERVER_ERROR,
+        "Failed to compute a new target assignment for epoch 1: boom",
+        **join_fields("A"),
+    )
     assert h.shard.groups == {}
     assert h.shard.snapshot() == CoreHarness(assignors=[RoundRobinAssignor()]).shard.snapshot()
 
@@ -534,9 +761,15 @@ def test_assignor_failure_when_creating_a_group_leaves_no_group() -> None:
 def test_assignor_failure_on_a_subscription_change_keeps_the_old_subscription() -> None:
     h = assignor_failure_case(FailingAssignor(PartitionAssignorError("boom")))
     h.create_topic("bar", 1)
-    assert_rejected(h, UnknownServerError, ErrorCode.UNKNOWN_SERVER_ERROR,
-                    "Failed to compute a new target assignment for epoch 4: boom",
-                    member_id="A", member_epoch=3, subscribed_topic_names=("foo", "bar"))
+    assert_rejected(
+        h,
+        UnknownServerError,
+        ErrorCode.UNKNOWN_SERVER_ERROR,
+        "Failed to compute a new target assignment for epoch 4: boom",
+        member_id="A",
+        member_epoch=3,
+        subscribed_topic_names=("foo", "bar"),
+    )
     assert h.shard.groups[G].members["A"].subscribed_topic_names == ("foo",)
 
 
@@ -563,9 +796,13 @@ def test_assignor_failure_rolls_back_a_static_replacement() -> None:
     h.join("S", ["foo"], instance_id="i1")
     h.heartbeat(member_id="S", member_epoch=-2, instance_id="i1")
     assignor.fail = True
-    assert_rejected(h, UnknownServerError, ErrorCode.UNKNOWN_SERVER_ERROR,
-                    "Failed to compute a new target assignment for epoch 2: switched off",
-                    **join_fields("S2", instance_id="i1", subscribed_topic_names=("foo", "bar")))
+    assert_rejected(
+        h,
+        UnknownServerError,
+        ErrorCode.UNKNOWN_SERVER_ERROR,
+        "Failed to compute a new target assignment for epoch 2: switched off",
+        **join_fields("S2", instance_id="i1", subscribed_topic_names=("foo", "bar")),
+    )
     group = h.shard.groups[G]
     assert group.static_members == {"i1": "S"}
     assert group.members["S"].member_epoch == -2
@@ -581,8 +818,14 @@ def test_assignor_failure_rolls_back_a_regex_resolution() -> None:
     h.create_topic("foo", 2)
     h.join("A", ["foo"])
     assignor.fail = True
-    assert_rejected(h, UnknownServerError, ErrorCode.UNKNOWN_SERVER_ERROR,
-                    "Failed to compute a new target assignment for epoch 2: switched off",
-                    member_id="A", member_epoch=1, subscribed_topic_regex="f.*")
+    assert_rejected(
+        h,
+        UnknownServerError,
+        ErrorCode.UNKNOWN_SERVER_ERROR,
+        "Failed to compute a new target assignment for epoch 2: switched off",
+        member_id="A",
+        member_epoch=1,
+        subscribed_topic_regex="f.*",
+    )
     assert dict(h.shard.groups[G].resolved_regexes) == {}
     assert h.shard.groups[G].members["A"].subscribed_topic_regex is None

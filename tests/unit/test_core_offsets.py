@@ -38,27 +38,53 @@ def h() -> CoreHarness:
 
 
 def commit_req(epoch: int, member: str = "A", **parts: int) -> OffsetCommit:
-    return OffsetCommit(group_id=G, generation_id_or_member_epoch=epoch, member_id=member, topics=(
-        OffsetCommitTopic(name="foo", partitions=tuple(
-            OffsetCommitPartition(partition_index=int(k[1:]), committed_offset=v) for k, v in sorted(parts.items())
-        )),
-    ))
+    return OffsetCommit(
+        group_id=G,
+        generation_id_or_member_epoch=epoch,
+        member_id=member,
+        topics=(
+            OffsetCommitTopic(
+                name="foo",
+                partitions=tuple(
+                    OffsetCommitPartition(partition_index=int(k[1:]), committed_offset=v)
+                    for k, v in sorted(parts.items())
+                ),
+            ),
+        ),
+    )
 
 
 def test_member_commit_with_its_epoch_is_durable_record(h: CoreHarness) -> None:
     h.join("A", ["foo"])
     res = h.shard.offset_commit(commit_req(1, p0=10, p1=20), 5)
     foo = h.topic_id("foo")
-    assert res.response.topics == (TopicResult(name="foo", topic_id=foo, partitions=(
-        PartitionResult(partition_index=0), PartitionResult(partition_index=1))),)
+    assert res.response.topics == (
+        TopicResult(
+            name="foo",
+            topic_id=foo,
+            partitions=(PartitionResult(partition_index=0), PartitionResult(partition_index=1)),
+        ),
+    )
     assert res.records == [
-        r.offset_commit_record(G, "foo", 0, r.OffsetCommitValue(offset=10, leader_epoch=-1, metadata="", commit_timestamp_ms=5)),
-        r.offset_commit_record(G, "foo", 1, r.OffsetCommitValue(offset=20, leader_epoch=-1, metadata="", commit_timestamp_ms=5)),
+        r.offset_commit_record(
+            G,
+            "foo",
+            0,
+            r.OffsetCommitValue(offset=10, leader_epoch=-1, metadata="", commit_timestamp_ms=5),
+        ),
+        r.offset_commit_record(
+            G,
+            "foo",
+            1,
+            r.OffsetCommitValue(offset=20, leader_epoch=-1, metadata="", commit_timestamp_ms=5),
+        ),
     ]
 
 
 @pytest.mark.parametrize("epoch", [0, 2, 7])
-def test_consumer_member_with_other_epoch_gets_stale_member_epoch(h: CoreHarness, epoch: int) -> None:
+def test_consumer_member_with_other_epoch_gets_stale_member_epoch(
+    h: CoreHarness, epoch: int
+) -> None:
     h.join("A", ["foo"])  # epoch 1
     before = h.shard.snapshot()
     with pytest.raises(StaleMemberEpochError) as err:
@@ -72,36 +98,74 @@ def test_unknown_member_and_unknown_group(h: CoreHarness) -> None:
     with pytest.raises(UnknownMemberIdError):
         h.shard.offset_commit(commit_req(1, member="Z", p0=1), 5)
     with pytest.raises(GroupIdNotFoundError):
-        h.shard.offset_commit(OffsetCommit(group_id="nope", generation_id_or_member_epoch=3, member_id="A"), 5)
+        h.shard.offset_commit(
+            OffsetCommit(group_id="nope", generation_id_or_member_epoch=3, member_id="A"), 5
+        )
 
 
 def test_admin_commit_only_on_empty_or_missing_group(h: CoreHarness) -> None:
     # Missing group: a "simple" group is created (offsets only), listed as an empty classic group.
-    res = h.shard.offset_commit(OffsetCommit(group_id="simple", topics=(
-        OffsetCommitTopic(name="bar", partitions=(OffsetCommitPartition(partition_index=0, committed_offset=3),)),)), 1)
+    res = h.shard.offset_commit(
+        OffsetCommit(
+            group_id="simple",
+            topics=(
+                OffsetCommitTopic(
+                    name="bar",
+                    partitions=(OffsetCommitPartition(partition_index=0, committed_offset=3),),
+                ),
+            ),
+        ),
+        1,
+    )
     assert res.response.topics[0].partitions == (PartitionResult(partition_index=0),)
-    assert [(g.group_id, g.group_type, g.group_state) for g in h.shard.list_groups()] == [("simple", "classic", "Empty")]
+    assert [(g.group_id, g.group_type, g.group_state) for g in h.shard.list_groups()] == [
+        ("simple", "classic", "Empty")
+    ]
     # Non-empty consumer group: epoch -1 is refused (the member id is unknown).
     h.join("A", ["foo"])
     with pytest.raises(UnknownMemberIdError):
         h.shard.offset_commit(commit_req(-1, member="", p0=1), 5)
     # Once empty again, the admin commit is accepted.
     h.heartbeat(member_id="A", member_epoch=-1)
-    assert h.shard.offset_commit(commit_req(-1, member="", p0=9), 6).response.topics[0].partitions[0].error_code == ErrorCode.NONE
+    assert (
+        h.shard.offset_commit(commit_req(-1, member="", p0=9), 6)
+        .response.topics[0]
+        .partitions[0]
+        .error_code
+        == ErrorCode.NONE
+    )
 
 
 def test_per_partition_errors(h: CoreHarness) -> None:
     h.join("A", ["foo"])
     big = "x" * 4097
-    req = OffsetCommit(group_id=G, generation_id_or_member_epoch=1, member_id="A", topics=(
-        OffsetCommitTopic(name="foo", partitions=(
-            OffsetCommitPartition(partition_index=0, committed_offset=1, committed_metadata=big),
-            OffsetCommitPartition(partition_index=5, committed_offset=1),
-            OffsetCommitPartition(partition_index=1, committed_offset=2, committed_metadata="ok"),
-        )),
-        OffsetCommitTopic(name="missing", partitions=(OffsetCommitPartition(partition_index=0, committed_offset=1),)),
-        OffsetCommitTopic(topic_id="AAAAAAAAAAAAAAAAAAAAfw", partitions=(OffsetCommitPartition(partition_index=0, committed_offset=1),)),
-    ))
+    req = OffsetCommit(
+        group_id=G,
+        generation_id_or_member_epoch=1,
+        member_id="A",
+        topics=(
+            OffsetCommitTopic(
+                name="foo",
+                partitions=(
+                    OffsetCommitPartition(
+                        partition_index=0, committed_offset=1, committed_metadata=big
+                    ),
+                    OffsetCommitPartition(partition_index=5, committed_offset=1),
+                    OffsetCommitPartition(
+                        partition_index=1, committed_offset=2, committed_metadata="ok"
+                    ),
+                ),
+            ),
+            OffsetCommitTopic(
+                name="missing",
+                partitions=(OffsetCommitPartition(partition_index=0, committed_offset=1),),
+            ),
+            OffsetCommitTopic(
+                topic_id="AAAAAAAAAAAAAAAAAAAAfw",
+                partitions=(OffsetCommitPartition(partition_index=0, committed_offset=1),),
+            ),
+        ),
+    )
     res = h.shard.offset_commit(req, 5)
     codes = [[p.error_code for p in t.partitions] for t in res.response.topics]
     assert codes == [
@@ -115,24 +179,62 @@ def test_per_partition_errors(h: CoreHarness) -> None:
 def test_topic_addressed_by_id(h: CoreHarness) -> None:
     h.join("A", ["foo"])
     foo = h.topic_id("foo")
-    req = OffsetCommit(group_id=G, generation_id_or_member_epoch=1, member_id="A", topics=(
-        OffsetCommitTopic(topic_id=foo, partitions=(OffsetCommitPartition(partition_index=1, committed_offset=77),)),))
+    req = OffsetCommit(
+        group_id=G,
+        generation_id_or_member_epoch=1,
+        member_id="A",
+        topics=(
+            OffsetCommitTopic(
+                topic_id=foo,
+                partitions=(OffsetCommitPartition(partition_index=1, committed_offset=77),),
+            ),
+        ),
+    )
     assert h.shard.offset_commit(req, 5).response.topics[0].name == "foo"
     h._commit(h.shard.offset_commit(req, 5))
-    fetched = h.shard.offset_fetch(OffsetFetchGroup(group_id=G, topics=(OffsetFetchTopic(topic_id=foo, partition_indexes=(0, 1)),)))
-    assert fetched == OffsetFetchGroupResponse(group_id=G, topics=(FetchedTopic(name="foo", topic_id=foo, partitions=(
-        FetchedPartition(partition_index=0), FetchedPartition(partition_index=1, committed_offset=77, metadata=""))),))
+    fetched = h.shard.offset_fetch(
+        OffsetFetchGroup(
+            group_id=G, topics=(OffsetFetchTopic(topic_id=foo, partition_indexes=(0, 1)),)
+        )
+    )
+    assert fetched == OffsetFetchGroupResponse(
+        group_id=G,
+        topics=(
+            FetchedTopic(
+                name="foo",
+                topic_id=foo,
+                partitions=(
+                    FetchedPartition(partition_index=0),
+                    FetchedPartition(partition_index=1, committed_offset=77, metadata=""),
+                ),
+            ),
+        ),
+    )
 
 
 def test_fetch_fencing_and_unknown_group(h: CoreHarness) -> None:
     h.join("A", ["foo"])
     h.commit(G, "A", 1, {("foo", 0): 5})
-    assert h.shard.offset_fetch(OffsetFetchGroup(group_id=G, member_id="A", member_epoch=2)).error_code == ErrorCode.STALE_MEMBER_EPOCH
-    assert h.shard.offset_fetch(OffsetFetchGroup(group_id=G, member_id="Z", member_epoch=1)).error_code == ErrorCode.UNKNOWN_MEMBER_ID
+    assert (
+        h.shard.offset_fetch(OffsetFetchGroup(group_id=G, member_id="A", member_epoch=2)).error_code
+        == ErrorCode.STALE_MEMBER_EPOCH
+    )
+    assert (
+        h.shard.offset_fetch(OffsetFetchGroup(group_id=G, member_id="Z", member_epoch=1)).error_code
+        == ErrorCode.UNKNOWN_MEMBER_ID
+    )
     ok = h.shard.offset_fetch(OffsetFetchGroup(group_id=G, member_id="A", member_epoch=1))
-    assert ok.topics[0].partitions == (FetchedPartition(partition_index=0, committed_offset=5, metadata=""),)
-    unknown = h.shard.offset_fetch(OffsetFetchGroup(group_id="nope", topics=(OffsetFetchTopic(name="foo", partition_indexes=(0,)),)))
-    assert unknown.error_code == ErrorCode.NONE and unknown.topics[0].partitions == (FetchedPartition(partition_index=0),)
+    assert ok.topics[0].partitions == (
+        FetchedPartition(partition_index=0, committed_offset=5, metadata=""),
+    )
+    unknown = h.shard.offset_fetch(
+        OffsetFetchGroup(
+            group_id="nope", topics=(OffsetFetchTopic(name="foo", partition_indexes=(0,)),)
+        )
+    )
+    assert unknown.error_code == ErrorCode.NONE and unknown.topics[0].partitions == (
+        FetchedPartition(partition_index=0),
+    )
 
 
 def test_offsets_survive_members_leaving_and_a_new_member_resumes(h: CoreHarness) -> None:
@@ -141,7 +243,10 @@ def test_offsets_survive_members_leaving_and_a_new_member_resumes(h: CoreHarness
     h.heartbeat(member_id="A", member_epoch=-1)
     h.join("B", ["foo"])
     got = h.shard.offset_fetch(OffsetFetchGroup(group_id=G, member_id="B", member_epoch=3))
-    assert [(p.partition_index, p.committed_offset) for p in got.topics[0].partitions] == [(0, 100), (1, 200)]
+    assert [(p.partition_index, p.committed_offset) for p in got.topics[0].partitions] == [
+        (0, 100),
+        (1, 200),
+    ]
     assert h.replayed().snapshot() == h.shard.snapshot()
 
 
@@ -153,7 +258,10 @@ def test_delete_offsets_refused_for_subscribed_topic(h: CoreHarness) -> None:
     assert res.records == []
     h.heartbeat(member_id="A", member_epoch=1, subscribed_topic_names=("bar",))
     res = h.shard.offset_delete(G, [("foo", [0, 1])])
-    assert [p.error_code for p in res.response.topics[0].partitions] == [ErrorCode.NONE, ErrorCode.NONE]
+    assert [p.error_code for p in res.response.topics[0].partitions] == [
+        ErrorCode.NONE,
+        ErrorCode.NONE,
+    ]
     assert res.records == [r.offset_commit_tombstone(G, "foo", 0)]
     with pytest.raises(GroupIdNotFoundError):
         h.shard.offset_delete("nope", [("foo", [0])])
@@ -165,8 +273,12 @@ def test_retention_expires_unsubscribed_topics_then_deletes_the_empty_group(h: C
     h.heartbeat(member_id="A", member_epoch=1, subscribed_topic_names=("foo",))
     for _ in range(22):  # 11 minutes, heartbeating every 30 s
         h.sleep(30_000)
-        a = h.shard.groups[G].members["A"]  # acknowledges the revocation of bar by reporting what it owns
-        h.heartbeat(member_id="A", member_epoch=a.member_epoch, topic_partitions=dict(a.assigned_partitions))
+        a = h.shard.groups[G].members[
+            "A"
+        ]  # acknowledges the revocation of bar by reporting what it owns
+        h.heartbeat(
+            member_id="A", member_epoch=a.member_epoch, topic_partitions=dict(a.assigned_partitions)
+        )
     res = h.expire_offsets()
     assert res.records == [r.offset_commit_tombstone(G, "bar", 0)]  # foo is still subscribed
     h.heartbeat(member_id="A", member_epoch=-1)
@@ -181,7 +293,10 @@ def test_delete_groups(h: CoreHarness) -> None:
     h.join("A", ["foo"])
     h.commit(G, "A", 1, {("foo", 0): 1})
     res = h.shard.delete_groups([G, "nope"])
-    assert [(g, c) for g, c, _m in res.response] == [(G, ErrorCode.NON_EMPTY_GROUP), ("nope", ErrorCode.GROUP_ID_NOT_FOUND)]
+    assert [(g, c) for g, c, _m in res.response] == [
+        (G, ErrorCode.NON_EMPTY_GROUP),
+        ("nope", ErrorCode.GROUP_ID_NOT_FOUND),
+    ]
     h.heartbeat(member_id="A", member_epoch=-1)
     res = h._commit(h.shard.delete_groups([G]))
     assert res.response == [(G, ErrorCode.NONE, None)]
@@ -199,7 +314,11 @@ def test_deleting_a_topic_deletes_its_offsets(h: CoreHarness) -> None:
     h.delete_topic("foo")
     assert list(h.shard.offsets["simple"]) == [("bar", 0)]
     h.create_topic("foo", 2)  # re-created: starts fresh
-    got = h.shard.offset_fetch(OffsetFetchGroup(group_id="simple", topics=(OffsetFetchTopic(name="foo", partition_indexes=(0,)),)))
+    got = h.shard.offset_fetch(
+        OffsetFetchGroup(
+            group_id="simple", topics=(OffsetFetchTopic(name="foo", partition_indexes=(0,)),)
+        )
+    )
     assert got.topics[0].partitions == (FetchedPartition(partition_index=0),)
 
 
@@ -209,26 +328,61 @@ def test_a_simple_group_refuses_a_commit_with_a_generation(h: CoreHarness) -> No
     h.commit("simple", "", -1, {("foo", 0): 1})
     before = h.shard.snapshot()
     with pytest.raises(UnknownMemberIdError) as err:
-        h.shard.offset_commit(OffsetCommit(group_id="simple", generation_id_or_member_epoch=0, member_id="A", topics=(
-            OffsetCommitTopic(name="foo", partitions=(OffsetCommitPartition(partition_index=0, committed_offset=2),)),)), 5)
+        h.shard.offset_commit(
+            OffsetCommit(
+                group_id="simple",
+                generation_id_or_member_epoch=0,
+                member_id="A",
+                topics=(
+                    OffsetCommitTopic(
+                        name="foo",
+                        partitions=(OffsetCommitPartition(partition_index=0, committed_offset=2),),
+                    ),
+                ),
+            ),
+            5,
+        )
     assert err.value.message == "Member A is not a member of group simple."
     assert h.shard.snapshot() == before
 
 
 def test_a_topic_needs_a_name_or_an_id(h: CoreHarness) -> None:
-    req = OffsetCommit(group_id="simple", topics=(
-        OffsetCommitTopic(partitions=(OffsetCommitPartition(partition_index=0, committed_offset=1),)),))
+    req = OffsetCommit(
+        group_id="simple",
+        topics=(
+            OffsetCommitTopic(
+                partitions=(OffsetCommitPartition(partition_index=0, committed_offset=1),)
+            ),
+        ),
+    )
     res = h.shard.offset_commit(req, 5)
-    assert res.response.topics == (TopicResult(name="", topic_id="AAAAAAAAAAAAAAAAAAAAAA", partitions=(
-        PartitionResult(partition_index=0, error_code=ErrorCode.INVALID_REQUEST, error_message="A topic needs a name or a topic id."),
-    )),)
+    assert res.response.topics == (
+        TopicResult(
+            name="",
+            topic_id="AAAAAAAAAAAAAAAAAAAAAA",
+            partitions=(
+                PartitionResult(
+                    partition_index=0,
+                    error_code=ErrorCode.INVALID_REQUEST,
+                    error_message="A topic needs a name or a topic id.",
+                ),
+            ),
+        ),
+    )
     assert res.records == []
     h.commit("simple", "", -1, {("foo", 0): 1})
-    fetched = h.shard.offset_fetch(OffsetFetchGroup(group_id="simple", topics=(
-        OffsetFetchTopic(partition_indexes=(0,)),
-        OffsetFetchTopic(name="bar", topic_id=h.topic_id("foo"), partition_indexes=(0,)),
-        OffsetFetchTopic(name="gone", partition_indexes=(0,)),
-    )))
+    fetched = h.shard.offset_fetch(
+        OffsetFetchGroup(
+            group_id="simple",
+            topics=(
+                OffsetFetchTopic(partition_indexes=(0,)),
+                OffsetFetchTopic(name="bar", topic_id=h.topic_id("foo"), partition_indexes=(0,)),
+                OffsetFetchTopic(name="gone", partition_indexes=(0,)),
+            ),
+        )
+    )
     assert [[p.error_code for p in t.partitions] for t in fetched.topics] == [
-        [ErrorCode.INVALID_REQUEST], [ErrorCode.INVALID_REQUEST], [ErrorCode.NONE],
+        [ErrorCode.INVALID_REQUEST],
+        [ErrorCode.INVALID_REQUEST],
+        [ErrorCode.NONE],
     ]

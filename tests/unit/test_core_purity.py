@@ -16,17 +16,52 @@ PURE_PACKAGES = [ROOT / "coordinator" / "core", ROOT / "legacy_bridge"]
 
 ALLOWED = {
     # standard library, side-effect free
-    "__future__", "abc", "base64", "bisect", "collections", "dataclasses", "enum", "functools",
-    "heapq", "itertools", "logging", "math", "operator", "re", "struct", "typing", "types",
+    "__future__",
+    "abc",
+    "base64",
+    "bisect",
+    "collections",
+    "dataclasses",
+    "enum",
+    "functools",
+    "heapq",
+    "itertools",
+    "logging",
+    "math",
+    "operator",
+    "re",
+    "struct",
+    "typing",
+    "types",
     "zlib",
     # third-party pure computation
-    "re2", "orjson",
+    "re2",
+    "orjson",
     # our own pure modules
-    "coordinator", "assignors.api", "assignors.validation", "assignors.uniform", "assignors.range",
+    "coordinator",
+    "assignors.api",
+    "assignors.validation",
+    "assignors.uniform",
+    "assignors.range",
     "legacy_bridge",
 }
-FORBIDDEN_EXAMPLES = ["asyncio", "grpc", "socket", "sqlite3", "threading", "random", "time", "os",
-                      "datetime", "uuid", "ulid", "secrets", "subprocess", "io", "pathlib"]
+FORBIDDEN_EXAMPLES = [
+    "asyncio",
+    "grpc",
+    "socket",
+    "sqlite3",
+    "threading",
+    "random",
+    "time",
+    "os",
+    "datetime",
+    "uuid",
+    "ulid",
+    "secrets",
+    "subprocess",
+    "io",
+    "pathlib",
+]
 
 
 def _imports(path: Path) -> list[tuple[int, str]]:
@@ -66,8 +101,11 @@ def test_module_imports_only_pure_modules(path: Path) -> None:
 def test_module_does_not_open_files_or_read_the_clock(path: Path) -> None:
     tree = ast.parse(path.read_text())
     calls = [
-        n.func.id for n in ast.walk(tree)
-        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in {"open", "input", "print", "exec", "eval"}
+        n.func.id
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Call)
+        and isinstance(n.func, ast.Name)
+        and n.func.id in {"open", "input", "print", "exec", "eval"}
     ]
     assert not calls, f"{path.relative_to(ROOT)} calls {calls}"
 

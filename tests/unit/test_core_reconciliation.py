@@ -33,7 +33,9 @@ def a(*topics: tuple[str, Iterable[int]]) -> dict[str, frozenset[int]]:
     return {t: frozenset(ps) for t, ps in topics if ps}
 
 
-def member(state: MemberState, epoch: int, prev: int, assigned: dict, pending: dict | None = None) -> ConsumerGroupMember:
+def member(
+    state: MemberState, epoch: int, prev: int, assigned: dict, pending: dict | None = None
+) -> ConsumerGroupMember:
     return ConsumerGroupMember(
         member_id=ME,
         subscribed_topic_names=("foo", "bar"),
@@ -52,8 +54,10 @@ def free(_topic_id: str, _partition: int) -> str | None:
 
 def held_by(owner: str, *topics: str):
     """owner_of: every partition of ``topics`` (all topics if none given) is held by ``owner``."""
+
     def owner_of(topic_id: str, _partition: int) -> str | None:
         return owner if not topics or topic_id in topics else None
+
     return owner_of
 
 
@@ -322,8 +326,16 @@ def scenarios(draw: st.DrawFn) -> tuple[ConsumerGroupMember, int, dict, dict, di
     pending = {t: ps - assigned.get(t, frozenset()) for t, ps in pending.items()}
     pending = {t: ps for t, ps in pending.items() if ps}
     target = draw(ASSIGNMENT)
-    others = draw(st.dictionaries(st.tuples(st.sampled_from([T1, T2]), st.integers(0, 5)), st.sampled_from(["x", "y"]), max_size=8))
-    for t, ps in list(assigned.items()) + list(pending.items()):  # the member's own partitions are its own
+    others = draw(
+        st.dictionaries(
+            st.tuples(st.sampled_from([T1, T2]), st.integers(0, 5)),
+            st.sampled_from(["x", "y"]),
+            max_size=8,
+        )
+    )
+    for t, ps in list(assigned.items()) + list(
+        pending.items()
+    ):  # the member's own partitions are its own
         for q in ps:
             others[(t, q)] = ME
     owned = draw(st.one_of(st.none(), ASSIGNMENT))
@@ -333,7 +345,9 @@ def scenarios(draw: st.DrawFn) -> tuple[ConsumerGroupMember, int, dict, dict, di
 
 @settings(max_examples=150, deadline=None, derandomize=True, database=None)
 @given(scenarios())
-def test_transition_invariants(scenario: tuple[ConsumerGroupMember, int, dict, dict, dict | None]) -> None:
+def test_transition_invariants(
+    scenario: tuple[ConsumerGroupMember, int, dict, dict, dict | None],
+) -> None:
     m, target_epoch, target, table, owned = scenario
     nxt = compute_next_member(m, target_epoch, target, owners(table), owned)
     assert nxt.member_epoch <= target_epoch
@@ -355,7 +369,9 @@ def test_transition_invariants(scenario: tuple[ConsumerGroupMember, int, dict, d
         assert pend and pend.isdisjoint(tgt) and pend <= had
         assert got == had & tgt
         assert owns_any(owned, nxt.partitions_pending_revocation)
-        expected = m.member_epoch if m.state is not UNREVOKED else min(m.member_epoch + 1, target_epoch)
+        expected = (
+            m.member_epoch if m.state is not UNREVOKED else min(m.member_epoch + 1, target_epoch)
+        )
         assert nxt.member_epoch == expected
     else:
         assert nxt.partitions_pending_revocation == {}

@@ -32,14 +32,18 @@ class RoundRobinAssignor:
         for topic_id in sorted(topics):
             subs = sorted(m for m, s in spec.members.items() if topic_id in s.subscribed_topic_ids)
             for i, member_id in enumerate(subs):
-                ps = frozenset(p for p in range(topics[topic_id].num_partitions) if p % len(subs) == i)
+                ps = frozenset(
+                    p for p in range(topics[topic_id].num_partitions) if p % len(subs) == i
+                )
                 if ps:
                     out[member_id][topic_id] = ps
         return GroupAssignment(members=out)
 
 
 def new_shard() -> GroupCoordinatorShard:
-    return GroupCoordinatorShard(config=GroupCoordinatorConfig(), assignors=[RoundRobinAssignor()], ids=SequentialIds())
+    return GroupCoordinatorShard(
+        config=GroupCoordinatorConfig(), assignors=[RoundRobinAssignor()], ids=SequentialIds()
+    )
 
 
 def full_member(member_id: str = "m1", **over: Any) -> ConsumerGroupMember:
@@ -71,43 +75,108 @@ CLASSIC = ClassicMemberMetadata(
 ALL_RECORDS: list[tuple[str, r.Record]] = [
     ("group_epoch", r.group_epoch_record(G, 12, "cgp_0001")),
     ("group_epoch_tombstone", r.group_epoch_tombstone(G)),
-    ("partition_metadata", r.partition_metadata_record(G, {
-        "foo": TopicMetadata(topic_id=T1, name="foo", num_partitions=3),
-        "bar": TopicMetadata(topic_id=T2, name="bar", num_partitions=1),
-    })),
+    (
+        "partition_metadata",
+        r.partition_metadata_record(
+            G,
+            {
+                "foo": TopicMetadata(topic_id=T1, name="foo", num_partitions=3),
+                "bar": TopicMetadata(topic_id=T2, name="bar", num_partitions=1),
+            },
+        ),
+    ),
     ("partition_metadata_empty", r.partition_metadata_record(G, {})),
     ("partition_metadata_tombstone", r.partition_metadata_tombstone(G)),
     ("member_metadata", r.member_metadata_record(G, full_member())),
     ("member_metadata_minimal", r.member_metadata_record(G, ConsumerGroupMember(member_id="m2"))),
-    ("member_metadata_classic", r.member_metadata_record(G, full_member(classic_member_metadata=CLASSIC))),
+    (
+        "member_metadata_classic",
+        r.member_metadata_record(G, full_member(classic_member_metadata=CLASSIC)),
+    ),
     ("member_metadata_tombstone", r.member_metadata_tombstone(G, "m1")),
-    ("target_member", r.target_assignment_record(G, "m1", {T1: frozenset({0, 2}), T2: frozenset({5})})),
+    (
+        "target_member",
+        r.target_assignment_record(G, "m1", {T1: frozenset({0, 2}), T2: frozenset({5})}),
+    ),
     ("target_member_empty", r.target_assignment_record(G, "m1", {})),
     ("target_member_tombstone", r.target_assignment_tombstone(G, "m1")),
     ("target_epoch", r.target_assignment_epoch_record(G, 12)),
     ("target_epoch_tombstone", r.target_assignment_epoch_tombstone(G)),
     ("current_assignment", r.current_assignment_record(G, full_member())),
-    ("current_assignment_static_leave", r.current_assignment_record(G, full_member(member_epoch=-2, state=MemberState.STABLE))),
+    (
+        "current_assignment_static_leave",
+        r.current_assignment_record(G, full_member(member_epoch=-2, state=MemberState.STABLE)),
+    ),
     ("current_assignment_tombstone", r.current_assignment_tombstone(G, "m1")),
     ("regex", r.regex_record(G, "ba.*", frozenset({"bar", "baz"}), 3, 1_700_000_000_000)),
     ("regex_matches_nothing", r.regex_record(G, "x+", frozenset(), 4, 0)),
     ("regex_tombstone", r.regex_tombstone(G, "ba.*")),
     ("group_config", r.group_config_record(G, "consumer.session.timeout.ms", "50000")),
     ("group_config_tombstone", r.group_config_record(G, "consumer.session.timeout.ms", None)),
-    ("offset_commit", r.offset_commit_record(G, "foo", 3, r.OffsetCommitValue(
-        offset=42, leader_epoch=-1, metadata="meta \u00e9", commit_timestamp_ms=1_000, expire_timestamp_ms=-1))),
+    (
+        "offset_commit",
+        r.offset_commit_record(
+            G,
+            "foo",
+            3,
+            r.OffsetCommitValue(
+                offset=42,
+                leader_epoch=-1,
+                metadata="meta \u00e9",
+                commit_timestamp_ms=1_000,
+                expire_timestamp_ms=-1,
+            ),
+        ),
+    ),
     ("offset_commit_tombstone", r.offset_commit_tombstone(G, "foo", 3)),
-    ("classic_group", r.classic_group_record(G, r.GroupMetadataValue(
-        protocol_type="consumer", generation=4, protocol="range", leader="m1", current_state_timestamp_ms=7,
-        members=(r.GroupMetadataMemberValue(
-            member_id="m1", group_instance_id=None, client_id="c", client_host="/h", rebalance_timeout_ms=300_000,
-            session_timeout_ms=45_000, subscription=b"\x00\x01\xff", assignment=b""),)))),
-    ("classic_group_empty", r.classic_group_record(G, r.GroupMetadataValue(
-        protocol_type="", generation=0, protocol=None, leader=None, current_state_timestamp_ms=0, members=()))),
+    (
+        "classic_group",
+        r.classic_group_record(
+            G,
+            r.GroupMetadataValue(
+                protocol_type="consumer",
+                generation=4,
+                protocol="range",
+                leader="m1",
+                current_state_timestamp_ms=7,
+                members=(
+                    r.GroupMetadataMemberValue(
+                        member_id="m1",
+                        group_instance_id=None,
+                        client_id="c",
+                        client_host="/h",
+                        rebalance_timeout_ms=300_000,
+                        session_timeout_ms=45_000,
+                        subscription=b"\x00\x01\xff",
+                        assignment=b"",
+                    ),
+                ),
+            ),
+        ),
+    ),
+    (
+        "classic_group_empty",
+        r.classic_group_record(
+            G,
+            r.GroupMetadataValue(
+                protocol_type="",
+                generation=0,
+                protocol=None,
+                leader=None,
+                current_state_timestamp_ms=0,
+                members=(),
+            ),
+        ),
+    ),
     ("classic_group_tombstone", r.classic_group_tombstone(G)),
     ("topic", r.topic_record("foo", T1, 3)),
     ("topic_tombstone", r.topic_record("foo", None)),
-    ("unicode_ids", r.member_metadata_record("gr\u00fcppe \U0001f600", full_member("m\u00e9mbre", client_id="\u4e2d"))),
+    (
+        "unicode_ids",
+        r.member_metadata_record(
+            "gr\u00fcppe \U0001f600", full_member("m\u00e9mbre", client_id="\u4e2d")
+        ),
+    ),
 ]
 
 
@@ -150,9 +219,9 @@ def test_member_metadata_written_without_the_classic_field_decodes() -> None:
 def test_layout_is_compact_positional_json() -> None:
     assert codec.encode(r.group_epoch_record(G, 5, "cgp_x")) == (b'[3,"grp"]', b'[0,5,"cgp_x"]')
     assert codec.encode(r.group_epoch_tombstone(G)) == (b'[3,"grp"]', None)
-    assert codec.encode(r.target_assignment_record(G, "m", {T2: frozenset({3, 1}), T1: frozenset({2})})) == (
-        b'[7,"grp","m"]', f'[0,[["{T1}",[2]],["{T2}",[1,3]]]]'.encode()
-    )
+    assert codec.encode(
+        r.target_assignment_record(G, "m", {T2: frozenset({3, 1}), T1: frozenset({2})})
+    ) == (b'[7,"grp","m"]', f'[0,[["{T1}",[2]],["{T2}",[1,3]]]]'.encode())
 
 
 def test_bytes_are_deterministic_regardless_of_construction_order() -> None:
@@ -165,18 +234,26 @@ def test_bytes_are_deterministic_regardless_of_construction_order() -> None:
     three = dict(reversed(list({T1: ps_c, T2: frozenset({2, 4})}.items())))
     recs = [
         lambda a: r.target_assignment_record(G, "m", a),
-        lambda a: r.current_assignment_record(G, full_member(assigned_partitions=a, partitions_pending_revocation=a)),
+        lambda a: r.current_assignment_record(
+            G, full_member(assigned_partitions=a, partitions_pending_revocation=a)
+        ),
     ]
     for make in recs:
         assert codec.encode(make(one)) == codec.encode(make(two)) == codec.encode(make(three))
 
-    md1 = {"foo": TopicMetadata(topic_id=T1, name="foo", num_partitions=3),
-           "bar": TopicMetadata(topic_id=T2, name="bar", num_partitions=1)}
+    md1 = {
+        "foo": TopicMetadata(topic_id=T1, name="foo", num_partitions=3),
+        "bar": TopicMetadata(topic_id=T2, name="bar", num_partitions=1),
+    }
     md2 = dict(reversed(list(md1.items())))
-    assert codec.encode(r.partition_metadata_record(G, md1)) == codec.encode(r.partition_metadata_record(G, md2))
+    assert codec.encode(r.partition_metadata_record(G, md1)) == codec.encode(
+        r.partition_metadata_record(G, md2)
+    )
     names1 = frozenset(["zeta", "alpha", "mid", "beta"])
     names2 = frozenset(sorted(names1, reverse=True))
-    assert codec.encode(r.regex_record(G, "x", names1, 1, 2)) == codec.encode(r.regex_record(G, "x", names2, 1, 2))
+    assert codec.encode(r.regex_record(G, "x", names1, 1, 2)) == codec.encode(
+        r.regex_record(G, "x", names2, 1, 2)
+    )
 
 
 @pytest.mark.parametrize(
@@ -193,7 +270,11 @@ def test_bytes_are_deterministic_regardless_of_construction_order() -> None:
         (b'[3,"grp"]', b"{", "cannot decode record"),
         (b'[3,"grp"]', b"[0]", "cannot decode record"),  # value fields missing
         (b'[7,"grp","m"]', b'[0,[["t"]]]', "cannot decode record"),
-        (b'[5,"grp","m"]', b'[0,null,null,"c","h",["foo"],null,-1,null,[1]]', "cannot decode record"),
+        (
+            b'[5,"grp","m"]',
+            b'[0,null,null,"c","h",["foo"],null,-1,null,[1]]',
+            "cannot decode record",
+        ),
         (b"\xff\xfe", None, "cannot decode record"),
     ],
 )
@@ -207,7 +288,7 @@ def test_garbage_bytes_raise_illegal_state(key: bytes, value: bytes | None, need
     [
         (b'[true,"grp","foo",0]', None),  # a bool is not a record type (True == 1 in Python)
         (b'[3.0,"grp"]', None),  # nor is a float
-        (b'[3,5]', None),  # a group id is a string
+        (b"[3,5]", None),  # a group id is a string
     ],
     ids=["bool_type", "float_type", "int_group_id"],
 )
@@ -220,17 +301,29 @@ def test_well_formed_json_with_wrong_key_types_is_refused(key: bytes, value: byt
 
 
 def test_describe_is_one_readable_line() -> None:
-    assert codec.describe(r.group_epoch_tombstone(G)) == "ConsumerGroupMetadata(group_id='grp') -> <tombstone>"
+    assert (
+        codec.describe(r.group_epoch_tombstone(G))
+        == "ConsumerGroupMetadata(group_id='grp') -> <tombstone>"
+    )
     line = codec.describe(r.target_assignment_epoch_record(G, 3))
-    assert line.startswith("ConsumerGroupTargetAssignmentMetadata(group_id='grp') -> ") and "\n" not in line
+    assert (
+        line.startswith("ConsumerGroupTargetAssignmentMetadata(group_id='grp') -> ")
+        and "\n" not in line
+    )
 
 
 # ------------------------------------------------------------------------ replay rules
 
 
 def member_records(member_id: str, assigned: dict, epoch: int = 3) -> list[r.Record]:
-    m = ConsumerGroupMember(member_id=member_id, subscribed_topic_names=("foo",), rebalance_timeout_ms=1000,
-                            member_epoch=epoch, previous_member_epoch=epoch - 1, assigned_partitions=assigned)
+    m = ConsumerGroupMember(
+        member_id=member_id,
+        subscribed_topic_names=("foo",),
+        rebalance_timeout_ms=1000,
+        member_epoch=epoch,
+        previous_member_epoch=epoch - 1,
+        assigned_partitions=assigned,
+    )
     return [
         r.member_metadata_record(G, m),
         r.target_assignment_record(G, member_id, assigned),
@@ -262,15 +355,21 @@ def assert_illegal(shard: GroupCoordinatorShard, record: r.Record, needle: str) 
 
 def test_member_metadata_tombstone_before_current_assignment_tombstone_is_illegal() -> None:
     shard = loaded(*base_group())
-    assert_illegal(shard, r.member_metadata_tombstone(G, "A"),
-                   "member A metadata deleted before its current and target assignments")
+    assert_illegal(
+        shard,
+        r.member_metadata_tombstone(G, "A"),
+        "member A metadata deleted before its current and target assignments",
+    )
 
 
 def test_member_metadata_tombstone_before_target_tombstone_is_illegal() -> None:
     shard = loaded(*base_group(), r.current_assignment_tombstone(G, "A"))
     assert shard.groups[G].members["A"].member_epoch == -1
-    assert_illegal(shard, r.member_metadata_tombstone(G, "A"),
-                   "member A metadata deleted before its current and target assignments")
+    assert_illegal(
+        shard,
+        r.member_metadata_tombstone(G, "A"),
+        "member A metadata deleted before its current and target assignments",
+    )
 
 
 def test_member_removal_in_the_right_order() -> None:
@@ -282,12 +381,19 @@ def test_member_removal_in_the_right_order() -> None:
     )
     group = shard.groups[G]
     assert sorted(group.members) == ["B"]
-    assert shard.snapshot() == loaded(*[x for x in base_group() if getattr(x.key, "member_id", "B") == "B"]).snapshot()
+    assert (
+        shard.snapshot()
+        == loaded(*[x for x in base_group() if getattr(x.key, "member_id", "B") == "B"]).snapshot()
+    )
 
 
 def test_group_tombstone_while_members_exist_is_illegal() -> None:
     shard = loaded(*base_group())
-    assert_illegal(shard, r.group_epoch_tombstone(G), "group grp deleted while it still has members or a target assignment")
+    assert_illegal(
+        shard,
+        r.group_epoch_tombstone(G),
+        "group grp deleted while it still has members or a target assignment",
+    )
 
 
 def test_group_tombstone_while_a_target_assignment_remains_is_illegal() -> None:
@@ -295,14 +401,26 @@ def test_group_tombstone_while_a_target_assignment_remains_is_illegal() -> None:
         r.group_epoch_record(G, 3, "cgp_1"),
         r.target_assignment_record(G, "ghost", {T1: frozenset({0})}),
     )
-    assert_illegal(shard, r.group_epoch_tombstone(G), "group grp deleted while it still has members or a target assignment")
+    assert_illegal(
+        shard,
+        r.group_epoch_tombstone(G),
+        "group grp deleted while it still has members or a target assignment",
+    )
 
 
 def test_group_deletion_in_the_right_order() -> None:
     recs = base_group()
     for mid in ("A", "B"):
-        recs += [r.current_assignment_tombstone(G, mid), r.target_assignment_tombstone(G, mid), r.member_metadata_tombstone(G, mid)]
-    recs += [r.target_assignment_epoch_tombstone(G), r.partition_metadata_tombstone(G), r.group_epoch_tombstone(G)]
+        recs += [
+            r.current_assignment_tombstone(G, mid),
+            r.target_assignment_tombstone(G, mid),
+            r.member_metadata_tombstone(G, mid),
+        ]
+    recs += [
+        r.target_assignment_epoch_tombstone(G),
+        r.partition_metadata_tombstone(G),
+        r.group_epoch_tombstone(G),
+    ]
     shard = loaded(*recs)
     assert shard.groups == {}
     assert shard.snapshot() == new_shard().snapshot()
@@ -349,15 +467,36 @@ def test_tombstones_for_unknown_members_are_ignored(record: r.Record) -> None:
 @pytest.mark.parametrize(
     "record,check",
     [
-        (r.group_epoch_record("new", 4, "cgp_9"), lambda g: (g.group_epoch, g.group_uid) == (4, "cgp_9")),
-        (r.target_assignment_epoch_record("new", 6), lambda g: g.assignment_epoch == 6 and g.group_uid == ""),
-        (r.partition_metadata_record("new", {"foo": TopicMetadata(topic_id=T1, name="foo", num_partitions=1)}),
-         lambda g: list(g.subscription_metadata) == ["foo"]),
-        (r.member_metadata_record("new", ConsumerGroupMember(member_id="m")), lambda g: list(g.members) == ["m"]),
-        (r.target_assignment_record("new", "m", {T1: frozenset({0})}), lambda g: g.target == {"m": {T1: frozenset({0})}}),
-        (r.current_assignment_record("new", ConsumerGroupMember(member_id="m", member_epoch=2)),
-         lambda g: g.members["m"].member_epoch == 2),
-        (r.regex_record("new", "f.*", frozenset({"foo"}), 1, 0), lambda g: g.resolved_regexes["f.*"][0] == {"foo"}),
+        (
+            r.group_epoch_record("new", 4, "cgp_9"),
+            lambda g: (g.group_epoch, g.group_uid) == (4, "cgp_9"),
+        ),
+        (
+            r.target_assignment_epoch_record("new", 6),
+            lambda g: g.assignment_epoch == 6 and g.group_uid == "",
+        ),
+        (
+            r.partition_metadata_record(
+                "new", {"foo": TopicMetadata(topic_id=T1, name="foo", num_partitions=1)}
+            ),
+            lambda g: list(g.subscription_metadata) == ["foo"],
+        ),
+        (
+            r.member_metadata_record("new", ConsumerGroupMember(member_id="m")),
+            lambda g: list(g.members) == ["m"],
+        ),
+        (
+            r.target_assignment_record("new", "m", {T1: frozenset({0})}),
+            lambda g: g.target == {"m": {T1: frozenset({0})}},
+        ),
+        (
+            r.current_assignment_record("new", ConsumerGroupMember(member_id="m", member_epoch=2)),
+            lambda g: g.members["m"].member_epoch == 2,
+        ),
+        (
+            r.regex_record("new", "f.*", frozenset({"foo"}), 1, 0),
+            lambda g: g.resolved_regexes["f.*"][0] == {"foo"},
+        ),
     ],
     ids=lambda x: type(x.key).__name__ if isinstance(x, r.Record) else "",
 )
@@ -372,24 +511,39 @@ def test_unknown_state_byte_maps_to_unknown() -> None:
     shard = loaded(*base_group())
     m = shard.groups[G].members["A"]
     for byte in (3, 42, 126, 128, 255, -1):
-        shard.replay(r.Record(
-            r.ConsumerGroupCurrentMemberAssignmentKey(G, "A"),
-            r.ConsumerGroupCurrentMemberAssignmentValue(
-                member_epoch=3, previous_member_epoch=2, state=byte,
-                assigned_partitions=m.assigned_partitions, partitions_pending_revocation={},
-            ),
-        ))
+        shard.replay(
+            r.Record(
+                r.ConsumerGroupCurrentMemberAssignmentKey(G, "A"),
+                r.ConsumerGroupCurrentMemberAssignmentValue(
+                    member_epoch=3,
+                    previous_member_epoch=2,
+                    state=byte,
+                    assigned_partitions=m.assigned_partitions,
+                    partitions_pending_revocation={},
+                ),
+            )
+        )
         assert shard.groups[G].members["A"].state is MemberState.UNKNOWN
     assert MemberState.from_value(127) is MemberState.UNKNOWN
     assert [MemberState.from_value(i) for i in (0, 1, 2)] == [
-        MemberState.STABLE, MemberState.UNREVOKED_PARTITIONS, MemberState.UNRELEASED_PARTITIONS]
+        MemberState.STABLE,
+        MemberState.UNREVOKED_PARTITIONS,
+        MemberState.UNRELEASED_PARTITIONS,
+    ]
 
 
 def test_two_members_owning_one_partition_is_illegal() -> None:
     shard = loaded(*base_group())
     b = shard.groups[G].members["B"]
-    grab = r.current_assignment_record(G, ConsumerGroupMember(
-        member_id="B", member_epoch=3, previous_member_epoch=2, assigned_partitions={T1: frozenset({1, 2})}))
+    grab = r.current_assignment_record(
+        G,
+        ConsumerGroupMember(
+            member_id="B",
+            member_epoch=3,
+            previous_member_epoch=2,
+            assigned_partitions={T1: frozenset({1, 2})},
+        ),
+    )
     assert_illegal(shard, grab, f"current partition {T1}-1 given to B while owned by A")
     assert b is not None
 
@@ -398,12 +552,21 @@ def test_pending_revocation_counts_as_owned() -> None:
     shard = loaded(*base_group())
     a = shard.groups[G].members["A"]
     revoking = ConsumerGroupMember(
-        member_id="A", member_epoch=3, previous_member_epoch=3, state=MemberState.UNREVOKED_PARTITIONS,
-        assigned_partitions={T1: frozenset({0})}, partitions_pending_revocation={T1: frozenset({1})})
+        member_id="A",
+        member_epoch=3,
+        previous_member_epoch=3,
+        state=MemberState.UNREVOKED_PARTITIONS,
+        assigned_partitions={T1: frozenset({0})},
+        partitions_pending_revocation={T1: frozenset({1})},
+    )
     shard.replay(r.current_assignment_record(G, revoking))
     assert shard.groups[G].owner_of(T1, 1) == "A"
-    grab = r.current_assignment_record(G, ConsumerGroupMember(
-        member_id="B", member_epoch=3, assigned_partitions={T1: frozenset({1, 2})}))
+    grab = r.current_assignment_record(
+        G,
+        ConsumerGroupMember(
+            member_id="B", member_epoch=3, assigned_partitions={T1: frozenset({1, 2})}
+        ),
+    )
     assert_illegal(shard, grab, f"current partition {T1}-1 given to B while owned by A")
     assert a.member_id == "A"
 
@@ -422,7 +585,11 @@ def test_a_partition_moving_between_targets_is_briefly_in_two_targets() -> None:
 
 
 def test_topic_records_do_not_belong_to_a_shard() -> None:
-    assert_illegal(new_shard(), r.topic_record("foo", T1, 1), "topic registry records belong to the topic registry")
+    assert_illegal(
+        new_shard(),
+        r.topic_record("foo", T1, 1),
+        "topic registry records belong to the topic registry",
+    )
 
 
 def test_replay_is_order_agnostic_within_a_member() -> None:
@@ -430,7 +597,11 @@ def test_replay_is_order_agnostic_within_a_member() -> None:
     same state as the canonical order."""
     canonical = loaded(*base_group()).snapshot()
     recs = base_group()
-    shuffled = [recs[0]] + [x for x in recs if x.key.TYPE == 8] + [x for x in recs if x.key.TYPE in (5, 7, 6)]
+    shuffled = (
+        [recs[0]]
+        + [x for x in recs if x.key.TYPE == 8]
+        + [x for x in recs if x.key.TYPE in (5, 7, 6)]
+    )
     assert loaded(*shuffled).snapshot() == canonical
 
 
@@ -446,7 +617,9 @@ def busy_harness() -> CoreHarness:
     h.create_topic("baz", 3)
     h.join("A", ["foo"], client_id="ca", client_host="/1.1.1.1", rack_id="r1")
     h.join("B", ["foo"], regex="ba.*", instance_id="iB", server_assignor="other")
-    h.heartbeat(member_id="A", member_epoch=1, topic_partitions={foo: frozenset(range(4))})  # A revoking
+    h.heartbeat(
+        member_id="A", member_epoch=1, topic_partitions={foo: frozenset(range(4))}
+    )  # A revoking
     h.join("S", ["bar"], instance_id="iS")
     h.heartbeat(member_id="S", member_epoch=-2, instance_id="iS")
     h.join("X", ["foo"], group_id="g2")

@@ -27,17 +27,48 @@ MEMBERS = ["m1", "m2", "m3", "m4"]
 GROUPS = ["g1", "g2"]
 
 op = st.one_of(
-    st.tuples(st.just("join"), st.sampled_from(GROUPS), st.sampled_from(MEMBERS),
-              st.sets(st.sampled_from(["foo", "bar", "baz"]), max_size=3),
-              st.sampled_from([None, "ba.*", "f.o"]), st.booleans()),
-    st.tuples(st.just("hb"), st.sampled_from(GROUPS), st.sampled_from(MEMBERS), st.sampled_from(["honest", "ack", "stale", "none"])),
-    st.tuples(st.just("leave"), st.sampled_from(GROUPS), st.sampled_from(MEMBERS), st.sampled_from([-1, -2])),
-    st.tuples(st.just("assignor"), st.sampled_from(GROUPS), st.sampled_from(MEMBERS), st.sampled_from(["uniform", "range"])),
+    st.tuples(
+        st.just("join"),
+        st.sampled_from(GROUPS),
+        st.sampled_from(MEMBERS),
+        st.sets(st.sampled_from(["foo", "bar", "baz"]), max_size=3),
+        st.sampled_from([None, "ba.*", "f.o"]),
+        st.booleans(),
+    ),
+    st.tuples(
+        st.just("hb"),
+        st.sampled_from(GROUPS),
+        st.sampled_from(MEMBERS),
+        st.sampled_from(["honest", "ack", "stale", "none"]),
+    ),
+    st.tuples(
+        st.just("leave"),
+        st.sampled_from(GROUPS),
+        st.sampled_from(MEMBERS),
+        st.sampled_from([-1, -2]),
+    ),
+    st.tuples(
+        st.just("assignor"),
+        st.sampled_from(GROUPS),
+        st.sampled_from(MEMBERS),
+        st.sampled_from(["uniform", "range"]),
+    ),
     st.tuples(st.just("sleep"), st.integers(min_value=0, max_value=70_000)),
-    st.tuples(st.just("topic"), st.sampled_from(["add", "delete", "create"]), st.sampled_from(["foo", "bar", "baz"])),
+    st.tuples(
+        st.just("topic"),
+        st.sampled_from(["add", "delete", "create"]),
+        st.sampled_from(["foo", "bar", "baz"]),
+    ),
     st.tuples(st.just("config"), st.sampled_from(GROUPS), st.sampled_from([None, "5000", "10000"])),
-    st.tuples(st.just("commit"), st.sampled_from(GROUPS), st.sampled_from(MEMBERS + ["admin"]), st.integers(0, 1000)),
-    st.tuples(st.just("expire"),),
+    st.tuples(
+        st.just("commit"),
+        st.sampled_from(GROUPS),
+        st.sampled_from(MEMBERS + ["admin"]),
+        st.integers(0, 1000),
+    ),
+    st.tuples(
+        st.just("expire"),
+    ),
     st.tuples(st.just("delete_group"), st.sampled_from(GROUPS)),
 )
 
@@ -61,13 +92,25 @@ def _apply(h: CoreHarness, step: tuple[Any, ...]) -> None:
                 owned = dict(member.assigned_partitions)
                 for t, ps in member.partitions_pending_revocation.items():
                     owned[t] = owned.get(t, frozenset()) | ps
-                h.heartbeat(group_id=g, member_id=m, member_epoch=epoch, topic_partitions=owned, **extra)
+                h.heartbeat(
+                    group_id=g, member_id=m, member_epoch=epoch, topic_partitions=owned, **extra
+                )
             elif mode == "ack":  # acknowledges revocation
-                h.heartbeat(group_id=g, member_id=m, member_epoch=epoch,
-                            topic_partitions=dict(member.assigned_partitions), **extra)
+                h.heartbeat(
+                    group_id=g,
+                    member_id=m,
+                    member_epoch=epoch,
+                    topic_partitions=dict(member.assigned_partitions),
+                    **extra,
+                )
             elif mode == "stale":  # previous epoch (lost response)
-                h.heartbeat(group_id=g, member_id=m, member_epoch=member.previous_member_epoch,
-                            topic_partitions=dict(member.assigned_partitions), **extra)
+                h.heartbeat(
+                    group_id=g,
+                    member_id=m,
+                    member_epoch=member.previous_member_epoch,
+                    topic_partitions=dict(member.assigned_partitions),
+                    **extra,
+                )
             else:
                 h.heartbeat(group_id=g, member_id=m, member_epoch=epoch, **extra)
         elif kind == "leave":
@@ -84,7 +127,13 @@ def _apply(h: CoreHarness, step: tuple[Any, ...]) -> None:
             member = None if group is None else group.members.get(m)
             if member is not None and member.member_epoch >= 0:
                 extra = {"instance_id": member.instance_id} if member.instance_id else {}
-                h.heartbeat(group_id=g, member_id=m, member_epoch=member.member_epoch, server_assignor=name, **extra)
+                h.heartbeat(
+                    group_id=g,
+                    member_id=m,
+                    member_epoch=member.member_epoch,
+                    server_assignor=name,
+                    **extra,
+                )
         elif kind == "sleep":
             h.sleep(step[1])
         elif kind == "topic":
@@ -102,9 +151,13 @@ def _apply(h: CoreHarness, step: tuple[Any, ...]) -> None:
             if member is None:  # an admin commit (epoch -1)
                 h.commit(g, "", -1, {("foo", 0): offset})
             else:
-                owned = [(h.registry.image().by_id[t].name, p) for t, ps in member.assigned_partitions.items()
-                         for p in ps if t in h.registry.image().by_id]
-                h.commit(g, m, member.member_epoch, {tp: offset for tp in owned})
+                owned = [
+                    (h.registry.image().by_id[t].name, p)
+                    for t, ps in member.assigned_partitions.items()
+                    for p in ps
+                    if t in h.registry.image().by_id
+                ]
+                h.commit(g, m, member.member_epoch, dict.fromkeys(owned, offset))
         elif kind == "expire":
             h.expire_offsets()
         elif kind == "delete_group":
@@ -121,7 +174,12 @@ def _check_invariants(h: CoreHarness) -> None:
         assert group.assignment_epoch <= group.group_epoch, gid
         owners: dict[tuple[str, int], str] = {}
         for mid, m in group.members.items():
-            assert m.member_epoch <= group.group_epoch, (gid, mid, m.member_epoch, group.group_epoch)
+            assert m.member_epoch <= group.group_epoch, (
+                gid,
+                mid,
+                m.member_epoch,
+                group.group_epoch,
+            )
             if m.state is MemberState.STABLE and m.member_epoch == group.assignment_epoch:
                 assert m.assigned_partitions == group.target_of(mid), (gid, mid)
             for a in (m.assigned_partitions, m.partitions_pending_revocation):
@@ -130,12 +188,16 @@ def _check_invariants(h: CoreHarness) -> None:
                         assert owners.setdefault((t, p), mid) == mid, f"{gid}: {t}-{p} owned twice"
         seen: dict[tuple[str, int], str] = {}
         names_by_id = {md.topic_id: name for name, md in group.subscription_metadata.items()}
-        settled = group.assignment_epoch == group.group_epoch  # while ASSIGNING the target is the old one
+        settled = (
+            group.assignment_epoch == group.group_epoch
+        )  # while ASSIGNING the target is the old one
         for mid, target in group.target.items():
             subscribed = group.effective_topics(group.members[mid])
             for t, ps in target.items():
                 if settled:
-                    assert names_by_id.get(t) in subscribed, f"{gid}: {mid} targeted unsubscribed topic {t}"
+                    assert names_by_id.get(t) in subscribed, (
+                        f"{gid}: {mid} targeted unsubscribed topic {t}"
+                    )
                 for p in ps:
                     assert seen.setdefault((t, p), mid) == mid, f"{gid}: {t}-{p} targeted twice"
 
@@ -147,9 +209,15 @@ def _shard_classes() -> list[type]:
 
 
 @pytest.mark.parametrize("shard_class", _shard_classes(), ids=lambda c: c.__name__)
-@settings(max_examples=int(__import__("os").environ.get("KIP848_PROPERTY_EXAMPLES", "150")), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=int(__import__("os").environ.get("KIP848_PROPERTY_EXAMPLES", "150")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 @given(st.lists(op, min_size=1, max_size=60))
-def test_replaying_emitted_records_rebuilds_identical_state(shard_class: type, steps: list[tuple[Any, ...]]) -> None:
+def test_replaying_emitted_records_rebuilds_identical_state(
+    shard_class: type, steps: list[tuple[Any, ...]]
+) -> None:
     h = CoreHarness(config=GroupCoordinatorConfig(offsets_retention_minutes=1))
     h.shard = shard_class(config=h.config, assignors=h.assignors, ids=h.ids)
     h.create_topic("foo", 3)
@@ -161,7 +229,9 @@ def test_replaying_emitted_records_rebuilds_identical_state(shard_class: type, s
             _apply(h, step)
         finally:
             if len(h.log) == before_log:
-                assert h.shard.snapshot() == snapshot_before, f"state changed without records: {step}"
+                assert h.shard.snapshot() == snapshot_before, (
+                    f"state changed without records: {step}"
+                )
         _check_invariants(h)
 
     fresh = type(h.shard)(config=h.config, assignors=h.assignors, ids=SequentialIds("fresh"))

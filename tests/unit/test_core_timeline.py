@@ -245,7 +245,9 @@ OPS = st.lists(
 
 @settings(max_examples=150, deadline=None, derandomize=True, database=None)
 @given(OPS, st.data())
-def test_rollback_to_any_mark_restores_the_state_at_that_mark(ops: list[tuple[str, str, int]], data: Any) -> None:
+def test_rollback_to_any_mark_restores_the_state_at_that_mark(
+    ops: list[tuple[str, str, int]], data: Any
+) -> None:
     log = UndoLog()
     d = log.new_dict()
     box = Box()
@@ -271,7 +273,10 @@ def test_rollback_to_any_mark_restores_the_state_at_that_mark(ops: list[tuple[st
             states.append((log.mark(), copy.deepcopy(plain(d)), box.a))
     states.append((log.mark(), copy.deepcopy(plain(d)), box.a))
     # Roll back to marks in decreasing order, checking each state exactly.
-    picks = sorted(set(data.draw(st.lists(st.sampled_from(range(len(states))), min_size=1, max_size=4))), reverse=True)
+    picks = sorted(
+        set(data.draw(st.lists(st.sampled_from(range(len(states))), min_size=1, max_size=4))),
+        reverse=True,
+    )
     for i in picks:
         mark, state, attr = states[i]
         log.rollback(mark)
@@ -291,13 +296,25 @@ def test_build_member_equals_the_dataclass_constructor() -> None:
     )
 
     kwargs = dict(
-        member_id="m", instance_id="i", rack_id="r", client_id="c", client_host="/h",
-        subscribed_topic_names=("a", "b"), subscribed_topic_regex="x.*", server_assignor_name="range",
-        rebalance_timeout_ms=7, classic_member_metadata=ClassicMemberMetadata(session_timeout_ms=9),
-        member_epoch=3, previous_member_epoch=2, state=MemberState.UNREVOKED_PARTITIONS,
-        assigned_partitions={"t": frozenset({1})}, partitions_pending_revocation={"t": frozenset({2})},
+        member_id="m",
+        instance_id="i",
+        rack_id="r",
+        client_id="c",
+        client_host="/h",
+        subscribed_topic_names=("a", "b"),
+        subscribed_topic_regex="x.*",
+        server_assignor_name="range",
+        rebalance_timeout_ms=7,
+        classic_member_metadata=ClassicMemberMetadata(session_timeout_ms=9),
+        member_epoch=3,
+        previous_member_epoch=2,
+        state=MemberState.UNREVOKED_PARTITIONS,
+        assigned_partitions={"t": frozenset({1})},
+        partitions_pending_revocation={"t": frozenset({2})},
     )
-    assert [f.name for f in fields(ConsumerGroupMember)] == list(kwargs)  # same order as build_member
+    assert [f.name for f in fields(ConsumerGroupMember)] == list(
+        kwargs
+    )  # same order as build_member
     built = build_member(*kwargs.values())
     assert built == ConsumerGroupMember(**kwargs)
     assert hash(built.member_id) == hash("m") and built.state is MemberState.UNREVOKED_PARTITIONS
@@ -307,11 +324,25 @@ def test_codec_fast_value_constructors_equal_the_dataclass_constructors() -> Non
     from coordinator.core import codec
     from coordinator.core import records as r
 
-    assert codec._current_assignment(3, 2, 1, {"t": frozenset({1})}, {}) == r.ConsumerGroupCurrentMemberAssignmentValue(
-        member_epoch=3, previous_member_epoch=2, state=1, assigned_partitions={"t": frozenset({1})},
+    assert codec._current_assignment(
+        3, 2, 1, {"t": frozenset({1})}, {}
+    ) == r.ConsumerGroupCurrentMemberAssignmentValue(
+        member_epoch=3,
+        previous_member_epoch=2,
+        state=1,
+        assigned_partitions={"t": frozenset({1})},
         partitions_pending_revocation={},
     )
-    assert codec._member_metadata("i", "r", "c", "h", ("a",), "x", 5, "range", None) == r.ConsumerGroupMemberMetadataValue(
-        instance_id="i", rack_id="r", client_id="c", client_host="h", subscribed_topic_names=("a",),
-        subscribed_topic_regex="x", rebalance_timeout_ms=5, server_assignor="range", classic_member_metadata=None,
+    assert codec._member_metadata(
+        "i", "r", "c", "h", ("a",), "x", 5, "range", None
+    ) == r.ConsumerGroupMemberMetadataValue(
+        instance_id="i",
+        rack_id="r",
+        client_id="c",
+        client_host="h",
+        subscribed_topic_names=("a",),
+        subscribed_topic_regex="x",
+        rebalance_timeout_ms=5,
+        server_assignor="range",
+        classic_member_metadata=None,
     )

@@ -28,7 +28,9 @@ def registry() -> TopicRegistry:
 
 
 def create(reg: TopicRegistry, *topics: tuple[str, int] | NewTopic) -> list[TopicResult]:
-    items = [t if isinstance(t, NewTopic) else NewTopic(name=t[0], num_partitions=t[1]) for t in topics]
+    items = [
+        t if isinstance(t, NewTopic) else NewTopic(name=t[0], num_partitions=t[1]) for t in topics
+    ]
     return reg.create_topics(items).response  # type: ignore[return-value]
 
 
@@ -41,7 +43,9 @@ def error(name: str, code: ErrorCode, message: str) -> TopicResult:
 
 def test_create_topics_emits_records_and_answers_per_topic() -> None:
     reg = registry()
-    res = reg.create_topics([NewTopic(name="foo", num_partitions=3), NewTopic(name="bar", num_partitions=1)])
+    res = reg.create_topics(
+        [NewTopic(name="foo", num_partitions=3), NewTopic(name="bar", num_partitions=1)]
+    )
     assert res.response == [
         TopicResult(name="foo", topic_id=ID1, num_partitions=3),
         TopicResult(name="bar", topic_id=ID2, num_partitions=1),
@@ -62,12 +66,30 @@ LONGEST = "x" * 249
         ("", "Topic name is illegal, it can't be empty."),
         (".", 'Topic name cannot be "." or "..".'),
         ("..", 'Topic name cannot be "." or "..".'),
-        ("x" * 250, f"Topic name is illegal, it can't be longer than 249 characters, topic name: {'x' * 250}"),
-        ("a b", "Topic name \"a b\" is illegal, it contains a character other than ASCII alphanumerics, '.', '_' and '-'"),
-        ("a/b", "Topic name \"a/b\" is illegal, it contains a character other than ASCII alphanumerics, '.', '_' and '-'"),
-        ("caf\u00e9", "Topic name \"caf\u00e9\" is illegal, it contains a character other than ASCII alphanumerics, '.', '_' and '-'"),
-        ("t\n", "Topic name \"t\n\" is illegal, it contains a character other than ASCII alphanumerics, '.', '_' and '-'"),
-        ("a+b", "Topic name \"a+b\" is illegal, it contains a character other than ASCII alphanumerics, '.', '_' and '-'"),
+        (
+            "x" * 250,
+            f"Topic name is illegal, it can't be longer than 249 characters, topic name: {'x' * 250}",
+        ),
+        (
+            "a b",
+            "Topic name \"a b\" is illegal, it contains a character other than ASCII alphanumerics, '.', '_' and '-'",
+        ),
+        (
+            "a/b",
+            "Topic name \"a/b\" is illegal, it contains a character other than ASCII alphanumerics, '.', '_' and '-'",
+        ),
+        (
+            "caf\u00e9",
+            "Topic name \"caf\u00e9\" is illegal, it contains a character other than ASCII alphanumerics, '.', '_' and '-'",
+        ),
+        (
+            "t\n",
+            "Topic name \"t\n\" is illegal, it contains a character other than ASCII alphanumerics, '.', '_' and '-'",
+        ),
+        (
+            "a+b",
+            "Topic name \"a+b\" is illegal, it contains a character other than ASCII alphanumerics, '.', '_' and '-'",
+        ),
     ],
     ids=["empty", "dot", "dotdot", "too_long", "space", "slash", "non_ascii", "newline", "plus"],
 )
@@ -80,7 +102,9 @@ def test_invalid_topic_names(name: str, message: str) -> None:
     assert reg.topics == {}
 
 
-@pytest.mark.parametrize("name", [LONGEST, "a.b_c-D9", "...", "_", "-", "__consumer_offsets", "A" * 10])
+@pytest.mark.parametrize(
+    "name", [LONGEST, "a.b_c-D9", "...", "_", "-", "__consumer_offsets", "A" * 10]
+)
 def test_valid_topic_names(name: str) -> None:
     check_topic_name(name)
     reg = registry()
@@ -91,7 +115,9 @@ def test_topic_already_exists() -> None:
     reg = registry()
     create(reg, ("foo", 3))
     res = reg.create_topics([NewTopic(name="foo", num_partitions=5)])
-    assert res.response == [error("foo", ErrorCode.TOPIC_ALREADY_EXISTS, "Topic 'foo' already exists.")]
+    assert res.response == [
+        error("foo", ErrorCode.TOPIC_ALREADY_EXISTS, "Topic 'foo' already exists.")
+    ]
     assert res.records == []
     assert reg.topics["foo"] == r.TopicValue(topic_id=ID1, num_partitions=3)
 
@@ -100,11 +126,13 @@ def test_duplicate_names_in_one_request_create_nothing() -> None:
     """Kafka (CreateTopics): a name listed twice is answered INVALID_REQUEST and that topic is
     not created; the other topics of the request are processed normally."""
     reg = registry()
-    res = reg.create_topics([
-        NewTopic(name="foo", num_partitions=1),
-        NewTopic(name="bar", num_partitions=2),
-        NewTopic(name="foo", num_partitions=3),
-    ])
+    res = reg.create_topics(
+        [
+            NewTopic(name="foo", num_partitions=1),
+            NewTopic(name="bar", num_partitions=2),
+            NewTopic(name="foo", num_partitions=3),
+        ]
+    )
     assert "foo" not in reg.topics
     assert_duplicate_refused(res.response, "foo")  # type: ignore[arg-type]
     assert [t for t in res.response if t.name == "bar"] == [  # type: ignore[union-attr]
@@ -116,10 +144,13 @@ def test_duplicate_names_in_one_request_create_nothing() -> None:
 @pytest.mark.parametrize("count", [0, -5, MAX_PARTITIONS + 1])
 def test_invalid_partition_counts(count: int) -> None:
     reg = registry()
-    assert create(reg, ("foo", count)) == [error(
-        "foo", ErrorCode.INVALID_PARTITIONS,
-        f"Number of partitions must be between 1 and {MAX_PARTITIONS}, got {count}.",
-    )]
+    assert create(reg, ("foo", count)) == [
+        error(
+            "foo",
+            ErrorCode.INVALID_PARTITIONS,
+            f"Number of partitions must be between 1 and {MAX_PARTITIONS}, got {count}.",
+        )
+    ]
     assert reg.topics == {}
 
 
@@ -138,12 +169,22 @@ def test_explicit_topic_ids() -> None:
     ]
     # Already in use, the zero id, and an id used twice in one request are refused.
     assert create(reg, NewTopic(name="bar", num_partitions=1, topic_id=EXPLICIT)) == [
-        error("bar", ErrorCode.INVALID_REQUEST, f"Topic id {EXPLICIT} is reserved or already in use.")
+        error(
+            "bar", ErrorCode.INVALID_REQUEST, f"Topic id {EXPLICIT} is reserved or already in use."
+        )
     ]
     assert create(reg, NewTopic(name="bar", num_partitions=1, topic_id=ZERO_TOPIC_ID)) == [
-        error("bar", ErrorCode.INVALID_REQUEST, f"Topic id {ZERO_TOPIC_ID} is reserved or already in use.")
+        error(
+            "bar",
+            ErrorCode.INVALID_REQUEST,
+            f"Topic id {ZERO_TOPIC_ID} is reserved or already in use.",
+        )
     ]
-    assert create(reg, NewTopic(name="a", num_partitions=1, topic_id=ID3), NewTopic(name="b", num_partitions=1, topic_id=ID3)) == [
+    assert create(
+        reg,
+        NewTopic(name="a", num_partitions=1, topic_id=ID3),
+        NewTopic(name="b", num_partitions=1, topic_id=ID3),
+    ) == [
         TopicResult(name="a", topic_id=ID3, num_partitions=1),
         error("b", ErrorCode.INVALID_REQUEST, f"Topic id {ID3} is reserved or already in use."),
     ]
@@ -170,7 +211,11 @@ def test_one_bad_topic_does_not_fail_the_others() -> None:
         TopicResult(name="ok", topic_id=ID2, num_partitions=2),
         error("", ErrorCode.INVALID_TOPIC_EXCEPTION, "Topic name is illegal, it can't be empty."),
         error("exists", ErrorCode.TOPIC_ALREADY_EXISTS, "Topic 'exists' already exists."),
-        error("zero", ErrorCode.INVALID_PARTITIONS, f"Number of partitions must be between 1 and {MAX_PARTITIONS}, got 0."),
+        error(
+            "zero",
+            ErrorCode.INVALID_PARTITIONS,
+            f"Number of partitions must be between 1 and {MAX_PARTITIONS}, got 0.",
+        ),
         TopicResult(name="ok2", topic_id=ID3, num_partitions=1),
     ]
 
@@ -191,11 +236,24 @@ def test_add_partitions() -> None:
     "name,count,code,message",
     [
         ("nope", 4, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "The topic 'nope' does not exist."),
-        ("foo", 3, ErrorCode.INVALID_PARTITIONS,
-         "Topic currently has 3 partitions, which is higher than or equal to the requested 3."),
-        ("foo", 2, ErrorCode.INVALID_PARTITIONS,
-         "Topic currently has 3 partitions, which is higher than or equal to the requested 2."),
-        ("foo", MAX_PARTITIONS + 1, ErrorCode.INVALID_PARTITIONS, f"Number of partitions must be at most {MAX_PARTITIONS}."),
+        (
+            "foo",
+            3,
+            ErrorCode.INVALID_PARTITIONS,
+            "Topic currently has 3 partitions, which is higher than or equal to the requested 3.",
+        ),
+        (
+            "foo",
+            2,
+            ErrorCode.INVALID_PARTITIONS,
+            "Topic currently has 3 partitions, which is higher than or equal to the requested 2.",
+        ),
+        (
+            "foo",
+            MAX_PARTITIONS + 1,
+            ErrorCode.INVALID_PARTITIONS,
+            f"Number of partitions must be at most {MAX_PARTITIONS}.",
+        ),
     ],
     ids=["unknown_topic", "same_count", "decrease", "too_many"],
 )
@@ -215,7 +273,8 @@ def test_add_partitions_batch_is_per_topic() -> None:
     create(reg, ("foo", 1), ("bar", 1))
     res = reg.create_partitions([("foo", 2), ("nope", 2), ("bar", 1)])
     assert [(t.name, t.error_code, t.num_partitions) for t in res.response] == [  # type: ignore[union-attr]
-        ("foo", ErrorCode.NONE, 2), ("nope", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, 0),
+        ("foo", ErrorCode.NONE, 2),
+        ("nope", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, 0),
         ("bar", ErrorCode.INVALID_PARTITIONS, 0),
     ]
 
@@ -313,7 +372,9 @@ def test_image_indexes_agree() -> None:
 def test_replay_rebuilds_the_registry() -> None:
     reg = registry()
     recs = []
-    recs += reg.create_topics([NewTopic(name="foo", num_partitions=3), NewTopic(name="bar", num_partitions=1)]).records
+    recs += reg.create_topics(
+        [NewTopic(name="foo", num_partitions=3), NewTopic(name="bar", num_partitions=1)]
+    ).records
     recs += reg.create_partitions([("foo", 4)]).records
     recs += reg.delete_topics(["bar"]).records
     recs += reg.create_topics([NewTopic(name="bar", num_partitions=2)]).records

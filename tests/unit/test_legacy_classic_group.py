@@ -41,9 +41,13 @@ def stable_group(h: ClassicHarness) -> tuple[str, str]:
     h.sleep(2_999)
     assert h.completions == {}
     h.sleep(3_001)  # a member arrived during the first delay: one more delay (KIP-134)
-    members = (m.JoinGroupMember(member_id="member-2", group_instance_id=None, metadata=META),
-               m.JoinGroupMember(member_id="member-3", group_instance_id=None, metadata=META))
-    common = dict(generation_id=1, protocol_type="consumer", protocol_name="range", leader="member-2")
+    members = (
+        m.JoinGroupMember(member_id="member-2", group_instance_id=None, metadata=META),
+        m.JoinGroupMember(member_id="member-3", group_instance_id=None, metadata=META),
+    )
+    common = dict(
+        generation_id=1, protocol_type="consumer", protocol_name="range", leader="member-2"
+    )
     assert h.completions == {
         1: m.JoinGroupResponse(**common, member_id="member-2", members=members),
         2: m.JoinGroupResponse(**common, member_id="member-3"),
@@ -51,9 +55,12 @@ def stable_group(h: ClassicHarness) -> tuple[str, str]:
     follower = h.sync_group("member-3", 1)
     assert isinstance(follower, Pending)
     leader = h.sync_group("member-2", 1, {"member-2": asg(0, 1), "member-3": asg(2, 3)})
-    assert leader == m.SyncGroupResponse(protocol_type="consumer", protocol_name="range", assignment=asg(0, 1))
+    assert leader == m.SyncGroupResponse(
+        protocol_type="consumer", protocol_name="range", assignment=asg(0, 1)
+    )
     assert h.completions[follower.token] == m.SyncGroupResponse(
-        protocol_type="consumer", protocol_name="range", assignment=asg(2, 3))
+        protocol_type="consumer", protocol_name="range", assignment=asg(2, 3)
+    )
     return "member-2", "member-3"
 
 
@@ -61,19 +68,48 @@ def test_two_members_form_a_stable_group_and_one_record_is_written() -> None:
     h = ClassicHarness()
     h.create_topic("foo", 4)
     stable_group(h)
-    assert h.log == [r.classic_group_record("grp", r.GroupMetadataValue(
-        protocol_type="consumer", generation=1, protocol="range", leader="member-2", current_state_timestamp_ms=6_000,
-        members=(
-            r.GroupMetadataMemberValue(member_id="member-2", group_instance_id=None, client_id="", client_host="",
-                                       rebalance_timeout_ms=60_000, session_timeout_ms=10_000, subscription=META, assignment=asg(0, 1)),
-            r.GroupMetadataMemberValue(member_id="member-3", group_instance_id=None, client_id="", client_host="",
-                                       rebalance_timeout_ms=60_000, session_timeout_ms=10_000, subscription=META, assignment=asg(2, 3)),
-        )))]
+    assert h.log == [
+        r.classic_group_record(
+            "grp",
+            r.GroupMetadataValue(
+                protocol_type="consumer",
+                generation=1,
+                protocol="range",
+                leader="member-2",
+                current_state_timestamp_ms=6_000,
+                members=(
+                    r.GroupMetadataMemberValue(
+                        member_id="member-2",
+                        group_instance_id=None,
+                        client_id="",
+                        client_host="",
+                        rebalance_timeout_ms=60_000,
+                        session_timeout_ms=10_000,
+                        subscription=META,
+                        assignment=asg(0, 1),
+                    ),
+                    r.GroupMetadataMemberValue(
+                        member_id="member-3",
+                        group_instance_id=None,
+                        client_id="",
+                        client_host="",
+                        rebalance_timeout_ms=60_000,
+                        session_timeout_ms=10_000,
+                        subscription=META,
+                        assignment=asg(2, 3),
+                    ),
+                ),
+            ),
+        )
+    ]
     assert h.classic_heartbeat("member-2", 1) == m.HeartbeatResponse()
     assert h.shard.snapshot() == h.replayed().snapshot()
     (described,) = h.shard.describe_classic_groups(["grp"])
-    assert (described.group_state, described.protocol_data, [x.member_assignment for x in described.members]) == (
-        "Stable", "range", [asg(0, 1), asg(2, 3)])
+    assert (
+        described.group_state,
+        described.protocol_data,
+        [x.member_assignment for x in described.members],
+    ) == ("Stable", "range", [asg(0, 1), asg(2, 3)])
 
 
 def test_heartbeat_errors() -> None:
@@ -90,11 +126,19 @@ def test_heartbeat_errors() -> None:
     c = h.join_group(h.join_group().member_id)
     assert isinstance(c, Pending)
     assert h.classic_heartbeat("member-3", 1) == m.HeartbeatResponse(
-        error_code=27, error_message="The group is rebalancing, so a rejoin is needed.")
+        error_code=27, error_message="The group is rebalancing, so a rejoin is needed."
+    )
     assert isinstance(h.join_group("member-2"), Pending)
-    done = h.join_group("member-3")  # the last one completes the barrier and gets its answer at once
-    assert done == m.JoinGroupResponse(generation_id=2, protocol_type="consumer", protocol_name="range",
-                                       leader="member-2", member_id="member-3")
+    done = h.join_group(
+        "member-3"
+    )  # the last one completes the barrier and gets its answer at once
+    assert done == m.JoinGroupResponse(
+        generation_id=2,
+        protocol_type="consumer",
+        protocol_name="range",
+        leader="member-2",
+        member_id="member-3",
+    )
     assert h.completions[c.token].generation_id == 2
 
 
@@ -106,14 +150,26 @@ def test_members_that_do_not_rejoin_are_removed_after_the_rebalance_timeout() ->
     h.now_ms += 1
     # member-3 left: the leader is alone; its rejoin completes the join phase at once.
     resp = h.join_group("member-2")
-    assert (resp.generation_id, resp.members) == (2, (m.JoinGroupMember(member_id="member-2", group_instance_id=None, metadata=META),))
+    assert (resp.generation_id, resp.members) == (
+        2,
+        (m.JoinGroupMember(member_id="member-2", group_instance_id=None, metadata=META),),
+    )
     sync = h.sync_group("member-2", 2, {"member-2": asg(0, 1, 2, 3)})
     assert sync.assignment == asg(0, 1, 2, 3)
     # Now member-2 stops heartbeating: the session timeout removes it; the group becomes Empty.
     h.sleep(10_000)
     assert h.shard.classic_groups["grp"].state.value == "Empty"
-    assert h.log[-1] == r.classic_group_record("grp", r.GroupMetadataValue(
-        protocol_type="consumer", generation=3, protocol=None, leader=None, current_state_timestamp_ms=h.now_ms, members=()))
+    assert h.log[-1] == r.classic_group_record(
+        "grp",
+        r.GroupMetadataValue(
+            protocol_type="consumer",
+            generation=3,
+            protocol=None,
+            leader=None,
+            current_state_timestamp_ms=h.now_ms,
+            members=(),
+        ),
+    )
     assert h.shard.snapshot() == h.replayed().snapshot()
 
 
@@ -138,7 +194,9 @@ def test_protocol_vote_picks_the_common_protocol_most_members_prefer() -> None:
     h.create_topic("foo", 4)
     a = h.join_group(h.join_group().member_id, protocols=(("range", META), ("sticky", META)))
     b = h.join_group(h.join_group().member_id, protocols=(("sticky", META), ("range", META)))
-    c = h.join_group(h.join_group().member_id, protocols=(("sticky", META), ("x", META), ("range", META)))
+    c = h.join_group(
+        h.join_group().member_id, protocols=(("sticky", META), ("x", META), ("range", META))
+    )
     h.sleep(0)
     assert {h.completions[p.token].protocol_name for p in (a, b, c)} == {"sticky"}
 
@@ -154,8 +212,16 @@ def test_static_member_restart_keeps_the_generation_and_fences_the_old_id() -> N
     h.sync_group(old_id, 1, {old_id: asg(0, 1)})
     again = h.join_group(instance_id="i1")
     assert again == m.JoinGroupResponse(
-        generation_id=1, protocol_type="consumer", protocol_name="range", leader="i1-member-3", skip_assignment=True,
-        member_id="i1-member-3", members=(m.JoinGroupMember(member_id="i1-member-3", group_instance_id="i1", metadata=META),))
+        generation_id=1,
+        protocol_type="consumer",
+        protocol_name="range",
+        leader="i1-member-3",
+        skip_assignment=True,
+        member_id="i1-member-3",
+        members=(
+            m.JoinGroupMember(member_id="i1-member-3", group_instance_id="i1", metadata=META),
+        ),
+    )
     with pytest.raises(FencedInstanceIdError):
         h.classic_heartbeat(old_id, 1, instance_id="i1")
     assert h.sync_group("i1-member-3", 1).assignment == asg(0, 1)
@@ -167,14 +233,24 @@ def test_batched_leave_reports_each_member() -> None:
     h.create_topic("foo", 4)
     stable_group(h)
     resp = h.leave_group("member-2", "ghost", m.LeaveMember(group_instance_id="nobody"), "member-3")
-    assert resp == m.LeaveGroupResponse(members=(
-        m.LeaveMemberResponse(member_id="member-2", group_instance_id=None),
-        m.LeaveMemberResponse(member_id="ghost", group_instance_id=None, error_code=25,
-                              error_message="Member ghost is not a member of group grp."),
-        m.LeaveMemberResponse(member_id="", group_instance_id="nobody", error_code=25,
-                              error_message="Instance id nobody is unknown."),
-        m.LeaveMemberResponse(member_id="member-3", group_instance_id=None),
-    ))
+    assert resp == m.LeaveGroupResponse(
+        members=(
+            m.LeaveMemberResponse(member_id="member-2", group_instance_id=None),
+            m.LeaveMemberResponse(
+                member_id="ghost",
+                group_instance_id=None,
+                error_code=25,
+                error_message="Member ghost is not a member of group grp.",
+            ),
+            m.LeaveMemberResponse(
+                member_id="",
+                group_instance_id="nobody",
+                error_code=25,
+                error_message="Instance id nobody is unknown.",
+            ),
+            m.LeaveMemberResponse(member_id="member-3", group_instance_id=None),
+        )
+    )
     assert h.shard.classic_groups["grp"].state.value == "Empty"
     assert h.shard.snapshot() == h.replayed().snapshot()
 
@@ -192,7 +268,8 @@ def test_pending_sync_is_answered_rebalance_in_progress_when_the_group_rebalance
     follower = h.sync_group(b_id, 2)
     h.sleep(60_000)  # the leader never syncs: the sync timeout removes it and the group rebalances
     assert h.completions[follower.token] == m.SyncGroupResponse(
-        error_code=27, error_message="The group is rebalancing, so a rejoin is needed.")
+        error_code=27, error_message="The group is rebalancing, so a rejoin is needed."
+    )
     assert "member-2" not in h.shard.classic_groups["grp"].members
     assert a.token in h.completions
 
@@ -212,7 +289,11 @@ def test_loading_two_generations_rebuilds_the_group_from_the_last_record() -> No
     assert again.member_id != old_id and len(h.log) == 2
     loaded = h.replayed()
     group = loaded.classic_groups["grp"]
-    assert (group.generation, list(group.members), group.leader_id) == (1, [again.member_id], again.member_id)
+    assert (group.generation, list(group.members), group.leader_id) == (
+        1,
+        [again.member_id],
+        again.member_id,
+    )
     assert group.static_members["i1"] == again.member_id
     assert group.to_record_value() == group.durable == h.shard.classic_groups["grp"].durable
     live = h.shard.classic_groups["grp"]

@@ -30,18 +30,33 @@ def asg(*ps: int) -> bytes:
     return encode_assignment(AssignmentMessage(assigned_partitions=(("foo", ps),)))
 
 
-def classic_record(members: tuple[tuple[str, tuple[int, ...]], ...] = (("A", (0, 1)), ("B", (2, 3))),
-                   generation: int = 5) -> r.Record:
-    return r.classic_group_record("grp", r.GroupMetadataValue(
-        protocol_type="consumer", generation=generation, protocol="range" if members else None,
-        leader=members[0][0] if members else None, current_state_timestamp_ms=0,
-        members=tuple(
-            r.GroupMetadataMemberValue(member_id=x, group_instance_id=None, client_id="", client_host="",
-                                       rebalance_timeout_ms=60_000, session_timeout_ms=45_000, subscription=META,
-                                       assignment=asg(*ps))
-            for x, ps in members
+def classic_record(
+    members: tuple[tuple[str, tuple[int, ...]], ...] = (("A", (0, 1)), ("B", (2, 3))),
+    generation: int = 5,
+) -> r.Record:
+    return r.classic_group_record(
+        "grp",
+        r.GroupMetadataValue(
+            protocol_type="consumer",
+            generation=generation,
+            protocol="range" if members else None,
+            leader=members[0][0] if members else None,
+            current_state_timestamp_ms=0,
+            members=tuple(
+                r.GroupMetadataMemberValue(
+                    member_id=x,
+                    group_instance_id=None,
+                    client_id="",
+                    client_host="",
+                    rebalance_timeout_ms=60_000,
+                    session_timeout_ms=45_000,
+                    subscription=META,
+                    assignment=asg(*ps),
+                )
+                for x, ps in members
+            ),
         ),
-    ))
+    )
 
 
 def harness(policy: str, record: r.Record | None = None) -> tuple[ClassicHarness, str]:
@@ -66,15 +81,18 @@ def test_upgrade_of_a_non_empty_classic_group_follows_the_policy(policy: str) ->
         with pytest.raises(GroupIdNotFoundError) as info:
             h.join("K", ["foo"])
         assert info.value.message == (
-            f"Cannot upgrade classic group grp to a consumer group: group.consumer.migration.policy is {policy}.")
+            f"Cannot upgrade classic group grp to a consumer group: group.consumer.migration.policy is {policy}."
+        )
         assert (h.shard.snapshot(), h.log) == before
         assert h.shard.classic_groups["grp"].generation == 5 and "grp" not in h.shard.groups
     else:
         resp = h.join("K", ["foo"]).response
         assert resp.member_epoch == 6
         assert "grp" not in h.shard.classic_groups
-        assert {x: (y.member_epoch, dict(y.assigned_partitions)) for x, y in h.shard.groups["grp"].members.items()} == {
-            "A": (5, {foo: frozenset({0, 1})}), "B": (5, {foo: frozenset({2, 3})}), "K": (6, {})}
+        assert {
+            x: (y.member_epoch, dict(y.assigned_partitions))
+            for x, y in h.shard.groups["grp"].members.items()
+        } == {"A": (5, {foo: frozenset({0, 1})}), "B": (5, {foo: frozenset({2, 3})}), "K": (6, {})}
     assert h.shard.snapshot() == h.replayed().snapshot()
 
 
@@ -91,7 +109,10 @@ def test_empty_groups_convert_whatever_the_policy(policy: str) -> None:
     first = h.join_group()
     assert first.error_code == 79
     assert isinstance(h.join_group(first.member_id), Pending)
-    assert "grp" not in h.shard.groups and h.shard.classic_groups["grp"].state.value == "PreparingRebalance"
+    assert (
+        "grp" not in h.shard.groups
+        and h.shard.classic_groups["grp"].state.value == "PreparingRebalance"
+    )
     assert h.shard.snapshot() == h.replayed().snapshot()
 
 
@@ -110,7 +131,11 @@ def test_downgrade_when_the_last_consumer_member_leaves_follows_the_policy(polic
     if policy in ("bidirectional", "downgrade"):
         assert "grp" not in h.shard.groups
         group = h.shard.classic_groups["grp"]
-        assert (group.state.value, sorted(group.members), group.generation) == ("PreparingRebalance", sorted(ids), 4)
+        assert (group.state.value, sorted(group.members), group.generation) == (
+            "PreparingRebalance",
+            sorted(ids),
+            4,
+        )
         assert [type(x.key).__name__ for x in h.log[-1:]] == ["GroupMetadataKey"]
     else:
         assert "grp" not in h.shard.classic_groups
@@ -128,8 +153,13 @@ def test_downgrade_when_the_last_consumer_member_leaves_follows_the_policy(polic
 
 def make_runtime(store: MemoryRecordStore) -> CoordinatorRuntime:
     return CoordinatorRuntime(
-        config=parse_config({"group.coordinator.shards": "2", "group.initial.rebalance.delay.ms": "0"}),
-        store=store, clock=ManualClock(1_000_000), ids=SequentialIds(), assignors=[UniformAssignor()],
+        config=parse_config(
+            {"group.coordinator.shards": "2", "group.initial.rebalance.delay.ms": "0"}
+        ),
+        store=store,
+        clock=ManualClock(1_000_000),
+        ids=SequentialIds(),
+        assignors=[UniformAssignor()],
     )
 
 
@@ -145,8 +175,14 @@ def seed(store: MemoryRecordStore) -> None:
 
 
 def k_join() -> ConsumerGroupHeartbeat:
-    return ConsumerGroupHeartbeat(group_id="grp", member_id="K", member_epoch=0, rebalance_timeout_ms=30_000,
-                                  subscribed_topic_names=("foo",), topic_partitions={})
+    return ConsumerGroupHeartbeat(
+        group_id="grp",
+        member_id="K",
+        member_epoch=0,
+        rebalance_timeout_ms=30_000,
+        subscribed_topic_names=("foo",),
+        topic_partitions={},
+    )
 
 
 def kind(rt: CoordinatorRuntime) -> str:
@@ -157,8 +193,14 @@ def kind(rt: CoordinatorRuntime) -> str:
 
 
 def join_req(member_id: str, owned: dict[str, list[int]] | None = None) -> m.JoinGroup:
-    return m.JoinGroup(group_id="grp", session_timeout_ms=45_000, rebalance_timeout_ms=60_000, member_id=member_id,
-                       protocol_type="consumer", protocols=(("range", subscription(["foo"], owned=owned)),))
+    return m.JoinGroup(
+        group_id="grp",
+        session_timeout_ms=45_000,
+        rebalance_timeout_ms=60_000,
+        member_id=member_id,
+        protocol_type="consumer",
+        protocols=(("range", subscription(["foo"], owned=owned)),),
+    )
 
 
 async def test_failed_conversions_leave_nothing_behind_and_restart_cleanly() -> None:
@@ -221,16 +263,24 @@ async def test_restart_after_every_batch_of_an_upgrade_and_downgrade() -> None:
     for _ in range(3):  # each classic member reconciles: heartbeat -> join -> sync
         for mid in ("A", "B"):
             member = rt.shards[rt.shard_index("grp")].groups["grp"].members[mid]
-            hb = await rt.classic_heartbeat(m.Heartbeat(group_id="grp", generation_id=member.member_epoch, member_id=mid))
+            hb = await rt.classic_heartbeat(
+                m.Heartbeat(group_id="grp", generation_id=member.member_epoch, member_id=mid)
+            )
             mark()
             if hb.error_code == 0:
                 continue
             joined = await rt.classic_join(join_req(mid, {"foo": owns[mid]}))
             mark()
-            synced = await rt.classic_sync(m.SyncGroup(group_id="grp", generation_id=joined.generation_id, member_id=mid))
+            synced = await rt.classic_sync(
+                m.SyncGroup(group_id="grp", generation_id=joined.generation_id, member_id=mid)
+            )
             mark()
             owns[mid] = ClassicHarness.assigned(synced).get("foo", [])
-        await rt.heartbeat(ConsumerGroupHeartbeat(group_id="grp", member_id="K", member_epoch=6, topic_partitions={}))
+        await rt.heartbeat(
+            ConsumerGroupHeartbeat(
+                group_id="grp", member_id="K", member_epoch=6, topic_partitions={}
+            )
+        )
         mark()
     await rt.heartbeat(ConsumerGroupHeartbeat(group_id="grp", member_id="K", member_epoch=-1))
     mark()
@@ -245,8 +295,14 @@ async def test_restart_after_every_batch_of_an_upgrade_and_downgrade() -> None:
     assert (ja.generation_id, jb.generation_id) == (8, 8)
     mark()
     leader = ja.leader
-    sync = await rt.classic_sync(m.SyncGroup(group_id="grp", generation_id=8, member_id=leader,
-                                             assignments=(("A", asg(0, 1)), ("B", asg(2, 3)))))
+    sync = await rt.classic_sync(
+        m.SyncGroup(
+            group_id="grp",
+            generation_id=8,
+            member_id=leader,
+            assignments=(("A", asg(0, 1)), ("B", asg(2, 3))),
+        )
+    )
     assert sync.assignment == (asg(0, 1) if leader == "A" else asg(2, 3))
     mark()
     await rt.close()
@@ -289,5 +345,7 @@ def test_upgrade_during_a_rebalance_reads_a_new_members_own_protocol() -> None:
     resp = h.join("K", ["foo"]).response  # a KIP-848 member upgrades the group now
     assert resp.member_epoch > 0
     g = h.shard.groups["grp"]
-    assert sorted(g.members) == sorted([a, "K", *(mid for mid in g.members if mid.startswith("b-"))])
+    assert sorted(g.members) == sorted(
+        [a, "K", *(mid for mid in g.members if mid.startswith("b-"))]
+    )
     assert g.members[a].assigned_partitions == {foo: frozenset({0, 1})}

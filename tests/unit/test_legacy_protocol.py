@@ -19,7 +19,9 @@ from legacy_bridge.protocol import (
 )
 
 names = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=12)
-tps = st.lists(st.tuples(names, st.lists(st.integers(-(2**31), 2**31 - 1), max_size=5).map(tuple)), max_size=4).map(tuple)
+tps = st.lists(
+    st.tuples(names, st.lists(st.integers(-(2**31), 2**31 - 1), max_size=5).map(tuple)), max_size=4
+).map(tuple)
 user_data = st.none() | st.binary(max_size=16)
 
 
@@ -38,15 +40,20 @@ def subscriptions(draw: st.DrawFn) -> Subscription:
 
 @st.composite
 def assignments(draw: st.DrawFn) -> AssignmentMessage:
-    return AssignmentMessage(version=draw(st.integers(0, 3)), assigned_partitions=draw(tps), user_data=draw(user_data))
+    return AssignmentMessage(
+        version=draw(st.integers(0, 3)), assigned_partitions=draw(tps), user_data=draw(user_data)
+    )
 
 
 def _k_subscription(s: Subscription) -> bytes:
     tp = KSubscription.TopicPartition
     k = KSubscription(
-        version=s.version, topics=list(s.topics), user_data=s.user_data,
+        version=s.version,
+        topics=list(s.topics),
+        user_data=s.user_data,
         owned_partitions=[tp(topic=t, partitions=list(ps)) for t, ps in s.owned_partitions],
-        generation_id=s.generation_id, rack_id=s.rack_id,
+        generation_id=s.generation_id,
+        rack_id=s.rack_id,
     )
     return k.encode(version=s.version)
 
@@ -54,13 +61,16 @@ def _k_subscription(s: Subscription) -> bytes:
 def _k_assignment(a: AssignmentMessage) -> bytes:
     tp = KAssignment.TopicPartition
     k = KAssignment(
-        version=a.version, assigned_partitions=[tp(topic=t, partitions=list(ps)) for t, ps in a.assigned_partitions],
+        version=a.version,
+        assigned_partitions=[tp(topic=t, partitions=list(ps)) for t, ps in a.assigned_partitions],
         user_data=a.user_data,
     )
     return k.encode(version=a.version)
 
 
-SETTINGS = settings(max_examples=300, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(
+    max_examples=300, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow]
+)
 
 
 @SETTINGS
@@ -80,11 +90,26 @@ def test_assignment_bytes_equal_kafka_python_and_round_trip(a: AssignmentMessage
 
 
 def test_known_v3_subscription_bytes() -> None:
-    s = Subscription(version=3, topics=("a", "b"), owned_partitions=(("a", (0, 1)),), generation_id=5, rack_id="r1")
+    s = Subscription(
+        version=3,
+        topics=("a", "b"),
+        owned_partitions=(("a", (0, 1)),),
+        generation_id=5,
+        rack_id="r1",
+    )
     assert encode_subscription(s) == (
-        b"\x00\x03" b"\x00\x00\x00\x02" b"\x00\x01a" b"\x00\x01b" b"\xff\xff\xff\xff"
-        b"\x00\x00\x00\x01" b"\x00\x01a" b"\x00\x00\x00\x02" b"\x00\x00\x00\x00" b"\x00\x00\x00\x01"
-        b"\x00\x00\x00\x05" b"\x00\x02r1"
+        b"\x00\x03"
+        b"\x00\x00\x00\x02"
+        b"\x00\x01a"
+        b"\x00\x01b"
+        b"\xff\xff\xff\xff"
+        b"\x00\x00\x00\x01"
+        b"\x00\x01a"
+        b"\x00\x00\x00\x02"
+        b"\x00\x00\x00\x00"
+        b"\x00\x00\x00\x01"
+        b"\x00\x00\x00\x05"
+        b"\x00\x02r1"
     )
 
 
@@ -97,19 +122,37 @@ def test_newer_version_reads_as_v3_and_trailing_bytes_are_ignored() -> None:
     s = Subscription(version=3, topics=("t",), rack_id="r")
     raw = b"\x00\x07" + encode_subscription(s)[2:] + b"future fields"
     assert decode_subscription(raw) == Subscription(version=7, topics=("t",), rack_id="r")
-    a = encode_assignment(AssignmentMessage(version=1, assigned_partitions=(("t", (0,)),))) + b"\x01\x02"
+    a = (
+        encode_assignment(AssignmentMessage(version=1, assigned_partitions=(("t", (0,)),)))
+        + b"\x01\x02"
+    )
     assert decode_assignment(a) == AssignmentMessage(version=1, assigned_partitions=(("t", (0,)),))
 
 
 @pytest.mark.parametrize(
     ("raw", "message"),
     [
-        (b"", "ConsumerProtocolSubscription: truncated at byte 0 reading version (needs 2 bytes, 0 left)"),
+        (
+            b"",
+            "ConsumerProtocolSubscription: truncated at byte 0 reading version (needs 2 bytes, 0 left)",
+        ),
         (b"\xff\xff", "ConsumerProtocolSubscription: unsupported version -1"),
-        (b"\x00\x00\xff\xff\xff\xff", "ConsumerProtocolSubscription: topics has a negative length -1"),
-        (b"\x00\x00\x00\x00\x10\x00", "ConsumerProtocolSubscription: topics claims 4096 items but only 0 bytes remain"),
-        (b"\x00\x00\x00\x00\x00\x01\x00\x02\xff\xfe\xff\xff\xff\xff", "ConsumerProtocolSubscription: topics is not valid UTF-8"),
-        (b"\x00\x01\x00\x00\x00\x00\xff\xff\xff\xff", "ConsumerProtocolSubscription: truncated at byte 10 reading owned_partitions (needs 4 bytes, 0 left)"),
+        (
+            b"\x00\x00\xff\xff\xff\xff",
+            "ConsumerProtocolSubscription: topics has a negative length -1",
+        ),
+        (
+            b"\x00\x00\x00\x00\x10\x00",
+            "ConsumerProtocolSubscription: topics claims 4096 items but only 0 bytes remain",
+        ),
+        (
+            b"\x00\x00\x00\x00\x00\x01\x00\x02\xff\xfe\xff\xff\xff\xff",
+            "ConsumerProtocolSubscription: topics is not valid UTF-8",
+        ),
+        (
+            b"\x00\x01\x00\x00\x00\x00\xff\xff\xff\xff",
+            "ConsumerProtocolSubscription: truncated at byte 10 reading owned_partitions (needs 4 bytes, 0 left)",
+        ),
     ],
 )
 def test_malformed_subscriptions_raise_with_a_message(raw: bytes, message: str) -> None:

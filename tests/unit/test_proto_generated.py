@@ -19,6 +19,7 @@ from types import ModuleType
 import pytest
 from google.protobuf import descriptor_pool
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
+
 from kip848.v1 import (
     admin_pb2,
     classic_group_pb2,
@@ -326,7 +327,7 @@ def test_api_field_exists(message_name: str, spec: str) -> None:
 
 def test_every_rpc_message_is_covered_by_the_table() -> None:
     # Keeps FIELDS honest: a new request/response message gets a row.
-    for module_name, rpcs in SERVICES.values():
+    for _module_name, rpcs in SERVICES.values():
         for rpc in rpcs:
             assert f"{rpc}Request" in FIELDS and f"{rpc}Response" in FIELDS
 

@@ -22,7 +22,9 @@ from coordinator.runtime.store import MemoryRecordStore
 START_MS = 1_000_000
 
 
-def make_runtime(store: MemoryRecordStore | None = None, shards: int = 2, **settings: str) -> CoordinatorRuntime:
+def make_runtime(
+    store: MemoryRecordStore | None = None, shards: int = 2, **settings: str
+) -> CoordinatorRuntime:
     config = parse_config({"group.coordinator.shards": str(shards), **settings})
     return CoordinatorRuntime(
         config=config,
@@ -33,7 +35,9 @@ def make_runtime(store: MemoryRecordStore | None = None, shards: int = 2, **sett
     )
 
 
-def join(group: str, topics: tuple[str, ...] = ("t",), member_id: str = "") -> ConsumerGroupHeartbeat:
+def join(
+    group: str, topics: tuple[str, ...] = ("t",), member_id: str = ""
+) -> ConsumerGroupHeartbeat:
     return ConsumerGroupHeartbeat(
         group_id=group,
         member_id=member_id,
@@ -44,8 +48,12 @@ def join(group: str, topics: tuple[str, ...] = ("t",), member_id: str = "") -> C
     )
 
 
-def beat(group: str, member_id: str, epoch: int, owned: dict | None = None) -> ConsumerGroupHeartbeat:
-    return ConsumerGroupHeartbeat(group_id=group, member_id=member_id, member_epoch=epoch, topic_partitions=owned)
+def beat(
+    group: str, member_id: str, epoch: int, owned: dict | None = None
+) -> ConsumerGroupHeartbeat:
+    return ConsumerGroupHeartbeat(
+        group_id=group, member_id=member_id, member_epoch=epoch, topic_partitions=owned
+    )
 
 
 async def started(rt: CoordinatorRuntime) -> CoordinatorRuntime:
@@ -194,7 +202,9 @@ async def test_timer_touched_by_undurable_command_is_deferred() -> None:
     key = ("session", "g", resp.member_id)
     store.hold_appends()
     # a config change is in flight, then the member heartbeats (zero records, waits on it)
-    alter = asyncio.ensure_future(rt.alter_group_configs("other", {"consumer.session.timeout.ms": "50000"}))
+    alter = asyncio.ensure_future(
+        rt.alter_group_configs("other", {"consumer.session.timeout.ms": "50000"})
+    )
     await asyncio.sleep(0.01)
     hb = asyncio.ensure_future(rt.heartbeat(beat("g", resp.member_id, resp.member_epoch)))
     await asyncio.sleep(0.01)
@@ -252,12 +262,21 @@ async def test_closed_runtime_answers_not_available() -> None:
 async def test_system_clock_fires_session_timeout_by_itself() -> None:
     from coordinator.runtime import SystemClock
 
-    config = parse_config({
-        "group.consumer.min.session.timeout.ms": "50", "group.consumer.session.timeout.ms": "50",
-        "group.consumer.min.heartbeat.interval.ms": "10", "group.consumer.heartbeat.interval.ms": "20",
-    })
-    rt = CoordinatorRuntime(config=config, store=MemoryRecordStore(), clock=SystemClock(),
-                            ids=SequentialIds(), assignors=[UniformAssignor()])
+    config = parse_config(
+        {
+            "group.consumer.min.session.timeout.ms": "50",
+            "group.consumer.session.timeout.ms": "50",
+            "group.consumer.min.heartbeat.interval.ms": "10",
+            "group.consumer.heartbeat.interval.ms": "20",
+        }
+    )
+    rt = CoordinatorRuntime(
+        config=config,
+        store=MemoryRecordStore(),
+        clock=SystemClock(),
+        ids=SequentialIds(),
+        assignors=[UniformAssignor()],
+    )
     await rt.start()
     await rt.create_topics([NewTopic(name="t", num_partitions=2)])
     await rt.heartbeat(join("g"))

@@ -48,21 +48,38 @@ async def started(rt: CoordinatorRuntime, *topics: tuple[str, int]) -> Coordinat
 
 
 def join(group: str, topics: tuple[str, ...], member_id: str) -> ConsumerGroupHeartbeat:
-    return ConsumerGroupHeartbeat(group_id=group, member_id=member_id, member_epoch=0, rebalance_timeout_ms=30_000,
-                                  subscribed_topic_names=topics, topic_partitions={})
+    return ConsumerGroupHeartbeat(
+        group_id=group,
+        member_id=member_id,
+        member_epoch=0,
+        rebalance_timeout_ms=30_000,
+        subscribed_topic_names=topics,
+        topic_partitions={},
+    )
 
 
-def commit(group: str, offsets: dict[tuple[str, int], int], epoch: int = -1, member_id: str = "") -> OffsetCommit:
+def commit(
+    group: str, offsets: dict[tuple[str, int], int], epoch: int = -1, member_id: str = ""
+) -> OffsetCommit:
     by_topic: dict[str, list[OffsetCommitPartition]] = {}
     for (topic, p), o in sorted(offsets.items()):
-        by_topic.setdefault(topic, []).append(OffsetCommitPartition(partition_index=p, committed_offset=o))
-    return OffsetCommit(group_id=group, generation_id_or_member_epoch=epoch, member_id=member_id, topics=tuple(
-        OffsetCommitTopic(name=t, partitions=tuple(ps)) for t, ps in by_topic.items()
-    ))
+        by_topic.setdefault(topic, []).append(
+            OffsetCommitPartition(partition_index=p, committed_offset=o)
+        )
+    return OffsetCommit(
+        group_id=group,
+        generation_id_or_member_epoch=epoch,
+        member_id=member_id,
+        topics=tuple(OffsetCommitTopic(name=t, partitions=tuple(ps)) for t, ps in by_topic.items()),
+    )
 
 
 def ok(topic: str, topic_id: str, *partitions: int) -> TopicResult:
-    return TopicResult(name=topic, topic_id=topic_id, partitions=tuple(PartitionResult(partition_index=p) for p in partitions))
+    return TopicResult(
+        name=topic,
+        topic_id=topic_id,
+        partitions=tuple(PartitionResult(partition_index=p) for p in partitions),
+    )
 
 
 def stored_offsets(store: MemoryRecordStore) -> dict[tuple[str, str, int], int]:
@@ -76,9 +93,19 @@ def stored_offsets(store: MemoryRecordStore) -> dict[tuple[str, str, int], int]:
 
 
 def fetched(group: str, topic: str, topic_id: str, **offsets: int) -> OffsetFetchGroupResponse:
-    return OffsetFetchGroupResponse(group_id=group, topics=(FetchedTopic(name=topic, topic_id=topic_id, partitions=tuple(
-        FetchedPartition(partition_index=int(k[1:]), committed_offset=v, metadata="") for k, v in sorted(offsets.items())
-    )),))
+    return OffsetFetchGroupResponse(
+        group_id=group,
+        topics=(
+            FetchedTopic(
+                name=topic,
+                topic_id=topic_id,
+                partitions=tuple(
+                    FetchedPartition(partition_index=int(k[1:]), committed_offset=v, metadata="")
+                    for k, v in sorted(offsets.items())
+                ),
+            ),
+        ),
+    )
 
 
 async def test_a_commit_is_durable_before_it_is_answered() -> None:
@@ -128,7 +155,8 @@ async def test_a_failed_write_fails_the_commit_and_a_fetch_behind_it_and_leaves_
         await asyncio.wait_for(committing, 5)
     [answer] = await asyncio.wait_for(fetching, 5)
     assert answer == OffsetFetchGroupResponse(
-        group_id="g", error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
+        group_id="g",
+        error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
         error_message="The write to the record store failed: injected append failure: OSError('injected write failure')",
     )
     assert await rt.offset_fetch([OffsetFetchGroup(group_id="g")]) == [fetched("g", "t", tid, p0=1)]
@@ -195,11 +223,23 @@ async def test_list_groups_across_shards_with_filters() -> None:
     rt = await started(make_runtime(shards=3), ("t", 1))
     await rt.heartbeat(join("consumer-1", ("t",), "M"))
     await rt.heartbeat(join("consumer-2", ("t",), "N"))
-    await rt.heartbeat(ConsumerGroupHeartbeat(group_id="consumer-2", member_id="N", member_epoch=-1))
+    await rt.heartbeat(
+        ConsumerGroupHeartbeat(group_id="consumer-2", member_id="N", member_epoch=-1)
+    )
     await rt.offset_commit(commit("simple", {("t", 0): 1}))
     everything = [
-        ListedGroup(group_id="consumer-1", protocol_type="consumer", group_state="Stable", group_type="consumer"),
-        ListedGroup(group_id="consumer-2", protocol_type="consumer", group_state="Empty", group_type="consumer"),
+        ListedGroup(
+            group_id="consumer-1",
+            protocol_type="consumer",
+            group_state="Stable",
+            group_type="consumer",
+        ),
+        ListedGroup(
+            group_id="consumer-2",
+            protocol_type="consumer",
+            group_state="Empty",
+            group_type="consumer",
+        ),
         ListedGroup(group_id="simple", protocol_type="", group_state="Empty", group_type="classic"),
     ]
     assert await rt.list_groups() == everything
@@ -217,13 +257,21 @@ async def test_one_expiration_timer_per_shard_rearmed_after_each_run() -> None:
     await rt.advance_time(MINUTE - 1)
     assert [rt.timers.get(k) for k in keys] == [(START_MS + MINUTE, 0), (START_MS + MINUTE, 0)]
     await rt.advance_time(1)
-    assert [rt.timers.get(k) for k in keys] == [(START_MS + 2 * MINUTE, 0), (START_MS + 2 * MINUTE, 0)]
+    assert [rt.timers.get(k) for k in keys] == [
+        (START_MS + 2 * MINUTE, 0),
+        (START_MS + 2 * MINUTE, 0),
+    ]
     await rt.advance_time(5 * MINUTE)  # late: it runs once, then every interval from now
-    assert [rt.timers.get(k) for k in keys] == [(START_MS + 7 * MINUTE, 0), (START_MS + 7 * MINUTE, 0)]
+    assert [rt.timers.get(k) for k in keys] == [
+        (START_MS + 7 * MINUTE, 0),
+        (START_MS + 7 * MINUTE, 0),
+    ]
     await rt.close()
 
 
-async def test_expiration_deletes_unsubscribed_offsets_and_empty_groups_durably(caplog: pytest.LogCaptureFixture) -> None:
+async def test_expiration_deletes_unsubscribed_offsets_and_empty_groups_durably(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     store = MemoryRecordStore()
     settings = {"offsets.retention.minutes": "10", "offsets.retention.check.interval.ms": "60000"}
     rt = await started(make_runtime(store, shards=1, **settings), ("t", 2), ("u", 1))
@@ -252,7 +300,9 @@ async def test_expiration_deletes_unsubscribed_offsets_and_empty_groups_durably(
 
 async def test_the_expiration_survives_a_failed_write() -> None:
     store = MemoryRecordStore()
-    rt = await started(make_runtime(store, shards=1, **{"offsets.retention.minutes": "1"}), ("t", 1))
+    rt = await started(
+        make_runtime(store, shards=1, **{"offsets.retention.minutes": "1"}), ("t", 1)
+    )
     await rt.offset_commit(commit("simple", {("t", 0): 3}))
     store.fail_next_appends(1)
     await rt.advance_time(10 * MINUTE)  # the expiration's write fails
@@ -270,14 +320,30 @@ async def test_deleting_a_topic_deletes_its_offsets_in_the_same_batch() -> None:
         await rt.offset_commit(commit(g, {("t", 0): 1, ("keep", 0): 2}))
     batches = len(store.batch_sizes)
     assert [x.name for x in await rt.delete_topics(["t", "nope"])] == ["t", "nope"]
-    assert store.batch_sizes[batches:] == [1 + 4]  # the topic tombstone and 4 offset tombstones, one batch
+    assert store.batch_sizes[batches:] == [
+        1 + 4
+    ]  # the topic tombstone and 4 offset tombstones, one batch
     assert stored_offsets(store) == {(g, "keep", 0): 2 for g in ("a", "b", "c", "d")}
     # Re-created: it starts fresh.
     await rt.create_topics([NewTopic(name="t", num_partitions=1)])
     tid = rt.registry.topics["t"].topic_id
-    got = await rt.offset_fetch([OffsetFetchGroup(group_id="a", topics=(OffsetFetchTopic(name="t", partition_indexes=(0,)),))])
-    assert got == [OffsetFetchGroupResponse(group_id="a", topics=(
-        FetchedTopic(name="t", topic_id=tid, partitions=(FetchedPartition(partition_index=0),)),))]
+    got = await rt.offset_fetch(
+        [
+            OffsetFetchGroup(
+                group_id="a", topics=(OffsetFetchTopic(name="t", partition_indexes=(0,)),)
+            )
+        ]
+    )
+    assert got == [
+        OffsetFetchGroupResponse(
+            group_id="a",
+            topics=(
+                FetchedTopic(
+                    name="t", topic_id=tid, partitions=(FetchedPartition(partition_index=0),)
+                ),
+            ),
+        )
+    ]
     await rt.close()
 
 
@@ -290,8 +356,11 @@ async def test_offsets_and_deletions_survive_a_restart() -> None:
     await rt.delete_groups(["gone"])
     await rt.close()
     again = await started(make_runtime(store.reopen()))
-    assert await again.offset_fetch([OffsetFetchGroup(group_id="g"), OffsetFetchGroup(group_id="gone")]) == [
-        fetched("g", "t", tid, p0=10, p1=11), OffsetFetchGroupResponse(group_id="gone"),
+    assert await again.offset_fetch(
+        [OffsetFetchGroup(group_id="g"), OffsetFetchGroup(group_id="gone")]
+    ) == [
+        fetched("g", "t", tid, p0=10, p1=11),
+        OffsetFetchGroupResponse(group_id="gone"),
     ]
     assert [g.group_id for g in await again.list_groups()] == ["g"]
     await again.close()

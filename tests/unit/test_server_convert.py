@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from kip848.v1 import admin_pb2, common_pb2
-from kip848.v1 import consumer_group_pb2 as cg
 
 from coordinator.core.commands import (
     ConsumerGroupHeartbeat,
@@ -16,6 +14,8 @@ from coordinator.core.model import topic_id_from_bytes
 from coordinator.core.topics import NewTopic, TopicResult
 from coordinator.server import convert
 from coordinator.server.services import client_host_of
+from kip848.v1 import admin_pb2, common_pb2
+from kip848.v1 import consumer_group_pb2 as cg
 
 T1 = bytes(range(1, 17))
 T2 = bytes(range(2, 18))
@@ -25,84 +25,134 @@ ID2 = topic_id_from_bytes(T2)
 
 def test_absent_optionals_map_to_none_and_minus_one() -> None:
     req = cg.ConsumerGroupHeartbeatRequest(group_id="g", member_id="m", member_epoch=3)
-    assert convert.heartbeat_from_proto(req, client_id="c", client_host="/1.2.3.4") == ConsumerGroupHeartbeat(
-        group_id="g", member_id="m", member_epoch=3, instance_id=None, rack_id=None, rebalance_timeout_ms=-1,
-        subscribed_topic_names=None, subscribed_topic_regex=None, server_assignor=None, topic_partitions=None,
-        client_id="c", client_host="/1.2.3.4",
+    assert convert.heartbeat_from_proto(
+        req, client_id="c", client_host="/1.2.3.4"
+    ) == ConsumerGroupHeartbeat(
+        group_id="g",
+        member_id="m",
+        member_epoch=3,
+        instance_id=None,
+        rack_id=None,
+        rebalance_timeout_ms=-1,
+        subscribed_topic_names=None,
+        subscribed_topic_regex=None,
+        server_assignor=None,
+        topic_partitions=None,
+        client_id="c",
+        client_host="/1.2.3.4",
     )
 
 
 def test_present_empty_wrappers_map_to_empty() -> None:
     req = cg.ConsumerGroupHeartbeatRequest(
-        group_id="g", member_epoch=0, rebalance_timeout_ms=1000, instance_id="", rack_id="r",
-        subscribed_topic_names=common_pb2.TopicNames(), subscribed_topic_regex="", server_assignor="range",
+        group_id="g",
+        member_epoch=0,
+        rebalance_timeout_ms=1000,
+        instance_id="",
+        rack_id="r",
+        subscribed_topic_names=common_pb2.TopicNames(),
+        subscribed_topic_regex="",
+        server_assignor="range",
         topic_partitions=common_pb2.TopicPartitionsList(),
     )
     assert convert.heartbeat_from_proto(req) == ConsumerGroupHeartbeat(
-        group_id="g", member_id="", member_epoch=0, instance_id="", rack_id="r", rebalance_timeout_ms=1000,
-        subscribed_topic_names=(), subscribed_topic_regex="", server_assignor="range", topic_partitions={},
+        group_id="g",
+        member_id="",
+        member_epoch=0,
+        instance_id="",
+        rack_id="r",
+        rebalance_timeout_ms=1000,
+        subscribed_topic_names=(),
+        subscribed_topic_regex="",
+        server_assignor="range",
+        topic_partitions={},
     )
 
 
 def test_owned_partitions_merge_and_bad_ids_are_invalid_request() -> None:
-    items = common_pb2.TopicPartitionsList(items=[
-        common_pb2.TopicPartitions(topic_id=T1, partitions=[2, 0]),
-        common_pb2.TopicPartitions(topic_id=T1, partitions=[1], topic_name="ignored"),
-        common_pb2.TopicPartitions(topic_id=T2, partitions=[]),
-    ])
-    req = cg.ConsumerGroupHeartbeatRequest(group_id="g", member_epoch=1, member_id="m", topic_partitions=items)
+    items = common_pb2.TopicPartitionsList(
+        items=[
+            common_pb2.TopicPartitions(topic_id=T1, partitions=[2, 0]),
+            common_pb2.TopicPartitions(topic_id=T1, partitions=[1], topic_name="ignored"),
+            common_pb2.TopicPartitions(topic_id=T2, partitions=[]),
+        ]
+    )
+    req = cg.ConsumerGroupHeartbeatRequest(
+        group_id="g", member_epoch=1, member_id="m", topic_partitions=items
+    )
     assert convert.heartbeat_from_proto(req).topic_partitions == {ID1: frozenset({0, 1, 2})}
-    bad = cg.ConsumerGroupHeartbeatRequest(group_id="g", topic_partitions=common_pb2.TopicPartitionsList(
-        items=[common_pb2.TopicPartitions(topic_id=b"\x01" * 15, partitions=[0])]))
+    bad = cg.ConsumerGroupHeartbeatRequest(
+        group_id="g",
+        topic_partitions=common_pb2.TopicPartitionsList(
+            items=[common_pb2.TopicPartitions(topic_id=b"\x01" * 15, partitions=[0])]
+        ),
+    )
     with pytest.raises(InvalidRequestError, match="16 bytes, got 15"):
         convert.heartbeat_from_proto(bad)
 
 
 def test_heartbeat_response_to_proto() -> None:
     resp = ConsumerGroupHeartbeatResponse(
-        member_id="m", member_epoch=4, heartbeat_interval_ms=5000,
-        assignment=HeartbeatAssignment(assigned={ID2: frozenset({3, 1}), ID1: frozenset({0})}, pending={ID2: frozenset({5})}),
+        member_id="m",
+        member_epoch=4,
+        heartbeat_interval_ms=5000,
+        assignment=HeartbeatAssignment(
+            assigned={ID2: frozenset({3, 1}), ID1: frozenset({0})}, pending={ID2: frozenset({5})}
+        ),
     )
     names = {ID1: "a", ID2: "b"}
     assert convert.heartbeat_to_proto(resp, names.__getitem__) == cg.ConsumerGroupHeartbeatResponse(
-        member_id="m", member_epoch=4, heartbeat_interval_ms=5000,
+        member_id="m",
+        member_epoch=4,
+        heartbeat_interval_ms=5000,
         assignment=cg.Assignment(
             assigned_topic_partitions=[
                 common_pb2.TopicPartitions(topic_id=T1, partitions=[0], topic_name="a"),
                 common_pb2.TopicPartitions(topic_id=T2, partitions=[1, 3], topic_name="b"),
             ],
-            pending_topic_partitions=[common_pb2.TopicPartitions(topic_id=T2, partitions=[5], topic_name="b")],
+            pending_topic_partitions=[
+                common_pb2.TopicPartitions(topic_id=T2, partitions=[5], topic_name="b")
+            ],
         ),
     )
-    no_assignment = convert.heartbeat_to_proto(ConsumerGroupHeartbeatResponse(member_id=None, member_epoch=-1, heartbeat_interval_ms=0))
+    no_assignment = convert.heartbeat_to_proto(
+        ConsumerGroupHeartbeatResponse(member_id=None, member_epoch=-1, heartbeat_interval_ms=0)
+    )
     assert no_assignment == cg.ConsumerGroupHeartbeatResponse(member_epoch=-1)
     assert not no_assignment.HasField("member_id") and not no_assignment.HasField("assignment")
 
 
 def test_heartbeat_error() -> None:
-    assert convert.heartbeat_error(ErrorCode.UNKNOWN_SERVER_ERROR, None) == cg.ConsumerGroupHeartbeatResponse(error_code=-1)
-    assert convert.heartbeat_error(ErrorCode.FENCED_MEMBER_EPOCH, "x") == cg.ConsumerGroupHeartbeatResponse(
-        error_code=110, error_message="x"
-    )
+    assert convert.heartbeat_error(
+        ErrorCode.UNKNOWN_SERVER_ERROR, None
+    ) == cg.ConsumerGroupHeartbeatResponse(error_code=-1)
+    assert convert.heartbeat_error(
+        ErrorCode.FENCED_MEMBER_EPOCH, "x"
+    ) == cg.ConsumerGroupHeartbeatResponse(error_code=110, error_message="x")
 
 
 def test_topic_registry_messages() -> None:
-    req = admin_pb2.CreateTopicsRequest(topics=[
-        admin_pb2.CreateTopicsRequest.CreatableTopic(name="a", num_partitions=3),
-        admin_pb2.CreateTopicsRequest.CreatableTopic(name="b", num_partitions=1, topic_id=T2),
-    ])
+    req = admin_pb2.CreateTopicsRequest(
+        topics=[
+            admin_pb2.CreateTopicsRequest.CreatableTopic(name="a", num_partitions=3),
+            admin_pb2.CreateTopicsRequest.CreatableTopic(name="b", num_partitions=1, topic_id=T2),
+        ]
+    )
     assert convert.new_topics_from_proto(req) == [
-        NewTopic(name="a", num_partitions=3), NewTopic(name="b", num_partitions=1, topic_id=ID2)
+        NewTopic(name="a", num_partitions=3),
+        NewTopic(name="b", num_partitions=1, topic_id=ID2),
     ]
     results = [
         TopicResult(name="a", topic_id=ID1, num_partitions=3),
         TopicResult(name="b", error_code=ErrorCode.TOPIC_ALREADY_EXISTS, error_message="exists"),
     ]
     Item = admin_pb2.CreateTopicsResponse.CreatableTopicResult
-    assert convert.create_topics_to_proto(results) == admin_pb2.CreateTopicsResponse(topics=[
-        Item(name="a", topic_id=T1, num_partitions=3),
-        Item(name="b", topic_id=bytes(16), error_code=36, error_message="exists"),
-    ])
+    assert convert.create_topics_to_proto(results) == admin_pb2.CreateTopicsResponse(
+        topics=[
+            Item(name="a", topic_id=T1, num_partitions=3),
+            Item(name="b", topic_id=bytes(16), error_code=36, error_message="exists"),
+        ]
+    )
     assert convert.list_topics_to_proto(results[:1]) == admin_pb2.ListTopicsResponse(
         topics=[admin_pb2.ListTopicsResponse.Topic(name="a", topic_id=T1, num_partitions=3)]
     )
@@ -118,7 +168,12 @@ class _Ctx:
 
 @pytest.mark.parametrize(
     ("peer", "host"),
-    [("ipv4:127.0.0.1:5555", "/127.0.0.1"), ("ipv6:[::1]:5555", "/::1"), ("unix:/tmp/s", "/unix:/tmp/s"), ("", "")],
+    [
+        ("ipv4:127.0.0.1:5555", "/127.0.0.1"),
+        ("ipv6:[::1]:5555", "/::1"),
+        ("unix:/tmp/s", "/unix:/tmp/s"),
+        ("", ""),
+    ],
 )
 def test_client_host_like_kafka(peer: str, host: str) -> None:
     assert client_host_of(_Ctx(peer)) == host  # type: ignore[arg-type]

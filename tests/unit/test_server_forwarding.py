@@ -11,7 +11,6 @@ from typing import Any
 
 import grpc
 import pytest
-from kip848.v1 import consumer_group_pb2 as cg
 
 from coordinator.server.forwarding import (
     CALL,
@@ -22,6 +21,7 @@ from coordinator.server.forwarding import (
     method_table,
 )
 from coordinator.server.services import service_descriptors
+from kip848.v1 import consumer_group_pb2 as cg
 
 FRAMES = [
     (CALL, 1, "/a/B", b"\x00\x01payload", (("client-id", "c"),), "ipv4:127.0.0.1:1"),
@@ -41,7 +41,7 @@ def test_frames_survive_any_split_of_the_stream(chunk: int) -> None:
     conn = FrameConnection(got.append, lambda: None)
     stream = b"".join(encode(f) for f in FRAMES)
     for i in range(0, len(stream), chunk):
-        conn.data_received(stream[i:i + chunk])
+        conn.data_received(stream[i : i + chunk])
     assert got == FRAMES
 
 
@@ -85,14 +85,18 @@ class Servicer:
     def __init__(self) -> None:
         self.seen: list[tuple[str, Any, str]] = []
 
-    async def ConsumerGroupHeartbeat(self, request: cg.ConsumerGroupHeartbeatRequest, context: ForwardedContext):
+    async def ConsumerGroupHeartbeat(
+        self, request: cg.ConsumerGroupHeartbeatRequest, context: ForwardedContext
+    ):
         self.seen.append((request.group_id, tuple(context.invocation_metadata()), context.peer()))
         if request.group_id == "abort":
             await context.abort(grpc.StatusCode.UNAVAILABLE, "The coordinator is shutting down.")
         if request.group_id == "boom":
             raise RuntimeError("a bug")
         await asyncio.sleep(0)  # a real handler may wait for its batch to be durable
-        return cg.ConsumerGroupHeartbeatResponse(member_id="m", member_epoch=request.member_epoch + 1)
+        return cg.ConsumerGroupHeartbeatResponse(
+            member_id="m", member_epoch=request.member_epoch + 1
+        )
 
     async def ConsumerGroupDescribe(self, request: Any, context: ForwardedContext):
         raise AssertionError("not called")
@@ -113,8 +117,12 @@ async def test_dispatcher_answers_every_outcome_with_status_and_bytes() -> None:
     dispatcher.call(conn, call(path, ok, 1))  # type: ignore[arg-type]
     dispatcher.call(conn, call(path, b"\xff\xff\xff", 2))  # type: ignore[arg-type]
     dispatcher.call(conn, call("/kip848.v1.ConsumerGroupService/Nope", b"", 3))  # type: ignore[arg-type]
-    dispatcher.call(conn, call(path, cg.ConsumerGroupHeartbeatRequest(group_id="abort").SerializeToString(), 4))  # type: ignore[arg-type]
-    dispatcher.call(conn, call(path, cg.ConsumerGroupHeartbeatRequest(group_id="boom").SerializeToString(), 5))  # type: ignore[arg-type]
+    dispatcher.call(
+        conn, call(path, cg.ConsumerGroupHeartbeatRequest(group_id="abort").SerializeToString(), 4)
+    )  # type: ignore[arg-type]
+    dispatcher.call(
+        conn, call(path, cg.ConsumerGroupHeartbeatRequest(group_id="boom").SerializeToString(), 5)
+    )  # type: ignore[arg-type]
     await dispatcher.drain()
     by_id = {frame[1]: frame for frame in conn.sent}
     assert sorted(by_id) == [1, 2, 3, 4, 5] and len(conn.sent) == 5
@@ -123,9 +131,20 @@ async def test_dispatcher_answers_every_outcome_with_status_and_bytes() -> None:
     kind, _, status, details, payload = by_id[2]
     assert (kind, status, payload) == (REPLY, grpc.StatusCode.INVALID_ARGUMENT.value[0], b"")
     assert details.startswith("Undecodable request: Error parsing message")
-    assert by_id[3] == (REPLY, 3, grpc.StatusCode.UNIMPLEMENTED.value[0],
-                        "Method not found: /kip848.v1.ConsumerGroupService/Nope", b"")
-    assert by_id[4] == (REPLY, 4, grpc.StatusCode.UNAVAILABLE.value[0], "The coordinator is shutting down.", b"")
+    assert by_id[3] == (
+        REPLY,
+        3,
+        grpc.StatusCode.UNIMPLEMENTED.value[0],
+        "Method not found: /kip848.v1.ConsumerGroupService/Nope",
+        b"",
+    )
+    assert by_id[4] == (
+        REPLY,
+        4,
+        grpc.StatusCode.UNAVAILABLE.value[0],
+        "The coordinator is shutting down.",
+        b"",
+    )
     assert by_id[5] == (REPLY, 5, grpc.StatusCode.UNKNOWN.value[0], "Unexpected server error.", b"")
     # The servicer saw the caller's metadata and address, as through grpc.aio.
     assert servicer.seen[0] == ("g", (("client-id", "cli"),), "ipv4:10.0.0.1:5000")
@@ -169,7 +188,12 @@ def test_raw_handlers_serve_every_method_by_path_and_refuse_streaming_ones() -> 
 
     handler = server.generic[0].service(Details("/kip848.v1.OffsetService/OffsetCommit"))
     assert handler.unary_unary == "/kip848.v1.OffsetService/OffsetCommit"
-    assert (handler.request_deserializer, handler.response_serializer) == (None, None)  # bytes in, bytes out
+    assert (handler.request_deserializer, handler.response_serializer) == (
+        None,
+        None,
+    )  # bytes in, bytes out
     assert server.generic[0].service(Details("/kip848.v1.OffsetService/Nope")) is None
     with pytest.raises(ValueError, match=r"/grpc.health.v1.Health/Watch is a streaming RPC"):
-        add_raw_handlers(Server(), [health_pb2.DESCRIPTOR.services_by_name["Health"]], lambda path: path)  # type: ignore[arg-type]
+        add_raw_handlers(
+            Server(), [health_pb2.DESCRIPTOR.services_by_name["Health"]], lambda path: path
+        )  # type: ignore[arg-type]

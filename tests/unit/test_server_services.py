@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import grpc
 import pytest
-from kip848.v1 import admin_pb2
-from kip848.v1 import consumer_group_pb2 as cg
 
 from coordinator.core.config import parse_config
 from coordinator.core.errors import CoordinatorLoadInProgressError
 from coordinator.runtime import CoordinatorRuntime, ManualClock, RuntimeState
 from coordinator.runtime.store import MemoryRecordStore
 from coordinator.server.services import AdminService, ConsumerGroupService, client_id_of
+from kip848.v1 import admin_pb2
+from kip848.v1 import consumer_group_pb2 as cg
 
 
 class Ctx:
@@ -30,7 +30,9 @@ class Ctx:
 
 
 def runtime() -> CoordinatorRuntime:
-    return CoordinatorRuntime(config=parse_config({}), store=MemoryRecordStore(), clock=ManualClock(0))
+    return CoordinatorRuntime(
+        config=parse_config({}), store=MemoryRecordStore(), clock=ManualClock(0)
+    )
 
 
 def test_client_id_from_metadata() -> None:
@@ -39,10 +41,16 @@ def test_client_id_from_metadata() -> None:
 
 async def test_load_in_progress_is_in_band() -> None:
     rt = runtime()  # not started: loading
-    resp = await ConsumerGroupService(rt).ConsumerGroupHeartbeat(cg.ConsumerGroupHeartbeatRequest(group_id="g"), Ctx())
-    assert resp == cg.ConsumerGroupHeartbeatResponse(error_code=14, error_message=CoordinatorLoadInProgressError().message)
+    resp = await ConsumerGroupService(rt).ConsumerGroupHeartbeat(
+        cg.ConsumerGroupHeartbeatRequest(group_id="g"), Ctx()
+    )
+    assert resp == cg.ConsumerGroupHeartbeatResponse(
+        error_code=14, error_message=CoordinatorLoadInProgressError().message
+    )
     topics = await AdminService(rt).ListTopics(admin_pb2.ListTopicsRequest(), Ctx())
-    assert topics == admin_pb2.ListTopicsResponse(error_code=14, error_message=CoordinatorLoadInProgressError().message)
+    assert topics == admin_pb2.ListTopicsResponse(
+        error_code=14, error_message=CoordinatorLoadInProgressError().message
+    )
 
 
 async def test_a_bug_is_unknown_server_error_in_band(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -53,7 +61,9 @@ async def test_a_bug_is_unknown_server_error_in_band(monkeypatch: pytest.MonkeyP
         raise ZeroDivisionError("bug")
 
     monkeypatch.setattr(rt, "heartbeat", boom)
-    resp = await ConsumerGroupService(rt).ConsumerGroupHeartbeat(cg.ConsumerGroupHeartbeatRequest(group_id="g"), Ctx())
+    resp = await ConsumerGroupService(rt).ConsumerGroupHeartbeat(
+        cg.ConsumerGroupHeartbeatRequest(group_id="g"), Ctx()
+    )
     assert resp == cg.ConsumerGroupHeartbeatResponse(error_code=-1)
     await rt.close()
 
@@ -65,7 +75,9 @@ async def test_unavailable_while_shutting_down() -> None:
     assert rt.state is RuntimeState.CLOSED
     ctx = Ctx()
     with pytest.raises(RuntimeError, match="aborted"):
-        await ConsumerGroupService(rt).ConsumerGroupHeartbeat(cg.ConsumerGroupHeartbeatRequest(group_id="g"), ctx)
+        await ConsumerGroupService(rt).ConsumerGroupHeartbeat(
+            cg.ConsumerGroupHeartbeatRequest(group_id="g"), ctx
+        )
     assert ctx.aborted == (grpc.StatusCode.UNAVAILABLE, "The coordinator is shutting down.")
 
 
@@ -73,15 +85,36 @@ async def test_describe_configs_refuses_other_resource_types() -> None:
     rt = runtime()
     await rt.start()
     Desc = admin_pb2.DescribeConfigsRequest
-    resp = await AdminService(rt).DescribeConfigs(Desc(resources=[Desc.Resource(resource_type=2, resource_name="t")]), Ctx())
-    assert resp == admin_pb2.DescribeConfigsResponse(results=[admin_pb2.DescribeConfigsResponse.Result(
-        error_code=42, error_message="Only GROUP resources (16, or Kafka's 32) are supported.", resource_type=2, resource_name="t",
-    )])
+    resp = await AdminService(rt).DescribeConfigs(
+        Desc(resources=[Desc.Resource(resource_type=2, resource_name="t")]), Ctx()
+    )
+    assert resp == admin_pb2.DescribeConfigsResponse(
+        results=[
+            admin_pb2.DescribeConfigsResponse.Result(
+                error_code=42,
+                error_message="Only GROUP resources (16, or Kafka's 32) are supported.",
+                resource_type=2,
+                resource_name="t",
+            )
+        ]
+    )
     Alter = admin_pb2.IncrementalAlterConfigsRequest
-    bad = await AdminService(rt).IncrementalAlterConfigs(Alter(resources=[Alter.Resource(
-        resource_type=16, resource_name="g",
-        configs=[Alter.AlterableConfig(name="consumer.session.timeout.ms", config_operation=0, value="1")],
-    )]), Ctx())
+    bad = await AdminService(rt).IncrementalAlterConfigs(
+        Alter(
+            resources=[
+                Alter.Resource(
+                    resource_type=16,
+                    resource_name="g",
+                    configs=[
+                        Alter.AlterableConfig(
+                            name="consumer.session.timeout.ms", config_operation=0, value="1"
+                        )
+                    ],
+                )
+            ]
+        ),
+        Ctx(),
+    )
     item = bad.responses[0]
     assert (item.error_code, item.resource_name) == (40, "g")
     assert "consumer.session.timeout.ms" in item.error_message
