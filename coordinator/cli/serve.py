@@ -8,6 +8,7 @@ import os
 import sys
 from pathlib import Path
 
+from coordinator.cli.argtypes import INT32_MAX, INT64_MAX, int_in
 from coordinator.cli.config import DEFAULT_DATA_DIR, add_config_flags, build_config
 from coordinator.cli.errors import UsageError
 from coordinator.cli.registry import Commands
@@ -34,10 +35,16 @@ def register(commands: Commands) -> None:
         default="system",
         help="manual: TestingService.AdvanceTime",
     )
-    p.add_argument("--max-message-bytes", type=int, default=16 * 1024 * 1024, metavar="N")
+    p.add_argument(
+        "--max-message-bytes",
+        type=int_in(1024, INT32_MAX),
+        default=16 * 1024 * 1024,
+        metavar="N",
+        help="largest request or response (default 16 MiB)",
+    )
     p.add_argument(
         "--journal-retention-ms",
-        type=int,
+        type=int_in(0, INT64_MAX),
         default=None,
         metavar="MS",
         help="journal retention (default: keep)",
@@ -87,7 +94,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from coordinator.server.app import ServeOptions, make_runtime, serve, split_listen
     from coordinator.server.loop import run as run_loop
 
-    config = build_config(args.config_file, args.set)
+    logging.basicConfig(
+        level=getattr(logging, args.log_level.upper()),
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    config = build_config(args.config_file, args.set, args.server_properties)
     try:
         split_listen(args.listen)
         if args.advertised_address is not None:
@@ -96,19 +108,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
                 raise ValueError("--advertised-address needs a real port, not 0")
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    if args.max_message_bytes < 1024:
-        raise UsageError("--max-message-bytes must be >= 1024")
-    if args.journal_retention_ms is not None and args.journal_retention_ms < 0:
-        raise UsageError("--journal-retention-ms must be >= 0")
     if not 1 <= args.grpc_processes <= MAX_GRPC_PROCESSES:
         raise UsageError(
             f"--grpc-processes must be 1..{MAX_GRPC_PROCESSES}, got {args.grpc_processes}"
         )
-    logging.basicConfig(
-        level=getattr(logging, args.log_level.upper()),
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
     try:
         Path(args.data_dir).mkdir(parents=True, exist_ok=True)
         store = SqliteRecordStore(
