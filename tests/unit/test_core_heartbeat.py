@@ -15,6 +15,7 @@ import pytest
 
 from assignors.api import GroupAssignment, GroupSpec, TopicMetadata
 from coordinator.core import records as r
+from coordinator.core.commands import ConsumerGroupHeartbeat
 from coordinator.core.commands import ConsumerGroupHeartbeatResponse as Resp
 from coordinator.core.commands import HeartbeatAssignment as HA
 from coordinator.core.commands import SequentialIds
@@ -481,6 +482,43 @@ def test_new_epoch_with_an_unchanged_assignment_carries_none() -> None:
     assert res.records == [ca("A", 2, 1, STABLE, p(foo, 0, 1, 2, 3))]
     assert res.response == Resp(member_id="A", member_epoch=2, heartbeat_interval_ms=HB_MS)
     check_replay(h)
+
+
+def test_pending_change_while_revoking_is_reported() -> None:
+    """A member stuck revoking stays at its epoch with the same assigned partitions, but C's join
+    moves its target: its pending set grows since its last response, so the assignment is sent
+    (compared with what the member was told, not with the state at the start of the heartbeat).
+    A restarted shard, which does not know what was told, compares with the state it loaded."""
+    h, foo = one_member()  # A=[0,1,2,3] at 1
+    h.join("B", ["foo"])  # epoch 2: target A=[0,2], B=[1,3]
+    res = h.heartbeat_result(member_id="A", member_epoch=1, topic_partitions=p(foo, 0, 1, 2, 3))
+    assert res.response == Resp(
+        member_id="A",
+        member_epoch=1,
+        heartbeat_interval_ms=HB_MS,
+        assignment=HA(assigned=p(foo, 0, 2), pending={}),
+    )
+    h.join("C", ["foo"])  # epoch 3: target A=[0,3], B=[1], C=[2]
+    loaded = h.replayed()
+    loaded.set_topics(h.registry.image())
+    res = h.heartbeat_result(member_id="A", member_epoch=1, topic_partitions=p(foo, 0, 1, 2, 3))
+    assert res.records == []
+    assert res.response == Resp(
+        member_id="A",
+        member_epoch=1,
+        heartbeat_interval_ms=HB_MS,
+        assignment=HA(assigned=p(foo, 0, 2), pending=p(foo, 3)),
+    )
+    # Told once: the next identical heartbeat carries nothing.
+    assert h.heartbeat(member_id="A", member_epoch=1, topic_partitions=p(foo, 0, 1, 2, 3)) == Resp(
+        member_id="A", member_epoch=1, heartbeat_interval_ms=HB_MS
+    )
+    req = ConsumerGroupHeartbeat(
+        group_id=G, member_id="A", member_epoch=1, topic_partitions=p(foo, 0, 1, 2, 3)
+    )
+    assert loaded.consumer_group_heartbeat(req, h.now_ms).response == Resp(
+        member_id="A", member_epoch=1, heartbeat_interval_ms=HB_MS
+    )
 
 
 def test_pending_change_alone_sends_the_assignment() -> None:
