@@ -15,10 +15,9 @@ import pytest
 
 from assignors.api import GroupAssignment, GroupSpec, TopicMetadata
 from coordinator.core import records as r
-from coordinator.core.commands import ConsumerGroupHeartbeat
+from coordinator.core.commands import ConsumerGroupHeartbeat, SequentialIds
 from coordinator.core.commands import ConsumerGroupHeartbeatResponse as Resp
 from coordinator.core.commands import HeartbeatAssignment as HA
-from coordinator.core.commands import SequentialIds
 from coordinator.core.config import GroupCoordinatorConfig
 from coordinator.core.errors import (
     ErrorCode,
