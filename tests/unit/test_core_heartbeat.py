@@ -1303,7 +1303,7 @@ def test_group_configs_take_effect_on_the_next_heartbeat_and_persist() -> None:
     check_replay(h)
 
 
-def test_group_configs_exist_without_the_group_and_survive_it() -> None:
+def test_group_configs_exist_without_the_group_and_survive_it_emptying() -> None:
     h = harness()
     h.create_topic("foo", 1)
     h.alter_configs(G, {HB_CFG: "7000"})
