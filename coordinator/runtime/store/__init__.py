@@ -20,8 +20,10 @@ Rules and theory of operation:
 * Thread model: all methods are thread-safe. The runtime calls ``append`` from one writer thread;
   readers (``load``, ``journal``) see a snapshot taken when they are called and do not block it.
 * ``SqliteRecordStore`` (default, ``<data-dir>/coordinator.db``, WAL, fsync per commit) refuses
-  stores written by a newer schema version (``StoreVersionError``) and files that are not record
-  stores or are corrupt (``StoreError``). ``MemoryRecordStore`` has the same semantics plus fault
+  stores written by a newer schema version (``StoreVersionError``). Only a *missing* store is
+  created; anything present that is not a valid, complete store is refused, never replaced
+  (``StoreCorruptError``), and what cannot be accessed says why (``StoreAccessError``:
+  read-only, permissions; ``StoreLockedError``: another writer). ``MemoryRecordStore`` has the same semantics plus fault
   injection, for tests.
 """
 

@@ -4,7 +4,7 @@ File: ``<data-dir>/coordinator.db`` (plus SQLite's ``-wal``/``-shm`` and our ``.
 Schema version 1 (``PRAGMA application_id`` = 0x4B383438, "K848", marks the file as ours)::
 
     meta(name TEXT PRIMARY KEY, value)          schema_version, created_at_ms, created_by,
-                                                journal_expired_through_offset
+                                                journal_expired_through_offset, clean_shutdown
     journal(offset INTEGER PRIMARY KEY,         every record ever appended (minus retention);
             timestamp_ms, group_id, key, value)   value NULL = tombstone. Read it for analytics.
     compacted(offset INTEGER PRIMARY KEY,       latest live value per key; rowid = offset, so
@@ -20,6 +20,16 @@ last commits on power loss. ``sync="off"`` is for benchmark fixtures only.
 Retention: with ``journal_retention_ms``, each ``append`` whose timestamp is due (once a minute)
 runs one extra small transaction after its batch is durable, deleting at most 2,000 expired
 journal entries (more on the next appends while a backlog remains); its errors are logged.
+
+Opening (start-up safety): only a *missing* ``coordinator.db`` is created, atomically (built as
+``coordinator.db.new``, flushed, renamed into place). Anything present that is not a valid,
+complete store is refused and left as it was (:class:`StoreCorruptError`: empty, short or
+truncated files, foreign files, directories, dangling links, a ``-wal`` without its database, a
+``-wal`` lost after an unclean shutdown); what cannot be accessed says why
+(:class:`StoreAccessError`: read-only mount, permissions, a data directory that is a file).
+``meta.clean_shutdown`` (0 while open, 1 after ``close``; checkpointed into the main file at
+both moments) is how a lost ``-wal`` is noticed: a file that says 0 needs its log.
+``read_only`` opens work on read-only media (``immutable`` when there is no log to recover).
 
 Thread model: every method may be called from any thread; one lock serialises the single writer
 connection (the runtime calls ``append`` from one writer thread anyway). ``load``/``journal``/
@@ -165,8 +175,7 @@ class SqliteRecordStore:
         path = directory / DATA_FILE_NAME
         if path.is_dir():  # the constructor would take it for a data directory
             raise StoreCorruptError(
-                f"{path.absolute()} exists but is a directory, not a store file; refusing to "
-                "use it"
+                f"{path.absolute()} exists but is a directory, not a store file; refusing to use it"
             )
         return cls(path, **options)
 
@@ -195,8 +204,10 @@ class SqliteRecordStore:
                         "start"
                     )
                 self._create_new(path)
-            wal_existed = wal.exists()
-            conn = self._connect(wal_existed)
+            # A WAL that holds anything has at least its 32-byte header. An empty one is what
+            # any connection (even a read-only one, e.g. a refused earlier open) creates.
+            wal_existed = wal.exists() and wal.stat().st_size >= _WAL_HEADER_BYTES
+            conn = self._connect(wal.exists())
             self._h.conn = conn
             conn.execute("PRAGMA busy_timeout = 5000")
             # Identify the file before changing anything in it (WAL mode is persistent):
@@ -238,7 +249,9 @@ class SqliteRecordStore:
         # recover and no writer can exist (nobody can write there), so the main file is the
         # whole store: open it as immutable.
         self._ro_uri = self.path.as_uri() + "?mode=ro&immutable=1"
-        return sqlite3.connect(self._ro_uri, uri=True, isolation_level=None, check_same_thread=False)
+        return sqlite3.connect(
+            self._ro_uri, uri=True, isolation_level=None, check_same_thread=False
+        )
 
     def _create_new(self, path: Path) -> None:
         """Create a new, empty store atomically: built complete in ``<name>.new`` (schema,
@@ -828,6 +841,7 @@ def _check_location(path: Path, *, creating: bool) -> bool:
 
 
 _SQLITE_HEADER_BYTES = 100
+_WAL_HEADER_BYTES = 32
 
 
 def _open_error(path: Path, e: BaseException) -> StoreError:
