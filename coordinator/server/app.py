@@ -27,7 +27,6 @@ from coordinator.core.config import GroupCoordinatorConfig
 from coordinator.runtime import CoordinatorRuntime, ManualClock, SystemClock
 from coordinator.runtime.store import RecordStore
 
-from .classic_service import ClassicGroupService
 from .forwarding import (
     Dispatcher,
     FrontEndPool,
@@ -37,8 +36,10 @@ from .forwarding import (
     method_table,
     new_grpc_server,
 )
+from .service import CoordinatorService
 from .services import (
     AdminService,
+    ClassicGroupService,
     ConsumerGroupService,
     OffsetService,
     TestingService,
@@ -92,14 +93,15 @@ class CoordinatorServer:
         # The port is shared with our own front ends only: start() checks that it is free.
         self.server = new_grpc_server(size, reuseport=options.grpc_processes > 1)
         self.health = health.aio.HealthServicer()
+        self.service = CoordinatorService(runtime)
         servicers: list[object] = [
-            ConsumerGroupService(runtime),
-            AdminService(runtime),
-            OffsetService(runtime),
-            ClassicGroupService(runtime, lambda: self.advertised),
+            ConsumerGroupService(self.service),
+            AdminService(self.service),
+            OffsetService(self.service),
+            ClassicGroupService(self.service, lambda: self.advertised),
         ]
         if isinstance(runtime.clock, ManualClock):
-            servicers.append(TestingService(runtime))
+            servicers.append(TestingService(self.service))
         served = list(zip(service_descriptors(), servicers, strict=False))
         table = method_table(served)
         add_raw_handlers(
