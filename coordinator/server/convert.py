@@ -71,15 +71,11 @@ def _top(message_type: type[M], reply: Reply[Any]) -> M:
 
 
 def reply_to_proto(message_type: type[M], reply: Reply[Any], encode: Callable[[Any], M]) -> M:
-    """``encode(reply.value)``, or the response type with the reply's top-level error."""
-    if reply.value is None:
+    """``encode(reply.value)``, or, for a top-level error, the response type with that error
+    only (gRPC responses all have a top-level error)."""
+    if reply.value is None or reply.error_code:
         return _top(message_type, reply)
-    out = encode(reply.value)
-    if reply.error_code:
-        out.error_code = int(reply.error_code)  # type: ignore[attr-defined]
-        if reply.error_message is not None:
-            out.error_message = reply.error_message  # type: ignore[attr-defined]
-    return out
+    return encode(reply.value)
 
 
 def _no_name(_topic_id: str) -> str:

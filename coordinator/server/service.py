@@ -157,6 +157,65 @@ class _Err(CoordinatorError):
         self.message = message  # type: ignore[assignment]
 
 
+def _per_group(
+    make: Callable[[str, ErrorCode, str | None], Any],
+) -> Callable[[Sequence[str], ErrorCode, str | None], Reply[Any]]:
+    """Error shape of a multi-group RPC: the error on every group (Kafka has no top-level
+    error there); also the top-level error for a codec that has one."""
+
+    def shape(group_ids: Sequence[str], code: ErrorCode, text: str | None) -> Reply[Any]:
+        return Reply(
+            value=[make(g, code, text) for g in group_ids], error_code=code, error_message=text
+        )
+
+    return shape
+
+
+def _fetch_errors(
+    groups: Sequence[OffsetFetchGroup | GroupError], code: ErrorCode, text: str | None
+) -> Reply[Any]:
+    return Reply(
+        value=[
+            OffsetFetchGroupResponse(group_id=g.group_id, error_code=code, error_message=text)
+            for g in groups
+        ],
+        error_code=code,
+        error_message=text,
+    )
+
+
+def _config_errors(req: DescribeConfigs, code: ErrorCode, text: str | None) -> Reply[Any]:
+    return Reply(
+        value=[
+            ConfigResult(
+                resource_type=r.resource_type,
+                resource_name=r.resource_name,
+                error_code=code,
+                error_message=text,
+            )
+            for r in req.resources
+        ],
+        error_code=code,
+        error_message=text,
+    )
+
+
+def _alter_errors(req: IncrementalAlterConfigs, code: ErrorCode, text: str | None) -> Reply[Any]:
+    return Reply(
+        value=[
+            AlterResult(
+                resource_type=r.resource_type,
+                resource_name=r.resource_name,
+                error_code=code,
+                error_message=text,
+            )
+            for r in req.resources
+        ],
+        error_code=code,
+        error_message=text,
+    )
+
+
 def _join_error(req: m.JoinGroup, code: ErrorCode, text: str | None) -> m.JoinGroupResponse:
     return m.JoinGroupResponse(
         error_code=int(code), error_message=text, generation_id=-1, member_id=req.member_id
@@ -198,7 +257,13 @@ class CoordinatorService:
             raise InvalidRequestError("MemberId can't be empty.")
         return Reply(value=await self.runtime.heartbeat(req))
 
-    @rpc(_reply)
+    @rpc(
+        _per_group(
+            lambda g, code, text: DescribedConsumerGroup(
+                group_id=g, error_code=code, error_message=text
+            )
+        )
+    )
     async def consumer_group_describe(
         self, group_ids: Sequence[str], caller: Caller
     ) -> Reply[list[DescribedConsumerGroup]]:
@@ -225,7 +290,7 @@ class CoordinatorService:
             return Reply(value=await self.runtime.offset_commit(req, legacy_version=True))
         return Reply(value=await self.runtime.offset_commit(req))
 
-    @rpc(_reply)
+    @rpc(_fetch_errors)
     async def offset_fetch(
         self, groups: Sequence[OffsetFetchGroup | GroupError], caller: Caller
     ) -> Reply[list[OffsetFetchGroupResponse]]:
@@ -267,7 +332,7 @@ class CoordinatorService:
         states, types = req
         return Reply(value=await self.runtime.list_groups(list(states), list(types)))
 
-    @rpc(_reply)
+    @rpc(_per_group(lambda g, code, text: (g, code, text)))
     async def delete_groups(
         self, group_ids: Sequence[str], caller: Caller
     ) -> Reply[list[tuple[str, ErrorCode, str | None]]]:
@@ -283,7 +348,7 @@ class CoordinatorService:
         deleted = iter(await self.runtime.delete_groups(valid))
         return Reply(value=[r if r is not None else next(deleted) for r in results])
 
-    @rpc(_reply)
+    @rpc(_config_errors)
     async def describe_configs(
         self, req: DescribeConfigs, caller: Caller
     ) -> Reply[list[ConfigResult]]:
@@ -308,7 +373,7 @@ class CoordinatorService:
                 )
         return Reply(value=out)
 
-    @rpc(_reply)
+    @rpc(_alter_errors)
     async def incremental_alter_configs(
         self, req: IncrementalAlterConfigs, caller: Caller
     ) -> Reply[list[AlterResult]]:
@@ -444,7 +509,13 @@ class CoordinatorService:
         _check_classic_group_id(req.group_id)
         return await self.runtime.classic_leave(req)  # type: ignore[no-any-return]
 
-    @rpc(_reply)
+    @rpc(
+        _per_group(
+            lambda g, code, text: m.DescribedGroup(
+                group_id=g, error_code=int(code), error_message=text
+            )
+        )
+    )
     async def describe_groups(
         self, group_ids: Sequence[str], caller: Caller
     ) -> Reply[list[m.DescribedGroup]]:
