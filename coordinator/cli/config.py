@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,7 +22,8 @@ DEFAULT_DATA_DIR = "./var"
 KAFKA_INT = (-(2**31), 2**31 - 1)
 KAFKA_LONG = (-(2**63), 2**63 - 1)
 # Kafka's type of each integer config we share with it (ConfigDef): INT unless listed here.
-LONG_CONFIGS = frozenset({"offsets.retention.check.interval.ms"})
+LONG_CONFIGS = frozenset({"offsets.retention.check.interval.ms", "connections.max.idle.ms"})
+SERVER_INTEGER_CONFIGS = frozenset({"socket.request.max.bytes", "connections.max.idle.ms"})
 # Kafka names its built-in assignors by class in server.properties; ours by name.
 KAFKA_ASSIGNOR_CLASSES = {
     "org.apache.kafka.coordinator.group.assignor.UniformAssignor": "uniform",
@@ -80,15 +81,13 @@ def parse_sets(items: Sequence[str]) -> dict[str, Setting]:
     return out
 
 
-def kafka_server_settings(path: str) -> dict[str, Setting]:
-    """The coordinator's settings in a Kafka ``server.properties``; its other keys (listeners,
-    log dirs, replication, ...) are ignored and listed in the log. Kafka's class names of the
+def kafka_server_settings(path: str, known: Collection[str]) -> dict[str, Setting]:
+    """The ``known`` settings in a Kafka ``server.properties``; its other keys (listeners, log
+    dirs, replication, ...) are ignored and listed in the log. Kafka's class names of the
     built-in assignors become our names."""
-    from coordinator.core.config import CONFIG_SPECS
-
     every = read_properties_file(path)
-    taken = {name: s for name, s in every.items() if name in CONFIG_SPECS}
-    ignored = sorted(name for name in every if name not in CONFIG_SPECS)
+    taken = {name: s for name, s in every.items() if name in known}
+    ignored = sorted(name for name in every if name not in known)
     assignors = taken.get("group.consumer.assignors")
     if assignors is not None:
         names = [
@@ -113,11 +112,10 @@ def check_setting(name: str, setting: Setting) -> None:
     from coordinator.core.config import CONFIG_SPECS, GroupCoordinatorConfig
 
     spec = CONFIG_SPECS.get(name)
-    if spec is None:
-        return  # parse_config names unknown settings
-    default = getattr(GroupCoordinatorConfig(), spec[0])
-    if not isinstance(default, int):
-        return
+    if name in SERVER_INTEGER_CONFIGS:
+        pass
+    elif spec is None or not isinstance(getattr(GroupCoordinatorConfig(), spec[0]), int):
+        return  # not an integer (parse_config checks it, and names unknown settings)
     kind, (lo, hi) = ("LONG", KAFKA_LONG) if name in LONG_CONFIGS else ("INT", KAFKA_INT)
     where = "" if setting.origin == "--set" else f"{setting.origin}: "
     expected = f"expected an integer (Kafka type {kind}, {lo}..{hi})"
@@ -131,32 +129,55 @@ def check_setting(name: str, setting: Setting) -> None:
         raise UsageError(f"{where}invalid value {number} for '{name}': out of range, {expected}")
 
 
-def build_config(
-    config_file: str | None, sets: Sequence[str], server_properties: str | None = None
-) -> Any:
-    """The coordinator's config from Kafka's defaults, then ``--server-properties`` (a Kafka
-    ``server.properties``: only the coordinator's keys), then ``--config-file`` (strict: every
-    name must be a coordinator setting), then ``--set``."""
-    from coordinator.core.config import CONFIG_SPECS, ConfigError, parse_config
+# Settings of the server itself (its Kafka listener), not of the group coordinator's core: taken
+# from the same files and --set, handed to `kip848 serve`, ignored by `replay`.
+SERVER_CONFIGS = frozenset(
+    {
+        "kafka.listen",
+        "kafka.upstream",
+        "kafka.advertised.address",
+        "socket.request.max.bytes",
+        "connections.max.idle.ms",
+    }
+)
 
+
+def gather_settings(
+    config_file: str | None, sets: Sequence[str], server_properties: str | None = None
+) -> dict[str, Setting]:
+    """Every setting, lowest precedence first: ``--server-properties`` (a Kafka
+    ``server.properties``: only the names we know), ``--config-file`` (strict: every name must
+    be ours), ``--set``. Unknown names in ``--set`` are refused later, by ``core_config``."""
+    from coordinator.core.config import CONFIG_SPECS
+
+    known = set(CONFIG_SPECS) | SERVER_CONFIGS
     settings: dict[str, Setting] = {}
     if server_properties:
-        settings.update(kafka_server_settings(server_properties))
+        settings.update(kafka_server_settings(server_properties, known))
     if config_file:
         from_file = read_properties_file(config_file)
         for name, setting in from_file.items():
-            if name not in CONFIG_SPECS:
+            if name not in known:
                 raise UsageError(
                     f"{setting.origin}: unknown configuration '{name}' (known: "
-                    f"{', '.join(sorted(CONFIG_SPECS))}; a Kafka server.properties goes to "
+                    f"{', '.join(sorted(known))}; a Kafka server.properties goes to "
                     "--server-properties, which ignores keys that are not the coordinator's)"
                 )
         settings.update(from_file)
     settings.update(parse_sets(sets))
     for name, setting in settings.items():
         check_setting(name, setting)
+    return settings
+
+
+def core_config(settings: dict[str, Setting]) -> Any:
+    """The group coordinator's config from its settings (the server's own are skipped): the
+    core's rules, then the assignors must load."""
+    from coordinator.core.config import ConfigError, parse_config
+
+    core = {name: s for name, s in settings.items() if name not in SERVER_CONFIGS}
     try:
-        config = parse_config({name: s.value for name, s in settings.items()})
+        config = parse_config({name: s.value for name, s in core.items()})
     except ConfigError as exc:
         raise UsageError(str(exc)) from None
     from coordinator.runtime.assignors import AssignorLoadError, make_assignors
@@ -166,6 +187,13 @@ def build_config(
     except AssignorLoadError as exc:
         raise UsageError(f"group.consumer.assignors: {exc}") from None
     return config
+
+
+def build_config(
+    config_file: str | None, sets: Sequence[str], server_properties: str | None = None
+) -> Any:
+    """``core_config(gather_settings(...))``."""
+    return core_config(gather_settings(config_file, sets, server_properties))
 
 
 def add_config_flags(p: argparse.ArgumentParser) -> None:
