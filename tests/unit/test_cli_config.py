@@ -90,6 +90,14 @@ def test_config_file_is_strict(tmp_path: Path, capsys: pytest.CaptureFixture[str
     )
 
 
+def test_the_servers_own_settings_are_accepted_and_left_to_it(tmp_path: Path) -> None:
+    path = tmp_path / "c.properties"
+    path.write_text("kafka.listen=127.0.0.1:0\ngroup.coordinator.shards=2\n")
+    assert build_config(str(path), ["connections.max.idle.ms=1000"]).shards == 2
+    with pytest.raises(UsageError, match="connections.max.idle.ms': out of range"):
+        build_config(str(path), [f"connections.max.idle.ms={2**63}"])
+
+
 def test_a_kafka_server_properties(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.DEBUG, logger="kip848.config"):
         config = build_config(None, [], str(KAFKA_SERVER_PROPERTIES))
@@ -108,7 +116,8 @@ def test_a_kafka_server_properties(caplog: pytest.LogCaptureFixture) -> None:
         "group.consumer.assignors, group.consumer.heartbeat.interval.ms, "
         "group.consumer.migration.policy, group.consumer.min.heartbeat.interval.ms, "
         "group.consumer.min.session.timeout.ms, group.consumer.session.timeout.ms, "
-        "group.initial.rebalance.delay.ms, offset.metadata.max.bytes, offsets.retention.minutes"
+        "group.initial.rebalance.delay.ms, offset.metadata.max.bytes, offsets.retention.minutes, "
+        "socket.request.max.bytes"
     )
     ignored = sorted(
         r.getMessage().split(": ignored ")[1].removesuffix(" (not a coordinator setting)")
@@ -138,7 +147,6 @@ def test_a_kafka_server_properties(caplog: pytest.LogCaptureFixture) -> None:
         "sasl.jaas.config",
         "share.coordinator.state.topic.replication.factor",
         "socket.receive.buffer.bytes",
-        "socket.request.max.bytes",
         "socket.send.buffer.bytes",
         "ssl.keystore.location",
         "transaction.state.log.min.isr",
@@ -147,8 +155,8 @@ def test_a_kafka_server_properties(caplog: pytest.LogCaptureFixture) -> None:
     assert [(r.levelno, r.getMessage()) for r in caplog.records if r.levelno == logging.INFO] == [
         (
             logging.INFO,
-            f"{KAFKA_SERVER_PROPERTIES}: 9 coordinator settings taken ({taken}); "
-            "27 keys that are not the coordinator's ignored",
+            f"{KAFKA_SERVER_PROPERTIES}: 10 coordinator settings taken ({taken}); "
+            "26 keys that are not the coordinator's ignored",
         )
     ]
     debug = {r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG}
