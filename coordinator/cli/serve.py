@@ -6,9 +6,9 @@ import argparse
 import logging
 import os
 import sys
-from pathlib import Path
 
 from coordinator.cli.config import DEFAULT_DATA_DIR, add_config_flags, build_config
+from coordinator.cli.dump_replay import add_accept_lost_wal
 from coordinator.cli.errors import UsageError
 from coordinator.cli.registry import Commands
 from coordinator.cli.rpc import DEFAULT_LISTEN
@@ -51,6 +51,7 @@ def register(commands: Commands) -> None:
         "--data-dir", default=DEFAULT_DATA_DIR, metavar="DIR", help="where the record store lives"
     )
     add_config_flags(p)
+    add_accept_lost_wal(p)
     p.add_argument(
         "--clock",
         choices=("system", "manual"),
@@ -181,11 +182,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     try:
-        Path(args.data_dir).mkdir(parents=True, exist_ok=True)
-        store = SqliteRecordStore(
-            args.data_dir, journal_retention_ms=args.journal_retention_ms, sync=args.sync
+        store = SqliteRecordStore.in_data_dir(
+            args.data_dir,
+            journal_retention_ms=args.journal_retention_ms,
+            sync=args.sync,
+            accept_lost_wal=args.accept_lost_wal,
         )
-    except (StoreError, OSError) as exc:
+    except StoreError as exc:
         print(f"kip848 serve: cannot open the store in {args.data_dir}: {exc}", file=sys.stderr)
         return 1
     runtime = make_runtime(config, store, args.clock)
