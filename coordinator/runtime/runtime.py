@@ -66,7 +66,8 @@ from .assignors import make_assignors
 from .clock import ManualClock, SystemClock
 from .ids import RandomIds
 from .loader import LoadStats, load_into, shard_of
-from .store import RecordStore, StoredRecord, StoreWriteError
+from .store import RecordStore, StoredRecord, StoreLostError, StoreWriteError
+from .storewatch import StoreWatch, rescue
 
 log = logging.getLogger("kip848.runtime")
 T = TypeVar("T")
@@ -162,6 +163,10 @@ class CoordinatorRuntime:
         # shard, so the shard index is part of the key.
         self._parked: dict[tuple[int, int], asyncio.Future[Any]] = {}
         self._parking_closed = False  # legacy bridge: shutting down, parked requests answered
+        # Store health (storewatch.py): writable / lost, and who wants to hear of a change.
+        self.watch = StoreWatch(store, on_change=self._notify_health, on_lost=self._store_lost)
+        self._health_listeners: list[Callable[[bool], None]] = []
+        self._failure: str | None = None  # why the runtime stopped serving (state FAILED)
         self.stats = {
             "batches": 0,
             "records": 0,
@@ -210,7 +215,9 @@ class CoordinatorRuntime:
         )
         self._writer_task = loop.create_task(self._writer_loop(), name="kip848-writer")
         self.state = RuntimeState.ACTIVE
+        self.watch.start(self._executor)
         self._reschedule_timer()
+        self._notify_health()
         return stats
 
     async def close(self) -> None:
@@ -219,6 +226,8 @@ class CoordinatorRuntime:
             return
         was_active = self.state is RuntimeState.ACTIVE
         self.state = RuntimeState.CLOSING
+        self._notify_health()
+        await self.watch.stop()
         self.release_parked()
         if self._timer_handle is not None:
             self._timer_handle.cancel()
@@ -255,7 +264,39 @@ class CoordinatorRuntime:
             return
         if state in (RuntimeState.LOADING, RuntimeState.INITIAL):
             raise CoordinatorLoadInProgressError()
+        if self._failure is not None:
+            raise CoordinatorNotAvailableError(f"The coordinator stopped serving: {self._failure}")
         raise CoordinatorNotAvailableError(f"The coordinator is {state.value}.")
+
+    # ------------------------------------------------------------------ health (storewatch.py)
+
+    @property
+    def serving(self) -> bool:
+        """Loaded, not stopping or failed, and able to write its store (gRPC health)."""
+        return self.state is RuntimeState.ACTIVE and self.watch.writable
+
+    def add_health_listener(self, listener: Callable[[bool], None]) -> None:
+        """Call ``listener(serving)`` (on the loop) whenever :attr:`serving` may have changed."""
+        self._health_listeners.append(listener)
+
+    def _notify_health(self) -> None:
+        serving = self.serving
+        for listener in self._health_listeners:
+            listener(serving)
+
+    def _stop_serving(self, why: str) -> None:
+        if self.state is RuntimeState.ACTIVE:
+            self.state = RuntimeState.FAILED
+            self._failure = why
+            self.release_parked()
+            self._notify_health()
+
+    def _store_lost(self, exc: StoreLostError) -> None:
+        """The store is no longer the one on disk: stop acknowledging for good, rescue it."""
+        log.critical("%s. The coordinator stops serving.", exc)
+        self._stop_serving(str(exc))
+        if self._loop is not None:
+            self._loop.create_task(rescue(self.store, self._executor), name="kip848-rescue")
 
     def _machine(self, index: int) -> Any:
         return self.registry if index == REGISTRY else self.shards[index]
@@ -364,6 +405,7 @@ class CoordinatorRuntime:
                 del self._last_batch[index]
         self.stats["batches"] += 1
         self.stats["records"] += len(batch.records)
+        self.watch.write_succeeded()
         if batch.timer_ops:
             self._apply_timer_ops(batch.timer_ops)
             self._settle_keys(batch.timer_ops, durable=True)
@@ -390,12 +432,13 @@ class CoordinatorRuntime:
             n,
             exc,
         )
+        error = CoordinatorNotAvailableError(f"The write to the record store failed: {exc}")
         if isinstance(exc, StoreWriteError) and exc.outcome_unknown:
             # The store refuses further appends until reopened; the in-memory state cannot be
             # trusted to match it. Stop serving: a restart reloads from the store.
             log.critical("The store failed with an unknown outcome; the coordinator stops serving.")
-            self.state = RuntimeState.FAILED
-        error = CoordinatorNotAvailableError(f"The write to the record store failed: {exc}")
+            self._stop_serving(f"a write to the record store had an unknown outcome: {exc}")
+        self.watch.write_failed(exc)
         for b in failed:
             self._settle_keys(b.timer_ops, durable=False)
             b.future.set_exception(error)
