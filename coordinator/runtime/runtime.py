@@ -75,6 +75,13 @@ T = TypeVar("T")
 REGISTRY = -1
 """State-machine index of the topic registry (shards are 0..n-1)."""
 
+TIMER_RETRY_MS = 500
+"""A timer whose command or write failed fires again this much later (Kafka: 500 ms)."""
+STALL_TICK_MS = 500
+"""How often the runtime checks that it is running on time (system clock only)."""
+STALL_GRACE_MS = 1000
+"""Lateness beyond which the coordinator counts itself as having been away (_check_stall)."""
+
 EXPIRE_OFFSETS = "expire-offsets"
 """Timer kind of the periodic offset expiration; one timer per shard, keyed
 ``(EXPIRE_OFFSETS, "", str(shard_index))``."""
@@ -156,7 +163,9 @@ class CoordinatorRuntime:
         self._wake_writer: asyncio.Event | None = None
         self._writer_task: asyncio.Task[None] | None = None
         self._timer_handle: asyncio.TimerHandle | None = None
-        self._timer_at_ms: int | None = None
+        self._timer_at_ms: int | None = None  # timer time (clock.monotonic_ms) it is set for
+        self._tick_handle: asyncio.TimerHandle | None = None  # stall watch (see _tick)
+        self._tick_due_ms = 0
         self._pending_keys: dict[Any, int] = {}  # timer key -> ops not yet durable
         self._deferred: dict[Any, DueTimer] = {}
         # Legacy bridge: (state machine index, token) -> waiting request. Tokens are numbered per
@@ -195,8 +204,8 @@ class CoordinatorRuntime:
         self.load_stats = stats
         now = self.clock.now_ms()
         for i, shard in enumerate(self.shards):
-            self._apply_timer_ops(shard.on_loaded(now))
-            self._apply_timer_ops([self._expiration_timer(i, now)])
+            self._apply_timer_ops(self._timer_time(shard.on_loaded(now)))
+            self._apply_timer_ops([self._expiration_timer(i, self.clock.monotonic_ms())])
             s = stats.shards[i]
             log.info(
                 "Loaded shard %d: %d records, %d groups in %.1f ms.",
@@ -216,6 +225,7 @@ class CoordinatorRuntime:
         self._writer_task = loop.create_task(self._writer_loop(), name="kip848-writer")
         self.state = RuntimeState.ACTIVE
         self.watch.start(self._executor)
+        self._tick()
         self._reschedule_timer()
         self._notify_health()
         return stats
@@ -232,6 +242,9 @@ class CoordinatorRuntime:
         if self._timer_handle is not None:
             self._timer_handle.cancel()
             self._timer_handle = None
+        if self._tick_handle is not None:
+            self._tick_handle.cancel()
+            self._tick_handle = None
         if was_active:
             await self.flush()
         if self._writer_task is not None:
@@ -343,12 +356,13 @@ class CoordinatorRuntime:
         else:
             batch = self._last_batch.get(index)
         if result.timers:
+            timers = self._timer_time(result.timers)
             if batch is None:
-                self._apply_timer_ops(result.timers)
+                self._apply_timer_ops(timers)
             else:
-                batch.timer_ops.extend(result.timers)
+                batch.timer_ops.extend(timers)
                 pk = self._pending_keys
-                for op in result.timers:
+                for op in timers:
                     pk[op.key] = pk.get(op.key, 0) + 1
         if result.completions:  # legacy bridge: answer parked requests once durable
             completions = [(index, token, response) for token, response in result.completions]
@@ -444,8 +458,22 @@ class CoordinatorRuntime:
             b.future.set_exception(error)
 
     # ------------------------------------------------------------------ timers
+    # The table holds deadlines in *timer time* (clock.monotonic_ms: Kafka's timers are delays on
+    # a monotonic clock), so a wall-clock step neither fires a timeout early nor delays it. The
+    # core arms timers in wall time (``now_ms + timeout``); _timer_time converts them right
+    # after the command ran, with the same clock reading (clock.py).
 
-    def _apply_timer_ops(self, ops: Sequence[TimerOp]) -> None:
+    def _timer_time(self, ops: list[TimerOp]) -> list[TimerOp]:
+        """A command's timer operations with their deadlines in timer time."""
+        if self.clock.manual:
+            return ops  # one time for everything
+        to = self.clock.timer_deadline
+        return [
+            ArmTimer(op.key, to(op.deadline_ms), op.payload) if type(op) is ArmTimer else op
+            for op in ops
+        ]
+
+    def _apply_timer_ops(self, ops: list[TimerOp]) -> None:
         self.timers.apply(ops)
         at = self._timer_at_ms
         for op in ops:
@@ -479,7 +507,7 @@ class CoordinatorRuntime:
         self._timer_at_ms = deadline
         if deadline is None:
             return
-        delay = max(0.0, (deadline - self.clock.now_ms()) / 1000)
+        delay = max(0.0, (deadline - self.clock.monotonic_ms()) / 1000)
         self._timer_handle = self._loop.call_later(delay, self._on_timer_due)
 
     def _on_timer_due(self) -> None:
@@ -487,9 +515,13 @@ class CoordinatorRuntime:
         self._timer_at_ms = None
         if self.state is not RuntimeState.ACTIVE:
             return
+        due_at = self.clock.monotonic_ms()
+        if self._check_stall(due_at):
+            self._reschedule_timer()  # the deadlines moved: nothing may be due any more
+            return
         now = self.clock.now_ms()
         for _ in range(100_000):  # bounded; the rest fire on the next wake-up
-            due = self.timers.pop_due(now)
+            due = self.timers.pop_due(due_at)
             if due is None:
                 break
             self._fire(due, now)
@@ -509,10 +541,71 @@ class CoordinatorRuntime:
             )
         except CoordinatorError as exc:
             log.warning("Timer %s failed: %s", due.key, exc.message)
+            self._retry_timer(due)
             return None
         except Exception:  # noqa: BLE001 - logged by _execute; a timer must not kill the loop
             return None
+        if batch is not None:
+
+            def retry_if_failed(fut: asyncio.Future[None]) -> None:
+                if not fut.cancelled() and fut.exception() is not None:
+                    self._retry_timer(due)
+
+            batch.future.add_done_callback(retry_if_failed)
         return batch
+
+    def _retry_timer(self, due: DueTimer) -> None:
+        """A timer whose command or write failed (e.g. the disk is full) fires again after
+        TIMER_RETRY_MS, as Kafka retries failed timer writes — unless the key was armed again
+        meanwhile. The rollback restored the state the timer acts on."""
+        if self.state is RuntimeState.ACTIVE and self.timers.get(due.key) is None:
+            retry_at = self.clock.monotonic_ms() + TIMER_RETRY_MS
+            self._apply_timer_ops([ArmTimer(due.key, retry_at, due.payload)])
+
+    def _tick(self) -> None:
+        """Every STALL_TICK_MS (system clock): notice when the coordinator did not run."""
+        self._tick_handle = None
+        if self.clock.manual or self.state is not RuntimeState.ACTIVE or self._loop is None:
+            return
+        now = self.clock.monotonic_ms()
+        if self._tick_due_ms:
+            self._check_stall(now)
+        self._tick_due_ms = now + STALL_TICK_MS
+        self._tick_handle = self._loop.call_later(STALL_TICK_MS / 1000, self._tick)
+
+    def _check_stall(self, now: int) -> bool:
+        """Grant the members the time the coordinator was away.
+
+        If the loop ran more than STALL_GRACE_MS later than the tick expected (the process was
+        stopped — SIGSTOP, a debugger, a VM pause — or the loop was blocked), heartbeats sent
+        meanwhile are still waiting to be read: firing session timeouts now would fence live
+        members for the coordinator's own absence. So every deadline moves by the time it was
+        away (Kafka re-arms full timeouts after a load, in the same spirit), and the queued
+        heartbeats are read before anything expires. True when it granted time."""
+        if not self._tick_due_ms:
+            return False
+        away = now - self._tick_due_ms
+        if away <= STALL_GRACE_MS:
+            return False
+        self._tick_due_ms = now + STALL_TICK_MS  # granted once; the next tick measures afresh
+        table = self.timers
+        moved: list[TimerOp] = []
+        keys = table.keys()
+        for key in keys:
+            entry = table.get(key)
+            if entry is not None:
+                moved.append(ArmTimer(key, entry[0] + away, entry[1]))
+        table.apply(moved)
+        for key, due in self._deferred.items():  # deferred firings keep their place too
+            self._deferred[key] = DueTimer(due.key, due.deadline_ms + away, due.payload)
+        log.warning(
+            "The coordinator did not run for %.1f s (stopped, suspended or blocked): every "
+            "timer deadline (%d timers) is extended by that long, so no member is fenced for "
+            "the coordinator's absence.",
+            away / 1000,
+            len(moved),
+        )
+        return True
 
     async def advance_time(self, ms: int) -> int:
         """Manual clock only: move time forward and fire every due timer in deadline order,
@@ -711,6 +804,7 @@ class CoordinatorRuntime:
         return out
 
     def _expiration_timer(self, index: int, now_ms: int) -> ArmTimer:
+        """``now_ms`` in timer time (clock.monotonic_ms)."""
         return ArmTimer(
             (EXPIRE_OFFSETS, "", str(index)),
             now_ms + self.config.offsets_retention_check_interval_ms,
@@ -721,7 +815,7 @@ class CoordinatorRuntime:
         empty groups left without offsets. The next run is armed first, straight into the
         table: the schedule is not state, and a failed run or write must not end the cleanup."""
         index = int(due.key[2])
-        self._apply_timer_ops([self._expiration_timer(index, now_ms)])
+        self._apply_timer_ops([self._expiration_timer(index, self.clock.monotonic_ms())])
         self.stats["timers_fired"] += 1
         try:
             result, batch = self._execute(index, lambda s: _expire(s, now_ms))
