@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import replace
 from enum import Enum
+from typing import Any
 
 from assignors.api import SubscriptionType, TopicId, TopicMetadata
 
@@ -48,6 +49,7 @@ class ConsumerGroup:
         "partition_owners",
         "regex_members",
         "resolved_regexes",
+        "spec_cache",
         "static_members",
         "subscription_metadata",
         "target",
@@ -76,6 +78,8 @@ class ConsumerGroup:
         self.classic_members = 0
         # Soft state: (topics image version, group epoch) at the last metadata check.
         self.metadata_checked: tuple[int, int] = (-1, -1)
+        # Soft state: the assignor's inputs, cached (target_assignment.SpecCache).
+        self.spec_cache: Any = None
 
     # ------------------------------------------------------------------ queries
 
