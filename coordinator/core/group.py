@@ -48,6 +48,7 @@ class ConsumerGroup:
         "metadata_checked",
         "partition_owners",
         "regex_members",
+        "reported_pending",
         "resolved_regexes",
         "spec_cache",
         "static_members",
@@ -80,6 +81,11 @@ class ConsumerGroup:
         self.metadata_checked: tuple[int, int] = (-1, -1)
         # Soft state: the assignor's inputs, cached (target_assignment.SpecCache).
         self.spec_cache: Any = None
+        # Soft state: member id -> the pending partitions its last heartbeat response carried
+        # (the target moves on between a member's heartbeats, so "did pending change" is asked
+        # against what the member was told). Through the undo log like everything else; gone
+        # after a restart, when the pending set at the start of the heartbeat stands in.
+        self.reported_pending: TDict = log.new_dict()
 
     # ------------------------------------------------------------------ queries
 
@@ -146,6 +152,7 @@ class ConsumerGroup:
                 )
             self._unindex_member(old)
             del self.members[member_id]
+            self.reported_pending.discard(member_id)
             return
         # One explicit constructor call (dataclasses.replace is several times slower, and
         # loading a store replays millions of these).
