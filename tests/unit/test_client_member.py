@@ -48,7 +48,9 @@ def new(**kw) -> Member:
     return Member(group_id="g", member_id="m1", rebalance_timeout_ms=10_000, **kw)
 
 
-def ok(epoch: int, assigned: dict | None = None, pending: dict | None = None, **kw) -> HeartbeatResponse:
+def ok(
+    epoch: int, assigned: dict | None = None, pending: dict | None = None, **kw
+) -> HeartbeatResponse:
     return HeartbeatResponse(
         member_epoch=epoch,
         heartbeat_interval_ms=INTERVAL,
@@ -259,9 +261,7 @@ def test_revoke_first_then_assign() -> None:
     [revoke] = m.heartbeat_response(send.seq, ok(2, parts((T, [1]), (U, [4]))), INTERVAL)
     assert revoke.kind is CallbackKind.REVOKED and revoke.partitions == parts((T, [0]))
     assign, ack2 = m.callback_done(revoke.token, INTERVAL + 10)
-    assert assign == InvokeCallback(
-        kind=CallbackKind.ASSIGNED, partitions=parts((U, [4])), token=3
-    )
+    assert assign == InvokeCallback(kind=CallbackKind.ASSIGNED, partitions=parts((U, [4])), token=3)
     assert ack2.request == hb(2, parts((T, [1]), (U, [4])))
     assert m.callback_done(3, INTERVAL + 20) == []
     assert m.state is S.STABLE
@@ -276,9 +276,7 @@ def test_assignment_arriving_during_a_callback_is_reconciled_after_it() -> None:
     # The target moves on while on_revoked runs: nothing else starts meanwhile.
     assert m.heartbeat_response(during.seq, ok(3, parts((T, [1, 2]))), 2 * INTERVAL) == []
     assign, ack2 = m.callback_done(revoke.token, 2 * INTERVAL + 5)
-    assert assign == InvokeCallback(
-        kind=CallbackKind.ASSIGNED, partitions=parts((T, [2])), token=3
-    )
+    assert assign == InvokeCallback(kind=CallbackKind.ASSIGNED, partitions=parts((T, [2])), token=3)
     assert ack2.request == hb(3, parts((T, [1, 2])))
 
 
@@ -316,7 +314,8 @@ def test_rebalance_timeout_loses_the_partitions_and_rejoins() -> None:
 
 
 @pytest.mark.parametrize(
-    "code", [ErrorCode.FENCED_MEMBER_EPOCH, ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.GROUP_ID_NOT_FOUND]
+    "code",
+    [ErrorCode.FENCED_MEMBER_EPOCH, ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.GROUP_ID_NOT_FOUND],
 )
 def test_fencing_errors_call_on_lost_then_rejoin_with_epoch_0(code: ErrorCode) -> None:
     m, ack = joined(assigned=parts((T, [0, 1])))
@@ -457,11 +456,7 @@ def test_fatal_errors_lose_the_partitions_and_stop(code: int) -> None:
 
 def test_every_error_code_has_a_decision() -> None:
     """Every code of the contract is classified (no code falls through by accident)."""
-    decided = {
-        int(c): classify_error(c, 5)
-        for c in ErrorCode
-        if c != ErrorCode.NONE
-    }
+    decided = {int(c): classify_error(c, 5) for c in ErrorCode if c != ErrorCode.NONE}
     assert decided[ErrorCode.FENCED_MEMBER_EPOCH] is ErrorAction.FENCE
     assert decided[ErrorCode.UNKNOWN_MEMBER_ID] is ErrorAction.FENCE
     assert decided[ErrorCode.GROUP_ID_NOT_FOUND] is ErrorAction.FENCE
@@ -646,7 +641,9 @@ def test_bad_configuration_is_refused() -> None:
         Subscription(topics="orders")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="rebalance_timeout_ms"):
         new(rebalance_timeout_ms=0) if False else Member(
-            group_id="g", member_id="m", subscription=Subscription(topics=("t",)),
+            group_id="g",
+            member_id="m",
+            subscription=Subscription(topics=("t",)),
             rebalance_timeout_ms=0,
         )
 

@@ -426,6 +426,12 @@ class GroupMember:
                         else:
                             del offsets[tp]  # failed for good
                     if stale:
+                        log.info(
+                            "member %s: commit answered STALE_MEMBER_EPOCH at epoch %d; "
+                            "retrying once the member's epoch changes",
+                            member.member_id,
+                            epoch,
+                        )
                         # KIP-848 "Offset Commit and Fetch": the coordinator moved the member's
                         # epoch on; retry once this member has learned its new epoch.
                         await self._wait_epoch_change(epoch)

@@ -326,7 +326,9 @@ class Member:
         self._lookup_sent_ms = 0
         self._inflight: _Inflight | None = None
         self._target_sent_ms = 0  # when the request whose answer set the target was sent
-        self._last_sent_ms: int | None = None  # the previous heartbeat (the interval counts from it)
+        self._last_sent_ms: int | None = (
+            None  # the previous heartbeat (the interval counts from it)
+        )
         self._heartbeat_now = False
         self._need_full = True
         self._sent_owned: dict[TopicId, frozenset[int]] | None = None
