@@ -1,0 +1,209 @@
+"""``kip848 serve``: run the coordinator (Kafka config names and defaults; docs/operations.md)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+from coordinator.cli.config import DEFAULT_DATA_DIR, add_config_flags, build_config
+from coordinator.cli.dump_replay import add_accept_lost_wal
+from coordinator.cli.errors import UsageError
+from coordinator.cli.registry import Commands
+from coordinator.cli.rpc import DEFAULT_LISTEN
+
+MAX_GRPC_PROCESSES = 64
+DEFAULT_MAX_REQUEST_BYTES = 100 * 1024 * 1024  # Kafka's socket.request.max.bytes
+DEFAULT_IDLE_MS = 600_000  # Kafka's connections.max.idle.ms
+SERVER_CONFIGS = frozenset(
+    {
+        "kafka.listen",
+        "kafka.upstream",
+        "kafka.advertised.address",
+        "socket.request.max.bytes",
+        "connections.max.idle.ms",
+    }
+)
+"""Config names of the server itself (not of the group coordinator's core)."""
+
+
+def server_config(config_file: str | None, sets: list[str]) -> dict[str, str]:
+    """The ``SERVER_CONFIGS`` among the config file and ``--set`` (the latter wins)."""
+    from coordinator.cli.config import parse_sets, read_properties
+
+    settings: dict[str, str] = {}
+    if config_file:
+        settings.update(read_properties(config_file))
+    settings.update(parse_sets(sets))
+    return {k: v for k, v in settings.items() if k in SERVER_CONFIGS}
+
+
+def register(commands: Commands) -> None:
+    p = commands.add("serve", cmd_serve, help="run the coordinator")
+    p.add_argument(
+        "--listen",
+        default=DEFAULT_LISTEN,
+        metavar="HOST:PORT",
+        help="bind address (port 0: any free port)",
+    )
+    p.add_argument(
+        "--data-dir", default=DEFAULT_DATA_DIR, metavar="DIR", help="where the record store lives"
+    )
+    add_config_flags(p)
+    add_accept_lost_wal(p)
+    p.add_argument(
+        "--clock",
+        choices=("system", "manual"),
+        default="system",
+        help="manual: TestingService.AdvanceTime",
+    )
+    p.add_argument("--max-message-bytes", type=int, default=16 * 1024 * 1024, metavar="N")
+    p.add_argument(
+        "--journal-retention-ms",
+        type=int,
+        default=None,
+        metavar="MS",
+        help="journal retention (default: keep)",
+    )
+    p.add_argument(
+        "--sync",
+        choices=("full", "normal"),
+        default="full",
+        help="SQLite durability (full: fsync per batch)",
+    )
+    p.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")
+    p.add_argument(
+        "--grpc-processes",
+        type=grpc_processes,
+        default=1,
+        metavar="N|auto",
+        help="processes serving gRPC on the listen port (1: this one; N > 1 adds N-1 front ends "
+        "that forward to it, for more cores; auto: one per usable CPU)",
+    )
+    p.add_argument(
+        "--event-loop",
+        choices=("uvloop", "asyncio"),
+        default="uvloop",
+        help="the server's event loop",
+    )
+    p.add_argument(
+        "--advertised-address",
+        default=None,
+        metavar="HOST:PORT",
+        help="the address FindCoordinator answers (default: the listen address; a wildcard host "
+        "becomes this machine's name)",
+    )
+    p.add_argument(
+        "--kafka-listen",
+        default=None,
+        metavar="HOST:PORT",
+        help="also serve the Kafka protocol here (config: kafka.listen; docs/kafka.md)",
+    )
+    p.add_argument(
+        "--kafka-upstream",
+        default=None,
+        metavar="HOST:PORT",
+        help="the Kafka broker every non-group API is forwarded to (config: kafka.upstream)",
+    )
+    p.add_argument(
+        "--kafka-advertised-address",
+        default=None,
+        metavar="HOST:PORT",
+        help="the address the Kafka listener gives clients for itself (config: "
+        "kafka.advertised.address; default: the bound address)",
+    )
+
+
+def grpc_processes(text: str) -> int:
+    """``--grpc-processes``: a number, or ``auto`` (the CPUs this process may run on)."""
+    if text == "auto":
+        return max(1, min(MAX_GRPC_PROCESSES, len(os.sched_getaffinity(0))))
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number or 'auto', got {text!r}") from None
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from coordinator.runtime.store import SqliteRecordStore, StoreError
+    from coordinator.server.app import ServeOptions, make_runtime, serve, split_listen
+    from coordinator.server.loop import run as run_loop
+
+    server_settings = server_config(args.config_file, args.set)
+    config = build_config(args.config_file, args.set, ignore=SERVER_CONFIGS)
+    kafka_listen = args.kafka_listen or server_settings.get("kafka.listen")
+    kafka_upstream = args.kafka_upstream or server_settings.get("kafka.upstream")
+    kafka_advertised = args.kafka_advertised_address or server_settings.get(
+        "kafka.advertised.address"
+    )
+    try:
+        max_request_bytes = int(
+            server_settings.get("socket.request.max.bytes", DEFAULT_MAX_REQUEST_BYTES)
+        )
+        idle_ms = int(server_settings.get("connections.max.idle.ms", DEFAULT_IDLE_MS))
+    except ValueError as exc:
+        raise UsageError(f"socket.request.max.bytes / connections.max.idle.ms: {exc}") from None
+    if max_request_bytes < 1024 or idle_ms < 1:
+        raise UsageError(
+            "socket.request.max.bytes must be >= 1024 and connections.max.idle.ms >= 1"
+        )
+    try:
+        if kafka_listen is not None:
+            split_listen(kafka_listen, "--kafka-listen")
+        if kafka_upstream is not None:
+            if kafka_listen is None:
+                raise ValueError("--kafka-upstream needs --kafka-listen")
+            _host, port = split_listen(kafka_upstream, "--kafka-upstream")
+            if port == 0:
+                raise ValueError("--kafka-upstream needs a real port, not 0")
+        if kafka_advertised is not None:
+            _host, port = split_listen(kafka_advertised, "--kafka-advertised-address")
+            if port == 0:
+                raise ValueError("--kafka-advertised-address needs a real port, not 0")
+        split_listen(args.listen)
+        if args.advertised_address is not None:
+            _host, port = split_listen(args.advertised_address, "--advertised-address")
+            if port == 0:
+                raise ValueError("--advertised-address needs a real port, not 0")
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if args.max_message_bytes < 1024:
+        raise UsageError("--max-message-bytes must be >= 1024")
+    if args.journal_retention_ms is not None and args.journal_retention_ms < 0:
+        raise UsageError("--journal-retention-ms must be >= 0")
+    if not 1 <= args.grpc_processes <= MAX_GRPC_PROCESSES:
+        raise UsageError(
+            f"--grpc-processes must be 1..{MAX_GRPC_PROCESSES}, got {args.grpc_processes}"
+        )
+    logging.basicConfig(
+        level=getattr(logging, args.log_level.upper()),
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        store = SqliteRecordStore.in_data_dir(
+            args.data_dir,
+            journal_retention_ms=args.journal_retention_ms,
+            sync=args.sync,
+            accept_lost_wal=args.accept_lost_wal,
+        )
+    except StoreError as exc:
+        print(f"kip848 serve: cannot open the store in {args.data_dir}: {exc}", file=sys.stderr)
+        return 1
+    runtime = make_runtime(config, store, args.clock)
+    options = ServeOptions(
+        listen=args.listen,
+        clock=args.clock,
+        max_message_bytes=args.max_message_bytes,
+        grpc_processes=args.grpc_processes,
+        event_loop=args.event_loop,
+        log_level=args.log_level,
+        advertised=args.advertised_address,
+        kafka_listen=kafka_listen,
+        kafka_upstream=kafka_upstream,
+        kafka_advertised=kafka_advertised,
+        kafka_max_request_bytes=max_request_bytes,
+        kafka_idle_ms=idle_ms,
+    )
+    return run_loop(serve(runtime, options), args.event_loop)
