@@ -127,6 +127,14 @@ def _retrieve(fut: asyncio.Future[None]) -> None:
         fut.exception()  # mark retrieved: a batch may fail with nobody awaiting it (timers)
 
 
+async def _durable(batch: _Batch) -> None:
+    """Wait until ``batch`` is resolved. Many commands share a batch, so the wait is shielded:
+    grpc.aio cancels a call's handler when its client goes away (a deadline, a reset stream),
+    and cancelling a task cancels the future it awaits; unshielded, one departed client would
+    fail every other command of the batch and leave the writer unable to resolve it."""
+    await asyncio.shield(batch.future)
+
+
 class CoordinatorRuntime:
     def __init__(
         self,
@@ -265,7 +273,7 @@ class CoordinatorRuntime:
             if batch is None:
                 return
             try:
-                await batch.future
+                await _durable(batch)
             except CoordinatorError:
                 pass
 
@@ -376,7 +384,7 @@ class CoordinatorRuntime:
         self._check_serving()
         response, batch = self._execute(index, fn, read=read)
         if batch is not None:
-            await batch.future
+            await _durable(batch)
         return response
 
     def _publish_topics(self) -> None:
@@ -425,7 +433,8 @@ class CoordinatorRuntime:
             self._settle_keys(batch.timer_ops, durable=True)
         if batch.completions:
             self._complete(batch.completions)
-        batch.future.set_result(None)
+        if not batch.future.done():  # never cancelled (see _durable); cheap insurance
+            batch.future.set_result(None)
 
     def _fail(self, batch: _Batch, exc: BaseException) -> None:
         """Roll every state machine back to the start of the failed batch; fail it and every
@@ -455,7 +464,8 @@ class CoordinatorRuntime:
         self.watch.write_failed(exc)
         for b in failed:
             self._settle_keys(b.timer_ops, durable=False)
-            b.future.set_exception(error)
+            if not b.future.done():
+                b.future.set_exception(error)
 
     # ------------------------------------------------------------------ timers
     # The table holds deadlines in *timer time* (clock.monotonic_ms: Kafka's timers are delays on
@@ -681,9 +691,9 @@ class CoordinatorRuntime:
             groups, batch = self._execute(i, lambda s: s.list_groups(states, types), read=True)
             out.extend(groups)
             if batch is not None:
-                waits.append(batch.future)
-        for fut in waits:
-            await fut
+                waits.append(batch)
+        for waited in waits:
+            await _durable(waited)
         return sorted(out, key=lambda g: g.group_id)
 
     async def create_topics(self, topics: Sequence[NewTopic]) -> list[TopicResult]:
@@ -704,7 +714,7 @@ class CoordinatorRuntime:
         for i in range(self.shard_count if deleted else 0):
             self._execute(i, lambda s: s.on_topics_deleted(deleted))  # joins the registry's batch
         if batch is not None:
-            await batch.future
+            await _durable(batch)
         return results
 
     async def list_topics(self) -> list[TopicResult]:
@@ -759,7 +769,7 @@ class CoordinatorRuntime:
                 waits.append((n, batch))
         for n, batch in waits:
             try:
-                await batch.future
+                await _durable(batch)
             except CoordinatorError as exc:
                 answers[n] = _fetch_error(groups[n].group_id, exc)
         return answers  # type: ignore[return-value]
@@ -796,7 +806,7 @@ class CoordinatorRuntime:
                 waits.append((positions, batch))
         for positions, batch in waits:
             try:
-                await batch.future
+                await _durable(batch)
             except CoordinatorError as exc:
                 for n in positions:
                     if out[n][1] == ErrorCode.NONE:
@@ -876,7 +886,7 @@ class CoordinatorRuntime:
         response, batch = self._execute(index, fn)
         if type(response).__name__ != "Pending":
             if batch is not None:
-                await batch.future
+                await _durable(batch)
             return response
         key = (index, response.token)
         fut: asyncio.Future[Any] = self._loop.create_future()  # type: ignore[union-attr]
@@ -885,7 +895,7 @@ class CoordinatorRuntime:
             fut.set_exception(_shutting_down())
         try:
             if batch is not None:
-                await batch.future
+                await _durable(batch)
             return await fut
         finally:
             self._parked.pop(key, None)
