@@ -94,8 +94,9 @@ def configure_logging(
     if fmt == "json":
         handler.setFormatter(JsonLineFormatter(process))
     else:
+        tag = "" if process == "coordinator" else f"{process} "  # the format it always had
         handler.setFormatter(
-            logging.Formatter(f"%(asctime)s %(levelname)s {process} %(name)s: %(message)s")
+            logging.Formatter(f"%(asctime)s %(levelname)s {tag}%(name)s: %(message)s")
         )
     root = logging.getLogger()
     for old in list(root.handlers):

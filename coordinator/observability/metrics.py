@@ -33,12 +33,16 @@ from prometheus_client import (
     Counter,
     Histogram,
     Info,
+    disable_created_metrics,
     start_http_server,
 )
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 log = logging.getLogger("kip848.metrics")
+
+# No ``*_created`` series: they double the exposition and no dashboard or alert here uses them.
+disable_created_metrics()
 
 NAMESPACE = "kip848"
 
@@ -420,7 +424,16 @@ class CoordinatorMetrics:
     # ------------------------------------------------------------------ binding
 
     def bind_shards(self, count: int) -> None:
-        """Create the per-shard children (at 0) for shards ``0..count-1``."""
+        """Create the per-shard children (at 0) for shards ``0..count-1`` and the topic
+        registry, the runtime's state machine number ``count`` (label ``shard="registry"``)."""
+        del self._queue[count:], self._processing[count:], self._purgatory[count:]
+        for s in range(len(self._queue), count + 1):
+            label = "registry" if s == count else str(s)
+            self._queue.append(self.event_queue_time.labels(label))
+            self._processing.append(self.event_processing_time.labels(label))
+            self._purgatory.append(self.event_purgatory_time.labels(label))
+
+    def _grow(self, count: int) -> None:
         for s in range(len(self._queue), count):
             label = str(s)
             self._queue.append(self.event_queue_time.labels(label))
@@ -446,7 +459,7 @@ class CoordinatorMetrics:
 
     def command(self, shard: int, queued_s: float | None, processing_s: float) -> None:
         if shard >= len(self._processing):
-            self.bind_shards(shard + 1)
+            self._grow(shard + 1)
         if queued_s is not None:
             self._queue[shard].observe(queued_s if queued_s > 0.0 else 0.0)
         self._processing[shard].observe(processing_s)
@@ -454,12 +467,12 @@ class CoordinatorMetrics:
     def queued(self, shard: int, seconds: float) -> None:
         """Queue time alone (a timer: how late it fired)."""
         if shard >= len(self._queue):
-            self.bind_shards(shard + 1)
+            self._grow(shard + 1)
         self._queue[shard].observe(seconds if seconds > 0.0 else 0.0)
 
     def purgatory(self, shard: int, seconds: float) -> None:
         if shard >= len(self._purgatory):
-            self.bind_shards(shard + 1)
+            self._grow(shard + 1)
         self._purgatory[shard].observe(seconds)
 
     def batch(self, records: int, commands: int, flush_s: float, fsync_s: float | None) -> None:

@@ -26,6 +26,7 @@ from typing import Any
 
 from . import tracing
 from .metrics import CoordinatorMetrics, StateCounts
+from .rebalances import RebalanceTracker
 from .requests import ARRIVAL
 
 log = logging.getLogger("kip848.metrics")
@@ -43,21 +44,34 @@ def command_name(fn: Callable[..., Any]) -> str:
 
 
 class RuntimeObserver:
-    __slots__ = ("_batch_spans", "_waits", "metrics")
+    __slots__ = ("_batch_records", "_batch_spans", "_stash", "_waits", "metrics", "rebalances")
 
     def __init__(self, metrics: CoordinatorMetrics | None) -> None:
         self.metrics = metrics
+        self.rebalances = RebalanceTracker(metrics)
         self._waits: dict[Any, list[tuple[int, float]]] = {}  # batch -> (shard, since)
         self._batch_spans: dict[Any, list[Any]] = {}  # batch -> command span contexts
+        # batch -> records of its commands, with the timer kind that ran each (rebalances)
+        self._batch_records: dict[Any, list[tuple[Any, str | None]]] = {}
+        self._stash: tuple[Any, str | None] | None = None  # the last command's records
+
+    def loaded(self, shards: Sequence[Any]) -> None:
+        """The runtime finished loading: the rebalance tracker starts from that state."""
+        self.rebalances.seed(shards)
 
     # ------------------------------------------------------------------ commands
 
     def run_command(self, shard: int, fn: Callable[[Any], Any], machine: Any) -> Any:
         metrics = self.metrics
+        self._stash = None
         if not tracing.STATE.enabled:
             start = time.monotonic()
             try:
-                return fn(machine)
+                out = fn(machine)
+                records = getattr(out, "records", None)
+                if records:
+                    self._stash = (records, _timer_kind(fn))
+                return out
             finally:
                 if metrics is not None:
                     arrival = ARRIVAL.get()
@@ -94,6 +108,8 @@ class RuntimeObserver:
             records = getattr(out, "records", None)
             if records is not None:
                 span.set_attribute("kip848.records", len(records))
+                if records:
+                    self._stash = (records, _timer_kind(fn))
         return out
 
     def waits(self, batch: Any, shard: int) -> None:
@@ -103,6 +119,10 @@ class RuntimeObserver:
         if waits is None:
             waits = self._waits[batch] = []
         waits.append((shard, time.monotonic()))
+        stash = self._stash
+        if stash is not None:
+            self._stash = None
+            self._batch_records.setdefault(batch, []).append(stash)
         if tracing.STATE.enabled:
             ctx = tracing.current_span_context()
             if ctx is not None:
@@ -121,6 +141,12 @@ class RuntimeObserver:
         now = time.monotonic()
         metrics = self.metrics
         waits = self._waits.pop(batch, ())
+        stashed: list[tuple[Any, str | None]] = self._batch_records.pop(batch, [])
+        for command_records, timer in stashed:
+            try:
+                self.rebalances.apply(command_records, timer)
+            except Exception:  # observation never fails a batch
+                log.exception("Tracking rebalances failed")
         if metrics is not None:
             metrics.batch(records, commands, flush_s, fsync_s)
             for shard, since in waits:
@@ -129,6 +155,7 @@ class RuntimeObserver:
 
     def batch_failed(self, batch: Any, records: int, error: BaseException) -> None:
         self._waits.pop(batch, None)
+        self._batch_records.pop(batch, None)  # rolled back: nothing of it happened
         if self.metrics is not None:
             self.metrics.batch_failures.inc()
         self._end_batch_span(batch, records, 0, None, error)
@@ -162,6 +189,7 @@ class RuntimeObserver:
     # ------------------------------------------------------------------ timers and expiry
 
     def timer_fired(self, kind: str, shard: int, late_s: float) -> None:
+        _TIMER_KIND.kind = kind
         metrics = self.metrics
         if metrics is not None:
             metrics.timeout(kind.replace("-", "_"))
@@ -173,8 +201,32 @@ class RuntimeObserver:
 
     # ------------------------------------------------------------------ assignors
 
-    def wrap_assignors(self, assignors: Sequence[Any]) -> list[Any]:
+    def attach(self, shard_count: int, assignors: Sequence[Any]) -> list[Any]:
+        """Called by the runtime when it is built: binds the per-shard series (state machine
+        ``shard_count`` is the topic registry) and returns the assignors to use (timed)."""
+        if self.metrics is not None:
+            self.metrics.bind_shards(shard_count)
         return [TimedAssignor(a, self.metrics) for a in assignors]
+
+
+class _TimerKind:
+    """The kind of the timer being fired (set by :meth:`RuntimeObserver.timer_fired` just
+    before the runtime runs its command)."""
+
+    __slots__ = ("kind",)
+
+    def __init__(self) -> None:
+        self.kind: str | None = None
+
+
+_TIMER_KIND = _TimerKind()
+
+
+def _timer_kind(fn: Callable[..., Any]) -> str | None:
+    if "_fire" not in getattr(fn, "__qualname__", ""):
+        return None
+    kind, _TIMER_KIND.kind = _TIMER_KIND.kind, None
+    return kind
 
 
 class TimedAssignor:
@@ -292,3 +344,33 @@ def loop_reader(
             return None
 
     return from_scrape_thread
+
+
+# ---------------------------------------------------------------- serve wiring
+
+
+def make_observer(*, metrics: bool, otlp_endpoint: str | None) -> RuntimeObserver | None:
+    """``kip848 serve``'s observer: metrics when ``--metrics-listen`` is given, tracing when
+    ``--otlp-endpoint`` is; None (nothing observed, nothing imported on the hot path) when
+    neither is."""
+    tracing.configure(otlp_endpoint)
+    if not metrics and not tracing.STATE.enabled:
+        return None
+    return RuntimeObserver(CoordinatorMetrics() if metrics else None)
+
+
+def start_metrics_endpoint(
+    runtime: Any,
+    host: str,
+    port: int,
+    *,
+    frontends: Callable[[], Mapping[int, int]] | None = None,
+) -> Any:
+    """Serve the runtime's metrics on ``http://host:port/metrics`` (call on the event loop:
+    the state gauges are read on it). Returns the server (``.port``, ``.close()``)."""
+    from .metrics import serve_metrics
+
+    metrics: CoordinatorMetrics = runtime.observer.metrics
+    loop = asyncio.get_running_loop()
+    metrics.set_state_reader(loop_reader(loop, lambda: count_state(runtime, frontends)))
+    return serve_metrics(metrics.registry, host, port)

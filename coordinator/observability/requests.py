@@ -24,11 +24,11 @@ What one call records:
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from typing import Any
 
-from google.protobuf.descriptor import Descriptor, FieldDescriptor
+from google.protobuf.descriptor import Descriptor, FieldDescriptor, ServiceDescriptor
 
 from . import tracing
 from .logs import audit
@@ -261,7 +261,7 @@ _OFFSET_DELETE_PATHS = _paths_of("OffsetDeleteResponse")
 
 def instrument_methods(
     table: Mapping[str, Handler],
-    response_types: Mapping[str, Descriptor],
+    services: Sequence[ServiceDescriptor],
     *,
     metrics: CoordinatorMetrics | None,
     protocol: str = "grpc",
@@ -272,6 +272,11 @@ def instrument_methods(
     off a heartbeat runs exactly the code it ran before.
 
     ``client_of(context)`` -> (client id, peer address) for audit lines and spans."""
+    response_types = {
+        f"/{service.full_name}/{m.name}": m.output_type
+        for service in services
+        for m in service.methods
+    }
     out: dict[str, Handler] = {}
     who = client_of or _no_client
     for path, (parse, method) in table.items():

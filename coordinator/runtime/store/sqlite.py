@@ -131,6 +131,7 @@ class SqliteRecordStore:
         self.journal_retention_ms = journal_retention_ms
         self.sync = sync
         self.read_only = read_only
+        self.last_commit_seconds: float | None = None  # duration of the last COMMIT (metrics)
         self._lock = threading.Lock()
         self._conn: sqlite3.Connection | None = None
         self._lock_file: BinaryIO | None = None
@@ -309,7 +310,9 @@ class SqliteRecordStore:
 
     def _commit(self) -> None:
         assert self._conn is not None
+        started = time.monotonic()
         self._conn.execute("COMMIT")
+        self.last_commit_seconds = time.monotonic() - started  # the fsync, with --sync full
 
     def _rollback(self) -> None:
         conn = self._conn
