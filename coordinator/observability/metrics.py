@@ -530,11 +530,16 @@ def _version() -> str:
 def metric_names(registry: CollectorRegistry) -> set[str]:
     """Every sample name ``registry`` exposes (with ``_bucket``/``_count``/``_sum``/``_total``
     forms), e.g. to check a dashboard's queries against what we export."""
+    suffixes = {
+        "counter": ("_total",),
+        "histogram": ("_bucket", "_count", "_sum"),
+        "info": ("_info",),
+        "gauge": ("",),
+    }
     names: set[str] = set()
     for family in registry.collect():
-        names.add(family.name)
-        for sample in family.samples:
-            names.add(sample.name)
+        names.update(family.name + s for s in suffixes.get(family.type, ("",)))
+        names.update(sample.name for sample in family.samples)
     return names
 
 

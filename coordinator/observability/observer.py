@@ -44,7 +44,15 @@ def command_name(fn: Callable[..., Any]) -> str:
 
 
 class RuntimeObserver:
-    __slots__ = ("_batch_records", "_batch_spans", "_stash", "_waits", "metrics", "rebalances")
+    __slots__ = (
+        "_batch_records",
+        "_batch_spans",
+        "_span",
+        "_stash",
+        "_waits",
+        "metrics",
+        "rebalances",
+    )
 
     def __init__(self, metrics: CoordinatorMetrics | None) -> None:
         self.metrics = metrics
@@ -54,6 +62,7 @@ class RuntimeObserver:
         # batch -> records of its commands, with the timer kind that ran each (rebalances)
         self._batch_records: dict[Any, list[tuple[Any, str | None]]] = {}
         self._stash: tuple[Any, str | None] | None = None  # the last command's records
+        self._span: Any = None  # the last command's span context (tracing on)
 
     def loaded(self, shards: Sequence[Any]) -> None:
         """The runtime finished loading: the rebalance tracker starts from that state."""
@@ -84,6 +93,7 @@ class RuntimeObserver:
 
     def _traced_command(self, shard: int, fn: Callable[[Any], Any], machine: Any) -> Any:
         metrics = self.metrics
+        self._span = None
         group_id = tracing.current_attribute(tracing.GROUP_ID)
         attributes: dict[str, Any] = {tracing.SHARD: shard}
         if group_id is not None:
@@ -110,6 +120,7 @@ class RuntimeObserver:
                 span.set_attribute("kip848.records", len(records))
                 if records:
                     self._stash = (records, _timer_kind(fn))
+            self._span = span.get_span_context()
         return out
 
     def waits(self, batch: Any, shard: int) -> None:
@@ -123,10 +134,10 @@ class RuntimeObserver:
         if stash is not None:
             self._stash = None
             self._batch_records.setdefault(batch, []).append(stash)
-        if tracing.STATE.enabled:
-            ctx = tracing.current_span_context()
-            if ctx is not None:
-                self._batch_spans.setdefault(batch, []).append(ctx)
+        ctx = self._span
+        if ctx is not None:
+            self._span = None
+            self._batch_spans.setdefault(batch, []).append(ctx)
 
     # ------------------------------------------------------------------ batches
 
