@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -45,13 +45,17 @@ def parse_sets(items: Sequence[str]) -> dict[str, str]:
     return out
 
 
-def build_config(config_file: str | None, sets: Sequence[str]) -> Any:
+def build_config(config_file: str | None, sets: Sequence[str], ignore: Collection[str] = ()) -> Any:
+    """The core's config from the file and ``--set``; names in ``ignore`` (the server's own,
+    e.g. ``kafka.listen``) are left to their owner."""
     from coordinator.core.config import ConfigError, parse_config
 
     settings: dict[str, str] = {}
     if config_file:
         settings.update(read_properties(config_file))
     settings.update(parse_sets(sets))
+    for name in ignore:
+        settings.pop(name, None)
     try:
         config = parse_config(settings)
     except ConfigError as exc:

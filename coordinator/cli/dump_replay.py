@@ -23,6 +23,7 @@ def register(commands: Commands) -> None:
         "--journal", action="store_true", help="the whole journal (default: the compacted view)"
     )
     p.add_argument("--output", choices=("text", "json"), default="text")
+    add_accept_lost_wal(p)
 
     p = commands.add(
         "replay", cmd_replay, help="load a store into fresh shards, check it, summarise (offline)"
@@ -30,12 +31,22 @@ def register(commands: Commands) -> None:
     p.add_argument("--data-dir", default=DEFAULT_DATA_DIR, metavar="DIR")
     add_config_flags(p)
     p.add_argument("--output", choices=("table", "json"), default="table")
+    add_accept_lost_wal(p)
 
 
-def open_read_only(data_dir: str) -> Any:
+def add_accept_lost_wal(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--accept-lost-wal",
+        action="store_true",
+        help="use a store whose write-ahead log went missing after an unclean shutdown, as its "
+        "main file holds it (the log's commits are lost; refused without this flag)",
+    )
+
+
+def open_read_only(data_dir: str, accept_lost_wal: bool = False) -> Any:
     from coordinator.runtime.store import SqliteRecordStore
 
-    return SqliteRecordStore(data_dir, read_only=True)
+    return SqliteRecordStore.in_data_dir(data_dir, read_only=True, accept_lost_wal=accept_lost_wal)
 
 
 def cmd_dump(args: argparse.Namespace) -> int:
@@ -43,7 +54,7 @@ def cmd_dump(args: argparse.Namespace) -> int:
     from coordinator.runtime.store import StoreError
 
     try:
-        store = open_read_only(args.data_dir)
+        store = open_read_only(args.data_dir, args.accept_lost_wal)
     except StoreError as exc:
         print(f"kip848 dump: {exc}", file=sys.stderr)
         return 1
@@ -114,7 +125,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
     config = build_config(args.config_file, args.set)
     try:
-        store = open_read_only(args.data_dir)
+        store = open_read_only(args.data_dir, args.accept_lost_wal)
     except StoreError as exc:
         print(f"kip848 replay: {exc}", file=sys.stderr)
         return 1

@@ -5,15 +5,38 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from pathlib import Path
 
 from coordinator.cli.config import DEFAULT_DATA_DIR, add_config_flags, build_config
+from coordinator.cli.dump_replay import add_accept_lost_wal
 from coordinator.cli.errors import UsageError
 from coordinator.cli.registry import Commands
 from coordinator.cli.rpc import DEFAULT_LISTEN
 from coordinator.observability.logs import LOG_FORMATS, configure_logging
 
 MAX_GRPC_PROCESSES = 64
+DEFAULT_MAX_REQUEST_BYTES = 100 * 1024 * 1024  # Kafka's socket.request.max.bytes
+DEFAULT_IDLE_MS = 600_000  # Kafka's connections.max.idle.ms
+SERVER_CONFIGS = frozenset(
+    {
+        "kafka.listen",
+        "kafka.upstream",
+        "kafka.advertised.address",
+        "socket.request.max.bytes",
+        "connections.max.idle.ms",
+    }
+)
+"""Config names of the server itself (not of the group coordinator's core)."""
+
+
+def server_config(config_file: str | None, sets: list[str]) -> dict[str, str]:
+    """The ``SERVER_CONFIGS`` among the config file and ``--set`` (the latter wins)."""
+    from coordinator.cli.config import parse_sets, read_properties
+
+    settings: dict[str, str] = {}
+    if config_file:
+        settings.update(read_properties(config_file))
+    settings.update(parse_sets(sets))
+    return {k: v for k, v in settings.items() if k in SERVER_CONFIGS}
 
 
 def register(commands: Commands) -> None:
@@ -28,6 +51,7 @@ def register(commands: Commands) -> None:
         "--data-dir", default=DEFAULT_DATA_DIR, metavar="DIR", help="where the record store lives"
     )
     add_config_flags(p)
+    add_accept_lost_wal(p)
     p.add_argument(
         "--clock",
         choices=("system", "manual"),
@@ -90,6 +114,25 @@ def register(commands: Commands) -> None:
         default="plain",
         help="plain lines, or json: one JSON object a line (structured fields as keys)",
     )
+    p.add_argument(
+        "--kafka-listen",
+        default=None,
+        metavar="HOST:PORT",
+        help="also serve the Kafka protocol here (config: kafka.listen; docs/kafka.md)",
+    )
+    p.add_argument(
+        "--kafka-upstream",
+        default=None,
+        metavar="HOST:PORT",
+        help="the Kafka broker every non-group API is forwarded to (config: kafka.upstream)",
+    )
+    p.add_argument(
+        "--kafka-advertised-address",
+        default=None,
+        metavar="HOST:PORT",
+        help="the address the Kafka listener gives clients for itself (config: "
+        "kafka.advertised.address; default: the bound address)",
+    )
 
 
 def grpc_processes(text: str) -> int:
@@ -107,8 +150,37 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from coordinator.server.app import ServeOptions, make_runtime, serve, split_listen
     from coordinator.server.loop import run as run_loop
 
-    config = build_config(args.config_file, args.set)
+    server_settings = server_config(args.config_file, args.set)
+    config = build_config(args.config_file, args.set, ignore=SERVER_CONFIGS)
+    kafka_listen = args.kafka_listen or server_settings.get("kafka.listen")
+    kafka_upstream = args.kafka_upstream or server_settings.get("kafka.upstream")
+    kafka_advertised = args.kafka_advertised_address or server_settings.get(
+        "kafka.advertised.address"
+    )
     try:
+        max_request_bytes = int(
+            server_settings.get("socket.request.max.bytes", DEFAULT_MAX_REQUEST_BYTES)
+        )
+        idle_ms = int(server_settings.get("connections.max.idle.ms", DEFAULT_IDLE_MS))
+    except ValueError as exc:
+        raise UsageError(f"socket.request.max.bytes / connections.max.idle.ms: {exc}") from None
+    if max_request_bytes < 1024 or idle_ms < 1:
+        raise UsageError(
+            "socket.request.max.bytes must be >= 1024 and connections.max.idle.ms >= 1"
+        )
+    try:
+        if kafka_listen is not None:
+            split_listen(kafka_listen, "--kafka-listen")
+        if kafka_upstream is not None:
+            if kafka_listen is None:
+                raise ValueError("--kafka-upstream needs --kafka-listen")
+            _host, port = split_listen(kafka_upstream, "--kafka-upstream")
+            if port == 0:
+                raise ValueError("--kafka-upstream needs a real port, not 0")
+        if kafka_advertised is not None:
+            _host, port = split_listen(kafka_advertised, "--kafka-advertised-address")
+            if port == 0:
+                raise ValueError("--kafka-advertised-address needs a real port, not 0")
         split_listen(args.listen)
         if args.advertised_address is not None:
             _host, port = split_listen(args.advertised_address, "--advertised-address")
@@ -128,11 +200,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
         )
     configure_logging(args.log_level, args.log_format)
     try:
-        Path(args.data_dir).mkdir(parents=True, exist_ok=True)
-        store = SqliteRecordStore(
-            args.data_dir, journal_retention_ms=args.journal_retention_ms, sync=args.sync
+        store = SqliteRecordStore.in_data_dir(
+            args.data_dir,
+            journal_retention_ms=args.journal_retention_ms,
+            sync=args.sync,
+            accept_lost_wal=args.accept_lost_wal,
         )
-    except (StoreError, OSError) as exc:
+    except StoreError as exc:
         print(f"kip848 serve: cannot open the store in {args.data_dir}: {exc}", file=sys.stderr)
         return 1
     from coordinator.observability.observer import make_observer
@@ -154,5 +228,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         advertised=args.advertised_address,
         metrics_listen=args.metrics_listen,
         log_format=args.log_format,
+        kafka_listen=kafka_listen,
+        kafka_upstream=kafka_upstream,
+        kafka_advertised=kafka_advertised,
+        kafka_max_request_bytes=max_request_bytes,
+        kafka_idle_ms=idle_ms,
     )
     return run_loop(serve(runtime, options), args.event_loop)

@@ -47,6 +47,7 @@ from coordinator.core.errors import (
     CoordinatorLoadInProgressError,
     CoordinatorNotAvailableError,
     ErrorCode,
+    UnsupportedVersionError,
 )
 from coordinator.core.offsets import (
     ListedGroup,
@@ -613,14 +614,21 @@ class CoordinatorRuntime:
     # (owner: offsets/admin). The semantics are the core's (coordinator/core/offsets.py); this
     # block only routes commands to shards and waits for durability.
 
-    async def offset_commit(self, req: OffsetCommit) -> OffsetCommitResponse:
+    async def offset_commit(
+        self, req: OffsetCommit, *, legacy_version: bool = False
+    ) -> OffsetCommitResponse:
         """Answered once the commit's records are durable. Group-level errors (fencing, unknown
         group, loading, a failed write) raise; the server puts them on every partition, as
-        Kafka answers (``convert.offset_commit_error``)."""
+        Kafka answers. ``legacy_version``: the request came as OffsetCommit v8 or older, which
+        a member of the consumer protocol may not use (Kafka: UNSUPPORTED_VERSION)."""
         now = self.clock.now_ms()
-        return await self._submit(
-            self.shard_index(req.group_id), lambda s: s.offset_commit(req, now)
-        )
+
+        def commit(s: GroupCoordinatorShard) -> Any:
+            if legacy_version:
+                _check_legacy_commit(s, req)
+            return s.offset_commit(req, now)
+
+        return await self._submit(self.shard_index(req.group_id), commit)
 
     async def offset_fetch(
         self, groups: Sequence[OffsetFetchGroup]
@@ -800,6 +808,20 @@ class CoordinatorRuntime:
                 self.shard_index(gid), lambda s, g=gid: s.describe_classic_groups([g]), read=True
             )
         return out
+
+
+def _check_legacy_commit(shard: GroupCoordinatorShard, req: OffsetCommit) -> None:
+    """Kafka's ConsumerGroup.validateOffsetCommit: a member of the consumer protocol (not a
+    classic member of a consumer group) must use OffsetCommit v9+. Admin commits (epoch < 0 on
+    an empty group) and unknown members are left to the core's own checks."""
+    group = shard.groups.get(req.group_id)
+    if group is None or (req.generation_id_or_member_epoch < 0 and not group.members):
+        return
+    member = group.members.get(req.member_id)
+    if member is not None and member.classic_member_metadata is None:
+        raise UnsupportedVersionError(
+            "OffsetCommit version 9 or above must be used by members using the modern group protocol"
+        )
 
 
 def _shutting_down() -> CoordinatorNotAvailableError:

@@ -137,7 +137,11 @@ class MemoryRecordStore:
             return iter(list(self._data.compacted.values()))
 
     def load_rows(self) -> Iterator[list[tuple[int, bytes, bytes, str | None]]]:
-        rows = [(offset, rec.key, rec.value, rec.group_id) for offset, rec in self.load()]
+        rows = [  # the compacted view holds no tombstones: the filter only narrows the type
+            (offset, rec.key, rec.value, rec.group_id)
+            for offset, rec in self.load()
+            if rec.value is not None
+        ]
         return iter([rows] if rows else [])
 
     def journal(

@@ -4,7 +4,7 @@ File: ``<data-dir>/coordinator.db`` (plus SQLite's ``-wal``/``-shm`` and our ``.
 Schema version 1 (``PRAGMA application_id`` = 0x4B383438, "K848", marks the file as ours)::
 
     meta(name TEXT PRIMARY KEY, value)          schema_version, created_at_ms, created_by,
-                                                journal_expired_through_offset
+                                                journal_expired_through_offset, clean_shutdown
     journal(offset INTEGER PRIMARY KEY,         every record ever appended (minus retention);
             timestamp_ms, group_id, key, value)   value NULL = tombstone. Read it for analytics.
     compacted(offset INTEGER PRIMARY KEY,       latest live value per key; rowid = offset, so
@@ -21,6 +21,16 @@ Retention: with ``journal_retention_ms``, each ``append`` whose timestamp is due
 runs one extra small transaction after its batch is durable, deleting at most 2,000 expired
 journal entries (more on the next appends while a backlog remains); its errors are logged.
 
+Opening (start-up safety): only a *missing* ``coordinator.db`` is created, atomically (built as
+``coordinator.db.new``, flushed, renamed into place). Anything present that is not a valid,
+complete store is refused and left as it was (:class:`StoreCorruptError`: empty, short or
+truncated files, foreign files, directories, dangling links, a ``-wal`` without its database, a
+``-wal`` lost after an unclean shutdown); what cannot be accessed says why
+(:class:`StoreAccessError`: read-only mount, permissions, a data directory that is a file).
+``meta.clean_shutdown`` (0 while open, 1 after ``close``; checkpointed into the main file at
+both moments) is how a lost ``-wal`` is noticed: a file that says 0 needs its log.
+``read_only`` opens work on read-only media (``immutable`` when there is no log to recover).
+
 Thread model: every method may be called from any thread; one lock serialises the single writer
 connection (the runtime calls ``append`` from one writer thread anyway). ``load``/``journal``/
 ``stats`` read through their own short-lived read-only connection, so a long read neither
@@ -30,20 +40,25 @@ open a store for writing: an exclusive ``flock`` on ``coordinator.db.lock`` enfo
 
 from __future__ import annotations
 
+import errno
 import importlib.metadata
 import logging
 import os
 import sqlite3
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO, Literal, Self
 
 from .api import (
     JournalEntry,
+    StoreAccessError,
+    StoreCorruptError,
     StoredRecord,
     StoreError,
+    StoreLockedError,
     StoreVersionError,
     StoreWriteError,
     check_batch,
@@ -122,6 +137,7 @@ class SqliteRecordStore:
         journal_retention_ms: int | None = None,
         sync: Sync = "full",
         read_only: bool = False,
+        accept_lost_wal: bool = False,
     ) -> None:
         if sync not in _SYNC_PRAGMA:
             raise ValueError(f"sync must be one of {sorted(_SYNC_PRAGMA)}, got {sync!r}")
@@ -132,10 +148,13 @@ class SqliteRecordStore:
         self.sync = sync
         self.read_only = read_only
         self.last_commit_seconds: float | None = None  # duration of the last COMMIT (metrics)
+        self.accept_lost_wal = accept_lost_wal
         self._lock = threading.Lock()
-        self._conn: sqlite3.Connection | None = None
-        self._lock_file: BinaryIO | None = None
-        self._failed = False
+        # Connection and lock file, released by close() or, for a store never closed, when it
+        # is collected or the interpreter exits (weakref.finalize): SQLite's own close would
+        # otherwise remove the WAL without the clean-shutdown mark (see _check_complete).
+        self._h = _Handles(self.path)
+        self._finalizer = weakref.finalize(self, self._h.release)
         self._retention_due_ms = -(2**63)  # the first append checks
         self._ro_uri = self.path.as_uri() + "?mode=ro"
         try:
@@ -144,28 +163,57 @@ class SqliteRecordStore:
             self._release()
             raise
 
+    @classmethod
+    def in_data_dir(cls, data_dir: str | os.PathLike[str], **options: Any) -> SqliteRecordStore:
+        """The store of a data directory (``<data_dir>/coordinator.db``), as ``kip848 serve``,
+        ``replay`` and ``dump`` open it: a ``data_dir`` that exists but is not a directory is
+        refused (:class:`StoreAccessError`) instead of being taken for the database file."""
+        directory = Path(data_dir)
+        if directory.exists() and not directory.is_dir():
+            raise StoreAccessError(
+                f"data directory {directory.absolute()} is not a directory (a file is in the way)"
+            )
+        path = directory / DATA_FILE_NAME
+        if path.is_dir():  # the constructor would take it for a data directory
+            raise StoreCorruptError(
+                f"{path.absolute()} exists but is a directory, not a store file; refusing to use it"
+            )
+        return cls(path, **options)
+
     # -- opening ----------------------------------------------------------------------------
 
     def _open(self) -> None:
+        """Open (or, only where nothing exists, create) the store; refuse anything present that
+        is not a valid, complete store. Order matters: the location is checked and the writer
+        lock taken before anything is created or changed."""
         path = self.path
-        if self.read_only and not path.is_file():
-            raise StoreError(f"no record store at {path}")
+        wal = _sidecar(path, "-wal")
         try:
+            exists = _check_location(path, creating=not self.read_only)
+            if not exists and self.read_only:
+                raise StoreError(f"no record store at {path}")
             if not self.read_only:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                self._lock_file = _lock_exclusively(path.with_name(path.name + ".lock"), path)
-            created = not path.exists() or path.stat().st_size == 0
-            if self.read_only:
-                conn = sqlite3.connect(
-                    self._ro_uri, uri=True, isolation_level=None, check_same_thread=False
-                )
-            else:
-                conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-            self._conn = conn
+                self._h.lock_file = _lock_exclusively(path.with_name(path.name + ".lock"), path)
+                exists = _check_location(path, creating=True)  # again, under the lock
+            if not exists:
+                if wal.exists():
+                    raise StoreCorruptError(
+                        f"{path} does not exist but its write-ahead log {wal.name} does: the "
+                        "store file was removed or lost, and the log alone cannot rebuild it. "
+                        f"Restore {path.name} (e.g. from the backup or snapshot the log belongs "
+                        f"to), or remove {wal.name} to start a new, empty store; refusing to "
+                        "start"
+                    )
+                self._create_new(path)
+            # A WAL that holds anything has at least its 32-byte header. An empty one is what
+            # any connection (even a read-only one, e.g. a refused earlier open) creates.
+            wal_existed = wal.exists() and wal.stat().st_size >= _WAL_HEADER_BYTES
+            conn = self._connect(wal.exists())
+            self._h.conn = conn
             conn.execute("PRAGMA busy_timeout = 5000")
             # Identify the file before changing anything in it (WAL mode is persistent):
             # a foreign database must be left exactly as it was.
-            is_new = self._identify(conn)
+            self._identify(conn)
             if not self.read_only:
                 mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
                 if mode.lower() != "wal":
@@ -174,38 +222,105 @@ class SqliteRecordStore:
                 conn.execute("PRAGMA fullfsync = ON")  # macOS: a real flush; no-op on Linux
                 conn.execute("PRAGMA journal_size_limit = 67108864")  # shrink WAL after bursts
                 conn.execute("PRAGMA cache_size = -65536")  # 64 MiB
-            if is_new:
-                self._create_schema(conn)
-            else:
-                self._check_version(conn)
+            self._check_version(conn)
+            self._check_complete(conn, wal_existed)
+            if not self.read_only:
+                _set_clean_shutdown(conn, self.path, False)
+                self._h.mark_clean_on_close = True
             self._next_offset = self._read_last_offset(conn) + 1
-        except sqlite3.DatabaseError as e:
-            raise StoreError(
-                f"cannot open record store at {path}: {e} (corrupt, or not a kip848 store)"
-            ) from e
+        except sqlite3.Error as e:
+            raise _open_error(path, e) from e
         except OSError as e:
-            raise StoreError(f"cannot open record store at {path}: {e}") from e
-        if created and not self.read_only:
-            _fsync_dir(path.parent)  # make the new file's directory entry durable
+            raise _open_error(path, e) from e
 
-    def _identify(self, conn: sqlite3.Connection) -> bool:
-        """True for an empty database (a new store); raise unless the file is ours."""
-        app_id = conn.execute("PRAGMA application_id").fetchone()[0]
-        n_objects = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
-        if app_id == 0 and n_objects == 0 and not self.read_only:
-            return True
-        if app_id != APPLICATION_ID:
-            raise StoreError(
-                f"{self.path} is not a kip848 record store (SQLite application_id "
-                f"{app_id:#x}, expected {APPLICATION_ID:#x}); refusing to use it"
+    def _connect(self, wal_exists: bool) -> sqlite3.Connection:
+        if not self.read_only:
+            return sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        try:
+            conn = sqlite3.connect(
+                self._ro_uri, uri=True, isolation_level=None, check_same_thread=False
             )
-        return False
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            return conn
+        except sqlite3.Error as e:
+            if _primary(e) != _SQLITE_CANTOPEN or wal_exists or _unwritable(self.path) is None:
+                raise
+        # A WAL-mode database on read-only media without its -shm/-wal files: SQLite cannot
+        # create them, so it refuses a plain read-only open. With no -wal there is nothing to
+        # recover and no writer can exist (nobody can write there), so the main file is the
+        # whole store: open it as immutable.
+        self._ro_uri = self.path.as_uri() + "?mode=ro&immutable=1"
+        return sqlite3.connect(
+            self._ro_uri, uri=True, isolation_level=None, check_same_thread=False
+        )
+
+    def _create_new(self, path: Path) -> None:
+        """Create a new, empty store atomically: built complete in ``<name>.new`` (schema,
+        WAL mode, application id), flushed, then renamed into place. A crash leaves either no
+        store (and a ``.new`` file, discarded by the next start) or a complete one, never a
+        half-made file that the next start would have to guess about."""
+        tmp = path.with_name(path.name + ".new")
+        for leftover in (tmp, _sidecar(tmp, "-wal"), _sidecar(tmp, "-shm")):
+            leftover.unlink(missing_ok=True)  # an earlier creation that crashed; never a store
+        conn = sqlite3.connect(tmp, isolation_level=None)
+        try:
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("PRAGMA synchronous = FULL")
+            self._create_schema(conn)
+        finally:
+            conn.close()  # checkpoints the schema into the file and removes its WAL
+        _fsync_file(tmp)
+        os.rename(tmp, path)
+        _fsync_dir(path.parent)  # make the new file's directory entry durable
+
+    def _identify(self, conn: sqlite3.Connection) -> None:
+        """Raise unless the file is a kip848 record store."""
+        app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+        if app_id != APPLICATION_ID:
+            n_objects = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+            what = (
+                "an empty SQLite database"
+                if app_id == 0 and n_objects == 0
+                else f"SQLite application_id {app_id:#x}, expected {APPLICATION_ID:#x}"
+            )
+            raise StoreCorruptError(
+                f"{self.path} is not a kip848 record store ({what}); refusing to use it. A "
+                "new store is created only where no file exists: move the file away if it "
+                "is not needed"
+            )
+
+    def _check_complete(self, conn: sqlite3.Connection, wal_existed: bool) -> None:
+        """Refuse a store whose write-ahead log went missing after an unclean shutdown.
+
+        The database file says whether it was shut down cleanly (``meta.clean_shutdown``,
+        written into the file itself by a checkpoint at open and at close). After a crash the
+        commits since the last checkpoint live only in ``-wal``; without it SQLite would
+        silently open an older state, losing acknowledged writes."""
+        row = conn.execute("SELECT value FROM meta WHERE name = 'clean_shutdown'").fetchone()
+        if row is None or row[0] != 0 or wal_existed:  # None: written by an older build
+            return
+        message = (
+            f"record store at {self.path} was not shut down cleanly and its write-ahead log "
+            f"{self.path.name}-wal is missing: the commits it held (acknowledged writes among "
+            f"them) are not in {self.path.name}"
+        )
+        if self.accept_lost_wal:
+            log.warning("%s; opening it anyway (accept_lost_wal)", message)
+            return
+        raise StoreCorruptError(
+            f"{message}. Refusing to start from an older state: restore {self.path.name}-wal "
+            f"together with {self.path.name} (from the same copy or snapshot), or accept the "
+            "loss explicitly (kip848 serve --accept-lost-wal)"
+        )
 
     def _check_version(self, conn: sqlite3.Connection) -> None:
         path = self.path
-        row = conn.execute("SELECT value FROM meta WHERE name = 'schema_version'").fetchone()
+        try:
+            row = conn.execute("SELECT value FROM meta WHERE name = 'schema_version'").fetchone()
+        except sqlite3.OperationalError as e:  # no meta table
+            raise StoreCorruptError(f"record store at {path} is corrupt: {e}") from e
         if row is None or type(row[0]) is not int or row[0] < 1:
-            raise StoreError(f"record store at {path} is corrupt: no valid schema_version")
+            raise StoreCorruptError(f"record store at {path} is corrupt: no valid schema_version")
         version = row[0]
         if version > SCHEMA_VERSION:
             raise StoreVersionError(
@@ -227,6 +342,7 @@ class SqliteRecordStore:
                     ("created_at_ms", int(time.time() * 1000)),
                     ("created_by", _package_version()),
                     ("journal_expired_through_offset", -1),
+                    ("clean_shutdown", 1),
                 ],
             )
             conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
@@ -544,20 +660,26 @@ class SqliteRecordStore:
     def failed(self) -> bool:
         return self._failed
 
+    @property
+    def _failed(self) -> bool:
+        return self._h.failed
+
+    @_failed.setter
+    def _failed(self, value: bool) -> None:
+        self._h.failed = value
+
+    @property
+    def _conn(self) -> sqlite3.Connection | None:
+        return self._h.conn
+
     def close(self) -> None:
+        """Mark the store cleanly shut down (unless a write failed), close the connection (the
+        last one checkpoints and removes the WAL) and release the writer lock. Idempotent."""
         with self._lock:
             self._release()
 
     def _release(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            try:
-                conn.close()  # the last connection checkpoints and removes the WAL
-            except sqlite3.Error:  # pragma: no cover
-                pass
-        lock_file, self._lock_file = self._lock_file, None
-        if lock_file is not None:
-            lock_file.close()  # releases the flock
+        self._finalizer()  # runs _Handles.release once
 
     def __enter__(self) -> Self:
         return self
@@ -568,6 +690,209 @@ class SqliteRecordStore:
     def __repr__(self) -> str:
         state = "closed" if self._conn is None else ("read-only" if self.read_only else "open")
         return f"SqliteRecordStore({str(self.path)!r}, sync={self.sync!r}, {state})"
+
+
+class _Handles:
+    """What an open store holds. ``release`` closes it all once: it is the store's finalizer,
+    so it must not refer to the store itself."""
+
+    __slots__ = ("conn", "failed", "lock_file", "mark_clean_on_close", "path")
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.conn: sqlite3.Connection | None = None
+        self.lock_file: BinaryIO | None = None
+        self.failed = False
+        self.mark_clean_on_close = False
+
+    def release(self) -> None:
+        conn, self.conn = self.conn, None
+        if conn is not None:
+            keeper = None
+            if self.mark_clean_on_close:
+                try:
+                    _set_clean_shutdown(conn, self.path, True)
+                except sqlite3.Error as e:
+                    # The file still says "open": the WAL must survive this close, or the next
+                    # start would take its absence for a lost log. A reader still open when
+                    # the writer closes keeps SQLite from checkpointing and removing it.
+                    log.warning("could not mark %s cleanly shut down: %s", self.path, e)
+                    keeper = _wal_keeper(self.path)
+            try:
+                conn.close()  # the last connection checkpoints and removes the WAL
+            except sqlite3.Error:  # pragma: no cover
+                pass
+            if keeper is not None:
+                keeper.close()  # read-only: cannot checkpoint, leaves the WAL in place
+        lock_file, self.lock_file = self.lock_file, None
+        if lock_file is not None:
+            lock_file.close()  # releases the flock
+
+
+def _set_clean_shutdown(conn: sqlite3.Connection, path: Path, clean: bool) -> None:
+    """Record in the database file itself whether the store is open (0) or was closed cleanly
+    (1). The checkpoint puts the flag into the main file at once, so that file alone tells a
+    later start whether a write-ahead log must exist (``_check_complete``)."""
+    if conn.in_transaction:  # a failed statement left one open; never commit half of it
+        conn.execute("ROLLBACK")
+    conn.execute(
+        "INSERT OR REPLACE INTO meta (name, value) VALUES ('clean_shutdown', ?)", (int(clean),)
+    )
+    busy, frames, done = conn.execute("PRAGMA wal_checkpoint(FULL)").fetchone()
+    if busy or done != frames:
+        log.warning(
+            "could not fully checkpoint %s (a reader is active): if its write-ahead log were "
+            "deleted after a crash now, the next start might not notice",
+            path,
+        )
+
+
+def _wal_keeper(path: Path) -> sqlite3.Connection | None:
+    try:
+        keeper = sqlite3.connect(path.as_uri() + "?mode=ro", uri=True, isolation_level=None)
+        keeper.execute("SELECT count(*) FROM sqlite_master").fetchone()  # opens the WAL
+        return keeper
+    except sqlite3.Error:  # pragma: no cover - best effort
+        return None
+
+
+def _sidecar(path: Path, suffix: str) -> Path:
+    return path.with_name(path.name + suffix)
+
+
+# SQLite primary result codes used to classify failures to open.
+_SQLITE_PERM = 3
+_SQLITE_BUSY = 5
+_SQLITE_LOCKED = 6
+_SQLITE_READONLY = 8
+_SQLITE_IOERR = 10
+_SQLITE_CORRUPT = 11
+_SQLITE_FULL = 13
+_SQLITE_CANTOPEN = 14
+_SQLITE_NOTADB = 26
+
+
+def _primary(e: BaseException) -> int | None:
+    code = getattr(e, "sqlite_errorcode", None)
+    return None if code is None else code & 0xFF
+
+
+def _nearest_existing(path: Path) -> Path:
+    for candidate in (path, *path.parents):
+        if candidate.exists():
+            return candidate
+    return Path("/")
+
+
+def _unwritable(path: Path) -> str | None:
+    """Why the store at ``path`` (or the nearest directory that exists) cannot be written, if
+    the operating system can tell: a read-only mount, or permissions."""
+    target = _nearest_existing(path)
+    try:
+        if os.statvfs(target).f_flag & os.ST_RDONLY:
+            return f"the file system holding {target} is mounted read-only"
+    except OSError:  # pragma: no cover
+        pass
+    for candidate in (path, _sidecar(path, "-wal"), _sidecar(path, "-shm"), path.parent):
+        if candidate.exists() and not os.access(candidate, os.W_OK, effective_ids=True):
+            return f"permission denied: {candidate} is not writable by uid {os.geteuid()}"
+    return None
+
+
+def _unreadable(path: Path) -> str | None:
+    for candidate in (path.parent, path):
+        if candidate.exists() and not os.access(candidate, os.R_OK, effective_ids=True):
+            return f"permission denied: {candidate} is not readable by uid {os.geteuid()}"
+    return None
+
+
+def _check_location(path: Path, *, creating: bool) -> bool:
+    """Check where the store lives; True when the store file exists. Creates the data directory
+    when ``creating``. Raises a clear :class:`StoreError` for what cannot be a store's place."""
+    directory = path.parent
+    if directory.exists() and not directory.is_dir():
+        raise StoreAccessError(f"data directory {directory} is not a directory")
+    if creating:
+        for parent in reversed((directory, *directory.parents)):
+            if parent.exists() and not parent.is_dir():
+                raise StoreAccessError(
+                    f"cannot create data directory {directory}: {parent} is not a directory"
+                )
+        directory.mkdir(parents=True, exist_ok=True)
+    if path.is_symlink() and not path.exists():
+        raise StoreCorruptError(
+            f"{path} is a symbolic link to {os.readlink(path)}, which does not exist (an "
+            "unmounted volume?); refusing to create a new store in its place"
+        )
+    if not path.exists():
+        return False
+    if not path.is_file():
+        raise StoreCorruptError(f"{path} exists but is not a regular file; refusing to use it")
+    size = path.stat().st_size
+    if size == 0:
+        raise StoreCorruptError(
+            f"{path} is empty (0 bytes): not a kip848 record store (truncated, or never "
+            "completed). A new store is created only where no file exists; refusing to start "
+            "empty in its place. Restore the file, or move it away to start a new store"
+        )
+    if size < _SQLITE_HEADER_BYTES:
+        raise StoreCorruptError(
+            f"{path} is {size} bytes long, shorter than any SQLite database: truncated or not a "
+            "kip848 record store; refusing to use it"
+        )
+    return True
+
+
+_SQLITE_HEADER_BYTES = 100
+_WAL_HEADER_BYTES = 32
+
+
+def _open_error(path: Path, e: BaseException) -> StoreError:
+    """A failure to open, as the :class:`StoreError` subclass that says what is wrong."""
+    where = f"cannot open record store at {path}"
+    if isinstance(e, OSError):
+        reason = e.strerror or str(e)
+        if e.errno == errno.EROFS:
+            return StoreAccessError(
+                f"{where}: {_unwritable(path) or 'read-only file system'} ({e}); the "
+                "coordinator must write its store: mount it read-write (kip848 replay and dump "
+                "read it as it is)"
+            )
+        if e.errno in (errno.EACCES, errno.EPERM):
+            return StoreAccessError(f"{where}: permission denied ({e})")
+        if e.errno in (errno.ENOSPC, errno.EDQUOT):
+            return StoreAccessError(f"{where}: no space left on the device ({e})")
+        if e.errno in (errno.ENOTDIR, errno.EEXIST):
+            return StoreAccessError(f"{where}: a path component is not a directory ({e})")
+        return StoreAccessError(f"{where}: {reason} ({e})")
+    primary = _primary(e)
+    if primary in (_SQLITE_READONLY, _SQLITE_PERM) or (
+        primary == _SQLITE_CANTOPEN and (_unwritable(path) or _unreadable(path))
+    ):
+        why = _unreadable(path) or _unwritable(path) or "the file cannot be written"
+        return StoreAccessError(
+            f"{where}: {why} (SQLite: {e}); the store itself was not examined further and is "
+            "not known to be damaged"
+        )
+    if primary == _SQLITE_FULL:
+        return StoreAccessError(f"{where}: no space left on the device (SQLite: {e})")
+    if primary in (_SQLITE_BUSY, _SQLITE_LOCKED):
+        return StoreLockedError(
+            f"{where}: another program holds a lock on the database (SQLite: {e})"
+        )
+    if primary == _SQLITE_IOERR:
+        return StoreAccessError(f"{where}: I/O error (SQLite: {e})")
+    if primary == _SQLITE_CANTOPEN:
+        return StoreAccessError(f"{where}: {e}")
+    return StoreCorruptError(f"{where}: {e} (corrupt, or not a kip848 store)")
+
+
+def _fsync_file(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _lock_exclusively(lock_path: Path, db_path: Path) -> BinaryIO | None:
@@ -583,7 +908,7 @@ def _lock_exclusively(lock_path: Path, db_path: Path) -> BinaryIO | None:
         f.seek(0)
         holder = f.read(32).decode("ascii", "replace").strip() or "?"
         f.close()
-        raise StoreError(
+        raise StoreLockedError(
             f"record store at {db_path} is already open for writing (pid {holder} holds "
             f"{lock_path})"
         ) from None
