@@ -47,6 +47,7 @@ class ConsumerGroup:
         "metadata_checked",
         "partition_owners",
         "regex_members",
+        "reported_pending",
         "resolved_regexes",
         "static_members",
         "subscription_metadata",
@@ -76,6 +77,11 @@ class ConsumerGroup:
         self.classic_members = 0
         # Soft state: (topics image version, group epoch) at the last metadata check.
         self.metadata_checked: tuple[int, int] = (-1, -1)
+        # Soft state: member id -> the pending partitions its last heartbeat response carried
+        # (the target moves on between a member's heartbeats, so "did pending change" is asked
+        # against what the member was told). Through the undo log like everything else; gone
+        # after a restart, when the pending set at the start of the heartbeat stands in.
+        self.reported_pending: TDict = log.new_dict()
 
     # ------------------------------------------------------------------ queries
 
@@ -142,6 +148,7 @@ class ConsumerGroup:
                 )
             self._unindex_member(old)
             del self.members[member_id]
+            self.reported_pending.discard(member_id)
             return
         # One explicit constructor call (dataclasses.replace is several times slower, and
         # loading a store replays millions of these).
