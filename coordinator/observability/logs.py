@@ -79,18 +79,35 @@ class JsonLineFormatter(OrjsonFormatter):
                 log_data["span_id"] = format(ctx.span_id, "016x")
 
 
+class _StderrHandler(logging.StreamHandler):
+    """Writes to whatever ``sys.stderr`` is when a line is logged (not when configured), so a
+    replaced or closed stderr (tests capturing output, in-process runs) never breaks logging."""
+
+    @property
+    def stream(self) -> TextIO:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value: TextIO) -> None:
+        pass
+
+
 def configure_logging(
     level: str = "info",
     fmt: str = "plain",
     *,
     process: str = "coordinator",
     stream: TextIO | None = None,
-) -> logging.Handler:
+) -> logging.Handler | None:
     """Route every ``kip848.*`` (and library) log line to ``stream`` (stderr) in ``fmt``.
-    Replaces handlers a previous call installed; returns the handler."""
+    Replaces handlers a previous call installed; returns the handler. Without ``stream``,
+    when the root logger already has other handlers, does nothing (returns None), like
+    ``logging.basicConfig``."""
     if fmt not in LOG_FORMATS:
         raise ValueError(f"--log-format must be one of {', '.join(LOG_FORMATS)}, got {fmt!r}")
-    handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
+    handler: logging.StreamHandler = (
+        logging.StreamHandler(stream) if stream is not None else _StderrHandler()
+    )
     if fmt == "json":
         handler.setFormatter(JsonLineFormatter(process))
     else:
@@ -99,9 +116,13 @@ def configure_logging(
             logging.Formatter(f"%(asctime)s %(levelname)s {tag}%(name)s: %(message)s")
         )
     root = logging.getLogger()
-    for old in list(root.handlers):
-        if getattr(old, "_kip848", False):
-            root.removeHandler(old)
+    ours = [h for h in root.handlers if getattr(h, "_kip848", False)]
+    if stream is None and len(ours) < len(root.handlers):
+        # Someone else configured logging (an embedding program, a test harness): leave it, as
+        # logging.basicConfig does.
+        return None
+    for old in ours:
+        root.removeHandler(old)
     handler._kip848 = True  # type: ignore[attr-defined]
     root.addHandler(handler)
     root.setLevel(getattr(logging, level.upper()))

@@ -377,7 +377,8 @@ def test_json_logs_one_object_a_line_with_fields_and_tracebacks() -> None:
         )
         log.debug("not shown at info")
     finally:
-        logging.getLogger().removeHandler(handler)
+        if handler is not None:
+            logging.getLogger().removeHandler(handler)
     lines = [json.loads(line) for line in stream.getvalue().splitlines()]
     assert len(lines) == 3
     first = lines[0]
@@ -419,7 +420,8 @@ def test_plain_logs_keep_their_format() -> None:
     try:
         logging.getLogger("kip848.test").info("Hello %s.", "there")
     finally:
-        logging.getLogger().removeHandler(handler)
+        if handler is not None:
+            logging.getLogger().removeHandler(handler)
     assert re.fullmatch(
         r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} INFO kip848\.test: Hello there\.\n",
         stream.getvalue(),
