@@ -124,6 +124,7 @@ class Upstream:
         self.bootstrap_node = -1
         self.client = UpstreamClient(*self.address)
         self._listen_host = self._adv_host = ""
+        self._listener: KafkaListener | None = None
         self.on_topics_changed: Callable[[], None] | None = None
         """Called after a forwarded request that changes topics (the topic feed refreshes)."""
 
@@ -171,11 +172,12 @@ class Upstream:
             self.bootstrap_node,
         )
 
-    async def bind_nodes(
+    def bind_nodes(
         self, listener: KafkaListener, host: str, bound: int, adv_host: str, adv_port: int
     ) -> None:
         """The ``--kafka-listen`` port stands for the bootstrap node; every other upstream
         broker gets a port of its own on the same host."""
+        self._listener = listener
         self._listen_host, self._adv_host = host, adv_host
         for node_id in sorted(self.brokers):
             if node_id == self.bootstrap_node:
@@ -183,36 +185,47 @@ class Upstream:
                 listener.set_node(bound, node)
                 self.ours[node_id] = node
             else:
-                await self._bind(listener, node_id)
+                self._bind(node_id)
 
-    async def _bind(self, listener: KafkaListener, node_id: int) -> Node:
-        port = await listener.listen(self._listen_host, 0)
+    def _bind(self, node_id: int) -> Node:
+        """A listener port for an upstream node (bound at once, served from the next loop
+        turn: a client that connects meanwhile waits in the backlog)."""
+        listener = self._listener
+        assert listener is not None
+        port = listener.listen_now(self._listen_host)
         node = Node(node_id=node_id, host=self._adv_host, port=port)
         listener.set_node(port, node)
         self.ours[node_id] = node
         return node
 
-    async def update_brokers(self, listener: KafkaListener, meta: Any) -> None:
-        """The brokers of a Metadata response (the topic feed's): a broker not seen before
-        gets a listener port of its own; a moved broker is reached at its new address by
-        connections opened from now on. Brokers that left keep their port (clients that
-        still use it get the broker's connection error, as from Kafka)."""
-        for b in meta.brokers:
-            node_id, address = int(b.node_id), (b.host, int(b.port))
-            if self.advertised.get(node_id) == address:
-                continue
+    def learn_broker(self, node_id: int, host: str, port: int) -> Node:
+        """A broker named by the upstream (the topic feed's Metadata, or a forwarded response):
+        a broker not seen before gets a listener port of its own; a moved broker is reached at
+        its new address by connections opened from now on. Brokers that left keep their port
+        (clients that still use it get the broker's connection error, as from Kafka)."""
+        address = (host, port)
+        if self.advertised.get(node_id) != address:
             self.advertised[node_id] = address
             if node_id != self.bootstrap_node:
                 self.brokers[node_id] = address
-            if node_id not in self.ours:
-                node = await self._bind(listener, node_id)
-                log.info(
-                    "Upstream broker %d (%s:%d) joined: listener port %d.",
-                    node_id,
-                    address[0],
-                    address[1],
-                    node.port,
-                )
+        node = self.ours.get(node_id)
+        if node is None:
+            node = self._bind(node_id)
+            log.info(
+                "Upstream broker %d (%s:%d) joined: listener port %d.",
+                node_id,
+                host,
+                port,
+                node.port,
+            )
+        return node
+
+    def update_brokers(self, meta: Any) -> None:
+        """The brokers of the topic feed's Metadata response (see :meth:`learn_broker`)."""
+        if self._listener is None:
+            return
+        for b in meta.brokers:
+            self.learn_broker(int(b.node_id), b.host, int(b.port))
 
     # ------------------------------------------------------------ versions
 
@@ -294,9 +307,12 @@ class Upstream:
         return wire.frame(key, version, struct.unpack_from(">i", frame)[0], body)
 
     def _broker(self, b: dict[str, Any], id_field: str) -> dict[str, Any]:
-        node = self.ours.get(int(b[id_field]))
+        node_id = int(b[id_field])
+        node = self.ours.get(node_id)
         if node is None:
-            return b
+            if self._listener is None or node_id < 0 or not b.get("host"):
+                return b
+            node = self.learn_broker(node_id, b["host"], int(b["port"]))
         return {**b, "host": node.host, "port": node.port}
 
 
