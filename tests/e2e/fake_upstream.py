@@ -22,7 +22,7 @@ TOPIC = "mb"
 TOPIC_ID = uuid.UUID("5bd1a4ef-1c2a-4e5b-9d3f-0a1b2c3d4e5f")
 PARTITIONS = 4
 NOT_LEADER_OR_FOLLOWER = 6
-CAPS = {0: 10, 1: 16, 2: 7, 3: 12, 10: 4, 18: 3, 60: 1}
+CAPS = {0: 10, 1: 16, 2: 7, 3: 12, 10: 4, 18: 3, 32: 4, 44: 1, 60: 1}
 """The APIs each node offers, with their highest version (the lowest is kio's)."""
 
 
@@ -162,6 +162,46 @@ class FakeNode:
                     ],
                 }
                 for t in req.topics
+            ]
+        }
+
+    def api_32(self, req: Any, _version: int) -> dict[str, Any]:
+        """Every resource has one config, ``answered.by`` = this node's id (answered in
+        reverse order: the listener must match answers to resources, not trust positions)."""
+        return {
+            "results": [
+                {
+                    "error_code": 0,
+                    "error_message": None,
+                    "resource_type": r.resource_type,
+                    "resource_name": r.resource_name,
+                    "configs": [
+                        {
+                            "name": "answered.by",
+                            "value": str(self.node_id),
+                            "read_only": True,
+                            "config_source": 5,
+                            "is_sensitive": False,
+                            "synonyms": [],
+                            "config_type": 1,
+                            "documentation": None,
+                        }
+                    ],
+                }
+                for r in reversed(req.resources)
+            ]
+        }
+
+    def api_44(self, req: Any, _version: int) -> dict[str, Any]:
+        return {
+            "responses": [
+                {
+                    "error_code": 0,
+                    "error_message": f"node {self.node_id}",
+                    "resource_type": r.resource_type,
+                    "resource_name": r.resource_name,
+                }
+                for r in req.resources
             ]
         }
 

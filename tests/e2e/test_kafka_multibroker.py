@@ -202,3 +202,101 @@ def test_a_broker_that_joins_later_gets_a_port_of_its_own(
     assert port3 not in {p for _h, p in before.values()} and port3 != cluster.nodes[3].port
     assert list_offsets(f"{host}:{port3}") == [3000, 3001, 3002, 3003]
     assert "Upstream broker 3" in server.stderr_text()
+
+
+def test_configs_split_group_resources_from_the_brokers(
+    cluster: FakeCluster, server: KafkaServer
+) -> None:
+    """GROUP resources (32) are ours; TOPIC/BROKER/CLIENT_METRICS(16) go to the broker of the
+    port; the answers come back merged in request order."""
+    nodes = brokers(server)
+    host, port2 = nodes[2]
+    c = KafkaClient(f"{host}:{port2}")
+    before = len(cluster.requests(32))
+    resp = c.call(
+        request(
+            32,
+            4,
+            resources=[
+                {"resource_type": 2, "resource_name": TOPIC, "configuration_keys": None},
+                {"resource_type": 32, "resource_name": "cfg-g", "configuration_keys": None},
+                {"resource_type": 4, "resource_name": "2", "configuration_keys": None},
+                {"resource_type": 16, "resource_name": "metrics", "configuration_keys": None},
+            ],
+            include_synonyms=False,
+            include_documentation=False,
+        )
+    )
+    assert [(r.resource_type, r.resource_name, r.error_code) for r in resp.results] == [
+        (2, TOPIC, E.none),
+        (32, "cfg-g", E.none),
+        (4, "2", E.none),
+        (16, "metrics", E.none),
+    ]
+    theirs = [resp.results[i] for i in (0, 2, 3)]
+    assert all([(x.name, x.value) for x in r.configs] == [("answered.by", "2")] for r in theirs)
+    group = {x.name: x.value for x in resp.results[1].configs}
+    assert group["consumer.session.timeout.ms"] == "45000"
+    assert cluster.requests(32)[before:] == [2]  # one request, to node 2 (the port's node)
+
+    altered = c.call(
+        request(
+            44,
+            1,
+            resources=[
+                {
+                    "resource_type": 32,
+                    "resource_name": "cfg-g",
+                    "configs": [
+                        {
+                            "name": "consumer.session.timeout.ms",
+                            "config_operation": 0,
+                            "value": "50000",
+                        }
+                    ],
+                },
+                {
+                    "resource_type": 2,
+                    "resource_name": TOPIC,
+                    "configs": [{"name": "retention.ms", "config_operation": 0, "value": "1"}],
+                },
+            ],
+            validate_only=False,
+        )
+    )
+    assert [
+        (r.resource_type, r.resource_name, r.error_code, r.error_message) for r in altered.responses
+    ] == [(32, "cfg-g", E.none, None), (2, TOPIC, E.none, "node 2")]
+    again = c.call(
+        request(
+            32,
+            4,
+            resources=[
+                {
+                    "resource_type": 32,
+                    "resource_name": "cfg-g",
+                    "configuration_keys": ["consumer.session.timeout.ms"],
+                }
+            ],
+            include_synonyms=False,
+            include_documentation=False,
+        )
+    )
+    assert [(x.name, x.value) for x in again.results[0].configs] == [
+        ("consumer.session.timeout.ms", "50000")
+    ]
+    # Only the broker's resources: forwarded as they are (the broker's own reverse order).
+    only = c.call(
+        request(
+            32,
+            4,
+            resources=[
+                {"resource_type": 2, "resource_name": "a", "configuration_keys": None},
+                {"resource_type": 2, "resource_name": "b", "configuration_keys": None},
+            ],
+            include_synonyms=False,
+            include_documentation=False,
+        )
+    )
+    assert [r.resource_name for r in only.results] == ["b", "a"]
+    c.close()

@@ -31,7 +31,7 @@ from coordinator.core.errors import ErrorCode
 
 from ..api import Caller, Node
 from ..service import CoordinatorService
-from . import apis, convert, wire
+from . import apis, configs, convert, wire
 
 log = logging.getLogger("kip848.kafka")
 
@@ -222,6 +222,23 @@ class KafkaListener:
                 key, version, correlation_id, wire.build(wire.response_class(key, version), values)
             )
         row = apis.SERVED[key]
+        if key in configs.SPLIT and self.upstream is not None:
+            ours, theirs = configs.owners(entity)
+            if theirs:
+                if not ours and self.upstream.offers(key, version):
+                    answer_frame = await self.upstream.forward_future(conn, key, version, frame)
+                    return wire.I32.pack(len(answer_frame)) + answer_frame
+                return await configs.serve_split(
+                    self,
+                    conn,
+                    key,
+                    version,
+                    correlation_id,
+                    client_id,
+                    entity,
+                    caller,
+                    lambda sub, who: self._serve_values(row, sub, who, version),
+                )
         answer = await getattr(self.service, row.method)(row.decode(entity, caller), caller)
         if key == apis.CONSUMER_GROUP_HEARTBEAT:
             body = self._heartbeat_out[version](answer)
@@ -231,6 +248,12 @@ class KafkaListener:
         else:
             body = wire.build(wire.response_class(key, version), row.encode(answer, version))
         return wire.frame(key, version, correlation_id, body)
+
+    async def _serve_values(
+        self, row: apis.Served, entity: Any, caller: Caller, version: int
+    ) -> dict[str, Any]:
+        answer = await getattr(self.service, row.method)(row.decode(entity, caller), caller)
+        return row.encode(answer, version)
 
     async def metadata(self, req: Any, version: int, caller: Caller) -> dict[str, Any]:
         """Coordinator-only mode: one broker (this listener), topics from the registry."""

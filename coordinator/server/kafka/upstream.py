@@ -244,6 +244,11 @@ class Upstream:
             out[key] = (lo, hi)
         return out
 
+    def offers(self, key: int, version: int) -> bool:
+        """Whether the upstream itself offers ``key`` at ``version`` (served or not here)."""
+        r = self.versions.get(key)
+        return r is not None and r[0] <= version <= r[1]
+
     def forwards(self, key: int, version: int) -> bool:
         r = self.forwarded_versions().get(key)
         return r is not None and r[0] <= version <= r[1]
@@ -260,18 +265,31 @@ class Upstream:
         rewrite: bool | None = None,
     ) -> None:
         slot = conn.expect()
-        upstream = conn.upstream_conn
-        if upstream is None:
-            node = conn.node.node_id if conn.node is not None else self.bootstrap_node
-            upstream = conn.upstream_conn = UpstreamConnection(
-                self, conn, self.brokers.get(node, self.address)
-            )
+        upstream = self._connection(conn)
         needs = key in REWRITTEN if rewrite is None else rewrite
         if key == apis.PRODUCE and _produce_acks(frame, version) == 0:
             upstream.send(frame, None)
             conn.complete(slot, None)
             return
         upstream.send(frame, (slot, key, version, needs))
+
+    def forward_future(
+        self, conn: KafkaConnection, key: int, version: int, frame: bytes
+    ) -> asyncio.Future[bytes]:
+        """Send a request frame (without its size) on the client connection's upstream
+        connection; the future gets the response frame (without its size, not rewritten)."""
+        future: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+        self._connection(conn).send(frame, (future, key, version, False))
+        return future
+
+    def _connection(self, conn: KafkaConnection) -> UpstreamConnection:
+        upstream = conn.upstream_conn
+        if upstream is None:
+            node = conn.node.node_id if conn.node is not None else self.bootstrap_node
+            upstream = conn.upstream_conn = UpstreamConnection(
+                self, conn, self.brokers.get(node, self.address)
+            )
+        return upstream
 
     # ------------------------------------------------------------ rewriting
 
@@ -280,7 +298,7 @@ class Upstream:
         flexible = wire.response_header_flexible(key, version)
         pos = 4 + (1 if flexible else 0)
         resp = wire.decode_response(key, version, frame, pos)
-        values = _as_values(resp)
+        values = as_values(resp)
         changed = False
         if key == apis.METADATA:
             values["brokers"] = [self._broker(b, "node_id") for b in values["brokers"]]
@@ -316,15 +334,15 @@ class Upstream:
         return {**b, "host": node.host, "port": node.port}
 
 
-def _as_values(entity: Any) -> dict[str, Any]:
+def as_values(entity: Any) -> dict[str, Any]:
     """An entity as nested plain values (what ``wire.build`` takes)."""
     out = {}
     for name in entity.__dataclass_fields__:
         value = getattr(entity, name)
         if isinstance(value, tuple) and value and hasattr(value[0], "__dataclass_fields__"):
-            value = [_as_values(v) for v in value]
+            value = [as_values(v) for v in value]
         elif hasattr(value, "__dataclass_fields__"):
-            value = _as_values(value)
+            value = as_values(value)
         out[name] = value
     return out
 
@@ -342,7 +360,9 @@ def _produce_acks(frame: bytes, version: int) -> int:
     return int(struct.unpack_from(">h", frame, pos)[0])
 
 
-Pending = tuple["Slot", int, int, bool]
+Pending = tuple["Slot | asyncio.Future[bytes]", int, int, bool]
+"""Where the answer goes (a client's slot, or a future for a request made by the listener
+itself), api key, version, whether the answer must be rewritten."""
 
 
 class UpstreamConnection(asyncio.Protocol):
@@ -400,7 +420,7 @@ class UpstreamConnection(asyncio.Protocol):
             if not self.pending:
                 self.client.fail("the upstream sent a response nobody asked for")
                 return
-            slot, key, version, rewrite = self.pending.popleft()
+            sink, key, version, rewrite = self.pending.popleft()
             if key in TOPIC_CHANGING and self.upstream.on_topics_changed is not None:
                 self.upstream.on_topics_changed()
             if rewrite:
@@ -410,10 +430,16 @@ class UpstreamConnection(asyncio.Protocol):
                 except wire.WireError as exc:
                     self.client.fail(f"unreadable upstream response: {exc}")
                     return
+            elif isinstance(sink, asyncio.Future):
+                out = bytes(buf[pos + 4 : pos + 4 + size])
             else:
                 out = bytes(buf[pos : pos + 4 + size])
             pos += 4 + size
-            self.client.complete(slot, out)
+            if isinstance(sink, asyncio.Future):
+                if not sink.done():
+                    sink.set_result(out)
+            else:
+                self.client.complete(sink, out)
         if pos:
             del buf[:pos]
 
