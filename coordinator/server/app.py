@@ -191,11 +191,9 @@ class CoordinatorServer:
         if upstream is None:
             self.kafka.set_node(bound, Node(node_id=0, host=adv_host, port=adv_port))
         else:
-            await upstream.bind_nodes(self.kafka, host, bound, adv_host, adv_port)
+            upstream.bind_nodes(self.kafka, host, bound, adv_host, adv_port)
             # Topics follow the upstream; the topic RPCs go to it (started by load()).
-            self.topic_feed = TopicFeed(
-                self.runtime, upstream, options.kafka_metadata_max_age_ms, self.kafka
-            )
+            self.topic_feed = TopicFeed(self.runtime, upstream, options.kafka_metadata_max_age_ms)
             self.service.topics = self.topic_feed
         shown = f"[{host.strip('[]')}]" if ":" in host.strip("[]") else host
         self.kafka_address = f"{shown}:{bound}"
