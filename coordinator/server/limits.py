@@ -161,6 +161,28 @@ class RequestLimits:
         for name, _metadata in req.protocols:
             self.identifier("A protocol name", name)
 
+    def precheck_grpc(self, method: str, request: Any) -> None:
+        """The partition counts of a gRPC request, taken on the wire message before it is
+        converted (converting a million partitions is itself seconds of work); the service
+        layer checks the same again for every codec."""
+        if method == "OffsetCommit":
+            n = sum(len(t.partitions) for t in request.topics)
+        elif method == "OffsetDelete":
+            n = sum(len(t.partition_indexes) for t in request.topics)
+        elif method == "OffsetFetch":
+            self.groups(len(request.groups))
+            n = sum(
+                len(t.partition_indexes)
+                for g in request.groups
+                if g.HasField("topics")
+                for t in g.topics.items
+            )
+        elif method == "ConsumerGroupHeartbeat" and request.HasField("topic_partitions"):
+            n = sum(len(t.partitions) for t in request.topic_partitions.items)
+        else:
+            return
+        self.partitions(n)
+
     def topics(self, names: Iterable[str]) -> None:
         """CreateTopics / CreatePartitions / DeleteTopics: topics named in one request."""
         self.count("topics", sum(1 for _ in names), self.max_partitions, PARTITIONS)

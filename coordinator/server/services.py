@@ -114,6 +114,10 @@ class GrpcServicer:
     async def run(self, row: Rpc, request: Any, context: grpc.aio.ServicerContext) -> Any:
         caller = self.caller(context, row.needs_identity)
         try:
+            self.service.limits.precheck_grpc(row.response_type.DESCRIPTOR.name[:-8], request)
+        except CoordinatorError as exc:  # too much in one request: refused before converting
+            return convert.with_error(row.response_type, exc.code, exc.message)
+        try:
             req = row.decode(request, caller)
         except CoordinatorError as exc:
             if row.undecodable is not None:

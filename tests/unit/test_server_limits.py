@@ -192,9 +192,8 @@ async def test_offset_commit_limits() -> None:
         "The request names 6 partitions; at most 5 are allowed in one request "
         "(group.coordinator.request.max.partitions)."
     )
-    assert [(p.error_code, p.error_message) for p in resp.topics[0].partitions] == [
-        (42, message)
-    ] * 6  # a group-level error on every partition, as Kafka answers OffsetCommit
+    # Counted on the wire message, before converting it: a request-level error (gRPC).
+    assert resp == offsets_pb2.OffsetCommitResponse(error_code=42, error_message=message)
     long_group = OC(group_id="g" * 17, topics=[OC.Topic(name="t", partitions=[OC.Partition()])])
     resp = await offsets.OffsetCommit(long_group, Ctx())
     assert resp.topics[0].partitions[0].error_code == 24
@@ -329,4 +328,30 @@ async def test_an_answer_too_large_for_grpc_is_refused_in_band(
     assert "Traceback" not in caplog.text
     few = await admin.ListGroups(admin_pb2.ListGroupsRequest(types_filter=["consumer"]), Ctx())
     assert few == admin_pb2.ListGroupsResponse()  # the filtered list fits
+    await rt.close()
+
+
+async def test_the_service_layer_checks_for_every_codec() -> None:
+    """What the Kafka listener calls: the service layer, with Kafka's per-partition shape."""
+    from coordinator.core.offsets import OffsetCommit, OffsetCommitPartition, OffsetCommitTopic
+    from coordinator.server.api import Caller
+    from coordinator.server.service import CoordinatorService
+
+    rt = await started()
+    service = CoordinatorService(rt)
+    req = OffsetCommit(
+        group_id="g",
+        topics=(
+            OffsetCommitTopic(
+                name="t",
+                partitions=tuple(
+                    OffsetCommitPartition(partition_index=i, committed_offset=1) for i in range(6)
+                ),
+            ),
+        ),
+    )
+    reply = await service.offset_commit(req, Caller(api_version=9))
+    assert reply.value is not None
+    assert [p.error_code for t in reply.value.topics for p in t.partitions] == [42] * 6
+    assert rt.snapshot()["groups"] == {}
     await rt.close()
