@@ -36,7 +36,12 @@ from prometheus_client import (
     disable_created_metrics,
     start_http_server,
 )
-from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 
 log = logging.getLogger("kip848.metrics")
@@ -212,10 +217,10 @@ class StateCollector(Collector):
         )
         for shard, n in sorted(c.load_records.items()):
             loaded.add_metric([str(shard)], n)
-        forwarded = GaugeMetricFamily(
+        forwarded = CounterMetricFamily(
             f"{NAMESPACE}_frontend_forwarded_calls",
             "Calls each front-end process (--grpc-processes) forwarded to the coordinator "
-            "process since it started.",
+            "process (from 0 again when a front end is restarted).",
             labels=["frontend"],
         )
         for index, n in sorted(c.frontends.items()):

@@ -34,6 +34,7 @@ What one request records:
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 from collections.abc import Callable, Mapping
 from contextvars import ContextVar
@@ -48,6 +49,8 @@ from .metrics import ABORTED, CoordinatorMetrics, error_name
 ARRIVAL: ContextVar[float | None] = ContextVar("kip848_request_arrival", default=None)
 """When the current request reached a process of ours (``time.monotonic()``); read by the
 service layer's wrapper (latency) and the runtime observer (queue time)."""
+
+log = logging.getLogger("kip848.metrics")
 
 GRPC_PATH: ContextVar[str | None] = ContextVar("kip848_grpc_path", default=None)
 """The gRPC method path of the current call (tracing on only: the span's name)."""
@@ -114,6 +117,14 @@ def first_error(answer: Any, depth: int = 0) -> int:
         if found:
             return found
     return 0
+
+
+def _safe_first_error(answer: Any) -> int:
+    try:
+        return first_error(answer)
+    except Exception:  # an answer shape we do not know: counted, never failed
+        log.exception("Reading the error code of %r failed", type(answer).__name__)
+        return int(ErrorCode.UNKNOWN_SERVER_ERROR)
 
 
 # ---------------------------------------------------------------- audit
@@ -281,12 +292,16 @@ def _observed(
             if token is not None:
                 ARRIVAL.reset(token)
             if series is not None:
-                code = ABORTED if answer is None else first_error(answer)
+                code = ABORTED if answer is None else _safe_first_error(answer)
                 series[protocol].observe(code, monotonic() - arrival)
-        if is_admin:
-            _audit(name, req, answer, protocol, caller)
-        if metrics is not None and (is_commit or is_delete):
-            _count_offsets(metrics, answer, is_commit)
+        if is_admin or (metrics is not None and (is_commit or is_delete)):
+            try:
+                if is_admin:
+                    _audit(name, req, answer, protocol, caller)
+                if metrics is not None and (is_commit or is_delete):
+                    _count_offsets(metrics, answer, is_commit)
+            except Exception:  # observing never fails the request it observes
+                log.exception("Observing %s failed", rpc)
         return answer
 
     observed.__name__ = name
@@ -311,7 +326,7 @@ async def _traced(
         tracing.set_request_attributes(span, req)
         answer = await method(req, caller)
         tracing.set_response_attributes(span, getattr(answer, "value", None) or answer)
-        span.set_attribute(tracing.ERROR_CODE, error_name(first_error(answer)))
+        span.set_attribute(tracing.ERROR_CODE, error_name(_safe_first_error(answer)))
         return answer
 
 

@@ -612,3 +612,26 @@ def _panels(panels: list[dict]) -> Iterator[dict]:
             yield from _panels(p.get("panels", []))
         else:
             yield p
+
+
+async def test_a_failing_observation_never_fails_the_request(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from coordinator.observability import requests as observed_requests
+    from coordinator.server.api import Caller
+
+    def broken(*_args: Any) -> Any:
+        raise RuntimeError("audit bug")
+
+    metrics = CoordinatorMetrics(process_collectors=False)
+    rt = await started_runtime(RuntimeObserver(metrics))
+    try:
+        service = CoordinatorService(rt)
+        instrument_service(service, metrics)
+        monkeypatch.setattr(observed_requests, "audit_lines", broken)
+        answer = await service.delete_groups(["nope"], Caller(client_id="ops"))
+        assert answer.value == [("nope", ErrorCode.GROUP_ID_NOT_FOUND, "Group nope not found.")]
+        assert "Observing DeleteGroups failed" in caplog.text
+        assert sample(metrics, "kip848_request_duration_seconds_count", rpc="DeleteGroups") == 1
+    finally:
+        await rt.close()
