@@ -9,11 +9,15 @@ import json
 import sys
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from coordinator.cli.config import DEFAULT_DATA_DIR, add_config_flags, build_config
 from coordinator.cli.output import print_json, print_table
 from coordinator.cli.registry import Commands
+
+if TYPE_CHECKING:
+    from coordinator.core.topics import TopicRegistry
+    from coordinator.factory import Shard
 
 
 def register(commands: Commands) -> None:
@@ -78,16 +82,19 @@ def cmd_dump(args: argparse.Namespace) -> int:
     return 0
 
 
-def check_state(shards: Sequence[Any], registry: Any) -> list[str]:
+def check_state(shards: Sequence[Shard], registry: TopicRegistry) -> list[str]:
     """Invariants of a loaded state; returns the problems found (empty = fine)."""
     from coordinator.core.commands import SequentialIds
-    from coordinator.core.shard import GroupCoordinatorShard
+    from coordinator.factory import new_shard
 
     problems: list[str] = []
     for i, shard in enumerate(shards):
         # Replaying the canonical records of the state must rebuild exactly the state.
-        fresh = GroupCoordinatorShard(
-            config=shard.config, assignors=list(shard.assignors.values()), ids=SequentialIds()
+        fresh = new_shard(
+            config=shard.config,
+            assignors=list(shard.groups.assignors.values()),
+            ids=SequentialIds(),
+            topics=registry.image(),
         )
         fresh.undo.enabled = False
         try:
@@ -117,8 +124,8 @@ def check_state(shards: Sequence[Any], registry: Any) -> list[str]:
 
 def cmd_replay(args: argparse.Namespace) -> int:
     from coordinator.core.commands import SequentialIds
-    from coordinator.core.shard import GroupCoordinatorShard
     from coordinator.core.topics import TopicRegistry
+    from coordinator.factory import new_shard
     from coordinator.runtime.assignors import make_assignors
     from coordinator.runtime.loader import load_into
     from coordinator.runtime.store import StoreError
@@ -131,10 +138,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         return 1
     assignors = make_assignors(config.consumer_assignors)
     ids = SequentialIds()
-    shards = [
-        GroupCoordinatorShard(config=config, assignors=assignors, ids=ids)
-        for _ in range(config.shards)
-    ]
+    shards = [new_shard(config=config, assignors=assignors, ids=ids) for _ in range(config.shards)]
     registry = TopicRegistry(ids)
     started = time.perf_counter()
     with store:

@@ -288,14 +288,33 @@ async def test_expiration_deletes_unsubscribed_offsets_and_empty_groups_durably(
     # u is not subscribed: expired; t is: kept. The simple group's only offset expired: gone.
     assert stored_offsets(store) == {("live", "t", 0): 1}
     assert [g.group_id for g in await rt.list_groups()] == ["live"]
-    assert "Shard 0: expired 2 offsets, deleted 0 empty groups." in caplog.text
+    # What happened is logged from the core's events once durable, with structured fields.
+    assert events(caplog) == [
+        ("offsets_expired", "live", {"count": 1}),
+        ("offsets_expired", "simple", {"count": 1}),
+        ("group_deleted", "simple", {"reason": "expired"}),
+    ]
+    assert "[GroupId live] Expired 1 offsets." in caplog.messages
+    caplog.clear()
     # Once the member's session expires, the group is empty: its offsets expire 10 min after
     # their commit, and the group with them.
     await rt.advance_time(10 * MINUTE)
     assert stored_offsets(store) == {}
     assert await rt.list_groups() == []
-    assert "deleted 1 empty groups" in caplog.text
+    assert events(caplog)[-2:] == [
+        ("offsets_expired", "live", {"count": 1}),
+        ("group_deleted", "live", {"reason": "expired"}),
+    ]
     await rt.close()
+
+
+def events(caplog: pytest.LogCaptureFixture) -> list[tuple[str, str, dict[str, object]]]:
+    """(event name, group id, fields) of the core's events logged by the runtime."""
+    return [
+        (rec.event, rec.group_id, rec.event_fields)  # type: ignore[attr-defined]
+        for rec in caplog.records
+        if hasattr(rec, "event")
+    ]
 
 
 async def test_the_expiration_survives_a_failed_write() -> None:
