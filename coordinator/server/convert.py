@@ -60,9 +60,10 @@ NameOf = Callable[[str], str]
 
 def with_error(message_type: type[M], code: ErrorCode, text: str | None, **fields: Any) -> M:
     """A response of ``message_type`` carrying a top-level error."""
-    out = message_type(error_code=int(code), **fields)
+    make: Any = message_type
+    out = make(error_code=int(code), **fields)
     if text is not None:
-        out.error_message = text  # type: ignore[attr-defined]
+        out.error_message = text
     return out
 
 

