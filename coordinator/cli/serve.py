@@ -53,6 +53,14 @@ def register(commands: Commands) -> None:
         help="largest request or response (default 16 MiB)",
     )
     p.add_argument(
+        "--max-concurrent-calls",
+        type=int_in(0, INT32_MAX),
+        default=10_000,
+        metavar="N",
+        help="calls one process runs at once; more are refused at once with RESOURCE_EXHAUSTED "
+        "(not processed: retry); 0: no limit. Below it, bursts queue (default 10000)",
+    )
+    p.add_argument(
         "--journal-retention-ms",
         type=int_in(0, INT64_MAX),
         default=None,
@@ -220,6 +228,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         listen=args.listen,
         clock=args.clock,
         max_message_bytes=args.max_message_bytes,
+        max_concurrent_calls=args.max_concurrent_calls,
         grpc_processes=args.grpc_processes,
         event_loop=args.event_loop,
         log_level=args.log_level,

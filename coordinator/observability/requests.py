@@ -104,7 +104,8 @@ def _configs_text(configs: Any) -> str:
 
 def _partitions_text(topics: Any, field: str) -> str:
     return ",".join(
-        f"{t.name or t.topic_id.hex()}:{'/'.join(str(p) for p in _indexes(t, field))}"
+        f"{t.name or getattr(t, 'topic_id', b'').hex()}:"
+        f"{'/'.join(str(p) for p in _indexes(t, field))}"
         for t in topics
     )
 

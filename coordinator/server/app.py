@@ -33,6 +33,7 @@ from coordinator.runtime.store import RecordStore
 
 from .api import Node
 from .forwarding import (
+    DEFAULT_MAX_CONCURRENT_CALLS,
     Dispatcher,
     FrontEndPool,
     add_health_and_reflection,
@@ -68,6 +69,7 @@ class ServeOptions:
     listen: str = "127.0.0.1:9094"
     clock: str = "system"
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    max_concurrent_calls: int = DEFAULT_MAX_CONCURRENT_CALLS  # per process; 0: no limit
     grpc_processes: int = 1
     event_loop: str = "uvloop"
     log_level: str = "info"
@@ -110,7 +112,11 @@ class CoordinatorServer:
         self.advertised: tuple[str, int] = ("", 0)  # set by start()
         size = options.max_message_bytes
         # The port is shared with our own front ends only: start() checks that it is free.
-        self.server = new_grpc_server(size, reuseport=options.grpc_processes > 1)
+        self.server = new_grpc_server(
+            size,
+            reuseport=options.grpc_processes > 1,
+            max_concurrent_calls=options.max_concurrent_calls,
+        )
         self.health = health.aio.HealthServicer()
         self.service = CoordinatorService(runtime)
         servicers: list[object] = [
@@ -147,6 +153,7 @@ class CoordinatorServer:
                 Dispatcher(table),
                 listen=options.listen,
                 max_message_bytes=size,
+                max_concurrent_calls=options.max_concurrent_calls,
                 log_level=options.log_level,
                 event_loop=options.event_loop,
                 log_format=options.log_format,
