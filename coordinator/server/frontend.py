@@ -69,7 +69,7 @@ class FrontEndServer:
             fut: asyncio.Future[tuple[int, str, bytes]] = asyncio.get_running_loop().create_future()
             self.calls[call_id] = fut
             metadata = tuple((k, v) for k, v in (context.invocation_metadata() or ()))
-            conn.send((CALL, call_id, path, request, metadata, context.peer() or ""))  # type: ignore[union-attr]
+            conn.send((CALL, call_id, path, request, metadata, context.peer() or ""))
             try:
                 status, details, payload = await fut
             finally:

@@ -7,8 +7,8 @@ from the broker's Metadata — names, partition counts, topic ids; Kafka's metad
   committed offsets; a topic the broker lists with an error is left as it is. Refreshes run
   every ``kafka.upstream.metadata.max.age.ms``, at start (before health says SERVING), and on
   demand — when a subscription names a topic the registry does not have, when a regex is seen
-  for the first time, after a forwarded CreateTopics/DeleteTopics/CreatePartitions, and before
-  the topic RPCs answer. On-demand refreshes are coalesced and at most one starts per
+  for the first time (that request waits for the refresh, bounded), after a forwarded
+  CreateTopics/DeleteTopics/CreatePartitions, and before the topic RPCs answer. On-demand refreshes are coalesced and at most one starts per
   ``MIN_REFRESH_GAP_S``; a request that arrives while one is in flight gets the next one.
 * **Topic administration** (the AdminService topic RPCs, ``kip848 topics``) goes to the
   upstream: the broker owns topics. CreateTopics/DeleteTopics/CreatePartitions are sent to it
@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from typing import Any, cast
 
 from coordinator.core.errors import (
@@ -47,6 +47,8 @@ MIN_REFRESH_GAP_S = 0.2
 START_TIMEOUT_S = 10.0
 ADMIN_TIMEOUT_MS = 30_000  # CreateTopics/DeleteTopics timeout given to the broker
 KNOWN_REGEXES = 1024  # regexes remembered (a new one triggers a refresh)
+KNOWN_MISSING = 4096  # missing topic names remembered (a request waits once per interval)
+SUBSCRIBE_WAIT_S = 1.0
 
 CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS = 19, 20, 37
 
@@ -99,6 +101,7 @@ class TopicFeed:
         self._task: asyncio.Task[None] | None = None
         self._last_start = 0.0
         self._regexes: dict[str, None] = {}
+        self._missing: dict[str, float] = {}
         self.refreshes = 0
         self.last_error: str | None = None
         upstream.on_topics_changed = self.request_refresh
@@ -145,18 +148,37 @@ class TopicFeed:
         self._wanted.set()
         await waiter
 
-    def subscribed(self, names: Sequence[str] | None, regex: str | None) -> None:
-        """A subscription was seen: refresh if it names a topic the registry lacks, or carries
-        a regex not seen before (it may match topics created since the last refresh)."""
+    def subscribed(self, names: Sequence[str] | None, regex: str | None) -> Awaitable[None] | None:
+        """A subscription was seen. If it names a topic the registry lacks, or carries a regex
+        not seen before (it may match topics created since the last refresh), a refresh is
+        asked for, and the returned awaitable waits for it (at most ``SUBSCRIBE_WAIT_S``):
+        a consumer that subscribes right after creating its topic is assigned at once, as
+        with Kafka, whose coordinator shares the broker's metadata. A missing name makes a
+        request wait at most once per ``kafka.upstream.metadata.max.age.ms``."""
+        wait = False
         if names:
             by_name = self.runtime.registry.image().by_name
-            if any(n not in by_name for n in names):
-                self.request_refresh()
+            missing = [n for n in names if n not in by_name]
+            if missing:
+                now = time.monotonic()
+                if len(self._missing) >= KNOWN_MISSING:
+                    self._missing.clear()
+                for n in missing:
+                    if now - self._missing.get(n, -self.max_age_s) >= self.max_age_s:
+                        self._missing[n] = now
+                        wait = True
         if regex and regex not in self._regexes:
             if len(self._regexes) >= KNOWN_REGEXES:
                 self._regexes.pop(next(iter(self._regexes)))
             self._regexes[regex] = None
-            self.request_refresh()
+            wait = True
+        return self._refreshed() if wait else None
+
+    async def _refreshed(self) -> None:
+        try:
+            await asyncio.wait_for(self.refresh(), SUBSCRIBE_WAIT_S)
+        except (UpstreamError, CoordinatorError, TimeoutError) as exc:
+            log.debug("Serving a subscription without a refresh: %r", exc)
 
     async def _run(self) -> None:
         wanted = self._wanted
