@@ -51,6 +51,11 @@ KNOWN_MISSING = 4096  # missing topic names remembered (a request waits once per
 SUBSCRIBE_WAIT_S = 1.0
 
 CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS = 19, 20, 37
+API_NAMES = {
+    CREATE_TOPICS: "CreateTopics",
+    DELETE_TOPICS: "DeleteTopics",
+    CREATE_PARTITIONS: "CreatePartitions",
+}
 
 
 NETWORK_EXCEPTION = 13
@@ -73,6 +78,14 @@ def _code(value: int) -> ErrorCode:
 
 def _failed(name: str, exc: CoordinatorError) -> TopicResult:
     return TopicResult(name=name, error_code=exc.code, error_message=exc.message)
+
+
+def _unsupported(name: str, key: int) -> TopicResult:
+    return TopicResult(
+        name=name,
+        error_code=ErrorCode.UNSUPPORTED_VERSION,
+        error_message=f"The upstream broker does not offer {API_NAMES[key]} (API key {key}).",
+    )
 
 
 def _duplicates(names: Sequence[str]) -> set[str]:
@@ -272,8 +285,10 @@ class TopicFeed:
                 send.append((i, t))
             except CoordinatorError as exc:
                 answers[i] = _failed(t.name, exc)
-        if send:
-            version = self._version(CREATE_TOPICS)
+        version = self.upstream.version_for(CREATE_TOPICS)
+        if version is None:
+            answers.update((i, _unsupported(t.name, CREATE_TOPICS)) for i, t in send)
+        elif send:
             req = wire.build(
                 wire.request_class(CREATE_TOPICS, version),
                 topics=[
@@ -300,12 +315,17 @@ class TopicFeed:
                         error_message="The upstream broker did not answer for this topic.",
                     )
                     continue
+                if r.error_code:
+                    answers[i] = TopicResult(
+                        name=t.name,
+                        error_code=_code(r.error_code),
+                        error_message=r.error_message,
+                    )
+                    continue
                 answers[i] = TopicResult(
                     name=t.name,
                     topic_id=topic_id_of(getattr(r, "topic_id", None)),
                     num_partitions=max(0, getattr(r, "num_partitions", t.num_partitions)),
-                    error_code=_code(r.error_code),
-                    error_message=r.error_message if r.error_code else None,
                 )
             await self._settle(answers)
         return [answers[i] for i in range(len(topics))]
@@ -321,12 +341,7 @@ class TopicFeed:
                     name, InvalidRequestError(f"Duplicate topic name {name} in the request.")
                 )
             elif version is None:
-                answers[i] = TopicResult(
-                    name=name,
-                    error_code=ErrorCode.UNSUPPORTED_VERSION,
-                    error_message="The upstream broker does not offer CreatePartitions "
-                    "(API key 37).",
-                )
+                answers[i] = _unsupported(name, CREATE_PARTITIONS)
             else:
                 send.append((i, name, count))
         if send:
@@ -365,9 +380,11 @@ class TopicFeed:
                 )
             else:
                 send.append((i, name))
-        if send:
+        version = self.upstream.version_for(DELETE_TOPICS)
+        if version is None:
+            answers.update((i, _unsupported(name, DELETE_TOPICS)) for i, name in send)
+        elif send:
             before = {t.name: t for t in await self.runtime.list_topics()}
-            version = self._version(DELETE_TOPICS)
             if version >= 6:
                 body: dict[str, Any] = {"topics": [{"name": n, "topic_id": None} for _i, n in send]}
             else:
@@ -407,14 +424,6 @@ class TopicFeed:
             return await self.client.call(entity)
         except UpstreamError as exc:
             raise UpstreamUnavailableError(str(exc)) from None
-
-    def _version(self, key: int) -> int:
-        version = self.upstream.version_for(key)
-        if version is None:
-            raise InvalidRequestError(
-                f"The upstream broker does not offer {wire.api_name(key)} (API key {key})."
-            )
-        return version
 
     async def _settle(self, answers: dict[int, TopicResult]) -> None:
         """Refresh so the registry has the change before the RPC answers; fill the ids and

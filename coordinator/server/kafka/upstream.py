@@ -77,9 +77,11 @@ class UpstreamClient:
                 return await asyncio.wait_for(self._call(entity), self.timeout_s)
             except (OSError, TimeoutError, asyncio.IncompleteReadError, wire.WireError) as exc:
                 self.close()
-                what = wire.api_name(int(type(entity).__api_key__))
+                name = wire.api_name(int(type(entity).__api_key__))
+                what = "".join(w.capitalize() for w in name.split("_"))
                 raise UpstreamError(
-                    f"{what} to the upstream broker at {self.host}:{self.port} failed: {exc!r}"
+                    f"{what} to the upstream broker at {self.host}:{self.port} failed: "
+                    f"{str(exc) or type(exc).__name__}"
                 ) from exc
             except BaseException:
                 self.close()
