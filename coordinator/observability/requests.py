@@ -323,8 +323,12 @@ async def _traced(
     ) as span:
         if not span.is_recording():
             return await method(req, caller)
-        tracing.set_request_attributes(span, req)
-        answer = await method(req, caller)
+        token = tracing.ACTIVE.set(True)
+        try:
+            tracing.set_request_attributes(span, req)
+            answer = await method(req, caller)
+        finally:
+            tracing.ACTIVE.reset(token)
         tracing.set_response_attributes(span, getattr(answer, "value", None) or answer)
         span.set_attribute(tracing.ERROR_CODE, error_name(_safe_first_error(answer)))
         return answer
@@ -391,12 +395,14 @@ def _edge(path: str, method: Callable[[Any, Any], Any]) -> Callable[[Any, Any], 
                     k: (v if isinstance(v, str) else v.decode("latin-1")) for k, v in metadata
                 }
                 attached = otel_context.attach(propagate.extract(carrier))
+                remote = tracing.REMOTE_PARENT.set(True)
             path_token = GRPC_PATH.set(path)
             try:
                 return await method(request, context)
             finally:
                 GRPC_PATH.reset(path_token)
                 if attached is not None:
+                    tracing.REMOTE_PARENT.reset(remote)
                     otel_context.detach(attached)
         finally:
             ARRIVAL.reset(token)
