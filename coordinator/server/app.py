@@ -363,8 +363,8 @@ async def serve(runtime: CoordinatorRuntime, options: ServeOptions) -> int:
     code = 0
     await asyncio.wait([load_task, stop_task], return_when=asyncio.FIRST_COMPLETED)
     if load_task.done() and load_task.exception() is not None:
-        exc = load_task.exception()
-        log.critical("Loading the store failed: %r", exc, exc_info=exc)
+        failure = load_task.exception()
+        log.critical("Loading the store failed: %r", failure, exc_info=failure)
         code = 1
     elif not stop.is_set():
         await stop_task
