@@ -4,6 +4,7 @@ members, protocol vote, timeouts, durability (records replay into the same durab
 from __future__ import annotations
 
 import pytest
+from builders import classic_assignment as asg
 
 from coordinator.core import records as r
 from coordinator.core.commands import Pending
@@ -21,13 +22,8 @@ from coordinator.core.timeline import UndoLog
 from coordinator.harness import Harness, subscription
 from legacy_bridge import messages as m
 from legacy_bridge.classic_group import VALID_PREVIOUS_STATES, ClassicGroup, ClassicGroupState
-from legacy_bridge.protocol import AssignmentMessage, encode_assignment
 
 META = subscription(["foo"])
-
-
-def asg(*ps: int) -> bytes:
-    return encode_assignment(AssignmentMessage(assigned_partitions=(("foo", ps),)))
 
 
 def stable_group(h: Harness) -> tuple[str, str]:

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from test_legacy_migration import classic_record
+from builders import classic_record
 
 from coordinator.cli import main
 from coordinator.core import codec
