@@ -19,7 +19,7 @@ _OPTIONS.log_errors = False
 
 
 @lru_cache(maxsize=4096)
-def compile_regex(pattern: str) -> re2._Regexp:  # type: ignore[name-defined]
+def compile_regex(pattern: str) -> re2._Regexp:
     """Compile or raise INVALID_REGULAR_EXPRESSION with RE2's reason."""
     try:
         return re2.compile(pattern, _OPTIONS)
