@@ -1,0 +1,1 @@
+"""Analytics (placeholder docstring; rewritten below)."""
