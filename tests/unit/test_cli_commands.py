@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.cli import main, read_properties
+from coordinator.cli import main
+from coordinator.cli.config import read_properties
 from coordinator.core.commands import ConsumerGroupHeartbeat
 from coordinator.core.config import parse_config
 from coordinator.core.topics import NewTopic
@@ -191,10 +192,10 @@ def test_a_wildcard_listen_host_is_advertised_as_this_machines_name() -> None:
 def test_grpc_processes_auto_is_one_per_usable_cpu(capsys: pytest.CaptureFixture[str]) -> None:
     import os
 
-    from coordinator.cli import _processes
+    from coordinator.cli.serve import grpc_processes
 
-    assert _processes("auto") == max(1, min(64, len(os.sched_getaffinity(0))))
-    assert _processes("3") == 3
+    assert grpc_processes("auto") == max(1, min(64, len(os.sched_getaffinity(0))))
+    assert grpc_processes("3") == 3
     with pytest.raises(SystemExit) as exit_:
         main(["serve", "--grpc-processes", "many"])
     assert exit_.value.code == 2

@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.cli import UsageError, main, parse_topic_partitions, read_offsets_csv
+from coordinator.cli import main
+from coordinator.cli.errors import UsageError
+from coordinator.cli.group_offsets import parse_topic_partitions, read_offsets_csv
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,62 @@
+"""The ``kip848`` program: its sub-commands, its parser and ``main``.
+
+Adding a sub-command: a module in this package with ``register(commands)`` (see
+``coordinator.cli.registry.Commands``), listed once in ``SUBCOMMANDS`` below.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from coordinator.cli import (
+    assignors,
+    configs,
+    dump_replay,
+    groups,
+    serve,
+    simulate,
+    topics,
+)
+from coordinator.cli.errors import UsageError
+from coordinator.cli.registry import Commands
+
+# In the order `kip848 --help` lists them.
+SUBCOMMANDS = (serve, topics, groups, configs, dump_replay, assignors, simulate)
+
+
+def build() -> tuple[argparse.ArgumentParser, Commands]:
+    parser = argparse.ArgumentParser(
+        prog="kip848", description="A KIP-848 consumer group coordinator over gRPC."
+    )
+    commands = Commands(parser.add_subparsers(dest="command", metavar="COMMAND"))
+    for module in SUBCOMMANDS:
+        module.register(commands)
+    return parser, commands
+
+
+def build_parser() -> argparse.ArgumentParser:
+    return build()[0]
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser, commands = build()
+    if argv and argv[0] in commands.delegated:
+        return commands.delegated[argv[0]](argv[1:])
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        return int(args.func(args))
+    except UsageError as exc:
+        print(f"kip848 {args.command}: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:  # e.g. `kip848 dump | head`
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0

@@ -1,0 +1,104 @@
+"""The calls the ``kip848 groups`` actions share, on one channel."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from typing import Any
+
+from coordinator.cli.errors import CommandFailed
+from coordinator.cli.report import report
+from coordinator.cli.rpc import call
+
+
+class GroupClient:
+    """The stubs of one channel and the calls the group commands share."""
+
+    def __init__(self, args: argparse.Namespace, channel: Any) -> None:
+        from kip848.v1 import admin_pb2_grpc, consumer_group_pb2_grpc, offsets_pb2_grpc
+
+        self.args = args
+        self.admin = admin_pb2_grpc.AdminServiceStub(channel)
+        self.groups = consumer_group_pb2_grpc.ConsumerGroupServiceStub(channel)
+        self.offsets = offsets_pb2_grpc.OffsetServiceStub(channel)
+
+    def call(self, fn: Any, request: Any) -> Any:
+        return call(fn, request, self.args)
+
+    def describe(self, group_ids: Sequence[str]) -> list[Any]:
+        from kip848.v1 import consumer_group_pb2
+
+        resp = self.call(
+            self.groups.ConsumerGroupDescribe,
+            consumer_group_pb2.ConsumerGroupDescribeRequest(group_ids=group_ids),
+        )
+        if resp.error_code:
+            report("describe", resp.error_code, resp.error_message)
+            raise CommandFailed
+        return list(resp.groups)
+
+    def listed(self) -> dict[str, Any]:
+        from kip848.v1 import admin_pb2
+
+        resp = self.call(self.admin.ListGroups, admin_pb2.ListGroupsRequest())
+        if resp.error_code:
+            report("list groups", resp.error_code, resp.error_message)
+            raise CommandFailed
+        return {g.group_id: g for g in resp.groups}
+
+    def topics(self) -> dict[str, int]:
+        from kip848.v1 import admin_pb2
+
+        resp = self.call(self.admin.ListTopics, admin_pb2.ListTopicsRequest())
+        if resp.error_code:
+            report("list topics", resp.error_code, resp.error_message)
+            raise CommandFailed
+        return {t.name: t.num_partitions for t in resp.topics}
+
+    def committed(
+        self, group_id: str, wanted: dict[str, list[int]] | None = None
+    ) -> dict[tuple[str, int], Any]:
+        """(topic, partition) -> committed partition entry; all of the group's when ``wanted`` is None."""
+        from kip848.v1 import common_pb2, offsets_pb2
+
+        group = offsets_pb2.OffsetFetchRequest.Group(group_id=group_id)
+        if wanted is not None:
+            group.topics.CopyFrom(
+                common_pb2.TopicPartitionIndexesList(
+                    items=[
+                        common_pb2.TopicPartitionIndexes(name=t, partition_indexes=ps)
+                        for t, ps in wanted.items()
+                    ]
+                )
+            )
+        resp = self.call(self.offsets.OffsetFetch, offsets_pb2.OffsetFetchRequest(groups=[group]))
+        code, message = resp.error_code, resp.error_message
+        if not code and resp.groups[0].error_code:
+            code, message = resp.groups[0].error_code, resp.groups[0].error_message
+        if code:
+            report(f"fetch offsets of group {group_id}", code, message)
+            raise CommandFailed
+        out = {}
+        for t in resp.groups[0].topics:
+            for p in t.partitions:
+                if p.error_code:
+                    report(
+                        f"fetch offset of {t.name}-{p.partition_index}",
+                        p.error_code,
+                        p.error_message,
+                    )
+                    raise CommandFailed
+                if p.committed_offset >= 0:
+                    out[(t.name, p.partition_index)] = p
+        return out
+
+    def group_state(self, group_id: str) -> tuple[str, str, int] | None:
+        """(type, state, members) of a group, None if the coordinator does not know it."""
+        [g] = self.describe([group_id])
+        if not g.error_code:
+            return "consumer", g.group_state, len(g.members)
+        if g.error_code != 69:  # GROUP_ID_NOT_FOUND: maybe a classic or offsets-only group
+            report(f"group {group_id}", g.error_code, g.error_message)
+            raise CommandFailed
+        listed = self.listed().get(group_id)
+        return None if listed is None else (listed.group_type, listed.group_state, 0)

@@ -1,0 +1,314 @@
+"""``kip848 groups reset-offsets|delete-offsets``: committed offsets changed by hand, with
+Kafka's partition specs (``TOPIC:0,2,4-7``) and reset-offsets CSV."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from coordinator.cli.errors import CommandFailed, UsageError
+from coordinator.cli.group_client import GroupClient
+from coordinator.cli.output import print_json, print_table
+from coordinator.cli.report import error_name, error_text, print_hints, report
+from coordinator.cli.rpc import add_client_flags
+
+
+def add_actions(gsub: Any) -> None:
+    """The ``reset-offsets`` and ``delete-offsets`` actions of ``kip848 groups``."""
+    g = gsub.add_parser(
+        "reset-offsets",
+        help="set the committed offsets of an inactive group",
+        description="Refused while the group has members, as in Kafka. Dry run unless --execute.",
+    )
+    g.add_argument("group_id", metavar="GROUP")
+    g.add_argument(
+        "--topic",
+        action="append",
+        default=[],
+        metavar="TOPIC[:PARTITIONS]",
+        help="a topic (all its partitions) or TOPIC:0,2,4-7; repeatable",
+    )
+    g.add_argument(
+        "--all-topics", action="store_true", help="every partition the group has an offset for"
+    )
+    how = g.add_mutually_exclusive_group(required=True)
+    how.add_argument("--to-offset", type=int, metavar="N", help="set every partition to N")
+    how.add_argument(
+        "--shift-by",
+        type=int,
+        metavar="N",
+        help="move each committed offset by N (may be negative; floor 0)",
+    )
+    how.add_argument(
+        "--from-file", metavar="CSV", help="topic,partition,offset lines (Kafka's format)"
+    )
+    mode = g.add_mutually_exclusive_group()
+    mode.add_argument("--dry-run", action="store_true", help="show the plan only (the default)")
+    mode.add_argument("--execute", action="store_true", help="commit the new offsets")
+    add_client_flags(g)
+    g.set_defaults(group_action=_groups_reset_offsets)
+    g = gsub.add_parser(
+        "delete-offsets",
+        help="delete committed offsets of topics the group no longer subscribes to",
+    )
+    g.add_argument("group_id", metavar="GROUP")
+    g.add_argument(
+        "--topic",
+        action="append",
+        required=True,
+        metavar="TOPIC[:PARTITIONS]",
+        help="a topic (all its partitions) or TOPIC:0,2,4-7; repeatable",
+    )
+    add_client_flags(g)
+    g.set_defaults(group_action=_groups_delete_offsets)
+
+
+def parse_topic_partitions(spec: str) -> tuple[str, list[int] | None]:
+    """``T`` (every partition) or ``T:P[,P...]`` (partitions, ``a-b`` ranges allowed)."""
+    topic, sep, rest = spec.rpartition(":") if ":" in spec else (spec, "", "")
+    if not topic:
+        raise UsageError(f"--topic expects TOPIC or TOPIC:PARTITIONS, got {spec!r}")
+    if not sep:
+        return topic, None
+    partitions: list[int] = []
+    try:
+        for item in rest.split(","):
+            lo, dash, hi = item.strip().partition("-")
+            partitions.extend(range(int(lo), int(hi) + 1) if dash else [int(lo)])
+    except ValueError:
+        raise UsageError(
+            f"--topic {spec!r}: partitions are numbers, e.g. {topic}:0,2,4-7"
+        ) from None
+    if not partitions or any(p < 0 for p in partitions):
+        raise UsageError(f"--topic {spec!r}: partitions are numbers >= 0")
+    return topic, sorted(set(partitions))
+
+
+def read_offsets_csv(path: str) -> dict[tuple[str, int], int]:
+    """Kafka's reset-offsets file: ``topic,partition,offset`` per line (blank lines and ``#``
+    comments skipped; an optional ``topic,partition,offset`` header)."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
+    out: dict[tuple[str, int], int] = {}
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if (
+            not line
+            or line.startswith("#")
+            or line.replace(" ", "").lower() == "topic,partition,offset"
+        ):
+            continue
+        cells = [c.strip() for c in line.split(",")]
+        try:
+            if len(cells) != 3 or not cells[0]:
+                raise ValueError
+            topic, partition, offset = cells[0], int(cells[1]), int(cells[2])
+        except ValueError:
+            raise UsageError(
+                f"{path}:{number}: expected topic,partition,offset, got {line!r}"
+            ) from None
+        if partition < 0 or offset < 0:
+            raise UsageError(f"{path}:{number}: partition and offset must be >= 0, got {line!r}")
+        if (topic, partition) in out:
+            raise UsageError(f"{path}:{number}: {topic}-{partition} appears twice")
+        out[(topic, partition)] = offset
+    if not out:
+        raise UsageError(f"{path}: no offsets in the file")
+    return out
+
+
+def _resolve_partitions(
+    c: GroupClient, group_id: str, specs: Sequence[str], all_topics: bool
+) -> dict[str, list[int]]:
+    """Topic -> partitions named by ``--topic`` specs (a bare topic: all its partitions) or,
+    with ``--all-topics``, every partition the group has an offset for."""
+    if all_topics:
+        out: dict[str, list[int]] = {}
+        for topic, partition in sorted(c.committed(group_id)):
+            out.setdefault(topic, []).append(partition)
+        return out
+    registry = None
+    out = {}
+    for spec in specs:
+        topic, partitions = parse_topic_partitions(spec)
+        if partitions is None:
+            registry = registry if registry is not None else c.topics()
+            if topic not in registry:
+                report(f"topic {topic}", 3, f"The topic '{topic}' does not exist.")
+                raise CommandFailed
+            partitions = list(range(registry[topic]))
+        out[topic] = sorted(set(out.get(topic, [])) | set(partitions))
+    return out
+
+
+def _groups_reset_offsets(args: argparse.Namespace, c: GroupClient) -> int:
+    from kip848.v1 import offsets_pb2
+
+    gid = args.group_id
+    if args.from_file is None and not args.topic and not args.all_topics:
+        raise UsageError(
+            "reset-offsets: name the partitions with --topic T[:P] (repeatable), --all-topics, or --from-file"
+        )
+    if args.from_file is not None and (args.topic or args.all_topics):
+        raise UsageError(
+            "reset-offsets: --from-file names its own partitions; drop --topic/--all-topics"
+        )
+    if args.to_offset is not None and args.to_offset < 0:
+        raise UsageError("reset-offsets: --to-offset must be >= 0")
+    state = c.group_state(gid)
+    if state is not None and state[1] not in ("Empty", "Dead"):
+        _kind, current, members = state
+        print(
+            f"kip848: cannot reset the offsets of group '{gid}': it is {current}"
+            + (f" with {members} member(s)" if members else "")
+            + ". Offsets can be reset only while the group is inactive (Empty), as in Kafka.",
+            file=sys.stderr,
+        )
+        print(
+            "  hint: stop the group's consumers (they leave, or their session times out), check with "
+            f"`kip848 groups describe {gid} --state`, then run this again",
+            file=sys.stderr,
+        )
+        return 1
+    if args.from_file is not None:
+        wanted = read_offsets_csv(args.from_file)
+        partitions: dict[str, list[int]] = {}
+        for topic, p in sorted(wanted):
+            partitions.setdefault(topic, []).append(p)
+    else:
+        partitions = _resolve_partitions(c, gid, args.topic, args.all_topics)
+    if not partitions:
+        print(f"kip848: group '{gid}' has no committed offsets to reset.", file=sys.stderr)
+        return 1
+    current = c.committed(gid, partitions)
+    plan: list[tuple[str, int, int | None, int]] = []
+    unshiftable = []
+    for topic, ps in partitions.items():
+        for p in ps:
+            entry = current.get((topic, p))
+            before = entry.committed_offset if entry is not None else None
+            if args.from_file is not None:
+                after = wanted[(topic, p)]
+            elif args.to_offset is not None:
+                after = args.to_offset
+            elif before is None:
+                unshiftable.append(f"{topic}-{p}")
+                continue
+            else:
+                after = max(0, before + args.shift_by)
+            plan.append((topic, p, before, after))
+    if unshiftable:
+        print(
+            f"kip848: cannot shift partitions without a committed offset: {', '.join(unshiftable)}",
+            file=sys.stderr,
+        )
+        print("  hint: set them with --to-offset N (or a --from-file CSV) instead", file=sys.stderr)
+        return 1
+    executed = args.execute
+    errors: dict[tuple[str, int], tuple[int, str | None]] = {}
+    if executed:
+        req = offsets_pb2.OffsetCommitRequest(group_id=gid)  # epoch -1: an admin commit
+        by_topic: dict[str, list[tuple[int, int]]] = {}
+        for topic, p, _before, after in plan:
+            by_topic.setdefault(topic, []).append((p, after))
+        for topic, items in by_topic.items():
+            req.topics.add(
+                name=topic,
+                partitions=[
+                    offsets_pb2.OffsetCommitRequest.Partition(partition_index=p, committed_offset=o)
+                    for p, o in items
+                ],
+            )
+        resp = c.call(c.offsets.OffsetCommit, req)
+        if resp.error_code:
+            report(f"reset offsets of group {gid}", resp.error_code, resp.error_message)
+            return 1
+        for t in resp.topics:
+            for p in t.partitions:
+                if p.error_code:
+                    errors[(t.name, p.partition_index)] = (p.error_code, p.error_message)
+    rows = [
+        {
+            "group_id": gid,
+            "topic": t,
+            "partition": p,
+            "current_offset": before,
+            "new_offset": after,
+            "error": error_text(*errors[(t, p)]) if (t, p) in errors else None,
+        }
+        for t, p, before, after in plan
+    ]
+    if args.output == "json":
+        print_json({"group_id": gid, "executed": executed, "partitions": rows})
+    else:
+        print_table(
+            ("GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "NEW-OFFSET")
+            + (("STATUS",) if executed else ()),
+            [
+                (
+                    r["group_id"],
+                    r["topic"],
+                    r["partition"],
+                    "-" if r["current_offset"] is None else r["current_offset"],
+                    r["new_offset"],
+                )
+                + ((r["error"] or "reset",) if executed else ())
+                for r in rows
+            ],
+        )
+        if not executed:
+            note = "" if args.dry_run else " (the default; add --execute to apply)"
+            print(f"Dry run{note}: nothing was changed.")
+    for (t, p), (code, message) in sorted(errors.items()):
+        report(f"reset {t}-{p}", code, message, hint=False)
+    print_hints([code for code, _m in errors.values()])
+    return 1 if errors else 0
+
+
+def _groups_delete_offsets(args: argparse.Namespace, c: GroupClient) -> int:
+    from kip848.v1 import offsets_pb2
+
+    gid = args.group_id
+    partitions = _resolve_partitions(c, gid, args.topic, False)
+    req = offsets_pb2.OffsetDeleteRequest(
+        group_id=gid,
+        topics=[
+            offsets_pb2.OffsetDeleteRequest.Topic(name=t, partition_indexes=ps)
+            for t, ps in partitions.items()
+        ],
+    )
+    resp = c.call(c.offsets.OffsetDelete, req)
+    if resp.error_code:
+        report(f"delete offsets of group {gid}", resp.error_code, resp.error_message)
+        return 1
+    rows = [
+        {
+            "topic": t.name,
+            "partition": p.partition_index,
+            "error": error_text(p.error_code, p.error_message) if p.error_code else None,
+        }
+        for t in resp.topics
+        for p in t.partitions
+    ]
+    if args.output == "json":
+        print_json({"group_id": gid, "partitions": rows})
+    else:
+        print_table(
+            ("TOPIC", "PARTITION", "STATUS"),
+            [
+                (r["topic"], r["partition"], error_name(p.error_code) if r["error"] else "deleted")
+                for r, p in zip(rows, (p for t in resp.topics for p in t.partitions), strict=True)
+            ],
+        )
+    failed = [(t.name, p) for t in resp.topics for p in t.partitions if p.error_code]
+    for topic, p in failed:
+        report(
+            f"delete offset {topic}-{p.partition_index}", p.error_code, p.error_message, hint=False
+        )
+    print_hints([p.error_code for _t, p in failed])
+    return 1 if failed else 0

@@ -1,0 +1,378 @@
+"""``kip848 groups list|describe|delete|validate-regex`` (``reset-offsets`` and ``delete-offsets``:
+``coordinator.cli.group_offsets``), as Kafka's ``kafka-consumer-groups.sh`` does them."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from coordinator.cli import group_offsets
+from coordinator.cli.errors import CommandFailed
+from coordinator.cli.group_client import GroupClient
+from coordinator.cli.output import dash, print_json, print_table, split_values, topic_id_text
+from coordinator.cli.registry import Commands
+from coordinator.cli.report import error_text, print_hints, report
+from coordinator.cli.rpc import add_client_flags, channel
+
+
+def register(commands: Commands) -> None:
+    p = commands.add(
+        "groups", cmd_groups, help="groups and their committed offsets on a running coordinator"
+    )
+    gsub = p.add_subparsers(dest="groups_command", metavar="ACTION", required=True)
+    g = gsub.add_parser("list", help="list groups (consumer, classic, offsets-only)")
+    g.add_argument(
+        "--state",
+        action="append",
+        default=[],
+        metavar="STATE",
+        help="only groups in this state (case-insensitive; repeatable or comma-separated)",
+    )
+    g.add_argument(
+        "--type",
+        action="append",
+        default=[],
+        metavar="TYPE",
+        help="only groups of this type: consumer, classic (case-insensitive; repeatable or comma-separated)",
+    )
+    add_client_flags(g)
+    g.set_defaults(group_action=_groups_list)
+    g = gsub.add_parser(
+        "describe",
+        help="state, members and committed offsets of groups",
+        description="With no section flag: --state and --members.",
+    )
+    g.add_argument("group_ids", nargs="+", metavar="GROUP")
+    g.add_argument(
+        "--state",
+        dest="show_state",
+        action="store_true",
+        help="the group's state, epochs and assignor",
+    )
+    g.add_argument(
+        "--members",
+        dest="show_members",
+        action="store_true",
+        help="members, their assignments and targets",
+    )
+    g.add_argument(
+        "--offsets",
+        dest="show_offsets",
+        action="store_true",
+        help="committed offsets, with the member that owns each partition",
+    )
+    add_client_flags(g)
+    g.set_defaults(group_action=_groups_describe)
+    g = gsub.add_parser("delete", help="delete empty groups with their committed offsets")
+    g.add_argument("group_ids", nargs="+", metavar="GROUP")
+    add_client_flags(g)
+    g.set_defaults(group_action=_groups_delete)
+    group_offsets.add_actions(gsub)
+    g = gsub.add_parser(
+        "validate-regex",
+        help="check a subscription regex (RE2, full match) and show what it matches",
+    )
+    g.add_argument("pattern", metavar="PATTERN")
+    add_client_flags(g)
+    g.set_defaults(group_action=_groups_validate_regex)
+
+
+def _parts_json(items: Any) -> list[dict[str, Any]]:
+    return [
+        {
+            "topic_id": topic_id_text(tp.topic_id),
+            "topic_name": tp.topic_name,
+            "partitions": list(tp.partitions),
+        }
+        for tp in items
+    ]
+
+
+def _member_json(m: Any) -> dict[str, Any]:
+    return {
+        "member_id": m.member_id,
+        "instance_id": m.instance_id if m.HasField("instance_id") else None,
+        "rack_id": m.rack_id if m.HasField("rack_id") else None,
+        "member_epoch": m.member_epoch,
+        "client_id": m.client_id,
+        "client_host": m.client_host,
+        "subscribed_topic_names": list(m.subscribed_topic_names),
+        "subscribed_topic_regex": m.subscribed_topic_regex
+        if m.HasField("subscribed_topic_regex")
+        else None,
+        "assignment": _parts_json(m.assignment.topic_partitions),
+        "target_assignment": _parts_json(m.target_assignment.topic_partitions),
+        "member_type": m.member_type,
+    }
+
+
+def _group_json(g: Any) -> dict[str, Any]:
+    return {
+        "group_id": g.group_id,
+        "error": error_text(g.error_code, g.error_message) if g.error_code else None,
+        "group_uid": g.group_uid,
+        "group_state": g.group_state,
+        "group_epoch": g.group_epoch,
+        "assignment_epoch": g.assignment_epoch,
+        "assignor_name": g.assignor_name,
+        "members": [_member_json(m) for m in g.members],
+    }
+
+
+def _fmt_parts(items: list[dict[str, Any]]) -> str:
+    return (
+        ",".join(
+            f"{i['topic_name'] or i['topic_id']}:{'/'.join(map(str, i['partitions']))}"
+            for i in items
+        )
+        or "-"
+    )
+
+
+MEMBER_TYPES = {-1: "unknown", 0: "classic", 1: "consumer"}
+
+
+def cmd_groups(args: argparse.Namespace) -> int:
+    try:
+        with channel(args) as ch:
+            return int(args.group_action(args, GroupClient(args, ch)))
+    except CommandFailed:
+        return 1
+
+
+def _groups_list(args: argparse.Namespace, c: GroupClient) -> int:
+    from kip848.v1 import admin_pb2
+
+    req = admin_pb2.ListGroupsRequest(
+        states_filter=split_values(args.state), types_filter=split_values(args.type)
+    )
+    resp = c.call(c.admin.ListGroups, req)
+    if resp.error_code:
+        report("list groups", resp.error_code, resp.error_message)
+        return 1
+    rows = [(g.group_id, g.group_type, g.group_state, g.protocol_type) for g in resp.groups]
+    if args.output == "json":
+        print_json(
+            [
+                {"group_id": a, "group_type": b, "group_state": c_, "protocol_type": d}
+                for a, b, c_, d in rows
+            ]
+        )
+    else:
+        print_table(
+            ("GROUP", "TYPE", "STATE", "PROTOCOL"), [(a, b, c_, d or "-") for a, b, c_, d in rows]
+        )
+    return 0
+
+
+def _offset_rows(
+    group: dict[str, Any], committed: dict[tuple[str, int], Any]
+) -> list[dict[str, Any]]:
+    """Committed offsets plus assigned partitions without one, each with its owner (if any)."""
+    owners: dict[tuple[str, int], dict[str, Any]] = {}
+    for m in group.get("members", []):
+        for item in m["assignment"]:
+            for p in item["partitions"]:
+                owners[(item["topic_name"], p)] = m
+    rows = []
+    for topic, partition in sorted(set(committed) | set(owners)):
+        entry = committed.get((topic, partition))
+        owner = owners.get((topic, partition))
+        rows.append(
+            {
+                "topic": topic,
+                "partition": partition,
+                "committed_offset": entry.committed_offset if entry is not None else None,
+                "committed_leader_epoch": entry.committed_leader_epoch
+                if entry is not None
+                else None,
+                "metadata": entry.metadata if entry is not None else None,
+                "member_id": owner["member_id"] if owner else None,
+                "client_host": owner["client_host"] if owner else None,
+                "client_id": owner["client_id"] if owner else None,
+            }
+        )
+    return rows
+
+
+def _groups_describe(args: argparse.Namespace, c: GroupClient) -> int:
+    sections = {s for s in ("state", "members", "offsets") if getattr(args, f"show_{s}")} or {
+        "state",
+        "members",
+    }
+    failed = False
+    out = []
+    for g in c.describe(args.group_ids):
+        group = _group_json(g)
+        if g.error_code == 69:  # not a consumer group: a classic or offsets-only group?
+            listed = c.listed().get(g.group_id)
+            if listed is not None:
+                group = {
+                    "group_id": g.group_id,
+                    "error": None,
+                    "group_type": listed.group_type,
+                    "group_state": listed.group_state,
+                    "members": [],
+                }
+        if group["error"]:
+            report(f"group {g.group_id}", g.error_code, g.error_message)
+            failed = True
+            continue
+        if "offsets" in sections:
+            group["offsets"] = _offset_rows(group, c.committed(g.group_id))
+        if "members" not in sections:
+            group["member_count"] = len(group.pop("members"))
+        if "state" not in sections:
+            group = {
+                k: v for k, v in group.items() if k in ("group_id", "error", "members", "offsets")
+            }
+        out.append(group)
+    if args.output == "json":
+        print_json(out)
+        return 1 if failed else 0
+    for i, group in enumerate(out):
+        if i:
+            print()
+        _print_group(group, sections)
+    return 1 if failed else 0
+
+
+def _print_group(g: dict[str, Any], sections: set[str]) -> None:
+    """A header line (the state, with --state), then each section after a blank line."""
+    if "state" not in sections:
+        print(f"GROUP {g['group_id']}")
+    elif "group_uid" in g:
+        members = g.get("member_count", len(g.get("members", ())))
+        print(
+            f"GROUP {g['group_id']}  uid {g['group_uid']}  state {g['group_state']}  epoch {g['group_epoch']}"
+            f"  assignment epoch {g['assignment_epoch']}  assignor {g['assignor_name']}  members {members}"
+        )
+    else:
+        print(
+            f"GROUP {g['group_id']}  type {g['group_type']}  state {g['group_state']}  (no consumer-protocol members)"
+        )
+    if "members" in sections:
+        print()
+        if g["members"]:
+            print_table(
+                (
+                    "MEMBER",
+                    "EPOCH",
+                    "TYPE",
+                    "CLIENT",
+                    "HOST",
+                    "INSTANCE",
+                    "SUBSCRIPTION",
+                    "ASSIGNED",
+                    "TARGET",
+                ),
+                [
+                    (
+                        m["member_id"],
+                        m["member_epoch"],
+                        MEMBER_TYPES.get(m["member_type"], m["member_type"]),
+                        m["client_id"] or "-",
+                        m["client_host"] or "-",
+                        m["instance_id"] or "-",
+                        _fmt_subscription(m),
+                        _fmt_parts(m["assignment"]),
+                        _fmt_parts(m["target_assignment"]),
+                    )
+                    for m in g["members"]
+                ],
+            )
+        else:
+            print("(no members)")
+    if "offsets" in sections:
+        print()
+        if g["offsets"]:
+            print_table(
+                (
+                    "TOPIC",
+                    "PARTITION",
+                    "COMMITTED-OFFSET",
+                    "LEADER-EPOCH",
+                    "METADATA",
+                    "MEMBER",
+                    "HOST",
+                    "CLIENT",
+                ),
+                [
+                    (
+                        r["topic"],
+                        r["partition"],
+                        dash(r["committed_offset"]),
+                        dash(
+                            None
+                            if r["committed_leader_epoch"] == -1
+                            else r["committed_leader_epoch"]
+                        ),
+                        dash(r["metadata"]),
+                        dash(r["member_id"]),
+                        dash(r["client_host"]),
+                        dash(r["client_id"]),
+                    )
+                    for r in g["offsets"]
+                ],
+            )
+        else:
+            print("(no committed offsets)")
+
+
+def _fmt_subscription(m: dict[str, Any]) -> str:
+    regex = [f"/{m['subscribed_topic_regex']}/"] if m["subscribed_topic_regex"] else []
+    return ",".join(m["subscribed_topic_names"] + regex) or "-"
+
+
+def _groups_delete(args: argparse.Namespace, c: GroupClient) -> int:
+    from kip848.v1 import admin_pb2
+
+    resp = c.call(c.admin.DeleteGroups, admin_pb2.DeleteGroupsRequest(group_ids=args.group_ids))
+    if resp.error_code:
+        report("delete groups", resp.error_code, resp.error_message)
+        return 1
+    results = [
+        {
+            "group_id": r.group_id,
+            "error": error_text(r.error_code, r.error_message) if r.error_code else None,
+        }
+        for r in resp.results
+    ]
+    if args.output == "json":
+        print_json(results)
+    for r in resp.results:
+        if r.error_code:
+            report(f"delete group {r.group_id}", r.error_code, r.error_message, hint=False)
+        elif args.output != "json":
+            print(f"Deleted group {r.group_id} (and its committed offsets).")
+    print_hints([r.error_code for r in resp.results if r.error_code])
+    return 1 if any(r.error_code for r in resp.results) else 0
+
+
+def _groups_validate_regex(args: argparse.Namespace, c: GroupClient) -> int:
+    """KIP-848's ``--validate-regex``: compile the pattern exactly as the coordinator does
+    (RE2, full match) and show which registered topics it matches now."""
+    from coordinator.core.errors import CoordinatorError
+    from coordinator.core.regex import resolve_regex
+
+    try:
+        matched = sorted(resolve_regex(args.pattern, c.topics()))
+    except CoordinatorError as exc:
+        if args.output == "json":
+            print_json(
+                {
+                    "pattern": args.pattern,
+                    "valid": False,
+                    "error": error_text(exc.code, exc.message),
+                }
+            )
+        report("validate-regex", exc.code, exc.message)
+        return 1
+    if args.output == "json":
+        print_json({"pattern": args.pattern, "valid": True, "matched_topics": matched})
+    else:
+        print(f"The regular expression `{args.pattern}` is valid (RE2 syntax, full match).")
+        print(f"It matches {len(matched)} of the registered topics" + (":" if matched else "."))
+        for name in matched:
+            print(f"  {name}")
+    return 0

@@ -1,0 +1,132 @@
+"""``kip848 topics create|list|delete|add-partitions``: the coordinator's topic registry."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from coordinator.cli.errors import UsageError
+from coordinator.cli.output import print_json, print_table, topic_id_text
+from coordinator.cli.registry import Commands
+from coordinator.cli.report import error_text
+from coordinator.cli.rpc import add_client_flags, call, channel
+
+
+def register(commands: Commands) -> None:
+    p = commands.add("topics", cmd_topics, help="the topic registry of a running coordinator")
+    tsub = p.add_subparsers(dest="topics_command", metavar="ACTION", required=True)
+    t = tsub.add_parser("create")
+    t.add_argument("name")
+    t.add_argument("--partitions", type=int, required=True)
+    t.add_argument("--topic-id", default=None, help="base64url id (default: a random one)")
+    add_client_flags(t)
+    t = tsub.add_parser("list")
+    add_client_flags(t)
+    t = tsub.add_parser("delete")
+    t.add_argument("names", nargs="+")
+    add_client_flags(t)
+    t = tsub.add_parser("add-partitions")
+    t.add_argument("name")
+    t.add_argument("--count", type=int, required=True, help="the new total number of partitions")
+    add_client_flags(t)
+
+
+def cmd_topics(args: argparse.Namespace) -> int:
+    from kip848.v1 import admin_pb2, admin_pb2_grpc
+
+    with channel(args) as ch:
+        stub = admin_pb2_grpc.AdminServiceStub(ch)
+        if args.topics_command == "list":
+            resp = call(stub.ListTopics, admin_pb2.ListTopicsRequest(), args)
+            if resp.error_code:
+                print(f"kip848: {error_text(resp.error_code, resp.error_message)}", file=sys.stderr)
+                return 1
+            rows = [(t.name, topic_id_text(t.topic_id), t.num_partitions) for t in resp.topics]
+            if args.output == "json":
+                print_json([{"name": n, "topic_id": i, "num_partitions": p} for n, i, p in rows])
+            else:
+                print_table(("TOPIC", "TOPIC ID", "PARTITIONS"), rows)
+            return 0
+        if args.topics_command == "create":
+            from coordinator.core.model import topic_id_to_bytes
+
+            topic = admin_pb2.CreateTopicsRequest.CreatableTopic(
+                name=args.name, num_partitions=args.partitions
+            )
+            if args.topic_id:
+                try:
+                    topic.topic_id = topic_id_to_bytes(args.topic_id)
+                except Exception:  # noqa: BLE001
+                    raise UsageError(
+                        f"--topic-id must be a base64url topic id (22 chars), got {args.topic_id!r}"
+                    ) from None
+            resp = call(stub.CreateTopics, admin_pb2.CreateTopicsRequest(topics=[topic]), args)
+            results = [
+                {
+                    "name": t.name,
+                    "topic_id": topic_id_text(t.topic_id),
+                    "num_partitions": t.num_partitions,
+                    "error": error_text(t.error_code, t.error_message) if t.error_code else None,
+                }
+                for t in resp.topics
+            ]
+            return _results(
+                args,
+                resp,
+                results,
+                lambda r: (
+                    f"Created topic {r['name']} ({r['topic_id']}, {r['num_partitions']} partitions)."
+                ),
+            )
+        if args.topics_command == "delete":
+            resp = call(stub.DeleteTopics, admin_pb2.DeleteTopicsRequest(names=args.names), args)
+            results = [
+                {
+                    "name": t.name,
+                    "topic_id": topic_id_text(t.topic_id),
+                    "error": error_text(t.error_code, t.error_message) if t.error_code else None,
+                }
+                for t in resp.results
+            ]
+            return _results(
+                args, resp, results, lambda r: f"Deleted topic {r['name']} ({r['topic_id']})."
+            )
+        if args.topics_command == "add-partitions":
+            req = admin_pb2.CreatePartitionsRequest(
+                topics=[
+                    admin_pb2.CreatePartitionsRequest.CreatePartitionsTopic(
+                        name=args.name, count=args.count
+                    )
+                ]
+            )
+            resp = call(stub.CreatePartitions, req, args)
+            results = [
+                {
+                    "name": t.name,
+                    "count": args.count,
+                    "error": error_text(t.error_code, t.error_message) if t.error_code else None,
+                }
+                for t in resp.results
+            ]
+            return _results(
+                args, resp, results, lambda r: f"Topic {r['name']} now has {r['count']} partitions."
+            )
+    raise UsageError("topics: choose create, list, delete or add-partitions")
+
+
+def _results(
+    args: argparse.Namespace, resp: Any, results: list[dict[str, Any]], ok_line: Any
+) -> int:
+    if resp.error_code:
+        print(f"kip848: {error_text(resp.error_code, resp.error_message)}", file=sys.stderr)
+        return 1
+    if args.output == "json":
+        print_json(results)
+    else:
+        for r in results:
+            if r["error"]:
+                print(f"Error for {r['name']}: {r['error']}", file=sys.stderr)
+            else:
+                print(ok_line(r))
+    return 1 if any(r["error"] for r in results) else 0
