@@ -178,7 +178,7 @@ class _Decoder:
 
     def _parts(self, assignment: Any) -> list[tuple[str, str, int]]:
         names = self.names
-        out = []
+        out: list[tuple[str, str, int]] = []
         for topic_id in sorted(assignment):
             name = names.get(topic_id, topic_id)
             out.extend((name, topic_id, p) for p in sorted(assignment[topic_id]))
@@ -233,7 +233,9 @@ class _Decoder:
             return
         for t in v.topics:
             self.names[t.topic_id] = t.name
-        cols["subscription_metadata"][i] = [(t.name, t.topic_id, t.num_partitions) for t in v.topics]
+        cols["subscription_metadata"][i] = [
+            (t.name, t.topic_id, t.num_partitions) for t in v.topics
+        ]
 
     @staticmethod
     def _member_metadata(cols: dict[str, list[Any]], i: int, key: Any, v: Any) -> None:
@@ -369,7 +371,7 @@ def export_journal(
             names = _compacted_topic_names(store)
         except StoreError as exc:
             raise ExportError(str(exc)) from exc
-        except Exception as exc:  # noqa: BLE001 - a compacted record that does not decode
+        except Exception as exc:
             raise ExportError(f"the store in {data_dir} is corrupt: {exc}") from exc
         journal_first = None if first is None else first[0]
         trimmed = journal_first is not None and journal_first > 0
@@ -436,7 +438,7 @@ def export_journal(
                             continue
                         try:
                             record = decode(key, value)
-                        except Exception as exc:  # noqa: BLE001 - IllegalStateError and worse
+                        except Exception as exc:
                             raise ExportError(
                                 f"the store in {data_dir} is corrupt: the record at offset "
                                 f"{offset} does not decode: {exc}"

@@ -300,7 +300,10 @@ class Consumer:
             if added and not (revoked and self.slow_revoke):
                 self.owned = _union(self.owned, added)
                 changed = True
-        d.at(d.now + (self.ack_delay_ms if changed else self.interval_ms), lambda: self._heartbeat(gen))
+        d.at(
+            d.now + (self.ack_delay_ms if changed else self.interval_ms),
+            lambda: self._heartbeat(gen),
+        )
 
     def _on_error(self, e: CoordinatorError, gen: int) -> None:
         d = self.driver
@@ -347,10 +350,11 @@ class Consumer:
             resp = await d.runtime.offset_commit(req)
         except CoordinatorError:
             return  # STALE_MEMBER_EPOCH etc.: the next commit retries
-        for t in resp.topics:
-            for p in t.partitions:
-                if not p.error_code:
-                    self.committed[(t.name, p.partition_index)] = d.log_end(t.name, p.partition_index)
+        for topic in resp.topics:
+            for part in topic.partitions:
+                if not part.error_code:
+                    index = part.partition_index
+                    self.committed[(topic.name, index)] = d.log_end(topic.name, index)
 
     def crash(self) -> None:
         """The process dies: no leave, no commit; the coordinator notices by the session timeout."""
@@ -631,7 +635,9 @@ async def _generate(data_dir: str, opts: WorkloadOptions) -> GenerateResult:
     await d.start()
     try:
         for i in range(opts.topics):
-            await d.create_topic(f"topic-{i}", rng.choice((3, 6, 8, 12, 16)), rng.choice((5.0, 20.0, 100.0)))
+            await d.create_topic(
+                f"topic-{i}", rng.choice((3, 6, 8, 12, 16)), rng.choice((5.0, 20.0, 100.0))
+            )
         end = d.now + opts.duration_s * 1000
         names = sorted(d.topics)
         for g in range(opts.groups):
@@ -676,7 +682,9 @@ def _plan_group(
         m.start(t0 + rng.randint(0, 10_000))
     counter = itertools.count(n)
     horizon = end - t0
-    events = max(1, int(rng.expovariate(1.0) * opts.events_per_group_hour * horizon / 3_600_000) + 1)
+    events = max(
+        1, int(rng.expovariate(1.0) * opts.events_per_group_hour * horizon / 3_600_000) + 1
+    )
     times = sorted(t0 + 60_000 + rng.randint(0, max(1, horizon - 120_000)) for _ in range(events))
     kinds = ["rolling_restart", "crash", "scale_out", "scale_in", "slow_revoke", "subscribe"]
     if static:
