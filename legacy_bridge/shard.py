@@ -191,22 +191,19 @@ class BridgedShard(GroupCoordinatorShard):
                 raise UnknownMemberIdError(f"Group {gid} has no member {req.member_id}.")
             group = ClassicGroup(self.undo, gid)
             self.classic_groups[gid] = group
-        if (
-            req.member_id
-            and req.member_id not in group.members
-            and req.member_id not in group.pending_members
+        if req.member_id and not (
+            req.member_id in group.pending_members and req.group_instance_id is None
         ):
-            raise UnknownMemberIdError(f"Member {req.member_id} is not a member of group {gid}.")
+            # Kafka's validateMember: the instance id must still belong to this member id (an
+            # older incarnation, replaced by a newer one, is fenced), and the member must exist.
+            _check_static_owner(group.static_members, gid, req.member_id, req.group_instance_id)
+            if req.member_id not in group.members:
+                raise UnknownMemberIdError(
+                    f"Member {req.member_id} is not a member of group {gid}."
+                )
         names = tuple(n for n, _m in req.protocols)
         if req.member_id in group.members:
             member = group.members[req.member_id]
-            if (
-                req.group_instance_id is not None
-                and member.group_instance_id != req.group_instance_id
-            ):
-                raise FencedInstanceIdError(
-                    f"Static member {req.member_id} of group {gid} has another instance id."
-                )
             others = [x for x in group.members.values() if x.member_id != member.member_id]
             if others and not self._supported_by(group, others, req.protocol_type, names):
                 raise InconsistentGroupProtocolError(
@@ -865,11 +862,11 @@ class BridgedShard(GroupCoordinatorShard):
         member_id = req.member_id or f"{req.group_instance_id}-{self.ids.new_member_id()}"
         if req.group_instance_id is not None:
             owner = group.static_members.get(req.group_instance_id)
-            if owner is not None and owner != member_id:
-                if req.member_id:
-                    raise FencedInstanceIdError(
-                        f"Static member {member_id} with instance id {req.group_instance_id} was fenced by member {owner}."
-                    )
+            if req.member_id:
+                # Kafka's validateMember: a known member id must still own its instance id (an
+                # older incarnation, replaced by a newer one, is fenced).
+                _check_static_owner(group.static_members, gid, req.member_id, req.group_instance_id)
+            elif owner is not None:
                 # A restarted static member takes its place back (KIP-345): the old incarnation
                 # leaves temporarily so that the core replaces it.
                 old = group.members[owner]

@@ -6,14 +6,24 @@ import argparse
 import logging
 import os
 import sys
-from pathlib import Path
 
-from coordinator.cli.config import DEFAULT_DATA_DIR, add_config_flags, build_config
+from coordinator.cli.argtypes import INT32_MAX, INT64_MAX, int_in
+from coordinator.cli.config import (
+    DEFAULT_DATA_DIR,
+    SERVER_CONFIGS,
+    add_config_flags,
+    core_config,
+    gather_settings,
+)
+from coordinator.cli.dump_replay import add_accept_lost_wal
 from coordinator.cli.errors import UsageError
 from coordinator.cli.registry import Commands
 from coordinator.cli.rpc import DEFAULT_LISTEN
 
 MAX_GRPC_PROCESSES = 64
+DEFAULT_MAX_REQUEST_BYTES = 100 * 1024 * 1024  # Kafka's socket.request.max.bytes
+DEFAULT_IDLE_MS = 600_000  # Kafka's connections.max.idle.ms
+DEFAULT_METADATA_MAX_AGE_MS = 10_000  # how often the topic registry follows the upstream
 
 
 def register(commands: Commands) -> None:
@@ -28,16 +38,23 @@ def register(commands: Commands) -> None:
         "--data-dir", default=DEFAULT_DATA_DIR, metavar="DIR", help="where the record store lives"
     )
     add_config_flags(p)
+    add_accept_lost_wal(p)
     p.add_argument(
         "--clock",
         choices=("system", "manual"),
         default="system",
         help="manual: TestingService.AdvanceTime",
     )
-    p.add_argument("--max-message-bytes", type=int, default=16 * 1024 * 1024, metavar="N")
+    p.add_argument(
+        "--max-message-bytes",
+        type=int_in(1024, INT32_MAX),
+        default=16 * 1024 * 1024,
+        metavar="N",
+        help="largest request or response (default 16 MiB)",
+    )
     p.add_argument(
         "--journal-retention-ms",
-        type=int,
+        type=int_in(0, INT64_MAX),
         default=None,
         metavar="MS",
         help="journal retention (default: keep)",
@@ -70,6 +87,25 @@ def register(commands: Commands) -> None:
         help="the address FindCoordinator answers (default: the listen address; a wildcard host "
         "becomes this machine's name)",
     )
+    p.add_argument(
+        "--kafka-listen",
+        default=None,
+        metavar="HOST:PORT",
+        help="also serve the Kafka protocol here (config: kafka.listen; docs/kafka.md)",
+    )
+    p.add_argument(
+        "--kafka-upstream",
+        default=None,
+        metavar="HOST:PORT",
+        help="the Kafka broker every non-group API is forwarded to (config: kafka.upstream)",
+    )
+    p.add_argument(
+        "--kafka-advertised-address",
+        default=None,
+        metavar="HOST:PORT",
+        help="the address the Kafka listener gives clients for itself (config: "
+        "kafka.advertised.address; default: the bound address)",
+    )
 
 
 def grpc_processes(text: str) -> int:
@@ -87,8 +123,51 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from coordinator.server.app import ServeOptions, make_runtime, serve, split_listen
     from coordinator.server.loop import run as run_loop
 
-    config = build_config(args.config_file, args.set)
+    logging.basicConfig(
+        level=getattr(logging, args.log_level.upper()),
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    settings = gather_settings(args.config_file, args.set, args.server_properties)
+    server_settings = {k: s.value for k, s in settings.items() if k in SERVER_CONFIGS}
+    config = core_config(settings)
+    kafka_listen = args.kafka_listen or server_settings.get("kafka.listen")
+    kafka_upstream = args.kafka_upstream or server_settings.get("kafka.upstream")
+    kafka_advertised = args.kafka_advertised_address or server_settings.get(
+        "kafka.advertised.address"
+    )
     try:
+        max_request_bytes = int(
+            server_settings.get("socket.request.max.bytes", DEFAULT_MAX_REQUEST_BYTES)
+        )
+        idle_ms = int(server_settings.get("connections.max.idle.ms", DEFAULT_IDLE_MS))
+        max_age_ms = int(
+            server_settings.get("kafka.upstream.metadata.max.age.ms", DEFAULT_METADATA_MAX_AGE_MS)
+        )
+    except ValueError as exc:
+        raise UsageError(
+            "socket.request.max.bytes / connections.max.idle.ms / "
+            f"kafka.upstream.metadata.max.age.ms: {exc}"
+        ) from None
+    if max_request_bytes < 1024 or idle_ms < 1:
+        raise UsageError(
+            "socket.request.max.bytes must be >= 1024 and connections.max.idle.ms >= 1"
+        )
+    if max_age_ms < 100:
+        raise UsageError("kafka.upstream.metadata.max.age.ms must be >= 100")
+    try:
+        if kafka_listen is not None:
+            split_listen(kafka_listen, "--kafka-listen")
+        if kafka_upstream is not None:
+            if kafka_listen is None:
+                raise ValueError("--kafka-upstream needs --kafka-listen")
+            _host, port = split_listen(kafka_upstream, "--kafka-upstream")
+            if port == 0:
+                raise ValueError("--kafka-upstream needs a real port, not 0")
+        if kafka_advertised is not None:
+            _host, port = split_listen(kafka_advertised, "--kafka-advertised-address")
+            if port == 0:
+                raise ValueError("--kafka-advertised-address needs a real port, not 0")
         split_listen(args.listen)
         if args.advertised_address is not None:
             _host, port = split_listen(args.advertised_address, "--advertised-address")
@@ -96,25 +175,18 @@ def cmd_serve(args: argparse.Namespace) -> int:
                 raise ValueError("--advertised-address needs a real port, not 0")
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    if args.max_message_bytes < 1024:
-        raise UsageError("--max-message-bytes must be >= 1024")
-    if args.journal_retention_ms is not None and args.journal_retention_ms < 0:
-        raise UsageError("--journal-retention-ms must be >= 0")
     if not 1 <= args.grpc_processes <= MAX_GRPC_PROCESSES:
         raise UsageError(
             f"--grpc-processes must be 1..{MAX_GRPC_PROCESSES}, got {args.grpc_processes}"
         )
-    logging.basicConfig(
-        level=getattr(logging, args.log_level.upper()),
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
     try:
-        Path(args.data_dir).mkdir(parents=True, exist_ok=True)
-        store = SqliteRecordStore(
-            args.data_dir, journal_retention_ms=args.journal_retention_ms, sync=args.sync
+        store = SqliteRecordStore.in_data_dir(
+            args.data_dir,
+            journal_retention_ms=args.journal_retention_ms,
+            sync=args.sync,
+            accept_lost_wal=args.accept_lost_wal,
         )
-    except (StoreError, OSError) as exc:
+    except StoreError as exc:
         print(f"kip848 serve: cannot open the store in {args.data_dir}: {exc}", file=sys.stderr)
         return 1
     runtime = make_runtime(config, store, args.clock)
@@ -126,5 +198,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
         event_loop=args.event_loop,
         log_level=args.log_level,
         advertised=args.advertised_address,
+        kafka_listen=kafka_listen,
+        kafka_upstream=kafka_upstream,
+        kafka_advertised=kafka_advertised,
+        kafka_max_request_bytes=max_request_bytes,
+        kafka_idle_ms=idle_ms,
+        kafka_metadata_max_age_ms=max_age_ms,
     )
     return run_loop(serve(runtime, options), args.event_loop)

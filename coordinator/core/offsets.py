@@ -13,6 +13,8 @@
   the group subscribes to; otherwise a tombstone per existing offset.
 * Expiry: offsets of topics the group no longer subscribes to expire ``offsets.retention.minutes``
   after their commit; an empty group whose offsets are all gone is deleted.
+* Deleting a group (DeleteGroups, expiry) also deletes its group config overrides, in the same
+  batch (Kafka).
 * Offsets of a deleted topic are deleted with it (a re-created topic starts fresh).
 
 Offsets are keyed by topic *name*, as in Kafka 4.0's records.
@@ -436,6 +438,10 @@ class OffsetsMixin:
             self._emit(result, r.target_assignment_epoch_tombstone(group_id))
             self._emit(result, r.partition_metadata_tombstone(group_id))
             self._emit(result, r.group_epoch_tombstone(group_id))
+        # The group's dynamic config overrides go with it (Kafka); a group created again under
+        # the same id starts from the broker defaults.
+        for name in sorted(self.group_configs.get(group_id, {})):
+            self._emit(result, r.group_config_record(group_id, name, None))
         return result
 
     def expire_offsets(self: GroupCoordinatorShard, now_ms: int) -> Result[None]:
@@ -462,7 +468,9 @@ class OffsetsMixin:
                     self._emit(result, r.offset_commit_tombstone(gid, topic, partition))
                 else:
                     all_expired = False
-            if all_expired and group is not None and group.state() is GroupState.EMPTY:
+            if all_expired and (group is None or group.state() is GroupState.EMPTY):
+                # An empty group without offsets is deleted, and so is a simple group (offsets
+                # only) whose last offsets expired: with its config overrides.
                 sub = self._delete_group(gid)
                 result.records += sub.records
         return result

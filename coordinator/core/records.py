@@ -89,7 +89,8 @@ class ConsumerGroupRegularExpressionKey:
 @dataclass(frozen=True, slots=True)
 class GroupConfigKey:
     """Per-group dynamic config (Kafka keeps these as ConfigRecords of resource type GROUP in
-    the controller; we keep them in the group's shard). Survives group deletion."""
+    the controller; we keep them in the group's shard). May exist before the group does;
+    deleted with the group (tombstones in the group's deletion batch)."""
 
     TYPE: ClassVar[int] = 1016
     group_id: str

@@ -382,7 +382,6 @@ class GroupCoordinatorShard(OffsetsMixin):
             )
         member, replaced = self._find_or_create_member(group, member_id, req)
         before_assigned = member.assigned_partitions
-        before_epoch = member.member_epoch
         before_pending = (
             self._pending(group, member) if group is not None and replaced is None else None
         )
@@ -437,20 +436,24 @@ class GroupCoordinatorShard(OffsetsMixin):
             classic.session_timeout_ms if classic is not None else self.session_timeout_ms(group_id)
         )
         result.timers.append(ArmTimer((SESSION, group_id, member_id), now_ms + session_ms))
+        # The assignment is sent only on a join, on a full request (all the fields a client sends
+        # after an error: rebalance timeout, subscription, owned partitions) or when it changed
+        # (Kafka: hasAssignedPartitionsChanged); absent means "unchanged" to the client. Our
+        # Assignment also carries the pending partitions, so a change of those counts too; a
+        # new epoch with the same assigned and pending partitions (e.g. the heartbeat that
+        # acknowledges a revocation) carries none.
         full = epoch == 0 or (
             req.rebalance_timeout_ms != -1
             and (req.subscribed_topic_names is not None or req.subscribed_topic_regex is not None)
             and owned is not None
         )
         pending = self._pending(group, final)
+        reported = group.reported_pending.get(member_id, before_pending)
         assignment = None
-        if (
-            full
-            or final.assigned_partitions != before_assigned
-            or pending != before_pending
-            or final.member_epoch != before_epoch  # a new epoch may come with a new target
-        ):
+        if full or final.assigned_partitions != before_assigned or pending != reported:
             assignment = HeartbeatAssignment(assigned=final.assigned_partitions, pending=pending)
+            if pending != reported or member_id not in group.reported_pending:
+                group.reported_pending[member_id] = pending
         result.response = ConsumerGroupHeartbeatResponse(
             member_id=member_id,
             member_epoch=final.member_epoch,

@@ -27,7 +27,7 @@ from coordinator.core.config import GroupCoordinatorConfig
 from coordinator.runtime import CoordinatorRuntime, ManualClock, SystemClock
 from coordinator.runtime.store import RecordStore
 
-from .classic_service import ClassicGroupService
+from .api import Node
 from .forwarding import (
     Dispatcher,
     FrontEndPool,
@@ -37,8 +37,14 @@ from .forwarding import (
     method_table,
     new_grpc_server,
 )
+from .kafka.listener import DEFAULT_IDLE_MS, DEFAULT_MAX_REQUEST_BYTES, KafkaListener, KafkaOptions
+from .kafka.topic_feed import DEFAULT_MAX_AGE_MS as DEFAULT_METADATA_MAX_AGE_MS
+from .kafka.topic_feed import TopicFeed
+from .kafka.upstream import Upstream, UpstreamError
+from .service import CoordinatorService
 from .services import (
     AdminService,
+    ClassicGroupService,
     ConsumerGroupService,
     OffsetService,
     TestingService,
@@ -62,6 +68,12 @@ class ServeOptions:
     advertised: str | None = (
         None  # HOST:PORT answered by FindCoordinator (Kafka: advertised.listeners)
     )
+    kafka_listen: str | None = None  # HOST:PORT of the Kafka-protocol listener (none: off)
+    kafka_upstream: str | None = None  # HOST:PORT of the broker everything else goes to
+    kafka_advertised: str | None = None  # HOST:PORT the Kafka listener answers as itself
+    kafka_max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
+    kafka_idle_ms: int = DEFAULT_IDLE_MS
+    kafka_metadata_max_age_ms: int = DEFAULT_METADATA_MAX_AGE_MS  # topic feed interval
 
 
 def split_listen(listen: str, flag: str = "--listen") -> tuple[str, int]:
@@ -92,14 +104,15 @@ class CoordinatorServer:
         # The port is shared with our own front ends only: start() checks that it is free.
         self.server = new_grpc_server(size, reuseport=options.grpc_processes > 1)
         self.health = health.aio.HealthServicer()
+        self.service = CoordinatorService(runtime)
         servicers: list[object] = [
-            ConsumerGroupService(runtime),
-            AdminService(runtime),
-            OffsetService(runtime),
-            ClassicGroupService(runtime, lambda: self.advertised),
+            ConsumerGroupService(self.service),
+            AdminService(self.service),
+            OffsetService(self.service),
+            ClassicGroupService(self.service, lambda: self.advertised),
         ]
         if isinstance(runtime.clock, ManualClock):
-            servicers.append(TestingService(runtime))
+            servicers.append(TestingService(self.service))
         served = list(zip(service_descriptors(), servicers, strict=False))
         table = method_table(served)
         add_raw_handlers(
@@ -109,6 +122,13 @@ class CoordinatorServer:
         )
         self.service_names = [descriptor.full_name for descriptor, _ in served]
         add_health_and_reflection(self.server, self.health, self.service_names)
+        self.kafka: KafkaListener | None = None
+        self.kafka_address = ""
+        self.topic_feed: TopicFeed | None = None
+        self.kafka_upstream: Upstream | None = None
+        self._health_tasks: set[asyncio.Task[None]] = set()
+        self._health_lock = asyncio.Lock()
+        runtime.add_health_listener(self._runtime_health)
         self.frontends = (
             FrontEndPool(
                 Dispatcher(table),
@@ -128,11 +148,59 @@ class CoordinatorServer:
         self.port = self.server.add_insecure_port(self.options.listen)
         self.advertised = await asyncio.to_thread(self.advertised_address)
         await self.server.start()
+        if self.options.kafka_listen:
+            await self.start_kafka()
         if self.frontends is not None:
             await self.frontends.start(
                 self.options.grpc_processes - 1, self.port, self.service_names
             )
         return self.port
+
+    async def start_kafka(self) -> None:
+        """Bind the Kafka listener (``--kafka-listen``); with ``--kafka-upstream``, connect to
+        the upstream first and give each of its brokers a port of its own (``upstream.py``)."""
+        options = self.options
+        assert options.kafka_listen is not None
+        host, port = split_listen(options.kafka_listen, "--kafka-listen")
+        kafka_options = KafkaOptions(
+            max_request_bytes=options.kafka_max_request_bytes, idle_ms=options.kafka_idle_ms
+        )
+        upstream = None
+        if options.kafka_upstream:
+            upstream = self.kafka_upstream = Upstream(options.kafka_upstream)
+            await upstream.connect()
+        self.kafka = KafkaListener(self.service, kafka_options, upstream)
+        bound = await self.kafka.listen(host, port)
+        adv_host, adv_port = await asyncio.to_thread(
+            advertise, host, bound, options.kafka_advertised, "--kafka-advertised-address"
+        )
+        if upstream is None:
+            self.kafka.set_node(bound, Node(node_id=0, host=adv_host, port=adv_port))
+        else:
+            await upstream.bind_nodes(self.kafka, host, bound, adv_host, adv_port)
+            # Topics follow the upstream; the topic RPCs go to it (started by load()).
+            self.topic_feed = TopicFeed(
+                self.runtime, upstream, options.kafka_metadata_max_age_ms, self.kafka
+            )
+            self.service.topics = self.topic_feed
+        shown = f"[{host.strip('[]')}]" if ":" in host.strip("[]") else host
+        self.kafka_address = f"{shown}:{bound}"
+
+    def _runtime_health(self, _serving: bool) -> None:
+        """The runtime can no longer write its store, or can again (storewatch.py): health
+        follows (NOT_SERVING while it cannot write, or once it stopped serving)."""
+        task = asyncio.get_running_loop().create_task(self._follow_runtime_health())
+        self._health_tasks.add(task)
+        task.add_done_callback(self._health_tasks.discard)
+
+    async def _follow_runtime_health(self) -> None:
+        async with self._health_lock:  # one at a time; each sets the status of its moment
+            serving = self.runtime.serving
+            await self._set_health(
+                health_pb2.HealthCheckResponse.SERVING
+                if serving
+                else health_pb2.HealthCheckResponse.NOT_SERVING
+            )
 
     async def _set_health(self, status: int) -> None:
         for name in ("", *self.service_names):
@@ -144,13 +212,7 @@ class CoordinatorServer:
         """What FindCoordinator answers: ``--advertised-address``, else the bound address, with a
         wildcard host (``0.0.0.0``, ``::``) replaced by this machine's name, as Kafka does.
         Worked out once, in ``start()`` (a name may take a DNS query): ``self.advertised``."""
-        if self.options.advertised:
-            host, port = split_listen(self.options.advertised, "--advertised-address")
-            return host.strip("[]"), port
-        host = self.host.strip("[]")
-        if host in WILDCARD_HOSTS:
-            host = socket.getfqdn()
-        return host, self.port
+        return advertise(self.host, self.port, self.options.advertised, "--advertised-address")
 
     @property
     def address(self) -> str:
@@ -159,17 +221,35 @@ class CoordinatorServer:
 
     async def load(self) -> None:
         await self.runtime.start()
+        if self.topic_feed is not None:
+            await self.topic_feed.start()  # the upstream's topics before SERVING (bounded)
         await self._set_health(health_pb2.HealthCheckResponse.SERVING)
 
     async def stop(self, grace_s: float = SHUTDOWN_GRACE_S) -> None:
         await self.health.enter_graceful_shutdown()
         self.runtime.release_parked()  # parked JoinGroup/SyncGroup answered, not left to the grace
+        if self.topic_feed is not None:
+            await self.topic_feed.close()
+        if self.kafka is not None:
+            await self.kafka.close()
         if self.frontends is not None:
             await self.frontends.stop(
                 grace_s
             )  # they stop accepting; we answer their in-flight calls
         await self.server.stop(grace_s)  # stop accepting; in-flight calls finish
         await self.runtime.close()  # flush pending writes, close the store
+
+
+def advertise(host: str, port: int, advertised: str | None, flag: str) -> tuple[str, int]:
+    """The address a listener answers as its own: ``advertised`` if given, else the bound one
+    with a wildcard host replaced by this machine's name, as Kafka does."""
+    if advertised:
+        adv_host, adv_port = split_listen(advertised, flag)
+        return adv_host.strip("[]"), adv_port
+    host = host.strip("[]")
+    if host in WILDCARD_HOSTS:
+        host = socket.getfqdn()
+    return host, port
 
 
 PORT_FREE_WAIT_S = 3.0
@@ -217,14 +297,23 @@ async def serve(runtime: CoordinatorRuntime, options: ServeOptions) -> int:
     server = CoordinatorServer(runtime, options)
     try:
         await server.start()
-    except RuntimeError as exc:
-        print(f"kip848 serve: cannot listen on {options.listen}: {exc}", file=sys.stderr)
+    except (RuntimeError, OSError) as exc:
+        if isinstance(exc, UpstreamError):
+            print(f"kip848 serve: {exc}", file=sys.stderr)
+        else:
+            print(f"kip848 serve: cannot listen on {options.listen}: {exc}", file=sys.stderr)
+        if server.kafka is not None:
+            await server.kafka.close()
+        if server.kafka_upstream is not None:
+            server.kafka_upstream.client.close()
         if server.frontends is not None:
             await server.frontends.stop(0.0)
         await server.server.stop(None)
         await runtime.close()
         return 1
     print(f"listening on {server.address}", flush=True)
+    if server.kafka is not None:
+        print(f"kafka listening on {server.kafka_address}", flush=True)
     log.info(
         "Listening on %s (clock %s, %d shards).", server.address, options.clock, runtime.shard_count
     )

@@ -1,4 +1,5 @@
-"""Protobuf <-> core dataclasses: the one place where wire types meet the core.
+"""Protobuf <-> the service layer's dataclasses: the one place where gRPC's wire types meet
+the core (``service.py`` defines each RPC; ``services.py`` runs them over gRPC).
 
 Rules: absent proto3 ``optional`` scalars map to None (or -1 where Kafka's default is -1);
 wrapper lists (``TopicNames``, ``TopicPartitionsList``) map absent -> None and present-but-empty
@@ -8,10 +9,11 @@ not 16 long raise :class:`InvalidRequestError` (answered in-band as INVALID_REQU
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
 
 from coordinator.core.commands import ConsumerGroupHeartbeat, ConsumerGroupHeartbeatResponse
-from coordinator.core.errors import ErrorCode, InvalidRequestError
+from coordinator.core.errors import CoordinatorError, ErrorCode, InvalidRequestError
 from coordinator.core.model import (
     ZERO_TOPIC_ID,
     Assignment,
@@ -32,9 +34,49 @@ from coordinator.core.offsets import (
 )
 from coordinator.core.shard import GroupDescription
 from coordinator.core.topics import NewTopic, TopicResult
-from kip848.v1 import admin_pb2, common_pb2, consumer_group_pb2, offsets_pb2
+from kip848.v1 import admin_pb2, classic_group_pb2, common_pb2, consumer_group_pb2, offsets_pb2
+from legacy_bridge import messages as bridge
+
+from .api import (
+    AlterConfig,
+    AlterResource,
+    AlterResult,
+    ConfigResource,
+    ConfigResult,
+    Coordinator,
+    DescribeConfigs,
+    DescribedConsumerGroup,
+    GroupError,
+    IncrementalAlterConfigs,
+    Reply,
+)
+
+M = TypeVar("M")
+AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
+"""Kafka's "not requested" sentinel for authorized operations (Integer.MIN_VALUE)."""
 
 NameOf = Callable[[str], str]
+
+
+def with_error(message_type: type[M], code: ErrorCode, text: str | None, **fields: Any) -> M:
+    """A response of ``message_type`` carrying a top-level error."""
+    make: Any = message_type
+    out = make(error_code=int(code), **fields)
+    if text is not None:
+        out.error_message = text
+    return out
+
+
+def _top(message_type: type[M], reply: Reply[Any]) -> M:
+    return with_error(message_type, reply.error_code, reply.error_message)
+
+
+def reply_to_proto(message_type: type[M], reply: Reply[Any], encode: Callable[[Any], M]) -> M:
+    """``encode(reply.value)``, or, for a top-level error, the response type with that error
+    only (gRPC responses all have a top-level error)."""
+    if reply.value is None or reply.error_code:
+        return _top(message_type, reply)
+    return encode(reply.value)
 
 
 def _no_name(_topic_id: str) -> str:
@@ -166,18 +208,33 @@ def described_group_to_proto(desc: GroupDescription, name_of: NameOf = _no_name)
         assignment_epoch=desc.assignment_epoch,
         assignor_name=desc.assignor_name,
         members=members,
-        authorized_operations=-2147483648,  # Kafka's "not requested" sentinel (Integer.MIN_VALUE)
+        authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
     )
 
 
 def described_group_error(group_id: str, code: ErrorCode, message: str | None) -> _Described:
-    out = _Described(group_id=group_id, error_code=int(code), authorized_operations=-2147483648)
+    out = _Described(
+        group_id=group_id, error_code=int(code), authorized_operations=AUTHORIZED_OPERATIONS_OMITTED
+    )
     if message is not None:
         out.error_message = message
     return out
 
 
 # ---------------------------------------------------------------- topic registry
+
+
+def consumer_group_describe_to_proto(
+    groups: Iterable[DescribedConsumerGroup], name_of: NameOf = _no_name
+) -> consumer_group_pb2.ConsumerGroupDescribeResponse:
+    out = consumer_group_pb2.ConsumerGroupDescribeResponse(error_code=0)
+    for g in groups:
+        out.groups.append(
+            described_group_to_proto(g.description, name_of)
+            if g.description is not None
+            else described_group_error(g.group_id, g.error_code, g.error_message)
+        )
+    return out
 
 
 def new_topics_from_proto(req: admin_pb2.CreateTopicsRequest) -> list[NewTopic]:
@@ -238,55 +295,88 @@ def list_topics_to_proto(results: Iterable[TopicResult]) -> admin_pb2.ListTopics
 
 # ---------------------------------------------------------------- group configs
 
-GROUP_RESOURCE = 16
-"""GROUP in shared/API.md (and KIP-848's text)."""
-KAFKA_GROUP_RESOURCE = 32
-"""GROUP in Kafka's ConfigResource.Type; accepted too, and answered with the number asked."""
-GROUP_RESOURCES = (GROUP_RESOURCE, KAFKA_GROUP_RESOURCE)
-CONFIG_SOURCE_DYNAMIC_GROUP = 8  # Kafka's DescribeConfigsResponse.ConfigSource.GROUP_CONFIG
-CONFIG_SOURCE_DEFAULT = 5  # DEFAULT_CONFIG
-CONFIG_TYPE_INT = 3
-OP_SET, OP_DELETE = 0, 1
 
-
-GROUP_CONFIG_DOCS = {
-    "consumer.session.timeout.ms": "The timeout to detect client failures when using the consumer group protocol.",
-    "consumer.heartbeat.interval.ms": "The heartbeat interval given to the members of a consumer group.",
-}
-
-
-def describe_config_result(
-    name: str,
-    configs: Mapping[str, str],
-    overrides: Mapping[str, str],
-    keys: Iterable[str] | None,
-    *,
-    resource_type: int = GROUP_RESOURCE,
-    include_synonyms: bool = False,
-    include_documentation: bool = False,
-) -> admin_pb2.DescribeConfigsResponse.Result:
-    """Kafka's ConfigHelper.createGroupConfigEntry: the source is GROUP_CONFIG for a per-group
-    override, DEFAULT_CONFIG otherwise; the only synonym is the override itself."""
-    result = admin_pb2.DescribeConfigsResponse.Result(
-        error_code=0, resource_type=resource_type, resource_name=name
+def describe_configs_from_proto(req: admin_pb2.DescribeConfigsRequest) -> DescribeConfigs:
+    return DescribeConfigs(
+        resources=tuple(
+            ConfigResource(
+                resource_type=r.resource_type,
+                resource_name=r.resource_name,
+                keys=tuple(r.configuration_keys.names)
+                if r.HasField("configuration_keys")
+                else None,
+            )
+            for r in req.resources
+        ),
+        include_synonyms=req.include_synonyms,
+        include_documentation=req.include_documentation,
     )
-    wanted = list(configs) if keys is None else [k for k in dict.fromkeys(keys) if k in configs]
-    for key in wanted:
-        item = result.configs.add(
-            name=key,
-            value=configs[key],
-            read_only=False,
-            config_source=CONFIG_SOURCE_DYNAMIC_GROUP
-            if key in overrides
-            else CONFIG_SOURCE_DEFAULT,
-            is_sensitive=False,
-            config_type=CONFIG_TYPE_INT,
+
+
+def describe_configs_to_proto(
+    reply: Reply[list[ConfigResult]],
+) -> admin_pb2.DescribeConfigsResponse:
+    out = _top(admin_pb2.DescribeConfigsResponse, reply)
+    for r in reply.value or ():
+        result = out.results.add(
+            error_code=int(r.error_code),
+            resource_type=r.resource_type,
+            resource_name=r.resource_name,
         )
-        if include_synonyms and key in overrides:
-            item.synonyms.add(name=key, value=overrides[key], source=CONFIG_SOURCE_DYNAMIC_GROUP)
-        if include_documentation and key in GROUP_CONFIG_DOCS:
-            item.documentation = GROUP_CONFIG_DOCS[key]
-    return result
+        if r.error_message is not None:
+            result.error_message = r.error_message
+        for c in r.configs:
+            item = result.configs.add(
+                name=c.name,
+                value=c.value,
+                read_only=c.read_only,
+                config_source=c.source,
+                is_sensitive=c.is_sensitive,
+                config_type=c.config_type,
+            )
+            for syn in c.synonyms:
+                item.synonyms.add(name=syn.name, value=syn.value, source=syn.source)
+            if c.documentation is not None:
+                item.documentation = c.documentation
+    return out
+
+
+def alter_configs_from_proto(
+    req: admin_pb2.IncrementalAlterConfigsRequest,
+) -> IncrementalAlterConfigs:
+    return IncrementalAlterConfigs(
+        resources=tuple(
+            AlterResource(
+                resource_type=r.resource_type,
+                resource_name=r.resource_name,
+                configs=tuple(
+                    AlterConfig(
+                        name=c.name,
+                        operation=c.config_operation,
+                        value=c.value if c.HasField("value") else None,
+                    )
+                    for c in r.configs
+                ),
+            )
+            for r in req.resources
+        ),
+        validate_only=req.validate_only,
+    )
+
+
+def alter_configs_to_proto(
+    reply: Reply[list[AlterResult]],
+) -> admin_pb2.IncrementalAlterConfigsResponse:
+    out = _top(admin_pb2.IncrementalAlterConfigsResponse, reply)
+    for r in reply.value or ():
+        item = out.responses.add(
+            error_code=int(r.error_code),
+            resource_type=r.resource_type,
+            resource_name=r.resource_name,
+        )
+        if r.error_message is not None:
+            item.error_message = r.error_message
+    return out
 
 
 # ---------------------------------------------------------------- groups
@@ -449,4 +539,199 @@ def offset_delete_to_proto(resp: OffsetDeleteResponse) -> offsets_pb2.OffsetDele
             )
             if p.error_message is not None:
                 item.error_message = p.error_message
+    return out
+
+
+def offset_fetch_from_proto(
+    req: offsets_pb2.OffsetFetchRequest,
+) -> list[OffsetFetchGroup | GroupError]:
+    """A group whose part of the request does not convert (a bad topic id) becomes its error."""
+    out: list[OffsetFetchGroup | GroupError] = []
+    for g in req.groups:
+        try:
+            out.append(offset_fetch_group_from_proto(g))
+        except CoordinatorError as exc:
+            out.append(
+                GroupError(group_id=g.group_id, error_code=exc.code, error_message=exc.message)
+            )
+    return out
+
+
+def offset_fetch_to_proto(
+    groups: Iterable[OffsetFetchGroupResponse],
+) -> offsets_pb2.OffsetFetchResponse:
+    out = offsets_pb2.OffsetFetchResponse(error_code=0)
+    for g in groups:
+        out.groups.append(offset_fetch_group_to_proto(g))
+    return out
+
+
+# ---------------------------------------------------------------- classic groups (the bridge)
+
+
+def _opt(msg: Any, field: str) -> Any:
+    return getattr(msg, field) if msg.HasField(field) else None
+
+
+def find_coordinator_from_proto(
+    req: classic_group_pb2.FindCoordinatorRequest,
+) -> tuple[int, list[str]]:
+    return req.key_type, list(req.coordinator_keys)
+
+
+def find_coordinator_to_proto(
+    reply: Reply[list[Coordinator]],
+) -> classic_group_pb2.FindCoordinatorResponse:
+    out = _top(classic_group_pb2.FindCoordinatorResponse, reply)
+    for c in reply.value or ():
+        item = out.coordinators.add(
+            key=c.key, node_id=c.node_id, host=c.host, port=c.port, error_code=int(c.error_code)
+        )
+        if c.error_message is not None:
+            item.error_message = c.error_message
+    return out
+
+
+def join_from_proto(
+    req: classic_group_pb2.JoinGroupRequest, *, client_id: str = "", client_host: str = ""
+) -> bridge.JoinGroup:
+    return bridge.JoinGroup(
+        group_id=req.group_id,
+        session_timeout_ms=req.session_timeout_ms,
+        rebalance_timeout_ms=req.rebalance_timeout_ms
+        if req.HasField("rebalance_timeout_ms")
+        else -1,
+        member_id=req.member_id,
+        group_instance_id=_opt(req, "group_instance_id"),
+        protocol_type=req.protocol_type,
+        protocols=tuple((p.name, bytes(p.metadata)) for p in req.protocols),
+        reason=_opt(req, "reason"),
+        client_id=client_id,
+        client_host=client_host,
+    )
+
+
+def join_to_proto(resp: bridge.JoinGroupResponse) -> classic_group_pb2.JoinGroupResponse:
+    out = classic_group_pb2.JoinGroupResponse(
+        error_code=int(resp.error_code),
+        generation_id=resp.generation_id,
+        leader=resp.leader,
+        skip_assignment=resp.skip_assignment,
+        member_id=resp.member_id,
+    )
+    if resp.error_message is not None:
+        out.error_message = resp.error_message
+    if resp.protocol_type is not None:
+        out.protocol_type = resp.protocol_type
+    if resp.protocol_name is not None:
+        out.protocol_name = resp.protocol_name
+    for x in resp.members:
+        item = out.members.add(member_id=x.member_id, metadata=x.metadata)
+        if x.group_instance_id is not None:
+            item.group_instance_id = x.group_instance_id
+    return out
+
+
+def sync_from_proto(req: classic_group_pb2.SyncGroupRequest) -> bridge.SyncGroup:
+    return bridge.SyncGroup(
+        group_id=req.group_id,
+        generation_id=req.generation_id,
+        member_id=req.member_id,
+        group_instance_id=_opt(req, "group_instance_id"),
+        protocol_type=_opt(req, "protocol_type"),
+        protocol_name=_opt(req, "protocol_name"),
+        assignments=tuple((a.member_id, bytes(a.assignment)) for a in req.assignments),
+    )
+
+
+def sync_to_proto(resp: bridge.SyncGroupResponse) -> classic_group_pb2.SyncGroupResponse:
+    out = classic_group_pb2.SyncGroupResponse(
+        error_code=int(resp.error_code), assignment=resp.assignment
+    )
+    if resp.error_message is not None:
+        out.error_message = resp.error_message
+    if resp.protocol_type is not None:
+        out.protocol_type = resp.protocol_type
+    if resp.protocol_name is not None:
+        out.protocol_name = resp.protocol_name
+    return out
+
+
+def classic_heartbeat_from_proto(req: classic_group_pb2.HeartbeatRequest) -> bridge.Heartbeat:
+    return bridge.Heartbeat(
+        group_id=req.group_id,
+        generation_id=req.generation_id,
+        member_id=req.member_id,
+        group_instance_id=_opt(req, "group_instance_id"),
+    )
+
+
+def classic_heartbeat_to_proto(
+    resp: bridge.HeartbeatResponse,
+) -> classic_group_pb2.HeartbeatResponse:
+    return with_error(
+        classic_group_pb2.HeartbeatResponse, ErrorCode(resp.error_code), resp.error_message
+    )
+
+
+def leave_from_proto(req: classic_group_pb2.LeaveGroupRequest) -> bridge.LeaveGroup:
+    return bridge.LeaveGroup(
+        group_id=req.group_id,
+        members=tuple(
+            bridge.LeaveMember(
+                member_id=x.member_id,
+                group_instance_id=_opt(x, "group_instance_id"),
+                reason=_opt(x, "reason"),
+            )
+            for x in req.members
+        ),
+    )
+
+
+def leave_to_proto(resp: bridge.LeaveGroupResponse) -> classic_group_pb2.LeaveGroupResponse:
+    out = classic_group_pb2.LeaveGroupResponse(error_code=int(resp.error_code))
+    if resp.error_message is not None:
+        out.error_message = resp.error_message
+    for x in resp.members:
+        item = out.members.add(member_id=x.member_id, error_code=int(x.error_code))
+        if x.group_instance_id is not None:
+            item.group_instance_id = x.group_instance_id
+        if x.error_message is not None:
+            item.error_message = x.error_message
+    return out
+
+
+_Classic = classic_group_pb2.DescribeGroupsResponse.DescribedGroup
+
+
+def classic_described_group_to_proto(g: bridge.DescribedGroup) -> _Classic:
+    out = _Classic(
+        error_code=int(g.error_code),
+        group_id=g.group_id,
+        group_state=g.group_state,
+        protocol_type=g.protocol_type,
+        protocol_data=g.protocol_data,
+        authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
+    )
+    if g.error_message is not None:
+        out.error_message = g.error_message
+    for x in g.members:
+        item = out.members.add(
+            member_id=x.member_id,
+            client_id=x.client_id,
+            client_host=x.client_host,
+            member_metadata=x.member_metadata,
+            member_assignment=x.member_assignment,
+        )
+        if x.group_instance_id is not None:
+            item.group_instance_id = x.group_instance_id
+    return out
+
+
+def describe_groups_to_proto(
+    groups: Iterable[bridge.DescribedGroup],
+) -> classic_group_pb2.DescribeGroupsResponse:
+    out = classic_group_pb2.DescribeGroupsResponse(error_code=0)
+    for g in groups:
+        out.groups.append(classic_described_group_to_proto(g))
     return out

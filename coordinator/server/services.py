@@ -1,32 +1,29 @@
-"""Thin grpc.aio servicers: convert, call the runtime, convert back.
+"""The gRPC codec: thin grpc.aio servicers over the service layer (``service.py``).
 
-Every protocol error is answered in-band (``error_code``/``error_message``, gRPC status OK),
-through ``errors.to_error_code``. An unexpected exception is a bug: it is logged with its
-traceback and answered as UNKNOWN_SERVER_ERROR. While the server shuts down, calls get the
-gRPC status UNAVAILABLE.
+Each gRPC method is one row of a table: convert the proto request (``convert.py``), call the
+service method, convert its response back. The service answers every protocol error in-band
+(``error_code``/``error_message``, gRPC status OK); a request that does not convert (a topic id
+that is not 16 bytes) is answered in-band too, in the RPC's error shape. While the server shuts
+down, calls get the gRPC status UNAVAILABLE (``Caller.abort_when_closing``).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from dataclasses import dataclass
+from typing import Any
 
 import grpc
 from google.protobuf.descriptor import ServiceDescriptor
 
-from coordinator.core.errors import (
-    CoordinatorError,
-    ErrorCode,
-    InvalidGroupIdError,
-    InvalidRequestError,
-    to_error_code,
-)
-from coordinator.runtime import CoordinatorRuntime, RuntimeState
+from coordinator.core.errors import CoordinatorError, ErrorCode
+from coordinator.runtime import CoordinatorRuntime
 from kip848.v1 import (
     admin_pb2,
     admin_pb2_grpc,
     classic_group_pb2,
+    classic_group_pb2_grpc,
     consumer_group_pb2,
     consumer_group_pb2_grpc,
     offsets_pb2,
@@ -36,11 +33,16 @@ from kip848.v1 import (
 )
 
 from . import convert
+from .api import Caller, Node
+from .service import CoordinatorService, ShuttingDown
 
 log = logging.getLogger("kip848.server")
-M = TypeVar("M")
 
 CLIENT_ID_KEY = "client-id"
+NODE_ID = 0
+"""The node id the gRPC FindCoordinator answers (one coordinator process)."""
+
+Address = Callable[[], tuple[str, int]]
 
 
 def client_id_of(context: grpc.aio.ServicerContext) -> str:
@@ -62,322 +64,263 @@ def client_host_of(context: grpc.aio.ServicerContext) -> str:
     return "/" + peer if peer else ""
 
 
-def _with_error(message_type: type[M], code: ErrorCode, text: str | None, **fields: Any) -> M:
-    out = message_type(error_code=int(code), **fields)
-    if text is not None:
-        out.error_message = text  # type: ignore[attr-defined]
-    return out
+@dataclass(frozen=True, slots=True)
+class Rpc:
+    """One gRPC method: ``decode(request, caller)`` -> service request; the service method's
+    name; ``encode(response, service)`` -> proto response; ``undecodable(request, code, text)``
+    answers a request that does not convert (default: a top-level error)."""
+
+    response_type: type[Any]
+    method: str
+    decode: Callable[[Any, Caller], Any]
+    encode: Callable[[Any, CoordinatorService], Any]
+    undecodable: Callable[[Any, ErrorCode, str | None], Any] | None = None
+    needs_identity: bool = False
 
 
-async def _guard(
-    runtime: CoordinatorRuntime,
-    context: grpc.aio.ServicerContext,
-    message_type: type[M],
-    call: Callable[[], Awaitable[M]],
-    on_error: Callable[[ErrorCode, str | None], M] | None = None,
-) -> M:
-    """Run one RPC body: UNAVAILABLE while shutting down, in-band errors otherwise (in the
-    response's ``error_code``, or wherever ``on_error`` puts them)."""
-    if runtime.state in (RuntimeState.CLOSING, RuntimeState.CLOSED):
-        await context.abort(grpc.StatusCode.UNAVAILABLE, "The coordinator is shutting down.")
-    error = on_error or (lambda code, text: _with_error(message_type, code, text))
-    try:
-        return await call()
-    except CoordinatorError as exc:
-        return error(exc.code, exc.message)
-    except Exception as exc:
-        log.exception("Unexpected error in %s", message_type.__name__)
-        return error(*to_error_code(exc))
+class GrpcServicer:
+    """Base of the generated servicers: runs table rows over one :class:`CoordinatorService`."""
 
+    ROWS: dict[str, Rpc] = {}
 
-class ConsumerGroupService(consumer_group_pb2_grpc.ConsumerGroupServiceServicer):
-    def __init__(self, runtime: CoordinatorRuntime) -> None:
-        self.runtime = runtime
+    def __init__(
+        self, runtime: CoordinatorRuntime | CoordinatorService, address: Address | None = None
+    ) -> None:
+        self.service = (
+            runtime if isinstance(runtime, CoordinatorService) else CoordinatorService(runtime)
+        )
+        self.runtime = self.service.runtime
+        self.address = address
 
-    async def ConsumerGroupHeartbeat(
-        self,
-        request: consumer_group_pb2.ConsumerGroupHeartbeatRequest,
-        context: grpc.aio.ServicerContext,
-    ) -> consumer_group_pb2.ConsumerGroupHeartbeatResponse:
-        runtime = self.runtime
-
-        async def body() -> consumer_group_pb2.ConsumerGroupHeartbeatResponse:
-            cmd = convert.heartbeat_from_proto(
-                request, client_id=client_id_of(context), client_host=client_host_of(context)
-            )
-            return convert.heartbeat_to_proto(await runtime.heartbeat(cmd), runtime.topic_name)
-
-        return await _guard(
-            runtime,
-            context,
-            consumer_group_pb2.ConsumerGroupHeartbeatResponse,
-            body,
-            convert.heartbeat_error,
+    def caller(self, context: grpc.aio.ServicerContext, identity: bool) -> Caller:
+        node = None
+        if self.address is not None:
+            host, port = self.address()
+            node = Node(node_id=NODE_ID, host=host, port=port)
+        if not identity:
+            return Caller(node=node, abort_when_closing=True)
+        return Caller(
+            client_id=client_id_of(context),
+            client_host=client_host_of(context),
+            node=node,
+            abort_when_closing=True,
         )
 
-    async def ConsumerGroupDescribe(
-        self,
-        request: consumer_group_pb2.ConsumerGroupDescribeRequest,
-        context: grpc.aio.ServicerContext,
-    ) -> consumer_group_pb2.ConsumerGroupDescribeResponse:
-        runtime = self.runtime
+    async def run(self, row: Rpc, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        caller = self.caller(context, row.needs_identity)
+        try:
+            req = row.decode(request, caller)
+        except CoordinatorError as exc:
+            if row.undecodable is not None:
+                return row.undecodable(request, exc.code, exc.message)
+            return convert.with_error(row.response_type, exc.code, exc.message)
+        try:
+            answer = await getattr(self.service, row.method)(req, caller)
+        except ShuttingDown as exc:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
+            raise  # abort raises; never reached
+        return row.encode(answer, self.service)
 
-        async def body() -> consumer_group_pb2.ConsumerGroupDescribeResponse:
-            out = consumer_group_pb2.ConsumerGroupDescribeResponse(error_code=0)
-            for group_id in request.group_ids:
-                try:
-                    if not group_id.strip():
-                        raise InvalidGroupIdError("Group id can't be empty.")
-                    desc = await runtime.describe_group(group_id)
-                    out.groups.append(convert.described_group_to_proto(desc, runtime.topic_name))
-                except CoordinatorError as exc:
-                    out.groups.append(
-                        convert.described_group_error(group_id, exc.code, exc.message)
-                    )
-            return out
 
-        return await _guard(
-            runtime, context, consumer_group_pb2.ConsumerGroupDescribeResponse, body
+def _servicer(name: str, base: type[Any], rows: dict[str, Rpc]) -> type[GrpcServicer]:
+    """A servicer class with one method per row (``await self.run(row, request, context)``)."""
+
+    def method(row: Rpc) -> Callable[[Any, Any, Any], Awaitable[Any]]:
+        async def call(self: GrpcServicer, request: Any, context: Any) -> Any:
+            return await self.run(row, request, context)
+
+        return call
+
+    namespace: dict[str, Any] = {"ROWS": rows, "__doc__": f"{name}: rows of the gRPC codec."}
+    for rpc_name, row in rows.items():
+        namespace[rpc_name] = method(row)
+    return type(name, (GrpcServicer, base), namespace)
+
+
+def _reply(message_type: type[Any], encode: Callable[..., Any], *, names: bool = False) -> Any:
+    if names:
+        return lambda reply, service: convert.reply_to_proto(
+            message_type, reply, lambda v: encode(v, service.topic_name)
         )
+    return lambda reply, _service: convert.reply_to_proto(message_type, reply, encode)
 
 
-def _check_group_id(group_id: str) -> None:
-    """Kafka's services answer INVALID_GROUP_ID for an empty group id."""
-    if not group_id.strip():
-        raise InvalidGroupIdError("Group id can't be empty.")
+def _same(request: Any, _caller: Caller) -> Any:
+    return request
 
 
-class OffsetService(offsets_pb2_grpc.OffsetServiceServicer):
-    """OffsetCommit, OffsetFetch, OffsetDelete (semantics: coordinator/core/offsets.py)."""
+cg = consumer_group_pb2
+ConsumerGroupService = _servicer(
+    "ConsumerGroupService",
+    consumer_group_pb2_grpc.ConsumerGroupServiceServicer,
+    {
+        "ConsumerGroupHeartbeat": Rpc(
+            cg.ConsumerGroupHeartbeatResponse,
+            "consumer_group_heartbeat",
+            lambda r, c: convert.heartbeat_from_proto(
+                r, client_id=c.client_id, client_host=c.client_host
+            ),
+            _reply(cg.ConsumerGroupHeartbeatResponse, convert.heartbeat_to_proto, names=True),
+            needs_identity=True,
+        ),
+        "ConsumerGroupDescribe": Rpc(
+            cg.ConsumerGroupDescribeResponse,
+            "consumer_group_describe",
+            lambda r, _c: list(r.group_ids),
+            _reply(
+                cg.ConsumerGroupDescribeResponse,
+                convert.consumer_group_describe_to_proto,
+                names=True,
+            ),
+        ),
+    },
+)
 
-    def __init__(self, runtime: CoordinatorRuntime) -> None:
-        self.runtime = runtime
-
-    async def OffsetCommit(
-        self, request: offsets_pb2.OffsetCommitRequest, context: grpc.aio.ServicerContext
-    ) -> offsets_pb2.OffsetCommitResponse:
-        runtime = self.runtime
-
-        async def body() -> offsets_pb2.OffsetCommitResponse:
-            _check_group_id(request.group_id)
-            return convert.offset_commit_to_proto(
-                await runtime.offset_commit(convert.offset_commit_from_proto(request))
-            )
-
-        # A group-level error goes on every partition, as Kafka answers OffsetCommit.
-        return await _guard(
-            runtime,
-            context,
+OffsetService = _servicer(
+    "OffsetService",
+    offsets_pb2_grpc.OffsetServiceServicer,
+    {
+        "OffsetCommit": Rpc(
             offsets_pb2.OffsetCommitResponse,
-            body,
-            lambda code, text: convert.offset_commit_error(request, code, text),
-        )
+            "offset_commit",
+            lambda r, _c: convert.offset_commit_from_proto(r),
+            _reply(offsets_pb2.OffsetCommitResponse, convert.offset_commit_to_proto),
+            # A group-level error goes on every partition, as Kafka answers OffsetCommit.
+            convert.offset_commit_error,
+        ),
+        "OffsetFetch": Rpc(
+            offsets_pb2.OffsetFetchResponse,
+            "offset_fetch",
+            lambda r, _c: convert.offset_fetch_from_proto(r),
+            _reply(offsets_pb2.OffsetFetchResponse, convert.offset_fetch_to_proto),
+        ),
+        "OffsetDelete": Rpc(
+            offsets_pb2.OffsetDeleteResponse,
+            "offset_delete",
+            lambda r, _c: (r.group_id, [(t.name, list(t.partition_indexes)) for t in r.topics]),
+            _reply(offsets_pb2.OffsetDeleteResponse, convert.offset_delete_to_proto),
+        ),
+    },
+)
 
-    async def OffsetFetch(
-        self, request: offsets_pb2.OffsetFetchRequest, context: grpc.aio.ServicerContext
-    ) -> offsets_pb2.OffsetFetchResponse:
-        runtime = self.runtime
+AdminService = _servicer(
+    "AdminService",
+    admin_pb2_grpc.AdminServiceServicer,
+    {
+        "CreateTopics": Rpc(
+            admin_pb2.CreateTopicsResponse,
+            "create_topics",
+            lambda r, _c: convert.new_topics_from_proto(r),
+            _reply(admin_pb2.CreateTopicsResponse, convert.create_topics_to_proto),
+        ),
+        "CreatePartitions": Rpc(
+            admin_pb2.CreatePartitionsResponse,
+            "create_partitions",
+            lambda r, _c: [(t.name, t.count) for t in r.topics],
+            _reply(admin_pb2.CreatePartitionsResponse, convert.create_partitions_to_proto),
+        ),
+        "DeleteTopics": Rpc(
+            admin_pb2.DeleteTopicsResponse,
+            "delete_topics",
+            lambda r, _c: list(r.names),
+            _reply(admin_pb2.DeleteTopicsResponse, convert.delete_topics_to_proto),
+        ),
+        "ListTopics": Rpc(
+            admin_pb2.ListTopicsResponse,
+            "list_topics",
+            lambda _r, _c: None,
+            _reply(admin_pb2.ListTopicsResponse, convert.list_topics_to_proto),
+        ),
+        "ListGroups": Rpc(
+            admin_pb2.ListGroupsResponse,
+            "list_groups",
+            lambda r, _c: (list(r.states_filter), list(r.types_filter)),
+            _reply(admin_pb2.ListGroupsResponse, convert.list_groups_to_proto),
+        ),
+        "DeleteGroups": Rpc(
+            admin_pb2.DeleteGroupsResponse,
+            "delete_groups",
+            lambda r, _c: list(r.group_ids),
+            _reply(admin_pb2.DeleteGroupsResponse, convert.delete_groups_to_proto),
+        ),
+        "DescribeConfigs": Rpc(
+            admin_pb2.DescribeConfigsResponse,
+            "describe_configs",
+            lambda r, _c: convert.describe_configs_from_proto(r),
+            lambda reply, _s: convert.describe_configs_to_proto(reply),
+        ),
+        "IncrementalAlterConfigs": Rpc(
+            admin_pb2.IncrementalAlterConfigsResponse,
+            "incremental_alter_configs",
+            lambda r, _c: convert.alter_configs_from_proto(r),
+            lambda reply, _s: convert.alter_configs_to_proto(reply),
+        ),
+    },
+)
 
-        async def body() -> offsets_pb2.OffsetFetchResponse:
-            answers: list[Any] = []
-            valid = []
-            for g in request.groups:
-                try:
-                    _check_group_id(g.group_id)
-                    valid.append(convert.offset_fetch_group_from_proto(g))
-                    answers.append(None)
-                except CoordinatorError as exc:
-                    answers.append(
-                        convert.offset_fetch_group_error(g.group_id, exc.code, exc.message)
-                    )
-            fetched = iter(await runtime.offset_fetch(valid))
-            out = offsets_pb2.OffsetFetchResponse(error_code=0)
-            for a in answers:
-                out.groups.append(
-                    a if a is not None else convert.offset_fetch_group_to_proto(next(fetched))
-                )
-            return out
+pb = classic_group_pb2
+ClassicGroupService = _servicer(
+    "ClassicGroupService",
+    classic_group_pb2_grpc.ClassicGroupServiceServicer,
+    {
+        "FindCoordinator": Rpc(
+            pb.FindCoordinatorResponse,
+            "find_coordinator",
+            lambda r, _c: convert.find_coordinator_from_proto(r),
+            lambda reply, _s: convert.find_coordinator_to_proto(reply),
+        ),
+        "JoinGroup": Rpc(
+            pb.JoinGroupResponse,
+            "join_group",
+            lambda r, c: convert.join_from_proto(
+                r, client_id=c.client_id, client_host=c.client_host
+            ),
+            lambda resp, _s: convert.join_to_proto(resp),
+            needs_identity=True,
+        ),
+        "SyncGroup": Rpc(
+            pb.SyncGroupResponse,
+            "sync_group",
+            lambda r, _c: convert.sync_from_proto(r),
+            lambda resp, _s: convert.sync_to_proto(resp),
+        ),
+        "Heartbeat": Rpc(
+            pb.HeartbeatResponse,
+            "heartbeat",
+            lambda r, _c: convert.classic_heartbeat_from_proto(r),
+            lambda resp, _s: convert.classic_heartbeat_to_proto(resp),
+        ),
+        "LeaveGroup": Rpc(
+            pb.LeaveGroupResponse,
+            "leave_group",
+            lambda r, _c: convert.leave_from_proto(r),
+            lambda resp, _s: convert.leave_to_proto(resp),
+        ),
+        "DescribeGroups": Rpc(
+            pb.DescribeGroupsResponse,
+            "describe_groups",
+            lambda r, _c: list(r.group_ids),
+            _reply(pb.DescribeGroupsResponse, convert.describe_groups_to_proto),
+        ),
+    },
+)
 
-        return await _guard(runtime, context, offsets_pb2.OffsetFetchResponse, body)
-
-    async def OffsetDelete(
-        self, request: offsets_pb2.OffsetDeleteRequest, context: grpc.aio.ServicerContext
-    ) -> offsets_pb2.OffsetDeleteResponse:
-        runtime = self.runtime
-
-        async def body() -> offsets_pb2.OffsetDeleteResponse:
-            _check_group_id(request.group_id)
-            topics = [(t.name, list(t.partition_indexes)) for t in request.topics]
-            return convert.offset_delete_to_proto(
-                await runtime.offset_delete(request.group_id, topics)
-            )
-
-        return await _guard(runtime, context, offsets_pb2.OffsetDeleteResponse, body)
-
-
-class AdminService(admin_pb2_grpc.AdminServiceServicer):
-    """Topic registry, ListGroups, DeleteGroups and GROUP configs."""
-
-    def __init__(self, runtime: CoordinatorRuntime) -> None:
-        self.runtime = runtime
-
-    async def CreateTopics(self, request, context):
-        async def body() -> admin_pb2.CreateTopicsResponse:
-            return convert.create_topics_to_proto(
-                await self.runtime.create_topics(convert.new_topics_from_proto(request))
-            )
-
-        return await _guard(self.runtime, context, admin_pb2.CreateTopicsResponse, body)
-
-    async def CreatePartitions(self, request, context):
-        async def body() -> admin_pb2.CreatePartitionsResponse:
-            reqs = [(t.name, t.count) for t in request.topics]
-            return convert.create_partitions_to_proto(await self.runtime.create_partitions(reqs))
-
-        return await _guard(self.runtime, context, admin_pb2.CreatePartitionsResponse, body)
-
-    async def DeleteTopics(self, request, context):
-        async def body() -> admin_pb2.DeleteTopicsResponse:
-            return convert.delete_topics_to_proto(
-                await self.runtime.delete_topics(list(request.names))
-            )
-
-        return await _guard(self.runtime, context, admin_pb2.DeleteTopicsResponse, body)
-
-    async def ListTopics(self, request, context):
-        async def body() -> admin_pb2.ListTopicsResponse:
-            return convert.list_topics_to_proto(await self.runtime.list_topics())
-
-        return await _guard(self.runtime, context, admin_pb2.ListTopicsResponse, body)
-
-    async def ListGroups(self, request, context):
-        async def body() -> admin_pb2.ListGroupsResponse:
-            groups = await self.runtime.list_groups(
-                list(request.states_filter), list(request.types_filter)
-            )
-            return convert.list_groups_to_proto(groups)
-
-        return await _guard(self.runtime, context, admin_pb2.ListGroupsResponse, body)
-
-    async def DeleteGroups(self, request, context):
-        async def body() -> admin_pb2.DeleteGroupsResponse:
-            results: list[Any] = []
-            valid = []
-            for gid in request.group_ids:
-                if gid.strip():
-                    valid.append(gid)
-                    results.append(None)
-                else:
-                    exc = InvalidGroupIdError("Group id can't be empty.")
-                    results.append((gid, exc.code, exc.message))
-            deleted = iter(await self.runtime.delete_groups(valid))
-            return convert.delete_groups_to_proto(
-                r if r is not None else next(deleted) for r in results
-            )
-
-        return await _guard(self.runtime, context, admin_pb2.DeleteGroupsResponse, body)
-
-    async def DescribeConfigs(self, request, context):
-        async def body() -> admin_pb2.DescribeConfigsResponse:
-            out = admin_pb2.DescribeConfigsResponse(error_code=0)
-            for res in request.resources:
-                try:
-                    _check_config_resource(res)
-                    configs, overrides = await self.runtime.describe_group_config(res.resource_name)
-                    keys = (
-                        list(res.configuration_keys.names)
-                        if res.HasField("configuration_keys")
-                        else None
-                    )
-                    out.results.append(
-                        convert.describe_config_result(
-                            res.resource_name,
-                            configs,
-                            overrides,
-                            keys,
-                            resource_type=res.resource_type,
-                            include_synonyms=request.include_synonyms,
-                            include_documentation=request.include_documentation,
-                        )
-                    )
-                except CoordinatorError as exc:
-                    out.results.append(_config_error(res, exc))
-            return out
-
-        return await _guard(self.runtime, context, admin_pb2.DescribeConfigsResponse, body)
-
-    async def IncrementalAlterConfigs(self, request, context):
-        async def body() -> admin_pb2.IncrementalAlterConfigsResponse:
-            out = admin_pb2.IncrementalAlterConfigsResponse(error_code=0)
-            seen = [(res.resource_type, res.resource_name) for res in request.resources]
-            for res in request.resources:
-                item = out.responses.add(
-                    error_code=0, resource_type=res.resource_type, resource_name=res.resource_name
-                )
-                try:
-                    _check_config_resource(res)
-                    if seen.count((res.resource_type, res.resource_name)) > 1:
-                        raise InvalidRequestError("Each resource must appear at most once.")
-                    names = [c.name for c in res.configs]
-                    if len(set(names)) != len(names):
-                        raise InvalidRequestError("Error due to duplicate config keys.")
-                    changes: dict[str, str | None] = {}
-                    for c in res.configs:
-                        if c.config_operation == convert.OP_SET:
-                            if not c.HasField("value"):
-                                raise InvalidRequestError(f"Config {c.name}: SET needs a value.")
-                            changes[c.name] = c.value
-                        elif c.config_operation == convert.OP_DELETE:
-                            changes[c.name] = None
-                        else:
-                            raise InvalidRequestError(
-                                f"Config {c.name}: operation {c.config_operation} is not supported for GROUP configs."
-                            )
-                    await self.runtime.alter_group_configs(
-                        res.resource_name, changes, validate_only=request.validate_only
-                    )
-                except CoordinatorError as exc:
-                    item.error_code = int(exc.code)
-                    item.error_message = exc.message
-            return out
-
-        return await _guard(self.runtime, context, admin_pb2.IncrementalAlterConfigsResponse, body)
-
-
-def _check_config_resource(res: Any) -> None:
-    if res.resource_type not in convert.GROUP_RESOURCES:
-        raise InvalidRequestError(
-            f"Only GROUP resources ({convert.GROUP_RESOURCE}, or Kafka's {convert.KAFKA_GROUP_RESOURCE}) are supported."
-        )
-    if not res.resource_name.strip():
-        raise InvalidRequestError("Group name must not be empty.")
-
-
-def _config_error(res: Any, exc: CoordinatorError) -> admin_pb2.DescribeConfigsResponse.Result:
-    return admin_pb2.DescribeConfigsResponse.Result(
-        error_code=int(exc.code),
-        error_message=exc.message,
-        resource_type=res.resource_type,
-        resource_name=res.resource_name,
-    )
-
-
-class TestingService(testing_pb2_grpc.TestingServiceServicer):
-    """Served only with ``--clock manual``."""
-
-    __test__ = False  # not a pytest class
-
-    def __init__(self, runtime: CoordinatorRuntime) -> None:
-        self.runtime = runtime
-
-    async def AdvanceTime(self, request, context):
-        async def body() -> testing_pb2.AdvanceTimeResponse:
-            if request.ms < 0:
-                raise InvalidRequestError(f"ms must be >= 0, got {request.ms}.")
-            now = await self.runtime.advance_time(request.ms)
-            return testing_pb2.AdvanceTimeResponse(error_code=0, now_ms=now)
-
-        return await _guard(self.runtime, context, testing_pb2.AdvanceTimeResponse, body)
+TestingService = _servicer(
+    "TestingService",
+    testing_pb2_grpc.TestingServiceServicer,
+    {
+        "AdvanceTime": Rpc(
+            testing_pb2.AdvanceTimeResponse,
+            "advance_time",
+            lambda r, _c: r.ms,
+            _reply(
+                testing_pb2.AdvanceTimeResponse,
+                lambda now: testing_pb2.AdvanceTimeResponse(error_code=0, now_ms=now),
+            ),
+        ),
+    },
+)
+TestingService.__test__ = False  # type: ignore[attr-defined]  # not a pytest class
 
 
 def service_descriptors() -> list[ServiceDescriptor]:

@@ -217,6 +217,7 @@ def test_delete_groups(manual_server: ServerProcess) -> None:
     s.heartbeat(group_id="g-dg-empty", member_id="B", member_epoch=-1)
     admin_commit(s, "g-dg-empty", "dg", 0, 7)
     admin_commit(s, "g-dg-simple", "dg", 0, 8)
+    assert alter(s, "g-dg-empty", set_(INTERVAL, "7000")).responses[0].error_code == 0
     R = admin_pb2.DeleteGroupsResponse.DeletableGroupResult
     resp = s.admin.DeleteGroups(
         admin_pb2.DeleteGroupsRequest(
@@ -256,9 +257,11 @@ def test_delete_groups(manual_server: ServerProcess) -> None:
             offsets_pb2.OffsetFetchResponse.Group(group_id="g-dg-simple"),
         ]
     )
-    # A deleted consumer group starts over: a new uid, epoch 1.
+    # A deleted consumer group starts over: a new uid, epoch 1, and the server's configs (its
+    # overrides were deleted with it).
     again = s.heartbeat(**join_request("g-dg-empty", ["dg"], member_id="C"))
     assert again.member_epoch == 1 and join.member_epoch == 1
+    assert again.heartbeat_interval_ms == 5000
     assert (
         s.heartbeat(
             group_id="g-dg-busy", member_id="A", member_epoch=1, topic_partitions=owned((t, [0]))

@@ -121,15 +121,10 @@ def test_basic() -> None:
         ArmTimer((SESSION, G, "A"), SESSION_MS),
     ]
 
-    # A acknowledges the revocation: epoch 2, foo-2 released. A new epoch always comes with
-    # the member's assignment (KIP-848 "Assignment").
+    # A acknowledges the revocation: epoch 2, foo-2 released. Its assigned partitions do not
+    # change, so the response carries no assignment ("unchanged").
     res = h.heartbeat_result(member_id="A", member_epoch=1, topic_partitions=p(foo, 0, 1))
-    assert res.response == Resp(
-        member_id="A",
-        member_epoch=2,
-        heartbeat_interval_ms=HB_MS,
-        assignment=HA(assigned=p(foo, 0, 1), pending={}),
-    )
+    assert res.response == Resp(member_id="A", member_epoch=2, heartbeat_interval_ms=HB_MS)
     assert res.records == [ca("A", 2, 1, STABLE, p(foo, 0, 1))]
     assert res.timers[0] == CancelTimer((REBALANCE, G, "A"))
 
@@ -160,14 +155,10 @@ def test_basic() -> None:
         ca("C", 3, 0, UNRELEASED, {}),
     ]
 
-    # B has nothing to revoke: straight to epoch 3 with the same partitions.
+    # B has nothing to revoke: straight to epoch 3 with the same partitions (no assignment in
+    # the response: unchanged).
     res = h.heartbeat_result(member_id="B", member_epoch=2, topic_partitions=p(foo, 2))
-    assert res.response == Resp(
-        member_id="B",
-        member_epoch=3,
-        heartbeat_interval_ms=HB_MS,
-        assignment=HA(assigned=p(foo, 2), pending={}),
-    )
+    assert res.response == Resp(member_id="B", member_epoch=3, heartbeat_interval_ms=HB_MS)
     assert res.records == [ca("B", 3, 2, STABLE, p(foo, 2))]
 
     # C heartbeats: foo-1 is still held by A, nothing changes.
@@ -185,12 +176,7 @@ def test_basic() -> None:
     )
     assert res.records == [ca("A", 2, 2, UNREVOKED, p(foo, 0), p(foo, 1))]
     res = h.heartbeat_result(member_id="A", member_epoch=2, topic_partitions=p(foo, 0))
-    assert res.response == Resp(
-        member_id="A",
-        member_epoch=3,
-        heartbeat_interval_ms=HB_MS,
-        assignment=HA(assigned=p(foo, 0), pending={}),
-    )
+    assert res.response == Resp(member_id="A", member_epoch=3, heartbeat_interval_ms=HB_MS)
     assert res.records == [ca("A", 3, 2, STABLE, p(foo, 0))]
 
     # C finally gets foo-1. Everyone is at the group epoch (3).
@@ -325,14 +311,10 @@ def test_partition_added() -> None:
 
     h.add_partitions("foo", 2)
     # The coordinator notices on the group's next heartbeat: new partition metadata, epoch 23,
-    # new target B=[1]. A keeps foo-0 and moves to epoch 23.
+    # new target B=[1]. A keeps foo-0 and moves to epoch 23 (its assignment is unchanged: none
+    # in the response).
     res = h.heartbeat_result(member_id="A", member_epoch=22)
-    assert res.response == Resp(
-        member_id="A",
-        member_epoch=23,
-        heartbeat_interval_ms=HB_MS,
-        assignment=HA(assigned=p(foo, 0), pending={}),
-    )
+    assert res.response == Resp(member_id="A", member_epoch=23, heartbeat_interval_ms=HB_MS)
     assert res.records == [
         r.partition_metadata_record(
             G, {"foo": TopicMetadata(topic_id=foo, name="foo", num_partitions=2)}

@@ -15,9 +15,9 @@ import pytest
 
 from assignors.api import GroupAssignment, GroupSpec, TopicMetadata
 from coordinator.core import records as r
+from coordinator.core.commands import ConsumerGroupHeartbeat, SequentialIds
 from coordinator.core.commands import ConsumerGroupHeartbeatResponse as Resp
 from coordinator.core.commands import HeartbeatAssignment as HA
-from coordinator.core.commands import SequentialIds
 from coordinator.core.config import GroupCoordinatorConfig
 from coordinator.core.errors import (
     ErrorCode,
@@ -393,7 +393,7 @@ def test_full_request_with_only_a_regex() -> None:
     assert res.response.assignment == HA(assigned=p(foo, 0, 1), pending={})
 
 
-def test_partial_response_only_when_assigned_pending_or_epoch_changed() -> None:
+def test_partial_response_only_when_assigned_or_pending_changed() -> None:
     h, foo = one_member()  # A=[0,1,2,3] at 1
     # B joins (epoch 2): target A=[0,2], B=[1,3]; B waits for A.
     res = h.join("B", ["foo"])
@@ -415,15 +415,11 @@ def test_partial_response_only_when_assigned_pending_or_epoch_changed() -> None:
         heartbeat_interval_ms=HB_MS,
         assignment=HA(assigned=p(foo, 0, 2), pending={}),
     )
-    # A acknowledges: it moves to a new epoch, which always comes with its assignment
-    # (KIP-848 "Assignment": on a new epoch the member receives its assigned and pending sets).
+    # A acknowledges: it moves to epoch 2 with the same assigned (and pending) partitions, so
+    # the response carries no assignment (Kafka: hasAssignedPartitionsChanged).
     res = h.heartbeat_result(member_id="A", member_epoch=1, topic_partitions=p(foo, 0, 2))
-    assert res.response == Resp(
-        member_id="A",
-        member_epoch=2,
-        heartbeat_interval_ms=HB_MS,
-        assignment=HA(assigned=p(foo, 0, 2), pending={}),
-    )
+    assert res.records == [ca("A", 2, 1, STABLE, p(foo, 0, 2))]
+    assert res.response == Resp(member_id="A", member_epoch=2, heartbeat_interval_ms=HB_MS)
     # A again at its epoch: nothing changed -> no assignment.
     assert h.heartbeat(member_id="A", member_epoch=2) == Resp(
         member_id="A", member_epoch=2, heartbeat_interval_ms=HB_MS
@@ -437,6 +433,91 @@ def test_partial_response_only_when_assigned_pending_or_epoch_changed() -> None:
         assignment=HA(assigned=p(foo, 1, 3), pending={}),
     )
     check_replay(h)
+
+
+def test_acknowledging_a_revocation_carries_no_assignment() -> None:
+    """The heartbeat that acknowledges a revocation moves the member to the new epoch, but its
+    assigned and pending partitions do not change: no assignment (a client reads an absent
+    assignment as "unchanged"). The same acknowledgement sent as a full request gets it."""
+    for full in (False, True):
+        h, foo = one_member()  # A=[0,1,2,3] at 1
+        h.join("B", ["foo"])  # epoch 2: target A=[0,2], B=[1,3]
+        res = h.heartbeat_result(member_id="A", member_epoch=1, topic_partitions=p(foo, 0, 1, 2, 3))
+        assert res.records == [ca("A", 1, 1, UNREVOKED, p(foo, 0, 2), p(foo, 1, 3))]
+        extra: dict[str, Any] = (
+            {"rebalance_timeout_ms": RT, "subscribed_topic_names": ("foo",)} if full else {}
+        )
+        res = h.heartbeat_result(
+            member_id="A", member_epoch=1, topic_partitions=p(foo, 0, 2), **extra
+        )
+        assert res.records == [ca("A", 2, 1, STABLE, p(foo, 0, 2))]
+        assert res.timers == [
+            CancelTimer((REBALANCE, G, "A")),
+            ArmTimer((SESSION, G, "A"), SESSION_MS),
+        ]
+        assert res.response == Resp(
+            member_id="A",
+            member_epoch=2,
+            heartbeat_interval_ms=HB_MS,
+            assignment=HA(assigned=p(foo, 0, 2), pending={}) if full else None,
+        )
+        check_replay(h)
+
+
+def test_new_epoch_with_an_unchanged_assignment_carries_none() -> None:
+    """B joins a group subscribed to another topic: A's target does not change, so A moves to
+    the new epoch on its next heartbeat without an assignment in the response."""
+    h, foo = one_member()  # A=[0,1,2,3] at 1
+    h.create_topic("bar", 2)
+    bar = h.topic_id("bar")
+    res = h.join("B", ["bar"])
+    assert res.response == Resp(
+        member_id="B",
+        member_epoch=2,
+        heartbeat_interval_ms=HB_MS,
+        assignment=HA(assigned=p(bar, 0, 1), pending={}),
+    )
+    res = h.heartbeat_result(member_id="A", member_epoch=1)
+    assert res.records == [ca("A", 2, 1, STABLE, p(foo, 0, 1, 2, 3))]
+    assert res.response == Resp(member_id="A", member_epoch=2, heartbeat_interval_ms=HB_MS)
+    check_replay(h)
+
+
+def test_pending_change_while_revoking_is_reported() -> None:
+    """A member stuck revoking stays at its epoch with the same assigned partitions, but C's join
+    moves its target: its pending set grows since its last response, so the assignment is sent
+    (compared with what the member was told, not with the state at the start of the heartbeat).
+    A restarted shard, which does not know what was told, compares with the state it loaded."""
+    h, foo = one_member()  # A=[0,1,2,3] at 1
+    h.join("B", ["foo"])  # epoch 2: target A=[0,2], B=[1,3]
+    res = h.heartbeat_result(member_id="A", member_epoch=1, topic_partitions=p(foo, 0, 1, 2, 3))
+    assert res.response == Resp(
+        member_id="A",
+        member_epoch=1,
+        heartbeat_interval_ms=HB_MS,
+        assignment=HA(assigned=p(foo, 0, 2), pending={}),
+    )
+    h.join("C", ["foo"])  # epoch 3: target A=[0,3], B=[1], C=[2]
+    loaded = h.replayed()
+    loaded.set_topics(h.registry.image())
+    res = h.heartbeat_result(member_id="A", member_epoch=1, topic_partitions=p(foo, 0, 1, 2, 3))
+    assert res.records == []
+    assert res.response == Resp(
+        member_id="A",
+        member_epoch=1,
+        heartbeat_interval_ms=HB_MS,
+        assignment=HA(assigned=p(foo, 0, 2), pending=p(foo, 3)),
+    )
+    # Told once: the next identical heartbeat carries nothing.
+    assert h.heartbeat(member_id="A", member_epoch=1, topic_partitions=p(foo, 0, 1, 2, 3)) == Resp(
+        member_id="A", member_epoch=1, heartbeat_interval_ms=HB_MS
+    )
+    req = ConsumerGroupHeartbeat(
+        group_id=G, member_id="A", member_epoch=1, topic_partitions=p(foo, 0, 1, 2, 3)
+    )
+    assert loaded.consumer_group_heartbeat(req, h.now_ms).response == Resp(
+        member_id="A", member_epoch=1, heartbeat_interval_ms=HB_MS
+    )
 
 
 def test_pending_change_alone_sends_the_assignment() -> None:
@@ -458,7 +539,7 @@ def test_pending_change_alone_sends_the_assignment() -> None:
 
 
 def test_pending_change_caused_by_another_members_rebalance_is_reported() -> None:
-    """ "Absent = no change" (API.md, proto): B was told pending=[1,3]; C's join moves foo-3 to
+    """ "Absent = no change" (docs/proto.md): B was told pending=[1,3]; C's join moves foo-3 to
     C, so B's next response must carry its new pending set [1] even though nothing else changes
     for B in that heartbeat."""
     h, foo = one_member()  # A=[0,1,2,3] at 1
@@ -1222,7 +1303,7 @@ def test_group_configs_take_effect_on_the_next_heartbeat_and_persist() -> None:
     check_replay(h)
 
 
-def test_group_configs_exist_without_the_group_and_survive_it() -> None:
+def test_group_configs_exist_without_the_group_and_survive_it_emptying() -> None:
     h = harness()
     h.create_topic("foo", 1)
     h.alter_configs(G, {HB_CFG: "7000"})

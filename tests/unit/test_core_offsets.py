@@ -25,6 +25,7 @@ from coordinator.core.offsets import (
     PartitionResult,
     TopicResult,
 )
+from coordinator.core.timers import SESSION, ArmTimer
 
 G = "grp"
 
@@ -307,6 +308,69 @@ def test_delete_groups(h: CoreHarness) -> None:
         r.group_epoch_tombstone(G),
     ]
     assert h.shard.group_state(G).value == "Dead"
+
+
+SESSION_CFG = "consumer.session.timeout.ms"
+HB_CFG = "consumer.heartbeat.interval.ms"
+DEFAULTS = {SESSION_CFG: "45000", HB_CFG: "5000"}
+
+
+def test_deleting_a_group_deletes_its_config_overrides(h: CoreHarness) -> None:
+    """Kafka deletes a group's dynamic configs with the group: tombstones in the same batch; the
+    group created again under the same id starts from the defaults."""
+    h.alter_configs(G, {SESSION_CFG: "50000", HB_CFG: "7000"})
+    h.join("A", ["foo"])
+    h.commit(G, "A", 1, {("foo", 0): 1})
+    h.heartbeat(member_id="A", member_epoch=-1)
+    assert h.shard.group_config(G) == {SESSION_CFG: "50000", HB_CFG: "7000"}
+    res = h._commit(h.shard.delete_groups([G]))
+    assert res.response == [(G, ErrorCode.NONE, None)]
+    assert res.records == [
+        r.offset_commit_tombstone(G, "foo", 0),
+        r.target_assignment_epoch_tombstone(G),
+        r.partition_metadata_tombstone(G),
+        r.group_epoch_tombstone(G),
+        r.group_config_record(G, HB_CFG, None),
+        r.group_config_record(G, SESSION_CFG, None),
+    ]
+    assert h.shard.group_config(G) == DEFAULTS
+    assert G not in h.shard.group_configs
+    again = h.join("B", ["foo"])
+    assert again.response is not None and again.response.heartbeat_interval_ms == 5_000
+    assert ArmTimer((SESSION, G, "B"), h.now_ms + 45_000) in again.timers
+    assert h.replayed().snapshot() == h.shard.snapshot()
+
+
+def test_configs_of_a_group_that_does_not_exist_are_kept(h: CoreHarness) -> None:
+    """Configs may be set before the group exists; DeleteGroups of a missing group changes
+    nothing (GROUP_ID_NOT_FOUND)."""
+    h.alter_configs("future", {HB_CFG: "7000"})
+    res = h._commit(h.shard.delete_groups(["future"]))
+    assert [(g, c) for g, c, _m in res.response] == [("future", ErrorCode.GROUP_ID_NOT_FOUND)]
+    assert res.records == []
+    assert h.expire_offsets().records == []
+    assert h.shard.group_config("future")[HB_CFG] == "7000"
+
+
+def test_a_group_deleted_by_offset_expiry_loses_its_config_overrides(h: CoreHarness) -> None:
+    h.alter_configs(G, {HB_CFG: "7000"})
+    h.alter_configs("simple", {HB_CFG: "8000"})
+    h.join("A", ["foo"])
+    h.heartbeat(member_id="A", member_epoch=-1)  # empty, no offsets: deleted at the next run
+    h.commit("simple", "", -1, {("bar", 0): 2})  # offsets only
+    h.sleep(10 * 60_000)
+    res = h.expire_offsets()
+    assert res.records == [
+        r.target_assignment_epoch_tombstone(G),
+        r.partition_metadata_tombstone(G),
+        r.group_epoch_tombstone(G),
+        r.group_config_record(G, HB_CFG, None),
+        r.offset_commit_tombstone("simple", "bar", 0),
+        r.group_config_record("simple", HB_CFG, None),
+    ]
+    assert h.shard.group_config(G) == DEFAULTS
+    assert h.shard.group_config("simple") == DEFAULTS
+    assert h.replayed().snapshot() == h.shard.snapshot()
 
 
 def test_deleting_a_topic_deletes_its_offsets(h: CoreHarness) -> None:

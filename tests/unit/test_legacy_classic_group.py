@@ -224,8 +224,28 @@ def test_static_member_restart_keeps_the_generation_and_fences_the_old_id() -> N
     )
     with pytest.raises(FencedInstanceIdError):
         h.classic_heartbeat(old_id, 1, instance_id="i1")
+    # The old incarnation comes back with its old member id and the same instance id: fenced
+    # (Kafka's validateMember), and nothing changes.
+    before = (h.shard.snapshot(), len(h.log), h.timers.keys())
+    with pytest.raises(FencedInstanceIdError, match="i1-member-2 .* fenced by member i1-member-3"):
+        h.join_group(old_id, instance_id="i1")
+    assert (h.shard.snapshot(), len(h.log), h.timers.keys()) == before
+    assert h.shard.classic_groups["grp"].static_members["i1"] == "i1-member-3"
     assert h.sync_group("i1-member-3", 1).assignment == asg(0, 1)
     assert h.shard.snapshot() == h.replayed().snapshot()
+
+
+def test_join_with_a_member_id_checks_its_instance_id() -> None:
+    """Kafka's validateMember on JoinGroup with a member id: an instance id the group does not
+    know, or one owned by another member, is refused; a dynamic member stays dynamic."""
+    h = ClassicHarness()
+    h.create_topic("foo", 4)
+    stable_group(h)
+    with pytest.raises(UnknownMemberIdError, match="Instance id i9 is unknown"):
+        h.join_group("member-2", instance_id="i9")
+    with pytest.raises(UnknownMemberIdError, match="Member ghost is not a member"):
+        h.join_group("ghost")
+    assert h.shard.classic_groups["grp"].state.value == "Stable"
 
 
 def test_batched_leave_reports_each_member() -> None:

@@ -20,16 +20,22 @@ Rules and theory of operation:
 * Thread model: all methods are thread-safe. The runtime calls ``append`` from one writer thread;
   readers (``load``, ``journal``) see a snapshot taken when they are called and do not block it.
 * ``SqliteRecordStore`` (default, ``<data-dir>/coordinator.db``, WAL, fsync per commit) refuses
-  stores written by a newer schema version (``StoreVersionError``) and files that are not record
-  stores or are corrupt (``StoreError``). ``MemoryRecordStore`` has the same semantics plus fault
+  stores written by a newer schema version (``StoreVersionError``). Only a *missing* store is
+  created; anything present that is not a valid, complete store is refused, never replaced
+  (``StoreCorruptError``), and what cannot be accessed says why (``StoreAccessError``:
+  read-only, permissions; ``StoreLockedError``: another writer). ``MemoryRecordStore`` has the same semantics plus fault
   injection, for tests.
 """
 
 from .api import (
     JournalEntry,
     RecordStore,
+    StoreAccessError,
+    StoreCorruptError,
     StoredRecord,
     StoreError,
+    StoreLockedError,
+    StoreLostError,
     StoreVersionError,
     StoreWriteError,
 )
@@ -43,7 +49,11 @@ __all__ = [
     "MemoryRecordStore",
     "RecordStore",
     "SqliteRecordStore",
+    "StoreAccessError",
+    "StoreCorruptError",
     "StoreError",
+    "StoreLockedError",
+    "StoreLostError",
     "StoreVersionError",
     "StoreWriteError",
     "StoredRecord",

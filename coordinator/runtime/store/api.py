@@ -13,7 +13,11 @@ from typing import Any, Protocol, runtime_checkable
 __all__ = [
     "JournalEntry",
     "RecordStore",
+    "StoreAccessError",
+    "StoreCorruptError",
     "StoreError",
+    "StoreLockedError",
+    "StoreLostError",
     "StoreVersionError",
     "StoreWriteError",
     "StoredRecord",
@@ -54,7 +58,28 @@ class JournalEntry:
 
 
 class StoreError(Exception):
-    """The store cannot be used: not a record store, corrupt, locked, closed, ..."""
+    """The store cannot be used: not a record store, corrupt, locked, closed, ...
+
+    Opening refuses anything it cannot trust with one of the subclasses below, and never
+    replaces it: only a *missing* store is created. The message says what was found and what
+    to do; ``kip848 serve`` and ``kip848 replay`` print it and exit non-zero."""
+
+
+class StoreCorruptError(StoreError):
+    """Something is present where the store should be, but it is not a valid, complete record
+    store: an empty or truncated file, a foreign file or database, damaged pages, a directory
+    in place of the file, a write-ahead log without its database, or a database whose
+    write-ahead log went missing after an unclean shutdown (acknowledged writes lost)."""
+
+
+class StoreAccessError(StoreError):
+    """The store (or where it should be) cannot be accessed as needed: a read-only file system,
+    permission denied, a data directory that is a file, no space left to create it, an I/O
+    error. Nothing is wrong with the store itself."""
+
+
+class StoreLockedError(StoreError):
+    """Another process holds the store open for writing (one writer per store)."""
 
 
 class StoreWriteError(StoreError):
@@ -71,6 +96,17 @@ class StoreWriteError(StoreError):
     def __init__(self, message: str, *, outcome_unknown: bool = False) -> None:
         super().__init__(message)
         self.outcome_unknown = outcome_unknown
+
+
+class StoreLostError(StoreWriteError):
+    """The open store is no longer the one on disk: its file, its write-ahead log or its data
+    directory was deleted, replaced or unmounted while the store was open (see
+    ``SqliteRecordStore.check_identity``). Nothing of the refused batch was written; the
+    store refuses every later append: acknowledging writes that a restart would not find is
+    the one thing a store must never do."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, outcome_unknown=False)
 
 
 class StoreVersionError(StoreError):
@@ -136,6 +172,23 @@ class RecordStore(Protocol):
 
     def stats(self) -> dict[str, Any]:
         """Counts and sizes, for ``kip848 replay``/dump and benchmarks (may scan the store)."""
+        ...
+
+    def check_identity(self) -> None:
+        """Raise :class:`StoreLostError` if the store open here is no longer the store on disk
+        (deleted, replaced, unmounted since it was opened). ``append`` checks after every
+        commit; call this on an interval so an idle owner notices too. A lost store refuses
+        every later append."""
+        ...
+
+    def rescue(self) -> Any:
+        """After :class:`StoreLostError`: save what the open store holds where a restart finds
+        it. Returns where it was saved; raises :class:`StoreError` if it could not be."""
+        ...
+
+    def probe_write(self) -> None:
+        """A small durable write that touches no record: after appends failed (a full disk),
+        succeeds once appends can succeed again; raises :class:`StoreWriteError` otherwise."""
         ...
 
     def close(self) -> None:

@@ -4,7 +4,7 @@ File: ``<data-dir>/coordinator.db`` (plus SQLite's ``-wal``/``-shm`` and our ``.
 Schema version 1 (``PRAGMA application_id`` = 0x4B383438, "K848", marks the file as ours)::
 
     meta(name TEXT PRIMARY KEY, value)          schema_version, created_at_ms, created_by,
-                                                journal_expired_through_offset
+                                                journal_expired_through_offset, clean_shutdown
     journal(offset INTEGER PRIMARY KEY,         every record ever appended (minus retention);
             timestamp_ms, group_id, key, value)   value NULL = tombstone. Read it for analytics.
     compacted(offset INTEGER PRIMARY KEY,       latest live value per key; rowid = offset, so
@@ -21,6 +21,16 @@ Retention: with ``journal_retention_ms``, each ``append`` whose timestamp is due
 runs one extra small transaction after its batch is durable, deleting at most 2,000 expired
 journal entries (more on the next appends while a backlog remains); its errors are logged.
 
+Opening (start-up safety): only a *missing* ``coordinator.db`` is created, atomically (built as
+``coordinator.db.new``, flushed, renamed into place). Anything present that is not a valid,
+complete store is refused and left as it was (:class:`StoreCorruptError`: empty, short or
+truncated files, foreign files, directories, dangling links, a ``-wal`` without its database, a
+``-wal`` lost after an unclean shutdown); what cannot be accessed says why
+(:class:`StoreAccessError`: read-only mount, permissions, a data directory that is a file).
+``meta.clean_shutdown`` (0 while open, 1 after ``close``; checkpointed into the main file at
+both moments) is how a lost ``-wal`` is noticed: a file that says 0 needs its log.
+``read_only`` opens work on read-only media (``immutable`` when there is no log to recover).
+
 Thread model: every method may be called from any thread; one lock serialises the single writer
 connection (the runtime calls ``append`` from one writer thread anyway). ``load``/``journal``/
 ``stats`` read through their own short-lived read-only connection, so a long read neither
@@ -30,20 +40,26 @@ open a store for writing: an exclusive ``flock`` on ``coordinator.db.lock`` enfo
 
 from __future__ import annotations
 
+import errno
 import importlib.metadata
 import logging
 import os
 import sqlite3
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO, Literal, Self
 
 from .api import (
     JournalEntry,
+    StoreAccessError,
+    StoreCorruptError,
     StoredRecord,
     StoreError,
+    StoreLockedError,
+    StoreLostError,
     StoreVersionError,
     StoreWriteError,
     check_batch,
@@ -66,6 +82,7 @@ Sync = Literal["full", "normal", "off"]
 _SYNC_PRAGMA = {"full": "FULL", "normal": "NORMAL", "off": "OFF"}
 _FETCH = 8192  # rows per fetchmany: one C call per chunk instead of one per row
 _EXPIRE_CHUNK = 50_000  # journal rows deleted per transaction, so appends interleave
+_PROBE_BYTES = 64 * 1024  # the room probe_write() checks for
 _RETENTION_STEP = 2_000  # journal rows at most deleted by the automatic retention of one append
 
 _SCHEMA_V1 = (
@@ -122,6 +139,7 @@ class SqliteRecordStore:
         journal_retention_ms: int | None = None,
         sync: Sync = "full",
         read_only: bool = False,
+        accept_lost_wal: bool = False,
     ) -> None:
         if sync not in _SYNC_PRAGMA:
             raise ValueError(f"sync must be one of {sorted(_SYNC_PRAGMA)}, got {sync!r}")
@@ -131,10 +149,15 @@ class SqliteRecordStore:
         self.journal_retention_ms = journal_retention_ms
         self.sync = sync
         self.read_only = read_only
+        self.accept_lost_wal = accept_lost_wal
         self._lock = threading.Lock()
-        self._conn: sqlite3.Connection | None = None
-        self._lock_file: BinaryIO | None = None
-        self._failed = False
+        # Connection and lock file, released by close() or, for a store never closed, when it
+        # is collected or the interpreter exits (weakref.finalize): SQLite's own close would
+        # otherwise remove the WAL without the clean-shutdown mark (see _check_complete).
+        self._h = _Handles(self.path)
+        self._finalizer = weakref.finalize(self, self._h.release)
+        self._identity: _Identity | None = None
+        self._lost: str | None = None
         self._retention_due_ms = -(2**63)  # the first append checks
         self._ro_uri = self.path.as_uri() + "?mode=ro"
         try:
@@ -143,28 +166,57 @@ class SqliteRecordStore:
             self._release()
             raise
 
+    @classmethod
+    def in_data_dir(cls, data_dir: str | os.PathLike[str], **options: Any) -> SqliteRecordStore:
+        """The store of a data directory (``<data_dir>/coordinator.db``), as ``kip848 serve``,
+        ``replay`` and ``dump`` open it: a ``data_dir`` that exists but is not a directory is
+        refused (:class:`StoreAccessError`) instead of being taken for the database file."""
+        directory = Path(data_dir)
+        if directory.exists() and not directory.is_dir():
+            raise StoreAccessError(
+                f"data directory {directory.absolute()} is not a directory (a file is in the way)"
+            )
+        path = directory / DATA_FILE_NAME
+        if path.is_dir():  # the constructor would take it for a data directory
+            raise StoreCorruptError(
+                f"{path.absolute()} exists but is a directory, not a store file; refusing to use it"
+            )
+        return cls(path, **options)
+
     # -- opening ----------------------------------------------------------------------------
 
     def _open(self) -> None:
+        """Open (or, only where nothing exists, create) the store; refuse anything present that
+        is not a valid, complete store. Order matters: the location is checked and the writer
+        lock taken before anything is created or changed."""
         path = self.path
-        if self.read_only and not path.is_file():
-            raise StoreError(f"no record store at {path}")
+        wal = _sidecar(path, "-wal")
         try:
+            exists = _check_location(path, creating=not self.read_only)
+            if not exists and self.read_only:
+                raise StoreError(f"no record store at {path}")
             if not self.read_only:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                self._lock_file = _lock_exclusively(path.with_name(path.name + ".lock"), path)
-            created = not path.exists() or path.stat().st_size == 0
-            if self.read_only:
-                conn = sqlite3.connect(
-                    self._ro_uri, uri=True, isolation_level=None, check_same_thread=False
-                )
-            else:
-                conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-            self._conn = conn
+                self._h.lock_file = _lock_exclusively(path.with_name(path.name + ".lock"), path)
+                exists = _check_location(path, creating=True)  # again, under the lock
+            if not exists:
+                if wal.exists():
+                    raise StoreCorruptError(
+                        f"{path} does not exist but its write-ahead log {wal.name} does: the "
+                        "store file was removed or lost, and the log alone cannot rebuild it. "
+                        f"Restore {path.name} (e.g. from the backup or snapshot the log belongs "
+                        f"to), or remove {wal.name} to start a new, empty store; refusing to "
+                        "start"
+                    )
+                self._create_new(path)
+            # A WAL that holds anything has at least its 32-byte header. An empty one is what
+            # any connection (even a read-only one, e.g. a refused earlier open) creates.
+            wal_existed = wal.exists() and wal.stat().st_size >= _WAL_HEADER_BYTES
+            conn = self._connect(wal.exists())
+            self._h.conn = conn
             conn.execute("PRAGMA busy_timeout = 5000")
             # Identify the file before changing anything in it (WAL mode is persistent):
             # a foreign database must be left exactly as it was.
-            is_new = self._identify(conn)
+            self._identify(conn)
             if not self.read_only:
                 mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
                 if mode.lower() != "wal":
@@ -173,38 +225,106 @@ class SqliteRecordStore:
                 conn.execute("PRAGMA fullfsync = ON")  # macOS: a real flush; no-op on Linux
                 conn.execute("PRAGMA journal_size_limit = 67108864")  # shrink WAL after bursts
                 conn.execute("PRAGMA cache_size = -65536")  # 64 MiB
-            if is_new:
-                self._create_schema(conn)
-            else:
-                self._check_version(conn)
+            self._check_version(conn)
+            self._check_complete(conn, wal_existed)
+            if not self.read_only:
+                _set_clean_shutdown(conn, self.path, False)
+                self._h.mark_clean_on_close = True
+                self._record_identity()
             self._next_offset = self._read_last_offset(conn) + 1
-        except sqlite3.DatabaseError as e:
-            raise StoreError(
-                f"cannot open record store at {path}: {e} (corrupt, or not a kip848 store)"
-            ) from e
+        except sqlite3.Error as e:
+            raise _open_error(path, e) from e
         except OSError as e:
-            raise StoreError(f"cannot open record store at {path}: {e}") from e
-        if created and not self.read_only:
-            _fsync_dir(path.parent)  # make the new file's directory entry durable
+            raise _open_error(path, e) from e
 
-    def _identify(self, conn: sqlite3.Connection) -> bool:
-        """True for an empty database (a new store); raise unless the file is ours."""
-        app_id = conn.execute("PRAGMA application_id").fetchone()[0]
-        n_objects = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
-        if app_id == 0 and n_objects == 0 and not self.read_only:
-            return True
-        if app_id != APPLICATION_ID:
-            raise StoreError(
-                f"{self.path} is not a kip848 record store (SQLite application_id "
-                f"{app_id:#x}, expected {APPLICATION_ID:#x}); refusing to use it"
+    def _connect(self, wal_exists: bool) -> sqlite3.Connection:
+        if not self.read_only:
+            return sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        try:
+            conn = sqlite3.connect(
+                self._ro_uri, uri=True, isolation_level=None, check_same_thread=False
             )
-        return False
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            return conn
+        except sqlite3.Error as e:
+            if _primary(e) != _SQLITE_CANTOPEN or wal_exists or _unwritable(self.path) is None:
+                raise
+        # A WAL-mode database on read-only media without its -shm/-wal files: SQLite cannot
+        # create them, so it refuses a plain read-only open. With no -wal there is nothing to
+        # recover and no writer can exist (nobody can write there), so the main file is the
+        # whole store: open it as immutable.
+        self._ro_uri = self.path.as_uri() + "?mode=ro&immutable=1"
+        return sqlite3.connect(
+            self._ro_uri, uri=True, isolation_level=None, check_same_thread=False
+        )
+
+    def _create_new(self, path: Path) -> None:
+        """Create a new, empty store atomically: built complete in ``<name>.new`` (schema,
+        WAL mode, application id), flushed, then renamed into place. A crash leaves either no
+        store (and a ``.new`` file, discarded by the next start) or a complete one, never a
+        half-made file that the next start would have to guess about."""
+        tmp = path.with_name(path.name + ".new")
+        for leftover in (tmp, _sidecar(tmp, "-wal"), _sidecar(tmp, "-shm")):
+            leftover.unlink(missing_ok=True)  # an earlier creation that crashed; never a store
+        conn = sqlite3.connect(tmp, isolation_level=None)
+        try:
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("PRAGMA synchronous = FULL")
+            self._create_schema(conn)
+        finally:
+            conn.close()  # checkpoints the schema into the file and removes its WAL
+        _fsync_file(tmp)
+        os.rename(tmp, path)
+        _fsync_dir(path.parent)  # make the new file's directory entry durable
+
+    def _identify(self, conn: sqlite3.Connection) -> None:
+        """Raise unless the file is a kip848 record store."""
+        app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+        if app_id != APPLICATION_ID:
+            n_objects = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+            what = (
+                "an empty SQLite database"
+                if app_id == 0 and n_objects == 0
+                else f"SQLite application_id {app_id:#x}, expected {APPLICATION_ID:#x}"
+            )
+            raise StoreCorruptError(
+                f"{self.path} is not a kip848 record store ({what}); refusing to use it. A "
+                "new store is created only where no file exists: move the file away if it "
+                "is not needed"
+            )
+
+    def _check_complete(self, conn: sqlite3.Connection, wal_existed: bool) -> None:
+        """Refuse a store whose write-ahead log went missing after an unclean shutdown.
+
+        The database file says whether it was shut down cleanly (``meta.clean_shutdown``,
+        written into the file itself by a checkpoint at open and at close). After a crash the
+        commits since the last checkpoint live only in ``-wal``; without it SQLite would
+        silently open an older state, losing acknowledged writes."""
+        row = conn.execute("SELECT value FROM meta WHERE name = 'clean_shutdown'").fetchone()
+        if row is None or row[0] != 0 or wal_existed:  # None: written by an older build
+            return
+        message = (
+            f"record store at {self.path} was not shut down cleanly and its write-ahead log "
+            f"{self.path.name}-wal is missing: the commits it held (acknowledged writes among "
+            f"them) are not in {self.path.name}"
+        )
+        if self.accept_lost_wal:
+            log.warning("%s; opening it anyway (accept_lost_wal)", message)
+            return
+        raise StoreCorruptError(
+            f"{message}. Refusing to start from an older state: restore {self.path.name}-wal "
+            f"together with {self.path.name} (from the same copy or snapshot), or accept the "
+            "loss explicitly (kip848 serve --accept-lost-wal)"
+        )
 
     def _check_version(self, conn: sqlite3.Connection) -> None:
         path = self.path
-        row = conn.execute("SELECT value FROM meta WHERE name = 'schema_version'").fetchone()
+        try:
+            row = conn.execute("SELECT value FROM meta WHERE name = 'schema_version'").fetchone()
+        except sqlite3.OperationalError as e:  # no meta table
+            raise StoreCorruptError(f"record store at {path} is corrupt: {e}") from e
         if row is None or type(row[0]) is not int or row[0] < 1:
-            raise StoreError(f"record store at {path} is corrupt: no valid schema_version")
+            raise StoreCorruptError(f"record store at {path} is corrupt: no valid schema_version")
         version = row[0]
         if version > SCHEMA_VERSION:
             raise StoreVersionError(
@@ -226,6 +346,7 @@ class SqliteRecordStore:
                     ("created_at_ms", int(time.time() * 1000)),
                     ("created_by", _package_version()),
                     ("journal_expired_through_offset", -1),
+                    ("clean_shutdown", 1),
                 ],
             )
             conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
@@ -271,6 +392,7 @@ class SqliteRecordStore:
             conn = self._writer()
             if not records:
                 return self._next_offset - 1
+            self._check_identity_locked()  # never write into files that are gone from disk
             start = self._next_offset
             rows = [
                 (start + i, timestamp_ms, rec.group_id, rec.key, rec.value)
@@ -291,8 +413,17 @@ class SqliteRecordStore:
             try:
                 self._commit()
             except BaseException as e:
-                # A failed COMMIT may still have reached the disk (e.g. fsync reported an error
-                # after the commit frame was written): the outcome is unknown, so stop here.
+                if isinstance(e, sqlite3.Error) and _primary(e) == _SQLITE_FULL:
+                    # No space for the log frames: SQLite did not commit (the WAL index was not
+                    # advanced; the next commit overwrites the partial frames), so nothing of
+                    # the batch is visible and later appends may succeed once space is freed.
+                    self._rollback()
+                    raise StoreWriteError(
+                        f"append to {self.path} failed, rolled back: no space left on the "
+                        f"device ({e})"
+                    ) from e
+                # Any other failed COMMIT may still have reached the disk (e.g. fsync reported
+                # an error after the commit frame was written): the outcome is unknown, so stop.
                 self._failed = True
                 self._rollback()
                 if not isinstance(e, Exception):
@@ -303,6 +434,9 @@ class SqliteRecordStore:
                 ) from e
             last = start + len(rows) - 1
             self._next_offset = last + 1
+            # Committed to the files we hold open; are they still the store on disk? (A data
+            # directory deleted a moment ago would take this batch with it at the next start.)
+            self._check_identity_locked()
         if self.journal_retention_ms is not None and timestamp_ms >= self._retention_due_ms:
             self._retention_step(timestamp_ms)
         return last
@@ -320,9 +454,108 @@ class SqliteRecordStore:
         except sqlite3.Error:
             self._failed = True  # state unknown; refuse further writes
 
+    # -- identity: is the store we hold open still the one on disk? ---------------------------
+
+    def _record_identity(self) -> None:
+        """Remember which files the open store is (device and inode of the database file, its
+        write-ahead log and its directory), for :meth:`check_identity`."""
+        self._identity = _identity_of(self.path)
+
+    def check_identity(self) -> None:
+        """Raise :class:`StoreLostError` if the store open here is no longer the store on disk:
+        its file, write-ahead log or directory was deleted, replaced, truncated to nothing or
+        unmounted since it was opened. ``append`` checks after every commit; the runtime also
+        calls this on an interval, so an idle coordinator notices too. Once lost, the store
+        refuses every append (and the runtime stops acknowledging); :meth:`rescue` saves what
+        the files still open here hold."""
+        with self._lock:
+            if self._conn is None or self.read_only:
+                return
+            self._check_identity_locked()
+
+    def _check_identity_locked(self) -> None:
+        if self._lost is not None:
+            raise StoreLostError(self._lost)
+        expected = self._identity
+        if expected is None:
+            return
+        now = _identity_of(self.path)
+        if now == expected:
+            return
+        self._lost = _describe_loss(self.path, expected, now)
+        self._h.mark_clean_on_close = False  # the path may hold another (or a rescued) store
+        log.critical("%s", self._lost)
+        raise StoreLostError(self._lost)
+
+    @property
+    def lost(self) -> str | None:
+        """Why the store is no longer the one on disk (None while it is)."""
+        return self._lost
+
+    def rescue(self) -> Path:
+        """Save the store held open here after it was lost from disk (:meth:`check_identity`),
+        from the files this process still holds open (deleted files live on while open).
+
+        Where the store file was (its path now free: deleted, or its directory deleted or
+        unmounted) the copy is written there, so a restart comes up with every acknowledged
+        record instead of an empty store; where something else is there now (replaced), the
+        copy goes beside it as ``coordinator.db.rescued-<ms>``. Returns the path written;
+        raises :class:`StoreError` when nothing could be saved (then the log must say so)."""
+        with self._lock:
+            conn = self._conn
+            if conn is None:
+                raise StoreError(f"record store at {self.path} is closed; nothing to rescue")
+            path = self.path
+            free = not path.exists() and not path.is_symlink()
+            target = (
+                path if free else path.with_name(f"{path.name}.rescued-{int(time.time() * 1000)}")
+            )
+            tmp = target.with_name(target.name + ".partial")
+            try:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                for leftover in (tmp, _sidecar(tmp, "-wal"), _sidecar(tmp, "-shm")):
+                    leftover.unlink(missing_ok=True)
+                dest = sqlite3.connect(tmp, isolation_level=None)
+                try:
+                    conn.backup(dest)
+                    # The copy is complete and closed: nothing of it lives in a log.
+                    dest.execute("UPDATE meta SET value = 1 WHERE name = 'clean_shutdown'")
+                    dest.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                finally:
+                    dest.close()
+                _fsync_file(tmp)
+                os.rename(tmp, target)
+                _fsync_dir(target.parent)
+            except (sqlite3.Error, OSError) as e:
+                raise StoreError(f"could not rescue the store to {target}: {e}") from e
+            return target
+
+    def probe_write(self) -> None:
+        """Durable writes that learn whether appends can succeed again after they failed (e.g.
+        the disk was full): a meta row of ``_PROBE_BYTES`` committed (so the log has room for a
+        batch of that size, not just one page), then shrunk back. Raises
+        :class:`StoreWriteError` if not. Touches no record and no offset."""
+        with self._lock:
+            conn = self._writer()
+            for value in (_PROBE_BYTES, 0):
+                try:
+                    conn.execute("BEGIN IMMEDIATE")
+                    conn.execute(
+                        "INSERT OR REPLACE INTO meta (name, value) VALUES ('write_probe', "
+                        "zeroblob(?))",
+                        (value,),
+                    )
+                    self._commit()
+                except sqlite3.Error as e:
+                    self._rollback()
+                    raise StoreWriteError(f"write probe of {self.path} failed: {e}") from e
+            self._check_identity_locked()
+
     def _writer(self) -> sqlite3.Connection:
         if self._conn is None:
             raise StoreWriteError(f"record store at {self.path} is closed")
+        if self._lost is not None:
+            raise StoreLostError(self._lost)
         if self.read_only:
             raise StoreWriteError(f"record store at {self.path} is open read-only")
         if self._failed:
@@ -554,20 +787,26 @@ class SqliteRecordStore:
     def failed(self) -> bool:
         return self._failed
 
+    @property
+    def _failed(self) -> bool:
+        return self._h.failed
+
+    @_failed.setter
+    def _failed(self, value: bool) -> None:
+        self._h.failed = value
+
+    @property
+    def _conn(self) -> sqlite3.Connection | None:
+        return self._h.conn
+
     def close(self) -> None:
+        """Mark the store cleanly shut down (unless a write failed), close the connection (the
+        last one checkpoints and removes the WAL) and release the writer lock. Idempotent."""
         with self._lock:
             self._release()
 
     def _release(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            try:
-                conn.close()  # the last connection checkpoints and removes the WAL
-            except sqlite3.Error:  # pragma: no cover
-                pass
-        lock_file, self._lock_file = self._lock_file, None
-        if lock_file is not None:
-            lock_file.close()  # releases the flock
+        self._finalizer()  # runs _Handles.release once
 
     def __enter__(self) -> Self:
         return self
@@ -578,6 +817,252 @@ class SqliteRecordStore:
     def __repr__(self) -> str:
         state = "closed" if self._conn is None else ("read-only" if self.read_only else "open")
         return f"SqliteRecordStore({str(self.path)!r}, sync={self.sync!r}, {state})"
+
+
+class _Handles:
+    """What an open store holds. ``release`` closes it all once: it is the store's finalizer,
+    so it must not refer to the store itself."""
+
+    __slots__ = ("conn", "failed", "lock_file", "mark_clean_on_close", "path")
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.conn: sqlite3.Connection | None = None
+        self.lock_file: BinaryIO | None = None
+        self.failed = False
+        self.mark_clean_on_close = False
+
+    def release(self) -> None:
+        conn, self.conn = self.conn, None
+        if conn is not None:
+            keeper = None
+            if self.mark_clean_on_close:
+                try:
+                    _set_clean_shutdown(conn, self.path, True)
+                except sqlite3.Error as e:
+                    # The file still says "open": the WAL must survive this close, or the next
+                    # start would take its absence for a lost log. A reader still open when
+                    # the writer closes keeps SQLite from checkpointing and removing it.
+                    log.warning("could not mark %s cleanly shut down: %s", self.path, e)
+                    keeper = _wal_keeper(self.path)
+            try:
+                conn.close()  # the last connection checkpoints and removes the WAL
+            except sqlite3.Error:  # pragma: no cover
+                pass
+            if keeper is not None:
+                keeper.close()  # read-only: cannot checkpoint, leaves the WAL in place
+        lock_file, self.lock_file = self.lock_file, None
+        if lock_file is not None:
+            lock_file.close()  # releases the flock
+
+
+def _set_clean_shutdown(conn: sqlite3.Connection, path: Path, clean: bool) -> None:
+    """Record in the database file itself whether the store is open (0) or was closed cleanly
+    (1). The checkpoint puts the flag into the main file at once, so that file alone tells a
+    later start whether a write-ahead log must exist (``_check_complete``)."""
+    if conn.in_transaction:  # a failed statement left one open; never commit half of it
+        conn.execute("ROLLBACK")
+    conn.execute(
+        "INSERT OR REPLACE INTO meta (name, value) VALUES ('clean_shutdown', ?)", (int(clean),)
+    )
+    busy, frames, done = conn.execute("PRAGMA wal_checkpoint(FULL)").fetchone()
+    if busy or done != frames:
+        log.warning(
+            "could not fully checkpoint %s (a reader is active): if its write-ahead log were "
+            "deleted after a crash now, the next start might not notice",
+            path,
+        )
+
+
+def _wal_keeper(path: Path) -> sqlite3.Connection | None:
+    try:
+        keeper = sqlite3.connect(path.as_uri() + "?mode=ro", uri=True, isolation_level=None)
+        keeper.execute("SELECT count(*) FROM sqlite_master").fetchone()  # opens the WAL
+        return keeper
+    except sqlite3.Error:  # pragma: no cover - best effort
+        return None
+
+
+_Identity = tuple[tuple[int, int] | None, tuple[int, int] | None, tuple[int, int] | None, bool]
+"""(database file, write-ahead log, directory) as (st_dev, st_ino), None when missing; and
+whether the database file is empty."""
+
+
+def _file_id(path: Path) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _identity_of(path: Path) -> _Identity:
+    try:
+        empty = os.stat(path).st_size == 0
+    except OSError:
+        empty = False
+    return _file_id(path), _file_id(_sidecar(path, "-wal")), _file_id(path.parent), empty
+
+
+def _describe_loss(path: Path, expected: _Identity, now: _Identity) -> str:
+    db, wal, directory, empty = now
+    if directory is None:
+        what = f"its data directory {path.parent} was deleted"
+    elif directory != expected[2]:
+        what = f"its data directory {path.parent} was replaced or unmounted"
+    elif db is None:
+        what = f"{path.name} was deleted"
+    elif db != expected[0]:
+        what = f"{path.name} was replaced by another file"
+    elif empty:
+        what = f"{path.name} was truncated to 0 bytes"
+    elif wal is None:
+        what = f"its write-ahead log {path.name}-wal was deleted"
+    else:
+        what = f"its write-ahead log {path.name}-wal was replaced by another file"
+    return (
+        f"the record store at {path} is no longer the one on disk: {what} while the store was "
+        "open. Writes to it would be lost at the next start, so none are acknowledged any more"
+    )
+
+
+def _sidecar(path: Path, suffix: str) -> Path:
+    return path.with_name(path.name + suffix)
+
+
+# SQLite primary result codes used to classify failures to open.
+_SQLITE_PERM = 3
+_SQLITE_BUSY = 5
+_SQLITE_LOCKED = 6
+_SQLITE_READONLY = 8
+_SQLITE_IOERR = 10
+_SQLITE_CORRUPT = 11
+_SQLITE_FULL = 13
+_SQLITE_CANTOPEN = 14
+_SQLITE_NOTADB = 26
+
+
+def _primary(e: BaseException) -> int | None:
+    code = getattr(e, "sqlite_errorcode", None)
+    return None if code is None else code & 0xFF
+
+
+def _nearest_existing(path: Path) -> Path:
+    for candidate in (path, *path.parents):
+        if candidate.exists():
+            return candidate
+    return Path("/")
+
+
+def _unwritable(path: Path) -> str | None:
+    """Why the store at ``path`` (or the nearest directory that exists) cannot be written, if
+    the operating system can tell: a read-only mount, or permissions."""
+    target = _nearest_existing(path)
+    try:
+        if os.statvfs(target).f_flag & os.ST_RDONLY:
+            return f"the file system holding {target} is mounted read-only"
+    except OSError:  # pragma: no cover
+        pass
+    for candidate in (path, _sidecar(path, "-wal"), _sidecar(path, "-shm"), path.parent):
+        if candidate.exists() and not os.access(candidate, os.W_OK, effective_ids=True):
+            return f"permission denied: {candidate} is not writable by uid {os.geteuid()}"
+    return None
+
+
+def _unreadable(path: Path) -> str | None:
+    for candidate in (path.parent, path):
+        if candidate.exists() and not os.access(candidate, os.R_OK, effective_ids=True):
+            return f"permission denied: {candidate} is not readable by uid {os.geteuid()}"
+    return None
+
+
+def _check_location(path: Path, *, creating: bool) -> bool:
+    """Check where the store lives; True when the store file exists. Creates the data directory
+    when ``creating``. Raises a clear :class:`StoreError` for what cannot be a store's place."""
+    directory = path.parent
+    if directory.exists() and not directory.is_dir():
+        raise StoreAccessError(f"data directory {directory} is not a directory")
+    if creating:
+        for parent in reversed((directory, *directory.parents)):
+            if parent.exists() and not parent.is_dir():
+                raise StoreAccessError(
+                    f"cannot create data directory {directory}: {parent} is not a directory"
+                )
+        directory.mkdir(parents=True, exist_ok=True)
+    if path.is_symlink() and not path.exists():
+        raise StoreCorruptError(
+            f"{path} is a symbolic link to {os.readlink(path)}, which does not exist (an "
+            "unmounted volume?); refusing to create a new store in its place"
+        )
+    if not path.exists():
+        return False
+    if not path.is_file():
+        raise StoreCorruptError(f"{path} exists but is not a regular file; refusing to use it")
+    size = path.stat().st_size
+    if size == 0:
+        raise StoreCorruptError(
+            f"{path} is empty (0 bytes): not a kip848 record store (truncated, or never "
+            "completed). A new store is created only where no file exists; refusing to start "
+            "empty in its place. Restore the file, or move it away to start a new store"
+        )
+    if size < _SQLITE_HEADER_BYTES:
+        raise StoreCorruptError(
+            f"{path} is {size} bytes long, shorter than any SQLite database: truncated or not a "
+            "kip848 record store; refusing to use it"
+        )
+    return True
+
+
+_SQLITE_HEADER_BYTES = 100
+_WAL_HEADER_BYTES = 32
+
+
+def _open_error(path: Path, e: BaseException) -> StoreError:
+    """A failure to open, as the :class:`StoreError` subclass that says what is wrong."""
+    where = f"cannot open record store at {path}"
+    if isinstance(e, OSError):
+        reason = e.strerror or str(e)
+        if e.errno == errno.EROFS:
+            return StoreAccessError(
+                f"{where}: {_unwritable(path) or 'read-only file system'} ({e}); the "
+                "coordinator must write its store: mount it read-write (kip848 replay and dump "
+                "read it as it is)"
+            )
+        if e.errno in (errno.EACCES, errno.EPERM):
+            return StoreAccessError(f"{where}: permission denied ({e})")
+        if e.errno in (errno.ENOSPC, errno.EDQUOT):
+            return StoreAccessError(f"{where}: no space left on the device ({e})")
+        if e.errno in (errno.ENOTDIR, errno.EEXIST):
+            return StoreAccessError(f"{where}: a path component is not a directory ({e})")
+        return StoreAccessError(f"{where}: {reason} ({e})")
+    primary = _primary(e)
+    if primary in (_SQLITE_READONLY, _SQLITE_PERM) or (
+        primary == _SQLITE_CANTOPEN and (_unwritable(path) or _unreadable(path))
+    ):
+        why = _unreadable(path) or _unwritable(path) or "the file cannot be written"
+        return StoreAccessError(
+            f"{where}: {why} (SQLite: {e}); the store itself was not examined further and is "
+            "not known to be damaged"
+        )
+    if primary == _SQLITE_FULL:
+        return StoreAccessError(f"{where}: no space left on the device (SQLite: {e})")
+    if primary in (_SQLITE_BUSY, _SQLITE_LOCKED):
+        return StoreLockedError(
+            f"{where}: another program holds a lock on the database (SQLite: {e})"
+        )
+    if primary == _SQLITE_IOERR:
+        return StoreAccessError(f"{where}: I/O error (SQLite: {e})")
+    if primary == _SQLITE_CANTOPEN:
+        return StoreAccessError(f"{where}: {e}")
+    return StoreCorruptError(f"{where}: {e} (corrupt, or not a kip848 store)")
+
+
+def _fsync_file(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _lock_exclusively(lock_path: Path, db_path: Path) -> BinaryIO | None:
@@ -593,7 +1078,7 @@ def _lock_exclusively(lock_path: Path, db_path: Path) -> BinaryIO | None:
         f.seek(0)
         holder = f.read(32).decode("ascii", "replace").strip() or "?"
         f.close()
-        raise StoreError(
+        raise StoreLockedError(
             f"record store at {db_path} is already open for writing (pid {holder} holds "
             f"{lock_path})"
         ) from None

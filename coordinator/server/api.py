@@ -1,0 +1,173 @@
+"""The service layer's own requests and responses (where the core and the bridge have none).
+
+Most RPCs take and answer the core's dataclasses (``ConsumerGroupHeartbeat``, ``OffsetCommit``,
+the bridge's ``JoinGroup`` ...). The types here fill the gaps: who is calling (:class:`Caller`),
+a top-level error around a core response (:class:`Reply`), FindCoordinator, ConsumerGroupDescribe
+entries, and GROUP configs. Frozen, slotted, keyword-only, like the core's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from coordinator.core.errors import ErrorCode
+from coordinator.core.shard import GroupDescription
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Node:
+    """A broker address as FindCoordinator and Metadata answer it."""
+
+    node_id: int
+    host: str
+    port: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Caller:
+    """Who sent a request, through what.
+
+    ``api_version`` is the Kafka API version of the request; None for gRPC, which carries no
+    version and behaves like Kafka's latest (shared/API.md). ``node`` is the address of the
+    listener the request came through (FindCoordinator answers it). ``abort_when_closing``: the
+    transport has its own "unavailable" answer (gRPC's UNAVAILABLE status): the service raises
+    :class:`ShuttingDown` instead of answering COORDINATOR_NOT_AVAILABLE in-band."""
+
+    client_id: str = ""
+    client_host: str = ""
+    api_version: int | None = None
+    node: Node | None = None
+    abort_when_closing: bool = False
+
+    def version_below(self, version: int) -> bool:
+        """True for a Kafka request older than ``version`` (never for gRPC)."""
+        return self.api_version is not None and self.api_version < version
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Reply(Generic[T]):
+    """A core response, or a top-level error (``value`` None)."""
+
+    value: T | None = None
+    error_code: ErrorCode = ErrorCode.NONE
+    error_message: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GroupError:
+    """A group of a multi-group request whose part of the request did not decode: answered
+    with this error for that group only."""
+
+    group_id: str
+    error_code: ErrorCode
+    error_message: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Coordinator:
+    """One FindCoordinator answer (per key; v3 and older answer a single key)."""
+
+    key: str
+    node_id: int
+    host: str
+    port: int
+    error_code: ErrorCode = ErrorCode.NONE
+    error_message: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DescribedConsumerGroup:
+    """One ConsumerGroupDescribe entry: a description, or an error for that group id."""
+
+    group_id: str
+    description: GroupDescription | None = None
+    error_code: ErrorCode = ErrorCode.NONE
+    error_message: str | None = None
+
+
+# ---------------------------------------------------------------- GROUP configs
+
+GROUP_RESOURCE = 16
+"""GROUP in shared/API.md (and KIP-848's text)."""
+KAFKA_GROUP_RESOURCE = 32
+"""GROUP in Kafka's ConfigResource.Type; accepted too, and answered with the number asked."""
+GROUP_RESOURCES = (GROUP_RESOURCE, KAFKA_GROUP_RESOURCE)
+CONFIG_SOURCE_GROUP = 8  # Kafka's DescribeConfigsResponse.ConfigSource.GROUP_CONFIG
+CONFIG_SOURCE_DEFAULT = 5  # DEFAULT_CONFIG
+CONFIG_TYPE_INT = 3
+OP_SET, OP_DELETE = 0, 1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConfigResource:
+    """A DescribeConfigs resource; ``keys`` None = every config."""
+
+    resource_type: int
+    resource_name: str
+    keys: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConfigSynonym:
+    name: str
+    value: str
+    source: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConfigEntry:
+    name: str
+    value: str
+    read_only: bool
+    source: int
+    is_sensitive: bool
+    config_type: int
+    synonyms: tuple[ConfigSynonym, ...] = ()
+    documentation: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConfigResult:
+    resource_type: int
+    resource_name: str
+    configs: tuple[ConfigEntry, ...] = ()
+    error_code: ErrorCode = ErrorCode.NONE
+    error_message: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DescribeConfigs:
+    resources: tuple[ConfigResource, ...]
+    include_synonyms: bool = False
+    include_documentation: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AlterConfig:
+    name: str
+    operation: int
+    value: str | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AlterResource:
+    resource_type: int
+    resource_name: str
+    configs: tuple[AlterConfig, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class IncrementalAlterConfigs:
+    resources: tuple[AlterResource, ...]
+    validate_only: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AlterResult:
+    resource_type: int
+    resource_name: str
+    error_code: ErrorCode = ErrorCode.NONE
+    error_message: str | None = None

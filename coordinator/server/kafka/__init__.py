@@ -1,0 +1,19 @@
+"""The Kafka binary protocol in front of the coordinator (``kip848 serve --kafka-listen``).
+
+Real Kafka clients (librdkafka, the Java client, kafka-python, aiokafka) talk to the
+coordinator here, over the same :class:`~coordinator.server.service.CoordinatorService` — the
+same runtime, shards, store and state — as gRPC: a group joined over one protocol is visible and
+usable over the other.
+
+Rules:
+* Group APIs are *served*, never forwarded (``apis.SERVED``): one coordinator per group id.
+* With ``--kafka-upstream`` every other API the upstream broker offers is *forwarded*
+  (``upstream.py``): frames are copied as they are, except responses that name brokers, which
+  are rewritten so that clients always come back through this listener.
+* With an upstream the topic registry follows the broker's metadata (``topic_feed.py``) and the
+  topic RPCs go to the broker; without one (coordinator-only mode) Metadata comes from the
+  topic registry and the data APIs are not offered.
+* ``wire.py`` is the only module that touches the codec library (kio); ``convert.py`` the only
+  one that maps Kafka messages to the service layer's dataclasses; ``listener.py`` owns
+  connections: framing, per-connection response order, limits and Kafka's answers to bad input.
+"""

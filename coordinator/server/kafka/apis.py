@@ -1,0 +1,77 @@
+"""The APIs the Kafka listener serves itself, with the versions it answers.
+
+One row per API: the service method (``service.py``), the versions, the request -> service
+request conversion and the service response -> response values conversion (``convert.py``).
+Group APIs are always served here, never forwarded: two coordinators for one group id would be
+split brain. The versions are those of Kafka 4.x that kio knows and real clients negotiate
+(librdkafka, kafka-python, aiokafka, the Java client); OffsetCommit/OffsetFetch stop at v9
+(v10 addresses topics by id only, which no client uses yet).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..api import Caller
+from . import convert as c
+
+API_VERSIONS = 18
+METADATA = 3
+FIND_COORDINATOR = 10
+CONSUMER_GROUP_HEARTBEAT = 68
+DESCRIBE_CONFIGS = 32
+INCREMENTAL_ALTER_CONFIGS = 44
+PRODUCE, FETCH, DESCRIBE_CLUSTER = 0, 1, 60
+
+NOT_ADVERTISED = frozenset({25, 28, 71, 72})
+"""AddOffsetsToTxn and TxnOffsetCommit (transactional offsets would bypass this coordinator
+while the transaction coordinator stays upstream), GetTelemetrySubscriptions/PushTelemetry
+(nothing needs them; librdkafka calls them whenever they are advertised)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Served:
+    min_version: int
+    max_version: int
+    method: str
+    decode: Callable[[Any, Caller], Any]
+    encode: Callable[[Any, int], dict[str, Any]]
+    with_names: bool = False
+
+
+SERVED: dict[int, Served] = {
+    8: Served(2, 9, "offset_commit", c.offset_commit_in, c.offset_commit_out),
+    9: Served(1, 9, "offset_fetch", c.offset_fetch_in, c.offset_fetch_out),
+    10: Served(0, 6, "find_coordinator", c.find_coordinator_in, c.find_coordinator_out),
+    11: Served(0, 9, "join_group", c.join_in, c.join_out),
+    12: Served(0, 4, "heartbeat", c.classic_heartbeat_in, c.classic_heartbeat_out),
+    13: Served(0, 5, "leave_group", c.leave_in, c.leave_out),
+    14: Served(0, 5, "sync_group", c.sync_in, c.sync_out),
+    15: Served(0, 6, "describe_groups", c.describe_groups_in, c.describe_groups_out),
+    16: Served(0, 5, "list_groups", c.list_groups_in, c.list_groups_out),
+    32: Served(1, 4, "describe_configs", c.describe_configs_in, c.describe_configs_out),
+    42: Served(0, 2, "delete_groups", c.delete_groups_in, c.delete_groups_out),
+    44: Served(0, 1, "incremental_alter_configs", c.alter_configs_in, c.alter_configs_out),
+    47: Served(0, 0, "offset_delete", c.offset_delete_in, c.offset_delete_out),
+    68: Served(
+        0,
+        1,
+        "consumer_group_heartbeat",
+        c.heartbeat_in,
+        lambda _r, _v: {},  # built by convert.HeartbeatOut (the hot path)
+    ),
+    69: Served(
+        0,
+        1,
+        "consumer_group_describe",
+        c.consumer_group_describe_in,
+        lambda _r, _v: {},  # needs topic names: convert.consumer_group_describe_out
+        with_names=True,
+    ),
+}
+
+API_VERSIONS_RANGE = (0, 4)
+METADATA_RANGE = (0, 13)
+"""Metadata in coordinator-only mode (from the topic registry); v10+ carries topic ids."""

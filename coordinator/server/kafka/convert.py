@@ -1,0 +1,658 @@
+"""Kafka messages (kio entities) <-> the service layer's dataclasses: the one place where the
+Kafka protocol's wire types meet the core.
+
+Requests are read with ``getattr`` defaults, so one function serves every version of an API
+(a field a version lacks reads as its Kafka default). Responses are plain values given to
+:func:`.wire.build`, which keeps what the negotiated version has. What changes *shape* between
+versions (OffsetFetch's single group before v8, LeaveGroup's single member before v3,
+FindCoordinator's single key before v4) is mapped here; version-dependent *rules* live in the
+service layer (``Caller.api_version``).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+from typing import Any
+
+from coordinator.core.commands import ConsumerGroupHeartbeat, ConsumerGroupHeartbeatResponse
+from coordinator.core.errors import ErrorCode
+from coordinator.core.model import (
+    ZERO_TOPIC_ID,
+    Assignment,
+    make_assignment,
+    topic_id_from_bytes,
+    topic_id_to_bytes,
+)
+from coordinator.core.offsets import (
+    ListedGroup,
+    OffsetCommit,
+    OffsetCommitPartition,
+    OffsetCommitResponse,
+    OffsetCommitTopic,
+    OffsetDeleteResponse,
+    OffsetFetchGroup,
+    OffsetFetchGroupResponse,
+    OffsetFetchTopic,
+)
+from legacy_bridge import messages as bridge
+
+from ..api import (
+    AlterConfig,
+    AlterResource,
+    AlterResult,
+    Caller,
+    ConfigResource,
+    ConfigResult,
+    Coordinator,
+    DescribeConfigs,
+    DescribedConsumerGroup,
+    IncrementalAlterConfigs,
+    Reply,
+)
+from . import wire
+
+AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
+NameOf = Any  # Callable[[str], str]
+
+
+def topic_id_of(value: uuid.UUID | None) -> str:
+    return ZERO_TOPIC_ID if value is None else topic_id_from_bytes(value.bytes)
+
+
+def uuid_of(topic_id: str) -> uuid.UUID | None:
+    return None if topic_id == ZERO_TOPIC_ID else uuid.UUID(bytes=topic_id_to_bytes(topic_id))
+
+
+def _error(reply: Reply[Any]) -> dict[str, Any]:
+    return {"error_code": reply.error_code, "error_message": reply.error_message}
+
+
+# ---------------------------------------------------------------- ConsumerGroupHeartbeat (68)
+
+
+def heartbeat_in(req: Any, caller: Caller) -> ConsumerGroupHeartbeat:
+    owned = req.topic_partitions
+    return ConsumerGroupHeartbeat(
+        group_id=req.group_id,
+        member_id=req.member_id,
+        member_epoch=req.member_epoch,
+        instance_id=req.instance_id,
+        rack_id=req.rack_id,
+        rebalance_timeout_ms=wire.to_ms(req.rebalance_timeout),
+        subscribed_topic_names=(
+            None if req.subscribed_topic_names is None else tuple(req.subscribed_topic_names)
+        ),
+        subscribed_topic_regex=getattr(req, "subscribed_topic_regex", None),
+        server_assignor=req.server_assignor,
+        topic_partitions=(
+            None
+            if owned is None
+            else make_assignment((topic_id_of(tp.topic_id), tp.partitions) for tp in owned)
+        ),
+        client_id=caller.client_id,
+        client_host=caller.client_host,
+    )
+
+
+class HeartbeatOut:
+    """ConsumerGroupHeartbeat responses, built directly (the hot path: no generic builder)."""
+
+    def __init__(self, version: int) -> None:
+        cls = wire.response_class(68, version)
+        self.cls = cls
+        fields = cls.__dataclass_fields__
+        self.assignment_cls = fields["assignment"].type.__args__[0]
+        tp_type = self.assignment_cls.__dataclass_fields__["topic_partitions"].type
+        self.tp_cls = tp_type.__args__[0]
+        self.none = wire.error_code(0)
+        self._intervals: dict[int, Any] = {}
+
+    def interval(self, ms: int) -> Any:
+        td = self._intervals.get(ms)
+        if td is None:
+            from kio.static.primitive import i32Timedelta
+
+            td = self._intervals[ms] = i32Timedelta.parse(wire.ms(ms))
+        return td
+
+    def __call__(self, reply: Reply[ConsumerGroupHeartbeatResponse]) -> Any:
+        resp = reply.value
+        if resp is None:
+            return self.cls(
+                throttle_time=self.interval(0),
+                error_code=wire.error_code(reply.error_code),
+                error_message=reply.error_message,
+                member_id=None,
+                member_epoch=0,
+                heartbeat_interval=self.interval(0),
+                assignment=None,
+            )
+        assignment = None
+        if resp.assignment is not None:
+            assigned = resp.assignment.assigned
+            assignment = self.assignment_cls(
+                topic_partitions=tuple(
+                    self.tp_cls(topic_id=uuid_of(t), partitions=tuple(sorted(assigned[t])))
+                    for t in sorted(assigned)
+                )
+            )
+        return self.cls(
+            throttle_time=self.interval(0),
+            error_code=self.none,
+            error_message=None,
+            member_id=resp.member_id,
+            member_epoch=resp.member_epoch,
+            heartbeat_interval=self.interval(resp.heartbeat_interval_ms),
+            assignment=assignment,
+        )
+
+
+# ---------------------------------------------------------------- ConsumerGroupDescribe (69)
+
+
+def _topics(assignment: Assignment, name_of: NameOf) -> list[dict[str, Any]]:
+    """Kafka shows topics by id and name and omits topics that no longer exist."""
+    out = []
+    for topic_id in sorted(assignment):
+        name = name_of(topic_id)
+        if name:
+            out.append(
+                {
+                    "topic_id": uuid_of(topic_id),
+                    "topic_name": name,
+                    "partitions": sorted(assignment[topic_id]),
+                }
+            )
+    return out
+
+
+def consumer_group_describe_in(req: Any, _caller: Caller) -> list[str]:
+    return list(req.group_ids)
+
+
+def consumer_group_describe_out(
+    reply: Reply[list[DescribedConsumerGroup]], name_of: NameOf
+) -> dict[str, Any]:
+    groups = []
+    for g in reply.value or ():
+        d = g.description
+        if d is None:
+            groups.append(
+                {
+                    "group_id": g.group_id,
+                    "error_code": g.error_code,
+                    "error_message": g.error_message,
+                    "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+                }
+            )
+            continue
+        groups.append(
+            {
+                "error_code": 0,
+                "group_id": d.group_id,
+                "group_state": d.group_state,
+                "group_epoch": d.group_epoch,
+                "assignment_epoch": d.assignment_epoch,
+                "assignor_name": d.assignor_name,
+                "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+                "members": [
+                    {
+                        "member_id": x.member_id,
+                        "instance_id": x.instance_id,
+                        "rack_id": x.rack_id,
+                        "member_epoch": x.member_epoch,
+                        "client_id": x.client_id,
+                        "client_host": x.client_host,
+                        "subscribed_topic_names": list(x.subscribed_topic_names),
+                        "subscribed_topic_regex": x.subscribed_topic_regex,
+                        "assignment": {"topic_partitions": _topics(x.assignment, name_of)},
+                        "target_assignment": {
+                            "topic_partitions": _topics(x.target_assignment, name_of)
+                        },
+                        "member_type": x.member_type,
+                    }
+                    for x in d.members
+                ],
+            }
+        )
+    return {"groups": groups}
+
+
+# ---------------------------------------------------------------- FindCoordinator (10)
+
+
+def find_coordinator_in(req: Any, _caller: Caller) -> tuple[int, list[str]]:
+    keys = getattr(req, "coordinator_keys", None)
+    if keys is None or (not keys and hasattr(req, "key")):
+        keys = [req.key]
+    return getattr(req, "key_type", 0), list(keys)
+
+
+def find_coordinator_out(reply: Reply[list[Coordinator]], version: int) -> dict[str, Any]:
+    coordinators = reply.value or []
+    if version >= 4:
+        return {
+            "error_code": reply.error_code,
+            "error_message": reply.error_message,
+            "coordinators": [
+                {
+                    "key": c.key,
+                    "node_id": c.node_id,
+                    "host": c.host,
+                    "port": c.port,
+                    "error_code": c.error_code,
+                    "error_message": c.error_message,
+                }
+                for c in coordinators
+            ],
+        }
+    if not coordinators:
+        return {**_error(reply), "node_id": -1, "host": "", "port": -1}
+    c = coordinators[0]
+    return {
+        "error_code": c.error_code,
+        "error_message": c.error_message,
+        "node_id": c.node_id,
+        "host": c.host,
+        "port": c.port,
+    }
+
+
+# ---------------------------------------------------------------- classic groups
+
+
+def join_in(req: Any, caller: Caller) -> bridge.JoinGroup:
+    rebalance = getattr(req, "rebalance_timeout", None)
+    return bridge.JoinGroup(
+        group_id=req.group_id,
+        session_timeout_ms=wire.to_ms(req.session_timeout),
+        rebalance_timeout_ms=-1 if rebalance is None else wire.to_ms(rebalance),
+        member_id=req.member_id,
+        group_instance_id=getattr(req, "group_instance_id", None),
+        protocol_type=req.protocol_type,
+        protocols=tuple((p.name, bytes(p.metadata)) for p in req.protocols),
+        reason=getattr(req, "reason", None),
+        client_id=caller.client_id,
+        client_host=caller.client_host,
+    )
+
+
+def join_out(resp: bridge.JoinGroupResponse, _version: int) -> dict[str, Any]:
+    return {
+        "error_code": resp.error_code,
+        "generation_id": resp.generation_id,
+        "protocol_type": resp.protocol_type,
+        "protocol_name": resp.protocol_name,
+        "leader": resp.leader,
+        "skip_assignment": resp.skip_assignment,
+        "member_id": resp.member_id,
+        "members": [
+            {
+                "member_id": x.member_id,
+                "group_instance_id": x.group_instance_id,
+                "metadata": x.metadata,
+            }
+            for x in resp.members
+        ],
+    }
+
+
+def sync_in(req: Any, _caller: Caller) -> bridge.SyncGroup:
+    return bridge.SyncGroup(
+        group_id=req.group_id,
+        generation_id=req.generation_id,
+        member_id=req.member_id,
+        group_instance_id=getattr(req, "group_instance_id", None),
+        protocol_type=getattr(req, "protocol_type", None),
+        protocol_name=getattr(req, "protocol_name", None),
+        assignments=tuple((a.member_id, bytes(a.assignment)) for a in req.assignments),
+    )
+
+
+def sync_out(resp: bridge.SyncGroupResponse, _version: int) -> dict[str, Any]:
+    return {
+        "error_code": resp.error_code,
+        "protocol_type": resp.protocol_type,
+        "protocol_name": resp.protocol_name,
+        "assignment": resp.assignment,
+    }
+
+
+def classic_heartbeat_in(req: Any, _caller: Caller) -> bridge.Heartbeat:
+    return bridge.Heartbeat(
+        group_id=req.group_id,
+        generation_id=req.generation_id,
+        member_id=req.member_id,
+        group_instance_id=getattr(req, "group_instance_id", None),
+    )
+
+
+def classic_heartbeat_out(resp: bridge.HeartbeatResponse, _version: int) -> dict[str, Any]:
+    return {"error_code": resp.error_code}
+
+
+def leave_in(req: Any, _caller: Caller) -> bridge.LeaveGroup:
+    members = getattr(req, "members", None)
+    if members is None:  # v0-v2: one member
+        return bridge.LeaveGroup(
+            group_id=req.group_id, members=(bridge.LeaveMember(member_id=req.member_id),)
+        )
+    return bridge.LeaveGroup(
+        group_id=req.group_id,
+        members=tuple(
+            bridge.LeaveMember(
+                member_id=x.member_id,
+                group_instance_id=x.group_instance_id,
+                reason=getattr(x, "reason", None),
+            )
+            for x in members
+        ),
+    )
+
+
+def leave_out(resp: bridge.LeaveGroupResponse, version: int) -> dict[str, Any]:
+    if version < 3:
+        # Before v3 only the top-level error exists: the member's error if there is one
+        # (Kafka's LeaveGroupResponse for old versions).
+        code = resp.error_code or next((x.error_code for x in resp.members if x.error_code), 0)
+        return {"error_code": code}
+    return {
+        "error_code": resp.error_code,
+        "members": [
+            {
+                "member_id": x.member_id,
+                "group_instance_id": x.group_instance_id,
+                "error_code": x.error_code,
+            }
+            for x in resp.members
+        ],
+    }
+
+
+def describe_groups_in(req: Any, _caller: Caller) -> list[str]:
+    return list(req.groups)
+
+
+def describe_groups_out(reply: Reply[list[bridge.DescribedGroup]], _version: int) -> dict[str, Any]:
+    return {
+        "groups": [
+            {
+                "error_code": g.error_code,
+                "error_message": g.error_message,
+                "group_id": g.group_id,
+                "group_state": g.group_state,
+                "protocol_type": g.protocol_type,
+                "protocol_data": g.protocol_data,
+                "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+                "members": [
+                    {
+                        "member_id": x.member_id,
+                        "group_instance_id": x.group_instance_id,
+                        "client_id": x.client_id,
+                        "client_host": x.client_host,
+                        "member_metadata": x.member_metadata,
+                        "member_assignment": x.member_assignment,
+                    }
+                    for x in g.members
+                ],
+            }
+            for g in reply.value or ()
+        ]
+    }
+
+
+# ---------------------------------------------------------------- offsets
+
+
+def _commit_topic_id(t: Any) -> str:
+    return topic_id_of(getattr(t, "topic_id", None))
+
+
+def offset_commit_in(req: Any, _caller: Caller) -> OffsetCommit:
+    return OffsetCommit(
+        group_id=req.group_id,
+        generation_id_or_member_epoch=getattr(req, "generation_id_or_member_epoch", -1),
+        member_id=getattr(req, "member_id", ""),
+        group_instance_id=getattr(req, "group_instance_id", None),
+        topics=tuple(
+            OffsetCommitTopic(
+                name=getattr(t, "name", "") or "",
+                topic_id=_commit_topic_id(t),
+                partitions=tuple(
+                    OffsetCommitPartition(
+                        partition_index=p.partition_index,
+                        committed_offset=p.committed_offset,
+                        committed_leader_epoch=getattr(p, "committed_leader_epoch", -1),
+                        committed_metadata=p.committed_metadata,
+                    )
+                    for p in t.partitions
+                ),
+            )
+            for t in req.topics
+        ),
+    )
+
+
+def _partition_results(topics: Iterable[Any]) -> list[dict[str, Any]]:
+    return [
+        {
+            "name": t.name,
+            "topic_id": uuid_of(t.topic_id),
+            "partitions": [
+                {"partition_index": p.partition_index, "error_code": p.error_code}
+                for p in t.partitions
+            ],
+        }
+        for t in topics
+    ]
+
+
+def offset_commit_out(reply: Reply[OffsetCommitResponse], _version: int) -> dict[str, Any]:
+    value = reply.value
+    return {"topics": _partition_results(value.topics if value is not None else ())}
+
+
+def offset_fetch_in(req: Any, _caller: Caller) -> list[OffsetFetchGroup]:
+    groups = getattr(req, "groups", None)
+    if groups is None:  # v1-v7: one group
+        return [
+            OffsetFetchGroup(
+                group_id=req.group_id,
+                topics=None
+                if req.topics is None
+                else tuple(
+                    OffsetFetchTopic(name=t.name, partition_indexes=tuple(t.partition_indexes))
+                    for t in req.topics
+                ),
+            )
+        ]
+    return [
+        OffsetFetchGroup(
+            group_id=g.group_id,
+            member_id=getattr(g, "member_id", None),
+            member_epoch=getattr(g, "member_epoch", -1),
+            topics=None
+            if g.topics is None
+            else tuple(
+                OffsetFetchTopic(
+                    name=getattr(t, "name", "") or "",
+                    topic_id=topic_id_of(getattr(t, "topic_id", None)),
+                    partition_indexes=tuple(t.partition_indexes),
+                )
+                for t in g.topics
+            ),
+        )
+        for g in groups
+    ]
+
+
+def _fetched(g: OffsetFetchGroupResponse) -> list[dict[str, Any]]:
+    return [
+        {
+            "name": t.name,
+            "topic_id": uuid_of(t.topic_id),
+            "partitions": [
+                {
+                    "partition_index": p.partition_index,
+                    "committed_offset": p.committed_offset,
+                    "committed_leader_epoch": p.committed_leader_epoch,
+                    "metadata": p.metadata,
+                    "error_code": p.error_code,
+                }
+                for p in t.partitions
+            ],
+        }
+        for t in g.topics
+    ]
+
+
+def offset_fetch_out(reply: Reply[list[OffsetFetchGroupResponse]], version: int) -> dict[str, Any]:
+    groups = reply.value or []
+    if version >= 8:
+        return {
+            "error_code": reply.error_code,
+            "groups": [
+                {"group_id": g.group_id, "error_code": g.error_code, "topics": _fetched(g)}
+                for g in groups
+            ],
+        }
+    g = groups[0] if groups else None
+    code = reply.error_code or (g.error_code if g is not None else ErrorCode.NONE)
+    topics = _fetched(g) if g is not None else []
+    if version < 2 and code:  # v1 has no top-level error: on every partition
+        for t in topics:
+            for p in t["partitions"]:
+                p["error_code"] = code
+    return {"error_code": code, "topics": topics}
+
+
+def offset_delete_in(req: Any, _caller: Caller) -> tuple[str, list[tuple[str, list[int]]]]:
+    return req.group_id, [(t.name, [p.partition_index for p in t.partitions]) for t in req.topics]
+
+
+def offset_delete_out(reply: Reply[OffsetDeleteResponse], _version: int) -> dict[str, Any]:
+    value = reply.value
+    return {
+        **_error(reply),
+        "topics": [
+            {
+                "name": t.name,
+                "partitions": [
+                    {"partition_index": p.partition_index, "error_code": p.error_code}
+                    for p in t.partitions
+                ],
+            }
+            for t in (value.topics if value is not None else ())
+        ],
+    }
+
+
+# ---------------------------------------------------------------- administration
+
+
+def list_groups_in(req: Any, _caller: Caller) -> tuple[list[str], list[str]]:
+    return list(getattr(req, "states_filter", ())), list(getattr(req, "types_filter", ()))
+
+
+def list_groups_out(reply: Reply[list[ListedGroup]], _version: int) -> dict[str, Any]:
+    return {
+        **_error(reply),
+        "groups": [
+            {
+                "group_id": g.group_id,
+                "protocol_type": g.protocol_type,
+                "group_state": g.group_state,
+                "group_type": g.group_type,
+            }
+            for g in reply.value or ()
+        ],
+    }
+
+
+def delete_groups_in(req: Any, _caller: Caller) -> list[str]:
+    return list(req.groups_names)
+
+
+def delete_groups_out(
+    reply: Reply[list[tuple[str, ErrorCode, str | None]]], _version: int
+) -> dict[str, Any]:
+    return {
+        "results": [{"group_id": gid, "error_code": code} for gid, code, _ in reply.value or ()]
+    }
+
+
+def describe_configs_in(req: Any, _caller: Caller) -> DescribeConfigs:
+    return DescribeConfigs(
+        resources=tuple(
+            ConfigResource(
+                resource_type=r.resource_type,
+                resource_name=r.resource_name,
+                keys=None if r.configuration_keys is None else tuple(r.configuration_keys),
+            )
+            for r in req.resources
+        ),
+        include_synonyms=getattr(req, "include_synonyms", False),
+        include_documentation=getattr(req, "include_documentation", False),
+    )
+
+
+def describe_configs_out(reply: Reply[list[ConfigResult]], _version: int) -> dict[str, Any]:
+    return {
+        "results": [
+            {
+                "error_code": r.error_code,
+                "error_message": r.error_message,
+                "resource_type": r.resource_type,
+                "resource_name": r.resource_name,
+                "configs": [
+                    {
+                        "name": c.name,
+                        "value": c.value,
+                        "read_only": c.read_only,
+                        "config_source": c.source,
+                        "is_sensitive": c.is_sensitive,
+                        "config_type": c.config_type,
+                        "documentation": c.documentation,
+                        "synonyms": [
+                            {"name": s.name, "value": s.value, "source": s.source}
+                            for s in c.synonyms
+                        ],
+                    }
+                    for c in r.configs
+                ],
+            }
+            for r in reply.value or ()
+        ]
+    }
+
+
+def alter_configs_in(req: Any, _caller: Caller) -> IncrementalAlterConfigs:
+    return IncrementalAlterConfigs(
+        resources=tuple(
+            AlterResource(
+                resource_type=r.resource_type,
+                resource_name=r.resource_name,
+                configs=tuple(
+                    AlterConfig(name=c.name, operation=c.config_operation, value=c.value)
+                    for c in r.configs
+                ),
+            )
+            for r in req.resources
+        ),
+        validate_only=req.validate_only,
+    )
+
+
+def alter_configs_out(reply: Reply[list[AlterResult]], _version: int) -> dict[str, Any]:
+    return {
+        "responses": [
+            {
+                "error_code": r.error_code,
+                "error_message": r.error_message,
+                "resource_type": r.resource_type,
+                "resource_name": r.resource_name,
+            }
+            for r in reply.value or ()
+        ]
+    }

@@ -1,0 +1,446 @@
+"""The Kafka listener: asyncio protocol, framing, ordering, limits, dispatch.
+
+A connection reads size-prefixed frames. Each request gets a *slot* in the connection's
+response order; responses are written strictly in request order (clients match them by
+position as much as by correlation id). Served requests (``apis.SERVED``, ApiVersions,
+Metadata without an upstream) run one at a time per connection, in order, so a parked classic
+JoinGroup holds back the requests behind it, as Kafka's one-request-at-a-time channels do.
+Forwarded requests (``upstream.py``) go to the upstream at once; their answers fill their slots.
+
+Bad input, Kafka's way: an ApiVersions of an unknown version is answered in v0 format with
+UNSUPPORTED_VERSION and our ranges; any other unknown API key or unsupported version, a frame
+whose header or body does not decode, a size below 0 or above ``max_request_bytes``
+(``socket.request.max.bytes``) closes that connection (logged, never a crash); a connection
+with nothing in flight and nothing received for ``idle_ms`` (``connections.max.idle.ms``) is
+closed. Other connections are not affected.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from coordinator.core.errors import ErrorCode
+
+from ..api import Caller, Node
+from ..service import CoordinatorService
+from . import apis, convert, wire
+
+log = logging.getLogger("kip848.kafka")
+
+DEFAULT_MAX_REQUEST_BYTES = 100 * 1024 * 1024  # Kafka's socket.request.max.bytes
+DEFAULT_IDLE_MS = 600_000  # Kafka's connections.max.idle.ms
+CLUSTER_ID = "kip848-coordinator"
+_SOFTWARE = re.compile(r"^[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?$")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class KafkaOptions:
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
+    idle_ms: int = DEFAULT_IDLE_MS
+
+
+class Slot:
+    """One request's place in its connection's response order."""
+
+    __slots__ = ("data", "done")
+
+    def __init__(self) -> None:
+        self.data: bytes | None = None
+        self.done = False
+
+
+class KafkaListener:
+    """Serves the Kafka protocol on one or more ports, over one :class:`CoordinatorService`.
+
+    ``upstream`` (``upstream.Upstream``) forwards everything that is not served here; without
+    it the listener runs in coordinator-only mode (Metadata from the topic registry, no data
+    APIs). ``node_of_port`` maps a bound port to the broker node it stands for."""
+
+    def __init__(
+        self,
+        service: CoordinatorService,
+        options: KafkaOptions | None = None,
+        upstream: Any = None,
+    ) -> None:
+        self.service = service
+        self.options = options or KafkaOptions()
+        self.upstream = upstream
+        self.servers: list[asyncio.AbstractServer] = []
+        self.nodes: dict[int, Node] = {}  # bound port -> the node it is
+        self.connections: set[KafkaConnection] = set()
+        self._heartbeat_out = {v: convert.HeartbeatOut(v) for v in (0, 1)}
+        self._idle_task: asyncio.Task[None] | None = None
+        self.closing = False
+
+    # ------------------------------------------------------------ lifecycle
+
+    async def listen(self, host: str, port: int) -> int:
+        """Bind one port; returns the bound port (port 0 picks a free one)."""
+        loop = asyncio.get_running_loop()
+        server = await loop.create_server(
+            lambda: KafkaConnection(self), host.strip("[]") or None, port, reuse_address=True
+        )
+        self.servers.append(server)
+        bound = server.sockets[0].getsockname()[1]
+        if self._idle_task is None:
+            self._idle_task = loop.create_task(self._expire_idle())
+        return int(bound)
+
+    def set_node(self, port: int, node: Node) -> None:
+        self.nodes[port] = node
+
+    async def close(self) -> None:
+        """Stop accepting, then close every connection once its in-flight answers are out
+        (bounded by the runtime's own shutdown, which answers parked requests)."""
+        self.closing = True
+        for server in self.servers:
+            server.close()
+        if self._idle_task is not None:
+            self._idle_task.cancel()
+        for conn in list(self.connections):
+            conn.close_when_drained()
+        for server in self.servers:
+            await server.wait_closed()
+
+    async def _expire_idle(self) -> None:
+        idle_s = self.options.idle_ms / 1000
+        while True:
+            await asyncio.sleep(max(0.01, min(idle_s / 4, 30.0)))
+            now = time.monotonic()
+            for conn in list(self.connections):
+                if not conn.slots and now - conn.last_active > idle_s:
+                    log.info("Closing idle Kafka connection from %s.", conn.peer)
+                    conn.close()
+
+    # ------------------------------------------------------------ versions
+
+    def advertised(self) -> dict[int, tuple[int, int]]:
+        """api key -> (min, max): ours for served APIs, the upstream's for forwarded ones."""
+        table: dict[int, tuple[int, int]] = {}
+        if self.upstream is not None:
+            table.update(self.upstream.forwarded_versions())
+        else:
+            table[apis.METADATA] = apis.METADATA_RANGE
+        for key, row in apis.SERVED.items():
+            table[key] = (row.min_version, row.max_version)
+        table[apis.API_VERSIONS] = apis.API_VERSIONS_RANGE
+        return dict(sorted(table.items()))
+
+    # ------------------------------------------------------------ served requests
+
+    def api_versions(self, version: int, correlation_id: int, frame: bytes, pos: int) -> bytes:
+        table = self.advertised()
+        keys = [
+            {"api_key": k, "min_version": lo, "max_version": hi} for k, (lo, hi) in table.items()
+        ]
+        lo, hi = apis.API_VERSIONS_RANGE
+        if not lo <= version <= hi:
+            # Kafka: an unknown ApiVersions version is answered in v0 with UNSUPPORTED_VERSION,
+            # so the client can pick a version it shares with us.
+            body = wire.build(
+                wire.response_class(18, 0),
+                error_code=ErrorCode.UNSUPPORTED_VERSION,
+                api_keys=keys,
+            )
+            return wire.frame(18, 0, correlation_id, body)
+        req = wire.decode(18, version, frame, wire.body_offset(frame, 18, version, pos))
+        code = ErrorCode.NONE
+        if version >= 3 and not (
+            _SOFTWARE.match(req.client_software_name or "")
+            and _SOFTWARE.match(req.client_software_version or "")
+        ):
+            code = ErrorCode.INVALID_REQUEST
+        body = wire.build(
+            wire.response_class(18, version),
+            error_code=code,
+            api_keys=keys,
+            throttle_time=0,
+        )
+        return wire.frame(18, version, correlation_id, body)
+
+    async def serve(
+        self,
+        conn: KafkaConnection,
+        key: int,
+        version: int,
+        correlation_id: int,
+        client_id: str | None,
+        frame: bytes,
+        pos: int,
+    ) -> bytes:
+        entity = wire.decode(key, version, frame, wire.body_offset(frame, key, version, pos))
+        caller = Caller(
+            client_id=client_id or "",
+            client_host=conn.client_host,
+            api_version=version,
+            node=conn.node,
+        )
+        if key == apis.METADATA:
+            values = await self.metadata(entity, version, caller)
+            return wire.frame(
+                key, version, correlation_id, wire.build(wire.response_class(key, version), values)
+            )
+        row = apis.SERVED[key]
+        answer = await getattr(self.service, row.method)(row.decode(entity, caller), caller)
+        if key == apis.CONSUMER_GROUP_HEARTBEAT:
+            body = self._heartbeat_out[version](answer)
+        elif row.with_names:
+            values = convert.consumer_group_describe_out(answer, self.service.topic_name)
+            body = wire.build(wire.response_class(key, version), values)
+        else:
+            body = wire.build(wire.response_class(key, version), row.encode(answer, version))
+        return wire.frame(key, version, correlation_id, body)
+
+    async def metadata(self, req: Any, version: int, caller: Caller) -> dict[str, Any]:
+        """Coordinator-only mode: one broker (this listener), topics from the registry."""
+        node = caller.node or Node(node_id=0, host="", port=0)
+        reply = await self.service.list_topics(None, caller)
+        registry = reply.value or []
+        by_name = {t.name: t for t in registry}
+        by_id = {t.topic_id: t for t in registry}
+        wanted = req.topics
+        if wanted is None or (version == 0 and not wanted):
+            chosen: list[tuple[Any, str, Any]] = [(t, t.name, None) for t in registry]
+        else:
+            chosen = []
+            for t in wanted:
+                topic_id = getattr(t, "topic_id", None)
+                if t.name is None and topic_id is not None:
+                    chosen.append((by_id.get(convert.topic_id_of(topic_id)), "", topic_id))
+                else:
+                    chosen.append((by_name.get(t.name), t.name, None))
+        topics = []
+        for found, name, topic_id in chosen:
+            if found is None:
+                topics.append(
+                    {
+                        "error_code": ErrorCode.UNKNOWN_TOPIC_ID
+                        if topic_id is not None
+                        else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                        "name": name or None,
+                        "topic_id": topic_id,
+                        "partitions": [],
+                    }
+                )
+                continue
+            topics.append(
+                {
+                    "error_code": 0,
+                    "name": found.name,
+                    "topic_id": convert.uuid_of(found.topic_id),
+                    "is_internal": False,
+                    "topic_authorized_operations": convert.AUTHORIZED_OPERATIONS_OMITTED,
+                    "partitions": [
+                        {
+                            "error_code": 0,
+                            "partition_index": p,
+                            "leader_id": node.node_id,
+                            "leader_epoch": 0,
+                            "replica_nodes": [node.node_id],
+                            "isr_nodes": [node.node_id],
+                            "offline_replicas": [],
+                        }
+                        for p in range(found.num_partitions)
+                    ],
+                }
+            )
+        return {
+            "brokers": [{"node_id": node.node_id, "host": node.host, "port": node.port}],
+            "cluster_id": CLUSTER_ID,
+            "controller_id": node.node_id,
+            "topics": topics,
+            "cluster_authorized_operations": convert.AUTHORIZED_OPERATIONS_OMITTED,
+            "error_code": reply.error_code,
+        }
+
+
+Work = tuple[Slot, int, int, int, "str | None", bytes, int]
+
+
+class KafkaConnection(asyncio.Protocol):
+    """One client connection (see the module doc)."""
+
+    def __init__(self, listener: KafkaListener) -> None:
+        self.listener = listener
+        self.transport: asyncio.Transport | None = None
+        self.buffer = bytearray()
+        self.slots: collections.deque[Slot] = collections.deque()
+        self.work: collections.deque[Work] = collections.deque()
+        self.worker: asyncio.Task[None] | None = None
+        self.peer = "?"
+        self.client_host = ""
+        self.node: Node | None = None
+        self.last_active = time.monotonic()
+        self.closed = False
+        self._drain_then_close = False
+        self.upstream_conn: Any = None
+
+    # ------------------------------------------------------------ asyncio.Protocol
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        peer = transport.get_extra_info("peername")
+        sock = transport.get_extra_info("sockname")
+        if peer:
+            self.peer = f"{peer[0]}:{peer[1]}"
+            self.client_host = "/" + str(peer[0])
+        if sock:
+            self.node = self.listener.nodes.get(sock[1])
+        self.listener.connections.add(self)
+        if self.listener.closing:
+            self.close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self.listener.connections.discard(self)
+        if self.worker is not None and not self.worker.done():
+            self.worker.cancel()
+        if self.upstream_conn is not None:
+            self.upstream_conn.close()
+
+    def data_received(self, data: bytes) -> None:
+        self.last_active = time.monotonic()
+        buf = self.buffer
+        buf += data
+        pos, end = 0, len(buf)
+        limit = self.listener.options.max_request_bytes
+        while end - pos >= 4 and not self.closed:
+            size = int.from_bytes(buf[pos : pos + 4], "big", signed=True)
+            if size < 0 or size > limit:
+                self.fail(f"request of {size} bytes (socket.request.max.bytes is {limit})")
+                return
+            if end - pos - 4 < size:
+                break
+            frame = bytes(buf[pos + 4 : pos + 4 + size])
+            pos += 4 + size
+            self.on_frame(frame)
+        if pos:
+            del buf[:pos]
+
+    # ------------------------------------------------------------ requests
+
+    def on_frame(self, frame: bytes) -> None:
+        try:
+            key, version, correlation_id, client_id, pos = wire.parse_header(frame)
+        except wire.WireError as exc:
+            self.fail(f"unreadable request header: {exc}")
+            return
+        listener = self.listener
+        if key == apis.API_VERSIONS:
+            slot = self._slot()
+            try:
+                data = listener.api_versions(version, correlation_id, frame, pos)
+            except wire.WireError as exc:
+                self.fail(str(exc))
+                return
+            self.complete(slot, data)
+            return
+        if key == apis.FIND_COORDINATOR and listener.upstream is not None:
+            try:
+                entity = wire.decode(
+                    key, version, frame, wire.body_offset(frame, key, version, pos)
+                )
+            except (wire.WireError, KeyError) as exc:
+                self.fail(str(exc))
+                return
+            if getattr(entity, "key_type", 0) != 0 and key in listener.upstream.versions:
+                # Transaction (and other) coordinators stay upstream; the answer names ours.
+                listener.upstream.forward(self, key, version, frame, rewrite=True)
+                return
+        row = apis.SERVED.get(key)
+        served = row is not None or (key == apis.METADATA and listener.upstream is None)
+        if served:
+            lo, hi = (row.min_version, row.max_version) if row is not None else apis.METADATA_RANGE
+            if not lo <= version <= hi:
+                self.fail(f"{wire.api_name(key)} v{version} is not supported (v{lo}-v{hi})")
+                return
+            self.work.append((self._slot(), key, version, correlation_id, client_id, frame, pos))
+            if self.worker is None:
+                self.worker = asyncio.get_running_loop().create_task(self._run())
+            return
+        if listener.upstream is not None and listener.upstream.forwards(key, version):
+            listener.upstream.forward(self, key, version, frame)
+            return
+        mode = (
+            "" if listener.upstream is not None else " (coordinator-only mode: no --kafka-upstream)"
+        )
+        self.fail(f"API key {key} ({wire.api_name(key)}) v{version} is not served{mode}")
+
+    def _slot(self) -> Slot:
+        slot = Slot()
+        self.slots.append(slot)
+        return slot
+
+    def expect(self) -> Slot:
+        """A slot for a forwarded request (``upstream.py``)."""
+        return self._slot()
+
+    async def _run(self) -> None:
+        listener = self.listener
+        try:
+            while self.work and not self.closed:
+                slot, key, version, correlation_id, client_id, frame, pos = self.work.popleft()
+                try:
+                    data = await listener.serve(
+                        self, key, version, correlation_id, client_id, frame, pos
+                    )
+                except wire.WireError as exc:
+                    self.fail(str(exc))
+                    return
+                except Exception:
+                    log.exception(
+                        "Unexpected error serving %s v%d from %s; closing the connection.",
+                        wire.api_name(key),
+                        version,
+                        self.peer,
+                    )
+                    self.close()
+                    return
+                self.complete(slot, data)
+        finally:
+            self.worker = None
+
+    def complete(self, slot: Slot, data: bytes | None) -> None:
+        """Fill a slot (None: a request without a response, Produce with acks=0) and write
+        every answer that is now at the head of the order."""
+        slot.data = data
+        slot.done = True
+        slots = self.slots
+        if slots[0] is not slot:
+            return
+        out = []
+        while slots and slots[0].done:
+            head = slots.popleft()
+            if head.data is not None:
+                out.append(head.data)
+        self.last_active = time.monotonic()
+        transport = self.transport
+        if out and transport is not None and not transport.is_closing():
+            transport.write(out[0] if len(out) == 1 else b"".join(out))
+        if self._drain_then_close and not slots:
+            self.close()
+
+    def fail(self, why: str) -> None:
+        log.warning("Closing Kafka connection from %s: %s.", self.peer, why)
+        self.close()
+
+    def close(self) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.close()
+        self.closed = True
+
+    def close_when_drained(self) -> None:
+        if not self.slots:
+            self.close()
+        else:
+            self._drain_then_close = True
+
+
+NodeOf = Callable[[int], Node]

@@ -1,0 +1,412 @@
+"""Forwarding to the upstream broker (``--kafka-upstream``): everything the listener does not
+serve itself.
+
+* At start the listener asks the upstream (at its *configured* address) for its ApiVersions
+  and its brokers (Metadata). Each upstream broker (node id) gets a listener port of its own:
+  the ``--kafka-listen`` port stands for the broker at the configured address (the only one,
+  for a single broker), the others get a free port on the same host. A request arriving on a
+  node's port goes to that node, over one upstream connection per client connection, so the
+  upstream answers in order and the client's correlation ids pass through untouched.
+* The configured address is used for its broker, never the address that broker advertises;
+  other brokers of a multi-broker upstream are reached at their advertised address (the only
+  address the upstream tells), unless that is the configured one.
+* Frames are copied as they are. Responses that name brokers are decoded and rewritten so that
+  clients always come back through us: Metadata (brokers, controller), DescribeCluster, and the
+  ``node_endpoints`` of Produce v10+ / Fetch v16+ (re-encoded only when not empty).
+  FindCoordinator for non-GROUP keys (transactions) is forwarded and its answer rewritten.
+* ApiVersions: the upstream's ranges for what is forwarded, ours for what we serve; the APIs
+  in ``apis.NOT_ADVERTISED`` and the group APIs the upstream may offer are never forwarded.
+  APIs whose responses we rewrite are capped at the versions kio knows.
+* Produce with ``acks=0`` has no response: its slot is filled with nothing at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import struct
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ..api import Node
+from . import apis, wire
+
+if TYPE_CHECKING:
+    from .listener import KafkaConnection, KafkaListener, Slot
+
+log = logging.getLogger("kip848.kafka")
+
+REWRITTEN = {apis.METADATA, apis.DESCRIBE_CLUSTER, apis.PRODUCE, apis.FETCH}
+CONNECT_TIMEOUT_S = 10.0
+REQUEST_TIMEOUT_S = 30.0  # Kafka's request.timeout.ms
+CLIENT_ID = b"kip848-coordinator"
+TOPIC_CHANGING = frozenset({19, 20, 37})
+"""CreateTopics, DeleteTopics, CreatePartitions: forwarded, then the topic feed refreshes."""
+METADATA_VERSION_CAP = 12
+"""Metadata v10+ carries topic ids; v13 only adds a top-level error."""
+
+
+class UpstreamError(RuntimeError):
+    pass
+
+
+def split(address: str) -> tuple[str, int]:
+    host, _, port = address.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+class UpstreamClient:
+    """The coordinator's own requests to one upstream broker (ApiVersions and Metadata at
+    start, the topic feed, topic administration): one connection, opened when needed, one
+    request at a time. Any failure drops the connection (the next call opens a new one) and
+    raises :class:`UpstreamError`."""
+
+    def __init__(self, host: str, port: int, timeout_s: float = REQUEST_TIMEOUT_S) -> None:
+        self.host, self.port = host, port
+        self.timeout_s = timeout_s
+        self._lock = asyncio.Lock()
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._correlation_id = 0
+
+    async def call(self, entity: Any) -> Any:
+        """Send one request entity; its decoded response."""
+        async with self._lock:
+            try:
+                return await asyncio.wait_for(self._call(entity), self.timeout_s)
+            except (OSError, TimeoutError, asyncio.IncompleteReadError, wire.WireError) as exc:
+                self.close()
+                what = wire.api_name(int(type(entity).__api_key__))
+                raise UpstreamError(
+                    f"{what} to the upstream broker at {self.host}:{self.port} failed: {exc!r}"
+                ) from exc
+            except BaseException:
+                self.close()
+                raise
+
+    async def _call(self, entity: Any) -> Any:
+        if self._writer is None:
+            self._reader, self._writer = await asyncio.open_connection(self.host, self.port)
+        reader, writer = self._reader, self._writer
+        assert reader is not None
+        cls = type(entity)
+        key, version = int(cls.__api_key__), int(cls.__version__)
+        self._correlation_id = correlation_id = (self._correlation_id + 1) & 0x7FFFFFFF
+        header = struct.pack(">hhih", key, version, correlation_id, len(CLIENT_ID)) + CLIENT_ID
+        if cls.__flexible__:
+            header += b"\0"
+        payload = header + wire.encode_body(entity)
+        writer.write(struct.pack(">i", len(payload)) + payload)
+        size = struct.unpack(">i", await reader.readexactly(4))[0]
+        frame = await reader.readexactly(size)
+        got = struct.unpack_from(">i", frame)[0]
+        if got != correlation_id:
+            raise wire.WireError(f"correlation id {got} in answer to {correlation_id}")
+        pos = 4 + (1 if wire.response_header_flexible(key, version) else 0)
+        return wire.decode_response(key, version, frame, pos)
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+        self._reader = self._writer = None
+
+
+class Upstream:
+    def __init__(self, address: str) -> None:
+        self.address = split(address)
+        self.versions: dict[int, tuple[int, int]] = {}
+        self.brokers: dict[int, tuple[str, int]] = {}  # node id -> where we connect
+        self.advertised: dict[int, tuple[str, int]] = {}  # node id -> what the upstream says
+        self.controller_id = -1
+        self.cluster_id: str | None = None
+        self.ours: dict[int, Node] = {}  # upstream node id -> our listener for it
+        self.bootstrap_node = -1
+        self.client = UpstreamClient(*self.address)
+        self._listen_host = self._adv_host = ""
+        self.on_topics_changed: Callable[[], None] | None = None
+        """Called after a forwarded request that changes topics (the topic feed refreshes)."""
+
+    def version_for(self, key: int, cap: int | None = None) -> int | None:
+        """The highest version of ``key`` both the upstream and the codec know (at most
+        ``cap``); None if there is none."""
+        theirs = self.versions.get(key)
+        ours = wire.kio_versions(key)
+        if theirs is None or ours is None:
+            return None
+        hi = min(theirs[1], ours[1], cap if cap is not None else ours[1])
+        return hi if hi >= max(theirs[0], ours[0]) else None
+
+    async def connect(self) -> None:
+        host, port = self.address
+        client = self.client
+        versions = await client.call(wire.build(wire.request_class(18, 0)))
+        self.versions = {
+            int(k.api_key): (int(k.min_version), int(k.max_version)) for k in versions.api_keys
+        }
+        version = self.version_for(apis.METADATA, METADATA_VERSION_CAP)
+        if version is None or version < 1:
+            raise UpstreamError("the upstream offers no usable Metadata version")
+        meta = await client.call(
+            wire.build(wire.request_class(3, version), topics=[], allow_auto_topic_creation=False)
+        )
+        self.advertised = {int(b.node_id): (b.host, int(b.port)) for b in meta.brokers}
+        if not self.advertised:
+            raise UpstreamError("the upstream broker lists no brokers")
+        self.controller_id = int(getattr(meta, "controller_id", -1))
+        self.cluster_id = getattr(meta, "cluster_id", None)
+        matching = [n for n, a in self.advertised.items() if a == self.address]
+        self.bootstrap_node = (
+            next(iter(self.advertised))
+            if len(self.advertised) == 1
+            else (matching[0] if matching else min(self.advertised))
+        )
+        self.brokers = dict(self.advertised)
+        self.brokers[self.bootstrap_node] = self.address
+        log.info(
+            "Upstream %s:%d: brokers %s (node %d at the configured address).",
+            host,
+            port,
+            sorted(self.advertised),
+            self.bootstrap_node,
+        )
+
+    async def bind_nodes(
+        self, listener: KafkaListener, host: str, bound: int, adv_host: str, adv_port: int
+    ) -> None:
+        """The ``--kafka-listen`` port stands for the bootstrap node; every other upstream
+        broker gets a port of its own on the same host."""
+        self._listen_host, self._adv_host = host, adv_host
+        for node_id in sorted(self.brokers):
+            if node_id == self.bootstrap_node:
+                node = Node(node_id=node_id, host=adv_host, port=adv_port)
+                listener.set_node(bound, node)
+                self.ours[node_id] = node
+            else:
+                await self._bind(listener, node_id)
+
+    async def _bind(self, listener: KafkaListener, node_id: int) -> Node:
+        port = await listener.listen(self._listen_host, 0)
+        node = Node(node_id=node_id, host=self._adv_host, port=port)
+        listener.set_node(port, node)
+        self.ours[node_id] = node
+        return node
+
+    async def update_brokers(self, listener: KafkaListener, meta: Any) -> None:
+        """The brokers of a Metadata response (the topic feed's): a broker not seen before
+        gets a listener port of its own; a moved broker is reached at its new address by
+        connections opened from now on. Brokers that left keep their port (clients that
+        still use it get the broker's connection error, as from Kafka)."""
+        for b in meta.brokers:
+            node_id, address = int(b.node_id), (b.host, int(b.port))
+            if self.advertised.get(node_id) == address:
+                continue
+            self.advertised[node_id] = address
+            if node_id != self.bootstrap_node:
+                self.brokers[node_id] = address
+            if node_id not in self.ours:
+                node = await self._bind(listener, node_id)
+                log.info(
+                    "Upstream broker %d (%s:%d) joined: listener port %d.",
+                    node_id,
+                    address[0],
+                    address[1],
+                    node.port,
+                )
+
+    # ------------------------------------------------------------ versions
+
+    def forwarded_versions(self) -> dict[int, tuple[int, int]]:
+        out = {}
+        for key, (lo, hi) in self.versions.items():
+            if key in apis.SERVED or key in apis.NOT_ADVERTISED or key == apis.API_VERSIONS:
+                continue
+            if key in REWRITTEN or key == apis.FIND_COORDINATOR:
+                known = wire.kio_versions(key)
+                if known is None:
+                    continue
+                lo, hi = max(lo, known[0]), min(hi, known[1])
+                if lo > hi:
+                    continue
+            out[key] = (lo, hi)
+        return out
+
+    def forwards(self, key: int, version: int) -> bool:
+        r = self.forwarded_versions().get(key)
+        return r is not None and r[0] <= version <= r[1]
+
+    # ------------------------------------------------------------ forwarding
+
+    def forward(
+        self,
+        conn: KafkaConnection,
+        key: int,
+        version: int,
+        frame: bytes,
+        *,
+        rewrite: bool | None = None,
+    ) -> None:
+        slot = conn.expect()
+        upstream = conn.upstream_conn
+        if upstream is None:
+            node = conn.node.node_id if conn.node is not None else self.bootstrap_node
+            upstream = conn.upstream_conn = UpstreamConnection(
+                self, conn, self.brokers.get(node, self.address)
+            )
+        needs = key in REWRITTEN if rewrite is None else rewrite
+        if key == apis.PRODUCE and _produce_acks(frame, version) == 0:
+            upstream.send(frame, None)
+            conn.complete(slot, None)
+            return
+        upstream.send(frame, (slot, key, version, needs))
+
+    # ------------------------------------------------------------ rewriting
+
+    def rewrite(self, key: int, version: int, frame: bytes) -> bytes:
+        """A response frame (without its size) naming brokers, rewritten to name ours."""
+        flexible = wire.response_header_flexible(key, version)
+        pos = 4 + (1 if flexible else 0)
+        resp = wire.decode_response(key, version, frame, pos)
+        values = _as_values(resp)
+        changed = False
+        if key == apis.METADATA:
+            values["brokers"] = [self._broker(b, "node_id") for b in values["brokers"]]
+            changed = True
+        elif key == apis.DESCRIBE_CLUSTER:
+            values["brokers"] = [self._broker(b, "broker_id") for b in values["brokers"]]
+            changed = True
+        elif key == apis.FIND_COORDINATOR:
+            if "coordinators" in values:
+                values["coordinators"] = [
+                    self._broker(c, "node_id") for c in values["coordinators"]
+                ]
+            elif values.get("node_id", -1) >= 0:
+                values = self._broker(values, "node_id")
+            changed = True
+        elif values.get("node_endpoints"):
+            values["node_endpoints"] = [
+                self._broker(b, "node_id") for b in values["node_endpoints"]
+            ]
+            changed = True
+        if not changed:
+            return struct.pack(">i", len(frame)) + frame
+        body = wire.build(type(resp), values)
+        return wire.frame(key, version, struct.unpack_from(">i", frame)[0], body)
+
+    def _broker(self, b: dict[str, Any], id_field: str) -> dict[str, Any]:
+        node = self.ours.get(int(b[id_field]))
+        if node is None:
+            return b
+        return {**b, "host": node.host, "port": node.port}
+
+
+def _as_values(entity: Any) -> dict[str, Any]:
+    """An entity as nested plain values (what ``wire.build`` takes)."""
+    out = {}
+    for name in entity.__dataclass_fields__:
+        value = getattr(entity, name)
+        if isinstance(value, tuple) and value and hasattr(value[0], "__dataclass_fields__"):
+            value = [_as_values(v) for v in value]
+        elif hasattr(value, "__dataclass_fields__"):
+            value = _as_values(value)
+        out[name] = value
+    return out
+
+
+def _produce_acks(frame: bytes, version: int) -> int:
+    """Produce's ``acks`` (after the header and the nullable transactional id)."""
+    key, _v, _c, _client, pos = wire.parse_header(frame)
+    pos = wire.body_offset(frame, key, version, pos)
+    if wire.request_flexible(key, version):
+        length, pos = wire.read_uvarint(frame, pos)
+        pos += max(0, length - 1)
+    else:
+        (length,) = struct.unpack_from(">h", frame, pos)
+        pos += 2 + max(0, length)
+    return int(struct.unpack_from(">h", frame, pos)[0])
+
+
+Pending = tuple["Slot", int, int, bool]
+
+
+class UpstreamConnection(asyncio.Protocol):
+    """One connection to an upstream broker, owned by one client connection."""
+
+    def __init__(
+        self, upstream: Upstream, client: KafkaConnection, address: tuple[str, int]
+    ) -> None:
+        self.upstream = upstream
+        self.client = client
+        self.transport: asyncio.Transport | None = None
+        self.queue: list[bytes] = []
+        self.pending: collections.deque[Pending] = collections.deque()
+        self.buffer = bytearray()
+        self.closed = False
+        loop = asyncio.get_running_loop()
+        self.task = loop.create_task(self._connect(loop, address))
+
+    async def _connect(self, loop: asyncio.AbstractEventLoop, address: tuple[str, int]) -> None:
+        try:
+            await asyncio.wait_for(
+                loop.create_connection(lambda: self, *address), CONNECT_TIMEOUT_S
+            )
+        except (OSError, TimeoutError) as exc:
+            self.client.fail(
+                f"cannot reach the upstream broker at {address[0]}:{address[1]}: {exc}"
+            )
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        if self.closed:
+            transport.close()
+            return
+        if self.queue:
+            transport.write(b"".join(self.queue))  # type: ignore[attr-defined]
+            self.queue.clear()
+
+    def send(self, frame: bytes, pending: Pending | None) -> None:
+        data = struct.pack(">i", len(frame)) + frame
+        if pending is not None:
+            self.pending.append(pending)
+        if self.transport is None:
+            self.queue.append(data)
+        else:
+            self.transport.write(data)
+
+    def data_received(self, data: bytes) -> None:
+        buf = self.buffer
+        buf += data
+        pos, end = 0, len(buf)
+        while end - pos >= 4:
+            size = int.from_bytes(buf[pos : pos + 4], "big", signed=True)
+            if end - pos - 4 < size:
+                break
+            if not self.pending:
+                self.client.fail("the upstream sent a response nobody asked for")
+                return
+            slot, key, version, rewrite = self.pending.popleft()
+            if key in TOPIC_CHANGING and self.upstream.on_topics_changed is not None:
+                self.upstream.on_topics_changed()
+            if rewrite:
+                frame = bytes(buf[pos + 4 : pos + 4 + size])
+                try:
+                    out = self.upstream.rewrite(key, version, frame)
+                except wire.WireError as exc:
+                    self.client.fail(f"unreadable upstream response: {exc}")
+                    return
+            else:
+                out = bytes(buf[pos : pos + 4 + size])
+            pos += 4 + size
+            self.client.complete(slot, out)
+        if pos:
+            del buf[:pos]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.closed:
+            self.client.fail("the upstream broker closed the connection")
+        self.closed = True
+
+    def close(self) -> None:
+        self.closed = True
+        if self.transport is not None:
+            self.transport.close()

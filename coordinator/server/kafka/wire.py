@@ -1,0 +1,291 @@
+"""Kafka's binary protocol through the ``kio`` library — the only module that imports kio.
+
+kio (PyPI, Apache-2.0) generates one frozen dataclass per message, version and nested struct
+from Kafka's own JSON schemas, with a native reader and a Python writer; flexible versions and
+tagged fields included. This module wraps it so it can be swapped: framing and the request /
+response *headers* are read and written here (a handful of fixed fields), message *bodies*
+only by kio.
+
+* :func:`parse_header` reads a request header (v1, or v2 with tagged fields for flexible
+  versions; the client id is a legacy nullable int16 string in both).
+* :func:`decode` reads a body; any failure raises :class:`WireError`.
+* :func:`build` makes the response entity of *any* version from plain values: fields the
+  version lacks are dropped, required ones not given get their zero value, nested lists of
+  dicts become the version's nested entities, ints become ``ErrorCode`` / ``timedelta``.
+* :func:`frame` writes size + response header + body. ApiVersions answers with header v0 even
+  in flexible versions (kio's response classes carry the right header schema).
+"""
+
+from __future__ import annotations
+
+import datetime
+import io
+import struct
+import types
+import uuid
+from collections.abc import Callable, Hashable, Mapping
+from dataclasses import MISSING, fields, is_dataclass
+from functools import cache
+from typing import Any, Union, cast, get_args, get_origin
+
+from kio.index import load_request_schema, load_response_schema
+from kio.schema.errors import ErrorCode as KioErrorCode
+from kio.schema.index import api_key_map, schema_name_map
+from kio.serial import entity_reader, entity_writer
+from kio.static.constants import EntityType
+from kio.static.primitive import i32Timedelta, i64Timedelta
+
+KIO_VERSION = "0.6.5"
+"""The kio release this module is written and tested against (pinned in pyproject)."""
+
+Entity = Any
+_HEADER = struct.Struct(">hhih")
+_I32 = struct.Struct(">i")
+
+
+class WireError(Exception):
+    """A request that cannot be read (truncated, garbage, unknown api key or version)."""
+
+
+def api_name(api_key: int) -> str:
+    """kio's snake_case name of an API ("consumer_group_heartbeat"), or ``api_<key>``."""
+    return api_key_map.get(api_key, f"api_{api_key}")
+
+
+@cache
+def kio_versions(api_key: int) -> tuple[int, int] | None:
+    """(min, max) request versions kio knows for ``api_key``; None if it knows none."""
+    name = api_key_map.get(api_key)
+    if name is None:
+        return None
+    versions = [v for v, kinds in schema_name_map[name].items() if EntityType.request in kinds]
+    return (min(versions), max(versions)) if versions else None
+
+
+@cache
+def request_class(api_key: int, version: int) -> Any:
+    return load_request_schema(api_key, version)
+
+
+@cache
+def response_class(api_key: int, version: int) -> Any:
+    return load_response_schema(api_key, version)
+
+
+@cache
+def _reader(cls: Any) -> Callable[[Any, int], Any]:
+    return entity_reader(cls)
+
+
+@cache
+def _writer(cls: Any) -> Callable[[Any, Any], None]:
+    return entity_writer(cls)
+
+
+@cache
+def request_flexible(api_key: int, version: int) -> bool:
+    """Whether the request header is v2 (tagged fields): the request class is flexible."""
+    return bool(request_class(api_key, version).__flexible__)
+
+
+@cache
+def response_header_flexible(api_key: int, version: int) -> bool:
+    return bool(response_class(api_key, version).__header_schema__.__flexible__)
+
+
+def read_uvarint(buf: bytes, pos: int) -> tuple[int, int]:
+    """(value, next position) of an unsigned varint; WireError if truncated or too long."""
+    value = shift = 0
+    for _ in range(5):
+        if pos >= len(buf):
+            raise WireError("truncated varint")
+        byte = buf[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, pos
+        shift += 7
+    raise WireError("varint too long")
+
+
+def skip_tagged_fields(buf: bytes, pos: int) -> int:
+    count, pos = read_uvarint(buf, pos)
+    for _ in range(count):
+        _tag, pos = read_uvarint(buf, pos)
+        size, pos = read_uvarint(buf, pos)
+        pos += size
+        if pos > len(buf):
+            raise WireError("truncated tagged field")
+    return pos
+
+
+def parse_header(frame: bytes) -> tuple[int, int, int, str | None, int]:
+    """(api key, api version, correlation id, client id, position after the header's fixed
+    fields). The header's tagged fields (v2) are skipped by :func:`body_offset`."""
+    if len(frame) < 10:
+        raise WireError(f"a request header needs 10 bytes, got {len(frame)}")
+    key, version, correlation_id, length = _HEADER.unpack_from(frame, 0)
+    pos = 10
+    client_id: str | None = None
+    if length >= 0:
+        end = pos + length
+        if end > len(frame):
+            raise WireError("truncated client id")
+        try:
+            client_id = frame[pos:end].decode("utf-8")
+        except UnicodeDecodeError:
+            raise WireError("client id is not UTF-8") from None
+        pos = end
+    elif length != -1:
+        raise WireError(f"bad client id length {length}")
+    return key, version, correlation_id, client_id, pos
+
+
+def body_offset(frame: bytes, api_key: int, version: int, pos: int) -> int:
+    """Where the body starts: after the header's tagged fields in a flexible request."""
+    return skip_tagged_fields(frame, pos) if request_flexible(api_key, version) else pos
+
+
+def decode(api_key: int, version: int, frame: bytes, pos: int) -> Entity:
+    try:
+        entity, _size = _reader(cast(Hashable, request_class(api_key, version)))(frame, pos)
+    except Exception as exc:  # noqa: BLE001 - kio raises DecodeError, ValueError, ...
+        raise WireError(f"{api_name(api_key)} v{version}: {exc}") from None
+    return entity
+
+
+def decode_response(api_key: int, version: int, frame: bytes, pos: int) -> Entity:
+    """A response body (forwarded responses that must be rewritten)."""
+    try:
+        entity, _size = _reader(cast(Hashable, response_class(api_key, version)))(frame, pos)
+    except Exception as exc:  # noqa: BLE001
+        raise WireError(f"{api_name(api_key)} v{version} response: {exc}") from None
+    return entity
+
+
+def encode_body(entity: Entity) -> bytes:
+    out = io.BytesIO()
+    _writer(cast(Hashable, type(entity)))(out, entity)
+    return out.getvalue()
+
+
+def frame(api_key: int, version: int, correlation_id: int, entity: Entity) -> bytes:
+    """Size + response header + body of ``entity`` (a response of ``api_key`` v``version``)."""
+    out = io.BytesIO()
+    out.write(b"\0\0\0\0")
+    out.write(_I32.pack(correlation_id))
+    if response_header_flexible(api_key, version):
+        out.write(b"\0")  # no tagged fields
+    _writer(cast(Hashable, type(entity)))(out, entity)
+    data = out.getbuffer()
+    _I32.pack_into(data, 0, len(data) - 4)
+    del data
+    return out.getvalue()
+
+
+def frame_raw(correlation_id: int, flexible_header: bool, body: bytes) -> bytes:
+    head = _I32.pack(correlation_id) + (b"\0" if flexible_header else b"")
+    return _I32.pack(len(head) + len(body)) + head + body
+
+
+def error_code(code: int) -> KioErrorCode:
+    return KioErrorCode(int(code))
+
+
+def ms(value: int) -> datetime.timedelta:
+    return datetime.timedelta(milliseconds=value)
+
+
+def to_ms(value: datetime.timedelta | None) -> int:
+    return -1 if value is None else round(value.total_seconds() * 1000)
+
+
+def uuid_of(raw: bytes | None) -> uuid.UUID | None:
+    """16 raw bytes -> UUID; the all-zero id (no id) -> None, as kio reads it."""
+    if raw is None or raw == bytes(16):
+        return None
+    return uuid.UUID(bytes=raw)
+
+
+def uuid_bytes(value: uuid.UUID | None) -> bytes:
+    return bytes(16) if value is None else value.bytes
+
+
+# ---------------------------------------------------------------- building entities
+
+_ZERO_BY_KAFKA_TYPE: dict[str, Any] = {
+    "bool": False,
+    "string": "",
+    "bytes": b"",
+    "records": b"",
+    "uuid": None,
+    "error_code": KioErrorCode.none,
+    "timedelta_i32": i32Timedelta.parse(datetime.timedelta(0)),
+    "timedelta_i64": i64Timedelta.parse(datetime.timedelta(0)),
+    "float64": 0.0,
+}
+
+
+@cache
+def _spec(cls: Any) -> tuple[tuple[str, str, Any, bool, bool, bool, Any], ...]:
+    """Per field: (name, kafka type, nested entity class or None, is array, nullable,
+    required, zero value)."""
+    out = []
+    for f in fields(cls):
+        kafka_type = f.metadata.get("kafka_type", "")
+        t = f.type
+        nullable = False
+        if get_origin(t) in (types.UnionType, Union):
+            args = [a for a in get_args(t) if a is not type(None)]
+            nullable = len(args) < len(get_args(t))
+            t = args[0]
+        array = get_origin(t) is tuple
+        inner = get_args(t)[0] if array else t
+        nested = inner if is_dataclass(inner) else None
+        required = f.default is MISSING and f.default_factory is MISSING
+        zero: Any = () if array else _ZERO_BY_KAFKA_TYPE.get(kafka_type, 0)
+        out.append((f.name, kafka_type, nested, array, nullable, required, zero))
+    return tuple(out)
+
+
+def _value(kafka_type: str, nested: Any, array: bool, value: Any) -> Any:
+    if value is None:
+        return None
+    if nested is not None:
+        if array:
+            return tuple(_entity(nested, v) for v in value)
+        return _entity(nested, value)
+    if array:
+        return tuple(value)
+    if kafka_type == "error_code":
+        return value if isinstance(value, KioErrorCode) else KioErrorCode(int(value))
+    if kafka_type == "timedelta_i32" and isinstance(value, int):
+        return i32Timedelta.parse(ms(value))
+    if kafka_type == "timedelta_i64" and isinstance(value, int):
+        return i64Timedelta.parse(ms(value))
+    if kafka_type == "uuid" and isinstance(value, bytes):
+        return uuid_of(value)
+    return value
+
+
+def _entity(cls: Any, data: Any) -> Any:
+    if is_dataclass(data) and not isinstance(data, type):
+        if type(data) is cls:
+            return data
+        data = {f.name: getattr(data, f.name) for f in fields(data)}
+    return build(cls, data)
+
+
+def build(cls: Any, data: Mapping[str, Any] | None = None, /, **values: Any) -> Entity:
+    """An entity of ``cls`` from plain values (see the module doc)."""
+    given = dict(data or {}, **values)
+    kwargs = {}
+    for name, kafka_type, nested, array, nullable, required, zero in _spec(cls):
+        if name in given:
+            value = _value(kafka_type, nested, array, given[name])
+            if value is None and not nullable:
+                value = zero
+            kwargs[name] = value
+        elif required:
+            kwargs[name] = None if nullable else zero
+    return cls(**kwargs)

@@ -1,0 +1,660 @@
+"""The service layer: every RPC of the coordinator, defined once, for every protocol.
+
+Each method takes a request dataclass (the core's, the bridge's, or :mod:`.api`'s) and a
+:class:`~.api.Caller`, calls the runtime and answers a response dataclass. Protocol errors
+(:class:`CoordinatorError`) never escape: each RPC answers them in Kafka's shape for that RPC
+(top-level, per group, per partition), from one table of codes (``errors.to_error_code``). An
+unexpected exception is a bug: logged with its traceback, answered UNKNOWN_SERVER_ERROR.
+
+The codecs — gRPC (``services.py`` + ``convert.py``) and the Kafka protocol (``kafka/``) — only
+translate their wire messages to these dataclasses and back. Rules that depend on a Kafka API
+version live here, keyed on ``caller.api_version`` (gRPC sends None = Kafka's latest version):
+a ConsumerGroupHeartbeat v1+ must carry the member id the consumer generated; a KIP-848 member
+must commit with OffsetCommit v9+; JoinGroup v0-v3 has no MEMBER_ID_REQUIRED round trip;
+DescribeGroups v0-v5 answers an unknown group as Dead rather than GROUP_ID_NOT_FOUND.
+
+While the runtime shuts down every RPC answers COORDINATOR_NOT_AVAILABLE (Kafka's clients then
+look the coordinator up again), or raises :class:`ShuttingDown` for a transport with its own
+answer (``caller.abort_when_closing``: gRPC's UNAVAILABLE).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Protocol, TypeVar
+
+from coordinator.core.commands import ConsumerGroupHeartbeat, ConsumerGroupHeartbeatResponse
+from coordinator.core.errors import (
+    CoordinatorError,
+    CoordinatorNotAvailableError,
+    ErrorCode,
+    InvalidGroupIdError,
+    InvalidRequestError,
+    MemberIdRequiredError,
+    to_error_code,
+)
+from coordinator.core.offsets import (
+    ListedGroup,
+    OffsetCommit,
+    OffsetCommitResponse,
+    OffsetDeleteResponse,
+    OffsetFetchGroup,
+    OffsetFetchGroupResponse,
+    commit_error_response,
+)
+from coordinator.core.topics import NewTopic, TopicResult
+from coordinator.runtime import CoordinatorRuntime, RuntimeState
+from legacy_bridge import messages as m
+from legacy_bridge.protocol import ProtocolError, decode_subscription
+
+from .api import (
+    CONFIG_SOURCE_DEFAULT,
+    CONFIG_SOURCE_GROUP,
+    CONFIG_TYPE_INT,
+    GROUP_RESOURCE,
+    GROUP_RESOURCES,
+    KAFKA_GROUP_RESOURCE,
+    OP_DELETE,
+    OP_SET,
+    AlterResult,
+    Caller,
+    ConfigEntry,
+    ConfigResource,
+    ConfigResult,
+    ConfigSynonym,
+    Coordinator,
+    DescribeConfigs,
+    DescribedConsumerGroup,
+    GroupError,
+    IncrementalAlterConfigs,
+    Reply,
+)
+
+log = logging.getLogger("kip848.server")
+
+S = TypeVar("S", bound="CoordinatorService")
+Q = TypeVar("Q")
+R = TypeVar("R")
+
+GROUP_KEY_TYPE = 0
+SHUTTING_DOWN = "The coordinator is shutting down."
+GROUP_CONFIG_DOCS = {
+    "consumer.session.timeout.ms": "The timeout to detect client failures when using the consumer group protocol.",
+    "consumer.heartbeat.interval.ms": "The heartbeat interval given to the members of a consumer group.",
+}
+JOIN_MEMBER_ID_REQUIRED_VERSION = 4
+"""JoinGroup v4+: a dynamic member's first join gets MEMBER_ID_REQUIRED (KIP-394)."""
+DESCRIBE_GROUP_NOT_FOUND_VERSION = 6
+"""DescribeGroups v6+ answers GROUP_ID_NOT_FOUND for an unknown group (KIP-1043); older: Dead."""
+MEMBER_ID_REQUIRED_HEARTBEAT_VERSION = 1
+"""ConsumerGroupHeartbeat v1+: the consumer generates its member id (KIP-1082)."""
+OFFSET_COMMIT_KIP848_VERSION = 9
+"""OffsetCommit v9+ is required from members of the consumer protocol."""
+
+
+class ShuttingDown(Exception):
+    """The runtime is closing; raised only for callers with ``abort_when_closing``."""
+
+
+ErrorShape = Callable[[Any, ErrorCode, str | None], Any]
+
+
+def rpc(
+    on_error: ErrorShape,
+) -> Callable[[Callable[[S, Q, Caller], Awaitable[R]]], Callable[[S, Q, Caller], Awaitable[R]]]:
+    """One RPC body: answer COORDINATOR_NOT_AVAILABLE (or raise :class:`ShuttingDown`) while
+    shutting down; turn a protocol error into ``on_error(request, code, message)``, the RPC's
+    own error shape; log a bug and answer it UNKNOWN_SERVER_ERROR."""
+
+    def wrap(
+        body: Callable[[S, Q, Caller], Awaitable[R]],
+    ) -> Callable[[S, Q, Caller], Awaitable[R]]:
+        @functools.wraps(body)
+        async def run(self: S, req: Q, caller: Caller) -> R:
+            if self.runtime.state in (RuntimeState.CLOSING, RuntimeState.CLOSED):
+                if caller.abort_when_closing:
+                    raise ShuttingDown(SHUTTING_DOWN)
+                return on_error(req, ErrorCode.COORDINATOR_NOT_AVAILABLE, SHUTTING_DOWN)
+            try:
+                return await body(self, req, caller)
+            except CoordinatorError as exc:
+                return on_error(req, exc.code, exc.message)
+            except Exception as exc:
+                log.exception("Unexpected error in %s", body.__name__)
+                return on_error(req, *to_error_code(exc))
+
+        return run
+
+    return wrap
+
+
+def _reply(_req: Any, code: ErrorCode, text: str | None) -> Reply[Any]:
+    return Reply(error_code=code, error_message=text)
+
+
+def check_group_id(group_id: str, message: str = "Group id can't be empty.") -> None:
+    """Kafka answers INVALID_GROUP_ID for an empty group id."""
+    if not group_id.strip():
+        raise InvalidGroupIdError(message)
+
+
+def _check_classic_group_id(group_id: str) -> None:
+    check_group_id(group_id, f"Group id '{group_id}' is invalid.")
+
+
+def _commit_error(req: OffsetCommit, code: ErrorCode, text: str | None) -> Reply[Any]:
+    """OffsetCommit answers a group-level error on every partition, as Kafka does."""
+    return Reply(value=commit_error_response(req, _Err(code, text)))
+
+
+class _Err(CoordinatorError):
+    """An error code and message (possibly None) in the shape ``commit_error_response`` takes."""
+
+    def __init__(self, code: ErrorCode, message: str | None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message  # type: ignore[assignment]
+
+
+def _per_group(
+    make: Callable[[str, ErrorCode, str | None], Any],
+) -> Callable[[Sequence[str], ErrorCode, str | None], Reply[Any]]:
+    """Error shape of a multi-group RPC: the error on every group (Kafka has no top-level
+    error there); also the top-level error for a codec that has one."""
+
+    def shape(group_ids: Sequence[str], code: ErrorCode, text: str | None) -> Reply[Any]:
+        return Reply(
+            value=[make(g, code, text) for g in group_ids], error_code=code, error_message=text
+        )
+
+    return shape
+
+
+def _fetch_errors(
+    groups: Sequence[OffsetFetchGroup | GroupError], code: ErrorCode, text: str | None
+) -> Reply[Any]:
+    return Reply(
+        value=[
+            OffsetFetchGroupResponse(group_id=g.group_id, error_code=code, error_message=text)
+            for g in groups
+        ],
+        error_code=code,
+        error_message=text,
+    )
+
+
+def _config_errors(req: DescribeConfigs, code: ErrorCode, text: str | None) -> Reply[Any]:
+    return Reply(
+        value=[
+            ConfigResult(
+                resource_type=r.resource_type,
+                resource_name=r.resource_name,
+                error_code=code,
+                error_message=text,
+            )
+            for r in req.resources
+        ],
+        error_code=code,
+        error_message=text,
+    )
+
+
+def _alter_errors(req: IncrementalAlterConfigs, code: ErrorCode, text: str | None) -> Reply[Any]:
+    return Reply(
+        value=[
+            AlterResult(
+                resource_type=r.resource_type,
+                resource_name=r.resource_name,
+                error_code=code,
+                error_message=text,
+            )
+            for r in req.resources
+        ],
+        error_code=code,
+        error_message=text,
+    )
+
+
+def _join_error(req: m.JoinGroup, code: ErrorCode, text: str | None) -> m.JoinGroupResponse:
+    return m.JoinGroupResponse(
+        error_code=int(code), error_message=text, generation_id=-1, member_id=req.member_id
+    )
+
+
+def _sync_error(_req: m.SyncGroup, code: ErrorCode, text: str | None) -> m.SyncGroupResponse:
+    return m.SyncGroupResponse(error_code=int(code), error_message=text)
+
+
+def _heartbeat_error(_req: m.Heartbeat, code: ErrorCode, text: str | None) -> m.HeartbeatResponse:
+    return m.HeartbeatResponse(error_code=int(code), error_message=text)
+
+
+def _leave_error(_req: m.LeaveGroup, code: ErrorCode, text: str | None) -> m.LeaveGroupResponse:
+    return m.LeaveGroupResponse(error_code=int(code), error_message=text)
+
+
+class TopicSource(Protocol):
+    """Where topics come from and where the topic RPCs go: the coordinator's own registry
+    (:class:`RegistryTopics`), or an upstream broker the registry follows
+    (``kafka.topic_feed.TopicFeed``, with ``--kafka-upstream``)."""
+
+    watches_subscriptions: bool
+    """True: :meth:`subscribed` wants to see the subscriptions (names, regexes) of joins."""
+
+    async def create_topics(self, topics: Sequence[NewTopic]) -> list[TopicResult]: ...
+    async def create_partitions(self, requests: Sequence[tuple[str, int]]) -> list[TopicResult]: ...
+    async def delete_topics(self, names: Sequence[str]) -> list[TopicResult]: ...
+    async def list_topics(self) -> list[TopicResult]: ...
+    def subscribed(self, names: Sequence[str] | None, regex: str | None) -> None: ...
+
+
+class RegistryTopics:
+    """The coordinator's own topic registry (no upstream): the topic RPCs change it."""
+
+    watches_subscriptions = False
+
+    def __init__(self, runtime: CoordinatorRuntime) -> None:
+        self.runtime = runtime
+
+    async def create_topics(self, topics: Sequence[NewTopic]) -> list[TopicResult]:
+        return await self.runtime.create_topics(topics)
+
+    async def create_partitions(self, requests: Sequence[tuple[str, int]]) -> list[TopicResult]:
+        return await self.runtime.create_partitions(requests)
+
+    async def delete_topics(self, names: Sequence[str]) -> list[TopicResult]:
+        return await self.runtime.delete_topics(names)
+
+    async def list_topics(self) -> list[TopicResult]:
+        return await self.runtime.list_topics()
+
+    def subscribed(self, names: Sequence[str] | None, regex: str | None) -> None:
+        return None
+
+
+class CoordinatorService:
+    """Every RPC of the coordinator over one runtime (shared by every codec and listener).
+    ``topics``: where topics come from (default: the coordinator's own registry)."""
+
+    def __init__(self, runtime: CoordinatorRuntime, topics: TopicSource | None = None) -> None:
+        self.runtime = runtime
+        self.topics: TopicSource = topics if topics is not None else RegistryTopics(runtime)
+
+    def topic_name(self, topic_id: str) -> str:
+        """Convenience name of a topic id for responses ("" when unknown)."""
+        return self.runtime.topic_name(topic_id)
+
+    # ------------------------------------------------------------ KIP-848 consumer groups
+
+    @rpc(_reply)
+    async def consumer_group_heartbeat(
+        self, req: ConsumerGroupHeartbeat, caller: Caller
+    ) -> Reply[ConsumerGroupHeartbeatResponse]:
+        kafka_v1 = caller.api_version is not None and not caller.version_below(
+            MEMBER_ID_REQUIRED_HEARTBEAT_VERSION
+        )
+        if kafka_v1 and not req.member_id:
+            raise InvalidRequestError("MemberId can't be empty.")
+        topics = self.topics
+        if topics.watches_subscriptions and (
+            req.subscribed_topic_names or req.subscribed_topic_regex
+        ):
+            topics.subscribed(req.subscribed_topic_names, req.subscribed_topic_regex)
+        return Reply(value=await self.runtime.heartbeat(req))
+
+    @rpc(
+        _per_group(
+            lambda g, code, text: DescribedConsumerGroup(
+                group_id=g, error_code=code, error_message=text
+            )
+        )
+    )
+    async def consumer_group_describe(
+        self, group_ids: Sequence[str], caller: Caller
+    ) -> Reply[list[DescribedConsumerGroup]]:
+        out = []
+        for group_id in group_ids:
+            try:
+                check_group_id(group_id)
+                desc = await self.runtime.describe_group(group_id)
+                out.append(DescribedConsumerGroup(group_id=group_id, description=desc))
+            except CoordinatorError as exc:
+                out.append(
+                    DescribedConsumerGroup(
+                        group_id=group_id, error_code=exc.code, error_message=exc.message
+                    )
+                )
+        return Reply(value=out)
+
+    # ------------------------------------------------------------ offsets
+
+    @rpc(_commit_error)
+    async def offset_commit(self, req: OffsetCommit, caller: Caller) -> Reply[OffsetCommitResponse]:
+        check_group_id(req.group_id)
+        if caller.version_below(OFFSET_COMMIT_KIP848_VERSION):
+            return Reply(value=await self.runtime.offset_commit(req, legacy_version=True))
+        return Reply(value=await self.runtime.offset_commit(req))
+
+    @rpc(_fetch_errors)
+    async def offset_fetch(
+        self, groups: Sequence[OffsetFetchGroup | GroupError], caller: Caller
+    ) -> Reply[list[OffsetFetchGroupResponse]]:
+        answers: list[OffsetFetchGroupResponse | None] = []
+        valid = []
+        for g in groups:
+            if isinstance(g, GroupError):
+                answers.append(
+                    OffsetFetchGroupResponse(
+                        group_id=g.group_id, error_code=g.error_code, error_message=g.error_message
+                    )
+                )
+                continue
+            try:
+                check_group_id(g.group_id)
+                valid.append(g)
+                answers.append(None)
+            except CoordinatorError as exc:
+                answers.append(_fetch_error(g.group_id, exc))
+        fetched = iter(await self.runtime.offset_fetch(valid))
+        return Reply(value=[a if a is not None else next(fetched) for a in answers])
+
+    @rpc(_reply)
+    async def offset_delete(
+        self, req: tuple[str, Sequence[tuple[str, Sequence[int]]]], caller: Caller
+    ) -> Reply[OffsetDeleteResponse]:
+        """``req``: (group id, [(topic name, partitions)])."""
+        group_id, topics = req
+        check_group_id(group_id)
+        return Reply(value=await self.runtime.offset_delete(group_id, topics))
+
+    # ------------------------------------------------------------ group administration
+
+    @rpc(_reply)
+    async def list_groups(
+        self, req: tuple[Sequence[str], Sequence[str]], caller: Caller
+    ) -> Reply[list[ListedGroup]]:
+        """``req``: (states filter, types filter), case-insensitive."""
+        states, types = req
+        return Reply(value=await self.runtime.list_groups(list(states), list(types)))
+
+    @rpc(_per_group(lambda g, code, text: (g, code, text)))
+    async def delete_groups(
+        self, group_ids: Sequence[str], caller: Caller
+    ) -> Reply[list[tuple[str, ErrorCode, str | None]]]:
+        results: list[tuple[str, ErrorCode, str | None] | None] = []
+        valid = []
+        for gid in group_ids:
+            if gid.strip():
+                valid.append(gid)
+                results.append(None)
+            else:
+                exc = InvalidGroupIdError("Group id can't be empty.")
+                results.append((gid, exc.code, exc.message))
+        deleted = iter(await self.runtime.delete_groups(valid))
+        return Reply(value=[r if r is not None else next(deleted) for r in results])
+
+    @rpc(_config_errors)
+    async def describe_configs(
+        self, req: DescribeConfigs, caller: Caller
+    ) -> Reply[list[ConfigResult]]:
+        out = []
+        for res in req.resources:
+            try:
+                _check_config_resource(res.resource_type, res.resource_name)
+                configs, overrides = await self.runtime.describe_group_config(res.resource_name)
+                out.append(
+                    _config_result(
+                        res, configs, overrides, req.include_synonyms, req.include_documentation
+                    )
+                )
+            except CoordinatorError as exc:
+                out.append(
+                    ConfigResult(
+                        resource_type=res.resource_type,
+                        resource_name=res.resource_name,
+                        error_code=exc.code,
+                        error_message=exc.message,
+                    )
+                )
+        return Reply(value=out)
+
+    @rpc(_alter_errors)
+    async def incremental_alter_configs(
+        self, req: IncrementalAlterConfigs, caller: Caller
+    ) -> Reply[list[AlterResult]]:
+        out = []
+        seen = [(res.resource_type, res.resource_name) for res in req.resources]
+        for res in req.resources:
+            try:
+                _check_config_resource(res.resource_type, res.resource_name)
+                if seen.count((res.resource_type, res.resource_name)) > 1:
+                    raise InvalidRequestError("Each resource must appear at most once.")
+                names = [c.name for c in res.configs]
+                if len(set(names)) != len(names):
+                    raise InvalidRequestError("Error due to duplicate config keys.")
+                changes: dict[str, str | None] = {}
+                for c in res.configs:
+                    if c.operation == OP_SET:
+                        if c.value is None:
+                            raise InvalidRequestError(f"Config {c.name}: SET needs a value.")
+                        changes[c.name] = c.value
+                    elif c.operation == OP_DELETE:
+                        changes[c.name] = None
+                    else:
+                        raise InvalidRequestError(
+                            f"Config {c.name}: operation {c.operation} is not supported for GROUP configs."
+                        )
+                await self.runtime.alter_group_configs(
+                    res.resource_name, changes, validate_only=req.validate_only
+                )
+                out.append(
+                    AlterResult(resource_type=res.resource_type, resource_name=res.resource_name)
+                )
+            except CoordinatorError as exc:
+                out.append(
+                    AlterResult(
+                        resource_type=res.resource_type,
+                        resource_name=res.resource_name,
+                        error_code=exc.code,
+                        error_message=exc.message,
+                    )
+                )
+        return Reply(value=out)
+
+    # ------------------------------------------------------------ topic registry
+
+    @rpc(_reply)
+    async def create_topics(
+        self, topics: Sequence[NewTopic], caller: Caller
+    ) -> Reply[list[TopicResult]]:
+        return Reply(value=await self.topics.create_topics(topics))
+
+    @rpc(_reply)
+    async def create_partitions(
+        self, requests: Sequence[tuple[str, int]], caller: Caller
+    ) -> Reply[list[TopicResult]]:
+        return Reply(value=await self.topics.create_partitions(requests))
+
+    @rpc(_reply)
+    async def delete_topics(self, names: Sequence[str], caller: Caller) -> Reply[list[TopicResult]]:
+        return Reply(value=await self.topics.delete_topics(names))
+
+    @rpc(_reply)
+    async def list_topics(self, _req: None, caller: Caller) -> Reply[list[TopicResult]]:
+        return Reply(value=await self.topics.list_topics())
+
+    # ------------------------------------------------------------ classic groups (the bridge)
+
+    @rpc(_reply)
+    async def find_coordinator(
+        self, req: tuple[int, Sequence[str]], caller: Caller
+    ) -> Reply[list[Coordinator]]:
+        """``req``: (key type, keys). GROUP keys are answered with the node the request came
+        through (``caller.node``): every listener of this process is the coordinator."""
+        key_type, keys = req
+        exc: CoordinatorError | None = None
+        if key_type != GROUP_KEY_TYPE:
+            exc = InvalidRequestError(
+                f"Key type {key_type} is not served: this coordinator serves only groups (key type 0)."
+            )
+        elif self.runtime.state is not RuntimeState.ACTIVE:
+            exc = CoordinatorNotAvailableError(f"The coordinator is {self.runtime.state.value}.")
+        elif caller.node is None:
+            exc = CoordinatorNotAvailableError("The coordinator's address is not known yet.")
+        if exc is not None:
+            if not keys:
+                return Reply(value=[], error_code=exc.code, error_message=exc.message)
+            return Reply(
+                value=[
+                    Coordinator(
+                        key=k,
+                        node_id=-1,
+                        host="",
+                        port=-1,
+                        error_code=exc.code,
+                        error_message=exc.message,
+                    )
+                    for k in keys
+                ]
+            )
+        node = caller.node
+        assert node is not None
+        return Reply(
+            value=[
+                Coordinator(key=k, node_id=node.node_id, host=node.host, port=node.port)
+                for k in keys
+            ]
+        )
+
+    @rpc(_join_error)
+    async def join_group(self, req: m.JoinGroup, caller: Caller) -> m.JoinGroupResponse:
+        if self.topics.watches_subscriptions and req.protocol_type == "consumer" and req.protocols:
+            self.topics.subscribed(_subscribed_topics(req), None)
+        answer = await self.runtime.classic_join(req)
+        if (
+            answer.error_code == MemberIdRequiredError.code
+            and caller.version_below(JOIN_MEMBER_ID_REQUIRED_VERSION)
+            and answer.member_id
+        ):
+            # JoinGroup v0-v3 clients do not know MEMBER_ID_REQUIRED: Kafka lets them join
+            # with a new member id at once. The same two steps a v4+ client makes, here.
+            answer = await self.runtime.classic_join(_with_member_id(req, answer.member_id))
+        return answer
+
+    @rpc(_sync_error)
+    async def sync_group(self, req: m.SyncGroup, caller: Caller) -> m.SyncGroupResponse:
+        _check_classic_group_id(req.group_id)
+        return await self.runtime.classic_sync(req)
+
+    @rpc(_heartbeat_error)
+    async def heartbeat(self, req: m.Heartbeat, caller: Caller) -> m.HeartbeatResponse:
+        _check_classic_group_id(req.group_id)
+        return await self.runtime.classic_heartbeat(req)
+
+    @rpc(_leave_error)
+    async def leave_group(self, req: m.LeaveGroup, caller: Caller) -> m.LeaveGroupResponse:
+        _check_classic_group_id(req.group_id)
+        return await self.runtime.classic_leave(req)
+
+    @rpc(
+        _per_group(
+            lambda g, code, text: m.DescribedGroup(
+                group_id=g, error_code=int(code), error_message=text
+            )
+        )
+    )
+    async def describe_groups(
+        self, group_ids: Sequence[str], caller: Caller
+    ) -> Reply[list[m.DescribedGroup]]:
+        out: list[m.DescribedGroup] = []
+        old = caller.version_below(DESCRIBE_GROUP_NOT_FOUND_VERSION)
+        for group_id in group_ids:
+            try:
+                _check_classic_group_id(group_id)
+                for g in await self.runtime.describe_classic_groups([group_id]):
+                    if old and g.error_code == ErrorCode.GROUP_ID_NOT_FOUND:
+                        g = m.DescribedGroup(group_id=group_id, group_state="Dead")
+                    out.append(g)
+            except CoordinatorError as exc:
+                out.append(
+                    m.DescribedGroup(
+                        group_id=group_id, error_code=int(exc.code), error_message=exc.message
+                    )
+                )
+        return Reply(value=out)
+
+    # ------------------------------------------------------------ testing
+
+    @rpc(_reply)
+    async def advance_time(self, ms: int, caller: Caller) -> Reply[int]:
+        if ms < 0:
+            raise InvalidRequestError(f"ms must be >= 0, got {ms}.")
+        return Reply(value=await self.runtime.advance_time(ms))
+
+
+def _subscribed_topics(req: m.JoinGroup) -> list[str]:
+    """The topics a classic consumer's JoinGroup subscribes to (its first protocol's
+    ConsumerProtocolSubscription; bytes that do not parse are the bridge's to answer)."""
+    try:
+        return list(decode_subscription(req.protocols[0][1]).topics)
+    except ProtocolError:
+        return []
+
+
+def _with_member_id(req: m.JoinGroup, member_id: str) -> m.JoinGroup:
+    from dataclasses import replace
+
+    return replace(req, member_id=member_id)
+
+
+def _fetch_error(group_id: str, exc: CoordinatorError) -> OffsetFetchGroupResponse:
+    return OffsetFetchGroupResponse(
+        group_id=group_id, error_code=exc.code, error_message=exc.message
+    )
+
+
+def _check_config_resource(resource_type: int, name: str) -> None:
+    if resource_type not in GROUP_RESOURCES:
+        raise InvalidRequestError(
+            f"Only GROUP resources ({GROUP_RESOURCE}, or Kafka's {KAFKA_GROUP_RESOURCE}) are supported."
+        )
+    if not name.strip():
+        raise InvalidRequestError("Group name must not be empty.")
+
+
+def _config_result(
+    res: ConfigResource,
+    configs: dict[str, str],
+    overrides: dict[str, str],
+    include_synonyms: bool,
+    include_documentation: bool,
+) -> ConfigResult:
+    """Kafka's ConfigHelper.createGroupConfigEntry: the source is GROUP_CONFIG for a per-group
+    override, DEFAULT_CONFIG otherwise; the only synonym is the override itself."""
+    keys = (
+        list(configs) if res.keys is None else [k for k in dict.fromkeys(res.keys) if k in configs]
+    )
+    entries = []
+    for key in keys:
+        overridden = key in overrides
+        entries.append(
+            ConfigEntry(
+                name=key,
+                value=configs[key],
+                read_only=False,
+                source=CONFIG_SOURCE_GROUP if overridden else CONFIG_SOURCE_DEFAULT,
+                is_sensitive=False,
+                config_type=CONFIG_TYPE_INT,
+                synonyms=(
+                    (ConfigSynonym(name=key, value=overrides[key], source=CONFIG_SOURCE_GROUP),)
+                    if include_synonyms and overridden
+                    else ()
+                ),
+                documentation=GROUP_CONFIG_DOCS.get(key) if include_documentation else None,
+            )
+        )
+    return ConfigResult(
+        resource_type=res.resource_type, resource_name=res.resource_name, configs=tuple(entries)
+    )

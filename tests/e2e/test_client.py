@@ -1,0 +1,345 @@
+"""kip848.client against a real ``kip848 serve``: joining, hand-offs, commits, fencing, leaving,
+static members, the rebalance timeout, and the blocking wrapper.
+
+Servers run on the system clock with a short heartbeat interval so the stories take seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import ServerProcess
+
+from kip848.client import (
+    BlockingGroupMember,
+    CommitFailedError,
+    ErrorCode,
+    GroupMember,
+    MemberFailedError,
+    MemberState,
+    TopicPartition,
+)
+from kip848.client.types import topic_id_from_bytes
+from kip848.v1 import admin_pb2, common_pb2, offsets_pb2, offsets_pb2_grpc
+
+HB_MS = 300
+FAST = (
+    "--set",
+    "group.consumer.min.heartbeat.interval.ms=100",
+    "--set",
+    f"group.consumer.heartbeat.interval.ms={HB_MS}",
+    "--set",
+    "group.consumer.min.session.timeout.ms=1000",
+    "--set",
+    "group.consumer.session.timeout.ms=4000",
+)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    s = ServerProcess(tmp_path_factory.mktemp("client") / "data", *FAST, clock="system")
+    try:
+        yield s
+    finally:
+        assert s.stop() == 0, s.stderr_text()
+
+
+class Log:
+    """Callbacks that record (kind, sorted partitions) per member."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str, list[int]]] = []
+
+    def callbacks(self, who: str, *, revoke_s: float = 0.0) -> dict:
+        def make(kind: str, delay: float = 0.0):
+            async def cb(parts: frozenset[TopicPartition]) -> None:
+                if delay:
+                    await asyncio.sleep(delay)
+                self.events.append((who, kind, sorted(tp.partition for tp in parts)))
+
+            return cb
+
+        return {
+            "on_assigned": make("assigned"),
+            "on_revoked": make("revoked", revoke_s),
+            "on_lost": make("lost"),
+        }
+
+
+def owned(member: GroupMember) -> list[int]:
+    return sorted(tp.partition for tp in member.assignment)
+
+
+async def test_two_members_split_then_one_leaves(server: ServerProcess) -> None:
+    topic_id = server.create_topic("split", 4)
+    log = Log()
+    a = GroupMember(
+        server.address, "split-g", topics=["split"], client_id="app-a", **log.callbacks("a")
+    )
+    b = GroupMember(server.address, "split-g", topics=["split"], **log.callbacks("b"))
+    async with asyncio.timeout(20):
+        await a.start()
+        await a.wait_stable()
+        tid = topic_id_from_bytes(topic_id)
+        assert a.assignment == {TopicPartition("split", p, tid) for p in range(4)}
+        await b.start()
+        await a.wait_until(lambda: len(a.assignment) == 2 and len(b.assignment) == 2)
+        await b.wait_stable()
+        await a.wait_stable()
+    assert sorted(owned(a) + owned(b)) == [0, 1, 2, 3]
+    # Revoke before assign: a gave up exactly what b received, and b got it only after.
+    a_revoked = next(e for e in log.events if e[:2] == ("a", "revoked"))
+    b_assigned = next(e for e in log.events if e[:2] == ("b", "assigned"))
+    assert a_revoked[2] == b_assigned[2] == owned(b)
+    assert log.events.index(a_revoked) < log.events.index(b_assigned)
+    # The coordinator sees both members, the client id from the metadata, ids by topic id.
+    desc = server.describe("split-g").groups[0]
+    members = {m.member_id: m for m in desc.members}
+    assert set(members) == {a.member_id, b.member_id}
+    assert members[a.member_id].client_id == "app-a"
+    assert members[b.member_id].client_id == "kip848-python"
+    for m in (a, b):
+        [tp] = members[m.member_id].assignment.topic_partitions
+        assert (tp.topic_id, sorted(tp.partitions)) == (topic_id, owned(m))
+        assert members[m.member_id].member_epoch == m.member_epoch
+    # a leaves (epoch -1): b takes everything.
+    await a.close()
+    assert a.state is MemberState.UNSUBSCRIBED and owned(a) == []
+    async with asyncio.timeout(20):
+        await b.wait_until(lambda: owned(b) == [0, 1, 2, 3])
+        await b.wait_stable()
+    assert [m.member_id for m in server.describe("split-g").groups[0].members] == [b.member_id]
+    await b.close()
+    assert server.describe("split-g").groups[0].group_state == "Empty"
+
+
+async def test_commit_with_the_member_epoch_and_read_back(server: ServerProcess) -> None:
+    server.create_topic("commits", 2)
+    a = GroupMember(server.address, "commit-g", topics=["commits"])
+    async with asyncio.timeout(20):
+        await a.start()
+        await a.wait_stable()
+        tps = sorted(a.assignment)
+        await a.commit({tps[0]: 10, tps[1]: 20}, metadata="m")
+        assert await a.committed(tps) == {tps[0]: 10, tps[1]: 20}
+        # By name (no topic id) works too.
+        by_name = TopicPartition("commits", 0)
+        await a.commit({by_name: 11})
+        assert await a.committed([by_name]) == {by_name: 11}
+        # Async commit: a task with the outcome.
+        await a.commit_async({tps[1]: 21})
+        assert (await a.committed(tps))[tps[1]] == 21
+        # Only owned partitions can be committed.
+        with pytest.raises(CommitFailedError) as info:
+            await a.commit({TopicPartition("commits", 7, tps[0].topic_id): 1})
+        assert info.value.code == ErrorCode.STALE_MEMBER_EPOCH
+        assert "not owned" in str(info.value)
+        # A topic the coordinator does not know fails for good, with its code.
+        with pytest.raises(CommitFailedError) as info:
+            a.store_offsets({TopicPartition("nope", 0): 1})
+            await a.commit({TopicPartition("commits", 0): 12, TopicPartition("nope", 0): 1})
+    await a.close()
+
+
+async def test_stale_member_epoch_is_retried_once_the_epoch_is_current(
+    server: ServerProcess, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A commit overtaken by the heartbeat that moves the member to a new epoch is answered
+    STALE_MEMBER_EPOCH; it succeeds as soon as the member has learned its new epoch."""
+    server.create_topic("stale", 2)
+    # Heartbeats every 3 s in this group: nothing happens between the steps below by itself.
+    r = server.admin.IncrementalAlterConfigs(
+        admin_pb2.IncrementalAlterConfigsRequest(
+            resources=[
+                admin_pb2.IncrementalAlterConfigsRequest.Resource(
+                    resource_type=16,
+                    resource_name="stale-g",
+                    configs=[
+                        admin_pb2.IncrementalAlterConfigsRequest.AlterableConfig(
+                            name="consumer.heartbeat.interval.ms", config_operation=0, value="3000"
+                        )
+                    ],
+                )
+            ]
+        ),
+        timeout=10,
+    )
+    assert r.responses[0].error_code == 0, r
+    a = GroupMember(server.address, "stale-g", topics=["stale"])
+    async with asyncio.timeout(20):
+        await a.start()
+        await a.wait_stable()
+        epoch = a.member_epoch
+        tps = sorted(a.assignment)
+        # Another member joins (another topic): the group epoch moves on, and a's next
+        # heartbeat takes a to it (same partitions).
+        joined = server.heartbeat(
+            group_id="stale-g",
+            member_id="other",
+            member_epoch=0,
+            rebalance_timeout_ms=1000,
+            subscribed_topic_names=common_pb2.TopicNames(names=["elsewhere"]),
+            topic_partitions=common_pb2.TopicPartitionsList(),
+        )
+        assert joined.error_code == 0
+        caplog.set_level(logging.INFO, logger="kip848.client")
+        await a.update_subscription(["stale"])  # the heartbeat goes out now...
+        await a.commit({tps[0]: 5})  # ...and the commit right behind it, on the same connection
+        assert a.member_epoch == epoch + 1
+        assert "STALE_MEMBER_EPOCH" in caplog.text
+        assert await a.committed([tps[0]]) == {tps[0]: 5}
+    await a.close()
+
+
+async def test_a_fenced_member_calls_on_lost_and_rejoins_with_the_same_id(
+    server: ServerProcess,
+) -> None:
+    server.create_topic("fence", 3)
+    log = Log()
+    a = GroupMember(server.address, "fence-g", topics=["fence"], **log.callbacks("a"))
+    async with asyncio.timeout(20):
+        await a.start()
+        await a.wait_stable()
+        member_id = a.member_id
+        # Someone removes the member (here: a leave heartbeat on its behalf).
+        r = server.heartbeat(group_id="fence-g", member_id=member_id, member_epoch=-1)
+        assert r.error_code == 0
+        await a.wait_until(lambda: ("a", "lost", [0, 1, 2]) in log.events)
+        await a.wait_until(lambda: owned(a) == [0, 1, 2])
+        await a.wait_stable()
+    assert a.member_id == member_id
+    assert [e[1] for e in log.events] == ["assigned", "lost", "assigned"]
+    await a.close()
+
+
+async def test_static_member_leaves_with_minus_2_and_its_successor_takes_over(
+    server: ServerProcess,
+) -> None:
+    server.create_topic("static", 2)
+    a = GroupMember(server.address, "static-g", topics=["static"], instance_id="host-1")
+    async with asyncio.timeout(20):
+        await a.start()
+        await a.wait_stable()
+        await a.close()
+        [m] = server.describe("static-g").groups[0].members
+        assert (m.member_id, m.instance_id, m.member_epoch) == (a.member_id, "host-1", -2)
+        b = GroupMember(server.address, "static-g", topics=["static"], instance_id="host-1")
+        await b.start()
+        await b.wait_until(lambda: owned(b) == [0, 1])
+        await b.wait_stable()
+        [m] = server.describe("static-g").groups[0].members
+        assert (m.member_id, m.instance_id) == (b.member_id, "host-1")
+        await b.close(leave_group=True)  # -1: gone for good
+        assert server.describe("static-g").groups[0].members == []
+
+
+async def test_a_revocation_slower_than_the_rebalance_timeout_loses_the_partitions(
+    server: ServerProcess,
+) -> None:
+    server.create_topic("slow", 4)
+    log = Log()
+    a = GroupMember(
+        server.address,
+        "slow-g",
+        topics=["slow"],
+        rebalance_timeout_ms=1_000,
+        **log.callbacks("a", revoke_s=2.5),
+    )
+    b = GroupMember(server.address, "slow-g", topics=["slow"], **log.callbacks("b"))
+    async with asyncio.timeout(30):
+        await a.start()
+        await a.wait_stable()
+        await b.start()
+        started = time.monotonic()
+        await b.wait_until(lambda: len(b.assignment) == 4)
+        # The coordinator fenced a at its rebalance timeout (1 s) and gave everything to b,
+        # long before a's on_revoked returned (2.5 s).
+        assert time.monotonic() - started < 2.3
+        assert a.state is MemberState.FENCED and a.assignment == frozenset()
+        await a.wait_until(lambda: any(e[:2] == ("a", "lost") for e in log.events))
+        # When on_revoked returned, a rejoined (same member id) and got its share again.
+        await a.wait_until(lambda: a.state is MemberState.STABLE and len(a.assignment) == 2)
+        await b.wait_until(lambda: b.state is MemberState.STABLE and len(b.assignment) == 2)
+    kinds = [e[1] for e in log.events if e[0] == "a"]
+    assert kinds == ["assigned", "revoked", "lost", "assigned"]
+    revoked = next(e[2] for e in log.events if e[:2] == ("a", "revoked"))
+    lost = next(e[2] for e in log.events if e[:2] == ("a", "lost"))
+    assert sorted(revoked + lost) == [0, 1, 2, 3]  # each partition ended exactly once
+    await a.close()
+    await b.close()
+
+
+async def test_a_non_retriable_error_fails_the_member(server: ServerProcess) -> None:
+    server.create_topic("fatal", 1)
+    a = GroupMember(server.address, "fatal-g", topics=["fatal"], server_assignor="nope")
+    await a.start()
+    with pytest.raises(MemberFailedError) as info:
+        async with asyncio.timeout(20):
+            await a.wait_joined()
+    assert info.value.code == ErrorCode.UNSUPPORTED_ASSIGNOR
+    assert a.state is MemberState.FATAL
+    await a.close()
+
+
+def test_the_blocking_wrapper(server: ServerProcess) -> None:
+    server.create_topic("blocking", 2)
+    seen: list[tuple[str, list[int]]] = []
+
+    def on_assigned(parts: frozenset[TopicPartition]) -> None:
+        seen.append(("assigned", sorted(tp.partition for tp in parts)))
+        # Callbacks run on their own thread: they may call the member (commit) while the
+        # heartbeat thread keeps going.
+        member.commit({tp: 100 + tp.partition for tp in parts})
+
+    def on_revoked(parts: frozenset[TopicPartition]) -> None:
+        seen.append(("revoked", sorted(tp.partition for tp in parts)))
+
+    member = BlockingGroupMember(
+        server.address,
+        "blocking-g",
+        topics=["blocking"],
+        on_assigned=on_assigned,
+        on_revoked=on_revoked,
+        enable_auto_commit=True,
+    )
+    with member:
+        member.wait_stable(timeout=20)
+        tps = sorted(member.assignment)
+        assert member.committed(tps) == {tps[0]: 100, tps[1]: 101}
+        member.store_offsets({tps[0]: 555})
+        future = member.commit_async({tps[1]: 777})
+        assert future.result(timeout=20) is None
+    # Closing committed the stored offset (auto-commit after on_revoked) and left the group.
+    assert seen == [("assigned", [0, 1]), ("revoked", [0, 1])]
+    fetched = offsets_pb2_grpc.OffsetServiceStub(server.channel).OffsetFetch(
+        offsets_pb2.OffsetFetchRequest(
+            groups=[offsets_pb2.OffsetFetchRequest.Group(group_id="blocking-g")]
+        ),
+        timeout=10,
+    )
+    assert {
+        p.partition_index: p.committed_offset for p in fetched.groups[0].topics[0].partitions
+    } == {tps[0].partition: 555, tps[1].partition: 777}
+
+
+def test_the_readme_hello_member_runs(server: ServerProcess) -> None:
+    """The README's example, run as written (against this server, without the long sleep)."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    [code] = re.findall(r"## Hello, member.*?```python\n(.*?)```", readme, re.S)
+    assert len([line for line in code.splitlines() if line.strip()]) <= 20
+    server.create_topic("orders", 3)
+    code = code.replace("127.0.0.1:9094", server.address).replace("sleep(30)", "sleep(0)")
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    lines = out.stdout.splitlines()
+    assert lines[0].startswith("assigned ['orders-0', 'orders-1', 'orders-2']"), out
+    assert lines[-1].startswith("revoked ['orders-0', 'orders-1', 'orders-2']"), out

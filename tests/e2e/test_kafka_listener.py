@@ -1,0 +1,713 @@
+"""The Kafka listener in coordinator-only mode, driven by a hand-built kio client: every served
+API and version family, the same state as gRPC, response order, and Kafka's answers to bad input."""
+
+from __future__ import annotations
+
+import struct
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kafka_support import KafkaClient, KafkaServer, encode_request, request
+from kio.schema.errors import ErrorCode as E
+
+from kip848.v1 import common_pb2, consumer_group_pb2, consumer_group_pb2_grpc
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaServer]:
+    s = KafkaServer(
+        tmp_path_factory.mktemp("kafka") / "data",
+        "--set",
+        "connections.max.idle.ms=1500",
+        "--set",
+        "socket.request.max.bytes=65536",
+    )
+    try:
+        yield s
+    finally:
+        assert s.stop() == 0, s.stderr_text()
+
+
+@pytest.fixture
+def client(server: KafkaServer) -> Iterator[KafkaClient]:
+    c = server.client()
+    yield c
+    c.close()
+
+
+def node(server: KafkaServer) -> tuple[str, int]:
+    host, _, port = server.kafka_address.rpartition(":")
+    return host, int(port)
+
+
+SERVED = {8: (2, 9), 9: (1, 9), 10: (0, 6), 11: (0, 9), 12: (0, 4), 13: (0, 5), 14: (0, 5)}
+SERVED |= {15: (0, 6), 16: (0, 5), 32: (1, 4), 42: (0, 2), 44: (0, 1), 47: (0, 0)}
+SERVED |= {68: (0, 1), 69: (0, 1), 3: (0, 13), 18: (0, 4)}
+
+
+# ---------------------------------------------------------------- ApiVersions
+
+
+@pytest.mark.parametrize("version", [0, 3, 4])
+def test_api_versions_lists_exactly_the_served_apis(client: KafkaClient, version: int) -> None:
+    fields = {"client_software_name": "kio-test", "client_software_version": "1.0"}
+    resp = client.call(request(18, version, **(fields if version >= 3 else {})))
+    assert resp.error_code == E.none
+    assert {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys} == SERVED
+    assert [k.api_key for k in resp.api_keys] == sorted(SERVED)
+
+
+def test_api_versions_of_an_unknown_version_answers_v0_with_unsupported_version(
+    client: KafkaClient,
+) -> None:
+    raw = struct.pack(">hhih", 18, 9, 77, 3) + b"abc" + b"\0\0\0"
+    client.send_raw(struct.pack(">i", len(raw)) + raw)
+    frame = client.read_frame()
+    assert struct.unpack_from(">i", frame)[0] == 77
+    from kio.index import load_response_schema
+    from kio.serial import entity_reader
+
+    resp, _ = entity_reader(load_response_schema(18, 0))(frame, 4)
+    assert resp.error_code == E.unsupported_version
+    assert {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys} == SERVED
+
+
+def test_api_versions_v3_refuses_an_invalid_software_name(client: KafkaClient) -> None:
+    resp = client.call(
+        request(18, 3, client_software_name="bad name!", client_software_version="1")
+    )
+    assert resp.error_code == E.invalid_request
+
+
+# ---------------------------------------------------------------- KIP-848 over Kafka, and gRPC
+
+
+def test_consumer_group_heartbeat_join_commit_fetch_describe_leave(server: KafkaServer) -> None:
+    raw_id = server.create_topic("k-orders", 3)
+    topic = uuid.UUID(bytes=raw_id)
+    c = server.client("librdkafka-like")
+    member = "Zk8Sdl+/AAAAAAAAAAAAAA"  # client-generated, standard base64 (KIP-1082)
+    join = c.call(
+        request(
+            68,
+            1,
+            group_id="k-g1",
+            member_id=member,
+            member_epoch=0,
+            rebalance_timeout=300000,
+            subscribed_topic_names=["k-orders"],
+            subscribed_topic_regex="",
+            topic_partitions=[],
+        )
+    )
+    assert (join.error_code, join.member_id, join.member_epoch) == (E.none, member, 1)
+    assert join.heartbeat_interval.total_seconds() == 5.0
+    assert [(tp.topic_id, tp.partitions) for tp in join.assignment.topic_partitions] == [
+        (topic, (0, 1, 2))
+    ]
+    ack = c.call(
+        request(
+            68,
+            1,
+            group_id="k-g1",
+            member_id=member,
+            member_epoch=1,
+            topic_partitions=[{"topic_id": topic, "partitions": [0, 1, 2]}],
+        )
+    )
+    assert (ack.error_code, ack.member_epoch, ack.assignment) == (E.none, 1, None)
+
+    # The same group over gRPC: the member is there, with its client id and assignment.
+    stub = consumer_group_pb2_grpc.ConsumerGroupServiceStub(server.channel)
+    desc = stub.ConsumerGroupDescribe(
+        consumer_group_pb2.ConsumerGroupDescribeRequest(group_ids=["k-g1"]), timeout=10
+    )
+    (g,) = desc.groups
+    assert (g.group_state, g.group_epoch, g.assignment_epoch) == ("Stable", 1, 1)
+    (m,) = g.members
+    assert (m.member_id, m.client_id, m.member_epoch, m.member_type) == (
+        member,
+        "librdkafka-like",
+        1,
+        1,
+    )
+    assert m.client_host == "/127.0.0.1"
+    assert list(m.assignment.topic_partitions[0].partitions) == [0, 1, 2]
+
+    # ConsumerGroupDescribe over Kafka, v0 and v1.
+    for version in (0, 1):
+        (kg,) = c.call(request(69, version, group_ids=["k-g1"])).groups
+        assert (kg.error_code, kg.group_state, kg.group_epoch, kg.assignor_name) == (
+            E.none,
+            "Stable",
+            1,
+            "uniform",
+        )
+        (km,) = kg.members
+        assert (km.member_id, km.client_id, km.subscribed_topic_names) == (
+            member,
+            "librdkafka-like",
+            ("k-orders",),
+        )
+        assert [
+            (tp.topic_id, tp.topic_name, tp.partitions) for tp in km.assignment.topic_partitions
+        ] == [(topic, "k-orders", (0, 1, 2))]
+        if version == 1:
+            assert km.member_type == 1
+    (missing,) = c.call(request(69, 1, group_ids=["nope"])).groups
+    assert missing.error_code == E.group_id_not_found
+
+    # OffsetCommit v9 with the member epoch; a stale epoch is fenced; v8 from a KIP-848 member
+    # gets Kafka's UNSUPPORTED_VERSION on every partition.
+    def commit(version: int, epoch: int) -> list[tuple[int, E]]:
+        resp = c.call(
+            request(
+                8,
+                version,
+                group_id="k-g1",
+                generation_id_or_member_epoch=epoch,
+                member_id=member,
+                topics=[
+                    {
+                        "name": "k-orders",
+                        "partitions": [
+                            {
+                                "partition_index": 0,
+                                "committed_offset": 42,
+                                "committed_metadata": "m",
+                            },
+                            {
+                                "partition_index": 2,
+                                "committed_offset": 7,
+                                "committed_metadata": None,
+                            },
+                        ],
+                    }
+                ],
+            )
+        )
+        (t,) = resp.topics
+        assert t.name == "k-orders"
+        return [(p.partition_index, p.error_code) for p in t.partitions]
+
+    assert commit(9, 1) == [(0, E.none), (2, E.none)]
+    assert commit(9, 2) == [(0, E.stale_member_epoch), (2, E.stale_member_epoch)]
+    assert commit(8, 1) == [(0, E.unsupported_version), (2, E.unsupported_version)]
+    assert commit(3, 1) == [(0, E.unsupported_version), (2, E.unsupported_version)]
+
+    # OffsetFetch: v9 with the member (librdkafka's KIP-848 shape), v8 multi-group, v7 single.
+    v9 = c.call(
+        request(
+            9,
+            9,
+            groups=[{"group_id": "k-g1", "member_id": None, "member_epoch": -1, "topics": None}],
+            require_stable=True,
+        )
+    )
+    (g9,) = v9.groups
+    assert (g9.group_id, g9.error_code) == ("k-g1", E.none)
+    assert [
+        (p.partition_index, p.committed_offset, p.metadata) for p in g9.topics[0].partitions
+    ] == [
+        (0, 42, "m"),
+        (2, 7, ""),
+    ]
+    fenced = c.call(
+        request(
+            9,
+            9,
+            groups=[{"group_id": "k-g1", "member_id": member, "member_epoch": 5, "topics": None}],
+        )
+    )
+    assert fenced.groups[0].error_code == E.stale_member_epoch
+    v7 = c.call(
+        request(9, 7, group_id="k-g1", topics=[{"name": "k-orders", "partition_indexes": [0, 1]}])
+    )
+    assert v7.error_code == E.none
+    assert [(p.partition_index, p.committed_offset) for p in v7.topics[0].partitions] == [
+        (0, 42),
+        (1, -1),
+    ]
+    v1 = c.call(
+        request(9, 1, group_id="k-g1", topics=[{"name": "k-orders", "partition_indexes": [2]}])
+    )
+    assert [(p.partition_index, p.committed_offset) for p in v1.topics[0].partitions] == [(2, 7)]
+
+    # OffsetDelete: the group subscribes to the topic -> GROUP_SUBSCRIBED_TO_TOPIC.
+    od = c.call(
+        request(
+            47,
+            0,
+            group_id="k-g1",
+            topics=[{"name": "k-orders", "partitions": [{"partition_index": 0}]}],
+        )
+    )
+    assert od.topics[0].partitions[0].error_code == E.group_subscribed_to_topic
+
+    # ListGroups with type and state filters (v5), and v0.
+    listed = c.call(request(16, 5, states_filter=["stable"], types_filter=["consumer"]))
+    assert ("k-g1", "consumer", "Stable", "consumer") in [
+        (g.group_id, g.protocol_type, g.group_state, g.group_type) for g in listed.groups
+    ]
+    assert c.call(request(16, 5, types_filter=["classic"], states_filter=[])).groups == () or all(
+        g.group_type == "classic"
+        for g in c.call(request(16, 5, types_filter=["classic"], states_filter=[])).groups
+    )
+    assert "k-g1" in [g.group_id for g in c.call(request(16, 0)).groups]
+
+    # Leave (epoch -1), then DeleteGroups.
+    leave = c.call(
+        request(68, 1, group_id="k-g1", member_id=member, member_epoch=-1, topic_partitions=None)
+    )
+    assert (leave.error_code, leave.member_epoch) == (E.none, -1)
+    deleted = c.call(request(42, 2, groups_names=["k-g1", "", "nope"]))
+    assert [(r.group_id, r.error_code) for r in deleted.results] == [
+        ("k-g1", E.none),
+        ("", E.invalid_group_id),
+        ("nope", E.group_id_not_found),
+    ]
+    c.close()
+
+
+def test_heartbeat_v1_without_member_id_is_invalid_request_and_v0_gets_one(
+    client: KafkaClient, server: KafkaServer
+) -> None:
+    server.create_topic("k-v0", 1)
+    resp = client.call(
+        request(
+            68,
+            1,
+            group_id="k-g2",
+            member_id="",
+            member_epoch=0,
+            subscribed_topic_names=["k-v0"],
+            topic_partitions=[],
+        )
+    )
+    assert (resp.error_code, resp.error_message) == (E.invalid_request, "MemberId can't be empty.")
+    v0 = client.call(
+        request(
+            68,
+            0,
+            group_id="k-g2",
+            member_id="",
+            member_epoch=0,
+            rebalance_timeout=30000,
+            subscribed_topic_names=["k-v0"],
+            topic_partitions=[],
+        )
+    )
+    assert v0.error_code == E.none and v0.member_id and v0.member_epoch == 1
+
+
+def test_a_group_joined_over_grpc_is_used_over_kafka(
+    server: KafkaServer, client: KafkaClient
+) -> None:
+    raw = server.create_topic("k-mixed", 2)
+    stub = consumer_group_pb2_grpc.ConsumerGroupServiceStub(server.channel)
+    joined = stub.ConsumerGroupHeartbeat(
+        consumer_group_pb2.ConsumerGroupHeartbeatRequest(
+            group_id="k-g3",
+            member_id="grpc-member-000000000",
+            member_epoch=0,
+            rebalance_timeout_ms=30000,
+            subscribed_topic_names=common_pb2.TopicNames(names=["k-mixed"]),
+            topic_partitions=common_pb2.TopicPartitionsList(),
+        ),
+        timeout=10,
+    )
+    assert joined.error_code == 0 and joined.member_epoch == 1
+    # The gRPC member heartbeats over Kafka now, and commits over Kafka.
+    hb = client.call(
+        request(
+            68,
+            1,
+            group_id="k-g3",
+            member_id="grpc-member-000000000",
+            member_epoch=1,
+            topic_partitions=[{"topic_id": uuid.UUID(bytes=raw), "partitions": [0, 1]}],
+        )
+    )
+    assert (hb.error_code, hb.member_epoch) == (E.none, 1)
+    commit = client.call(
+        request(
+            8,
+            9,
+            group_id="k-g3",
+            generation_id_or_member_epoch=1,
+            member_id="grpc-member-000000000",
+            topics=[
+                {
+                    "name": "k-mixed",
+                    "partitions": [
+                        {"partition_index": 1, "committed_offset": 3, "committed_metadata": ""}
+                    ],
+                }
+            ],
+        )
+    )
+    assert commit.topics[0].partitions[0].error_code == E.none
+    # A second member joins over Kafka: the group over gRPC has both.
+    second = client.call(
+        request(
+            68,
+            1,
+            group_id="k-g3",
+            member_id="kafka-member-000000000",
+            member_epoch=0,
+            rebalance_timeout=30000,
+            subscribed_topic_names=["k-mixed"],
+            topic_partitions=[],
+        )
+    )
+    assert second.error_code == E.none
+    desc = stub.ConsumerGroupDescribe(
+        consumer_group_pb2.ConsumerGroupDescribeRequest(group_ids=["k-g3"]), timeout=10
+    )
+    assert sorted(m.member_id for m in desc.groups[0].members) == [
+        "grpc-member-000000000",
+        "kafka-member-000000000",
+    ]
+
+
+# ---------------------------------------------------------------- classic groups
+
+
+def _subscription(topics: list[str]) -> bytes:
+    """ConsumerProtocolSubscription v0 (what kafka-python and aiokafka send)."""
+    out = struct.pack(">hi", 0, len(topics))
+    for t in topics:
+        out += struct.pack(">h", len(t)) + t.encode()
+    return out + struct.pack(">i", -1)
+
+
+def test_classic_join_sync_heartbeat_describe_leave(
+    server: KafkaServer, client: KafkaClient
+) -> None:
+    server.create_topic("k-classic", 2)
+    join = dict(
+        group_id="k-c1",
+        session_timeout=10000,
+        rebalance_timeout=10000,
+        member_id="",
+        protocol_type="consumer",
+        protocols=[{"name": "range", "metadata": _subscription(["k-classic"])}],
+    )
+    first = client.call(request(11, 5, **join))
+    assert first.error_code == E.member_id_required and first.member_id
+    client.send(request(11, 5, **{**join, "member_id": first.member_id}))
+    server.advance(3000)  # group.initial.rebalance.delay.ms
+    joined = client.receive()
+    assert (joined.error_code, joined.member_id, joined.protocol_name) == (
+        E.none,
+        first.member_id,
+        "range",
+    )
+    gen = joined.generation_id
+    # A classic group: the member is the leader and gets every member's subscription.
+    assert joined.leader == first.member_id
+    assert [(m.member_id, m.metadata) for m in joined.members] == [
+        (first.member_id, _subscription(["k-classic"]))
+    ]
+    assignment = struct.pack(">hih", 0, 1, 9) + b"k-classic" + struct.pack(">iii", 2, 0, 1)
+    assignment += struct.pack(">i", -1)
+    synced = client.call(
+        request(
+            14,
+            3,
+            group_id="k-c1",
+            generation_id=gen,
+            member_id=first.member_id,
+            assignments=[{"member_id": first.member_id, "assignment": assignment}],
+        )
+    )
+    assert (synced.error_code, synced.assignment) == (E.none, assignment)
+    hb = client.call(request(12, 3, group_id="k-c1", generation_id=gen, member_id=first.member_id))
+    assert hb.error_code == E.none
+    (described,) = client.call(
+        request(15, 5, groups=["k-c1"], include_authorized_operations=False)
+    ).groups
+    assert (described.error_code, described.group_state, described.protocol_type) == (
+        E.none,
+        "Stable",
+        "consumer",
+    )
+    assert [m.member_id for m in described.members] == [first.member_id]
+    assert described.members[0].client_id == "kio-test"
+    # DescribeGroups: unknown group -> v6 GROUP_ID_NOT_FOUND, v5 Dead with no error.
+    (v6,) = client.call(request(15, 6, groups=["nope"], include_authorized_operations=False)).groups
+    assert v6.error_code == E.group_id_not_found
+    (v5,) = client.call(request(15, 5, groups=["nope"], include_authorized_operations=False)).groups
+    assert (v5.error_code, v5.group_state) == (E.none, "Dead")
+    # LeaveGroup v3 (batch): the member and an unknown one.
+    left = client.call(
+        request(
+            13, 3, group_id="k-c1", members=[{"member_id": first.member_id}, {"member_id": "ghost"}]
+        )
+    )
+    assert [(m.member_id, m.error_code) for m in left.members] == [
+        (first.member_id, E.none),
+        ("ghost", E.unknown_member_id),
+    ]
+
+
+def test_join_group_v3_needs_no_member_id_round_trip(
+    server: KafkaServer, client: KafkaClient
+) -> None:
+    server.create_topic("k-old", 1)
+    client.send(
+        request(
+            11,
+            3,
+            group_id="k-c2",
+            session_timeout=10000,
+            rebalance_timeout=10000,
+            member_id="",
+            protocol_type="consumer",
+            protocols=[{"name": "range", "metadata": _subscription(["k-old"])}],
+        )
+    )
+    server.advance(3000)
+    joined = client.receive()
+    assert joined.error_code == E.none and joined.member_id and joined.generation_id >= 1
+    # LeaveGroup v1: a single member, the top-level error only.
+    assert (
+        client.call(request(13, 1, group_id="k-c2", member_id=joined.member_id)).error_code
+        == E.none
+    )
+    assert (
+        client.call(request(13, 1, group_id="k-c2", member_id="ghost")).error_code
+        == E.unknown_member_id
+    )
+
+
+# ---------------------------------------------------------------- FindCoordinator, Metadata, configs
+
+
+def test_find_coordinator_single_and_batched(server: KafkaServer, client: KafkaClient) -> None:
+    host, port = node(server)
+    for version in (0, 1, 2, 3):
+        fields = {"key": "any-group"} | ({"key_type": 0} if version >= 1 else {})
+        resp = client.call(request(10, version, **fields))
+        assert (resp.error_code, resp.node_id, resp.host, resp.port) == (E.none, 0, host, port)
+    resp = client.call(request(10, 6, key_type=0, coordinator_keys=["a", "b"]))
+    assert [(x.key, x.node_id, x.host, x.port, x.error_code) for x in resp.coordinators] == [
+        ("a", 0, host, port, E.none),
+        ("b", 0, host, port, E.none),
+    ]
+    txn = client.call(request(10, 6, key_type=1, coordinator_keys=["t"]))
+    assert txn.coordinators[0].error_code == E.invalid_request
+
+
+def test_metadata_from_the_registry(server: KafkaServer, client: KafkaClient) -> None:
+    raw = server.create_topic("k-meta", 2)
+    host, port = node(server)
+    resp = client.call(
+        request(
+            3,
+            12,
+            topics=[{"name": "k-meta", "topic_id": None}, {"name": "k-none", "topic_id": None}],
+            allow_auto_topic_creation=True,
+            include_topic_authorized_operations=False,
+        )
+    )
+    assert [(b.node_id, b.host, b.port) for b in resp.brokers] == [(0, host, port)]
+    assert resp.controller_id == 0
+    found, missing = resp.topics
+    assert (found.name, found.topic_id, found.error_code) == (
+        "k-meta",
+        uuid.UUID(bytes=raw),
+        E.none,
+    )
+    assert [(p.partition_index, p.leader_id, p.replica_nodes) for p in found.partitions] == [
+        (0, 0, (0,)),
+        (1, 0, (0,)),
+    ]
+    assert (missing.name, missing.error_code) == ("k-none", E.unknown_topic_or_partition)
+    by_id = client.call(
+        request(
+            3,
+            13,
+            topics=[
+                {"name": None, "topic_id": uuid.UUID(bytes=raw)},
+                {"name": None, "topic_id": uuid.uuid4()},
+            ],
+            include_topic_authorized_operations=False,
+        )
+    )
+    assert [(t.name, t.error_code) for t in by_id.topics] == [
+        ("k-meta", E.none),
+        (None, E.unknown_topic_id),
+    ]
+    everything = client.call(request(3, 1, topics=None))
+    assert "k-meta" in [t.name for t in everything.topics]
+
+
+def test_group_configs_describe_and_alter(client: KafkaClient) -> None:
+    alter = client.call(
+        request(
+            44,
+            1,
+            validate_only=False,
+            resources=[
+                {
+                    "resource_type": 32,
+                    "resource_name": "k-cfg",
+                    "configs": [
+                        {
+                            "name": "consumer.heartbeat.interval.ms",
+                            "config_operation": 0,
+                            "value": "6000",
+                        }
+                    ],
+                },
+                {"resource_type": 2, "resource_name": "a-topic", "configs": []},
+            ],
+        )
+    )
+    assert [(r.resource_name, r.error_code) for r in alter.responses] == [
+        ("k-cfg", E.none),
+        ("a-topic", E.invalid_request),
+    ]
+    desc = client.call(
+        request(
+            32,
+            4,
+            include_synonyms=True,
+            include_documentation=True,
+            resources=[
+                {
+                    "resource_type": 32,
+                    "resource_name": "k-cfg",
+                    "configuration_keys": ["consumer.heartbeat.interval.ms"],
+                }
+            ],
+        )
+    )
+    (result,) = desc.results
+    (entry,) = result.configs
+    assert (entry.name, entry.value, entry.config_source) == (
+        "consumer.heartbeat.interval.ms",
+        "6000",
+        8,
+    )
+    assert [(s.name, s.value) for s in entry.synonyms] == [
+        ("consumer.heartbeat.interval.ms", "6000")
+    ]
+    assert entry.documentation
+
+
+# ---------------------------------------------------------------- order and bad input
+
+
+def test_a_parked_join_holds_back_later_answers_on_its_connection(server: KafkaServer) -> None:
+    server.create_topic("k-park", 1)
+    c = server.client()
+    other = server.client()
+    join = dict(
+        group_id="k-c3",
+        session_timeout=10000,
+        rebalance_timeout=10000,
+        group_instance_id=None,
+        protocol_type="consumer",
+        protocols=[{"name": "range", "metadata": _subscription(["k-park"])}],
+        reason=None,
+    )
+    first = c.call(request(11, 7, member_id="", **join))
+    assert first.error_code == E.member_id_required
+    c.send(request(11, 7, member_id=first.member_id, **join))
+    c.send(request(18, 0))
+    c.send(request(16, 5, states_filter=[], types_filter=[]))
+    # Nothing comes back while the join waits at the barrier; another connection is served.
+    with pytest.raises(TimeoutError):
+        c.read_frame(timeout=0.5)
+    assert other.call(request(18, 0)).error_code == E.none
+    server.advance(3000)
+    assert c.receive().error_code == E.none  # JoinGroup, then the two behind it, in order
+    assert c.receive().error_code == E.none
+    assert c.receive().error_code == E.none
+    c.close()
+    other.close()
+
+
+def test_pipelined_requests_are_answered_in_order(client: KafkaClient) -> None:
+    data = b"".join(
+        encode_request(
+            request(18, 3, client_software_name="x", client_software_version="1")
+            if i % 3 == 0
+            else request(10, 2, key="g", key_type=0)
+            if i % 3 == 1
+            else request(16, 4, states_filter=[]),
+            i + 1000,
+        )
+        for i in range(30)
+    )
+    client.send_raw(data)
+    for i in range(30):
+        frame = client.read_frame()
+        assert struct.unpack_from(">i", frame)[0] == i + 1000
+
+
+@pytest.mark.parametrize(
+    "garbage",
+    [
+        pytest.param(struct.pack(">i", 1 << 20) + b"x" * 16, id="oversized"),
+        pytest.param(struct.pack(">i", -5), id="negative-size"),
+        pytest.param(struct.pack(">ihhih", 10, 68, 1, 1, 0), id="truncated-body"),
+        pytest.param(struct.pack(">i", 4) + b"\x00\x01\x02\x03", id="truncated-header"),
+        pytest.param(struct.pack(">ihhih", 10, 999, 0, 1, 0), id="unknown-api-key"),
+        pytest.param(struct.pack(">ihhih", 10, 68, 7, 1, 0), id="unsupported-version"),
+        pytest.param(struct.pack(">ihhih", 10, 0, 9, 1, 0), id="data-api-without-upstream"),
+        pytest.param(struct.pack(">i", 40) + bytes(range(40)), id="garbage"),
+    ],
+)
+def test_bad_input_closes_only_that_connection(server: KafkaServer, garbage: bytes) -> None:
+    bad = server.client()
+    good = server.client()
+    bad.send_raw(garbage)
+    assert bad.closed_by_server(timeout=5)
+    assert good.call(request(18, 0)).error_code == E.none
+    bad.close()
+    good.close()
+
+
+def test_a_silent_connection_is_closed_after_the_idle_time(server: KafkaServer) -> None:
+    silent = server.client()
+    silent.send_raw(struct.pack(">i", 100) + b"\0" * 10)  # a frame that never completes
+    started = time.monotonic()
+    assert silent.closed_by_server(timeout=10)
+    assert 1.0 <= time.monotonic() - started < 9
+    silent.close()
+    assert server.proc.poll() is None
+
+
+def test_the_listener_stays_up_after_every_bad_connection(server: KafkaServer) -> None:
+    c = server.client()
+    assert c.call(request(18, 0)).error_code == E.none
+    c.close()
+    assert "Traceback" not in server.stderr_text()
+
+
+def test_kafka_flags_are_checked(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "coordinator.cli",
+            "serve",
+            "--data-dir",
+            str(tmp_path),
+            "--kafka-upstream",
+            "127.0.0.1:9092",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 2 and "--kafka-upstream needs --kafka-listen" in done.stderr
