@@ -49,6 +49,14 @@ def workload(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     }
 
 
+@pytest.fixture(scope="session")
+def report(spark: Any, workload: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The report of the generated workload, computed by the session's local Spark."""
+    from coordinator.analytics.report import run_report
+
+    return run_report(workload["parquet"], tmp_path_factory.mktemp("report"), spark=spark)
+
+
 def chromium() -> str:
     path = "/usr/bin/chromium"
     if not Path(path).exists():  # pragma: no cover - scripts/bootstrap installs it

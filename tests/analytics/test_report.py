@@ -18,12 +18,6 @@ from .conftest import chromium
 pytestmark = pytest.mark.spark
 
 
-@pytest.fixture(scope="module")
-def report(spark: Any, workload: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Any:
-    out = tmp_path_factory.mktemp("report")
-    return run_report(workload["parquet"], out, spark=spark)
-
-
 def _table(report: Any, name: str) -> list[dict[str, Any]]:
     return pq.read_table(report.tables[name]).to_pylist()
 
