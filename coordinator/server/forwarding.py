@@ -47,7 +47,7 @@ from google.protobuf.descriptor import ServiceDescriptor
 log = logging.getLogger("kip848.server")
 
 # Frame kinds (first element of every frame tuple).
-CALL = 1  # front end -> coordinator: (CALL, call_id, path, request, metadata, peer)
+CALL = 1  # front end -> coordinator: (CALL, call_id, path, request, metadata, peer, received)
 REPLY = 2  # coordinator -> front end: (REPLY, call_id, status, details, response)
 HEALTH = 3  # coordinator -> front end: (HEALTH, {service: status})
 STOP = 4  # coordinator -> front end: (STOP, grace_seconds)
@@ -131,11 +131,14 @@ class AbortCall(Exception):
 class ForwardedContext:
     """The part of ``grpc.aio.ServicerContext`` the servicers use, for a forwarded call."""
 
-    __slots__ = ("_metadata", "_peer")
+    __slots__ = ("_metadata", "_peer", "received")
 
-    def __init__(self, metadata: Sequence[tuple[str, Any]], peer: str) -> None:
+    def __init__(
+        self, metadata: Sequence[tuple[str, Any]], peer: str, received: float | None = None
+    ) -> None:
         self._metadata = metadata
         self._peer = peer
+        self.received = received  # time.monotonic() when the front end got the call (metrics)
 
     def invocation_metadata(self) -> Sequence[tuple[str, Any]]:
         return self._metadata
@@ -217,15 +220,43 @@ def add_raw_handlers(
     server.add_generic_rpc_handlers((_PathHandler(handlers),))
 
 
-def new_grpc_server(max_message_bytes: int, *, reuseport: bool) -> grpc.aio.Server:
+DEFAULT_MAX_CONCURRENT_CALLS = 10_000
+"""Calls one process runs at once before it sheds more with RESOURCE_EXHAUSTED
+(``--max-concurrent-calls``)."""
+PENDING_CALLS_LIMIT = 1_000_000
+"""Calls grpc-core holds before the application picks them up (see new_grpc_server)."""
+
+
+def new_grpc_server(
+    max_message_bytes: int,
+    *,
+    reuseport: bool,
+    max_concurrent_calls: int = DEFAULT_MAX_CONCURRENT_CALLS,
+) -> grpc.aio.Server:
     """The grpc.aio server of every process: message size limits, ``SO_REUSEPORT`` only when
-    front ends share the port."""
+    front ends share the port, and overload handling that never drops a call silently:
+
+    * grpc-core keeps the calls that arrived but that the application has not picked up yet
+      in a *pending* queue. By default it cancels them (status CANCELLED, indistinguishable
+      from a processed call whose answer was lost) once that queue holds 1,000 calls (randomly,
+      all of them from 3,000: ``grpc.server.max_pending_requests`` and its hard limit) or a
+      call waited 30 s (``grpc.server_max_unrequested_time_in_server``). A burst of a few
+      thousand calls hits that. We raise both so that a burst *queues*: the calls are taken up
+      in order as fast as the loop can, and a client that gives up sees its own deadline.
+    * Past ``max_concurrent_calls`` calls running at once in this process (0: no limit), a new
+      call is refused at once, before any work, with RESOURCE_EXHAUSTED "Concurrent RPC limit
+      exceeded!" (grpc.aio's ``maximum_concurrent_rpcs``): explicitly not processed; retry.
+    """
     return grpc.aio.server(
         options=[
             ("grpc.max_send_message_length", max_message_bytes),
             ("grpc.max_receive_message_length", max_message_bytes),
             ("grpc.so_reuseport", 1 if reuseport else 0),
-        ]
+            ("grpc.server.max_pending_requests", PENDING_CALLS_LIMIT),
+            ("grpc.server.max_pending_requests_hard_limit", PENDING_CALLS_LIMIT),
+            ("grpc.server_max_unrequested_time_in_server", 24 * 3600),
+        ],
+        maximum_concurrent_rpcs=max_concurrent_calls or None,
     )
 
 
@@ -278,7 +309,8 @@ class Dispatcher:
         task.add_done_callback(self._tasks.discard)
 
     async def _run(self, conn: FrameConnection, frame: tuple[Any, ...]) -> None:
-        _kind, call_id, path, payload, metadata, peer = frame
+        _kind, call_id, path, payload, metadata, peer = frame[:6]
+        received = frame[6] if len(frame) > 6 else None
         entry = self.table.get(path)
         if entry is None:
             conn.send(
@@ -300,7 +332,7 @@ class Dispatcher:
             )
             return
         try:
-            response = await method(request, ForwardedContext(metadata, peer))
+            response = await method(request, ForwardedContext(metadata, peer, received))
         except AbortCall as exc:
             conn.send((REPLY, call_id, exc.code.value[0], exc.details, b""))
         except Exception:
@@ -344,11 +376,15 @@ class FrontEndPool:
         max_message_bytes: int,
         log_level: str,
         event_loop: str,
+        log_format: str = "plain",
+        max_concurrent_calls: int = DEFAULT_MAX_CONCURRENT_CALLS,
     ) -> None:
         self.dispatcher = dispatcher
+        self.log_format = log_format
         self.event_loop = event_loop
         self.listen = listen
         self.max_message_bytes = max_message_bytes
+        self.max_concurrent_calls = max_concurrent_calls
         self.log_level = log_level
         self.frontends: list[FrontEnd] = []
         self._health: dict[str, int] = {}
@@ -381,8 +417,12 @@ class FrontEndPool:
                     f"{host}:{self._port}",
                     "--max-message-bytes",
                     str(self.max_message_bytes),
+                    "--max-concurrent-calls",
+                    str(self.max_concurrent_calls),
                     "--log-level",
                     self.log_level,
+                    "--log-format",
+                    self.log_format,
                     "--index",
                     str(index),
                     "--parent",
