@@ -17,7 +17,7 @@ import pytest
 
 from coordinator.analytics.report import TABLES
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(1800)]
 
 
 def _free_port() -> int:

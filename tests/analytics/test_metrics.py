@@ -15,7 +15,7 @@ from coordinator.analytics.report import read_info
 
 from . import oracle
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(1200)]
 
 
 def _params(path: Path) -> tuple[M.Params, list[dict[str, Any]]]:

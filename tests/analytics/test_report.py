@@ -15,7 +15,7 @@ from coordinator.analytics.spark import AnalyticsError
 
 from .conftest import chromium
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(1200)]
 
 
 def _table(report: Any, name: str) -> list[dict[str, Any]]:
