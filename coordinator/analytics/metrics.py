@@ -133,7 +133,7 @@ def compute(spark: SparkSession, journal: DataFrame, params: Params) -> dict[str
     return {
         "rebalances": rebalances,
         "convergence": convergence,
-        "unowned_intervals": unowned.drop("epoch_seq_attr"),
+        "unowned_intervals": unowned.drop("epoch_seq_attr", "ms"),
         "member_removals": removals,
         "static_restarts": restarts,
         "member_churn": churn,
@@ -663,6 +663,7 @@ def _unowned_intervals(rows: DataFrame, members: DataFrame, bumps: DataFrame) ->
         F.timestamp_micros(F.col("ts_ms") * 1000).alias("released_at"),
         F.timestamp_micros(F.col("next_ts") * 1000).alias("owned_again_at"),
         ((F.col("next_ts") - F.col("ts_ms")) / 1000.0).alias("seconds"),
+        (F.col("next_ts") - F.col("ts_ms")).alias("ms"),
         F.col("member_id").alias("released_by"),
         F.col("next_member").alias("owned_again_by"),
         F.col("group_epoch"),
@@ -724,11 +725,13 @@ def _target_moves(rows: DataFrame, members: DataFrame) -> DataFrame:
 def _rebalances(
     bumps: DataFrame, conv: DataFrame, moves: DataFrame, unowned: DataFrame
 ) -> DataFrame:
+    # Milliseconds are summed as integers: a sum of doubles would depend on the order, and so
+    # on the partitioning (local and cluster runs must give the same tables).
     u = (
-        unowned.filter(F.col("seconds") > 0)
+        unowned.filter(F.col("ms") > 0)
         .groupBy("group_id", F.col("epoch_seq_attr").alias("epoch_seq"))
         .agg(
-            F.sum("seconds").alias("unowned_partition_seconds"),
+            F.sum("ms").alias("unowned_partition_ms"),
             F.count(F.lit(1)).alias("partitions_unowned"),
         )
     )
@@ -780,9 +783,12 @@ def _rebalances(
         .cast("long")
         .alias("partitions_unassigned"),
         F.coalesce(F.col("moved"), empty_moved).alias("moved"),
-        F.coalesce(F.col("unowned_partition_seconds"), F.lit(0.0)).alias(
+        (F.coalesce(F.col("unowned_partition_ms"), F.lit(0)) / 1000.0).alias(
             "unowned_partition_seconds"
         ),
+        F.coalesce(F.col("unowned_partition_ms"), F.lit(0))
+        .cast("long")
+        .alias("unowned_partition_ms"),
         F.coalesce(F.col("partitions_unowned"), F.lit(0)).cast("long").alias("partitions_unowned"),
         "outcome",
         F.when(done, F.timestamp_micros(F.col("stable_ts_ms") * 1000)).alias("stable_at"),
@@ -959,7 +965,7 @@ def _group_summary(
     rb = rebalances.groupBy("group_id").agg(
         F.count(F.lit(1)).alias("rebalances"),
         F.sum("partitions_moved").alias("partitions_moved"),
-        F.sum("unowned_partition_seconds").alias("unowned_partition_seconds"),
+        (F.sum("unowned_partition_ms") / 1000.0).alias("unowned_partition_seconds"),
         F.max("members_after").alias("max_members"),
     )
     rm = removals.groupBy("group_id").agg(
