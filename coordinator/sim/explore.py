@@ -36,9 +36,9 @@ from coordinator.core.commands import ConsumerGroupHeartbeat, SequentialIds
 from coordinator.core.config import GroupCoordinatorConfig
 from coordinator.core.errors import CoordinatorError, IllegalStateError
 from coordinator.core.records import Record
-from coordinator.core.shard import GroupCoordinatorShard
 from coordinator.core.timers import ArmTimer, CancelTimer, DueTimer
 from coordinator.core.topics import NewTopic, TopicRegistry
+from coordinator.factory import Shard, new_shard
 
 from . import invariants as inv
 from .client import SimClient, fmt
@@ -122,15 +122,16 @@ class Explorer:
         registry = TopicRegistry(ids)
         res = registry.create_topics([NewTopic(name="t0", num_partitions=partitions)])
         registry.release(registry.mark())
-        self.topic_id = res.response[0].topic_id  # type: ignore[index]
+        assert res.response is not None  # create_topics answers every topic
+        self.topic_id = res.response[0].topic_id
         self.labels = {self.topic_id: "t0"}
         self.image = registry.image()
         self.static_members = static_members
 
     # ------------------------------------------------------------------ shard
 
-    def _shard(self, records: Sequence[Record]) -> GroupCoordinatorShard:
-        shard = GroupCoordinatorShard(
+    def _shard(self, records: Sequence[Record]) -> Shard:
+        shard = new_shard(
             config=self.config, assignors=self.assignors, ids=SequentialIds("x"), topics=self.image
         )
         shard.undo.enabled = False
@@ -219,7 +220,7 @@ class Explorer:
             idx = states[idx].parent
         return out[::-1]
 
-    def _key(self, shard: GroupCoordinatorShard, st: _State, snap: str | None = None) -> tuple:
+    def _key(self, shard: Shard, st: _State, snap: str | None = None) -> tuple:
         return (
             snap if snap is not None else repr(shard.snapshot()),
             st.timers,
@@ -254,7 +255,7 @@ class Explorer:
                 out.append(f"fire {key[0]} {key[2]} {payload}")
         return out
 
-    def _apply(self, shard: GroupCoordinatorShard, st: _State, parent: int, action: str) -> _State:
+    def _apply(self, shard: Shard, st: _State, parent: int, action: str) -> _State:
         verb, *args = action.split()
         clients = list(st.clients)
         requests = list(st.requests)
@@ -280,11 +281,11 @@ class Explorer:
             key = (kind, GROUP, member_id)
             timers.pop(key, None)
             try:
-                res = shard.on_timer(DueTimer(key, 0, payload), 0)
+                fired = shard.on_timer(DueTimer(key, 0, payload), 0)
             except IllegalStateError as exc:
                 raise _Violation(inv.CORE_ILLEGAL_STATE, str(exc)) from None
-            commit(res)
-            label = f"fire {kind} timer of {member_id} ({len(res.records)} records)"
+            commit(fired)
+            label = f"fire {kind} timer of {member_id} ({len(fired.records)} records)"
         else:
             i = int(args[0])
             c = copy.copy(clients[i])
@@ -296,8 +297,8 @@ class Explorer:
                 requests[i] = requests[i] + ((corr, req),)
                 label = f"send {i}: {c.member_id} {_req(req, self.labels)}"
             elif verb == "deliver":
-                (rc, req), rest = requests[i][0], requests[i][1:]
-                requests[i] = rest
+                (rc, req), later_requests = requests[i][0], requests[i][1:]
+                requests[i] = later_requests
                 try:
                     res = shard.consumer_group_heartbeat(req, 0)
                 except CoordinatorError as exc:
@@ -308,6 +309,7 @@ class Explorer:
                 else:
                     commit(res)
                     resp = res.response
+                    assert resp is not None  # a heartbeat always answers
                     outcome = ("ok", resp)
                     a = resp.assignment
                     label = f"deliver {i}: corr {rc} -> epoch {resp.member_epoch}" + (
@@ -317,8 +319,8 @@ class Explorer:
             elif verb == "lose-req":
                 requests[i] = requests[i][1:]
             elif verb == "respond":
-                (rc, outcome), rest = responses[i][0], responses[i][1:]
-                responses[i] = rest
+                (rc, outcome), later_responses = responses[i][0], responses[i][1:]
+                responses[i] = later_responses
                 if c.inflight == rc:
                     if outcome[0] == "ok":
                         c.on_response(outcome[1])
@@ -348,7 +350,7 @@ class Explorer:
             st.depth + 1,
         )
 
-    def _dump(self, shard: GroupCoordinatorShard, st: _State) -> str:
+    def _dump(self, shard: Shard, st: _State) -> str:
         lines = ["clients:"]
         lines += ["  " + c.describe(self.labels) for c in st.clients]
         g = shard.groups.get(GROUP)

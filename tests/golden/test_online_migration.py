@@ -7,21 +7,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from coordinator.core import records as r
+from builders import classic_assignment as asg
+from builders import classic_record
+
 from coordinator.core.commands import Pending
 from coordinator.core.errors import CoordinatorError
+from coordinator.harness import Harness, subscription
 from legacy_bridge import messages as m
-from legacy_bridge.harness import ClassicHarness, subscription
 from legacy_bridge.protocol import AssignmentMessage, encode_assignment
 
 META = subscription(["foo"])
 
 
-def asg(*ps: int) -> bytes:
-    return encode_assignment(AssignmentMessage(assigned_partitions=(("foo", ps),)))
-
-
-def state(h: ClassicHarness, foo: str) -> dict[str, Any]:
+def state(h: Harness, foo: str) -> dict[str, Any]:
     g = h.shard.groups.get("grp")
     if g is None:
         c = h.shard.classic_groups["grp"]
@@ -45,30 +43,10 @@ def state(h: ClassicHarness, foo: str) -> dict[str, Any]:
 
 
 def test_online_migration_case_study() -> None:
-    h = ClassicHarness()
+    h = Harness()
     foo = h.create_topic("foo", 6)
     # A classic group at generation 22 (as loaded from its GroupMetadata record).
-    value = r.GroupMetadataValue(
-        protocol_type="consumer",
-        generation=22,
-        protocol="range",
-        leader="A",
-        current_state_timestamp_ms=0,
-        members=tuple(
-            r.GroupMetadataMemberValue(
-                member_id=x,
-                group_instance_id=None,
-                client_id="",
-                client_host="",
-                rebalance_timeout_ms=60_000,
-                session_timeout_ms=45_000,
-                subscription=META,
-                assignment=asg(*ps),
-            )
-            for x, ps in (("A", (0, 1)), ("B", (3, 4)), ("C", (2, 5)))
-        ),
-    )
-    rec = r.classic_group_record("grp", value)
+    rec = classic_record((("A", (0, 1)), ("B", (3, 4)), ("C", (2, 5))), generation=22)
     h.shard.replay(rec)
     h.log.append(rec)
     h.shard.release(h.shard.mark())
@@ -178,7 +156,7 @@ ONE_REBALANCE_TICKS = 4
 class Fleet:
     """Clients: eager classic consumers (leader assigns round robin) and KIP-848 consumers."""
 
-    def __init__(self, h: ClassicHarness, foo: str) -> None:
+    def __init__(self, h: Harness, foo: str) -> None:
         self.h, self.foo = h, foo
         self.classic: dict[str, dict[str, Any]] = {}  # member id -> {gen, owned, join, sync}
         self.consumer: dict[str, dict[str, Any]] = {}  # member id -> {epoch, owned}
@@ -323,7 +301,7 @@ class Fleet:
 def test_rolling_upgrade_of_five_classic_members_and_back() -> None:
     from coordinator.core.config import GroupCoordinatorConfig
 
-    h = ClassicHarness(config=GroupCoordinatorConfig(classic_initial_rebalance_delay_ms=0))
+    h = Harness(config=GroupCoordinatorConfig(classic_initial_rebalance_delay_ms=0))
     foo = h.create_topic("foo", N)
     fleet = Fleet(h, foo)
     for _ in range(5):

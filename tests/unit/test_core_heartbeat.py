@@ -8,12 +8,12 @@ assignor. Each step asserts the whole response and the whole ordered record list
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import pytest
+from builders import RoundRobinAssignor, ca, mm, p, pp
 
-from assignors.api import GroupAssignment, GroupSpec, TopicMetadata
+from assignors.api import TopicMetadata
 from coordinator.core import records as r
 from coordinator.core.commands import ConsumerGroupHeartbeat, SequentialIds
 from coordinator.core.commands import ConsumerGroupHeartbeatResponse as Resp
@@ -25,9 +25,9 @@ from coordinator.core.errors import (
     InvalidConfigError,
     InvalidRequestError,
 )
-from coordinator.core.harness import CoreHarness
-from coordinator.core.model import ConsumerGroupMember, MemberState
+from coordinator.core.model import MemberState
 from coordinator.core.timers import REBALANCE, SESSION, ArmTimer, CancelTimer, DueTimer
+from coordinator.harness import Harness
 
 G = "grp"
 HB_MS = 5_000
@@ -41,28 +41,6 @@ HB_CFG = "consumer.heartbeat.interval.ms"
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-class RoundRobinAssignor:
-    """For each topic, partition p goes to the (p mod n)-th of its n subscribers in member-id
-    order. Counts its calls."""
-
-    def __init__(self, name: str = "rr") -> None:
-        self.name = name
-        self.calls = 0
-
-    def assign(self, spec: GroupSpec, topics: Mapping[str, TopicMetadata]) -> GroupAssignment:
-        self.calls += 1
-        out: dict[str, dict[str, frozenset[int]]] = {m: {} for m in spec.members}
-        for topic_id in sorted(topics):
-            subs = sorted(m for m, s in spec.members.items() if topic_id in s.subscribed_topic_ids)
-            for i, member_id in enumerate(subs):
-                ps = frozenset(
-                    p for p in range(topics[topic_id].num_partitions) if p % len(subs) == i
-                )
-                if ps:
-                    out[member_id][topic_id] = ps
-        return GroupAssignment(members=out)
 
 
 class Ids(SequentialIds):
@@ -82,52 +60,13 @@ class Ids(SequentialIds):
         return f"cgp_uid{self.uids}"
 
 
-def harness(*assignors: Any, **kw: Any) -> CoreHarness:
-    return CoreHarness(
+def harness(*assignors: Any, **kw: Any) -> Harness:
+    return Harness(
         assignors=list(assignors) or [RoundRobinAssignor()], ids=kw.pop("ids", Ids()), **kw
     )
 
 
-def p(topic_id: str, *parts: int) -> dict[str, frozenset[int]]:
-    return {topic_id: frozenset(parts)} if parts else {}
-
-
-def pp(*assignments: dict[str, frozenset[int]]) -> dict[str, frozenset[int]]:
-    out: dict[str, frozenset[int]] = {}
-    for a in assignments:
-        out.update(a)
-    return out
-
-
-def mm(member_id: str, topics: tuple[str, ...] = ("foo",), **fields: Any) -> r.Record:
-    fields.setdefault("rebalance_timeout_ms", RT)
-    return r.member_metadata_record(
-        G, ConsumerGroupMember(member_id=member_id, subscribed_topic_names=topics, **fields)
-    )
-
-
-def ca(
-    member_id: str,
-    epoch: int,
-    prev: int,
-    state: MemberState,
-    assigned: dict,
-    pending: dict | None = None,
-) -> r.Record:
-    return r.current_assignment_record(
-        G,
-        ConsumerGroupMember(
-            member_id=member_id,
-            member_epoch=epoch,
-            previous_member_epoch=prev,
-            state=state,
-            assigned_partitions=assigned,
-            partitions_pending_revocation=pending or {},
-        ),
-    )
-
-
-def md(h: CoreHarness, *names: str) -> dict[str, TopicMetadata]:
+def md(h: Harness, *names: str) -> dict[str, TopicMetadata]:
     image = h.shard.topics.by_name
     return {
         n: TopicMetadata(topic_id=image[n].topic_id, name=n, num_partitions=image[n].num_partitions)
@@ -143,15 +82,15 @@ def removed(member_id: str) -> list[r.Record]:
     ]
 
 
-def uid(h: CoreHarness, group_id: str = G) -> str:
+def uid(h: Harness, group_id: str = G) -> str:
     return h.shard.groups[group_id].group_uid
 
 
-def check_replay(h: CoreHarness) -> None:
+def check_replay(h: Harness) -> None:
     assert h.replayed().snapshot() == h.shard.snapshot()
 
 
-def one_member(partitions: int = 4, **join: Any) -> tuple[CoreHarness, str]:
+def one_member(partitions: int = 4, **join: Any) -> tuple[Harness, str]:
     """A alone in "grp", STABLE at epoch 1 with every partition of foo."""
     h = harness()
     foo = h.create_topic("foo", partitions)
@@ -160,7 +99,7 @@ def one_member(partitions: int = 4, **join: Any) -> tuple[CoreHarness, str]:
     return h, foo
 
 
-def seeded(epoch: int = 5) -> tuple[CoreHarness, str]:
+def seeded(epoch: int = 5) -> tuple[Harness, str]:
     """A=[foo-0,1], B=[foo-2,3], both STABLE at ``epoch`` (previous ``epoch - 1``)."""
     h = harness()
     foo = h.create_topic("foo", 4)
@@ -212,7 +151,7 @@ def test_client_chosen_member_id_is_kept() -> None:
 # --------------------------------------------------------------------------- null means unchanged
 
 
-def full_featured_member() -> tuple[CoreHarness, str, dict[str, Any]]:
+def full_featured_member() -> tuple[Harness, str, dict[str, Any]]:
     h = harness(RoundRobinAssignor("rr"), RoundRobinAssignor("other"))
     foo = h.create_topic("foo", 2)
     h.create_topic("fizz", 1)
@@ -908,7 +847,7 @@ def test_unrelated_topic_changes_do_not_bump() -> None:
 # --------------------------------------------------------------------------- regex subscriptions
 
 
-def regex_harness() -> tuple[CoreHarness, dict[str, str]]:
+def regex_harness() -> tuple[Harness, dict[str, str]]:
     h = harness()
     ids = {name: h.create_topic(name, 1) for name in ("foo", "fa", "bar", "xfoo", "f")}
     return h, ids
@@ -1287,7 +1226,8 @@ def test_group_configs_take_effect_on_the_next_heartbeat_and_persist() -> None:
     # Persisted: a replayed shard has the same overrides.
     fresh = h.replayed()
     assert fresh.group_config(G) == h.shard.group_config(G)
-    assert fresh.heartbeat_interval_ms(G) == 6_000 and fresh.session_timeout_ms(G) == 50_000
+    assert fresh.group_configs.heartbeat_interval_ms(G) == 6_000
+    assert fresh.group_configs.session_timeout_ms(G) == 50_000
     check_replay(h)
 
     # Deleting an override returns to the broker default.
@@ -1342,7 +1282,7 @@ def test_group_uid_is_minted_once() -> None:
 
 
 def test_group_uid_with_the_default_id_source() -> None:
-    h = CoreHarness(assignors=[RoundRobinAssignor()])
+    h = Harness(assignors=[RoundRobinAssignor()])
     h.create_topic("foo", 1)
     h.join("A", ["foo"])
     value = uid(h)

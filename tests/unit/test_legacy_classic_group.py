@@ -4,6 +4,7 @@ members, protocol vote, timeouts, durability (records replay into the same durab
 from __future__ import annotations
 
 import pytest
+from builders import classic_assignment as asg
 
 from coordinator.core import records as r
 from coordinator.core.commands import Pending
@@ -12,22 +13,20 @@ from coordinator.core.errors import (
     FencedInstanceIdError,
     GroupMaxSizeReachedError,
     IllegalGenerationError,
+    IllegalStateError,
     InconsistentGroupProtocolError,
     InvalidSessionTimeoutError,
     UnknownMemberIdError,
 )
+from coordinator.core.timeline import UndoLog
+from coordinator.harness import Harness, subscription
 from legacy_bridge import messages as m
-from legacy_bridge.harness import ClassicHarness, subscription
-from legacy_bridge.protocol import AssignmentMessage, encode_assignment
+from legacy_bridge.classic_group import VALID_PREVIOUS_STATES, ClassicGroup, ClassicGroupState
 
 META = subscription(["foo"])
 
 
-def asg(*ps: int) -> bytes:
-    return encode_assignment(AssignmentMessage(assigned_partitions=(("foo", ps),)))
-
-
-def stable_group(h: ClassicHarness) -> tuple[str, str]:
+def stable_group(h: Harness) -> tuple[str, str]:
     """Two dynamic members through MEMBER_ID_REQUIRED, the initial delay, join and sync."""
     first = h.join_group()
     assert first == m.JoinGroupResponse(
@@ -65,7 +64,7 @@ def stable_group(h: ClassicHarness) -> tuple[str, str]:
 
 
 def test_two_members_form_a_stable_group_and_one_record_is_written() -> None:
-    h = ClassicHarness()
+    h = Harness()
     h.create_topic("foo", 4)
     stable_group(h)
     assert h.log == [
@@ -104,7 +103,7 @@ def test_two_members_form_a_stable_group_and_one_record_is_written() -> None:
     ]
     assert h.classic_heartbeat("member-2", 1) == m.HeartbeatResponse()
     assert h.shard.snapshot() == h.replayed().snapshot()
-    (described,) = h.shard.describe_classic_groups(["grp"])
+    (described,) = h.shard.classic_groups.describe(["grp"])
     assert (
         described.group_state,
         described.protocol_data,
@@ -113,7 +112,7 @@ def test_two_members_form_a_stable_group_and_one_record_is_written() -> None:
 
 
 def test_heartbeat_errors() -> None:
-    h = ClassicHarness()
+    h = Harness()
     h.create_topic("foo", 4)
     stable_group(h)
     with pytest.raises(UnknownMemberIdError):
@@ -143,7 +142,7 @@ def test_heartbeat_errors() -> None:
 
 
 def test_members_that_do_not_rejoin_are_removed_after_the_rebalance_timeout() -> None:
-    h = ClassicHarness()
+    h = Harness()
     h.create_topic("foo", 4)
     stable_group(h)
     h.leave_group("member-3")
@@ -174,7 +173,7 @@ def test_members_that_do_not_rejoin_are_removed_after_the_rebalance_timeout() ->
 
 
 def test_join_validation() -> None:
-    h = ClassicHarness(config=GroupCoordinatorConfig(classic_max_size=2))
+    h = Harness(config=GroupCoordinatorConfig(classic_max_size=2))
     h.create_topic("foo", 4)
     with pytest.raises(InvalidSessionTimeoutError):
         h.join_group(session_timeout_ms=10)
@@ -190,7 +189,7 @@ def test_join_validation() -> None:
 
 
 def test_protocol_vote_picks_the_common_protocol_most_members_prefer() -> None:
-    h = ClassicHarness(config=GroupCoordinatorConfig(classic_initial_rebalance_delay_ms=0))
+    h = Harness(config=GroupCoordinatorConfig(classic_initial_rebalance_delay_ms=0))
     h.create_topic("foo", 4)
     a = h.join_group(h.join_group().member_id, protocols=(("range", META), ("sticky", META)))
     b = h.join_group(h.join_group().member_id, protocols=(("sticky", META), ("range", META)))
@@ -202,7 +201,7 @@ def test_protocol_vote_picks_the_common_protocol_most_members_prefer() -> None:
 
 
 def test_static_member_restart_keeps_the_generation_and_fences_the_old_id() -> None:
-    h = ClassicHarness(config=GroupCoordinatorConfig(classic_initial_rebalance_delay_ms=0))
+    h = Harness(config=GroupCoordinatorConfig(classic_initial_rebalance_delay_ms=0))
     h.create_topic("foo", 2)
     first = h.join_group(instance_id="i1")
     assert isinstance(first, Pending)
@@ -238,7 +237,7 @@ def test_static_member_restart_keeps_the_generation_and_fences_the_old_id() -> N
 def test_join_with_a_member_id_checks_its_instance_id() -> None:
     """Kafka's validateMember on JoinGroup with a member id: an instance id the group does not
     know, or one owned by another member, is refused; a dynamic member stays dynamic."""
-    h = ClassicHarness()
+    h = Harness()
     h.create_topic("foo", 4)
     stable_group(h)
     with pytest.raises(UnknownMemberIdError, match="Instance id i9 is unknown"):
@@ -249,7 +248,7 @@ def test_join_with_a_member_id_checks_its_instance_id() -> None:
 
 
 def test_batched_leave_reports_each_member() -> None:
-    h = ClassicHarness()
+    h = Harness()
     h.create_topic("foo", 4)
     stable_group(h)
     resp = h.leave_group("member-2", "ghost", m.LeaveMember(group_instance_id="nobody"), "member-3")
@@ -276,7 +275,7 @@ def test_batched_leave_reports_each_member() -> None:
 
 
 def test_pending_sync_is_answered_rebalance_in_progress_when_the_group_rebalances() -> None:
-    h = ClassicHarness(config=GroupCoordinatorConfig(classic_initial_rebalance_delay_ms=0))
+    h = Harness(config=GroupCoordinatorConfig(classic_initial_rebalance_delay_ms=0))
     h.create_topic("foo", 4)
     a = h.join_group(h.join_group().member_id)
     h.sleep(0)
@@ -299,7 +298,7 @@ def test_loading_two_generations_rebuilds_the_group_from_the_last_record() -> No
     GroupMetadata record of a group that already exists must rebuild it from that record on
     load; the live path (the handler built the record from this very group) keeps its transient
     state. Before the fix the loaded group kept the first generation's members and generation."""
-    h = ClassicHarness(config=GroupCoordinatorConfig(classic_initial_rebalance_delay_ms=0))
+    h = Harness(config=GroupCoordinatorConfig(classic_initial_rebalance_delay_ms=0))
     h.create_topic("foo", 2)
     first = h.join_group(instance_id="i1")
     h.sleep(0)
@@ -318,3 +317,41 @@ def test_loading_two_generations_rebuilds_the_group_from_the_last_record() -> No
     assert group.to_record_value() == group.durable == h.shard.classic_groups["grp"].durable
     live = h.shard.classic_groups["grp"]
     assert list(live.members) == [again.member_id]
+
+
+# ---------------------------------------------------------------------- state transitions
+
+S = ClassicGroupState
+LEGAL = {
+    (S.EMPTY, S.PREPARING_REBALANCE),
+    (S.STABLE, S.PREPARING_REBALANCE),
+    (S.COMPLETING_REBALANCE, S.PREPARING_REBALANCE),
+    (S.PREPARING_REBALANCE, S.COMPLETING_REBALANCE),
+    (S.PREPARING_REBALANCE, S.EMPTY),
+    (S.COMPLETING_REBALANCE, S.STABLE),
+    *((s, S.DEAD) for s in S),
+}
+
+
+def test_the_transition_table_is_kafkas() -> None:
+    """Kafka's ClassicGroupState.validPreviousStates, as (from, to) pairs."""
+    assert {(p, s) for s, prev in VALID_PREVIOUS_STATES.items() for p in prev} == LEGAL
+    assert set(VALID_PREVIOUS_STATES) == set(S)
+
+
+@pytest.mark.parametrize("source", list(S), ids=lambda s: s.value)
+@pytest.mark.parametrize("target", list(S), ids=lambda s: s.value)
+def test_a_transition_is_checked_against_the_table(source: S, target: S) -> None:
+    """A legal move changes the state; an illegal one raises and changes nothing (not even
+    through the undo log)."""
+    log = UndoLog()
+    group = ClassicGroup(log, "grp")
+    object.__setattr__(group, "state", source)
+    before = (group.state, group.previous_state, group.state_timestamp_ms, len(log))
+    if (source, target) in LEGAL:
+        group.transition(target, 5)
+        assert (group.state, group.previous_state, group.state_timestamp_ms) == (target, source, 5)
+    else:
+        with pytest.raises(IllegalStateError, match=f"from {source.value} to {target.value}"):
+            group.transition(target, 5)
+        assert (group.state, group.previous_state, group.state_timestamp_ms, len(log)) == before
