@@ -6,6 +6,8 @@ never drift: static members by instance id, subscriber counts per topic name, me
 per regex and per server assignor, the inverted target assignment, and the *current owner* of
 every partition (assigned or pending revocation) — the invariant "a partition is owned by at
 most one member" is checked here on every replay (KIP-848 "Reconciliation of the group").
+Replay also marks the members whose assignor input may have changed (``spec_dirty``), so the
+next target computation rebuilds the inputs of those members only (target_assignment.SpecCache).
 
 Every write goes through the shard's :class:`~coordinator.core.timeline.UndoLog`.
 """

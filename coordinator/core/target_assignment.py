@@ -61,7 +61,9 @@ class SpecCache:
     ``entries``: member id -> its :class:`MemberSubscription` (members without a regex; a
     regex's resolution may change under it, so those, in ``regex_ids``, are rebuilt on every
     call); ``sorted_ids``: every member id, sorted; ``members``: the last spec's member mapping
-    (in ``sorted_ids`` order, never changed once built) or None. ``topic_ids`` maps a
+    (in ``sorted_ids`` order, never changed once built) or None; ``untidy``: the members whose
+    target holds a topic outside their subscription (a kept target then needs refusing, see
+    :func:`check_result`). ``topic_ids`` maps a
     subscription (names) to its topic ids, shared by every member with that subscription (a
     pure function of ``metadata``: not undo-logged)."""
 
@@ -75,6 +77,7 @@ class SpecCache:
         "sorted_ids",
         "topic_ids",
         "topics",
+        "untidy",
     )
 
     def __init__(self, log: UndoLog, metadata: Mapping[str, TopicMetadata]) -> None:
@@ -85,6 +88,7 @@ class SpecCache:
         self.topic_ids: dict[Hashable, frozenset[TopicId]] = {}
         self.entries: TDict = log.new_dict()
         self.regex_ids: TDict = log.new_dict()
+        self.untidy: TDict = log.new_dict()
         self.sorted_ids: tuple[str, ...] = ()
         self.members: dict[str, MemberSubscription] | None = None
 
@@ -110,7 +114,8 @@ class SpecCache:
 
     def update(self, group: ConsumerGroup, todo: Iterable[str]) -> None:
         """Rebuild the entries of the members in ``todo`` (gone members are dropped)."""
-        entries, regex_ids, members_of = self.entries, self.regex_ids, group.members
+        entries, regex_ids, untidy = self.entries, self.regex_ids, self.untidy
+        members_of = group.members
         added: list[str] = []
         removed: list[str] = []
         changed = False
@@ -122,17 +127,23 @@ class SpecCache:
                     removed.append(member_id)
                     entries.discard(member_id)
                     regex_ids.discard(member_id)
+                    untidy.discard(member_id)
                 continue
             if not known:
                 added.append(member_id)
             changed = True
             if m.subscribed_topic_regex:
                 entries.discard(member_id)
+                untidy.discard(member_id)
                 if member_id not in regex_ids:
                     regex_ids[member_id] = True
             else:
                 regex_ids.discard(member_id)
-                entries[member_id] = self.build(group, m)
+                entry = entries[member_id] = self.build(group, m)
+                if entry.subscribed_topic_ids.issuperset(entry.assignment):
+                    untidy.discard(member_id)
+                elif member_id not in untidy:
+                    untidy[member_id] = True
         log = self._log
         if added or removed:
             if len(added) + len(removed) > 64:
@@ -146,6 +157,10 @@ class SpecCache:
             log.set_attr(self, "sorted_ids", tuple(ids))
         if changed or removed:
             log.set_attr(self, "members", None)
+
+    def inputs_tidy(self) -> bool:
+        """Every member's target is within its subscription (regex members: not known here)."""
+        return not self.untidy and not self.regex_ids
 
     def spec_members(self, group: ConsumerGroup) -> dict[str, MemberSubscription]:
         """Every member's input, in member id order (regex members rebuilt)."""
@@ -192,10 +207,16 @@ def changed_members(spec: GroupSpec, result: GroupAssignment) -> list[str] | Non
     None if the result's members are not exactly the spec's (a dict with the same keys)."""
     given = result.members
     specs = spec.members
-    if not isinstance(given, dict) or given.keys() != specs.keys():
+    if not isinstance(given, dict):
         return None
-    inputs = map(_assignment_of, map(specs.__getitem__, given))
-    return list(compress(given, map(is_not, given.values(), inputs)))
+    ids = list(given)
+    if ids == list(specs):  # the usual case: same members, same order (identity compares)
+        inputs = map(_assignment_of, specs.values())
+    elif given.keys() == specs.keys():
+        inputs = map(_assignment_of, map(specs.__getitem__, given))
+    else:
+        return None
+    return list(compress(ids, map(is_not, given.values(), inputs)))
 
 
 def check_result(
@@ -203,6 +224,8 @@ def check_result(
     topics: Mapping[TopicId, TopicMetadata],
     result: object,
     changed: list[str] | None,
+    *,
+    inputs_tidy: bool = False,
 ) -> None:
     """Raise :class:`~assignors.validation.InvalidAssignmentError` if ``result`` may not be
     installed. ``spec`` must be one :func:`build_group_spec` made: its members' assignments
@@ -210,12 +233,14 @@ def check_result(
     only grow) and ``partition_owners`` is that target's exact inverse. Then only the members
     in ``changed`` need their partitions examined: each of their partitions exists, none is
     given twice among them, and none is still owned by a member that keeps its target. Every
-    member's subscription is checked (in C). Anything unusual falls back to the full
+    member's subscription is checked (in C) — only the changed members' with ``inputs_tidy``
+    (the caller knows every input assignment is within its member's subscription, so a kept
+    one is too: :meth:`SpecCache.inputs_tidy`). Anything unusual falls back to the full
     :func:`~assignors.validation.check_assignment`, which names the culprit."""
     if (
         changed is None
         or not isinstance(result, GroupAssignment)
-        or not _looks_valid(spec, topics, result.members, changed)
+        or not _looks_valid(spec, topics, result.members, changed, inputs_tidy)
     ):
         check_assignment(spec, topics, result)
 
@@ -225,12 +250,15 @@ def _looks_valid(
     topics: Mapping[TopicId, TopicMetadata],
     given: Mapping[str, Any],
     changed: list[str],
+    inputs_tidy: bool,
 ) -> bool:
-    """A fast check of an assignor's (untrusted) output; False sends it to the full check."""
+    """A fast check of an assignor's (untrusted) output; False sends it to the full check.
+    ``inputs_tidy``: every member's input is within its subscription, so only the changed
+    members' subscriptions need checking."""
     specs = spec.members
-    assignments = list(given.values())
-    subscriptions = map(_subscribed, map(specs.__getitem__, given))
-    if not all(map(frozenset.issuperset, subscriptions, assignments)):
+    checked = changed if inputs_tidy else list(given)
+    subscriptions = map(_subscribed, map(specs.__getitem__, checked))
+    if not all(map(frozenset.issuperset, subscriptions, map(given.__getitem__, checked))):
         return False
     if not all(type(given[m]) is dict for m in changed):
         return False
@@ -283,10 +311,11 @@ def compute_target_assignment(
     """Records installing the new target assignment at ``group_epoch``. Raises
     UnknownServerError (nothing changed) if the assignor fails or returns an invalid result."""
     spec, topics = build_group_spec(group)
+    tidy = group.spec_cache.inputs_tidy()
     try:
         result: GroupAssignment = assignor.assign(spec, topics)
         changed = changed_members(spec, result) if isinstance(result, GroupAssignment) else None
-        check_result(spec, topics, result, changed)
+        check_result(spec, topics, result, changed, inputs_tidy=tidy)
     except PartitionAssignorError as exc:
         raise UnknownServerError(
             f"Failed to compute a new target assignment for epoch {group_epoch}: {exc}"

@@ -5,8 +5,10 @@ recomputations and rolled-back commands, the cached spec equals one built from s
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping
 
-from assignors.api import MemberSubscription
+from assignors.api import GroupAssignment, GroupSpec, MemberSubscription, TopicMetadata
+from assignors.uniform import UniformAssignor
 from coordinator.core.commands import ConsumerGroupHeartbeat
 from coordinator.core.errors import CoordinatorError
 from coordinator.core.group import ConsumerGroup
@@ -82,9 +84,12 @@ def random_command(rng: random.Random, group: ConsumerGroup | None) -> ConsumerG
 
 def test_the_cached_spec_always_equals_one_built_from_scratch() -> None:
     checked = 0
+    claims: list[tuple[bool, bool]] = []
     for seed in range(12):
         rng = random.Random(seed)
-        h = Harness()
+        checking = Checking(claims)
+        h = Harness(assignors=[checking])
+        checking.groups = h.shard.groups
         h.create_topic("foo", 6)
         h.create_topic("bar", 4)
         for _ in range(60):
@@ -115,3 +120,25 @@ def test_the_cached_spec_always_equals_one_built_from_scratch() -> None:
                         assert sub.assignment is group.target[mid]
                 checked += 1
     assert checked > 100
+    # Inside the commands, where the assignor runs: a subscription change leaves a stale
+    # target until the new one is computed, and the cache knows it.
+    assert sum(1 for tidy, _claim in claims if not tidy) > 5
+    assert all(tidy for tidy, claim in claims if claim)
+
+
+class Checking:
+    """The uniform assignor, recording at each call whether every input assignment lies
+    within its member's subscription, beside what the spec cache claims."""
+
+    name = "uniform"
+
+    def __init__(self, claims: list[tuple[bool, bool]]) -> None:
+        self.claims = claims
+        self.groups: Mapping[str, ConsumerGroup] = {}
+
+    def assign(self, group_spec: GroupSpec, topics: Mapping[str, TopicMetadata]) -> GroupAssignment:
+        tidy = all(
+            s.subscribed_topic_ids.issuperset(s.assignment) for s in group_spec.members.values()
+        )
+        self.claims.append((tidy, self.groups[G].spec_cache.inputs_tidy()))
+        return UniformAssignor().assign(group_spec, topics)
