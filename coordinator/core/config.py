@@ -41,6 +41,8 @@ class GroupCoordinatorConfig:
     classic_initial_rebalance_delay_ms: int = 3_000
     classic_max_size: int = INT_MAX
     shards: int = 4
+    num_partitions: int = 1
+    """Kafka's ``num.partitions``: the partition count of a topic created with -1 (the default)."""
     # Bounded cost per request (docs/operations.md "Limits"; checked by the service layer,
     # coordinator/server/limits.py, before any work). Not Kafka settings: Kafka's own bound is
     # its wire format (strings of at most 32,767 bytes, requests of socket.request.max.bytes).
@@ -106,6 +108,7 @@ CONFIG_SPECS: dict[str, _Spec] = {
     "group.initial.rebalance.delay.ms": ("classic_initial_rebalance_delay_ms", _int, 0, None),
     "group.max.size": ("classic_max_size", _int, 1, INT_MAX),
     "group.coordinator.shards": ("shards", _int, 1, 1024),
+    "num.partitions": ("num_partitions", _int, 1, 1_000_000),
     "group.coordinator.identifier.max.bytes": (
         "identifier_max_bytes",
         _int,

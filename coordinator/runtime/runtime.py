@@ -54,6 +54,7 @@ from coordinator.core.errors import (
     CoordinatorNotAvailableError,
     ErrorCode,
     IllegalStateError,
+    InvalidRequestError,
     UnsupportedVersionError,
 )
 from coordinator.core.events import Event, LogEvent
@@ -78,6 +79,9 @@ from .store import RecordStore, StoredRecord, StoreLostError, StoreWriteError
 from .storewatch import StoreWatch, rescue
 
 log = logging.getLogger("kip848.runtime")
+INT64_MAX = 2**63 - 1
+_DEADLINE_HEADROOM_MS = 2**40
+"""Room left above the clock for deadlines armed from it (timeouts are at most int32 ms)."""
 T = TypeVar("T")
 
 REGISTRY = -1
@@ -172,7 +176,7 @@ class CoordinatorRuntime:
             new_shard(config=config, assignors=assignors, ids=self.ids)
             for _ in range(self.shard_count)
         ]
-        self.registry = TopicRegistry(self.ids)
+        self.registry = TopicRegistry(self.ids, default_num_partitions=config.num_partitions)
         # State machines in mark order: shards 0..n-1, then the registry (index n == REGISTRY).
         self._machines: list[Any] = [*self.shards, self.registry]
         self.timers = TimerTable()
@@ -677,6 +681,11 @@ class CoordinatorRuntime:
         if not isinstance(self.clock, ManualClock):
             raise CoordinatorNotAvailableError("AdvanceTime needs --clock manual.")
         self._check_serving()
+        if ms > INT64_MAX - _DEADLINE_HEADROOM_MS - self.clock.now_ms():
+            # Every time the coordinator stores or arms must stay an int64 (Kafka's type).
+            raise InvalidRequestError(
+                f"AdvanceTime({ms}) would move the clock past the int64 range of milliseconds."
+            )
         now = self.clock.advance(ms)
         await self.flush()
         for _ in range(1_000_000):
