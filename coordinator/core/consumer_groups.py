@@ -10,7 +10,7 @@ is asked to convert groups through the shard's :class:`~.components.ClassicGroup
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +24,7 @@ from .commands import (
     ListedGroup,
     Result,
 )
+from .components import ByGroupId
 from .context import ShardContext
 from .errors import (
     FencedInstanceIdError,
@@ -49,7 +50,6 @@ from .model import (
 from .reconciliation import compute_next_member
 from .regex import compile_regex, resolve_regex
 from .target_assignment import compute_target_assignment
-from .timeline import TDict
 from .timers import REBALANCE, SESSION, ArmTimer, CancelTimer, DueTimer, TimerOp
 
 if TYPE_CHECKING:
@@ -89,7 +89,7 @@ class GroupDescription:
     members: tuple[MemberDescription, ...]
 
 
-class ConsumerGroups(Mapping[str, ConsumerGroup]):
+class ConsumerGroups(ByGroupId[ConsumerGroup]):
     def __init__(
         self,
         ctx: ShardContext,
@@ -103,25 +103,10 @@ class ConsumerGroups(Mapping[str, ConsumerGroup]):
         self._configs = configs
         self.assignors: dict[str, PartitionAssignor] = {a.name: a for a in assignors}
         self.assignor_names: tuple[str, ...] = tuple(a.name for a in assignors)
-        self._groups: TDict = ctx.undo.new_dict()  # group id -> ConsumerGroup
+        self._by_group = ctx.undo.new_dict()  # group id -> ConsumerGroup
         self._regex_cache: dict[str, tuple[int, frozenset[str]]] = {}  # soft, process-local
         self.classic: ClassicGroupSupport | None = None
         """Set once by the shard: the classic groups of the same shard (upgrade/downgrade)."""
-
-    # ------------------------------------------------------------------ mapping (reads)
-
-    def __getitem__(self, group_id: str) -> ConsumerGroup:
-        group: ConsumerGroup = self._groups[group_id]
-        return group
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._groups)
-
-    def __len__(self) -> int:
-        return len(self._groups)
-
-    def __contains__(self, group_id: object) -> bool:
-        return group_id in self._groups
 
     def _classic(self) -> ClassicGroupSupport:
         if self.classic is None:
@@ -203,7 +188,7 @@ class ConsumerGroups(Mapping[str, ConsumerGroup]):
             # A classic group of that id is converted, replaced or refused (KIP-848 upgrade).
             self._classic().prepare_consumer_group(result, req, now_ms)
         group_id = req.group_id
-        group: ConsumerGroup | None = self._groups.get(group_id)
+        group: ConsumerGroup | None = self._by_group.get(group_id)
         epoch = req.member_epoch
         owned = req.topic_partitions
         if group is None and epoch != 0:
@@ -245,7 +230,7 @@ class ConsumerGroups(Mapping[str, ConsumerGroup]):
                 causes.append(Cause.ASSIGNOR_CHANGED)
             if is_new and causes:
                 causes = [Cause.MEMBER_JOINED]
-        group = self._groups[group_id]
+        group = self._by_group[group_id]
         new_group = group.group_uid == ""
         if (
             member.subscribed_topic_regex
@@ -535,7 +520,7 @@ class ConsumerGroups(Mapping[str, ConsumerGroup]):
     def _leave(
         self, req: ConsumerGroupHeartbeat, now_ms: int
     ) -> Result[ConsumerGroupHeartbeatResponse]:
-        group = self._groups.get(req.group_id)
+        group = self._by_group.get(req.group_id)
         if group is None:
             raise GroupIdNotFoundError(f"Consumer group {req.group_id} not found.")
         member_id, epoch = req.member_id, req.member_epoch
@@ -645,7 +630,7 @@ class ConsumerGroups(Mapping[str, ConsumerGroup]):
     def delete_group(self, result: Result[Any], group_id: str) -> None:
         """Delete an empty group (DeleteGroups, expiration, replaced by a classic group): the
         tombstones of its regexes, target assignment epoch, subscription metadata and epoch."""
-        group = self._groups.get(group_id)
+        group = self._by_group.get(group_id)
         if group is None:
             return
         emit = self._ctx.emit
@@ -663,7 +648,7 @@ class ConsumerGroups(Mapping[str, ConsumerGroup]):
     def _on_member_timer(self, timer: DueTimer, now_ms: int) -> Result[None]:
         """A session or rebalance timer fired. Stale timers (member gone, epoch moved on) do nothing."""
         kind, group_id, member_id = timer.key
-        group = self._groups.get(group_id)
+        group = self._by_group.get(group_id)
         member = None if group is None else group.members.get(member_id)
         if member is None or group is None:
             return Result()
@@ -691,8 +676,8 @@ class ConsumerGroups(Mapping[str, ConsumerGroup]):
         """After loading: session timers for every member, rebalance timers for members that
         were revoking (KIP-848 "Fail Over")."""
         ops: list[TimerOp] = []
-        for group_id in sorted(self._groups):
-            group = self._groups[group_id]
+        for group_id in sorted(self._by_group):
+            group = self._by_group[group_id]
             session_ms = self._configs.session_timeout_ms(group_id)
             for member_id in sorted(group.members):
                 m = group.members[member_id]
@@ -718,7 +703,7 @@ class ConsumerGroups(Mapping[str, ConsumerGroup]):
     # ------------------------------------------------------------------ reads
 
     def describe(self, group_id: str) -> GroupDescription:
-        group = self._groups.get(group_id)
+        group = self._by_group.get(group_id)
         if group is None:
             raise GroupIdNotFoundError(f"Group {group_id} not found.")
         members = []
@@ -751,7 +736,7 @@ class ConsumerGroups(Mapping[str, ConsumerGroup]):
         )
 
     def state_of(self, group_id: str) -> GroupState:
-        group = self._groups.get(group_id)
+        group = self._by_group.get(group_id)
         return GroupState.DEAD if group is None else group.state()
 
     def listed(self) -> list[ListedGroup]:
@@ -760,10 +745,10 @@ class ConsumerGroups(Mapping[str, ConsumerGroup]):
             ListedGroup(
                 group_id=gid,
                 protocol_type="consumer",
-                group_state=self._groups[gid].state().value,
+                group_state=self._by_group[gid].state().value,
                 group_type="consumer",
             )
-            for gid in sorted(self._groups)
+            for gid in sorted(self._by_group)
         ]
 
     # ------------------------------------------------------------------ records
@@ -783,10 +768,10 @@ class ConsumerGroups(Mapping[str, ConsumerGroup]):
     def _group(self, group_id: str, value: object | None) -> ConsumerGroup | None:
         """The group a record is about; a value creates it, a tombstone of a missing group is
         for something already gone (None)."""
-        group: ConsumerGroup | None = self._groups.get(group_id)
+        group: ConsumerGroup | None = self._by_group.get(group_id)
         if group is None and value is not None:
             group = ConsumerGroup(self._ctx.undo, group_id)
-            self._groups[group_id] = group
+            self._by_group[group_id] = group
         return group
 
     def _replay_member_metadata(self, record: r.Record) -> None:
@@ -824,7 +809,7 @@ class ConsumerGroups(Mapping[str, ConsumerGroup]):
             return
         if value is None:
             group.check_deletable()
-            del self._groups[key.group_id]
+            del self._by_group[key.group_id]
         else:
             group.set("group_epoch", value.epoch)
             group.set("group_uid", value.group_uid)
@@ -857,12 +842,12 @@ class ConsumerGroups(Mapping[str, ConsumerGroup]):
             group.replay_regex(key.regular_expression, value)
 
     def snapshot(self) -> dict[str, object]:
-        return {"groups": {gid: self._groups[gid].snapshot() for gid in sorted(self._groups)}}
+        return {"groups": {gid: self._by_group[gid].snapshot() for gid in sorted(self._by_group)}}
 
     def records_of_state(self) -> list[r.Record]:
         out: list[r.Record] = []
-        for gid in sorted(self._groups):
-            g = self._groups[gid]
+        for gid in sorted(self._by_group):
+            g = self._by_group[gid]
             for mid in sorted(g.members):
                 out.append(r.member_metadata_record(gid, g.members[mid]))
             for regex in sorted(g.resolved_regexes):
