@@ -37,7 +37,7 @@ import socket
 import subprocess
 import sys
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import grpc
 from google.protobuf import message as pb_message
@@ -208,7 +208,7 @@ def add_raw_handlers(
     gets INVALID_ARGUMENT (API.md), the same in every process. One generic handler, no
     registered methods (see ``GenericOnly``). A streaming method is refused (``ValueError``):
     frames carry one request and one response."""
-    handlers = {}
+    handlers: dict[str, grpc.RpcMethodHandler] = {}
     for descriptor in services:
         for method in descriptor.methods:
             path = f"/{descriptor.full_name}/{method.name}"
@@ -267,14 +267,16 @@ def add_health_and_reflection(
     from grpc_health.v1 import health_pb2, health_pb2_grpc
     from grpc_reflection.v1alpha import reflection
 
-    health_pb2_grpc.add_HealthServicer_to_server(servicer, GenericOnly(server))
+    # GenericOnly stands in for the server (duck-typed: the two calls it takes).
+    generic_only = cast(grpc.aio.Server, GenericOnly(server))
+    health_pb2_grpc.add_HealthServicer_to_server(servicer, generic_only)
     reflection.enable_server_reflection(
         [
             *service_names,
             health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
             reflection.SERVICE_NAME,
         ],
-        GenericOnly(server),
+        generic_only,
     )
 
 
@@ -454,8 +456,9 @@ class FrontEndPool:
         return frontend
 
     async def _until_ready(self, frontend: FrontEnd) -> None:
+        waits: list[asyncio.Future[Any]] = [frontend.ready, frontend.lost]
         done, _ = await asyncio.wait(
-            [frontend.ready, frontend.lost],
+            waits,
             timeout=FRONTEND_START_TIMEOUT_S,
             return_when=asyncio.FIRST_COMPLETED,
         )

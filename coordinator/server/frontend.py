@@ -77,7 +77,7 @@ class FrontEndServer:
             self.calls[call_id] = fut
             metadata = tuple((k, v) for k, v in (context.invocation_metadata() or ()))
             received = time.monotonic()  # the coordinator's latency metrics start here
-            conn.send((CALL, call_id, path, request, metadata, context.peer() or "", received))  # type: ignore[union-attr]
+            conn.send((CALL, call_id, path, request, metadata, context.peer() or "", received))
             try:
                 status, details, payload = await fut
             finally:
