@@ -13,8 +13,9 @@ or ``cooperative-sticky``) and ``aiokafka`` (classic, eager). The other keys: ``
 The application is what a careful at-least-once consumer does: it processes a record only while
 the rebalance callbacks say it owns the record's partition (records of a partition revoked
 between the fetch and the processing are dropped; their new owner reads them again), and after
-each batch it commits, synchronously, the offsets after the records it processed. Callbacks and
-processing take one lock (kafka-python runs callbacks on its IO thread).
+each batch it commits, synchronously, the offsets after the records it processed; a failed
+commit is tried again (every 0.5 s) for the partitions it still owns. Callbacks and processing
+take one lock (kafka-python runs callbacks on its IO thread).
 
 Commands on stdin, one per line: ``stop`` (stop processing, close the consumer — revoke,
 commit, leave as the client does on close — and exit 0). Events on stdout, one JSON object per
@@ -60,13 +61,16 @@ def tps(items: Iterable[Any]) -> list[list[Any]]:
 
 
 class App:
-    """The application's view: owned partitions and the processing of records."""
+    """The application's view: owned partitions, processed records, offsets to commit."""
 
     def __init__(self, config: dict[str, Any]) -> None:
         self.name: str = config["name"]
         self.lock = threading.RLock()
         self.owned: set[tuple[str, int]] = set()
+        self.uncommitted: dict[tuple[str, int], int] = {}
         self.stop = threading.Event()
+        self.last_try = 0.0
+        self.failed = False
 
     def assigned(self, items: Iterable[Any]) -> None:
         with self.lock:
@@ -76,41 +80,53 @@ class App:
 
     def revoked(self, items: Iterable[Any], event: str = "revoke") -> None:
         with self.lock:
-            gone = tps(items)
-            self.owned -= {(t, p) for t, p in gone}
-            emit(self.name, event, partitions=gone)
+            gone = {(t, p) for t, p in tps(items)}
+            self.owned -= gone
+            for tp in gone:  # not committed: the next owner reads those records again
+                self.uncommitted.pop(tp, None)
+            emit(self.name, event, partitions=sorted([t, p] for t, p in gone))
 
-    def take(self, records: list[tuple[str, int, int, bytes | None]]) -> dict[tuple[str, int], int]:
-        """Process the records of owned partitions; the offsets to commit after them."""
+    def take(self, records: list[tuple[str, int, int, bytes | None]]) -> None:
+        """Process the records of owned partitions (the others are dropped)."""
         with self.lock:
             if self.stop.is_set():
-                return {}
+                return
             done = [r for r in records if (r[0], r[1]) in self.owned]
-            if done:
-                emit(
-                    self.name,
-                    "records",
-                    records=[[t, p, o, (v or b"").decode()] for t, p, o, v in done],
-                )
-            offsets: dict[tuple[str, int], int] = {}
+            if not done:
+                return
+            emit(
+                self.name,
+                "records",
+                records=[[t, p, o, (v or b"").decode()] for t, p, o, v in done],
+            )
             for t, p, o, _v in done:
-                offsets[(t, p)] = max(offsets.get((t, p), -1), o + 1)
-            return offsets
+                self.uncommitted[(t, p)] = max(self.uncommitted.get((t, p), -1), o + 1)
+
+    def to_commit(self, retry_s: float = 0.5) -> dict[tuple[str, int], int]:
+        """What to commit now: everything processed and not yet committed — after a failed
+        commit, again once ``retry_s`` has passed."""
+        with self.lock:
+            now = time.monotonic()
+            if not self.uncommitted or (now - self.last_try < retry_s and self.failed):
+                return {}
+            self.last_try = now
+            return dict(self.uncommitted)
 
     def committed(self, offsets: dict[tuple[str, int], int], error: BaseException | None) -> None:
-        if error is not None:
-            emit(self.name, "commit-error", error=repr(error))
-        else:
+        with self.lock:
+            self.failed = error is not None
+            if error is not None:
+                emit(self.name, "commit-error", error=repr(error))
+                return
+            for tp, offset in offsets.items():
+                if self.uncommitted.get(tp) == offset:
+                    del self.uncommitted[tp]
             emit(self.name, "commit", offsets=sorted([t, p, o] for (t, p), o in offsets.items()))
 
-    def process(
-        self,
-        records: list[tuple[str, int, int, bytes | None]],
-        commit: Callable[[dict[tuple[str, int], int]], None],
-    ) -> None:
-        """Process, then commit (synchronously, outside the lock: kafka-python's commit needs
-        its IO thread, which may be waiting in a callback)."""
-        offsets = self.take(records)
+    def commit_with(self, commit: Callable[[dict[tuple[str, int], int]], None]) -> None:
+        """Commit synchronously, outside the lock (kafka-python's commit needs its IO thread,
+        which may be waiting in a callback)."""
+        offsets = self.to_commit()
         if not offsets:
             return
         try:
@@ -188,11 +204,10 @@ def run_librdkafka(config: dict[str, Any], app: App) -> None:
 
     while not app.stop.is_set():
         batch = consumer.consume(num_messages=500, timeout=POLL_S)
-        records = [
-            (m.topic(), m.partition(), m.offset(), m.value()) for m in batch if m.error() is None
-        ]
-        if records:
-            app.process(records, commit)
+        app.take(
+            [(m.topic(), m.partition(), m.offset(), m.value()) for m in batch if m.error() is None]
+        )
+        app.commit_with(commit)
     app.stopping()
     consumer.close()
 
@@ -253,11 +268,8 @@ def run_kafka_python(config: dict[str, Any], app: App) -> None:
 
     while not app.stop.is_set():
         polled = consumer.poll(timeout_ms=int(POLL_S * 1000), max_records=500)
-        records = [
-            (r.topic, r.partition, r.offset, r.value) for rs in polled.values() for r in rs
-        ]
-        if records:
-            app.process(records, commit)
+        app.take([(r.topic, r.partition, r.offset, r.value) for rs in polled.values() for r in rs])
+        app.commit_with(commit)
     app.stopping()
     consumer.close(timeout_ms=int(CLOSE_TIMEOUT_S * 1000))
 
@@ -301,9 +313,8 @@ async def _aiokafka(config: dict[str, Any], app: App) -> None:
     emit(app.name, "started")
     while not app.stop.is_set():
         polled = await consumer.getmany(timeout_ms=int(POLL_S * 1000), max_records=500)
-        offsets = app.take(
-            [(r.topic, r.partition, r.offset, r.value) for rs in polled.values() for r in rs]
-        )
+        app.take([(r.topic, r.partition, r.offset, r.value) for rs in polled.values() for r in rs])
+        offsets = app.to_commit()
         if not offsets:
             continue
         try:

@@ -251,9 +251,12 @@ class Fleet:
         overlaps = []
         for p, intervals in sorted(self.ownership_intervals().items()):
             intervals.sort()
-            for (s1, e1, who1), (s2, e2, who2) in zip(intervals, intervals[1:], strict=False):
-                if s2 < e1:
-                    overlaps.append((p, who1, round(s1, 3), round(e1, 3), who2, round(s2, 3)))
+            held = intervals[0]  # the interval reaching furthest so far
+            for interval in intervals[1:]:
+                if interval[0] < held[1]:
+                    overlaps.append((p, held, interval))
+                if interval[1] > held[1]:
+                    held = interval
         assert not overlaps, f"partitions owned twice at once: {overlaps}"
 
     def stop_all(self) -> None:
@@ -348,3 +351,78 @@ class BackgroundProducer:
         assert left == 0 and not self.failed, (left, self.failed[:5])
         assert len(self.delivered) == self.sent
         return dict(self.delivered)
+
+
+# ---------------------------------------------------------------- the stack and the admin view
+
+STACK_SETTINGS = (
+    "--set",
+    "kafka.upstream.metadata.max.age.ms=1000",
+    "--set",
+    "group.consumer.heartbeat.interval.ms=500",
+    "--set",
+    "group.consumer.min.heartbeat.interval.ms=500",
+    "--set",
+    "group.initial.rebalance.delay.ms=500",
+)
+"""``kip848 serve`` settings for real-client tests: KIP-848 members heartbeat every 0.5 s and a
+new classic group waits 0.5 s for more members (Kafka: 5 s and 3 s), so each rebalance takes a
+fraction of a second."""
+
+
+@dataclass(frozen=True, slots=True)
+class GroupView:
+    """A group as confluent-kafka's AdminClient describes it (``type``/``state`` names of its
+    enums; KIP-848's Assigning/Reconciling states are ``UNKNOWN`` there) and as ours does
+    (member types)."""
+
+    type: str
+    state: str
+    members: dict[str, int]  # client id -> number of assigned partitions
+    partitions: dict[str, set[Partition]]  # client id -> assigned partitions
+    member_types: dict[str, str]  # client id -> "consumer"/"classic" (consumer groups only)
+
+
+def describe(admin: Any, channel: Any, group: str) -> GroupView:
+    from kip848.v1 import consumer_group_pb2, consumer_group_pb2_grpc
+
+    d = admin.describe_consumer_groups([group])[group].result(10)
+    parts = {
+        m.client_id: {(tp.topic, tp.partition) for tp in m.assignment.topic_partitions}
+        for m in d.members
+    }
+    types: dict[str, str] = {}
+    if d.type.name == "CONSUMER":
+        stub = consumer_group_pb2_grpc.ConsumerGroupServiceStub(channel)
+        resp = stub.ConsumerGroupDescribe(
+            consumer_group_pb2.ConsumerGroupDescribeRequest(group_ids=[group]), timeout=10
+        )
+        types = {
+            m.client_id: {0: "classic", 1: "consumer"}.get(m.member_type, str(m.member_type))
+            for m in resp.groups[0].members
+        }
+    return GroupView(
+        type=d.type.name,
+        state=d.state.name,
+        members={k: len(v) for k, v in parts.items()},
+        partitions=parts,
+        member_types=types,
+    )
+
+
+def wait_described(
+    admin: Any,
+    channel: Any,
+    group: str,
+    check: Callable[[GroupView], bool],
+    timeout: float,
+    what: str,
+) -> GroupView:
+    """Describe every 0.2 s until ``check`` holds (bounded); the last view."""
+    deadline = time.monotonic() + timeout
+    while True:
+        view = describe(admin, channel, group)
+        if check(view):
+            return view
+        assert time.monotonic() < deadline, f"timed out waiting for {what}: {view}"
+        time.sleep(0.2)
