@@ -78,8 +78,9 @@ def test_a_classic_fleet_upgrades_and_downgrades_under_load(
                 admin,
                 channel,
                 group,
-                lambda v: (v.type, v.state) == (kind, "STABLE")
-                and v.partitions == fleet.assignment(),
+                lambda v: (
+                    (v.type, v.state) == (kind, "STABLE") and v.partitions == fleet.assignment()
+                ),
                 SETTLE_S,
                 f"{group} to be a stable {kind} group",
             )
@@ -128,7 +129,7 @@ def test_a_classic_fleet_upgrades_and_downgrades_under_load(
         fleet.wait_consumed(written, SETTLE_S)
         # Committed offsets reach the end of every partition (each worker commits what it
         # processed, and tries again after a commit refused during a rebalance).
-        ends = {p: 0 for p in range(PARTITIONS)}
+        ends = dict.fromkeys(range(PARTITIONS), 0)
         for partition, offset in written.values():
             ends[partition] = max(ends[partition], offset + 1)
 
