@@ -426,3 +426,33 @@ def wait_described(
             return view
         assert time.monotonic() < deadline, f"timed out waiting for {what}: {view}"
         time.sleep(0.2)
+
+
+def settle(
+    fleet: Fleet,
+    admin: Any,
+    channel: Any,
+    group: str,
+    partitions: set[Partition],
+    names: Iterable[str],
+    group_type: str | None = None,
+    timeout: float = 30.0,
+) -> dict[str, set[Partition]]:
+    """Until the consumers ``names`` own ``partitions`` between them (each something) and the
+    coordinator describes the group as Stable (of ``group_type``) with that same assignment,
+    which is returned. Bounded."""
+    wanted = set(names)
+    fleet.wait_for_assignment(partitions, timeout, names=wanted)
+    view = wait_described(
+        admin,
+        channel,
+        group,
+        lambda v: (
+            v.state == "STABLE"
+            and (group_type is None or v.type == group_type)
+            and v.partitions == fleet.assignment()
+        ),
+        timeout,
+        f"{group} to be a stable {group_type or ''} group with the clients' assignment",
+    )
+    return view.partitions
