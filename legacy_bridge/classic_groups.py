@@ -34,6 +34,7 @@ from coordinator.core.errors import (
     IllegalStateError,
     InconsistentGroupProtocolError,
     InvalidGroupIdError,
+    NonEmptyGroupError,
     RebalanceInProgressError,
     UnknownMemberIdError,
 )
@@ -184,6 +185,24 @@ class ClassicGroups(Mapping[str, ClassicGroup]):
             )
             for gid, group in self._groups.items()
         ]
+
+    def check_deletable(self, group_id: str) -> None:
+        group = self._groups.get(group_id)
+        if group is not None and (group.members or group.state is not S.EMPTY):
+            raise NonEmptyGroupError(
+                f"Group {group_id} is not empty ({group.state.value}, "
+                f"{len(group.members)} members)."
+            )
+
+    def delete_group(self, result: Result[Any], group_id: str) -> None:
+        group = self._groups.get(group_id)
+        if group is None:
+            return
+        if group.durable is not None:
+            self._ctx.emit(result, r.classic_group_tombstone(group_id))  # replay drops it
+        else:
+            self.forget(group_id)
+        result.timers += self.cancel_group_timers(group_id)
 
     # ================================================================== helpers
 

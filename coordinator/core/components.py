@@ -72,3 +72,13 @@ class ClassicGroupSupport(Component, Protocol):
     def listed(self) -> list[ListedGroup]:
         """ListGroups entries of the classic groups."""
         ...
+
+    def check_deletable(self, group_id: str) -> None:
+        """DeleteGroups: raise NON_EMPTY_GROUP unless the classic group ``group_id`` (if there
+        is one) is Empty (Kafka's ClassicGroup.validateDeleteGroup)."""
+        ...
+
+    def delete_group(self, result: Result[Any], group_id: str) -> None:
+        """Delete the Empty classic group ``group_id`` (nothing if there is none): its
+        tombstone, its timers. Records go into ``result``."""
+        ...

@@ -45,7 +45,7 @@ from .components import ClassicGroupSupport, Component
 from .config import GroupCoordinatorConfig
 from .consumer_groups import ConsumerGroups, GroupDescription, MemberDescription
 from .context import ShardContext
-from .errors import ErrorCode, IllegalStateError, NonEmptyGroupError
+from .errors import CoordinatorError, ErrorCode, IllegalStateError, NonEmptyGroupError
 from .events import Event, LogEvent
 from .group import GroupState
 from .group_configs import GroupConfigs
@@ -195,13 +195,18 @@ class GroupCoordinatorShard(Generic[C]):
         result: Result[list[tuple[str, ErrorCode, str | None]]] = Result(response=answers)
         for gid in group_ids:
             group = self.groups.get(gid)
-            if group is None and gid not in self.offsets:
+            if group is None and gid not in self.offsets and gid not in self.classic_groups:
                 answers.append((gid, ErrorCode.GROUP_ID_NOT_FOUND, f"Group {gid} not found."))
                 continue
             if group is not None and group.members:
                 exc = NonEmptyGroupError(
                     f"Group {gid} is not empty ({len(group.members)} members)."
                 )
+                answers.append((gid, exc.code, exc.message))
+                continue
+            try:
+                self.classic_groups.check_deletable(gid)
+            except CoordinatorError as exc:
                 answers.append((gid, exc.code, exc.message))
                 continue
             result.absorb(self.context.run(self._delete_group, gid, "deleted"))
@@ -212,6 +217,7 @@ class GroupCoordinatorShard(Generic[C]):
         result: Result[None] = Result()
         self.offsets.delete_all(result, group_id)
         self.groups.delete_group(result, group_id)
+        self.classic_groups.delete_group(result, group_id)
         self.group_configs.delete_all(result, group_id)
         result.events.append(
             LogEvent(event=Event.GROUP_DELETED, group_id=group_id, fields={"reason": reason})
@@ -231,6 +237,10 @@ class GroupCoordinatorShard(Generic[C]):
             subscribed = group.topic_subscribers if group is not None else ()
             all_expired = self.offsets.expire(result, gid, subscribed, now_ms)
             if all_expired and (group is None or group.state() is GroupState.EMPTY):
+                try:
+                    self.classic_groups.check_deletable(gid)  # a classic group with members stays
+                except CoordinatorError:
+                    continue
                 result.absorb(self._delete_group(gid, "expired"))
         return result
 
