@@ -417,6 +417,8 @@ def _log_targets(
         at = args.to_datetime
     elif args.by_duration is not None:
         at = int(time.time() * 1000) - args.by_duration
+    if at is not None:
+        at = max(0, at)  # before 1970: every record is newer (negative times name log ends)
     from_logs = args.to_earliest or args.to_latest or at is not None
     if not from_logs and args.to_offset is None and args.shift_by is None:
         return None, None

@@ -7,8 +7,9 @@
 ``librdkafka-classic`` (confluent-kafka, classic protocol; ``assignor`` ``range``,
 ``roundrobin`` or ``cooperative-sticky``), ``kafka-python`` (classic; ``range``, ``roundrobin``
 or ``cooperative-sticky``) and ``aiokafka`` (classic, eager). The other keys: ``name``,
-``bootstrap``, ``group``, ``topics`` or ``pattern``, ``instance_id``, ``session_timeout_ms``,
-``heartbeat_interval_ms``, ``remote_assignor``, ``client_id``.
+``bootstrap``, ``group``, ``topics`` or ``pattern``, ``instance_id``, ``session_timeout_ms`` and
+``heartbeat_interval_ms`` (classic members; 6000 and 500 unless given, null for the client's
+default), ``remote_assignor``, ``client_id``, ``debug`` (librdkafka's).
 
 The application is what a careful at-least-once consumer does: it processes a record only while
 the rebalance callbacks say it owns the record's partition (records of a partition revoked
@@ -143,6 +144,21 @@ class App:
             self.owned.clear()
 
 
+def timeouts(config: dict[str, Any], session: str, heartbeat: str) -> dict[str, Any]:
+    """A classic member's session timeout and heartbeat interval, named as its client names
+    them: 6 s and 0.5 s unless ``session_timeout_ms``/``heartbeat_interval_ms`` say otherwise;
+    None leaves the client's own default."""
+    out = {}
+    for key, name, default in (
+        ("session_timeout_ms", session, 6000),
+        ("heartbeat_interval_ms", heartbeat, 500),
+    ):
+        value = config.get(key, default)
+        if value is not None:
+            out[name] = value
+    return out
+
+
 def read_commands(app: App, on_stop: Callable[[], None] | None = None) -> None:
     def run() -> None:
         for line in sys.stdin:
@@ -176,8 +192,7 @@ def run_librdkafka(config: dict[str, Any], app: App) -> None:
     else:
         conf["group.protocol"] = "classic"
         conf["partition.assignment.strategy"] = config.get("assignor") or "range"
-        conf["session.timeout.ms"] = config.get("session_timeout_ms", 6000)
-        conf["heartbeat.interval.ms"] = config.get("heartbeat_interval_ms", 500)
+        conf |= timeouts(config, "session.timeout.ms", "heartbeat.interval.ms")
     if config.get("instance_id"):
         conf["group.instance.id"] = config["instance_id"]
     if config.get("debug"):
@@ -236,8 +251,7 @@ def run_kafka_python(config: dict[str, Any], app: App) -> None:
         group_instance_id=config.get("instance_id"),
         auto_offset_reset="earliest",
         enable_auto_commit=False,
-        session_timeout_ms=config.get("session_timeout_ms", 6000),
-        heartbeat_interval_ms=config.get("heartbeat_interval_ms", 500),
+        **timeouts(config, "session_timeout_ms", "heartbeat_interval_ms"),
         metadata_max_age_ms=1000,
         partition_assignment_strategy=(assignors[strategy],)
         if strategy
@@ -292,8 +306,7 @@ async def _aiokafka(config: dict[str, Any], app: App) -> None:
         group_instance_id=config.get("instance_id"),
         auto_offset_reset="earliest",
         enable_auto_commit=False,
-        session_timeout_ms=config.get("session_timeout_ms", 6000),
-        heartbeat_interval_ms=config.get("heartbeat_interval_ms", 500),
+        **timeouts(config, "session_timeout_ms", "heartbeat_interval_ms"),
         metadata_max_age_ms=1000,
     )
 

@@ -174,9 +174,10 @@ class Fleet:
     def live(self) -> list[Consumer]:
         return [c for c in self.consumers if c.proc.poll() is None and c.killed_at is None]
 
-    def assignment(self) -> dict[str, set[Partition]]:
-        """Name -> owned partitions, for the live consumers."""
-        return {c.name: c.owned() for c in self.live()}
+    def assignment(self, names: Iterable[str] | None = None) -> dict[str, set[Partition]]:
+        """Name -> owned partitions, for the live consumers (named ``names``)."""
+        wanted = None if names is None else set(names)
+        return {c.name: c.owned() for c in self.live() if wanted is None or c.name in wanted}
 
     def wait_for_assignment(
         self,
@@ -193,7 +194,7 @@ class Fleet:
 
         def done() -> bool:
             nonlocal got
-            got = self.assignment()
+            got = self.assignment(wanted)
             if wanted is not None and set(got) != wanted:
                 return False
             owned = [p for ps in got.values() for p in ps]
@@ -223,12 +224,17 @@ class Fleet:
             f"{len(wanted)} records to be consumed",
         )
 
-    def ownership_intervals(self) -> dict[Partition, list[tuple[float, float, str]]]:
-        """Partition -> [(from, until, consumer)] from every consumer's callbacks: from its
-        ``assign`` callback until its ``revoke``/``lost`` callback returned, it stopped
-        processing, it failed or it was killed (still owned: until infinity)."""
+    def ownership_intervals(
+        self, group: str | None = None
+    ) -> dict[Partition, list[tuple[float, float, str]]]:
+        """Partition -> [(from, until, consumer)] from the callbacks of every consumer (of
+        ``group``): from its ``assign`` callback until its ``revoke``/``lost`` callback
+        returned, it stopped processing, it failed or it was killed (still owned: until
+        infinity)."""
         out: dict[Partition, list[tuple[float, float, str]]] = {}
         for c in self.consumers:
+            if group is not None and c.config["group"] != group:
+                continue
             label = f"{c.name}#{c.index}({c.config['kind']})"
             since: dict[Partition, float] = {}
             for e in self.events_of(c):
@@ -245,11 +251,37 @@ class Fleet:
                 out.setdefault(p, []).append((t, end, label))
         return out
 
+    def unowned(
+        self, group: str, partitions: Iterable[Partition], since: float, until: float
+    ) -> tuple[float, float]:
+        """Between ``since`` and ``until`` (monotonic seconds): the partition-seconds when a
+        partition had no owner in ``group``, in all, and the longest single gap."""
+        intervals = self.ownership_intervals(group)
+        total = longest = 0.0
+        for p in partitions:
+            at = since
+            for start, end, _who in sorted(intervals.get(p, [])):
+                if start > at:
+                    gap = min(start, until) - at
+                    if gap > 0:
+                        total += gap
+                        longest = max(longest, gap)
+                at = max(at, end)
+                if at >= until:
+                    break
+            if at < until:
+                total += until - at
+                longest = max(longest, until - at)
+        return total, longest
+
     def check_exclusive_ownership(self) -> None:
-        """No partition owned by two consumers at the same time (see
+        """In each group, no partition owned by two consumers at the same time (see
         :meth:`ownership_intervals`)."""
         overlaps = []
-        for p, intervals in sorted(self.ownership_intervals().items()):
+        groups = sorted({c.config["group"] for c in self.consumers})
+        for p, intervals in sorted(
+            (p, i) for g in groups for p, i in self.ownership_intervals(g).items()
+        ):
             intervals.sort()
             held = intervals[0]  # the interval reaching furthest so far
             for interval in intervals[1:]:
@@ -304,6 +336,20 @@ def produce(
     assert left == 0 and not failed, (left, failed[:5])
     assert set(delivered) == set(wanted)
     return delivered
+
+
+def write_records(address: str, topic: str, counts: dict[int, int]) -> None:
+    """``counts[p]`` records to partition ``p`` (values ``topic-p-i``); the last one of each
+    partition in a batch of its own: Tansu answers ListOffsets LATEST with the base offset of
+    the last batch + 1, the log end only when that batch holds one record."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": address, "linger.ms": 5})
+    for last in (False, True):
+        for p, n in counts.items():
+            for i in ([n - 1] if n else []) if last else range(n - 1):
+                producer.produce(topic, f"{topic}-{p}-{i}".encode(), partition=p)
+        assert producer.flush(DELIVERY_TIMEOUT_S) == 0
 
 
 class BackgroundProducer:
@@ -450,7 +496,7 @@ def settle(
         lambda v: (
             v.state == "STABLE"
             and (group_type is None or v.type == group_type)
-            and v.partitions == fleet.assignment()
+            and v.partitions == fleet.assignment(wanted)
         ),
         timeout,
         f"{group} to be a stable {group_type or ''} group with the clients' assignment",

@@ -92,8 +92,16 @@ def test_a_classic_fleet_upgrades_and_downgrades_under_load(
         def restart(name: str, kind: str, group_type_between: str, group_type_after: str) -> None:
             (old,) = [x for x in fleet.live() if x.name == name]
             old.stop()
-            # Between the stop and the start: the group type after the member left.
-            assert describe(admin, channel, group).type == group_type_between
+            # Between the stop and the start: the group type once the member has left (its
+            # leave may still be on its way when its process exits).
+            wait_described(
+                admin,
+                channel,
+                group,
+                lambda v: v.type == group_type_between and name not in v.members,
+                SETTLE_S,
+                f"{name} to have left a {group_type_between} group",
+            )
             fleet.start(
                 name,
                 kind,

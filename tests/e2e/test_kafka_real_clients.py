@@ -23,6 +23,7 @@ from kafka_clients import (
     produce,
     settle,
     wait_described,
+    write_records,
 )
 from kafka_support import KafkaStack, create_topics
 
@@ -254,7 +255,11 @@ def test_a_regex_subscription_from_librdkafka(stack: KafkaStack, admin: Any, fle
     members = ["r1", "r2"]
     for m in members:
         fleet.start(m, "librdkafka-consumer", group, pattern="^orders-.*")
+    # Full match, not search: "^orders-.." is exactly the 2-letter regions (a search would take
+    # orders-apac too). librdkafka takes a subscription for a regex only if it starts with "^".
+    full = fleet.start("r3", "librdkafka-consumer", "g-rc-regex-full", pattern="^orders-..")
     settle(fleet, admin, stack.server.channel, group, wanted, members, "CONSUMER")
+    fleet.wait_for(lambda: full.owned() == wanted, SETTLE_S, "r3 to own orders-eu and orders-us")
     stub = consumer_group_pb2_grpc.ConsumerGroupServiceStub(stack.server.channel)
     resp = stub.ConsumerGroupDescribe(
         consumer_group_pb2.ConsumerGroupDescribeRequest(group_ids=[group]), timeout=10
@@ -270,10 +275,130 @@ def test_a_regex_subscription_from_librdkafka(stack: KafkaStack, admin: Any, fle
     # A topic that matches, created while they run: assigned after the registry's refresh.
     later = topic(stack, "orders-apac", 2)
     settle(fleet, admin, stack.server.channel, group, wanted | later, members, "CONSUMER")
+    assert full.owned() == wanted  # orders-apac is not two letters
     late = produce(address, "orders-apac", [f"apac-{i}" for i in range(4)], 2)
     fleet.wait_consumed(late, SETTLE_S)
-    consumed_topics = {r[0] for c in fleet.consumers for r in c.records()}
+    consumed_topics = {r[0] for c in fleet.consumers if c.name != "r3" for r in c.records()}
     assert consumed_topics == {"orders-eu", "orders-apac"}
+    assert {r[0] for r in full.records()} == {"orders-eu"}
     assert not set(values["ordersx"]) & set(fleet.consumed())
     fleet.check_exclusive_ownership()
     fleet.stop_all()
+
+
+# ---------------------------------------------------------------- 5: kafka-python's admin client
+
+
+def test_kafka_python_admin_client(stack: KafkaStack, fleet: Fleet) -> None:
+    """kafka-python's KafkaAdminClient on a KIP-848 group (librdkafka) and a classic group
+    (kafka-python): list (with Kafka's type and state filters), describe, list offsets; delete
+    refused while they have members; then, once they are empty, alter, reset (to the earliest,
+    to the latest — ListOffsets forwarded to the broker — and to an offset), delete offsets,
+    delete the groups."""
+    from kafka.admin import KafkaAdminClient, OffsetSpec
+    from kafka.errors import NoError
+    from kafka.structs import OffsetAndMetadata, TopicPartition
+
+    name, g848, gcl = "rc-admin", "g-rc-admin-848", "g-rc-admin-classic"
+    topic(stack, name, 3)
+    write_records(stack.server.kafka_address, name, {0: 10, 1: 10, 2: 10})
+    values = [f"{name}-{p}-{i}" for p in range(3) for i in range(10)]
+    fleet.start("k848", "librdkafka-consumer", g848, topics=[name])
+    fleet.start("kcl", "kafka-python", gcl, topics=[name], assignor="range")
+    fleet.wait_for(
+        lambda: all(
+            {(t, p): o for e in c.events("commit") for t, p, o in e["offsets"]}
+            == {(name, p): 10 for p in range(3)}
+            for c in fleet.consumers
+        ),
+        SETTLE_S,
+        "both groups to commit everything",
+    )
+    assert all(fleet.consumed().get(v) == 2 for v in values)  # once per group
+    admin = KafkaAdminClient(bootstrap_servers=stack.server.kafka_address, request_timeout_ms=20000)
+    tp = [TopicPartition(name, p) for p in range(3)]
+    try:
+        ours = {g848, gcl}
+
+        def listed(**filters: Any) -> list[tuple[str, str, str, str]]:
+            return sorted(
+                (g["group_id"], g["group_type"], g["group_state"], g["protocol_type"])
+                for g in admin.list_groups(**filters)
+                if g["group_id"] in ours
+            )
+
+        assert listed() == [
+            (g848, "consumer", "Stable", "consumer"),
+            (gcl, "classic", "Stable", "consumer"),
+        ]
+        assert listed(types_filter=["consumer"]) == [(g848, "consumer", "Stable", "consumer")]
+        assert listed(types_filter=["classic"], states_filter=["Stable"]) == [
+            (gcl, "classic", "Stable", "consumer")
+        ]
+        assert listed(states_filter=["Empty"]) == []
+
+        described = admin.describe_groups([g848, gcl, "g-rc-admin-nope"])
+        everything = {"assigned_partitions": [{"topic": name, "partitions": [0, 1, 2]}]}
+        for group, client, protocol in ((g848, "k848", "uniform"), (gcl, "kcl", "range")):
+            d = described[group]
+            assert (d["error"], d["group_state"], d["protocol_type"], d["protocol_data"]) == (
+                None,
+                "Stable",
+                "consumer",
+                protocol,
+            )
+            [m] = d["members"]
+            assert (m["client_id"], m["client_host"], m["group_instance_id"]) == (
+                client,
+                "/127.0.0.1",
+                None,
+            )
+            assert m["member_metadata"]["topics"] == [name]
+            assert {k: m["member_assignment"][k] for k in everything} == everything
+        nope = described["g-rc-admin-nope"]
+        assert (nope["group_state"], nope["members"], nope["error"]) == (
+            "Dead",
+            [],
+            "[Error 69] GroupIdNotFoundError: Group g-rc-admin-nope not found.",
+        )
+        assert admin.list_group_offsets([g848, gcl]) == {
+            g: {t: OffsetAndMetadata(10, "", -1) for t in tp} for g in (g848, gcl)
+        }
+        # Members: not deleted (and their offsets stay).
+        assert admin.delete_groups([g848, gcl]) == {
+            g848: "NonEmptyGroupError",
+            gcl: "NonEmptyGroupError",
+        }
+        assert len(admin.list_group_offsets(gcl)[gcl]) == 3
+
+        fleet.stop_all()
+        assert listed() == [
+            (g848, "consumer", "Empty", "consumer"),
+            (gcl, "classic", "Empty", "consumer"),
+        ]
+        assert admin.alter_group_offsets(g848, {tp[0]: OffsetAndMetadata(3, "m", -1)}) == {
+            tp[0]: NoError
+        }
+        assert admin.list_group_offsets(g848)[g848][tp[0]] == OffsetAndMetadata(3, "m", -1)
+        reset = admin.reset_group_offsets(gcl, dict.fromkeys(tp, OffsetSpec.EARLIEST))
+        assert reset == {t: {"error": NoError, "offset": 0} for t in tp}
+        reset = admin.reset_group_offsets(gcl, {tp[0]: OffsetSpec.LATEST, tp[1]: 4, tp[2]: 99})
+        assert reset == {  # an explicit offset past the log end is clamped to it
+            tp[0]: {"error": NoError, "offset": 10},
+            tp[1]: {"error": NoError, "offset": 4},
+            tp[2]: {"error": NoError, "offset": 10},
+        }
+        assert admin.delete_group_offsets(gcl, [tp[2]]) == {tp[2]: NoError}
+        assert admin.list_group_offsets(gcl)[gcl] == {
+            tp[0]: OffsetAndMetadata(10, "", -1),
+            tp[1]: OffsetAndMetadata(4, "", -1),
+        }
+        assert admin.delete_groups([g848, gcl, "g-rc-admin-nope"]) == {
+            g848: "OK",
+            gcl: "OK",
+            "g-rc-admin-nope": "GroupIdNotFoundError",
+        }
+        assert listed() == []
+        assert admin.list_group_offsets([g848, gcl]) == {g848: {}, gcl: {}}
+    finally:
+        admin.close()
