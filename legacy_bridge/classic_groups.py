@@ -35,6 +35,7 @@ from coordinator.core.errors import (
     IllegalStateError,
     InconsistentGroupProtocolError,
     InvalidGroupIdError,
+    NonEmptyGroupError,
     RebalanceInProgressError,
     UnknownMemberIdError,
 )

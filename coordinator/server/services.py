@@ -270,6 +270,12 @@ AdminService = _servicer(
             lambda _r, _c: None,
             _reply(admin_pb2.ListTopicsResponse, convert.list_topics_to_proto),
         ),
+        "ListOffsets": Rpc(
+            admin_pb2.ListOffsetsResponse,
+            "list_offsets",
+            lambda r, _c: convert.list_offsets_from_proto(r),
+            _reply(admin_pb2.ListOffsetsResponse, convert.list_offsets_to_proto),
+        ),
         "ListGroups": Rpc(
             admin_pb2.ListGroupsResponse,
             "list_groups",

@@ -206,6 +206,8 @@ def test_groups_describe_json(manual_server: ServerProcess, shop: dict[str, str]
                     "topic": "orders",
                     "partition": 0,
                     "committed_offset": 42,
+                    "log_end_offset": None,  # no upstream: no logs
+                    "lag": None,
                     "committed_leader_epoch": -1,
                     "metadata": "m1",
                     **owner,
@@ -214,6 +216,8 @@ def test_groups_describe_json(manual_server: ServerProcess, shop: dict[str, str]
                     "topic": "orders",
                     "partition": 1,
                     "committed_offset": None,
+                    "log_end_offset": None,  # no upstream: no logs
+                    "lag": None,
                     "committed_leader_epoch": None,
                     "metadata": None,
                     **owner,
@@ -222,6 +226,8 @@ def test_groups_describe_json(manual_server: ServerProcess, shop: dict[str, str]
                     "topic": "orders",
                     "partition": 2,
                     "committed_offset": None,
+                    "log_end_offset": None,  # no upstream: no logs
+                    "lag": None,
                     "committed_leader_epoch": None,
                     "metadata": None,
                     **owner,

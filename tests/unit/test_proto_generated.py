@@ -142,6 +142,7 @@ SERVICES = {
             "CreatePartitions",
             "DeleteTopics",
             "ListTopics",
+            "ListOffsets",
         ],
     ),
     "TestingService": ("testing", ["AdvanceTime"]),
@@ -297,6 +298,14 @@ FIELDS = {
     "ListTopicsRequest": "",
     "ListTopicsResponse": "topics[]",
     "ListTopicsResponse.Topic": "name topic_id:bytes num_partitions",
+    "ListOffsetsRequest": "isolation_level topics[]",
+    "ListOffsetsRequest.Topic": "name partitions[]",
+    "ListOffsetsRequest.Partition": "partition_index timestamp:int64",
+    "ListOffsetsResponse": "error_code ?error_message topics[]",
+    "ListOffsetsResponse.Topic": "name partitions[]",
+    "ListOffsetsResponse.Partition": (
+        "partition_index error_code ?error_message timestamp:int64 offset:int64 leader_epoch"
+    ),
     # testing.proto
     "AdvanceTimeRequest": "ms",
     "AdvanceTimeResponse": "now_ms",
