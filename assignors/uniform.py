@@ -81,7 +81,9 @@ def compute_uniform_assignment(
     specs = group_spec.members
     if not specs:
         return {}
-    return _Builder(specs, group_spec.subscription_type, topics).build()
+    return _Builder(
+        specs, group_spec.subscription_type, topics, group_spec.partition_owners
+    ).build()
 
 
 class _Builder:
@@ -92,7 +94,9 @@ class _Builder:
         specs: Mapping[str, MemberSubscription],
         subscription_type: SubscriptionType,
         topics: Mapping[TopicId, TopicMetadata],
+        partition_owners: Mapping[TopicId, Mapping[int, str]] | None = None,
     ) -> None:
+        self.partition_owners = partition_owners or {}
         self.member_ids = member_ids = sorted(specs)
         count = len(member_ids)
         spec_list = [specs[m] for m in member_ids]
@@ -146,7 +150,9 @@ class _Builder:
     # ------------------------------------------------------------------ driver
 
     def build(self) -> dict[str, MemberAssignment]:
-        if len(self.class_members) > 1 or not self._clean_one_class():
+        if len(self.class_members) > 1 or not (
+            self._clean_from_owners() or self._clean_one_class()
+        ):
             self._clean()
         if len(self.class_members) == 1:
             members = self.class_members[0]
@@ -165,6 +171,51 @@ class _Builder:
             self.current[i] = dict(self.current[i])
             self.owned[i] = True
         return self.current[i]  # type: ignore[return-value]
+
+    def _clean_from_owners(self) -> bool:
+        """The homogeneous case when the spec's ``partition_owners`` is the inverse of the
+        members' assignments (as the coordinator passes it): no per-partition work in Python.
+        Member loads are summed; when every member holds only non-empty sets of usable topics
+        and the loads add up to the owned partitions, no partition is held twice, and what is
+        free per topic follows from its owners (their range checked by C-level passes). Same outcome as
+        :meth:`_clean_one_class`; returns False (nothing changed) when it cannot decide."""
+        owners_of = self.partition_owners
+        assignments = self.assignments
+        if not owners_of and any(assignments):
+            return False
+        counts = self.partition_counts
+        usable = frozenset(self.topic_ids)
+        if not all(map(usable.issuperset, assignments)) or not all(
+            chain.from_iterable(map(_values, assignments))
+        ):
+            return False
+        load = [sum(map(len, a.values())) for a in assignments]
+        owned = 0
+        unassigned: dict[TopicId, Sequence[int]] = {}
+        for t in self.topic_ids:
+            n = counts[t]
+            owners = owners_of.get(t) or {}
+            held = len(owners)
+            owned += held
+            if not held:
+                unassigned[t] = range(n)
+            elif held == n:
+                # n distinct indexes below n summing to 0+1+...+(n-1) are exactly range(n):
+                # that sum is the largest n distinct integers below n can reach, and only
+                # range(n) reaches it (cheaper than min and max over the keys).
+                if max(owners) >= n or sum(owners) != n * (n - 1) // 2:
+                    return False
+                unassigned[t] = ()
+            else:
+                free = list(filterfalse(owners.__contains__, range(n)))
+                if len(free) + held != n:
+                    return False  # an index out of range
+                unassigned[t] = free
+        if sum(load) != owned:
+            return False  # some partition held twice, or owners that are not the inverse
+        self.load = load
+        self.unassigned = unassigned
+        return True
 
     def _clean_one_class(self) -> bool:
         """The common homogeneous case, with as little per-member work as possible: every

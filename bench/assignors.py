@@ -169,7 +169,13 @@ def make_spec(
         for m, subs in members
     }
     kind = SubscriptionType.HOMOGENEOUS if homogeneous else SubscriptionType.HETEROGENEOUS
-    return GroupSpec(members=specs, subscription_type=kind)
+    # The inverted current assignment, as the coordinator passes it (group.target_owners).
+    owners: dict[str, dict[int, str]] = {}
+    for m, a in current.items():
+        if m in specs:
+            for t, ps in a.items():
+                owners.setdefault(t, {}).update(dict.fromkeys(ps, m))
+    return GroupSpec(members=specs, subscription_type=kind, partition_owners=owners)
 
 
 def moved(before: Assignment, after: Assignment) -> int:

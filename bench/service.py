@@ -36,6 +36,7 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench._loadgen import build
 from bench._report import machine, table, write_section
 
 MEMBERS_PER_GROUP_HB = 8
@@ -45,27 +46,11 @@ LOAD_MEMBERS = 10
 # ---------------------------------------------------------------- 1. heartbeats through gRPC
 
 HEARTBEAT_PATH = "/kip848.v1.ConsumerGroupService/ConsumerGroupHeartbeat"
-LOADGEN_SRC = Path(__file__).resolve().parent / "loadgen" / "h2hb.c"
-LOADGEN_BIN = Path(__file__).resolve().parent / "loadgen" / "build" / "h2hb"
 
 
 def loadgen() -> str:
-    """Build ``bench/loadgen/h2hb`` (C, libnghttp2) if needed; ``scripts/bench`` installs its
-    Debian packages (gcc, libnghttp2-dev)."""
-    if not LOADGEN_BIN.exists() or LOADGEN_BIN.stat().st_mtime < LOADGEN_SRC.stat().st_mtime:
-        LOADGEN_BIN.parent.mkdir(exist_ok=True)
-        done = subprocess.run(
-            ["gcc", "-O2", "-Wall", "-o", str(LOADGEN_BIN), str(LOADGEN_SRC), "-lnghttp2"],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        if done.returncode:
-            raise SystemExit(
-                f"cannot build the load generator (run scripts/bench, which installs gcc and "
-                f"libnghttp2-dev):\n{done.stderr}"
-            )
-    return str(LOADGEN_BIN)
+    """``bench/loadgen/h2hb`` (C, libnghttp2), built if needed."""
+    return build("h2hb")
 
 
 def _serve_profiled(argv: list[str], profile_out: str) -> int:

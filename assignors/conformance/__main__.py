@@ -5,7 +5,24 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+
+MAX_EXAMPLES = 100_000
+
+
+def _int_in(lo: int, hi: int) -> Callable[[str], int]:
+    """An argparse type: an integer in ``lo..hi`` (argparse names the flag)."""
+
+    def parse(text: str) -> int:
+        try:
+            number = int(text)
+        except ValueError:
+            number = None
+        if number is None or not lo <= number <= hi:
+            raise argparse.ArgumentTypeError(f"expected an integer in {lo}..{hi}, got {text!r}")
+        return number
+
+    return parse
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -15,8 +32,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         "balance and stickiness.",
     )
     parser.add_argument("assignor", help="a built-in or installed name, or module:Class")
-    parser.add_argument("--examples", type=int, default=200, help="generated groups (default 200)")
-    parser.add_argument("--seed", type=int, default=0, help="hypothesis seed (default 0)")
+    parser.add_argument(
+        "--examples",
+        type=_int_in(1, MAX_EXAMPLES),
+        default=200,
+        help=f"generated groups (default 200, at most {MAX_EXAMPLES})",
+    )
+    parser.add_argument(
+        "--seed", type=_int_in(0, 2**64 - 1), default=0, help="hypothesis seed (default 0)"
+    )
     parser.add_argument(
         "--require-balance", action="store_true", help="fail unless the assignor is balanced"
     )

@@ -15,41 +15,21 @@
  * Prints one JSON line: calls, failures, seconds, per_s, client_cpu_us, p50_ms, p99_ms, error.
  * Every loop is bounded: the run ends SECONDS + 30 s after it starts whatever happens.
  */
-#define _GNU_SOURCE
-#include <arpa/inet.h>
-#include <errno.h>
-#include <fcntl.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <nghttp2/nghttp2.h>
-#include <stdint.h>
-#include <stdio.h>
+#include "h2client.h"
+
 #include <stdlib.h>
-#include <string.h>
 #include <sys/epoll.h>
-#include <sys/resource.h>
-#include <sys/socket.h>
-#include <time.h>
-#include <unistd.h>
 
 #define HIST_US 2000000 /* latency histogram: 1 us buckets up to 2 s */
 
-struct conn;
-
 struct member {
-    struct conn *conn;
+    struct h2conn *conn;
     uint8_t *frame; /* 5-byte gRPC prefix + message */
     size_t frame_len, sent;
     double t0;
     int http_status, grpc_status;
     uint8_t resp[4096];
     size_t resp_len;
-};
-
-struct conn {
-    int fd;
-    nghttp2_session *session;
 };
 
 static char g_authority[300], g_path[512];
@@ -59,25 +39,9 @@ static char g_error[512];
 static uint32_t *g_hist;
 static long g_hist_over;
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static void fail(const char *msg) {
     if (!g_failures) snprintf(g_error, sizeof g_error, "%s", msg);
     g_failures++;
-}
-
-static int read_varint(const uint8_t **p, const uint8_t *end, uint64_t *v) {
-    *v = 0;
-    for (int shift = 0; *p < end && shift < 64; shift += 7) {
-        uint8_t b = *(*p)++;
-        *v |= (uint64_t)(b & 0x7f) << shift;
-        if (!(b & 0x80)) return 1;
-    }
-    return 0;
 }
 
 /* error_code (field 1, varint) of a protobuf message; -999 if malformed */
@@ -86,20 +50,8 @@ static long error_code(const uint8_t *p, size_t n) {
     while (p < end) {
         uint64_t key, v;
         if (!read_varint(&p, end, &key)) return -999;
-        unsigned field = key >> 3, wt = key & 7;
-        if (wt == 0) {
-            if (!read_varint(&p, end, &v)) return -999;
-            if (field == 1) return (int32_t)v;
-        } else if (wt == 2) {
-            if (!read_varint(&p, end, &v) || v > (uint64_t)(end - p)) return -999;
-            p += v;
-        } else if (wt == 5) {
-            p += 4;
-        } else if (wt == 1) {
-            p += 8;
-        } else {
-            return -999;
-        }
+        if (key == (1 << 3 | 0)) return read_varint(&p, end, &v) ? (int32_t)v : -999;
+        if (!skip_field(&p, end, key & 7)) return -999;
     }
     return 0;
 }
@@ -133,14 +85,6 @@ static void submit(struct member *m) {
     g_submitted++;
     if (nghttp2_submit_request(m->conn->session, NULL, hdrs, sizeof hdrs / sizeof hdrs[0], &prd, m) < 0)
         fail("nghttp2_submit_request failed");
-}
-
-static ssize_t on_send(nghttp2_session *s, const uint8_t *data, size_t len, int flags, void *ud) {
-    (void)s; (void)flags;
-    struct conn *c = ud;
-    ssize_t n = send(c->fd, data, len, MSG_NOSIGNAL);
-    if (n < 0) return (errno == EAGAIN || errno == EWOULDBLOCK) ? NGHTTP2_ERR_WOULDBLOCK : NGHTTP2_ERR_CALLBACK_FAILURE;
-    return n;
 }
 
 static int on_header(nghttp2_session *s, const nghttp2_frame *f, const uint8_t *name, size_t nlen,
@@ -193,19 +137,6 @@ static int on_close(nghttp2_session *s, int32_t id, uint32_t code, void *ud) {
     return 0;
 }
 
-static int connect_to(const char *host, const char *port) {
-    struct addrinfo hints = {0}, *res;
-    hints.ai_socktype = SOCK_STREAM;
-    if (getaddrinfo(host, port, &hints, &res)) return -1;
-    int fd = socket(res->ai_family, SOCK_STREAM, 0);
-    if (fd < 0 || connect(fd, res->ai_addr, res->ai_addrlen)) { freeaddrinfo(res); return -1; }
-    freeaddrinfo(res);
-    int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
-    return fd;
-}
-
 int main(int argc, char **argv) {
     if (argc != 7) {
         fprintf(stderr, "usage: h2hb HOST PORT PATH SECONDS CONNECTIONS REQFILE\n");
@@ -240,25 +171,21 @@ int main(int argc, char **argv) {
 
     nghttp2_session_callbacks *cbs;
     nghttp2_session_callbacks_new(&cbs);
-    nghttp2_session_callbacks_set_send_callback(cbs, on_send);
+    nghttp2_session_callbacks_set_send_callback(cbs, h2_on_send);
     nghttp2_session_callbacks_set_on_header_callback(cbs, on_header);
     nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, on_data);
     nghttp2_session_callbacks_set_on_stream_close_callback(cbs, on_close);
 
     int ep = epoll_create1(0);
-    struct conn *conns = calloc(nconn, sizeof *conns);
+    struct h2conn *conns = calloc(nconn, sizeof *conns);
     for (int i = 0; i < nconn; i++) {
         conns[i].fd = connect_to(host, port);
         if (conns[i].fd < 0) { fprintf(stderr, "h2hb: cannot connect to %s:%s\n", host, port); return 1; }
-        nghttp2_session_client_new(&conns[i].session, cbs, &conns[i]);
-        nghttp2_settings_entry iv[] = {{NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, 1000},
-                                       {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, 1 << 20}};
-        nghttp2_submit_settings(conns[i].session, NGHTTP2_FLAG_NONE, iv, 2);
+        if (h2_session_start(&conns[i], cbs)) { fprintf(stderr, "h2hb: nghttp2 session failed\n"); return 1; }
         struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &conns[i]};
         epoll_ctl(ep, EPOLL_CTL_ADD, conns[i].fd, &ev);
     }
-    struct rusage r0, r1;
-    getrusage(RUSAGE_SELF, &r0);
+    double cpu0 = cpu_s();
     double t0 = now_s();
     g_stop_at = t0 + seconds;
     g_hard_stop = t0 + seconds + 30;
@@ -268,7 +195,6 @@ int main(int argc, char **argv) {
     }
     for (int i = 0; i < nconn; i++) nghttp2_session_send(conns[i].session);
 
-    uint8_t buf[65536];
     struct epoll_event evs[256];
     for (long round = 0; round < 1000000000L; round++) {
         double t = now_s();
@@ -277,27 +203,13 @@ int main(int argc, char **argv) {
         if (t > g_hard_stop) { fail("hard time limit reached"); break; }
         int n = epoll_wait(ep, evs, 256, 100);
         for (int k = 0; k < n; k++) {
-            struct conn *c = evs[k].data.ptr;
-            for (int j = 0; j < 64; j++) {
-                ssize_t r = recv(c->fd, buf, sizeof buf, 0);
-                if (r > 0) {
-                    if (nghttp2_session_mem_recv(c->session, buf, (size_t)r) < 0) { fail("HTTP/2 protocol error"); break; }
-                    if ((size_t)r < sizeof buf) break;
-                } else if (r == 0) {
-                    fail("server closed the connection");
-                    break;
-                } else {
-                    if (errno != EAGAIN && errno != EWOULDBLOCK) fail("recv failed");
-                    break;
-                }
-            }
-            if (nghttp2_session_send(c->session) < 0) fail("HTTP/2 send failed");
+            struct h2conn *c = evs[k].data.ptr;
+            const char *problem = h2_pump(c);
+            if (problem) fail(problem);
         }
     }
     double elapsed = now_s() - t0;
-    getrusage(RUSAGE_SELF, &r1);
-    double cpu = (r1.ru_utime.tv_sec - r0.ru_utime.tv_sec) + (r1.ru_stime.tv_sec - r0.ru_stime.tv_sec) +
-                 1e-6 * ((r1.ru_utime.tv_usec - r0.ru_utime.tv_usec) + (r1.ru_stime.tv_usec - r0.ru_stime.tv_usec));
+    double cpu = cpu_s() - cpu0;
     long seen = 0, p50 = -1, p99 = -1;
     for (long us = 0; us < HIST_US; us++) {
         seen += g_hist[us];

@@ -29,10 +29,22 @@ def build() -> tuple[argparse.ArgumentParser, Commands]:
     parser = argparse.ArgumentParser(
         prog="kip848", description="A KIP-848 consumer group coordinator over gRPC."
     )
+    parser.add_argument("--version", action="version", version=f"kip848 {version()}")
     commands = Commands(parser.add_subparsers(dest="command", metavar="COMMAND"))
     for module in SUBCOMMANDS:
         module.register(commands)
     return parser, commands
+
+
+def version() -> str:
+    """The installed package's version."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    try:
+        return installed("kip848-coordinator")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -5,10 +5,13 @@ summarises (non-zero exit on a corrupt store)."""
 from __future__ import annotations
 
 import argparse
+import base64
+import dataclasses
+import enum
 import json
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from coordinator.cli.config import DEFAULT_DATA_DIR, add_config_flags, build_config
@@ -65,17 +68,49 @@ def cmd_dump(args: argparse.Namespace) -> int:
             rows = ((o, None, r.key, r.value) for o, r in store.load())
         for offset, ts, key, value in rows:
             try:
-                text = codec.describe(codec.decode(key, value))
+                record = codec.decode(key, value)
             except Exception as exc:  # noqa: BLE001 - show what we can of a corrupt record
-                text = f"<undecodable: {exc}>"
+                record, problem = None, f"<undecodable: {exc}>"
             if args.output == "json":
-                item: dict[str, Any] = {"offset": offset, "record": text}
+                item: dict[str, Any] = {"offset": offset}
                 if ts is not None:
                     item["timestamp_ms"] = ts
+                if record is None:
+                    item["error"] = problem
+                else:
+                    item |= record_json(record)
                 print(json.dumps(item))
             else:
+                text = codec.describe(record) if record is not None else problem
                 print(f"{offset}\t{ts}\t{text}" if ts is not None else f"{offset}\t{text}")
     return 0
+
+
+def record_json(record: Any) -> dict[str, Any]:
+    """A record as JSON values: its type (Kafka's record name), key fields and value fields
+    (``None`` for a tombstone)."""
+    return {
+        "type": type(record.key).__name__.removesuffix("Key"),
+        "key": json_value(record.key),
+        "value": None if record.value is None else json_value(record.value),
+    }
+
+
+def json_value(value: Any) -> Any:
+    """Dataclasses as objects, sets sorted, tuples as lists, bytes as base64, enums by name."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: json_value(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, enum.Enum):
+        return value.name
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode("ascii")
+    if isinstance(value, Mapping):
+        return {str(k): json_value(v) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
+    if isinstance(value, (set, frozenset)):
+        return sorted(json_value(v) for v in value)
+    if isinstance(value, (list, tuple)):
+        return [json_value(v) for v in value]
+    return value
 
 
 def check_state(shards: Sequence[Any], registry: Any) -> list[str]:
@@ -123,7 +158,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from coordinator.runtime.loader import load_into
     from coordinator.runtime.store import StoreError
 
-    config = build_config(args.config_file, args.set)
+    config = build_config(args.config_file, args.set, args.server_properties)
     try:
         store = open_read_only(args.data_dir, args.accept_lost_wal)
     except StoreError as exc:

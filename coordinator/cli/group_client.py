@@ -21,6 +21,7 @@ class GroupClient:
         self.admin = admin_pb2_grpc.AdminServiceStub(channel)
         self.groups = consumer_group_pb2_grpc.ConsumerGroupServiceStub(channel)
         self.offsets = offsets_pb2_grpc.OffsetServiceStub(channel)
+        self._listed: dict[str, Any] | None = None
 
     def call(self, fn: Any, request: Any) -> Any:
         return call(fn, request, self.args)
@@ -38,13 +39,16 @@ class GroupClient:
         return list(resp.groups)
 
     def listed(self) -> dict[str, Any]:
+        """Every group the coordinator lists, by id (asked once per command)."""
         from kip848.v1 import admin_pb2
 
-        resp = self.call(self.admin.ListGroups, admin_pb2.ListGroupsRequest())
-        if resp.error_code:
-            report("list groups", resp.error_code, resp.error_message)
-            raise CommandFailed
-        return {g.group_id: g for g in resp.groups}
+        if self._listed is None:
+            resp = self.call(self.admin.ListGroups, admin_pb2.ListGroupsRequest())
+            if resp.error_code:
+                report("list groups", resp.error_code, resp.error_message)
+                raise CommandFailed
+            self._listed = {g.group_id: g for g in resp.groups}
+        return self._listed
 
     def topics(self) -> dict[str, int]:
         from kip848.v1 import admin_pb2

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from coordinator.cli.argtypes import INT32_MAX, INT64_MAX, INT64_MIN, int_in, parse_int
 from coordinator.cli.errors import CommandFailed, UsageError
 from coordinator.cli.group_client import GroupClient
 from coordinator.cli.output import print_json, print_table
@@ -23,7 +24,7 @@ def add_actions(gsub: Any) -> None:
         help="set the committed offsets of an inactive group",
         description="Refused while the group has members, as in Kafka. Dry run unless --execute.",
     )
-    g.add_argument("group_id", metavar="GROUP")
+    add_one_group(g)
     g.add_argument(
         "--topic",
         action="append",
@@ -35,10 +36,15 @@ def add_actions(gsub: Any) -> None:
         "--all-topics", action="store_true", help="every partition the group has an offset for"
     )
     how = g.add_mutually_exclusive_group(required=True)
-    how.add_argument("--to-offset", type=int, metavar="N", help="set every partition to N")
+    how.add_argument(
+        "--to-offset",
+        type=int_in(0, INT64_MAX),
+        metavar="N",
+        help="set every partition to N",
+    )
     how.add_argument(
         "--shift-by",
-        type=int,
+        type=int_in(INT64_MIN, INT64_MAX),
         metavar="N",
         help="move each committed offset by N (may be negative; floor 0)",
     )
@@ -54,7 +60,7 @@ def add_actions(gsub: Any) -> None:
         "delete-offsets",
         help="delete committed offsets of topics the group no longer subscribes to",
     )
-    g.add_argument("group_id", metavar="GROUP")
+    add_one_group(g)
     g.add_argument(
         "--topic",
         action="append",
@@ -66,25 +72,57 @@ def add_actions(gsub: Any) -> None:
     g.set_defaults(group_action=_groups_delete_offsets)
 
 
+def add_one_group(g: argparse.ArgumentParser) -> None:
+    """One group: ``GROUP`` or ``--group GROUP`` (Kafka's form)."""
+    g.add_argument("group_id", nargs="?", metavar="GROUP")
+    g.add_argument("--group", dest="group_opt", metavar="GROUP", help="the same as GROUP")
+
+
+def one_group(args: argparse.Namespace) -> str:
+    named = {g for g in (args.group_id, args.group_opt) if g is not None}
+    if len(named) != 1:
+        raise UsageError(
+            f"{args.groups_command}: name one group (GROUP or --group GROUP)"
+            + (f", not {len(named)}" if named else "")
+        )
+    return named.pop()
+
+
+def _digits(text: str) -> bool:
+    return text.isascii() and text.isdigit()
+
+
 def parse_topic_partitions(spec: str) -> tuple[str, list[int] | None]:
-    """``T`` (every partition) or ``T:P[,P...]`` (partitions, ``a-b`` ranges allowed)."""
+    """``T`` (every partition) or ``T:P[,P...]`` (partitions, ``a-b`` ranges allowed). Each
+    partition is in Kafka's INT32 range, and one spec names at most as many partitions as a
+    topic can have."""
+    from coordinator.core.topics import MAX_PARTITIONS
+
     topic, sep, rest = spec.rpartition(":") if ":" in spec else (spec, "", "")
     if not topic:
         raise UsageError(f"--topic expects TOPIC or TOPIC:PARTITIONS, got {spec!r}")
     if not sep:
         return topic, None
-    partitions: list[int] = []
-    try:
-        for item in rest.split(","):
-            lo, dash, hi = item.strip().partition("-")
-            partitions.extend(range(int(lo), int(hi) + 1) if dash else [int(lo)])
-    except ValueError:
+    ranges: list[tuple[int, int]] = []
+    for item in rest.split(","):
+        lo, dash, hi = (part.strip() for part in item.partition("-"))
+        if not _digits(lo) or (dash and not _digits(hi)):
+            raise UsageError(f"--topic {spec!r}: partitions are numbers, e.g. {topic}:0,2,4-7")
+        try:
+            first = parse_int(lo, 0, INT32_MAX)
+            ranges.append((first, parse_int(hi, 0, INT32_MAX) if dash else first))
+        except ValueError:
+            raise UsageError(
+                f"--topic {spec!r}: partitions are in 0..{INT32_MAX} (Kafka's INT32)"
+            ) from None
+    for lo, hi in ranges:
+        if hi < lo:
+            raise UsageError(f"--topic {spec!r}: the range {lo}-{hi} is empty (LOW-HIGH)")
+    if sum(hi - lo + 1 for lo, hi in ranges) > MAX_PARTITIONS:
         raise UsageError(
-            f"--topic {spec!r}: partitions are numbers, e.g. {topic}:0,2,4-7"
-        ) from None
-    if not partitions or any(p < 0 for p in partitions):
-        raise UsageError(f"--topic {spec!r}: partitions are numbers >= 0")
-    return topic, sorted(set(partitions))
+            f"--topic {spec!r}: names more partitions than a topic can have ({MAX_PARTITIONS})"
+        )
+    return topic, sorted({p for lo, hi in ranges for p in range(lo, hi + 1)})
 
 
 def read_offsets_csv(path: str) -> dict[tuple[str, int], int]:
@@ -114,6 +152,11 @@ def read_offsets_csv(path: str) -> dict[tuple[str, int], int]:
             ) from None
         if partition < 0 or offset < 0:
             raise UsageError(f"{path}:{number}: partition and offset must be >= 0, got {line!r}")
+        if partition > INT32_MAX or offset > INT64_MAX:
+            raise UsageError(
+                f"{path}:{number}: partition must be in 0..{INT32_MAX} (Kafka's INT32) and "
+                f"offset in 0..{INT64_MAX} (INT64), got {line!r}"
+            )
         if (topic, partition) in out:
             raise UsageError(f"{path}:{number}: {topic}-{partition} appears twice")
         out[(topic, partition)] = offset
@@ -123,7 +166,7 @@ def read_offsets_csv(path: str) -> dict[tuple[str, int], int]:
 
 
 def _resolve_partitions(
-    c: GroupClient, group_id: str, specs: Sequence[str], all_topics: bool
+    c: GroupClient, group_id: str, specs: Sequence[tuple[str, list[int] | None]], all_topics: bool
 ) -> dict[str, list[int]]:
     """Topic -> partitions named by ``--topic`` specs (a bare topic: all its partitions) or,
     with ``--all-topics``, every partition the group has an offset for."""
@@ -134,8 +177,7 @@ def _resolve_partitions(
         return out
     registry = None
     out = {}
-    for spec in specs:
-        topic, partitions = parse_topic_partitions(spec)
+    for topic, partitions in specs:
         if partitions is None:
             registry = registry if registry is not None else c.topics()
             if topic not in registry:
@@ -149,7 +191,7 @@ def _resolve_partitions(
 def _groups_reset_offsets(args: argparse.Namespace, c: GroupClient) -> int:
     from kip848.v1 import offsets_pb2
 
-    gid = args.group_id
+    gid = one_group(args)
     if args.from_file is None and not args.topic and not args.all_topics:
         raise UsageError(
             "reset-offsets: name the partitions with --topic T[:P] (repeatable), --all-topics, or --from-file"
@@ -158,8 +200,8 @@ def _groups_reset_offsets(args: argparse.Namespace, c: GroupClient) -> int:
         raise UsageError(
             "reset-offsets: --from-file names its own partitions; drop --topic/--all-topics"
         )
-    if args.to_offset is not None and args.to_offset < 0:
-        raise UsageError("reset-offsets: --to-offset must be >= 0")
+    specs = [parse_topic_partitions(spec) for spec in args.topic]
+    wanted = read_offsets_csv(args.from_file) if args.from_file is not None else {}
     state = c.group_state(gid)
     if state is not None and state[1] not in ("Empty", "Dead"):
         _kind, current, members = state
@@ -176,12 +218,11 @@ def _groups_reset_offsets(args: argparse.Namespace, c: GroupClient) -> int:
         )
         return 1
     if args.from_file is not None:
-        wanted = read_offsets_csv(args.from_file)
         partitions: dict[str, list[int]] = {}
         for topic, p in sorted(wanted):
             partitions.setdefault(topic, []).append(p)
     else:
-        partitions = _resolve_partitions(c, gid, args.topic, args.all_topics)
+        partitions = _resolve_partitions(c, gid, specs, args.all_topics)
     if not partitions:
         print(f"kip848: group '{gid}' has no committed offsets to reset.", file=sys.stderr)
         return 1
@@ -201,6 +242,11 @@ def _groups_reset_offsets(args: argparse.Namespace, c: GroupClient) -> int:
                 continue
             else:
                 after = max(0, before + args.shift_by)
+                if after > INT64_MAX:
+                    raise UsageError(
+                        f"reset-offsets: {topic}-{p} at {before} shifted by {args.shift_by} "
+                        f"passes the largest offset ({INT64_MAX})"
+                    )
             plan.append((topic, p, before, after))
     if unshiftable:
         print(
@@ -273,8 +319,9 @@ def _groups_reset_offsets(args: argparse.Namespace, c: GroupClient) -> int:
 def _groups_delete_offsets(args: argparse.Namespace, c: GroupClient) -> int:
     from kip848.v1 import offsets_pb2
 
-    gid = args.group_id
-    partitions = _resolve_partitions(c, gid, args.topic, False)
+    gid = one_group(args)
+    specs = [parse_topic_partitions(spec) for spec in args.topic]
+    partitions = _resolve_partitions(c, gid, specs, False)
     req = offsets_pb2.OffsetDeleteRequest(
         group_id=gid,
         topics=[

@@ -7,7 +7,7 @@ import argparse
 from typing import Any
 
 from coordinator.cli import group_offsets
-from coordinator.cli.errors import CommandFailed
+from coordinator.cli.errors import CommandFailed, UsageError
 from coordinator.cli.group_client import GroupClient
 from coordinator.cli.output import dash, print_json, print_table, split_values, topic_id_text
 from coordinator.cli.registry import Commands
@@ -24,25 +24,30 @@ def register(commands: Commands) -> None:
     g.add_argument(
         "--state",
         action="append",
+        nargs="?",
+        const="",
         default=[],
         metavar="STATE",
-        help="only groups in this state (case-insensitive; repeatable or comma-separated)",
+        help="only groups in this state (case-insensitive; repeatable or comma-separated; "
+        f"{', '.join(GROUP_STATES)}); without a value, no filter (the STATE column is always shown)",
     )
     g.add_argument(
         "--type",
         action="append",
         default=[],
         metavar="TYPE",
-        help="only groups of this type: consumer, classic (case-insensitive; repeatable or comma-separated)",
+        help="only groups of this type (case-insensitive; repeatable or comma-separated; "
+        f"{', '.join(GROUP_TYPES)})",
     )
     add_client_flags(g)
     g.set_defaults(group_action=_groups_list)
     g = gsub.add_parser(
         "describe",
         help="state, members and committed offsets of groups",
-        description="With no section flag: --state and --members.",
+        description="Groups: GROUP... and/or --group GROUP (repeatable), or --all-groups. "
+        "With no section flag: --state and --members.",
     )
-    g.add_argument("group_ids", nargs="+", metavar="GROUP")
+    add_group_selection(g, all_groups=True)
     g.add_argument(
         "--state",
         dest="show_state",
@@ -53,7 +58,8 @@ def register(commands: Commands) -> None:
         "--members",
         dest="show_members",
         action="store_true",
-        help="members, their assignments and targets",
+        help="members: id, epoch, type, client, host, instance and partition count "
+        "(with --verbose also subscription, assignment and target)",
     )
     g.add_argument(
         "--offsets",
@@ -61,10 +67,19 @@ def register(commands: Commands) -> None:
         action="store_true",
         help="committed offsets, with the member that owns each partition",
     )
+    g.add_argument(
+        "--verbose",
+        action="store_true",
+        help="with --members: each member's subscription, assignment and target assignment",
+    )
     add_client_flags(g)
     g.set_defaults(group_action=_groups_describe)
-    g = gsub.add_parser("delete", help="delete empty groups with their committed offsets")
-    g.add_argument("group_ids", nargs="+", metavar="GROUP")
+    g = gsub.add_parser(
+        "delete",
+        help="delete empty groups with their committed offsets",
+        description="Groups: GROUP... and/or --group GROUP (repeatable), or --all-groups.",
+    )
+    add_group_selection(g, all_groups=True)
     add_client_flags(g)
     g.set_defaults(group_action=_groups_delete)
     group_offsets.add_actions(gsub)
@@ -75,6 +90,69 @@ def register(commands: Commands) -> None:
     g.add_argument("pattern", metavar="PATTERN")
     add_client_flags(g)
     g.set_defaults(group_action=_groups_validate_regex)
+
+
+# Kafka's group states and types (GroupState, GroupType), as ListGroups filters take them.
+GROUP_STATES = (
+    "PreparingRebalance",
+    "CompletingRebalance",
+    "Stable",
+    "Dead",
+    "Empty",
+    "Assigning",
+    "Reconciling",
+    "NotReady",
+)
+GROUP_TYPES = ("classic", "consumer", "share", "streams")
+
+
+def add_group_selection(g: argparse.ArgumentParser, *, all_groups: bool) -> None:
+    """``GROUP...`` and/or ``--group GROUP`` (repeatable; Kafka's form), or ``--all-groups``."""
+    g.add_argument("group_ids", nargs="*", metavar="GROUP")
+    g.add_argument(
+        "--group",
+        dest="group_opts",
+        action="append",
+        default=[],
+        metavar="GROUP",
+        help="a group (repeatable; the same as naming it)",
+    )
+    if all_groups:
+        g.add_argument(
+            "--all-groups", action="store_true", help="every group the coordinator knows"
+        )
+
+
+def selected_groups(args: argparse.Namespace, c: GroupClient | None = None) -> list[str]:
+    """The groups named (positional and ``--group``, in order, each once) or, with
+    ``--all-groups``, every group the coordinator lists (sorted)."""
+    named = list(dict.fromkeys([*args.group_ids, *args.group_opts]))
+    if getattr(args, "all_groups", False):
+        if named:
+            raise UsageError(
+                f"{args.groups_command}: --all-groups and group names exclude each other"
+            )
+        assert c is not None
+        return sorted(c.listed())
+    if not named:
+        raise UsageError(
+            f"{args.groups_command}: name the groups (GROUP... or --group GROUP)"
+            + (" or give --all-groups" if hasattr(args, "all_groups") else "")
+        )
+    return named
+
+
+def checked_values(values: list[str], known: tuple[str, ...], what: str) -> list[str]:
+    """Comma-separated/repeated filter values, each one of ``known`` (case-insensitive, as
+    Kafka's tool parses them); an unknown one is a usage error, not an empty answer."""
+    out = split_values(values)
+    lower = {k.lower() for k in known}
+    bad = [v for v in out if v.lower() not in lower]
+    if bad:
+        raise UsageError(
+            f"list: invalid {what} {', '.join(map(repr, bad))}; valid {what}s are: {', '.join(known)}"
+        )
+    return out
 
 
 def _parts_json(items: Any) -> list[dict[str, Any]]:
@@ -106,10 +184,25 @@ def _member_json(m: Any) -> dict[str, Any]:
     }
 
 
-def _group_json(g: Any) -> dict[str, Any]:
+def _group_json(g: Any, group_id: str = "") -> dict[str, Any]:
+    """One described group; every group has the same keys: a group that is not a consumer
+    group, or is not found, has None where it has no value (and its error)."""
+    if g is None or g.error_code:
+        return {
+            "group_id": g.group_id if g is not None else group_id,
+            "group_type": None,
+            "error": error_text(g.error_code, g.error_message) if g is not None else None,
+            "group_uid": None,
+            "group_state": None,
+            "group_epoch": None,
+            "assignment_epoch": None,
+            "assignor_name": None,
+            "members": [],
+        }
     return {
         "group_id": g.group_id,
-        "error": error_text(g.error_code, g.error_message) if g.error_code else None,
+        "group_type": "consumer",
+        "error": None,
         "group_uid": g.group_uid,
         "group_state": g.group_state,
         "group_epoch": g.group_epoch,
@@ -144,7 +237,8 @@ def _groups_list(args: argparse.Namespace, c: GroupClient) -> int:
     from kip848.v1 import admin_pb2
 
     req = admin_pb2.ListGroupsRequest(
-        states_filter=split_values(args.state), types_filter=split_values(args.type)
+        states_filter=checked_values(args.state, GROUP_STATES, "state"),
+        types_filter=checked_values(args.type, GROUP_TYPES, "type"),
     )
     resp = c.call(c.admin.ListGroups, req)
     if resp.error_code:
@@ -202,24 +296,22 @@ def _groups_describe(args: argparse.Namespace, c: GroupClient) -> int:
     }
     failed = False
     out = []
-    for g in c.describe(args.group_ids):
+    for g in c.describe(selected_groups(args, c)):
         group = _group_json(g)
         if g.error_code == 69:  # not a consumer group: a classic or offsets-only group?
             listed = c.listed().get(g.group_id)
             if listed is not None:
-                group = {
-                    "group_id": g.group_id,
-                    "error": None,
+                group = _group_json(None, g.group_id) | {
                     "group_type": listed.group_type,
                     "group_state": listed.group_state,
-                    "members": [],
                 }
         if group["error"]:
             report(f"group {g.group_id}", g.error_code, g.error_message)
             failed = True
-            continue
         if "offsets" in sections:
-            group["offsets"] = _offset_rows(group, c.committed(g.group_id))
+            group["offsets"] = (
+                [] if group["error"] else _offset_rows(group, c.committed(g.group_id))
+            )
         if "members" not in sections:
             group["member_count"] = len(group.pop("members"))
         if "state" not in sections:
@@ -230,18 +322,19 @@ def _groups_describe(args: argparse.Namespace, c: GroupClient) -> int:
     if args.output == "json":
         print_json(out)
         return 1 if failed else 0
-    for i, group in enumerate(out):
+    found = [group for group in out if not group["error"]]
+    for i, group in enumerate(found):
         if i:
             print()
-        _print_group(group, sections)
+        _print_group(group, sections, args.verbose)
     return 1 if failed else 0
 
 
-def _print_group(g: dict[str, Any], sections: set[str]) -> None:
+def _print_group(g: dict[str, Any], sections: set[str], verbose: bool) -> None:
     """A header line (the state, with --state), then each section after a blank line."""
     if "state" not in sections:
         print(f"GROUP {g['group_id']}")
-    elif "group_uid" in g:
+    elif g["group_type"] == "consumer":
         members = g.get("member_count", len(g.get("members", ())))
         print(
             f"GROUP {g['group_id']}  uid {g['group_uid']}  state {g['group_state']}  epoch {g['group_epoch']}"
@@ -253,27 +346,14 @@ def _print_group(g: dict[str, Any], sections: set[str]) -> None:
         )
     if "members" in sections:
         print()
-        if g["members"]:
+        if not g["members"]:
+            print("(no members)")
+        elif verbose:
             print_table(
-                (
-                    "MEMBER",
-                    "EPOCH",
-                    "TYPE",
-                    "CLIENT",
-                    "HOST",
-                    "INSTANCE",
-                    "SUBSCRIPTION",
-                    "ASSIGNED",
-                    "TARGET",
-                ),
+                MEMBER_COLUMNS + ("SUBSCRIPTION", "ASSIGNED", "TARGET"),
                 [
-                    (
-                        m["member_id"],
-                        m["member_epoch"],
-                        MEMBER_TYPES.get(m["member_type"], m["member_type"]),
-                        m["client_id"] or "-",
-                        m["client_host"] or "-",
-                        m["instance_id"] or "-",
+                    _member_row(m)
+                    + (
                         _fmt_subscription(m),
                         _fmt_parts(m["assignment"]),
                         _fmt_parts(m["target_assignment"]),
@@ -282,7 +362,13 @@ def _print_group(g: dict[str, Any], sections: set[str]) -> None:
                 ],
             )
         else:
-            print("(no members)")
+            print_table(
+                MEMBER_COLUMNS + ("#PARTITIONS",),
+                [
+                    _member_row(m) + (sum(len(i["partitions"]) for i in m["assignment"]),)
+                    for m in g["members"]
+                ],
+            )
     if "offsets" in sections:
         print()
         if g["offsets"]:
@@ -319,6 +405,20 @@ def _print_group(g: dict[str, Any], sections: set[str]) -> None:
             print("(no committed offsets)")
 
 
+MEMBER_COLUMNS = ("MEMBER", "EPOCH", "TYPE", "CLIENT", "HOST", "INSTANCE")
+
+
+def _member_row(m: dict[str, Any]) -> tuple[Any, ...]:
+    return (
+        m["member_id"],
+        m["member_epoch"],
+        MEMBER_TYPES.get(m["member_type"], m["member_type"]),
+        m["client_id"] or "-",
+        m["client_host"] or "-",
+        m["instance_id"] or "-",
+    )
+
+
 def _fmt_subscription(m: dict[str, Any]) -> str:
     regex = [f"/{m['subscribed_topic_regex']}/"] if m["subscribed_topic_regex"] else []
     return ",".join(m["subscribed_topic_names"] + regex) or "-"
@@ -327,7 +427,9 @@ def _fmt_subscription(m: dict[str, Any]) -> str:
 def _groups_delete(args: argparse.Namespace, c: GroupClient) -> int:
     from kip848.v1 import admin_pb2
 
-    resp = c.call(c.admin.DeleteGroups, admin_pb2.DeleteGroupsRequest(group_ids=args.group_ids))
+    resp = c.call(
+        c.admin.DeleteGroups, admin_pb2.DeleteGroupsRequest(group_ids=selected_groups(args, c))
+    )
     if resp.error_code:
         report("delete groups", resp.error_code, resp.error_message)
         return 1

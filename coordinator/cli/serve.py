@@ -7,7 +7,14 @@ import logging
 import os
 import sys
 
-from coordinator.cli.config import DEFAULT_DATA_DIR, add_config_flags, build_config
+from coordinator.cli.argtypes import INT32_MAX, INT64_MAX, int_in
+from coordinator.cli.config import (
+    DEFAULT_DATA_DIR,
+    SERVER_CONFIGS,
+    add_config_flags,
+    core_config,
+    gather_settings,
+)
 from coordinator.cli.dump_replay import add_accept_lost_wal
 from coordinator.cli.errors import UsageError
 from coordinator.cli.registry import Commands
@@ -16,27 +23,6 @@ from coordinator.cli.rpc import DEFAULT_LISTEN
 MAX_GRPC_PROCESSES = 64
 DEFAULT_MAX_REQUEST_BYTES = 100 * 1024 * 1024  # Kafka's socket.request.max.bytes
 DEFAULT_IDLE_MS = 600_000  # Kafka's connections.max.idle.ms
-SERVER_CONFIGS = frozenset(
-    {
-        "kafka.listen",
-        "kafka.upstream",
-        "kafka.advertised.address",
-        "socket.request.max.bytes",
-        "connections.max.idle.ms",
-    }
-)
-"""Config names of the server itself (not of the group coordinator's core)."""
-
-
-def server_config(config_file: str | None, sets: list[str]) -> dict[str, str]:
-    """The ``SERVER_CONFIGS`` among the config file and ``--set`` (the latter wins)."""
-    from coordinator.cli.config import parse_sets, read_properties
-
-    settings: dict[str, str] = {}
-    if config_file:
-        settings.update(read_properties(config_file))
-    settings.update(parse_sets(sets))
-    return {k: v for k, v in settings.items() if k in SERVER_CONFIGS}
 
 
 def register(commands: Commands) -> None:
@@ -58,10 +44,16 @@ def register(commands: Commands) -> None:
         default="system",
         help="manual: TestingService.AdvanceTime",
     )
-    p.add_argument("--max-message-bytes", type=int, default=16 * 1024 * 1024, metavar="N")
+    p.add_argument(
+        "--max-message-bytes",
+        type=int_in(1024, INT32_MAX),
+        default=16 * 1024 * 1024,
+        metavar="N",
+        help="largest request or response (default 16 MiB)",
+    )
     p.add_argument(
         "--journal-retention-ms",
-        type=int,
+        type=int_in(0, INT64_MAX),
         default=None,
         metavar="MS",
         help="journal retention (default: keep)",
@@ -130,8 +122,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from coordinator.server.app import ServeOptions, make_runtime, serve, split_listen
     from coordinator.server.loop import run as run_loop
 
-    server_settings = server_config(args.config_file, args.set)
-    config = build_config(args.config_file, args.set, ignore=SERVER_CONFIGS)
+    logging.basicConfig(
+        level=getattr(logging, args.log_level.upper()),
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    settings = gather_settings(args.config_file, args.set, args.server_properties)
+    server_settings = {k: s.value for k, s in settings.items() if k in SERVER_CONFIGS}
+    config = core_config(settings)
     kafka_listen = args.kafka_listen or server_settings.get("kafka.listen")
     kafka_upstream = args.kafka_upstream or server_settings.get("kafka.upstream")
     kafka_advertised = args.kafka_advertised_address or server_settings.get(
@@ -168,19 +166,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
                 raise ValueError("--advertised-address needs a real port, not 0")
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    if args.max_message_bytes < 1024:
-        raise UsageError("--max-message-bytes must be >= 1024")
-    if args.journal_retention_ms is not None and args.journal_retention_ms < 0:
-        raise UsageError("--journal-retention-ms must be >= 0")
     if not 1 <= args.grpc_processes <= MAX_GRPC_PROCESSES:
         raise UsageError(
             f"--grpc-processes must be 1..{MAX_GRPC_PROCESSES}, got {args.grpc_processes}"
         )
-    logging.basicConfig(
-        level=getattr(logging, args.log_level.upper()),
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
     try:
         store = SqliteRecordStore.in_data_dir(
             args.data_dir,

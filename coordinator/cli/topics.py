@@ -6,6 +6,7 @@ import argparse
 import sys
 from typing import Any
 
+from coordinator.cli.argtypes import INT32_MAX, int_in
 from coordinator.cli.errors import UsageError
 from coordinator.cli.output import print_json, print_table, topic_id_text
 from coordinator.cli.registry import Commands
@@ -16,19 +17,35 @@ from coordinator.cli.rpc import add_client_flags, call, channel
 def register(commands: Commands) -> None:
     p = commands.add("topics", cmd_topics, help="the topic registry of a running coordinator")
     tsub = p.add_subparsers(dest="topics_command", metavar="ACTION", required=True)
-    t = tsub.add_parser("create")
+    t = tsub.add_parser(
+        "create", help="register a topic with its partition count (and, optionally, its id)"
+    )
     t.add_argument("name")
-    t.add_argument("--partitions", type=int, required=True)
+    t.add_argument(
+        "--partitions",
+        type=int_in(1, INT32_MAX),
+        required=True,
+        metavar="N",
+        help="its number of partitions",
+    )
     t.add_argument("--topic-id", default=None, help="base64url id (default: a random one)")
     add_client_flags(t)
-    t = tsub.add_parser("list")
+    t = tsub.add_parser("list", help="every registered topic: name, id, partitions")
     add_client_flags(t)
-    t = tsub.add_parser("delete")
-    t.add_argument("names", nargs="+")
+    t = tsub.add_parser(
+        "delete", help="delete topics (their committed offsets in every group go with them)"
+    )
+    t.add_argument("names", nargs="+", metavar="NAME")
     add_client_flags(t)
-    t = tsub.add_parser("add-partitions")
+    t = tsub.add_parser("add-partitions", help="raise a topic's partition count (it never shrinks)")
     t.add_argument("name")
-    t.add_argument("--count", type=int, required=True, help="the new total number of partitions")
+    t.add_argument(
+        "--count",
+        type=int_in(1, INT32_MAX),
+        required=True,
+        metavar="N",
+        help="the new total number of partitions",
+    )
     add_client_flags(t)
 
 

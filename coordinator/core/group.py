@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import replace
 from enum import Enum
+from typing import Any
 
 from assignors.api import SubscriptionType, TopicId, TopicMetadata
 
@@ -49,6 +50,7 @@ class ConsumerGroup:
         "regex_members",
         "reported_pending",
         "resolved_regexes",
+        "spec_cache",
         "static_members",
         "subscription_metadata",
         "target",
@@ -77,6 +79,8 @@ class ConsumerGroup:
         self.classic_members = 0
         # Soft state: (topics image version, group epoch) at the last metadata check.
         self.metadata_checked: tuple[int, int] = (-1, -1)
+        # Soft state: the assignor's inputs, cached (target_assignment.SpecCache).
+        self.spec_cache: Any = None
         # Soft state: member id -> the pending partitions its last heartbeat response carried
         # (the target moves on between a member's heartbeats, so "did pending change" is asked
         # against what the member was told). Through the undo log like everything else; gone

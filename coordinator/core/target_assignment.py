@@ -5,11 +5,27 @@ resolved through the group's subscription metadata, its current target, rack and
 runs the assignor, validates the result, and diffs it against the current target: one
 ``ConsumerGroupTargetAssignmentMember`` record per member whose target changed, then always the
 ``ConsumerGroupTargetAssignmentMetadata`` record with the new assignment epoch.
+
+Cost. A join to a settled group should cost what moves, not the group's size, so every step
+avoids per-partition work on members that keep their target:
+
+* the inputs are cached per member (soft state on the group, :class:`SpecCache`): a member's
+  :class:`MemberSubscription` is rebuilt only when its member object or its target changed
+  (both are immutable values, replaced on every change, so an identity check says it all), and
+  the member ids are kept sorted, so the assignor's own sort sees sorted input;
+* an assignor that returns a member's input mapping unchanged (``uniform`` does) has that
+  member skipped by the validation of partitions and by the diff; only the members whose
+  mapping is new are checked against the current target's owners (:func:`check_result`).
+
+What remains per member is a few C-level passes (key views, identity maps, ``issuperset``).
 """
 
 from __future__ import annotations
 
+from bisect import insort
 from collections.abc import Mapping
+from itertools import compress
+from operator import attrgetter, is_not
 
 from assignors.api import (
     GroupAssignment,
@@ -17,6 +33,7 @@ from assignors.api import (
     MemberSubscription,
     PartitionAssignor,
     PartitionAssignorError,
+    TopicId,
     TopicMetadata,
 )
 from assignors.validation import check_assignment
@@ -24,22 +41,75 @@ from assignors.validation import check_assignment
 from . import records as r
 from .errors import UnknownServerError
 from .group import ConsumerGroup
-from .model import EMPTY_ASSIGNMENT
+from .model import EMPTY_ASSIGNMENT, Assignment
+
+_assignment_of = attrgetter("assignment")
+_subscribed = attrgetter("subscribed_topic_ids")
+
+
+class SpecCache:
+    """Soft, per-group cache of the assignor's inputs (never undo-logged: every entry is
+    checked by identity against the live values before use, so a rollback cannot make it
+    lie). ``entries``: member id -> (member, target, MemberSubscription) for the subscription
+    metadata ``metadata``; ``sorted_ids``/``ids``: the member ids, sorted, as last seen."""
+
+    __slots__ = ("entries", "ids", "metadata", "sorted_ids")
+
+    def __init__(self, metadata: object) -> None:
+        self.metadata = metadata
+        self.entries: dict[str, tuple[object, Assignment, MemberSubscription]] = {}
+        self.sorted_ids: list[str] = []
+        self.ids: set[str] = set()
+
+    def member_ids(self, members: Mapping[str, object]) -> list[str]:
+        """The group's member ids, sorted (updated from the last call's list)."""
+        keys = members.keys()
+        if keys == self.ids:
+            return self.sorted_ids
+        gone = self.ids - keys
+        new = keys - self.ids
+        if len(gone) + len(new) > 64:
+            self.sorted_ids = sorted(keys)
+        else:
+            if gone:
+                self.sorted_ids = [m for m in self.sorted_ids if m not in gone]
+                for m in gone:
+                    self.entries.pop(m, None)
+            for m in new:
+                insort(self.sorted_ids, m)
+        self.ids = set(keys)
+        return self.sorted_ids
 
 
 def build_group_spec(group: ConsumerGroup) -> tuple[GroupSpec, Mapping[str, TopicMetadata]]:
     metadata = group.subscription_metadata
-    by_name_id = {name: t.topic_id for name, t in metadata.items()}
+    cache = group.spec_cache
+    if cache is None or cache.metadata is not metadata:
+        cache = group.spec_cache = SpecCache(metadata)
+    entries = cache.entries
+    target = group.target
+    members_of = group.members
+    by_name_id: dict[str, TopicId] | None = None
     members = {}
-    for member_id, m in group.members.items():
+    for member_id in cache.member_ids(members_of):
+        m = members_of[member_id]
+        assignment = target.get(member_id, EMPTY_ASSIGNMENT)
+        entry = entries.get(member_id)
+        if entry is not None and entry[0] is m and entry[1] is assignment:
+            members[member_id] = entry[2]
+            continue
+        if by_name_id is None:
+            by_name_id = {name: t.topic_id for name, t in metadata.items()}
         names = group.effective_topics(m)
-        ids = frozenset(by_name_id[n] for n in names if n in by_name_id)
-        members[member_id] = MemberSubscription(
+        subscription = MemberSubscription(
             rack_id=m.rack_id,
             instance_id=m.instance_id,
-            subscribed_topic_ids=ids,
-            assignment=group.target.get(member_id, EMPTY_ASSIGNMENT),
+            subscribed_topic_ids=frozenset(by_name_id[n] for n in names if n in by_name_id),
+            assignment=assignment,
         )
+        members[member_id] = subscription
+        if not m.subscribed_topic_regex:  # a regex's resolution may change under it
+            entries[member_id] = (m, assignment, subscription)
     spec = GroupSpec(
         members=members,
         subscription_type=group.subscription_type(),
@@ -47,6 +117,95 @@ def build_group_spec(group: ConsumerGroup) -> tuple[GroupSpec, Mapping[str, Topi
     )
     topics = {t.topic_id: t for t in metadata.values()}
     return spec, topics
+
+
+def changed_members(spec: GroupSpec, result: GroupAssignment) -> list[str] | None:
+    """Members whose result is not their input mapping (same object), in the result's order;
+    None if the result's members are not exactly the spec's (a dict with the same keys)."""
+    given = result.members
+    specs = spec.members
+    if not isinstance(given, dict) or given.keys() != specs.keys():
+        return None
+    inputs = map(_assignment_of, map(specs.__getitem__, given))
+    return list(compress(given, map(is_not, given.values(), inputs)))
+
+
+def check_result(
+    spec: GroupSpec,
+    topics: Mapping[TopicId, TopicMetadata],
+    result: object,
+    changed: list[str] | None,
+) -> None:
+    """Raise :class:`~assignors.validation.InvalidAssignmentError` if ``result`` may not be
+    installed. ``spec`` must be one :func:`build_group_spec` made: its members' assignments
+    are the group's current target (valid, exclusive, within topics whose partition counts
+    only grow) and ``partition_owners`` is that target's exact inverse. Then only the members
+    in ``changed`` need their partitions examined: each of their partitions exists, none is
+    given twice among them, and none is still owned by a member that keeps its target. Every
+    member's subscription is checked (in C). Anything unusual falls back to the full
+    :func:`~assignors.validation.check_assignment`, which names the culprit."""
+    if (
+        changed is None
+        or not isinstance(result, GroupAssignment)
+        or not _looks_valid(spec, topics, result.members, changed)
+    ):
+        check_assignment(spec, topics, result)
+
+
+def _looks_valid(
+    spec: GroupSpec,
+    topics: Mapping[TopicId, TopicMetadata],
+    given: Mapping[str, object],
+    changed: list[str],
+) -> bool:
+    specs = spec.members
+    assignments = list(given.values())
+    subscriptions = map(_subscribed, map(specs.__getitem__, given))
+    if not all(map(frozenset.issuperset, subscriptions, assignments)):  # type: ignore[arg-type]
+        return False
+    if not all(type(given[m]) is dict for m in changed):
+        return False
+    keep = set(changed)
+    by_topic: dict[TopicId, list[frozenset[int]]] = {}
+    for m in changed:
+        for t, partitions in given[m].items():  # type: ignore[attr-defined]
+            if type(partitions) is not frozenset or not partitions:
+                return False
+            by_topic.setdefault(t, []).append(partitions)
+    owners_of = spec.partition_owners
+    for t, sets in by_topic.items():
+        metadata = topics.get(t)
+        if metadata is None:
+            return False
+        union: set[int] = set().union(*sets)
+        if len(union) != sum(map(len, sets)) or not set(map(type, union)) <= {int}:
+            return False
+        if min(union) < 0 or max(union) >= metadata.num_partitions:
+            return False
+        owners = owners_of.get(t)
+        if owners and not keep.issuperset(filter(None, map(owners.get, union))):
+            return False  # a partition still held by a member that keeps its target
+    return True
+
+
+def target_records(
+    group: ConsumerGroup,
+    result: Mapping[str, Mapping[TopicId, frozenset[int]]],
+    members: list[str] | None,
+    group_epoch: int,
+) -> list[r.Record]:
+    """The records installing ``result`` at ``group_epoch``: a target record per member (of
+    ``members``, default all of the result's) whose target differs, in member id order, then
+    the assignment epoch."""
+    records = []
+    group_id = group.group_id
+    target = group.target
+    for member_id in sorted(result if members is None else members):
+        new = {t: ps for t, ps in result[member_id].items() if ps}
+        if target.get(member_id, EMPTY_ASSIGNMENT) != new:
+            records.append(r.target_assignment_record(group_id, member_id, new))
+    records.append(r.target_assignment_epoch_record(group_id, group_epoch))
+    return records
 
 
 def compute_target_assignment(
@@ -57,7 +216,8 @@ def compute_target_assignment(
     spec, topics = build_group_spec(group)
     try:
         result: GroupAssignment = assignor.assign(spec, topics)
-        check_assignment(spec, topics, result)
+        changed = changed_members(spec, result) if isinstance(result, GroupAssignment) else None
+        check_result(spec, topics, result, changed)
     except PartitionAssignorError as exc:
         raise UnknownServerError(
             f"Failed to compute a new target assignment for epoch {group_epoch}: {exc}"
@@ -67,12 +227,4 @@ def compute_target_assignment(
             f"Failed to compute a new target assignment for epoch {group_epoch}: assignor "
             f"'{assignor.name}' raised {type(exc).__name__}: {exc}"
         ) from exc
-    records = []
-    group_id = group.group_id
-    new_members = result.members
-    for member_id in sorted(new_members):
-        new = {t: ps for t, ps in new_members[member_id].items() if ps}
-        if group.target.get(member_id, EMPTY_ASSIGNMENT) != new:
-            records.append(r.target_assignment_record(group_id, member_id, new))
-    records.append(r.target_assignment_epoch_record(group_id, group_epoch))
-    return records
+    return target_records(group, result.members, changed, group_epoch)

@@ -66,13 +66,21 @@ from .assignors import make_assignors
 from .clock import ManualClock, SystemClock
 from .ids import RandomIds
 from .loader import LoadStats, load_into, shard_of
-from .store import RecordStore, StoredRecord, StoreWriteError
+from .store import RecordStore, StoredRecord, StoreLostError, StoreWriteError
+from .storewatch import StoreWatch, rescue
 
 log = logging.getLogger("kip848.runtime")
 T = TypeVar("T")
 
 REGISTRY = -1
 """State-machine index of the topic registry (shards are 0..n-1)."""
+
+TIMER_RETRY_MS = 500
+"""A timer whose command or write failed fires again this much later (Kafka: 500 ms)."""
+STALL_TICK_MS = 500
+"""How often the runtime checks that it is running on time (system clock only)."""
+STALL_GRACE_MS = 1000
+"""Lateness beyond which the coordinator counts itself as having been away (_check_stall)."""
 
 EXPIRE_OFFSETS = "expire-offsets"
 """Timer kind of the periodic offset expiration; one timer per shard, keyed
@@ -119,6 +127,14 @@ def _retrieve(fut: asyncio.Future[None]) -> None:
         fut.exception()  # mark retrieved: a batch may fail with nobody awaiting it (timers)
 
 
+async def _durable(batch: _Batch) -> None:
+    """Wait until ``batch`` is resolved. Many commands share a batch, so the wait is shielded:
+    grpc.aio cancels a call's handler when its client goes away (a deadline, a reset stream),
+    and cancelling a task cancels the future it awaits; unshielded, one departed client would
+    fail every other command of the batch and leave the writer unable to resolve it."""
+    await asyncio.shield(batch.future)
+
+
 class CoordinatorRuntime:
     def __init__(
         self,
@@ -155,13 +171,19 @@ class CoordinatorRuntime:
         self._wake_writer: asyncio.Event | None = None
         self._writer_task: asyncio.Task[None] | None = None
         self._timer_handle: asyncio.TimerHandle | None = None
-        self._timer_at_ms: int | None = None
+        self._timer_at_ms: int | None = None  # timer time (clock.monotonic_ms) it is set for
+        self._tick_handle: asyncio.TimerHandle | None = None  # stall watch (see _tick)
+        self._tick_due_ms = 0
         self._pending_keys: dict[Any, int] = {}  # timer key -> ops not yet durable
         self._deferred: dict[Any, DueTimer] = {}
         # Legacy bridge: (state machine index, token) -> waiting request. Tokens are numbered per
         # shard, so the shard index is part of the key.
         self._parked: dict[tuple[int, int], asyncio.Future[Any]] = {}
         self._parking_closed = False  # legacy bridge: shutting down, parked requests answered
+        # Store health (storewatch.py): writable / lost, and who wants to hear of a change.
+        self.watch = StoreWatch(store, on_change=self._notify_health, on_lost=self._store_lost)
+        self._health_listeners: list[Callable[[bool], None]] = []
+        self._failure: str | None = None  # why the runtime stopped serving (state FAILED)
         self.stats = {
             "batches": 0,
             "records": 0,
@@ -190,8 +212,8 @@ class CoordinatorRuntime:
         self.load_stats = stats
         now = self.clock.now_ms()
         for i, shard in enumerate(self.shards):
-            self._apply_timer_ops(shard.on_loaded(now))
-            self._apply_timer_ops([self._expiration_timer(i, now)])
+            self._apply_timer_ops(self._timer_time(shard.on_loaded(now)))
+            self._apply_timer_ops([self._expiration_timer(i, self.clock.monotonic_ms())])
             s = stats.shards[i]
             log.info(
                 "Loaded shard %d: %d records, %d groups in %.1f ms.",
@@ -210,7 +232,10 @@ class CoordinatorRuntime:
         )
         self._writer_task = loop.create_task(self._writer_loop(), name="kip848-writer")
         self.state = RuntimeState.ACTIVE
+        self.watch.start(self._executor)
+        self._tick()
         self._reschedule_timer()
+        self._notify_health()
         return stats
 
     async def close(self) -> None:
@@ -219,10 +244,15 @@ class CoordinatorRuntime:
             return
         was_active = self.state is RuntimeState.ACTIVE
         self.state = RuntimeState.CLOSING
+        self._notify_health()
+        await self.watch.stop()
         self.release_parked()
         if self._timer_handle is not None:
             self._timer_handle.cancel()
             self._timer_handle = None
+        if self._tick_handle is not None:
+            self._tick_handle.cancel()
+            self._tick_handle = None
         if was_active:
             await self.flush()
         if self._writer_task is not None:
@@ -243,7 +273,7 @@ class CoordinatorRuntime:
             if batch is None:
                 return
             try:
-                await batch.future
+                await _durable(batch)
             except CoordinatorError:
                 pass
 
@@ -255,7 +285,39 @@ class CoordinatorRuntime:
             return
         if state in (RuntimeState.LOADING, RuntimeState.INITIAL):
             raise CoordinatorLoadInProgressError()
+        if self._failure is not None:
+            raise CoordinatorNotAvailableError(f"The coordinator stopped serving: {self._failure}")
         raise CoordinatorNotAvailableError(f"The coordinator is {state.value}.")
+
+    # ------------------------------------------------------------------ health (storewatch.py)
+
+    @property
+    def serving(self) -> bool:
+        """Loaded, not stopping or failed, and able to write its store (gRPC health)."""
+        return self.state is RuntimeState.ACTIVE and self.watch.writable
+
+    def add_health_listener(self, listener: Callable[[bool], None]) -> None:
+        """Call ``listener(serving)`` (on the loop) whenever :attr:`serving` may have changed."""
+        self._health_listeners.append(listener)
+
+    def _notify_health(self) -> None:
+        serving = self.serving
+        for listener in self._health_listeners:
+            listener(serving)
+
+    def _stop_serving(self, why: str) -> None:
+        if self.state is RuntimeState.ACTIVE:
+            self.state = RuntimeState.FAILED
+            self._failure = why
+            self.release_parked()
+            self._notify_health()
+
+    def _store_lost(self, exc: StoreLostError) -> None:
+        """The store is no longer the one on disk: stop acknowledging for good, rescue it."""
+        log.critical("%s. The coordinator stops serving.", exc)
+        self._stop_serving(str(exc))
+        if self._loop is not None:
+            self._loop.create_task(rescue(self.store, self._executor), name="kip848-rescue")
 
     def _machine(self, index: int) -> Any:
         return self.registry if index == REGISTRY else self.shards[index]
@@ -302,12 +364,13 @@ class CoordinatorRuntime:
         else:
             batch = self._last_batch.get(index)
         if result.timers:
+            timers = self._timer_time(result.timers)
             if batch is None:
-                self._apply_timer_ops(result.timers)
+                self._apply_timer_ops(timers)
             else:
-                batch.timer_ops.extend(result.timers)
+                batch.timer_ops.extend(timers)
                 pk = self._pending_keys
-                for op in result.timers:
+                for op in timers:
                     pk[op.key] = pk.get(op.key, 0) + 1
         if result.completions:  # legacy bridge: answer parked requests once durable
             completions = [(index, token, response) for token, response in result.completions]
@@ -321,7 +384,7 @@ class CoordinatorRuntime:
         self._check_serving()
         response, batch = self._execute(index, fn, read=read)
         if batch is not None:
-            await batch.future
+            await _durable(batch)
         return response
 
     def _publish_topics(self) -> None:
@@ -364,12 +427,14 @@ class CoordinatorRuntime:
                 del self._last_batch[index]
         self.stats["batches"] += 1
         self.stats["records"] += len(batch.records)
+        self.watch.write_succeeded()
         if batch.timer_ops:
             self._apply_timer_ops(batch.timer_ops)
             self._settle_keys(batch.timer_ops, durable=True)
         if batch.completions:
             self._complete(batch.completions)
-        batch.future.set_result(None)
+        if not batch.future.done():  # never cancelled (see _durable); cheap insurance
+            batch.future.set_result(None)
 
     def _fail(self, batch: _Batch, exc: BaseException) -> None:
         """Roll every state machine back to the start of the failed batch; fail it and every
@@ -390,19 +455,35 @@ class CoordinatorRuntime:
             n,
             exc,
         )
+        error = CoordinatorNotAvailableError(f"The write to the record store failed: {exc}")
         if isinstance(exc, StoreWriteError) and exc.outcome_unknown:
             # The store refuses further appends until reopened; the in-memory state cannot be
             # trusted to match it. Stop serving: a restart reloads from the store.
             log.critical("The store failed with an unknown outcome; the coordinator stops serving.")
-            self.state = RuntimeState.FAILED
-        error = CoordinatorNotAvailableError(f"The write to the record store failed: {exc}")
+            self._stop_serving(f"a write to the record store had an unknown outcome: {exc}")
+        self.watch.write_failed(exc)
         for b in failed:
             self._settle_keys(b.timer_ops, durable=False)
-            b.future.set_exception(error)
+            if not b.future.done():
+                b.future.set_exception(error)
 
     # ------------------------------------------------------------------ timers
+    # The table holds deadlines in *timer time* (clock.monotonic_ms: Kafka's timers are delays on
+    # a monotonic clock), so a wall-clock step neither fires a timeout early nor delays it. The
+    # core arms timers in wall time (``now_ms + timeout``); _timer_time converts them right
+    # after the command ran, with the same clock reading (clock.py).
 
-    def _apply_timer_ops(self, ops: Sequence[TimerOp]) -> None:
+    def _timer_time(self, ops: list[TimerOp]) -> list[TimerOp]:
+        """A command's timer operations with their deadlines in timer time."""
+        if self.clock.manual:
+            return ops  # one time for everything
+        to = self.clock.timer_deadline
+        return [
+            ArmTimer(op.key, to(op.deadline_ms), op.payload) if type(op) is ArmTimer else op
+            for op in ops
+        ]
+
+    def _apply_timer_ops(self, ops: list[TimerOp]) -> None:
         self.timers.apply(ops)
         at = self._timer_at_ms
         for op in ops:
@@ -436,7 +517,7 @@ class CoordinatorRuntime:
         self._timer_at_ms = deadline
         if deadline is None:
             return
-        delay = max(0.0, (deadline - self.clock.now_ms()) / 1000)
+        delay = max(0.0, (deadline - self.clock.monotonic_ms()) / 1000)
         self._timer_handle = self._loop.call_later(delay, self._on_timer_due)
 
     def _on_timer_due(self) -> None:
@@ -444,9 +525,13 @@ class CoordinatorRuntime:
         self._timer_at_ms = None
         if self.state is not RuntimeState.ACTIVE:
             return
+        due_at = self.clock.monotonic_ms()
+        if self._check_stall(due_at):
+            self._reschedule_timer()  # the deadlines moved: nothing may be due any more
+            return
         now = self.clock.now_ms()
         for _ in range(100_000):  # bounded; the rest fire on the next wake-up
-            due = self.timers.pop_due(now)
+            due = self.timers.pop_due(due_at)
             if due is None:
                 break
             self._fire(due, now)
@@ -466,10 +551,71 @@ class CoordinatorRuntime:
             )
         except CoordinatorError as exc:
             log.warning("Timer %s failed: %s", due.key, exc.message)
+            self._retry_timer(due)
             return None
         except Exception:  # noqa: BLE001 - logged by _execute; a timer must not kill the loop
             return None
+        if batch is not None:
+
+            def retry_if_failed(fut: asyncio.Future[None]) -> None:
+                if not fut.cancelled() and fut.exception() is not None:
+                    self._retry_timer(due)
+
+            batch.future.add_done_callback(retry_if_failed)
         return batch
+
+    def _retry_timer(self, due: DueTimer) -> None:
+        """A timer whose command or write failed (e.g. the disk is full) fires again after
+        TIMER_RETRY_MS, as Kafka retries failed timer writes — unless the key was armed again
+        meanwhile. The rollback restored the state the timer acts on."""
+        if self.state is RuntimeState.ACTIVE and self.timers.get(due.key) is None:
+            retry_at = self.clock.monotonic_ms() + TIMER_RETRY_MS
+            self._apply_timer_ops([ArmTimer(due.key, retry_at, due.payload)])
+
+    def _tick(self) -> None:
+        """Every STALL_TICK_MS (system clock): notice when the coordinator did not run."""
+        self._tick_handle = None
+        if self.clock.manual or self.state is not RuntimeState.ACTIVE or self._loop is None:
+            return
+        now = self.clock.monotonic_ms()
+        if self._tick_due_ms:
+            self._check_stall(now)
+        self._tick_due_ms = now + STALL_TICK_MS
+        self._tick_handle = self._loop.call_later(STALL_TICK_MS / 1000, self._tick)
+
+    def _check_stall(self, now: int) -> bool:
+        """Grant the members the time the coordinator was away.
+
+        If the loop ran more than STALL_GRACE_MS later than the tick expected (the process was
+        stopped — SIGSTOP, a debugger, a VM pause — or the loop was blocked), heartbeats sent
+        meanwhile are still waiting to be read: firing session timeouts now would fence live
+        members for the coordinator's own absence. So every deadline moves by the time it was
+        away (Kafka re-arms full timeouts after a load, in the same spirit), and the queued
+        heartbeats are read before anything expires. True when it granted time."""
+        if not self._tick_due_ms:
+            return False
+        away = now - self._tick_due_ms
+        if away <= STALL_GRACE_MS:
+            return False
+        self._tick_due_ms = now + STALL_TICK_MS  # granted once; the next tick measures afresh
+        table = self.timers
+        moved: list[TimerOp] = []
+        keys = table.keys()
+        for key in keys:
+            entry = table.get(key)
+            if entry is not None:
+                moved.append(ArmTimer(key, entry[0] + away, entry[1]))
+        table.apply(moved)
+        for key, due in self._deferred.items():  # deferred firings keep their place too
+            self._deferred[key] = DueTimer(due.key, due.deadline_ms + away, due.payload)
+        log.warning(
+            "The coordinator did not run for %.1f s (stopped, suspended or blocked): every "
+            "timer deadline (%d timers) is extended by that long, so no member is fenced for "
+            "the coordinator's absence.",
+            away / 1000,
+            len(moved),
+        )
+        return True
 
     async def advance_time(self, ms: int) -> int:
         """Manual clock only: move time forward and fire every due timer in deadline order,
@@ -545,9 +691,9 @@ class CoordinatorRuntime:
             groups, batch = self._execute(i, lambda s: s.list_groups(states, types), read=True)
             out.extend(groups)
             if batch is not None:
-                waits.append(batch.future)
-        for fut in waits:
-            await fut
+                waits.append(batch)
+        for waited in waits:
+            await _durable(waited)
         return sorted(out, key=lambda g: g.group_id)
 
     async def create_topics(self, topics: Sequence[NewTopic]) -> list[TopicResult]:
@@ -568,7 +714,7 @@ class CoordinatorRuntime:
         for i in range(self.shard_count if deleted else 0):
             self._execute(i, lambda s: s.on_topics_deleted(deleted))  # joins the registry's batch
         if batch is not None:
-            await batch.future
+            await _durable(batch)
         return results
 
     async def list_topics(self) -> list[TopicResult]:
@@ -623,7 +769,7 @@ class CoordinatorRuntime:
                 waits.append((n, batch))
         for n, batch in waits:
             try:
-                await batch.future
+                await _durable(batch)
             except CoordinatorError as exc:
                 answers[n] = _fetch_error(groups[n].group_id, exc)
         return answers  # type: ignore[return-value]
@@ -660,7 +806,7 @@ class CoordinatorRuntime:
                 waits.append((positions, batch))
         for positions, batch in waits:
             try:
-                await batch.future
+                await _durable(batch)
             except CoordinatorError as exc:
                 for n in positions:
                     if out[n][1] == ErrorCode.NONE:
@@ -668,6 +814,7 @@ class CoordinatorRuntime:
         return out
 
     def _expiration_timer(self, index: int, now_ms: int) -> ArmTimer:
+        """``now_ms`` in timer time (clock.monotonic_ms)."""
         return ArmTimer(
             (EXPIRE_OFFSETS, "", str(index)),
             now_ms + self.config.offsets_retention_check_interval_ms,
@@ -678,7 +825,7 @@ class CoordinatorRuntime:
         empty groups left without offsets. The next run is armed first, straight into the
         table: the schedule is not state, and a failed run or write must not end the cleanup."""
         index = int(due.key[2])
-        self._apply_timer_ops([self._expiration_timer(index, now_ms)])
+        self._apply_timer_ops([self._expiration_timer(index, self.clock.monotonic_ms())])
         self.stats["timers_fired"] += 1
         try:
             result, batch = self._execute(index, lambda s: _expire(s, now_ms))
@@ -739,7 +886,7 @@ class CoordinatorRuntime:
         response, batch = self._execute(index, fn)
         if type(response).__name__ != "Pending":
             if batch is not None:
-                await batch.future
+                await _durable(batch)
             return response
         key = (index, response.token)
         fut: asyncio.Future[Any] = self._loop.create_future()  # type: ignore[union-attr]
@@ -748,7 +895,7 @@ class CoordinatorRuntime:
             fut.set_exception(_shutting_down())
         try:
             if batch is not None:
-                await batch.future
+                await _durable(batch)
             return await fut
         finally:
             self._parked.pop(key, None)

@@ -120,6 +120,9 @@ class CoordinatorServer:
         add_health_and_reflection(self.server, self.health, self.service_names)
         self.kafka: KafkaListener | None = None
         self.kafka_address = ""
+        self._health_tasks: set[asyncio.Task[None]] = set()
+        self._health_lock = asyncio.Lock()
+        runtime.add_health_listener(self._runtime_health)
         self.frontends = (
             FrontEndPool(
                 Dispatcher(table),
@@ -173,6 +176,22 @@ class CoordinatorServer:
             await upstream.bind_nodes(self.kafka, host, bound, adv_host, adv_port)
         shown = f"[{host.strip('[]')}]" if ":" in host.strip("[]") else host
         self.kafka_address = f"{shown}:{bound}"
+
+    def _runtime_health(self, _serving: bool) -> None:
+        """The runtime can no longer write its store, or can again (storewatch.py): health
+        follows (NOT_SERVING while it cannot write, or once it stopped serving)."""
+        task = asyncio.get_running_loop().create_task(self._follow_runtime_health())
+        self._health_tasks.add(task)
+        task.add_done_callback(self._health_tasks.discard)
+
+    async def _follow_runtime_health(self) -> None:
+        async with self._health_lock:  # one at a time; each sets the status of its moment
+            serving = self.runtime.serving
+            await self._set_health(
+                health_pb2.HealthCheckResponse.SERVING
+                if serving
+                else health_pb2.HealthCheckResponse.NOT_SERVING
+            )
 
     async def _set_health(self, status: int) -> None:
         for name in ("", *self.service_names):

@@ -16,6 +16,8 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from coordinator.cli.argtypes import INT32_MAX, INT64_MAX, INT64_MIN, int_in
+
 from .simulator import (
     ALL_FAULTS,
     CLASSIC_PROTOCOLS,
@@ -25,20 +27,39 @@ from .simulator import (
     parse_faults,
 )
 
+# The scope one simulated group may have: every member, topic and partition lives in memory and
+# the invariants are checked after every step.
+MAX_MEMBERS = 1_000
+MAX_TOPICS = 100
+MAX_PARTITIONS = 10_000
+MAX_DEPTH = 1_000
+
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="kip848 simulate", description=__doc__.split("\n\n")[0])
-    p.add_argument("--seed", type=int, default=0, help="random seed (first seed with --count)")
     p.add_argument(
-        "--steps", type=int, default=300, help="steps with faults before the quiet phase"
+        "--seed",
+        type=int_in(INT64_MIN, INT64_MAX),
+        default=0,
+        help="random seed (first seed with --count)",
     )
-    p.add_argument("--members", type=int, default=3)
-    p.add_argument("--partitions", type=int, default=4, help="partitions per topic")
-    p.add_argument("--topics", type=int, default=2)
-    p.add_argument("--static", type=int, default=1, help="how many members are static")
+    p.add_argument(
+        "--steps",
+        type=int_in(1, INT32_MAX),
+        default=300,
+        help="steps with faults before the quiet phase",
+    )
+    p.add_argument("--members", type=int_in(1, MAX_MEMBERS), default=3)
+    p.add_argument(
+        "--partitions", type=int_in(1, MAX_PARTITIONS), default=4, help="partitions per topic"
+    )
+    p.add_argument("--topics", type=int_in(1, MAX_TOPICS), default=2)
+    p.add_argument(
+        "--static", type=int_in(0, MAX_MEMBERS), default=1, help="how many members are static"
+    )
     p.add_argument(
         "--classic",
-        type=int,
+        type=int_in(0, MAX_MEMBERS),
         default=0,
         help="how many members (the last N) speak the classic protocol through the legacy bridge",
     )
@@ -52,13 +73,19 @@ def build_parser() -> argparse.ArgumentParser:
         default="all",
         help=f"comma-separated faults, 'all' or 'none' (all = {','.join(ALL_FAULTS)}; also: {','.join(EXTRA_FAULTS)})",
     )
-    p.add_argument("--count", type=int, default=1, help="run seeds seed..seed+count-1 (soak)")
+    p.add_argument(
+        "--count", type=int_in(1, INT32_MAX), default=1, help="run seeds seed..seed+count-1 (soak)"
+    )
     p.add_argument("--quiet", action="store_true", help="one line per seed")
     p.add_argument(
         "--explore", action="store_true", help="exhaustive small-scope exploration instead"
     )
-    p.add_argument("--depth", type=int, default=12, help="explorer: maximum number of actions")
-    p.add_argument("--max-states", type=int, default=300_000, help="explorer: state limit")
+    p.add_argument(
+        "--depth", type=int_in(1, MAX_DEPTH), default=12, help="explorer: maximum number of actions"
+    )
+    p.add_argument(
+        "--max-states", type=int_in(1, INT32_MAX), default=300_000, help="explorer: state limit"
+    )
     return p
 
 
@@ -75,15 +102,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--protocol must be one of {', '.join(CLASSIC_PROTOCOLS)}")
     if not 0 <= args.classic <= args.members:
         parser.error("--classic must be between 0 and --members")
-    for name, value, lo in (
-        ("--steps", args.steps, 1),
-        ("--members", args.members, 1),
-        ("--partitions", args.partitions, 1),
-        ("--topics", args.topics, 1),
-        ("--count", args.count, 1),
-    ):
-        if value < lo:
-            parser.error(f"{name} must be >= {lo}")
     worst = 0
     failed = 0
     for seed in range(args.seed, args.seed + args.count):

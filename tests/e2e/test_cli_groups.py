@@ -120,6 +120,8 @@ def test_groups_list(manual_server: ServerProcess, shop: dict[str, str]) -> None
         lines("GROUP  TYPE     STATE  PROTOCOL", "audit  classic  Empty  -"),
         "",
     )
+    # Kafka's `--list --state` without a value: no filter (the STATE column is always there).
+    assert kip848(s, "groups", "list", "--state") == kip848(s, "groups", "list")
     assert kip848(s, "groups", "list", "--state", "Reconciling") == (
         0,
         lines("GROUP  TYPE  STATE  PROTOCOL"),
@@ -131,6 +133,10 @@ def test_groups_describe_sections(manual_server: ServerProcess, shop: dict[str, 
     s = manual_server
     header = f"GROUP shop  uid {shop['uid']}  state Stable  epoch 1  assignment epoch 1  assignor uniform  members 1"
     members = (
+        "MEMBER  EPOCH  TYPE      CLIENT    HOST        INSTANCE  #PARTITIONS",
+        "A       1      consumer  shop-app  /127.0.0.1  -         3",
+    )
+    verbose = (
         "MEMBER  EPOCH  TYPE      CLIENT    HOST        INSTANCE  SUBSCRIPTION  ASSIGNED      TARGET",
         "A       1      consumer  shop-app  /127.0.0.1  -         orders        orders:0/1/2  orders:0/1/2",
     )
@@ -150,6 +156,17 @@ def test_groups_describe_sections(manual_server: ServerProcess, shop: dict[str, 
     assert kip848(s, "groups", "describe", "shop", "--state", "--members", "--offsets") == (
         0,
         lines(header, "", *members, "", *offsets),
+        "",
+    )
+    # Kafka's forms: --group (repeatable), --members --verbose.
+    assert kip848(s, "groups", "describe", "--group", "shop", "--members", "--verbose") == (
+        0,
+        lines("GROUP shop", "", *verbose),
+        "",
+    )
+    assert kip848(s, "groups", "describe", "shop", "--group", "shop", "--verbose") == (
+        0,
+        lines(header, "", *verbose),
         "",
     )
     # An offsets-only group has no members and is not a consumer group, but it is shown.
@@ -176,6 +193,7 @@ def test_groups_describe_json(manual_server: ServerProcess, shop: dict[str, str]
     assert json.loads(out) == [
         {
             "group_id": "shop",
+            "group_type": "consumer",
             "error": None,
             "group_uid": shop["uid"],
             "group_state": "Stable",
@@ -246,6 +264,124 @@ def test_groups_describe_unknown_group(manual_server: ServerProcess, shop: dict[
             "  hint: see the groups the coordinator knows with `kip848 groups list`",
         ),
     )
+
+
+def test_describe_answers_every_group_in_the_same_json_shape(
+    manual_server: ServerProcess, shop: dict[str, str]
+) -> None:
+    """Found, offsets-only and missing groups: the same keys, None where there is no value; the
+    missing one carries its error (and is reported on stderr, exit 1), as delete does."""
+    code, out, err = kip848(
+        manual_server, "groups", "describe", "shop", "audit", "nope", "--state", "--output", "json"
+    )
+    none = dict.fromkeys(
+        ("group_uid", "group_state", "group_epoch", "assignment_epoch", "assignor_name")
+    )
+    assert (code, err) == (
+        1,
+        lines(
+            "kip848: group nope: GROUP_ID_NOT_FOUND: Group nope not found.",
+            "  hint: see the groups the coordinator knows with `kip848 groups list`",
+        ),
+    )
+    assert json.loads(out) == [
+        {
+            "group_id": "shop",
+            "group_type": "consumer",
+            "error": None,
+            "group_uid": shop["uid"],
+            "group_state": "Stable",
+            "group_epoch": 1,
+            "assignment_epoch": 1,
+            "assignor_name": "uniform",
+            "member_count": 1,
+        },
+        {
+            "group_id": "audit",
+            "group_type": "classic",
+            "error": None,
+            **none,
+            "group_state": "Empty",
+            "member_count": 0,
+        },
+        {
+            "group_id": "nope",
+            "group_type": None,
+            "error": "GROUP_ID_NOT_FOUND: Group nope not found.",
+            **none,
+            "member_count": 0,
+        },
+    ]
+    code, out, _err = kip848(
+        manual_server, "groups", "describe", "--group", "nope", "--offsets", "--output", "json"
+    )
+    assert (code, json.loads(out)) == (
+        1,
+        [
+            {
+                "group_id": "nope",
+                "error": "GROUP_ID_NOT_FOUND: Group nope not found.",
+                "offsets": [],
+            }
+        ],
+    )
+    code, out, _err = kip848(
+        manual_server, "groups", "delete", "--group", "nope", "--output", "json"
+    )
+    assert (code, json.loads(out)) == (
+        1,
+        [{"group_id": "nope", "error": "GROUP_ID_NOT_FOUND: Group nope not found."}],
+    )
+
+
+def test_describe_all_groups(manual_server: ServerProcess, shop: dict[str, str]) -> None:
+    s = manual_server
+    _code, out, _err = kip848(s, "groups", "list", "--state", "--output", "json")
+    everything = sorted(g["group_id"] for g in json.loads(out))
+    assert {"audit", "shop"} <= set(everything)
+    code, out, err = kip848(s, "groups", "describe", "--all-groups", "--state", "--output", "json")
+    assert (code, err) == (0, "")
+    described = json.loads(out)
+    assert [g["group_id"] for g in described] == everything
+    assert all(g["error"] is None for g in described)
+    code, out, _err = kip848(s, "groups", "describe", "--all-groups", "--state")
+    assert code == 0
+    assert [line.split()[1] for line in out.splitlines() if line.startswith("GROUP ")] == everything
+
+
+def test_reset_offsets_at_the_edge_of_int64(manual_server: ServerProcess) -> None:
+    s = manual_server
+    s.create_topic("edge", 1)
+    top = 2**63 - 1
+    assert kip848(
+        s,
+        "groups",
+        "reset-offsets",
+        "--group",
+        "g-edge",
+        "--topic",
+        "edge",
+        "--to-offset",
+        str(top),
+        "--execute",
+    ) == (
+        0,
+        lines(
+            "GROUP   TOPIC  PARTITION  CURRENT-OFFSET  NEW-OFFSET           STATUS",
+            f"g-edge  edge   0          -               {top}  reset",
+        ),
+        "",
+    )
+    assert offsets_of(s, "g-edge") == {("edge", 0): top}
+    assert kip848(s, "groups", "reset-offsets", "g-edge", "--topic", "edge", "--shift-by", "1") == (
+        2,
+        "",
+        lines(
+            f"kip848 groups: reset-offsets: edge-0 at {top} shifted by 1 passes the largest "
+            f"offset ({top})"
+        ),
+    )
+    assert offsets_of(s, "g-edge") == {("edge", 0): top}
 
 
 def test_reset_offsets_is_refused_on_an_active_group(

@@ -315,6 +315,7 @@ def test_cli_against_the_server(manual_server: ServerProcess) -> None:
     parts = [{"topic_id": item["topic_id"], "topic_name": "cli-topic", "partitions": [0, 1]}]
     assert group == {
         "group_id": "g-cli",
+        "group_type": "consumer",
         "error": None,
         "group_uid": group["group_uid"],
         "group_state": "Stable",

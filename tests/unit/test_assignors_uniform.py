@@ -317,3 +317,52 @@ def test_generated_groups_are_complete_balanced_and_sticky(scenario) -> None:  #
         after = assign(joined, meta)
         before_owner, after_owner = owners(plain), owners(after)
         assert all(after_owner[k] in (m, "zz-newcomer") for k, m in before_owner.items())
+
+
+# ------------------------------------------------------------------ partition owners
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+@given(scenarios())
+def test_the_partition_owners_path_gives_the_same_result_as_the_careful_one(scenario) -> None:  # type: ignore[no-untyped-def]
+    """With the inverted current assignment (as the coordinator passes it) the homogeneous
+    path skips per-partition work; without it, it unions the members' sets. Same result,
+    including on dirty inputs (out-of-range indexes, partitions held twice, vanished topics)."""
+    spec, meta = scenario.group_spec(), scenario.topic_metadata()
+    bare = GroupSpec(members=spec.members, subscription_type=spec.subscription_type)
+    assert spec.partition_owners or not any(s.assignment for s in spec.members.values())
+    assert ASSIGNOR.assign(spec, meta) == ASSIGNOR.assign(bare, meta)
+    # And after a join to the settled result (the case the shortcut is for).
+    settled = {m: dict(a) for m, a in ASSIGNOR.assign(spec, meta).members.items()}
+    joined = {m: member(s.subscribed_topic_ids, settled[m]) for m, s in spec.members.items()}
+    joined["zz-newcomer"] = member(next(iter(spec.members.values())).subscribed_topic_ids)
+    spec2 = make_group_spec(joined)
+    bare2 = GroupSpec(members=spec2.members, subscription_type=spec2.subscription_type)
+    assert ASSIGNOR.assign(spec2, meta) == ASSIGNOR.assign(bare2, meta)
+
+
+@pytest.mark.parametrize(
+    ("current", "owners"),
+    [
+        # a full topic whose owners include an index out of range (2 is free, 5 is not real)
+        ({"m1": {"a": [0, 1, 5]}}, {"a": {0: "m1", 1: "m1", 5: "m1"}}),
+        # a negative index among n distinct keys below n (their sum gives it away)
+        ({"m1": {"a": [-1, 1, 2]}}, {"a": {-1: "m1", 1: "m1", 2: "m1"}}),
+        # owners that are not the inverse of the assignments (a partition held twice)
+        ({"m1": {"a": [0]}, "m2": {"a": [0]}}, {"a": {0: "m1"}}),
+    ],
+)
+def test_owners_that_do_not_fit_the_assignments_take_the_careful_path(
+    current: dict,
+    owners: dict,  # type: ignore[type-arg]
+) -> None:
+    meta = topics(a=3)
+    members = {m: member("a", current.get(m)) for m in ("m1", "m2")}
+    spec = GroupSpec(
+        members=members, subscription_type=SubscriptionType.HOMOGENEOUS, partition_owners=owners
+    )
+    result = ASSIGNOR.assign(spec, meta)
+    check_assignment(spec, meta, result)
+    bare = GroupSpec(members=members, subscription_type=SubscriptionType.HOMOGENEOUS)
+    assert result == ASSIGNOR.assign(bare, meta)
+    assert sorted(len(a.get("a", ())) for a in result.members.values()) == [1, 2]

@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from coordinator.cli import main
-from coordinator.cli.config import read_properties
 from coordinator.core.commands import ConsumerGroupHeartbeat
 from coordinator.core.config import parse_config
 from coordinator.core.topics import NewTopic
@@ -66,21 +65,6 @@ def test_serve_refuses_bad_configuration(
     assert err.count("\n") == 1
 
 
-def test_properties_file(tmp_path: Path) -> None:
-    path = tmp_path / "c.properties"
-    path.write_text(
-        "# comment\n! also\n\ngroup.coordinator.shards = 8\ngroup.consumer.assignors=range,uniform\na.b: c\n"
-    )
-    assert read_properties(str(path)) == {
-        "group.coordinator.shards": "8",
-        "group.consumer.assignors": "range,uniform",
-        "a.b": "c",
-    }
-    path.write_text("just-a-name\n")
-    with pytest.raises(Exception, match=r"c.properties:1: expected name=value"):
-        read_properties(str(path))
-
-
 def test_config_file_values_are_validated(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -130,10 +114,36 @@ def test_dump_and_replay(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     assert any(
         "GroupConfig(group_id='g', name='consumer.session.timeout.ms')" in line for line in lines
     )
+    code, out, _ = run(capsys, "dump", "--data-dir", str(data), "--output", "json")
+    records = [json.loads(line) for line in out.splitlines()]
+    assert code == 0 and len(records) == len(lines)
+    topic_id = records[0]["value"]["topic_id"]
+    assert records[0] == {
+        "offset": 0,
+        "type": "Topic",
+        "key": {"name": "t"},
+        "value": {"topic_id": topic_id, "num_partitions": 4},
+    }
+    assert {
+        "offset": records[-1]["offset"],
+        "type": "GroupConfig",
+        "key": {"group_id": "g", "name": "consumer.session.timeout.ms"},
+        "value": {"value": "50000"},
+    } in records
+    targets = {
+        r["key"]["member_id"]: r["value"]
+        for r in records
+        if r["type"] == "ConsumerGroupTargetAssignmentMember"
+    }
+    assert targets == {
+        "a": {"topic_partitions": {topic_id: [0, 1]}},
+        "b": {"topic_partitions": {topic_id: [2, 3]}},
+    }
     code, out, _ = run(capsys, "dump", "--data-dir", str(data), "--journal", "--output", "json")
     entries = [json.loads(line) for line in out.splitlines()]
     assert code == 0 and [e["offset"] for e in entries] == list(range(len(entries)))
     assert len(entries) > len(lines)  # the journal keeps overwritten records too
+    assert all(isinstance(e["timestamp_ms"], int) and "type" in e for e in entries)
 
     code, out, _ = run(capsys, "replay", "--data-dir", str(data), "--output", "json")
     summary = json.loads(out)
@@ -162,9 +172,42 @@ def test_replay_refuses_a_corrupt_store(tmp_path: Path, capsys: pytest.CaptureFi
     assert err.startswith(f"kip848 replay: the store in {data} is corrupt: cannot decode record")
 
 
+def test_dump_shows_an_undecodable_record(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = tmp_path / "var"
+    _small_store(data)
+    with SqliteRecordStore(data) as store:
+        store.append([StoredRecord(b'[5,"g","x"]', b"not json", "g")], 1)
+    code, out, _ = run(capsys, "dump", "--data-dir", str(data), "--output", "json")
+    last = json.loads(out.splitlines()[-1])
+    assert code == 0
+    assert last["error"].startswith('<undecodable: cannot decode record key=b\'[5,"g","x"]\'')
+    assert set(last) == {"offset", "error"}
+
+
 def test_replay_of_a_missing_store(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, _out, err = run(capsys, "replay", "--data-dir", str(tmp_path / "none"))
     assert code == 1 and err.startswith("kip848 replay:")
+
+
+def test_version_and_help(capsys: pytest.CaptureFixture[str]) -> None:
+    from importlib.metadata import version
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["--version"])
+    assert (exit_.value.code, capsys.readouterr().out) == (
+        0,
+        f"kip848 {version('kip848-coordinator')}\n",
+    )
+    with pytest.raises(SystemExit):
+        main(["topics", "--help"])
+    listed = [  # an action's line: indented 4 (its wrapped help is indented further)
+        line.split()[0]
+        for line in capsys.readouterr().out.splitlines()
+        if line.startswith("    ") and not line.startswith("     ")
+    ]
+    assert listed == ["create", "list", "delete", "add-partitions"]
 
 
 def test_a_wildcard_listen_host_is_advertised_as_this_machines_name() -> None:

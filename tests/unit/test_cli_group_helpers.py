@@ -69,8 +69,35 @@ def test_bad_offsets_csv(tmp_path: Path, text: str, message: str) -> None:
     ("argv", "message"),
     [
         (
-            ["groups", "reset-offsets", "g", "--topic", "t", "--to-offset", "-1"],
-            "kip848 groups: reset-offsets: --to-offset must be >= 0\n",
+            ["groups", "reset-offsets", "--topic", "t", "--to-offset", "1"],
+            "kip848 groups: reset-offsets: name one group (GROUP or --group GROUP)\n",
+        ),
+        (
+            ["groups", "reset-offsets", "g", "--group", "h", "--topic", "t", "--to-offset", "1"],
+            "kip848 groups: reset-offsets: name one group (GROUP or --group GROUP), not 2\n",
+        ),
+        (
+            ["groups", "describe"],
+            "kip848 groups: describe: name the groups (GROUP... or --group GROUP) or give "
+            "--all-groups\n",
+        ),
+        (
+            ["groups", "describe", "g", "--all-groups"],
+            "kip848 groups: describe: --all-groups and group names exclude each other\n",
+        ),
+        (
+            ["groups", "delete", "--group", "g", "--all-groups"],
+            "kip848 groups: delete: --all-groups and group names exclude each other\n",
+        ),
+        (
+            ["groups", "list", "--state", "stable,sleeping"],
+            "kip848 groups: list: invalid state 'sleeping'; valid states are: PreparingRebalance, "
+            "CompletingRebalance, Stable, Dead, Empty, Assigning, Reconciling, NotReady\n",
+        ),
+        (
+            ["groups", "list", "--type", "consumer", "--type", "simple"],
+            "kip848 groups: list: invalid type 'simple'; valid types are: classic, consumer, "
+            "share, streams\n",
         ),
         (
             ["groups", "reset-offsets", "g", "--topic", "t", "--from-file", "x.csv"],

@@ -174,6 +174,23 @@ class RecordStore(Protocol):
         """Counts and sizes, for ``kip848 replay``/dump and benchmarks (may scan the store)."""
         ...
 
+    def check_identity(self) -> None:
+        """Raise :class:`StoreLostError` if the store open here is no longer the store on disk
+        (deleted, replaced, unmounted since it was opened). ``append`` checks after every
+        commit; call this on an interval so an idle owner notices too. A lost store refuses
+        every later append."""
+        ...
+
+    def rescue(self) -> Any:
+        """After :class:`StoreLostError`: save what the open store holds where a restart finds
+        it. Returns where it was saved; raises :class:`StoreError` if it could not be."""
+        ...
+
+    def probe_write(self) -> None:
+        """A small durable write that touches no record: after appends failed (a full disk),
+        succeeds once appends can succeed again; raises :class:`StoreWriteError` otherwise."""
+        ...
+
     def close(self) -> None:
         """Release the store. Idempotent. Iterators already returned stay usable."""
         ...

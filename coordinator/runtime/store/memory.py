@@ -17,6 +17,7 @@ from .api import (
     JournalEntry,
     StoredRecord,
     StoreError,
+    StoreLostError,
     StoreWriteError,
     check_batch,
     retention_interval_ms,
@@ -50,6 +51,8 @@ class MemoryRecordStore:
         self._failed = False
         self._retention_due_ms = -(2**63)  # the first append checks
         self._faults: list[tuple[BaseException, bool]] = []
+        self._lost: str | None = None
+        self.rescued = False
         self._released = threading.Event()
         self._released.set()
         self.batch_sizes: list[int] = []
@@ -78,9 +81,42 @@ class MemoryRecordStore:
         self.close()
         return MemoryRecordStore(journal_retention_ms=self.journal_retention_ms, _data=self._data)
 
+    def lose(self, reason: str = "the store was deleted") -> None:
+        """Simulate the store vanishing from under the open store (a deleted data directory):
+        the next append or :meth:`check_identity` raises :class:`StoreLostError`."""
+        self._lost = f"the in-memory record store is no longer the one on disk: {reason}"
+
     @property
     def failed(self) -> bool:
         return self._failed
+
+    @property
+    def lost(self) -> str | None:
+        return self._lost
+
+    def check_identity(self) -> None:
+        if self._lost is not None:
+            raise StoreLostError(self._lost)
+
+    def rescue(self) -> str:
+        """The data survives in this object: a ``reopen()`` finds all of it."""
+        if self._closed:
+            raise StoreError("store is closed; nothing to rescue")
+        self.rescued = True
+        return "memory"
+
+    def probe_write(self) -> None:
+        """Fails like an append would: consumes the next injected fault, if any."""
+        with self._lock:
+            if self._closed:
+                raise StoreWriteError("store is closed")
+            if self._lost is not None:
+                raise StoreLostError(self._lost)
+            if self._failed:
+                raise StoreWriteError("store failed earlier (outcome of a commit unknown)")
+            if self._faults:
+                exc, _unknown = self._faults.pop(0)
+                raise StoreWriteError(f"injected probe failure: {exc!r}") from exc
 
     # -- RecordStore -------------------------------------------------------------------------
 
@@ -92,6 +128,8 @@ class MemoryRecordStore:
         with self._lock:
             if self._closed:
                 raise StoreWriteError("store is closed")
+            if self._lost is not None:
+                raise StoreLostError(self._lost)
             if self._failed:
                 raise StoreWriteError(
                     "store failed earlier (outcome of a commit unknown); reopen it"

@@ -59,6 +59,7 @@ from .api import (
     StoredRecord,
     StoreError,
     StoreLockedError,
+    StoreLostError,
     StoreVersionError,
     StoreWriteError,
     check_batch,
@@ -81,6 +82,7 @@ Sync = Literal["full", "normal", "off"]
 _SYNC_PRAGMA = {"full": "FULL", "normal": "NORMAL", "off": "OFF"}
 _FETCH = 8192  # rows per fetchmany: one C call per chunk instead of one per row
 _EXPIRE_CHUNK = 50_000  # journal rows deleted per transaction, so appends interleave
+_PROBE_BYTES = 64 * 1024  # the room probe_write() checks for
 _RETENTION_STEP = 2_000  # journal rows at most deleted by the automatic retention of one append
 
 _SCHEMA_V1 = (
@@ -154,6 +156,8 @@ class SqliteRecordStore:
         # otherwise remove the WAL without the clean-shutdown mark (see _check_complete).
         self._h = _Handles(self.path)
         self._finalizer = weakref.finalize(self, self._h.release)
+        self._identity: _Identity | None = None
+        self._lost: str | None = None
         self._retention_due_ms = -(2**63)  # the first append checks
         self._ro_uri = self.path.as_uri() + "?mode=ro"
         try:
@@ -226,6 +230,7 @@ class SqliteRecordStore:
             if not self.read_only:
                 _set_clean_shutdown(conn, self.path, False)
                 self._h.mark_clean_on_close = True
+                self._record_identity()
             self._next_offset = self._read_last_offset(conn) + 1
         except sqlite3.Error as e:
             raise _open_error(path, e) from e
@@ -387,6 +392,7 @@ class SqliteRecordStore:
             conn = self._writer()
             if not records:
                 return self._next_offset - 1
+            self._check_identity_locked()  # never write into files that are gone from disk
             start = self._next_offset
             rows = [
                 (start + i, timestamp_ms, rec.group_id, rec.key, rec.value)
@@ -407,8 +413,17 @@ class SqliteRecordStore:
             try:
                 self._commit()
             except BaseException as e:
-                # A failed COMMIT may still have reached the disk (e.g. fsync reported an error
-                # after the commit frame was written): the outcome is unknown, so stop here.
+                if isinstance(e, sqlite3.Error) and _primary(e) == _SQLITE_FULL:
+                    # No space for the log frames: SQLite did not commit (the WAL index was not
+                    # advanced; the next commit overwrites the partial frames), so nothing of
+                    # the batch is visible and later appends may succeed once space is freed.
+                    self._rollback()
+                    raise StoreWriteError(
+                        f"append to {self.path} failed, rolled back: no space left on the "
+                        f"device ({e})"
+                    ) from e
+                # Any other failed COMMIT may still have reached the disk (e.g. fsync reported
+                # an error after the commit frame was written): the outcome is unknown, so stop.
                 self._failed = True
                 self._rollback()
                 if not isinstance(e, Exception):
@@ -419,6 +434,9 @@ class SqliteRecordStore:
                 ) from e
             last = start + len(rows) - 1
             self._next_offset = last + 1
+            # Committed to the files we hold open; are they still the store on disk? (A data
+            # directory deleted a moment ago would take this batch with it at the next start.)
+            self._check_identity_locked()
         if self.journal_retention_ms is not None and timestamp_ms >= self._retention_due_ms:
             self._retention_step(timestamp_ms)
         return last
@@ -436,9 +454,108 @@ class SqliteRecordStore:
         except sqlite3.Error:
             self._failed = True  # state unknown; refuse further writes
 
+    # -- identity: is the store we hold open still the one on disk? ---------------------------
+
+    def _record_identity(self) -> None:
+        """Remember which files the open store is (device and inode of the database file, its
+        write-ahead log and its directory), for :meth:`check_identity`."""
+        self._identity = _identity_of(self.path)
+
+    def check_identity(self) -> None:
+        """Raise :class:`StoreLostError` if the store open here is no longer the store on disk:
+        its file, write-ahead log or directory was deleted, replaced, truncated to nothing or
+        unmounted since it was opened. ``append`` checks after every commit; the runtime also
+        calls this on an interval, so an idle coordinator notices too. Once lost, the store
+        refuses every append (and the runtime stops acknowledging); :meth:`rescue` saves what
+        the files still open here hold."""
+        with self._lock:
+            if self._conn is None or self.read_only:
+                return
+            self._check_identity_locked()
+
+    def _check_identity_locked(self) -> None:
+        if self._lost is not None:
+            raise StoreLostError(self._lost)
+        expected = self._identity
+        if expected is None:
+            return
+        now = _identity_of(self.path)
+        if now == expected:
+            return
+        self._lost = _describe_loss(self.path, expected, now)
+        self._h.mark_clean_on_close = False  # the path may hold another (or a rescued) store
+        log.critical("%s", self._lost)
+        raise StoreLostError(self._lost)
+
+    @property
+    def lost(self) -> str | None:
+        """Why the store is no longer the one on disk (None while it is)."""
+        return self._lost
+
+    def rescue(self) -> Path:
+        """Save the store held open here after it was lost from disk (:meth:`check_identity`),
+        from the files this process still holds open (deleted files live on while open).
+
+        Where the store file was (its path now free: deleted, or its directory deleted or
+        unmounted) the copy is written there, so a restart comes up with every acknowledged
+        record instead of an empty store; where something else is there now (replaced), the
+        copy goes beside it as ``coordinator.db.rescued-<ms>``. Returns the path written;
+        raises :class:`StoreError` when nothing could be saved (then the log must say so)."""
+        with self._lock:
+            conn = self._conn
+            if conn is None:
+                raise StoreError(f"record store at {self.path} is closed; nothing to rescue")
+            path = self.path
+            free = not path.exists() and not path.is_symlink()
+            target = (
+                path if free else path.with_name(f"{path.name}.rescued-{int(time.time() * 1000)}")
+            )
+            tmp = target.with_name(target.name + ".partial")
+            try:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                for leftover in (tmp, _sidecar(tmp, "-wal"), _sidecar(tmp, "-shm")):
+                    leftover.unlink(missing_ok=True)
+                dest = sqlite3.connect(tmp, isolation_level=None)
+                try:
+                    conn.backup(dest)
+                    # The copy is complete and closed: nothing of it lives in a log.
+                    dest.execute("UPDATE meta SET value = 1 WHERE name = 'clean_shutdown'")
+                    dest.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                finally:
+                    dest.close()
+                _fsync_file(tmp)
+                os.rename(tmp, target)
+                _fsync_dir(target.parent)
+            except (sqlite3.Error, OSError) as e:
+                raise StoreError(f"could not rescue the store to {target}: {e}") from e
+            return target
+
+    def probe_write(self) -> None:
+        """Durable writes that learn whether appends can succeed again after they failed (e.g.
+        the disk was full): a meta row of ``_PROBE_BYTES`` committed (so the log has room for a
+        batch of that size, not just one page), then shrunk back. Raises
+        :class:`StoreWriteError` if not. Touches no record and no offset."""
+        with self._lock:
+            conn = self._writer()
+            for value in (_PROBE_BYTES, 0):
+                try:
+                    conn.execute("BEGIN IMMEDIATE")
+                    conn.execute(
+                        "INSERT OR REPLACE INTO meta (name, value) VALUES ('write_probe', "
+                        "zeroblob(?))",
+                        (value,),
+                    )
+                    self._commit()
+                except sqlite3.Error as e:
+                    self._rollback()
+                    raise StoreWriteError(f"write probe of {self.path} failed: {e}") from e
+            self._check_identity_locked()
+
     def _writer(self) -> sqlite3.Connection:
         if self._conn is None:
             raise StoreWriteError(f"record store at {self.path} is closed")
+        if self._lost is not None:
+            raise StoreLostError(self._lost)
         if self.read_only:
             raise StoreWriteError(f"record store at {self.path} is open read-only")
         if self._failed:
@@ -751,6 +868,49 @@ def _wal_keeper(path: Path) -> sqlite3.Connection | None:
         return keeper
     except sqlite3.Error:  # pragma: no cover - best effort
         return None
+
+
+_Identity = tuple[tuple[int, int] | None, tuple[int, int] | None, tuple[int, int] | None, bool]
+"""(database file, write-ahead log, directory) as (st_dev, st_ino), None when missing; and
+whether the database file is empty."""
+
+
+def _file_id(path: Path) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _identity_of(path: Path) -> _Identity:
+    try:
+        empty = os.stat(path).st_size == 0
+    except OSError:
+        empty = False
+    return _file_id(path), _file_id(_sidecar(path, "-wal")), _file_id(path.parent), empty
+
+
+def _describe_loss(path: Path, expected: _Identity, now: _Identity) -> str:
+    db, wal, directory, empty = now
+    if directory is None:
+        what = f"its data directory {path.parent} was deleted"
+    elif directory != expected[2]:
+        what = f"its data directory {path.parent} was replaced or unmounted"
+    elif db is None:
+        what = f"{path.name} was deleted"
+    elif db != expected[0]:
+        what = f"{path.name} was replaced by another file"
+    elif empty:
+        what = f"{path.name} was truncated to 0 bytes"
+    elif wal is None:
+        what = f"its write-ahead log {path.name}-wal was deleted"
+    else:
+        what = f"its write-ahead log {path.name}-wal was replaced by another file"
+    return (
+        f"the record store at {path} is no longer the one on disk: {what} while the store was "
+        "open. Writes to it would be lost at the next start, so none are acknowledged any more"
+    )
 
 
 def _sidecar(path: Path, suffix: str) -> Path:

@@ -1,0 +1,420 @@
+"""Join storm benchmark: many members join one big group at once, through a real server.
+
+    .venv/bin/python bench/storm.py              # all rows, writes docs/benchmarks.md
+    .venv/bin/python bench/storm.py --quick      # the two small rows
+    .venv/bin/python bench/storm.py --rows 5000/50000 --configs default --no-doc
+
+For each configuration (``--set`` flags of ``kip848 serve``) and each row (members /
+partitions), a fresh ``kip848 serve`` (system clock, SQLite store, default settings otherwise)
+gets ten topics ``storm-0..9`` sharing the row's partitions and a 3-partition topic for the
+probe. ``bench/loadgen/h2storm.c`` (C, libnghttp2, about 30 µs of CPU per call, so the
+server keeps the cores) first joins and settles a 3-member probe group, then has every member
+of the row join group ``storm`` at once and behave like Kafka's Java consumer (reconcile and
+acknowledge at once, heartbeat every ``heartbeat_interval_ms``, re-join when fenced, back off on
+retriable errors, reset a call after request.timeout.ms = 30 s), while the probe members
+heartbeat every 50 ms. The run ends when the group has stayed converged for ``--settle``
+seconds (every member joined, at the same epoch, its owned set acknowledged, every partition
+owned once, P/N each) or after the row's time limit. Then the group is described through the
+server (state, epochs) and, after the server stops, the store's journal gives the number of
+target assignments computed (one ``ConsumerGroupTargetAssignmentMetadata`` record each).
+
+Reported per row: targets computed, server CPU seconds (the server's processes, from the
+generator's start to its end), the time of the last join's answer and the convergence time
+after it (in seconds and in heartbeat intervals), members fenced (and the FENCED_MEMBER_EPOCH
+and UNKNOWN_MEMBER_ID answers), the probe's heartbeat latency (p50, p99, max), and the calls
+that ended without an answer, by cause.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench._loadgen import build
+from bench._report import machine, table, write_section
+
+GROUP = "storm"
+PROBE_GROUP = "storm-probe"
+TOPICS = 10
+PROBE_PARTITIONS = 3
+PROBE_MEMBERS = 3
+PROBE_INTERVAL_MS = 50
+SERVER_START_S = 60.0
+DESCRIBE_S = 600.0
+HEARTBEAT_INTERVAL_S = 5.0  # group.consumer.heartbeat.interval.ms default
+ROWS = ((100, 1_000), (1_000, 10_000), (5_000, 50_000))
+QUICK_ROWS = ((100, 1_000), (1_000, 10_000))
+# Rows' time limits (seconds after the storm began): room for today's behaviour to show itself.
+MAX_SECONDS = {100: 60.0, 1_000: 120.0, 5_000: 300.0}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Config:
+    name: str
+    flags: tuple[str, ...]
+    interval_s: float | None  # the assignment interval, None when the server has no batching
+
+
+CONFIGS = {
+    "default": Config(name="default settings", flags=(), interval_s=None),
+}
+
+
+# ---------------------------------------------------------------- server
+
+
+def _tree_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) of a process and its children."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    pids = [pid]
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        pids += [int(c) for c in (task / "children").read_text().split()]
+    for p in pids:
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rpartition(")")[2].split()
+        except FileNotFoundError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / tick
+    return total
+
+
+def _start_server(data_dir: str, flags: tuple[str, ...]) -> tuple[subprocess.Popen[str], str]:
+    """``kip848 serve`` on 127.0.0.1:0; its log goes to ``<data_dir>.log``."""
+    log = open(data_dir + ".log", "wb")  # noqa: SIM115 - the child holds it; closed below
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "coordinator.cli",
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--data-dir",
+            data_dir,
+            "--log-level",
+            "warning",
+            *flags,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=log,
+        text=True,
+        cwd=str(Path(__file__).resolve().parent.parent),
+    )
+    log.close()
+    assert proc.stdout is not None
+    ready, _, _ = select.select([proc.stdout], [], [], SERVER_START_S)
+    line = proc.stdout.readline().strip() if ready else ""
+    if not line.startswith("listening on "):
+        proc.kill()
+        proc.wait(timeout=30)
+        raise RuntimeError(
+            f"kip848 serve did not start within {SERVER_START_S:.0f} s: {line!r}\n"
+            + Path(data_dir + ".log").read_text(errors="replace")[-2000:]
+        )
+    return proc, line.removeprefix("listening on ")
+
+
+def _create_topics(address: str, partitions: int) -> list[tuple[str, str, str, int]]:
+    """(kind, name, hex topic id, partitions) of the storm's topics and the probe's."""
+    import grpc
+
+    from kip848.v1 import admin_pb2, admin_pb2_grpc
+
+    per_topic = [partitions // TOPICS + (1 if i < partitions % TOPICS else 0) for i in range(10)]
+    wanted = [("storm", f"storm-{i}", n) for i, n in enumerate(per_topic)]
+    wanted.append(("probe", "storm-probe", PROBE_PARTITIONS))
+    with grpc.insecure_channel(address) as channel:
+        admin = admin_pb2_grpc.AdminServiceStub(channel)
+        r = admin.CreateTopics(
+            admin_pb2.CreateTopicsRequest(
+                topics=[
+                    admin_pb2.CreateTopicsRequest.CreatableTopic(name=name, num_partitions=n)
+                    for _kind, name, n in wanted
+                ]
+            ),
+            timeout=30,
+        )
+    ids = {t.name: t.topic_id for t in r.topics if t.error_code == 0}
+    if len(ids) != len(wanted):
+        raise RuntimeError(f"CreateTopics failed: {r}")
+    return [(kind, name, ids[name].hex(), n) for kind, name, n in wanted]
+
+
+def _describe(address: str) -> dict[str, Any]:
+    """The group as the server describes it. A server still working through a backlog may let
+    the call sit unanswered until grpc-core cancels it (30 s, ``grpc.server_max_unrequested_
+    time_in_server``): retried for up to ``DESCRIBE_S``."""
+    import grpc
+
+    from kip848.v1 import consumer_group_pb2, consumer_group_pb2_grpc
+
+    started = time.monotonic()
+    with grpc.insecure_channel(address) as channel:
+        stub = consumer_group_pb2_grpc.ConsumerGroupServiceStub(channel)
+        for attempt in range(1, 1000):
+            try:
+                r = stub.ConsumerGroupDescribe(
+                    consumer_group_pb2.ConsumerGroupDescribeRequest(group_ids=[GROUP]), timeout=60
+                )
+                break
+            except grpc.RpcError as exc:
+                if time.monotonic() - started > DESCRIBE_S:
+                    return {"state": f"not described ({exc.code().name} x{attempt})"}
+    g = r.groups[0]
+    epochs = sorted({m.member_epoch for m in g.members})
+    return {
+        "state": g.group_state,
+        "group_epoch": g.group_epoch,
+        "assignment_epoch": g.assignment_epoch,
+        "members": len(g.members),
+        "member_epochs": epochs if len(epochs) <= 3 else [*epochs[:3], "..."],
+        "seconds": round(time.monotonic() - started, 1),
+    }
+
+
+def _targets_computed(data_dir: str) -> int:
+    """Target assignments the server computed for the storm group (from the journal)."""
+    from coordinator.core import codec
+    from coordinator.core.records import ConsumerGroupTargetAssignmentMetadataKey
+    from coordinator.runtime.store import SqliteRecordStore
+
+    store = SqliteRecordStore(data_dir, read_only=True)
+    try:
+        n = 0
+        for entry in store.journal():
+            if entry.group_id == GROUP and entry.value is not None:
+                rec = codec.decode(entry.key, entry.value)
+                n += type(rec.key) is ConsumerGroupTargetAssignmentMetadataKey
+        return n
+    finally:
+        store.close()
+
+
+# ---------------------------------------------------------------- one row
+
+
+def run_row(
+    config: Config,
+    members: int,
+    partitions: int,
+    *,
+    connections: int,
+    settle_s: float,
+    max_seconds: float,
+) -> dict[str, Any]:
+    generator = build("h2storm")
+    with tempfile.TemporaryDirectory(prefix="kip848-storm-") as tmp:
+        data_dir = os.path.join(tmp, "data")
+        proc, address = _start_server(data_dir, config.flags)
+        try:
+            topics = _create_topics(address, partitions)
+            host, _, port = address.rpartition(":")
+            spec = [
+                f"host {host}",
+                f"port {port}",
+                f"group {GROUP}",
+                f"members {members}",
+                f"connections {connections}",
+                "join_rate 0",
+                "rebalance_timeout_ms 300000",
+                "request_timeout_ms 30000",
+                f"settle_ms {int(settle_s * 1000)}",
+                f"max_seconds {max_seconds}",
+                f"probe_group {PROBE_GROUP}",
+                f"probe_members {PROBE_MEMBERS}",
+                f"probe_interval_ms {PROBE_INTERVAL_MS}",
+                *(f"topic {kind} {name} {tid} {n}" for kind, name, tid, n in topics),
+            ]
+            spec_file = os.path.join(tmp, "spec")
+            Path(spec_file).write_text("\n".join(spec) + "\n")
+            cpu0 = _tree_cpu_s(proc.pid)
+            done = subprocess.run(
+                [generator, spec_file],
+                capture_output=True,
+                text=True,
+                timeout=max_seconds + 180,
+                check=False,
+            )
+            server_cpu = _tree_cpu_s(proc.pid) - cpu0
+            lines = done.stdout.strip().splitlines()
+            if not lines:
+                raise RuntimeError(f"h2storm printed nothing: {done.stderr}")
+            result: dict[str, Any] = json.loads(lines[-1])
+            result["server_cpu_s"] = server_cpu
+            print(f"  h2storm: {lines[-1][:600]}", file=sys.stderr, flush=True)
+            result["described"] = _describe(address)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=30)
+        result["targets_computed"] = _targets_computed(data_dir)
+    result["config"] = config.name
+    result["interval_s"] = config.interval_s
+    return result
+
+
+# ---------------------------------------------------------------- report
+
+
+def _convergence(r: dict[str, Any]) -> str:
+    if not r["converged"]:
+        return f"not converged in {r['seconds']:.0f} s"
+    after = r["converged_at_s"] - r["last_join_s"]
+    return f"{after:.1f} s = {after / HEARTBEAT_INTERVAL_S:.1f} HB"
+
+
+def _described(d: dict[str, Any]) -> str:
+    if "group_epoch" not in d:
+        return d["state"]
+    late = f" (answered after {d['seconds']:.0f} s)" if d["seconds"] >= 5 else ""
+    return f"{d['state']}, epoch {d['group_epoch']}{late}"
+
+
+def _unanswered(r: dict[str, Any]) -> str:
+    if not r["unanswered"]:
+        return "0"
+    causes = ", ".join(f"{k}: {v:,}" for k, v in sorted(r["unanswered_by"].items()))
+    return f"{r['unanswered']:,} ({causes})"
+
+
+def _targets_ok(r: dict[str, Any]) -> list[str]:
+    """Which of the issue's targets a row meets (only rows that have targets)."""
+    out = []
+    hb = HEARTBEAT_INTERVAL_S
+    if not r["converged"]:
+        return ["converged: no"]
+    after = (r["converged_at_s"] - r["last_join_s"]) / hb
+    if r["members"] == 5_000:
+        out.append(f"≤ 3 HB: {'yes' if after <= 3 else 'no'}")
+        out.append(f"0 fenced: {'yes' if r['members_fenced'] == 0 else 'no'}")
+        if r["interval_s"]:
+            bound = r["converged_at_s"] / r["interval_s"] + 2
+            ok = r["targets_computed"] <= bound
+            out.append(f"targets ≤ {bound:.0f}: {'yes' if ok else 'no'}")
+        out.append(f"probe p99 ≤ 50 ms: {'yes' if r['probe_p99_ms'] <= 50 else 'no'}")
+        out.append(f"probe max ≤ 200 ms: {'yes' if r['probe_max_ms'] <= 200 else 'no'}")
+    elif r["members"] == 1_000:
+        out.append(f"≤ 2 HB: {'yes' if after <= 2 else 'no'}")
+    return out
+
+
+def report(results: list[dict[str, Any]]) -> str:
+    return table(
+        (
+            "configuration",
+            "members / partitions",
+            "targets computed",
+            "server CPU s",
+            "last join answered (s)",
+            "converged after the last join",
+            "members fenced",
+            "UNKNOWN_MEMBER_ID",
+            "probe p50 / p99 / max ms",
+            "calls without an answer",
+            "state at the end",
+            "targets met",
+        ),
+        [
+            (
+                r["config"],
+                f"{r['members']:,} / {r['partitions']:,}",
+                f"{r['targets_computed']:,}",
+                f"{r['server_cpu_s']:.1f}",
+                f"{r['last_join_s']:.1f}",
+                _convergence(r),
+                f"{r['members_fenced']:,}",
+                f"{r['unknown_member_id']:,}",
+                f"{r['probe_p50_ms']:.0f} / {r['probe_p99_ms']:.0f} / {r['probe_max_ms']:,.0f}",
+                _unanswered(r),
+                _described(r["described"]),
+                "; ".join(_targets_ok(r)) or "—",
+            )
+            for r in results
+        ],
+    )
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="only the two small rows")
+    ap.add_argument("--rows", help="comma-separated MEMBERS/PARTITIONS, e.g. 1000/10000")
+    ap.add_argument(
+        "--configs", default=",".join(CONFIGS), help=f"comma-separated, of: {', '.join(CONFIGS)}"
+    )
+    ap.add_argument("--connections", type=int, default=50, help="HTTP/2 connections")
+    ap.add_argument(
+        "--settle", type=float, default=12.0, help="seconds the group must stay converged"
+    )
+    ap.add_argument("--max-seconds", type=float, help="time limit per row (default per size)")
+    ap.add_argument("--no-doc", action="store_true", help="do not write docs/benchmarks.md")
+    args = ap.parse_args()
+    if args.rows:
+        rows = [tuple(int(x) for x in item.split("/")) for item in args.rows.split(",")]
+    else:
+        rows = list(QUICK_ROWS if args.quick else ROWS)
+    configs = [CONFIGS[name] for name in args.configs.split(",")]
+    load0 = os.getloadavg()[0]
+    results = []
+    for config in configs:
+        for members, partitions in rows:
+            limit = args.max_seconds or MAX_SECONDS.get(members, 300.0)
+            r = run_row(
+                config,
+                members,
+                partitions,
+                connections=min(args.connections, members),
+                settle_s=args.settle,
+                max_seconds=limit,
+            )
+            results.append(r)
+            print(
+                f"{config.name}, {members}/{partitions}: "
+                + json.dumps({k: v for k, v in r.items() if k != "timeline"}),
+                flush=True,
+            )
+    text = report(results)
+    print(text)
+    if not args.no_doc:
+        cmd = "python bench/storm.py" + (" --quick" if args.quick else "")
+        write_section(
+            "storm",
+            f"""## Join storms (`{cmd}`)
+
+{machine()}; load average {load0:.1f} at the start, {os.getloadavg()[0]:.1f} at the end (the
+machine is shared: rough numbers). A fresh `kip848 serve` per row (SQLite store, system clock,
+the configuration's `--set` flags); `bench/loadgen/h2storm.c` joins every member of group
+`storm` (ten topics sharing the row's partitions) at once over {args.connections} HTTP/2
+connections and then behaves like Kafka's Java consumer (reconcile and acknowledge at once,
+heartbeat every `heartbeat_interval_ms` = 5 s, re-join when fenced, back off on retriable
+errors, reset a call unanswered after 30 s); meanwhile a 3-member probe group heartbeats every
+50 ms on its own connection. *Converged*: every member joined, at one epoch, its owned set
+acknowledged, every partition owned once (P/N each), for {args.settle:.0f} s in a row; the time
+is counted from the answer to the last join, and HB = one heartbeat interval (5 s). *Targets
+computed*: `ConsumerGroupTargetAssignmentMetadata` records of the group in the store's journal.
+*Server CPU*: all the server's processes, from the generator's start to its end.
+
+{text}
+""",
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,103 @@
+"""``kip848`` right after a coordinator starts: while the store loads, every request answers
+COORDINATOR_LOAD_IN_PROGRESS; the CLI retries within ``--timeout`` instead of failing at once.
+
+The server is the real gRPC server and runtime, run in this process so the test decides when
+loading ends (``CoordinatorServer.load``), which a subprocess with a big store would leave to
+chance."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Coroutine, Iterator
+from typing import Any, TypeVar
+
+import grpc
+import pytest
+
+from coordinator.cli import main
+from coordinator.core.config import parse_config
+from coordinator.runtime import CoordinatorRuntime, ManualClock
+from coordinator.runtime.store import MemoryRecordStore
+from coordinator.server.app import CoordinatorServer, ServeOptions
+from kip848.v1 import admin_pb2, admin_pb2_grpc
+
+T = TypeVar("T")
+
+
+class LoadingServer:
+    """A coordinator serving on 127.0.0.1:0 whose store is loaded only when ``load()`` is called."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+
+        async def start() -> CoordinatorServer:
+            runtime = CoordinatorRuntime(
+                config=parse_config({}), store=MemoryRecordStore(), clock=ManualClock(0)
+            )
+            server = CoordinatorServer(runtime, ServeOptions(listen="127.0.0.1:0"))
+            await server.start()
+            return server
+
+        self.server = self._run(start())
+        self.address = self.server.address
+
+    def _run(self, coro: Coroutine[Any, Any, T], timeout: float = 20.0) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def load_after(self, seconds: float) -> None:
+        self.loop.call_later(seconds, lambda: self.loop.create_task(self.server.load()))
+
+    def stop(self) -> None:
+        self._run(self.server.stop(1.0))
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+        self.loop.close()
+
+
+@pytest.fixture
+def loading() -> Iterator[LoadingServer]:
+    server = LoadingServer()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def test_the_cli_waits_for_the_load_within_its_timeout(
+    loading: LoadingServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with grpc.insecure_channel(loading.address) as channel:
+        stub = admin_pb2_grpc.AdminServiceStub(channel)
+        assert stub.ListTopics(admin_pb2.ListTopicsRequest(), timeout=5).error_code == 14
+    loading.load_after(0.8)
+    started = time.monotonic()
+    code = main(
+        ["topics", "create", "orders", "--partitions", "3", "--bootstrap-server", loading.address]
+    )
+    waited = time.monotonic() - started
+    out, err = capsys.readouterr()
+    assert (code, err) == (0, "")
+    assert out.startswith("Created topic orders (") and out.endswith(", 3 partitions).\n")
+    assert 0.7 <= waited < 5, waited
+    assert main(["topics", "list", "--output", "json", "--bootstrap-server", loading.address]) == 0
+    assert '"name": "orders"' in capsys.readouterr().out
+
+
+def test_the_cli_gives_up_when_its_timeout_runs_out(
+    loading: LoadingServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    started = time.monotonic()
+    code = main(["groups", "list", "--timeout", "0.6", "--bootstrap-server", loading.address])
+    waited = time.monotonic() - started
+    assert code == 1
+    assert capsys.readouterr() == (
+        "",
+        "kip848: list groups: COORDINATOR_LOAD_IN_PROGRESS: The coordinator is loading and hence "
+        "can't process requests.\n"
+        "  hint: the coordinator is still loading its store; retry in a moment\n",
+    )
+    assert 0.3 <= waited < 3, waited

@@ -1,0 +1,171 @@
+"""Time in the runtime (#13 items 8-9): timers measure silence on a monotonic clock, so wall
+clock steps neither fire nor delay session timeouts; record timestamps stay wall time; a
+coordinator that did not run (stopped, blocked) grants its members the time it was away.
+
+A :class:`SystemClock` with an injected wall clock (the real one plus an offset the test moves)
+and, for the stall, an injected monotonic clock."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+
+import pytest
+from test_runtime_core import beat, join
+
+from assignors.uniform import UniformAssignor
+from coordinator.core.commands import SequentialIds
+from coordinator.core.config import parse_config
+from coordinator.core.errors import CoordinatorNotAvailableError
+from coordinator.core.topics import NewTopic
+from coordinator.runtime import CoordinatorRuntime, SystemClock
+from coordinator.runtime.runtime import STALL_GRACE_MS, TIMER_RETRY_MS
+from coordinator.runtime.store import MemoryRecordStore
+
+HOUR_MS = 3_600_000
+
+
+class SteppableClock:
+    """The real clocks plus offsets a test moves: ``wall_step`` (an NTP step, ``date -s``) and
+    ``away`` (time that passed on the monotonic clock without the process running)."""
+
+    def __init__(self) -> None:
+        self.wall_step = 0
+        self.away = 0
+
+    def wall(self) -> int:
+        return time.time_ns() // 1_000_000 + self.wall_step
+
+    def monotonic(self) -> int:
+        return time.monotonic_ns() // 1_000_000 + self.away
+
+
+def runtime(clock: SteppableClock, store: MemoryRecordStore, session_ms: int) -> CoordinatorRuntime:
+    config = parse_config(
+        {
+            "group.consumer.min.session.timeout.ms": "50",
+            "group.consumer.session.timeout.ms": str(session_ms),
+            "group.consumer.min.heartbeat.interval.ms": "10",
+            "group.consumer.heartbeat.interval.ms": "20",
+        }
+    )
+    return CoordinatorRuntime(
+        config=config,
+        store=store,
+        clock=SystemClock(wall_ms=clock.wall, monotonic_ms=clock.monotonic),
+        ids=SequentialIds(),
+        assignors=[UniformAssignor()],
+    )
+
+
+async def members(rt: CoordinatorRuntime, group: str) -> list[str]:
+    return [m.member_id for m in (await rt.describe_group(group)).members]
+
+
+async def wait_removed(rt: CoordinatorRuntime, group: str, member: str, limit_s: float) -> float:
+    start = time.monotonic()
+    for _ in range(int(limit_s / 0.01)):  # bounded
+        try:
+            if member not in await members(rt, group):
+                return time.monotonic() - start
+        except CoordinatorNotAvailableError:  # a read behind a failed write: ask again
+            pass
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"{member} still in {group} after {limit_s} s")
+
+
+async def test_wall_clock_step_back_does_not_delay_a_session_timeout() -> None:
+    clock, store = SteppableClock(), MemoryRecordStore()
+    rt = runtime(clock, store, session_ms=300)
+    await rt.start()
+    await rt.create_topics([NewTopic(name="t", num_partitions=2)])
+    await rt.heartbeat(join("g", member_id="dead"))
+    joined = time.monotonic()
+    clock.wall_step = -HOUR_MS  # the wall clock jumps an hour back
+    await wait_removed(rt, "g", "dead", limit_s=5.0)
+    assert 0.25 < time.monotonic() - joined < 2.0  # its session timeout, not an hour
+    # What Kafka keeps in wall time still is: the removal's records carry the stepped time.
+    last = list(store.journal())[-1]
+    assert abs(last.timestamp_ms - (clock.wall())) < 5_000
+    await rt.close()
+
+
+async def test_wall_clock_step_forward_does_not_fence_live_members() -> None:
+    clock, store = SteppableClock(), MemoryRecordStore()
+    rt = runtime(clock, store, session_ms=400)
+    await rt.start()
+    await rt.create_topics([NewTopic(name="t", num_partitions=2)])
+    resp = await rt.heartbeat(join("g", member_id="live"))
+    epoch = resp.member_epoch
+    for i in range(12):  # ~0.6 s of heartbeats every 50 ms, a step forward in the middle
+        if i == 3:
+            clock.wall_step = HOUR_MS
+        await asyncio.sleep(0.05)
+        resp = await rt.heartbeat(beat("g", "live", epoch, owned=None))  # raises if fenced
+        epoch = resp.member_epoch
+    assert await members(rt, "g") == ["live"]
+    assert rt.stats["timers_fired"] == 0
+    await rt.close()
+
+
+async def test_time_away_is_granted_to_every_timer(caplog: pytest.LogCaptureFixture) -> None:
+    """The process did not run for 5 s (a SIGSTOP longer than the 1 s session timeout): when
+    it runs again nothing is fenced before its members could be heard; a member that stays
+    silent is still removed, one session timeout's worth of running time later."""
+    clock, store = SteppableClock(), MemoryRecordStore()
+    rt = runtime(clock, store, session_ms=1000)
+    await rt.start()
+    await rt.create_topics([NewTopic(name="t", num_partitions=2)])
+    live = await rt.heartbeat(join("g", member_id="live"))
+    await rt.heartbeat(join("g", member_id="silent"))
+    key = ("session", "g", "live")
+    before = rt.timers.get(key)
+    assert before is not None
+    clock.away = 5_000  # five seconds passed with the process stopped
+    with caplog.at_level(logging.WARNING, logger="kip848.runtime"):
+        rt._on_timer_due()  # what the loop runs first when the process is resumed
+    # (Measured from the last tick, every 0.5 s: up to that much less than the real gap.)
+    assert re.search(r"did not run for (4\.[5-9]|5\.0) s", caplog.text), caplog.text
+    after = rt.timers.get(key)
+    assert after is not None and 4_500 <= after[0] - before[0] <= 5_000
+    assert sorted(await members(rt, "g")) == ["live", "silent"]  # nobody fenced
+    # The live member's heartbeat (queued while stopped) is read now and keeps it.
+    await rt.heartbeat(beat("g", "live", live.member_epoch, owned=None))
+    elapsed = await wait_removed(rt, "g", "silent", limit_s=5.0)
+    assert elapsed < 2.0  # what was left of its session timeout, then gone
+    assert await members(rt, "g") == ["live"]
+    await rt.close()
+
+
+async def test_a_short_delay_is_not_a_stall() -> None:
+    clock, store = SteppableClock(), MemoryRecordStore()
+    rt = runtime(clock, store, session_ms=1000)
+    await rt.start()
+    await rt.create_topics([NewTopic(name="t", num_partitions=1)])
+    await rt.heartbeat(join("g", member_id="m"))
+    before = rt.timers.get(("session", "g", "m"))
+    clock.away = STALL_GRACE_MS // 2
+    rt._tick()
+    assert rt.timers.get(("session", "g", "m")) == before
+    await rt.close()
+
+
+async def test_a_timer_whose_write_fails_is_retried() -> None:
+    """A session timeout that falls due while the store cannot be written (a full disk) is
+    tried again every TIMER_RETRY_MS, so the dead member is removed once writes succeed."""
+    clock, store = SteppableClock(), MemoryRecordStore()
+    rt = runtime(clock, store, session_ms=100)
+    rt.watch.interval_s = 3600  # no probes: the timer's own retries are under test
+    await rt.start()
+    await rt.create_topics([NewTopic(name="t", num_partitions=1)])
+    await rt.heartbeat(join("g", member_id="dead"))
+    store.fail_next_appends(2)  # the first firing and its first retry fail
+    start = time.monotonic()
+    await wait_removed(rt, "g", "dead", limit_s=5.0)
+    took = time.monotonic() - start
+    assert took >= 0.1 + 2 * TIMER_RETRY_MS / 1000 * 0.9
+    assert rt.stats["failed_batches"] == 2
+    assert rt.serving  # the successful removal made the store writable again
+    await rt.close()
