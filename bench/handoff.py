@@ -30,7 +30,7 @@ if __package__ in (None, ""):
 import grpc
 
 from bench._report import machine, table, write_section
-from kip848.client import GroupMember, TopicPartition
+from kip848.client import GroupMember, MemberState, TopicPartition
 from kip848.v1 import admin_pb2, admin_pb2_grpc
 
 MEMBERS = 8
@@ -95,12 +95,18 @@ async def stable(members: list[GroupMember], timeout_s: float) -> None:
     def settled() -> bool:
         owned = [tp for m in members for tp in m.assignment]
         return len(owned) == PARTITIONS == len(set(owned)) and all(
-            m.state.value == "stable" for m in members
+            m.state is MemberState.STABLE for m in members
         )
 
-    async with asyncio.timeout(timeout_s):
-        while not settled():
-            await asyncio.sleep(0.01)
+    # Each member's wait wakes on its own protocol events; the first to see the whole group
+    # settled ends the wait.
+    waits = [asyncio.ensure_future(m.wait_until(settled)) for m in members]
+    try:
+        async with asyncio.timeout(timeout_s):
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waits:
+            w.cancel()
 
 
 async def churn(address: str, push: bool, heartbeat_ms: int) -> list[float]:
@@ -155,7 +161,14 @@ def main(argv: list[str] | None = None) -> int:
             ]
         )
         print(" | ".join(rows[-1]), flush=True)
-    headers = ["members learn by", "heartbeat interval", "hand-offs", "p50 (ms)", "p99 (ms)", "max (ms)"]
+    headers = [
+        "members learn by",
+        "heartbeat interval",
+        "hand-offs",
+        "p50 (ms)",
+        "p99 (ms)",
+        "max (ms)",
+    ]
     body = "\n".join(
         [
             "## Hand-off latency through a real server (`python bench/handoff.py`)",

@@ -23,6 +23,7 @@ from coordinator.cli.rpc import DEFAULT_LISTEN
 MAX_GRPC_PROCESSES = 64
 DEFAULT_MAX_REQUEST_BYTES = 100 * 1024 * 1024  # Kafka's socket.request.max.bytes
 DEFAULT_IDLE_MS = 600_000  # Kafka's connections.max.idle.ms
+DEFAULT_METADATA_MAX_AGE_MS = 10_000  # how often the topic registry follows the upstream
 
 
 def register(commands: Commands) -> None:
@@ -140,12 +141,20 @@ def cmd_serve(args: argparse.Namespace) -> int:
             server_settings.get("socket.request.max.bytes", DEFAULT_MAX_REQUEST_BYTES)
         )
         idle_ms = int(server_settings.get("connections.max.idle.ms", DEFAULT_IDLE_MS))
+        max_age_ms = int(
+            server_settings.get("kafka.upstream.metadata.max.age.ms", DEFAULT_METADATA_MAX_AGE_MS)
+        )
     except ValueError as exc:
-        raise UsageError(f"socket.request.max.bytes / connections.max.idle.ms: {exc}") from None
+        raise UsageError(
+            "socket.request.max.bytes / connections.max.idle.ms / "
+            f"kafka.upstream.metadata.max.age.ms: {exc}"
+        ) from None
     if max_request_bytes < 1024 or idle_ms < 1:
         raise UsageError(
             "socket.request.max.bytes must be >= 1024 and connections.max.idle.ms >= 1"
         )
+    if max_age_ms < 100:
+        raise UsageError("kafka.upstream.metadata.max.age.ms must be >= 100")
     try:
         if kafka_listen is not None:
             split_listen(kafka_listen, "--kafka-listen")
@@ -194,5 +203,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
         kafka_advertised=kafka_advertised,
         kafka_max_request_bytes=max_request_bytes,
         kafka_idle_ms=idle_ms,
+        kafka_metadata_max_age_ms=max_age_ms,
     )
     return run_loop(serve(runtime, options), args.event_loop)

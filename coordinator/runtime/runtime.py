@@ -59,7 +59,7 @@ from coordinator.core.offsets import (
 from coordinator.core.records import ConsumerGroupMetadataKey, OffsetCommitKey
 from coordinator.core.shard import GroupCoordinatorShard, GroupDescription
 from coordinator.core.timers import ArmTimer, DueTimer, TimerOp, TimerTable
-from coordinator.core.topics import NewTopic, TopicRegistry, TopicResult
+from coordinator.core.topics import NewTopic, SnapshotChanges, TopicRegistry, TopicResult
 from legacy_bridge.shard import BridgedShard
 
 from .assignors import make_assignors
@@ -735,6 +735,21 @@ class CoordinatorRuntime:
 
     async def list_topics(self) -> list[TopicResult]:
         return await self._submit(REGISTRY, lambda r: r.list_topics(), read=True)
+
+    async def apply_topic_snapshot(
+        self, topics: Sequence[NewTopic], keep: Sequence[str] = ()
+    ) -> SnapshotChanges:
+        """Make the registry follow a broker's metadata (``TopicRegistry.apply_snapshot``).
+        Topics gone from the broker or re-created there (a new id) lose their committed
+        offsets in the same durable batch, as :meth:`delete_topics` does."""
+        self._check_serving()
+        changes, batch = self._execute(REGISTRY, lambda r: r.apply_snapshot(topics, keep))
+        deleted = changes.deleted_names
+        for i in range(self.shard_count if deleted else 0):
+            self._execute(i, lambda s: s.on_topics_deleted(deleted))  # joins the registry's batch
+        if batch is not None:
+            await _durable(batch)
+        return changes
 
     def topic_name(self, topic_id: str) -> str:
         """Convenience name for responses ("" when unknown)."""

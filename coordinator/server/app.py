@@ -38,6 +38,9 @@ from .forwarding import (
     new_grpc_server,
 )
 from .kafka.listener import DEFAULT_IDLE_MS, DEFAULT_MAX_REQUEST_BYTES, KafkaListener, KafkaOptions
+from .kafka.topic_feed import DEFAULT_MAX_AGE_MS as DEFAULT_METADATA_MAX_AGE_MS
+from .kafka.topic_feed import TopicFeed
+from .kafka.upstream import Upstream, UpstreamError
 from .service import CoordinatorService
 from .services import (
     AdminService,
@@ -70,6 +73,7 @@ class ServeOptions:
     kafka_advertised: str | None = None  # HOST:PORT the Kafka listener answers as itself
     kafka_max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
     kafka_idle_ms: int = DEFAULT_IDLE_MS
+    kafka_metadata_max_age_ms: int = DEFAULT_METADATA_MAX_AGE_MS  # topic feed interval
 
 
 def split_listen(listen: str, flag: str = "--listen") -> tuple[str, int]:
@@ -120,6 +124,8 @@ class CoordinatorServer:
         add_health_and_reflection(self.server, self.health, self.service_names)
         self.kafka: KafkaListener | None = None
         self.kafka_address = ""
+        self.topic_feed: TopicFeed | None = None
+        self.kafka_upstream: Upstream | None = None
         self._health_tasks: set[asyncio.Task[None]] = set()
         self._health_lock = asyncio.Lock()
         runtime.add_health_listener(self._runtime_health)
@@ -161,9 +167,7 @@ class CoordinatorServer:
         )
         upstream = None
         if options.kafka_upstream:
-            from .kafka.upstream import Upstream
-
-            upstream = Upstream(options.kafka_upstream)
+            upstream = self.kafka_upstream = Upstream(options.kafka_upstream)
             await upstream.connect()
         self.kafka = KafkaListener(self.service, kafka_options, upstream)
         bound = await self.kafka.listen(host, port)
@@ -174,6 +178,11 @@ class CoordinatorServer:
             self.kafka.set_node(bound, Node(node_id=0, host=adv_host, port=adv_port))
         else:
             await upstream.bind_nodes(self.kafka, host, bound, adv_host, adv_port)
+            # Topics follow the upstream; the topic RPCs go to it (started by load()).
+            self.topic_feed = TopicFeed(
+                self.runtime, upstream, options.kafka_metadata_max_age_ms, self.kafka
+            )
+            self.service.topics = self.topic_feed
         shown = f"[{host.strip('[]')}]" if ":" in host.strip("[]") else host
         self.kafka_address = f"{shown}:{bound}"
 
@@ -212,12 +221,16 @@ class CoordinatorServer:
 
     async def load(self) -> None:
         await self.runtime.start()
+        if self.topic_feed is not None:
+            await self.topic_feed.start()  # the upstream's topics before SERVING (bounded)
         await self._set_health(health_pb2.HealthCheckResponse.SERVING)
 
     async def stop(self, grace_s: float = SHUTDOWN_GRACE_S) -> None:
         await self.health.enter_graceful_shutdown()
         self.runtime.release_parked()  # parked JoinGroup/SyncGroup answered, not left to the grace
         self.runtime.watchers.close()  # push streams end (UNAVAILABLE), not left to the grace
+        if self.topic_feed is not None:
+            await self.topic_feed.close()
         if self.kafka is not None:
             await self.kafka.close()
         if self.frontends is not None:
@@ -286,9 +299,14 @@ async def serve(runtime: CoordinatorRuntime, options: ServeOptions) -> int:
     try:
         await server.start()
     except (RuntimeError, OSError) as exc:
-        print(f"kip848 serve: cannot listen on {options.listen}: {exc}", file=sys.stderr)
+        if isinstance(exc, UpstreamError):
+            print(f"kip848 serve: {exc}", file=sys.stderr)
+        else:
+            print(f"kip848 serve: cannot listen on {options.listen}: {exc}", file=sys.stderr)
         if server.kafka is not None:
             await server.kafka.close()
+        if server.kafka_upstream is not None:
+            server.kafka_upstream.client.close()
         if server.frontends is not None:
             await server.frontends.stop(0.0)
         await server.server.stop(None)

@@ -26,6 +26,7 @@ import asyncio
 import collections
 import logging
 import struct
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..api import Node
@@ -38,6 +39,12 @@ log = logging.getLogger("kip848.kafka")
 
 REWRITTEN = {apis.METADATA, apis.DESCRIBE_CLUSTER, apis.PRODUCE, apis.FETCH}
 CONNECT_TIMEOUT_S = 10.0
+REQUEST_TIMEOUT_S = 30.0  # Kafka's request.timeout.ms
+CLIENT_ID = b"kip848-coordinator"
+TOPIC_CHANGING = frozenset({19, 20, 37})
+"""CreateTopics, DeleteTopics, CreatePartitions: forwarded, then the topic feed refreshes."""
+METADATA_VERSION_CAP = 12
+"""Metadata v10+ carries topic ids; v13 only adds a top-level error."""
 
 
 class UpstreamError(RuntimeError):
@@ -49,25 +56,60 @@ def split(address: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-async def _exchange(host: str, port: int, entity: Any, correlation_id: int) -> Any:
-    """One request/response on a short-lived connection (start-up only)."""
-    cls = type(entity)
-    key, version = int(cls.__api_key__), int(cls.__version__)
-    header = struct.pack(">hhih", key, version, correlation_id, 6) + b"kip848"
-    if cls.__flexible__:
-        header += b"\0"
-    payload = header + wire.encode_body(entity)
-    reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), CONNECT_TIMEOUT_S)
-    try:
+class UpstreamClient:
+    """The coordinator's own requests to one upstream broker (ApiVersions and Metadata at
+    start, the topic feed, topic administration): one connection, opened when needed, one
+    request at a time. Any failure drops the connection (the next call opens a new one) and
+    raises :class:`UpstreamError`."""
+
+    def __init__(self, host: str, port: int, timeout_s: float = REQUEST_TIMEOUT_S) -> None:
+        self.host, self.port = host, port
+        self.timeout_s = timeout_s
+        self._lock = asyncio.Lock()
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._correlation_id = 0
+
+    async def call(self, entity: Any) -> Any:
+        """Send one request entity; its decoded response."""
+        async with self._lock:
+            try:
+                return await asyncio.wait_for(self._call(entity), self.timeout_s)
+            except (OSError, TimeoutError, asyncio.IncompleteReadError, wire.WireError) as exc:
+                self.close()
+                what = wire.api_name(int(type(entity).__api_key__))
+                raise UpstreamError(
+                    f"{what} to the upstream broker at {self.host}:{self.port} failed: {exc!r}"
+                ) from exc
+            except BaseException:
+                self.close()
+                raise
+
+    async def _call(self, entity: Any) -> Any:
+        if self._writer is None:
+            self._reader, self._writer = await asyncio.open_connection(self.host, self.port)
+        reader, writer = self._reader, self._writer
+        assert reader is not None
+        cls = type(entity)
+        key, version = int(cls.__api_key__), int(cls.__version__)
+        self._correlation_id = correlation_id = (self._correlation_id + 1) & 0x7FFFFFFF
+        header = struct.pack(">hhih", key, version, correlation_id, len(CLIENT_ID)) + CLIENT_ID
+        if cls.__flexible__:
+            header += b"\0"
+        payload = header + wire.encode_body(entity)
         writer.write(struct.pack(">i", len(payload)) + payload)
-        size = struct.unpack(
-            ">i", await asyncio.wait_for(reader.readexactly(4), CONNECT_TIMEOUT_S)
-        )[0]
-        frame = await asyncio.wait_for(reader.readexactly(size), CONNECT_TIMEOUT_S)
-    finally:
-        writer.close()
-    pos = 4 + (1 if wire.response_header_flexible(key, version) else 0)
-    return wire.decode_response(key, version, frame, pos)
+        size = struct.unpack(">i", await reader.readexactly(4))[0]
+        frame = await reader.readexactly(size)
+        got = struct.unpack_from(">i", frame)[0]
+        if got != correlation_id:
+            raise wire.WireError(f"correlation id {got} in answer to {correlation_id}")
+        pos = 4 + (1 if wire.response_header_flexible(key, version) else 0)
+        return wire.decode_response(key, version, frame, pos)
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+        self._reader = self._writer = None
 
 
 class Upstream:
@@ -80,30 +122,34 @@ class Upstream:
         self.cluster_id: str | None = None
         self.ours: dict[int, Node] = {}  # upstream node id -> our listener for it
         self.bootstrap_node = -1
+        self.client = UpstreamClient(*self.address)
+        self._listen_host = self._adv_host = ""
+        self.on_topics_changed: Callable[[], None] | None = None
+        """Called after a forwarded request that changes topics (the topic feed refreshes)."""
+
+    def version_for(self, key: int, cap: int | None = None) -> int | None:
+        """The highest version of ``key`` both the upstream and the codec know (at most
+        ``cap``); None if there is none."""
+        theirs = self.versions.get(key)
+        ours = wire.kio_versions(key)
+        if theirs is None or ours is None:
+            return None
+        hi = min(theirs[1], ours[1], cap if cap is not None else ours[1])
+        return hi if hi >= max(theirs[0], ours[0]) else None
 
     async def connect(self) -> None:
         host, port = self.address
-        try:
-            versions = await _exchange(host, port, wire.build(wire.request_class(18, 0)), 1)
-            self.versions = {
-                int(k.api_key): (int(k.min_version), int(k.max_version)) for k in versions.api_keys
-            }
-            lo, hi = self.versions.get(apis.METADATA, (0, -1))
-            version = min(hi, 12)
-            if version < max(lo, 1):
-                raise UpstreamError("the upstream offers no usable Metadata version")
-            meta = await _exchange(
-                host,
-                port,
-                wire.build(
-                    wire.request_class(3, version), topics=[], allow_auto_topic_creation=False
-                ),
-                2,
-            )
-        except (OSError, TimeoutError, asyncio.IncompleteReadError, wire.WireError) as exc:
-            raise UpstreamError(
-                f"cannot reach the upstream broker at {host}:{port}: {exc}"
-            ) from exc
+        client = self.client
+        versions = await client.call(wire.build(wire.request_class(18, 0)))
+        self.versions = {
+            int(k.api_key): (int(k.min_version), int(k.max_version)) for k in versions.api_keys
+        }
+        version = self.version_for(apis.METADATA, METADATA_VERSION_CAP)
+        if version is None or version < 1:
+            raise UpstreamError("the upstream offers no usable Metadata version")
+        meta = await client.call(
+            wire.build(wire.request_class(3, version), topics=[], allow_auto_topic_creation=False)
+        )
         self.advertised = {int(b.node_id): (b.host, int(b.port)) for b in meta.brokers}
         if not self.advertised:
             raise UpstreamError("the upstream broker lists no brokers")
@@ -130,15 +176,43 @@ class Upstream:
     ) -> None:
         """The ``--kafka-listen`` port stands for the bootstrap node; every other upstream
         broker gets a port of its own on the same host."""
+        self._listen_host, self._adv_host = host, adv_host
         for node_id in sorted(self.brokers):
             if node_id == self.bootstrap_node:
                 node = Node(node_id=node_id, host=adv_host, port=adv_port)
                 listener.set_node(bound, node)
+                self.ours[node_id] = node
             else:
-                port = await listener.listen(host, 0)
-                node = Node(node_id=node_id, host=adv_host, port=port)
-                listener.set_node(port, node)
-            self.ours[node_id] = node
+                await self._bind(listener, node_id)
+
+    async def _bind(self, listener: KafkaListener, node_id: int) -> Node:
+        port = await listener.listen(self._listen_host, 0)
+        node = Node(node_id=node_id, host=self._adv_host, port=port)
+        listener.set_node(port, node)
+        self.ours[node_id] = node
+        return node
+
+    async def update_brokers(self, listener: KafkaListener, meta: Any) -> None:
+        """The brokers of a Metadata response (the topic feed's): a broker not seen before
+        gets a listener port of its own; a moved broker is reached at its new address by
+        connections opened from now on. Brokers that left keep their port (clients that
+        still use it get the broker's connection error, as from Kafka)."""
+        for b in meta.brokers:
+            node_id, address = int(b.node_id), (b.host, int(b.port))
+            if self.advertised.get(node_id) == address:
+                continue
+            self.advertised[node_id] = address
+            if node_id != self.bootstrap_node:
+                self.brokers[node_id] = address
+            if node_id not in self.ours:
+                node = await self._bind(listener, node_id)
+                log.info(
+                    "Upstream broker %d (%s:%d) joined: listener port %d.",
+                    node_id,
+                    address[0],
+                    address[1],
+                    node.port,
+                )
 
     # ------------------------------------------------------------ versions
 
@@ -311,6 +385,8 @@ class UpstreamConnection(asyncio.Protocol):
                 self.client.fail("the upstream sent a response nobody asked for")
                 return
             slot, key, version, rewrite = self.pending.popleft()
+            if key in TOPIC_CHANGING and self.upstream.on_topics_changed is not None:
+                self.upstream.on_topics_changed()
             if rewrite:
                 frame = bytes(buf[pos + 4 : pos + 4 + size])
                 try:
