@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import statistics
 import subprocess
 import sys
@@ -142,7 +143,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-write", action="store_true", help="leave docs/benchmarks.md alone")
     args = parser.parse_args(argv)
     rows = []
+    loads = []
     for push, heartbeat_ms in CASES:
+        loads.append(os.getloadavg()[0])
         with tempfile.TemporaryDirectory(prefix="kip848-handoff-") as data_dir:
             proc, address = start_server(data_dir, heartbeat_ms)
             try:
@@ -189,7 +192,8 @@ def main(argv: list[str] | None = None) -> int:
             "",
             (
                 "Measured roughly, on a machine shared with other work (the numbers move from run "
-                f"to run); {machine()}."
+                f"to run; 1-minute load average {min(loads):.1f}–{max(loads):.1f} during the "
+                f"rows); {machine()}."
             ),
         ]
     )

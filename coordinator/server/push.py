@@ -121,7 +121,12 @@ class _GroupHub:
                         self._broadcast(exc)
                         return
                     for member_id, boxes in self.boxes.items():
-                        value = views if isinstance(views, str) else views.get(member_id)
+                        if isinstance(views, str):
+                            value: object = views
+                        elif member_id in views:
+                            value = views[member_id]
+                        else:
+                            continue  # subscribed during the read: its poke brings the next one
                         for box in boxes:
                             box.put(value)
                     await asyncio.wait((changed, poked), return_when=asyncio.FIRST_COMPLETED)

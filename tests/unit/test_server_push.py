@@ -224,3 +224,35 @@ async def test_watchers_coalesce_notifications_and_unregister() -> None:
             await other
         assert w1.closed and w2.closed
     assert len(watchers) == 0
+
+
+async def test_a_stream_opened_while_the_hub_reads_gets_its_own_view() -> None:
+    """Regression: a member subscribing during the hub's read was missing from that read and
+    got UNKNOWN_MEMBER_ID; it must get its view from the next read instead."""
+    rt, service, t = await group_with_topic()
+    for member in ("A", "B"):
+        await rt.heartbeat(join("g", member_id=member))
+    gate = asyncio.Event()
+    real = rt.member_views
+
+    async def slow(group_id: str, member_ids: list[str]):  # type: ignore[no-untyped-def]
+        await gate.wait()
+        return await real(group_id, member_ids)
+
+    rt.member_views = slow  # type: ignore[method-assign]
+    stream_a = watch(service, "A")
+    first_a = asyncio.ensure_future(anext(stream_a))
+    for _ in range(5):
+        await asyncio.sleep(0)  # the hub is now inside its read, for A only
+    stream_b = watch(service, "B")
+    first_b = asyncio.ensure_future(anext(stream_b))
+    for _ in range(5):
+        await asyncio.sleep(0)
+    gate.set()
+    async with asyncio.timeout(STEP_S):
+        a, b = await first_a, await first_b
+    assert (a.error_code, b.error_code) == (ErrorCode.NONE, ErrorCode.NONE)
+    assert a.target == {t: frozenset({0, 1})} and b.target == {t: frozenset({2, 3})}
+    for s in (stream_a, stream_b):
+        await s.aclose()  # type: ignore[attr-defined]
+    await rt.close()
