@@ -161,6 +161,7 @@ class GroupMember:
         self._closed = False
         self._driver: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._callback_tasks: set[asyncio.Task[Any]] = set()
         self._wake: asyncio.Event | None = None
         self._changed: asyncio.Event | None = None
         self._left: asyncio.Event | None = None
@@ -241,6 +242,11 @@ class GroupMember:
         anyway (the coordinator expires the member after its session timeout)."""
         if not self._started or self._closed:
             return
+        if asyncio.current_task() in self._callback_tasks:
+            raise RuntimeError(
+                "close() from a rebalance callback would wait for that callback to return; "
+                "close the member after the callback (e.g. in another task)"
+            )
         assert self._left is not None
         if self._member.failure is None:
             self._feed(lambda now: self._member.leave(now, leave_group=leave_group))
@@ -494,11 +500,12 @@ class GroupMember:
             raise RuntimeError("start() the member first")
         return channel
 
-    def _spawn(self, coro: Awaitable[Any], what: str) -> None:
+    def _spawn(self, coro: Awaitable[Any], what: str) -> asyncio.Task[Any]:
         task = asyncio.ensure_future(coro)
         task.set_name(f"kip848-{what}")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
 
     def _feed(self, event: Callable[[int], list[Action]], *, wake: bool = True) -> None:
         """Give the member one event (at the current time) and start what it asks for; wake
@@ -527,7 +534,9 @@ class GroupMember:
         elif isinstance(action, FindCoordinator):
             self._spawn(self._find(action.seq), "find-coordinator")
         elif isinstance(action, InvokeCallback):
-            self._spawn(self._callback(action), action.kind.value)
+            task = self._spawn(self._callback(action), action.kind.value)
+            self._callback_tasks.add(task)
+            task.add_done_callback(self._callback_tasks.discard)
         elif isinstance(action, Left):
             assert self._left is not None
             self._left.set()
