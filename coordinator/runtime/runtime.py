@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from enum import Enum
@@ -145,6 +146,7 @@ class CoordinatorRuntime:
         clock: SystemClock | ManualClock | None = None,
         ids: IdSource | None = None,
         assignors: Sequence[Any] | None = None,
+        observer: Any = None,
     ) -> None:
         self.config = config
         self.store = store
@@ -153,6 +155,10 @@ class CoordinatorRuntime:
         assignors = (
             list(assignors) if assignors is not None else make_assignors(config.consumer_assignors)
         )
+        # Metrics and tracing (coordinator/observability): None when both are off.
+        self.observer = observer
+        if observer is not None:
+            assignors = observer.attach(config.shards, assignors)
         self.shard_count = config.shards
         self.shards = [
             BridgedShard(config=config, assignors=assignors, ids=self.ids)
@@ -213,6 +219,8 @@ class CoordinatorRuntime:
         if self.state is not RuntimeState.LOADING:  # closed while loading
             return stats
         self.load_stats = stats
+        if self.observer is not None:
+            self.observer.loaded(self.shards)
         now = self.clock.now_ms()
         for i, shard in enumerate(self.shards):
             self._apply_timer_ops(self._timer_time(shard.on_loaded(now)))
@@ -335,8 +343,9 @@ class CoordinatorRuntime:
             index = self.shard_count
         machine = self._machines[index]
         mark = machine.mark()
+        obs = self.observer
         try:
-            out = fn(machine)
+            out = fn(machine) if obs is None else obs.run_command(index, fn, machine)
         except CoordinatorError:
             machine.rollback(mark)  # the core already did; harmless and keeps the registry safe
             raise
@@ -346,7 +355,10 @@ class CoordinatorRuntime:
             raise
         self.stats["commands"] += 1
         if read:
-            return out, self._last_batch.get(index)
+            last = self._last_batch.get(index)
+            if obs is not None and last is not None:
+                obs.waits(last, index)
+            return out, last
         result: Result[Any] = out
         records = result.records
         if records:
@@ -376,6 +388,8 @@ class CoordinatorRuntime:
                 pk = self._pending_keys
                 for op in timers:
                     pk[op.key] = pk.get(op.key, 0) + 1
+        if obs is not None and batch is not None:
+            obs.waits(batch, index)
         if result.completions:  # legacy bridge: answer parked requests once durable
             completions = [(index, token, response) for token, response in result.completions]
             if batch is None:
@@ -410,6 +424,7 @@ class CoordinatorRuntime:
                 self._pending = None
                 batch.end_marks = [m.mark() for m in self._machines]
                 self._inflight = batch
+                started = time.monotonic()
                 try:
                     await loop.run_in_executor(
                         self._executor, self.store.append, batch.records, self.clock.now_ms()
@@ -422,6 +437,14 @@ class CoordinatorRuntime:
                 else:
                     self._inflight = None
                     self._succeed(batch)
+                    if self.observer is not None:
+                        self.observer.batch_written(
+                            batch,
+                            len(batch.records),
+                            batch.commands,
+                            time.monotonic() - started,
+                            getattr(self.store, "last_commit_seconds", None),
+                        )
 
     def _succeed(self, batch: _Batch) -> None:
         for m, mark in zip(self._machines, batch.end_marks or (), strict=True):
@@ -467,6 +490,9 @@ class CoordinatorRuntime:
             log.critical("The store failed with an unknown outcome; the coordinator stops serving.")
             self._stop_serving(f"a write to the record store had an unknown outcome: {exc}")
         self.watch.write_failed(exc)
+        if self.observer is not None:
+            for b in failed:
+                self.observer.batch_failed(b, len(b.records), exc)
         for b in failed:
             self._settle_keys(b.timer_ops, durable=False)
             if not b.future.done():
@@ -550,6 +576,10 @@ class CoordinatorRuntime:
         if _kind == EXPIRE_OFFSETS:
             return self._fire_expiration(due, now_ms)
         self.stats["timers_fired"] += 1
+        if self.observer is not None:
+            self.observer.timer_fired(
+                _kind, shard_of(group_id, self.shard_count), (now_ms - due.deadline_ms) / 1000
+            )
         try:
             _resp, batch = self._execute(
                 shard_of(group_id, self.shard_count), lambda s: s.on_timer(due, now_ms)
@@ -866,6 +896,8 @@ class CoordinatorRuntime:
         except Exception:  # noqa: BLE001 - logged by _execute; a timer must not kill the loop
             return None
         offsets, groups = result
+        if self.observer is not None:
+            self.observer.offsets_expired(offsets)
         if offsets or groups:
             log.info(
                 "Shard %d: expired %d offsets, deleted %d empty groups.", index, offsets, groups

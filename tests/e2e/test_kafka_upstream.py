@@ -357,3 +357,50 @@ def test_the_topic_rpcs_go_to_the_upstream(kafka_stack: Stack) -> None:
     assert uuid.UUID(bytes=gone.results[0].topic_id) == tid
     assert "tf-admin" not in metadata(broker) and "tf-admin" not in list_topics(server)
     broker.close()
+
+
+def test_topic_and_group_configs_in_one_request(kafka_stack: Stack) -> None:
+    """kafka-python's KafkaAdminClient sends TOPIC and GROUP resources in one DescribeConfigs:
+    the topic's part is the broker's answer, the group's is ours."""
+    from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient
+
+    server = kafka_stack.server
+    c = server.client()
+    create_topics(c, **{"cfg-topic": 1})
+    resources = [
+        {"resource_type": 2, "resource_name": "cfg-topic", "configuration_keys": None},
+        {"resource_type": 32, "resource_name": "cfg-group", "configuration_keys": None},
+    ]
+    raw = c.call(
+        request(32, 4, resources=resources, include_synonyms=False, include_documentation=False)
+    )
+    c.close()
+    topic, group = raw.results
+    # Tansu's words ("No error.") on the topic: the broker answered that part.
+    assert (topic.resource_name, topic.error_code, topic.error_message) == (
+        "cfg-topic",
+        E.none,
+        "No error.",
+    )
+    assert (group.resource_name, group.error_code, group.error_message) == (
+        "cfg-group",
+        E.none,
+        None,
+    )
+
+    admin = KafkaAdminClient(bootstrap_servers=server.kafka_address, request_timeout_ms=10000)
+    try:
+        got = admin.describe_configs(
+            [
+                ConfigResource(ConfigResourceType.TOPIC, "cfg-topic"),
+                ConfigResource(ConfigResourceType.GROUP, "cfg-group"),
+            ],
+            config_filter="all",
+        )
+    finally:
+        admin.close()
+    assert got["topic"] == {"cfg-topic": {}}
+    assert {k: v["value"] for k, v in got["group"]["cfg-group"].items()} == {
+        "consumer.heartbeat.interval.ms": "5000",
+        "consumer.session.timeout.ms": "45000",
+    }

@@ -25,7 +25,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 from coordinator.core.errors import (
     CoordinatorError,
@@ -39,9 +39,6 @@ from coordinator.runtime import CoordinatorRuntime, RuntimeState
 from . import wire
 from .convert import topic_id_of
 from .upstream import METADATA_VERSION_CAP, Upstream, UpstreamError
-
-if TYPE_CHECKING:
-    from .listener import KafkaListener
 
 log = logging.getLogger("kip848.kafka")
 
@@ -92,12 +89,10 @@ class TopicFeed:
         runtime: CoordinatorRuntime,
         upstream: Upstream,
         max_age_ms: int = DEFAULT_MAX_AGE_MS,
-        listener: KafkaListener | None = None,
     ) -> None:
         self.runtime = runtime
         self.upstream = upstream
         self.client = upstream.client
-        self.listener = listener
         self.max_age_s = max_age_ms / 1000
         self._wanted: asyncio.Event | None = None
         self._waiters: list[asyncio.Future[None]] = []
@@ -212,8 +207,7 @@ class TopicFeed:
             )
         )
         self.refreshes += 1
-        if self.listener is not None:
-            await self.upstream.update_brokers(self.listener, meta)
+        self.upstream.update_brokers(meta)
         topics: list[NewTopic] = []
         keep: list[str] = []
         for t in meta.topics:

@@ -124,6 +124,7 @@ class Upstream:
         self.bootstrap_node = -1
         self.client = UpstreamClient(*self.address)
         self._listen_host = self._adv_host = ""
+        self._listener: KafkaListener | None = None
         self.on_topics_changed: Callable[[], None] | None = None
         """Called after a forwarded request that changes topics (the topic feed refreshes)."""
 
@@ -171,11 +172,12 @@ class Upstream:
             self.bootstrap_node,
         )
 
-    async def bind_nodes(
+    def bind_nodes(
         self, listener: KafkaListener, host: str, bound: int, adv_host: str, adv_port: int
     ) -> None:
         """The ``--kafka-listen`` port stands for the bootstrap node; every other upstream
         broker gets a port of its own on the same host."""
+        self._listener = listener
         self._listen_host, self._adv_host = host, adv_host
         for node_id in sorted(self.brokers):
             if node_id == self.bootstrap_node:
@@ -183,36 +185,47 @@ class Upstream:
                 listener.set_node(bound, node)
                 self.ours[node_id] = node
             else:
-                await self._bind(listener, node_id)
+                self._bind(node_id)
 
-    async def _bind(self, listener: KafkaListener, node_id: int) -> Node:
-        port = await listener.listen(self._listen_host, 0)
+    def _bind(self, node_id: int) -> Node:
+        """A listener port for an upstream node (bound at once, served from the next loop
+        turn: a client that connects meanwhile waits in the backlog)."""
+        listener = self._listener
+        assert listener is not None
+        port = listener.listen_now(self._listen_host)
         node = Node(node_id=node_id, host=self._adv_host, port=port)
         listener.set_node(port, node)
         self.ours[node_id] = node
         return node
 
-    async def update_brokers(self, listener: KafkaListener, meta: Any) -> None:
-        """The brokers of a Metadata response (the topic feed's): a broker not seen before
-        gets a listener port of its own; a moved broker is reached at its new address by
-        connections opened from now on. Brokers that left keep their port (clients that
-        still use it get the broker's connection error, as from Kafka)."""
-        for b in meta.brokers:
-            node_id, address = int(b.node_id), (b.host, int(b.port))
-            if self.advertised.get(node_id) == address:
-                continue
+    def learn_broker(self, node_id: int, host: str, port: int) -> Node:
+        """A broker named by the upstream (the topic feed's Metadata, or a forwarded response):
+        a broker not seen before gets a listener port of its own; a moved broker is reached at
+        its new address by connections opened from now on. Brokers that left keep their port
+        (clients that still use it get the broker's connection error, as from Kafka)."""
+        address = (host, port)
+        if self.advertised.get(node_id) != address:
             self.advertised[node_id] = address
             if node_id != self.bootstrap_node:
                 self.brokers[node_id] = address
-            if node_id not in self.ours:
-                node = await self._bind(listener, node_id)
-                log.info(
-                    "Upstream broker %d (%s:%d) joined: listener port %d.",
-                    node_id,
-                    address[0],
-                    address[1],
-                    node.port,
-                )
+        node = self.ours.get(node_id)
+        if node is None:
+            node = self._bind(node_id)
+            log.info(
+                "Upstream broker %d (%s:%d) joined: listener port %d.",
+                node_id,
+                host,
+                port,
+                node.port,
+            )
+        return node
+
+    def update_brokers(self, meta: Any) -> None:
+        """The brokers of the topic feed's Metadata response (see :meth:`learn_broker`)."""
+        if self._listener is None:
+            return
+        for b in meta.brokers:
+            self.learn_broker(int(b.node_id), b.host, int(b.port))
 
     # ------------------------------------------------------------ versions
 
@@ -231,6 +244,11 @@ class Upstream:
             out[key] = (lo, hi)
         return out
 
+    def offers(self, key: int, version: int) -> bool:
+        """Whether the upstream itself offers ``key`` at ``version`` (served or not here)."""
+        r = self.versions.get(key)
+        return r is not None and r[0] <= version <= r[1]
+
     def forwards(self, key: int, version: int) -> bool:
         r = self.forwarded_versions().get(key)
         return r is not None and r[0] <= version <= r[1]
@@ -247,18 +265,31 @@ class Upstream:
         rewrite: bool | None = None,
     ) -> None:
         slot = conn.expect()
-        upstream = conn.upstream_conn
-        if upstream is None:
-            node = conn.node.node_id if conn.node is not None else self.bootstrap_node
-            upstream = conn.upstream_conn = UpstreamConnection(
-                self, conn, self.brokers.get(node, self.address)
-            )
+        upstream = self._connection(conn)
         needs = key in REWRITTEN if rewrite is None else rewrite
         if key == apis.PRODUCE and _produce_acks(frame, version) == 0:
             upstream.send(frame, None)
             conn.complete(slot, None)
             return
         upstream.send(frame, (slot, key, version, needs))
+
+    def forward_future(
+        self, conn: KafkaConnection, key: int, version: int, frame: bytes
+    ) -> asyncio.Future[bytes]:
+        """Send a request frame (without its size) on the client connection's upstream
+        connection; the future gets the response frame (without its size, not rewritten)."""
+        future: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+        self._connection(conn).send(frame, (future, key, version, False))
+        return future
+
+    def _connection(self, conn: KafkaConnection) -> UpstreamConnection:
+        upstream = conn.upstream_conn
+        if upstream is None:
+            node = conn.node.node_id if conn.node is not None else self.bootstrap_node
+            upstream = conn.upstream_conn = UpstreamConnection(
+                self, conn, self.brokers.get(node, self.address)
+            )
+        return upstream
 
     # ------------------------------------------------------------ rewriting
 
@@ -267,7 +298,7 @@ class Upstream:
         flexible = wire.response_header_flexible(key, version)
         pos = 4 + (1 if flexible else 0)
         resp = wire.decode_response(key, version, frame, pos)
-        values = _as_values(resp)
+        values = as_values(resp)
         changed = False
         if key == apis.METADATA:
             values["brokers"] = [self._broker(b, "node_id") for b in values["brokers"]]
@@ -294,21 +325,24 @@ class Upstream:
         return wire.frame(key, version, struct.unpack_from(">i", frame)[0], body)
 
     def _broker(self, b: dict[str, Any], id_field: str) -> dict[str, Any]:
-        node = self.ours.get(int(b[id_field]))
+        node_id = int(b[id_field])
+        node = self.ours.get(node_id)
         if node is None:
-            return b
+            if self._listener is None or node_id < 0 or not b.get("host"):
+                return b
+            node = self.learn_broker(node_id, b["host"], int(b["port"]))
         return {**b, "host": node.host, "port": node.port}
 
 
-def _as_values(entity: Any) -> dict[str, Any]:
+def as_values(entity: Any) -> dict[str, Any]:
     """An entity as nested plain values (what ``wire.build`` takes)."""
     out = {}
     for name in entity.__dataclass_fields__:
         value = getattr(entity, name)
         if isinstance(value, tuple) and value and hasattr(value[0], "__dataclass_fields__"):
-            value = [_as_values(v) for v in value]
+            value = [as_values(v) for v in value]
         elif hasattr(value, "__dataclass_fields__"):
-            value = _as_values(value)
+            value = as_values(value)
         out[name] = value
     return out
 
@@ -326,7 +360,9 @@ def _produce_acks(frame: bytes, version: int) -> int:
     return int(struct.unpack_from(">h", frame, pos)[0])
 
 
-Pending = tuple["Slot", int, int, bool]
+Pending = tuple["Slot | asyncio.Future[bytes]", int, int, bool]
+"""Where the answer goes (a client's slot, or a future for a request made by the listener
+itself), api key, version, whether the answer must be rewritten."""
 
 
 class UpstreamConnection(asyncio.Protocol):
@@ -384,7 +420,7 @@ class UpstreamConnection(asyncio.Protocol):
             if not self.pending:
                 self.client.fail("the upstream sent a response nobody asked for")
                 return
-            slot, key, version, rewrite = self.pending.popleft()
+            sink, key, version, rewrite = self.pending.popleft()
             if key in TOPIC_CHANGING and self.upstream.on_topics_changed is not None:
                 self.upstream.on_topics_changed()
             if rewrite:
@@ -394,10 +430,16 @@ class UpstreamConnection(asyncio.Protocol):
                 except wire.WireError as exc:
                     self.client.fail(f"unreadable upstream response: {exc}")
                     return
+            elif isinstance(sink, asyncio.Future):
+                out = bytes(buf[pos + 4 : pos + 4 + size])
             else:
                 out = bytes(buf[pos : pos + 4 + size])
             pos += 4 + size
-            self.client.complete(slot, out)
+            if isinstance(sink, asyncio.Future):
+                if not sink.done():
+                    sink.set_result(out)
+            else:
+                self.client.complete(sink, out)
         if pos:
             del buf[:pos]
 
