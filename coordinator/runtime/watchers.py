@@ -17,9 +17,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
 
-from coordinator.core.model import Assignment, TopicId
+from coordinator.core.push import MemberView, member_view
 
 
 class GroupWatch:
@@ -82,51 +81,15 @@ class GroupWatchers:
         return sum(len(w) for w in self._by_group.values())
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class MemberView:
-    """One member as the coordinator sees it, for the push stream."""
-
-    member_epoch: int
-    group_epoch: int
-    assignment_epoch: int
-    assigned: Assignment
-    target: Assignment
-    released: Assignment
-    """Partitions of the target the member does not have and nobody else holds."""
-
-
 GROUP_NOT_FOUND = "group-not-found"
 
 
 def member_views(
     shard: object, group_id: str, member_ids: Iterable[str]
 ) -> Mapping[str, MemberView | None] | str:
-    """The views of ``member_ids`` (None: not a member), or GROUP_NOT_FOUND when the shard has
-    no consumer group ``group_id``. Pure: reads the shard's in-memory state only."""
-    groups = getattr(shard, "groups", {})
-    group = groups.get(group_id)
+    """The views of ``member_ids`` (None: not a member; ``core/push.py``), or GROUP_NOT_FOUND
+    when the shard has no consumer group ``group_id``. Reads in-memory state only."""
+    group = getattr(shard, "groups", {}).get(group_id)
     if group is None:
         return GROUP_NOT_FOUND
-    out: dict[str, MemberView | None] = {}
-    for member_id in member_ids:
-        member = group.members.get(member_id)
-        if member is None or member.member_epoch < 0:
-            out[member_id] = None
-            continue
-        target = group.target_of(member_id)
-        assigned = member.assigned_partitions
-        released: dict[TopicId, frozenset[int]] = {}
-        for topic_id, parts in target.items():
-            mine = assigned.get(topic_id, frozenset())
-            free = frozenset(p for p in parts - mine if group.owner_of(topic_id, p) is None)
-            if free:
-                released[topic_id] = free
-        out[member_id] = MemberView(
-            member_epoch=member.member_epoch,
-            group_epoch=group.group_epoch,
-            assignment_epoch=group.assignment_epoch,
-            assigned=assigned,
-            target=target,
-            released=released,
-        )
-    return out
+    return {member_id: member_view(group, member_id) for member_id in member_ids}

@@ -25,11 +25,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable
 
 from coordinator.core.errors import CoordinatorError, ErrorCode, to_error_code
+from coordinator.core.push import MemberView, push_due
 from coordinator.runtime import CoordinatorRuntime, RuntimeState
-from coordinator.runtime.watchers import GROUP_NOT_FOUND, MemberView
+from coordinator.runtime.watchers import GROUP_NOT_FOUND
 
 from .api import Caller, WatchEvent, WatchRequest
 
@@ -139,8 +140,8 @@ class _GroupHub:
                 poked.cancel()
 
 
-def _event_of(view: object, last: WatchEvent | None) -> WatchEvent | None:
-    """The message a view calls for (None: nothing new for the member)."""
+def _event_of(view: object, last: MemberView | None) -> WatchEvent | None:
+    """The message a view calls for (None: nothing new for the member; ``core/push.py``)."""
     if view == GROUP_NOT_FOUND:
         return WatchEvent(
             error_code=ErrorCode.GROUP_ID_NOT_FOUND, error_message="The group does not exist."
@@ -151,25 +152,15 @@ def _event_of(view: object, last: WatchEvent | None) -> WatchEvent | None:
             error_message="The member is not in the group.",
         )
     assert isinstance(view, MemberView)
-    event = WatchEvent(
+    if not push_due(view, last):
+        return None
+    return WatchEvent(
         member_epoch=view.member_epoch,
         group_epoch=view.group_epoch,
         assignment_epoch=view.assignment_epoch,
         target=view.target,
         released=view.released,
     )
-    if (
-        last is None
-        or view.target != last.target
-        or _grew(view.released, last.released)
-        or (view.group_epoch > view.assignment_epoch and view.group_epoch != last.group_epoch)
-    ):
-        return event
-    return None
-
-
-def _grew(now: Mapping[str, frozenset[int]], before: Mapping[str, frozenset[int]]) -> bool:
-    return any(not parts <= before.get(t, frozenset()) for t, parts in now.items())
 
 
 class MemberPush:
@@ -205,7 +196,7 @@ class MemberPush:
         if hub is None:
             hub = self._hubs[req.group_id] = _GroupHub(self.runtime, req.group_id, self._idle)
         box = hub.subscribe(req.member_id)
-        last: WatchEvent | None = None
+        last: MemberView | None = None
         try:
             while True:
                 value = await box.get()
@@ -226,7 +217,8 @@ class MemberPush:
                 yield event
                 if event.error_code != ErrorCode.NONE:
                     return
-                last = event
+                assert isinstance(value, MemberView)
+                last = value
         finally:
             hub.unsubscribe(req.member_id, box)
 

@@ -765,7 +765,7 @@ def test_random_event_sequences_keep_the_contract(steps) -> None:
 
 def test_the_member_module_is_sans_io() -> None:
     root = Path(__file__).resolve().parents[2] / "proto" / "kip848" / "client"
-    allowed = {"__future__", "enum", "collections", "dataclasses", "base64", "typing"}
+    allowed = {"__future__", "enum", "collections", "dataclasses", "base64", "typing", "copy"}
     for name in ("member.py", "types.py"):
         tree = ast.parse((root / name).read_text())
         for node in ast.walk(tree):
@@ -777,3 +777,13 @@ def test_the_member_module_is_sans_io() -> None:
                 continue
             for mod in mods:
                 assert mod.split(".")[0] in allowed, f"{name} imports {mod}"
+
+
+def test_a_copy_is_independent() -> None:
+    m, ack = joined(assigned=parts((T, [0])))
+    twin = m.copy()
+    assert twin.snapshot() == m.snapshot()
+    m.heartbeat_response(ack, err(ErrorCode.FENCED_MEMBER_EPOCH), 5)
+    assert m.state is S.FENCED and twin.state is S.STABLE and twin.owned == parts((T, [0]))
+    assert twin.heartbeat_response(ack, ok(1), 5) == []
+    assert twin.request_due_ms() == INTERVAL

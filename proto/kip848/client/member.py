@@ -48,6 +48,8 @@ Rules (KIP-848 "Consumer Group Heartbeat", "Reconciliation"; Kafka's membership 
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -362,12 +364,36 @@ class Member:
         return self._inflight is not None
 
     @property
+    def inflight_seq(self) -> int | None:
+        """The ``seq`` of the heartbeat the member waits an answer for (None: none)."""
+        return None if self._inflight is None else self._inflight.seq
+
+    @property
     def callback_running(self) -> bool:
         return self._running is not None
 
     @property
     def coordinator_known(self) -> bool:
         return self._coordinator_known
+
+    @property
+    def leave_epoch(self) -> int:
+        """The epoch the leave heartbeat carries (-1, or -2 for a static member's restart)."""
+        return self._leave_epoch
+
+    def request_due_ms(self) -> int | None:
+        """When the next heartbeat or lookup may go out (None: nothing to send now or later
+        without an event). Drivers that model time abstractly (the explorer) jump to it."""
+        return self._request_due_ms()
+
+    def copy(self) -> Member:
+        """An independent copy (the explorer branches states): containers mutated in place are
+        copied, immutable values shared."""
+        twin = copy.copy(self)
+        twin.topic_names = dict(self.topic_names)
+        if self._inflight is not None:
+            twin._inflight = dataclasses.replace(self._inflight)
+        return twin
 
     def snapshot(self) -> tuple:
         """Canonical hashable state (the explorer deduplicates states with it)."""
