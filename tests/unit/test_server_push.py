@@ -10,16 +10,50 @@ import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
-from test_runtime_core import beat, join, make_runtime, started
 
+from assignors.uniform import UniformAssignor
+from coordinator.core.commands import ConsumerGroupHeartbeat, SequentialIds
+from coordinator.core.config import parse_config
 from coordinator.core.errors import CoordinatorNotAvailableError, ErrorCode
 from coordinator.core.topics import NewTopic
-from coordinator.runtime import CoordinatorRuntime
+from coordinator.runtime import CoordinatorRuntime, ManualClock
+from coordinator.runtime.store import MemoryRecordStore
 from coordinator.runtime.watchers import GroupWatchers
 from coordinator.server.api import Caller, WatchEvent, WatchRequest
 from coordinator.server.service import CoordinatorService, ShuttingDown
 
 STEP_S = 5.0  # bound on every wait for a stream event
+
+
+async def started_runtime() -> CoordinatorRuntime:
+    rt = CoordinatorRuntime(
+        config=parse_config({"group.coordinator.shards": "2"}),
+        store=MemoryRecordStore(),
+        clock=ManualClock(1_000_000),
+        ids=SequentialIds(),
+        assignors=[UniformAssignor()],
+    )
+    await rt.start()
+    return rt
+
+
+def join(group: str, member_id: str) -> ConsumerGroupHeartbeat:
+    return ConsumerGroupHeartbeat(
+        group_id=group,
+        member_id=member_id,
+        member_epoch=0,
+        rebalance_timeout_ms=30_000,
+        subscribed_topic_names=("t",),
+        topic_partitions={},
+    )
+
+
+def beat(
+    group: str, member_id: str, epoch: int, owned: dict | None = None
+) -> ConsumerGroupHeartbeat:
+    return ConsumerGroupHeartbeat(
+        group_id=group, member_id=member_id, member_epoch=epoch, topic_partitions=owned
+    )
 
 
 async def next_event(stream: AsyncIterator[WatchEvent]) -> WatchEvent:
@@ -45,7 +79,7 @@ def watch(service: CoordinatorService, member_id: str, **caller: bool) -> AsyncI
 async def group_with_topic(
     partitions: int = 4,
 ) -> tuple[CoordinatorRuntime, CoordinatorService, str]:
-    rt = await started(make_runtime())
+    rt = await started_runtime()
     [topic] = await rt.create_topics([NewTopic(name="t", num_partitions=partitions)])
     return rt, CoordinatorService(rt), topic.topic_id
 
