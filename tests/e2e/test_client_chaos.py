@@ -350,5 +350,5 @@ def test_twenty_members_through_kill_9_restarts_and_a_coordinator_restart(
 
 def test_the_same_with_push_hands_off_in_one_round_trip(tmp_path: Path) -> None:
     """Push on, heartbeats every 3 s: a released partition is owned again in one round trip
-    (bounded here at 0.5 s, a sixth of the interval, for a loaded machine)."""
-    run_chaos(tmp_path, push=True, hb_ms=3_000, handoff_bound_s=0.5)
+    (bounded here at 1 s, a third of the interval, for a machine loaded by other tests)."""
+    run_chaos(tmp_path, push=True, hb_ms=3_000, handoff_bound_s=1.0)

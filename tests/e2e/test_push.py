@@ -1,6 +1,6 @@
 """The push stream (ConsumerGroupWatch) through a real ``kip848 serve``, served by the
 coordinator process and forwarded by front ends: raw messages, kip848.client hand-offs in one
-round trip at a 5 s heartbeat interval, and streams ending at shutdown."""
+round trip at a 10 s heartbeat interval, and streams ending at shutdown."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from kip848.client import GroupMember, TopicPartition
 from kip848.v1 import consumer_group_pb2 as cg
 from kip848.v1 import consumer_group_pb2_grpc as cg_grpc
 
-HB_MS = 5_000
+HB_MS = 10_000
 CONFIG = ("--set", f"group.consumer.heartbeat.interval.ms={HB_MS}")
 WAIT_S = 10.0
 
@@ -115,7 +115,8 @@ def test_raw_stream_messages(server: ServerProcess) -> None:
 
 
 async def test_sdk_members_hand_off_in_one_round_trip(server: ServerProcess) -> None:
-    """Heartbeats every 5 s, yet partitions move in milliseconds: the coordinator pushes."""
+    """Heartbeats every 10 s, yet partitions move in milliseconds: the coordinator pushes
+    (bounded at 3 s here, for a machine loaded by other tests)."""
     server.create_topic("sdk", 6)
     log: list[tuple[float, str, str, list[int]]] = []
 
@@ -146,7 +147,7 @@ async def test_sdk_members_hand_off_in_one_round_trip(server: ServerProcess) -> 
         closed = time.monotonic()
         await b.wait_until(lambda: len(b.assignment) == 6)
         took_over = time.monotonic() - closed
-    assert split < 1.0 and took_over < 1.0, (split, took_over, log)  # vs a 5 s interval
+    assert split < 3.0 and took_over < 3.0, (split, took_over, log)  # vs a 10 s interval
     assert b.pushes > 0 and b.push_supported is True
     # A's on_revoked returned before B's on_assigned was invoked, each time.
     revoked = [(t, p) for t, who, kind, p in log if who == "a" and kind == "revoked"]
