@@ -613,7 +613,8 @@ class GroupMember:
             log.info("FindCoordinator answered %s", error_name(code or -1))
             self._feed(lambda now: self._member.coordinator_lookup_failed(seq, now))
             return
-        self._use_coordinator(f"{entry.host}:{entry.port}")
+        host = f"[{entry.host}]" if ":" in entry.host else entry.host  # an IPv6 address
+        self._use_coordinator(f"{host}:{entry.port}")
         self._feed(lambda now: self._member.coordinator_found(seq, now))
 
     def _use_coordinator(self, address: str) -> None:
