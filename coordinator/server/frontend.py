@@ -111,7 +111,7 @@ class FrontEndServer:
             queue: asyncio.Queue[tuple[Any, ...]] = asyncio.Queue()
             self.streams[call_id] = queue
             metadata = tuple((k, v) for k, v in (context.invocation_metadata() or ()))
-            conn.send((CALL, call_id, path, request, metadata, context.peer() or ""))  # type: ignore[union-attr]
+            conn.send((CALL, call_id, path, request, metadata, context.peer() or ""))
             finished = False
             try:
                 while True:
