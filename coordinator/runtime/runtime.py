@@ -77,6 +77,7 @@ from .ids import RandomIds
 from .loader import LoadStats, load_into, shard_of
 from .store import RecordStore, StoredRecord, StoreLostError, StoreWriteError
 from .storewatch import StoreWatch, rescue
+from .watchers import GroupWatchers, MemberView, member_views
 
 log = logging.getLogger("kip848.runtime")
 INT64_MAX = 2**63 - 1
@@ -203,6 +204,8 @@ class CoordinatorRuntime:
         self.watch = StoreWatch(store, on_change=self._notify_health, on_lost=self._store_lost)
         self._health_listeners: list[Callable[[bool], None]] = []
         self._failure: str | None = None  # why the runtime stopped serving (state FAILED)
+        # Push: who waits to hear that a group changed, once the change is durable (watchers.py).
+        self.watchers = GroupWatchers()
         self.stats = {
             "batches": 0,
             "records": 0,
@@ -266,6 +269,7 @@ class CoordinatorRuntime:
         was_active = self.state is RuntimeState.ACTIVE
         self.state = RuntimeState.CLOSING
         self._notify_health()
+        self.watchers.close()
         await self.watch.stop()
         self.release_parked()
         if self._timer_handle is not None:
@@ -486,6 +490,7 @@ class CoordinatorRuntime:
             self._complete(batch.completions)
         if not batch.future.done():  # never cancelled (see _durable); cheap insurance
             batch.future.set_result(None)
+        self.watchers.notify(r.group_id for r in batch.records if r.group_id is not None)
 
     def _fail(self, batch: _Batch, exc: BaseException) -> None:
         """Roll every state machine back to the start of the failed batch; fail it and every
@@ -705,6 +710,17 @@ class CoordinatorRuntime:
         now = self.clock.now_ms()
         return await self._submit(
             self.shard_index(req.group_id), lambda s: s.consumer_group_heartbeat(req, now)
+        )
+
+    async def member_views(
+        self, group_id: str, member_ids: Sequence[str]
+    ) -> Mapping[str, MemberView | None] | str:
+        """What the push stream shows of these members (``watchers.member_views``), read once
+        the group's outstanding batch is durable."""
+        return await self._submit(
+            self.shard_index(group_id),
+            lambda s: member_views(s, group_id, member_ids),
+            read=True,
         )
 
     async def describe_group(self, group_id: str) -> GroupDescription:

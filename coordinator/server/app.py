@@ -247,6 +247,7 @@ class CoordinatorServer:
     async def stop(self, grace_s: float = SHUTDOWN_GRACE_S) -> None:
         await self.health.enter_graceful_shutdown()
         self.runtime.release_parked()  # parked JoinGroup/SyncGroup answered, not left to the grace
+        self.runtime.watchers.close()  # push streams end (UNAVAILABLE), not left to the grace
         if self.topic_feed is not None:
             await self.topic_feed.close()
         if self.service.log_offsets is not None:

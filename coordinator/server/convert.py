@@ -49,6 +49,7 @@ from .api import (
     GroupError,
     IncrementalAlterConfigs,
     Reply,
+    WatchEvent,
 )
 from .log_offsets import ListOffsets, LogOffset, OffsetQuery
 
@@ -768,4 +769,21 @@ def describe_groups_to_proto(
     out = classic_group_pb2.DescribeGroupsResponse(error_code=0)
     for g in groups:
         out.groups.append(classic_described_group_to_proto(g))
+    return out
+
+
+def watch_event_to_proto(
+    event: WatchEvent, name_of: NameOf = _no_name
+) -> consumer_group_pb2.ConsumerGroupWatchResponse:
+    """One message of the push stream (ConsumerGroupWatch)."""
+    out = consumer_group_pb2.ConsumerGroupWatchResponse(
+        error_code=int(event.error_code),
+        member_epoch=event.member_epoch,
+        group_epoch=event.group_epoch,
+        assignment_epoch=event.assignment_epoch,
+        target_topic_partitions=assignment_to_proto(event.target, name_of),
+        released_topic_partitions=assignment_to_proto(event.released, name_of),
+    )
+    if event.error_message is not None:
+        out.error_message = event.error_message
     return out

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
 from coordinator.core.commands import ConsumerGroupHeartbeat, ConsumerGroupHeartbeatResponse
@@ -71,6 +71,8 @@ from .api import (
     GroupError,
     IncrementalAlterConfigs,
     Reply,
+    WatchEvent,
+    WatchRequest,
 )
 from .limits import RequestLimits
 from .log_offsets import (
@@ -80,6 +82,7 @@ from .log_offsets import (
     LogOffset,
     LogOffsetSource,
 )
+from .push import MemberPush, ShuttingDownError
 
 log = logging.getLogger("kip848.server")
 
@@ -300,6 +303,18 @@ class CoordinatorService:
         self.topics: TopicSource = topics if topics is not None else RegistryTopics(runtime)
         self.log_offsets = log_offsets
         """Where ListOffsets goes (the upstream broker); None: no logs (coordinator-only)."""
+        self.push = MemberPush(runtime)
+
+    async def consumer_group_watch(
+        self, req: WatchRequest, caller: Caller
+    ) -> AsyncIterator[WatchEvent]:
+        """ConsumerGroupWatch: the push stream of one member (``push.py``); the only streaming
+        RPC. Errors arrive as a last event; ``ShuttingDown`` as for every RPC."""
+        try:
+            async for event in self.push.watch(req, caller):
+                yield event
+        except ShuttingDownError as exc:
+            raise ShuttingDown(str(exc)) from None
 
     def topic_name(self, topic_id: str) -> str:
         """Convenience name of a topic id for responses ("" when unknown)."""

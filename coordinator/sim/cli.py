@@ -76,6 +76,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--count", type=int_in(1, INT32_MAX), default=1, help="run seeds seed..seed+count-1 (soak)"
     )
+    p.add_argument(
+        "--push",
+        action="store_true",
+        help="the coordinator pushes to KIP-848 members (ConsumerGroupWatch)",
+    )
     p.add_argument("--quiet", action="store_true", help="one line per seed")
     p.add_argument(
         "--explore", action="store_true", help="exhaustive small-scope exploration instead"
@@ -115,6 +120,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             static_members=min(args.static, args.members),
             classic=args.classic,
             protocol=args.protocol,
+            push=args.push,
         )
         summary = Simulation(params).run()
         if args.quiet:

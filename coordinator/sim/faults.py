@@ -144,8 +144,8 @@ class FaultInjector:
                 return
             if kind == "assignor":
                 name = rng.choice(sim.assignor_names)
-                c.set_assignor(name)
                 sim._log(f"fault: c{c.index} switches its server assignor to {name}")
+                sim._after(c.index, c.set_assignor(name))
                 return
             if kind == "crash":
                 c.crash()

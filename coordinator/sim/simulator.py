@@ -26,6 +26,11 @@ Theory of operation
 * Invariants after every step: see :mod:`coordinator.sim.invariants` (I1–I3), plus I4: an
   incrementally replayed copy of the shard, fed every record through the codec, equals the live
   shard.
+* ``push``: after every change the coordinator makes durable, each KIP-848 member in the group
+  whose view calls for it (``coordinator/core/push.py``, the server's very rule) gets a push
+  message one network latency later; the member heartbeats at once if it has something to do.
+  A stream opens when a client becomes a member and closes when it stops being one (and on a
+  coordinator restart); its first message always goes out.
 """
 
 from __future__ import annotations
@@ -48,6 +53,7 @@ from coordinator.core.offsets import (
     OffsetFetchGroup,
     OffsetFetchTopic,
 )
+from coordinator.core.push import MemberView, member_view, push_due
 from coordinator.factory import Shard, new_shard
 from coordinator.harness import Harness
 from legacy_bridge import messages as lm
@@ -115,6 +121,7 @@ class SimParams:
     quiet_steps_max: int = 20_000
     invariants: frozenset[str] = frozenset(inv.SAFETY)  # safety invariants checked (I4/I5 always)
     classic: int = 0  # the last N clients speak the classic protocol (JoinGroup/SyncGroup)
+    push: bool = False  # the coordinator pushes (ConsumerGroupWatch) to KIP-848 members
     protocol: str = "eager"  # classic clients: eager | cooperative | mixed (alternating)
     initial_rebalance_delay_ms: int = 3_000  # group.initial.rebalance.delay.ms (classic groups)
 
@@ -177,6 +184,7 @@ class SimParams:
                 if self.classic
                 else ""
             )
+            + (" --push" if self.push else "")
         )
 
 
@@ -210,6 +218,8 @@ class Simulation:
         self.committed: dict[tuple[str, int], int] = {}  # (topic id, p) -> last accepted offset
         self.resp_fifo: dict[int, int] = {}  # client -> time of its last scheduled response
         self._tick_gen: dict[int, int] = {}  # client -> serial of its live heartbeat timer
+        # client -> (member id, coordinator generation, last view pushed on its stream)
+        self.pushed: dict[int, tuple[str, int, MemberView]] = {}
         self.tick_serial = 0
         self.trace: list[str] = []
         self.summary = SimSummary(params)
@@ -267,8 +277,11 @@ class Simulation:
             topics=topics,
             instance_id=instance_id,
             rebalance_timeout_ms=p.rebalance_timeout_ms,
+            request_timeout_ms=p.request_timeout_ms,
+            retry_backoff_ms=p.retry_backoff_ms,
             group_id=GROUP,
             incarnation=incarnation,
+            clock=lambda: self.now,
         )
 
     def meta(self) -> Meta:
@@ -308,6 +321,33 @@ class Simulation:
         h.shard.release(h.shard.mark())
         self._store_records(res.records)
         self._route_completions(res.completions)
+        if self.p.push and res.records:
+            self._push()
+
+    def _push(self) -> None:
+        """The push streams (ConsumerGroupWatch) after a durable change: one message to each
+        member whose view calls for it, one network latency later."""
+        group = self.group
+        for i, c in enumerate(self.clients):
+            if not isinstance(c, SimClient) or c.phase != MEMBER or group is None:
+                self.pushed.pop(i, None)  # no member, no stream
+                continue
+            view = member_view(group, c.member_id)
+            last = self.pushed.get(i)
+            if last is not None and last[:2] != (c.member_id, self.coord_gen):
+                last = None  # another incarnation, or the coordinator restarted: a new stream
+            if view is None or not push_due(view, None if last is None else last[2]):
+                continue
+            self.pushed[i] = (c.member_id, self.coord_gen, view)
+            self._schedule(self.now + self._latency(), "push", (i, view, self.coord_gen))
+
+    def _on_push(self, i: int, view: MemberView, gen: int) -> None:
+        c = self.clients[i]
+        if gen != self.coord_gen or not isinstance(c, SimClient):
+            return  # streams break when the coordinator restarts
+        actions = c.push(view)
+        self._log(f"c{i} push: target={fmt(view.target, self.topic_label)} actions={actions}")
+        self._after(i, actions)
 
     def _route_completions(self, completions: Sequence[tuple[int, Any]]) -> None:
         """Deferred JoinGroup/SyncGroup responses completed by this (durable) result go to the
@@ -572,7 +612,18 @@ class Simulation:
         if c.can_send:
             self._send(i)
         elif c.phase in (JOINING, SYNCING, MEMBER):
-            self._arm_tick(i, c.heartbeat_interval_ms)
+            self._arm_tick(i, self._tick_delay(c))
+
+    def _tick_delay(self, c: Any) -> int:
+        """Until client c's next heartbeat: a KIP-848 member says when it needs time to pass
+        (its heartbeat, back-off or revocation deadline); a classic client ticks per interval."""
+        if isinstance(c, SimClient):
+            if c.outbox is not None:
+                return 0  # a heartbeat waits to be sent
+            wake = c.next_wakeup_ms()
+            if wake is not None:
+                return max(0, min(wake - self.now, c.heartbeat_interval_ms))
+        return c.heartbeat_interval_ms
 
     def _arm_tick(self, i: int, delay: int) -> None:
         """(Re)arm client i's heartbeat timer; an older pending tick becomes a no-op."""
@@ -726,6 +777,9 @@ class Simulation:
                 self._schedule(
                     self.now + self.rng.randint(1, self.p.restart_delay_max_ms), "start", (i,)
                 )
+        if isinstance(c, SimClient) and "send" not in actions and c.phase in (JOINING, MEMBER):
+            # The member's interval, back-off or deadline may have moved: it says when next.
+            self._arm_tick(i, self._tick_delay(c))
 
     def _on_revoked(self, i: int, token: int, past_poll_timeout: bool = False) -> None:
         c = self.clients[i]
