@@ -1,0 +1,54 @@
+"""The assignor pool (coordinator/runtime/offload.py): real worker processes run jobs like the
+inline computation; a worker that dies fails its job with an error outcome and the pool comes
+back for the next one."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+
+from assignors.uniform import UniformAssignor
+from coordinator.core.target_assignment import assignment_job, run_job
+from coordinator.runtime.offload import AssignorPool
+from tests.unit.test_core_target_assignment import G, settled
+
+
+async def test_a_worker_runs_the_job_and_survives_a_dead_sibling() -> None:
+    h, _foo = settled(members=6, partitions=30)
+    h.join("new", ["foo"])
+    group = h.shard.groups[G]
+    job = assignment_job(group, group.group_epoch + 1, "uniform")
+    pool = AssignorPool(["uniform", "range"], processes=1)
+    try:
+        await asyncio.wait_for(pool.start(), 60)
+        outcome = await asyncio.wait_for(pool.run(job), 60)
+        assert outcome == run_job(job, UniformAssignor())
+        # The worker dies (killed): the next job gets an error outcome, then a fresh pool.
+        processes = list(pool._executor._processes.values())  # type: ignore[union-attr]
+        for process in processes:
+            os.kill(process.pid, signal.SIGKILL)
+            process.join(30)
+        failed = await asyncio.wait_for(pool.run(job), 60)
+        assert failed.changed == {}
+        assert failed.error is not None
+        assert failed.error.startswith(
+            f"Failed to compute a new target assignment for epoch {job.epoch}: "
+            "the assignor worker died"
+        )
+        again = await asyncio.wait_for(pool.run(job), 60)
+        assert again == outcome
+        assert (pool.jobs_run, pool.jobs_failed) == (3, 1)
+    finally:
+        pool.close()
+
+
+async def test_a_job_for_an_assignor_the_workers_do_not_have() -> None:
+    h, _foo = settled()
+    job = assignment_job(h.shard.groups[G], 6, "sticky")
+    pool = AssignorPool(["uniform"], processes=1)
+    try:
+        outcome = await asyncio.wait_for(pool.run(job), 60)
+    finally:
+        pool.close()
+    assert outcome.error == "assignor 'sticky' is not loaded in the worker"
