@@ -46,6 +46,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypedDict, TypeVar
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -79,6 +80,7 @@ PEER_TIMEOUT_FOR_REPORT = [60.0]  # set from --peer-timeout; read by the targets
 LOAD_AT_START = 0.0
 
 Assignment = Mapping[str, Mapping[str, frozenset[int]]]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,7 +212,7 @@ class Timing:
     cpu_ms: float
 
 
-def time_call(call: Callable[[], object]) -> tuple[Timing, object]:
+def time_call(call: Callable[[], T]) -> tuple[Timing, T]:
     """Wall and CPU time in ms after one warm-up, repeating up to a time budget. The best wall
     time is what the tables show: on a shared machine it is the least disturbed run."""
     result = call()
@@ -241,7 +243,7 @@ def measure_ours(assignor: PartitionAssignor, cell: Cell) -> dict[str, Measure]:
 
     def run(
         members: list[tuple[str, frozenset[str]]], current: Assignment
-    ) -> tuple[float, Assignment]:
+    ) -> tuple[Timing, Assignment]:
         spec = make_spec(members, current, not cell.heterogeneous)
         gc.collect()
         gc.freeze()
@@ -249,7 +251,7 @@ def measure_ours(assignor: PartitionAssignor, cell: Cell) -> dict[str, Measure]:
             ms, result = time_call(lambda: assignor.assign(spec, metadata))
         finally:
             gc.unfreeze()
-        return ms, result.members  # type: ignore[attr-defined]
+        return ms, result.members
 
     ms, full = run(everyone, {})
     out["FULL"] = _measure(ms, None, spread(full))
@@ -293,7 +295,18 @@ def measure_validation(cell: Cell) -> Timing:
 # ---------------------------------------------------------------------- kafka-python peers
 
 
-def peer_child(args: dict[str, object]) -> None:
+class PeerArgs(TypedDict):
+    """What the parent hands a peer child (as JSON): one cell, one peer, the time limit."""
+
+    members: int
+    ratio: int
+    topics: int
+    heterogeneous: bool
+    peer: str
+    timeout: float
+
+
+def peer_child(args: PeerArgs) -> None:
     """Runs in a child process: one peer on one cell, all three scenarios, 60 s per call."""
     import signal
     from types import SimpleNamespace as NS
@@ -302,14 +315,9 @@ def peer_child(args: dict[str, object]) -> None:
     from kafka.coordinator.assignors.sticky.sticky_assignor import StickyPartitionAssignor
     from kafka.coordinator.assignors.sticky.user_data import StickyAssignorUserData
 
-    cell = Cell(
-        int(args["members"]),
-        int(args["ratio"]),
-        int(args["topics"]),
-        bool(args["heterogeneous"]),  # type: ignore[arg-type]
-    )
-    limit = float(args["timeout"])  # type: ignore[arg-type]
-    peer = str(args["peer"])
+    cell = Cell(args["members"], args["ratio"], args["topics"], args["heterogeneous"])
+    limit = float(args["timeout"])
+    peer = args["peer"]
     names = [f"topic-{i:04d}" for i in range(cell.topics)]
     parts = {t: set(range(cell.partitions_per_topic)) for t in names}
     subs = subscriptions(cell, names)
@@ -321,21 +329,20 @@ def peer_child(args: dict[str, object]) -> None:
         def partitions_for_topic(self, t: str) -> set[int] | None:
             return parts.get(t)
 
-    executors: list[object] = []
+    executors: list[Any] = []  # kafka-python's executors (untyped)
     if peer == "cooperative-sticky":
-        base = cooperative_sticky.StickyAssignmentExecutor
 
-        class Recording(base):  # type: ignore[misc, valid-type]
+        class Recording(cooperative_sticky.StickyAssignmentExecutor):
             def __init__(self, *a: object, **k: object) -> None:
                 super().__init__(*a, **k)
                 executors.append(self)
 
         cooperative_sticky.StickyAssignmentExecutor = Recording  # final placement, for figures
-        assignor: object = cooperative_sticky.CooperativeStickyAssignor()
+        assignor: Any = cooperative_sticky.CooperativeStickyAssignor()
     else:
         assignor = StickyPartitionAssignor()
 
-    def member(i: int | str, topics: frozenset[str], current: Assignment) -> object:
+    def member(i: int | str, topics: frozenset[str], current: Assignment) -> NS:
         mid = member_id(i) if isinstance(i, int) else i
         owned = sorted((t, sorted(ps)) for t, ps in current.get(mid, {}).items())
         generation = 1 if current else -1
@@ -357,24 +364,24 @@ def peer_child(args: dict[str, object]) -> None:
 
     signal.signal(signal.SIGALRM, on_alarm)
 
-    def run(members: list[object]) -> tuple[float, dict[str, dict[str, frozenset[int]]]]:
+    def run(members: list[NS]) -> tuple[float, dict[str, dict[str, frozenset[int]]]]:
         gc.collect()
         executors.clear()
         signal.setitimer(signal.ITIMER_REAL, limit)
         try:
             start = time.perf_counter()
-            raw = assignor.assign(Cluster(), members)  # type: ignore[attr-defined]
+            raw = assignor.assign(Cluster(), members)
             elapsed = time.perf_counter() - start
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
         result: dict[str, dict[str, frozenset[int]]] = {}
         for m in members:
-            mid = m.member_id  # type: ignore[attr-defined]
+            mid = m.member_id
             pairs = (
                 executors[-1].get_final_assignment(mid)
                 if executors
                 else raw[mid].assigned_partitions
-            )  # type: ignore[attr-defined]
+            )
             result[mid] = {t: frozenset(ps) for t, ps in pairs if ps}
         return elapsed * 1000, result
 
@@ -407,7 +414,7 @@ def peer_child(args: dict[str, object]) -> None:
 
 
 def measure_peer(cell: Cell, peer: str, timeout_s: float) -> dict[str, Measure]:
-    args = {
+    args: PeerArgs = {
         "members": cell.members,
         "ratio": cell.ratio,
         "topics": cell.topics,

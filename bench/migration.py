@@ -103,7 +103,7 @@ class RollingRestart(Simulation):
         self.lost: set[tuple[str, int]] = set()
 
     def _owned(self) -> set[tuple[str, int]]:
-        out = set()
+        out: set[tuple[str, int]] = set()
         for c in self.clients:
             if c.phase == DOWN:
                 continue

@@ -33,12 +33,15 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._report import machine, table, write_section
+
+if TYPE_CHECKING:
+    from coordinator.runtime.store.sqlite import Sync
 
 COMMITTERS = 16
 PARTITIONS = 100
@@ -216,7 +219,7 @@ async def _grpc_row(
 
 
 async def _runtime_row(
-    data_dir: str, per_request: int, seconds: float, sync: str
+    data_dir: str, per_request: int, seconds: float, sync: Sync
 ) -> dict[str, Any]:
     from coordinator.core.commands import ConsumerGroupHeartbeat
     from coordinator.core.config import parse_config
@@ -329,8 +332,12 @@ def main() -> int:
                     print(_line(rows[-1]), flush=True)
             finally:
                 server.stop()
-        for sync, sizes in (("full", (1, 100)), ("normal", (1,))):
-            for per_request in sizes:
+        in_process: tuple[tuple[Sync, tuple[int, ...]], ...] = (
+            ("full", (1, 100)),
+            ("normal", (1,)),
+        )
+        for sync, per_request_sizes in in_process:
+            for per_request in per_request_sizes:
                 row = asyncio.run(
                     _runtime_row(
                         os.path.join(tmp, f"inproc-{sync}-{per_request}"),

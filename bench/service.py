@@ -82,6 +82,9 @@ async def _echo_server(port: int, children: int) -> None:
                 heartbeat_interval_ms=5000,
             )
 
+        async def ConsumerGroupDescribe(self, request, context):
+            return cg.ConsumerGroupDescribeResponse()
+
     server = grpc.aio.server(options=[("grpc.so_reuseport", 1)])
     consumer_group_pb2_grpc.add_ConsumerGroupServiceServicer_to_server(Echo(), server)
     port = server.add_insecure_port(f"127.0.0.1:{port}")
@@ -117,7 +120,7 @@ def _steady_requests(address: str, members: int) -> list[bytes]:
         admin = admin_pb2_grpc.AdminServiceStub(channel)
         stub = consumer_group_pb2_grpc.ConsumerGroupServiceStub(channel)
         groups = max(1, members // MEMBERS_PER_GROUP_HB)
-        r = admin.CreateTopics(
+        created = admin.CreateTopics(
             admin_pb2.CreateTopicsRequest(
                 topics=[
                     admin_pb2.CreateTopicsRequest.CreatableTopic(
@@ -127,7 +130,7 @@ def _steady_requests(address: str, members: int) -> list[bytes]:
             ),
             timeout=30,
         )
-        assert r.topics[0].error_code == 0, r
+        assert created.topics[0].error_code == 0, created
         ids = [(f"g{i % groups}", f"m{i}") for i in range(members)]
         state: dict[str, tuple[int, common_pb2.TopicPartitionsList]] = {}
         for gid, mid in ids:
@@ -345,12 +348,15 @@ def _short(filename: str) -> str:
 # ---------------------------------------------------------------- 2. load time
 
 
-def _template_records() -> list[tuple[bytes, bytes | None]]:
+def _template_records() -> tuple[
+    list[tuple[bytes, bytes | None]], list[tuple[bytes, bytes | None]]
+]:
     """Canonical records of one reconciled group of 10 members, built by a real shard."""
     from assignors.uniform import UniformAssignor
     from coordinator.core import codec
     from coordinator.core.commands import ConsumerGroupHeartbeat, SequentialIds
     from coordinator.core.config import GroupCoordinatorConfig
+    from coordinator.core.records import topic_record
     from coordinator.core.shard import GroupCoordinatorShard
     from coordinator.core.topics import NewTopic, TopicRegistry
 
@@ -381,7 +387,9 @@ def _template_records() -> list[tuple[bytes, bytes | None]]:
             ),
             0,
         )
-        epochs[mid] = (r.response.member_epoch, r.response.assignment.assigned)
+        joined = r.response
+        assert joined is not None and joined.assignment is not None, joined
+        epochs[mid] = (joined.member_epoch, joined.assignment.assigned)
     for _ in range(10):
         for mid, (epoch, owned) in list(epochs.items()):
             r = shard.consumer_group_heartbeat(
@@ -395,17 +403,13 @@ def _template_records() -> list[tuple[bytes, bytes | None]]:
                 ),
                 0,
             )
-            a = r.response.assignment
-            epochs[mid] = (r.response.member_epoch, a.assigned if a is not None else owned)
-    return [codec.encode(rec) for rec in shard.records_of_state()], [
-        codec.encode(rec)
-        for rec in registry.list_topics()
-        and [
-            __import__("coordinator.core.records", fromlist=["topic_record"]).topic_record(
-                "topic", "AAAAAAAAAAAAAAAAAAAAAQ", 30
-            )
-        ]
-    ]
+            resp = r.response
+            assert resp is not None, r
+            a = resp.assignment
+            epochs[mid] = (resp.member_epoch, a.assigned if a is not None else owned)
+    group_records = [codec.encode(rec) for rec in shard.records_of_state()]
+    topic_records = [codec.encode(topic_record("topic", "AAAAAAAAAAAAAAAAAAAAAQ", 30))]
+    return group_records, topic_records
 
 
 def build_load_store(data_dir: str, groups: int) -> int:
@@ -649,9 +653,9 @@ def main() -> int:
         by_name["kip848 serve (one process)"],
         by_name["gRPC-only echo server, one process"],
     )
-    two = [r for _n, _kw, r in runs[: args.repeat]]
-    two_cpu = sorted(r["server_cpu_us"] for r in two)[len(two) // 2]
-    client_cpu = sorted(r["client_cpu_us"] for r in two)[len(two) // 2]
+    headline_runs = [r for _n, _kw, r in runs[: args.repeat]]
+    two_cpu = sorted(r["server_cpu_us"] for r in headline_runs)[len(headline_runs) // 2]
+    client_cpu = sorted(r["client_cpu_us"] for r in headline_runs)[len(headline_runs) // 2]
     budget_table = table(
         ("part", "µs per call", "how"),
         [

@@ -174,13 +174,13 @@ def main(argv: list[str] | None = None) -> None:
         r = bench_load(fixture)
         if not args.keep:
             shutil.rmtree(fixture)
-        rows: list[list[object]] = [
+        load_rows: list[list[object]] = [
             ["build fixture (sync off, 33k records/batch)", f"{t_build:.1f}", "", "", ""],
             ["open (schema check, last offset)", f"{r['open']:.3f}", "", "", ""],
         ]
         for name, (n, wall, cpu) in r["runs"].items():
             cache = "page cache dropped first" if name == "cold" else "file in page cache"
-            rows.append(
+            load_rows.append(
                 [
                     f"`load()` {name}: compacted view as `StoredRecord`s",
                     f"{wall:.2f}",
@@ -190,7 +190,7 @@ def main(argv: list[str] | None = None) -> None:
                 ]
             )
         n, wall, cpu = r["journal"]
-        rows.append(
+        load_rows.append(
             [
                 "`journal()`: full scan as `JournalEntry`s",
                 f"{wall:.2f}",
@@ -199,7 +199,7 @@ def main(argv: list[str] | None = None) -> None:
                 f"{n:,} entries",
             ]
         )
-        load = table(["step", "wall s", "CPU s", "records/s (wall)", "notes"], rows)
+        load = table(["step", "wall s", "CPU s", "records/s (wall)", "notes"], load_rows)
         peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         summary = (
             f"{args.groups:,} groups x {RECORDS_PER_GROUP} records; store file "

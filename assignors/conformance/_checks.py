@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from assignors.api import (
     GroupAssignment,
@@ -84,7 +84,7 @@ class Figures:
     join_moved_homogeneous: int = 0
 
     def add(self, other: Figures) -> None:
-        for name in self.__slots__:  # type: ignore[attr-defined]
+        for name in (f.name for f in fields(self)):
             mine, theirs = getattr(self, name), getattr(other, name)
             merged = max(mine, theirs) if name.endswith("max_spread") else mine + theirs
             setattr(self, name, merged)
@@ -170,7 +170,7 @@ def _assign_checked(
     if problem:
         out.fail(WELL_FORMED, context + problem)
         return None
-    plain = _plain(result)  # type: ignore[arg-type]
+    plain = _plain(result)
     members = spec.members
     unknown = sorted(set(plain) - set(members))
     missing = sorted(set(members) - set(plain))

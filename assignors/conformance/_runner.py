@@ -352,6 +352,7 @@ def digest_results(assignor: PartitionAssignor, seed: int, groups: int = HASH_SE
     h = hashlib.sha256()
     for _ in range(groups):
         scenario = random_scenario(rng)
+        canonical: object
         try:
             result = assignor.assign(scenario.group_spec(), scenario.topic_metadata())
             canonical = _canonical(result.members)
@@ -361,8 +362,12 @@ def digest_results(assignor: PartitionAssignor, seed: int, groups: int = HASH_SE
     return h.hexdigest()
 
 
-def _canonical(members: Mapping[str, Mapping[str, frozenset[int]]]) -> list[object]:
-    return sorted([m, sorted([t, sorted(ps)] for t, ps in a.items())] for m, a in members.items())
+def _canonical(
+    members: Mapping[str, Mapping[str, frozenset[int]]],
+) -> list[tuple[str, list[tuple[str, list[int]]]]]:
+    """Members sorted, each with its topics sorted, each with its partitions sorted (JSON:
+    nested arrays)."""
+    return sorted((m, sorted((t, sorted(ps)) for t, ps in a.items())) for m, a in members.items())
 
 
 def _hash_seed_check(assignor: PartitionAssignor, class_path: str | None, seed: int) -> CheckResult:

@@ -22,8 +22,16 @@ DEFAULT_DATA_DIR = "./var"
 KAFKA_INT = (-(2**31), 2**31 - 1)
 KAFKA_LONG = (-(2**63), 2**63 - 1)
 # Kafka's type of each integer config we share with it (ConfigDef): INT unless listed here.
-LONG_CONFIGS = frozenset({"offsets.retention.check.interval.ms", "connections.max.idle.ms"})
-SERVER_INTEGER_CONFIGS = frozenset({"socket.request.max.bytes", "connections.max.idle.ms"})
+LONG_CONFIGS = frozenset(
+    {
+        "offsets.retention.check.interval.ms",
+        "connections.max.idle.ms",
+        "kafka.upstream.metadata.max.age.ms",
+    }
+)
+SERVER_INTEGER_CONFIGS = frozenset(
+    {"socket.request.max.bytes", "connections.max.idle.ms", "kafka.upstream.metadata.max.age.ms"}
+)
 # Kafka names its built-in assignors by class in server.properties; ours by name.
 KAFKA_ASSIGNOR_CLASSES = {
     "org.apache.kafka.coordinator.group.assignor.UniformAssignor": "uniform",
@@ -138,6 +146,7 @@ SERVER_CONFIGS = frozenset(
         "kafka.advertised.address",
         "socket.request.max.bytes",
         "connections.max.idle.ms",
+        "kafka.upstream.metadata.max.age.ms",
     }
 )
 

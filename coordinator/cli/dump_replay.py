@@ -116,12 +116,11 @@ def json_value(value: Any) -> Any:
 def check_state(shards: Sequence[Any], registry: Any) -> list[str]:
     """Invariants of a loaded state; returns the problems found (empty = fine)."""
     from coordinator.core.commands import SequentialIds
-    from coordinator.core.shard import GroupCoordinatorShard
 
     problems: list[str] = []
     for i, shard in enumerate(shards):
         # Replaying the canonical records of the state must rebuild exactly the state.
-        fresh = GroupCoordinatorShard(
+        fresh = type(shard)(
             config=shard.config, assignors=list(shard.assignors.values()), ids=SequentialIds()
         )
         fresh.undo.enabled = False
@@ -152,7 +151,6 @@ def check_state(shards: Sequence[Any], registry: Any) -> list[str]:
 
 def cmd_replay(args: argparse.Namespace) -> int:
     from coordinator.core.commands import SequentialIds
-    from coordinator.core.shard import GroupCoordinatorShard
     from coordinator.core.topics import TopicRegistry
     from coordinator.runtime.assignors import make_assignors
     from coordinator.runtime.loader import load_into
@@ -166,9 +164,10 @@ def cmd_replay(args: argparse.Namespace) -> int:
         return 1
     assignors = make_assignors(config.consumer_assignors)
     ids = SequentialIds()
+    from legacy_bridge.shard import BridgedShard  # what the server runs: classic groups too
+
     shards = [
-        GroupCoordinatorShard(config=config, assignors=assignors, ids=ids)
-        for _ in range(config.shards)
+        BridgedShard(config=config, assignors=assignors, ids=ids) for _ in range(config.shards)
     ]
     registry = TopicRegistry(ids)
     started = time.perf_counter()

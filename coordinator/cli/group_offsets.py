@@ -115,14 +115,14 @@ def parse_topic_partitions(spec: str) -> tuple[str, list[int] | None]:
             raise UsageError(
                 f"--topic {spec!r}: partitions are in 0..{INT32_MAX} (Kafka's INT32)"
             ) from None
-    for lo, hi in ranges:
-        if hi < lo:
-            raise UsageError(f"--topic {spec!r}: the range {lo}-{hi} is empty (LOW-HIGH)")
-    if sum(hi - lo + 1 for lo, hi in ranges) > MAX_PARTITIONS:
+    for first, last in ranges:
+        if last < first:
+            raise UsageError(f"--topic {spec!r}: the range {first}-{last} is empty (LOW-HIGH)")
+    if sum(last - first + 1 for first, last in ranges) > MAX_PARTITIONS:
         raise UsageError(
             f"--topic {spec!r}: names more partitions than a topic can have ({MAX_PARTITIONS})"
         )
-    return topic, sorted({p for lo, hi in ranges for p in range(lo, hi + 1)})
+    return topic, sorted({p for first, last in ranges for p in range(first, last + 1)})
 
 
 def read_offsets_csv(path: str) -> dict[tuple[str, int], int]:
@@ -204,9 +204,9 @@ def _groups_reset_offsets(args: argparse.Namespace, c: GroupClient) -> int:
     wanted = read_offsets_csv(args.from_file) if args.from_file is not None else {}
     state = c.group_state(gid)
     if state is not None and state[1] not in ("Empty", "Dead"):
-        _kind, current, members = state
+        _kind, state_name, members = state
         print(
-            f"kip848: cannot reset the offsets of group '{gid}': it is {current}"
+            f"kip848: cannot reset the offsets of group '{gid}': it is {state_name}"
             + (f" with {members} member(s)" if members else "")
             + ". Offsets can be reset only while the group is inactive (Empty), as in Kafka.",
             file=sys.stderr,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import sys
 
@@ -19,10 +18,12 @@ from coordinator.cli.dump_replay import add_accept_lost_wal
 from coordinator.cli.errors import UsageError
 from coordinator.cli.registry import Commands
 from coordinator.cli.rpc import DEFAULT_LISTEN
+from coordinator.observability.logs import LOG_FORMATS, configure_logging
 
 MAX_GRPC_PROCESSES = 64
 DEFAULT_MAX_REQUEST_BYTES = 100 * 1024 * 1024  # Kafka's socket.request.max.bytes
 DEFAULT_IDLE_MS = 600_000  # Kafka's connections.max.idle.ms
+DEFAULT_METADATA_MAX_AGE_MS = 10_000  # how often the topic registry follows the upstream
 
 
 def register(commands: Commands) -> None:
@@ -87,6 +88,26 @@ def register(commands: Commands) -> None:
         "becomes this machine's name)",
     )
     p.add_argument(
+        "--metrics-listen",
+        default=None,
+        metavar="HOST:PORT",
+        help="serve Prometheus metrics on http://HOST:PORT/metrics (port 0: any free port; "
+        "printed as 'metrics on HOST:PORT'); default: no metrics",
+    )
+    p.add_argument(
+        "--otlp-endpoint",
+        default=None,
+        metavar="URL",
+        help="export OpenTelemetry spans over OTLP/gRPC to URL (http://HOST:4317 or HOST:PORT: "
+        "plaintext; https://: TLS); default: no tracing",
+    )
+    p.add_argument(
+        "--log-format",
+        choices=LOG_FORMATS,
+        default="plain",
+        help="plain lines, or json: one JSON object a line (structured fields as keys)",
+    )
+    p.add_argument(
         "--kafka-listen",
         default=None,
         metavar="HOST:PORT",
@@ -122,11 +143,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from coordinator.server.app import ServeOptions, make_runtime, serve, split_listen
     from coordinator.server.loop import run as run_loop
 
-    logging.basicConfig(
-        level=getattr(logging, args.log_level.upper()),
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    configure_logging(args.log_level, args.log_format)
     settings = gather_settings(args.config_file, args.set, args.server_properties)
     server_settings = {k: s.value for k, s in settings.items() if k in SERVER_CONFIGS}
     config = core_config(settings)
@@ -140,12 +157,20 @@ def cmd_serve(args: argparse.Namespace) -> int:
             server_settings.get("socket.request.max.bytes", DEFAULT_MAX_REQUEST_BYTES)
         )
         idle_ms = int(server_settings.get("connections.max.idle.ms", DEFAULT_IDLE_MS))
+        max_age_ms = int(
+            server_settings.get("kafka.upstream.metadata.max.age.ms", DEFAULT_METADATA_MAX_AGE_MS)
+        )
     except ValueError as exc:
-        raise UsageError(f"socket.request.max.bytes / connections.max.idle.ms: {exc}") from None
+        raise UsageError(
+            "socket.request.max.bytes / connections.max.idle.ms / "
+            f"kafka.upstream.metadata.max.age.ms: {exc}"
+        ) from None
     if max_request_bytes < 1024 or idle_ms < 1:
         raise UsageError(
             "socket.request.max.bytes must be >= 1024 and connections.max.idle.ms >= 1"
         )
+    if max_age_ms < 100:
+        raise UsageError("kafka.upstream.metadata.max.age.ms must be >= 100")
     try:
         if kafka_listen is not None:
             split_listen(kafka_listen, "--kafka-listen")
@@ -164,6 +189,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
             _host, port = split_listen(args.advertised_address, "--advertised-address")
             if port == 0:
                 raise ValueError("--advertised-address needs a real port, not 0")
+        if args.metrics_listen is not None:
+            split_listen(args.metrics_listen, "--metrics-listen")
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     if not 1 <= args.grpc_processes <= MAX_GRPC_PROCESSES:
@@ -180,7 +207,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except StoreError as exc:
         print(f"kip848 serve: cannot open the store in {args.data_dir}: {exc}", file=sys.stderr)
         return 1
-    runtime = make_runtime(config, store, args.clock)
+    from coordinator.observability.observer import make_observer
+
+    try:
+        observer = make_observer(
+            metrics=args.metrics_listen is not None, otlp_endpoint=args.otlp_endpoint
+        )
+    except Exception as exc:  # noqa: BLE001 - a bad endpoint is a usage error, not a crash
+        raise UsageError(f"--otlp-endpoint {args.otlp_endpoint}: {exc}") from None
+    runtime = make_runtime(config, store, args.clock, observer)
     options = ServeOptions(
         listen=args.listen,
         clock=args.clock,
@@ -189,10 +224,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
         event_loop=args.event_loop,
         log_level=args.log_level,
         advertised=args.advertised_address,
+        metrics_listen=args.metrics_listen,
+        log_format=args.log_format,
         kafka_listen=kafka_listen,
         kafka_upstream=kafka_upstream,
         kafka_advertised=kafka_advertised,
         kafka_max_request_bytes=max_request_bytes,
         kafka_idle_ms=idle_ms,
+        kafka_metadata_max_age_ms=max_age_ms,
     )
     return run_loop(serve(runtime, options), args.event_loop)

@@ -5,13 +5,19 @@ per-topic error codes), emit ``TopicKey`` records (a tombstone deletes a topic),
 builds the state. Each change yields a new immutable :class:`TopicsImage` with a higher
 process-local version, which the runtime hands to every shard. A deleted and re-created topic
 gets a new topic id (KIP-848 "Topic ID and Topic Recreation").
+
+In front of a broker (``--kafka-upstream``) the registry *follows* the broker instead:
+:meth:`TopicRegistry.apply_snapshot` makes it equal to the broker's metadata (names, ids,
+partition counts — Kafka's metadata image) with the same ordinary topic records, so replay is
+unchanged. The broker is the source of truth there, so its names are taken as they are.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from . import records as r
 from .commands import IdSource, Result
@@ -47,6 +53,20 @@ class TopicResult:
     num_partitions: int = 0
     error_code: ErrorCode = ErrorCode.NONE
     error_message: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SnapshotChanges:
+    """What :meth:`TopicRegistry.apply_snapshot` changed (each list sorted by name)."""
+
+    created: list[TopicResult]
+    updated: list[TopicResult]  # same id, another partition count
+    deleted: list[TopicResult]  # gone from the broker, or re-created there (a new id)
+
+    @property
+    def deleted_names(self) -> list[str]:
+        """Topics whose committed offsets must go (gone, or re-created with a new id)."""
+        return [t.name for t in self.deleted]
 
 
 def check_topic_name(name: str) -> None:
@@ -117,7 +137,7 @@ class TopicRegistry:
     def release(self, mark: int) -> None:
         self.undo.release(mark)
 
-    def _emit(self, result: Result[object], record: r.Record) -> None:
+    def _emit(self, result: Result[Any], record: r.Record) -> None:
         result.records.append(record)
         self.replay(record)
 
@@ -204,6 +224,88 @@ class TopicRegistry:
                     name=name, topic_id=current.topic_id, num_partitions=current.num_partitions
                 )
             )  # type: ignore[union-attr]
+        return result
+
+    def apply_snapshot(
+        self, topics: Sequence[NewTopic], keep: Collection[str] = ()
+    ) -> Result[SnapshotChanges]:
+        """Make the registry equal to a broker's complete topic metadata.
+
+        ``topics``: every topic the broker has (a ``topic_id`` of None: the broker gives no ids
+        — a topic keeps the id it has here, a new one gets a new id). ``keep``: topics the
+        broker listed without usable metadata (an error, no partitions): left as they are.
+        A registry topic the broker no longer has is deleted (tombstone); one whose id changed
+        was re-created there: tombstone, then the new topic (offsets on it must go, as for a
+        deleted topic). A new partition count with the same id is an update. Nothing is
+        written when nothing changed. A snapshot giving one id to two topics, a duplicate name
+        or a partition count below 1 is refused whole (INVALID_REQUEST), as is one giving a
+        topic the id of a registry topic that stays."""
+        seen: set[str] = set()
+        ids: dict[str, str] = {}
+        for t in topics:
+            if t.name in seen or t.name in keep:
+                raise InvalidRequestError(f"Topic {t.name} appears twice in the snapshot.")
+            seen.add(t.name)
+            if t.num_partitions < 1:
+                raise InvalidRequestError(
+                    f"Topic {t.name} has {t.num_partitions} partitions in the snapshot."
+                )
+            if t.topic_id is not None and (
+                t.topic_id == ZERO_TOPIC_ID or ids.setdefault(t.topic_id, t.name) != t.name
+            ):
+                raise InvalidRequestError(
+                    f"Topic id {t.topic_id} of {t.name} is reserved or used twice in the snapshot."
+                )
+        wanted = {t.name: t for t in topics}
+        held = {  # ids of the registry topics that stay
+            v.topic_id: name
+            for name, v in self.topics.items()
+            if name in keep or (name in wanted and wanted[name].topic_id in (None, v.topic_id))
+        }
+        for topic_id, name in ids.items():
+            if held.get(topic_id, name) != name:
+                raise InvalidRequestError(
+                    f"Topic id {topic_id} of {name} is still held by topic {held[topic_id]}."
+                )
+        result: Result[SnapshotChanges] = Result(
+            response=SnapshotChanges(created=[], updated=[], deleted=[])
+        )
+        changes = result.response
+        assert changes is not None
+        for name, value in sorted(self.topics.items()):
+            if name in keep:
+                continue
+            new = wanted.get(name)
+            if new is None or (new.topic_id is not None and new.topic_id != value.topic_id):
+                self._emit(result, r.topic_record(name, None))
+                changes.deleted.append(
+                    TopicResult(
+                        name=name, topic_id=value.topic_id, num_partitions=value.num_partitions
+                    )
+                )
+        used_ids = {v.topic_id for v in self.topics.values()}
+        for name in sorted(wanted):
+            new = wanted[name]
+            current = self.topics.get(name)
+            if current is not None:
+                if current.num_partitions == new.num_partitions:
+                    continue
+                self._emit(result, r.topic_record(name, current.topic_id, new.num_partitions))
+                changes.updated.append(
+                    TopicResult(
+                        name=name, topic_id=current.topic_id, num_partitions=new.num_partitions
+                    )
+                )
+                continue
+            topic_id = new.topic_id or self.ids.new_topic_id()
+            if new.topic_id is None:
+                while topic_id in used_ids or topic_id in ids:
+                    topic_id = self.ids.new_topic_id()
+            used_ids.add(topic_id)
+            self._emit(result, r.topic_record(name, topic_id, new.num_partitions))
+            changes.created.append(
+                TopicResult(name=name, topic_id=topic_id, num_partitions=new.num_partitions)
+            )
         return result
 
     def list_topics(self) -> list[TopicResult]:

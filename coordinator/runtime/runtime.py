@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from enum import Enum
@@ -59,7 +60,7 @@ from coordinator.core.offsets import (
 from coordinator.core.records import ConsumerGroupMetadataKey, OffsetCommitKey
 from coordinator.core.shard import GroupCoordinatorShard, GroupDescription
 from coordinator.core.timers import ArmTimer, DueTimer, TimerOp, TimerTable
-from coordinator.core.topics import NewTopic, TopicRegistry, TopicResult
+from coordinator.core.topics import NewTopic, SnapshotChanges, TopicRegistry, TopicResult
 from legacy_bridge.shard import BridgedShard
 
 from .assignors import make_assignors
@@ -144,6 +145,7 @@ class CoordinatorRuntime:
         clock: SystemClock | ManualClock | None = None,
         ids: IdSource | None = None,
         assignors: Sequence[Any] | None = None,
+        observer: Any = None,
     ) -> None:
         self.config = config
         self.store = store
@@ -152,6 +154,10 @@ class CoordinatorRuntime:
         assignors = (
             list(assignors) if assignors is not None else make_assignors(config.consumer_assignors)
         )
+        # Metrics and tracing (coordinator/observability): None when both are off.
+        self.observer = observer
+        if observer is not None:
+            assignors = observer.attach(config.shards, assignors)
         self.shard_count = config.shards
         self.shards = [
             BridgedShard(config=config, assignors=assignors, ids=self.ids)
@@ -210,6 +216,8 @@ class CoordinatorRuntime:
         if self.state is not RuntimeState.LOADING:  # closed while loading
             return stats
         self.load_stats = stats
+        if self.observer is not None:
+            self.observer.loaded(self.shards)
         now = self.clock.now_ms()
         for i, shard in enumerate(self.shards):
             self._apply_timer_ops(self._timer_time(shard.on_loaded(now)))
@@ -331,8 +339,9 @@ class CoordinatorRuntime:
             index = self.shard_count
         machine = self._machines[index]
         mark = machine.mark()
+        obs = self.observer
         try:
-            out = fn(machine)
+            out = fn(machine) if obs is None else obs.run_command(index, fn, machine)
         except CoordinatorError:
             machine.rollback(mark)  # the core already did; harmless and keeps the registry safe
             raise
@@ -342,7 +351,10 @@ class CoordinatorRuntime:
             raise
         self.stats["commands"] += 1
         if read:
-            return out, self._last_batch.get(index)
+            last = self._last_batch.get(index)
+            if obs is not None and last is not None:
+                obs.waits(last, index)
+            return out, last
         result: Result[Any] = out
         records = result.records
         if records:
@@ -372,6 +384,8 @@ class CoordinatorRuntime:
                 pk = self._pending_keys
                 for op in timers:
                     pk[op.key] = pk.get(op.key, 0) + 1
+        if obs is not None and batch is not None:
+            obs.waits(batch, index)
         if result.completions:  # legacy bridge: answer parked requests once durable
             completions = [(index, token, response) for token, response in result.completions]
             if batch is None:
@@ -406,6 +420,7 @@ class CoordinatorRuntime:
                 self._pending = None
                 batch.end_marks = [m.mark() for m in self._machines]
                 self._inflight = batch
+                started = time.monotonic()
                 try:
                     await loop.run_in_executor(
                         self._executor, self.store.append, batch.records, self.clock.now_ms()
@@ -418,6 +433,14 @@ class CoordinatorRuntime:
                 else:
                     self._inflight = None
                     self._succeed(batch)
+                    if self.observer is not None:
+                        self.observer.batch_written(
+                            batch,
+                            len(batch.records),
+                            batch.commands,
+                            time.monotonic() - started,
+                            getattr(self.store, "last_commit_seconds", None),
+                        )
 
     def _succeed(self, batch: _Batch) -> None:
         for m, mark in zip(self._machines, batch.end_marks or (), strict=True):
@@ -462,6 +485,9 @@ class CoordinatorRuntime:
             log.critical("The store failed with an unknown outcome; the coordinator stops serving.")
             self._stop_serving(f"a write to the record store had an unknown outcome: {exc}")
         self.watch.write_failed(exc)
+        if self.observer is not None:
+            for b in failed:
+                self.observer.batch_failed(b, len(b.records), exc)
         for b in failed:
             self._settle_keys(b.timer_ops, durable=False)
             if not b.future.done():
@@ -545,6 +571,10 @@ class CoordinatorRuntime:
         if _kind == EXPIRE_OFFSETS:
             return self._fire_expiration(due, now_ms)
         self.stats["timers_fired"] += 1
+        if self.observer is not None:
+            self.observer.timer_fired(
+                _kind, shard_of(group_id, self.shard_count), (now_ms - due.deadline_ms) / 1000
+            )
         try:
             _resp, batch = self._execute(
                 shard_of(group_id, self.shard_count), lambda s: s.on_timer(due, now_ms)
@@ -720,6 +750,21 @@ class CoordinatorRuntime:
     async def list_topics(self) -> list[TopicResult]:
         return await self._submit(REGISTRY, lambda r: r.list_topics(), read=True)
 
+    async def apply_topic_snapshot(
+        self, topics: Sequence[NewTopic], keep: Sequence[str] = ()
+    ) -> SnapshotChanges:
+        """Make the registry follow a broker's metadata (``TopicRegistry.apply_snapshot``).
+        Topics gone from the broker or re-created there (a new id) lose their committed
+        offsets in the same durable batch, as :meth:`delete_topics` does."""
+        self._check_serving()
+        changes, batch = self._execute(REGISTRY, lambda r: r.apply_snapshot(topics, keep))
+        deleted = changes.deleted_names
+        for i in range(self.shard_count if deleted else 0):
+            self._execute(i, lambda s: s.on_topics_deleted(deleted))  # joins the registry's batch
+        if batch is not None:
+            await _durable(batch)
+        return changes
+
     def topic_name(self, topic_id: str) -> str:
         """Convenience name for responses ("" when unknown)."""
         t = self.registry.image().by_id.get(topic_id)
@@ -835,6 +880,8 @@ class CoordinatorRuntime:
         except Exception:  # noqa: BLE001 - logged by _execute; a timer must not kill the loop
             return None
         offsets, groups = result
+        if self.observer is not None:
+            self.observer.offsets_expired(offsets)
         if offsets or groups:
             log.info(
                 "Shard %d: expired %d offsets, deleted %d empty groups.", index, offsets, groups

@@ -20,10 +20,14 @@ import signal
 import socket
 import sys
 from dataclasses import dataclass
+from typing import Any
 
 from grpc_health.v1 import health, health_pb2
 
 from coordinator.core.config import GroupCoordinatorConfig
+from coordinator.observability import tracing
+from coordinator.observability.observer import start_metrics_endpoint
+from coordinator.observability.requests import instrument_methods
 from coordinator.runtime import CoordinatorRuntime, ManualClock, SystemClock
 from coordinator.runtime.store import RecordStore
 
@@ -38,6 +42,9 @@ from .forwarding import (
     new_grpc_server,
 )
 from .kafka.listener import DEFAULT_IDLE_MS, DEFAULT_MAX_REQUEST_BYTES, KafkaListener, KafkaOptions
+from .kafka.topic_feed import DEFAULT_MAX_AGE_MS as DEFAULT_METADATA_MAX_AGE_MS
+from .kafka.topic_feed import TopicFeed
+from .kafka.upstream import Upstream, UpstreamError
 from .service import CoordinatorService
 from .services import (
     AdminService,
@@ -45,6 +52,8 @@ from .services import (
     ConsumerGroupService,
     OffsetService,
     TestingService,
+    client_host_of,
+    client_id_of,
     service_descriptors,
 )
 
@@ -65,11 +74,14 @@ class ServeOptions:
     advertised: str | None = (
         None  # HOST:PORT answered by FindCoordinator (Kafka: advertised.listeners)
     )
+    metrics_listen: str | None = None  # HOST:PORT of the Prometheus endpoint (/metrics)
+    log_format: str = "plain"  # plain | json (front ends log the same way)
     kafka_listen: str | None = None  # HOST:PORT of the Kafka-protocol listener (none: off)
     kafka_upstream: str | None = None  # HOST:PORT of the broker everything else goes to
     kafka_advertised: str | None = None  # HOST:PORT the Kafka listener answers as itself
     kafka_max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
     kafka_idle_ms: int = DEFAULT_IDLE_MS
+    kafka_metadata_max_age_ms: int = DEFAULT_METADATA_MAX_AGE_MS  # topic feed interval
 
 
 def split_listen(listen: str, flag: str = "--listen") -> tuple[str, int]:
@@ -110,7 +122,12 @@ class CoordinatorServer:
         if isinstance(runtime.clock, ManualClock):
             servicers.append(TestingService(self.service))
         served = list(zip(service_descriptors(), servicers, strict=False))
-        table = method_table(served)
+        table = instrument_methods(
+            method_table(served),
+            [descriptor for descriptor, _ in served],
+            metrics=getattr(runtime.observer, "metrics", None),
+            client_of=lambda context: (client_id_of(context), client_host_of(context)),
+        )
         add_raw_handlers(
             self.server,
             [descriptor for descriptor, _ in served],
@@ -120,6 +137,8 @@ class CoordinatorServer:
         add_health_and_reflection(self.server, self.health, self.service_names)
         self.kafka: KafkaListener | None = None
         self.kafka_address = ""
+        self.topic_feed: TopicFeed | None = None
+        self.kafka_upstream: Upstream | None = None
         self._health_tasks: set[asyncio.Task[None]] = set()
         self._health_lock = asyncio.Lock()
         runtime.add_health_listener(self._runtime_health)
@@ -130,6 +149,7 @@ class CoordinatorServer:
                 max_message_bytes=size,
                 log_level=options.log_level,
                 event_loop=options.event_loop,
+                log_format=options.log_format,
             )
             if options.grpc_processes > 1
             else None
@@ -161,9 +181,7 @@ class CoordinatorServer:
         )
         upstream = None
         if options.kafka_upstream:
-            from .kafka.upstream import Upstream
-
-            upstream = Upstream(options.kafka_upstream)
+            upstream = self.kafka_upstream = Upstream(options.kafka_upstream)
             await upstream.connect()
         self.kafka = KafkaListener(self.service, kafka_options, upstream)
         bound = await self.kafka.listen(host, port)
@@ -173,7 +191,10 @@ class CoordinatorServer:
         if upstream is None:
             self.kafka.set_node(bound, Node(node_id=0, host=adv_host, port=adv_port))
         else:
-            await upstream.bind_nodes(self.kafka, host, bound, adv_host, adv_port)
+            upstream.bind_nodes(self.kafka, host, bound, adv_host, adv_port)
+            # Topics follow the upstream; the topic RPCs go to it (started by load()).
+            self.topic_feed = TopicFeed(self.runtime, upstream, options.kafka_metadata_max_age_ms)
+            self.service.topics = self.topic_feed
         shown = f"[{host.strip('[]')}]" if ":" in host.strip("[]") else host
         self.kafka_address = f"{shown}:{bound}"
 
@@ -212,11 +233,15 @@ class CoordinatorServer:
 
     async def load(self) -> None:
         await self.runtime.start()
+        if self.topic_feed is not None:
+            await self.topic_feed.start()  # the upstream's topics before SERVING (bounded)
         await self._set_health(health_pb2.HealthCheckResponse.SERVING)
 
     async def stop(self, grace_s: float = SHUTDOWN_GRACE_S) -> None:
         await self.health.enter_graceful_shutdown()
         self.runtime.release_parked()  # parked JoinGroup/SyncGroup answered, not left to the grace
+        if self.topic_feed is not None:
+            await self.topic_feed.close()
         if self.kafka is not None:
             await self.kafka.close()
         if self.frontends is not None:
@@ -272,10 +297,13 @@ async def _check_port_free(listen: str) -> None:
 
 
 def make_runtime(
-    config: GroupCoordinatorConfig, store: RecordStore, clock: str
+    config: GroupCoordinatorConfig, store: RecordStore, clock: str, observer: Any = None
 ) -> CoordinatorRuntime:
     return CoordinatorRuntime(
-        config=config, store=store, clock=ManualClock() if clock == "manual" else SystemClock()
+        config=config,
+        store=store,
+        clock=ManualClock() if clock == "manual" else SystemClock(),
+        observer=observer,
     )
 
 
@@ -285,15 +313,40 @@ async def serve(runtime: CoordinatorRuntime, options: ServeOptions) -> int:
     try:
         await server.start()
     except (RuntimeError, OSError) as exc:
-        print(f"kip848 serve: cannot listen on {options.listen}: {exc}", file=sys.stderr)
+        if isinstance(exc, UpstreamError):
+            print(f"kip848 serve: {exc}", file=sys.stderr)
+        else:
+            print(f"kip848 serve: cannot listen on {options.listen}: {exc}", file=sys.stderr)
         if server.kafka is not None:
             await server.kafka.close()
+        if server.kafka_upstream is not None:
+            server.kafka_upstream.client.close()
         if server.frontends is not None:
             await server.frontends.stop(0.0)
         await server.server.stop(None)
         await runtime.close()
         return 1
     print(f"listening on {server.address}", flush=True)
+    metrics_server = None
+    if options.metrics_listen is not None and getattr(runtime.observer, "metrics", None):
+        host, port = split_listen(options.metrics_listen, "--metrics-listen")
+        pool = server.frontends
+        try:
+            metrics_server = start_metrics_endpoint(
+                runtime,
+                host,
+                port,
+                frontends=None
+                if pool is None
+                else lambda: {f.index: f.calls for f in pool.frontends},
+            )
+        except OSError as exc:
+            log.critical("Cannot serve metrics on %s: %s", options.metrics_listen, exc)
+            await server.stop(0.0)
+            return 1
+        shown = f"[{host.strip('[]')}]" if ":" in host.strip("[]") else host
+        print(f"metrics on {shown}:{metrics_server.port}", flush=True)
+        log.info("Serving metrics on http://%s:%d/metrics.", shown, metrics_server.port)
     if server.kafka is not None:
         print(f"kafka listening on {server.kafka_address}", flush=True)
     log.info(
@@ -322,6 +375,9 @@ async def serve(runtime: CoordinatorRuntime, options: ServeOptions) -> int:
             log.debug("Loading interrupted by shutdown: %r", exc)
     stop_task.cancel()
     await server.stop()
+    if metrics_server is not None:
+        await asyncio.to_thread(metrics_server.close)
+    tracing.shutdown()  # flush the spans still queued for the exporter
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.remove_signal_handler(sig)
     log.info("Stopped.")

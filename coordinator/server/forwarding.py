@@ -47,7 +47,7 @@ from google.protobuf.descriptor import ServiceDescriptor
 log = logging.getLogger("kip848.server")
 
 # Frame kinds (first element of every frame tuple).
-CALL = 1  # front end -> coordinator: (CALL, call_id, path, request, metadata, peer)
+CALL = 1  # front end -> coordinator: (CALL, call_id, path, request, metadata, peer, received)
 REPLY = 2  # coordinator -> front end: (REPLY, call_id, status, details, response)
 HEALTH = 3  # coordinator -> front end: (HEALTH, {service: status})
 STOP = 4  # coordinator -> front end: (STOP, grace_seconds)
@@ -131,11 +131,14 @@ class AbortCall(Exception):
 class ForwardedContext:
     """The part of ``grpc.aio.ServicerContext`` the servicers use, for a forwarded call."""
 
-    __slots__ = ("_metadata", "_peer")
+    __slots__ = ("_metadata", "_peer", "received")
 
-    def __init__(self, metadata: Sequence[tuple[str, Any]], peer: str) -> None:
+    def __init__(
+        self, metadata: Sequence[tuple[str, Any]], peer: str, received: float | None = None
+    ) -> None:
         self._metadata = metadata
         self._peer = peer
+        self.received = received  # time.monotonic() when the front end got the call (metrics)
 
     def invocation_metadata(self) -> Sequence[tuple[str, Any]]:
         return self._metadata
@@ -278,7 +281,8 @@ class Dispatcher:
         task.add_done_callback(self._tasks.discard)
 
     async def _run(self, conn: FrameConnection, frame: tuple[Any, ...]) -> None:
-        _kind, call_id, path, payload, metadata, peer = frame
+        _kind, call_id, path, payload, metadata, peer = frame[:6]
+        received = frame[6] if len(frame) > 6 else None
         entry = self.table.get(path)
         if entry is None:
             conn.send(
@@ -300,7 +304,7 @@ class Dispatcher:
             )
             return
         try:
-            response = await method(request, ForwardedContext(metadata, peer))
+            response = await method(request, ForwardedContext(metadata, peer, received))
         except AbortCall as exc:
             conn.send((REPLY, call_id, exc.code.value[0], exc.details, b""))
         except Exception:
@@ -344,8 +348,10 @@ class FrontEndPool:
         max_message_bytes: int,
         log_level: str,
         event_loop: str,
+        log_format: str = "plain",
     ) -> None:
         self.dispatcher = dispatcher
+        self.log_format = log_format
         self.event_loop = event_loop
         self.listen = listen
         self.max_message_bytes = max_message_bytes
@@ -383,6 +389,8 @@ class FrontEndPool:
                     str(self.max_message_bytes),
                     "--log-level",
                     self.log_level,
+                    "--log-format",
+                    self.log_format,
                     "--index",
                     str(index),
                     "--parent",

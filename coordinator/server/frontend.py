@@ -14,11 +14,13 @@ import logging
 import os
 import signal
 import socket
-import sys
+import time
 from typing import Any
 
 import grpc
 from grpc_health.v1 import health
+
+from coordinator.observability.logs import LOG_FORMATS, configure_logging
 
 from .forwarding import (
     CALL,
@@ -69,7 +71,8 @@ class FrontEndServer:
             fut: asyncio.Future[tuple[int, str, bytes]] = asyncio.get_running_loop().create_future()
             self.calls[call_id] = fut
             metadata = tuple((k, v) for k, v in (context.invocation_metadata() or ()))
-            conn.send((CALL, call_id, path, request, metadata, context.peer() or ""))  # type: ignore[union-attr]
+            received = time.monotonic()  # the coordinator's latency metrics start here
+            conn.send((CALL, call_id, path, request, metadata, context.peer() or "", received))  # type: ignore[union-attr]
             try:
                 status, details, payload = await fut
             finally:
@@ -135,6 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--listen", required=True)
     ap.add_argument("--max-message-bytes", type=int, required=True)
     ap.add_argument("--log-level", default="info")
+    ap.add_argument("--log-format", choices=LOG_FORMATS, default="plain")
     ap.add_argument("--index", type=int, default=1)
     ap.add_argument("--parent", type=int, required=True)
     ap.add_argument("--services", default="")
@@ -143,11 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     set_parent_death_signal(args.parent)
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, signal.SIG_IGN)  # the coordinator process decides when we stop
-    logging.basicConfig(
-        level=getattr(logging, args.log_level.upper()),
-        stream=sys.stderr,
-        format=f"%(asctime)s %(levelname)s frontend-{args.index} %(name)s: %(message)s",
-    )
+    configure_logging(args.log_level, args.log_format, process=f"frontend-{args.index}")
     return run_loop(_serve(args), args.event_loop)
 
 

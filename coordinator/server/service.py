@@ -23,7 +23,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from coordinator.core.commands import ConsumerGroupHeartbeat, ConsumerGroupHeartbeatResponse
 from coordinator.core.errors import (
@@ -47,6 +47,7 @@ from coordinator.core.offsets import (
 from coordinator.core.topics import NewTopic, TopicResult
 from coordinator.runtime import CoordinatorRuntime, RuntimeState
 from legacy_bridge import messages as m
+from legacy_bridge.protocol import ProtocolError, decode_subscription
 
 from .api import (
     CONFIG_SOURCE_DEFAULT,
@@ -234,11 +235,52 @@ def _leave_error(_req: m.LeaveGroup, code: ErrorCode, text: str | None) -> m.Lea
     return m.LeaveGroupResponse(error_code=int(code), error_message=text)
 
 
-class CoordinatorService:
-    """Every RPC of the coordinator over one runtime (shared by every codec and listener)."""
+class TopicSource(Protocol):
+    """Where topics come from and where the topic RPCs go: the coordinator's own registry
+    (:class:`RegistryTopics`), or an upstream broker the registry follows
+    (``kafka.topic_feed.TopicFeed``, with ``--kafka-upstream``)."""
+
+    watches_subscriptions: bool
+    """True: :meth:`subscribed` wants to see the subscriptions (names, regexes) of joins."""
+
+    async def create_topics(self, topics: Sequence[NewTopic]) -> list[TopicResult]: ...
+    async def create_partitions(self, requests: Sequence[tuple[str, int]]) -> list[TopicResult]: ...
+    async def delete_topics(self, names: Sequence[str]) -> list[TopicResult]: ...
+    async def list_topics(self) -> list[TopicResult]: ...
+    def subscribed(self, names: Sequence[str] | None, regex: str | None) -> None: ...
+
+
+class RegistryTopics:
+    """The coordinator's own topic registry (no upstream): the topic RPCs change it."""
+
+    watches_subscriptions = False
 
     def __init__(self, runtime: CoordinatorRuntime) -> None:
         self.runtime = runtime
+
+    async def create_topics(self, topics: Sequence[NewTopic]) -> list[TopicResult]:
+        return await self.runtime.create_topics(topics)
+
+    async def create_partitions(self, requests: Sequence[tuple[str, int]]) -> list[TopicResult]:
+        return await self.runtime.create_partitions(requests)
+
+    async def delete_topics(self, names: Sequence[str]) -> list[TopicResult]:
+        return await self.runtime.delete_topics(names)
+
+    async def list_topics(self) -> list[TopicResult]:
+        return await self.runtime.list_topics()
+
+    def subscribed(self, names: Sequence[str] | None, regex: str | None) -> None:
+        return None
+
+
+class CoordinatorService:
+    """Every RPC of the coordinator over one runtime (shared by every codec and listener).
+    ``topics``: where topics come from (default: the coordinator's own registry)."""
+
+    def __init__(self, runtime: CoordinatorRuntime, topics: TopicSource | None = None) -> None:
+        self.runtime = runtime
+        self.topics: TopicSource = topics if topics is not None else RegistryTopics(runtime)
 
     def topic_name(self, topic_id: str) -> str:
         """Convenience name of a topic id for responses ("" when unknown)."""
@@ -255,6 +297,11 @@ class CoordinatorService:
         )
         if kafka_v1 and not req.member_id:
             raise InvalidRequestError("MemberId can't be empty.")
+        topics = self.topics
+        if topics.watches_subscriptions and (
+            req.subscribed_topic_names or req.subscribed_topic_regex
+        ):
+            topics.subscribed(req.subscribed_topic_names, req.subscribed_topic_regex)
         return Reply(value=await self.runtime.heartbeat(req))
 
     @rpc(
@@ -422,21 +469,21 @@ class CoordinatorService:
     async def create_topics(
         self, topics: Sequence[NewTopic], caller: Caller
     ) -> Reply[list[TopicResult]]:
-        return Reply(value=await self.runtime.create_topics(topics))
+        return Reply(value=await self.topics.create_topics(topics))
 
     @rpc(_reply)
     async def create_partitions(
         self, requests: Sequence[tuple[str, int]], caller: Caller
     ) -> Reply[list[TopicResult]]:
-        return Reply(value=await self.runtime.create_partitions(requests))
+        return Reply(value=await self.topics.create_partitions(requests))
 
     @rpc(_reply)
     async def delete_topics(self, names: Sequence[str], caller: Caller) -> Reply[list[TopicResult]]:
-        return Reply(value=await self.runtime.delete_topics(names))
+        return Reply(value=await self.topics.delete_topics(names))
 
     @rpc(_reply)
     async def list_topics(self, _req: None, caller: Caller) -> Reply[list[TopicResult]]:
-        return Reply(value=await self.runtime.list_topics())
+        return Reply(value=await self.topics.list_topics())
 
     # ------------------------------------------------------------ classic groups (the bridge)
 
@@ -483,6 +530,8 @@ class CoordinatorService:
 
     @rpc(_join_error)
     async def join_group(self, req: m.JoinGroup, caller: Caller) -> m.JoinGroupResponse:
+        if self.topics.watches_subscriptions and req.protocol_type == "consumer" and req.protocols:
+            self.topics.subscribed(_subscribed_topics(req), None)
         answer = await self.runtime.classic_join(req)
         if (
             answer.error_code == MemberIdRequiredError.code
@@ -543,6 +592,15 @@ class CoordinatorService:
         if ms < 0:
             raise InvalidRequestError(f"ms must be >= 0, got {ms}.")
         return Reply(value=await self.runtime.advance_time(ms))
+
+
+def _subscribed_topics(req: m.JoinGroup) -> list[str]:
+    """The topics a classic consumer's JoinGroup subscribes to (its first protocol's
+    ConsumerProtocolSubscription; bytes that do not parse are the bridge's to answer)."""
+    try:
+        return list(decode_subscription(req.protocols[0][1]).topics)
+    except ProtocolError:
+        return []
 
 
 def _with_member_id(req: m.JoinGroup, member_id: str) -> m.JoinGroup:

@@ -7,7 +7,9 @@ Rules
 * Clients (:mod:`.client`) behave like real KIP-848 consumers and only react to what they
   receive; invariants (:mod:`.invariants`) judge ownership from the members' point of view.
 
-Reading order: ``client`` → ``invariants`` → ``simulator`` (event queue, faults, I4 replay, I5
-liveness) → ``explore`` (breadth-first search over interleavings) → ``cli``
-(``kip848 simulate``). See docs/simulation.md.
+Reading order: ``client`` and ``classic_client`` → ``invariants`` → ``simulator`` (parameters,
+event queue, network, I4 replay, I5 liveness) → ``faults`` (fault names and the client and
+cluster faults it injects) → ``report`` (the summary, the failure report, trace texts) →
+``explore`` (breadth-first search over interleavings) → ``cli`` (``kip848 simulate``). See
+docs/simulation.md.
 """

@@ -32,9 +32,8 @@ from __future__ import annotations
 
 import heapq
 import random
-from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from coordinator.core import codec
@@ -51,54 +50,47 @@ from coordinator.core.offsets import (
     OffsetFetchTopic,
 )
 from coordinator.core.shard import GroupCoordinatorShard
-from coordinator.core.timers import TimerTable
 from legacy_bridge import messages as lm
 from legacy_bridge.harness import ClassicHarness
 
 from . import invariants as inv
 from .classic_client import COOPERATIVE, EAGER, SYNCING, ClassicClient, Meta
 from .client import DOWN, JOINING, LEAVING, MEMBER, ClientModelError, SimClient, fmt
+from .faults import (
+    ALL_FAULTS,
+    CLASSIC_ONLY_FAULTS,
+    EXTRA_FAULTS,
+    KNOWN_FAULTS,
+    FaultInjector,
+    parse_faults,
+)
+from .report import (
+    InvariantViolation,
+    SimSummary,
+    diff,
+    digest,
+    failure_report,
+    req_text,
+    resp_text,
+)
+
+__all__ = [
+    "ALL_FAULTS",
+    "CLASSIC_ONLY_FAULTS",
+    "CLASSIC_PROTOCOLS",
+    "EXTRA_FAULTS",
+    "KNOWN_FAULTS",
+    "GROUP",
+    "InvariantViolation",
+    "SimParams",
+    "SimSummary",
+    "Simulation",
+    "parse_faults",
+    "simulate",
+]
 
 GROUP = "grp"
-
-ALL_FAULTS = (
-    "lose-request",
-    "lose-response",
-    "duplicate",
-    "delay",
-    "crash",
-    "static-bounce",
-    "leave",
-    "slow-revoke",
-    "add-partitions",
-    "recreate-topic",
-    "assignor",
-    "coordinator-restart",
-    "switch-protocol",
-)
-CLASSIC_ONLY_FAULTS = ("switch-protocol",)  # injected only when the fleet uses the classic protocol
 CLASSIC_PROTOCOLS = ("eager", "cooperative", "mixed")
-EXTRA_FAULTS = ("reorder",)
-KNOWN_FAULTS = ALL_FAULTS + EXTRA_FAULTS
-
-
-def parse_faults(text: str | Sequence[str] | None) -> frozenset[str]:
-    if text is None:
-        return frozenset(ALL_FAULTS)
-    items = [s.strip() for s in (text.split(",") if isinstance(text, str) else text) if s.strip()]
-    out: set[str] = set()
-    for item in items:
-        if item == "all":
-            out |= set(ALL_FAULTS)
-        elif item == "none":
-            continue
-        elif item in KNOWN_FAULTS:
-            out.add(item)
-        else:
-            raise ValueError(
-                f"unknown fault {item!r} (known: {', '.join(KNOWN_FAULTS)}, all, none)"
-            )
-    return frozenset(out)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -189,57 +181,6 @@ class SimParams:
         )
 
 
-class InvariantViolation(AssertionError):
-    def __init__(self, name: str, report: str) -> None:
-        super().__init__(report)
-        self.name = name
-        self.report = report
-
-
-@dataclass(slots=True)
-class SimSummary:
-    params: SimParams
-    steps: int = 0
-    fault_steps: int = 0
-    virtual_ms: int = 0
-    events: Counter = field(default_factory=Counter)
-    faults: Counter = field(default_factory=Counter)
-    checks: int = 0
-    zombie_steps: int = 0
-    restarts: int = 0
-    records: int = 0
-    final_state: str = ""
-    final_epoch: int = 0
-    time_to_stable_ms: int | None = None
-    violation: InvariantViolation | None = None
-    trace_digest: str = ""
-
-    def render(self) -> str:
-        p = self.params
-        lines = [
-            f"seed={p.seed} members={p.members} partitions={p.partitions}x{p.topics} topics "
-            f"faults={','.join(sorted(p.faults)) or 'none'}",
-            f"steps: {self.steps} ({self.fault_steps} with faults, {self.steps - self.fault_steps} quiet); "
-            f"virtual time {self.virtual_ms / 1000:.1f}s; records {self.records}; coordinator restarts {self.restarts}",
-            "events: " + ", ".join(f"{k}={v}" for k, v in sorted(self.events.items())),
-            "faults injected: "
-            + (", ".join(f"{k}={v}" for k, v in sorted(self.faults.items())) or "none"),
-            f"invariant checks passed: {self.checks} (steps with zombie claims: {self.zombie_steps})",
-            f"final group state: {self.final_state} at group epoch {self.final_epoch}",
-            "time to stable after faults stopped: "
-            + (
-                "never"
-                if self.time_to_stable_ms is None
-                else f"{self.time_to_stable_ms / 1000:.1f}s"
-            )
-            + f" (bound {p.liveness_bound_ms() / 1000:.1f}s)",
-            f"trace digest: {self.trace_digest}",
-        ]
-        if self.violation is not None:
-            lines.append(f"INVARIANT VIOLATED: {self.violation.name}")
-        return "\n".join(lines)
-
-
 class Simulation:
     def __init__(self, params: SimParams, *, assignors: Sequence[Any] | None = None) -> None:
         self.p = params
@@ -275,6 +216,7 @@ class Simulation:
         self.tick_serial = 0
         self.trace: list[str] = []
         self.summary = SimSummary(params)
+        self.injector = FaultInjector(self)
         self.topic_names = [f"t{i}" for i in range(params.topics)]
         self.topic_label: dict[str, str] = {}
         self.deleted: set[str] = set()
@@ -381,7 +323,7 @@ class Simulation:
             i, corr, dup = waiting
             self._log(
                 f"coordinator: parked corr={corr}{' (dup)' if dup else ''} of c{i} completes -> "
-                f"{_resp_text(response)}"
+                f"{resp_text(response)}"
             )
             self._respond(i, corr, ("ok", response))
 
@@ -472,7 +414,7 @@ class Simulation:
         else:
             s.final_state = self.h.shard.group_state(GROUP).value
             s.final_epoch = 0 if g is None else g.group_epoch
-        s.trace_digest = _digest(self.trace)
+        s.trace_digest = digest(self.trace)
         return s
 
     def _next_step(self) -> bool:
@@ -504,7 +446,7 @@ class Simulation:
             self.summary.events[kind] += 1
             getattr(self, "_on_" + kind)(*payload)
             if self.faults_on and self.rng.random() < self.p.fault_rate:
-                self._inject_fault()
+                self.injector.schedule_one()
             return True
         return self._next_step()
 
@@ -648,7 +590,7 @@ class Simulation:
         self.corr += 1
         corr = self.corr
         c.sent(corr, req)
-        self._log(f"c{i} sends {_req_text(req, self.topic_label)} corr={corr}")
+        self._log(f"c{i} sends {req_text(req, self.topic_label)} corr={corr}")
         timeout = (
             c.request_timeout(self.p.request_timeout_ms) if classic else self.p.request_timeout_ms
         )
@@ -722,7 +664,7 @@ class Simulation:
             self._commit(res)
             outcome = ("ok", resp)
             self._log(
-                f"coordinator: corr={corr}{' (dup)' if dup else ''} from c{i} -> {_resp_text(resp, self.topic_label)}"
+                f"coordinator: corr={corr}{' (dup)' if dup else ''} from c{i} -> {resp_text(resp, self.topic_label)}"
                 + f"; {len(res.records)} records"
             )
         self._respond(i, corr, outcome)
@@ -807,160 +749,13 @@ class Simulation:
         if c.phase != DOWN:
             self._arm_tick(i, self.p.retry_backoff_ms)
 
-    # ------------------------------------------------------------------ faults
-
-    def _inject_fault(self) -> None:
-        p = self.p
-        kinds = [
-            f
-            for f in (
-                "crash",
-                "static-bounce",
-                "leave",
-                "add-partitions",
-                "recreate-topic",
-                "assignor",
-                "coordinator-restart",
-                "switch-protocol",
-            )
-            if f in p.faults
-        ]
-        if not p.uses_classic():
-            kinds = [f for f in kinds if f not in CLASSIC_ONLY_FAULTS]
-        if not kinds:
-            return
-        kind = self.rng.choice(kinds)
-        self._schedule(self.now + self.rng.randint(0, p.heartbeat_interval_ms), "fault", (kind,))
+    # ------------------------------------------------------------------ faults (faults.py)
 
     def _on_fault(self, kind: str) -> None:
-        if not self.faults_on:
-            self._log(f"fault {kind} dropped (faults stopped)")
-            return
-        rng = self.rng
-        up = [
-            c
-            for c in self.clients
-            if c.phase in (JOINING, SYNCING, MEMBER) and c.index not in self.switch_to
-        ]
-        if kind in ("crash", "leave", "static-bounce", "assignor", "switch-protocol"):
-            pool = [c for c in up if c.instance_id is not None] if kind == "static-bounce" else up
-            if kind == "leave":
-                pool = [c for c in up if c.instance_id is None]
-            if kind == "assignor":
-                pool = [c for c in up if not isinstance(c, ClassicClient)]
-            if not pool:
-                return
-            c = rng.choice(pool)
-            self.summary.faults[kind] += 1
-            if kind == "switch-protocol":
-                if isinstance(c, ClassicClient):
-                    new = self._new_client(c.index, classic=False, incarnation=c.incarnation)
-                else:
-                    protocol = (
-                        self.p.protocol
-                        if self.p.protocol != "mixed"
-                        else rng.choice((EAGER, COOPERATIVE))
-                    )
-                    new = self._new_client(
-                        c.index, classic=True, protocol=protocol, incarnation=c.incarnation
-                    )
-                self.switch_to[c.index] = new
-                c.begin_leave(static_bounce=c.instance_id is not None)
-                self._log(
-                    f"fault: c{c.index} shuts down to restart as a "
-                    f"{'classic/' + new.protocol if isinstance(new, ClassicClient) else 'KIP-848'} client"
-                )
-                self._send(c.index)
-                self._schedule(
-                    self.now + rng.randint(1, self.p.restart_delay_max_ms), "start", (c.index,)
-                )
-                return
-            if kind == "assignor":
-                name = rng.choice(self.assignor_names)
-                c.set_assignor(name)
-                self._log(f"fault: c{c.index} switches its server assignor to {name}")
-                return
-            if kind == "crash":
-                c.crash()
-                self._log(f"fault: c{c.index} crashes")
-            else:
-                c.begin_leave(static_bounce=(kind == "static-bounce"))
-                how = (
-                    ("LeaveGroup" if c.phase == LEAVING else "no LeaveGroup")
-                    if isinstance(c, ClassicClient)
-                    else ("-2" if c.leave_epoch == -2 else "-1")
-                )
-                self._log(f"fault: c{c.index} shuts down ({how})")
-                self._send(c.index)
-            self._schedule(
-                self.now + rng.randint(1, self.p.restart_delay_max_ms), "start", (c.index,)
-            )
-            return
-        self.summary.faults[kind] += 1
-        if kind == "add-partitions":
-            live = [n for n in self.topic_names if n not in self.deleted]
-            if not live:
-                return
-            name = rng.choice(live)
-            total = self.h.registry.topics[name].num_partitions + rng.randint(1, 2)
-            self.h.add_partitions(name, total)
-            self.replica.set_topics(self.h.registry.image())
-            self._log(f"fault: topic {name} grows to {total} partitions")
-        elif kind == "recreate-topic":
-            live = [n for n in self.topic_names if n not in self.deleted]
-            if not live:
-                return
-            name = rng.choice(live)
-            res = self.h.delete_topic(name)
-            self._store_records(res.records)  # offsets of the topic go with it
-            self.h.completions.clear()
-            self._route_completions(res.completions)
-            self.deleted.add(name)
-            self.replica.set_topics(self.h.registry.image())
-            self._log(f"fault: topic {name} deleted")
-            self._schedule(
-                self.now + rng.randint(1, self.p.restart_delay_max_ms), "recreate", (name,)
-            )
-        elif kind == "coordinator-restart":
-            self._restart_coordinator()
+        self.injector.apply(kind)
 
     def _on_recreate(self, name: str) -> None:
-        self.deleted.discard(name)
-        self._create_topic(name, self.p.partitions)
-        self._log(f"topic {name} re-created with {self.p.partitions} partitions")
-
-    def _restart_coordinator(self) -> None:
-        """Reload from the store through the codec; everything in flight is lost."""
-        before = self.h.shard.snapshot()
-        fresh = self._fresh_shard()
-        fresh.undo.enabled = False
-        try:
-            for k, v in self.store:
-                fresh.replay(codec.decode(k, v))
-        except IllegalStateError as exc:
-            self._fail(inv.REPLAY_EQUALS_LIVE, f"reloading the store failed: {exc}")
-        fresh.undo.enabled = True
-        self.h.shard = fresh
-        self.h.timers = TimerTable()
-        self.h.timers.apply(fresh.on_loaded(self.now))
-        self.coord_gen += 1
-        self.parked.clear()  # parked JoinGroup/SyncGroup requests die with the process
-        for (
-            c
-        ) in self.clients:  # a generation not yet written is forgotten by the reloaded coordinator
-            if isinstance(c, ClassicClient):
-                c.fresh_generation = False
-        self.fifo.clear()
-        self.resp_fifo.clear()
-        self.summary.restarts += 1
-        self._log(f"fault: coordinator restarts; reloaded {len(self.store)} records")
-        after = fresh.snapshot()
-        if after != before:
-            self._fail(
-                inv.REPLAY_EQUALS_LIVE,
-                "state reloaded from the store differs from the state "
-                "before the restart:\n" + _diff(before, after),
-            )
+        self.injector.recreate_topic(name)
 
     # ------------------------------------------------------------------ invariants
 
@@ -989,7 +784,7 @@ class Simulation:
             self._fail(
                 inv.REPLAY_EQUALS_LIVE,
                 "replaying the stored records does not yield the live state:\n"
-                + _diff(live, replica),
+                + diff(live, replica),
             )
         _l, zombies = inv.live_claims(group, self.clients, classic)
         if zombies:
@@ -1095,132 +890,7 @@ class Simulation:
         return ""
 
     def _fail(self, name: str, message: str) -> None:
-        raise InvariantViolation(name, self.report(name, message))
-
-    def report(self, name: str, message: str) -> str:
-        p = self.p
-        lines = [
-            f"INVARIANT {name} VIOLATED",
-            f"seed={p.seed} step={self.step} t={self.now}ms ({'faults on' if self.faults_on else 'quiet phase'})",
-            message,
-            "",
-            f"reproduce: {p.command()}",
-            "",
-            "clients:",
-        ]
-        for c in self.clients:
-            lines.append("  " + c.describe(self.topic_label))
-        g = self.group
-        lines.append("coordinator:")
-        cg = self.classic_group
-        if cg is not None:
-            lines.append(
-                f"  classic group: state={cg.state.value} generation={cg.generation} "
-                f"protocol={cg.protocol_name} leader={cg.leader_id}"
-            )
-            ids = self._topic_ids()
-            for mid in sorted(cg.members):
-                x = cg.members[mid]
-                lines.append(
-                    f"  {mid}: assignment={fmt(inv.classic_assignment(x, ids), self.topic_label)} "
-                    f"claims={fmt(inv.classic_claims(x, ids), self.topic_label)} "
-                    f"joined-at-gen={inv.classic_join_generation(x)} "
-                    f"{'waits-join ' if x.join_token is not None else ''}"
-                    f"{'waits-sync' if x.sync_token is not None else ''}"
-                )
-        if g is None:
-            lines.append("  no consumer group")
-        else:
-            lines.append(
-                f"  state={g.state().value} group_epoch={g.group_epoch} assignment_epoch={g.assignment_epoch}"
-            )
-            for mid in sorted(g.members):
-                m = g.members[mid]
-                lines.append(
-                    f"  {mid}: epoch={m.member_epoch} prev={m.previous_member_epoch} {m.state.name} "
-                    f"assigned={fmt(m.assigned_partitions, self.topic_label)} "
-                    f"pending_revocation={fmt(m.partitions_pending_revocation, self.topic_label)} "
-                    f"target={fmt(g.target_of(mid), self.topic_label)}"
-                )
-        lines.append(
-            "topics: "
-            + ", ".join(
-                f"{n}={self.topic_label.get(t.topic_id, t.topic_id)}({t.num_partitions})"
-                for n, t in sorted(self.h.registry.topics.items())
-            )
-        )
-        timers = [(k[0], k[2], self.h.timers.get(k)) for k in self.h.timers.keys()]  # noqa: SIM118
-        lines.append(f"timers: {timers}")
-        lines.append(f"last {p.trace_tail} events:")
-        lines.extend("  " + t for t in self.trace[-p.trace_tail :])
-        return "\n".join(lines)
-
-
-def _req_text(req: Any, names: dict[str, str]) -> str:
-    if isinstance(req, lm.JoinGroup):
-        from legacy_bridge.protocol import decode_subscription
-
-        sub = decode_subscription(req.protocols[0][1])
-        return (
-            f"JoinGroup(member={req.member_id or '-'} protocols={[n for n, _m in req.protocols]} "
-            f"gen={sub.generation_id} owned={dict(sub.owned_partitions)})"
-        )
-    if isinstance(req, lm.SyncGroup):
-        return f"SyncGroup(gen={req.generation_id} assignments={len(req.assignments)})"
-    if isinstance(req, lm.Heartbeat):
-        return f"Heartbeat(gen={req.generation_id})"
-    if isinstance(req, lm.LeaveGroup):
-        return f"LeaveGroup({[x.member_id for x in req.members]})"
-    parts = [f"epoch={req.member_epoch}"]
-    if req.topic_partitions is not None:
-        parts.append(f"owned={fmt(req.topic_partitions, names)}")
-    if req.server_assignor is not None:
-        parts.append(f"assignor={req.server_assignor}")
-    return "heartbeat(" + " ".join(parts) + ")"
-
-
-def _resp_text(resp: Any, names: dict[str, str] | None = None) -> str:
-    code = getattr(resp, "error_code", 0)
-    if isinstance(resp, lm.JoinGroupResponse):
-        if code:
-            return f"JoinGroup error {code} member={resp.member_id}"
-        return (
-            f"JoinGroup gen={resp.generation_id} member={resp.member_id} protocol={resp.protocol_name} "
-            f"leader={resp.leader or '-'} members={len(resp.members)}"
-        )
-    if isinstance(resp, lm.SyncGroupResponse):
-        if code:
-            return f"SyncGroup error {code}"
-        from legacy_bridge.protocol import decode_assignment
-
-        a = decode_assignment(resp.assignment).assigned_partitions if resp.assignment else ()
-        return f"SyncGroup assignment={dict(a)}"
-    if isinstance(resp, (lm.HeartbeatResponse, lm.LeaveGroupResponse)):
-        return f"{type(resp).__name__} error {code}"
-    a = resp.assignment
-    return f"epoch {resp.member_epoch}" + (
-        "" if a is None else f" assigned={fmt(a.assigned, names)} pending={fmt(a.pending, names)}"
-    )
-
-
-def _digest(trace: list[str]) -> str:
-    import hashlib
-
-    h = hashlib.sha256()
-    for line in trace:
-        h.update(line.encode())
-        h.update(b"\n")
-    return h.hexdigest()[:16]
-
-
-def _diff(a: Any, b: Any, path: str = "") -> str:
-    if isinstance(a, dict) and isinstance(b, dict):
-        out = []
-        for k in sorted(set(a) | set(b), key=str):
-            if a.get(k) != b.get(k):
-                out.append(_diff(a.get(k), b.get(k), f"{path}/{k}"))
-        return "\n".join(out[:10])
-    return f"  {path}: live={a!r} replayed={b!r}"
+        raise InvariantViolation(name, failure_report(self, name, message))
 
 
 def _default_assignors() -> list[Any]:

@@ -214,3 +214,19 @@ def start_server(tmp_path: Path, grpc_processes: tuple[str, ...]) -> Iterator:
         if s.proc.poll() is None:
             s.proc.kill()
             s.wait()
+
+
+@pytest.fixture(scope="module")
+def kafka_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
+    """Tansu + ``kip848 serve --kafka-listen --kafka-upstream`` (``kafka_support.KafkaStack``),
+    shared by a module's tests (give each test its own topic and group names). The topic feed
+    refreshes every second here, so tests of the interval stay short."""
+    from kafka_support import KafkaStack
+
+    stack = KafkaStack(
+        tmp_path_factory.mktemp("kafka-stack"), "--set", "kafka.upstream.metadata.max.age.ms=1000"
+    )
+    try:
+        yield stack
+    finally:
+        assert stack.stop() == 0, stack.server.stderr_text()

@@ -259,3 +259,60 @@ class Tansu:
             self.proc.kill()
             self.proc.wait(timeout=10)
         self.log.close()
+
+
+class KafkaStack:
+    """A Tansu broker with ``kip848 serve --kafka-listen ... --kafka-upstream <tansu>`` in front
+    of it (system clock), on free loopback ports; ``extra`` goes to ``serve``. Clients
+    bootstrap to ``server.kafka_address``; ``broker()`` talks to Tansu directly, behind the
+    coordinator's back (what another admin tool would do)."""
+
+    def __init__(self, root: Path, *extra: str) -> None:
+        self.tansu = Tansu(root)
+        try:
+            self.server = KafkaServer(
+                root / "data", "--kafka-upstream", self.tansu.address, *extra, clock="system"
+            )
+        except BaseException:
+            self.tansu.stop()
+            raise
+
+    def broker(self) -> KafkaClient:
+        return KafkaClient(self.tansu.address)
+
+    def stop(self) -> int:
+        try:
+            return self.server.stop()
+        finally:
+            self.tansu.stop()
+
+
+def create_topics(client: KafkaClient, **partitions: int) -> dict[str, Any]:
+    """CreateTopics v7 (names -> partition counts); the topic ids (UUIDs) the broker minted."""
+    resp = client.call(
+        request(
+            19,
+            7,
+            topics=[
+                {
+                    "name": name,
+                    "num_partitions": count,
+                    "replication_factor": 1,
+                    "assignments": [],
+                    "configs": [],
+                }
+                for name, count in partitions.items()
+            ],
+            timeout=5000,
+            validate_only=False,
+        )
+    )
+    assert [(t.name, int(t.error_code)) for t in resp.topics] == [(n, 0) for n in partitions]
+    return {t.name: t.topic_id for t in resp.topics}
+
+
+def delete_topics(client: KafkaClient, *names: str) -> None:
+    resp = client.call(
+        request(20, 6, topics=[{"name": n, "topic_id": None} for n in names], timeout=5000)
+    )
+    assert [(t.name, int(t.error_code)) for t in resp.responses] == [(n, 0) for n in names]

@@ -6,7 +6,7 @@ import pytest
 
 from coordinator.core import errors as e
 
-# shared/API.md "Error codes (Kafka's numbers)" — binding.
+# docs/proto.md "Error codes (Kafka's numbers)" — binding.
 API_CODES = {
     0: "NONE",
     -1: "UNKNOWN_SERVER_ERROR",

@@ -539,7 +539,7 @@ def test_pending_change_alone_sends_the_assignment() -> None:
 
 
 def test_pending_change_caused_by_another_members_rebalance_is_reported() -> None:
-    """ "Absent = no change" (API.md, proto): B was told pending=[1,3]; C's join moves foo-3 to
+    """ "Absent = no change" (docs/proto.md): B was told pending=[1,3]; C's join moves foo-3 to
     C, so B's next response must carry its new pending set [1] even though nothing else changes
     for B in that heartbeat."""
     h, foo = one_member()  # A=[0,1,2,3] at 1

@@ -1,5 +1,5 @@
 """The wire contract: generated code is up to date, and the .proto files say what
-shared/API.md binds (services, RPCs, field names, optional presence, error conventions).
+docs/proto.md binds (services, RPCs, field names, optional presence, error conventions).
 
 A failure in ``test_generated_code_is_up_to_date`` means a .proto changed without
 regenerating: run ``.venv/bin/python scripts/gen_proto.py`` and commit the result.
@@ -153,7 +153,7 @@ def test_service_has_the_api_rpcs(service_name: str) -> None:
     module_name, rpcs = SERVICES[service_name]
     service = MODULES[module_name].DESCRIPTOR.services_by_name[service_name]
     assert service.full_name == f"{PACKAGE}.{service_name}"
-    assert set(rpcs) <= set(service.methods_by_name), "an RPC listed in API.md is missing"
+    assert set(rpcs) <= set(service.methods_by_name), "an RPC listed in docs/proto.md is missing"
     for rpc in rpcs:
         method = service.methods_by_name[rpc]
         assert method.input_type.full_name == f"{PACKAGE}.{rpc}Request"
@@ -168,9 +168,9 @@ def test_service_has_the_api_rpcs(service_name: str) -> None:
         assert hasattr(grpc_module, attr), attr
 
 
-# --- fields named by API.md ----------------------------------------------------------------
+# --- fields named by docs/proto.md ----------------------------------------------------------
 # Spec per field: "?name" must have presence (proto3 `optional`); "name[]" is repeated (else
-# singular); "name:bytes" / "name:int64" checks the type. Fields API.md does not mark
+# singular); "name:bytes" / "name:int64" checks the type. Fields docs/proto.md does not mark
 # optional are only checked for existence and cardinality.
 
 FIELDS = {
@@ -350,7 +350,7 @@ def test_error_and_topic_id_conventions(descriptor: Descriptor) -> None:
             assert field.type == FieldDescriptor.TYPE_BYTES
 
 
-# Kafka's numbers as listed in shared/API.md ("Error codes").
+# Kafka's numbers as listed in docs/proto.md ("Error codes").
 API_ERROR_CODES = {
     0: "NONE", -1: "UNKNOWN_SERVER_ERROR", 3: "UNKNOWN_TOPIC_OR_PARTITION",
     12: "OFFSET_METADATA_TOO_LARGE", 14: "COORDINATOR_LOAD_IN_PROGRESS",

@@ -149,6 +149,7 @@ class SqliteRecordStore:
         self.journal_retention_ms = journal_retention_ms
         self.sync = sync
         self.read_only = read_only
+        self.last_commit_seconds: float | None = None  # duration of the last COMMIT (metrics)
         self.accept_lost_wal = accept_lost_wal
         self._lock = threading.Lock()
         # Connection and lock file, released by close() or, for a store never closed, when it
@@ -443,7 +444,9 @@ class SqliteRecordStore:
 
     def _commit(self) -> None:
         assert self._conn is not None
+        started = time.monotonic()
         self._conn.execute("COMMIT")
+        self.last_commit_seconds = time.monotonic() - started  # the fsync, with --sync full
 
     def _rollback(self) -> None:
         conn = self._conn

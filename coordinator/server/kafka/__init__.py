@@ -10,8 +10,9 @@ Rules:
 * With ``--kafka-upstream`` every other API the upstream broker offers is *forwarded*
   (``upstream.py``): frames are copied as they are, except responses that name brokers, which
   are rewritten so that clients always come back through this listener.
-* Without an upstream (coordinator-only mode) Metadata comes from the topic registry and the
-  data APIs are not offered.
+* With an upstream the topic registry follows the broker's metadata (``topic_feed.py``) and the
+  topic RPCs go to the broker; without one (coordinator-only mode) Metadata comes from the
+  topic registry and the data APIs are not offered.
 * ``wire.py`` is the only module that touches the codec library (kio); ``convert.py`` the only
   one that maps Kafka messages to the service layer's dataclasses; ``listener.py`` owns
   connections: framing, per-connection response order, limits and Kafka's answers to bad input.

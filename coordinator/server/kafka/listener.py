@@ -21,6 +21,7 @@ import asyncio
 import collections
 import logging
 import re
+import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -30,7 +31,7 @@ from coordinator.core.errors import ErrorCode
 
 from ..api import Caller, Node
 from ..service import CoordinatorService
-from . import apis, convert, wire
+from . import apis, configs, convert, wire
 
 log = logging.getLogger("kip848.kafka")
 
@@ -77,6 +78,7 @@ class KafkaListener:
         self.connections: set[KafkaConnection] = set()
         self._heartbeat_out = {v: convert.HeartbeatOut(v) for v in (0, 1)}
         self._idle_task: asyncio.Task[None] | None = None
+        self._pending: set[asyncio.Task[None]] = set()
         self.closing = False
 
     # ------------------------------------------------------------ lifecycle
@@ -93,6 +95,36 @@ class KafkaListener:
             self._idle_task = loop.create_task(self._expire_idle())
         return int(bound)
 
+    def listen_now(self, host: str) -> int:
+        """Bind a free port on ``host`` now and serve it from the next loop turn (connections
+        made meanwhile wait in the backlog); returns the port."""
+        loop = asyncio.get_running_loop()
+        host = host.strip("[]")
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((host or ("::" if family == socket.AF_INET6 else "0.0.0.0"), 0))
+            sock.listen(socket.SOMAXCONN)
+            sock.setblocking(False)
+        except OSError:
+            sock.close()
+            raise
+        port = int(sock.getsockname()[1])
+        task = loop.create_task(self._serve_socket(sock))
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)
+        return port
+
+    async def _serve_socket(self, sock: socket.socket) -> None:
+        if self.closing:
+            sock.close()
+            return
+        server = await asyncio.get_running_loop().create_server(
+            lambda: KafkaConnection(self), sock=sock
+        )
+        self.servers.append(server)
+
     def set_node(self, port: int, node: Node) -> None:
         self.nodes[port] = node
 
@@ -100,6 +132,8 @@ class KafkaListener:
         """Stop accepting, then close every connection once its in-flight answers are out
         (bounded by the runtime's own shutdown, which answers parked requests)."""
         self.closing = True
+        for task in list(self._pending):
+            await task
         for server in self.servers:
             server.close()
         if self._idle_task is not None:
@@ -188,6 +222,23 @@ class KafkaListener:
                 key, version, correlation_id, wire.build(wire.response_class(key, version), values)
             )
         row = apis.SERVED[key]
+        if key in configs.SPLIT and self.upstream is not None:
+            ours, theirs = configs.owners(entity)
+            if theirs:
+                if not ours and self.upstream.offers(key, version):
+                    answer_frame = await self.upstream.forward_future(conn, key, version, frame)
+                    return wire.I32.pack(len(answer_frame)) + answer_frame
+                return await configs.serve_split(
+                    self,
+                    conn,
+                    key,
+                    version,
+                    correlation_id,
+                    client_id,
+                    entity,
+                    caller,
+                    lambda sub, who: self._serve_values(row, sub, who, version),
+                )
         answer = await getattr(self.service, row.method)(row.decode(entity, caller), caller)
         if key == apis.CONSUMER_GROUP_HEARTBEAT:
             body = self._heartbeat_out[version](answer)
@@ -197,6 +248,12 @@ class KafkaListener:
         else:
             body = wire.build(wire.response_class(key, version), row.encode(answer, version))
         return wire.frame(key, version, correlation_id, body)
+
+    async def _serve_values(
+        self, row: apis.Served, entity: Any, caller: Caller, version: int
+    ) -> dict[str, Any]:
+        answer = await getattr(self.service, row.method)(row.decode(entity, caller), caller)
+        return row.encode(answer, version)
 
     async def metadata(self, req: Any, version: int, caller: Caller) -> dict[str, Any]:
         """Coordinator-only mode: one broker (this listener), topics from the registry."""

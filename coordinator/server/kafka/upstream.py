@@ -26,6 +26,7 @@ import asyncio
 import collections
 import logging
 import struct
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..api import Node
@@ -38,6 +39,12 @@ log = logging.getLogger("kip848.kafka")
 
 REWRITTEN = {apis.METADATA, apis.DESCRIBE_CLUSTER, apis.PRODUCE, apis.FETCH}
 CONNECT_TIMEOUT_S = 10.0
+REQUEST_TIMEOUT_S = 30.0  # Kafka's request.timeout.ms
+CLIENT_ID = b"kip848-coordinator"
+TOPIC_CHANGING = frozenset({19, 20, 37})
+"""CreateTopics, DeleteTopics, CreatePartitions: forwarded, then the topic feed refreshes."""
+METADATA_VERSION_CAP = 12
+"""Metadata v10+ carries topic ids; v13 only adds a top-level error."""
 
 
 class UpstreamError(RuntimeError):
@@ -49,25 +56,60 @@ def split(address: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-async def _exchange(host: str, port: int, entity: Any, correlation_id: int) -> Any:
-    """One request/response on a short-lived connection (start-up only)."""
-    cls = type(entity)
-    key, version = int(cls.__api_key__), int(cls.__version__)
-    header = struct.pack(">hhih", key, version, correlation_id, 6) + b"kip848"
-    if cls.__flexible__:
-        header += b"\0"
-    payload = header + wire.encode_body(entity)
-    reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), CONNECT_TIMEOUT_S)
-    try:
+class UpstreamClient:
+    """The coordinator's own requests to one upstream broker (ApiVersions and Metadata at
+    start, the topic feed, topic administration): one connection, opened when needed, one
+    request at a time. Any failure drops the connection (the next call opens a new one) and
+    raises :class:`UpstreamError`."""
+
+    def __init__(self, host: str, port: int, timeout_s: float = REQUEST_TIMEOUT_S) -> None:
+        self.host, self.port = host, port
+        self.timeout_s = timeout_s
+        self._lock = asyncio.Lock()
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._correlation_id = 0
+
+    async def call(self, entity: Any) -> Any:
+        """Send one request entity; its decoded response."""
+        async with self._lock:
+            try:
+                return await asyncio.wait_for(self._call(entity), self.timeout_s)
+            except (OSError, TimeoutError, asyncio.IncompleteReadError, wire.WireError) as exc:
+                self.close()
+                what = wire.api_name(int(type(entity).__api_key__))
+                raise UpstreamError(
+                    f"{what} to the upstream broker at {self.host}:{self.port} failed: {exc!r}"
+                ) from exc
+            except BaseException:
+                self.close()
+                raise
+
+    async def _call(self, entity: Any) -> Any:
+        if self._writer is None:
+            self._reader, self._writer = await asyncio.open_connection(self.host, self.port)
+        reader, writer = self._reader, self._writer
+        assert reader is not None
+        cls = type(entity)
+        key, version = int(cls.__api_key__), int(cls.__version__)
+        self._correlation_id = correlation_id = (self._correlation_id + 1) & 0x7FFFFFFF
+        header = struct.pack(">hhih", key, version, correlation_id, len(CLIENT_ID)) + CLIENT_ID
+        if cls.__flexible__:
+            header += b"\0"
+        payload = header + wire.encode_body(entity)
         writer.write(struct.pack(">i", len(payload)) + payload)
-        size = struct.unpack(
-            ">i", await asyncio.wait_for(reader.readexactly(4), CONNECT_TIMEOUT_S)
-        )[0]
-        frame = await asyncio.wait_for(reader.readexactly(size), CONNECT_TIMEOUT_S)
-    finally:
-        writer.close()
-    pos = 4 + (1 if wire.response_header_flexible(key, version) else 0)
-    return wire.decode_response(key, version, frame, pos)
+        size = struct.unpack(">i", await reader.readexactly(4))[0]
+        frame = await reader.readexactly(size)
+        got = struct.unpack_from(">i", frame)[0]
+        if got != correlation_id:
+            raise wire.WireError(f"correlation id {got} in answer to {correlation_id}")
+        pos = 4 + (1 if wire.response_header_flexible(key, version) else 0)
+        return wire.decode_response(key, version, frame, pos)
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+        self._reader = self._writer = None
 
 
 class Upstream:
@@ -80,30 +122,35 @@ class Upstream:
         self.cluster_id: str | None = None
         self.ours: dict[int, Node] = {}  # upstream node id -> our listener for it
         self.bootstrap_node = -1
+        self.client = UpstreamClient(*self.address)
+        self._listen_host = self._adv_host = ""
+        self._listener: KafkaListener | None = None
+        self.on_topics_changed: Callable[[], None] | None = None
+        """Called after a forwarded request that changes topics (the topic feed refreshes)."""
+
+    def version_for(self, key: int, cap: int | None = None) -> int | None:
+        """The highest version of ``key`` both the upstream and the codec know (at most
+        ``cap``); None if there is none."""
+        theirs = self.versions.get(key)
+        ours = wire.kio_versions(key)
+        if theirs is None or ours is None:
+            return None
+        hi = min(theirs[1], ours[1], cap if cap is not None else ours[1])
+        return hi if hi >= max(theirs[0], ours[0]) else None
 
     async def connect(self) -> None:
         host, port = self.address
-        try:
-            versions = await _exchange(host, port, wire.build(wire.request_class(18, 0)), 1)
-            self.versions = {
-                int(k.api_key): (int(k.min_version), int(k.max_version)) for k in versions.api_keys
-            }
-            lo, hi = self.versions.get(apis.METADATA, (0, -1))
-            version = min(hi, 12)
-            if version < max(lo, 1):
-                raise UpstreamError("the upstream offers no usable Metadata version")
-            meta = await _exchange(
-                host,
-                port,
-                wire.build(
-                    wire.request_class(3, version), topics=[], allow_auto_topic_creation=False
-                ),
-                2,
-            )
-        except (OSError, TimeoutError, asyncio.IncompleteReadError, wire.WireError) as exc:
-            raise UpstreamError(
-                f"cannot reach the upstream broker at {host}:{port}: {exc}"
-            ) from exc
+        client = self.client
+        versions = await client.call(wire.build(wire.request_class(18, 0)))
+        self.versions = {
+            int(k.api_key): (int(k.min_version), int(k.max_version)) for k in versions.api_keys
+        }
+        version = self.version_for(apis.METADATA, METADATA_VERSION_CAP)
+        if version is None or version < 1:
+            raise UpstreamError("the upstream offers no usable Metadata version")
+        meta = await client.call(
+            wire.build(wire.request_class(3, version), topics=[], allow_auto_topic_creation=False)
+        )
         self.advertised = {int(b.node_id): (b.host, int(b.port)) for b in meta.brokers}
         if not self.advertised:
             raise UpstreamError("the upstream broker lists no brokers")
@@ -125,20 +172,60 @@ class Upstream:
             self.bootstrap_node,
         )
 
-    async def bind_nodes(
+    def bind_nodes(
         self, listener: KafkaListener, host: str, bound: int, adv_host: str, adv_port: int
     ) -> None:
         """The ``--kafka-listen`` port stands for the bootstrap node; every other upstream
         broker gets a port of its own on the same host."""
+        self._listener = listener
+        self._listen_host, self._adv_host = host, adv_host
         for node_id in sorted(self.brokers):
             if node_id == self.bootstrap_node:
                 node = Node(node_id=node_id, host=adv_host, port=adv_port)
                 listener.set_node(bound, node)
+                self.ours[node_id] = node
             else:
-                port = await listener.listen(host, 0)
-                node = Node(node_id=node_id, host=adv_host, port=port)
-                listener.set_node(port, node)
-            self.ours[node_id] = node
+                self._bind(node_id)
+
+    def _bind(self, node_id: int) -> Node:
+        """A listener port for an upstream node (bound at once, served from the next loop
+        turn: a client that connects meanwhile waits in the backlog)."""
+        listener = self._listener
+        assert listener is not None
+        port = listener.listen_now(self._listen_host)
+        node = Node(node_id=node_id, host=self._adv_host, port=port)
+        listener.set_node(port, node)
+        self.ours[node_id] = node
+        return node
+
+    def learn_broker(self, node_id: int, host: str, port: int) -> Node:
+        """A broker named by the upstream (the topic feed's Metadata, or a forwarded response):
+        a broker not seen before gets a listener port of its own; a moved broker is reached at
+        its new address by connections opened from now on. Brokers that left keep their port
+        (clients that still use it get the broker's connection error, as from Kafka)."""
+        address = (host, port)
+        if self.advertised.get(node_id) != address:
+            self.advertised[node_id] = address
+            if node_id != self.bootstrap_node:
+                self.brokers[node_id] = address
+        node = self.ours.get(node_id)
+        if node is None:
+            node = self._bind(node_id)
+            log.info(
+                "Upstream broker %d (%s:%d) joined: listener port %d.",
+                node_id,
+                host,
+                port,
+                node.port,
+            )
+        return node
+
+    def update_brokers(self, meta: Any) -> None:
+        """The brokers of the topic feed's Metadata response (see :meth:`learn_broker`)."""
+        if self._listener is None:
+            return
+        for b in meta.brokers:
+            self.learn_broker(int(b.node_id), b.host, int(b.port))
 
     # ------------------------------------------------------------ versions
 
@@ -157,6 +244,11 @@ class Upstream:
             out[key] = (lo, hi)
         return out
 
+    def offers(self, key: int, version: int) -> bool:
+        """Whether the upstream itself offers ``key`` at ``version`` (served or not here)."""
+        r = self.versions.get(key)
+        return r is not None and r[0] <= version <= r[1]
+
     def forwards(self, key: int, version: int) -> bool:
         r = self.forwarded_versions().get(key)
         return r is not None and r[0] <= version <= r[1]
@@ -173,18 +265,31 @@ class Upstream:
         rewrite: bool | None = None,
     ) -> None:
         slot = conn.expect()
-        upstream = conn.upstream_conn
-        if upstream is None:
-            node = conn.node.node_id if conn.node is not None else self.bootstrap_node
-            upstream = conn.upstream_conn = UpstreamConnection(
-                self, conn, self.brokers.get(node, self.address)
-            )
+        upstream = self._connection(conn)
         needs = key in REWRITTEN if rewrite is None else rewrite
         if key == apis.PRODUCE and _produce_acks(frame, version) == 0:
             upstream.send(frame, None)
             conn.complete(slot, None)
             return
         upstream.send(frame, (slot, key, version, needs))
+
+    def forward_future(
+        self, conn: KafkaConnection, key: int, version: int, frame: bytes
+    ) -> asyncio.Future[bytes]:
+        """Send a request frame (without its size) on the client connection's upstream
+        connection; the future gets the response frame (without its size, not rewritten)."""
+        future: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+        self._connection(conn).send(frame, (future, key, version, False))
+        return future
+
+    def _connection(self, conn: KafkaConnection) -> UpstreamConnection:
+        upstream = conn.upstream_conn
+        if upstream is None:
+            node = conn.node.node_id if conn.node is not None else self.bootstrap_node
+            upstream = conn.upstream_conn = UpstreamConnection(
+                self, conn, self.brokers.get(node, self.address)
+            )
+        return upstream
 
     # ------------------------------------------------------------ rewriting
 
@@ -193,7 +298,7 @@ class Upstream:
         flexible = wire.response_header_flexible(key, version)
         pos = 4 + (1 if flexible else 0)
         resp = wire.decode_response(key, version, frame, pos)
-        values = _as_values(resp)
+        values = as_values(resp)
         changed = False
         if key == apis.METADATA:
             values["brokers"] = [self._broker(b, "node_id") for b in values["brokers"]]
@@ -220,21 +325,24 @@ class Upstream:
         return wire.frame(key, version, struct.unpack_from(">i", frame)[0], body)
 
     def _broker(self, b: dict[str, Any], id_field: str) -> dict[str, Any]:
-        node = self.ours.get(int(b[id_field]))
+        node_id = int(b[id_field])
+        node = self.ours.get(node_id)
         if node is None:
-            return b
+            if self._listener is None or node_id < 0 or not b.get("host"):
+                return b
+            node = self.learn_broker(node_id, b["host"], int(b["port"]))
         return {**b, "host": node.host, "port": node.port}
 
 
-def _as_values(entity: Any) -> dict[str, Any]:
+def as_values(entity: Any) -> dict[str, Any]:
     """An entity as nested plain values (what ``wire.build`` takes)."""
     out = {}
     for name in entity.__dataclass_fields__:
         value = getattr(entity, name)
         if isinstance(value, tuple) and value and hasattr(value[0], "__dataclass_fields__"):
-            value = [_as_values(v) for v in value]
+            value = [as_values(v) for v in value]
         elif hasattr(value, "__dataclass_fields__"):
-            value = _as_values(value)
+            value = as_values(value)
         out[name] = value
     return out
 
@@ -252,7 +360,9 @@ def _produce_acks(frame: bytes, version: int) -> int:
     return int(struct.unpack_from(">h", frame, pos)[0])
 
 
-Pending = tuple["Slot", int, int, bool]
+Pending = tuple["Slot | asyncio.Future[bytes]", int, int, bool]
+"""Where the answer goes (a client's slot, or a future for a request made by the listener
+itself), api key, version, whether the answer must be rewritten."""
 
 
 class UpstreamConnection(asyncio.Protocol):
@@ -310,7 +420,9 @@ class UpstreamConnection(asyncio.Protocol):
             if not self.pending:
                 self.client.fail("the upstream sent a response nobody asked for")
                 return
-            slot, key, version, rewrite = self.pending.popleft()
+            sink, key, version, rewrite = self.pending.popleft()
+            if key in TOPIC_CHANGING and self.upstream.on_topics_changed is not None:
+                self.upstream.on_topics_changed()
             if rewrite:
                 frame = bytes(buf[pos + 4 : pos + 4 + size])
                 try:
@@ -318,10 +430,16 @@ class UpstreamConnection(asyncio.Protocol):
                 except wire.WireError as exc:
                     self.client.fail(f"unreadable upstream response: {exc}")
                     return
+            elif isinstance(sink, asyncio.Future):
+                out = bytes(buf[pos + 4 : pos + 4 + size])
             else:
                 out = bytes(buf[pos : pos + 4 + size])
             pos += 4 + size
-            self.client.complete(slot, out)
+            if isinstance(sink, asyncio.Future):
+                if not sink.done():
+                    sink.set_result(out)
+            else:
+                self.client.complete(sink, out)
         if pos:
             del buf[:pos]
 

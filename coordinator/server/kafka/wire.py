@@ -40,7 +40,7 @@ KIO_VERSION = "0.6.5"
 
 Entity = Any
 _HEADER = struct.Struct(">hhih")
-_I32 = struct.Struct(">i")
+_I32 = I32 = struct.Struct(">i")
 
 
 class WireError(Exception):
@@ -180,6 +180,27 @@ def frame(api_key: int, version: int, correlation_id: int, entity: Entity) -> by
     data = out.getbuffer()
     _I32.pack_into(data, 0, len(data) - 4)
     del data
+    return out.getvalue()
+
+
+def request_frame(entity: Entity, correlation_id: int, client_id: str | None) -> bytes:
+    """A request (header v1, or v2 for a flexible request, + body), without its size."""
+    cls = type(entity)
+    cid = None if client_id is None else client_id.encode()
+    out = io.BytesIO()
+    out.write(
+        _HEADER.pack(
+            int(cls.__api_key__),
+            int(cls.__version__),
+            correlation_id,
+            -1 if cid is None else len(cid),
+        )
+    )
+    if cid:
+        out.write(cid)
+    if cls.__flexible__:
+        out.write(b"\0")
+    _writer(cast(Hashable, cls))(out, entity)
     return out.getvalue()
 
 

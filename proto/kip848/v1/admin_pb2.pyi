@@ -8,7 +8,7 @@ Conventions: see common.proto.
 
 Integer codes used below (fields stay int32, as in Kafka):
 * resource_type: 16 = GROUP, the only type served. NOTE: 16 is fixed by
-  shared/API.md; Kafka's own ConfigResource.Type numbers GROUP as 32 (and 16 is
+  our contract (docs/proto.md); Kafka's own ConfigResource.Type numbers GROUP as 32 (and 16 is
   CLIENT_METRICS there), so 32 is accepted as GROUP too and answered with the number
   the request used. 0 = UNKNOWN, 2 = TOPIC, 4 = BROKER are not served.
 * config_operation: 0 = SET, 1 = DELETE (revert to the default), 2 = APPEND,

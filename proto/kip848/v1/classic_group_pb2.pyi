@@ -9,7 +9,7 @@ When protocol_type is "consumer", the `metadata` / `assignment` bytes are Kafka'
 embedded consumer protocol, exactly as real Kafka clients write them:
 ConsumerProtocolSubscription v0-v3 and ConsumerProtocolAssignment v0-v3 in the classic
 (non-flexible) encoding (int16-length strings, int32-count arrays, int32-length bytes,
--1 = null; unknown trailing bytes are ignored). See shared/API.md.
+-1 = null; unknown trailing bytes are ignored). See docs/proto.md.
 """
 
 from collections import abc as _abc

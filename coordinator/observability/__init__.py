@@ -1,0 +1,27 @@
+"""What an operator sees: Prometheus metrics, OpenTelemetry traces, structured logs, audit.
+
+Rules:
+
+* **Observation never changes behaviour.** Nothing here raises into a request or a command; a
+  failing scrape or exporter is logged and ignored. The core stays pure: it *returns* what
+  happened (log events with its results); the runtime and the service layer report it here,
+  only once the change is durable.
+* **Off costs nothing.** Without ``--metrics-listen`` the runtime and the service layer hold
+  ``None`` (one ``is None`` test per hook); without ``--otlp-endpoint``,
+  ``tracing.STATE.enabled`` is False and no span is created. On, the hot path binds label
+  children once and only observes (bench/observability.py measures the cost).
+* **Counted once, in the coordinator process.** Every call, whichever process accepted it
+  (``--grpc-processes``: front ends forward each call to the coordinator process), goes through
+  the service layer of the coordinator process exactly once; that is where requests are timed
+  and counted, so nothing is counted twice and no multiprocess aggregation is needed. A front
+  end stamps when it received a call, so latency and queue time start there. The coordinator
+  process alone serves ``/metrics``.
+* **State is read at scrape time, on the event loop** (group, member and offset counts, shard
+  states, load times): the scrape thread hands the read to the loop and waits (bounded), so it
+  never sees a half-done command.
+
+Modules: ``metrics`` (every metric, the registry, the HTTP endpoint), ``tracing`` (provider,
+OTLP exporter, span helpers), ``logs`` (plain/JSON formats, structured fields, audit trail),
+``runtime`` (binding to a running coordinator: state reads, timed assignors, the runtime
+observer). docs/operations.md lists every metric, span and log field.
+"""

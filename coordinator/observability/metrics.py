@@ -1,0 +1,572 @@
+"""Every Prometheus metric of the coordinator, defined once, in one registry.
+
+Names follow Kafka's group-coordinator metrics (``group-coordinator-metrics``:
+``GroupCoordinatorMetrics``, ``GroupCoordinatorRuntimeMetrics``) the Prometheus way: a
+``kip848_`` prefix, snake case, base units (seconds), ``_total`` on counters, and labels where
+Kafka has tags or one sensor per variant. docs/operations.md lists them with their Kafka names.
+
+Hot-path rules (the target is at most 5% of steady heartbeat throughput for metrics and
+tracing together, bench/observability.py):
+
+* label children are bound once and kept (:class:`RequestSeries`, the per-shard lists):
+  recording is a dict or list lookup plus ``observe``/``inc``, never ``labels(**dict)``;
+* values the coordinator already holds (group and member counts, offsets, load times, shard
+  states) are read at scrape time by :class:`StateCollector`, on the event loop, never counted
+  on every request;
+* nothing here is imported on the request path when ``--metrics-listen`` is not given: the
+  runtime and the service layer hold ``None`` instead of a :class:`CoordinatorMetrics`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from prometheus_client import (
+    GC_COLLECTOR,
+    PLATFORM_COLLECTOR,
+    PROCESS_COLLECTOR,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    Info,
+    disable_created_metrics,
+    start_http_server,
+)
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+log = logging.getLogger("kip848.metrics")
+
+# No ``*_created`` series: they double the exposition and no dashboard or alert here uses them.
+disable_created_metrics()
+
+NAMESPACE = "kip848"
+
+LATENCY_BUCKETS = (
+    0.0001,
+    0.00025,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+)
+"""Seconds: 100 µs .. 10 s. A steady heartbeat takes well under a millisecond; a request
+waiting on an fsync a few milliseconds."""
+
+REBALANCE_BUCKETS = (
+    0.01,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+    120.0,
+    300.0,
+    600.0,
+)
+"""Seconds: a rebalance lasts at least one heartbeat interval per revoking member, and at most
+about the rebalance timeout (default 5 minutes) before members are fenced."""
+
+BATCH_RECORD_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000)
+
+GROUP_SIZE_LABELS = ((10, "1-10"), (100, "11-100"), (1000, "101-1000"), (10000, "1001-10000"))
+GROUP_SIZE_LARGEST = ">10000"
+
+
+def group_size_label(members: int) -> str:
+    """The ``group_size`` label of an assignment: a range, so the label set stays small."""
+    for bound, label in GROUP_SIZE_LABELS:
+        if members <= bound:
+            return label
+    return GROUP_SIZE_LARGEST
+
+
+# Causes of a group epoch bump (label ``cause`` of kip848_consumer_group_rebalances_total).
+# The core says why it bumped the epoch; these are the values it uses.
+REBALANCE_CAUSES = (
+    "member_joined",
+    "member_left",
+    "member_fenced",
+    "member_replaced",
+    "subscription_changed",
+    "assignor_changed",
+    "rack_changed",
+    "metadata_changed",
+    "regex_resolved",
+    "group_converted",
+    "other",
+)
+
+# Kinds of timers (label ``kind`` of kip848_timeouts_total): the core's and the bridge's timer
+# kinds, with dashes made underscores.
+TIMEOUT_KINDS = (
+    "session",
+    "rebalance",
+    "classic_session",
+    "classic_pending",
+    "classic_join",
+    "classic_initial_join",
+    "classic_sync",
+    "classic_member_join",
+    "classic_member_sync",
+)
+
+
+@dataclass(slots=True, kw_only=True)
+class StateCounts:
+    """What the coordinator holds, counted on the event loop for one scrape."""
+
+    groups: dict[tuple[str, str], int] = field(default_factory=dict)
+    """(group type, state) -> groups."""
+    members: dict[tuple[str, str], int] = field(default_factory=dict)
+    """(group type, member type) -> members."""
+    offsets: int = 0
+    shards: dict[str, int] = field(default_factory=dict)
+    """runtime state (loading, active, failed, closing) -> shards in it."""
+    load_seconds: dict[int, float] = field(default_factory=dict)
+    """shard -> seconds its load took (absent until loaded)."""
+    load_records: dict[int, int] = field(default_factory=dict)
+    frontends: dict[int, int] = field(default_factory=dict)
+    """front-end index -> calls it forwarded (``--grpc-processes``)."""
+
+
+class StateCollector(Collector):
+    """Gauges read from the coordinator's state at scrape time. ``read`` returns
+    :class:`StateCounts` (or None when the coordinator cannot answer, e.g. while stopping)."""
+
+    def __init__(self, read: Callable[[], StateCounts | None]) -> None:
+        self._read = read
+
+    def describe(self) -> Iterable[Metric]:
+        return self._families(StateCounts())
+
+    def collect(self) -> Iterable[Metric]:
+        try:
+            counts = self._read()
+        except Exception:  # a scrape must never take the coordinator down
+            log.exception("Reading the coordinator's state for a scrape failed")
+            counts = None
+        return self._families(counts if counts is not None else StateCounts())
+
+    @staticmethod
+    def _families(c: StateCounts) -> list[Metric]:
+        groups = GaugeMetricFamily(
+            f"{NAMESPACE}_group_count",
+            "Groups by type (consumer, classic) and state. Kafka: group-count{protocol}, "
+            "consumer-group-count{state}, classic-group-count{state}.",
+            labels=["group_type", "state"],
+        )
+        for (group_type, state), n in sorted(c.groups.items()):
+            groups.add_metric([group_type, state], n)
+        members = GaugeMetricFamily(
+            f"{NAMESPACE}_member_count",
+            "Members by the type of their group and their own type (consumer: KIP-848 "
+            "protocol, classic: JoinGroup/SyncGroup).",
+            labels=["group_type", "member_type"],
+        )
+        for (group_type, member_type), n in sorted(c.members.items()):
+            members.add_metric([group_type, member_type], n)
+        offsets = GaugeMetricFamily(
+            f"{NAMESPACE}_offset_count",
+            "Committed offsets currently retained (partitions). Kafka: offset-count.",
+            value=c.offsets,
+        )
+        shards = GaugeMetricFamily(
+            f"{NAMESPACE}_shard_count",
+            "Shards by state (loading, active, failed, closing). Kafka: num-partitions{state}.",
+            labels=["state"],
+        )
+        for state, n in sorted(c.shards.items()):
+            shards.add_metric([state], n)
+        load = GaugeMetricFamily(
+            f"{NAMESPACE}_shard_load_time_seconds",
+            "How long loading each shard's records from the store took at start-up. Kafka: "
+            "partition-load-time.",
+            labels=["shard"],
+        )
+        for shard, seconds in sorted(c.load_seconds.items()):
+            load.add_metric([str(shard)], seconds)
+        loaded = GaugeMetricFamily(
+            f"{NAMESPACE}_shard_loaded_records",
+            "Records replayed into each shard at start-up.",
+            labels=["shard"],
+        )
+        for shard, n in sorted(c.load_records.items()):
+            loaded.add_metric([str(shard)], n)
+        forwarded = GaugeMetricFamily(
+            f"{NAMESPACE}_frontend_forwarded_calls",
+            "Calls each front-end process (--grpc-processes) forwarded to the coordinator "
+            "process since it started.",
+            labels=["frontend"],
+        )
+        for index, n in sorted(c.frontends.items()):
+            forwarded.add_metric([str(index)], n)
+        return [groups, members, offsets, shards, load, loaded, forwarded]
+
+
+class RequestSeries:
+    """The latency series of one RPC on one protocol, children bound per error code on first
+    use (a dict lookup per request afterwards)."""
+
+    __slots__ = ("_children", "_histogram", "_protocol", "_rpc")
+
+    def __init__(self, histogram: Histogram, rpc: str, protocol: str) -> None:
+        self._histogram = histogram
+        self._rpc = rpc
+        self._protocol = protocol
+        self._children: dict[int, Any] = {}
+
+    def observe(self, error_code: int, seconds: float) -> None:
+        child = self._children.get(error_code)
+        if child is None:
+            child = self._children[error_code] = self._histogram.labels(
+                self._rpc, self._protocol, error_name(error_code)
+            )
+        child.observe(seconds)
+
+
+ABORTED = -1000
+"""Pseudo error code of a call that ended with a transport status (gRPC UNAVAILABLE while
+shutting down) instead of a response: label ``error="ABORTED"``."""
+
+
+def error_name(code: int) -> str:
+    from coordinator.core.errors import ErrorCode
+
+    if code == ABORTED:
+        return "ABORTED"
+    try:
+        return ErrorCode(code).name
+    except ValueError:
+        return str(code)
+
+
+class CoordinatorMetrics:
+    """All metrics of one coordinator process, registered in ``registry`` (a fresh one by
+    default, so tests and benchmarks can have several)."""
+
+    def __init__(
+        self, *, registry: CollectorRegistry | None = None, process_collectors: bool = True
+    ) -> None:
+        r = self.registry = registry if registry is not None else CollectorRegistry()
+        if process_collectors:
+            for collector in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
+                try:
+                    r.register(collector)
+                except ValueError:  # already there (a shared registry)
+                    pass
+        Info(f"{NAMESPACE}_build", "The coordinator's version.", registry=r).info(
+            {"version": _version()}
+        )
+        ns = NAMESPACE
+        # ---- requests (Kafka: kafka.network RequestMetrics TotalTimeMs, ErrorsPerSec)
+        self.request_duration = Histogram(
+            f"{ns}_request_duration_seconds",
+            "Time from a request reaching any process of the coordinator until its response "
+            "was ready (durable), by RPC, protocol (grpc, kafka) and the response's error code "
+            "(its top-level code, else the first non-NONE code of its entries).",
+            ["rpc", "protocol", "error"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self._request_series: dict[tuple[str, str], RequestSeries] = {}
+        # ---- runtime (Kafka: event-queue-time-ms, event-processing-time-ms,
+        # event-purgatory-time-ms, batch-flush-time-ms)
+        self.event_queue_time = Histogram(
+            f"{ns}_event_queue_time_seconds",
+            "Time a command waited before running on its shard: from the request reaching a "
+            "process of ours (front end or coordinator) until the command started; for a timer, "
+            "how late it fired. Kafka: event-queue-time-ms.",
+            ["shard"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.event_processing_time = Histogram(
+            f"{ns}_event_processing_time_seconds",
+            "Time a command ran on its shard (the core's handler and the encoding of its "
+            "records). Kafka: event-processing-time-ms.",
+            ["shard"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.event_purgatory_time = Histogram(
+            f"{ns}_event_purgatory_time_seconds",
+            "Time a command's response waited for its batch (or the shard's last outstanding "
+            "batch) to be durable. Kafka: event-purgatory-time-ms.",
+            ["shard"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.batch_flush_time = Histogram(
+            f"{ns}_batch_flush_time_seconds",
+            "Time the record store took to write one batch, fsync included. Kafka: "
+            "batch-flush-time-ms.",
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.batch_fsync_time = Histogram(
+            f"{ns}_batch_fsync_time_seconds",
+            "Time of the store's commit of one batch (where SQLite fsyncs its WAL with "
+            "--sync full).",
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.batch_records = Histogram(
+            f"{ns}_batch_records",
+            "Records per store batch (group commit: the batch grows with the load).",
+            buckets=BATCH_RECORD_BUCKETS,
+            registry=r,
+        )
+        self.batch_commands = Histogram(
+            f"{ns}_batch_commands",
+            "Commands whose records one store batch carried.",
+            buckets=BATCH_RECORD_BUCKETS,
+            registry=r,
+        )
+        self.batch_failures = Counter(
+            f"{ns}_batch_failures_total",
+            "Store batches that failed (their commands answered COORDINATOR_NOT_AVAILABLE, "
+            "state rolled back).",
+            registry=r,
+        )
+        # ---- group coordinator (Kafka: GroupCoordinatorMetrics)
+        self.rebalances = Counter(
+            f"{ns}_consumer_group_rebalances_total",
+            "Group epoch bumps of consumer groups, by cause. Kafka: "
+            "consumer-group-rebalance-count.",
+            ["cause"],
+            registry=r,
+        )
+        self.classic_rebalances = Counter(
+            f"{ns}_classic_group_completed_rebalances_total",
+            "Completed rebalances of classic groups (a new generation). Kafka: "
+            "group-completed-rebalance-count.",
+            registry=r,
+        )
+        self.rebalance_duration = Histogram(
+            f"{ns}_rebalance_duration_seconds",
+            "Time from a group epoch bump until every member of the group reconciled to it "
+            "(the group is Stable again); a bump during a rebalance extends it.",
+            ["group_type"],
+            buckets=REBALANCE_BUCKETS,
+            registry=r,
+        )
+        self.offset_commits = Counter(
+            f"{ns}_offset_commits_total",
+            "Partitions in OffsetCommit requests, by their error code (NONE: committed). "
+            "Kafka: offset-commit-count counts error=NONE.",
+            ["error"],
+            registry=r,
+        )
+        self.offset_expirations = Counter(
+            f"{ns}_offset_expirations_total",
+            "Committed offsets expired by the retention check. Kafka: offset-expiration-count.",
+            registry=r,
+        )
+        self.offset_deletions = Counter(
+            f"{ns}_offset_deletions_total",
+            "Committed offsets deleted by OffsetDelete. Kafka: offset-deletion-count.",
+            registry=r,
+        )
+        self.timeouts = Counter(
+            f"{ns}_timeouts_total",
+            "Timers that fired, by kind: session (a member missed its heartbeats), rebalance "
+            "(a member did not revoke in time), and the classic protocol's join/sync timers.",
+            ["kind"],
+            registry=r,
+        )
+        self.assignment_duration = Histogram(
+            f"{ns}_assignment_duration_seconds",
+            "Time an assignor took to compute a target assignment, by assignor and group size "
+            "(members, as a range).",
+            ["assignor", "group_size"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.assignment_failures = Counter(
+            f"{ns}_assignment_failures_total",
+            "Assignor runs that raised (the heartbeat got UNKNOWN_SERVER_ERROR).",
+            ["assignor"],
+            registry=r,
+        )
+        # Pre-bound children.
+        self._queue: list[Any] = []
+        self._processing: list[Any] = []
+        self._purgatory: list[Any] = []
+        self._rebalance_children = {c: self.rebalances.labels(c) for c in REBALANCE_CAUSES}
+        self._timeout_children = {k: self.timeouts.labels(k) for k in TIMEOUT_KINDS}
+        self._commit_children: dict[int, Any] = {}
+        self._assignment_children: dict[tuple[str, str], Any] = {}
+        self._rebalance_duration_children: dict[str, Any] = {}
+        self._state: StateCollector | None = None
+        for error in ("NONE",):
+            self.offset_commits.labels(error)  # present (at 0) before the first commit
+
+    # ------------------------------------------------------------------ binding
+
+    def bind_shards(self, count: int) -> None:
+        """Create the per-shard children (at 0) for shards ``0..count-1`` and the topic
+        registry, the runtime's state machine number ``count`` (label ``shard="registry"``)."""
+        del self._queue[count:], self._processing[count:], self._purgatory[count:]
+        for s in range(len(self._queue), count + 1):
+            label = "registry" if s == count else str(s)
+            self._queue.append(self.event_queue_time.labels(label))
+            self._processing.append(self.event_processing_time.labels(label))
+            self._purgatory.append(self.event_purgatory_time.labels(label))
+
+    def _grow(self, count: int) -> None:
+        for s in range(len(self._queue), count):
+            label = str(s)
+            self._queue.append(self.event_queue_time.labels(label))
+            self._processing.append(self.event_processing_time.labels(label))
+            self._purgatory.append(self.event_purgatory_time.labels(label))
+
+    def request_series(self, rpc: str, protocol: str) -> RequestSeries:
+        """The (cached) latency series of ``rpc`` over ``protocol``; hold on to it."""
+        key = (rpc, protocol)
+        series = self._request_series.get(key)
+        if series is None:
+            series = self._request_series[key] = RequestSeries(self.request_duration, rpc, protocol)
+        return series
+
+    def set_state_reader(self, read: Callable[[], StateCounts | None]) -> None:
+        """Register the scrape-time gauges (once)."""
+        if self._state is not None:
+            self.registry.unregister(self._state)
+        self._state = StateCollector(read)
+        self.registry.register(self._state)
+
+    # ------------------------------------------------------------------ recording
+
+    def command(self, shard: int, queued_s: float | None, processing_s: float) -> None:
+        if shard >= len(self._processing):
+            self._grow(shard + 1)
+        if queued_s is not None:
+            self._queue[shard].observe(queued_s if queued_s > 0.0 else 0.0)
+        self._processing[shard].observe(processing_s)
+
+    def queued(self, shard: int, seconds: float) -> None:
+        """Queue time alone (a timer: how late it fired)."""
+        if shard >= len(self._queue):
+            self._grow(shard + 1)
+        self._queue[shard].observe(seconds if seconds > 0.0 else 0.0)
+
+    def purgatory(self, shard: int, seconds: float) -> None:
+        if shard >= len(self._purgatory):
+            self._grow(shard + 1)
+        self._purgatory[shard].observe(seconds)
+
+    def batch(self, records: int, commands: int, flush_s: float, fsync_s: float | None) -> None:
+        self.batch_records.observe(records)
+        self.batch_commands.observe(commands)
+        self.batch_flush_time.observe(flush_s)
+        if fsync_s is not None:
+            self.batch_fsync_time.observe(fsync_s)
+
+    def rebalance(self, cause: str) -> None:
+        child = self._rebalance_children.get(cause)
+        if child is None:
+            child = self._rebalance_children[cause] = self.rebalances.labels(cause)
+        child.inc()
+
+    def rebalance_completed(self, group_type: str, seconds: float) -> None:
+        child = self._rebalance_duration_children.get(group_type)
+        if child is None:
+            child = self._rebalance_duration_children[group_type] = self.rebalance_duration.labels(
+                group_type
+            )
+        child.observe(seconds)
+
+    def timeout(self, kind: str) -> None:
+        child = self._timeout_children.get(kind)
+        if child is None:
+            child = self._timeout_children[kind] = self.timeouts.labels(kind)
+        child.inc()
+
+    def offset_commit_partitions(self, error_code: int, partitions: int) -> None:
+        child = self._commit_children.get(error_code)
+        if child is None:
+            child = self._commit_children[error_code] = self.offset_commits.labels(
+                error_name(error_code)
+            )
+        child.inc(partitions)
+
+    def assignment(self, assignor: str, members: int, seconds: float) -> None:
+        key = (assignor, group_size_label(members))
+        child = self._assignment_children.get(key)
+        if child is None:
+            child = self._assignment_children[key] = self.assignment_duration.labels(*key)
+        child.observe(seconds)
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("kip848-coordinator")
+    except PackageNotFoundError:  # a source tree without the package installed
+        return "unknown"
+
+
+def metric_names(registry: CollectorRegistry) -> set[str]:
+    """Every sample name ``registry`` exposes (with ``_bucket``/``_count``/``_sum``/``_total``
+    forms), e.g. to check a dashboard's queries against what we export."""
+    suffixes = {
+        "counter": ("_total",),
+        "histogram": ("_bucket", "_count", "_sum"),
+        "info": ("_info",),
+        "gauge": ("",),
+    }
+    names: set[str] = set()
+    for family in registry.collect():
+        names.update(family.name + s for s in suffixes.get(family.type, ("",)))
+        names.update(sample.name for sample in family.samples)
+    return names
+
+
+@dataclass(slots=True)
+class MetricsServer:
+    """The HTTP endpoint (prometheus_client's own server, in a daemon thread)."""
+
+    host: str
+    port: int
+    _server: Any
+    _thread: threading.Thread
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5.0)
+
+
+def serve_metrics(registry: CollectorRegistry, host: str, port: int) -> MetricsServer:
+    """Serve ``registry`` in the Prometheus text format (and OpenMetrics when asked) on
+    ``http://host:port/metrics`` (any path answers). Port 0 picks a free port."""
+    server, thread = start_http_server(port, addr=host.strip("[]"), registry=registry)
+    return MetricsServer(host, server.server_port, server, thread)
+
+
+def parse_families(text: str) -> Mapping[str, Sequence[Any]]:
+    """Prometheus text -> {family name: samples}; for tests and the bench."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return {f.name: list(f.samples) for f in text_string_to_metric_families(text)}

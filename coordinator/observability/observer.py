@@ -1,0 +1,387 @@
+"""The runtime's side: what ``CoordinatorRuntime`` reports, state read at scrape time, timed
+assignors.
+
+``CoordinatorRuntime(observer=RuntimeObserver(metrics))`` calls, all on the event loop thread:
+
+* :meth:`RuntimeObserver.run_command` to run one command on a shard (timed: queue and
+  processing time; a ``shard.<command>`` span when tracing is on);
+* :meth:`RuntimeObserver.waits` when that command's response waits for a batch (its purgatory
+  time is observed when the batch resolves);
+* :meth:`RuntimeObserver.batch_written` / :meth:`RuntimeObserver.batch_failed` once a batch is
+  durable or failed (flush and fsync time, size; a ``store.append`` span linked to the
+  commands' spans);
+* :meth:`RuntimeObserver.timer_fired` and :meth:`RuntimeObserver.offsets_expired`.
+
+None of these raise into the runtime: they only observe numbers and end spans.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from . import tracing
+from .metrics import CoordinatorMetrics, StateCounts
+from .rebalances import RebalanceTracker
+from .requests import ARRIVAL
+
+log = logging.getLogger("kip848.metrics")
+
+SCRAPE_READ_TIMEOUT_S = 5.0
+
+
+def command_name(fn: Callable[..., Any]) -> str:
+    """The runtime method a command comes from (``heartbeat``, ``offset_commit``, ``timer``),
+    from the qualified name of the lambda the runtime passes (tracing only)."""
+    qualname = getattr(fn, "__qualname__", "") or ""
+    head = qualname.partition(".<locals>")[0]
+    name = head.rpartition(".")[2].lstrip("_") or "command"
+    return "timer" if name == "fire" else name
+
+
+class RuntimeObserver:
+    __slots__ = (
+        "_batch_records",
+        "_batch_spans",
+        "_span",
+        "_stash",
+        "_waits",
+        "metrics",
+        "rebalances",
+    )
+
+    def __init__(self, metrics: CoordinatorMetrics | None) -> None:
+        self.metrics = metrics
+        self.rebalances = RebalanceTracker(metrics)
+        self._waits: dict[Any, list[tuple[int, float]]] = {}  # batch -> (shard, since)
+        self._batch_spans: dict[Any, list[Any]] = {}  # batch -> command span contexts
+        # batch -> records of its commands, with the timer kind that ran each (rebalances)
+        self._batch_records: dict[Any, list[tuple[Any, str | None]]] = {}
+        self._stash: tuple[Any, str | None] | None = None  # the last command's records
+        self._span: Any = None  # the last command's span context (tracing on)
+
+    def loaded(self, shards: Sequence[Any]) -> None:
+        """The runtime finished loading: the rebalance tracker starts from that state."""
+        self.rebalances.seed(shards)
+
+    # ------------------------------------------------------------------ commands
+
+    def run_command(self, shard: int, fn: Callable[[Any], Any], machine: Any) -> Any:
+        metrics = self.metrics
+        self._stash = None
+        if not tracing.STATE.enabled:
+            start = time.monotonic()
+            try:
+                out = fn(machine)
+                records = getattr(out, "records", None)
+                if records:
+                    self._stash = (records, _timer_kind(fn))
+                return out
+            finally:
+                if metrics is not None:
+                    arrival = ARRIVAL.get()
+                    metrics.command(
+                        shard,
+                        None if arrival is None else start - arrival,
+                        time.monotonic() - start,
+                    )
+        return self._traced_command(shard, fn, machine)
+
+    def _traced_command(self, shard: int, fn: Callable[[Any], Any], machine: Any) -> Any:
+        metrics = self.metrics
+        self._span = None
+        group_id = tracing.current_attribute(tracing.GROUP_ID)
+        attributes: dict[str, Any] = {tracing.SHARD: shard}
+        if group_id is not None:
+            attributes[tracing.GROUP_ID] = group_id
+        member_id = tracing.current_attribute(tracing.MEMBER_ID)
+        if member_id is not None:
+            attributes[tracing.MEMBER_ID] = member_id
+        with tracing.internal_span(f"shard.{command_name(fn)}", attributes) as span:
+            start = time.monotonic()
+            try:
+                out = fn(machine)
+            finally:
+                if metrics is not None:
+                    arrival = ARRIVAL.get()
+                    metrics.command(
+                        shard,
+                        None if arrival is None else start - arrival,
+                        time.monotonic() - start,
+                    )
+            response = getattr(out, "response", out)
+            tracing.set_response_attributes(span, response)
+            records = getattr(out, "records", None)
+            if records is not None:
+                span.set_attribute("kip848.records", len(records))
+                if records:
+                    self._stash = (records, _timer_kind(fn))
+            self._span = span.get_span_context()
+        return out
+
+    def waits(self, batch: Any, shard: int) -> None:
+        """The command just run waits for ``batch`` (its own records, or the shard's last
+        outstanding batch)."""
+        waits = self._waits.get(batch)
+        if waits is None:
+            waits = self._waits[batch] = []
+        waits.append((shard, time.monotonic()))
+        stash = self._stash
+        if stash is not None:
+            self._stash = None
+            self._batch_records.setdefault(batch, []).append(stash)
+        ctx = self._span
+        if ctx is not None:
+            self._span = None
+            self._batch_spans.setdefault(batch, []).append(ctx)
+
+    # ------------------------------------------------------------------ batches
+
+    def batch_written(
+        self,
+        batch: Any,
+        records: int,
+        commands: int,
+        flush_s: float,
+        fsync_s: float | None,
+    ) -> None:
+        now = time.monotonic()
+        metrics = self.metrics
+        waits = self._waits.pop(batch, ())
+        stashed: list[tuple[Any, str | None]] = self._batch_records.pop(batch, [])
+        for command_records, timer in stashed:
+            try:
+                self.rebalances.apply(command_records, timer)
+            except Exception:  # observation never fails a batch
+                log.exception("Tracking rebalances failed")
+        if metrics is not None:
+            metrics.batch(records, commands, flush_s, fsync_s)
+            for shard, since in waits:
+                metrics.purgatory(shard, now - since)
+        self._end_batch_span(batch, records, commands, flush_s, None)
+
+    def batch_failed(self, batch: Any, records: int, error: BaseException) -> None:
+        self._waits.pop(batch, None)
+        self._batch_records.pop(batch, None)  # rolled back: nothing of it happened
+        if self.metrics is not None:
+            self.metrics.batch_failures.inc()
+        self._end_batch_span(batch, records, 0, None, error)
+
+    def _end_batch_span(
+        self,
+        batch: Any,
+        records: int,
+        commands: int,
+        flush_s: float | None,
+        error: BaseException | None,
+    ) -> None:
+        contexts = self._batch_spans.pop(batch, None)
+        if not tracing.STATE.enabled:
+            return
+        end = time.time_ns()
+        start = end - int((flush_s or 0.0) * 1e9)
+        span = tracing.STATE.tracer.start_span(
+            "store.append",
+            attributes={"kip848.batch.records": records, "kip848.batch.commands": commands},
+            links=tracing.link(contexts or ()),
+            start_time=start,
+        )
+        if error is not None:
+            span.record_exception(error)
+            from opentelemetry.trace import Status, StatusCode
+
+            span.set_status(Status(StatusCode.ERROR, str(error)))
+        span.end(end_time=end)
+
+    # ------------------------------------------------------------------ timers and expiry
+
+    def timer_fired(self, kind: str, shard: int, late_s: float) -> None:
+        _TIMER_KIND.kind = kind
+        metrics = self.metrics
+        if metrics is not None:
+            metrics.timeout(kind.replace("-", "_"))
+            metrics.queued(shard, late_s)
+
+    def offsets_expired(self, count: int) -> None:
+        if self.metrics is not None and count:
+            self.metrics.offset_expirations.inc(count)
+
+    # ------------------------------------------------------------------ assignors
+
+    def attach(self, shard_count: int, assignors: Sequence[Any]) -> list[Any]:
+        """Called by the runtime when it is built: binds the per-shard series (state machine
+        ``shard_count`` is the topic registry) and returns the assignors to use (timed)."""
+        if self.metrics is not None:
+            self.metrics.bind_shards(shard_count)
+        return [TimedAssignor(a, self.metrics) for a in assignors]
+
+
+class _TimerKind:
+    """The kind of the timer being fired (set by :meth:`RuntimeObserver.timer_fired` just
+    before the runtime runs its command)."""
+
+    __slots__ = ("kind",)
+
+    def __init__(self) -> None:
+        self.kind: str | None = None
+
+
+_TIMER_KIND = _TimerKind()
+
+
+def _timer_kind(fn: Callable[..., Any]) -> str | None:
+    if "_fire" not in getattr(fn, "__qualname__", ""):
+        return None
+    kind, _TIMER_KIND.kind = _TIMER_KIND.kind, None
+    return kind
+
+
+class TimedAssignor:
+    """An assignor that times every run (``kip848_assignment_duration_seconds``) and traces it
+    (``assignor.<name>``). The core sees the same ``name`` and ``assign``."""
+
+    def __init__(self, inner: Any, metrics: CoordinatorMetrics | None) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self._metrics = metrics
+
+    def __getattr__(self, attr: str) -> Any:  # anything else an assignor offers
+        return getattr(self.inner, attr)
+
+    def assign(self, group_spec: Any, topics: Mapping[Any, Any]) -> Any:
+        members = len(group_spec.members)
+        metrics = self._metrics
+        start = time.monotonic()
+        ok = False
+        try:
+            if tracing.STATE.enabled:
+                attributes: dict[str, Any] = {
+                    "kip848.assignor": self.name,
+                    "kip848.group.size": members,
+                    "kip848.topics": len(topics),
+                }
+                group_id = tracing.current_attribute(tracing.GROUP_ID)
+                if group_id is not None:
+                    attributes[tracing.GROUP_ID] = group_id
+                with tracing.internal_span(f"assignor.{self.name}", attributes):
+                    result = self.inner.assign(group_spec, topics)
+            else:
+                result = self.inner.assign(group_spec, topics)
+            ok = True
+            return result
+        finally:
+            if metrics is not None:
+                if ok:
+                    metrics.assignment(self.name, members, time.monotonic() - start)
+                else:
+                    metrics.assignment_failures.labels(self.name).inc()
+
+
+# ---------------------------------------------------------------- state at scrape time
+
+
+def count_state(
+    runtime: Any, frontends: Callable[[], Mapping[int, int]] | None = None
+) -> StateCounts:
+    """Groups, members and offsets of every shard, shard states and load times. Runs on the
+    event loop (it iterates the shards' dictionaries)."""
+    counts = StateCounts()
+    groups = counts.groups
+    members = counts.members
+    for shard in runtime.shards:
+        for listed in shard.list_groups():
+            key = (listed.group_type, listed.group_state)
+            groups[key] = groups.get(key, 0) + 1
+        for group in shard.groups.values():
+            total = len(group.members)
+            classic = getattr(group, "classic_members", 0)
+            if total - classic:
+                k = ("consumer", "consumer")
+                members[k] = members.get(k, 0) + total - classic
+            if classic:
+                k = ("consumer", "classic")
+                members[k] = members.get(k, 0) + classic
+        for group in getattr(shard, "classic_groups", {}).values():
+            if group.members:
+                k = ("classic", "classic")
+                members[k] = members.get(k, 0) + len(group.members)
+        counts.offsets += sum(len(o) for o in shard.offsets.values())
+    state = runtime.state.value
+    counts.shards = {state: runtime.shard_count}
+    stats = runtime.load_stats
+    if stats is not None:
+        for s in stats.shards:
+            counts.load_seconds[s.shard] = s.seconds
+            counts.load_records[s.shard] = s.records
+    if frontends is not None:
+        counts.frontends = dict(frontends())
+    return counts
+
+
+def loop_reader(
+    loop: asyncio.AbstractEventLoop, read: Callable[[], StateCounts]
+) -> Callable[[], StateCounts | None]:
+    """A reader for the scrape thread: runs ``read`` on ``loop`` and waits (bounded)."""
+
+    def from_scrape_thread() -> StateCounts | None:
+        if loop.is_closed():
+            return None
+        fut: concurrent.futures.Future[StateCounts] = concurrent.futures.Future()
+
+        def run() -> None:
+            if not fut.set_running_or_notify_cancel():
+                return
+            try:
+                fut.set_result(read())
+            except BaseException as exc:  # noqa: BLE001 - handed to the scrape thread
+                fut.set_exception(exc)
+
+        try:
+            loop.call_soon_threadsafe(run)
+        except RuntimeError:  # the loop closed meanwhile
+            return None
+        try:
+            return fut.result(timeout=SCRAPE_READ_TIMEOUT_S)
+        except concurrent.futures.TimeoutError:
+            fut.cancel()
+            log.warning(
+                "The event loop did not answer a scrape within %.0f s; state gauges omitted.",
+                SCRAPE_READ_TIMEOUT_S,
+            )
+            return None
+
+    return from_scrape_thread
+
+
+# ---------------------------------------------------------------- serve wiring
+
+
+def make_observer(*, metrics: bool, otlp_endpoint: str | None) -> RuntimeObserver | None:
+    """``kip848 serve``'s observer: metrics when ``--metrics-listen`` is given, tracing when
+    ``--otlp-endpoint`` is; None (nothing observed, nothing imported on the hot path) when
+    neither is."""
+    tracing.configure(otlp_endpoint)
+    if not metrics and not tracing.STATE.enabled:
+        return None
+    return RuntimeObserver(CoordinatorMetrics() if metrics else None)
+
+
+def start_metrics_endpoint(
+    runtime: Any,
+    host: str,
+    port: int,
+    *,
+    frontends: Callable[[], Mapping[int, int]] | None = None,
+) -> Any:
+    """Serve the runtime's metrics on ``http://host:port/metrics`` (call on the event loop:
+    the state gauges are read on it). Returns the server (``.port``, ``.close()``)."""
+    from .metrics import serve_metrics
+
+    metrics: CoordinatorMetrics = runtime.observer.metrics
+    loop = asyncio.get_running_loop()
+    metrics.set_state_reader(loop_reader(loop, lambda: count_state(runtime, frontends)))
+    return serve_metrics(metrics.registry, host, port)

@@ -1,0 +1,110 @@
+"""DescribeConfigs (32) and IncrementalAlterConfigs (44) in front of a broker: one request, two
+owners. GROUP resources (Kafka's ConfigResource type 32) are this coordinator's; every other
+resource (TOPIC, BROKER, BROKER_LOGGER, CLIENT_METRICS — type 16 is CLIENT_METRICS in Kafka's
+numbering, so over the Kafka protocol it goes upstream) is the broker's. A request naming both
+is split: the broker's resources are re-encoded into a request of the same version sent to the
+upstream (on the client connection's upstream connection: the node of the port it came
+through — a BROKER resource reaches the broker the client chose), ours are served, and the
+answers are merged back into one response in the order of the request. A request naming only
+the broker's resources is forwarded as it is.
+
+A broker that does not offer the request's version answers nothing: each of its resources gets
+UNSUPPORTED_VERSION with a message saying so.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from coordinator.core.errors import ErrorCode
+
+from ..api import KAFKA_GROUP_RESOURCE, Caller
+from . import apis, wire
+from .upstream import as_values
+
+if TYPE_CHECKING:
+    from .listener import KafkaConnection, KafkaListener
+
+SPLIT = {apis.DESCRIBE_CONFIGS: "results", apis.INCREMENTAL_ALTER_CONFIGS: "responses"}
+"""The APIs split here, and the name of their answer list."""
+
+
+def is_ours(resource: Any) -> bool:
+    return int(resource.resource_type) == KAFKA_GROUP_RESOURCE
+
+
+def owners(entity: Any) -> tuple[bool, bool]:
+    """(any resource is ours, any is the broker's)."""
+    flags = [is_ours(r) for r in entity.resources]
+    return any(flags), not all(flags)
+
+
+async def serve_split(
+    listener: KafkaListener,
+    conn: KafkaConnection,
+    key: int,
+    version: int,
+    correlation_id: int,
+    client_id: str | None,
+    entity: Any,
+    caller: Caller,
+    serve_ours: Callable[[Any, Caller], Awaitable[dict[str, Any]]],
+) -> bytes:
+    """The merged response frame of a request naming GROUP and broker resources."""
+    upstream = listener.upstream
+    assert upstream is not None
+    resources = entity.resources
+    theirs = [r for r in resources if not is_ours(r)]
+    ours = [r for r in resources if is_ours(r)]
+    field = SPLIT[key]
+    pending = None
+    if upstream.offers(key, version):
+        sub = dataclasses.replace(entity, resources=tuple(theirs))
+        pending = upstream.forward_future(
+            conn, key, version, wire.request_frame(sub, correlation_id, client_id)
+        )
+    values = await serve_ours(dataclasses.replace(entity, resources=tuple(ours)), caller)
+    served = iter(values[field])
+    answered: list[dict[str, Any]] = []
+    throttle = 0
+    if pending is not None:
+        frame = await pending
+        pos = 4 + (1 if wire.response_header_flexible(key, version) else 0)
+        resp = wire.decode_response(key, version, frame, pos)
+        answered = as_values(resp)[field]
+        throttle = wire.to_ms(resp.throttle_time)
+    merged = []
+    for r in resources:
+        if is_ours(r):
+            merged.append(next(served))
+            continue
+        merged.append(_theirs(answered, r, key, version, pending is not None))
+    return wire.frame(
+        key,
+        version,
+        correlation_id,
+        wire.build(wire.response_class(key, version), {field: merged, "throttle_time": throttle}),
+    )
+
+
+def _theirs(
+    answered: list[dict[str, Any]], r: Any, key: int, version: int, asked: bool
+) -> dict[str, Any]:
+    """The broker's answer for resource ``r`` (matched by type and name, each used once)."""
+    for i, a in enumerate(answered):
+        if a["resource_type"] == r.resource_type and a["resource_name"] == r.resource_name:
+            return answered.pop(i)
+    if asked:
+        code, message = ErrorCode.UNKNOWN_SERVER_ERROR, "The upstream broker did not answer."
+    else:
+        code = ErrorCode.UNSUPPORTED_VERSION
+        message = f"The upstream broker does not offer {wire.api_name(key)} v{version}."
+    return {
+        "error_code": code,
+        "error_message": message,
+        "resource_type": r.resource_type,
+        "resource_name": r.resource_name,
+        "configs": [],
+    }

@@ -1,0 +1,420 @@
+"""Topics follow the upstream (``--kafka-upstream``): the coordinator's topic registry is fed
+from the broker's Metadata — names, partition counts, topic ids; Kafka's metadata image.
+
+* **Refresh**: a Metadata request for every topic, applied with
+  ``CoordinatorRuntime.apply_topic_snapshot`` (ordinary topic records: replay is unchanged).
+  Topics gone from the broker, or re-created there with a new id, are deleted here with their
+  committed offsets; a topic the broker lists with an error is left as it is. Refreshes run
+  every ``kafka.upstream.metadata.max.age.ms``, at start (before health says SERVING), and on
+  demand — when a subscription names a topic the registry does not have, when a regex is seen
+  for the first time, after a forwarded CreateTopics/DeleteTopics/CreatePartitions, and before
+  the topic RPCs answer. On-demand refreshes are coalesced and at most one starts per
+  ``MIN_REFRESH_GAP_S``; a request that arrives while one is in flight gets the next one.
+* **Topic administration** (the AdminService topic RPCs, ``kip848 topics``) goes to the
+  upstream: the broker owns topics. CreateTopics/DeleteTopics/CreatePartitions are sent to it
+  with Kafka's request checks first (names, duplicates, partition counts; a topic id cannot be
+  chosen — the broker mints it); each topic gets the broker's answer, and the registry is
+  refreshed before the RPC answers, so what it reports is what the coordinator uses.
+* The feed also tells the listener about the upstream's brokers (``Upstream.update_brokers``):
+  a broker that joins later gets a listener port of its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Sequence
+from typing import Any, cast
+
+from coordinator.core.errors import (
+    CoordinatorError,
+    ErrorCode,
+    InvalidPartitionsError,
+    InvalidRequestError,
+)
+from coordinator.core.topics import NewTopic, SnapshotChanges, TopicResult, check_topic_name
+from coordinator.runtime import CoordinatorRuntime, RuntimeState
+
+from . import wire
+from .convert import topic_id_of
+from .upstream import METADATA_VERSION_CAP, Upstream, UpstreamError
+
+log = logging.getLogger("kip848.kafka")
+
+DEFAULT_MAX_AGE_MS = 10_000
+MIN_REFRESH_GAP_S = 0.2
+START_TIMEOUT_S = 10.0
+ADMIN_TIMEOUT_MS = 30_000  # CreateTopics/DeleteTopics timeout given to the broker
+KNOWN_REGEXES = 1024  # regexes remembered (a new one triggers a refresh)
+
+CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS = 19, 20, 37
+
+
+NETWORK_EXCEPTION = 13
+
+
+class UpstreamUnavailableError(CoordinatorError):
+    """The upstream broker could not be asked (Kafka's NETWORK_EXCEPTION)."""
+
+    code = cast(ErrorCode, NETWORK_EXCEPTION)
+    default_message = "The upstream broker cannot be reached."
+
+
+def _code(value: int) -> ErrorCode:
+    """The broker's error code as it is (it may be one the core has no name for)."""
+    try:
+        return ErrorCode(value)
+    except ValueError:
+        return cast(ErrorCode, int(value))
+
+
+def _failed(name: str, exc: CoordinatorError) -> TopicResult:
+    return TopicResult(name=name, error_code=exc.code, error_message=exc.message)
+
+
+def _duplicates(names: Sequence[str]) -> set[str]:
+    seen: set[str] = set()
+    return {n for n in names if n in seen or seen.add(n)}  # type: ignore[func-returns-value]
+
+
+class TopicFeed:
+    """The registry fed from the upstream, and topic administration sent to it (module doc).
+    Implements the service layer's ``TopicSource``."""
+
+    watches_subscriptions = True
+
+    def __init__(
+        self,
+        runtime: CoordinatorRuntime,
+        upstream: Upstream,
+        max_age_ms: int = DEFAULT_MAX_AGE_MS,
+    ) -> None:
+        self.runtime = runtime
+        self.upstream = upstream
+        self.client = upstream.client
+        self.max_age_s = max_age_ms / 1000
+        self._wanted: asyncio.Event | None = None
+        self._waiters: list[asyncio.Future[None]] = []
+        self._task: asyncio.Task[None] | None = None
+        self._last_start = 0.0
+        self._regexes: dict[str, None] = {}
+        self.refreshes = 0
+        self.last_error: str | None = None
+        upstream.on_topics_changed = self.request_refresh
+
+    # ------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        """The first refresh (bounded: the stored registry serves meanwhile), then the loop."""
+        self._wanted = asyncio.Event()
+        self._task = asyncio.get_running_loop().create_task(self._run())
+        try:
+            await asyncio.wait_for(self.refresh(), START_TIMEOUT_S)
+        except (UpstreamError, CoordinatorError, TimeoutError) as exc:
+            log.warning("First topic refresh from the upstream failed (%s); retrying.", exc)
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+            self._task = None
+        for w in self._waiters:
+            if not w.done():
+                w.set_exception(UpstreamError("the coordinator is shutting down"))
+        self._waiters.clear()
+        self.client.close()
+
+    # ------------------------------------------------------------ refreshing
+
+    def request_refresh(self) -> None:
+        """Refresh soon (coalesced); does not wait."""
+        if self._wanted is not None:
+            self._wanted.set()
+
+    async def refresh(self) -> None:
+        """Refresh now (or right after the one in flight) and wait until it is applied.
+        Raises what the refresh raised (UpstreamError, CoordinatorError)."""
+        if self._wanted is None:
+            raise UpstreamError("the topic feed is not running")
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        self._wanted.set()
+        await waiter
+
+    def subscribed(self, names: Sequence[str] | None, regex: str | None) -> None:
+        """A subscription was seen: refresh if it names a topic the registry lacks, or carries
+        a regex not seen before (it may match topics created since the last refresh)."""
+        if names:
+            by_name = self.runtime.registry.image().by_name
+            if any(n not in by_name for n in names):
+                self.request_refresh()
+        if regex and regex not in self._regexes:
+            if len(self._regexes) >= KNOWN_REGEXES:
+                self._regexes.pop(next(iter(self._regexes)))
+            self._regexes[regex] = None
+            self.request_refresh()
+
+    async def _run(self) -> None:
+        wanted = self._wanted
+        assert wanted is not None
+        while True:
+            try:
+                await asyncio.wait_for(wanted.wait(), self.max_age_s)
+            except TimeoutError:
+                pass
+            gap = self._last_start + MIN_REFRESH_GAP_S - time.monotonic()
+            if gap > 0:
+                await asyncio.sleep(gap)
+            wanted.clear()
+            waiters, self._waiters = self._waiters, []
+            self._last_start = time.monotonic()
+            error: BaseException | None = None
+            try:
+                await self._refresh_once()
+                if self.last_error is not None:
+                    log.info("Topic refresh from the upstream works again.")
+                self.last_error = None
+            except (UpstreamError, CoordinatorError) as exc:
+                error = exc
+                if str(exc) != self.last_error:
+                    log.warning("Topic refresh from the upstream failed: %s", exc)
+                self.last_error = str(exc)
+            except Exception as exc:  # a bug: keep the feed alive, say it loudly
+                error = exc
+                log.exception("Topic refresh from the upstream failed unexpectedly")
+            for w in waiters:
+                if not w.done():
+                    if error is None:
+                        w.set_result(None)
+                    else:
+                        w.set_exception(error)
+
+    async def _refresh_once(self) -> None:
+        if self.runtime.state is not RuntimeState.ACTIVE:
+            raise CoordinatorError(f"the coordinator is {self.runtime.state.value}")
+        version = self.upstream.version_for(3, METADATA_VERSION_CAP)
+        assert version is not None  # checked when the upstream was connected
+        meta = await self.client.call(
+            wire.build(
+                wire.request_class(3, version),
+                topics=None,
+                allow_auto_topic_creation=False,
+                include_topic_authorized_operations=False,
+            )
+        )
+        self.refreshes += 1
+        self.upstream.update_brokers(meta)
+        topics: list[NewTopic] = []
+        keep: list[str] = []
+        for t in meta.topics:
+            if not t.name:
+                continue
+            if t.error_code or not t.partitions:
+                keep.append(t.name)
+                continue
+            topic_id = getattr(t, "topic_id", None)
+            topics.append(
+                NewTopic(
+                    name=t.name,
+                    num_partitions=max(p.partition_index for p in t.partitions) + 1,
+                    topic_id=None if topic_id is None else topic_id_of(topic_id),
+                )
+            )
+        changes = await self.runtime.apply_topic_snapshot(topics, keep)
+        _log_changes(changes)
+
+    # ------------------------------------------------------------ topic administration
+
+    async def create_topics(self, topics: Sequence[NewTopic]) -> list[TopicResult]:
+        dup = _duplicates([t.name for t in topics])
+        answers: dict[int, TopicResult] = {}
+        send: list[tuple[int, NewTopic]] = []
+        for i, t in enumerate(topics):
+            try:
+                if t.name in dup:
+                    raise InvalidRequestError(f"Duplicate topic name {t.name} in the request.")
+                check_topic_name(t.name)
+                if t.topic_id is not None:
+                    raise InvalidRequestError(
+                        "A topic id cannot be chosen in front of a broker (--kafka-upstream): "
+                        "the broker assigns it."
+                    )
+                if t.num_partitions < 1 and t.num_partitions != -1:
+                    raise InvalidPartitionsError(
+                        "Number of partitions was set to an invalid non-positive value."
+                    )
+                send.append((i, t))
+            except CoordinatorError as exc:
+                answers[i] = _failed(t.name, exc)
+        if send:
+            version = self._version(CREATE_TOPICS)
+            req = wire.build(
+                wire.request_class(CREATE_TOPICS, version),
+                topics=[
+                    {
+                        "name": t.name,
+                        "num_partitions": t.num_partitions,
+                        "replication_factor": -1 if version >= 4 else 1,
+                        "assignments": [],
+                        "configs": [],
+                    }
+                    for _i, t in send
+                ],
+                timeout=ADMIN_TIMEOUT_MS,
+                validate_only=False,
+            )
+            resp = await self._call(req)
+            by_name = {r.name: r for r in resp.topics}
+            for i, t in send:
+                r = by_name.get(t.name)
+                if r is None:
+                    answers[i] = TopicResult(
+                        name=t.name,
+                        error_code=ErrorCode.UNKNOWN_SERVER_ERROR,
+                        error_message="The upstream broker did not answer for this topic.",
+                    )
+                    continue
+                answers[i] = TopicResult(
+                    name=t.name,
+                    topic_id=topic_id_of(getattr(r, "topic_id", None)),
+                    num_partitions=max(0, getattr(r, "num_partitions", t.num_partitions)),
+                    error_code=_code(r.error_code),
+                    error_message=r.error_message if r.error_code else None,
+                )
+            await self._settle(answers)
+        return [answers[i] for i in range(len(topics))]
+
+    async def create_partitions(self, requests: Sequence[tuple[str, int]]) -> list[TopicResult]:
+        dup = _duplicates([name for name, _c in requests])
+        answers: dict[int, TopicResult] = {}
+        send: list[tuple[int, str, int]] = []
+        version = self.upstream.version_for(CREATE_PARTITIONS)
+        for i, (name, count) in enumerate(requests):
+            if name in dup:
+                answers[i] = _failed(
+                    name, InvalidRequestError(f"Duplicate topic name {name} in the request.")
+                )
+            elif version is None:
+                answers[i] = TopicResult(
+                    name=name,
+                    error_code=ErrorCode.UNSUPPORTED_VERSION,
+                    error_message="The upstream broker does not offer CreatePartitions "
+                    "(API key 37).",
+                )
+            else:
+                send.append((i, name, count))
+        if send:
+            assert version is not None
+            resp = await self._call(
+                wire.build(
+                    wire.request_class(CREATE_PARTITIONS, version),
+                    topics=[{"name": n, "count": c, "assignments": None} for _i, n, c in send],
+                    timeout=ADMIN_TIMEOUT_MS,
+                    validate_only=False,
+                )
+            )
+            by_name = {r.name: r for r in resp.results}
+            for i, name, count in send:
+                r = by_name.get(name)
+                code = ErrorCode.UNKNOWN_SERVER_ERROR if r is None else _code(r.error_code)
+                answers[i] = TopicResult(
+                    name=name,
+                    num_partitions=count if code == ErrorCode.NONE else 0,
+                    error_code=code,
+                    error_message=None
+                    if code == ErrorCode.NONE
+                    else (r.error_message if r is not None else "No answer from the upstream."),
+                )
+            await self._settle(answers)
+        return [answers[i] for i in range(len(requests))]
+
+    async def delete_topics(self, names: Sequence[str]) -> list[TopicResult]:
+        dup = _duplicates(names)
+        answers: dict[int, TopicResult] = {}
+        send: list[tuple[int, str]] = []
+        for i, name in enumerate(names):
+            if name in dup:
+                answers[i] = _failed(
+                    name, InvalidRequestError(f"Duplicate topic name {name} in the request.")
+                )
+            else:
+                send.append((i, name))
+        if send:
+            before = {t.name: t for t in await self.runtime.list_topics()}
+            version = self._version(DELETE_TOPICS)
+            if version >= 6:
+                body: dict[str, Any] = {"topics": [{"name": n, "topic_id": None} for _i, n in send]}
+            else:
+                body = {"topic_names": [n for _i, n in send]}
+            resp = await self._call(
+                wire.build(
+                    wire.request_class(DELETE_TOPICS, version), body, timeout=ADMIN_TIMEOUT_MS
+                )
+            )
+            by_name = {r.name: r for r in resp.responses}
+            for i, name in send:
+                r = by_name.get(name)
+                code = ErrorCode.UNKNOWN_SERVER_ERROR if r is None else _code(r.error_code)
+                old = before.get(name)
+                if code == ErrorCode.NONE and old is not None:
+                    answers[i] = old
+                else:
+                    message = None
+                    if code != ErrorCode.NONE:
+                        message = getattr(r, "error_message", None) or (
+                            f"The upstream broker answered error {int(code)}."
+                        )
+                    answers[i] = TopicResult(name=name, error_code=code, error_message=message)
+            await self._settle(answers)
+        return [answers[i] for i in range(len(names))]
+
+    async def list_topics(self) -> list[TopicResult]:
+        """The registry, refreshed first (if the upstream cannot be reached: as it is)."""
+        try:
+            await self.refresh()
+        except (UpstreamError, CoordinatorError) as exc:
+            log.warning("Listing the topics without a refresh: %s", exc)
+        return await self.runtime.list_topics()
+
+    async def _call(self, entity: Any) -> Any:
+        try:
+            return await self.client.call(entity)
+        except UpstreamError as exc:
+            raise UpstreamUnavailableError(str(exc)) from None
+
+    def _version(self, key: int) -> int:
+        version = self.upstream.version_for(key)
+        if version is None:
+            raise InvalidRequestError(
+                f"The upstream broker does not offer {wire.api_name(key)} (API key {key})."
+            )
+        return version
+
+    async def _settle(self, answers: dict[int, TopicResult]) -> None:
+        """Refresh so the registry has the change before the RPC answers; fill the ids and
+        partition counts of the successful answers from it."""
+        try:
+            await self.refresh()
+        except (UpstreamError, CoordinatorError) as exc:
+            log.warning("The registry learns of the change later: %s", exc)
+        image = self.runtime.registry.image().by_name
+        for i, a in list(answers.items()):
+            t = image.get(a.name)
+            if a.error_code == ErrorCode.NONE and t is not None and a.num_partitions >= 0:
+                answers[i] = TopicResult(
+                    name=a.name, topic_id=t.topic_id, num_partitions=t.num_partitions
+                )
+
+
+def _log_changes(changes: SnapshotChanges) -> None:
+    if changes.created or changes.updated or changes.deleted:
+        log.info(
+            "Topics from the upstream: created %s, partitions changed %s, deleted %s.",
+            [f"{t.name}({t.num_partitions})" for t in changes.created],
+            [f"{t.name}({t.num_partitions})" for t in changes.updated],
+            [t.name for t in changes.deleted],
+        )

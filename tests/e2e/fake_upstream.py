@@ -1,0 +1,325 @@
+"""A small fake Kafka cluster for routing tests: several broker nodes, each on a loopback port of
+its own, answering a handful of APIs with kio (through the coordinator's own ``wire`` module).
+
+Every answer says which node produced it (ListOffsets offsets are ``node_id * 1000 +
+partition``), and every node logs ``(node id, api key, version)`` per request, so a test can
+see which broker a request reached. Produce and Fetch answer NOT_LEADER_OR_FOLLOWER with a
+``node_endpoints`` entry for the leader (as Kafka does), to check that it is rewritten.
+"""
+
+from __future__ import annotations
+
+import socket
+import socketserver
+import struct
+import threading
+import uuid
+from typing import Any
+
+from coordinator.server.kafka import wire
+
+TOPIC = "mb"
+TOPIC_ID = uuid.UUID("5bd1a4ef-1c2a-4e5b-9d3f-0a1b2c3d4e5f")
+PARTITIONS = 4
+NOT_LEADER_OR_FOLLOWER = 6
+CAPS = {0: 10, 1: 16, 2: 7, 3: 12, 10: 4, 18: 3, 32: 4, 44: 1, 60: 1}
+"""The APIs each node offers, with their highest version (the lowest is kio's)."""
+
+
+class _Server(socketserver.ThreadingTCPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+
+class FakeNode:
+    def __init__(self, cluster: FakeCluster, node_id: int, advertised_host: str | None) -> None:
+        self.cluster = cluster
+        self.node_id = node_id
+        node = self
+
+        class Handler(socketserver.BaseRequestHandler):
+            def handle(self) -> None:
+                node.serve(self.request)
+
+        self.server = _Server(("127.0.0.1", 0), Handler)
+        self.port = int(self.server.server_address[1])
+        self.address = f"127.0.0.1:{self.port}"
+        self.advertised = (advertised_host or "127.0.0.1", self.port)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def serve(self, sock: socket.socket) -> None:
+        sock.settimeout(30)
+        try:
+            while True:
+                head = _exact(sock, 4)
+                if head is None:
+                    return
+                frame = _exact(sock, struct.unpack(">i", head)[0])
+                if frame is None:
+                    return
+                out = self.answer(frame)
+                if out is not None:
+                    sock.sendall(out)
+        except OSError:
+            return
+
+    def answer(self, frame: bytes) -> bytes | None:
+        key, version, correlation_id, _client, pos = wire.parse_header(frame)
+        req = wire.decode(key, version, frame, wire.body_offset(frame, key, version, pos))
+        with self.cluster.lock:
+            self.cluster.log.append((self.node_id, key, version))
+        if key == 0 and req.acks == 0:
+            return None
+        values = getattr(self, f"api_{key}")(req, version)
+        return wire.frame(
+            key, version, correlation_id, wire.build(wire.response_class(key, version), values)
+        )
+
+    # ------------------------------------------------------------ APIs
+
+    def api_18(self, _req: Any, _version: int) -> dict[str, Any]:
+        keys = []
+        for key, hi in sorted(CAPS.items()):
+            known = wire.kio_versions(key)
+            assert known is not None
+            keys.append({"api_key": key, "min_version": known[0], "max_version": hi})
+        return {"error_code": 0, "api_keys": keys}
+
+    def api_3(self, req: Any, _version: int) -> dict[str, Any]:
+        cluster = self.cluster
+        wanted = None if req.topics is None else {t.name for t in req.topics}
+        topics = []
+        if wanted is None or TOPIC in wanted:
+            ids = cluster.node_ids()
+            topics.append(
+                {
+                    "error_code": 0,
+                    "name": TOPIC,
+                    "topic_id": TOPIC_ID,
+                    "is_internal": False,
+                    "partitions": [
+                        {
+                            "error_code": 0,
+                            "partition_index": p,
+                            "leader_id": cluster.leader(p),
+                            "leader_epoch": 1,
+                            "replica_nodes": ids,
+                            "isr_nodes": ids,
+                            "offline_replicas": [],
+                        }
+                        for p in range(PARTITIONS)
+                    ],
+                    "topic_authorized_operations": -(2**31),
+                }
+            )
+        return {
+            "brokers": cluster.brokers("node_id"),
+            "cluster_id": "fake-cluster",
+            "controller_id": cluster.controller(),
+            "topics": topics,
+            "cluster_authorized_operations": -(2**31),
+        }
+
+    def api_60(self, _req: Any, _version: int) -> dict[str, Any]:
+        return {
+            "error_code": 0,
+            "error_message": None,
+            "endpoint_type": 1,
+            "cluster_id": "fake-cluster",
+            "controller_id": self.cluster.controller(),
+            "brokers": [{**b, "is_fenced": False} for b in self.cluster.brokers("broker_id")],
+            "cluster_authorized_operations": -(2**31),
+        }
+
+    def api_10(self, req: Any, version: int) -> dict[str, Any]:
+        """Transaction (and other non-group) coordinators: the controller node."""
+        node = self.cluster.nodes[self.cluster.controller()]
+        host, port = node.advertised
+        if version >= 4:
+            return {
+                "coordinators": [
+                    {"key": k, "node_id": node.node_id, "host": host, "port": port, "error_code": 0}
+                    for k in req.coordinator_keys
+                ]
+            }
+        return {"error_code": 0, "node_id": node.node_id, "host": host, "port": port}
+
+    def api_2(self, req: Any, _version: int) -> dict[str, Any]:
+        return {
+            "topics": [
+                {
+                    "name": t.name,
+                    "partitions": [
+                        {
+                            "partition_index": p.partition_index,
+                            "error_code": 0,
+                            "timestamp": -1,
+                            "offset": self.node_id * 1000 + p.partition_index,
+                            "leader_epoch": 1,
+                        }
+                        for p in t.partitions
+                    ],
+                }
+                for t in req.topics
+            ]
+        }
+
+    def api_32(self, req: Any, _version: int) -> dict[str, Any]:
+        """Every resource has one config, ``answered.by`` = this node's id (answered in
+        reverse order: the listener must match answers to resources, not trust positions)."""
+        return {
+            "results": [
+                {
+                    "error_code": 0,
+                    "error_message": None,
+                    "resource_type": r.resource_type,
+                    "resource_name": r.resource_name,
+                    "configs": [
+                        {
+                            "name": "answered.by",
+                            "value": str(self.node_id),
+                            "read_only": True,
+                            "config_source": 5,
+                            "is_sensitive": False,
+                            "synonyms": [],
+                            "config_type": 1,
+                            "documentation": None,
+                        }
+                    ],
+                }
+                for r in reversed(req.resources)
+            ]
+        }
+
+    def api_44(self, req: Any, _version: int) -> dict[str, Any]:
+        return {
+            "responses": [
+                {
+                    "error_code": 0,
+                    "error_message": f"node {self.node_id}",
+                    "resource_type": r.resource_type,
+                    "resource_name": r.resource_name,
+                }
+                for r in req.resources
+            ]
+        }
+
+    def _endpoints(self) -> list[dict[str, Any]]:
+        leader = self.cluster.nodes[self.cluster.leader(0)]
+        host, port = leader.advertised
+        return [{"node_id": leader.node_id, "host": host, "port": port, "rack": None}]
+
+    def api_0(self, req: Any, _version: int) -> dict[str, Any]:
+        return {
+            "responses": [
+                {
+                    "name": t.name,
+                    "partition_responses": [
+                        {
+                            "index": p.index,
+                            "error_code": NOT_LEADER_OR_FOLLOWER,
+                            "base_offset": -1,
+                            "log_append_time": None,
+                            "log_start_offset": -1,
+                            "record_errors": [],
+                            "current_leader": {
+                                "leader_id": self.cluster.leader(0),
+                                "leader_epoch": 1,
+                            },
+                        }
+                        for p in t.partition_data
+                    ],
+                }
+                for t in req.topic_data
+            ],
+            "node_endpoints": self._endpoints(),
+        }
+
+    def api_1(self, req: Any, _version: int) -> dict[str, Any]:
+        return {
+            "error_code": 0,
+            "session_id": 0,
+            "responses": [
+                {
+                    "topic_id": t.topic_id,
+                    "partitions": [
+                        {
+                            "partition_index": p.partition,
+                            "error_code": NOT_LEADER_OR_FOLLOWER,
+                            "high_watermark": -1,
+                            "last_stable_offset": -1,
+                            "log_start_offset": -1,
+                            "aborted_transactions": None,
+                            "preferred_read_replica": -1,
+                            "current_leader": {
+                                "leader_id": self.cluster.leader(0),
+                                "leader_epoch": 1,
+                            },
+                            "records": b"",
+                        }
+                        for p in t.partitions
+                    ],
+                }
+                for t in req.topics
+            ],
+            "node_endpoints": self._endpoints(),
+        }
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class FakeCluster:
+    """Nodes answer as one cluster: Metadata lists every node; partition ``p`` is led by the
+    ``p % n``-th node; the controller (and transaction coordinator) is the highest node id."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.nodes: dict[int, FakeNode] = {}
+        self.log: list[tuple[int, int, int]] = []
+
+    def add_node(self, node_id: int, advertised_host: str | None = None) -> FakeNode:
+        node = FakeNode(self, node_id, advertised_host)
+        with self.lock:
+            self.nodes[node_id] = node
+        return node
+
+    def node_ids(self) -> list[int]:
+        with self.lock:
+            return sorted(self.nodes)
+
+    def leader(self, partition: int) -> int:
+        ids = self.node_ids()
+        return ids[partition % len(ids)]
+
+    def controller(self) -> int:
+        return max(self.node_ids())
+
+    def brokers(self, id_field: str) -> list[dict[str, Any]]:
+        with self.lock:
+            nodes = sorted(self.nodes.values(), key=lambda n: n.node_id)
+        return [
+            {id_field: n.node_id, "host": n.advertised[0], "port": n.advertised[1], "rack": None}
+            for n in nodes
+        ]
+
+    def requests(self, key: int) -> list[int]:
+        """The node ids that received requests of ``key``, in order."""
+        with self.lock:
+            return [node for node, k, _v in self.log if k == key]
+
+    def stop(self) -> None:
+        for node in list(self.nodes.values()):
+            node.stop()
+
+
+def _exact(sock: socket.socket, n: int) -> bytes | None:
+    out = b""
+    while len(out) < n:
+        chunk = sock.recv(n - len(out))
+        if not chunk:
+            return None
+        out += chunk
+    return out

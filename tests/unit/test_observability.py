@@ -1,0 +1,585 @@
+"""Observability in-process: the runtime and the servicers with metrics and tracing on (the
+OpenTelemetry SDK's in-memory exporter), request instrumentation through the forwarded-call
+path, JSON logs parsed line by line, audit lines, and the Grafana dashboard's queries."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from assignors.uniform import UniformAssignor
+from coordinator.core.commands import SequentialIds
+from coordinator.core.config import parse_config
+from coordinator.observability import tracing
+from coordinator.observability.logs import audit, configure_logging, log_fields
+from coordinator.observability.metrics import (
+    CoordinatorMetrics,
+    StateCounts,
+    group_size_label,
+    metric_names,
+)
+from coordinator.observability.observer import RuntimeObserver, count_state, loop_reader
+from coordinator.observability.requests import audit_lines, error_paths, instrument_methods
+from coordinator.runtime import CoordinatorRuntime, ManualClock
+from coordinator.runtime.store import MemoryRecordStore
+from coordinator.server.forwarding import ForwardedContext, method_table
+from coordinator.server.services import (
+    AdminService,
+    ConsumerGroupService,
+    OffsetService,
+    TestingService,
+    client_host_of,
+    client_id_of,
+)
+from kip848.v1 import admin_pb2, common_pb2, offsets_pb2
+from kip848.v1 import consumer_group_pb2 as cg
+
+ROOT = Path(__file__).resolve().parents[2]
+HB = "/kip848.v1.ConsumerGroupService/ConsumerGroupHeartbeat"
+TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
+TRACEPARENT = f"00-{TRACE_ID}-00f067aa0ba902b7-01"
+
+
+def sample(metrics: CoordinatorMetrics, name: str, **labels: str) -> float:
+    total = 0.0
+    for family in metrics.registry.collect():
+        for s in family.samples:
+            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
+                total += s.value
+    return total
+
+
+class Server:
+    """The coordinator's servicers behind the instrumented method table, called the way the
+    coordinator process runs a call a front end forwarded."""
+
+    def __init__(self, runtime: CoordinatorRuntime, metrics: CoordinatorMetrics | None) -> None:
+        from coordinator.server.services import service_descriptors
+
+        servicers = [
+            ConsumerGroupService(runtime),
+            AdminService(runtime),
+            OffsetService(runtime),
+        ]
+        descriptors = service_descriptors()
+        served = [(descriptors[0], servicers[0]), (descriptors[1], servicers[1])]
+        served.append((descriptors[2], servicers[2]))
+        served.append((descriptors[4], TestingService(runtime)))
+        self.table = instrument_methods(
+            method_table(served),
+            [d for d, _ in served],
+            metrics=metrics,
+            client_of=lambda c: (client_id_of(c), client_host_of(c)),
+        )
+
+    async def call(self, path: str, request: Any, *metadata: tuple[str, str]) -> Any:
+        _parse, method = self.table[path]
+        context = ForwardedContext(
+            (("client-id", "app"), *metadata), "ipv4:127.0.0.1:40000", received=None
+        )
+        return await method(request, context)
+
+
+@pytest.fixture
+def exporter() -> Iterator[InMemorySpanExporter]:
+    exp = InMemorySpanExporter()
+    tracing.configure(exporter=exp)
+    try:
+        yield exp
+    finally:
+        tracing.shutdown()
+
+
+async def started_runtime(observer: RuntimeObserver) -> CoordinatorRuntime:
+    rt = CoordinatorRuntime(
+        config=parse_config({"group.coordinator.shards": "2"}),
+        store=MemoryRecordStore(),
+        clock=ManualClock(1_000_000),
+        ids=SequentialIds(),
+        assignors=[UniformAssignor()],
+        observer=observer,
+    )
+    await rt.start()
+    return rt
+
+
+async def rebalance_story(server: Server) -> bytes:
+    """Topic of 4 partitions; A joins (epoch 1); B joins (epoch 2); A revokes; both at 2;
+    A commits partitions 0 and 1. Returns the topic id."""
+    created = await server.call(
+        "/kip848.v1.AdminService/CreateTopics",
+        admin_pb2.CreateTopicsRequest(
+            topics=[admin_pb2.CreateTopicsRequest.CreatableTopic(name="orders", num_partitions=4)]
+        ),
+    )
+    t = created.topics[0].topic_id
+
+    def join(member: str) -> cg.ConsumerGroupHeartbeatRequest:
+        return cg.ConsumerGroupHeartbeatRequest(
+            group_id="shop",
+            member_id=member,
+            member_epoch=0,
+            rebalance_timeout_ms=30_000,
+            subscribed_topic_names=common_pb2.TopicNames(names=["orders"]),
+            topic_partitions=common_pb2.TopicPartitionsList(),
+        )
+
+    a = await server.call(HB, join("A"), ("traceparent", TRACEPARENT))
+    assert (a.error_code, a.member_epoch) == (0, 1)
+    b = await server.call(HB, join("B"))
+    assert (b.error_code, b.member_epoch) == (0, 2)
+    owned = common_pb2.TopicPartitionsList(
+        items=[common_pb2.TopicPartitions(topic_id=t, partitions=[0, 1])]
+    )
+    a = await server.call(
+        HB,
+        cg.ConsumerGroupHeartbeatRequest(
+            group_id="shop", member_id="A", member_epoch=1, topic_partitions=owned
+        ),
+    )
+    assert a.member_epoch == 2
+    b = await server.call(
+        HB, cg.ConsumerGroupHeartbeatRequest(group_id="shop", member_id="B", member_epoch=2)
+    )
+    assert [p.partitions for p in b.assignment.assigned_topic_partitions] == [[2, 3]]
+    commit = await server.call(
+        "/kip848.v1.OffsetService/OffsetCommit",
+        offsets_pb2.OffsetCommitRequest(
+            group_id="shop",
+            member_id="A",
+            generation_id_or_member_epoch=2,
+            topics=[
+                offsets_pb2.OffsetCommitRequest.Topic(
+                    topic_id=t,
+                    partitions=[
+                        offsets_pb2.OffsetCommitRequest.Partition(partition_index=p) for p in (0, 1)
+                    ],
+                )
+            ],
+        ),
+    )
+    assert [p.error_code for p in commit.topics[0].partitions] == [0, 0]
+    return t
+
+
+# ---------------------------------------------------------------- metrics
+
+
+async def test_metrics_of_a_rebalance_a_commit_and_a_session_timeout() -> None:
+    metrics = CoordinatorMetrics(process_collectors=False)
+    observer = RuntimeObserver(metrics)
+    rt = await started_runtime(observer)
+    try:
+        server = Server(rt, metrics)
+        await rebalance_story(server)
+        await rt.flush()
+        assert (
+            sample(
+                metrics,
+                "kip848_request_duration_seconds_count",
+                rpc="ConsumerGroupHeartbeat",
+                protocol="grpc",
+                error="NONE",
+            )
+            == 4
+        )
+        assert sample(metrics, "kip848_request_duration_seconds_count", rpc="CreateTopics") == 1
+        assert sample(metrics, "kip848_consumer_group_rebalances_total", cause="member_joined") == 2
+        assert (
+            sample(metrics, "kip848_rebalance_duration_seconds_count", group_type="consumer") == 2
+        )
+        assert sample(metrics, "kip848_offset_commits_total", error="NONE") == 2
+        assert (
+            sample(
+                metrics,
+                "kip848_assignment_duration_seconds_count",
+                assignor="uniform",
+                group_size="1-10",
+            )
+            == 2
+        )
+        shard = str(rt.shard_index("shop"))
+        # join A, join B, A, B (4 heartbeats) + the commit ran on the group's shard
+        assert sample(metrics, "kip848_event_processing_time_seconds_count", shard=shard) == 5
+        assert sample(metrics, "kip848_event_queue_time_seconds_count", shard=shard) == 5
+        assert sample(metrics, "kip848_event_processing_time_seconds_count", shard="registry") == 1
+        assert sample(metrics, "kip848_batch_records_count") == sample(
+            metrics, "kip848_batch_flush_time_seconds_count"
+        )
+        assert sample(metrics, "kip848_batch_commands_sum") == 1 + 4 + 1  # topic, 4 hb, commit
+        assert sample(metrics, "kip848_event_purgatory_time_seconds_count", shard=shard) == 5
+
+        # Both members go silent: their session timeouts fire; the group empties.
+        await rt.advance_time(45_000)
+        assert sample(metrics, "kip848_timeouts_total", kind="session") == 2
+        assert sample(metrics, "kip848_consumer_group_rebalances_total", cause="member_fenced") == 2
+        assert sample(metrics, "kip848_event_queue_time_seconds_count", shard=shard) == 7
+
+        counts = count_state(rt)
+        assert counts.groups == {("consumer", "Empty"): 1}
+        assert counts.members == {}
+        assert counts.offsets == 2
+        assert counts.shards == {"active": 2}
+        assert sorted(counts.load_seconds) == [0, 1]
+    finally:
+        await rt.close()
+
+
+async def test_state_gauges_are_read_on_the_loop_from_the_scrape_thread() -> None:
+    import asyncio
+
+    metrics = CoordinatorMetrics(process_collectors=False)
+    rt = await started_runtime(RuntimeObserver(metrics))
+    try:
+        server = Server(rt, metrics)
+        await rebalance_story(server)
+        loop = asyncio.get_running_loop()
+        metrics.set_state_reader(loop_reader(loop, lambda: count_state(rt)))
+        text = await asyncio.to_thread(_exposition, metrics)
+        assert 'kip848_group_count{group_type="consumer",state="Stable"} 1.0' in text
+        assert 'kip848_member_count{group_type="consumer",member_type="consumer"} 2.0' in text
+        assert "kip848_offset_count 2.0" in text
+        assert 'kip848_shard_count{state="active"} 2.0' in text
+    finally:
+        await rt.close()
+
+
+def _exposition(metrics: CoordinatorMetrics) -> str:
+    from prometheus_client import generate_latest
+
+    return generate_latest(metrics.registry).decode()
+
+
+async def test_nothing_is_wrapped_when_everything_is_off() -> None:
+    rt = await started_runtime(RuntimeObserver(None))
+    try:
+        from coordinator.server.services import service_descriptors
+
+        servicer = ConsumerGroupService(rt)
+        served = [(service_descriptors()[0], servicer)]
+        table = instrument_methods(method_table(served), [served[0][0]], metrics=None)
+        assert table[HB][1] == servicer.ConsumerGroupHeartbeat  # the bound method itself
+    finally:
+        await rt.close()
+
+
+def test_group_size_labels_and_error_paths() -> None:
+    assert [group_size_label(n) for n in (1, 10, 11, 1000, 10_000, 10_001)] == [
+        "1-10",
+        "1-10",
+        "11-100",
+        "101-1000",
+        "1001-10000",
+        ">10000",
+    ]
+    assert error_paths(offsets_pb2.OffsetCommitResponse.DESCRIPTOR) == (
+        ("error_code",),
+        ("topics", "partitions", "error_code"),
+    )
+    assert error_paths(cg.ConsumerGroupHeartbeatResponse.DESCRIPTOR) == (("error_code",),)
+
+
+# ---------------------------------------------------------------- tracing
+
+
+async def test_spans_for_rpcs_commands_batches_and_assignor_runs(
+    exporter: InMemorySpanExporter,
+) -> None:
+    rt = await started_runtime(RuntimeObserver(None))
+    try:
+        await rebalance_story(Server(rt, None))
+        await rt.flush()
+    finally:
+        await rt.close()
+    spans = exporter.get_finished_spans()
+    by_name: dict[str, list[Any]] = {}
+    for s in spans:
+        by_name.setdefault(s.name, []).append(s)
+    rpc = by_name["kip848.v1.ConsumerGroupService/ConsumerGroupHeartbeat"]
+    assert len(rpc) == 4
+    first = rpc[0]
+    assert format(first.context.trace_id, "032x") == TRACE_ID  # the caller's traceparent
+    assert dict(first.attributes) == {
+        "rpc.system": "grpc",
+        "rpc.service": "kip848.v1.ConsumerGroupService",
+        "rpc.method": "ConsumerGroupHeartbeat",
+        "messaging.client.id": "app",
+        "client.address": "/127.0.0.1",
+        "messaging.consumer.group.name": "shop",
+        "kip848.member.id": "A",
+        "kip848.member.epoch": 1,
+        "kip848.error_code": "NONE",
+    }
+    commands = by_name["shard.heartbeat"]
+    assert len(commands) == 4
+    assert commands[0].parent.span_id == first.context.span_id
+    assert dict(commands[0].attributes) == {
+        "kip848.shard": rt.shard_index("shop"),
+        "messaging.consumer.group.name": "shop",
+        "kip848.member.id": "A",
+        "kip848.member.epoch": 1,
+        "kip848.records": 6,  # member, partition metadata, group epoch, target (2), current
+    }
+    runs = by_name["assignor.uniform"]
+    assert [dict(r.attributes) for r in runs] == [
+        {
+            "kip848.assignor": "uniform",
+            "kip848.group.size": n,
+            "kip848.topics": 1,
+            "messaging.consumer.group.name": "shop",
+        }
+        for n in (1, 2)
+    ]
+    assert runs[0].parent.span_id == commands[0].context.span_id
+    batches = by_name["store.append"]
+    linked = {link.context.span_id for b in batches for link in b.links}
+    assert commands[0].context.span_id in linked
+    assert sum(b.attributes["kip848.batch.records"] for b in batches) > 0
+    assert "shard.create_topics" in by_name and "shard.offset_commit" in by_name
+
+
+def test_tracing_is_off_without_an_endpoint() -> None:
+    assert tracing.configure(None) is False
+    assert tracing.STATE.enabled is False
+    assert tracing.normalize_endpoint("collector:4317") == "http://collector:4317"
+    assert tracing.normalize_endpoint("https://c:4317") == "https://c:4317"
+
+
+# ---------------------------------------------------------------- logs and audit
+
+
+def test_json_logs_one_object_a_line_with_fields_and_tracebacks() -> None:
+    stream = io.StringIO()
+    handler = configure_logging("info", "json", stream=stream)
+    try:
+        log = logging.getLogger("kip848.test")
+        log_fields(log, logging.INFO, "Bumped.", group_id="g", group_epoch=3, cause="member_joined")
+        try:
+            raise ValueError("boom")
+        except ValueError:
+            log.exception("It failed")
+        audit(
+            "delete_group",
+            client_id="ops",
+            client_address="/10.0.0.1",
+            protocol="grpc",
+            result="NON_EMPTY_GROUP",
+            message="Group g is not empty.",
+            group_id="g",
+        )
+        log.debug("not shown at info")
+    finally:
+        if handler is not None:
+            logging.getLogger().removeHandler(handler)
+    lines = [json.loads(line) for line in stream.getvalue().splitlines()]
+    assert len(lines) == 3
+    first = lines[0]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", first.pop("time"))
+    assert first == {
+        "level": "INFO",
+        "logger": "kip848.test",
+        "message": "Bumped. group_id=g group_epoch=3 cause=member_joined",
+        "process": "coordinator",
+        "group_id": "g",
+        "group_epoch": 3,
+        "cause": "member_joined",
+    }
+    assert lines[1]["level"] == "ERROR" and "ValueError: boom" in lines[1]["exc_info"]
+    audit_line = lines[2]
+    del audit_line["time"]
+    assert audit_line == {
+        "level": "INFO",
+        "logger": "kip848.audit",
+        "message": (
+            "Audit: action=delete_group result=NON_EMPTY_GROUP client_id=ops "
+            'client_address=/10.0.0.1 protocol=grpc group_id=g error_message="Group g is not empty."'
+        ),
+        "process": "coordinator",
+        "audit": True,
+        "action": "delete_group",
+        "result": "NON_EMPTY_GROUP",
+        "client_id": "ops",
+        "client_address": "/10.0.0.1",
+        "protocol": "grpc",
+        "group_id": "g",
+        "error_message": "Group g is not empty.",
+    }
+
+
+def test_plain_logs_keep_their_format() -> None:
+    stream = io.StringIO()
+    handler = configure_logging("info", "plain", stream=stream)
+    try:
+        logging.getLogger("kip848.test").info("Hello %s.", "there")
+    finally:
+        if handler is not None:
+            logging.getLogger().removeHandler(handler)
+    assert re.fullmatch(
+        r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} INFO kip848\.test: Hello there\.\n",
+        stream.getvalue(),
+    )
+    with pytest.raises(ValueError, match="--log-format must be one of plain, json"):
+        configure_logging("info", "xml")
+
+
+def test_audit_lines_of_every_admin_action() -> None:
+    A = admin_pb2
+    O = offsets_pb2  # noqa: E741
+    create = audit_lines(
+        "/kip848.v1.AdminService/CreateTopics",
+        A.CreateTopicsRequest(
+            topics=[A.CreateTopicsRequest.CreatableTopic(name="t", num_partitions=3)]
+        ),
+        A.CreateTopicsResponse(topics=[A.CreateTopicsResponse.CreatableTopicResult(name="t")]),
+    )
+    assert create == [("create_topic", {"topic": "t", "partitions": 3}, 0, None)]
+    delete = audit_lines(
+        "/kip848.v1.AdminService/DeleteTopics",
+        A.DeleteTopicsRequest(names=["t", "u"]),
+        A.DeleteTopicsResponse(
+            results=[
+                A.DeleteTopicsResponse.DeletableTopicResult(name="t"),
+                A.DeleteTopicsResponse.DeletableTopicResult(
+                    name="u", error_code=3, error_message="Unknown topic u."
+                ),
+            ]
+        ),
+    )
+    assert delete == [
+        ("delete_topic", {"topic": "t"}, 0, None),
+        ("delete_topic", {"topic": "u"}, 3, "Unknown topic u."),
+    ]
+    grow = audit_lines(
+        "/kip848.v1.AdminService/CreatePartitions",
+        A.CreatePartitionsRequest(
+            topics=[A.CreatePartitionsRequest.CreatePartitionsTopic(name="t", count=6)]
+        ),
+        A.CreatePartitionsResponse(error_code=15, error_message="Loading."),
+    )
+    assert grow == [("add_partitions", {"topic": "t", "partitions": 6}, 15, "Loading.")]
+    res = A.IncrementalAlterConfigsRequest.Resource(
+        resource_type=16,
+        resource_name="g",
+        configs=[
+            A.IncrementalAlterConfigsRequest.AlterableConfig(
+                name="consumer.session.timeout.ms", config_operation=0, value="50000"
+            ),
+            A.IncrementalAlterConfigsRequest.AlterableConfig(
+                name="consumer.heartbeat.interval.ms", config_operation=1
+            ),
+        ],
+    )
+    altered = A.IncrementalAlterConfigsResponse(
+        responses=[
+            A.IncrementalAlterConfigsResponse.AlterConfigsResourceResponse(
+                resource_type=16, resource_name="g"
+            )
+        ]
+    )
+    path = "/kip848.v1.AdminService/IncrementalAlterConfigs"
+    assert audit_lines(path, A.IncrementalAlterConfigsRequest(resources=[res]), altered) == [
+        (
+            "alter_group_config",
+            {
+                "group_id": "g",
+                "configs": "consumer.session.timeout.ms=50000,consumer.heartbeat.interval.ms=<default>",
+            },
+            0,
+            None,
+        )
+    ]
+    validate = A.IncrementalAlterConfigsRequest(resources=[res], validate_only=True)
+    assert audit_lines(path, validate, altered) == []
+    groups = audit_lines(
+        "/kip848.v1.AdminService/DeleteGroups",
+        A.DeleteGroupsRequest(group_ids=["g"]),
+        A.DeleteGroupsResponse(
+            results=[A.DeleteGroupsResponse.DeletableGroupResult(group_id="g", error_code=68)]
+        ),
+    )
+    assert groups == [("delete_group", {"group_id": "g"}, 68, None)]
+    partitions = [O.OffsetCommitRequest.Partition(partition_index=1, committed_offset=7)]
+    reset = O.OffsetCommitRequest(
+        group_id="g", topics=[O.OffsetCommitRequest.Topic(name="t", partitions=partitions)]
+    )
+    committed = O.OffsetCommitResponse(
+        topics=[
+            O.OffsetCommitResponse.Topic(
+                name="t", partitions=[O.OffsetCommitResponse.Partition(partition_index=1)]
+            )
+        ]
+    )
+    commit_path = "/kip848.v1.OffsetService/OffsetCommit"
+    assert audit_lines(commit_path, reset, committed) == [
+        ("reset_offsets", {"group_id": "g", "offsets": "t:1=7"}, 0, None)
+    ]
+    member_commit = O.OffsetCommitRequest(
+        group_id="g", member_id="A", generation_id_or_member_epoch=3
+    )
+    assert audit_lines(commit_path, member_commit, committed) == []
+    deleted = audit_lines(
+        "/kip848.v1.OffsetService/OffsetDelete",
+        O.OffsetDeleteRequest(
+            group_id="g", topics=[O.OffsetDeleteRequest.Topic(name="t", partition_indexes=[0, 2])]
+        ),
+        O.OffsetDeleteResponse(
+            topics=[
+                O.OffsetDeleteResponse.Topic(
+                    name="t",
+                    partitions=[
+                        O.OffsetDeleteResponse.Partition(partition_index=0),
+                        O.OffsetDeleteResponse.Partition(partition_index=2, error_code=88),
+                    ],
+                )
+            ]
+        ),
+    )
+    assert deleted == [("delete_offsets", {"group_id": "g", "partitions": "t:0/2"}, 88, None)]
+    assert (
+        audit_lines(HB, cg.ConsumerGroupHeartbeatRequest(), cg.ConsumerGroupHeartbeatResponse())
+        == []
+    )
+
+
+# ---------------------------------------------------------------- dashboard
+
+
+def test_every_dashboard_query_names_an_exported_metric() -> None:
+    dashboard = json.loads((ROOT / "docs" / "grafana-dashboard.json").read_text())
+    metrics = CoordinatorMetrics(process_collectors=False)
+    metrics.set_state_reader(lambda: StateCounts())
+    exported = metric_names(metrics.registry)
+    panels = list(_panels(dashboard["panels"]))
+    assert len(panels) >= 12
+    for panel in panels:
+        targets = panel.get("targets", [])
+        assert targets, f"panel {panel['title']!r} has no query"
+        for target in targets:
+            names = set(re.findall(r"\bkip848_[a-z0-9_]+", target["expr"]))
+            assert names, f"panel {panel['title']!r}: {target['expr']!r} names no metric"
+            assert names <= exported, f"panel {panel['title']!r}: unknown {names - exported}"
+    queried = {
+        n
+        for p in panels
+        for t in p["targets"]
+        for n in re.findall(r"\bkip848_[a-z0-9_]+", t["expr"])
+    }
+    families = {f.name for f in metrics.registry.collect() if f.name.startswith("kip848_")}
+    # every family but the build info is on the dashboard
+    assert {f for f in families if not any(q.startswith(f) for q in queried)} == {"kip848_build"}
+
+
+def _panels(panels: list[dict]) -> Iterator[dict]:
+    for p in panels:
+        if p.get("type") == "row":
+            yield from _panels(p.get("panels", []))
+        else:
+            yield p
