@@ -331,7 +331,6 @@ _rack_of = attrgetter("rack_id")
 def run_job(job: AssignmentJob, assignor: PartitionAssignor) -> AssignmentOutcome:
     """Run the assignor on the job's inputs and validate its result (in a worker). Pure."""
     spec, topics = job.group_spec()
-    base = {"group_id": job.group_id, "group_uid": job.group_uid, "epoch": job.epoch}
     try:
         result = assignor.assign(spec, topics)
         changed = changed_members(spec, result) if isinstance(result, GroupAssignment) else None
@@ -341,7 +340,9 @@ def run_job(job: AssignmentJob, assignor: PartitionAssignor) -> AssignmentOutcom
             f"assignor '{assignor.name}' raised {type(exc).__name__}: {exc}"
         )
         return AssignmentOutcome(
-            **base,
+            group_id=job.group_id,
+            group_uid=job.group_uid,
+            epoch=job.epoch,
             error=f"Failed to compute a new target assignment for epoch {job.epoch}: {detail}",
         )
     members = spec.members
@@ -350,7 +351,9 @@ def run_job(job: AssignmentJob, assignor: PartitionAssignor) -> AssignmentOutcom
         new = {t: ps for t, ps in result.members[member_id].items() if ps}
         if new != members[member_id].assignment:
             out[member_id] = (members[member_id].instance_id, new)
-    return AssignmentOutcome(**base, changed=out)
+    return AssignmentOutcome(
+        group_id=job.group_id, group_uid=job.group_uid, epoch=job.epoch, changed=out
+    )
 
 
 def outcome_is_stale(group: ConsumerGroup | None, outcome: AssignmentOutcome) -> str | None:
@@ -374,13 +377,13 @@ def outcome_records(
     static = group.static_members
     targets: dict[str, Assignment] = {}
     for member_id, (instance_id, new) in outcome.changed.items():
-        if member_id not in members:
-            if instance_id is None:
-                continue  # left the group
-            member_id = static.get(instance_id)
-            if member_id is None or member_id in outcome.changed:
-                continue  # the static member left too, or is already in the outcome
-        targets[member_id] = new
+        if member_id in members:
+            targets[member_id] = new
+            continue
+        successor = None if instance_id is None else static.get(instance_id)
+        if successor is not None and successor not in outcome.changed:
+            targets[successor] = new  # the static member re-joined under a new member id
+        # else: the member left the group
     records = target_records(group, targets, None, outcome.epoch)
     records[-1] = r.target_assignment_epoch_record(group.group_id, outcome.epoch, timestamp_ms)
     return records
