@@ -22,14 +22,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._report import machine, table, write_section
 from coordinator.core.commands import ConsumerGroupHeartbeat
-from coordinator.core.harness import CoreHarness
+from coordinator.harness import Harness
 
 GROUP = "bench"
 
 
-def build(members: int, partitions: int, topics: int) -> tuple[CoreHarness, int, list[str]]:
+def build(members: int, partitions: int, topics: int) -> tuple[Harness, int, list[str]]:
     """A reconciled group: ``members`` members on ``topics`` topics totalling ``partitions``."""
-    h = CoreHarness()
+    h = Harness()
     names = [f"t{i}" for i in range(topics)]
     for name in names:
         h.create_topic(name, partitions // topics)
@@ -52,7 +52,7 @@ def build(members: int, partitions: int, topics: int) -> tuple[CoreHarness, int,
 
 
 def bench_steady(
-    h: CoreHarness, epoch: int, ids: list[str], calls: int, with_owned: bool
+    h: Harness, epoch: int, ids: list[str], calls: int, with_owned: bool
 ) -> list[float]:
     shard = h.shard
     group = shard.groups[GROUP]
@@ -81,7 +81,7 @@ def bench_steady(
     return samples
 
 
-def bench_join(h: CoreHarness, names: list[str], repeats: int) -> tuple[list[float], int]:
+def bench_join(h: Harness, names: list[str], repeats: int) -> tuple[list[float], int]:
     shard = h.shard
     cmd = ConsumerGroupHeartbeat(
         group_id=GROUP,

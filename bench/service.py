@@ -357,15 +357,15 @@ def _template_records() -> tuple[
     from coordinator.core.commands import ConsumerGroupHeartbeat, SequentialIds
     from coordinator.core.config import GroupCoordinatorConfig
     from coordinator.core.records import topic_record
-    from coordinator.core.shard import GroupCoordinatorShard
     from coordinator.core.topics import NewTopic, TopicRegistry
+    from coordinator.factory import new_shard
 
     ids = SequentialIds()
     registry = TopicRegistry(ids)
     registry.create_topics(
         [NewTopic(name="topic", num_partitions=30, topic_id="AAAAAAAAAAAAAAAAAAAAAQ")]
     )
-    shard = GroupCoordinatorShard(
+    shard = new_shard(
         config=GroupCoordinatorConfig(),
         assignors=[UniformAssignor()],
         ids=ids,
@@ -449,8 +449,8 @@ def bench_load(groups: int, repeat: int = 1) -> list[dict[str, Any]]:
     """Build the store once, then load it ``repeat`` times into fresh shards (one row each)."""
     from coordinator.core.commands import SequentialIds
     from coordinator.core.config import GroupCoordinatorConfig
-    from coordinator.core.shard import GroupCoordinatorShard
     from coordinator.core.topics import TopicRegistry
+    from coordinator.factory import new_shard
     from coordinator.runtime.assignors import make_assignors
     from coordinator.runtime.loader import load_into
     from coordinator.runtime.store import SqliteRecordStore
@@ -466,8 +466,7 @@ def bench_load(groups: int, repeat: int = 1) -> list[dict[str, Any]]:
             ids = SequentialIds()
             assignors = make_assignors(config.consumer_assignors)
             shards = [
-                GroupCoordinatorShard(config=config, assignors=assignors, ids=ids)
-                for _ in range(config.shards)
+                new_shard(config=config, assignors=assignors, ids=ids) for _ in range(config.shards)
             ]
             registry = TopicRegistry(ids)
             rss0 = _rss_mb()

@@ -2,7 +2,9 @@
 
 States (Kafka's ClassicGroupState): Empty -> PreparingRebalance -> CompletingRebalance -> Stable,
 and back to PreparingRebalance on any membership or metadata change. Dead is never held (a
-removed group simply disappears).
+removed group simply disappears). The legal moves are data (:data:`VALID_PREVIOUS_STATES`, as
+Kafka's ``validPreviousStates``): :meth:`ClassicGroup.transition` refuses any other, raising
+before it changes anything.
 
 Durability follows Kafka: the join and sync phases are transient (in memory, every write through
 the shard's undo log so a failed batch rolls them back); each *completed generation* — the
@@ -14,10 +16,12 @@ its last record: Stable with its members and assignments, or Empty.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import Enum
 
 from coordinator.core import records as r
+from coordinator.core.errors import IllegalStateError
 from coordinator.core.timeline import TDict, UndoLog
 
 from .messages import Protocols
@@ -29,6 +33,19 @@ class ClassicGroupState(Enum):
     COMPLETING_REBALANCE = "CompletingRebalance"
     STABLE = "Stable"
     DEAD = "Dead"
+
+
+_S = ClassicGroupState
+VALID_PREVIOUS_STATES: Mapping[ClassicGroupState, frozenset[ClassicGroupState]] = {
+    _S.EMPTY: frozenset({_S.PREPARING_REBALANCE}),
+    _S.PREPARING_REBALANCE: frozenset({_S.STABLE, _S.COMPLETING_REBALANCE, _S.EMPTY}),
+    _S.COMPLETING_REBALANCE: frozenset({_S.PREPARING_REBALANCE}),
+    _S.STABLE: frozenset({_S.COMPLETING_REBALANCE}),
+    _S.DEAD: frozenset(
+        {_S.STABLE, _S.PREPARING_REBALANCE, _S.COMPLETING_REBALANCE, _S.EMPTY, _S.DEAD}
+    ),
+}
+"""State -> the states a group may move to it from (Kafka's ClassicGroupState)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -98,6 +115,13 @@ class ClassicGroup:
         self._log.set_attr(self, name, value)
 
     def transition(self, state: ClassicGroupState, now_ms: int) -> None:
+        """Move to ``state``; an illegal move raises and changes nothing."""
+        if self.state not in VALID_PREVIOUS_STATES[state]:
+            raise IllegalStateError(
+                f"classic group {self.group_id} cannot move from {self.state.value} to "
+                f"{state.value} (it must be in one of "
+                f"{', '.join(sorted(s.value for s in VALID_PREVIOUS_STATES[state]))})"
+            )
         self.set("previous_state", self.state)
         self.set("state", state)
         self.set("state_timestamp_ms", now_ms)
@@ -200,6 +224,29 @@ class ClassicGroup:
                 for m in self.members.values()
             ),
         )
+
+    @classmethod
+    def stable(
+        cls,
+        log: UndoLog,
+        group_id: str,
+        *,
+        protocol_type: str,
+        generation: int,
+        members: Iterable[ClassicMember],
+        now_ms: int,
+    ) -> ClassicGroup:
+        """A new group, Stable at ``generation`` from the start (a consumer group downgraded to
+        a classic group; not a transition: the group did not exist)."""
+        group = cls(log, group_id)
+        for member in members:
+            group.put_member(member)
+        group.protocol_type = protocol_type
+        group.generation = generation
+        group.protocol_name = group.select_protocol()
+        group.state = ClassicGroupState.STABLE
+        group.state_timestamp_ms = now_ms
+        return group
 
     @classmethod
     def from_record(cls, log: UndoLog, group_id: str, value: r.GroupMetadataValue) -> ClassicGroup:

@@ -12,11 +12,15 @@ import json
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from coordinator.cli.config import DEFAULT_DATA_DIR, add_config_flags, build_config
 from coordinator.cli.output import print_json, print_table
 from coordinator.cli.registry import Commands
+
+if TYPE_CHECKING:
+    from coordinator.core.topics import TopicRegistry
+    from coordinator.factory import Shard
 
 
 def register(commands: Commands) -> None:
@@ -113,15 +117,19 @@ def json_value(value: Any) -> Any:
     return value
 
 
-def check_state(shards: Sequence[Any], registry: Any) -> list[str]:
+def check_state(shards: Sequence[Shard], registry: TopicRegistry) -> list[str]:
     """Invariants of a loaded state; returns the problems found (empty = fine)."""
     from coordinator.core.commands import SequentialIds
+    from coordinator.factory import new_shard
 
     problems: list[str] = []
     for i, shard in enumerate(shards):
         # Replaying the canonical records of the state must rebuild exactly the state.
-        fresh = type(shard)(
-            config=shard.config, assignors=list(shard.assignors.values()), ids=SequentialIds()
+        fresh = new_shard(
+            config=shard.config,
+            assignors=list(shard.groups.assignors.values()),
+            ids=SequentialIds(),
+            topics=registry.image(),
         )
         fresh.undo.enabled = False
         try:
@@ -152,6 +160,7 @@ def check_state(shards: Sequence[Any], registry: Any) -> list[str]:
 def cmd_replay(args: argparse.Namespace) -> int:
     from coordinator.core.commands import SequentialIds
     from coordinator.core.topics import TopicRegistry
+    from coordinator.factory import new_shard
     from coordinator.runtime.assignors import make_assignors
     from coordinator.runtime.loader import load_into
     from coordinator.runtime.store import StoreError
@@ -164,11 +173,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         return 1
     assignors = make_assignors(config.consumer_assignors)
     ids = SequentialIds()
-    from legacy_bridge.shard import BridgedShard  # what the server runs: classic groups too
-
-    shards = [
-        BridgedShard(config=config, assignors=assignors, ids=ids) for _ in range(config.shards)
-    ]
+    shards = [new_shard(config=config, assignors=assignors, ids=ids) for _ in range(config.shards)]
     registry = TopicRegistry(ids)
     started = time.perf_counter()
     with store:

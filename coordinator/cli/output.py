@@ -1,4 +1,9 @@
-"""Output shared by the sub-commands: tables for people, JSON for scripts."""
+"""Output shared by the sub-commands: tables for people, JSON for scripts.
+
+Tables are plain left-aligned columns separated by two spaces, one line per row, no borders and
+no wrapping, whatever the terminal — as Kafka's tools print them, so ``awk``/``cut`` pipelines
+keep working (a rendering library such as ``rich`` would draw boxes and wrap to the terminal
+width). Scripts should still prefer ``--output json``, whose keys are stable."""
 
 from __future__ import annotations
 

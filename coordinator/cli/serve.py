@@ -53,6 +53,14 @@ def register(commands: Commands) -> None:
         help="largest request or response (default 16 MiB)",
     )
     p.add_argument(
+        "--max-concurrent-calls",
+        type=int_in(0, INT32_MAX),
+        default=10_000,
+        metavar="N",
+        help="calls one process runs at once; more are refused at once with RESOURCE_EXHAUSTED "
+        "(not processed: retry); 0: no limit. Below it, bursts queue (default 10000)",
+    )
+    p.add_argument(
         "--journal-retention-ms",
         type=int_in(0, INT64_MAX),
         default=None,
@@ -102,6 +110,14 @@ def register(commands: Commands) -> None:
         "plaintext; https://: TLS); default: no tracing",
     )
     p.add_argument(
+        "--otlp-sample-ratio",
+        type=sample_ratio,
+        default=None,
+        metavar="R",
+        help="share of requests traced, 0..1 (a caller's sampled traceparent is always "
+        "followed); default: OpenTelemetry's (OTEL_TRACES_SAMPLER, else every request)",
+    )
+    p.add_argument(
         "--log-format",
         choices=LOG_FORMATS,
         default="plain",
@@ -126,6 +142,17 @@ def register(commands: Commands) -> None:
         help="the address the Kafka listener gives clients for itself (config: "
         "kafka.advertised.address; default: the bound address)",
     )
+
+
+def sample_ratio(text: str) -> float:
+    """``--otlp-sample-ratio``: a number in 0..1."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in 0..1, got {text!r}") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"expected a number in 0..1, got {text!r}")
+    return value
 
 
 def grpc_processes(text: str) -> int:
@@ -211,7 +238,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     try:
         observer = make_observer(
-            metrics=args.metrics_listen is not None, otlp_endpoint=args.otlp_endpoint
+            metrics=args.metrics_listen is not None,
+            otlp_endpoint=args.otlp_endpoint,
+            sample_ratio=args.otlp_sample_ratio,
         )
     except Exception as exc:  # noqa: BLE001 - a bad endpoint is a usage error, not a crash
         raise UsageError(f"--otlp-endpoint {args.otlp_endpoint}: {exc}") from None
@@ -220,6 +249,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         listen=args.listen,
         clock=args.clock,
         max_message_bytes=args.max_message_bytes,
+        max_concurrent_calls=args.max_concurrent_calls,
         grpc_processes=args.grpc_processes,
         event_loop=args.event_loop,
         log_level=args.log_level,

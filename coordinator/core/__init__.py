@@ -10,7 +10,17 @@ Rules
   response and keyed timer operations.
 * Loading = replaying stored records in order; ``on_loaded`` re-arms timers.
 
+* A shard is composed of components, each owning its state and its record types
+  (``components``): consumer groups, offsets, group configs, and the classic groups that the
+  legacy bridge plugs in through ``ClassicGroupSupport`` (the core never imports the bridge).
+  The shard routes records by :class:`~.records.RecordType`, timers by kind, commands by
+  component. Shards are built by ``coordinator.factory.new_shard`` only.
+* The core does not log: handlers return ``LogEvent`` values (``events``) with their result,
+  written by the runtime once the records are durable.
+
 Reading order: ``model`` (values) → ``records`` / ``codec`` → ``group`` (state + replay) →
-``reconciliation`` (member state machine) → ``target_assignment`` → ``shard`` (handlers) →
-``topics`` (topic registry) → ``timers``, ``timeline``, ``config``, ``errors``.
+``reconciliation`` (member state machine) → ``target_assignment`` → ``context`` and
+``components`` (the seams) → ``consumer_groups``, ``offsets``, ``group_configs`` (the components)
+→ ``shard`` (composition and routing) → ``topics`` (topic registry) → ``events``, ``timers``,
+``timeline``, ``config``, ``errors``.
 """

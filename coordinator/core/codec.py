@@ -92,25 +92,26 @@ def _dec_classic(raw: Any) -> ClassicMemberMetadata | None:
     )
 
 
-_KEY_FIELDS: dict[int, tuple[type, tuple[str, ...]]] = {
-    cls.TYPE: (cls, tuple(f.name for f in fields(cls)))  # type: ignore[attr-defined]
-    for cls in (
-        r.OffsetCommitKey,
-        r.GroupMetadataKey,
-        r.ConsumerGroupMetadataKey,
-        r.ConsumerGroupPartitionMetadataKey,
-        r.ConsumerGroupMemberMetadataKey,
-        r.ConsumerGroupTargetAssignmentMetadataKey,
-        r.ConsumerGroupTargetAssignmentMemberKey,
-        r.ConsumerGroupCurrentMemberAssignmentKey,
-        r.ConsumerGroupRegularExpressionKey,
-        r.GroupConfigKey,
-        r.TopicKey,
-    )
+_KEY_CLASSES: tuple[type[r.RecordKey], ...] = (
+    r.OffsetCommitKey,
+    r.GroupMetadataKey,
+    r.ConsumerGroupMetadataKey,
+    r.ConsumerGroupPartitionMetadataKey,
+    r.ConsumerGroupMemberMetadataKey,
+    r.ConsumerGroupTargetAssignmentMetadataKey,
+    r.ConsumerGroupTargetAssignmentMemberKey,
+    r.ConsumerGroupCurrentMemberAssignmentKey,
+    r.ConsumerGroupRegularExpressionKey,
+    r.GroupConfigKey,
+    r.TopicKey,
+)
+
+_KEY_FIELDS: dict[r.RecordType, tuple[type[r.RecordKey], tuple[str, ...]]] = {
+    cls.TYPE: (cls, tuple(f.name for f in fields(cls))) for cls in _KEY_CLASSES
 }
 
 
-_KEY_TYPES: dict[int, tuple[type, ...]] = {
+_KEY_TYPES: dict[r.RecordType, tuple[type, ...]] = {
     type_id: tuple(int if f.type in ("int", int) else str for f in fields(cls))
     for type_id, (cls, _names) in _KEY_FIELDS.items()
 }
@@ -121,14 +122,17 @@ def _check_key(raw: list[Any]) -> None:
     type_id = raw[0]
     if type(type_id) is not int:
         raise IllegalStateError(f"record type must be an integer, got {type_id!r}")
-    expected = _KEY_TYPES.get(type_id)
-    if expected is None:
-        raise IllegalStateError(f"unknown record type {type_id}")
+    try:
+        expected = _KEY_TYPES[r.RecordType(type_id)]
+    except ValueError:
+        raise IllegalStateError(f"unknown record type {type_id}") from None
     if tuple(map(type, raw))[1:] != expected:
         raise IllegalStateError(f"malformed key for record type {type_id}: {raw!r}")
 
 
-def _value_encoders() -> dict[int, tuple[Callable[[Any], list[Any]], Callable[[list[Any]], Any]]]:
+def _value_encoders() -> dict[
+    r.RecordType, tuple[Callable[[Any], list[Any]], Callable[[list[Any]], Any]]
+]:
     def oc_enc(v: r.OffsetCommitValue) -> list[Any]:
         return [v.offset, v.leader_epoch, v.metadata, v.commit_timestamp_ms, v.expire_timestamp_ms]
 
@@ -273,18 +277,19 @@ def _value_encoders() -> dict[int, tuple[Callable[[Any], list[Any]], Callable[[l
     def tp_dec(f: list[Any]) -> r.TopicValue:
         return r.TopicValue(topic_id=f[0], num_partitions=f[1])
 
+    t = r.RecordType
     return {
-        1: (oc_enc, oc_dec),
-        2: (gm_enc, gm_dec),
-        3: (md_enc, md_dec),
-        4: (pm_enc, pm_dec),
-        5: (mm_enc, mm_dec),
-        6: (te_enc, te_dec),
-        7: (tm_enc, tm_dec),
-        8: (ca_enc, ca_dec),
-        16: (rx_enc, rx_dec),
-        1016: (gc_enc, gc_dec),
-        1100: (tp_enc, tp_dec),
+        t.OFFSET_COMMIT: (oc_enc, oc_dec),
+        t.GROUP_METADATA: (gm_enc, gm_dec),
+        t.CONSUMER_GROUP_METADATA: (md_enc, md_dec),
+        t.CONSUMER_GROUP_PARTITION_METADATA: (pm_enc, pm_dec),
+        t.CONSUMER_GROUP_MEMBER_METADATA: (mm_enc, mm_dec),
+        t.CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA: (te_enc, te_dec),
+        t.CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER: (tm_enc, tm_dec),
+        t.CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT: (ca_enc, ca_dec),
+        t.CONSUMER_GROUP_REGULAR_EXPRESSION: (rx_enc, rx_dec),
+        t.GROUP_CONFIG: (gc_enc, gc_dec),
+        t.TOPIC: (tp_enc, tp_dec),
     }
 
 
@@ -293,7 +298,7 @@ _VALUES = _value_encoders()
 
 def encode_key(key: r.RecordKey) -> bytes:
     cls_fields = _KEY_FIELDS[key.TYPE][1]
-    return orjson.dumps([key.TYPE, *(getattr(key, f) for f in cls_fields)])
+    return orjson.dumps([int(key.TYPE), *(getattr(key, f) for f in cls_fields)])
 
 
 def encode(record: r.Record) -> tuple[bytes, bytes | None]:
@@ -306,7 +311,7 @@ def encode(record: r.Record) -> tuple[bytes, bytes | None]:
 
 
 def _signature_table() -> dict[
-    tuple[int, tuple[type, ...]], tuple[int, type, Callable[[list[Any]], Any]]
+    tuple[int, tuple[type, ...]], tuple[r.RecordType, type, Callable[[list[Any]], Any]]
 ]:
     """(record type, exact JSON field types of its key) -> how to build it (an offset key is
     ``(1, (int, str, str, int))``). One dict lookup both type-checks a key (bool is not int, 3.0 is not 3) and finds

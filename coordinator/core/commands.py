@@ -10,6 +10,7 @@ import base64
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
+from .events import LogEvent
 from .model import Assignment
 from .records import Record
 from .timers import TimerOp
@@ -50,6 +51,16 @@ class ConsumerGroupHeartbeatResponse:
     should_compute_assignment: bool = False
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ListedGroup:
+    """One group in a ListGroups answer."""
+
+    group_id: str
+    protocol_type: str
+    group_state: str
+    group_type: str
+
+
 @dataclass(frozen=True, slots=True)
 class Pending:
     """A deferred response (classic JoinGroup/SyncGroup wait at a barrier): the answer comes
@@ -62,13 +73,22 @@ class Pending:
 class Result(Generic[T]):
     """What a handler returns: records (already replayed into the shard), the response, and
     timer operations to apply once the records are durable. ``completions`` answer earlier
-    :class:`Pending` responses; like timers, they are released only once the records are
-    durable (and dropped if the write fails: the rollback makes them pending again)."""
+    :class:`Pending` responses and ``events`` say what happened (for the log); like timers,
+    they are released only once the records are durable (and dropped if the write fails: the
+    rollback makes the requests pending again and the events never happened)."""
 
     records: list[Record] = field(default_factory=list)
     response: T | None = None
     timers: list[TimerOp] = field(default_factory=list)
     completions: list[tuple[int, Any]] = field(default_factory=list)
+    events: list[LogEvent] = field(default_factory=list)
+
+    def absorb(self, other: Result[Any]) -> None:
+        """Take over everything of ``other`` but its response (a sub-step of this command)."""
+        self.records += other.records
+        self.timers += other.timers
+        self.completions += other.completions
+        self.events += other.events
 
 
 class IdSource(Protocol):

@@ -1,4 +1,4 @@
-"""Committed offsets and group administration (Kafka 4.0's OffsetMetadataManager semantics).
+"""Committed offsets (Kafka 4.0's OffsetMetadataManager): a component of the shard.
 
 * OffsetCommit: a consumer-protocol member must send exactly its current member epoch
   (STALE_MEMBER_EPOCH for lower *or* higher), a classic member its generation
@@ -13,36 +13,40 @@
   the group subscribes to; otherwise a tombstone per existing offset.
 * Expiry: offsets of topics the group no longer subscribes to expire ``offsets.retention.minutes``
   after their commit; an empty group whose offsets are all gone is deleted.
-* Deleting a group (DeleteGroups, expiry) also deletes its group config overrides, in the same
-  batch (Kafka).
 * Offsets of a deleted topic are deleted with it (a re-created topic starts fresh).
 
-Offsets are keyed by topic *name*, as in Kafka 4.0's records.
+Offsets are keyed by topic *name*, as in Kafka 4.0's records. The component is a read-only
+mapping group id -> {(topic, partition): OffsetCommitValue}; a group id known only through its
+offsets is a "simple" group. Member validation asks the group's owner: the consumer groups, or
+the classic groups (:meth:`~.components.ClassicGroupSupport.check_offset_commit`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Container, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from . import records as r
-from .commands import Result
+from .commands import ListedGroup, Result
+from .context import ShardContext
 from .errors import (
     CoordinatorError,
     ErrorCode,
     GroupIdNotFoundError,
     IllegalGenerationError,
     InvalidRequestError,
-    NonEmptyGroupError,
     StaleMemberEpochError,
     UnknownMemberIdError,
 )
-from .group import ConsumerGroup, GroupState
+from .events import Event, LogEvent
+from .group import ConsumerGroup
 from .model import ZERO_TOPIC_ID
+from .timeline import TDict
 
 if TYPE_CHECKING:
-    from .shard import GroupCoordinatorShard
+    from .components import ClassicGroupSupport
+    from .consumer_groups import ConsumerGroups
 
 NO_OFFSET = -1
 
@@ -134,14 +138,6 @@ class OffsetDeleteResponse:
     topics: tuple[TopicResult, ...] = field(default_factory=tuple)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ListedGroup:
-    group_id: str
-    protocol_type: str
-    group_state: str
-    group_type: str
-
-
 def commit_error_response(req: OffsetCommit, error: CoordinatorError) -> OffsetCommitResponse:
     """A group-level error repeated on every partition, as Kafka answers OffsetCommit."""
     return OffsetCommitResponse(
@@ -177,19 +173,43 @@ def _validate_member(group: ConsumerGroup, member_id: str, epoch: int) -> None:
         )
 
 
-class OffsetsMixin:
-    """Offset and group-administration handlers of :class:`GroupCoordinatorShard`."""
+class Offsets(Mapping[str, Mapping[tuple[str, int], r.OffsetCommitValue]]):
+    def __init__(self, ctx: ShardContext, *, groups: ConsumerGroups) -> None:
+        self._ctx = ctx
+        self._groups = groups
+        self._committed: TDict = ctx.undo.new_dict()  # group id -> TDict((topic, p) -> value)
+        self.classic: ClassicGroupSupport | None = None
+        """Set once by the shard: commits to a classic group are validated by it."""
 
-    def offset_commit(
-        self: GroupCoordinatorShard, req: OffsetCommit, now_ms: int
-    ) -> Result[OffsetCommitResponse]:
+    # ------------------------------------------------------------------ mapping (reads)
+
+    def __getitem__(self, group_id: str) -> Mapping[tuple[str, int], r.OffsetCommitValue]:
+        committed: TDict = self._committed[group_id]
+        return committed
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._committed)
+
+    def __len__(self) -> int:
+        return len(self._committed)
+
+    def __contains__(self, group_id: object) -> bool:
+        return group_id in self._committed
+
+    # ------------------------------------------------------------------ OffsetCommit
+
+    def offset_commit(self, req: OffsetCommit, now_ms: int) -> Result[OffsetCommitResponse]:
         if not req.group_id.strip():
             raise InvalidRequestError("GroupId can't be empty.")
-        group = self.groups.get(req.group_id)
+        classic = self.classic
+        if classic is not None and req.group_id in classic:
+            classic.check_offset_commit(req)
+            return self._ctx.run(self._offset_commit, req, now_ms)
+        group = self._groups.get(req.group_id)
         epoch = req.generation_id_or_member_epoch
         if group is None:
             if epoch >= 0:
-                if req.group_id not in self.offsets:
+                if req.group_id not in self._committed:
                     raise GroupIdNotFoundError(f"Group {req.group_id} not found.")
                 # A simple group (offsets only) has no members: Kafka's ClassicGroup validates
                 # the member of any commit with a generation >= 0.
@@ -198,13 +218,12 @@ class OffsetsMixin:
                 )
         elif not (epoch < 0 and not group.members):
             _validate_member(group, req.member_id, epoch)
-        return self._run(self._offset_commit, req, now_ms)
+        return self._ctx.run(self._offset_commit, req, now_ms)
 
-    def _offset_commit(
-        self: GroupCoordinatorShard, req: OffsetCommit, now_ms: int
-    ) -> Result[OffsetCommitResponse]:
+    def _offset_commit(self, req: OffsetCommit, now_ms: int) -> Result[OffsetCommitResponse]:
         result: Result[OffsetCommitResponse] = Result()
-        max_bytes = self.config.offset_metadata_max_bytes
+        max_bytes = self._ctx.config.offset_metadata_max_bytes
+        by_name = self._ctx.topics.by_name
         topics_out = []
         for t in req.topics:
             name, topic_id, topic_error = self._resolve_topic(t.name, t.topic_id)
@@ -214,7 +233,7 @@ class OffsetsMixin:
                 message = None
                 if topic_error is not None:
                     error, message = topic_error
-                elif not 0 <= p.partition_index < self.topics.by_name[name].num_partitions:
+                elif not 0 <= p.partition_index < by_name[name].num_partitions:
                     error, message = (
                         ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                         f"Partition {name}-{p.partition_index} does not exist.",
@@ -239,7 +258,7 @@ class OffsetsMixin:
                         metadata=p.committed_metadata or "",
                         commit_timestamp_ms=now_ms,
                     )
-                    self._emit(
+                    self._ctx.emit(
                         result, r.offset_commit_record(req.group_id, name, p.partition_index, value)
                     )
                 parts.append(
@@ -254,9 +273,10 @@ class OffsetsMixin:
         return result
 
     def _resolve_topic(
-        self: GroupCoordinatorShard, name: str, topic_id: str
+        self, name: str, topic_id: str
     ) -> tuple[str, str, tuple[ErrorCode, str] | None]:
         """(name, topic id, error) for a topic given by name or by id."""
+        image = self._ctx.topics
         if not name and (not topic_id or topic_id == ZERO_TOPIC_ID):
             return (
                 name,
@@ -264,37 +284,37 @@ class OffsetsMixin:
                 (ErrorCode.INVALID_REQUEST, "A topic needs a name or a topic id."),
             )
         if topic_id and topic_id != ZERO_TOPIC_ID:
-            image = self.topics.by_id.get(topic_id)
-            if image is None:
+            by_id = image.by_id.get(topic_id)
+            if by_id is None:
                 return (
                     name,
                     topic_id,
                     (ErrorCode.UNKNOWN_TOPIC_ID, f"Topic id {topic_id} does not exist."),
                 )
-            if name and name != image.name:
+            if name and name != by_id.name:
                 return (
                     name,
                     topic_id,
                     (
                         ErrorCode.INVALID_REQUEST,
-                        f"Topic id {topic_id} is topic {image.name}, not {name}.",
+                        f"Topic id {topic_id} is topic {by_id.name}, not {name}.",
                     ),
                 )
-            return image.name, topic_id, None
-        image = self.topics.by_name.get(name)
-        if image is None:
+            return by_id.name, topic_id, None
+        by_name = image.by_name.get(name)
+        if by_name is None:
             return (
                 name,
                 ZERO_TOPIC_ID,
                 (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Topic {name} does not exist."),
             )
-        return name, image.topic_id, None
+        return name, by_name.topic_id, None
 
-    def offset_fetch(
-        self: GroupCoordinatorShard, req: OffsetFetchGroup
-    ) -> OffsetFetchGroupResponse:
+    # ------------------------------------------------------------------ OffsetFetch
+
+    def offset_fetch(self, req: OffsetFetchGroup) -> OffsetFetchGroupResponse:
         """A read: no records. Unknown groups answer -1 for everything asked."""
-        group = self.groups.get(req.group_id)
+        group = self._groups.get(req.group_id)
         if group is not None and not (req.member_id is None and req.member_epoch < 0):
             try:
                 _validate_member(group, req.member_id or "", req.member_epoch)
@@ -302,19 +322,17 @@ class OffsetsMixin:
                 return OffsetFetchGroupResponse(
                     group_id=req.group_id, error_code=exc.code, error_message=exc.message
                 )
-        stored = (
-            self.offsets.get(req.group_id)
-            if (group is not None or req.group_id in self.offsets)
-            else None
+        stored: Mapping[tuple[str, int], r.OffsetCommitValue] = self._committed.get(
+            req.group_id, {}
         )
-        stored = stored or {}
+        by_name = self._ctx.topics.by_name
         topics_out = []
         if req.topics is None:
             by_topic: dict[str, list[tuple[int, r.OffsetCommitValue]]] = {}
             for (topic, partition), value in stored.items():
                 by_topic.setdefault(topic, []).append((partition, value))
             for topic in sorted(by_topic):
-                image = self.topics.by_name.get(topic)
+                image = by_name.get(topic)
                 parts = tuple(
                     FetchedPartition(
                         partition_index=p,
@@ -334,18 +352,18 @@ class OffsetsMixin:
         else:
             for t in req.topics:
                 name, topic_id, error = self._resolve_topic(t.name, t.topic_id)
-                parts = []
+                fetched: list[FetchedPartition] = []
                 for p in t.partition_indexes:
                     # An unknown name answers -1 like any offset never committed (Kafka); a bad
                     # address (unknown id, no name nor id, name and id disagree) is an error.
                     if error is not None and error[0] is not ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
-                        parts.append(FetchedPartition(partition_index=p, error_code=error[0]))
+                        fetched.append(FetchedPartition(partition_index=p, error_code=error[0]))
                         continue
                     v = stored.get((name, p))
                     if v is None:
-                        parts.append(FetchedPartition(partition_index=p))
+                        fetched.append(FetchedPartition(partition_index=p))
                     else:
-                        parts.append(
+                        fetched.append(
                             FetchedPartition(
                                 partition_index=p,
                                 committed_offset=v.offset,
@@ -354,26 +372,29 @@ class OffsetsMixin:
                             )
                         )
                 topics_out.append(
-                    FetchedTopic(name=name, topic_id=topic_id, partitions=tuple(parts))
+                    FetchedTopic(name=name, topic_id=topic_id, partitions=tuple(fetched))
                 )
         return OffsetFetchGroupResponse(group_id=req.group_id, topics=tuple(topics_out))
 
+    # ------------------------------------------------------------------ OffsetDelete
+
     def offset_delete(
-        self: GroupCoordinatorShard, group_id: str, topics: Sequence[tuple[str, Sequence[int]]]
+        self, group_id: str, topics: Sequence[tuple[str, Sequence[int]]]
     ) -> Result[OffsetDeleteResponse]:
-        group = self.groups.get(group_id)
-        if group is None and group_id not in self.offsets:
+        group = self._groups.get(group_id)
+        if group is None and group_id not in self._committed:
             raise GroupIdNotFoundError(f"Group {group_id} not found.")
-        return self._run(self._offset_delete, group, group_id, topics)
+        return self._ctx.run(self._offset_delete, group, group_id, topics)
 
     def _offset_delete(
-        self: GroupCoordinatorShard,
+        self,
         group: ConsumerGroup | None,
         group_id: str,
         topics: Sequence[tuple[str, Sequence[int]]],
     ) -> Result[OffsetDeleteResponse]:
         result: Result[OffsetDeleteResponse] = Result()
-        stored = self.offsets.get(group_id, {})
+        stored = self._committed.get(group_id, {})
+        by_name = self._ctx.topics.by_name
         out = []
         for name, partitions in topics:
             subscribed = group is not None and name in group.topic_subscribers
@@ -389,9 +410,9 @@ class OffsetsMixin:
                     )
                     continue
                 if (name, p) in stored:
-                    self._emit(result, r.offset_commit_tombstone(group_id, name, p))
+                    self._ctx.emit(result, r.offset_commit_tombstone(group_id, name, p))
                 parts.append(PartitionResult(partition_index=p))
-            image = self.topics.by_name.get(name)
+            image = by_name.get(name)
             out.append(
                 TopicResult(
                     name=name,
@@ -402,128 +423,93 @@ class OffsetsMixin:
         result.response = OffsetDeleteResponse(topics=tuple(out))
         return result
 
-    # ---------------------------------------------------------------- groups
+    # ------------------------------------------------------------------ within other commands
 
-    def delete_groups(
-        self: GroupCoordinatorShard, group_ids: Sequence[str]
-    ) -> Result[list[tuple[str, ErrorCode, str | None]]]:
-        """DeleteGroups: per group NONE, GROUP_ID_NOT_FOUND or NON_EMPTY_GROUP."""
-        result: Result[list[tuple[str, ErrorCode, str | None]]] = Result(response=[])
-        for gid in group_ids:
-            group = self.groups.get(gid)
-            if group is None and gid not in self.offsets:
-                result.response.append(
-                    (gid, ErrorCode.GROUP_ID_NOT_FOUND, f"Group {gid} not found.")
-                )  # type: ignore[union-attr]
+    def delete_all(self, result: Result[Any], group_id: str) -> None:
+        """The group is deleted: a tombstone for each of its offsets."""
+        for topic, partition in sorted(self._committed.get(group_id, {})):
+            self._ctx.emit(result, r.offset_commit_tombstone(group_id, topic, partition))
+
+    def expire(
+        self, result: Result[Any], group_id: str, subscribed: Container[str], now_ms: int
+    ) -> bool:
+        """Expire the group's offsets of topics it does not subscribe to, ``offsets.retention.
+        minutes`` after their commit (or at their explicit expiry). True if none is left."""
+        retention_ms = self._ctx.config.offsets_retention_minutes * 60_000
+        all_expired = True
+        expired = 0
+        for (topic, partition), value in sorted(self._committed.get(group_id, {}).items()):
+            if topic in subscribed:
+                all_expired = False
                 continue
-            if group is not None and group.members:
-                exc = NonEmptyGroupError(
-                    f"Group {gid} is not empty ({len(group.members)} members)."
-                )
-                result.response.append((gid, exc.code, exc.message))  # type: ignore[union-attr]
-                continue
-            sub = self._run(self._delete_group, gid)
-            result.records += sub.records
-            result.response.append((gid, ErrorCode.NONE, None))  # type: ignore[union-attr]
-        return result
+            due = (
+                now_ms >= value.expire_timestamp_ms
+                if value.expire_timestamp_ms >= 0
+                else now_ms - value.commit_timestamp_ms >= retention_ms
+            )
+            if due:
+                self._ctx.emit(result, r.offset_commit_tombstone(group_id, topic, partition))
+                expired += 1
+            else:
+                all_expired = False
+        if expired:
+            result.events.append(
+                LogEvent(event=Event.OFFSETS_EXPIRED, group_id=group_id, fields={"count": expired})
+            )
+        return all_expired
 
-    def _delete_group(self: GroupCoordinatorShard, group_id: str) -> Result[None]:
-        result: Result[None] = Result()
-        for topic, partition in sorted(self.offsets.get(group_id, {})):
-            self._emit(result, r.offset_commit_tombstone(group_id, topic, partition))
-        group = self.groups.get(group_id)
-        if group is not None:
-            for regex in sorted(group.resolved_regexes):
-                self._emit(result, r.regex_tombstone(group_id, regex))
-            self._emit(result, r.target_assignment_epoch_tombstone(group_id))
-            self._emit(result, r.partition_metadata_tombstone(group_id))
-            self._emit(result, r.group_epoch_tombstone(group_id))
-        # The group's dynamic config overrides go with it (Kafka); a group created again under
-        # the same id starts from the broker defaults.
-        for name in sorted(self.group_configs.get(group_id, {})):
-            self._emit(result, r.group_config_record(group_id, name, None))
-        return result
-
-    def expire_offsets(self: GroupCoordinatorShard, now_ms: int) -> Result[None]:
-        """The periodic cleanup (``offsets.retention.check.interval.ms``): expire offsets of
-        topics a group no longer subscribes to, then delete empty groups with no offsets left."""
-        return self._run(self._expire_offsets, now_ms)
-
-    def _expire_offsets(self: GroupCoordinatorShard, now_ms: int) -> Result[None]:
-        result: Result[None] = Result()
-        retention_ms = self.config.offsets_retention_minutes * 60_000
-        for gid in sorted(set(self.offsets) | set(self.groups)):
-            group = self.groups.get(gid)
-            all_expired = True
-            for (topic, partition), value in sorted(self.offsets.get(gid, {}).items()):
-                if group is not None and topic in group.topic_subscribers:
-                    all_expired = False
-                    continue
-                expired = (
-                    now_ms >= value.expire_timestamp_ms
-                    if value.expire_timestamp_ms >= 0
-                    else now_ms - value.commit_timestamp_ms >= retention_ms
-                )
-                if expired:
-                    self._emit(result, r.offset_commit_tombstone(gid, topic, partition))
-                else:
-                    all_expired = False
-            if all_expired and (group is None or group.state() is GroupState.EMPTY):
-                # An empty group without offsets is deleted, and so is a simple group (offsets
-                # only) whose last offsets expired: with its config overrides.
-                sub = self._delete_group(gid)
-                result.records += sub.records
-        return result
-
-    def on_topics_deleted(self: GroupCoordinatorShard, names: Sequence[str]) -> Result[None]:
+    def on_topics_deleted(self, names: Collection[str]) -> Result[None]:
         """Delete the committed offsets of deleted topics (Kafka's onPartitionsDeleted)."""
-        return self._run(self._on_topics_deleted, set(names))
+        return self._ctx.run(self._on_topics_deleted, set(names))
 
-    def _on_topics_deleted(self: GroupCoordinatorShard, names: set[str]) -> Result[None]:
+    def _on_topics_deleted(self, names: set[str]) -> Result[None]:
         result: Result[None] = Result()
-        for gid in sorted(self.offsets):
-            for topic, partition in sorted(self.offsets[gid]):
+        for gid in sorted(self._committed):
+            for topic, partition in sorted(self._committed[gid]):
                 if topic in names:
-                    self._emit(result, r.offset_commit_tombstone(gid, topic, partition))
+                    self._ctx.emit(result, r.offset_commit_tombstone(gid, topic, partition))
         return result
 
-    def list_groups(
-        self: GroupCoordinatorShard, states: Sequence[str] = (), types: Sequence[str] = ()
-    ) -> list[ListedGroup]:
-        """ListGroups with case-insensitive state and type filters (an unknown type matches nothing)."""
-        want_states = {s.lower() for s in states}
-        want_types = {t.lower() for t in types}
-        out = []
-        for gid in sorted(set(self.groups) | set(self.offsets)):
-            group = self.groups.get(gid)
-            if group is not None:
-                entry = ListedGroup(
-                    group_id=gid,
-                    protocol_type="consumer",
-                    group_state=group.state().value,
-                    group_type="consumer",
-                )
-            else:  # a simple group: offsets only (Kafka: an empty classic group without protocol)
-                entry = ListedGroup(
-                    group_id=gid, protocol_type="", group_state="Empty", group_type="classic"
-                )
-            if want_states and entry.group_state.lower() not in want_states:
-                continue
-            if want_types and entry.group_type not in want_types:
-                continue
-            out.append(entry)
-        return out
+    def listed(self, others: Container[str]) -> list[ListedGroup]:
+        """ListGroups entries of simple groups: offsets only, no group of that id in ``others``
+        (Kafka: an empty classic group without a protocol)."""
+        return [
+            ListedGroup(group_id=gid, protocol_type="", group_state="Empty", group_type="classic")
+            for gid in sorted(self._committed)
+            if gid not in others
+        ]
 
-    def replay_offset(self: GroupCoordinatorShard, key: r.OffsetCommitKey, value: Any) -> None:
-        offsets = self.offsets.get(key.group_id)
+    # ------------------------------------------------------------------ records
+
+    def replayers(self) -> dict[r.RecordType, Callable[[r.Record], None]]:
+        return {r.RecordType.OFFSET_COMMIT: self._replay}
+
+    def _replay(self, record: r.Record) -> None:
+        key, value = r.typed(record, r.OffsetCommitKey, r.OffsetCommitValue)
+        offsets = self._committed.get(key.group_id)
         if value is None:
             if offsets is None:
                 return
             offsets.discard((key.topic, key.partition))
             if not offsets:
-                del self.offsets[key.group_id]
+                del self._committed[key.group_id]
             return
         if offsets is None:
-            offsets = self.undo.new_dict()
-            self.offsets[key.group_id] = offsets
+            offsets = self._ctx.undo.new_dict()
+            self._committed[key.group_id] = offsets
         offsets[(key.topic, key.partition)] = value
+
+    def snapshot(self) -> dict[str, object]:
+        return {
+            "offsets": {
+                gid: {f"{t}-{p}": v for (t, p), v in sorted(o.items())}
+                for gid, o in sorted(self._committed.items())
+            }
+        }
+
+    def records_of_state(self) -> list[r.Record]:
+        return [
+            r.offset_commit_record(gid, topic, partition, value)
+            for gid in sorted(self._committed)
+            for (topic, partition), value in sorted(self._committed[gid].items())
+        ]

@@ -1,8 +1,9 @@
 """Records: the only way state changes. Named and numbered after Kafka's record types.
 
 A :class:`Record` is a key and a value; ``value is None`` is a tombstone (deletion). Keys are
-what compaction keeps the latest value of. The key's ``TYPE`` doubles as the record type id
-(Kafka's key "version"). Ordering rules for tombstones are enforced by ``replay``
+what compaction keeps the latest value of. Every key class names its :class:`RecordType` (Kafka's
+``CoordinatorRecordType``: the number is the key "version" written first in the stored key);
+``replay`` is dispatched on it. Ordering rules for tombstones are enforced by ``replay``
 (see :mod:`coordinator.core.group`):
 
 * removing a member writes, in order: current-assignment tombstone, target-assignment
@@ -14,18 +15,42 @@ what compaction keeps the latest value of. The key's ``TYPE`` doubles as the rec
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar
+from enum import IntEnum
+from typing import ClassVar, TypeVar
 
 from assignors.api import TopicMetadata
 
+from .errors import IllegalStateError
 from .model import Assignment, ClassicMemberMetadata
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+class RecordType(IntEnum):
+    """Record types, named and numbered as Kafka's ``CoordinatorRecordType`` (the share-group
+    types 9-15 are not used here); 1016 and 1100 are this coordinator's own (group configs and
+    topics, which Kafka keeps in the controller)."""
+
+    OFFSET_COMMIT = 1
+    GROUP_METADATA = 2
+    CONSUMER_GROUP_METADATA = 3
+    CONSUMER_GROUP_PARTITION_METADATA = 4
+    CONSUMER_GROUP_MEMBER_METADATA = 5
+    CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA = 6
+    CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER = 7
+    CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT = 8
+    CONSUMER_GROUP_REGULAR_EXPRESSION = 16
+    GROUP_CONFIG = 1016
+    TOPIC = 1100
+
 
 # ---------------------------------------------------------------- keys
 
 
 @dataclass(frozen=True, slots=True)
 class OffsetCommitKey:
-    TYPE: ClassVar[int] = 1
+    TYPE: ClassVar[RecordType] = RecordType.OFFSET_COMMIT
     group_id: str
     topic: str
     partition: int
@@ -36,52 +61,52 @@ class GroupMetadataKey:
     """A classic group (Kafka's GroupMetadata record): one value holds the whole group as of
     its last completed generation. Written by the legacy bridge."""
 
-    TYPE: ClassVar[int] = 2
+    TYPE: ClassVar[RecordType] = RecordType.GROUP_METADATA
     group_id: str
 
 
 @dataclass(frozen=True, slots=True)
 class ConsumerGroupMetadataKey:
-    TYPE: ClassVar[int] = 3
+    TYPE: ClassVar[RecordType] = RecordType.CONSUMER_GROUP_METADATA
     group_id: str
 
 
 @dataclass(frozen=True, slots=True)
 class ConsumerGroupPartitionMetadataKey:
-    TYPE: ClassVar[int] = 4
+    TYPE: ClassVar[RecordType] = RecordType.CONSUMER_GROUP_PARTITION_METADATA
     group_id: str
 
 
 @dataclass(frozen=True, slots=True)
 class ConsumerGroupMemberMetadataKey:
-    TYPE: ClassVar[int] = 5
+    TYPE: ClassVar[RecordType] = RecordType.CONSUMER_GROUP_MEMBER_METADATA
     group_id: str
     member_id: str
 
 
 @dataclass(frozen=True, slots=True)
 class ConsumerGroupTargetAssignmentMetadataKey:
-    TYPE: ClassVar[int] = 6
+    TYPE: ClassVar[RecordType] = RecordType.CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA
     group_id: str
 
 
 @dataclass(frozen=True, slots=True)
 class ConsumerGroupTargetAssignmentMemberKey:
-    TYPE: ClassVar[int] = 7
+    TYPE: ClassVar[RecordType] = RecordType.CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER
     group_id: str
     member_id: str
 
 
 @dataclass(frozen=True, slots=True)
 class ConsumerGroupCurrentMemberAssignmentKey:
-    TYPE: ClassVar[int] = 8
+    TYPE: ClassVar[RecordType] = RecordType.CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT
     group_id: str
     member_id: str
 
 
 @dataclass(frozen=True, slots=True)
 class ConsumerGroupRegularExpressionKey:
-    TYPE: ClassVar[int] = 16
+    TYPE: ClassVar[RecordType] = RecordType.CONSUMER_GROUP_REGULAR_EXPRESSION
     group_id: str
     regular_expression: str
 
@@ -92,7 +117,7 @@ class GroupConfigKey:
     the controller; we keep them in the group's shard). May exist before the group does;
     deleted with the group (tombstones in the group's deletion batch)."""
 
-    TYPE: ClassVar[int] = 1016
+    TYPE: ClassVar[RecordType] = RecordType.GROUP_CONFIG
     group_id: str
     name: str
 
@@ -101,7 +126,7 @@ class GroupConfigKey:
 class TopicKey:
     """The topic registry (Kafka's TopicRecord + PartitionRecord count). Cluster-level."""
 
-    TYPE: ClassVar[int] = 1100
+    TYPE: ClassVar[RecordType] = RecordType.TOPIC
     name: str
 
 
@@ -232,6 +257,19 @@ class Record:
     @property
     def group_id(self) -> str | None:
         return getattr(self.key, "group_id", None)
+
+
+def typed(record: Record, key_type: type[K], value_type: type[V]) -> tuple[K, V | None]:
+    """The record's key and value (None: tombstone) as the types its record type promises; a
+    record whose parts do not match is refused (a bug or a corrupt store, never protocol
+    state)."""
+    key, value = record.key, record.value
+    if isinstance(key, key_type) and (value is None or isinstance(value, value_type)):
+        return key, value
+    raise IllegalStateError(
+        f"record {type(key).__name__} with a {type(value).__name__} value is not a "
+        f"{key_type.__name__} with a {value_type.__name__}"
+    )
 
 
 # ---------------------------------------------------------------- helpers (Kafka's

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,12 +32,16 @@ from prometheus_client import (
     PROCESS_COLLECTOR,
     CollectorRegistry,
     Counter,
-    Histogram,
     Info,
     disable_created_metrics,
     start_http_server,
 )
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 
 log = logging.getLogger("kip848.metrics")
@@ -212,15 +217,94 @@ class StateCollector(Collector):
         )
         for shard, n in sorted(c.load_records.items()):
             loaded.add_metric([str(shard)], n)
-        forwarded = GaugeMetricFamily(
+        forwarded = CounterMetricFamily(
             f"{NAMESPACE}_frontend_forwarded_calls",
             "Calls each front-end process (--grpc-processes) forwarded to the coordinator "
-            "process since it started.",
+            "process (from 0 again when a front end is restarted).",
             labels=["frontend"],
         )
         for index, n in sorted(c.frontends.items()):
             forwarded.add_metric([str(index)], n)
         return [groups, members, offsets, shards, load, loaded, forwarded]
+
+
+class _LoopChild:
+    """One labelled series of a :class:`LoopHistogram`."""
+
+    __slots__ = ("bounds", "counts", "sum")
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)  # the last one: +Inf
+        self.sum = 0.0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect_left(self.bounds, value)] += 1
+        self.sum += value
+
+
+class LoopHistogram(Collector):
+    """A histogram observed from one thread only (the event loop: every observation of the
+    coordinator happens there), without the locks of ``prometheus_client.Histogram``: an
+    observation is one C ``bisect`` and two increments (about 0.2 µs instead of 1.5 µs; it is
+    on every request several times). Exposed through the official client like any other family.
+    A scrape (another thread) copies the counts, which the GIL makes atomic, then the sum: a
+    scrape may see the sum of one observation more than its counts, never non-monotonic counts.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        documentation: str,
+        labelnames: Sequence[str] = (),
+        *,
+        buckets: Sequence[float],
+        registry: CollectorRegistry,
+    ) -> None:
+        self.name = name
+        self.documentation = documentation
+        self.labelnames = tuple(labelnames)
+        self.bounds = tuple(float(b) for b in buckets)
+        self._children: dict[tuple[str, ...], _LoopChild] = {}
+        self._unlabelled = None if self.labelnames else self.labels()
+        registry.register(self)
+
+    def labels(self, *values: str) -> _LoopChild:
+        key = tuple(str(v) for v in values)
+        child = self._children.get(key)
+        if child is None:
+            if len(key) != len(self.labelnames):
+                raise ValueError(f"{self.name}: expected labels {self.labelnames}, got {key}")
+            child = self._children[key] = _LoopChild(self.bounds)
+        return child
+
+    def observe(self, value: float) -> None:
+        """Observe on the unlabelled series."""
+        assert self._unlabelled is not None, f"{self.name} has labels"
+        self._unlabelled.observe(value)
+
+    def describe(self) -> Iterable[Metric]:
+        return [HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)]
+
+    def collect(self) -> Iterable[Metric]:
+        family = HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
+        les = [_le(b) for b in self.bounds] + ["+Inf"]
+        for key, child in list(self._children.items()):
+            counts = list(child.counts)
+            total = child.sum
+            cumulative = []
+            running = 0
+            for le, n in zip(les, counts, strict=True):
+                running += n
+                cumulative.append((le, running))
+            family.add_metric(list(key), cumulative, total)
+        return [family]
+
+
+def _le(bound: float) -> str:
+    from prometheus_client.utils import floatToGoString
+
+    return floatToGoString(bound)
 
 
 class RequestSeries:
@@ -229,7 +313,7 @@ class RequestSeries:
 
     __slots__ = ("_children", "_histogram", "_protocol", "_rpc")
 
-    def __init__(self, histogram: Histogram, rpc: str, protocol: str) -> None:
+    def __init__(self, histogram: LoopHistogram, rpc: str, protocol: str) -> None:
         self._histogram = histogram
         self._rpc = rpc
         self._protocol = protocol
@@ -279,7 +363,7 @@ class CoordinatorMetrics:
         )
         ns = NAMESPACE
         # ---- requests (Kafka: kafka.network RequestMetrics TotalTimeMs, ErrorsPerSec)
-        self.request_duration = Histogram(
+        self.request_duration = LoopHistogram(
             f"{ns}_request_duration_seconds",
             "Time from a request reaching any process of the coordinator until its response "
             "was ready (durable), by RPC, protocol (grpc, kafka) and the response's error code "
@@ -291,7 +375,7 @@ class CoordinatorMetrics:
         self._request_series: dict[tuple[str, str], RequestSeries] = {}
         # ---- runtime (Kafka: event-queue-time-ms, event-processing-time-ms,
         # event-purgatory-time-ms, batch-flush-time-ms)
-        self.event_queue_time = Histogram(
+        self.event_queue_time = LoopHistogram(
             f"{ns}_event_queue_time_seconds",
             "Time a command waited before running on its shard: from the request reaching a "
             "process of ours (front end or coordinator) until the command started; for a timer, "
@@ -300,7 +384,7 @@ class CoordinatorMetrics:
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
-        self.event_processing_time = Histogram(
+        self.event_processing_time = LoopHistogram(
             f"{ns}_event_processing_time_seconds",
             "Time a command ran on its shard (the core's handler and the encoding of its "
             "records). Kafka: event-processing-time-ms.",
@@ -308,7 +392,7 @@ class CoordinatorMetrics:
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
-        self.event_purgatory_time = Histogram(
+        self.event_purgatory_time = LoopHistogram(
             f"{ns}_event_purgatory_time_seconds",
             "Time a command's response waited for its batch (or the shard's last outstanding "
             "batch) to be durable. Kafka: event-purgatory-time-ms.",
@@ -316,27 +400,27 @@ class CoordinatorMetrics:
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
-        self.batch_flush_time = Histogram(
+        self.batch_flush_time = LoopHistogram(
             f"{ns}_batch_flush_time_seconds",
             "Time the record store took to write one batch, fsync included. Kafka: "
             "batch-flush-time-ms.",
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
-        self.batch_fsync_time = Histogram(
+        self.batch_fsync_time = LoopHistogram(
             f"{ns}_batch_fsync_time_seconds",
             "Time of the store's commit of one batch (where SQLite fsyncs its WAL with "
             "--sync full).",
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
-        self.batch_records = Histogram(
+        self.batch_records = LoopHistogram(
             f"{ns}_batch_records",
             "Records per store batch (group commit: the batch grows with the load).",
             buckets=BATCH_RECORD_BUCKETS,
             registry=r,
         )
-        self.batch_commands = Histogram(
+        self.batch_commands = LoopHistogram(
             f"{ns}_batch_commands",
             "Commands whose records one store batch carried.",
             buckets=BATCH_RECORD_BUCKETS,
@@ -362,7 +446,7 @@ class CoordinatorMetrics:
             "group-completed-rebalance-count.",
             registry=r,
         )
-        self.rebalance_duration = Histogram(
+        self.rebalance_duration = LoopHistogram(
             f"{ns}_rebalance_duration_seconds",
             "Time from a group epoch bump until every member of the group reconciled to it "
             "(the group is Stable again); a bump during a rebalance extends it.",
@@ -394,7 +478,7 @@ class CoordinatorMetrics:
             ["kind"],
             registry=r,
         )
-        self.assignment_duration = Histogram(
+        self.assignment_duration = LoopHistogram(
             f"{ns}_assignment_duration_seconds",
             "Time an assignor took to compute a target assignment, by assignor and group size "
             "(members, as a range).",

@@ -73,7 +73,7 @@ class RuntimeObserver:
     def run_command(self, shard: int, fn: Callable[[Any], Any], machine: Any) -> Any:
         metrics = self.metrics
         self._stash = None
-        if not tracing.STATE.enabled:
+        if not tracing.STATE.enabled or not tracing.recording():
             start = time.monotonic()
             try:
                 out = fn(machine)
@@ -180,8 +180,8 @@ class RuntimeObserver:
         error: BaseException | None,
     ) -> None:
         contexts = self._batch_spans.pop(batch, None)
-        if not tracing.STATE.enabled:
-            return
+        if not tracing.STATE.enabled or not contexts:
+            return  # no traced (sampled) command in this batch
         end = time.time_ns()
         start = end - int((flush_s or 0.0) * 1e9)
         span = tracing.STATE.tracer.start_span(
@@ -258,7 +258,7 @@ class TimedAssignor:
         start = time.monotonic()
         ok = False
         try:
-            if tracing.STATE.enabled:
+            if tracing.STATE.enabled and tracing.recording():
                 attributes: dict[str, Any] = {
                     "kip848.assignor": self.name,
                     "kip848.group.size": members,
@@ -360,11 +360,12 @@ def loop_reader(
 # ---------------------------------------------------------------- serve wiring
 
 
-def make_observer(*, metrics: bool, otlp_endpoint: str | None) -> RuntimeObserver | None:
+def make_observer(
+    *, metrics: bool, otlp_endpoint: str | None, sample_ratio: float | None = None
+) -> RuntimeObserver | None:
     """``kip848 serve``'s observer: metrics when ``--metrics-listen`` is given, tracing when
-    ``--otlp-endpoint`` is; None (nothing observed, nothing imported on the hot path) when
-    neither is."""
-    tracing.configure(otlp_endpoint)
+    ``--otlp-endpoint`` is (``--otlp-sample-ratio``); None (nothing observed) when neither is."""
+    tracing.configure(otlp_endpoint, sample_ratio=sample_ratio)
     if not metrics and not tracing.STATE.enabled:
         return None
     return RuntimeObserver(CoordinatorMetrics() if metrics else None)

@@ -1,34 +1,46 @@
 """Requests: latency by RPC/protocol/error code, RPC spans, committed partitions, audit lines.
 
-:func:`instrument_methods` wraps the coordinator's method table (``/pkg.Service/Method`` ->
-(parser, servicer method)). That table serves the coordinator process's own connections *and*
-every call a front end forwards (``--grpc-processes``), so each call is observed exactly once,
-in the coordinator process. A forwarded call carries the moment its front end received it
-(``context.received``, ``time.monotonic()``: the same clock in every process of the machine),
-so its latency and queue time start there.
+Observed once per request, in the **service layer** (``coordinator/server/service.py``), which
+every codec calls — gRPC (the coordinator process's own connections and every call a front end
+forwards) and the Kafka protocol — so nothing is counted twice and both protocols are covered
+by the same code:
 
-What one call records:
+* :func:`instrument_service` replaces the RPC methods of one ``CoordinatorService`` instance
+  with observed ones (the class is untouched). Administrative RPCs are always wrapped (audit);
+  the others only when metrics or tracing are on, so with both off a heartbeat runs exactly the
+  code it ran before.
+* :func:`instrument_methods` wraps the gRPC codec's method table (only when metrics or tracing
+  are on) to carry what only the transport knows into the service layer: when the call reached
+  us (:data:`ARRIVAL`; for a forwarded call, ``context.received``, the front end's
+  ``time.monotonic()`` — one clock for every process of the machine) and, with tracing on, the
+  caller's W3C trace context and the gRPC method path. A Kafka request starts its clock when
+  the listener hands it to the service layer.
 
-* ``kip848_request_duration_seconds{rpc, protocol, error}``: the error is the response's
-  top-level code, else the first non-NONE code of its entries (partitions, groups, topics,
-  resources), else NONE; a call ended with a transport status (shutting down) is ``ABORTED``.
-* OffsetCommit: every partition of the response in ``kip848_offset_commits_total{error}``;
+What one request records:
+
+* ``kip848_request_duration_seconds{rpc, protocol, error}``: ``rpc`` is the Kafka API name
+  (``ConsumerGroupHeartbeat``, ``OffsetCommit``, ``JoinGroup`` ...), ``protocol`` ``grpc`` or
+  ``kafka`` (from ``Caller.api_version``), ``error`` the answer's top-level code, else the first
+  non-NONE code of its entries (groups, topics, partitions, resources), else NONE; ``ABORTED``
+  for a call ended by the transport (gRPC UNAVAILABLE while shutting down).
+* OffsetCommit: every partition of the answer in ``kip848_offset_commits_total{error}``;
   OffsetDelete: the deleted partitions in ``kip848_offset_deletions_total``.
-* An RPC span (tracing on), with the request's group id, member id and epochs and the
-  response's epochs.
-* Administrative RPCs: an audit line per resource (``logs.audit``), whatever the metrics and
-  tracing settings: topic create/delete/add-partitions, group config alter, offset reset (an
-  OffsetCommit without a member) and delete, group delete.
+* A SERVER span (tracing on) with the request's group id, member id and epoch and the answer's.
+* Administrative RPCs: one audit line per resource (``logs.audit``): topic create/delete/
+  add-partitions, group config alter, offset reset (an OffsetCommit without a member) and
+  delete, group delete.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 from typing import Any
 
-from google.protobuf.descriptor import Descriptor, FieldDescriptor, ServiceDescriptor
+from coordinator.core.errors import ErrorCode
 
 from . import tracing
 from .logs import audit
@@ -36,129 +48,141 @@ from .metrics import ABORTED, CoordinatorMetrics, error_name
 
 ARRIVAL: ContextVar[float | None] = ContextVar("kip848_request_arrival", default=None)
 """When the current request reached a process of ours (``time.monotonic()``); read by the
-runtime observer for the queue time of the commands the request runs."""
+service layer's wrapper (latency) and the runtime observer (queue time)."""
 
+log = logging.getLogger("kip848.metrics")
+
+GRPC_PATH: ContextVar[str | None] = ContextVar("kip848_grpc_path", default=None)
+"""The gRPC method path of the current call (tracing on only: the span's name)."""
 
 Handler = tuple[Callable[[bytes], Any], Callable[[Any, Any], Any]]
-ErrorPaths = tuple[tuple[str, ...], ...]
 
-_MAX_DEPTH = 3
+ADMIN_METHODS = frozenset(
+    {
+        "create_topics",
+        "delete_topics",
+        "create_partitions",
+        "incremental_alter_configs",
+        "delete_groups",
+        "offset_commit",
+        "offset_delete",
+    }
+)
 
-
-def error_paths(descriptor: Descriptor) -> ErrorPaths:
-    """Paths to every ``error_code`` field of a response type, shallowest first:
-    ``("error_code",)``, ``("topics", "partitions", "error_code")`` ... (repeated message
-    fields followed to depth 3)."""
-    out: list[tuple[str, ...]] = []
-
-    def walk(d: Descriptor, prefix: tuple[str, ...], depth: int) -> None:
-        for f in d.fields:
-            if f.name == "error_code" and f.type == FieldDescriptor.TYPE_INT32:
-                out.append((*prefix, f.name))
-        if depth >= _MAX_DEPTH:
-            return
-        for f in d.fields:
-            if f.message_type is not None and _is_repeated(f):
-                walk(f.message_type, (*prefix, f.name), depth + 1)
-
-    walk(descriptor, (), 0)
-    return tuple(sorted(out, key=len))
+_MAX_DEPTH = 6
+_SEQUENCE_FIELDS: dict[type, tuple[str, ...]] = {}
 
 
-def _is_repeated(f: FieldDescriptor) -> bool:
-    repeated = getattr(f, "is_repeated", None)
-    if repeated is not None:
-        return bool(repeated)
-    return f.label == FieldDescriptor.LABEL_REPEATED  # type: ignore[attr-defined]
+def rpc_name(method: str) -> str:
+    """``consumer_group_heartbeat`` -> ``ConsumerGroupHeartbeat`` (Kafka's API names)."""
+    return "".join(part.capitalize() for part in method.split("_"))
 
 
-def _codes(message: Any, path: tuple[str, ...]) -> Iterator[int]:
-    if len(path) == 1:
-        yield getattr(message, path[0])
-        return
-    for item in getattr(message, path[0]):
-        yield from _codes(item, path[1:])
+def _sequence_fields(cls: type) -> tuple[str, ...]:
+    """The fields of a response dataclass that hold entries (tuples, lists), cached."""
+    names = _SEQUENCE_FIELDS.get(cls)
+    if names is None:
+        names = ()
+        if dataclasses.is_dataclass(cls):
+            names = tuple(
+                f.name
+                for f in dataclasses.fields(cls)
+                if any(k in str(f.type) for k in ("tuple[", "list[", "Sequence["))
+            )
+        _SEQUENCE_FIELDS[cls] = names
+    return names
 
 
-def response_error(message: Any, paths: ErrorPaths) -> int:
-    """The request's error code: top-level, else the first non-NONE entry code."""
-    for path in paths:
-        for code in _codes(message, path):
-            if code:
-                return code
+def first_error(answer: Any, depth: int = 0) -> int:
+    """The error code of an answer: its top-level code, else the first non-NONE code of its
+    entries (depth-first, at most 6 levels), else 0."""
+    code = getattr(answer, "error_code", None)
+    if code:
+        return int(code)
+    if depth >= _MAX_DEPTH or answer is None:
+        return 0
+    if isinstance(answer, (list, tuple)):
+        if len(answer) == 3 and isinstance(answer[1], ErrorCode):  # (group id, code, message)
+            return int(answer[1])
+        for item in answer:
+            found = first_error(item, depth + 1)
+            if found:
+                return found
+        return 0
+    value = getattr(answer, "value", None)  # a Reply
+    if value is not None:
+        return first_error(value, depth + 1)
+    for name in _sequence_fields(type(answer)):
+        found = first_error(getattr(answer, name), depth + 1)
+        if found:
+            return found
     return 0
+
+
+def _safe_first_error(answer: Any) -> int:
+    try:
+        return first_error(answer)
+    except Exception:  # an answer shape we do not know: counted, never failed
+        log.exception("Reading the error code of %r failed", type(answer).__name__)
+        return int(ErrorCode.UNKNOWN_SERVER_ERROR)
 
 
 # ---------------------------------------------------------------- audit
 
-
-def _configs_text(configs: Any) -> str:
-    parts = []
-    for c in configs:
-        if c.config_operation == 1:  # DELETE
-            parts.append(f"{c.name}=<default>")
-        else:
-            parts.append(f"{c.name}={c.value if c.HasField('value') else ''}")
-    return ",".join(parts)
-
-
-def _partitions_text(topics: Any, field: str) -> str:
-    return ",".join(
-        f"{t.name or t.topic_id.hex()}:{'/'.join(str(p) for p in _indexes(t, field))}"
-        for t in topics
-    )
-
-
-def _indexes(topic: Any, field: str) -> list[int]:
-    items = getattr(topic, field)
-    return [p if isinstance(p, int) else p.partition_index for p in items]
-
-
 AuditLine = tuple[str, dict[str, Any], int, str | None]
 
 
-def _per_item(
-    action: str, items: Any, key: str, details: Callable[[Any], dict[str, Any]]
-) -> list[AuditLine]:
-    return [
-        (
-            action,
-            {key: item.name if hasattr(item, "name") else item.group_id, **details(item)},
-            item.error_code,
-            item.error_message if item.HasField("error_message") else None,
-        )
-        for item in items
-    ]
+def _entries(answer: Any) -> Any:
+    return getattr(answer, "value", None) or ()
 
 
-def audit_lines(path: str, request: Any, response: Any) -> list[AuditLine]:
-    """(action, details, error code, error message) for each resource an administrative
-    request acted on; [] for other requests."""
-    method = path.rpartition("/")[2]
-    top = response.error_code
-    top_message = response.error_message if response.HasField("error_message") else None
-    if method == "CreateTopics":
-        asked = {t.name: t.num_partitions for t in request.topics}
-        lines = _per_item(
-            "create_topic", response.topics, "topic", lambda t: {"partitions": asked.get(t.name)}
-        )
-        fallback = [("create_topic", {"topic": t.name}, top, top_message) for t in request.topics]
-    elif method == "DeleteTopics":
-        lines = _per_item("delete_topic", response.results, "topic", lambda t: {})
-        fallback = [("delete_topic", {"topic": n}, top, top_message) for n in request.names]
-    elif method == "CreatePartitions":
-        asked = {t.name: t.count for t in request.topics}
-        lines = _per_item(
-            "add_partitions", response.results, "topic", lambda t: {"partitions": asked.get(t.name)}
-        )
-        fallback = [
-            ("add_partitions", {"topic": t.name, "partitions": t.count}, top, top_message)
-            for t in request.topics
+def audit_lines(method: str, req: Any, answer: Any) -> list[AuditLine]:
+    """(action, details, error code, error message) per resource an administrative RPC acted
+    on; [] for other RPCs (and for a validate-only config change, a member's own commit)."""
+    top = int(getattr(answer, "error_code", 0) or 0)
+    top_message = getattr(answer, "error_message", None)
+    lines: list[AuditLine]
+    fallback: list[AuditLine]
+    if method == "create_topics":
+        asked = {t.name: t.num_partitions for t in req}
+        lines = [
+            (
+                "create_topic",
+                {"topic": t.name, "partitions": asked.get(t.name)},
+                t.error_code,
+                t.error_message,
+            )
+            for t in _entries(answer)
         ]
-    elif method == "IncrementalAlterConfigs":
-        if request.validate_only:
+        fallback = [
+            ("create_topic", {"topic": t.name, "partitions": t.num_partitions}, top, top_message)
+            for t in req
+        ]
+    elif method == "delete_topics":
+        lines = [
+            ("delete_topic", {"topic": t.name}, t.error_code, t.error_message)
+            for t in _entries(answer)
+        ]
+        fallback = [("delete_topic", {"topic": n}, top, top_message) for n in req]
+    elif method == "create_partitions":
+        asked = dict(req)
+        lines = [
+            (
+                "add_partitions",
+                {"topic": t.name, "partitions": asked.get(t.name)},
+                t.error_code,
+                t.error_message,
+            )
+            for t in _entries(answer)
+        ]
+        fallback = [
+            ("add_partitions", {"topic": name, "partitions": count}, top, top_message)
+            for name, count in req
+        ]
+    elif method == "incremental_alter_configs":
+        if req.validate_only:
             return []
-        asked = {(r.resource_type, r.resource_name): r.configs for r in request.resources}
+        asked = {(r.resource_type, r.resource_name): r.configs for r in req.resources}
         lines = [
             (
                 "alter_group_config",
@@ -167,9 +191,9 @@ def audit_lines(path: str, request: Any, response: Any) -> list[AuditLine]:
                     "configs": _configs_text(asked.get((r.resource_type, r.resource_name), ())),
                 },
                 r.error_code,
-                r.error_message if r.HasField("error_message") else None,
+                r.error_message,
             )
-            for r in response.responses
+            for r in _entries(answer)
         ]
         fallback = [
             (
@@ -178,53 +202,35 @@ def audit_lines(path: str, request: Any, response: Any) -> list[AuditLine]:
                 top,
                 top_message,
             )
-            for r in request.resources
+            for r in req.resources
         ]
-    elif method == "DeleteGroups":
-        lines = [
-            (
-                "delete_group",
-                {"group_id": r.group_id},
-                r.error_code,
-                r.error_message if r.HasField("error_message") else None,
-            )
-            for r in response.results
-        ]
-        fallback = [("delete_group", {"group_id": g}, top, top_message) for g in request.group_ids]
-    elif method == "OffsetCommit":
-        epoch = (
-            request.generation_id_or_member_epoch
-            if request.HasField("generation_id_or_member_epoch")
-            else -1
-        )
-        if request.member_id or epoch >= 0:
+    elif method == "delete_groups":
+        lines = [("delete_group", {"group_id": g}, c, m) for g, c, m in _entries(answer)]
+        fallback = [("delete_group", {"group_id": g}, top, top_message) for g in req]
+    elif method == "offset_commit":
+        if req.member_id or req.generation_id_or_member_epoch >= 0:
             return []  # a member's own commit, not an administrative reset
-        code = response_error(response, _OFFSET_COMMIT_PATHS)
+        offsets = ",".join(
+            f"{t.name or t.topic_id}:{p.partition_index}={p.committed_offset}"
+            for t in req.topics
+            for p in t.partitions
+        )
         return [
             (
                 "reset_offsets",
-                {
-                    "group_id": request.group_id,
-                    "offsets": ",".join(
-                        f"{t.name or t.topic_id.hex()}:{p.partition_index}={p.committed_offset}"
-                        for t in request.topics
-                        for p in t.partitions
-                    ),
-                },
-                code,
+                {"group_id": req.group_id, "offsets": offsets},
+                first_error(answer),
                 top_message,
             )
         ]
-    elif method == "OffsetDelete":
-        code = response_error(response, _OFFSET_DELETE_PATHS)
+    elif method == "offset_delete":
+        group_id, topics = req
+        partitions = ",".join(f"{name}:{'/'.join(str(p) for p in ps)}" for name, ps in topics)
         return [
             (
                 "delete_offsets",
-                {
-                    "group_id": request.group_id,
-                    "partitions": _partitions_text(request.topics, "partition_indexes"),
-                },
-                code,
+                {"group_id": group_id, "partitions": partitions},
+                first_error(answer),
                 top_message,
             )
         ]
@@ -233,145 +239,167 @@ def audit_lines(path: str, request: Any, response: Any) -> list[AuditLine]:
     return fallback if top or not lines else lines
 
 
-ADMIN_METHODS = frozenset(
-    {
-        "CreateTopics",
-        "DeleteTopics",
-        "CreatePartitions",
-        "IncrementalAlterConfigs",
-        "DeleteGroups",
-        "OffsetCommit",
-        "OffsetDelete",
-    }
-)
+def _configs_text(configs: Any) -> str:
+    return ",".join(
+        f"{c.name}=<default>" if c.value is None or c.operation == 1 else f"{c.name}={c.value}"
+        for c in configs
+    )
 
 
-def _paths_of(name: str) -> ErrorPaths:
-    from kip848.v1 import offsets_pb2
-
-    return error_paths(offsets_pb2.DESCRIPTOR.message_types_by_name[name])
+# ---------------------------------------------------------------- the service layer
 
 
-_OFFSET_COMMIT_PATHS = _paths_of("OffsetCommitResponse")
-_OFFSET_DELETE_PATHS = _paths_of("OffsetDeleteResponse")
-
-
-# ---------------------------------------------------------------- wrapping
-
-
-def instrument_methods(
-    table: Mapping[str, Handler],
-    services: Sequence[ServiceDescriptor],
-    *,
-    metrics: CoordinatorMetrics | None,
-    protocol: str = "grpc",
-    client_of: Callable[[Any], tuple[str, str]] | None = None,
-) -> dict[str, Handler]:
-    """A copy of ``table`` whose methods are observed. Administrative methods are always
-    wrapped (audit); the others only when metrics or tracing are on, so that with everything
-    off a heartbeat runs exactly the code it ran before.
-
-    ``client_of(context)`` -> (client id, peer address) for audit lines and spans."""
-    response_types = {
-        f"/{service.full_name}/{m.name}": m.output_type
-        for service in services
-        for m in service.methods
-    }
-    out: dict[str, Handler] = {}
-    who = client_of or _no_client
-    for path, (parse, method) in table.items():
-        name = path.rpartition("/")[2]
-        if metrics is None and not tracing.STATE.enabled and name not in ADMIN_METHODS:
-            out[path] = (parse, method)
+def instrument_service(service: Any, metrics: CoordinatorMetrics | None) -> None:
+    """Observe the RPCs of one ``CoordinatorService`` instance (its ``@rpc`` methods)."""
+    enabled = metrics is not None or tracing.STATE.enabled
+    for name, fn in vars(type(service)).items():
+        if not hasattr(fn, "__wrapped__") or name.startswith("_"):
+            continue  # not an @rpc method
+        if not enabled and name not in ADMIN_METHODS:
             continue
-        out[path] = (
-            parse,
-            _observed(path, method, error_paths(response_types[path]), metrics, protocol, who),
-        )
-    return out
-
-
-def _no_client(context: Any) -> tuple[str, str]:
-    return "", ""
+        setattr(service, name, _observed(name, getattr(service, name), metrics))
 
 
 def _observed(
-    path: str,
-    method: Callable[[Any, Any], Any],
-    paths: ErrorPaths,
-    metrics: CoordinatorMetrics | None,
-    protocol: str,
-    who: Callable[[Any], tuple[str, str]],
+    name: str, method: Callable[[Any, Any], Any], metrics: CoordinatorMetrics | None
 ) -> Callable[[Any, Any], Any]:
-    service, _, rpc = path.strip("/").rpartition("/")
-    series = metrics.request_series(rpc, protocol) if metrics is not None else None
-    is_admin = rpc in ADMIN_METHODS
-    is_commit = rpc == "OffsetCommit"
-    is_delete = rpc == "OffsetDelete"
+    rpc = rpc_name(name)
+    series = (
+        {p: metrics.request_series(rpc, p) for p in ("grpc", "kafka")}
+        if metrics is not None
+        else None
+    )
+    is_admin = name in ADMIN_METHODS
+    is_commit = name == "offset_commit"
+    is_delete = name == "offset_delete"
     monotonic = time.monotonic
     state = tracing.STATE
 
-    async def observed(request: Any, context: Any) -> Any:
-        arrival = getattr(context, "received", None) or monotonic()
-        token = ARRIVAL.set(arrival)
-        response = None
+    async def observed(req: Any, caller: Any) -> Any:
+        protocol = "grpc" if caller.api_version is None else "kafka"
+        arrival = ARRIVAL.get()
+        token = None
+        if arrival is None:
+            arrival = monotonic()
+            token = ARRIVAL.set(arrival)
+        answer = None
         try:
-            if state.enabled:
-                client_id, address = who(context)
-                with tracing.rpc_span(
-                    service,
-                    rpc,
-                    system=protocol,
-                    metadata=context.invocation_metadata(),
-                    client_id=client_id,
-                    client_address=address,
-                ) as span:
-                    tracing.set_request_attributes(span, request)
-                    response = await method(request, context)
-                    tracing.set_response_attributes(span, response)
-                    span.set_attribute(
-                        tracing.ERROR_CODE, error_name(response_error(response, paths))
-                    )
+            if state.enabled and not tracing.skip_root():
+                answer = await _traced(rpc, protocol, method, req, caller)
             else:
-                response = await method(request, context)
+                answer = await method(req, caller)
         finally:
-            ARRIVAL.reset(token)
+            if token is not None:
+                ARRIVAL.reset(token)
             if series is not None:
-                code = ABORTED if response is None else response_error(response, paths)
-                series.observe(code, monotonic() - arrival)
-        if is_admin:
-            _audit(path, request, response, protocol, who(context))
-        if metrics is not None and (is_commit or is_delete):
-            _count_offsets(metrics, response, is_commit)
-        return response
+                code = ABORTED if answer is None else _safe_first_error(answer)
+                series[protocol].observe(code, monotonic() - arrival)
+        if is_admin or (metrics is not None and (is_commit or is_delete)):
+            try:
+                if is_admin:
+                    _audit(name, req, answer, protocol, caller)
+                if metrics is not None and (is_commit or is_delete):
+                    _count_offsets(metrics, answer, is_commit)
+            except Exception:  # observing never fails the request it observes
+                log.exception("Observing %s failed", rpc)
+        return answer
 
-    observed.__name__ = rpc
-    observed.__qualname__ = f"observed.{rpc}"
+    observed.__name__ = name
+    observed.__qualname__ = f"observed.{name}"
     return observed
 
 
-def _audit(path: str, request: Any, response: Any, protocol: str, client: tuple[str, str]) -> None:
-    for action, details, code, message in audit_lines(path, request, response):
+async def _traced(
+    rpc: str, protocol: str, method: Callable[[Any, Any], Any], req: Any, caller: Any
+) -> Any:
+    path = GRPC_PATH.get() if protocol == "grpc" else None
+    service, _, method_name = (path or f"kafka/{rpc}").strip("/").rpartition("/")
+    with tracing.rpc_span(
+        service,
+        method_name,
+        system=protocol,
+        client_id=caller.client_id,
+        client_address=caller.client_host,
+    ) as span:
+        if not span.is_recording():
+            return await method(req, caller)
+        tracing.set_request_attributes(span, req)
+        answer = await method(req, caller)
+        tracing.set_response_attributes(span, getattr(answer, "value", None) or answer)
+        span.set_attribute(tracing.ERROR_CODE, error_name(_safe_first_error(answer)))
+        return answer
+
+
+def _audit(name: str, req: Any, answer: Any, protocol: str, caller: Any) -> None:
+    for action, details, code, message in audit_lines(name, req, answer):
         audit(
             action,
-            client_id=client[0],
-            client_address=client[1],
+            client_id=caller.client_id,
+            client_address=caller.client_host,
             protocol=protocol,
-            result=error_name(code),
+            result=error_name(int(code)),
             message=message,
             **details,
         )
 
 
-def _count_offsets(metrics: CoordinatorMetrics, response: Any, commit: bool) -> None:
+def _count_offsets(metrics: CoordinatorMetrics, answer: Any, commit: bool) -> None:
+    response = getattr(answer, "value", None)
+    top = int(getattr(answer, "error_code", 0) or 0)
     counts: dict[int, int] = {}
-    top = response.error_code
-    for topic in response.topics:
+    for topic in getattr(response, "topics", ()):
         for p in topic.partitions:
-            code = top or p.error_code
+            code = top or int(p.error_code)
             counts[code] = counts.get(code, 0) + 1
     if commit:
         for code, n in counts.items():
             metrics.offset_commit_partitions(code, n)
     elif counts.get(0):
         metrics.offset_deletions.inc(counts[0])
+
+
+# ---------------------------------------------------------------- the gRPC edge
+
+
+def instrument_methods(
+    table: Mapping[str, Handler], *, metrics: CoordinatorMetrics | None
+) -> dict[str, Handler]:
+    """A copy of the gRPC codec's method table whose calls carry their arrival time (and,
+    tracing on, the caller's trace context and the method path) into the service layer. The
+    table itself when metrics and tracing are both off."""
+    if metrics is None and not tracing.STATE.enabled:
+        return dict(table)
+    return {path: (parse, _edge(path, method)) for path, (parse, method) in table.items()}
+
+
+def _edge(path: str, method: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+    monotonic = time.monotonic
+    state = tracing.STATE
+
+    async def edge(request: Any, context: Any) -> Any:
+        token = ARRIVAL.set(getattr(context, "received", None) or monotonic())
+        try:
+            if not state.enabled:
+                return await method(request, context)
+            metadata = context.invocation_metadata() or ()
+            attached = None
+            if any(k == "traceparent" for k, _ in metadata):
+                from opentelemetry import context as otel_context
+                from opentelemetry import propagate
+
+                carrier = {
+                    k: (v if isinstance(v, str) else v.decode("latin-1")) for k, v in metadata
+                }
+                attached = otel_context.attach(propagate.extract(carrier))
+            path_token = GRPC_PATH.set(path)
+            try:
+                return await method(request, context)
+            finally:
+                GRPC_PATH.reset(path_token)
+                if attached is not None:
+                    otel_context.detach(attached)
+        finally:
+            ARRIVAL.reset(token)
+
+    edge.__name__ = path.rpartition("/")[2]
+    return edge

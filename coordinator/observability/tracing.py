@@ -27,6 +27,7 @@ Kafka conventions name it), ``kip848.member.id``, ``kip848.member.epoch``,
 from __future__ import annotations
 
 import logging
+import random
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -49,12 +50,13 @@ CLIENT_ADDRESS = "client.address"
 class _State:
     """Module state: read on the hot path as ``STATE.enabled`` (one attribute load)."""
 
-    __slots__ = ("enabled", "provider", "tracer")
+    __slots__ = ("enabled", "provider", "ratio", "tracer")
 
     def __init__(self) -> None:
         self.enabled = False
         self.provider: Any = None
         self.tracer: Any = None
+        self.ratio: float | None = None  # --otlp-sample-ratio (None: the SDK's sampler decides)
 
 
 STATE = _State()
@@ -72,11 +74,17 @@ def configure(
     endpoint: str | None = None,
     *,
     exporter: Any = None,
+    sample_ratio: float | None = None,
     service_name: str = SERVICE_NAME,
     process: str = "coordinator",
 ) -> bool:
     """Install a tracer provider exporting to ``endpoint`` (OTLP over gRPC, batched) or to
-    ``exporter`` (synchronously: tests). Neither: tracing stays off. Returns whether it is on."""
+    ``exporter`` (synchronously: tests). Neither: tracing stays off. Returns whether it is on.
+
+    ``sample_ratio`` (0..1): the share of traces recorded (``ParentBased(TraceIdRatioBased)``:
+    a caller's sampled ``traceparent`` is always followed). None: OpenTelemetry's default, or
+    ``OTEL_TRACES_SAMPLER``/``OTEL_TRACES_SAMPLER_ARG``. A request not sampled creates no span
+    below its (non-recording) RPC span."""
     if endpoint is None and exporter is None:
         return False
     from opentelemetry.sdk.resources import Resource
@@ -84,7 +92,12 @@ def configure(
     from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 
     resource = Resource.create({"service.name": service_name, "kip848.process": process})
-    provider = TracerProvider(resource=resource)
+    sampler = None
+    if sample_ratio is not None:
+        from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+
+        sampler = ParentBased(TraceIdRatioBased(sample_ratio))
+    provider = TracerProvider(resource=resource, sampler=sampler)
     if exporter is not None:
         provider.add_span_processor(SimpleSpanProcessor(exporter))
     else:
@@ -96,6 +109,7 @@ def configure(
         )
     STATE.provider = provider
     STATE.tracer = provider.get_tracer("kip848.coordinator")
+    STATE.ratio = sample_ratio
     # Our own provider, not the global one: an embedding application keeps its own, and tests
     # can configure and shut down repeatedly. The propagator is the global (W3C) one.
     STATE.enabled = True
@@ -109,6 +123,7 @@ def shutdown() -> None:
     STATE.enabled = False
     STATE.tracer = None
     STATE.provider = None
+    STATE.ratio = None
     if provider is not None:
         provider.shutdown()
 
@@ -122,18 +137,13 @@ def rpc_span(
     method: str,
     *,
     system: str,
-    metadata: Sequence[tuple[str, Any]] | None = None,
     client_id: str = "",
     client_address: str = "",
 ) -> Iterator[Any]:
-    """The server span of one RPC, current while the body runs."""
-    from opentelemetry import propagate
+    """The server span of one RPC, current while the body runs; its parent is the current
+    context (the gRPC edge attaches the caller's ``traceparent`` there)."""
     from opentelemetry.trace import SpanKind
 
-    parent = None
-    if metadata:
-        carrier = {k: (v if isinstance(v, str) else v.decode("latin-1")) for k, v in metadata}
-        parent = propagate.extract(carrier)
     attributes: dict[str, Any] = {
         "rpc.system": system,
         "rpc.service": service,
@@ -144,7 +154,7 @@ def rpc_span(
     if client_address:
         attributes[CLIENT_ADDRESS] = client_address
     with STATE.tracer.start_as_current_span(
-        f"{service}/{method}", context=parent, kind=SpanKind.SERVER, attributes=attributes
+        f"{service}/{method}", kind=SpanKind.SERVER, attributes=attributes
     ) as span:
         yield span
 
@@ -160,6 +170,28 @@ def start_span(name: str, attributes: dict[str, Any] | None = None, links: Any =
     """A span that is not made current (the caller ends it): e.g. a store batch, written on
     another thread, linked to the commands it carries."""
     return STATE.tracer.start_span(name, attributes=attributes, links=links)
+
+
+def skip_root() -> bool:
+    """A request without a caller's trace context that the sample ratio leaves out: decided
+    here with one random draw, so that it creates no span object at all (the SDK's
+    ``TraceIdRatioBased`` would decide the same way from a random trace id, at the cost of a
+    non-recording span and a context switch per request)."""
+    ratio = STATE.ratio
+    if ratio is None or ratio >= 1.0:
+        return False
+    from opentelemetry import trace
+
+    if trace.get_current_span().get_span_context().is_valid:
+        return False  # a caller's context: ParentBased follows its sampled flag
+    return random.random() >= ratio
+
+
+def recording() -> bool:
+    """Whether the current span records (a sampled request): children are created only then."""
+    from opentelemetry import trace
+
+    return bool(trace.get_current_span().is_recording())
 
 
 def current_span_context() -> Any:

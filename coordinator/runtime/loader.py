@@ -15,8 +15,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from coordinator.core import codec
-from coordinator.core.shard import GroupCoordinatorShard
+from coordinator.core.timeline import UndoLog
 from coordinator.core.topics import TopicRegistry
+from coordinator.factory import Shard
 
 from .store import RecordStore
 
@@ -55,16 +56,14 @@ class LoadStats:
         return sum(s.groups for s in self.shards)
 
 
-def load_into(
-    store: RecordStore, shards: Sequence[GroupCoordinatorShard], registry: TopicRegistry
-) -> LoadStats:
+def load_into(store: RecordStore, shards: Sequence[Shard], registry: TopicRegistry) -> LoadStats:
     """Replay every stored record into ``shards``/``registry`` (fresh, empty). Raises
     ``IllegalStateError`` (from decode/replay) on a corrupt store."""
     n = len(shards)
     stats = LoadStats(shards=[ShardLoadStats(i) for i in range(n)])
-    machines = [*shards, registry]
-    for m in machines:
-        m.undo.enabled = False
+    logs: list[UndoLog] = [*(shard.undo for shard in shards), registry.undo]
+    for undo in logs:
+        undo.enabled = False
     decode = codec.decode
     counts = [0] * n
     times = [0.0] * n
@@ -107,8 +106,8 @@ def load_into(
             last = rows[-1][0]
             drain()
     finally:
-        for m in machines:
-            m.undo.enabled = True
+        for undo in logs:
+            undo.enabled = True
         if gc_was_enabled:
             gc.freeze()
             gc.enable()

@@ -17,6 +17,10 @@ Theory of operation (Kafka's CoordinatorRuntime, reduced to one process):
 * Write failure: every command of the failed batch and of any later un-persisted batch gets
   COORDINATOR_NOT_AVAILABLE in-band; every state machine is rolled back (undo log) to its mark
   at the start of the failed batch; their timer operations are dropped.
+* Log lines come from the core too: a result carries :class:`~coordinator.core.events.LogEvent`
+  values, written (with their fields, for structured logging) once their batch is durable; a
+  batch that fails takes its events with it, so the log never tells of a change that was rolled
+  back.
 * Timers: handlers return keyed arm/cancel operations, applied to one :class:`TimerTable` only
   once their batch is durable. A due timer fires as an ordinary command on its shard; if a
   not-yet-durable command has touched the same key, the firing is deferred until that batch
@@ -39,6 +43,8 @@ from coordinator.core.commands import (
     ConsumerGroupHeartbeat,
     ConsumerGroupHeartbeatResponse,
     IdSource,
+    ListedGroup,
+    Pending,
     Result,
 )
 from coordinator.core.config import GroupCoordinatorConfig
@@ -49,19 +55,19 @@ from coordinator.core.errors import (
     ErrorCode,
     UnsupportedVersionError,
 )
+from coordinator.core.events import Event, LogEvent
 from coordinator.core.offsets import (
-    ListedGroup,
     OffsetCommit,
     OffsetCommitResponse,
     OffsetDeleteResponse,
     OffsetFetchGroup,
     OffsetFetchGroupResponse,
 )
-from coordinator.core.records import ConsumerGroupMetadataKey, OffsetCommitKey
-from coordinator.core.shard import GroupCoordinatorShard, GroupDescription
+from coordinator.core.shard import GroupDescription
 from coordinator.core.timers import ArmTimer, DueTimer, TimerOp, TimerTable
 from coordinator.core.topics import NewTopic, SnapshotChanges, TopicRegistry, TopicResult
-from legacy_bridge.shard import BridgedShard
+from coordinator.factory import Shard, new_shard
+from legacy_bridge import messages as cm
 
 from .assignors import make_assignors
 from .clock import ManualClock, SystemClock
@@ -104,6 +110,7 @@ class _Batch:
         "commands",
         "completions",
         "end_marks",
+        "events",
         "future",
         "records",
         "start_marks",
@@ -121,6 +128,7 @@ class _Batch:
         self.completions: list[
             tuple[int, int, Any]
         ] = []  # legacy bridge: (machine, token, response)
+        self.events: list[LogEvent] = []  # written once durable, dropped on failure
 
 
 def _retrieve(fut: asyncio.Future[None]) -> None:
@@ -159,8 +167,8 @@ class CoordinatorRuntime:
         if observer is not None:
             assignors = observer.attach(config.shards, assignors)
         self.shard_count = config.shards
-        self.shards = [
-            BridgedShard(config=config, assignors=assignors, ids=self.ids)
+        self.shards: list[Shard] = [
+            new_shard(config=config, assignors=assignors, ids=self.ids)
             for _ in range(self.shard_count)
         ]
         self.registry = TopicRegistry(self.ids)
@@ -384,6 +392,11 @@ class CoordinatorRuntime:
                 pk = self._pending_keys
                 for op in timers:
                     pk[op.key] = pk.get(op.key, 0) + 1
+        if result.events:
+            if batch is None:
+                _write_events(result.events)
+            else:
+                batch.events.extend(result.events)
         if obs is not None and batch is not None:
             obs.waits(batch, index)
         if result.completions:  # legacy bridge: answer parked requests once durable
@@ -454,6 +467,8 @@ class CoordinatorRuntime:
         if batch.timer_ops:
             self._apply_timer_ops(batch.timer_ops)
             self._settle_keys(batch.timer_ops, durable=True)
+        if batch.events:
+            _write_events(batch.events)
         if batch.completions:
             self._complete(batch.completions)
         if not batch.future.done():  # never cancelled (see _durable); cheap insurance
@@ -687,7 +702,7 @@ class CoordinatorRuntime:
             await self._submit(index, lambda s: s.alter_group_configs(group_id, changes))
             return
 
-        def validate(s: GroupCoordinatorShard) -> None:
+        def validate(s: Shard) -> None:
             mark = s.mark()
             try:
                 s.alter_group_configs(group_id, changes)
@@ -784,7 +799,7 @@ class CoordinatorRuntime:
         a member of the consumer protocol may not use (Kafka: UNSUPPORTED_VERSION)."""
         now = self.clock.now_ms()
 
-        def commit(s: GroupCoordinatorShard) -> Any:
+        def commit(s: Shard) -> Any:
             if legacy_version:
                 _check_legacy_commit(s, req)
             return s.offset_commit(req, now)
@@ -873,19 +888,15 @@ class CoordinatorRuntime:
         self._apply_timer_ops([self._expiration_timer(index, self.clock.monotonic_ms())])
         self.stats["timers_fired"] += 1
         try:
-            result, batch = self._execute(index, lambda s: _expire(s, now_ms))
+            # What expired and which groups went is logged from the result's events once durable.
+            expired, batch = self._execute(index, lambda s: _expire(s, now_ms))
         except CoordinatorError as exc:
             log.warning("Offset expiration on shard %d failed: %s", index, exc.message)
             return None
         except Exception:  # noqa: BLE001 - logged by _execute; a timer must not kill the loop
             return None
-        offsets, groups = result
         if self.observer is not None:
-            self.observer.offsets_expired(offsets)
-        if offsets or groups:
-            log.info(
-                "Shard %d: expired %d offsets, deleted %d empty groups.", index, offsets, groups
-            )
+            self.observer.offsets_expired(expired)
         return batch
 
     # ------------------------------------------------------------------ (end of offsets block)
@@ -931,7 +942,7 @@ class CoordinatorRuntime:
         self._check_serving()
         index = self.shard_index(group_id)
         response, batch = self._execute(index, fn)
-        if type(response).__name__ != "Pending":
+        if not isinstance(response, Pending):
             if batch is not None:
                 await _durable(batch)
             return response
@@ -947,32 +958,44 @@ class CoordinatorRuntime:
         finally:
             self._parked.pop(key, None)
 
-    async def classic_join(self, req: Any) -> Any:
+    async def classic_join(self, req: cm.JoinGroup) -> cm.JoinGroupResponse:
         now = self.clock.now_ms()
-        return await self._classic(req.group_id, lambda s: s.classic_join(req, now))
+        response: cm.JoinGroupResponse = await self._classic(
+            req.group_id, lambda s: s.classic_groups.join(req, now)
+        )
+        return response
 
-    async def classic_sync(self, req: Any) -> Any:
+    async def classic_sync(self, req: cm.SyncGroup) -> cm.SyncGroupResponse:
         now = self.clock.now_ms()
-        return await self._classic(req.group_id, lambda s: s.classic_sync(req, now))
+        response: cm.SyncGroupResponse = await self._classic(
+            req.group_id, lambda s: s.classic_groups.sync(req, now)
+        )
+        return response
 
-    async def classic_heartbeat(self, req: Any) -> Any:
+    async def classic_heartbeat(self, req: cm.Heartbeat) -> cm.HeartbeatResponse:
         now = self.clock.now_ms()
-        return await self._classic(req.group_id, lambda s: s.classic_heartbeat(req, now))
+        response: cm.HeartbeatResponse = await self._classic(
+            req.group_id, lambda s: s.classic_groups.heartbeat(req, now)
+        )
+        return response
 
-    async def classic_leave(self, req: Any) -> Any:
+    async def classic_leave(self, req: cm.LeaveGroup) -> cm.LeaveGroupResponse:
         now = self.clock.now_ms()
-        return await self._classic(req.group_id, lambda s: s.classic_leave(req, now))
+        response: cm.LeaveGroupResponse = await self._classic(
+            req.group_id, lambda s: s.classic_groups.leave(req, now)
+        )
+        return response
 
-    async def describe_classic_groups(self, group_ids: Sequence[str]) -> list[Any]:
-        out = []
+    async def describe_classic_groups(self, group_ids: Sequence[str]) -> list[cm.DescribedGroup]:
+        out: list[cm.DescribedGroup] = []
         for gid in group_ids:
             out += await self._submit(
-                self.shard_index(gid), lambda s, g=gid: s.describe_classic_groups([g]), read=True
+                self.shard_index(gid), lambda s, g=gid: s.classic_groups.describe([g]), read=True
             )
         return out
 
 
-def _check_legacy_commit(shard: GroupCoordinatorShard, req: OffsetCommit) -> None:
+def _check_legacy_commit(shard: Shard, req: OffsetCommit) -> None:
     """Kafka's ConsumerGroup.validateOffsetCommit: a member of the consumer protocol (not a
     classic member of a consumer group) must use OffsetCommit v9+. Admin commits (epoch < 0 on
     an empty group) and unknown members are left to the core's own checks."""
@@ -986,6 +1009,26 @@ def _check_legacy_commit(shard: GroupCoordinatorShard, req: OffsetCommit) -> Non
         )
 
 
+def _write_events(events: Sequence[LogEvent]) -> None:
+    """Log what the core says happened (its batch is durable). Each line also carries the
+    event's name and fields (``record.event``, ``record.event_fields``) for structured logging."""
+    for event in events:
+        log.info(
+            "%s",
+            event.message(),
+            extra={"event": event.name, "group_id": event.group_id, "event_fields": event.fields},
+        )
+
+
+def _expire(shard: Shard, now_ms: int) -> Result[int]:
+    """The core's expiration, answering how many offsets it expired (for the metrics)."""
+    result: Result[Any] = shard.expire_offsets(now_ms)
+    result.response = sum(
+        int(e.fields["count"]) for e in result.events if e.event is Event.OFFSETS_EXPIRED
+    )
+    return result
+
+
 def _shutting_down() -> CoordinatorNotAvailableError:
     return CoordinatorNotAvailableError("The coordinator is shutting down.")
 
@@ -994,17 +1037,3 @@ def _fetch_error(group_id: str, exc: CoordinatorError) -> OffsetFetchGroupRespon
     return OffsetFetchGroupResponse(
         group_id=group_id, error_code=exc.code, error_message=exc.message
     )
-
-
-def _expire(shard: GroupCoordinatorShard, now_ms: int) -> Result[tuple[int, int]]:
-    """The core's expiration, answering (offsets expired, groups deleted) for the log."""
-    result: Result[Any] = shard.expire_offsets(now_ms)
-    offsets = groups = 0
-    for rec in result.records:
-        if rec.value is None:
-            if type(rec.key) is OffsetCommitKey:
-                offsets += 1
-            elif type(rec.key) is ConsumerGroupMetadataKey:
-                groups += 1
-    result.response = (offsets, groups)
-    return result

@@ -27,12 +27,13 @@ from grpc_health.v1 import health, health_pb2
 from coordinator.core.config import GroupCoordinatorConfig
 from coordinator.observability import tracing
 from coordinator.observability.observer import start_metrics_endpoint
-from coordinator.observability.requests import instrument_methods
+from coordinator.observability.requests import instrument_methods, instrument_service
 from coordinator.runtime import CoordinatorRuntime, ManualClock, SystemClock
 from coordinator.runtime.store import RecordStore
 
 from .api import Node
 from .forwarding import (
+    DEFAULT_MAX_CONCURRENT_CALLS,
     Dispatcher,
     FrontEndPool,
     add_health_and_reflection,
@@ -52,8 +53,6 @@ from .services import (
     ConsumerGroupService,
     OffsetService,
     TestingService,
-    client_host_of,
-    client_id_of,
     service_descriptors,
 )
 
@@ -68,6 +67,7 @@ class ServeOptions:
     listen: str = "127.0.0.1:9094"
     clock: str = "system"
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    max_concurrent_calls: int = DEFAULT_MAX_CONCURRENT_CALLS  # per process; 0: no limit
     grpc_processes: int = 1
     event_loop: str = "uvloop"
     log_level: str = "info"
@@ -110,9 +110,15 @@ class CoordinatorServer:
         self.advertised: tuple[str, int] = ("", 0)  # set by start()
         size = options.max_message_bytes
         # The port is shared with our own front ends only: start() checks that it is free.
-        self.server = new_grpc_server(size, reuseport=options.grpc_processes > 1)
+        self.server = new_grpc_server(
+            size,
+            reuseport=options.grpc_processes > 1,
+            max_concurrent_calls=options.max_concurrent_calls,
+        )
         self.health = health.aio.HealthServicer()
         self.service = CoordinatorService(runtime)
+        metrics = getattr(runtime.observer, "metrics", None)
+        instrument_service(self.service, metrics)  # request metrics, spans, audit (every codec)
         servicers: list[object] = [
             ConsumerGroupService(self.service),
             AdminService(self.service),
@@ -122,12 +128,7 @@ class CoordinatorServer:
         if isinstance(runtime.clock, ManualClock):
             servicers.append(TestingService(self.service))
         served = list(zip(service_descriptors(), servicers, strict=False))
-        table = instrument_methods(
-            method_table(served),
-            [descriptor for descriptor, _ in served],
-            metrics=getattr(runtime.observer, "metrics", None),
-            client_of=lambda context: (client_id_of(context), client_host_of(context)),
-        )
+        table = instrument_methods(method_table(served), metrics=metrics)
         add_raw_handlers(
             self.server,
             [descriptor for descriptor, _ in served],
@@ -147,6 +148,7 @@ class CoordinatorServer:
                 Dispatcher(table),
                 listen=options.listen,
                 max_message_bytes=size,
+                max_concurrent_calls=options.max_concurrent_calls,
                 log_level=options.log_level,
                 event_loop=options.event_loop,
                 log_format=options.log_format,
@@ -327,6 +329,8 @@ async def serve(runtime: CoordinatorRuntime, options: ServeOptions) -> int:
         await runtime.close()
         return 1
     print(f"listening on {server.address}", flush=True)
+    if server.kafka is not None:
+        print(f"kafka listening on {server.kafka_address}", flush=True)
     metrics_server = None
     if options.metrics_listen is not None and getattr(runtime.observer, "metrics", None):
         host, port = split_listen(options.metrics_listen, "--metrics-listen")
@@ -347,8 +351,6 @@ async def serve(runtime: CoordinatorRuntime, options: ServeOptions) -> int:
         shown = f"[{host.strip('[]')}]" if ":" in host.strip("[]") else host
         print(f"metrics on {shown}:{metrics_server.port}", flush=True)
         log.info("Serving metrics on http://%s:%d/metrics.", shown, metrics_server.port)
-    if server.kafka is not None:
-        print(f"kafka listening on {server.kafka_address}", flush=True)
     log.info(
         "Listening on %s (clock %s, %d shards).", server.address, options.clock, runtime.shard_count
     )
@@ -361,8 +363,8 @@ async def serve(runtime: CoordinatorRuntime, options: ServeOptions) -> int:
     code = 0
     await asyncio.wait([load_task, stop_task], return_when=asyncio.FIRST_COMPLETED)
     if load_task.done() and load_task.exception() is not None:
-        exc = load_task.exception()
-        log.critical("Loading the store failed: %r", exc, exc_info=exc)
+        failure = load_task.exception()
+        log.critical("Loading the store failed: %r", failure, exc_info=failure)
         code = 1
     elif not stop.is_set():
         await stop_task

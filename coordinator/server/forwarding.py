@@ -37,7 +37,7 @@ import socket
 import subprocess
 import sys
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import grpc
 from google.protobuf import message as pb_message
@@ -208,7 +208,7 @@ def add_raw_handlers(
     gets INVALID_ARGUMENT (API.md), the same in every process. One generic handler, no
     registered methods (see ``GenericOnly``). A streaming method is refused (``ValueError``):
     frames carry one request and one response."""
-    handlers = {}
+    handlers: dict[str, grpc.RpcMethodHandler] = {}
     for descriptor in services:
         for method in descriptor.methods:
             path = f"/{descriptor.full_name}/{method.name}"
@@ -220,15 +220,43 @@ def add_raw_handlers(
     server.add_generic_rpc_handlers((_PathHandler(handlers),))
 
 
-def new_grpc_server(max_message_bytes: int, *, reuseport: bool) -> grpc.aio.Server:
+DEFAULT_MAX_CONCURRENT_CALLS = 10_000
+"""Calls one process runs at once before it sheds more with RESOURCE_EXHAUSTED
+(``--max-concurrent-calls``)."""
+PENDING_CALLS_LIMIT = 1_000_000
+"""Calls grpc-core holds before the application picks them up (see new_grpc_server)."""
+
+
+def new_grpc_server(
+    max_message_bytes: int,
+    *,
+    reuseport: bool,
+    max_concurrent_calls: int = DEFAULT_MAX_CONCURRENT_CALLS,
+) -> grpc.aio.Server:
     """The grpc.aio server of every process: message size limits, ``SO_REUSEPORT`` only when
-    front ends share the port."""
+    front ends share the port, and overload handling that never drops a call silently:
+
+    * grpc-core keeps the calls that arrived but that the application has not picked up yet
+      in a *pending* queue. By default it cancels them (status CANCELLED, indistinguishable
+      from a processed call whose answer was lost) once that queue holds 1,000 calls (randomly,
+      all of them from 3,000: ``grpc.server.max_pending_requests`` and its hard limit) or a
+      call waited 30 s (``grpc.server_max_unrequested_time_in_server``). A burst of a few
+      thousand calls hits that. We raise both so that a burst *queues*: the calls are taken up
+      in order as fast as the loop can, and a client that gives up sees its own deadline.
+    * Past ``max_concurrent_calls`` calls running at once in this process (0: no limit), a new
+      call is refused at once, before any work, with RESOURCE_EXHAUSTED "Concurrent RPC limit
+      exceeded!" (grpc.aio's ``maximum_concurrent_rpcs``): explicitly not processed; retry.
+    """
     return grpc.aio.server(
         options=[
             ("grpc.max_send_message_length", max_message_bytes),
             ("grpc.max_receive_message_length", max_message_bytes),
             ("grpc.so_reuseport", 1 if reuseport else 0),
-        ]
+            ("grpc.server.max_pending_requests", PENDING_CALLS_LIMIT),
+            ("grpc.server.max_pending_requests_hard_limit", PENDING_CALLS_LIMIT),
+            ("grpc.server_max_unrequested_time_in_server", 24 * 3600),
+        ],
+        maximum_concurrent_rpcs=max_concurrent_calls or None,
     )
 
 
@@ -239,14 +267,16 @@ def add_health_and_reflection(
     from grpc_health.v1 import health_pb2, health_pb2_grpc
     from grpc_reflection.v1alpha import reflection
 
-    health_pb2_grpc.add_HealthServicer_to_server(servicer, GenericOnly(server))
+    # GenericOnly stands in for the server (duck-typed: the two calls it takes).
+    generic_only = cast(grpc.aio.Server, GenericOnly(server))
+    health_pb2_grpc.add_HealthServicer_to_server(servicer, generic_only)
     reflection.enable_server_reflection(
         [
             *service_names,
             health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
             reflection.SERVICE_NAME,
         ],
-        GenericOnly(server),
+        generic_only,
     )
 
 
@@ -349,12 +379,14 @@ class FrontEndPool:
         log_level: str,
         event_loop: str,
         log_format: str = "plain",
+        max_concurrent_calls: int = DEFAULT_MAX_CONCURRENT_CALLS,
     ) -> None:
         self.dispatcher = dispatcher
         self.log_format = log_format
         self.event_loop = event_loop
         self.listen = listen
         self.max_message_bytes = max_message_bytes
+        self.max_concurrent_calls = max_concurrent_calls
         self.log_level = log_level
         self.frontends: list[FrontEnd] = []
         self._health: dict[str, int] = {}
@@ -387,6 +419,8 @@ class FrontEndPool:
                     f"{host}:{self._port}",
                     "--max-message-bytes",
                     str(self.max_message_bytes),
+                    "--max-concurrent-calls",
+                    str(self.max_concurrent_calls),
                     "--log-level",
                     self.log_level,
                     "--log-format",
@@ -422,8 +456,9 @@ class FrontEndPool:
         return frontend
 
     async def _until_ready(self, frontend: FrontEnd) -> None:
+        waits: list[asyncio.Future[Any]] = [frontend.ready, frontend.lost]
         done, _ = await asyncio.wait(
-            [frontend.ready, frontend.lost],
+            waits,
             timeout=FRONTEND_START_TIMEOUT_S,
             return_when=asyncio.FIRST_COMPLETED,
         )

@@ -24,6 +24,7 @@ from coordinator.observability.logs import LOG_FORMATS, configure_logging
 
 from .forwarding import (
     CALL,
+    DEFAULT_MAX_CONCURRENT_CALLS,
     HEALTH,
     READY,
     REPLY,
@@ -52,7 +53,11 @@ class FrontEndServer:
         self.stop_requested: asyncio.Future[float] | None = None
         self.stopping = False
         self.tasks: set[asyncio.Task[None]] = set()
-        self.server = new_grpc_server(args.max_message_bytes, reuseport=True)
+        self.server = new_grpc_server(
+            args.max_message_bytes,
+            reuseport=True,
+            max_concurrent_calls=args.max_concurrent_calls,
+        )
         self.health = health.aio.HealthServicer()
         wanted = set(args.services.split(",")) if args.services else set()
         served = [d for d in service_descriptors() if d.full_name in wanted]
@@ -72,7 +77,7 @@ class FrontEndServer:
             self.calls[call_id] = fut
             metadata = tuple((k, v) for k, v in (context.invocation_metadata() or ()))
             received = time.monotonic()  # the coordinator's latency metrics start here
-            conn.send((CALL, call_id, path, request, metadata, context.peer() or "", received))  # type: ignore[union-attr]
+            conn.send((CALL, call_id, path, request, metadata, context.peer() or "", received))
             try:
                 status, details, payload = await fut
             finally:
@@ -137,6 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fd", type=int, required=True)
     ap.add_argument("--listen", required=True)
     ap.add_argument("--max-message-bytes", type=int, required=True)
+    ap.add_argument("--max-concurrent-calls", type=int, default=DEFAULT_MAX_CONCURRENT_CALLS)
     ap.add_argument("--log-level", default="info")
     ap.add_argument("--log-format", choices=LOG_FORMATS, default="plain")
     ap.add_argument("--index", type=int, default=1)

@@ -247,7 +247,9 @@ class TopicSource(Protocol):
     async def create_partitions(self, requests: Sequence[tuple[str, int]]) -> list[TopicResult]: ...
     async def delete_topics(self, names: Sequence[str]) -> list[TopicResult]: ...
     async def list_topics(self) -> list[TopicResult]: ...
-    def subscribed(self, names: Sequence[str] | None, regex: str | None) -> None: ...
+    def subscribed(
+        self, names: Sequence[str] | None, regex: str | None
+    ) -> Awaitable[None] | None: ...
 
 
 class RegistryTopics:
@@ -270,7 +272,7 @@ class RegistryTopics:
     async def list_topics(self) -> list[TopicResult]:
         return await self.runtime.list_topics()
 
-    def subscribed(self, names: Sequence[str] | None, regex: str | None) -> None:
+    def subscribed(self, names: Sequence[str] | None, regex: str | None) -> Awaitable[None] | None:
         return None
 
 
@@ -301,7 +303,9 @@ class CoordinatorService:
         if topics.watches_subscriptions and (
             req.subscribed_topic_names or req.subscribed_topic_regex
         ):
-            topics.subscribed(req.subscribed_topic_names, req.subscribed_topic_regex)
+            waiting = topics.subscribed(req.subscribed_topic_names, req.subscribed_topic_regex)
+            if waiting is not None:
+                await waiting
         return Reply(value=await self.runtime.heartbeat(req))
 
     @rpc(
@@ -531,7 +535,9 @@ class CoordinatorService:
     @rpc(_join_error)
     async def join_group(self, req: m.JoinGroup, caller: Caller) -> m.JoinGroupResponse:
         if self.topics.watches_subscriptions and req.protocol_type == "consumer" and req.protocols:
-            self.topics.subscribed(_subscribed_topics(req), None)
+            waiting = self.topics.subscribed(_subscribed_topics(req), None)
+            if waiting is not None:
+                await waiting
         answer = await self.runtime.classic_join(req)
         if (
             answer.error_code == MemberIdRequiredError.code

@@ -18,6 +18,8 @@ import grpc
 from google.protobuf.descriptor import ServiceDescriptor
 
 from coordinator.core.errors import CoordinatorError, ErrorCode
+from coordinator.observability import tracing
+from coordinator.observability.requests import ADMIN_METHODS
 from coordinator.runtime import CoordinatorRuntime
 from kip848.v1 import (
     admin_pb2,
@@ -107,7 +109,9 @@ class GrpcServicer:
         )
 
     async def run(self, row: Rpc, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        caller = self.caller(context, row.needs_identity)
+        # Audited (admin) RPCs, and every RPC while tracing, need the client id and address.
+        identity = row.needs_identity or row.method in ADMIN_METHODS or tracing.STATE.enabled
+        caller = self.caller(context, identity)
         try:
             req = row.decode(request, caller)
         except CoordinatorError as exc:

@@ -1,5 +1,5 @@
 """A simulated classic consumer (JoinGroup / SyncGroup / Heartbeat / LeaveGroup), talking to the
-legacy bridge (:class:`legacy_bridge.shard.BridgedShard`).
+legacy bridge (:class:`legacy_bridge.classic_groups.ClassicGroups`).
 
 Modelled on Kafka's Java ``ConsumerCoordinator`` / ``AbstractCoordinator``:
 

@@ -36,9 +36,9 @@ from coordinator.core.commands import ConsumerGroupHeartbeat, SequentialIds
 from coordinator.core.config import GroupCoordinatorConfig
 from coordinator.core.errors import CoordinatorError, IllegalStateError
 from coordinator.core.records import Record
-from coordinator.core.shard import GroupCoordinatorShard
 from coordinator.core.timers import ArmTimer, CancelTimer, DueTimer
 from coordinator.core.topics import NewTopic, TopicRegistry
+from coordinator.factory import Shard, new_shard
 
 from . import invariants as inv
 from .client import SimClient, fmt
@@ -129,8 +129,8 @@ class Explorer:
 
     # ------------------------------------------------------------------ shard
 
-    def _shard(self, records: Sequence[Record]) -> GroupCoordinatorShard:
-        shard = GroupCoordinatorShard(
+    def _shard(self, records: Sequence[Record]) -> Shard:
+        shard = new_shard(
             config=self.config, assignors=self.assignors, ids=SequentialIds("x"), topics=self.image
         )
         shard.undo.enabled = False
@@ -219,7 +219,7 @@ class Explorer:
             idx = states[idx].parent
         return out[::-1]
 
-    def _key(self, shard: GroupCoordinatorShard, st: _State, snap: str | None = None) -> tuple:
+    def _key(self, shard: Shard, st: _State, snap: str | None = None) -> tuple:
         return (
             snap if snap is not None else repr(shard.snapshot()),
             st.timers,
@@ -254,7 +254,7 @@ class Explorer:
                 out.append(f"fire {key[0]} {key[2]} {payload}")
         return out
 
-    def _apply(self, shard: GroupCoordinatorShard, st: _State, parent: int, action: str) -> _State:
+    def _apply(self, shard: Shard, st: _State, parent: int, action: str) -> _State:
         verb, *args = action.split()
         clients = list(st.clients)
         requests = list(st.requests)
@@ -348,7 +348,7 @@ class Explorer:
             st.depth + 1,
         )
 
-    def _dump(self, shard: GroupCoordinatorShard, st: _State) -> str:
+    def _dump(self, shard: Shard, st: _State) -> str:
         lines = ["clients:"]
         lines += ["  " + c.describe(self.labels) for c in st.clients]
         g = shard.groups.get(GROUP)

@@ -41,7 +41,6 @@ from coordinator.core.commands import ConsumerGroupHeartbeat, Pending, Result, S
 from coordinator.core.config import GroupCoordinatorConfig
 from coordinator.core.errors import CoordinatorError, IllegalStateError
 from coordinator.core.group import GroupState
-from coordinator.core.harness import CoreHarness
 from coordinator.core.offsets import (
     OffsetCommit,
     OffsetCommitPartition,
@@ -49,9 +48,9 @@ from coordinator.core.offsets import (
     OffsetFetchGroup,
     OffsetFetchTopic,
 )
-from coordinator.core.shard import GroupCoordinatorShard
+from coordinator.factory import Shard, new_shard
+from coordinator.harness import Harness
 from legacy_bridge import messages as lm
-from legacy_bridge.harness import ClassicHarness
 
 from . import invariants as inv
 from .classic_client import COOPERATIVE, EAGER, SYNCING, ClassicClient, Meta
@@ -195,9 +194,7 @@ class Simulation:
         )
         # The bridged shard: classic groups, classic members in consumer groups, upgrade and
         # downgrade. A fleet without classic clients never creates a classic group.
-        self.h: CoreHarness = ClassicHarness(
-            assignors=list(assignors), config=config, ids=SequentialIds()
-        )
+        self.h: Harness = Harness(assignors=list(assignors), config=config, ids=SequentialIds())
         self.parked: dict[
             int, tuple[int, int, bool]
         ] = {}  # deferred-response token -> (client, corr, dup)
@@ -283,9 +280,9 @@ class Simulation:
 
     # ------------------------------------------------------------------ plumbing
 
-    def _fresh_shard(self) -> GroupCoordinatorShard:
+    def _fresh_shard(self) -> Shard:
         h = self.h
-        return h.shard_class(
+        return new_shard(
             config=h.config, assignors=h.assignors, ids=h.ids, topics=h.registry.image()
         )
 
@@ -622,17 +619,17 @@ class Simulation:
             self._arm_tick(i, c.heartbeat_interval_ms)
 
     def _handle(self, req: Any) -> Result[Any]:
-        shard: Any = self.h.shard
+        shard = self.h.shard
         if isinstance(req, ConsumerGroupHeartbeat):
             return shard.consumer_group_heartbeat(req, self.now)
         if isinstance(req, lm.JoinGroup):
-            return shard.classic_join(req, self.now)
+            return shard.classic_groups.join(req, self.now)
         if isinstance(req, lm.SyncGroup):
-            return shard.classic_sync(req, self.now)
+            return shard.classic_groups.sync(req, self.now)
         if isinstance(req, lm.Heartbeat):
-            return shard.classic_heartbeat(req, self.now)
+            return shard.classic_groups.heartbeat(req, self.now)
         if isinstance(req, lm.LeaveGroup):
-            return shard.classic_leave(req, self.now)
+            return shard.classic_groups.leave(req, self.now)
         raise TypeError(f"unknown request {type(req).__name__}")
 
     def _on_deliver(self, i: int, corr: int, req: Any, gen: int, dup: bool) -> None:

@@ -134,6 +134,7 @@ def env() -> dict[str, str]:
 def start_subprocess(data_dir: Path, *extra: str) -> Server:
     """A server as ``kip848 serve`` in its own interpreter."""
     stamp = time.monotonic_ns()
+    data_dir.parent.mkdir(parents=True, exist_ok=True)
     out = data_dir.parent / f"{data_dir.name}-{stamp}.out"
     err = data_dir.parent / f"{data_dir.name}-{stamp}.err"
     with open(out, "wb") as fo, open(err, "wb") as fe:
@@ -178,6 +179,7 @@ class ForkServer:
 
     def start(self, data_dir: Path, *extra: str) -> Server:
         stamp = time.monotonic_ns()
+        data_dir.parent.mkdir(parents=True, exist_ok=True)
         out = data_dir.parent / f"{data_dir.name}-{stamp}.out"
         err = data_dir.parent / f"{data_dir.name}-{stamp}.err"
         pid = self._ask({"spawn": serve_argv(data_dir, *extra), "out": str(out), "err": str(err)})

@@ -35,6 +35,7 @@ class FakeNode:
     def __init__(self, cluster: FakeCluster, node_id: int, advertised_host: str | None) -> None:
         self.cluster = cluster
         self.node_id = node_id
+        self.open: set[socket.socket] = set()
         node = self
 
         class Handler(socketserver.BaseRequestHandler):
@@ -50,6 +51,8 @@ class FakeNode:
 
     def serve(self, sock: socket.socket) -> None:
         sock.settimeout(30)
+        with self.cluster.lock:
+            self.open.add(sock)
         try:
             while True:
                 head = _exact(sock, 4)
@@ -63,6 +66,9 @@ class FakeNode:
                     sock.sendall(out)
         except OSError:
             return
+        finally:
+            with self.cluster.lock:
+                self.open.discard(sock)
 
     def answer(self, frame: bytes) -> bytes | None:
         key, version, correlation_id, _client, pos = wire.parse_header(frame)
@@ -267,8 +273,15 @@ class FakeNode:
         }
 
     def stop(self) -> None:
+        """Stop accepting and drop every open connection (as a broker that went away)."""
         self.server.shutdown()
         self.server.server_close()
+        with self.cluster.lock:
+            for sock in list(self.open):
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
 
 
 class FakeCluster:

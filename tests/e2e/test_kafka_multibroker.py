@@ -6,8 +6,12 @@ for its node whatever it advertises, and a broker that appears later gets a port
 
 from __future__ import annotations
 
+import socket
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from fake_upstream import PARTITIONS, TOPIC, TOPIC_ID, FakeCluster
@@ -300,3 +304,83 @@ def test_configs_split_group_resources_from_the_brokers(
     )
     assert [r.resource_name for r in only.results] == ["b", "a"]
     c.close()
+
+
+def test_topic_rpcs_refuse_what_the_broker_lacks_and_an_unreachable_broker(
+    tmp_path: Path,
+) -> None:
+    """Against a cluster that offers no CreateTopics/DeleteTopics/CreatePartitions: each topic
+    gets UNSUPPORTED_VERSION saying so. Once the broker is gone, the registry still answers
+    ListTopics and the coordinator keeps serving groups."""
+    lone = FakeCluster()
+    lone.add_node(7)
+    server = KafkaServer(
+        tmp_path / "data",
+        "--kafka-upstream",
+        lone.nodes[7].address,
+        "--set",
+        "kafka.upstream.metadata.max.age.ms=200",
+        clock="system",
+    )
+    try:
+        T = admin_pb2.CreateTopicsRequest.CreatableTopic
+        made = server.admin.CreateTopics(
+            admin_pb2.CreateTopicsRequest(topics=[T(name="new", num_partitions=1)]), timeout=10
+        )
+        gone = server.admin.DeleteTopics(admin_pb2.DeleteTopicsRequest(names=[TOPIC]), timeout=10)
+        grown = server.admin.CreatePartitions(
+            admin_pb2.CreatePartitionsRequest(
+                topics=[
+                    admin_pb2.CreatePartitionsRequest.CreatePartitionsTopic(name=TOPIC, count=9)
+                ]
+            ),
+            timeout=10,
+        )
+        assert [
+            (t.name, t.error_code, t.error_message)
+            for t in [*made.topics, *gone.results, *grown.results]
+        ] == [
+            ("new", 35, "The upstream broker does not offer CreateTopics (API key 19)."),
+            (TOPIC, 35, "The upstream broker does not offer DeleteTopics (API key 20)."),
+            (TOPIC, 35, "The upstream broker does not offer CreatePartitions (API key 37)."),
+        ]
+        lone.stop()
+        time.sleep(0.5)  # a refresh or two fail meanwhile
+        listed = server.admin.ListTopics(admin_pb2.ListTopicsRequest(), timeout=10)
+        assert [(t.name, t.num_partitions) for t in listed.topics] == [(TOPIC, PARTITIONS)]
+        c = server.client()
+        found = c.call(request(10, 4, key_type=0, coordinator_keys=["g"]))
+        c.close()
+        assert found.coordinators[0].error_code == E.none
+        assert "Topic refresh from the upstream failed" in server.stderr_text()
+    finally:
+        lone.stop()
+        assert server.stop() == 0, server.stderr_text()
+
+
+def test_serve_refuses_to_start_without_its_upstream(tmp_path: Path) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nobody listens there
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "coordinator.cli",
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--kafka-listen",
+            "127.0.0.1:0",
+            "--kafka-upstream",
+            f"127.0.0.1:{port}",
+            "--data-dir",
+            str(tmp_path / "data"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 1, done
+    assert f"ApiVersions to the upstream broker at 127.0.0.1:{port} failed" in done.stderr

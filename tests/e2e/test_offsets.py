@@ -630,7 +630,9 @@ def test_retention_expires_unsubscribed_offsets_then_the_empty_group(
     assert topic_offsets(s, "g-ret") == {}
     assert s.describe("g-ret").groups[0].error_code == 69
     assert listed(s) == {}
-    assert "expired 1 offsets, deleted 1 empty groups." in s.stderr_text()
+    log = s.stderr_text()
+    assert "[GroupId g-ret] Expired 1 offsets." in log
+    assert "[GroupId g-ret] Group deleted (expired)." in log
     assert s.stop() == 0
 
 

@@ -31,11 +31,13 @@ def scrape(address: str) -> dict:
         return parse_families(resp.read().decode())
 
 
-def value(families: dict, family: str, **labels: str) -> float:
+def value(families: dict, sample: str, **labels: str) -> float:
+    """The sum of the samples named ``sample`` with ``labels``."""
     return sum(
         s.value
-        for s in families.get(family, [])
-        if all(s.labels.get(k) == v for k, v in labels.items()) and not s.name.endswith("_created")
+        for samples in families.values()
+        for s in samples
+        if s.name == sample and all(s.labels.get(k) == v for k, v in labels.items())
     )
 
 
@@ -206,3 +208,53 @@ def test_prometheus_scrapes_rebalance_latency_and_commits(tmp_path: Path) -> Non
         for x in audits
     ] == [("create_topic", "orders", 4, "NONE", "ops-tool", "/127.0.0.1")]
     assert any(x["message"].startswith("Front end 1 (pid") for x in lines)
+
+
+def test_kafka_protocol_requests_are_measured_in_the_same_service_layer(tmp_path: Path) -> None:
+    """Over the Kafka listener the same series are recorded, with ``protocol="kafka"``; the
+    Kafka client's id and address reach the spans and the audit trail the same way."""
+    from kafka_support import KafkaServer, request
+
+    metrics_address = f"127.0.0.1:{free_port()}"
+    server = KafkaServer(tmp_path / "data", "--metrics-listen", metrics_address)
+    try:
+        server.create_topic("k-orders", 2)
+        client = server.client("librdkafka-like")
+        member = "Zk8Sdl+/AAAAAAAAAAAAAA"
+        join = client.call(
+            request(
+                68,
+                1,
+                group_id="k-g",
+                member_id=member,
+                member_epoch=0,
+                rebalance_timeout=300000,
+                subscribed_topic_names=["k-orders"],
+                subscribed_topic_regex="",
+                topic_partitions=[],
+            )
+        )
+        assert (join.error_code.value, join.member_epoch) == (0, 1)
+        fenced = client.call(
+            request(68, 1, group_id="k-g", member_id=member, member_epoch=7, topic_partitions=[])
+        )
+        assert fenced.error_code.value == 110  # FENCED_MEMBER_EPOCH
+        client.close()
+        families = scrape(metrics_address)
+    finally:
+        assert server.stop() == 0, server.stderr_text()
+    hb = "kip848_request_duration_seconds_count"
+    assert value(families, hb, rpc="ConsumerGroupHeartbeat", protocol="kafka", error="NONE") == 1
+    assert (
+        value(
+            families,
+            hb,
+            rpc="ConsumerGroupHeartbeat",
+            protocol="kafka",
+            error="FENCED_MEMBER_EPOCH",
+        )
+        == 1
+    )
+    assert value(families, hb, rpc="ConsumerGroupHeartbeat", protocol="grpc") == 0
+    assert value(families, "kip848_consumer_group_rebalances_total", cause="member_joined") == 1
+    assert value(families, "kip848_event_processing_time_seconds_count") >= 3

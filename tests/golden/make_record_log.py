@@ -11,13 +11,13 @@ import sys
 from pathlib import Path
 
 from coordinator.core import codec
-from coordinator.core.harness import CoreHarness
+from coordinator.harness import Harness
 
 HERE = Path(__file__).resolve().parent / "logs"
 
 
-def scenario() -> CoreHarness:
-    h = CoreHarness()
+def scenario() -> Harness:
+    h = Harness()
     foo = h.create_topic("foo", 4)
     h.create_topic("bar.events", 2)
     h.join("A", ["foo"])

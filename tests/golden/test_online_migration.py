@@ -10,8 +10,8 @@ from typing import Any
 from coordinator.core import records as r
 from coordinator.core.commands import Pending
 from coordinator.core.errors import CoordinatorError
+from coordinator.harness import Harness, subscription
 from legacy_bridge import messages as m
-from legacy_bridge.harness import ClassicHarness, subscription
 from legacy_bridge.protocol import AssignmentMessage, encode_assignment
 
 META = subscription(["foo"])
@@ -21,7 +21,7 @@ def asg(*ps: int) -> bytes:
     return encode_assignment(AssignmentMessage(assigned_partitions=(("foo", ps),)))
 
 
-def state(h: ClassicHarness, foo: str) -> dict[str, Any]:
+def state(h: Harness, foo: str) -> dict[str, Any]:
     g = h.shard.groups.get("grp")
     if g is None:
         c = h.shard.classic_groups["grp"]
@@ -45,7 +45,7 @@ def state(h: ClassicHarness, foo: str) -> dict[str, Any]:
 
 
 def test_online_migration_case_study() -> None:
-    h = ClassicHarness()
+    h = Harness()
     foo = h.create_topic("foo", 6)
     # A classic group at generation 22 (as loaded from its GroupMetadata record).
     value = r.GroupMetadataValue(
@@ -178,7 +178,7 @@ ONE_REBALANCE_TICKS = 4
 class Fleet:
     """Clients: eager classic consumers (leader assigns round robin) and KIP-848 consumers."""
 
-    def __init__(self, h: ClassicHarness, foo: str) -> None:
+    def __init__(self, h: Harness, foo: str) -> None:
         self.h, self.foo = h, foo
         self.classic: dict[str, dict[str, Any]] = {}  # member id -> {gen, owned, join, sync}
         self.consumer: dict[str, dict[str, Any]] = {}  # member id -> {epoch, owned}
@@ -323,7 +323,7 @@ class Fleet:
 def test_rolling_upgrade_of_five_classic_members_and_back() -> None:
     from coordinator.core.config import GroupCoordinatorConfig
 
-    h = ClassicHarness(config=GroupCoordinatorConfig(classic_initial_rebalance_delay_ms=0))
+    h = Harness(config=GroupCoordinatorConfig(classic_initial_rebalance_delay_ms=0))
     foo = h.create_topic("foo", N)
     fleet = Fleet(h, foo)
     for _ in range(5):

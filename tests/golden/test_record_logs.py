@@ -12,7 +12,7 @@ import pytest
 from coordinator.core import codec
 from coordinator.core.commands import SequentialIds
 from coordinator.core.config import GroupCoordinatorConfig
-from legacy_bridge.shard import BridgedShard
+from coordinator.factory import new_shard
 
 from .make_record_log import summary
 
@@ -28,7 +28,7 @@ def test_golden_log_replays_to_the_expected_state(log: Path) -> None:
     from assignors.range import RangeAssignor
     from assignors.uniform import UniformAssignor
 
-    shard = BridgedShard(
+    shard = new_shard(
         config=GroupCoordinatorConfig(),
         assignors=[UniformAssignor(), RangeAssignor()],
         ids=SequentialIds(),

@@ -131,24 +131,26 @@ def test_cli_classic_flags(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_broken_bridge_reload_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The bug the simulator found (fixed in legacy_bridge/shard.py): replaying a later
+    """The bug the simulator found (fixed in legacy_bridge/classic_groups.py): replaying a later
     GroupMetadata record of an existing classic group only updated ``durable``. Put back, a
     coordinator restart reloads a stale generation, caught by I4 (a replayed classic group must
     express its last record)."""
-    from legacy_bridge import shard as bridge
+    from coordinator.core import records as r
+    from legacy_bridge import classic_groups as bridge
 
-    def replay_classic_group(self, key, value):  # type: ignore[no-untyped-def]
-        group = self.classic_groups.get(key.group_id)
+    def replay(self, record):  # type: ignore[no-untyped-def]
+        key, value = r.typed(record, r.GroupMetadataKey, r.GroupMetadataValue)
+        group = self._groups.get(key.group_id)
         if value is None:
-            self.classic_groups.discard(key.group_id)
+            self._groups.discard(key.group_id)
         elif group is None:
-            self.classic_groups[key.group_id] = bridge.ClassicGroup.from_record(
-                self.undo, key.group_id, value
+            self._groups[key.group_id] = bridge.ClassicGroup.from_record(
+                self._ctx.undo, key.group_id, value
             )
         else:
             group.set("durable", value)
 
-    monkeypatch.setattr(bridge.BridgedShard, "replay_classic_group", replay_classic_group)
+    monkeypatch.setattr(bridge.ClassicGroups, "_replay", replay)
     s = simulate(SimParams(seed=0, steps=300, members=3, classic=3, protocol="eager", faults=PURE))
     assert s.violation is not None
     assert s.violation.name == inv.REPLAY_EQUALS_LIVE
@@ -161,8 +163,8 @@ def test_broken_bridge_that_forgets_owned_partitions_is_caught(
     """A bridge that ignores the owned partitions of classic members inside a consumer group
     (so a cooperative member's partitions are handed out before it revoked them) is caught by
     the ownership invariants."""
+    from legacy_bridge import classic_members, migration
     from legacy_bridge import protocol as proto
-    from legacy_bridge import shard as bridge
 
     original = proto.decode_subscription
 
@@ -175,7 +177,8 @@ def test_broken_bridge_that_forgets_owned_partitions_is_caught(
             rack_id=sub.rack_id,
         )
 
-    monkeypatch.setattr(bridge, "decode_subscription", forgetful)
+    monkeypatch.setattr(classic_members, "decode_subscription", forgetful)
+    monkeypatch.setattr(migration, "decode_subscription", forgetful)
     caught = None
     for seed in range(10):
         s = simulate(

@@ -194,9 +194,9 @@ def test_known_limitation_reordered_stale_heartbeat() -> None:
     in-order processing per connection; our default network is FIFO per client and never
     reorders. Pinned here as a deterministic scenario: if it fails, the core changed how it
     treats stale requests — re-check F1."""
-    from coordinator.core.harness import CoreHarness
+    from coordinator.harness import Harness
 
-    h = CoreHarness()
+    h = Harness()
     foo = h.create_topic("foo", 2)
     h.join("A", ["foo"])  # A: epoch 1, owns foo-0,1
     h.add_partitions("foo", 3)

@@ -25,9 +25,9 @@ from coordinator.core.errors import (
     InvalidConfigError,
     InvalidRequestError,
 )
-from coordinator.core.harness import CoreHarness
 from coordinator.core.model import ConsumerGroupMember, MemberState
 from coordinator.core.timers import REBALANCE, SESSION, ArmTimer, CancelTimer, DueTimer
+from coordinator.harness import Harness
 
 G = "grp"
 HB_MS = 5_000
@@ -82,8 +82,8 @@ class Ids(SequentialIds):
         return f"cgp_uid{self.uids}"
 
 
-def harness(*assignors: Any, **kw: Any) -> CoreHarness:
-    return CoreHarness(
+def harness(*assignors: Any, **kw: Any) -> Harness:
+    return Harness(
         assignors=list(assignors) or [RoundRobinAssignor()], ids=kw.pop("ids", Ids()), **kw
     )
 
@@ -127,7 +127,7 @@ def ca(
     )
 
 
-def md(h: CoreHarness, *names: str) -> dict[str, TopicMetadata]:
+def md(h: Harness, *names: str) -> dict[str, TopicMetadata]:
     image = h.shard.topics.by_name
     return {
         n: TopicMetadata(topic_id=image[n].topic_id, name=n, num_partitions=image[n].num_partitions)
@@ -143,15 +143,15 @@ def removed(member_id: str) -> list[r.Record]:
     ]
 
 
-def uid(h: CoreHarness, group_id: str = G) -> str:
+def uid(h: Harness, group_id: str = G) -> str:
     return h.shard.groups[group_id].group_uid
 
 
-def check_replay(h: CoreHarness) -> None:
+def check_replay(h: Harness) -> None:
     assert h.replayed().snapshot() == h.shard.snapshot()
 
 
-def one_member(partitions: int = 4, **join: Any) -> tuple[CoreHarness, str]:
+def one_member(partitions: int = 4, **join: Any) -> tuple[Harness, str]:
     """A alone in "grp", STABLE at epoch 1 with every partition of foo."""
     h = harness()
     foo = h.create_topic("foo", partitions)
@@ -160,7 +160,7 @@ def one_member(partitions: int = 4, **join: Any) -> tuple[CoreHarness, str]:
     return h, foo
 
 
-def seeded(epoch: int = 5) -> tuple[CoreHarness, str]:
+def seeded(epoch: int = 5) -> tuple[Harness, str]:
     """A=[foo-0,1], B=[foo-2,3], both STABLE at ``epoch`` (previous ``epoch - 1``)."""
     h = harness()
     foo = h.create_topic("foo", 4)
@@ -212,7 +212,7 @@ def test_client_chosen_member_id_is_kept() -> None:
 # --------------------------------------------------------------------------- null means unchanged
 
 
-def full_featured_member() -> tuple[CoreHarness, str, dict[str, Any]]:
+def full_featured_member() -> tuple[Harness, str, dict[str, Any]]:
     h = harness(RoundRobinAssignor("rr"), RoundRobinAssignor("other"))
     foo = h.create_topic("foo", 2)
     h.create_topic("fizz", 1)
@@ -908,7 +908,7 @@ def test_unrelated_topic_changes_do_not_bump() -> None:
 # --------------------------------------------------------------------------- regex subscriptions
 
 
-def regex_harness() -> tuple[CoreHarness, dict[str, str]]:
+def regex_harness() -> tuple[Harness, dict[str, str]]:
     h = harness()
     ids = {name: h.create_topic(name, 1) for name in ("foo", "fa", "bar", "xfoo", "f")}
     return h, ids
@@ -1287,7 +1287,8 @@ def test_group_configs_take_effect_on_the_next_heartbeat_and_persist() -> None:
     # Persisted: a replayed shard has the same overrides.
     fresh = h.replayed()
     assert fresh.group_config(G) == h.shard.group_config(G)
-    assert fresh.heartbeat_interval_ms(G) == 6_000 and fresh.session_timeout_ms(G) == 50_000
+    assert fresh.group_configs.heartbeat_interval_ms(G) == 6_000
+    assert fresh.group_configs.session_timeout_ms(G) == 50_000
     check_replay(h)
 
     # Deleting an override returns to the broker default.
@@ -1342,7 +1343,7 @@ def test_group_uid_is_minted_once() -> None:
 
 
 def test_group_uid_with_the_default_id_source() -> None:
-    h = CoreHarness(assignors=[RoundRobinAssignor()])
+    h = Harness(assignors=[RoundRobinAssignor()])
     h.create_topic("foo", 1)
     h.join("A", ["foo"])
     value = uid(h)

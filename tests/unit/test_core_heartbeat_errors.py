@@ -29,8 +29,8 @@ from coordinator.core.errors import (
     UnreleasedInstanceIdError,
     UnsupportedAssignorError,
 )
-from coordinator.core.harness import CoreHarness
 from coordinator.core.model import MemberState
+from coordinator.harness import Harness
 
 G = "grp"
 
@@ -96,12 +96,12 @@ def p(topic_id: str, *parts: int) -> dict[str, frozenset[int]]:
     return {topic_id: frozenset(parts)} if parts else {}
 
 
-def harness(**kw: Any) -> CoreHarness:
+def harness(**kw: Any) -> Harness:
     kw.setdefault("assignors", [RoundRobinAssignor()])
-    return CoreHarness(**kw)
+    return Harness(**kw)
 
 
-def stable_group(epoch: int = 5) -> tuple[CoreHarness, str]:
+def stable_group(epoch: int = 5) -> tuple[Harness, str]:
     """Group "grp" at ``epoch``: A=[foo-0,1], B=[foo-2,3], both STABLE at ``epoch`` (previous
     epoch ``epoch - 1``)."""
     h = harness()
@@ -110,7 +110,7 @@ def stable_group(epoch: int = 5) -> tuple[CoreHarness, str]:
     return h, foo
 
 
-def static_group() -> tuple[CoreHarness, str]:
+def static_group() -> tuple[Harness, str]:
     """Group "grp" with one static member S (instance id "i1") at epoch 1 owning foo-0..3."""
     h = harness()
     foo = h.create_topic("foo", 4)
@@ -119,12 +119,12 @@ def static_group() -> tuple[CoreHarness, str]:
     return h, foo
 
 
-def timers_state(h: CoreHarness) -> list[tuple[Any, Any]]:
+def timers_state(h: Harness) -> list[tuple[Any, Any]]:
     return [(k, h.timers.get(k)) for k in h.timers.keys()]  # noqa: SIM118 (not a dict)
 
 
 def assert_rejected(
-    h: CoreHarness, exc_type: type[CoordinatorError], code: int, message: str, **fields: Any
+    h: Harness, exc_type: type[CoordinatorError], code: int, message: str, **fields: Any
 ) -> CoordinatorError:
     """The heartbeat raises exactly ``exc_type`` with ``code`` and ``message`` and changes
     nothing: same snapshot, no records logged, nothing left in the undo log, same timers."""
@@ -571,7 +571,7 @@ def test_unreleased_instance_id_when_the_static_member_is_revoking() -> None:
 FULL = "The consumer group has reached its maximum capacity of 2 members."
 
 
-def full_group() -> tuple[CoreHarness, str]:
+def full_group() -> tuple[Harness, str]:
     h = harness(config=GroupCoordinatorConfig(consumer_max_size=2))
     foo = h.create_topic("foo", 4)
     h.join("A", ["foo"])
@@ -648,7 +648,7 @@ def test_unsupported_assignor_lists_the_supported_names() -> None:
 
 
 def test_unsupported_assignor_with_the_default_assignors() -> None:
-    h = CoreHarness()
+    h = Harness()
     assert_rejected(
         h,
         UnsupportedAssignorError,
@@ -699,7 +699,7 @@ def test_invalid_regular_expression_on_a_heartbeat_of_a_known_member() -> None:
 # --------------------------------------------------------------------------- UNKNOWN_SERVER_ERROR
 
 
-def assignor_failure_case(assignor: Any) -> CoreHarness:
+def assignor_failure_case(assignor: Any) -> Harness:
     """A with foo is in the group (installed by records, so the failing assignor never ran)."""
     h = harness(assignors=[assignor])
     foo = h.create_topic("foo", 2)
@@ -755,7 +755,7 @@ def test_assignor_failure_when_creating_a_group_leaves_no_group() -> None:
         **join_fields("A"),
     )
     assert h.shard.groups == {}
-    assert h.shard.snapshot() == CoreHarness(assignors=[RoundRobinAssignor()]).shard.snapshot()
+    assert h.shard.snapshot() == Harness(assignors=[RoundRobinAssignor()]).shard.snapshot()
 
 
 def test_assignor_failure_on_a_subscription_change_keeps_the_old_subscription() -> None:

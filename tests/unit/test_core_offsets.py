@@ -12,7 +12,6 @@ from coordinator.core.errors import (
     StaleMemberEpochError,
     UnknownMemberIdError,
 )
-from coordinator.core.harness import CoreHarness
 from coordinator.core.offsets import (
     FetchedPartition,
     FetchedTopic,
@@ -26,13 +25,14 @@ from coordinator.core.offsets import (
     TopicResult,
 )
 from coordinator.core.timers import SESSION, ArmTimer
+from coordinator.harness import Harness
 
 G = "grp"
 
 
 @pytest.fixture
-def h() -> CoreHarness:
-    h = CoreHarness(config=GroupCoordinatorConfig(offsets_retention_minutes=10))
+def h() -> Harness:
+    h = Harness(config=GroupCoordinatorConfig(offsets_retention_minutes=10))
     h.create_topic("foo", 2)
     h.create_topic("bar", 1)
     return h
@@ -55,7 +55,7 @@ def commit_req(epoch: int, member: str = "A", **parts: int) -> OffsetCommit:
     )
 
 
-def test_member_commit_with_its_epoch_is_durable_record(h: CoreHarness) -> None:
+def test_member_commit_with_its_epoch_is_durable_record(h: Harness) -> None:
     h.join("A", ["foo"])
     res = h.shard.offset_commit(commit_req(1, p0=10, p1=20), 5)
     foo = h.topic_id("foo")
@@ -83,9 +83,7 @@ def test_member_commit_with_its_epoch_is_durable_record(h: CoreHarness) -> None:
 
 
 @pytest.mark.parametrize("epoch", [0, 2, 7])
-def test_consumer_member_with_other_epoch_gets_stale_member_epoch(
-    h: CoreHarness, epoch: int
-) -> None:
+def test_consumer_member_with_other_epoch_gets_stale_member_epoch(h: Harness, epoch: int) -> None:
     h.join("A", ["foo"])  # epoch 1
     before = h.shard.snapshot()
     with pytest.raises(StaleMemberEpochError) as err:
@@ -94,7 +92,7 @@ def test_consumer_member_with_other_epoch_gets_stale_member_epoch(
     assert h.shard.snapshot() == before
 
 
-def test_unknown_member_and_unknown_group(h: CoreHarness) -> None:
+def test_unknown_member_and_unknown_group(h: Harness) -> None:
     h.join("A", ["foo"])
     with pytest.raises(UnknownMemberIdError):
         h.shard.offset_commit(commit_req(1, member="Z", p0=1), 5)
@@ -104,7 +102,7 @@ def test_unknown_member_and_unknown_group(h: CoreHarness) -> None:
         )
 
 
-def test_admin_commit_only_on_empty_or_missing_group(h: CoreHarness) -> None:
+def test_admin_commit_only_on_empty_or_missing_group(h: Harness) -> None:
     # Missing group: a "simple" group is created (offsets only), listed as an empty classic group.
     res = h.shard.offset_commit(
         OffsetCommit(
@@ -137,7 +135,7 @@ def test_admin_commit_only_on_empty_or_missing_group(h: CoreHarness) -> None:
     )
 
 
-def test_per_partition_errors(h: CoreHarness) -> None:
+def test_per_partition_errors(h: Harness) -> None:
     h.join("A", ["foo"])
     big = "x" * 4097
     req = OffsetCommit(
@@ -177,7 +175,7 @@ def test_per_partition_errors(h: CoreHarness) -> None:
     assert len(res.records) == 1
 
 
-def test_topic_addressed_by_id(h: CoreHarness) -> None:
+def test_topic_addressed_by_id(h: Harness) -> None:
     h.join("A", ["foo"])
     foo = h.topic_id("foo")
     req = OffsetCommit(
@@ -213,7 +211,7 @@ def test_topic_addressed_by_id(h: CoreHarness) -> None:
     )
 
 
-def test_fetch_fencing_and_unknown_group(h: CoreHarness) -> None:
+def test_fetch_fencing_and_unknown_group(h: Harness) -> None:
     h.join("A", ["foo"])
     h.commit(G, "A", 1, {("foo", 0): 5})
     assert (
@@ -238,7 +236,7 @@ def test_fetch_fencing_and_unknown_group(h: CoreHarness) -> None:
     )
 
 
-def test_offsets_survive_members_leaving_and_a_new_member_resumes(h: CoreHarness) -> None:
+def test_offsets_survive_members_leaving_and_a_new_member_resumes(h: Harness) -> None:
     h.join("A", ["foo"])
     h.commit(G, "A", 1, {("foo", 0): 100, ("foo", 1): 200})
     h.heartbeat(member_id="A", member_epoch=-1)
@@ -251,7 +249,7 @@ def test_offsets_survive_members_leaving_and_a_new_member_resumes(h: CoreHarness
     assert h.replayed().snapshot() == h.shard.snapshot()
 
 
-def test_delete_offsets_refused_for_subscribed_topic(h: CoreHarness) -> None:
+def test_delete_offsets_refused_for_subscribed_topic(h: Harness) -> None:
     h.join("A", ["foo"])
     h.commit(G, "A", 1, {("foo", 0): 1})
     res = h.shard.offset_delete(G, [("foo", [0])])
@@ -268,7 +266,7 @@ def test_delete_offsets_refused_for_subscribed_topic(h: CoreHarness) -> None:
         h.shard.offset_delete("nope", [("foo", [0])])
 
 
-def test_retention_expires_unsubscribed_topics_then_deletes_the_empty_group(h: CoreHarness) -> None:
+def test_retention_expires_unsubscribed_topics_then_deletes_the_empty_group(h: Harness) -> None:
     h.join("A", ["foo", "bar"])
     h.commit(G, "A", 1, {("foo", 0): 1, ("bar", 0): 2})
     h.heartbeat(member_id="A", member_epoch=1, subscribed_topic_names=("foo",))
@@ -290,7 +288,7 @@ def test_retention_expires_unsubscribed_topics_then_deletes_the_empty_group(h: C
     assert h.replayed().snapshot() == h.shard.snapshot()
 
 
-def test_delete_groups(h: CoreHarness) -> None:
+def test_delete_groups(h: Harness) -> None:
     h.join("A", ["foo"])
     h.commit(G, "A", 1, {("foo", 0): 1})
     res = h.shard.delete_groups([G, "nope"])
@@ -315,7 +313,7 @@ HB_CFG = "consumer.heartbeat.interval.ms"
 DEFAULTS = {SESSION_CFG: "45000", HB_CFG: "5000"}
 
 
-def test_deleting_a_group_deletes_its_config_overrides(h: CoreHarness) -> None:
+def test_deleting_a_group_deletes_its_config_overrides(h: Harness) -> None:
     """Kafka deletes a group's dynamic configs with the group: tombstones in the same batch; the
     group created again under the same id starts from the defaults."""
     h.alter_configs(G, {SESSION_CFG: "50000", HB_CFG: "7000"})
@@ -341,7 +339,7 @@ def test_deleting_a_group_deletes_its_config_overrides(h: CoreHarness) -> None:
     assert h.replayed().snapshot() == h.shard.snapshot()
 
 
-def test_configs_of_a_group_that_does_not_exist_are_kept(h: CoreHarness) -> None:
+def test_configs_of_a_group_that_does_not_exist_are_kept(h: Harness) -> None:
     """Configs may be set before the group exists; DeleteGroups of a missing group changes
     nothing (GROUP_ID_NOT_FOUND)."""
     h.alter_configs("future", {HB_CFG: "7000"})
@@ -352,7 +350,7 @@ def test_configs_of_a_group_that_does_not_exist_are_kept(h: CoreHarness) -> None
     assert h.shard.group_config("future")[HB_CFG] == "7000"
 
 
-def test_a_group_deleted_by_offset_expiry_loses_its_config_overrides(h: CoreHarness) -> None:
+def test_a_group_deleted_by_offset_expiry_loses_its_config_overrides(h: Harness) -> None:
     h.alter_configs(G, {HB_CFG: "7000"})
     h.alter_configs("simple", {HB_CFG: "8000"})
     h.join("A", ["foo"])
@@ -373,7 +371,7 @@ def test_a_group_deleted_by_offset_expiry_loses_its_config_overrides(h: CoreHarn
     assert h.replayed().snapshot() == h.shard.snapshot()
 
 
-def test_deleting_a_topic_deletes_its_offsets(h: CoreHarness) -> None:
+def test_deleting_a_topic_deletes_its_offsets(h: Harness) -> None:
     h.commit("simple", "", -1, {("foo", 0): 1, ("bar", 0): 2})
     h.delete_topic("foo")
     assert list(h.shard.offsets["simple"]) == [("bar", 0)]
@@ -386,7 +384,7 @@ def test_deleting_a_topic_deletes_its_offsets(h: CoreHarness) -> None:
     assert got.topics[0].partitions == (FetchedPartition(partition_index=0),)
 
 
-def test_a_simple_group_refuses_a_commit_with_a_generation(h: CoreHarness) -> None:
+def test_a_simple_group_refuses_a_commit_with_a_generation(h: Harness) -> None:
     # Kafka's ClassicGroup.validateOffsetCommit: generation >= 0 validates the member, and a
     # simple group has none.
     h.commit("simple", "", -1, {("foo", 0): 1})
@@ -410,7 +408,7 @@ def test_a_simple_group_refuses_a_commit_with_a_generation(h: CoreHarness) -> No
     assert h.shard.snapshot() == before
 
 
-def test_a_topic_needs_a_name_or_an_id(h: CoreHarness) -> None:
+def test_a_topic_needs_a_name_or_an_id(h: Harness) -> None:
     req = OffsetCommit(
         group_id="simple",
         topics=(

@@ -1,7 +1,10 @@
-"""The core and the legacy bridge are pure: no IO, asyncio, grpc, wall clock or randomness.
+"""The core and the legacy bridge are pure: no IO, asyncio, grpc, wall clock, randomness or
+logging (the core returns log events; the runtime writes them once durable).
 
-Every import in every module of coordinator/core and legacy_bridge (including imports inside
-functions) must come from an allow-list of side-effect-free modules.
+Every import in every module of coordinator/core and legacy_bridge, and of the shard factory and
+the harness that put them together (including imports inside functions), must come from an
+allow-list of side-effect-free modules. Dependencies point one way: the bridge imports the core,
+never the reverse.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 PURE_PACKAGES = [ROOT / "coordinator" / "core", ROOT / "legacy_bridge"]
+PURE_MODULES = [ROOT / "coordinator" / "factory.py", ROOT / "coordinator" / "harness.py"]
 
 ALLOWED = {
     # standard library, side-effect free
@@ -26,7 +30,6 @@ ALLOWED = {
     "functools",
     "heapq",
     "itertools",
-    "logging",
     "math",
     "operator",
     "re",
@@ -61,6 +64,7 @@ FORBIDDEN_EXAMPLES = [
     "subprocess",
     "io",
     "pathlib",
+    "logging",
 ]
 
 
@@ -78,13 +82,29 @@ def _imports(path: Path) -> list[tuple[int, str]]:
 
 
 def _allowed(module: str) -> bool:
+    if module in ("coordinator.factory", "coordinator.harness"):
+        return True  # pure too (checked here), and they only compose the core and the bridge
     if module.startswith("coordinator.") and not module.startswith("coordinator.core"):
         return False  # the core may not reach into runtime/server/cli
     return any(module == a or module.startswith(a + ".") for a in ALLOWED)
 
 
 def _modules() -> list[Path]:
-    return sorted(p for pkg in PURE_PACKAGES if pkg.exists() for p in pkg.rglob("*.py"))
+    packages = [p for pkg in PURE_PACKAGES if pkg.exists() for p in pkg.rglob("*.py")]
+    return sorted(packages + PURE_MODULES)
+
+
+@pytest.mark.parametrize(
+    "path", sorted((ROOT / "coordinator" / "core").rglob("*.py")), ids=lambda p: p.name
+)
+def test_the_core_does_not_depend_on_the_bridge_or_the_factory(path: Path) -> None:
+    """The bridge plugs into the core (ClassicGroupSupport); the core never names it."""
+    bad = [
+        f"line {line}: import {mod}"
+        for line, mod in _imports(path)
+        if mod.startswith("legacy_bridge") or mod in ("coordinator.factory", "coordinator.harness")
+    ]
+    assert not bad, f"{path.relative_to(ROOT)} imports {bad}"
 
 
 def test_there_is_something_to_check() -> None:

@@ -14,9 +14,9 @@ from coordinator.core import records as r
 from coordinator.core.commands import SequentialIds
 from coordinator.core.config import GroupCoordinatorConfig
 from coordinator.core.errors import IllegalStateError
-from coordinator.core.harness import CoreHarness
 from coordinator.core.model import ClassicMemberMetadata, ConsumerGroupMember, MemberState
-from coordinator.core.shard import GroupCoordinatorShard
+from coordinator.factory import Shard, new_shard
+from coordinator.harness import Harness
 
 G = "grp"
 T1 = "AAAAAAAAAAAAAAAAAAAAAQ"
@@ -40,8 +40,8 @@ class RoundRobinAssignor:
         return GroupAssignment(members=out)
 
 
-def new_shard() -> GroupCoordinatorShard:
-    return GroupCoordinatorShard(
+def fresh_shard() -> Shard:
+    return new_shard(
         config=GroupCoordinatorConfig(), assignors=[RoundRobinAssignor()], ids=SequentialIds()
     )
 
@@ -331,8 +331,8 @@ def member_records(member_id: str, assigned: dict, epoch: int = 3) -> list[r.Rec
     ]
 
 
-def loaded(*records: r.Record) -> GroupCoordinatorShard:
-    shard = new_shard()
+def loaded(*records: r.Record) -> Shard:
+    shard = fresh_shard()
     for rec in records:
         shard.replay(rec)
     shard.release(shard.mark())
@@ -348,7 +348,7 @@ def base_group() -> list[r.Record]:
     ]
 
 
-def assert_illegal(shard: GroupCoordinatorShard, record: r.Record, needle: str) -> None:
+def assert_illegal(shard: Shard, record: r.Record, needle: str) -> None:
     with pytest.raises(IllegalStateError, match=needle):
         shard.replay(record)
 
@@ -423,7 +423,7 @@ def test_group_deletion_in_the_right_order() -> None:
     ]
     shard = loaded(*recs)
     assert shard.groups == {}
-    assert shard.snapshot() == new_shard().snapshot()
+    assert shard.snapshot() == fresh_shard().snapshot()
 
 
 @pytest.mark.parametrize(
@@ -441,10 +441,10 @@ def test_group_deletion_in_the_right_order() -> None:
     ids=lambda rec: type(rec.key).__name__,
 )
 def test_tombstones_for_unknown_groups_are_ignored(record: r.Record) -> None:
-    shard = new_shard()
+    shard = fresh_shard()
     shard.replay(record)
     assert shard.groups == {}
-    assert shard.snapshot() == new_shard().snapshot()
+    assert shard.snapshot() == fresh_shard().snapshot()
 
 
 @pytest.mark.parametrize(
@@ -501,7 +501,7 @@ def test_tombstones_for_unknown_members_are_ignored(record: r.Record) -> None:
     ids=lambda x: type(x.key).__name__ if isinstance(x, r.Record) else "",
 )
 def test_a_record_for_an_unknown_group_creates_it(record: r.Record, check: Any) -> None:
-    shard = new_shard()
+    shard = fresh_shard()
     shard.replay(record)
     assert list(shard.groups) == ["new"]
     assert check(shard.groups["new"])
@@ -586,7 +586,7 @@ def test_a_partition_moving_between_targets_is_briefly_in_two_targets() -> None:
 
 def test_topic_records_do_not_belong_to_a_shard() -> None:
     assert_illegal(
-        new_shard(),
+        fresh_shard(),
         r.topic_record("foo", T1, 1),
         "topic registry records belong to the topic registry",
     )
@@ -608,10 +608,10 @@ def test_replay_is_order_agnostic_within_a_member() -> None:
 # ------------------------------------------------------------------------ records_of_state
 
 
-def busy_harness() -> CoreHarness:
+def busy_harness() -> Harness:
     """Several groups with most kinds of state: regexes, static members (one temporarily left),
     a member revoking, one waiting for partitions, a server assignor vote, group configs."""
-    h = CoreHarness(assignors=[RoundRobinAssignor(), RoundRobinAssignor("other")])
+    h = Harness(assignors=[RoundRobinAssignor(), RoundRobinAssignor("other")])
     foo = h.create_topic("foo", 4)
     h.create_topic("bar", 2)
     h.create_topic("baz", 3)
@@ -644,7 +644,7 @@ def test_records_of_state_rebuild_the_same_snapshot() -> None:
     assert sorted(h.shard.offsets) == [G, "offsets-only"]
 
     recs = h.shard.records_of_state()
-    fresh = new_shard()
+    fresh = fresh_shard()
     fresh.undo.enabled = False
     for rec in recs:
         fresh.replay(codec.decode(*codec.encode(rec)))
@@ -656,4 +656,4 @@ def test_records_of_state_rebuild_the_same_snapshot() -> None:
 
 
 def test_records_of_state_of_an_empty_shard_is_empty() -> None:
-    assert new_shard().records_of_state() == []
+    assert fresh_shard().records_of_state() == []

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -19,9 +18,9 @@ from coordinator.core import codec
 from coordinator.core.commands import SequentialIds
 from coordinator.core.config import GroupCoordinatorConfig
 from coordinator.core.errors import CoordinatorError
-from coordinator.core.harness import CoreHarness
 from coordinator.core.model import MemberState
-from coordinator.core.shard import GroupCoordinatorShard
+from coordinator.factory import new_shard
+from coordinator.harness import Harness
 
 MEMBERS = ["m1", "m2", "m3", "m4"]
 GROUPS = ["g1", "g2"]
@@ -73,7 +72,7 @@ op = st.one_of(
 )
 
 
-def _apply(h: CoreHarness, step: tuple[Any, ...]) -> None:
+def _apply(h: Harness, step: tuple[Any, ...]) -> None:
     kind = step[0]
     try:
         if kind == "join":
@@ -169,7 +168,7 @@ def _apply(h: CoreHarness, step: tuple[Any, ...]) -> None:
         pass  # protocol errors are legal outcomes; they must leave no trace (checked below)
 
 
-def _check_invariants(h: CoreHarness) -> None:
+def _check_invariants(h: Harness) -> None:
     for gid, group in h.shard.groups.items():
         assert group.assignment_epoch <= group.group_epoch, gid
         owners: dict[tuple[str, int], str] = {}
@@ -202,24 +201,14 @@ def _check_invariants(h: CoreHarness) -> None:
                     assert seen.setdefault((t, p), mid) == mid, f"{gid}: {t}-{p} targeted twice"
 
 
-def _shard_classes() -> list[type]:
-    from legacy_bridge.shard import BridgedShard  # what the server runs
-
-    return [GroupCoordinatorShard, BridgedShard]
-
-
-@pytest.mark.parametrize("shard_class", _shard_classes(), ids=lambda c: c.__name__)
 @settings(
     max_examples=int(__import__("os").environ.get("KIP848_PROPERTY_EXAMPLES", "150")),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
 @given(st.lists(op, min_size=1, max_size=60))
-def test_replaying_emitted_records_rebuilds_identical_state(
-    shard_class: type, steps: list[tuple[Any, ...]]
-) -> None:
-    h = CoreHarness(config=GroupCoordinatorConfig(offsets_retention_minutes=1))
-    h.shard = shard_class(config=h.config, assignors=h.assignors, ids=h.ids)
+def test_replaying_emitted_records_rebuilds_identical_state(steps: list[tuple[Any, ...]]) -> None:
+    h = Harness(config=GroupCoordinatorConfig(offsets_retention_minutes=1))
     h.create_topic("foo", 3)
     h.create_topic("bar", 2)
     for step in steps:
@@ -234,7 +223,7 @@ def test_replaying_emitted_records_rebuilds_identical_state(
                 )
         _check_invariants(h)
 
-    fresh = type(h.shard)(config=h.config, assignors=h.assignors, ids=SequentialIds("fresh"))
+    fresh = new_shard(config=h.config, assignors=h.assignors, ids=SequentialIds("fresh"))
     fresh.undo.enabled = False
     for record in h.log:
         key, value = codec.encode(record)
@@ -242,7 +231,7 @@ def test_replaying_emitted_records_rebuilds_identical_state(
     assert fresh.snapshot() == h.shard.snapshot()
 
     # The canonical records of the live state rebuild it too (what compaction keeps).
-    compacted = type(h.shard)(config=h.config, assignors=h.assignors, ids=SequentialIds("c"))
+    compacted = new_shard(config=h.config, assignors=h.assignors, ids=SequentialIds("c"))
     for record in h.shard.records_of_state():
         compacted.replay(record)
     assert compacted.snapshot() == h.shard.snapshot()

@@ -12,20 +12,20 @@ from assignors.api import GroupAssignment, GroupSpec, SubscriptionType, TopicMet
 from assignors.uniform import UniformAssignor
 from assignors.validation import InvalidAssignmentError, check_assignment
 from coordinator.core.commands import ConsumerGroupHeartbeat
-from coordinator.core.harness import CoreHarness
 from coordinator.core.target_assignment import (
     build_group_spec,
     changed_members,
     check_result,
     compute_target_assignment,
 )
+from coordinator.harness import Harness
 
 G = "grp"
 
 
-def settled(members: int = 4, partitions: int = 8) -> tuple[CoreHarness, str]:
+def settled(members: int = 4, partitions: int = 8) -> tuple[Harness, str]:
     """A reconciled group: m0..m{n-1} on topic foo, partitions dealt round-robin."""
-    h = CoreHarness()
+    h = Harness()
     foo = h.create_topic("foo", partitions)
     h.create_topic("bar", 2)
     deal: dict[str, set[int]] = {f"m{i}": set() for i in range(members)}

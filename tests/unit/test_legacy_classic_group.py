@@ -16,8 +16,8 @@ from coordinator.core.errors import (
     InvalidSessionTimeoutError,
     UnknownMemberIdError,
 )
+from coordinator.harness import Harness, subscription
 from legacy_bridge import messages as m
-from legacy_bridge.harness import ClassicHarness, subscription
 from legacy_bridge.protocol import AssignmentMessage, encode_assignment
 
 META = subscription(["foo"])
@@ -27,7 +27,7 @@ def asg(*ps: int) -> bytes:
     return encode_assignment(AssignmentMessage(assigned_partitions=(("foo", ps),)))
 
 
-def stable_group(h: ClassicHarness) -> tuple[str, str]:
+def stable_group(h: Harness) -> tuple[str, str]:
     """Two dynamic members through MEMBER_ID_REQUIRED, the initial delay, join and sync."""
     first = h.join_group()
     assert first == m.JoinGroupResponse(
@@ -65,7 +65,7 @@ def stable_group(h: ClassicHarness) -> tuple[str, str]:
 
 
 def test_two_members_form_a_stable_group_and_one_record_is_written() -> None:
-    h = ClassicHarness()
+    h = Harness()
     h.create_topic("foo", 4)
     stable_group(h)
     assert h.log == [
@@ -104,7 +104,7 @@ def test_two_members_form_a_stable_group_and_one_record_is_written() -> None:
     ]
     assert h.classic_heartbeat("member-2", 1) == m.HeartbeatResponse()
     assert h.shard.snapshot() == h.replayed().snapshot()
-    (described,) = h.shard.describe_classic_groups(["grp"])
+    (described,) = h.shard.classic_groups.describe(["grp"])
     assert (
         described.group_state,
         described.protocol_data,
@@ -113,7 +113,7 @@ def test_two_members_form_a_stable_group_and_one_record_is_written() -> None:
 
 
 def test_heartbeat_errors() -> None:
-    h = ClassicHarness()
+    h = Harness()
     h.create_topic("foo", 4)
     stable_group(h)
     with pytest.raises(UnknownMemberIdError):
@@ -143,7 +143,7 @@ def test_heartbeat_errors() -> None:
 
 
 def test_members_that_do_not_rejoin_are_removed_after_the_rebalance_timeout() -> None:
-    h = ClassicHarness()
+    h = Harness()
     h.create_topic("foo", 4)
     stable_group(h)
     h.leave_group("member-3")
@@ -174,7 +174,7 @@ def test_members_that_do_not_rejoin_are_removed_after_the_rebalance_timeout() ->
 
 
 def test_join_validation() -> None:
-    h = ClassicHarness(config=GroupCoordinatorConfig(classic_max_size=2))
+    h = Harness(config=GroupCoordinatorConfig(classic_max_size=2))
     h.create_topic("foo", 4)
     with pytest.raises(InvalidSessionTimeoutError):
         h.join_group(session_timeout_ms=10)
@@ -190,7 +190,7 @@ def test_join_validation() -> None:
 
 
 def test_protocol_vote_picks_the_common_protocol_most_members_prefer() -> None:
-    h = ClassicHarness(config=GroupCoordinatorConfig(classic_initial_rebalance_delay_ms=0))
+    h = Harness(config=GroupCoordinatorConfig(classic_initial_rebalance_delay_ms=0))
     h.create_topic("foo", 4)
     a = h.join_group(h.join_group().member_id, protocols=(("range", META), ("sticky", META)))
     b = h.join_group(h.join_group().member_id, protocols=(("sticky", META), ("range", META)))
@@ -202,7 +202,7 @@ def test_protocol_vote_picks_the_common_protocol_most_members_prefer() -> None:
 
 
 def test_static_member_restart_keeps_the_generation_and_fences_the_old_id() -> None:
-    h = ClassicHarness(config=GroupCoordinatorConfig(classic_initial_rebalance_delay_ms=0))
+    h = Harness(config=GroupCoordinatorConfig(classic_initial_rebalance_delay_ms=0))
     h.create_topic("foo", 2)
     first = h.join_group(instance_id="i1")
     assert isinstance(first, Pending)
@@ -238,7 +238,7 @@ def test_static_member_restart_keeps_the_generation_and_fences_the_old_id() -> N
 def test_join_with_a_member_id_checks_its_instance_id() -> None:
     """Kafka's validateMember on JoinGroup with a member id: an instance id the group does not
     know, or one owned by another member, is refused; a dynamic member stays dynamic."""
-    h = ClassicHarness()
+    h = Harness()
     h.create_topic("foo", 4)
     stable_group(h)
     with pytest.raises(UnknownMemberIdError, match="Instance id i9 is unknown"):
@@ -249,7 +249,7 @@ def test_join_with_a_member_id_checks_its_instance_id() -> None:
 
 
 def test_batched_leave_reports_each_member() -> None:
-    h = ClassicHarness()
+    h = Harness()
     h.create_topic("foo", 4)
     stable_group(h)
     resp = h.leave_group("member-2", "ghost", m.LeaveMember(group_instance_id="nobody"), "member-3")
@@ -276,7 +276,7 @@ def test_batched_leave_reports_each_member() -> None:
 
 
 def test_pending_sync_is_answered_rebalance_in_progress_when_the_group_rebalances() -> None:
-    h = ClassicHarness(config=GroupCoordinatorConfig(classic_initial_rebalance_delay_ms=0))
+    h = Harness(config=GroupCoordinatorConfig(classic_initial_rebalance_delay_ms=0))
     h.create_topic("foo", 4)
     a = h.join_group(h.join_group().member_id)
     h.sleep(0)
@@ -299,7 +299,7 @@ def test_loading_two_generations_rebuilds_the_group_from_the_last_record() -> No
     GroupMetadata record of a group that already exists must rebuild it from that record on
     load; the live path (the handler built the record from this very group) keeps its transient
     state. Before the fix the loaded group kept the first generation's members and generation."""
-    h = ClassicHarness(config=GroupCoordinatorConfig(classic_initial_rebalance_delay_ms=0))
+    h = Harness(config=GroupCoordinatorConfig(classic_initial_rebalance_delay_ms=0))
     h.create_topic("foo", 2)
     first = h.join_group(instance_id="i1")
     h.sleep(0)

@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 
 from coordinator.core.errors import FencedInstanceIdError, UnknownMemberIdError
+from coordinator.harness import Harness
 from legacy_bridge import messages as m
-from legacy_bridge.harness import ClassicHarness
 
 
 def test_an_old_static_incarnation_is_fenced_in_a_consumer_group() -> None:
-    h = ClassicHarness()
+    h = Harness()
     h.create_topic("foo", 4)
     h.join("A", ["foo"])  # a consumer group with one consumer-protocol member
     first = h.join_group(instance_id="s1")

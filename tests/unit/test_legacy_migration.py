@@ -16,10 +16,10 @@ from coordinator.core.commands import ConsumerGroupHeartbeat, Pending, Sequentia
 from coordinator.core.config import GroupCoordinatorConfig, parse_config
 from coordinator.core.errors import CoordinatorNotAvailableError, GroupIdNotFoundError
 from coordinator.core.topics import NewTopic
+from coordinator.harness import Harness, subscription
 from coordinator.runtime import CoordinatorRuntime, ManualClock, RuntimeState
 from coordinator.runtime.store import MemoryRecordStore, StoredRecord
 from legacy_bridge import messages as m
-from legacy_bridge.harness import ClassicHarness, subscription
 from legacy_bridge.protocol import AssignmentMessage, encode_assignment
 
 META = subscription(["foo"])
@@ -59,8 +59,8 @@ def classic_record(
     )
 
 
-def harness(policy: str, record: r.Record | None = None) -> tuple[ClassicHarness, str]:
-    h = ClassicHarness(config=GroupCoordinatorConfig(consumer_migration_policy=policy))
+def harness(policy: str, record: r.Record | None = None) -> tuple[Harness, str]:
+    h = Harness(config=GroupCoordinatorConfig(consumer_migration_policy=policy))
     foo = h.create_topic("foo", 4)
     if record is not None:
         h.shard.replay(record)
@@ -275,7 +275,7 @@ async def test_restart_after_every_batch_of_an_upgrade_and_downgrade() -> None:
                 m.SyncGroup(group_id="grp", generation_id=joined.generation_id, member_id=mid)
             )
             mark()
-            owns[mid] = ClassicHarness.assigned(synced).get("foo", [])
+            owns[mid] = Harness.assigned(synced).get("foo", [])
         await rt.heartbeat(
             ConsumerGroupHeartbeat(
                 group_id="grp", member_id="K", member_epoch=6, topic_partitions={}
@@ -332,7 +332,7 @@ def test_upgrade_during_a_rebalance_reads_a_new_members_own_protocol() -> None:
     group's protocol is still the one voted at the last generation; a member that joined since
     and does not list it has no metadata under that name. The upgrade must read its own
     subscription instead of failing with INVALID_REQUEST."""
-    h = ClassicHarness(config=GroupCoordinatorConfig(classic_initial_rebalance_delay_ms=0))
+    h = Harness(config=GroupCoordinatorConfig(classic_initial_rebalance_delay_ms=0))
     foo = h.create_topic("foo", 2)
     meta = subscription(["foo"])
     first = h.join_group(instance_id="a", protocols=(("cooperative-sticky", meta), ("range", meta)))

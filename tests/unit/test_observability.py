@@ -18,6 +18,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from assignors.uniform import UniformAssignor
 from coordinator.core.commands import SequentialIds
 from coordinator.core.config import parse_config
+from coordinator.core.errors import ErrorCode
 from coordinator.observability import tracing
 from coordinator.observability.logs import audit, configure_logging, log_fields
 from coordinator.observability.metrics import (
@@ -27,18 +28,18 @@ from coordinator.observability.metrics import (
     metric_names,
 )
 from coordinator.observability.observer import RuntimeObserver, count_state, loop_reader
-from coordinator.observability.requests import audit_lines, error_paths, instrument_methods
+from coordinator.observability.requests import (
+    audit_lines,
+    first_error,
+    instrument_methods,
+    instrument_service,
+    rpc_name,
+)
 from coordinator.runtime import CoordinatorRuntime, ManualClock
 from coordinator.runtime.store import MemoryRecordStore
 from coordinator.server.forwarding import ForwardedContext, method_table
-from coordinator.server.services import (
-    AdminService,
-    ConsumerGroupService,
-    OffsetService,
-    TestingService,
-    client_host_of,
-    client_id_of,
-)
+from coordinator.server.service import CoordinatorService
+from coordinator.server.services import AdminService, ConsumerGroupService, OffsetService
 from kip848.v1 import admin_pb2, common_pb2, offsets_pb2
 from kip848.v1 import consumer_group_pb2 as cg
 
@@ -64,21 +65,15 @@ class Server:
     def __init__(self, runtime: CoordinatorRuntime, metrics: CoordinatorMetrics | None) -> None:
         from coordinator.server.services import service_descriptors
 
-        servicers = [
-            ConsumerGroupService(runtime),
-            AdminService(runtime),
-            OffsetService(runtime),
+        self.service = CoordinatorService(runtime)
+        instrument_service(self.service, metrics)
+        descriptors = {d.name: d for d in service_descriptors()}
+        served = [
+            (descriptors["ConsumerGroupService"], ConsumerGroupService(self.service)),
+            (descriptors["AdminService"], AdminService(self.service)),
+            (descriptors["OffsetService"], OffsetService(self.service)),
         ]
-        descriptors = service_descriptors()
-        served = [(descriptors[0], servicers[0]), (descriptors[1], servicers[1])]
-        served.append((descriptors[2], servicers[2]))
-        served.append((descriptors[4], TestingService(runtime)))
-        self.table = instrument_methods(
-            method_table(served),
-            [d for d, _ in served],
-            metrics=metrics,
-            client_of=lambda c: (client_id_of(c), client_host_of(c)),
-        )
+        self.table = instrument_methods(method_table(served), metrics=metrics)
 
     async def call(self, path: str, request: Any, *metadata: tuple[str, str]) -> Any:
         _parse, method = self.table[path]
@@ -258,20 +253,38 @@ def _exposition(metrics: CoordinatorMetrics) -> str:
     return generate_latest(metrics.registry).decode()
 
 
-async def test_nothing_is_wrapped_when_everything_is_off() -> None:
+async def test_only_admin_rpcs_are_wrapped_when_everything_is_off() -> None:
     rt = await started_runtime(RuntimeObserver(None))
     try:
+        service = CoordinatorService(rt)
+        instrument_service(service, None)
+        wrapped = sorted(
+            n
+            for n, v in vars(service).items()
+            if getattr(v, "__qualname__", "").startswith("observed.")
+        )
+        assert wrapped == [
+            "create_partitions",
+            "create_topics",
+            "delete_groups",
+            "delete_topics",
+            "incremental_alter_configs",
+            "offset_commit",
+            "offset_delete",
+        ]
         from coordinator.server.services import service_descriptors
 
-        servicer = ConsumerGroupService(rt)
-        served = [(service_descriptors()[0], servicer)]
-        table = instrument_methods(method_table(served), [served[0][0]], metrics=None)
-        assert table[HB][1] == servicer.ConsumerGroupHeartbeat  # the bound method itself
+        served = [(service_descriptors()[0], ConsumerGroupService(service))]
+        table = method_table(served)
+        assert instrument_methods(table, metrics=None) == table  # the codec is not touched
     finally:
         await rt.close()
 
 
-def test_group_size_labels_and_error_paths() -> None:
+def test_group_size_labels_rpc_names_and_errors_of_answers() -> None:
+    from coordinator.core.offsets import OffsetCommitResponse, PartitionResult, TopicResult
+    from coordinator.server.api import Reply
+
     assert [group_size_label(n) for n in (1, 10, 11, 1000, 10_000, 10_001)] == [
         "1-10",
         "1-10",
@@ -280,11 +293,32 @@ def test_group_size_labels_and_error_paths() -> None:
         "1001-10000",
         ">10000",
     ]
-    assert error_paths(offsets_pb2.OffsetCommitResponse.DESCRIPTOR) == (
-        ("error_code",),
-        ("topics", "partitions", "error_code"),
+    assert [rpc_name(n) for n in ("consumer_group_heartbeat", "heartbeat", "join_group")] == [
+        "ConsumerGroupHeartbeat",
+        "Heartbeat",
+        "JoinGroup",
+    ]
+    commit = OffsetCommitResponse(
+        topics=(
+            TopicResult(
+                name="t",
+                topic_id="x",
+                partitions=(
+                    PartitionResult(partition_index=0),
+                    PartitionResult(partition_index=1, error_code=ErrorCode.STALE_MEMBER_EPOCH),
+                ),
+            ),
+        )
     )
-    assert error_paths(cg.ConsumerGroupHeartbeatResponse.DESCRIPTOR) == (("error_code",),)
+    assert first_error(Reply(value=commit)) == ErrorCode.STALE_MEMBER_EPOCH
+    assert first_error(Reply(error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE)) == 15
+    assert (
+        first_error(
+            Reply(value=[("g", ErrorCode.NONE, None), ("h", ErrorCode.NON_EMPTY_GROUP, "x")])
+        )
+        == 68
+    )
+    assert first_error(Reply(value=[])) == 0
 
 
 # ---------------------------------------------------------------- tracing
@@ -431,61 +465,62 @@ def test_plain_logs_keep_their_format() -> None:
 
 
 def test_audit_lines_of_every_admin_action() -> None:
-    A = admin_pb2
-    O = offsets_pb2  # noqa: E741
-    create = audit_lines(
-        "/kip848.v1.AdminService/CreateTopics",
-        A.CreateTopicsRequest(
-            topics=[A.CreateTopicsRequest.CreatableTopic(name="t", num_partitions=3)]
-        ),
-        A.CreateTopicsResponse(topics=[A.CreateTopicsResponse.CreatableTopicResult(name="t")]),
+    from coordinator.core.offsets import (
+        OffsetCommit,
+        OffsetCommitPartition,
+        OffsetCommitResponse,
+        OffsetCommitTopic,
+        OffsetDeleteResponse,
+        PartitionResult,
     )
-    assert create == [("create_topic", {"topic": "t", "partitions": 3}, 0, None)]
-    delete = audit_lines(
-        "/kip848.v1.AdminService/DeleteTopics",
-        A.DeleteTopicsRequest(names=["t", "u"]),
-        A.DeleteTopicsResponse(
-            results=[
-                A.DeleteTopicsResponse.DeletableTopicResult(name="t"),
-                A.DeleteTopicsResponse.DeletableTopicResult(
-                    name="u", error_code=3, error_message="Unknown topic u."
+    from coordinator.core.offsets import TopicResult as OffsetTopic
+    from coordinator.core.topics import NewTopic, TopicResult
+    from coordinator.server.api import (
+        AlterConfig,
+        AlterResource,
+        AlterResult,
+        IncrementalAlterConfigs,
+        Reply,
+    )
+
+    E = ErrorCode
+    assert audit_lines(
+        "create_topics",
+        [NewTopic(name="t", num_partitions=3)],
+        Reply(value=[TopicResult(name="t", num_partitions=3)]),
+    ) == [("create_topic", {"topic": "t", "partitions": 3}, 0, None)]
+    assert audit_lines(
+        "delete_topics",
+        ["t", "u"],
+        Reply(
+            value=[
+                TopicResult(name="t"),
+                TopicResult(
+                    name="u", error_code=E.UNKNOWN_TOPIC_OR_PARTITION, error_message="No u."
                 ),
             ]
         ),
-    )
-    assert delete == [
+    ) == [
         ("delete_topic", {"topic": "t"}, 0, None),
-        ("delete_topic", {"topic": "u"}, 3, "Unknown topic u."),
+        ("delete_topic", {"topic": "u"}, 3, "No u."),
     ]
-    grow = audit_lines(
-        "/kip848.v1.AdminService/CreatePartitions",
-        A.CreatePartitionsRequest(
-            topics=[A.CreatePartitionsRequest.CreatePartitionsTopic(name="t", count=6)]
-        ),
-        A.CreatePartitionsResponse(error_code=15, error_message="Loading."),
-    )
-    assert grow == [("add_partitions", {"topic": "t", "partitions": 6}, 15, "Loading.")]
-    res = A.IncrementalAlterConfigsRequest.Resource(
+    assert audit_lines(
+        "create_partitions",
+        [("t", 6)],
+        Reply(error_code=E.COORDINATOR_LOAD_IN_PROGRESS, error_message="Loading."),
+    ) == [("add_partitions", {"topic": "t", "partitions": 6}, 14, "Loading.")]
+    resource = AlterResource(
         resource_type=16,
         resource_name="g",
-        configs=[
-            A.IncrementalAlterConfigsRequest.AlterableConfig(
-                name="consumer.session.timeout.ms", config_operation=0, value="50000"
-            ),
-            A.IncrementalAlterConfigsRequest.AlterableConfig(
-                name="consumer.heartbeat.interval.ms", config_operation=1
-            ),
-        ],
+        configs=(
+            AlterConfig(name="consumer.session.timeout.ms", operation=0, value="50000"),
+            AlterConfig(name="consumer.heartbeat.interval.ms", operation=1, value=None),
+        ),
     )
-    altered = A.IncrementalAlterConfigsResponse(
-        responses=[
-            A.IncrementalAlterConfigsResponse.AlterConfigsResourceResponse(
-                resource_type=16, resource_name="g"
-            )
-        ]
-    )
-    path = "/kip848.v1.AdminService/IncrementalAlterConfigs"
-    assert audit_lines(path, A.IncrementalAlterConfigsRequest(resources=[res]), altered) == [
+    altered = Reply(value=[AlterResult(resource_type=16, resource_name="g")])
+    assert audit_lines(
+        "incremental_alter_configs", IncrementalAlterConfigs(resources=(resource,)), altered
+    ) == [
         (
             "alter_group_config",
             {
@@ -496,57 +531,51 @@ def test_audit_lines_of_every_admin_action() -> None:
             None,
         )
     ]
-    validate = A.IncrementalAlterConfigsRequest(resources=[res], validate_only=True)
-    assert audit_lines(path, validate, altered) == []
-    groups = audit_lines(
-        "/kip848.v1.AdminService/DeleteGroups",
-        A.DeleteGroupsRequest(group_ids=["g"]),
-        A.DeleteGroupsResponse(
-            results=[A.DeleteGroupsResponse.DeletableGroupResult(group_id="g", error_code=68)]
+    validate = IncrementalAlterConfigs(resources=(resource,), validate_only=True)
+    assert audit_lines("incremental_alter_configs", validate, altered) == []
+    assert audit_lines(
+        "delete_groups", ["g"], Reply(value=[("g", E.NON_EMPTY_GROUP, "Not empty.")])
+    ) == [("delete_group", {"group_id": "g"}, 68, "Not empty.")]
+    reset = OffsetCommit(
+        group_id="g",
+        topics=(
+            OffsetCommitTopic(
+                name="t", partitions=(OffsetCommitPartition(partition_index=1, committed_offset=7),)
+            ),
         ),
     )
-    assert groups == [("delete_group", {"group_id": "g"}, 68, None)]
-    partitions = [O.OffsetCommitRequest.Partition(partition_index=1, committed_offset=7)]
-    reset = O.OffsetCommitRequest(
-        group_id="g", topics=[O.OffsetCommitRequest.Topic(name="t", partitions=partitions)]
-    )
-    committed = O.OffsetCommitResponse(
-        topics=[
-            O.OffsetCommitResponse.Topic(
-                name="t", partitions=[O.OffsetCommitResponse.Partition(partition_index=1)]
+    committed = Reply(
+        value=OffsetCommitResponse(
+            topics=(
+                OffsetTopic(
+                    name="t", topic_id="x", partitions=(PartitionResult(partition_index=1),)
+                ),
             )
-        ]
+        )
     )
-    commit_path = "/kip848.v1.OffsetService/OffsetCommit"
-    assert audit_lines(commit_path, reset, committed) == [
+    assert audit_lines("offset_commit", reset, committed) == [
         ("reset_offsets", {"group_id": "g", "offsets": "t:1=7"}, 0, None)
     ]
-    member_commit = O.OffsetCommitRequest(
-        group_id="g", member_id="A", generation_id_or_member_epoch=3
-    )
-    assert audit_lines(commit_path, member_commit, committed) == []
-    deleted = audit_lines(
-        "/kip848.v1.OffsetService/OffsetDelete",
-        O.OffsetDeleteRequest(
-            group_id="g", topics=[O.OffsetDeleteRequest.Topic(name="t", partition_indexes=[0, 2])]
-        ),
-        O.OffsetDeleteResponse(
-            topics=[
-                O.OffsetDeleteResponse.Topic(
+    member_commit = OffsetCommit(group_id="g", member_id="A", generation_id_or_member_epoch=3)
+    assert audit_lines("offset_commit", member_commit, committed) == []
+    deleted = Reply(
+        value=OffsetDeleteResponse(
+            topics=(
+                OffsetTopic(
                     name="t",
-                    partitions=[
-                        O.OffsetDeleteResponse.Partition(partition_index=0),
-                        O.OffsetDeleteResponse.Partition(partition_index=2, error_code=88),
-                    ],
-                )
-            ]
-        ),
+                    topic_id="x",
+                    partitions=(
+                        PartitionResult(partition_index=0),
+                        PartitionResult(partition_index=2, error_code=E.GROUP_SUBSCRIBED_TO_TOPIC),
+                    ),
+                ),
+            )
+        )
     )
-    assert deleted == [("delete_offsets", {"group_id": "g", "partitions": "t:0/2"}, 88, None)]
-    assert (
-        audit_lines(HB, cg.ConsumerGroupHeartbeatRequest(), cg.ConsumerGroupHeartbeatResponse())
-        == []
-    )
+    assert audit_lines("offset_delete", ("g", [("t", [0, 2])]), deleted) == [
+        ("delete_offsets", {"group_id": "g", "partitions": "t:0/2"}, 86, None)
+    ]
+    assert audit_lines("consumer_group_heartbeat", None, Reply()) == []
 
 
 # ---------------------------------------------------------------- dashboard
@@ -583,3 +612,26 @@ def _panels(panels: list[dict]) -> Iterator[dict]:
             yield from _panels(p.get("panels", []))
         else:
             yield p
+
+
+async def test_a_failing_observation_never_fails_the_request(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from coordinator.observability import requests as observed_requests
+    from coordinator.server.api import Caller
+
+    def broken(*_args: Any) -> Any:
+        raise RuntimeError("audit bug")
+
+    metrics = CoordinatorMetrics(process_collectors=False)
+    rt = await started_runtime(RuntimeObserver(metrics))
+    try:
+        service = CoordinatorService(rt)
+        instrument_service(service, metrics)
+        monkeypatch.setattr(observed_requests, "audit_lines", broken)
+        answer = await service.delete_groups(["nope"], Caller(client_id="ops"))
+        assert answer.value == [("nope", ErrorCode.GROUP_ID_NOT_FOUND, "Group nope not found.")]
+        assert "Observing DeleteGroups failed" in caplog.text
+        assert sample(metrics, "kip848_request_duration_seconds_count", rpc="DeleteGroups") == 1
+    finally:
+        await rt.close()

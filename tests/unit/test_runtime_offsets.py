@@ -279,6 +279,7 @@ async def test_expiration_deletes_unsubscribed_offsets_and_empty_groups_durably(
     await rt.offset_commit(commit("live", {("t", 0): 1, ("u", 0): 2}, epoch=1, member_id="M"))
     await rt.offset_commit(commit("simple", {("t", 1): 3}))
     caplog.set_level("INFO", logger="kip848.runtime")
+    caplog.clear()
     for _ in range(19):  # 9.5 minutes, heartbeating every 30 s (session timeout 45 s)
         await rt.advance_time(MINUTE // 2)
         await rt.heartbeat(ConsumerGroupHeartbeat(group_id="live", member_id="M", member_epoch=1))
@@ -288,14 +289,33 @@ async def test_expiration_deletes_unsubscribed_offsets_and_empty_groups_durably(
     # u is not subscribed: expired; t is: kept. The simple group's only offset expired: gone.
     assert stored_offsets(store) == {("live", "t", 0): 1}
     assert [g.group_id for g in await rt.list_groups()] == ["live"]
-    assert "Shard 0: expired 2 offsets, deleted 0 empty groups." in caplog.text
+    # What happened is logged from the core's events once durable, with structured fields.
+    assert events(caplog) == [
+        ("offsets_expired", "live", {"count": 1}),
+        ("offsets_expired", "simple", {"count": 1}),
+        ("group_deleted", "simple", {"reason": "expired"}),
+    ]
+    assert "[GroupId live] Expired 1 offsets." in caplog.messages
+    caplog.clear()
     # Once the member's session expires, the group is empty: its offsets expire 10 min after
     # their commit, and the group with them.
     await rt.advance_time(10 * MINUTE)
     assert stored_offsets(store) == {}
     assert await rt.list_groups() == []
-    assert "deleted 1 empty groups" in caplog.text
+    assert events(caplog)[-2:] == [
+        ("offsets_expired", "live", {"count": 1}),
+        ("group_deleted", "live", {"reason": "expired"}),
+    ]
     await rt.close()
+
+
+def events(caplog: pytest.LogCaptureFixture) -> list[tuple[str, str, dict[str, object]]]:
+    """(event name, group id, fields) of the core's events logged by the runtime."""
+    return [
+        (rec.event, rec.group_id, rec.event_fields)  # type: ignore[attr-defined]
+        for rec in caplog.records
+        if getattr(rec, "event", None) in ("offsets_expired", "group_deleted")
+    ]
 
 
 async def test_the_expiration_survives_a_failed_write() -> None:

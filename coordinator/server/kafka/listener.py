@@ -38,6 +38,8 @@ log = logging.getLogger("kip848.kafka")
 DEFAULT_MAX_REQUEST_BYTES = 100 * 1024 * 1024  # Kafka's socket.request.max.bytes
 DEFAULT_IDLE_MS = 600_000  # Kafka's connections.max.idle.ms
 CLUSTER_ID = "kip848-coordinator"
+STEADY_CACHE = 65_536
+"""Encoded steady ConsumerGroupHeartbeat responses kept (one per member)."""
 _SOFTWARE = re.compile(r"^[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?$")
 
 
@@ -77,6 +79,7 @@ class KafkaListener:
         self.nodes: dict[int, Node] = {}  # bound port -> the node it is
         self.connections: set[KafkaConnection] = set()
         self._heartbeat_out = {v: convert.HeartbeatOut(v) for v in (0, 1)}
+        self._steady: dict[tuple[int, str, int, int], bytes] = {}
         self._idle_task: asyncio.Task[None] | None = None
         self._pending: set[asyncio.Task[None]] = set()
         self.closing = False
@@ -210,12 +213,7 @@ class KafkaListener:
         pos: int,
     ) -> bytes:
         entity = wire.decode(key, version, frame, wire.body_offset(frame, key, version, pos))
-        caller = Caller(
-            client_id=client_id or "",
-            client_host=conn.client_host,
-            api_version=version,
-            node=conn.node,
-        )
+        caller = conn.caller(client_id, version)
         if key == apis.METADATA:
             values = await self.metadata(entity, version, caller)
             return wire.frame(
@@ -241,13 +239,28 @@ class KafkaListener:
                 )
         answer = await getattr(self.service, row.method)(row.decode(entity, caller), caller)
         if key == apis.CONSUMER_GROUP_HEARTBEAT:
-            body = self._heartbeat_out[version](answer)
-        elif row.with_names:
+            return self._heartbeat_frame(version, correlation_id, answer)
+        if row.with_names:
             values = convert.consumer_group_describe_out(answer, self.service.topic_name)
             body = wire.build(wire.response_class(key, version), values)
         else:
             body = wire.build(wire.response_class(key, version), row.encode(answer, version))
         return wire.frame(key, version, correlation_id, body)
+
+    def _heartbeat_frame(self, version: int, correlation_id: int, answer: Any) -> bytes:
+        """A ConsumerGroupHeartbeat response. A steady one (no assignment, no error) is the
+        same bytes every time for a member until its epoch or interval changes: its body is
+        encoded once (by kio) and kept in a bounded cache."""
+        resp = answer.value
+        if resp is None or resp.assignment is not None:
+            return wire.frame(68, version, correlation_id, self._heartbeat_out[version](answer))
+        cache_key = (version, resp.member_id, resp.member_epoch, resp.heartbeat_interval_ms)
+        body = self._steady.get(cache_key)
+        if body is None:
+            if len(self._steady) >= STEADY_CACHE:
+                self._steady.clear()
+            body = self._steady[cache_key] = wire.encode_body(self._heartbeat_out[version](answer))
+        return wire.I32.pack(len(body) + 5) + wire.I32.pack(correlation_id) + b"\0" + body
 
     async def _serve_values(
         self, row: apis.Served, entity: Any, caller: Caller, version: int
@@ -338,6 +351,7 @@ class KafkaConnection(asyncio.Protocol):
         self.closed = False
         self._drain_then_close = False
         self.upstream_conn: Any = None
+        self._callers: dict[tuple[str | None, int], Caller] = {}
 
     # ------------------------------------------------------------ asyncio.Protocol
 
@@ -375,7 +389,8 @@ class KafkaConnection(asyncio.Protocol):
                 return
             if end - pos - 4 < size:
                 break
-            frame = bytes(buf[pos + 4 : pos + 4 + size])
+            with memoryview(buf) as view:  # one copy of the frame, not two
+                frame = bytes(view[pos + 4 : pos + 4 + size])
             pos += 4 + size
             self.on_frame(frame)
         if pos:
@@ -418,9 +433,11 @@ class KafkaConnection(asyncio.Protocol):
             if not lo <= version <= hi:
                 self.fail(f"{wire.api_name(key)} v{version} is not supported (v{lo}-v{hi})")
                 return
-            self.work.append((self._slot(), key, version, correlation_id, client_id, frame, pos))
-            if self.worker is None:
-                self.worker = asyncio.get_running_loop().create_task(self._run())
+            item = (self._slot(), key, version, correlation_id, client_id, frame, pos)
+            if self.worker is None and not self.work:
+                self._serve_now(item)
+            else:
+                self.work.append(item)
             return
         if listener.upstream is not None and listener.upstream.forwards(key, version):
             listener.upstream.forward(self, key, version, frame)
@@ -439,30 +456,66 @@ class KafkaConnection(asyncio.Protocol):
         """A slot for a forwarded request (``upstream.py``)."""
         return self._slot()
 
-    async def _run(self) -> None:
-        listener = self.listener
+    def caller(self, client_id: str | None, version: int) -> Caller:
+        """Who sends a request on this connection (one per client id and version, reused)."""
+        cache_key = (client_id, version)
+        caller = self._callers.get(cache_key)
+        if caller is None:
+            if len(self._callers) >= 64:
+                self._callers.clear()
+            caller = self._callers[cache_key] = Caller(
+                client_id=client_id or "",
+                client_host=self.client_host,
+                api_version=version,
+                node=self.node,
+            )
+        return caller
+
+    def _serve_now(self, item: Work) -> None:
+        """Serve a request with nothing ahead of it on this connection, eagerly: most requests
+        (a steady heartbeat) finish without waiting for anything, so they run to completion
+        here, with no task. One that must wait (for a durable write, a join barrier) is
+        handed to a task that finishes it, and later requests queue behind it."""
+        coro = self._serve_one(item)
         try:
-            while self.work and not self.closed:
-                slot, key, version, correlation_id, client_id, frame, pos = self.work.popleft()
-                try:
-                    data = await listener.serve(
-                        self, key, version, correlation_id, client_id, frame, pos
-                    )
-                except wire.WireError as exc:
-                    self.fail(str(exc))
-                    return
-                except Exception:
-                    log.exception(
-                        "Unexpected error serving %s v%d from %s; closing the connection.",
-                        wire.api_name(key),
-                        version,
-                        self.peer,
-                    )
-                    self.close()
-                    return
-                self.complete(slot, data)
+            waiting = coro.send(None)
+        except StopIteration:
+            return
+        self.worker = asyncio.get_running_loop().create_task(self._finish(coro, waiting))
+
+    async def _finish(self, coro: Any, waiting: Any) -> None:
+        try:
+            if await _Resume(coro, waiting):
+                await self._drain()
         finally:
             self.worker = None
+
+    async def _drain(self) -> None:
+        while self.work and not self.closed:
+            if not await self._serve_one(self.work.popleft()):
+                return
+
+    async def _serve_one(self, item: Work) -> bool:
+        """Serve one request and fill its slot; False if the connection was closed."""
+        slot, key, version, correlation_id, client_id, frame, pos = item
+        try:
+            data = await self.listener.serve(
+                self, key, version, correlation_id, client_id, frame, pos
+            )
+        except wire.WireError as exc:
+            self.fail(str(exc))
+            return False
+        except Exception:
+            log.exception(
+                "Unexpected error serving %s v%d from %s; closing the connection.",
+                wire.api_name(key),
+                version,
+                self.peer,
+            )
+            self.close()
+            return False
+        self.complete(slot, data)
+        return True
 
     def complete(self, slot: Slot, data: bytes | None) -> None:
         """Fill a slot (None: a request without a response, Produce with acks=0) and write
@@ -501,3 +554,30 @@ class KafkaConnection(asyncio.Protocol):
 
 
 NodeOf = Callable[[int], Node]
+
+
+class _Resume:
+    """Awaiting it finishes a coroutine that was started by hand (``coro.send(None)``) and
+    is suspended on ``waiting`` (what it yielded): the same steps ``await coro`` would take
+    from there, inside the awaiting task."""
+
+    __slots__ = ("coro", "waiting")
+
+    def __init__(self, coro: Any, waiting: Any) -> None:
+        self.coro, self.waiting = coro, waiting
+
+    def __await__(self) -> Any:
+        coro, waiting = self.coro, self.waiting
+        while True:
+            try:
+                yield waiting
+            except BaseException as exc:  # noqa: BLE001 - passed on to the coroutine
+                try:
+                    waiting = coro.throw(exc)
+                except StopIteration as stop:
+                    return stop.value
+            else:
+                try:
+                    waiting = coro.send(None)
+                except StopIteration as stop:
+                    return stop.value

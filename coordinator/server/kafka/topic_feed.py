@@ -7,8 +7,8 @@ from the broker's Metadata — names, partition counts, topic ids; Kafka's metad
   committed offsets; a topic the broker lists with an error is left as it is. Refreshes run
   every ``kafka.upstream.metadata.max.age.ms``, at start (before health says SERVING), and on
   demand — when a subscription names a topic the registry does not have, when a regex is seen
-  for the first time, after a forwarded CreateTopics/DeleteTopics/CreatePartitions, and before
-  the topic RPCs answer. On-demand refreshes are coalesced and at most one starts per
+  for the first time (that request waits for the refresh, bounded), after a forwarded
+  CreateTopics/DeleteTopics/CreatePartitions, and before the topic RPCs answer. On-demand refreshes are coalesced and at most one starts per
   ``MIN_REFRESH_GAP_S``; a request that arrives while one is in flight gets the next one.
 * **Topic administration** (the AdminService topic RPCs, ``kip848 topics``) goes to the
   upstream: the broker owns topics. CreateTopics/DeleteTopics/CreatePartitions are sent to it
@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from typing import Any, cast
 
 from coordinator.core.errors import (
@@ -47,8 +47,15 @@ MIN_REFRESH_GAP_S = 0.2
 START_TIMEOUT_S = 10.0
 ADMIN_TIMEOUT_MS = 30_000  # CreateTopics/DeleteTopics timeout given to the broker
 KNOWN_REGEXES = 1024  # regexes remembered (a new one triggers a refresh)
+KNOWN_MISSING = 4096  # missing topic names remembered (a request waits once per interval)
+SUBSCRIBE_WAIT_S = 1.0
 
 CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS = 19, 20, 37
+API_NAMES = {
+    CREATE_TOPICS: "CreateTopics",
+    DELETE_TOPICS: "DeleteTopics",
+    CREATE_PARTITIONS: "CreatePartitions",
+}
 
 
 NETWORK_EXCEPTION = 13
@@ -71,6 +78,14 @@ def _code(value: int) -> ErrorCode:
 
 def _failed(name: str, exc: CoordinatorError) -> TopicResult:
     return TopicResult(name=name, error_code=exc.code, error_message=exc.message)
+
+
+def _unsupported(name: str, key: int) -> TopicResult:
+    return TopicResult(
+        name=name,
+        error_code=ErrorCode.UNSUPPORTED_VERSION,
+        error_message=f"The upstream broker does not offer {API_NAMES[key]} (API key {key}).",
+    )
 
 
 def _duplicates(names: Sequence[str]) -> set[str]:
@@ -99,6 +114,7 @@ class TopicFeed:
         self._task: asyncio.Task[None] | None = None
         self._last_start = 0.0
         self._regexes: dict[str, None] = {}
+        self._missing: dict[str, float] = {}
         self.refreshes = 0
         self.last_error: str | None = None
         upstream.on_topics_changed = self.request_refresh
@@ -145,18 +161,37 @@ class TopicFeed:
         self._wanted.set()
         await waiter
 
-    def subscribed(self, names: Sequence[str] | None, regex: str | None) -> None:
-        """A subscription was seen: refresh if it names a topic the registry lacks, or carries
-        a regex not seen before (it may match topics created since the last refresh)."""
+    def subscribed(self, names: Sequence[str] | None, regex: str | None) -> Awaitable[None] | None:
+        """A subscription was seen. If it names a topic the registry lacks, or carries a regex
+        not seen before (it may match topics created since the last refresh), a refresh is
+        asked for, and the returned awaitable waits for it (at most ``SUBSCRIBE_WAIT_S``):
+        a consumer that subscribes right after creating its topic is assigned at once, as
+        with Kafka, whose coordinator shares the broker's metadata. A missing name makes a
+        request wait at most once per ``kafka.upstream.metadata.max.age.ms``."""
+        wait = False
         if names:
             by_name = self.runtime.registry.image().by_name
-            if any(n not in by_name for n in names):
-                self.request_refresh()
+            missing = [n for n in names if n not in by_name]
+            if missing:
+                now = time.monotonic()
+                if len(self._missing) >= KNOWN_MISSING:
+                    self._missing.clear()
+                for n in missing:
+                    if now - self._missing.get(n, -self.max_age_s) >= self.max_age_s:
+                        self._missing[n] = now
+                        wait = True
         if regex and regex not in self._regexes:
             if len(self._regexes) >= KNOWN_REGEXES:
                 self._regexes.pop(next(iter(self._regexes)))
             self._regexes[regex] = None
-            self.request_refresh()
+            wait = True
+        return self._refreshed() if wait else None
+
+    async def _refreshed(self) -> None:
+        try:
+            await asyncio.wait_for(self.refresh(), SUBSCRIBE_WAIT_S)
+        except (UpstreamError, CoordinatorError, TimeoutError) as exc:
+            log.debug("Serving a subscription without a refresh: %r", exc)
 
     async def _run(self) -> None:
         wanted = self._wanted
@@ -250,8 +285,10 @@ class TopicFeed:
                 send.append((i, t))
             except CoordinatorError as exc:
                 answers[i] = _failed(t.name, exc)
-        if send:
-            version = self._version(CREATE_TOPICS)
+        version = self.upstream.version_for(CREATE_TOPICS)
+        if version is None:
+            answers.update((i, _unsupported(t.name, CREATE_TOPICS)) for i, t in send)
+        elif send:
             req = wire.build(
                 wire.request_class(CREATE_TOPICS, version),
                 topics=[
@@ -278,12 +315,17 @@ class TopicFeed:
                         error_message="The upstream broker did not answer for this topic.",
                     )
                     continue
+                if r.error_code:
+                    answers[i] = TopicResult(
+                        name=t.name,
+                        error_code=_code(r.error_code),
+                        error_message=r.error_message,
+                    )
+                    continue
                 answers[i] = TopicResult(
                     name=t.name,
                     topic_id=topic_id_of(getattr(r, "topic_id", None)),
                     num_partitions=max(0, getattr(r, "num_partitions", t.num_partitions)),
-                    error_code=_code(r.error_code),
-                    error_message=r.error_message if r.error_code else None,
                 )
             await self._settle(answers)
         return [answers[i] for i in range(len(topics))]
@@ -299,12 +341,7 @@ class TopicFeed:
                     name, InvalidRequestError(f"Duplicate topic name {name} in the request.")
                 )
             elif version is None:
-                answers[i] = TopicResult(
-                    name=name,
-                    error_code=ErrorCode.UNSUPPORTED_VERSION,
-                    error_message="The upstream broker does not offer CreatePartitions "
-                    "(API key 37).",
-                )
+                answers[i] = _unsupported(name, CREATE_PARTITIONS)
             else:
                 send.append((i, name, count))
         if send:
@@ -343,9 +380,11 @@ class TopicFeed:
                 )
             else:
                 send.append((i, name))
-        if send:
+        version = self.upstream.version_for(DELETE_TOPICS)
+        if version is None:
+            answers.update((i, _unsupported(name, DELETE_TOPICS)) for i, name in send)
+        elif send:
             before = {t.name: t for t in await self.runtime.list_topics()}
-            version = self._version(DELETE_TOPICS)
             if version >= 6:
                 body: dict[str, Any] = {"topics": [{"name": n, "topic_id": None} for _i, n in send]}
             else:
@@ -385,14 +424,6 @@ class TopicFeed:
             return await self.client.call(entity)
         except UpstreamError as exc:
             raise UpstreamUnavailableError(str(exc)) from None
-
-    def _version(self, key: int) -> int:
-        version = self.upstream.version_for(key)
-        if version is None:
-            raise InvalidRequestError(
-                f"The upstream broker does not offer {wire.api_name(key)} (API key {key})."
-            )
-        return version
 
     async def _settle(self, answers: dict[int, TopicResult]) -> None:
         """Refresh so the registry has the change before the RPC answers; fill the ids and

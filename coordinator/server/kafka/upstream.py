@@ -77,9 +77,11 @@ class UpstreamClient:
                 return await asyncio.wait_for(self._call(entity), self.timeout_s)
             except (OSError, TimeoutError, asyncio.IncompleteReadError, wire.WireError) as exc:
                 self.close()
-                what = wire.api_name(int(type(entity).__api_key__))
+                name = wire.api_name(int(type(entity).__api_key__))
+                what = "".join(w.capitalize() for w in name.split("_"))
                 raise UpstreamError(
-                    f"{what} to the upstream broker at {self.host}:{self.port} failed: {exc!r}"
+                    f"{what} to the upstream broker at {self.host}:{self.port} failed: "
+                    f"{str(exc) or type(exc).__name__}"
                 ) from exc
             except BaseException:
                 self.close()
@@ -125,6 +127,7 @@ class Upstream:
         self.client = UpstreamClient(*self.address)
         self._listen_host = self._adv_host = ""
         self._listener: KafkaListener | None = None
+        self._forwarded: dict[int, tuple[int, int]] | None = None
         self.on_topics_changed: Callable[[], None] | None = None
         """Called after a forwarded request that changes topics (the topic feed refreshes)."""
 
@@ -145,6 +148,7 @@ class Upstream:
         self.versions = {
             int(k.api_key): (int(k.min_version), int(k.max_version)) for k in versions.api_keys
         }
+        self._forwarded = None
         version = self.version_for(apis.METADATA, METADATA_VERSION_CAP)
         if version is None or version < 1:
             raise UpstreamError("the upstream offers no usable Metadata version")
@@ -230,6 +234,13 @@ class Upstream:
     # ------------------------------------------------------------ versions
 
     def forwarded_versions(self) -> dict[int, tuple[int, int]]:
+        """What is forwarded, at which versions (worked out once: the upstream's versions are
+        read at start)."""
+        if self._forwarded is None:
+            self._forwarded = self._forwarded_versions()
+        return self._forwarded
+
+    def _forwarded_versions(self) -> dict[int, tuple[int, int]]:
         out = {}
         for key, (lo, hi) in self.versions.items():
             if key in apis.SERVED or key in apis.NOT_ADVERTISED or key == apis.API_VERSIONS:
@@ -266,7 +277,7 @@ class Upstream:
     ) -> None:
         slot = conn.expect()
         upstream = self._connection(conn)
-        needs = key in REWRITTEN if rewrite is None else rewrite
+        needs = _names_brokers(key, version) if rewrite is None else rewrite
         if key == apis.PRODUCE and _produce_acks(frame, version) == 0:
             upstream.send(frame, None)
             conn.complete(slot, None)
@@ -297,6 +308,10 @@ class Upstream:
         """A response frame (without its size) naming brokers, rewritten to name ours."""
         flexible = wire.response_header_flexible(key, version)
         pos = 4 + (1 if flexible else 0)
+        if key in NODE_ENDPOINTS_SINCE and not wire.has_tagged_field(
+            wire.response_class(key, version), frame, pos, 0
+        ):
+            return struct.pack(">i", len(frame)) + frame  # nothing to rewrite: as it came
         resp = wire.decode_response(key, version, frame, pos)
         values = as_values(resp)
         changed = False
@@ -332,6 +347,18 @@ class Upstream:
                 return b
             node = self.learn_broker(node_id, b["host"], int(b["port"]))
         return {**b, "host": node.host, "port": node.port}
+
+
+NODE_ENDPOINTS_SINCE = {apis.PRODUCE: 10, apis.FETCH: 16}
+"""The versions whose responses may carry ``node_endpoints`` (tag 0)."""
+
+
+def _names_brokers(key: int, version: int) -> bool:
+    """Whether a response of ``key`` v``version`` may name brokers (and must be looked at)."""
+    since = NODE_ENDPOINTS_SINCE.get(key)
+    if since is not None:
+        return version >= since
+    return key in REWRITTEN
 
 
 def as_values(entity: Any) -> dict[str, Any]:
@@ -401,13 +428,13 @@ class UpstreamConnection(asyncio.Protocol):
             self.queue.clear()
 
     def send(self, frame: bytes, pending: Pending | None) -> None:
-        data = struct.pack(">i", len(frame)) + frame
+        size = wire.I32.pack(len(frame))
         if pending is not None:
             self.pending.append(pending)
         if self.transport is None:
-            self.queue.append(data)
+            self.queue += (size, frame)
         else:
-            self.transport.write(data)
+            self.transport.writelines((size, frame))
 
     def data_received(self, data: bytes) -> None:
         buf = self.buffer
@@ -423,17 +450,19 @@ class UpstreamConnection(asyncio.Protocol):
             sink, key, version, rewrite = self.pending.popleft()
             if key in TOPIC_CHANGING and self.upstream.on_topics_changed is not None:
                 self.upstream.on_topics_changed()
+            with memoryview(buf) as view:  # one copy of the frame, not two
+                if rewrite:
+                    frame = bytes(view[pos + 4 : pos + 4 + size])
+                elif isinstance(sink, asyncio.Future):
+                    out = bytes(view[pos + 4 : pos + 4 + size])
+                else:
+                    out = bytes(view[pos : pos + 4 + size])
             if rewrite:
-                frame = bytes(buf[pos + 4 : pos + 4 + size])
                 try:
                     out = self.upstream.rewrite(key, version, frame)
                 except wire.WireError as exc:
                     self.client.fail(f"unreadable upstream response: {exc}")
                     return
-            elif isinstance(sink, asyncio.Future):
-                out = bytes(buf[pos + 4 : pos + 4 + size])
-            else:
-                out = bytes(buf[pos : pos + 4 + size])
             pos += 4 + size
             if isinstance(sink, asyncio.Future):
                 if not sink.done():

@@ -232,6 +232,96 @@ def uuid_bytes(value: uuid.UUID | None) -> bytes:
     return bytes(16) if value is None else value.bytes
 
 
+# ---------------------------------------------------------------- skipping a body
+
+_FIXED_SIZE = {
+    "bool": 1,
+    "int8": 1,
+    "uint8": 1,
+    "int16": 2,
+    "uint16": 2,
+    "error_code": 2,
+    "int32": 4,
+    "uint32": 4,
+    "timedelta_i32": 4,
+    "datetime_i32": 4,
+    "int64": 8,
+    "uint64": 8,
+    "float64": 8,
+    "timedelta_i64": 8,
+    "datetime_i64": 8,
+    "uuid": 16,
+}
+
+
+@cache
+def _layout(cls: Any) -> tuple[tuple[str, Any, bool, bool], ...]:
+    """The untagged fields of a flexible entity, in wire order: (kafka type, nested entity
+    class or None, is array, nullable)."""
+    out = []
+    for f, (_name, kafka_type, nested, array, nullable, _req, _zero) in zip(
+        fields(cls), _spec(cls), strict=True
+    ):
+        if "tag" not in f.metadata:
+            out.append((kafka_type, nested, array, nullable))
+    return tuple(out)
+
+
+def _skip(cls: Any, buf: Any, pos: int) -> int:
+    """The position after a flexible entity of ``cls``, its tagged fields included."""
+    return skip_tagged_fields(buf, _layout_end(cls, buf, pos))
+
+
+def _skip_value(kafka_type: str, buf: Any, pos: int) -> int:
+    size = _FIXED_SIZE.get(kafka_type)
+    if size is not None:
+        return pos + size
+    n, pos = read_uvarint(buf, pos)  # compact string / bytes / records: length + 1, 0 = null
+    return pos + max(0, n - 1)
+
+
+def has_tagged_field(cls: Any, buf: Any, pos: int, tag: int) -> bool:
+    """Whether a flexible response body at ``pos`` carries the top-level tagged field ``tag``
+    with more than an empty value — found by skipping the body, without decoding it (cheap
+    even for a Fetch response of megabytes)."""
+    try:
+        pos = _layout_end(cls, buf, pos)
+        count, pos = read_uvarint(buf, pos)
+        for _ in range(count):
+            found, pos = read_uvarint(buf, pos)
+            size, pos = read_uvarint(buf, pos)
+            if found == tag:
+                return size > 1
+            pos += size
+    except (IndexError, WireError):
+        return True  # let the full decoder judge (and report) it
+    return False
+
+
+def _layout_end(cls: Any, buf: Any, pos: int) -> int:
+    """The position of a flexible entity's own tagged fields (nothing is decoded: lengths
+    are followed)."""
+    for kafka_type, nested, array, nullable in _layout(cls):
+        if array:
+            n, pos = read_uvarint(buf, pos)
+            for _ in range(n - 1):
+                pos = (
+                    _skip(nested, buf, pos)
+                    if nested is not None
+                    else _skip_value(kafka_type, buf, pos)
+                )
+        elif nested is not None:
+            if nullable:
+                present = buf[pos]
+                pos += 1
+                if present == 0xFF:
+                    continue
+            pos = _skip(nested, buf, pos)
+        else:
+            pos = _skip_value(kafka_type, buf, pos)
+    return pos
+
+
 # ---------------------------------------------------------------- building entities
 
 _ZERO_BY_KAFKA_TYPE: dict[str, Any] = {

@@ -1,37 +1,73 @@
-"""A deterministic driver for the core: a shard, a topic registry, a virtual clock and a timer
-table — the pure counterpart of the runtime (Kafka's GroupMetadataManagerTestContext).
+"""A deterministic driver for a shard: the shard (built by :func:`~coordinator.factory.new_shard`),
+a topic registry, a virtual clock and a timer table — the pure counterpart of the runtime
+(Kafka's GroupMetadataManagerTestContext).
 
-Used by the unit, golden and simulation tests and by ``kip848 simulate``. Every record any
-handler emits is kept in ``log`` (in order), so a test can replay the whole history into a fresh
-shard and compare states.
+Used by the unit, golden and simulation tests, ``kip848 simulate`` and the core benchmark. Every
+record any handler emits is kept in ``log`` (in order), every event in ``events``, every answer
+to a waiting classic request in ``completions``, so a test can replay the whole history into a
+fresh shard and compare states.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from assignors.api import PartitionAssignor
-
-from . import records as r
-from .commands import (
+from coordinator.core import records as r
+from coordinator.core.commands import (
     ConsumerGroupHeartbeat,
     ConsumerGroupHeartbeatResponse,
     IdSource,
+    Pending,
     Result,
     SequentialIds,
 )
-from .config import GroupCoordinatorConfig
-from .model import Assignment
-from .shard import GroupCoordinatorShard
-from .timers import DueTimer, TimerTable
-from .topics import NewTopic, TopicRegistry
+from coordinator.core.config import GroupCoordinatorConfig
+from coordinator.core.events import LogEvent
+from coordinator.core.model import Assignment, ConsumerGroupMember, TopicMetadata
+from coordinator.core.offsets import (
+    OffsetCommit,
+    OffsetCommitPartition,
+    OffsetCommitResponse,
+    OffsetCommitTopic,
+)
+from coordinator.core.timers import DueTimer, TimerTable
+from coordinator.core.topics import NewTopic, TopicRegistry, TopicResult
+from coordinator.factory import Shard, new_shard
+from legacy_bridge import messages as m
+from legacy_bridge.protocol import (
+    AssignmentMessage,
+    Subscription,
+    decode_assignment,
+    encode_subscription,
+)
 
 
-class CoreHarness:
-    shard_class: type[GroupCoordinatorShard] = GroupCoordinatorShard
-    """The legacy bridge's harness swaps in its bridged shard."""
+def subscription(
+    topics: list[str] | tuple[str, ...],
+    *,
+    version: int = 3,
+    owned: dict[str, list[int]] | None = None,
+    generation_id: int = -1,
+    rack_id: str | None = None,
+) -> bytes:
+    """A classic consumer's subscription bytes (the embedded consumer protocol)."""
+    return encode_subscription(
+        Subscription(
+            version=version,
+            topics=tuple(topics),
+            owned_partitions=tuple((t, tuple(ps)) for t, ps in sorted((owned or {}).items()))
+            if version >= 1
+            else (),
+            generation_id=generation_id if version >= 2 else -1,
+            rack_id=rack_id if version >= 3 else None,
+        )
+    )
 
+
+class Harness:
     def __init__(
         self,
         *,
@@ -50,50 +86,51 @@ class CoreHarness:
         self.ids = ids or SequentialIds()
         self.now_ms = now_ms
         self.registry = TopicRegistry(self.ids)
-        self.shard = self.shard_class(config=self.config, assignors=self.assignors, ids=self.ids)
+        self.shard: Shard = new_shard(config=self.config, assignors=self.assignors, ids=self.ids)
         self.timers = TimerTable()
         self.log: list[r.Record] = []
+        self.events: list[LogEvent] = []
         self.completions: dict[int, Any] = {}
         """Deferred responses answered so far (token -> response)."""
 
     # -------------------------------------------------------------- topics
 
+    def _topic_result(self, res: Result[list[TopicResult]]) -> TopicResult:
+        assert res.response is not None
+        (out,) = res.response
+        if out.error_code:
+            raise AssertionError(f"topic change failed: {out.error_message}")
+        self._topics_changed()
+        return out
+
     def create_topic(self, name: str, partitions: int, topic_id: str | None = None) -> str:
         res = self.registry.create_topics(
             [NewTopic(name=name, num_partitions=partitions, topic_id=topic_id)]
         )
-        (out,) = res.response  # type: ignore[misc]
-        if out.error_code:
-            raise AssertionError(f"create_topic({name}) failed: {out.error_message}")
-        self._topics_changed(res)
-        return out.topic_id
+        return self._topic_result(res).topic_id
 
     def add_partitions(self, name: str, total: int) -> None:
-        res = self.registry.create_partitions([(name, total)])
-        if res.response[0].error_code:  # type: ignore[index]
-            raise AssertionError(res.response[0].error_message)  # type: ignore[index]
-        self._topics_changed(res)
+        self._topic_result(self.registry.create_partitions([(name, total)]))
 
     def delete_topic(self, name: str) -> Result[None]:
         """Delete a topic; returns the shard's result (tombstones of the topic's offsets)."""
-        res = self.registry.delete_topics([name])
-        if res.response[0].error_code:  # type: ignore[index]
-            raise AssertionError(res.response[0].error_message)  # type: ignore[index]
-        self._topics_changed(res)
+        self._topic_result(self.registry.delete_topics([name]))
         return self._commit(self.shard.on_topics_deleted([name]))
 
     def topic_id(self, name: str) -> str:
         return self.registry.topics[name].topic_id
 
-    def _topics_changed(self, res: Result[Any]) -> None:
+    def _topics_changed(self) -> None:
         self.registry.release(self.registry.mark())
         self.shard.set_topics(self.registry.image())
 
     # -------------------------------------------------------------- commands
 
     def _commit(self, res: Result[Any]) -> Result[Any]:
+        """What the runtime does once a result is durable."""
         self.log.extend(res.records)
         self.timers.apply(res.timers)
+        self.events.extend(res.events)
         for token, response in res.completions:
             if token in self.completions:
                 raise AssertionError(f"deferred response {token} completed twice")
@@ -108,7 +145,9 @@ class CoreHarness:
         )
 
     def heartbeat(self, **fields: Any) -> ConsumerGroupHeartbeatResponse:
-        return self.heartbeat_result(**fields).response  # type: ignore[return-value]
+        response = self.heartbeat_result(**fields).response
+        assert response is not None
+        return response
 
     def join(
         self,
@@ -133,10 +172,8 @@ class CoreHarness:
 
     def commit(
         self, group_id: str, member_id: str, epoch: int, offsets: dict[tuple[str, int], int]
-    ) -> Any:
+    ) -> OffsetCommitResponse | None:
         """OffsetCommit of {(topic name, partition): offset}."""
-        from .offsets import OffsetCommit, OffsetCommitPartition, OffsetCommitTopic
-
         by_topic: dict[str, list[OffsetCommitPartition]] = {}
         for (topic, partition), offset in sorted(offsets.items()):
             by_topic.setdefault(topic, []).append(
@@ -150,7 +187,10 @@ class CoreHarness:
                 OffsetCommitTopic(name=t, partitions=tuple(ps)) for t, ps in by_topic.items()
             ),
         )
-        return self._commit(self.shard.offset_commit(req, self.now_ms)).response
+        response: OffsetCommitResponse | None = self._commit(
+            self.shard.offset_commit(req, self.now_ms)
+        ).response
+        return response
 
     def expire_offsets(self) -> Result[None]:
         return self._commit(self.shard.expire_offsets(self.now_ms))
@@ -171,6 +211,101 @@ class CoreHarness:
         self.now_ms = target
         return fired
 
+    # -------------------------------------------------------------- classic protocol
+
+    def join_group(
+        self,
+        member_id: str = "",
+        topics: tuple[str, ...] | list[str] = ("foo",),
+        *,
+        group_id: str = "grp",
+        session_timeout_ms: int = 10_000,
+        rebalance_timeout_ms: int = 60_000,
+        instance_id: str | None = None,
+        protocols: tuple[tuple[str, bytes], ...] | None = None,
+        owned: dict[str, list[int]] | None = None,
+        version: int = 3,
+        protocol_type: str = "consumer",
+    ) -> Any:
+        """JoinGroup: the response, or ``Pending`` (see :meth:`resolve`)."""
+        if protocols is None:
+            protocols = (("range", subscription(topics, version=version, owned=owned)),)
+        req = m.JoinGroup(
+            group_id=group_id,
+            session_timeout_ms=session_timeout_ms,
+            rebalance_timeout_ms=rebalance_timeout_ms,
+            member_id=member_id,
+            group_instance_id=instance_id,
+            protocol_type=protocol_type,
+            protocols=protocols,
+        )
+        return self._commit(self.shard.classic_groups.join(req, self.now_ms)).response
+
+    def sync_group(
+        self,
+        member_id: str,
+        generation_id: int,
+        assignments: dict[str, bytes] | None = None,
+        *,
+        group_id: str = "grp",
+        instance_id: str | None = None,
+        protocol_type: str | None = None,
+        protocol_name: str | None = None,
+    ) -> Any:
+        """SyncGroup: the response, or ``Pending`` (see :meth:`resolve`)."""
+        req = m.SyncGroup(
+            group_id=group_id,
+            generation_id=generation_id,
+            member_id=member_id,
+            group_instance_id=instance_id,
+            protocol_type=protocol_type,
+            protocol_name=protocol_name,
+            assignments=tuple(sorted((assignments or {}).items())),
+        )
+        return self._commit(self.shard.classic_groups.sync(req, self.now_ms)).response
+
+    def classic_heartbeat(
+        self,
+        member_id: str,
+        generation_id: int,
+        *,
+        group_id: str = "grp",
+        instance_id: str | None = None,
+    ) -> m.HeartbeatResponse:
+        req = m.Heartbeat(
+            group_id=group_id,
+            generation_id=generation_id,
+            member_id=member_id,
+            group_instance_id=instance_id,
+        )
+        response = self._commit(self.shard.classic_groups.heartbeat(req, self.now_ms)).response
+        assert isinstance(response, m.HeartbeatResponse)
+        return response
+
+    def leave_group(
+        self, *members: m.LeaveMember | str, group_id: str = "grp"
+    ) -> m.LeaveGroupResponse:
+        ms = tuple(
+            x if isinstance(x, m.LeaveMember) else m.LeaveMember(member_id=x) for x in members
+        )
+        req = m.LeaveGroup(group_id=group_id, members=ms)
+        response = self._commit(self.shard.classic_groups.leave(req, self.now_ms)).response
+        assert isinstance(response, m.LeaveGroupResponse)
+        return response
+
+    def resolve(self, response: Any) -> Any:
+        """The response itself, or the completion of a ``Pending`` (None if still waiting)."""
+        if isinstance(response, Pending):
+            return self.completions.get(response.token)
+        return response
+
+    @staticmethod
+    def assigned(sync: m.SyncGroupResponse) -> dict[str, list[int]]:
+        a = decode_assignment(sync.assignment) if sync.assignment else AssignmentMessage()
+        return {t: sorted(ps) for t, ps in a.assigned_partitions}
+
+    # -------------------------------------------------------------- state
+
     def seed_group(
         self,
         group_id: str,
@@ -182,10 +317,6 @@ class CoreHarness:
         """Install a reconciled group at ``epoch`` by replaying its canonical records (Kafka's
         ConsumerGroupBuilder): every member STABLE at ``epoch`` owning its target. Session timers
         are armed as after a load."""
-        from dataclasses import replace as _replace
-
-        from .model import ConsumerGroupMember, TopicMetadata
-
         recs: list[r.Record] = []
         for mid, (topics, _a) in sorted(members.items()):
             recs.append(
@@ -217,26 +348,22 @@ class CoreHarness:
             recs.append(r.target_assignment_record(group_id, mid, a))
         recs.append(r.target_assignment_epoch_record(group_id, epoch))
         for mid, (_t, a) in sorted(members.items()):
-            m = ConsumerGroupMember(
+            member = ConsumerGroupMember(
                 member_id=mid,
                 member_epoch=epoch,
                 previous_member_epoch=epoch - 1,
                 assigned_partitions=a,
             )
-            recs.append(r.current_assignment_record(group_id, _replace(m)))
+            recs.append(r.current_assignment_record(group_id, replace(member)))
         for rec in recs:
             self.shard.replay(rec)
         self.log.extend(recs)
         self.shard.release(self.shard.mark())
         self.timers.apply(self.shard.on_loaded(self.now_ms))
 
-    # -------------------------------------------------------------- checks
-
-    def replayed(self) -> GroupCoordinatorShard:
+    def replayed(self) -> Shard:
         """A fresh shard loaded from every record emitted so far."""
-        fresh = self.shard_class(
-            config=self.config, assignors=self.assignors, ids=SequentialIds("x")
-        )
+        fresh = new_shard(config=self.config, assignors=self.assignors, ids=SequentialIds("x"))
         fresh.undo.enabled = False
         for record in self.log:
             fresh.replay(record)
@@ -245,4 +372,4 @@ class CoreHarness:
 
     def owned(self, group_id: str = "grp") -> dict[str, Assignment]:
         group = self.shard.groups[group_id]
-        return {mid: m.assigned_partitions for mid, m in group.members.items()}
+        return {mid: x.assigned_partitions for mid, x in group.members.items()}

@@ -1,0 +1,74 @@
+"""The seams of a shard: what every component offers the shard, and what the shard asks of its
+classic groups (the legacy bridge, which plugs in here; the core never imports it).
+
+A *component* owns part of the shard's state and the record types that change it (Kafka's
+GroupMetadataManager, OffsetMetadataManager, GroupConfigManager). The shard routes every record
+to the component that declared its type, every timer to the component that declared its kind,
+and asks each for its timers after a load, its part of the snapshot and the records that
+rebuild it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
+
+from . import records as r
+from .commands import ConsumerGroupHeartbeat, ListedGroup, Result
+from .timers import DueTimer, TimerOp
+
+if TYPE_CHECKING:
+    from .group import ConsumerGroup
+    from .offsets import OffsetCommit
+
+
+class Component(Protocol):
+    def replayers(self) -> dict[r.RecordType, Callable[[r.Record], None]]:
+        """The record types this component owns, each with the code that applies one."""
+        ...
+
+    def snapshot(self) -> dict[str, object]:
+        """Its part of the shard's snapshot: everything replay determines, canonical."""
+        ...
+
+    def records_of_state(self) -> list[r.Record]:
+        """The records that rebuild its current state (a compacted log)."""
+        ...
+
+
+class ClassicGroupSupport(Component, Protocol):
+    """Classic groups (Kafka's ClassicGroup and the classic protocol), as the rest of the shard
+    sees them. A read-only set of group ids; the requests of the classic protocol are the
+    implementation's own business."""
+
+    def __contains__(self, group_id: object) -> bool: ...
+
+    def timer_handlers(self) -> dict[str, Callable[[DueTimer, int], Result[None]]]:
+        """The timer kinds it arms, each with the code that runs when one falls due."""
+        ...
+
+    def on_loaded(self, now_ms: int) -> list[TimerOp]:
+        """Timers to arm after a load."""
+        ...
+
+    def prepare_consumer_group(
+        self, result: Result[Any], req: ConsumerGroupHeartbeat, now_ms: int
+    ) -> None:
+        """A ConsumerGroupHeartbeat for ``req.group_id`` is about to run: a classic group of that
+        id is upgraded to a consumer group, replaced (if empty) or the request refused (KIP-848
+        "Online Migration"). Records go into ``result``."""
+        ...
+
+    def maybe_downgrade(self, result: Result[Any], group: ConsumerGroup, now_ms: int) -> None:
+        """Members left ``group``: if only classic members remain, it may become a classic
+        group again (KIP-848 downgrade). Records go into ``result``."""
+        ...
+
+    def check_offset_commit(self, req: OffsetCommit) -> None:
+        """Validate an OffsetCommit to the classic group ``req.group_id`` (member, generation,
+        state), raising the error Kafka answers."""
+        ...
+
+    def listed(self) -> list[ListedGroup]:
+        """ListGroups entries of the classic groups."""
+        ...

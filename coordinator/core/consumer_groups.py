@@ -1,0 +1,884 @@
+"""Consumer groups: the KIP-848 protocol (Kafka's GroupMetadataManager, consumer-group part).
+
+The component owns the consumer groups of its shard (a read-only mapping group id ->
+:class:`ConsumerGroup`) and the records that change them (member metadata, current and target
+assignments, group and assignment epochs, subscription metadata, resolved regexes). Its command
+is ConsumerGroupHeartbeat (join, heartbeat, leave); its timers are the members' session and
+rebalance timeouts. The legacy bridge joins classic members through :meth:`join_as_classic` and
+is asked to convert groups through the shard's :class:`~.components.ClassicGroupSupport`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from assignors.api import PartitionAssignor, TopicMetadata
+
+from . import records as r
+from .commands import (
+    ConsumerGroupHeartbeat,
+    ConsumerGroupHeartbeatResponse,
+    HeartbeatAssignment,
+    ListedGroup,
+    Result,
+)
+from .context import ShardContext
+from .errors import (
+    FencedInstanceIdError,
+    FencedMemberEpochError,
+    GroupIdNotFoundError,
+    GroupMaxSizeReachedError,
+    InvalidRequestError,
+    UnknownMemberIdError,
+    UnreleasedInstanceIdError,
+    UnsupportedAssignorError,
+)
+from .events import Cause, Event, LogEvent, epoch_bumped
+from .group import ConsumerGroup, GroupState
+from .group_configs import GroupConfigs
+from .model import (
+    EMPTY_ASSIGNMENT,
+    Assignment,
+    ClassicMemberMetadata,
+    ConsumerGroupMember,
+    MemberState,
+    assignment_minus,
+)
+from .reconciliation import compute_next_member
+from .regex import compile_regex, resolve_regex
+from .target_assignment import compute_target_assignment
+from .timeline import TDict
+from .timers import REBALANCE, SESSION, ArmTimer, CancelTimer, DueTimer, TimerOp
+
+if TYPE_CHECKING:
+    from .components import ClassicGroupSupport
+
+LEAVE_GROUP_MEMBER_EPOCH = -1
+LEAVE_GROUP_STATIC_MEMBER_EPOCH = -2
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MemberDescription:
+    member_id: str
+    instance_id: str | None
+    rack_id: str | None
+    member_epoch: int
+    client_id: str
+    client_host: str
+    subscribed_topic_names: tuple[str, ...]
+    subscribed_topic_regex: str | None
+    assignment: Assignment
+    target_assignment: Assignment
+    member_type: int  # -1 unknown, 0 classic, 1 consumer
+    state: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GroupDescription:
+    group_id: str
+    group_uid: str
+    group_state: str
+    group_epoch: int
+    assignment_epoch: int
+    assignor_name: str
+    members: tuple[MemberDescription, ...]
+
+
+class ConsumerGroups(Mapping[str, ConsumerGroup]):
+    def __init__(
+        self,
+        ctx: ShardContext,
+        *,
+        assignors: Sequence[PartitionAssignor],
+        configs: GroupConfigs,
+    ) -> None:
+        if not assignors:
+            raise ValueError("at least one assignor is required")
+        self._ctx = ctx
+        self._configs = configs
+        self.assignors: dict[str, PartitionAssignor] = {a.name: a for a in assignors}
+        self.assignor_names: tuple[str, ...] = tuple(a.name for a in assignors)
+        self._groups: TDict = ctx.undo.new_dict()  # group id -> ConsumerGroup
+        self._regex_cache: dict[str, tuple[int, frozenset[str]]] = {}  # soft, process-local
+        self.classic: ClassicGroupSupport | None = None
+        """Set once by the shard: the classic groups of the same shard (upgrade/downgrade)."""
+
+    # ------------------------------------------------------------------ mapping (reads)
+
+    def __getitem__(self, group_id: str) -> ConsumerGroup:
+        group: ConsumerGroup = self._groups[group_id]
+        return group
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._groups)
+
+    def __len__(self) -> int:
+        return len(self._groups)
+
+    def __contains__(self, group_id: object) -> bool:
+        return group_id in self._groups
+
+    def _classic(self) -> ClassicGroupSupport:
+        if self.classic is None:
+            raise AssertionError("the shard wires its classic groups at construction")
+        return self.classic
+
+    # ------------------------------------------------------------------ heartbeat
+
+    def consumer_group_heartbeat(
+        self, req: ConsumerGroupHeartbeat, now_ms: int
+    ) -> Result[ConsumerGroupHeartbeatResponse]:
+        """ConsumerGroupHeartbeat (KIP-848 "Request Handling"; Kafka 4.0 semantics)."""
+        self.check_heartbeat_request(req)
+        if req.member_epoch < 0:
+            return self._ctx.run(self._leave, req, now_ms)
+        return self._ctx.run(self._heartbeat, req, now_ms, None)
+
+    def join_as_classic(
+        self, req: ConsumerGroupHeartbeat, classic: ClassicMemberMetadata, now_ms: int
+    ) -> Result[ConsumerGroupHeartbeatResponse]:
+        """A classic member's JoinGroup, translated by the legacy bridge into a heartbeat (no
+        request validation, no group conversion; the caller runs it inside its own command)."""
+        return self._heartbeat(req, now_ms, classic)
+
+    def check_heartbeat_request(self, req: ConsumerGroupHeartbeat) -> None:
+        """Request validation (KIP-848 "Request Validation", Kafka 4.0 relaxations)."""
+        invalid = InvalidRequestError
+        if not req.group_id.strip():
+            raise invalid("GroupId can't be empty.")
+        if req.instance_id is not None and not req.instance_id.strip():
+            raise invalid("InstanceId can't be empty.")
+        if req.rack_id is not None and not req.rack_id.strip():
+            raise invalid("RackId can't be empty.")
+        epoch = req.member_epoch
+        if epoch < LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+            raise invalid("MemberEpoch is invalid.")
+        if epoch != 0 and not req.member_id.strip():
+            raise invalid("MemberId can't be empty.")
+        if req.member_id and not req.member_id.strip():
+            raise invalid("MemberId can't be blank.")
+        if req.rebalance_timeout_ms != -1 and req.rebalance_timeout_ms <= 0:
+            raise invalid(
+                f"RebalanceTimeoutMs must be larger than zero, got {req.rebalance_timeout_ms}."
+            )
+        if epoch == 0:
+            if req.rebalance_timeout_ms == -1:
+                raise invalid("RebalanceTimeoutMs must be provided in first request.")
+            if req.topic_partitions is None or req.topic_partitions:
+                raise invalid("TopicPartitions must be empty when (re-)joining.")
+            if req.subscribed_topic_names is None and req.subscribed_topic_regex is None:
+                raise invalid(
+                    "SubscribedTopicNames or SubscribedTopicRegex must be set in first request."
+                )
+        if epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH and req.instance_id is None:
+            raise invalid("InstanceId can't be null.")
+        if req.topic_partitions:
+            for topic_id, partitions in req.topic_partitions.items():
+                if any(p < 0 for p in partitions):
+                    raise invalid(
+                        f"TopicPartitions has a negative partition index for topic {topic_id}."
+                    )
+        if req.server_assignor is not None and req.server_assignor not in self.assignors:
+            raise UnsupportedAssignorError(
+                f"ServerAssignor {req.server_assignor} is not supported. Supported assignors: "
+                f"{', '.join(self.assignor_names)}."
+            )
+        if req.subscribed_topic_regex:
+            # INVALID_REGULAR_EXPRESSION, before any change
+            compile_regex(req.subscribed_topic_regex)
+
+    def _heartbeat(
+        self, req: ConsumerGroupHeartbeat, now_ms: int, classic: ClassicMemberMetadata | None
+    ) -> Result[ConsumerGroupHeartbeatResponse]:
+        """``classic``: the member speaks the classic protocol (a JoinGroup translated by the
+        legacy bridge); None for a ConsumerGroupHeartbeat."""
+        ctx = self._ctx
+        result: Result[ConsumerGroupHeartbeatResponse] = Result()
+        if classic is None:
+            # A classic group of that id is converted, replaced or refused (KIP-848 upgrade).
+            self._classic().prepare_consumer_group(result, req, now_ms)
+        group_id = req.group_id
+        group: ConsumerGroup | None = self._groups.get(group_id)
+        epoch = req.member_epoch
+        owned = req.topic_partitions
+        if group is None and epoch != 0:
+            raise GroupIdNotFoundError(f"Consumer group {group_id} not found.")
+        member_id = req.member_id or ctx.ids.new_member_id()
+
+        # 1. Find or create the member, validating its epoch (KIP-848 "Fencing"). A full group
+        # refuses any member id it does not know, except a static member taking its place back.
+        max_size = ctx.config.consumer_max_size
+        if (
+            group is not None
+            and len(group.members) >= max_size
+            and member_id not in group.members
+            and (req.instance_id is None or req.instance_id not in group.static_members)
+        ):
+            raise GroupMaxSizeReachedError(
+                f"The consumer group has reached its maximum capacity of {max_size} members."
+            )
+        member, replaced = self._find_or_create_member(group, member_id, req)
+        before_assigned = member.assigned_partitions
+        before_pending = (
+            self._pending(group, member) if group is not None and replaced is None else None
+        )
+        if group is not None and replaced is not None:
+            self._replace_static_member(result, group, replaced, member)
+            result.timers += self._cancel_timers(group_id, replaced.member_id)
+
+        # 2. Apply the request's "null means unchanged" fields.
+        updated = self._updated_member(member, req, classic)
+        is_new = group is None or member_id not in group.members
+        causes: list[Cause] = []
+        if is_new or updated != member:
+            ctx.emit(result, r.member_metadata_record(group_id, updated))
+            if updated.subscribed_topic_names != member.subscribed_topic_names:
+                causes.append(Cause.SUBSCRIPTION_CHANGED)
+            if updated.subscribed_topic_regex != member.subscribed_topic_regex:
+                causes.append(Cause.REGEX_CHANGED)
+            if updated.server_assignor_name != member.server_assignor_name:
+                causes.append(Cause.ASSIGNOR_CHANGED)
+            if is_new and causes:
+                causes = [Cause.MEMBER_JOINED]
+        group = self._groups[group_id]
+        new_group = group.group_uid == ""
+        if (
+            member.subscribed_topic_regex
+            and member.subscribed_topic_regex != updated.subscribed_topic_regex
+        ):
+            self.maybe_drop_regex(result, group, member.subscribed_topic_regex)
+
+        # 3. Refresh subscription metadata (and regexes) when needed; bump the group epoch.
+        image_version = ctx.topics.version
+        if causes or new_group or group.metadata_checked != (image_version, group.group_epoch):
+            if self._refresh_metadata(result, group, now_ms):
+                causes.append(Cause.TOPIC_METADATA_CHANGED)
+            if causes or new_group:
+                uid = group.group_uid or ctx.ids.new_group_uid()
+                bumped = group.group_epoch + (1 if causes else 0)
+                ctx.emit(result, r.group_epoch_record(group_id, bumped, uid))
+                if causes:
+                    result.events.append(
+                        epoch_bumped(group_id, group.group_epoch, tuple(causes), (member_id,))
+                    )
+            group.set("metadata_checked", (image_version, group.group_epoch))
+
+        # 4. A new target assignment when the group epoch is ahead (KIP-848 "Assignment Epoch").
+        if group.group_epoch > group.assignment_epoch:
+            assignor = self.assignors[group.preferred_assignor(self.assignor_names)]
+            for record in compute_target_assignment(group, group.group_epoch, assignor):
+                ctx.emit(result, record)
+
+        # 5. Reconcile the member toward its target (KIP-848 "Member Epoch").
+        member = group.members[member_id]
+        final = self._reconcile(result, group, member, owned, now_ms)
+
+        # 6. Session timeout and response.
+        session_ms = (
+            classic.session_timeout_ms
+            if classic is not None
+            else self._configs.session_timeout_ms(group_id)
+        )
+        result.timers.append(ArmTimer((SESSION, group_id, member_id), now_ms + session_ms))
+        # The assignment is sent only on a join, on a full request (all the fields a client sends
+        # after an error: rebalance timeout, subscription, owned partitions) or when it changed
+        # (Kafka: hasAssignedPartitionsChanged); absent means "unchanged" to the client. Our
+        # Assignment also carries the pending partitions, so a change of those counts too; a
+        # new epoch with the same assigned and pending partitions (e.g. the heartbeat that
+        # acknowledges a revocation) carries none.
+        full = epoch == 0 or (
+            req.rebalance_timeout_ms != -1
+            and (req.subscribed_topic_names is not None or req.subscribed_topic_regex is not None)
+            and owned is not None
+        )
+        pending = self._pending(group, final)
+        reported = group.reported_pending.get(member_id, before_pending)
+        assignment = None
+        if full or final.assigned_partitions != before_assigned or pending != reported:
+            assignment = HeartbeatAssignment(assigned=final.assigned_partitions, pending=pending)
+            if pending != reported or member_id not in group.reported_pending:
+                group.reported_pending[member_id] = pending
+        result.response = ConsumerGroupHeartbeatResponse(
+            member_id=member_id,
+            member_epoch=final.member_epoch,
+            heartbeat_interval_ms=self._configs.heartbeat_interval_ms(group_id),
+            assignment=assignment,
+        )
+        return result
+
+    def _find_or_create_member(
+        self, group: ConsumerGroup | None, member_id: str, req: ConsumerGroupHeartbeat
+    ) -> tuple[ConsumerGroupMember, ConsumerGroupMember | None]:
+        """(member, replaced static member or None)."""
+        epoch = req.member_epoch
+        instance_id = req.instance_id
+        existing = None if group is None else group.members.get(member_id)
+        if instance_id is None or group is None:
+            if existing is None:
+                if epoch != 0:
+                    raise UnknownMemberIdError(
+                        f"Member {member_id} is not a member of group {req.group_id}."
+                    )
+                return ConsumerGroupMember(member_id=member_id), None
+            self._check_member_epoch(existing, epoch, req.topic_partitions)
+            return existing, None
+        static_id = group.static_members.get(instance_id)
+        static = None if static_id is None else group.members[static_id]
+        if epoch == 0:
+            if static is None:
+                if existing is not None:
+                    self._check_member_epoch(existing, epoch, req.topic_partitions)
+                    return existing, None
+                return ConsumerGroupMember(member_id=member_id), None
+            if static.member_id == member_id:
+                # The same incarnation re-joining (e.g. its join response was lost).
+                self._check_member_epoch(static, epoch, req.topic_partitions)
+                return static, None
+            if static.member_epoch != LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+                raise UnreleasedInstanceIdError(
+                    f"Static member {member_id} with instance id {instance_id} cannot join the group "
+                    f"because the instance id is owned by {static.member_id} member."
+                )
+            if existing is not None:
+                raise InvalidRequestError(
+                    f"Member {member_id} is already in group {req.group_id}; it cannot take over "
+                    f"instance id {instance_id}."
+                )
+            replacement = replace(
+                static, member_id=member_id, member_epoch=0, previous_member_epoch=0
+            )
+            return replacement, static
+        if static is None:
+            raise UnknownMemberIdError(f"Instance id {instance_id} is unknown.")
+        if static.member_id != member_id:
+            raise FencedInstanceIdError(
+                f"Static member {member_id} with instance id {instance_id} was fenced by member "
+                f"{static.member_id}."
+            )
+        self._check_member_epoch(static, epoch, req.topic_partitions)
+        return static, None
+
+    @staticmethod
+    def _check_member_epoch(
+        member: ConsumerGroupMember, received: int, owned: Assignment | None
+    ) -> None:
+        current = member.member_epoch
+        if received == 0 or received == current:
+            return  # epoch 0: a known member re-joins after being fenced (KAFKA-19233).
+        if received > current:
+            raise FencedMemberEpochError(
+                f"The consumer group member has a greater member epoch ({received}) than the one known "
+                f"by the group coordinator ({current}). The member must abandon all its partitions and rejoin."
+            )
+        # Lost-response exception (KIP-848 "Request Handling" 3): the previous epoch is accepted
+        # when everything the member owns is still assigned to it.
+        if received != member.previous_member_epoch or not _is_subset(
+            owned, member.assigned_partitions
+        ):
+            raise FencedMemberEpochError(
+                f"The consumer group member has a smaller member epoch ({received}) than the one known "
+                f"by the group coordinator ({current}). The member must abandon all its partitions and rejoin."
+            )
+
+    def _replace_static_member(
+        self,
+        result: Result[Any],
+        group: ConsumerGroup,
+        old: ConsumerGroupMember,
+        new: ConsumerGroupMember,
+    ) -> None:
+        """A static member re-joins under a new member id: it takes over the old member's
+        subscription and target, and its current partitions at epoch 0 (KIP-848 "Static Membership")."""
+        emit, gid = self._ctx.emit, group.group_id
+        old_target = group.target_of(old.member_id)
+        self.remove_member_records(result, gid, old.member_id)
+        emit(result, r.member_metadata_record(gid, new))
+        emit(result, r.target_assignment_record(gid, new.member_id, old_target))
+        emit(result, r.current_assignment_record(gid, new))
+        result.events.append(
+            LogEvent(
+                event=Event.STATIC_MEMBER_REPLACED,
+                group_id=gid,
+                fields={
+                    "instance_id": new.instance_id,
+                    "member_id": new.member_id,
+                    "replaced_member_id": old.member_id,
+                },
+            )
+        )
+
+    @staticmethod
+    def _updated_member(
+        member: ConsumerGroupMember,
+        req: ConsumerGroupHeartbeat,
+        classic: ClassicMemberMetadata | None = None,
+    ) -> ConsumerGroupMember:
+        changes: dict[str, Any] = {}
+        if req.instance_id is not None and req.instance_id != member.instance_id:
+            changes["instance_id"] = req.instance_id
+        if req.rack_id is not None and req.rack_id != member.rack_id:
+            changes["rack_id"] = req.rack_id
+        if (
+            req.rebalance_timeout_ms != -1
+            and req.rebalance_timeout_ms != member.rebalance_timeout_ms
+        ):
+            changes["rebalance_timeout_ms"] = req.rebalance_timeout_ms
+        if req.server_assignor is not None and req.server_assignor != member.server_assignor_name:
+            changes["server_assignor_name"] = req.server_assignor
+        if req.subscribed_topic_names is not None:
+            names = tuple(sorted(set(req.subscribed_topic_names)))
+            if names != member.subscribed_topic_names:
+                changes["subscribed_topic_names"] = names
+        if req.subscribed_topic_regex is not None:
+            regex = req.subscribed_topic_regex or None
+            if regex != member.subscribed_topic_regex:
+                changes["subscribed_topic_regex"] = regex
+        if req.client_id != member.client_id:
+            changes["client_id"] = req.client_id
+        if req.client_host != member.client_host:
+            changes["client_host"] = req.client_host
+        if member.classic_member_metadata != classic:
+            changes["classic_member_metadata"] = classic
+        return replace(member, **changes) if changes else member
+
+    def _refresh_metadata(self, result: Result[Any], group: ConsumerGroup, now_ms: int) -> bool:
+        """Re-resolve regexes and recompute subscription metadata against the topics image.
+        Returns True if the subscription metadata changed (a group epoch bump is due)."""
+        gid = group.group_id
+        image = self._ctx.topics
+        for regex in sorted(group.regex_members):
+            resolved = group.resolved_regexes.get(regex)
+            topics = self._resolve(regex)
+            if resolved is None or resolved[0] != topics:
+                self._ctx.emit(result, r.regex_record(gid, regex, topics, image.version, now_ms))
+        metadata = self.subscription_metadata(group)
+        if metadata != group.subscription_metadata:
+            self._ctx.emit(result, r.partition_metadata_record(gid, metadata))
+            return True
+        return False
+
+    def _resolve(self, regex: str) -> frozenset[str]:
+        """Resolve against the current image; cached per (regex, image version) in this process
+        only (image versions restart with the process, so persisted versions are not trusted)."""
+        image = self._ctx.topics
+        cached = self._regex_cache.get(regex)
+        if cached is not None and cached[0] == image.version:
+            return cached[1]
+        topics = resolve_regex(regex, image.by_name)
+        if len(self._regex_cache) > 4096:
+            self._regex_cache.clear()
+        self._regex_cache[regex] = (image.version, topics)
+        return topics
+
+    def subscription_metadata(self, group: ConsumerGroup) -> dict[str, TopicMetadata]:
+        """Every topic the group subscribes to that exists, by name (from the topics image)."""
+        by_name = self._ctx.topics.by_name
+        out = {}
+        for name in group.topic_subscribers:
+            t = by_name.get(name)
+            if t is not None:
+                out[name] = TopicMetadata(
+                    topic_id=t.topic_id, name=name, num_partitions=t.num_partitions
+                )
+        return out
+
+    def maybe_drop_regex(self, result: Result[Any], group: ConsumerGroup, regex: str) -> None:
+        """The last member using a regex dropped it: delete its resolution."""
+        if regex not in group.regex_members and regex in group.resolved_regexes:
+            self._ctx.emit(result, r.regex_tombstone(group.group_id, regex))
+
+    def _reconcile(
+        self,
+        result: Result[Any],
+        group: ConsumerGroup,
+        member: ConsumerGroupMember,
+        owned: Assignment | None,
+        now_ms: int,
+    ) -> ConsumerGroupMember:
+        epoch = group.assignment_epoch
+        if member.is_reconciled_to(epoch):
+            return member
+        updated = compute_next_member(
+            member, epoch, group.target_of(member.member_id), group.owner_of, owned
+        )
+        if updated is member:
+            return member
+        gid = group.group_id
+        self._ctx.emit(result, r.current_assignment_record(gid, updated))
+        key = (REBALANCE, gid, member.member_id)
+        if updated.classic_member_metadata is None:
+            if updated.state is MemberState.UNREVOKED_PARTITIONS:
+                result.timers.append(
+                    ArmTimer(key, now_ms + updated.rebalance_timeout_ms, updated.member_epoch)
+                )
+            else:
+                result.timers.append(CancelTimer(key))
+        return updated
+
+    @staticmethod
+    def _pending(group: ConsumerGroup | None, member: ConsumerGroupMember) -> Assignment:
+        if group is None:
+            return EMPTY_ASSIGNMENT
+        return assignment_minus(group.target_of(member.member_id), member.assigned_partitions)
+
+    # ------------------------------------------------------------------ leaving and fencing
+
+    def _leave(
+        self, req: ConsumerGroupHeartbeat, now_ms: int
+    ) -> Result[ConsumerGroupHeartbeatResponse]:
+        group = self._groups.get(req.group_id)
+        if group is None:
+            raise GroupIdNotFoundError(f"Consumer group {req.group_id} not found.")
+        member_id, epoch = req.member_id, req.member_epoch
+        if req.instance_id is None:
+            member = group.members.get(member_id)
+            if member is None:
+                raise UnknownMemberIdError(
+                    f"Member {member_id} is not a member of group {req.group_id}."
+                )
+        else:
+            static_id = group.static_members.get(req.instance_id)
+            if static_id is None:
+                raise UnknownMemberIdError(f"Instance id {req.instance_id} is unknown.")
+            if static_id != member_id:
+                raise FencedInstanceIdError(
+                    f"Static member {member_id} with instance id {req.instance_id} was fenced by member "
+                    f"{static_id}."
+                )
+            member = group.members[static_id]
+            if epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+                # Temporary leave: keep the member and its partitions for its session timeout.
+                result: Result[ConsumerGroupHeartbeatResponse] = Result()
+                leaving = replace(
+                    member,
+                    member_epoch=LEAVE_GROUP_STATIC_MEMBER_EPOCH,
+                    partitions_pending_revocation=EMPTY_ASSIGNMENT,
+                )
+                self._ctx.emit(result, r.current_assignment_record(group.group_id, leaving))
+                result.response = ConsumerGroupHeartbeatResponse(
+                    member_id=member_id,
+                    member_epoch=LEAVE_GROUP_STATIC_MEMBER_EPOCH,
+                    heartbeat_interval_ms=0,
+                )
+                result.events.append(
+                    LogEvent(
+                        event=Event.STATIC_MEMBER_LEFT_TEMPORARILY,
+                        group_id=group.group_id,
+                        fields={"member_id": member_id, "instance_id": req.instance_id},
+                    )
+                )
+                return result
+        result = self.fence_member(group, member, now_ms, Cause.MEMBER_LEFT)
+        result.response = ConsumerGroupHeartbeatResponse(
+            member_id=member_id, member_epoch=LEAVE_GROUP_MEMBER_EPOCH, heartbeat_interval_ms=0
+        )
+        return result
+
+    def remove_member_records(self, result: Result[Any], group_id: str, member_id: str) -> None:
+        """The member's three tombstones, in the order replay requires."""
+        emit = self._ctx.emit
+        emit(result, r.current_assignment_tombstone(group_id, member_id))
+        emit(result, r.target_assignment_tombstone(group_id, member_id))
+        emit(result, r.member_metadata_tombstone(group_id, member_id))
+
+    def fence_member(
+        self,
+        group: ConsumerGroup,
+        member: ConsumerGroupMember,
+        now_ms: int,
+        cause: Cause,
+        reason: str | None = None,
+    ) -> Result[Any]:
+        """Remove a member: 3 tombstones, recomputed subscription metadata, group epoch + 1."""
+        result: Result[Any] = Result()
+        self.remove_members(result, group, [member], now_ms, cause, reason)
+        return result
+
+    def remove_members(
+        self,
+        result: Result[Any],
+        group: ConsumerGroup,
+        members: Sequence[ConsumerGroupMember],
+        now_ms: int,
+        cause: Cause,
+        reason: str | None = None,
+        timer_kinds: Iterable[str] = (SESSION, REBALANCE),
+    ) -> None:
+        """Remove members (each: its tombstones, its regex if it was the last user, its timers of
+        ``timer_kinds`` cancelled), recompute the subscription metadata, bump the group epoch once;
+        then the classic groups may take the group over (KIP-848 downgrade)."""
+        emit, gid = self._ctx.emit, group.group_id
+        kinds = tuple(timer_kinds)
+        for member in members:
+            self.remove_member_records(result, gid, member.member_id)
+            if member.subscribed_topic_regex:
+                self.maybe_drop_regex(result, group, member.subscribed_topic_regex)
+            result.timers += [CancelTimer((k, gid, member.member_id)) for k in kinds]
+        metadata = self.subscription_metadata(group)
+        if metadata != group.subscription_metadata:
+            emit(result, r.partition_metadata_record(gid, metadata))
+        emit(result, r.group_epoch_record(gid, group.group_epoch + 1, group.group_uid))
+        group.set("metadata_checked", (self._ctx.topics.version, group.group_epoch))
+        result.events.append(
+            epoch_bumped(
+                gid, group.group_epoch, (cause,), tuple(m.member_id for m in members), reason
+            )
+        )
+        self._classic().maybe_downgrade(result, group, now_ms)
+
+    @staticmethod
+    def _cancel_timers(group_id: str, member_id: str) -> list[TimerOp]:
+        return [
+            CancelTimer((SESSION, group_id, member_id)),
+            CancelTimer((REBALANCE, group_id, member_id)),
+        ]
+
+    def delete_group(self, result: Result[Any], group_id: str) -> None:
+        """Delete an empty group (DeleteGroups, expiration, replaced by a classic group): the
+        tombstones of its regexes, target assignment epoch, subscription metadata and epoch."""
+        group = self._groups.get(group_id)
+        if group is None:
+            return
+        emit = self._ctx.emit
+        for regex in sorted(group.resolved_regexes):
+            emit(result, r.regex_tombstone(group_id, regex))
+        emit(result, r.target_assignment_epoch_tombstone(group_id))
+        emit(result, r.partition_metadata_tombstone(group_id))
+        emit(result, r.group_epoch_tombstone(group_id))
+
+    # ------------------------------------------------------------------ timers
+
+    def timer_handlers(self) -> dict[str, Callable[[DueTimer, int], Result[None]]]:
+        return {SESSION: self._on_member_timer, REBALANCE: self._on_member_timer}
+
+    def _on_member_timer(self, timer: DueTimer, now_ms: int) -> Result[None]:
+        """A session or rebalance timer fired. Stale timers (member gone, epoch moved on) do nothing."""
+        kind, group_id, member_id = timer.key
+        group = self._groups.get(group_id)
+        member = None if group is None else group.members.get(member_id)
+        if member is None or group is None:
+            return Result()
+        if kind == SESSION:
+            return self._ctx.run(
+                self.fence_member,
+                group,
+                member,
+                now_ms,
+                Cause.MEMBER_FENCED_SESSION_TIMEOUT,
+                "session timeout expired",
+            )
+        if member.member_epoch != timer.payload:
+            return Result()
+        return self._ctx.run(
+            self.fence_member,
+            group,
+            member,
+            now_ms,
+            Cause.MEMBER_FENCED_REBALANCE_TIMEOUT,
+            f"failed to revoke partitions from epoch {timer.payload} within its rebalance timeout",
+        )
+
+    def on_loaded(self, now_ms: int) -> list[TimerOp]:
+        """After loading: session timers for every member, rebalance timers for members that
+        were revoking (KIP-848 "Fail Over")."""
+        ops: list[TimerOp] = []
+        for group_id in sorted(self._groups):
+            group = self._groups[group_id]
+            session_ms = self._configs.session_timeout_ms(group_id)
+            for member_id in sorted(group.members):
+                m = group.members[member_id]
+                timeout = (
+                    m.classic_member_metadata.session_timeout_ms
+                    if m.classic_member_metadata
+                    else session_ms
+                )
+                ops.append(ArmTimer((SESSION, group_id, member_id), now_ms + timeout))
+                if (
+                    m.state is MemberState.UNREVOKED_PARTITIONS
+                    and m.classic_member_metadata is None
+                ):
+                    ops.append(
+                        ArmTimer(
+                            (REBALANCE, group_id, member_id),
+                            now_ms + m.rebalance_timeout_ms,
+                            m.member_epoch,
+                        )
+                    )
+        return ops
+
+    # ------------------------------------------------------------------ reads
+
+    def describe(self, group_id: str) -> GroupDescription:
+        group = self._groups.get(group_id)
+        if group is None:
+            raise GroupIdNotFoundError(f"Group {group_id} not found.")
+        members = []
+        for member_id in sorted(group.members):
+            m = group.members[member_id]
+            members.append(
+                MemberDescription(
+                    member_id=m.member_id,
+                    instance_id=m.instance_id,
+                    rack_id=m.rack_id,
+                    member_epoch=m.member_epoch,
+                    client_id=m.client_id,
+                    client_host=m.client_host,
+                    subscribed_topic_names=m.subscribed_topic_names,
+                    subscribed_topic_regex=m.subscribed_topic_regex,
+                    assignment=m.assigned_partitions,
+                    target_assignment=group.target_of(member_id),
+                    member_type=0 if m.classic_member_metadata is not None else 1,
+                    state=m.state.name,
+                )
+            )
+        return GroupDescription(
+            group_id=group_id,
+            group_uid=group.group_uid,
+            group_state=group.state().value,
+            group_epoch=group.group_epoch,
+            assignment_epoch=group.assignment_epoch,
+            assignor_name=group.preferred_assignor(self.assignor_names),
+            members=tuple(members),
+        )
+
+    def state_of(self, group_id: str) -> GroupState:
+        group = self._groups.get(group_id)
+        return GroupState.DEAD if group is None else group.state()
+
+    def listed(self) -> list[ListedGroup]:
+        """ListGroups entries of the consumer groups."""
+        return [
+            ListedGroup(
+                group_id=gid,
+                protocol_type="consumer",
+                group_state=self._groups[gid].state().value,
+                group_type="consumer",
+            )
+            for gid in sorted(self._groups)
+        ]
+
+    # ------------------------------------------------------------------ records
+
+    def replayers(self) -> dict[r.RecordType, Callable[[r.Record], None]]:
+        t = r.RecordType
+        return {
+            t.CONSUMER_GROUP_METADATA: self._replay_group_metadata,
+            t.CONSUMER_GROUP_PARTITION_METADATA: self._replay_partition_metadata,
+            t.CONSUMER_GROUP_MEMBER_METADATA: self._replay_member_metadata,
+            t.CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA: self._replay_target_assignment_metadata,
+            t.CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER: self._replay_target_assignment_member,
+            t.CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT: self._replay_current_assignment,
+            t.CONSUMER_GROUP_REGULAR_EXPRESSION: self._replay_regex,
+        }
+
+    def _group(self, group_id: str, value: object | None) -> ConsumerGroup | None:
+        """The group a record is about; a value creates it, a tombstone of a missing group is
+        for something already gone (None)."""
+        group: ConsumerGroup | None = self._groups.get(group_id)
+        if group is None and value is not None:
+            group = ConsumerGroup(self._ctx.undo, group_id)
+            self._groups[group_id] = group
+        return group
+
+    def _replay_member_metadata(self, record: r.Record) -> None:
+        key, value = r.typed(
+            record, r.ConsumerGroupMemberMetadataKey, r.ConsumerGroupMemberMetadataValue
+        )
+        group = self._group(key.group_id, value)
+        if group is not None:
+            group.replay_member_metadata(key.member_id, value)
+
+    def _replay_current_assignment(self, record: r.Record) -> None:
+        key, value = r.typed(
+            record,
+            r.ConsumerGroupCurrentMemberAssignmentKey,
+            r.ConsumerGroupCurrentMemberAssignmentValue,
+        )
+        group = self._group(key.group_id, value)
+        if group is not None:
+            group.replay_current_assignment(key.member_id, value)
+
+    def _replay_target_assignment_member(self, record: r.Record) -> None:
+        key, value = r.typed(
+            record,
+            r.ConsumerGroupTargetAssignmentMemberKey,
+            r.ConsumerGroupTargetAssignmentMemberValue,
+        )
+        group = self._group(key.group_id, value)
+        if group is not None:
+            group.replay_target_member(key.member_id, value)
+
+    def _replay_group_metadata(self, record: r.Record) -> None:
+        key, value = r.typed(record, r.ConsumerGroupMetadataKey, r.ConsumerGroupMetadataValue)
+        group = self._group(key.group_id, value)
+        if group is None:
+            return
+        if value is None:
+            group.check_deletable()
+            del self._groups[key.group_id]
+        else:
+            group.set("group_epoch", value.epoch)
+            group.set("group_uid", value.group_uid)
+
+    def _replay_target_assignment_metadata(self, record: r.Record) -> None:
+        key, value = r.typed(
+            record,
+            r.ConsumerGroupTargetAssignmentMetadataKey,
+            r.ConsumerGroupTargetAssignmentMetadataValue,
+        )
+        group = self._group(key.group_id, value)
+        if group is not None:
+            group.set("assignment_epoch", -1 if value is None else value.assignment_epoch)
+
+    def _replay_partition_metadata(self, record: r.Record) -> None:
+        key, value = r.typed(
+            record, r.ConsumerGroupPartitionMetadataKey, r.ConsumerGroupPartitionMetadataValue
+        )
+        group = self._group(key.group_id, value)
+        if group is not None:
+            metadata = {} if value is None else {m.name: m for m in value.topics}
+            group.set("subscription_metadata", metadata)
+
+    def _replay_regex(self, record: r.Record) -> None:
+        key, value = r.typed(
+            record, r.ConsumerGroupRegularExpressionKey, r.ConsumerGroupRegularExpressionValue
+        )
+        group = self._group(key.group_id, value)
+        if group is not None:
+            group.replay_regex(key.regular_expression, value)
+
+    def snapshot(self) -> dict[str, object]:
+        return {"groups": {gid: self._groups[gid].snapshot() for gid in sorted(self._groups)}}
+
+    def records_of_state(self) -> list[r.Record]:
+        out: list[r.Record] = []
+        for gid in sorted(self._groups):
+            g = self._groups[gid]
+            for mid in sorted(g.members):
+                out.append(r.member_metadata_record(gid, g.members[mid]))
+            for regex in sorted(g.resolved_regexes):
+                topics, version = g.resolved_regexes[regex]
+                out.append(r.regex_record(gid, regex, topics, version, 0))
+            out.append(r.partition_metadata_record(gid, dict(g.subscription_metadata)))
+            out.append(r.group_epoch_record(gid, g.group_epoch, g.group_uid))
+            for mid in sorted(g.target):
+                out.append(r.target_assignment_record(gid, mid, g.target[mid]))
+            out.append(r.target_assignment_epoch_record(gid, g.assignment_epoch))
+            for mid in sorted(g.members):
+                out.append(r.current_assignment_record(gid, g.members[mid]))
+        return out
+
+
+def _is_subset(owned: Assignment | None, assigned: Mapping[str, frozenset[int]]) -> bool:
+    if owned is None:
+        return False
+    for topic_id, partitions in owned.items():
+        mine = assigned.get(topic_id)
+        if mine is None:
+            if partitions:
+                return False
+        elif not mine.issuperset(partitions):
+            return False
+    return True

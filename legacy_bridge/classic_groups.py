@@ -1,0 +1,909 @@
+"""Classic groups: the shard's component for Kafka's classic group protocol (KIP-848 "Supporting
+Online Consumer Group Upgrade"; Kafka 4.0 semantics).
+
+The component owns the classic groups of its shard (a read-only mapping group id ->
+:class:`~.classic_group.ClassicGroup`) and their GroupMetadata records, and implements what the
+core asks of classic groups (:class:`~coordinator.core.components.ClassicGroupSupport`).
+
+Requests (each takes ``now_ms`` and returns a core :class:`Result`): :meth:`join`, :meth:`sync`,
+:meth:`heartbeat`, :meth:`leave`; the read :meth:`describe`. Routing by group id: a classic group
+-> Kafka's classic state machine (here); a non-empty consumer group -> the classic member is
+translated into a heartbeat of the core (:mod:`.classic_members`); an empty consumer group is
+deleted and replaced by a classic group (:mod:`.migration`). A JoinGroup or SyncGroup that must
+wait at a barrier answers ``Pending(token)``; a later result (another member's request, a timer)
+carries ``completions=[(token, response)]``. A request whose own barrier completes at once gets
+its response directly.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import replace
+from typing import Any
+
+from coordinator.core import records as r
+from coordinator.core.commands import ConsumerGroupHeartbeat, ListedGroup, Pending, Result
+from coordinator.core.errors import (
+    CoordinatorError,
+    ErrorCode,
+    FencedInstanceIdError,
+    GroupIdNotFoundError,
+    GroupMaxSizeReachedError,
+    IllegalGenerationError,
+    IllegalStateError,
+    InconsistentGroupProtocolError,
+    InvalidGroupIdError,
+    RebalanceInProgressError,
+    UnknownMemberIdError,
+)
+from coordinator.core.events import Event, LogEvent
+from coordinator.core.group import ConsumerGroup
+from coordinator.core.offsets import OffsetCommit
+from coordinator.core.shard import ShardParts
+from coordinator.core.timeline import TDict
+from coordinator.core.timers import ArmTimer, CancelTimer, DueTimer, TimerOp
+
+from . import messages as m
+from .classic_group import ClassicGroup, ClassicGroupState, ClassicMember
+from .classic_members import ClassicMembers
+from .common import (
+    CLASSIC_GROUP_TIMER_KINDS,
+    CLASSIC_INITIAL_JOIN,
+    CLASSIC_JOIN,
+    CLASSIC_PENDING,
+    CLASSIC_SESSION,
+    CLASSIC_SYNC,
+    MIXED_JOIN,
+    MIXED_SYNC,
+    check_join_request,
+    check_static_owner,
+    encode_member_assignment,
+    error_fields,
+    leaving_member_id,
+    rebalance_timeout,
+    subscription_bytes,
+)
+from .migration import Migration
+from .protocol import CONSUMER_PROTOCOL_TYPE
+
+S = ClassicGroupState
+JoinAnswer = m.JoinGroupResponse | Pending
+SyncAnswer = m.SyncGroupResponse | Pending
+
+
+class ClassicGroups(Mapping[str, ClassicGroup]):
+    def __init__(self, parts: ShardParts) -> None:
+        self._ctx = ctx = parts.context
+        self._consumer = parts.groups
+        self._groups: TDict = ctx.undo.new_dict()  # group id -> ClassicGroup
+        self._tokens = itertools.count(1)  # process-local, never reused (not rolled back)
+        self.members = ClassicMembers(ctx, consumer=parts.groups)
+        self.migration = Migration(ctx, consumer=parts.groups, classic=self, members=self.members)
+
+    # ------------------------------------------------------------------ mapping (reads)
+
+    def __getitem__(self, group_id: str) -> ClassicGroup:
+        group: ClassicGroup = self._groups[group_id]
+        return group
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._groups)
+
+    def __len__(self) -> int:
+        return len(self._groups)
+
+    def __contains__(self, group_id: object) -> bool:
+        return group_id in self._groups
+
+    # ------------------------------------------------------------------ used by the bridge
+
+    def add(self, group: ClassicGroup) -> None:
+        self._groups[group.group_id] = group
+
+    def forget(self, group_id: str) -> None:
+        """Drop a group that was never written (it has no record to tombstone)."""
+        del self._groups[group_id]
+
+    def next_token(self) -> int:
+        return next(self._tokens)
+
+    # ================================================================== replay
+
+    def replayers(self) -> dict[r.RecordType, Callable[[r.Record], None]]:
+        return {r.RecordType.GROUP_METADATA: self._replay}
+
+    def _replay(self, record: r.Record) -> None:
+        key, value = r.typed(record, r.GroupMetadataKey, r.GroupMetadataValue)
+        gid = key.group_id
+        group = self._groups.get(gid)
+        if value is None:
+            self._groups.discard(gid)
+            return
+        if gid in self._consumer:
+            raise IllegalStateError(
+                f"classic group {gid} written while a consumer group of that id exists"
+            )
+        if group is None or group.to_record_value() != value:
+            # Loading (or a record this group's state does not express): rebuild from the record.
+            self._groups[gid] = ClassicGroup.from_record(self._ctx.undo, gid, value)
+        else:
+            # Live: the handler built the record from this very group; keep the transient state.
+            group.set("durable", value)
+
+    def snapshot(self) -> dict[str, object]:
+        return {
+            "classic_groups": {
+                gid: self._groups[gid].durable
+                for gid in sorted(self._groups)
+                if self._groups[gid].durable is not None
+            }
+        }
+
+    def records_of_state(self) -> list[r.Record]:
+        out = []
+        for gid in sorted(self._groups):
+            durable = self._groups[gid].durable
+            if durable is not None:
+                out.append(r.classic_group_record(gid, durable))
+        return out
+
+    # ================================================================== what the core asks
+
+    def prepare_consumer_group(
+        self, result: Result[Any], req: ConsumerGroupHeartbeat, now_ms: int
+    ) -> None:
+        self.migration.prepare_consumer_group(result, req, now_ms)
+
+    def maybe_downgrade(self, result: Result[Any], group: ConsumerGroup, now_ms: int) -> None:
+        self.migration.maybe_downgrade(result, group, now_ms)
+
+    def check_offset_commit(self, req: OffsetCommit) -> None:
+        """Kafka's ClassicGroup.validateOffsetCommit: an admin commit (no member, generation < 0)
+        only to an empty group; otherwise the member, its generation and a group not waiting
+        for its leader's assignment."""
+        group = self._groups[req.group_id]
+        generation = req.generation_id_or_member_epoch
+        if generation < 0 and not req.member_id and group.state is S.EMPTY:
+            return
+        self._validate_member(group, req.member_id, req.group_instance_id)
+        if generation != group.generation:
+            raise IllegalGenerationError(
+                f"The received generation id {generation} does not match the generation {group.generation}."
+            )
+        if group.state is S.COMPLETING_REBALANCE:
+            raise RebalanceInProgressError()
+
+    def listed(self) -> list[ListedGroup]:
+        return [
+            ListedGroup(
+                group_id=gid,
+                protocol_type=group.protocol_type or "",
+                group_state=group.state.value,
+                group_type="classic",
+            )
+            for gid, group in self._groups.items()
+        ]
+
+    # ================================================================== helpers
+
+    @staticmethod
+    def _finish(result: Result[Any], token: int) -> Result[Any]:
+        """The response of a request that may wait: its own completion if it is already in
+        ``result``, else ``Pending``."""
+        for i, (t, response) in enumerate(result.completions):
+            if t == token:
+                del result.completions[i]
+                result.response = response
+                return result
+        result.response = Pending(token)
+        return result
+
+    @staticmethod
+    def cancel_group_timers(gid: str) -> list[TimerOp]:
+        return [CancelTimer((k, gid, "")) for k in CLASSIC_GROUP_TIMER_KINDS]
+
+    # ================================================================== JoinGroup
+
+    def join(self, req: m.JoinGroup, now_ms: int) -> Result[JoinAnswer]:
+        check_join_request(self._ctx.config, req)
+        consumer = self._consumer.get(req.group_id)
+        if consumer is not None and consumer.members:
+            return self._ctx.run(self.members.join, consumer, req, now_ms)
+        return self._ctx.run(self._join, req, now_ms)
+
+    def _join(self, req: m.JoinGroup, now_ms: int) -> Result[JoinAnswer]:
+        result: Result[JoinAnswer] = Result()
+        gid = req.group_id
+        if gid in self._consumer:  # an empty consumer group: replaced by a classic group
+            self._consumer.delete_group(result, gid)
+        group = self._groups.get(gid)
+        if group is None:
+            if req.member_id:
+                raise UnknownMemberIdError(f"Group {gid} has no member {req.member_id}.")
+            group = ClassicGroup(self._ctx.undo, gid)
+            self._groups[gid] = group
+        if req.member_id and not (
+            req.member_id in group.pending_members and req.group_instance_id is None
+        ):
+            # Kafka's validateMember: the instance id must still belong to this member id (an
+            # older incarnation, replaced by a newer one, is fenced), and the member must exist.
+            check_static_owner(group.static_members, gid, req.member_id, req.group_instance_id)
+            if req.member_id not in group.members:
+                raise UnknownMemberIdError(
+                    f"Member {req.member_id} is not a member of group {gid}."
+                )
+        names = tuple(n for n, _m in req.protocols)
+        if req.member_id in group.members:
+            member = group.members[req.member_id]
+            others = [x for x in group.members.values() if x.member_id != member.member_id]
+            if others and not self._supported_by(group, others, req.protocol_type, names):
+                raise InconsistentGroupProtocolError(
+                    f"The protocols of member {req.member_id} are not supported by group {gid}."
+                )
+            return self._join_existing(result, group, member, req, now_ms)
+        if not group.supports_protocols(req.protocol_type, names):
+            raise InconsistentGroupProtocolError(
+                f"Protocol type {req.protocol_type} with protocols {list(names)} is not supported by group {gid}."
+            )
+        static_owner = (
+            None
+            if req.group_instance_id is None
+            else group.static_members.get(req.group_instance_id)
+        )
+        max_size = self._ctx.config.classic_max_size
+        if (
+            static_owner is None
+            and len(group.members)
+            + len(group.pending_members)
+            - (req.member_id in group.pending_members)
+            >= max_size
+        ):
+            raise GroupMaxSizeReachedError(
+                f"The classic group {gid} has reached its maximum size of {max_size}."
+            )
+        if req.member_id:  # a pending dynamic member comes back with its id
+            group.pending_members.discard(req.member_id)
+            result.timers.append(CancelTimer((CLASSIC_PENDING, gid, req.member_id)))
+            return self._add_member_and_rebalance(result, group, req.member_id, req, now_ms)
+        if req.group_instance_id is None:
+            # KIP-394: a dynamic member's first join only gets a member id.
+            new_id = self._ctx.ids.new_member_id()
+            group.pending_members[new_id] = True
+            result.timers.append(
+                ArmTimer((CLASSIC_PENDING, gid, new_id), now_ms + req.session_timeout_ms)
+            )
+            result.response = m.JoinGroupResponse(
+                error_code=int(ErrorCode.MEMBER_ID_REQUIRED),
+                error_message="The group member needs to have a valid member id before actually entering a consumer group.",
+                member_id=new_id,
+            )
+            return result
+        new_id = f"{req.group_instance_id}-{self._ctx.ids.new_member_id()}"
+        if static_owner is not None:
+            return self._replace_static(
+                result, group, group.members[static_owner], new_id, req, now_ms
+            )
+        return self._add_member_and_rebalance(result, group, new_id, req, now_ms)
+
+    @staticmethod
+    def _supported_by(
+        group: ClassicGroup, others: list[ClassicMember], protocol_type: str, names: tuple[str, ...]
+    ) -> bool:
+        if protocol_type != group.protocol_type and group.protocol_type is not None:
+            return False
+        common = set(names)
+        for x in others:
+            common &= set(x.protocol_names())
+        return bool(common)
+
+    @staticmethod
+    def _new_member(member_id: str, req: m.JoinGroup, token: int | None) -> ClassicMember:
+        return ClassicMember(
+            member_id=member_id,
+            group_instance_id=req.group_instance_id,
+            client_id=req.client_id,
+            client_host=req.client_host,
+            rebalance_timeout_ms=rebalance_timeout(req),
+            session_timeout_ms=req.session_timeout_ms,
+            protocol_type=req.protocol_type,
+            protocols=tuple(req.protocols),
+            join_token=token,
+            is_new=True,
+        )
+
+    def _add_member_and_rebalance(
+        self,
+        result: Result[Any],
+        group: ClassicGroup,
+        member_id: str,
+        req: m.JoinGroup,
+        now_ms: int,
+    ) -> Result[Any]:
+        token = self.next_token()
+        if not group.members:
+            group.set("protocol_type", req.protocol_type)
+        group.put_member(self._new_member(member_id, req, token))
+        group.set("new_member_added", True)
+        result.timers.append(
+            ArmTimer((CLASSIC_SESSION, group.group_id, member_id), now_ms + req.session_timeout_ms)
+        )
+        self._maybe_prepare_rebalance(result, group, now_ms, f"adding member {member_id}")
+        self._maybe_complete_join(result, group, now_ms)
+        return self._finish(result, token)
+
+    def _join_existing(
+        self,
+        result: Result[Any],
+        group: ClassicGroup,
+        member: ClassicMember,
+        req: m.JoinGroup,
+        now_ms: int,
+    ) -> Result[Any]:
+        same = member.protocols == tuple(req.protocols)
+        state = group.state
+        if state is S.COMPLETING_REBALANCE and same:
+            # Its join response was lost: answer it again.
+            result.response = self._join_response(group, member)
+            return result
+        if state is S.STABLE and same and member.member_id != group.leader_id:
+            result.response = self._join_response(group, member)
+            return result
+        token = self.next_token()
+        if member.join_token is not None:
+            superseded = RebalanceInProgressError(
+                "A newer JoinGroup of this member superseded this one."
+            )
+            result.completions.append(
+                (
+                    member.join_token,
+                    m.JoinGroupResponse(**error_fields(superseded), member_id=member.member_id),
+                )
+            )
+        group.put_member(
+            ClassicMember(
+                member_id=member.member_id,
+                group_instance_id=member.group_instance_id,
+                client_id=req.client_id,
+                client_host=req.client_host,
+                rebalance_timeout_ms=rebalance_timeout(req),
+                session_timeout_ms=req.session_timeout_ms,
+                protocol_type=req.protocol_type,
+                protocols=tuple(req.protocols),
+                assignment=member.assignment,
+                join_token=token,
+                sync_token=member.sync_token,
+                is_new=member.is_new,
+            )
+        )
+        result.timers.append(
+            ArmTimer(
+                (CLASSIC_SESSION, group.group_id, member.member_id), now_ms + req.session_timeout_ms
+            )
+        )
+        self._maybe_prepare_rebalance(result, group, now_ms, f"member {member.member_id} rejoined")
+        self._maybe_complete_join(result, group, now_ms)
+        return self._finish(result, token)
+
+    def _replace_static(
+        self,
+        result: Result[Any],
+        group: ClassicGroup,
+        old: ClassicMember,
+        new_id: str,
+        req: m.JoinGroup,
+        now_ms: int,
+    ) -> Result[Any]:
+        """A static member restarted with a new member id: the old id is fenced."""
+        gid = group.group_id
+        fenced = FencedInstanceIdError(f"Static member {old.member_id} was replaced by {new_id}.")
+        if old.join_token is not None:
+            result.completions.append(
+                (
+                    old.join_token,
+                    m.JoinGroupResponse(**error_fields(fenced), member_id=old.member_id),
+                )
+            )
+        if old.sync_token is not None:
+            result.completions.append((old.sync_token, m.SyncGroupResponse(**error_fields(fenced))))
+        result.timers.append(CancelTimer((CLASSIC_SESSION, gid, old.member_id)))
+        was_leader = group.leader_id == old.member_id
+        same = old.protocols == tuple(req.protocols)
+        group.remove_member(old.member_id)
+        new = replace(self._new_member(new_id, req, None), assignment=old.assignment, is_new=False)
+        group.put_member(new)
+        if was_leader:
+            group.set("leader_id", new_id)
+        result.timers.append(
+            ArmTimer((CLASSIC_SESSION, gid, new_id), now_ms + req.session_timeout_ms)
+        )
+        if group.state is S.STABLE and same:
+            # KIP-345: the same static member is back; no rebalance. Persist the new id.
+            self._ctx.emit(result, r.classic_group_record(gid, group.to_record_value()))
+            response = self._join_response(group, new)
+            if was_leader:
+                response = replace(response, skip_assignment=True, members=self._member_list(group))
+            result.response = response
+            return result
+        token = self.next_token()
+        group.put_member(replace(new, join_token=token))
+        self._maybe_prepare_rebalance(
+            result, group, now_ms, f"static member {new_id} replaced {old.member_id}"
+        )
+        self._maybe_complete_join(result, group, now_ms)
+        return self._finish(result, token)
+
+    @staticmethod
+    def _member_list(group: ClassicGroup) -> tuple[m.JoinGroupMember, ...]:
+        return tuple(
+            m.JoinGroupMember(
+                member_id=x.member_id,
+                group_instance_id=x.group_instance_id,
+                metadata=x.metadata(group.protocol_name),
+            )
+            for x in group.members.values()
+        )
+
+    def _join_response(self, group: ClassicGroup, member: ClassicMember) -> m.JoinGroupResponse:
+        leader = group.leader_id or ""
+        return m.JoinGroupResponse(
+            generation_id=group.generation,
+            protocol_type=group.protocol_type,
+            protocol_name=group.protocol_name,
+            leader=leader,
+            member_id=member.member_id,
+            members=self._member_list(group) if member.member_id == leader else (),
+        )
+
+    # ------------------------------------------------------------------ rebalance
+
+    def _maybe_prepare_rebalance(
+        self, result: Result[Any], group: ClassicGroup, now_ms: int, reason: str
+    ) -> None:
+        if group.state in (S.STABLE, S.COMPLETING_REBALANCE, S.EMPTY):
+            self.prepare_rebalance(result, group, now_ms, reason)
+
+    def prepare_rebalance(
+        self, result: Result[Any], group: ClassicGroup, now_ms: int, reason: str
+    ) -> None:
+        gid = group.group_id
+        if group.state is S.COMPLETING_REBALANCE:
+            # Sync requests that wait for the leader learn the generation is over.
+            self._reset_pending_syncs(result, group, RebalanceInProgressError())
+        for mid in list(group.pending_sync):
+            del group.pending_sync[mid]
+        result.timers.append(CancelTimer((CLASSIC_SYNC, gid, "")))
+        if group.state is S.EMPTY:
+            delay = self._ctx.config.classic_initial_rebalance_delay_ms
+            remaining = max(group.max_rebalance_timeout_ms() - delay, 0)
+            group.set("new_member_added", False)
+            result.timers.append(
+                ArmTimer((CLASSIC_INITIAL_JOIN, gid, ""), now_ms + delay, remaining)
+            )
+        else:
+            result.timers.append(
+                ArmTimer(
+                    (CLASSIC_JOIN, gid, ""),
+                    now_ms + group.max_rebalance_timeout_ms(),
+                    group.generation,
+                )
+            )
+        group.transition(S.PREPARING_REBALANCE, now_ms)
+        result.events.append(
+            LogEvent(
+                event=Event.CLASSIC_REBALANCE_PREPARED,
+                group_id=gid,
+                fields={"generation": group.generation, "reason": reason},
+            )
+        )
+
+    def _reset_pending_syncs(
+        self, result: Result[Any], group: ClassicGroup, error: CoordinatorError
+    ) -> None:
+        for x in list(group.members.values()):
+            if x.sync_token is not None:
+                result.completions.append(
+                    (x.sync_token, m.SyncGroupResponse(**error_fields(error)))
+                )
+                group.put_member(replace(x, sync_token=None))
+
+    def _maybe_complete_join(self, result: Result[Any], group: ClassicGroup, now_ms: int) -> None:
+        if (
+            group.state is S.PREPARING_REBALANCE
+            and group.previous_state is not S.EMPTY
+            and group.all_joined()
+        ):
+            self._complete_join(result, group, now_ms)
+
+    def _complete_join(self, result: Result[Any], group: ClassicGroup, now_ms: int) -> None:
+        gid = group.group_id
+        result.timers.append(CancelTimer((CLASSIC_JOIN, gid, "")))
+        result.timers.append(CancelTimer((CLASSIC_INITIAL_JOIN, gid, "")))
+        for x in list(group.members.values()):
+            if x.join_token is None and x.group_instance_id is None:
+                group.remove_member(x.member_id)  # dynamic members that did not rejoin
+                result.timers.append(CancelTimer((CLASSIC_SESSION, gid, x.member_id)))
+        joined = [x for x in group.members.values() if x.join_token is not None]
+        if group.members and not joined:
+            # Nobody rejoined (only static members left): wait another rebalance timeout.
+            result.timers.append(
+                ArmTimer(
+                    (CLASSIC_JOIN, gid, ""),
+                    now_ms + group.max_rebalance_timeout_ms(),
+                    group.generation,
+                )
+            )
+            return
+        if group.leader_id is None or group.members[group.leader_id].join_token is None:
+            group.set("leader_id", joined[0].member_id if joined else None)
+        group.set("generation", group.generation + 1)
+        if not group.members:
+            # Kafka's initNextGeneration: the protocol name goes, the protocol type stays.
+            group.set("protocol_name", None)
+            group.transition(S.EMPTY, now_ms)
+            self._ctx.emit(result, r.classic_group_record(gid, group.to_record_value()))
+            result.events.append(
+                LogEvent(
+                    event=Event.CLASSIC_GROUP_EMPTIED,
+                    group_id=gid,
+                    fields={"generation": group.generation},
+                )
+            )
+            return
+        group.set("protocol_name", group.select_protocol())
+        group.transition(S.COMPLETING_REBALANCE, now_ms)
+        for x in joined:
+            token = x.join_token
+            assert token is not None  # joined: waiting at the barrier
+            result.completions.append((token, self._join_response(group, x)))
+            group.put_member(replace(x, join_token=None, is_new=False))
+            result.timers.append(
+                ArmTimer((CLASSIC_SESSION, gid, x.member_id), now_ms + x.session_timeout_ms)
+            )
+        for x in group.members.values():
+            group.pending_sync[x.member_id] = True
+        result.timers.append(
+            ArmTimer(
+                (CLASSIC_SYNC, gid, ""), now_ms + group.max_rebalance_timeout_ms(), group.generation
+            )
+        )
+        result.events.append(
+            LogEvent(
+                event=Event.CLASSIC_GENERATION_STABILIZED,
+                group_id=gid,
+                fields={
+                    "generation": group.generation,
+                    "members": len(group.members),
+                    "leader_id": group.leader_id,
+                    "protocol": group.protocol_name,
+                },
+            )
+        )
+
+    # ================================================================== SyncGroup
+
+    def sync(self, req: m.SyncGroup, now_ms: int) -> Result[SyncAnswer]:
+        consumer = self._consumer.get(req.group_id)
+        if consumer is not None:
+            return self._ctx.run(self.members.sync, consumer, req, now_ms)
+        group = self._groups.get(req.group_id)
+        if group is None:
+            raise UnknownMemberIdError(f"Group {req.group_id} not found.")
+        member = self._validate_member(group, req.member_id, req.group_instance_id)
+        if req.generation_id != group.generation:
+            raise IllegalGenerationError(
+                f"The received generation id {req.generation_id} does not match the generation {group.generation} of group {group.group_id}."
+            )
+        if (req.protocol_type is not None and req.protocol_type != group.protocol_type) or (
+            req.protocol_name is not None and req.protocol_name != group.protocol_name
+        ):
+            raise InconsistentGroupProtocolError(
+                "ProtocolType or ProtocolName does not match the group's."
+            )
+        if group.state is S.EMPTY:
+            raise UnknownMemberIdError(f"Group {group.group_id} is empty.")
+        if group.state is S.PREPARING_REBALANCE:
+            raise RebalanceInProgressError()
+        return self._ctx.run(self._sync, group, member, req, now_ms)
+
+    def _sync(
+        self, group: ClassicGroup, member: ClassicMember, req: m.SyncGroup, now_ms: int
+    ) -> Result[SyncAnswer]:
+        result: Result[SyncAnswer] = Result()
+        gid = group.group_id
+        group.pending_sync.discard(member.member_id)
+        result.timers.append(
+            ArmTimer((CLASSIC_SESSION, gid, member.member_id), now_ms + member.session_timeout_ms)
+        )
+        if group.state is S.STABLE:
+            result.response = self._sync_response(group, member)
+            return result
+        token = self.next_token()
+        group.put_member(replace(member, sync_token=token))
+        if member.member_id == group.leader_id:
+            assignments = dict(req.assignments)
+            for x in list(group.members.values()):
+                group.put_member(replace(x, assignment=assignments.get(x.member_id, b"")))
+            group.transition(S.STABLE, now_ms)
+            self._ctx.emit(result, r.classic_group_record(gid, group.to_record_value()))
+            for x in list(group.members.values()):
+                if x.sync_token is not None:
+                    result.completions.append((x.sync_token, self._sync_response(group, x)))
+                    group.put_member(replace(x, sync_token=None))
+            if not group.pending_sync:
+                result.timers.append(CancelTimer((CLASSIC_SYNC, gid, "")))
+        return self._finish(result, token)
+
+    @staticmethod
+    def _sync_response(group: ClassicGroup, member: ClassicMember) -> m.SyncGroupResponse:
+        return m.SyncGroupResponse(
+            protocol_type=group.protocol_type,
+            protocol_name=group.protocol_name,
+            assignment=member.assignment,
+        )
+
+    @staticmethod
+    def _validate_member(
+        group: ClassicGroup, member_id: str, instance_id: str | None
+    ) -> ClassicMember:
+        check_static_owner(group.static_members, group.group_id, member_id, instance_id)
+        member: ClassicMember | None = group.members.get(member_id)
+        if member is None:
+            raise UnknownMemberIdError(
+                f"Member {member_id} is not a member of group {group.group_id}."
+            )
+        return member
+
+    # ================================================================== Heartbeat
+
+    def heartbeat(self, req: m.Heartbeat, now_ms: int) -> Result[m.HeartbeatResponse]:
+        consumer = self._consumer.get(req.group_id)
+        if consumer is not None:
+            return self._ctx.run(self.members.heartbeat, consumer, req, now_ms)
+        group = self._groups.get(req.group_id)
+        if group is None:
+            raise UnknownMemberIdError(f"Group {req.group_id} not found.")
+        member = self._validate_member(group, req.member_id, req.group_instance_id)
+        if req.generation_id != group.generation:
+            raise IllegalGenerationError(
+                f"The received generation id {req.generation_id} does not match the generation {group.generation} of group {group.group_id}."
+            )
+        if group.state is S.EMPTY:
+            raise UnknownMemberIdError(f"Group {group.group_id} is empty.")
+        result: Result[m.HeartbeatResponse] = Result()
+        result.timers.append(
+            ArmTimer(
+                (CLASSIC_SESSION, group.group_id, member.member_id),
+                now_ms + member.session_timeout_ms,
+            )
+        )
+        if group.state is S.PREPARING_REBALANCE:
+            result.response = m.HeartbeatResponse(**error_fields(RebalanceInProgressError()))
+        else:
+            result.response = m.HeartbeatResponse()
+        return result
+
+    # ================================================================== LeaveGroup
+
+    def leave(self, req: m.LeaveGroup, now_ms: int) -> Result[m.LeaveGroupResponse]:
+        if not req.group_id.strip():
+            raise InvalidGroupIdError(f"Group id '{req.group_id}' is invalid.")
+        consumer = self._consumer.get(req.group_id)
+        if consumer is not None:
+            return self._ctx.run(self.members.leave, consumer, req, now_ms)
+        group = self._groups.get(req.group_id)
+        if group is None:
+            raise UnknownMemberIdError(f"Group {req.group_id} not found.")
+        return self._ctx.run(self._leave, group, req, now_ms)
+
+    def _leave(
+        self, group: ClassicGroup, req: m.LeaveGroup, now_ms: int
+    ) -> Result[m.LeaveGroupResponse]:
+        result: Result[m.LeaveGroupResponse] = Result()
+        gid = group.group_id
+        out = []
+        for ident in req.members:
+            try:
+                member_id = leaving_member_id(group.static_members, ident)
+                if ident.group_instance_id is None:
+                    if member_id in group.pending_members:
+                        del group.pending_members[member_id]
+                        result.timers.append(CancelTimer((CLASSIC_PENDING, gid, member_id)))
+                        out.append(
+                            m.LeaveMemberResponse(member_id=ident.member_id, group_instance_id=None)
+                        )
+                        continue
+                    if member_id not in group.members:
+                        raise UnknownMemberIdError(
+                            f"Member {member_id} is not a member of group {gid}."
+                        )
+            except CoordinatorError as e:
+                out.append(
+                    m.LeaveMemberResponse(
+                        member_id=ident.member_id,
+                        group_instance_id=ident.group_instance_id,
+                        **error_fields(e),
+                    )
+                )
+                continue
+            self._remove_member(result, group, member_id, now_ms, f"member {member_id} left")
+            out.append(
+                m.LeaveMemberResponse(
+                    member_id=ident.member_id, group_instance_id=ident.group_instance_id
+                )
+            )
+        result.response = m.LeaveGroupResponse(members=tuple(out))
+        return result
+
+    def _remove_member(
+        self, result: Result[Any], group: ClassicGroup, member_id: str, now_ms: int, why: str
+    ) -> None:
+        gid = group.group_id
+        member = group.members[member_id]
+        error = UnknownMemberIdError(f"Member {member_id} was removed from group {gid}: {why}.")
+        if member.join_token is not None:
+            result.completions.append(
+                (member.join_token, m.JoinGroupResponse(**error_fields(error), member_id=member_id))
+            )
+        if member.sync_token is not None:
+            result.completions.append(
+                (member.sync_token, m.SyncGroupResponse(**error_fields(error)))
+            )
+        group.remove_member(member_id)
+        result.timers.append(CancelTimer((CLASSIC_SESSION, gid, member_id)))
+        if group.state in (S.STABLE, S.COMPLETING_REBALANCE):
+            self.prepare_rebalance(result, group, now_ms, why)
+        self._maybe_complete_join(result, group, now_ms)
+
+    # ================================================================== timers
+
+    def timer_handlers(self) -> dict[str, Callable[[DueTimer, int], Result[None]]]:
+        handlers: dict[str, Callable[[DueTimer, int], Result[None]]] = dict.fromkeys(
+            (CLASSIC_SESSION, CLASSIC_PENDING, *CLASSIC_GROUP_TIMER_KINDS), self._on_timer
+        )
+        handlers[MIXED_JOIN] = self.members.on_timer
+        handlers[MIXED_SYNC] = self.members.on_timer
+        return handlers
+
+    def _on_timer(self, timer: DueTimer, now_ms: int) -> Result[None]:
+        group = self._groups.get(timer.key[1])
+        if group is None:
+            return Result()
+        return self._ctx.run(self._on_group_timer, group, timer, now_ms)
+
+    def _on_group_timer(self, group: ClassicGroup, timer: DueTimer, now_ms: int) -> Result[None]:
+        kind, gid, mid = timer.key
+        result: Result[None] = Result()
+        if kind == CLASSIC_SESSION:
+            member = group.members.get(mid)
+            if member is None:
+                return result
+            if member.join_token is not None or member.sync_token is not None:
+                # Waiting at a barrier counts as a heartbeat.
+                result.timers.append(ArmTimer(timer.key, now_ms + member.session_timeout_ms))
+                return result
+            self._remove_member(result, group, mid, now_ms, "session timeout expired")
+        elif kind == CLASSIC_PENDING:
+            if mid in group.pending_members:
+                del group.pending_members[mid]
+                self._maybe_complete_join(result, group, now_ms)
+                self._drop_if_unused(group)
+        elif kind == CLASSIC_INITIAL_JOIN:
+            if group.state is not S.PREPARING_REBALANCE:
+                return result
+            if group.new_member_added and timer.payload > 0:
+                # KIP-134: members keep arriving; wait again (bounded by the rebalance timeout).
+                delay = min(self._ctx.config.classic_initial_rebalance_delay_ms, timer.payload)
+                group.set("new_member_added", False)
+                result.timers.append(
+                    ArmTimer((CLASSIC_INITIAL_JOIN, gid, ""), now_ms + delay, timer.payload - delay)
+                )
+            else:
+                self._complete_join(result, group, now_ms)
+        elif kind == CLASSIC_JOIN:
+            if group.state is S.PREPARING_REBALANCE and group.generation == timer.payload:
+                self._complete_join(result, group, now_ms)
+        elif kind == CLASSIC_SYNC:
+            if (
+                group.generation == timer.payload
+                and group.pending_sync
+                and group.state in (S.COMPLETING_REBALANCE, S.STABLE)
+            ):
+                late = list(group.pending_sync)
+                for member_id in late:
+                    if member_id in group.members:
+                        self._remove_member(
+                            result, group, member_id, now_ms, "did not send SyncGroup in time"
+                        )
+        else:
+            raise IllegalStateError(f"unknown timer kind {kind}")
+        return result
+
+    def _drop_if_unused(self, group: ClassicGroup) -> None:
+        """A group that never got a member nor a record disappears."""
+        if (
+            not group.members
+            and not group.pending_members
+            and group.durable is None
+            and group.state is S.EMPTY
+        ):
+            del self._groups[group.group_id]
+
+    def on_loaded(self, now_ms: int) -> list[TimerOp]:
+        ops: list[TimerOp] = []
+        for gid in sorted(self._groups):
+            for x in self._groups[gid].members.values():
+                ops.append(
+                    ArmTimer((CLASSIC_SESSION, gid, x.member_id), now_ms + x.session_timeout_ms)
+                )
+        return ops
+
+    # ================================================================== reads
+
+    def describe(self, group_ids: Iterable[str]) -> list[m.DescribedGroup]:
+        """DescribeGroups: classic groups as Kafka describes them, consumer groups in the
+        classic vocabulary (their classic members with their own metadata)."""
+        out = []
+        image = self._ctx.topics
+        for gid in group_ids:
+            classic = self._groups.get(gid)
+            consumer = self._consumer.get(gid)
+            if classic is not None:
+                stable = classic.state is S.STABLE
+                out.append(
+                    m.DescribedGroup(
+                        group_id=gid,
+                        group_state=classic.state.value,
+                        protocol_type=classic.protocol_type or "",
+                        protocol_data=(classic.protocol_name or "") if stable else "",
+                        members=tuple(
+                            m.DescribedMember(
+                                member_id=x.member_id,
+                                group_instance_id=x.group_instance_id,
+                                client_id=x.client_id,
+                                client_host=x.client_host,
+                                member_metadata=x.metadata(classic.protocol_name)
+                                if stable
+                                else b"",
+                                member_assignment=x.assignment if stable else b"",
+                            )
+                            for x in classic.members.values()
+                        ),
+                    )
+                )
+            elif consumer is not None:
+                state = {
+                    "Empty": "Empty",
+                    "Assigning": "PreparingRebalance",
+                    "Reconciling": "CompletingRebalance",
+                    "Stable": "Stable",
+                }[consumer.state().value]
+                out.append(
+                    m.DescribedGroup(
+                        group_id=gid,
+                        group_state=state,
+                        protocol_type=CONSUMER_PROTOCOL_TYPE,
+                        protocol_data=consumer.preferred_assignor(self._consumer.assignor_names),
+                        members=tuple(
+                            m.DescribedMember(
+                                member_id=x.member_id,
+                                group_instance_id=x.instance_id,
+                                client_id=x.client_id,
+                                client_host=x.client_host,
+                                member_metadata=(
+                                    x.classic_member_metadata.supported_protocols[0][1]
+                                    if x.classic_member_metadata
+                                    else subscription_bytes(x)
+                                ),
+                                member_assignment=encode_member_assignment(image, x),
+                            )
+                            for x in (consumer.members[mid] for mid in sorted(consumer.members))
+                        ),
+                    )
+                )
+            else:
+                error = GroupIdNotFoundError(f"Group {gid} not found.")
+                out.append(
+                    m.DescribedGroup(group_id=gid, group_state="Dead", **error_fields(error))
+                )
+        return out

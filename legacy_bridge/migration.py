@@ -1,0 +1,285 @@
+"""Online migration between classic and consumer groups (KIP-848 "Online Migration"; Kafka 4.0,
+``group.consumer.migration.policy``; conversions of empty groups are always allowed).
+
+* Upgrade: a ConsumerGroupHeartbeat (epoch 0) for a non-empty classic group converts it — every
+  classic member becomes a consumer-group member at epoch = generation, owning what its last
+  assignment gave it; no partition moves. An empty classic group is simply replaced.
+* Downgrade: when the last consumer-protocol member leaves a consumer group whose remaining
+  members all speak the classic protocol, it becomes a classic group (Stable at the group epoch,
+  each member keeping what it may still own) and a rebalance starts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from coordinator.core import records as r
+from coordinator.core.commands import ConsumerGroupHeartbeat, Result
+from coordinator.core.consumer_groups import ConsumerGroups
+from coordinator.core.context import ShardContext
+from coordinator.core.errors import (
+    GroupIdNotFoundError,
+    InvalidRequestError,
+    RebalanceInProgressError,
+)
+from coordinator.core.events import Event, LogEvent
+from coordinator.core.group import ConsumerGroup
+from coordinator.core.model import (
+    ClassicMemberMetadata,
+    ConsumerGroupMember,
+    MemberState,
+    assignment_union,
+)
+from coordinator.core.timers import SESSION, ArmTimer, CancelTimer
+
+from . import messages as m
+from .classic_group import ClassicGroup, ClassicMember
+from .classic_members import MEMBER_TIMER_KINDS, ClassicMembers
+from .common import (
+    CLASSIC_PENDING,
+    CLASSIC_SESSION,
+    MIGRATION_DOWNGRADE,
+    MIGRATION_UPGRADE,
+    encode_member_assignment,
+    error_fields,
+    topic_ids,
+)
+from .protocol import (
+    CONSUMER_PROTOCOL_TYPE,
+    AssignmentMessage,
+    ProtocolError,
+    Subscription,
+    decode_assignment,
+    decode_subscription,
+)
+
+if TYPE_CHECKING:
+    from .classic_groups import ClassicGroups
+
+
+class Migration:
+    def __init__(
+        self,
+        ctx: ShardContext,
+        *,
+        consumer: ConsumerGroups,
+        classic: ClassicGroups,
+        members: ClassicMembers,
+    ) -> None:
+        self._ctx = ctx
+        self._consumer = consumer
+        self._classic = classic
+        self._members = members
+
+    # ------------------------------------------------------------------ upgrade
+
+    def prepare_consumer_group(
+        self, result: Result[Any], req: ConsumerGroupHeartbeat, now_ms: int
+    ) -> None:
+        """Before a ConsumerGroupHeartbeat: a classic group of that id is converted (epoch 0
+        only), replaced if empty, or the request refused."""
+        group = self._classic.get(req.group_id)
+        if group is None:
+            return
+        gid = group.group_id
+        if req.member_epoch != 0:
+            raise GroupIdNotFoundError(f"Group {gid} is not a consumer group.")
+        if not group.members:
+            # An empty classic group is simply replaced (always allowed).
+            self._drop_classic_group(result, group)
+            return
+        self._upgrade(result, group, now_ms)
+
+    def _drop_classic_group(self, result: Result[Any], group: ClassicGroup) -> None:
+        gid = group.group_id
+        for mid in list(group.pending_members):
+            result.timers.append(CancelTimer((CLASSIC_PENDING, gid, mid)))
+        result.timers += self._classic.cancel_group_timers(gid)
+        if group.durable is not None:
+            self._ctx.emit(result, r.classic_group_tombstone(gid))
+        else:
+            self._classic.forget(gid)
+
+    def _upgrade(self, result: Result[Any], group: ClassicGroup, now_ms: int) -> None:
+        """Classic -> consumer group: every classic member becomes a member at epoch =
+        generation owning what its last assignment gave it; no partition moves."""
+        ctx, gid = self._ctx, group.group_id
+        policy = ctx.config.consumer_migration_policy
+        if policy not in MIGRATION_UPGRADE:
+            raise GroupIdNotFoundError(
+                f"Cannot upgrade classic group {gid} to a consumer group: group.consumer.migration.policy is {policy}."
+            )
+        if group.protocol_type != CONSUMER_PROTOCOL_TYPE:
+            raise GroupIdNotFoundError(
+                f"Group {gid} is not a consumer group (protocol type {group.protocol_type})."
+            )
+        if len(group.members) > ctx.config.consumer_max_size:
+            raise GroupIdNotFoundError(
+                f"Cannot upgrade classic group {gid}: its {len(group.members)} members exceed group.consumer.max.size."
+            )
+        decoded: list[tuple[ClassicMember, Subscription, AssignmentMessage]] = []
+        for x in group.members.values():
+            # A member that joined during a rebalance may not list the protocol voted at the
+            # last generation: read its own (every consumer protocol carries the same subscription).
+            metadata = (
+                x.metadata(group.protocol_name) if group.protocol_name else b""
+            ) or x.protocols[0][1]
+            try:
+                sub = decode_subscription(metadata)
+                assignment = (
+                    decode_assignment(x.assignment) if x.assignment else AssignmentMessage()
+                )
+            except ProtocolError as e:
+                raise InvalidRequestError(
+                    f"Cannot upgrade classic group {gid}: member {x.member_id} has malformed embedded protocol bytes: {e}"
+                ) from None
+            decoded.append((x, sub, assignment))
+        # Answer whatever waits at the classic barriers; their clients rejoin as members.
+        for x in group.members.values():
+            if x.join_token is not None:
+                result.completions.append(
+                    (
+                        x.join_token,
+                        m.JoinGroupResponse(
+                            **error_fields(RebalanceInProgressError()), member_id=x.member_id
+                        ),
+                    )
+                )
+            if x.sync_token is not None:
+                result.completions.append(
+                    (x.sync_token, m.SyncGroupResponse(**error_fields(RebalanceInProgressError())))
+                )
+        epoch = group.generation
+        self._drop_classic_group(result, group)
+        image = ctx.topics
+        taken: set[tuple[str, int]] = set()
+        assigned = {
+            x.member_id: topic_ids(image, a.assigned_partitions, taken) for x, _s, a in decoded
+        }
+        # A cooperative member may still own partitions its last assignment dropped (it is
+        # revoking them; the leader held them back from everyone). They stay its own, pending
+        # revocation, so they are not handed out before it lets go. Kafka takes only the
+        # assignment here, and then an upgrade during a cooperative rebalance can give such a
+        # partition to a new member while its owner still has it (found by the simulator).
+        revoking = {
+            x.member_id: topic_ids(image, sub.owned_partitions, taken) for x, sub, _a in decoded
+        }
+        members = []
+        for x, sub, _assignment in decoded:
+            member = ConsumerGroupMember(
+                member_id=x.member_id,
+                instance_id=x.group_instance_id,
+                rack_id=sub.rack_id,
+                client_id=x.client_id,
+                client_host=x.client_host,
+                subscribed_topic_names=tuple(sorted(set(sub.topics))),
+                rebalance_timeout_ms=x.rebalance_timeout_ms,
+                classic_member_metadata=ClassicMemberMetadata(
+                    session_timeout_ms=x.session_timeout_ms, supported_protocols=x.protocols
+                ),
+                member_epoch=epoch,
+                previous_member_epoch=epoch - 1 if epoch > 0 else 0,
+                state=MemberState.UNREVOKED_PARTITIONS
+                if revoking[x.member_id]
+                else MemberState.STABLE,
+                assigned_partitions=assigned[x.member_id],
+                partitions_pending_revocation=revoking[x.member_id],
+            )
+            members.append(member)
+            ctx.emit(result, r.member_metadata_record(gid, member))
+        cgroup = self._consumer[gid]
+        ctx.emit(
+            result, r.partition_metadata_record(gid, self._consumer.subscription_metadata(cgroup))
+        )
+        ctx.emit(result, r.group_epoch_record(gid, epoch, ctx.ids.new_group_uid()))
+        for member in members:
+            ctx.emit(
+                result,
+                r.target_assignment_record(gid, member.member_id, member.assigned_partitions),
+            )
+        ctx.emit(result, r.target_assignment_epoch_record(gid, epoch))
+        for member in members:
+            ctx.emit(result, r.current_assignment_record(gid, member))
+        cgroup.set("metadata_checked", (image.version, cgroup.group_epoch))
+        for x, _s, _a in decoded:
+            result.timers += [
+                CancelTimer((CLASSIC_SESSION, gid, x.member_id)),
+                ArmTimer((SESSION, gid, x.member_id), now_ms + x.session_timeout_ms),
+            ]
+        result.events.append(
+            LogEvent(
+                event=Event.GROUP_UPGRADED,
+                group_id=gid,
+                fields={"generation": epoch, "members": len(members)},
+            )
+        )
+
+    # ------------------------------------------------------------------ downgrade
+
+    def maybe_downgrade(self, result: Result[Any], group: ConsumerGroup, now_ms: int) -> None:
+        """Consumer -> classic group once only classic members remain (KIP-848 downgrade)."""
+        ctx = self._ctx
+        if not group.members or any(
+            x.classic_member_metadata is None for x in group.members.values()
+        ):
+            return
+        if ctx.config.consumer_migration_policy not in MIGRATION_DOWNGRADE:
+            return
+        if len(group.members) > ctx.config.classic_max_size:
+            return
+        gid = group.group_id
+        members = [group.members[mid] for mid in sorted(group.members)]
+        # Each member keeps what it may still own: its assigned partitions plus those it has not
+        # finished revoking (disjoint across members by the ownership invariant). Kafka writes the
+        # *target* here; then a partition a member still holds but is targeted elsewhere looks
+        # free, and an upgrade right after (before the classic rebalance completes) hands it to
+        # someone else while its owner still has it (found by the simulator, seed 5094).
+        owned = {
+            x.member_id: assignment_union(x.assigned_partitions, x.partitions_pending_revocation)
+            for x in members
+        }
+        generation = group.group_epoch
+        for x in members:
+            self._consumer.remove_member_records(result, gid, x.member_id)
+            self._members.forget(gid, x.member_id)
+            result.timers += [CancelTimer((k, gid, x.member_id)) for k in MEMBER_TIMER_KINDS]
+        self._consumer.delete_group(result, gid)
+        image = ctx.topics
+        classic_members = []
+        for x in members:
+            c = x.classic_member_metadata
+            assert c is not None  # every member is a classic member (checked above)
+            classic_members.append(
+                ClassicMember(
+                    member_id=x.member_id,
+                    group_instance_id=x.instance_id,
+                    client_id=x.client_id,
+                    client_host=x.client_host,
+                    rebalance_timeout_ms=x.rebalance_timeout_ms,
+                    session_timeout_ms=c.session_timeout_ms,
+                    protocol_type=CONSUMER_PROTOCOL_TYPE,
+                    protocols=c.supported_protocols,
+                    assignment=encode_member_assignment(
+                        image, replace(x, assigned_partitions=owned[x.member_id])
+                    ),
+                )
+            )
+        classic = ClassicGroup.stable(
+            ctx.undo,
+            gid,
+            protocol_type=CONSUMER_PROTOCOL_TYPE,
+            generation=generation,
+            members=classic_members,
+            now_ms=now_ms,
+        )
+        self._classic.add(classic)
+        ctx.emit(result, r.classic_group_record(gid, classic.to_record_value()))
+        for cm in classic_members:
+            result.timers.append(
+                ArmTimer((CLASSIC_SESSION, gid, cm.member_id), now_ms + cm.session_timeout_ms)
+            )
+        self._classic.prepare_rebalance(result, classic, now_ms, "downgraded from a consumer group")
+        result.events.append(
+            LogEvent(event=Event.GROUP_DOWNGRADED, group_id=gid, fields={"group_epoch": generation})
+        )
