@@ -39,6 +39,7 @@ class ConsumerGroup:
     __slots__ = (
         "_log",
         "assignment_epoch",
+        "assignment_timestamp_ms",
         "assignor_votes",
         "classic_members",
         "group_epoch",
@@ -64,6 +65,7 @@ class ConsumerGroup:
         self.group_uid = ""
         self.group_epoch = 0
         self.assignment_epoch = 0
+        self.assignment_timestamp_ms = 0  # when the target was computed (0: compute at once)
         self.members: TDict = log.new_dict()  # member id -> ConsumerGroupMember
         self.static_members: TDict = log.new_dict()  # instance id -> member id
         self.target: TDict = log.new_dict()  # member id -> Assignment
@@ -370,6 +372,11 @@ class ConsumerGroup:
             "group_uid": self.group_uid,
             "group_epoch": self.group_epoch,
             "assignment_epoch": self.assignment_epoch,
+            **(
+                {"assignment_timestamp_ms": self.assignment_timestamp_ms}
+                if self.assignment_timestamp_ms
+                else {}
+            ),
             "subscription_metadata": {
                 n: (t.topic_id, t.num_partitions)
                 for n, t in sorted(self.subscription_metadata.items())

@@ -195,10 +195,11 @@ def target_records(
     result: Mapping[str, Mapping[TopicId, frozenset[int]]],
     members: list[str] | None,
     group_epoch: int,
+    timestamp_ms: int = 0,
 ) -> list[r.Record]:
     """The records installing ``result`` at ``group_epoch``: a target record per member (of
     ``members``, default all of the result's) whose target differs, in member id order, then
-    the assignment epoch."""
+    the assignment epoch and its timestamp."""
     records = []
     group_id = group.group_id
     target = group.target
@@ -206,15 +207,16 @@ def target_records(
         new = {t: ps for t, ps in result[member_id].items() if ps}
         if target.get(member_id, EMPTY_ASSIGNMENT) != new:
             records.append(r.target_assignment_record(group_id, member_id, new))
-    records.append(r.target_assignment_epoch_record(group_id, group_epoch))
+    records.append(r.target_assignment_epoch_record(group_id, group_epoch, timestamp_ms))
     return records
 
 
 def compute_target_assignment(
-    group: ConsumerGroup, group_epoch: int, assignor: PartitionAssignor
+    group: ConsumerGroup, group_epoch: int, assignor: PartitionAssignor, timestamp_ms: int = 0
 ) -> list[r.Record]:
-    """Records installing the new target assignment at ``group_epoch``. Raises
-    UnknownServerError (nothing changed) if the assignor fails or returns an invalid result."""
+    """Records installing the new target assignment at ``group_epoch`` (computed at
+    ``timestamp_ms``; 0 with batching off). Raises UnknownServerError (nothing changed) if the
+    assignor fails or returns an invalid result."""
     spec, topics = build_group_spec(group)
     try:
         result: GroupAssignment = assignor.assign(spec, topics)
@@ -229,7 +231,7 @@ def compute_target_assignment(
             f"Failed to compute a new target assignment for epoch {group_epoch}: assignor "
             f"'{assignor.name}' raised {type(exc).__name__}: {exc}"
         ) from exc
-    return target_records(group, result.members, changed, group_epoch)
+    return target_records(group, result.members, changed, group_epoch, timestamp_ms)
 
 
 # ---------------------------------------------------------------------- offloaded computation
@@ -336,8 +338,10 @@ def run_job(job: AssignmentJob, assignor: PartitionAssignor) -> AssignmentOutcom
         changed = changed_members(spec, result) if isinstance(result, GroupAssignment) else None
         check_result(spec, topics, result, changed)
     except Exception as exc:  # noqa: BLE001 - any failure is reported, never raised
-        detail = str(exc) if isinstance(exc, PartitionAssignorError) else (
-            f"assignor '{assignor.name}' raised {type(exc).__name__}: {exc}"
+        detail = (
+            str(exc)
+            if isinstance(exc, PartitionAssignorError)
+            else (f"assignor '{assignor.name}' raised {type(exc).__name__}: {exc}")
         )
         return AssignmentOutcome(
             group_id=job.group_id,
@@ -384,6 +388,4 @@ def outcome_records(
         if successor is not None and successor not in outcome.changed:
             targets[successor] = new  # the static member re-joined under a new member id
         # else: the member left the group
-    records = target_records(group, targets, None, outcome.epoch)
-    records[-1] = r.target_assignment_epoch_record(group.group_id, outcome.epoch, timestamp_ms)
-    return records
+    return target_records(group, targets, None, outcome.epoch, timestamp_ms)

@@ -88,11 +88,18 @@ class AssignorPool:
         return self._executor
 
     async def start(self) -> None:
-        """Start the workers and wait until each has loaded the assignors."""
-        pool = self._pool()
-        loop = asyncio.get_running_loop()
-        waits = [loop.run_in_executor(pool, _warm_up, i) for i in range(self.processes)]
-        await asyncio.gather(*waits)
+        """Start the workers and wait until each has loaded the assignors. A failure is logged
+        (the next job tries again with a new pool)."""
+        try:
+            pool = self._pool()
+            loop = asyncio.get_running_loop()
+            waits = [loop.run_in_executor(pool, _warm_up, i) for i in range(self.processes)]
+            await asyncio.gather(*waits)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - e.g. an assignor that fails to load there
+            log.warning("The assignor workers did not start: %s", exc)
+            self._discard_pool()
 
     async def run(self, job: AssignmentJob) -> AssignmentOutcome:
         """Run ``job`` in a worker; never raises for a failure of the job or the worker."""

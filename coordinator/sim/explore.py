@@ -117,7 +117,7 @@ class Explorer:
         self.with_timers = timers
         self.with_losses = losses
         self.assignors = list(assignors)
-        self.config = GroupCoordinatorConfig()
+        self.config = GroupCoordinatorConfig(consumer_assignment_interval_ms=0)
         ids = SequentialIds()
         registry = TopicRegistry(ids)
         res = registry.create_topics([NewTopic(name="t0", num_partitions=partitions)])

@@ -117,6 +117,7 @@ class SimParams:
     classic: int = 0  # the last N clients speak the classic protocol (JoinGroup/SyncGroup)
     protocol: str = "eager"  # classic clients: eager | cooperative | mixed (alternating)
     initial_rebalance_delay_ms: int = 3_000  # group.initial.rebalance.delay.ms (classic groups)
+    assignment_interval_ms: int = 0  # group.consumer.assignment.interval.ms (0: no batching)
 
     def liveness_bound_ms(self) -> int:
         """Virtual time after faults stop within which the group must be Stable with every
@@ -191,6 +192,7 @@ class Simulation:
             consumer_session_timeout_ms=params.session_timeout_ms,
             consumer_heartbeat_interval_ms=params.heartbeat_interval_ms,
             classic_initial_rebalance_delay_ms=params.initial_rebalance_delay_ms,
+            consumer_assignment_interval_ms=params.assignment_interval_ms,
         )
         # The bridged shard: classic groups, classic members in consumer groups, upgrade and
         # downgrade. A fleet without classic clients never creates a classic group.

@@ -25,7 +25,16 @@ START_MS = 1_000_000
 def make_runtime(
     store: MemoryRecordStore | None = None, shards: int = 2, **settings: str
 ) -> CoordinatorRuntime:
-    config = parse_config({"group.coordinator.shards": str(shards), **settings})
+    """A runtime on a manual clock. Targets are computed in the heartbeat that changes a group
+    (``group.consumer.assignment.interval.ms=0``: these stories do not move the clock between
+    joins) unless ``settings`` say otherwise."""
+    config = parse_config(
+        {
+            "group.coordinator.shards": str(shards),
+            "group.consumer.assignment.interval.ms": "0",
+            **settings,
+        }
+    )
     return CoordinatorRuntime(
         config=config,
         store=store if store is not None else MemoryRecordStore(),
@@ -243,6 +252,7 @@ async def test_load_in_progress_and_restart_equals_state() -> None:
     assert await rt2.group_config("g") == {
         "consumer.session.timeout.ms": "45000",
         "consumer.heartbeat.interval.ms": "6000",
+        "consumer.assignment.interval.ms": "0",
     }
     # on_loaded re-armed the session timers
     assert sorted(k for k in rt2.timers.keys() if k[0] == "session") == [  # noqa: SIM118
