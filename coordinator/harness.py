@@ -3,9 +3,10 @@ a topic registry, a virtual clock and a timer table — the pure counterpart of 
 (Kafka's GroupMetadataManagerTestContext).
 
 Used by the unit, golden and simulation tests, ``kip848 simulate`` and the core benchmark. Every
-record any handler emits is kept in ``log`` (in order), every event in ``events``, every answer
-to a waiting classic request in ``completions``, so a test can replay the whole history into a
-fresh shard and compare states.
+record the shard's handlers emit is kept in ``log`` (in order), every event in ``events``, every
+answer to a waiting classic request in ``completions``, so a test can replay the whole history
+into a fresh shard and compare states; ``store_log`` has the topic registry's records too, in
+the order a store would hold them.
 """
 
 from __future__ import annotations
@@ -89,6 +90,7 @@ class Harness:
         self.shard: Shard = new_shard(config=self.config, assignors=self.assignors, ids=self.ids)
         self.timers = TimerTable()
         self.log: list[r.Record] = []
+        self.store_log: list[r.Record] = []
         self.events: list[LogEvent] = []
         self.completions: dict[int, Any] = {}
         """Deferred responses answered so far (token -> response)."""
@@ -103,6 +105,7 @@ class Harness:
         (out,) = res.response
         if out.error_code:
             raise AssertionError(f"topic change failed: {out.error_message}")
+        self.store_log.extend(res.records)
         self._topics_changed()
         return out
 
@@ -132,6 +135,7 @@ class Harness:
     def _commit(self, res: Result[Any]) -> Result[Any]:
         """What the runtime does once a result is durable."""
         self.log.extend(res.records)
+        self.store_log.extend(res.records)
         self.timers.apply(res.timers)
         self.events.extend(res.events)
         self.offloads += [g for g in dict.fromkeys(res.offloads) if g not in self.offloads]
@@ -388,6 +392,7 @@ class Harness:
         for rec in recs:
             self.shard.replay(rec)
         self.log.extend(recs)
+        self.store_log.extend(recs)
         self.shard.release(self.shard.mark())
         self.timers.apply(self.shard.on_loaded(self.now_ms))
 

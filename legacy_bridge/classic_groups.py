@@ -56,6 +56,8 @@ from .common import (
     CLASSIC_SYNC,
     MIXED_JOIN,
     MIXED_SYNC,
+    JoinAnswer,
+    SyncAnswer,
     check_join_request,
     check_static_owner,
     encode_member_assignment,
@@ -68,8 +70,6 @@ from .migration import Migration
 from .protocol import CONSUMER_PROTOCOL_TYPE
 
 S = ClassicGroupState
-JoinAnswer = m.JoinGroupResponse | Pending
-SyncAnswer = m.SyncGroupResponse | Pending
 
 
 class ClassicGroups(Mapping[str, ClassicGroup]):

@@ -40,6 +40,8 @@ from . import messages as m
 from .common import (
     MIXED_JOIN,
     MIXED_SYNC,
+    JoinAnswer,
+    SyncAnswer,
     check_static_owner,
     encode_member_assignment,
     error_fields,
@@ -84,9 +86,7 @@ class ClassicMembers:
 
     # ------------------------------------------------------------------ JoinGroup
 
-    def join(
-        self, group: ConsumerGroup, req: m.JoinGroup, now_ms: int
-    ) -> Result[m.JoinGroupResponse]:
+    def join(self, group: ConsumerGroup, req: m.JoinGroup, now_ms: int) -> Result[JoinAnswer]:
         """JoinGroup becomes a heartbeat of the core (the caller runs it as one command)."""
         ctx, gid = self._ctx, group.group_id
         if req.protocol_type != CONSUMER_PROTOCOL_TYPE:
@@ -108,7 +108,7 @@ class ClassicMembers:
             sub = decode_subscription(req.protocols[0][1])
         except ProtocolError as e:
             raise InconsistentGroupProtocolError(f"Malformed subscription metadata: {e}") from None
-        result: Result[m.JoinGroupResponse] = Result()
+        result: Result[JoinAnswer] = Result()
         if not req.member_id and req.group_instance_id is None:
             new_id = ctx.ids.new_member_id()
             result.response = m.JoinGroupResponse(
@@ -217,9 +217,7 @@ class ClassicMembers:
                 )
             )
 
-    def sync(
-        self, group: ConsumerGroup, req: m.SyncGroup, now_ms: int
-    ) -> Result[m.SyncGroupResponse]:
+    def sync(self, group: ConsumerGroup, req: m.SyncGroup, now_ms: int) -> Result[SyncAnswer]:
         member = self._member_of(group, req.member_id, req.group_instance_id)
         self._check_generation(member, req.generation_id)
         classic = self._classic_of(member)
@@ -230,7 +228,7 @@ class ClassicMembers:
             raise InconsistentGroupProtocolError(
                 "ProtocolType or ProtocolName does not match the member's."
             )
-        result: Result[m.SyncGroupResponse] = Result()
+        result: Result[SyncAnswer] = Result()
         gid = group.group_id
         result.timers += [
             CancelTimer((MIXED_SYNC, gid, member.member_id)),

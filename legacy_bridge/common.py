@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from coordinator.core.commands import Pending
 from coordinator.core.config import GroupCoordinatorConfig
 from coordinator.core.errors import (
     CoordinatorError,
@@ -28,6 +29,11 @@ from .protocol import (
     encode_assignment,
     encode_subscription,
 )
+
+JoinAnswer = m.JoinGroupResponse | Pending
+"""What a JoinGroup answers: its response, or ``Pending`` when it waits at the barrier."""
+SyncAnswer = m.SyncGroupResponse | Pending
+"""What a SyncGroup answers: its response, or ``Pending`` while the leader's assignment is due."""
 
 MIGRATION_UPGRADE = ("bidirectional", "upgrade")
 MIGRATION_DOWNGRADE = ("bidirectional", "downgrade")

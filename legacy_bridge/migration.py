@@ -279,7 +279,7 @@ class Migration:
             result.timers.append(
                 ArmTimer((CLASSIC_SESSION, gid, cm.member_id), now_ms + cm.session_timeout_ms)
             )
-        self._classic.prepare_rebalance(result, classic, now_ms, "downgraded from a consumer group")
         result.events.append(
             LogEvent(event=Event.GROUP_DOWNGRADED, group_id=gid, fields={"group_epoch": generation})
         )
+        self._classic.prepare_rebalance(result, classic, now_ms, "downgraded from a consumer group")

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from typing import overload
 
 __all__ = [
     "CONSUMER_PROTOCOL_TYPE",
@@ -177,7 +178,14 @@ class _Reader:
             )
         return n
 
+    @overload
+    def string(self, field: str) -> str: ...
+
+    @overload
+    def string(self, field: str, *, nullable: bool) -> str | None: ...
+
     def string(self, field: str, *, nullable: bool = False) -> str | None:
+        """A STRING (NULLABLE_STRING with ``nullable``: length -1 is None)."""
         n = self.i16(field)
         if n == -1 and nullable:
             return None
@@ -205,7 +213,7 @@ class _Reader:
                 self.i32(f"{field} partition") for _ in range(self.count(f"{field} partitions", 4))
             )
             out.append((topic, ps))
-        return tuple(out)  # type: ignore[arg-type]
+        return tuple(out)
 
     def version(self) -> int:
         v = self.i16("version")
@@ -218,7 +226,7 @@ def decode_subscription(data: bytes) -> Subscription:
     """Parse ConsumerProtocolSubscription bytes (any version; > 3 read as 3)."""
     r = _Reader(data, "ConsumerProtocolSubscription")
     version = r.version()
-    topics = tuple(r.string("topics") for _ in range(r.count("topics", 2)))  # type: ignore[misc]
+    topics = tuple(r.string("topics") for _ in range(r.count("topics", 2)))
     user_data = r.bytes_("user_data")
     owned: TopicPartitionList = ()
     generation_id = -1

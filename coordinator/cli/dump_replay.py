@@ -184,7 +184,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
             return 1
     load_s = time.perf_counter() - started
     problems = check_state(shards, registry)
-    members = sum(len(g.members) for s in shards for g in s.groups.values())
+    members = sum(len(g.members) for s in shards for g in s.groups.values()) + sum(
+        len(g.members) for s in shards for g in s.classic_groups.values()
+    )
     summary = {
         "data_dir": args.data_dir,
         "records": stats.records,

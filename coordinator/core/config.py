@@ -21,6 +21,8 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 INT_MAX = 2**31 - 1
+KAFKA_STRING_MAX = 2**15 - 1
+"""The longest string Kafka's protocol can carry (an INT16 length)."""
 
 
 class ConfigError(ValueError):
@@ -53,6 +55,14 @@ class GroupCoordinatorConfig:
     classic_initial_rebalance_delay_ms: int = 3_000
     classic_max_size: int = INT_MAX
     shards: int = 4
+    # Bounded cost per request (docs/operations.md "Limits"; checked by the service layer,
+    # coordinator/server/limits.py, before any work). Not Kafka settings: Kafka's own bound is
+    # its wire format (strings of at most 32,767 bytes, requests of socket.request.max.bytes).
+    identifier_max_bytes: int = 1_024
+    consumer_regex_max_bytes: int = KAFKA_STRING_MAX
+    consumer_max_subscribed_topics: int = 10_000
+    request_max_partitions: int = 10_000
+    request_max_groups: int = 10_000
 
 
 # Kafka config name -> (field, parser, minimum, maximum)
@@ -143,6 +153,16 @@ CONFIG_SPECS: dict[str, _Spec] = {
     "group.initial.rebalance.delay.ms": ("classic_initial_rebalance_delay_ms", _int, 0, None),
     "group.max.size": ("classic_max_size", _int, 1, INT_MAX),
     "group.coordinator.shards": ("shards", _int, 1, 1024),
+    "group.coordinator.identifier.max.bytes": (
+        "identifier_max_bytes",
+        _int,
+        1,
+        KAFKA_STRING_MAX,
+    ),
+    "group.consumer.regex.max.bytes": ("consumer_regex_max_bytes", _int, 1, KAFKA_STRING_MAX),
+    "group.consumer.max.subscribed.topics": ("consumer_max_subscribed_topics", _int, 1, INT_MAX),
+    "group.coordinator.request.max.partitions": ("request_max_partitions", _int, 1, INT_MAX),
+    "group.coordinator.request.max.groups": ("request_max_groups", _int, 1, INT_MAX),
 }
 NAME_OF_FIELD = {spec[0]: name for name, spec in CONFIG_SPECS.items()}
 

@@ -62,6 +62,9 @@ from .timers import ASSIGN, REBALANCE, SESSION, ArmTimer, CancelTimer, DueTimer,
 if TYPE_CHECKING:
     from .components import ClassicGroupSupport
 
+_SUBSCRIBING = frozenset({Cause.MEMBER_JOINED, Cause.SUBSCRIPTION_CHANGED, Cause.REGEX_CHANGED})
+"""Causes that change the subscribed topics (and so the subscription metadata) themselves."""
+
 LEAVE_GROUP_MEMBER_EPOCH = -1
 LEAVE_GROUP_STATIC_MEMBER_EPOCH = -2
 
@@ -260,7 +263,11 @@ class ConsumerGroups(Mapping[str, ConsumerGroup]):
         # 3. Refresh subscription metadata (and regexes) when needed; bump the group epoch.
         image_version = ctx.topics.version
         if causes or new_group or group.metadata_checked != (image_version, group.group_epoch):
-            if self._refresh_metadata(result, group, now_ms):
+            # New subscription metadata is a cause of its own only when no change of the
+            # member's subscription explains it (topics created, deleted, or grown).
+            if self._refresh_metadata(result, group, now_ms) and not _SUBSCRIBING.intersection(
+                causes
+            ):
                 causes.append(Cause.TOPIC_METADATA_CHANGED)
             if causes or new_group:
                 uid = group.group_uid or ctx.ids.new_group_uid()

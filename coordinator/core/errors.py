@@ -59,149 +59,164 @@ class CoordinatorError(Exception):
         super().__init__(self.message)
 
 
-def _error(name: str, code: ErrorCode, default: str) -> type[CoordinatorError]:
-    return type(name, (CoordinatorError,), {"code": code, "default_message": default})
+class UnknownServerError(CoordinatorError):
+    code = ErrorCode.UNKNOWN_SERVER_ERROR
+    default_message = "The server experienced an unexpected error."
 
 
-UnknownServerError = _error(
-    "UnknownServerError",
-    ErrorCode.UNKNOWN_SERVER_ERROR,
-    "The server experienced an unexpected error.",
-)
-UnknownTopicOrPartitionError = _error(
-    "UnknownTopicOrPartitionError",
-    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-    "This server does not host this topic-partition.",
-)
-OffsetMetadataTooLargeError = _error(
-    "OffsetMetadataTooLargeError",
-    ErrorCode.OFFSET_METADATA_TOO_LARGE,
-    "The metadata field of the offset request was too large.",
-)
-CoordinatorLoadInProgressError = _error(
-    "CoordinatorLoadInProgressError",
-    ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
-    "The coordinator is loading and hence can't process requests.",
-)
-CoordinatorNotAvailableError = _error(
-    "CoordinatorNotAvailableError",
-    ErrorCode.COORDINATOR_NOT_AVAILABLE,
-    "The coordinator is not available.",
-)
-NotCoordinatorError = _error(
-    "NotCoordinatorError", ErrorCode.NOT_COORDINATOR, "This is not the correct coordinator."
-)
-InvalidTopicError = _error(
-    "InvalidTopicError",
-    ErrorCode.INVALID_TOPIC_EXCEPTION,
-    "The request attempted to perform an operation on an invalid topic.",
-)
-IllegalGenerationError = _error(
-    "IllegalGenerationError",
-    ErrorCode.ILLEGAL_GENERATION,
-    "Specified group generation id is not valid.",
-)
-InconsistentGroupProtocolError = _error(
-    "InconsistentGroupProtocolError",
-    ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
-    "The group member's supported protocols are incompatible with those of existing members.",
-)
-InvalidGroupIdError = _error(
-    "InvalidGroupIdError", ErrorCode.INVALID_GROUP_ID, "The configured groupId is invalid."
-)
-UnknownMemberIdError = _error(
-    "UnknownMemberIdError",
-    ErrorCode.UNKNOWN_MEMBER_ID,
-    "The coordinator is not aware of this member.",
-)
-InvalidSessionTimeoutError = _error(
-    "InvalidSessionTimeoutError",
-    ErrorCode.INVALID_SESSION_TIMEOUT,
-    "The session timeout is not within the range allowed by the broker.",
-)
-RebalanceInProgressError = _error(
-    "RebalanceInProgressError",
-    ErrorCode.REBALANCE_IN_PROGRESS,
-    "The group is rebalancing, so a rejoin is needed.",
-)
-GroupAuthorizationFailedError = _error(
-    "GroupAuthorizationFailedError",
-    ErrorCode.GROUP_AUTHORIZATION_FAILED,
-    "Group authorization failed.",
-)
-UnsupportedVersionError = _error(
-    "UnsupportedVersionError", ErrorCode.UNSUPPORTED_VERSION, "The version of API is not supported."
-)
-TopicAlreadyExistsError = _error(
-    "TopicAlreadyExistsError",
-    ErrorCode.TOPIC_ALREADY_EXISTS,
-    "Topic with this name already exists.",
-)
-InvalidPartitionsError = _error(
-    "InvalidPartitionsError", ErrorCode.INVALID_PARTITIONS, "Number of partitions is below 1."
-)
-InvalidConfigError = _error(
-    "InvalidConfigError", ErrorCode.INVALID_CONFIG, "Configuration is invalid."
-)
-InvalidRequestError = _error(
-    "InvalidRequestError",
-    ErrorCode.INVALID_REQUEST,
-    "This most likely occurs because of a request being malformed by the client library.",
-)
-NonEmptyGroupError = _error(
-    "NonEmptyGroupError", ErrorCode.NON_EMPTY_GROUP, "The group is not empty."
-)
-GroupIdNotFoundError = _error(
-    "GroupIdNotFoundError", ErrorCode.GROUP_ID_NOT_FOUND, "The group id does not exist."
-)
-MemberIdRequiredError = _error(
-    "MemberIdRequiredError",
-    ErrorCode.MEMBER_ID_REQUIRED,
-    "The group member needs to have a valid member id before actually entering a consumer group.",
-)
-GroupMaxSizeReachedError = _error(
-    "GroupMaxSizeReachedError",
-    ErrorCode.GROUP_MAX_SIZE_REACHED,
-    "The consumer group has already reached its max size.",
-)
-FencedInstanceIdError = _error(
-    "FencedInstanceIdError",
-    ErrorCode.FENCED_INSTANCE_ID,
-    "The broker rejected this static consumer since another consumer with the same group.instance.id has registered with a different member.id.",
-)
-GroupSubscribedToTopicError = _error(
-    "GroupSubscribedToTopicError",
-    ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC,
-    "The consumer group is actively subscribed to the topic.",
-)
-UnknownTopicIdError = _error(
-    "UnknownTopicIdError", ErrorCode.UNKNOWN_TOPIC_ID, "This server does not host this topic ID."
-)
-FencedMemberEpochError = _error(
-    "FencedMemberEpochError",
-    ErrorCode.FENCED_MEMBER_EPOCH,
-    "The member epoch is fenced by the group coordinator. The member must abandon all its partitions and rejoin.",
-)
-UnreleasedInstanceIdError = _error(
-    "UnreleasedInstanceIdError",
-    ErrorCode.UNRELEASED_INSTANCE_ID,
-    "The instance ID is still used by another member in the consumer group. That member must leave first.",
-)
-UnsupportedAssignorError = _error(
-    "UnsupportedAssignorError",
-    ErrorCode.UNSUPPORTED_ASSIGNOR,
-    "The assignor or its version range is not supported by the consumer group.",
-)
-StaleMemberEpochError = _error(
-    "StaleMemberEpochError",
-    ErrorCode.STALE_MEMBER_EPOCH,
-    "The member epoch is stale. The member must retry after receiving its updated member epoch via the ConsumerGroupHeartbeat API.",
-)
-InvalidRegularExpressionError = _error(
-    "InvalidRegularExpressionError",
-    ErrorCode.INVALID_REGULAR_EXPRESSION,
-    "The regular expression is not valid.",
-)
+class UnknownTopicOrPartitionError(CoordinatorError):
+    code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    default_message = "This server does not host this topic-partition."
+
+
+class OffsetMetadataTooLargeError(CoordinatorError):
+    code = ErrorCode.OFFSET_METADATA_TOO_LARGE
+    default_message = "The metadata field of the offset request was too large."
+
+
+class CoordinatorLoadInProgressError(CoordinatorError):
+    code = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+    default_message = "The coordinator is loading and hence can't process requests."
+
+
+class CoordinatorNotAvailableError(CoordinatorError):
+    code = ErrorCode.COORDINATOR_NOT_AVAILABLE
+    default_message = "The coordinator is not available."
+
+
+class NotCoordinatorError(CoordinatorError):
+    code = ErrorCode.NOT_COORDINATOR
+    default_message = "This is not the correct coordinator."
+
+
+class InvalidTopicError(CoordinatorError):
+    code = ErrorCode.INVALID_TOPIC_EXCEPTION
+    default_message = "The request attempted to perform an operation on an invalid topic."
+
+
+class IllegalGenerationError(CoordinatorError):
+    code = ErrorCode.ILLEGAL_GENERATION
+    default_message = "Specified group generation id is not valid."
+
+
+class InconsistentGroupProtocolError(CoordinatorError):
+    code = ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+    default_message = (
+        "The group member's supported protocols are incompatible with those of existing members."
+    )
+
+
+class InvalidGroupIdError(CoordinatorError):
+    code = ErrorCode.INVALID_GROUP_ID
+    default_message = "The configured groupId is invalid."
+
+
+class UnknownMemberIdError(CoordinatorError):
+    code = ErrorCode.UNKNOWN_MEMBER_ID
+    default_message = "The coordinator is not aware of this member."
+
+
+class InvalidSessionTimeoutError(CoordinatorError):
+    code = ErrorCode.INVALID_SESSION_TIMEOUT
+    default_message = "The session timeout is not within the range allowed by the broker."
+
+
+class RebalanceInProgressError(CoordinatorError):
+    code = ErrorCode.REBALANCE_IN_PROGRESS
+    default_message = "The group is rebalancing, so a rejoin is needed."
+
+
+class GroupAuthorizationFailedError(CoordinatorError):
+    code = ErrorCode.GROUP_AUTHORIZATION_FAILED
+    default_message = "Group authorization failed."
+
+
+class UnsupportedVersionError(CoordinatorError):
+    code = ErrorCode.UNSUPPORTED_VERSION
+    default_message = "The version of API is not supported."
+
+
+class TopicAlreadyExistsError(CoordinatorError):
+    code = ErrorCode.TOPIC_ALREADY_EXISTS
+    default_message = "Topic with this name already exists."
+
+
+class InvalidPartitionsError(CoordinatorError):
+    code = ErrorCode.INVALID_PARTITIONS
+    default_message = "Number of partitions is below 1."
+
+
+class InvalidConfigError(CoordinatorError):
+    code = ErrorCode.INVALID_CONFIG
+    default_message = "Configuration is invalid."
+
+
+class InvalidRequestError(CoordinatorError):
+    code = ErrorCode.INVALID_REQUEST
+    default_message = (
+        "This most likely occurs because of a request being malformed by the client library."
+    )
+
+
+class NonEmptyGroupError(CoordinatorError):
+    code = ErrorCode.NON_EMPTY_GROUP
+    default_message = "The group is not empty."
+
+
+class GroupIdNotFoundError(CoordinatorError):
+    code = ErrorCode.GROUP_ID_NOT_FOUND
+    default_message = "The group id does not exist."
+
+
+class MemberIdRequiredError(CoordinatorError):
+    code = ErrorCode.MEMBER_ID_REQUIRED
+    default_message = "The group member needs to have a valid member id before actually entering a consumer group."
+
+
+class GroupMaxSizeReachedError(CoordinatorError):
+    code = ErrorCode.GROUP_MAX_SIZE_REACHED
+    default_message = "The consumer group has already reached its max size."
+
+
+class FencedInstanceIdError(CoordinatorError):
+    code = ErrorCode.FENCED_INSTANCE_ID
+    default_message = "The broker rejected this static consumer since another consumer with the same group.instance.id has registered with a different member.id."
+
+
+class GroupSubscribedToTopicError(CoordinatorError):
+    code = ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC
+    default_message = "The consumer group is actively subscribed to the topic."
+
+
+class UnknownTopicIdError(CoordinatorError):
+    code = ErrorCode.UNKNOWN_TOPIC_ID
+    default_message = "This server does not host this topic ID."
+
+
+class FencedMemberEpochError(CoordinatorError):
+    code = ErrorCode.FENCED_MEMBER_EPOCH
+    default_message = "The member epoch is fenced by the group coordinator. The member must abandon all its partitions and rejoin."
+
+
+class UnreleasedInstanceIdError(CoordinatorError):
+    code = ErrorCode.UNRELEASED_INSTANCE_ID
+    default_message = "The instance ID is still used by another member in the consumer group. That member must leave first."
+
+
+class UnsupportedAssignorError(CoordinatorError):
+    code = ErrorCode.UNSUPPORTED_ASSIGNOR
+    default_message = "The assignor or its version range is not supported by the consumer group."
+
+
+class StaleMemberEpochError(CoordinatorError):
+    code = ErrorCode.STALE_MEMBER_EPOCH
+    default_message = "The member epoch is stale. The member must retry after receiving its updated member epoch via the ConsumerGroupHeartbeat API."
+
+
+class InvalidRegularExpressionError(CoordinatorError):
+    code = ErrorCode.INVALID_REGULAR_EXPRESSION
+    default_message = "The regular expression is not valid."
+
 
 ERRORS_BY_CODE: dict[ErrorCode, type[CoordinatorError]] = {
     cls.code: cls

@@ -89,7 +89,10 @@ class LogEvent:
         values = {
             k: ", ".join(map(str, v)) if isinstance(v, tuple) else v for k, v in self.fields.items()
         }
-        return f"[GroupId {self.group_id}] " + _TEMPLATES[self.event].format(**values) + "."
+        text = _TEMPLATES[self.event].format(**values)
+        if self.event is Event.GROUP_EPOCH_BUMPED and "reason" in values:
+            text += f": {values['reason']}"
+        return f"[GroupId {self.group_id}] {text}."
 
 
 def epoch_bumped(

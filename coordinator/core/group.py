@@ -343,8 +343,10 @@ class ConsumerGroup:
                         f"group {self.group_id}: {what} partition {topic_id}-{p} released by {member_id} "
                         f"but owned by {holder}"
                     )
-            owners.del_many(partitions)  # type: ignore[union-attr]
-            if owners is not None and not owners:
+            if owners is None:
+                continue  # nothing was released (an empty set: nothing to check either)
+            owners.del_many(partitions)
+            if not owners:
                 del index[topic_id]
 
     def check_deletable(self) -> None:

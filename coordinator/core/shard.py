@@ -61,7 +61,16 @@ from .offsets import (
 from .timeline import UndoLog
 from .timers import DueTimer, TimerOp
 
-__all__ = ["GroupCoordinatorShard", "GroupDescription", "MemberDescription", "ShardParts"]
+__all__ = [
+    "DeleteGroupResult",
+    "GroupCoordinatorShard",
+    "GroupDescription",
+    "MemberDescription",
+    "ShardParts",
+]
+
+DeleteGroupResult = tuple[str, ErrorCode, str | None]
+"""DeleteGroups' answer for one group: (group id, error code, error message)."""
 
 C = TypeVar("C", bound=ClassicGroupSupport)
 
@@ -186,13 +195,11 @@ class GroupCoordinatorShard(Generic[C]):
         """Effective per-group configs (overrides, else the broker defaults)."""
         return self.group_configs.effective(group_id)
 
-    def delete_groups(
-        self, group_ids: Sequence[str]
-    ) -> Result[list[tuple[str, ErrorCode, str | None]]]:
+    def delete_groups(self, group_ids: Sequence[str]) -> Result[list[DeleteGroupResult]]:
         """DeleteGroups: per group NONE, GROUP_ID_NOT_FOUND or NON_EMPTY_GROUP. A deleted group
         loses its offsets and its config overrides in the same command (Kafka)."""
-        answers: list[tuple[str, ErrorCode, str | None]] = []
-        result: Result[list[tuple[str, ErrorCode, str | None]]] = Result(response=answers)
+        answers: list[DeleteGroupResult] = []
+        result: Result[list[DeleteGroupResult]] = Result(response=answers)
         for gid in group_ids:
             group = self.groups.get(gid)
             if group is None and gid not in self.offsets:

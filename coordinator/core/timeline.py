@@ -60,7 +60,7 @@ class UndoLog:
         return TDict(self)
 
 
-class TDict(dict):  # type: ignore[type-arg]
+class TDict(dict[Any, Any]):
     """A dict whose writes are recorded in an :class:`UndoLog`."""
 
     __slots__ = ("_log",)
@@ -116,4 +116,4 @@ class TDict(dict):  # type: ignore[type-arg]
     def _forbidden(self, *_a: Any, **_k: Any) -> Any:
         raise TypeError("TDict: use item assignment, del, discard or increment")
 
-    pop = popitem = setdefault = update = clear = __ior__ = _forbidden  # type: ignore[assignment]
+    pop = popitem = setdefault = update = clear = __ior__ = _forbidden

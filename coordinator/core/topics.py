@@ -144,12 +144,13 @@ class TopicRegistry:
     # -------------------------------------------------------------- handlers
 
     def create_topics(self, topics: Sequence[NewTopic]) -> Result[list[TopicResult]]:
-        result: Result[list[TopicResult]] = Result(response=[])
+        out: list[TopicResult] = []
+        result: Result[list[TopicResult]] = Result(response=out)
         dup = _duplicates([t.name for t in topics])
         used_ids = {v.topic_id for v in self.topics.values()}
         for t in topics:
             if t.name in dup:  # Kafka: every entry of a duplicated name fails; nothing is created
-                result.response.append(_duplicate_result(t.name))  # type: ignore[union-attr]
+                out.append(_duplicate_result(t.name))
                 continue
             try:
                 check_topic_name(t.name)
@@ -164,22 +165,21 @@ class TopicRegistry:
                     raise InvalidRequestError(f"Topic id {topic_id} is reserved or already in use.")
                 used_ids.add(topic_id)
                 self._emit(result, r.topic_record(t.name, topic_id, t.num_partitions))
-                result.response.append(
+                out.append(
                     TopicResult(name=t.name, topic_id=topic_id, num_partitions=t.num_partitions)
-                )  # type: ignore[union-attr]
+                )
             except CoordinatorError as exc:
-                result.response.append(
-                    TopicResult(name=t.name, error_code=exc.code, error_message=exc.message)
-                )  # type: ignore[union-attr]
+                out.append(TopicResult(name=t.name, error_code=exc.code, error_message=exc.message))
         return result
 
     def create_partitions(self, requests: Sequence[tuple[str, int]]) -> Result[list[TopicResult]]:
         """Raise a topic's partition count to ``count`` (Kafka: the new total)."""
-        result: Result[list[TopicResult]] = Result(response=[])
+        out: list[TopicResult] = []
+        result: Result[list[TopicResult]] = Result(response=out)
         dup = _duplicates([name for name, _c in requests])
         for name, count in requests:
             if name in dup:
-                result.response.append(_duplicate_result(name))  # type: ignore[union-attr]
+                out.append(_duplicate_result(name))
                 continue
             try:
                 current = self.topics.get(name)
@@ -195,35 +195,30 @@ class TopicRegistry:
                         f"Number of partitions must be at most {MAX_PARTITIONS}."
                     )
                 self._emit(result, r.topic_record(name, current.topic_id, count))
-                result.response.append(
-                    TopicResult(name=name, topic_id=current.topic_id, num_partitions=count)
-                )  # type: ignore[union-attr]
+                out.append(TopicResult(name=name, topic_id=current.topic_id, num_partitions=count))
             except CoordinatorError as exc:
-                result.response.append(
-                    TopicResult(name=name, error_code=exc.code, error_message=exc.message)
-                )  # type: ignore[union-attr]
+                out.append(TopicResult(name=name, error_code=exc.code, error_message=exc.message))
         return result
 
     def delete_topics(self, names: Sequence[str]) -> Result[list[TopicResult]]:
-        result: Result[list[TopicResult]] = Result(response=[])
+        out: list[TopicResult] = []
+        result: Result[list[TopicResult]] = Result(response=out)
         dup = _duplicates(names)
         for name in names:
             if name in dup:
-                result.response.append(_duplicate_result(name))  # type: ignore[union-attr]
+                out.append(_duplicate_result(name))
                 continue
             current = self.topics.get(name)
             if current is None:
                 exc = UnknownTopicOrPartitionError(f"The topic '{name}' does not exist.")
-                result.response.append(
-                    TopicResult(name=name, error_code=exc.code, error_message=exc.message)
-                )  # type: ignore[union-attr]
+                out.append(TopicResult(name=name, error_code=exc.code, error_message=exc.message))
                 continue
             self._emit(result, r.topic_record(name, None))
-            result.response.append(
+            out.append(
                 TopicResult(
                     name=name, topic_id=current.topic_id, num_partitions=current.num_partitions
                 )
-            )  # type: ignore[union-attr]
+            )
         return result
 
     def apply_snapshot(

@@ -30,6 +30,7 @@ from .rebalances import RebalanceTracker
 from .requests import ARRIVAL
 
 log = logging.getLogger("kip848.metrics")
+monotonic = time.monotonic
 
 SCRAPE_READ_TIMEOUT_S = 5.0
 
@@ -47,6 +48,8 @@ class RuntimeObserver:
     __slots__ = (
         "_batch_records",
         "_batch_spans",
+        "_processing",
+        "_queue",
         "_span",
         "_stash",
         "_waits",
@@ -63,6 +66,8 @@ class RuntimeObserver:
         self._batch_records: dict[Any, list[tuple[Any, str | None]]] = {}
         self._stash: tuple[Any, str | None] | None = None  # the last command's records
         self._span: Any = None  # the last command's span context (tracing on)
+        self._processing: list[Any] = []  # per state machine, bound by attach() (metrics on)
+        self._queue: list[Any] = []
 
     def loaded(self, shards: Sequence[Any]) -> None:
         """The runtime finished loading: the rebalance tracker starts from that state."""
@@ -71,25 +76,24 @@ class RuntimeObserver:
     # ------------------------------------------------------------------ commands
 
     def run_command(self, shard: int, fn: Callable[[Any], Any], machine: Any) -> Any:
-        metrics = self.metrics
         self._stash = None
-        if not tracing.STATE.enabled or not tracing.recording():
-            start = time.monotonic()
-            try:
-                out = fn(machine)
-                records = getattr(out, "records", None)
-                if records:
-                    self._stash = (records, _timer_kind(fn))
-                return out
-            finally:
-                if metrics is not None:
-                    arrival = ARRIVAL.get()
-                    metrics.command(
-                        shard,
-                        None if arrival is None else start - arrival,
-                        time.monotonic() - start,
-                    )
-        return self._traced_command(shard, fn, machine)
+        if tracing.ACTIVE.get():
+            return self._traced_command(shard, fn, machine)
+        start = monotonic()
+        try:
+            out = fn(machine)
+            records = getattr(out, "records", None)
+            if records:
+                self._stash = (records, _timer_kind(fn))
+            return out
+        finally:
+            processing = self._processing
+            if processing:  # metrics on: children bound by attach() (the hot path: no calls)
+                processing[shard].observe(monotonic() - start)
+                arrival = ARRIVAL.get()
+                if arrival is not None:
+                    queued = start - arrival
+                    self._queue[shard].observe(queued if queued > 0.0 else 0.0)
 
     def _traced_command(self, shard: int, fn: Callable[[Any], Any], machine: Any) -> Any:
         metrics = self.metrics
@@ -217,6 +221,8 @@ class RuntimeObserver:
         ``shard_count`` is the topic registry) and returns the assignors to use (timed)."""
         if self.metrics is not None:
             self.metrics.bind_shards(shard_count)
+            self._processing = list(self.metrics._processing)
+            self._queue = list(self.metrics._queue)
         return [TimedAssignor(a, self.metrics) for a in assignors]
 
 
@@ -258,7 +264,7 @@ class TimedAssignor:
         start = time.monotonic()
         ok = False
         try:
-            if tracing.STATE.enabled and tracing.recording():
+            if tracing.ACTIVE.get():
                 attributes: dict[str, Any] = {
                     "kip848.assignor": self.name,
                     "kip848.group.size": members,

@@ -277,11 +277,9 @@ def _observed(
 
     async def observed(req: Any, caller: Any) -> Any:
         protocol = "grpc" if caller.api_version is None else "kafka"
-        arrival = ARRIVAL.get()
-        token = None
-        if arrival is None:
-            arrival = monotonic()
-            token = ARRIVAL.set(arrival)
+        # Never set a context variable here: the Kafka listener runs a request's first step in
+        # its reader callback and the rest in a task (two contexts); the gRPC edge sets ARRIVAL.
+        arrival = ARRIVAL.get() or monotonic()
         answer = None
         try:
             if state.enabled and not tracing.skip_root():
@@ -289,8 +287,6 @@ def _observed(
             else:
                 answer = await method(req, caller)
         finally:
-            if token is not None:
-                ARRIVAL.reset(token)
             if series is not None:
                 code = ABORTED if answer is None else _safe_first_error(answer)
                 series[protocol].observe(code, monotonic() - arrival)
@@ -312,7 +308,9 @@ def _observed(
 async def _traced(
     rpc: str, protocol: str, method: Callable[[Any, Any], Any], req: Any, caller: Any
 ) -> Any:
-    path = GRPC_PATH.get() if protocol == "grpc" else None
+    if protocol == "kafka":
+        return await _traced_kafka(rpc, method, req, caller)
+    path = GRPC_PATH.get()
     service, _, method_name = (path or f"kafka/{rpc}").strip("/").rpartition("/")
     with tracing.rpc_span(
         service,
@@ -323,11 +321,44 @@ async def _traced(
     ) as span:
         if not span.is_recording():
             return await method(req, caller)
-        tracing.set_request_attributes(span, req)
-        answer = await method(req, caller)
+        token = tracing.ACTIVE.set(True)
+        try:
+            tracing.set_request_attributes(span, req)
+            answer = await method(req, caller)
+        finally:
+            tracing.ACTIVE.reset(token)
         tracing.set_response_attributes(span, getattr(answer, "value", None) or answer)
         span.set_attribute(tracing.ERROR_CODE, error_name(_safe_first_error(answer)))
         return answer
+
+
+async def _traced_kafka(rpc: str, method: Callable[[Any, Any], Any], req: Any, caller: Any) -> Any:
+    """A Kafka request's span, never made current: the listener may run the request's steps in
+    two contexts (its reader callback, then a task), which a current span cannot span; so a
+    Kafka request has its RPC span without shard/assignor children."""
+    from opentelemetry.trace import SpanKind
+
+    span = tracing.STATE.tracer.start_span(
+        f"kafka/{rpc}",
+        kind=SpanKind.SERVER,
+        attributes={
+            "rpc.system": "kafka",
+            "rpc.service": "kafka",
+            "rpc.method": rpc,
+            tracing.CLIENT_ID: caller.client_id,
+            tracing.CLIENT_ADDRESS: caller.client_host,
+        },
+    )
+    try:
+        if span.is_recording():
+            tracing.set_request_attributes(span, req)
+        answer = await method(req, caller)
+        if span.is_recording():
+            tracing.set_response_attributes(span, getattr(answer, "value", None) or answer)
+            span.set_attribute(tracing.ERROR_CODE, error_name(_safe_first_error(answer)))
+        return answer
+    finally:
+        span.end()
 
 
 def _audit(name: str, req: Any, answer: Any, protocol: str, caller: Any) -> None:
@@ -391,12 +422,14 @@ def _edge(path: str, method: Callable[[Any, Any], Any]) -> Callable[[Any, Any], 
                     k: (v if isinstance(v, str) else v.decode("latin-1")) for k, v in metadata
                 }
                 attached = otel_context.attach(propagate.extract(carrier))
+                remote = tracing.REMOTE_PARENT.set(True)
             path_token = GRPC_PATH.set(path)
             try:
                 return await method(request, context)
             finally:
                 GRPC_PATH.reset(path_token)
                 if attached is not None:
+                    tracing.REMOTE_PARENT.reset(remote)
                     otel_context.detach(attached)
         finally:
             ARRIVAL.reset(token)

@@ -30,6 +30,7 @@ import logging
 import random
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 log = logging.getLogger("kip848.tracing")
@@ -60,6 +61,11 @@ class _State:
 
 
 STATE = _State()
+
+ACTIVE: ContextVar[bool] = ContextVar("kip848_trace_active", default=False)
+"""True inside a recorded (sampled) RPC span: only then are command and assignor spans made."""
+REMOTE_PARENT: ContextVar[bool] = ContextVar("kip848_trace_remote_parent", default=False)
+"""True when the caller sent a W3C trace context (set by the gRPC edge)."""
 
 
 def normalize_endpoint(endpoint: str) -> str:
@@ -178,20 +184,15 @@ def skip_root() -> bool:
     ``TraceIdRatioBased`` would decide the same way from a random trace id, at the cost of a
     non-recording span and a context switch per request)."""
     ratio = STATE.ratio
-    if ratio is None or ratio >= 1.0:
-        return False
-    from opentelemetry import trace
-
-    if trace.get_current_span().get_span_context().is_valid:
+    if ratio is None or ratio >= 1.0 or REMOTE_PARENT.get():
         return False  # a caller's context: ParentBased follows its sampled flag
     return random.random() >= ratio
 
 
 def recording() -> bool:
-    """Whether the current span records (a sampled request): children are created only then."""
-    from opentelemetry import trace
-
-    return bool(trace.get_current_span().is_recording())
+    """Whether the current request is traced (its RPC span records): children are made only
+    then. One context-variable read."""
+    return ACTIVE.get()
 
 
 def current_span_context() -> Any:

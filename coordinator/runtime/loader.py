@@ -115,7 +115,8 @@ def load_into(store: RecordStore, shards: Sequence[Shard], registry: TopicRegist
     for i, shard in enumerate(shards):
         shard.set_topics(image)
         s = stats.shards[i]
-        s.records, s.seconds, s.groups = counts[i], times[i], len(shard.groups)
+        s.records, s.seconds = counts[i], times[i]
+        s.groups = len(shard.groups) + len(shard.classic_groups)
     stats.topic_records = topic_records
     stats.topics = len(registry.topics)
     stats.last_offset = last

@@ -53,6 +53,7 @@ from coordinator.core.errors import (
     CoordinatorLoadInProgressError,
     CoordinatorNotAvailableError,
     ErrorCode,
+    IllegalStateError,
     UnsupportedVersionError,
 )
 from coordinator.core.events import Event, LogEvent
@@ -63,7 +64,7 @@ from coordinator.core.offsets import (
     OffsetFetchGroup,
     OffsetFetchGroupResponse,
 )
-from coordinator.core.shard import GroupDescription
+from coordinator.core.shard import DeleteGroupResult, GroupDescription
 from coordinator.core.timers import ArmTimer, DueTimer, TimerOp, TimerTable
 from coordinator.core.topics import NewTopic, SnapshotChanges, TopicRegistry, TopicResult
 from coordinator.factory import Shard, new_shard
@@ -358,6 +359,13 @@ class CoordinatorRuntime:
         if self._loop is not None:
             self._loop.create_task(rescue(self.store, self._executor), name="kip848-rescue")
 
+    def _started(self) -> tuple[asyncio.AbstractEventLoop, asyncio.Event]:
+        """The loop and the writer's wake-up event (set by :meth:`start`; no command runs
+        before)."""
+        if self._loop is None or self._wake_writer is None:
+            raise IllegalStateError("the runtime runs commands only once started")
+        return self._loop, self._wake_writer
+
     def _machine(self, index: int) -> Any:
         return self.registry if index == REGISTRY else self.shards[index]
 
@@ -393,8 +401,9 @@ class CoordinatorRuntime:
             if batch is None:
                 marks = [m.mark() for m in self._machines]
                 marks[index] = mark
-                batch = self._pending = _Batch(self._loop, marks)  # type: ignore[arg-type]
-                self._wake_writer.set()  # type: ignore[union-attr]
+                loop, wake_writer = self._started()
+                batch = self._pending = _Batch(loop, marks)
+                wake_writer.set()
             encode = codec.encode
             append = batch.records.append
             for rec in records:
@@ -893,16 +902,16 @@ class CoordinatorRuntime:
         """A read per group on the group's shard; each answer waits for the last outstanding
         batch of its shard, so it never shows a commit that could still be lost. A per-group
         coordinator error (loading, a failed write behind the read) is that group's error."""
-        answers: list[OffsetFetchGroupResponse | None] = []
+        answers: list[OffsetFetchGroupResponse] = []
         waits: list[tuple[int, _Batch]] = []
         for n, group in enumerate(groups):
+
+            def fetch(s: Shard, g: OffsetFetchGroup = group) -> OffsetFetchGroupResponse:
+                return s.offset_fetch(g)
+
             try:
                 self._check_serving()
-                resp, batch = self._execute(
-                    self.shard_index(group.group_id),
-                    lambda s, g=group: s.offset_fetch(g),
-                    read=True,
-                )
+                resp, batch = self._execute(self.shard_index(group.group_id), fetch, read=True)
             except CoordinatorError as exc:
                 resp, batch = _fetch_error(group.group_id, exc), None
             answers.append(resp)
@@ -913,7 +922,7 @@ class CoordinatorRuntime:
                 await _durable(batch)
             except CoordinatorError as exc:
                 answers[n] = _fetch_error(groups[n].group_id, exc)
-        return answers  # type: ignore[return-value]
+        return answers
 
     async def offset_delete(
         self, group_id: str, topics: Sequence[tuple[str, Sequence[int]]]
@@ -936,9 +945,13 @@ class CoordinatorRuntime:
         waits: list[tuple[list[int], _Batch]] = []
         for index, positions in by_shard.items():
             ids = [group_ids[n] for n in positions]
+
+            def delete(s: Shard, ids: list[str] = ids) -> Result[list[DeleteGroupResult]]:
+                return s.delete_groups(ids)
+
             try:
                 self._check_serving()
-                results, batch = self._execute(index, lambda s, ids=ids: s.delete_groups(ids))
+                results, batch = self._execute(index, delete)
             except CoordinatorError as exc:
                 results, batch = [(gid, exc.code, exc.message) for gid in ids], None
             for n, item in zip(positions, results, strict=True):
@@ -1028,7 +1041,7 @@ class CoordinatorRuntime:
                 await _durable(batch)
             return response
         key = (index, response.token)
-        fut: asyncio.Future[Any] = self._loop.create_future()  # type: ignore[union-attr]
+        fut: asyncio.Future[Any] = self._started()[0].create_future()
         self._parked[key] = fut
         if self._parking_closed:
             fut.set_exception(_shutting_down())
@@ -1070,9 +1083,11 @@ class CoordinatorRuntime:
     async def describe_classic_groups(self, group_ids: Sequence[str]) -> list[cm.DescribedGroup]:
         out: list[cm.DescribedGroup] = []
         for gid in group_ids:
-            out += await self._submit(
-                self.shard_index(gid), lambda s, g=gid: s.classic_groups.describe([g]), read=True
-            )
+
+            def describe(s: Shard, g: str = gid) -> list[cm.DescribedGroup]:
+                return s.classic_groups.describe([g])
+
+            out += await self._submit(self.shard_index(gid), describe, read=True)
         return out
 
 
@@ -1110,7 +1125,7 @@ def _expire(shard: Shard, now_ms: int) -> Result[int]:
     return result
 
 
-def _shutting_down() -> CoordinatorNotAvailableError:
+def _shutting_down() -> CoordinatorError:
     return CoordinatorNotAvailableError("The coordinator is shutting down.")
 
 

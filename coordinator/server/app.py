@@ -127,6 +127,8 @@ class CoordinatorServer:
         ]
         if isinstance(runtime.clock, ManualClock):
             servicers.append(TestingService(self.service))
+        for servicer in servicers:  # answers too large for gRPC are refused in-band
+            servicer.max_response_bytes = size  # type: ignore[attr-defined]
         served = list(zip(service_descriptors(), servicers, strict=False))
         table = instrument_methods(method_table(served), metrics=metrics)
         add_raw_handlers(

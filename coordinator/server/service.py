@@ -71,6 +71,7 @@ from .api import (
     IncrementalAlterConfigs,
     Reply,
 )
+from .limits import RequestLimits
 
 log = logging.getLogger("kip848.server")
 
@@ -282,6 +283,7 @@ class CoordinatorService:
 
     def __init__(self, runtime: CoordinatorRuntime, topics: TopicSource | None = None) -> None:
         self.runtime = runtime
+        self.limits = RequestLimits.of(runtime.config)  # checked first by every RPC
         self.topics: TopicSource = topics if topics is not None else RegistryTopics(runtime)
 
     def topic_name(self, topic_id: str) -> str:
@@ -297,6 +299,7 @@ class CoordinatorService:
         kafka_v1 = caller.api_version is not None and not caller.version_below(
             MEMBER_ID_REQUIRED_HEARTBEAT_VERSION
         )
+        self.limits.heartbeat(req)
         if kafka_v1 and not req.member_id:
             raise InvalidRequestError("MemberId can't be empty.")
         topics = self.topics
@@ -318,10 +321,12 @@ class CoordinatorService:
     async def consumer_group_describe(
         self, group_ids: Sequence[str], caller: Caller
     ) -> Reply[list[DescribedConsumerGroup]]:
+        self.limits.groups(len(group_ids))
         out = []
         for group_id in group_ids:
             try:
                 check_group_id(group_id)
+                self.limits.group_id(group_id)
                 desc = await self.runtime.describe_group(group_id)
                 out.append(DescribedConsumerGroup(group_id=group_id, description=desc))
             except CoordinatorError as exc:
@@ -337,6 +342,7 @@ class CoordinatorService:
     @rpc(_commit_error)
     async def offset_commit(self, req: OffsetCommit, caller: Caller) -> Reply[OffsetCommitResponse]:
         check_group_id(req.group_id)
+        self.limits.offset_commit(req)
         if caller.version_below(OFFSET_COMMIT_KIP848_VERSION):
             return Reply(value=await self.runtime.offset_commit(req, legacy_version=True))
         return Reply(value=await self.runtime.offset_commit(req))
@@ -345,6 +351,7 @@ class CoordinatorService:
     async def offset_fetch(
         self, groups: Sequence[OffsetFetchGroup | GroupError], caller: Caller
     ) -> Reply[list[OffsetFetchGroupResponse]]:
+        self.limits.offset_fetch(groups)
         answers: list[OffsetFetchGroupResponse | None] = []
         valid = []
         for g in groups:
@@ -357,6 +364,7 @@ class CoordinatorService:
                 continue
             try:
                 check_group_id(g.group_id)
+                self.limits.group_id(g.group_id)
                 valid.append(g)
                 answers.append(None)
             except CoordinatorError as exc:
@@ -371,6 +379,7 @@ class CoordinatorService:
         """``req``: (group id, [(topic name, partitions)])."""
         group_id, topics = req
         check_group_id(group_id)
+        self.limits.offset_delete(group_id, topics)
         return Reply(value=await self.runtime.offset_delete(group_id, topics))
 
     # ------------------------------------------------------------ group administration
@@ -381,21 +390,26 @@ class CoordinatorService:
     ) -> Reply[list[ListedGroup]]:
         """``req``: (states filter, types filter), case-insensitive."""
         states, types = req
+        self.limits.count("state and type filters", len(states) + len(types), 64, "a fixed limit")
         return Reply(value=await self.runtime.list_groups(list(states), list(types)))
 
     @rpc(_per_group(lambda g, code, text: (g, code, text)))
     async def delete_groups(
         self, group_ids: Sequence[str], caller: Caller
     ) -> Reply[list[tuple[str, ErrorCode, str | None]]]:
+        self.limits.groups(len(group_ids))
         results: list[tuple[str, ErrorCode, str | None] | None] = []
         valid = []
         for gid in group_ids:
-            if gid.strip():
-                valid.append(gid)
-                results.append(None)
-            else:
-                exc = InvalidGroupIdError("Group id can't be empty.")
+            try:
+                if not gid.strip():
+                    raise InvalidGroupIdError("Group id can't be empty.")
+                self.limits.group_id(gid)
+            except CoordinatorError as exc:
                 results.append((gid, exc.code, exc.message))
+                continue
+            valid.append(gid)
+            results.append(None)
         deleted = iter(await self.runtime.delete_groups(valid))
         return Reply(value=[r if r is not None else next(deleted) for r in results])
 
@@ -403,10 +417,12 @@ class CoordinatorService:
     async def describe_configs(
         self, req: DescribeConfigs, caller: Caller
     ) -> Reply[list[ConfigResult]]:
+        self.limits.groups(len(req.resources))
         out = []
         for res in req.resources:
             try:
                 _check_config_resource(res.resource_type, res.resource_name)
+                self.limits.identifier("The group name", res.resource_name)
                 configs, overrides = await self.runtime.describe_group_config(res.resource_name)
                 out.append(
                     _config_result(
@@ -428,11 +444,13 @@ class CoordinatorService:
     async def incremental_alter_configs(
         self, req: IncrementalAlterConfigs, caller: Caller
     ) -> Reply[list[AlterResult]]:
+        self.limits.groups(len(req.resources))
         out = []
         seen = [(res.resource_type, res.resource_name) for res in req.resources]
         for res in req.resources:
             try:
                 _check_config_resource(res.resource_type, res.resource_name)
+                self.limits.identifier("The group name", res.resource_name)
                 if seen.count((res.resource_type, res.resource_name)) > 1:
                     raise InvalidRequestError("Each resource must appear at most once.")
                 names = [c.name for c in res.configs]
@@ -473,16 +491,19 @@ class CoordinatorService:
     async def create_topics(
         self, topics: Sequence[NewTopic], caller: Caller
     ) -> Reply[list[TopicResult]]:
+        self.limits.topics(t.name for t in topics)
         return Reply(value=await self.topics.create_topics(topics))
 
     @rpc(_reply)
     async def create_partitions(
         self, requests: Sequence[tuple[str, int]], caller: Caller
     ) -> Reply[list[TopicResult]]:
+        self.limits.topics(name for name, _count in requests)
         return Reply(value=await self.topics.create_partitions(requests))
 
     @rpc(_reply)
     async def delete_topics(self, names: Sequence[str], caller: Caller) -> Reply[list[TopicResult]]:
+        self.limits.topics(names)
         return Reply(value=await self.topics.delete_topics(names))
 
     @rpc(_reply)
@@ -534,6 +555,7 @@ class CoordinatorService:
 
     @rpc(_join_error)
     async def join_group(self, req: m.JoinGroup, caller: Caller) -> m.JoinGroupResponse:
+        self.limits.classic_join(req)
         if self.topics.watches_subscriptions and req.protocol_type == "consumer" and req.protocols:
             waiting = self.topics.subscribed(_subscribed_topics(req), None)
             if waiting is not None:
@@ -574,11 +596,13 @@ class CoordinatorService:
     async def describe_groups(
         self, group_ids: Sequence[str], caller: Caller
     ) -> Reply[list[m.DescribedGroup]]:
+        self.limits.groups(len(group_ids))
         out: list[m.DescribedGroup] = []
         old = caller.version_below(DESCRIBE_GROUP_NOT_FOUND_VERSION)
         for group_id in group_ids:
             try:
                 _check_classic_group_id(group_id)
+                self.limits.group_id(group_id)
                 for g in await self.runtime.describe_classic_groups([group_id]):
                     if old and g.error_code == ErrorCode.GROUP_ID_NOT_FOUND:
                         g = m.DescribedGroup(group_id=group_id, group_state="Dead")

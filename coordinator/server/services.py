@@ -81,9 +81,14 @@ class Rpc:
 
 
 class GrpcServicer:
-    """Base of the generated servicers: runs table rows over one :class:`CoordinatorService`."""
+    """Base of the generated servicers: runs table rows over one :class:`CoordinatorService`.
+
+    ``max_response_bytes`` (the server's ``--max-message-bytes``; None: unchecked): an answer
+    larger than gRPC may send is replaced by an in-band INVALID_REQUEST saying so and what to
+    ask instead — never a bare RESOURCE_EXHAUSTED with a traceback in the log."""
 
     ROWS: dict[str, Rpc] = {}
+    max_response_bytes: int | None = None
 
     def __init__(
         self, runtime: CoordinatorRuntime | CoordinatorService, address: Address | None = None
@@ -113,6 +118,10 @@ class GrpcServicer:
         identity = row.needs_identity or row.method in ADMIN_METHODS or tracing.STATE.enabled
         caller = self.caller(context, identity)
         try:
+            self.service.limits.precheck_grpc(row.response_type.DESCRIPTOR.name[:-8], request)
+        except CoordinatorError as exc:  # too much in one request: refused before converting
+            return convert.with_error(row.response_type, exc.code, exc.message)
+        try:
             req = row.decode(request, caller)
         except CoordinatorError as exc:
             if row.undecodable is not None:
@@ -123,7 +132,33 @@ class GrpcServicer:
         except ShuttingDown as exc:
             await context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
             raise  # abort raises; never reached
-        return row.encode(answer, self.service)
+        out = row.encode(answer, self.service)
+        limit = self.max_response_bytes
+        if limit is not None:
+            size = out.ByteSize()
+            if size > limit:
+                return too_large(row, size, limit)
+        return out
+
+
+TOO_LARGE_HINTS = {
+    "ListGroups": "list with a states or types filter",
+    "OffsetFetch": "fetch fewer groups, or name the topics",
+    "ConsumerGroupDescribe": "describe fewer groups at a time",
+    "DescribeGroups": "describe fewer groups at a time",
+}
+
+
+def too_large(row: Rpc, size: int, limit: int) -> Any:
+    """The in-band answer to a request whose answer would not fit in one gRPC message."""
+    name = row.response_type.DESCRIPTOR.name.removesuffix("Response")
+    hint = TOO_LARGE_HINTS.get(name, "ask for less in one request")
+    text = (
+        f"The answer would be {size} bytes, more than the largest message this server sends "
+        f"({limit} bytes: kip848 serve --max-message-bytes); {hint}."
+    )
+    log.warning("%s: %s", name, text)
+    return convert.with_error(row.response_type, ErrorCode.INVALID_REQUEST, text)
 
 
 def _servicer(name: str, base: type[Any], rows: dict[str, Rpc]) -> type[GrpcServicer]:

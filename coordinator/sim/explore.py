@@ -122,7 +122,8 @@ class Explorer:
         registry = TopicRegistry(ids)
         res = registry.create_topics([NewTopic(name="t0", num_partitions=partitions)])
         registry.release(registry.mark())
-        self.topic_id = res.response[0].topic_id  # type: ignore[index]
+        assert res.response is not None  # create_topics answers every topic
+        self.topic_id = res.response[0].topic_id
         self.labels = {self.topic_id: "t0"}
         self.image = registry.image()
         self.static_members = static_members
@@ -280,11 +281,11 @@ class Explorer:
             key = (kind, GROUP, member_id)
             timers.pop(key, None)
             try:
-                res = shard.on_timer(DueTimer(key, 0, payload), 0)
+                fired = shard.on_timer(DueTimer(key, 0, payload), 0)
             except IllegalStateError as exc:
                 raise _Violation(inv.CORE_ILLEGAL_STATE, str(exc)) from None
-            commit(res)
-            label = f"fire {kind} timer of {member_id} ({len(res.records)} records)"
+            commit(fired)
+            label = f"fire {kind} timer of {member_id} ({len(fired.records)} records)"
         else:
             i = int(args[0])
             c = copy.copy(clients[i])
@@ -296,8 +297,8 @@ class Explorer:
                 requests[i] = requests[i] + ((corr, req),)
                 label = f"send {i}: {c.member_id} {_req(req, self.labels)}"
             elif verb == "deliver":
-                (rc, req), rest = requests[i][0], requests[i][1:]
-                requests[i] = rest
+                (rc, req), later_requests = requests[i][0], requests[i][1:]
+                requests[i] = later_requests
                 try:
                     res = shard.consumer_group_heartbeat(req, 0)
                 except CoordinatorError as exc:
@@ -308,6 +309,7 @@ class Explorer:
                 else:
                     commit(res)
                     resp = res.response
+                    assert resp is not None  # a heartbeat always answers
                     outcome = ("ok", resp)
                     a = resp.assignment
                     label = f"deliver {i}: corr {rc} -> epoch {resp.member_epoch}" + (
@@ -317,8 +319,8 @@ class Explorer:
             elif verb == "lose-req":
                 requests[i] = requests[i][1:]
             elif verb == "respond":
-                (rc, outcome), rest = responses[i][0], responses[i][1:]
-                responses[i] = rest
+                (rc, outcome), later_responses = responses[i][0], responses[i][1:]
+                responses[i] = later_responses
                 if c.inflight == rc:
                     if outcome[0] == "ok":
                         c.on_response(outcome[1])

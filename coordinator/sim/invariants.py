@@ -29,12 +29,15 @@ are ignored for classic clients (the classic protocol names topics, not ids).
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 from coordinator.core.group import ConsumerGroup
 from legacy_bridge.protocol import ProtocolError, decode_assignment, decode_subscription
 
 from .client import DOWN, SimClient
+
+if TYPE_CHECKING:
+    from .classic_client import ClassicClient
 
 NO_DOUBLE_OWNERSHIP = "I1-no-partition-owned-twice"
 OWNED_KNOWN_TO_COORDINATOR = "I1b-owned-is-attributed-by-coordinator"
@@ -55,8 +58,8 @@ SAFETY = (
 )
 
 
-def is_classic(c: Any) -> bool:
-    return getattr(c, "classic", False)
+def is_classic(c: Any) -> TypeGuard[ClassicClient]:
+    return bool(getattr(c, "classic", False))
 
 
 def _wire_ids(tps: Any, topic_ids: dict[str, str]) -> set[tuple[str, int]]:

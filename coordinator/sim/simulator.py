@@ -528,7 +528,9 @@ class Simulation:
             return
         self._commit(res)
         self.summary.events["commit"] += 1
-        for topic in res.response.topics:
+        response = res.response
+        assert response is not None  # a commit always answers
+        for topic in response.topics:
             for part in topic.partitions:
                 if part.error_code:
                     continue

@@ -1,22 +1,35 @@
-"""Regenerates tests/golden/logs/v1_*.jsonl and its expected state (run by hand only when a new
-golden log is wanted; existing logs must never change — they pin the stored format).
+"""Writes a golden record log (tests/golden/logs/NAME.jsonl) and its expected state (run by hand
+only when a new golden log is wanted; existing logs must never change — they pin the stored
+format).
 
-    .venv/bin/python tests/golden/make_record_log.py NAME
+    .venv/bin/python tests/golden/make_record_log.py v1_consumer_groups
+    .venv/bin/python tests/golden/make_record_log.py v2_classic_topics_configs
+
+A log holds the records in the order a store does: the shard's and (from v2) the topic
+registry's, interleaved.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from coordinator.core import codec
+from coordinator.core import records as r
+from coordinator.core.config import GroupCoordinatorConfig
+from coordinator.core.topics import TopicRegistry
+from coordinator.factory import Shard
 from coordinator.harness import Harness
+from legacy_bridge import messages as m
 
 HERE = Path(__file__).resolve().parent / "logs"
 
 
-def scenario() -> Harness:
+def scenario_v1() -> Harness:
     h = Harness()
     foo = h.create_topic("foo", 4)
     h.create_topic("bar.events", 2)
@@ -38,9 +51,79 @@ def scenario() -> Harness:
     return h
 
 
-def summary(shard) -> dict:
-    """A JSON view of what replay determines."""
-    out: dict = {"groups": {}, "offsets": {}, "configs": {}}
+def scenario_v2() -> Harness:
+    """Classic groups (a generation, a static member replaced, an empty generation), an upgrade
+    and a downgrade, topics created, grown and deleted, group configs set and deleted with their
+    group, offsets; with the topic records."""
+    h = Harness(config=GroupCoordinatorConfig(classic_initial_rebalance_delay_ms=0))
+    h.create_topic("foo", 4)
+    h.create_topic("gone", 1)
+    # A classic group: two dynamic members, then a static one who restarts.
+    a = h.join_group(group_id="classic", session_timeout_ms=30_000)
+    b = h.join_group(group_id="classic", session_timeout_ms=30_000)
+    joins = [h.join_group(x.member_id, group_id="classic") for x in (a, b)]
+    h.sleep(0)
+    first, second = (h.resolve(j) for j in joins)
+    gen = first.generation_id
+    leader = first.leader
+    h.sync_group(
+        leader,
+        gen,
+        {first.member_id: _assignment((0, 1)), second.member_id: _assignment((2, 3))},
+        group_id="classic",
+    )
+    h.sync_group(
+        second.member_id if leader == first.member_id else first.member_id, gen, group_id="classic"
+    )
+    h.join_group(group_id="static", instance_id="s1")
+    h.sleep(0)
+    static_id = h.shard.classic_groups["static"].static_members["s1"]
+    h.sync_group(static_id, 1, {static_id: _assignment((0, 1, 2, 3))}, group_id="static")
+    h.join_group(group_id="static", instance_id="s1")  # restarted: same generation, new id
+    # A classic group upgraded by a consumer member, and back.
+    h.join("K", ["foo"], group_id="static")
+    k = h.shard.groups["static"].members["K"]
+    h.heartbeat(group_id="static", member_id="K", member_epoch=k.member_epoch)
+    h.heartbeat(group_id="static", member_id="K", member_epoch=-1)
+    # A consumer group with configs, offsets and a regex.
+    h.join("A", ["foo"], group_id="cg")
+    h.join("R", regex="f.*", group_id="cg")
+    h.alter_configs("cg", {"consumer.session.timeout.ms": "50000"})
+    h.commit("cg", "A", h.shard.groups["cg"].members["A"].member_epoch, {("foo", 1): 11})
+    h.add_partitions("foo", 6)
+    h.heartbeat(
+        group_id="cg", member_id="A", member_epoch=h.shard.groups["cg"].members["A"].member_epoch
+    )
+    # A group deleted with its configs and offsets.
+    h.join("D", ["foo"], group_id="doomed")
+    h.alter_configs("doomed", {"consumer.heartbeat.interval.ms": "7000"})
+    h.commit("doomed", "D", 1, {("foo", 2): 5})
+    h.heartbeat(group_id="doomed", member_id="D", member_epoch=-1)
+    h._commit(h.shard.delete_groups(["doomed"]))
+    # Configs of a group that does not exist yet; a deleted topic and its offsets.
+    h.alter_configs("future", {"consumer.heartbeat.interval.ms": "8000"})
+    h.commit("simple", "", -1, {("gone", 0): 3, ("foo", 0): 4})
+    h.delete_topic("gone")
+    h.leave_group(m.LeaveMember(member_id=first.member_id), group_id="classic")
+    return h
+
+
+def _assignment(ps: tuple[int, ...]) -> bytes:
+    from legacy_bridge.protocol import AssignmentMessage, encode_assignment
+
+    return encode_assignment(AssignmentMessage(assigned_partitions=(("foo", ps),)))
+
+
+SCENARIOS: dict[str, Callable[[], Harness]] = {
+    "v1_consumer_groups": scenario_v1,
+    "v2_classic_topics_configs": scenario_v2,
+}
+
+
+def summary(shard: Shard, registry: TopicRegistry | None = None) -> dict[str, Any]:
+    """A JSON view of what replay determines (topics and classic groups only when there are
+    any, so the first log's expected state stays as it was written)."""
+    out: dict[str, Any] = {"groups": {}, "offsets": {}, "configs": {}}
     for gid, g in sorted(shard.groups.items()):
         out["groups"][gid] = {
             "uid": g.group_uid,
@@ -69,14 +152,40 @@ def summary(shard) -> dict:
     out["configs"] = {
         gid: dict(sorted(c.items())) for gid, c in sorted(shard.group_configs.items())
     }
+    classic = {gid: _classic(g.durable) for gid, g in sorted(shard.classic_groups.items())}
+    if classic:
+        out["classic_groups"] = classic
+    if registry is not None and registry.topics:
+        out["topics"] = {t.name: [t.topic_id, t.num_partitions] for t in registry.list_topics()}
     return out
 
 
+def _classic(value: r.GroupMetadataValue | None) -> Any:
+    if value is None:
+        return None
+    return {
+        "generation": value.generation,
+        "protocol": value.protocol,
+        "leader": value.leader,
+        "members": {
+            x.member_id: [
+                x.group_instance_id,
+                x.session_timeout_ms,
+                x.rebalance_timeout_ms,
+                base64.b64encode(x.assignment).decode(),
+            ]
+            for x in value.members
+        },
+    }
+
+
 def main(name: str) -> None:
-    h = scenario()
+    h = SCENARIOS[name]()
+    registry = h.registry if name != "v1_consumer_groups" else None
+    records = h.store_log if registry is not None else h.log
     HERE.mkdir(exist_ok=True)
     with open(HERE / f"{name}.jsonl", "w") as f:
-        for record in h.log:
+        for record in records:
             key, value = codec.encode(record)
             f.write(
                 json.dumps(
@@ -85,7 +194,7 @@ def main(name: str) -> None:
                 + "\n"
             )
     (HERE / f"{name}.expected.json").write_text(
-        json.dumps(summary(h.shard), indent=1, sort_keys=True) + "\n"
+        json.dumps(summary(h.shard, registry), indent=1, sort_keys=True) + "\n"
     )
 
 

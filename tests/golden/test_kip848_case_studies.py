@@ -10,11 +10,17 @@ the heartbeat that changes the group, as Kafka did before 4.3. What batching cha
 
 from __future__ import annotations
 
+from builders import ca, mm, p
+
 from coordinator.core import records as r
 from coordinator.core.commands import ConsumerGroupHeartbeatResponse as Resp
 from coordinator.core.commands import HeartbeatAssignment as HA
+<<<<<<< HEAD
 from coordinator.core.config import GroupCoordinatorConfig
 from coordinator.core.model import ConsumerGroupMember, MemberState, TopicMetadata
+=======
+from coordinator.core.model import MemberState, TopicMetadata
+>>>>>>> main
 from coordinator.core.timers import REBALANCE, SESSION, ArmTimer, CancelTimer
 from coordinator.harness import Harness
 
@@ -22,44 +28,6 @@ G = "grp"
 KIP = GroupCoordinatorConfig(consumer_assignment_interval_ms=0)
 HB_MS = 5000
 SESSION_MS = 45_000
-
-
-def mm(
-    member_id: str, topics: tuple[str, ...] = ("foo",), rebalance_timeout_ms: int = 60_000
-) -> r.Record:
-    return r.member_metadata_record(
-        G,
-        ConsumerGroupMember(
-            member_id=member_id,
-            subscribed_topic_names=topics,
-            rebalance_timeout_ms=rebalance_timeout_ms,
-        ),
-    )
-
-
-def ca(
-    member_id: str,
-    epoch: int,
-    prev: int,
-    state: MemberState,
-    assigned: dict,
-    pending: dict | None = None,
-) -> r.Record:
-    return r.current_assignment_record(
-        G,
-        ConsumerGroupMember(
-            member_id=member_id,
-            member_epoch=epoch,
-            previous_member_epoch=prev,
-            state=state,
-            assigned_partitions=assigned,
-            partitions_pending_revocation=pending or {},
-        ),
-    )
-
-
-def p(topic_id: str, *parts: int) -> dict:
-    return {topic_id: frozenset(parts)} if parts else {}
 
 
 STABLE = MemberState.STABLE

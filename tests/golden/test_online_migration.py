@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from coordinator.core import records as r
+from builders import classic_assignment as asg
+from builders import classic_record
+
 from coordinator.core.commands import Pending
 from coordinator.core.errors import CoordinatorError
 from coordinator.harness import Harness, subscription
@@ -15,10 +17,6 @@ from legacy_bridge import messages as m
 from legacy_bridge.protocol import AssignmentMessage, encode_assignment
 
 META = subscription(["foo"])
-
-
-def asg(*ps: int) -> bytes:
-    return encode_assignment(AssignmentMessage(assigned_partitions=(("foo", ps),)))
 
 
 def state(h: Harness, foo: str) -> dict[str, Any]:
@@ -48,27 +46,7 @@ def test_online_migration_case_study() -> None:
     h = Harness()
     foo = h.create_topic("foo", 6)
     # A classic group at generation 22 (as loaded from its GroupMetadata record).
-    value = r.GroupMetadataValue(
-        protocol_type="consumer",
-        generation=22,
-        protocol="range",
-        leader="A",
-        current_state_timestamp_ms=0,
-        members=tuple(
-            r.GroupMetadataMemberValue(
-                member_id=x,
-                group_instance_id=None,
-                client_id="",
-                client_host="",
-                rebalance_timeout_ms=60_000,
-                session_timeout_ms=45_000,
-                subscription=META,
-                assignment=asg(*ps),
-            )
-            for x, ps in (("A", (0, 1)), ("B", (3, 4)), ("C", (2, 5)))
-        ),
-    )
-    rec = r.classic_group_record("grp", value)
+    rec = classic_record((("A", (0, 1)), ("B", (3, 4)), ("C", (2, 5))), generation=22)
     h.shard.replay(rec)
     h.log.append(rec)
     h.shard.release(h.shard.mark())

@@ -8,12 +8,12 @@ assignor. Each step asserts the whole response and the whole ordered record list
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import pytest
+from builders import RoundRobinAssignor, ca, mm, p, pp
 
-from assignors.api import GroupAssignment, GroupSpec, TopicMetadata
+from assignors.api import TopicMetadata
 from coordinator.core import records as r
 from coordinator.core.commands import ConsumerGroupHeartbeat, SequentialIds
 from coordinator.core.commands import ConsumerGroupHeartbeatResponse as Resp
@@ -25,7 +25,7 @@ from coordinator.core.errors import (
     InvalidConfigError,
     InvalidRequestError,
 )
-from coordinator.core.model import ConsumerGroupMember, MemberState
+from coordinator.core.model import MemberState
 from coordinator.core.timers import REBALANCE, SESSION, ArmTimer, CancelTimer, DueTimer
 from coordinator.harness import Harness
 
@@ -42,28 +42,6 @@ AI_CFG = "consumer.assignment.interval.ms"
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-class RoundRobinAssignor:
-    """For each topic, partition p goes to the (p mod n)-th of its n subscribers in member-id
-    order. Counts its calls."""
-
-    def __init__(self, name: str = "rr") -> None:
-        self.name = name
-        self.calls = 0
-
-    def assign(self, spec: GroupSpec, topics: Mapping[str, TopicMetadata]) -> GroupAssignment:
-        self.calls += 1
-        out: dict[str, dict[str, frozenset[int]]] = {m: {} for m in spec.members}
-        for topic_id in sorted(topics):
-            subs = sorted(m for m, s in spec.members.items() if topic_id in s.subscribed_topic_ids)
-            for i, member_id in enumerate(subs):
-                ps = frozenset(
-                    p for p in range(topics[topic_id].num_partitions) if p % len(subs) == i
-                )
-                if ps:
-                    out[member_id][topic_id] = ps
-        return GroupAssignment(members=out)
 
 
 class Ids(SequentialIds):
@@ -86,45 +64,6 @@ class Ids(SequentialIds):
 def harness(*assignors: Any, **kw: Any) -> Harness:
     return Harness(
         assignors=list(assignors) or [RoundRobinAssignor()], ids=kw.pop("ids", Ids()), **kw
-    )
-
-
-def p(topic_id: str, *parts: int) -> dict[str, frozenset[int]]:
-    return {topic_id: frozenset(parts)} if parts else {}
-
-
-def pp(*assignments: dict[str, frozenset[int]]) -> dict[str, frozenset[int]]:
-    out: dict[str, frozenset[int]] = {}
-    for a in assignments:
-        out.update(a)
-    return out
-
-
-def mm(member_id: str, topics: tuple[str, ...] = ("foo",), **fields: Any) -> r.Record:
-    fields.setdefault("rebalance_timeout_ms", RT)
-    return r.member_metadata_record(
-        G, ConsumerGroupMember(member_id=member_id, subscribed_topic_names=topics, **fields)
-    )
-
-
-def ca(
-    member_id: str,
-    epoch: int,
-    prev: int,
-    state: MemberState,
-    assigned: dict,
-    pending: dict | None = None,
-) -> r.Record:
-    return r.current_assignment_record(
-        G,
-        ConsumerGroupMember(
-            member_id=member_id,
-            member_epoch=epoch,
-            previous_member_epoch=prev,
-            state=state,
-            assigned_partitions=assigned,
-            partitions_pending_revocation=pending or {},
-        ),
     )
 
 

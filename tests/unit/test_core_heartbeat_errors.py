@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import pytest
+from builders import RoundRobinAssignor, p
 
 from assignors.api import GroupAssignment, GroupSpec, PartitionAssignorError, TopicMetadata
 from coordinator.core.config import GroupCoordinatorConfig
@@ -36,26 +37,6 @@ G = "grp"
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-class RoundRobinAssignor:
-    """Deterministic test assignor: for each topic, partition p goes to the (p mod n)-th of its
-    n subscribers in member-id order."""
-
-    def __init__(self, name: str = "rr") -> None:
-        self.name = name
-
-    def assign(self, spec: GroupSpec, topics: Mapping[str, TopicMetadata]) -> GroupAssignment:
-        out: dict[str, dict[str, frozenset[int]]] = {m: {} for m in spec.members}
-        for topic_id in sorted(topics):
-            subs = sorted(m for m, s in spec.members.items() if topic_id in s.subscribed_topic_ids)
-            for i, member_id in enumerate(subs):
-                ps = frozenset(
-                    p for p in range(topics[topic_id].num_partitions) if p % len(subs) == i
-                )
-                if ps:
-                    out[member_id][topic_id] = ps
-        return GroupAssignment(members=out)
 
 
 class FailingAssignor:
@@ -90,10 +71,6 @@ class DoubleBookingAssignor:
                 for m in spec.members
             }
         )
-
-
-def p(topic_id: str, *parts: int) -> dict[str, frozenset[int]]:
-    return {topic_id: frozenset(parts)} if parts else {}
 
 
 def harness(**kw: Any) -> Harness:

@@ -3,12 +3,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import pytest
+from builders import RoundRobinAssignor
 
-from assignors.api import GroupAssignment, GroupSpec, TopicMetadata
+from assignors.api import TopicMetadata
 from coordinator.core import codec
 from coordinator.core import records as r
 from coordinator.core.commands import SequentialIds
@@ -21,23 +21,6 @@ from coordinator.harness import Harness
 G = "grp"
 T1 = "AAAAAAAAAAAAAAAAAAAAAQ"
 T2 = "AAAAAAAAAAAAAAAAAAAAAg"
-
-
-class RoundRobinAssignor:
-    def __init__(self, name: str = "rr") -> None:
-        self.name = name
-
-    def assign(self, spec: GroupSpec, topics: Mapping[str, TopicMetadata]) -> GroupAssignment:
-        out: dict[str, dict[str, frozenset[int]]] = {m: {} for m in spec.members}
-        for topic_id in sorted(topics):
-            subs = sorted(m for m, s in spec.members.items() if topic_id in s.subscribed_topic_ids)
-            for i, member_id in enumerate(subs):
-                ps = frozenset(
-                    p for p in range(topics[topic_id].num_partitions) if p % len(subs) == i
-                )
-                if ps:
-                    out[member_id][topic_id] = ps
-        return GroupAssignment(members=out)
 
 
 def fresh_shard() -> Shard:

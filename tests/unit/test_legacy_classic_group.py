@@ -4,6 +4,7 @@ members, protocol vote, timeouts, durability (records replay into the same durab
 from __future__ import annotations
 
 import pytest
+from builders import classic_assignment as asg
 
 from coordinator.core import records as r
 from coordinator.core.commands import Pending
@@ -12,19 +13,17 @@ from coordinator.core.errors import (
     FencedInstanceIdError,
     GroupMaxSizeReachedError,
     IllegalGenerationError,
+    IllegalStateError,
     InconsistentGroupProtocolError,
     InvalidSessionTimeoutError,
     UnknownMemberIdError,
 )
+from coordinator.core.timeline import UndoLog
 from coordinator.harness import Harness, subscription
 from legacy_bridge import messages as m
-from legacy_bridge.protocol import AssignmentMessage, encode_assignment
+from legacy_bridge.classic_group import VALID_PREVIOUS_STATES, ClassicGroup, ClassicGroupState
 
 META = subscription(["foo"])
-
-
-def asg(*ps: int) -> bytes:
-    return encode_assignment(AssignmentMessage(assigned_partitions=(("foo", ps),)))
 
 
 def stable_group(h: Harness) -> tuple[str, str]:
@@ -318,3 +317,41 @@ def test_loading_two_generations_rebuilds_the_group_from_the_last_record() -> No
     assert group.to_record_value() == group.durable == h.shard.classic_groups["grp"].durable
     live = h.shard.classic_groups["grp"]
     assert list(live.members) == [again.member_id]
+
+
+# ---------------------------------------------------------------------- state transitions
+
+S = ClassicGroupState
+LEGAL = {
+    (S.EMPTY, S.PREPARING_REBALANCE),
+    (S.STABLE, S.PREPARING_REBALANCE),
+    (S.COMPLETING_REBALANCE, S.PREPARING_REBALANCE),
+    (S.PREPARING_REBALANCE, S.COMPLETING_REBALANCE),
+    (S.PREPARING_REBALANCE, S.EMPTY),
+    (S.COMPLETING_REBALANCE, S.STABLE),
+    *((s, S.DEAD) for s in S),
+}
+
+
+def test_the_transition_table_is_kafkas() -> None:
+    """Kafka's ClassicGroupState.validPreviousStates, as (from, to) pairs."""
+    assert {(p, s) for s, prev in VALID_PREVIOUS_STATES.items() for p in prev} == LEGAL
+    assert set(VALID_PREVIOUS_STATES) == set(S)
+
+
+@pytest.mark.parametrize("source", list(S), ids=lambda s: s.value)
+@pytest.mark.parametrize("target", list(S), ids=lambda s: s.value)
+def test_a_transition_is_checked_against_the_table(source: S, target: S) -> None:
+    """A legal move changes the state; an illegal one raises and changes nothing (not even
+    through the undo log)."""
+    log = UndoLog()
+    group = ClassicGroup(log, "grp")
+    object.__setattr__(group, "state", source)
+    before = (group.state, group.previous_state, group.state_timestamp_ms, len(log))
+    if (source, target) in LEGAL:
+        group.transition(target, 5)
+        assert (group.state, group.previous_state, group.state_timestamp_ms) == (target, source, 5)
+    else:
+        with pytest.raises(IllegalStateError, match=f"from {source.value} to {target.value}"):
+            group.transition(target, 5)
+        assert (group.state, group.previous_state, group.state_timestamp_ms, len(log)) == before

@@ -8,55 +8,22 @@ import asyncio
 from typing import Any
 
 import pytest
+from builders import classic_assignment as asg
+from builders import classic_record, join, make_runtime
 
-from assignors.uniform import UniformAssignor
 from coordinator.core import codec
 from coordinator.core import records as r
-from coordinator.core.commands import ConsumerGroupHeartbeat, Pending, SequentialIds
-from coordinator.core.config import GroupCoordinatorConfig, parse_config
+from coordinator.core.commands import ConsumerGroupHeartbeat, Pending
+from coordinator.core.config import GroupCoordinatorConfig
 from coordinator.core.errors import CoordinatorNotAvailableError, GroupIdNotFoundError
 from coordinator.core.topics import NewTopic
 from coordinator.harness import Harness, subscription
-from coordinator.runtime import CoordinatorRuntime, ManualClock, RuntimeState
+from coordinator.runtime import CoordinatorRuntime, RuntimeState
 from coordinator.runtime.store import MemoryRecordStore, StoredRecord
 from legacy_bridge import messages as m
-from legacy_bridge.protocol import AssignmentMessage, encode_assignment
 
 META = subscription(["foo"])
 POLICIES = ("bidirectional", "upgrade", "downgrade", "disabled")
-
-
-def asg(*ps: int) -> bytes:
-    return encode_assignment(AssignmentMessage(assigned_partitions=(("foo", ps),)))
-
-
-def classic_record(
-    members: tuple[tuple[str, tuple[int, ...]], ...] = (("A", (0, 1)), ("B", (2, 3))),
-    generation: int = 5,
-) -> r.Record:
-    return r.classic_group_record(
-        "grp",
-        r.GroupMetadataValue(
-            protocol_type="consumer",
-            generation=generation,
-            protocol="range" if members else None,
-            leader=members[0][0] if members else None,
-            current_state_timestamp_ms=0,
-            members=tuple(
-                r.GroupMetadataMemberValue(
-                    member_id=x,
-                    group_instance_id=None,
-                    client_id="",
-                    client_host="",
-                    rebalance_timeout_ms=60_000,
-                    session_timeout_ms=45_000,
-                    subscription=META,
-                    assignment=asg(*ps),
-                )
-                for x, ps in members
-            ),
-        ),
-    )
 
 
 def harness(policy: str, record: r.Record | None = None) -> tuple[Harness, str]:
@@ -151,20 +118,8 @@ def test_downgrade_when_the_last_consumer_member_leaves_follows_the_policy(polic
 # ------------------------------------------------------------------ through the runtime
 
 
-def make_runtime(store: MemoryRecordStore) -> CoordinatorRuntime:
-    return CoordinatorRuntime(
-        config=parse_config(
-            {"group.coordinator.shards": "2", "group.initial.rebalance.delay.ms": "0"}
-        ),
-        store=store,
-        clock=ManualClock(1_000_000),
-        ids=SequentialIds(),
-        assignors=[UniformAssignor()],
-    )
-
-
 async def started(store: MemoryRecordStore) -> CoordinatorRuntime:
-    rt = make_runtime(store)
+    rt = make_runtime(store, 2, **{"group.initial.rebalance.delay.ms": "0"})
     await rt.start()
     return rt
 
@@ -175,14 +130,7 @@ def seed(store: MemoryRecordStore) -> None:
 
 
 def k_join() -> ConsumerGroupHeartbeat:
-    return ConsumerGroupHeartbeat(
-        group_id="grp",
-        member_id="K",
-        member_epoch=0,
-        rebalance_timeout_ms=30_000,
-        subscribed_topic_names=("foo",),
-        topic_partitions={},
-    )
+    return join("grp", ("foo",), "K")
 
 
 def kind(rt: CoordinatorRuntime) -> str:

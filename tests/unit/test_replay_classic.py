@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from test_legacy_migration import classic_record
+from builders import classic_record
 
 from coordinator.cli import main
 from coordinator.core import codec
@@ -24,6 +24,8 @@ def test_replay_and_dump_accept_classic_groups(
     assert main(["replay", "--data-dir", str(data), "--output", "json"]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert (summary["ok"], summary["problems"], summary["records"]) == (True, [], 1)
+    # The classic group and its two members are counted (they are groups and members too).
+    assert (summary["groups"], summary["members"]) == (1, 2)
     assert main(["dump", "--data-dir", str(data), "--output", "json"]) == 0
     [line] = capsys.readouterr().out.splitlines()
     assert json.loads(line)["type"] == "GroupMetadata"

@@ -5,10 +5,11 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from builders import START_MS, beat, join, make_runtime
 
 from assignors.uniform import UniformAssignor
 from coordinator.core import codec
-from coordinator.core.commands import ConsumerGroupHeartbeat, SequentialIds
+from coordinator.core.commands import SequentialIds
 from coordinator.core.config import parse_config
 from coordinator.core.errors import (
     CoordinatorLoadInProgressError,
@@ -16,53 +17,8 @@ from coordinator.core.errors import (
     GroupIdNotFoundError,
 )
 from coordinator.core.topics import NewTopic
-from coordinator.runtime import CoordinatorRuntime, ManualClock, RuntimeState, shard_of
+from coordinator.runtime import CoordinatorRuntime, RuntimeState, shard_of
 from coordinator.runtime.store import MemoryRecordStore
-
-START_MS = 1_000_000
-
-
-def make_runtime(
-    store: MemoryRecordStore | None = None, shards: int = 2, **settings: str
-) -> CoordinatorRuntime:
-    """A runtime on a manual clock. Targets are computed in the heartbeat that changes a group
-    (``group.consumer.assignment.interval.ms=0``: these stories do not move the clock between
-    joins) unless ``settings`` say otherwise."""
-    config = parse_config(
-        {
-            "group.coordinator.shards": str(shards),
-            "group.consumer.assignment.interval.ms": "0",
-            **settings,
-        }
-    )
-    return CoordinatorRuntime(
-        config=config,
-        store=store if store is not None else MemoryRecordStore(),
-        clock=ManualClock(START_MS),
-        ids=SequentialIds(),
-        assignors=[UniformAssignor()],
-    )
-
-
-def join(
-    group: str, topics: tuple[str, ...] = ("t",), member_id: str = ""
-) -> ConsumerGroupHeartbeat:
-    return ConsumerGroupHeartbeat(
-        group_id=group,
-        member_id=member_id,
-        member_epoch=0,
-        rebalance_timeout_ms=30_000,
-        subscribed_topic_names=topics,
-        topic_partitions={},
-    )
-
-
-def beat(
-    group: str, member_id: str, epoch: int, owned: dict | None = None
-) -> ConsumerGroupHeartbeat:
-    return ConsumerGroupHeartbeat(
-        group_id=group, member_id=member_id, member_epoch=epoch, topic_partitions=owned
-    )
 
 
 async def started(rt: CoordinatorRuntime) -> CoordinatorRuntime:
@@ -140,6 +96,48 @@ async def test_write_failure_rolls_back_and_answers_in_band() -> None:
     # The coordinator keeps serving and the state moves on from the durable point.
     again = await rt.heartbeat(join("g", member_id="b"))
     assert again.member_epoch == ok.member_epoch + 1
+    await rt.close()
+
+
+def event_lines(caplog: pytest.LogCaptureFixture) -> list[tuple[str, str, dict[str, object]]]:
+    return [
+        (rec.event, rec.getMessage(), rec.event_fields)  # type: ignore[attr-defined]
+        for rec in caplog.records
+        if hasattr(rec, "event")
+    ]
+
+
+async def test_log_lines_are_written_only_once_durable(caplog: pytest.LogCaptureFixture) -> None:
+    """The core's events are logged after their batch is durable: a held write logs nothing
+    yet, a failed write (rolled back) never logs, and a successful one logs with its fields."""
+    store = MemoryRecordStore()
+    rt = await started(make_runtime(store, shards=1))
+    await rt.create_topics([NewTopic(name="t", num_partitions=2)])
+    await rt.heartbeat(join("g", member_id="a"))
+    caplog.set_level("INFO", logger="kip848.runtime")
+    caplog.clear()
+    store.hold_appends()
+    store.fail_next_appends(1)
+    failed = asyncio.ensure_future(rt.heartbeat(join("g", member_id="b")))
+    await asyncio.sleep(0.01)
+    assert event_lines(caplog) == []  # not durable yet: nothing said
+    store.release_appends()
+    with pytest.raises(CoordinatorNotAvailableError):
+        await failed
+    assert event_lines(caplog) == []  # rolled back: it never happened
+    store.hold_appends()
+    joined = asyncio.ensure_future(rt.heartbeat(join("g", member_id="c")))
+    await asyncio.sleep(0.01)
+    assert event_lines(caplog) == []
+    store.release_appends()
+    assert (await joined).member_epoch == 2
+    assert event_lines(caplog) == [
+        (
+            "group_epoch_bumped",
+            "[GroupId g] Bumped group epoch to 2: member_joined (members c).",
+            {"group_epoch": 2, "causes": ("member_joined",), "member_ids": ("c",)},
+        )
+    ]
     await rt.close()
 
 

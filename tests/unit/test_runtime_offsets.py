@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from test_runtime_core import START_MS, make_runtime
+from builders import START_MS, commit, join, make_runtime
 
 from coordinator.core import codec
 from coordinator.core import records as r
@@ -22,10 +22,7 @@ from coordinator.core.offsets import (
     FetchedPartition,
     FetchedTopic,
     ListedGroup,
-    OffsetCommit,
-    OffsetCommitPartition,
     OffsetCommitResponse,
-    OffsetCommitTopic,
     OffsetFetchGroup,
     OffsetFetchGroupResponse,
     OffsetFetchTopic,
@@ -45,33 +42,6 @@ async def started(rt: CoordinatorRuntime, *topics: tuple[str, int]) -> Coordinat
     if topics:
         await rt.create_topics([NewTopic(name=n, num_partitions=p) for n, p in topics])
     return rt
-
-
-def join(group: str, topics: tuple[str, ...], member_id: str) -> ConsumerGroupHeartbeat:
-    return ConsumerGroupHeartbeat(
-        group_id=group,
-        member_id=member_id,
-        member_epoch=0,
-        rebalance_timeout_ms=30_000,
-        subscribed_topic_names=topics,
-        topic_partitions={},
-    )
-
-
-def commit(
-    group: str, offsets: dict[tuple[str, int], int], epoch: int = -1, member_id: str = ""
-) -> OffsetCommit:
-    by_topic: dict[str, list[OffsetCommitPartition]] = {}
-    for (topic, p), o in sorted(offsets.items()):
-        by_topic.setdefault(topic, []).append(
-            OffsetCommitPartition(partition_index=p, committed_offset=o)
-        )
-    return OffsetCommit(
-        group_id=group,
-        generation_id_or_member_epoch=epoch,
-        member_id=member_id,
-        topics=tuple(OffsetCommitTopic(name=t, partitions=tuple(ps)) for t, ps in by_topic.items()),
-    )
 
 
 def ok(topic: str, topic_id: str, *partitions: int) -> TopicResult:

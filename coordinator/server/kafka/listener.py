@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextvars
 import logging
 import re
 import socket
@@ -477,11 +478,14 @@ class KafkaConnection(asyncio.Protocol):
         here, with no task. One that must wait (for a durable write, a join barrier) is
         handed to a task that finishes it, and later requests queue behind it."""
         coro = self._serve_one(item)
+        context = contextvars.copy_context()  # the request's own, as a task would have
         try:
-            waiting = coro.send(None)
+            waiting = context.run(coro.send, None)
         except StopIteration:
             return
-        self.worker = asyncio.get_running_loop().create_task(self._finish(coro, waiting))
+        self.worker = asyncio.get_running_loop().create_task(
+            self._finish(coro, waiting), context=context
+        )
 
     async def _finish(self, coro: Any, waiting: Any) -> None:
         try:

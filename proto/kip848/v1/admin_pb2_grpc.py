@@ -91,6 +91,8 @@ class AdminServiceServicer:
         -1 UNKNOWN_SERVER_ERROR
         14 COORDINATOR_LOAD_IN_PROGRESS
         15 COORDINATOR_NOT_AVAILABLE
+        42 INVALID_REQUEST               more than 64 filters, or the answer would exceed the
+        server's --max-message-bytes (list with a filter)
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -105,7 +107,10 @@ class AdminServiceServicer:
         15 COORDINATOR_NOT_AVAILABLE
         16 NOT_COORDINATOR
         30 GROUP_AUTHORIZATION_FAILED
-        24 INVALID_GROUP_ID              empty group id
+        24 INVALID_GROUP_ID              empty group id, or longer than
+        group.coordinator.identifier.max.bytes
+        42 INVALID_REQUEST               more groups than group.coordinator.request.max.groups
+        (request-level)
         69 GROUP_ID_NOT_FOUND            unknown group
         68 NON_EMPTY_GROUP               the group still has members
         """
@@ -196,6 +201,7 @@ class AdminServiceServicer:
         0 NONE
         -1 UNKNOWN_SERVER_ERROR
         15 COORDINATOR_NOT_AVAILABLE
+        42 INVALID_REQUEST               the answer would exceed --max-message-bytes
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

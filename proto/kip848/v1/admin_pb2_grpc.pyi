@@ -66,6 +66,8 @@ class AdminServiceStub:
       -1 UNKNOWN_SERVER_ERROR
       14 COORDINATOR_LOAD_IN_PROGRESS
       15 COORDINATOR_NOT_AVAILABLE
+      42 INVALID_REQUEST               more than 64 filters, or the answer would exceed the
+                                       server's --max-message-bytes (list with a filter)
     """
     DeleteGroups: _grpc.UnaryUnaryMultiCallable[_admin_pb2.DeleteGroupsRequest, _admin_pb2.DeleteGroupsResponse]
     """Deletes empty groups together with their committed offsets.
@@ -76,7 +78,10 @@ class AdminServiceStub:
       15 COORDINATOR_NOT_AVAILABLE
       16 NOT_COORDINATOR
       30 GROUP_AUTHORIZATION_FAILED
-      24 INVALID_GROUP_ID              empty group id
+      24 INVALID_GROUP_ID              empty group id, or longer than
+                                       group.coordinator.identifier.max.bytes
+      42 INVALID_REQUEST               more groups than group.coordinator.request.max.groups
+                                       (request-level)
       69 GROUP_ID_NOT_FOUND            unknown group
       68 NON_EMPTY_GROUP               the group still has members
     """
@@ -143,6 +148,7 @@ class AdminServiceStub:
       0 NONE
       -1 UNKNOWN_SERVER_ERROR
       15 COORDINATOR_NOT_AVAILABLE
+      42 INVALID_REQUEST               the answer would exceed --max-message-bytes
     """
 
 @_typing.type_check_only
@@ -160,6 +166,8 @@ class AdminServiceAsyncStub(AdminServiceStub):
       -1 UNKNOWN_SERVER_ERROR
       14 COORDINATOR_LOAD_IN_PROGRESS
       15 COORDINATOR_NOT_AVAILABLE
+      42 INVALID_REQUEST               more than 64 filters, or the answer would exceed the
+                                       server's --max-message-bytes (list with a filter)
     """
     DeleteGroups: _aio.UnaryUnaryMultiCallable[_admin_pb2.DeleteGroupsRequest, _admin_pb2.DeleteGroupsResponse]  # type: ignore[assignment]
     """Deletes empty groups together with their committed offsets.
@@ -170,7 +178,10 @@ class AdminServiceAsyncStub(AdminServiceStub):
       15 COORDINATOR_NOT_AVAILABLE
       16 NOT_COORDINATOR
       30 GROUP_AUTHORIZATION_FAILED
-      24 INVALID_GROUP_ID              empty group id
+      24 INVALID_GROUP_ID              empty group id, or longer than
+                                       group.coordinator.identifier.max.bytes
+      42 INVALID_REQUEST               more groups than group.coordinator.request.max.groups
+                                       (request-level)
       69 GROUP_ID_NOT_FOUND            unknown group
       68 NON_EMPTY_GROUP               the group still has members
     """
@@ -237,6 +248,7 @@ class AdminServiceAsyncStub(AdminServiceStub):
       0 NONE
       -1 UNKNOWN_SERVER_ERROR
       15 COORDINATOR_NOT_AVAILABLE
+      42 INVALID_REQUEST               the answer would exceed --max-message-bytes
     """
 
 class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -257,6 +269,8 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
           -1 UNKNOWN_SERVER_ERROR
           14 COORDINATOR_LOAD_IN_PROGRESS
           15 COORDINATOR_NOT_AVAILABLE
+          42 INVALID_REQUEST               more than 64 filters, or the answer would exceed the
+                                           server's --max-message-bytes (list with a filter)
         """
 
     @_abc_1.abstractmethod
@@ -273,7 +287,10 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
           15 COORDINATOR_NOT_AVAILABLE
           16 NOT_COORDINATOR
           30 GROUP_AUTHORIZATION_FAILED
-          24 INVALID_GROUP_ID              empty group id
+          24 INVALID_GROUP_ID              empty group id, or longer than
+                                           group.coordinator.identifier.max.bytes
+          42 INVALID_REQUEST               more groups than group.coordinator.request.max.groups
+                                           (request-level)
           69 GROUP_ID_NOT_FOUND            unknown group
           68 NON_EMPTY_GROUP               the group still has members
         """
@@ -376,6 +393,7 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
           0 NONE
           -1 UNKNOWN_SERVER_ERROR
           15 COORDINATOR_NOT_AVAILABLE
+          42 INVALID_REQUEST               the answer would exceed --max-message-bytes
         """
 
 def add_AdminServiceServicer_to_server(servicer: AdminServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

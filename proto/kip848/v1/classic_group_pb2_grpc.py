@@ -97,7 +97,8 @@ class ClassicGroupServiceServicer:
         15 COORDINATOR_NOT_AVAILABLE
         16 NOT_COORDINATOR
         30 GROUP_AUTHORIZATION_FAILED
-        24 INVALID_GROUP_ID              empty group_id
+        24 INVALID_GROUP_ID              empty group_id, or longer than
+        group.coordinator.identifier.max.bytes
         26 INVALID_SESSION_TIMEOUT       session_timeout_ms outside
         [group.min.session.timeout.ms, group.max.session.timeout.ms]
         23 INCONSISTENT_GROUP_PROTOCOL   empty protocol_type or protocols, or no protocol in
@@ -110,7 +111,11 @@ class ClassicGroupServiceServicer:
         82 FENCED_INSTANCE_ID            group_instance_id is bound to another member id
         111 UNRELEASED_INSTANCE_ID       group_instance_id is held by an active consumer member
         42 INVALID_REQUEST               undecodable consumer-protocol metadata (Kafka
-        itself answers -1 UNKNOWN_SERVER_ERROR here)
+        itself answers -1 UNKNOWN_SERVER_ERROR here); a
+        member, instance or client id, protocol type or
+        name longer than
+        group.coordinator.identifier.max.bytes, or more
+        protocols than group.coordinator.request.max.groups
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -185,7 +190,10 @@ class ClassicGroupServiceServicer:
         15 COORDINATOR_NOT_AVAILABLE
         16 NOT_COORDINATOR
         30 GROUP_AUTHORIZATION_FAILED
-        24 INVALID_GROUP_ID              empty group id (per group)
+        24 INVALID_GROUP_ID              empty group id, or longer than
+        group.coordinator.identifier.max.bytes (per group)
+        42 INVALID_REQUEST               more groups than group.coordinator.request.max.groups,
+        or the answer would exceed --max-message-bytes
         69 GROUP_ID_NOT_FOUND            unknown group (per group)
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)

@@ -64,7 +64,8 @@ class ClassicGroupServiceStub:
       15 COORDINATOR_NOT_AVAILABLE
       16 NOT_COORDINATOR
       30 GROUP_AUTHORIZATION_FAILED
-      24 INVALID_GROUP_ID              empty group_id
+      24 INVALID_GROUP_ID              empty group_id, or longer than
+                                       group.coordinator.identifier.max.bytes
       26 INVALID_SESSION_TIMEOUT       session_timeout_ms outside
                                        [group.min.session.timeout.ms, group.max.session.timeout.ms]
       23 INCONSISTENT_GROUP_PROTOCOL   empty protocol_type or protocols, or no protocol in
@@ -77,7 +78,11 @@ class ClassicGroupServiceStub:
       82 FENCED_INSTANCE_ID            group_instance_id is bound to another member id
       111 UNRELEASED_INSTANCE_ID       group_instance_id is held by an active consumer member
       42 INVALID_REQUEST               undecodable consumer-protocol metadata (Kafka
-                                       itself answers -1 UNKNOWN_SERVER_ERROR here)
+                                       itself answers -1 UNKNOWN_SERVER_ERROR here); a
+                                       member, instance or client id, protocol type or
+                                       name longer than
+                                       group.coordinator.identifier.max.bytes, or more
+                                       protocols than group.coordinator.request.max.groups
     """
     SyncGroup: _grpc.UnaryUnaryMultiCallable[_classic_group_pb2.SyncGroupRequest, _classic_group_pb2.SyncGroupResponse]
     """Completes a classic rebalance: the leader sends the assignments, every member gets
@@ -136,7 +141,10 @@ class ClassicGroupServiceStub:
       15 COORDINATOR_NOT_AVAILABLE
       16 NOT_COORDINATOR
       30 GROUP_AUTHORIZATION_FAILED
-      24 INVALID_GROUP_ID              empty group id (per group)
+      24 INVALID_GROUP_ID              empty group id, or longer than
+                                       group.coordinator.identifier.max.bytes (per group)
+      42 INVALID_REQUEST               more groups than group.coordinator.request.max.groups,
+                                       or the answer would exceed --max-message-bytes
       69 GROUP_ID_NOT_FOUND            unknown group (per group)
     """
 
@@ -167,7 +175,8 @@ class ClassicGroupServiceAsyncStub(ClassicGroupServiceStub):
       15 COORDINATOR_NOT_AVAILABLE
       16 NOT_COORDINATOR
       30 GROUP_AUTHORIZATION_FAILED
-      24 INVALID_GROUP_ID              empty group_id
+      24 INVALID_GROUP_ID              empty group_id, or longer than
+                                       group.coordinator.identifier.max.bytes
       26 INVALID_SESSION_TIMEOUT       session_timeout_ms outside
                                        [group.min.session.timeout.ms, group.max.session.timeout.ms]
       23 INCONSISTENT_GROUP_PROTOCOL   empty protocol_type or protocols, or no protocol in
@@ -180,7 +189,11 @@ class ClassicGroupServiceAsyncStub(ClassicGroupServiceStub):
       82 FENCED_INSTANCE_ID            group_instance_id is bound to another member id
       111 UNRELEASED_INSTANCE_ID       group_instance_id is held by an active consumer member
       42 INVALID_REQUEST               undecodable consumer-protocol metadata (Kafka
-                                       itself answers -1 UNKNOWN_SERVER_ERROR here)
+                                       itself answers -1 UNKNOWN_SERVER_ERROR here); a
+                                       member, instance or client id, protocol type or
+                                       name longer than
+                                       group.coordinator.identifier.max.bytes, or more
+                                       protocols than group.coordinator.request.max.groups
     """
     SyncGroup: _aio.UnaryUnaryMultiCallable[_classic_group_pb2.SyncGroupRequest, _classic_group_pb2.SyncGroupResponse]  # type: ignore[assignment]
     """Completes a classic rebalance: the leader sends the assignments, every member gets
@@ -239,7 +252,10 @@ class ClassicGroupServiceAsyncStub(ClassicGroupServiceStub):
       15 COORDINATOR_NOT_AVAILABLE
       16 NOT_COORDINATOR
       30 GROUP_AUTHORIZATION_FAILED
-      24 INVALID_GROUP_ID              empty group id (per group)
+      24 INVALID_GROUP_ID              empty group id, or longer than
+                                       group.coordinator.identifier.max.bytes (per group)
+      42 INVALID_REQUEST               more groups than group.coordinator.request.max.groups,
+                                       or the answer would exceed --max-message-bytes
       69 GROUP_ID_NOT_FOUND            unknown group (per group)
     """
 
@@ -279,7 +295,8 @@ class ClassicGroupServiceServicer(metaclass=_abc_1.ABCMeta):
           15 COORDINATOR_NOT_AVAILABLE
           16 NOT_COORDINATOR
           30 GROUP_AUTHORIZATION_FAILED
-          24 INVALID_GROUP_ID              empty group_id
+          24 INVALID_GROUP_ID              empty group_id, or longer than
+                                           group.coordinator.identifier.max.bytes
           26 INVALID_SESSION_TIMEOUT       session_timeout_ms outside
                                            [group.min.session.timeout.ms, group.max.session.timeout.ms]
           23 INCONSISTENT_GROUP_PROTOCOL   empty protocol_type or protocols, or no protocol in
@@ -292,7 +309,11 @@ class ClassicGroupServiceServicer(metaclass=_abc_1.ABCMeta):
           82 FENCED_INSTANCE_ID            group_instance_id is bound to another member id
           111 UNRELEASED_INSTANCE_ID       group_instance_id is held by an active consumer member
           42 INVALID_REQUEST               undecodable consumer-protocol metadata (Kafka
-                                           itself answers -1 UNKNOWN_SERVER_ERROR here)
+                                           itself answers -1 UNKNOWN_SERVER_ERROR here); a
+                                           member, instance or client id, protocol type or
+                                           name longer than
+                                           group.coordinator.identifier.max.bytes, or more
+                                           protocols than group.coordinator.request.max.groups
         """
 
     @_abc_1.abstractmethod
@@ -375,7 +396,10 @@ class ClassicGroupServiceServicer(metaclass=_abc_1.ABCMeta):
           15 COORDINATOR_NOT_AVAILABLE
           16 NOT_COORDINATOR
           30 GROUP_AUTHORIZATION_FAILED
-          24 INVALID_GROUP_ID              empty group id (per group)
+          24 INVALID_GROUP_ID              empty group id, or longer than
+                                           group.coordinator.identifier.max.bytes (per group)
+          42 INVALID_REQUEST               more groups than group.coordinator.request.max.groups,
+                                           or the answer would exceed --max-message-bytes
           69 GROUP_ID_NOT_FOUND            unknown group (per group)
         """
 

@@ -67,7 +67,11 @@ class ConsumerGroupServiceServicer:
         without rebalance_timeout_ms, without owned
         topic_partitions, or with neither
         subscribed_topic_names nor subscribed_topic_regex,
-        -2 without instance_id)
+        -2 without instance_id); an id or topic name longer
+        than group.coordinator.identifier.max.bytes, more
+        topics than group.consumer.max.subscribed.topics, or
+        more owned partitions than
+        group.coordinator.request.max.partitions
         25 UNKNOWN_MEMBER_ID             member_epoch != 0 and the member (or static
         instance) is not in the group
         69 GROUP_ID_NOT_FOUND            member_epoch != 0 and the group does not exist, or
@@ -78,7 +82,8 @@ class ConsumerGroupServiceServicer:
         111 UNRELEASED_INSTANCE_ID       instance_id is still held by an active member
         112 UNSUPPORTED_ASSIGNOR         server_assignor is not configured
         81 GROUP_MAX_SIZE_REACHED        group.consumer.max.size reached
-        128 INVALID_REGULAR_EXPRESSION   subscribed_topic_regex is not valid RE2
+        128 INVALID_REGULAR_EXPRESSION   subscribed_topic_regex is not valid RE2, longer than
+        group.consumer.regex.max.bytes, or too complex
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -94,8 +99,10 @@ class ConsumerGroupServiceServicer:
         15 COORDINATOR_NOT_AVAILABLE
         16 NOT_COORDINATOR
         30 GROUP_AUTHORIZATION_FAILED
-        42 INVALID_REQUEST
-        24 INVALID_GROUP_ID              empty group id (per group)
+        42 INVALID_REQUEST               more groups than group.coordinator.request.max.groups,
+        or the answer would exceed --max-message-bytes
+        24 INVALID_GROUP_ID              empty group id, or longer than
+        group.coordinator.identifier.max.bytes (per group)
         69 GROUP_ID_NOT_FOUND            unknown group, or not a consumer group (per group)
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)

@@ -70,8 +70,12 @@ class OffsetServiceServicer:
         16 NOT_COORDINATOR
         30 GROUP_AUTHORIZATION_FAILED
         42 INVALID_REQUEST               a topic with neither name nor topic_id, or whose
-        name and topic_id disagree
-        24 INVALID_GROUP_ID              empty group_id
+        name and topic_id disagree; a member or instance id
+        longer than group.coordinator.identifier.max.bytes;
+        more partitions than
+        group.coordinator.request.max.partitions
+        24 INVALID_GROUP_ID              empty group_id, or longer than
+        group.coordinator.identifier.max.bytes
         69 GROUP_ID_NOT_FOUND            unknown group and generation_id_or_member_epoch >= 0
         25 UNKNOWN_MEMBER_ID             unknown member
         22 ILLEGAL_GENERATION            classic member with a different generation
@@ -97,8 +101,12 @@ class OffsetServiceServicer:
         15 COORDINATOR_NOT_AVAILABLE
         16 NOT_COORDINATOR
         30 GROUP_AUTHORIZATION_FAILED
-        42 INVALID_REQUEST
-        24 INVALID_GROUP_ID              empty group_id (per group)
+        42 INVALID_REQUEST               more groups than group.coordinator.request.max.groups
+        or partitions than
+        group.coordinator.request.max.partitions, or the
+        answer would exceed --max-message-bytes
+        24 INVALID_GROUP_ID              empty group_id, or longer than
+        group.coordinator.identifier.max.bytes (per group)
         25 UNKNOWN_MEMBER_ID             unknown member (per group)
         113 STALE_MEMBER_EPOCH           member_epoch differs from the member's (per group)
         100 UNKNOWN_TOPIC_ID             unknown topic_id (per partition)
@@ -116,8 +124,10 @@ class OffsetServiceServicer:
         15 COORDINATOR_NOT_AVAILABLE
         16 NOT_COORDINATOR
         30 GROUP_AUTHORIZATION_FAILED
-        42 INVALID_REQUEST
-        24 INVALID_GROUP_ID              empty group_id
+        42 INVALID_REQUEST               more partitions than
+        group.coordinator.request.max.partitions
+        24 INVALID_GROUP_ID              empty group_id, or longer than
+        group.coordinator.identifier.max.bytes
         69 GROUP_ID_NOT_FOUND            unknown group
         68 NON_EMPTY_GROUP               a non-empty classic group that does not use the
         consumer protocol type

@@ -49,8 +49,12 @@ class OffsetServiceStub:
       16 NOT_COORDINATOR
       30 GROUP_AUTHORIZATION_FAILED
       42 INVALID_REQUEST               a topic with neither name nor topic_id, or whose
-                                       name and topic_id disagree
-      24 INVALID_GROUP_ID              empty group_id
+                                       name and topic_id disagree; a member or instance id
+                                       longer than group.coordinator.identifier.max.bytes;
+                                       more partitions than
+                                       group.coordinator.request.max.partitions
+      24 INVALID_GROUP_ID              empty group_id, or longer than
+                                       group.coordinator.identifier.max.bytes
       69 GROUP_ID_NOT_FOUND            unknown group and generation_id_or_member_epoch >= 0
       25 UNKNOWN_MEMBER_ID             unknown member
       22 ILLEGAL_GENERATION            classic member with a different generation
@@ -72,8 +76,12 @@ class OffsetServiceStub:
       15 COORDINATOR_NOT_AVAILABLE
       16 NOT_COORDINATOR
       30 GROUP_AUTHORIZATION_FAILED
-      42 INVALID_REQUEST
-      24 INVALID_GROUP_ID              empty group_id (per group)
+      42 INVALID_REQUEST               more groups than group.coordinator.request.max.groups
+                                       or partitions than
+                                       group.coordinator.request.max.partitions, or the
+                                       answer would exceed --max-message-bytes
+      24 INVALID_GROUP_ID              empty group_id, or longer than
+                                       group.coordinator.identifier.max.bytes (per group)
       25 UNKNOWN_MEMBER_ID             unknown member (per group)
       113 STALE_MEMBER_EPOCH           member_epoch differs from the member's (per group)
       100 UNKNOWN_TOPIC_ID             unknown topic_id (per partition)
@@ -87,8 +95,10 @@ class OffsetServiceStub:
       15 COORDINATOR_NOT_AVAILABLE
       16 NOT_COORDINATOR
       30 GROUP_AUTHORIZATION_FAILED
-      42 INVALID_REQUEST
-      24 INVALID_GROUP_ID              empty group_id
+      42 INVALID_REQUEST               more partitions than
+                                       group.coordinator.request.max.partitions
+      24 INVALID_GROUP_ID              empty group_id, or longer than
+                                       group.coordinator.identifier.max.bytes
       69 GROUP_ID_NOT_FOUND            unknown group
       68 NON_EMPTY_GROUP               a non-empty classic group that does not use the
                                        consumer protocol type
@@ -115,8 +125,12 @@ class OffsetServiceAsyncStub(OffsetServiceStub):
       16 NOT_COORDINATOR
       30 GROUP_AUTHORIZATION_FAILED
       42 INVALID_REQUEST               a topic with neither name nor topic_id, or whose
-                                       name and topic_id disagree
-      24 INVALID_GROUP_ID              empty group_id
+                                       name and topic_id disagree; a member or instance id
+                                       longer than group.coordinator.identifier.max.bytes;
+                                       more partitions than
+                                       group.coordinator.request.max.partitions
+      24 INVALID_GROUP_ID              empty group_id, or longer than
+                                       group.coordinator.identifier.max.bytes
       69 GROUP_ID_NOT_FOUND            unknown group and generation_id_or_member_epoch >= 0
       25 UNKNOWN_MEMBER_ID             unknown member
       22 ILLEGAL_GENERATION            classic member with a different generation
@@ -138,8 +152,12 @@ class OffsetServiceAsyncStub(OffsetServiceStub):
       15 COORDINATOR_NOT_AVAILABLE
       16 NOT_COORDINATOR
       30 GROUP_AUTHORIZATION_FAILED
-      42 INVALID_REQUEST
-      24 INVALID_GROUP_ID              empty group_id (per group)
+      42 INVALID_REQUEST               more groups than group.coordinator.request.max.groups
+                                       or partitions than
+                                       group.coordinator.request.max.partitions, or the
+                                       answer would exceed --max-message-bytes
+      24 INVALID_GROUP_ID              empty group_id, or longer than
+                                       group.coordinator.identifier.max.bytes (per group)
       25 UNKNOWN_MEMBER_ID             unknown member (per group)
       113 STALE_MEMBER_EPOCH           member_epoch differs from the member's (per group)
       100 UNKNOWN_TOPIC_ID             unknown topic_id (per partition)
@@ -153,8 +171,10 @@ class OffsetServiceAsyncStub(OffsetServiceStub):
       15 COORDINATOR_NOT_AVAILABLE
       16 NOT_COORDINATOR
       30 GROUP_AUTHORIZATION_FAILED
-      42 INVALID_REQUEST
-      24 INVALID_GROUP_ID              empty group_id
+      42 INVALID_REQUEST               more partitions than
+                                       group.coordinator.request.max.partitions
+      24 INVALID_GROUP_ID              empty group_id, or longer than
+                                       group.coordinator.identifier.max.bytes
       69 GROUP_ID_NOT_FOUND            unknown group
       68 NON_EMPTY_GROUP               a non-empty classic group that does not use the
                                        consumer protocol type
@@ -184,8 +204,12 @@ class OffsetServiceServicer(metaclass=_abc_1.ABCMeta):
           16 NOT_COORDINATOR
           30 GROUP_AUTHORIZATION_FAILED
           42 INVALID_REQUEST               a topic with neither name nor topic_id, or whose
-                                           name and topic_id disagree
-          24 INVALID_GROUP_ID              empty group_id
+                                           name and topic_id disagree; a member or instance id
+                                           longer than group.coordinator.identifier.max.bytes;
+                                           more partitions than
+                                           group.coordinator.request.max.partitions
+          24 INVALID_GROUP_ID              empty group_id, or longer than
+                                           group.coordinator.identifier.max.bytes
           69 GROUP_ID_NOT_FOUND            unknown group and generation_id_or_member_epoch >= 0
           25 UNKNOWN_MEMBER_ID             unknown member
           22 ILLEGAL_GENERATION            classic member with a different generation
@@ -213,8 +237,12 @@ class OffsetServiceServicer(metaclass=_abc_1.ABCMeta):
           15 COORDINATOR_NOT_AVAILABLE
           16 NOT_COORDINATOR
           30 GROUP_AUTHORIZATION_FAILED
-          42 INVALID_REQUEST
-          24 INVALID_GROUP_ID              empty group_id (per group)
+          42 INVALID_REQUEST               more groups than group.coordinator.request.max.groups
+                                           or partitions than
+                                           group.coordinator.request.max.partitions, or the
+                                           answer would exceed --max-message-bytes
+          24 INVALID_GROUP_ID              empty group_id, or longer than
+                                           group.coordinator.identifier.max.bytes (per group)
           25 UNKNOWN_MEMBER_ID             unknown member (per group)
           113 STALE_MEMBER_EPOCH           member_epoch differs from the member's (per group)
           100 UNKNOWN_TOPIC_ID             unknown topic_id (per partition)
@@ -234,8 +262,10 @@ class OffsetServiceServicer(metaclass=_abc_1.ABCMeta):
           15 COORDINATOR_NOT_AVAILABLE
           16 NOT_COORDINATOR
           30 GROUP_AUTHORIZATION_FAILED
-          42 INVALID_REQUEST
-          24 INVALID_GROUP_ID              empty group_id
+          42 INVALID_REQUEST               more partitions than
+                                           group.coordinator.request.max.partitions
+          24 INVALID_GROUP_ID              empty group_id, or longer than
+                                           group.coordinator.identifier.max.bytes
           69 GROUP_ID_NOT_FOUND            unknown group
           68 NON_EMPTY_GROUP               a non-empty classic group that does not use the
                                            consumer protocol type
