@@ -15,12 +15,8 @@ from builders import ca, mm, p
 from coordinator.core import records as r
 from coordinator.core.commands import ConsumerGroupHeartbeatResponse as Resp
 from coordinator.core.commands import HeartbeatAssignment as HA
-<<<<<<< HEAD
 from coordinator.core.config import GroupCoordinatorConfig
-from coordinator.core.model import ConsumerGroupMember, MemberState, TopicMetadata
-=======
 from coordinator.core.model import MemberState, TopicMetadata
->>>>>>> main
 from coordinator.core.timers import REBALANCE, SESSION, ArmTimer, CancelTimer
 from coordinator.harness import Harness
 
