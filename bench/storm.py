@@ -69,7 +69,17 @@ class Config:
 
 
 CONFIGS = {
-    "default": Config(name="default settings", flags=(), interval_s=None),
+    "before": Config(
+        name="interval 0, inline (before)",
+        flags=(
+            "--set",
+            "group.consumer.assignment.interval.ms=0",
+            "--set",
+            "group.consumer.assignor.offload.enable=false",
+        ),
+        interval_s=None,
+    ),
+    "default": Config(name="defaults: interval 1 s, offload", flags=(), interval_s=1.0),
 }
 
 

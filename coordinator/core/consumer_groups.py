@@ -545,11 +545,17 @@ class ConsumerGroups(Mapping[str, ConsumerGroup]):
             metadata[name].topic_id for name in group.effective_topics(member) if name in metadata
         )
 
-    @staticmethod
-    def _pending(group: ConsumerGroup | None, member: ConsumerGroupMember) -> Assignment:
+    @classmethod
+    def _pending(cls, group: ConsumerGroup | None, member: ConsumerGroupMember) -> Assignment:
+        """What the member's target adds to what it has (our response's pending partitions);
+        while the target lags, only of topics the member still subscribes to."""
         if group is None:
             return EMPTY_ASSIGNMENT
-        return assignment_minus(group.target_of(member.member_id), member.assigned_partitions)
+        pending = assignment_minus(group.target_of(member.member_id), member.assigned_partitions)
+        if pending and group.group_epoch > group.assignment_epoch:
+            subscribed = cls._subscribed_ids(group, member)
+            pending = {t: ps for t, ps in pending.items() if t in subscribed}
+        return pending
 
     # ------------------------------------------------------------------ target assignment
 

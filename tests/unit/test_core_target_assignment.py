@@ -253,9 +253,10 @@ def test_a_job_carries_copies_of_the_inputs_and_runs_like_the_inline_computation
     assert (outcome.group_id, outcome.group_uid, outcome.epoch) == (G, group.group_uid, 6)
     inline = compute_target_assignment(group, 6, UniformAssignor())
     expected = {
-        rec.key.member_id: rec.value.topic_partitions  # type: ignore[union-attr]
+        rec.key.member_id: rec.value.topic_partitions
         for rec in inline
         if isinstance(rec.key, r.ConsumerGroupTargetAssignmentMemberKey)
+        and isinstance(rec.value, r.ConsumerGroupTargetAssignmentMemberValue)
     }
     assert {m: new for m, (_i, new) in outcome.changed.items()} == expected
     assert expected == {"m3": {foo: frozenset({3})}, "m4": {foo: frozenset({7})}}

@@ -52,3 +52,45 @@ async def test_a_job_for_an_assignor_the_workers_do_not_have() -> None:
     finally:
         pool.close()
     assert outcome.error == "assignor 'sticky' is not loaded in the worker"
+
+
+async def test_the_runtime_computes_a_big_groups_target_in_a_worker() -> None:
+    """A group at the offload threshold: the join is answered at once with the last target's
+    epoch; the worker's outcome comes back as a command whose records install the target;
+    the members then see it. Every record is in the store, so a reload gives the same state."""
+    from builders import beat, join, make_runtime
+
+    from coordinator.core.topics import NewTopic
+    from coordinator.runtime.store import MemoryRecordStore
+
+    store = MemoryRecordStore()
+    rt = make_runtime(store, shards=1, **{"group.consumer.assignor.offload.min.members": "2"})
+    await rt.start()
+    try:
+        await rt.create_topics([NewTopic(name="t", num_partitions=4)])
+        a = await rt.heartbeat(join("g", member_id="A"))
+        assert a.member_epoch == 1  # one member: computed inline
+        b = await rt.heartbeat(join("g", member_id="B"))
+        assert b.member_epoch == 1  # the target of epoch 2 is being computed off the loop
+        assert list(rt._assigning) == ["g"]
+        for _ in range(600):  # bounded: 30 s
+            if rt.shards[0].groups["g"].assignment_epoch == 2:
+                break
+            await asyncio.sleep(0.05)
+        group = rt.shards[0].groups["g"]
+        assert (group.group_epoch, group.assignment_epoch) == (2, 2)
+        assert sorted(len(group.target[m]["AAAAAAAAAAAAAAAAAAAAAQ"]) for m in "AB") == [2, 2]
+        assert rt.assignor_pool is not None and rt.assignor_pool.jobs_run == 1
+        assert rt._assigning == {}
+        got = await rt.heartbeat(beat("g", "B", 1))
+        assert got.member_epoch == 2 and got.assignment is not None
+        assert got.assignment.pending == group.target["B"]
+        before = rt.snapshot()
+    finally:
+        await rt.close()
+    again = make_runtime(store.reopen(), shards=1)
+    await again.start()
+    try:
+        assert again.snapshot() == before
+    finally:
+        await again.close()
