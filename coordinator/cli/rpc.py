@@ -39,7 +39,11 @@ def add_client_flags(p: argparse.ArgumentParser) -> None:
 def channel(args: argparse.Namespace) -> Any:
     import grpc
 
-    return grpc.insecure_channel(args.bootstrap_server)
+    # Take any answer the server sends (it bounds them by its --max-message-bytes); gRPC's
+    # client default of 4 MiB would refuse a large ListGroups the server was willing to send.
+    return grpc.insecure_channel(
+        args.bootstrap_server, options=[("grpc.max_receive_message_length", -1)]
+    )
 
 
 def call(fn: Any, request: Any, args: argparse.Namespace) -> Any:

@@ -154,3 +154,52 @@ def test_an_answer_over_the_message_size_is_explained_in_band(tmp_path: Path) ->
         assert "Traceback" not in server.stderr_text()
     finally:
         assert server.stop() == 0, server.stderr_text()
+
+
+def test_groups_list_takes_answers_over_grpcs_client_default(tmp_path: Path) -> None:
+    """`kip848 groups list` of more than 4 MiB (gRPC's default client limit) works: the server
+    bounds its answers by --max-message-bytes, the CLI takes what it sends."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    server = ServerProcess(tmp_path / "data")
+    try:
+        server.create_topic("t", 1)
+        offsets = offsets_pb2_grpc.OffsetServiceStub(server.channel)
+        names = [f"{i:05d}-" + "g" * 1000 for i in range(4300)]  # 1,006 bytes each
+        futures = [
+            offsets.OffsetCommit.future(
+                OC(group_id=n, topics=[OC.Topic(name="t", partitions=[OC.Partition()])]),
+                timeout=60,
+            )
+            for n in names
+        ]
+        assert all(f.result().topics[0].partitions[0].error_code == 0 for f in futures)
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "coordinator.cli",
+                "groups",
+                "list",
+                "--bootstrap-server",
+                server.address,
+                "--output",
+                "json",
+                "--timeout",
+                "60",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=dict(os.environ),
+            check=False,
+        )
+        assert out.returncode == 0, out.stderr
+        listed = json.loads(out.stdout)
+        assert len(out.stdout) > 4 * 1024 * 1024
+        assert sorted(g["group_id"] for g in listed) == sorted(names)
+    finally:
+        assert server.stop() == 0, server.stderr_text()
