@@ -299,10 +299,12 @@ Both end the call with grpc-status 1 (CANCELLED) in its trailers; Python's gRPC 
 `StatusCode.CANCELLED` with the details `CANCELLED`. Reproduced on a bare grpc.aio server whose
 handler blocks the loop (no coordinator code): 3,000 calls sent during an 8 s block, about 730
 CANCELLED (none once the two limits are raised); 5 calls during a 40 s block, 4 CANCELLED at
-30 s (none once the unrequested time is raised). In a 5,000-member storm the queue sits at the
+30 s (none once the unrequested time is raised). In a 5,000-member storm the queue sat at the
 hard limit: every member keeps one call in flight and retries what is refused (back-off 0.1 to
-1 s), so about 2,000 calls a second are refused while the server's CPU is at 40% — the
-coordinator is not busy computing, it is not being given the calls.
+1 s), so about 2,000 calls a second were refused while the server's CPU was at 40% — the
+coordinator was not busy computing, it was not being given the calls. The server now raises
+both limits and bounds concurrent calls itself (docs/operations.md, "Bursts and overload"), so a
+burst is queued in arrival order instead.
 
 A second cause, now fixed: a call whose client went away (after the 30 s client deadline, a
 reset stream) had its handler cancelled by grpc.aio, which cancelled the durable batch it

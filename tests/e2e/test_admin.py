@@ -513,4 +513,8 @@ def test_config_resource_types_validation_and_documentation(manual_server: Serve
         alter(s, "g-validate", set_(INTERVAL, "8000"), validate_only=True).responses[0].error_code
         == 0
     )
-    assert [c.config_source for c in describe_configs(s, "g-validate").results[0].configs] == [5, 5]
+    assert [c.config_source for c in describe_configs(s, "g-validate").results[0].configs] == [
+        5,
+        5,
+        5,
+    ]
