@@ -67,7 +67,7 @@ from .common import (
     subscription_bytes,
 )
 from .migration import Migration
-from .protocol import CONSUMER_PROTOCOL_TYPE
+from .protocol import CONSUMER_PROTOCOL_TYPE, ProtocolError, decode_subscription
 
 S = ClassicGroupState
 
@@ -173,6 +173,39 @@ class ClassicGroups(Mapping[str, ClassicGroup]):
             )
         if group.state is S.COMPLETING_REBALANCE:
             raise RebalanceInProgressError()
+
+    def is_empty(self, group_id: str) -> bool:
+        return self._groups[group_id].state is S.EMPTY
+
+    def subscribed_topics(self, group_id: str) -> frozenset[str]:
+        """Kafka's ClassicGroup.isSubscribedToTopic: a group of the consumer protocol that is
+        not Empty subscribes to what its members' subscriptions name."""
+        group = self._groups.get(group_id)
+        if group is None or group.state is S.EMPTY or group.protocol_type != CONSUMER_PROTOCOL_TYPE:
+            return frozenset()
+        topics: set[str] = set()
+        for x in group.members.values():
+            metadata = (
+                x.metadata(group.protocol_name) if group.protocol_name else b""
+            ) or x.protocols[0][1]
+            try:
+                topics.update(decode_subscription(metadata).topics)
+            except ProtocolError:
+                continue  # unreadable metadata subscribes to nothing we could name
+        return frozenset(topics)
+
+    def delete_group(self, result: Result[Any], group_id: str) -> None:
+        group = self._groups.get(group_id)
+        if group is None:
+            return
+        result.timers += [
+            CancelTimer((CLASSIC_PENDING, group_id, mid)) for mid in group.pending_members
+        ]
+        result.timers += self.cancel_group_timers(group_id)
+        if group.durable is not None:
+            self._ctx.emit(result, r.classic_group_tombstone(group_id))
+        else:
+            self.forget(group_id)
 
     def listed(self) -> list[ListedGroup]:
         return [

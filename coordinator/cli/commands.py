@@ -10,6 +10,7 @@ import argparse
 import sys
 
 from coordinator.cli import (
+    analytics,
     assignors,
     configs,
     dump_replay,
@@ -22,7 +23,7 @@ from coordinator.cli.errors import UsageError
 from coordinator.cli.registry import Commands
 
 # In the order `kip848 --help` lists them.
-SUBCOMMANDS = (serve, topics, groups, configs, dump_replay, assignors, simulate)
+SUBCOMMANDS = (serve, topics, groups, configs, dump_replay, assignors, simulate, analytics)
 
 
 def build() -> tuple[argparse.ArgumentParser, Commands]:

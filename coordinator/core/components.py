@@ -10,7 +10,7 @@ rebuild it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Container, Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
 from . import records as r
@@ -43,6 +43,8 @@ class ClassicGroupSupport(Component, Protocol):
 
     def __contains__(self, group_id: object) -> bool: ...
 
+    def __iter__(self) -> Iterator[str]: ...
+
     def timer_handlers(self) -> dict[str, Callable[[DueTimer, int], Result[None]]]:
         """The timer kinds it arms, each with the code that runs when one falls due."""
         ...
@@ -71,4 +73,18 @@ class ClassicGroupSupport(Component, Protocol):
 
     def listed(self) -> list[ListedGroup]:
         """ListGroups entries of the classic groups."""
+        ...
+
+    def is_empty(self, group_id: str) -> bool:
+        """The classic group ``group_id`` (which exists) is Empty: it may be deleted."""
+        ...
+
+    def subscribed_topics(self, group_id: str) -> Container[str]:
+        """Topics the members of the classic group ``group_id`` subscribe to (their offsets do
+        not expire; Kafka's ClassicGroup.isSubscribedToTopic)."""
+        ...
+
+    def delete_group(self, result: Result[Any], group_id: str) -> None:
+        """Delete the (Empty) classic group ``group_id``, if there is one: its tombstone goes
+        into ``result`` (DeleteGroups, the offset expiration)."""
         ...

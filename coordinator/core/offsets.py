@@ -10,7 +10,8 @@
 * OffsetFetch: member id None + epoch < 0 → no checks; otherwise the member must exist and the
   epoch match. Unknown group → every partition answers -1 (Kafka does not fail the fetch).
 * OffsetDelete: GROUP_ID_NOT_FOUND for an unknown group; GROUP_SUBSCRIBED_TO_TOPIC for topics
-  the group subscribes to; otherwise a tombstone per existing offset.
+  the group subscribes to (a classic group: what its members' subscriptions name, unless it is
+  Empty); otherwise a tombstone per existing offset.
 * Expiry: offsets of topics the group no longer subscribes to expire ``offsets.retention.minutes``
   after their commit; an empty group whose offsets are all gone is deleted.
 * Offsets of a deleted topic are deleted with it (a re-created topic starts fresh).
@@ -382,13 +383,19 @@ class Offsets(Mapping[str, Mapping[tuple[str, int], r.OffsetCommitValue]]):
         self, group_id: str, topics: Sequence[tuple[str, Sequence[int]]]
     ) -> Result[OffsetDeleteResponse]:
         group = self._groups.get(group_id)
-        if group is None and group_id not in self._committed:
+        classic = self.classic
+        subscribed_topics: Container[str] = ()
+        if group is not None:
+            subscribed_topics = group.topic_subscribers
+        elif classic is not None and group_id in classic:
+            subscribed_topics = classic.subscribed_topics(group_id)
+        elif group_id not in self._committed:
             raise GroupIdNotFoundError(f"Group {group_id} not found.")
-        return self._ctx.run(self._offset_delete, group, group_id, topics)
+        return self._ctx.run(self._offset_delete, subscribed_topics, group_id, topics)
 
     def _offset_delete(
         self,
-        group: ConsumerGroup | None,
+        subscribed_topics: Container[str],
         group_id: str,
         topics: Sequence[tuple[str, Sequence[int]]],
     ) -> Result[OffsetDeleteResponse]:
@@ -397,7 +404,7 @@ class Offsets(Mapping[str, Mapping[tuple[str, int], r.OffsetCommitValue]]):
         by_name = self._ctx.topics.by_name
         out = []
         for name, partitions in topics:
-            subscribed = group is not None and name in group.topic_subscribers
+            subscribed = name in subscribed_topics
             parts = []
             for p in partitions:
                 if subscribed:

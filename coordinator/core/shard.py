@@ -27,7 +27,7 @@ fire back in through :meth:`on_timer`. The shard holds no clock, no IO, no rando
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Container, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -200,15 +200,20 @@ class GroupCoordinatorShard(Generic[C]):
         loses its offsets and its config overrides in the same command (Kafka)."""
         answers: list[DeleteGroupResult] = []
         result: Result[list[DeleteGroupResult]] = Result(response=answers)
+        classic = self.classic_groups
         for gid in group_ids:
             group = self.groups.get(gid)
-            if group is None and gid not in self.offsets:
+            if group is None and gid not in classic and gid not in self.offsets:
                 answers.append((gid, ErrorCode.GROUP_ID_NOT_FOUND, f"Group {gid} not found."))
                 continue
             if group is not None and group.members:
                 exc = NonEmptyGroupError(
                     f"Group {gid} is not empty ({len(group.members)} members)."
                 )
+                answers.append((gid, exc.code, exc.message))
+                continue
+            if gid in classic and not classic.is_empty(gid):
+                exc = NonEmptyGroupError(f"Classic group {gid} is not empty.")
                 answers.append((gid, exc.code, exc.message))
                 continue
             result.absorb(self.context.run(self._delete_group, gid, "deleted"))
@@ -219,6 +224,7 @@ class GroupCoordinatorShard(Generic[C]):
         result: Result[None] = Result()
         self.offsets.delete_all(result, group_id)
         self.groups.delete_group(result, group_id)
+        self.classic_groups.delete_group(result, group_id)
         self.group_configs.delete_all(result, group_id)
         result.events.append(
             LogEvent(event=Event.GROUP_DELETED, group_id=group_id, fields={"reason": reason})
@@ -226,18 +232,25 @@ class GroupCoordinatorShard(Generic[C]):
         return result
 
     def expire_offsets(self, now_ms: int) -> Result[None]:
-        """The periodic cleanup (``offsets.retention.check.interval.ms``): expire offsets of
-        topics a group no longer subscribes to, then delete empty groups with no offsets left
-        (and simple groups whose last offsets expired)."""
+        """The periodic cleanup (``offsets.retention.check.interval.ms``; Kafka's
+        cleanupGroupMetadata): expire offsets of topics a group no longer subscribes to, then
+        delete empty groups — consumer or classic — with no offsets left (and simple groups
+        whose last offsets expired)."""
         return self.context.run(self._expire_offsets, now_ms)
 
     def _expire_offsets(self, now_ms: int) -> Result[None]:
         result: Result[None] = Result()
-        for gid in sorted(set(self.offsets) | set(self.groups)):
+        classic = self.classic_groups
+        for gid in sorted(set(self.offsets) | set(self.groups) | set(classic)):
             group = self.groups.get(gid)
-            subscribed = group.topic_subscribers if group is not None else ()
+            subscribed: Container[str] = ()
+            empty = True
+            if group is not None:
+                subscribed, empty = group.topic_subscribers, group.state() is GroupState.EMPTY
+            elif gid in classic:
+                subscribed, empty = classic.subscribed_topics(gid), classic.is_empty(gid)
             all_expired = self.offsets.expire(result, gid, subscribed, now_ms)
-            if all_expired and (group is None or group.state() is GroupState.EMPTY):
+            if all_expired and empty:
                 result.absorb(self._delete_group(gid, "expired"))
         return result
 

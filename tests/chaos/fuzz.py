@@ -471,10 +471,12 @@ def main(argv: list[str] | None = None) -> int:
                 if fork is not None
                 else start_subprocess(data, *SERVER_FLAGS)
             )
-            report = asyncio.run(
-                run(server.address, args.requests, seed=args.seed, concurrency=args.concurrency)
-            )
-            status = server.stop()
+            try:
+                report = asyncio.run(
+                    run(server.address, args.requests, seed=args.seed, concurrency=args.concurrency)
+                )
+            finally:
+                status = server.stop()
         finally:
             if fork is not None:
                 fork.close()

@@ -301,19 +301,24 @@ async def run(
     began = time.monotonic()
     for cycle in range(cycles):
         server = start(data_dir)
-        lost += [
-            f"cycle {cycle}: {x}" for x in await one_cycle(server, ledger, cycle, rng, min_s, max_s)
-        ]
+        try:
+            found = await one_cycle(server, ledger, cycle, rng, min_s, max_s)
+        except BaseException:
+            server.kill_quietly()  # never leave a server behind
+            raise
+        lost += [f"cycle {cycle}: {x}" for x in found]
         log(
             f"cycle {cycle + 1}/{cycles}: {ledger.acked_writes} partition-offsets, "
             f"{ledger.acked_topics} topics, {ledger.acked_joins} joins acknowledged so far; "
             f"lost {len(lost)}"
         )
     server = start(data_dir)  # the last check, then a clean stop and an offline replay
-    async with grpc.aio.insecure_channel(server.address) as channel:
-        await wait_loaded(channel)
-        lost += [f"final: {x}" for x in await check(channel, ledger)]
-    status = server.stop()
+    try:
+        async with grpc.aio.insecure_channel(server.address) as channel:
+            await wait_loaded(channel)
+            lost += [f"final: {x}" for x in await check(channel, ledger)]
+    finally:
+        status = server.stop()
     assert status == 0, server.stderr()
     return Report(
         cycles=cycles,

@@ -20,6 +20,8 @@ START_TIMEOUT_S = 30.0
 # started, so forking is safe), then serves requests, one JSON line each, on stdin/stdout:
 #   {"spawn": argv, "out": path, "err": path} -> {"pid": n}   (a child running main(argv))
 #   {"wait": pid, "timeout": s}               -> {"status": n | null}
+# At the end of its input (the test is done, or died) it SIGKILLs the children still running:
+# they run in sessions of their own, so nothing else would stop them.
 FORK_SERVER = r"""
 import json, os, signal, sys, time
 import grpc, uvloop  # noqa: F401 - imported once, before any fork
@@ -28,9 +30,12 @@ from coordinator.cli import main
 import coordinator.cli.serve, coordinator.server.app, coordinator.server.loop  # noqa: F401
 import coordinator.runtime, coordinator.runtime.store  # noqa: F401
 
+children = set()
+
 def spawn(argv, out, err):
     pid = os.fork()
     if pid:
+        children.add(pid)
         return pid
     try:
         os.setsid()
@@ -54,6 +59,7 @@ def wait(pid, timeout):
     while True:
         done, status = os.waitpid(pid, os.WNOHANG)
         if done:
+            children.discard(pid)
             return os.waitstatus_to_exitcode(status)
         if time.monotonic() > deadline:
             return None
@@ -67,6 +73,12 @@ for line in sys.stdin:
     else:
         reply = {"status": wait(req["wait"], req["timeout"])}
     print(json.dumps(reply), flush=True)
+for pid in children:
+    try:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    except OSError:
+        pass
 """
 
 
@@ -112,6 +124,14 @@ class Server:
         os.kill(self.pid, signal.SIGKILL)
         status = self.exit_status(10)
         assert status == -signal.SIGKILL, status
+
+    def kill_quietly(self) -> None:
+        """SIGKILL, whatever state the server is in (cleanup after a failure)."""
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.exit_status(5)
 
     def stop(self, timeout_s: float = 30) -> int:
         """SIGTERM; the exit status (0 after a clean shutdown)."""

@@ -10,6 +10,7 @@ from coordinator.core import records as r
 from coordinator.core.commands import Pending
 from coordinator.core.config import GroupCoordinatorConfig
 from coordinator.core.errors import (
+    ErrorCode,
     FencedInstanceIdError,
     GroupMaxSizeReachedError,
     IllegalGenerationError,
@@ -18,6 +19,7 @@ from coordinator.core.errors import (
     InvalidSessionTimeoutError,
     UnknownMemberIdError,
 )
+from coordinator.core.offsets import OffsetDeleteResponse, PartitionResult, TopicResult
 from coordinator.core.timeline import UndoLog
 from coordinator.harness import Harness, subscription
 from legacy_bridge import messages as m
@@ -355,3 +357,116 @@ def test_a_transition_is_checked_against_the_table(source: S, target: S) -> None
         with pytest.raises(IllegalStateError, match=f"from {source.value} to {target.value}"):
             group.transition(target, 5)
         assert (group.state, group.previous_state, group.state_timestamp_ms, len(log)) == before
+
+
+# ---------------------------------------------------------------------- DeleteGroups and expiry
+
+
+def stable_static_group(h: Harness) -> str:
+    """A classic group "grp" of one static member, Stable at generation 1; its member id."""
+    first = h.join_group(instance_id="i1")
+    h.sleep(0)
+    member = h.completions[first.token].member_id
+    h.sync_group(member, 1, {member: asg(0, 1)})
+    return member
+
+
+def test_delete_groups_refuses_a_classic_group_with_members_and_keeps_its_offsets() -> None:
+    """Kafka's ClassicGroup.validateDeleteGroup: only an Empty group may be deleted. (Deleting
+    an active classic group used to answer NONE and drop its committed offsets.)"""
+    h = Harness(config=GroupCoordinatorConfig(classic_initial_rebalance_delay_ms=0))
+    h.create_topic("foo", 2)
+    member = stable_static_group(h)
+    h.commit("grp", member, 1, {("foo", 0): 5})
+    before = h.shard.snapshot()
+    res = h._commit(h.shard.delete_groups(["grp"]))
+    assert res.response == [("grp", ErrorCode.NON_EMPTY_GROUP, "Classic group grp is not empty.")]
+    assert res.records == []
+    assert h.shard.snapshot() == before
+
+
+def test_delete_groups_deletes_an_empty_classic_group_with_its_offsets_and_configs() -> None:
+    h = Harness(config=GroupCoordinatorConfig(classic_initial_rebalance_delay_ms=0))
+    h.create_topic("foo", 2)
+    member = stable_static_group(h)
+    h.commit("grp", member, 1, {("foo", 0): 5})
+    h.alter_configs("grp", {"consumer.heartbeat.interval.ms": "7000"})
+    h.leave_group(m.LeaveMember(group_instance_id="i1"))  # the generation completes empty
+    assert h.shard.classic_groups["grp"].state is ClassicGroupState.EMPTY
+    res = h._commit(h.shard.delete_groups(["grp"]))
+    assert res.response == [("grp", ErrorCode.NONE, None)]
+    assert res.records == [
+        r.offset_commit_tombstone("grp", "foo", 0),
+        r.classic_group_tombstone("grp"),
+        r.group_config_record("grp", "consumer.heartbeat.interval.ms", None),
+    ]
+    assert "grp" not in h.shard.classic_groups and "grp" not in h.shard.offsets
+    assert h.shard.list_groups() == []
+    assert h.shard.snapshot() == h.replayed().snapshot()
+
+
+def test_expiry_keeps_an_active_classic_groups_subscribed_offsets_and_deletes_it_once_empty() -> (
+    None
+):
+    """Kafka's cleanupGroupMetadata on classic groups: offsets of topics the members subscribe
+    to do not expire; an Empty classic group without offsets is deleted."""
+    h = Harness(
+        config=GroupCoordinatorConfig(
+            classic_initial_rebalance_delay_ms=0, offsets_retention_minutes=1
+        )
+    )
+    h.create_topic("foo", 2)
+    h.create_topic("bar", 1)
+    member = stable_static_group(h)  # subscribes to foo
+    h.commit("grp", member, 1, {("foo", 0): 5, ("bar", 0): 6})
+    for _ in range(13):  # 65 s, heartbeating every 5 s (session timeout 10 s)
+        h.sleep(5_000)
+        assert h.classic_heartbeat(member, 1, instance_id="i1") == m.HeartbeatResponse()
+    assert h.expire_offsets().records == [r.offset_commit_tombstone("grp", "bar", 0)]
+    assert list(h.shard.offsets["grp"]) == [("foo", 0)]
+    h.leave_group(m.LeaveMember(group_instance_id="i1"))
+    res = h.expire_offsets()
+    assert res.records == [
+        r.offset_commit_tombstone("grp", "foo", 0),
+        r.classic_group_tombstone("grp"),
+    ]
+    assert "grp" not in h.shard.classic_groups
+    assert h.shard.snapshot() == h.replayed().snapshot()
+
+
+def test_offset_delete_on_a_classic_group() -> None:
+    """The group exists even without offsets (not GROUP_ID_NOT_FOUND); the topics its members
+    subscribe to are refused while it is not Empty (GROUP_SUBSCRIBED_TO_TOPIC)."""
+    h = Harness(config=GroupCoordinatorConfig(classic_initial_rebalance_delay_ms=0))
+    h.create_topic("foo", 2)
+    h.create_topic("bar", 1)
+    foo, bar = h.topic_id("foo"), h.topic_id("bar")
+    member = stable_static_group(h)  # subscribes to foo
+    res = h._commit(h.shard.offset_delete("grp", [("bar", [0])]))
+    assert res.response == OffsetDeleteResponse(
+        topics=(
+            TopicResult(name="bar", topic_id=bar, partitions=(PartitionResult(partition_index=0),)),
+        )
+    )
+    h.commit("grp", member, 1, {("foo", 0): 5, ("bar", 0): 6})
+    res = h._commit(h.shard.offset_delete("grp", [("foo", [0]), ("bar", [0])]))
+    assert res.response == OffsetDeleteResponse(
+        topics=(
+            TopicResult(
+                name="foo",
+                topic_id=foo,
+                partitions=(
+                    PartitionResult(
+                        partition_index=0,
+                        error_code=ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC,
+                        error_message="The group is subscribed to topic foo.",
+                    ),
+                ),
+            ),
+            TopicResult(name="bar", topic_id=bar, partitions=(PartitionResult(partition_index=0),)),
+        )
+    )
+    assert res.records == [r.offset_commit_tombstone("grp", "bar", 0)]
+    h.leave_group(m.LeaveMember(group_instance_id="i1"))  # Empty: nothing is subscribed
+    res = h._commit(h.shard.offset_delete("grp", [("foo", [0])]))
+    assert res.records == [r.offset_commit_tombstone("grp", "foo", 0)]

@@ -695,6 +695,19 @@ class SqliteRecordStore:
         )
         return self._iter_journal(conn, cur)
 
+    def journal_rows(
+        self, *, from_offset: int = 0, to_offset: int | None = None
+    ) -> Iterator[list[tuple[int, int, str | None, bytes, bytes | None]]]:
+        """The same entries as :meth:`journal`, as chunks of plain ``(offset, timestamp_ms,
+        group_id, key, value)`` tuples: the fast path for reading millions of entries
+        (``kip848 analytics export``). One snapshot, taken at call time."""
+        conn, cur = self._query(
+            "SELECT offset, timestamp_ms, group_id, key, value FROM journal"
+            " WHERE offset >= ? AND offset < ? ORDER BY offset",
+            (from_offset, (1 << 63) - 1 if to_offset is None else to_offset),
+        )
+        return self._iter_rows(conn, cur)  # type: ignore[return-value]
+
     def _iter_journal(
         self, conn: sqlite3.Connection, cur: sqlite3.Cursor
     ) -> Iterator[JournalEntry]:

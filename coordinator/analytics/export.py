@@ -1,0 +1,566 @@
+"""``kip848 analytics export``: a store's journal -> one Parquet file (schema: :mod:`.schema`).
+
+The store is opened read-only (``SqliteRecordStore(read_only=True)``, like ``kip848 dump``): no
+writer lock is taken and SQLite's WAL snapshot isolation gives a consistent view, so exporting
+is safe while a server runs on the same data directory. Records are decoded with the core's
+codec (``codec.decode``) and written in row groups as they are read (memory stays bounded),
+first into ``<out>.partial`` and renamed at the end: a failed export leaves no half file.
+
+Topic ids in assignments are resolved to names through the store's topic records (the
+compacted view's, then every Topic and ConsumerGroupPartitionMetadata record in the journal
+as it goes by).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.metadata
+import os
+import time
+import zlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from coordinator.core import codec
+from coordinator.core import records as r
+from coordinator.core.model import MemberState
+
+from .schema import COLUMNS, RECORD_TYPES, SCHEMA, ExportInfo
+
+__all__ = ["ExportError", "ExportResult", "export_journal", "parse_time"]
+
+ROW_GROUP_ROWS = 131_072
+_STATE_NAMES = {s.value: s.name for s in MemberState}
+
+
+class ExportError(Exception):
+    """The export cannot be done (no store, a corrupt store, a bad argument). The message says
+    what and where; the CLI prints it and exits 1."""
+
+
+@dataclass(frozen=True, slots=True)
+class ExportResult:
+    path: Path
+    info: ExportInfo
+    seconds: float
+
+
+def parse_time(text: str) -> int:
+    """``--since``/``--until``: epoch milliseconds, or an ISO-8601 date/time (UTC unless it
+    names its zone). Returns epoch milliseconds."""
+    text = text.strip()
+    if text.lstrip("-").isdigit():
+        return int(text)
+    try:
+        dt = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(
+            f"not a time: {text!r} (use epoch milliseconds or ISO 8601, e.g. 2026-11-23T10:00:00Z)"
+        ) from None
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=UTC)
+    return int(dt.timestamp() * 1000)
+
+
+def _fmt_ms(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")
+
+
+def _package_version() -> str:
+    try:
+        return "kip848-coordinator " + importlib.metadata.version("kip848-coordinator")
+    except importlib.metadata.PackageNotFoundError:  # pragma: no cover
+        return "kip848-coordinator"
+
+
+class _Chunk:
+    """Column lists for up to ``size`` rows, pre-filled with None; handlers fill by index.
+    Columns no row of the chunk touched are written as all-null arrays (cheap)."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.n = 0
+        self.cols: dict[str, list[Any]] = {c.name: [None] * size for c in COLUMNS}
+        self.touched: set[str] = set(_ALWAYS)
+
+    def table(self) -> pa.Table:
+        n = self.n
+        arrays = []
+        for c in COLUMNS:
+            if c.name not in self.touched:
+                arrays.append(pa.nulls(n, type=c.type))
+                continue
+            values = self.cols[c.name]
+            arrays.append(pa.array(values if n == self.size else values[:n], type=c.type))
+        return pa.Table.from_arrays(arrays, schema=SCHEMA)
+
+
+_ALWAYS = ("offset", "timestamp", "shard", "group_id", "record_type", "record_type_id", "tombstone")
+# The columns each record type may fill (besides _ALWAYS).
+_FILLS: dict[int, tuple[str, ...]] = {
+    1: (
+        "topic",
+        "partition",
+        "committed_offset",
+        "committed_leader_epoch",
+        "commit_metadata",
+        "commit_timestamp",
+        "expire_timestamp",
+    ),
+    2: ("protocol_type", "generation", "protocol_name", "leader", "classic_members"),
+    3: ("group_epoch", "group_uid"),
+    4: ("subscription_metadata",),
+    5: (
+        "member_id",
+        "instance_id",
+        "rack_id",
+        "client_id",
+        "client_host",
+        "subscribed_topic_names",
+        "subscribed_topic_regex",
+        "server_assignor",
+        "rebalance_timeout_ms",
+        "classic_member",
+        "classic_session_timeout_ms",
+    ),
+    6: ("assignment_epoch",),
+    7: ("member_id", "target_partitions"),
+    8: (
+        "member_id",
+        "member_epoch",
+        "previous_member_epoch",
+        "member_state",
+        "assigned_partitions",
+        "pending_revocation_partitions",
+    ),
+    16: ("regular_expression", "regex_topics", "regex_topics_version"),
+    1016: ("config_name", "config_value"),
+    1100: ("topic", "topic_id", "num_partitions"),
+}
+
+
+class _Decoder:
+    """Fills one row's typed columns from a decoded record."""
+
+    def __init__(self, shards: int, topic_names: dict[str, str]) -> None:
+        self.shards = shards
+        self.names = topic_names  # topic id -> name
+        self._shard_cache: dict[str, int] = {}
+        self._handlers: dict[type, Callable[[dict[str, list[Any]], int, Any, Any], None]] = {
+            r.OffsetCommitKey: self._offset_commit,
+            r.GroupMetadataKey: self._classic_group,
+            r.ConsumerGroupMetadataKey: self._group_epoch,
+            r.ConsumerGroupPartitionMetadataKey: self._partition_metadata,
+            r.ConsumerGroupMemberMetadataKey: self._member_metadata,
+            r.ConsumerGroupTargetAssignmentMetadataKey: self._target_epoch,
+            r.ConsumerGroupTargetAssignmentMemberKey: self._target_member,
+            r.ConsumerGroupCurrentMemberAssignmentKey: self._current_assignment,
+            r.ConsumerGroupRegularExpressionKey: self._regex,
+            r.GroupConfigKey: self._group_config,
+            r.TopicKey: self._topic,
+        }
+
+    def shard(self, group_id: str) -> int:
+        s = self._shard_cache.get(group_id)
+        if s is None:
+            s = self._shard_cache[group_id] = zlib.crc32(group_id.encode("utf-8")) % self.shards
+        return s
+
+    def fill(self, cols: dict[str, list[Any]], i: int, record: r.Record) -> None:
+        key = record.key
+        self._handlers[type(key)](cols, i, key, record.value)
+
+    def _parts(self, assignment: Any) -> list[tuple[str, str, int]]:
+        names = self.names
+        out: list[tuple[str, str, int]] = []
+        for topic_id in sorted(assignment):
+            name = names.get(topic_id, topic_id)
+            out.extend((name, topic_id, p) for p in sorted(assignment[topic_id]))
+        return out
+
+    @staticmethod
+    def _offset_commit(cols: dict[str, list[Any]], i: int, key: Any, v: Any) -> None:
+        cols["topic"][i] = key.topic
+        cols["partition"][i] = key.partition
+        if v is not None:
+            cols["committed_offset"][i] = v.offset
+            cols["committed_leader_epoch"][i] = v.leader_epoch
+            cols["commit_metadata"][i] = v.metadata
+            cols["commit_timestamp"][i] = v.commit_timestamp_ms * 1000
+            if v.expire_timestamp_ms >= 0:
+                cols["expire_timestamp"][i] = v.expire_timestamp_ms * 1000
+
+    def _classic_group(self, cols: dict[str, list[Any]], i: int, key: Any, v: Any) -> None:
+        if v is None:
+            return
+        cols["protocol_type"][i] = v.protocol_type
+        cols["generation"][i] = v.generation
+        cols["protocol_name"][i] = v.protocol
+        cols["leader"][i] = v.leader
+        consumer = v.protocol_type == "consumer"
+        members = []
+        for m in v.members:
+            topics, parts = None, None
+            if consumer:
+                topics, parts = _decode_classic(m.subscription, m.assignment)
+            members.append(
+                (
+                    m.member_id,
+                    m.group_instance_id,
+                    m.client_id,
+                    m.rebalance_timeout_ms,
+                    m.session_timeout_ms,
+                    topics,
+                    parts,
+                )
+            )
+        cols["classic_members"][i] = members
+
+    @staticmethod
+    def _group_epoch(cols: dict[str, list[Any]], i: int, key: Any, v: Any) -> None:
+        if v is not None:
+            cols["group_epoch"][i] = v.epoch
+            cols["group_uid"][i] = v.group_uid
+
+    def _partition_metadata(self, cols: dict[str, list[Any]], i: int, key: Any, v: Any) -> None:
+        if v is None:
+            return
+        for t in v.topics:
+            self.names[t.topic_id] = t.name
+        cols["subscription_metadata"][i] = [
+            (t.name, t.topic_id, t.num_partitions) for t in v.topics
+        ]
+
+    @staticmethod
+    def _member_metadata(cols: dict[str, list[Any]], i: int, key: Any, v: Any) -> None:
+        cols["member_id"][i] = key.member_id
+        if v is None:
+            return
+        cols["instance_id"][i] = v.instance_id
+        cols["rack_id"][i] = v.rack_id
+        cols["client_id"][i] = v.client_id
+        cols["client_host"][i] = v.client_host
+        cols["subscribed_topic_names"][i] = list(v.subscribed_topic_names)
+        cols["subscribed_topic_regex"][i] = v.subscribed_topic_regex
+        cols["server_assignor"][i] = v.server_assignor
+        cols["rebalance_timeout_ms"][i] = v.rebalance_timeout_ms
+        classic = v.classic_member_metadata
+        cols["classic_member"][i] = classic is not None
+        if classic is not None:
+            cols["classic_session_timeout_ms"][i] = classic.session_timeout_ms
+
+    @staticmethod
+    def _target_epoch(cols: dict[str, list[Any]], i: int, key: Any, v: Any) -> None:
+        if v is not None:
+            cols["assignment_epoch"][i] = v.assignment_epoch
+
+    def _target_member(self, cols: dict[str, list[Any]], i: int, key: Any, v: Any) -> None:
+        cols["member_id"][i] = key.member_id
+        if v is not None:
+            cols["target_partitions"][i] = self._parts(v.topic_partitions)
+
+    def _current_assignment(self, cols: dict[str, list[Any]], i: int, key: Any, v: Any) -> None:
+        cols["member_id"][i] = key.member_id
+        if v is None:
+            return
+        cols["member_epoch"][i] = v.member_epoch
+        cols["previous_member_epoch"][i] = v.previous_member_epoch
+        cols["member_state"][i] = _STATE_NAMES.get(v.state, "UNKNOWN")
+        cols["assigned_partitions"][i] = self._parts(v.assigned_partitions)
+        cols["pending_revocation_partitions"][i] = self._parts(v.partitions_pending_revocation)
+
+    @staticmethod
+    def _regex(cols: dict[str, list[Any]], i: int, key: Any, v: Any) -> None:
+        cols["regular_expression"][i] = key.regular_expression
+        if v is not None:
+            cols["regex_topics"][i] = list(v.topics)
+            cols["regex_topics_version"][i] = v.version
+
+    @staticmethod
+    def _group_config(cols: dict[str, list[Any]], i: int, key: Any, v: Any) -> None:
+        cols["config_name"][i] = key.name
+        if v is not None:
+            cols["config_value"][i] = v.value
+
+    def _topic(self, cols: dict[str, list[Any]], i: int, key: Any, v: Any) -> None:
+        cols["topic"][i] = key.name
+        if v is not None:
+            self.names[v.topic_id] = key.name
+            cols["topic_id"][i] = v.topic_id
+            cols["num_partitions"][i] = v.num_partitions
+
+
+def _decode_classic(
+    subscription: bytes, assignment: bytes
+) -> tuple[list[str] | None, list[tuple[str, None, int]] | None]:
+    from legacy_bridge.protocol import ProtocolError, decode_assignment, decode_subscription
+
+    topics: list[str] | None = None
+    parts: list[tuple[str, None, int]] | None = None
+    try:
+        if subscription:
+            topics = sorted(set(decode_subscription(subscription).topics))
+    except ProtocolError:
+        topics = None
+    try:
+        if assignment:
+            decoded = decode_assignment(assignment).assigned_partitions
+            parts = [(t, None, p) for t, ps in sorted(decoded) for p in sorted(ps)]
+        else:
+            parts = []
+    except ProtocolError:
+        parts = None
+    return topics, parts
+
+
+def _compacted_topic_names(store: Any) -> dict[str, str]:
+    names: dict[str, str] = {}
+    for rows in store.load_rows():
+        for _offset, key, value, group_id in rows:
+            if group_id is None:
+                rec = codec.decode(key, value)
+                if isinstance(rec.key, r.TopicKey) and isinstance(rec.value, r.TopicValue):
+                    names[rec.value.topic_id] = rec.key.name
+    return names
+
+
+def export_journal(
+    data_dir: str | os.PathLike[str],
+    out: str | os.PathLike[str],
+    *,
+    since_ms: int | None = None,
+    until_ms: int | None = None,
+    shards: int = 4,
+    session_timeout_ms: int = 45_000,
+    assignors: tuple[str, ...] = ("uniform", "range"),
+    progress: bool = False,
+    warn: Callable[[str], None] | None = None,
+    row_group_rows: int = ROW_GROUP_ROWS,
+) -> ExportResult:
+    """Write the journal of the store in ``data_dir`` to the Parquet file ``out``.
+
+    Raises :class:`ExportError` for a missing, foreign or corrupt store (including a record
+    that does not decode) and for bad arguments; ``warn`` gets a warning when retention has
+    already trimmed the journal inside the range asked for."""
+    from coordinator.runtime.store import SqliteRecordStore, StoreError
+
+    if shards < 1:
+        raise ExportError(f"shards must be >= 1, got {shards}")
+    if since_ms is not None and until_ms is not None and until_ms <= since_ms:
+        raise ExportError("--until must be later than --since")
+    started = time.perf_counter()
+    out_path = Path(out)
+    if out_path.is_dir():
+        raise ExportError(f"{out_path} is a directory; --out names the Parquet file to write")
+    try:
+        store = SqliteRecordStore(data_dir, read_only=True)
+    except StoreError as exc:
+        raise ExportError(str(exc)) from exc
+    warnings: list[str] = []
+    with store:
+        try:
+            stream = _entries(store.journal_rows())
+            first = next(stream, None)
+            last_offset = store.last_offset()
+            names = _compacted_topic_names(store)
+        except StoreError as exc:
+            raise ExportError(str(exc)) from exc
+        except Exception as exc:
+            raise ExportError(f"the store in {data_dir} is corrupt: {exc}") from exc
+        journal_first = None if first is None else first[0]
+        trimmed = journal_first is not None and journal_first > 0
+        if first is None and last_offset >= 0:
+            trimmed = True
+            warnings.append(
+                f"journal retention already removed every record (offsets 0..{last_offset});"
+                " nothing to export"
+            )
+        elif trimmed and first is not None and (since_ms is None or since_ms < first[1]):
+            asked = "the range asked for" if since_ms is not None else "the journal"
+            warnings.append(
+                f"journal retention already trimmed {asked}: records at offsets "
+                f"0..{first[0] - 1} are gone; the export starts at offset {first[0]} "
+                f"({_fmt_ms(first[1])}), so groups older than that are seen mid-history"
+            )
+        for w in warnings:
+            if warn is not None:
+                warn(w)
+        cut_start = since_ms is not None and first is not None and since_ms > first[1]
+        complete = not trimmed and not cut_start
+        partial = out_path.with_name(out_path.name + ".partial")
+        out_path.parent.mkdir(parents=True, exist_ok=True)
+        decoder = _Decoder(shards, names)
+        rows = 0
+        first_exported: int | None = None
+        last_exported: int | None = None
+        total = 0 if first is None else max(0, last_offset - first[0] + 1)
+        try:
+            writer = pq.ParquetWriter(
+                partial,
+                SCHEMA,
+                compression="zstd",
+                coerce_timestamps="us",
+                allow_truncated_timestamps=True,
+            )
+        except OSError as exc:
+            raise ExportError(f"cannot write {out_path}: {exc}") from exc
+        try:
+            with _progress(progress, total) as advance:
+                chunk = _Chunk(row_group_rows)
+                decode = codec.decode
+                fill = decoder.fill
+                shard = decoder.shard
+                for entries in _journal_chunks(stream, first):
+                    cols = chunk.cols
+                    c_off, c_ts, c_shard, c_gid = (
+                        cols["offset"],
+                        cols["timestamp"],
+                        cols["shard"],
+                        cols["group_id"],
+                    )
+                    c_type, c_type_id, c_tomb = (
+                        cols["record_type"],
+                        cols["record_type_id"],
+                        cols["tombstone"],
+                    )
+                    seen_types = set()
+                    i = chunk.n
+                    for offset, ts, gid, key, value in entries:
+                        if since_ms is not None and ts < since_ms:
+                            continue
+                        if until_ms is not None and ts >= until_ms:
+                            continue
+                        try:
+                            record = decode(key, value)
+                        except Exception as exc:
+                            raise ExportError(
+                                f"the store in {data_dir} is corrupt: the record at offset "
+                                f"{offset} does not decode: {exc}"
+                            ) from exc
+                        c_off[i] = offset
+                        c_ts[i] = ts * 1000
+                        if gid is not None:
+                            c_gid[i] = gid
+                            c_shard[i] = shard(gid)
+                        type_id = record.key.TYPE
+                        seen_types.add(type_id)
+                        c_type[i] = RECORD_TYPES[type_id]
+                        c_type_id[i] = type_id
+                        c_tomb[i] = value is None
+                        fill(cols, i, record)
+                        if first_exported is None:
+                            first_exported = offset
+                        last_exported = offset
+                        i += 1
+                        if i == chunk.size:
+                            chunk.n = i
+                            for t in seen_types:
+                                chunk.touched.update(_FILLS[t])
+                            writer.write_table(chunk.table(), row_group_size=row_group_rows)
+                            rows += i
+                            chunk = _Chunk(row_group_rows)
+                            cols = chunk.cols
+                            c_off, c_ts, c_shard, c_gid = (
+                                cols["offset"],
+                                cols["timestamp"],
+                                cols["shard"],
+                                cols["group_id"],
+                            )
+                            c_type, c_type_id, c_tomb = (
+                                cols["record_type"],
+                                cols["record_type_id"],
+                                cols["tombstone"],
+                            )
+                            seen_types = set()
+                            i = 0
+                    chunk.n = i
+                    for t in seen_types:
+                        chunk.touched.update(_FILLS[t])
+                    advance(len(entries))
+                if chunk.n:
+                    writer.write_table(chunk.table(), row_group_size=row_group_rows)
+                    rows += chunk.n
+            info = ExportInfo(
+                store=str(store.path),
+                exported_at_ms=int(time.time() * 1000),
+                created_by=_package_version(),
+                shards=shards,
+                session_timeout_ms=session_timeout_ms,
+                assignors=tuple(assignors),
+                since_ms=since_ms,
+                until_ms=until_ms,
+                first_offset=first_exported,
+                last_offset=last_exported,
+                rows=rows,
+                store_last_offset=last_offset,
+                journal_first_offset=journal_first,
+                complete=complete,
+                warnings=tuple(warnings),
+            )
+            writer.add_key_value_metadata(info.to_metadata())
+            writer.close()
+        except BaseException as exc:
+            with contextlib.suppress(Exception):
+                writer.close()
+            partial.unlink(missing_ok=True)
+            if isinstance(exc, StoreError):
+                raise ExportError(str(exc)) from exc
+            if isinstance(exc, OSError):
+                raise ExportError(f"cannot write {out_path}: {exc}") from exc
+            raise
+    os.replace(partial, out_path)
+    return ExportResult(out_path, info, time.perf_counter() - started)
+
+
+def _entries(chunks: Iterator[list[Any]]) -> Iterator[Any]:
+    for rows in chunks:
+        yield from rows
+
+
+def _journal_chunks(stream: Iterator[Any], first: Any) -> Iterator[list[Any]]:
+    """The journal (``first`` then the rest of ``stream``: one snapshot) in lists of up to
+    8,192 ``(offset, timestamp_ms, group_id, key, value)`` rows (one progress update each)."""
+    if first is None:
+        return
+    buf: list[Any] = [first]
+    for e in stream:
+        buf.append(e)
+        if len(buf) == 8192:
+            yield buf
+            buf = []
+    if buf:
+        yield buf
+
+
+@contextlib.contextmanager
+def _progress(enabled: bool, total: int) -> Iterator[Callable[[int], None]]:
+    if not enabled:
+        yield lambda n: None
+        return
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    with Progress(
+        TextColumn("exporting journal"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=Console(stderr=True),
+        transient=False,
+    ) as bar:
+        task = bar.add_task("export", total=total)
+        yield lambda n: bar.advance(task, n)

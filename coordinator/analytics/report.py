@@ -1,0 +1,184 @@
+"""``kip848 analytics report``: the metrics tables (Parquet) and the HTML report.
+
+Steps: check the input (a kip848 journal export of a schema version this build reads), start
+Spark, compute every table (:mod:`.metrics`, :mod:`.whatif`), write each one under
+``OUT/tables/<name>/`` (Spark Parquet directories), then aggregate the written tables into the
+small series the plots need — the only data brought to the driver, bounded whatever the size of
+the journal — and render ``OUT/report.html`` (:mod:`.html`).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+
+from .schema import ExportInfo
+from .spark import AnalyticsError, start_session
+
+__all__ = ["ReportResult", "read_info", "run_report"]
+
+TABLES = (
+    "rebalances",
+    "convergence",
+    "unowned_intervals",
+    "member_removals",
+    "static_restarts",
+    "member_churn",
+    "commit_rate",
+    "group_summary",
+    "whatif",
+)
+
+
+@dataclass(slots=True)
+class ReportResult:
+    out_dir: Path
+    html: Path
+    tables: dict[str, Path]
+    stages: dict[str, float] = field(default_factory=dict)
+    """Seconds per stage: spark start, each table, html."""
+    summary: dict[str, Any] = field(default_factory=dict)
+
+
+def read_info(path: str | os.PathLike[str]) -> ExportInfo:
+    """The export's metadata; :class:`AnalyticsError` for a missing, corrupt or foreign file."""
+    p = Path(path)
+    if not p.exists():
+        raise AnalyticsError(f"no journal export at {p} (make one with kip848 analytics export)")
+    if p.is_dir():
+        raise AnalyticsError(f"{p} is a directory; --input names the exported Parquet file")
+    try:
+        meta = pq.read_metadata(p)
+    except Exception as exc:
+        raise AnalyticsError(
+            f"{p} is not a readable Parquet file (corrupt or truncated): {exc}"
+        ) from exc
+    try:
+        return ExportInfo.from_metadata(meta.metadata)
+    except ValueError as exc:
+        raise AnalyticsError(f"{p}: {exc}") from exc
+
+
+def run_report(
+    input_path: str | os.PathLike[str],
+    out_dir: str | os.PathLike[str],
+    *,
+    master: str = "local[*]",
+    whatif_assignor: str | None = None,
+    conf: Mapping[str, str] | None = None,
+    spark: Any = None,
+    log: Callable[[str], None] | None = None,
+) -> ReportResult:
+    """Compute every table from the export at ``input_path`` into ``out_dir`` and render the
+    report. ``spark``: an existing session to use (tests); otherwise one is started on
+    ``master`` and stopped at the end. ``whatif_assignor``: the assignor to replay history
+    through (default: the export's default assignor, i.e. what the coordinator used unless
+    members asked for another)."""
+    from . import html, metrics, whatif
+
+    say = log or (lambda _m: None)
+    info = read_info(input_path)
+    assignor = whatif_assignor or (info.assignors[0] if info.assignors else "uniform")
+    _check_assignor(assignor)
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise AnalyticsError(f"{out} exists and is not a directory")
+    tables_dir = out / "tables"
+    if tables_dir.exists():
+        shutil.rmtree(tables_dir)
+    tables_dir.mkdir(parents=True, exist_ok=True)
+    stages: dict[str, float] = {}
+    own = spark is None
+    t = time.perf_counter()
+    if own:
+        spark = start_session(master, conf=conf)
+    stages["spark start"] = time.perf_counter() - t
+    try:
+        from pyspark.sql import functions as F
+
+        journal = spark.read.parquet(str(Path(input_path).absolute()))
+        t = time.perf_counter()
+        bounds = journal.agg(
+            F.min("timestamp").alias("first"),
+            F.max("timestamp").alias("last"),
+            F.count("*").alias("n"),
+        ).collect()[0]
+        stages["read"] = time.perf_counter() - t
+        first_us = _us(bounds["first"]) if bounds["first"] is not None else 0
+        last_us = _us(bounds["last"]) if bounds["last"] is not None else 0
+        bucket_s = metrics.bucket_seconds((last_us - first_us) // 1000)
+        size = bucket_s * 1_000_000
+        params = metrics.Params(
+            session_timeout_ms=info.session_timeout_ms,
+            complete=info.complete,
+            bucket_s=bucket_s,
+            t0_us=first_us // size * size,
+        )
+        frames = metrics.compute(spark, journal, params)
+        frames["whatif"] = _whatif_frame(whatif.whatif(journal, assignor))
+        paths: dict[str, Path] = {}
+        for name in TABLES:
+            t = time.perf_counter()
+            path = tables_dir / name
+            frames[name].write.mode("overwrite").parquet(str(path.absolute()))
+            paths[name] = path
+            stages[f"table {name}"] = time.perf_counter() - t
+            say(f"wrote {path} ({stages[f'table {name}']:.1f} s)")
+        t = time.perf_counter()
+        data = html.collect(spark, {n: str(p.absolute()) for n, p in paths.items()}, params)
+        stages["html data"] = time.perf_counter() - t
+        t = time.perf_counter()
+        page = html.render(
+            data, info=info, input_path=str(input_path), assignor=assignor, rows=bounds["n"]
+        )
+        html_path = out / "report.html"
+        html_path.write_text(page, encoding="utf-8")
+        stages["html render"] = time.perf_counter() - t
+        say(f"wrote {html_path}")
+    finally:
+        if own:
+            spark.stop()
+    return ReportResult(out, html_path, paths, stages, data.get("summary", {}))
+
+
+def _whatif_frame(df: Any) -> Any:
+    from pyspark.sql import functions as F
+
+    return df.select(
+        "group_id",
+        "assignment_epoch",
+        "offset",
+        F.timestamp_micros(F.col("ts_ms") * 1000).alias("timestamp"),
+        "members",
+        "partitions",
+        "assignor",
+        "actual_moved",
+        "actual_newly_assigned",
+        "whatif_moved",
+        "whatif_newly_assigned",
+        "actual_spread",
+        "whatif_spread",
+        "actual_stddev",
+        "whatif_stddev",
+        "error",
+    )
+
+
+def _check_assignor(name: str) -> None:
+    from assignors.registry import AssignorConfigError, load_assignor
+
+    try:
+        load_assignor(name)
+    except AssignorConfigError as exc:
+        raise AnalyticsError(f"--what-if {name}: {exc}") from exc
+
+
+def _us(ts: Any) -> int:
+    return int(round(ts.timestamp() * 1_000_000))

@@ -1,0 +1,208 @@
+"""``kip848 analytics export``: the journal as Parquet, record for record."""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+
+from coordinator.analytics.export import ExportError, export_journal, parse_time
+from coordinator.analytics.schema import COLUMNS, RECORD_TYPES, SCHEMA, SCHEMA_VERSION, ExportInfo
+from coordinator.core import codec
+from coordinator.runtime.store import SqliteRecordStore
+
+
+def _journal(store_dir: Path) -> list[Any]:
+    with SqliteRecordStore(store_dir, read_only=True) as s:
+        return list(s.journal())
+
+
+def test_every_journal_record_is_one_row_with_its_typed_columns(workload: dict[str, Any]) -> None:
+    table = pq.read_table(workload["parquet"])
+    assert table.schema.equals(SCHEMA)
+    entries = _journal(workload["store"])
+    rows = table.to_pylist()
+    assert [r["offset"] for r in rows] == [e.offset for e in entries]
+    info = workload["info"]
+    assert info.complete and info.rows == len(entries) and info.schema_version == SCHEMA_VERSION
+    names = {r["topic_id"]: r["topic"] for r in rows if r["record_type_id"] == 1100}
+    seen = set()
+    for e, row in zip(entries, rows, strict=True):
+        rec = codec.decode(e.key, e.value)
+        t = rec.key.TYPE
+        seen.add(t)
+        assert row["record_type"] == RECORD_TYPES[t] == type(rec.key).__name__.removesuffix("Key")
+        assert row["timestamp"].timestamp() * 1000 == pytest.approx(e.timestamp_ms, abs=0.01)
+        assert row["tombstone"] is (e.value is None)
+        assert row["group_id"] == e.group_id
+        v = rec.value
+        if t == 8 and v is not None:
+            got = {(p["topic_id"], p["partition"]) for p in row["assigned_partitions"]}
+            want = {(tid, p) for tid, ps in v.assigned_partitions.items() for p in ps}
+            assert got == want
+            assert all(names[p["topic_id"]] == p["topic"] for p in row["assigned_partitions"])
+            assert row["member_epoch"] == v.member_epoch
+            assert row["member_id"] == rec.key.member_id
+        elif t == 1 and v is not None:
+            assert (row["topic"], row["partition"], row["committed_offset"]) == (
+                rec.key.topic,
+                rec.key.partition,
+                v.offset,
+            )
+        elif t == 5 and v is not None:
+            assert tuple(row["subscribed_topic_names"]) == v.subscribed_topic_names
+            assert row["classic_member"] is (v.classic_member_metadata is not None)
+        elif t == 3 and v is not None:
+            assert row["group_epoch"] == v.epoch
+        elif t == 2 and v is not None:
+            assert row["generation"] == v.generation
+            assert [m["member_id"] for m in row["classic_members"]] == [
+                m.member_id for m in v.members
+            ]
+    # The generated workload has every kind of record the coordinator writes for groups.
+    assert {1, 2, 3, 4, 5, 6, 7, 8, 1100} <= seen
+    # Columns a record type does not fill are null.
+    for row in rows:
+        if row["record_type_id"] == 1:
+            assert row["member_id"] is None and row["assigned_partitions"] is None
+
+
+def test_schema_is_documented_column_by_column() -> None:
+    doc = (Path(__file__).parents[2] / "docs" / "analytics.md").read_text()
+    for c in COLUMNS:
+        assert f"`{c.name}`" in doc, c.name
+    assert f"version {SCHEMA_VERSION}" in doc
+
+
+def test_since_until_cut_by_record_time(workload: dict[str, Any], tmp_path: Path) -> None:
+    entries = _journal(workload["store"])
+    mid = entries[len(entries) // 2].timestamp_ms
+    end = entries[3 * len(entries) // 4].timestamp_ms
+    r = export_journal(workload["store"], tmp_path / "cut.parquet", since_ms=mid, until_ms=end)
+    got = [row["offset"] for row in pq.read_table(tmp_path / "cut.parquet").to_pylist()]
+    assert got == [e.offset for e in entries if mid <= e.timestamp_ms < end]
+    assert not r.info.complete and r.info.since_ms == mid and r.info.until_ms == end
+    assert r.info.first_offset == got[0] and r.info.last_offset == got[-1]
+    assert parse_time("2026-11-23T00:00:00Z") == 1_795_392_000_000
+    assert parse_time("2026-11-23T01:00:00+01:00") == 1_795_392_000_000
+    assert parse_time("1795392000000") == 1_795_392_000_000
+    with pytest.raises(ValueError, match="not a time"):
+        parse_time("yesterday")
+
+
+def test_missing_foreign_and_corrupt_stores_give_clear_errors(tmp_path: Path) -> None:
+    with pytest.raises(ExportError, match="no record store at"):
+        export_journal(tmp_path / "nothing", tmp_path / "a.parquet")
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    sqlite3.connect(foreign / "coordinator.db").execute("CREATE TABLE t (x)").connection.commit()
+    with pytest.raises(ExportError, match="not a kip848 record store"):
+        export_journal(foreign, tmp_path / "b.parquet")
+    garbage = tmp_path / "garbage"
+    garbage.mkdir()
+    (garbage / "coordinator.db").write_bytes(b"this is not sqlite" * 100)
+    with pytest.raises(ExportError, match="corrupt|not a kip848"):
+        export_journal(garbage, tmp_path / "c.parquet")
+    assert not list(tmp_path.glob("*.parquet*"))  # nothing half-written
+
+
+def test_an_undecodable_record_names_its_offset(tmp_path: Path) -> None:
+    from coordinator.runtime.store import StoredRecord
+
+    store = SqliteRecordStore(tmp_path / "s")
+    good = codec.encode(codec.decode(b'[1100,"t"]', b'[0,"AAAAAAAAAAAAAAAAAAAAAQ",3]'))
+    store.append([StoredRecord(good[0], good[1], None)], 1000)
+    store.append([StoredRecord(b'[3,"g"]', b"[0,{not json", "g")], 2000)
+    store.close()
+    with pytest.raises(ExportError, match="offset 1 does not decode"):
+        export_journal(tmp_path / "s", tmp_path / "x.parquet")
+    assert not (tmp_path / "x.parquet").exists()
+    assert not (tmp_path / "x.parquet.partial").exists()
+
+
+def test_retention_trim_is_warned_and_the_export_is_partial(tmp_path: Path) -> None:
+    from coordinator.runtime.store import StoredRecord
+
+    store = SqliteRecordStore(tmp_path / "s")
+    for i in range(5):
+        key, value = codec.encode(codec.decode(b'[3,"g"]', f'[0,{i + 1},"cgp_1"]'.encode()))
+        store.append([StoredRecord(key, value, "g")], 1000 * (i + 1))
+    assert store.expire_journal(2500) == 2  # offsets 0 and 1 are gone
+    store.close()
+    warnings: list[str] = []
+    r = export_journal(tmp_path / "s", tmp_path / "x.parquet", since_ms=0, warn=warnings.append)
+    assert len(warnings) == 1 and "offsets 0..1 are gone" in warnings[0]
+    assert r.info.journal_first_offset == 2 and not r.info.complete
+    assert [row["offset"] for row in pq.read_table(tmp_path / "x.parquet").to_pylist()] == [2, 3, 4]
+    info = ExportInfo.from_metadata(pq.read_metadata(tmp_path / "x.parquet").metadata)
+    assert info.warnings == tuple(warnings)
+    # A range that starts after the trimmed part is whole: no warning.
+    warnings.clear()
+    r = export_journal(tmp_path / "s", tmp_path / "y.parquet", since_ms=3000, warn=warnings.append)
+    assert warnings == [] and r.info.rows == 3
+
+
+def test_export_is_safe_while_the_store_is_open_for_writing(tmp_path: Path) -> None:
+    from coordinator.runtime.store import StoredRecord
+
+    store = SqliteRecordStore(tmp_path / "s")  # holds the writer lock, like a running server
+    key, value = codec.encode(codec.decode(b'[3,"g"]', b'[0,1,"cgp_1"]'))
+    store.append([StoredRecord(key, value, "g")], 1000)
+    r = export_journal(tmp_path / "s", tmp_path / "x.parquet")
+    store.append([StoredRecord(key, value, "g")], 2000)  # the writer is undisturbed
+    store.close()
+    assert r.info.rows == 1
+
+
+def test_cli_export_progress_and_exit_codes(workload: dict[str, Any], tmp_path: Path) -> None:
+    kip = [sys.executable, "-m", "coordinator.cli"]
+    out = tmp_path / "j.parquet"
+    p = subprocess.run(
+        [
+            *kip,
+            "analytics",
+            "export",
+            "--data-dir",
+            str(workload["store"]),
+            "--out",
+            str(out),
+            "--progress",
+            "always",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert p.returncode == 0, p.stderr
+    assert f"Exported {workload['info'].rows} records" in p.stdout
+    assert "exporting journal" in p.stderr and f"{workload['info'].rows}/" in p.stderr
+    assert pq.read_metadata(out).num_rows == workload["info"].rows
+    p = subprocess.run(
+        [*kip, "analytics", "export", "--data-dir", str(tmp_path / "none"), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert p.returncode == 1 and "no record store at" in p.stderr and "Traceback" not in p.stderr
+    p = subprocess.run(
+        [
+            *kip,
+            "analytics",
+            "export",
+            "--data-dir",
+            str(workload["store"]),
+            "--out",
+            str(out),
+            "--since",
+            "soon",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert p.returncode == 2 and "not a time" in p.stderr

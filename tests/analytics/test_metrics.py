@@ -1,0 +1,236 @@
+"""The Spark jobs against an independent plain-Python calculation (tests/analytics/oracle.py)
+on a generated workload, and exact numbers for a scripted scenario."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from coordinator.analytics import metrics as M
+from coordinator.analytics.export import export_journal
+from coordinator.analytics.report import read_info
+
+from . import oracle
+
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(1200)]
+
+
+def _params(path: Path) -> tuple[M.Params, list[dict[str, Any]]]:
+    info = read_info(path)
+    rows = oracle.load(str(path))
+    first = min(r["ts_ms"] for r in rows)
+    last = max(r["ts_ms"] for r in rows)
+    b = M.bucket_seconds(last - first)
+    size = b * 1_000_000
+    return (
+        M.Params(
+            session_timeout_ms=info.session_timeout_ms,
+            complete=info.complete,
+            bucket_s=b,
+            t0_us=first * 1000 // size * size,
+        ),
+        rows,
+    )
+
+
+def _spark_tables(spark: Any, path: Path, params: M.Params) -> dict[str, list[dict[str, Any]]]:
+    frames = M.compute(spark, spark.read.parquet(str(path)), params)
+    return {
+        name: [r.asDict(recursive=True) for r in frames[name].collect()]
+        for name in (
+            "rebalances",
+            "member_removals",
+            "unowned_intervals",
+            "commit_rate",
+            "static_restarts",
+        )
+    }
+
+
+def _compare(spark: Any, path: Path) -> tuple[dict[str, list[dict[str, Any]]], oracle.Result]:
+    params, rows = _params(path)
+    got = _spark_tables(spark, path, params)
+    want = oracle.compute(
+        rows,
+        session_timeout_ms=params.session_timeout_ms,
+        complete=params.complete,
+        bucket_s=params.bucket_s,
+        t0_us=params.t0_us,
+    )
+    # Rebalances: every field of every bump.
+    spark_bumps = {
+        (r["group_id"], r["offset"]): {
+            "group_epoch": r["group_epoch"],
+            "previous_epoch": r["previous_epoch"],
+            "cause": r["cause"],
+            "causes": r["causes"],
+            "members_joined": r["members_joined"],
+            "members_removed": [(m["member_id"], m["reason"]) for m in r["members_removed"]],
+            "members_after": r["members_after"],
+            "partitions_moved": r["partitions_moved"],
+            "partitions_newly_assigned": r["partitions_newly_assigned"],
+            "partitions_unassigned": r["partitions_unassigned"],
+            "unowned_partition_seconds": round(r["unowned_partition_seconds"], 3),
+            "partitions_unowned": r["partitions_unowned"],
+            "outcome": r["outcome"],
+            "time_to_converge_ms": r["time_to_converge_ms"],
+        }
+        for r in got["rebalances"]
+    }
+    oracle_bumps = {
+        (b["group_id"], b["offset"]): {
+            "group_epoch": b["group_epoch"],
+            "previous_epoch": b["previous_epoch"],
+            "cause": b["cause"],
+            "causes": b["causes"],
+            "members_joined": b["members_joined"],
+            "members_removed": [tuple(x) for x in b["members_removed"]],
+            "members_after": b["members_after"],
+            "partitions_moved": b["partitions_moved"],
+            "partitions_newly_assigned": b["partitions_newly_assigned"],
+            "partitions_unassigned": b["partitions_unassigned"],
+            "unowned_partition_seconds": round(b["unowned_partition_seconds"], 3),
+            "partitions_unowned": b["partitions_unowned"],
+            "outcome": b["outcome"],
+            "time_to_converge_ms": b["time_to_converge_ms"]
+            if b["outcome"] in ("converged", "superseded")
+            else None,
+        }
+        for b in want.bumps
+    }
+    assert sorted(spark_bumps) == sorted(oracle_bumps)
+    for key in sorted(oracle_bumps):
+        assert spark_bumps[key] == oracle_bumps[key], key
+    assert sorted(
+        (r["group_id"], r["member_id"], r["offset"], r["reason"]) for r in got["member_removals"]
+    ) == sorted((r["group_id"], r["member_id"], r["offset"], r["reason"]) for r in want.removals)
+    assert sorted(
+        (
+            r["group_id"],
+            r["topic"],
+            r["partition"],
+            round(r["seconds"], 3),
+            r["released_by"],
+            r["owned_again_by"],
+            r["group_epoch"],
+        )
+        for r in got["unowned_intervals"]
+    ) == sorted(
+        (
+            r["group_id"],
+            r["topic"],
+            r["partition"],
+            round(r["seconds"], 3),
+            r["released_by"],
+            r["owned_again_by"],
+            r["group_epoch"],
+        )
+        for r in want.intervals
+    )
+    spark_commits = {
+        (r["group_id"], r["topic"], int(r["bucket_start"].timestamp() * 1_000_000)): {
+            "commits": r["commits"],
+            "offset_delta": r["offset_delta"],
+            "committed_total": r["committed_total"],
+        }
+        for r in got["commit_rate"]
+    }
+    assert spark_commits == want.commits
+    assert sorted(
+        (r["group_id"], r["old_member_id"], r["new_member_id"], r["downtime_ms"])
+        for r in got["static_restarts"]
+    ) == sorted(
+        (r["group_id"], r["old_member_id"], r["new_member_id"], r["downtime_ms"])
+        for r in want.restarts
+    )
+    return got, want
+
+
+def test_spark_equals_plain_python_on_a_generated_workload(
+    spark: Any, workload: dict[str, Any]
+) -> None:
+    got, want = _compare(spark, workload["parquet"])
+    causes = {b["cause"] for b in want.bumps}
+    reasons = {r["reason"] for r in want.removals}
+    # The workload exercises what the metrics distinguish (so the comparison means something).
+    assert {"member_joined", "migrated_from_classic"} <= causes, causes
+    assert M.FENCED_REBALANCE in reasons and M.REPLACED in reasons, reasons
+    assert len(want.bumps) > 50 and len(want.intervals) > 50 and len(want.commits) > 100
+    assert any(b["partitions_moved"] > 0 for b in want.bumps)
+
+
+# ---------------------------------------------------------------------------- a known scenario
+
+
+def _rolling_restart_store(path: Path) -> None:
+    """3 dynamic members of a group on one 6-partition topic join 10 s apart and settle; then
+    each in turn leaves (epoch -1) and rejoins 8 s later under a new member id, 20 s apart. Clients
+    acknowledge a new assignment 100 ms after receiving it and heartbeat every 5 s."""
+    from coordinator.analytics.workload import START_MS, Consumer, Driver
+
+    async def run() -> None:
+        d = Driver(str(path), seed=3, shards=1)
+        await d.start()
+        await d.create_topic("t", 6)
+        cs = [
+            Consumer(d, "g", ("t",), client_id=f"c{i}", ack_delay_ms=100, commit_interval_ms=10**9)
+            for i in range(3)
+        ]
+        for i, c in enumerate(cs):
+            c.start(START_MS + 10_000 * i)
+        await d.run(START_MS + 40_000)
+        for i, c in enumerate(cs):
+
+            async def bounce(c: Consumer = c) -> None:
+                await c.leave()
+                c.start(d.now + 8_000)
+
+            d.at(START_MS + 40_000 + 20_000 * i, bounce)
+        await d.run(START_MS + 120_000)
+        await d.close()
+
+    asyncio.run(run())
+
+
+def test_three_member_rolling_restart_exact_numbers(spark: Any, tmp_path: Path) -> None:
+    _rolling_restart_store(tmp_path / "s")
+    export_journal(tmp_path / "s", tmp_path / "j.parquet")
+    got, want = _compare(spark, tmp_path / "j.parquet")
+    bumps = sorted(got["rebalances"], key=lambda r: r["offset"])
+    summary = [
+        (
+            b["group_epoch"],
+            b["cause"],
+            len(b["members_joined"]),
+            len(b["members_removed"]),
+            b["members_after"],
+            b["partitions_moved"],
+            b["partitions_newly_assigned"],
+            b["partitions_unowned"],
+            b["outcome"],
+        )
+        for b in bumps
+    ]
+    assert summary == [
+        # Three joins: 6, then 2 move to the second member, then 2 more to the third.
+        (1, "member_joined", 1, 0, 1, 0, 6, 0, "converged"),
+        (2, "member_joined", 1, 0, 2, 3, 0, 3, "converged"),
+        (3, "member_joined", 1, 0, 3, 2, 0, 2, "converged"),
+        # Each restart: a leave (its 2 partitions go to the others, nothing moves between live
+        # members), then the join 8 s later (2 partitions move to the new member).
+        (4, "member_left", 0, 1, 2, 0, 2, 2, "converged"),
+        (5, "member_joined", 1, 0, 3, 2, 0, 2, "converged"),
+        (6, "member_left", 0, 1, 2, 0, 2, 2, "converged"),
+        (7, "member_joined", 1, 0, 3, 2, 0, 2, "converged"),
+        (8, "member_left", 0, 1, 2, 0, 2, 2, "converged"),
+        (9, "member_joined", 1, 0, 3, 2, 0, 2, "converged"),
+    ]
+    # Unowned partition-seconds: a leaver's partitions wait for the next heartbeat of the
+    # others (at most one heartbeat interval, 5 s); moved partitions wait for the new owner's
+    # acknowledgement round trip after the old owner released them.
+    total = sum(b["unowned_partition_seconds"] for b in bumps)
+    assert total == pytest.approx(sum(b["unowned_partition_seconds"] for b in want.bumps))
+    assert 0 < total < 9 * 6 * 5

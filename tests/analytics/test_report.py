@@ -1,0 +1,150 @@
+"""``kip848 analytics report``: tables, the what-if, the HTML page in a real browser, errors."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+
+from coordinator.analytics.report import TABLES, run_report
+from coordinator.analytics.spark import AnalyticsError
+
+from .conftest import chromium
+
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(1200)]
+
+
+def _table(report: Any, name: str) -> list[dict[str, Any]]:
+    return pq.read_table(report.tables[name]).to_pylist()
+
+
+def test_one_parquet_table_per_metric_and_the_page(report: Any, workload: dict[str, Any]) -> None:
+    assert sorted(report.tables) == sorted(TABLES)
+    for name in TABLES:
+        assert (report.out_dir / "tables" / name).is_dir()
+    rebalances = _table(report, "rebalances")
+    summary = {r["group_id"]: r for r in _table(report, "group_summary")}
+    # The summary agrees with the detail tables it is made of.
+    for gid, s in summary.items():
+        mine = [r for r in rebalances if r["group_id"] == gid]
+        assert s["rebalances"] == len(mine)
+        assert s["partitions_moved"] == sum(r["partitions_moved"] for r in mine)
+    overall = [r for r in _table(report, "convergence") if r["group_id"] is None]
+    assert len(overall) == 1 and overall[0]["rebalances"] == len(rebalances)
+    done = sorted(
+        r["time_to_converge_ms"] for r in rebalances if r["time_to_converge_ms"] is not None
+    )
+    assert overall[0]["max_ms"] == done[-1]
+    assert overall[0]["p50_ms"] == pytest.approx(_percentile(done, 0.5))
+    assert overall[0]["p95_ms"] == pytest.approx(_percentile(done, 0.95))
+    page = report.html.read_text()
+    import re
+
+    assert "<script" not in page  # no script: nothing that could fail or fetch at run time
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:|//)""", page)
+    assert page.count("<svg") >= 8
+
+
+def _percentile(values: list[int], q: float) -> float:
+    pos = (len(values) - 1) * q
+    lo = int(pos)
+    hi = min(lo + 1, len(values) - 1)
+    return values[lo] + (values[hi] - values[lo]) * (pos - lo)
+
+
+def test_whatif_with_the_assignor_used_reproduces_history(report: Any) -> None:
+    rows = _table(report, "whatif")
+    rebalances = _table(report, "rebalances")
+    migrated = {r["group_id"] for r in rebalances if r["cause"] == "migrated_from_classic"}
+    plain = [r for r in rows if r["group_id"] not in migrated]
+    assert len(plain) > 30 and all(r["assignor"] == "uniform" and r["error"] is None for r in rows)
+    for r in plain:
+        assert (r["whatif_moved"], r["whatif_newly_assigned"], r["whatif_spread"]) == (
+            r["actual_moved"],
+            r["actual_newly_assigned"],
+            r["actual_spread"],
+        ), r
+    # The same "moved" as the rebalances table (one computation per bump).
+    by_epoch = {(r["group_id"], r["group_epoch"]): r["partitions_moved"] for r in rebalances}
+    for r in plain:
+        assert by_epoch[(r["group_id"], r["assignment_epoch"])] == r["actual_moved"]
+
+
+def test_whatif_with_another_assignor(spark: Any, workload: dict[str, Any], tmp_path: Path) -> None:
+    result = run_report(workload["parquet"], tmp_path, spark=spark, whatif_assignor="range")
+    rows = pq.read_table(result.tables["whatif"]).to_pylist()
+    assert rows and all(r["assignor"] == "range" and r["error"] is None for r in rows)
+    assert any(
+        (r["whatif_moved"], r["whatif_spread"]) != (r["actual_moved"], r["actual_spread"])
+        for r in rows
+    )
+    with pytest.raises(AnalyticsError, match="unknown assignor"):
+        run_report(workload["parquet"], tmp_path / "x", spark=spark, whatif_assignor="nope")
+
+
+def test_the_page_renders_in_chromium_without_errors(report: Any, tmp_path: Path) -> None:
+    from playwright.sync_api import sync_playwright
+
+    errors: list[str] = []
+    requests: list[str] = []
+    shot = tmp_path / "report.png"
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(
+            executable_path=chromium(),
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+            ],
+        )
+        try:
+            page = browser.new_page(viewport={"width": 1200, "height": 900})
+            page.on(
+                "console",
+                lambda m: errors.append(m.text) if m.type in ("error", "warning") else None,
+            )
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.on("request", lambda r: requests.append(r.url))
+            page.goto(report.html.as_uri(), wait_until="load")
+            assert page.title() == "kip848 rebalance report"
+            assert page.locator("h2", has_text="Time to converge").is_visible()
+            assert page.locator("svg").count() >= 8
+            assert page.locator("table").count() >= 4
+            page.screenshot(path=str(shot), full_page=True)
+        finally:
+            browser.close()
+    assert errors == []
+    assert all(u.startswith(("file://", "data:")) for u in requests), requests
+    assert shot.stat().st_size > 50_000
+
+
+def test_missing_corrupt_and_foreign_inputs_are_clear_errors(tmp_path: Path) -> None:
+    kip = [sys.executable, "-m", "coordinator.cli", "analytics", "report"]
+    bad = tmp_path / "bad.parquet"
+    bad.write_bytes(b"PAR1 not really parquet")
+    foreign = tmp_path / "foreign.parquet"
+    import pyarrow as pa
+
+    pq.write_table(pa.table({"x": [1, 2]}), foreign)
+    cases = [
+        (tmp_path / "missing.parquet", "no journal export at"),
+        (bad, "not a readable Parquet file"),
+        (foreign, "not a kip848 journal export"),
+    ]
+    for path, message in cases:
+        p = subprocess.run(
+            [*kip, "--input", str(path), "--out", str(tmp_path / "out")],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert p.returncode == 1, p.stderr
+        assert message in p.stderr and "Traceback" not in p.stderr
