@@ -346,11 +346,11 @@ class Explorer:
             )
         elif verb == "offload-done":
             group_id = args[0]
-            outcome = jobs.pop(group_id)
-            applied = guarded(lambda: shard.groups.apply_assignment(outcome, now))
+            computed = jobs.pop(group_id)
+            applied = guarded(lambda: shard.groups.apply_assignment(computed, now))
             commit(applied)
             label = (
-                f"offload-done {group_id}: epoch {outcome.epoch} ({len(applied.records)} records)"
+                f"offload-done {group_id}: epoch {computed.epoch} ({len(applied.records)} records)"
             )
         elif verb == "restart":
             restarts += 1
