@@ -35,7 +35,6 @@ from coordinator.core.errors import (
     IllegalStateError,
     InconsistentGroupProtocolError,
     InvalidGroupIdError,
-    NonEmptyGroupError,
     RebalanceInProgressError,
     UnknownMemberIdError,
 )

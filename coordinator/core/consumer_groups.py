@@ -49,8 +49,15 @@ from .model import (
 )
 from .reconciliation import compute_next_member
 from .regex import compile_regex, resolve_regex
-from .target_assignment import compute_target_assignment
-from .timers import REBALANCE, SESSION, ArmTimer, CancelTimer, DueTimer, TimerOp
+from .target_assignment import (
+    AssignmentJob,
+    AssignmentOutcome,
+    assignment_job,
+    compute_target_assignment,
+    outcome_is_stale,
+    outcome_records,
+)
+from .timers import ASSIGN, REBALANCE, SESSION, ArmTimer, CancelTimer, DueTimer, TimerOp
 
 if TYPE_CHECKING:
     from .components import ClassicGroupSupport
@@ -257,15 +264,15 @@ class ConsumerGroups(ByGroupId[ConsumerGroup]):
                     )
             group.set("metadata_checked", (image_version, group.group_epoch))
 
-        # 4. A new target assignment when the group epoch is ahead (KIP-848 "Assignment Epoch").
+        # 4. A new target assignment when the group epoch is ahead (KIP-848 "Assignment Epoch"),
+        # at most once per assignment interval, off the loop for a big group.
         if group.group_epoch > group.assignment_epoch:
-            assignor = self.assignors[group.preferred_assignor(self.assignor_names)]
-            for record in compute_target_assignment(group, group.group_epoch, assignor):
-                ctx.emit(result, record)
+            self.update_target(result, group, now_ms)
 
         # 5. Reconcile the member toward its target (KIP-848 "Member Epoch").
         member = group.members[member_id]
-        final = self._reconcile(result, group, member, owned, now_ms)
+        resubscribed = Cause.SUBSCRIPTION_CHANGED in causes or Cause.REGEX_CHANGED in causes
+        final = self._reconcile(result, group, member, owned, now_ms, resubscribed)
 
         # 6. Session timeout and response.
         session_ms = (
@@ -488,12 +495,18 @@ class ConsumerGroups(ByGroupId[ConsumerGroup]):
         member: ConsumerGroupMember,
         owned: Assignment | None,
         now_ms: int,
+        resubscribed: bool = False,
     ) -> ConsumerGroupMember:
+        """Move the member toward its target. While the target lags behind the group epoch
+        (batching, offloading), the member's subscription filters it (and a member whose
+        subscription just dropped topics revokes them at its epoch): see reconciliation."""
         epoch = group.assignment_epoch
-        if member.is_reconciled_to(epoch):
+        lagging = group.group_epoch > epoch
+        if member.is_reconciled_to(epoch) and not (lagging and resubscribed):
             return member
+        subscribed = self._subscribed_ids(group, member) if lagging else None
         updated = compute_next_member(
-            member, epoch, group.target_of(member.member_id), group.owner_of, owned
+            member, epoch, group.target_of(member.member_id), group.owner_of, owned, subscribed
         )
         if updated is member:
             return member
@@ -510,10 +523,121 @@ class ConsumerGroups(ByGroupId[ConsumerGroup]):
         return updated
 
     @staticmethod
-    def _pending(group: ConsumerGroup | None, member: ConsumerGroupMember) -> Assignment:
+    def _subscribed_ids(group: ConsumerGroup, member: ConsumerGroupMember) -> frozenset[str]:
+        """The ids of the existing topics the member subscribes to."""
+        metadata = group.subscription_metadata
+        return frozenset(
+            metadata[name].topic_id for name in group.effective_topics(member) if name in metadata
+        )
+
+    @classmethod
+    def _pending(cls, group: ConsumerGroup | None, member: ConsumerGroupMember) -> Assignment:
+        """What the member's target adds to what it has (our response's pending partitions);
+        while the target lags, only of topics the member still subscribes to."""
         if group is None:
             return EMPTY_ASSIGNMENT
-        return assignment_minus(group.target_of(member.member_id), member.assigned_partitions)
+        pending = assignment_minus(group.target_of(member.member_id), member.assigned_partitions)
+        if pending and group.group_epoch > group.assignment_epoch:
+            subscribed = cls._subscribed_ids(group, member)
+            pending = {t: ps for t, ps in pending.items() if t in subscribed}
+        return pending
+
+    # ------------------------------------------------------------------ target assignment
+
+    def update_target(self, result: Result[Any], group: ConsumerGroup, now_ms: int) -> None:
+        """The group epoch is ahead of the target: compute a new target now, or say when.
+
+        Batching (Kafka 4.3): the next target is computed no sooner than the assignment
+        interval after the previous one (``assignment_timestamp_ms``); until then members get
+        the last target (at its epoch) and an ASSIGN timer is armed for the moment it is due,
+        so the computation does not wait for the next heartbeat. At once when the interval is
+        0, when the group has no target yet (new or emptied: nobody would have anything) or
+        when the last computation carries no timestamp. A group of
+        ``group.consumer.assignor.offload.min.members`` members or more (once it has a target)
+        has it computed outside the event loop: the result asks the runtime for it
+        (``offloads``) and :meth:`apply_assignment` installs the outcome; smaller ones inline."""
+        gid = group.group_id
+        interval = self._configs.assignment_interval_ms(gid)
+        key = (ASSIGN, gid, "")
+        if interval and group.assignment_timestamp_ms and group.target:
+            due = group.assignment_timestamp_ms + interval
+            if now_ms < due:
+                result.timers.append(ArmTimer(key, due))
+                return
+        config = self._ctx.config
+        if (
+            config.consumer_assignor_offload_enable
+            and group.target
+            and len(group.members) >= config.consumer_assignor_offload_min_members
+        ):
+            result.offloads.append(gid)
+            return
+        assignor = self.assignors[group.preferred_assignor(self.assignor_names)]
+        stamp = now_ms if interval else 0
+        for record in compute_target_assignment(group, group.group_epoch, assignor, stamp):
+            self._ctx.emit(result, record)
+        # An ASSIGN timer armed earlier is left alone: when it fires, the target is either up
+        # to date (nothing to do) or behind and due (exactly when it should be computed).
+
+    def assignment_job(self, group_id: str) -> AssignmentJob | None:
+        """The inputs of an offloaded computation for the group as it is now (a read), or None
+        when there is nothing to compute (the group is gone or its target is up to date)."""
+        group = self._by_group.get(group_id)
+        if group is None or group.group_epoch <= group.assignment_epoch:
+            return None
+        assignor = group.preferred_assignor(self.assignor_names)
+        return assignment_job(group, group.group_epoch, assignor)
+
+    def apply_assignment(self, outcome: AssignmentOutcome, now_ms: int) -> Result[None]:
+        """An offloaded computation is back: install its target into the group as it is now
+        (members that left skipped, replaced static members remapped, members that joined since
+        keep their target), discard it if it is stale (the group was deleted or re-created, or
+        its target is already at that epoch), or log its error (the target stays). If the group
+        moved on meanwhile, the next computation is scheduled as after any other."""
+        return self._ctx.run(self._apply_assignment, outcome, now_ms)
+
+    def _apply_assignment(self, outcome: AssignmentOutcome, now_ms: int) -> Result[None]:
+        result: Result[None] = Result()
+        group = self._by_group.get(outcome.group_id)
+        stale = outcome_is_stale(group, outcome)
+        if stale is not None:
+            result.events.append(
+                LogEvent(
+                    event=Event.TARGET_ASSIGNMENT_DISCARDED,
+                    group_id=outcome.group_id,
+                    fields={"epoch": outcome.epoch, "reason": stale},
+                )
+            )
+        elif outcome.error is not None:
+            result.events.append(
+                LogEvent(
+                    event=Event.TARGET_ASSIGNMENT_FAILED,
+                    group_id=outcome.group_id,
+                    fields={"error": outcome.error},
+                )
+            )
+            return result  # the next eligible heartbeat or timer tries again (Kafka)
+        if group is None:
+            return result
+        if stale is None:
+            interval = self._configs.assignment_interval_ms(group.group_id)
+            for record in outcome_records(group, outcome, now_ms if interval else 0):
+                self._ctx.emit(result, record)
+        if group.group_epoch > group.assignment_epoch:
+            self.update_target(result, group, now_ms)
+        return result
+
+    def _on_assign_timer(self, timer: DueTimer, now_ms: int) -> Result[None]:
+        """The assignment interval of a group has passed: compute its target if it is behind."""
+        group = self._by_group.get(timer.key[1])
+        result: Result[None] = Result()
+        if group is None or group.group_epoch <= group.assignment_epoch:
+            return result
+        return self._ctx.run(self._assign_now, result, group, now_ms)
+
+    def _assign_now(self, result: Result[None], group: ConsumerGroup, now_ms: int) -> Result[None]:
+        self.update_target(result, group, now_ms)
+        return result
 
     # ------------------------------------------------------------------ leaving and fencing
 
@@ -643,7 +767,11 @@ class ConsumerGroups(ByGroupId[ConsumerGroup]):
     # ------------------------------------------------------------------ timers
 
     def timer_handlers(self) -> dict[str, Callable[[DueTimer, int], Result[None]]]:
-        return {SESSION: self._on_member_timer, REBALANCE: self._on_member_timer}
+        return {
+            SESSION: self._on_member_timer,
+            REBALANCE: self._on_member_timer,
+            ASSIGN: self._on_assign_timer,
+        }
 
     def _on_member_timer(self, timer: DueTimer, now_ms: int) -> Result[None]:
         """A session or rebalance timer fired. Stale timers (member gone, epoch moved on) do nothing."""
@@ -674,10 +802,16 @@ class ConsumerGroups(ByGroupId[ConsumerGroup]):
 
     def on_loaded(self, now_ms: int) -> list[TimerOp]:
         """After loading: session timers for every member, rebalance timers for members that
-        were revoking (KIP-848 "Fail Over")."""
+        were revoking (KIP-848 "Fail Over"), and the assignment timer of every group whose
+        target was behind its epoch (a computation due or in flight when the coordinator
+        stopped)."""
         ops: list[TimerOp] = []
         for group_id in sorted(self._by_group):
             group = self._by_group[group_id]
+            if group.members and group.group_epoch > group.assignment_epoch:
+                # A target was due (or being computed) when the coordinator stopped.
+                due = group.assignment_timestamp_ms + self._configs.assignment_interval_ms(group_id)
+                ops.append(ArmTimer((ASSIGN, group_id, ""), max(now_ms, due)))
             session_ms = self._configs.session_timeout_ms(group_id)
             for member_id in sorted(group.members):
                 m = group.members[member_id]
@@ -823,6 +957,9 @@ class ConsumerGroups(ByGroupId[ConsumerGroup]):
         group = self._group(key.group_id, value)
         if group is not None:
             group.set("assignment_epoch", -1 if value is None else value.assignment_epoch)
+            group.set(
+                "assignment_timestamp_ms", 0 if value is None else value.assignment_timestamp_ms
+            )
 
     def _replay_partition_metadata(self, record: r.Record) -> None:
         key, value = r.typed(
@@ -857,7 +994,9 @@ class ConsumerGroups(ByGroupId[ConsumerGroup]):
             out.append(r.group_epoch_record(gid, g.group_epoch, g.group_uid))
             for mid in sorted(g.target):
                 out.append(r.target_assignment_record(gid, mid, g.target[mid]))
-            out.append(r.target_assignment_epoch_record(gid, g.assignment_epoch))
+            out.append(
+                r.target_assignment_epoch_record(gid, g.assignment_epoch, g.assignment_timestamp_ms)
+            )
             for mid in sorted(g.members):
                 out.append(r.current_assignment_record(gid, g.members[mid]))
         return out

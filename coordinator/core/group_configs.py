@@ -1,7 +1,7 @@
 """Per-group dynamic configs (KIP-848 "Dynamic Group Configuration"; Kafka's GroupConfigManager).
 
-Two configs may be overridden per group: ``consumer.session.timeout.ms`` and
-``consumer.heartbeat.interval.ms``. Overrides are GroupConfig records (one per name; a tombstone
+Three configs may be overridden per group: ``consumer.session.timeout.ms``,
+``consumer.heartbeat.interval.ms`` and ``consumer.assignment.interval.ms`` (Kafka 4.3). Overrides are GroupConfig records (one per name; a tombstone
 removes one); they may exist before the group does, take effect on the group's next heartbeat,
 and are deleted with the group. The component is a read-only mapping group id -> overrides.
 """
@@ -21,6 +21,7 @@ from .events import Event, LogEvent
 
 SESSION_TIMEOUT_CONFIG = "consumer.session.timeout.ms"
 HEARTBEAT_INTERVAL_CONFIG = "consumer.heartbeat.interval.ms"
+ASSIGNMENT_INTERVAL_CONFIG = "consumer.assignment.interval.ms"
 
 
 class GroupConfigs(ByGroupId[dict[str, str]]):
@@ -38,6 +39,11 @@ class GroupConfigs(ByGroupId[dict[str, str]]):
         value = self._by_group.get(group_id, {}).get(HEARTBEAT_INTERVAL_CONFIG)
         return int(value) if value is not None else self._ctx.config.consumer_heartbeat_interval_ms
 
+    def assignment_interval_ms(self, group_id: str) -> int:
+        """How long after a target assignment the next one may be computed (0: at once)."""
+        value = self._by_group.get(group_id, {}).get(ASSIGNMENT_INTERVAL_CONFIG)
+        return int(value) if value is not None else self._ctx.config.consumer_assignment_interval_ms
+
     def effective(self, group_id: str) -> dict[str, str]:
         """Effective per-group configs (overrides, else the broker defaults)."""
         config = self._ctx.config
@@ -48,6 +54,9 @@ class GroupConfigs(ByGroupId[dict[str, str]]):
             ),
             HEARTBEAT_INTERVAL_CONFIG: overrides.get(
                 HEARTBEAT_INTERVAL_CONFIG, str(config.consumer_heartbeat_interval_ms)
+            ),
+            ASSIGNMENT_INTERVAL_CONFIG: overrides.get(
+                ASSIGNMENT_INTERVAL_CONFIG, str(config.consumer_assignment_interval_ms)
             ),
         }
 

@@ -55,6 +55,24 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--topics", type=int_in(1, MAX_TOPICS), default=2)
     p.add_argument(
+        "--assignment-interval-ms",
+        type=int_in(0, 15_000),
+        default=0,
+        help="group.consumer.assignment.interval.ms (0: a target per change, no batching)",
+    )
+    p.add_argument(
+        "--offload-min-members",
+        type=int_in(0, MAX_MEMBERS),
+        default=0,
+        help="compute targets of groups this big in a (simulated) worker (0: never)",
+    )
+    p.add_argument(
+        "--offload-delay-max-ms",
+        type=int_in(0, 60_000),
+        default=2_000,
+        help="how long a simulated worker may take",
+    )
+    p.add_argument(
         "--static", type=int_in(0, MAX_MEMBERS), default=1, help="how many members are static"
     )
     p.add_argument(
@@ -121,6 +139,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             classic=args.classic,
             protocol=args.protocol,
             push=args.push,
+            assignment_interval_ms=args.assignment_interval_ms,
+            offload_min_members=args.offload_min_members,
+            offload_delay_max_ms=args.offload_delay_max_ms,
         )
         summary = Simulation(params).run()
         if args.quiet:

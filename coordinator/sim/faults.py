@@ -210,6 +210,7 @@ class FaultInjector:
         sim.h.timers = TimerTable()
         sim.h.timers.apply(fresh.on_loaded(sim.now))
         sim.coord_gen += 1
+        sim.assigning.clear()  # offloaded computations die with the process
         sim.parked.clear()  # parked JoinGroup/SyncGroup requests die with the process
         for (
             c

@@ -54,6 +54,7 @@ from coordinator.core.offsets import (
     OffsetFetchTopic,
 )
 from coordinator.core.push import MemberView, member_view, push_due
+from coordinator.core.target_assignment import run_job
 from coordinator.factory import Shard, new_shard
 from coordinator.harness import Harness
 from legacy_bridge import messages as lm
@@ -124,6 +125,9 @@ class SimParams:
     push: bool = False  # the coordinator pushes (ConsumerGroupWatch) to KIP-848 members
     protocol: str = "eager"  # classic clients: eager | cooperative | mixed (alternating)
     initial_rebalance_delay_ms: int = 3_000  # group.initial.rebalance.delay.ms (classic groups)
+    assignment_interval_ms: int = 0  # group.consumer.assignment.interval.ms (0: no batching)
+    offload_min_members: int = 0  # group.consumer.assignor.offload.min.members (0: no offload)
+    offload_delay_max_ms: int = 2_000  # how long a worker may take (virtual time)
 
     def liveness_bound_ms(self) -> int:
         """Virtual time after faults stop within which the group must be Stable with every
@@ -150,6 +154,16 @@ class SimParams:
         )
         if self.uses_classic():
             bound += self.classic_extra_ms()
+        # Batching and offloading: each target may wait an interval, then a worker; a change
+        # during a computation waits for it and then one more interval (2 x per round).
+        bound += (
+            2
+            * 4
+            * (
+                self.assignment_interval_ms
+                + self.offload_delay_max_ms * bool(self.offload_min_members)
+            )
+        )
         return bound
 
     def uses_classic(self) -> bool:
@@ -185,6 +199,17 @@ class SimParams:
                 else ""
             )
             + (" --push" if self.push else "")
+            + (
+                f" --assignment-interval-ms {self.assignment_interval_ms}"
+                if self.assignment_interval_ms
+                else ""
+            )
+            + (
+                f" --offload-min-members {self.offload_min_members} "
+                f"--offload-delay-max-ms {self.offload_delay_max_ms}"
+                if self.offload_min_members
+                else ""
+            )
         )
 
 
@@ -199,6 +224,9 @@ class Simulation:
             consumer_session_timeout_ms=params.session_timeout_ms,
             consumer_heartbeat_interval_ms=params.heartbeat_interval_ms,
             classic_initial_rebalance_delay_ms=params.initial_rebalance_delay_ms,
+            consumer_assignment_interval_ms=params.assignment_interval_ms,
+            consumer_assignor_offload_enable=params.offload_min_members > 0,
+            consumer_assignor_offload_min_members=max(1, params.offload_min_members),
         )
         # The bridged shard: classic groups, classic members in consumer groups, upgrade and
         # downgrade. A fleet without classic clients never creates a classic group.
@@ -214,6 +242,7 @@ class Simulation:
         self.queue: list[tuple[int, int, str, tuple]] = []
         self.corr = 0
         self.coord_gen = 0  # bumps on restart: deliveries of older generations are lost
+        self.assigning: set[str] = set()  # groups whose target a "worker" is computing
         self.fifo: dict[int, int] = {}  # client -> time of its last scheduled delivery
         self.committed: dict[tuple[str, int], int] = {}  # (topic id, p) -> last accepted offset
         self.resp_fifo: dict[int, int] = {}  # client -> time of its last scheduled response
@@ -323,6 +352,10 @@ class Simulation:
         self._route_completions(res.completions)
         if self.p.push and res.records:
             self._push()
+        for group_id in dict.fromkeys(res.offloads):
+            if group_id not in self.assigning:  # one computation per group at a time
+                self.assigning.add(group_id)
+                self._schedule(self.now, "offload_start", (group_id, self.coord_gen))
 
     def _push(self) -> None:
         """The push streams (ConsumerGroupWatch) after a durable change: one message to each
@@ -348,6 +381,37 @@ class Simulation:
         actions = c.push(view)
         self._log(f"c{i} push: target={fmt(view.target, self.topic_label)} actions={actions}")
         self._after(i, actions)
+
+    def _on_offload_start(self, group_id: str, gen: int) -> None:
+        """The runtime copies the group's inputs (the asking command is durable) and hands
+        them to a worker, which takes up to ``offload_delay_max_ms``."""
+        if gen != self.coord_gen:
+            return  # the coordinator restarted: the request died with it
+        job = self.h.shard.groups.assignment_job(group_id)
+        if job is None:
+            self.assigning.discard(group_id)
+            self._log(f"coordinator: nothing to compute for {group_id} any more")
+            return
+        assignor = next(a for a in self.h.assignors if a.name == job.assignor)
+        outcome = run_job(job, assignor)  # the inputs are copies: computing now or later is alike
+        self.summary.events["offloaded-computation"] += 1
+        at = self.now + self.rng.randint(0, self.p.offload_delay_max_ms)
+        self._log(f"coordinator: target of {group_id} for epoch {job.epoch} goes to a worker")
+        self._schedule(at, "offload_done", (group_id, outcome, gen))
+
+    def _on_offload_done(self, group_id: str, outcome: Any, gen: int) -> None:
+        if gen != self.coord_gen:
+            self._log(
+                f"the worker's target of {group_id} for epoch {outcome.epoch} is lost in a restart"
+            )
+            return
+        self.assigning.discard(group_id)
+        res = self._guard(lambda: self.h.shard.groups.apply_assignment(outcome, self.now))
+        self._commit(res)
+        self._log(
+            f"coordinator: worker's target of {group_id} for epoch {outcome.epoch} applied "
+            f"({len(res.records)} records)"
+        )
 
     def _route_completions(self, completions: Sequence[tuple[int, Any]]) -> None:
         """Deferred JoinGroup/SyncGroup responses completed by this (durable) result go to the

@@ -681,9 +681,10 @@ def test_configs_describe_and_alter(manual_server: ServerProcess) -> None:
     assert kip848(s, "configs", "describe", "--group", "g-conf") == (
         0,
         lines(
-            "NAME                            VALUE  SOURCE",
-            "consumer.session.timeout.ms     45000  server default",
-            "consumer.heartbeat.interval.ms  5000   server default",
+            "NAME                             VALUE  SOURCE",
+            "consumer.session.timeout.ms      45000  server default",
+            "consumer.heartbeat.interval.ms   5000   server default",
+            "consumer.assignment.interval.ms  0      server default",
         ),
         "",
     )
@@ -736,6 +737,12 @@ def test_configs_describe_and_alter(manual_server: ServerProcess) -> None:
                 "value": "6000",
                 "source": "group override",
                 "documentation": "The heartbeat interval given to the members of a consumer group.",
+            },
+            {
+                "name": "consumer.assignment.interval.ms",
+                "value": "0",
+                "source": "server default",
+                "documentation": "",
             },
         ],
     }

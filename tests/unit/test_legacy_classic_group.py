@@ -482,9 +482,7 @@ def test_delete_groups_deletes_only_an_empty_classic_group_with_its_offsets() ->
     a, b = stable_group(h)
     assert h.commit("grp", a, 1, {("foo", 0): 7}).topics[0].partitions[0].error_code == 0
     res = h._commit(h.shard.delete_groups(["grp"]))
-    assert res.response == [
-        ("grp", ErrorCode.NON_EMPTY_GROUP, "Classic group grp is not empty.")
-    ]
+    assert res.response == [("grp", ErrorCode.NON_EMPTY_GROUP, "Classic group grp is not empty.")]
     assert res.records == [] and ("foo", 0) in h.shard.offsets["grp"]
     h.leave_group(a, b)
     assert h.shard.classic_groups["grp"].state.value == "Empty"

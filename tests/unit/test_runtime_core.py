@@ -250,6 +250,7 @@ async def test_load_in_progress_and_restart_equals_state() -> None:
     assert await rt2.group_config("g") == {
         "consumer.session.timeout.ms": "45000",
         "consumer.heartbeat.interval.ms": "6000",
+        "consumer.assignment.interval.ms": "0",
     }
     # on_loaded re-armed the session timers
     assert sorted(k for k in rt2.timers.keys() if k[0] == "session") == [  # noqa: SIM118
