@@ -15,6 +15,8 @@ without workers.
 * Workers are started with ``spawn`` (the server's gRPC threads make ``fork`` unsafe) when the
   pool starts, each loading the configured assignors once, and warmed up so the first storm
   does not pay for interpreter start-up.
+* A worker ends with the coordinator's process, even one killed with SIGKILL (it watches its
+  parent's sentinel).
 * A worker that dies (or a pool that breaks) fails the jobs it had with an error outcome; the
   pool is rebuilt for the next job. An assignor error is an error outcome too: the group keeps
   its target and the next eligible heartbeat (or the assignment timer) tries again, as Kafka.
@@ -25,6 +27,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import multiprocessing
+import multiprocessing.connection
+import os
+import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -43,6 +48,19 @@ _ASSIGNORS: dict[str, Any] = {}
 
 def _init_worker(names: tuple[str, ...]) -> None:
     _ASSIGNORS.update((a.name, a) for a in make_assignors(names))
+    parent = multiprocessing.parent_process()
+    if parent is not None:
+        threading.Thread(
+            target=_exit_with_parent, args=(parent.sentinel,), name="parent-watch", daemon=True
+        ).start()
+
+
+def _exit_with_parent(sentinel: int) -> None:
+    """In a worker: end when the coordinator's process ends, however it ends. (A worker waits
+    on a queue it also holds the writing end of, so a coordinator killed with SIGKILL would
+    otherwise leave its workers behind for ever.)"""
+    multiprocessing.connection.wait([sentinel])
+    os._exit(0)
 
 
 def _work(job: AssignmentJob) -> tuple[AssignmentOutcome, float]:

@@ -7,6 +7,10 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 from assignors.uniform import UniformAssignor
 from coordinator.core.target_assignment import assignment_job, run_job
@@ -94,3 +98,50 @@ async def test_the_runtime_computes_a_big_groups_target_in_a_worker() -> None:
         assert again.snapshot() == before
     finally:
         await again.close()
+
+
+_HOLDER = """
+import asyncio, sys
+from coordinator.runtime.offload import AssignorPool
+
+async def main():
+    pool = AssignorPool(["uniform"], processes=2)
+    await pool.start()
+    print(" ".join(str(p) for p in pool._executor._processes), flush=True)
+    await asyncio.sleep(600)
+
+asyncio.run(main())
+"""
+
+
+def test_workers_end_with_a_coordinator_killed_by_sigkill() -> None:
+    """A coordinator killed with SIGKILL leaves no worker behind (they used to wait for ever on
+    their job queue, orphaned)."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLDER],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    try:
+        assert holder.stdout is not None
+        workers = [int(pid) for pid in holder.stdout.readline().split()]
+        assert len(workers) == 2 and all(_alive(pid) for pid in workers)
+    finally:
+        holder.kill()
+        holder.wait(30)
+    deadline = time.monotonic() + 30
+    while any(_alive(pid) for pid in workers) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert [pid for pid in workers if _alive(pid)] == []
+
+
+def _alive(pid: int) -> bool:
+    """``pid`` runs (a zombie or a reused pid of another program does not count)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z" and "multiprocessing" in Path(
+        f"/proc/{pid}/cmdline"
+    ).read_bytes().decode(errors="replace")

@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from assignors.uniform import UniformAssignor
-from coordinator.core.commands import ConsumerGroupHeartbeat, SequentialIds
+from coordinator.core.commands import ConsumerGroupHeartbeat, HeartbeatAssignment, SequentialIds
 from coordinator.core.config import parse_config
 from coordinator.core.errors import CoordinatorNotAvailableError, ErrorCode
 from coordinator.core.topics import NewTopic
@@ -25,9 +25,16 @@ from coordinator.server.service import CoordinatorService, ShuttingDown
 STEP_S = 5.0  # bound on every wait for a stream event
 
 
-async def started_runtime() -> CoordinatorRuntime:
+async def started_runtime(assignment_interval_ms: int = 0) -> CoordinatorRuntime:
+    """Two shards, a manual clock; targets at once unless an assignment interval is given (most
+    stories here are about the stream, not the interval)."""
     rt = CoordinatorRuntime(
-        config=parse_config({"group.coordinator.shards": "2"}),
+        config=parse_config(
+            {
+                "group.coordinator.shards": "2",
+                "group.consumer.assignment.interval.ms": str(assignment_interval_ms),
+            }
+        ),
         store=MemoryRecordStore(),
         clock=ManualClock(1_000_000),
         ids=SequentialIds(),
@@ -289,4 +296,38 @@ async def test_a_stream_opened_while_the_hub_reads_gets_its_own_view() -> None:
     assert a.target == {t: frozenset({0, 1})} and b.target == {t: frozenset({2, 3})}
     for s in (stream_a, stream_b):
         await s.aclose()  # type: ignore[attr-defined]
+    await rt.close()
+
+
+async def test_with_batching_a_member_hears_its_share_when_the_interval_computes_it() -> None:
+    """group.consumer.assignment.interval.ms (default 1 s): B's join only registers it (the
+    group's target stays at epoch 1); the assignment timer computes the target and B's stream
+    hears its share at once, without waiting for B's next heartbeat."""
+    rt = await started_runtime(assignment_interval_ms=1_000)
+    [topic] = await rt.create_topics([NewTopic(name="t", num_partitions=4)])
+    t = topic.topic_id
+    service = CoordinatorService(rt)
+    a = await rt.heartbeat(join("g", member_id="A"))
+    assert a.assignment is not None and a.assignment.assigned == {t: frozenset({0, 1, 2, 3})}
+    b = await rt.heartbeat(join("g", member_id="B"))
+    assert (b.member_epoch, b.assignment) == (1, HeartbeatAssignment(assigned={}, pending={}))
+    stream_b = watch(service, "B")
+    assert await next_event(stream_b) == WatchEvent(
+        member_epoch=1, group_epoch=2, assignment_epoch=1, target={}, released={}
+    )
+    pending_b = await no_event(stream_b)
+    await rt.advance_time(999)
+    for _ in range(50):
+        await asyncio.sleep(0)
+    assert not pending_b.done()
+    await rt.advance_time(1)
+    async with asyncio.timeout(STEP_S):
+        computed = await pending_b
+    assert computed == WatchEvent(
+        member_epoch=1,
+        group_epoch=2,
+        assignment_epoch=2,
+        target={t: frozenset({2, 3})},
+        released={},
+    )
     await rt.close()
