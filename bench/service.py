@@ -85,6 +85,9 @@ async def _echo_server(port: int, children: int) -> None:
         async def ConsumerGroupDescribe(self, request, context):
             return cg.ConsumerGroupDescribeResponse()
 
+        async def ConsumerGroupWatch(self, request, context):  # not measured: one message
+            yield cg.ConsumerGroupWatchResponse()
+
     server = grpc.aio.server(options=[("grpc.so_reuseport", 1)])
     consumer_group_pb2_grpc.add_ConsumerGroupServiceServicer_to_server(Echo(), server)
     port = server.add_insecure_port(f"127.0.0.1:{port}")

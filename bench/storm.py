@@ -69,7 +69,17 @@ class Config:
 
 
 CONFIGS = {
-    "default": Config(name="default settings", flags=(), interval_s=None),
+    "before": Config(
+        name="interval 0, inline (before)",
+        flags=(
+            "--set",
+            "group.consumer.assignment.interval.ms=0",
+            "--set",
+            "group.consumer.assignor.offload.enable=false",
+        ),
+        interval_s=None,
+    ),
+    "default": Config(name="defaults: interval 1 s, offload", flags=(), interval_s=1.0),
 }
 
 
@@ -272,6 +282,37 @@ def run_row(
 
 # ---------------------------------------------------------------- report
 
+FINDINGS = """### Calls that end without an answer: who cancels them
+
+Not the clients: h2storm resets a call only when its 30 s request timeout passes (the *client
+deadline* cause). The CANCELLED calls are cancelled by grpc-core inside the server process.
+grpc.aio takes calls from grpc-core one at a time, from its event loop; calls that arrive while
+the loop is busy wait in grpc-core's queue of calls "not yet requested by the application",
+and that queue
+
+* refuses new calls with a probability that rises from 0 when 1,000 wait
+  (`grpc.server.max_pending_requests`) to 1 at 3,000 (`grpc.server.max_pending_requests_hard_limit`),
+* cancels calls that have waited longer than 30 s (`grpc.server_max_unrequested_time_in_server`)
+  the next time the loop asks for one.
+
+Both end the call with grpc-status 1 (CANCELLED) in its trailers; Python's gRPC client reports
+`StatusCode.CANCELLED` with the details `CANCELLED`. Reproduced on a bare grpc.aio server whose
+handler blocks the loop (no coordinator code): 3,000 calls sent during an 8 s block, about 730
+CANCELLED (none once the two limits are raised); 5 calls during a 40 s block, 4 CANCELLED at
+30 s (none once the unrequested time is raised). In a 5,000-member storm the queue sat at the
+hard limit: every member keeps one call in flight and retries what is refused (back-off 0.1 to
+1 s), so about 2,000 calls a second were refused while the server's CPU was at 40% — the
+coordinator was not busy computing, it was not being given the calls. The server now raises
+both limits and bounds concurrent calls itself (docs/operations.md, "Bursts and overload"), so a
+burst is queued in arrival order instead.
+
+A second cause, now fixed: a call whose client went away (after the 30 s client deadline, a
+reset stream) had its handler cancelled by grpc.aio, which cancelled the durable batch it
+shared with every other command of that moment; the other commands failed and the writer died
+resolving the batch, after which the coordinator never wrote or answered again (seen as a
+server still up but answering nothing for ten minutes after a storm). The runtime now shields
+those waits (`coordinator/runtime/runtime.py`, `_durable`)."""
+
 
 def _convergence(r: dict[str, Any]) -> str:
     if not r["converged"]:
@@ -411,6 +452,8 @@ computed*: `ConsumerGroupTargetAssignmentMetadata` records of the group in the s
 *Server CPU*: all the server's processes, from the generator's start to its end.
 
 {text}
+
+{FINDINGS}
 """,
         )
     return 0

@@ -94,6 +94,9 @@ class Harness:
         self.events: list[LogEvent] = []
         self.completions: dict[int, Any] = {}
         """Deferred responses answered so far (token -> response)."""
+        self.offloads: list[str] = []
+        """Groups whose target the core asked to compute off the loop, not yet started (in
+        order, each once): :meth:`start_offload` / :meth:`finish_offload` play the runtime."""
 
     # -------------------------------------------------------------- topics
 
@@ -135,6 +138,7 @@ class Harness:
         self.store_log.extend(res.records)
         self.timers.apply(res.timers)
         self.events.extend(res.events)
+        self.offloads += [g for g in dict.fromkeys(res.offloads) if g not in self.offloads]
         for token, response in res.completions:
             if token in self.completions:
                 raise AssertionError(f"deferred response {token} completed twice")
@@ -195,6 +199,32 @@ class Harness:
             self.shard.offset_commit(req, self.now_ms)
         ).response
         return response
+
+    def start_offload(self, group_id: str) -> Any:
+        """The runtime's side of an offloaded computation, first half: take the request and
+        copy the inputs (an ``AssignmentJob``, or None when nothing is due any more)."""
+        self.offloads.remove(group_id)
+        return self.shard.groups.assignment_job(group_id)
+
+    def finish_offload(self, job: Any) -> Result[None]:
+        """Second half: run the job's assignor (as a worker would) and apply the outcome as a
+        command at the current time."""
+        from coordinator.core.target_assignment import run_job
+
+        assignor = next(a for a in self.assignors if a.name == job.assignor)
+        outcome = run_job(job, assignor)
+        return self._commit(self.shard.groups.apply_assignment(outcome, self.now_ms))
+
+    def run_offloads(self) -> list[Result[None]]:
+        """Start and finish every requested computation (bounded: each pass may request more)."""
+        done = []
+        for _ in range(100):
+            if not self.offloads:
+                break
+            job = self.start_offload(self.offloads[0])
+            if job is not None:
+                done.append(self.finish_offload(job))
+        return done
 
     def expire_offsets(self) -> Result[None]:
         return self._commit(self.shard.expire_offsets(self.now_ms))

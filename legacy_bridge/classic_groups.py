@@ -18,12 +18,13 @@ its response directly.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import Any
 
 from coordinator.core import records as r
 from coordinator.core.commands import ConsumerGroupHeartbeat, ListedGroup, Pending, Result
+from coordinator.core.components import ByGroupId
 from coordinator.core.errors import (
     CoordinatorError,
     ErrorCode,
@@ -41,7 +42,6 @@ from coordinator.core.events import Event, LogEvent
 from coordinator.core.group import ConsumerGroup
 from coordinator.core.offsets import OffsetCommit
 from coordinator.core.shard import ShardParts
-from coordinator.core.timeline import TDict
 from coordinator.core.timers import ArmTimer, CancelTimer, DueTimer, TimerOp
 
 from . import messages as m
@@ -62,6 +62,7 @@ from .common import (
     check_static_owner,
     encode_member_assignment,
     error_fields,
+    leave_error,
     leaving_member_id,
     rebalance_timeout,
     subscription_bytes,
@@ -72,38 +73,23 @@ from .protocol import CONSUMER_PROTOCOL_TYPE, ProtocolError, decode_subscription
 S = ClassicGroupState
 
 
-class ClassicGroups(Mapping[str, ClassicGroup]):
+class ClassicGroups(ByGroupId[ClassicGroup]):
     def __init__(self, parts: ShardParts) -> None:
         self._ctx = ctx = parts.context
         self._consumer = parts.groups
-        self._groups: TDict = ctx.undo.new_dict()  # group id -> ClassicGroup
+        self._by_group = ctx.undo.new_dict()  # group id -> ClassicGroup
         self._tokens = itertools.count(1)  # process-local, never reused (not rolled back)
         self.members = ClassicMembers(ctx, consumer=parts.groups)
         self.migration = Migration(ctx, consumer=parts.groups, classic=self, members=self.members)
 
-    # ------------------------------------------------------------------ mapping (reads)
-
-    def __getitem__(self, group_id: str) -> ClassicGroup:
-        group: ClassicGroup = self._groups[group_id]
-        return group
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._groups)
-
-    def __len__(self) -> int:
-        return len(self._groups)
-
-    def __contains__(self, group_id: object) -> bool:
-        return group_id in self._groups
-
     # ------------------------------------------------------------------ used by the bridge
 
     def add(self, group: ClassicGroup) -> None:
-        self._groups[group.group_id] = group
+        self._by_group[group.group_id] = group
 
     def forget(self, group_id: str) -> None:
         """Drop a group that was never written (it has no record to tombstone)."""
-        del self._groups[group_id]
+        del self._by_group[group_id]
 
     def next_token(self) -> int:
         return next(self._tokens)
@@ -116,9 +102,9 @@ class ClassicGroups(Mapping[str, ClassicGroup]):
     def _replay(self, record: r.Record) -> None:
         key, value = r.typed(record, r.GroupMetadataKey, r.GroupMetadataValue)
         gid = key.group_id
-        group = self._groups.get(gid)
+        group = self._by_group.get(gid)
         if value is None:
-            self._groups.discard(gid)
+            self._by_group.discard(gid)
             return
         if gid in self._consumer:
             raise IllegalStateError(
@@ -126,7 +112,7 @@ class ClassicGroups(Mapping[str, ClassicGroup]):
             )
         if group is None or group.to_record_value() != value:
             # Loading (or a record this group's state does not express): rebuild from the record.
-            self._groups[gid] = ClassicGroup.from_record(self._ctx.undo, gid, value)
+            self._by_group[gid] = ClassicGroup.from_record(self._ctx.undo, gid, value)
         else:
             # Live: the handler built the record from this very group; keep the transient state.
             group.set("durable", value)
@@ -134,16 +120,16 @@ class ClassicGroups(Mapping[str, ClassicGroup]):
     def snapshot(self) -> dict[str, object]:
         return {
             "classic_groups": {
-                gid: self._groups[gid].durable
-                for gid in sorted(self._groups)
-                if self._groups[gid].durable is not None
+                gid: self._by_group[gid].durable
+                for gid in sorted(self._by_group)
+                if self._by_group[gid].durable is not None
             }
         }
 
     def records_of_state(self) -> list[r.Record]:
         out = []
-        for gid in sorted(self._groups):
-            durable = self._groups[gid].durable
+        for gid in sorted(self._by_group):
+            durable = self._by_group[gid].durable
             if durable is not None:
                 out.append(r.classic_group_record(gid, durable))
         return out
@@ -162,7 +148,7 @@ class ClassicGroups(Mapping[str, ClassicGroup]):
         """Kafka's ClassicGroup.validateOffsetCommit: an admin commit (no member, generation < 0)
         only to an empty group; otherwise the member, its generation and a group not waiting
         for its leader's assignment."""
-        group = self._groups[req.group_id]
+        group = self._by_group[req.group_id]
         generation = req.generation_id_or_member_epoch
         if generation < 0 and not req.member_id and group.state is S.EMPTY:
             return
@@ -175,12 +161,12 @@ class ClassicGroups(Mapping[str, ClassicGroup]):
             raise RebalanceInProgressError()
 
     def is_empty(self, group_id: str) -> bool:
-        return self._groups[group_id].state is S.EMPTY
+        return self._by_group[group_id].state is S.EMPTY
 
     def subscribed_topics(self, group_id: str) -> frozenset[str]:
         """Kafka's ClassicGroup.isSubscribedToTopic: a group of the consumer protocol that is
         not Empty subscribes to what its members' subscriptions name."""
-        group = self._groups.get(group_id)
+        group = self._by_group.get(group_id)
         if group is None or group.state is S.EMPTY or group.protocol_type != CONSUMER_PROTOCOL_TYPE:
             return frozenset()
         topics: set[str] = set()
@@ -195,7 +181,7 @@ class ClassicGroups(Mapping[str, ClassicGroup]):
         return frozenset(topics)
 
     def delete_group(self, result: Result[Any], group_id: str) -> None:
-        group = self._groups.get(group_id)
+        group = self._by_group.get(group_id)
         if group is None:
             return
         result.timers += [
@@ -215,7 +201,7 @@ class ClassicGroups(Mapping[str, ClassicGroup]):
                 group_state=group.state.value,
                 group_type="classic",
             )
-            for gid, group in self._groups.items()
+            for gid, group in self._by_group.items()
         ]
 
     # ================================================================== helpers
@@ -250,12 +236,12 @@ class ClassicGroups(Mapping[str, ClassicGroup]):
         gid = req.group_id
         if gid in self._consumer:  # an empty consumer group: replaced by a classic group
             self._consumer.delete_group(result, gid)
-        group = self._groups.get(gid)
+        group = self._by_group.get(gid)
         if group is None:
             if req.member_id:
                 raise UnknownMemberIdError(f"Group {gid} has no member {req.member_id}.")
             group = ClassicGroup(self._ctx.undo, gid)
-            self._groups[gid] = group
+            self._by_group[gid] = group
         if req.member_id and not (
             req.member_id in group.pending_members and req.group_instance_id is None
         ):
@@ -619,14 +605,9 @@ class ClassicGroups(Mapping[str, ClassicGroup]):
         consumer = self._consumer.get(req.group_id)
         if consumer is not None:
             return self._ctx.run(self.members.sync, consumer, req, now_ms)
-        group = self._groups.get(req.group_id)
-        if group is None:
-            raise UnknownMemberIdError(f"Group {req.group_id} not found.")
-        member = self._validate_member(group, req.member_id, req.group_instance_id)
-        if req.generation_id != group.generation:
-            raise IllegalGenerationError(
-                f"The received generation id {req.generation_id} does not match the generation {group.generation} of group {group.group_id}."
-            )
+        group, member = self._member_at(
+            req.group_id, req.member_id, req.group_instance_id, req.generation_id
+        )
         if (req.protocol_type is not None and req.protocol_type != group.protocol_type) or (
             req.protocol_name is not None and req.protocol_name != group.protocol_name
         ):
@@ -675,6 +656,20 @@ class ClassicGroups(Mapping[str, ClassicGroup]):
             assignment=member.assignment,
         )
 
+    def _member_at(
+        self, group_id: str, member_id: str, instance_id: str | None, generation: int
+    ) -> tuple[ClassicGroup, ClassicMember]:
+        """The group and the member a SyncGroup or Heartbeat comes from, at its generation."""
+        group = self._by_group.get(group_id)
+        if group is None:
+            raise UnknownMemberIdError(f"Group {group_id} not found.")
+        member = self._validate_member(group, member_id, instance_id)
+        if generation != group.generation:
+            raise IllegalGenerationError(
+                f"The received generation id {generation} does not match the generation {group.generation} of group {group_id}."
+            )
+        return group, member
+
     @staticmethod
     def _validate_member(
         group: ClassicGroup, member_id: str, instance_id: str | None
@@ -693,14 +688,9 @@ class ClassicGroups(Mapping[str, ClassicGroup]):
         consumer = self._consumer.get(req.group_id)
         if consumer is not None:
             return self._ctx.run(self.members.heartbeat, consumer, req, now_ms)
-        group = self._groups.get(req.group_id)
-        if group is None:
-            raise UnknownMemberIdError(f"Group {req.group_id} not found.")
-        member = self._validate_member(group, req.member_id, req.group_instance_id)
-        if req.generation_id != group.generation:
-            raise IllegalGenerationError(
-                f"The received generation id {req.generation_id} does not match the generation {group.generation} of group {group.group_id}."
-            )
+        group, member = self._member_at(
+            req.group_id, req.member_id, req.group_instance_id, req.generation_id
+        )
         if group.state is S.EMPTY:
             raise UnknownMemberIdError(f"Group {group.group_id} is empty.")
         result: Result[m.HeartbeatResponse] = Result()
@@ -724,7 +714,7 @@ class ClassicGroups(Mapping[str, ClassicGroup]):
         consumer = self._consumer.get(req.group_id)
         if consumer is not None:
             return self._ctx.run(self.members.leave, consumer, req, now_ms)
-        group = self._groups.get(req.group_id)
+        group = self._by_group.get(req.group_id)
         if group is None:
             raise UnknownMemberIdError(f"Group {req.group_id} not found.")
         return self._ctx.run(self._leave, group, req, now_ms)
@@ -751,13 +741,7 @@ class ClassicGroups(Mapping[str, ClassicGroup]):
                             f"Member {member_id} is not a member of group {gid}."
                         )
             except CoordinatorError as e:
-                out.append(
-                    m.LeaveMemberResponse(
-                        member_id=ident.member_id,
-                        group_instance_id=ident.group_instance_id,
-                        **error_fields(e),
-                    )
-                )
+                out.append(leave_error(ident, e))
                 continue
             self._remove_member(result, group, member_id, now_ms, f"member {member_id} left")
             out.append(
@@ -799,7 +783,7 @@ class ClassicGroups(Mapping[str, ClassicGroup]):
         return handlers
 
     def _on_timer(self, timer: DueTimer, now_ms: int) -> Result[None]:
-        group = self._groups.get(timer.key[1])
+        group = self._by_group.get(timer.key[1])
         if group is None:
             return Result()
         return self._ctx.run(self._on_group_timer, group, timer, now_ms)
@@ -860,12 +844,12 @@ class ClassicGroups(Mapping[str, ClassicGroup]):
             and group.durable is None
             and group.state is S.EMPTY
         ):
-            del self._groups[group.group_id]
+            del self._by_group[group.group_id]
 
     def on_loaded(self, now_ms: int) -> list[TimerOp]:
         ops: list[TimerOp] = []
-        for gid in sorted(self._groups):
-            for x in self._groups[gid].members.values():
+        for gid in sorted(self._by_group):
+            for x in self._by_group[gid].members.values():
                 ops.append(
                     ArmTimer((CLASSIC_SESSION, gid, x.member_id), now_ms + x.session_timeout_ms)
                 )
@@ -879,7 +863,7 @@ class ClassicGroups(Mapping[str, ClassicGroup]):
         out = []
         image = self._ctx.topics
         for gid in group_ids:
-            classic = self._groups.get(gid)
+            classic = self._by_group.get(gid)
             consumer = self._consumer.get(gid)
             if classic is not None:
                 stable = classic.state is S.STABLE

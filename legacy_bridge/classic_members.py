@@ -45,6 +45,7 @@ from .common import (
     check_static_owner,
     encode_member_assignment,
     error_fields,
+    leave_error,
     leaving_member_id,
     rebalance_timeout,
     topic_ids,
@@ -283,13 +284,7 @@ class ClassicMembers:
                 if member in leaving:
                     raise UnknownMemberIdError(f"Member {member_id} is listed twice.")
             except CoordinatorError as e:
-                out.append(
-                    m.LeaveMemberResponse(
-                        member_id=ident.member_id,
-                        group_instance_id=ident.group_instance_id,
-                        **error_fields(e),
-                    )
-                )
+                out.append(leave_error(ident, e))
                 continue
             leaving.append(member)
             out.append(

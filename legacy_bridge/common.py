@@ -106,6 +106,15 @@ def leaving_member_id(static_members: Mapping[str, str], ident: m.LeaveMember) -
     return owner
 
 
+def leave_error(ident: m.LeaveMember, error: CoordinatorError) -> m.LeaveMemberResponse:
+    """LeaveGroup's answer for one member it could not remove."""
+    return m.LeaveMemberResponse(
+        member_id=ident.member_id,
+        group_instance_id=ident.group_instance_id,
+        **error_fields(error),
+    )
+
+
 def topic_names(image: TopicsImage, a: Assignment) -> tuple[tuple[str, tuple[int, ...]], ...]:
     """An assignment by topic id -> (name, partitions) pairs sorted by name (unknown ids are
     dropped)."""

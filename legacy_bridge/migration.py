@@ -239,7 +239,12 @@ class Migration:
             x.member_id: assignment_union(x.assigned_partitions, x.partitions_pending_revocation)
             for x in members
         }
-        generation = group.group_epoch
+        # Kafka converts *instead of* removing the member (no epoch bump): the classic generation
+        # is the group epoch the remaining members were given. The removal that calls this has
+        # bumped it already, hence one less — else each classic member's next Heartbeat (its
+        # generation = its member epoch) is ILLEGAL_GENERATION instead of REBALANCE_IN_PROGRESS
+        # and real clients drop their partitions as lost (tests/e2e/test_kafka_migration.py).
+        generation = group.group_epoch - 1
         for x in members:
             self._consumer.remove_member_records(result, gid, x.member_id)
             self._members.forget(gid, x.member_id)

@@ -195,8 +195,16 @@ def make_runtime(
     **settings: str,
 ) -> CoordinatorRuntime:
     """An in-process runtime: memory store, manual clock at :data:`START_MS`, sequential ids,
-    ``settings`` by Kafka config name (``**{"offsets.retention.minutes": "10"}``)."""
-    config = parse_config({"group.coordinator.shards": str(shards), **settings})
+    ``settings`` by Kafka config name (``**{"offsets.retention.minutes": "10"}``). Targets are
+    computed in the heartbeat that changes a group (``group.consumer.assignment.interval.ms``
+    0: the stories do not move the clock between joins) unless ``settings`` say otherwise."""
+    config = parse_config(
+        {
+            "group.coordinator.shards": str(shards),
+            "group.consumer.assignment.interval.ms": "0",
+            **settings,
+        }
+    )
     return CoordinatorRuntime(
         config=config,
         store=store if store is not None else MemoryRecordStore(),

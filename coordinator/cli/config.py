@@ -122,8 +122,8 @@ def check_setting(name: str, setting: Setting) -> None:
     spec = CONFIG_SPECS.get(name)
     if name in SERVER_INTEGER_CONFIGS:
         pass
-    elif spec is None or not isinstance(getattr(GroupCoordinatorConfig(), spec[0]), int):
-        return  # not an integer (parse_config checks it, and names unknown settings)
+    elif spec is None or type(getattr(GroupCoordinatorConfig(), spec[0])) is not int:
+        return  # not an integer (a bool is not; parse_config checks it, names unknown settings)
     kind, (lo, hi) = ("LONG", KAFKA_LONG) if name in LONG_CONFIGS else ("INT", KAFKA_INT)
     where = "" if setting.origin == "--set" else f"{setting.origin}: "
     expected = f"expected an integer (Kafka type {kind}, {lo}..{hi})"

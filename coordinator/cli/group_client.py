@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from coordinator.cli.errors import CommandFailed
@@ -106,3 +106,36 @@ class GroupClient:
             raise CommandFailed
         listed = self.listed().get(group_id)
         return None if listed is None else (listed.group_type, listed.group_state, 0)
+
+    def log_offsets(
+        self, partitions: Iterable[tuple[str, int]], timestamp: int | Mapping[tuple[str, int], int]
+    ) -> dict[tuple[str, int], Any] | None:
+        """Offsets in the partitions' logs (``AdminService.ListOffsets``, from the upstream
+        broker): (topic, partition) -> its answer (``offset``, ``timestamp``, ``error_code``,
+        ``error_message``). ``timestamp``: one for every partition or one each (-1 the log end,
+        -2 the log start, or ms since the epoch). None when the coordinator keeps no logs (it
+        runs without ``--kafka-upstream``)."""
+        from kip848.v1 import admin_pb2
+
+        req = admin_pb2.ListOffsetsRequest()
+        topics: dict[str, Any] = {}
+        for topic, partition in partitions:
+            entry = topics.get(topic)
+            if entry is None:
+                entry = topics[topic] = req.topics.add(name=topic)
+            ts = timestamp if isinstance(timestamp, int) else timestamp[(topic, partition)]
+            entry.partitions.add(partition_index=partition, timestamp=ts)
+        if not topics:
+            return {}
+        resp = self.call(self.admin.ListOffsets, req)
+        if resp.error_code == UNSUPPORTED_VERSION:
+            return None
+        if resp.error_code:
+            report("list log offsets", resp.error_code, resp.error_message)
+            raise CommandFailed
+        return {(t.name, p.partition_index): p for t in resp.topics for p in t.partitions}
+
+
+UNSUPPORTED_VERSION = 35
+LATEST, EARLIEST = -1, -2
+"""ListOffsets' special timestamps: the log end offset, the log start offset."""

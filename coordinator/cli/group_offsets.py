@@ -4,7 +4,9 @@ Kafka's partition specs (``TOPIC:0,2,4-7``) and reset-offsets CSV."""
 from __future__ import annotations
 
 import argparse
+import re
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -22,7 +24,10 @@ def add_actions(gsub: Any) -> None:
     g = gsub.add_parser(
         "reset-offsets",
         help="set the committed offsets of an inactive group",
-        description="Refused while the group has members, as in Kafka. Dry run unless --execute.",
+        description="Refused while the group has members, as in Kafka. Dry run unless --execute. "
+        "--to-earliest, --to-latest, --to-datetime and --by-duration read the partitions' logs, "
+        "which a coordinator has in front of a broker (--kafka-upstream); there --to-offset and "
+        "--shift-by are kept within each log, as Kafka does.",
     )
     add_one_group(g)
     g.add_argument(
@@ -50,6 +55,25 @@ def add_actions(gsub: Any) -> None:
     )
     how.add_argument(
         "--from-file", metavar="CSV", help="topic,partition,offset lines (Kafka's format)"
+    )
+    how.add_argument(
+        "--to-earliest", action="store_true", help="the first offset in each partition's log"
+    )
+    how.add_argument(
+        "--to-latest", action="store_true", help="the log end offset of each partition"
+    )
+    how.add_argument(
+        "--to-datetime",
+        type=parse_datetime,
+        metavar="YYYY-MM-DDTHH:mm:SS.sss",
+        help="the first record at or after that time (Kafka's format; an optional zone such as "
+        "Z or +01:00, else local time); the log end where there is none",
+    )
+    how.add_argument(
+        "--by-duration",
+        type=parse_duration,
+        metavar="PnDTnHnMnS",
+        help="as --to-datetime, for the time that long ago (ISO-8601, e.g. PT30M, P1DT2H)",
     )
     mode = g.add_mutually_exclusive_group()
     mode.add_argument("--dry-run", action="store_true", help="show the plan only (the default)")
@@ -86,6 +110,58 @@ def one_group(args: argparse.Namespace) -> str:
             + (f", not {len(named)}" if named else "")
         )
     return named.pop()
+
+
+def parse_datetime(text: str) -> int:
+    """``--to-datetime``: Kafka's ``YYYY-MM-DDTHH:mm:SS.sss`` (seconds and milliseconds may be
+    left out; an optional zone: ``Z``, ``+HH:MM``, ``-HHMM``; without one, local time) -> ms since
+    the epoch."""
+    import datetime as dt
+
+    stripped = text.strip()
+    if "T" not in stripped:
+        raise argparse.ArgumentTypeError(
+            f"expected YYYY-MM-DDTHH:mm:SS.sss (e.g. 2026-11-23T09:30:00.000), got {text!r}"
+        )
+    try:
+        when = dt.datetime.fromisoformat(stripped)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected YYYY-MM-DDTHH:mm:SS.sss (e.g. 2026-11-23T09:30:00.000), got {text!r}"
+        ) from None
+    return (
+        int(when.astimezone().timestamp() * 1000)
+        if when.tzinfo is None
+        else int(when.timestamp() * 1000)
+    )
+
+
+_DURATION = re.compile(
+    r"(?P<sign>[-+]?)P(?:(?P<d>[-+]?\d+)D)?"
+    r"(?:T(?:(?P<h>[-+]?\d+)H)?(?:(?P<m>[-+]?\d+)M)?(?:(?P<s>[-+]?\d+)(?:[.,](?P<f>\d{1,9}))?S)?)?",
+    re.IGNORECASE,
+)
+
+
+def parse_duration(text: str) -> int:
+    """``--by-duration``: an ISO-8601 duration as Java's ``Duration.parse`` reads it
+    (``PnDTnHnMnS``: days, hours, minutes, seconds with an optional fraction; each part may be
+    signed, and so may the whole) -> milliseconds."""
+    stripped = text.strip()
+    m = _DURATION.fullmatch(stripped)
+    if m is None or not any(m.group(k) for k in "dhms") or (stripped.upper().endswith("T")):
+        raise argparse.ArgumentTypeError(
+            f"expected an ISO-8601 duration PnDTnHnMnS (e.g. PT30M, P1DT2H), got {text!r}"
+        )
+    seconds = (
+        int(m.group("d") or 0) * 86_400
+        + int(m.group("h") or 0) * 3_600
+        + int(m.group("m") or 0) * 60
+        + int(m.group("s") or 0)
+    )
+    fraction = int((m.group("f") or "0").ljust(9, "0")[:3])  # milliseconds
+    ms = seconds * 1000 + (-fraction if (m.group("s") or "").startswith("-") else fraction)
+    return -ms if m.group("sign") == "-" else ms
 
 
 def _digits(text: str) -> bool:
@@ -227,6 +303,10 @@ def _groups_reset_offsets(args: argparse.Namespace, c: GroupClient) -> int:
         print(f"kip848: group '{gid}' has no committed offsets to reset.", file=sys.stderr)
         return 1
     current = c.committed(gid, partitions)
+    logs = _log_targets(args, c, [(t, p) for t, ps in partitions.items() for p in ps])
+    if logs is None:
+        return 1
+    bounds, targets = logs
     plan: list[tuple[str, int, int | None, int]] = []
     unshiftable = []
     for topic, ps in partitions.items():
@@ -235,8 +315,10 @@ def _groups_reset_offsets(args: argparse.Namespace, c: GroupClient) -> int:
             before = entry.committed_offset if entry is not None else None
             if args.from_file is not None:
                 after = wanted[(topic, p)]
+            elif targets is not None:
+                after = targets[(topic, p)]
             elif args.to_offset is not None:
-                after = args.to_offset
+                after = _within(bounds, topic, p, args.to_offset)
             elif before is None:
                 unshiftable.append(f"{topic}-{p}")
                 continue
@@ -247,6 +329,7 @@ def _groups_reset_offsets(args: argparse.Namespace, c: GroupClient) -> int:
                         f"reset-offsets: {topic}-{p} at {before} shifted by {args.shift_by} "
                         f"passes the largest offset ({INT64_MAX})"
                     )
+                after = _within(bounds, topic, p, after)
             plan.append((topic, p, before, after))
     if unshiftable:
         print(
@@ -314,6 +397,115 @@ def _groups_reset_offsets(args: argparse.Namespace, c: GroupClient) -> int:
         report(f"reset {t}-{p}", code, message, hint=False)
     print_hints([code for code, _m in errors.values()])
     return 1 if errors else 0
+
+
+Bounds = dict[tuple[str, int], tuple[int, int]]
+
+
+def _log_targets(
+    args: argparse.Namespace, c: GroupClient, keys: list[tuple[str, int]]
+) -> tuple[Bounds | None, dict[tuple[str, int], int] | None] | None:
+    """What the partitions' logs say, from the upstream broker (``AdminService.ListOffsets``):
+    each partition's (log start, log end) offsets — None when the coordinator keeps no logs —
+    and, for ``--to-earliest``/``--to-latest``/``--to-datetime``/``--by-duration``, each one's
+    new offset (a time past the last record: the log end, as Kafka). None (reported) when those
+    need logs the coordinator does not have, or the broker answered a partition with an error."""
+    from coordinator.cli.group_client import EARLIEST, LATEST
+
+    at: int | None = None
+    if args.to_datetime is not None:
+        at = args.to_datetime
+    elif args.by_duration is not None:
+        at = int(time.time() * 1000) - args.by_duration
+    if at is not None:
+        at = max(0, at)  # before 1970: every record is newer (negative times name log ends)
+    from_logs = args.to_earliest or args.to_latest or at is not None
+    if not from_logs and args.to_offset is None and args.shift_by is None:
+        return None, None
+    start = c.log_offsets(keys, EARLIEST)
+    if start is None:
+        if not from_logs:
+            return None, None  # no logs: --to-offset/--shift-by are taken as they are
+        flag = next(
+            f
+            for f, on in (
+                ("--to-earliest", args.to_earliest),
+                ("--to-latest", args.to_latest),
+                ("--to-datetime", args.to_datetime is not None),
+                ("--by-duration", args.by_duration is not None),
+            )
+            if on
+        )
+        print(
+            f"kip848: reset-offsets {flag} reads the partitions' logs, and this coordinator has "
+            "none: it runs without an upstream broker (--kafka-upstream).",
+            file=sys.stderr,
+        )
+        print(
+            "  hint: set the offsets with --to-offset N, --shift-by N or --from-file",
+            file=sys.stderr,
+        )
+        return None
+    end = c.log_offsets(keys, LATEST)
+    found = c.log_offsets(keys, at) if at is not None else None
+    assert end is not None
+    failed = [
+        (key, answer)
+        for answers in (start, end, found or {})
+        for key, answer in answers.items()
+        if answer.error_code
+    ]
+    missing = [key for key in keys if key not in start or key not in end]
+    if failed or missing:
+        seen = set()
+        for (topic, partition), answer in sorted(failed, key=lambda x: x[0]):
+            if (topic, partition) not in seen:
+                seen.add((topic, partition))
+                report(
+                    f"log offsets of {topic}-{partition}",
+                    answer.error_code,
+                    answer.error_message,
+                    hint=False,
+                )
+        for topic, partition in missing:
+            report(
+                f"log offsets of {topic}-{partition}", 3, "The broker did not answer.", hint=False
+            )
+        print_hints([answer.error_code for _k, answer in failed])
+        return None
+    bounds = {key: (start[key].offset, end[key].offset) for key in keys}
+    if args.to_earliest:
+        return bounds, {key: lo for key, (lo, _hi) in bounds.items()}
+    if args.to_latest:
+        return bounds, {key: hi for key, (_lo, hi) in bounds.items()}
+    if found is not None:
+        return bounds, {
+            key: found[key].offset if found[key].offset >= 0 else bounds[key][1] for key in keys
+        }
+    return bounds, None
+
+
+def _within(bounds: Bounds | None, topic: str, partition: int, offset: int) -> int:
+    """``offset`` kept within the partition's log (Kafka's reset-offsets: a note, then the
+    nearest end); as it is when the coordinator has no logs."""
+    if bounds is None:
+        return offset
+    lo, hi = bounds[(topic, partition)]
+    if offset < lo:
+        print(
+            f"kip848: new offset ({offset}) is lower than the earliest offset of "
+            f"{topic}-{partition}; it will be set to {lo}.",
+            file=sys.stderr,
+        )
+        return lo
+    if offset > hi:
+        print(
+            f"kip848: new offset ({offset}) is higher than the latest offset of "
+            f"{topic}-{partition}; it will be set to {hi}.",
+            file=sys.stderr,
+        )
+        return hi
+    return offset
 
 
 def _groups_delete_offsets(args: argparse.Namespace, c: GroupClient) -> int:

@@ -277,6 +277,8 @@ def _offset_rows(
                 "topic": topic,
                 "partition": partition,
                 "committed_offset": entry.committed_offset if entry is not None else None,
+                "log_end_offset": None,  # filled by _add_lag when the coordinator has logs
+                "lag": None,
                 "committed_leader_epoch": entry.committed_leader_epoch
                 if entry is not None
                 else None,
@@ -319,6 +321,10 @@ def _groups_describe(args: argparse.Namespace, c: GroupClient) -> int:
                 k: v for k, v in group.items() if k in ("group_id", "error", "members", "offsets")
             }
         out.append(group)
+    logs = False
+    if "offsets" in sections:
+        logs, lag_failed = _add_lag(c, out)
+        failed = failed or lag_failed
     if args.output == "json":
         print_json(out)
         return 1 if failed else 0
@@ -326,12 +332,45 @@ def _groups_describe(args: argparse.Namespace, c: GroupClient) -> int:
     for i, group in enumerate(found):
         if i:
             print()
-        _print_group(group, sections, args.verbose)
+        _print_group(group, sections, args.verbose, logs)
     return 1 if failed else 0
 
 
-def _print_group(g: dict[str, Any], sections: set[str], verbose: bool) -> None:
-    """A header line (the state, with --state), then each section after a blank line."""
+def _add_lag(c: GroupClient, groups: list[dict[str, Any]]) -> tuple[bool, bool]:
+    """Each offset row's log end offset and lag (log end offset - committed offset), from the
+    upstream broker's logs (one ListOffsets for every row). Returns (whether the coordinator
+    has logs — it runs with ``--kafka-upstream`` —, whether a partition's answer was an
+    error, reported on stderr)."""
+    from coordinator.cli.group_client import LATEST
+
+    rows = [row for g in groups for row in g.get("offsets", ())]
+    ends = c.log_offsets(dict.fromkeys((r["topic"], r["partition"]) for r in rows), LATEST)
+    if ends is None:
+        return False, False
+    failed: dict[tuple[str, int], Any] = {}
+    for row in rows:
+        key = (row["topic"], row["partition"])
+        answer = ends.get(key)
+        if answer is None or answer.error_code:
+            if answer is not None:
+                failed[key] = answer
+            continue
+        row["log_end_offset"] = answer.offset
+        if row["committed_offset"] is not None:
+            row["lag"] = answer.offset - row["committed_offset"]
+    for (topic, partition), answer in sorted(failed.items()):
+        report(
+            f"log end offset of {topic}-{partition}",
+            answer.error_code,
+            answer.error_message,
+            hint=False,
+        )
+    return True, bool(failed)
+
+
+def _print_group(g: dict[str, Any], sections: set[str], verbose: bool, logs: bool) -> None:
+    """A header line (the state, with --state), then each section after a blank line; the
+    offsets with LOG-END-OFFSET and LAG when the coordinator has logs (``logs``)."""
     if "state" not in sections:
         print(f"GROUP {g['group_id']}")
     elif g["group_type"] == "consumer":
@@ -372,22 +411,15 @@ def _print_group(g: dict[str, Any], sections: set[str], verbose: bool) -> None:
     if "offsets" in sections:
         print()
         if g["offsets"]:
+            lag = ("LOG-END-OFFSET", "LAG") if logs else ()
             print_table(
-                (
-                    "TOPIC",
-                    "PARTITION",
-                    "COMMITTED-OFFSET",
-                    "LEADER-EPOCH",
-                    "METADATA",
-                    "MEMBER",
-                    "HOST",
-                    "CLIENT",
-                ),
+                ("TOPIC", "PARTITION", "COMMITTED-OFFSET")
+                + lag
+                + ("LEADER-EPOCH", "METADATA", "MEMBER", "HOST", "CLIENT"),
                 [
-                    (
-                        r["topic"],
-                        r["partition"],
-                        dash(r["committed_offset"]),
+                    (r["topic"], r["partition"], dash(r["committed_offset"]))
+                    + ((dash(r["log_end_offset"]), dash(r["lag"])) if logs else ())
+                    + (
                         dash(
                             None
                             if r["committed_leader_epoch"] == -1

@@ -7,7 +7,9 @@ Rules
   ``CoordinatorError`` that carries a Kafka code, before changing anything), then emits records;
   each is replayed at once through ``replay`` — the same code that loads a store — and an error
   after that point rolls the shard back (``UndoLog``). The result carries the records, the
-  response and keyed timer operations.
+  response, keyed timer operations and the groups whose target assignment is to be computed
+  outside the event loop (``offloads``: the core decides *when*, the runtime runs the assignor
+  in a worker and hands the outcome back as a command, ``ConsumerGroups.apply_assignment``).
 * Loading = replaying stored records in order; ``on_loaded`` re-arms timers.
 
 * A shard is composed of components, each owning its state and its record types

@@ -234,10 +234,16 @@ def _value_encoders() -> dict[
         )
 
     def te_enc(v: r.ConsumerGroupTargetAssignmentMetadataValue) -> list[Any]:
+        # The timestamp is a trailing field, written only when set: a target computed with
+        # batching off has the bytes it always had.
+        if v.assignment_timestamp_ms:
+            return [v.assignment_epoch, v.assignment_timestamp_ms]
         return [v.assignment_epoch]
 
     def te_dec(f: list[Any]) -> r.ConsumerGroupTargetAssignmentMetadataValue:
-        return r.ConsumerGroupTargetAssignmentMetadataValue(assignment_epoch=f[0])
+        return r.ConsumerGroupTargetAssignmentMetadataValue(
+            assignment_epoch=f[0], assignment_timestamp_ms=f[1] if len(f) > 1 else 0
+        )
 
     def tm_enc(v: r.ConsumerGroupTargetAssignmentMemberValue) -> list[Any]:
         return [_enc_assignment(v.topic_partitions)]

@@ -82,6 +82,10 @@ class Result(Generic[T]):
     timers: list[TimerOp] = field(default_factory=list)
     completions: list[tuple[int, Any]] = field(default_factory=list)
     events: list[LogEvent] = field(default_factory=list)
+    offloads: list[str] = field(default_factory=list)
+    """Groups whose target assignment is to be computed outside the event loop (the runtime
+    copies the inputs with ``ConsumerGroups.assignment_job`` and applies the outcome with
+    ``apply_assignment``); released like timers, once the records are durable."""
 
     def absorb(self, other: Result[Any]) -> None:
         """Take over everything of ``other`` but its response (a sub-step of this command)."""
@@ -89,6 +93,7 @@ class Result(Generic[T]):
         self.timers += other.timers
         self.completions += other.completions
         self.events += other.events
+        self.offloads += other.offloads
 
 
 class IdSource(Protocol):

@@ -10,16 +10,40 @@ rebuild it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Container, Iterator
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Callable, Container, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from . import records as r
 from .commands import ConsumerGroupHeartbeat, ListedGroup, Result
+from .timeline import TDict
 from .timers import DueTimer, TimerOp
 
 if TYPE_CHECKING:
     from .group import ConsumerGroup
     from .offsets import OffsetCommit
+
+
+V = TypeVar("V")
+
+
+class ByGroupId(Mapping[str, V]):
+    """A component's state as a read-only mapping group id -> value. The component keeps it
+    in ``_by_group`` (a dict of the undo log) and changes it only in its replay."""
+
+    _by_group: TDict
+
+    def __getitem__(self, group_id: str) -> V:
+        value: V = self._by_group[group_id]
+        return value
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._by_group)
+
+    def __len__(self) -> int:
+        return len(self._by_group)
+
+    def __contains__(self, group_id: object) -> bool:
+        return group_id in self._by_group
 
 
 class Component(Protocol):

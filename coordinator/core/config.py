@@ -3,7 +3,15 @@
 :func:`parse_config` turns ``{name: text}`` (from ``--set`` / a config file) into a frozen
 :class:`GroupCoordinatorConfig`, refusing unknown names and out-of-range values with
 :class:`ConfigError`. Per-group dynamic overrides (``consumer.session.timeout.ms``,
-``consumer.heartbeat.interval.ms``) are validated by :func:`check_group_config`.
+``consumer.heartbeat.interval.ms``, ``consumer.assignment.interval.ms``) are validated by
+:func:`check_group_config`.
+
+Big groups (docs/operations.md "Big groups and join storms"): a group's target assignment is
+computed at most once per ``group.consumer.assignment.interval.ms`` (Kafka 4.3; 0 computes it
+in every heartbeat that changes the group, as before 4.3), bounded by the min/max interval
+configs like Kafka's; groups of at least ``group.consumer.assignor.offload.min.members``
+members have it computed outside the event loop (``group.consumer.assignor.offload.enable``,
+Kafka's trunk name) by ``group.coordinator.background.threads`` worker processes.
 """
 
 from __future__ import annotations
@@ -33,6 +41,12 @@ class GroupCoordinatorConfig:
     consumer_assignors: tuple[str, ...] = ("uniform", "range")
     consumer_migration_policy: str = "bidirectional"
     consumer_regex_refresh_interval_ms: int = 600_000
+    consumer_assignment_interval_ms: int = 1_000
+    consumer_min_assignment_interval_ms: int = 0
+    consumer_max_assignment_interval_ms: int = 15_000
+    consumer_assignor_offload_enable: bool = True
+    consumer_assignor_offload_min_members: int = 100
+    background_threads: int = 1
     offsets_retention_minutes: int = 10_080
     offsets_retention_check_interval_ms: int = 600_000
     offset_metadata_max_bytes: int = 4_096
@@ -41,6 +55,8 @@ class GroupCoordinatorConfig:
     classic_initial_rebalance_delay_ms: int = 3_000
     classic_max_size: int = INT_MAX
     shards: int = 4
+    num_partitions: int = 1
+    """Kafka's ``num.partitions``: the partition count of a topic created with -1 (the default)."""
     # Bounded cost per request (docs/operations.md "Limits"; checked by the service layer,
     # coordinator/server/limits.py, before any work). Not Kafka settings: Kafka's own bound is
     # its wire format (strings of at most 32,767 bytes, requests of socket.request.max.bytes).
@@ -61,6 +77,13 @@ def _list(text: str) -> tuple[str, ...]:
     if not items:
         raise ValueError("must list at least one value")
     return items
+
+
+def _bool(text: str) -> bool:
+    value = text.strip().lower()
+    if value not in ("true", "false"):
+        raise ValueError("must be true or false")
+    return value == "true"
 
 
 def _policy(text: str) -> str:
@@ -98,6 +121,32 @@ CONFIG_SPECS: dict[str, _Spec] = {
         10_000,
         None,
     ),
+    "group.consumer.assignment.interval.ms": ("consumer_assignment_interval_ms", _int, 0, None),
+    "group.consumer.min.assignment.interval.ms": (
+        "consumer_min_assignment_interval_ms",
+        _int,
+        0,
+        None,
+    ),
+    "group.consumer.max.assignment.interval.ms": (
+        "consumer_max_assignment_interval_ms",
+        _int,
+        0,
+        None,
+    ),
+    "group.consumer.assignor.offload.enable": (
+        "consumer_assignor_offload_enable",
+        _bool,
+        None,
+        None,
+    ),
+    "group.consumer.assignor.offload.min.members": (
+        "consumer_assignor_offload_min_members",
+        _int,
+        1,
+        None,
+    ),
+    "group.coordinator.background.threads": ("background_threads", _int, 1, 64),
     "offsets.retention.minutes": ("offsets_retention_minutes", _int, 1, None),
     "offsets.retention.check.interval.ms": ("offsets_retention_check_interval_ms", _int, 1, None),
     "offset.metadata.max.bytes": ("offset_metadata_max_bytes", _int, 0, None),
@@ -106,6 +155,7 @@ CONFIG_SPECS: dict[str, _Spec] = {
     "group.initial.rebalance.delay.ms": ("classic_initial_rebalance_delay_ms", _int, 0, None),
     "group.max.size": ("classic_max_size", _int, 1, INT_MAX),
     "group.coordinator.shards": ("shards", _int, 1, 1024),
+    "num.partitions": ("num_partitions", _int, 1, 1_000_000),
     "group.coordinator.identifier.max.bytes": (
         "identifier_max_bytes",
         _int,
@@ -119,7 +169,11 @@ CONFIG_SPECS: dict[str, _Spec] = {
 }
 NAME_OF_FIELD = {spec[0]: name for name, spec in CONFIG_SPECS.items()}
 
-GROUP_CONFIGS = ("consumer.session.timeout.ms", "consumer.heartbeat.interval.ms")
+GROUP_CONFIGS = (
+    "consumer.session.timeout.ms",
+    "consumer.heartbeat.interval.ms",
+    "consumer.assignment.interval.ms",
+)
 
 
 def parse_config(settings: Mapping[str, str]) -> GroupCoordinatorConfig:
@@ -178,6 +232,20 @@ def check_config(c: GroupCoordinatorConfig) -> None:
         "group.consumer.min.heartbeat.interval.ms must be less than group.consumer.min.session.timeout.ms",
     )
     need(
+        c.consumer_min_assignment_interval_ms <= c.consumer_max_assignment_interval_ms,
+        "group.consumer.min.assignment.interval.ms must be <= "
+        "group.consumer.max.assignment.interval.ms",
+    )
+    need(
+        c.consumer_min_assignment_interval_ms
+        <= c.consumer_assignment_interval_ms
+        <= c.consumer_max_assignment_interval_ms,
+        "group.consumer.assignment.interval.ms must be between "
+        "group.consumer.min.assignment.interval.ms and group.consumer.max.assignment.interval.ms "
+        f"({c.consumer_min_assignment_interval_ms}..{c.consumer_max_assignment_interval_ms}), "
+        f"got {c.consumer_assignment_interval_ms}",
+    )
+    need(
         c.classic_min_session_timeout_ms <= c.classic_max_session_timeout_ms,
         "group.min.session.timeout.ms must be <= group.max.session.timeout.ms",
     )
@@ -198,6 +266,8 @@ def check_group_config(c: GroupCoordinatorConfig, name: str, value: str) -> int:
         raise ConfigError(f"invalid value {value!r} for '{name}': not an integer") from None
     if name == "consumer.session.timeout.ms":
         lo, hi = c.consumer_min_session_timeout_ms, c.consumer_max_session_timeout_ms
+    elif name == "consumer.assignment.interval.ms":
+        lo, hi = c.consumer_min_assignment_interval_ms, c.consumer_max_assignment_interval_ms
     else:
         lo, hi = c.consumer_min_heartbeat_interval_ms, c.consumer_max_heartbeat_interval_ms
     if not lo <= parsed <= hi:
@@ -210,5 +280,10 @@ def config_items(c: GroupCoordinatorConfig) -> dict[str, str]:
     out = {}
     for f in fields(c):
         value = getattr(c, f.name)
-        out[NAME_OF_FIELD[f.name]] = ",".join(value) if isinstance(value, tuple) else str(value)
+        if isinstance(value, tuple):
+            out[NAME_OF_FIELD[f.name]] = ",".join(value)
+        elif isinstance(value, bool):
+            out[NAME_OF_FIELD[f.name]] = "true" if value else "false"
+        else:
+            out[NAME_OF_FIELD[f.name]] = str(value)
     return out

@@ -10,7 +10,7 @@ is asked to convert groups through the shard's :class:`~.components.ClassicGroup
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +24,7 @@ from .commands import (
     ListedGroup,
     Result,
 )
+from .components import ByGroupId
 from .context import ShardContext
 from .errors import (
     FencedInstanceIdError,
@@ -48,9 +49,15 @@ from .model import (
 )
 from .reconciliation import compute_next_member
 from .regex import compile_regex, resolve_regex
-from .target_assignment import compute_target_assignment
-from .timeline import TDict
-from .timers import REBALANCE, SESSION, ArmTimer, CancelTimer, DueTimer, TimerOp
+from .target_assignment import (
+    AssignmentJob,
+    AssignmentOutcome,
+    assignment_job,
+    compute_target_assignment,
+    outcome_is_stale,
+    outcome_records,
+)
+from .timers import ASSIGN, REBALANCE, SESSION, ArmTimer, CancelTimer, DueTimer, TimerOp
 
 if TYPE_CHECKING:
     from .components import ClassicGroupSupport
@@ -89,7 +96,7 @@ class GroupDescription:
     members: tuple[MemberDescription, ...]
 
 
-class ConsumerGroups(Mapping[str, ConsumerGroup]):
+class ConsumerGroups(ByGroupId[ConsumerGroup]):
     def __init__(
         self,
         ctx: ShardContext,
@@ -103,25 +110,10 @@ class ConsumerGroups(Mapping[str, ConsumerGroup]):
         self._configs = configs
         self.assignors: dict[str, PartitionAssignor] = {a.name: a for a in assignors}
         self.assignor_names: tuple[str, ...] = tuple(a.name for a in assignors)
-        self._groups: TDict = ctx.undo.new_dict()  # group id -> ConsumerGroup
+        self._by_group = ctx.undo.new_dict()  # group id -> ConsumerGroup
         self._regex_cache: dict[str, tuple[int, frozenset[str]]] = {}  # soft, process-local
         self.classic: ClassicGroupSupport | None = None
         """Set once by the shard: the classic groups of the same shard (upgrade/downgrade)."""
-
-    # ------------------------------------------------------------------ mapping (reads)
-
-    def __getitem__(self, group_id: str) -> ConsumerGroup:
-        group: ConsumerGroup = self._groups[group_id]
-        return group
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._groups)
-
-    def __len__(self) -> int:
-        return len(self._groups)
-
-    def __contains__(self, group_id: object) -> bool:
-        return group_id in self._groups
 
     def _classic(self) -> ClassicGroupSupport:
         if self.classic is None:
@@ -203,7 +195,7 @@ class ConsumerGroups(Mapping[str, ConsumerGroup]):
             # A classic group of that id is converted, replaced or refused (KIP-848 upgrade).
             self._classic().prepare_consumer_group(result, req, now_ms)
         group_id = req.group_id
-        group: ConsumerGroup | None = self._groups.get(group_id)
+        group: ConsumerGroup | None = self._by_group.get(group_id)
         epoch = req.member_epoch
         owned = req.topic_partitions
         if group is None and epoch != 0:
@@ -245,7 +237,7 @@ class ConsumerGroups(Mapping[str, ConsumerGroup]):
                 causes.append(Cause.ASSIGNOR_CHANGED)
             if is_new and causes:
                 causes = [Cause.MEMBER_JOINED]
-        group = self._groups[group_id]
+        group = self._by_group[group_id]
         new_group = group.group_uid == ""
         if (
             member.subscribed_topic_regex
@@ -272,15 +264,15 @@ class ConsumerGroups(Mapping[str, ConsumerGroup]):
                     )
             group.set("metadata_checked", (image_version, group.group_epoch))
 
-        # 4. A new target assignment when the group epoch is ahead (KIP-848 "Assignment Epoch").
+        # 4. A new target assignment when the group epoch is ahead (KIP-848 "Assignment Epoch"),
+        # at most once per assignment interval, off the loop for a big group.
         if group.group_epoch > group.assignment_epoch:
-            assignor = self.assignors[group.preferred_assignor(self.assignor_names)]
-            for record in compute_target_assignment(group, group.group_epoch, assignor):
-                ctx.emit(result, record)
+            self.update_target(result, group, now_ms)
 
         # 5. Reconcile the member toward its target (KIP-848 "Member Epoch").
         member = group.members[member_id]
-        final = self._reconcile(result, group, member, owned, now_ms)
+        resubscribed = Cause.SUBSCRIPTION_CHANGED in causes or Cause.REGEX_CHANGED in causes
+        final = self._reconcile(result, group, member, owned, now_ms, resubscribed)
 
         # 6. Session timeout and response.
         session_ms = (
@@ -514,12 +506,18 @@ class ConsumerGroups(Mapping[str, ConsumerGroup]):
         member: ConsumerGroupMember,
         owned: Assignment | None,
         now_ms: int,
+        resubscribed: bool = False,
     ) -> ConsumerGroupMember:
+        """Move the member toward its target. While the target lags behind the group epoch
+        (batching, offloading), the member's subscription filters it (and a member whose
+        subscription just dropped topics revokes them at its epoch): see reconciliation."""
         epoch = group.assignment_epoch
-        if member.is_reconciled_to(epoch):
+        lagging = group.group_epoch > epoch
+        if member.is_reconciled_to(epoch) and not (lagging and resubscribed):
             return member
+        subscribed = self._subscribed_ids(group, member) if lagging else None
         updated = compute_next_member(
-            member, epoch, group.target_of(member.member_id), group.owner_of, owned
+            member, epoch, group.target_of(member.member_id), group.owner_of, owned, subscribed
         )
         if updated is member:
             return member
@@ -536,17 +534,128 @@ class ConsumerGroups(Mapping[str, ConsumerGroup]):
         return updated
 
     @staticmethod
-    def _pending(group: ConsumerGroup | None, member: ConsumerGroupMember) -> Assignment:
+    def _subscribed_ids(group: ConsumerGroup, member: ConsumerGroupMember) -> frozenset[str]:
+        """The ids of the existing topics the member subscribes to."""
+        metadata = group.subscription_metadata
+        return frozenset(
+            metadata[name].topic_id for name in group.effective_topics(member) if name in metadata
+        )
+
+    @classmethod
+    def _pending(cls, group: ConsumerGroup | None, member: ConsumerGroupMember) -> Assignment:
+        """What the member's target adds to what it has (our response's pending partitions);
+        while the target lags, only of topics the member still subscribes to."""
         if group is None:
             return EMPTY_ASSIGNMENT
-        return assignment_minus(group.target_of(member.member_id), member.assigned_partitions)
+        pending = assignment_minus(group.target_of(member.member_id), member.assigned_partitions)
+        if pending and group.group_epoch > group.assignment_epoch:
+            subscribed = cls._subscribed_ids(group, member)
+            pending = {t: ps for t, ps in pending.items() if t in subscribed}
+        return pending
+
+    # ------------------------------------------------------------------ target assignment
+
+    def update_target(self, result: Result[Any], group: ConsumerGroup, now_ms: int) -> None:
+        """The group epoch is ahead of the target: compute a new target now, or say when.
+
+        Batching (Kafka 4.3): the next target is computed no sooner than the assignment
+        interval after the previous one (``assignment_timestamp_ms``); until then members get
+        the last target (at its epoch) and an ASSIGN timer is armed for the moment it is due,
+        so the computation does not wait for the next heartbeat. At once when the interval is
+        0, when the group has no target yet (new or emptied: nobody would have anything) or
+        when the last computation carries no timestamp. A group of
+        ``group.consumer.assignor.offload.min.members`` members or more (once it has a target)
+        has it computed outside the event loop: the result asks the runtime for it
+        (``offloads``) and :meth:`apply_assignment` installs the outcome; smaller ones inline."""
+        gid = group.group_id
+        interval = self._configs.assignment_interval_ms(gid)
+        key = (ASSIGN, gid, "")
+        if interval and group.assignment_timestamp_ms and group.target:
+            due = group.assignment_timestamp_ms + interval
+            if now_ms < due:
+                result.timers.append(ArmTimer(key, due))
+                return
+        config = self._ctx.config
+        if (
+            config.consumer_assignor_offload_enable
+            and group.target
+            and len(group.members) >= config.consumer_assignor_offload_min_members
+        ):
+            result.offloads.append(gid)
+            return
+        assignor = self.assignors[group.preferred_assignor(self.assignor_names)]
+        stamp = now_ms if interval else 0
+        for record in compute_target_assignment(group, group.group_epoch, assignor, stamp):
+            self._ctx.emit(result, record)
+        # An ASSIGN timer armed earlier is left alone: when it fires, the target is either up
+        # to date (nothing to do) or behind and due (exactly when it should be computed).
+
+    def assignment_job(self, group_id: str) -> AssignmentJob | None:
+        """The inputs of an offloaded computation for the group as it is now (a read), or None
+        when there is nothing to compute (the group is gone or its target is up to date)."""
+        group = self._by_group.get(group_id)
+        if group is None or group.group_epoch <= group.assignment_epoch:
+            return None
+        assignor = group.preferred_assignor(self.assignor_names)
+        return assignment_job(group, group.group_epoch, assignor)
+
+    def apply_assignment(self, outcome: AssignmentOutcome, now_ms: int) -> Result[None]:
+        """An offloaded computation is back: install its target into the group as it is now
+        (members that left skipped, replaced static members remapped, members that joined since
+        keep their target), discard it if it is stale (the group was deleted or re-created, or
+        its target is already at that epoch), or log its error (the target stays). If the group
+        moved on meanwhile, the next computation is scheduled as after any other."""
+        return self._ctx.run(self._apply_assignment, outcome, now_ms)
+
+    def _apply_assignment(self, outcome: AssignmentOutcome, now_ms: int) -> Result[None]:
+        result: Result[None] = Result()
+        group = self._by_group.get(outcome.group_id)
+        stale = outcome_is_stale(group, outcome)
+        if stale is not None:
+            result.events.append(
+                LogEvent(
+                    event=Event.TARGET_ASSIGNMENT_DISCARDED,
+                    group_id=outcome.group_id,
+                    fields={"epoch": outcome.epoch, "reason": stale},
+                )
+            )
+        elif outcome.error is not None:
+            result.events.append(
+                LogEvent(
+                    event=Event.TARGET_ASSIGNMENT_FAILED,
+                    group_id=outcome.group_id,
+                    fields={"error": outcome.error},
+                )
+            )
+            return result  # the next eligible heartbeat or timer tries again (Kafka)
+        if group is None:
+            return result
+        if stale is None:
+            interval = self._configs.assignment_interval_ms(group.group_id)
+            for record in outcome_records(group, outcome, now_ms if interval else 0):
+                self._ctx.emit(result, record)
+        if group.group_epoch > group.assignment_epoch:
+            self.update_target(result, group, now_ms)
+        return result
+
+    def _on_assign_timer(self, timer: DueTimer, now_ms: int) -> Result[None]:
+        """The assignment interval of a group has passed: compute its target if it is behind."""
+        group = self._by_group.get(timer.key[1])
+        result: Result[None] = Result()
+        if group is None or group.group_epoch <= group.assignment_epoch:
+            return result
+        return self._ctx.run(self._assign_now, result, group, now_ms)
+
+    def _assign_now(self, result: Result[None], group: ConsumerGroup, now_ms: int) -> Result[None]:
+        self.update_target(result, group, now_ms)
+        return result
 
     # ------------------------------------------------------------------ leaving and fencing
 
     def _leave(
         self, req: ConsumerGroupHeartbeat, now_ms: int
     ) -> Result[ConsumerGroupHeartbeatResponse]:
-        group = self._groups.get(req.group_id)
+        group = self._by_group.get(req.group_id)
         if group is None:
             raise GroupIdNotFoundError(f"Consumer group {req.group_id} not found.")
         member_id, epoch = req.member_id, req.member_epoch
@@ -656,7 +765,7 @@ class ConsumerGroups(Mapping[str, ConsumerGroup]):
     def delete_group(self, result: Result[Any], group_id: str) -> None:
         """Delete an empty group (DeleteGroups, expiration, replaced by a classic group): the
         tombstones of its regexes, target assignment epoch, subscription metadata and epoch."""
-        group = self._groups.get(group_id)
+        group = self._by_group.get(group_id)
         if group is None:
             return
         emit = self._ctx.emit
@@ -669,12 +778,16 @@ class ConsumerGroups(Mapping[str, ConsumerGroup]):
     # ------------------------------------------------------------------ timers
 
     def timer_handlers(self) -> dict[str, Callable[[DueTimer, int], Result[None]]]:
-        return {SESSION: self._on_member_timer, REBALANCE: self._on_member_timer}
+        return {
+            SESSION: self._on_member_timer,
+            REBALANCE: self._on_member_timer,
+            ASSIGN: self._on_assign_timer,
+        }
 
     def _on_member_timer(self, timer: DueTimer, now_ms: int) -> Result[None]:
         """A session or rebalance timer fired. Stale timers (member gone, epoch moved on) do nothing."""
         kind, group_id, member_id = timer.key
-        group = self._groups.get(group_id)
+        group = self._by_group.get(group_id)
         member = None if group is None else group.members.get(member_id)
         if member is None or group is None:
             return Result()
@@ -700,10 +813,16 @@ class ConsumerGroups(Mapping[str, ConsumerGroup]):
 
     def on_loaded(self, now_ms: int) -> list[TimerOp]:
         """After loading: session timers for every member, rebalance timers for members that
-        were revoking (KIP-848 "Fail Over")."""
+        were revoking (KIP-848 "Fail Over"), and the assignment timer of every group whose
+        target was behind its epoch (a computation due or in flight when the coordinator
+        stopped)."""
         ops: list[TimerOp] = []
-        for group_id in sorted(self._groups):
-            group = self._groups[group_id]
+        for group_id in sorted(self._by_group):
+            group = self._by_group[group_id]
+            if group.members and group.group_epoch > group.assignment_epoch:
+                # A target was due (or being computed) when the coordinator stopped.
+                due = group.assignment_timestamp_ms + self._configs.assignment_interval_ms(group_id)
+                ops.append(ArmTimer((ASSIGN, group_id, ""), max(now_ms, due)))
             session_ms = self._configs.session_timeout_ms(group_id)
             for member_id in sorted(group.members):
                 m = group.members[member_id]
@@ -729,7 +848,7 @@ class ConsumerGroups(Mapping[str, ConsumerGroup]):
     # ------------------------------------------------------------------ reads
 
     def describe(self, group_id: str) -> GroupDescription:
-        group = self._groups.get(group_id)
+        group = self._by_group.get(group_id)
         if group is None:
             raise GroupIdNotFoundError(f"Group {group_id} not found.")
         members = []
@@ -762,7 +881,7 @@ class ConsumerGroups(Mapping[str, ConsumerGroup]):
         )
 
     def state_of(self, group_id: str) -> GroupState:
-        group = self._groups.get(group_id)
+        group = self._by_group.get(group_id)
         return GroupState.DEAD if group is None else group.state()
 
     def listed(self) -> list[ListedGroup]:
@@ -771,10 +890,10 @@ class ConsumerGroups(Mapping[str, ConsumerGroup]):
             ListedGroup(
                 group_id=gid,
                 protocol_type="consumer",
-                group_state=self._groups[gid].state().value,
+                group_state=self._by_group[gid].state().value,
                 group_type="consumer",
             )
-            for gid in sorted(self._groups)
+            for gid in sorted(self._by_group)
         ]
 
     # ------------------------------------------------------------------ records
@@ -794,10 +913,10 @@ class ConsumerGroups(Mapping[str, ConsumerGroup]):
     def _group(self, group_id: str, value: object | None) -> ConsumerGroup | None:
         """The group a record is about; a value creates it, a tombstone of a missing group is
         for something already gone (None)."""
-        group: ConsumerGroup | None = self._groups.get(group_id)
+        group: ConsumerGroup | None = self._by_group.get(group_id)
         if group is None and value is not None:
             group = ConsumerGroup(self._ctx.undo, group_id)
-            self._groups[group_id] = group
+            self._by_group[group_id] = group
         return group
 
     def _replay_member_metadata(self, record: r.Record) -> None:
@@ -835,7 +954,7 @@ class ConsumerGroups(Mapping[str, ConsumerGroup]):
             return
         if value is None:
             group.check_deletable()
-            del self._groups[key.group_id]
+            del self._by_group[key.group_id]
         else:
             group.set("group_epoch", value.epoch)
             group.set("group_uid", value.group_uid)
@@ -849,6 +968,9 @@ class ConsumerGroups(Mapping[str, ConsumerGroup]):
         group = self._group(key.group_id, value)
         if group is not None:
             group.set("assignment_epoch", -1 if value is None else value.assignment_epoch)
+            group.set(
+                "assignment_timestamp_ms", 0 if value is None else value.assignment_timestamp_ms
+            )
 
     def _replay_partition_metadata(self, record: r.Record) -> None:
         key, value = r.typed(
@@ -868,12 +990,12 @@ class ConsumerGroups(Mapping[str, ConsumerGroup]):
             group.replay_regex(key.regular_expression, value)
 
     def snapshot(self) -> dict[str, object]:
-        return {"groups": {gid: self._groups[gid].snapshot() for gid in sorted(self._groups)}}
+        return {"groups": {gid: self._by_group[gid].snapshot() for gid in sorted(self._by_group)}}
 
     def records_of_state(self) -> list[r.Record]:
         out: list[r.Record] = []
-        for gid in sorted(self._groups):
-            g = self._groups[gid]
+        for gid in sorted(self._by_group):
+            g = self._by_group[gid]
             for mid in sorted(g.members):
                 out.append(r.member_metadata_record(gid, g.members[mid]))
             for regex in sorted(g.resolved_regexes):
@@ -883,7 +1005,9 @@ class ConsumerGroups(Mapping[str, ConsumerGroup]):
             out.append(r.group_epoch_record(gid, g.group_epoch, g.group_uid))
             for mid in sorted(g.target):
                 out.append(r.target_assignment_record(gid, mid, g.target[mid]))
-            out.append(r.target_assignment_epoch_record(gid, g.assignment_epoch))
+            out.append(
+                r.target_assignment_epoch_record(gid, g.assignment_epoch, g.assignment_timestamp_ms)
+            )
             for mid in sorted(g.members):
                 out.append(r.current_assignment_record(gid, g.members[mid]))
         return out

@@ -30,6 +30,10 @@ class Event(Enum):
     CLASSIC_GROUP_EMPTIED = "classic_group_emptied"
     GROUP_UPGRADED = "group_upgraded"
     GROUP_DOWNGRADED = "group_downgraded"
+    TARGET_ASSIGNMENT_DISCARDED = "target_assignment_discarded"
+    """An offloaded computation came back too late to apply. Fields: ``epoch``, ``reason``."""
+    TARGET_ASSIGNMENT_FAILED = "target_assignment_failed"
+    """An offloaded computation failed (the group keeps its target). Fields: ``error``."""
 
 
 class Cause(Enum):
@@ -63,6 +67,9 @@ _TEMPLATES: dict[Event, str] = {
     Event.GROUP_UPGRADED: "Upgraded classic group (generation {generation}, {members} members) "
     "to a consumer group",
     Event.GROUP_DOWNGRADED: "Downgraded consumer group (epoch {group_epoch}) to a classic group",
+    Event.TARGET_ASSIGNMENT_DISCARDED: "Discarded the target assignment computed for epoch "
+    "{epoch}: {reason}",
+    Event.TARGET_ASSIGNMENT_FAILED: "{error}",
 }
 
 

@@ -41,6 +41,7 @@ class ConsumerGroup:
     __slots__ = (
         "_log",
         "assignment_epoch",
+        "assignment_timestamp_ms",
         "assignor_votes",
         "classic_members",
         "group_epoch",
@@ -67,6 +68,7 @@ class ConsumerGroup:
         self.group_uid = ""
         self.group_epoch = 0
         self.assignment_epoch = 0
+        self.assignment_timestamp_ms = 0  # when the target was computed (0: compute at once)
         self.members: TDict = log.new_dict()  # member id -> ConsumerGroupMember
         self.static_members: TDict = log.new_dict()  # instance id -> member id
         self.target: TDict = log.new_dict()  # member id -> Assignment
@@ -240,28 +242,35 @@ class ConsumerGroup:
         # of the members are replayed one by one, so a moved partition is briefly in two
         # targets. The newest writer wins; a member only removes entries that still name it.
         self._touch(member_id)
-        old = self.target.get(member_id)
-        if old is not None:
-            for topic_id, partitions in old.items():
-                owners = self.target_owners.get(topic_id)
-                if owners is None:
-                    continue
-                for p in partitions:
-                    if owners.get(p) == member_id:
-                        del owners[p]
-                if not owners:
-                    del self.target_owners[topic_id]
-        if value is None:
-            self.target.discard(member_id)
-            return
-        new = value.topic_partitions
+        # Only what changed for the member is touched (set differences, in C): a target that
+        # shrinks or grows by a few partitions costs those few, whatever its size.
+        old = self.target.get(member_id) or EMPTY_ASSIGNMENT
+        new = EMPTY_ASSIGNMENT if value is None else value.topic_partitions
+        index = self.target_owners
+        for topic_id, partitions in old.items():
+            kept = new.get(topic_id)
+            gone = partitions - kept if kept else partitions
+            owners = index.get(topic_id) if gone else None
+            if owners is None:
+                continue
+            get = owners.get
+            owners.del_many([p for p in gone if get(p) == member_id])
+            if not owners:
+                del index[topic_id]
         for topic_id, partitions in new.items():
-            owners = self.target_owners.get(topic_id)
+            before = old.get(topic_id)
+            added = partitions - before if before else partitions
+            if not added:
+                continue
+            owners = index.get(topic_id)
             if owners is None:
                 owners = TDict(self._log)
-                self.target_owners[topic_id] = owners
-            owners.set_many(partitions, member_id)
-        self.target[member_id] = new
+                index[topic_id] = owners
+            owners.set_many(added, member_id)
+        if value is None:
+            self.target.discard(member_id)
+        else:
+            self.target[member_id] = new
 
     def replay_current_assignment(
         self, member_id: str, value: r.ConsumerGroupCurrentMemberAssignmentValue | None
@@ -385,6 +394,11 @@ class ConsumerGroup:
             "group_uid": self.group_uid,
             "group_epoch": self.group_epoch,
             "assignment_epoch": self.assignment_epoch,
+            **(
+                {"assignment_timestamp_ms": self.assignment_timestamp_ms}
+                if self.assignment_timestamp_ms
+                else {}
+            ),
             "subscription_metadata": {
                 n: (t.topic_id, t.num_partitions)
                 for n, t in sorted(self.subscription_metadata.items())

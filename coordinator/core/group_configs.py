@@ -1,65 +1,62 @@
 """Per-group dynamic configs (KIP-848 "Dynamic Group Configuration"; Kafka's GroupConfigManager).
 
-Two configs may be overridden per group: ``consumer.session.timeout.ms`` and
-``consumer.heartbeat.interval.ms``. Overrides are GroupConfig records (one per name; a tombstone
+Three configs may be overridden per group: ``consumer.session.timeout.ms``,
+``consumer.heartbeat.interval.ms`` and ``consumer.assignment.interval.ms`` (Kafka 4.3). Overrides are GroupConfig records (one per name; a tombstone
 removes one); they may exist before the group does, take effect on the group's next heartbeat,
 and are deleted with the group. The component is a read-only mapping group id -> overrides.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from . import records as r
 from .commands import Result
+from .components import ByGroupId
 from .config import GROUP_CONFIGS, ConfigError, check_group_config
 from .context import ShardContext
 from .errors import InvalidConfigError, InvalidRequestError
 from .events import Event, LogEvent
-from .timeline import TDict
 
 SESSION_TIMEOUT_CONFIG = "consumer.session.timeout.ms"
 HEARTBEAT_INTERVAL_CONFIG = "consumer.heartbeat.interval.ms"
+ASSIGNMENT_INTERVAL_CONFIG = "consumer.assignment.interval.ms"
 
 
-class GroupConfigs(Mapping[str, dict[str, str]]):
+class GroupConfigs(ByGroupId[dict[str, str]]):
     def __init__(self, ctx: ShardContext) -> None:
         self._ctx = ctx
-        self._overrides: TDict = ctx.undo.new_dict()  # group id -> {name: value}
-
-    # ------------------------------------------------------------------ mapping (reads)
-
-    def __getitem__(self, group_id: str) -> dict[str, str]:
-        overrides: dict[str, str] = self._overrides[group_id]
-        return overrides
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._overrides)
-
-    def __len__(self) -> int:
-        return len(self._overrides)
+        self._by_group = ctx.undo.new_dict()  # group id -> {name: value}
 
     # ------------------------------------------------------------------ effective values
 
     def session_timeout_ms(self, group_id: str) -> int:
-        value = self._overrides.get(group_id, {}).get(SESSION_TIMEOUT_CONFIG)
+        value = self._by_group.get(group_id, {}).get(SESSION_TIMEOUT_CONFIG)
         return int(value) if value is not None else self._ctx.config.consumer_session_timeout_ms
 
     def heartbeat_interval_ms(self, group_id: str) -> int:
-        value = self._overrides.get(group_id, {}).get(HEARTBEAT_INTERVAL_CONFIG)
+        value = self._by_group.get(group_id, {}).get(HEARTBEAT_INTERVAL_CONFIG)
         return int(value) if value is not None else self._ctx.config.consumer_heartbeat_interval_ms
+
+    def assignment_interval_ms(self, group_id: str) -> int:
+        """How long after a target assignment the next one may be computed (0: at once)."""
+        value = self._by_group.get(group_id, {}).get(ASSIGNMENT_INTERVAL_CONFIG)
+        return int(value) if value is not None else self._ctx.config.consumer_assignment_interval_ms
 
     def effective(self, group_id: str) -> dict[str, str]:
         """Effective per-group configs (overrides, else the broker defaults)."""
         config = self._ctx.config
-        overrides = self._overrides.get(group_id, {})
+        overrides = self._by_group.get(group_id, {})
         return {
             SESSION_TIMEOUT_CONFIG: overrides.get(
                 SESSION_TIMEOUT_CONFIG, str(config.consumer_session_timeout_ms)
             ),
             HEARTBEAT_INTERVAL_CONFIG: overrides.get(
                 HEARTBEAT_INTERVAL_CONFIG, str(config.consumer_heartbeat_interval_ms)
+            ),
+            ASSIGNMENT_INTERVAL_CONFIG: overrides.get(
+                ASSIGNMENT_INTERVAL_CONFIG, str(config.consumer_assignment_interval_ms)
             ),
         }
 
@@ -72,7 +69,7 @@ class GroupConfigs(Mapping[str, dict[str, str]]):
         config = self._ctx.config
         if not group_id.strip():
             raise InvalidRequestError("Group id can't be empty.")
-        current = dict(self._overrides.get(group_id, {}))
+        current = dict(self._by_group.get(group_id, {}))
         for name, value in changes.items():
             if value is None:
                 if name not in GROUP_CONFIGS:
@@ -115,7 +112,7 @@ class GroupConfigs(Mapping[str, dict[str, str]]):
 
     def delete_all(self, result: Result[Any], group_id: str) -> None:
         """The group is deleted: so are its overrides (Kafka), within the caller's command."""
-        for name in sorted(self._overrides.get(group_id, {})):
+        for name in sorted(self._by_group.get(group_id, {})):
             self._ctx.emit(result, r.group_config_record(group_id, name, None))
 
     # ------------------------------------------------------------------ records
@@ -125,26 +122,26 @@ class GroupConfigs(Mapping[str, dict[str, str]]):
 
     def _replay(self, record: r.Record) -> None:
         key, value = r.typed(record, r.GroupConfigKey, r.GroupConfigValue)
-        configs = dict(self._overrides.get(key.group_id, {}))
+        configs = dict(self._by_group.get(key.group_id, {}))
         if value is None:
             configs.pop(key.name, None)
         else:
             configs[key.name] = value.value
         if configs:
-            self._overrides[key.group_id] = configs
+            self._by_group[key.group_id] = configs
         else:
-            self._overrides.discard(key.group_id)
+            self._by_group.discard(key.group_id)
 
     def snapshot(self) -> dict[str, object]:
         return {
             "group_configs": {
-                gid: dict(sorted(c.items())) for gid, c in sorted(self._overrides.items())
+                gid: dict(sorted(c.items())) for gid, c in sorted(self._by_group.items())
             }
         }
 
     def records_of_state(self) -> list[r.Record]:
         return [
             r.group_config_record(gid, name, value)
-            for gid in sorted(self._overrides)
-            for name, value in sorted(self._overrides[gid].items())
+            for gid in sorted(self._by_group)
+            for name, value in sorted(self._by_group[gid].items())
         ]

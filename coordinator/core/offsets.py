@@ -24,12 +24,13 @@ the classic groups (:meth:`~.components.ClassicGroupSupport.check_offset_commit`
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Container, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Container, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from . import records as r
 from .commands import ListedGroup, Result
+from .components import ByGroupId
 from .context import ShardContext
 from .errors import (
     CoordinatorError,
@@ -43,7 +44,6 @@ from .errors import (
 from .events import Event, LogEvent
 from .group import ConsumerGroup
 from .model import ZERO_TOPIC_ID
-from .timeline import TDict
 
 if TYPE_CHECKING:
     from .components import ClassicGroupSupport
@@ -174,28 +174,13 @@ def _validate_member(group: ConsumerGroup, member_id: str, epoch: int) -> None:
         )
 
 
-class Offsets(Mapping[str, Mapping[tuple[str, int], r.OffsetCommitValue]]):
+class Offsets(ByGroupId[Mapping[tuple[str, int], r.OffsetCommitValue]]):
     def __init__(self, ctx: ShardContext, *, groups: ConsumerGroups) -> None:
         self._ctx = ctx
-        self._groups = groups
-        self._committed: TDict = ctx.undo.new_dict()  # group id -> TDict((topic, p) -> value)
+        self._consumer_groups = groups
+        self._by_group = ctx.undo.new_dict()  # group id -> TDict((topic, p) -> value)
         self.classic: ClassicGroupSupport | None = None
         """Set once by the shard: commits to a classic group are validated by it."""
-
-    # ------------------------------------------------------------------ mapping (reads)
-
-    def __getitem__(self, group_id: str) -> Mapping[tuple[str, int], r.OffsetCommitValue]:
-        committed: TDict = self._committed[group_id]
-        return committed
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._committed)
-
-    def __len__(self) -> int:
-        return len(self._committed)
-
-    def __contains__(self, group_id: object) -> bool:
-        return group_id in self._committed
 
     # ------------------------------------------------------------------ OffsetCommit
 
@@ -206,11 +191,11 @@ class Offsets(Mapping[str, Mapping[tuple[str, int], r.OffsetCommitValue]]):
         if classic is not None and req.group_id in classic:
             classic.check_offset_commit(req)
             return self._ctx.run(self._offset_commit, req, now_ms)
-        group = self._groups.get(req.group_id)
+        group = self._consumer_groups.get(req.group_id)
         epoch = req.generation_id_or_member_epoch
         if group is None:
             if epoch >= 0:
-                if req.group_id not in self._committed:
+                if req.group_id not in self._by_group:
                     raise GroupIdNotFoundError(f"Group {req.group_id} not found.")
                 # A simple group (offsets only) has no members: Kafka's ClassicGroup validates
                 # the member of any commit with a generation >= 0.
@@ -315,7 +300,7 @@ class Offsets(Mapping[str, Mapping[tuple[str, int], r.OffsetCommitValue]]):
 
     def offset_fetch(self, req: OffsetFetchGroup) -> OffsetFetchGroupResponse:
         """A read: no records. Unknown groups answer -1 for everything asked."""
-        group = self._groups.get(req.group_id)
+        group = self._consumer_groups.get(req.group_id)
         if group is not None and not (req.member_id is None and req.member_epoch < 0):
             try:
                 _validate_member(group, req.member_id or "", req.member_epoch)
@@ -323,9 +308,7 @@ class Offsets(Mapping[str, Mapping[tuple[str, int], r.OffsetCommitValue]]):
                 return OffsetFetchGroupResponse(
                     group_id=req.group_id, error_code=exc.code, error_message=exc.message
                 )
-        stored: Mapping[tuple[str, int], r.OffsetCommitValue] = self._committed.get(
-            req.group_id, {}
-        )
+        stored: Mapping[tuple[str, int], r.OffsetCommitValue] = self._by_group.get(req.group_id, {})
         by_name = self._ctx.topics.by_name
         topics_out = []
         if req.topics is None:
@@ -382,14 +365,14 @@ class Offsets(Mapping[str, Mapping[tuple[str, int], r.OffsetCommitValue]]):
     def offset_delete(
         self, group_id: str, topics: Sequence[tuple[str, Sequence[int]]]
     ) -> Result[OffsetDeleteResponse]:
-        group = self._groups.get(group_id)
+        group = self._consumer_groups.get(group_id)
         classic = self.classic
         subscribed_topics: Container[str] = ()
         if group is not None:
             subscribed_topics = group.topic_subscribers
         elif classic is not None and group_id in classic:
             subscribed_topics = classic.subscribed_topics(group_id)
-        elif group_id not in self._committed:
+        elif group_id not in self._by_group:
             raise GroupIdNotFoundError(f"Group {group_id} not found.")
         return self._ctx.run(self._offset_delete, subscribed_topics, group_id, topics)
 
@@ -400,7 +383,7 @@ class Offsets(Mapping[str, Mapping[tuple[str, int], r.OffsetCommitValue]]):
         topics: Sequence[tuple[str, Sequence[int]]],
     ) -> Result[OffsetDeleteResponse]:
         result: Result[OffsetDeleteResponse] = Result()
-        stored = self._committed.get(group_id, {})
+        stored = self._by_group.get(group_id, {})
         by_name = self._ctx.topics.by_name
         out = []
         for name, partitions in topics:
@@ -434,7 +417,7 @@ class Offsets(Mapping[str, Mapping[tuple[str, int], r.OffsetCommitValue]]):
 
     def delete_all(self, result: Result[Any], group_id: str) -> None:
         """The group is deleted: a tombstone for each of its offsets."""
-        for topic, partition in sorted(self._committed.get(group_id, {})):
+        for topic, partition in sorted(self._by_group.get(group_id, {})):
             self._ctx.emit(result, r.offset_commit_tombstone(group_id, topic, partition))
 
     def expire(
@@ -445,7 +428,7 @@ class Offsets(Mapping[str, Mapping[tuple[str, int], r.OffsetCommitValue]]):
         retention_ms = self._ctx.config.offsets_retention_minutes * 60_000
         all_expired = True
         expired = 0
-        for (topic, partition), value in sorted(self._committed.get(group_id, {}).items()):
+        for (topic, partition), value in sorted(self._by_group.get(group_id, {}).items()):
             if topic in subscribed:
                 all_expired = False
                 continue
@@ -471,8 +454,8 @@ class Offsets(Mapping[str, Mapping[tuple[str, int], r.OffsetCommitValue]]):
 
     def _on_topics_deleted(self, names: set[str]) -> Result[None]:
         result: Result[None] = Result()
-        for gid in sorted(self._committed):
-            for topic, partition in sorted(self._committed[gid]):
+        for gid in sorted(self._by_group):
+            for topic, partition in sorted(self._by_group[gid]):
                 if topic in names:
                     self._ctx.emit(result, r.offset_commit_tombstone(gid, topic, partition))
         return result
@@ -482,7 +465,7 @@ class Offsets(Mapping[str, Mapping[tuple[str, int], r.OffsetCommitValue]]):
         (Kafka: an empty classic group without a protocol)."""
         return [
             ListedGroup(group_id=gid, protocol_type="", group_state="Empty", group_type="classic")
-            for gid in sorted(self._committed)
+            for gid in sorted(self._by_group)
             if gid not in others
         ]
 
@@ -493,30 +476,30 @@ class Offsets(Mapping[str, Mapping[tuple[str, int], r.OffsetCommitValue]]):
 
     def _replay(self, record: r.Record) -> None:
         key, value = r.typed(record, r.OffsetCommitKey, r.OffsetCommitValue)
-        offsets = self._committed.get(key.group_id)
+        offsets = self._by_group.get(key.group_id)
         if value is None:
             if offsets is None:
                 return
             offsets.discard((key.topic, key.partition))
             if not offsets:
-                del self._committed[key.group_id]
+                del self._by_group[key.group_id]
             return
         if offsets is None:
             offsets = self._ctx.undo.new_dict()
-            self._committed[key.group_id] = offsets
+            self._by_group[key.group_id] = offsets
         offsets[(key.topic, key.partition)] = value
 
     def snapshot(self) -> dict[str, object]:
         return {
             "offsets": {
                 gid: {f"{t}-{p}": v for (t, p), v in sorted(o.items())}
-                for gid, o in sorted(self._committed.items())
+                for gid, o in sorted(self._by_group.items())
             }
         }
 
     def records_of_state(self) -> list[r.Record]:
         return [
             r.offset_commit_record(gid, topic, partition, value)
-            for gid in sorted(self._committed)
-            for (topic, partition), value in sorted(self._committed[gid].items())
+            for gid in sorted(self._by_group)
+            for (topic, partition), value in sorted(self._by_group[gid].items())
         ]

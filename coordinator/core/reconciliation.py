@@ -6,7 +6,13 @@ Reconciliation of the group"), with two later Kafka refinements:
 
 * leaving UNREVOKED_PARTITIONS goes to ``min(epoch + 1, target epoch)``;
 * a partition held by the member itself (e.g. just acknowledged as revoked) is not treated as
-  unreleased, so it can be handed straight back if the target gives it back.
+  unreleased, so it can be handed straight back if the target gives it back;
+* with the member's subscribed topic ids given (``subscribed``), a target that lags behind a
+  subscription change (batching: the next target is up to an assignment interval away) never
+  hands out partitions of topics the member no longer subscribes to, and a member at the
+  target epoch whose subscription just dropped topics revokes their partitions at once, at the
+  same epoch (Kafka 4.3, KAFKA-19431: "revoke unsubscribed partitions since the target may
+  lag").
 
 States: STABLE (at its epoch, nothing pending), UNREVOKED_PARTITIONS (must revoke first; stays at
 its old epoch), UNRELEASED_PARTITIONS (at the target epoch, waiting for partitions others still
@@ -43,12 +49,17 @@ def compute_next_member(
     target: Assignment,
     owner_of: OwnerOf,
     owned: Assignment | None,
+    subscribed: frozenset[TopicId] | None = None,
 ) -> ConsumerGroupMember:
     """The member's next state; returns ``member`` itself when nothing changes."""
+    if subscribed is not None and not subscribed.issuperset(target):
+        target = {t: ps for t, ps in target.items() if t in subscribed}
     state = member.state
     if state is MemberState.STABLE:
         if member.member_epoch == target_epoch:
-            return member
+            if subscribed is None or subscribed.issuperset(member.assigned_partitions):
+                return member
+            return _drop_unsubscribed(member, subscribed, owned)
         return _next(member, member.member_epoch, target_epoch, target, owner_of, owned)
     if state is MemberState.UNREVOKED_PARTITIONS:
         if owns_any(owned, member.partitions_pending_revocation):
@@ -107,6 +118,20 @@ def _next(
             new_assigned[topic_id] = ps if prev is None else prev | ps
     new_state = MemberState.UNRELEASED_PARTITIONS if unreleased else MemberState.STABLE
     return _changed(member, new_state, target_epoch, new_assigned, {})
+
+
+def _drop_unsubscribed(
+    member: ConsumerGroupMember, subscribed: frozenset[TopicId], owned: Assignment | None
+) -> ConsumerGroupMember:
+    """At the target epoch, but assigned partitions of topics no longer subscribed: they go,
+    revoked first if the member may still own them; the epoch stays."""
+    kept = {t: ps for t, ps in member.assigned_partitions.items() if t in subscribed}
+    dropped = {t: ps for t, ps in member.assigned_partitions.items() if t not in subscribed}
+    if owns_any(owned, dropped):
+        return _changed(
+            member, MemberState.UNREVOKED_PARTITIONS, member.member_epoch, kept, dropped
+        )
+    return _changed(member, MemberState.STABLE, member.member_epoch, kept, {})
 
 
 def _is_free(owner: str | None, member_id: str) -> bool:

@@ -194,6 +194,10 @@ class ConsumerGroupMemberMetadataValue:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ConsumerGroupTargetAssignmentMetadataValue:
     assignment_epoch: int
+    assignment_timestamp_ms: int = 0
+    """When that target was computed (Kafka 4.3's AssignmentTimestamp): the next computation
+    waits until this plus the assignment interval. 0: compute at once (also written when the
+    interval is 0, so records stay as before batching)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -349,10 +353,12 @@ def target_assignment_tombstone(group_id: str, member_id: str) -> Record:
     return Record(ConsumerGroupTargetAssignmentMemberKey(group_id, member_id))
 
 
-def target_assignment_epoch_record(group_id: str, epoch: int) -> Record:
+def target_assignment_epoch_record(group_id: str, epoch: int, timestamp_ms: int = 0) -> Record:
     return Record(
         ConsumerGroupTargetAssignmentMetadataKey(group_id),
-        ConsumerGroupTargetAssignmentMetadataValue(assignment_epoch=epoch),
+        ConsumerGroupTargetAssignmentMetadataValue(
+            assignment_epoch=epoch, assignment_timestamp_ms=timestamp_ms
+        ),
     )
 
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, insort
 from collections.abc import Callable, Collection, Hashable, Iterable, Mapping
+from dataclasses import dataclass, field
 from itertools import chain, compress
 from operator import attrgetter, is_not
 from typing import Any
@@ -36,6 +37,7 @@ from assignors.api import (
     MemberSubscription,
     PartitionAssignor,
     PartitionAssignorError,
+    SubscriptionType,
     TopicId,
     TopicMetadata,
 )
@@ -44,7 +46,7 @@ from assignors.validation import check_assignment
 from . import records as r
 from .errors import UnknownServerError
 from .group import ConsumerGroup
-from .model import EMPTY_ASSIGNMENT, ConsumerGroupMember
+from .model import EMPTY_ASSIGNMENT, Assignment, ConsumerGroupMember
 from .timeline import TDict, UndoLog
 
 _assignment_of = attrgetter("assignment")
@@ -290,10 +292,11 @@ def target_records(
     result: Mapping[str, Mapping[TopicId, frozenset[int]]],
     members: list[str] | None,
     group_epoch: int,
+    timestamp_ms: int = 0,
 ) -> list[r.Record]:
     """The records installing ``result`` at ``group_epoch``: a target record per member (of
     ``members``, default all of the result's) whose target differs, in member id order, then
-    the assignment epoch."""
+    the assignment epoch and its timestamp."""
     records = []
     group_id = group.group_id
     target = group.target
@@ -301,15 +304,16 @@ def target_records(
         new = {t: ps for t, ps in result[member_id].items() if ps}
         if target.get(member_id, EMPTY_ASSIGNMENT) != new:
             records.append(r.target_assignment_record(group_id, member_id, new))
-    records.append(r.target_assignment_epoch_record(group_id, group_epoch))
+    records.append(r.target_assignment_epoch_record(group_id, group_epoch, timestamp_ms))
     return records
 
 
 def compute_target_assignment(
-    group: ConsumerGroup, group_epoch: int, assignor: PartitionAssignor
+    group: ConsumerGroup, group_epoch: int, assignor: PartitionAssignor, timestamp_ms: int = 0
 ) -> list[r.Record]:
-    """Records installing the new target assignment at ``group_epoch``. Raises
-    UnknownServerError (nothing changed) if the assignor fails or returns an invalid result."""
+    """Records installing the new target assignment at ``group_epoch`` (computed at
+    ``timestamp_ms``; 0 with batching off). Raises UnknownServerError (nothing changed) if the
+    assignor fails or returns an invalid result."""
     spec, topics = build_group_spec(group)
     tidy = group.spec_cache.inputs_tidy()
     try:
@@ -325,4 +329,161 @@ def compute_target_assignment(
             f"Failed to compute a new target assignment for epoch {group_epoch}: assignor "
             f"'{assignor.name}' raised {type(exc).__name__}: {exc}"
         ) from exc
-    return target_records(group, result.members, changed, group_epoch)
+    return target_records(group, result.members, changed, group_epoch, timestamp_ms)
+
+
+# ---------------------------------------------------------------------- offloaded computation
+#
+# A large group's target is computed outside the event loop (Kafka's KIP-1263 offload, trunk
+# design): the inputs are *copied* out of the group into an AssignmentJob (picklable, compact),
+# a worker runs the assignor and validates the result against those copies, and only the
+# members whose target changes come back, in an AssignmentOutcome; the coordinator applies it
+# as an ordinary command (apply_outcome), against the group as it is *then*: members that left
+# are skipped, a static member replaced meanwhile is remapped to its new member id, members
+# that joined meanwhile keep their (empty) target — "as if the leaves and replacements happened
+# after the assignment". An outcome for a group that was deleted (or deleted and re-created), or
+# whose target has already reached the job's epoch, is stale and discarded.
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AssignmentJob:
+    """The inputs of one offloaded computation: copies, in member id order."""
+
+    group_id: str
+    group_uid: str
+    epoch: int
+    """The group epoch the target is computed for."""
+    assignor: str
+    homogeneous: bool
+    topics: tuple[TopicMetadata, ...]
+    member_ids: tuple[str, ...]
+    instance_ids: tuple[str | None, ...]
+    rack_ids: tuple[str | None, ...]
+    subscriptions: tuple[frozenset[TopicId], ...]
+    assignments: tuple[Assignment, ...]
+    """Each member's current target (the very objects of the group's target: read-only)."""
+
+    def group_spec(self) -> tuple[GroupSpec, dict[TopicId, TopicMetadata]]:
+        """The assignor's inputs, rebuilt (in the worker), with the inverted current target."""
+        members: dict[str, MemberSubscription] = {}
+        owners: dict[TopicId, dict[int, str]] = {}
+        for member_id, instance_id, rack_id, subscription, assignment in zip(
+            self.member_ids,
+            self.instance_ids,
+            self.rack_ids,
+            self.subscriptions,
+            self.assignments,
+            strict=True,
+        ):
+            members[member_id] = MemberSubscription(
+                rack_id=rack_id,
+                instance_id=instance_id,
+                subscribed_topic_ids=subscription,
+                assignment=assignment,
+            )
+            for t, partitions in assignment.items():
+                bucket = owners.get(t)
+                if bucket is None:
+                    owners[t] = dict.fromkeys(partitions, member_id)
+                else:
+                    bucket.update(dict.fromkeys(partitions, member_id))
+        kind = SubscriptionType.HOMOGENEOUS if self.homogeneous else SubscriptionType.HETEROGENEOUS
+        spec = GroupSpec(members=members, subscription_type=kind, partition_owners=owners)
+        return spec, {t.topic_id: t for t in self.topics}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AssignmentOutcome:
+    """What a worker sends back: the new targets of the members whose target changes (member
+    id -> (instance id, target)), or the error that stopped the computation."""
+
+    group_id: str
+    group_uid: str
+    epoch: int
+    changed: Mapping[str, tuple[str | None, Assignment]] = field(default_factory=dict)
+    error: str | None = None
+
+
+def assignment_job(group: ConsumerGroup, epoch: int, assignor: str) -> AssignmentJob:
+    """Copy the inputs of a computation at ``epoch`` out of ``group`` (O(members); the member
+    objects come from the spec cache)."""
+    spec, topics = build_group_spec(group)
+    subs = list(spec.members.values())
+    return AssignmentJob(
+        group_id=group.group_id,
+        group_uid=group.group_uid,
+        epoch=epoch,
+        assignor=assignor,
+        homogeneous=spec.subscription_type is SubscriptionType.HOMOGENEOUS,
+        topics=tuple(topics[t] for t in sorted(topics)),
+        member_ids=tuple(spec.members),
+        instance_ids=tuple(map(_instance_of, subs)),
+        rack_ids=tuple(map(_rack_of, subs)),
+        subscriptions=tuple(map(_subscribed, subs)),
+        assignments=tuple(map(_assignment_of, subs)),
+    )
+
+
+_instance_of = attrgetter("instance_id")
+_rack_of = attrgetter("rack_id")
+
+
+def run_job(job: AssignmentJob, assignor: PartitionAssignor) -> AssignmentOutcome:
+    """Run the assignor on the job's inputs and validate its result (in a worker). Pure."""
+    spec, topics = job.group_spec()
+    try:
+        result = assignor.assign(spec, topics)
+        changed = changed_members(spec, result) if isinstance(result, GroupAssignment) else None
+        check_result(spec, topics, result, changed)
+    except Exception as exc:  # noqa: BLE001 - any failure is reported, never raised
+        detail = (
+            str(exc)
+            if isinstance(exc, PartitionAssignorError)
+            else (f"assignor '{assignor.name}' raised {type(exc).__name__}: {exc}")
+        )
+        return AssignmentOutcome(
+            group_id=job.group_id,
+            group_uid=job.group_uid,
+            epoch=job.epoch,
+            error=f"Failed to compute a new target assignment for epoch {job.epoch}: {detail}",
+        )
+    members = spec.members
+    out: dict[str, tuple[str | None, Assignment]] = {}
+    for member_id in changed if changed is not None else members:
+        new = {t: ps for t, ps in result.members[member_id].items() if ps}
+        if new != members[member_id].assignment:
+            out[member_id] = (members[member_id].instance_id, new)
+    return AssignmentOutcome(
+        group_id=job.group_id, group_uid=job.group_uid, epoch=job.epoch, changed=out
+    )
+
+
+def outcome_is_stale(group: ConsumerGroup | None, outcome: AssignmentOutcome) -> str | None:
+    """Why ``outcome`` must be discarded, or None if it applies."""
+    if group is None or group.group_uid != outcome.group_uid:
+        return "the group was deleted"
+    if group.assignment_epoch >= outcome.epoch:
+        return f"the target is already at epoch {group.assignment_epoch}"
+    if group.group_epoch < outcome.epoch:
+        return f"the group epoch went back to {group.group_epoch}"
+    return None
+
+
+def outcome_records(
+    group: ConsumerGroup, outcome: AssignmentOutcome, timestamp_ms: int
+) -> list[r.Record]:
+    """The records installing a (non-stale) outcome into the group as it is now: members that
+    left are skipped, a static member replaced since is remapped by instance id, members that
+    joined since keep their target; then the assignment epoch with ``timestamp_ms``."""
+    members = group.members
+    static = group.static_members
+    targets: dict[str, Assignment] = {}
+    for member_id, (instance_id, new) in outcome.changed.items():
+        if member_id in members:
+            targets[member_id] = new
+            continue
+        successor = None if instance_id is None else static.get(instance_id)
+        if successor is not None and successor not in outcome.changed:
+            targets[successor] = new  # the static member re-joined under a new member id
+        # else: the member left the group
+    return target_records(group, targets, None, outcome.epoch, timestamp_ms)

@@ -14,6 +14,9 @@ TimerKey = tuple[str, str, str]
 
 SESSION = "session"
 REBALANCE = "rebalance"
+ASSIGN = "assign"
+"""A group's next target assignment is due (batching: the assignment interval has passed).
+Keyed ``(ASSIGN, group_id, "")``."""
 
 
 @dataclass(frozen=True, slots=True)

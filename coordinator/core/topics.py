@@ -99,8 +99,10 @@ def _duplicate_result(name: str) -> TopicResult:
 
 
 class TopicRegistry:
-    def __init__(self, ids: IdSource) -> None:
+    def __init__(self, ids: IdSource, *, default_num_partitions: int = 1) -> None:
         self.ids = ids
+        self.default_num_partitions = default_num_partitions
+        """The count of a topic created with ``num_partitions=-1`` (Kafka's ``num.partitions``)."""
         self.undo = UndoLog()
         self.topics: TDict = self.undo.new_dict()  # name -> TopicValue
         self._version = 0
@@ -156,18 +158,19 @@ class TopicRegistry:
                 check_topic_name(t.name)
                 if t.name in self.topics:
                     raise TopicAlreadyExistsError(f"Topic '{t.name}' already exists.")
-                if not 1 <= t.num_partitions <= MAX_PARTITIONS:
+                # -1: the default count, as Kafka's CreateTopics (num.partitions).
+                count = self.default_num_partitions if t.num_partitions == -1 else t.num_partitions
+                if not 1 <= count <= MAX_PARTITIONS:
                     raise InvalidPartitionsError(
-                        f"Number of partitions must be between 1 and {MAX_PARTITIONS}, got {t.num_partitions}."
+                        f"Number of partitions must be between 1 and {MAX_PARTITIONS}"
+                        f" (or -1 for the default), got {t.num_partitions}."
                     )
                 topic_id = t.topic_id or self.ids.new_topic_id()
                 if topic_id == ZERO_TOPIC_ID or topic_id in used_ids:
                     raise InvalidRequestError(f"Topic id {topic_id} is reserved or already in use.")
                 used_ids.add(topic_id)
-                self._emit(result, r.topic_record(t.name, topic_id, t.num_partitions))
-                out.append(
-                    TopicResult(name=t.name, topic_id=topic_id, num_partitions=t.num_partitions)
-                )
+                self._emit(result, r.topic_record(t.name, topic_id, count))
+                out.append(TopicResult(name=t.name, topic_id=topic_id, num_partitions=count))
             except CoordinatorError as exc:
                 out.append(TopicResult(name=t.name, error_code=exc.code, error_message=exc.message))
         return result

@@ -54,6 +54,7 @@ from coordinator.core.errors import (
     CoordinatorNotAvailableError,
     ErrorCode,
     IllegalStateError,
+    InvalidRequestError,
     UnsupportedVersionError,
 )
 from coordinator.core.events import Event, LogEvent
@@ -74,10 +75,15 @@ from .assignors import make_assignors
 from .clock import ManualClock, SystemClock
 from .ids import RandomIds
 from .loader import LoadStats, load_into, shard_of
+from .offload import AssignorPool
 from .store import RecordStore, StoredRecord, StoreLostError, StoreWriteError
 from .storewatch import StoreWatch, rescue
+from .watchers import GroupWatchers, MemberView, member_views
 
 log = logging.getLogger("kip848.runtime")
+INT64_MAX = 2**63 - 1
+_DEADLINE_HEADROOM_MS = 2**40
+"""Room left above the clock for deadlines armed from it (timeouts are at most int32 ms)."""
 T = TypeVar("T")
 
 REGISTRY = -1
@@ -113,6 +119,7 @@ class _Batch:
         "end_marks",
         "events",
         "future",
+        "offloads",
         "records",
         "start_marks",
         "timer_ops",
@@ -130,6 +137,7 @@ class _Batch:
             tuple[int, int, Any]
         ] = []  # legacy bridge: (machine, token, response)
         self.events: list[LogEvent] = []  # written once durable, dropped on failure
+        self.offloads: list[tuple[int, str]] = []  # (shard, group): computations to start
 
 
 def _retrieve(fut: asyncio.Future[None]) -> None:
@@ -172,7 +180,7 @@ class CoordinatorRuntime:
             new_shard(config=config, assignors=assignors, ids=self.ids)
             for _ in range(self.shard_count)
         ]
-        self.registry = TopicRegistry(self.ids)
+        self.registry = TopicRegistry(self.ids, default_num_partitions=config.num_partitions)
         # State machines in mark order: shards 0..n-1, then the registry (index n == REGISTRY).
         self._machines: list[Any] = [*self.shards, self.registry]
         self.timers = TimerTable()
@@ -199,6 +207,17 @@ class CoordinatorRuntime:
         self.watch = StoreWatch(store, on_change=self._notify_health, on_lost=self._store_lost)
         self._health_listeners: list[Callable[[bool], None]] = []
         self._failure: str | None = None  # why the runtime stopped serving (state FAILED)
+        # Push: who waits to hear that a group changed, once the change is durable (watchers.py).
+        self.watchers = GroupWatchers()
+        # Target assignments computed off the loop (offload.py): the worker pool (None when
+        # group.consumer.assignor.offload.enable is false) and one task per group in flight.
+        self.assignor_pool = (
+            AssignorPool([a.name for a in assignors], config.background_threads)
+            if config.consumer_assignor_offload_enable
+            else None
+        )
+        self._assigning: dict[str, asyncio.Task[None]] = {}
+        self._warm_up: asyncio.Task[None] | None = None
         self.stats = {
             "batches": 0,
             "records": 0,
@@ -249,6 +268,10 @@ class CoordinatorRuntime:
         )
         self._writer_task = loop.create_task(self._writer_loop(), name="kip848-writer")
         self.state = RuntimeState.ACTIVE
+        if self.assignor_pool is not None and not self.clock.manual:
+            # Workers start in the background (a storm right after start-up should not wait for
+            # interpreters to start); under a manual clock (tests) the first job starts them.
+            self._warm_up = loop.create_task(self.assignor_pool.start(), name="kip848-warm-up")
         self.watch.start(self._executor)
         self._tick()
         self._reschedule_timer()
@@ -262,6 +285,7 @@ class CoordinatorRuntime:
         was_active = self.state is RuntimeState.ACTIVE
         self.state = RuntimeState.CLOSING
         self._notify_health()
+        self.watchers.close()
         await self.watch.stop()
         self.release_parked()
         if self._timer_handle is not None:
@@ -270,6 +294,13 @@ class CoordinatorRuntime:
         if self._tick_handle is not None:
             self._tick_handle.cancel()
             self._tick_handle = None
+        tasks = [*self._assigning.values(), *([self._warm_up] if self._warm_up else [])]
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+        if self.assignor_pool is not None:
+            await asyncio.get_running_loop().run_in_executor(None, self.assignor_pool.close)
         if was_active:
             await self.flush()
         if self._writer_task is not None:
@@ -414,6 +445,12 @@ class CoordinatorRuntime:
                 self._complete(completions)
             else:
                 batch.completions.extend(completions)
+        if result.offloads:
+            wanted = [(index, group_id) for group_id in result.offloads]
+            if batch is None:
+                self._start_offloads(wanted)
+            else:
+                batch.offloads.extend(wanted)
         return result.response, batch
 
     async def _submit(self, index: int, fn: Callable[[Any], Any], *, read: bool = False) -> Any:
@@ -480,8 +517,11 @@ class CoordinatorRuntime:
             _write_events(batch.events)
         if batch.completions:
             self._complete(batch.completions)
+        if batch.offloads:
+            self._start_offloads(batch.offloads)
         if not batch.future.done():  # never cancelled (see _durable); cheap insurance
             batch.future.set_result(None)
+        self.watchers.notify(r.group_id for r in batch.records if r.group_id is not None)
 
     def _fail(self, batch: _Batch, exc: BaseException) -> None:
         """Roll every state machine back to the start of the failed batch; fail it and every
@@ -516,6 +556,56 @@ class CoordinatorRuntime:
             self._settle_keys(b.timer_ops, durable=False)
             if not b.future.done():
                 b.future.set_exception(error)
+
+    # ------------------------------------------------------------------ offloaded assignments
+
+    def _start_offloads(self, wanted: Sequence[tuple[int, str]]) -> None:
+        """The core asked for these groups' targets to be computed off the loop (the asking
+        command is durable): one computation per group at a time — a group already being
+        computed is left alone (the outcome's command asks again if the group moved on)."""
+        if self.assignor_pool is None or self.state is not RuntimeState.ACTIVE:
+            return
+        for index, group_id in wanted:
+            if group_id not in self._assigning:
+                task = self._loop.create_task(  # type: ignore[union-attr]
+                    self._offload(index, group_id), name=f"kip848-assign-{group_id}"
+                )
+                self._assigning[group_id] = task
+
+    async def _offload(self, index: int, group_id: str) -> None:
+        """Copy the group's inputs (once the state they come from is durable), run the assignor
+        in a worker, then apply the outcome as a command: its records are the new target."""
+        pool = self.assignor_pool
+        assert pool is not None
+        try:
+            job, batch = self._execute(
+                index, lambda s: s.groups.assignment_job(group_id), read=True
+            )
+            if batch is not None:
+                await _durable(batch)
+            if job is None:
+                return
+            outcome = await pool.run(job)
+        except CoordinatorError as exc:  # the state the inputs came from was not written
+            log.warning("[GroupId %s] Target assignment not started: %s", group_id, exc.message)
+            return
+        finally:
+            self._assigning.pop(group_id, None)
+        if self.state is not RuntimeState.ACTIVE:
+            return
+        now = self.clock.now_ms()
+        try:
+            _resp, batch = self._execute(index, lambda s: s.groups.apply_assignment(outcome, now))
+        except CoordinatorError as exc:
+            log.warning("[GroupId %s] Target assignment not applied: %s", group_id, exc.message)
+            return
+        except Exception:  # noqa: BLE001 - logged by _execute; the next heartbeat tries again
+            return
+        if batch is not None:
+            try:
+                await _durable(batch)
+            except CoordinatorError:
+                pass  # rolled back with its batch; the group's next heartbeat asks again
 
     # ------------------------------------------------------------------ timers
     # The table holds deadlines in *timer time* (clock.monotonic_ms: Kafka's timers are delays on
@@ -677,6 +767,11 @@ class CoordinatorRuntime:
         if not isinstance(self.clock, ManualClock):
             raise CoordinatorNotAvailableError("AdvanceTime needs --clock manual.")
         self._check_serving()
+        if ms > INT64_MAX - _DEADLINE_HEADROOM_MS - self.clock.now_ms():
+            # Every time the coordinator stores or arms must stay an int64 (Kafka's type).
+            raise InvalidRequestError(
+                f"AdvanceTime({ms}) would move the clock past the int64 range of milliseconds."
+            )
         now = self.clock.advance(ms)
         await self.flush()
         for _ in range(1_000_000):
@@ -696,6 +791,17 @@ class CoordinatorRuntime:
         now = self.clock.now_ms()
         return await self._submit(
             self.shard_index(req.group_id), lambda s: s.consumer_group_heartbeat(req, now)
+        )
+
+    async def member_views(
+        self, group_id: str, member_ids: Sequence[str]
+    ) -> Mapping[str, MemberView | None] | str:
+        """What the push stream shows of these members (``watchers.member_views``), read once
+        the group's outstanding batch is durable."""
+        return await self._submit(
+            self.shard_index(group_id),
+            lambda s: member_views(s, group_id, member_ids),
+            read=True,
         )
 
     async def describe_group(self, group_id: str) -> GroupDescription:

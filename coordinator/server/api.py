@@ -8,10 +8,11 @@ entries, and GROUP configs. Frozen, slotted, keyword-only, like the core's.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 from coordinator.core.errors import ErrorCode
+from coordinator.core.model import Assignment
 from coordinator.core.shard import GroupDescription
 
 T = TypeVar("T")
@@ -171,3 +172,25 @@ class AlterResult:
     resource_name: str
     error_code: ErrorCode = ErrorCode.NONE
     error_message: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WatchRequest:
+    """ConsumerGroupWatch: the push stream of one member."""
+
+    group_id: str
+    member_id: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WatchEvent:
+    """One message of the push stream: the member's target and what was released for it, or an
+    error (after which the stream ends)."""
+
+    error_code: ErrorCode = ErrorCode.NONE
+    error_message: str | None = None
+    member_epoch: int = -1
+    group_epoch: int = -1
+    assignment_epoch: int = -1
+    target: Assignment = field(default_factory=dict)
+    released: Assignment = field(default_factory=dict)

@@ -43,6 +43,7 @@ from .forwarding import (
     new_grpc_server,
 )
 from .kafka.listener import DEFAULT_IDLE_MS, DEFAULT_MAX_REQUEST_BYTES, KafkaListener, KafkaOptions
+from .kafka.log_offsets import UpstreamLogOffsets
 from .kafka.topic_feed import DEFAULT_MAX_AGE_MS as DEFAULT_METADATA_MAX_AGE_MS
 from .kafka.topic_feed import TopicFeed
 from .kafka.upstream import Upstream, UpstreamError
@@ -199,6 +200,8 @@ class CoordinatorServer:
             # Topics follow the upstream; the topic RPCs go to it (started by load()).
             self.topic_feed = TopicFeed(self.runtime, upstream, options.kafka_metadata_max_age_ms)
             self.service.topics = self.topic_feed
+            # The operator tools' log offsets (AdminService.ListOffsets) come from it too.
+            self.service.log_offsets = UpstreamLogOffsets(upstream)
         shown = f"[{host.strip('[]')}]" if ":" in host.strip("[]") else host
         self.kafka_address = f"{shown}:{bound}"
 
@@ -244,8 +247,11 @@ class CoordinatorServer:
     async def stop(self, grace_s: float = SHUTDOWN_GRACE_S) -> None:
         await self.health.enter_graceful_shutdown()
         self.runtime.release_parked()  # parked JoinGroup/SyncGroup answered, not left to the grace
+        self.runtime.watchers.close()  # push streams end (UNAVAILABLE), not left to the grace
         if self.topic_feed is not None:
             await self.topic_feed.close()
+        if self.service.log_offsets is not None:
+            self.service.log_offsets.close()
         if self.kafka is not None:
             await self.kafka.close()
         if self.frontends is not None:

@@ -49,7 +49,9 @@ from .api import (
     GroupError,
     IncrementalAlterConfigs,
     Reply,
+    WatchEvent,
 )
+from .log_offsets import ListOffsets, LogOffset, OffsetQuery
 
 M = TypeVar("M")
 AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
@@ -290,6 +292,39 @@ def list_topics_to_proto(results: Iterable[TopicResult]) -> admin_pb2.ListTopics
     out = admin_pb2.ListTopicsResponse(error_code=0)
     for r in results:
         out.topics.add(name=r.name, topic_id=_tid(r), num_partitions=r.num_partitions)
+    return out
+
+
+# ---------------------------------------------------------------- log offsets
+
+
+def list_offsets_from_proto(req: admin_pb2.ListOffsetsRequest) -> ListOffsets:
+    return ListOffsets(
+        isolation_level=req.isolation_level,
+        queries=tuple(
+            OffsetQuery(topic=t.name, partition=p.partition_index, timestamp=p.timestamp)
+            for t in req.topics
+            for p in t.partitions
+        ),
+    )
+
+
+def list_offsets_to_proto(answers: Iterable[LogOffset]) -> admin_pb2.ListOffsetsResponse:
+    """One topic entry per run of answers of the same topic, in the request's order."""
+    out = admin_pb2.ListOffsetsResponse(error_code=0)
+    topic = None
+    for a in answers:
+        if topic is None or topic.name != a.topic:
+            topic = out.topics.add(name=a.topic)
+        item = topic.partitions.add(
+            partition_index=a.partition,
+            error_code=a.error_code,
+            timestamp=a.timestamp,
+            offset=a.offset,
+            leader_epoch=a.leader_epoch,
+        )
+        if a.error_message is not None:
+            item.error_message = a.error_message
     return out
 
 
@@ -734,4 +769,21 @@ def describe_groups_to_proto(
     out = classic_group_pb2.DescribeGroupsResponse(error_code=0)
     for g in groups:
         out.groups.append(classic_described_group_to_proto(g))
+    return out
+
+
+def watch_event_to_proto(
+    event: WatchEvent, name_of: NameOf = _no_name
+) -> consumer_group_pb2.ConsumerGroupWatchResponse:
+    """One message of the push stream (ConsumerGroupWatch)."""
+    out = consumer_group_pb2.ConsumerGroupWatchResponse(
+        error_code=int(event.error_code),
+        member_epoch=event.member_epoch,
+        group_epoch=event.group_epoch,
+        assignment_epoch=event.assignment_epoch,
+        target_topic_partitions=assignment_to_proto(event.target, name_of),
+        released_topic_partitions=assignment_to_proto(event.released, name_of),
+    )
+    if event.error_message is not None:
+        out.error_message = event.error_message
     return out

@@ -17,6 +17,10 @@ threads:
   is served locally.
 * Frames are length-prefixed ``marshal`` tuples (both ends are the same program); frames
   produced in one event-loop turn go out in one write.
+* Server-streaming calls (ConsumerGroupWatch, the push stream) are forwarded the same way: the
+  coordinator answers ``(ITEM, call id, message bytes)`` per message and one REPLY at the end;
+  a front end whose client went away sends ``(CANCEL, call id)`` and the coordinator stops
+  the call. Client-streaming RPCs are refused (there are none).
 * Lifecycle: the coordinator prints ``listening on`` only once every front end is serving. On
   shutdown it tells the front ends to stop (they stop accepting and finish their in-flight
   calls, which the coordinator still answers), waits for them, then stops itself. A front end
@@ -30,13 +34,14 @@ This module holds the framing and the coordinator's side; ``frontend.py`` is the
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import marshal
 import os
 import socket
 import subprocess
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from typing import Any, cast
 
 import grpc
@@ -53,6 +58,8 @@ HEALTH = 3  # coordinator -> front end: (HEALTH, {service: status})
 STOP = 4  # coordinator -> front end: (STOP, grace_seconds)
 READY = 5  # front end -> coordinator: (READY, port)
 STOPPED = 6  # front end -> coordinator: (STOPPED,)
+ITEM = 7  # coordinator -> front end: (ITEM, call_id, response) - one message of a stream
+CANCEL = 8  # front end -> coordinator: (CANCEL, call_id) - the stream's client went away
 
 _HEADER = 4
 STATUS_BY_NUMBER = {code.value[0]: code for code in grpc.StatusCode}
@@ -154,8 +161,8 @@ Handler = tuple[Callable[[bytes], pb_message.Message], Callable[[Any, Any], Any]
 
 
 def method_table(services: Iterable[tuple[ServiceDescriptor, object]]) -> dict[str, Handler]:
-    """``/package.Service/Method`` -> (request parser, servicer method) for every method
-    (``add_raw_handlers`` refuses streaming ones)."""
+    """``/package.Service/Method`` -> (request parser, servicer method) for every method (a
+    server-streaming method is an async generator function)."""
     table: dict[str, Handler] = {}
     for descriptor, servicer in services:
         for method in descriptor.methods:
@@ -203,20 +210,24 @@ def add_raw_handlers(
     services: Iterable[ServiceDescriptor],
     make: Callable[[str], Callable[..., Any]],
 ) -> None:
-    """Serve every unary method of ``services`` with ``make(path)``, a handler taking and
-    returning encoded messages (bytes): decoding is the handler's, so an undecodable request
-    gets INVALID_ARGUMENT (API.md), the same in every process. One generic handler, no
-    registered methods (see ``GenericOnly``). A streaming method is refused (``ValueError``):
-    frames carry one request and one response."""
+    """Serve every method of ``services`` with ``make(path)``, a handler taking and returning
+    encoded messages (bytes; for a server-streaming method, an async generator of them):
+    decoding is the handler's, so an undecodable request gets INVALID_ARGUMENT (API.md), the
+    same in every process. One generic handler, no registered methods (see ``GenericOnly``).
+    A client-streaming method is refused (``ValueError``): a call carries one request."""
     handlers: dict[str, grpc.RpcMethodHandler] = {}
     for descriptor in services:
         for method in descriptor.methods:
             path = f"/{descriptor.full_name}/{method.name}"
-            if method.client_streaming or method.server_streaming:
+            if method.client_streaming:
                 raise ValueError(
-                    f"{path} is a streaming RPC: only unary RPCs are served and forwarded"
+                    f"{path} is a client-streaming RPC: only unary and server-streaming RPCs "
+                    "are served and forwarded"
                 )
-            handlers[path] = grpc.unary_unary_rpc_method_handler(make(path))
+            if method.server_streaming:
+                handlers[path] = grpc.unary_stream_rpc_method_handler(make(path))
+            else:
+                handlers[path] = grpc.unary_unary_rpc_method_handler(make(path))
     server.add_generic_rpc_handlers((_PathHandler(handlers),))
 
 
@@ -287,6 +298,8 @@ def undecodable(exc: Exception) -> str:
 def local_handler(entry: Handler) -> Callable[..., Any]:
     """The coordinator process's own handler for one method: decode, run, encode."""
     parse, method = entry
+    if inspect.isasyncgenfunction(method):
+        return _local_stream_handler(parse, method)
 
     async def handle(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
         try:
@@ -298,17 +311,43 @@ def local_handler(entry: Handler) -> Callable[..., Any]:
     return handle
 
 
+def _local_stream_handler(
+    parse: Callable[[bytes], pb_message.Message], method: Callable[..., Any]
+) -> Callable[..., AsyncIterator[bytes]]:
+    async def handle(request: bytes, context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
+        try:
+            message = parse(request)
+        except pb_message.DecodeError as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, undecodable(exc))
+        async for item in method(message, context):
+            yield item.SerializeToString()
+
+    return handle
+
+
 class Dispatcher:
     """Runs forwarded calls on the coordinator's servicers and answers them."""
 
     def __init__(self, table: dict[str, Handler]) -> None:
         self.table = table
         self._tasks: set[asyncio.Task[None]] = set()
+        self._streams: dict[tuple[int, int], asyncio.Task[None]] = {}  # (conn, call) -> task
 
     def call(self, conn: FrameConnection, frame: tuple[Any, ...]) -> None:
         task = asyncio.get_running_loop().create_task(self._run(conn, frame))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        entry = self.table.get(frame[2])
+        if entry is not None and inspect.isasyncgenfunction(entry[1]):
+            key = (id(conn), frame[1])
+            self._streams[key] = task
+            task.add_done_callback(lambda _t: self._streams.pop(key, None))
+
+    def cancel(self, conn: FrameConnection, call_id: int) -> None:
+        """The front end's client of a stream went away: stop producing it."""
+        task = self._streams.pop((id(conn), call_id), None)
+        if task is not None:
+            task.cancel()
 
     async def _run(self, conn: FrameConnection, frame: tuple[Any, ...]) -> None:
         _kind, call_id, path, payload, metadata, peer = frame[:6]
@@ -333,6 +372,11 @@ class Dispatcher:
                 (REPLY, call_id, grpc.StatusCode.INVALID_ARGUMENT.value[0], undecodable(exc), b"")
             )
             return
+        if inspect.isasyncgenfunction(method):
+            await self._stream(
+                conn, call_id, path, method(request, ForwardedContext(metadata, peer))
+            )
+            return
         try:
             response = await method(request, ForwardedContext(metadata, peer, received))
         except AbortCall as exc:
@@ -344,6 +388,24 @@ class Dispatcher:
             )
         else:
             conn.send((REPLY, call_id, 0, "", response.SerializeToString()))
+
+    async def _stream(
+        self, conn: FrameConnection, call_id: int, path: str, items: AsyncIterator[Any]
+    ) -> None:
+        try:
+            async for item in items:
+                conn.send((ITEM, call_id, item.SerializeToString()))
+        except asyncio.CancelledError:
+            return  # cancelled by the front end: its client is gone, nobody to answer
+        except AbortCall as exc:
+            conn.send((REPLY, call_id, exc.code.value[0], exc.details, b""))
+        except Exception:
+            log.exception("Unexpected error in forwarded stream %s", path)
+            conn.send(
+                (REPLY, call_id, grpc.StatusCode.UNKNOWN.value[0], "Unexpected server error.", b"")
+            )
+        else:
+            conn.send((REPLY, call_id, 0, "", b""))
 
     async def drain(self) -> None:
         if self._tasks:
@@ -478,6 +540,8 @@ class FrontEndPool:
         if kind == CALL:
             frontend.calls += 1
             self.dispatcher.call(frontend.conn, frame)
+        elif kind == CANCEL:
+            self.dispatcher.cancel(frontend.conn, frame[1])
         elif kind == READY:
             if not frontend.ready.done():
                 frontend.ready.set_result(frame[1])

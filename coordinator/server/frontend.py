@@ -24,8 +24,10 @@ from coordinator.observability.logs import LOG_FORMATS, configure_logging
 
 from .forwarding import (
     CALL,
+    CANCEL,
     DEFAULT_MAX_CONCURRENT_CALLS,
     HEALTH,
+    ITEM,
     READY,
     REPLY,
     STATUS_BY_NUMBER,
@@ -48,6 +50,7 @@ class FrontEndServer:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
         self.calls: dict[int, asyncio.Future[tuple[int, str, bytes]]] = {}
+        self.streams: dict[int, asyncio.Queue[tuple[Any, ...]]] = {}
         self.ids = itertools.count(1)
         self.conn: FrameConnection | None = None
         self.stop_requested: asyncio.Future[float] | None = None
@@ -62,10 +65,16 @@ class FrontEndServer:
         wanted = set(args.services.split(",")) if args.services else set()
         served = [d for d in service_descriptors() if d.full_name in wanted]
         self.service_names = [d.full_name for d in served]
+        self.streaming = {
+            f"/{d.full_name}/{m.name}" for d in served for m in d.methods if m.server_streaming
+        }
         add_raw_handlers(self.server, served, self._forwarder)
         add_health_and_reflection(self.server, self.health, self.service_names)
 
     def _forwarder(self, path: str) -> Any:
+        if path in self.streaming:
+            return self._stream_forwarder(path)
+
         async def forward(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
             conn = self.conn
             if conn is None or conn.closed:
@@ -88,9 +97,47 @@ class FrontEndServer:
 
         return forward
 
+    def _stream_forwarder(self, path: str) -> Any:
+        """A server-streaming call: ITEM frames become messages, the REPLY frame its status;
+        a client that goes away is a CANCEL to the coordinator."""
+
+        async def forward(request: bytes, context: grpc.aio.ServicerContext) -> Any:
+            conn = self.conn
+            if conn is None or conn.closed:
+                await context.abort(
+                    grpc.StatusCode.UNAVAILABLE, "The coordinator is shutting down."
+                )
+            call_id = next(self.ids)
+            queue: asyncio.Queue[tuple[Any, ...]] = asyncio.Queue()
+            self.streams[call_id] = queue
+            metadata = tuple((k, v) for k, v in (context.invocation_metadata() or ()))
+            conn.send((CALL, call_id, path, request, metadata, context.peer() or ""))
+            finished = False
+            try:
+                while True:
+                    frame = await queue.get()
+                    if frame[0] == ITEM:
+                        yield frame[2]
+                        continue
+                    finished = True
+                    status, details = frame[2], frame[3]
+                    if status:
+                        await context.abort(
+                            STATUS_BY_NUMBER.get(status, grpc.StatusCode.UNKNOWN), details
+                        )
+                    return
+            finally:
+                self.streams.pop(call_id, None)
+                if not finished and self.conn is not None:
+                    self.conn.send((CANCEL, call_id))
+
+        return forward
+
     def on_frame(self, frame: tuple[Any, ...]) -> None:
         kind = frame[0]
-        if kind == REPLY:
+        if kind in (ITEM, REPLY) and frame[1] in self.streams:
+            self.streams[frame[1]].put_nowait(frame)
+        elif kind == REPLY:
             fut = self.calls.get(frame[1])
             if fut is not None and not fut.done():
                 fut.set_result((frame[2], frame[3], frame[4]))

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
 from coordinator.core.commands import ConsumerGroupHeartbeat, ConsumerGroupHeartbeatResponse
@@ -33,6 +33,7 @@ from coordinator.core.errors import (
     InvalidGroupIdError,
     InvalidRequestError,
     MemberIdRequiredError,
+    UnsupportedVersionError,
     to_error_code,
 )
 from coordinator.core.offsets import (
@@ -70,8 +71,18 @@ from .api import (
     GroupError,
     IncrementalAlterConfigs,
     Reply,
+    WatchEvent,
+    WatchRequest,
 )
 from .limits import RequestLimits
+from .log_offsets import (
+    READ_COMMITTED,
+    READ_UNCOMMITTED,
+    ListOffsets,
+    LogOffset,
+    LogOffsetSource,
+)
+from .push import MemberPush, ShuttingDownError
 
 log = logging.getLogger("kip848.server")
 
@@ -281,10 +292,29 @@ class CoordinatorService:
     """Every RPC of the coordinator over one runtime (shared by every codec and listener).
     ``topics``: where topics come from (default: the coordinator's own registry)."""
 
-    def __init__(self, runtime: CoordinatorRuntime, topics: TopicSource | None = None) -> None:
+    def __init__(
+        self,
+        runtime: CoordinatorRuntime,
+        topics: TopicSource | None = None,
+        log_offsets: LogOffsetSource | None = None,
+    ) -> None:
         self.runtime = runtime
         self.limits = RequestLimits.of(runtime.config)  # checked first by every RPC
         self.topics: TopicSource = topics if topics is not None else RegistryTopics(runtime)
+        self.log_offsets = log_offsets
+        """Where ListOffsets goes (the upstream broker); None: no logs (coordinator-only)."""
+        self.push = MemberPush(runtime)
+
+    async def consumer_group_watch(
+        self, req: WatchRequest, caller: Caller
+    ) -> AsyncIterator[WatchEvent]:
+        """ConsumerGroupWatch: the push stream of one member (``push.py``); the only streaming
+        RPC. Errors arrive as a last event; ``ShuttingDown`` as for every RPC."""
+        try:
+            async for event in self.push.watch(req, caller):
+                yield event
+        except ShuttingDownError as exc:
+            raise ShuttingDown(str(exc)) from None
 
     def topic_name(self, topic_id: str) -> str:
         """Convenience name of a topic id for responses ("" when unknown)."""
@@ -509,6 +539,22 @@ class CoordinatorService:
     @rpc(_reply)
     async def list_topics(self, _req: None, caller: Caller) -> Reply[list[TopicResult]]:
         return Reply(value=await self.topics.list_topics())
+
+    # ------------------------------------------------------------ log offsets (the broker's)
+
+    @rpc(_reply)
+    async def list_offsets(self, req: ListOffsets, caller: Caller) -> Reply[list[LogOffset]]:
+        """ListOffsets (``log_offsets.py``): from the upstream broker; without one there are no
+        logs (UNSUPPORTED_VERSION)."""
+        self.limits.partitions(len(req.queries))
+        if req.isolation_level not in (READ_UNCOMMITTED, READ_COMMITTED):
+            raise InvalidRequestError(f"Unknown isolation level {req.isolation_level}.")
+        if self.log_offsets is None:
+            raise UnsupportedVersionError(
+                "This coordinator runs without an upstream broker (--kafka-upstream): it keeps "
+                "no logs, so it has no log offsets."
+            )
+        return Reply(value=await self.log_offsets.list_offsets(req))
 
     # ------------------------------------------------------------ classic groups (the bridge)
 

@@ -10,7 +10,7 @@ down, calls get the gRPC status UNAVAILABLE (``Caller.abort_when_closing``).
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,7 +35,7 @@ from kip848.v1 import (
 )
 
 from . import convert
-from .api import Caller, Node
+from .api import Caller, Node, WatchRequest
 from .service import CoordinatorService, ShuttingDown
 
 log = logging.getLogger("kip848.server")
@@ -215,6 +215,22 @@ ConsumerGroupService = _servicer(
     },
 )
 
+
+async def _consumer_group_watch(
+    self: GrpcServicer, request: cg.ConsumerGroupWatchRequest, context: Any
+) -> AsyncIterator[cg.ConsumerGroupWatchResponse]:
+    """The one server-streaming RPC (push.py): each event of the service, converted."""
+    caller = self.caller(context, False)
+    req = WatchRequest(group_id=request.group_id, member_id=request.member_id)
+    try:
+        async for event in self.service.consumer_group_watch(req, caller):
+            yield convert.watch_event_to_proto(event, self.service.topic_name)
+    except ShuttingDown as exc:
+        await context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
+
+
+ConsumerGroupService.ConsumerGroupWatch = _consumer_group_watch  # type: ignore[attr-defined]
+
 OffsetService = _servicer(
     "OffsetService",
     offsets_pb2_grpc.OffsetServiceServicer,
@@ -269,6 +285,12 @@ AdminService = _servicer(
             "list_topics",
             lambda _r, _c: None,
             _reply(admin_pb2.ListTopicsResponse, convert.list_topics_to_proto),
+        ),
+        "ListOffsets": Rpc(
+            admin_pb2.ListOffsetsResponse,
+            "list_offsets",
+            lambda r, _c: convert.list_offsets_from_proto(r),
+            _reply(admin_pb2.ListOffsetsResponse, convert.list_offsets_to_proto),
         ),
         "ListGroups": Rpc(
             admin_pb2.ListGroupsResponse,

@@ -4,8 +4,9 @@
 Rules
 * Pure like the core: no IO, no wall clock, no global ``random`` state — every run draws from
   one ``random.Random(seed)``, so a seed reproduces its event trace exactly.
-* Clients (:mod:`.client`) behave like real KIP-848 consumers and only react to what they
-  receive; invariants (:mod:`.invariants`) judge ownership from the members' point of view.
+* KIP-848 clients (:mod:`.client`) are ``kip848.client``'s own sans-IO member on virtual time,
+  so the simulations check what users run; they only react to what they receive; invariants
+  (:mod:`.invariants`) judge ownership from the members' point of view.
 
 Reading order: ``client`` and ``classic_client`` → ``invariants`` → ``simulator`` (parameters,
 event queue, network, I4 replay, I5 liveness) → ``faults`` (fault names and the client and

@@ -55,6 +55,24 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--topics", type=int_in(1, MAX_TOPICS), default=2)
     p.add_argument(
+        "--assignment-interval-ms",
+        type=int_in(0, 15_000),
+        default=0,
+        help="group.consumer.assignment.interval.ms (0: a target per change, no batching)",
+    )
+    p.add_argument(
+        "--offload-min-members",
+        type=int_in(0, MAX_MEMBERS),
+        default=0,
+        help="compute targets of groups this big in a (simulated) worker (0: never)",
+    )
+    p.add_argument(
+        "--offload-delay-max-ms",
+        type=int_in(0, 60_000),
+        default=2_000,
+        help="how long a simulated worker may take",
+    )
+    p.add_argument(
         "--static", type=int_in(0, MAX_MEMBERS), default=1, help="how many members are static"
     )
     p.add_argument(
@@ -75,6 +93,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--count", type=int_in(1, INT32_MAX), default=1, help="run seeds seed..seed+count-1 (soak)"
+    )
+    p.add_argument(
+        "--push",
+        action="store_true",
+        help="the coordinator pushes to KIP-848 members (ConsumerGroupWatch)",
     )
     p.add_argument("--quiet", action="store_true", help="one line per seed")
     p.add_argument(
@@ -115,6 +138,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             static_members=min(args.static, args.members),
             classic=args.classic,
             protocol=args.protocol,
+            push=args.push,
+            assignment_interval_ms=args.assignment_interval_ms,
+            offload_min_members=args.offload_min_members,
+            offload_delay_max_ms=args.offload_delay_max_ms,
         )
         summary = Simulation(params).run()
         if args.quiet:

@@ -14,6 +14,17 @@ partitions (2–4), explored to ``depth`` actions. In every state the enabled ac
   armed timer may fire at any point, which over-approximates every timing (a member can always be
   slow), so safety proven here holds for all timings within the depth bound.
 
+With ``batching`` (``group.consumer.assignment.interval.ms`` = 1 s) a target computed at time
+T holds back later changes until its ASSIGN timer fires; firing it moves the explorer's clock to
+T + 1 s (the only thing that moves it). With ``offload`` (groups of 2 members or more) a due
+target is asked of the runtime; the explorer plays it with two more actions, and ``restart``
+with a third:
+
+* ``offload-start g``  the runtime copies group g's inputs and a worker computes its outcome;
+* ``offload-done g``   the outcome is applied as a command (at any later point: late results);
+* ``restart``          the coordinator reloads its records (at most once per path): requests,
+  responses, pending and running computations are lost, timers re-armed by ``on_loaded``.
+
 Invariants I1, I1b, I2 and I3 (:mod:`coordinator.sim.invariants`) are checked in every reachable
 state. States are deduplicated by a canonical key (shard snapshot, armed timers, client states,
 messages in flight). Because the search is breadth-first, the first violation found has a
@@ -32,11 +43,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from coordinator.core.commands import ConsumerGroupHeartbeat, SequentialIds
+from coordinator.core.commands import ConsumerGroupHeartbeat, Result, SequentialIds
 from coordinator.core.config import GroupCoordinatorConfig
 from coordinator.core.errors import CoordinatorError, IllegalStateError
 from coordinator.core.records import Record
-from coordinator.core.timers import ArmTimer, CancelTimer, DueTimer
+from coordinator.core.target_assignment import run_job
+from coordinator.core.timers import ASSIGN, ArmTimer, CancelTimer, DueTimer
 from coordinator.core.topics import NewTopic, TopicRegistry
 from coordinator.factory import Shard, new_shard
 
@@ -49,7 +61,7 @@ GROUP = "grp"
 @dataclass(slots=True)
 class _State:
     records: tuple[Record, ...]
-    timers: tuple[tuple[tuple[str, str, str], int], ...]  # sorted (key, payload)
+    timers: tuple[tuple[tuple[str, str, str], int], ...]  # sorted (key, payload; ASSIGN: deadline)
     clients: tuple[SimClient, ...]
     requests: tuple[tuple[tuple[int, ConsumerGroupHeartbeat], ...], ...]  # per client FIFO
     responses: tuple[tuple[tuple[int, tuple], ...], ...]  # per client FIFO
@@ -57,6 +69,10 @@ class _State:
     parent: int
     action: str
     depth: int
+    now: int = 1
+    offloads: tuple[str, ...] = ()  # groups whose target the core asked for, not yet started
+    jobs: tuple[tuple[str, Any], ...] = ()  # (group, outcome) computed by a worker, not applied
+    restarts: int = 0
 
 
 @dataclass(slots=True)
@@ -104,6 +120,9 @@ class Explorer:
         timers: bool = True,
         losses: bool = True,
         invariants: Sequence[str] = inv.SAFETY,
+        batching: bool = False,
+        offload: bool = False,
+        restarts: bool = False,
     ) -> None:
         self.invariants = frozenset(invariants)
         if assignors is None:
@@ -117,7 +136,12 @@ class Explorer:
         self.with_timers = timers
         self.with_losses = losses
         self.assignors = list(assignors)
-        self.config = GroupCoordinatorConfig()
+        self.batching, self.offload, self.restarts = batching, offload, restarts
+        self.config = GroupCoordinatorConfig(
+            consumer_assignment_interval_ms=1000 if batching else 0,
+            consumer_assignor_offload_enable=offload,
+            consumer_assignor_offload_min_members=2,
+        )
         ids = SequentialIds()
         registry = TopicRegistry(ids)
         res = registry.create_topics([NewTopic(name="t0", num_partitions=partitions)])
@@ -227,6 +251,10 @@ class Explorer:
             tuple(c.key() for c in st.clients),
             tuple(tuple((corr, repr(req)) for corr, req in q) for q in st.requests),
             tuple(tuple((corr, repr(o)) for corr, o in q) for q in st.responses),
+            st.now,
+            st.offloads,
+            tuple((g, repr(outcome)) for g, outcome in st.jobs),
+            st.restarts,
         )
 
     def _actions(self, st: _State) -> list[str]:
@@ -252,7 +280,12 @@ class Explorer:
                 out.append(f"revoked {i}")
         if self.with_timers:
             for key, payload in st.timers:
-                out.append(f"fire {key[0]} {key[2]} {payload}")
+                out.append(f"fire {key[0]} {key[2] or '-'} {payload}")
+        running = {g for g, _o in st.jobs}
+        out += [f"offload-start {g}" for g in st.offloads if g not in running]
+        out += [f"offload-done {g}" for g in sorted(running)]
+        if self.restarts and st.restarts < 1:
+            out.append("restart")
         return out
 
     def _apply(self, shard: Shard, st: _State, parent: int, action: str) -> _State:
@@ -264,6 +297,10 @@ class Explorer:
         corr = st.corr
         records = st.records
         label = action
+        now = st.now
+        offloads = list(st.offloads)
+        jobs = dict(st.jobs)
+        restarts = st.restarts
 
         touched = False
 
@@ -272,20 +309,57 @@ class Explorer:
             touched = True
             for op in res.timers:
                 if type(op) is ArmTimer:
-                    timers[op.key] = op.payload
+                    timers[op.key] = op.deadline_ms if op.key[0] == ASSIGN else op.payload
                 elif type(op) is CancelTimer:
                     timers.pop(op.key, None)
+            for group_id in res.offloads:
+                if group_id not in offloads and group_id not in jobs:
+                    offloads.append(group_id)
 
-        if verb == "fire":
-            kind, member_id, payload = args[0], args[1], int(args[2])
-            key = (kind, GROUP, member_id)
-            timers.pop(key, None)
+        def guarded(fn: Any) -> Any:
             try:
-                fired = shard.on_timer(DueTimer(key, 0, payload), 0)
+                return fn()
             except IllegalStateError as exc:
                 raise _Violation(inv.CORE_ILLEGAL_STATE, str(exc)) from None
+
+        if verb == "fire":
+            kind, member_id, payload = args[0], args[1].replace("-", ""), int(args[2])
+            key = (kind, GROUP, member_id)
+            timers.pop(key, None)
+            if kind == ASSIGN:  # the interval has passed: the clock moves to the deadline
+                now = max(now, payload)
+                due = DueTimer(key, payload, 0)
+            else:
+                due = DueTimer(key, now, payload)
+            fired = guarded(lambda: shard.on_timer(due, now))
             commit(fired)
-            label = f"fire {kind} timer of {member_id} ({len(fired.records)} records)"
+            label = f"fire {kind} timer of {member_id or GROUP} ({len(fired.records)} records)"
+        elif verb == "offload-start":
+            group_id = args[0]
+            offloads.remove(group_id)
+            job = shard.groups.assignment_job(group_id)
+            if job is not None:
+                assignor = next(a for a in self.assignors if a.name == job.assignor)
+                jobs[group_id] = run_job(job, assignor)
+            label = f"offload-start {group_id}" + (
+                " (nothing due)" if job is None else f": epoch {job.epoch}"
+            )
+        elif verb == "offload-done":
+            group_id = args[0]
+            computed = jobs.pop(group_id)
+            applied = guarded(lambda: shard.groups.apply_assignment(computed, now))
+            commit(applied)
+            label = (
+                f"offload-done {group_id}: epoch {computed.epoch} ({len(applied.records)} records)"
+            )
+        elif verb == "restart":
+            restarts += 1
+            offloads, jobs = [], {}
+            requests = [() for _ in requests]
+            responses = [() for _ in responses]
+            timers = {}
+            commit(Result(timers=shard.on_loaded(now)))
+            label = "restart: the coordinator reloads its records; everything in flight is lost"
         else:
             i = int(args[0])
             c = copy.copy(clients[i])
@@ -300,7 +374,7 @@ class Explorer:
                 (rc, req), later_requests = requests[i][0], requests[i][1:]
                 requests[i] = later_requests
                 try:
-                    res = shard.consumer_group_heartbeat(req, 0)
+                    res = shard.consumer_group_heartbeat(req, now)
                 except CoordinatorError as exc:
                     outcome: tuple = ("error", int(exc.code))
                     label = f"deliver {i}: corr {rc} -> {exc.code.name}"
@@ -348,6 +422,10 @@ class Explorer:
             parent,
             label,
             st.depth + 1,
+            now,
+            tuple(offloads),
+            tuple(sorted(jobs.items())),
+            restarts,
         )
 
     def _dump(self, shard: Shard, st: _State) -> str:

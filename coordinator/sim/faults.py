@@ -144,8 +144,8 @@ class FaultInjector:
                 return
             if kind == "assignor":
                 name = rng.choice(sim.assignor_names)
-                c.set_assignor(name)
                 sim._log(f"fault: c{c.index} switches its server assignor to {name}")
+                sim._after(c.index, c.set_assignor(name))
                 return
             if kind == "crash":
                 c.crash()
@@ -210,6 +210,7 @@ class FaultInjector:
         sim.h.timers = TimerTable()
         sim.h.timers.apply(fresh.on_loaded(sim.now))
         sim.coord_gen += 1
+        sim.assigning.clear()  # offloaded computations die with the process
         sim.parked.clear()  # parked JoinGroup/SyncGroup requests die with the process
         for (
             c

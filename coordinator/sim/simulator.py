@@ -26,6 +26,11 @@ Theory of operation
 * Invariants after every step: see :mod:`coordinator.sim.invariants` (I1–I3), plus I4: an
   incrementally replayed copy of the shard, fed every record through the codec, equals the live
   shard.
+* ``push``: after every change the coordinator makes durable, each KIP-848 member in the group
+  whose view calls for it (``coordinator/core/push.py``, the server's very rule) gets a push
+  message one network latency later; the member heartbeats at once if it has something to do.
+  A stream opens when a client becomes a member and closes when it stops being one (and on a
+  coordinator restart); its first message always goes out.
 """
 
 from __future__ import annotations
@@ -48,6 +53,8 @@ from coordinator.core.offsets import (
     OffsetFetchGroup,
     OffsetFetchTopic,
 )
+from coordinator.core.push import MemberView, member_view, push_due
+from coordinator.core.target_assignment import run_job
 from coordinator.factory import Shard, new_shard
 from coordinator.harness import Harness
 from legacy_bridge import messages as lm
@@ -115,8 +122,12 @@ class SimParams:
     quiet_steps_max: int = 20_000
     invariants: frozenset[str] = frozenset(inv.SAFETY)  # safety invariants checked (I4/I5 always)
     classic: int = 0  # the last N clients speak the classic protocol (JoinGroup/SyncGroup)
+    push: bool = False  # the coordinator pushes (ConsumerGroupWatch) to KIP-848 members
     protocol: str = "eager"  # classic clients: eager | cooperative | mixed (alternating)
     initial_rebalance_delay_ms: int = 3_000  # group.initial.rebalance.delay.ms (classic groups)
+    assignment_interval_ms: int = 0  # group.consumer.assignment.interval.ms (0: no batching)
+    offload_min_members: int = 0  # group.consumer.assignor.offload.min.members (0: no offload)
+    offload_delay_max_ms: int = 2_000  # how long a worker may take (virtual time)
 
     def liveness_bound_ms(self) -> int:
         """Virtual time after faults stop within which the group must be Stable with every
@@ -143,6 +154,16 @@ class SimParams:
         )
         if self.uses_classic():
             bound += self.classic_extra_ms()
+        # Batching and offloading: each target may wait an interval, then a worker; a change
+        # during a computation waits for it and then one more interval (2 x per round).
+        bound += (
+            2
+            * 4
+            * (
+                self.assignment_interval_ms
+                + self.offload_delay_max_ms * bool(self.offload_min_members)
+            )
+        )
         return bound
 
     def uses_classic(self) -> bool:
@@ -177,6 +198,18 @@ class SimParams:
                 if self.classic
                 else ""
             )
+            + (" --push" if self.push else "")
+            + (
+                f" --assignment-interval-ms {self.assignment_interval_ms}"
+                if self.assignment_interval_ms
+                else ""
+            )
+            + (
+                f" --offload-min-members {self.offload_min_members} "
+                f"--offload-delay-max-ms {self.offload_delay_max_ms}"
+                if self.offload_min_members
+                else ""
+            )
         )
 
 
@@ -191,6 +224,9 @@ class Simulation:
             consumer_session_timeout_ms=params.session_timeout_ms,
             consumer_heartbeat_interval_ms=params.heartbeat_interval_ms,
             classic_initial_rebalance_delay_ms=params.initial_rebalance_delay_ms,
+            consumer_assignment_interval_ms=params.assignment_interval_ms,
+            consumer_assignor_offload_enable=params.offload_min_members > 0,
+            consumer_assignor_offload_min_members=max(1, params.offload_min_members),
         )
         # The bridged shard: classic groups, classic members in consumer groups, upgrade and
         # downgrade. A fleet without classic clients never creates a classic group.
@@ -206,10 +242,13 @@ class Simulation:
         self.queue: list[tuple[int, int, str, tuple]] = []
         self.corr = 0
         self.coord_gen = 0  # bumps on restart: deliveries of older generations are lost
+        self.assigning: set[str] = set()  # groups whose target a "worker" is computing
         self.fifo: dict[int, int] = {}  # client -> time of its last scheduled delivery
         self.committed: dict[tuple[str, int], int] = {}  # (topic id, p) -> last accepted offset
         self.resp_fifo: dict[int, int] = {}  # client -> time of its last scheduled response
         self._tick_gen: dict[int, int] = {}  # client -> serial of its live heartbeat timer
+        # client -> (member id, coordinator generation, last view pushed on its stream)
+        self.pushed: dict[int, tuple[str, int, MemberView]] = {}
         self.tick_serial = 0
         self.trace: list[str] = []
         self.summary = SimSummary(params)
@@ -267,8 +306,11 @@ class Simulation:
             topics=topics,
             instance_id=instance_id,
             rebalance_timeout_ms=p.rebalance_timeout_ms,
+            request_timeout_ms=p.request_timeout_ms,
+            retry_backoff_ms=p.retry_backoff_ms,
             group_id=GROUP,
             incarnation=incarnation,
+            clock=lambda: self.now,
         )
 
     def meta(self) -> Meta:
@@ -308,6 +350,68 @@ class Simulation:
         h.shard.release(h.shard.mark())
         self._store_records(res.records)
         self._route_completions(res.completions)
+        if self.p.push and res.records:
+            self._push()
+        for group_id in dict.fromkeys(res.offloads):
+            if group_id not in self.assigning:  # one computation per group at a time
+                self.assigning.add(group_id)
+                self._schedule(self.now, "offload_start", (group_id, self.coord_gen))
+
+    def _push(self) -> None:
+        """The push streams (ConsumerGroupWatch) after a durable change: one message to each
+        member whose view calls for it, one network latency later."""
+        group = self.group
+        for i, c in enumerate(self.clients):
+            if not isinstance(c, SimClient) or c.phase != MEMBER or group is None:
+                self.pushed.pop(i, None)  # no member, no stream
+                continue
+            view = member_view(group, c.member_id)
+            last = self.pushed.get(i)
+            if last is not None and last[:2] != (c.member_id, self.coord_gen):
+                last = None  # another incarnation, or the coordinator restarted: a new stream
+            if view is None or not push_due(view, None if last is None else last[2]):
+                continue
+            self.pushed[i] = (c.member_id, self.coord_gen, view)
+            self._schedule(self.now + self._latency(), "push", (i, view, self.coord_gen))
+
+    def _on_push(self, i: int, view: MemberView, gen: int) -> None:
+        c = self.clients[i]
+        if gen != self.coord_gen or not isinstance(c, SimClient):
+            return  # streams break when the coordinator restarts
+        actions = c.push(view)
+        self._log(f"c{i} push: target={fmt(view.target, self.topic_label)} actions={actions}")
+        self._after(i, actions)
+
+    def _on_offload_start(self, group_id: str, gen: int) -> None:
+        """The runtime copies the group's inputs (the asking command is durable) and hands
+        them to a worker, which takes up to ``offload_delay_max_ms``."""
+        if gen != self.coord_gen:
+            return  # the coordinator restarted: the request died with it
+        job = self.h.shard.groups.assignment_job(group_id)
+        if job is None:
+            self.assigning.discard(group_id)
+            self._log(f"coordinator: nothing to compute for {group_id} any more")
+            return
+        assignor = next(a for a in self.h.assignors if a.name == job.assignor)
+        outcome = run_job(job, assignor)  # the inputs are copies: computing now or later is alike
+        self.summary.events["offloaded-computation"] += 1
+        at = self.now + self.rng.randint(0, self.p.offload_delay_max_ms)
+        self._log(f"coordinator: target of {group_id} for epoch {job.epoch} goes to a worker")
+        self._schedule(at, "offload_done", (group_id, outcome, gen))
+
+    def _on_offload_done(self, group_id: str, outcome: Any, gen: int) -> None:
+        if gen != self.coord_gen:
+            self._log(
+                f"the worker's target of {group_id} for epoch {outcome.epoch} is lost in a restart"
+            )
+            return
+        self.assigning.discard(group_id)
+        res = self._guard(lambda: self.h.shard.groups.apply_assignment(outcome, self.now))
+        self._commit(res)
+        self._log(
+            f"coordinator: worker's target of {group_id} for epoch {outcome.epoch} applied "
+            f"({len(res.records)} records)"
+        )
 
     def _route_completions(self, completions: Sequence[tuple[int, Any]]) -> None:
         """Deferred JoinGroup/SyncGroup responses completed by this (durable) result go to the
@@ -572,7 +676,18 @@ class Simulation:
         if c.can_send:
             self._send(i)
         elif c.phase in (JOINING, SYNCING, MEMBER):
-            self._arm_tick(i, c.heartbeat_interval_ms)
+            self._arm_tick(i, self._tick_delay(c))
+
+    def _tick_delay(self, c: Any) -> int:
+        """Until client c's next heartbeat: a KIP-848 member says when it needs time to pass
+        (its heartbeat, back-off or revocation deadline); a classic client ticks per interval."""
+        if isinstance(c, SimClient):
+            if c.outbox is not None:
+                return 0  # a heartbeat waits to be sent
+            wake = c.next_wakeup_ms()
+            if wake is not None:
+                return max(0, min(wake - self.now, c.heartbeat_interval_ms))
+        return c.heartbeat_interval_ms
 
     def _arm_tick(self, i: int, delay: int) -> None:
         """(Re)arm client i's heartbeat timer; an older pending tick becomes a no-op."""
@@ -726,6 +841,9 @@ class Simulation:
                 self._schedule(
                     self.now + self.rng.randint(1, self.p.restart_delay_max_ms), "start", (i,)
                 )
+        if isinstance(c, SimClient) and "send" not in actions and c.phase in (JOINING, MEMBER):
+            # The member's interval, back-off or deadline may have moved: it says when next.
+            self._arm_tick(i, self._tick_delay(c))
 
     def _on_revoked(self, i: int, token: int, past_poll_timeout: bool = False) -> None:
         c = self.clients[i]

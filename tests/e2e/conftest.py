@@ -30,10 +30,20 @@ from kip848.v1 import (
 
 START_TIMEOUT_S = 20.0
 
+NO_BATCHING = ("--set", "group.consumer.assignment.interval.ms=0")
+"""The stories compute a group's target in the heartbeat that changes it (Kafka before 4.3):
+servers start with these flags unless a test asks for ``batching=True`` (Kafka 4.3's default
+interval of 1 s; tests/e2e/test_storm.py and test_batching.py)."""
+
 
 class ServerProcess:
     def __init__(
-        self, data_dir: Path, *extra: str, clock: str = "manual", listen: str = "127.0.0.1:0"
+        self,
+        data_dir: Path,
+        *extra: str,
+        clock: str = "manual",
+        listen: str = "127.0.0.1:0",
+        batching: bool = False,
     ) -> None:
         self.data_dir = data_dir
         self.stderr_path = data_dir.parent / f"{data_dir.name}-serve-{time.monotonic_ns()}.log"
@@ -51,6 +61,7 @@ class ServerProcess:
                 str(data_dir),
                 "--clock",
                 clock,
+                *(() if batching else NO_BATCHING),
                 *extra,
             ],
             stdout=subprocess.PIPE,

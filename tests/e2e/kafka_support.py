@@ -136,6 +136,10 @@ class KafkaServer:
                 str(data_dir),
                 "--clock",
                 clock,
+                # Targets computed in the changing heartbeat (Kafka before 4.3), as the stories
+                # expect; tests/e2e/conftest.py NO_BATCHING.
+                "--set",
+                "group.consumer.assignment.interval.ms=0",
                 *extra,
             ],
             stdout=subprocess.PIPE,

@@ -24,6 +24,7 @@ Synonym = admin_pb2.DescribeConfigsResponse.Synonym
 NOT_REQUESTED = -2147483648
 SESSION = "consumer.session.timeout.ms"
 INTERVAL = "consumer.heartbeat.interval.ms"
+ASSIGNMENT = "consumer.assignment.interval.ms"
 
 
 def tps(topic_id: bytes, partitions: list[int], name: str) -> common_pb2.TopicPartitions:
@@ -350,6 +351,7 @@ def test_group_configs_take_effect_on_the_next_heartbeat_and_persist(
                         config_type=3,
                         synonyms=[Synonym(name=INTERVAL, value="7000", source=8)],
                     ),
+                    Config(name=ASSIGNMENT, value="0", config_source=5, config_type=3),
                 ],
             )
         ]
@@ -395,6 +397,7 @@ def test_config_resource_types_validation_and_documentation(manual_server: Serve
                         config_type=3,
                         documentation="The heartbeat interval given to the members of a consumer group.",
                     ),
+                    Config(name=ASSIGNMENT, value="0", config_source=5, config_type=3),
                 ],
             )
         ]
@@ -490,7 +493,10 @@ def test_config_resource_types_validation_and_documentation(manual_server: Serve
             ),
             AlterResult(
                 error_code=40,
-                error_message=f"unknown group config 'session.timeout.ms' (supported: {SESSION}, {INTERVAL})",
+                error_message=(
+                    "unknown group config 'session.timeout.ms' "
+                    f"(supported: {SESSION}, {INTERVAL}, {ASSIGNMENT})"
+                ),
                 resource_type=16,
                 resource_name="g-unknown",
             ),
@@ -507,4 +513,8 @@ def test_config_resource_types_validation_and_documentation(manual_server: Serve
         alter(s, "g-validate", set_(INTERVAL, "8000"), validate_only=True).responses[0].error_code
         == 0
     )
-    assert [c.config_source for c in describe_configs(s, "g-validate").results[0].configs] == [5, 5]
+    assert [c.config_source for c in describe_configs(s, "g-validate").results[0].configs] == [
+        5,
+        5,
+        5,
+    ]

@@ -449,22 +449,24 @@ def test_online_upgrade_then_downgrade(manual_server: ServerProcess) -> None:
     assert (left.error_code, left.member_epoch) == (0, -1)
     assert s.describe("g-cl-up").groups[0].error_code == 69
     assert c.state() == "PreparingRebalance"
-    assert c.heartbeat(a, 3) == pb.HeartbeatResponse(error_code=27, error_message=REBALANCE)
+    # As Kafka: the classic generation is the epoch the members had (2): asked to rejoin, not
+    # fenced with ILLEGAL_GENERATION.
+    assert c.heartbeat(a, 2) == pb.HeartbeatResponse(error_code=27, error_message=REBALANCE)
     fa = c.join_future(a, "a")
     time.sleep(0.1)
     jb = c.join(b, "b")  # the last member completes the barrier
     ja = fa.result(timeout=WAIT_S)
     assert (ja.generation_id, jb.generation_id, ja.leader, jb.leader) == (
-        4,
-        4,
+        3,
+        3,
         ja.leader,
         ja.leader,
     )
     leader, follower = (a, b) if ja.leader == a else (b, a)
     plan = {leader: k_assignment({"cl-up": [0, 1]}), follower: k_assignment({"cl-up": [2, 3]})}
-    f = c.stub.SyncGroup.future(c.sync_request(follower, 4), timeout=WAIT_S)
+    f = c.stub.SyncGroup.future(c.sync_request(follower, 3), timeout=WAIT_S)
     time.sleep(0.1)
-    assert c.sync(leader, 4, plan).assignment == plan[leader]
+    assert c.sync(leader, 3, plan).assignment == plan[leader]
     assert f.result(timeout=WAIT_S) == pb.SyncGroupResponse(
         protocol_type="consumer", protocol_name="range", assignment=plan[follower]
     )
@@ -513,7 +515,7 @@ def test_state_survives_sigkill_mid_migration(start_server, tmp_path: Path) -> N
     c = Classic(s, "g-cl-kill", ["cl-kill"])
     assert _consumer_view(s, "g-cl-kill") == view
     assert c.heartbeat(a, 1) == pb.HeartbeatResponse(error_code=27, error_message=REBALANCE)
-    # 3. K leaves (downgrade), SIGKILL: a classic group at generation 3 with A and B.
+    # 3. K leaves (downgrade), SIGKILL: a classic group at generation 2 (the members' epoch).
     assert (
         s.heartbeat(
             client_id="k", group_id="g-cl-kill", member_id="K", member_epoch=-1
@@ -554,7 +556,7 @@ def test_state_survives_sigkill_mid_migration(start_server, tmp_path: Path) -> N
     assert set(got_assigned[a]) <= set(pa["cl-kill"]) and set(got_assigned[b]) <= set(
         pb_["cl-kill"]
     )
-    assert c.heartbeat(a, 3) == pb.HeartbeatResponse()
+    assert c.heartbeat(a, 2) == pb.HeartbeatResponse()
     assert s.stop() == 0, s.stderr_text()
 
 

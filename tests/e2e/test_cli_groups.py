@@ -206,6 +206,8 @@ def test_groups_describe_json(manual_server: ServerProcess, shop: dict[str, str]
                     "topic": "orders",
                     "partition": 0,
                     "committed_offset": 42,
+                    "log_end_offset": None,  # no upstream: no logs
+                    "lag": None,
                     "committed_leader_epoch": -1,
                     "metadata": "m1",
                     **owner,
@@ -214,6 +216,8 @@ def test_groups_describe_json(manual_server: ServerProcess, shop: dict[str, str]
                     "topic": "orders",
                     "partition": 1,
                     "committed_offset": None,
+                    "log_end_offset": None,  # no upstream: no logs
+                    "lag": None,
                     "committed_leader_epoch": None,
                     "metadata": None,
                     **owner,
@@ -222,6 +226,8 @@ def test_groups_describe_json(manual_server: ServerProcess, shop: dict[str, str]
                     "topic": "orders",
                     "partition": 2,
                     "committed_offset": None,
+                    "log_end_offset": None,  # no upstream: no logs
+                    "lag": None,
                     "committed_leader_epoch": None,
                     "metadata": None,
                     **owner,
@@ -675,9 +681,10 @@ def test_configs_describe_and_alter(manual_server: ServerProcess) -> None:
     assert kip848(s, "configs", "describe", "--group", "g-conf") == (
         0,
         lines(
-            "NAME                            VALUE  SOURCE",
-            "consumer.session.timeout.ms     45000  server default",
-            "consumer.heartbeat.interval.ms  5000   server default",
+            "NAME                             VALUE  SOURCE",
+            "consumer.session.timeout.ms      45000  server default",
+            "consumer.heartbeat.interval.ms   5000   server default",
+            "consumer.assignment.interval.ms  0      server default",
         ),
         "",
     )
@@ -730,6 +737,12 @@ def test_configs_describe_and_alter(manual_server: ServerProcess) -> None:
                 "value": "6000",
                 "source": "group override",
                 "documentation": "The heartbeat interval given to the members of a consumer group.",
+            },
+            {
+                "name": "consumer.assignment.interval.ms",
+                "value": "0",
+                "source": "server default",
+                "documentation": "",
             },
         ],
     }

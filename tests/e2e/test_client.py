@@ -343,3 +343,43 @@ def test_the_readme_hello_member_runs(server: ServerProcess) -> None:
     lines = out.stdout.splitlines()
     assert lines[0].startswith("assigned ['orders-0', 'orders-1', 'orders-2']"), out
     assert lines[-1].startswith("revoked ['orders-0', 'orders-1', 'orders-2']"), out
+
+
+async def test_close_from_a_callback_is_refused_not_deadlocked(server: ServerProcess) -> None:
+    server.create_topic("selfclose", 1)
+    errors: list[str] = []
+
+    async def on_assigned(_parts: frozenset[TopicPartition]) -> None:
+        try:
+            await member.close()
+        except RuntimeError as exc:
+            errors.append(str(exc))
+
+    member = GroupMember(
+        server.address, "selfclose-g", topics=["selfclose"], on_assigned=on_assigned
+    )
+    async with asyncio.timeout(20):
+        await member.start()
+        await member.wait_stable()
+    assert errors and "from a rebalance callback" in errors[0]
+    await member.close()
+    assert member.state is MemberState.UNSUBSCRIBED
+
+
+def test_blocking_close_from_a_callback_is_refused(server: ServerProcess) -> None:
+    server.create_topic("selfclose2", 1)
+    errors: list[str] = []
+
+    def on_assigned(_parts: frozenset[TopicPartition]) -> None:
+        try:
+            member.close()
+        except RuntimeError as exc:
+            errors.append(str(exc))
+
+    member = BlockingGroupMember(
+        server.address, "selfclose2-g", topics=["selfclose2"], on_assigned=on_assigned
+    )
+    with member:
+        member.wait_stable(timeout=20)
+        assert errors and "from a rebalance callback" in errors[0]
+    assert member.state is MemberState.UNSUBSCRIBED

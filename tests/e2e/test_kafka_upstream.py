@@ -405,4 +405,5 @@ def test_topic_and_group_configs_in_one_request(kafka_stack: Stack) -> None:
     assert {k: v["value"] for k, v in got["group"]["cfg-group"].items()} == {
         "consumer.heartbeat.interval.ms": "5000",
         "consumer.session.timeout.ms": "45000",
+        "consumer.assignment.interval.ms": "0",
     }

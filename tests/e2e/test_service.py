@@ -250,6 +250,12 @@ def test_group_configs(manual_server: ServerProcess) -> None:
                         config_source=8,
                         config_type=3,
                     ),
+                    C(
+                        name="consumer.assignment.interval.ms",
+                        value="0",
+                        config_source=5,
+                        config_type=3,
+                    ),
                 ],
             )
         ]

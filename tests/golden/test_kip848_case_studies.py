@@ -2,7 +2,10 @@
 
 Each step asserts the whole response and the whole ordered list of records (and, where it
 matters, the timer operations). The group is driven through the pure core with the default
-assignor ("uniform"), exactly as a server would drive it.
+assignor ("uniform"), exactly as a server would drive it — with
+``group.consumer.assignment.interval.ms=0``: the KIP's case studies compute the new target in
+the heartbeat that changes the group, as Kafka did before 4.3. What batching changes (Kafka
+4.3's default interval of 1 s) is told in tests/golden/test_assignment_batching.py.
 """
 
 from __future__ import annotations
@@ -12,11 +15,13 @@ from builders import ca, mm, p
 from coordinator.core import records as r
 from coordinator.core.commands import ConsumerGroupHeartbeatResponse as Resp
 from coordinator.core.commands import HeartbeatAssignment as HA
+from coordinator.core.config import GroupCoordinatorConfig
 from coordinator.core.model import MemberState, TopicMetadata
 from coordinator.core.timers import REBALANCE, SESSION, ArmTimer, CancelTimer
 from coordinator.harness import Harness
 
 G = "grp"
+KIP = GroupCoordinatorConfig(consumer_assignment_interval_ms=0)
 HB_MS = 5000
 SESSION_MS = 45_000
 
@@ -28,7 +33,7 @@ UNRELEASED = MemberState.UNRELEASED_PARTITIONS
 
 def test_basic() -> None:
     """KIP-848 "Basic": A, then B, then C join a group subscribed to foo (3 partitions)."""
-    h = Harness()
+    h = Harness(config=KIP)
     foo = h.create_topic("foo", 3)
     foo_md = {"foo": TopicMetadata(topic_id=foo, name="foo", num_partitions=3)}
 
@@ -159,7 +164,7 @@ def test_basic() -> None:
 
 def test_incremental_revocation_and_assignment() -> None:
     """KIP-848 "Incremental Revocation & Assignment": C joins A=[0,1,2], B=[3,4,5] at epoch 21."""
-    h = Harness()
+    h = Harness(config=KIP)
     foo = h.create_topic("foo", 6)
     h.seed_group(G, 21, {"A": (["foo"], p(foo, 0, 1, 2)), "B": (["foo"], p(foo, 3, 4, 5))})
     uid = h.shard.groups[G].group_uid
@@ -215,7 +220,7 @@ def test_incremental_revocation_and_assignment() -> None:
 
 def test_member_failure() -> None:
     """KIP-848 "Member Failure": A stops heartbeating and is removed after its session timeout."""
-    h = Harness()
+    h = Harness(config=KIP)
     foo = h.create_topic("foo", 6)
     h.seed_group(
         G,
@@ -268,7 +273,7 @@ def test_member_failure() -> None:
 
 def test_partition_added() -> None:
     """KIP-848 "Partition Added": foo grows from 1 to 2 partitions; B gets the new one."""
-    h = Harness()
+    h = Harness(config=KIP)
     foo = h.create_topic("foo", 1)
     h.seed_group(G, 22, {"A": (["foo"], p(foo, 0)), "B": (["foo"], {})})
     uid = h.shard.groups[G].group_uid

@@ -140,11 +140,11 @@ def test_broken_bridge_reload_is_caught(monkeypatch: pytest.MonkeyPatch) -> None
 
     def replay(self, record):  # type: ignore[no-untyped-def]
         key, value = r.typed(record, r.GroupMetadataKey, r.GroupMetadataValue)
-        group = self._groups.get(key.group_id)
+        group = self._by_group.get(key.group_id)
         if value is None:
-            self._groups.discard(key.group_id)
+            self._by_group.discard(key.group_id)
         elif group is None:
-            self._groups[key.group_id] = bridge.ClassicGroup.from_record(
+            self._by_group[key.group_id] = bridge.ClassicGroup.from_record(
                 self._ctx.undo, key.group_id, value
             )
         else:

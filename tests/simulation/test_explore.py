@@ -61,3 +61,48 @@ def test_cli_explore(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--explore", "--members", "2", "--partitions", "2", "--depth", "8"]) == 0
     out = capsys.readouterr().out
     assert "distinct states" in out and "hold in every explored state" in out
+
+
+# ------------------------------------------------------------------ batching and offloading
+
+
+def test_batching_offloading_and_a_restart_in_between() -> None:
+    """Targets at most once per interval (the ASSIGN timer moves the clock), computed by a
+    worker whose outcome may come back at any later point, and a coordinator restart anywhere
+    (also while a target is being computed): the invariants hold in every state."""
+    result = explore(members=2, partitions=2, depth=10, batching=True, offload=True, restarts=True)
+    assert result.violation is None, result.render()
+    assert not result.truncated
+    assert result.states > 10_000
+
+
+@pytest.mark.slow
+def test_batching_offloading_and_restarts_deeper() -> None:
+    result = explore(members=2, partitions=2, depth=12, batching=True, offload=True, restarts=True)
+    assert result.violation is None, result.render()
+    assert not result.truncated
+
+
+def test_an_outcome_applied_for_departed_members_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A broken core that installs an offloaded outcome without skipping the members that left
+    during the computation: the explorer finds the path (a member leaves — here its session
+    expires — between offload-start and offload-done) and the target invariant fails."""
+    from coordinator.core import consumer_groups, target_assignment
+
+    def no_skip(group, outcome, timestamp_ms):  # type: ignore[no-untyped-def]
+        targets = {m: new for m, (_i, new) in outcome.changed.items()}
+        return target_assignment.target_records(group, targets, None, outcome.epoch, timestamp_ms)
+
+    monkeypatch.setattr(consumer_groups, "outcome_records", no_skip)
+    result = explore(
+        members=2,
+        partitions=2,
+        depth=12,
+        batching=True,
+        offload=True,
+        invariants=[inv.TARGET_VALID],
+    )
+    assert result.violation_name == inv.TARGET_VALID, result.render()
+    assert "which is not a member" in (result.violation or "")
+    assert any(step.startswith("offload-start") for step in result.path)
+    assert result.path[-1].startswith("offload-done")

@@ -111,13 +111,14 @@ def test_a_kafka_server_properties(caplog: pytest.LogCaptureFixture) -> None:
         classic_initial_rebalance_delay_ms=0,
         offsets_retention_minutes=20_160,
         offset_metadata_max_bytes=4_096,
+        num_partitions=3,  # CreateTopics' default partition count, as the broker's
     )
     taken = (
         "group.consumer.assignors, group.consumer.heartbeat.interval.ms, "
         "group.consumer.migration.policy, group.consumer.min.heartbeat.interval.ms, "
         "group.consumer.min.session.timeout.ms, group.consumer.session.timeout.ms, "
-        "group.initial.rebalance.delay.ms, offset.metadata.max.bytes, offsets.retention.minutes, "
-        "socket.request.max.bytes"
+        "group.initial.rebalance.delay.ms, num.partitions, offset.metadata.max.bytes, "
+        "offsets.retention.minutes, socket.request.max.bytes"
     )
     ignored = sorted(
         r.getMessage().split(": ignored ")[1].removesuffix(" (not a coordinator setting)")
@@ -139,7 +140,6 @@ def test_a_kafka_server_properties(caplog: pytest.LogCaptureFixture) -> None:
         "node.id",
         "num.io.threads",
         "num.network.threads",
-        "num.partitions",
         "num.recovery.threads.per.data.dir",
         "offsets.topic.num.partitions",
         "offsets.topic.replication.factor",
@@ -155,8 +155,8 @@ def test_a_kafka_server_properties(caplog: pytest.LogCaptureFixture) -> None:
     assert [(r.levelno, r.getMessage()) for r in caplog.records if r.levelno == logging.INFO] == [
         (
             logging.INFO,
-            f"{KAFKA_SERVER_PROPERTIES}: 10 coordinator settings taken ({taken}); "
-            "26 keys that are not the coordinator's ignored",
+            f"{KAFKA_SERVER_PROPERTIES}: 11 coordinator settings taken ({taken}); "
+            "25 keys that are not the coordinator's ignored",
         )
     ]
     debug = {r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG}

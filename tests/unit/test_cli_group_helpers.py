@@ -126,8 +126,8 @@ def test_reset_needs_a_way_and_one_mode(capsys: pytest.CaptureFixture[str]) -> N
         main(["groups", "reset-offsets", "g", "--topic", "t"])
     assert exit_.value.code == 2
     assert (
-        "one of the arguments --to-offset --shift-by --from-file is required"
-        in capsys.readouterr().err
+        "one of the arguments --to-offset --shift-by --from-file --to-earliest --to-latest "
+        "--to-datetime --by-duration is required" in capsys.readouterr().err
     )
     with pytest.raises(SystemExit):
         main(

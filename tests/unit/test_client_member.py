@@ -575,10 +575,28 @@ def test_rejoin_after_leaving() -> None:
 def test_push_makes_the_member_heartbeat_at_once() -> None:
     m, ack = joined(assigned=parts((T, [0])))
     m.heartbeat_response(ack, ok(1), 1)
-    [send] = m.push(50)
+    [send] = m.push(50)  # no data: always a heartbeat
     assert send.request == hb(1)
     [revoke] = m.heartbeat_response(send.seq, ok(2, {}), 52)
     assert revoke.kind is CallbackKind.REVOKED
+
+
+def test_push_asks_for_a_heartbeat_only_when_there_is_something_to_do() -> None:
+    m, ack = joined(assigned=parts((T, [0])))
+    m.heartbeat_response(ack, ok(1), 1)
+    # The target is what the member owns, nothing released, no assignment due: nothing to do.
+    assert m.push(10, target=parts((T, [0])), released={}) == []
+    # Its target changed (a revocation, or partitions still held by others): heartbeat.
+    [send] = m.push(11, target=parts((T, [0, 1])), released={})
+    assert send.request == hb(1)
+    m.heartbeat_response(send.seq, ok(1), 12)
+    # A partition it waits for was released.
+    [send] = m.push(13, target=parts((T, [0])), released=parts((T, [1])))
+    m.heartbeat_response(send.seq, ok(1), 14)
+    # The group epoch moved past the assignment epoch: a heartbeat computes the new target.
+    [send] = m.push(15, target=parts((T, [0])), released={}, assignment_due=True)
+    assert send.request == hb(1)
+    assert m.owned == parts((T, [0]))  # pushes never change owned partitions
 
 
 def test_push_outside_the_group_does_nothing() -> None:
@@ -747,7 +765,7 @@ def test_random_event_sequences_keep_the_contract(steps) -> None:
 
 def test_the_member_module_is_sans_io() -> None:
     root = Path(__file__).resolve().parents[2] / "proto" / "kip848" / "client"
-    allowed = {"__future__", "enum", "collections", "dataclasses", "base64", "typing"}
+    allowed = {"__future__", "enum", "collections", "dataclasses", "base64", "typing", "copy"}
     for name in ("member.py", "types.py"):
         tree = ast.parse((root / name).read_text())
         for node in ast.walk(tree):
@@ -759,3 +777,13 @@ def test_the_member_module_is_sans_io() -> None:
                 continue
             for mod in mods:
                 assert mod.split(".")[0] in allowed, f"{name} imports {mod}"
+
+
+def test_a_copy_is_independent() -> None:
+    m, ack = joined(assigned=parts((T, [0])))
+    twin = m.copy()
+    assert twin.snapshot() == m.snapshot()
+    m.heartbeat_response(ack, err(ErrorCode.FENCED_MEMBER_EPOCH), 5)
+    assert m.state is S.FENCED and twin.state is S.STABLE and twin.owned == parts((T, [0]))
+    assert twin.heartbeat_response(ack, ok(1), 5) == []
+    assert twin.request_due_ms() == INTERVAL

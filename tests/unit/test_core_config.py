@@ -303,7 +303,11 @@ def test_a_consistent_custom_config() -> None:
 
 
 def test_group_config_names() -> None:
-    assert GROUP_CONFIGS == ("consumer.session.timeout.ms", "consumer.heartbeat.interval.ms")
+    assert GROUP_CONFIGS == (
+        "consumer.session.timeout.ms",
+        "consumer.heartbeat.interval.ms",
+        "consumer.assignment.interval.ms",
+    )
 
 
 @pytest.mark.parametrize(
@@ -364,13 +368,15 @@ def test_group_config_accepts_values_within_the_broker_bounds(
             "consumer.rebalance.timeout.ms",
             "1",
             "unknown group config 'consumer.rebalance.timeout.ms' (supported: "
-            "consumer.session.timeout.ms, consumer.heartbeat.interval.ms)",
+            "consumer.session.timeout.ms, consumer.heartbeat.interval.ms, "
+            "consumer.assignment.interval.ms)",
         ),
         (
             "group.consumer.session.timeout.ms",
             "50000",
             "unknown group config 'group.consumer.session.timeout.ms' (supported: "
-            "consumer.session.timeout.ms, consumer.heartbeat.interval.ms)",
+            "consumer.session.timeout.ms, consumer.heartbeat.interval.ms, "
+            "consumer.assignment.interval.ms)",
         ),
     ],
 )

@@ -166,6 +166,6 @@ def test_classic_groups_say_what_they_do() -> None:
     leave = h.leave_group(m.LeaveMember(group_instance_id="s1"))
     assert leave.members[0].error_code == 0
     assert h.events[before:] == [
-        LogEvent(event=Event.CLASSIC_GROUP_EMPTIED, group_id=G, fields={"generation": 4})
+        LogEvent(event=Event.CLASSIC_GROUP_EMPTIED, group_id=G, fields={"generation": 3})
     ]
-    assert h.events[before].message() == "[GroupId grp] Generation 4 is empty."
+    assert h.events[before].message() == "[GroupId grp] Generation 3 is empty."

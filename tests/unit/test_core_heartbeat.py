@@ -38,6 +38,7 @@ UNREVOKED = MemberState.UNREVOKED_PARTITIONS
 UNRELEASED = MemberState.UNRELEASED_PARTITIONS
 SESSION_CFG = "consumer.session.timeout.ms"
 HB_CFG = "consumer.heartbeat.interval.ms"
+AI_CFG = "consumer.assignment.interval.ms"
 
 
 # --------------------------------------------------------------------------- helpers
@@ -865,7 +866,7 @@ def test_regex_subscription_is_resolved_with_full_match_semantics() -> None:
         r.partition_metadata_record(G, md(h, "fa", "foo")),
         r.group_epoch_record(G, 1, uid(h)),
         r.target_assignment_record(G, "A", expected),
-        r.target_assignment_epoch_record(G, 1),
+        r.target_assignment_epoch_record(G, 1, 1234),  # computed at 1234 (batching on)
         ca("A", 1, 0, STABLE, expected),
     ]
     assert res.response == Resp(
@@ -1148,12 +1149,14 @@ def test_group_config_validation_errors() -> None:
         (
             {"foo.bar": "1"},
             InvalidConfigError,
-            "unknown group config 'foo.bar' (supported: consumer.session.timeout.ms, consumer.heartbeat.interval.ms)",
+            "unknown group config 'foo.bar' (supported: consumer.session.timeout.ms, "
+            "consumer.heartbeat.interval.ms, consumer.assignment.interval.ms)",
         ),
         (
             {"foo.bar": None},
             InvalidConfigError,
-            "unknown group config 'foo.bar' (supported: consumer.session.timeout.ms, consumer.heartbeat.interval.ms)",
+            "unknown group config 'foo.bar' (supported: consumer.session.timeout.ms, "
+            "consumer.heartbeat.interval.ms, consumer.assignment.interval.ms)",
         ),
         (
             {SESSION_CFG: "44999"},
@@ -1203,7 +1206,7 @@ def test_group_config_heartbeat_interval_must_stay_below_the_session_timeout() -
     with pytest.raises(InvalidConfigError):
         h.alter_configs(G, {HB_CFG: "10000", SESSION_CFG: "10000"})
     h.alter_configs(G, {HB_CFG: "9000", SESSION_CFG: "9500"})
-    assert h.shard.group_config(G) == {SESSION_CFG: "9500", HB_CFG: "9000"}
+    assert h.shard.group_config(G) == {SESSION_CFG: "9500", HB_CFG: "9000", AI_CFG: "1000"}
 
 
 def test_group_configs_take_effect_on_the_next_heartbeat_and_persist() -> None:
@@ -1216,7 +1219,7 @@ def test_group_configs_take_effect_on_the_next_heartbeat_and_persist() -> None:
     ]
     assert res.timers == []
     assert h.timers.get((SESSION, G, "A")) == (SESSION_MS, 0)  # existing timer untouched
-    assert h.shard.group_config(G) == {SESSION_CFG: "50000", HB_CFG: "6000"}
+    assert h.shard.group_config(G) == {SESSION_CFG: "50000", HB_CFG: "6000", AI_CFG: "1000"}
 
     res = h.heartbeat_result(member_id="A", member_epoch=1)
     assert res.response == Resp(member_id="A", member_epoch=1, heartbeat_interval_ms=6_000)
@@ -1233,7 +1236,7 @@ def test_group_configs_take_effect_on_the_next_heartbeat_and_persist() -> None:
     # Deleting an override returns to the broker default.
     res = h.alter_configs(G, {HB_CFG: None})
     assert res.records == [r.group_config_record(G, HB_CFG, None)]
-    assert h.shard.group_config(G) == {SESSION_CFG: "50000", HB_CFG: "5000"}
+    assert h.shard.group_config(G) == {SESSION_CFG: "50000", HB_CFG: "5000", AI_CFG: "1000"}
     assert (
         h.heartbeat(
             member_id="A", member_epoch=h.shard.groups[G].members["A"].member_epoch
@@ -1251,7 +1254,7 @@ def test_group_configs_exist_without_the_group_and_survive_it_emptying() -> None
     assert h.join("A", ["foo"]).response.heartbeat_interval_ms == 7_000
     h.heartbeat(member_id="A", member_epoch=-1)
     assert h.shard.group_config(G)[HB_CFG] == "7000"
-    assert h.shard.group_config("other") == {SESSION_CFG: "45000", HB_CFG: "5000"}
+    assert h.shard.group_config("other") == {SESSION_CFG: "45000", HB_CFG: "5000", AI_CFG: "1000"}
     check_replay(h)
 
 

@@ -310,7 +310,8 @@ def test_delete_groups(h: Harness) -> None:
 
 SESSION_CFG = "consumer.session.timeout.ms"
 HB_CFG = "consumer.heartbeat.interval.ms"
-DEFAULTS = {SESSION_CFG: "45000", HB_CFG: "5000"}
+AI_CFG = "consumer.assignment.interval.ms"
+DEFAULTS = {SESSION_CFG: "45000", HB_CFG: "5000", AI_CFG: "1000"}
 
 
 def test_deleting_a_group_deletes_its_config_overrides(h: Harness) -> None:
@@ -320,7 +321,7 @@ def test_deleting_a_group_deletes_its_config_overrides(h: Harness) -> None:
     h.join("A", ["foo"])
     h.commit(G, "A", 1, {("foo", 0): 1})
     h.heartbeat(member_id="A", member_epoch=-1)
-    assert h.shard.group_config(G) == {SESSION_CFG: "50000", HB_CFG: "7000"}
+    assert h.shard.group_config(G) == {SESSION_CFG: "50000", HB_CFG: "7000", AI_CFG: "1000"}
     res = h._commit(h.shard.delete_groups([G]))
     assert res.response == [(G, ErrorCode.NONE, None)]
     assert res.records == [

@@ -19,6 +19,7 @@ from coordinator.factory import Shard, new_shard
 from coordinator.harness import Harness
 
 G = "grp"
+RT = r.RecordType
 T1 = "AAAAAAAAAAAAAAAAAAAAAQ"
 T2 = "AAAAAAAAAAAAAAAAAAAAAg"
 
@@ -179,9 +180,37 @@ def test_round_trip(record: r.Record) -> None:
 
 def test_every_record_type_is_covered() -> None:
     types = {rec.key.TYPE for _, rec in ALL_RECORDS}
-    assert types == set(codec._KEY_FIELDS)
-    assert types >= {1, 3, 4, 5, 6, 7, 8, 16, 1016, 1100}
+    assert types == set(codec._KEY_FIELDS) == set(r.RecordType)
     assert {rec.key.TYPE for _, rec in ALL_RECORDS if rec.is_tombstone} == types
+
+
+def test_record_types_are_kafkas() -> None:
+    """Named and numbered as Kafka's CoordinatorRecordType (the stored key starts with the
+    number), plus this coordinator's own group configs and topics."""
+    assert {t.name: int(t) for t in r.RecordType} == {
+        "OFFSET_COMMIT": 1,
+        "GROUP_METADATA": 2,
+        "CONSUMER_GROUP_METADATA": 3,
+        "CONSUMER_GROUP_PARTITION_METADATA": 4,
+        "CONSUMER_GROUP_MEMBER_METADATA": 5,
+        "CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA": 6,
+        "CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER": 7,
+        "CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT": 8,
+        "CONSUMER_GROUP_REGULAR_EXPRESSION": 16,
+        "GROUP_CONFIG": 1016,
+        "TOPIC": 1100,
+    }
+    for _, record in ALL_RECORDS:
+        assert codec.encode_key(record.key).startswith(f"[{int(record.key.TYPE)},".encode())
+
+
+def test_a_record_whose_value_does_not_match_its_type_is_refused() -> None:
+    """Replay checks the key and value types of the record type it dispatches on."""
+    shard = fresh_shard()
+    bad = r.Record(r.ConsumerGroupMetadataKey(G), r.GroupConfigValue(value="1"))
+    with pytest.raises(IllegalStateError, match="ConsumerGroupMetadataKey with a GroupConfigValue"):
+        shard.replay(bad)
+    assert shard.snapshot() == fresh_shard().snapshot()
 
 
 def test_classic_member_metadata_round_trips_binary_protocols() -> None:
@@ -582,8 +611,17 @@ def test_replay_is_order_agnostic_within_a_member() -> None:
     recs = base_group()
     shuffled = (
         [recs[0]]
-        + [x for x in recs if x.key.TYPE == 8]
-        + [x for x in recs if x.key.TYPE in (5, 7, 6)]
+        + [x for x in recs if x.key.TYPE is RT.CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT]
+        + [
+            x
+            for x in recs
+            if x.key.TYPE
+            in (
+                RT.CONSUMER_GROUP_MEMBER_METADATA,
+                RT.CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER,
+                RT.CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA,
+            )
+        ]
     )
     assert loaded(*shuffled).snapshot() == canonical
 

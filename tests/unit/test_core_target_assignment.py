@@ -221,3 +221,72 @@ def h_cmd(member_id: str, epoch: int, topics: tuple[str, ...]) -> ConsumerGroupH
     return ConsumerGroupHeartbeat(
         group_id=G, member_id=member_id, member_epoch=epoch, subscribed_topic_names=topics
     )
+
+
+# ------------------------------------------------------------------ offloaded jobs
+
+
+def test_a_job_carries_copies_of_the_inputs_and_runs_like_the_inline_computation() -> None:
+    import pickle
+
+    from coordinator.core.target_assignment import assignment_job, run_job
+
+    h, foo = settled()
+    group = h.shard.groups[G]
+    from coordinator.core import records as r
+    from coordinator.core.model import ConsumerGroupMember
+
+    # A member registered but not yet assigned (what batching leaves behind).
+    h.shard.replay(
+        r.member_metadata_record(
+            G, ConsumerGroupMember(member_id="m4", subscribed_topic_names=("foo",))
+        )
+    )
+    job = assignment_job(group, 6, "uniform")
+    assert job.member_ids == ("m0", "m1", "m2", "m3", "m4")
+    assert job.assignments[0] is group.target["m0"]
+    assert job.assignments[4] == {}
+    assert job.topics == (group.subscription_metadata["foo"],)
+    shipped = pickle.loads(pickle.dumps(job))
+    outcome = run_job(shipped, UniformAssignor())
+    assert outcome.error is None
+    assert (outcome.group_id, outcome.group_uid, outcome.epoch) == (G, group.group_uid, 6)
+    inline = compute_target_assignment(group, 6, UniformAssignor())
+    expected = {
+        rec.key.member_id: rec.value.topic_partitions
+        for rec in inline
+        if isinstance(rec.key, r.ConsumerGroupTargetAssignmentMemberKey)
+        and isinstance(rec.value, r.ConsumerGroupTargetAssignmentMemberValue)
+    }
+    assert {m: new for m, (_i, new) in outcome.changed.items()} == expected
+    assert expected == {"m3": {foo: frozenset({3})}, "m4": {foo: frozenset({7})}}
+
+
+def test_an_assignor_failure_is_an_error_outcome_never_an_exception() -> None:
+    from coordinator.core.target_assignment import assignment_job, run_job
+
+    class Broken:
+        name = "broken"
+
+        def assign(self, spec: GroupSpec, topics: object) -> GroupAssignment:
+            raise ZeroDivisionError("boom")
+
+    class Invalid:
+        name = "invalid"
+
+        def assign(self, spec: GroupSpec, topics: object) -> GroupAssignment:
+            return GroupAssignment(members={})
+
+    h, _foo = settled()
+    job = assignment_job(h.shard.groups[G], 6, "broken")
+    outcome = run_job(job, Broken())  # type: ignore[arg-type]
+    assert outcome.changed == {}
+    assert outcome.error == (
+        "Failed to compute a new target assignment for epoch 6: assignor 'broken' raised "
+        "ZeroDivisionError: boom"
+    )
+    outcome = run_job(job, Invalid())  # type: ignore[arg-type]
+    assert outcome.error is not None
+    assert outcome.error.startswith(
+        "Failed to compute a new target assignment for epoch 6: invalid assignment: member"
+    )

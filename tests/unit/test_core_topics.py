@@ -148,10 +148,21 @@ def test_invalid_partition_counts(count: int) -> None:
         error(
             "foo",
             ErrorCode.INVALID_PARTITIONS,
-            f"Number of partitions must be between 1 and {MAX_PARTITIONS}, got {count}.",
+            f"Number of partitions must be between 1 and {MAX_PARTITIONS}"
+            f" (or -1 for the default), got {count}.",
         )
     ]
     assert reg.topics == {}
+
+
+def test_minus_one_partitions_means_the_default() -> None:
+    # Kafka's CreateTopics: -1 takes the broker's num.partitions.
+    reg = TopicRegistry(SequentialIds(), default_num_partitions=6)
+    assert create(reg, ("foo", -1)) == [TopicResult(name="foo", topic_id=ID1, num_partitions=6)]
+    assert reg.topics["foo"] == r.TopicValue(topic_id=ID1, num_partitions=6)
+    assert create(registry(), ("bar", -1)) == [
+        TopicResult(name="bar", topic_id=ID1, num_partitions=1)
+    ]
 
 
 def test_partition_count_bounds_are_inclusive() -> None:
@@ -214,7 +225,8 @@ def test_one_bad_topic_does_not_fail_the_others() -> None:
         error(
             "zero",
             ErrorCode.INVALID_PARTITIONS,
-            f"Number of partitions must be between 1 and {MAX_PARTITIONS}, got 0.",
+            f"Number of partitions must be between 1 and {MAX_PARTITIONS}"
+            f" (or -1 for the default), got 0.",
         ),
         TopicResult(name="ok2", topic_id=ID3, num_partitions=1),
     ]

@@ -470,3 +470,41 @@ def test_offset_delete_on_a_classic_group() -> None:
     h.leave_group(m.LeaveMember(group_instance_id="i1"))  # Empty: nothing is subscribed
     res = h._commit(h.shard.offset_delete("grp", [("foo", [0])]))
     assert res.records == [r.offset_commit_tombstone("grp", "foo", 0)]
+
+
+def test_delete_groups_deletes_only_an_empty_classic_group_with_its_offsets() -> None:
+    """Kafka's ClassicGroup.validateDeleteGroup: NON_EMPTY_GROUP while it has members (its
+    offsets stay); once Empty it goes with its offsets (tombstones), and is no longer listed.
+    Found with kafka-python's KafkaAdminClient: DeleteGroups answered NONE for a classic group,
+    deleted its offsets even while it had members, and left the group itself."""
+    h = Harness()
+    h.create_topic("foo", 4)
+    a, b = stable_group(h)
+    assert h.commit("grp", a, 1, {("foo", 0): 7}).topics[0].partitions[0].error_code == 0
+    res = h._commit(h.shard.delete_groups(["grp"]))
+    assert res.response == [("grp", ErrorCode.NON_EMPTY_GROUP, "Classic group grp is not empty.")]
+    assert res.records == [] and ("foo", 0) in h.shard.offsets["grp"]
+    h.leave_group(a, b)
+    assert h.shard.classic_groups["grp"].state.value == "Empty"
+    before = len(h.log)
+    res = h._commit(h.shard.delete_groups(["grp", "nope"]))
+    assert res.response == [
+        ("grp", ErrorCode.NONE, None),
+        ("nope", ErrorCode.GROUP_ID_NOT_FOUND, "Group nope not found."),
+    ]
+    assert h.log[before:] == [
+        r.offset_commit_tombstone("grp", "foo", 0),
+        r.classic_group_tombstone("grp"),
+    ]
+    assert "grp" not in h.shard.classic_groups and not h.shard.list_groups()
+    assert h.shard.snapshot() == h.replayed().snapshot()
+
+
+def test_an_empty_classic_group_without_offsets_can_be_deleted() -> None:
+    h = Harness()
+    h.create_topic("foo", 4)
+    h.leave_group(*stable_group(h))
+    res = h._commit(h.shard.delete_groups(["grp"]))
+    assert res.response == [("grp", ErrorCode.NONE, None)]
+    assert res.records == [r.classic_group_tombstone("grp")]
+    assert "grp" not in h.shard.classic_groups

@@ -94,15 +94,21 @@ def test_downgrade_when_the_last_consumer_member_leaves_follows_the_policy(polic
         joined = h.join_group(new)
         assert (joined.error_code, joined.member_id) == (0, new)
         ids.append(new)
+    epochs = {mid: h.shard.groups["grp"].members[mid].member_epoch for mid in ids}
+    assert epochs[ids[1]] == 3  # the last one to join is at the group epoch
     h.heartbeat(member_id="K", member_epoch=-1)
     if policy in ("bidirectional", "downgrade"):
         assert "grp" not in h.shard.groups
         group = h.shard.classic_groups["grp"]
+        # As Kafka: converted instead of removing K, so the generation is the group epoch the
+        # members had (3), not one bumped by K's leave; a member at that epoch is asked to
+        # rejoin (REBALANCE_IN_PROGRESS), not fenced (ILLEGAL_GENERATION).
         assert (group.state.value, sorted(group.members), group.generation) == (
             "PreparingRebalance",
             sorted(ids),
-            4,
+            3,
         )
+        assert h.classic_heartbeat(ids[1], epochs[ids[1]]).error_code == 27
         assert [type(x.key).__name__ for x in h.log[-1:]] == ["GroupMetadataKey"]
     else:
         assert "grp" not in h.shard.classic_groups
@@ -186,7 +192,8 @@ async def test_failed_conversions_leave_nothing_behind_and_restart_cleanly() -> 
     rt = await started(store)
     assert kind(rt) == "classic"
     group = rt.shards[rt.shard_index("grp")].classic_groups["grp"]
-    assert (sorted(group.members), group.generation, group.state.value) == (["A", "B"], 7, "Stable")
+    # generation = the group epoch before K left (6), as Kafka
+    assert (sorted(group.members), group.generation, group.state.value) == (["A", "B"], 6, "Stable")
     await rt.close()
 
 
@@ -240,13 +247,13 @@ async def test_restart_after_every_batch_of_an_upgrade_and_downgrade() -> None:
     assert not parked.done()
     jb = await rt.classic_join(join_req("B"))
     ja = await asyncio.wait_for(parked, 5)
-    assert (ja.generation_id, jb.generation_id) == (8, 8)
+    assert (ja.generation_id, jb.generation_id) == (7, 7)  # the downgraded generation 6, + 1
     mark()
     leader = ja.leader
     sync = await rt.classic_sync(
         m.SyncGroup(
             group_id="grp",
-            generation_id=8,
+            generation_id=7,
             member_id=leader,
             assignments=(("A", asg(0, 1)), ("B", asg(2, 3))),
         )

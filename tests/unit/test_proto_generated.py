@@ -142,10 +142,31 @@ SERVICES = {
             "CreatePartitions",
             "DeleteTopics",
             "ListTopics",
+            "ListOffsets",
         ],
     ),
     "TestingService": ("testing", ["AdvanceTime"]),
 }
+
+
+EXTENSIONS = {"ConsumerGroupService": ["ConsumerGroupWatch"]}
+"""RPCs of ours beyond API.md (added, never changing what API.md binds)."""
+
+
+def test_the_push_stream_is_the_one_server_streaming_rpc() -> None:
+    service = MODULES["consumer_group"].DESCRIPTOR.services_by_name["ConsumerGroupService"]
+    method = service.methods_by_name["ConsumerGroupWatch"]
+    assert (method.client_streaming, method.server_streaming) == (False, True)
+    assert method.input_type.full_name == f"{PACKAGE}.ConsumerGroupWatchRequest"
+    assert method.output_type.full_name == f"{PACKAGE}.ConsumerGroupWatchResponse"
+    streaming = [
+        m.full_name
+        for module in MODULES.values()
+        for svc in module.DESCRIPTOR.services_by_name.values()
+        for m in svc.methods
+        if m.client_streaming or m.server_streaming
+    ]
+    assert streaming == [method.full_name]
 
 
 @pytest.mark.parametrize("service_name", sorted(SERVICES))
@@ -190,6 +211,11 @@ FIELDS = {
         "should_compute_assignment"
     ),
     "Assignment": "assigned_topic_partitions[] pending_topic_partitions[]",
+    "ConsumerGroupWatchRequest": "group_id member_id",
+    "ConsumerGroupWatchResponse": (
+        "error_code ?error_message member_epoch assignment_epoch target_topic_partitions[] "
+        "released_topic_partitions[] group_epoch"
+    ),
     "ConsumerGroupDescribeRequest": "group_ids[] include_authorized_operations",
     "ConsumerGroupDescribeResponse": "groups[]",
     "ConsumerGroupDescribeResponse.DescribedGroup": (
@@ -297,6 +323,14 @@ FIELDS = {
     "ListTopicsRequest": "",
     "ListTopicsResponse": "topics[]",
     "ListTopicsResponse.Topic": "name topic_id:bytes num_partitions",
+    "ListOffsetsRequest": "isolation_level topics[]",
+    "ListOffsetsRequest.Topic": "name partitions[]",
+    "ListOffsetsRequest.Partition": "partition_index timestamp:int64",
+    "ListOffsetsResponse": "error_code ?error_message topics[]",
+    "ListOffsetsResponse.Topic": "name partitions[]",
+    "ListOffsetsResponse.Partition": (
+        "partition_index error_code ?error_message timestamp:int64 offset:int64 leader_epoch"
+    ),
     # testing.proto
     "AdvanceTimeRequest": "ms",
     "AdvanceTimeResponse": "now_ms",
@@ -404,7 +438,9 @@ def test_every_rpc_documents_its_error_codes(file: str, rpc: str, comment: list[
 
 def test_all_services_have_rpc_comments() -> None:
     documented = {rpc for _, rpc, _ in rpc_comments()}
-    assert documented == {rpc for _, rpcs in SERVICES.values() for rpc in rpcs}
+    assert documented == {rpc for _, rpcs in SERVICES.values() for rpc in rpcs} | {
+        rpc for rpcs in EXTENSIONS.values() for rpc in rpcs
+    }
 
 
 # --- behaviour: optional presence ---------------------------------------------------------

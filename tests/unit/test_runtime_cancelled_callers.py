@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import asyncio
 
+from builders import join, make_runtime
+from test_runtime_core import started
+
 from coordinator.core.topics import NewTopic
 from coordinator.runtime.store import MemoryRecordStore
-from tests.unit.test_runtime_core import join, make_runtime, started
 
 
 async def test_a_cancelled_caller_leaves_its_batch_and_the_writer_alone() -> None:

@@ -250,6 +250,7 @@ async def test_load_in_progress_and_restart_equals_state() -> None:
     assert await rt2.group_config("g") == {
         "consumer.session.timeout.ms": "45000",
         "consumer.heartbeat.interval.ms": "6000",
+        "consumer.assignment.interval.ms": "0",
     }
     # on_loaded re-armed the session timers
     assert sorted(k for k in rt2.timers.keys() if k[0] == "session") == [  # noqa: SIM118
@@ -294,4 +295,17 @@ async def test_system_clock_fires_session_timeout_by_itself() -> None:
     desc = await rt.describe_group("g")
     assert (desc.members, desc.group_epoch) == ((), 2)
     assert rt.stats["timers_fired"] == 1
+    await rt.close()
+
+
+async def test_advance_time_refuses_to_leave_the_int64_range() -> None:
+    """A clock moved past int64 made every later write fail (SQLite INTEGER overflow): the
+    request is refused and the clock stays where it was."""
+    from coordinator.core.errors import InvalidRequestError
+
+    rt = await started(make_runtime())
+    with pytest.raises(InvalidRequestError, match="int64 range"):
+        await rt.advance_time(2**63 - 1)
+    assert rt.clock.now_ms() == START_MS
+    assert await rt.advance_time(1_000) == START_MS + 1_000
     await rt.close()

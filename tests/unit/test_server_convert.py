@@ -13,6 +13,7 @@ from coordinator.core.errors import ErrorCode, InvalidRequestError
 from coordinator.core.model import topic_id_from_bytes
 from coordinator.core.topics import NewTopic, TopicResult
 from coordinator.server import convert
+from coordinator.server.log_offsets import ListOffsets, LogOffset, OffsetQuery
 from coordinator.server.services import client_host_of
 from kip848.v1 import admin_pb2, common_pb2
 from kip848.v1 import consumer_group_pb2 as cg
@@ -155,6 +156,61 @@ def test_topic_registry_messages() -> None:
     )
     assert convert.list_topics_to_proto(results[:1]) == admin_pb2.ListTopicsResponse(
         topics=[admin_pb2.ListTopicsResponse.Topic(name="a", topic_id=T1, num_partitions=3)]
+    )
+
+
+def test_list_offsets_both_ways() -> None:
+    LO = admin_pb2.ListOffsetsRequest
+    req = LO(
+        isolation_level=1,
+        topics=[
+            LO.Topic(name="a", partitions=[LO.Partition(partition_index=0, timestamp=-1)]),
+            LO.Topic(
+                name="b",
+                partitions=[
+                    LO.Partition(partition_index=2, timestamp=1_700_000_000_000),
+                    LO.Partition(partition_index=0, timestamp=-2),
+                ],
+            ),
+        ],
+    )
+    assert convert.list_offsets_from_proto(req) == ListOffsets(
+        isolation_level=1,
+        queries=(
+            OffsetQuery(topic="a", partition=0, timestamp=-1),
+            OffsetQuery(topic="b", partition=2, timestamp=1_700_000_000_000),
+            OffsetQuery(topic="b", partition=0, timestamp=-2),
+        ),
+    )
+    R = admin_pb2.ListOffsetsResponse
+    answers = [
+        LogOffset(topic="a", partition=0, offset=7, leader_epoch=3),
+        LogOffset(topic="b", partition=2, timestamp=1_700_000_000_005, offset=4),
+        LogOffset(topic="b", partition=0, error_code=6, error_message="moved"),
+    ]
+    assert convert.list_offsets_to_proto(answers) == R(
+        topics=[
+            R.Topic(
+                name="a",
+                partitions=[R.Partition(partition_index=0, timestamp=-1, offset=7, leader_epoch=3)],
+            ),
+            R.Topic(
+                name="b",
+                partitions=[
+                    R.Partition(
+                        partition_index=2, timestamp=1_700_000_000_005, offset=4, leader_epoch=-1
+                    ),
+                    R.Partition(
+                        partition_index=0,
+                        error_code=6,
+                        error_message="moved",
+                        timestamp=-1,
+                        offset=-1,
+                        leader_epoch=-1,
+                    ),
+                ],
+            ),
+        ]
     )
 
 

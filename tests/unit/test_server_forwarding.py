@@ -14,6 +14,7 @@ import pytest
 
 from coordinator.server.forwarding import (
     CALL,
+    ITEM,
     REPLY,
     Dispatcher,
     ForwardedContext,
@@ -101,6 +102,22 @@ class Servicer:
     async def ConsumerGroupDescribe(self, request: Any, context: ForwardedContext):
         raise AssertionError("not called")
 
+    async def ConsumerGroupWatch(
+        self, request: cg.ConsumerGroupWatchRequest, context: ForwardedContext
+    ):
+        self.seen.append((request.member_id, tuple(context.invocation_metadata()), context.peer()))
+        for epoch in (1, 2):
+            yield cg.ConsumerGroupWatchResponse(member_epoch=epoch)
+        if request.member_id == "abort":
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "The coordinator is shutting down.")
+        if request.member_id == "boom":
+            raise RuntimeError("a bug")
+        if request.member_id == "forever":
+            try:
+                await asyncio.sleep(3600)
+            finally:
+                self.seen.append(("closed", (), ""))
+
 
 def call(path: str, payload: bytes, call_id: int = 7) -> tuple[Any, ...]:
     return (CALL, call_id, path, payload, (("client-id", "cli"),), "ipv4:10.0.0.1:5000")
@@ -165,8 +182,8 @@ def test_method_table_covers_every_unary_method_of_every_service() -> None:
     assert parse(cg.ConsumerGroupHeartbeatRequest(group_id="x").SerializeToString()).group_id == "x"
 
 
-def test_raw_handlers_serve_every_method_by_path_and_refuse_streaming_ones() -> None:
-    from grpc_health.v1 import health_pb2
+def test_raw_handlers_serve_every_method_by_path_and_refuse_client_streaming_ones() -> None:
+    from grpc_reflection.v1alpha import reflection_pb2
 
     from coordinator.server.forwarding import add_raw_handlers
 
@@ -193,7 +210,56 @@ def test_raw_handlers_serve_every_method_by_path_and_refuse_streaming_ones() -> 
         None,
     )  # bytes in, bytes out
     assert server.generic[0].service(Details("/kip848.v1.OffsetService/Nope")) is None
-    with pytest.raises(ValueError, match=r"/grpc.health.v1.Health/Watch is a streaming RPC"):
-        add_raw_handlers(
-            Server(), [health_pb2.DESCRIPTOR.services_by_name["Health"]], lambda path: path
-        )  # type: ignore[arg-type]
+    # The push stream is server-streaming: served as such.
+    watch = server.generic[0].service(Details("/kip848.v1.ConsumerGroupService/ConsumerGroupWatch"))
+    assert (watch.unary_unary, watch.unary_stream) == (
+        None,
+        "/kip848.v1.ConsumerGroupService/ConsumerGroupWatch",
+    )
+    reflection = reflection_pb2.DESCRIPTOR.services_by_name["ServerReflection"]
+    with pytest.raises(
+        ValueError,
+        match=r"/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo is a client-streaming",
+    ):
+        add_raw_handlers(Server(), [reflection], lambda path: path)  # type: ignore[arg-type]
+
+
+async def test_dispatcher_forwards_a_stream_item_by_item_and_stops_it_on_cancel() -> None:
+    servicer = Servicer()
+    descriptor = service_descriptors()[0]
+    dispatcher = Dispatcher(method_table([(descriptor, servicer)]))
+    conn = Recorder()
+    path = "/kip848.v1.ConsumerGroupService/ConsumerGroupWatch"
+
+    def watch(member_id: str, call_id: int) -> None:
+        request = cg.ConsumerGroupWatchRequest(group_id="g", member_id=member_id)
+        dispatcher.call(conn, call(path, request.SerializeToString(), call_id))  # type: ignore[arg-type]
+
+    for call_id, member_id in enumerate(("ok", "abort", "boom", "forever"), start=1):
+        watch(member_id, call_id)
+    dispatcher.call(conn, call(path, b"\xff\xff", 5))  # type: ignore[arg-type]
+    for _ in range(10):
+        await asyncio.sleep(0)
+    dispatcher.cancel(conn, 4)  # type: ignore[arg-type]  # the front end's client went away
+    dispatcher.cancel(conn, 99)  # type: ignore[arg-type]  # unknown call: nothing happens
+    await dispatcher.drain()
+    items = [cg.ConsumerGroupWatchResponse(member_epoch=e).SerializeToString() for e in (1, 2)]
+    by_id: dict[int, list[tuple[Any, ...]]] = {}
+    for frame in conn.sent:
+        by_id.setdefault(frame[1], []).append(frame)
+    assert by_id[1] == [(ITEM, 1, items[0]), (ITEM, 1, items[1]), (REPLY, 1, 0, "", b"")]
+    assert by_id[2] == [
+        (ITEM, 2, items[0]),
+        (ITEM, 2, items[1]),
+        (REPLY, 2, grpc.StatusCode.UNAVAILABLE.value[0], "The coordinator is shutting down.", b""),
+    ]
+    assert by_id[3] == [
+        (ITEM, 3, items[0]),
+        (ITEM, 3, items[1]),
+        (REPLY, 3, grpc.StatusCode.UNKNOWN.value[0], "Unexpected server error.", b""),
+    ]
+    # Cancelled: its items went out, no reply (nobody to answer), the generator was closed.
+    assert by_id[4] == [(ITEM, 4, items[0]), (ITEM, 4, items[1])]
+    assert ("closed", (), "") in servicer.seen
+    [(kind, _id, status, details, payload)] = by_id[5]
+    assert (kind, status, payload) == (REPLY, grpc.StatusCode.INVALID_ARGUMENT.value[0], b"")

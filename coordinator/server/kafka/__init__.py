@@ -13,6 +13,8 @@ Rules:
 * With an upstream the topic registry follows the broker's metadata (``topic_feed.py``) and the
   topic RPCs go to the broker; without one (coordinator-only mode) Metadata comes from the
   topic registry and the data APIs are not offered.
+* The operator tools' log offsets (``AdminService.ListOffsets``) are asked of the upstream's
+  partition leaders (``log_offsets.py``), over connections of their own.
 * ``wire.py`` is the only module that touches the codec library (kio); ``convert.py`` the only
   one that maps Kafka messages to the service layer's dataclasses; ``listener.py`` owns
   connections: framing, per-connection response order, limits and Kafka's answers to bad input.

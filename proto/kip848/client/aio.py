@@ -23,6 +23,7 @@ import grpc
 from kip848.v1 import (
     classic_group_pb2,
     classic_group_pb2_grpc,
+    consumer_group_pb2,
     consumer_group_pb2_grpc,
     offsets_pb2,
     offsets_pb2_grpc,
@@ -48,7 +49,9 @@ from .types import (
     MemberFailedError,
     TopicPartition,
     error_name,
+    partitions_of,
     to_topic_partitions,
+    topic_id_from_bytes,
 )
 
 log = logging.getLogger("kip848.client")
@@ -117,6 +120,7 @@ class GroupMember:
         retry_backoff_ms: int = 100,
         retry_backoff_max_ms: int = 1_000,
         find_coordinator: bool = True,
+        push: bool = True,
         enable_auto_commit: bool = False,
         auto_commit_interval_ms: int = 5_000,
         credentials: grpc.ChannelCredentials | None = None,
@@ -134,6 +138,7 @@ class GroupMember:
         self.on_revoked = on_revoked
         self.on_lost = on_lost
         self.find_coordinator = find_coordinator
+        self.push = push
         self.enable_auto_commit = enable_auto_commit
         self.auto_commit_interval_ms = auto_commit_interval_ms
         self._credentials = credentials
@@ -156,6 +161,7 @@ class GroupMember:
         self._closed = False
         self._driver: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._callback_tasks: set[asyncio.Task[Any]] = set()
         self._wake: asyncio.Event | None = None
         self._changed: asyncio.Event | None = None
         self._left: asyncio.Event | None = None
@@ -165,6 +171,12 @@ class GroupMember:
         self._stored: dict[TopicPartition, int] = {}
         self._committed: dict[TopicPartition, int] = {}
         self.failure: MemberFailedError | None = None
+        self.push_supported: bool | None = None
+        """None until known; False once the coordinator answered UNIMPLEMENTED to the push
+        stream (the member then relies on its heartbeats alone)."""
+        self.pushes = 0  # push messages received
+        self._watch: asyncio.Task[None] | None = None
+        self._watch_key: tuple[str, str] | None = None
 
     # ------------------------------------------------------------------ views
 
@@ -230,6 +242,11 @@ class GroupMember:
         anyway (the coordinator expires the member after its session timeout)."""
         if not self._started or self._closed:
             return
+        if asyncio.current_task() in self._callback_tasks:
+            raise RuntimeError(
+                "close() from a rebalance callback would wait for that callback to return; "
+                "close the member after the callback (e.g. in another task)"
+            )
         assert self._left is not None
         if self._member.failure is None:
             self._feed(lambda now: self._member.leave(now, leave_group=leave_group))
@@ -240,7 +257,7 @@ class GroupMember:
         await self._stop()
 
     async def _stop(self) -> None:
-        tasks = [t for t in (self._driver, *self._tasks) if t is not None]
+        tasks = [t for t in (self._driver, self._watch, *self._tasks) if t is not None]
         for task in tasks:
             task.cancel()
         for task in tasks:
@@ -483,11 +500,12 @@ class GroupMember:
             raise RuntimeError("start() the member first")
         return channel
 
-    def _spawn(self, coro: Awaitable[Any], what: str) -> None:
+    def _spawn(self, coro: Awaitable[Any], what: str) -> asyncio.Task[Any]:
         task = asyncio.ensure_future(coro)
         task.set_name(f"kip848-{what}")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
 
     def _feed(self, event: Callable[[int], list[Action]], *, wake: bool = True) -> None:
         """Give the member one event (at the current time) and start what it asks for; wake
@@ -502,6 +520,7 @@ class GroupMember:
         if wake and self._wake is not None:
             self._wake.set()
         self._notify()
+        self._sync_watch()
 
     def _notify(self) -> None:
         """Wake every wait_until (each waits on the event current when it checked)."""
@@ -515,7 +534,9 @@ class GroupMember:
         elif isinstance(action, FindCoordinator):
             self._spawn(self._find(action.seq), "find-coordinator")
         elif isinstance(action, InvokeCallback):
-            self._spawn(self._callback(action), action.kind.value)
+            task = self._spawn(self._callback(action), action.kind.value)
+            self._callback_tasks.add(task)
+            task.add_done_callback(self._callback_tasks.discard)
         elif isinstance(action, Left):
             assert self._left is not None
             self._left.set()
@@ -592,7 +613,8 @@ class GroupMember:
             log.info("FindCoordinator answered %s", error_name(code or -1))
             self._feed(lambda now: self._member.coordinator_lookup_failed(seq, now))
             return
-        self._use_coordinator(f"{entry.host}:{entry.port}")
+        host = f"[{entry.host}]" if ":" in entry.host else entry.host  # an IPv6 address
+        self._use_coordinator(f"{host}:{entry.port}")
         self._feed(lambda now: self._member.coordinator_found(seq, now))
 
     def _use_coordinator(self, address: str) -> None:
@@ -606,6 +628,71 @@ class GroupMember:
         self._coordinator_address = address
         if old is not None and old is not self._bootstrap:
             self._spawn(old.close(), "close-channel")
+
+    def _sync_watch(self) -> None:
+        """Keep the push stream open while the member is in the group, on its coordinator."""
+        member = self._member
+        wanted = (
+            self.push
+            and self.push_supported is not False
+            and not self._closed
+            and member.in_group
+            and self._coordinator_address is not None
+        )
+        key = (self._coordinator_address or "", member.member_id) if wanted else None
+        if key == self._watch_key:
+            return
+        if self._watch is not None:
+            self._watch.cancel()
+            self._watch = None
+        self._watch_key = key
+        if key is not None:
+            self._watch = asyncio.ensure_future(self._watch_stream(key))
+
+    async def _watch_stream(self, key: tuple[str, str]) -> None:
+        """ConsumerGroupWatch: each message is fed to the member (``push``). A stream that
+        breaks or ends is opened again after a back-off; heartbeats carry on meanwhile."""
+        request = consumer_group_pb2.ConsumerGroupWatchRequest(
+            group_id=self.group_id, member_id=key[1]
+        )
+        backoff = self._member.retry_backoff_max_ms / 1000
+        while self._watch_key == key:
+            channel = self._coordinator
+            assert channel is not None
+            stub = consumer_group_pb2_grpc.ConsumerGroupServiceStub(channel)
+            try:
+                async for msg in stub.ConsumerGroupWatch(request, metadata=self._metadata):
+                    self.pushes += 1
+                    if msg.error_code:
+                        log.debug(
+                            "member %s: push stream ended with %s",
+                            key[1],
+                            error_name(msg.error_code),
+                        )
+                        self._feed(self._member.push)  # the heartbeat tells what happened
+                        break
+                    self.push_supported = True
+                    target = _watch_partitions(msg.target_topic_partitions)
+                    released = _watch_partitions(msg.released_topic_partitions)
+                    for tp in (*msg.target_topic_partitions, *msg.released_topic_partitions):
+                        if tp.topic_name:
+                            self._member.topic_names[topic_id_from_bytes(tp.topic_id)] = (
+                                tp.topic_name
+                            )
+                    due = msg.group_epoch > msg.assignment_epoch
+                    self._feed(
+                        lambda now, t=target, r=released, d=due: self._member.push(  # type: ignore[misc]
+                            now, target=t, released=r, assignment_due=d
+                        )
+                    )
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
+                    log.info("member %s: the coordinator does not push; heartbeats only", key[1])
+                    self.push_supported = False
+                    self._watch_key = None
+                    return
+                log.debug("member %s: push stream broke (%s)", key[1], exc.code().name)
+            await asyncio.sleep(backoff)
 
     async def _callback(self, action: InvokeCallback) -> None:
         partitions = to_topic_partitions(action.partitions, self._member.topic_names)
@@ -634,6 +721,13 @@ class GroupMember:
                 self._stored.pop(tp, None)
                 self._committed.pop(tp, None)
         self._feed(lambda now: self._member.callback_done(action.token, now))
+
+
+# ---------------------------------------------------------------------- push
+
+
+def _watch_partitions(items: Iterable[Any]) -> dict[str, frozenset[int]]:
+    return partitions_of((topic_id_from_bytes(tp.topic_id), tp.partitions) for tp in items)
 
 
 def _owns(owned: frozenset[TopicPartition], tp: TopicPartition) -> bool:

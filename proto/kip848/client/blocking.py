@@ -41,8 +41,9 @@ class BlockingGroupMember:
         self._thread = threading.Thread(
             target=self._loop.run_forever, name=f"kip848-heartbeat-{group_id}", daemon=True
         )
+        self._callback_prefix = f"kip848-callback-{id(self)}"
         self._callbacks = concurrent.futures.ThreadPoolExecutor(
-            max_workers=1, thread_name_prefix=f"kip848-callback-{group_id}"
+            max_workers=1, thread_name_prefix=self._callback_prefix
         )
         self._member = GroupMember(
             target,
@@ -122,6 +123,11 @@ class BlockingGroupMember:
         """Leave the group (see :meth:`GroupMember.close`), then stop both threads."""
         if self._closed:
             return
+        if threading.current_thread().name.startswith(self._callback_prefix):
+            raise RuntimeError(
+                "close() from a rebalance callback would wait for that callback to return; "
+                "close the member from another thread"
+            )
         self._closed = True
         try:
             self._run(self._member.close(leave_group=leave_group, timeout=timeout), timeout + 5)

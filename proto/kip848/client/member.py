@@ -42,12 +42,14 @@ Rules (KIP-848 "Consumer Group Heartbeat", "Reconciliation"; Kafka's membership 
 * Leaving: ``on_revoked`` for every owned partition, then one heartbeat with epoch -1 (-2: a
   static member that will come back); its answer, whatever it is, ends the membership.
 * Push (the coordinator's assignment stream): a hint that the target changed or a partition
-  the member waits for was released; the member heartbeats at once. Pushes never change owned
-  partitions, so a lost, late or repeated push is harmless.
+  the member waits for was released; the member heartbeats at once when it has something to
+  do. Pushes never change owned partitions, so a lost, late or repeated push is harmless.
 """
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -362,12 +364,36 @@ class Member:
         return self._inflight is not None
 
     @property
+    def inflight_seq(self) -> int | None:
+        """The ``seq`` of the heartbeat the member waits an answer for (None: none)."""
+        return None if self._inflight is None else self._inflight.seq
+
+    @property
     def callback_running(self) -> bool:
         return self._running is not None
 
     @property
     def coordinator_known(self) -> bool:
         return self._coordinator_known
+
+    @property
+    def leave_epoch(self) -> int:
+        """The epoch the leave heartbeat carries (-1, or -2 for a static member's restart)."""
+        return self._leave_epoch
+
+    def request_due_ms(self) -> int | None:
+        """When the next heartbeat or lookup may go out (None: nothing to send now or later
+        without an event). Drivers that model time abstractly (the explorer) jump to it."""
+        return self._request_due_ms()
+
+    def copy(self) -> Member:
+        """An independent copy (the explorer branches states): containers mutated in place are
+        copied, immutable values shared."""
+        twin = copy.copy(self)
+        twin.topic_names = dict(self.topic_names)
+        if self._inflight is not None:
+            twin._inflight = dataclasses.replace(self._inflight)
+        return twin
 
     def snapshot(self) -> tuple:
         """Canonical hashable state (the explorer deduplicates states with it)."""
@@ -531,10 +557,26 @@ class Member:
         self._inflight = None
         return self._transport_failure(inflight, now_ms)
 
-    def push(self, now_ms: int) -> list[Action]:
-        """The coordinator pushed a change of this member's target, or the release of a
-        partition it waits for: heartbeat now. A push never changes owned partitions."""
-        if self.state in IN_GROUP:
+    def push(
+        self,
+        now_ms: int,
+        *,
+        target: Partitions | None = None,
+        released: Partitions | None = None,
+        assignment_due: bool = False,
+    ) -> list[Action]:
+        """The coordinator pushed news of this member (its ``target`` assignment, partitions
+        ``released`` for it, ``assignment_due``: the group epoch is ahead of the assignment
+        epoch): heartbeat now if there is something to do — the target differs from what the
+        member owns, a partition was released for it, or a new target assignment is due (a
+        heartbeat computes it). A push without a target always asks for a heartbeat. A push
+        never changes owned partitions: a lost, late or repeated push is harmless."""
+        if self.state in IN_GROUP and (
+            target is None
+            or released
+            or assignment_due
+            or partitions_of(target.items()) != self.owned
+        ):
             self._heartbeat_now = True
         return self._drain(now_ms)
 

@@ -76,6 +76,11 @@ class AdminServiceStub:
                 request_serializer=kip848_dot_v1_dot_admin__pb2.ListTopicsRequest.SerializeToString,
                 response_deserializer=kip848_dot_v1_dot_admin__pb2.ListTopicsResponse.FromString,
                 _registered_method=True)
+        self.ListOffsets = channel.unary_unary(
+                '/kip848.v1.AdminService/ListOffsets',
+                request_serializer=kip848_dot_v1_dot_admin__pb2.ListOffsetsRequest.SerializeToString,
+                response_deserializer=kip848_dot_v1_dot_admin__pb2.ListOffsetsResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -207,6 +212,31 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListOffsets(self, request, context):
+        """Offsets in the partitions' logs, from the upstream broker (Kafka's ListOffsets, API key
+        2, sent to each partition's leader): for each partition, the offset its timestamp names:
+        LATEST (-1: the log end offset), EARLIEST (-2: the log start offset), MAX_TIMESTAMP (-3:
+        the record with the largest timestamp), or a time in ms since the epoch (the first record
+        whose timestamp is at least that; offset -1 when there is none). Served only in front of a
+        broker (--kafka-upstream): the coordinator keeps no logs of its own.
+        Errors (request-level error_code, or per partition in topics[].partitions[].error_code):
+        0 NONE
+        -1 UNKNOWN_SERVER_ERROR
+        15 COORDINATOR_NOT_AVAILABLE
+        35 UNSUPPORTED_VERSION           no upstream broker (request-level), or the broker does
+        not offer ListOffsets, or not at the version
+        MAX_TIMESTAMP needs (per partition)
+        42 INVALID_REQUEST               an isolation level other than 0 or 1 (request-level);
+        a partition named twice, a timestamp below -3 (per
+        partition)
+        3 UNKNOWN_TOPIC_OR_PARTITION     the broker does not have the partition (per partition)
+        Any other code per partition is the broker's own answer, e.g. NETWORK_EXCEPTION (13) when
+        it could not be asked, LEADER_NOT_AVAILABLE (5), NOT_LEADER_OR_FOLLOWER (6).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -249,6 +279,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.ListTopics,
                     request_deserializer=kip848_dot_v1_dot_admin__pb2.ListTopicsRequest.FromString,
                     response_serializer=kip848_dot_v1_dot_admin__pb2.ListTopicsResponse.SerializeToString,
+            ),
+            'ListOffsets': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListOffsets,
+                    request_deserializer=kip848_dot_v1_dot_admin__pb2.ListOffsetsRequest.FromString,
+                    response_serializer=kip848_dot_v1_dot_admin__pb2.ListOffsetsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -469,6 +504,33 @@ class AdminService:
             '/kip848.v1.AdminService/ListTopics',
             kip848_dot_v1_dot_admin__pb2.ListTopicsRequest.SerializeToString,
             kip848_dot_v1_dot_admin__pb2.ListTopicsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListOffsets(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/kip848.v1.AdminService/ListOffsets',
+            kip848_dot_v1_dot_admin__pb2.ListOffsetsRequest.SerializeToString,
+            kip848_dot_v1_dot_admin__pb2.ListOffsetsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -150,6 +150,27 @@ class AdminServiceStub:
       15 COORDINATOR_NOT_AVAILABLE
       42 INVALID_REQUEST               the answer would exceed --max-message-bytes
     """
+    ListOffsets: _grpc.UnaryUnaryMultiCallable[_admin_pb2.ListOffsetsRequest, _admin_pb2.ListOffsetsResponse]
+    """Offsets in the partitions' logs, from the upstream broker (Kafka's ListOffsets, API key
+    2, sent to each partition's leader): for each partition, the offset its timestamp names:
+    LATEST (-1: the log end offset), EARLIEST (-2: the log start offset), MAX_TIMESTAMP (-3:
+    the record with the largest timestamp), or a time in ms since the epoch (the first record
+    whose timestamp is at least that; offset -1 when there is none). Served only in front of a
+    broker (--kafka-upstream): the coordinator keeps no logs of its own.
+    Errors (request-level error_code, or per partition in topics[].partitions[].error_code):
+      0 NONE
+      -1 UNKNOWN_SERVER_ERROR
+      15 COORDINATOR_NOT_AVAILABLE
+      35 UNSUPPORTED_VERSION           no upstream broker (request-level), or the broker does
+                                       not offer ListOffsets, or not at the version
+                                       MAX_TIMESTAMP needs (per partition)
+      42 INVALID_REQUEST               an isolation level other than 0 or 1 (request-level);
+                                       a partition named twice, a timestamp below -3 (per
+                                       partition)
+      3 UNKNOWN_TOPIC_OR_PARTITION     the broker does not have the partition (per partition)
+      Any other code per partition is the broker's own answer, e.g. NETWORK_EXCEPTION (13) when
+      it could not be asked, LEADER_NOT_AVAILABLE (5), NOT_LEADER_OR_FOLLOWER (6).
+    """
 
 @_typing.type_check_only
 class AdminServiceAsyncStub(AdminServiceStub):
@@ -249,6 +270,27 @@ class AdminServiceAsyncStub(AdminServiceStub):
       -1 UNKNOWN_SERVER_ERROR
       15 COORDINATOR_NOT_AVAILABLE
       42 INVALID_REQUEST               the answer would exceed --max-message-bytes
+    """
+    ListOffsets: _aio.UnaryUnaryMultiCallable[_admin_pb2.ListOffsetsRequest, _admin_pb2.ListOffsetsResponse]  # type: ignore[assignment]
+    """Offsets in the partitions' logs, from the upstream broker (Kafka's ListOffsets, API key
+    2, sent to each partition's leader): for each partition, the offset its timestamp names:
+    LATEST (-1: the log end offset), EARLIEST (-2: the log start offset), MAX_TIMESTAMP (-3:
+    the record with the largest timestamp), or a time in ms since the epoch (the first record
+    whose timestamp is at least that; offset -1 when there is none). Served only in front of a
+    broker (--kafka-upstream): the coordinator keeps no logs of its own.
+    Errors (request-level error_code, or per partition in topics[].partitions[].error_code):
+      0 NONE
+      -1 UNKNOWN_SERVER_ERROR
+      15 COORDINATOR_NOT_AVAILABLE
+      35 UNSUPPORTED_VERSION           no upstream broker (request-level), or the broker does
+                                       not offer ListOffsets, or not at the version
+                                       MAX_TIMESTAMP needs (per partition)
+      42 INVALID_REQUEST               an isolation level other than 0 or 1 (request-level);
+                                       a partition named twice, a timestamp below -3 (per
+                                       partition)
+      3 UNKNOWN_TOPIC_OR_PARTITION     the broker does not have the partition (per partition)
+      Any other code per partition is the broker's own answer, e.g. NETWORK_EXCEPTION (13) when
+      it could not be asked, LEADER_NOT_AVAILABLE (5), NOT_LEADER_OR_FOLLOWER (6).
     """
 
 class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -394,6 +436,33 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
           -1 UNKNOWN_SERVER_ERROR
           15 COORDINATOR_NOT_AVAILABLE
           42 INVALID_REQUEST               the answer would exceed --max-message-bytes
+        """
+
+    @_abc_1.abstractmethod
+    def ListOffsets(
+        self,
+        request: _admin_pb2.ListOffsetsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.ListOffsetsResponse, _abc.Awaitable[_admin_pb2.ListOffsetsResponse]]:
+        """Offsets in the partitions' logs, from the upstream broker (Kafka's ListOffsets, API key
+        2, sent to each partition's leader): for each partition, the offset its timestamp names:
+        LATEST (-1: the log end offset), EARLIEST (-2: the log start offset), MAX_TIMESTAMP (-3:
+        the record with the largest timestamp), or a time in ms since the epoch (the first record
+        whose timestamp is at least that; offset -1 when there is none). Served only in front of a
+        broker (--kafka-upstream): the coordinator keeps no logs of its own.
+        Errors (request-level error_code, or per partition in topics[].partitions[].error_code):
+          0 NONE
+          -1 UNKNOWN_SERVER_ERROR
+          15 COORDINATOR_NOT_AVAILABLE
+          35 UNSUPPORTED_VERSION           no upstream broker (request-level), or the broker does
+                                           not offer ListOffsets, or not at the version
+                                           MAX_TIMESTAMP needs (per partition)
+          42 INVALID_REQUEST               an isolation level other than 0 or 1 (request-level);
+                                           a partition named twice, a timestamp below -3 (per
+                                           partition)
+          3 UNKNOWN_TOPIC_OR_PARTITION     the broker does not have the partition (per partition)
+          Any other code per partition is the broker's own answer, e.g. NETWORK_EXCEPTION (13) when
+          it could not be asked, LEADER_NOT_AVAILABLE (5), NOT_LEADER_OR_FOLLOWER (6).
         """
 
 def add_AdminServiceServicer_to_server(servicer: AdminServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -400,3 +400,76 @@ class ConsumerGroupDescribeResponse(_message.Message):
     def WhichOneof(self, oneof_group: _WhichOneofArgType__error_message) -> _WhichOneofReturnType__error_message | None: ...
 
 Global___ConsumerGroupDescribeResponse: _TypeAlias = ConsumerGroupDescribeResponse  # noqa: Y015
+
+@_typing.final
+class ConsumerGroupWatchRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUP_ID_FIELD_NUMBER: _builtins.int
+    MEMBER_ID_FIELD_NUMBER: _builtins.int
+    group_id: _builtins.str
+    member_id: _builtins.str
+    """The member to watch (its member id, as in ConsumerGroupHeartbeat)."""
+    def __init__(
+        self,
+        *,
+        group_id: _builtins.str = ...,
+        member_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["group_id", b"group_id", "member_id", b"member_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ConsumerGroupWatchRequest: _TypeAlias = ConsumerGroupWatchRequest  # noqa: Y015
+
+@_typing.final
+class ConsumerGroupWatchResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ERROR_CODE_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    MEMBER_EPOCH_FIELD_NUMBER: _builtins.int
+    ASSIGNMENT_EPOCH_FIELD_NUMBER: _builtins.int
+    TARGET_TOPIC_PARTITIONS_FIELD_NUMBER: _builtins.int
+    RELEASED_TOPIC_PARTITIONS_FIELD_NUMBER: _builtins.int
+    GROUP_EPOCH_FIELD_NUMBER: _builtins.int
+    error_code: _builtins.int
+    error_message: _builtins.str
+    member_epoch: _builtins.int
+    """The member's epoch at the coordinator."""
+    assignment_epoch: _builtins.int
+    """The group's target assignment epoch."""
+    group_epoch: _builtins.int
+    """The group epoch; greater than assignment_epoch while a new target assignment is due."""
+    @_builtins.property
+    def target_topic_partitions(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.TopicPartitions]:
+        """The member's target assignment (what it converges to)."""
+
+    @_builtins.property
+    def released_topic_partitions(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.TopicPartitions]:
+        """Partitions of the target that the member does not have yet and that no other member
+        holds any more: its next heartbeat receives them.
+        """
+
+    def __init__(
+        self,
+        *,
+        error_code: _builtins.int = ...,
+        error_message: _builtins.str | None = ...,
+        member_epoch: _builtins.int = ...,
+        assignment_epoch: _builtins.int = ...,
+        target_topic_partitions: _abc.Iterable[_common_pb2.TopicPartitions] | None = ...,
+        released_topic_partitions: _abc.Iterable[_common_pb2.TopicPartitions] | None = ...,
+        group_epoch: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_error_message", b"_error_message", "error_message", b"error_message"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_error_message", b"_error_message", "assignment_epoch", b"assignment_epoch", "error_code", b"error_code", "error_message", b"error_message", "group_epoch", b"group_epoch", "member_epoch", b"member_epoch", "released_topic_partitions", b"released_topic_partitions", "target_topic_partitions", b"target_topic_partitions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__error_message: _TypeAlias = _typing.Literal["error_message"]  # noqa: Y015
+    _WhichOneofArgType__error_message: _TypeAlias = _typing.Literal["_error_message", b"_error_message"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__error_message) -> _WhichOneofReturnType__error_message | None: ...
+
+Global___ConsumerGroupWatchResponse: _TypeAlias = ConsumerGroupWatchResponse  # noqa: Y015

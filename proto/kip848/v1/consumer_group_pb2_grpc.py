@@ -45,6 +45,11 @@ class ConsumerGroupServiceStub:
                 request_serializer=kip848_dot_v1_dot_consumer__group__pb2.ConsumerGroupDescribeRequest.SerializeToString,
                 response_deserializer=kip848_dot_v1_dot_consumer__group__pb2.ConsumerGroupDescribeResponse.FromString,
                 _registered_method=True)
+        self.ConsumerGroupWatch = channel.unary_stream(
+                '/kip848.v1.ConsumerGroupService/ConsumerGroupWatch',
+                request_serializer=kip848_dot_v1_dot_consumer__group__pb2.ConsumerGroupWatchRequest.SerializeToString,
+                response_deserializer=kip848_dot_v1_dot_consumer__group__pb2.ConsumerGroupWatchResponse.FromString,
+                _registered_method=True)
 
 
 class ConsumerGroupServiceServicer:
@@ -109,6 +114,33 @@ class ConsumerGroupServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ConsumerGroupWatch(self, request, context):
+        """Pushes news of one member's assignment the moment it is durable (an extension of
+        KIP-848: the coordinator tells instead of waiting for the member's next heartbeat).
+        The first message shows the member as the coordinator sees it now; then one message
+        each time the member's target assignment changes, a partition of its target that it
+        does not have yet is released by its previous owner, or the group epoch moves past the
+        assignment epoch (a member joined, left or changed its subscription: the next heartbeat
+        computes the new target assignment). A message is a hint: the member heartbeats at once
+        and takes its assignment from the heartbeat's answer, as always.
+        Heartbeats keep the member alive, not this stream; a member whose stream breaks just
+        waits for its next heartbeat (and may open the stream again).
+        Errors (in a message's error_code; the stream then ends with gRPC status OK):
+        0 NONE
+        -1 UNKNOWN_SERVER_ERROR
+        14 COORDINATOR_LOAD_IN_PROGRESS
+        15 COORDINATOR_NOT_AVAILABLE
+        16 NOT_COORDINATOR
+        24 INVALID_GROUP_ID              empty group_id
+        42 INVALID_REQUEST               empty member_id
+        69 GROUP_ID_NOT_FOUND            the group does not exist (or is not a consumer group)
+        25 UNKNOWN_MEMBER_ID             the member is not, or no longer, in the group
+        gRPC status UNAVAILABLE when the server shuts down.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ConsumerGroupServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -121,6 +153,11 @@ def add_ConsumerGroupServiceServicer_to_server(servicer, server):
                     servicer.ConsumerGroupDescribe,
                     request_deserializer=kip848_dot_v1_dot_consumer__group__pb2.ConsumerGroupDescribeRequest.FromString,
                     response_serializer=kip848_dot_v1_dot_consumer__group__pb2.ConsumerGroupDescribeResponse.SerializeToString,
+            ),
+            'ConsumerGroupWatch': grpc.unary_stream_rpc_method_handler(
+                    servicer.ConsumerGroupWatch,
+                    request_deserializer=kip848_dot_v1_dot_consumer__group__pb2.ConsumerGroupWatchRequest.FromString,
+                    response_serializer=kip848_dot_v1_dot_consumer__group__pb2.ConsumerGroupWatchResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -178,6 +215,33 @@ class ConsumerGroupService:
             '/kip848.v1.ConsumerGroupService/ConsumerGroupDescribe',
             kip848_dot_v1_dot_consumer__group__pb2.ConsumerGroupDescribeRequest.SerializeToString,
             kip848_dot_v1_dot_consumer__group__pb2.ConsumerGroupDescribeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ConsumerGroupWatch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/kip848.v1.ConsumerGroupService/ConsumerGroupWatch',
+            kip848_dot_v1_dot_consumer__group__pb2.ConsumerGroupWatchRequest.SerializeToString,
+            kip848_dot_v1_dot_consumer__group__pb2.ConsumerGroupWatchResponse.FromString,
             options,
             channel_credentials,
             insecure,

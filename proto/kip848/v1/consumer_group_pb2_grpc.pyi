@@ -85,6 +85,29 @@ class ConsumerGroupServiceStub:
                                        group.coordinator.identifier.max.bytes (per group)
       69 GROUP_ID_NOT_FOUND            unknown group, or not a consumer group (per group)
     """
+    ConsumerGroupWatch: _grpc.UnaryStreamMultiCallable[_consumer_group_pb2.ConsumerGroupWatchRequest, _consumer_group_pb2.ConsumerGroupWatchResponse]
+    """Pushes news of one member's assignment the moment it is durable (an extension of
+    KIP-848: the coordinator tells instead of waiting for the member's next heartbeat).
+    The first message shows the member as the coordinator sees it now; then one message
+    each time the member's target assignment changes, a partition of its target that it
+    does not have yet is released by its previous owner, or the group epoch moves past the
+    assignment epoch (a member joined, left or changed its subscription: the next heartbeat
+    computes the new target assignment). A message is a hint: the member heartbeats at once
+    and takes its assignment from the heartbeat's answer, as always.
+    Heartbeats keep the member alive, not this stream; a member whose stream breaks just
+    waits for its next heartbeat (and may open the stream again).
+    Errors (in a message's error_code; the stream then ends with gRPC status OK):
+      0 NONE
+      -1 UNKNOWN_SERVER_ERROR
+      14 COORDINATOR_LOAD_IN_PROGRESS
+      15 COORDINATOR_NOT_AVAILABLE
+      16 NOT_COORDINATOR
+      24 INVALID_GROUP_ID              empty group_id
+      42 INVALID_REQUEST               empty member_id
+      69 GROUP_ID_NOT_FOUND            the group does not exist (or is not a consumer group)
+      25 UNKNOWN_MEMBER_ID             the member is not, or no longer, in the group
+    gRPC status UNAVAILABLE when the server shuts down.
+    """
 
 @_typing.type_check_only
 class ConsumerGroupServiceAsyncStub(ConsumerGroupServiceStub):
@@ -140,6 +163,29 @@ class ConsumerGroupServiceAsyncStub(ConsumerGroupServiceStub):
       24 INVALID_GROUP_ID              empty group id, or longer than
                                        group.coordinator.identifier.max.bytes (per group)
       69 GROUP_ID_NOT_FOUND            unknown group, or not a consumer group (per group)
+    """
+    ConsumerGroupWatch: _aio.UnaryStreamMultiCallable[_consumer_group_pb2.ConsumerGroupWatchRequest, _consumer_group_pb2.ConsumerGroupWatchResponse]  # type: ignore[assignment]
+    """Pushes news of one member's assignment the moment it is durable (an extension of
+    KIP-848: the coordinator tells instead of waiting for the member's next heartbeat).
+    The first message shows the member as the coordinator sees it now; then one message
+    each time the member's target assignment changes, a partition of its target that it
+    does not have yet is released by its previous owner, or the group epoch moves past the
+    assignment epoch (a member joined, left or changed its subscription: the next heartbeat
+    computes the new target assignment). A message is a hint: the member heartbeats at once
+    and takes its assignment from the heartbeat's answer, as always.
+    Heartbeats keep the member alive, not this stream; a member whose stream breaks just
+    waits for its next heartbeat (and may open the stream again).
+    Errors (in a message's error_code; the stream then ends with gRPC status OK):
+      0 NONE
+      -1 UNKNOWN_SERVER_ERROR
+      14 COORDINATOR_LOAD_IN_PROGRESS
+      15 COORDINATOR_NOT_AVAILABLE
+      16 NOT_COORDINATOR
+      24 INVALID_GROUP_ID              empty group_id
+      42 INVALID_REQUEST               empty member_id
+      69 GROUP_ID_NOT_FOUND            the group does not exist (or is not a consumer group)
+      25 UNKNOWN_MEMBER_ID             the member is not, or no longer, in the group
+    gRPC status UNAVAILABLE when the server shuts down.
     """
 
 class ConsumerGroupServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -205,6 +251,35 @@ class ConsumerGroupServiceServicer(metaclass=_abc_1.ABCMeta):
           24 INVALID_GROUP_ID              empty group id, or longer than
                                            group.coordinator.identifier.max.bytes (per group)
           69 GROUP_ID_NOT_FOUND            unknown group, or not a consumer group (per group)
+        """
+
+    @_abc_1.abstractmethod
+    def ConsumerGroupWatch(
+        self,
+        request: _consumer_group_pb2.ConsumerGroupWatchRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_consumer_group_pb2.ConsumerGroupWatchResponse], _abc.AsyncIterator[_consumer_group_pb2.ConsumerGroupWatchResponse]]:
+        """Pushes news of one member's assignment the moment it is durable (an extension of
+        KIP-848: the coordinator tells instead of waiting for the member's next heartbeat).
+        The first message shows the member as the coordinator sees it now; then one message
+        each time the member's target assignment changes, a partition of its target that it
+        does not have yet is released by its previous owner, or the group epoch moves past the
+        assignment epoch (a member joined, left or changed its subscription: the next heartbeat
+        computes the new target assignment). A message is a hint: the member heartbeats at once
+        and takes its assignment from the heartbeat's answer, as always.
+        Heartbeats keep the member alive, not this stream; a member whose stream breaks just
+        waits for its next heartbeat (and may open the stream again).
+        Errors (in a message's error_code; the stream then ends with gRPC status OK):
+          0 NONE
+          -1 UNKNOWN_SERVER_ERROR
+          14 COORDINATOR_LOAD_IN_PROGRESS
+          15 COORDINATOR_NOT_AVAILABLE
+          16 NOT_COORDINATOR
+          24 INVALID_GROUP_ID              empty group_id
+          42 INVALID_REQUEST               empty member_id
+          69 GROUP_ID_NOT_FOUND            the group does not exist (or is not a consumer group)
+          25 UNKNOWN_MEMBER_ID             the member is not, or no longer, in the group
+        gRPC status UNAVAILABLE when the server shuts down.
         """
 
 def add_ConsumerGroupServiceServicer_to_server(servicer: ConsumerGroupServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
