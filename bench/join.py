@@ -18,6 +18,14 @@ sample back):
 * **leave**: a member's leave heartbeat (epoch -1: tombstones, group epoch + 1) followed by the
   next heartbeat of another member, which computes the new target (as in Kafka, a leave
   computes nothing by itself).
+* **offloaded join**: the same join with the computation offloaded (the default for groups of
+  ``group.consumer.assignor.offload.min.members`` or more): what stays on the event loop (the
+  join heartbeat, copying the inputs into an ``AssignmentJob``, applying the outcome as a
+  command) and what the worker does (``run_job``: rebuilding the spec, the assignor, the
+  validation), both in this process (no pickling, no process hop).
+
+Both joins run with ``group.consumer.assignment.interval.ms=0`` (no batching): one join, one
+computation. The inline rows set ``group.consumer.assignor.offload.enable=false``.
 
 Times are wall-clock best and median of the samples, and the median CPU time of this process;
 the group's long-lived state is frozen out of the garbage collector's way (``gc.freeze()``),
@@ -54,13 +62,20 @@ from assignors.uniform import UniformAssignor
 from bench._report import machine, table, write_section
 from coordinator.core import records as r
 from coordinator.core.commands import ConsumerGroupHeartbeat
-from coordinator.core.target_assignment import build_group_spec
+from coordinator.core.config import GroupCoordinatorConfig
+from coordinator.core.target_assignment import build_group_spec, run_job
 from coordinator.harness import Harness
 
 GROUP = "bench"
 SIZES = ((1_000, 10_000), (5_000, 50_000), (10_000, 100_000))
 QUICK_SIZES = ((1_000, 10_000), (5_000, 50_000))
 TOPICS = (10, 1000)
+INLINE = GroupCoordinatorConfig(
+    consumer_assignment_interval_ms=0, consumer_assignor_offload_enable=False
+)
+OFFLOADED = GroupCoordinatorConfig(
+    consumer_assignment_interval_ms=0, consumer_assignor_offload_enable=True
+)
 TARGET_JOIN_MS = 5.0  # Kafka's Java uniform assignor, one join at 10,000 x 100,000 (issue 14)
 
 
@@ -114,13 +129,15 @@ class Row:
     leave_moved: int
     leave_assignor: Sample
     leave: Sample
+    offload_loop: Sample
+    offload_worker: Sample
 
 
 def build(members: int, partitions: int, topics: int) -> tuple[Harness, TimedAssignor, list[str]]:
     """A settled group: ``members`` members on ``topics`` topics totalling ``partitions``, each
     member owning its share of the uniform assignor's result."""
     timed = TimedAssignor()
-    h = Harness(assignors=[timed, RangeAssignor()])
+    h = Harness(assignors=[timed, RangeAssignor()], config=INLINE)
     names = [f"topic-{i:04d}" for i in range(topics)]
     for name in names:
         h.create_topic(name, partitions // topics)
@@ -225,6 +242,36 @@ def measure(members: int, partitions: int, topics: int, repeats: int) -> Row:
                 leave_wall.append(w * 1000)
                 leave_cpu.append(c * 1000)
         leave_assignor = timed.calls[1:]
+
+        shard.context.config = OFFLOADED
+        loop_wall: list[float] = []
+        loop_cpu: list[float] = []
+        worker_wall: list[float] = []
+        worker_cpu: list[float] = []
+        for i in range(repeats + 1):
+            mark = shard.mark()
+            gc.collect()
+            cpu, wall = time.process_time(), time.perf_counter()
+            res = shard.consumer_group_heartbeat(join_cmd, 1000)
+            job = shard.groups.assignment_job(GROUP)
+            w1, c1 = time.perf_counter() - wall, time.process_time() - cpu
+            if res.offloads != [GROUP] or job is None:
+                raise AssertionError("the join did not offload the computation")
+            cpu, wall = time.process_time(), time.perf_counter()
+            outcome = run_job(job, timed.inner)
+            w2, c2 = time.perf_counter() - wall, time.process_time() - cpu
+            cpu, wall = time.process_time(), time.perf_counter()
+            shard.groups.apply_assignment(outcome, 1000)
+            w3, c3 = time.perf_counter() - wall, time.process_time() - cpu
+            if group.assignment_epoch != epoch + 1:
+                raise AssertionError(f"the offloaded outcome was not applied: {outcome.error}")
+            shard.rollback(mark)
+            if i:
+                loop_wall.append((w1 + w3) * 1000)
+                loop_cpu.append((c1 + c3) * 1000)
+                worker_wall.append(w2 * 1000)
+                worker_cpu.append(c2 * 1000)
+        shard.context.config = INLINE
     finally:
         gc.unfreeze()
 
@@ -242,6 +289,8 @@ def measure(members: int, partitions: int, topics: int, repeats: int) -> Row:
         leave_moved,
         sample(leave_assignor),
         Sample(leave_wall, leave_cpu),
+        Sample(loop_wall, loop_cpu),
+        Sample(worker_wall, worker_cpu),
     )
 
 
@@ -263,7 +312,9 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(row)
             print(
                 f"{members:,} x {partitions:,} / {topics} topics: join {row.join.cell()} ms "
-                f"(assignor {row.join_assignor.cell()}), leave {row.leave.cell()} ms",
+                f"(assignor {row.join_assignor.cell()}), leave {row.leave.cell()} ms, "
+                f"offloaded: loop {row.offload_loop.cell()} ms, worker "
+                f"{row.offload_worker.cell()} ms",
                 flush=True,
             )
             gc.collect()
@@ -275,8 +326,9 @@ def main(argv: list[str] | None = None) -> int:
         "join: assignor ms",
         "join: whole command ms",
         "leave: moved",
-        "leave: assignor ms",
         "leave + next heartbeat ms",
+        "offloaded join: event loop ms",
+        "offloaded join: worker ms",
     ]
     table_rows = [
         [
@@ -286,8 +338,9 @@ def main(argv: list[str] | None = None) -> int:
             r.join_assignor.cell(),
             r.join.cell(),
             r.leave_moved,
-            r.leave_assignor.cell(),
             r.leave.cell(),
+            r.offload_loop.cell(),
+            r.offload_worker.cell(),
         ]
         for r in rows
     ]
@@ -341,9 +394,14 @@ def main(argv: list[str] | None = None) -> int:
             "new member's first heartbeat (member record, subscription metadata, group epoch, "
             "target assignment with the `uniform` assignor, validation, target records and "
             "their replay, the joiner's reconciliation); *assignor*: the `assign` call alone, "
-            "inside that command. *leave*: a member's leave heartbeat followed by another "
-            "member's heartbeat, which computes the new target. *moved*: partitions whose "
-            "target owner changed.\n\n"
+            "inside that command (both with `group.consumer.assignment.interval.ms=0` and "
+            "`group.consumer.assignor.offload.enable=false`). *leave*: a member's leave "
+            "heartbeat followed by another member's heartbeat, which computes the new target. "
+            "*offloaded join*: the same join with the computation offloaded (the default for "
+            "groups of 100 members or more); *event loop*: the heartbeat, copying the inputs "
+            "into a job and applying the outcome; *worker*: the job itself (spec rebuilt, "
+            "assignor, validation), run in this process (no pickling, no process hop). "
+            "*moved*: partitions whose target owner changed.\n\n"
             + table(headers, table_rows)
             + (
                 "\n\n### Targets\n\n" + table(target_headers, targets) + "\n\n"
