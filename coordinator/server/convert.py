@@ -46,8 +46,6 @@ from kip848.v1 import (
 from legacy_bridge import messages as bridge
 
 from .api import (
-    AlterConfig,
-    AlterResource,
     AlterResult,
     ConfigResource,
     ConfigResult,
@@ -59,14 +57,18 @@ from .api import (
     Reply,
     WatchEvent,
 )
+from .codec import (
+    AUTHORIZED_OPERATIONS_OMITTED,
+    NameOf,
+    alter_configs,
+    error_fields,
+    known_topics,
+    resource_fields,
+)
 from .log_offsets import ListOffsets, LogOffset, OffsetQuery
 
 M = TypeVar("M")
 X = TypeVar("X")
-AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
-"""Kafka's "not requested" sentinel for authorized operations (Integer.MIN_VALUE)."""
-
-NameOf = Callable[[str], str]
 
 
 def with_error(message_type: type[M], code: ErrorCode, text: str | None, **fields: Any) -> M:
@@ -96,11 +98,6 @@ def _opt(msg: Any, field: str, default: Any = None) -> Any:
 def _names(msg: Any, field: str) -> tuple[str, ...] | None:
     """A wrapper list (``TopicNames``): absent -> None, present -> its names."""
     return tuple(getattr(msg, field).names) if msg.HasField(field) else None
-
-
-def _error(x: Any) -> dict[str, Any]:
-    """The error of a value with ``error_code`` and ``error_message`` as proto fields."""
-    return {"error_code": int(x.error_code), "error_message": x.error_message}
 
 
 def _each(
@@ -213,10 +210,13 @@ _MemberAssignment = consumer_group_pb2.ConsumerGroupDescribeResponse.MemberAssig
 
 
 def _known_topics(assignment: Assignment, name_of: NameOf) -> _MemberAssignment:
-    """Describe shows topics by id and name and omits topics that no longer exist (Kafka's
-    ConsumerGroup.asDescribedGroup)."""
     return _MemberAssignment(
-        topic_partitions=[tp for tp in assignment_to_proto(assignment, name_of) if tp.topic_name]
+        topic_partitions=[
+            common_pb2.TopicPartitions(
+                topic_id=topic_id_to_bytes(topic_id), partitions=partitions, topic_name=name
+            )
+            for topic_id, name, partitions in known_topics(assignment, name_of)
+        ]
     )
 
 
@@ -309,17 +309,19 @@ _admin = admin_pb2
 
 def _created(r: TopicResult) -> admin_pb2.CreateTopicsResponse.CreatableTopicResult:
     return _admin.CreateTopicsResponse.CreatableTopicResult(
-        name=r.name, topic_id=_tid(r), num_partitions=r.num_partitions, **_error(r)
+        name=r.name, topic_id=_tid(r), num_partitions=r.num_partitions, **error_fields(r)
     )
 
 
 def _extended(r: TopicResult) -> admin_pb2.CreatePartitionsResponse.CreatePartitionsTopicResult:
-    return _admin.CreatePartitionsResponse.CreatePartitionsTopicResult(name=r.name, **_error(r))
+    return _admin.CreatePartitionsResponse.CreatePartitionsTopicResult(
+        name=r.name, **error_fields(r)
+    )
 
 
 def _deleted(r: TopicResult) -> admin_pb2.DeleteTopicsResponse.DeletableTopicResult:
     return _admin.DeleteTopicsResponse.DeletableTopicResult(
-        name=r.name, topic_id=_tid(r), **_error(r)
+        name=r.name, topic_id=_tid(r), **error_fields(r)
     )
 
 
@@ -361,7 +363,7 @@ def list_offsets_to_proto(answers: Iterable[LogOffset]) -> admin_pb2.ListOffsets
             timestamp=a.timestamp,
             offset=a.offset,
             leader_epoch=a.leader_epoch,
-            **_error(a),
+            **error_fields(a),
         )
     return out
 
@@ -384,15 +386,10 @@ def describe_configs_from_proto(req: admin_pb2.DescribeConfigsRequest) -> Descri
     )
 
 
-def _resource(r: ConfigResult | AlterResult) -> dict[str, Any]:
-    """The fields of one resource's answer, DescribeConfigs' and IncrementalAlterConfigs'."""
-    return {"resource_type": r.resource_type, "resource_name": r.resource_name, **_error(r)}
-
-
 def _config_result(r: ConfigResult) -> admin_pb2.DescribeConfigsResponse.Result:
     described = admin_pb2.DescribeConfigsResponse
     return described.Result(
-        **_resource(r),
+        **resource_fields(r),
         configs=[
             described.Config(
                 name=c.name,
@@ -420,26 +417,15 @@ describe_configs_to_proto = _each_and_error(
 def alter_configs_from_proto(
     req: admin_pb2.IncrementalAlterConfigsRequest,
 ) -> IncrementalAlterConfigs:
-    return IncrementalAlterConfigs(
-        resources=tuple(
-            AlterResource(
-                resource_type=r.resource_type,
-                resource_name=r.resource_name,
-                configs=tuple(
-                    AlterConfig(name=c.name, operation=c.config_operation, value=_opt(c, "value"))
-                    for c in r.configs
-                ),
-            )
-            for r in req.resources
-        ),
-        validate_only=req.validate_only,
-    )
+    return alter_configs(req, lambda c: _opt(c, "value"))
 
 
 def _alter_result(
     r: AlterResult,
 ) -> admin_pb2.IncrementalAlterConfigsResponse.AlterConfigsResourceResponse:
-    return admin_pb2.IncrementalAlterConfigsResponse.AlterConfigsResourceResponse(**_resource(r))
+    return admin_pb2.IncrementalAlterConfigsResponse.AlterConfigsResourceResponse(
+        **resource_fields(r)
+    )
 
 
 alter_configs_to_proto = _each_and_error(
@@ -519,7 +505,7 @@ _Committed = offsets_pb2.OffsetCommitResponse
 def _partition_errors(partition_type: type[M], partitions: Iterable[Any]) -> list[M]:
     """Partitions answered with an error each (OffsetCommit, OffsetDelete)."""
     make: Any = partition_type
-    return [make(partition_index=p.partition_index, **_error(p)) for p in partitions]
+    return [make(partition_index=p.partition_index, **error_fields(p)) for p in partitions]
 
 
 def offset_commit_to_proto(resp: OffsetCommitResponse) -> offsets_pb2.OffsetCommitResponse:
@@ -587,7 +573,7 @@ def offset_fetch_group_to_proto(
     fetched = offsets_pb2.OffsetFetchResponse
     return fetched.Group(
         group_id=resp.group_id,
-        **_error(resp),
+        **error_fields(resp),
         topics=[
             fetched.Topic(
                 name=t.name,
@@ -659,7 +645,7 @@ def find_coordinator_from_proto(
 
 def _coordinator(c: Coordinator) -> classic_group_pb2.FindCoordinatorResponse.Coordinator:
     return classic_group_pb2.FindCoordinatorResponse.Coordinator(
-        key=c.key, node_id=c.node_id, host=c.host, port=c.port, **_error(c)
+        key=c.key, node_id=c.node_id, host=c.host, port=c.port, **error_fields(c)
     )
 
 
@@ -687,7 +673,7 @@ def join_from_proto(
 
 def join_to_proto(resp: bridge.JoinGroupResponse) -> classic_group_pb2.JoinGroupResponse:
     return classic_group_pb2.JoinGroupResponse(
-        **_error(resp),
+        **error_fields(resp),
         generation_id=resp.generation_id,
         protocol_type=resp.protocol_type,
         protocol_name=resp.protocol_name,
@@ -717,7 +703,7 @@ def sync_from_proto(req: classic_group_pb2.SyncGroupRequest) -> bridge.SyncGroup
 
 def sync_to_proto(resp: bridge.SyncGroupResponse) -> classic_group_pb2.SyncGroupResponse:
     return classic_group_pb2.SyncGroupResponse(
-        **_error(resp),
+        **error_fields(resp),
         protocol_type=resp.protocol_type,
         protocol_name=resp.protocol_name,
         assignment=resp.assignment,
@@ -736,7 +722,7 @@ def classic_heartbeat_from_proto(req: classic_group_pb2.HeartbeatRequest) -> bri
 def classic_heartbeat_to_proto(
     resp: bridge.HeartbeatResponse,
 ) -> classic_group_pb2.HeartbeatResponse:
-    return classic_group_pb2.HeartbeatResponse(**_error(resp))
+    return classic_group_pb2.HeartbeatResponse(**error_fields(resp))
 
 
 def leave_from_proto(req: classic_group_pb2.LeaveGroupRequest) -> bridge.LeaveGroup:
@@ -755,10 +741,10 @@ def leave_from_proto(req: classic_group_pb2.LeaveGroupRequest) -> bridge.LeaveGr
 
 def leave_to_proto(resp: bridge.LeaveGroupResponse) -> classic_group_pb2.LeaveGroupResponse:
     return classic_group_pb2.LeaveGroupResponse(
-        **_error(resp),
+        **error_fields(resp),
         members=[
             classic_group_pb2.LeaveGroupResponse.MemberResponse(
-                member_id=x.member_id, group_instance_id=x.group_instance_id, **_error(x)
+                member_id=x.member_id, group_instance_id=x.group_instance_id, **error_fields(x)
             )
             for x in resp.members
         ],
@@ -769,7 +755,7 @@ def classic_described_group_to_proto(
     g: bridge.DescribedGroup,
 ) -> classic_group_pb2.DescribeGroupsResponse.DescribedGroup:
     return classic_group_pb2.DescribeGroupsResponse.DescribedGroup(
-        **_error(g),
+        **error_fields(g),
         group_id=g.group_id,
         group_state=g.group_state,
         protocol_type=g.protocol_type,
@@ -799,7 +785,7 @@ def watch_event_to_proto(
 ) -> consumer_group_pb2.ConsumerGroupWatchResponse:
     """One message of the push stream (ConsumerGroupWatch)."""
     return consumer_group_pb2.ConsumerGroupWatchResponse(
-        **_error(event),
+        **error_fields(event),
         member_epoch=event.member_epoch,
         group_epoch=event.group_epoch,
         assignment_epoch=event.assignment_epoch,

@@ -38,8 +38,6 @@ from coordinator.core.offsets import (
 from legacy_bridge import messages as bridge
 
 from ..api import (
-    AlterConfig,
-    AlterResource,
     AlterResult,
     Caller,
     ConfigResource,
@@ -50,10 +48,15 @@ from ..api import (
     IncrementalAlterConfigs,
     Reply,
 )
+from ..codec import (
+    AUTHORIZED_OPERATIONS_OMITTED,
+    NameOf,
+    alter_configs,
+    error_fields,
+    known_topics,
+    resource_fields,
+)
 from . import wire
-
-AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
-NameOf = Any  # Callable[[str], str]
 
 
 def topic_id_of(value: uuid.UUID | None) -> str:
@@ -62,10 +65,6 @@ def topic_id_of(value: uuid.UUID | None) -> str:
 
 def uuid_of(topic_id: str) -> uuid.UUID | None:
     return None if topic_id == ZERO_TOPIC_ID else uuid.UUID(bytes=topic_id_to_bytes(topic_id))
-
-
-def _error(reply: Reply[Any]) -> dict[str, Any]:
-    return {"error_code": reply.error_code, "error_message": reply.error_message}
 
 
 # ---------------------------------------------------------------- ConsumerGroupHeartbeat (68)
@@ -152,19 +151,10 @@ class HeartbeatOut:
 
 
 def _topics(assignment: Assignment, name_of: NameOf) -> list[dict[str, Any]]:
-    """Kafka shows topics by id and name and omits topics that no longer exist."""
-    out = []
-    for topic_id in sorted(assignment):
-        name = name_of(topic_id)
-        if name:
-            out.append(
-                {
-                    "topic_id": uuid_of(topic_id),
-                    "topic_name": name,
-                    "partitions": sorted(assignment[topic_id]),
-                }
-            )
-    return out
+    return [
+        {"topic_id": uuid_of(topic_id), "topic_name": name, "partitions": partitions}
+        for topic_id, name, partitions in known_topics(assignment, name_of)
+    ]
 
 
 def consumer_group_describe_in(req: Any, _caller: Caller) -> list[str]:
@@ -248,7 +238,7 @@ def find_coordinator_out(reply: Reply[list[Coordinator]], version: int) -> dict[
             ],
         }
     if not coordinators:
-        return {**_error(reply), "node_id": -1, "host": "", "port": -1}
+        return {**error_fields(reply), "node_id": -1, "host": "", "port": -1}
     c = coordinators[0]
     return {
         "error_code": c.error_code,
@@ -534,7 +524,7 @@ def offset_delete_in(req: Any, _caller: Caller) -> tuple[str, list[tuple[str, li
 def offset_delete_out(reply: Reply[OffsetDeleteResponse], _version: int) -> dict[str, Any]:
     value = reply.value
     return {
-        **_error(reply),
+        **error_fields(reply),
         "topics": [
             {
                 "name": t.name,
@@ -557,7 +547,7 @@ def list_groups_in(req: Any, _caller: Caller) -> tuple[list[str], list[str]]:
 
 def list_groups_out(reply: Reply[list[ListedGroup]], _version: int) -> dict[str, Any]:
     return {
-        **_error(reply),
+        **error_fields(reply),
         "groups": [
             {
                 "group_id": g.group_id,
@@ -601,10 +591,7 @@ def describe_configs_out(reply: Reply[list[ConfigResult]], _version: int) -> dic
     return {
         "results": [
             {
-                "error_code": r.error_code,
-                "error_message": r.error_message,
-                "resource_type": r.resource_type,
-                "resource_name": r.resource_name,
+                **resource_fields(r),
                 "configs": [
                     {
                         "name": c.name,
@@ -628,31 +615,8 @@ def describe_configs_out(reply: Reply[list[ConfigResult]], _version: int) -> dic
 
 
 def alter_configs_in(req: Any, _caller: Caller) -> IncrementalAlterConfigs:
-    return IncrementalAlterConfigs(
-        resources=tuple(
-            AlterResource(
-                resource_type=r.resource_type,
-                resource_name=r.resource_name,
-                configs=tuple(
-                    AlterConfig(name=c.name, operation=c.config_operation, value=c.value)
-                    for c in r.configs
-                ),
-            )
-            for r in req.resources
-        ),
-        validate_only=req.validate_only,
-    )
+    return alter_configs(req, lambda c: c.value)
 
 
 def alter_configs_out(reply: Reply[list[AlterResult]], _version: int) -> dict[str, Any]:
-    return {
-        "responses": [
-            {
-                "error_code": r.error_code,
-                "error_message": r.error_message,
-                "resource_type": r.resource_type,
-                "resource_name": r.resource_name,
-            }
-            for r in reply.value or ()
-        ]
-    }
+    return {"responses": [resource_fields(r) for r in reply.value or ()]}
