@@ -23,6 +23,11 @@ NameOf = Callable[[str], str]
 """A topic id -> the topic's name ("" for a topic that does not exist)."""
 
 
+def fields_of(x: Any, *names: str) -> dict[str, Any]:
+    """The named fields of a value, for the message fields of the same names."""
+    return {name: getattr(x, name) for name in names}
+
+
 def error_fields(x: Any) -> dict[str, Any]:
     """A value's ``error_code`` and ``error_message`` as message fields."""
     return {"error_code": int(x.error_code), "error_message": x.error_message}

@@ -689,12 +689,21 @@ def join_to_proto(resp: bridge.JoinGroupResponse) -> classic_group_pb2.JoinGroup
     )
 
 
+def _classic_member(
+    req: classic_group_pb2.SyncGroupRequest | classic_group_pb2.HeartbeatRequest,
+) -> dict[str, Any]:
+    """Who sends a SyncGroup or Heartbeat: the group, generation and member."""
+    return {
+        "group_id": req.group_id,
+        "generation_id": req.generation_id,
+        "member_id": req.member_id,
+        "group_instance_id": _opt(req, "group_instance_id"),
+    }
+
+
 def sync_from_proto(req: classic_group_pb2.SyncGroupRequest) -> bridge.SyncGroup:
     return bridge.SyncGroup(
-        group_id=req.group_id,
-        generation_id=req.generation_id,
-        member_id=req.member_id,
-        group_instance_id=_opt(req, "group_instance_id"),
+        **_classic_member(req),
         protocol_type=_opt(req, "protocol_type"),
         protocol_name=_opt(req, "protocol_name"),
         assignments=tuple((a.member_id, bytes(a.assignment)) for a in req.assignments),
@@ -711,12 +720,7 @@ def sync_to_proto(resp: bridge.SyncGroupResponse) -> classic_group_pb2.SyncGroup
 
 
 def classic_heartbeat_from_proto(req: classic_group_pb2.HeartbeatRequest) -> bridge.Heartbeat:
-    return bridge.Heartbeat(
-        group_id=req.group_id,
-        generation_id=req.generation_id,
-        member_id=req.member_id,
-        group_instance_id=_opt(req, "group_instance_id"),
-    )
+    return bridge.Heartbeat(**_classic_member(req))
 
 
 def classic_heartbeat_to_proto(

@@ -53,6 +53,7 @@ from ..codec import (
     NameOf,
     alter_configs,
     error_fields,
+    fields_of,
     known_topics,
     resource_fields,
 )
@@ -270,30 +271,33 @@ def join_in(req: Any, caller: Caller) -> bridge.JoinGroup:
 
 def join_out(resp: bridge.JoinGroupResponse, _version: int) -> dict[str, Any]:
     return {
-        "error_code": resp.error_code,
-        "generation_id": resp.generation_id,
-        "protocol_type": resp.protocol_type,
-        "protocol_name": resp.protocol_name,
-        "leader": resp.leader,
-        "skip_assignment": resp.skip_assignment,
-        "member_id": resp.member_id,
+        **fields_of(
+            resp,
+            "error_code",
+            "generation_id",
+            "protocol_type",
+            "protocol_name",
+            "leader",
+            "skip_assignment",
+            "member_id",
+        ),
         "members": [
-            {
-                "member_id": x.member_id,
-                "group_instance_id": x.group_instance_id,
-                "metadata": x.metadata,
-            }
-            for x in resp.members
+            fields_of(x, "member_id", "group_instance_id", "metadata") for x in resp.members
         ],
+    }
+
+
+def _classic_member(req: Any) -> dict[str, Any]:
+    """Who sends a SyncGroup or Heartbeat: the group, generation and member."""
+    return {
+        **fields_of(req, "group_id", "generation_id", "member_id"),
+        "group_instance_id": getattr(req, "group_instance_id", None),
     }
 
 
 def sync_in(req: Any, _caller: Caller) -> bridge.SyncGroup:
     return bridge.SyncGroup(
-        group_id=req.group_id,
-        generation_id=req.generation_id,
-        member_id=req.member_id,
-        group_instance_id=getattr(req, "group_instance_id", None),
+        **_classic_member(req),
         protocol_type=getattr(req, "protocol_type", None),
         protocol_name=getattr(req, "protocol_name", None),
         assignments=tuple((a.member_id, bytes(a.assignment)) for a in req.assignments),
@@ -301,21 +305,11 @@ def sync_in(req: Any, _caller: Caller) -> bridge.SyncGroup:
 
 
 def sync_out(resp: bridge.SyncGroupResponse, _version: int) -> dict[str, Any]:
-    return {
-        "error_code": resp.error_code,
-        "protocol_type": resp.protocol_type,
-        "protocol_name": resp.protocol_name,
-        "assignment": resp.assignment,
-    }
+    return fields_of(resp, "error_code", "protocol_type", "protocol_name", "assignment")
 
 
 def classic_heartbeat_in(req: Any, _caller: Caller) -> bridge.Heartbeat:
-    return bridge.Heartbeat(
-        group_id=req.group_id,
-        generation_id=req.generation_id,
-        member_id=req.member_id,
-        group_instance_id=getattr(req, "group_instance_id", None),
-    )
+    return bridge.Heartbeat(**_classic_member(req))
 
 
 def classic_heartbeat_out(resp: bridge.HeartbeatResponse, _version: int) -> dict[str, Any]:
