@@ -33,7 +33,6 @@ from coordinator.core.offsets import (
     OffsetFetchGroupResponse,
     OffsetFetchTopic,
 )
-from coordinator.core.shard import GroupDescription
 from coordinator.core.topics import NewTopic, TopicResult
 from kip848.v1 import (
     admin_pb2,
@@ -58,12 +57,20 @@ from .api import (
     WatchEvent,
 )
 from .codec import (
-    AUTHORIZED_OPERATIONS_OMITTED,
     NameOf,
     alter_configs,
+    config_result,
+    coordinator,
+    described_classic_group,
+    described_consumer_group,
     error_fields,
-    known_topics,
+    fetched_partition,
+    joined,
+    left,
+    listed_group,
+    partition_error,
     resource_fields,
+    synced,
 )
 from .log_offsets import ListOffsets, LogOffset, OffsetQuery
 
@@ -204,70 +211,14 @@ def heartbeat_error(
     return with_error(consumer_group_pb2.ConsumerGroupHeartbeatResponse, code, message)
 
 
-_Described = consumer_group_pb2.ConsumerGroupDescribeResponse.DescribedGroup
-_Member = consumer_group_pb2.ConsumerGroupDescribeResponse.Member
-_MemberAssignment = consumer_group_pb2.ConsumerGroupDescribeResponse.MemberAssignment
-
-
-def _known_topics(assignment: Assignment, name_of: NameOf) -> _MemberAssignment:
-    return _MemberAssignment(
-        topic_partitions=[
-            common_pb2.TopicPartitions(
-                topic_id=topic_id_to_bytes(topic_id), partitions=partitions, topic_name=name
-            )
-            for topic_id, name, partitions in known_topics(assignment, name_of)
-        ]
-    )
-
-
-def described_group_to_proto(desc: GroupDescription, name_of: NameOf = _no_name) -> _Described:
-    return _Described(
-        error_code=0,
-        group_id=desc.group_id,
-        group_uid=desc.group_uid,
-        group_state=desc.group_state,
-        group_epoch=desc.group_epoch,
-        assignment_epoch=desc.assignment_epoch,
-        assignor_name=desc.assignor_name,
-        members=[
-            _Member(
-                member_id=m.member_id,
-                instance_id=m.instance_id,
-                rack_id=m.rack_id,
-                member_epoch=m.member_epoch,
-                client_id=m.client_id,
-                client_host=m.client_host,
-                subscribed_topic_names=list(m.subscribed_topic_names),
-                subscribed_topic_regex=m.subscribed_topic_regex,
-                assignment=_known_topics(m.assignment, name_of),
-                target_assignment=_known_topics(m.target_assignment, name_of),
-                member_type=m.member_type,
-            )
-            for m in desc.members
-        ],
-        authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
-    )
-
-
-def described_group_error(group_id: str, code: ErrorCode, message: str | None) -> _Described:
-    return with_error(
-        _Described,
-        code,
-        message,
-        group_id=group_id,
-        authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
-    )
-
-
 def consumer_group_describe_to_proto(
     groups: Iterable[DescribedConsumerGroup], name_of: NameOf = _no_name
 ) -> consumer_group_pb2.ConsumerGroupDescribeResponse:
-    return consumer_group_pb2.ConsumerGroupDescribeResponse(
+    described = consumer_group_pb2.ConsumerGroupDescribeResponse
+    return described(
         error_code=0,
         groups=[
-            described_group_to_proto(g.description, name_of)
-            if g.description is not None
-            else described_group_error(g.group_id, g.error_code, g.error_message)
+            described.DescribedGroup(**described_consumer_group(g, name_of, topic_id_to_bytes))
             for g in groups
         ],
     )
@@ -387,26 +338,7 @@ def describe_configs_from_proto(req: admin_pb2.DescribeConfigsRequest) -> Descri
 
 
 def _config_result(r: ConfigResult) -> admin_pb2.DescribeConfigsResponse.Result:
-    described = admin_pb2.DescribeConfigsResponse
-    return described.Result(
-        **resource_fields(r),
-        configs=[
-            described.Config(
-                name=c.name,
-                value=c.value,
-                read_only=c.read_only,
-                config_source=c.source,
-                is_sensitive=c.is_sensitive,
-                config_type=c.config_type,
-                synonyms=[
-                    described.Synonym(name=s.name, value=s.value, source=s.source)
-                    for s in c.synonyms
-                ],
-                documentation=c.documentation,
-            )
-            for c in r.configs
-        ],
-    )
+    return admin_pb2.DescribeConfigsResponse.Result(**config_result(r))
 
 
 describe_configs_to_proto = _each_and_error(
@@ -441,12 +373,7 @@ def list_groups_from_proto(req: admin_pb2.ListGroupsRequest) -> tuple[list[str],
 
 
 def _listed_group(g: ListedGroup) -> admin_pb2.ListGroupsResponse.ListedGroup:
-    return _admin.ListGroupsResponse.ListedGroup(
-        group_id=g.group_id,
-        protocol_type=g.protocol_type,
-        group_state=g.group_state,
-        group_type=g.group_type,
-    )
+    return _admin.ListGroupsResponse.ListedGroup(**listed_group(g))
 
 
 def _deleted_group(
@@ -505,7 +432,7 @@ _Committed = offsets_pb2.OffsetCommitResponse
 def _partition_errors(partition_type: type[M], partitions: Iterable[Any]) -> list[M]:
     """Partitions answered with an error each (OffsetCommit, OffsetDelete)."""
     make: Any = partition_type
-    return [make(partition_index=p.partition_index, **error_fields(p)) for p in partitions]
+    return [make(**partition_error(p)) for p in partitions]
 
 
 def offset_commit_to_proto(resp: OffsetCommitResponse) -> offsets_pb2.OffsetCommitResponse:
@@ -578,16 +505,7 @@ def offset_fetch_group_to_proto(
             fetched.Topic(
                 name=t.name,
                 topic_id=_topic_id_out(t.topic_id),
-                partitions=[
-                    fetched.Partition(
-                        partition_index=p.partition_index,
-                        committed_offset=p.committed_offset,
-                        committed_leader_epoch=p.committed_leader_epoch,
-                        metadata=p.metadata,
-                        error_code=int(p.error_code),
-                    )
-                    for p in t.partitions
-                ],
+                partitions=[fetched.Partition(**fetched_partition(p)) for p in t.partitions],
             )
             for t in resp.topics
         ],
@@ -644,9 +562,7 @@ def find_coordinator_from_proto(
 
 
 def _coordinator(c: Coordinator) -> classic_group_pb2.FindCoordinatorResponse.Coordinator:
-    return classic_group_pb2.FindCoordinatorResponse.Coordinator(
-        key=c.key, node_id=c.node_id, host=c.host, port=c.port, **error_fields(c)
-    )
+    return classic_group_pb2.FindCoordinatorResponse.Coordinator(**coordinator(c))
 
 
 find_coordinator_to_proto = _each_and_error(
@@ -672,21 +588,7 @@ def join_from_proto(
 
 
 def join_to_proto(resp: bridge.JoinGroupResponse) -> classic_group_pb2.JoinGroupResponse:
-    return classic_group_pb2.JoinGroupResponse(
-        **error_fields(resp),
-        generation_id=resp.generation_id,
-        protocol_type=resp.protocol_type,
-        protocol_name=resp.protocol_name,
-        leader=resp.leader,
-        skip_assignment=resp.skip_assignment,
-        member_id=resp.member_id,
-        members=[
-            classic_group_pb2.JoinGroupResponse.Member(
-                member_id=x.member_id, group_instance_id=x.group_instance_id, metadata=x.metadata
-            )
-            for x in resp.members
-        ],
-    )
+    return classic_group_pb2.JoinGroupResponse(**joined(resp))
 
 
 def _classic_member(
@@ -711,12 +613,7 @@ def sync_from_proto(req: classic_group_pb2.SyncGroupRequest) -> bridge.SyncGroup
 
 
 def sync_to_proto(resp: bridge.SyncGroupResponse) -> classic_group_pb2.SyncGroupResponse:
-    return classic_group_pb2.SyncGroupResponse(
-        **error_fields(resp),
-        protocol_type=resp.protocol_type,
-        protocol_name=resp.protocol_name,
-        assignment=resp.assignment,
-    )
+    return classic_group_pb2.SyncGroupResponse(**synced(resp))
 
 
 def classic_heartbeat_from_proto(req: classic_group_pb2.HeartbeatRequest) -> bridge.Heartbeat:
@@ -744,39 +641,13 @@ def leave_from_proto(req: classic_group_pb2.LeaveGroupRequest) -> bridge.LeaveGr
 
 
 def leave_to_proto(resp: bridge.LeaveGroupResponse) -> classic_group_pb2.LeaveGroupResponse:
-    return classic_group_pb2.LeaveGroupResponse(
-        **error_fields(resp),
-        members=[
-            classic_group_pb2.LeaveGroupResponse.MemberResponse(
-                member_id=x.member_id, group_instance_id=x.group_instance_id, **error_fields(x)
-            )
-            for x in resp.members
-        ],
-    )
+    return classic_group_pb2.LeaveGroupResponse(**left(resp))
 
 
 def classic_described_group_to_proto(
     g: bridge.DescribedGroup,
 ) -> classic_group_pb2.DescribeGroupsResponse.DescribedGroup:
-    return classic_group_pb2.DescribeGroupsResponse.DescribedGroup(
-        **error_fields(g),
-        group_id=g.group_id,
-        group_state=g.group_state,
-        protocol_type=g.protocol_type,
-        protocol_data=g.protocol_data,
-        members=[
-            classic_group_pb2.DescribeGroupsResponse.Member(
-                member_id=x.member_id,
-                group_instance_id=x.group_instance_id,
-                client_id=x.client_id,
-                client_host=x.client_host,
-                member_metadata=x.member_metadata,
-                member_assignment=x.member_assignment,
-            )
-            for x in g.members
-        ],
-        authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
-    )
+    return classic_group_pb2.DescribeGroupsResponse.DescribedGroup(**described_classic_group(g))
 
 
 describe_groups_to_proto = _each(

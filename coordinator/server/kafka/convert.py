@@ -19,7 +19,6 @@ from coordinator.core.commands import ConsumerGroupHeartbeat, ConsumerGroupHeart
 from coordinator.core.errors import ErrorCode
 from coordinator.core.model import (
     ZERO_TOPIC_ID,
-    Assignment,
     make_assignment,
     topic_id_from_bytes,
     topic_id_to_bytes,
@@ -49,13 +48,21 @@ from ..api import (
     Reply,
 )
 from ..codec import (
-    AUTHORIZED_OPERATIONS_OMITTED,
     NameOf,
     alter_configs,
+    config_result,
+    coordinator,
+    described_classic_group,
+    described_consumer_group,
     error_fields,
+    fetched_partition,
     fields_of,
-    known_topics,
+    joined,
+    left,
+    listed_group,
+    partition_error,
     resource_fields,
+    synced,
 )
 from . import wire
 
@@ -151,13 +158,6 @@ class HeartbeatOut:
 # ---------------------------------------------------------------- ConsumerGroupDescribe (69)
 
 
-def _topics(assignment: Assignment, name_of: NameOf) -> list[dict[str, Any]]:
-    return [
-        {"topic_id": uuid_of(topic_id), "topic_name": name, "partitions": partitions}
-        for topic_id, name, partitions in known_topics(assignment, name_of)
-    ]
-
-
 def consumer_group_describe_in(req: Any, _caller: Caller) -> list[str]:
     return list(req.group_ids)
 
@@ -165,49 +165,7 @@ def consumer_group_describe_in(req: Any, _caller: Caller) -> list[str]:
 def consumer_group_describe_out(
     reply: Reply[list[DescribedConsumerGroup]], name_of: NameOf
 ) -> dict[str, Any]:
-    groups = []
-    for g in reply.value or ():
-        d = g.description
-        if d is None:
-            groups.append(
-                {
-                    "group_id": g.group_id,
-                    "error_code": g.error_code,
-                    "error_message": g.error_message,
-                    "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
-                }
-            )
-            continue
-        groups.append(
-            {
-                "error_code": 0,
-                "group_id": d.group_id,
-                "group_state": d.group_state,
-                "group_epoch": d.group_epoch,
-                "assignment_epoch": d.assignment_epoch,
-                "assignor_name": d.assignor_name,
-                "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
-                "members": [
-                    {
-                        "member_id": x.member_id,
-                        "instance_id": x.instance_id,
-                        "rack_id": x.rack_id,
-                        "member_epoch": x.member_epoch,
-                        "client_id": x.client_id,
-                        "client_host": x.client_host,
-                        "subscribed_topic_names": list(x.subscribed_topic_names),
-                        "subscribed_topic_regex": x.subscribed_topic_regex,
-                        "assignment": {"topic_partitions": _topics(x.assignment, name_of)},
-                        "target_assignment": {
-                            "topic_partitions": _topics(x.target_assignment, name_of)
-                        },
-                        "member_type": x.member_type,
-                    }
-                    for x in d.members
-                ],
-            }
-        )
-    return {"groups": groups}
+    return {"groups": [described_consumer_group(g, name_of, uuid_of) for g in reply.value or ()]}
 
 
 # ---------------------------------------------------------------- FindCoordinator (10)
@@ -223,31 +181,10 @@ def find_coordinator_in(req: Any, _caller: Caller) -> tuple[int, list[str]]:
 def find_coordinator_out(reply: Reply[list[Coordinator]], version: int) -> dict[str, Any]:
     coordinators = reply.value or []
     if version >= 4:
-        return {
-            "error_code": reply.error_code,
-            "error_message": reply.error_message,
-            "coordinators": [
-                {
-                    "key": c.key,
-                    "node_id": c.node_id,
-                    "host": c.host,
-                    "port": c.port,
-                    "error_code": c.error_code,
-                    "error_message": c.error_message,
-                }
-                for c in coordinators
-            ],
-        }
-    if not coordinators:
+        return {**error_fields(reply), "coordinators": [coordinator(c) for c in coordinators]}
+    if not coordinators:  # v0-v3: one key
         return {**error_fields(reply), "node_id": -1, "host": "", "port": -1}
-    c = coordinators[0]
-    return {
-        "error_code": c.error_code,
-        "error_message": c.error_message,
-        "node_id": c.node_id,
-        "host": c.host,
-        "port": c.port,
-    }
+    return coordinator(coordinators[0])
 
 
 # ---------------------------------------------------------------- classic groups
@@ -270,27 +207,13 @@ def join_in(req: Any, caller: Caller) -> bridge.JoinGroup:
 
 
 def join_out(resp: bridge.JoinGroupResponse, _version: int) -> dict[str, Any]:
-    return {
-        **fields_of(
-            resp,
-            "error_code",
-            "generation_id",
-            "protocol_type",
-            "protocol_name",
-            "leader",
-            "skip_assignment",
-            "member_id",
-        ),
-        "members": [
-            fields_of(x, "member_id", "group_instance_id", "metadata") for x in resp.members
-        ],
-    }
+    return joined(resp)
 
 
 def _classic_member(req: Any) -> dict[str, Any]:
     """Who sends a SyncGroup or Heartbeat: the group, generation and member."""
     return {
-        **fields_of(req, "group_id", "generation_id", "member_id"),
+        **fields_of(req, "group_id generation_id member_id"),
         "group_instance_id": getattr(req, "group_instance_id", None),
     }
 
@@ -305,7 +228,7 @@ def sync_in(req: Any, _caller: Caller) -> bridge.SyncGroup:
 
 
 def sync_out(resp: bridge.SyncGroupResponse, _version: int) -> dict[str, Any]:
-    return fields_of(resp, "error_code", "protocol_type", "protocol_name", "assignment")
+    return synced(resp)
 
 
 def classic_heartbeat_in(req: Any, _caller: Caller) -> bridge.Heartbeat:
@@ -341,17 +264,7 @@ def leave_out(resp: bridge.LeaveGroupResponse, version: int) -> dict[str, Any]:
         # (Kafka's LeaveGroupResponse for old versions).
         code = resp.error_code or next((x.error_code for x in resp.members if x.error_code), 0)
         return {"error_code": code}
-    return {
-        "error_code": resp.error_code,
-        "members": [
-            {
-                "member_id": x.member_id,
-                "group_instance_id": x.group_instance_id,
-                "error_code": x.error_code,
-            }
-            for x in resp.members
-        ],
-    }
+    return left(resp)
 
 
 def describe_groups_in(req: Any, _caller: Caller) -> list[str]:
@@ -359,31 +272,7 @@ def describe_groups_in(req: Any, _caller: Caller) -> list[str]:
 
 
 def describe_groups_out(reply: Reply[list[bridge.DescribedGroup]], _version: int) -> dict[str, Any]:
-    return {
-        "groups": [
-            {
-                "error_code": g.error_code,
-                "error_message": g.error_message,
-                "group_id": g.group_id,
-                "group_state": g.group_state,
-                "protocol_type": g.protocol_type,
-                "protocol_data": g.protocol_data,
-                "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
-                "members": [
-                    {
-                        "member_id": x.member_id,
-                        "group_instance_id": x.group_instance_id,
-                        "client_id": x.client_id,
-                        "client_host": x.client_host,
-                        "member_metadata": x.member_metadata,
-                        "member_assignment": x.member_assignment,
-                    }
-                    for x in g.members
-                ],
-            }
-            for g in reply.value or ()
-        ]
-    }
+    return {"groups": [described_classic_group(g) for g in reply.value or ()]}
 
 
 # ---------------------------------------------------------------- offsets
@@ -423,10 +312,7 @@ def _partition_results(topics: Iterable[Any]) -> list[dict[str, Any]]:
         {
             "name": t.name,
             "topic_id": uuid_of(t.topic_id),
-            "partitions": [
-                {"partition_index": p.partition_index, "error_code": p.error_code}
-                for p in t.partitions
-            ],
+            "partitions": [partition_error(p) for p in t.partitions],
         }
         for t in topics
     ]
@@ -476,16 +362,7 @@ def _fetched(g: OffsetFetchGroupResponse) -> list[dict[str, Any]]:
         {
             "name": t.name,
             "topic_id": uuid_of(t.topic_id),
-            "partitions": [
-                {
-                    "partition_index": p.partition_index,
-                    "committed_offset": p.committed_offset,
-                    "committed_leader_epoch": p.committed_leader_epoch,
-                    "metadata": p.metadata,
-                    "error_code": p.error_code,
-                }
-                for p in t.partitions
-            ],
+            "partitions": [fetched_partition(p) for p in t.partitions],
         }
         for t in g.topics
     ]
@@ -520,13 +397,7 @@ def offset_delete_out(reply: Reply[OffsetDeleteResponse], _version: int) -> dict
     return {
         **error_fields(reply),
         "topics": [
-            {
-                "name": t.name,
-                "partitions": [
-                    {"partition_index": p.partition_index, "error_code": p.error_code}
-                    for p in t.partitions
-                ],
-            }
+            {"name": t.name, "partitions": [partition_error(p) for p in t.partitions]}
             for t in (value.topics if value is not None else ())
         ],
     }
@@ -542,15 +413,7 @@ def list_groups_in(req: Any, _caller: Caller) -> tuple[list[str], list[str]]:
 def list_groups_out(reply: Reply[list[ListedGroup]], _version: int) -> dict[str, Any]:
     return {
         **error_fields(reply),
-        "groups": [
-            {
-                "group_id": g.group_id,
-                "protocol_type": g.protocol_type,
-                "group_state": g.group_state,
-                "group_type": g.group_type,
-            }
-            for g in reply.value or ()
-        ],
+        "groups": [listed_group(g) for g in reply.value or ()],
     }
 
 
@@ -582,30 +445,7 @@ def describe_configs_in(req: Any, _caller: Caller) -> DescribeConfigs:
 
 
 def describe_configs_out(reply: Reply[list[ConfigResult]], _version: int) -> dict[str, Any]:
-    return {
-        "results": [
-            {
-                **resource_fields(r),
-                "configs": [
-                    {
-                        "name": c.name,
-                        "value": c.value,
-                        "read_only": c.read_only,
-                        "config_source": c.source,
-                        "is_sensitive": c.is_sensitive,
-                        "config_type": c.config_type,
-                        "documentation": c.documentation,
-                        "synonyms": [
-                            {"name": s.name, "value": s.value, "source": s.source}
-                            for s in c.synonyms
-                        ],
-                    }
-                    for c in r.configs
-                ],
-            }
-            for r in reply.value or ()
-        ]
-    }
+    return {"results": [config_result(r) for r in reply.value or ()]}
 
 
 def alter_configs_in(req: Any, _caller: Caller) -> IncrementalAlterConfigs:
