@@ -65,19 +65,18 @@ def known_topics(assignment: Assignment, name_of: NameOf) -> list[tuple[str, str
 def alter_configs(req: Any, value_of: Callable[[Any], str | None]) -> IncrementalAlterConfigs:
     """An IncrementalAlterConfigs request of either codec; ``value_of(config)`` reads a
     config's value (None: absent), the one field the two read differently."""
+
+    def config(c: Any) -> AlterConfig:
+        return AlterConfig(name=c.name, operation=c.config_operation, value=value_of(c))
+
+    def resource(r: Any) -> AlterResource:
+        configs = tuple(config(c) for c in r.configs)
+        return AlterResource(
+            resource_type=r.resource_type, resource_name=r.resource_name, configs=configs
+        )
+
     return IncrementalAlterConfigs(
-        resources=tuple(
-            AlterResource(
-                resource_type=r.resource_type,
-                resource_name=r.resource_name,
-                configs=tuple(
-                    AlterConfig(name=c.name, operation=c.config_operation, value=value_of(c))
-                    for c in r.configs
-                ),
-            )
-            for r in req.resources
-        ),
-        validate_only=req.validate_only,
+        resources=tuple(resource(r) for r in req.resources), validate_only=req.validate_only
     )
 
 

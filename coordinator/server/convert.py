@@ -34,16 +34,10 @@ from coordinator.core.offsets import (
     OffsetFetchTopic,
 )
 from coordinator.core.topics import NewTopic, TopicResult
-from kip848.v1 import (
-    admin_pb2,
-    classic_group_pb2,
-    common_pb2,
-    consumer_group_pb2,
-    offsets_pb2,
-    testing_pb2,
-)
+from kip848.v1 import admin_pb2, classic_group_pb2, common_pb2, consumer_group_pb2, offsets_pb2
 from legacy_bridge import messages as bridge
 
+from . import codec
 from .api import (
     AlterResult,
     ConfigResource,
@@ -55,22 +49,6 @@ from .api import (
     IncrementalAlterConfigs,
     Reply,
     WatchEvent,
-)
-from .codec import (
-    NameOf,
-    alter_configs,
-    config_result,
-    coordinator,
-    described_classic_group,
-    described_consumer_group,
-    error_fields,
-    fetched_partition,
-    joined,
-    left,
-    listed_group,
-    partition_error,
-    resource_fields,
-    synced,
 )
 from .log_offsets import ListOffsets, LogOffset, OffsetQuery
 
@@ -142,7 +120,7 @@ def assignment_from_proto(items: Iterable[common_pb2.TopicPartitions]) -> Assign
 
 
 def assignment_to_proto(
-    assignment: Assignment, name_of: NameOf = _no_name
+    assignment: Assignment, name_of: codec.NameOf = _no_name
 ) -> list[common_pb2.TopicPartitions]:
     return [
         common_pb2.TopicPartitions(
@@ -186,7 +164,7 @@ def heartbeat_from_proto(
 
 
 def heartbeat_to_proto(
-    resp: ConsumerGroupHeartbeatResponse, name_of: NameOf = _no_name
+    resp: ConsumerGroupHeartbeatResponse, name_of: codec.NameOf = _no_name
 ) -> consumer_group_pb2.ConsumerGroupHeartbeatResponse:
     out = consumer_group_pb2.ConsumerGroupHeartbeatResponse(
         error_code=0,
@@ -212,13 +190,15 @@ def heartbeat_error(
 
 
 def consumer_group_describe_to_proto(
-    groups: Iterable[DescribedConsumerGroup], name_of: NameOf = _no_name
+    groups: Iterable[DescribedConsumerGroup], name_of: codec.NameOf = _no_name
 ) -> consumer_group_pb2.ConsumerGroupDescribeResponse:
     described = consumer_group_pb2.ConsumerGroupDescribeResponse
     return described(
         error_code=0,
         groups=[
-            described.DescribedGroup(**described_consumer_group(g, name_of, topic_id_to_bytes))
+            described.DescribedGroup(
+                **codec.described_consumer_group(g, name_of, topic_id_to_bytes)
+            )
             for g in groups
         ],
     )
@@ -260,19 +240,19 @@ _admin = admin_pb2
 
 def _created(r: TopicResult) -> admin_pb2.CreateTopicsResponse.CreatableTopicResult:
     return _admin.CreateTopicsResponse.CreatableTopicResult(
-        name=r.name, topic_id=_tid(r), num_partitions=r.num_partitions, **error_fields(r)
+        name=r.name, topic_id=_tid(r), num_partitions=r.num_partitions, **codec.error_fields(r)
     )
 
 
 def _extended(r: TopicResult) -> admin_pb2.CreatePartitionsResponse.CreatePartitionsTopicResult:
     return _admin.CreatePartitionsResponse.CreatePartitionsTopicResult(
-        name=r.name, **error_fields(r)
+        name=r.name, **codec.error_fields(r)
     )
 
 
 def _deleted(r: TopicResult) -> admin_pb2.DeleteTopicsResponse.DeletableTopicResult:
     return _admin.DeleteTopicsResponse.DeletableTopicResult(
-        name=r.name, topic_id=_tid(r), **error_fields(r)
+        name=r.name, topic_id=_tid(r), **codec.error_fields(r)
     )
 
 
@@ -314,7 +294,7 @@ def list_offsets_to_proto(answers: Iterable[LogOffset]) -> admin_pb2.ListOffsets
             timestamp=a.timestamp,
             offset=a.offset,
             leader_epoch=a.leader_epoch,
-            **error_fields(a),
+            **codec.error_fields(a),
         )
     return out
 
@@ -338,7 +318,7 @@ def describe_configs_from_proto(req: admin_pb2.DescribeConfigsRequest) -> Descri
 
 
 def _config_result(r: ConfigResult) -> admin_pb2.DescribeConfigsResponse.Result:
-    return admin_pb2.DescribeConfigsResponse.Result(**config_result(r))
+    return admin_pb2.DescribeConfigsResponse.Result(**codec.config_result(r))
 
 
 describe_configs_to_proto = _each_and_error(
@@ -349,14 +329,14 @@ describe_configs_to_proto = _each_and_error(
 def alter_configs_from_proto(
     req: admin_pb2.IncrementalAlterConfigsRequest,
 ) -> IncrementalAlterConfigs:
-    return alter_configs(req, lambda c: _opt(c, "value"))
+    return codec.alter_configs(req, lambda c: _opt(c, "value"))
 
 
 def _alter_result(
     r: AlterResult,
 ) -> admin_pb2.IncrementalAlterConfigsResponse.AlterConfigsResourceResponse:
     return admin_pb2.IncrementalAlterConfigsResponse.AlterConfigsResourceResponse(
-        **resource_fields(r)
+        **codec.resource_fields(r)
     )
 
 
@@ -373,7 +353,7 @@ def list_groups_from_proto(req: admin_pb2.ListGroupsRequest) -> tuple[list[str],
 
 
 def _listed_group(g: ListedGroup) -> admin_pb2.ListGroupsResponse.ListedGroup:
-    return _admin.ListGroupsResponse.ListedGroup(**listed_group(g))
+    return _admin.ListGroupsResponse.ListedGroup(**codec.listed_group(g))
 
 
 def _deleted_group(
@@ -432,7 +412,7 @@ _Committed = offsets_pb2.OffsetCommitResponse
 def _partition_errors(partition_type: type[M], partitions: Iterable[Any]) -> list[M]:
     """Partitions answered with an error each (OffsetCommit, OffsetDelete)."""
     make: Any = partition_type
-    return [make(**partition_error(p)) for p in partitions]
+    return [make(**codec.partition_error(p)) for p in partitions]
 
 
 def offset_commit_to_proto(resp: OffsetCommitResponse) -> offsets_pb2.OffsetCommitResponse:
@@ -500,12 +480,12 @@ def offset_fetch_group_to_proto(
     fetched = offsets_pb2.OffsetFetchResponse
     return fetched.Group(
         group_id=resp.group_id,
-        **error_fields(resp),
+        **codec.error_fields(resp),
         topics=[
             fetched.Topic(
                 name=t.name,
                 topic_id=_topic_id_out(t.topic_id),
-                partitions=[fetched.Partition(**fetched_partition(p)) for p in t.partitions],
+                partitions=[fetched.Partition(**codec.fetched_partition(p)) for p in t.partitions],
             )
             for t in resp.topics
         ],
@@ -562,7 +542,7 @@ def find_coordinator_from_proto(
 
 
 def _coordinator(c: Coordinator) -> classic_group_pb2.FindCoordinatorResponse.Coordinator:
-    return classic_group_pb2.FindCoordinatorResponse.Coordinator(**coordinator(c))
+    return classic_group_pb2.FindCoordinatorResponse.Coordinator(**codec.coordinator(c))
 
 
 find_coordinator_to_proto = _each_and_error(
@@ -588,7 +568,7 @@ def join_from_proto(
 
 
 def join_to_proto(resp: bridge.JoinGroupResponse) -> classic_group_pb2.JoinGroupResponse:
-    return classic_group_pb2.JoinGroupResponse(**joined(resp))
+    return classic_group_pb2.JoinGroupResponse(**codec.joined(resp))
 
 
 def _classic_member(
@@ -613,7 +593,7 @@ def sync_from_proto(req: classic_group_pb2.SyncGroupRequest) -> bridge.SyncGroup
 
 
 def sync_to_proto(resp: bridge.SyncGroupResponse) -> classic_group_pb2.SyncGroupResponse:
-    return classic_group_pb2.SyncGroupResponse(**synced(resp))
+    return classic_group_pb2.SyncGroupResponse(**codec.synced(resp))
 
 
 def classic_heartbeat_from_proto(req: classic_group_pb2.HeartbeatRequest) -> bridge.Heartbeat:
@@ -623,7 +603,7 @@ def classic_heartbeat_from_proto(req: classic_group_pb2.HeartbeatRequest) -> bri
 def classic_heartbeat_to_proto(
     resp: bridge.HeartbeatResponse,
 ) -> classic_group_pb2.HeartbeatResponse:
-    return classic_group_pb2.HeartbeatResponse(**error_fields(resp))
+    return classic_group_pb2.HeartbeatResponse(**codec.error_fields(resp))
 
 
 def leave_from_proto(req: classic_group_pb2.LeaveGroupRequest) -> bridge.LeaveGroup:
@@ -641,13 +621,15 @@ def leave_from_proto(req: classic_group_pb2.LeaveGroupRequest) -> bridge.LeaveGr
 
 
 def leave_to_proto(resp: bridge.LeaveGroupResponse) -> classic_group_pb2.LeaveGroupResponse:
-    return classic_group_pb2.LeaveGroupResponse(**left(resp))
+    return classic_group_pb2.LeaveGroupResponse(**codec.left(resp))
 
 
 def classic_described_group_to_proto(
     g: bridge.DescribedGroup,
 ) -> classic_group_pb2.DescribeGroupsResponse.DescribedGroup:
-    return classic_group_pb2.DescribeGroupsResponse.DescribedGroup(**described_classic_group(g))
+    return classic_group_pb2.DescribeGroupsResponse.DescribedGroup(
+        **codec.described_classic_group(g)
+    )
 
 
 describe_groups_to_proto = _each(
@@ -656,25 +638,14 @@ describe_groups_to_proto = _each(
 
 
 def watch_event_to_proto(
-    event: WatchEvent, name_of: NameOf = _no_name
+    event: WatchEvent, name_of: codec.NameOf = _no_name
 ) -> consumer_group_pb2.ConsumerGroupWatchResponse:
     """One message of the push stream (ConsumerGroupWatch)."""
     return consumer_group_pb2.ConsumerGroupWatchResponse(
-        **error_fields(event),
+        **codec.error_fields(event),
         member_epoch=event.member_epoch,
         group_epoch=event.group_epoch,
         assignment_epoch=event.assignment_epoch,
         target_topic_partitions=assignment_to_proto(event.target, name_of),
         released_topic_partitions=assignment_to_proto(event.released, name_of),
     )
-
-
-# ---------------------------------------------------------------- testing
-
-
-def advance_time_from_proto(req: testing_pb2.AdvanceTimeRequest) -> int:
-    return req.ms
-
-
-def advance_time_to_proto(now_ms: int) -> testing_pb2.AdvanceTimeResponse:
-    return testing_pb2.AdvanceTimeResponse(error_code=0, now_ms=now_ms)

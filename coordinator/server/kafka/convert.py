@@ -36,6 +36,7 @@ from coordinator.core.offsets import (
 )
 from legacy_bridge import messages as bridge
 
+from .. import codec
 from ..api import (
     AlterResult,
     Caller,
@@ -46,23 +47,6 @@ from ..api import (
     DescribedConsumerGroup,
     IncrementalAlterConfigs,
     Reply,
-)
-from ..codec import (
-    NameOf,
-    alter_configs,
-    config_result,
-    coordinator,
-    described_classic_group,
-    described_consumer_group,
-    error_fields,
-    fetched_partition,
-    fields_of,
-    joined,
-    left,
-    listed_group,
-    partition_error,
-    resource_fields,
-    synced,
 )
 from . import wire
 
@@ -163,9 +147,11 @@ def consumer_group_describe_in(req: Any, _caller: Caller) -> list[str]:
 
 
 def consumer_group_describe_out(
-    reply: Reply[list[DescribedConsumerGroup]], name_of: NameOf
+    reply: Reply[list[DescribedConsumerGroup]], name_of: codec.NameOf
 ) -> dict[str, Any]:
-    return {"groups": [described_consumer_group(g, name_of, uuid_of) for g in reply.value or ()]}
+    return {
+        "groups": [codec.described_consumer_group(g, name_of, uuid_of) for g in reply.value or ()]
+    }
 
 
 # ---------------------------------------------------------------- FindCoordinator (10)
@@ -181,10 +167,13 @@ def find_coordinator_in(req: Any, _caller: Caller) -> tuple[int, list[str]]:
 def find_coordinator_out(reply: Reply[list[Coordinator]], version: int) -> dict[str, Any]:
     coordinators = reply.value or []
     if version >= 4:
-        return {**error_fields(reply), "coordinators": [coordinator(c) for c in coordinators]}
+        return {
+            **codec.error_fields(reply),
+            "coordinators": [codec.coordinator(c) for c in coordinators],
+        }
     if not coordinators:  # v0-v3: one key
-        return {**error_fields(reply), "node_id": -1, "host": "", "port": -1}
-    return coordinator(coordinators[0])
+        return {**codec.error_fields(reply), "node_id": -1, "host": "", "port": -1}
+    return codec.coordinator(coordinators[0])
 
 
 # ---------------------------------------------------------------- classic groups
@@ -207,13 +196,13 @@ def join_in(req: Any, caller: Caller) -> bridge.JoinGroup:
 
 
 def join_out(resp: bridge.JoinGroupResponse, _version: int) -> dict[str, Any]:
-    return joined(resp)
+    return codec.joined(resp)
 
 
 def _classic_member(req: Any) -> dict[str, Any]:
     """Who sends a SyncGroup or Heartbeat: the group, generation and member."""
     return {
-        **fields_of(req, "group_id generation_id member_id"),
+        **codec.fields_of(req, "group_id generation_id member_id"),
         "group_instance_id": getattr(req, "group_instance_id", None),
     }
 
@@ -228,7 +217,7 @@ def sync_in(req: Any, _caller: Caller) -> bridge.SyncGroup:
 
 
 def sync_out(resp: bridge.SyncGroupResponse, _version: int) -> dict[str, Any]:
-    return synced(resp)
+    return codec.synced(resp)
 
 
 def classic_heartbeat_in(req: Any, _caller: Caller) -> bridge.Heartbeat:
@@ -264,7 +253,7 @@ def leave_out(resp: bridge.LeaveGroupResponse, version: int) -> dict[str, Any]:
         # (Kafka's LeaveGroupResponse for old versions).
         code = resp.error_code or next((x.error_code for x in resp.members if x.error_code), 0)
         return {"error_code": code}
-    return left(resp)
+    return codec.left(resp)
 
 
 def describe_groups_in(req: Any, _caller: Caller) -> list[str]:
@@ -272,7 +261,7 @@ def describe_groups_in(req: Any, _caller: Caller) -> list[str]:
 
 
 def describe_groups_out(reply: Reply[list[bridge.DescribedGroup]], _version: int) -> dict[str, Any]:
-    return {"groups": [described_classic_group(g) for g in reply.value or ()]}
+    return {"groups": [codec.described_classic_group(g) for g in reply.value or ()]}
 
 
 # ---------------------------------------------------------------- offsets
@@ -312,7 +301,7 @@ def _partition_results(topics: Iterable[Any]) -> list[dict[str, Any]]:
         {
             "name": t.name,
             "topic_id": uuid_of(t.topic_id),
-            "partitions": [partition_error(p) for p in t.partitions],
+            "partitions": [codec.partition_error(p) for p in t.partitions],
         }
         for t in topics
     ]
@@ -362,7 +351,7 @@ def _fetched(g: OffsetFetchGroupResponse) -> list[dict[str, Any]]:
         {
             "name": t.name,
             "topic_id": uuid_of(t.topic_id),
-            "partitions": [fetched_partition(p) for p in t.partitions],
+            "partitions": [codec.fetched_partition(p) for p in t.partitions],
         }
         for t in g.topics
     ]
@@ -395,9 +384,9 @@ def offset_delete_in(req: Any, _caller: Caller) -> tuple[str, list[tuple[str, li
 def offset_delete_out(reply: Reply[OffsetDeleteResponse], _version: int) -> dict[str, Any]:
     value = reply.value
     return {
-        **error_fields(reply),
+        **codec.error_fields(reply),
         "topics": [
-            {"name": t.name, "partitions": [partition_error(p) for p in t.partitions]}
+            {"name": t.name, "partitions": [codec.partition_error(p) for p in t.partitions]}
             for t in (value.topics if value is not None else ())
         ],
     }
@@ -412,8 +401,8 @@ def list_groups_in(req: Any, _caller: Caller) -> tuple[list[str], list[str]]:
 
 def list_groups_out(reply: Reply[list[ListedGroup]], _version: int) -> dict[str, Any]:
     return {
-        **error_fields(reply),
-        "groups": [listed_group(g) for g in reply.value or ()],
+        **codec.error_fields(reply),
+        "groups": [codec.listed_group(g) for g in reply.value or ()],
     }
 
 
@@ -445,12 +434,12 @@ def describe_configs_in(req: Any, _caller: Caller) -> DescribeConfigs:
 
 
 def describe_configs_out(reply: Reply[list[ConfigResult]], _version: int) -> dict[str, Any]:
-    return {"results": [config_result(r) for r in reply.value or ()]}
+    return {"results": [codec.config_result(r) for r in reply.value or ()]}
 
 
 def alter_configs_in(req: Any, _caller: Caller) -> IncrementalAlterConfigs:
-    return alter_configs(req, lambda c: c.value)
+    return codec.alter_configs(req, lambda c: c.value)
 
 
 def alter_configs_out(reply: Reply[list[AlterResult]], _version: int) -> dict[str, Any]:
-    return {"responses": [resource_fields(r) for r in reply.value or ()]}
+    return {"responses": [codec.resource_fields(r) for r in reply.value or ()]}
