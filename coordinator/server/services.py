@@ -157,6 +157,7 @@ class GrpcServicer:
         return out
 
     def encode(self, row: Rpc, answer: Any) -> Any:
+        """The proto response of the service's answer, as the row says (:class:`Rpc`)."""
         if row.whole:
             return row.encode(answer)
         if row.names:
@@ -202,7 +203,7 @@ def _servicer(module: ModuleType, base: type[Any], rows: dict[str, Rpc]) -> type
         rpc_name: replace(
             row,
             response_type=getattr(module, f"{rpc_name}Response"),
-            method=re.sub(r"(?<!^)(?=[A-Z])", "_", rpc_name).lower(),
+            method=re.sub(r"(?<!^)(?=[A-Z])", "_", rpc_name).lower(),  # OffsetFetch: offset_fetch
         )
         for rpc_name, row in rows.items()
     }
