@@ -18,14 +18,19 @@ by the same code:
 
 What one request records:
 
-* ``kip848_request_duration_seconds{rpc, protocol, error}``: ``rpc`` is the Kafka API name
-  (``ConsumerGroupHeartbeat``, ``OffsetCommit``, ``JoinGroup`` ...), ``protocol`` ``grpc`` or
-  ``kafka`` (from ``Caller.api_version``), ``error`` the answer's top-level code, else the first
-  non-NONE code of its entries (groups, topics, partitions, resources), else NONE; ``ABORTED``
-  for a call ended by the transport (gRPC UNAVAILABLE while shutting down).
+* ``kip848_request_duration_seconds{rpc, protocol, route, error}``: ``rpc`` is the gRPC RPC's
+  name, over the Kafka protocol the Kafka API's (:func:`kafka_rpc_names`: the same except
+  ``Metadata``, served with ``list_topics``), ``protocol`` ``grpc`` or ``kafka`` (from
+  ``Caller.api_version``), ``route`` ``served``, ``error`` the answer's top-level code, else the
+  first non-NONE code of its entries (groups, topics, partitions, resources), else NONE;
+  ``ABORTED`` for a call ended by the transport (gRPC UNAVAILABLE while shutting down).
+  Requests the Kafka listener forwards to the upstream broker never reach the service layer:
+  :func:`forwarded_timer` is the listener's hook for them (``route="forwarded"``).
 * OffsetCommit: every partition of the answer in ``kip848_offset_commits_total{error}``;
   OffsetDelete: the deleted partitions in ``kip848_offset_deletions_total``.
-* A SERVER span (tracing on) with the request's group id, member id and epoch and the answer's.
+* A SERVER span (tracing on) with the request's group id, member id and epoch and the answer's,
+  current while the request runs on either listener (its shard command and assignor spans are
+  its children).
 * Administrative RPCs: one audit line per resource (``logs.audit``): topic create/delete/
   add-partitions, group config alter, offset reset (an OffsetCommit without a member) and
   delete, group delete.
