@@ -84,7 +84,8 @@ class RuntimeObserver:
             out = fn(machine)
             events = getattr(out, "events", None)
             records = getattr(out, "records", None)
-            if events or records:  # never on a steady heartbeat (no records, no events)
+            # Never on a steady heartbeat (no records, no events), nor without metrics.
+            if (events or records) and self.metrics is not None:
                 self._stash = self.rebalances.after_command(machine, records or (), events or ())
             return out
         finally:
@@ -124,7 +125,7 @@ class RuntimeObserver:
             events = getattr(out, "events", None)
             if records is not None:
                 span.set_attribute("kip848.records", len(records))
-            if events or records:
+            if (events or records) and metrics is not None:
                 self._stash = self.rebalances.after_command(machine, records or (), events or ())
             self._span = span.get_span_context()
         return out

@@ -51,6 +51,8 @@ _ENDS_WITHOUT_SAMPLE = frozenset(
 GroupStates = tuple[tuple[str, str | None, str | None], ...]
 """(group id, group type, state) after a command, for the groups the tracker watches; type and
 state None when the group is gone."""
+Kept = tuple[Sequence[LogEvent], GroupStates]
+"""What the tracker keeps of one command until its batch is durable (or failed)."""
 
 
 class RebalanceTracker:
@@ -65,7 +67,9 @@ class RebalanceTracker:
 
     # ------------------------------------------------------------------ command time
 
-    def after_command(self, shard: Any, records: Sequence[Any], events: Sequence[LogEvent]) -> Any:
+    def after_command(
+        self, shard: Any, records: Sequence[Any], events: Sequence[LogEvent]
+    ) -> Kept | None:
         """Right after a command ran on ``shard`` (records and events of its result): what to
         keep until its batch is durable (None: nothing). Called on the event loop."""
         starting = self._starting
@@ -73,7 +77,7 @@ class RebalanceTracker:
             if e.event in _STARTS:
                 starting[e.group_id] = starting.get(e.group_id, 0) + 1
         if not records or not (self.running or starting):
-            return events or None
+            return (events, ()) if events else None
         running = self.running
         seen: set[str] = set()
         states: list[tuple[str, str | None, str | None]] = []
@@ -89,21 +93,18 @@ class RebalanceTracker:
                 else:
                     states.append((gid, listed.group_type, listed.group_state))
         if not states:
-            return events or None
+            return (events, ()) if events else None
         return (events, tuple(states))
 
-    def dropped(self, kept: Any) -> None:
+    def dropped(self, kept: Kept) -> None:
         """What :meth:`after_command` kept will never be durable (its batch failed)."""
-        self._unstart(kept[0] if isinstance(kept, tuple) else kept)
+        self._unstart(kept[0])
 
     # ------------------------------------------------------------------ durable
 
-    def durable(self, kept: Any) -> None:
+    def durable(self, kept: Kept) -> None:
         """A command's batch is durable: apply its events, then the state it left its groups in."""
-        if isinstance(kept, tuple):
-            events, states = kept
-        else:
-            events, states = kept, ()
+        events, states = kept
         now = time.monotonic()
         self._unstart(events)
         metrics = self.metrics
