@@ -3,7 +3,8 @@ the core (``service.py`` defines each RPC; ``services.py`` runs them over gRPC).
 
 Rules: absent proto3 ``optional`` scalars map to None (or -1 where Kafka's default is -1);
 wrapper lists (``TopicNames``, ``TopicPartitionsList``) map absent -> None and present-but-empty
--> empty. Topic ids travel as 16 raw bytes and are base64url text in the core; bytes that are
+-> empty. A field given None is left unset (protobuf's rule for message constructors), so an
+absent optional value stays absent. Topic ids travel as 16 raw bytes and are base64url text in the core; bytes that are
 not 16 long raise :class:`InvalidRequestError` (answered in-band as INVALID_REQUEST).
 """
 
@@ -32,14 +33,12 @@ from coordinator.core.offsets import (
     OffsetFetchGroupResponse,
     OffsetFetchTopic,
 )
-from coordinator.core.shard import GroupDescription
 from coordinator.core.topics import NewTopic, TopicResult
 from kip848.v1 import admin_pb2, classic_group_pb2, common_pb2, consumer_group_pb2, offsets_pb2
 from legacy_bridge import messages as bridge
 
+from . import codec
 from .api import (
-    AlterConfig,
-    AlterResource,
     AlterResult,
     ConfigResource,
     ConfigResult,
@@ -54,35 +53,59 @@ from .api import (
 from .log_offsets import ListOffsets, LogOffset, OffsetQuery
 
 M = TypeVar("M")
-AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
-"""Kafka's "not requested" sentinel for authorized operations (Integer.MIN_VALUE)."""
-
-NameOf = Callable[[str], str]
+X = TypeVar("X")
 
 
 def with_error(message_type: type[M], code: ErrorCode, text: str | None, **fields: Any) -> M:
     """A response of ``message_type`` carrying a top-level error."""
     make: Any = message_type
-    out = make(error_code=int(code), **fields)
-    if text is not None:
-        out.error_message = text
+    out: M = make(error_code=int(code), error_message=text, **fields)
     return out
-
-
-def _top(message_type: type[M], reply: Reply[Any]) -> M:
-    return with_error(message_type, reply.error_code, reply.error_message)
 
 
 def reply_to_proto(message_type: type[M], reply: Reply[Any], encode: Callable[[Any], M]) -> M:
     """``encode(reply.value)``, or, for a top-level error, the response type with that error
     only (gRPC responses all have a top-level error)."""
     if reply.value is None or reply.error_code:
-        return _top(message_type, reply)
+        return with_error(message_type, reply.error_code, reply.error_message)
     return encode(reply.value)
 
 
 def _no_name(_topic_id: str) -> str:
     return ""
+
+
+def _opt(msg: Any, field: str, default: Any = None) -> Any:
+    """An optional field's value, ``default`` when it is absent."""
+    return getattr(msg, field) if msg.HasField(field) else default
+
+
+def _names(msg: Any, field: str) -> tuple[str, ...] | None:
+    """A wrapper list (``TopicNames``): absent -> None, present -> its names."""
+    return tuple(getattr(msg, field).names) if msg.HasField(field) else None
+
+
+def _each(
+    message_type: type[M], field: str, entry: Callable[[X], Any]
+) -> Callable[[Iterable[X]], M]:
+    """The encoder of a list: the response without a top-level error, ``entry(item)`` for each
+    item in its repeated ``field``."""
+    return lambda items: with_error(
+        message_type, ErrorCode.NONE, None, **{field: [entry(x) for x in items]}
+    )
+
+
+def _each_and_error(
+    message_type: type[M], field: str, entry: Callable[[X], Any]
+) -> Callable[[Reply[list[X]]], M]:
+    """The encoder of a :class:`Reply` of a list: its top-level error (if any) beside
+    ``entry(item)`` for each item of its value."""
+    return lambda reply: with_error(
+        message_type,
+        reply.error_code,
+        reply.error_message,
+        **{field: [entry(x) for x in reply.value or ()]},
+    )
 
 
 def topic_id_in(raw: bytes) -> str:
@@ -97,7 +120,7 @@ def assignment_from_proto(items: Iterable[common_pb2.TopicPartitions]) -> Assign
 
 
 def assignment_to_proto(
-    assignment: Assignment, name_of: NameOf = _no_name
+    assignment: Assignment, name_of: codec.NameOf = _no_name
 ) -> list[common_pb2.TopicPartitions]:
     return [
         common_pb2.TopicPartitions(
@@ -109,29 +132,31 @@ def assignment_to_proto(
     ]
 
 
+def group_ids_from_proto(req: Any) -> list[str]:
+    """ConsumerGroupDescribe, DeleteGroups, DescribeGroups: the group ids."""
+    return list(req.group_ids)
+
+
 def heartbeat_from_proto(
     req: consumer_group_pb2.ConsumerGroupHeartbeatRequest,
     *,
     client_id: str = "",
     client_host: str = "",
 ) -> ConsumerGroupHeartbeat:
-    has = req.HasField
     return ConsumerGroupHeartbeat(
         group_id=req.group_id,
         member_id=req.member_id,
         member_epoch=req.member_epoch,
-        instance_id=req.instance_id if has("instance_id") else None,
-        rack_id=req.rack_id if has("rack_id") else None,
-        rebalance_timeout_ms=req.rebalance_timeout_ms if has("rebalance_timeout_ms") else -1,
-        subscribed_topic_names=(
-            tuple(req.subscribed_topic_names.names) if has("subscribed_topic_names") else None
-        ),
-        subscribed_topic_regex=req.subscribed_topic_regex
-        if has("subscribed_topic_regex")
-        else None,
-        server_assignor=req.server_assignor if has("server_assignor") else None,
+        instance_id=_opt(req, "instance_id"),
+        rack_id=_opt(req, "rack_id"),
+        rebalance_timeout_ms=_opt(req, "rebalance_timeout_ms", -1),
+        subscribed_topic_names=_names(req, "subscribed_topic_names"),
+        subscribed_topic_regex=_opt(req, "subscribed_topic_regex"),
+        server_assignor=_opt(req, "server_assignor"),
         topic_partitions=(
-            assignment_from_proto(req.topic_partitions.items) if has("topic_partitions") else None
+            assignment_from_proto(req.topic_partitions.items)
+            if req.HasField("topic_partitions")
+            else None
         ),
         client_id=client_id,
         client_host=client_host,
@@ -139,16 +164,15 @@ def heartbeat_from_proto(
 
 
 def heartbeat_to_proto(
-    resp: ConsumerGroupHeartbeatResponse, name_of: NameOf = _no_name
+    resp: ConsumerGroupHeartbeatResponse, name_of: codec.NameOf = _no_name
 ) -> consumer_group_pb2.ConsumerGroupHeartbeatResponse:
     out = consumer_group_pb2.ConsumerGroupHeartbeatResponse(
         error_code=0,
+        member_id=resp.member_id,
         member_epoch=resp.member_epoch,
         heartbeat_interval_ms=resp.heartbeat_interval_ms,
         should_compute_assignment=resp.should_compute_assignment,
     )
-    if resp.member_id is not None:
-        out.member_id = resp.member_id
     if resp.assignment is not None:
         out.assignment.assigned_topic_partitions.extend(
             assignment_to_proto(resp.assignment.assigned, name_of)
@@ -162,81 +186,25 @@ def heartbeat_to_proto(
 def heartbeat_error(
     code: ErrorCode, message: str | None
 ) -> consumer_group_pb2.ConsumerGroupHeartbeatResponse:
-    out = consumer_group_pb2.ConsumerGroupHeartbeatResponse(error_code=int(code))
-    if message is not None:
-        out.error_message = message
-    return out
-
-
-_Described = consumer_group_pb2.ConsumerGroupDescribeResponse.DescribedGroup
-_Member = consumer_group_pb2.ConsumerGroupDescribeResponse.Member
-_MemberAssignment = consumer_group_pb2.ConsumerGroupDescribeResponse.MemberAssignment
-
-
-def _known_topics(assignment: Assignment, name_of: NameOf) -> list[common_pb2.TopicPartitions]:
-    """Describe shows topics by id and name and omits topics that no longer exist (Kafka's
-    ConsumerGroup.asDescribedGroup)."""
-    return [tp for tp in assignment_to_proto(assignment, name_of) if tp.topic_name]
-
-
-def described_group_to_proto(desc: GroupDescription, name_of: NameOf = _no_name) -> _Described:
-    members = []
-    for m in desc.members:
-        pm = _Member(
-            member_id=m.member_id,
-            member_epoch=m.member_epoch,
-            client_id=m.client_id,
-            client_host=m.client_host,
-            subscribed_topic_names=list(m.subscribed_topic_names),
-            assignment=_MemberAssignment(topic_partitions=_known_topics(m.assignment, name_of)),
-            target_assignment=_MemberAssignment(
-                topic_partitions=_known_topics(m.target_assignment, name_of)
-            ),
-            member_type=m.member_type,
-        )
-        if m.instance_id is not None:
-            pm.instance_id = m.instance_id
-        if m.rack_id is not None:
-            pm.rack_id = m.rack_id
-        if m.subscribed_topic_regex is not None:
-            pm.subscribed_topic_regex = m.subscribed_topic_regex
-        members.append(pm)
-    return _Described(
-        error_code=0,
-        group_id=desc.group_id,
-        group_uid=desc.group_uid,
-        group_state=desc.group_state,
-        group_epoch=desc.group_epoch,
-        assignment_epoch=desc.assignment_epoch,
-        assignor_name=desc.assignor_name,
-        members=members,
-        authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
-    )
-
-
-def described_group_error(group_id: str, code: ErrorCode, message: str | None) -> _Described:
-    out = _Described(
-        group_id=group_id, error_code=int(code), authorized_operations=AUTHORIZED_OPERATIONS_OMITTED
-    )
-    if message is not None:
-        out.error_message = message
-    return out
-
-
-# ---------------------------------------------------------------- topic registry
+    return with_error(consumer_group_pb2.ConsumerGroupHeartbeatResponse, code, message)
 
 
 def consumer_group_describe_to_proto(
-    groups: Iterable[DescribedConsumerGroup], name_of: NameOf = _no_name
+    groups: Iterable[DescribedConsumerGroup], name_of: codec.NameOf = _no_name
 ) -> consumer_group_pb2.ConsumerGroupDescribeResponse:
-    out = consumer_group_pb2.ConsumerGroupDescribeResponse(error_code=0)
-    for g in groups:
-        out.groups.append(
-            described_group_to_proto(g.description, name_of)
-            if g.description is not None
-            else described_group_error(g.group_id, g.error_code, g.error_message)
-        )
-    return out
+    described = consumer_group_pb2.ConsumerGroupDescribeResponse
+    return described(
+        error_code=0,
+        groups=[
+            described.DescribedGroup(
+                **codec.described_consumer_group(g, name_of, topic_id_to_bytes)
+            )
+            for g in groups
+        ],
+    )
+
+
+# ---------------------------------------------------------------- topic registry
 
 
 def new_topics_from_proto(req: admin_pb2.CreateTopicsRequest) -> list[NewTopic]:
@@ -250,49 +218,54 @@ def new_topics_from_proto(req: admin_pb2.CreateTopicsRequest) -> list[NewTopic]:
     ]
 
 
+def create_partitions_from_proto(req: admin_pb2.CreatePartitionsRequest) -> list[tuple[str, int]]:
+    return [(t.name, t.count) for t in req.topics]
+
+
+def delete_topics_from_proto(req: admin_pb2.DeleteTopicsRequest) -> list[str]:
+    return list(req.names)
+
+
+def nothing_from_proto(_req: Any) -> None:
+    """A request without fields (ListTopics)."""
+    return None
+
+
 def _tid(result: TopicResult) -> bytes:
     return topic_id_to_bytes(result.topic_id)
 
 
-def create_topics_to_proto(results: Iterable[TopicResult]) -> admin_pb2.CreateTopicsResponse:
-    out = admin_pb2.CreateTopicsResponse(error_code=0)
-    for r in results:
-        item = out.topics.add(
-            name=r.name,
-            topic_id=_tid(r),
-            error_code=int(r.error_code),
-            num_partitions=r.num_partitions,
-        )
-        if r.error_message is not None:
-            item.error_message = r.error_message
-    return out
+_admin = admin_pb2
 
 
-def create_partitions_to_proto(
-    results: Iterable[TopicResult],
-) -> admin_pb2.CreatePartitionsResponse:
-    out = admin_pb2.CreatePartitionsResponse(error_code=0)
-    for r in results:
-        item = out.results.add(name=r.name, error_code=int(r.error_code))
-        if r.error_message is not None:
-            item.error_message = r.error_message
-    return out
+def _created(r: TopicResult) -> admin_pb2.CreateTopicsResponse.CreatableTopicResult:
+    return _admin.CreateTopicsResponse.CreatableTopicResult(
+        name=r.name, topic_id=_tid(r), num_partitions=r.num_partitions, **codec.error_fields(r)
+    )
 
 
-def delete_topics_to_proto(results: Iterable[TopicResult]) -> admin_pb2.DeleteTopicsResponse:
-    out = admin_pb2.DeleteTopicsResponse(error_code=0)
-    for r in results:
-        item = out.results.add(name=r.name, topic_id=_tid(r), error_code=int(r.error_code))
-        if r.error_message is not None:
-            item.error_message = r.error_message
-    return out
+def _extended(r: TopicResult) -> admin_pb2.CreatePartitionsResponse.CreatePartitionsTopicResult:
+    return _admin.CreatePartitionsResponse.CreatePartitionsTopicResult(
+        name=r.name, **codec.error_fields(r)
+    )
 
 
-def list_topics_to_proto(results: Iterable[TopicResult]) -> admin_pb2.ListTopicsResponse:
-    out = admin_pb2.ListTopicsResponse(error_code=0)
-    for r in results:
-        out.topics.add(name=r.name, topic_id=_tid(r), num_partitions=r.num_partitions)
-    return out
+def _deleted(r: TopicResult) -> admin_pb2.DeleteTopicsResponse.DeletableTopicResult:
+    return _admin.DeleteTopicsResponse.DeletableTopicResult(
+        name=r.name, topic_id=_tid(r), **codec.error_fields(r)
+    )
+
+
+def _listed(r: TopicResult) -> admin_pb2.ListTopicsResponse.Topic:
+    return _admin.ListTopicsResponse.Topic(
+        name=r.name, topic_id=_tid(r), num_partitions=r.num_partitions
+    )
+
+
+create_topics_to_proto = _each(_admin.CreateTopicsResponse, "topics", _created)
+create_partitions_to_proto = _each(_admin.CreatePartitionsResponse, "results", _extended)
+delete_topics_to_proto = _each(_admin.DeleteTopicsResponse, "results", _deleted)
+list_topics_to_proto = _each(_admin.ListTopicsResponse, "topics", _listed)
 
 
 # ---------------------------------------------------------------- log offsets
@@ -316,15 +289,13 @@ def list_offsets_to_proto(answers: Iterable[LogOffset]) -> admin_pb2.ListOffsets
     for a in answers:
         if topic is None or topic.name != a.topic:
             topic = out.topics.add(name=a.topic)
-        item = topic.partitions.add(
+        topic.partitions.add(
             partition_index=a.partition,
-            error_code=a.error_code,
             timestamp=a.timestamp,
             offset=a.offset,
             leader_epoch=a.leader_epoch,
+            **codec.error_fields(a),
         )
-        if a.error_message is not None:
-            item.error_message = a.error_message
     return out
 
 
@@ -337,9 +308,7 @@ def describe_configs_from_proto(req: admin_pb2.DescribeConfigsRequest) -> Descri
             ConfigResource(
                 resource_type=r.resource_type,
                 resource_name=r.resource_name,
-                keys=tuple(r.configuration_keys.names)
-                if r.HasField("configuration_keys")
-                else None,
+                keys=_names(r, "configuration_keys"),
             )
             for r in req.resources
         ),
@@ -348,96 +317,56 @@ def describe_configs_from_proto(req: admin_pb2.DescribeConfigsRequest) -> Descri
     )
 
 
-def describe_configs_to_proto(
-    reply: Reply[list[ConfigResult]],
-) -> admin_pb2.DescribeConfigsResponse:
-    out = _top(admin_pb2.DescribeConfigsResponse, reply)
-    for r in reply.value or ():
-        result = out.results.add(
-            error_code=int(r.error_code),
-            resource_type=r.resource_type,
-            resource_name=r.resource_name,
-        )
-        if r.error_message is not None:
-            result.error_message = r.error_message
-        for c in r.configs:
-            item = result.configs.add(
-                name=c.name,
-                value=c.value,
-                read_only=c.read_only,
-                config_source=c.source,
-                is_sensitive=c.is_sensitive,
-                config_type=c.config_type,
-            )
-            for syn in c.synonyms:
-                item.synonyms.add(name=syn.name, value=syn.value, source=syn.source)
-            if c.documentation is not None:
-                item.documentation = c.documentation
-    return out
+def _config_result(r: ConfigResult) -> admin_pb2.DescribeConfigsResponse.Result:
+    return admin_pb2.DescribeConfigsResponse.Result(**codec.config_result(r))
+
+
+describe_configs_to_proto = _each_and_error(
+    admin_pb2.DescribeConfigsResponse, "results", _config_result
+)
 
 
 def alter_configs_from_proto(
     req: admin_pb2.IncrementalAlterConfigsRequest,
 ) -> IncrementalAlterConfigs:
-    return IncrementalAlterConfigs(
-        resources=tuple(
-            AlterResource(
-                resource_type=r.resource_type,
-                resource_name=r.resource_name,
-                configs=tuple(
-                    AlterConfig(
-                        name=c.name,
-                        operation=c.config_operation,
-                        value=c.value if c.HasField("value") else None,
-                    )
-                    for c in r.configs
-                ),
-            )
-            for r in req.resources
-        ),
-        validate_only=req.validate_only,
+    return codec.alter_configs(req, lambda c: _opt(c, "value"))
+
+
+def _alter_result(
+    r: AlterResult,
+) -> admin_pb2.IncrementalAlterConfigsResponse.AlterConfigsResourceResponse:
+    return admin_pb2.IncrementalAlterConfigsResponse.AlterConfigsResourceResponse(
+        **codec.resource_fields(r)
     )
 
 
-def alter_configs_to_proto(
-    reply: Reply[list[AlterResult]],
-) -> admin_pb2.IncrementalAlterConfigsResponse:
-    out = _top(admin_pb2.IncrementalAlterConfigsResponse, reply)
-    for r in reply.value or ():
-        item = out.responses.add(
-            error_code=int(r.error_code),
-            resource_type=r.resource_type,
-            resource_name=r.resource_name,
-        )
-        if r.error_message is not None:
-            item.error_message = r.error_message
-    return out
+alter_configs_to_proto = _each_and_error(
+    admin_pb2.IncrementalAlterConfigsResponse, "responses", _alter_result
+)
 
 
 # ---------------------------------------------------------------- groups
 
 
-def list_groups_to_proto(groups: Iterable[ListedGroup]) -> admin_pb2.ListGroupsResponse:
-    out = admin_pb2.ListGroupsResponse(error_code=0)
-    for g in groups:
-        out.groups.add(
-            group_id=g.group_id,
-            protocol_type=g.protocol_type,
-            group_state=g.group_state,
-            group_type=g.group_type,
-        )
-    return out
+def list_groups_from_proto(req: admin_pb2.ListGroupsRequest) -> tuple[list[str], list[str]]:
+    return list(req.states_filter), list(req.types_filter)
 
 
-def delete_groups_to_proto(
-    results: Iterable[tuple[str, ErrorCode, str | None]],
-) -> admin_pb2.DeleteGroupsResponse:
-    out = admin_pb2.DeleteGroupsResponse(error_code=0)
-    for group_id, code, message in results:
-        item = out.results.add(group_id=group_id, error_code=int(code))
-        if message is not None:
-            item.error_message = message
-    return out
+def _listed_group(g: ListedGroup) -> admin_pb2.ListGroupsResponse.ListedGroup:
+    return _admin.ListGroupsResponse.ListedGroup(**codec.listed_group(g))
+
+
+def _deleted_group(
+    result: tuple[str, ErrorCode, str | None],
+) -> admin_pb2.DeleteGroupsResponse.DeletableGroupResult:
+    group_id, code, message = result
+    return _admin.DeleteGroupsResponse.DeletableGroupResult(
+        group_id=group_id, error_code=int(code), error_message=message
+    )
+
+
+list_groups_to_proto = _each(_admin.ListGroupsResponse, "groups", _listed_group)
+delete_groups_to_proto = _each(_admin.DeleteGroupsResponse, "results", _deleted_group)
 
 
 # ---------------------------------------------------------------- offsets
@@ -455,13 +384,9 @@ def _topic_id_out(topic_id: str) -> bytes:
 def offset_commit_from_proto(req: offsets_pb2.OffsetCommitRequest) -> OffsetCommit:
     return OffsetCommit(
         group_id=req.group_id,
-        generation_id_or_member_epoch=(
-            req.generation_id_or_member_epoch
-            if req.HasField("generation_id_or_member_epoch")
-            else -1
-        ),
+        generation_id_or_member_epoch=_opt(req, "generation_id_or_member_epoch", -1),
         member_id=req.member_id,
-        group_instance_id=req.group_instance_id if req.HasField("group_instance_id") else None,
+        group_instance_id=_opt(req, "group_instance_id"),
         topics=tuple(
             OffsetCommitTopic(
                 name=t.name,
@@ -470,12 +395,8 @@ def offset_commit_from_proto(req: offsets_pb2.OffsetCommitRequest) -> OffsetComm
                     OffsetCommitPartition(
                         partition_index=p.partition_index,
                         committed_offset=p.committed_offset,
-                        committed_leader_epoch=(
-                            p.committed_leader_epoch if p.HasField("committed_leader_epoch") else -1
-                        ),
-                        committed_metadata=p.committed_metadata
-                        if p.HasField("committed_metadata")
-                        else None,
+                        committed_leader_epoch=_opt(p, "committed_leader_epoch", -1),
+                        committed_metadata=_opt(p, "committed_metadata"),
                     )
                     for p in t.partitions
                 ),
@@ -485,17 +406,27 @@ def offset_commit_from_proto(req: offsets_pb2.OffsetCommitRequest) -> OffsetComm
     )
 
 
+_Committed = offsets_pb2.OffsetCommitResponse
+
+
+def _partition_errors(partition_type: type[M], partitions: Iterable[Any]) -> list[M]:
+    """Partitions answered with an error each (OffsetCommit, OffsetDelete)."""
+    make: Any = partition_type
+    return [make(**codec.partition_error(p)) for p in partitions]
+
+
 def offset_commit_to_proto(resp: OffsetCommitResponse) -> offsets_pb2.OffsetCommitResponse:
-    out = offsets_pb2.OffsetCommitResponse(error_code=0)
-    for t in resp.topics:
-        topic = out.topics.add(name=t.name, topic_id=_topic_id_out(t.topic_id))
-        for p in t.partitions:
-            item = topic.partitions.add(
-                partition_index=p.partition_index, error_code=int(p.error_code)
+    return offsets_pb2.OffsetCommitResponse(
+        error_code=0,
+        topics=[
+            _Committed.Topic(
+                name=t.name,
+                topic_id=_topic_id_out(t.topic_id),
+                partitions=_partition_errors(_Committed.Partition, t.partitions),
             )
-            if p.error_message is not None:
-                item.error_message = p.error_message
-    return out
+            for t in resp.topics
+        ],
+    )
 
 
 def offset_commit_error(
@@ -503,21 +434,31 @@ def offset_commit_error(
 ) -> offsets_pb2.OffsetCommitResponse:
     """A group-level error on every partition of the request, as Kafka answers OffsetCommit
     (built from the request itself, so it also serves a request that does not convert)."""
-    out = offsets_pb2.OffsetCommitResponse(error_code=0)
-    for t in req.topics:
-        topic = out.topics.add(name=t.name, topic_id=t.topic_id)
-        for p in t.partitions:
-            item = topic.partitions.add(partition_index=p.partition_index, error_code=int(code))
-            if message is not None:
-                item.error_message = message
-    return out
+    return _Committed(
+        error_code=0,
+        topics=[
+            _Committed.Topic(
+                name=t.name,
+                topic_id=t.topic_id,
+                partitions=[
+                    _Committed.Partition(
+                        partition_index=p.partition_index,
+                        error_code=int(code),
+                        error_message=message,
+                    )
+                    for p in t.partitions
+                ],
+            )
+            for t in req.topics
+        ],
+    )
 
 
 def offset_fetch_group_from_proto(g: offsets_pb2.OffsetFetchRequest.Group) -> OffsetFetchGroup:
     return OffsetFetchGroup(
         group_id=g.group_id,
-        member_id=g.member_id if g.HasField("member_id") else None,
-        member_epoch=g.member_epoch if g.HasField("member_epoch") else -1,
+        member_id=_opt(g, "member_id"),
+        member_epoch=_opt(g, "member_epoch", -1),
         topics=(
             tuple(
                 OffsetFetchTopic(
@@ -536,45 +477,39 @@ def offset_fetch_group_from_proto(g: offsets_pb2.OffsetFetchRequest.Group) -> Of
 def offset_fetch_group_to_proto(
     resp: OffsetFetchGroupResponse,
 ) -> offsets_pb2.OffsetFetchResponse.Group:
-    out = offsets_pb2.OffsetFetchResponse.Group(
-        group_id=resp.group_id, error_code=int(resp.error_code)
-    )
-    if resp.error_message is not None:
-        out.error_message = resp.error_message
-    for t in resp.topics:
-        topic = out.topics.add(name=t.name, topic_id=_topic_id_out(t.topic_id))
-        for p in t.partitions:
-            item = topic.partitions.add(
-                partition_index=p.partition_index,
-                committed_offset=p.committed_offset,
-                committed_leader_epoch=p.committed_leader_epoch,
-                error_code=int(p.error_code),
+    fetched = offsets_pb2.OffsetFetchResponse
+    return fetched.Group(
+        group_id=resp.group_id,
+        **codec.error_fields(resp),
+        topics=[
+            fetched.Topic(
+                name=t.name,
+                topic_id=_topic_id_out(t.topic_id),
+                partitions=[fetched.Partition(**codec.fetched_partition(p)) for p in t.partitions],
             )
-            if p.metadata is not None:
-                item.metadata = p.metadata
-    return out
+            for t in resp.topics
+        ],
+    )
 
 
-def offset_fetch_group_error(
-    group_id: str, code: ErrorCode, message: str | None
-) -> offsets_pb2.OffsetFetchResponse.Group:
-    out = offsets_pb2.OffsetFetchResponse.Group(group_id=group_id, error_code=int(code))
-    if message is not None:
-        out.error_message = message
-    return out
+def offset_delete_from_proto(
+    req: offsets_pb2.OffsetDeleteRequest,
+) -> tuple[str, list[tuple[str, list[int]]]]:
+    """(group id, [(topic name, partitions)])."""
+    return req.group_id, [(t.name, list(t.partition_indexes)) for t in req.topics]
 
 
 def offset_delete_to_proto(resp: OffsetDeleteResponse) -> offsets_pb2.OffsetDeleteResponse:
-    out = offsets_pb2.OffsetDeleteResponse(error_code=0)
-    for t in resp.topics:
-        topic = out.topics.add(name=t.name)
-        for p in t.partitions:
-            item = topic.partitions.add(
-                partition_index=p.partition_index, error_code=int(p.error_code)
+    deleted = offsets_pb2.OffsetDeleteResponse
+    return deleted(
+        error_code=0,
+        topics=[
+            deleted.Topic(
+                name=t.name, partitions=_partition_errors(deleted.Partition, t.partitions)
             )
-            if p.error_message is not None:
-                item.error_message = p.error_message
-    return out
+            for t in resp.topics
+        ],
+    )
 
 
 def offset_fetch_from_proto(
@@ -592,20 +527,12 @@ def offset_fetch_from_proto(
     return out
 
 
-def offset_fetch_to_proto(
-    groups: Iterable[OffsetFetchGroupResponse],
-) -> offsets_pb2.OffsetFetchResponse:
-    out = offsets_pb2.OffsetFetchResponse(error_code=0)
-    for g in groups:
-        out.groups.append(offset_fetch_group_to_proto(g))
-    return out
+offset_fetch_to_proto = _each(
+    offsets_pb2.OffsetFetchResponse, "groups", offset_fetch_group_to_proto
+)
 
 
 # ---------------------------------------------------------------- classic groups (the bridge)
-
-
-def _opt(msg: Any, field: str) -> Any:
-    return getattr(msg, field) if msg.HasField(field) else None
 
 
 def find_coordinator_from_proto(
@@ -614,17 +541,13 @@ def find_coordinator_from_proto(
     return req.key_type, list(req.coordinator_keys)
 
 
-def find_coordinator_to_proto(
-    reply: Reply[list[Coordinator]],
-) -> classic_group_pb2.FindCoordinatorResponse:
-    out = _top(classic_group_pb2.FindCoordinatorResponse, reply)
-    for c in reply.value or ():
-        item = out.coordinators.add(
-            key=c.key, node_id=c.node_id, host=c.host, port=c.port, error_code=int(c.error_code)
-        )
-        if c.error_message is not None:
-            item.error_message = c.error_message
-    return out
+def _coordinator(c: Coordinator) -> classic_group_pb2.FindCoordinatorResponse.Coordinator:
+    return classic_group_pb2.FindCoordinatorResponse.Coordinator(**codec.coordinator(c))
+
+
+find_coordinator_to_proto = _each_and_error(
+    classic_group_pb2.FindCoordinatorResponse, "coordinators", _coordinator
+)
 
 
 def join_from_proto(
@@ -633,9 +556,7 @@ def join_from_proto(
     return bridge.JoinGroup(
         group_id=req.group_id,
         session_timeout_ms=req.session_timeout_ms,
-        rebalance_timeout_ms=req.rebalance_timeout_ms
-        if req.HasField("rebalance_timeout_ms")
-        else -1,
+        rebalance_timeout_ms=_opt(req, "rebalance_timeout_ms", -1),
         member_id=req.member_id,
         group_instance_id=_opt(req, "group_instance_id"),
         protocol_type=req.protocol_type,
@@ -647,32 +568,24 @@ def join_from_proto(
 
 
 def join_to_proto(resp: bridge.JoinGroupResponse) -> classic_group_pb2.JoinGroupResponse:
-    out = classic_group_pb2.JoinGroupResponse(
-        error_code=int(resp.error_code),
-        generation_id=resp.generation_id,
-        leader=resp.leader,
-        skip_assignment=resp.skip_assignment,
-        member_id=resp.member_id,
-    )
-    if resp.error_message is not None:
-        out.error_message = resp.error_message
-    if resp.protocol_type is not None:
-        out.protocol_type = resp.protocol_type
-    if resp.protocol_name is not None:
-        out.protocol_name = resp.protocol_name
-    for x in resp.members:
-        item = out.members.add(member_id=x.member_id, metadata=x.metadata)
-        if x.group_instance_id is not None:
-            item.group_instance_id = x.group_instance_id
-    return out
+    return classic_group_pb2.JoinGroupResponse(**codec.joined(resp))
+
+
+def _classic_member(
+    req: classic_group_pb2.SyncGroupRequest | classic_group_pb2.HeartbeatRequest,
+) -> dict[str, Any]:
+    """Who sends a SyncGroup or Heartbeat: the group, generation and member."""
+    return {
+        "group_id": req.group_id,
+        "generation_id": req.generation_id,
+        "member_id": req.member_id,
+        "group_instance_id": _opt(req, "group_instance_id"),
+    }
 
 
 def sync_from_proto(req: classic_group_pb2.SyncGroupRequest) -> bridge.SyncGroup:
     return bridge.SyncGroup(
-        group_id=req.group_id,
-        generation_id=req.generation_id,
-        member_id=req.member_id,
-        group_instance_id=_opt(req, "group_instance_id"),
+        **_classic_member(req),
         protocol_type=_opt(req, "protocol_type"),
         protocol_name=_opt(req, "protocol_name"),
         assignments=tuple((a.member_id, bytes(a.assignment)) for a in req.assignments),
@@ -680,33 +593,17 @@ def sync_from_proto(req: classic_group_pb2.SyncGroupRequest) -> bridge.SyncGroup
 
 
 def sync_to_proto(resp: bridge.SyncGroupResponse) -> classic_group_pb2.SyncGroupResponse:
-    out = classic_group_pb2.SyncGroupResponse(
-        error_code=int(resp.error_code), assignment=resp.assignment
-    )
-    if resp.error_message is not None:
-        out.error_message = resp.error_message
-    if resp.protocol_type is not None:
-        out.protocol_type = resp.protocol_type
-    if resp.protocol_name is not None:
-        out.protocol_name = resp.protocol_name
-    return out
+    return classic_group_pb2.SyncGroupResponse(**codec.synced(resp))
 
 
 def classic_heartbeat_from_proto(req: classic_group_pb2.HeartbeatRequest) -> bridge.Heartbeat:
-    return bridge.Heartbeat(
-        group_id=req.group_id,
-        generation_id=req.generation_id,
-        member_id=req.member_id,
-        group_instance_id=_opt(req, "group_instance_id"),
-    )
+    return bridge.Heartbeat(**_classic_member(req))
 
 
 def classic_heartbeat_to_proto(
     resp: bridge.HeartbeatResponse,
 ) -> classic_group_pb2.HeartbeatResponse:
-    return with_error(
-        classic_group_pb2.HeartbeatResponse, ErrorCode(resp.error_code), resp.error_message
-    )
+    return classic_group_pb2.HeartbeatResponse(**codec.error_fields(resp))
 
 
 def leave_from_proto(req: classic_group_pb2.LeaveGroupRequest) -> bridge.LeaveGroup:
@@ -724,66 +621,31 @@ def leave_from_proto(req: classic_group_pb2.LeaveGroupRequest) -> bridge.LeaveGr
 
 
 def leave_to_proto(resp: bridge.LeaveGroupResponse) -> classic_group_pb2.LeaveGroupResponse:
-    out = classic_group_pb2.LeaveGroupResponse(error_code=int(resp.error_code))
-    if resp.error_message is not None:
-        out.error_message = resp.error_message
-    for x in resp.members:
-        item = out.members.add(member_id=x.member_id, error_code=int(x.error_code))
-        if x.group_instance_id is not None:
-            item.group_instance_id = x.group_instance_id
-        if x.error_message is not None:
-            item.error_message = x.error_message
-    return out
+    return classic_group_pb2.LeaveGroupResponse(**codec.left(resp))
 
 
-_Classic = classic_group_pb2.DescribeGroupsResponse.DescribedGroup
-
-
-def classic_described_group_to_proto(g: bridge.DescribedGroup) -> _Classic:
-    out = _Classic(
-        error_code=int(g.error_code),
-        group_id=g.group_id,
-        group_state=g.group_state,
-        protocol_type=g.protocol_type,
-        protocol_data=g.protocol_data,
-        authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
+def classic_described_group_to_proto(
+    g: bridge.DescribedGroup,
+) -> classic_group_pb2.DescribeGroupsResponse.DescribedGroup:
+    return classic_group_pb2.DescribeGroupsResponse.DescribedGroup(
+        **codec.described_classic_group(g)
     )
-    if g.error_message is not None:
-        out.error_message = g.error_message
-    for x in g.members:
-        item = out.members.add(
-            member_id=x.member_id,
-            client_id=x.client_id,
-            client_host=x.client_host,
-            member_metadata=x.member_metadata,
-            member_assignment=x.member_assignment,
-        )
-        if x.group_instance_id is not None:
-            item.group_instance_id = x.group_instance_id
-    return out
 
 
-def describe_groups_to_proto(
-    groups: Iterable[bridge.DescribedGroup],
-) -> classic_group_pb2.DescribeGroupsResponse:
-    out = classic_group_pb2.DescribeGroupsResponse(error_code=0)
-    for g in groups:
-        out.groups.append(classic_described_group_to_proto(g))
-    return out
+describe_groups_to_proto = _each(
+    classic_group_pb2.DescribeGroupsResponse, "groups", classic_described_group_to_proto
+)
 
 
 def watch_event_to_proto(
-    event: WatchEvent, name_of: NameOf = _no_name
+    event: WatchEvent, name_of: codec.NameOf = _no_name
 ) -> consumer_group_pb2.ConsumerGroupWatchResponse:
     """One message of the push stream (ConsumerGroupWatch)."""
-    out = consumer_group_pb2.ConsumerGroupWatchResponse(
-        error_code=int(event.error_code),
+    return consumer_group_pb2.ConsumerGroupWatchResponse(
+        **codec.error_fields(event),
         member_epoch=event.member_epoch,
         group_epoch=event.group_epoch,
         assignment_epoch=event.assignment_epoch,
         target_topic_partitions=assignment_to_proto(event.target, name_of),
         released_topic_partitions=assignment_to_proto(event.released, name_of),
     )
-    if event.error_message is not None:
-        out.error_message = event.error_message
-    return out

@@ -41,7 +41,7 @@ import os
 import socket
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Sequence
 from typing import Any, cast
 
 import grpc
@@ -377,35 +377,25 @@ class Dispatcher:
                 conn, call_id, path, method(request, ForwardedContext(metadata, peer))
             )
             return
-        try:
+
+        async def call() -> bytes:
             response = await method(request, ForwardedContext(metadata, peer, received))
-        except AbortCall as exc:
-            conn.send((REPLY, call_id, exc.code.value[0], exc.details, b""))
-        except Exception:
-            log.exception("Unexpected error in forwarded call %s", path)
-            conn.send(
-                (REPLY, call_id, grpc.StatusCode.UNKNOWN.value[0], "Unexpected server error.", b"")
-            )
-        else:
-            conn.send((REPLY, call_id, 0, "", response.SerializeToString()))
+            return response.SerializeToString()
+
+        await _answer(conn, call_id, f"call {path}", call())
 
     async def _stream(
         self, conn: FrameConnection, call_id: int, path: str, items: AsyncIterator[Any]
     ) -> None:
-        try:
+        async def stream() -> bytes:
             async for item in items:
                 conn.send((ITEM, call_id, item.SerializeToString()))
+            return b""
+
+        try:
+            await _answer(conn, call_id, f"stream {path}", stream())
         except asyncio.CancelledError:
             return  # cancelled by the front end: its client is gone, nobody to answer
-        except AbortCall as exc:
-            conn.send((REPLY, call_id, exc.code.value[0], exc.details, b""))
-        except Exception:
-            log.exception("Unexpected error in forwarded stream %s", path)
-            conn.send(
-                (REPLY, call_id, grpc.StatusCode.UNKNOWN.value[0], "Unexpected server error.", b"")
-            )
-        else:
-            conn.send((REPLY, call_id, 0, "", b""))
 
     async def drain(self) -> None:
         if self._tasks:
@@ -648,3 +638,21 @@ def set_parent_death_signal(parent_pid: int) -> None:
         pass
     if os.getppid() != parent_pid:  # the parent is already gone
         os._exit(1)
+
+
+async def _answer(
+    conn: FrameConnection, call_id: int, what: str, run: Coroutine[Any, Any, bytes]
+) -> None:
+    """Runs a forwarded call and sends its REPLY frame: OK with what ``run`` returns, the
+    status it aborted with, or UNKNOWN for a bug (logged with its traceback)."""
+    try:
+        payload = await run
+    except AbortCall as exc:
+        conn.send((REPLY, call_id, exc.code.value[0], exc.details, b""))
+    except Exception:
+        log.exception("Unexpected error in forwarded %s", what)
+        conn.send(
+            (REPLY, call_id, grpc.StatusCode.UNKNOWN.value[0], "Unexpected server error.", b"")
+        )
+    else:
+        conn.send((REPLY, call_id, 0, "", payload))

@@ -71,22 +71,24 @@ class FrontEndServer:
         add_raw_handlers(self.server, served, self._forwarder)
         add_health_and_reflection(self.server, self.health, self.service_names)
 
+    async def _connection(self, context: grpc.aio.ServicerContext) -> FrameConnection:
+        """The connection to the coordinator (the call ends UNAVAILABLE while it shuts down)."""
+        conn = self.conn
+        if conn is None or conn.closed:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "The coordinator is shutting down.")
+        return conn
+
     def _forwarder(self, path: str) -> Any:
         if path in self.streaming:
             return self._stream_forwarder(path)
 
         async def forward(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
-            conn = self.conn
-            if conn is None or conn.closed:
-                await context.abort(
-                    grpc.StatusCode.UNAVAILABLE, "The coordinator is shutting down."
-                )
+            conn = await self._connection(context)
             call_id = next(self.ids)
             fut: asyncio.Future[tuple[int, str, bytes]] = asyncio.get_running_loop().create_future()
             self.calls[call_id] = fut
-            metadata = tuple((k, v) for k, v in (context.invocation_metadata() or ()))
             received = time.monotonic()  # the coordinator's latency metrics start here
-            conn.send((CALL, call_id, path, request, metadata, context.peer() or "", received))
+            conn.send((CALL, call_id, path, request, *_caller(context), received))
             try:
                 status, details, payload = await fut
             finally:
@@ -102,16 +104,11 @@ class FrontEndServer:
         a client that goes away is a CANCEL to the coordinator."""
 
         async def forward(request: bytes, context: grpc.aio.ServicerContext) -> Any:
-            conn = self.conn
-            if conn is None or conn.closed:
-                await context.abort(
-                    grpc.StatusCode.UNAVAILABLE, "The coordinator is shutting down."
-                )
+            conn = await self._connection(context)
             call_id = next(self.ids)
             queue: asyncio.Queue[tuple[Any, ...]] = asyncio.Queue()
             self.streams[call_id] = queue
-            metadata = tuple((k, v) for k, v in (context.invocation_metadata() or ()))
-            conn.send((CALL, call_id, path, request, metadata, context.peer() or ""))
+            conn.send((CALL, call_id, path, request, *_caller(context)))
             finished = False
             try:
                 while True:
@@ -182,6 +179,12 @@ class FrontEndServer:
 
 async def _serve(args: argparse.Namespace) -> int:
     return await FrontEndServer(args).run()  # built inside the loop: grpc.aio binds to it
+
+
+def _caller(context: grpc.aio.ServicerContext) -> tuple[tuple[tuple[str, Any], ...], str]:
+    """What a CALL frame carries of its caller: the call's metadata and the peer address."""
+    metadata = tuple((k, v) for k, v in (context.invocation_metadata() or ()))
+    return metadata, context.peer() or ""
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from typing import Any, Protocol, TypeVar
 
 from coordinator.core.commands import ConsumerGroupHeartbeat, ConsumerGroupHeartbeatResponse
@@ -59,6 +59,7 @@ from .api import (
     KAFKA_GROUP_RESOURCE,
     OP_DELETE,
     OP_SET,
+    AlterResource,
     AlterResult,
     Caller,
     ConfigEntry,
@@ -89,6 +90,9 @@ log = logging.getLogger("kip848.server")
 S = TypeVar("S", bound="CoordinatorService")
 Q = TypeVar("Q")
 R = TypeVar("R")
+K = TypeVar("K")
+V = TypeVar("V")
+RES = TypeVar("RES", ConfigResult, AlterResult)
 
 GROUP_KEY_TYPE = 0
 SHUTTING_DOWN = "The coordinator is shutting down."
@@ -170,63 +174,100 @@ class _Err(CoordinatorError):
         self.message = message  # type: ignore[assignment]
 
 
-def _per_group(
-    make: Callable[[str, ErrorCode, str | None], Any],
-) -> Callable[[Sequence[str], ErrorCode, str | None], Reply[Any]]:
-    """Error shape of a multi-group RPC: the error on every group (Kafka has no top-level
-    error there); also the top-level error for a codec that has one."""
+def _on_each(
+    keys: Callable[[Any], Iterable[K]], error: Callable[[K, ErrorCode, str | None], Any]
+) -> ErrorShape:
+    """Error shape of an RPC that answers per group or per resource: ``error(key, code, text)``
+    for every key of the request (Kafka has no top-level error there); also the top-level
+    error, for a codec that has one."""
 
-    def shape(group_ids: Sequence[str], code: ErrorCode, text: str | None) -> Reply[Any]:
+    def shape(req: Any, code: ErrorCode, text: str | None) -> Reply[Any]:
         return Reply(
-            value=[make(g, code, text) for g in group_ids], error_code=code, error_message=text
+            value=[error(k, code, text) for k in keys(req)], error_code=code, error_message=text
         )
 
     return shape
 
 
-def _fetch_errors(
-    groups: Sequence[OffsetFetchGroup | GroupError], code: ErrorCode, text: str | None
-) -> Reply[Any]:
-    return Reply(
-        value=[
-            OffsetFetchGroupResponse(group_id=g.group_id, error_code=code, error_message=text)
-            for g in groups
-        ],
-        error_code=code,
-        error_message=text,
-    )
+def _resources(req: DescribeConfigs | IncrementalAlterConfigs) -> Sequence[Any]:
+    return req.resources
 
 
-def _config_errors(req: DescribeConfigs, code: ErrorCode, text: str | None) -> Reply[Any]:
-    return Reply(
-        value=[
-            ConfigResult(
-                resource_type=r.resource_type,
-                resource_name=r.resource_name,
-                error_code=code,
-                error_message=text,
-            )
-            for r in req.resources
-        ],
-        error_code=code,
-        error_message=text,
-    )
+def _described_error(group_id: str, code: ErrorCode, text: str | None) -> DescribedConsumerGroup:
+    return DescribedConsumerGroup(group_id=group_id, error_code=code, error_message=text)
 
 
-def _alter_errors(req: IncrementalAlterConfigs, code: ErrorCode, text: str | None) -> Reply[Any]:
-    return Reply(
-        value=[
-            AlterResult(
-                resource_type=r.resource_type,
-                resource_name=r.resource_name,
-                error_code=code,
-                error_message=text,
-            )
-            for r in req.resources
-        ],
-        error_code=code,
-        error_message=text,
-    )
+def _fetch_error(
+    group: OffsetFetchGroup | GroupError, code: ErrorCode, text: str | None
+) -> OffsetFetchGroupResponse:
+    return OffsetFetchGroupResponse(group_id=group.group_id, error_code=code, error_message=text)
+
+
+def _not_deleted(
+    group_id: str, code: ErrorCode, text: str | None
+) -> tuple[str, ErrorCode, str | None]:
+    return group_id, code, text
+
+
+def _resource_error(
+    result: type[RES],
+) -> Callable[[ConfigResource | AlterResource, ErrorCode, str | None], RES]:
+    """The answer of one resource of DescribeConfigs or IncrementalAlterConfigs: an error."""
+
+    def error(res: ConfigResource | AlterResource, code: ErrorCode, text: str | None) -> RES:
+        return result(
+            resource_type=res.resource_type,
+            resource_name=res.resource_name,
+            error_code=code,
+            error_message=text,
+        )
+
+    return error
+
+
+_config_error = _resource_error(ConfigResult)
+_alter_error = _resource_error(AlterResult)
+
+
+def _classic_described_error(group_id: str, code: ErrorCode, text: str | None) -> m.DescribedGroup:
+    return m.DescribedGroup(group_id=group_id, error_code=int(code), error_message=text)
+
+
+async def _each(
+    items: Iterable[K],
+    answer: Callable[[K], Awaitable[V]],
+    error: Callable[[K, ErrorCode, str | None], V],
+) -> list[V]:
+    """``answer(item)`` for each item, in order; a protocol error answers its item only."""
+    out = []
+    for item in items:
+        try:
+            out.append(await answer(item))
+        except CoordinatorError as exc:
+            out.append(error(item, exc.code, exc.message))
+    return out
+
+
+async def _batched(
+    items: Iterable[K],
+    check: Callable[[K], None],
+    answer: Callable[[list[K]], Awaitable[Iterable[V]]],
+    error: Callable[[K, ErrorCode, str | None], V],
+) -> list[V]:
+    """The items ``check`` passes, answered by one call of ``answer`` (one answer each, in
+    order); an item ``check`` refuses is answered by its error, in its place."""
+    answers: list[V | None] = []
+    valid = []
+    for item in items:
+        try:
+            check(item)
+        except CoordinatorError as exc:
+            answers.append(error(item, exc.code, exc.message))
+            continue
+        valid.append(item)
+        answers.append(None)
+    answered = iter(await answer(valid))
+    return [a if a is not None else next(answered) for a in answers]
 
 
 def _join_error(req: m.JoinGroup, code: ErrorCode, text: str | None) -> m.JoinGroupResponse:
@@ -341,31 +382,19 @@ class CoordinatorService:
                 await waiting
         return Reply(value=await self.runtime.heartbeat(req))
 
-    @rpc(
-        _per_group(
-            lambda g, code, text: DescribedConsumerGroup(
-                group_id=g, error_code=code, error_message=text
-            )
-        )
-    )
+    @rpc(_on_each(list, _described_error))
     async def consumer_group_describe(
         self, group_ids: Sequence[str], caller: Caller
     ) -> Reply[list[DescribedConsumerGroup]]:
         self.limits.groups(len(group_ids))
-        out = []
-        for group_id in group_ids:
-            try:
-                check_group_id(group_id)
-                self.limits.group_id(group_id)
-                desc = await self.runtime.describe_group(group_id)
-                out.append(DescribedConsumerGroup(group_id=group_id, description=desc))
-            except CoordinatorError as exc:
-                out.append(
-                    DescribedConsumerGroup(
-                        group_id=group_id, error_code=exc.code, error_message=exc.message
-                    )
-                )
-        return Reply(value=out)
+
+        async def describe(group_id: str) -> DescribedConsumerGroup:
+            check_group_id(group_id)
+            self.limits.group_id(group_id)
+            desc = await self.runtime.describe_group(group_id)
+            return DescribedConsumerGroup(group_id=group_id, description=desc)
+
+        return Reply(value=await _each(group_ids, describe, _described_error))
 
     # ------------------------------------------------------------ offsets
 
@@ -377,30 +406,26 @@ class CoordinatorService:
             return Reply(value=await self.runtime.offset_commit(req, legacy_version=True))
         return Reply(value=await self.runtime.offset_commit(req))
 
-    @rpc(_fetch_errors)
+    @rpc(_on_each(list, _fetch_error))
     async def offset_fetch(
         self, groups: Sequence[OffsetFetchGroup | GroupError], caller: Caller
     ) -> Reply[list[OffsetFetchGroupResponse]]:
         self.limits.offset_fetch(groups)
-        answers: list[OffsetFetchGroupResponse | None] = []
-        valid = []
-        for g in groups:
-            if isinstance(g, GroupError):
-                answers.append(
-                    OffsetFetchGroupResponse(
-                        group_id=g.group_id, error_code=g.error_code, error_message=g.error_message
-                    )
-                )
-                continue
-            try:
-                check_group_id(g.group_id)
-                self.limits.group_id(g.group_id)
-                valid.append(g)
-                answers.append(None)
-            except CoordinatorError as exc:
-                answers.append(_fetch_error(g.group_id, exc))
-        fetched = iter(await self.runtime.offset_fetch(valid))
-        return Reply(value=[a if a is not None else next(fetched) for a in answers])
+
+        def check(g: OffsetFetchGroup | GroupError) -> None:
+            if isinstance(g, GroupError):  # its part of the request did not decode
+                raise _Err(g.error_code, g.error_message)
+            check_group_id(g.group_id)
+            self.limits.group_id(g.group_id)
+
+        async def fetch(
+            valid: list[OffsetFetchGroup | GroupError],
+        ) -> list[OffsetFetchGroupResponse]:
+            return await self.runtime.offset_fetch(
+                [g for g in valid if isinstance(g, OffsetFetchGroup)]
+            )
+
+        return Reply(value=await _batched(groups, check, fetch, _fetch_error))
 
     @rpc(_reply)
     async def offset_delete(
@@ -423,97 +448,69 @@ class CoordinatorService:
         self.limits.count("state and type filters", len(states) + len(types), 64, "a fixed limit")
         return Reply(value=await self.runtime.list_groups(list(states), list(types)))
 
-    @rpc(_per_group(lambda g, code, text: (g, code, text)))
+    @rpc(_on_each(list, _not_deleted))
     async def delete_groups(
         self, group_ids: Sequence[str], caller: Caller
     ) -> Reply[list[tuple[str, ErrorCode, str | None]]]:
         self.limits.groups(len(group_ids))
-        results: list[tuple[str, ErrorCode, str | None] | None] = []
-        valid = []
-        for gid in group_ids:
-            try:
-                if not gid.strip():
-                    raise InvalidGroupIdError("Group id can't be empty.")
-                self.limits.group_id(gid)
-            except CoordinatorError as exc:
-                results.append((gid, exc.code, exc.message))
-                continue
-            valid.append(gid)
-            results.append(None)
-        deleted = iter(await self.runtime.delete_groups(valid))
-        return Reply(value=[r if r is not None else next(deleted) for r in results])
 
-    @rpc(_config_errors)
+        def check(group_id: str) -> None:
+            check_group_id(group_id)
+            self.limits.group_id(group_id)
+
+        return Reply(
+            value=await _batched(group_ids, check, self.runtime.delete_groups, _not_deleted)
+        )
+
+    @rpc(_on_each(_resources, _config_error))
     async def describe_configs(
         self, req: DescribeConfigs, caller: Caller
     ) -> Reply[list[ConfigResult]]:
         self.limits.groups(len(req.resources))
-        out = []
-        for res in req.resources:
-            try:
-                _check_config_resource(res.resource_type, res.resource_name)
-                self.limits.identifier("The group name", res.resource_name)
-                configs, overrides = await self.runtime.describe_group_config(res.resource_name)
-                out.append(
-                    _config_result(
-                        res, configs, overrides, req.include_synonyms, req.include_documentation
-                    )
-                )
-            except CoordinatorError as exc:
-                out.append(
-                    ConfigResult(
-                        resource_type=res.resource_type,
-                        resource_name=res.resource_name,
-                        error_code=exc.code,
-                        error_message=exc.message,
-                    )
-                )
-        return Reply(value=out)
 
-    @rpc(_alter_errors)
+        async def describe(res: ConfigResource) -> ConfigResult:
+            _check_config_resource(res.resource_type, res.resource_name)
+            self.limits.identifier("The group name", res.resource_name)
+            configs, overrides = await self.runtime.describe_group_config(res.resource_name)
+            return _config_result(
+                res, configs, overrides, req.include_synonyms, req.include_documentation
+            )
+
+        return Reply(value=await _each(req.resources, describe, _config_error))
+
+    @rpc(_on_each(_resources, _alter_error))
     async def incremental_alter_configs(
         self, req: IncrementalAlterConfigs, caller: Caller
     ) -> Reply[list[AlterResult]]:
         self.limits.groups(len(req.resources))
-        out = []
         seen = [(res.resource_type, res.resource_name) for res in req.resources]
-        for res in req.resources:
-            try:
-                _check_config_resource(res.resource_type, res.resource_name)
-                self.limits.identifier("The group name", res.resource_name)
-                if seen.count((res.resource_type, res.resource_name)) > 1:
-                    raise InvalidRequestError("Each resource must appear at most once.")
-                names = [c.name for c in res.configs]
-                if len(set(names)) != len(names):
-                    raise InvalidRequestError("Error due to duplicate config keys.")
-                changes: dict[str, str | None] = {}
-                for c in res.configs:
-                    if c.operation == OP_SET:
-                        if c.value is None:
-                            raise InvalidRequestError(f"Config {c.name}: SET needs a value.")
-                        changes[c.name] = c.value
-                    elif c.operation == OP_DELETE:
-                        changes[c.name] = None
-                    else:
-                        raise InvalidRequestError(
-                            f"Config {c.name}: operation {c.operation} is not supported for GROUP configs."
-                        )
-                await self.runtime.alter_group_configs(
-                    res.resource_name, changes, validate_only=req.validate_only
-                )
-                out.append(
-                    AlterResult(resource_type=res.resource_type, resource_name=res.resource_name)
-                )
-            except CoordinatorError as exc:
-                out.append(
-                    AlterResult(
-                        resource_type=res.resource_type,
-                        resource_name=res.resource_name,
-                        error_code=exc.code,
-                        error_message=exc.message,
+
+        async def alter(res: AlterResource) -> AlterResult:
+            _check_config_resource(res.resource_type, res.resource_name)
+            self.limits.identifier("The group name", res.resource_name)
+            if seen.count((res.resource_type, res.resource_name)) > 1:
+                raise InvalidRequestError("Each resource must appear at most once.")
+            names = [c.name for c in res.configs]
+            if len(set(names)) != len(names):
+                raise InvalidRequestError("Error due to duplicate config keys.")
+            changes: dict[str, str | None] = {}
+            for c in res.configs:
+                if c.operation == OP_SET:
+                    if c.value is None:
+                        raise InvalidRequestError(f"Config {c.name}: SET needs a value.")
+                    changes[c.name] = c.value
+                elif c.operation == OP_DELETE:
+                    changes[c.name] = None
+                else:
+                    raise InvalidRequestError(
+                        f"Config {c.name}: operation {c.operation} is not supported for GROUP configs."
                     )
-                )
-        return Reply(value=out)
+            await self.runtime.alter_group_configs(
+                res.resource_name, changes, validate_only=req.validate_only
+            )
+            return AlterResult(resource_type=res.resource_type, resource_name=res.resource_name)
+
+        return Reply(value=await _each(req.resources, alter, _alter_error))
 
     # ------------------------------------------------------------ topic registry
 
@@ -632,34 +629,22 @@ class CoordinatorService:
         _check_classic_group_id(req.group_id)
         return await self.runtime.classic_leave(req)
 
-    @rpc(
-        _per_group(
-            lambda g, code, text: m.DescribedGroup(
-                group_id=g, error_code=int(code), error_message=text
-            )
-        )
-    )
+    @rpc(_on_each(list, _classic_described_error))
     async def describe_groups(
         self, group_ids: Sequence[str], caller: Caller
     ) -> Reply[list[m.DescribedGroup]]:
         self.limits.groups(len(group_ids))
-        out: list[m.DescribedGroup] = []
         old = caller.version_below(DESCRIBE_GROUP_NOT_FOUND_VERSION)
-        for group_id in group_ids:
-            try:
-                _check_classic_group_id(group_id)
-                self.limits.group_id(group_id)
-                for g in await self.runtime.describe_classic_groups([group_id]):
-                    if old and g.error_code == ErrorCode.GROUP_ID_NOT_FOUND:
-                        g = m.DescribedGroup(group_id=group_id, group_state="Dead")
-                    out.append(g)
-            except CoordinatorError as exc:
-                out.append(
-                    m.DescribedGroup(
-                        group_id=group_id, error_code=int(exc.code), error_message=exc.message
-                    )
-                )
-        return Reply(value=out)
+
+        async def describe(group_id: str) -> m.DescribedGroup:
+            _check_classic_group_id(group_id)
+            self.limits.group_id(group_id)
+            (g,) = await self.runtime.describe_classic_groups([group_id])  # one per group id
+            if old and g.error_code == ErrorCode.GROUP_ID_NOT_FOUND:
+                return m.DescribedGroup(group_id=group_id, group_state="Dead")
+            return g
+
+        return Reply(value=await _each(group_ids, describe, _classic_described_error))
 
     # ------------------------------------------------------------ testing
 
@@ -683,12 +668,6 @@ def _with_member_id(req: m.JoinGroup, member_id: str) -> m.JoinGroup:
     from dataclasses import replace
 
     return replace(req, member_id=member_id)
-
-
-def _fetch_error(group_id: str, exc: CoordinatorError) -> OffsetFetchGroupResponse:
-    return OffsetFetchGroupResponse(
-        group_id=group_id, error_code=exc.code, error_message=exc.message
-    )
 
 
 def _check_config_resource(resource_type: int, name: str) -> None:

@@ -10,8 +10,10 @@ down, calls get the gRPC status UNAVAILABLE (``Caller.abort_when_closing``).
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from types import ModuleType
 from typing import Any
 
 import grpc
@@ -68,16 +70,25 @@ def client_host_of(context: grpc.aio.ServicerContext) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Rpc:
-    """One gRPC method: ``decode(request, caller)`` -> service request; the service method's
-    name; ``encode(response, service)`` -> proto response; ``undecodable(request, code, text)``
-    answers a request that does not convert (default: a top-level error)."""
+    """One gRPC method, a row of a service's table (:func:`_servicer`).
 
-    response_type: type[Any]
-    method: str
-    decode: Callable[[Any, Caller], Any]
-    encode: Callable[[Any, CoordinatorService], Any]
+    ``decode(request)`` -> the service's request (``decode(request, client_id=, client_host=)``
+    when ``needs_identity``). ``encode`` -> the proto response: by default it is given the
+    value of the service's :class:`~.api.Reply` (a top-level error is answered by the bare
+    response carrying it), and the topic-name lookup too when ``names``; ``whole``: it is given
+    the service's answer as it is. ``undecodable(request, code, text)`` answers a request that
+    does not convert (default: a top-level error). ``response_type`` (the proto module's
+    ``<Name>Response``) and ``method`` (the service method: the name in snake_case) are filled
+    in by the table from the RPC's name."""
+
+    decode: Callable[..., Any]
+    encode: Callable[..., Any]
+    whole: bool = False
+    names: bool = False
     undecodable: Callable[[Any, ErrorCode, str | None], Any] | None = None
     needs_identity: bool = False
+    response_type: type[Any] = type(None)
+    method: str = ""
 
 
 class GrpcServicer:
@@ -122,7 +133,12 @@ class GrpcServicer:
         except CoordinatorError as exc:  # too much in one request: refused before converting
             return convert.with_error(row.response_type, exc.code, exc.message)
         try:
-            req = row.decode(request, caller)
+            if row.needs_identity:
+                req = row.decode(
+                    request, client_id=caller.client_id, client_host=caller.client_host
+                )
+            else:
+                req = row.decode(request)
         except CoordinatorError as exc:
             if row.undecodable is not None:
                 return row.undecodable(request, exc.code, exc.message)
@@ -132,13 +148,24 @@ class GrpcServicer:
         except ShuttingDown as exc:
             await context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
             raise  # abort raises; never reached
-        out = row.encode(answer, self.service)
+        out = self.encode(row, answer)
         limit = self.max_response_bytes
         if limit is not None:
             size = out.ByteSize()
             if size > limit:
                 return too_large(row, size, limit)
         return out
+
+    def encode(self, row: Rpc, answer: Any) -> Any:
+        """The proto response of the service's answer, as the row says (:class:`Rpc`)."""
+        if row.whole:
+            return row.encode(answer)
+        if row.names:
+            name_of = self.service.topic_name
+            return convert.reply_to_proto(
+                row.response_type, answer, lambda value: row.encode(value, name_of)
+            )
+        return convert.reply_to_proto(row.response_type, answer, row.encode)
 
 
 TOO_LARGE_HINTS = {
@@ -161,8 +188,9 @@ def too_large(row: Rpc, size: int, limit: int) -> Any:
     return convert.with_error(row.response_type, ErrorCode.INVALID_REQUEST, text)
 
 
-def _servicer(name: str, base: type[Any], rows: dict[str, Rpc]) -> type[GrpcServicer]:
-    """A servicer class with one method per row (``await self.run(row, request, context)``)."""
+def _servicer(module: ModuleType, base: type[Any], rows: dict[str, Rpc]) -> type[GrpcServicer]:
+    """A servicer class over the generated ``base`` with one method per row (``await
+    self.run(row, request, context)``); each row's response type comes from ``module``."""
 
     def method(row: Rpc) -> Callable[[Any, Any, Any], Awaitable[Any]]:
         async def call(self: GrpcServicer, request: Any, context: Any) -> Any:
@@ -170,55 +198,41 @@ def _servicer(name: str, base: type[Any], rows: dict[str, Rpc]) -> type[GrpcServ
 
         return call
 
-    namespace: dict[str, Any] = {"ROWS": rows, "__doc__": f"{name}: rows of the gRPC codec."}
-    for rpc_name, row in rows.items():
+    name = base.__name__.removesuffix("Servicer")
+    table = {
+        rpc_name: replace(
+            row,
+            response_type=getattr(module, f"{rpc_name}Response"),
+            method=re.sub(r"(?<!^)(?=[A-Z])", "_", rpc_name).lower(),  # OffsetFetch: offset_fetch
+        )
+        for rpc_name, row in rows.items()
+    }
+    namespace: dict[str, Any] = {"ROWS": table, "__doc__": f"{name}: rows of the gRPC codec."}
+    for rpc_name, row in table.items():
         namespace[rpc_name] = method(row)
     return type(name, (GrpcServicer, base), namespace)
 
 
-def _reply(message_type: type[Any], encode: Callable[..., Any], *, names: bool = False) -> Any:
-    if names:
-        return lambda reply, service: convert.reply_to_proto(
-            message_type, reply, lambda v: encode(v, service.topic_name)
-        )
-    return lambda reply, _service: convert.reply_to_proto(message_type, reply, encode)
-
-
-def _same(request: Any, _caller: Caller) -> Any:
-    return request
-
-
-cg = consumer_group_pb2
 ConsumerGroupService = _servicer(
-    "ConsumerGroupService",
+    consumer_group_pb2,
     consumer_group_pb2_grpc.ConsumerGroupServiceServicer,
     {
         "ConsumerGroupHeartbeat": Rpc(
-            cg.ConsumerGroupHeartbeatResponse,
-            "consumer_group_heartbeat",
-            lambda r, c: convert.heartbeat_from_proto(
-                r, client_id=c.client_id, client_host=c.client_host
-            ),
-            _reply(cg.ConsumerGroupHeartbeatResponse, convert.heartbeat_to_proto, names=True),
+            convert.heartbeat_from_proto,
+            convert.heartbeat_to_proto,
+            names=True,
             needs_identity=True,
         ),
         "ConsumerGroupDescribe": Rpc(
-            cg.ConsumerGroupDescribeResponse,
-            "consumer_group_describe",
-            lambda r, _c: list(r.group_ids),
-            _reply(
-                cg.ConsumerGroupDescribeResponse,
-                convert.consumer_group_describe_to_proto,
-                names=True,
-            ),
+            convert.group_ids_from_proto, convert.consumer_group_describe_to_proto, names=True
         ),
     },
 )
 
 
 async def _consumer_group_watch(
-    self: GrpcServicer, request: cg.ConsumerGroupWatchRequest, context: Any
-) -> AsyncIterator[cg.ConsumerGroupWatchResponse]:
+    self: GrpcServicer, request: consumer_group_pb2.ConsumerGroupWatchRequest, context: Any
+) -> AsyncIterator[consumer_group_pb2.ConsumerGroupWatchResponse]:
     """The one server-streaming RPC (push.py): each event of the service, converted."""
     caller = self.caller(context, False)
     req = WatchRequest(group_id=request.group_id, member_id=request.member_id)
@@ -232,153 +246,69 @@ async def _consumer_group_watch(
 ConsumerGroupService.ConsumerGroupWatch = _consumer_group_watch  # type: ignore[attr-defined]
 
 OffsetService = _servicer(
-    "OffsetService",
+    offsets_pb2,
     offsets_pb2_grpc.OffsetServiceServicer,
     {
+        # A group-level error goes on every partition, as Kafka answers OffsetCommit.
         "OffsetCommit": Rpc(
-            offsets_pb2.OffsetCommitResponse,
-            "offset_commit",
-            lambda r, _c: convert.offset_commit_from_proto(r),
-            _reply(offsets_pb2.OffsetCommitResponse, convert.offset_commit_to_proto),
-            # A group-level error goes on every partition, as Kafka answers OffsetCommit.
-            convert.offset_commit_error,
+            convert.offset_commit_from_proto,
+            convert.offset_commit_to_proto,
+            undecodable=convert.offset_commit_error,
         ),
-        "OffsetFetch": Rpc(
-            offsets_pb2.OffsetFetchResponse,
-            "offset_fetch",
-            lambda r, _c: convert.offset_fetch_from_proto(r),
-            _reply(offsets_pb2.OffsetFetchResponse, convert.offset_fetch_to_proto),
-        ),
-        "OffsetDelete": Rpc(
-            offsets_pb2.OffsetDeleteResponse,
-            "offset_delete",
-            lambda r, _c: (r.group_id, [(t.name, list(t.partition_indexes)) for t in r.topics]),
-            _reply(offsets_pb2.OffsetDeleteResponse, convert.offset_delete_to_proto),
-        ),
+        "OffsetFetch": Rpc(convert.offset_fetch_from_proto, convert.offset_fetch_to_proto),
+        "OffsetDelete": Rpc(convert.offset_delete_from_proto, convert.offset_delete_to_proto),
     },
 )
 
 AdminService = _servicer(
-    "AdminService",
+    admin_pb2,
     admin_pb2_grpc.AdminServiceServicer,
     {
-        "CreateTopics": Rpc(
-            admin_pb2.CreateTopicsResponse,
-            "create_topics",
-            lambda r, _c: convert.new_topics_from_proto(r),
-            _reply(admin_pb2.CreateTopicsResponse, convert.create_topics_to_proto),
-        ),
+        "CreateTopics": Rpc(convert.new_topics_from_proto, convert.create_topics_to_proto),
         "CreatePartitions": Rpc(
-            admin_pb2.CreatePartitionsResponse,
-            "create_partitions",
-            lambda r, _c: [(t.name, t.count) for t in r.topics],
-            _reply(admin_pb2.CreatePartitionsResponse, convert.create_partitions_to_proto),
+            convert.create_partitions_from_proto, convert.create_partitions_to_proto
         ),
-        "DeleteTopics": Rpc(
-            admin_pb2.DeleteTopicsResponse,
-            "delete_topics",
-            lambda r, _c: list(r.names),
-            _reply(admin_pb2.DeleteTopicsResponse, convert.delete_topics_to_proto),
-        ),
-        "ListTopics": Rpc(
-            admin_pb2.ListTopicsResponse,
-            "list_topics",
-            lambda _r, _c: None,
-            _reply(admin_pb2.ListTopicsResponse, convert.list_topics_to_proto),
-        ),
-        "ListOffsets": Rpc(
-            admin_pb2.ListOffsetsResponse,
-            "list_offsets",
-            lambda r, _c: convert.list_offsets_from_proto(r),
-            _reply(admin_pb2.ListOffsetsResponse, convert.list_offsets_to_proto),
-        ),
-        "ListGroups": Rpc(
-            admin_pb2.ListGroupsResponse,
-            "list_groups",
-            lambda r, _c: (list(r.states_filter), list(r.types_filter)),
-            _reply(admin_pb2.ListGroupsResponse, convert.list_groups_to_proto),
-        ),
-        "DeleteGroups": Rpc(
-            admin_pb2.DeleteGroupsResponse,
-            "delete_groups",
-            lambda r, _c: list(r.group_ids),
-            _reply(admin_pb2.DeleteGroupsResponse, convert.delete_groups_to_proto),
-        ),
+        "DeleteTopics": Rpc(convert.delete_topics_from_proto, convert.delete_topics_to_proto),
+        "ListTopics": Rpc(convert.nothing_from_proto, convert.list_topics_to_proto),
+        "ListOffsets": Rpc(convert.list_offsets_from_proto, convert.list_offsets_to_proto),
+        "ListGroups": Rpc(convert.list_groups_from_proto, convert.list_groups_to_proto),
+        "DeleteGroups": Rpc(convert.group_ids_from_proto, convert.delete_groups_to_proto),
         "DescribeConfigs": Rpc(
-            admin_pb2.DescribeConfigsResponse,
-            "describe_configs",
-            lambda r, _c: convert.describe_configs_from_proto(r),
-            lambda reply, _s: convert.describe_configs_to_proto(reply),
+            convert.describe_configs_from_proto, convert.describe_configs_to_proto, whole=True
         ),
         "IncrementalAlterConfigs": Rpc(
-            admin_pb2.IncrementalAlterConfigsResponse,
-            "incremental_alter_configs",
-            lambda r, _c: convert.alter_configs_from_proto(r),
-            lambda reply, _s: convert.alter_configs_to_proto(reply),
+            convert.alter_configs_from_proto, convert.alter_configs_to_proto, whole=True
         ),
     },
 )
 
-pb = classic_group_pb2
 ClassicGroupService = _servicer(
-    "ClassicGroupService",
+    classic_group_pb2,
     classic_group_pb2_grpc.ClassicGroupServiceServicer,
     {
         "FindCoordinator": Rpc(
-            pb.FindCoordinatorResponse,
-            "find_coordinator",
-            lambda r, _c: convert.find_coordinator_from_proto(r),
-            lambda reply, _s: convert.find_coordinator_to_proto(reply),
+            convert.find_coordinator_from_proto, convert.find_coordinator_to_proto, whole=True
         ),
         "JoinGroup": Rpc(
-            pb.JoinGroupResponse,
-            "join_group",
-            lambda r, c: convert.join_from_proto(
-                r, client_id=c.client_id, client_host=c.client_host
-            ),
-            lambda resp, _s: convert.join_to_proto(resp),
-            needs_identity=True,
+            convert.join_from_proto, convert.join_to_proto, whole=True, needs_identity=True
         ),
-        "SyncGroup": Rpc(
-            pb.SyncGroupResponse,
-            "sync_group",
-            lambda r, _c: convert.sync_from_proto(r),
-            lambda resp, _s: convert.sync_to_proto(resp),
-        ),
+        "SyncGroup": Rpc(convert.sync_from_proto, convert.sync_to_proto, whole=True),
         "Heartbeat": Rpc(
-            pb.HeartbeatResponse,
-            "heartbeat",
-            lambda r, _c: convert.classic_heartbeat_from_proto(r),
-            lambda resp, _s: convert.classic_heartbeat_to_proto(resp),
+            convert.classic_heartbeat_from_proto, convert.classic_heartbeat_to_proto, whole=True
         ),
-        "LeaveGroup": Rpc(
-            pb.LeaveGroupResponse,
-            "leave_group",
-            lambda r, _c: convert.leave_from_proto(r),
-            lambda resp, _s: convert.leave_to_proto(resp),
-        ),
-        "DescribeGroups": Rpc(
-            pb.DescribeGroupsResponse,
-            "describe_groups",
-            lambda r, _c: list(r.group_ids),
-            _reply(pb.DescribeGroupsResponse, convert.describe_groups_to_proto),
-        ),
+        "LeaveGroup": Rpc(convert.leave_from_proto, convert.leave_to_proto, whole=True),
+        "DescribeGroups": Rpc(convert.group_ids_from_proto, convert.describe_groups_to_proto),
     },
 )
 
 TestingService = _servicer(
-    "TestingService",
+    testing_pb2,
     testing_pb2_grpc.TestingServiceServicer,
     {
         "AdvanceTime": Rpc(
-            testing_pb2.AdvanceTimeResponse,
-            "advance_time",
-            lambda r, _c: r.ms,
-            _reply(
-                testing_pb2.AdvanceTimeResponse,
-                lambda now: testing_pb2.AdvanceTimeResponse(error_code=0, now_ms=now),
-            ),
-        ),
+            lambda r: r.ms,
+            lambda now: testing_pb2.AdvanceTimeResponse(error_code=0, now_ms=now),
+        )
     },
 )
 TestingService.__test__ = False  # type: ignore[attr-defined]  # not a pytest class

@@ -19,7 +19,6 @@ from coordinator.core.commands import ConsumerGroupHeartbeat, ConsumerGroupHeart
 from coordinator.core.errors import ErrorCode
 from coordinator.core.model import (
     ZERO_TOPIC_ID,
-    Assignment,
     make_assignment,
     topic_id_from_bytes,
     topic_id_to_bytes,
@@ -37,9 +36,8 @@ from coordinator.core.offsets import (
 )
 from legacy_bridge import messages as bridge
 
+from .. import codec
 from ..api import (
-    AlterConfig,
-    AlterResource,
     AlterResult,
     Caller,
     ConfigResource,
@@ -52,9 +50,6 @@ from ..api import (
 )
 from . import wire
 
-AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
-NameOf = Any  # Callable[[str], str]
-
 
 def topic_id_of(value: uuid.UUID | None) -> str:
     return ZERO_TOPIC_ID if value is None else topic_id_from_bytes(value.bytes)
@@ -62,10 +57,6 @@ def topic_id_of(value: uuid.UUID | None) -> str:
 
 def uuid_of(topic_id: str) -> uuid.UUID | None:
     return None if topic_id == ZERO_TOPIC_ID else uuid.UUID(bytes=topic_id_to_bytes(topic_id))
-
-
-def _error(reply: Reply[Any]) -> dict[str, Any]:
-    return {"error_code": reply.error_code, "error_message": reply.error_message}
 
 
 # ---------------------------------------------------------------- ConsumerGroupHeartbeat (68)
@@ -151,72 +142,16 @@ class HeartbeatOut:
 # ---------------------------------------------------------------- ConsumerGroupDescribe (69)
 
 
-def _topics(assignment: Assignment, name_of: NameOf) -> list[dict[str, Any]]:
-    """Kafka shows topics by id and name and omits topics that no longer exist."""
-    out = []
-    for topic_id in sorted(assignment):
-        name = name_of(topic_id)
-        if name:
-            out.append(
-                {
-                    "topic_id": uuid_of(topic_id),
-                    "topic_name": name,
-                    "partitions": sorted(assignment[topic_id]),
-                }
-            )
-    return out
-
-
 def consumer_group_describe_in(req: Any, _caller: Caller) -> list[str]:
     return list(req.group_ids)
 
 
 def consumer_group_describe_out(
-    reply: Reply[list[DescribedConsumerGroup]], name_of: NameOf
+    reply: Reply[list[DescribedConsumerGroup]], name_of: codec.NameOf
 ) -> dict[str, Any]:
-    groups = []
-    for g in reply.value or ():
-        d = g.description
-        if d is None:
-            groups.append(
-                {
-                    "group_id": g.group_id,
-                    "error_code": g.error_code,
-                    "error_message": g.error_message,
-                    "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
-                }
-            )
-            continue
-        groups.append(
-            {
-                "error_code": 0,
-                "group_id": d.group_id,
-                "group_state": d.group_state,
-                "group_epoch": d.group_epoch,
-                "assignment_epoch": d.assignment_epoch,
-                "assignor_name": d.assignor_name,
-                "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
-                "members": [
-                    {
-                        "member_id": x.member_id,
-                        "instance_id": x.instance_id,
-                        "rack_id": x.rack_id,
-                        "member_epoch": x.member_epoch,
-                        "client_id": x.client_id,
-                        "client_host": x.client_host,
-                        "subscribed_topic_names": list(x.subscribed_topic_names),
-                        "subscribed_topic_regex": x.subscribed_topic_regex,
-                        "assignment": {"topic_partitions": _topics(x.assignment, name_of)},
-                        "target_assignment": {
-                            "topic_partitions": _topics(x.target_assignment, name_of)
-                        },
-                        "member_type": x.member_type,
-                    }
-                    for x in d.members
-                ],
-            }
-        )
-    return {"groups": groups}
+    return {
+        "groups": [codec.described_consumer_group(g, name_of, uuid_of) for g in reply.value or ()]
+    }
 
 
 # ---------------------------------------------------------------- FindCoordinator (10)
@@ -233,30 +168,12 @@ def find_coordinator_out(reply: Reply[list[Coordinator]], version: int) -> dict[
     coordinators = reply.value or []
     if version >= 4:
         return {
-            "error_code": reply.error_code,
-            "error_message": reply.error_message,
-            "coordinators": [
-                {
-                    "key": c.key,
-                    "node_id": c.node_id,
-                    "host": c.host,
-                    "port": c.port,
-                    "error_code": c.error_code,
-                    "error_message": c.error_message,
-                }
-                for c in coordinators
-            ],
+            **codec.error_fields(reply),
+            "coordinators": [codec.coordinator(c) for c in coordinators],
         }
-    if not coordinators:
-        return {**_error(reply), "node_id": -1, "host": "", "port": -1}
-    c = coordinators[0]
-    return {
-        "error_code": c.error_code,
-        "error_message": c.error_message,
-        "node_id": c.node_id,
-        "host": c.host,
-        "port": c.port,
-    }
+    if not coordinators:  # v0-v3: one key
+        return {**codec.error_fields(reply), "node_id": -1, "host": "", "port": -1}
+    return codec.coordinator(coordinators[0])
 
 
 # ---------------------------------------------------------------- classic groups
@@ -279,31 +196,20 @@ def join_in(req: Any, caller: Caller) -> bridge.JoinGroup:
 
 
 def join_out(resp: bridge.JoinGroupResponse, _version: int) -> dict[str, Any]:
+    return codec.joined(resp)
+
+
+def _classic_member(req: Any) -> dict[str, Any]:
+    """Who sends a SyncGroup or Heartbeat: the group, generation and member."""
     return {
-        "error_code": resp.error_code,
-        "generation_id": resp.generation_id,
-        "protocol_type": resp.protocol_type,
-        "protocol_name": resp.protocol_name,
-        "leader": resp.leader,
-        "skip_assignment": resp.skip_assignment,
-        "member_id": resp.member_id,
-        "members": [
-            {
-                "member_id": x.member_id,
-                "group_instance_id": x.group_instance_id,
-                "metadata": x.metadata,
-            }
-            for x in resp.members
-        ],
+        **codec.fields_of(req, "group_id generation_id member_id"),
+        "group_instance_id": getattr(req, "group_instance_id", None),
     }
 
 
 def sync_in(req: Any, _caller: Caller) -> bridge.SyncGroup:
     return bridge.SyncGroup(
-        group_id=req.group_id,
-        generation_id=req.generation_id,
-        member_id=req.member_id,
-        group_instance_id=getattr(req, "group_instance_id", None),
+        **_classic_member(req),
         protocol_type=getattr(req, "protocol_type", None),
         protocol_name=getattr(req, "protocol_name", None),
         assignments=tuple((a.member_id, bytes(a.assignment)) for a in req.assignments),
@@ -311,21 +217,11 @@ def sync_in(req: Any, _caller: Caller) -> bridge.SyncGroup:
 
 
 def sync_out(resp: bridge.SyncGroupResponse, _version: int) -> dict[str, Any]:
-    return {
-        "error_code": resp.error_code,
-        "protocol_type": resp.protocol_type,
-        "protocol_name": resp.protocol_name,
-        "assignment": resp.assignment,
-    }
+    return codec.synced(resp)
 
 
 def classic_heartbeat_in(req: Any, _caller: Caller) -> bridge.Heartbeat:
-    return bridge.Heartbeat(
-        group_id=req.group_id,
-        generation_id=req.generation_id,
-        member_id=req.member_id,
-        group_instance_id=getattr(req, "group_instance_id", None),
-    )
+    return bridge.Heartbeat(**_classic_member(req))
 
 
 def classic_heartbeat_out(resp: bridge.HeartbeatResponse, _version: int) -> dict[str, Any]:
@@ -357,17 +253,7 @@ def leave_out(resp: bridge.LeaveGroupResponse, version: int) -> dict[str, Any]:
         # (Kafka's LeaveGroupResponse for old versions).
         code = resp.error_code or next((x.error_code for x in resp.members if x.error_code), 0)
         return {"error_code": code}
-    return {
-        "error_code": resp.error_code,
-        "members": [
-            {
-                "member_id": x.member_id,
-                "group_instance_id": x.group_instance_id,
-                "error_code": x.error_code,
-            }
-            for x in resp.members
-        ],
-    }
+    return codec.left(resp)
 
 
 def describe_groups_in(req: Any, _caller: Caller) -> list[str]:
@@ -375,31 +261,7 @@ def describe_groups_in(req: Any, _caller: Caller) -> list[str]:
 
 
 def describe_groups_out(reply: Reply[list[bridge.DescribedGroup]], _version: int) -> dict[str, Any]:
-    return {
-        "groups": [
-            {
-                "error_code": g.error_code,
-                "error_message": g.error_message,
-                "group_id": g.group_id,
-                "group_state": g.group_state,
-                "protocol_type": g.protocol_type,
-                "protocol_data": g.protocol_data,
-                "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
-                "members": [
-                    {
-                        "member_id": x.member_id,
-                        "group_instance_id": x.group_instance_id,
-                        "client_id": x.client_id,
-                        "client_host": x.client_host,
-                        "member_metadata": x.member_metadata,
-                        "member_assignment": x.member_assignment,
-                    }
-                    for x in g.members
-                ],
-            }
-            for g in reply.value or ()
-        ]
-    }
+    return {"groups": [codec.described_classic_group(g) for g in reply.value or ()]}
 
 
 # ---------------------------------------------------------------- offsets
@@ -439,10 +301,7 @@ def _partition_results(topics: Iterable[Any]) -> list[dict[str, Any]]:
         {
             "name": t.name,
             "topic_id": uuid_of(t.topic_id),
-            "partitions": [
-                {"partition_index": p.partition_index, "error_code": p.error_code}
-                for p in t.partitions
-            ],
+            "partitions": [codec.partition_error(p) for p in t.partitions],
         }
         for t in topics
     ]
@@ -492,16 +351,7 @@ def _fetched(g: OffsetFetchGroupResponse) -> list[dict[str, Any]]:
         {
             "name": t.name,
             "topic_id": uuid_of(t.topic_id),
-            "partitions": [
-                {
-                    "partition_index": p.partition_index,
-                    "committed_offset": p.committed_offset,
-                    "committed_leader_epoch": p.committed_leader_epoch,
-                    "metadata": p.metadata,
-                    "error_code": p.error_code,
-                }
-                for p in t.partitions
-            ],
+            "partitions": [codec.fetched_partition(p) for p in t.partitions],
         }
         for t in g.topics
     ]
@@ -534,15 +384,9 @@ def offset_delete_in(req: Any, _caller: Caller) -> tuple[str, list[tuple[str, li
 def offset_delete_out(reply: Reply[OffsetDeleteResponse], _version: int) -> dict[str, Any]:
     value = reply.value
     return {
-        **_error(reply),
+        **codec.error_fields(reply),
         "topics": [
-            {
-                "name": t.name,
-                "partitions": [
-                    {"partition_index": p.partition_index, "error_code": p.error_code}
-                    for p in t.partitions
-                ],
-            }
+            {"name": t.name, "partitions": [codec.partition_error(p) for p in t.partitions]}
             for t in (value.topics if value is not None else ())
         ],
     }
@@ -557,16 +401,8 @@ def list_groups_in(req: Any, _caller: Caller) -> tuple[list[str], list[str]]:
 
 def list_groups_out(reply: Reply[list[ListedGroup]], _version: int) -> dict[str, Any]:
     return {
-        **_error(reply),
-        "groups": [
-            {
-                "group_id": g.group_id,
-                "protocol_type": g.protocol_type,
-                "group_state": g.group_state,
-                "group_type": g.group_type,
-            }
-            for g in reply.value or ()
-        ],
+        **codec.error_fields(reply),
+        "groups": [codec.listed_group(g) for g in reply.value or ()],
     }
 
 
@@ -598,61 +434,12 @@ def describe_configs_in(req: Any, _caller: Caller) -> DescribeConfigs:
 
 
 def describe_configs_out(reply: Reply[list[ConfigResult]], _version: int) -> dict[str, Any]:
-    return {
-        "results": [
-            {
-                "error_code": r.error_code,
-                "error_message": r.error_message,
-                "resource_type": r.resource_type,
-                "resource_name": r.resource_name,
-                "configs": [
-                    {
-                        "name": c.name,
-                        "value": c.value,
-                        "read_only": c.read_only,
-                        "config_source": c.source,
-                        "is_sensitive": c.is_sensitive,
-                        "config_type": c.config_type,
-                        "documentation": c.documentation,
-                        "synonyms": [
-                            {"name": s.name, "value": s.value, "source": s.source}
-                            for s in c.synonyms
-                        ],
-                    }
-                    for c in r.configs
-                ],
-            }
-            for r in reply.value or ()
-        ]
-    }
+    return {"results": [codec.config_result(r) for r in reply.value or ()]}
 
 
 def alter_configs_in(req: Any, _caller: Caller) -> IncrementalAlterConfigs:
-    return IncrementalAlterConfigs(
-        resources=tuple(
-            AlterResource(
-                resource_type=r.resource_type,
-                resource_name=r.resource_name,
-                configs=tuple(
-                    AlterConfig(name=c.name, operation=c.config_operation, value=c.value)
-                    for c in r.configs
-                ),
-            )
-            for r in req.resources
-        ),
-        validate_only=req.validate_only,
-    )
+    return codec.alter_configs(req, lambda c: c.value)
 
 
 def alter_configs_out(reply: Reply[list[AlterResult]], _version: int) -> dict[str, Any]:
-    return {
-        "responses": [
-            {
-                "error_code": r.error_code,
-                "error_message": r.error_message,
-                "resource_type": r.resource_type,
-                "resource_name": r.resource_name,
-            }
-            for r in reply.value or ()
-        ]
-    }
+    return {"responses": [codec.resource_fields(r) for r in reply.value or ()]}

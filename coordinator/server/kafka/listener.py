@@ -31,6 +31,7 @@ from typing import Any
 from coordinator.core.errors import ErrorCode
 
 from ..api import Caller, Node
+from ..codec import AUTHORIZED_OPERATIONS_OMITTED
 from ..service import CoordinatorService
 from . import apis, configs, convert, wire
 
@@ -321,7 +322,7 @@ class KafkaListener:
                     "name": found.name,
                     "topic_id": convert.uuid_of(found.topic_id),
                     "is_internal": False,
-                    "topic_authorized_operations": convert.AUTHORIZED_OPERATIONS_OMITTED,
+                    "topic_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
                     "partitions": [
                         {
                             "error_code": 0,
@@ -341,7 +342,7 @@ class KafkaListener:
             "cluster_id": CLUSTER_ID,
             "controller_id": node.node_id,
             "topics": topics,
-            "cluster_authorized_operations": convert.AUTHORIZED_OPERATIONS_OMITTED,
+            "cluster_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
             "error_code": reply.error_code,
         }
 
