@@ -211,7 +211,9 @@ def join_members(kafka: str, grpc_address: str, members: int) -> list[tuple[str,
         assert r.error_code == 0, r
         owned = list(r.assignment.topic_partitions) if r.assignment is not None else []
         state[mid] = (gid, r.member_epoch, owned)
-    for _ in range(30):  # reconcile everyone (bounded)
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while True:  # reconcile everyone until every group is Stable (bounded)
+        assert time.monotonic() < deadline, "members did not converge"
         changed = False
         for mid, (gid, epoch, owned) in list(state.items()):
             r = c.call(
@@ -231,10 +233,14 @@ def join_members(kafka: str, grpc_address: str, members: int) -> list[tuple[str,
                 changed = True
             changed |= r.member_epoch != epoch
             state[mid] = (gid, r.member_epoch, owned)
-        if not changed:
+        if changed:
+            continue
+        # Nothing new for anyone; with assignment batching (group.consumer.assignment.interval.ms)
+        # a group's target may still be due: steady state is every group Stable.
+        described = c.call(69, 0, group_ids=[f"g{g}" for g in range(groups)])
+        if all(d.group_state == "Stable" for d in described.groups):
             break
-    else:
-        raise AssertionError("members did not converge")
+        time.sleep(0.1)
     c.close()
     return [(gid, mid, epoch) for mid, (gid, epoch, _owned) in state.items()]
 

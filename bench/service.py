@@ -123,16 +123,22 @@ def _steady_requests(address: str, members: int) -> list[bytes]:
         admin = admin_pb2_grpc.AdminServiceStub(channel)
         stub = consumer_group_pb2_grpc.ConsumerGroupServiceStub(channel)
         groups = max(1, members // MEMBERS_PER_GROUP_HB)
-        created = admin.CreateTopics(
-            admin_pb2.CreateTopicsRequest(
-                topics=[
-                    admin_pb2.CreateTopicsRequest.CreatableTopic(
-                        name="bench", num_partitions=4 * MEMBERS_PER_GROUP_HB
-                    )
-                ]
-            ),
-            timeout=30,
-        )
+        deadline = time.monotonic() + 120
+        while True:
+            created = admin.CreateTopics(
+                admin_pb2.CreateTopicsRequest(
+                    topics=[
+                        admin_pb2.CreateTopicsRequest.CreatableTopic(
+                            name="bench", num_partitions=4 * MEMBERS_PER_GROUP_HB
+                        )
+                    ]
+                ),
+                timeout=30,
+            )
+            if created.error_code != 14:  # COORDINATOR_LOAD_IN_PROGRESS: the store is loading
+                break
+            assert time.monotonic() < deadline, "the store never loaded"
+            time.sleep(0.05)
         assert created.topics[0].error_code == 0, created
         ids = [(f"g{i % groups}", f"m{i}") for i in range(members)]
         state: dict[str, tuple[int, common_pb2.TopicPartitionsList]] = {}
@@ -153,7 +159,8 @@ def _steady_requests(address: str, members: int) -> list[bytes]:
                 r.member_epoch,
                 common_pb2.TopicPartitionsList(items=r.assignment.assigned_topic_partitions),
             )
-        for _ in range(30):  # reconcile everyone (bounded)
+        while True:  # reconcile everyone until every group is Stable (bounded)
+            assert time.monotonic() < deadline, "members did not converge"
             changed = False
             for gid, mid in ids:
                 epoch, owned = state[mid]
@@ -171,10 +178,17 @@ def _steady_requests(address: str, members: int) -> list[bytes]:
                     changed = True
                 changed |= r.member_epoch != epoch
                 state[mid] = (r.member_epoch, owned)
-            if not changed:
+            if changed:
+                continue
+            # Nothing new for anyone; with assignment batching a group's target may still be
+            # due (group.consumer.assignment.interval.ms): steady state is every group Stable.
+            described = stub.ConsumerGroupDescribe(
+                cg.ConsumerGroupDescribeRequest(group_ids=[f"g{g}" for g in range(groups)]),
+                timeout=30,
+            )
+            if all(d.group_state == "Stable" for d in described.groups):
                 break
-        else:
-            raise AssertionError("members did not converge")
+            time.sleep(0.1)
     return [
         cg.ConsumerGroupHeartbeatRequest(
             group_id=g, member_id=m, member_epoch=state[m][0]

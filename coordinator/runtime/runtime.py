@@ -896,6 +896,10 @@ class CoordinatorRuntime:
             await _durable(batch)
         return changes
 
+    def known_partitions(self) -> int:
+        """Partitions of every topic in the registry (the most a member can own)."""
+        return sum(t.num_partitions for t in self.registry.image().by_name.values())
+
     def topic_name(self, topic_id: str) -> str:
         """Convenience name for responses ("" when unknown)."""
         t = self.registry.image().by_id.get(topic_id)

@@ -9,7 +9,8 @@ Rules and theory of operation:
   reasons in docs/operations.md "Limits"): ``group.coordinator.identifier.max.bytes`` (group,
   member, instance, rack and client ids, subscribed topic names), ``group.consumer.regex.max.bytes``,
   ``group.consumer.max.subscribed.topics``, ``group.coordinator.request.max.partitions``
-  (partitions — and topics — named in one request) and ``group.coordinator.request.max.groups``
+  (partitions — and topics — named in one request; a heartbeat's owned partitions may go up to
+  every partition the coordinator knows, since it may have assigned them all to one member) and ``group.coordinator.request.max.groups``
   (groups — and config resources — named in one request).
 * A refusal uses Kafka's code for the field where Kafka has one: INVALID_GROUP_ID for a group
   id (INVALID_REQUEST in ConsumerGroupHeartbeat, as Kafka answers its malformed group ids),
@@ -22,7 +23,7 @@ Rules and theory of operation:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -99,7 +100,21 @@ class RequestLimits:
 
     # -- requests -------------------------------------------------------------------------------
 
-    def heartbeat(self, req: Any) -> None:
+    def owned_partitions(self, n: int, known_partitions: Callable[[], int]) -> None:
+        """Partitions a member says it owns. A member may own every partition there is (the
+        coordinator may have assigned them all to it), so over ``max_partitions`` the bound is
+        the number of partitions of every topic the coordinator knows (counted only then)."""
+        if n <= self.max_partitions:
+            return
+        known = known_partitions()
+        if n > known:
+            raise InvalidRequestError(
+                f"The request names {n} owned partitions; at most {max(self.max_partitions, known)}"
+                f" are allowed in one request ({PARTITIONS}, or every partition of the "
+                f"{known} known)."
+            )
+
+    def heartbeat(self, req: Any, known_partitions: Callable[[], int]) -> None:
         """A ConsumerGroupHeartbeat: everything a join or heartbeat may store or compute."""
         self.group_id(req.group_id, heartbeat=True)
         self.identifier("MemberId", req.member_id)
@@ -125,7 +140,7 @@ class RequestLimits:
                 )
         owned = req.topic_partitions
         if owned:
-            self.partitions(sum(len(p) for p in owned.values()))
+            self.owned_partitions(sum(len(p) for p in owned.values()), known_partitions)
 
     def offset_commit(self, req: Any) -> None:
         self.group_id(req.group_id)
@@ -161,7 +176,7 @@ class RequestLimits:
         for name, _metadata in req.protocols:
             self.identifier("A protocol name", name)
 
-    def precheck_grpc(self, method: str, request: Any) -> None:
+    def precheck_grpc(self, method: str, request: Any, known_partitions: Callable[[], int]) -> None:
         """The partition counts of a gRPC request, taken on the wire message before it is
         converted (converting a million partitions is itself seconds of work); the service
         layer checks the same again for every codec."""
@@ -179,6 +194,8 @@ class RequestLimits:
             )
         elif method == "ConsumerGroupHeartbeat" and request.HasField("topic_partitions"):
             n = sum(len(t.partitions) for t in request.topic_partitions.items)
+            self.owned_partitions(n, known_partitions)
+            return
         else:
             return
         self.partitions(n)

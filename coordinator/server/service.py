@@ -370,7 +370,7 @@ class CoordinatorService:
         kafka_v1 = caller.api_version is not None and not caller.version_below(
             MEMBER_ID_REQUIRED_HEARTBEAT_VERSION
         )
-        self.limits.heartbeat(req)
+        self.limits.heartbeat(req, self.runtime.known_partitions)
         if kafka_v1 and not req.member_id:
             raise InvalidRequestError("MemberId can't be empty.")
         topics = self.topics

@@ -129,7 +129,11 @@ class GrpcServicer:
         identity = row.needs_identity or row.method in ADMIN_METHODS or tracing.STATE.enabled
         caller = self.caller(context, identity)
         try:
-            self.service.limits.precheck_grpc(row.response_type.DESCRIPTOR.name[:-8], request)
+            self.service.limits.precheck_grpc(
+                row.response_type.DESCRIPTOR.name[:-8],
+                request,
+                self.service.runtime.known_partitions,
+            )
         except CoordinatorError as exc:  # too much in one request: refused before converting
             return convert.with_error(row.response_type, exc.code, exc.message)
         try:

@@ -161,22 +161,49 @@ def test_too_complex_regex_and_the_byte_bounded_cache(monkeypatch: pytest.Monkey
     assert cache.bytes <= 50_000
 
 
-async def test_owned_partitions_are_bounded() -> None:
+async def test_owned_partitions_are_bounded_by_what_exists() -> None:
+    """Over group.coordinator.request.max.partitions, a heartbeat's owned partitions are still
+    accepted up to every partition the coordinator knows: it may have assigned them all to one
+    member (a group's first member of a 50,000-partition subscription used to be refused its
+    next heartbeat). More than exist is refused before any work."""
     rt = await started()
-    owned = common_pb2.TopicPartitionsList(
-        items=[common_pb2.TopicPartitions(topic_id=b"\x01" * 16, partitions=list(range(6)))]
+    service = ConsumerGroupService(rt)
+    await AdminService(rt).CreateTopics(
+        admin_pb2.CreateTopicsRequest(
+            topics=[admin_pb2.CreateTopicsRequest.CreatableTopic(name="t", num_partitions=8)]
+        ),
+        Ctx(),
     )
-    resp = await ConsumerGroupService(rt).ConsumerGroupHeartbeat(
+    joined = await service.ConsumerGroupHeartbeat(join(member_id="m"), Ctx())
+    assert joined.error_code == 0 and joined.member_epoch == 1
+    [assigned] = joined.assignment.assigned_topic_partitions
+    assert list(assigned.partitions) == list(range(8))  # more than the limit of 5
+
+    def owned(n: int) -> common_pb2.TopicPartitionsList:
+        return common_pb2.TopicPartitionsList(
+            items=[common_pb2.TopicPartitions(topic_id=assigned.topic_id, partitions=range(n))]
+        )
+
+    ack = await service.ConsumerGroupHeartbeat(
         cg.ConsumerGroupHeartbeatRequest(
-            group_id="g", member_id="m", member_epoch=1, topic_partitions=owned
+            group_id="g", member_id="m", member_epoch=1, topic_partitions=owned(8)
+        ),
+        Ctx(),
+    )
+    assert (ack.error_code, ack.member_epoch) == (0, 1)
+    before = rt.snapshot()
+    resp = await service.ConsumerGroupHeartbeat(
+        cg.ConsumerGroupHeartbeatRequest(
+            group_id="g", member_id="m", member_epoch=1, topic_partitions=owned(9)
         ),
         Ctx(),
     )
     assert (resp.error_code, resp.error_message) == (
         42,
-        "The request names 6 partitions; at most 5 are allowed in one request "
-        "(group.coordinator.request.max.partitions).",
+        "The request names 9 owned partitions; at most 8 are allowed in one request "
+        "(group.coordinator.request.max.partitions, or every partition of the 8 known).",
     )
+    assert rt.snapshot() == before
     await rt.close()
 
 
