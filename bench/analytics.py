@@ -137,7 +137,9 @@ def main() -> int:
         exp = export_journal(store, parquet)
         export_s = time.perf_counter() - t
         stages = run_report(parquet, work / f"report-{size}")
-        jobs = sum(v for k, v in stages.items() if k.startswith("table ") or k == "read")
+        jobs = sum(
+            v for k, v in stages.items() if k.startswith("table ") or k in ("read", "compute")
+        )
         html = stages.get("html data", 0.0) + stages.get("html render", 0.0)
         report_s = stages["process"]
         results.append(

@@ -64,10 +64,15 @@ def collect(spark: Any, paths: dict[str, str], params: Params) -> dict[str, Any]
     )
     overall = conv.filter(F.col("group_id").isNull()).collect()
     data["summary"] = {**totals, **(overall[0].asDict() if overall else {})}
-    data["by_cause"] = _rows(rb.groupBy("cause").count().orderBy(F.desc("count")))
     data["cause_series"] = _rows(
         rb.groupBy(bucket.alias("bucket"), "cause").count().orderBy("bucket")
     )
+    by_cause: dict[str, int] = {}
+    for r in data["cause_series"]:  # bounded: buckets x causes
+        by_cause[r["cause"]] = by_cause.get(r["cause"], 0) + r["count"]
+    data["by_cause"] = [
+        {"cause": c, "count": n} for c, n in sorted(by_cause.items(), key=lambda x: (-x[1], x[0]))
+    ]
     conv_ms = rb.filter(F.col("time_to_converge_ms").isNotNull())
     data["converge_hist"] = _rows(
         conv_ms.groupBy(

@@ -88,45 +88,43 @@ def _ms(col: str = "timestamp") -> Column:
 def compute(spark: SparkSession, journal: DataFrame, params: Params) -> dict[str, DataFrame]:
     """Every table of the report (lazy; the caller writes them)."""
     j = journal.withColumn("ts_ms", _ms())
-    g = (
-        j.filter(F.col("group_id").isNotNull() & (F.col("record_type_id") != 1))
-        .select(
-            "group_id",
-            "offset",
-            "ts_ms",
-            "record_type_id",
-            "tombstone",
-            "member_id",
-            "instance_id",
-            "subscribed_topic_names",
-            "subscribed_topic_regex",
-            "server_assignor",
-            "rebalance_timeout_ms",
-            "classic_member",
-            "classic_session_timeout_ms",
-            "member_epoch",
-            "member_state",
-            "assigned_partitions",
-            "pending_revocation_partitions",
-            "target_partitions",
-            "group_epoch",
-            "config_name",
-            "config_value",
-        )
-        .cache()
+    g = j.filter(F.col("group_id").isNotNull() & (F.col("record_type_id") != 1)).select(
+        "group_id",
+        "offset",
+        "ts_ms",
+        "record_type_id",
+        "tombstone",
+        "member_id",
+        "instance_id",
+        "subscribed_topic_names",
+        "subscribed_topic_regex",
+        "server_assignor",
+        "rebalance_timeout_ms",
+        "classic_member",
+        "classic_session_timeout_ms",
+        "member_epoch",
+        "member_state",
+        "assigned_partitions",
+        "pending_revocation_partitions",
+        "target_partitions",
+        "group_epoch",
+        "config_name",
+        "config_value",
     )
-    # Intermediate results used by several tables are cached: each is computed once, and the
-    # plans of the later tables stay small (planning time grows with the plan).
-    rows = _epoch_seq(g).cache()
-    members = _member_events(rows, params).cache()
-    bumps = _bumps(rows, members, params).cache()
+    # Intermediate results used by several tables are materialized once, in order, with their
+    # lineage cut (``_stage``): the plans of the later steps stay small. Building a DataFrame
+    # analyses its whole plan, and joins of frames derived from one another rewrite it, so with
+    # the full lineage most of the report's time went into planning, not into the data.
+    rows = _stage(_epoch_seq(g))
+    members = _stage(_member_events(rows, params))
+    bumps = _stage(_bumps(rows, members, params))
     conv = _convergence(rows, members, bumps)
-    unowned = _unowned_intervals(rows, members, bumps).cache()
+    unowned = _stage(_unowned_intervals(rows, members, bumps))
     moves = _target_moves(rows, members)
-    rebalances = _rebalances(bumps, conv, moves, unowned).cache()
+    rebalances = _stage(_rebalances(bumps, conv, moves, unowned))
     removals = _removals(members)
     restarts = _static_restarts(members)
-    commits = _commit_rate(j, params).cache()
+    commits = _stage(_commit_rate(j, params))
     churn = _churn(members, params)
     convergence = _convergence_summary(rebalances)
     group_summary = _group_summary(rebalances, removals, restarts, commits, unowned, members)
@@ -143,6 +141,12 @@ def compute(spark: SparkSession, journal: DataFrame, params: Params) -> dict[str
 
 
 # ---------------------------------------------------------------------------- building blocks
+
+
+def _stage(df: DataFrame) -> DataFrame:
+    """``df`` computed now and kept by the executors (memory, spilling to disk), as a frame
+    whose plan is just that data: one job, and nothing built on it re-plans its lineage."""
+    return df.localCheckpoint(eager=True)
 
 
 def _epoch_seq(g: DataFrame) -> DataFrame:
@@ -996,7 +1000,6 @@ def _group_summary(
         .join(rs, "group_id", "full_outer")
         .join(cm, "group_id", "full_outer")
     )
-    for c in out.columns:
-        if c != "group_id":
-            out = out.withColumn(c, F.coalesce(F.col(c), F.lit(0)))
-    return out
+    return out.select(
+        *[c if c == "group_id" else F.coalesce(F.col(c), F.lit(0)).alias(c) for c in out.columns]
+    )

@@ -43,7 +43,8 @@ class ReportResult:
     html: Path
     tables: dict[str, Path]
     stages: dict[str, float] = field(default_factory=dict)
-    """Seconds per stage: spark start, each table, html."""
+    """Seconds per stage: spark start, read (the bounds), compute (the shared intermediate
+    results, materialized), each table (written), html."""
     summary: dict[str, Any] = field(default_factory=dict)
 
 
@@ -105,14 +106,21 @@ def run_report(
 
         journal = spark.read.parquet(str(Path(input_path).absolute()))
         t = time.perf_counter()
-        bounds = journal.agg(
-            F.min("timestamp").alias("first"),
-            F.max("timestamp").alias("last"),
-            F.count("*").alias("n"),
-        ).collect()[0]
+        bounds = _bounds(input_path)
+        if bounds is None:  # no Parquet statistics for the timestamps: one Spark job
+            row = journal.agg(
+                F.min("timestamp").alias("first"),
+                F.max("timestamp").alias("last"),
+                F.count("*").alias("n"),
+            ).collect()[0]
+            bounds = (
+                _us(row["first"]) if row["first"] is not None else None,
+                _us(row["last"]) if row["last"] is not None else None,
+                row["n"],
+            )
         stages["read"] = time.perf_counter() - t
-        first_us = _us(bounds["first"]) if bounds["first"] is not None else 0
-        last_us = _us(bounds["last"]) if bounds["last"] is not None else 0
+        first_us = bounds[0] if bounds[0] is not None else 0
+        last_us = bounds[1] if bounds[1] is not None else 0
         bucket_s = metrics.bucket_seconds((last_us - first_us) // 1000)
         size = bucket_s * 1_000_000
         params = metrics.Params(
@@ -121,8 +129,10 @@ def run_report(
             bucket_s=bucket_s,
             t0_us=first_us // size * size,
         )
+        t = time.perf_counter()
         frames = metrics.compute(spark, journal, params)
         frames["whatif"] = _whatif_frame(whatif.whatif(journal, assignor))
+        stages["compute"] = time.perf_counter() - t
         paths: dict[str, Path] = {}
         for name in TABLES:
             t = time.perf_counter()
@@ -136,7 +146,7 @@ def run_report(
         stages["html data"] = time.perf_counter() - t
         t = time.perf_counter()
         page = html.render(
-            data, info=info, input_path=str(input_path), assignor=assignor, rows=bounds["n"]
+            data, info=info, input_path=str(input_path), assignor=assignor, rows=bounds[2]
         )
         html_path = out / "report.html"
         html_path.write_text(page, encoding="utf-8")
@@ -178,6 +188,25 @@ def _check_assignor(name: str) -> None:
         load_assignor(name)
     except AssignorConfigError as exc:
         raise AnalyticsError(f"--what-if {name}: {exc}") from exc
+
+
+def _bounds(path: str | os.PathLike[str]) -> tuple[int | None, int | None, int] | None:
+    """(first, last timestamp in microseconds, rows) from the Parquet footer's statistics (no
+    Spark job); None when a row group has no timestamp statistics."""
+    meta = pq.read_metadata(path)
+    col = meta.schema.to_arrow_schema().get_field_index("timestamp")
+    first = last = None
+    for g in range(meta.num_row_groups):
+        group = meta.row_group(g)
+        if group.num_rows == 0:
+            continue
+        stats = group.column(col).statistics
+        if stats is None or not stats.has_min_max or stats.null_count:
+            return None
+        lo, hi = _us(stats.min), _us(stats.max)
+        first = lo if first is None else min(first, lo)
+        last = hi if last is None else max(last, hi)
+    return first, last, meta.num_rows
 
 
 def _us(ts: Any) -> int:

@@ -67,8 +67,15 @@ def start_session(
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.shuffle.partitions", str(max(2, 2 * cores)))
-        .config("spark.sql.adaptive.enabled", "true")
+        # The report is many short jobs over modest data: per-job overhead dominates, not
+        # throughput (measured: bench/analytics.py). Adaptive execution splits every query
+        # into one job per shuffle stage and re-plans between them; whole-stage code
+        # generation compiles each plan with Janino before running it; C2 JIT compilation and
+        # G1's threads compete with the work on a small machine. Off for this workload.
+        .config("spark.sql.shuffle.partitions", str(max(2, cores)))
+        .config("spark.sql.adaptive.enabled", "false")
+        .config("spark.sql.codegen.wholeStage", "false")
+        .config("spark.driver.extraJavaOptions", "-XX:+UseSerialGC -XX:TieredStopAtLevel=1")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         .config("spark.driver.memory", "2g")
         .config("spark.executorEnv.PYSPARK_PYTHON", os.environ["PYSPARK_PYTHON"])
