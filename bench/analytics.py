@@ -130,6 +130,7 @@ def main() -> int:
     work.mkdir(parents=True, exist_ok=True)
     base = base_store(work)
     results = []
+    load0 = os.getloadavg()[0]
     for size in args.sizes:
         store = scaled_store(work, base, size)
         parquet = work / f"journal-{size}.parquet"
@@ -203,9 +204,9 @@ def main() -> int:
             "jobs writing every table (incl. the what-if), the HTML page. Target: 10^6 rows "
             "exported and reported in <= 60 s on 2 cores.\n\n"
             f"{text}\n\n"
-            "**Rough numbers**: measured on the shared 2-core development machine while several "
-            "other engineers' test suites ran (load average ~8-10); Spark's JIT warm-up and "
-            "per-stage overhead suffer most from that. To be re-measured on a quiet machine.\n",
+            f"1-minute load average {load0:.1f} at the start, {os.getloadavg()[0]:.1f} at the "
+            "end; Spark's JIT warm-up and per-stage overhead suffer most from other work on the "
+            "machine.\n",
         )
         print("wrote the 'analytics' section of docs/benchmarks.md", file=sys.stderr)
     return 0
