@@ -154,15 +154,21 @@ def _create_topics(address: str, partitions: int) -> list[tuple[str, str, str, i
     wanted.append(("probe", "storm-probe", PROBE_PARTITIONS))
     with grpc.insecure_channel(address) as channel:
         admin = admin_pb2_grpc.AdminServiceStub(channel)
-        r = admin.CreateTopics(
-            admin_pb2.CreateTopicsRequest(
-                topics=[
-                    admin_pb2.CreateTopicsRequest.CreatableTopic(name=name, num_partitions=n)
-                    for _kind, name, n in wanted
-                ]
-            ),
-            timeout=30,
-        )
+        deadline = time.monotonic() + SERVER_START_S
+        while True:
+            r = admin.CreateTopics(
+                admin_pb2.CreateTopicsRequest(
+                    topics=[
+                        admin_pb2.CreateTopicsRequest.CreatableTopic(name=name, num_partitions=n)
+                        for _kind, name, n in wanted
+                    ]
+                ),
+                timeout=30,
+            )
+            # COORDINATOR_LOAD_IN_PROGRESS: the server listens before its store is loaded.
+            if r.error_code != 14 or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
     ids = {t.name: t.topic_id for t in r.topics if t.error_code == 0}
     if len(ids) != len(wanted):
         raise RuntimeError(f"CreateTopics failed: {r}")
