@@ -32,7 +32,7 @@ import grpc
 
 from bench._report import machine, table, write_section
 from kip848.client import GroupMember, MemberState, TopicPartition
-from kip848.v1 import admin_pb2, admin_pb2_grpc
+from kip848.v1 import admin_pb2, admin_pb2_grpc, consumer_group_pb2, consumer_group_pb2_grpc
 
 MEMBERS = 8
 PARTITIONS = 64
@@ -104,22 +104,35 @@ def start_server(
     return proc, address
 
 
-async def stable(members: list[GroupMember], timeout_s: float) -> None:
+async def stable(members: list[GroupMember], timeout_s: float, address: str, group: str) -> None:
+    """Every partition owned once, every member Stable, and the group Stable as the coordinator
+    describes it (with assignment batching a member may be Stable with nothing while the
+    group's next target is still due)."""
+
     def settled() -> bool:
         owned = [tp for m in members for tp in m.assignment]
         return len(owned) == PARTITIONS == len(set(owned)) and all(
             m.state is MemberState.STABLE for m in members
         )
 
-    # Each member's wait wakes on its own protocol events; the first to see the whole group
-    # settled ends the wait.
-    waits = [asyncio.ensure_future(m.wait_until(settled)) for m in members]
-    try:
-        async with asyncio.timeout(timeout_s):
-            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for w in waits:
-            w.cancel()
+    async with grpc.aio.insecure_channel(address) as channel, asyncio.timeout(timeout_s):
+        stub = consumer_group_pb2_grpc.ConsumerGroupServiceStub(channel)
+        while True:
+            # Each member's wait wakes on its own protocol events; the first to see the whole
+            # group settled ends the wait.
+            waits = [asyncio.ensure_future(m.wait_until(settled)) for m in members]
+            try:
+                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for w in waits:
+                    w.cancel()
+            described = await stub.ConsumerGroupDescribe(
+                consumer_group_pb2.ConsumerGroupDescribeRequest(group_ids=[group]), timeout=10
+            )
+            [d] = described.groups
+            if d.group_state == "Stable" and settled():
+                return
+            await asyncio.sleep(0.02)
 
 
 async def churn(address: str, push: bool, heartbeat_ms: int) -> list[float]:
@@ -129,17 +142,17 @@ async def churn(address: str, push: bool, heartbeat_ms: int) -> list[float]:
     for m in members:
         await m.start()
     bound = 10 * heartbeat_ms / 1000 + 30
-    await stable(members, bound)
+    await stable(members, bound, address, group)
     rec.samples.clear()
     rec.released.clear()
     for _ in range(ROUNDS):
         leaving = members.pop(0)
         await leaving.close()
-        await stable(members, bound)
+        await stable(members, bound, address, group)
         newcomer = rec.member(address, group, push)
         members.append(newcomer)
         await newcomer.start()
-        await stable(members, bound)
+        await stable(members, bound, address, group)
     for m in members:
         await m.close()
     return rec.samples

@@ -194,15 +194,14 @@ class ClassicGroups(ByGroupId[ClassicGroup]):
             self.forget(group_id)
 
     def listed(self) -> list[ListedGroup]:
-        return [
-            ListedGroup(
-                group_id=gid,
-                protocol_type=group.protocol_type or "",
-                group_state=group.state.value,
-                group_type="classic",
-            )
-            for gid, group in self._by_group.items()
-        ]
+        return [_listed(gid, group) for gid, group in self._by_group.items()]
+
+    def listed_group(self, group_id: str) -> ListedGroup | None:
+        group = self._by_group.get(group_id)
+        return None if group is None else _listed(group_id, group)
+
+    def member_count(self) -> int:
+        return sum(len(group.members) for group in self._by_group.values())
 
     # ================================================================== helpers
 
@@ -924,3 +923,12 @@ class ClassicGroups(ByGroupId[ClassicGroup]):
                     m.DescribedGroup(group_id=gid, group_state="Dead", **error_fields(error))
                 )
         return out
+
+
+def _listed(group_id: str, group: ClassicGroup) -> ListedGroup:
+    return ListedGroup(
+        group_id=group_id,
+        protocol_type=group.protocol_type or "",
+        group_state=group.state.value,
+        group_type="classic",
+    )

@@ -99,6 +99,14 @@ class ClassicGroupSupport(Component, Protocol):
         """ListGroups entries of the classic groups."""
         ...
 
+    def listed_group(self, group_id: str) -> ListedGroup | None:
+        """The ListGroups entry of the classic group ``group_id``; None if there is none."""
+        ...
+
+    def member_count(self) -> int:
+        """Members of all the classic groups (pending members not included)."""
+        ...
+
     def is_empty(self, group_id: str) -> bool:
         """The classic group ``group_id`` (which exists) is Empty: it may be deleted."""
         ...

@@ -875,15 +875,12 @@ class ConsumerGroups(ByGroupId[ConsumerGroup]):
 
     def listed(self) -> list[ListedGroup]:
         """ListGroups entries of the consumer groups."""
-        return [
-            ListedGroup(
-                group_id=gid,
-                protocol_type="consumer",
-                group_state=self._by_group[gid].state().value,
-                group_type="consumer",
-            )
-            for gid in sorted(self._by_group)
-        ]
+        return [_listed(gid, self._by_group[gid]) for gid in sorted(self._by_group)]
+
+    def listed_group(self, group_id: str) -> ListedGroup | None:
+        """The ListGroups entry of the consumer group ``group_id``; None if there is none."""
+        group = self._by_group.get(group_id)
+        return None if group is None else _listed(group_id, group)
 
     # ------------------------------------------------------------------ records
 
@@ -1013,3 +1010,12 @@ def _is_subset(owned: Assignment | None, assigned: Mapping[str, frozenset[int]])
         elif not mine.issuperset(partitions):
             return False
     return True
+
+
+def _listed(group_id: str, group: ConsumerGroup) -> ListedGroup:
+    return ListedGroup(
+        group_id=group_id,
+        protocol_type="consumer",
+        group_state=group.state().value,
+        group_type="consumer",
+    )

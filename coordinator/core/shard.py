@@ -66,11 +66,27 @@ __all__ = [
     "GroupCoordinatorShard",
     "GroupDescription",
     "MemberDescription",
+    "ShardCensus",
     "ShardParts",
 ]
 
 DeleteGroupResult = tuple[str, ErrorCode, str | None]
 """DeleteGroups' answer for one group: (group id, error code, error message)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ShardCensus:
+    """How many groups, members and offsets a shard holds (the metrics' gauges)."""
+
+    groups: Mapping[tuple[str, str], int]
+    """(group type, state) -> groups, as ListGroups names them (offsets-only groups are
+    classic/Empty)."""
+    members: Mapping[tuple[str, str], int]
+    """(group type, member type) -> members; member type ``consumer`` (KIP-848 protocol) or
+    ``classic`` (JoinGroup/SyncGroup, also inside a consumer group)."""
+    offsets: int
+    """Committed offsets (partitions)."""
+
 
 C = TypeVar("C", bound=ClassicGroupSupport)
 
@@ -270,6 +286,40 @@ class GroupCoordinatorShard(Generic[C]):
             if (not want_states or e.group_state.lower() in want_states)
             and (not want_types or e.group_type in want_types)
         ]
+
+    def listed_group(self, group_id: str) -> ListedGroup | None:
+        """The ListGroups entry of ``group_id`` (a consumer, classic or offsets-only group);
+        None if the shard knows no such group."""
+        listed = self.groups.listed_group(group_id)
+        if listed is None:
+            listed = self.classic_groups.listed_group(group_id)
+        if listed is None and group_id in self.offsets:
+            listed = ListedGroup(
+                group_id=group_id, protocol_type="", group_state="Empty", group_type="classic"
+            )
+        return listed
+
+    def census(self) -> ShardCensus:
+        """Groups by type and state, members by group type and member type, offsets."""
+        groups: dict[tuple[str, str], int] = {}
+        for listed in self.list_groups():
+            key = (listed.group_type, listed.group_state)
+            groups[key] = groups.get(key, 0) + 1
+        consumer = classic_in_consumer = 0
+        for group in self.groups.values():
+            consumer += len(group.members) - group.classic_members
+            classic_in_consumer += group.classic_members
+        members = {
+            key: n
+            for key, n in (
+                (("consumer", "consumer"), consumer),
+                (("consumer", "classic"), classic_in_consumer),
+                (("classic", "classic"), self.classic_groups.member_count()),
+            )
+            if n
+        }
+        offsets = sum(len(o) for o in self.offsets.values())
+        return ShardCensus(groups=groups, members=members, offsets=offsets)
 
     # ------------------------------------------------------------------ timers and loading
 

@@ -16,12 +16,21 @@ Rules:
   and counted, so nothing is counted twice and no multiprocess aggregation is needed. A front
   end stamps when it received a call, so latency and queue time start there. The coordinator
   process alone serves ``/metrics``.
-* **State is read at scrape time, on the event loop** (group, member and offset counts, shard
-  states, load times): the scrape thread hands the read to the loop and waits (bounded), so it
-  never sees a half-done command.
+* **State is read at scrape time, on the event loop** (group, member and offset counts through
+  each shard's public ``census()``, shard states, load times): the scrape thread hands the read
+  to the loop and waits (bounded), so it never sees a half-done command.
+* **Rebalances are what the core says.** Epoch bumps (by cause), completed classic rebalances
+  and rebalance durations come from the log events the core returns with a command's result,
+  fed to the tracker when the runtime writes them (once durable), so metrics and log agree.
+* **Both listeners alike.** A Kafka request is labelled by its Kafka API name and has the same
+  span tree as a gRPC call (RPC → shard command → assignor run); requests the Kafka listener
+  forwards to the upstream broker are counted and timed with ``route="forwarded"``, without
+  decoding their frames.
 
 Modules: ``metrics`` (every metric, the registry, the HTTP endpoint), ``tracing`` (provider,
 OTLP exporter, span helpers), ``logs`` (plain/JSON formats, structured fields, audit trail),
-``runtime`` (binding to a running coordinator: state reads, timed assignors, the runtime
-observer). docs/operations.md lists every metric, span and log field.
+``requests`` (the service layer's request metrics, spans and audit; forwarded Kafka requests),
+``observer`` (binding to a running coordinator: the runtime observer, state reads, timed
+assignors), ``rebalances`` (epoch bumps and rebalance durations from the core's events).
+docs/operations.md lists every metric, span and log field.
 """

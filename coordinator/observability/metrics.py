@@ -44,6 +44,8 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from coordinator.core.events import Cause
+
 log = logging.getLogger("kip848.metrics")
 
 # No ``*_created`` series: they double the exposition and no dashboard or alert here uses them.
@@ -105,21 +107,9 @@ def group_size_label(members: int) -> str:
     return GROUP_SIZE_LARGEST
 
 
-# Causes of a group epoch bump (label ``cause`` of kip848_consumer_group_rebalances_total).
-# The core says why it bumped the epoch; these are the values it uses.
-REBALANCE_CAUSES = (
-    "member_joined",
-    "member_left",
-    "member_fenced",
-    "member_replaced",
-    "subscription_changed",
-    "assignor_changed",
-    "rack_changed",
-    "metadata_changed",
-    "regex_resolved",
-    "group_converted",
-    "other",
-)
+# Causes of a group epoch bump (label ``cause`` of kip848_consumer_group_rebalances_total): the
+# core's own (coordinator.core.events.Cause), the primary one of each bump.
+REBALANCE_CAUSES = tuple(c.value for c in Cause)
 
 # Kinds of timers (label ``kind`` of kip848_timeouts_total): the core's and the bridge's timer
 # kinds, with dashes made underscores.
@@ -307,30 +297,43 @@ def _le(bound: float) -> str:
     return floatToGoString(bound)
 
 
+SERVED = "served"
+FORWARDED = "forwarded"
+"""Values of the ``route`` label of kip848_request_duration_seconds: answered by the
+coordinator, or forwarded to the upstream broker (``--kafka-upstream``) and passed back."""
+
+
 class RequestSeries:
     """The latency series of one RPC on one protocol, children bound per error code on first
     use (a dict lookup per request afterwards)."""
 
-    __slots__ = ("_children", "_histogram", "_protocol", "_rpc")
+    __slots__ = ("_children", "_histogram", "_protocol", "_route", "_rpc")
 
-    def __init__(self, histogram: LoopHistogram, rpc: str, protocol: str) -> None:
+    def __init__(
+        self, histogram: LoopHistogram, rpc: str, protocol: str, route: str = SERVED
+    ) -> None:
         self._histogram = histogram
         self._rpc = rpc
         self._protocol = protocol
+        self._route = route
         self._children: dict[int, Any] = {}
 
     def observe(self, error_code: int, seconds: float) -> None:
         child = self._children.get(error_code)
         if child is None:
             child = self._children[error_code] = self._histogram.labels(
-                self._rpc, self._protocol, error_name(error_code)
+                self._rpc, self._protocol, self._route, error_name(error_code)
             )
         child.observe(seconds)
 
 
 ABORTED = -1000
 """Pseudo error code of a call that ended with a transport status (gRPC UNAVAILABLE while
-shutting down) instead of a response: label ``error="ABORTED"``."""
+shutting down) instead of a response, or of a forwarded request whose connection closed before
+its answer came back: label ``error="ABORTED"``."""
+NOT_DECODED = -1001
+"""Pseudo error code of a forwarded request's answer, passed back as the upstream sent it
+without being decoded: label ``error=""`` (no error code is known)."""
 
 
 def error_name(code: int) -> str:
@@ -338,6 +341,8 @@ def error_name(code: int) -> str:
 
     if code == ABORTED:
         return "ABORTED"
+    if code == NOT_DECODED:
+        return ""
     try:
         return ErrorCode(code).name
     except ValueError:
@@ -366,13 +371,15 @@ class CoordinatorMetrics:
         self.request_duration = LoopHistogram(
             f"{ns}_request_duration_seconds",
             "Time from a request reaching any process of the coordinator until its response "
-            "was ready (durable), by RPC, protocol (grpc, kafka) and the response's error code "
-            "(its top-level code, else the first non-NONE code of its entries).",
-            ["rpc", "protocol", "error"],
+            "was ready (durable), by RPC (the Kafka API's name over the Kafka protocol), "
+            "protocol (grpc, kafka), route (served; forwarded: sent to the upstream broker, "
+            "until its answer came back) and the response's error code (its top-level code, "
+            "else the first non-NONE code of its entries; empty for a forwarded answer).",
+            ["rpc", "protocol", "route", "error"],
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
-        self._request_series: dict[tuple[str, str], RequestSeries] = {}
+        self._request_series: dict[tuple[str, str, str], RequestSeries] = {}
         # ---- runtime (Kafka: event-queue-time-ms, event-processing-time-ms,
         # event-purgatory-time-ms, batch-flush-time-ms)
         self.event_queue_time = LoopHistogram(
@@ -524,12 +531,14 @@ class CoordinatorMetrics:
             self._processing.append(self.event_processing_time.labels(label))
             self._purgatory.append(self.event_purgatory_time.labels(label))
 
-    def request_series(self, rpc: str, protocol: str) -> RequestSeries:
+    def request_series(self, rpc: str, protocol: str, route: str = SERVED) -> RequestSeries:
         """The (cached) latency series of ``rpc`` over ``protocol``; hold on to it."""
-        key = (rpc, protocol)
+        key = (rpc, protocol, route)
         series = self._request_series.get(key)
         if series is None:
-            series = self._request_series[key] = RequestSeries(self.request_duration, rpc, protocol)
+            series = self._request_series[key] = RequestSeries(
+                self.request_duration, rpc, protocol, route
+            )
         return series
 
     def set_state_reader(self, read: Callable[[], StateCounts | None]) -> None:

@@ -6,11 +6,15 @@ assignors.
 * :meth:`RuntimeObserver.run_command` to run one command on a shard (timed: queue and
   processing time; a ``shard.<command>`` span when tracing is on);
 * :meth:`RuntimeObserver.waits` when that command's response waits for a batch (its purgatory
-  time is observed when the batch resolves);
+  time is observed when the batch resolves), :meth:`RuntimeObserver.settled` when it waits for
+  none (its events were written at once);
 * :meth:`RuntimeObserver.batch_written` / :meth:`RuntimeObserver.batch_failed` once a batch is
   durable or failed (flush and fsync time, size; a ``store.append`` span linked to the
   commands' spans);
 * :meth:`RuntimeObserver.timer_fired` and :meth:`RuntimeObserver.offsets_expired`.
+
+The log events a command returns (and the state it left a rebalancing group in) go to the
+:class:`~.rebalances.RebalanceTracker` when they are written: once the batch is durable.
 
 None of these raise into the runtime: they only observe numbers and end spans.
 """
@@ -46,7 +50,7 @@ def command_name(fn: Callable[..., Any]) -> str:
 
 class RuntimeObserver:
     __slots__ = (
-        "_batch_records",
+        "_batch_events",
         "_batch_spans",
         "_processing",
         "_queue",
@@ -62,16 +66,12 @@ class RuntimeObserver:
         self.rebalances = RebalanceTracker(metrics)
         self._waits: dict[Any, list[tuple[int, float]]] = {}  # batch -> (shard, since)
         self._batch_spans: dict[Any, list[Any]] = {}  # batch -> command span contexts
-        # batch -> records of its commands, with the timer kind that ran each (rebalances)
-        self._batch_records: dict[Any, list[tuple[Any, str | None]]] = {}
-        self._stash: tuple[Any, str | None] | None = None  # the last command's records
+        # batch -> what the rebalance tracker kept of its commands (their events, group states)
+        self._batch_events: dict[Any, list[Any]] = {}
+        self._stash: Any = None  # the last command's, until the runtime says where it waits
         self._span: Any = None  # the last command's span context (tracing on)
         self._processing: list[Any] = []  # per state machine, bound by attach() (metrics on)
         self._queue: list[Any] = []
-
-    def loaded(self, shards: Sequence[Any]) -> None:
-        """The runtime finished loading: the rebalance tracker starts from that state."""
-        self.rebalances.seed(shards)
 
     # ------------------------------------------------------------------ commands
 
@@ -82,9 +82,11 @@ class RuntimeObserver:
         start = monotonic()
         try:
             out = fn(machine)
+            events = getattr(out, "events", None)
             records = getattr(out, "records", None)
-            if records:
-                self._stash = (records, _timer_kind(fn))
+            # Never on a steady heartbeat (no records, no events), nor without metrics.
+            if (events or records) and self.metrics is not None:
+                self._stash = self.rebalances.after_command(machine, records or (), events or ())
             return out
         finally:
             processing = self._processing
@@ -120,10 +122,11 @@ class RuntimeObserver:
             response = getattr(out, "response", out)
             tracing.set_response_attributes(span, response)
             records = getattr(out, "records", None)
+            events = getattr(out, "events", None)
             if records is not None:
                 span.set_attribute("kip848.records", len(records))
-                if records:
-                    self._stash = (records, _timer_kind(fn))
+            if (events or records) and metrics is not None:
+                self._stash = self.rebalances.after_command(machine, records or (), events or ())
             self._span = span.get_span_context()
         return out
 
@@ -137,11 +140,26 @@ class RuntimeObserver:
         stash = self._stash
         if stash is not None:
             self._stash = None
-            self._batch_records.setdefault(batch, []).append(stash)
+            self._batch_events.setdefault(batch, []).append(stash)
         ctx = self._span
         if ctx is not None:
             self._span = None
             self._batch_spans.setdefault(batch, []).append(ctx)
+
+    def settled(self) -> None:
+        """The command just run waits for no batch (nothing of its state machine is
+        outstanding): the runtime wrote its events at once."""
+        stash = self._stash
+        self._stash = None
+        self._span = None
+        if stash is not None:
+            self._rebalances_durable(stash)
+
+    def _rebalances_durable(self, kept: Any) -> None:
+        try:
+            self.rebalances.durable(kept)
+        except Exception:  # observation never fails a command or a batch
+            log.exception("Tracking rebalances failed")
 
     # ------------------------------------------------------------------ batches
 
@@ -156,12 +174,8 @@ class RuntimeObserver:
         now = time.monotonic()
         metrics = self.metrics
         waits = self._waits.pop(batch, ())
-        stashed: list[tuple[Any, str | None]] = self._batch_records.pop(batch, [])
-        for command_records, timer in stashed:
-            try:
-                self.rebalances.apply(command_records, timer)
-            except Exception:  # observation never fails a batch
-                log.exception("Tracking rebalances failed")
+        for kept in self._batch_events.pop(batch, ()):
+            self._rebalances_durable(kept)
         if metrics is not None:
             metrics.batch(records, commands, flush_s, fsync_s)
             for shard, since in waits:
@@ -170,7 +184,8 @@ class RuntimeObserver:
 
     def batch_failed(self, batch: Any, records: int, error: BaseException) -> None:
         self._waits.pop(batch, None)
-        self._batch_records.pop(batch, None)  # rolled back: nothing of it happened
+        for kept in self._batch_events.pop(batch, ()):  # rolled back: nothing of it happened
+            self.rebalances.dropped(kept)
         if self.metrics is not None:
             self.metrics.batch_failures.inc()
         self._end_batch_span(batch, records, 0, None, error)
@@ -204,7 +219,6 @@ class RuntimeObserver:
     # ------------------------------------------------------------------ timers and expiry
 
     def timer_fired(self, kind: str, shard: int, late_s: float) -> None:
-        _TIMER_KIND.kind = kind
         metrics = self.metrics
         if metrics is not None:
             metrics.timeout(kind.replace("-", "_"))
@@ -224,26 +238,6 @@ class RuntimeObserver:
             self._processing = list(self.metrics._processing)
             self._queue = list(self.metrics._queue)
         return [TimedAssignor(a, self.metrics) for a in assignors]
-
-
-class _TimerKind:
-    """The kind of the timer being fired (set by :meth:`RuntimeObserver.timer_fired` just
-    before the runtime runs its command)."""
-
-    __slots__ = ("kind",)
-
-    def __init__(self) -> None:
-        self.kind: str | None = None
-
-
-_TIMER_KIND = _TimerKind()
-
-
-def _timer_kind(fn: Callable[..., Any]) -> str | None:
-    if "_fire" not in getattr(fn, "__qualname__", ""):
-        return None
-    kind, _TIMER_KIND.kind = _TIMER_KIND.kind, None
-    return kind
 
 
 class TimedAssignor:
@@ -293,31 +287,20 @@ class TimedAssignor:
 def count_state(
     runtime: Any, frontends: Callable[[], Mapping[int, int]] | None = None
 ) -> StateCounts:
-    """Groups, members and offsets of every shard, shard states and load times. Runs on the
-    event loop (it iterates the shards' dictionaries)."""
+    """Groups, members and offsets of every shard (each shard's public
+    :meth:`~coordinator.core.shard.GroupCoordinatorShard.census`), shard states and load times.
+    Runs on the event loop (a census iterates the shard's groups)."""
     counts = StateCounts()
     groups = counts.groups
     members = counts.members
     for shard in runtime.shards:
-        for listed in shard.list_groups():
-            key = (listed.group_type, listed.group_state)
-            groups[key] = groups.get(key, 0) + 1
-        for group in shard.groups.values():
-            total = len(group.members)
-            classic = getattr(group, "classic_members", 0)
-            if total - classic:
-                k = ("consumer", "consumer")
-                members[k] = members.get(k, 0) + total - classic
-            if classic:
-                k = ("consumer", "classic")
-                members[k] = members.get(k, 0) + classic
-        for group in getattr(shard, "classic_groups", {}).values():
-            if group.members:
-                k = ("classic", "classic")
-                members[k] = members.get(k, 0) + len(group.members)
-        counts.offsets += sum(len(o) for o in shard.offsets.values())
-    state = runtime.state.value
-    counts.shards = {state: runtime.shard_count}
+        census = shard.census()
+        for key, n in census.groups.items():
+            groups[key] = groups.get(key, 0) + n
+        for key, n in census.members.items():
+            members[key] = members.get(key, 0) + n
+        counts.offsets += census.offsets
+    counts.shards = {runtime.state.value: runtime.shard_count}
     stats = runtime.load_stats
     if stats is not None:
         for s in stats.shards:

@@ -18,14 +18,19 @@ by the same code:
 
 What one request records:
 
-* ``kip848_request_duration_seconds{rpc, protocol, error}``: ``rpc`` is the Kafka API name
-  (``ConsumerGroupHeartbeat``, ``OffsetCommit``, ``JoinGroup`` ...), ``protocol`` ``grpc`` or
-  ``kafka`` (from ``Caller.api_version``), ``error`` the answer's top-level code, else the first
-  non-NONE code of its entries (groups, topics, partitions, resources), else NONE; ``ABORTED``
-  for a call ended by the transport (gRPC UNAVAILABLE while shutting down).
+* ``kip848_request_duration_seconds{rpc, protocol, route, error}``: ``rpc`` is the gRPC RPC's
+  name, over the Kafka protocol the Kafka API's (:func:`kafka_rpc_names`: the same except
+  ``Metadata``, served with ``list_topics``), ``protocol`` ``grpc`` or ``kafka`` (from
+  ``Caller.api_version``), ``route`` ``served``, ``error`` the answer's top-level code, else the
+  first non-NONE code of its entries (groups, topics, partitions, resources), else NONE;
+  ``ABORTED`` for a call ended by the transport (gRPC UNAVAILABLE while shutting down).
+  Requests the Kafka listener forwards to the upstream broker never reach the service layer:
+  :func:`forwarded_timer` is the listener's hook for them (``route="forwarded"``).
 * OffsetCommit: every partition of the answer in ``kip848_offset_commits_total{error}``;
   OffsetDelete: the deleted partitions in ``kip848_offset_deletions_total``.
-* A SERVER span (tracing on) with the request's group id, member id and epoch and the answer's.
+* A SERVER span (tracing on) with the request's group id, member id and epoch and the answer's,
+  current while the request runs on either listener (its shard command and assignor spans are
+  its children).
 * Administrative RPCs: one audit line per resource (``logs.audit``): topic create/delete/
   add-partitions, group config alter, offset reset (an OffsetCommit without a member) and
   delete, group delete.
@@ -44,7 +49,14 @@ from coordinator.core.errors import ErrorCode
 
 from . import tracing
 from .logs import audit
-from .metrics import ABORTED, CoordinatorMetrics, error_name
+from .metrics import (
+    ABORTED,
+    FORWARDED,
+    NOT_DECODED,
+    CoordinatorMetrics,
+    RequestSeries,
+    error_name,
+)
 
 ARRIVAL: ContextVar[float | None] = ContextVar("kip848_request_arrival", default=None)
 """When the current request reached a process of ours (``time.monotonic()``); read by the
@@ -249,23 +261,48 @@ def _configs_text(configs: Any) -> str:
 # ---------------------------------------------------------------- the service layer
 
 
+def kafka_api_name(api_key: int) -> str:
+    """Kafka's name of an API (``Metadata``, ``Produce``, ``ConsumerGroupHeartbeat``), or
+    ``Api<key>`` for a key kio does not know."""
+    from coordinator.server.kafka import wire
+
+    return rpc_name(wire.api_name(api_key))
+
+
+def kafka_rpc_names() -> dict[str, str]:
+    """Service method -> the Kafka API served with it over the Kafka protocol: the ``rpc`` label
+    of a Kafka request is the Kafka API's name, which is the gRPC RPC's name except where no RPC
+    corresponds exactly (Metadata is served with ``list_topics``, the gRPC ListTopics)."""
+    from coordinator.server.kafka import apis
+
+    names = {row.method: kafka_api_name(key) for key, row in apis.SERVED.items()}
+    names["list_topics"] = kafka_api_name(apis.METADATA)  # coordinator-only mode
+    return names
+
+
 def instrument_service(service: Any, metrics: CoordinatorMetrics | None) -> None:
     """Observe the RPCs of one ``CoordinatorService`` instance (its ``@rpc`` methods)."""
     enabled = metrics is not None or tracing.STATE.enabled
+    kafka_names = kafka_rpc_names()
     for name, fn in vars(type(service)).items():
         if not hasattr(fn, "__wrapped__") or name.startswith("_"):
             continue  # not an @rpc method
         if not enabled and name not in ADMIN_METHODS:
             continue
-        setattr(service, name, _observed(name, getattr(service, name), metrics))
+        observed = _observed(name, getattr(service, name), metrics, kafka_names.get(name))
+        setattr(service, name, observed)
 
 
 def _observed(
-    name: str, method: Callable[[Any, Any], Any], metrics: CoordinatorMetrics | None
+    name: str,
+    method: Callable[[Any, Any], Any],
+    metrics: CoordinatorMetrics | None,
+    kafka_name: str | None = None,
 ) -> Callable[[Any, Any], Any]:
     rpc = rpc_name(name)
+    names = {"grpc": rpc, "kafka": kafka_name or rpc}
     series = (
-        {p: metrics.request_series(rpc, p) for p in ("grpc", "kafka")}
+        {p: metrics.request_series(names[p], p) for p in ("grpc", "kafka")}
         if metrics is not None
         else None
     )
@@ -277,13 +314,13 @@ def _observed(
 
     async def observed(req: Any, caller: Any) -> Any:
         protocol = "grpc" if caller.api_version is None else "kafka"
-        # Never set a context variable here: the Kafka listener runs a request's first step in
-        # its reader callback and the rest in a task (two contexts); the gRPC edge sets ARRIVAL.
+        # The gRPC edge sets ARRIVAL (a front end's receive time); a Kafka request's clock
+        # starts here, when the listener hands it to the service layer.
         arrival = ARRIVAL.get() or monotonic()
         answer = None
         try:
             if state.enabled and not tracing.skip_root():
-                answer = await _traced(rpc, protocol, method, req, caller)
+                answer = await _traced(names[protocol], protocol, method, req, caller)
             else:
                 answer = await method(req, caller)
         finally:
@@ -308,10 +345,15 @@ def _observed(
 async def _traced(
     rpc: str, protocol: str, method: Callable[[Any, Any], Any], req: Any, caller: Any
 ) -> Any:
+    """The RPC's SERVER span, current while the request runs, so the shard command and assignor
+    spans are its children on both listeners. (The Kafka listener runs a request that waits in
+    a task of the very context its first step ran in, so the span's context is entered and left
+    in one context.)"""
     if protocol == "kafka":
-        return await _traced_kafka(rpc, method, req, caller)
-    path = GRPC_PATH.get()
-    service, _, method_name = (path or f"kafka/{rpc}").strip("/").rpartition("/")
+        service, method_name = "kafka", rpc
+    else:
+        path = GRPC_PATH.get()
+        service, _, method_name = (path or f"grpc/{rpc}").strip("/").rpartition("/")
     with tracing.rpc_span(
         service,
         method_name,
@@ -330,35 +372,6 @@ async def _traced(
         tracing.set_response_attributes(span, getattr(answer, "value", None) or answer)
         span.set_attribute(tracing.ERROR_CODE, error_name(_safe_first_error(answer)))
         return answer
-
-
-async def _traced_kafka(rpc: str, method: Callable[[Any, Any], Any], req: Any, caller: Any) -> Any:
-    """A Kafka request's span, never made current: the listener may run the request's steps in
-    two contexts (its reader callback, then a task), which a current span cannot span; so a
-    Kafka request has its RPC span without shard/assignor children."""
-    from opentelemetry.trace import SpanKind
-
-    span = tracing.STATE.tracer.start_span(
-        f"kafka/{rpc}",
-        kind=SpanKind.SERVER,
-        attributes={
-            "rpc.system": "kafka",
-            "rpc.service": "kafka",
-            "rpc.method": rpc,
-            tracing.CLIENT_ID: caller.client_id,
-            tracing.CLIENT_ADDRESS: caller.client_host,
-        },
-    )
-    try:
-        if span.is_recording():
-            tracing.set_request_attributes(span, req)
-        answer = await method(req, caller)
-        if span.is_recording():
-            tracing.set_response_attributes(span, getattr(answer, "value", None) or answer)
-            span.set_attribute(tracing.ERROR_CODE, error_name(_safe_first_error(answer)))
-        return answer
-    finally:
-        span.end()
 
 
 def _audit(name: str, req: Any, answer: Any, protocol: str, caller: Any) -> None:
@@ -387,6 +400,40 @@ def _count_offsets(metrics: CoordinatorMetrics, answer: Any, commit: bool) -> No
             metrics.offset_commit_partitions(code, n)
     elif counts.get(0):
         metrics.offset_deletions.inc(counts[0])
+
+
+# ---------------------------------------------------------------- forwarded Kafka requests
+
+
+ForwardDone = Callable[[bool], None]
+
+
+def forwarded_timer(metrics: CoordinatorMetrics | None) -> Callable[[int], ForwardDone] | None:
+    """The Kafka listener's hook for the requests it forwards to the upstream broker (Produce,
+    Fetch, ListOffsets, Metadata ...): called with the API key as a request is sent, it returns
+    what the request's slot calls once the answer is back (True) or the client's connection
+    closed first (False). Each is one sample of ``kip848_request_duration_seconds{rpc=<Kafka
+    API>, protocol="kafka", route="forwarded"}`` with ``error=""`` (the answer is passed back
+    undecoded) or ``error="ABORTED"``. None (no hook) without metrics."""
+    if metrics is None:
+        return None
+    by_key: dict[int, RequestSeries] = {}
+    monotonic = time.monotonic
+
+    def start(api_key: int) -> ForwardDone:
+        series = by_key.get(api_key)
+        if series is None:
+            series = by_key[api_key] = metrics.request_series(
+                kafka_api_name(api_key), "kafka", FORWARDED
+            )
+        since = monotonic()
+
+        def done(answered: bool) -> None:
+            series.observe(NOT_DECODED if answered else ABORTED, monotonic() - since)
+
+        return done
+
+    return start
 
 
 # ---------------------------------------------------------------- the gRPC edge

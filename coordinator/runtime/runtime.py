@@ -244,8 +244,6 @@ class CoordinatorRuntime:
         if self.state is not RuntimeState.LOADING:  # closed while loading
             return stats
         self.load_stats = stats
-        if self.observer is not None:
-            self.observer.loaded(self.shards)
         now = self.clock.now_ms()
         for i, shard in enumerate(self.shards):
             self._apply_timer_ops(self._timer_time(shard.on_loaded(now)))
@@ -437,8 +435,11 @@ class CoordinatorRuntime:
                 _write_events(result.events)
             else:
                 batch.events.extend(result.events)
-        if obs is not None and batch is not None:
-            obs.waits(batch, index)
+        if obs is not None:
+            if batch is not None:
+                obs.waits(batch, index)
+            else:
+                obs.settled()  # its events were written at once
         if result.completions:  # legacy bridge: answer parked requests once durable
             completions = [(index, token, response) for token, response in result.completions]
             if batch is None:

@@ -27,7 +27,11 @@ from grpc_health.v1 import health, health_pb2
 from coordinator.core.config import GroupCoordinatorConfig
 from coordinator.observability import tracing
 from coordinator.observability.observer import start_metrics_endpoint
-from coordinator.observability.requests import instrument_methods, instrument_service
+from coordinator.observability.requests import (
+    forwarded_timer,
+    instrument_methods,
+    instrument_service,
+)
 from coordinator.runtime import CoordinatorRuntime, ManualClock, SystemClock
 from coordinator.runtime.store import RecordStore
 
@@ -189,6 +193,7 @@ class CoordinatorServer:
             upstream = self.kafka_upstream = Upstream(options.kafka_upstream)
             await upstream.connect()
         self.kafka = KafkaListener(self.service, kafka_options, upstream)
+        self.kafka.on_forward = forwarded_timer(getattr(self.runtime.observer, "metrics", None))
         bound = await self.kafka.listen(host, port)
         adv_host, adv_port = await asyncio.to_thread(
             advertise, host, bound, options.kafka_advertised, "--kafka-advertised-address"

@@ -218,7 +218,14 @@ async def test_metrics_of_a_rebalance_a_commit_and_a_session_timeout() -> None:
         # Both members go silent: their session timeouts fire; the group empties.
         await rt.advance_time(45_000)
         assert sample(metrics, "kip848_timeouts_total", kind="session") == 2
-        assert sample(metrics, "kip848_consumer_group_rebalances_total", cause="member_fenced") == 2
+        assert (
+            sample(
+                metrics,
+                "kip848_consumer_group_rebalances_total",
+                cause="member_fenced_session_timeout",
+            )
+            == 2
+        )
         assert sample(metrics, "kip848_event_queue_time_seconds_count", shard=shard) == 7
 
         counts = count_state(rt)

@@ -54,11 +54,13 @@ class KafkaOptions:
 class Slot:
     """One request's place in its connection's response order."""
 
-    __slots__ = ("data", "done")
+    __slots__ = ("data", "done", "observed")
 
     def __init__(self) -> None:
         self.data: bytes | None = None
         self.done = False
+        self.observed: Callable[[bool], None] | None = None
+        """A forwarded request's metrics hook (``on_forward``): called when it is answered."""
 
 
 class KafkaListener:
@@ -85,6 +87,10 @@ class KafkaListener:
         self._idle_task: asyncio.Task[None] | None = None
         self._pending: set[asyncio.Task[None]] = set()
         self.closing = False
+        self.on_forward: Callable[[int], Callable[[bool], None]] | None = None
+        """Metrics (``coordinator.observability.requests.forwarded_timer``): called with the API
+        key of each request forwarded to the upstream; what it returns is called with True once
+        the answer is back, False if the connection closed first."""
 
     # ------------------------------------------------------------ lifecycle
 
@@ -226,7 +232,15 @@ class KafkaListener:
             ours, theirs = configs.owners(entity)
             if theirs:
                 if not ours and self.upstream.offers(key, version):
-                    answer_frame = await self.upstream.forward_future(conn, key, version, frame)
+                    done = None if self.on_forward is None else self.on_forward(key)
+                    try:
+                        answer_frame = await self.upstream.forward_future(conn, key, version, frame)
+                    except BaseException:
+                        if done is not None:
+                            done(False)
+                        raise
+                    if done is not None:
+                        done(True)
                     return wire.I32.pack(len(answer_frame)) + answer_frame
                 return await configs.serve_split(
                     self,
@@ -354,6 +368,7 @@ class KafkaConnection(asyncio.Protocol):
         self._drain_then_close = False
         self.upstream_conn: Any = None
         self._callers: dict[tuple[str | None, int], Caller] = {}
+        self._forwarding: Callable[[bool], None] | None = None  # for the next expect()
 
     # ------------------------------------------------------------ asyncio.Protocol
 
@@ -373,6 +388,11 @@ class KafkaConnection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self.listener.connections.discard(self)
+        for slot in self.slots:
+            observed = slot.observed
+            if observed is not None and not slot.done:
+                slot.observed = None
+                observed(False)  # a forwarded request never answered
         if self.worker is not None and not self.worker.done():
             self.worker.cancel()
         if self.upstream_conn is not None:
@@ -426,6 +446,7 @@ class KafkaConnection(asyncio.Protocol):
                 return
             if getattr(entity, "key_type", 0) != 0 and key in listener.upstream.versions:
                 # Transaction (and other) coordinators stay upstream; the answer names ours.
+                self._observe_forward(key)
                 listener.upstream.forward(self, key, version, frame, rewrite=True)
                 return
         row = apis.SERVED.get(key)
@@ -442,6 +463,7 @@ class KafkaConnection(asyncio.Protocol):
                 self.work.append(item)
             return
         if listener.upstream is not None and listener.upstream.forwards(key, version):
+            self._observe_forward(key)
             listener.upstream.forward(self, key, version, frame)
             return
         mode = (
@@ -456,7 +478,15 @@ class KafkaConnection(asyncio.Protocol):
 
     def expect(self) -> Slot:
         """A slot for a forwarded request (``upstream.py``)."""
-        return self._slot()
+        slot = self._slot()
+        slot.observed, self._forwarding = self._forwarding, None
+        return slot
+
+    def _observe_forward(self, key: int) -> None:
+        """The request about to be forwarded is measured (metrics on): its slot gets the hook."""
+        on_forward = self.listener.on_forward
+        if on_forward is not None:
+            self._forwarding = on_forward(key)
 
     def caller(self, client_id: str | None, version: int) -> Caller:
         """Who sends a request on this connection (one per client id and version, reused)."""
@@ -527,6 +557,10 @@ class KafkaConnection(asyncio.Protocol):
         every answer that is now at the head of the order."""
         slot.data = data
         slot.done = True
+        observed = slot.observed
+        if observed is not None:
+            slot.observed = None
+            observed(True)
         slots = self.slots
         if slots[0] is not slot:
             return
