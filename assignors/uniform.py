@@ -34,8 +34,8 @@ Rack information is not used (as in Kafka 4.0's uniform assignor).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from itertools import chain, filterfalse
-from operator import methodcaller
+from itertools import accumulate, chain, compress, filterfalse, islice, repeat
+from operator import attrgetter, lt, methodcaller, sub
 from typing import ClassVar
 
 from assignors.api import (
@@ -52,6 +52,8 @@ from assignors.api import (
 __all__ = ["UniformAssignor", "compute_uniform_assignment"]
 
 _values = methodcaller("values")
+_assignment_of = attrgetter("assignment")
+_subscribed = attrgetter("subscribed_topic_ids")
 
 MAX_BALANCE_PASSES = 64
 """Upper bound on the passes over the shared topics in one round of single-topic balancing."""
@@ -97,11 +99,14 @@ class _Builder:
         partition_owners: Mapping[TopicId, Mapping[int, str]] | None = None,
     ) -> None:
         self.partition_owners = partition_owners or {}
-        self.member_ids = member_ids = sorted(specs)
+        given = list(specs)
+        self.member_ids = member_ids = sorted(given)
         count = len(member_ids)
-        spec_list = [specs[m] for m in member_ids]
-        subscriptions = [spec.subscribed_topic_ids for spec in spec_list]
-        self.assignments = [spec.assignment for spec in spec_list]
+        if member_ids == given:  # given sorted (the coordinator does): no lookups
+            spec_list = list(specs.values())
+        else:
+            spec_list = list(map(specs.__getitem__, member_ids))
+        self.assignments = list(map(_assignment_of, spec_list))
 
         # Classes of identical subscriptions, numbered in the order of their first member.
         self.class_members: list[list[int]] = []
@@ -110,12 +115,12 @@ class _Builder:
             # Trusted, as in Kafka: comparing thousands of equal subscriptions member by member
             # would cost more than the whole assignment. The result is validated anyway.
             self.class_members.append(list(range(count)))
-            self.class_subscriptions.append(subscriptions[0])
+            self.class_subscriptions.append(spec_list[0].subscribed_topic_ids)
             self.member_class = [0] * count
         else:
             class_of_subscription: dict[frozenset[TopicId], int] = {}
             self.member_class = member_class = [0] * count
-            for i, subscription in enumerate(subscriptions):
+            for i, subscription in enumerate(map(_subscribed, spec_list)):
                 k = class_of_subscription.get(subscription)
                 if k is None:
                     k = class_of_subscription[subscription] = len(self.class_members)
@@ -184,12 +189,11 @@ class _Builder:
         if not owners_of and any(assignments):
             return False
         counts = self.partition_counts
-        usable = frozenset(self.topic_ids)
-        if not all(map(usable.issuperset, assignments)) or not all(
-            chain.from_iterable(map(_values, assignments))
-        ):
+        if not set(chain.from_iterable(assignments)) <= frozenset(self.topic_ids):
             return False
-        load = [sum(map(len, a.values())) for a in assignments]
+        load = _loads(assignments)
+        if load is None:
+            return False
         owned = 0
         unassigned: dict[TopicId, Sequence[int]] = {}
         for t in self.topic_ids:
@@ -425,25 +429,28 @@ class _Builder:
 
     def _set_targets(self, members: list[int], class_total: int) -> None:
         """Spread ``class_total`` over ``members``: quota q, and q+1 for ``class_total % n`` of
-        them, preferring members that already hold more than q (they then lose nothing)."""
+        them, preferring members that already hold more than q (they then lose nothing), in
+        member order. (C-level passes: a join to a big group costs no Python step per member.)"""
         quota, extras = divmod(class_total, len(members))
         target, load = self.target, self.load
-        for i in members:
-            target[i] = quota
+        whole = len(members) == len(target)  # the members are range(len(target)): one class
+        if whole:
+            target[:] = repeat(quota, len(target))
+        else:
+            for i in members:
+                target[i] = quota
         if not extras:
             return
-        for i in members:
-            if load[i] > quota:
-                target[i] = quota + 1
-                extras -= 1
-                if not extras:
-                    return
-        for i in members:
-            if target[i] == quota:
-                target[i] = quota + 1
-                extras -= 1
-                if not extras:
-                    return
+        loads = load if whole else list(map(load.__getitem__, members))
+        above = list(islice(compress(members, map(quota.__lt__, loads)), extras))
+        for i in above:
+            target[i] = quota + 1
+        extras -= len(above)
+        if not extras:
+            return
+        targets = target if whole else list(map(target.__getitem__, members))
+        for i in islice(compress(members, map(quota.__eq__, targets)), extras):
+            target[i] = quota + 1
 
     def _release_topic(self, members: list[int], t: TopicId, count: int) -> list[int]:
         """Take ``count`` partitions of topic t away from the class: first from members above
@@ -483,13 +490,14 @@ class _Builder:
         contiguous runs of the class pool (incoming partitions plus what was given up)."""
         load, target, current = self.load, self.target, self.current
         given_up: dict[TopicId, list[int]] = {}
-        below: list[int] = []
-        for i in members:
+        if len(members) == len(target):  # one class: members are range(len(target))
+            loads, targets = load, target
+        else:
+            loads = list(map(load.__getitem__, members))
+            targets = list(map(target.__getitem__, members))
+        below = list(compress(members, map(lt, loads, targets)))
+        for i in compress(members, map(lt, targets, loads)):
             keep = target[i]
-            if load[i] <= keep:
-                if load[i] < keep:
-                    below.append(i)
-                continue
             assignment = current[i]
             trimmed: dict[TopicId, frozenset[int]] = {}
             for t in sorted(assignment):
@@ -535,6 +543,23 @@ class _Builder:
             load[i] = target[i]
         if at != len(pool):
             raise PartitionAssignorError("internal error: partitions left in the pool")
+
+
+def _loads(assignments: Sequence[Mapping[TopicId, frozenset[int]]]) -> list[int] | None:
+    """Each member's number of partitions, or None if some member holds an empty set.
+    (C-level passes: the sizes of all sets in one list, summed per member through prefix sums.)"""
+    try:  # dict.values is several times cheaper than a methodcaller (the coordinator's dicts)
+        sizes = list(map(len, chain.from_iterable(map(dict.values, assignments))))  # type: ignore[arg-type]
+    except TypeError:  # some other Mapping
+        sizes = list(map(len, chain.from_iterable(map(_values, assignments))))
+    if 0 in sizes:
+        return None
+    topics = list(map(len, assignments))
+    if topics.count(1) == len(topics):  # one topic each (the usual case with few topics)
+        return sizes
+    ends = list(accumulate(topics))
+    prefix = [0, *accumulate(sizes)]
+    return list(map(sub, map(prefix.__getitem__, ends), map(prefix.__getitem__, [0, *ends[:-1]])))
 
 
 class _Split:

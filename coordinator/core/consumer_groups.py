@@ -472,15 +472,26 @@ class ConsumerGroups(ByGroupId[ConsumerGroup]):
         return topics
 
     def subscription_metadata(self, group: ConsumerGroup) -> dict[str, TopicMetadata]:
-        """Every topic the group subscribes to that exists, by name (from the topics image)."""
+        """Every topic the group subscribes to that exists, by name (from the topics image).
+        The group's current entries are reused where they still hold (so an unchanged result
+        compares equal by identity, and a join to a group of many topics builds nothing)."""
         by_name = self._ctx.topics.by_name
+        current = group.subscription_metadata
         out = {}
         for name in group.topic_subscribers:
             t = by_name.get(name)
             if t is not None:
-                out[name] = TopicMetadata(
-                    topic_id=t.topic_id, name=name, num_partitions=t.num_partitions
-                )
+                old = current.get(name)
+                if (
+                    old is not None
+                    and old.topic_id == t.topic_id
+                    and old.num_partitions == t.num_partitions
+                ):
+                    out[name] = old
+                else:
+                    out[name] = TopicMetadata(
+                        topic_id=t.topic_id, name=name, num_partitions=t.num_partitions
+                    )
         return out
 
     def maybe_drop_regex(self, result: Result[Any], group: ConsumerGroup, regex: str) -> None:

@@ -6,6 +6,8 @@ never drift: static members by instance id, subscriber counts per topic name, me
 per regex and per server assignor, the inverted target assignment, and the *current owner* of
 every partition (assigned or pending revocation) — the invariant "a partition is owned by at
 most one member" is checked here on every replay (KIP-848 "Reconciliation of the group").
+Replay also marks the members whose assignor input may have changed (``spec_dirty``), so the
+next target computation rebuilds the inputs of those members only (target_assignment.SpecCache).
 
 Every write goes through the shard's :class:`~coordinator.core.timeline.UndoLog`.
 """
@@ -52,6 +54,7 @@ class ConsumerGroup:
         "reported_pending",
         "resolved_regexes",
         "spec_cache",
+        "spec_dirty",
         "static_members",
         "subscription_metadata",
         "target",
@@ -81,8 +84,12 @@ class ConsumerGroup:
         self.classic_members = 0
         # Soft state: (topics image version, group epoch) at the last metadata check.
         self.metadata_checked: tuple[int, int] = (-1, -1)
-        # Soft state: the assignor's inputs, cached (target_assignment.SpecCache).
+        # The assignor's inputs, cached (target_assignment.SpecCache); derived, not recorded,
+        # but kept through the undo log like everything else so a rollback cannot make it lie.
         self.spec_cache: Any = None
+        # Member ids whose assignor input may have changed since the cache last saw them (their
+        # metadata or target was replayed, or they appeared): the cache rebuilds only these.
+        self.spec_dirty: TDict = log.new_dict()
         # Soft state: member id -> the pending partitions its last heartbeat response carried
         # (the target moves on between a member's heartbeats, so "did pending change" is asked
         # against what the member was told). Through the undo log like everything else; gone
@@ -140,6 +147,15 @@ class ConsumerGroup:
     def set(self, name: str, value: object) -> None:
         self._log.set_attr(self, name, value)
 
+    @property
+    def undo(self) -> UndoLog:
+        """The shard's undo log (for derived state kept beside the group, e.g. the spec cache)."""
+        return self._log
+
+    def _touch(self, member_id: str) -> None:
+        if member_id not in self.spec_dirty:
+            self.spec_dirty[member_id] = True
+
     def replay_member_metadata(
         self, member_id: str, value: r.ConsumerGroupMemberMetadataValue | None
     ) -> None:
@@ -152,10 +168,12 @@ class ConsumerGroup:
                     f"group {self.group_id}: member {member_id} metadata deleted before its "
                     "current and target assignments"
                 )
+            self._touch(member_id)
             self._unindex_member(old)
             del self.members[member_id]
             self.reported_pending.discard(member_id)
             return
+        self._touch(member_id)
         # One explicit constructor call (dataclasses.replace is several times slower, and
         # loading a store replays millions of these).
         new = build_member(
@@ -223,6 +241,7 @@ class ConsumerGroup:
         # The inverted target index is lenient: within one new target assignment, the records
         # of the members are replayed one by one, so a moved partition is briefly in two
         # targets. The newest writer wins; a member only removes entries that still name it.
+        self._touch(member_id)
         # Only what changed for the member is touched (set differences, in C): a target that
         # shrinks or grows by a few partitions costs those few, whatever its size.
         old = self.target.get(member_id) or EMPTY_ASSIGNMENT
@@ -276,6 +295,7 @@ class ConsumerGroup:
             return
         state = _STATES.get(value.state) or MemberState.from_value(value.state)
         if old is None:
+            self._touch(member_id)
             new = build_member(
                 member_id,
                 None,

@@ -9,10 +9,12 @@ runs the assignor, validates the result, and diffs it against the current target
 Cost. A join to a settled group should cost what moves, not the group's size, so every step
 avoids per-partition work on members that keep their target:
 
-* the inputs are cached per member (soft state on the group, :class:`SpecCache`): a member's
-  :class:`MemberSubscription` is rebuilt only when its member object or its target changed
-  (both are immutable values, replaced on every change, so an identity check says it all), and
-  the member ids are kept sorted, so the assignor's own sort sees sorted input;
+* the inputs are kept beside the group (:class:`SpecCache`) and updated member by member:
+  replaying a member's metadata or target marks it dirty (``ConsumerGroup.spec_dirty``), and
+  only dirty members get a new :class:`MemberSubscription`; members sharing a subscription share
+  one frozenset of topic ids; the member ids are kept sorted (a join inserts one), so the
+  assignor's own sort sees sorted input. The cache and the dirty marks change only through the
+  undo log, so a rolled-back command rolls them back too;
 * an assignor that returns a member's input mapping unchanged (``uniform`` does) has that
   member skipped by the validation of partitions and by the diff; only the members whose
   mapping is new are checked against the current target's owners (:func:`check_result`).
@@ -22,10 +24,10 @@ What remains per member is a few C-level passes (key views, identity maps, ``iss
 
 from __future__ import annotations
 
-from bisect import insort
-from collections.abc import Mapping
+from bisect import bisect_left, insort
+from collections.abc import Callable, Collection, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
-from itertools import compress
+from itertools import chain, compress
 from operator import attrgetter, is_not
 from typing import Any
 
@@ -44,82 +46,162 @@ from assignors.validation import check_assignment
 from . import records as r
 from .errors import UnknownServerError
 from .group import ConsumerGroup
-from .model import EMPTY_ASSIGNMENT, Assignment
+from .model import EMPTY_ASSIGNMENT, Assignment, ConsumerGroupMember
+from .timeline import TDict, UndoLog
 
 _assignment_of = attrgetter("assignment")
 _subscribed = attrgetter("subscribed_topic_ids")
 
 
 class SpecCache:
-    """Soft, per-group cache of the assignor's inputs (never undo-logged: every entry is
-    checked by identity against the live values before use, so a rollback cannot make it
-    lie). ``entries``: member id -> (member, target, MemberSubscription) for the subscription
-    metadata ``metadata``; ``sorted_ids``/``ids``: the member ids, sorted, as last seen."""
+    """The assignor's inputs for one subscription metadata (``metadata``, compared by
+    identity), kept up to date member by member: ``build_group_spec`` rebuilds only the members
+    the group marked dirty (``ConsumerGroup.spec_dirty``: their metadata or target was replayed).
+    Everything that changes goes through the undo log, so a rollback restores the cache together
+    with the group and it cannot lie.
 
-    __slots__ = ("entries", "ids", "metadata", "sorted_ids")
+    ``entries``: member id -> its :class:`MemberSubscription` (members without a regex; a
+    regex's resolution may change under it, so those, in ``regex_ids``, are rebuilt on every
+    call); ``sorted_ids``: every member id, sorted; ``members``: the last spec's member mapping
+    (in ``sorted_ids`` order, never changed once built) or None; ``untidy``: the members whose
+    target holds a topic outside their subscription (a kept target then needs refusing, see
+    :func:`check_result`). ``topic_ids`` maps a
+    subscription (names) to its topic ids, shared by every member with that subscription (a
+    pure function of ``metadata``: not undo-logged)."""
 
-    def __init__(self, metadata: object) -> None:
+    __slots__ = (
+        "_log",
+        "by_name_id",
+        "entries",
+        "members",
+        "metadata",
+        "regex_ids",
+        "sorted_ids",
+        "topic_ids",
+        "topics",
+        "untidy",
+    )
+
+    def __init__(self, log: UndoLog, metadata: Mapping[str, TopicMetadata]) -> None:
+        self._log = log
         self.metadata = metadata
-        self.entries: dict[str, tuple[object, Assignment, MemberSubscription]] = {}
-        self.sorted_ids: list[str] = []
-        self.ids: set[str] = set()
+        self.topics: dict[TopicId, TopicMetadata] = {t.topic_id: t for t in metadata.values()}
+        self.by_name_id: dict[str, TopicId] = {name: t.topic_id for name, t in metadata.items()}
+        self.topic_ids: dict[Hashable, frozenset[TopicId]] = {}
+        self.entries: TDict = log.new_dict()
+        self.regex_ids: TDict = log.new_dict()
+        self.untidy: TDict = log.new_dict()
+        self.sorted_ids: tuple[str, ...] = ()
+        self.members: dict[str, MemberSubscription] | None = None
 
-    def member_ids(self, members: Mapping[str, object]) -> list[str]:
-        """The group's member ids, sorted (updated from the last call's list)."""
-        keys = members.keys()
-        if keys == self.ids:
-            return self.sorted_ids
-        gone = self.ids - keys
-        new = keys - self.ids
-        if len(gone) + len(new) > 64:
-            self.sorted_ids = sorted(keys)
-        else:
-            if gone:
-                self.sorted_ids = [m for m in self.sorted_ids if m not in gone]
-                for m in gone:
-                    self.entries.pop(m, None)
-            for m in new:
-                insort(self.sorted_ids, m)
-        self.ids = set(keys)
-        return self.sorted_ids
+    def subscription(self, names: Collection[str]) -> frozenset[TopicId]:
+        """The ids of the subscribed topics that exist (one shared frozenset per subscription)."""
+        key = names if isinstance(names, Hashable) else frozenset(names)
+        ids = self.topic_ids.get(key)
+        if ids is None:
+            by_name_id = self.by_name_id
+            ids = self.topic_ids[key] = frozenset(by_name_id[n] for n in names if n in by_name_id)
+        return ids
+
+    def build(self, group: ConsumerGroup, member: ConsumerGroupMember) -> MemberSubscription:
+        regex = member.subscribed_topic_regex
+        return MemberSubscription(
+            rack_id=member.rack_id,
+            instance_id=member.instance_id,
+            subscribed_topic_ids=self.subscription(
+                group.effective_topics(member) if regex else member.subscribed_topic_names
+            ),
+            assignment=group.target.get(member.member_id, EMPTY_ASSIGNMENT),
+        )
+
+    def update(self, group: ConsumerGroup, todo: Iterable[str]) -> None:
+        """Rebuild the entries of the members in ``todo`` (gone members are dropped)."""
+        entries, regex_ids, untidy = self.entries, self.regex_ids, self.untidy
+        members_of = group.members
+        added: list[str] = []
+        removed: list[str] = []
+        changed = False
+        for member_id in todo:
+            m = members_of.get(member_id)
+            known = member_id in entries or member_id in regex_ids
+            if m is None:
+                if known:
+                    removed.append(member_id)
+                    entries.discard(member_id)
+                    regex_ids.discard(member_id)
+                    untidy.discard(member_id)
+                continue
+            if not known:
+                added.append(member_id)
+            changed = True
+            if m.subscribed_topic_regex:
+                entries.discard(member_id)
+                untidy.discard(member_id)
+                if member_id not in regex_ids:
+                    regex_ids[member_id] = True
+            else:
+                regex_ids.discard(member_id)
+                entry = entries[member_id] = self.build(group, m)
+                if entry.subscribed_topic_ids.issuperset(entry.assignment):
+                    untidy.discard(member_id)
+                elif member_id not in untidy:
+                    untidy[member_id] = True
+        log = self._log
+        if added or removed:
+            if len(added) + len(removed) > 64:
+                ids = sorted(chain(entries, regex_ids))
+            else:
+                ids = list(self.sorted_ids)
+                for member_id in removed:
+                    del ids[bisect_left(ids, member_id)]
+                for member_id in added:
+                    insort(ids, member_id)
+            log.set_attr(self, "sorted_ids", tuple(ids))
+        if changed or removed:
+            log.set_attr(self, "members", None)
+
+    def inputs_tidy(self) -> bool:
+        """Every member's target is within its subscription (regex members: not known here)."""
+        return not self.untidy and not self.regex_ids
+
+    def spec_members(self, group: ConsumerGroup) -> dict[str, MemberSubscription]:
+        """Every member's input, in member id order (regex members rebuilt)."""
+        members = self.members
+        if members is None:
+            ids = self.sorted_ids
+            get: Callable[[str], Any] = self.entries.get  # None for regex members (below)
+            members = dict(zip(ids, map(get, ids), strict=True))
+            self._log.set_attr(self, "members", members)
+        if not self.regex_ids:
+            return members
+        members = dict(members)
+        members_of = group.members
+        for member_id in self.regex_ids:
+            members[member_id] = self.build(group, members_of[member_id])
+        return members
 
 
 def build_group_spec(group: ConsumerGroup) -> tuple[GroupSpec, Mapping[str, TopicMetadata]]:
+    """The assignor's inputs for the group as it is now. Costs what changed since the last call
+    (plus one C-level pass over the member ids when the set of members changed)."""
     metadata = group.subscription_metadata
     cache = group.spec_cache
+    dirty = group.spec_dirty
     if cache is None or cache.metadata is not metadata:
-        cache = group.spec_cache = SpecCache(metadata)
-    entries = cache.entries
-    target = group.target
-    members_of = group.members
-    by_name_id: dict[str, TopicId] | None = None
-    members = {}
-    for member_id in cache.member_ids(members_of):
-        m = members_of[member_id]
-        assignment = target.get(member_id, EMPTY_ASSIGNMENT)
-        entry = entries.get(member_id)
-        if entry is not None and entry[0] is m and entry[1] is assignment:
-            members[member_id] = entry[2]
-            continue
-        if by_name_id is None:
-            by_name_id = {name: t.topic_id for name, t in metadata.items()}
-        names = group.effective_topics(m)
-        subscription = MemberSubscription(
-            rack_id=m.rack_id,
-            instance_id=m.instance_id,
-            subscribed_topic_ids=frozenset(by_name_id[n] for n in names if n in by_name_id),
-            assignment=assignment,
-        )
-        members[member_id] = subscription
-        if not m.subscribed_topic_regex:  # a regex's resolution may change under it
-            entries[member_id] = (m, assignment, subscription)
+        cache = SpecCache(group.undo, metadata)
+        group.set("spec_cache", cache)
+        todo: Iterable[str] = list(group.members)
+    else:
+        todo = list(dirty)
+    if dirty:
+        dirty.del_many(list(dirty))
+    cache.update(group, todo)
     spec = GroupSpec(
-        members=members,
+        members=cache.spec_members(group),
         subscription_type=group.subscription_type(),
         partition_owners=group.target_owners,
     )
-    topics = {t.topic_id: t for t in metadata.values()}
-    return spec, topics
+    return spec, cache.topics
 
 
 def changed_members(spec: GroupSpec, result: GroupAssignment) -> list[str] | None:
@@ -127,10 +209,16 @@ def changed_members(spec: GroupSpec, result: GroupAssignment) -> list[str] | Non
     None if the result's members are not exactly the spec's (a dict with the same keys)."""
     given = result.members
     specs = spec.members
-    if not isinstance(given, dict) or given.keys() != specs.keys():
+    if not isinstance(given, dict):
         return None
-    inputs = map(_assignment_of, map(specs.__getitem__, given))
-    return list(compress(given, map(is_not, given.values(), inputs)))
+    ids = list(given)
+    if ids == list(specs):  # the usual case: same members, same order (identity compares)
+        inputs = map(_assignment_of, specs.values())
+    elif given.keys() == specs.keys():
+        inputs = map(_assignment_of, map(specs.__getitem__, given))
+    else:
+        return None
+    return list(compress(ids, map(is_not, given.values(), inputs)))
 
 
 def check_result(
@@ -138,6 +226,8 @@ def check_result(
     topics: Mapping[TopicId, TopicMetadata],
     result: object,
     changed: list[str] | None,
+    *,
+    inputs_tidy: bool = False,
 ) -> None:
     """Raise :class:`~assignors.validation.InvalidAssignmentError` if ``result`` may not be
     installed. ``spec`` must be one :func:`build_group_spec` made: its members' assignments
@@ -145,12 +235,14 @@ def check_result(
     only grow) and ``partition_owners`` is that target's exact inverse. Then only the members
     in ``changed`` need their partitions examined: each of their partitions exists, none is
     given twice among them, and none is still owned by a member that keeps its target. Every
-    member's subscription is checked (in C). Anything unusual falls back to the full
+    member's subscription is checked (in C) — only the changed members' with ``inputs_tidy``
+    (the caller knows every input assignment is within its member's subscription, so a kept
+    one is too: :meth:`SpecCache.inputs_tidy`). Anything unusual falls back to the full
     :func:`~assignors.validation.check_assignment`, which names the culprit."""
     if (
         changed is None
         or not isinstance(result, GroupAssignment)
-        or not _looks_valid(spec, topics, result.members, changed)
+        or not _looks_valid(spec, topics, result.members, changed, inputs_tidy)
     ):
         check_assignment(spec, topics, result)
 
@@ -160,12 +252,15 @@ def _looks_valid(
     topics: Mapping[TopicId, TopicMetadata],
     given: Mapping[str, Any],
     changed: list[str],
+    inputs_tidy: bool,
 ) -> bool:
-    """A fast check of an assignor's (untrusted) output; False sends it to the full check."""
+    """A fast check of an assignor's (untrusted) output; False sends it to the full check.
+    ``inputs_tidy``: every member's input is within its subscription, so only the changed
+    members' subscriptions need checking."""
     specs = spec.members
-    assignments = list(given.values())
-    subscriptions = map(_subscribed, map(specs.__getitem__, given))
-    if not all(map(frozenset.issuperset, subscriptions, assignments)):
+    checked = changed if inputs_tidy else list(given)
+    subscriptions = map(_subscribed, map(specs.__getitem__, checked))
+    if not all(map(frozenset.issuperset, subscriptions, map(given.__getitem__, checked))):
         return False
     if not all(type(given[m]) is dict for m in changed):
         return False
@@ -220,10 +315,11 @@ def compute_target_assignment(
     ``timestamp_ms``; 0 with batching off). Raises UnknownServerError (nothing changed) if the
     assignor fails or returns an invalid result."""
     spec, topics = build_group_spec(group)
+    tidy = group.spec_cache.inputs_tidy()
     try:
         result: GroupAssignment = assignor.assign(spec, topics)
         changed = changed_members(spec, result) if isinstance(result, GroupAssignment) else None
-        check_result(spec, topics, result, changed)
+        check_result(spec, topics, result, changed, inputs_tidy=tidy)
     except PartitionAssignorError as exc:
         raise UnknownServerError(
             f"Failed to compute a new target assignment for epoch {group_epoch}: {exc}"

@@ -1,0 +1,418 @@
+"""One join to (and one leave from) a settled group, through the pure core (no gRPC, no store).
+
+Issue 14's "cheaper computation": the cost of one join to a settled group should follow the
+partitions that move, not the size of the group. A storm of thousands of joins repeats this
+path thousands of times, so here it is measured alone, at three group sizes.
+
+For each case the group is built by replaying its canonical records (the harness's
+``seed_group``): every member stable at the group's epoch, owning exactly its target, the target
+being the uniform assignor's own result for that group (so a join moves what uniform would move
+in a real settled group). Then, on that same state each time (the shard's undo log rolls every
+sample back):
+
+* **join**: the ConsumerGroupHeartbeat of a new member (epoch 0, the group's subscription): its
+  member record, the subscription metadata check, the group epoch, the target assignment
+  (assignor inputs, the ``uniform`` assignor, validation, the diff into target records, their
+  replay) and the joiner's reconciliation. The assignor call alone is timed too (a wrapper
+  around the same assignor, timed inside the same command).
+* **leave**: a member's leave heartbeat (epoch -1: tombstones, group epoch + 1) followed by the
+  next heartbeat of another member, which computes the new target (as in Kafka, a leave
+  computes nothing by itself).
+* **offloaded join**: the same join with the computation offloaded (the default for groups of
+  ``group.consumer.assignor.offload.min.members`` or more): what stays on the event loop (the
+  join heartbeat, copying the inputs into an ``AssignmentJob``, applying the outcome as a
+  command) and what the worker does (``run_job``: rebuilding the spec, the assignor, the
+  validation), both in this process (no pickling, no process hop).
+
+Both joins run with ``group.consumer.assignment.interval.ms=0`` (no batching): one join, one
+computation. The inline rows set ``group.consumer.assignor.offload.enable=false``.
+
+Times are wall-clock best and median of the samples, and the median CPU time of this process;
+the group's long-lived state is frozen out of the garbage collector's way (``gc.freeze()``),
+as a coordinator's would be after its collector has seen it once.
+
+    .venv/bin/python bench/join.py [--quick] [--no-write]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import statistics
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from assignors.api import (
+    GroupAssignment,
+    GroupSpec,
+    MemberSubscription,
+    SubscriptionType,
+    TopicId,
+    TopicMetadata,
+)
+from assignors.range import RangeAssignor
+from assignors.uniform import UniformAssignor
+from bench._report import machine, table, write_section
+from coordinator.core import records as r
+from coordinator.core.commands import ConsumerGroupHeartbeat
+from coordinator.core.config import GroupCoordinatorConfig
+from coordinator.core.target_assignment import build_group_spec, run_job
+from coordinator.harness import Harness
+
+GROUP = "bench"
+SIZES = ((1_000, 10_000), (5_000, 50_000), (10_000, 100_000))
+QUICK_SIZES = ((1_000, 10_000), (5_000, 50_000))
+TOPICS = (10, 1000)
+INLINE = GroupCoordinatorConfig(
+    consumer_assignment_interval_ms=0, consumer_assignor_offload_enable=False
+)
+OFFLOADED = GroupCoordinatorConfig(
+    consumer_assignment_interval_ms=0, consumer_assignor_offload_enable=True
+)
+TARGET_JOIN_MS = 5.0  # Kafka's Java uniform assignor, one join at 10,000 x 100,000 (issue 14)
+
+
+@dataclass(slots=True)
+class TimedAssignor:
+    """The uniform assignor, with the wall and CPU time of every ``assign`` call recorded."""
+
+    name: ClassVar[str] = "uniform"
+    inner: UniformAssignor = field(default_factory=UniformAssignor)
+    calls: list[tuple[float, float]] = field(default_factory=list)
+
+    def assign(
+        self, group_spec: GroupSpec, topics: Mapping[TopicId, TopicMetadata]
+    ) -> GroupAssignment:
+        cpu, wall = time.process_time(), time.perf_counter()
+        result = self.inner.assign(group_spec, topics)
+        self.calls.append((time.perf_counter() - wall, time.process_time() - cpu))
+        return result
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    wall_ms: list[float]
+    cpu_ms: list[float]
+
+    @property
+    def best(self) -> float:
+        return min(self.wall_ms)
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.wall_ms)
+
+    @property
+    def cpu(self) -> float:
+        return statistics.median(self.cpu_ms)
+
+    def cell(self) -> str:
+        return f"{self.best:.2f} / {self.median:.2f} / {self.cpu:.2f}"
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    members: int
+    partitions: int
+    topics: int
+    join_moved: int
+    join_records: int
+    join_assignor: Sample
+    join: Sample
+    leave_moved: int
+    leave_assignor: Sample
+    leave: Sample
+    offload_loop: Sample
+    offload_worker: Sample
+
+
+def build(members: int, partitions: int, topics: int) -> tuple[Harness, TimedAssignor, list[str]]:
+    """A settled group: ``members`` members on ``topics`` topics totalling ``partitions``, each
+    member owning its share of the uniform assignor's result."""
+    timed = TimedAssignor()
+    h = Harness(assignors=[timed, RangeAssignor()], config=INLINE)
+    names = [f"topic-{i:04d}" for i in range(topics)]
+    for name in names:
+        h.create_topic(name, partitions // topics)
+    ids = {h.topic_id(n): n for n in names}
+    metadata = {
+        t: TopicMetadata(topic_id=t, name=n, num_partitions=partitions // topics)
+        for t, n in ids.items()
+    }
+    subscribed = frozenset(ids)
+    spec = GroupSpec(
+        members={
+            f"member-{i:05d}": MemberSubscription(
+                rack_id=None, instance_id=None, subscribed_topic_ids=subscribed, assignment={}
+            )
+            for i in range(members)
+        },
+        subscription_type=SubscriptionType.HOMOGENEOUS,
+    )
+    full = UniformAssignor().assign(spec, metadata).members
+    h.seed_group(GROUP, 10, {m: (names, dict(a)) for m, a in full.items()})
+    # The assignor's inputs are cached beside the group (built once, then kept up to date member
+    # by member); a loaded coordinator builds them at its first target computation. Build them
+    # here, durably, so that the samples (each rolled back) measure the steady state.
+    build_group_spec(h.shard.groups[GROUP])
+    h.shard.release(h.shard.mark())
+    return h, timed, names
+
+
+def moved_by(records: list[r.Record], before: Mapping[str, Mapping[str, frozenset[int]]]) -> int:
+    """Partitions whose target owner changed: what the target records give a member that it
+    did not have before."""
+    count = 0
+    for rec in records:
+        key, value = rec.key, rec.value
+        if isinstance(key, r.ConsumerGroupTargetAssignmentMemberKey) and isinstance(
+            value, r.ConsumerGroupTargetAssignmentMemberValue
+        ):
+            old = before.get(key.member_id, {})
+            for t, ps in value.topic_partitions.items():
+                count += len(ps - old.get(t, frozenset()))
+    return count
+
+
+def measure(members: int, partitions: int, topics: int, repeats: int) -> Row:
+    h, timed, names = build(members, partitions, topics)
+    shard = h.shard
+    group = shard.groups[GROUP]
+    epoch = group.group_epoch
+    before = {m: dict(a) for m, a in group.target.items()}
+    join_cmd = ConsumerGroupHeartbeat(
+        group_id=GROUP,
+        member_id="member-new",
+        member_epoch=0,
+        rebalance_timeout_ms=60_000,
+        subscribed_topic_names=tuple(names),
+        topic_partitions={},
+    )
+    ids = sorted(group.members)
+    leaver, other = ids[len(ids) // 2], ids[0]
+    leave_cmd = ConsumerGroupHeartbeat(group_id=GROUP, member_id=leaver, member_epoch=-1)
+    next_cmd = ConsumerGroupHeartbeat(group_id=GROUP, member_id=other, member_epoch=epoch)
+
+    gc.collect()
+    gc.freeze()
+    try:
+        join_wall: list[float] = []
+        join_cpu: list[float] = []
+        timed.calls.clear()
+        join_moved = join_records = 0
+        for i in range(repeats + 1):  # the first is a warm-up (fills the assignor-input cache)
+            mark = shard.mark()
+            gc.collect()
+            cpu, wall = time.process_time(), time.perf_counter()
+            res = shard.consumer_group_heartbeat(join_cmd, 1000)
+            w, c = time.perf_counter() - wall, time.process_time() - cpu
+            if res.response is None or res.response.member_epoch != epoch + 1:
+                raise AssertionError(f"the join did not get the new epoch: {res.response}")
+            join_moved = moved_by(res.records, before)
+            join_records = len(res.records)
+            shard.rollback(mark)
+            if i:
+                join_wall.append(w * 1000)
+                join_cpu.append(c * 1000)
+        join_assignor = timed.calls[1:]
+
+        leave_wall: list[float] = []
+        leave_cpu: list[float] = []
+        timed.calls.clear()
+        leave_moved = 0
+        for i in range(repeats + 1):
+            mark = shard.mark()
+            gc.collect()
+            cpu, wall = time.process_time(), time.perf_counter()
+            left = shard.consumer_group_heartbeat(leave_cmd, 1000)
+            res = shard.consumer_group_heartbeat(next_cmd, 1000)
+            w, c = time.perf_counter() - wall, time.process_time() - cpu
+            if group.assignment_epoch != epoch + 1 or leaver in group.members:
+                raise AssertionError("the leave did not produce a new target assignment")
+            leave_moved = moved_by(left.records + res.records, before)
+            shard.rollback(mark)
+            if i:
+                leave_wall.append(w * 1000)
+                leave_cpu.append(c * 1000)
+        leave_assignor = timed.calls[1:]
+
+        shard.context.config = OFFLOADED
+        loop_wall: list[float] = []
+        loop_cpu: list[float] = []
+        worker_wall: list[float] = []
+        worker_cpu: list[float] = []
+        for i in range(repeats + 1):
+            mark = shard.mark()
+            gc.collect()
+            cpu, wall = time.process_time(), time.perf_counter()
+            res = shard.consumer_group_heartbeat(join_cmd, 1000)
+            job = shard.groups.assignment_job(GROUP)
+            w1, c1 = time.perf_counter() - wall, time.process_time() - cpu
+            if res.offloads != [GROUP] or job is None:
+                raise AssertionError("the join did not offload the computation")
+            cpu, wall = time.process_time(), time.perf_counter()
+            outcome = run_job(job, timed.inner)
+            w2, c2 = time.perf_counter() - wall, time.process_time() - cpu
+            cpu, wall = time.process_time(), time.perf_counter()
+            shard.groups.apply_assignment(outcome, 1000)
+            w3, c3 = time.perf_counter() - wall, time.process_time() - cpu
+            if group.assignment_epoch != epoch + 1:
+                raise AssertionError(f"the offloaded outcome was not applied: {outcome.error}")
+            shard.rollback(mark)
+            if i:
+                loop_wall.append((w1 + w3) * 1000)
+                loop_cpu.append((c1 + c3) * 1000)
+                worker_wall.append(w2 * 1000)
+                worker_cpu.append(c2 * 1000)
+        shard.context.config = INLINE
+    finally:
+        gc.unfreeze()
+
+    def sample(calls: list[tuple[float, float]]) -> Sample:
+        return Sample([w * 1000 for w, _ in calls], [c * 1000 for _, c in calls])
+
+    return Row(
+        members,
+        partitions,
+        topics,
+        join_moved,
+        join_records,
+        sample(join_assignor),
+        Sample(join_wall, join_cpu),
+        leave_moved,
+        sample(leave_assignor),
+        Sample(leave_wall, leave_cpu),
+        Sample(loop_wall, loop_cpu),
+        Sample(worker_wall, worker_cpu),
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="two smaller sizes, fewer samples")
+    ap.add_argument("--no-write", action="store_true", help="do not update docs/benchmarks.md")
+    ap.add_argument("--repeats", type=int, default=None, help="samples per measurement")
+    args = ap.parse_args(argv)
+    repeats = args.repeats or (5 if args.quick else 15)
+    sizes = QUICK_SIZES if args.quick else SIZES
+    load_start = os.getloadavg()[0]
+    started = time.perf_counter()
+
+    rows: list[Row] = []
+    for topics in TOPICS:
+        for members, partitions in sizes:
+            row = measure(members, partitions, topics, repeats)
+            rows.append(row)
+            print(
+                f"{members:,} x {partitions:,} / {topics} topics: join {row.join.cell()} ms "
+                f"(assignor {row.join_assignor.cell()}), leave {row.leave.cell()} ms, "
+                f"offloaded: loop {row.offload_loop.cell()} ms, worker "
+                f"{row.offload_worker.cell()} ms",
+                flush=True,
+            )
+            gc.collect()
+
+    headers = [
+        "members × partitions",
+        "topics",
+        "join: moved",
+        "join: assignor ms",
+        "join: whole command ms",
+        "leave: moved",
+        "leave + next heartbeat ms",
+        "offloaded join: event loop ms",
+        "offloaded join: worker ms",
+    ]
+    table_rows = [
+        [
+            f"{r.members:,} × {r.partitions:,}",
+            r.topics,
+            r.join_moved,
+            r.join_assignor.cell(),
+            r.join.cell(),
+            r.leave_moved,
+            r.leave.cell(),
+            r.offload_loop.cell(),
+            r.offload_worker.cell(),
+        ]
+        for r in rows
+    ]
+    targets: list[list[object]] = []
+    for topics in TOPICS:
+        by_size = {(r.members, r.partitions): r for r in rows if r.topics == topics}
+        small, large = by_size.get(SIZES[0]), by_size.get(SIZES[-1])
+        if large is not None:
+            targets.append(
+                [
+                    f"whole join, 10,000 × 100,000, {topics} topics",
+                    f"{large.join.best:.2f} ms (median {large.join.median:.2f}, "
+                    f"CPU {large.join.cpu:.2f}); assignor alone {large.join_assignor.best:.2f} ms",
+                    f"≤ {TARGET_JOIN_MS:g} ms (what Kafka's Java uniform assignor alone takes, "
+                    "as reported in issue 14; not measurable here)",
+                    "yes" if large.join.best <= TARGET_JOIN_MS else "no",
+                ]
+            )
+        if small is not None and large is not None:
+            growth = large.join.best / small.join.best
+            targets.append(
+                [
+                    f"growth of the whole join, 1,000 → 10,000 members, {topics} topics",
+                    f"×{growth:.1f} ({small.join.best:.2f} → {large.join.best:.2f} ms)",
+                    "well below ×10 (linear in the group size)",
+                    "yes" if growth <= 3.0 else "no",
+                ]
+            )
+    target_headers = ["target", "measured (best)", "goal", "met"]
+    elapsed = time.perf_counter() - started
+    load_end = os.getloadavg()[0]
+    print()
+    print(table(headers, table_rows))
+    if targets:
+        print()
+        print(table(target_headers, targets))
+    print(
+        f"\n{elapsed:.0f} s; load average {load_start:.1f} at the start, {load_end:.1f} at the end"
+    )
+    if not args.no_write:
+        command = f"bench/join.py{' --quick' if args.quick else ''}"
+        write_section(
+            "join",
+            "## One join to a settled group (pure core)\n\n"
+            f"`.venv/bin/python {command}` — {machine()}; load average {load_start:.1f} at the "
+            f"start, {load_end:.1f} at the end (rough figures: the machine is shared).\n\n"
+            "Each cell: best / median / median CPU time in ms, over "
+            f"{repeats} samples on the same state (rolled back with the shard's undo log). "
+            "The group is settled: every member stable, owning its share of the uniform "
+            "assignor's result; every member subscribes to all topics (homogeneous). *join*: a "
+            "new member's first heartbeat (member record, subscription metadata, group epoch, "
+            "target assignment with the `uniform` assignor, validation, target records and "
+            "their replay, the joiner's reconciliation); *assignor*: the `assign` call alone, "
+            "inside that command (both with `group.consumer.assignment.interval.ms=0` and "
+            "`group.consumer.assignor.offload.enable=false`). *leave*: a member's leave "
+            "heartbeat followed by another member's heartbeat, which computes the new target. "
+            "*offloaded join*: the same join with the computation offloaded (the default for "
+            "groups of 100 members or more); *event loop*: the heartbeat, copying the inputs "
+            "into a job and applying the outcome; *worker*: the job itself (spec rebuilt, "
+            "assignor, validation), run in this process (no pickling, no process hop). "
+            "*moved*: partitions whose target owner changed.\n\n"
+            + table(headers, table_rows)
+            + (
+                "\n\n### Targets\n\n" + table(target_headers, targets) + "\n\n"
+                "Kafka's figure is its Java uniform assignor alone (JMH); the whole join here "
+                "also includes everything around the assignor."
+                if targets
+                else ""
+            ),
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
