@@ -148,3 +148,31 @@ def test_missing_corrupt_and_foreign_inputs_are_clear_errors(tmp_path: Path) -> 
         )
         assert p.returncode == 1, p.stderr
         assert message in p.stderr and "Traceback" not in p.stderr
+
+
+def test_journal_bounds_come_from_the_parquet_statistics(
+    spark: Any, report: Any, workload: dict[str, Any], tmp_path: Path
+) -> None:
+    """The report's first/last timestamp and row count are read from the footer (no Spark
+    job); a file written without statistics makes the report fall back to a Spark job."""
+    import pyarrow.compute as pc
+
+    from coordinator.analytics.report import _bounds
+
+    table = pq.read_table(workload["parquet"])
+    ts = pc.cast(table["timestamp"], "int64")
+    want = (pc.min(ts).as_py(), pc.max(ts).as_py(), table.num_rows)
+    assert want[2] > 1000 and want[0] < want[1]
+    assert _bounds(workload["parquet"]) == want
+    bare = tmp_path / "no-stats.parquet"
+    footer = pq.read_metadata(workload["parquet"]).metadata  # the export's key-value metadata
+    pq.write_table(table.replace_schema_metadata(footer), bare, write_statistics=False)
+    assert _bounds(bare) is None
+    fallback = run_report(bare, tmp_path / "fallback", spark=spark)
+    for name in TABLES:
+        assert sorted(map(repr, _table(fallback, name))) == sorted(
+            map(repr, _table(report, name))
+        ), name
+    empty = tmp_path / "empty.parquet"
+    pq.write_table(table.slice(0, 0), empty)
+    assert _bounds(empty) == (None, None, 0)
