@@ -333,9 +333,9 @@ py-spy profile of the server during the 5,000-member default row spends about tw
 the loop's samples in grpc.aio's own (Cython) call handling and under a fifth in the
 coordinator's Python code (service, core, store). The 5,000 joins arrive within 0.1 s and are
 taken in arrival order, so the probe's heartbeat waits behind the burst for up to the time the
-loop needs to take it (3–4 s). Moving the calls' gRPC handling to front-end processes
-(`--grpc-processes 2`) shortens the burst to the main loop (the row above: convergence within
-2 HB, probe p99 lower) but does not reach the probe targets on 2 cores shared with the load
+loop needs to take it (seconds, at 5,000 members). Moving the calls' gRPC handling to front-end processes
+(`--grpc-processes 2`) shortens the burst to the main loop (the rows above: faster
+convergence and a lower probe p99) but does not reach the probe targets on 2 cores shared with the load
 generator. What would: admission that takes calls per group fairly (a group's burst queued
 behind other groups' calls, before their gRPC handling), or members on the Kafka protocol,
 whose calls cost a fraction of gRPC's (docs/kafka.md, "Performance")."""
