@@ -20,13 +20,21 @@ Rules for implementers
 * Inputs are read-only. Partition sets are ``frozenset``s and may be shared between the input
   and the output (returning a member's current set unchanged is encouraged: it is cheap).
 
+Optional extra (incremental assignors)
+* The coordinator may also call ``assign_changes(group_spec, topics)`` on an assignor that has
+  it (:class:`IncrementalPartitionAssignor`), with a spec carrying a :class:`TargetSummary`
+  (the members' current loads and the unassigned partitions, kept up to date by the
+  coordinator). It returns only the members whose assignment changes, or None to be called
+  through ``assign`` instead. Assignors without it are unaffected: ``assign`` is the only call
+  they ever get, with ``target_summary`` None.
+
 Topic ids are Kafka UUIDs in their base64url text form (22 characters), as Kafka's tools
 print them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import ClassVar, Protocol, runtime_checkable
@@ -34,11 +42,13 @@ from typing import ClassVar, Protocol, runtime_checkable
 __all__ = [
     "GroupAssignment",
     "GroupSpec",
+    "IncrementalPartitionAssignor",
     "MemberAssignment",
     "MemberSubscription",
     "PartitionAssignor",
     "PartitionAssignorError",
     "SubscriptionType",
+    "TargetSummary",
     "TopicId",
     "TopicMetadata",
 ]
@@ -69,6 +79,24 @@ class MemberSubscription:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class TargetSummary:
+    """Facts about the members' current target assignments, kept up to date by the coordinator
+    as targets change, so that an assignor can find what must move without visiting every
+    member (:class:`IncrementalPartitionAssignor`). When a spec carries one, the coordinator
+    guarantees that every member's ``assignment`` holds only non-empty ``frozenset`` s of topics
+    it subscribes to that are in ``topics``, with indexes in ``range(num_partitions)``, and that
+    no partition is held by two members."""
+
+    member_loads: Mapping[str, int]
+    """Member id -> the number of partitions in its current assignment (every member)."""
+    members_by_load: Mapping[int, Sequence[str]]
+    """Load -> the ids of the members holding that many partitions, sorted (loads nobody has
+    are absent)."""
+    unassigned: Mapping[TopicId, Sequence[int]]
+    """Topic id -> its partitions that no member holds, sorted (every topic in ``topics``)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class GroupSpec:
     """The group as the assignor sees it. ``members`` is keyed by member id."""
 
@@ -76,6 +104,9 @@ class GroupSpec:
     subscription_type: SubscriptionType
     partition_owners: Mapping[TopicId, Mapping[int, str]] = field(default_factory=dict)
     """Inverted current target assignment: topic id -> partition -> member id."""
+    target_summary: TargetSummary | None = None
+    """Only in the specs given to ``assign_changes`` (:class:`IncrementalPartitionAssignor`);
+    ``members`` is then a read-only mapping in no particular order."""
 
     def is_partition_assigned(self, topic_id: TopicId, partition: int) -> bool:
         """True if the partition is in some member's current target assignment."""
@@ -117,4 +148,23 @@ class PartitionAssignor(Protocol):
     ) -> GroupAssignment:
         """Compute the target assignment. ``topics`` holds the metadata of every topic that
         some member subscribes to and that exists."""
+        ...
+
+
+@runtime_checkable
+class IncrementalPartitionAssignor(PartitionAssignor, Protocol):
+    """An assignor that can also compute only what changes (an optional extra of the SPI).
+
+    When an assignor has ``assign_changes``, the coordinator calls it first, with a spec whose
+    ``target_summary`` is set, and falls back to ``assign`` (with a spec without a summary) when
+    it returns None. The result is validated like any other and installed for the members it
+    names; every other member keeps its current target."""
+
+    def assign_changes(
+        self, group_spec: GroupSpec, topics: Mapping[TopicId, TopicMetadata]
+    ) -> Mapping[str, MemberAssignment] | None:
+        """The members whose assignment ``assign`` would change (member id -> its whole new
+        assignment), each exactly as ``assign`` would give it, every member left out keeping its
+        current one; or None when this spec is not one the assignor computes incrementally.
+        Pure, like ``assign``; failures raise :class:`PartitionAssignorError`."""
         ...

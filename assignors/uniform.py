@@ -29,11 +29,28 @@ copied). Member ids, topic ids and partitions are sorted wherever order matters,
 depends only on the input's values, never on ``hash()`` seeds or mapping order.
 
 Rack information is not used (as in Kafka 4.0's uniform assignor).
+
+Incremental path (``assign_changes``)
+-------------------------------------
+In a homogeneous group, step 3 depends only on each member's load, the member order and the
+unassigned partitions: with ``q, r = divmod(partitions, members)``, the first ``r`` members (in
+member id order) holding more than ``q`` keep ``q + 1`` and every other such member comes down
+to ``q``; if fewer than ``r`` hold more than ``q``, the first of the others get ``q + 1``.
+Given the coordinator's :class:`~assignors.api.TargetSummary` (members sorted by load, the
+unassigned partitions), those cuts are found by binary search in the load buckets, and only the
+members whose target differs from their load are visited: members above their target give up
+their highest partitions, members below it take contiguous runs of the pool. The result is the
+one :meth:`UniformAssignor.assign` gives, member for member (the same steps on the same
+members); the cost follows the members that change and the number of distinct loads, not the
+group's size. Heterogeneous groups, or a summary that does not add up, return None (the
+coordinator then calls ``assign``).
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Mapping, Sequence
+from heapq import merge
 from itertools import accumulate, chain, compress, filterfalse, islice, repeat
 from operator import attrgetter, lt, methodcaller, sub
 from typing import ClassVar
@@ -49,7 +66,7 @@ from assignors.api import (
     TopicMetadata,
 )
 
-__all__ = ["UniformAssignor", "compute_uniform_assignment"]
+__all__ = ["UniformAssignor", "compute_uniform_assignment", "compute_uniform_changes"]
 
 _values = methodcaller("values")
 _assignment_of = attrgetter("assignment")
@@ -75,6 +92,11 @@ class UniformAssignor:
     ) -> GroupAssignment:
         return GroupAssignment(members=compute_uniform_assignment(group_spec, topics))
 
+    def assign_changes(
+        self, group_spec: GroupSpec, topics: Mapping[TopicId, TopicMetadata]
+    ) -> dict[str, MemberAssignment] | None:
+        return compute_uniform_changes(group_spec, topics)
+
 
 def compute_uniform_assignment(
     group_spec: GroupSpec, topics: Mapping[TopicId, TopicMetadata]
@@ -86,6 +108,167 @@ def compute_uniform_assignment(
     return _Builder(
         specs, group_spec.subscription_type, topics, group_spec.partition_owners
     ).build()
+
+
+def compute_uniform_changes(
+    group_spec: GroupSpec, topics: Mapping[TopicId, TopicMetadata]
+) -> dict[str, MemberAssignment] | None:
+    """The members whose uniform assignment differs from their current one (member id -> new
+    assignment, exactly as :func:`compute_uniform_assignment` gives it), computed from the
+    spec's :class:`~assignors.api.TargetSummary` without visiting the members that keep their
+    partitions. None when the spec has no summary, is heterogeneous, or the summary does not add
+    up (the caller then computes the whole assignment)."""
+    summary = group_spec.target_summary
+    specs = group_spec.members
+    if (
+        summary is None
+        or group_spec.subscription_type is not SubscriptionType.HOMOGENEOUS
+        or not specs
+    ):
+        return None
+    subscription = next(iter(specs.values())).subscribed_topic_ids
+    if not subscription <= topics.keys():
+        return None  # the whole computation names the culprit
+    counts = {t: n for t in subscription if (n := topics[t].num_partitions) > 0}
+    by_load = summary.members_by_load
+    unassigned = summary.unassigned
+    try:
+        free = {t: unassigned[t] for t in counts}
+    except KeyError:
+        return None
+    total = sum(counts.values())
+    # The summary must describe exactly these members and partitions (cheap sums; anything else
+    # is left to the whole computation).
+    if sum(map(len, by_load.values())) != len(specs) or total != sum(map(len, free.values())) + sum(
+        k * len(ids) for k, ids in by_load.items()
+    ):
+        return None
+    return _Changes(specs, by_load, counts, free).compute(total)
+
+
+class _Changes:
+    """One incremental computation (see "Incremental path" above)."""
+
+    def __init__(
+        self,
+        specs: Mapping[str, MemberSubscription],
+        by_load: Mapping[int, Sequence[str]],
+        counts: dict[TopicId, int],
+        free: dict[TopicId, Sequence[int]],
+    ) -> None:
+        self.specs, self.by_load, self.counts, self.free = specs, by_load, counts, free
+        self.target: dict[str, int] = {}  # member id -> target, for the members that change
+        self.load: dict[str, int] = {}
+
+    def _merged(self, loads: list[int]) -> tuple[list[str], list[int]]:
+        """The members of the given load buckets, in member id order, and their loads."""
+        by_load = self.by_load
+        pairs = list(merge(*([(m, k) for m in by_load[k]] for k in loads)))
+        return [m for m, _ in pairs], [k for _, k in pairs]
+
+    def _split(self, few: list[str], many: Sequence[str], first: int) -> int:
+        """``few`` and ``many`` are disjoint and sorted: how many of ``many`` are among the
+        first ``first`` members of their merge (binary search on their ranks)."""
+        lo, hi = 0, len(many)
+        while lo < hi:  # the rank of many[j] in the merge is j + (members of few before it)
+            mid = (lo + hi) // 2
+            if mid + bisect_left(few, many[mid]) < first:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    def _set(self, members: Sequence[str], load: int, target: int) -> None:
+        if load != target:
+            for m in members:
+                self.load[m] = load
+                self.target[m] = target
+
+    def compute(self, total: int) -> dict[str, MemberAssignment]:
+        by_load = self.by_load
+        quota, extras = divmod(total, len(self.specs))
+        loads = sorted(by_load)
+        above = sum(len(by_load[k]) for k in loads if k > quota)
+        if above >= extras:
+            # The first `extras` members holding more than the quota keep quota + 1.
+            heavy, heavy_loads = self._merged([k for k in loads if k > quota + 1])
+            bucket = by_load.get(quota + 1, ())
+            cut = self._split(heavy, bucket, extras)
+            self._set(bucket[cut:], quota + 1, quota)
+            for rank, (m, k) in enumerate(zip(heavy, heavy_loads, strict=True)):
+                keep = quota + 1 if rank + bisect_left(bucket, m) < extras else quota
+                self._set((m,), k, keep)
+            for k in loads:
+                if k < quota:
+                    self._set(by_load[k], k, quota)
+        else:
+            # Everyone above the quota keeps quota + 1 (those above that give up the rest); the
+            # first of the others (in member order) get quota + 1 too.
+            for k in loads:
+                if k > quota + 1:
+                    self._set(by_load[k], k, quota + 1)
+            first = extras - above
+            light, light_loads = self._merged([k for k in loads if k < quota])
+            bucket = by_load.get(quota, ())
+            cut = self._split(light, bucket, first)
+            self._set(bucket[:cut], quota, quota + 1)
+            for rank, (m, k) in enumerate(zip(light, light_loads, strict=True)):
+                get = quota + 1 if rank + bisect_left(bucket, m) < first else quota
+                self._set((m,), k, get)
+        return self._realise()
+
+    def _realise(self) -> dict[str, MemberAssignment]:
+        """What :meth:`_Builder._settle_class` does, for the members that change only."""
+        specs, target, load = self.specs, self.target, self.load
+        out: dict[str, MemberAssignment] = {}
+        given_up: dict[TopicId, list[int]] = {}
+        takers: list[str] = []
+        for m in sorted(target):
+            keep = target[m]
+            if keep >= load[m]:
+                takers.append(m)
+                continue
+            assignment = specs[m].assignment
+            trimmed: dict[TopicId, frozenset[int]] = {}
+            for t in sorted(assignment):
+                partitions = assignment[t]
+                if keep >= len(partitions):
+                    trimmed[t] = partitions
+                    keep -= len(partitions)
+                    continue
+                ordered = sorted(partitions)
+                if keep:
+                    trimmed[t] = frozenset(ordered[:keep])
+                given_up.setdefault(t, []).extend(ordered[keep:])
+                keep = 0
+            out[m] = trimmed
+        pool: list[tuple[TopicId, Sequence[int]]] = []
+        free = self.free
+        for t in sorted(set(given_up).union(t for t, seq in free.items() if seq)):
+            extra = given_up.get(t)
+            seq = sorted([*free[t], *extra]) if extra else free[t]
+            if seq:
+                pool.append((t, seq))
+        at, start = 0, 0
+        for m in takers:
+            need = target[m] - load[m]
+            assignment = dict(specs[m].assignment)
+            while need:
+                if at >= len(pool):
+                    raise PartitionAssignorError("internal error: partition pool exhausted")
+                t, seq = pool[at]
+                take = min(need, len(seq) - start)
+                run = frozenset(seq[start : start + take])
+                before = assignment.get(t)
+                assignment[t] = before | run if before else run
+                need -= take
+                start += take
+                if start == len(seq):
+                    at, start = at + 1, 0
+            out[m] = assignment
+        if at != len(pool):
+            raise PartitionAssignorError("internal error: partitions left in the pool")
+        return out
 
 
 class _Builder:

@@ -52,6 +52,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from assignors.api import (
     GroupAssignment,
     GroupSpec,
+    MemberAssignment,
     MemberSubscription,
     SubscriptionType,
     TopicId,
@@ -81,7 +82,8 @@ TARGET_JOIN_MS = 5.0  # Kafka's Java uniform assignor, one join at 10,000 x 100,
 
 @dataclass(slots=True)
 class TimedAssignor:
-    """The uniform assignor, with the wall and CPU time of every ``assign`` call recorded."""
+    """The uniform assignor, with the wall and CPU time of every ``assign`` and
+    ``assign_changes`` call recorded (the coordinator calls the latter first)."""
 
     name: ClassVar[str] = "uniform"
     inner: UniformAssignor = field(default_factory=UniformAssignor)
@@ -93,6 +95,15 @@ class TimedAssignor:
         cpu, wall = time.process_time(), time.perf_counter()
         result = self.inner.assign(group_spec, topics)
         self.calls.append((time.perf_counter() - wall, time.process_time() - cpu))
+        return result
+
+    def assign_changes(
+        self, group_spec: GroupSpec, topics: Mapping[TopicId, TopicMetadata]
+    ) -> dict[str, MemberAssignment] | None:
+        cpu, wall = time.process_time(), time.perf_counter()
+        result = self.inner.assign_changes(group_spec, topics)
+        if result is not None:  # else assign() is called (and timed) next
+            self.calls.append((time.perf_counter() - wall, time.process_time() - cpu))
         return result
 
 

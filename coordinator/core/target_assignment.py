@@ -20,15 +20,27 @@ avoids per-partition work on members that keep their target:
   mapping is new are checked against the current target's owners (:func:`check_result`).
 
 What remains per member is a few C-level passes (key views, identity maps, ``issuperset``).
+
+Incremental computation. An assignor with the SPI's optional ``assign_changes`` (``uniform``
+has it) is called first with a spec that visits nobody: its members are a read-only view of the
+cache, and its :class:`~assignors.api.TargetSummary` (every member's load, the members sorted
+by load, the unassigned partitions per topic) is kept by the cache beside the entries, updated
+from the targets of the members that changed (:meth:`SpecCache.summary`). It answers with the
+members whose target changes only; they are validated against the current target's owners
+(:func:`check_changes`) and become the target records. The summary is offered only when every
+member's target is tidy (within its subscription, no regex member); otherwise, or when the
+assignor returns None, the whole spec is built and ``assign`` runs as before.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from collections.abc import Callable, Collection, Hashable, Iterable, Mapping
+from collections.abc import Callable, Collection, Hashable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from itertools import chain, compress
+from itertools import chain, compress, filterfalse
 from operator import attrgetter, is_not
+from types import MappingProxyType
 from typing import Any
 
 from assignors.api import (
@@ -38,10 +50,11 @@ from assignors.api import (
     PartitionAssignor,
     PartitionAssignorError,
     SubscriptionType,
+    TargetSummary,
     TopicId,
     TopicMetadata,
 )
-from assignors.validation import check_assignment
+from assignors.validation import InvalidAssignmentError, check_assignment
 
 from . import records as r
 from .errors import UnknownServerError
@@ -67,12 +80,21 @@ class SpecCache:
     target holds a topic outside their subscription (a kept target then needs refusing, see
     :func:`check_result`). ``topic_ids`` maps a
     subscription (names) to its topic ids, shared by every member with that subscription (a
-    pure function of ``metadata``: not undo-logged)."""
+    pure function of ``metadata``: not undo-logged).
+
+    The target summary (every member, regex members included): ``held`` maps a member to the
+    target the summary counted for it, ``loads`` to that target's size, ``by_load`` a load to
+    the sorted tuple of the members with that load, ``free`` each topic of ``metadata`` to the
+    sorted tuple of its partitions in no member's target."""
 
     __slots__ = (
         "_log",
+        "by_load",
         "by_name_id",
         "entries",
+        "free",
+        "held",
+        "loads",
         "members",
         "metadata",
         "regex_ids",
@@ -93,6 +115,10 @@ class SpecCache:
         self.untidy: TDict = log.new_dict()
         self.sorted_ids: tuple[str, ...] = ()
         self.members: dict[str, MemberSubscription] | None = None
+        self.held: TDict = log.new_dict()
+        self.loads: TDict = log.new_dict()
+        self.by_load: TDict = log.new_dict()
+        self.free: TDict = log.new_dict()
 
     def subscription(self, names: Collection[str]) -> frozenset[TopicId]:
         """The ids of the subscribed topics that exist (one shared frozenset per subscription)."""
@@ -114,8 +140,11 @@ class SpecCache:
             assignment=group.target.get(member.member_id, EMPTY_ASSIGNMENT),
         )
 
-    def update(self, group: ConsumerGroup, todo: Iterable[str]) -> None:
-        """Rebuild the entries of the members in ``todo`` (gone members are dropped)."""
+    def update(self, group: ConsumerGroup, todo: Iterable[str], *, fresh: bool = False) -> None:
+        """Rebuild the entries of the members in ``todo`` (gone members are dropped) and their
+        part of the summary; ``fresh``: the cache is new and ``todo`` is every member."""
+        todo = list(todo)
+        self._update_summary(group, todo, fresh)
         entries, regex_ids, untidy = self.entries, self.regex_ids, self.untidy
         members_of = group.members
         added: list[str] = []
@@ -142,7 +171,8 @@ class SpecCache:
             else:
                 regex_ids.discard(member_id)
                 entry = entries[member_id] = self.build(group, m)
-                if entry.subscribed_topic_ids.issuperset(entry.assignment):
+                assignment = entry.assignment
+                if entry.subscribed_topic_ids.issuperset(assignment) and all(assignment.values()):
                     untidy.discard(member_id)
                 elif member_id not in untidy:
                     untidy[member_id] = True
@@ -159,6 +189,89 @@ class SpecCache:
             log.set_attr(self, "sorted_ids", tuple(ids))
         if changed or removed:
             log.set_attr(self, "members", None)
+
+    def _update_summary(self, group: ConsumerGroup, todo: list[str], fresh: bool) -> None:
+        """Bring the summary up to date for the members in ``todo``: their loads, the load
+        buckets they leave and join, and (unless ``fresh``, which recounts every topic) the free
+        partitions among those their old and new targets differ by."""
+        held, loads = self.held, self.loads
+        target_of, members_of = group.target, group.members
+        removed: dict[int, list[str]] = {}
+        added: dict[int, list[str]] = {}
+        touched: dict[TopicId, set[int]] = {}
+        for member_id in todo:
+            old = held.get(member_id)
+            new = target_of.get(member_id, EMPTY_ASSIGNMENT) if member_id in members_of else None
+            if old is new:
+                continue
+            old_load = loads.get(member_id)
+            if new is None:
+                held.discard(member_id)
+                loads.discard(member_id)
+                new_load = None
+            else:
+                held[member_id] = new
+                new_load = sum(map(len, new.values()))
+                if new_load != old_load:
+                    loads[member_id] = new_load
+            if new_load != old_load:
+                if old_load is not None:
+                    removed.setdefault(old_load, []).append(member_id)
+                if new_load is not None:
+                    added.setdefault(new_load, []).append(member_id)
+            if fresh:
+                continue
+            before = old or EMPTY_ASSIGNMENT
+            after = new or EMPTY_ASSIGNMENT
+            for t in before.keys() | after.keys():
+                a, b = before.get(t), after.get(t)
+                differ = a ^ b if a and b else (a or b)
+                if differ:
+                    bucket = touched.get(t)
+                    if bucket is None:
+                        touched[t] = set(differ)
+                    else:
+                        bucket.update(differ)
+        by_load = self.by_load
+        for k in removed.keys() | added.keys():
+            gone, came = removed.get(k, ()), added.get(k, ())
+            ids: list[str]
+            if len(gone) + len(came) > 32:
+                out = set(gone)
+                ids = sorted(chain(filterfalse(out.__contains__, by_load.get(k, ())), came))
+            else:
+                ids = list(by_load.get(k, ()))
+                for member_id in gone:
+                    del ids[bisect_left(ids, member_id)]
+                for member_id in came:
+                    insort(ids, member_id)
+            if ids:
+                by_load[k] = tuple(ids)
+            else:
+                by_load.discard(k)
+        owners_of, free = group.target_owners, self.free
+        if fresh:
+            for t, metadata in self.topics.items():
+                owners = owners_of.get(t) or {}
+                free[t] = tuple(filterfalse(owners.__contains__, range(metadata.num_partitions)))
+            return
+        for t, partitions in touched.items():
+            topic = self.topics.get(t)
+            if topic is None:
+                continue  # a topic the metadata does not have: the target is untidy anyway
+            owners = owners_of.get(t) or {}
+            n = topic.num_partitions
+            now = [p for p in free[t] if p not in partitions]
+            now.extend(p for p in partitions if p not in owners and 0 <= p < n)
+            free[t] = tuple(sorted(now))
+
+    def summary(self) -> TargetSummary:
+        """The summary of the targets as of the last :meth:`update` (read-only views)."""
+        return TargetSummary(
+            member_loads=MappingProxyType(self.loads),
+            members_by_load=MappingProxyType(self.by_load),
+            unassigned=MappingProxyType(self.free),
+        )
 
     def inputs_tidy(self) -> bool:
         """Every member's target is within its subscription (regex members: not known here)."""
@@ -181,21 +294,48 @@ class SpecCache:
         return members
 
 
-def build_group_spec(group: ConsumerGroup) -> tuple[GroupSpec, Mapping[str, TopicMetadata]]:
-    """The assignor's inputs for the group as it is now. Costs what changed since the last call
-    (plus one C-level pass over the member ids when the set of members changed)."""
+def refresh_spec_cache(group: ConsumerGroup) -> SpecCache:
+    """The group's spec cache, brought up to date with the members marked dirty (a new cache,
+    built from every member, when the subscription metadata changed)."""
     metadata = group.subscription_metadata
     cache = group.spec_cache
     dirty = group.spec_dirty
-    if cache is None or cache.metadata is not metadata:
+    fresh = cache is None or cache.metadata is not metadata
+    if fresh:
         cache = SpecCache(group.undo, metadata)
         group.set("spec_cache", cache)
-        todo: Iterable[str] = list(group.members)
+        todo = list(group.members)
     else:
         todo = list(dirty)
     if dirty:
         dirty.del_many(list(dirty))
-    cache.update(group, todo)
+    cache.update(group, todo, fresh=fresh)
+    return cache
+
+
+def incremental_group_spec(
+    group: ConsumerGroup,
+) -> tuple[GroupSpec, Mapping[str, TopicMetadata]] | None:
+    """The inputs of ``assign_changes``: the members as a read-only view of the cache (no
+    per-member work) and the target summary; None when some member's target is not tidy or a
+    member subscribes with a regex (the summary's promises would not hold, or the entries are
+    not all cached)."""
+    cache = refresh_spec_cache(group)
+    if not cache.inputs_tidy():
+        return None
+    spec = GroupSpec(
+        members=MappingProxyType(cache.entries),
+        subscription_type=group.subscription_type(),
+        partition_owners=group.target_owners,
+        target_summary=cache.summary(),
+    )
+    return spec, cache.topics
+
+
+def build_group_spec(group: ConsumerGroup) -> tuple[GroupSpec, Mapping[str, TopicMetadata]]:
+    """The assignor's inputs for the group as it is now. Costs what changed since the last call
+    (plus one C-level pass over the member ids when the set of members changed)."""
+    cache = refresh_spec_cache(group)
     spec = GroupSpec(
         members=cache.spec_members(group),
         subscription_type=group.subscription_type(),
@@ -287,6 +427,37 @@ def _looks_valid(
     return True
 
 
+def check_changes(
+    spec: GroupSpec, topics: Mapping[TopicId, TopicMetadata], changes: object
+) -> None:
+    """Raise :class:`~assignors.validation.InvalidAssignmentError` if the members' new targets
+    returned by ``assign_changes`` may not be installed, every other member keeping its target
+    (``spec`` is one :func:`incremental_group_spec` made). The fast check examines only the
+    changed members (as :func:`check_result` does); anything unusual is checked again as a
+    whole result, which names the culprit."""
+    if not isinstance(changes, Mapping):
+        raise InvalidAssignmentError(
+            f"invalid assignment: assign_changes() returned {type(changes).__name__}, "
+            "not a mapping of member ids"
+        )
+    specs = spec.members
+    unknown = sorted(m for m in changes if m not in specs)
+    if unknown:
+        raise InvalidAssignmentError(
+            f"invalid assignment: assign_changes() names {unknown[0]!r}, not a member of the group"
+        )
+    if type(changes) is dict and _looks_valid(spec, topics, changes, list(changes), True):
+        return
+    members = {m: specs[m] for m in sorted(specs)}
+    whole = GroupSpec(
+        members=members,
+        subscription_type=spec.subscription_type,
+        partition_owners=spec.partition_owners,
+    )
+    result = {m: changes.get(m, s.assignment) for m, s in members.items()}
+    check_assignment(whole, topics, GroupAssignment(members=result))
+
+
 def target_records(
     group: ConsumerGroup,
     result: Mapping[str, Mapping[TopicId, frozenset[int]]],
@@ -313,13 +484,31 @@ def compute_target_assignment(
 ) -> list[r.Record]:
     """Records installing the new target assignment at ``group_epoch`` (computed at
     ``timestamp_ms``; 0 with batching off). Raises UnknownServerError (nothing changed) if the
-    assignor fails or returns an invalid result."""
+    assignor fails or returns an invalid result. An assignor with ``assign_changes`` is asked
+    for the changes first (see the module's "Incremental computation")."""
+    assign_changes = getattr(assignor, "assign_changes", None)
+    inputs = None if assign_changes is None else incremental_group_spec(group)
+    if inputs is not None:
+        with _failures(assignor, group_epoch):
+            changes = assign_changes(*inputs)  # type: ignore[misc]
+            if changes is not None:
+                check_changes(*inputs, changes)
+        if changes is not None:
+            return target_records(group, changes, list(changes), group_epoch, timestamp_ms)
     spec, topics = build_group_spec(group)
     tidy = group.spec_cache.inputs_tidy()
-    try:
+    with _failures(assignor, group_epoch):
         result: GroupAssignment = assignor.assign(spec, topics)
         changed = changed_members(spec, result) if isinstance(result, GroupAssignment) else None
         check_result(spec, topics, result, changed, inputs_tidy=tidy)
+    return target_records(group, result.members, changed, group_epoch, timestamp_ms)
+
+
+@contextmanager
+def _failures(assignor: PartitionAssignor, group_epoch: int) -> Iterator[None]:
+    """Any failure of the assignor (or of its result's validation) as UnknownServerError."""
+    try:
+        yield
     except PartitionAssignorError as exc:
         raise UnknownServerError(
             f"Failed to compute a new target assignment for epoch {group_epoch}: {exc}"
@@ -329,7 +518,6 @@ def compute_target_assignment(
             f"Failed to compute a new target assignment for epoch {group_epoch}: assignor "
             f"'{assignor.name}' raised {type(exc).__name__}: {exc}"
         ) from exc
-    return target_records(group, result.members, changed, group_epoch, timestamp_ms)
 
 
 # ---------------------------------------------------------------------- offloaded computation

@@ -1,0 +1,321 @@
+"""The coordinator's incremental target computation (``assign_changes`` with the spec cache's
+TargetSummary): after any sequence of joins and leaves (one at a time, or several in one batch),
+subscription changes (heterogeneous groups), partition count changes, static replacements and
+rolled-back commands, the summary equals one computed from scratch, the changes equal the
+whole uniform computation's, the records are those of the whole computation, and replaying the
+records rebuilds the same state."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping
+
+import pytest
+
+from assignors.api import (
+    GroupAssignment,
+    GroupSpec,
+    MemberAssignment,
+    MemberSubscription,
+    SubscriptionType,
+    TopicMetadata,
+)
+from assignors.summary import summarize
+from assignors.uniform import UniformAssignor, compute_uniform_assignment
+from coordinator.core.commands import ConsumerGroupHeartbeat
+from coordinator.core.config import GroupCoordinatorConfig
+from coordinator.core.errors import CoordinatorError, UnknownServerError
+from coordinator.core.group import ConsumerGroup
+from coordinator.core.model import EMPTY_ASSIGNMENT
+from coordinator.harness import Harness
+
+G = "grp"
+TOPICS = ("foo", "bar", "baz")
+
+
+def from_scratch(group: ConsumerGroup) -> dict[str, MemberSubscription]:
+    ids = {name: t.topic_id for name, t in group.subscription_metadata.items()}
+    return {
+        mid: MemberSubscription(
+            rack_id=m.rack_id,
+            instance_id=m.instance_id,
+            subscribed_topic_ids=frozenset(ids[n] for n in group.effective_topics(m) if n in ids),
+            assignment=group.target.get(mid, EMPTY_ASSIGNMENT),
+        )
+        for mid, m in sorted(group.members.items())
+    }
+
+
+class Comparing:
+    """The uniform assignor, checking every incremental call against the whole computation."""
+
+    name = "uniform"
+
+    def __init__(self) -> None:
+        self.groups: Mapping[str, ConsumerGroup] = {}
+        self.incremental = 0
+        self.declined = 0
+        self.whole = 0
+        self.untidy = 0
+
+    def assign(self, group_spec: GroupSpec, topics: Mapping[str, TopicMetadata]) -> GroupAssignment:
+        assert group_spec.target_summary is None
+        self.whole += 1
+        if not self.groups[G].spec_cache.inputs_tidy():
+            self.untidy += 1  # a stale target outside a new subscription: no summary offered
+        return UniformAssignor().assign(group_spec, topics)
+
+    def assign_changes(
+        self, group_spec: GroupSpec, topics: Mapping[str, TopicMetadata]
+    ) -> dict[str, MemberAssignment] | None:
+        group = self.groups[G]
+        members = from_scratch(group)
+        assert dict(group_spec.members) == members
+        whole = GroupSpec(
+            members=members,
+            subscription_type=group_spec.subscription_type,
+            partition_owners=group_spec.partition_owners,
+        )
+        reference = summarize(whole, topics)
+        summary = group_spec.target_summary
+        assert reference is not None and summary is not None
+        assert dict(summary.member_loads) == reference.member_loads
+        assert {k: tuple(v) for k, v in summary.members_by_load.items()} == dict(
+            reference.members_by_load
+        )
+        assert {t: tuple(v) for t, v in summary.unassigned.items()} == dict(reference.unassigned)
+        changes = UniformAssignor().assign_changes(group_spec, topics)
+        if changes is None:
+            assert group_spec.subscription_type is SubscriptionType.HETEROGENEOUS
+            self.declined += 1
+            return None
+        expected = compute_uniform_assignment(whole, topics)
+        assert {m: changes.get(m, s.assignment) for m, s in members.items()} == expected
+        assert sorted(changes) == sorted(
+            m for m in expected if expected[m] is not members[m].assignment
+        )
+        self.incremental += 1
+        return changes
+
+
+def random_command(
+    rng: random.Random, group: ConsumerGroup | None, homogeneous: bool
+) -> ConsumerGroupHeartbeat:
+    members = sorted(group.members) if group is not None else []
+    kind = rng.choice(["join", "join", "leave", "leave", "subscribe", "heartbeat", "static"])
+    if kind in ("join", "static") or not members:
+        return ConsumerGroupHeartbeat(
+            group_id=G,
+            member_id=f"m{rng.randint(0, 40):02d}",
+            member_epoch=0,
+            instance_id=f"i{rng.randint(0, 3)}" if kind == "static" else None,
+            rebalance_timeout_ms=60_000,
+            subscribed_topic_names=("foo", "bar")
+            if homogeneous
+            else tuple(rng.sample(TOPICS, rng.randint(1, 3))),
+            topic_partitions={},
+        )
+    mid = rng.choice(members)
+    m = group.members[mid] if group is not None else None
+    assert m is not None
+    if kind == "leave":
+        return ConsumerGroupHeartbeat(
+            group_id=G, member_id=mid, member_epoch=-1, instance_id=m.instance_id
+        )
+    if kind == "subscribe":
+        return ConsumerGroupHeartbeat(
+            group_id=G,
+            member_id=mid,
+            member_epoch=m.member_epoch,
+            instance_id=m.instance_id,
+            subscribed_topic_names=tuple(rng.sample(TOPICS, rng.randint(1, 3))),
+        )
+    return ConsumerGroupHeartbeat(
+        group_id=G,
+        member_id=mid,
+        member_epoch=m.member_epoch,
+        instance_id=m.instance_id,
+        topic_partitions=dict(m.assigned_partitions),
+    )
+
+
+@pytest.mark.parametrize("batching", [False, True], ids=["one-at-a-time", "batched"])
+def test_incremental_targets_equal_the_whole_computation(batching: bool) -> None:
+    comparing = Comparing()
+    checked = 0
+    for seed in range(10):
+        rng = random.Random(seed)
+        config = GroupCoordinatorConfig(
+            consumer_assignment_interval_ms=1000 if batching else 0,
+            consumer_assignor_offload_enable=False,
+        )
+        h = Harness(assignors=[comparing], config=config)
+        comparing.groups = h.shard.groups
+        h.create_topic("foo", 7)
+        h.create_topic("bar", 5)
+        h.create_topic("baz", 3)
+        homogeneous = seed % 3 != 2  # some groups mix subscriptions (declined, computed whole)
+        for _ in range(80):
+            cmd = random_command(rng, h.shard.groups.get(G), homogeneous)
+            mark = h.shard.mark()
+            try:
+                res = h.shard.consumer_group_heartbeat(cmd, h.now_ms)
+            except CoordinatorError:
+                continue  # refused: nothing changed
+            if rng.random() < 0.2:
+                h.shard.rollback(mark)
+            else:
+                h._commit(res)
+            if rng.random() < 0.08:
+                name = rng.choice(TOPICS)
+                h.add_partitions(name, h.shard.topics.by_name[name].num_partitions + 2)
+            if batching and rng.random() < 0.3:
+                h.sleep(1000)  # the assignment timer: several joins and leaves in one target
+            checked += 1
+        group = h.shard.groups.get(G)
+        if group is not None:
+            fresh = h.replayed().groups[G]
+            assert fresh.target == group.target
+            assert fresh.assignment_epoch == group.assignment_epoch
+            assert dict(fresh.target_owners) == dict(group.target_owners)
+    assert checked > 600
+    assert comparing.incremental > 60
+    assert comparing.declined > 5
+    assert comparing.untidy > 5
+    # only what is declined, or offered no summary, is computed whole
+    assert comparing.whole == comparing.declined + comparing.untidy
+
+
+class Plain:
+    """The uniform assignor without the optional extra (as a plugin without it)."""
+
+    name = "uniform"
+
+    def assign(self, group_spec: GroupSpec, topics: Mapping[str, TopicMetadata]) -> GroupAssignment:
+        return UniformAssignor().assign(group_spec, topics)
+
+
+INLINE = GroupCoordinatorConfig(
+    consumer_assignment_interval_ms=0, consumer_assignor_offload_enable=False
+)
+JOIN = ConsumerGroupHeartbeat(
+    group_id=G,
+    member_id="m99",
+    member_epoch=0,
+    rebalance_timeout_ms=60_000,
+    subscribed_topic_names=("foo", "bar"),
+    topic_partitions={},
+)
+
+
+def settled(assignor: object, members: int) -> Harness:
+    """A settled group: ``members`` members owning uniform's assignment of 30 + 20 partitions."""
+    h = Harness(assignors=[assignor], config=INLINE)  # type: ignore[list-item]
+    foo, bar = h.create_topic("foo", 30), h.create_topic("bar", 20)
+    topics = {
+        t: TopicMetadata(topic_id=t, name=t, num_partitions=n) for t, n in ((foo, 30), (bar, 20))
+    }
+    spec = GroupSpec(
+        members={
+            f"m{i:02d}": MemberSubscription(
+                rack_id=None,
+                instance_id=None,
+                subscribed_topic_ids=frozenset(topics),
+                assignment={},
+            )
+            for i in range(members)
+        },
+        subscription_type=SubscriptionType.HOMOGENEOUS,
+    )
+    full = compute_uniform_assignment(spec, topics)
+    h.seed_group(G, 5, {m: (["foo", "bar"], dict(a)) for m, a in full.items()})
+    return h
+
+
+def test_the_records_are_those_of_the_whole_computation_and_rollback_restores_the_summary() -> None:
+    h = settled(UniformAssignor(), 7)
+    group = h.shard.groups[G]
+    before = group.spec_cache  # none yet: built at the first computation
+    assert before is None
+    mark = h.shard.mark()
+    incremental = h.shard.consumer_group_heartbeat(JOIN, 0).records
+    # the summary describes the targets the computation started from (the new targets are
+    # counted by the next one, from the members the records marked)
+    summary = group.spec_cache.summary()
+    assert summary.members_by_load == {
+        0: ("m99",),
+        7: ("m01", "m02", "m03", "m04", "m05", "m06"),
+        8: ("m00",),
+    }
+    assert all(not free for free in summary.unassigned.values())
+    h.shard.rollback(mark)
+    assert group.spec_cache is None
+    whole = settled(Plain(), 7).shard.consumer_group_heartbeat(JOIN, 0).records
+    assert incremental == whole
+    # 50 partitions over 8 members: 6 each, two extras kept by the first two members holding
+    # more (m00 gives one of its 8, m01 keeps 7); m02..m06 give one each; m99 takes six
+    targets = {rec.key.member_id for rec in whole if type(rec.key).__name__.endswith("MemberKey")}
+    assert {"m00", "m02", "m03", "m04", "m05", "m06", "m99"} <= targets
+    assert "m01" not in targets
+    # a computation kept (released) and then a command rolled back: the summary follows
+    h.shard.consumer_group_heartbeat(JOIN, 0)
+    h.shard.release(h.shard.mark())
+    mark = h.shard.mark()
+    leave = ConsumerGroupHeartbeat(group_id=G, member_id="m03", member_epoch=-1)
+    h.shard.consumer_group_heartbeat(leave, 0)
+    epoch = group.members["m00"].member_epoch
+    other = ConsumerGroupHeartbeat(group_id=G, member_id="m00", member_epoch=epoch)
+    h.shard.consumer_group_heartbeat(other, 0)
+    after = group.spec_cache.summary()
+    assert "m03" not in after.member_loads
+    assert after.members_by_load[6] == ("m02", "m04", "m05", "m06", "m99")
+    h.shard.rollback(mark)
+    assert group.spec_cache.summary().member_loads["m03"] == 7
+
+
+class Grabbing:
+    """Gives the newcomer a partition that m00 keeps (an invalid incremental result)."""
+
+    name = "uniform"
+
+    def assign(self, group_spec: GroupSpec, topics: Mapping[str, TopicMetadata]) -> object:
+        raise AssertionError("not called: the incremental result is refused, not recomputed")
+
+    def assign_changes(self, group_spec: GroupSpec, topics: object) -> object:
+        keeper = group_spec.members["m00"].assignment
+        t = min(keeper)
+        return {"m99": {t: frozenset({min(keeper[t])})}}
+
+
+class Stranger(Grabbing):
+    def assign_changes(self, group_spec: GroupSpec, topics: object) -> object:
+        return {"stranger": {}}
+
+
+class NotAMapping(Grabbing):
+    def assign_changes(self, group_spec: GroupSpec, topics: object) -> object:
+        return [("m99", {})]
+
+
+@pytest.mark.parametrize(
+    ("assignor", "why"),
+    [
+        (
+            Grabbing(),
+            r"epoch 6: invalid assignment: partition 0 of topic '\w+' \(foo\) is given to both "
+            "'m00' and 'm99'",
+        ),
+        (Stranger(), "assign_changes\\(\\) names 'stranger', not a member of the group"),
+        (NotAMapping(), "assign_changes\\(\\) returned list, not a mapping of member ids"),
+    ],
+    ids=["grabbing", "stranger", "not-a-mapping"],
+)
+def test_an_invalid_incremental_result_is_refused_and_the_group_keeps_its_target(
+    assignor: Grabbing, why: str
+) -> None:
+    h = settled(assignor, 3)
+    group = h.shard.groups[G]
+    before = dict(group.target)
+    with pytest.raises(UnknownServerError, match=why):
+        h.shard.consumer_group_heartbeat(JOIN, 0)
+    assert dict(group.target) == before
