@@ -36,12 +36,11 @@ from __future__ import annotations
 
 from bisect import bisect_left, insort
 from collections.abc import Callable, Collection, Hashable, Iterable, Iterator, Mapping
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from itertools import chain, compress, filterfalse
 from operator import attrgetter, is_not
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypeVar
 
 from assignors.api import (
     GroupAssignment,
@@ -432,9 +431,11 @@ def check_changes(
 ) -> None:
     """Raise :class:`~assignors.validation.InvalidAssignmentError` if the members' new targets
     returned by ``assign_changes`` may not be installed, every other member keeping its target
-    (``spec`` is one :func:`incremental_group_spec` made). The fast check examines only the
-    changed members (as :func:`check_result` does); anything unusual is checked again as a
-    whole result, which names the culprit."""
+    (``spec`` carries the coordinator's own :class:`~assignors.api.TargetSummary`). The fast
+    check examines only the changed members, without the owners index: a partition they are
+    given must exist, go to one of them only, and be free or come from one of their current
+    targets (the current target being exclusive, nobody who keeps a target holds it). Anything
+    unusual is checked again as a whole result, which names the culprit."""
     if not isinstance(changes, Mapping):
         raise InvalidAssignmentError(
             f"invalid assignment: assign_changes() returned {type(changes).__name__}, "
@@ -446,7 +447,7 @@ def check_changes(
         raise InvalidAssignmentError(
             f"invalid assignment: assign_changes() names {unknown[0]!r}, not a member of the group"
         )
-    if type(changes) is dict and _looks_valid(spec, topics, changes, list(changes), True):
+    if type(changes) is dict and _changes_look_valid(spec, topics, changes):
         return
     members = {m: specs[m] for m in sorted(specs)}
     whole = GroupSpec(
@@ -456,6 +457,39 @@ def check_changes(
     )
     result = {m: changes.get(m, s.assignment) for m, s in members.items()}
     check_assignment(whole, topics, GroupAssignment(members=result))
+
+
+def _changes_look_valid(
+    spec: GroupSpec, topics: Mapping[TopicId, TopicMetadata], changes: dict[str, Any]
+) -> bool:
+    """The fast check of :func:`check_changes`; False sends the result to the whole check."""
+    summary = spec.target_summary
+    if summary is None:
+        return False
+    specs = spec.members
+    by_topic: dict[TopicId, list[frozenset[int]]] = {}
+    for m, new in changes.items():
+        if type(new) is not dict or not specs[m].subscribed_topic_ids.issuperset(new):
+            return False
+        for t, partitions in new.items():
+            if type(partitions) is not frozenset or not partitions:
+                return False
+            by_topic.setdefault(t, []).append(partitions)
+    free = summary.unassigned
+    for t, sets in by_topic.items():
+        metadata = topics.get(t)
+        if metadata is None:
+            return False
+        union: set[int] = set().union(*sets)
+        if len(union) != sum(map(len, sets)) or not set(map(type, union)) <= {int}:
+            return False
+        if min(union) < 0 or max(union) >= metadata.num_partitions:
+            return False
+        available = set(free.get(t, ()))
+        available.update(*(specs[m].assignment.get(t, ()) for m in changes))
+        if not union <= available:
+            return False  # a partition still held by a member that keeps its target
+    return True
 
 
 def target_records(
@@ -486,29 +520,41 @@ def compute_target_assignment(
     ``timestamp_ms``; 0 with batching off). Raises UnknownServerError (nothing changed) if the
     assignor fails or returns an invalid result. An assignor with ``assign_changes`` is asked
     for the changes first (see the module's "Incremental computation")."""
-    assign_changes = getattr(assignor, "assign_changes", None)
+    assign_changes: Callable[..., Any] | None = getattr(assignor, "assign_changes", None)
     inputs = None if assign_changes is None else incremental_group_spec(group)
-    if inputs is not None:
-        with _failures(assignor, group_epoch):
-            changes = assign_changes(*inputs)  # type: ignore[misc]
+    if assign_changes is not None and inputs is not None:
+        changes_of, given = assign_changes, inputs
+
+        def incremental() -> Any:
+            changes = changes_of(*given)
             if changes is not None:
-                check_changes(*inputs, changes)
+                check_changes(*given, changes)
+            return changes
+
+        changes = _guarded(assignor, group_epoch, incremental)
         if changes is not None:
             return target_records(group, changes, list(changes), group_epoch, timestamp_ms)
     spec, topics = build_group_spec(group)
     tidy = group.spec_cache.inputs_tidy()
-    with _failures(assignor, group_epoch):
+
+    def whole() -> tuple[GroupAssignment, list[str] | None]:
         result: GroupAssignment = assignor.assign(spec, topics)
         changed = changed_members(spec, result) if isinstance(result, GroupAssignment) else None
         check_result(spec, topics, result, changed, inputs_tidy=tidy)
+        return result, changed
+
+    result, changed = _guarded(assignor, group_epoch, whole)
     return target_records(group, result.members, changed, group_epoch, timestamp_ms)
 
 
-@contextmanager
-def _failures(assignor: PartitionAssignor, group_epoch: int) -> Iterator[None]:
-    """Any failure of the assignor (or of its result's validation) as UnknownServerError."""
+_T = TypeVar("_T")
+
+
+def _guarded(assignor: PartitionAssignor, group_epoch: int, compute: Callable[[], _T]) -> _T:
+    """``compute()``, with any failure of the assignor (or of its result's validation) raised
+    as UnknownServerError."""
     try:
-        yield
+        return compute()
     except PartitionAssignorError as exc:
         raise UnknownServerError(
             f"Failed to compute a new target assignment for epoch {group_epoch}: {exc}"
@@ -535,7 +581,10 @@ def _failures(assignor: PartitionAssignor, group_epoch: int) -> Iterator[None]:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AssignmentJob:
-    """The inputs of one offloaded computation: copies, in member id order."""
+    """The inputs of one offloaded computation, in member id order: the spec cache's member
+    inputs themselves (immutable values, shared, never rebuilt) and, when the targets are tidy,
+    a copy of its :class:`~assignors.api.TargetSummary` (then an assignor with
+    ``assign_changes`` computes only what changes, as inline)."""
 
     group_id: str
     group_uid: str
@@ -545,39 +594,59 @@ class AssignmentJob:
     homogeneous: bool
     topics: tuple[TopicMetadata, ...]
     member_ids: tuple[str, ...]
-    instance_ids: tuple[str | None, ...]
-    rack_ids: tuple[str | None, ...]
-    subscriptions: tuple[frozenset[TopicId], ...]
-    assignments: tuple[Assignment, ...]
-    """Each member's current target (the very objects of the group's target: read-only)."""
+    members: tuple[MemberSubscription, ...]
+    """Each member's input; its ``assignment`` is the group's current target object (read-only)."""
+    summary: TargetSummary | None = None
+
+    @property
+    def assignments(self) -> tuple[Assignment, ...]:
+        """Each member's current target."""
+        return tuple(map(_assignment_of, self.members))
 
     def group_spec(self) -> tuple[GroupSpec, dict[TopicId, TopicMetadata]]:
-        """The assignor's inputs, rebuilt (in the worker), with the inverted current target."""
-        members: dict[str, MemberSubscription] = {}
-        owners: dict[TopicId, dict[int, str]] = {}
-        for member_id, instance_id, rack_id, subscription, assignment in zip(
-            self.member_ids,
-            self.instance_ids,
-            self.rack_ids,
-            self.subscriptions,
-            self.assignments,
-            strict=True,
-        ):
-            members[member_id] = MemberSubscription(
-                rack_id=rack_id,
-                instance_id=instance_id,
-                subscribed_topic_ids=subscription,
-                assignment=assignment,
-            )
-            for t, partitions in assignment.items():
-                bucket = owners.get(t)
-                if bucket is None:
-                    owners[t] = dict.fromkeys(partitions, member_id)
-                else:
-                    bucket.update(dict.fromkeys(partitions, member_id))
+        """The assignor's inputs (in the worker): the members, and the inverted current
+        target, built when first read (the incremental path does not read it)."""
+        members = dict(zip(self.member_ids, self.members, strict=True))
         kind = SubscriptionType.HOMOGENEOUS if self.homogeneous else SubscriptionType.HETEROGENEOUS
-        spec = GroupSpec(members=members, subscription_type=kind, partition_owners=owners)
+        spec = GroupSpec(
+            members=members,
+            subscription_type=kind,
+            partition_owners=_Owners(members),
+            target_summary=self.summary,
+        )
         return spec, {t.topic_id: t for t in self.topics}
+
+
+class _Owners(Mapping[TopicId, Mapping[int, str]]):
+    """The inverted current target of ``members``, built on first use."""
+
+    __slots__ = ("_built", "_members")
+
+    def __init__(self, members: Mapping[str, MemberSubscription]) -> None:
+        self._members = members
+        self._built: dict[TopicId, dict[int, str]] | None = None
+
+    def _index(self) -> dict[TopicId, dict[int, str]]:
+        owners = self._built
+        if owners is None:
+            owners = self._built = {}
+            for member_id, member in self._members.items():
+                for t, partitions in member.assignment.items():
+                    bucket = owners.get(t)
+                    if bucket is None:
+                        owners[t] = dict.fromkeys(partitions, member_id)
+                    else:
+                        bucket.update(dict.fromkeys(partitions, member_id))
+        return owners
+
+    def __getitem__(self, topic_id: TopicId) -> Mapping[int, str]:
+        return self._index()[topic_id]
+
+    def __iter__(self) -> Iterator[TopicId]:
+        return iter(self._index())
+
+    def __len__(self) -> int:
+        return len(self._index())
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -593,36 +662,65 @@ class AssignmentOutcome:
 
 
 def assignment_job(group: ConsumerGroup, epoch: int, assignor: str) -> AssignmentJob:
-    """Copy the inputs of a computation at ``epoch`` out of ``group`` (O(members); the member
-    objects come from the spec cache)."""
-    spec, topics = build_group_spec(group)
-    subs = list(spec.members.values())
+    """Copy the inputs of a computation at ``epoch`` out of ``group``: the member inputs come
+    from the spec cache (C-level passes over the member ids), and with tidy targets a copy of
+    its summary."""
+    cache = refresh_spec_cache(group)
+    summary: TargetSummary | None = None
+    if cache.inputs_tidy():  # every member's input is cached (no regex member)
+        ids = cache.sorted_ids
+        members = tuple(map(cache.entries.__getitem__, ids))
+        summary = TargetSummary(
+            member_loads=dict(cache.loads),
+            members_by_load=dict(cache.by_load),
+            unassigned=dict(cache.free),
+        )
+    else:
+        spec, _topics = build_group_spec(group)
+        ids = tuple(spec.members)
+        members = tuple(spec.members.values())
+    topics = cache.topics
     return AssignmentJob(
         group_id=group.group_id,
         group_uid=group.group_uid,
         epoch=epoch,
         assignor=assignor,
-        homogeneous=spec.subscription_type is SubscriptionType.HOMOGENEOUS,
+        homogeneous=group.subscription_type() is SubscriptionType.HOMOGENEOUS,
         topics=tuple(topics[t] for t in sorted(topics)),
-        member_ids=tuple(spec.members),
-        instance_ids=tuple(map(_instance_of, subs)),
-        rack_ids=tuple(map(_rack_of, subs)),
-        subscriptions=tuple(map(_subscribed, subs)),
-        assignments=tuple(map(_assignment_of, subs)),
+        member_ids=ids,
+        members=members,
+        summary=summary,
     )
 
 
-_instance_of = attrgetter("instance_id")
-_rack_of = attrgetter("rack_id")
-
-
 def run_job(job: AssignmentJob, assignor: PartitionAssignor) -> AssignmentOutcome:
-    """Run the assignor on the job's inputs and validate its result (in a worker). Pure."""
+    """Run the assignor on the job's inputs and validate its result (in a worker). Pure. An
+    assignor with ``assign_changes`` is asked for the changes first when the job carries a
+    summary, as inline."""
     spec, topics = job.group_spec()
+    members = spec.members
     try:
-        result = assignor.assign(spec, topics)
-        changed = changed_members(spec, result) if isinstance(result, GroupAssignment) else None
-        check_result(spec, topics, result, changed)
+        assign_changes = getattr(assignor, "assign_changes", None)
+        changes = None
+        if assign_changes is not None and spec.target_summary is not None:
+            changes = assign_changes(spec, topics)
+            if changes is not None:
+                check_changes(spec, topics, changes)
+        if changes is not None:
+            new_targets: Mapping[str, Mapping[TopicId, frozenset[int]]] = changes
+            changed: list[str] | None = list(changes)
+        else:
+            whole = GroupSpec(
+                members=members,
+                subscription_type=spec.subscription_type,
+                partition_owners=spec.partition_owners,
+            )
+            result = assignor.assign(whole, topics)
+            changed = (
+                changed_members(whole, result) if isinstance(result, GroupAssignment) else None
+            )
+            check_result(whole, topics, result, changed)
+            new_targets = result.members
     except Exception as exc:  # noqa: BLE001 - any failure is reported, never raised
         detail = (
             str(exc)
@@ -635,10 +733,9 @@ def run_job(job: AssignmentJob, assignor: PartitionAssignor) -> AssignmentOutcom
             epoch=job.epoch,
             error=f"Failed to compute a new target assignment for epoch {job.epoch}: {detail}",
         )
-    members = spec.members
     out: dict[str, tuple[str | None, Assignment]] = {}
     for member_id in changed if changed is not None else members:
-        new = {t: ps for t, ps in result.members[member_id].items() if ps}
+        new = {t: ps for t, ps in new_targets[member_id].items() if ps}
         if new != members[member_id].assignment:
             out[member_id] = (members[member_id].instance_id, new)
     return AssignmentOutcome(

@@ -7,6 +7,8 @@ records rebuilds the same state."""
 
 from __future__ import annotations
 
+import dataclasses
+import pickle
 import random
 from collections.abc import Mapping
 
@@ -27,6 +29,7 @@ from coordinator.core.config import GroupCoordinatorConfig
 from coordinator.core.errors import CoordinatorError, UnknownServerError
 from coordinator.core.group import ConsumerGroup
 from coordinator.core.model import EMPTY_ASSIGNMENT
+from coordinator.core.target_assignment import run_job
 from coordinator.harness import Harness
 
 G = "grp"
@@ -139,15 +142,17 @@ def random_command(
     )
 
 
-@pytest.mark.parametrize("batching", [False, True], ids=["one-at-a-time", "batched"])
-def test_incremental_targets_equal_the_whole_computation(batching: bool) -> None:
+@pytest.mark.parametrize("mode", ["inline", "batched", "offloaded"])
+def test_incremental_targets_equal_the_whole_computation(mode: str) -> None:
+    batching = mode == "batched"
     comparing = Comparing()
     checked = 0
     for seed in range(10):
         rng = random.Random(seed)
         config = GroupCoordinatorConfig(
             consumer_assignment_interval_ms=1000 if batching else 0,
-            consumer_assignor_offload_enable=False,
+            consumer_assignor_offload_enable=mode == "offloaded",
+            consumer_assignor_offload_min_members=1,
         )
         h = Harness(assignors=[comparing], config=config)
         comparing.groups = h.shard.groups
@@ -171,6 +176,7 @@ def test_incremental_targets_equal_the_whole_computation(batching: bool) -> None
                 h.add_partitions(name, h.shard.topics.by_name[name].num_partitions + 2)
             if batching and rng.random() < 0.3:
                 h.sleep(1000)  # the assignment timer: several joins and leaves in one target
+            h.run_offloads()  # as a worker would (the job copied from the group as it is now)
             checked += 1
         group = h.shard.groups.get(G)
         if group is not None:
@@ -319,3 +325,41 @@ def test_an_invalid_incremental_result_is_refused_and_the_group_keeps_its_target
     with pytest.raises(UnknownServerError, match=why):
         h.shard.consumer_group_heartbeat(JOIN, 0)
     assert dict(group.target) == before
+
+
+def test_an_offloaded_job_carries_the_summary_and_computes_what_the_whole_job_computes() -> None:
+    h = settled(UniformAssignor(), 7)
+    offloading = GroupCoordinatorConfig(
+        consumer_assignment_interval_ms=0,
+        consumer_assignor_offload_enable=True,
+        consumer_assignor_offload_min_members=1,
+    )
+    h.shard.context.config = offloading
+    h._commit(h.shard.consumer_group_heartbeat(JOIN, 0))
+    h._commit(
+        h.shard.consumer_group_heartbeat(
+            ConsumerGroupHeartbeat(group_id=G, member_id="m04", member_epoch=-1), 0
+        )
+    )
+    job = h.shard.groups.assignment_job(G)
+    assert job is not None and job.summary is not None
+    assert job.member_ids == ("m00", "m01", "m02", "m03", "m05", "m06", "m99")
+    assert dict(job.summary.members_by_load) == {
+        0: ("m99",),
+        7: ("m01", "m02", "m03", "m05", "m06"),
+        8: ("m00",),
+    }
+    group = h.shard.groups[G]
+    assert job.assignments == tuple(group.target.get(m, {}) for m in job.member_ids)
+    travelled = pickle.loads(pickle.dumps(job))
+    incremental = run_job(travelled, UniformAssignor())
+    whole = run_job(dataclasses.replace(job, summary=None), UniformAssignor())
+    assert incremental == whole
+    assert incremental.error is None
+    # 50 partitions over 7 members (one joined, one left): 7 each, one extra for m00
+    assert sorted(incremental.changed) == ["m99"]
+    assert sum(map(len, incremental.changed["m99"][1].values())) == 7
+    # an invalid incremental result is an error outcome, and the group keeps its target
+    bad = run_job(job, Grabbing())
+    assert bad.changed == {}
+    assert bad.error is not None and "is given to both 'm00' and 'm99'" in bad.error
