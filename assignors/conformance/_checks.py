@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
+from types import MappingProxyType
 
 from assignors.api import (
     GroupAssignment,
@@ -22,6 +24,7 @@ from assignors.conformance._model import (
     snapshot,
     with_assignment,
 )
+from assignors.summary import summarize
 from assignors.validation import check_assignment
 
 # Check names, in report order.
@@ -38,6 +41,7 @@ COMPLETE = "completeness"
 VALIDATION = "coordinator validation"
 UNTOUCHED = "inputs untouched"
 DETERMINISTIC = "determinism"
+INCREMENTAL = "incremental agrees"
 HASH_SEED = "hash-seed independence"
 BALANCE = "balance"
 STICKINESS = "stickiness"
@@ -53,6 +57,7 @@ PROPERTY_CHECKS = (
     VALIDATION,
     UNTOUCHED,
     DETERMINISTIC,
+    INCREMENTAL,
 )
 
 Owners = dict[tuple[TopicId, int], str]
@@ -222,7 +227,56 @@ def _assign_checked(
         check_assignment(spec, topics, result)
     except PartitionAssignorError as exc:
         out.fail(VALIDATION, f"{context}{exc}")
+    _incremental(assignor, spec, topics, plain, out, context)
     return plain
+
+
+def _incremental(
+    assignor: PartitionAssignor,
+    spec: GroupSpec,
+    topics: Mapping[TopicId, TopicMetadata],
+    plain: dict[str, dict[TopicId, frozenset[int]]],
+    out: Outcome,
+    context: str,
+) -> None:
+    """For an assignor with the optional ``assign_changes``: given the spec with its target
+    summary (as the coordinator gives it: members in another order, read-only), its changes
+    laid over the current assignments must be ``assign``'s result. None (declined) is fine."""
+    assign_changes = getattr(assignor, "assign_changes", None)
+    if assign_changes is None:
+        return
+    summary = summarize(spec, topics)
+    if summary is None:
+        return  # stale targets: the coordinator offers no summary then
+    members = dict(reversed(list(spec.members.items())))
+    given = dataclasses.replace(spec, members=MappingProxyType(members), target_summary=summary)
+    try:
+        changes = assign_changes(given, topics)
+    except Exception as exc:  # noqa: BLE001
+        out.fail(INCREMENTAL, f"{context}assign_changes() raised {type(exc).__name__}: {exc}")
+        return
+    if changes is None:
+        return
+    if not isinstance(changes, Mapping):
+        out.fail(INCREMENTAL, f"{context}assign_changes() returned {type(changes).__name__}")
+        return
+    for member_id in sorted(set(changes) | set(plain)):
+        if member_id not in members:
+            out.fail(INCREMENTAL, f"{context}assign_changes() names {member_id!r}, not a member")
+            return
+        got = changes.get(member_id, members[member_id].assignment)
+        mine = {t: frozenset(ps) for t, ps in got.items() if ps}
+        if mine != plain.get(member_id):
+            out.fail(
+                INCREMENTAL,
+                f"{context}member {member_id!r}: assign_changes() gives {_show(mine)}, "
+                f"assign() {_show(plain.get(member_id, {}))}",
+            )
+            return
+
+
+def _show(assignment: Mapping[TopicId, frozenset[int]]) -> str:
+    return "{" + ", ".join(f"{t}: {sorted(ps)}" for t, ps in sorted(assignment.items())) + "}"
 
 
 def _structure_problem(result: object) -> str | None:

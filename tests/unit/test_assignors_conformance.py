@@ -97,6 +97,14 @@ class Crashing(UniformAssignor):
                 topics[t]
         return super().assign(group_spec, topics)
 
+class Diverging(UniformAssignor):
+    """Its incremental shortcut forgets the last member that changes."""
+    name = "diverging"
+    def assign_changes(self, group_spec, topics):
+        changes = super().assign_changes(group_spec, topics)
+        if changes:
+            del changes[sorted(changes)[-1]]
+        return changes
 class EmptySets(UniformAssignor):
     """Lists every subscribed topic, even with no partitions."""
     name = "empty-sets"
@@ -144,6 +152,7 @@ def test_uniform_passes_every_check_and_requirement() -> None:
         "coordinator validation",
         "inputs untouched",
         "determinism",
+        "incremental agrees",
         "hash-seed independence",
         "balance",
         "stickiness",
@@ -154,7 +163,7 @@ def test_uniform_passes_every_check_and_requirement() -> None:
     assert (f.homogeneous_unbalanced, f.locally_improvable, f.chain_improvable) == (0, 0, 0)
     assert (f.leave_lost_homogeneous, f.join_moved_between_old_homogeneous) == (0, 0)
     assert f.join_moved_homogeneous == f.join_minimum_homogeneous  # only the excess moves
-    assert "all 16 checks passed" in report.render()
+    assert "all 17 checks passed" in report.render()
 
 
 def test_range_passes_the_contract_but_is_neither_balanced_nor_sticky() -> None:
@@ -185,6 +194,7 @@ def test_range_passes_the_contract_but_is_neither_balanced_nor_sticky() -> None:
         ("Mutating", {"inputs untouched"}),
         ("Crashing", {"unknown topic", "valid input accepted"}),
         ("EmptySets", {"well-formed result"}),
+        ("Diverging", {"incremental agrees"}),
     ],
 )
 def test_each_check_catches_its_mistake(broken: str, cls: str, expected: set[str]) -> None:
@@ -237,7 +247,7 @@ def test_command_line_exit_status(broken: str, capsys: pytest.CaptureFixture[str
         conformance_main(["uniform", "--examples", "20", "--no-hash-seeds", "--require-balance"])
         == 0
     )
-    assert "all 14 checks passed" in capsys.readouterr().out
+    assert "all 15 checks passed" in capsys.readouterr().out
     assert conformance_main([f"{broken}:Lazy", "--examples", "20", "--no-hash-seeds"]) == 1
     assert "FAILED completeness" in capsys.readouterr().out
     assert conformance_main(["no-such-assignor", "--no-hash-seeds"]) == 2
