@@ -7,6 +7,10 @@ Rules
   values give the same result whatever the ``hash()`` seed or mapping order.
 * Failure is :class:`~assignors.api.PartitionAssignorError` (e.g. a subscription to a topic
   missing from ``topics``). The coordinator answers UNKNOWN_SERVER_ERROR and changes nothing.
+* Optional extra: ``assign_changes(group_spec, topics)`` (:class:`~assignors.api.
+  IncrementalPartitionAssignor`) returns only the members whose assignment changes, from the
+  spec's :class:`~assignors.api.TargetSummary`, or None to be called through ``assign``. The
+  coordinator calls it first; it must agree with ``assign`` (the kit checks it).
 * The coordinator installs nothing it has not checked with
   :func:`assignors.validation.check_assignment`: every member present and no stranger, each
   partition at most once, only to subscribers, only existing partitions, ``frozenset`` sets.
@@ -19,14 +23,18 @@ most one and extra partitions go to members that already hold them. Between clas
 shares are water-filled and re-split until no partition - nor chain of partitions across topics
 - can move to a member two or more partitions lighter. Only then are partitions handed out,
 keeping every member's current partitions up to its quota and moving the rest in contiguous
-runs. ``range`` (:mod:`assignors.range`) gives contiguous per-topic ranges recomputed from
+runs. In a homogeneous group its ``assign_changes`` finds the members above and below their new
+quota by binary search in the summary's load buckets and visits only those: a join costs what
+moves. ``range`` (:mod:`assignors.range`) gives contiguous per-topic ranges recomputed from
 scratch, static members first by instance id, as Kafka 4.0 does.
 
 Where things are
 ----------------
 ``api`` the SPI (owned by the core); ``uniform``, ``range`` the built-ins; ``validation`` the
-coordinator's gate; ``registry`` resolves ``group.consumer.assignors`` (built-in names, entry
-points of group ``kip848.assignors``, ``module:Class``); ``cli`` is ``kip848 assignors``;
+coordinator's gate; ``summary`` computes a TargetSummary from scratch (the reference the
+coordinator's is tested against, and what the kit gives ``assign_changes``); ``registry``
+resolves ``group.consumer.assignors`` (built-in names, entry points of group
+``kip848.assignors``, ``module:Class``); ``cli`` is ``kip848 assignors``;
 ``conformance`` is the kit plugin authors run (``python -m assignors.conformance NAME``, or the
 ``assignor_conformance`` pytest fixture). docs/assignors.md is the plugin author's guide.
 
