@@ -363,3 +363,53 @@ def test_an_offloaded_job_carries_the_summary_and_computes_what_the_whole_job_co
     bad = run_job(job, Grabbing())
     assert bad.changed == {}
     assert bad.error is not None and "is given to both 'm00' and 'm99'" in bad.error
+
+
+def test_many_changes_in_one_batch_keep_the_summary_exact() -> None:
+    """Forty leaves in one batch, then the next computation counts forty-odd new targets: the
+    load buckets are rebuilt by sorting (more than a few changes) rather than edited."""
+    comparing = Comparing()
+    h = Harness(
+        assignors=[comparing],
+        config=GroupCoordinatorConfig(
+            consumer_assignment_interval_ms=1000, consumer_assignor_offload_enable=False
+        ),
+    )
+    comparing.groups = h.shard.groups
+    foo, bar = h.create_topic("foo", 150), h.create_topic("bar", 100)
+    topics = {
+        t: TopicMetadata(topic_id=t, name=t, num_partitions=n) for t, n in ((foo, 150), (bar, 100))
+    }
+    spec = GroupSpec(
+        members={
+            f"m{i:03d}": MemberSubscription(
+                rack_id=None,
+                instance_id=None,
+                subscribed_topic_ids=frozenset(topics),
+                assignment={},
+            )
+            for i in range(80)
+        },
+        subscription_type=SubscriptionType.HOMOGENEOUS,
+    )
+    full = compute_uniform_assignment(spec, topics)
+    h.seed_group(G, 5, {m: (["foo", "bar"], dict(a)) for m, a in full.items()})
+    for i in range(0, 80, 2):
+        h.heartbeat(member_id=f"m{i:03d}", member_epoch=-1)
+    # a leave computes nothing by itself; the next heartbeat computes at once (the seeded
+    # target carries no timestamp): one computation for the forty leaves
+    h.heartbeat(member_id="m001", member_epoch=5)
+    group = h.shard.groups[G]
+    assert group.assignment_epoch == group.group_epoch
+    h.heartbeat(
+        member_id="late",
+        member_epoch=0,
+        rebalance_timeout_ms=60_000,
+        subscribed_topic_names=["foo", "bar"],
+        topic_partitions=[],
+    )
+    h.sleep(1000)  # counts the forty survivors' new targets, then the join
+    assert comparing.incremental == 2 and comparing.whole == 0
+    loads = group.spec_cache.summary().member_loads
+    assert sorted(loads) == sorted([f"m{i:03d}" for i in range(1, 80, 2)] + ["late"])
+    assert sum(len(ps) for a in group.target.values() for ps in a.values()) == 250
