@@ -529,7 +529,7 @@ def compute_target_assignment(
     ``timestamp_ms``; 0 with batching off). Raises UnknownServerError (nothing changed) if the
     assignor fails or returns an invalid result. An assignor with ``assign_changes`` is asked
     for the changes first (see the module's "Incremental computation")."""
-    assign_changes: Callable[..., Any] | None = getattr(assignor, "assign_changes", None)
+    assign_changes = incremental_method(assignor)
     inputs = None if assign_changes is None else incremental_group_spec(group)
     if assign_changes is not None and inputs is not None:
         changes_of, given = assign_changes, inputs
@@ -557,6 +557,17 @@ def compute_target_assignment(
 
 
 _T = TypeVar("_T")
+
+
+def incremental_method(assignor: PartitionAssignor) -> Callable[..., Any] | None:
+    """The assignor's ``assign_changes``, if its *class* defines one. A wrapper that forwards
+    attributes dynamically (``__getattr__``, like the runtime's timing and tracing wrapper) is
+    called through ``assign``, which it times and traces: to take the incremental path, a
+    wrapper defines ``assign_changes`` itself."""
+    if getattr(type(assignor), "assign_changes", None) is None:
+        return None
+    method: Callable[..., Any] = getattr(assignor, "assign_changes")  # noqa: B009
+    return method
 
 
 def _guarded(assignor: PartitionAssignor, group_epoch: int, compute: Callable[[], _T]) -> _T:
@@ -709,7 +720,7 @@ def run_job(job: AssignmentJob, assignor: PartitionAssignor) -> AssignmentOutcom
     spec, topics = job.group_spec()
     members = spec.members
     try:
-        assign_changes = getattr(assignor, "assign_changes", None)
+        assign_changes = incremental_method(assignor)
         changes = None
         if assign_changes is not None and spec.target_summary is not None:
             changes = assign_changes(spec, topics)

@@ -413,3 +413,41 @@ def test_many_changes_in_one_batch_keep_the_summary_exact() -> None:
     loads = group.spec_cache.summary().member_loads
     assert sorted(loads) == sorted([f"m{i:03d}" for i in range(1, 80, 2)] + ["late"])
     assert sum(len(ps) for a in group.target.values() for ps in a.values()) == 250
+
+
+class Forwarding:
+    """A wrapper forwarding what it does not define (as the runtime's timing wrapper does)."""
+
+    def __init__(self, inner: UniformAssignor) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.calls: list[str] = []
+
+    def __getattr__(self, attr: str) -> object:
+        return getattr(self.inner, attr)
+
+    def assign(self, group_spec: GroupSpec, topics: Mapping[str, TopicMetadata]) -> GroupAssignment:
+        self.calls.append("assign")
+        return self.inner.assign(group_spec, topics)
+
+
+class Wrapping(Forwarding):
+    """A wrapper that opts in: it defines assign_changes itself."""
+
+    def assign_changes(
+        self, group_spec: GroupSpec, topics: Mapping[str, TopicMetadata]
+    ) -> dict[str, MemberAssignment] | None:
+        self.calls.append("assign_changes")
+        return self.inner.assign_changes(group_spec, topics)
+
+
+def test_a_forwarding_wrapper_is_called_through_assign_and_one_that_defines_the_extra_is_not() -> (
+    None
+):
+    records = {}
+    for wrapper in (Forwarding(UniformAssignor()), Wrapping(UniformAssignor())):
+        h = settled(wrapper, 7)
+        records[type(wrapper).__name__] = h.shard.consumer_group_heartbeat(JOIN, 0).records
+        expected = ["assign"] if type(wrapper) is Forwarding else ["assign_changes"]
+        assert wrapper.calls == expected
+    assert records["Forwarding"] == records["Wrapping"]
