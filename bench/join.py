@@ -92,6 +92,8 @@ class TimedAssignor:
     name: ClassVar[str] = "uniform"
     inner: UniformAssignor = field(default_factory=UniformAssignor)
     calls: list[tuple[float, float]] = field(default_factory=list)
+    incremental: bool = True
+    """False: ``assign_changes`` declines, and the coordinator computes the whole assignment."""
 
     def assign(
         self, group_spec: GroupSpec, topics: Mapping[TopicId, TopicMetadata]
@@ -104,6 +106,8 @@ class TimedAssignor:
     def assign_changes(
         self, group_spec: GroupSpec, topics: Mapping[TopicId, TopicMetadata]
     ) -> dict[str, MemberAssignment] | None:
+        if not self.incremental:
+            return None
         cpu, wall = time.process_time(), time.perf_counter()
         result = self.inner.assign_changes(group_spec, topics)
         if result is not None:  # else assign() is called (and timed) next
@@ -142,6 +146,7 @@ class Row:
     join_assignor: Sample
     join: Sample
     next_join: Sample
+    whole_join: Sample
     leave_moved: int
     leave_assignor: Sample
     leave: Sample
@@ -256,6 +261,23 @@ def measure(members: int, partitions: int, topics: int, repeats: int) -> Row:
                 next_wall.append(w * 1000)
                 next_cpu.append(c * 1000)
 
+        timed.incremental = False
+        whole_wall: list[float] = []
+        whole_cpu: list[float] = []
+        for i in range(repeats + 1):
+            mark = shard.mark()
+            gc.collect()
+            cpu, wall = time.process_time(), time.perf_counter()
+            res = shard.consumer_group_heartbeat(join_cmd, 1000)
+            w, c = time.perf_counter() - wall, time.process_time() - cpu
+            if moved_by(res.records, before) != join_moved:
+                raise AssertionError("the whole computation moved other partitions")
+            shard.rollback(mark)
+            if i:
+                whole_wall.append(w * 1000)
+                whole_cpu.append(c * 1000)
+        timed.incremental = True
+
         leave_wall: list[float] = []
         leave_cpu: list[float] = []
         timed.calls.clear()
@@ -320,6 +342,7 @@ def measure(members: int, partitions: int, topics: int, repeats: int) -> Row:
         sample(join_assignor),
         Sample(join_wall, join_cpu),
         Sample(next_wall, next_cpu),
+        Sample(whole_wall, whole_cpu),
         leave_moved,
         sample(leave_assignor),
         Sample(leave_wall, leave_cpu),
@@ -360,6 +383,7 @@ def main(argv: list[str] | None = None) -> int:
         "join: assignor ms",
         "join: whole command ms",
         "next join: whole command ms",
+        "join, whole computation (no `assign_changes`) ms",
         "leave: moved",
         "leave + next heartbeat ms",
         "offloaded join: event loop ms",
@@ -373,6 +397,7 @@ def main(argv: list[str] | None = None) -> int:
             r.join_assignor.cell(),
             r.join.cell(),
             r.next_join.cell(),
+            r.whole_join.cell(),
             r.leave_moved,
             r.leave.cell(),
             r.offload_loop.cell(),
@@ -439,7 +464,10 @@ def main(argv: list[str] | None = None) -> int:
             "command (both with `group.consumer.assignment.interval.ms=0` and "
             "`group.consumer.assignor.offload.enable=false`). *next join*: a second join right "
             "after a first one, whose computation also counts the first one's changes into the "
-            "target summary (what each join of a storm costs). *leave*: a member's leave "
+            "target summary (what each join of a storm costs). *join, whole computation*: the "
+            "same join when `assign_changes` declines (the whole spec and `assign`, as before "
+            "the incremental path; what the server's event-loop computations take). "
+            "*leave*: a member's leave "
             "heartbeat followed by another member's heartbeat, which computes the new target. "
             "(The timed assignor here defines `assign_changes`; in the server, computations on "
             "the event loop go through the metrics wrapper's `assign`, so the incremental path "
