@@ -513,7 +513,7 @@ def instrument_methods(
     }
 
 
-def _edge(method: Callable[[Any, Any], Any], forwarded: type | None) -> Callable[[Any, Any], Any]:
+def _edge(method: Callable[[Any, Any], Any], forwarded: Any) -> Callable[[Any, Any], Any]:
     """One method's edge: a plain function returning the method's awaitable, wrapped only when
     there is something to carry: a forwarded call's receive time (``forwarded``: the context
     type that has one; metrics on) or, tracing on, a ``traceparent`` the caller sent (parsed
