@@ -19,9 +19,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import statistics
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -216,9 +218,24 @@ def _with_retries(run: Any, attempts: int = 3) -> dict[str, Any]:
     raise AssertionError("unreachable")
 
 
-def end_to_end(members: int, seconds: float, rounds: int) -> list[tuple[str, float, float]]:
-    """(variant, best heartbeats/s, server CPU µs per heartbeat) with ``kip848 serve`` (one
-    process) driven by bench/loadgen/h2hb (bench/service.py's harness)."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EndToEnd:
+    """One variant's end-to-end figures over the rounds (medians)."""
+
+    name: str
+    per_s: float
+    cpu_us: float
+    cost: float
+    """Percent: the median over rounds of (CPU per heartbeat / that round's "off" - 1)."""
+    costs: list[float]
+
+
+def end_to_end(members: int, seconds: float, rounds: int) -> list[EndToEnd]:
+    """Each variant's heartbeats/s, server CPU per heartbeat and cost with ``kip848 serve``
+    (one process) driven by bench/loadgen/h2hb (bench/service.py's harness). A round runs every
+    variant once, "off" first; each cost is paired with the "off" run of its own round and the
+    median over rounds is reported, so a disturbed run or a drifting machine moves it less
+    than a best-of or a mean would."""
     from bench.service import SERVE, bench_heartbeats
 
     sink = _OtlpSink()
@@ -231,7 +248,7 @@ def end_to_end(members: int, seconds: float, rounds: int) -> list[tuple[str, flo
             DEFAULT: [*metrics, *otlp],  # no --otlp-sample-ratio: the default sampling
             ALL: [*metrics, *otlp, "--otlp-sample-ratio", "1"],
         }
-        best: dict[str, tuple[float, float]] = {}
+        runs: dict[str, list[tuple[float, float]]] = {name: [] for name in variants}
         for _ in range(rounds):
             for name, flags in variants.items():
                 r = _with_retries(
@@ -239,12 +256,23 @@ def end_to_end(members: int, seconds: float, rounds: int) -> list[tuple[str, flo
                         ["--_serve_plain", *SERVE, *f], members, seconds
                     )
                 )
-                rate, cpu = float(r["per_s"]), float(r["server_cpu_us"])
-                if name not in best or cpu < best[name][1]:
-                    best[name] = (rate, cpu)
+                runs[name].append((float(r["per_s"]), float(r["server_cpu_us"])))
     finally:
         sink.close()
-    return [(name, rate, cpu) for name, (rate, cpu) in best.items()]
+    off = [cpu for _rate, cpu in runs["off"]]
+    rows = []
+    for name, results in runs.items():
+        costs = [(cpu / base - 1) * 100 for (_rate, cpu), base in zip(results, off, strict=True)]
+        rows.append(
+            EndToEnd(
+                name=name,
+                per_s=statistics.median(rate for rate, _cpu in results),
+                cpu_us=statistics.median(cpu for _rate, cpu in results),
+                cost=statistics.median(costs),
+                costs=costs,
+            )
+        )
+    return rows
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -257,6 +285,7 @@ def main(argv: list[str] | None = None) -> int:
         "--e2e-seconds", type=float, default=5.0, help="per end-to-end run (0: skip them)"
     )
     ap.add_argument("--e2e-members", type=int, default=64)
+    ap.add_argument("--e2e-rounds", type=int, default=7)
     args = ap.parse_args(argv)
     for name in ("OTEL_TRACES_SAMPLER", "OTEL_TRACES_SAMPLER_ARG"):  # the default row: defaults
         os.environ.pop(name, None)
@@ -288,26 +317,27 @@ def main(argv: list[str] | None = None) -> int:
     e2e_text = ""
     verdict = ""
     if args.e2e_seconds > 0:
-        e2e = end_to_end(args.e2e_members, args.e2e_seconds, args.rounds)
-        base_cpu = next(cpu for name, _rate, cpu in e2e if name == "off")
-        cost = {name: (cpu / base_cpu - 1) * 100 for name, _rate, cpu in e2e}
+        e2e = end_to_end(args.e2e_members, args.e2e_seconds, args.e2e_rounds)
+        cost = {row.name: row.cost for row in e2e}
         e2e_text = table(
             [
                 "variant",
-                "heartbeats/s (best run)",
+                "heartbeats/s",
                 "server CPU µs per heartbeat",
-                "cost vs off",
+                "cost vs off (median of rounds)",
                 f"target ≤ {TARGET:g}%",
+                "cost in each round",
             ],
             [
                 (
-                    name,
-                    f"{rate:,.0f}",
-                    f"{cpu:.1f}",
-                    "—" if name == "off" else f"{cost[name]:+.1f}%",
-                    ("met" if cost[name] <= TARGET else "NOT met") if name == DEFAULT else "",
+                    row.name,
+                    f"{row.per_s:,.0f}",
+                    f"{row.cpu_us:.1f}",
+                    "—" if row.name == "off" else f"{row.cost:+.1f}%",
+                    ("met" if row.cost <= TARGET else "NOT met") if row.name == DEFAULT else "",
+                    "" if row.name == "off" else ", ".join(f"{c:+.1f}%" for c in row.costs),
                 )
-                for name, rate, cpu in e2e
+                for row in e2e
             ],
         )
         print(e2e_text)
@@ -332,9 +362,10 @@ def main(argv: list[str] | None = None) -> int:
             + text
             + (
                 "\n\nEnd to end: `kip848 serve` (one process) under bench/loadgen/h2hb "
-                f"({args.e2e_members} steady members, {args.e2e_seconds:g} s runs, best of "
-                f"{args.rounds}); the cost is the server's CPU per heartbeat (throughput on "
-                "this shared machine varies more than the cost); tracing exports to a local "
+                f"({args.e2e_members} steady members, {args.e2e_seconds:g} s runs, "
+                f"{args.e2e_rounds} rounds; medians): the cost is the server's CPU per "
+                'heartbeat against the "off" run of the same round (throughput on this '
+                "shared machine varies more than the cost); tracing exports to a local "
                 "OTLP receiver. The default row is `--metrics-listen` and `--otlp-endpoint` "
                 "without `--otlp-sample-ratio`: parent-based 1% (a caller's sampled "
                 "`traceparent` always followed). Each traced request costs about as much CPU "
