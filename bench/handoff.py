@@ -274,7 +274,9 @@ def main(argv: list[str] | None = None) -> int:
                 "*Churn.* **Spaced**: each step starts once the group is stable and one "
                 "assignment interval later (+50 ms), so the previous target computation is at "
                 "least an interval old — a rolling restart, whose steps are seconds apart. "
-                "**Back to back**: the next step starts as soon as the group is stable."
+                "**Back to back**: the next step starts as soon as the group is stable. A step "
+                "moves about eight partitions together, so a row's p99 is close to its slowest "
+                "step: one scheduling stall of a busy machine shows in it whole."
             ),
             "",
             (
