@@ -394,12 +394,14 @@ def test_many_changes_in_one_batch_keep_the_summary_exact() -> None:
     )
     full = compute_uniform_assignment(spec, topics)
     h.seed_group(G, 5, {m: (["foo", "bar"], dict(a)) for m, a in full.items()})
+    h.now_ms = 10_000
     for i in range(0, 80, 2):
         h.heartbeat(member_id=f"m{i:03d}", member_epoch=-1)
-    # a leave computes nothing by itself; the next heartbeat computes at once (the seeded
-    # target carries no timestamp): one computation for the forty leaves
-    h.heartbeat(member_id="m001", member_epoch=5)
+    # the first leave computes at once (the seeded target carries no timestamp); the other 39
+    # wait for the assignment interval: one computation for them all
     group = h.shard.groups[G]
+    assert comparing.incremental == 1 and group.assignment_epoch < group.group_epoch
+    h.sleep(1000)
     assert group.assignment_epoch == group.group_epoch
     h.heartbeat(
         member_id="late",
@@ -408,8 +410,8 @@ def test_many_changes_in_one_batch_keep_the_summary_exact() -> None:
         subscribed_topic_names=["foo", "bar"],
         topic_partitions=[],
     )
-    h.sleep(1000)  # counts the forty survivors' new targets, then the join
-    assert comparing.incremental == 2 and comparing.whole == 0
+    h.sleep(1000)  # counts the survivors' new targets, then the join
+    assert comparing.incremental == 3 and comparing.whole == 0
     loads = group.spec_cache.summary().member_loads
     assert sorted(loads) == sorted([f"m{i:03d}" for i in range(1, 80, 2)] + ["late"])
     assert sum(len(ps) for a in group.target.values() for ps in a.values()) == 250
