@@ -289,6 +289,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     for name in ("OTEL_TRACES_SAMPLER", "OTEL_TRACES_SAMPLER_ARG"):  # the default row: defaults
         os.environ.pop(name, None)
+    load_start = os.getloadavg()[0]
     results = asyncio.run(_main(args.members, args.rounds, args.seconds))
     base = 1e6 / max(results["off"])
     rows = []
@@ -375,7 +376,8 @@ def main(argv: list[str] | None = None) -> int:
             "(about 150-200 µs of CPU per call here) is not in the denominator, so the relative "
             "cost a client sees is several times smaller: these rows show what the "
             "instrumentation itself costs, they are not the ones judged. Measured on a shared "
-            "machine: rough.\n\n"
+            f"machine (load average {load_start:.1f} at the start, {os.getloadavg()[0]:.1f} at "
+            "the end, on 2 CPUs): rough.\n\n"
             + text
             + (
                 "\n\nEnd to end: `kip848 serve` (one process) under bench/loadgen/h2hb "
