@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import select
 import signal
 import subprocess
@@ -88,7 +89,20 @@ CONFIGS = {
 }
 
 
+PROTOCOLS = {"grpc": "gRPC", "kafka": "Kafka protocol"}
+
+
 # ---------------------------------------------------------------- server
+
+
+def _enough_files(connections: int) -> None:
+    """Raise this process's open-file limit (soft, up to the hard one) for ``connections``
+    sockets; the server started next inherits it and must accept them all."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = connections + 1024
+    if soft != resource.RLIM_INFINITY and soft < want:
+        top = want if hard == resource.RLIM_INFINITY else min(want, hard)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (top, hard))
 
 
 def _tree_cpu_s(pid: int) -> float:
@@ -107,8 +121,14 @@ def _tree_cpu_s(pid: int) -> float:
     return total
 
 
-def _start_server(data_dir: str, flags: tuple[str, ...]) -> tuple[subprocess.Popen[str], str]:
-    """``kip848 serve`` on 127.0.0.1:0; its log goes to ``<data_dir>.log``."""
+def _start_server(
+    data_dir: str, flags: tuple[str, ...], *, kafka: bool = False
+) -> tuple[subprocess.Popen[str], str, str | None]:
+    """``kip848 serve`` on 127.0.0.1:0 (and its Kafka listener on another free port with
+    ``kafka``); its log goes to ``<data_dir>.log``. Returns the process, the gRPC address and
+    the Kafka address (None without ``kafka``)."""
+    if kafka:
+        flags = (*flags, "--kafka-listen", "127.0.0.1:0")
     log = open(data_dir + ".log", "wb")  # noqa: SIM115 - the child holds it; closed below
     proc = subprocess.Popen(
         [
@@ -131,16 +151,31 @@ def _start_server(data_dir: str, flags: tuple[str, ...]) -> tuple[subprocess.Pop
     )
     log.close()
     assert proc.stdout is not None
-    ready, _, _ = select.select([proc.stdout], [], [], SERVER_START_S)
-    line = proc.stdout.readline().strip() if ready else ""
-    if not line.startswith("listening on "):
+    # Its first lines ("listening on ...", then "kafka listening on ..."), read from the pipe
+    # itself: a buffered readline could swallow the second line where select cannot see it.
+    out, fd = b"", proc.stdout.fileno()
+    deadline = time.monotonic() + SERVER_START_S
+    while out.count(b"\n") < (2 if kafka else 1):
+        ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+        chunk = os.read(fd, 4096) if ready else b""
+        if not chunk:
+            break
+        out += chunk
+    line, _, rest = out.decode(errors="replace").partition("\n")
+    kafka_line = rest.partition("\n")[0].strip() if kafka else "kafka listening on "
+    line = line.strip()
+    if not line.startswith("listening on ") or not kafka_line.startswith("kafka listening on "):
         proc.kill()
         proc.wait(timeout=30)
         raise RuntimeError(
-            f"kip848 serve did not start within {SERVER_START_S:.0f} s: {line!r}\n"
+            f"kip848 serve did not start within {SERVER_START_S:.0f} s: {line!r} {kafka_line!r}\n"
             + Path(data_dir + ".log").read_text(errors="replace")[-2000:]
         )
-    return proc, line.removeprefix("listening on ")
+    return (
+        proc,
+        line.removeprefix("listening on "),
+        kafka_line.removeprefix("kafka listening on ") or None,
+    )
 
 
 def _create_topics(address: str, partitions: int) -> list[tuple[str, str, str, int]]:
@@ -236,14 +271,22 @@ def run_row(
     connections: int,
     settle_s: float,
     max_seconds: float,
+    protocol: str = "grpc",
 ) -> dict[str, Any]:
-    generator = build("h2storm")
+    """One row: a fresh server, the storm through ``protocol`` (``grpc``: h2storm over
+    ``connections`` HTTP/2 connections; ``kafka``: kafkastorm on the server's Kafka listener,
+    ``connections`` of them for the storm's members and one per probe member)."""
+    kafka = protocol == "kafka"
+    name = "kafkastorm" if kafka else "h2storm"
+    generator = build(name, libs=()) if kafka else build(name)
+    if kafka:
+        _enough_files(connections + PROBE_MEMBERS)
     with tempfile.TemporaryDirectory(prefix="kip848-storm-") as tmp:
         data_dir = os.path.join(tmp, "data")
-        proc, address = _start_server(data_dir, config.flags)
+        proc, address, kafka_address = _start_server(data_dir, config.flags, kafka=kafka)
         try:
             topics = _create_topics(address, partitions)
-            host, _, port = address.rpartition(":")
+            host, _, port = (kafka_address or address).rpartition(":")
             spec = [
                 f"host {host}",
                 f"port {port}",
@@ -273,10 +316,10 @@ def run_row(
             server_cpu = _tree_cpu_s(proc.pid) - cpu0
             lines = done.stdout.strip().splitlines()
             if not lines:
-                raise RuntimeError(f"h2storm printed nothing: {done.stderr}")
+                raise RuntimeError(f"{name} printed nothing: {done.stderr}")
             result: dict[str, Any] = json.loads(lines[-1])
             result["server_cpu_s"] = server_cpu
-            print(f"  h2storm: {lines[-1][:600]}", file=sys.stderr, flush=True)
+            print(f"  {name}: {lines[-1][:600]}", file=sys.stderr, flush=True)
             result["described"] = _describe(address)
         finally:
             proc.send_signal(signal.SIGTERM)
@@ -286,7 +329,8 @@ def run_row(
                 proc.kill()
                 proc.wait(timeout=30)
         result["targets_computed"] = _targets_computed(data_dir)
-    result["config"] = config.name
+    result["config"] = f"{config.name}, {PROTOCOLS[protocol]}"
+    result["protocol"] = protocol
     result["interval_s"] = config.interval_s
     return result
 
@@ -426,7 +470,18 @@ def main() -> int:
     ap.add_argument(
         "--configs", default=",".join(CONFIGS), help=f"comma-separated, of: {', '.join(CONFIGS)}"
     )
-    ap.add_argument("--connections", type=int, default=50, help="HTTP/2 connections")
+    ap.add_argument(
+        "--protocol",
+        choices=tuple(PROTOCOLS),
+        default="grpc",
+        help="how the members talk to the server (kafka: the server's Kafka listener)",
+    )
+    ap.add_argument(
+        "--connections",
+        type=int,
+        help="the storm's connections (default: 50 HTTP/2 connections for grpc, one per "
+        "member for kafka, as Kafka's Java consumers have)",
+    )
     ap.add_argument(
         "--settle", type=float, default=12.0, help="seconds the group must stay converged"
     )
@@ -443,13 +498,15 @@ def main() -> int:
     for config in configs:
         for members, partitions in rows:
             limit = args.max_seconds or MAX_SECONDS.get(members, 300.0)
+            default_connections = members if args.protocol == "kafka" else 50
             r = run_row(
                 config,
                 members,
                 partitions,
-                connections=min(args.connections, members),
+                connections=min(args.connections or default_connections, members),
                 settle_s=args.settle,
                 max_seconds=limit,
+                protocol=args.protocol,
             )
             results.append(r)
             print(
