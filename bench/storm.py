@@ -3,6 +3,7 @@
     .venv/bin/python bench/storm.py              # all rows, writes docs/benchmarks.md
     .venv/bin/python bench/storm.py --quick      # the two small rows
     .venv/bin/python bench/storm.py --rows 5000/50000 --configs default --no-doc
+    .venv/bin/python bench/storm.py --protocol grpc,kafka   # both; default: grpc
 
 For each configuration (``--set`` flags of ``kip848 serve``) and each row (members /
 partitions), a fresh ``kip848 serve`` (system clock, SQLite store, default settings otherwise)
@@ -12,7 +13,10 @@ server keeps the cores) first joins and settles a 3-member probe group, then has
 of the row join group ``storm`` at once and behave like Kafka's Java consumer (reconcile and
 acknowledge at once, heartbeat every ``heartbeat_interval_ms``, re-join when fenced, back off on
 retriable errors, reset a call after request.timeout.ms = 30 s), while the probe members
-heartbeat every 50 ms. The run ends when the group has stayed converged for ``--settle``
+heartbeat every 50 ms. With ``--protocol kafka`` the members speak the Kafka protocol to the
+server's Kafka listener (``--kafka-listen``) instead: ``bench/loadgen/kafkastorm.c`` (C, libc
+only) does the same as h2storm with ConsumerGroupHeartbeat v1, each member on its own
+connection by default, as Kafka's Java consumers are. The run ends when the group has stayed converged for ``--settle``
 seconds (every member joined, at the same epoch, its owned set acknowledged, every partition
 owned once, P/N each) or after the row's time limit. Then the group is described through the
 server (state, epochs) and, after the server stops, the store's journal gives the number of
@@ -90,6 +94,7 @@ CONFIGS = {
 
 
 PROTOCOLS = {"grpc": "gRPC", "kafka": "Kafka protocol"}
+GRPC_CONNECTIONS = 50  # h2storm's HTTP/2 connections unless --connections says otherwise
 
 
 # ---------------------------------------------------------------- server
@@ -472,9 +477,9 @@ def main() -> int:
     )
     ap.add_argument(
         "--protocol",
-        choices=tuple(PROTOCOLS),
         default="grpc",
-        help="how the members talk to the server (kafka: the server's Kafka listener)",
+        help="comma-separated, of: grpc, kafka (the server's Kafka listener); how the members "
+        "talk to the server",
     )
     ap.add_argument(
         "--connections",
@@ -493,43 +498,61 @@ def main() -> int:
     else:
         rows = list(QUICK_ROWS if args.quick else ROWS)
     configs = [CONFIGS[name] for name in args.configs.split(",")]
+    protocols = args.protocol.split(",")
+    if not set(protocols) <= set(PROTOCOLS):
+        ap.error(f"--protocol: comma-separated, of: {', '.join(PROTOCOLS)}")
     load0 = os.getloadavg()[0]
     results = []
     for config in configs:
-        for members, partitions in rows:
-            limit = args.max_seconds or MAX_SECONDS.get(members, 300.0)
-            default_connections = members if args.protocol == "kafka" else 50
-            r = run_row(
-                config,
-                members,
-                partitions,
-                connections=min(args.connections or default_connections, members),
-                settle_s=args.settle,
-                max_seconds=limit,
-                protocol=args.protocol,
-            )
-            results.append(r)
-            print(
-                f"{config.name}, {members}/{partitions}: "
-                + json.dumps({k: v for k, v in r.items() if k != "timeline"}),
-                flush=True,
-            )
+        for protocol in protocols:
+            for members, partitions in rows:
+                limit = args.max_seconds or MAX_SECONDS.get(members, 300.0)
+                default_connections = members if protocol == "kafka" else GRPC_CONNECTIONS
+                r = run_row(
+                    config,
+                    members,
+                    partitions,
+                    connections=min(args.connections or default_connections, members),
+                    settle_s=args.settle,
+                    max_seconds=limit,
+                    protocol=protocol,
+                )
+                results.append(r)
+                print(
+                    f"{r['config']}, {members}/{partitions}: "
+                    + json.dumps({k: v for k, v in r.items() if k != "timeline"}),
+                    flush=True,
+                )
     text = report(results)
     print(text)
     if not args.no_doc:
         cmd = "python bench/storm.py" + (" --quick" if args.quick else "")
+        if protocols != ["grpc"]:
+            cmd += f" --protocol {args.protocol}"
+        grpc_connections = args.connections or GRPC_CONNECTIONS
+        kafka_connections = (
+            f"{args.connections} connections" if args.connections else "one connection per member"
+        )
         write_section(
             "storm",
             f"""## Join storms (`{cmd}`)
 
 {machine()}; load average {load0:.1f} at the start, {os.getloadavg()[0]:.1f} at the end (the
 machine is shared: rough numbers). A fresh `kip848 serve` per row (SQLite store, system clock,
-the configuration's `--set` flags); `bench/loadgen/h2storm.c` joins every member of group
-`storm` (ten topics sharing the row's partitions) at once over {args.connections} HTTP/2
-connections and then behaves like Kafka's Java consumer (reconcile and acknowledge at once,
-heartbeat every `heartbeat_interval_ms` = 5 s, re-join when fenced, back off on retriable
-errors, reset a call unanswered after 30 s); meanwhile a 3-member probe group heartbeats every
-50 ms on its own connection. *Converged*: every member joined, at one epoch, its owned set
+the configuration's `--set` flags); a C load generator joins every member of group `storm`
+(ten topics sharing the row's partitions) at once and then behaves like Kafka's Java consumer
+(reconcile and acknowledge at once, heartbeat every `heartbeat_interval_ms` = 5 s, re-join when
+fenced, back off on retriable errors, give up on a call unanswered after 30 s); meanwhile a
+3-member probe group heartbeats every 50 ms on connections of its own. Each row names its
+protocol: *gRPC* is `bench/loadgen/h2storm.c` over {grpc_connections} HTTP/2 connections;
+*Kafka protocol* is `bench/loadgen/kafkastorm.c` on the server's Kafka listener
+(ConsumerGroupHeartbeat v1, as librdkafka sends it) with {kafka_connections}, as Java
+consumers have, their requests answered in order per connection. What the protocol changes is
+the cost of each call on the server's event loop: over gRPC, grpc.aio's own handling of a call
+is most of a steady heartbeat's cost; over the Kafka protocol a steady heartbeat costs a
+fraction of that (docs/kafka.md, "Performance"). A join costs mostly the coordinator's own
+work on either protocol, so a burst of thousands of joins still holds the probe's heartbeats
+back for as long as the loop takes to get through it. *Converged*: every member joined, at one epoch, its owned set
 acknowledged, every partition owned once (P/N each), for {args.settle:.0f} s in a row; the time
 is counted from the answer to the last join, and HB = one heartbeat interval (5 s). *Targets
 computed*: `ConsumerGroupTargetAssignmentMetadata` records of the group in the store's journal.
