@@ -466,11 +466,7 @@ static int run(int (*done)(double), double until) {
         if (now > until) return 0;
         for (int ci = 0, opened = 0; ci < g_total_conns && opened < CONNECTING_MAX && g_connecting < CONNECTING_MAX; ci++)
             if (g_conns[ci].state == DEAD && now >= g_conns[ci].reconnect_at) { open_conn(ci, now); opened++; }
-        for (int k = 0; k < 5000; k++) { /* bounded; the rest go on the next round */
-            int mi = pop_due(now);
-            if (mi < 0) break;
-            if (!g_members[mi].inflight) send_request(mi, now);
-        }
+        send_due(now, send_request);
         flush_dirty(now);
         int n = epoll_wait(g_epoll, evs, 512, (int)due_in_ms(now, 10));
         now = now_s();
@@ -539,19 +535,5 @@ int main(int argc, char **argv) {
         return 1;
     }
 
-    /* 1. The probe group joins and settles. */
-    double t = now_s();
-    for (int i = g_probe.first; i < g_probe.first + g_probe.count; i++) schedule(i, t);
-    if (!run(probe_ready, t + 60)) {
-        fprintf(stderr, "kafkastorm: the probe group did not settle within 60 s: %s\n", g_fatal);
-        return 1;
-    }
-    for (int i = g_probe.first; i < g_probe.first + g_probe.count; i++) schedule(i, now_s());
-
-    /* 2. The storm. */
-    double cpu0 = cpu_s();
-    storm_begin();
-    int ok = run(storm_done, g_t_storm + g_max_seconds);
-    storm_print(ok, now_s(), cpu_s() - cpu0);
-    return g_fatal[0] ? 1 : 0;
+    return storm_phases(run);
 }

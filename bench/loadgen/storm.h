@@ -9,9 +9,10 @@
  *   UNANSWERED_NAMES            NULL-terminated names of the causes of calls without an answer
  *                               (index 0: the client's request timeout, 1: the connection lost)
  *
- * and calls: storm_setup, then schedule() members, run its own event loop with probe_ready /
- * storm_done, on_response() for every decoded answer, unanswered() for every call without one,
- * and storm_print at the end. See h2storm.c for the member behaviour.
+ * and calls storm_setup, opens its connections, then storm_phases with its event loop, which
+ * sends the requests of the members due (send_due; sending() for each) and calls on_response() for every
+ * decoded answer and unanswered() for every call without one. See h2storm.c for the member
+ * behaviour.
  */
 #ifndef KIP848_STORM_H
 #define KIP848_STORM_H
@@ -184,6 +185,15 @@ static int pop_due(double now) {
         if (g_members[top.m].next_at == top.t) return top.m; /* else: superseded */
     }
     return -1;
+}
+
+/* Send the requests of the members due now (5,000 at most; the rest on the next call). */
+static void send_due(double now, void (*send)(int mi, double now)) {
+    for (int k = 0; k < 5000; k++) {
+        int mi = pop_due(now);
+        if (mi < 0) break;
+        if (!g_members[mi].inflight) send(mi, now);
+    }
 }
 
 /* Milliseconds until the next member is due, at most ``cap``. */
@@ -465,12 +475,6 @@ static int storm_setup(int argc, char **argv) {
     return 0;
 }
 
-/* Schedule every storm member's join (at once, or at join_rate per second). */
-static void storm_begin(void) {
-    g_t_storm = now_s();
-    g_next_sample = g_t_storm;
-    for (int i = 0; i < g_storm.count; i++) schedule(i, g_t_storm + (g_join_rate > 0 ? i / g_join_rate : 0));
-}
 
 /* The text with quotes, backslashes and control characters replaced (for a JSON string). */
 static const char *json_safe(char *s) {
@@ -522,6 +526,28 @@ static void storm_print(int ok, double end, double cpu) {
                s->covered, s->inflight, s->calls, s->probe_max);
     }
     printf("]}\n");
+}
+
+/* The run, once the generator's connections are up: the probe group joins and settles (60 s
+ * at most), then every storm member joins (at once, or at join_rate per second) and the storm
+ * runs until it has converged and settled or max_seconds have passed; prints the result.
+ * ``run`` is the generator's event loop: run(done, until) returns 1 once done(now) says so. */
+static int storm_phases(int (*run)(int (*done)(double), double until)) {
+    double t = now_s();
+    for (int i = g_probe.first; i < g_probe.first + g_probe.count; i++) schedule(i, t);
+    if (!run(probe_ready, t + 60)) {
+        fprintf(stderr, STORM_NAME ": the probe group did not settle within 60 s: %s\n", g_fatal);
+        return 1;
+    }
+    for (int i = g_probe.first; i < g_probe.first + g_probe.count; i++) schedule(i, now_s());
+
+    double cpu0 = cpu_s();
+    g_t_storm = now_s();
+    g_next_sample = g_t_storm;
+    for (int i = 0; i < g_storm.count; i++) schedule(i, g_t_storm + (g_join_rate > 0 ? i / g_join_rate : 0));
+    int ok = run(storm_done, g_t_storm + g_max_seconds);
+    storm_print(ok, now_s(), cpu_s() - cpu0);
+    return g_fatal[0] ? 1 : 0;
 }
 
 #endif
