@@ -16,9 +16,9 @@ retriable errors, reset a call after request.timeout.ms = 30 s), while the probe
 heartbeat every 50 ms. With ``--protocol kafka`` the members speak the Kafka protocol to the
 server's Kafka listener (``--kafka-listen``) instead: ``bench/loadgen/kafkastorm.c`` (C, libc
 only) does the same as h2storm with ConsumerGroupHeartbeat v1, each member on its own
-connection by default, as Kafka's Java consumers are. The run ends when the group has stayed converged for ``--settle``
-seconds (every member joined, at the same epoch, its owned set acknowledged, every partition
-owned once, P/N each) or after the row's time limit. Then the group is described through the
+connection by default, as Kafka's Java consumers are. The run ends when the group has stayed
+converged for ``--settle`` seconds (every member joined, at the same epoch, its owned set
+acknowledged, every partition owned once, P/N each) or after the row's time limit. Then the group is described through the
 server (state, epochs) and, after the server stops, the store's journal gives the number of
 target assignments computed (one ``ConsumerGroupTargetAssignmentMetadata`` record each).
 
