@@ -18,9 +18,10 @@ server's Kafka listener (``--kafka-listen``) instead: ``bench/loadgen/kafkastorm
 only) does the same as h2storm with ConsumerGroupHeartbeat v1, each member on its own
 connection by default, as Kafka's Java consumers are. The run ends when the group has stayed
 converged for ``--settle`` seconds (every member joined, at the same epoch, its owned set
-acknowledged, every partition owned once, P/N each) or after the row's time limit. Then the group is described through the
-server (state, epochs) and, after the server stops, the store's journal gives the number of
-target assignments computed (one ``ConsumerGroupTargetAssignmentMetadata`` record each).
+acknowledged, every partition owned once, P/N each) or after the row's time limit. Then the
+group is described through the server (state, epochs; over gRPC whatever the protocol) and,
+after the server stops, the store's journal gives the number of target assignments computed
+(one ``ConsumerGroupTargetAssignmentMetadata`` record each).
 
 Reported per row: targets computed, server CPU seconds (the server's processes, from the
 generator's start to its end), the time of the last join's answer and the convergence time
