@@ -553,9 +553,9 @@ the cost of each call on the server's event loop: over gRPC, grpc.aio's own hand
 is most of a steady heartbeat's cost; over the Kafka protocol a steady heartbeat costs a
 fraction of that (docs/kafka.md, "Performance"). A join costs mostly the coordinator's own
 work on either protocol, so a burst of thousands of joins still holds the probe's heartbeats
-back for as long as the loop takes to get through it. *Converged*: every member joined, at one epoch, its owned set
-acknowledged, every partition owned once (P/N each), for {args.settle:.0f} s in a row; the time
-is counted from the answer to the last join, and HB = one heartbeat interval (5 s). *Targets
+back for as long as the loop takes to get through it. *Converged*: every member joined, at
+one epoch, its owned set acknowledged, every partition owned once (P/N each), for {args.settle:.0f} s in
+a row; the time is counted from the answer to the last join, and HB = one heartbeat interval (5 s). *Targets
 computed*: `ConsumerGroupTargetAssignmentMetadata` records of the group in the store's journal.
 *Server CPU*: all the server's processes, from the generator's start to its end.
 
