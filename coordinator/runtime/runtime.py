@@ -4,9 +4,11 @@ Theory of operation (Kafka's CoordinatorRuntime, reduced to one process):
 
 * Groups are hashed onto ``group.coordinator.shards`` shards (:func:`~.loader.shard_of`); the
   topic registry is one more state machine. The core is synchronous, so a command runs to
-  completion on the loop thread: the arrival order of commands on the loop *is* each shard's
-  command order, and no command ever sees another half-done (no per-shard queue is needed; a
-  queue would only add a task switch per request).
+  completion on the loop thread and no command ever sees another half-done.
+* Turns (turns.py, Kafka's event accumulator): a command runs at once unless its state machine
+  already used its share of this loop iteration or has commands queued; then it queues behind
+  them. Each state machine's commands keep their arrival order, and a join storm in one shard's
+  group delays the other shards' groups by at most one share per loop iteration.
 * A command's records are already replayed in memory when its handler returns. They join the
   *pending batch*; one writer coroutine hands each batch to ``store.append`` in a dedicated
   single-thread executor. While a batch is in flight, new commands accumulate into the next
@@ -36,6 +38,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from enum import Enum
+from functools import partial
+from time import perf_counter
 from typing import Any, TypeVar
 
 from coordinator.core import codec
@@ -78,6 +82,7 @@ from .loader import LoadStats, load_into, shard_of
 from .offload import AssignorPool
 from .store import RecordStore, StoredRecord, StoreLostError, StoreWriteError
 from .storewatch import StoreWatch, rescue
+from .turns import Turns
 from .watchers import GroupWatchers, MemberView, member_views
 
 log = logging.getLogger("kip848.runtime")
@@ -187,6 +192,7 @@ class CoordinatorRuntime:
         self.state = RuntimeState.INITIAL
         self.load_stats: LoadStats | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._turns: Turns | None = None  # each state machine's share of the loop (turns.py)
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="kip848-writer")
         self._pending: _Batch | None = None
         self._inflight: _Batch | None = None
@@ -232,6 +238,7 @@ class CoordinatorRuntime:
         """Load every shard from the store, then serve. Requests before the end of loading
         get COORDINATOR_LOAD_IN_PROGRESS."""
         loop = self._loop = asyncio.get_running_loop()
+        self._turns = Turns(loop)
         self._wake_writer = asyncio.Event()
         self.state = RuntimeState.LOADING
         try:
@@ -454,9 +461,34 @@ class CoordinatorRuntime:
                 batch.offloads.extend(wanted)
         return result.response, batch
 
-    async def _submit(self, index: int, fn: Callable[[Any], Any], *, read: bool = False) -> Any:
+    async def _run(
+        self, index: int, fn: Callable[[Any], Any], *, read: bool = False
+    ) -> tuple[Any, _Batch | None]:
+        """Run one command in its state machine's turn (turns.py): at once when the machine
+        has nothing queued and budget left in this loop iteration, else queued in arrival
+        order. Returns its response and the batch it must wait for."""
         self._check_serving()
-        response, batch = self._execute(index, fn, read=read)
+        turns = self._turns
+        if turns is None:
+            return self._execute(index, fn, read=read)
+        key = self.shard_count if index == REGISTRY else index
+        if turns.now(key):
+            start = perf_counter()
+            try:
+                return self._execute(index, fn, read=read)
+            finally:
+                turns.charge(key, perf_counter() - start)
+        return await turns.later(key, partial(self._execute_serving, index, fn, read))
+
+    def _execute_serving(
+        self, index: int, fn: Callable[[Any], Any], read: bool
+    ) -> tuple[Any, _Batch | None]:
+        """A queued command, in its turn: the runtime may have stopped serving meanwhile."""
+        self._check_serving()
+        return self._execute(index, fn, read=read)
+
+    async def _submit(self, index: int, fn: Callable[[Any], Any], *, read: bool = False) -> Any:
+        response, batch = await self._run(index, fn, read=read)
         if batch is not None:
             await _durable(batch)
         return response
@@ -1063,9 +1095,8 @@ class CoordinatorRuntime:
     async def _classic(self, group_id: str, fn: Callable[[Any], Any]) -> Any:
         """Run a classic command; a ``Pending`` answer parks the request until a later durable
         result completes it (the join barrier, the leader's SyncGroup, a timer)."""
-        self._check_serving()
         index = self.shard_index(group_id)
-        response, batch = self._execute(index, fn)
+        response, batch = await self._run(index, fn)
         if not isinstance(response, Pending):
             if batch is not None:
                 await _durable(batch)

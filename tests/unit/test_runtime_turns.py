@@ -1,0 +1,127 @@
+"""Turns (coordinator/runtime/turns.py): each state machine gets its share of the loop.
+
+A burst of commands for one state machine must delay the others by at most one share per loop
+iteration, keep its own arrival order, and hand every caller its own result, exception and
+context."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import time
+
+import pytest
+from builders import join, make_runtime
+from test_runtime_core import started
+
+from coordinator.core.errors import CoordinatorNotAvailableError
+from coordinator.core.topics import NewTopic
+from coordinator.runtime import shard_of
+from coordinator.runtime.store import MemoryRecordStore
+from coordinator.runtime.turns import Turns
+
+WHO: contextvars.ContextVar[str] = contextvars.ContextVar("who", default="nobody")
+
+
+def busy(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+async def submit(turns: Turns, key: int, call: object) -> object:
+    """What the runtime does: run at once while allowed, else queue."""
+    assert callable(call)
+    if turns.now(key):
+        start = time.perf_counter()
+        try:
+            return call()
+        finally:
+            turns.charge(key, time.perf_counter() - start)
+    return await turns.later(key, call)
+
+
+async def test_a_flooded_state_machine_keeps_its_order_and_the_others_run_in_between() -> None:
+    turns = Turns(asyncio.get_running_loop(), budget_s=0.002)
+    ran: list[tuple[int, int]] = []
+
+    def command(key: int, n: int) -> int:
+        busy(0.0005)
+        ran.append((key, n))
+        return n
+
+    flood = [asyncio.ensure_future(submit(turns, 0, lambda n=n: command(0, n))) for n in range(200)]
+    await asyncio.sleep(0)  # the flood arrived and used its share: the rest is queued
+    assert turns.queued > 150
+    probe = await asyncio.wait_for(submit(turns, 1, lambda: command(1, 0)), 5)
+    assert probe == 0
+    # The probe ran after at most a few shares of the flood, not after all 200 commands.
+    assert ran.index((1, 0)) < 20
+    assert await asyncio.gather(*flood) == list(range(200))
+    assert [n for key, n in ran if key == 0] == list(range(200))
+    assert turns.queued == 0
+
+
+async def test_a_share_is_spent_per_loop_iteration() -> None:
+    turns = Turns(asyncio.get_running_loop(), budget_s=0.001)
+    assert turns.now(0)
+    turns.charge(0, 0.0015)
+    assert not turns.now(0)  # over its share: queue
+    assert turns.now(1)  # others are not charged
+    fut = turns.later(0, lambda: "queued")
+    assert not turns.now(0)  # something queued: later commands queue behind it
+    assert await fut == "queued"
+    await asyncio.sleep(0)
+    assert turns.now(0)  # a new iteration, nothing queued
+
+
+async def test_queued_commands_run_in_the_callers_context_and_raise_to_the_caller() -> None:
+    turns = Turns(asyncio.get_running_loop(), budget_s=0.0)  # everything queues
+
+    async def caller(name: str, fail: bool) -> str:
+        WHO.set(name)
+
+        def call() -> str:
+            if fail:
+                raise CoordinatorNotAvailableError(f"{WHO.get()} failed")
+            return WHO.get()
+
+        return await submit(turns, 0, call)  # type: ignore[return-value]
+
+    ok = asyncio.ensure_future(caller("a", False))
+    bad = asyncio.ensure_future(caller("b", True))
+    assert await ok == "a"
+    with pytest.raises(CoordinatorNotAvailableError, match="b failed"):
+        await bad
+
+
+async def test_a_queued_command_whose_caller_went_away_is_not_run() -> None:
+    turns = Turns(asyncio.get_running_loop(), budget_s=0.0)
+    ran: list[str] = []
+    gone = turns.later(0, lambda: ran.append("gone"))
+    kept = turns.later(0, lambda: ran.append("kept"))
+    gone.cancel()
+    await kept
+    assert ran == ["kept"]
+
+
+async def test_a_join_storm_in_one_shard_does_not_hold_up_another_shards_group() -> None:
+    rt = await started(make_runtime(MemoryRecordStore(), shards=2))
+    await rt.create_topics([NewTopic(name="t", num_partitions=64)])
+    storm_groups = [g for g in (f"storm-{i}" for i in range(200)) if shard_of(g, 2) == 0]
+    probe_group = next(g for g in (f"probe-{i}" for i in range(100)) if shard_of(g, 2) == 1)
+    done: list[str] = []
+
+    async def beat(group: str) -> None:
+        response = await rt.heartbeat(join(group))
+        assert response.member_epoch >= 1
+        done.append(group)
+
+    storm = [asyncio.ensure_future(beat(g)) for g in storm_groups]
+    await asyncio.sleep(0)  # every storm command arrived in this iteration
+    probe = asyncio.ensure_future(beat(probe_group))
+    await asyncio.wait_for(asyncio.gather(*storm, probe), 30)
+    # The probe's group was answered before most of the storm, though it arrived after it all.
+    assert done.index(probe_group) < len(storm_groups) // 2, done.index(probe_group)
+    assert set(storm_groups) <= set(rt.shards[0].groups)
+    await asyncio.wait_for(rt.close(), 5)
