@@ -1,16 +1,29 @@
-"""Building the C load generators of ``bench/loadgen/`` (gcc, and libnghttp2 for the gRPC ones).
+"""Shared set-up of the benches' load.
 
-``scripts/bench`` installs their Debian packages (gcc, libnghttp2-dev). A generator is rebuilt
-when its source or one of the shared headers (``bench/loadgen/*.h``) is newer than the binary.
-The Kafka-protocol generators (``kafkahb``, ``kafkastorm``) need nothing beyond libc.
+* :func:`build` — the C load generators of ``bench/loadgen/`` (gcc, and libnghttp2 for the gRPC
+  ones; the Kafka-protocol ones, ``kafkahb`` and ``kafkastorm``, need nothing beyond libc).
+  ``scripts/bench`` installs their Debian packages (gcc, libnghttp2-dev). A generator is rebuilt
+  when its source or one of the shared headers (``bench/loadgen/*.h``) is newer than the binary.
+* :func:`create_topics` — CreateTopics on a fresh ``kip848 serve``, which listens before its
+  store is loaded (COORDINATOR_LOAD_IN_PROGRESS until then): retried until it is, bounded.
+* :func:`reconcile_until_stable` — members joined by hand (no client library) heartbeat until
+  nothing changes for anyone *and* every group is Stable as the coordinator describes it: with
+  assignment batching (``group.consumer.assignment.interval.ms``) a group's next target may
+  still be due when nobody has anything new. Bounded.
+
+grpc is imported where it is used: the benches import this module before deciding what runs.
 """
 
 from __future__ import annotations
 
 import subprocess
+import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 LOADGEN = Path(__file__).resolve().parent / "loadgen"
+COORDINATOR_LOAD_IN_PROGRESS = 14
 
 
 def build(name: str, *, libs: tuple[str, ...] = ("-lnghttp2",)) -> str:
@@ -33,3 +46,61 @@ def build(name: str, *, libs: tuple[str, ...] = ("-lnghttp2",)) -> str:
                 f"{' and libnghttp2-dev' if libs else ''}):\n{done.stderr}"
             )
     return str(binary)
+
+
+def create_topics(address: str, topics: Mapping[str, int], timeout_s: float) -> dict[str, bytes]:
+    """Create ``topics`` (name -> partitions) through the gRPC AdminService at ``address``,
+    asking again every 50 ms while the store is loading, for up to ``timeout_s``. Returns each
+    topic's id; RuntimeError (with the last response) if any topic was not created."""
+    import grpc
+
+    from kip848.v1 import admin_pb2, admin_pb2_grpc
+
+    request = admin_pb2.CreateTopicsRequest(
+        topics=[
+            admin_pb2.CreateTopicsRequest.CreatableTopic(name=name, num_partitions=n)
+            for name, n in topics.items()
+        ]
+    )
+    deadline = time.monotonic() + timeout_s
+    with grpc.insecure_channel(address) as channel:
+        admin = admin_pb2_grpc.AdminServiceStub(channel)
+        while True:
+            created = admin.CreateTopics(request, timeout=30)
+            if created.error_code != COORDINATOR_LOAD_IN_PROGRESS or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+    ids = {t.name: t.topic_id for t in created.topics if t.error_code == 0}
+    if created.error_code or ids.keys() != topics.keys():
+        raise RuntimeError(f"CreateTopics failed: {created}")
+    return ids
+
+
+def reconcile_until_stable(
+    heartbeat_all: Callable[[], bool],
+    groups_stable: Callable[[], bool],
+    timeout_s: float,
+) -> None:
+    """Call ``heartbeat_all`` (one heartbeat per member; True when any member's epoch or
+    assignment changed) until a round changes nothing and ``groups_stable`` (a describe) says
+    every group is Stable; AssertionError after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"members did not converge within {timeout_s:g} s")
+        if heartbeat_all():
+            continue
+        if groups_stable():
+            return
+        time.sleep(0.1)
+
+
+def grpc_groups_stable(stub: Any, group_ids: list[str]) -> bool:
+    """Whether every group of ``group_ids`` is Stable (ConsumerGroupDescribe through ``stub``,
+    a ConsumerGroupServiceStub)."""
+    from kip848.v1 import consumer_group_pb2
+
+    described = stub.ConsumerGroupDescribe(
+        consumer_group_pb2.ConsumerGroupDescribeRequest(group_ids=group_ids), timeout=30
+    )
+    return all(d.group_state == "Stable" for d in described.groups)

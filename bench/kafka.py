@@ -37,7 +37,7 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._loadgen import build
+from bench._loadgen import build, create_topics, reconcile_until_stable
 from bench._report import machine, table, write_section
 
 MEMBERS_PER_GROUP = 8
@@ -169,29 +169,7 @@ def serve(data_dir: str, *extra: str) -> Process:
 def join_members(kafka: str, grpc_address: str, members: int) -> list[tuple[str, str, int]]:
     """Create the topic, join ``members`` members over the Kafka protocol and reconcile them
     (bounded); returns (group, member, epoch) of each, in steady state."""
-    import grpc
-
-    from kip848.v1 import admin_pb2, admin_pb2_grpc
-
-    with grpc.insecure_channel(grpc_address) as channel:
-        admin = admin_pb2_grpc.AdminServiceStub(channel)
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while True:
-            r = admin.CreateTopics(
-                admin_pb2.CreateTopicsRequest(
-                    topics=[
-                        admin_pb2.CreateTopicsRequest.CreatableTopic(
-                            name="bench", num_partitions=4 * MEMBERS_PER_GROUP
-                        )
-                    ]
-                ),
-                timeout=30,
-            )
-            if r.error_code != 14:  # loading
-                break
-            assert time.monotonic() < deadline, "the store never loaded"
-            time.sleep(0.05)
-        assert r.topics[0].error_code == 0, r
+    create_topics(grpc_address, {"bench": 4 * MEMBERS_PER_GROUP}, timeout_s=START_TIMEOUT_S)
     groups = max(1, members // MEMBERS_PER_GROUP)
     c = Client(kafka)
     state: dict[str, tuple[str, int, list[Any]]] = {}
@@ -211,9 +189,8 @@ def join_members(kafka: str, grpc_address: str, members: int) -> list[tuple[str,
         assert r.error_code == 0, r
         owned = list(r.assignment.topic_partitions) if r.assignment is not None else []
         state[mid] = (gid, r.member_epoch, owned)
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while True:  # reconcile everyone until every group is Stable (bounded)
-        assert time.monotonic() < deadline, "members did not converge"
+
+    def heartbeat_all() -> bool:
         changed = False
         for mid, (gid, epoch, owned) in list(state.items()):
             r = c.call(
@@ -233,14 +210,13 @@ def join_members(kafka: str, grpc_address: str, members: int) -> list[tuple[str,
                 changed = True
             changed |= r.member_epoch != epoch
             state[mid] = (gid, r.member_epoch, owned)
-        if changed:
-            continue
-        # Nothing new for anyone; with assignment batching (group.consumer.assignment.interval.ms)
-        # a group's target may still be due: steady state is every group Stable.
+        return changed
+
+    def groups_stable() -> bool:  # ConsumerGroupDescribe over the Kafka protocol
         described = c.call(69, 0, group_ids=[f"g{g}" for g in range(groups)])
-        if all(d.group_state == "Stable" for d in described.groups):
-            break
-        time.sleep(0.1)
+        return all(d.group_state == "Stable" for d in described.groups)
+
+    reconcile_until_stable(heartbeat_all, groups_stable, timeout_s=START_TIMEOUT_S)
     c.close()
     return [(gid, mid, epoch) for mid, (gid, epoch, _owned) in state.items()]
 

@@ -36,7 +36,7 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._loadgen import build
+from bench._loadgen import build, create_topics, grpc_groups_stable, reconcile_until_stable
 from bench._report import machine, table, write_section
 
 MEMBERS_PER_GROUP_HB = 8
@@ -116,30 +116,13 @@ def _steady_requests(address: str, members: int) -> list[bytes]:
     member's steady-state heartbeat, encoded."""
     import grpc
 
-    from kip848.v1 import admin_pb2, admin_pb2_grpc, common_pb2, consumer_group_pb2_grpc
+    from kip848.v1 import common_pb2, consumer_group_pb2_grpc
     from kip848.v1 import consumer_group_pb2 as cg
 
+    create_topics(address, {"bench": 4 * MEMBERS_PER_GROUP_HB}, timeout_s=120)
     with grpc.insecure_channel(address) as channel:
-        admin = admin_pb2_grpc.AdminServiceStub(channel)
         stub = consumer_group_pb2_grpc.ConsumerGroupServiceStub(channel)
         groups = max(1, members // MEMBERS_PER_GROUP_HB)
-        deadline = time.monotonic() + 120
-        while True:
-            created = admin.CreateTopics(
-                admin_pb2.CreateTopicsRequest(
-                    topics=[
-                        admin_pb2.CreateTopicsRequest.CreatableTopic(
-                            name="bench", num_partitions=4 * MEMBERS_PER_GROUP_HB
-                        )
-                    ]
-                ),
-                timeout=30,
-            )
-            if created.error_code != 14:  # COORDINATOR_LOAD_IN_PROGRESS: the store is loading
-                break
-            assert time.monotonic() < deadline, "the store never loaded"
-            time.sleep(0.05)
-        assert created.topics[0].error_code == 0, created
         ids = [(f"g{i % groups}", f"m{i}") for i in range(members)]
         state: dict[str, tuple[int, common_pb2.TopicPartitionsList]] = {}
         for gid, mid in ids:
@@ -159,8 +142,8 @@ def _steady_requests(address: str, members: int) -> list[bytes]:
                 r.member_epoch,
                 common_pb2.TopicPartitionsList(items=r.assignment.assigned_topic_partitions),
             )
-        while True:  # reconcile everyone until every group is Stable (bounded)
-            assert time.monotonic() < deadline, "members did not converge"
+
+        def heartbeat_all() -> bool:
             changed = False
             for gid, mid in ids:
                 epoch, owned = state[mid]
@@ -178,17 +161,12 @@ def _steady_requests(address: str, members: int) -> list[bytes]:
                     changed = True
                 changed |= r.member_epoch != epoch
                 state[mid] = (r.member_epoch, owned)
-            if changed:
-                continue
-            # Nothing new for anyone; with assignment batching a group's target may still be
-            # due (group.consumer.assignment.interval.ms): steady state is every group Stable.
-            described = stub.ConsumerGroupDescribe(
-                cg.ConsumerGroupDescribeRequest(group_ids=[f"g{g}" for g in range(groups)]),
-                timeout=30,
-            )
-            if all(d.group_state == "Stable" for d in described.groups):
-                break
-            time.sleep(0.1)
+            return changed
+
+        group_ids = [f"g{g}" for g in range(groups)]
+        reconcile_until_stable(
+            heartbeat_all, lambda: grpc_groups_stable(stub, group_ids), timeout_s=120
+        )
     return [
         cg.ConsumerGroupHeartbeatRequest(
             group_id=g, member_id=m, member_epoch=state[m][0]

@@ -49,7 +49,7 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._loadgen import build
+from bench._loadgen import build, create_topics
 from bench._report import machine, table, write_section
 
 GROUP = "storm"
@@ -186,33 +186,10 @@ def _start_server(
 
 def _create_topics(address: str, partitions: int) -> list[tuple[str, str, str, int]]:
     """(kind, name, hex topic id, partitions) of the storm's topics and the probe's."""
-    import grpc
-
-    from kip848.v1 import admin_pb2, admin_pb2_grpc
-
     per_topic = [partitions // TOPICS + (1 if i < partitions % TOPICS else 0) for i in range(10)]
     wanted = [("storm", f"storm-{i}", n) for i, n in enumerate(per_topic)]
     wanted.append(("probe", "storm-probe", PROBE_PARTITIONS))
-    with grpc.insecure_channel(address) as channel:
-        admin = admin_pb2_grpc.AdminServiceStub(channel)
-        deadline = time.monotonic() + SERVER_START_S
-        while True:
-            r = admin.CreateTopics(
-                admin_pb2.CreateTopicsRequest(
-                    topics=[
-                        admin_pb2.CreateTopicsRequest.CreatableTopic(name=name, num_partitions=n)
-                        for _kind, name, n in wanted
-                    ]
-                ),
-                timeout=30,
-            )
-            # COORDINATOR_LOAD_IN_PROGRESS: the server listens before its store is loaded.
-            if r.error_code != 14 or time.monotonic() > deadline:
-                break
-            time.sleep(0.05)
-    ids = {t.name: t.topic_id for t in r.topics if t.error_code == 0}
-    if len(ids) != len(wanted):
-        raise RuntimeError(f"CreateTopics failed: {r}")
+    ids = create_topics(address, {name: n for _kind, name, n in wanted}, SERVER_START_S)
     return [(kind, name, ids[name].hex(), n) for kind, name, n in wanted]
 
 

@@ -114,8 +114,8 @@ def register(commands: Commands) -> None:
         type=sample_ratio,
         default=None,
         metavar="R",
-        help="share of requests traced, 0..1 (a caller's sampled traceparent is always "
-        "followed); default: OpenTelemetry's (OTEL_TRACES_SAMPLER, else every request)",
+        help="share of requests traced, 0..1 (parent-based: a caller's traceparent is always "
+        "followed); default: OTEL_TRACES_SAMPLER if set, else 0.01",
     )
     p.add_argument(
         "--log-format",

@@ -639,10 +639,12 @@ class ConsumerGroups(ByGroupId[ConsumerGroup]):
         return result
 
     def _on_assign_timer(self, timer: DueTimer, now_ms: int) -> Result[None]:
-        """The assignment interval of a group has passed: compute its target if it is behind."""
+        """The assignment interval of a group has passed: compute its target if it is behind
+        and has members (an emptied group has nobody to assign to; its next member's join
+        computes one at once)."""
         group = self._by_group.get(timer.key[1])
         result: Result[None] = Result()
-        if group is None or group.group_epoch <= group.assignment_epoch:
+        if group is None or not group.members or group.group_epoch <= group.assignment_epoch:
             return result
         return self._ctx.run(self._assign_now, result, group, now_ms)
 
@@ -754,6 +756,16 @@ class ConsumerGroups(ByGroupId[ConsumerGroup]):
             )
         )
         self._classic().maybe_downgrade(result, group, now_ms)
+        if (
+            group.members
+            and self._by_group.get(gid) is group
+            and self._configs.assignment_interval_ms(gid)
+        ):
+            # Batching (issue 14: unlike Kafka, never wait for some member's heartbeat once the
+            # interval has passed): the remaining members' target is computed now if the last
+            # computation is an interval old, else the ASSIGN timer is armed for the moment it
+            # is. With the interval at 0 the next heartbeat computes it, as before Kafka 4.3.
+            self.update_target(result, group, now_ms)
 
     @staticmethod
     def _cancel_timers(group_id: str, member_id: str) -> list[TimerOp]:

@@ -9,7 +9,12 @@ Rules:
 * **Off costs nothing.** Without ``--metrics-listen`` the runtime and the service layer hold
   ``None`` (one ``is None`` test per hook); without ``--otlp-endpoint``,
   ``tracing.STATE.enabled`` is False and no span is created. On, the hot path binds label
-  children once and only observes (bench/observability.py measures the cost).
+  children once and only observes (bench/observability.py measures the cost of metrics and
+  tracing at the default sampling against a 5% budget of a heartbeat's CPU).
+* **Sampling is decided once per request, before any OpenTelemetry call.** Parent-based: a
+  caller's ``traceparent`` is followed, anything else traced at ``--otlp-sample-ratio`` (else
+  ``OTEL_TRACES_SAMPLER``, else 1%). A request left out makes no span, no context switch and no
+  propagator call; a traced one records every span of its tree.
 * **Counted once, in the coordinator process.** Every call, whichever process accepted it
   (``--grpc-processes``: front ends forward each call to the coordinator process), goes through
   the service layer of the coordinator process exactly once; that is where requests are timed

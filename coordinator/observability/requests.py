@@ -13,8 +13,9 @@ by the same code:
   are on) to carry what only the transport knows into the service layer: when the call reached
   us (:data:`ARRIVAL`; for a forwarded call, ``context.received``, the front end's
   ``time.monotonic()`` — one clock for every process of the machine) and, with tracing on, the
-  caller's W3C trace context and the gRPC method path. A Kafka request starts its clock when
-  the listener hands it to the service layer.
+  call's sampling decision (:data:`tracing.CALL`: the caller's W3C trace context followed, or
+  a root drawn at the ratio) with the gRPC method path. A Kafka request starts its clock when
+  the listener hands it to the service layer, which also draws its sampling decision.
 
 What one request records:
 
@@ -39,6 +40,7 @@ What one request records:
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -63,9 +65,6 @@ ARRIVAL: ContextVar[float | None] = ContextVar("kip848_request_arrival", default
 service layer's wrapper (latency) and the runtime observer (queue time)."""
 
 log = logging.getLogger("kip848.metrics")
-
-GRPC_PATH: ContextVar[str | None] = ContextVar("kip848_grpc_path", default=None)
-"""The gRPC method path of the current call (tracing on only: the span's name)."""
 
 Handler = tuple[Callable[[bytes], Any], Callable[[Any, Any], Any]]
 
@@ -129,6 +128,30 @@ def first_error(answer: Any, depth: int = 0) -> int:
         if found:
             return found
     return 0
+
+
+_LEAVES: set[type] = set()
+"""Types of answer values that hold no entries: their code is their own ``error_code``."""
+
+
+def answer_code(answer: Any) -> int:
+    """:func:`first_error` of a service answer, without walking a value that has no entries
+    (a heartbeat's: the usual case, one attribute read)."""
+    code = getattr(answer, "error_code", None)
+    if code:
+        return int(code)
+    value = getattr(answer, "value", None)
+    if value is not None and type(value) in _LEAVES:
+        return int(getattr(value, "error_code", 0) or 0)
+    found = _safe_first_error(answer)
+    if (
+        value is not None
+        and not isinstance(value, (list, tuple))
+        and not hasattr(value, "value")
+        and not _sequence_fields(type(value))
+    ):
+        _LEAVES.add(type(value))
+    return found
 
 
 def _safe_first_error(answer: Any) -> int:
@@ -300,39 +323,58 @@ def _observed(
     kafka_name: str | None = None,
 ) -> Callable[[Any, Any], Any]:
     rpc = rpc_name(name)
-    names = {"grpc": rpc, "kafka": kafka_name or rpc}
-    series = (
-        {p: metrics.request_series(names[p], p) for p in ("grpc", "kafka")}
-        if metrics is not None
-        else None
-    )
-    is_admin = name in ADMIN_METHODS
+    kafka_rpc = kafka_name or rpc
+    grpc_series = metrics.request_series(rpc, "grpc") if metrics is not None else None
+    kafka_series = metrics.request_series(kafka_rpc, "kafka") if metrics is not None else None
+    counts_offsets = metrics is not None and name in ("offset_commit", "offset_delete")
+    after = name in ADMIN_METHODS or counts_offsets
     is_commit = name == "offset_commit"
-    is_delete = name == "offset_delete"
+    timed = metrics is not None
     monotonic = time.monotonic
     state = tracing.STATE
+    call_var = tracing.CALL
+    sampled = tracing.sampled
+    not_traced = tracing.NOT_TRACED
 
     async def observed(req: Any, caller: Any) -> Any:
-        protocol = "grpc" if caller.api_version is None else "kafka"
-        # The gRPC edge sets ARRIVAL (a front end's receive time); a Kafka request's clock
-        # starts here, when the listener hands it to the service layer.
-        arrival = ARRIVAL.get() or monotonic()
+        kafka = caller.api_version is not None
+        # A forwarded call's clock started in its front end (the edge set ARRIVAL); any other
+        # request's starts here, when its codec hands it to the service layer. Set for the
+        # runtime's queue time.
+        arrival = ARRIVAL.get()
+        token = None
+        if arrival is None and timed:
+            arrival = monotonic()
+            token = ARRIVAL.set(arrival)
         answer = None
         try:
-            if state.enabled and not tracing.skip_root():
-                answer = await _traced(names[protocol], protocol, method, req, caller)
+            if state.enabled:
+                # The sampling decision, once per request: a caller's trace context the gRPC
+                # edge found (followed), else a draw at the ratio.
+                call = call_var.get()
+                if call is None:
+                    call = _ROOT if sampled() else not_traced
+                if call:
+                    answer = await _traced(
+                        kafka_rpc if kafka else rpc, kafka, method, req, caller, call[0]
+                    )
+                else:
+                    answer = await method(req, caller)
             else:
                 answer = await method(req, caller)
         finally:
-            if series is not None:
-                code = ABORTED if answer is None else _safe_first_error(answer)
-                series[protocol].observe(code, monotonic() - arrival)
-        if is_admin or (metrics is not None and (is_commit or is_delete)):
+            if token is not None:
+                ARRIVAL.reset(token)
+            if timed and arrival is not None:
+                (kafka_series if kafka else grpc_series).observe(  # type: ignore[union-attr]
+                    ABORTED if answer is None else answer_code(answer), monotonic() - arrival
+                )
+        if after:
             try:
-                if is_admin:
-                    _audit(name, req, answer, protocol, caller)
-                if metrics is not None and (is_commit or is_delete):
-                    _count_offsets(metrics, answer, is_commit)
+                if name in ADMIN_METHODS:
+                    _audit(name, req, answer, "kafka" if kafka else "grpc", caller)
+                if counts_offsets:
+                    _count_offsets(metrics, answer, is_commit)  # type: ignore[arg-type]
             except Exception:  # observing never fails the request it observes
                 log.exception("Observing %s failed", rpc)
         return answer
@@ -342,26 +384,37 @@ def _observed(
     return observed
 
 
+_ROOT = (None,)
+"""A request to trace without a caller's context (a root span)."""
+
+_GRPC_SERVICES: dict[str, str] = {}
+"""gRPC method name -> its service's full name (``kip848.v1.ConsumerGroupService``), from the
+paths :func:`instrument_methods` saw: the RPC span's name. Method names are unique across our
+services, and each is the ``rpc_name`` of the service-layer method it calls."""
+
+
 async def _traced(
-    rpc: str, protocol: str, method: Callable[[Any, Any], Any], req: Any, caller: Any
+    rpc: str,
+    kafka: bool,
+    method: Callable[[Any, Any], Any],
+    req: Any,
+    caller: Any,
+    parent: Any,
 ) -> Any:
     """The RPC's SERVER span, current while the request runs, so the shard command and assignor
-    spans are its children on both listeners. (The Kafka listener runs a request that waits in
-    a task of the very context its first step ran in, so the span's context is entered and left
-    in one context.)"""
-    if protocol == "kafka":
-        service, method_name = "kafka", rpc
-    else:
-        path = GRPC_PATH.get()
-        service, _, method_name = (path or f"grpc/{rpc}").strip("/").rpartition("/")
+    spans are its children on both listeners; ``parent`` is the caller's context (None: a
+    root). (The Kafka listener runs a request that waits in a task of the very context its
+    first step ran in, so the span's context is entered and left in one context.)"""
+    service = "kafka" if kafka else _GRPC_SERVICES.get(rpc, "grpc")
     with tracing.rpc_span(
         service,
-        method_name,
-        system=protocol,
+        rpc,
+        system="kafka" if kafka else "grpc",
         client_id=caller.client_id,
         client_address=caller.client_host,
+        parent=parent,
     ) as span:
-        if not span.is_recording():
+        if not span.is_recording():  # only when the SDK's own sampler decides
             return await method(req, caller)
         token = tracing.ACTIVE.set(True)
         try:
@@ -442,44 +495,68 @@ def forwarded_timer(metrics: CoordinatorMetrics | None) -> Callable[[int], Forwa
 def instrument_methods(
     table: Mapping[str, Handler], *, metrics: CoordinatorMetrics | None
 ) -> dict[str, Handler]:
-    """A copy of the gRPC codec's method table whose calls carry their arrival time (and,
-    tracing on, the caller's trace context and the method path) into the service layer. The
-    table itself when metrics and tracing are both off."""
+    """A copy of the gRPC codec's method table whose calls carry into the service layer what
+    only the transport knows: a forwarded call's receive time (metrics on) and a caller's W3C
+    trace context (tracing on). Server-streaming methods are kept as they are (not timed, not
+    traced). The table itself when metrics and tracing are both off."""
+    for path in table:
+        service, _, name = path.strip("/").rpartition("/")
+        _GRPC_SERVICES[name] = service
     if metrics is None and not tracing.STATE.enabled:
         return dict(table)
-    return {path: (parse, _edge(path, method)) for path, (parse, method) in table.items()}
+    from coordinator.server.forwarding import ForwardedContext
+
+    forwarded = ForwardedContext if metrics is not None else None
+    return {
+        path: (parse, method if inspect.isasyncgenfunction(method) else _edge(method, forwarded))
+        for path, (parse, method) in table.items()
+    }
 
 
-def _edge(path: str, method: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
-    monotonic = time.monotonic
+def _edge(method: Callable[[Any, Any], Any], forwarded: Any) -> Callable[[Any, Any], Any]:
+    """One method's edge: a plain function returning the method's awaitable, wrapped only when
+    there is something to carry: a forwarded call's receive time (``forwarded``: the context
+    type that has one; metrics on) or, tracing on, a ``traceparent`` the caller sent (parsed
+    only then; its sampled flag decides). Anything else is decided by the service layer with
+    one random draw — no context switch, no span, no propagator for a request left out."""
     state = tracing.STATE
 
-    async def edge(request: Any, context: Any) -> Any:
-        token = ARRIVAL.set(getattr(context, "received", None) or monotonic())
-        try:
-            if not state.enabled:
-                return await method(request, context)
-            metadata = context.invocation_metadata() or ()
-            attached = None
-            if any(k == "traceparent" for k, _ in metadata):
-                from opentelemetry import context as otel_context
-                from opentelemetry import propagate
+    def edge(request: Any, context: Any) -> Any:
+        received = (
+            context.received if forwarded is not None and type(context) is forwarded else None
+        )
+        call = None
+        if state.enabled:
+            metadata = context.invocation_metadata()
+            if metadata:
+                for key, _value in metadata:
+                    if key == "traceparent":
+                        parent = tracing.extract(metadata)
+                        call = (parent,) if tracing.sampled(parent) else tracing.NOT_TRACED
+                        break
+        if received is None and call is None:
+            return method(request, context)
+        return _carry(method, request, context, received, call)
 
-                carrier = {
-                    k: (v if isinstance(v, str) else v.decode("latin-1")) for k, v in metadata
-                }
-                attached = otel_context.attach(propagate.extract(carrier))
-                remote = tracing.REMOTE_PARENT.set(True)
-            path_token = GRPC_PATH.set(path)
-            try:
-                return await method(request, context)
-            finally:
-                GRPC_PATH.reset(path_token)
-                if attached is not None:
-                    tracing.REMOTE_PARENT.reset(remote)
-                    otel_context.detach(attached)
-        finally:
-            ARRIVAL.reset(token)
-
-    edge.__name__ = path.rpartition("/")[2]
+    edge.__name__ = getattr(method, "__name__", "edge")
     return edge
+
+
+async def _carry(
+    method: Callable[[Any, Any], Any],
+    request: Any,
+    context: Any,
+    received: float | None,
+    call: Any,
+) -> Any:
+    """Run ``method`` with the receive time in :data:`ARRIVAL` and the caller's sampling
+    decision in :data:`tracing.CALL` (None: not set)."""
+    arrival = ARRIVAL.set(received) if received is not None else None
+    decided = tracing.CALL.set(call) if call is not None else None
+    try:
+        return await method(request, context)
+    finally:
+        if decided is not None:
+            tracing.CALL.reset(decided)
+        if arrival is not None:
+            ARRIVAL.reset(arrival)

@@ -5,6 +5,15 @@ the tests do with the SDK's in-memory exporter) installs a tracer provider; unti
 :data:`STATE.enabled` is False and every instrumentation point is a single attribute test that
 skips all tracing work — no span objects, no context switches, no attribute dicts.
 
+Sampling is decided once per request, before any OpenTelemetry call (:func:`sampled`): a
+caller's valid ``traceparent`` is followed (parent-based: its sampled flag decides), any other
+request is traced with probability ``--otlp-sample-ratio`` (default: ``OTEL_TRACES_SAMPLER`` if
+set, else :data:`DEFAULT_SAMPLE_RATIO`, 1%). A request left out costs a metadata scan and one
+random draw: no context attach, no span object, no propagator. Only a sampled request makes
+spans, and all its spans record (the SDK's sampler is ``ParentBased(ALWAYS_ON)``); only an
+``OTEL_TRACES_SAMPLER`` that is not parent-based is left to the SDK, which then makes a
+(non-recording) span for every request.
+
 Span names and attributes (OpenTelemetry semantic conventions where one applies):
 
 * RPC (kind SERVER): ``{service}/{method}`` (``kip848.v1.ConsumerGroupService/ConsumerGroupHeartbeat``
@@ -27,10 +36,11 @@ Kafka conventions name it), ``kip848.member.id``, ``kip848.member.epoch``,
 from __future__ import annotations
 
 import logging
-import random
-from collections.abc import Iterator, Sequence
+import os
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
+from random import random as _random
 from typing import Any
 
 log = logging.getLogger("kip848.tracing")
@@ -48,6 +58,19 @@ CLIENT_ID = "messaging.client.id"
 CLIENT_ADDRESS = "client.address"
 
 
+DEFAULT_SAMPLE_RATIO = 0.01
+"""The share of requests traced when neither ``--otlp-sample-ratio`` nor
+``OTEL_TRACES_SAMPLER`` says otherwise (parent-based: a caller's sampled ``traceparent`` is
+always followed). A recorded request costs about as much CPU again as the request itself in
+the Python SDK; 1% keeps that near 1% of the coordinator's CPU at any request rate while still
+giving hundreds of traces a minute at thousands of requests a second."""
+
+# OTEL_TRACES_SAMPLER values decided here (same semantics as the SDK's samplers of these names,
+# without a span object per request left out): parent-based, with this root ratio.
+_PARENT_BASED = {"parentbased_always_on": 1.0, "parentbased_always_off": 0.0}
+_PARENT_BASED_RATIO = "parentbased_traceidratio"
+
+
 class _State:
     """Module state: read on the hot path as ``STATE.enabled`` (one attribute load)."""
 
@@ -57,15 +80,22 @@ class _State:
         self.enabled = False
         self.provider: Any = None
         self.tracer: Any = None
-        self.ratio: float | None = None  # --otlp-sample-ratio (None: the SDK's sampler decides)
+        self.ratio: float | None = None
+        """The root sampling ratio, decided per request by :func:`sampled` before any
+        OpenTelemetry call; None: the SDK's sampler (``OTEL_TRACES_SAMPLER``) decides on a
+        span made for every request."""
 
 
 STATE = _State()
 
 ACTIVE: ContextVar[bool] = ContextVar("kip848_trace_active", default=False)
 """True inside a recorded (sampled) RPC span: only then are command and assignor spans made."""
-REMOTE_PARENT: ContextVar[bool] = ContextVar("kip848_trace_remote_parent", default=False)
-"""True when the caller sent a W3C trace context (set by the gRPC edge)."""
+
+NOT_TRACED: Any = False
+"""In :data:`CALL`: the caller's trace context says not sampled."""
+CALL: ContextVar[Any] = ContextVar("kip848_trace_call", default=None)
+"""Set by the gRPC edge for a call that carries a ``traceparent``: ``(parent context,)`` to
+follow, or :data:`NOT_TRACED`. None (any other request): the service layer draws."""
 
 
 def normalize_endpoint(endpoint: str) -> str:
@@ -74,6 +104,31 @@ def normalize_endpoint(endpoint: str) -> str:
     if "://" in endpoint:
         return endpoint
     return f"http://{endpoint}"
+
+
+def sampling(
+    sample_ratio: float | None, environ: Mapping[str, str] | None = None
+) -> tuple[float | None, str]:
+    """The root ratio decided here (None: the SDK's sampler from ``OTEL_TRACES_SAMPLER``) and a
+    description for the log. ``--otlp-sample-ratio`` wins, then ``OTEL_TRACES_SAMPLER``, then
+    :data:`DEFAULT_SAMPLE_RATIO`; all parent-based except an environment sampler that is not."""
+    if sample_ratio is not None:
+        return sample_ratio, f"parent-based, ratio {sample_ratio:g} (--otlp-sample-ratio)"
+    env = os.environ if environ is None else environ
+    name = env.get("OTEL_TRACES_SAMPLER", "").strip().lower()
+    if not name:
+        return DEFAULT_SAMPLE_RATIO, f"parent-based, ratio {DEFAULT_SAMPLE_RATIO:g} (default)"
+    ratio = _PARENT_BASED.get(name)
+    if ratio is None and name == _PARENT_BASED_RATIO:
+        try:
+            arg = float(env.get("OTEL_TRACES_SAMPLER_ARG", ""))
+        except ValueError:
+            arg = -1.0  # the SDK's own handling (and warning) of a bad argument
+        if 0.0 <= arg <= 1.0:
+            ratio = arg
+    if ratio is None:
+        return None, f"OTEL_TRACES_SAMPLER={name} (the SDK's sampler)"
+    return ratio, f"parent-based, ratio {ratio:g} (OTEL_TRACES_SAMPLER={name})"
 
 
 def configure(
@@ -87,23 +142,24 @@ def configure(
     """Install a tracer provider exporting to ``endpoint`` (OTLP over gRPC, batched) or to
     ``exporter`` (synchronously: tests). Neither: tracing stays off. Returns whether it is on.
 
-    ``sample_ratio`` (0..1): the share of traces recorded (``ParentBased(TraceIdRatioBased)``:
-    a caller's sampled ``traceparent`` is always followed). None: OpenTelemetry's default, or
-    ``OTEL_TRACES_SAMPLER``/``OTEL_TRACES_SAMPLER_ARG``. A request not sampled creates no span
-    below its (non-recording) RPC span."""
+    ``sample_ratio`` (0..1): the share of requests without a caller's trace context that are
+    traced; a caller's ``traceparent`` is always followed (parent-based). None:
+    ``OTEL_TRACES_SAMPLER``/``OTEL_TRACES_SAMPLER_ARG`` when set, else
+    :data:`DEFAULT_SAMPLE_RATIO` (:func:`sampling`). A request left out creates no span and
+    makes no OpenTelemetry call at all."""
     if endpoint is None and exporter is None:
         return False
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
+    from opentelemetry.sdk.trace.sampling import DEFAULT_ON
 
+    ratio, described = sampling(sample_ratio)
     resource = Resource.create({"service.name": service_name, "kip848.process": process})
-    sampler = None
-    if sample_ratio is not None:
-        from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
-
-        sampler = ParentBased(TraceIdRatioBased(sample_ratio))
-    provider = TracerProvider(resource=resource, sampler=sampler)
+    # Decided here (ratio not None): every span started is one to record — a root we drew, or
+    # a child of a sampled caller — so the SDK's sampler is ParentBased(ALWAYS_ON). Else None:
+    # the SDK builds the sampler OTEL_TRACES_SAMPLER names.
+    provider = TracerProvider(resource=resource, sampler=DEFAULT_ON if ratio is not None else None)
     if exporter is not None:
         provider.add_span_processor(SimpleSpanProcessor(exporter))
     else:
@@ -115,11 +171,15 @@ def configure(
         )
     STATE.provider = provider
     STATE.tracer = provider.get_tracer("kip848.coordinator")
-    STATE.ratio = sample_ratio
+    STATE.ratio = ratio
     # Our own provider, not the global one: an embedding application keeps its own, and tests
     # can configure and shut down repeatedly. The propagator is the global (W3C) one.
     STATE.enabled = True
-    log.info("Tracing on: exporting spans to %s.", endpoint or type(exporter).__name__)
+    log.info(
+        "Tracing on: exporting spans to %s; sampling %s.",
+        endpoint or type(exporter).__name__,
+        described,
+    )
     return True
 
 
@@ -134,6 +194,37 @@ def shutdown() -> None:
         provider.shutdown()
 
 
+# ---------------------------------------------------------------- the sampling decision
+
+
+def sampled(parent: Any = None) -> bool:
+    """Whether to trace a request whose caller sent ``parent`` (an OpenTelemetry context from
+    :func:`extract`, or None), decided before any span exists: a caller's valid context is
+    followed (its sampled flag), a root is drawn at the ratio. True with the SDK's own sampler
+    (``STATE.ratio`` None): the span is made and the SDK decides whether it records."""
+    ratio = STATE.ratio
+    if ratio is None:
+        return True
+    if parent is not None:
+        from opentelemetry import trace
+
+        ctx = trace.get_current_span(parent).get_span_context()
+        if ctx.is_valid:
+            return bool(ctx.trace_flags.sampled)
+    if ratio >= 1.0:
+        return True
+    return ratio > 0.0 and _random() < ratio
+
+
+def extract(metadata: Any) -> Any:
+    """The caller's W3C trace context (``traceparent``/``tracestate``) from gRPC metadata, as
+    an OpenTelemetry context (the global propagator's reading)."""
+    from opentelemetry import propagate
+
+    carrier = {k: (v if isinstance(v, str) else v.decode("latin-1")) for k, v in metadata}
+    return propagate.extract(carrier)
+
+
 # ---------------------------------------------------------------- spans (call only when enabled)
 
 
@@ -145,9 +236,10 @@ def rpc_span(
     system: str,
     client_id: str = "",
     client_address: str = "",
+    parent: Any = None,
 ) -> Iterator[Any]:
-    """The server span of one RPC, current while the body runs; its parent is the current
-    context (the gRPC edge attaches the caller's ``traceparent`` there)."""
+    """The server span of one RPC, current while the body runs; its parent is the caller's
+    context ``parent`` (:func:`extract`), else none (a root)."""
     from opentelemetry.trace import SpanKind
 
     attributes: dict[str, Any] = {
@@ -160,7 +252,7 @@ def rpc_span(
     if client_address:
         attributes[CLIENT_ADDRESS] = client_address
     with STATE.tracer.start_as_current_span(
-        f"{service}/{method}", kind=SpanKind.SERVER, attributes=attributes
+        f"{service}/{method}", context=parent, kind=SpanKind.SERVER, attributes=attributes
     ) as span:
         yield span
 
@@ -176,17 +268,6 @@ def start_span(name: str, attributes: dict[str, Any] | None = None, links: Any =
     """A span that is not made current (the caller ends it): e.g. a store batch, written on
     another thread, linked to the commands it carries."""
     return STATE.tracer.start_span(name, attributes=attributes, links=links)
-
-
-def skip_root() -> bool:
-    """A request without a caller's trace context that the sample ratio leaves out: decided
-    here with one random draw, so that it creates no span object at all (the SDK's
-    ``TraceIdRatioBased`` would decide the same way from a random trace id, at the cost of a
-    non-recording span and a context switch per request)."""
-    ratio = STATE.ratio
-    if ratio is None or ratio >= 1.0 or REMOTE_PARENT.get():
-        return False  # a caller's context: ParentBased follows its sampled flag
-    return random.random() >= ratio
 
 
 def recording() -> bool:

@@ -183,6 +183,121 @@ def test_a_group_interval_of_zero_computes_in_the_heartbeat() -> None:
     assert r.target_assignment_epoch_record(G, 2) in b.records
 
 
+# ------------------------------------------------------------------ departures
+
+
+def settled_pair() -> tuple[Harness, str]:
+    """A joined at T0, B at T0 + 2 s (that target computed at once, stamped T0 + 2 s); both
+    reconciled to epoch 2 with two partitions of foo each."""
+    h = harness()
+    foo = h.create_topic("foo", 4)
+    h.join("A", ["foo"])
+    h.now_ms = T0 + 2000
+    h.join("B", ["foo"])
+    for member in "ABAB":
+        m = h.shard.groups[G].members[member]
+        h.heartbeat(
+            member_id=member, member_epoch=m.member_epoch, topic_partitions=m.assigned_partitions
+        )
+    group = h.shard.groups[G]
+    assert group.state().value == "Stable"
+    assert (group.assignment_epoch, group.assignment_timestamp_ms) == (2, T0 + 2000)
+    assert group.target == {"A": p(foo, 0, 1), "B": p(foo, 2, 3)}
+    return h, foo
+
+
+def left(member_id: str) -> list[r.Record]:
+    return [
+        r.current_assignment_tombstone(G, member_id),
+        r.target_assignment_tombstone(G, member_id),
+        r.member_metadata_tombstone(G, member_id),
+    ]
+
+
+def test_a_leave_after_the_interval_computes_the_target_at_once() -> None:
+    """Unlike Kafka (which waits for some member's next heartbeat), the departure itself
+    computes the remaining members' target when the last one is an interval old: the new
+    owner can be told in the same round trip."""
+    h, foo = settled_pair()
+    uid = h.shard.groups[G].group_uid
+    h.now_ms = T0 + 3000  # exactly one interval after the last computation
+    res = h.heartbeat_result(member_id="B", member_epoch=-1)
+    assert res.response == Resp(member_id="B", member_epoch=-1, heartbeat_interval_ms=0)
+    assert res.records == [
+        *left("B"),
+        r.group_epoch_record(G, 3, uid),
+        r.target_assignment_record(G, "A", p(foo, 0, 1, 2, 3)),
+        r.target_assignment_epoch_record(G, 3, T0 + 3000),
+    ]
+    assert res.timers == [CancelTimer((SESSION, G, "B")), CancelTimer((REBALANCE, G, "B"))]
+    # A's next heartbeat takes the freed partitions at epoch 3 (nothing left to compute).
+    got = h.heartbeat_result(member_id="A", member_epoch=2)
+    assert got.response == Resp(
+        member_id="A",
+        member_epoch=3,
+        heartbeat_interval_ms=HB_MS,
+        assignment=HA(assigned=p(foo, 0, 1, 2, 3), pending={}),
+    )
+    assert got.records == [ca("A", 3, 2, STABLE, p(foo, 0, 1, 2, 3))]
+    assert h.replayed().snapshot() == h.shard.snapshot()
+
+
+def test_a_leave_within_the_interval_arms_the_timer_for_the_moment_it_has_passed() -> None:
+    h, foo = settled_pair()
+    uid = h.shard.groups[G].group_uid
+    h.now_ms = T0 + 2400
+    res = h.heartbeat_result(member_id="B", member_epoch=-1)
+    assert res.records == [*left("B"), r.group_epoch_record(G, 3, uid)]
+    assert res.timers == [
+        CancelTimer((SESSION, G, "B")),
+        CancelTimer((REBALANCE, G, "B")),
+        ArmTimer((ASSIGN, G, ""), T0 + 3000),
+    ]
+    assert h.shard.groups[G].state().value == "Assigning"
+    # Not a millisecond early; at the deadline the timer computes it, no heartbeat needed.
+    assert h.sleep(599) == []
+    (fired,) = h.sleep(1)
+    assert fired.records == [
+        r.target_assignment_record(G, "A", p(foo, 0, 1, 2, 3)),
+        r.target_assignment_epoch_record(G, 3, T0 + 3000),
+    ]
+    assert (fired.response, fired.timers) == (None, [])
+
+
+def test_a_session_timeout_after_the_interval_computes_the_target_at_once() -> None:
+    h, foo = settled_pair()
+    # A heartbeats, B falls silent: its session (45 s from its last heartbeat) expires.
+    for _ in range(8):
+        h.sleep(HB_MS)
+        h.heartbeat(member_id="A", member_epoch=2)
+    (fired,) = h.sleep(HB_MS)
+    deadline = T0 + 2000 + 45_000
+    assert h.now_ms == deadline
+    assert fired.records == [
+        *left("B"),
+        r.group_epoch_record(G, 3, h.shard.groups[G].group_uid),
+        r.target_assignment_record(G, "A", p(foo, 0, 1, 2, 3)),
+        r.target_assignment_epoch_record(G, 3, deadline),
+    ]
+
+
+def test_the_last_member_leaving_computes_nothing_and_arms_no_timer() -> None:
+    h, _foo = settled_pair()
+    h.now_ms = T0 + 2100
+    h.heartbeat(member_id="B", member_epoch=-1)  # within the interval: the timer is armed
+    h.now_ms = T0 + 2200
+    res = h.heartbeat_result(member_id="A", member_epoch=-1)
+    assert res.timers == [CancelTimer((SESSION, G, "A")), CancelTimer((REBALANCE, G, "A"))]
+    assert not any(
+        isinstance(rec.key, r.ConsumerGroupTargetAssignmentMemberKey) and rec.value is not None
+        for rec in res.records
+    )
+    assert h.shard.groups[G].state().value == "Empty"
+    # The timer armed by B's departure fires on an empty group: nothing happens.
+    (fired,) = h.sleep(800)
+    assert (fired.records, fired.timers, fired.offloads) == ([], [], [])
+
+
 # ------------------------------------------------------------------ offloaded computation
 
 

@@ -566,7 +566,11 @@ def test_fenced_member_rejoining_with_epoch_zero_releases_what_it_was_revoking()
 
 
 def test_leave_writes_three_tombstones_and_bumps_the_epoch() -> None:
+    """Kafka's story, with the assignment interval at 0: the leave only removes the member; the
+    next heartbeat computes the new target. (With batching, the default, the leave computes it
+    itself once the interval has passed: tests/golden/test_assignment_batching.py.)"""
     h, foo = seeded(5)
+    h.alter_configs(G, {AI_CFG: "0"})
     res = h.heartbeat_result(member_id="A", member_epoch=-1)
     assert res.response == Resp(member_id="A", member_epoch=-1, heartbeat_interval_ms=0)
     assert res.records == [*removed("A"), r.group_epoch_record(G, 6, "cgp_seeded")]
@@ -992,7 +996,13 @@ def test_rebalance_timeout_fences_a_member_stuck_revoking() -> None:
     assert h.sleep(4_999) == []
     fired = h.sleep(1)
     assert len(fired) == 1
-    assert fired[0].records == [*removed("A"), r.group_epoch_record(G, 3, uid(h))]
+    # The last target is older than the assignment interval: B's new one is computed at once.
+    assert fired[0].records == [
+        *removed("A"),
+        r.group_epoch_record(G, 3, uid(h)),
+        r.target_assignment_record(G, "B", p(foo, 0, 1, 2, 3)),
+        r.target_assignment_epoch_record(G, 3, 11_000),
+    ]
     assert fired[0].timers == [CancelTimer((SESSION, G, "A")), CancelTimer((REBALANCE, G, "A"))]
     # B gets everything at epoch 3.
     res = h.heartbeat_result(member_id="B", member_epoch=2)
@@ -1024,11 +1034,19 @@ def test_rebalance_timeout_does_nothing_once_the_member_moved_on() -> None:
 
 
 def test_session_timeout_removes_a_silent_member() -> None:
-    h, _foo = seeded(5)
+    h, foo = seeded(5)
     h.sleep(40_000)
     h.heartbeat(member_id="B", member_epoch=5)  # B's deadline moves to 85 000
     fired = h.sleep(5_000)  # A's deadline (45 000) passes
-    assert [f.records for f in fired] == [[*removed("A"), r.group_epoch_record(G, 6, "cgp_seeded")]]
+    # ... and B's target is computed at once (the last one is older than the interval).
+    assert [f.records for f in fired] == [
+        [
+            *removed("A"),
+            r.group_epoch_record(G, 6, "cgp_seeded"),
+            r.target_assignment_record(G, "B", p(foo, 0, 1, 2, 3)),
+            r.target_assignment_epoch_record(G, 6, 45_000),
+        ]
+    ]
     assert sorted(h.shard.groups[G].members) == ["B"]
     assert h.timers.get((SESSION, G, "B")) == (85_000, 0)
     assert h.sleep(39_999) == []
@@ -1098,7 +1116,8 @@ def test_a_loaded_shard_continues_exactly_like_the_live_one() -> None:
 
 
 def test_group_states() -> None:
-    h = harness()
+    # Assignment interval 0: a departure leaves the group Assigning until the next heartbeat.
+    h = harness(config=GroupCoordinatorConfig(consumer_assignment_interval_ms=0))
     foo = h.create_topic("foo", 2)
     with pytest.raises(GroupIdNotFoundError) as info:
         h.shard.describe_group(G)

@@ -86,7 +86,7 @@ class Server:
 @pytest.fixture
 def exporter() -> Iterator[InMemorySpanExporter]:
     exp = InMemorySpanExporter()
-    tracing.configure(exporter=exp)
+    tracing.configure(exporter=exp, sample_ratio=1.0)  # every request traced
     try:
         yield exp
     finally:

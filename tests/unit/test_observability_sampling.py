@@ -1,0 +1,197 @@
+"""Trace sampling: which sampler ``kip848 serve`` installs (``--otlp-sample-ratio``, else
+``OTEL_TRACES_SAMPLER``, else 1%, parent-based), that a caller's sampled ``traceparent`` is
+followed whatever the ratio, that the ratio is applied once, and that a request left out makes
+no span and no OpenTelemetry call. Requests go through the coordinator process's instrumented
+method table, as a forwarded call does."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from assignors.uniform import UniformAssignor
+from coordinator.core.config import parse_config
+from coordinator.core.errors import ErrorCode
+from coordinator.observability import tracing
+from coordinator.observability.metrics import CoordinatorMetrics
+from coordinator.observability.observer import RuntimeObserver, make_observer
+from coordinator.observability.requests import instrument_methods, instrument_service
+from coordinator.runtime import CoordinatorRuntime, ManualClock
+from coordinator.runtime.store import MemoryRecordStore
+from coordinator.server.forwarding import ForwardedContext, method_table
+from coordinator.server.service import CoordinatorService
+from coordinator.server.services import ConsumerGroupService, service_descriptors
+from kip848.v1 import consumer_group_pb2 as cg
+
+DESCRIBE = "/kip848.v1.ConsumerGroupService/ConsumerGroupDescribe"
+WATCH = "/kip848.v1.ConsumerGroupService/ConsumerGroupWatch"
+SPAN = "kip848.v1.ConsumerGroupService/ConsumerGroupDescribe"
+TRACE_ID = "0af7651916cd43dd8448eb211c80319c"
+SAMPLED = f"00-{TRACE_ID}-b7ad6b7169203331-01"
+NOT_SAMPLED = f"00-{TRACE_ID}-b7ad6b7169203331-00"
+
+
+@pytest.fixture(autouse=True)
+def no_sampler_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.delenv("OTEL_TRACES_SAMPLER", raising=False)
+    monkeypatch.delenv("OTEL_TRACES_SAMPLER_ARG", raising=False)
+    yield
+    tracing.shutdown()
+
+
+def traced(exporter: InMemorySpanExporter, ratio: float | None) -> None:
+    assert tracing.configure(exporter=exporter, sample_ratio=ratio) is True
+
+
+class Table:
+    """The consumer-group servicer behind the instrumented method table (metrics on)."""
+
+    def __init__(self, runtime: CoordinatorRuntime, metrics: CoordinatorMetrics) -> None:
+        service = CoordinatorService(runtime)
+        instrument_service(service, metrics)
+        descriptor = next(d for d in service_descriptors() if d.name == "ConsumerGroupService")
+        self.table = instrument_methods(
+            method_table([(descriptor, ConsumerGroupService(service))]), metrics=metrics
+        )
+
+    async def describe(self, *metadata: tuple[str, str]) -> Any:
+        context = ForwardedContext((("client-id", "app"), *metadata), "ipv4:127.0.0.1:40000")
+        response = await self.table[DESCRIBE][1](
+            cg.ConsumerGroupDescribeRequest(group_ids=["g"]), context
+        )
+        assert [g.error_code for g in response.groups] == [ErrorCode.GROUP_ID_NOT_FOUND]
+        return response
+
+
+@pytest.fixture
+async def table() -> AsyncIterator[Table]:
+    metrics = CoordinatorMetrics(process_collectors=False)
+    rt = CoordinatorRuntime(
+        config=parse_config({"group.coordinator.shards": "2"}),
+        store=MemoryRecordStore(),
+        clock=ManualClock(1_000_000),
+        assignors=[UniformAssignor()],
+        observer=RuntimeObserver(metrics),
+    )
+    await rt.start()
+    try:
+        yield Table(rt, metrics)
+    finally:
+        await rt.close()
+
+
+# ---------------------------------------------------------------- which sampler
+
+
+def test_the_flag_wins_then_the_environment_then_one_percent() -> None:
+    assert tracing.DEFAULT_SAMPLE_RATIO == 0.01
+    assert tracing.sampling(None, {}) == (0.01, "parent-based, ratio 0.01 (default)")
+    env = {"OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0.25"}
+    assert tracing.sampling(0.5, env) == (0.5, "parent-based, ratio 0.5 (--otlp-sample-ratio)")
+    assert tracing.sampling(None, env)[0] == 0.25
+    assert tracing.sampling(None, {"OTEL_TRACES_SAMPLER": "ParentBased_Always_Off"})[0] == 0.0
+    assert tracing.sampling(None, {"OTEL_TRACES_SAMPLER": "parentbased_always_on"})[0] == 1.0
+    # Not parent-based, or an argument the SDK would have to interpret: the SDK's sampler.
+    assert tracing.sampling(None, {"OTEL_TRACES_SAMPLER": "always_on"}) == (
+        None,
+        "OTEL_TRACES_SAMPLER=always_on (the SDK's sampler)",
+    )
+    bad = {"OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": "x"}
+    assert tracing.sampling(None, bad)[0] is None
+
+
+def test_serve_samples_one_percent_parent_based_unless_told(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``make_observer`` is what ``kip848 serve --otlp-endpoint`` runs (the OTLP channel
+    connects lazily: nothing listens on the endpoint)."""
+    make_observer(metrics=False, otlp_endpoint="127.0.0.1:9", sample_ratio=None)
+    assert tracing.STATE.enabled and tracing.STATE.ratio == 0.01
+    assert tracing.STATE.provider.sampler.get_description().startswith(
+        "ParentBased{root:AlwaysOnSampler,remoteParentSampled:AlwaysOnSampler,"
+        "remoteParentNotSampled:AlwaysOffSampler,"
+    )
+    tracing.shutdown()
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER", "traceidratio")
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER_ARG", "0.5")
+    make_observer(metrics=False, otlp_endpoint="127.0.0.1:9", sample_ratio=None)
+    assert tracing.STATE.ratio is None  # the environment's sampler, as the SDK builds it
+    assert tracing.STATE.provider.sampler.get_description() == "TraceIdRatioBased{0.5}"
+    tracing.shutdown()
+    make_observer(metrics=False, otlp_endpoint="127.0.0.1:9", sample_ratio=0.3)
+    assert tracing.STATE.ratio == 0.3  # the flag over the environment
+
+
+# ---------------------------------------------------------------- what is traced
+
+
+async def test_a_sampled_traceparent_is_followed_at_ratio_zero(table: Table) -> None:
+    exporter = InMemorySpanExporter()
+    traced(exporter, 0.0)
+    await table.describe()
+    await table.describe(("traceparent", NOT_SAMPLED))
+    assert exporter.get_finished_spans() == ()
+    await table.describe(("traceparent", SAMPLED))
+    command, rpc = exporter.get_finished_spans()
+    assert (command.name, rpc.name) == ("shard.describe_group", SPAN)
+    assert format(rpc.context.trace_id, "032x") == TRACE_ID
+    assert format(rpc.parent.span_id, "016x") == "b7ad6b7169203331"
+    assert rpc.parent.is_remote
+    assert command.parent.span_id == rpc.context.span_id
+
+
+async def test_an_unsampled_traceparent_is_followed_at_ratio_one(table: Table) -> None:
+    exporter = InMemorySpanExporter()
+    traced(exporter, 1.0)
+    await table.describe(("traceparent", NOT_SAMPLED))
+    assert exporter.get_finished_spans() == ()
+    await table.describe()
+    command, rpc = exporter.get_finished_spans()
+    assert (command.name, rpc.name) == ("shard.describe_group", SPAN)
+    assert rpc.parent is None  # a root
+
+
+async def test_a_request_left_out_makes_no_opentelemetry_call(
+    table: Table, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    traced(InMemorySpanExporter(), 0.0)
+
+    def forbidden(*_args: Any, **_kwargs: Any) -> Any:
+        raise AssertionError("an OpenTelemetry call for a request left out")
+
+    monkeypatch.setattr(tracing.STATE.tracer, "start_as_current_span", forbidden)
+    monkeypatch.setattr(tracing.STATE.tracer, "start_span", forbidden)
+    monkeypatch.setattr(tracing, "extract", forbidden)  # no traceparent: no propagator
+    monkeypatch.setattr(tracing, "rpc_span", forbidden)
+    for _ in range(3):
+        await table.describe()
+    assert tracing.CALL.get() is None and tracing.ACTIVE.get() is False
+
+
+async def test_the_ratio_is_applied_once(table: Table) -> None:
+    """400 requests at 25%: about 100 traced (the SDK drawing again would give about 25)."""
+    exporter = InMemorySpanExporter()
+    traced(exporter, 0.25)
+    random.seed(848)
+    for _ in range(400):
+        await table.describe()
+    traced_count = len([s for s in exporter.get_finished_spans() if s.name == SPAN])
+    assert 60 <= traced_count <= 140, traced_count  # mean 100, standard deviation 8.7
+
+
+async def test_streaming_rpcs_keep_streaming_with_metrics_and_tracing_on(table: Table) -> None:
+    """ConsumerGroupWatch (server-streaming) through the instrumented table: still a stream."""
+    traced(InMemorySpanExporter(), 1.0)
+    method = table.table[WATCH][1]
+    events = [
+        e.error_code
+        async for e in method(
+            cg.ConsumerGroupWatchRequest(group_id="", member_id="m"),
+            ForwardedContext((), "ipv4:127.0.0.1:40000"),
+        )
+    ]
+    assert events == [ErrorCode.INVALID_GROUP_ID]
