@@ -1,8 +1,9 @@
 """Shared set-up of the benches' load.
 
-* :func:`build` — the C load generators of ``bench/loadgen/`` (gcc + libnghttp2).
+* :func:`build` — the C load generators of ``bench/loadgen/`` (gcc, and libnghttp2 for the gRPC
+  ones; the Kafka-protocol ones, ``kafkahb`` and ``kafkastorm``, need nothing beyond libc).
   ``scripts/bench`` installs their Debian packages (gcc, libnghttp2-dev). A generator is rebuilt
-  when its source or the shared ``h2client.h`` is newer than the binary.
+  when its source or one of the shared headers (``bench/loadgen/*.h``) is newer than the binary.
 * :func:`create_topics` — CreateTopics on a fresh ``kip848 serve``, which listens before its
   store is loaded (COORDINATOR_LOAD_IN_PROGRESS until then): retried until it is, bounded.
 * :func:`reconcile_until_stable` — members joined by hand (no client library) heartbeat until
@@ -25,23 +26,24 @@ LOADGEN = Path(__file__).resolve().parent / "loadgen"
 COORDINATOR_LOAD_IN_PROGRESS = 14
 
 
-def build(name: str) -> str:
-    """Path of ``bench/loadgen/build/NAME``, compiled from ``bench/loadgen/NAME.c`` if needed."""
+def build(name: str, *, libs: tuple[str, ...] = ("-lnghttp2",)) -> str:
+    """Path of ``bench/loadgen/build/NAME``, compiled from ``bench/loadgen/NAME.c`` if needed
+    and linked with ``libs`` (none for a generator that uses only libc)."""
     source = LOADGEN / f"{name}.c"
     binary = LOADGEN / "build" / name
-    newest = max(p.stat().st_mtime for p in (source, LOADGEN / "h2client.h"))
+    newest = max(p.stat().st_mtime for p in (source, *LOADGEN.glob("*.h")))
     if not binary.exists() or binary.stat().st_mtime < newest:
         binary.parent.mkdir(exist_ok=True)
         done = subprocess.run(
-            ["gcc", "-O2", "-Wall", "-o", str(binary), str(source), "-lnghttp2"],
+            ["gcc", "-O2", "-Wall", "-o", str(binary), str(source), *libs],
             capture_output=True,
             text=True,
             check=False,
         )
         if done.returncode:
             raise SystemExit(
-                f"cannot build bench/loadgen/{name}.c (run scripts/bench, which installs gcc and "
-                f"libnghttp2-dev):\n{done.stderr}"
+                f"cannot build bench/loadgen/{name}.c (run scripts/bench, which installs gcc"
+                f"{' and libnghttp2-dev' if libs else ''}):\n{done.stderr}"
             )
     return str(binary)
 

@@ -289,6 +289,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     for name in ("OTEL_TRACES_SAMPLER", "OTEL_TRACES_SAMPLER_ARG"):  # the default row: defaults
         os.environ.pop(name, None)
+    load_start = os.getloadavg()[0]
     results = asyncio.run(_main(args.members, args.rounds, args.seconds))
     base = 1e6 / max(results["off"])
     rows = []
@@ -318,7 +319,12 @@ def main(argv: list[str] | None = None) -> int:
     verdict = ""
     if args.e2e_seconds > 0:
         e2e = end_to_end(args.e2e_members, args.e2e_seconds, args.e2e_rounds)
-        cost = {row.name: row.cost for row in e2e}
+        judged = next(r for r in e2e if r.name == DEFAULT)
+        q1, _median, q3 = statistics.quantiles(judged.costs, n=4)
+        noisy = q3 - q1 > TARGET  # the rounds disagree by more than the budget itself
+        verdict_short = (
+            "not judged (noisy)" if noisy else ("met" if judged.cost <= TARGET else "NOT met")
+        )
         e2e_text = table(
             [
                 "variant",
@@ -334,17 +340,29 @@ def main(argv: list[str] | None = None) -> int:
                     f"{row.per_s:,.0f}",
                     f"{row.cpu_us:.1f}",
                     "—" if row.name == "off" else f"{row.cost:+.1f}%",
-                    ("met" if row.cost <= TARGET else "NOT met") if row.name == DEFAULT else "",
+                    verdict_short if row.name == DEFAULT else "",
                     "" if row.name == "off" else ", ".join(f"{c:+.1f}%" for c in row.costs),
                 )
                 for row in e2e
             ],
         )
         print(e2e_text)
+        # The instrumentation's own CPU, measured in-process (little noise), over a whole
+        # heartbeat's server CPU end to end: what the end-to-end cost should be.
+        own_us = 1e6 / max(results[DEFAULT]) - base
+        estimate = own_us / e2e[0].cpu_us * 100
         verdict = (
             f"Target: metrics and tracing at the default sampling cost at most {TARGET:g}% of "
-            f"the server's CPU per heartbeat end to end: "
-            f"{'met' if cost[DEFAULT] <= TARGET else 'NOT met'} ({cost[DEFAULT]:+.1f}%)."
+            "the server's CPU per heartbeat end to end: "
+            + (
+                f"not judged on this run — its paired rounds spread over {q3 - q1:.0f} points "
+                f"(interquartile range), more than the budget itself (median {judged.cost:+.1f}%)"
+                if noisy
+                else f"{verdict_short} ({judged.cost:+.1f}%)"
+            )
+            + f". In-process estimate: the instrumentation's own CPU per heartbeat ({own_us:.1f} "
+            f"µs, best rounds above) over the server's CPU per heartbeat end to end "
+            f"({e2e[0].cpu_us:.0f} µs): {estimate:+.1f}%."
         )
         print(verdict)
     if not args.no_write:
@@ -358,7 +376,8 @@ def main(argv: list[str] | None = None) -> int:
             "(about 150-200 µs of CPU per call here) is not in the denominator, so the relative "
             "cost a client sees is several times smaller: these rows show what the "
             "instrumentation itself costs, they are not the ones judged. Measured on a shared "
-            "machine: rough.\n\n"
+            f"machine (load average {load_start:.1f} at the start, {os.getloadavg()[0]:.1f} at "
+            "the end, on 2 CPUs): rough.\n\n"
             + text
             + (
                 "\n\nEnd to end: `kip848 serve` (one process) under bench/loadgen/h2hb "

@@ -3,6 +3,7 @@
     .venv/bin/python bench/storm.py              # all rows, writes docs/benchmarks.md
     .venv/bin/python bench/storm.py --quick      # the two small rows
     .venv/bin/python bench/storm.py --rows 5000/50000 --configs default --no-doc
+    .venv/bin/python bench/storm.py --protocol grpc,kafka   # both; default: grpc
 
 For each configuration (``--set`` flags of ``kip848 serve``) and each row (members /
 partitions), a fresh ``kip848 serve`` (system clock, SQLite store, default settings otherwise)
@@ -12,11 +13,15 @@ server keeps the cores) first joins and settles a 3-member probe group, then has
 of the row join group ``storm`` at once and behave like Kafka's Java consumer (reconcile and
 acknowledge at once, heartbeat every ``heartbeat_interval_ms``, re-join when fenced, back off on
 retriable errors, reset a call after request.timeout.ms = 30 s), while the probe members
-heartbeat every 50 ms. The run ends when the group has stayed converged for ``--settle``
-seconds (every member joined, at the same epoch, its owned set acknowledged, every partition
-owned once, P/N each) or after the row's time limit. Then the group is described through the
-server (state, epochs) and, after the server stops, the store's journal gives the number of
-target assignments computed (one ``ConsumerGroupTargetAssignmentMetadata`` record each).
+heartbeat every 50 ms. With ``--protocol kafka`` the members speak the Kafka protocol to the
+server's Kafka listener (``--kafka-listen``) instead: ``bench/loadgen/kafkastorm.c`` (C, libc
+only) does the same as h2storm with ConsumerGroupHeartbeat v1, each member on its own
+connection by default, as Kafka's Java consumers are. The run ends when the group has stayed
+converged for ``--settle`` seconds (every member joined, at the same epoch, its owned set
+acknowledged, every partition owned once, P/N each) or after the row's time limit. Then the
+group is described through the server (state, epochs; over gRPC whatever the protocol) and,
+after the server stops, the store's journal gives the number of target assignments computed
+(one ``ConsumerGroupTargetAssignmentMetadata`` record each).
 
 Reported per row: targets computed, server CPU seconds (the server's processes, from the
 generator's start to its end), the time of the last join's answer and the convergence time
@@ -30,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import select
 import signal
 import subprocess
@@ -88,7 +94,21 @@ CONFIGS = {
 }
 
 
+PROTOCOLS = {"grpc": "gRPC", "kafka": "Kafka protocol"}
+GRPC_CONNECTIONS = 50  # h2storm's HTTP/2 connections unless --connections says otherwise
+
+
 # ---------------------------------------------------------------- server
+
+
+def _enough_files(connections: int) -> None:
+    """Raise this process's open-file limit (soft, up to the hard one) for ``connections``
+    sockets; the server started next inherits it and must accept them all."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = connections + 1024
+    if soft != resource.RLIM_INFINITY and soft < want:
+        top = want if hard == resource.RLIM_INFINITY else min(want, hard)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (top, hard))
 
 
 def _tree_cpu_s(pid: int) -> float:
@@ -107,8 +127,14 @@ def _tree_cpu_s(pid: int) -> float:
     return total
 
 
-def _start_server(data_dir: str, flags: tuple[str, ...]) -> tuple[subprocess.Popen[str], str]:
-    """``kip848 serve`` on 127.0.0.1:0; its log goes to ``<data_dir>.log``."""
+def _start_server(
+    data_dir: str, flags: tuple[str, ...], *, kafka: bool = False
+) -> tuple[subprocess.Popen[str], str, str | None]:
+    """``kip848 serve`` on 127.0.0.1:0 (and its Kafka listener on another free port with
+    ``kafka``); its log goes to ``<data_dir>.log``. Returns the process, the gRPC address and
+    the Kafka address (None without ``kafka``)."""
+    if kafka:
+        flags = (*flags, "--kafka-listen", "127.0.0.1:0")
     log = open(data_dir + ".log", "wb")  # noqa: SIM115 - the child holds it; closed below
     proc = subprocess.Popen(
         [
@@ -131,16 +157,31 @@ def _start_server(data_dir: str, flags: tuple[str, ...]) -> tuple[subprocess.Pop
     )
     log.close()
     assert proc.stdout is not None
-    ready, _, _ = select.select([proc.stdout], [], [], SERVER_START_S)
-    line = proc.stdout.readline().strip() if ready else ""
-    if not line.startswith("listening on "):
+    # Its first lines ("listening on ...", then "kafka listening on ..."), read from the pipe
+    # itself: a buffered readline could swallow the second line where select cannot see it.
+    out, fd = b"", proc.stdout.fileno()
+    deadline = time.monotonic() + SERVER_START_S
+    while out.count(b"\n") < (2 if kafka else 1):
+        ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+        chunk = os.read(fd, 4096) if ready else b""
+        if not chunk:
+            break
+        out += chunk
+    line, _, rest = out.decode(errors="replace").partition("\n")
+    kafka_line = rest.partition("\n")[0].strip() if kafka else "kafka listening on "
+    line = line.strip()
+    if not line.startswith("listening on ") or not kafka_line.startswith("kafka listening on "):
         proc.kill()
         proc.wait(timeout=30)
         raise RuntimeError(
-            f"kip848 serve did not start within {SERVER_START_S:.0f} s: {line!r}\n"
+            f"kip848 serve did not start within {SERVER_START_S:.0f} s: {line!r} {kafka_line!r}\n"
             + Path(data_dir + ".log").read_text(errors="replace")[-2000:]
         )
-    return proc, line.removeprefix("listening on ")
+    return (
+        proc,
+        line.removeprefix("listening on "),
+        kafka_line.removeprefix("kafka listening on ") or None,
+    )
 
 
 def _create_topics(address: str, partitions: int) -> list[tuple[str, str, str, int]]:
@@ -213,14 +254,22 @@ def run_row(
     connections: int,
     settle_s: float,
     max_seconds: float,
+    protocol: str = "grpc",
 ) -> dict[str, Any]:
-    generator = build("h2storm")
+    """One row: a fresh server, the storm through ``protocol`` (``grpc``: h2storm over
+    ``connections`` HTTP/2 connections; ``kafka``: kafkastorm on the server's Kafka listener,
+    ``connections`` of them for the storm's members and one per probe member)."""
+    kafka = protocol == "kafka"
+    name = "kafkastorm" if kafka else "h2storm"
+    generator = build(name, libs=()) if kafka else build(name)
+    if kafka:
+        _enough_files(connections + PROBE_MEMBERS)
     with tempfile.TemporaryDirectory(prefix="kip848-storm-") as tmp:
         data_dir = os.path.join(tmp, "data")
-        proc, address = _start_server(data_dir, config.flags)
+        proc, address, kafka_address = _start_server(data_dir, config.flags, kafka=kafka)
         try:
             topics = _create_topics(address, partitions)
-            host, _, port = address.rpartition(":")
+            host, _, port = (kafka_address or address).rpartition(":")
             spec = [
                 f"host {host}",
                 f"port {port}",
@@ -250,10 +299,10 @@ def run_row(
             server_cpu = _tree_cpu_s(proc.pid) - cpu0
             lines = done.stdout.strip().splitlines()
             if not lines:
-                raise RuntimeError(f"h2storm printed nothing: {done.stderr}")
+                raise RuntimeError(f"{name} printed nothing: {done.stderr}")
             result: dict[str, Any] = json.loads(lines[-1])
             result["server_cpu_s"] = server_cpu
-            print(f"  h2storm: {lines[-1][:600]}", file=sys.stderr, flush=True)
+            print(f"  {name}: {lines[-1][:600]}", file=sys.stderr, flush=True)
             result["described"] = _describe(address)
         finally:
             proc.send_signal(signal.SIGTERM)
@@ -263,7 +312,8 @@ def run_row(
                 proc.kill()
                 proc.wait(timeout=30)
         result["targets_computed"] = _targets_computed(data_dir)
-    result["config"] = config.name
+    result["config"] = f"{config.name}, {PROTOCOLS[protocol]}"
+    result["protocol"] = protocol
     result["interval_s"] = config.interval_s
     return result
 
@@ -403,7 +453,18 @@ def main() -> int:
     ap.add_argument(
         "--configs", default=",".join(CONFIGS), help=f"comma-separated, of: {', '.join(CONFIGS)}"
     )
-    ap.add_argument("--connections", type=int, default=50, help="HTTP/2 connections")
+    ap.add_argument(
+        "--protocol",
+        default="grpc",
+        help="comma-separated, of: grpc, kafka (the server's Kafka listener); how the members "
+        "talk to the server",
+    )
+    ap.add_argument(
+        "--connections",
+        type=int,
+        help="the storm's connections (default: 50 HTTP/2 connections for grpc, one per "
+        "member for kafka, as Kafka's Java consumers have)",
+    )
     ap.add_argument(
         "--settle", type=float, default=12.0, help="seconds the group must stay converged"
     )
@@ -415,43 +476,63 @@ def main() -> int:
     else:
         rows = list(QUICK_ROWS if args.quick else ROWS)
     configs = [CONFIGS[name] for name in args.configs.split(",")]
+    protocols = args.protocol.split(",")
+    if not set(protocols) <= set(PROTOCOLS):
+        ap.error(f"--protocol: comma-separated, of: {', '.join(PROTOCOLS)}")
     load0 = os.getloadavg()[0]
     results = []
     for config in configs:
-        for members, partitions in rows:
-            limit = args.max_seconds or MAX_SECONDS.get(members, 300.0)
-            r = run_row(
-                config,
-                members,
-                partitions,
-                connections=min(args.connections, members),
-                settle_s=args.settle,
-                max_seconds=limit,
-            )
-            results.append(r)
-            print(
-                f"{config.name}, {members}/{partitions}: "
-                + json.dumps({k: v for k, v in r.items() if k != "timeline"}),
-                flush=True,
-            )
+        for protocol in protocols:
+            for members, partitions in rows:
+                limit = args.max_seconds or MAX_SECONDS.get(members, 300.0)
+                default_connections = members if protocol == "kafka" else GRPC_CONNECTIONS
+                r = run_row(
+                    config,
+                    members,
+                    partitions,
+                    connections=min(args.connections or default_connections, members),
+                    settle_s=args.settle,
+                    max_seconds=limit,
+                    protocol=protocol,
+                )
+                results.append(r)
+                print(
+                    f"{r['config']}, {members}/{partitions}: "
+                    + json.dumps({k: v for k, v in r.items() if k != "timeline"}),
+                    flush=True,
+                )
     text = report(results)
     print(text)
     if not args.no_doc:
         cmd = "python bench/storm.py" + (" --quick" if args.quick else "")
+        if protocols != ["grpc"]:
+            cmd += f" --protocol {args.protocol}"
+        grpc_connections = args.connections or GRPC_CONNECTIONS
+        kafka_connections = (
+            f"{args.connections} connections" if args.connections else "one connection per member"
+        )
         write_section(
             "storm",
             f"""## Join storms (`{cmd}`)
 
 {machine()}; load average {load0:.1f} at the start, {os.getloadavg()[0]:.1f} at the end (the
 machine is shared: rough numbers). A fresh `kip848 serve` per row (SQLite store, system clock,
-the configuration's `--set` flags); `bench/loadgen/h2storm.c` joins every member of group
-`storm` (ten topics sharing the row's partitions) at once over {args.connections} HTTP/2
-connections and then behaves like Kafka's Java consumer (reconcile and acknowledge at once,
-heartbeat every `heartbeat_interval_ms` = 5 s, re-join when fenced, back off on retriable
-errors, reset a call unanswered after 30 s); meanwhile a 3-member probe group heartbeats every
-50 ms on its own connection. *Converged*: every member joined, at one epoch, its owned set
-acknowledged, every partition owned once (P/N each), for {args.settle:.0f} s in a row; the time
-is counted from the answer to the last join, and HB = one heartbeat interval (5 s). *Targets
+the configuration's `--set` flags); a C load generator joins every member of group `storm`
+(ten topics sharing the row's partitions) at once and then behaves like Kafka's Java consumer
+(reconcile and acknowledge at once, heartbeat every `heartbeat_interval_ms` = 5 s, re-join when
+fenced, back off on retriable errors, give up on a call unanswered after 30 s); meanwhile a
+3-member probe group heartbeats every 50 ms on connections of its own. Each row names its
+protocol: *gRPC* is `bench/loadgen/h2storm.c` over {grpc_connections} HTTP/2 connections;
+*Kafka protocol* is `bench/loadgen/kafkastorm.c` on the server's Kafka listener
+(ConsumerGroupHeartbeat v1, as librdkafka sends it) with {kafka_connections}, as Java
+consumers have, their requests answered in order per connection. What the protocol changes is
+the cost of each call on the server's event loop: over gRPC, grpc.aio's own handling of a call
+is most of a steady heartbeat's cost; over the Kafka protocol a steady heartbeat costs a
+fraction of that (docs/kafka.md, "Performance"). A join costs mostly the coordinator's own
+work on either protocol, so a burst of thousands of joins still holds the probe's heartbeats
+back for as long as the loop takes to get through it. *Converged*: every member joined, at
+one epoch, its owned set acknowledged, every partition owned once (P/N each), for {args.settle:.0f} s in
+a row; the time is counted from the answer to the last join, and HB = one heartbeat interval (5 s). *Targets
 computed*: `ConsumerGroupTargetAssignmentMetadata` records of the group in the store's journal.
 *Server CPU*: all the server's processes, from the generator's start to its end.
 

@@ -1,43 +1,20 @@
 /*
  * h2client.h: the HTTP/2 client plumbing shared by the load generators (h2hb.c, h2storm.c).
  *
- * Plain TCP (h2c, prior knowledge) with libnghttp2, non-blocking sockets driven by one epoll
+ * Plain TCP (h2c, prior knowledge, netutil.h) with libnghttp2, non-blocking sockets driven by one epoll
  * loop; every function here is static so each generator is a single translation unit.
  */
 #ifndef KIP848_H2CLIENT_H
 #define KIP848_H2CLIENT_H
 
-#define _GNU_SOURCE
-#include <errno.h>
-#include <fcntl.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
+#include "netutil.h"
+
 #include <nghttp2/nghttp2.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <string.h>
-#include <sys/resource.h>
-#include <sys/socket.h>
-#include <time.h>
-#include <unistd.h>
 
 struct h2conn {
     int fd;
     nghttp2_session *session;
 };
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static double cpu_s(void) {
-    struct rusage r;
-    getrusage(RUSAGE_SELF, &r);
-    return r.ru_utime.tv_sec + r.ru_stime.tv_sec + 1e-6 * (r.ru_utime.tv_usec + r.ru_stime.tv_usec);
-}
 
 /* One protobuf varint; returns 0 if it runs past ``end`` or is longer than 10 bytes. */
 static int read_varint(const uint8_t **p, const uint8_t *end, uint64_t *v) {
@@ -60,23 +37,6 @@ static int skip_field(const uint8_t **p, const uint8_t *end, unsigned wt) {
     case 5: if (end - *p < 4) return 0; *p += 4; return 1;
     default: return 0;
     }
-}
-
-static int connect_to(const char *host, const char *port) {
-    struct addrinfo hints = {0}, *res;
-    hints.ai_socktype = SOCK_STREAM;
-    if (getaddrinfo(host, port, &hints, &res)) return -1;
-    int fd = socket(res->ai_family, SOCK_STREAM, 0);
-    if (fd < 0 || connect(fd, res->ai_addr, res->ai_addrlen)) {
-        if (fd >= 0) close(fd);
-        freeaddrinfo(res);
-        return -1;
-    }
-    freeaddrinfo(res);
-    int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
-    return fd;
 }
 
 /* nghttp2 send callback; the session's user data is the ``struct h2conn``. */

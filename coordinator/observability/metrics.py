@@ -233,6 +233,31 @@ class _LoopChild:
         self.sum += value
 
 
+class ShardTimes:
+    """A state machine's queue-time and processing-time series, observed together once per
+    command (``kip848_event_queue_time_seconds``, ``kip848_event_processing_time_seconds``):
+    one call, the two ``_LoopChild.observe`` inlined — this runs on every command."""
+
+    __slots__ = ("processing", "queue")
+
+    def __init__(self, queue: _LoopChild, processing: _LoopChild) -> None:
+        self.queue = queue
+        self.processing = processing
+
+    def observe(self, start: float, end: float, arrival: float | None) -> None:
+        """A command that started at ``start`` and ended at ``end``, for a request that
+        reached us at ``arrival`` (None: no request, e.g. a timer: no queue time here)."""
+        child = self.processing
+        seconds = end - start
+        child.counts[bisect_left(child.bounds, seconds)] += 1
+        child.sum += seconds
+        if arrival is not None:
+            child = self.queue
+            seconds = start - arrival if start > arrival else 0.0
+            child.counts[bisect_left(child.bounds, seconds)] += 1
+            child.sum += seconds
+
+
 class LoopHistogram(Collector):
     """A histogram observed from one thread only (the event loop: every observation of the
     coordinator happens there), without the locks of ``prometheus_client.Histogram``: an
@@ -502,9 +527,9 @@ class CoordinatorMetrics:
             registry=r,
         )
         # Pre-bound children.
-        self._queue: list[Any] = []
-        self._processing: list[Any] = []
-        self._purgatory: list[Any] = []
+        self._queue: list[_LoopChild] = []
+        self._processing: list[_LoopChild] = []
+        self._purgatory: list[_LoopChild] = []
         self._rebalance_children = {c: self.rebalances.labels(c) for c in REBALANCE_CAUSES}
         self._timeout_children = {k: self.timeouts.labels(k) for k in TIMEOUT_KINDS}
         self._commit_children: dict[int, Any] = {}
@@ -525,6 +550,10 @@ class CoordinatorMetrics:
             self._queue.append(self.event_queue_time.labels(label))
             self._processing.append(self.event_processing_time.labels(label))
             self._purgatory.append(self.event_purgatory_time.labels(label))
+
+    def shard_times(self) -> list[ShardTimes]:
+        """Per state machine (bound by :meth:`bind_shards`): its queue and processing series."""
+        return [ShardTimes(q, p) for q, p in zip(self._queue, self._processing, strict=True)]
 
     def _grow(self, count: int) -> None:
         for s in range(len(self._queue), count):

@@ -29,12 +29,14 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from . import tracing
-from .metrics import CoordinatorMetrics, StateCounts
+from .metrics import CoordinatorMetrics, ShardTimes, StateCounts
 from .rebalances import RebalanceTracker
 from .requests import ARRIVAL
 
 log = logging.getLogger("kip848.metrics")
 monotonic = time.monotonic
+_TRACING = tracing.STATE
+_ACTIVE = tracing.ACTIVE
 
 SCRAPE_READ_TIMEOUT_S = 5.0
 
@@ -52,8 +54,7 @@ class RuntimeObserver:
     __slots__ = (
         "_batch_events",
         "_batch_spans",
-        "_processing",
-        "_queue",
+        "_times",
         "_span",
         "_stash",
         "_waits",
@@ -70,32 +71,28 @@ class RuntimeObserver:
         self._batch_events: dict[Any, list[Any]] = {}
         self._stash: Any = None  # the last command's, until the runtime says where it waits
         self._span: Any = None  # the last command's span context (tracing on)
-        self._processing: list[Any] = []  # per state machine, bound by attach() (metrics on)
-        self._queue: list[Any] = []
+        self._times: list[ShardTimes] = []  # per state machine, bound by attach() (metrics on)
 
     # ------------------------------------------------------------------ commands
 
     def run_command(self, shard: int, fn: Callable[[Any], Any], machine: Any) -> Any:
         self._stash = None
-        if tracing.ACTIVE.get():
+        if _TRACING.enabled and _ACTIVE.get():
             return self._traced_command(shard, fn, machine)
+        times = self._times
+        if not times:  # tracing on, metrics off: nothing to measure
+            return fn(machine)
         start = monotonic()
         try:
             out = fn(machine)
-            events = getattr(out, "events", None)
-            records = getattr(out, "records", None)
-            # Never on a steady heartbeat (no records, no events), nor without metrics.
-            if (events or records) and self.metrics is not None:
-                self._stash = self.rebalances.after_command(machine, records or (), events or ())
-            return out
         finally:
-            processing = self._processing
-            if processing:  # metrics on: children bound by attach() (the hot path: no calls)
-                processing[shard].observe(monotonic() - start)
-                arrival = ARRIVAL.get()
-                if arrival is not None:
-                    queued = start - arrival
-                    self._queue[shard].observe(queued if queued > 0.0 else 0.0)
+            times[shard].observe(start, monotonic(), ARRIVAL.get())
+        # Never on a steady heartbeat (no records, no events).
+        events = getattr(out, "events", None)
+        records = getattr(out, "records", None)
+        if events or records:
+            self._stash = self.rebalances.after_command(machine, records or (), events or ())
+        return out
 
     def _traced_command(self, shard: int, fn: Callable[[Any], Any], machine: Any) -> Any:
         metrics = self.metrics
@@ -235,8 +232,7 @@ class RuntimeObserver:
         ``shard_count`` is the topic registry) and returns the assignors to use (timed)."""
         if self.metrics is not None:
             self.metrics.bind_shards(shard_count)
-            self._processing = list(self.metrics._processing)
-            self._queue = list(self.metrics._queue)
+            self._times = self.metrics.shard_times()
         return [TimedAssignor(a, self.metrics) for a in assignors]
 
 

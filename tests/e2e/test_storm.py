@@ -1,9 +1,10 @@
-"""A small join storm through a real server, driven by bench/storm.py's C load generator.
+"""A small join storm through a real server, driven by bench/storm.py's C load generators.
 
-The generator (bench/loadgen/h2storm.c) joins every member at once and then behaves like
-Kafka's Java consumer; the run must converge with nothing fenced and every call answered, and
-the group must be described as Stable at the members' epoch. This also keeps the benchmark's
-machinery (spec, generator, journal count) working.
+The generator (bench/loadgen/h2storm.c over gRPC, kafkastorm.c over the Kafka protocol) joins
+every member at once and then behaves like Kafka's Java consumer; the run must converge with
+nothing fenced and every call answered, and the group must be described as Stable at the
+members' epoch. This also keeps the benchmark's machinery (spec, generators, journal count)
+working.
 """
 
 from __future__ import annotations
@@ -25,16 +26,27 @@ FAST_HEARTBEATS = (
 )
 
 
-def storm(config: Config) -> dict[str, Any]:
-    """40 members join one group of 400 partitions at once (1 s heartbeats); the run must
-    converge with nothing fenced and every call answered, and the server must describe the
-    group as Stable at the members' epoch."""
+def storm(
+    config: Config, *, members: int = 40, connections: int = 4, protocol: str = "grpc"
+) -> dict[str, Any]:
+    """MEMBERS join one group of 10 x MEMBERS partitions at once (1 s heartbeats); the run
+    must converge with nothing fenced and every call answered, and the server must describe
+    the group as Stable at the members' epoch."""
     fast = Config(name=config.name, flags=(*FAST_HEARTBEATS, *config.flags), interval_s=None)
-    r = run_row(fast, 40, 400, connections=4, settle_s=1.0, max_seconds=90)
+    r = run_row(
+        fast,
+        members,
+        10 * members,
+        connections=connections,
+        settle_s=1.0,
+        max_seconds=90,
+        protocol=protocol,
+    )
     assert r["error"] == ""
     assert r["converged"] is True
-    assert (r["members"], r["joined"], r["at_epoch"]) == (40, 40, 40)
-    assert (r["partitions"], r["covered"], r["owned_twice"]) == (400, 400, 0)
+    assert (r["protocol"], r["connections"]) == (protocol, connections)
+    assert (r["members"], r["joined"], r["at_epoch"]) == (members, members, members)
+    assert (r["partitions"], r["covered"], r["owned_twice"]) == (10 * members, 10 * members, 0)
     assert r["members_fenced"] == 0
     assert r["unknown_member_id"] == 0
     assert r["unanswered"] == 0
@@ -43,14 +55,14 @@ def storm(config: Config) -> dict[str, Any]:
     assert r["probe_calls"] > 0
     assert r["described"]["seconds"] < 10
     del r["described"]["seconds"]
-    # Every join bumped the group epoch: the target's epoch is the 40th.
-    assert r["epoch"] == 40
+    # Every join bumped the group epoch: the target's epoch is the last join's.
+    assert r["epoch"] == members
     assert r["described"] == {
         "state": "Stable",
-        "group_epoch": 40,
-        "assignment_epoch": 40,
-        "members": 40,
-        "member_epochs": [40],
+        "group_epoch": members,
+        "assignment_epoch": members,
+        "members": members,
+        "member_epochs": [members],
     }
     return r
 
@@ -65,3 +77,18 @@ def test_with_batching_joins_share_targets() -> None:
     the rest wait for the interval, a handful of targets in all."""
     r = storm(CONFIGS["default"])
     assert 2 <= r["targets_computed"] <= r["converged_at_s"] / 1.0 + 2
+
+
+def test_kafka_protocol_one_connection_per_member() -> None:
+    """The same storm over the Kafka listener, 100 members each on its own connection (as Java
+    consumers are), batched targets."""
+    r = storm(CONFIGS["default"], members=100, connections=100, protocol="kafka")
+    assert 2 <= r["targets_computed"] <= r["converged_at_s"] / 1.0 + 2
+    assert r["config"].endswith(", Kafka protocol")
+
+
+def test_kafka_protocol_pipelined_on_shared_connections() -> None:
+    """100 members on 10 Kafka connections, their heartbeats pipelined and answered in order
+    (kafkastorm checks every correlation id), a target per join."""
+    r = storm(CONFIGS["before"], members=100, connections=10, protocol="kafka")
+    assert r["targets_computed"] == 100
