@@ -511,6 +511,8 @@ def main() -> int:
     results = []
     for config in configs:
         for protocol in protocols:
+            if protocol == "kafka" and "--grpc-processes" in config.flags:
+                continue  # front ends serve gRPC only; the Kafka listener is the coordinator's
             for members, partitions in rows:
                 limit = args.max_seconds or MAX_SECONDS.get(members, 300.0)
                 default_connections = members if protocol == "kafka" else GRPC_CONNECTIONS
