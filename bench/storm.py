@@ -353,19 +353,47 @@ those waits (`coordinator/runtime/runtime.py`, `_durable`).
 
 ### Where the probe's time goes in a storm
 
-With batching and offloading, the core's work per join is small and constant (about 0.15 ms
-at 5,000 members: the member's records and its reconciliation; no target), and the targets are
-computed in a worker. What remains on the event loop is the cost of each call itself: a
-py-spy profile of the server during the 5,000-member default row spends about two thirds of
-the loop's samples in grpc.aio's own (Cython) call handling and under a fifth in the
-coordinator's Python code (service, core, store). The 5,000 joins arrive within 0.1 s and are
-taken in arrival order, so the probe's heartbeat waits behind the burst for up to the time the
-loop needs to take it (seconds, at 5,000 members). Moving the calls' gRPC handling to front-end processes
-(`--grpc-processes 2`) shortens the burst to the main loop (the rows above: faster
-convergence and a lower probe p99) but does not reach the probe targets on 2 cores shared with the load
-generator. What would: admission that takes calls per group fairly (a group's burst queued
-behind other groups' calls, before their gRPC handling), or members on the Kafka protocol,
-whose calls cost a fraction of gRPC's (docs/kafka.md, "Performance")."""
+With batching, offloading and the incremental uniform path, the core's work per join is small
+and constant (about 0.15 ms at 5,000 members: the member's records and its reconciliation; no
+target), and the targets are computed in a worker. Three things decide what the probe waits for:
+
+* **Turns** (`coordinator/runtime/turns.py`, Kafka's event accumulator): a shard that has used
+  its 2 ms share of a loop iteration queues its next commands, so the storm's group (one shard)
+  no longer runs its whole burst ahead of the probe's group (another shard). Test:
+  `tests/unit/test_runtime_turns.py`.
+* **The GIL switch interval** (`coordinator/server/loop.py`): the store's writer thread encodes
+  each batch's rows in Python; with CPython's default of 5 ms, every time the loop waited for
+  I/O the writer could keep the GIL for up to 5 ms, and a storm's loop iterations are many.
+  At 0.5 ms, in paired runs of the 5,000-member Kafka-protocol row, the probe's p99 went from
+  161-167 ms to 73-77 ms and the joins were answered sooner.
+* **The transport's cost per call, taken in arrival order.** grpc.aio takes calls from
+  grpc-core one at a time, in arrival order, and costs about 0.2-0.3 ms of the loop's time per
+  call; 5,000 joins sent at once put about a second of that ahead of a probe call that arrives
+  just after them, whatever the coordinator does with the calls once it has them. Front-end
+  processes (`--grpc-processes 2`) split that queue but share the same 2 cores with the
+  coordinator and the load generator. The Kafka listener costs a fraction per call (reads are
+  parsed in the read callback, steady heartbeats answered there), so over the Kafka protocol
+  the probe waits mostly for the few long single commands of a storm: the first join of the new
+  group (it gets all 50,000 partitions: about 60 ms of core work, its records and its answer),
+  applying a 5,000-member target, and the first member's revocation of 49,990 partitions.
+  A command is not preempted; those are what keep the Kafka-protocol probe's maximum above
+  200 ms.
+
+### Why convergence takes about two heartbeat intervals
+
+As in Kafka 4.3, the first join of a new group computes its target at once (no earlier
+computation to wait an interval for), so the first member is given every partition. The others
+join within the next fraction of a second and get an empty assignment until the next
+computation, one assignment interval later. Each then learns its target at its next heartbeat,
+5 s after its join was answered. The first member learns it must revoke at its own next
+heartbeat, which falls in the same burst, and acknowledges at once; a member whose heartbeat
+of that burst was answered before that acknowledgement finds its partitions still owned and
+gets them at its following heartbeat, 5 s later. So with Java-consumer members (no push),
+convergence is two heartbeat intervals after the first joins, plus the time the server takes
+to answer those two bursts of heartbeats, which is why the rows sit at 2.0-2.2 HB. Counted from
+the last join instead, the storm's own duration comes off. Members of `kip848.client` hear of
+the release through ConsumerGroupWatch at once (docs/client.md) and take one heartbeat
+interval."""
 
 
 def _convergence(r: dict[str, Any]) -> str:
@@ -483,6 +511,8 @@ def main() -> int:
     results = []
     for config in configs:
         for protocol in protocols:
+            if protocol == "kafka" and "--grpc-processes" in config.flags:
+                continue  # front ends serve gRPC only; the Kafka listener is the coordinator's
             for members, partitions in rows:
                 limit = args.max_seconds or MAX_SECONDS.get(members, 300.0)
                 default_connections = members if protocol == "kafka" else GRPC_CONNECTIONS
