@@ -28,6 +28,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from coordinator.core.target_assignment import incremental_method
+
 from . import tracing
 from .metrics import CoordinatorMetrics, ShardTimes, StateCounts
 from .rebalances import RebalanceTracker
@@ -233,7 +235,10 @@ class RuntimeObserver:
         if self.metrics is not None:
             self.metrics.bind_shards(shard_count)
             self._times = self.metrics.shard_times()
-        return [TimedAssignor(a, self.metrics) for a in assignors]
+        return [
+            (TimedIncrementalAssignor if incremental_method(a) else TimedAssignor)(a, self.metrics)
+            for a in assignors
+        ]
 
 
 class TimedAssignor:
@@ -249,10 +254,16 @@ class TimedAssignor:
         return getattr(self.inner, attr)
 
     def assign(self, group_spec: Any, topics: Mapping[Any, Any]) -> Any:
+        return self._run(self.inner.assign, group_spec, topics)
+
+    def _run(self, call: Callable[[Any, Any], Any], group_spec: Any, topics: Any) -> Any:
+        """``call(group_spec, topics)``, timed and traced; a declined incremental computation
+        (None) is not counted as a run."""
         members = len(group_spec.members)
         metrics = self._metrics
         start = time.monotonic()
         ok = False
+        result = None
         try:
             if tracing.ACTIVE.get():
                 attributes: dict[str, Any] = {
@@ -264,17 +275,26 @@ class TimedAssignor:
                 if group_id is not None:
                     attributes[tracing.GROUP_ID] = group_id
                 with tracing.internal_span(f"assignor.{self.name}", attributes):
-                    result = self.inner.assign(group_spec, topics)
+                    result = call(group_spec, topics)
             else:
-                result = self.inner.assign(group_spec, topics)
+                result = call(group_spec, topics)
             ok = True
             return result
         finally:
             if metrics is not None:
-                if ok:
-                    metrics.assignment(self.name, members, time.monotonic() - start)
-                else:
+                if not ok:
                     metrics.assignment_failures.labels(self.name).inc()
+                elif result is not None:
+                    metrics.assignment(self.name, members, time.monotonic() - start)
+
+
+class TimedIncrementalAssignor(TimedAssignor):
+    """The wrapper of an assignor with the SPI's optional ``assign_changes``: defines it too
+    (timed and traced like ``assign``), so the core takes the incremental path through it
+    (``coordinator.core.target_assignment.incremental_method`` looks on the class)."""
+
+    def assign_changes(self, group_spec: Any, topics: Mapping[Any, Any]) -> Any:
+        return self._run(self.inner.assign_changes, group_spec, topics)
 
 
 # ---------------------------------------------------------------- state at scrape time

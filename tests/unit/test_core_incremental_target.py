@@ -453,3 +453,35 @@ def test_a_forwarding_wrapper_is_called_through_assign_and_one_that_defines_the_
         expected = ["assign"] if type(wrapper) is Forwarding else ["assign_changes"]
         assert wrapper.calls == expected
     assert records["Forwarding"] == records["Wrapping"]
+
+
+def test_the_metrics_wrapper_takes_the_incremental_path_and_times_it_once() -> None:
+    """With --metrics-listen the runtime wraps every assignor (observer.attach): an assignor
+    with assign_changes gets a wrapper that defines it too, so computations on the loop stay
+    incremental, each timed once; one without it keeps the plain wrapper."""
+    from assignors.range import RangeAssignor
+    from coordinator.core.target_assignment import incremental_method
+    from coordinator.observability.metrics import CoordinatorMetrics
+    from coordinator.observability.observer import RuntimeObserver
+
+    metrics = CoordinatorMetrics(process_collectors=False)
+    inner = Wrapping(UniformAssignor())
+    timed, plain = RuntimeObserver(metrics).attach(1, [inner, RangeAssignor()])
+    assert incremental_method(timed) is not None
+    assert incremental_method(plain) is None
+    h = settled(timed, 7)
+    inner.calls.clear()
+
+    def runs() -> float:
+        return sum(
+            s.value
+            for family in metrics.registry.collect()
+            for s in family.samples
+            if s.name == "kip848_assignment_duration_seconds_count"
+            and s.labels.get("assignor") == "uniform"
+        )
+
+    before = runs()
+    assert h.shard.consumer_group_heartbeat(JOIN, 0).records
+    assert inner.calls == ["assign_changes"]
+    assert runs() == before + 1
