@@ -86,6 +86,11 @@ class Result(Generic[T]):
     """Groups whose target assignment is to be computed outside the event loop (the runtime
     copies the inputs with ``ConsumerGroups.assignment_job`` and applies the outcome with
     ``apply_assignment``); released like timers, once the records are durable."""
+    parked_joins: list[str] = field(default_factory=list)
+    """Groups with parked joins (members that joined before the group's first target): the
+    runtime calls ``ConsumerGroups.first_target`` for each, after the joins queued behind this
+    command, until it answers False; that computes the target, then answers them a few at a
+    time."""
 
     def absorb(self, other: Result[Any]) -> None:
         """Take over everything of ``other`` but its response (a sub-step of this command)."""
@@ -94,6 +99,7 @@ class Result(Generic[T]):
         self.completions += other.completions
         self.events += other.events
         self.offloads += other.offloads
+        self.parked_joins += other.parked_joins
 
 
 class IdSource(Protocol):
