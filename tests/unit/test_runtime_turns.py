@@ -167,7 +167,7 @@ async def test_a_heartbeat_runs_at_once_while_only_joins_are_queued() -> None:
     assert turns.now(0)  # a heartbeat of a member already in does not
 
 
-async def test_in_a_join_storm_a_members_acknowledgement_is_answered_before_the_queued_joins() -> None:
+async def test_in_a_storm_a_members_heartbeat_is_answered_before_the_queued_joins() -> None:
     rt = await started(make_runtime(MemoryRecordStore(), shards=1))
     await rt.create_topics([NewTopic(name="t", num_partitions=64)])
     order: list[str] = []
