@@ -343,7 +343,7 @@ class ConsumerGroups(ByGroupId[ConsumerGroup]):
         gid = group.group_id
         token = next(self._tokens)
         if not group.waiting:
-            result.parked_joins.append(gid)
+            result.parked_joins.append((gid, True))
             group.set("parked_at", group.assignment_epoch)
         group.waiting[member_id] = token
         session_ms = self._configs.session_timeout_ms(gid)
@@ -391,7 +391,7 @@ class ConsumerGroups(ByGroupId[ConsumerGroup]):
         first = sorted(waiting.items(), key=lambda item: item[1])
         if error is None and len(first) > ANSWERS_PER_COMMAND:
             first = first[:ANSWERS_PER_COMMAND]
-            result.parked_joins.append(group.group_id)
+            result.parked_joins.append((group.group_id, False))
         for member_id, token in first:
             del waiting[member_id]
             if error is not None:

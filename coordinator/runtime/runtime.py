@@ -101,6 +101,9 @@ STALL_TICK_MS = 500
 STALL_GRACE_MS = 1000
 """Lateness beyond which the coordinator counts itself as having been away (_check_stall)."""
 
+FIRST_TARGET_QUIET_S = 0.01
+"""A new group's first target waits until no join to it has arrived for this long, twice (at
+most ``group.initial.rebalance.delay.ms``): a burst of joins gets one target covering it all."""
 EXPIRE_OFFSETS = "expire-offsets"
 """Timer kind of the periodic offset expiration; one timer per shard, keyed
 ``(EXPIRE_OFFSETS, "", str(shard_index))``."""
@@ -229,6 +232,7 @@ class CoordinatorRuntime:
         # was asked to go on while it ran.
         self._first_targets: dict[str, asyncio.Task[None]] = {}
         self._first_again: set[str] = set()
+        self._joins_arrived: dict[str, int] = {}  # joins to those groups while they wait
         self._warm_up: asyncio.Task[None] | None = None
         self.stats = {
             "batches": 0,
@@ -607,35 +611,44 @@ class CoordinatorRuntime:
 
     # ------------------------------------------------------------------ first targets
 
-    def _answer_parked_joins(self, index: int, group_ids: Sequence[str]) -> None:
+    def _answer_parked_joins(self, index: int, wanted: Sequence[tuple[str, bool]]) -> None:
         """These groups have parked joins (before their first target): call the core's
-        ``first_target`` for each (one task per group; a task asked again goes on)."""
+        ``first_target`` for each (one task per group; a task asked again goes on). ``True``:
+        the first of them, the target waits for the burst (else: a target is there)."""
         if self.state is not RuntimeState.ACTIVE:
             return
-        for group_id in group_ids:
+        for group_id, first in wanted:
             if group_id in self._first_targets:
                 self._first_again.add(group_id)
                 continue
             task = self._loop.create_task(  # type: ignore[union-attr]
-                self._first_target(index, group_id), name=f"kip848-first-{group_id}"
+                self._first_target(index, group_id, first), name=f"kip848-first-{group_id}"
             )
             self._first_targets[group_id] = task
 
-    async def _first_target(self, index: int, group_id: str) -> None:
+    async def _first_target(self, index: int, group_id: str, first: bool) -> None:
         """A burst of joins to a new group is registered before its first target is computed:
-        wait for this loop iteration's arrivals, then take turns behind the joins queued on the
-        group's state machine while more keep coming, for at most the broker's assignment
-        interval; then call ``first_target``, again as long as its results ask for it (each
-        answers a few parked joins, in the joins' turns)."""
+        take turns behind the joins queued on the group's state machine, and wait while joins
+        to the group keep arriving (none in two waits of :data:`FIRST_TARGET_QUIET_S` in a row:
+        a loop held up by something else, during which arrivals are not taken up, is not
+        mistaken for quiet), for at most ``group.initial.rebalance.delay.ms`` (Kafka's wait
+        for more members to join a new group before its first rebalance); then call ``first_target``, again as long as its results ask for
+        it (each answers a few parked joins, in the joins' turns)."""
         turns = self._turns
         start = perf_counter()
-        limit_s = self.config.consumer_assignment_interval_ms / 1000
+        limit_s = self.config.classic_initial_rebalance_delay_ms / 1000
         try:
-            await asyncio.sleep(0)
-            while turns is not None:
-                await turns.later(index, _nothing, join=True)
-                if not turns.joins_queued(index) or perf_counter() - start >= limit_s:
-                    break
+            seen, quiet = -1, 0
+            while first and turns is not None and perf_counter() - start < limit_s:
+                await turns.later(index, _nothing, join=True)  # behind the joins queued
+                if turns.joins_queued(index):
+                    continue
+                arrived = self._joins_arrived.get(group_id, 0)
+                quiet = quiet + 1 if arrived == seen else 0
+                if quiet == 2:
+                    break  # no join came while we waited, twice
+                seen = arrived
+                await asyncio.sleep(FIRST_TARGET_QUIET_S)
             again = self._first_again
             while True:
                 again.discard(group_id)
@@ -651,6 +664,7 @@ class CoordinatorRuntime:
             log.warning("[GroupId %s] Parked joins not answered: %s", group_id, exc)
         finally:
             self._first_targets.pop(group_id, None)
+            self._joins_arrived.pop(group_id, None)
 
     # ------------------------------------------------------------------ offloaded assignments
 
@@ -884,8 +898,12 @@ class CoordinatorRuntime:
 
     async def heartbeat(self, req: ConsumerGroupHeartbeat) -> ConsumerGroupHeartbeatResponse:
         now = self.clock.now_ms()
+        join = req.member_epoch == 0
+        if join and req.group_id in self._first_targets:
+            arrived = self._joins_arrived
+            arrived[req.group_id] = arrived.get(req.group_id, 0) + 1
         response: ConsumerGroupHeartbeatResponse = await self._parkable(
-            req.group_id, lambda s: s.consumer_group_heartbeat(req, now), join=req.member_epoch == 0
+            req.group_id, lambda s: s.consumer_group_heartbeat(req, now), join=join
         )
         return response
 
