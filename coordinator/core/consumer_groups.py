@@ -825,7 +825,8 @@ class ConsumerGroups(ByGroupId[ConsumerGroup]):
         member is answered: it is gone)."""
         group = self._by_group.get(group_id)
         if group is not None and member_id in group.waiting:
-            token = group.waiting.pop(member_id)
+            token = group.waiting[member_id]
+            del group.waiting[member_id]
             result.completions.append(
                 (
                     token,
