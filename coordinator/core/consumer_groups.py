@@ -10,7 +10,6 @@ is asked to convert groups through the shard's :class:`~.components.ClassicGroup
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -127,7 +126,6 @@ class ConsumerGroups(ByGroupId[ConsumerGroup]):
         on, the members that join a group before its first target are parked and answered when
         it is installed, and that target waits for the joins queued behind the first one
         (``parked_joins``), so a new group's first target covers a burst of joins at once."""
-        self._tokens = itertools.count(1)  # parked joins; process-local, never reused
 
     def _classic(self) -> ClassicGroupSupport:
         if self.classic is None:
@@ -341,7 +339,7 @@ class ConsumerGroups(ByGroupId[ConsumerGroup]):
         """Park a join until the group's first target is installed (:meth:`_answer_waiting`);
         the first parked join asks for that target once the joins queued behind it are in."""
         gid = group.group_id
-        token = next(self._tokens)
+        token = self._ctx.next_token()
         if not group.waiting:
             result.parked_joins.append((gid, True))
             group.set("parked_at", group.assignment_epoch)

@@ -225,3 +225,15 @@ def test_no_parking_with_batching_off_or_without_a_driver_that_answers_later() -
     assert plain.join("A", ["foo"]).response == Resp(
         member_id="A", member_epoch=1, heartbeat_interval_ms=HB_MS, assignment=HA(assigned=p(foo, 0), pending={})
     )  # fmt: skip
+
+
+def test_parked_joins_and_parked_classic_requests_never_share_a_token() -> None:
+    """The runtime parks both kinds of request by (shard, token): one sequence per shard."""
+    h = harness()
+    h.create_topic("foo", 2)
+    first = h.join_group("", group_id="classic")  # MEMBER_ID_REQUIRED, with an id to use
+    classic = h.join_group(first.member_id, group_id="classic")  # waits for the group's delay
+    parked = h.join("A", ["foo"]).response
+    again = h.join_group(h.join_group("", group_id="classic-2").member_id, group_id="classic-2")
+    assert [type(x) for x in (classic, parked, again)] == [Pending, Pending, Pending]
+    assert len({classic.token, parked.token, again.token}) == 3
