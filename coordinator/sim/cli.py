@@ -2,8 +2,9 @@
 
     kip848 simulate --seed N --steps K --members M [--partitions P] [--faults LIST|all|none]
                     [--topics T] [--static S] [--classic N --protocol eager|cooperative|mixed]
-                    [--count C] [--quiet]
+                    [--assignment-interval-ms I [--no-park]] [--count C] [--quiet]
     kip848 simulate --explore --members M --partitions P [--depth D] [--max-states S]
+                    [--batching] [--offload] [--restarts] [--park]
 
 Exit status: 0 if every invariant held, 1 on a violation (the report names the invariant, the
 seed and step, dumps the state and the last events, and prints the command that reproduces it),
@@ -73,6 +74,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="how long a simulated worker may take",
     )
     p.add_argument(
+        "--no-park",
+        action="store_true",
+        help="answer joins to a new group at once (Kafka) instead of parking them until the "
+        "group's first target (the runtime's default with batching)",
+    )
+    p.add_argument(
         "--static", type=int_in(0, MAX_MEMBERS), default=1, help="how many members are static"
     )
     p.add_argument(
@@ -109,6 +116,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--max-states", type=int_in(1, INT32_MAX), default=300_000, help="explorer: state limit"
     )
+    p.add_argument(
+        "--batching", action="store_true", help="explorer: assignment interval 1 s (batching)"
+    )
+    p.add_argument(
+        "--offload", action="store_true", help="explorer: targets computed by a worker (late)"
+    )
+    p.add_argument(
+        "--restarts", action="store_true", help="explorer: a coordinator restart anywhere (once)"
+    )
+    p.add_argument(
+        "--park",
+        action="store_true",
+        help="explorer: joins parked until a new group's first target (implies --batching)",
+    )
     return p
 
 
@@ -142,6 +163,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             assignment_interval_ms=args.assignment_interval_ms,
             offload_min_members=args.offload_min_members,
             offload_delay_max_ms=args.offload_delay_max_ms,
+            parks_joins=not args.no_park,
         )
         summary = Simulation(params).run()
         if args.quiet:
@@ -177,12 +199,21 @@ def _explore(args: argparse.Namespace) -> int:
         partitions=args.partitions,
         depth=args.depth,
         max_states=args.max_states,
+        batching=args.batching or args.park,
+        offload=args.offload,
+        restarts=args.restarts,
+        parks_joins=args.park,
     )
     print(result.render())
     if result.violation is not None:
+        flags = "".join(
+            f" --{name}"
+            for name in ("batching", "offload", "restarts", "park")
+            if getattr(args, name)
+        )
         print(
             f"reproduce: kip848 simulate --explore --members {args.members} --partitions {args.partitions} "
-            f"--depth {args.depth}"
+            f"--depth {args.depth}{flags}"
         )
         return 1
     return 0

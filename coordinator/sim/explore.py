@@ -25,7 +25,26 @@ with a third:
 * ``restart``          the coordinator reloads its records (at most once per path): requests,
   responses, pending and running computations are lost, timers re-armed by ``on_loaded``.
 
-Invariants I1, I1b, I2 and I3 (:mod:`coordinator.sim.invariants`) are checked in every reachable
+With ``parks_joins`` (batching on; the runtime's default) a join to a group that nobody has been
+answered in yet (new or emptied) is *parked*: its records are written, its response is
+``Pending``, and the client just waits (no ``timeout`` while its join is parked: the runtime
+answers long before a request timeout). The core then asks for the group's first target, which
+the explorer plays with one more action, enabled while it is asked for (at any later point, so
+any number of joins may be parked before it: the burst the runtime waits for):
+
+* ``first-target g``   the runtime calls ``first_target`` for group g: the target is computed
+  (inline, or offloaded: ``offload-start``/``offload-done`` then answer) and the parked joins are
+  answered; their answers (or UNKNOWN_MEMBER_ID for a parked member removed meanwhile, e.g. its
+  session expired) join the client's responses like any other (and may be lost). A ``restart``
+  drops the parked joins (the callers are gone): those clients time out and join again.
+
+Parked state is soft (not in the records): each state carries the parked joins, in arrival
+order, and the shard is given them back after replay. Invariant I7 (every parked join is answered
+at most once, only to the client that waits for it, and the core's parked members are exactly
+the explorer's; while joins are parked something — an asked first target, an offloaded
+computation — is on its way to answer them) is checked in every state with ``parks_joins``.
+
+Invariants I1, I1b, I2, I3 (and I7 with ``parks_joins``) (:mod:`coordinator.sim.invariants`) are checked in every reachable
 state. States are deduplicated by a canonical key (shard snapshot, armed timers, client states,
 messages in flight). Because the search is breadth-first, the first violation found has a
 shortest path, which is printed action by action.
@@ -38,12 +57,12 @@ shard's undo log.
 from __future__ import annotations
 
 import copy
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from coordinator.core.commands import ConsumerGroupHeartbeat, Result, SequentialIds
+from coordinator.core.commands import ConsumerGroupHeartbeat, Pending, Result, SequentialIds
 from coordinator.core.config import GroupCoordinatorConfig
 from coordinator.core.errors import CoordinatorError, IllegalStateError
 from coordinator.core.records import Record
@@ -73,6 +92,12 @@ class _State:
     offloads: tuple[str, ...] = ()  # groups whose target the core asked for, not yet started
     jobs: tuple[tuple[str, Any], ...] = ()  # (group, outcome) computed by a worker, not applied
     restarts: int = 0
+    # Parked joins (soft state, not in the records), in arrival order: (member id, client,
+    # corr); the assignment epoch when the first was parked; groups whose first target the
+    # core asked for and the runtime has not called yet.
+    parked: tuple[tuple[str, int, int], ...] = ()
+    parked_at: int = 0
+    first_asked: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)
@@ -88,6 +113,9 @@ class ExploreResult:
     violation_name: str | None = None
     path: list[str] = field(default_factory=list)
     per_depth: list[int] = field(default_factory=list)
+    checked: tuple[str, ...] = ("I1", "I1b", "I2", "I3")
+    covered: Counter[str] = field(default_factory=Counter)
+    """Parked-join situations met, counted over the explored transitions (``parks_joins``)."""
 
     def render(self) -> str:
         lines = [
@@ -96,8 +124,15 @@ class ExploreResult:
             + (" (TRUNCATED at the state limit)" if self.truncated else ""),
             "new states per depth: " + " ".join(str(n) for n in self.per_depth),
         ]
+        if self.covered:
+            lines.append(
+                "parked joins (transitions): "
+                + ", ".join(f"{k} {n}" for k, n in sorted(self.covered.items()))
+            )
         if self.violation is None:
-            lines.append("safety invariants (I1, I1b, I2, I3) hold in every explored state")
+            lines.append(
+                f"safety invariants ({', '.join(self.checked)}) hold in every explored state"
+            )
         else:
             lines.append(
                 f"INVARIANT {self.violation_name} VIOLATED after {len(self.path)} actions (a shortest path):"
@@ -123,6 +158,7 @@ class Explorer:
         batching: bool = False,
         offload: bool = False,
         restarts: bool = False,
+        parks_joins: bool = False,
     ) -> None:
         self.invariants = frozenset(invariants)
         if assignors is None:
@@ -137,6 +173,11 @@ class Explorer:
         self.with_losses = losses
         self.assignors = list(assignors)
         self.batching, self.offload, self.restarts = batching, offload, restarts
+        if parks_joins and not batching:
+            raise ValueError("parks_joins needs batching (joins are parked only with batching on)")
+        self.parks_joins = parks_joins
+        self._token_of: dict[int, tuple[str, int, int]] = {}  # token -> parked entry
+        self.covered: Counter[str] = Counter()
         self.config = GroupCoordinatorConfig(
             consumer_assignment_interval_ms=1000 if batching else 0,
             consumer_assignor_offload_enable=offload,
@@ -154,13 +195,23 @@ class Explorer:
 
     # ------------------------------------------------------------------ shard
 
-    def _shard(self, records: Sequence[Record]) -> Shard:
+    def _shard(self, records: Sequence[Record], st: _State | None = None) -> Shard:
         shard = new_shard(
             config=self.config, assignors=self.assignors, ids=SequentialIds("x"), topics=self.image
         )
+        shard.groups.parks_joins = self.parks_joins
         shard.undo.enabled = False
         for rec in records:
             shard.replay(rec)
+        self._token_of = {}
+        if st is not None and st.parked:  # the soft state of the parked joins, given back
+            group = shard.groups.get(GROUP)
+            assert group is not None  # parked members are members
+            for entry in st.parked:  # fresh tokens, in arrival order (answers go in that order)
+                token = shard.context.next_token()
+                group.waiting[entry[0]] = token
+                self._token_of[token] = entry
+            group.parked_at = st.parked_at
         shard.undo.enabled = True
         return shard
 
@@ -198,7 +249,7 @@ class Explorer:
             st = states[idx]
             if st.depth >= self.depth:
                 continue
-            shard = self._shard(st.records)
+            shard = self._shard(st.records, st)
             parent_snap = repr(shard.snapshot())
             for action in self._actions(st):
                 mark = shard.mark()
@@ -209,8 +260,13 @@ class Explorer:
                     result.violation_name, result.violation = v.name, v.message
                     result.path = self._path(states, idx) + [action]
                     result.states = len(states)
+                    self._finish(result)
                     return result
                 failures = inv.check_safety(shard.groups.get(GROUP), nxt.clients, self.invariants)
+                if self.parks_joins:
+                    failures += [
+                        (inv.PARKED_ANSWERED_ONCE, m) for m in self._check_parked(shard, nxt)
+                    ]
                 if failures:
                     result.violation_name = failures[0][0]
                     result.violation = (
@@ -218,6 +274,7 @@ class Explorer:
                     )
                     result.path = self._path(states, idx) + [nxt.action]
                     result.states = len(states)
+                    self._finish(result)
                     return result
                 key = self._key(shard, nxt, parent_snap if nxt.records is st.records else None)
                 shard.rollback(mark)
@@ -233,9 +290,16 @@ class Explorer:
                 if len(states) >= self.max_states:
                     result.truncated = True
                     result.states = len(states)
+                    self._finish(result)
                     return result
         result.states = len(states)
+        self._finish(result)
         return result
+
+    def _finish(self, result: ExploreResult) -> None:
+        result.covered = self.covered
+        if self.parks_joins:
+            result.checked += ("I7",)
 
     def _path(self, states: list[_State], idx: int) -> list[str]:
         out = []
@@ -255,7 +319,29 @@ class Explorer:
             st.offloads,
             tuple((g, repr(outcome)) for g, outcome in st.jobs),
             st.restarts,
+            tuple((mid, i, rc) for mid, i, rc in st.parked),
+            st.parked_at if st.parked else 0,
+            st.first_asked,
         )
+
+    def _check_parked(self, shard: Shard, st: _State) -> list[str]:
+        """I7 (the explorer's side): the core's parked members are exactly those whose clients
+        wait for a parked answer, and while any is parked, something will answer it (the first
+        target asked for, or a computation of the group's target asked for or running)."""
+        group = shard.groups.get(GROUP)
+        core = sorted(group.waiting) if group is not None else []
+        mine = sorted(mid for mid, _i, _rc in st.parked)
+        out = []
+        if core != mine:
+            out.append(f"the core has parked {core}, the clients wait for parked answers to {mine}")
+        if st.parked and not (
+            GROUP in st.first_asked or GROUP in st.offloads or any(g == GROUP for g, _o in st.jobs)
+        ):
+            out.append(
+                f"joins of {mine} are parked, but no first target is asked for and no target "
+                "is being computed: nothing will answer them"
+            )
+        return out
 
     def _actions(self, st: _State) -> list[str]:
         out = []
@@ -274,6 +360,7 @@ class Explorer:
                 c.inflight is not None
                 and not st.requests[i]
                 and not any(corr == c.inflight for corr, _o in st.responses[i])
+                and not any(pi == i and rc == c.inflight for _m, pi, rc in st.parked)
             ):
                 out.append(f"timeout {i}")
             if c.revoking:
@@ -284,6 +371,7 @@ class Explorer:
         running = {g for g, _o in st.jobs}
         out += [f"offload-start {g}" for g in st.offloads if g not in running]
         out += [f"offload-done {g}" for g in sorted(running)]
+        out += [f"first-target {g}" for g in st.first_asked]
         if self.restarts and st.restarts < 1:
             out.append("restart")
         return out
@@ -301,12 +389,43 @@ class Explorer:
         offloads = list(st.offloads)
         jobs = dict(st.jobs)
         restarts = st.restarts
+        parked = list(st.parked)
+        parked_at = st.parked_at
+        first_asked = list(st.first_asked)
 
         touched = False
 
         def commit(res: Any) -> None:
-            nonlocal touched
+            nonlocal touched, parked_at
             touched = True
+            for group_id, _first in res.parked_joins:
+                if group_id not in first_asked:
+                    first_asked.append(group_id)
+            for token, answer in res.completions:
+                entry = self._token_of.get(token)
+                if entry is None or entry not in parked:
+                    raise _Violation(
+                        inv.PARKED_ANSWERED_ONCE,
+                        f"the core answered token {token}, which no parked join waits for "
+                        f"(answered twice, or never parked): {answer!r}",
+                    )
+                parked.remove(entry)
+                _mid, ci, rc = entry
+                self.covered[
+                    "answered: "
+                    + (
+                        "a target"
+                        if not isinstance(answer, CoordinatorError)
+                        else type(answer).__name__
+                    )
+                ] += 1
+                if isinstance(answer, CoordinatorError):
+                    responses[ci] = responses[ci] + ((rc, ("error", int(answer.code))),)
+                else:
+                    responses[ci] = responses[ci] + ((rc, ("ok", answer)),)
+            group = shard.groups.get(GROUP)
+            if group is not None and group.waiting:
+                parked_at = group.parked_at
             for op in res.timers:
                 if type(op) is ArmTimer:
                     timers[op.key] = op.deadline_ms if op.key[0] == ASSIGN else op.payload
@@ -352,9 +471,28 @@ class Explorer:
             label = (
                 f"offload-done {group_id}: epoch {computed.epoch} ({len(applied.records)} records)"
             )
+        elif verb == "first-target":
+            group_id = args[0]
+            first_asked.remove(group_id)
+            answered = guarded(lambda: shard.groups.first_target(group_id, now))
+            commit(answered)
+            if answered.offloads:
+                self.covered["first target offloaded"] += 1
+            label = (
+                f"first-target {group_id}: {len(answered.records)} records, "
+                f"{len(answered.completions)} parked joins answered"
+                + (", target offloaded" if answered.offloads else "")
+            )
         elif verb == "restart":
             restarts += 1
             offloads, jobs = [], {}
+            if parked:
+                self.covered["restart drops parked joins"] += 1
+            group = shard.groups.get(GROUP)
+            if group is not None:
+                for member_id in list(group.waiting):
+                    del group.waiting[member_id]  # soft: the callers are gone
+            parked, first_asked = [], []
             requests = [() for _ in requests]
             responses = [() for _ in responses]
             timers = {}
@@ -373,10 +511,11 @@ class Explorer:
             elif verb == "deliver":
                 (rc, req), later_requests = requests[i][0], requests[i][1:]
                 requests[i] = later_requests
+                outcome: tuple | None = None
                 try:
                     res = shard.consumer_group_heartbeat(req, now)
                 except CoordinatorError as exc:
-                    outcome: tuple = ("error", int(exc.code))
+                    outcome = ("error", int(exc.code))
                     label = f"deliver {i}: corr {rc} -> {exc.code.name}"
                 except IllegalStateError as exc:
                     raise _Violation(inv.CORE_ILLEGAL_STATE, str(exc)) from None
@@ -384,12 +523,27 @@ class Explorer:
                     commit(res)
                     resp = res.response
                     assert resp is not None  # a heartbeat always answers
-                    outcome = ("ok", resp)
-                    a = resp.assignment
-                    label = f"deliver {i}: corr {rc} -> epoch {resp.member_epoch}" + (
-                        "" if a is None else f" assigned={fmt(a.assigned, self.labels)}"
-                    )
-                responses[i] = responses[i] + ((rc, outcome),)
+                    if isinstance(resp, Pending):  # parked: answered by a later completion
+                        entry = (req.member_id, i, rc)
+                        cover = self.covered
+                        cover["parked"] += 1
+                        if len(parked) > 0:
+                            cover["parked behind another"] += 1
+                        if GROUP in offloads or GROUP in jobs:
+                            cover["parked while the first target is computed"] += 1
+                        if restarts:
+                            cover["parked after a restart"] += 1
+                        parked.append(entry)
+                        self._token_of[resp.token] = entry
+                        label = f"deliver {i}: corr {rc} -> parked until the first target"
+                    else:
+                        outcome = ("ok", resp)
+                        a = resp.assignment
+                        label = f"deliver {i}: corr {rc} -> epoch {resp.member_epoch}" + (
+                            "" if a is None else f" assigned={fmt(a.assigned, self.labels)}"
+                        )
+                if outcome is not None:
+                    responses[i] = responses[i] + ((rc, outcome),)
             elif verb == "lose-req":
                 requests[i] = requests[i][1:]
             elif verb == "respond":
@@ -426,11 +580,20 @@ class Explorer:
             tuple(offloads),
             tuple(sorted(jobs.items())),
             restarts,
+            tuple(parked),
+            parked_at if parked else 0,
+            tuple(first_asked),
         )
 
     def _dump(self, shard: Shard, st: _State) -> str:
         lines = ["clients:"]
         lines += ["  " + c.describe(self.labels) for c in st.clients]
+        if st.parked or st.first_asked:
+            lines.append(
+                "parked joins: "
+                + ", ".join(f"{mid} (c{i} corr {rc})" for mid, i, rc in st.parked)
+                + f"; first target asked for: {list(st.first_asked)}"
+            )
         g = shard.groups.get(GROUP)
         if g is not None:
             lines.append(

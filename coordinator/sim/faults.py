@@ -198,6 +198,9 @@ class FaultInjector:
         """Reload from the store through the codec; everything in flight is lost."""
         sim = self.sim
         before = sim.h.shard.snapshot()
+        old = sim.group
+        if old is not None and old.waiting:  # soft state: the callers are gone
+            sim.summary.events["parked-join-dropped-by-restart"] += len(old.waiting)
         fresh = sim._fresh_shard()
         fresh.undo.enabled = False
         try:
@@ -211,7 +214,10 @@ class FaultInjector:
         sim.h.timers.apply(fresh.on_loaded(sim.now))
         sim.coord_gen += 1
         sim.assigning.clear()  # offloaded computations die with the process
-        sim.parked.clear()  # parked JoinGroup/SyncGroup requests die with the process
+        sim.parked.clear()  # parked JoinGroup/SyncGroup requests and joins die with the process
+        sim.answered.clear()  # the fresh shard draws its tokens anew
+        sim.first_targets.clear()
+        sim.joins_arrived.clear()
         for (
             c
         ) in sim.clients:  # a generation not yet written is forgotten by the reloaded coordinator

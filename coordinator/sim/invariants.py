@@ -48,6 +48,11 @@ LIVENESS = "I5-liveness-stable-after-faults-stop"
 CORE_ILLEGAL_STATE = "core-illegal-state"
 CLIENT_MODEL = "client-got-an-impossible-answer"
 OFFSETS_FENCED = "I6-commits-only-from-owner-and-monotonic"
+PARKED_ANSWERED_ONCE = "I7-parked-join-answered-exactly-once"
+"""A join parked until its group's first target (``ConsumerGroups.parks_joins``) is answered
+once, to the request that waits for it, unless the coordinator restarts (the callers are gone);
+nothing is left parked without something on its way to answer it. Checked by the driver (the
+simulator, the explorer), which holds the waiting requests."""
 
 SAFETY = (
     NO_DOUBLE_OWNERSHIP,

@@ -31,6 +31,16 @@ Theory of operation
   message one network latency later; the member heartbeats at once if it has something to do.
   A stream opens when a client becomes a member and closes when it stops being one (and on a
   coordinator restart); its first message always goes out.
+* ``parks_joins`` (on by default, as in the runtime; only with batching): a join to a group
+  nobody has been answered in yet (new or emptied) is parked (``Pending``) until the group's
+  first target. The simulator plays the runtime: the first target waits while joins to the
+  group keep arriving (none for :data:`FIRST_TARGET_QUIET_MS`, at most
+  ``initial_rebalance_delay_ms``), then ``first_target`` is called, again while its results ask
+  for it; the answers (or UNKNOWN_MEMBER_ID for a parked member removed meanwhile) go to the
+  waiting clients like any response. A coordinator restart drops them (the clients time out and
+  join again). Invariant I7: each parked join is answered at most once, to a request that waits
+  for it, and while joins are parked a first target or a computation is on its way.
+  ``parks_joins=False`` gives Kafka's immediate answers.
 """
 
 from __future__ import annotations
@@ -42,7 +52,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from coordinator.core import codec
-from coordinator.core.commands import ConsumerGroupHeartbeat, Pending, Result, SequentialIds
+from coordinator.core.commands import (
+    ConsumerGroupHeartbeat,
+    ConsumerGroupHeartbeatResponse,
+    Pending,
+    Result,
+    SequentialIds,
+)
 from coordinator.core.config import GroupCoordinatorConfig
 from coordinator.core.errors import CoordinatorError, IllegalStateError
 from coordinator.core.group import GroupState
@@ -96,6 +112,7 @@ __all__ = [
 ]
 
 GROUP = "grp"
+FIRST_TARGET_QUIET_MS = 20  # the runtime: two quiet waits of 10 ms in a row
 CLASSIC_PROTOCOLS = ("eager", "cooperative", "mixed")
 
 
@@ -128,6 +145,12 @@ class SimParams:
     assignment_interval_ms: int = 0  # group.consumer.assignment.interval.ms (0: no batching)
     offload_min_members: int = 0  # group.consumer.assignor.offload.min.members (0: no offload)
     offload_delay_max_ms: int = 2_000  # how long a worker may take (virtual time)
+    start_spread_ms: int | None = None  # clients first start within this (None: heartbeat interval)
+    parks_joins: bool = True  # joins wait for a new group's first target (the runtime; batching)
+
+    def parks(self) -> bool:
+        """Are joins parked (the runtime's default, with batching on)?"""
+        return self.parks_joins and self.assignment_interval_ms > 0
 
     def liveness_bound_ms(self) -> int:
         """Virtual time after faults stop within which the group must be Stable with every
@@ -164,6 +187,8 @@ class SimParams:
                 + self.offload_delay_max_ms * bool(self.offload_min_members)
             )
         )
+        if self.parks():  # a first target waits for the burst of joins, at most this long
+            bound += self.initial_rebalance_delay_ms
         return bound
 
     def uses_classic(self) -> bool:
@@ -210,6 +235,7 @@ class SimParams:
                 if self.offload_min_members
                 else ""
             )
+            + (" --no-park" if self.assignment_interval_ms and not self.parks_joins else "")
         )
 
 
@@ -230,7 +256,12 @@ class Simulation:
         )
         # The bridged shard: classic groups, classic members in consumer groups, upgrade and
         # downgrade. A fleet without classic clients never creates a classic group.
-        self.h: Harness = Harness(assignors=list(assignors), config=config, ids=SequentialIds())
+        self.h: Harness = Harness(
+            assignors=list(assignors),
+            config=config,
+            ids=SequentialIds(),
+            parks_joins=params.parks_joins,
+        )
         self.parked: dict[
             int, tuple[int, int, bool]
         ] = {}  # deferred-response token -> (client, corr, dup)
@@ -243,6 +274,11 @@ class Simulation:
         self.corr = 0
         self.coord_gen = 0  # bumps on restart: deliveries of older generations are lost
         self.assigning: set[str] = set()  # groups whose target a "worker" is computing
+        # Parked joins (the runtime's first targets): group -> (wait started, joins seen at the
+        # last look, call again), while a first_target call is scheduled; tokens answered.
+        self.first_targets: dict[str, list[int]] = {}
+        self.joins_arrived: dict[str, int] = {}
+        self.answered: set[int] = set()
         self.fifo: dict[int, int] = {}  # client -> time of its last scheduled delivery
         self.committed: dict[tuple[str, int], int] = {}  # (topic id, p) -> last accepted offset
         self.resp_fifo: dict[int, int] = {}  # client -> time of its last scheduled response
@@ -276,7 +312,12 @@ class Simulation:
             else:
                 c = self._new_client(i, classic=False)
             self.clients.append(c)
-            self._schedule(self.rng.randint(0, params.heartbeat_interval_ms), "start", (i,))
+            spread = params.start_spread_ms
+            self._schedule(
+                self.rng.randint(0, params.heartbeat_interval_ms if spread is None else spread),
+                "start",
+                (i,),
+            )
 
     def _new_client(
         self, i: int, *, classic: bool, protocol: str = EAGER, incarnation: int = 0
@@ -324,9 +365,11 @@ class Simulation:
 
     def _fresh_shard(self) -> Shard:
         h = self.h
-        return new_shard(
+        shard = new_shard(
             config=h.config, assignors=h.assignors, ids=h.ids, topics=h.registry.image()
         )
+        shard.groups.parks_joins = self.p.parks_joins  # the runtime sets it on every shard
+        return shard
 
     def _create_topic(self, name: str, partitions: int) -> None:
         tid = self.h.create_topic(name, partitions)
@@ -350,6 +393,8 @@ class Simulation:
         h.shard.release(h.shard.mark())
         self._store_records(res.records)
         self._route_completions(res.completions)
+        for group_id, first in res.parked_joins:
+            self._ask_first_target(group_id, first)
         if self.p.push and res.records:
             self._push()
         for group_id in dict.fromkeys(res.offloads):
@@ -413,15 +458,80 @@ class Simulation:
             f"({len(res.records)} records)"
         )
 
+    # ------------------------------------------------------------------ first targets
+
+    def _ask_first_target(self, group_id: str, first: bool) -> None:
+        """The runtime's ``_answer_parked_joins``: one call of ``first_target`` at a time per
+        group (asked again while one is scheduled: it goes on after it); the first waits for
+        the burst of joins (:meth:`_on_first_target`)."""
+        wait = self.first_targets.get(group_id)
+        if wait is not None:
+            wait[2] = 1
+            return
+        self.first_targets[group_id] = [self.now, -1, 0]
+        self.joins_arrived[group_id] = 0
+        delay = FIRST_TARGET_QUIET_MS if first else 0
+        self._schedule(self.now + delay, "first_target", (group_id, first, self.coord_gen))
+
+    def _on_first_target(self, group_id: str, first: bool, gen: int) -> None:
+        """Wait while joins to the group keep arriving (none in the last quiet wait), for at
+        most ``group.initial.rebalance.delay.ms``; then ``first_target``, again while its
+        results ask for it (each call one step: other commands run in between)."""
+        wait = self.first_targets.get(group_id)
+        if gen != self.coord_gen or wait is None:
+            return  # the coordinator restarted: the parked joins died with it
+        arrived = self.joins_arrived.get(group_id, 0)
+        if first and arrived != wait[1] and self.now - wait[0] < self.p.initial_rebalance_delay_ms:
+            wait[1] = arrived
+            self._schedule(self.now + FIRST_TARGET_QUIET_MS, "first_target", (group_id, True, gen))
+            return
+        wait[2] = 0
+        res = self._guard(lambda: self.h.shard.groups.first_target(group_id, self.now))
+        self._log(
+            f"coordinator: first target of {group_id} after {self.now - wait[0]} ms: "
+            f"{len(res.records)} records, {len(res.completions)} parked joins answered"
+            + (", offloaded" if res.offloads else "")
+        )
+        if res.offloads:
+            self.summary.events["first-target-offloaded"] += 1
+        self._commit(res)  # may ask again (wait[2])
+        if wait[2]:
+            wait[2] = 0
+            self._schedule(self.now, "first_target", (group_id, False, gen))
+        else:
+            del self.first_targets[group_id]
+            self.joins_arrived.pop(group_id, None)
+
     def _route_completions(self, completions: Sequence[tuple[int, Any]]) -> None:
-        """Deferred JoinGroup/SyncGroup responses completed by this (durable) result go to the
-        client that waits for them, with the normal response latency (and response faults)."""
+        """Deferred responses completed by this (durable) result — JoinGroup/SyncGroup, and
+        joins parked until a new group's first target — go to the client that waits for them,
+        with the normal response latency (and response faults). Each token at most once (I7)."""
         for token, response in completions:
+            if token in self.answered:
+                self._fail(
+                    inv.PARKED_ANSWERED_ONCE,
+                    f"the coordinator answered token {token} a second time: {response!r}",
+                )
+            self.answered.add(token)
             waiting = self.parked.pop(token, None)
             if waiting is None:
-                self._log(f"completion of token {token} has no waiting request (lost)")
+                self._fail(
+                    inv.PARKED_ANSWERED_ONCE,
+                    f"the coordinator answered token {token}, which no request waits for: "
+                    f"{response!r}",
+                )
                 continue
             i, corr, dup = waiting
+            if isinstance(response, CoordinatorError):
+                self.summary.events["parked-answered-" + response.code.name] += 1
+                self._log(
+                    f"coordinator: parked corr={corr}{' (dup)' if dup else ''} of c{i} completes "
+                    f"-> {response.code.name}: {response.message}"
+                )
+                self._respond(i, corr, ("error", int(response.code), response.message))
+                continue
+            if isinstance(response, ConsumerGroupHeartbeatResponse):
+                self.summary.events["parked-join-answered"] += 1
             self._log(
                 f"coordinator: parked corr={corr}{' (dup)' if dup else ''} of c{i} completes -> "
                 f"{resp_text(response)}"
@@ -754,6 +864,9 @@ class Simulation:
             self._log(f"request corr={corr} from c{i} lost in a coordinator restart")
             return
         outcome: Any
+        joining = isinstance(req, ConsumerGroupHeartbeat) and req.member_epoch == 0
+        if joining and req.group_id in self.first_targets:  # the runtime counts them as it waits
+            self.joins_arrived[req.group_id] = self.joins_arrived.get(req.group_id, 0) + 1
         try:
             res = self._handle(req)
         except CoordinatorError as exc:
@@ -769,6 +882,8 @@ class Simulation:
             resp = res.response
             if isinstance(resp, Pending):
                 self.parked[resp.token] = (i, corr, dup)
+                if isinstance(req, ConsumerGroupHeartbeat):
+                    self.summary.events["parked-join"] += 1
                 self._log(
                     f"coordinator: corr={corr}{' (dup)' if dup else ''} from c{i} waits (token {resp.token}); "
                     f"{len(res.records)} records"
@@ -903,10 +1018,28 @@ class Simulation:
                 "replaying the stored records does not yield the live state:\n"
                 + diff(live, replica),
             )
+        if group is not None and group.waiting:
+            self._check_parked(group)
         _l, zombies = inv.live_claims(group, self.clients, classic)
         if zombies:
             self.summary.zombie_steps += 1
         self.summary.checks += 1
+
+    def _check_parked(self, group: Any) -> None:
+        """I7: every member the core holds parked has a request that waits for its answer,
+        and something is on its way to answer it (a first target, a computation)."""
+        lost = sorted(m for m, token in group.waiting.items() if token not in self.parked)
+        if lost:
+            self._fail(
+                inv.PARKED_ANSWERED_ONCE,
+                f"the core holds joins of {lost} parked that no request waits for",
+            )
+        if group.group_id not in self.first_targets and group.group_id not in self.assigning:
+            self._fail(
+                inv.PARKED_ANSWERED_ONCE,
+                f"joins of {sorted(group.waiting)} are parked, but no first target is asked "
+                "for and no target is being computed: nothing will answer them",
+            )
 
     def _converged(self) -> bool:
         return not self._why_not_converged()
@@ -930,6 +1063,8 @@ class Simulation:
         )
         if pending:
             return f"fault follow-ups still pending: {pending}"
+        if group is not None and group.waiting:
+            return f"joins of {sorted(group.waiting)} are still parked"
         if group is None:
             if classic.state.value != "Stable":
                 return f"classic group is {classic.state.value}"
