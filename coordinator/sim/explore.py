@@ -533,6 +533,9 @@ class Explorer:
                             cover["parked while the first target is computed"] += 1
                         if restarts:
                             cover["parked after a restart"] += 1
+                        group = shard.groups.get(GROUP)
+                        if group is not None and group.parked_at > 0:
+                            cover["parked in an emptied group"] += 1
                         parked.append(entry)
                         self._token_of[resp.token] = entry
                         label = f"deliver {i}: corr {rc} -> parked until the first target"

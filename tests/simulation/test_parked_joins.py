@@ -26,6 +26,7 @@ from coordinator.sim.simulator import SimParams, Simulation, simulate
 SITUATIONS = {
     "parked",  # a join parked before the first target
     "parked behind another",  # a second join parked in the same burst
+    "parked in an emptied group",  # every member removed, a new one joins
     "answered: a target",  # the first target installed, the parked joins answered with it
     "answered: UnknownMemberIdError",  # a parked member fenced (its session expired)
     "first target offloaded",  # the first target computed by a worker
