@@ -44,10 +44,10 @@ at most once, only to the client that waits for it, and the core's parked member
 the explorer's; while joins are parked something — an asked first target, an offloaded
 computation — is on its way to answer them) is checked in every state with ``parks_joins``.
 
-Invariants I1, I1b, I2, I3 (and I7 with ``parks_joins``) (:mod:`coordinator.sim.invariants`) are checked in every reachable
-state. States are deduplicated by a canonical key (shard snapshot, armed timers, client states,
-messages in flight). Because the search is breadth-first, the first violation found has a
-shortest path, which is printed action by action.
+Invariants I1, I1b, I2, I3 and, with ``parks_joins``, I7 (:mod:`coordinator.sim.invariants`)
+are checked in every reachable state. States are deduplicated by a canonical key (shard
+snapshot, armed timers, client states, messages in flight, parked joins). Because the search is
+breadth-first, the first violation found has a shortest path, which is printed action by action.
 
 A coordinator state is stored as its compacted record list (``records_of_state``) and rebuilt by
 replay before its successors are computed; each action is applied and then rolled back with the
