@@ -219,3 +219,26 @@ def test_cli_simulate_no_park(capsys: pytest.CaptureFixture[str]) -> None:
     immediate = capsys.readouterr().out
     assert parked.startswith("seed 3: ok") and immediate.startswith("seed 3: ok")
     assert parked != immediate  # another run: the joins were parked in one, not the other
+
+
+def test_simulation_answers_a_burst_of_70_parked_joins_64_per_command() -> None:
+    """70 members start within 50 ms (no faults): all parked, one first target, answered 64 by
+    the first call and 6 by the call it asks for; the group converges."""
+    params = SimParams(
+        seed=0,
+        steps=50,
+        members=70,
+        partitions=8,
+        static_members=0,
+        faults=frozenset(),
+        assignment_interval_ms=1000,
+        start_spread_ms=50,
+    )
+    sim = _ok(params)
+    assert sim.summary.events["parked-join"] == 70
+    assert sim.summary.events["parked-join-answered"] == 70
+    calls = [line.split("coordinator: ", 1)[1] for line in sim.trace if "first target of" in line]
+    assert [c.split(": ", 1)[1] for c in calls] == [
+        "81 records, 64 parked joins answered",
+        "6 records, 6 parked joins answered",
+    ]
