@@ -25,6 +25,7 @@ import asyncio
 import concurrent.futures
 import logging
 import time
+from bisect import bisect_left
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -39,6 +40,7 @@ log = logging.getLogger("kip848.metrics")
 monotonic = time.monotonic
 _TRACING = tracing.STATE
 _ACTIVE = tracing.ACTIVE
+_ARRIVAL_GET = ARRIVAL.get
 
 SCRAPE_READ_TIMEOUT_S = 5.0
 
@@ -78,22 +80,38 @@ class RuntimeObserver:
     # ------------------------------------------------------------------ commands
 
     def run_command(self, shard: int, fn: Callable[[Any], Any], machine: Any) -> Any:
-        self._stash = None
         if _TRACING.enabled and _ACTIVE.get():
+            self._stash = None
             return self._traced_command(shard, fn, machine)
         times = self._times
         if not times:  # tracing on, metrics off: nothing to measure
+            self._stash = None
             return fn(machine)
         start = monotonic()
         try:
             out = fn(machine)
         finally:
-            times[shard].observe(start, monotonic(), ARRIVAL.get())
+            # ShardTimes.observe, inlined: this runs on every command.
+            end = monotonic()
+            series = times[shard]
+            child = series.processing
+            seconds = end - start
+            child.counts[bisect_left(child.bounds, seconds)] += 1
+            child.sum += seconds
+            arrival = _ARRIVAL_GET()
+            if arrival is not None:
+                child = series.queue
+                seconds = start - arrival if start > arrival else 0.0
+                child.counts[bisect_left(child.bounds, seconds)] += 1
+                child.sum += seconds
         # Never on a steady heartbeat (no records, no events).
         events = getattr(out, "events", None)
         records = getattr(out, "records", None)
-        if events or records:
-            self._stash = self.rebalances.after_command(machine, records or (), events or ())
+        self._stash = (
+            self.rebalances.after_command(machine, records or (), events or ())
+            if events or records
+            else None
+        )
         return out
 
     def _traced_command(self, shard: int, fn: Callable[[Any], Any], machine: Any) -> Any:
@@ -149,6 +167,8 @@ class RuntimeObserver:
         """The command just run waits for no batch (nothing of its state machine is
         outstanding): the runtime wrote its events at once."""
         stash = self._stash
+        if stash is None and self._span is None:
+            return  # every steady heartbeat: nothing to hand over
         self._stash = None
         self._span = None
         if stash is not None:

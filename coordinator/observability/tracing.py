@@ -8,8 +8,9 @@ skips all tracing work — no span objects, no context switches, no attribute di
 Sampling is decided once per request, before any OpenTelemetry call (:func:`sampled`): a
 caller's valid ``traceparent`` is followed (parent-based: its sampled flag decides), any other
 request is traced with probability ``--otlp-sample-ratio`` (default: ``OTEL_TRACES_SAMPLER`` if
-set, else :data:`DEFAULT_SAMPLE_RATIO`, 1%). A request left out costs a metadata scan and one
-random draw: no context attach, no span object, no propagator. Only a sampled request makes
+set, else :data:`DEFAULT_SAMPLE_RATIO`, 1%). A request left out costs one random draw (and,
+over gRPC, a look for ``traceparent`` in the metadata the codec reads for the client id anyway):
+no context attach, no span object, no propagator, no context variable. Only a sampled request makes
 spans, and all its spans record (the SDK's sampler is ``ParentBased(ALWAYS_ON)``); only an
 ``OTEL_TRACES_SAMPLER`` that is not parent-based is left to the SDK, which then makes a
 (non-recording) span for every request.
@@ -91,11 +92,10 @@ STATE = _State()
 ACTIVE: ContextVar[bool] = ContextVar("kip848_trace_active", default=False)
 """True inside a recorded (sampled) RPC span: only then are command and assignor spans made."""
 
-NOT_TRACED: Any = False
-"""In :data:`CALL`: the caller's trace context says not sampled."""
-CALL: ContextVar[Any] = ContextVar("kip848_trace_call", default=None)
-"""Set by the gRPC edge for a call that carries a ``traceparent``: ``(parent context,)`` to
-follow, or :data:`NOT_TRACED`. None (any other request): the service layer draws."""
+draw = _random
+"""The root sampling draw (``random.random``, in [0, 1)): a root request is traced when
+``STATE.ratio is None or draw() < STATE.ratio`` (:func:`sampled`, inlined by the service
+layer)."""
 
 
 def normalize_endpoint(endpoint: str) -> str:
@@ -211,9 +211,7 @@ def sampled(parent: Any = None) -> bool:
         ctx = trace.get_current_span(parent).get_span_context()
         if ctx.is_valid:
             return bool(ctx.trace_flags.sampled)
-    if ratio >= 1.0:
-        return True
-    return ratio > 0.0 and _random() < ratio
+    return draw() < ratio  # in [0, 1): always below 1, never below 0
 
 
 def extract(metadata: Any) -> Any:
