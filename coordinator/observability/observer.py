@@ -47,11 +47,17 @@ SCRAPE_READ_TIMEOUT_S = 5.0
 
 def command_name(fn: Callable[..., Any]) -> str:
     """The runtime method a command comes from (``heartbeat``, ``offset_commit``, ``timer``),
-    from the qualified name of the lambda the runtime passes (tracing only)."""
+    from the qualified name of the lambda the runtime passes (tracing only; cached)."""
     qualname = getattr(fn, "__qualname__", "") or ""
-    head = qualname.partition(".<locals>")[0]
-    name = head.rpartition(".")[2].lstrip("_") or "command"
-    return "timer" if name == "fire" else name
+    name = _COMMAND_NAMES.get(qualname)
+    if name is None:
+        head = qualname.partition(".<locals>")[0]
+        name = head.rpartition(".")[2].lstrip("_") or "command"
+        name = _COMMAND_NAMES[qualname] = "timer" if name == "fire" else name
+    return name
+
+
+_COMMAND_NAMES: dict[str, str] = {}
 
 
 class RuntimeObserver:
@@ -117,11 +123,12 @@ class RuntimeObserver:
     def _traced_command(self, shard: int, fn: Callable[[Any], Any], machine: Any) -> Any:
         metrics = self.metrics
         self._span = None
-        group_id = tracing.current_attribute(tracing.GROUP_ID)
         attributes: dict[str, Any] = {tracing.SHARD: shard}
+        rpc = tracing.current_attributes()  # the RPC span's
+        group_id = rpc.get(tracing.GROUP_ID)
         if group_id is not None:
             attributes[tracing.GROUP_ID] = group_id
-        member_id = tracing.current_attribute(tracing.MEMBER_ID)
+        member_id = rpc.get(tracing.MEMBER_ID)
         if member_id is not None:
             attributes[tracing.MEMBER_ID] = member_id
         with tracing.internal_span(f"shard.{command_name(fn)}", attributes) as span:
@@ -136,12 +143,13 @@ class RuntimeObserver:
                         None if arrival is None else start - arrival,
                         time.monotonic() - start,
                     )
-            response = getattr(out, "response", out)
-            tracing.set_response_attributes(span, response)
+            done = tracing.response_attributes(getattr(out, "response", out))
             records = getattr(out, "records", None)
             events = getattr(out, "events", None)
             if records is not None:
-                span.set_attribute("kip848.records", len(records))
+                done["kip848.records"] = len(records)
+            if done:
+                span.set_attributes(done)
             if (events or records) and metrics is not None:
                 self._stash = self.rebalances.after_command(machine, records or (), events or ())
             self._span = span.get_span_context()

@@ -447,17 +447,18 @@ async def _traced(
         client_id=caller.client_id,
         client_address=caller.client_host,
         parent=parent,
+        request=req,
     ) as span:
         if not span.is_recording():  # only when the SDK's own sampler decides
             return await method(req, caller)
         token = tracing.ACTIVE.set(True)
         try:
-            tracing.set_request_attributes(span, req)
             answer = await method(req, caller)
         finally:
             tracing.ACTIVE.reset(token)
-        tracing.set_response_attributes(span, getattr(answer, "value", None) or answer)
-        span.set_attribute(tracing.ERROR_CODE, error_name(_safe_first_error(answer)))
+        attributes = tracing.response_attributes(getattr(answer, "value", None) or answer)
+        attributes[tracing.ERROR_CODE] = error_name(_safe_first_error(answer))
+        span.set_attributes(attributes)
         return answer
 
 

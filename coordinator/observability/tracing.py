@@ -235,9 +235,11 @@ def rpc_span(
     client_id: str = "",
     client_address: str = "",
     parent: Any = None,
+    request: Any = None,
 ) -> Iterator[Any]:
     """The server span of one RPC, current while the body runs; its parent is the caller's
-    context ``parent`` (:func:`extract`), else none (a root)."""
+    context ``parent`` (:func:`extract`), else none (a root). ``request``: its
+    :func:`request_attributes` are the span's from the start."""
     from opentelemetry.trace import SpanKind
 
     attributes: dict[str, Any] = {
@@ -249,6 +251,8 @@ def rpc_span(
         attributes[CLIENT_ID] = client_id
     if client_address:
         attributes[CLIENT_ADDRESS] = client_address
+    if request is not None:
+        request_attributes(request, attributes)
     with STATE.tracer.start_as_current_span(
         f"{service}/{method}", context=parent, kind=SpanKind.SERVER, attributes=attributes
     ) as span:
@@ -296,30 +300,57 @@ def current_attribute(name: str) -> Any:
     return None if attributes is None else attributes.get(name)
 
 
-def set_request_attributes(span: Any, request: Any) -> None:
-    """Group id, member id and epochs of a request or command dataclass, when it has them."""
+def request_attributes(request: Any, into: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Group id, member id and epochs of a request or command dataclass, when it has them
+    (added to ``into``, which is returned)."""
+    attributes = {} if into is None else into
     group_id = getattr(request, "group_id", None)
     if isinstance(group_id, str):
-        span.set_attribute(GROUP_ID, group_id)
+        attributes[GROUP_ID] = group_id
     member_id = getattr(request, "member_id", None)
     if isinstance(member_id, str) and member_id:
-        span.set_attribute(MEMBER_ID, member_id)
+        attributes[MEMBER_ID] = member_id
     epoch = getattr(request, "member_epoch", None)
     if epoch is None:
         epoch = getattr(request, "generation_id_or_member_epoch", None)
     if isinstance(epoch, int):
-        span.set_attribute(MEMBER_EPOCH, epoch)
+        attributes[MEMBER_EPOCH] = epoch
+    return attributes
 
 
-def set_response_attributes(span: Any, response: Any) -> None:
-    """Epochs a response carries (heartbeat: the member epoch it was given)."""
+def response_attributes(response: Any, into: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Epochs a response carries (heartbeat: the member epoch it was given), and the member id
+    (added to ``into``, which is returned)."""
+    attributes = {} if into is None else into
     epoch = getattr(response, "member_epoch", None)
     if isinstance(epoch, int):
-        span.set_attribute(MEMBER_EPOCH, epoch)
+        attributes[MEMBER_EPOCH] = epoch
     member_id = getattr(response, "member_id", None)
     if isinstance(member_id, str) and member_id:
-        span.set_attribute(MEMBER_ID, member_id)
+        attributes[MEMBER_ID] = member_id
     for attr, name in (("group_epoch", GROUP_EPOCH), ("assignment_epoch", ASSIGNMENT_EPOCH)):
         value = getattr(response, attr, None)
         if isinstance(value, int):
-            span.set_attribute(name, value)
+            attributes[name] = value
+    return attributes
+
+
+def current_attributes() -> Mapping[str, Any]:
+    """The attributes of the current span (empty without one)."""
+    from opentelemetry import trace
+
+    return getattr(trace.get_current_span(), "attributes", None) or {}
+
+
+def set_request_attributes(span: Any, request: Any) -> None:
+    """:func:`request_attributes` on ``span`` (one call into the SDK)."""
+    attributes = request_attributes(request)
+    if attributes:
+        span.set_attributes(attributes)
+
+
+def set_response_attributes(span: Any, response: Any) -> None:
+    """:func:`response_attributes` on ``span`` (one call into the SDK)."""
+    attributes = response_attributes(response)
+    if attributes:
+        span.set_attributes(attributes)
