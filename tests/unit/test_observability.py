@@ -8,6 +8,7 @@ import io
 import json
 import logging
 import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,7 @@ from kip848.v1 import consumer_group_pb2 as cg
 
 ROOT = Path(__file__).resolve().parents[2]
 HB = "/kip848.v1.ConsumerGroupService/ConsumerGroupHeartbeat"
+DESCRIBE = "/kip848.v1.ConsumerGroupService/ConsumerGroupDescribe"
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 TRACEPARENT = f"00-{TRACE_ID}-00f067aa0ba902b7-01"
 
@@ -234,6 +236,36 @@ async def test_metrics_of_a_rebalance_a_commit_and_a_session_timeout() -> None:
         assert counts.offsets == 2
         assert counts.shards == {"active": 2}
         assert sorted(counts.load_seconds) == [0, 1]
+    finally:
+        await rt.close()
+
+
+async def test_a_forwarded_call_is_timed_from_when_its_front_end_received_it() -> None:
+    """``--grpc-processes``: a front end stamps when it received a call (``time.monotonic()``,
+    one clock for every process of the machine); the call's latency and its command's queue
+    time start there, not when the coordinator process got it."""
+    metrics = CoordinatorMetrics(process_collectors=False)
+    rt = await started_runtime(RuntimeObserver(metrics))
+    try:
+        server = Server(rt, metrics)
+        context = ForwardedContext(
+            (("client-id", "app"),), "ipv4:127.0.0.1:40000", received=time.monotonic() - 0.3
+        )
+        _parse, describe = server.table[DESCRIBE]
+        response = await describe(cg.ConsumerGroupDescribeRequest(group_ids=["g"]), context)
+        assert [g.error_code for g in response.groups] == [ErrorCode.GROUP_ID_NOT_FOUND]
+        duration = "kip848_request_duration_seconds_bucket"
+        labels = {"rpc": "ConsumerGroupDescribe", "protocol": "grpc", "route": "served"}
+        labels["error"] = "GROUP_ID_NOT_FOUND"
+        assert [sample(metrics, duration, le=le, **labels) for le in ("0.25", "0.5")] == [0, 1]
+        shard = str(rt.shard_index("g"))
+        queue = "kip848_event_queue_time_seconds_bucket"
+        assert [sample(metrics, queue, shard=shard, le=le) for le in ("0.25", "0.5")] == [0, 1]
+        # The same call without a stamp starts its clock here.
+        context = ForwardedContext((("client-id", "app"),), "ipv4:127.0.0.1:40000")
+        await describe(cg.ConsumerGroupDescribeRequest(group_ids=["g"]), context)
+        assert [sample(metrics, duration, le=le, **labels) for le in ("0.25", "0.5")] == [1, 2]
+        assert [sample(metrics, queue, shard=shard, le=le) for le in ("0.25", "0.5")] == [1, 2]
     finally:
         await rt.close()
 
