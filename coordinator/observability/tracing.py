@@ -38,8 +38,8 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
 from contextvars import ContextVar
 from random import random as _random
 from typing import Any
@@ -226,7 +226,6 @@ def extract(metadata: Any) -> Any:
 # ---------------------------------------------------------------- spans (call only when enabled)
 
 
-@contextmanager
 def rpc_span(
     service: str,
     method: str,
@@ -236,10 +235,11 @@ def rpc_span(
     client_address: str = "",
     parent: Any = None,
     request: Any = None,
-) -> Iterator[Any]:
-    """The server span of one RPC, current while the body runs; its parent is the caller's
-    context ``parent`` (:func:`extract`), else none (a root). ``request``: its
-    :func:`request_attributes` are the span's from the start."""
+) -> AbstractContextManager[Any]:
+    """The server span of one RPC, current while the ``with`` block runs; its parent is the
+    caller's context ``parent`` (:func:`extract`), else none (a root). ``request``: its
+    :func:`request_attributes` are the span's from the start. (The SDK's own context manager:
+    no layer of ours around it.)"""
     from opentelemetry.trace import SpanKind
 
     attributes: dict[str, Any] = {
@@ -253,17 +253,20 @@ def rpc_span(
         attributes[CLIENT_ADDRESS] = client_address
     if request is not None:
         request_attributes(request, attributes)
-    with STATE.tracer.start_as_current_span(
+    span: AbstractContextManager[Any] = STATE.tracer.start_as_current_span(
         f"{service}/{method}", context=parent, kind=SpanKind.SERVER, attributes=attributes
-    ) as span:
-        yield span
+    )
+    return span
 
 
-@contextmanager
-def internal_span(name: str, attributes: dict[str, Any] | None = None) -> Iterator[Any]:
-    """An INTERNAL span, current while the block runs (a child of the current span)."""
-    with STATE.tracer.start_as_current_span(name, attributes=attributes) as span:
-        yield span
+def internal_span(
+    name: str, attributes: dict[str, Any] | None = None
+) -> AbstractContextManager[Any]:
+    """An INTERNAL span, current while the ``with`` block runs (a child of the current span)."""
+    span: AbstractContextManager[Any] = STATE.tracer.start_as_current_span(
+        name, attributes=attributes
+    )
+    return span
 
 
 def start_span(name: str, attributes: dict[str, Any] | None = None, links: Any = None) -> Any:
