@@ -9,13 +9,18 @@ by the same code:
   with observed ones (the class is untouched). Administrative RPCs are always wrapped (audit);
   the others only when metrics or tracing are on, so with both off a heartbeat runs exactly the
   code it ran before.
-* :func:`instrument_methods` wraps the gRPC codec's method table (only when metrics or tracing
-  are on) to carry what only the transport knows into the service layer: when the call reached
-  us (:data:`ARRIVAL`; for a forwarded call, ``context.received``, the front end's
-  ``time.monotonic()`` — one clock for every process of the machine) and, with tracing on, the
-  call's sampling decision (:data:`tracing.CALL`: the caller's W3C trace context followed, or
-  a root drawn at the ratio) with the gRPC method path. A Kafka request starts its clock when
-  the listener hands it to the service layer, which also draws its sampling decision.
+* What only the gRPC transport knows reaches the service layer in the ``Caller`` the gRPC codec
+  builds (``coordinator/server/services.py``), with no wrapper around the codec's methods: when
+  the call reached us (``Caller.received``: for a forwarded call, the front end's
+  ``time.monotonic()`` — one clock for every process of the machine; else None, and the clock
+  starts when the codec hands the request to the service layer) and, with tracing on, the
+  caller's W3C trace context (``Caller.trace_metadata``: found in the same read of the call's
+  metadata as the client id). :data:`ARRIVAL` carries the arrival on to the runtime (queue
+  time). A Kafka request starts its clock when the listener hands it to the service layer.
+* The sampling decision is made once per request, in the service layer's wrapper: a caller's
+  trace context is followed (:func:`_traced` extracts it and its sampled flag decides), any
+  other request is drawn at the ratio (one ``random()`` call, inlined: a request left out makes
+  no further call, allocates nothing and touches no context variable for tracing).
 
 What one request records:
 
