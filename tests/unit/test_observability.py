@@ -4,6 +4,7 @@ path, JSON logs parsed line by line, audit lines, and the Grafana dashboard's qu
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import logging
@@ -17,7 +18,7 @@ import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from assignors.uniform import UniformAssignor
-from coordinator.core.commands import SequentialIds
+from coordinator.core.commands import ConsumerGroupHeartbeat, SequentialIds
 from coordinator.core.config import parse_config
 from coordinator.core.errors import ErrorCode
 from coordinator.observability import tracing
@@ -36,8 +37,9 @@ from coordinator.observability.requests import (
     instrument_service,
     rpc_name,
 )
-from coordinator.runtime import CoordinatorRuntime, ManualClock
+from coordinator.runtime import CoordinatorRuntime, ManualClock, SystemClock
 from coordinator.runtime.store import MemoryRecordStore
+from coordinator.server.api import Caller
 from coordinator.server.forwarding import ForwardedContext, method_table
 from coordinator.server.service import CoordinatorService
 from coordinator.server.services import AdminService, ConsumerGroupService, OffsetService
@@ -266,6 +268,54 @@ async def test_a_forwarded_call_is_timed_from_when_its_front_end_received_it() -
         await describe(cg.ConsumerGroupDescribeRequest(group_ids=["g"]), context)
         assert [sample(metrics, duration, le=le, **labels) for le in ("0.25", "0.5")] == [1, 2]
         assert [sample(metrics, queue, shard=shard, le=le) for le in ("0.25", "0.5")] == [1, 2]
+    finally:
+        await rt.close()
+
+
+async def test_a_timer_is_as_late_as_its_deadline_in_timer_time_says() -> None:
+    """With the system clock, timers run on the monotonic clock while the core gets wall time:
+    a session timeout's queue time is how late it fired (milliseconds), not the distance between
+    the two clocks."""
+    metrics = CoordinatorMetrics(process_collectors=False)
+    rt = CoordinatorRuntime(
+        config=parse_config(
+            {
+                "group.coordinator.shards": "1",
+                "group.consumer.min.session.timeout.ms": "200",
+                "group.consumer.session.timeout.ms": "200",
+                "group.consumer.min.heartbeat.interval.ms": "100",
+                "group.consumer.heartbeat.interval.ms": "100",
+            }
+        ),
+        store=MemoryRecordStore(),
+        clock=SystemClock(),
+        assignors=[UniformAssignor()],
+        observer=RuntimeObserver(metrics),
+    )
+    await rt.start()
+    try:
+        service = CoordinatorService(rt)
+        instrument_service(service, metrics)
+        joined = await service.consumer_group_heartbeat(
+            ConsumerGroupHeartbeat(
+                group_id="g",
+                member_id="m",
+                member_epoch=0,
+                rebalance_timeout_ms=1000,
+                subscribed_topic_names=("t",),
+                topic_partitions=(),
+            ),
+            Caller(),
+        )
+        assert (joined.error_code, joined.value.member_epoch) == (ErrorCode.NONE, 1)
+        for _ in range(100):
+            await asyncio.sleep(0.05)
+            if sample(metrics, "kip848_timeouts_total", kind="session"):
+                break
+        assert sample(metrics, "kip848_timeouts_total", kind="session") == 1
+        queue = "kip848_event_queue_time_seconds"
+        assert sample(metrics, f"{queue}_count") == 2  # the join, the timer
+        assert 0 <= sample(metrics, f"{queue}_sum") < 5.0
     finally:
         await rt.close()
 
