@@ -234,28 +234,16 @@ class _LoopChild:
 
 
 class ShardTimes:
-    """A state machine's queue-time and processing-time series, observed together once per
-    command (``kip848_event_queue_time_seconds``, ``kip848_event_processing_time_seconds``):
-    one call, the two ``_LoopChild.observe`` inlined — this runs on every command."""
+    """A state machine's queue-time and processing-time series
+    (``kip848_event_queue_time_seconds``, ``kip848_event_processing_time_seconds``), bound
+    once: the runtime observer counts every command into them with the ``_LoopChild.observe``
+    code inlined (``RuntimeObserver.run_command``: this runs on every command)."""
 
     __slots__ = ("processing", "queue")
 
     def __init__(self, queue: _LoopChild, processing: _LoopChild) -> None:
         self.queue = queue
         self.processing = processing
-
-    def observe(self, start: float, end: float, arrival: float | None) -> None:
-        """A command that started at ``start`` and ended at ``end``, for a request that
-        reached us at ``arrival`` (None: no request, e.g. a timer: no queue time here)."""
-        child = self.processing
-        seconds = end - start
-        child.counts[bisect_left(child.bounds, seconds)] += 1
-        child.sum += seconds
-        if arrival is not None:
-            child = self.queue
-            seconds = start - arrival if start > arrival else 0.0
-            child.counts[bisect_left(child.bounds, seconds)] += 1
-            child.sum += seconds
 
 
 class LoopHistogram(Collector):
