@@ -354,46 +354,53 @@ those waits (`coordinator/runtime/runtime.py`, `_durable`).
 ### Where the probe's time goes in a storm
 
 With batching, offloading and the incremental uniform path, the core's work per join is small
-and constant (about 0.15 ms at 5,000 members: the member's records and its reconciliation; no
-target), and the targets are computed in a worker. Three things decide what the probe waits for:
+and constant (about 0.15 ms at 5,000 members: the member's records; no target), and the target
+is computed in a worker. What the probe waited for, found by timing every command and every
+garbage collection of the server in a 5,000-member Kafka-protocol storm:
 
+* **The garbage collector.** While the storm builds the group's state (millions of objects),
+  CPython ran a full collection each time the surviving objects grew by a quarter: six in the
+  storm's second, 50-100 ms each, every one collecting nothing. The server now freezes what
+  survives a full collection (`coordinator/server/loop.py`), so the next one scans only what
+  is new: 5-20 ms. Probe p99 85 -> 30 ms, max 160 -> 110 ms in paired runs.
+* **Long single commands.** A command is not preempted. Kafka's way of starting a new group
+  gave the first member all 50,000 partitions (about 60 ms of core work) and then revoked
+  49,990 of them from it; with the first target covering the whole burst (below) neither
+  happens. What remains: installing the 5,000-member target (about 35 ms) and copying the
+  group's inputs for the worker (about 20 ms). Answering the 5,000 parked joins is spread over
+  commands of 64.
 * **Turns** (`coordinator/runtime/turns.py`, Kafka's event accumulator): a shard that has used
   its 2 ms share of a loop iteration queues its next commands, so the storm's group (one shard)
-  no longer runs its whole burst ahead of the probe's group (another shard). Test:
-  `tests/unit/test_runtime_turns.py`.
+  does not run its whole burst ahead of the probe's group (another shard); within a shard, joins
+  wait behind members' heartbeats. Tests: `tests/unit/test_runtime_turns.py`.
 * **The GIL switch interval** (`coordinator/server/loop.py`): the store's writer thread encodes
   each batch's rows in Python; with CPython's default of 5 ms, every time the loop waited for
-  I/O the writer could keep the GIL for up to 5 ms, and a storm's loop iterations are many.
-  At 0.5 ms, in paired runs of the 5,000-member Kafka-protocol row, the probe's p99 went from
-  161-167 ms to 73-77 ms and the joins were answered sooner.
-* **The transport's cost per call, taken in arrival order.** grpc.aio takes calls from
-  grpc-core one at a time, in arrival order, and costs about 0.2-0.3 ms of the loop's time per
-  call; 5,000 joins sent at once put about a second of that ahead of a probe call that arrives
-  just after them, whatever the coordinator does with the calls once it has them. Front-end
-  processes (`--grpc-processes 2`) split that queue but share the same 2 cores with the
-  coordinator and the load generator. The Kafka listener costs a fraction per call (reads are
-  parsed in the read callback, steady heartbeats answered there), so over the Kafka protocol
-  the probe waits mostly for the few long single commands of a storm: the first join of the new
-  group (it gets all 50,000 partitions: about 60 ms of core work, its records and its answer),
-  applying a 5,000-member target, and the first member's revocation of 49,990 partitions.
-  A command is not preempted; those are what keep the Kafka-protocol probe's maximum above
-  200 ms.
+  I/O the writer could keep the GIL for up to 5 ms. At 0.5 ms, in paired runs, the probe's p99
+  went from 161-167 ms to 73-77 ms (before the two changes above).
+* **The transport's cost per call, taken in arrival order** (gRPC only). grpc.aio takes calls
+  from grpc-core one at a time, in arrival order, and costs about 0.2-0.3 ms of the loop's time
+  per call; 5,000 joins sent at once put about a second of that ahead of a probe call that
+  arrives just after them, whatever the coordinator does with the calls once it has them. This
+  is what keeps the gRPC rows' probe far above the targets. Front-end processes
+  (`--grpc-processes 2`) split that queue but share the same 2 cores with the coordinator and
+  the load generator. The Kafka listener costs a fraction per call (reads are parsed in the
+  read callback, steady heartbeats answered there).
 
-### Why convergence takes about two heartbeat intervals
+### Convergence: one first target for the burst
 
-As in Kafka 4.3, the first join of a new group computes its target at once (no earlier
-computation to wait an interval for), so the first member is given every partition. The others
-join within the next fraction of a second and get an empty assignment until the next
-computation, one assignment interval later. Each then learns its target at its next heartbeat,
-5 s after its join was answered. The first member learns it must revoke at its own next
-heartbeat, which falls in the same burst, and acknowledges at once; a member whose heartbeat
-of that burst was answered before that acknowledgement finds its partitions still owned and
-gets them at its following heartbeat, 5 s later. So with Java-consumer members (no push),
-convergence is two heartbeat intervals after the first joins, plus the time the server takes
-to answer those two bursts of heartbeats, which is why the rows sit at 2.0-2.2 HB. Counted from
-the last join instead, the storm's own duration comes off. Members of `kip848.client` hear of
-the release through ConsumerGroupWatch at once (docs/client.md) and take one heartbeat
-interval."""
+Kafka 4.3 computes a new group's first target in the first member's heartbeat, so the first
+member is given every partition. The others, joining within the next fraction of a second,
+get an empty assignment until the next computation one interval later, learn their target at
+their next heartbeat (5 s after their join), and find their partitions still owned until the
+first member revokes them at its own next heartbeat; a member whose heartbeat of that burst
+came before the revocation waits one more interval. Measured that way (before this change)
+the rows sat at 2.0-2.3 HB after the last join, the 1,000-member row just above its target.
+Now the joins to a group with nobody answered yet are parked and the group's first target is
+computed once joins stop arriving (two quiet 10 ms waits in a row, at most
+`group.initial.rebalance.delay.ms`); the parked joins are answered with their own shares. The
+whole storm gets one target, nobody revokes anything, and the group has converged when its last
+join is answered. The interval-0 rows (every join computes, as before Kafka 4.3) converge in
+1.0-1.4 HB."""
 
 
 def _convergence(r: dict[str, Any]) -> str:

@@ -76,6 +76,7 @@ class Harness:
         config: GroupCoordinatorConfig | None = None,
         ids: IdSource | None = None,
         now_ms: int = 0,
+        parks_joins: bool = False,
     ) -> None:
         if assignors is None:
             from assignors.range import RangeAssignor
@@ -88,6 +89,7 @@ class Harness:
         self.now_ms = now_ms
         self.registry = TopicRegistry(self.ids)
         self.shard: Shard = new_shard(config=self.config, assignors=self.assignors, ids=self.ids)
+        self.shard.groups.parks_joins = parks_joins
         self.timers = TimerTable()
         self.log: list[r.Record] = []
         self.store_log: list[r.Record] = []
@@ -97,6 +99,9 @@ class Harness:
         self.offloads: list[str] = []
         """Groups whose target the core asked to compute off the loop, not yet started (in
         order, each once): :meth:`start_offload` / :meth:`finish_offload` play the runtime."""
+        self.parked: list[str] = []
+        """Groups with parked joins whose ``first_target`` the core asked for (in order, each
+        once): :meth:`first_target` / :meth:`run_parked` play the runtime (``parks_joins``)."""
 
     # -------------------------------------------------------------- topics
 
@@ -139,6 +144,7 @@ class Harness:
         self.timers.apply(res.timers)
         self.events.extend(res.events)
         self.offloads += [g for g in dict.fromkeys(res.offloads) if g not in self.offloads]
+        self.parked += [g for g, _first in res.parked_joins if g not in self.parked]
         for token, response in res.completions:
             if token in self.completions:
                 raise AssertionError(f"deferred response {token} completed twice")
@@ -224,6 +230,24 @@ class Harness:
             job = self.start_offload(self.offloads[0])
             if job is not None:
                 done.append(self.finish_offload(job))
+        return done
+
+    def first_target(self, group_id: str) -> Result[None]:
+        """The runtime's call for a group with parked joins (once the burst is in)."""
+        self.parked.remove(group_id)
+        return self._commit(self.shard.groups.first_target(group_id, self.now_ms))
+
+    def run_parked(self) -> list[Result[None]]:
+        """Call ``first_target`` for every group that asks, and run the offloads that asks for,
+        until nothing is asked (bounded)."""
+        done = []
+        for _ in range(1_000):
+            if self.parked:
+                done.append(self.first_target(self.parked[0]))
+            elif self.offloads:
+                done += self.run_offloads()
+            else:
+                break
         return done
 
     def expire_offsets(self) -> Result[None]:

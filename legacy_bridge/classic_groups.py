@@ -17,7 +17,6 @@ its response directly.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import Any
@@ -78,7 +77,6 @@ class ClassicGroups(ByGroupId[ClassicGroup]):
         self._ctx = ctx = parts.context
         self._consumer = parts.groups
         self._by_group = ctx.undo.new_dict()  # group id -> ClassicGroup
-        self._tokens = itertools.count(1)  # process-local, never reused (not rolled back)
         self.members = ClassicMembers(ctx, consumer=parts.groups)
         self.migration = Migration(ctx, consumer=parts.groups, classic=self, members=self.members)
 
@@ -92,7 +90,7 @@ class ClassicGroups(ByGroupId[ClassicGroup]):
         del self._by_group[group_id]
 
     def next_token(self) -> int:
-        return next(self._tokens)
+        return self._ctx.next_token()
 
     # ================================================================== replay
 

@@ -483,14 +483,15 @@ static const char *json_safe(char *s) {
     return s;
 }
 
-static double percentile(const long *hist, long total, double q) {
+/* The upper edge of the 1 ms bucket holding the q-quantile, but never above the maximum seen. */
+static double percentile(const long *hist, long total, double q, double max) {
     if (!total) return 0;
     long seen = 0;
     for (long ms = 0; ms <= HIST_MS; ms++) {
         seen += hist[ms];
-        if (seen >= q * total) return ms + 1; /* upper edge of the 1 ms bucket */
+        if (seen >= q * total) return ms + 1 < max ? ms + 1 : max;
     }
-    return HIST_MS;
+    return HIST_MS < max ? HIST_MS : max;
 }
 
 /* The JSON result (one line); ``ok``: the storm converged and settled. */
@@ -509,9 +510,10 @@ static void storm_print(int ok, double end, double cpu) {
            g_last_join_answered ? g_last_join_answered - g_t_storm : -1.0,
            ok ? g_storm.converged_at - g_t_storm : -1.0, epoch, g_storm.count, g_storm.joined,
            at_epoch(&g_storm, epoch), g_storm.partitions, g_storm.covered, g_storm.multi, g_calls,
-           percentile(g_storm_hist, g_calls, 0.99), g_storm_max, g_members_fenced, g_fenced_responses,
+           percentile(g_storm_hist, g_calls, 0.99, g_storm_max), g_storm_max, g_members_fenced, g_fenced_responses,
            g_unknown_responses, g_retriable, unanswered_total, g_probe_calls,
-           percentile(g_probe_hist, g_probe_calls, 0.50), percentile(g_probe_hist, g_probe_calls, 0.99),
+           percentile(g_probe_hist, g_probe_calls, 0.50, g_probe_max),
+           percentile(g_probe_hist, g_probe_calls, 0.99, g_probe_max),
            g_probe_max, cpu, g_nconn, json_safe(g_fatal));
     printf("\"unanswered_by\": {");
     for (int i = 0, first = 1; UNANSWERED_NAMES[i]; i++)

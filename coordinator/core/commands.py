@@ -86,6 +86,12 @@ class Result(Generic[T]):
     """Groups whose target assignment is to be computed outside the event loop (the runtime
     copies the inputs with ``ConsumerGroups.assignment_job`` and applies the outcome with
     ``apply_assignment``); released like timers, once the records are durable."""
+    parked_joins: list[tuple[str, bool]] = field(default_factory=list)
+    """Groups with parked joins (members that joined before the group's first target), each
+    with True for the first of them (the first target is to wait for the burst of joins) or
+    False (a target is there, more to answer): the runtime calls
+    ``ConsumerGroups.first_target`` for each (once the burst is in), again while its results
+    ask for it; that computes the target, then answers the parked joins a few at a time."""
 
     def absorb(self, other: Result[Any]) -> None:
         """Take over everything of ``other`` but its response (a sub-step of this command)."""
@@ -94,6 +100,7 @@ class Result(Generic[T]):
         self.completions += other.completions
         self.events += other.events
         self.offloads += other.offloads
+        self.parked_joins += other.parked_joins
 
 
 class IdSource(Protocol):

@@ -22,17 +22,20 @@ from .commands import (
     ConsumerGroupHeartbeatResponse,
     HeartbeatAssignment,
     ListedGroup,
+    Pending,
     Result,
 )
 from .components import ByGroupId
 from .context import ShardContext
 from .errors import (
+    CoordinatorError,
     FencedInstanceIdError,
     FencedMemberEpochError,
     GroupIdNotFoundError,
     GroupMaxSizeReachedError,
     InvalidRequestError,
     UnknownMemberIdError,
+    UnknownServerError,
     UnreleasedInstanceIdError,
     UnsupportedAssignorError,
 )
@@ -64,6 +67,9 @@ if TYPE_CHECKING:
 
 _SUBSCRIBING = frozenset({Cause.MEMBER_JOINED, Cause.SUBSCRIPTION_CHANGED, Cause.REGEX_CHANGED})
 """Causes that change the subscribed topics (and so the subscription metadata) themselves."""
+
+ANSWERS_PER_COMMAND = 64
+"""Parked joins answered by one command (each: the member's reconciliation, its record)."""
 
 LEAVE_GROUP_MEMBER_EPOCH = -1
 LEAVE_GROUP_STATIC_MEMBER_EPOCH = -2
@@ -114,6 +120,12 @@ class ConsumerGroups(ByGroupId[ConsumerGroup]):
         self._regex_cache: dict[str, tuple[int, frozenset[str]]] = {}  # soft, process-local
         self.classic: ClassicGroupSupport | None = None
         """Set once by the shard: the classic groups of the same shard (upgrade/downgrade)."""
+        self.parks_joins = False
+        """Set by a driver that can answer a command's response later (the runtime: a
+        ``Pending`` response, answered by a later result's ``completions``): then, with batching
+        on, the members that join a group before its first target are parked and answered when
+        it is installed, and that target waits for the joins queued behind the first one
+        (``parked_joins``), so a new group's first target covers a burst of joins at once."""
 
     def _classic(self) -> ClassicGroupSupport:
         if self.classic is None:
@@ -265,7 +277,10 @@ class ConsumerGroups(ByGroupId[ConsumerGroup]):
             group.set("metadata_checked", (image_version, group.group_epoch))
 
         # 4. A new target assignment when the group epoch is ahead (KIP-848 "Assignment Epoch"),
-        # at most once per assignment interval, off the loop for a big group.
+        # at most once per assignment interval, off the loop for a big group. Before a group's
+        # first target (nobody in it answered yet), a join is parked until that target exists.
+        if classic is None and is_new and replaced is None and self._before_first_target(group):
+            return self._park(result, group, member_id, now_ms)
         if group.group_epoch > group.assignment_epoch:
             self.update_target(result, group, now_ms)
 
@@ -306,6 +321,92 @@ class ConsumerGroups(ByGroupId[ConsumerGroup]):
             assignment=assignment,
         )
         return result
+
+    def _before_first_target(self, group: ConsumerGroup) -> bool:
+        """Is a join to be parked: joins are parked (a driver that answers later, batching on),
+        and every other member of the group is itself parked, waiting for the first target
+        (a new group, or one that was emptied)?"""
+        return (
+            self.parks_joins
+            and len(group.members) == len(group.waiting) + 1
+            and group.group_epoch > group.assignment_epoch
+            and self._configs.assignment_interval_ms(group.group_id) > 0
+        )
+
+    def _park(
+        self, result: Result[Any], group: ConsumerGroup, member_id: str, now_ms: int
+    ) -> Result[Any]:
+        """Park a join until the group's first target is installed (:meth:`_answer_waiting`);
+        the first parked join asks for that target once the joins queued behind it are in."""
+        gid = group.group_id
+        token = self._ctx.next_token()
+        if not group.waiting:
+            result.parked_joins.append((gid, True))
+            group.set("parked_at", group.assignment_epoch)
+        group.waiting[member_id] = token
+        session_ms = self._configs.session_timeout_ms(gid)
+        result.timers.append(ArmTimer((SESSION, gid, member_id), now_ms + session_ms))
+        result.response = Pending(token)
+        return result
+
+    def first_target(self, group_id: str, now_ms: int) -> Result[None]:
+        """The group has parked joins (``parked_joins``): the first time (the joins queued
+        behind the first one are in), compute its first target (inline, or off the loop for a
+        big group); once a target is installed, answer the next of them. The result asks for
+        another call (``parked_joins``) while some are left to answer."""
+        return self._ctx.run(self._first_target, group_id, now_ms)
+
+    def _first_target(self, group_id: str, now_ms: int) -> Result[None]:
+        result: Result[None] = Result()
+        group = self._by_group.get(group_id)
+        if group is None or not group.waiting:
+            return result
+        if group.assignment_epoch > group.parked_at or group.group_epoch <= group.assignment_epoch:
+            self._answer_waiting(result, group, now_ms)  # a target is there: answer
+            return result
+        try:
+            self.update_target(result, group, now_ms, first=True)
+        except CoordinatorError as exc:  # the assignor failed (nothing changed): say so
+            self._answer_waiting(result, group, now_ms, exc)
+        return result
+
+    def _answer_waiting(
+        self,
+        result: Result[Any],
+        group: ConsumerGroup,
+        now_ms: int,
+        error: CoordinatorError | None = None,
+    ) -> None:
+        """Answer parked joins (in arrival order), as their join would have been answered with
+        the target the group has now: reconciled toward it, the assignment in full. At most
+        ``ANSWERS_PER_COMMAND`` of them (a command is not preempted: a burst of thousands is
+        answered over many turns); the result asks for another call while some are left. An
+        ``error`` goes to all of them at once."""
+        waiting = group.waiting
+        if not waiting:
+            return
+        interval_ms = self._configs.heartbeat_interval_ms(group.group_id)
+        first = sorted(waiting.items(), key=lambda item: item[1])
+        if error is None and len(first) > ANSWERS_PER_COMMAND:
+            first = first[:ANSWERS_PER_COMMAND]
+            result.parked_joins.append((group.group_id, False))
+        for member_id, token in first:
+            del waiting[member_id]
+            if error is not None:
+                result.completions.append((token, error))
+                continue
+            final = self._reconcile(
+                result, group, group.members[member_id], EMPTY_ASSIGNMENT, now_ms
+            )
+            pending = self._pending(group, final)
+            group.reported_pending[member_id] = pending
+            response = ConsumerGroupHeartbeatResponse(
+                member_id=member_id,
+                member_epoch=final.member_epoch,
+                heartbeat_interval_ms=interval_ms,
+                assignment=HeartbeatAssignment(assigned=final.assigned_partitions, pending=pending),
+            )
+            result.completions.append((token, response))
 
     def _find_or_create_member(
         self, group: ConsumerGroup | None, member_id: str, req: ConsumerGroupHeartbeat
@@ -555,7 +656,9 @@ class ConsumerGroups(ByGroupId[ConsumerGroup]):
 
     # ------------------------------------------------------------------ target assignment
 
-    def update_target(self, result: Result[Any], group: ConsumerGroup, now_ms: int) -> None:
+    def update_target(
+        self, result: Result[Any], group: ConsumerGroup, now_ms: int, *, first: bool = False
+    ) -> None:
         """The group epoch is ahead of the target: compute a new target now, or say when.
 
         Batching (Kafka 4.3): the next target is computed no sooner than the assignment
@@ -564,9 +667,11 @@ class ConsumerGroups(ByGroupId[ConsumerGroup]):
         so the computation does not wait for the next heartbeat. At once when the interval is
         0, when the group has no target yet (new or emptied: nobody would have anything) or
         when the last computation carries no timestamp. A group of
-        ``group.consumer.assignor.offload.min.members`` members or more (once it has a target)
-        has it computed outside the event loop: the result asks the runtime for it
-        (``offloads``) and :meth:`apply_assignment` installs the outcome; smaller ones inline."""
+        ``group.consumer.assignor.offload.min.members`` members or more (once it has a target,
+        or its parked joins wait for the first: ``first``) has it computed outside the event
+        loop: the result asks the runtime for it (``offloads``) and :meth:`apply_assignment`
+        installs the outcome; smaller ones inline. Parked joins are answered once a target is
+        installed."""
         gid = group.group_id
         interval = self._configs.assignment_interval_ms(gid)
         key = (ASSIGN, gid, "")
@@ -578,7 +683,7 @@ class ConsumerGroups(ByGroupId[ConsumerGroup]):
         config = self._ctx.config
         if (
             config.consumer_assignor_offload_enable
-            and group.target
+            and (group.target or first)
             and len(group.members) >= config.consumer_assignor_offload_min_members
         ):
             result.offloads.append(gid)
@@ -587,6 +692,7 @@ class ConsumerGroups(ByGroupId[ConsumerGroup]):
         stamp = now_ms if interval else 0
         for record in compute_target_assignment(group, group.group_epoch, assignor, stamp):
             self._ctx.emit(result, record)
+        self._answer_waiting(result, group, now_ms)
         # An ASSIGN timer armed earlier is left alone: when it fires, the target is either up
         # to date (nothing to do) or behind and due (exactly when it should be computed).
 
@@ -627,6 +733,12 @@ class ConsumerGroups(ByGroupId[ConsumerGroup]):
                     fields={"error": outcome.error},
                 )
             )
+            if group is not None:  # parked joins hear of it (they join again)
+                error = UnknownServerError(
+                    f"Failed to compute a new target assignment for epoch {outcome.epoch}: "
+                    f"{outcome.error}"
+                )
+                self._answer_waiting(result, group, now_ms, error)
             return result  # the next eligible heartbeat or timer tries again (Kafka)
         if group is None:
             return result
@@ -634,6 +746,7 @@ class ConsumerGroups(ByGroupId[ConsumerGroup]):
             interval = self._configs.assignment_interval_ms(group.group_id)
             for record in outcome_records(group, outcome, now_ms if interval else 0):
                 self._ctx.emit(result, record)
+            self._answer_waiting(result, group, now_ms)
         if group.group_epoch > group.assignment_epoch:
             self.update_target(result, group, now_ms)
         return result
@@ -706,7 +819,21 @@ class ConsumerGroups(ByGroupId[ConsumerGroup]):
         return result
 
     def remove_member_records(self, result: Result[Any], group_id: str, member_id: str) -> None:
-        """The member's three tombstones, in the order replay requires."""
+        """The member's three tombstones, in the order replay requires (a parked join of the
+        member is answered: it is gone)."""
+        group = self._by_group.get(group_id)
+        if group is not None and member_id in group.waiting:
+            token = group.waiting[member_id]
+            del group.waiting[member_id]
+            result.completions.append(
+                (
+                    token,
+                    UnknownMemberIdError(
+                        f"Member {member_id} was removed from group {group_id} before the "
+                        "group's first target assignment was computed."
+                    ),
+                )
+            )
         emit = self._ctx.emit
         emit(result, r.current_assignment_tombstone(group_id, member_id))
         emit(result, r.target_assignment_tombstone(group_id, member_id))

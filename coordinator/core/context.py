@@ -6,6 +6,7 @@ result and replay it at once, through the shard's record router) and :meth:`Shar
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from typing import Any, ParamSpec, TypeVar
 
@@ -20,7 +21,7 @@ T = TypeVar("T")
 
 
 class ShardContext:
-    __slots__ = ("_replay", "config", "ids", "topics", "undo")
+    __slots__ = ("_replay", "_tokens", "config", "ids", "topics", "undo")
 
     def __init__(
         self,
@@ -36,6 +37,13 @@ class ShardContext:
         """The current topics image (replaced whole on a metadata update)."""
         self.undo = UndoLog()
         self._replay = replay
+        self._tokens = itertools.count(1)
+
+    def next_token(self) -> int:
+        """A token for a ``Pending`` response: unique in the shard (every component draws from
+        this one sequence, so the runtime's parked requests never mix), process-local, never
+        reused (not rolled back)."""
+        return next(self._tokens)
 
     def emit(self, result: Result[Any], record: r.Record) -> None:
         """Add ``record`` to the command's result and apply it (the only way state changes)."""

@@ -49,6 +49,7 @@ class ConsumerGroup:
         "group_uid",
         "members",
         "metadata_checked",
+        "parked_at",
         "partition_owners",
         "regex_members",
         "reported_pending",
@@ -60,6 +61,7 @@ class ConsumerGroup:
         "target",
         "target_owners",
         "topic_subscribers",
+        "waiting",
     )
 
     def __init__(self, log: UndoLog, group_id: str) -> None:
@@ -95,6 +97,11 @@ class ConsumerGroup:
         # against what the member was told). Through the undo log like everything else; gone
         # after a restart, when the pending set at the start of the heartbeat stands in.
         self.reported_pending: TDict = log.new_dict()
+        # Soft state: member id -> the token of its join, not answered yet, for members that
+        # joined the group before its first target (ConsumerGroups.parks_joins); they are
+        # answered when that target is installed. Empty after a restart (the callers are gone).
+        self.waiting: TDict = log.new_dict()
+        self.parked_at = 0  # the assignment epoch when the first of them was parked
 
     # ------------------------------------------------------------------ queries
 

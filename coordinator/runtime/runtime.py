@@ -101,6 +101,9 @@ STALL_TICK_MS = 500
 STALL_GRACE_MS = 1000
 """Lateness beyond which the coordinator counts itself as having been away (_check_stall)."""
 
+FIRST_TARGET_QUIET_S = 0.01
+"""A new group's first target waits until no join to it has arrived for this long, twice (at
+most ``group.initial.rebalance.delay.ms``): a burst of joins gets one target covering it all."""
 EXPIRE_OFFSETS = "expire-offsets"
 """Timer kind of the periodic offset expiration; one timer per shard, keyed
 ``(EXPIRE_OFFSETS, "", str(shard_index))``."""
@@ -185,6 +188,8 @@ class CoordinatorRuntime:
             new_shard(config=config, assignors=assignors, ids=self.ids)
             for _ in range(self.shard_count)
         ]
+        for shard in self.shards:
+            shard.groups.parks_joins = True  # a new group's first target covers a burst
         self.registry = TopicRegistry(self.ids, default_num_partitions=config.num_partitions)
         # State machines in mark order: shards 0..n-1, then the registry (index n == REGISTRY).
         self._machines: list[Any] = [*self.shards, self.registry]
@@ -223,6 +228,11 @@ class CoordinatorRuntime:
             else None
         )
         self._assigning: dict[str, asyncio.Task[None]] = {}
+        # Groups with parked joins (before their first target): one task each, and whether it
+        # was asked to go on while it ran.
+        self._first_targets: dict[str, asyncio.Task[None]] = {}
+        self._first_again: set[str] = set()
+        self._joins_arrived: dict[str, int] = {}  # joins to those groups while they wait
         self._warm_up: asyncio.Task[None] | None = None
         self.stats = {
             "batches": 0,
@@ -299,7 +309,11 @@ class CoordinatorRuntime:
         if self._tick_handle is not None:
             self._tick_handle.cancel()
             self._tick_handle = None
-        tasks = [*self._assigning.values(), *([self._warm_up] if self._warm_up else [])]
+        tasks = [
+            *self._assigning.values(),
+            *self._first_targets.values(),
+            *([self._warm_up] if self._warm_up else []),
+        ]
         for task in tasks:
             task.cancel()
         if tasks:
@@ -453,6 +467,8 @@ class CoordinatorRuntime:
                 self._complete(completions)
             else:
                 batch.completions.extend(completions)
+        if result.parked_joins:
+            self._answer_parked_joins(index, result.parked_joins)
         if result.offloads:
             wanted = [(index, group_id) for group_id in result.offloads]
             if batch is None:
@@ -462,23 +478,24 @@ class CoordinatorRuntime:
         return result.response, batch
 
     async def _run(
-        self, index: int, fn: Callable[[Any], Any], *, read: bool = False
+        self, index: int, fn: Callable[[Any], Any], *, read: bool = False, join: bool = False
     ) -> tuple[Any, _Batch | None]:
         """Run one command in its state machine's turn (turns.py): at once when the machine
         has nothing queued and budget left in this loop iteration, else queued in arrival
-        order. Returns its response and the batch it must wait for."""
+        order (``join``: a member's join, queued behind the machine's other commands).
+        Returns its response and the batch it must wait for."""
         self._check_serving()
         turns = self._turns
         if turns is None:
             return self._execute(index, fn, read=read)
         key = self.shard_count if index == REGISTRY else index
-        if turns.now(key):
+        if turns.now(key, join=join):
             start = perf_counter()
             try:
                 return self._execute(index, fn, read=read)
             finally:
                 turns.charge(key, perf_counter() - start)
-        return await turns.later(key, partial(self._execute_serving, index, fn, read))
+        return await turns.later(key, partial(self._execute_serving, index, fn, read), join=join)
 
     def _execute_serving(
         self, index: int, fn: Callable[[Any], Any], read: bool
@@ -487,8 +504,10 @@ class CoordinatorRuntime:
         self._check_serving()
         return self._execute(index, fn, read=read)
 
-    async def _submit(self, index: int, fn: Callable[[Any], Any], *, read: bool = False) -> Any:
-        response, batch = await self._run(index, fn, read=read)
+    async def _submit(
+        self, index: int, fn: Callable[[Any], Any], *, read: bool = False, join: bool = False
+    ) -> Any:
+        response, batch = await self._run(index, fn, read=read, join=join)
         if batch is not None:
             await _durable(batch)
         return response
@@ -589,6 +608,63 @@ class CoordinatorRuntime:
             self._settle_keys(b.timer_ops, durable=False)
             if not b.future.done():
                 b.future.set_exception(error)
+
+    # ------------------------------------------------------------------ first targets
+
+    def _answer_parked_joins(self, index: int, wanted: Sequence[tuple[str, bool]]) -> None:
+        """These groups have parked joins (before their first target): call the core's
+        ``first_target`` for each (one task per group; a task asked again goes on). ``True``:
+        the first of them, the target waits for the burst (else: a target is there)."""
+        if self.state is not RuntimeState.ACTIVE:
+            return
+        for group_id, first in wanted:
+            if group_id in self._first_targets:
+                self._first_again.add(group_id)
+                continue
+            task = self._loop.create_task(  # type: ignore[union-attr]
+                self._first_target(index, group_id, first), name=f"kip848-first-{group_id}"
+            )
+            self._first_targets[group_id] = task
+
+    async def _first_target(self, index: int, group_id: str, first: bool) -> None:
+        """A burst of joins to a new group is registered before its first target is computed:
+        take turns behind the joins queued on the group's state machine, and wait while joins
+        to the group keep arriving (none in two waits of :data:`FIRST_TARGET_QUIET_S` in a row:
+        a loop held up by something else, during which arrivals are not taken up, is not
+        mistaken for quiet), for at most ``group.initial.rebalance.delay.ms`` (Kafka's wait
+        for more members to join a new group before its first rebalance); then call ``first_target``, again as long as its results ask for
+        it (each answers a few parked joins, in the joins' turns)."""
+        turns = self._turns
+        start = perf_counter()
+        limit_s = self.config.classic_initial_rebalance_delay_ms / 1000
+        try:
+            seen, quiet = -1, 0
+            while first and turns is not None and perf_counter() - start < limit_s:
+                await turns.later(index, _nothing, join=True)  # behind the joins queued
+                if turns.joins_queued(index):
+                    continue
+                arrived = self._joins_arrived.get(group_id, 0)
+                quiet = quiet + 1 if arrived == seen else 0
+                if quiet == 2:
+                    break  # no join came while we waited, twice
+                seen = arrived
+                await asyncio.sleep(FIRST_TARGET_QUIET_S)
+            again = self._first_again
+            while True:
+                again.discard(group_id)
+                now = self.clock.now_ms()
+                _resp, batch = await self._run(
+                    index, partial(_first_target, group_id=group_id, now_ms=now), join=True
+                )
+                if batch is not None:
+                    await _durable(batch)
+                if group_id not in again:
+                    break
+        except CoordinatorError as exc:
+            log.warning("[GroupId %s] Parked joins not answered: %s", group_id, exc)
+        finally:
+            self._first_targets.pop(group_id, None)
+            self._joins_arrived.pop(group_id, None)
 
     # ------------------------------------------------------------------ offloaded assignments
 
@@ -821,9 +897,14 @@ class CoordinatorRuntime:
 
     async def heartbeat(self, req: ConsumerGroupHeartbeat) -> ConsumerGroupHeartbeatResponse:
         now = self.clock.now_ms()
-        return await self._submit(
-            self.shard_index(req.group_id), lambda s: s.consumer_group_heartbeat(req, now)
+        join = req.member_epoch == 0
+        if join and req.group_id in self._first_targets:
+            arrived = self._joins_arrived
+            arrived[req.group_id] = arrived.get(req.group_id, 0) + 1
+        response: ConsumerGroupHeartbeatResponse = await self._parkable(
+            req.group_id, lambda s: s.consumer_group_heartbeat(req, now), join=join
         )
+        return response
 
     async def member_views(
         self, group_id: str, member_ids: Sequence[str]
@@ -1077,7 +1158,11 @@ class CoordinatorRuntime:
         drops its completions: the rollback makes those requests pending again."""
         for index, token, response in completions:
             fut = self._parked.pop((index, token), None)
-            if fut is not None and not fut.done():
+            if fut is None or fut.done():
+                continue
+            if isinstance(response, CoordinatorError):  # the request failed after all
+                fut.set_exception(response)
+            else:
                 fut.set_result(response)
 
     def release_parked(self) -> None:
@@ -1091,11 +1176,14 @@ class CoordinatorRuntime:
             if not fut.done():
                 fut.set_exception(_shutting_down())
 
-    async def _classic(self, group_id: str, fn: Callable[[Any], Any]) -> Any:
-        """Run a classic command; a ``Pending`` answer parks the request until a later durable
-        result completes it (the join barrier, the leader's SyncGroup, a timer)."""
+    async def _parkable(
+        self, group_id: str, fn: Callable[[Any], Any], *, join: bool = False
+    ) -> Any:
+        """Run a command that may be answered later; a ``Pending`` answer parks the request
+        until a later durable result completes it (classic: the join barrier, the leader's
+        SyncGroup, a timer; a join before a new group's first target: that target)."""
         index = self.shard_index(group_id)
-        response, batch = await self._run(index, fn)
+        response, batch = await self._run(index, fn, join=join)
         if not isinstance(response, Pending):
             if batch is not None:
                 await _durable(batch)
@@ -1114,28 +1202,28 @@ class CoordinatorRuntime:
 
     async def classic_join(self, req: cm.JoinGroup) -> cm.JoinGroupResponse:
         now = self.clock.now_ms()
-        response: cm.JoinGroupResponse = await self._classic(
+        response: cm.JoinGroupResponse = await self._parkable(
             req.group_id, lambda s: s.classic_groups.join(req, now)
         )
         return response
 
     async def classic_sync(self, req: cm.SyncGroup) -> cm.SyncGroupResponse:
         now = self.clock.now_ms()
-        response: cm.SyncGroupResponse = await self._classic(
+        response: cm.SyncGroupResponse = await self._parkable(
             req.group_id, lambda s: s.classic_groups.sync(req, now)
         )
         return response
 
     async def classic_heartbeat(self, req: cm.Heartbeat) -> cm.HeartbeatResponse:
         now = self.clock.now_ms()
-        response: cm.HeartbeatResponse = await self._classic(
+        response: cm.HeartbeatResponse = await self._parkable(
             req.group_id, lambda s: s.classic_groups.heartbeat(req, now)
         )
         return response
 
     async def classic_leave(self, req: cm.LeaveGroup) -> cm.LeaveGroupResponse:
         now = self.clock.now_ms()
-        response: cm.LeaveGroupResponse = await self._classic(
+        response: cm.LeaveGroupResponse = await self._parkable(
             req.group_id, lambda s: s.classic_groups.leave(req, now)
         )
         return response
@@ -1193,3 +1281,11 @@ def _fetch_error(group_id: str, exc: CoordinatorError) -> OffsetFetchGroupRespon
     return OffsetFetchGroupResponse(
         group_id=group_id, error_code=exc.code, error_message=exc.message
     )
+
+
+def _first_target(shard: Shard, *, group_id: str, now_ms: int) -> Any:
+    return shard.groups.first_target(group_id, now_ms)
+
+
+def _nothing() -> None:
+    """A turn taken only to wait for the commands queued ahead of it."""

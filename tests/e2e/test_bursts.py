@@ -63,14 +63,16 @@ def test_a_burst_is_queued_and_every_call_answered(start_server, tmp_path: Path)
 
 
 def test_past_the_limit_calls_are_refused_explicitly_and_not_processed(tmp_path: Path) -> None:
-    server = ServerProcess(tmp_path / "data", "--max-concurrent-calls", "100")
+    # 20: the 50 groups' first joins alone wait together for their groups' first targets, so
+    # the burst passes the limit however slowly a loaded machine sends it.
+    server = ServerProcess(tmp_path / "data", "--max-concurrent-calls", "20")
     try:
         server.create_topic("t", 8)
         outcomes = asyncio.run(burst(server.address))
         counts = Counter(outcomes)
         refused = ("RESOURCE_EXHAUSTED", "Concurrent RPC limit exceeded!")
         assert set(counts) == {("OK", 0), refused}, counts
-        assert counts[refused] > 0 and counts[("OK", 0)] >= 100
+        assert counts[refused] > 0 and counts[("OK", 0)] >= 20
         # Exactly the answered joins happened: a refused call was not processed.
         ok = {f"m{i}" for i, outcome in enumerate(outcomes) if outcome == ("OK", 0)}
         assert members(server) == ok

@@ -11,9 +11,10 @@ import contextvars
 import time
 
 import pytest
-from builders import join, make_runtime
+from builders import beat, join, make_runtime
 from test_runtime_core import started
 
+from coordinator.core.commands import ConsumerGroupHeartbeat
 from coordinator.core.errors import CoordinatorNotAvailableError
 from coordinator.core.topics import NewTopic
 from coordinator.runtime import shard_of
@@ -124,4 +125,70 @@ async def test_a_join_storm_in_one_shard_does_not_hold_up_another_shards_group()
     # The probe's group was answered before most of the storm, though it arrived after it all.
     assert done.index(probe_group) < len(storm_groups) // 2, done.index(probe_group)
     assert set(storm_groups) <= set(rt.shards[0].groups)
+    await asyncio.wait_for(rt.close(), 5)
+
+
+async def test_queued_joins_wait_behind_the_other_commands_of_their_state_machine() -> None:
+    turns = Turns(asyncio.get_running_loop(), budget_s=0.0)  # everything queues
+    ran: list[str] = []
+    futures = [
+        turns.later(0, lambda: ran.append("join 1"), join=True),
+        turns.later(0, lambda: ran.append("join 2"), join=True),
+        turns.later(0, lambda: ran.append("heartbeat 1")),
+        turns.later(1, lambda: ran.append("other machine")),
+        turns.later(0, lambda: ran.append("join 3"), join=True),
+        turns.later(0, lambda: ran.append("heartbeat 2")),
+    ]
+    await asyncio.gather(*futures)
+    # Each turn runs one command (budget 0); machine 0's heartbeats go before its joins, in
+    # arrival order, and the joins keep theirs.
+    assert ran == [
+        "heartbeat 1",
+        "other machine",
+        "heartbeat 2",
+        "join 1",
+        "join 2",
+        "join 3",
+    ]
+    assert turns.queued == 0
+
+
+async def test_a_heartbeat_runs_at_once_while_only_joins_are_queued() -> None:
+    turns = Turns(asyncio.get_running_loop(), budget_s=0.001)
+    turns.charge(0, 0.0015)  # machine 0 used its share: the next join queues
+    queued_join = turns.later(0, lambda: "join", join=True)
+    await asyncio.sleep(0)  # a new iteration: budget back, the join still ahead of a new one
+    assert await queued_join == "join"
+    turns.charge(0, 0.0015)
+    turns.later(0, lambda: "join", join=True)
+    await asyncio.sleep(0)
+    turns.later(0, lambda: "another join", join=True)
+    assert not turns.now(0, join=True)  # a join waits behind the queued joins
+    assert turns.now(0)  # a heartbeat of a member already in does not
+
+
+async def test_in_a_storm_a_members_heartbeat_is_answered_before_the_queued_joins() -> None:
+    rt = await started(make_runtime(MemoryRecordStore(), shards=1))
+    await rt.create_topics([NewTopic(name="t", num_partitions=64)])
+    order: list[str] = []
+    first = await rt.heartbeat(join("g", member_id="m-first"))
+    assert first.member_epoch >= 1
+
+    async def call(req: ConsumerGroupHeartbeat, name: str) -> None:
+        await rt.heartbeat(req)
+        order.append(name)
+
+    storm = [
+        asyncio.ensure_future(call(join("g", member_id=f"m-{i}"), f"join {i}")) for i in range(300)
+    ]
+    await asyncio.sleep(0)  # the storm arrived and used the shard's share: the rest queued
+    ack = asyncio.ensure_future(
+        call(beat("g", "m-first", first.member_epoch), "the first member's heartbeat")
+    )
+    await asyncio.wait_for(asyncio.gather(*storm, ack), 30)
+    assert order.index("the first member's heartbeat") < 100, order.index(
+        "the first member's heartbeat"
+    )
+    joins = [name for name in order if name.startswith("join")]
+    assert joins == [f"join {i}" for i in range(300)]  # the joins kept their order
     await asyncio.wait_for(rt.close(), 5)

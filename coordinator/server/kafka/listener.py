@@ -95,10 +95,17 @@ class KafkaListener:
     # ------------------------------------------------------------ lifecycle
 
     async def listen(self, host: str, port: int) -> int:
-        """Bind one port; returns the bound port (port 0 picks a free one)."""
+        """Bind one port; returns the bound port (port 0 picks a free one). Its accept queue
+        is as long as the system allows (``SOMAXCONN``; asyncio's default is 100): thousands
+        of consumers reconnecting at once, one connection each, wait there while the loop is
+        busy instead of having their connection attempts dropped and retried a second later."""
         loop = asyncio.get_running_loop()
         server = await loop.create_server(
-            lambda: KafkaConnection(self), host.strip("[]") or None, port, reuse_address=True
+            lambda: KafkaConnection(self),
+            host.strip("[]") or None,
+            port,
+            reuse_address=True,
+            backlog=socket.SOMAXCONN,
         )
         self.servers.append(server)
         bound = server.sockets[0].getsockname()[1]
@@ -132,7 +139,7 @@ class KafkaListener:
             sock.close()
             return
         server = await asyncio.get_running_loop().create_server(
-            lambda: KafkaConnection(self), sock=sock
+            lambda: KafkaConnection(self), sock=sock, backlog=socket.SOMAXCONN
         )
         self.servers.append(server)
 
