@@ -234,28 +234,16 @@ class _LoopChild:
 
 
 class ShardTimes:
-    """A state machine's queue-time and processing-time series, observed together once per
-    command (``kip848_event_queue_time_seconds``, ``kip848_event_processing_time_seconds``):
-    one call, the two ``_LoopChild.observe`` inlined — this runs on every command."""
+    """A state machine's queue-time and processing-time series
+    (``kip848_event_queue_time_seconds``, ``kip848_event_processing_time_seconds``), bound
+    once: the runtime observer counts every command into them with the ``_LoopChild.observe``
+    code inlined (``RuntimeObserver.run_command``: this runs on every command)."""
 
     __slots__ = ("processing", "queue")
 
     def __init__(self, queue: _LoopChild, processing: _LoopChild) -> None:
         self.queue = queue
         self.processing = processing
-
-    def observe(self, start: float, end: float, arrival: float | None) -> None:
-        """A command that started at ``start`` and ended at ``end``, for a request that
-        reached us at ``arrival`` (None: no request, e.g. a timer: no queue time here)."""
-        child = self.processing
-        seconds = end - start
-        child.counts[bisect_left(child.bounds, seconds)] += 1
-        child.sum += seconds
-        if arrival is not None:
-            child = self.queue
-            seconds = start - arrival if start > arrival else 0.0
-            child.counts[bisect_left(child.bounds, seconds)] += 1
-            child.sum += seconds
 
 
 class LoopHistogram(Collector):
@@ -330,9 +318,10 @@ coordinator, or forwarded to the upstream broker (``--kafka-upstream``) and pass
 
 class RequestSeries:
     """The latency series of one RPC on one protocol, children bound per error code on first
-    use (a dict lookup per request afterwards)."""
+    use (a dict lookup per request afterwards: ``children``, which the service layer's wrapper
+    reads directly)."""
 
-    __slots__ = ("_children", "_histogram", "_protocol", "_route", "_rpc")
+    __slots__ = ("_histogram", "_protocol", "_route", "_rpc", "children")
 
     def __init__(
         self, histogram: LoopHistogram, rpc: str, protocol: str, route: str = SERVED
@@ -341,14 +330,21 @@ class RequestSeries:
         self._rpc = rpc
         self._protocol = protocol
         self._route = route
-        self._children: dict[int, _LoopChild] = {}
+        self.children: dict[int, _LoopChild] = {}
 
-    def observe(self, error_code: int, seconds: float) -> None:
-        child = self._children.get(error_code)
+    def child(self, error_code: int) -> _LoopChild:
+        """The series of answers with ``error_code`` (bound on first use)."""
+        child = self.children.get(error_code)
         if child is None:
-            child = self._children[error_code] = self._histogram.labels(
+            child = self.children[error_code] = self._histogram.labels(
                 self._rpc, self._protocol, self._route, error_name(error_code)
             )
+        return child
+
+    def observe(self, error_code: int, seconds: float) -> None:
+        child = self.children.get(error_code)
+        if child is None:
+            child = self.child(error_code)
         # _LoopChild.observe, inlined: this runs on every request.
         child.counts[bisect_left(child.bounds, seconds)] += 1
         child.sum += seconds

@@ -25,6 +25,7 @@ import asyncio
 import concurrent.futures
 import logging
 import time
+from bisect import bisect_left
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -39,17 +40,24 @@ log = logging.getLogger("kip848.metrics")
 monotonic = time.monotonic
 _TRACING = tracing.STATE
 _ACTIVE = tracing.ACTIVE
+_ARRIVAL_GET = ARRIVAL.get
 
 SCRAPE_READ_TIMEOUT_S = 5.0
 
 
 def command_name(fn: Callable[..., Any]) -> str:
     """The runtime method a command comes from (``heartbeat``, ``offset_commit``, ``timer``),
-    from the qualified name of the lambda the runtime passes (tracing only)."""
+    from the qualified name of the lambda the runtime passes (tracing only; cached)."""
     qualname = getattr(fn, "__qualname__", "") or ""
-    head = qualname.partition(".<locals>")[0]
-    name = head.rpartition(".")[2].lstrip("_") or "command"
-    return "timer" if name == "fire" else name
+    name = _COMMAND_NAMES.get(qualname)
+    if name is None:
+        head = qualname.partition(".<locals>")[0]
+        name = head.rpartition(".")[2].lstrip("_") or "command"
+        name = _COMMAND_NAMES[qualname] = "timer" if name == "fire" else name
+    return name
+
+
+_COMMAND_NAMES: dict[str, str] = {}
 
 
 class RuntimeObserver:
@@ -78,32 +86,49 @@ class RuntimeObserver:
     # ------------------------------------------------------------------ commands
 
     def run_command(self, shard: int, fn: Callable[[Any], Any], machine: Any) -> Any:
-        self._stash = None
         if _TRACING.enabled and _ACTIVE.get():
+            self._stash = None
             return self._traced_command(shard, fn, machine)
         times = self._times
         if not times:  # tracing on, metrics off: nothing to measure
+            self._stash = None
             return fn(machine)
         start = monotonic()
         try:
             out = fn(machine)
         finally:
-            times[shard].observe(start, monotonic(), ARRIVAL.get())
+            # ShardTimes.observe, inlined: this runs on every command.
+            end = monotonic()
+            series = times[shard]
+            child = series.processing
+            seconds = end - start
+            child.counts[bisect_left(child.bounds, seconds)] += 1
+            child.sum += seconds
+            arrival = _ARRIVAL_GET()
+            if arrival is not None:
+                child = series.queue
+                seconds = start - arrival if start > arrival else 0.0
+                child.counts[bisect_left(child.bounds, seconds)] += 1
+                child.sum += seconds
         # Never on a steady heartbeat (no records, no events).
         events = getattr(out, "events", None)
         records = getattr(out, "records", None)
-        if events or records:
-            self._stash = self.rebalances.after_command(machine, records or (), events or ())
+        self._stash = (
+            self.rebalances.after_command(machine, records or (), events or ())
+            if events or records
+            else None
+        )
         return out
 
     def _traced_command(self, shard: int, fn: Callable[[Any], Any], machine: Any) -> Any:
         metrics = self.metrics
         self._span = None
-        group_id = tracing.current_attribute(tracing.GROUP_ID)
         attributes: dict[str, Any] = {tracing.SHARD: shard}
+        rpc = tracing.current_attributes()  # the RPC span's
+        group_id = rpc.get(tracing.GROUP_ID)
         if group_id is not None:
             attributes[tracing.GROUP_ID] = group_id
-        member_id = tracing.current_attribute(tracing.MEMBER_ID)
+        member_id = rpc.get(tracing.MEMBER_ID)
         if member_id is not None:
             attributes[tracing.MEMBER_ID] = member_id
         with tracing.internal_span(f"shard.{command_name(fn)}", attributes) as span:
@@ -118,12 +143,13 @@ class RuntimeObserver:
                         None if arrival is None else start - arrival,
                         time.monotonic() - start,
                     )
-            response = getattr(out, "response", out)
-            tracing.set_response_attributes(span, response)
+            done = tracing.response_attributes(getattr(out, "response", out))
             records = getattr(out, "records", None)
             events = getattr(out, "events", None)
             if records is not None:
-                span.set_attribute("kip848.records", len(records))
+                done["kip848.records"] = len(records)
+            if done:
+                span.set_attributes(done)
             if (events or records) and metrics is not None:
                 self._stash = self.rebalances.after_command(machine, records or (), events or ())
             self._span = span.get_span_context()
@@ -149,6 +175,8 @@ class RuntimeObserver:
         """The command just run waits for no batch (nothing of its state machine is
         outstanding): the runtime wrote its events at once."""
         stash = self._stash
+        if stash is None and self._span is None:
+            return  # every steady heartbeat: nothing to hand over
         self._stash = None
         self._span = None
         if stash is not None:

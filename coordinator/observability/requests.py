@@ -9,13 +9,18 @@ by the same code:
   with observed ones (the class is untouched). Administrative RPCs are always wrapped (audit);
   the others only when metrics or tracing are on, so with both off a heartbeat runs exactly the
   code it ran before.
-* :func:`instrument_methods` wraps the gRPC codec's method table (only when metrics or tracing
-  are on) to carry what only the transport knows into the service layer: when the call reached
-  us (:data:`ARRIVAL`; for a forwarded call, ``context.received``, the front end's
-  ``time.monotonic()`` — one clock for every process of the machine) and, with tracing on, the
-  call's sampling decision (:data:`tracing.CALL`: the caller's W3C trace context followed, or
-  a root drawn at the ratio) with the gRPC method path. A Kafka request starts its clock when
-  the listener hands it to the service layer, which also draws its sampling decision.
+* What only the gRPC transport knows reaches the service layer in the ``Caller`` the gRPC codec
+  builds (``coordinator/server/services.py``), with no wrapper around the codec's methods: when
+  the call reached us (``Caller.received``: for a forwarded call, the front end's
+  ``time.monotonic()`` — one clock for every process of the machine; else None, and the clock
+  starts when the codec hands the request to the service layer) and, with tracing on, the
+  caller's W3C trace context (``Caller.trace_metadata``: found in the same read of the call's
+  metadata as the client id). :data:`ARRIVAL` carries the arrival on to the runtime (queue
+  time). A Kafka request starts its clock when the listener hands it to the service layer.
+* The sampling decision is made once per request, in the service layer's wrapper: a caller's
+  trace context is followed (:func:`_traced` extracts it and its sampled flag decides), any
+  other request is drawn at the ratio (one ``random()`` call, inlined: a request left out makes
+  no further call, allocates nothing and touches no context variable for tracing).
 
 What one request records:
 
@@ -40,9 +45,9 @@ What one request records:
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import logging
 import time
+from bisect import bisect_left
 from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 from typing import Any
@@ -322,70 +327,95 @@ def _observed(
     metrics: CoordinatorMetrics | None,
     kafka_name: str | None = None,
 ) -> Callable[[Any, Any], Any]:
+    """``method`` observed: timed (metrics on), traced when sampled (tracing on), audited and
+    counted (``after``). The wrapper is the only coroutine frame the observation adds; on the
+    way of a steady heartbeat it reads the clock twice, sets :data:`ARRIVAL` once and counts one
+    sample, and with tracing on draws one random number — nothing else."""
     rpc = rpc_name(name)
     kafka_rpc = kafka_name or rpc
-    grpc_series = metrics.request_series(rpc, "grpc") if metrics is not None else None
-    kafka_series = metrics.request_series(kafka_rpc, "kafka") if metrics is not None else None
     counts_offsets = metrics is not None and name in ("offset_commit", "offset_delete")
     after = name in ADMIN_METHODS or counts_offsets
     is_commit = name == "offset_commit"
-    timed = metrics is not None
-    monotonic = time.monotonic
     state = tracing.STATE
-    call_var = tracing.CALL
-    sampled = tracing.sampled
-    not_traced = tracing.NOT_TRACED
+    random = tracing.draw
 
-    async def observed(req: Any, caller: Any) -> Any:
-        kafka = caller.api_version is not None
-        # A forwarded call's clock started in its front end (the edge set ARRIVAL); any other
-        # request's starts here, when its codec hands it to the service layer. Set for the
-        # runtime's queue time.
-        arrival = ARRIVAL.get()
-        token = None
-        if arrival is None and timed:
-            arrival = monotonic()
-            token = ARRIVAL.set(arrival)
-        answer = None
+    def observe_after(req: Any, caller: Any, answer: Any) -> None:
         try:
-            if state.enabled:
-                # The sampling decision, once per request: a caller's trace context the gRPC
-                # edge found (followed), else a draw at the ratio.
-                call = call_var.get()
-                if call is None:
-                    call = _ROOT if sampled() else not_traced
-                if call:
-                    answer = await _traced(
-                        kafka_rpc if kafka else rpc, kafka, method, req, caller, call[0]
-                    )
-                else:
-                    answer = await method(req, caller)
+            if name in ADMIN_METHODS:
+                _audit(name, req, answer, "grpc" if caller.api_version is None else "kafka", caller)
+            if counts_offsets:
+                _count_offsets(metrics, answer, is_commit)  # type: ignore[arg-type]
+        except Exception:  # observing never fails the request it observes
+            log.exception("Observing %s failed", rpc)
+
+    if metrics is None:  # tracing (and the audit trail) only
+
+        async def observed(req: Any, caller: Any) -> Any:
+            # The sampling decision, once per request (tracing.sampled): a caller's trace
+            # context is followed (_traced decides), anything else drawn at the ratio.
+            if state.enabled and (
+                caller.trace_metadata is not None
+                or (ratio := state.ratio) is None
+                or random() < ratio
+            ):
+                answer = await _traced(rpc, kafka_rpc, method, req, caller)
             else:
                 answer = await method(req, caller)
-        finally:
-            if token is not None:
-                ARRIVAL.reset(token)
-            if timed and arrival is not None:
-                (kafka_series if kafka else grpc_series).observe(  # type: ignore[union-attr]
-                    ABORTED if answer is None else answer_code(answer), monotonic() - arrival
-                )
-        if after:
+            if after:
+                observe_after(req, caller, answer)
+            return answer
+
+    else:
+        grpc_series = metrics.request_series(rpc, "grpc")
+        kafka_series = metrics.request_series(kafka_rpc, "kafka")
+        grpc_children = grpc_series.children
+        kafka_children = kafka_series.children
+        bounds = metrics.request_duration.bounds
+        monotonic = time.monotonic
+        set_arrival = ARRIVAL.set
+        reset_arrival = ARRIVAL.reset
+
+        async def observed(req: Any, caller: Any) -> Any:
+            # A forwarded call's clock started in its front end; any other request's starts
+            # here, when its codec hands it to the service layer. ARRIVAL: the runtime's queue
+            # time.
+            arrival = caller.received
+            if arrival is None:
+                arrival = monotonic()
+            token = set_arrival(arrival)
+            answer = None
             try:
-                if name in ADMIN_METHODS:
-                    _audit(name, req, answer, "kafka" if kafka else "grpc", caller)
-                if counts_offsets:
-                    _count_offsets(metrics, answer, is_commit)  # type: ignore[arg-type]
-            except Exception:  # observing never fails the request it observes
-                log.exception("Observing %s failed", rpc)
-        return answer
+                if state.enabled and (
+                    caller.trace_metadata is not None
+                    or (ratio := state.ratio) is None
+                    or random() < ratio
+                ):
+                    answer = await _traced(rpc, kafka_rpc, method, req, caller)
+                else:
+                    answer = await method(req, caller)
+            finally:
+                reset_arrival(token)
+                # RequestSeries.observe, inlined: this runs on every request.
+                seconds = monotonic() - arrival
+                code = ABORTED if answer is None else answer_code(answer)
+                if caller.api_version is None:
+                    child = grpc_children.get(code)
+                    if child is None:
+                        child = grpc_series.child(code)
+                else:
+                    child = kafka_children.get(code)
+                    if child is None:
+                        child = kafka_series.child(code)
+                child.counts[bisect_left(bounds, seconds)] += 1
+                child.sum += seconds
+            if after:
+                observe_after(req, caller, answer)
+            return answer
 
     observed.__name__ = name
     observed.__qualname__ = f"observed.{name}"
     return observed
 
-
-_ROOT = (None,)
-"""A request to trace without a caller's context (a root span)."""
 
 _GRPC_SERVICES: dict[str, str] = {}
 """gRPC method name -> its service's full name (``kip848.v1.ConsumerGroupService``), from the
@@ -395,16 +425,25 @@ services, and each is the ``rpc_name`` of the service-layer method it calls."""
 
 async def _traced(
     rpc: str,
-    kafka: bool,
+    kafka_rpc: str,
     method: Callable[[Any, Any], Any],
     req: Any,
     caller: Any,
-    parent: Any,
 ) -> Any:
-    """The RPC's SERVER span, current while the request runs, so the shard command and assignor
-    spans are its children on both listeners; ``parent`` is the caller's context (None: a
-    root). (The Kafka listener runs a request that waits in a task of the very context its
-    first step ran in, so the span's context is entered and left in one context.)"""
+    """A request the sampling decision did not leave out: a root drawn at the ratio, or one
+    whose caller sent a trace context (followed here: its sampled flag decides). The RPC's
+    SERVER span, current while the request runs, so the shard command and assignor spans are
+    its children on both listeners. (The Kafka listener runs a request that waits in a task of
+    the very context its first step ran in, so the span's context is entered and left in one
+    context.)"""
+    parent = None
+    if caller.trace_metadata is not None:
+        parent = tracing.extract(caller.trace_metadata)
+        if not tracing.sampled(parent):
+            return await method(req, caller)
+    kafka = caller.api_version is not None
+    if kafka:
+        rpc = kafka_rpc
     service = "kafka" if kafka else _GRPC_SERVICES.get(rpc, "grpc")
     with tracing.rpc_span(
         service,
@@ -413,17 +452,18 @@ async def _traced(
         client_id=caller.client_id,
         client_address=caller.client_host,
         parent=parent,
+        request=req,
     ) as span:
         if not span.is_recording():  # only when the SDK's own sampler decides
             return await method(req, caller)
         token = tracing.ACTIVE.set(True)
         try:
-            tracing.set_request_attributes(span, req)
             answer = await method(req, caller)
         finally:
             tracing.ACTIVE.reset(token)
-        tracing.set_response_attributes(span, getattr(answer, "value", None) or answer)
-        span.set_attribute(tracing.ERROR_CODE, error_name(_safe_first_error(answer)))
+        attributes = tracing.response_attributes(getattr(answer, "value", None) or answer)
+        attributes[tracing.ERROR_CODE] = error_name(_safe_first_error(answer))
+        span.set_attributes(attributes)
         return answer
 
 
@@ -489,74 +529,18 @@ def forwarded_timer(metrics: CoordinatorMetrics | None) -> Callable[[int], Forwa
     return start
 
 
-# ---------------------------------------------------------------- the gRPC edge
+# ---------------------------------------------------------------- the gRPC codec
 
 
 def instrument_methods(
     table: Mapping[str, Handler], *, metrics: CoordinatorMetrics | None
 ) -> dict[str, Handler]:
-    """A copy of the gRPC codec's method table whose calls carry into the service layer what
-    only the transport knows: a forwarded call's receive time (metrics on) and a caller's W3C
-    trace context (tracing on). Server-streaming methods are kept as they are (not timed, not
-    traced). The table itself when metrics and tracing are both off."""
+    """The gRPC codec's method table, as it is: what only the transport knows (a forwarded
+    call's receive time, a caller's trace context) reaches the service layer in the
+    :class:`~coordinator.server.api.Caller` the codec builds, so no wrapper is needed around its
+    methods. Remembers each method's service for the RPC span's name."""
+    del metrics  # the same table whether metrics are on or off
     for path in table:
         service, _, name = path.strip("/").rpartition("/")
         _GRPC_SERVICES[name] = service
-    if metrics is None and not tracing.STATE.enabled:
-        return dict(table)
-    from coordinator.server.forwarding import ForwardedContext
-
-    forwarded = ForwardedContext if metrics is not None else None
-    return {
-        path: (parse, method if inspect.isasyncgenfunction(method) else _edge(method, forwarded))
-        for path, (parse, method) in table.items()
-    }
-
-
-def _edge(method: Callable[[Any, Any], Any], forwarded: Any) -> Callable[[Any, Any], Any]:
-    """One method's edge: a plain function returning the method's awaitable, wrapped only when
-    there is something to carry: a forwarded call's receive time (``forwarded``: the context
-    type that has one; metrics on) or, tracing on, a ``traceparent`` the caller sent (parsed
-    only then; its sampled flag decides). Anything else is decided by the service layer with
-    one random draw — no context switch, no span, no propagator for a request left out."""
-    state = tracing.STATE
-
-    def edge(request: Any, context: Any) -> Any:
-        received = (
-            context.received if forwarded is not None and type(context) is forwarded else None
-        )
-        call = None
-        if state.enabled:
-            metadata = context.invocation_metadata()
-            if metadata:
-                for key, _value in metadata:
-                    if key == "traceparent":
-                        parent = tracing.extract(metadata)
-                        call = (parent,) if tracing.sampled(parent) else tracing.NOT_TRACED
-                        break
-        if received is None and call is None:
-            return method(request, context)
-        return _carry(method, request, context, received, call)
-
-    edge.__name__ = getattr(method, "__name__", "edge")
-    return edge
-
-
-async def _carry(
-    method: Callable[[Any, Any], Any],
-    request: Any,
-    context: Any,
-    received: float | None,
-    call: Any,
-) -> Any:
-    """Run ``method`` with the receive time in :data:`ARRIVAL` and the caller's sampling
-    decision in :data:`tracing.CALL` (None: not set)."""
-    arrival = ARRIVAL.set(received) if received is not None else None
-    decided = tracing.CALL.set(call) if call is not None else None
-    try:
-        return await method(request, context)
-    finally:
-        if decided is not None:
-            tracing.CALL.reset(decided)
-        if arrival is not None:
-            ARRIVAL.reset(arrival)
+    return dict(table)

@@ -8,8 +8,9 @@ skips all tracing work — no span objects, no context switches, no attribute di
 Sampling is decided once per request, before any OpenTelemetry call (:func:`sampled`): a
 caller's valid ``traceparent`` is followed (parent-based: its sampled flag decides), any other
 request is traced with probability ``--otlp-sample-ratio`` (default: ``OTEL_TRACES_SAMPLER`` if
-set, else :data:`DEFAULT_SAMPLE_RATIO`, 1%). A request left out costs a metadata scan and one
-random draw: no context attach, no span object, no propagator. Only a sampled request makes
+set, else :data:`DEFAULT_SAMPLE_RATIO`, 1%). A request left out costs one random draw (and,
+over gRPC, a look for ``traceparent`` in the metadata the codec reads for the client id anyway):
+no context attach, no span object, no propagator, no context variable. Only a sampled request makes
 spans, and all its spans record (the SDK's sampler is ``ParentBased(ALWAYS_ON)``); only an
 ``OTEL_TRACES_SAMPLER`` that is not parent-based is left to the SDK, which then makes a
 (non-recording) span for every request.
@@ -37,8 +38,8 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
 from contextvars import ContextVar
 from random import random as _random
 from typing import Any
@@ -91,11 +92,10 @@ STATE = _State()
 ACTIVE: ContextVar[bool] = ContextVar("kip848_trace_active", default=False)
 """True inside a recorded (sampled) RPC span: only then are command and assignor spans made."""
 
-NOT_TRACED: Any = False
-"""In :data:`CALL`: the caller's trace context says not sampled."""
-CALL: ContextVar[Any] = ContextVar("kip848_trace_call", default=None)
-"""Set by the gRPC edge for a call that carries a ``traceparent``: ``(parent context,)`` to
-follow, or :data:`NOT_TRACED`. None (any other request): the service layer draws."""
+draw = _random
+"""The root sampling draw (``random.random``, in [0, 1)): a root request is traced when
+``STATE.ratio is None or draw() < STATE.ratio`` (:func:`sampled`, inlined by the service
+layer)."""
 
 
 def normalize_endpoint(endpoint: str) -> str:
@@ -211,9 +211,7 @@ def sampled(parent: Any = None) -> bool:
         ctx = trace.get_current_span(parent).get_span_context()
         if ctx.is_valid:
             return bool(ctx.trace_flags.sampled)
-    if ratio >= 1.0:
-        return True
-    return ratio > 0.0 and _random() < ratio
+    return draw() < ratio  # in [0, 1): always below 1, never below 0
 
 
 def extract(metadata: Any) -> Any:
@@ -228,7 +226,6 @@ def extract(metadata: Any) -> Any:
 # ---------------------------------------------------------------- spans (call only when enabled)
 
 
-@contextmanager
 def rpc_span(
     service: str,
     method: str,
@@ -237,9 +234,12 @@ def rpc_span(
     client_id: str = "",
     client_address: str = "",
     parent: Any = None,
-) -> Iterator[Any]:
-    """The server span of one RPC, current while the body runs; its parent is the caller's
-    context ``parent`` (:func:`extract`), else none (a root)."""
+    request: Any = None,
+) -> AbstractContextManager[Any]:
+    """The server span of one RPC, current while the ``with`` block runs; its parent is the
+    caller's context ``parent`` (:func:`extract`), else none (a root). ``request``: its
+    :func:`request_attributes` are the span's from the start. (The SDK's own context manager:
+    no layer of ours around it.)"""
     from opentelemetry.trace import SpanKind
 
     attributes: dict[str, Any] = {
@@ -251,17 +251,22 @@ def rpc_span(
         attributes[CLIENT_ID] = client_id
     if client_address:
         attributes[CLIENT_ADDRESS] = client_address
-    with STATE.tracer.start_as_current_span(
+    if request is not None:
+        request_attributes(request, attributes)
+    span: AbstractContextManager[Any] = STATE.tracer.start_as_current_span(
         f"{service}/{method}", context=parent, kind=SpanKind.SERVER, attributes=attributes
-    ) as span:
-        yield span
+    )
+    return span
 
 
-@contextmanager
-def internal_span(name: str, attributes: dict[str, Any] | None = None) -> Iterator[Any]:
-    """An INTERNAL span, current while the block runs (a child of the current span)."""
-    with STATE.tracer.start_as_current_span(name, attributes=attributes) as span:
-        yield span
+def internal_span(
+    name: str, attributes: dict[str, Any] | None = None
+) -> AbstractContextManager[Any]:
+    """An INTERNAL span, current while the ``with`` block runs (a child of the current span)."""
+    span: AbstractContextManager[Any] = STATE.tracer.start_as_current_span(
+        name, attributes=attributes
+    )
+    return span
 
 
 def start_span(name: str, attributes: dict[str, Any] | None = None, links: Any = None) -> Any:
@@ -298,30 +303,57 @@ def current_attribute(name: str) -> Any:
     return None if attributes is None else attributes.get(name)
 
 
-def set_request_attributes(span: Any, request: Any) -> None:
-    """Group id, member id and epochs of a request or command dataclass, when it has them."""
+def request_attributes(request: Any, into: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Group id, member id and epochs of a request or command dataclass, when it has them
+    (added to ``into``, which is returned)."""
+    attributes = {} if into is None else into
     group_id = getattr(request, "group_id", None)
     if isinstance(group_id, str):
-        span.set_attribute(GROUP_ID, group_id)
+        attributes[GROUP_ID] = group_id
     member_id = getattr(request, "member_id", None)
     if isinstance(member_id, str) and member_id:
-        span.set_attribute(MEMBER_ID, member_id)
+        attributes[MEMBER_ID] = member_id
     epoch = getattr(request, "member_epoch", None)
     if epoch is None:
         epoch = getattr(request, "generation_id_or_member_epoch", None)
     if isinstance(epoch, int):
-        span.set_attribute(MEMBER_EPOCH, epoch)
+        attributes[MEMBER_EPOCH] = epoch
+    return attributes
 
 
-def set_response_attributes(span: Any, response: Any) -> None:
-    """Epochs a response carries (heartbeat: the member epoch it was given)."""
+def response_attributes(response: Any, into: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Epochs a response carries (heartbeat: the member epoch it was given), and the member id
+    (added to ``into``, which is returned)."""
+    attributes = {} if into is None else into
     epoch = getattr(response, "member_epoch", None)
     if isinstance(epoch, int):
-        span.set_attribute(MEMBER_EPOCH, epoch)
+        attributes[MEMBER_EPOCH] = epoch
     member_id = getattr(response, "member_id", None)
     if isinstance(member_id, str) and member_id:
-        span.set_attribute(MEMBER_ID, member_id)
+        attributes[MEMBER_ID] = member_id
     for attr, name in (("group_epoch", GROUP_EPOCH), ("assignment_epoch", ASSIGNMENT_EPOCH)):
         value = getattr(response, attr, None)
         if isinstance(value, int):
-            span.set_attribute(name, value)
+            attributes[name] = value
+    return attributes
+
+
+def current_attributes() -> Mapping[str, Any]:
+    """The attributes of the current span (empty without one)."""
+    from opentelemetry import trace
+
+    return getattr(trace.get_current_span(), "attributes", None) or {}
+
+
+def set_request_attributes(span: Any, request: Any) -> None:
+    """:func:`request_attributes` on ``span`` (one call into the SDK)."""
+    attributes = request_attributes(request)
+    if attributes:
+        span.set_attributes(attributes)
+
+
+def set_response_attributes(span: Any, response: Any) -> None:
+    """:func:`response_attributes` on ``span`` (one call into the SDK)."""
+    attributes = response_attributes(response)
+    if attributes:
+        span.set_attributes(attributes)

@@ -8,8 +8,9 @@ entries, and GROUP configs. Frozen, slotted, keyword-only, like the core's.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from coordinator.core.errors import ErrorCode
 from coordinator.core.model import Assignment
@@ -35,13 +36,21 @@ class Caller:
     version and behaves like Kafka's latest (shared/API.md). ``node`` is the address of the
     listener the request came through (FindCoordinator answers it). ``abort_when_closing``: the
     transport has its own "unavailable" answer (gRPC's UNAVAILABLE status): the service raises
-    :class:`ShuttingDown` instead of answering COORDINATOR_NOT_AVAILABLE in-band."""
+    :class:`ShuttingDown` instead of answering COORDINATOR_NOT_AVAILABLE in-band.
+
+    What only the gRPC transport knows, for the observation of the request
+    (``coordinator/observability/requests.py``): ``received``, when a front end received a
+    call it forwarded (its ``time.monotonic()``; None: the call starts here), and
+    ``trace_metadata``, the call's metadata when it carries a W3C ``traceparent`` (read only
+    while tracing is on; None: none, or tracing off)."""
 
     client_id: str = ""
     client_host: str = ""
     api_version: int | None = None
     node: Node | None = None
     abort_when_closing: bool = False
+    received: float | None = None
+    trace_metadata: Sequence[tuple[str, Any]] | None = None
 
     def version_below(self, version: int) -> bool:
         """True for a Kafka request older than ``version`` (never for gRPC)."""

@@ -38,11 +38,13 @@ from kip848.v1 import (
 
 from . import convert
 from .api import Caller, Node, WatchRequest
+from .forwarding import ForwardedContext
 from .service import CoordinatorService, ShuttingDown
 
 log = logging.getLogger("kip848.server")
 
 CLIENT_ID_KEY = "client-id"
+TRACEPARENT_KEY = "traceparent"
 NODE_ID = 0
 """The node id the gRPC FindCoordinator answers (one coordinator process)."""
 
@@ -50,10 +52,23 @@ Address = Callable[[], tuple[str, int]]
 
 
 def client_id_of(context: grpc.aio.ServicerContext) -> str:
-    for key, value in context.invocation_metadata() or ():
+    return client_id_in(context.invocation_metadata() or ())
+
+
+def client_id_in(metadata: Any) -> str:
+    for key, value in metadata:
         if key == CLIENT_ID_KEY:
             return value if isinstance(value, str) else value.decode("utf-8", "replace")
     return ""
+
+
+def trace_metadata_in(metadata: Any) -> Any:
+    """``metadata`` if it carries a W3C ``traceparent`` (the caller's trace context, followed
+    by the service layer's sampling decision), else None."""
+    for key, _value in metadata:
+        if key == TRACEPARENT_KEY:
+            return metadata
+    return None
 
 
 def client_host_of(context: grpc.aio.ServicerContext) -> str:
@@ -111,17 +126,24 @@ class GrpcServicer:
         self.address = address
 
     def caller(self, context: grpc.aio.ServicerContext, identity: bool) -> Caller:
+        """Who sends the call; with ``identity``, its client id and address (and, tracing on,
+        its trace context: one read of the call's metadata for both). A call a front end
+        forwarded carries when the front end received it."""
         node = None
         if self.address is not None:
             host, port = self.address()
             node = Node(node_id=NODE_ID, host=host, port=port)
+        received = context.received if type(context) is ForwardedContext else None
         if not identity:
-            return Caller(node=node, abort_when_closing=True)
+            return Caller(node=node, abort_when_closing=True, received=received)
+        metadata = context.invocation_metadata() or ()
         return Caller(
-            client_id=client_id_of(context),
+            client_id=client_id_in(metadata),
             client_host=client_host_of(context),
             node=node,
             abort_when_closing=True,
+            received=received,
+            trace_metadata=trace_metadata_in(metadata) if tracing.STATE.enabled else None,
         )
 
     async def run(self, row: Rpc, request: Any, context: grpc.aio.ServicerContext) -> Any:

@@ -4,10 +4,12 @@ path, JSON logs parsed line by line, audit lines, and the Grafana dashboard's qu
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import logging
 import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,7 +18,7 @@ import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from assignors.uniform import UniformAssignor
-from coordinator.core.commands import SequentialIds
+from coordinator.core.commands import ConsumerGroupHeartbeat, SequentialIds
 from coordinator.core.config import parse_config
 from coordinator.core.errors import ErrorCode
 from coordinator.observability import tracing
@@ -35,8 +37,9 @@ from coordinator.observability.requests import (
     instrument_service,
     rpc_name,
 )
-from coordinator.runtime import CoordinatorRuntime, ManualClock
+from coordinator.runtime import CoordinatorRuntime, ManualClock, SystemClock
 from coordinator.runtime.store import MemoryRecordStore
+from coordinator.server.api import Caller
 from coordinator.server.forwarding import ForwardedContext, method_table
 from coordinator.server.service import CoordinatorService
 from coordinator.server.services import AdminService, ConsumerGroupService, OffsetService
@@ -45,6 +48,7 @@ from kip848.v1 import consumer_group_pb2 as cg
 
 ROOT = Path(__file__).resolve().parents[2]
 HB = "/kip848.v1.ConsumerGroupService/ConsumerGroupHeartbeat"
+DESCRIBE = "/kip848.v1.ConsumerGroupService/ConsumerGroupDescribe"
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 TRACEPARENT = f"00-{TRACE_ID}-00f067aa0ba902b7-01"
 
@@ -234,6 +238,87 @@ async def test_metrics_of_a_rebalance_a_commit_and_a_session_timeout() -> None:
         assert counts.offsets == 2
         assert counts.shards == {"active": 2}
         assert sorted(counts.load_seconds) == [0, 1]
+    finally:
+        await rt.close()
+
+
+async def test_a_forwarded_call_is_timed_from_when_its_front_end_received_it() -> None:
+    """``--grpc-processes``: a front end stamps when it received a call (``time.monotonic()``,
+    one clock for every process of the machine); the call's latency and its command's queue
+    time start there, not when the coordinator process got it."""
+    metrics = CoordinatorMetrics(process_collectors=False)
+    rt = await started_runtime(RuntimeObserver(metrics))
+    try:
+        server = Server(rt, metrics)
+        context = ForwardedContext(
+            (("client-id", "app"),), "ipv4:127.0.0.1:40000", received=time.monotonic() - 0.3
+        )
+        _parse, describe = server.table[DESCRIBE]
+        response = await describe(cg.ConsumerGroupDescribeRequest(group_ids=["g"]), context)
+        assert [g.error_code for g in response.groups] == [ErrorCode.GROUP_ID_NOT_FOUND]
+        duration = "kip848_request_duration_seconds_bucket"
+        labels = {"rpc": "ConsumerGroupDescribe", "protocol": "grpc", "route": "served"}
+        labels["error"] = "GROUP_ID_NOT_FOUND"
+        assert [sample(metrics, duration, le=le, **labels) for le in ("0.25", "0.5")] == [0, 1]
+        shard = str(rt.shard_index("g"))
+        queue = "kip848_event_queue_time_seconds_bucket"
+        assert [sample(metrics, queue, shard=shard, le=le) for le in ("0.25", "0.5")] == [0, 1]
+        # The same call without a stamp starts its clock here.
+        context = ForwardedContext((("client-id", "app"),), "ipv4:127.0.0.1:40000")
+        await describe(cg.ConsumerGroupDescribeRequest(group_ids=["g"]), context)
+        assert [sample(metrics, duration, le=le, **labels) for le in ("0.25", "0.5")] == [1, 2]
+        assert [sample(metrics, queue, shard=shard, le=le) for le in ("0.25", "0.5")] == [1, 2]
+    finally:
+        await rt.close()
+
+
+async def test_a_timer_is_as_late_as_its_deadline_in_timer_time_says() -> None:
+    """With the system clock, timers run on the monotonic clock while the core gets wall time:
+    a session timeout's queue time is how late it fired (milliseconds), not the distance between
+    the two clocks."""
+    metrics = CoordinatorMetrics(process_collectors=False)
+    rt = CoordinatorRuntime(
+        config=parse_config(
+            {
+                "group.coordinator.shards": "1",
+                "group.consumer.min.session.timeout.ms": "200",
+                "group.consumer.session.timeout.ms": "200",
+                "group.consumer.min.heartbeat.interval.ms": "100",
+                "group.consumer.heartbeat.interval.ms": "100",
+            }
+        ),
+        store=MemoryRecordStore(),
+        clock=SystemClock(),
+        assignors=[UniformAssignor()],
+        observer=RuntimeObserver(metrics),
+    )
+    await rt.start()
+    try:
+        service = CoordinatorService(rt)
+        instrument_service(service, metrics)
+        joined = await service.consumer_group_heartbeat(
+            ConsumerGroupHeartbeat(
+                group_id="g",
+                member_id="m",
+                member_epoch=0,
+                rebalance_timeout_ms=1000,
+                subscribed_topic_names=("t",),
+                topic_partitions=(),
+            ),
+            Caller(),
+        )
+        assert (joined.error_code, joined.value.member_epoch) == (ErrorCode.NONE, 1)
+        await rt.flush()
+        queue = "kip848_event_queue_time_seconds"
+        count, total = sample(metrics, f"{queue}_count"), sample(metrics, f"{queue}_sum")
+        assert count >= 1  # the join's commands
+        for _ in range(100):
+            await asyncio.sleep(0.05)
+            if sample(metrics, "kip848_timeouts_total", kind="session"):
+                break
+        assert sample(metrics, "kip848_timeouts_total", kind="session") == 1
+        assert sample(metrics, f"{queue}_count") == count + 1  # the timer
+        assert 0 <= sample(metrics, f"{queue}_sum") - total < 5.0
     finally:
         await rt.close()
 
