@@ -279,7 +279,13 @@ class ConsumerGroups(ByGroupId[ConsumerGroup]):
         # 4. A new target assignment when the group epoch is ahead (KIP-848 "Assignment Epoch"),
         # at most once per assignment interval, off the loop for a big group. Before a group's
         # first target (nobody in it answered yet), a join is parked until that target exists.
-        if classic is None and is_new and replaced is None and self._before_first_target(group):
+        if (
+            classic is None
+            and replaced is None
+            and epoch == 0
+            and (is_new or member_id in group.waiting)
+            and self._before_first_target(group, member_id)
+        ):
             return self._park(result, group, member_id, now_ms)
         if group.group_epoch > group.assignment_epoch:
             self.update_target(result, group, now_ms)
@@ -322,13 +328,17 @@ class ConsumerGroups(ByGroupId[ConsumerGroup]):
         )
         return result
 
-    def _before_first_target(self, group: ConsumerGroup) -> bool:
-        """Is a join to be parked: joins are parked (a driver that answers later, batching on),
-        and every other member of the group is itself parked, waiting for the first target
-        (a new group, or one that was emptied)?"""
+    def _before_first_target(self, group: ConsumerGroup, member_id: str) -> bool:
+        """Is this join (of a new member, or of a parked one sent again) to be parked: joins
+        are parked (a driver that answers later, batching on), and every other member of the
+        group is itself parked, waiting for the first target (a new group, or one that was
+        emptied)?"""
+        others_answered = len(group.members) - len(group.waiting)
+        if member_id not in group.waiting:
+            others_answered -= 1  # the new member itself
         return (
             self.parks_joins
-            and len(group.members) == len(group.waiting) + 1
+            and others_answered == 0
             and group.group_epoch > group.assignment_epoch
             and self._configs.assignment_interval_ms(group.group_id) > 0
         )
@@ -337,13 +347,16 @@ class ConsumerGroups(ByGroupId[ConsumerGroup]):
         self, result: Result[Any], group: ConsumerGroup, member_id: str, now_ms: int
     ) -> Result[Any]:
         """Park a join until the group's first target is installed (:meth:`_answer_waiting`);
-        the first parked join asks for that target once the joins queued behind it are in."""
+        the first parked join asks for that target once the joins queued behind it are in. A
+        parked member's join sent again (a retry, a duplicate) is parked beside the first: both
+        get the answer."""
         gid = group.group_id
         token = self._ctx.next_token()
-        if not group.waiting:
+        waiting = group.waiting
+        if not waiting:
             result.parked_joins.append((gid, True))
             group.set("parked_at", group.assignment_epoch)
-        group.waiting[member_id] = token
+        waiting[member_id] = (*waiting.get(member_id, ()), token)
         session_ms = self._configs.session_timeout_ms(gid)
         result.timers.append(ArmTimer((SESSION, gid, member_id), now_ms + session_ms))
         result.response = Pending(token)
@@ -386,14 +399,14 @@ class ConsumerGroups(ByGroupId[ConsumerGroup]):
         if not waiting:
             return
         interval_ms = self._configs.heartbeat_interval_ms(group.group_id)
-        first = sorted(waiting.items(), key=lambda item: item[1])
+        first = sorted(waiting.items(), key=lambda item: item[1][0])
         if error is None and len(first) > ANSWERS_PER_COMMAND:
             first = first[:ANSWERS_PER_COMMAND]
             result.parked_joins.append((group.group_id, False))
-        for member_id, token in first:
+        for member_id, tokens in first:
             del waiting[member_id]
             if error is not None:
-                result.completions.append((token, error))
+                result.completions += [(token, error) for token in tokens]
                 continue
             final = self._reconcile(
                 result, group, group.members[member_id], EMPTY_ASSIGNMENT, now_ms
@@ -406,7 +419,7 @@ class ConsumerGroups(ByGroupId[ConsumerGroup]):
                 heartbeat_interval_ms=interval_ms,
                 assignment=HeartbeatAssignment(assigned=final.assigned_partitions, pending=pending),
             )
-            result.completions.append((token, response))
+            result.completions += [(token, response) for token in tokens]
 
     def _find_or_create_member(
         self, group: ConsumerGroup | None, member_id: str, req: ConsumerGroupHeartbeat
@@ -823,17 +836,13 @@ class ConsumerGroups(ByGroupId[ConsumerGroup]):
         member is answered: it is gone)."""
         group = self._by_group.get(group_id)
         if group is not None and member_id in group.waiting:
-            token = group.waiting[member_id]
+            tokens = group.waiting[member_id]
             del group.waiting[member_id]
-            result.completions.append(
-                (
-                    token,
-                    UnknownMemberIdError(
-                        f"Member {member_id} was removed from group {group_id} before the "
-                        "group's first target assignment was computed."
-                    ),
-                )
+            gone = UnknownMemberIdError(
+                f"Member {member_id} was removed from group {group_id} before the group's "
+                "first target assignment was computed."
             )
+            result.completions += [(token, gone) for token in tokens]
         emit = self._ctx.emit
         emit(result, r.current_assignment_tombstone(group_id, member_id))
         emit(result, r.target_assignment_tombstone(group_id, member_id))

@@ -97,9 +97,10 @@ class ConsumerGroup:
         # against what the member was told). Through the undo log like everything else; gone
         # after a restart, when the pending set at the start of the heartbeat stands in.
         self.reported_pending: TDict = log.new_dict()
-        # Soft state: member id -> the token of its join, not answered yet, for members that
-        # joined the group before its first target (ConsumerGroups.parks_joins); they are
-        # answered when that target is installed. Empty after a restart (the callers are gone).
+        # Soft state: member id -> the tokens of its join (and of that join sent again), not
+        # answered yet, for members that joined the group before its first target
+        # (ConsumerGroups.parks_joins); they are answered when that target is installed.
+        # Empty after a restart (the callers are gone).
         self.waiting: TDict = log.new_dict()
         self.parked_at = 0  # the assignment epoch when the first of them was parked
 

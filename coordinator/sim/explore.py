@@ -209,7 +209,7 @@ class Explorer:
             assert group is not None  # parked members are members
             for entry in st.parked:  # fresh tokens, in arrival order (answers go in that order)
                 token = shard.context.next_token()
-                group.waiting[entry[0]] = token
+                group.waiting[entry[0]] = (*group.waiting.get(entry[0], ()), token)
                 self._token_of[token] = entry
             group.parked_at = st.parked_at
         shard.undo.enabled = True

@@ -200,7 +200,9 @@ class FaultInjector:
         before = sim.h.shard.snapshot()
         old = sim.group
         if old is not None and old.waiting:  # soft state: the callers are gone
-            sim.summary.events["parked-join-dropped-by-restart"] += len(old.waiting)
+            sim.summary.events["parked-join-dropped-by-restart"] += sum(
+                len(tokens) for tokens in old.waiting.values()
+            )
         fresh = sim._fresh_shard()
         fresh.undo.enabled = False
         try:

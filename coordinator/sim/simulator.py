@@ -1028,7 +1028,9 @@ class Simulation:
     def _check_parked(self, group: Any) -> None:
         """I7: every member the core holds parked has a request that waits for its answer,
         and something is on its way to answer it (a first target, a computation)."""
-        lost = sorted(m for m, token in group.waiting.items() if token not in self.parked)
+        lost = sorted(
+            m for m, tokens in group.waiting.items() if not any(t in self.parked for t in tokens)
+        )
         if lost:
             self._fail(
                 inv.PARKED_ANSWERED_ONCE,

@@ -237,3 +237,23 @@ def test_parked_joins_and_parked_classic_requests_never_share_a_token() -> None:
     again = h.join_group(h.join_group("", group_id="classic-2").member_id, group_id="classic-2")
     assert [type(x) for x in (classic, parked, again)] == [Pending, Pending, Pending]
     assert len({classic.token, parked.token, again.token}) == 3
+
+
+def test_a_parked_members_join_sent_again_is_parked_beside_the_first() -> None:
+    """A retry or a duplicate of a parked join (same member id, epoch 0) neither computes the
+    first target nor cuts the burst short (found by the simulator: a duplicated join computed
+    the target for 5 members of a 70-member burst, inline although the group was big enough
+    to have it computed off the loop); both requests get the member's answer."""
+    h = harness(consumer_assignor_offload_min_members=2)
+    foo = h.create_topic("foo", 4)
+    assert h.join("A", ["foo"]).response == Pending(1)
+    assert h.join("B", ["foo"]).response == Pending(2)
+    again = h.join("A", ["foo"])
+    assert again.response == Pending(3)
+    assert (again.records, again.parked_joins, h.completions) == ([], [], {})
+    assert h.shard.groups[G].waiting == {"A": (1, 3), "B": (2,)}
+    h.run_parked()  # offloaded: the first target comes from the worker
+    a = Resp(member_id="A", member_epoch=2, heartbeat_interval_ms=HB_MS,
+             assignment=HA(assigned=p(foo, 0, 1), pending={}))  # fmt: skip
+    assert h.completions[1] == h.completions[3] == a
+    assert h.completions[2].assignment.assigned == p(foo, 2, 3)
