@@ -4,7 +4,7 @@
                     [--topics T] [--static S] [--classic N --protocol eager|cooperative|mixed]
                     [--assignment-interval-ms I [--no-park]] [--count C] [--quiet]
     kip848 simulate --explore --members M --partitions P [--depth D] [--max-states S]
-                    [--batching] [--offload] [--restarts] [--park]
+                    [--batching] [--offload [--assignor-failures]] [--restarts] [--park]
 
 Exit status: 0 if every invariant held, 1 on a violation (the report names the invariant, the
 seed and step, dumps the state and the last events, and prints the command that reproduces it),
@@ -126,6 +126,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--restarts", action="store_true", help="explorer: a coordinator restart anywhere (once)"
     )
     p.add_argument(
+        "--assignor-failures",
+        action="store_true",
+        help="explorer: a worker's computation may fail (needs --offload)",
+    )
+    p.add_argument(
         "--park",
         action="store_true",
         help="explorer: joins parked until a new group's first target (implies --batching)",
@@ -203,12 +208,13 @@ def _explore(args: argparse.Namespace) -> int:
         offload=args.offload,
         restarts=args.restarts,
         parks_joins=args.park,
+        assignor_failures=args.assignor_failures,
     )
     print(result.render())
     if result.violation is not None:
         flags = "".join(
-            f" --{name}"
-            for name in ("batching", "offload", "restarts", "park")
+            f" --{name.replace('_', '-')}"
+            for name in ("batching", "offload", "restarts", "park", "assignor_failures")
             if getattr(args, name)
         )
         print(

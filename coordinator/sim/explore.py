@@ -25,6 +25,12 @@ with a third:
 * ``restart``          the coordinator reloads its records (at most once per path): requests,
   responses, pending and running computations are lost, timers re-armed by ``on_loaded``.
 
+With ``assignor_failures`` a running computation may also fail:
+
+* ``offload-fail g``   the worker's assignor raised: the outcome carries the error (the target
+  stays; the next heartbeat or timer computes again; parked joins are answered
+  UNKNOWN_SERVER_ERROR and join again).
+
 With ``parks_joins`` (batching on; the runtime's default) a join to a group that nobody has been
 answered in yet (new or emptied) is *parked*: its records are written, its response is
 ``Pending``, and the client just waits (no ``timeout`` while its join is parked: the runtime
@@ -66,7 +72,7 @@ from coordinator.core.commands import ConsumerGroupHeartbeat, Pending, Result, S
 from coordinator.core.config import GroupCoordinatorConfig
 from coordinator.core.errors import CoordinatorError, IllegalStateError
 from coordinator.core.records import Record
-from coordinator.core.target_assignment import run_job
+from coordinator.core.target_assignment import AssignmentOutcome, run_job
 from coordinator.core.timers import ASSIGN, ArmTimer, CancelTimer, DueTimer
 from coordinator.core.topics import NewTopic, TopicRegistry
 from coordinator.factory import Shard, new_shard
@@ -159,6 +165,7 @@ class Explorer:
         offload: bool = False,
         restarts: bool = False,
         parks_joins: bool = False,
+        assignor_failures: bool = False,
     ) -> None:
         self.invariants = frozenset(invariants)
         if assignors is None:
@@ -176,6 +183,9 @@ class Explorer:
         if parks_joins and not batching:
             raise ValueError("parks_joins needs batching (joins are parked only with batching on)")
         self.parks_joins = parks_joins
+        if assignor_failures and not offload:
+            raise ValueError("assignor_failures needs offload (a worker's computation fails)")
+        self.assignor_failures = assignor_failures
         self._token_of: dict[int, tuple[str, int, int]] = {}  # token -> parked entry
         self.covered: Counter[str] = Counter()
         self.config = GroupCoordinatorConfig(
@@ -371,6 +381,8 @@ class Explorer:
         running = {g for g, _o in st.jobs}
         out += [f"offload-start {g}" for g in st.offloads if g not in running]
         out += [f"offload-done {g}" for g in sorted(running)]
+        if self.assignor_failures:
+            out += [f"offload-fail {g}" for g in sorted(running)]
         out += [f"first-target {g}" for g in st.first_asked]
         if self.restarts and st.restarts < 1:
             out.append("restart")
@@ -470,6 +482,24 @@ class Explorer:
             commit(applied)
             label = (
                 f"offload-done {group_id}: epoch {computed.epoch} ({len(applied.records)} records)"
+            )
+        elif verb == "offload-fail":
+            group_id = args[0]
+            computed = jobs.pop(group_id)
+            failed = AssignmentOutcome(
+                group_id=computed.group_id,
+                group_uid=computed.group_uid,
+                epoch=computed.epoch,
+                error=f"Failed to compute a new target assignment for epoch {computed.epoch}: "
+                "the assignor raised (explored)",
+            )
+            applied = guarded(lambda: shard.groups.apply_assignment(failed, now))
+            commit(applied)
+            if st.parked:
+                self.covered["assignor failed with joins parked"] += 1
+            label = (
+                f"offload-fail {group_id}: epoch {computed.epoch} failed "
+                f"({len(applied.completions)} parked joins answered)"
             )
         elif verb == "first-target":
             group_id = args[0]

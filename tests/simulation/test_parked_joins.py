@@ -33,6 +33,8 @@ SITUATIONS = {
     "parked while the first target is computed",  # a join while the worker computes
     "restart drops parked joins",  # a coordinator restart with parked joins
     "parked after a restart",  # the clients joined again after the restart
+    "assignor failed with joins parked",  # the worker's assignor raised
+    "answered: UnknownServerError",  # ... and the parked joins heard of it
 }
 
 
@@ -41,7 +43,8 @@ SITUATIONS = {
 
 def test_explorer_parked_joins_with_offloading_and_a_restart() -> None:
     """Joins parked before the first target, fenced while parked, the first target offloaded
-    while another member joins, a restart with joins parked: I1-I3 and I7 in every state."""
+    while another member joins, its assignor failing, a restart with joins parked: I1-I3 and
+    I7 in every state."""
     result = explore(
         members=2,
         partitions=2,
@@ -50,6 +53,7 @@ def test_explorer_parked_joins_with_offloading_and_a_restart() -> None:
         offload=True,
         restarts=True,
         parks_joins=True,
+        assignor_failures=True,
     )
     assert result.violation is None, result.render()
     assert not result.truncated
@@ -62,7 +66,13 @@ def test_explorer_parked_joins_with_offloading_and_a_restart() -> None:
 def test_explorer_three_members_parked_in_one_burst() -> None:
     """Three members: the third joins while the first target of the other two is offloaded."""
     result = explore(
-        members=3, partitions=2, depth=8, batching=True, offload=True, parks_joins=True
+        members=3,
+        partitions=2,
+        depth=8,
+        batching=True,
+        offload=True,
+        parks_joins=True,
+        assignor_failures=True,
     )
     assert result.violation is None, result.render()
     assert not result.truncated
@@ -81,14 +91,17 @@ def test_explorer_parked_joins_deeper() -> None:
         offload=True,
         restarts=True,
         parks_joins=True,
+        assignor_failures=True,
     )
     assert result.violation is None, result.render()
     assert not result.truncated
 
 
-def test_explorer_needs_batching_to_park() -> None:
+def test_explorer_needs_batching_to_park_and_offload_to_fail() -> None:
     with pytest.raises(ValueError, match="parks_joins needs batching"):
         explore(members=2, partitions=2, depth=2, parks_joins=True)
+    with pytest.raises(ValueError, match="assignor_failures needs offload"):
+        explore(members=2, partitions=2, depth=2, batching=True, assignor_failures=True)
 
 
 def _answers_twice(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -145,7 +158,7 @@ def test_explorer_catches_parked_joins_nobody_answers(monkeypatch: pytest.Monkey
 
 def test_cli_explore_parked_joins(capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["--explore", "--members", "2", "--partitions", "2", "--depth", "7", "--park"]
-    assert main([*argv, "--offload", "--restarts"]) == 0
+    assert main([*argv, "--offload", "--restarts", "--assignor-failures"]) == 0
     out = capsys.readouterr().out
     assert "safety invariants (I1, I1b, I2, I3, I7) hold in every explored state" in out
     assert "parked joins (transitions): " in out
