@@ -391,14 +391,17 @@ class ConsumerGroups(ByGroupId[ConsumerGroup]):
         error: CoordinatorError | None = None,
     ) -> None:
         """Answer parked joins (in arrival order), as their join would have been answered with
-        the target the group has now: reconciled toward it, the assignment in full. At most
+        the target the group has now: reconciled toward it, the assignment in full, its session
+        timer armed anew. At most
         ``ANSWERS_PER_COMMAND`` of them (a command is not preempted: a burst of thousands is
         answered over many turns); the result asks for another call while some are left. An
         ``error`` goes to all of them at once."""
         waiting = group.waiting
         if not waiting:
             return
-        interval_ms = self._configs.heartbeat_interval_ms(group.group_id)
+        gid = group.group_id
+        interval_ms = self._configs.heartbeat_interval_ms(gid)
+        session_ms = self._configs.session_timeout_ms(gid)
         first = sorted(waiting.items(), key=lambda item: item[1][0])
         if error is None and len(first) > ANSWERS_PER_COMMAND:
             first = first[:ANSWERS_PER_COMMAND]
@@ -420,6 +423,8 @@ class ConsumerGroups(ByGroupId[ConsumerGroup]):
                 assignment=HeartbeatAssignment(assigned=final.assigned_partitions, pending=pending),
             )
             result.completions += [(token, response) for token in tokens]
+            # Its session starts over with its answer: the wait was the server's, not silence.
+            result.timers.append(ArmTimer((SESSION, gid, member_id), now_ms + session_ms))
 
     def _find_or_create_member(
         self, group: ConsumerGroup | None, member_id: str, req: ConsumerGroupHeartbeat

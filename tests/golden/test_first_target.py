@@ -85,7 +85,13 @@ def test_joins_before_the_first_target_are_parked_and_answered_with_their_share(
         (2, Resp(member_id="B", member_epoch=2, heartbeat_interval_ms=HB_MS,
                  assignment=HA(assigned=p(foo, 2, 3), pending={}))),
     ]  # fmt: skip
-    assert first.timers == [CancelTimer((REBALANCE, G, "A")), CancelTimer((REBALANCE, G, "B"))]
+    # Each answered member's session starts over with its answer (the wait was the server's).
+    assert first.timers == [
+        CancelTimer((REBALANCE, G, "A")),
+        ArmTimer((SESSION, G, "A"), T0 + 45_000),
+        CancelTimer((REBALANCE, G, "B")),
+        ArmTimer((SESSION, G, "B"), T0 + 45_000),
+    ]
     assert first.parked_joins == []
     assert h.shard.groups[G].state().value == "Stable"
 
@@ -257,3 +263,16 @@ def test_a_parked_members_join_sent_again_is_parked_beside_the_first() -> None:
              assignment=HA(assigned=p(foo, 0, 1), pending={}))  # fmt: skip
     assert h.completions[1] == h.completions[3] == a
     assert h.completions[2].assignment.assigned == p(foo, 2, 3)
+
+
+def test_a_parked_members_session_starts_over_when_it_is_answered() -> None:
+    """Session timeouts measure the member's silence, not how long the server made it wait."""
+    h = harness()
+    h.create_topic("foo", 1)
+    h.join("A", ["foo"])
+    h.now_ms = T0 + 40_000  # the first target took long (a loaded server)
+    done = h.first_target(G)
+    assert ArmTimer((SESSION, G, "A"), T0 + 40_000 + 45_000) in done.timers
+    assert h.sleep(44_000) == []  # 84 s after the join, 44 s after its answer: still in
+    (fenced,) = h.sleep(1_000)
+    assert [rec.key for rec in fenced.records][:1] == [r.current_assignment_tombstone(G, "A").key]
