@@ -33,6 +33,7 @@ Theory of operation (Kafka's CoordinatorRuntime, reduced to one process):
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -622,7 +623,9 @@ class CoordinatorRuntime:
                 self._first_again.add(group_id)
                 continue
             task = self._loop.create_task(  # type: ignore[union-attr]
-                self._first_target(index, group_id, first), name=f"kip848-first-{group_id}"
+                self._first_target(index, group_id, first),
+                name=f"kip848-first-{group_id}",
+                context=_own(),
             )
             self._first_targets[group_id] = task
 
@@ -679,7 +682,9 @@ class CoordinatorRuntime:
         for index, group_id in wanted:
             if group_id not in self._assigning:
                 task = self._loop.create_task(  # type: ignore[union-attr]
-                    self._offload(index, group_id), name=f"kip848-assign-{group_id}"
+                    self._offload(index, group_id),
+                    name=f"kip848-assign-{group_id}",
+                    context=_own(),
                 )
                 self._assigning[group_id] = task
 
@@ -769,7 +774,7 @@ class CoordinatorRuntime:
         if deadline is None:
             return
         delay = max(0.0, (deadline - self.clock.monotonic_ms()) / 1000)
-        self._timer_handle = self._loop.call_later(delay, self._on_timer_due)
+        self._timer_handle = self._loop.call_later(delay, self._on_timer_due, context=_own())
 
     def _on_timer_due(self) -> None:
         self._timer_handle = None
@@ -835,7 +840,7 @@ class CoordinatorRuntime:
         if self._tick_due_ms:
             self._check_stall(now)
         self._tick_due_ms = now + STALL_TICK_MS
-        self._tick_handle = self._loop.call_later(STALL_TICK_MS / 1000, self._tick)
+        self._tick_handle = self._loop.call_later(STALL_TICK_MS / 1000, self._tick, context=_own())
 
     def _check_stall(self, now: int) -> bool:
         """Grant the members the time the coordinator was away.
@@ -1287,6 +1292,13 @@ def _fetch_error(group_id: str, exc: CoordinatorError) -> OffsetFetchGroupRespon
 
 def _first_target(shard: Shard, *, group_id: str, now_ms: int) -> Any:
     return shard.groups.first_target(group_id, now_ms)
+
+
+def _own() -> contextvars.Context:
+    """A fresh context for the runtime's own callbacks and tasks (timers, offloads, parked
+    joins): they are often scheduled while a request is handled, and must not run with that
+    request's context (its arrival time would be their queue time, its trace their parent)."""
+    return contextvars.Context()
 
 
 def _nothing() -> None:

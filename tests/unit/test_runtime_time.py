@@ -169,3 +169,36 @@ async def test_a_timer_whose_write_fails_is_retried() -> None:
     assert rt.stats["failed_batches"] == 2
     assert rt.serving  # the successful removal made the store writable again
     await rt.close()
+
+
+async def test_timers_and_first_targets_run_outside_the_request_that_scheduled_them() -> None:
+    """A timer armed while a request is handled fires later in a context of its own: the
+    request's arrival time is not its queue time, the request's trace not its parent. The
+    same for the task that computes a new group's first target and answers parked joins."""
+    from coordinator.observability.requests import ARRIVAL
+
+    clock, store = SteppableClock(), MemoryRecordStore()
+    rt = runtime(clock, store, session_ms=100)
+    await rt.start()
+    await rt.create_topics([NewTopic(name="t", num_partitions=2)])
+    seen: list[tuple[str, float | None]] = []
+    shard = rt.shards[rt.shard_index("g")]
+    on_timer, first_target = shard.on_timer, shard.groups.first_target
+
+    def timer_seen(due, now_ms):  # type: ignore[no-untyped-def]
+        seen.append(("timer " + due.key[0], ARRIVAL.get()))
+        return on_timer(due, now_ms)
+
+    def first_seen(group_id, now_ms):  # type: ignore[no-untyped-def]
+        seen.append(("first target", ARRIVAL.get()))
+        return first_target(group_id, now_ms)
+
+    shard.on_timer = timer_seen  # type: ignore[method-assign]
+    shard.groups.first_target = first_seen  # type: ignore[method-assign]
+    ARRIVAL.set(123.0)  # what the service layer sets while it handles a request
+    await rt.heartbeat(join("g", member_id="dead"))  # parked, then answered; arms its session
+    await wait_removed(rt, "g", "dead", limit_s=5.0)
+    await rt.close()
+    assert ("first target", None) in seen
+    assert ("timer session", None) in seen
+    assert all(arrival is None for _, arrival in seen), seen
