@@ -54,7 +54,10 @@ def test_a_server_loop_freezes_what_survives_a_full_collection() -> None:
         before, after = run(collect(), "asyncio")
         assert after >= before + 1_000
         frozen = gc.get_freeze_count()
-        gc.collect(2)  # outside a server loop: no more freezing
-        assert gc.get_freeze_count() == frozen
+        outside = [Node() for _ in range(1_000)]
+        gc.collect(2)  # outside a server loop: the survivors are not frozen
+        # (frozen objects that die meanwhile leave the count: it may only shrink)
+        assert gc.get_freeze_count() <= frozen
+        assert all(n.me is n for n in outside)
     finally:
         gc.unfreeze()
