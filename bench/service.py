@@ -253,6 +253,7 @@ def bench_heartbeats(
     client: str = "c",
     connections: int = 8,
     echo: bool = False,
+    interval_ms: float | None = None,
 ) -> dict[str, Any]:
     """One run: start ``server`` (argv after the script), set up ``members`` steady members
     (synthetic ones for the echo server), drive them with ``client`` (``c``: bench/loadgen,
@@ -297,6 +298,7 @@ def bench_heartbeats(
                     str(seconds),
                     str(connections),
                     reqfile,
+                    *([] if interval_ms is None else [f"{interval_ms:g}"]),
                 ]
             else:
                 cmd = [sys.executable, __file__, "--_client", address, reqfile, str(seconds)]

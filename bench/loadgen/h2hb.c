@@ -5,12 +5,15 @@
  * the server it measures, and both share the same two cores; this one spends about 35 us,
  * so the measured rate is the server's.
  *
- *   h2hb HOST PORT PATH SECONDS CONNECTIONS REQFILE
+ *   h2hb HOST PORT PATH SECONDS CONNECTIONS REQFILE [INTERVAL_MS]
  *
  * REQFILE holds one serialized request per member: [uint32 little-endian length][bytes].
  * Member i uses connection i % CONNECTIONS (HTTP/2 multiplexes the members of a connection)
- * and always has exactly one call outstanding: when it completes, the member sends its next
- * one, until SECONDS have passed. Every response is checked: HTTP 200, grpc-status 0, and
+ * and has at most one call outstanding: without INTERVAL_MS, when a call completes the member
+ * sends its next one at once (the server's saturation rate); with INTERVAL_MS, each member
+ * sends a call every INTERVAL_MS (measured from the previous send, or at once if the answer
+ * came later), like a consumer's heartbeat interval: a fixed offered rate of
+ * members / INTERVAL_MS. Until SECONDS have passed. Every response is checked: HTTP 200, grpc-status 0, and
  * field 1 of the response message (error_code) absent or 0; the first failure stops the run.
  * Prints one JSON line: calls, failures, seconds, per_s, client_cpu_us, p50_ms, p99_ms, error.
  * Every loop is bounded: the run ends SECONDS + 30 s after it starts whatever happens.
@@ -26,7 +29,7 @@ struct member {
     struct h2conn *conn;
     uint8_t *frame; /* 5-byte gRPC prefix + message */
     size_t frame_len, sent;
-    double t0;
+    double t0, due; /* due: when the next call goes out (interval mode; 0: none waiting) */
     int http_status, grpc_status;
     uint8_t resp[4096];
     size_t resp_len;
@@ -36,6 +39,7 @@ static char g_authority[300], g_path[512];
 static double g_stop_at, g_hard_stop;
 static long g_calls, g_failures, g_submitted;
 static char g_error[512];
+static double g_interval; /* seconds between a member's sends; 0: back to back */
 static uint32_t *g_hist;
 static long g_hist_over;
 
@@ -133,18 +137,39 @@ static int on_close(nghttp2_session *s, int32_t id, uint32_t code, void *ud) {
         long ec = n + 5 == m->resp_len ? error_code(m->resp + 5, n) : -999;
         if (ec) { snprintf(msg, sizeof msg, "error_code %ld in a response", ec); fail(msg); }
     }
-    if (t < g_stop_at && !g_failures) submit(m);
+    if (t < g_stop_at && !g_failures) {
+        if (g_interval > 0) m->due = m->t0 + g_interval > t ? m->t0 + g_interval : t;
+        else submit(m);
+    }
     return 0;
 }
 
+/* Interval mode: send the calls that are due; the seconds until the next one is (-1: none). */
+static double send_due(struct member *members, int nmem, double t) {
+    double next = -1;
+    for (int i = 0; i < nmem; i++) {
+        struct member *m = &members[i];
+        if (m->due <= 0) continue;
+        if (m->due <= t) {
+            m->due = 0;
+            submit(m);
+            nghttp2_session_send(m->conn->session);
+        } else if (next < 0 || m->due - t < next) {
+            next = m->due - t;
+        }
+    }
+    return next;
+}
+
 int main(int argc, char **argv) {
-    if (argc != 7) {
-        fprintf(stderr, "usage: h2hb HOST PORT PATH SECONDS CONNECTIONS REQFILE\n");
+    if (argc != 7 && argc != 8) {
+        fprintf(stderr, "usage: h2hb HOST PORT PATH SECONDS CONNECTIONS REQFILE [INTERVAL_MS]\n");
         return 2;
     }
     const char *host = argv[1], *port = argv[2];
     double seconds = atof(argv[4]);
     int nconn = atoi(argv[5]);
+    g_interval = argc == 8 ? atof(argv[7]) / 1000 : 0;
     snprintf(g_authority, sizeof g_authority, "%s:%s", host, port);
     snprintf(g_path, sizeof g_path, "%s", argv[3]);
     if (nconn < 1 || seconds <= 0) { fprintf(stderr, "h2hb: bad CONNECTIONS or SECONDS\n"); return 2; }
@@ -201,7 +226,12 @@ int main(int argc, char **argv) {
         if (g_failures) break;
         if (t >= g_stop_at && g_calls >= g_submitted) break; /* every member's last call answered */
         if (t > g_hard_stop) { fail("hard time limit reached"); break; }
-        int n = epoll_wait(ep, evs, 256, 100);
+        int wait_ms = 100;
+        if (g_interval > 0) {
+            double next = send_due(members, nmem, t);
+            if (next >= 0 && next * 1000 < wait_ms) wait_ms = (int)(next * 1000) + 1; /* never spin */
+        }
+        int n = epoll_wait(ep, evs, 256, wait_ms);
         for (int k = 0; k < n; k++) {
             struct h2conn *c = evs[k].data.ptr;
             const char *problem = h2_pump(c);

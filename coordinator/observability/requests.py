@@ -50,7 +50,7 @@ import time
 from bisect import bisect_left
 from collections.abc import Callable, Mapping
 from contextvars import ContextVar
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from coordinator.core.errors import ErrorCode
 
@@ -64,6 +64,9 @@ from .metrics import (
     RequestSeries,
     error_name,
 )
+
+if TYPE_CHECKING:
+    from coordinator.server.service import RpcBody
 
 ARRIVAL: ContextVar[float | None] = ContextVar("kip848_request_arrival", default=None)
 """When the current request reached a process of ours (``time.monotonic()``); read by the
@@ -313,24 +316,29 @@ def instrument_service(service: Any, metrics: CoordinatorMetrics | None) -> None
     enabled = metrics is not None or tracing.STATE.enabled
     kafka_names = kafka_rpc_names()
     for name, fn in vars(type(service)).items():
-        if not hasattr(fn, "__wrapped__") or name.startswith("_"):
+        if not hasattr(fn, "rpc_on_error") or name.startswith("_"):
             continue  # not an @rpc method
         if not enabled and name not in ADMIN_METHODS:
             continue
-        observed = _observed(name, getattr(service, name), metrics, kafka_names.get(name))
+        observed = _observed(name, service, fn, metrics, kafka_names.get(name))
         setattr(service, name, observed)
 
 
 def _observed(
     name: str,
-    method: Callable[[Any, Any], Any],
+    service: Any,
+    fn: RpcBody,
     metrics: CoordinatorMetrics | None,
     kafka_name: str | None = None,
 ) -> Callable[[Any, Any], Any]:
-    """``method`` observed: timed (metrics on), traced when sampled (tracing on), audited and
-    counted (``after``). The wrapper is the only coroutine frame the observation adds; on the
-    way of a steady heartbeat it reads the clock twice, sets :data:`ARRIVAL` once and counts one
+    """The ``@rpc`` method ``fn`` of ``service``, observed: timed (metrics on), traced when
+    sampled (tracing on), audited and counted (``after``). It stands in for ``@rpc``'s wrapper
+    (the same answers while shutting down and on errors: ``closed_answer``, ``failed_answer``)
+    and awaits the body itself, so the observation adds no coroutine frame; on the way of a
+    steady heartbeat it reads the clock twice, sets :data:`ARRIVAL` once and counts one
     sample, and with tracing on draws one random number — nothing else."""
+    from coordinator.server.service import CLOSED_STATES, closed_answer, failed_answer
+
     rpc = rpc_name(name)
     kafka_rpc = kafka_name or rpc
     counts_offsets = metrics is not None and name in ("offset_commit", "offset_delete")
@@ -338,6 +346,10 @@ def _observed(
     is_commit = name == "offset_commit"
     state = tracing.STATE
     random = tracing.draw
+    runtime = service.runtime
+    body = fn.__wrapped__
+    on_error = fn.rpc_on_error
+    wrapped = getattr(service, name)  # @rpc's wrapper, bound: what a traced request runs
 
     def observe_after(req: Any, caller: Any, answer: Any) -> None:
         try:
@@ -358,9 +370,14 @@ def _observed(
                 or (ratio := state.ratio) is None
                 or random() < ratio
             ):
-                answer = await _traced(rpc, kafka_rpc, method, req, caller)
+                answer = await _traced(rpc, kafka_rpc, wrapped, req, caller)
+            elif runtime.state in CLOSED_STATES:
+                answer = closed_answer(on_error, req, caller)
             else:
-                answer = await method(req, caller)
+                try:
+                    answer = await body(service, req, caller)
+                except Exception as exc:  # noqa: BLE001 (failed_answer logs a bug)
+                    answer = failed_answer(on_error, req, exc, name)
             if after:
                 observe_after(req, caller, answer)
             return answer
@@ -390,9 +407,14 @@ def _observed(
                     or (ratio := state.ratio) is None
                     or random() < ratio
                 ):
-                    answer = await _traced(rpc, kafka_rpc, method, req, caller)
+                    answer = await _traced(rpc, kafka_rpc, wrapped, req, caller)
+                elif runtime.state in CLOSED_STATES:
+                    answer = closed_answer(on_error, req, caller)
                 else:
-                    answer = await method(req, caller)
+                    try:
+                        answer = await body(service, req, caller)
+                    except Exception as exc:  # noqa: BLE001 (failed_answer logs a bug)
+                        answer = failed_answer(on_error, req, exc, name)
             finally:
                 reset_arrival(token)
                 # RequestSeries.observe, inlined: this runs on every request.

@@ -23,7 +23,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, cast
 
 from coordinator.core.commands import ConsumerGroupHeartbeat, ConsumerGroupHeartbeatResponse
 from coordinator.core.errors import (
@@ -117,30 +117,58 @@ class ShuttingDown(Exception):
 ErrorShape = Callable[[Any, ErrorCode, str | None], Any]
 
 
+CLOSED_STATES = (RuntimeState.CLOSING, RuntimeState.CLOSED)
+
+
+class RpcBody(Protocol):
+    """What ``@rpc`` keeps of an RPC for the observation (``observability/requests.py``),
+    which runs the body itself rather than through the wrapper: one coroutine less a request."""
+
+    __wrapped__: Callable[..., Awaitable[Any]]
+    rpc_on_error: ErrorShape
+
+
+def closed_answer(on_error: ErrorShape, req: Any, caller: Caller) -> Any:
+    """The answer of an RPC while the runtime shuts down: COORDINATOR_NOT_AVAILABLE in
+    ``on_error``'s shape, or :class:`ShuttingDown` for a transport with its own answer."""
+    if caller.abort_when_closing:
+        raise ShuttingDown(SHUTTING_DOWN)
+    return on_error(req, ErrorCode.COORDINATOR_NOT_AVAILABLE, SHUTTING_DOWN)
+
+
+def failed_answer(on_error: ErrorShape, req: Any, exc: Exception, name: str) -> Any:
+    """The answer of an RPC whose body raised ``exc`` (called while handling it): a protocol
+    error in ``on_error``'s shape; anything else is a bug, logged with its traceback and
+    answered with its code (UNKNOWN_SERVER_ERROR)."""
+    if isinstance(exc, CoordinatorError):
+        return on_error(req, exc.code, exc.message)
+    log.exception("Unexpected error in %s", name)
+    return on_error(req, *to_error_code(exc))
+
+
 def rpc(
     on_error: ErrorShape,
 ) -> Callable[[Callable[[S, Q, Caller], Awaitable[R]]], Callable[[S, Q, Caller], Awaitable[R]]]:
     """One RPC body: answer COORDINATOR_NOT_AVAILABLE (or raise :class:`ShuttingDown`) while
     shutting down; turn a protocol error into ``on_error(request, code, message)``, the RPC's
-    own error shape; log a bug and answer it UNKNOWN_SERVER_ERROR."""
+    own error shape; log a bug and answer it UNKNOWN_SERVER_ERROR. The wrapper keeps the body
+    (``__wrapped__``) and ``on_error`` (``rpc_on_error``): see :class:`RpcBody`."""
 
     def wrap(
         body: Callable[[S, Q, Caller], Awaitable[R]],
     ) -> Callable[[S, Q, Caller], Awaitable[R]]:
+        name = body.__name__
+
         @functools.wraps(body)
         async def run(self: S, req: Q, caller: Caller) -> R:
-            if self.runtime.state in (RuntimeState.CLOSING, RuntimeState.CLOSED):
-                if caller.abort_when_closing:
-                    raise ShuttingDown(SHUTTING_DOWN)
-                return on_error(req, ErrorCode.COORDINATOR_NOT_AVAILABLE, SHUTTING_DOWN)
+            if self.runtime.state in CLOSED_STATES:
+                return cast(R, closed_answer(on_error, req, caller))
             try:
                 return await body(self, req, caller)
-            except CoordinatorError as exc:
-                return on_error(req, exc.code, exc.message)
-            except Exception as exc:
-                log.exception("Unexpected error in %s", body.__name__)
-                return on_error(req, *to_error_code(exc))
+            except Exception as exc:  # noqa: BLE001 (failed_answer logs a bug)
+                return cast(R, failed_answer(on_error, req, exc, name))
 
+        run.rpc_on_error = on_error  # type: ignore[attr-defined]
         return run
 
     return wrap
