@@ -18,14 +18,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import math
 import os
 import statistics
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 if __package__ in (None, ""):  # run as a script: the repo root first, bench/ (assignors.py) out
     _here = str(Path(__file__).resolve().parent)
@@ -49,6 +51,7 @@ from coordinator.server.services import AdminService, ConsumerGroupService, serv
 from kip848.v1 import admin_pb2, common_pb2
 from kip848.v1 import consumer_group_pb2 as cg
 
+T = TypeVar("T")
 HB = "/kip848.v1.ConsumerGroupService/ConsumerGroupHeartbeat"
 DEFAULT = f"metrics+tracing {tracing.DEFAULT_SAMPLE_RATIO:.0%} (default)"
 """The row judged against the target: what ``--metrics-listen`` and ``--otlp-endpoint`` give
@@ -204,13 +207,12 @@ class _OtlpSink:
         self.server.stop(None)
 
 
-def _with_retries(run: Any, attempts: int = 3) -> dict[str, Any]:
+def _with_retries(run: Callable[[], T], attempts: int = 3) -> T:
     """bench/service.py's set-up may meet a server still loading on a busy machine
     (CreateTopics answered COORDINATOR_LOAD_IN_PROGRESS): try again, a bounded number of times."""
     for attempt in range(attempts):
         try:
-            result: dict[str, Any] = run()
-            return result
+            return run()
         except (AssertionError, IndexError, RuntimeError) as exc:
             if attempt == attempts - 1:
                 raise
@@ -230,13 +232,20 @@ class EndToEnd:
     costs: list[float]
 
 
-def end_to_end(members: int, seconds: float, rounds: int) -> list[EndToEnd]:
+def end_to_end(
+    members: int, seconds: float, rounds: int, interval_ms: float | None = None
+) -> list[EndToEnd]:
     """Each variant's heartbeats/s, server CPU per heartbeat and cost with ``kip848 serve``
-    (one process) driven by bench/loadgen/h2hb (bench/service.py's harness). A round runs every
-    variant once, "off" first; each cost is paired with the "off" run of its own round and the
-    median over rounds is reported, so a disturbed run or a drifting machine moves it less
-    than a best-of or a mean would."""
-    from bench.service import SERVE, bench_heartbeats
+    (one process each) driven by bench/loadgen/h2hb (bench/service.py's harness).
+
+    Every variant's server runs for the whole measurement, its members set up once; the
+    load goes to one server at a time, in slices of ``seconds``: a round gives every variant a
+    slice, "off" first, the others in an order that rotates from round to round. Each cost is
+    paired with the "off" slice of its own round, taken seconds before, and the median over
+    rounds is reported: a machine that drifts, or a disturbed slice, moves it little.
+    ``interval_ms``: each member heartbeats every ``interval_ms`` (a fixed offered rate)
+    instead of back to back (the server's saturation rate)."""
+    from bench.service import SERVE, SteadyServer, drive, steady_server
 
     sink = _OtlpSink()
     try:
@@ -249,14 +258,19 @@ def end_to_end(members: int, seconds: float, rounds: int) -> list[EndToEnd]:
             ALL: [*metrics, *otlp, "--otlp-sample-ratio", "1"],
         }
         runs: dict[str, list[tuple[float, float]]] = {name: [] for name in variants}
-        for _ in range(rounds):
+        with contextlib.ExitStack() as stack:
+            servers: dict[str, SteadyServer] = {}
             for name, flags in variants.items():
-                r = _with_retries(
-                    lambda f=flags: bench_heartbeats(
-                        ["--_serve_plain", *SERVE, *f], members, seconds
-                    )
+                argv = ["--_serve_plain", *SERVE, *flags]
+                servers[name] = _with_retries(
+                    lambda a=argv: stack.enter_context(steady_server(a, members))  # type: ignore[misc]
                 )
-                runs[name].append((float(r["per_s"]), float(r["server_cpu_us"])))
+            others = [name for name in variants if name != "off"]
+            for round_ in range(rounds):
+                turn = others[round_ % len(others) :] + others[: round_ % len(others)]
+                for name in ["off", *turn]:
+                    r = drive(servers[name], seconds, interval_ms=interval_ms)
+                    runs[name].append((float(r["per_s"]), float(r["server_cpu_us"])))
     finally:
         sink.close()
     off = [cpu for _rate, cpu in runs["off"]]
@@ -275,6 +289,32 @@ def end_to_end(members: int, seconds: float, rounds: int) -> list[EndToEnd]:
     return rows
 
 
+def median_interval(values: Sequence[float], confidence: float = 0.95) -> tuple[float, float]:
+    """A distribution-free confidence interval of the median of ``values`` (order statistics:
+    the number of values below the median is binomial(n, 1/2)); the whole range when there
+    are too few values for ``confidence``."""
+    ordered = sorted(values)
+    n = len(ordered)
+    tail = (1 - confidence) / 2
+    k, below = 0, 0.0  # the largest k with P(X < k) <= tail, X ~ binomial(n, 1/2)
+    while k < n and below + math.comb(n, k) / 2**n <= tail:
+        below += math.comb(n, k) / 2**n
+        k += 1
+    if k == 0:
+        return ordered[0], ordered[-1]
+    return ordered[k - 1], ordered[n - k]
+
+
+def judge(costs: Sequence[float]) -> str:
+    """The verdict on the judged row's paired costs (percent) against :data:`TARGET`."""
+    low, high = median_interval(costs)
+    if high <= TARGET:
+        return "met"
+    if low > TARGET:
+        return "NOT met"
+    return "inconclusive"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--members", type=int, default=200)
@@ -286,6 +326,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--e2e-members", type=int, default=64)
     ap.add_argument("--e2e-rounds", type=int, default=7)
+    ap.add_argument(
+        "--e2e-interval-ms",
+        type=float,
+        default=None,
+        help="each member heartbeats every this many ms (default: back to back, saturating)",
+    )
     args = ap.parse_args(argv)
     for name in ("OTEL_TRACES_SAMPLER", "OTEL_TRACES_SAMPLER_ARG"):  # the default row: defaults
         os.environ.pop(name, None)
@@ -318,13 +364,10 @@ def main(argv: list[str] | None = None) -> int:
     e2e_text = ""
     verdict = ""
     if args.e2e_seconds > 0:
-        e2e = end_to_end(args.e2e_members, args.e2e_seconds, args.e2e_rounds)
+        e2e = end_to_end(args.e2e_members, args.e2e_seconds, args.e2e_rounds, args.e2e_interval_ms)
         judged = next(r for r in e2e if r.name == DEFAULT)
-        q1, _median, q3 = statistics.quantiles(judged.costs, n=4)
-        noisy = q3 - q1 > TARGET  # the rounds disagree by more than the budget itself
-        verdict_short = (
-            "not judged (noisy)" if noisy else ("met" if judged.cost <= TARGET else "NOT met")
-        )
+        low, high = median_interval(judged.costs)
+        verdict_short = judge(judged.costs)
         e2e_text = table(
             [
                 "variant",
@@ -354,12 +397,10 @@ def main(argv: list[str] | None = None) -> int:
         verdict = (
             f"Target: metrics and tracing at the default sampling cost at most {TARGET:g}% of "
             "the server's CPU per heartbeat end to end: "
-            + (
-                f"not judged on this run — its paired rounds spread over {q3 - q1:.0f} points "
-                f"(interquartile range), more than the budget itself (median {judged.cost:+.1f}%)"
-                if noisy
-                else f"{verdict_short} ({judged.cost:+.1f}%)"
-            )
+            + f"{verdict_short}: median {judged.cost:+.1f}% over {len(judged.costs)} paired "
+            f"rounds, 95% confidence interval of the median {low:+.1f}% … {high:+.1f}% "
+            "(met: the whole interval within the target; NOT met: the whole interval above it; "
+            "else inconclusive)"
             + f". In-process estimate: the instrumentation's own CPU per heartbeat ({own_us:.1f} "
             f"µs, best rounds above) over the server's CPU per heartbeat end to end "
             f"({e2e[0].cpu_us:.0f} µs): {estimate:+.1f}%."

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import cProfile
 import gc
 import io
@@ -30,6 +31,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -245,24 +248,27 @@ def _tree_cpu_s(pid: int) -> float:
     return total
 
 
-def bench_heartbeats(
-    server: list[str],
-    members: int,
-    seconds: float,
-    *,
-    client: str = "c",
-    connections: int = 8,
-    echo: bool = False,
-    interval_ms: float | None = None,
-) -> dict[str, Any]:
-    """One run: start ``server`` (argv after the script), set up ``members`` steady members
-    (synthetic ones for the echo server), drive them with ``client`` (``c``: bench/loadgen,
-    ``python``: grpc.aio) for ``seconds``; returns rates, latency and CPU per call."""
+@dataclass
+class SteadyServer:
+    """A running server (``steady_server``) and its members' steady heartbeats."""
+
+    proc: subprocess.Popen[str]
+    address: str
+    reqfile: str
+    """One encoded steady heartbeat per member: [uint32 little-endian length][bytes]."""
+    profile_rows: list[tuple[str, ...]] = field(default_factory=list)
+    """A ``--_serve`` (cProfile) server's top functions, read once it has stopped."""
+
+
+@contextlib.contextmanager
+def steady_server(server: list[str], members: int, *, echo: bool = False) -> Iterator[SteadyServer]:
+    """Start ``server`` (argv after the script: ``{data}`` and ``{profile}`` are replaced by
+    paths in a temporary directory) and set up ``members`` steady members (synthetic ones for
+    the echo server); the server is stopped (SIGTERM) on leaving."""
     with tempfile.TemporaryDirectory(prefix="kip848-bench-") as tmp:
+        profile = os.path.join(tmp, "server.prof")
         argv = [
-            a.replace("{data}", os.path.join(tmp, "data")).replace(
-                "{profile}", os.path.join(tmp, "server.prof")
-            )
+            a.replace("{data}", os.path.join(tmp, "data")).replace("{profile}", profile)
             for a in server
         ]
         proc = subprocess.Popen(
@@ -288,37 +294,68 @@ def bench_heartbeats(
                 reqs = _steady_requests(address, members)
             reqfile = os.path.join(tmp, "requests.bin")
             Path(reqfile).write_bytes(b"".join(len(r).to_bytes(4, "little") + r for r in reqs))
-            if client == "c":
-                host, _, port = address.rpartition(":")
-                cmd = [
-                    loadgen(),
-                    host,
-                    port,
-                    HEARTBEAT_PATH,
-                    str(seconds),
-                    str(connections),
-                    reqfile,
-                    *([] if interval_ms is None else [f"{interval_ms:g}"]),
-                ]
-            else:
-                cmd = [sys.executable, __file__, "--_client", address, reqfile, str(seconds)]
-            cpu0 = _tree_cpu_s(proc.pid)
-            done = subprocess.run(
-                cmd, capture_output=True, text=True, timeout=seconds + 120, check=False
-            )
-            server_cpu = _tree_cpu_s(proc.pid) - cpu0
-            if done.returncode:
-                raise RuntimeError(f"load generator failed: {done.stdout}{done.stderr}")
-            result = json.loads(done.stdout.strip().splitlines()[-1])
+            running = SteadyServer(proc=proc, address=address, reqfile=reqfile)
+            yield running
         finally:
             proc.send_signal(signal.SIGTERM)
             proc.wait(timeout=60)
-        result["server_cpu_us"] = server_cpu / result["calls"] * 1e6
-        result["profile"] = (
-            _top_functions(pstats.Stats(argv[1], stream=io.StringIO()), 15)
-            if argv[0] == "--_serve"
-            else []
+        if server[0] == "--_serve":  # its stats, dumped as it stopped
+            running.profile_rows = _top_functions(pstats.Stats(profile, stream=io.StringIO()), 15)
+
+
+def drive(
+    server: SteadyServer,
+    seconds: float,
+    *,
+    client: str = "c",
+    connections: int = 8,
+    interval_ms: float | None = None,
+) -> dict[str, Any]:
+    """Drive ``server``'s members with ``client`` (``c``: bench/loadgen/h2hb, ``python``:
+    grpc.aio) for ``seconds``, each member sending back to back or (``interval_ms``, C client
+    only) every ``interval_ms``; the load generator's figures and the server's CPU per call."""
+    if client == "c":
+        host, _, port = server.address.rpartition(":")
+        cmd = [
+            loadgen(),
+            host,
+            port,
+            HEARTBEAT_PATH,
+            str(seconds),
+            str(connections),
+            server.reqfile,
+            *([] if interval_ms is None else [f"{interval_ms:g}"]),
+        ]
+    else:
+        cmd = [sys.executable, __file__, "--_client", server.address, server.reqfile, str(seconds)]
+    cpu0 = _tree_cpu_s(server.proc.pid)
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 120, check=False)
+    server_cpu = _tree_cpu_s(server.proc.pid) - cpu0
+    if done.returncode:
+        raise RuntimeError(f"load generator failed: {done.stdout}{done.stderr}")
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    result["server_cpu_us"] = server_cpu / result["calls"] * 1e6
+    return result
+
+
+def bench_heartbeats(
+    server: list[str],
+    members: int,
+    seconds: float,
+    *,
+    client: str = "c",
+    connections: int = 8,
+    echo: bool = False,
+    interval_ms: float | None = None,
+) -> dict[str, Any]:
+    """One run: start ``server`` (argv after the script), set up ``members`` steady members
+    (synthetic ones for the echo server), drive them with ``client`` (``c``: bench/loadgen,
+    ``python``: grpc.aio) for ``seconds``; returns rates, latency and CPU per call."""
+    with steady_server(server, members, echo=echo) as running:
+        result = drive(
+            running, seconds, client=client, connections=connections, interval_ms=interval_ms
         )
+    result["profile"] = running.profile_rows
     return result
 
 
