@@ -10,8 +10,11 @@ request -> service layer -> runtime -> core -> proto response, with the instrume
 processor whose exporter drops them: the SDK's work is counted, no network). gRPC's own
 per-call work is left out, so the relative cost shown is an upper bound on what a client sees.
 Rounds of the variants are interleaved and the best is reported (the machine is shared).
+End to end (the judged rows): see :func:`end_to_end`; the verdict is "met" only when the 95%
+confidence interval of the median paired cost is within the target.
 
     .venv/bin/python bench/observability.py [--members 200] [--rounds 5] [--seconds 2]
+        [--e2e-rounds 15] [--e2e-seconds 3] [--e2e-interval-ms MS]
 """
 
 from __future__ import annotations
@@ -322,10 +325,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seconds", type=float, default=2.0)
     ap.add_argument("--no-write", action="store_true", help="print only")
     ap.add_argument(
-        "--e2e-seconds", type=float, default=5.0, help="per end-to-end run (0: skip them)"
+        "--e2e-seconds", type=float, default=3.0, help="per end-to-end slice (0: skip them)"
     )
     ap.add_argument("--e2e-members", type=int, default=64)
-    ap.add_argument("--e2e-rounds", type=int, default=7)
+    ap.add_argument("--e2e-rounds", type=int, default=15)
     ap.add_argument(
         "--e2e-interval-ms",
         type=float,
@@ -421,11 +424,20 @@ def main(argv: list[str] | None = None) -> int:
             "the end, on 2 CPUs): rough.\n\n"
             + text
             + (
-                "\n\nEnd to end: `kip848 serve` (one process) under bench/loadgen/h2hb "
-                f"({args.e2e_members} steady members, {args.e2e_seconds:g} s runs, "
-                f"{args.e2e_rounds} rounds; medians): the cost is the server's CPU per "
-                'heartbeat against the "off" run of the same round (throughput on this '
-                "shared machine varies more than the cost); tracing exports to a local "
+                "\n\nEnd to end: one `kip848 serve` (one process) per variant, all four "
+                f"running for the whole measurement, each with {args.e2e_members} steady "
+                "members driven by bench/loadgen/h2hb "
+                + (
+                    "back to back (the server's saturation rate)"
+                    if args.e2e_interval_ms is None
+                    else f"every {args.e2e_interval_ms:g} ms each (a fixed offered rate)"
+                )
+                + f", one server at a time, in slices of {args.e2e_seconds:g} s; "
+                f"{args.e2e_rounds} rounds, each giving every variant a slice (off first, the "
+                "others in an order that rotates). The cost is the server's CPU per heartbeat "
+                'against the "off" slice of the same round, the median over rounds, judged by '
+                "its 95% confidence interval (throughput on this shared machine varies more "
+                "than the cost); tracing exports to a local "
                 "OTLP receiver. The default row is `--metrics-listen` and `--otlp-endpoint` "
                 "without `--otlp-sample-ratio`: parent-based 1% (a caller's sampled "
                 "`traceparent` always followed). Each traced request costs about as much CPU "
