@@ -56,19 +56,25 @@ def client_id_of(context: grpc.aio.ServicerContext) -> str:
 
 
 def client_id_in(metadata: Any) -> str:
+    return identity_in(metadata, False)[0]
+
+
+def identity_in(metadata: Any, tracing_on: bool) -> tuple[str, Any]:
+    """The client id in a call's metadata and, with ``tracing_on``, the metadata itself if it
+    carries a W3C ``traceparent`` (the caller's trace context, followed by the service layer's
+    sampling decision), else None: one pass over the metadata for both."""
+    client_id = None
+    traced = None
     for key, value in metadata:
-        if key == CLIENT_ID_KEY:
-            return value if isinstance(value, str) else value.decode("utf-8", "replace")
-    return ""
-
-
-def trace_metadata_in(metadata: Any) -> Any:
-    """``metadata`` if it carries a W3C ``traceparent`` (the caller's trace context, followed
-    by the service layer's sampling decision), else None."""
-    for key, _value in metadata:
-        if key == TRACEPARENT_KEY:
-            return metadata
-    return None
+        if key == CLIENT_ID_KEY and client_id is None:
+            client_id = value if isinstance(value, str) else value.decode("utf-8", "replace")
+            if not tracing_on or traced is not None:
+                break
+        elif key == TRACEPARENT_KEY and tracing_on:
+            traced = metadata
+            if client_id is not None:
+                break
+    return client_id or "", traced
 
 
 def client_host_of(context: grpc.aio.ServicerContext) -> str:
@@ -136,14 +142,16 @@ class GrpcServicer:
         received = context.received if type(context) is ForwardedContext else None
         if not identity:
             return Caller(node=node, abort_when_closing=True, received=received)
-        metadata = context.invocation_metadata() or ()
+        client_id, trace_metadata = identity_in(
+            context.invocation_metadata() or (), tracing.STATE.enabled
+        )
         return Caller(
-            client_id=client_id_in(metadata),
+            client_id=client_id,
             client_host=client_host_of(context),
             node=node,
             abort_when_closing=True,
             received=received,
-            trace_metadata=trace_metadata_in(metadata) if tracing.STATE.enabled else None,
+            trace_metadata=trace_metadata,
         )
 
     async def run(self, row: Rpc, request: Any, context: grpc.aio.ServicerContext) -> Any:

@@ -119,3 +119,15 @@ async def test_describe_configs_refuses_other_resource_types() -> None:
     assert (item.error_code, item.resource_name) == (40, "g")
     assert "consumer.session.timeout.ms" in item.error_message
     await rt.close()
+
+
+def test_identity_in_reads_the_client_id_and_the_trace_context_in_one_pass() -> None:
+    from coordinator.server.services import identity_in
+
+    traced = (("traceparent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"),)
+    metadata = (("user-agent", "x"), ("client-id", "app"), ("client-id", "other"), *traced)
+    assert identity_in(metadata, True) == ("app", metadata)
+    assert identity_in(metadata, False) == ("app", None)  # tracing off: not looked for
+    assert identity_in((("client-id", b"bytes-app"),), True) == ("bytes-app", None)
+    assert identity_in(traced, True) == ("", traced)
+    assert identity_in((), True) == ("", None)
