@@ -118,6 +118,14 @@ def register(commands: Commands) -> None:
         "followed); default: OTEL_TRACES_SAMPLER if set, else 0.01",
     )
     p.add_argument(
+        "--otlp-max-traces-per-second",
+        type=traces_per_second,
+        default=None,
+        metavar="N",
+        help="trace at most N of the requests the ratio draws a second (a caller's sampled "
+        "traceparent is always followed); 0: no limit; default: 10",
+    )
+    p.add_argument(
         "--log-format",
         choices=LOG_FORMATS,
         default="plain",
@@ -152,6 +160,17 @@ def sample_ratio(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected a number in 0..1, got {text!r}") from None
     if not 0.0 <= value <= 1.0:
         raise argparse.ArgumentTypeError(f"expected a number in 0..1, got {text!r}")
+    return value
+
+
+def traces_per_second(text: str) -> float:
+    """``--otlp-max-traces-per-second``: a number >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}") from None
+    if not value >= 0.0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
     return value
 
 
@@ -241,6 +260,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             metrics=args.metrics_listen is not None,
             otlp_endpoint=args.otlp_endpoint,
             sample_ratio=args.otlp_sample_ratio,
+            max_traces_per_second=args.otlp_max_traces_per_second,
         )
     except Exception as exc:  # noqa: BLE001 - a bad endpoint is a usage error, not a crash
         raise UsageError(f"--otlp-endpoint {args.otlp_endpoint}: {exc}") from None

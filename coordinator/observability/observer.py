@@ -394,11 +394,18 @@ def loop_reader(
 
 
 def make_observer(
-    *, metrics: bool, otlp_endpoint: str | None, sample_ratio: float | None = None
+    *,
+    metrics: bool,
+    otlp_endpoint: str | None,
+    sample_ratio: float | None = None,
+    max_traces_per_second: float | None = None,
 ) -> RuntimeObserver | None:
     """``kip848 serve``'s observer: metrics when ``--metrics-listen`` is given, tracing when
-    ``--otlp-endpoint`` is (``--otlp-sample-ratio``); None (nothing observed) when neither is."""
-    tracing.configure(otlp_endpoint, sample_ratio=sample_ratio)
+    ``--otlp-endpoint`` is (``--otlp-sample-ratio``, ``--otlp-max-traces-per-second``); None
+    (nothing observed) when neither is."""
+    tracing.configure(
+        otlp_endpoint, sample_ratio=sample_ratio, max_traces_per_second=max_traces_per_second
+    )
     if not metrics and not tracing.STATE.enabled:
         return None
     return RuntimeObserver(CoordinatorMetrics() if metrics else None)

@@ -368,7 +368,7 @@ def _observed(
             if state.enabled and (
                 caller.trace_metadata is not None
                 or (ratio := state.ratio) is None
-                or random() < ratio
+                or (random() < ratio and state.admit())
             ):
                 answer = await _traced(rpc, kafka_rpc, wrapped, req, caller)
             elif runtime.state in CLOSED_STATES:
@@ -405,7 +405,7 @@ def _observed(
                 if state.enabled and (
                     caller.trace_metadata is not None
                     or (ratio := state.ratio) is None
-                    or random() < ratio
+                    or (random() < ratio and state.admit())
                 ):
                     answer = await _traced(rpc, kafka_rpc, wrapped, req, caller)
                 elif runtime.state in CLOSED_STATES:

@@ -8,7 +8,10 @@ skips all tracing work — no span objects, no context switches, no attribute di
 Sampling is decided once per request, before any OpenTelemetry call (:func:`sampled`): a
 caller's valid ``traceparent`` is followed (parent-based: its sampled flag decides), any other
 request is traced with probability ``--otlp-sample-ratio`` (default: ``OTEL_TRACES_SAMPLER`` if
-set, else :data:`DEFAULT_SAMPLE_RATIO`, 1%). A request left out costs one random draw (and,
+set, else :data:`DEFAULT_SAMPLE_RATIO`, 1%), and at most ``--otlp-max-traces-per-second`` such
+roots are traced a second (:class:`TraceBudget`, default
+:data:`DEFAULT_MAX_TRACES_PER_SECOND`; a caller's sampled context is always followed). A
+request left out costs one random draw (and,
 over gRPC, a look for ``traceparent`` in the metadata the codec reads for the client id anyway):
 no context attach, no span object, no propagator, no context variable. Only a sampled request makes
 spans, and all its spans record (the SDK's sampler is ``ParentBased(ALWAYS_ON)``); only an
@@ -38,7 +41,8 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from contextvars import ContextVar
 from random import random as _random
@@ -72,10 +76,45 @@ _PARENT_BASED = {"parentbased_always_on": 1.0, "parentbased_always_off": 0.0}
 _PARENT_BASED_RATIO = "parentbased_traceidratio"
 
 
+DEFAULT_MAX_TRACES_PER_SECOND = 10.0
+"""Root traces a process starts a second at most (``--otlp-max-traces-per-second``; 0: no
+limit) when the sampling is decided here. The ratio alone makes tracing cost a fixed share of
+the CPU (1% of requests traced: about 1-1.5% of a busy server's CPU end to end); the limit
+bounds it in absolute terms where that share matters, on a busy coordinator — 10 traces a
+second are 600 a minute — and leaves a quiet one (under 1,000 requests a second at 1%)
+sampled at the ratio alone, the way AWS X-Ray's reservoir or Jaeger's rate-limiting sampler
+bound theirs."""
+
+
+class TraceBudget:
+    """A token bucket of root traces: ``rate`` a second on average, at most one second's worth
+    (and at least one) at once. ``take`` is called only for a request the ratio drew."""
+
+    __slots__ = ("capacity", "clock", "last", "rate", "tokens")
+
+    def __init__(self, rate: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.rate = rate
+        self.capacity = max(1.0, rate)
+        self.tokens = self.capacity
+        self.clock = clock
+        self.last = clock()
+
+    def take(self) -> bool:
+        """Whether one more root trace fits (and count it)."""
+        now = self.clock()
+        tokens = min(self.capacity, self.tokens + (now - self.last) * self.rate)
+        self.last = now
+        if tokens >= 1.0:
+            self.tokens = tokens - 1.0
+            return True
+        self.tokens = tokens
+        return False
+
+
 class _State:
     """Module state: read on the hot path as ``STATE.enabled`` (one attribute load)."""
 
-    __slots__ = ("enabled", "provider", "ratio", "tracer")
+    __slots__ = ("budget", "enabled", "provider", "ratio", "tracer")
 
     def __init__(self) -> None:
         self.enabled = False
@@ -85,6 +124,14 @@ class _State:
         """The root sampling ratio, decided per request by :func:`sampled` before any
         OpenTelemetry call; None: the SDK's sampler (``OTEL_TRACES_SAMPLER``) decides on a
         span made for every request."""
+        self.budget: TraceBudget | None = None
+        """The limit on root traces a second (None: none): asked only for a request the
+        ratio drew (:meth:`admit`)."""
+
+    def admit(self) -> bool:
+        """Whether a root the ratio drew is traced: the budget has room (always, without)."""
+        budget = self.budget
+        return budget is None or budget.take()
 
 
 STATE = _State()
@@ -136,6 +183,7 @@ def configure(
     *,
     exporter: Any = None,
     sample_ratio: float | None = None,
+    max_traces_per_second: float | None = None,
     service_name: str = SERVICE_NAME,
     process: str = "coordinator",
 ) -> bool:
@@ -145,8 +193,10 @@ def configure(
     ``sample_ratio`` (0..1): the share of requests without a caller's trace context that are
     traced; a caller's ``traceparent`` is always followed (parent-based). None:
     ``OTEL_TRACES_SAMPLER``/``OTEL_TRACES_SAMPLER_ARG`` when set, else
-    :data:`DEFAULT_SAMPLE_RATIO` (:func:`sampling`). A request left out creates no span and
-    makes no OpenTelemetry call at all."""
+    :data:`DEFAULT_SAMPLE_RATIO` (:func:`sampling`). ``max_traces_per_second``: at most that
+    many of those roots a second (:class:`TraceBudget`; None:
+    :data:`DEFAULT_MAX_TRACES_PER_SECOND`, 0: no limit), when the ratio is decided here. A
+    request left out creates no span and makes no OpenTelemetry call at all."""
     if endpoint is None and exporter is None:
         return False
     from opentelemetry.sdk.resources import Resource
@@ -172,6 +222,12 @@ def configure(
     STATE.provider = provider
     STATE.tracer = provider.get_tracer("kip848.coordinator")
     STATE.ratio = ratio
+    limit = (
+        DEFAULT_MAX_TRACES_PER_SECOND if max_traces_per_second is None else max_traces_per_second
+    )
+    STATE.budget = TraceBudget(limit) if ratio is not None and limit > 0 else None
+    if STATE.budget is not None:
+        described += f", at most {limit:g} root traces a second"
     # Our own provider, not the global one: an embedding application keeps its own, and tests
     # can configure and shut down repeatedly. The propagator is the global (W3C) one.
     STATE.enabled = True
@@ -190,6 +246,7 @@ def shutdown() -> None:
     STATE.tracer = None
     STATE.provider = None
     STATE.ratio = None
+    STATE.budget = None
     if provider is not None:
         provider.shutdown()
 
@@ -211,7 +268,7 @@ def sampled(parent: Any = None) -> bool:
         ctx = trace.get_current_span(parent).get_span_context()
         if ctx.is_valid:
             return bool(ctx.trace_flags.sampled)
-    return draw() < ratio  # in [0, 1): always below 1, never below 0
+    return draw() < ratio and STATE.admit()  # draw() in [0, 1): below 1, never below 0
 
 
 def extract(metadata: Any) -> Any:

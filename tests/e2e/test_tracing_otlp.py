@@ -5,6 +5,8 @@ caller's sampled ``traceparent`` followed whatever the ratio."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from concurrent import futures
@@ -102,3 +104,50 @@ def test_one_percent_by_default_and_the_environment_when_set(
     log = server.stderr_text()
     assert "sampling parent-based, ratio 0 (OTEL_TRACES_SAMPLER=parentbased_always_off)" in log
     assert sorted(sink.spans) == TRACED
+
+
+def test_root_traces_are_limited_per_second_and_callers_always_followed(
+    tmp_path: Path, receiver: tuple[Receiver, int]
+) -> None:
+    """Every request drawn (ratio 1) but at most 0.2 root traces a second (a bucket of one):
+    of 8 requests in a moment one is traced; a caller's sampled traceparent still is."""
+    sink, port = receiver
+    server = serve(
+        tmp_path, port, "--otlp-sample-ratio", "1", "--otlp-max-traces-per-second", "0.2"
+    )
+    for _ in range(8):
+        list_topics(server)
+    list_topics(server, ("traceparent", SAMPLED))
+    assert server.stop() == 0
+    log = server.stderr_text()
+    assert (
+        "sampling parent-based, ratio 1 (--otlp-sample-ratio), at most 0.2 root traces a second"
+        in log
+    ), log
+    names = sorted(name for _trace, name in sink.spans)
+    assert names == sorted([LIST_TOPICS, "shard.list_topics"] * 2), sink.spans
+    assert sorted(s for s in sink.spans if s[0] == TRACE_ID) == TRACED
+
+
+@pytest.mark.parametrize("value", ["-1", "nan", "inf", "many"])
+def test_a_bad_trace_limit_is_a_usage_error(tmp_path: Path, value: str) -> None:
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "coordinator.cli",
+            "serve",
+            "--data-dir",
+            str(tmp_path / "d"),
+            "--otlp-endpoint",
+            "127.0.0.1:1",
+            "--otlp-max-traces-per-second",
+            value,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2, done
+    assert f"expected a number >= 0, got {value!r}" in done.stderr, done.stderr

@@ -43,8 +43,13 @@ def no_sampler_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     tracing.shutdown()
 
 
-def traced(exporter: InMemorySpanExporter, ratio: float | None) -> None:
-    assert tracing.configure(exporter=exporter, sample_ratio=ratio) is True
+def traced(exporter: InMemorySpanExporter, ratio: float | None, limit: float | None = 0) -> None:
+    """Tracing on at ``ratio``, at most ``limit`` root traces a second (0: no limit; None:
+    the default limit)."""
+    assert (
+        tracing.configure(exporter=exporter, sample_ratio=ratio, max_traces_per_second=limit)
+        is True
+    )
 
 
 class Table:
@@ -181,6 +186,52 @@ async def test_the_ratio_is_applied_once(table: Table) -> None:
         await table.describe()
     traced_count = len([s for s in exporter.get_finished_spans() if s.name == SPAN])
     assert 60 <= traced_count <= 140, traced_count  # mean 100, standard deviation 8.7
+
+
+def test_the_trace_budget_is_a_token_bucket_of_one_second() -> None:
+    now = [100.0]
+    budget = tracing.TraceBudget(3, clock=lambda: now[0])
+    assert [budget.take() for _ in range(5)] == [True, True, True, False, False]
+    now[0] += 0.5  # 1.5 tokens back
+    assert [budget.take() for _ in range(3)] == [True, False, False]
+    now[0] += 10.0  # never more than one second's worth
+    assert [budget.take() for _ in range(5)] == [True, True, True, False, False]
+    slow = tracing.TraceBudget(0.5, clock=lambda: now[0])  # under one a second: bursts of one
+    assert [slow.take(), slow.take()] == [True, False]
+    now[0] += 2.0
+    assert [slow.take(), slow.take()] == [True, False]
+
+
+async def test_roots_are_limited_per_second_and_a_sampled_caller_is_always_followed(
+    table: Table,
+) -> None:
+    """Every request drawn (ratio 1), at most 3 root traces a second: 3 of 10 requests in the
+    same instant; a caller's sampled traceparent is followed past the limit; the next second
+    has room for 3 more."""
+    exporter = InMemorySpanExporter()
+    traced(exporter, 1.0, limit=3)
+    now = [0.0]
+    tracing.STATE.budget = tracing.TraceBudget(3, clock=lambda: now[0])
+    for _ in range(10):
+        await table.describe()
+    await table.describe(("traceparent", SAMPLED))
+    rpcs = [s for s in exporter.get_finished_spans() if s.name == SPAN]
+    assert [s.parent is None for s in rpcs] == [True, True, True, False]
+    assert rpcs[3].context.trace_id == int(TRACE_ID, 16)
+    now[0] += 1.0
+    for _ in range(10):
+        await table.describe()
+    assert len([s for s in exporter.get_finished_spans() if s.name == SPAN]) == 7
+
+
+def test_serve_limits_root_traces_to_ten_a_second_by_default() -> None:
+    assert tracing.configure(exporter=InMemorySpanExporter()) is True
+    assert tracing.STATE.ratio == tracing.DEFAULT_SAMPLE_RATIO == 0.01
+    assert tracing.STATE.budget is not None and tracing.STATE.budget.rate == 10.0
+    tracing.shutdown()
+    assert tracing.STATE.budget is None
+    assert tracing.configure(exporter=InMemorySpanExporter(), max_traces_per_second=0) is True
+    assert tracing.STATE.budget is None  # 0: no limit
 
 
 async def test_streaming_rpcs_keep_streaming_with_metrics_and_tracing_on(table: Table) -> None:
