@@ -13,7 +13,8 @@ Rules:
   tracing at the default sampling against a 5% budget of a heartbeat's CPU).
 * **Sampling is decided once per request, before any OpenTelemetry call.** Parent-based: a
   caller's ``traceparent`` is followed, anything else traced at ``--otlp-sample-ratio`` (else
-  ``OTEL_TRACES_SAMPLER``, else 1%). A request left out makes no span, no context switch and no
+  ``OTEL_TRACES_SAMPLER``, else 1%), at most ``--otlp-max-traces-per-second`` of those a second
+  (default 10). A request left out makes no span, no context switch and no
   propagator call; a traced one records every span of its tree.
 * **Counted once, in the coordinator process.** Every call, whichever process accepted it
   (``--grpc-processes``: front ends forward each call to the coordinator process), goes through
