@@ -165,6 +165,20 @@ class ServerProcess:
         self.wait()
 
 
+def run_cli(*argv: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """``kip848 ARGV...`` in a child process (this checkout first on the path), run to its end
+    (bounded by ``timeout``): its exit code, stdout and stderr."""
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+    return subprocess.run(
+        [sys.executable, "-m", "coordinator.cli", *argv],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        check=False,
+    )
+
+
 def join_request(
     group_id: str,
     topics: list[str],

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from conftest import run_cli
 from kafka_support import KafkaClient, KafkaServer, encode_request, request
 from kio.schema.errors import ErrorCode as E
 
@@ -692,22 +693,7 @@ def test_the_listener_stays_up_after_every_bad_connection(server: KafkaServer) -
 
 
 def test_kafka_flags_are_checked(tmp_path: Path) -> None:
-    import subprocess
-    import sys
-
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "coordinator.cli",
-            "serve",
-            "--data-dir",
-            str(tmp_path),
-            "--kafka-upstream",
-            "127.0.0.1:9092",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=30,
+    done = run_cli(
+        "serve", "--data-dir", str(tmp_path), "--kafka-upstream", "127.0.0.1:9092", timeout=30
     )
     assert done.returncode == 2 and "--kafka-upstream needs --kafka-listen" in done.stderr

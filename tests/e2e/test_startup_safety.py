@@ -7,27 +7,16 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from conftest import ServerProcess
+from conftest import ServerProcess, run_cli
 
 from coordinator.runtime.store import SqliteRecordStore, StoredRecord
 
-REPO = Path(__file__).resolve().parents[2]
-
 
 def kip848(*argv: str) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    return subprocess.run(
-        [sys.executable, "-m", "coordinator.cli", *argv],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=env,
-        check=False,
-    )
+    return run_cli(*argv)
 
 
 def serve_once(data_dir: Path, *extra: str) -> subprocess.CompletedProcess[str]:

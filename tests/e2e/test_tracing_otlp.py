@@ -5,8 +5,6 @@ caller's sampled ``traceparent`` followed whatever the ratio."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from concurrent import futures
@@ -15,7 +13,7 @@ from typing import Any
 
 import grpc
 import pytest
-from conftest import ServerProcess
+from conftest import ServerProcess, run_cli
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
 from kip848.v1 import admin_pb2
@@ -131,23 +129,14 @@ def test_root_traces_are_limited_per_second_and_callers_always_followed(
 
 @pytest.mark.parametrize("value", ["-1", "nan", "inf", "many"])
 def test_a_bad_trace_limit_is_a_usage_error(tmp_path: Path, value: str) -> None:
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "coordinator.cli",
-            "serve",
-            "--data-dir",
-            str(tmp_path / "d"),
-            "--otlp-endpoint",
-            "127.0.0.1:1",
-            "--otlp-max-traces-per-second",
-            value,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
+    done = run_cli(
+        "serve",
+        "--data-dir",
+        str(tmp_path / "d"),
+        "--otlp-endpoint",
+        "127.0.0.1:1",
+        "--otlp-max-traces-per-second",
+        value,
     )
     assert done.returncode == 2, done
     assert f"expected a number >= 0, got {value!r}" in done.stderr, done.stderr
