@@ -360,9 +360,30 @@ def _observed(
         except Exception:  # observing never fails the request it observes
             log.exception("Observing %s failed", rpc)
 
-    if metrics is None:  # tracing (and the audit trail) only
+    timed = metrics is not None  # metrics on: every request timed, counted by its code
+    grpc_series: Any = None
+    kafka_series: Any = None
+    if metrics is not None:
+        grpc_series = metrics.request_series(rpc, "grpc")
+        kafka_series = metrics.request_series(kafka_rpc, "kafka")
+        bounds = metrics.request_duration.bounds
+    grpc_children = {} if grpc_series is None else grpc_series.children
+    kafka_children = {} if kafka_series is None else kafka_series.children
+    monotonic = time.monotonic
+    set_arrival = ARRIVAL.set
+    reset_arrival = ARRIVAL.reset
 
-        async def observed(req: Any, caller: Any) -> Any:
+    async def observed(req: Any, caller: Any) -> Any:
+        if timed:
+            # A forwarded call's clock started in its front end; any other request's starts
+            # here, when its codec hands it to the service layer. ARRIVAL: the runtime's
+            # queue time.
+            arrival = caller.received
+            if arrival is None:
+                arrival = monotonic()
+            token = set_arrival(arrival)
+        answer = None
+        try:
             # The sampling decision, once per request (tracing.sampled): a caller's trace
             # context is followed (_traced decides), anything else drawn at the ratio.
             if state.enabled and (
@@ -378,44 +399,8 @@ def _observed(
                     answer = await body(service, req, caller)
                 except Exception as exc:  # noqa: BLE001 (failed_answer logs a bug)
                     answer = failed_answer(on_error, req, exc, name)
-            if after:
-                observe_after(req, caller, answer)
-            return answer
-
-    else:
-        grpc_series = metrics.request_series(rpc, "grpc")
-        kafka_series = metrics.request_series(kafka_rpc, "kafka")
-        grpc_children = grpc_series.children
-        kafka_children = kafka_series.children
-        bounds = metrics.request_duration.bounds
-        monotonic = time.monotonic
-        set_arrival = ARRIVAL.set
-        reset_arrival = ARRIVAL.reset
-
-        async def observed(req: Any, caller: Any) -> Any:
-            # A forwarded call's clock started in its front end; any other request's starts
-            # here, when its codec hands it to the service layer. ARRIVAL: the runtime's queue
-            # time.
-            arrival = caller.received
-            if arrival is None:
-                arrival = monotonic()
-            token = set_arrival(arrival)
-            answer = None
-            try:
-                if state.enabled and (
-                    caller.trace_metadata is not None
-                    or (ratio := state.ratio) is None
-                    or (random() < ratio and state.admit())
-                ):
-                    answer = await _traced(rpc, kafka_rpc, wrapped, req, caller)
-                elif runtime.state in CLOSED_STATES:
-                    answer = closed_answer(on_error, req, caller)
-                else:
-                    try:
-                        answer = await body(service, req, caller)
-                    except Exception as exc:  # noqa: BLE001 (failed_answer logs a bug)
-                        answer = failed_answer(on_error, req, exc, name)
-            finally:
+        finally:
+            if timed:
                 reset_arrival(token)
                 # RequestSeries.observe, inlined: this runs on every request.
                 seconds = monotonic() - arrival
@@ -430,9 +415,9 @@ def _observed(
                         child = kafka_series.child(code)
                 child.counts[bisect_left(bounds, seconds)] += 1
                 child.sum += seconds
-            if after:
-                observe_after(req, caller, answer)
-            return answer
+        if after:
+            observe_after(req, caller, answer)
+        return answer
 
     observed.__name__ = name
     observed.__qualname__ = f"observed.{name}"

@@ -354,10 +354,7 @@ def link(contexts: Sequence[Any]) -> list[Any]:
 
 def current_attribute(name: str) -> Any:
     """An attribute of the current span (e.g. the group id an assignor run belongs to)."""
-    from opentelemetry import trace
-
-    attributes = getattr(trace.get_current_span(), "attributes", None)
-    return None if attributes is None else attributes.get(name)
+    return current_attributes().get(name)
 
 
 def request_attributes(request: Any, into: dict[str, Any] | None = None) -> dict[str, Any]:
