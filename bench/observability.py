@@ -15,7 +15,7 @@ End to end (the judged rows): see :func:`end_to_end`; the verdict is "met" only 
 confidence interval of the median paired cost is within the target.
 
     .venv/bin/python bench/observability.py [--members 200] [--rounds 5] [--seconds 2]
-        [--e2e-rounds 15] [--e2e-seconds 3] [--e2e-interval-ms MS]
+        [--e2e-rounds 30] [--e2e-restart-every 5] [--e2e-seconds 3] [--e2e-interval-ms MS]
 """
 
 from __future__ import annotations
@@ -65,6 +65,9 @@ DEFAULT = (
 without ``--otlp-sample-ratio``."""
 RATIO_ONLY = f"metrics+tracing {tracing.DEFAULT_SAMPLE_RATIO:.0%}, no limit"
 ALL = "metrics+tracing 100%, no limit"
+CONTROL = "off, a second server (control)"
+"""End to end only: the same as "off", in another process; its cost is the measurement's own
+error (it should be 0)."""
 VARIANTS = ("off", "metrics", DEFAULT, RATIO_ONLY, ALL)
 SAMPLE: dict[str, tuple[float | None, float | None]] = {
     DEFAULT: (None, None),
@@ -250,16 +253,24 @@ class EndToEnd:
 
 
 def end_to_end(
-    members: int, seconds: float, rounds: int, interval_ms: float | None = None
+    members: int,
+    seconds: float,
+    rounds: int,
+    interval_ms: float | None = None,
+    restart_every: int = 5,
 ) -> list[EndToEnd]:
     """Each variant's heartbeats/s, server CPU per heartbeat and cost with ``kip848 serve``
     (one process each) driven by bench/loadgen/h2hb (bench/service.py's harness).
 
-    Every variant's server runs for the whole measurement, its members set up once; the
-    load goes to one server at a time, in slices of ``seconds``: a round gives every variant a
-    slice, "off" first, the others in an order that rotates from round to round. Each cost is
-    paired with the "off" slice of its own round, taken seconds before, and the median over
-    rounds is reported: a machine that drifts, or a disturbed slice, moves it little.
+    Every variant's server runs at the same time, its members set up once; the load goes to
+    one server at a time, in slices of ``seconds``: a round gives every variant a slice, "off"
+    first, the others in an order that rotates from round to round. Each cost is paired with
+    the "off" slice of its own round, taken seconds before, and the median over rounds is
+    reported: a machine that drifts, or a disturbed slice, moves it little. Every
+    ``restart_every`` rounds all servers are started afresh: two processes of the same code
+    differ by a percent or two (memory layout, hash seeds), a bias a fixed set of processes
+    would keep for the whole run. :data:`CONTROL` is a second "off" server, paired with the
+    first like the others: its row is the measurement's own error.
     ``interval_ms``: each member heartbeats every ``interval_ms`` (a fixed offered rate)
     instead of back to back (the server's saturation rate)."""
     from bench.service import SERVE, SteadyServer, drive, steady_server
@@ -270,25 +281,27 @@ def end_to_end(
         metrics = ["--metrics-listen", "127.0.0.1:0"]
         variants = {
             "off": [],
+            CONTROL: [],
             "metrics": metrics,
             DEFAULT: [*metrics, *otlp],  # neither sampling flag: the default sampling
             RATIO_ONLY: [*metrics, *otlp, "--otlp-max-traces-per-second", "0"],
             ALL: [*metrics, *otlp, "--otlp-sample-ratio", "1", "--otlp-max-traces-per-second", "0"],
         }
         runs: dict[str, list[tuple[float, float]]] = {name: [] for name in variants}
-        with contextlib.ExitStack() as stack:
-            servers: dict[str, SteadyServer] = {}
-            for name, flags in variants.items():
-                argv = ["--_serve_plain", *SERVE, *flags]
-                servers[name] = _with_retries(
-                    lambda a=argv: stack.enter_context(steady_server(a, members))  # type: ignore[misc]
-                )
-            others = [name for name in variants if name != "off"]
-            for round_ in range(rounds):
-                turn = others[round_ % len(others) :] + others[: round_ % len(others)]
-                for name in ["off", *turn]:
-                    r = drive(servers[name], seconds, interval_ms=interval_ms)
-                    runs[name].append((float(r["per_s"]), float(r["server_cpu_us"])))
+        others = [name for name in variants if name != "off"]
+        for first in range(0, rounds, restart_every):
+            with contextlib.ExitStack() as stack:
+                servers: dict[str, SteadyServer] = {}
+                for name, flags in variants.items():
+                    argv = ["--_serve_plain", *SERVE, *flags]
+                    servers[name] = _with_retries(
+                        lambda a=argv: stack.enter_context(steady_server(a, members))  # type: ignore[misc]
+                    )
+                for round_ in range(first, min(first + restart_every, rounds)):
+                    k = round_ % len(others)
+                    for name in ["off", *others[k:], *others[:k]]:
+                        r = drive(servers[name], seconds, interval_ms=interval_ms)
+                        runs[name].append((float(r["per_s"]), float(r["server_cpu_us"])))
     finally:
         sink.close()
     off = [cpu for _rate, cpu in runs["off"]]
@@ -323,6 +336,11 @@ def median_interval(values: Sequence[float], confidence: float = 0.95) -> tuple[
     return ordered[k - 1], ordered[n - k]
 
 
+def _interval_text(costs: Sequence[float]) -> str:
+    low, high = median_interval(costs)
+    return f"{low:+.1f}% … {high:+.1f}%"
+
+
 def judge(costs: Sequence[float]) -> str:
     """The verdict on the judged row's paired costs (percent) against :data:`TARGET`."""
     low, high = median_interval(costs)
@@ -343,7 +361,13 @@ def main(argv: list[str] | None = None) -> int:
         "--e2e-seconds", type=float, default=3.0, help="per end-to-end slice (0: skip them)"
     )
     ap.add_argument("--e2e-members", type=int, default=64)
-    ap.add_argument("--e2e-rounds", type=int, default=15)
+    ap.add_argument("--e2e-rounds", type=int, default=30)
+    ap.add_argument(
+        "--e2e-restart-every",
+        type=int,
+        default=5,
+        help="start every end-to-end server afresh after this many rounds",
+    )
     ap.add_argument(
         "--e2e-interval-ms",
         type=float,
@@ -382,9 +406,14 @@ def main(argv: list[str] | None = None) -> int:
     e2e_text = ""
     verdict = ""
     if args.e2e_seconds > 0:
-        e2e = end_to_end(args.e2e_members, args.e2e_seconds, args.e2e_rounds, args.e2e_interval_ms)
+        e2e = end_to_end(
+            args.e2e_members,
+            args.e2e_seconds,
+            args.e2e_rounds,
+            args.e2e_interval_ms,
+            args.e2e_restart_every,
+        )
         judged = next(r for r in e2e if r.name == DEFAULT)
-        low, high = median_interval(judged.costs)
         verdict_short = judge(judged.costs)
         e2e_text = table(
             [
@@ -392,6 +421,7 @@ def main(argv: list[str] | None = None) -> int:
                 "heartbeats/s",
                 "server CPU µs per heartbeat",
                 "cost vs off (median of rounds)",
+                "95% confidence interval of the median",
                 f"target ≤ {TARGET:g}%",
                 "cost in each round",
             ],
@@ -401,6 +431,7 @@ def main(argv: list[str] | None = None) -> int:
                     f"{row.per_s:,.0f}",
                     f"{row.cpu_us:.1f}",
                     "—" if row.name == "off" else f"{row.cost:+.1f}%",
+                    "" if row.name == "off" else _interval_text(row.costs),
                     verdict_short if row.name == DEFAULT else "",
                     "" if row.name == "off" else ", ".join(f"{c:+.1f}%" for c in row.costs),
                 )
@@ -416,7 +447,7 @@ def main(argv: list[str] | None = None) -> int:
             f"Target: metrics and tracing at the default sampling cost at most {TARGET:g}% of "
             "the server's CPU per heartbeat end to end: "
             + f"{verdict_short}: median {judged.cost:+.1f}% over {len(judged.costs)} paired "
-            f"rounds, 95% confidence interval of the median {low:+.1f}% … {high:+.1f}% "
+            f"rounds, 95% confidence interval of the median {_interval_text(judged.costs)} "
             "(met: the whole interval within the target; NOT met: the whole interval above it; "
             "else inconclusive)"
             + f". In-process estimate: the instrumentation's own CPU per heartbeat ({own_us:.1f} "
@@ -440,7 +471,9 @@ def main(argv: list[str] | None = None) -> int:
             + text
             + (
                 "\n\nEnd to end: one `kip848 serve` (one process) per variant, all of them "
-                f"running for the whole measurement, each with {args.e2e_members} steady "
+                f"running at once and started afresh every {args.e2e_restart_every} rounds (two "
+                "processes of the same code differ by a percent or two), each with "
+                f"{args.e2e_members} steady "
                 "members driven by bench/loadgen/h2hb "
                 + (
                     "back to back (the server's saturation rate)"
@@ -450,9 +483,12 @@ def main(argv: list[str] | None = None) -> int:
                 + f", one server at a time, in slices of {args.e2e_seconds:g} s; "
                 f"{args.e2e_rounds} rounds, each giving every variant a slice (off first, the "
                 "others in an order that rotates). The cost is the server's CPU per heartbeat "
+                "(its CPU clock, nanoseconds) "
                 'against the "off" slice of the same round, the median over rounds, judged by '
                 "its 95% confidence interval (throughput on this shared machine varies more "
-                "than the cost); tracing exports to a local "
+                "than the cost). The control row is a second server with everything off, paired "
+                "with the first like the others: its cost is the measurement's own error. "
+                "Tracing exports to a local "
                 "OTLP receiver. The default row is `--metrics-listen` and `--otlp-endpoint` "
                 "without `--otlp-sample-ratio` or `--otlp-max-traces-per-second`: parent-based "
                 "1%, at most 10 root traces a second (a caller's sampled `traceparent` always "

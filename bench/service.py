@@ -39,7 +39,13 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._loadgen import build, create_topics, grpc_groups_stable, reconcile_until_stable
+from bench._loadgen import (
+    build,
+    create_topics,
+    grpc_groups_stable,
+    reconcile_until_stable,
+    tree_cpu_s,
+)
 from bench._report import machine, table, write_section
 
 MEMBERS_PER_GROUP_HB = 8
@@ -232,22 +238,6 @@ def _read_requests(path: str) -> list[bytes]:
     return out
 
 
-def _tree_cpu_s(pid: int) -> float:
-    """CPU seconds (user + system) of a process and its children (front ends)."""
-    tick = os.sysconf("SC_CLK_TCK")
-    total = 0.0
-    pids = [pid]
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        pids += [int(c) for c in (task / "children").read_text().split()]
-    for p in pids:
-        try:
-            fields = Path(f"/proc/{p}/stat").read_text().rpartition(")")[2].split()
-        except FileNotFoundError:
-            continue
-        total += (int(fields[11]) + int(fields[12])) / tick
-    return total
-
-
 @dataclass
 class SteadyServer:
     """A running server (``steady_server``) and its members' steady heartbeats."""
@@ -328,9 +318,9 @@ def drive(
         ]
     else:
         cmd = [sys.executable, __file__, "--_client", server.address, server.reqfile, str(seconds)]
-    cpu0 = _tree_cpu_s(server.proc.pid)
+    cpu0 = tree_cpu_s(server.proc.pid)
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 120, check=False)
-    server_cpu = _tree_cpu_s(server.proc.pid) - cpu0
+    server_cpu = tree_cpu_s(server.proc.pid) - cpu0
     if done.returncode:
         raise RuntimeError(f"load generator failed: {done.stdout}{done.stderr}")
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])

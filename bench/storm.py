@@ -49,7 +49,7 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._loadgen import build, create_topics
+from bench._loadgen import build, create_topics, tree_cpu_s
 from bench._report import machine, table, write_section
 
 GROUP = "storm"
@@ -109,22 +109,6 @@ def _enough_files(connections: int) -> None:
     if soft != resource.RLIM_INFINITY and soft < want:
         top = want if hard == resource.RLIM_INFINITY else min(want, hard)
         resource.setrlimit(resource.RLIMIT_NOFILE, (top, hard))
-
-
-def _tree_cpu_s(pid: int) -> float:
-    """CPU seconds (user + system) of a process and its children."""
-    tick = os.sysconf("SC_CLK_TCK")
-    total = 0.0
-    pids = [pid]
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        pids += [int(c) for c in (task / "children").read_text().split()]
-    for p in pids:
-        try:
-            fields = Path(f"/proc/{p}/stat").read_text().rpartition(")")[2].split()
-        except FileNotFoundError:
-            continue
-        total += (int(fields[11]) + int(fields[12])) / tick
-    return total
 
 
 def _start_server(
@@ -288,7 +272,7 @@ def run_row(
             ]
             spec_file = os.path.join(tmp, "spec")
             Path(spec_file).write_text("\n".join(spec) + "\n")
-            cpu0 = _tree_cpu_s(proc.pid)
+            cpu0 = tree_cpu_s(proc.pid)
             done = subprocess.run(
                 [generator, spec_file],
                 capture_output=True,
@@ -296,7 +280,7 @@ def run_row(
                 timeout=max_seconds + 180,
                 check=False,
             )
-            server_cpu = _tree_cpu_s(proc.pid) - cpu0
+            server_cpu = tree_cpu_s(proc.pid) - cpu0
             lines = done.stdout.strip().splitlines()
             if not lines:
                 raise RuntimeError(f"{name} printed nothing: {done.stderr}")

@@ -53,6 +53,7 @@ from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 from coordinator.core.errors import ErrorCode
+from coordinator.server.api import Reply
 
 from . import tracing
 from .logs import audit
@@ -138,28 +139,22 @@ def first_error(answer: Any, depth: int = 0) -> int:
     return 0
 
 
-_LEAVES: set[type] = set()
-"""Types of answer values that hold no entries: their code is their own ``error_code``."""
-
-
-def answer_code(answer: Any) -> int:
-    """:func:`first_error` of a service answer, without walking a value that has no entries
-    (a heartbeat's: the usual case, one attribute read)."""
-    code = getattr(answer, "error_code", None)
-    if code:
-        return int(code)
-    value = getattr(answer, "value", None)
-    if value is not None and type(value) in _LEAVES:
-        return int(getattr(value, "error_code", 0) or 0)
-    found = _safe_first_error(answer)
+def plain_value(answer: Any) -> type | None:
+    """The type of ``answer``'s value when the answer is a :class:`Reply` whose value holds no
+    entries and no error code of its own (a heartbeat's response): the answer's code is then
+    the Reply's own ``error_code``, as :func:`first_error` would find it. None otherwise."""
+    if type(answer) is not Reply:
+        return None
+    value = answer.value
     if (
-        value is not None
-        and not isinstance(value, (list, tuple))
-        and not hasattr(value, "value")
-        and not _sequence_fields(type(value))
+        value is None
+        or isinstance(value, (list, tuple))
+        or hasattr(value, "value")
+        or hasattr(value, "error_code")
+        or _sequence_fields(type(value))
     ):
-        _LEAVES.add(type(value))
-    return found
+        return None
+    return type(value)
 
 
 def _safe_first_error(answer: Any) -> int:
@@ -373,7 +368,10 @@ def _observed(
     set_arrival = ARRIVAL.set
     reset_arrival = ARRIVAL.reset
 
+    plain: type | None = None  # this RPC's value type whose code is the Reply's (plain_value)
+
     async def observed(req: Any, caller: Any) -> Any:
+        nonlocal plain
         if timed:
             # A forwarded call's clock started in its front end; any other request's starts
             # here, when its codec hands it to the service layer. ARRIVAL: the runtime's
@@ -404,7 +402,14 @@ def _observed(
                 reset_arrival(token)
                 # RequestSeries.observe, inlined: this runs on every request.
                 seconds = monotonic() - arrival
-                code = ABORTED if answer is None else answer_code(answer)
+                if answer is None:
+                    code = ABORTED
+                elif type(answer) is Reply and type(answer.value) is plain:
+                    code = answer.error_code  # first_error's answer, without the walk
+                else:
+                    code = _safe_first_error(answer)
+                    if plain is None:
+                        plain = plain_value(answer)
                 if caller.api_version is None:
                     child = grpc_children.get(code)
                     if child is None:

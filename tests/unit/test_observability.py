@@ -35,6 +35,7 @@ from coordinator.observability.requests import (
     first_error,
     instrument_methods,
     instrument_service,
+    plain_value,
     rpc_name,
 )
 from coordinator.runtime import CoordinatorRuntime, ManualClock, SystemClock
@@ -238,6 +239,50 @@ async def test_metrics_of_a_rebalance_a_commit_and_a_session_timeout() -> None:
         assert counts.offsets == 2
         assert counts.shards == {"active": 2}
         assert sorted(counts.load_seconds) == [0, 1]
+    finally:
+        await rt.close()
+
+
+async def test_heartbeat_answers_are_counted_by_their_code_before_and_after_a_plain_one() -> None:
+    """The wrapper learns that a heartbeat's value carries no code of its own (plain_value)
+    and reads the Reply's code directly from then on; error answers still count as errors."""
+    from coordinator.core.commands import ConsumerGroupHeartbeatResponse
+    from coordinator.core.offsets import OffsetCommitResponse
+    from coordinator.server.api import Reply
+
+    response = ConsumerGroupHeartbeatResponse(
+        member_id="A", member_epoch=1, heartbeat_interval_ms=5000
+    )
+    assert plain_value(Reply(value=response)) is ConsumerGroupHeartbeatResponse
+    assert plain_value(Reply(error_code=ErrorCode.UNKNOWN_MEMBER_ID)) is None
+    assert plain_value(Reply(value=OffsetCommitResponse(topics=()))) is None  # has entries
+    assert plain_value(Reply(value=[])) is None
+    assert plain_value(response) is None  # not a Reply
+
+    metrics = CoordinatorMetrics(process_collectors=False)
+    rt = await started_runtime(RuntimeObserver(metrics))
+    try:
+        server = Server(rt, metrics)
+        await rebalance_story(server)
+        unknown = await server.call(
+            HB, cg.ConsumerGroupHeartbeatRequest(group_id="shop", member_id="Z", member_epoch=3)
+        )
+        assert unknown.error_code == ErrorCode.UNKNOWN_MEMBER_ID
+        steady = await server.call(
+            HB, cg.ConsumerGroupHeartbeatRequest(group_id="shop", member_id="A", member_epoch=2)
+        )
+        assert (steady.error_code, steady.member_epoch) == (0, 2)
+        counts = {
+            error: sample(
+                metrics,
+                "kip848_request_duration_seconds_count",
+                rpc="ConsumerGroupHeartbeat",
+                protocol="grpc",
+                error=error,
+            )
+            for error in ("NONE", "UNKNOWN_MEMBER_ID", "FENCED_MEMBER_EPOCH")
+        }
+        assert counts == {"NONE": 5, "UNKNOWN_MEMBER_ID": 1, "FENCED_MEMBER_EPOCH": 0}
     finally:
         await rt.close()
 
