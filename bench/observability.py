@@ -15,7 +15,7 @@ End to end (the judged rows): see :func:`end_to_end`; the verdict is "met" only 
 confidence interval of the median paired cost is within the target.
 
     .venv/bin/python bench/observability.py [--members 200] [--rounds 5] [--seconds 2]
-        [--e2e-rounds 30] [--e2e-restart-every 5] [--e2e-seconds 3] [--e2e-interval-ms MS]
+        [--e2e-rounds 100] [--e2e-restart-every 10] [--e2e-seconds 1] [--e2e-interval-ms MS]
 """
 
 from __future__ import annotations
@@ -257,7 +257,7 @@ def end_to_end(
     seconds: float,
     rounds: int,
     interval_ms: float | None = None,
-    restart_every: int = 5,
+    restart_every: int = 10,
 ) -> list[EndToEnd]:
     """Each variant's heartbeats/s, server CPU per heartbeat and cost with ``kip848 serve``
     (one process each) driven by bench/loadgen/h2hb (bench/service.py's harness).
@@ -358,14 +358,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seconds", type=float, default=2.0)
     ap.add_argument("--no-write", action="store_true", help="print only")
     ap.add_argument(
-        "--e2e-seconds", type=float, default=3.0, help="per end-to-end slice (0: skip them)"
+        "--e2e-seconds", type=float, default=1.0, help="per end-to-end slice (0: skip them)"
     )
     ap.add_argument("--e2e-members", type=int, default=64)
-    ap.add_argument("--e2e-rounds", type=int, default=30)
+    ap.add_argument("--e2e-rounds", type=int, default=100)
     ap.add_argument(
         "--e2e-restart-every",
         type=int,
-        default=5,
+        default=10,
         help="start every end-to-end server afresh after this many rounds",
     )
     ap.add_argument(
