@@ -5,9 +5,9 @@ assignors.
 
 * :meth:`RuntimeObserver.run_command` to run one command on a shard (timed: queue and
   processing time; a ``shard.<command>`` span when tracing is on);
-* :meth:`RuntimeObserver.waits` when that command's response waits for a batch (its purgatory
-  time is observed when the batch resolves), :meth:`RuntimeObserver.settled` when it waits for
-  none (its events were written at once);
+* :meth:`RuntimeObserver.ran` right after, with the records and events the command left and
+  the batch its response waits for (its purgatory time is observed when the batch resolves),
+  or None when it waits for none (its events were written at once);
 * :meth:`RuntimeObserver.batch_written` / :meth:`RuntimeObserver.batch_failed` once a batch is
   durable or failed (flush and fsync time, size; a ``store.append`` span linked to the
   commands' spans);
@@ -25,7 +25,6 @@ import asyncio
 import concurrent.futures
 import logging
 import time
-from bisect import bisect_left
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -66,7 +65,6 @@ class RuntimeObserver:
         "_batch_spans",
         "_times",
         "_span",
-        "_stash",
         "_waits",
         "metrics",
         "rebalances",
@@ -79,7 +77,6 @@ class RuntimeObserver:
         self._batch_spans: dict[Any, list[Any]] = {}  # batch -> command span contexts
         # batch -> what the rebalance tracker kept of its commands (their events, group states)
         self._batch_events: dict[Any, list[Any]] = {}
-        self._stash: Any = None  # the last command's, until the runtime says where it waits
         self._span: Any = None  # the last command's span context (tracing on)
         self._times: list[ShardTimes] = []  # per state machine, bound by attach() (metrics on)
 
@@ -87,38 +84,21 @@ class RuntimeObserver:
 
     def run_command(self, shard: int, fn: Callable[[Any], Any], machine: Any) -> Any:
         if _TRACING.enabled and _ACTIVE.get():
-            self._stash = None
             return self._traced_command(shard, fn, machine)
         times = self._times
         if not times:  # tracing on, metrics off: nothing to measure
-            self._stash = None
             return fn(machine)
         start = monotonic()
         try:
-            out = fn(machine)
+            return fn(machine)
         finally:
-            # ShardTimes.observe, inlined: this runs on every command.
+            # Two samples (LoopHistogram: appended, bucketed later); on every command.
             end = monotonic()
             series = times[shard]
-            child = series.processing
-            seconds = end - start
-            child.counts[bisect_left(child.bounds, seconds)] += 1
-            child.sum += seconds
+            series.processing(end - start)
             arrival = _ARRIVAL_GET()
             if arrival is not None:
-                child = series.queue
-                seconds = start - arrival if start > arrival else 0.0
-                child.counts[bisect_left(child.bounds, seconds)] += 1
-                child.sum += seconds
-        # Never on a steady heartbeat (no records, no events).
-        events = getattr(out, "events", None)
-        records = getattr(out, "records", None)
-        self._stash = (
-            self.rebalances.after_command(machine, records or (), events or ())
-            if events or records
-            else None
-        )
-        return out
+                series.queue(start - arrival if start > arrival else 0.0)
 
     def _traced_command(self, shard: int, fn: Callable[[Any], Any], machine: Any) -> Any:
         metrics = self.metrics
@@ -145,42 +125,45 @@ class RuntimeObserver:
                     )
             done = tracing.response_attributes(getattr(out, "response", out))
             records = getattr(out, "records", None)
-            events = getattr(out, "events", None)
-            if records is not None:
+            if records:
                 done["kip848.records"] = len(records)
             if done:
                 span.set_attributes(done)
-            if (events or records) and metrics is not None:
-                self._stash = self.rebalances.after_command(machine, records or (), events or ())
             self._span = span.get_span_context()
         return out
 
-    def waits(self, batch: Any, shard: int) -> None:
-        """The command just run waits for ``batch`` (its own records, or the shard's last
-        outstanding batch)."""
-        waits = self._waits.get(batch)
-        if waits is None:
-            waits = self._waits[batch] = []
-        waits.append((shard, time.monotonic()))
-        stash = self._stash
-        if stash is not None:
-            self._stash = None
-            self._batch_events.setdefault(batch, []).append(stash)
-        ctx = self._span
-        if ctx is not None:
+    def ran(
+        self,
+        shard: int,
+        machine: Any,
+        records: Sequence[Any],
+        events: Sequence[Any],
+        batch: Any,
+    ) -> None:
+        """The command just run on ``machine`` left ``records`` and ``events`` (a read: none),
+        and its response waits for ``batch`` (its own records, or the shard's last outstanding
+        batch), or for nothing (None: the runtime wrote its events at once)."""
+        kept = (
+            self.rebalances.after_command(machine, records, events)
+            if (records or events) and self.metrics is not None
+            else None
+        )  # rebalances are tracked for their metrics only
+        if batch is not None:
+            waits = self._waits.get(batch)
+            if waits is None:
+                waits = self._waits[batch] = []
+            waits.append((shard, time.monotonic()))
+            if kept is not None:
+                self._batch_events.setdefault(batch, []).append(kept)
+            ctx = self._span
+            if ctx is not None:
+                self._span = None
+                self._batch_spans.setdefault(batch, []).append(ctx)
+            return
+        if self._span is not None:  # a traced command that waits for nothing: no batch span
             self._span = None
-            self._batch_spans.setdefault(batch, []).append(ctx)
-
-    def settled(self) -> None:
-        """The command just run waits for no batch (nothing of its state machine is
-        outstanding): the runtime wrote its events at once."""
-        stash = self._stash
-        if stash is None and self._span is None:
-            return  # every steady heartbeat: nothing to hand over
-        self._stash = None
-        self._span = None
-        if stash is not None:
-            self._rebalances_durable(stash)
+        if kept is not None:
+            self._rebalances_durable(kept)
 
     def _rebalances_durable(self, kept: Any) -> None:
         try:

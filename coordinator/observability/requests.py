@@ -47,7 +47,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from bisect import bisect_left
 from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
@@ -361,7 +360,6 @@ def _observed(
     if metrics is not None:
         grpc_series = metrics.request_series(rpc, "grpc")
         kafka_series = metrics.request_series(kafka_rpc, "kafka")
-        bounds = metrics.request_duration.bounds
     grpc_children = {} if grpc_series is None else grpc_series.children
     kafka_children = {} if kafka_series is None else kafka_series.children
     monotonic = time.monotonic
@@ -418,8 +416,7 @@ def _observed(
                     child = kafka_children.get(code)
                     if child is None:
                         child = kafka_series.child(code)
-                child.counts[bisect_left(bounds, seconds)] += 1
-                child.sum += seconds
+                child.observe(seconds)
         if after:
             observe_after(req, caller, answer)
         return answer

@@ -419,8 +419,8 @@ class CoordinatorRuntime:
         self.stats["commands"] += 1
         if read:
             last = self._last_batch.get(index)
-            if obs is not None and last is not None:
-                obs.waits(last, index)
+            if obs is not None:
+                obs.ran(index, machine, (), (), last)
             return out, last
         result: Result[Any] = out
         records = result.records
@@ -458,10 +458,7 @@ class CoordinatorRuntime:
             else:
                 batch.events.extend(result.events)
         if obs is not None:
-            if batch is not None:
-                obs.waits(batch, index)
-            else:
-                obs.settled()  # its events were written at once
+            obs.ran(index, machine, records, result.events, batch)
         if result.completions:  # legacy bridge: answer parked requests once durable
             completions = [(index, token, response) for token, response in result.completions]
             if batch is None:
