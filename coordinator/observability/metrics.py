@@ -10,6 +10,8 @@ tracing together, bench/observability.py):
 
 * label children are bound once and kept (:class:`RequestSeries`, the per-shard lists):
   recording is a dict or list lookup plus ``observe``/``inc``, never ``labels(**dict)``;
+* a histogram observation on the loop is one list append (:class:`LoopHistogram`); values are
+  bucketed in bulk off the request path, by a folder thread every second and by each scrape;
 * values the coordinator already holds (group and member counts, offsets, load times, shard
   states) are read at scrape time by :class:`StateCollector`, on the event loop, never counted
   on every request;
