@@ -15,7 +15,7 @@ End to end (the judged rows): see :func:`end_to_end`; the verdict is "met" only 
 confidence interval of the median paired cost is within the target.
 
     .venv/bin/python bench/observability.py [--members 200] [--rounds 5] [--seconds 2]
-        [--e2e-rounds 100] [--e2e-restart-every 10] [--e2e-seconds 1] [--e2e-interval-ms MS]
+        [--e2e-rounds 160] [--e2e-restart-every 10] [--e2e-seconds 1] [--e2e-interval-ms MS]
 """
 
 from __future__ import annotations
@@ -361,7 +361,7 @@ def main(argv: list[str] | None = None) -> int:
         "--e2e-seconds", type=float, default=1.0, help="per end-to-end slice (0: skip them)"
     )
     ap.add_argument("--e2e-members", type=int, default=64)
-    ap.add_argument("--e2e-rounds", type=int, default=100)
+    ap.add_argument("--e2e-rounds", type=int, default=160)
     ap.add_argument(
         "--e2e-restart-every",
         type=int,
