@@ -100,8 +100,7 @@ async def _setup(variant: str, members: int) -> tuple[CoordinatorRuntime, Any, l
         tracing.STATE.tracer = provider.get_tracer("bench")
         ratio, limit = SAMPLE[variant]
         tracing.STATE.ratio = tracing.sampling(ratio, {})[0]
-        limit = tracing.DEFAULT_MAX_TRACES_PER_SECOND if limit is None else limit
-        tracing.STATE.budget = tracing.TraceBudget(limit) if limit > 0 else None
+        tracing.STATE.budget = tracing.trace_budget(limit)
         tracing.STATE.enabled = True
     metrics = CoordinatorMetrics(process_collectors=False) if variant != "off" else None
     observer = RuntimeObserver(metrics) if variant != "off" else None

@@ -300,7 +300,9 @@ def _track(histogram: LoopHistogram) -> None:
             _folder.start()
 
 
-def _forget_folder() -> None:  # a forked child has the folder's variables, not its thread
+def _forget_folder() -> None:
+    """In a forked child (our own workers are spawned; an embedding application may fork):
+    the parent's folder thread is not there and its lock may have been held at the fork."""
     global _folder, _FOLD_LOCK
     _folder = None
     _FOLD_LOCK = threading.Lock()

@@ -160,8 +160,7 @@ class RuntimeObserver:
                 self._span = None
                 self._batch_spans.setdefault(batch, []).append(ctx)
             return
-        if self._span is not None:  # a traced command that waits for nothing: no batch span
-            self._span = None
+        self._span = None  # a traced command that waits for nothing: no batch span
         if kept is not None:
             self._rebalances_durable(kept)
 

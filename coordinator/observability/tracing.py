@@ -79,7 +79,7 @@ _PARENT_BASED_RATIO = "parentbased_traceidratio"
 DEFAULT_MAX_TRACES_PER_SECOND = 10.0
 """Root traces a process starts a second at most (``--otlp-max-traces-per-second``; 0: no
 limit) when the sampling is decided here. The ratio alone makes tracing cost a fixed share of
-the CPU (1% of requests traced: about 1-1.5% of a busy server's CPU end to end); the limit
+the CPU (1% of requests traced: about 1.5-2% of a busy server's CPU end to end); the limit
 bounds it in absolute terms where that share matters, on a busy coordinator — 10 traces a
 second are 600 a minute — and leaves a quiet one (under 1,000 requests a second at 1%)
 sampled at the ratio alone, the way AWS X-Ray's reservoir or Jaeger's rate-limiting sampler
@@ -109,6 +109,15 @@ class TraceBudget:
             return True
         self.tokens = tokens
         return False
+
+
+def trace_budget(max_traces_per_second: float | None) -> TraceBudget | None:
+    """The budget of ``--otlp-max-traces-per-second``: None (not given) is
+    :data:`DEFAULT_MAX_TRACES_PER_SECOND`, 0 no limit (None returned)."""
+    limit = (
+        DEFAULT_MAX_TRACES_PER_SECOND if max_traces_per_second is None else max_traces_per_second
+    )
+    return TraceBudget(limit) if limit > 0 else None
 
 
 class _State:
@@ -222,12 +231,9 @@ def configure(
     STATE.provider = provider
     STATE.tracer = provider.get_tracer("kip848.coordinator")
     STATE.ratio = ratio
-    limit = (
-        DEFAULT_MAX_TRACES_PER_SECOND if max_traces_per_second is None else max_traces_per_second
-    )
-    STATE.budget = TraceBudget(limit) if ratio is not None and limit > 0 else None
+    STATE.budget = trace_budget(max_traces_per_second) if ratio is not None else None
     if STATE.budget is not None:
-        described += f", at most {limit:g} root traces a second"
+        described += f", at most {STATE.budget.rate:g} root traces a second"
     # Our own provider, not the global one: an embedding application keeps its own, and tests
     # can configure and shut down repeatedly. The propagator is the global (W3C) one.
     STATE.enabled = True
