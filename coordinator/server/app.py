@@ -341,9 +341,6 @@ async def serve(runtime: CoordinatorRuntime, options: ServeOptions) -> int:
         await server.server.stop(None)
         await runtime.close()
         return 1
-    print(f"listening on {server.address}", flush=True)
-    if server.kafka is not None:
-        print(f"kafka listening on {server.kafka_address}", flush=True)
     metrics_server = None
     if options.metrics_listen is not None and getattr(runtime.observer, "metrics", None):
         host, port = split_listen(options.metrics_listen, "--metrics-listen")
@@ -358,12 +355,21 @@ async def serve(runtime: CoordinatorRuntime, options: ServeOptions) -> int:
                 else lambda: {f.index: f.calls for f in pool.frontends},
             )
         except OSError as exc:
-            log.critical("Cannot serve metrics on %s: %s", options.metrics_listen, exc)
+            # Before `listening on`: a server that printed it is ready, and this one is not.
+            print(
+                f"kip848 serve: cannot serve metrics on {options.metrics_listen}: {exc}",
+                file=sys.stderr,
+            )
             await server.stop(0.0)
             return 1
         shown = f"[{host.strip('[]')}]" if ":" in host.strip("[]") else host
-        print(f"metrics on {shown}:{metrics_server.port}", flush=True)
-        log.info("Serving metrics on http://%s:%d/metrics.", shown, metrics_server.port)
+        metrics_at = f"{shown}:{metrics_server.port}"
+    print(f"listening on {server.address}", flush=True)
+    if server.kafka is not None:
+        print(f"kafka listening on {server.kafka_address}", flush=True)
+    if metrics_server is not None:
+        print(f"metrics on {metrics_at}", flush=True)
+        log.info("Serving metrics on http://%s/metrics.", metrics_at)
     log.info(
         "Listening on %s (clock %s, %d shards).", server.address, options.clock, runtime.shard_count
     )

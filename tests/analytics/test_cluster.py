@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import os
-import socket
+import re
 import subprocess
 import sys
 import time
@@ -18,12 +18,6 @@ import pytest
 from coordinator.analytics.report import TABLES
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(1800)]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _wait_for(path: Path, text: str, proc: subprocess.Popen[bytes], seconds: float) -> None:
@@ -55,8 +49,6 @@ def test_standalone_cluster_gives_the_same_tables_as_local(
         "PYSPARK_PYTHON": sys.executable,
         "SPARK_LOG_DIR": str(tmp_path / "logs"),
     }
-    port = _free_port()
-    url = f"spark://127.0.0.1:{port}"
     spark_class = str(home / "bin" / "spark-class")
     master_log = tmp_path / "master.log"
     worker_log = tmp_path / "worker.log"
@@ -71,9 +63,9 @@ def test_standalone_cluster_gives_the_same_tables_as_local(
                         "--host",
                         "127.0.0.1",
                         "--port",
-                        str(port),
+                        "0",  # any free port: the master logs the one it bound
                         "--webui-port",
-                        str(_free_port()),
+                        "0",
                     ],
                     stdout=out,
                     stderr=subprocess.STDOUT,
@@ -81,6 +73,11 @@ def test_standalone_cluster_gives_the_same_tables_as_local(
                 )
             )
         _wait_for(master_log, "I have been elected leader", procs[0], 120)
+        started = re.search(
+            r"Starting Spark master at (spark://127\.0\.0\.1:\d+)", master_log.read_text()
+        )
+        assert started is not None, master_log.read_text()[-2000:]
+        url = started.group(1)
         with open(worker_log, "wb") as out:
             procs.append(
                 subprocess.Popen(
@@ -95,7 +92,7 @@ def test_standalone_cluster_gives_the_same_tables_as_local(
                         "--memory",
                         "2g",
                         "--webui-port",
-                        str(_free_port()),
+                        "0",
                         "--work-dir",
                         str(tmp_path / "work"),
                     ],

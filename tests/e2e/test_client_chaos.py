@@ -17,7 +17,6 @@ them; ``time.monotonic`` is one clock for the whole machine) and the coordinator
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 import threading
@@ -227,16 +226,9 @@ def wait_converged(server: ServerProcess, fleet: Fleet, members: int, timeout: f
     raise AssertionError(f"no convergence in {timeout} s: {server.describe(GROUP)}")
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def run_chaos(tmp_path: Path, push: bool, hb_ms: int, handoff_bound_s: float) -> None:
-    port = free_port()
-    listen = f"127.0.0.1:{port}"
-    server = ServerProcess(tmp_path / "data", *config(hb_ms), clock="system", listen=listen)
+    server = ServerProcess(tmp_path / "data", *config(hb_ms), clock="system")
+    listen = server.address  # the restarted coordinator comes back on the same address
     server.create_topic(TOPIC, PARTITIONS)
     fleet = Fleet(server.address, push=push)
     sampler = Sampler(server.address)

@@ -14,14 +14,12 @@ import os
 import re
 import signal
 import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import grpc
 import pytest
-from conftest import ServerProcess, join_request
+from conftest import ServerProcess, join_request, run_cli
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from kip848.v1 import (
@@ -194,35 +192,47 @@ def test_front_ends_exit_when_the_coordinator_is_killed(tmp_path: Path) -> None:
     assert not any(running(pid) for pid in frontends), "a front end outlived its coordinator"
 
 
-def test_a_busy_port_is_refused(tmp_path: Path) -> None:
+def serve_with_a_busy_port(tmp_path: Path, *argv: str) -> tuple[int, str]:
+    """``kip848 serve ARGV`` with ``{busy}`` in ARGV replaced by a port another socket listens
+    on: refused with exit 1 before announcing anything (``listening on`` means ready). The
+    port and the server's stderr."""
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        done = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "coordinator.cli",
-                "serve",
-                "--listen",
-                f"127.0.0.1:{port}",
-                "--data-dir",
-                str(tmp_path / "data"),
-                "--grpc-processes",
-                "2",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
+        done = run_cli(
+            "serve", "--data-dir", str(tmp_path / "data"), *(a.format(busy=port) for a in argv)
         )
     assert done.returncode == 1, done.stderr
     assert done.stdout == ""
+    return port, done.stderr
+
+
+def test_a_busy_port_is_refused(tmp_path: Path) -> None:
+    port, stderr = serve_with_a_busy_port(
+        tmp_path, "--listen", "127.0.0.1:{busy}", "--grpc-processes", "2"
+    )
     assert (
         f"kip848 serve: cannot listen on 127.0.0.1:{port}: address 127.0.0.1:{port} is already in use"
-        in done.stderr
+        in stderr
     )
+
+
+def test_a_busy_metrics_port_is_refused_before_listening(tmp_path: Path) -> None:
+    """The listeners already bound are closed again, and the reason given."""
+    port, stderr = serve_with_a_busy_port(
+        tmp_path,
+        "--listen",
+        "127.0.0.1:0",
+        "--kafka-listen",
+        "127.0.0.1:0",
+        "--metrics-listen",
+        "127.0.0.1:{busy}",
+    )
+    assert (
+        f"kip848 serve: cannot serve metrics on 127.0.0.1:{port}: [Errno 98] Address already in use"
+        in stderr
+    ), stderr
 
 
 def test_sigint_to_the_process_group_stops_cleanly(tmp_path: Path) -> None:

@@ -15,7 +15,6 @@ import pytest
 from fake_upstream import PARTITIONS, TOPIC, FakeCluster
 from kafka_support import KafkaClient, KafkaServer, request
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from prometheus_harness import free_port
 
 from assignors.uniform import UniformAssignor
 from coordinator.core.commands import SequentialIds
@@ -147,15 +146,15 @@ async def test_kafka_requests_have_the_grpc_span_tree_and_kafka_api_names(
 def test_forwarded_requests_are_counted_and_timed_with_route_forwarded(tmp_path: Path) -> None:
     cluster = FakeCluster()
     cluster.add_node(1)
-    metrics_address = f"127.0.0.1:{free_port()}"
     server = KafkaServer(
         tmp_path / "data",
         "--kafka-upstream",
         cluster.nodes[1].address,
         "--metrics-listen",
-        metrics_address,
+        "127.0.0.1:0",
         clock="system",
     )
+    metrics_address = server.metrics_address
     try:
         c = server.client()
         meta = c.call(request(3, 12, topics=None, allow_auto_topic_creation=False))
@@ -193,6 +192,7 @@ def test_forwarded_requests_are_counted_and_timed_with_route_forwarded(tmp_path:
         txn = c.call(request(10, 4, key_type=1, coordinator_keys=["tx"]))
         assert [x.key for x in txn.coordinators] == ["tx"]
         c.close()
+        assert metrics_address is not None
         with urllib.request.urlopen(f"http://{metrics_address}/metrics", timeout=5) as resp:
             families = parse_families(resp.read().decode())
     finally:

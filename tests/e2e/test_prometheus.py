@@ -11,7 +11,7 @@ from pathlib import Path
 import grpc
 import pytest
 from conftest import ServerProcess, join_request, owned
-from prometheus_harness import PrometheusServer, free_port, prometheus_binary
+from prometheus_harness import PrometheusServer, prometheus_binary
 
 from coordinator.observability.metrics import parse_families
 from kip848.v1 import admin_pb2, offsets_pb2, offsets_pb2_grpc
@@ -46,17 +46,18 @@ def forwarded(families: dict) -> float:
 
 
 def test_prometheus_scrapes_rebalance_latency_and_commits(tmp_path: Path) -> None:
-    metrics_address = f"127.0.0.1:{free_port()}"
     server = ServerProcess(
         tmp_path / "data",
         "--grpc-processes",
         "2",
         "--metrics-listen",
-        metrics_address,
+        "127.0.0.1:0",
         "--log-format",
         "json",
         clock="manual",
     )
+    metrics_address = server.metrics_address
+    assert metrics_address is not None
     heartbeats = 0
     channels: list[grpc.Channel] = []
     try:
@@ -221,8 +222,9 @@ def test_kafka_protocol_requests_are_measured_in_the_same_service_layer(tmp_path
     Kafka client's id and address reach the spans and the audit trail the same way."""
     from kafka_support import KafkaServer, request
 
-    metrics_address = f"127.0.0.1:{free_port()}"
-    server = KafkaServer(tmp_path / "data", "--metrics-listen", metrics_address)
+    server = KafkaServer(tmp_path / "data", "--metrics-listen", "127.0.0.1:0")
+    metrics_address = server.metrics_address
+    assert metrics_address is not None
     try:
         server.create_topic("k-orders", 2)
         client = server.client("librdkafka-like")
