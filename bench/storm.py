@@ -86,9 +86,14 @@ CONFIGS = {
         interval_s=None,
     ),
     "default": Config(name="defaults: interval 1 s, offload", flags=(), interval_s=1.0),
+    "grpcio": Config(
+        name="defaults with grpc.aio (--grpc-transport grpcio)",
+        flags=("--grpc-transport", "grpcio"),
+        interval_s=1.0,
+    ),
     "frontends": Config(
-        name="defaults + 2 gRPC front-end processes",
-        flags=("--grpc-processes", "2"),
+        name="defaults with grpc.aio + 2 gRPC front-end processes",
+        flags=("--grpc-transport", "grpcio", "--grpc-processes", "2"),
         interval_s=1.0,
     ),
 }
@@ -502,8 +507,8 @@ def main() -> int:
     results = []
     for config in configs:
         for protocol in protocols:
-            if protocol == "kafka" and "--grpc-processes" in config.flags:
-                continue  # front ends serve gRPC only; the Kafka listener is the coordinator's
+            if protocol == "kafka" and "--grpc-transport" in config.flags:
+                continue  # the gRPC server's choice: the Kafka listener is the same in all
             for members, partitions in rows:
                 limit = args.max_seconds or MAX_SECONDS.get(members, 300.0)
                 default_connections = members if protocol == "kafka" else GRPC_CONNECTIONS

@@ -83,6 +83,14 @@ def register(commands: Commands) -> None:
         "that forward to it, for more cores; auto: one per usable CPU)",
     )
     p.add_argument(
+        "--grpc-transport",
+        choices=("h2", "grpcio"),
+        default="h2",
+        help="the gRPC server of this process: h2 (ours, on libnghttp2: about a tenth of the "
+        "CPU per call, calls taken up as they arrive) or grpcio (grpc.aio); front ends "
+        "(--grpc-processes) use grpcio",
+    )
+    p.add_argument(
         "--event-loop",
         choices=("uvloop", "asyncio"),
         default="uvloop",
@@ -271,6 +279,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         max_message_bytes=args.max_message_bytes,
         max_concurrent_calls=args.max_concurrent_calls,
         grpc_processes=args.grpc_processes,
+        grpc_transport=args.grpc_transport,
         event_loop=args.event_loop,
         log_level=args.log_level,
         advertised=args.advertised_address,

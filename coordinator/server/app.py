@@ -46,6 +46,7 @@ from .forwarding import (
     method_table,
     new_grpc_server,
 )
+from .h2grpc import H2GrpcServer
 from .kafka.listener import DEFAULT_IDLE_MS, DEFAULT_MAX_REQUEST_BYTES, KafkaListener, KafkaOptions
 from .kafka.log_offsets import UpstreamLogOffsets
 from .kafka.topic_feed import DEFAULT_MAX_AGE_MS as DEFAULT_METADATA_MAX_AGE_MS
@@ -74,6 +75,7 @@ class ServeOptions:
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     max_concurrent_calls: int = DEFAULT_MAX_CONCURRENT_CALLS  # per process; 0: no limit
     grpc_processes: int = 1
+    grpc_transport: str = "h2"  # h2: ours on libnghttp2 (h2grpc.py) | grpcio: grpc.aio
     event_loop: str = "uvloop"
     log_level: str = "info"
     advertised: str | None = (
@@ -115,7 +117,8 @@ class CoordinatorServer:
         self.advertised: tuple[str, int] = ("", 0)  # set by start()
         size = options.max_message_bytes
         # The port is shared with our own front ends only: start() checks that it is free.
-        self.server = new_grpc_server(
+        make_server = H2GrpcServer if options.grpc_transport == "h2" else new_grpc_server
+        self.server = make_server(
             size,
             reuseport=options.grpc_processes > 1,
             max_concurrent_calls=options.max_concurrent_calls,

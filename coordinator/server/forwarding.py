@@ -42,7 +42,7 @@ import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Sequence
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 import grpc
 from google.protobuf import message as pb_message
@@ -186,6 +186,13 @@ class _PathHandler(grpc.GenericRpcHandler):
         return self.handlers.get(handler_call_details.method)
 
 
+class RpcServer(Protocol):
+    """What the coordinator registers handlers on: a ``grpc.aio.Server`` or our
+    ``h2grpc.H2GrpcServer``."""
+
+    def add_generic_rpc_handlers(self, handlers: Sequence[grpc.GenericRpcHandler]) -> None: ...
+
+
 class GenericOnly:
     """Wraps a grpc.aio server for ``add_*Servicer_to_server`` functions (health, reflection) so
     that they register generic handlers only.
@@ -195,7 +202,7 @@ class GenericOnly:
     our services that was, after gRPC's own work, the largest per-call cost (bench/service.py).
     Generic handlers share one pending future."""
 
-    def __init__(self, server: grpc.aio.Server) -> None:
+    def __init__(self, server: RpcServer) -> None:
         self._server = server
 
     def add_generic_rpc_handlers(self, handlers: Sequence[grpc.GenericRpcHandler]) -> None:
@@ -206,7 +213,7 @@ class GenericOnly:
 
 
 def add_raw_handlers(
-    server: grpc.aio.Server,
+    server: RpcServer,
     services: Iterable[ServiceDescriptor],
     make: Callable[[str], Callable[..., Any]],
 ) -> None:
@@ -272,21 +279,25 @@ def new_grpc_server(
 
 
 def add_health_and_reflection(
-    server: grpc.aio.Server, servicer: Any, service_names: Sequence[str]
+    server: RpcServer, servicer: Any, service_names: Sequence[str]
 ) -> None:
     """Standard health checking and server reflection for ``service_names`` (generic handlers)."""
     from grpc_health.v1 import health_pb2, health_pb2_grpc
-    from grpc_reflection.v1alpha import reflection
+    from grpc_reflection.v1alpha import reflection, reflection_pb2_grpc
 
     # GenericOnly stands in for the server (duck-typed: the two calls it takes).
     generic_only = cast(grpc.aio.Server, GenericOnly(server))
     health_pb2_grpc.add_HealthServicer_to_server(servicer, generic_only)
-    reflection.enable_server_reflection(
-        [
-            *service_names,
-            health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
-            reflection.SERVICE_NAME,
-        ],
+    # The asyncio servicer on every server (enable_server_reflection would pick the blocking
+    # one for anything that is not a grpc.aio.Server).
+    reflection_pb2_grpc.add_ServerReflectionServicer_to_server(
+        reflection.aio.ReflectionServicer(
+            [
+                *service_names,
+                health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+                reflection.SERVICE_NAME,
+            ]
+        ),
         generic_only,
     )
 

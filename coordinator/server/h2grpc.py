@@ -1,0 +1,772 @@
+"""gRPC over HTTP/2 on libnghttp2: the coordinator's own gRPC listener (``--grpc-transport h2``).
+
+Why: grpc.aio spends about 120 µs of event-loop CPU on each unary call, most of a steady
+heartbeat's cost, and it takes calls from grpc-core strictly one at a time in arrival order:
+a burst of 5,000 joins holds every other group's heartbeat back for over half a second
+(docs/benchmarks.md, "Join storms"). Here HTTP/2 (framing, HPACK, flow control, protocol
+checks) is libnghttp2's, through ``ngh2``'s sans-I/O ``Connection``; what is left in Python
+is the gRPC layer, about 10 µs a call, and calls are taken up connection by connection as
+their bytes arrive, like the Kafka listener's.
+
+The server stands in for ``grpc.aio.Server`` where the coordinator uses one: handlers come
+through ``add_generic_rpc_handlers`` (the same ``grpc.RpcMethodHandler`` objects: our raw
+handlers, health, reflection), ``add_insecure_port`` binds, ``start``/``stop(grace)``. The
+servicers get a context with what they use of ``grpc.aio.ServicerContext``:
+``invocation_metadata()``, ``peer()``, ``abort()``, ``write()`` (server streaming),
+``time_remaining()``.
+
+What a gRPC client sees is what grpc-core's server answers (the gRPC over HTTP/2 spec):
+
+* status and message in trailers (``grpc-status``, percent-encoded ``grpc-message``), or a
+  Trailers-Only answer when no message was sent; an unknown method is UNIMPLEMENTED;
+* ``grpc-timeout`` is a deadline: the call is cancelled and answered DEADLINE_EXCEEDED;
+* a request message larger than ``max_message_bytes`` is refused with RESOURCE_EXHAUSTED as
+  soon as its length prefix arrives (never buffered), a larger answer likewise;
+* compressed messages are refused (we offer ``identity`` only, and clients compress nothing
+  unless asked); a non-gRPC request gets HTTP 415;
+* past ``max_concurrent_calls`` calls at once a new call is refused with RESOURCE_EXHAUSTED
+  "Concurrent RPC limit exceeded!", before any work (grpc.aio's ``maximum_concurrent_rpcs``);
+* a client's RST_STREAM, or its connection closing, cancels the call's handler;
+* ``stop(grace)``: no new connections, GOAWAY on every connection (streams the client opens
+  afterwards are refused, so it retries them elsewhere), in-flight calls get ``grace``
+  seconds, then are cancelled and answered UNAVAILABLE.
+
+Server-streaming answers are flow-controlled: a writer waits while the stream's queued
+bytes or the socket's write buffer are over their high-water marks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import inspect
+import logging
+import socket
+import time
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+from ngh2 import (
+    Configuration,
+    Connection,
+    ConnectionClosed,
+    DataReceived,
+    NGH2Error,
+    RequestReceived,
+    Role,
+    Setting,
+    StreamClosed,
+    StreamReset,
+    WindowUpdated,
+)
+
+from .forwarding import AbortCall
+
+log = logging.getLogger("kip848.server")
+
+_OK = b"0"
+_RESPONSE_HEADERS = (
+    (b":status", b"200"),
+    (b"content-type", b"application/grpc"),
+    (b"grpc-accept-encoding", b"identity"),
+)
+_RESERVED = frozenset(
+    {
+        "content-type",
+        "te",
+        "grpc-timeout",
+        "grpc-encoding",
+        "grpc-accept-encoding",
+        "grpc-message-type",
+        "grpc-previous-rpc-attempts",
+    }
+)
+_TIMEOUT_UNITS = {b"H": 3600.0, b"M": 60.0, b"S": 1.0, b"m": 1e-3, b"u": 1e-6, b"n": 1e-9}
+STREAM_HIGH_WATER_BYTES = 1 << 20
+"""A server-streaming writer waits while more than this is queued on its stream."""
+LISTEN_BACKLOG = 4096
+_CONFIG = Configuration(
+    # nghttp2's defences against floods stay on; a connection may carry many calls at once.
+    peer_max_concurrent_streams=1 << 16,
+)
+_REFUSED_STREAM = 0x7
+_NO_ERROR = 0x0
+
+
+def _percent_encode(text: str) -> bytes:
+    """``grpc-message``: UTF-8, bytes outside printable ASCII (and ``%``) as ``%XX``."""
+    out = bytearray()
+    for byte in text.encode("utf-8"):
+        if 0x20 <= byte <= 0x7E and byte != 0x25:
+            out.append(byte)
+        else:
+            out += b"%%%02X" % byte
+    return bytes(out)
+
+
+def parse_timeout(value: bytes) -> float | None:
+    """``grpc-timeout`` (``<1-8 digits><H|M|S|m|u|n>``) in seconds; None if malformed."""
+    digits, unit = value[:-1], value[-1:]
+    if not digits.isdigit() or len(digits) > 8 or unit not in _TIMEOUT_UNITS:
+        return None
+    return int(digits) * _TIMEOUT_UNITS[unit]
+
+
+def format_peer(address: Any) -> str:
+    """grpc's peer string: ``ipv4:HOST:PORT`` or ``ipv6:[HOST]:PORT``."""
+    if isinstance(address, tuple) and len(address) >= 2:
+        host, port = address[0], address[1]
+        if host.startswith("::ffff:") and "." in host:  # IPv4 on a dual-stack socket
+            host = host[7:]
+        if ":" in host:
+            return f"ipv6:[{host}]:{port}"
+        return f"ipv4:{host}:{port}"
+    return f"unix:{address}" if address else ""
+
+
+@dataclass(frozen=True, slots=True)
+class _CallDetails:
+    """What a generic handler is asked with (``grpc.HandlerCallDetails``)."""
+
+    method: str
+    invocation_metadata: Sequence[tuple[str, Any]]
+
+
+class _Call:
+    __slots__ = (
+        "conn",
+        "stream_id",
+        "path",
+        "handler",
+        "metadata",
+        "deadline",
+        "timer",
+        "body",
+        "message",
+        "requests",
+        "task",
+        "headers_sent",
+        "client_done",
+        "finished",
+        "expired",
+    )
+
+    def __init__(
+        self,
+        conn: H2Connection,
+        stream_id: int,
+        path: str,
+        handler: grpc.RpcMethodHandler,
+        metadata: tuple[tuple[str, Any], ...],
+    ) -> None:
+        self.conn = conn
+        self.stream_id = stream_id
+        self.path = path
+        self.handler = handler
+        self.metadata = metadata
+        self.deadline: float | None = None  # loop time
+        self.timer: asyncio.TimerHandle | None = None
+        self.body = bytearray()
+        self.message: bytes | None = None  # a unary request's one message
+        self.requests: asyncio.Queue[bytes | None] | None = None  # a client stream's
+        self.task: asyncio.Task[None] | None = None
+        self.headers_sent = False
+        self.client_done = False
+        self.finished = False
+        self.expired = False
+
+
+class H2Context:
+    """The part of ``grpc.aio.ServicerContext`` our servicers, health and reflection use."""
+
+    __slots__ = ("_call",)
+
+    def __init__(self, call: _Call) -> None:
+        self._call = call
+
+    def invocation_metadata(self) -> Sequence[tuple[str, Any]]:
+        return self._call.metadata
+
+    def peer(self) -> str:
+        return self._call.conn.peer
+
+    async def abort(self, code: grpc.StatusCode, details: str = "") -> None:
+        raise AbortCall(code, details)
+
+    async def write(self, message: Any) -> None:
+        call = self._call
+        await call.conn.write_message(call, _serialize(call.handler, message))
+
+    def time_remaining(self) -> float | None:
+        deadline = self._call.deadline
+        if deadline is None:
+            return None
+        return max(0.0, deadline - asyncio.get_running_loop().time())
+
+
+def _serialize(handler: grpc.RpcMethodHandler, message: Any) -> bytes:
+    serializer = handler.response_serializer
+    return message if serializer is None else serializer(message)
+
+
+def _deserialize(handler: grpc.RpcMethodHandler, data: bytes) -> Any:
+    deserializer = handler.request_deserializer
+    return data if deserializer is None else deserializer(data)
+
+
+class H2Connection(asyncio.Protocol):
+    """One client connection: bytes in to nghttp2, its events to calls, its bytes out."""
+
+    def __init__(self, server: H2GrpcServer) -> None:
+        self.server = server
+        self.h2 = Connection(Role.SERVER, _CONFIG)
+        self.calls: dict[int, _Call] = {}
+        self.peer = ""
+        self.transport: asyncio.Transport | None = None
+        self.last_stream_id = 0
+        self._flush_scheduled = False
+        self._resets: list[int] = []  # streams answered before their request ended
+        self._paused = False
+        self._writable = asyncio.Event()
+        self._writable.set()
+        self.closed = False
+
+    # ----------------------------------------------------------------- transport
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        self.peer = format_peer(transport.get_extra_info("peername"))
+        sock = transport.get_extra_info("socket")
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.server.connections.add(self)
+        self.h2.initiate_connection(self.server.settings)
+        if self.server.stopping:
+            self.h2.send_goaway(_NO_ERROR, last_stream_id=0)
+        self.flush()
+
+    def data_received(self, data: bytes) -> None:
+        h2 = self.h2
+        try:
+            h2.receive_data(data)
+        except NGH2Error as exc:  # a protocol violation: nghttp2 queued its GOAWAY
+            log.debug("HTTP/2 error from %s: %s", self.peer, exc)
+            self._drop_all()
+            self.flush()
+            if self.transport is not None:
+                self.transport.close()
+            return
+        events: list[Any] = h2.events()  # dispatched on the exact type: no narrowing
+        for event in events:
+            kind = type(event)
+            if kind is DataReceived:
+                self._data(event.stream_id, event.data, event.end_stream)
+            elif kind is RequestReceived:
+                self._request(event.stream_id, event.headers, event.end_stream)
+            elif kind is StreamReset or kind is StreamClosed:
+                self._closed(event.stream_id)
+            elif kind is WindowUpdated:
+                self._writable.set()
+            elif kind is ConnectionClosed:
+                self._drop_all()
+        self.flush()
+        if not h2.want_read and not h2.want_write and self.transport is not None:
+            self.transport.close()
+
+    def pause_writing(self) -> None:
+        self._paused = True
+        self._writable.clear()
+
+    def resume_writing(self) -> None:
+        self._paused = False
+        self._writable.set()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self._writable.set()
+        self._drop_all()
+        self.server.connections.discard(self)
+
+    def flush(self) -> None:
+        """Everything nghttp2 has to send, now."""
+        self._flush_scheduled = False
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        h2 = self.h2
+        out = h2.data_to_send()
+        if self._resets:
+            # nghttp2 sends RST_STREAM ahead of queued HEADERS: reset only once the answer's
+            # frames are out, or the client sees the reset instead of the status.
+            resets, self._resets = self._resets, []
+            for stream_id in resets:
+                try:
+                    h2.reset_stream(stream_id, _NO_ERROR)
+                except NGH2Error:
+                    pass
+            out += h2.data_to_send()
+        if out:
+            transport.write(out)
+
+    def _schedule_flush(self) -> None:
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self.flush)
+
+    # ----------------------------------------------------------------- requests
+
+    def _request(self, stream_id: int, headers: Iterable[tuple[bytes, bytes]], end: bool) -> None:
+        server = self.server
+        self.last_stream_id = max(self.last_stream_id, stream_id)
+        path = ""
+        content_type = b""
+        timeout: bytes | None = None
+        metadata: list[tuple[str, Any]] = []
+        for name, value in headers:
+            if name[:1] == b":":
+                if name == b":path":
+                    path = value.decode("utf-8", "replace")
+                continue
+            key = name.decode("latin-1")
+            if key == "content-type":
+                content_type = value
+            elif key == "grpc-timeout":
+                timeout = value
+            elif key not in _RESERVED:
+                metadata.append(
+                    (key, _b64decode(value) if key.endswith("-bin") else value.decode("latin-1"))
+                )
+        if not content_type.startswith(b"application/grpc"):
+            self._send(
+                lambda: self.h2.send_response(stream_id, ((b":status", b"415"),), end_stream=True),
+                stream_id,
+                end,
+            )
+            return
+        if server.stopping:
+            self._refuse(stream_id, end, grpc.StatusCode.UNAVAILABLE, "Server is shutting down")
+            return
+        handler = server.handler(path, metadata)
+        if handler is None:
+            self._refuse(stream_id, end, grpc.StatusCode.UNIMPLEMENTED, "Method not found!")
+            return
+        if server.max_concurrent_calls and server.active >= server.max_concurrent_calls:
+            self._refuse(
+                stream_id, end, grpc.StatusCode.RESOURCE_EXHAUSTED, "Concurrent RPC limit exceeded!"
+            )
+            return
+        call = _Call(self, stream_id, path, handler, tuple(metadata))
+        self.calls[stream_id] = call
+        server.active += 1
+        if timeout is not None:
+            seconds = parse_timeout(timeout)
+            if seconds is None:
+                self.finish(call, grpc.StatusCode.INTERNAL, "Invalid grpc-timeout header")
+                return
+            loop = asyncio.get_running_loop()
+            call.deadline = loop.time() + seconds
+            call.timer = loop.call_at(call.deadline, self._expire, call)
+        if handler.request_streaming:
+            call.requests = asyncio.Queue()
+            self._start(call)
+        if end:
+            self._end_of_requests(call)
+
+    def _data(self, stream_id: int, data: bytes, end: bool) -> None:
+        call = self.calls.get(stream_id)
+        if call is None or call.finished:
+            return
+        if data:
+            call.body += data
+            if not self._messages(call):
+                return
+        if end:
+            self._end_of_requests(call)
+
+    def _messages(self, call: _Call) -> bool:
+        """Complete messages out of the call's body; False if the call was refused."""
+        body = call.body
+        limit = self.server.max_message_bytes
+        pos = 0
+        while len(body) - pos >= 5:
+            size = int.from_bytes(body[pos + 1 : pos + 5], "big")
+            if size > limit:
+                self.finish(
+                    call,
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    f"Received message larger than max ({size} vs. {limit})",
+                )
+                return False
+            if body[pos]:
+                self.finish(
+                    call,
+                    grpc.StatusCode.UNIMPLEMENTED,
+                    "Compressed messages are not supported (grpc-accept-encoding: identity)",
+                )
+                return False
+            if len(body) - pos - 5 < size:
+                break
+            message = bytes(body[pos + 5 : pos + 5 + size])
+            pos += 5 + size
+            if call.requests is not None:
+                call.requests.put_nowait(message)
+            elif call.message is None:
+                call.message = message
+            else:
+                self.finish(
+                    call, grpc.StatusCode.INTERNAL, "More than one request message in a unary call"
+                )
+                return False
+        if pos:
+            del body[:pos]
+        return True
+
+    def _end_of_requests(self, call: _Call) -> None:
+        call.client_done = True
+        if call.finished:
+            return
+        if call.body:
+            self.finish(call, grpc.StatusCode.INTERNAL, "Incomplete request message")
+            return
+        if call.requests is not None:
+            call.requests.put_nowait(None)
+            return
+        if call.message is None:
+            self.finish(call, grpc.StatusCode.INTERNAL, "Missing request message")
+            return
+        self._start(call)
+
+    def _start(self, call: _Call) -> None:
+        call.task = asyncio.get_running_loop().create_task(self._run(call))
+
+    def _closed(self, stream_id: int) -> None:
+        """The stream is gone (the client reset it, or it ended): stop its handler."""
+        call = self.calls.pop(stream_id, None)
+        if call is None:
+            return
+        call.client_done = True
+        if not call.finished:
+            self._release(call)
+            call.finished = True
+            if call.task is not None:
+                call.task.cancel()
+
+    def _drop_all(self) -> None:
+        for stream_id in list(self.calls):
+            self._closed(stream_id)
+
+    def _expire(self, call: _Call) -> None:
+        call.timer = None
+        if call.finished:
+            return
+        call.expired = True
+        if call.task is not None:
+            call.task.cancel()  # _run answers DEADLINE_EXCEEDED
+        else:
+            self.finish(call, grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
+
+    # ----------------------------------------------------------------- running calls
+
+    async def _run(self, call: _Call) -> None:
+        handler: Any = call.handler  # its behaviour attributes are typed for grpc's contexts
+        context = H2Context(call)
+        try:
+            if call.requests is not None:
+                requests = _request_stream(call.requests, handler)
+                if handler.stream_unary is not None:
+                    response = await handler.stream_unary(requests, context)
+                    await self.write_message(call, _serialize(handler, response))
+                else:
+                    await self._stream(call, handler.stream_stream(requests, context))
+            else:
+                assert call.message is not None
+                request = _deserialize(handler, call.message)
+                if handler.unary_unary is not None:
+                    response = await handler.unary_unary(request, context)
+                    self.send_message(call, _serialize(handler, response))
+                else:
+                    await self._stream(call, handler.unary_stream(request, context))
+        except AbortCall as exc:
+            self.finish(call, exc.code, exc.details)
+        except asyncio.CancelledError:
+            if call.expired:
+                self.finish(call, grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
+            elif not call.finished:  # the server stops: past its grace
+                self.finish(call, grpc.StatusCode.UNAVAILABLE, "Server is shutting down")
+        except Exception:
+            log.exception("Unexpected error in %s", call.path)
+            self.finish(call, grpc.StatusCode.UNKNOWN, "Unexpected server error.")
+        else:
+            self.finish(call, grpc.StatusCode.OK, "")
+
+    async def _stream(self, call: _Call, result: Any) -> None:
+        """A server-streaming handler: an async generator of answers, or a coroutine that
+        writes them with ``context.write`` (health's Watch)."""
+        if inspect.isasyncgen(result):
+            async for item in result:
+                await self.write_message(call, _serialize(call.handler, item))
+        elif inspect.isawaitable(result):
+            await result
+        else:  # a plain generator
+            for item in result:
+                await self.write_message(call, _serialize(call.handler, item))
+
+    def send_message(self, call: _Call, payload: bytes) -> None:
+        if call.finished:
+            return
+        limit = self.server.max_message_bytes
+        if len(payload) > limit:
+            self.finish(
+                call,
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"Sent message larger than max ({len(payload)} vs. {limit})",
+            )
+            return
+        h2 = self.h2
+        stream_id = call.stream_id
+        try:
+            if not call.headers_sent:
+                call.headers_sent = True
+                h2.send_response(stream_id, _RESPONSE_HEADERS)
+            h2.send_data(stream_id, b"\0" + len(payload).to_bytes(4, "big") + payload)
+        except NGH2Error:
+            self._closed(stream_id)
+            return
+        self._schedule_flush()
+
+    async def write_message(self, call: _Call, payload: bytes) -> None:
+        """One message of a stream, once the stream and the socket take more."""
+        if call.finished:
+            raise asyncio.CancelledError  # the client is gone: stop producing
+        self.send_message(call, payload)
+        while self._backed_up(call):
+            self.flush()  # what the windows allow goes out now
+            if not self._backed_up(call):
+                return
+            self._writable.clear()
+            await self._writable.wait()  # a WINDOW_UPDATE, or the socket drained
+
+    def _backed_up(self, call: _Call) -> bool:
+        return (
+            not call.finished
+            and not self.closed
+            and (self._paused or self.h2.queued_body_size(call.stream_id) > STREAM_HIGH_WATER_BYTES)
+        )
+
+    def finish(self, call: _Call, code: grpc.StatusCode, details: str) -> None:
+        """Trailers with the status (Trailers-Only if nothing was sent); the call is done."""
+        if call.finished:
+            return
+        call.finished = True
+        self._release(call)
+        status = _OK if code is grpc.StatusCode.OK else str(code.value[0]).encode()
+        trailers = [(b"grpc-status", status)]
+        if details:
+            trailers.append((b"grpc-message", _percent_encode(details)))
+        h2 = self.h2
+        stream_id = call.stream_id
+        try:
+            if call.headers_sent:
+                h2.send_trailers(stream_id, trailers)
+            else:
+                h2.send_response(stream_id, (*_RESPONSE_HEADERS, *trailers), end_stream=True)
+            if not call.client_done:  # answered before the request ended: stop the upload
+                self._resets.append(stream_id)
+        except NGH2Error:
+            pass  # the stream was reset meanwhile
+        self.calls.pop(stream_id, None)
+        self._schedule_flush()
+
+    def _release(self, call: _Call) -> None:
+        self.server.active -= 1
+        if call.timer is not None:
+            call.timer.cancel()
+            call.timer = None
+        self.server.call_done()
+
+    def _refuse(self, stream_id: int, end: bool, code: grpc.StatusCode, details: str) -> None:
+        trailers = (
+            *_RESPONSE_HEADERS,
+            (b"grpc-status", str(code.value[0]).encode()),
+            (b"grpc-message", _percent_encode(details)),
+        )
+        self._send(
+            lambda: self.h2.send_response(stream_id, trailers, end_stream=True), stream_id, end
+        )
+
+    def _send(self, send: Callable[[], None], stream_id: int, end: bool) -> None:
+        try:
+            send()
+        except NGH2Error:
+            return
+        if not end:
+            self._resets.append(stream_id)
+
+    def goaway(self) -> None:
+        """No new streams: the ones the client opens from now on are refused (it retries them
+        on another connection)."""
+        try:
+            self.h2.send_goaway(_NO_ERROR, last_stream_id=self.last_stream_id)
+        except NGH2Error:
+            pass
+        self.flush()
+
+    def close(self) -> None:
+        self._drop_all()
+        self.flush()
+        if self.transport is not None:
+            self.transport.close()
+
+
+async def _request_stream(
+    queue: asyncio.Queue[bytes | None], handler: grpc.RpcMethodHandler
+) -> AsyncIterator[Any]:
+    while True:
+        message = await queue.get()
+        if message is None:
+            return
+        yield _deserialize(handler, message)
+
+
+def _b64decode(value: bytes) -> bytes:
+    return base64.b64decode(value + b"=" * (-len(value) % 4))
+
+
+class H2GrpcServer:
+    """A gRPC server for unary, server-streaming and bidirectional calls (see the module's
+    docstring); the methods the coordinator calls on a ``grpc.aio.Server``."""
+
+    def __init__(
+        self,
+        max_message_bytes: int,
+        *,
+        reuseport: bool = False,
+        max_concurrent_calls: int = 0,
+    ) -> None:
+        self.max_message_bytes = max_message_bytes
+        self.max_concurrent_calls = max_concurrent_calls
+        self.reuseport = reuseport
+        self.settings = {
+            Setting.MAX_CONCURRENT_STREAMS: (1 << 31) - 1,
+            Setting.MAX_HEADER_LIST_SIZE: 16 << 10,
+        }
+        self.connections: set[H2Connection] = set()
+        self.active = 0
+        self.stopping = False
+        self._generic: list[grpc.GenericRpcHandler] = []
+        self._by_path: dict[str, grpc.RpcMethodHandler | None] = {}
+        self._sockets: list[socket.socket] = []
+        self._servers: list[asyncio.AbstractServer] = []
+        self._idle: asyncio.Event | None = None
+
+    def add_generic_rpc_handlers(self, handlers: Sequence[grpc.GenericRpcHandler]) -> None:
+        self._generic.extend(handlers)
+        self._by_path.clear()
+
+    def add_registered_method_handlers(self, service: str, handlers: dict[str, Any]) -> None:
+        """Nothing: generated ``add_*_to_server`` functions pass the same handlers to
+        ``add_generic_rpc_handlers`` as well."""
+
+    def handler(
+        self, path: str, metadata: Sequence[tuple[str, Any]]
+    ) -> grpc.RpcMethodHandler | None:
+        try:
+            return self._by_path[path]
+        except KeyError:
+            pass
+        found = None
+        details = _CallDetails(path, tuple(metadata))
+        for generic in self._generic:
+            found = generic.service(details)  # type: ignore[arg-type]
+            if found is not None:
+                break
+        self._by_path[path] = found  # every handler we serve is chosen by its path alone
+        return found
+
+    def add_insecure_port(self, address: str) -> int:
+        """Bind ``HOST:PORT`` (every address the host resolves to; port 0: one free port for
+        all of them) and return the port. ``OSError`` if it cannot.
+
+        Sockets are bound as grpc-core binds them: IPv6 with IPv4 mapped (``::ffff:A``,
+        ``0.0.0.0`` as the dual-stack ``::``), so that with ``SO_REUSEPORT`` they share the
+        port with the front ends' grpc-core sockets (the kernel prefers a plain IPv4 listener
+        and would send every IPv4 connection to it)."""
+        host, _, port_text = address.rpartition(":")
+        port = int(port_text)
+        infos = socket.getaddrinfo(
+            host.strip("[]") or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )
+        targets: list[tuple[int, str]] = []
+        for family, _kind, _proto, _name, sockaddr in infos:
+            target = (family, str(sockaddr[0]))
+            if family == socket.AF_INET and socket.has_ipv6:
+                mapped = "::" if target[1] == "0.0.0.0" else f"::ffff:{target[1]}"
+                target = (socket.AF_INET6, mapped)
+            if target not in targets:
+                targets.append(target)
+        bound: list[socket.socket] = []
+        try:
+            for family, host_address in targets:
+                sock = socket.socket(family, socket.SOCK_STREAM)
+                bound.append(sock)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                if self.reuseport:
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+                if family == socket.AF_INET6:
+                    sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+                sock.bind((host_address, port))
+                port = sock.getsockname()[1]  # port 0: the rest take the same one
+                sock.listen(LISTEN_BACKLOG)  # the port is ours from now on
+                sock.setblocking(False)
+        except OSError:
+            for sock in bound:
+                sock.close()
+            raise
+        self._sockets.extend(bound)
+        return port
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sock in self._sockets:
+            server = await loop.create_server(
+                lambda: H2Connection(self), sock=sock, backlog=LISTEN_BACKLOG
+            )
+            self._servers.append(server)
+
+    def call_done(self) -> None:
+        if self._idle is not None and self.active <= 0:
+            self._idle.set()
+
+    async def stop(self, grace: float | None) -> None:
+        """Stop accepting, GOAWAY everywhere, ``grace`` seconds for the calls in flight
+        (None: none), then cancel what is left (UNAVAILABLE) and close every connection."""
+        self.stopping = True
+        for server in self._servers:
+            server.close()
+        for conn in list(self.connections):
+            conn.goaway()
+        if grace and self.active > 0:
+            self._idle = asyncio.Event()
+            deadline = time.monotonic() + grace
+            while self.active > 0 and time.monotonic() < deadline:
+                self._idle.clear()
+                try:
+                    await asyncio.wait_for(self._idle.wait(), deadline - time.monotonic())
+                except TimeoutError:
+                    break
+        tasks = [
+            call.task
+            for conn in self.connections
+            for call in conn.calls.values()
+            if call.task is not None and not call.task.done()
+        ]
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+        for conn in list(self.connections):
+            conn.close()
+        for server in self._servers:
+            await server.wait_closed()

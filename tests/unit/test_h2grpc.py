@@ -1,0 +1,312 @@
+"""Our gRPC server on libnghttp2 (``coordinator/server/h2grpc.py``) answers grpc-core clients as
+grpc-core's server does: statuses and messages, deadlines, size limits, compression refused,
+cancellation, the concurrency limit, server streams with flow control, health and reflection
+(bidirectional), and a graceful stop. Driven by grpc.aio clients on 127.0.0.1:0."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+import pytest
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+from coordinator.server.forwarding import add_health_and_reflection
+from coordinator.server.h2grpc import H2GrpcServer, format_peer, parse_timeout
+
+SERVICE = "test.Echo"
+MAX_BYTES = 64 * 1024
+
+
+class Handlers:
+    """Raw-bytes methods of ``test.Echo``; what each call saw, for the assertions."""
+
+    def __init__(self) -> None:
+        self.metadata: list[tuple[str, Any]] = []
+        self.peer = ""
+        self.cancelled = asyncio.Event()
+        self.started = asyncio.Event()
+        self.release = asyncio.Event()
+        self.read_chunks = 0
+
+    async def echo(self, request: bytes, context: Any) -> bytes:
+        self.metadata = list(context.invocation_metadata())
+        self.peer = context.peer()
+        return request
+
+    async def abort(self, request: bytes, context: Any) -> bytes:
+        await context.abort(grpc.StatusCode.FAILED_PRECONDITION, request.decode())
+        raise AssertionError("abort returns")
+
+    async def crash(self, request: bytes, context: Any) -> bytes:
+        raise ValueError("a bug")
+
+    async def wait(self, request: bytes, context: Any) -> bytes:
+        self.started.set()
+        try:
+            await self.release.wait()
+        except asyncio.CancelledError:
+            self.cancelled.set()
+            raise
+        return b"released"
+
+    async def big(self, request: bytes, context: Any) -> bytes:
+        return b"x" * (MAX_BYTES + 1)
+
+    async def count(self, request: bytes, context: Any) -> AsyncIterator[bytes]:
+        for i in range(int(request)):
+            self.read_chunks = i
+            yield (b"%06d" % i) * 8000  # 48 KB each
+
+
+def methods(h: Handlers) -> grpc.GenericRpcHandler:
+    unary = grpc.unary_unary_rpc_method_handler
+    return grpc.method_handlers_generic_handler(
+        SERVICE,
+        {
+            "Echo": unary(h.echo),
+            "Abort": unary(h.abort),
+            "Crash": unary(h.crash),
+            "Wait": unary(h.wait),
+            "Big": unary(h.big),
+            "Count": grpc.unary_stream_rpc_method_handler(h.count),
+        },
+    )
+
+
+@pytest.fixture
+async def served() -> AsyncIterator[tuple[H2GrpcServer, Handlers, grpc.aio.Channel, Any]]:
+    h = Handlers()
+    server = H2GrpcServer(MAX_BYTES, max_concurrent_calls=4)
+    server.add_generic_rpc_handlers([methods(h)])
+    health_servicer = health.aio.HealthServicer()
+    add_health_and_reflection(server, health_servicer, [SERVICE])
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+    try:
+        yield server, h, channel, health_servicer
+    finally:
+        await channel.close()
+        await server.stop(None)
+
+
+def unary(channel: grpc.aio.Channel, name: str) -> Any:
+    return channel.unary_unary(f"/{SERVICE}/{name}")
+
+
+async def status_of(call: Any) -> tuple[grpc.StatusCode, str]:
+    try:
+        await call
+    except grpc.aio.AioRpcError as exc:
+        return exc.code(), exc.details() or ""
+    return grpc.StatusCode.OK, ""
+
+
+async def test_unary_answer_metadata_and_peer(served: Any) -> None:
+    _server, h, channel, _ = served
+    answer = await unary(channel, "Echo")(
+        b"hello", metadata=(("client-id", "app-1"), ("blob-bin", b"\x00\xff")), timeout=5
+    )
+    assert answer == b"hello"
+    assert ("client-id", "app-1") in h.metadata
+    assert ("blob-bin", b"\x00\xff") in h.metadata
+    assert not any(k in ("content-type", "te", "grpc-timeout") for k, _ in h.metadata)
+    assert h.peer.startswith("ipv4:127.0.0.1:")
+
+
+async def test_statuses_as_grpc_core_sends_them(served: Any) -> None:
+    _server, _h, channel, _ = served
+    assert await status_of(unary(channel, "Abort")("no – ünïcode %".encode(), timeout=5)) == (
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "no – ünïcode %",
+    )
+    assert await status_of(unary(channel, "Crash")(b"", timeout=5)) == (
+        grpc.StatusCode.UNKNOWN,
+        "Unexpected server error.",
+    )
+    assert await status_of(unary(channel, "Nope")(b"", timeout=5)) == (
+        grpc.StatusCode.UNIMPLEMENTED,
+        "Method not found!",
+    )
+
+
+async def test_size_limits_both_ways(served: Any) -> None:
+    _server, _h, channel, _ = served
+    too_big = b"y" * (MAX_BYTES + 1)
+    assert await status_of(unary(channel, "Echo")(too_big, timeout=5)) == (
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        f"Received message larger than max ({MAX_BYTES + 1} vs. {MAX_BYTES})",
+    )
+    assert await status_of(unary(channel, "Big")(b"", timeout=5)) == (
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        f"Sent message larger than max ({MAX_BYTES + 1} vs. {MAX_BYTES})",
+    )
+    # the connection still serves
+    assert await unary(channel, "Echo")(b"after", timeout=5) == b"after"
+
+
+async def test_compressed_requests_are_refused(served: Any) -> None:
+    _server, _h, channel, _ = served
+    call = unary(channel, "Echo")(b"z" * 1000, timeout=5, compression=grpc.Compression.Gzip)
+    code, details = await status_of(call)
+    assert code == grpc.StatusCode.UNIMPLEMENTED
+    assert details.startswith("Compressed messages are not supported")
+
+
+async def test_deadline_cancels_the_handler(served: Any) -> None:
+    _server, h, channel, _ = served
+    assert await status_of(unary(channel, "Wait")(b"", timeout=0.3)) == (
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        "Deadline Exceeded",
+    )
+    await asyncio.wait_for(h.cancelled.wait(), 5)
+
+
+async def test_client_cancel_cancels_the_handler(served: Any) -> None:
+    _server, h, channel, _ = served
+    call = unary(channel, "Wait")(b"", timeout=10)
+    await asyncio.wait_for(h.started.wait(), 5)
+    call.cancel()
+    await asyncio.wait_for(h.cancelled.wait(), 5)
+
+
+async def test_concurrency_limit_refuses_before_any_work(served: Any) -> None:
+    server, h, channel, _ = served
+    waiting = [unary(channel, "Wait")(b"", timeout=10) for _ in range(4)]
+    await asyncio.wait_for(h.started.wait(), 5)
+    for _ in range(100):
+        if server.active == 4:
+            break
+        await asyncio.sleep(0.01)
+    assert server.active == 4
+    assert await status_of(unary(channel, "Echo")(b"", timeout=5)) == (
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        "Concurrent RPC limit exceeded!",
+    )
+    h.release.set()
+    assert [await c for c in waiting] == [b"released"] * 4
+    assert server.active == 0
+    assert await unary(channel, "Echo")(b"ok", timeout=5) == b"ok"
+
+
+async def test_server_stream_is_flow_controlled(served: Any) -> None:
+    """600 messages of 48 KB (29 MB) to a client that reads slowly: the handler is held back
+    once the client's window (grpc-core grows it to about 8 MB), the socket's buffers and our
+    1 MiB high-water mark are full; every message arrives, in order."""
+    _server, h, channel, _ = served
+    call = channel.unary_stream(f"/{SERVICE}/Count")(b"600", timeout=30)
+    received = 0
+    ahead: list[int] = []
+    async for item in call:
+        assert item == (b"%06d" % received) * 8000
+        if received < 5:
+            await asyncio.sleep(0.2)
+            ahead.append(h.read_chunks)
+        received += 1
+    assert received == 600
+    # held back (measured: 240 messages, 11.5 MB ahead) and not moving while the client sleeps
+    assert max(ahead) < 400 and max(ahead) - min(ahead) <= 5, ahead
+    assert await call.code() == grpc.StatusCode.OK
+
+
+async def test_health_check_watch_and_reflection(served: Any) -> None:
+    _server, _h, channel, health_servicer = served
+    stub = health_pb2_grpc.HealthStub(channel)
+    check = await stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=5)
+    assert check.status == health_pb2.HealthCheckResponse.SERVING
+    assert await status_of(stub.Check(health_pb2.HealthCheckRequest(service="x"), timeout=5)) == (
+        grpc.StatusCode.NOT_FOUND,
+        "",
+    )
+    watch = stub.Watch(health_pb2.HealthCheckRequest(service=SERVICE), timeout=10)
+    await health_servicer.set(SERVICE, health_pb2.HealthCheckResponse.SERVING)
+    seen = [(await watch.read()).status]
+    await health_servicer.set(SERVICE, health_pb2.HealthCheckResponse.NOT_SERVING)
+    seen.append((await watch.read()).status)
+    watch.cancel()
+    assert seen == [
+        health_pb2.HealthCheckResponse.SERVING,
+        health_pb2.HealthCheckResponse.NOT_SERVING,
+    ]
+
+    reflection = reflection_pb2_grpc.ServerReflectionStub(channel)
+    requests = [
+        reflection_pb2.ServerReflectionRequest(list_services=""),
+        reflection_pb2.ServerReflectionRequest(file_containing_symbol="grpc.health.v1.Health"),
+    ]
+    answers = [a async for a in reflection.ServerReflectionInfo(iter(requests), timeout=5)]
+    assert sorted(s.name for s in answers[0].list_services_response.service) == sorted(
+        [SERVICE, "grpc.health.v1.Health", "grpc.reflection.v1alpha.ServerReflection"]
+    )
+    assert answers[1].file_descriptor_response.file_descriptor_proto
+
+
+async def test_stop_finishes_calls_in_flight_and_refuses_new_connections() -> None:
+    h = Handlers()
+    server = H2GrpcServer(MAX_BYTES)
+    server.add_generic_rpc_handlers([methods(h)])
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+    try:
+        in_flight = unary(channel, "Wait")(b"", timeout=10)
+        await asyncio.wait_for(h.started.wait(), 5)
+        stopping = asyncio.ensure_future(server.stop(5.0))
+        await asyncio.sleep(0.1)
+        assert not stopping.done()  # waiting for the call in flight
+        h.release.set()
+        assert await in_flight == b"released"
+        await asyncio.wait_for(stopping, 5)
+        fresh = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+        code, _ = await status_of(unary(fresh, "Echo")(b"", timeout=2))
+        await fresh.close()
+        assert code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+    finally:
+        await channel.close()
+
+
+async def test_stop_past_its_grace_answers_unavailable() -> None:
+    h = Handlers()
+    server = H2GrpcServer(MAX_BYTES)
+    server.add_generic_rpc_handlers([methods(h)])
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+    try:
+        in_flight = unary(channel, "Wait")(b"", timeout=10)
+        await asyncio.wait_for(h.started.wait(), 5)
+        await server.stop(0.2)
+        code, _ = await status_of(in_flight)
+        assert code == grpc.StatusCode.UNAVAILABLE
+        assert h.cancelled.is_set()
+    finally:
+        await channel.close()
+
+
+def test_timeouts_and_peers_parse_like_grpc() -> None:
+    assert parse_timeout(b"100m") == pytest.approx(0.1)
+    assert parse_timeout(b"2S") == 2.0
+    assert parse_timeout(b"1H") == 3600.0
+    assert parse_timeout(b"5000000u") == pytest.approx(5.0)
+    assert parse_timeout(b"123456789S") is None  # more than 8 digits
+    assert parse_timeout(b"10x") is None
+    assert parse_timeout(b"S") is None
+    assert format_peer(("127.0.0.1", 5)) == "ipv4:127.0.0.1:5"
+    assert format_peer(("::ffff:10.0.0.1", 6, 0, 0)) == "ipv4:10.0.0.1:6"
+    assert format_peer(("::1", 7, 0, 0)) == "ipv6:[::1]:7"
+
+
+def test_a_busy_port_is_an_oserror() -> None:
+    first = H2GrpcServer(MAX_BYTES)
+    port = first.add_insecure_port("127.0.0.1:0")
+    second = H2GrpcServer(MAX_BYTES)
+    try:
+        with pytest.raises(OSError):
+            second.add_insecure_port(f"127.0.0.1:{port}")
+    finally:
+        for sock in first._sockets:
+            sock.close()
