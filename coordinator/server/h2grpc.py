@@ -699,11 +699,11 @@ class H2GrpcServer:
             host.strip("[]") or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
         )
         targets: list[tuple[int, str]] = []
-        for family, _kind, _proto, _name, sockaddr in infos:
-            target = (family, str(sockaddr[0]))
-            if family == socket.AF_INET and socket.has_ipv6:
+        for resolved, _kind, _proto, _name, sockaddr in infos:
+            target = (int(resolved), str(sockaddr[0]))
+            if target[0] == socket.AF_INET and socket.has_ipv6:
                 mapped = "::" if target[1] == "0.0.0.0" else f"::ffff:{target[1]}"
-                target = (socket.AF_INET6, mapped)
+                target = (int(socket.AF_INET6), mapped)
             if target not in targets:
                 targets.append(target)
         bound: list[socket.socket] = []
