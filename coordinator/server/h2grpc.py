@@ -324,6 +324,7 @@ class H2Connection(asyncio.Protocol):
         content_type = b""
         timeout: bytes | None = None
         metadata: list[tuple[str, Any]] = []
+        bad_metadata = ""
         for name, value in headers:
             if name[:1] == b":":
                 if name == b":path":
@@ -334,10 +335,13 @@ class H2Connection(asyncio.Protocol):
                 content_type = value
             elif key == "grpc-timeout":
                 timeout = value
+            elif key.endswith("-bin"):
+                try:
+                    metadata.append((key, _b64decode(value)))
+                except ValueError:
+                    bad_metadata = key
             elif key not in _RESERVED:
-                metadata.append(
-                    (key, _b64decode(value) if key.endswith("-bin") else value.decode("latin-1"))
-                )
+                metadata.append((key, value.decode("latin-1")))
         if not content_type.startswith(b"application/grpc"):
             self._send(
                 lambda: self.h2.send_response(stream_id, ((b":status", b"415"),), end_stream=True),
@@ -347,6 +351,11 @@ class H2Connection(asyncio.Protocol):
             return
         if server.stopping:
             self._refuse(stream_id, end, grpc.StatusCode.UNAVAILABLE, "Server is shutting down")
+            return
+        if bad_metadata:
+            self._refuse(
+                stream_id, end, grpc.StatusCode.INTERNAL, f"Invalid base64 in {bad_metadata}"
+            )
             return
         handler = server.handler(path, metadata)
         if handler is None:
@@ -631,7 +640,7 @@ async def _request_stream(
 
 
 def _b64decode(value: bytes) -> bytes:
-    return base64.b64decode(value + b"=" * (-len(value) % 4))
+    return base64.b64decode(value + b"=" * (-len(value) % 4), validate=True)
 
 
 class H2GrpcServer:

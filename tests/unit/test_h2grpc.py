@@ -56,6 +56,9 @@ class Handlers:
     async def big(self, request: bytes, context: Any) -> bytes:
         return b"x" * (MAX_BYTES + 1)
 
+    async def total(self, requests: AsyncIterator[bytes], context: Any) -> bytes:
+        return b"+".join([r async for r in requests])
+
     async def count(self, request: bytes, context: Any) -> AsyncIterator[bytes]:
         for i in range(int(request)):
             self.read_chunks = i
@@ -73,6 +76,7 @@ def methods(h: Handlers) -> grpc.GenericRpcHandler:
             "Wait": unary(h.wait),
             "Big": unary(h.big),
             "Count": grpc.unary_stream_rpc_method_handler(h.count),
+            "Total": grpc.stream_unary_rpc_method_handler(h.total),
         },
     )
 
@@ -310,3 +314,89 @@ def test_a_busy_port_is_an_oserror() -> None:
     finally:
         for sock in first._sockets:
             sock.close()
+
+
+async def test_client_streaming_call(served: Any) -> None:
+    _server, _h, channel, _ = served
+    answer = await channel.stream_unary(f"/{SERVICE}/Total")(iter([b"a", b"b", b"c"]), timeout=5)
+    assert answer == b"a+b+c"
+
+
+async def raw_exchange(
+    port: int, headers: list[tuple[bytes, bytes]], body: bytes
+) -> tuple[dict[bytes, bytes], bytes]:
+    """One request from a bare HTTP/2 client (ngh2): the response's headers and trailers
+    merged, and its body."""
+    from ngh2 import (
+        Connection,
+        DataReceived,
+        ResponseReceived,
+        Role,
+        StreamClosed,
+        TrailersReceived,
+    )
+
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    h2 = Connection(Role.CLIENT)
+    h2.initiate_connection()
+    base = [(b":method", b"POST"), (b":scheme", b"http"), (b":path", b"/test.Echo/Echo")]
+    stream_id = h2.send_request([*base, (b":authority", b"x"), *headers], end_stream=not body)
+    if body:
+        h2.send_data(stream_id, body, end_stream=True)
+    writer.write(h2.data_to_send())
+    answer: dict[bytes, bytes] = {}
+    data = b""
+    try:
+        while True:
+            chunk = await asyncio.wait_for(reader.read(65536), 5)
+            assert chunk, "connection closed before the answer"
+            h2.receive_data(chunk)
+            for event in h2.events():
+                if isinstance(event, ResponseReceived | TrailersReceived):
+                    answer.update(dict(event.headers))
+                elif isinstance(event, DataReceived):
+                    data += event.data
+                elif isinstance(event, StreamClosed):
+                    return answer, data
+            writer.write(h2.data_to_send())
+    finally:
+        writer.close()
+
+
+def grpc_frame(payload: bytes) -> bytes:
+    return b"\0" + len(payload).to_bytes(4, "big") + payload
+
+
+async def test_what_grpc_clients_never_send_is_refused_clearly(served: Any) -> None:
+    server, _h, _channel, _ = served
+    port = server._sockets[0].getsockname()[1]
+    grpc_type = [(b"content-type", b"application/grpc"), (b"te", b"trailers")]
+    # not gRPC at all
+    answer, _ = await raw_exchange(port, [(b"content-type", b"text/plain")], b"hi")
+    assert answer[b":status"] == b"415"
+    # a malformed deadline
+    answer, _ = await raw_exchange(port, [*grpc_type, (b"grpc-timeout", b"soon")], grpc_frame(b"x"))
+    assert (answer[b"grpc-status"], answer[b"grpc-message"]) == (
+        b"13",
+        b"Invalid grpc-timeout header",
+    )
+    # binary metadata that is not base64
+    answer, _ = await raw_exchange(port, [*grpc_type, (b"x-bin", b"!!!")], grpc_frame(b"x"))
+    assert (answer[b"grpc-status"], answer[b"grpc-message"]) == (b"13", b"Invalid base64 in x-bin")
+    # two messages in a unary call
+    answer, _ = await raw_exchange(port, grpc_type, grpc_frame(b"a") + grpc_frame(b"b"))
+    assert answer[b"grpc-status"] == b"13"
+    assert answer[b"grpc-message"] == b"More than one request message in a unary call"
+    # no message, and a truncated one
+    answer, _ = await raw_exchange(port, grpc_type, b"")
+    assert (answer[b"grpc-status"], answer[b"grpc-message"]) == (b"13", b"Missing request message")
+    answer, _ = await raw_exchange(port, grpc_type, grpc_frame(b"abc")[:-1])
+    assert (answer[b"grpc-status"], answer[b"grpc-message"]) == (
+        b"13",
+        b"Incomplete request message",
+    )
+    # and a well-formed one, answered with the gRPC headers
+    answer, data = await raw_exchange(port, grpc_type, grpc_frame(b"fine"))
+    assert answer[b":status"] == b"200" and answer[b"content-type"] == b"application/grpc"
+    assert answer[b"grpc-status"] == b"0" and data == grpc_frame(b"fine")
+    assert server.active == 0
