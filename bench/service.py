@@ -797,8 +797,8 @@ of {MEMBERS_PER_GROUP_HB}, all joined and reconciled first; then every member se
 steady-state heartbeat again as soon as the previous one is answered, for {seconds:.0f} s per
 row. The load comes from `bench/loadgen/h2hb.c`, a small C HTTP/2 client (libnghttp2) that
 spends about 30 µs of CPU per call and checks every response (HTTP 200, grpc-status 0,
-`error_code` 0); a Python gRPC client spends 140–220 µs per call, as much as the server it
-measures, on the same two cores (last rows). The echo rows are grpc.aio servers whose handler
+`error_code` 0); the Python row drives the same server with a grpc.aio client (one channel)
+instead, the client's CPU shown beside it. The echo rows are grpc.aio servers whose handler
 only builds the response: grpc.aio's own ceiling on this machine in the same sitting. Rows
 without `--grpc-transport` use the default gRPC server (ours, on libnghttp2); the
 `--grpc-transport grpcio` rows are grpc.aio, as every row was before it.
