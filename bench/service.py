@@ -695,11 +695,6 @@ def main() -> int:
                 "echo server, one process",
             ),
             (
-                "coordinator code (conversion, runtime, core)",
-                f"{one_aio['server_cpu_us'] - echo1['server_cpu_us']:.0f}",
-                "grpc.aio kip848 serve minus the echo",
-            ),
-            (
                 "the default gRPC server instead of grpc.aio",
                 f"{server_cpu - one_aio['server_cpu_us']:+.0f}",
                 "headline minus grpc.aio kip848 serve",
