@@ -251,10 +251,10 @@ class H2Connection(asyncio.Protocol):
         h2 = self.h2
         try:
             h2.receive_data(data)
-        except NGH2Error as exc:  # a protocol violation: nghttp2 queued its GOAWAY
+        except NGH2Error as exc:  # not HTTP/2, or a protocol violation: the connection ends
             log.debug("HTTP/2 error from %s: %s", self.peer, exc)
             self._drop_all()
-            self.flush()
+            self.flush()  # nghttp2's GOAWAY, if it still has one to send
             if self.transport is not None:
                 self.transport.close()
             return
@@ -296,7 +296,11 @@ class H2Connection(asyncio.Protocol):
         if transport is None or transport.is_closing():
             return
         h2 = self.h2
-        out = h2.data_to_send()
+        try:
+            out = h2.data_to_send()
+        except NGH2Error:  # the connection failed (a protocol error): nothing more to send
+            transport.close()
+            return
         if self._resets:
             # nghttp2 sends RST_STREAM ahead of queued HEADERS: reset only once the answer's
             # frames are out, or the client sees the reset instead of the status.

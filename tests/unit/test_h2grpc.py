@@ -6,6 +6,8 @@ cancellation, the concurrency limit, server streams with flow control, health an
 from __future__ import annotations
 
 import asyncio
+import logging
+import random
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -404,4 +406,36 @@ async def test_what_grpc_clients_never_send_is_refused_clearly(served: Any) -> N
     answer, data = await raw_exchange(port, grpc_type, grpc_frame(b"fine"))
     assert answer[b":status"] == b"200" and answer[b"content-type"] == b"application/grpc"
     assert answer[b"grpc-status"] == b"0" and data == grpc_frame(b"fine")
+    assert server.active == 0
+
+
+async def test_garbage_ends_its_connection_quietly(
+    served: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Bytes that are not HTTP/2 (or break it after the preface) close that connection, log
+    no error, and the server goes on serving."""
+    server, _h, channel, _ = served
+    port = server._sockets[0].getsockname()[1]
+    preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+    rng = random.Random(7)
+    inputs = [
+        b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
+        bytes(rng.randrange(256) for _ in range(4096)),
+        *(
+            preface + bytes(rng.randrange(256) for _ in range(rng.randint(1, 2048)))
+            for _ in range(30)
+        ),
+    ]
+    with caplog.at_level(logging.DEBUG, logger="kip848.server"):
+        for data in inputs:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(data)
+            try:
+                while await asyncio.wait_for(reader.read(65536), 5):
+                    pass  # until the server closes it
+            except ConnectionResetError:
+                pass
+            writer.close()
+    assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
+    assert await unary(channel, "Echo")(b"still here", timeout=5) == b"still here"
     assert server.active == 0
