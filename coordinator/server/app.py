@@ -1,4 +1,5 @@
-"""``kip848 serve``: the grpc.aio server around the runtime.
+"""``kip848 serve``: the gRPC server around the runtime (``h2grpc.py``, or grpc.aio with
+``--grpc-transport grpcio``).
 
 Start-up: open the store, bind ``--listen`` (port 0 picks a free port), start serving, print
 ``listening on HOST:PORT`` on stdout, then load the store in the background (requests meanwhile
@@ -7,8 +8,8 @@ Shutdown on SIGTERM/SIGINT: health NOT_SERVING, stop accepting, let in-flight ca
 (their writes become durable), flush, close the store, exit 0.
 
 ``--grpc-processes N`` (N > 1) adds N-1 front-end processes on the same port (``SO_REUSEPORT``)
-that forward their calls to this process (``forwarding.py``): more cores for gRPC's per-call
-work, one coordinator. ``listening on`` is printed once they all serve.
+that forward their calls to this process (``forwarding.py``): more cores for grpc.aio's
+per-call work, one coordinator. ``listening on`` is printed once they all serve.
 """
 
 from __future__ import annotations
