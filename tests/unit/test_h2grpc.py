@@ -83,16 +83,21 @@ def methods(h: Handlers) -> grpc.GenericRpcHandler:
     )
 
 
+async def started(h: Handlers, server: H2GrpcServer) -> grpc.aio.Channel:
+    """``server`` serving ``h``'s methods on 127.0.0.1:0, and a channel to it."""
+    server.add_generic_rpc_handlers([methods(h)])
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    return grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+
+
 @pytest.fixture
 async def served() -> AsyncIterator[tuple[H2GrpcServer, Handlers, grpc.aio.Channel, Any]]:
     h = Handlers()
     server = H2GrpcServer(MAX_BYTES, max_concurrent_calls=4)
-    server.add_generic_rpc_handlers([methods(h)])
     health_servicer = health.aio.HealthServicer()
     add_health_and_reflection(server, health_servicer, [SERVICE])
-    port = server.add_insecure_port("127.0.0.1:0")
-    await server.start()
-    channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+    channel = await started(h, server)
     try:
         yield server, h, channel, health_servicer
     finally:
@@ -259,11 +264,9 @@ async def test_health_check_watch_and_reflection(served: Any) -> None:
 async def test_stop_finishes_calls_in_flight_and_refuses_new_connections() -> None:
     h = Handlers()
     server = H2GrpcServer(MAX_BYTES)
-    server.add_generic_rpc_handlers([methods(h)])
-    port = server.add_insecure_port("127.0.0.1:0")
-    await server.start()
-    channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+    channel = await started(h, server)
     try:
+        port = server._sockets[0].getsockname()[1]
         in_flight = unary(channel, "Wait")(b"", timeout=10)
         await asyncio.wait_for(h.started.wait(), 5)
         stopping = asyncio.ensure_future(server.stop(5.0))
@@ -283,10 +286,7 @@ async def test_stop_finishes_calls_in_flight_and_refuses_new_connections() -> No
 async def test_stop_past_its_grace_answers_unavailable() -> None:
     h = Handlers()
     server = H2GrpcServer(MAX_BYTES)
-    server.add_generic_rpc_handlers([methods(h)])
-    port = server.add_insecure_port("127.0.0.1:0")
-    await server.start()
-    channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+    channel = await started(h, server)
     try:
         in_flight = unary(channel, "Wait")(b"", timeout=10)
         await asyncio.wait_for(h.started.wait(), 5)
