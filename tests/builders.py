@@ -20,6 +20,7 @@ from coordinator.core.offsets import OffsetCommit, OffsetCommitPartition, Offset
 from coordinator.harness import subscription
 from coordinator.runtime import CoordinatorRuntime, ManualClock
 from coordinator.runtime.store import MemoryRecordStore
+from legacy_bridge import messages as classic
 from legacy_bridge.protocol import AssignmentMessage, encode_assignment
 
 G = "grp"
@@ -211,4 +212,18 @@ def make_runtime(
         clock=ManualClock(START_MS),
         ids=SequentialIds(),
         assignors=assignors if assignors is not None else [UniformAssignor()],
+    )
+
+
+def classic_join_req(
+    member_id: str, owned: dict[str, list[int]] | None = None, *, group_id: str = G
+) -> classic.JoinGroup:
+    """A classic consumer's JoinGroup (range, subscribed to foo; ``owned``: its partitions)."""
+    return classic.JoinGroup(
+        group_id=group_id,
+        session_timeout_ms=45_000,
+        rebalance_timeout_ms=60_000,
+        member_id=member_id,
+        protocol_type="consumer",
+        protocols=(("range", subscription(["foo"], owned=owned)),),
     )

@@ -41,7 +41,7 @@ from concurrent.futures import ThreadPoolExecutor
 from enum import Enum
 from functools import partial
 from time import perf_counter
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from coordinator.core import codec
 from coordinator.core.commands import (
@@ -117,6 +117,13 @@ class RuntimeState(Enum):
     CLOSING = "closing"
     CLOSED = "closed"
     FAILED = "failed"
+
+
+class _Parked(NamedTuple):
+    """A parked classic request (or join): where ``_complete`` finds it, and its answer."""
+
+    key: tuple[int, int]
+    future: asyncio.Future[Any]
 
 
 class _Batch:
@@ -476,31 +483,65 @@ class CoordinatorRuntime:
         return result.response, batch
 
     async def _run(
-        self, index: int, fn: Callable[[Any], Any], *, read: bool = False, join: bool = False
+        self,
+        index: int,
+        fn: Callable[[Any], Any],
+        *,
+        read: bool = False,
+        join: bool = False,
+        park: bool = False,
     ) -> tuple[Any, _Batch | None]:
         """Run one command in its state machine's turn (turns.py): at once when the machine
         has nothing queued and budget left in this loop iteration, else queued in arrival
         order (``join``: a member's join, queued behind the machine's other commands).
-        Returns its response and the batch it must wait for."""
+        Returns its response and the batch it must wait for (``park``: see
+        :meth:`_execute_parking`)."""
         self._check_serving()
         turns = self._turns
+        execute = self._execute_parking if park else self._execute
         if turns is None:
-            return self._execute(index, fn, read=read)
+            return execute(index, fn, read=read)
         key = self.shard_count if index == REGISTRY else index
         if turns.now(key, join=join):
             start = perf_counter()
             try:
-                return self._execute(index, fn, read=read)
+                return execute(index, fn, read=read)
             finally:
                 turns.charge(key, perf_counter() - start)
-        return await turns.later(key, partial(self._execute_serving, index, fn, read), join=join)
+        return await turns.later(
+            key, partial(self._execute_serving, execute, index, fn, read), join=join
+        )
 
     def _execute_serving(
-        self, index: int, fn: Callable[[Any], Any], read: bool
+        self,
+        execute: Callable[..., tuple[Any, _Batch | None]],
+        index: int,
+        fn: Callable[[Any], Any],
+        read: bool,
     ) -> tuple[Any, _Batch | None]:
         """A queued command, in its turn: the runtime may have stopped serving meanwhile."""
         self._check_serving()
-        return self._execute(index, fn, read=read)
+        return execute(index, fn, read=read)
+
+    def _execute_parking(
+        self, index: int, fn: Callable[[Any], Any], *, read: bool = False
+    ) -> tuple[Any, _Batch | None]:
+        """:meth:`_execute` for a command that may answer ``Pending``: the parked request's
+        future is registered here, in the command's turn. A queued command's caller resumes
+        only on a later loop step, and the commands queued behind it in the same turn may
+        complete its token meanwhile (a join that restarts the rebalance answers a parked
+        SyncGroup without writing anything, so at once): registered later, that answer would
+        be lost and the request left waiting. Returns ``(_Parked, batch)`` for a parked one."""
+        response, batch = self._execute(index, fn, read=read)
+        if not isinstance(response, Pending):
+            return response, batch
+        key = (index, response.token)
+        fut: asyncio.Future[Any] = self._started()[0].create_future()
+        fut.add_done_callback(_retrieved)  # its caller may be gone before it awaits it
+        self._parked[key] = fut
+        if self._parking_closed:
+            fut.set_exception(_shutting_down())
+        return _Parked(key, fut), batch
 
     async def _submit(
         self, index: int, fn: Callable[[Any], Any], *, read: bool = False, join: bool = False
@@ -1187,22 +1228,18 @@ class CoordinatorRuntime:
         until a later durable result completes it (classic: the join barrier, the leader's
         SyncGroup, a timer; a join before a new group's first target: that target)."""
         index = self.shard_index(group_id)
-        response, batch = await self._run(index, fn, join=join)
-        if not isinstance(response, Pending):
+        response, batch = await self._run(index, fn, join=join, park=True)
+        if not isinstance(response, _Parked):
             if batch is not None:
                 await _durable(batch)
             return response
-        key = (index, response.token)
-        fut: asyncio.Future[Any] = self._started()[0].create_future()
-        self._parked[key] = fut
-        if self._parking_closed:
-            fut.set_exception(_shutting_down())
         try:
             if batch is not None:
                 await _durable(batch)
-            return await fut
+            return await response.future
         finally:
-            self._parked.pop(key, None)
+            if self._parked.get(response.key) is response.future:
+                del self._parked[response.key]
 
     async def classic_join(self, req: cm.JoinGroup) -> cm.JoinGroupResponse:
         now = self.clock.now_ms()
@@ -1275,6 +1312,12 @@ def _expire(shard: Shard, now_ms: int) -> Result[int]:
         int(e.fields["count"]) for e in result.events if e.event is Event.OFFSETS_EXPIRED
     )
     return result
+
+
+def _retrieved(fut: asyncio.Future[Any]) -> None:
+    """Mark a future's exception as seen (asyncio would log one nobody awaited)."""
+    if not fut.cancelled():
+        fut.exception()
 
 
 def _shutting_down() -> CoordinatorError:

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from builders import classic_assignment as asg
-from builders import classic_record, join, make_runtime
+from builders import classic_join_req, classic_record, join, make_runtime
 
 from coordinator.core import codec
 from coordinator.core import records as r
@@ -146,17 +146,6 @@ def kind(rt: CoordinatorRuntime) -> str:
     return "classic" if classic else "consumer"
 
 
-def join_req(member_id: str, owned: dict[str, list[int]] | None = None) -> m.JoinGroup:
-    return m.JoinGroup(
-        group_id="grp",
-        session_timeout_ms=45_000,
-        rebalance_timeout_ms=60_000,
-        member_id=member_id,
-        protocol_type="consumer",
-        protocols=(("range", subscription(["foo"], owned=owned)),),
-    )
-
-
 async def test_failed_conversions_leave_nothing_behind_and_restart_cleanly() -> None:
     store = MemoryRecordStore()
     await (await started(store)).close()  # nothing yet
@@ -224,7 +213,7 @@ async def test_restart_after_every_batch_of_an_upgrade_and_downgrade() -> None:
             mark()
             if hb.error_code == 0:
                 continue
-            joined = await rt.classic_join(join_req(mid, {"foo": owns[mid]}))
+            joined = await rt.classic_join(classic_join_req(mid, {"foo": owns[mid]}))
             mark()
             synced = await rt.classic_sync(
                 m.SyncGroup(group_id="grp", generation_id=joined.generation_id, member_id=mid)
@@ -241,11 +230,11 @@ async def test_restart_after_every_batch_of_an_upgrade_and_downgrade() -> None:
     mark()
     assert kind(rt) == "classic"
     # The classic rebalance after the downgrade: A waits at the barrier, B completes it.
-    parked = asyncio.ensure_future(rt.classic_join(join_req("A")))
+    parked = asyncio.ensure_future(rt.classic_join(classic_join_req("A")))
     for _ in range(5):
         await asyncio.sleep(0)
     assert not parked.done()
-    jb = await rt.classic_join(join_req("B"))
+    jb = await rt.classic_join(classic_join_req("B"))
     ja = await asyncio.wait_for(parked, 5)
     assert (ja.generation_id, jb.generation_id) == (7, 7)  # the downgraded generation 6, + 1
     mark()

@@ -11,15 +11,17 @@ import contextvars
 import time
 
 import pytest
-from builders import beat, join, make_runtime
+from builders import beat, classic_join_req, classic_record, join, make_runtime
 from test_runtime_core import started
 
+from coordinator.core import codec
 from coordinator.core.commands import ConsumerGroupHeartbeat
-from coordinator.core.errors import CoordinatorNotAvailableError
+from coordinator.core.errors import CoordinatorNotAvailableError, ErrorCode
 from coordinator.core.topics import NewTopic
 from coordinator.runtime import shard_of
-from coordinator.runtime.store import MemoryRecordStore
+from coordinator.runtime.store import MemoryRecordStore, StoredRecord
 from coordinator.runtime.turns import Turns
+from legacy_bridge import messages as m
 
 WHO: contextvars.ContextVar[str] = contextvars.ContextVar("who", default="nobody")
 
@@ -191,4 +193,38 @@ async def test_in_a_storm_a_members_heartbeat_is_answered_before_the_queued_join
     )
     joins = [name for name in order if name.startswith("join")]
     assert joins == [f"join {i}" for i in range(300)]  # the joins kept their order
+    await asyncio.wait_for(rt.close(), 5)
+
+
+async def test_a_parked_sync_answered_in_its_own_turn_is_not_lost() -> None:
+    """A queued SyncGroup that parks, and a new member's JoinGroup queued behind it in the same
+    turn that restarts the rebalance (answering the parked SyncGroup at once: a classic join
+    writes nothing): the SyncGroup's caller resumes only after both ran, and must still get
+    its answer."""
+    store = MemoryRecordStore()
+    key, value = codec.encode(classic_record())  # a Stable classic group: A and B, generation 5
+    store.append([StoredRecord(key, value, "grp")], 1)
+    rt = await started(make_runtime(store, 2, **{"group.initial.rebalance.delay.ms": "0"}))
+    rejoin_a = asyncio.ensure_future(rt.classic_join(classic_join_req("A")))
+    for _ in range(5):  # the leader's rejoin starts the rebalance, B's completes it
+        await asyncio.sleep(0)
+    joined_b = await rt.classic_join(classic_join_req("B"))
+    joined_a = await asyncio.wait_for(rejoin_a, 5)
+    assert (joined_a.generation_id, joined_b.generation_id, joined_a.leader) == (6, 6, "A")
+    new_id = (await rt.classic_join(classic_join_req(""))).member_id  # MEMBER_ID_REQUIRED
+    written = store.last_offset()
+    await asyncio.sleep(0)  # the turn of that join is over
+    sync_b = asyncio.ensure_future(
+        rt.classic_sync(m.SyncGroup(group_id="grp", generation_id=6, member_id="B"))
+    )
+    join_c = asyncio.ensure_future(rt.classic_join(classic_join_req(new_id)))
+    # The shard has used its share of this loop iteration: both commands queue, and run one
+    # after the other in the next turn, before B's caller resumes.
+    assert rt._turns is not None
+    rt._turns.charge(rt.shard_index("grp"), 1.0)
+    synced = await asyncio.wait_for(sync_b, 5)
+    assert synced.error_code == ErrorCode.REBALANCE_IN_PROGRESS
+    assert store.last_offset() == written  # answered without a write
+    assert not join_c.done()  # C waits at the new barrier
+    join_c.cancel()
     await asyncio.wait_for(rt.close(), 5)
