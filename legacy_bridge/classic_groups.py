@@ -629,6 +629,15 @@ class ClassicGroups(ByGroupId[ClassicGroup]):
         if group.state is S.STABLE:
             result.response = self._sync_response(group, member)
             return result
+        if member.sync_token is not None:
+            # Its earlier SyncGroup still waits: answered now, never left waiting (Kafka
+            # replaces the waiting future and never completes the old one).
+            superseded = RebalanceInProgressError(
+                "A newer SyncGroup of this member superseded this one."
+            )
+            result.completions.append(
+                (member.sync_token, m.SyncGroupResponse(**error_fields(superseded)))
+            )
         token = self.next_token()
         group.put_member(replace(member, sync_token=token))
         if member.member_id == group.leader_id:

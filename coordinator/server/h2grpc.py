@@ -59,6 +59,7 @@ from ngh2 import (
     Setting,
     StreamClosed,
     StreamReset,
+    TrailersReceived,
     WindowUpdated,
 )
 
@@ -265,6 +266,8 @@ class H2Connection(asyncio.Protocol):
                 self._data(event.stream_id, event.data, event.end_stream)
             elif kind is RequestReceived:
                 self._request(event.stream_id, event.headers, event.end_stream)
+            elif kind is TrailersReceived:  # they end the request (their fields are ignored)
+                self._data(event.stream_id, b"", True)
             elif kind is StreamReset or kind is StreamClosed:
                 self._closed(event.stream_id)
             elif kind is WindowUpdated:
@@ -515,16 +518,13 @@ class H2Connection(asyncio.Protocol):
             self.finish(call, grpc.StatusCode.OK, "")
 
     async def _stream(self, call: _Call, result: Any) -> None:
-        """A server-streaming handler: an async generator of answers, or a coroutine that
-        writes them with ``context.write`` (health's Watch)."""
+        """A server-streaming handler (asyncio servicers only): an async generator of answers,
+        or a coroutine that writes them with ``context.write`` (health's Watch)."""
         if inspect.isasyncgen(result):
             async for item in result:
                 await self.write_message(call, _serialize(call.handler, item))
-        elif inspect.isawaitable(result):
+        else:
             await result
-        else:  # a plain generator
-            for item in result:
-                await self.write_message(call, _serialize(call.handler, item))
 
     def send_message(self, call: _Call, payload: bytes) -> None:
         if call.finished:

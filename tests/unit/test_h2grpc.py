@@ -330,10 +330,13 @@ async def test_client_streaming_call(served: Any) -> None:
 
 
 async def raw_exchange(
-    port: int, headers: list[tuple[bytes, bytes]], body: bytes
+    port: int,
+    headers: list[tuple[bytes, bytes]],
+    body: bytes,
+    trailers: list[tuple[bytes, bytes]] | None = None,
 ) -> tuple[dict[bytes, bytes], bytes]:
     """One request from a bare HTTP/2 client (ngh2): the response's headers and trailers
-    merged, and its body."""
+    merged, and its body. ``trailers``: the request ends with them, not with its last DATA."""
     from ngh2 import (
         Connection,
         DataReceived,
@@ -347,9 +350,13 @@ async def raw_exchange(
     h2 = Connection(Role.CLIENT)
     h2.initiate_connection()
     base = [(b":method", b"POST"), (b":scheme", b"http"), (b":path", b"/test.Echo/Echo")]
-    stream_id = h2.send_request([*base, (b":authority", b"x"), *headers], end_stream=not body)
+    stream_id = h2.send_request(
+        [*base, (b":authority", b"x"), *headers], end_stream=not body and trailers is None
+    )
     if body:
-        h2.send_data(stream_id, body, end_stream=True)
+        h2.send_data(stream_id, body, end_stream=trailers is None)
+    if trailers is not None:
+        h2.send_trailers(stream_id, trailers)
     writer.write(h2.data_to_send())
     answer: dict[bytes, bytes] = {}
     data = b""
@@ -406,6 +413,11 @@ async def test_what_grpc_clients_never_send_is_refused_clearly(served: Any) -> N
     answer, data = await raw_exchange(port, grpc_type, grpc_frame(b"fine"))
     assert answer[b":status"] == b"200" and answer[b"content-type"] == b"application/grpc"
     assert answer[b"grpc-status"] == b"0" and data == grpc_frame(b"fine")
+    # a request that ends with trailers (HTTP/2 allows it; gRPC clients send none) is complete
+    answer, data = await raw_exchange(
+        port, grpc_type, grpc_frame(b"trailed"), trailers=[(b"x-end", b"1")]
+    )
+    assert (answer[b"grpc-status"], data) == (b"0", grpc_frame(b"trailed"))
     assert server.active == 0
 
 

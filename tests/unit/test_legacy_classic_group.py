@@ -295,6 +295,33 @@ def test_pending_sync_is_answered_rebalance_in_progress_when_the_group_rebalance
     assert a.token in h.completions
 
 
+def test_a_second_sync_of_a_waiting_member_answers_the_first() -> None:
+    """A follower's SyncGroup sent again while its first waits for the leader: the first is
+    answered at once (superseded, as a second JoinGroup supersedes a first), the second gets
+    the assignment. Neither is left without an answer."""
+    h = Harness(config=GroupCoordinatorConfig(classic_initial_rebalance_delay_ms=0))
+    h.create_topic("foo", 4)
+    a = h.join_group(h.join_group().member_id)
+    h.sleep(0)
+    b_id = h.join_group().member_id
+    b = h.join_group(b_id)
+    h.resolve(h.join_group("member-2"))
+    assert h.completions[b.token].generation_id == 2
+    first = h.sync_group(b_id, 2)
+    second = h.sync_group(b_id, 2)
+    assert isinstance(first, Pending) and isinstance(second, Pending)
+    assert h.completions[first.token] == m.SyncGroupResponse(
+        error_code=27, error_message="A newer SyncGroup of this member superseded this one."
+    )
+    assert second.token not in h.completions
+    leader = h.sync_group("member-2", 2, {"member-2": asg(0, 1), b_id: asg(2, 3)})
+    assert leader.assignment == asg(0, 1)
+    assert h.completions[second.token] == m.SyncGroupResponse(
+        protocol_type="consumer", protocol_name="range", assignment=asg(2, 3)
+    )
+    assert a.token in h.completions
+
+
 def test_loading_two_generations_rebuilds_the_group_from_the_last_record() -> None:
     """Found by the simulator (classic members, coordinator restart): replaying a later
     GroupMetadata record of a group that already exists must rebuild it from that record on
