@@ -578,6 +578,9 @@ def bench_group_commit(writers_list: list[int], seconds: float) -> list[dict[str
 
 
 SERVE = ["serve", "--listen", "127.0.0.1:0", "--data-dir", "{data}", "--log-level", "warning"]
+ONE_AIO = "kip848 serve --grpc-transport grpcio (grpc.aio, one process)"
+TWO_AIO = "kip848 serve --grpc-transport grpcio --grpc-processes 2"
+ECHO_ONE = "grpc.aio echo server, one process"
 
 
 def main() -> int:
@@ -613,21 +616,22 @@ def main() -> int:
     members = args.members
 
     plain = ["--_serve_plain", *SERVE]
-    two = [*plain, "--grpc-processes", "2"]
+    aio = [*plain, "--grpc-transport", "grpcio"]
     configs: list[tuple[str, list[str], dict[str, Any]]] = [
-        *[(f"kip848 serve --grpc-processes 2 (run {i + 1})", two, {}) for i in range(args.repeat)],
-        ("kip848 serve --grpc-processes 2, a connection per member", two, {"connections": members}),
-        ("kip848 serve --grpc-processes 3", [*plain, "--grpc-processes", "3"], {}),
-        ("kip848 serve (one process)", plain, {}),
+        *[(f"kip848 serve (run {i + 1})", plain, {}) for i in range(args.repeat)],
+        ("kip848 serve, a connection per member", plain, {"connections": members}),
+        ("kip848 serve --event-loop asyncio", [*plain, "--event-loop", "asyncio"], {}),
+        (ONE_AIO, aio, {}),
+        (TWO_AIO, [*aio, "--grpc-processes", "2"], {}),
         (
-            "kip848 serve --event-loop asyncio (one process)",
-            [*plain, "--event-loop", "asyncio"],
+            "kip848 serve --grpc-transport grpcio --grpc-processes 3",
+            [*aio, "--grpc-processes", "3"],
             {},
         ),
-        ("gRPC-only echo server, one process", ["--_echo", "0", "0"], {"echo": True}),
-        ("gRPC-only echo server, two processes", ["--_echo", "0", "1"], {"echo": True}),
-        ("kip848 serve --grpc-processes 2, Python grpc.aio client", two, {"client": "python"}),
-        ("kip848 serve (one process) under cProfile", ["--_serve", "{profile}", *SERVE], {}),
+        (ECHO_ONE, ["--_echo", "0", "0"], {"echo": True}),
+        ("grpc.aio echo server, two processes", ["--_echo", "0", "1"], {"echo": True}),
+        ("kip848 serve, Python grpc.aio client", plain, {"client": "python"}),
+        ("kip848 serve under cProfile", ["--_serve", "{profile}", *SERVE], {}),
     ]
     runs = []
     for name, argv, kw in configs:
@@ -672,36 +676,38 @@ def main() -> int:
     )
     prof_table = table(("function", "calls", "own s", "own %", "cumulative s"), profile)
     by_name = {name: r for name, _kw, r in runs}
-    one, echo1 = (
-        by_name["kip848 serve (one process)"],
-        by_name["gRPC-only echo server, one process"],
-    )
+    one_aio, two_aio, echo1 = by_name[ONE_AIO], by_name[TWO_AIO], by_name[ECHO_ONE]
     headline_runs = [r for _n, _kw, r in runs[: args.repeat]]
-    two_cpu = sorted(r["server_cpu_us"] for r in headline_runs)[len(headline_runs) // 2]
+    server_cpu = sorted(r["server_cpu_us"] for r in headline_runs)[len(headline_runs) // 2]
     client_cpu = sorted(r["client_cpu_us"] for r in headline_runs)[len(headline_runs) // 2]
     budget_table = table(
         ("part", "µs per call", "how"),
         [
             ("load generator (C)", f"{client_cpu:.0f}", "client CPU, headline runs (median)"),
             (
-                "gRPC + event loop, no coordinator",
+                "kip848 serve, all of it (the default gRPC server)",
+                f"{server_cpu:.0f}",
+                "server CPU, headline runs (median)",
+            ),
+            (
+                "grpc.aio + event loop, no coordinator",
                 f"{echo1['server_cpu_us']:.0f}",
                 "echo server, one process",
             ),
             (
-                "coordinator code (conversion, runtime, core)",
-                f"{one['server_cpu_us'] - echo1['server_cpu_us']:.0f}",
-                "kip848 serve, one process, minus echo",
+                "the default gRPC server instead of grpc.aio",
+                f"{server_cpu - one_aio['server_cpu_us']:+.0f}",
+                "headline minus grpc.aio kip848 serve",
             ),
             (
                 "forwarding to the coordinator process (averaged over all calls)",
-                f"{two_cpu - one['server_cpu_us']:.0f}",
-                "--grpc-processes 2 minus one process",
+                f"{two_aio['server_cpu_us'] - one_aio['server_cpu_us']:+.0f}",
+                "grpc.aio: --grpc-processes 2 minus one process",
             ),
             (
                 "ceiling at 2 cores: 2 s / (client + server) per call",
-                f"{2e6 / (client_cpu + two_cpu):,.0f}/s",
-                "--grpc-processes 2",
+                f"{2e6 / (client_cpu + server_cpu):,.0f}/s",
+                "headline",
             ),
         ],
     )
@@ -786,11 +792,13 @@ of {MEMBERS_PER_GROUP_HB}, all joined and reconciled first; then every member se
 steady-state heartbeat again as soon as the previous one is answered, for {seconds:.0f} s per
 row. The load comes from `bench/loadgen/h2hb.c`, a small C HTTP/2 client (libnghttp2) that
 spends about 30 µs of CPU per call and checks every response (HTTP 200, grpc-status 0,
-`error_code` 0); a Python gRPC client spends 140–220 µs per call, as much as the server it
-measures, on the same two cores (last rows). The echo rows are grpc.aio servers whose handler
-only builds the response: gRPC's own ceiling on this machine in the same sitting.
+`error_code` 0); the Python row drives the same server with a grpc.aio client (one channel)
+instead, the client's CPU shown beside it. The echo rows are grpc.aio servers whose handler
+only builds the response: grpc.aio's own ceiling on this machine in the same sitting. Rows
+without `--grpc-transport` use the default gRPC server (ours, on libnghttp2); the
+`--grpc-transport grpcio` rows are grpc.aio, as every row was before it.
 
-**Headline:** median of {args.repeat} runs of `kip848 serve --grpc-processes 2`:
+**Headline:** median of {args.repeat} runs of `kip848 serve` (defaults, one process):
 **{median:,.0f} heartbeats/s** (target ≥ 5,000/s).
 
 {hb_table}
@@ -799,18 +807,20 @@ CPU per call, from the rows above (µs; server CPU is the sum over the server's 
 
 {budget_table}
 
-A call costs the server mostly gRPC's own work (HTTP/2, the call object, the event loop), which
-runs one Python thread per process; `--grpc-processes 2` adds a front-end process on the same
-port (`SO_REUSEPORT`) that forwards its calls to the coordinator process over a Unix socket
-(coordinator/server/forwarding.py), so gRPC's work uses the second core. Two earlier fixes
-are in every row: uvloop instead of asyncio's loop, and one generic handler instead of
+With grpc.aio a call costs the server mostly gRPC's own work (HTTP/2, the call object, the
+event loop), which runs one Python thread per process; `--grpc-processes 2` adds a front-end
+process on the same port (`SO_REUSEPORT`) that forwards its calls to the coordinator process
+over a Unix socket (coordinator/server/forwarding.py), so that work uses the second core. The
+default gRPC server (coordinator/server/h2grpc.py) leaves HTTP/2 to libnghttp2 and costs a
+fraction of it, so one process serves more than grpc.aio did with front ends. Two earlier
+fixes are in every row: uvloop instead of asyncio's loop, and one generic handler instead of
 registered methods (grpc.aio's accept loop runs `asyncio.wait` over one future per registered
 method for every call: with our thirty-odd methods that was 20% of the coordinator process's
-time under cProfile, against 6% now, in the `tasks.py:399(wait)` row below).
+time under cProfile).
 
 Where the coordinator process's time goes (cProfile of `kip848 serve`, one process; "own %" is
 of the whole run including start-up and the joins; the first row is the event loop itself,
-i.e. uvloop and gRPC's Cython/C code, which cProfile cannot see into):
+i.e. uvloop and libnghttp2's C code, which cProfile cannot see into):
 
 {prof_table}
 

@@ -86,9 +86,14 @@ CONFIGS = {
         interval_s=None,
     ),
     "default": Config(name="defaults: interval 1 s, offload", flags=(), interval_s=1.0),
+    "grpcio": Config(
+        name="defaults with grpc.aio (--grpc-transport grpcio)",
+        flags=("--grpc-transport", "grpcio"),
+        interval_s=1.0,
+    ),
     "frontends": Config(
-        name="defaults + 2 gRPC front-end processes",
-        flags=("--grpc-processes", "2"),
+        name="defaults with grpc.aio + 2 gRPC front-end processes",
+        flags=("--grpc-transport", "grpcio", "--grpc-processes", "2"),
         interval_s=1.0,
     ),
 }
@@ -304,7 +309,7 @@ def run_row(
 
 # ---------------------------------------------------------------- report
 
-FINDINGS = """### Calls that end without an answer: who cancels them
+FINDINGS = """### Calls that end without an answer: who cancels them (grpc.aio)
 
 Not the clients: h2storm resets a call only when its 30 s request timeout passes (the *client
 deadline* cause). The CANCELLED calls are cancelled by grpc-core inside the server process.
@@ -361,14 +366,16 @@ garbage collection of the server in a 5,000-member Kafka-protocol storm:
   each batch's rows in Python; with CPython's default of 5 ms, every time the loop waited for
   I/O the writer could keep the GIL for up to 5 ms. At 0.5 ms, in paired runs, the probe's p99
   went from 161-167 ms to 73-77 ms (before the two changes above).
-* **The transport's cost per call, taken in arrival order** (gRPC only). grpc.aio takes calls
-  from grpc-core one at a time, in arrival order, and costs about 0.2-0.3 ms of the loop's time
-  per call; 5,000 joins sent at once put about a second of that ahead of a probe call that
-  arrives just after them, whatever the coordinator does with the calls once it has them. This
-  is what keeps the gRPC rows' probe far above the targets. Front-end processes
+* **The transport's cost per call, taken in arrival order** (gRPC with grpc.aio). grpc.aio
+  takes calls from grpc-core one at a time, in arrival order, and costs about 0.2-0.3 ms of the
+  loop's time per call; 5,000 joins sent at once put about a second of that ahead of a probe
+  call that arrives just after them, whatever the coordinator does with the calls once it has
+  them. This is what keeps the grpc.aio rows' probe far above the targets; front-end processes
   (`--grpc-processes 2`) split that queue but share the same 2 cores with the coordinator and
-  the load generator. The Kafka listener costs a fraction per call (reads are parsed in the
-  read callback, steady heartbeats answered there).
+  the load generator. The default gRPC server (`coordinator/server/h2grpc.py`: HTTP/2 by
+  libnghttp2, about a tenth of grpc.aio's CPU per call) and the Kafka listener both read each
+  connection's calls as they arrive, so the probe's call waits for one loop turn's reads, not
+  for the whole burst.
 
 ### Convergence: one first target for the burst
 
@@ -502,8 +509,8 @@ def main() -> int:
     results = []
     for config in configs:
         for protocol in protocols:
-            if protocol == "kafka" and "--grpc-processes" in config.flags:
-                continue  # front ends serve gRPC only; the Kafka listener is the coordinator's
+            if protocol == "kafka" and "--grpc-transport" in config.flags:
+                continue  # the gRPC server's choice: the Kafka listener is the same in all
             for members, partitions in rows:
                 limit = args.max_seconds or MAX_SECONDS.get(members, 300.0)
                 default_connections = members if protocol == "kafka" else GRPC_CONNECTIONS
@@ -546,10 +553,13 @@ fenced, back off on retriable errors, give up on a call unanswered after 30 s); 
 protocol: *gRPC* is `bench/loadgen/h2storm.c` over {grpc_connections} HTTP/2 connections;
 *Kafka protocol* is `bench/loadgen/kafkastorm.c` on the server's Kafka listener
 (ConsumerGroupHeartbeat v1, as librdkafka sends it) with {kafka_connections}, as Java
-consumers have, their requests answered in order per connection. What the protocol changes is
-the cost of each call on the server's event loop: over gRPC, grpc.aio's own handling of a call
-is most of a steady heartbeat's cost; over the Kafka protocol a steady heartbeat costs a
-fraction of that (docs/kafka.md, "Performance"). A join costs mostly the coordinator's own
+consumers have, their requests answered in order per connection. gRPC rows are served by the
+default gRPC server (ours, on libnghttp2) unless they name grpc.aio (`--grpc-transport
+grpcio`). What the transport changes is the cost of each call on the server's event loop and
+the order calls are taken up in: grpc.aio's own handling of a call is most of a steady
+heartbeat's cost, and it takes calls one at a time from a single queue; our gRPC server and the
+Kafka listener cost a fraction of that and read each connection's calls as they arrive
+(docs/kafka.md, "Performance"). A join costs mostly the coordinator's own
 work on either protocol, so a burst of thousands of joins still holds the probe's heartbeats
 back for as long as the loop takes to get through it. *Converged*: every member joined, at
 one epoch, its owned set acknowledged, every partition owned once (P/N each), for {args.settle:.0f} s in

@@ -84,11 +84,11 @@ def register(commands: Commands) -> None:
     )
     p.add_argument(
         "--grpc-transport",
-        choices=("grpcio", "h2"),
-        default="grpcio",
-        help="the gRPC server of this process: grpcio (grpc.aio) or h2 (ours, on libnghttp2, "
-        "experimental: about a fifth of the CPU per heartbeat, calls taken up as they arrive); "
-        "front ends (--grpc-processes) use grpcio",
+        choices=("h2", "grpcio"),
+        default="h2",
+        help="the gRPC server of this process: h2 (ours, on libnghttp2: about a tenth of the "
+        "CPU per call, calls taken up as they arrive) or grpcio (grpc.aio); front ends "
+        "(--grpc-processes) use grpcio",
     )
     p.add_argument(
         "--event-loop",

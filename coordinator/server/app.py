@@ -1,5 +1,5 @@
-"""``kip848 serve``: the gRPC server around the runtime (grpc.aio, or ``h2grpc.py`` with
-``--grpc-transport h2``).
+"""``kip848 serve``: the gRPC server around the runtime (``h2grpc.py``, or grpc.aio with
+``--grpc-transport grpcio``).
 
 Start-up: open the store, bind ``--listen`` (port 0 picks a free port), start serving, print
 ``listening on HOST:PORT`` on stdout, then load the store in the background (requests meanwhile
@@ -76,7 +76,7 @@ class ServeOptions:
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     max_concurrent_calls: int = DEFAULT_MAX_CONCURRENT_CALLS  # per process; 0: no limit
     grpc_processes: int = 1
-    grpc_transport: str = "grpcio"  # grpcio: grpc.aio | h2: ours on libnghttp2 (h2grpc.py)
+    grpc_transport: str = "h2"  # h2: ours on libnghttp2 (h2grpc.py) | grpcio: grpc.aio
     event_loop: str = "uvloop"
     log_level: str = "info"
     advertised: str | None = (

@@ -1,6 +1,7 @@
-"""``kip848 serve --grpc-transport h2``: the coordinator served by our gRPC server on libnghttp2
-(coordinator/server/h2grpc.py) answers a real grpcio client as with grpc.aio: a join and its
-assignment, a describe, health, and a clean stop."""
+"""``kip848 serve --grpc-transport grpcio``: the coordinator served by grpc.aio instead of the
+default server (ours on libnghttp2, coordinator/server/h2grpc.py, which every other e2e test
+uses) answers a real grpcio client alike: a join and its assignment, a describe, health, and a
+clean stop."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ from conftest import ServerProcess, join_request
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 
-def test_a_member_joins_through_the_h2_server(tmp_path: Path) -> None:
-    server = ServerProcess(tmp_path / "data", "--grpc-transport", "h2")
+def test_a_member_joins_through_grpc_aio(tmp_path: Path) -> None:
+    server = ServerProcess(tmp_path / "data", "--grpc-transport", "grpcio")
     try:
         topic_id = server.create_topic("orders", 4)
         joined = server.heartbeat(**join_request("g", ["orders"], member_id="A"))
