@@ -53,8 +53,6 @@ INT32 = (-(2**31), -2, -1, 0, 1, 2, 3, 7, 100, 2**31 - 1)
 INT64 = (-(2**63), -1, 0, 1, 42, 10**6, 2**53, 2**63 - 1)
 
 SERVER_FLAGS = (
-    "--grpc-transport",
-    "h2",
     "--set",
     "group.consumer.min.session.timeout.ms=200",
     "--set",
