@@ -6,7 +6,9 @@ a burst of 5,000 joins holds every other group's heartbeat back for over half a 
 (docs/benchmarks.md, "Join storms"). Here HTTP/2 (framing, HPACK, flow control, protocol
 checks) is libnghttp2's, through ``ngh2``'s sans-I/O ``Connection``; what is left in Python
 is the gRPC layer, about 10 µs a call, and calls are taken up connection by connection as
-their bytes arrive, like the Kafka listener's.
+their bytes arrive, like the Kafka listener's, and started fairly between connections, a
+bounded number per loop iteration (``admission.py``), so a burst on some connections does not
+hold back a call on another.
 
 The server stands in for ``grpc.aio.Server`` where the coordinator uses one: handlers come
 through ``add_generic_rpc_handlers`` (the same ``grpc.RpcMethodHandler`` objects: our raw
@@ -63,6 +65,7 @@ from ngh2 import (
     WindowUpdated,
 )
 
+from .admission import Admission
 from .forwarding import AbortCall
 
 log = logging.getLogger("kip848.server")
@@ -455,7 +458,13 @@ class H2Connection(asyncio.Protocol):
         self._start(call)
 
     def _start(self, call: _Call) -> None:
-        call.task = asyncio.get_running_loop().create_task(self._run(call))
+        self.server.admission.start(self, call)
+
+    def run(self, call: _Call) -> None:
+        """Start the call's handler, in its turn (``admission.py``); one finished meanwhile
+        (deadline, reset, disconnect) is not started."""
+        if not call.finished:
+            call.task = asyncio.get_running_loop().create_task(self._run(call))
 
     def _closed(self, stream_id: int) -> None:
         """The stream is gone (the client reset it, or it ended): stop its handler."""
@@ -666,6 +675,7 @@ class H2GrpcServer:
             Setting.MAX_HEADER_LIST_SIZE: 16 << 10,
         }
         self.connections: set[H2Connection] = set()
+        self.admission: Admission[H2Connection, _Call] = Admission(H2Connection.run)
         self.active = 0
         self.stopping = False
         self._generic: list[grpc.GenericRpcHandler] = []
@@ -769,6 +779,9 @@ class H2GrpcServer:
                     await asyncio.wait_for(self._idle.wait(), deadline - time.monotonic())
                 except TimeoutError:
                     break
+        for conn, call in self.admission.clear():  # calls not started yet
+            if not call.finished:
+                conn.finish(call, grpc.StatusCode.UNAVAILABLE, "Server is shutting down")
         tasks = [
             call.task
             for conn in self.connections

@@ -451,3 +451,78 @@ async def test_garbage_ends_its_connection_quietly(
     assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
     assert await unary(channel, "Echo")(b"still here", timeout=5) == b"still here"
     assert server.active == 0
+
+
+async def test_a_burst_on_one_connection_does_not_hold_back_another_connections_call() -> None:
+    """3,000 calls arrive at once on one connection, then one on another: the lone call is
+    started within a turn or two of its arrival (``admission.py``: at most ``DEFAULT_BUDGET``
+    calls start per loop iteration, then one per connection in turn), long before the burst's
+    last call, not after all of them; each connection's calls keep their order, and every call
+    is answered."""
+    from ngh2 import Connection, Role, StreamClosed
+
+    order: list[bytes] = []
+    first = asyncio.Event()
+
+    async def mark(request: bytes, context: Any) -> bytes:
+        order.append(request)
+        first.set()
+        return request
+
+    server = H2GrpcServer(MAX_BYTES)
+    server.add_generic_rpc_handlers(
+        [
+            grpc.method_handlers_generic_handler(
+                SERVICE, {"Mark": grpc.unary_unary_rpc_method_handler(mark)}
+            )
+        ]
+    )
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    headers = [
+        (b":method", b"POST"),
+        (b":scheme", b"http"),
+        (b":path", f"/{SERVICE}/Mark".encode()),
+        (b":authority", b"x"),
+        (b"content-type", b"application/grpc"),
+        (b"te", b"trailers"),
+    ]
+
+    async def connect(payloads: list[bytes]) -> tuple[Any, Any, Any, bytes]:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        h2 = Connection(Role.CLIENT)
+        h2.initiate_connection()
+        writer.write(h2.data_to_send())
+        h2.receive_data(await asyncio.wait_for(reader.read(65536), 10))  # the server's SETTINGS
+        h2.events()  # (until then nghttp2 sends at most 100 streams)
+        for p in payloads:
+            stream_id = h2.send_request(headers)
+            h2.send_data(stream_id, grpc_frame(p), end_stream=True)
+        return reader, writer, h2, h2.data_to_send()
+
+    async def answered(reader: Any, writer: Any, h2: Any, calls: int) -> None:
+        closed = 0
+        while closed < calls:
+            chunk = await asyncio.wait_for(reader.read(65536), 10)
+            assert chunk, "connection closed before the answers"
+            h2.receive_data(chunk)
+            closed += sum(isinstance(e, StreamClosed) for e in h2.events())
+            writer.write(h2.data_to_send())
+        writer.close()
+
+    burst = [b"a%04d" % i for i in range(3000)]
+    a = await connect(burst)
+    b = await connect([b"lone"])
+    a[1].write(a[3])  # the burst; once the server has read it and started calls, the lone call
+    await asyncio.wait_for(first.wait(), 10)
+    b[1].write(b[3])
+    try:
+        await asyncio.gather(answered(*a[:3], len(burst)), answered(*b[:3], 1))
+        assert sorted(order) == sorted([*burst, b"lone"])
+        assert [p for p in order if p != b"lone"] == burst  # a connection's calls in order
+        # it arrived a few loop iterations into the burst (the client writes it once the
+        # server has started the burst's first calls), and started within two iterations
+        assert order.index(b"lone") < len(burst) // 3, order.index(b"lone")
+        assert server.admission.waiting == 0
+    finally:
+        await server.stop(None)
