@@ -64,10 +64,10 @@ class RuntimeObserver:
         "_batch_events",
         "_batch_spans",
         "_times",
-        "_span",
         "_waits",
         "metrics",
         "rebalances",
+        "span",
     )
 
     def __init__(self, metrics: CoordinatorMetrics | None) -> None:
@@ -77,7 +77,10 @@ class RuntimeObserver:
         self._batch_spans: dict[Any, list[Any]] = {}  # batch -> command span contexts
         # batch -> what the rebalance tracker kept of its commands (their events, group states)
         self._batch_events: dict[Any, list[Any]] = {}
-        self._span: Any = None  # the last command's span context (tracing on)
+        self.span: Any = None
+        """The last traced command's span context (tracing on), until :meth:`ran` takes it.
+        The runtime calls :meth:`ran` for a command that left no records and no events and
+        waits for no batch only while this is set: there is nothing else to do for it."""
         self._times: list[ShardTimes] = []  # per state machine, bound by attach() (metrics on)
 
     # ------------------------------------------------------------------ commands
@@ -102,7 +105,7 @@ class RuntimeObserver:
 
     def _traced_command(self, shard: int, fn: Callable[[Any], Any], machine: Any) -> Any:
         metrics = self.metrics
-        self._span = None
+        self.span = None
         attributes: dict[str, Any] = {tracing.SHARD: shard}
         rpc = tracing.current_attributes()  # the RPC span's
         group_id = rpc.get(tracing.GROUP_ID)
@@ -129,7 +132,7 @@ class RuntimeObserver:
                 done["kip848.records"] = len(records)
             if done:
                 span.set_attributes(done)
-            self._span = span.get_span_context()
+            self.span = span.get_span_context()
         return out
 
     def ran(
@@ -142,7 +145,9 @@ class RuntimeObserver:
     ) -> None:
         """The command just run on ``machine`` left ``records`` and ``events`` (a read: none),
         and its response waits for ``batch`` (its own records, or the shard's last outstanding
-        batch), or for nothing (None: the runtime wrote its events at once)."""
+        batch), or for nothing (None: the runtime wrote its events at once). Not called for a
+        command that left none and waits for none while :attr:`span` is None (a steady
+        heartbeat): it would do nothing."""
         kept = (
             self.rebalances.after_command(machine, records, events)
             if (records or events) and self.metrics is not None
@@ -155,12 +160,12 @@ class RuntimeObserver:
             waits.append((shard, time.monotonic()))
             if kept is not None:
                 self._batch_events.setdefault(batch, []).append(kept)
-            ctx = self._span
+            ctx = self.span
             if ctx is not None:
-                self._span = None
+                self.span = None
                 self._batch_spans.setdefault(batch, []).append(ctx)
             return
-        self._span = None  # a traced command that waits for nothing: no batch span
+        self.span = None  # a traced command that waits for nothing: no batch span
         if kept is not None:
             self._rebalances_durable(kept)
 

@@ -360,8 +360,9 @@ def _observed(
     if metrics is not None:
         grpc_series = metrics.request_series(rpc, "grpc")
         kafka_series = metrics.request_series(kafka_rpc, "kafka")
-    grpc_children = {} if grpc_series is None else grpc_series.children
-    kafka_children = {} if kafka_series is None else kafka_series.children
+    # error code -> the ``observe`` of its series (RequestSeries.child's, bound once here)
+    grpc_observe: dict[int, Callable[[float], None]] = {}
+    kafka_observe: dict[int, Callable[[float], None]] = {}
     monotonic = time.monotonic
     set_arrival = ARRIVAL.set
     reset_arrival = ARRIVAL.reset
@@ -409,14 +410,14 @@ def _observed(
                     if plain is None:
                         plain = plain_value(answer)
                 if caller.api_version is None:
-                    child = grpc_children.get(code)
-                    if child is None:
-                        child = grpc_series.child(code)
+                    observe = grpc_observe.get(code)
+                    if observe is None:
+                        observe = grpc_observe[code] = grpc_series.child(code).observe
                 else:
-                    child = kafka_children.get(code)
-                    if child is None:
-                        child = kafka_series.child(code)
-                child.observe(seconds)
+                    observe = kafka_observe.get(code)
+                    if observe is None:
+                        observe = kafka_observe[code] = kafka_series.child(code).observe
+                observe(seconds)
         if after:
             observe_after(req, caller, answer)
         return answer

@@ -427,7 +427,7 @@ class CoordinatorRuntime:
         self.stats["commands"] += 1
         if read:
             last = self._last_batch.get(index)
-            if obs is not None:
+            if obs is not None and (last is not None or obs.span is not None):
                 obs.ran(index, machine, (), (), last)
             return out, last
         result: Result[Any] = out
@@ -461,7 +461,9 @@ class CoordinatorRuntime:
                 _write_events(result.events)
             else:
                 batch.events.extend(result.events)
-        if obs is not None:
+        if obs is not None and (
+            batch is not None or records or result.events or obs.span is not None
+        ):  # else nothing to observe (RuntimeObserver.ran): a steady heartbeat
             obs.ran(index, machine, records, result.events, batch)
         if result.completions:  # legacy bridge: answer parked requests once durable
             completions = [(index, token, response) for token, response in result.completions]

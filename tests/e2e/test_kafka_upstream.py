@@ -280,6 +280,48 @@ def test_a_deleted_and_recreated_topic_gets_its_new_id_and_loses_its_offsets(
     c.close()
 
 
+def test_a_topic_changed_through_the_listener_is_known_when_the_answer_arrives(
+    kafka_stack: Stack,
+) -> None:
+    """CreateTopics/DeleteTopics through our listener go to the broker; their answers are held
+    until the registry has the change, so the client's very next request sees it (an offset
+    commit for the new topic; after the delete, UNKNOWN_TOPIC_OR_PARTITION), not one refresh
+    interval later."""
+    c = kafka_stack.server.client()
+
+    def commit(offset: int) -> list[int]:
+        resp = c.call(
+            request(
+                8,
+                9,
+                group_id="tf-g5",
+                generation_id_or_member_epoch=-1,
+                member_id="",
+                topics=[
+                    {
+                        "name": "tf-here",
+                        "partitions": [
+                            {
+                                "partition_index": 1,
+                                "committed_offset": offset,
+                                "committed_metadata": "",
+                            }
+                        ],
+                    }
+                ],
+            )
+        )
+        return [p.error_code for t in resp.topics for p in t.partitions]
+
+    for round_ in range(3):  # each round races the refresh afresh
+        created = create_topics(c, **{"tf-here": 2})
+        assert commit(10 + round_) == [E.none], round_
+        assert list_topics(kafka_stack.server)["tf-here"] == (created["tf-here"], 2)
+        delete_topics(c, "tf-here")
+        assert commit(20) == [E.unknown_topic_or_partition], round_
+    c.close()
+
+
 def test_a_regex_picks_up_new_topics_on_the_refresh_interval(kafka_stack: Stack) -> None:
     server = kafka_stack.server
     broker = kafka_stack.broker()

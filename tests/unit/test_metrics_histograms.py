@@ -89,3 +89,30 @@ def test_the_folder_thread_buckets_pending_values_without_a_scrape() -> None:
     assert child.pending == []
     assert child.counts == [0, 1000, 0, 0]
     assert m._folder is not None and m._folder.is_alive()
+
+
+def test_a_fold_counts_every_value_in_the_bucket_bisect_gives_it() -> None:
+    """The fold sets the first bucket's values apart in one pass before bisecting the others:
+    the same buckets as ``bisect_left`` for every value (bounds, their neighbours, negative,
+    infinite, NaN, ints), none lost, none twice."""
+    import math
+    import random
+    from bisect import bisect_left
+
+    rng = random.Random(848)
+    bounds = (0.001, 0.01, 0.1)
+    specials = [0.001, 0.01, 0.1, math.nextafter(0.001, 1), math.nextafter(0.001, 0), 0.0, -1.0]
+    specials += [math.inf, math.nan, 0, 1, True]
+    for n in (0, 1, 7, 1000):
+        child = m._LoopChild(bounds)
+        values = [
+            rng.choice([rng.uniform(0, 0.002), rng.expovariate(10), *specials]) for _ in range(n)
+        ]
+        for value in values:
+            child.observe(value)
+        child.fold()
+        expected = [0] * (len(bounds) + 1)
+        for value in values:
+            expected[bisect_left(bounds, value)] += 1
+        assert child.counts == expected
+        assert child.pending == []

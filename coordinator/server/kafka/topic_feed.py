@@ -8,7 +8,9 @@ from the broker's Metadata — names, partition counts, topic ids; Kafka's metad
   every ``kafka.upstream.metadata.max.age.ms``, at start (before health says SERVING), and on
   demand — when a subscription names a topic the registry does not have, when a regex is seen
   for the first time (that request waits for the refresh, bounded), after a forwarded
-  CreateTopics/DeleteTopics/CreatePartitions, and before the topic RPCs answer. On-demand refreshes are coalesced and at most one starts per
+  CreateTopics/DeleteTopics/CreatePartitions (its answer is held until the registry has the
+  change, bounded: the client's next request sees the topic here, as on Kafka), and before the
+  topic RPCs answer. On-demand refreshes are coalesced and at most one starts per
   ``MIN_REFRESH_GAP_S``; a request that arrives while one is in flight gets the next one.
 * **Topic administration** (the AdminService topic RPCs, ``kip848 topics``) goes to the
   upstream: the broker owns topics. CreateTopics/DeleteTopics/CreatePartitions are sent to it
@@ -24,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, cast
 
 from coordinator.core.errors import (
@@ -49,6 +51,7 @@ ADMIN_TIMEOUT_MS = 30_000  # CreateTopics/DeleteTopics timeout given to the brok
 KNOWN_REGEXES = 1024  # regexes remembered (a new one triggers a refresh)
 KNOWN_MISSING = 4096  # missing topic names remembered (a request waits once per interval)
 SUBSCRIBE_WAIT_S = 1.0
+SETTLE_WAIT_S = 5.0  # a forwarded topic change is answered once refreshed, or after this
 
 CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS = 19, 20, 37
 API_NAMES = {
@@ -115,9 +118,10 @@ class TopicFeed:
         self._last_start = 0.0
         self._regexes: dict[str, None] = {}
         self._missing: dict[str, float] = {}
+        self._settling: set[asyncio.Task[None]] = set()
         self.refreshes = 0
         self.last_error: str | None = None
-        upstream.on_topics_changed = self.request_refresh
+        upstream.on_topics_changed = self.settle_then
 
     # ------------------------------------------------------------ lifecycle
 
@@ -146,10 +150,24 @@ class TopicFeed:
 
     # ------------------------------------------------------------ refreshing
 
-    def request_refresh(self) -> None:
-        """Refresh soon (coalesced); does not wait."""
-        if self._wanted is not None:
-            self._wanted.set()
+    def settle_then(self, deliver: Callable[[], None]) -> None:
+        """A forwarded CreateTopics/DeleteTopics/CreatePartitions was answered by the broker:
+        refresh, then ``deliver`` the answer (after at most ``SETTLE_WAIT_S``, refreshed or
+        not), so the client's next request sees the change here too, as it would on Kafka."""
+        if self._wanted is None:
+            deliver()
+            return
+        task = asyncio.get_running_loop().create_task(self._settled(deliver))
+        self._settling.add(task)
+        task.add_done_callback(self._settling.discard)
+
+    async def _settled(self, deliver: Callable[[], None]) -> None:
+        try:
+            await asyncio.wait_for(self.refresh(), SETTLE_WAIT_S)
+        except (UpstreamError, CoordinatorError, TimeoutError) as exc:
+            log.warning("Answering a topic change before the registry has it: %s", exc)
+        finally:
+            deliver()
 
     async def refresh(self) -> None:
         """Refresh now (or right after the one in flight) and wait until it is applied.

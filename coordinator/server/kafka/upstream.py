@@ -27,6 +27,7 @@ import collections
 import logging
 import struct
 from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from ..api import Node
@@ -128,8 +129,10 @@ class Upstream:
         self._listen_host = self._adv_host = ""
         self._listener: KafkaListener | None = None
         self._forwarded: dict[int, tuple[int, int]] | None = None
-        self.on_topics_changed: Callable[[], None] | None = None
-        """Called after a forwarded request that changes topics (the topic feed refreshes)."""
+        self.on_topics_changed: Callable[[Callable[[], None]], None] | None = None
+        """Called with the delivery of a forwarded answer that changes topics: the topic feed
+        refreshes and delivers it once the registry has the change (bounded), so a client that
+        creates a topic and at once resets offsets for it, or subscribes to it, finds it."""
 
     def version_for(self, key: int, cap: int | None = None) -> int | None:
         """The highest version of ``key`` both the upstream and the codec know (at most
@@ -448,8 +451,6 @@ class UpstreamConnection(asyncio.Protocol):
                 self.client.fail("the upstream sent a response nobody asked for")
                 return
             sink, key, version, rewrite = self.pending.popleft()
-            if key in TOPIC_CHANGING and self.upstream.on_topics_changed is not None:
-                self.upstream.on_topics_changed()
             with memoryview(buf) as view:  # one copy of the frame, not two
                 if rewrite:
                     frame = bytes(view[pos + 4 : pos + 4 + size])
@@ -464,13 +465,20 @@ class UpstreamConnection(asyncio.Protocol):
                     self.client.fail(f"unreadable upstream response: {exc}")
                     return
             pos += 4 + size
-            if isinstance(sink, asyncio.Future):
-                if not sink.done():
-                    sink.set_result(out)
+            changed = self.upstream.on_topics_changed if key in TOPIC_CHANGING else None
+            if changed is None:
+                self._deliver(sink, out)
             else:
-                self.client.complete(sink, out)
+                changed(partial(self._deliver, sink, out))
         if pos:
             del buf[:pos]
+
+    def _deliver(self, sink: Slot | asyncio.Future[bytes], out: bytes) -> None:
+        if isinstance(sink, asyncio.Future):
+            if not sink.done():
+                sink.set_result(out)
+        else:
+            self.client.complete(sink, out)
 
     def connection_lost(self, exc: Exception | None) -> None:
         if not self.closed:
