@@ -355,9 +355,11 @@ garbage collection of the server in a 5,000-member Kafka-protocol storm:
 * **Long single commands.** A command is not preempted. Kafka's way of starting a new group
   gave the first member all 50,000 partitions (about 60 ms of core work) and then revoked
   49,990 of them from it; with the first target covering the whole burst (below) neither
-  happens. What remains: installing the 5,000-member target (about 35 ms) and copying the
-  group's inputs for the worker (about 20 ms). Answering the 5,000 parked joins is spread over
-  commands of 64.
+  happens. What remains: installing the 5,000-member target (about 60 ms of core work) and
+  copying the group's inputs for the worker (about 20 ms). Encoding the target's records for
+  the store (about 30 ms more) is done by the store's writer thread since this round, not in
+  the command, and the GIL switch interval (below) lets the loop run while it encodes.
+  Answering the 5,000 parked joins is spread over commands of 64.
 * **Turns** (`coordinator/runtime/turns.py`, Kafka's event accumulator): a shard that has used
   its 2 ms share of a loop iteration queues its next commands, so the storm's group (one shard)
   does not run its whole burst ahead of the probe's group (another shard); within a shard, joins
@@ -376,6 +378,16 @@ garbage collection of the server in a 5,000-member Kafka-protocol storm:
   libnghttp2, about a tenth of grpc.aio's CPU per call) and the Kafka listener both read each
   connection's calls as they arrive, so the probe's call waits for one loop turn's reads, not
   for the whole burst.
+* **Starting 5,000 calls at once** (gRPC with the default server). The 5,000 joins arrive on
+  50 connections within 30 ms and are read in one or two loop iterations; starting a call runs
+  its first step (decoding, the service layer, queueing its command in its shard's turn), tens
+  of µs each, so the burst's first steps held the loop for about 150 ms before anything read
+  after them. Calls now start fairly between connections, at most 64 per loop iteration
+  (`coordinator/server/admission.py`); the probe's call waits for about one iteration. In
+  paired runs of this row (4 each, alternating): probe max 107-128 ms with it, 244-325 ms
+  without. It does not help the Kafka listener, where each of the 5,000 members has a
+  connection of its own: fairness between connections cannot tell the probe from a member
+  there, so the listener serves requests as they are read, as before.
 
 ### Convergence: one first target for the burst
 
