@@ -276,16 +276,22 @@ def test_batched_leave_reports_each_member() -> None:
     assert h.shard.snapshot() == h.replayed().snapshot()
 
 
-def test_pending_sync_is_answered_rebalance_in_progress_when_the_group_rebalances() -> None:
-    h = Harness(config=GroupCoordinatorConfig(classic_initial_rebalance_delay_ms=0))
+def completing_rebalance(h: Harness) -> tuple[Pending, str]:
+    """member-2 (the leader) and a second member at generation 2, waiting for SyncGroups; the
+    first member's generation-1 join, and the second member's id."""
     h.create_topic("foo", 4)
     a = h.join_group(h.join_group().member_id)
     h.sleep(0)
     b_id = h.join_group().member_id
     b = h.join_group(b_id)
-    a2 = h.join_group("member-2")
-    resp_a = h.resolve(a2)
+    resp_a = h.resolve(h.join_group("member-2"))
     assert resp_a.generation_id == 2 and h.completions[b.token].generation_id == 2
+    return a, b_id
+
+
+def test_pending_sync_is_answered_rebalance_in_progress_when_the_group_rebalances() -> None:
+    h = Harness(config=GroupCoordinatorConfig(classic_initial_rebalance_delay_ms=0))
+    a, b_id = completing_rebalance(h)
     follower = h.sync_group(b_id, 2)
     h.sleep(60_000)  # the leader never syncs: the sync timeout removes it and the group rebalances
     assert h.completions[follower.token] == m.SyncGroupResponse(
@@ -300,13 +306,7 @@ def test_a_second_sync_of_a_waiting_member_answers_the_first() -> None:
     answered at once (superseded, as a second JoinGroup supersedes a first), the second gets
     the assignment. Neither is left without an answer."""
     h = Harness(config=GroupCoordinatorConfig(classic_initial_rebalance_delay_ms=0))
-    h.create_topic("foo", 4)
-    a = h.join_group(h.join_group().member_id)
-    h.sleep(0)
-    b_id = h.join_group().member_id
-    b = h.join_group(b_id)
-    h.resolve(h.join_group("member-2"))
-    assert h.completions[b.token].generation_id == 2
+    a, b_id = completing_rebalance(h)
     first = h.sync_group(b_id, 2)
     second = h.sync_group(b_id, 2)
     assert isinstance(first, Pending) and isinstance(second, Pending)
