@@ -79,7 +79,7 @@ _PARENT_BASED_RATIO = "parentbased_traceidratio"
 DEFAULT_MAX_TRACES_PER_SECOND = 10.0
 """Root traces a process starts a second at most (``--otlp-max-traces-per-second``; 0: no
 limit) when the sampling is decided here. The ratio alone makes tracing cost a fixed share of
-the CPU (1% of requests traced: about 9% of a busy server's CPU end to end with the default
+the CPU (1% of requests traced: about 10% of a busy server's CPU end to end with the default
 gRPC server, 1.5-2% with grpc.aio); the limit
 bounds it in absolute terms where that share matters, on a busy coordinator — 10 traces a
 second are 600 a minute — and leaves a quiet one (under 1,000 requests a second at 1%)
