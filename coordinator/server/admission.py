@@ -60,10 +60,10 @@ class Admission(Generic[K, T]):
     def waiting(self) -> int:
         return sum(len(q) for q in self._waiting.values())
 
-    def clear(self) -> list[tuple[K, T]]:
-        """Every waiting item, taken out (the server stops)."""
-        waiting, self._waiting = self._waiting, {}
-        return [(key, item) for key, queue in waiting.items() for item in queue]
+    def clear(self) -> None:
+        """Drop every waiting item: nothing starts any more (the server stops and answers
+        them itself)."""
+        self._waiting = {}
 
     def _schedule(self) -> None:
         if not self._scheduled:

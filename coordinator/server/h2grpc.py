@@ -779,9 +779,7 @@ class H2GrpcServer:
                     await asyncio.wait_for(self._idle.wait(), deadline - time.monotonic())
                 except TimeoutError:
                     break
-        for conn, call in self.admission.clear():  # calls not started yet
-            if not call.finished:
-                conn.finish(call, grpc.StatusCode.UNAVAILABLE, "Server is shutting down")
+        self.admission.clear()  # nothing starts any more
         tasks = [
             call.task
             for conn in self.connections
@@ -793,6 +791,10 @@ class H2GrpcServer:
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
         for conn in list(self.connections):
+            # A call never started (waiting for its turn), or whose task was cancelled before
+            # its first step, was not answered by its handler: answered here.
+            for call in list(conn.calls.values()):
+                conn.finish(call, grpc.StatusCode.UNAVAILABLE, "Server is shutting down")
             conn.close()
         for server in self._servers:
             await server.wait_closed()

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import grpc
@@ -453,14 +453,82 @@ async def test_garbage_ends_its_connection_quietly(
     assert server.active == 0
 
 
+class RawCalls:
+    """Unary calls written by a bare HTTP/2 client (ngh2) on one connection, all at once:
+    :meth:`send` writes them, :meth:`statuses` reads until every one has ended."""
+
+    def __init__(self, reader: Any, writer: Any, h2: Any) -> None:
+        self.reader, self.writer, self.h2 = reader, writer, h2
+
+    @classmethod
+    async def open(cls, port: int, method: str, payloads: list[bytes]) -> RawCalls:
+        from ngh2 import Connection, Role
+
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        h2 = Connection(Role.CLIENT)
+        h2.initiate_connection()
+        writer.write(h2.data_to_send())
+        h2.receive_data(await asyncio.wait_for(reader.read(65536), 10))  # the server's SETTINGS
+        h2.events()  # (until then nghttp2 sends at most 100 streams)
+        headers = [
+            (b":method", b"POST"),
+            (b":scheme", b"http"),
+            (b":path", f"/{SERVICE}/{method}".encode()),
+            (b":authority", b"x"),
+            (b"content-type", b"application/grpc"),
+            (b"te", b"trailers"),
+        ]
+        for p in payloads:
+            stream_id = h2.send_request(headers)
+            h2.send_data(stream_id, grpc_frame(p), end_stream=True)
+        return cls(reader, writer, h2)
+
+    def send(self) -> None:
+        self.writer.write(self.h2.data_to_send())
+
+    async def statuses(self, calls: int) -> list[bytes]:
+        """The grpc-status of each of ``calls`` calls, in the order they ended."""
+        from ngh2 import ResponseReceived, StreamClosed, TrailersReceived
+
+        status: dict[int, bytes] = {}
+        ended: list[bytes] = []
+        while len(ended) < calls:
+            chunk = await asyncio.wait_for(self.reader.read(65536), 10)
+            assert chunk, f"connection closed after {len(ended)} of {calls} answers"
+            self.h2.receive_data(chunk)
+            for e in self.h2.events():
+                if isinstance(e, ResponseReceived | TrailersReceived):
+                    code = dict(e.headers).get(b"grpc-status")
+                    if code is not None:
+                        status[e.stream_id] = code
+                elif isinstance(e, StreamClosed):
+                    ended.append(status.get(e.stream_id, b"none"))
+            self.writer.write(self.h2.data_to_send())
+        self.writer.close()
+        return ended
+
+
+async def serving(method: str, handler: Callable[[bytes, Any], Any]) -> tuple[H2GrpcServer, int]:
+    """A server on 127.0.0.1:0 with one unary method of ``test.Echo``, and its port."""
+    server = H2GrpcServer(MAX_BYTES)
+    server.add_generic_rpc_handlers(
+        [
+            grpc.method_handlers_generic_handler(
+                SERVICE, {method: grpc.unary_unary_rpc_method_handler(handler)}
+            )
+        ]
+    )
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    return server, port
+
+
 async def test_a_burst_on_one_connection_does_not_hold_back_another_connections_call() -> None:
     """3,000 calls arrive at once on one connection, then one on another: the lone call is
     started within a turn or two of its arrival (``admission.py``: at most ``DEFAULT_BUDGET``
     calls start per loop iteration, then one per connection in turn), long before the burst's
     last call, not after all of them; each connection's calls keep their order, and every call
     is answered."""
-    from ngh2 import Connection, Role, StreamClosed
-
     order: list[bytes] = []
     first = asyncio.Event()
 
@@ -469,55 +537,16 @@ async def test_a_burst_on_one_connection_does_not_hold_back_another_connections_
         first.set()
         return request
 
-    server = H2GrpcServer(MAX_BYTES)
-    server.add_generic_rpc_handlers(
-        [
-            grpc.method_handlers_generic_handler(
-                SERVICE, {"Mark": grpc.unary_unary_rpc_method_handler(mark)}
-            )
-        ]
-    )
-    port = server.add_insecure_port("127.0.0.1:0")
-    await server.start()
-    headers = [
-        (b":method", b"POST"),
-        (b":scheme", b"http"),
-        (b":path", f"/{SERVICE}/Mark".encode()),
-        (b":authority", b"x"),
-        (b"content-type", b"application/grpc"),
-        (b"te", b"trailers"),
-    ]
-
-    async def connect(payloads: list[bytes]) -> tuple[Any, Any, Any, bytes]:
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        h2 = Connection(Role.CLIENT)
-        h2.initiate_connection()
-        writer.write(h2.data_to_send())
-        h2.receive_data(await asyncio.wait_for(reader.read(65536), 10))  # the server's SETTINGS
-        h2.events()  # (until then nghttp2 sends at most 100 streams)
-        for p in payloads:
-            stream_id = h2.send_request(headers)
-            h2.send_data(stream_id, grpc_frame(p), end_stream=True)
-        return reader, writer, h2, h2.data_to_send()
-
-    async def answered(reader: Any, writer: Any, h2: Any, calls: int) -> None:
-        closed = 0
-        while closed < calls:
-            chunk = await asyncio.wait_for(reader.read(65536), 10)
-            assert chunk, "connection closed before the answers"
-            h2.receive_data(chunk)
-            closed += sum(isinstance(e, StreamClosed) for e in h2.events())
-            writer.write(h2.data_to_send())
-        writer.close()
-
+    server, port = await serving("Mark", mark)
     burst = [b"a%04d" % i for i in range(3000)]
-    a = await connect(burst)
-    b = await connect([b"lone"])
-    a[1].write(a[3])  # the burst; once the server has read it and started calls, the lone call
+    a = await RawCalls.open(port, "Mark", burst)
+    b = await RawCalls.open(port, "Mark", [b"lone"])
+    a.send()  # the burst; once the server has read it and started calls, the lone call
     await asyncio.wait_for(first.wait(), 10)
-    b[1].write(b[3])
+    b.send()
     try:
-        await asyncio.gather(answered(*a[:3], len(burst)), answered(*b[:3], 1))
+        answers = await asyncio.gather(a.statuses(len(burst)), b.statuses(1))
+        assert answers == [[b"0"] * len(burst), [b"0"]]
         assert sorted(order) == sorted([*burst, b"lone"])
         assert [p for p in order if p != b"lone"] == burst  # a connection's calls in order
         # it arrived a few loop iterations into the burst (the client writes it once the
@@ -526,3 +555,24 @@ async def test_a_burst_on_one_connection_does_not_hold_back_another_connections_
         assert server.admission.waiting == 0
     finally:
         await server.stop(None)
+
+
+async def test_a_stop_answers_the_calls_still_waiting_for_their_turn() -> None:
+    """A stop while 500 calls are in: the ones running are cancelled and the ones not started
+    yet are answered too, every one UNAVAILABLE; none is left without a status."""
+    started = asyncio.Event()
+
+    async def hold(request: bytes, context: Any) -> bytes:
+        started.set()
+        await asyncio.Event().wait()  # until cancelled
+        return request
+
+    server, port = await serving("Hold", hold)
+    calls = await RawCalls.open(port, "Hold", [b"%03d" % i for i in range(500)])
+    calls.send()
+    await asyncio.wait_for(started.wait(), 10)
+    assert server.admission.waiting > 0
+    stopped = asyncio.ensure_future(server.stop(None))
+    assert await calls.statuses(500) == [b"14"] * 500
+    await asyncio.wait_for(stopped, 10)
+    assert server.admission.waiting == 0
