@@ -157,9 +157,11 @@ class _Batch:
         self.offloads: list[tuple[int, str]] = []  # (shard, group): computations to start
 
 
-def _retrieve(fut: asyncio.Future[None]) -> None:
+def _retrieve(fut: asyncio.Future[Any]) -> None:
+    """Mark a future's exception as seen: a batch may fail with nobody awaiting it (timers),
+    a parked request's caller may be gone before it awaits its answer."""
     if not fut.cancelled():
-        fut.exception()  # mark retrieved: a batch may fail with nobody awaiting it (timers)
+        fut.exception()
 
 
 async def _durable(batch: _Batch) -> None:
@@ -536,7 +538,7 @@ class CoordinatorRuntime:
             return response, batch
         key = (index, response.token)
         fut: asyncio.Future[Any] = self._started()[0].create_future()
-        fut.add_done_callback(_retrieved)  # its caller may be gone before it awaits it
+        fut.add_done_callback(_retrieve)  # its caller may be gone before it awaits it
         self._parked[key] = fut
         if self._parking_closed:
             fut.set_exception(_shutting_down())
@@ -1328,12 +1330,6 @@ def _append_encoded(store: RecordStore, records: Sequence[Record], timestamp_ms:
         key, value = encode(rec)
         stored.append(StoredRecord(key, value, rec.group_id))
     store.append(stored, timestamp_ms)
-
-
-def _retrieved(fut: asyncio.Future[Any]) -> None:
-    """Mark a future's exception as seen (asyncio would log one nobody awaited)."""
-    if not fut.cancelled():
-        fut.exception()
 
 
 def _shutting_down() -> CoordinatorError:

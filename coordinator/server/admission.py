@@ -1,15 +1,17 @@
-"""Admission: new calls are started fairly between connections, a bounded number per event-loop
-iteration (both listeners: ``h2grpc.py``'s calls, the Kafka listener's requests).
+"""Admission: new gRPC calls (``h2grpc.py``) are started fairly between connections, a bounded
+number per event-loop iteration.
 
 A burst of thousands of calls read in one iteration (a join storm: 5,000 members on a few
-HTTP/2 connections, or on 5,000 Kafka connections) would otherwise have every call's first step
-run before anything read later — decoding, the service layer, queueing its command, tens of µs
+HTTP/2 connections) would otherwise have every call's first step run before anything read
+later — decoding, the service layer, queueing its command, tens of µs
 each — so a heartbeat of another group arriving just after it waited for the whole burst
 (about 150 ms for 5,000 joins here). With admission at most ``budget`` calls start per
 iteration; the others wait their connection's turn, one per connection in turn, so that
 heartbeat waits for about one iteration's budget. A connection's calls start in arrival order.
 The coordinator's own turns (``runtime/turns.py``) then share the loop between state machines;
-this shares it between connections before that.
+this shares it between connections before that. The Kafka listener does not use it: there each
+member has a connection of its own, and fairness between connections cannot tell another
+group's heartbeat from a storm's join.
 """
 
 from __future__ import annotations
@@ -51,10 +53,6 @@ class Admission(Generic[K, T]):
             queue = self._waiting[key] = deque()
         queue.append(item)
         self._schedule()
-
-    def waiting_for(self, key: K) -> bool:
-        """Whether ``key`` has items waiting (a later one must wait behind them)."""
-        return key in self._waiting
 
     @property
     def waiting(self) -> int:
