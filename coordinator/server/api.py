@@ -15,6 +15,7 @@ from typing import Any, Generic, TypeVar
 from coordinator.core.errors import ErrorCode
 from coordinator.core.model import Assignment
 from coordinator.core.shard import GroupDescription
+from coordinator.security.principal import ANONYMOUS, KafkaPrincipal
 
 T = TypeVar("T")
 
@@ -42,7 +43,10 @@ class Caller:
     (``coordinator/observability/requests.py``): ``received``, when a front end received a
     call it forwarded (its ``time.monotonic()``; None: the call starts here), and
     ``trace_metadata``, the call's metadata when it carries a W3C ``traceparent`` (read only
-    while tracing is on; None: none, or tracing off)."""
+    while tracing is on; None: none, or tracing off).
+
+    ``principal``: who sent it, as the transport authenticated it (``User:ANONYMOUS`` when it
+    did not): what the authorizer decides on (``coordinator/security``)."""
 
     client_id: str = ""
     client_host: str = ""
@@ -51,6 +55,7 @@ class Caller:
     abort_when_closing: bool = False
     received: float | None = None
     trace_metadata: Sequence[tuple[str, Any]] | None = None
+    principal: KafkaPrincipal = ANONYMOUS
 
     def version_below(self, version: int) -> bool:
         """True for a Kafka request older than ``version`` (never for gRPC)."""

@@ -23,6 +23,7 @@ from coordinator.core.errors import CoordinatorError, ErrorCode
 from coordinator.observability import tracing
 from coordinator.observability.requests import ADMIN_METHODS
 from coordinator.runtime import CoordinatorRuntime
+from coordinator.security.principal import ANONYMOUS, KafkaPrincipal
 from kip848.v1 import (
     admin_pb2,
     admin_pb2_grpc,
@@ -49,6 +50,11 @@ NODE_ID = 0
 """The node id the gRPC FindCoordinator answers (one coordinator process)."""
 
 Address = Callable[[], tuple[str, int]]
+
+
+def anonymous(_context: Any) -> KafkaPrincipal:
+    """The principal of a call on a listener that authenticates nobody."""
+    return ANONYMOUS
 
 
 def client_id_of(context: grpc.aio.ServicerContext) -> str:
@@ -121,6 +127,10 @@ class GrpcServicer:
 
     ROWS: dict[str, Rpc] = {}
     max_response_bytes: int | None = None
+    principal_of: Callable[[Any], KafkaPrincipal] = staticmethod(anonymous)
+    """Who sends a call (its ``grpc.aio.ServicerContext`` or ``ForwardedContext``): the
+    transport's authentication installs its own (a client certificate's subject, a bearer
+    token); ANONYMOUS by default."""
 
     def __init__(
         self, runtime: CoordinatorRuntime | CoordinatorService, address: Address | None = None
@@ -140,8 +150,11 @@ class GrpcServicer:
             host, port = self.address()
             node = Node(node_id=NODE_ID, host=host, port=port)
         received = context.received if type(context) is ForwardedContext else None
+        principal = self.principal_of(context)
         if not identity:
-            return Caller(node=node, abort_when_closing=True, received=received)
+            return Caller(
+                node=node, abort_when_closing=True, received=received, principal=principal
+            )
         client_id, trace_metadata = identity_in(
             context.invocation_metadata() or (), tracing.STATE.enabled
         )
@@ -152,6 +165,7 @@ class GrpcServicer:
             abort_when_closing=True,
             received=received,
             trace_metadata=trace_metadata,
+            principal=principal,
         )
 
     async def run(self, row: Rpc, request: Any, context: grpc.aio.ServicerContext) -> Any:

@@ -1,4 +1,4 @@
-"""The core and the legacy bridge are pure: no IO, asyncio, grpc, wall clock, randomness or
+"""The core, the legacy bridge and the security model are pure: no IO, asyncio, grpc, wall clock, randomness or
 logging (the core returns log events; the runtime writes them once durable).
 
 Every import in every module of coordinator/core and legacy_bridge, and of the shard factory and
@@ -15,7 +15,11 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PURE_PACKAGES = [ROOT / "coordinator" / "core", ROOT / "legacy_bridge"]
+PURE_PACKAGES = [
+    ROOT / "coordinator" / "core",
+    ROOT / "legacy_bridge",
+    ROOT / "coordinator" / "security",
+]
 PURE_MODULES = [ROOT / "coordinator" / "factory.py", ROOT / "coordinator" / "harness.py"]
 
 ALLOWED = {
@@ -28,7 +32,9 @@ ALLOWED = {
     "dataclasses",
     "enum",
     "functools",
+    "hashlib",
     "heapq",
+    "hmac",
     "itertools",
     "math",
     "operator",
@@ -84,7 +90,9 @@ def _imports(path: Path) -> list[tuple[int, str]]:
 def _allowed(module: str) -> bool:
     if module in ("coordinator.factory", "coordinator.harness"):
         return True  # pure too (checked here), and they only compose the core and the bridge
-    if module.startswith("coordinator.") and not module.startswith("coordinator.core"):
+    if module.startswith("coordinator.") and not module.startswith(
+        ("coordinator.core", "coordinator.security")
+    ):
         return False  # the core may not reach into runtime/server/cli
     return any(module == a or module.startswith(a + ".") for a in ALLOWED)
 
@@ -98,11 +106,13 @@ def _modules() -> list[Path]:
     "path", sorted((ROOT / "coordinator" / "core").rglob("*.py")), ids=lambda p: p.name
 )
 def test_the_core_does_not_depend_on_the_bridge_or_the_factory(path: Path) -> None:
-    """The bridge plugs into the core (ClassicGroupSupport); the core never names it."""
+    """The bridge plugs into the core (ClassicGroupSupport); the core never names it, nor the
+    security model (which is built on the core's records)."""
     bad = [
         f"line {line}: import {mod}"
         for line, mod in _imports(path)
-        if mod.startswith("legacy_bridge") or mod in ("coordinator.factory", "coordinator.harness")
+        if mod.startswith(("legacy_bridge", "coordinator.security"))
+        or mod in ("coordinator.factory", "coordinator.harness")
     ]
     assert not bad, f"{path.relative_to(ROOT)} imports {bad}"
 

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from coordinator.core.errors import ErrorCode
+from coordinator.security.principal import ANONYMOUS, KafkaPrincipal
 
 from ..api import Caller, Node
 from ..codec import AUTHORIZED_OPERATIONS_OMITTED
@@ -375,6 +376,8 @@ class KafkaConnection(asyncio.Protocol):
         self._drain_then_close = False
         self.upstream_conn: Any = None
         self._callers: dict[tuple[str | None, int], Caller] = {}
+        self.principal: KafkaPrincipal = ANONYMOUS
+        """Who is on this connection (:meth:`set_principal`); ANONYMOUS until authenticated."""
         self._forwarding: Callable[[bool], None] | None = None  # for the next expect()
 
     # ------------------------------------------------------------ asyncio.Protocol
@@ -495,8 +498,15 @@ class KafkaConnection(asyncio.Protocol):
         if on_forward is not None:
             self._forwarding = on_forward(key)
 
+    def set_principal(self, principal: KafkaPrincipal) -> None:
+        """The connection authenticated as ``principal`` (SASL, a client certificate, a
+        re-authentication): the requests read after this call carry it."""
+        self.principal = principal
+        self._callers.clear()
+
     def caller(self, client_id: str | None, version: int) -> Caller:
-        """Who sends a request on this connection (one per client id and version, reused)."""
+        """Who sends a request on this connection (one per client id and version, reused;
+        with the connection's principal)."""
         cache_key = (client_id, version)
         caller = self._callers.get(cache_key)
         if caller is None:
@@ -507,6 +517,7 @@ class KafkaConnection(asyncio.Protocol):
                 client_host=self.client_host,
                 api_version=version,
                 node=self.node,
+                principal=self.principal,
             )
         return caller
 
