@@ -28,18 +28,28 @@ class ErrorCode(IntEnum):
     UNKNOWN_MEMBER_ID = 25
     INVALID_SESSION_TIMEOUT = 26
     REBALANCE_IN_PROGRESS = 27
+    TOPIC_AUTHORIZATION_FAILED = 29
     GROUP_AUTHORIZATION_FAILED = 30
+    CLUSTER_AUTHORIZATION_FAILED = 31
+    UNSUPPORTED_SASL_MECHANISM = 33
+    ILLEGAL_SASL_STATE = 34
     UNSUPPORTED_VERSION = 35
     TOPIC_ALREADY_EXISTS = 36
     INVALID_PARTITIONS = 37
     INVALID_REQUEST = 42
     INVALID_CONFIG = 40
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
+    SECURITY_DISABLED = 54
+    SASL_AUTHENTICATION_FAILED = 58
     NON_EMPTY_GROUP = 68
     GROUP_ID_NOT_FOUND = 69
     MEMBER_ID_REQUIRED = 79
     GROUP_MAX_SIZE_REACHED = 81
     FENCED_INSTANCE_ID = 82
     GROUP_SUBSCRIBED_TO_TOPIC = 86
+    RESOURCE_NOT_FOUND = 91
+    DUPLICATE_RESOURCE = 92
+    UNACCEPTABLE_CREDENTIAL = 93
     UNKNOWN_TOPIC_ID = 100
     FENCED_MEMBER_EPOCH = 110
     UNRELEASED_INSTANCE_ID = 111
@@ -126,9 +136,29 @@ class RebalanceInProgressError(CoordinatorError):
     default_message = "The group is rebalancing, so a rejoin is needed."
 
 
+class TopicAuthorizationFailedError(CoordinatorError):
+    code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+    default_message = "Topic authorization failed."
+
+
 class GroupAuthorizationFailedError(CoordinatorError):
     code = ErrorCode.GROUP_AUTHORIZATION_FAILED
     default_message = "Group authorization failed."
+
+
+class ClusterAuthorizationFailedError(CoordinatorError):
+    code = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+    default_message = "Cluster authorization failed."
+
+
+class UnsupportedSaslMechanismError(CoordinatorError):
+    code = ErrorCode.UNSUPPORTED_SASL_MECHANISM
+    default_message = "The broker does not support the requested SASL mechanism."
+
+
+class IllegalSaslStateError(CoordinatorError):
+    code = ErrorCode.ILLEGAL_SASL_STATE
+    default_message = "Request is not valid given the current SASL state."
 
 
 class UnsupportedVersionError(CoordinatorError):
@@ -156,6 +186,21 @@ class InvalidRequestError(CoordinatorError):
     default_message = (
         "This most likely occurs because of a request being malformed by the client library."
     )
+
+
+class TransactionalIdAuthorizationFailedError(CoordinatorError):
+    code = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    default_message = "Transactional Id authorization failed."
+
+
+class SecurityDisabledError(CoordinatorError):
+    code = ErrorCode.SECURITY_DISABLED
+    default_message = "Security features are disabled."
+
+
+class SaslAuthenticationFailedError(CoordinatorError):
+    code = ErrorCode.SASL_AUTHENTICATION_FAILED
+    default_message = "SASL Authentication failed."
 
 
 class NonEmptyGroupError(CoordinatorError):
@@ -186,6 +231,21 @@ class FencedInstanceIdError(CoordinatorError):
 class GroupSubscribedToTopicError(CoordinatorError):
     code = ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC
     default_message = "The consumer group is actively subscribed to the topic."
+
+
+class ResourceNotFoundError(CoordinatorError):
+    code = ErrorCode.RESOURCE_NOT_FOUND
+    default_message = "A request illegally referred to a resource that does not exist."
+
+
+class DuplicateResourceError(CoordinatorError):
+    code = ErrorCode.DUPLICATE_RESOURCE
+    default_message = "A request illegally referred to the same resource twice."
+
+
+class UnacceptableCredentialError(CoordinatorError):
+    code = ErrorCode.UNACCEPTABLE_CREDENTIAL
+    default_message = "Requested credential would not meet criteria for acceptability."
 
 
 class UnknownTopicIdError(CoordinatorError):
@@ -234,18 +294,28 @@ ERRORS_BY_CODE: dict[ErrorCode, type[CoordinatorError]] = {
         UnknownMemberIdError,
         InvalidSessionTimeoutError,
         RebalanceInProgressError,
+        TopicAuthorizationFailedError,
         GroupAuthorizationFailedError,
+        ClusterAuthorizationFailedError,
+        UnsupportedSaslMechanismError,
+        IllegalSaslStateError,
         UnsupportedVersionError,
         TopicAlreadyExistsError,
         InvalidPartitionsError,
         InvalidConfigError,
         InvalidRequestError,
+        TransactionalIdAuthorizationFailedError,
+        SecurityDisabledError,
+        SaslAuthenticationFailedError,
         NonEmptyGroupError,
         GroupIdNotFoundError,
         MemberIdRequiredError,
         GroupMaxSizeReachedError,
         FencedInstanceIdError,
         GroupSubscribedToTopicError,
+        ResourceNotFoundError,
+        DuplicateResourceError,
+        UnacceptableCredentialError,
         UnknownTopicIdError,
         FencedMemberEpochError,
         UnreleasedInstanceIdError,

@@ -60,18 +60,28 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     UNKNOWN_MEMBER_ID: _ErrorCode.ValueType  # 25
     INVALID_SESSION_TIMEOUT: _ErrorCode.ValueType  # 26
     REBALANCE_IN_PROGRESS: _ErrorCode.ValueType  # 27
+    TOPIC_AUTHORIZATION_FAILED: _ErrorCode.ValueType  # 29
     GROUP_AUTHORIZATION_FAILED: _ErrorCode.ValueType  # 30
+    CLUSTER_AUTHORIZATION_FAILED: _ErrorCode.ValueType  # 31
+    UNSUPPORTED_SASL_MECHANISM: _ErrorCode.ValueType  # 33
+    ILLEGAL_SASL_STATE: _ErrorCode.ValueType  # 34
     UNSUPPORTED_VERSION: _ErrorCode.ValueType  # 35
     TOPIC_ALREADY_EXISTS: _ErrorCode.ValueType  # 36
     INVALID_PARTITIONS: _ErrorCode.ValueType  # 37
     INVALID_CONFIG: _ErrorCode.ValueType  # 40
     INVALID_REQUEST: _ErrorCode.ValueType  # 42
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED: _ErrorCode.ValueType  # 53
+    SECURITY_DISABLED: _ErrorCode.ValueType  # 54
+    SASL_AUTHENTICATION_FAILED: _ErrorCode.ValueType  # 58
     NON_EMPTY_GROUP: _ErrorCode.ValueType  # 68
     GROUP_ID_NOT_FOUND: _ErrorCode.ValueType  # 69
     MEMBER_ID_REQUIRED: _ErrorCode.ValueType  # 79
     GROUP_MAX_SIZE_REACHED: _ErrorCode.ValueType  # 81
     FENCED_INSTANCE_ID: _ErrorCode.ValueType  # 82
     GROUP_SUBSCRIBED_TO_TOPIC: _ErrorCode.ValueType  # 86
+    RESOURCE_NOT_FOUND: _ErrorCode.ValueType  # 91
+    DUPLICATE_RESOURCE: _ErrorCode.ValueType  # 92
+    UNACCEPTABLE_CREDENTIAL: _ErrorCode.ValueType  # 93
     UNKNOWN_TOPIC_ID: _ErrorCode.ValueType  # 100
     FENCED_MEMBER_EPOCH: _ErrorCode.ValueType  # 110
     UNRELEASED_INSTANCE_ID: _ErrorCode.ValueType  # 111
@@ -101,18 +111,28 @@ INVALID_GROUP_ID: ErrorCode.ValueType  # 24
 UNKNOWN_MEMBER_ID: ErrorCode.ValueType  # 25
 INVALID_SESSION_TIMEOUT: ErrorCode.ValueType  # 26
 REBALANCE_IN_PROGRESS: ErrorCode.ValueType  # 27
+TOPIC_AUTHORIZATION_FAILED: ErrorCode.ValueType  # 29
 GROUP_AUTHORIZATION_FAILED: ErrorCode.ValueType  # 30
+CLUSTER_AUTHORIZATION_FAILED: ErrorCode.ValueType  # 31
+UNSUPPORTED_SASL_MECHANISM: ErrorCode.ValueType  # 33
+ILLEGAL_SASL_STATE: ErrorCode.ValueType  # 34
 UNSUPPORTED_VERSION: ErrorCode.ValueType  # 35
 TOPIC_ALREADY_EXISTS: ErrorCode.ValueType  # 36
 INVALID_PARTITIONS: ErrorCode.ValueType  # 37
 INVALID_CONFIG: ErrorCode.ValueType  # 40
 INVALID_REQUEST: ErrorCode.ValueType  # 42
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED: ErrorCode.ValueType  # 53
+SECURITY_DISABLED: ErrorCode.ValueType  # 54
+SASL_AUTHENTICATION_FAILED: ErrorCode.ValueType  # 58
 NON_EMPTY_GROUP: ErrorCode.ValueType  # 68
 GROUP_ID_NOT_FOUND: ErrorCode.ValueType  # 69
 MEMBER_ID_REQUIRED: ErrorCode.ValueType  # 79
 GROUP_MAX_SIZE_REACHED: ErrorCode.ValueType  # 81
 FENCED_INSTANCE_ID: ErrorCode.ValueType  # 82
 GROUP_SUBSCRIBED_TO_TOPIC: ErrorCode.ValueType  # 86
+RESOURCE_NOT_FOUND: ErrorCode.ValueType  # 91
+DUPLICATE_RESOURCE: ErrorCode.ValueType  # 92
+UNACCEPTABLE_CREDENTIAL: ErrorCode.ValueType  # 93
 UNKNOWN_TOPIC_ID: ErrorCode.ValueType  # 100
 FENCED_MEMBER_EPOCH: ErrorCode.ValueType  # 110
 UNRELEASED_INSTANCE_ID: ErrorCode.ValueType  # 111
