@@ -247,6 +247,8 @@ class ConsumerGroups(ByGroupId[ConsumerGroup]):
                 causes.append(Cause.REGEX_CHANGED)
             if updated.server_assignor_name != member.server_assignor_name:
                 causes.append(Cause.ASSIGNOR_CHANGED)
+            if updated.rack_id != member.rack_id:  # KAFKA-20909 (never when omitted)
+                causes.append(Cause.RACK_CHANGED)
             if is_new and causes:
                 causes = [Cause.MEMBER_JOINED]
         group = self._by_group[group_id]

@@ -48,6 +48,8 @@ class Cause(Enum):
     SUBSCRIPTION_CHANGED = "subscription_changed"
     REGEX_CHANGED = "regex_changed"
     ASSIGNOR_CHANGED = "assignor_changed"
+    RACK_CHANGED = "rack_changed"
+    """A member's rack changed (KAFKA-20909): rack-aware assignors place partitions by it."""
     TOPIC_METADATA_CHANGED = "topic_metadata_changed"
 
 

@@ -219,7 +219,6 @@ def test_repeating_every_field_with_the_same_value_changes_nothing() -> None:
 @pytest.mark.parametrize(
     "field,value,attr,expected",
     [
-        ("rack_id", "r2", "rack_id", "r2"),
         ("rebalance_timeout_ms", 10_000, "rebalance_timeout_ms", 10_000),
         ("client_id", "client-b", "client_id", "client-b"),
         ("client_host", "/10.0.0.2", "client_host", "/10.0.0.2"),
@@ -228,7 +227,7 @@ def test_repeating_every_field_with_the_same_value_changes_nothing() -> None:
 def test_changes_that_do_not_bump_the_epoch(
     field: str, value: Any, attr: str, expected: Any
 ) -> None:
-    """Rack, rebalance timeout, client id and host: a member metadata record, no bump."""
+    """Rebalance timeout, client id and host: a member metadata record, no bump."""
     h, _foo, identity = full_featured_member()
     fields: dict[str, Any] = dict(member_id="A", member_epoch=1, instance_id="i1", **identity)
     fields[field] = value
@@ -238,6 +237,28 @@ def test_changes_that_do_not_bump_the_epoch(
     assert res.records == [r.member_metadata_record(G, member)]
     assert res.response == Resp(member_id="A", member_epoch=1, heartbeat_interval_ms=HB_MS)
     assert h.shard.groups[G].group_epoch == 1
+    check_replay(h)
+
+
+def test_rack_change_bumps_the_epoch() -> None:
+    """KAFKA-20909: a new rack id bumps the group epoch (rack-aware assignors place partitions
+    by it); the same rack again, or none sent, does not."""
+    h, foo = one_member(2, rack_id="r1")
+    res = h.heartbeat_result(member_id="A", member_epoch=1, rack_id="r2")
+    member = h.shard.groups[G].members["A"]
+    assert member.rack_id == "r2"
+    assert res.records == [
+        r.member_metadata_record(G, member),
+        r.group_epoch_record(G, 2, uid(h)),
+        r.target_assignment_epoch_record(G, 2),
+        ca("A", 2, 1, STABLE, p(foo, 0, 1)),
+    ]
+    assert res.response == Resp(member_id="A", member_epoch=2, heartbeat_interval_ms=HB_MS)
+    assert [e.fields["causes"] for e in res.events] == [("rack_changed",)]
+    for rack in ("r2", None):
+        res = h.heartbeat_result(member_id="A", member_epoch=2, rack_id=rack)
+        assert (res.records, res.events) == ([], [])
+        assert res.response == Resp(member_id="A", member_epoch=2, heartbeat_interval_ms=HB_MS)
     check_replay(h)
 
 
