@@ -30,6 +30,8 @@ import pyarrow.parquet as pq
 from coordinator.core import codec
 from coordinator.core import records as r
 from coordinator.core.model import MemberState
+from coordinator.security.acls import AclBinding
+from coordinator.security.scram import ScramMechanism
 
 from .schema import COLUMNS, RECORD_TYPES, SCHEMA, ExportInfo
 
@@ -142,6 +144,16 @@ _FILLS: dict[int, tuple[str, ...]] = {
     16: ("regular_expression", "regex_topics", "regex_topics_version"),
     1016: ("config_name", "config_value"),
     1100: ("topic", "topic_id", "num_partitions"),
+    1106: (
+        "acl_resource_type",
+        "acl_resource_name",
+        "acl_pattern_type",
+        "acl_principal",
+        "acl_host",
+        "acl_operation",
+        "acl_permission_type",
+    ),
+    1111: ("scram_user", "scram_mechanism", "scram_iterations"),
 }
 
 
@@ -164,6 +176,8 @@ class _Decoder:
             r.ConsumerGroupRegularExpressionKey: self._regex,
             r.GroupConfigKey: self._group_config,
             r.TopicKey: self._topic,
+            r.AccessControlEntryKey: self._acl,
+            r.UserScramCredentialKey: self._scram_credential,
         }
 
     def shard(self, group_id: str) -> int:
@@ -294,6 +308,26 @@ class _Decoder:
             self.names[v.topic_id] = key.name
             cols["topic_id"][i] = v.topic_id
             cols["num_partitions"][i] = v.num_partitions
+
+    @staticmethod
+    def _acl(cols: dict[str, list[Any]], i: int, key: Any, v: Any) -> None:
+        b = AclBinding.of_key(key)
+        cols["acl_resource_type"][i] = b.resource_type.name
+        cols["acl_resource_name"][i] = b.resource_name
+        cols["acl_pattern_type"][i] = b.pattern_type.name
+        cols["acl_principal"][i] = b.principal
+        cols["acl_host"][i] = b.host
+        cols["acl_operation"][i] = b.operation.name
+        cols["acl_permission_type"][i] = b.permission_type.name
+
+    @staticmethod
+    def _scram_credential(cols: dict[str, list[Any]], i: int, key: Any, v: Any) -> None:
+        # The salt and the keys are secrets (they allow an offline guess of the password):
+        # only who, which mechanism and how many iterations are exported.
+        cols["scram_user"][i] = key.name
+        cols["scram_mechanism"][i] = ScramMechanism(key.mechanism).mechanism_name
+        if v is not None:
+            cols["scram_iterations"][i] = v.iterations
 
 
 def _decode_classic(

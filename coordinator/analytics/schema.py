@@ -66,6 +66,8 @@ RECORD_TYPES: dict[int, str] = {
     16: "ConsumerGroupRegularExpression",
     1016: "GroupConfig",
     1100: "Topic",
+    1106: "AccessControlEntry",
+    1111: "UserScramCredential",
 }
 
 
@@ -93,9 +95,14 @@ COLUMNS: tuple[Column, ...] = (
         pa.int32(),
         "all",
         "the shard that owns the group: CRC-32 of the group id modulo group.coordinator.shards;"
-        " null for cluster-level records (Topic)",
+        " null for cluster-level records (Topic, ACLs, SCRAM credentials)",
     ),
-    Column("group_id", pa.string(), "all", "the group; null for cluster-level records (Topic)"),
+    Column(
+        "group_id",
+        pa.string(),
+        "all",
+        "the group; null for cluster-level records (Topic, ACLs, SCRAM credentials)",
+    ),
     Column("record_type", pa.string(), "all", "Kafka's name of the record type", False),
     Column("record_type_id", pa.int16(), "all", "the record type's number (key version)", False),
     Column("tombstone", pa.bool_(), "all", "true when the record deletes its key", False),
@@ -240,6 +247,28 @@ COLUMNS: tuple[Column, ...] = (
         "GroupMetadata",
         "the classic group's members; subscriptions and assignments are decoded when the"
         " protocol type is consumer",
+    ),
+    Column(
+        "acl_resource_type",
+        pa.string(),
+        "AccessControlEntry",
+        "the ACL's resource type (TOPIC, GROUP, CLUSTER, TRANSACTIONAL_ID ...)",
+    ),
+    Column("acl_resource_name", pa.string(), "AccessControlEntry", "its resource name or prefix"),
+    Column("acl_pattern_type", pa.string(), "AccessControlEntry", "LITERAL or PREFIXED"),
+    Column("acl_principal", pa.string(), "AccessControlEntry", "the principal (User:NAME)"),
+    Column("acl_host", pa.string(), "AccessControlEntry", "the host (* for every host)"),
+    Column("acl_operation", pa.string(), "AccessControlEntry", "the operation (READ, ALL ...)"),
+    Column("acl_permission_type", pa.string(), "AccessControlEntry", "ALLOW or DENY"),
+    Column(
+        "scram_user",
+        pa.string(),
+        "UserScramCredential",
+        "the user whose SCRAM credential changed (never the salt or keys: not exported)",
+    ),
+    Column("scram_mechanism", pa.string(), "UserScramCredential", "SCRAM-SHA-256 or SCRAM-SHA-512"),
+    Column(
+        "scram_iterations", pa.int32(), "UserScramCredential", "its iteration count (null: deleted)"
     ),
 )
 

@@ -159,8 +159,7 @@ def check_state(shards: Sequence[Shard], registry: TopicRegistry) -> list[str]:
 
 def cmd_replay(args: argparse.Namespace) -> int:
     from coordinator.core.commands import SequentialIds
-    from coordinator.core.topics import TopicRegistry
-    from coordinator.factory import new_shard
+    from coordinator.factory import new_cluster, new_shard
     from coordinator.runtime.assignors import make_assignors
     from coordinator.runtime.loader import load_into
     from coordinator.runtime.store import StoreError
@@ -174,7 +173,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     assignors = make_assignors(config.consumer_assignors)
     ids = SequentialIds()
     shards = [new_shard(config=config, assignors=assignors, ids=ids) for _ in range(config.shards)]
-    registry = TopicRegistry(ids)
+    registry, _security = new_cluster(ids)
     started = time.perf_counter()
     with store:
         try:

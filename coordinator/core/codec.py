@@ -104,6 +104,8 @@ _KEY_CLASSES: tuple[type[r.RecordKey], ...] = (
     r.ConsumerGroupRegularExpressionKey,
     r.GroupConfigKey,
     r.TopicKey,
+    r.AccessControlEntryKey,
+    r.UserScramCredentialKey,
 )
 
 _KEY_FIELDS: dict[r.RecordType, tuple[type[r.RecordKey], tuple[str, ...]]] = {
@@ -283,6 +285,23 @@ def _value_encoders() -> dict[
     def tp_dec(f: list[Any]) -> r.TopicValue:
         return r.TopicValue(topic_id=f[0], num_partitions=f[1])
 
+    def acl_enc(_v: r.AccessControlEntryValue) -> list[Any]:
+        return []
+
+    def acl_dec(_f: list[Any]) -> r.AccessControlEntryValue:
+        return r.AccessControlEntryValue()
+
+    def scram_enc(v: r.UserScramCredentialValue) -> list[Any]:
+        return [b64(v.salt), b64(v.stored_key), b64(v.server_key), v.iterations]
+
+    def scram_dec(f: list[Any]) -> r.UserScramCredentialValue:
+        return r.UserScramCredentialValue(
+            salt=base64.b64decode(f[0]),
+            stored_key=base64.b64decode(f[1]),
+            server_key=base64.b64decode(f[2]),
+            iterations=f[3],
+        )
+
     t = r.RecordType
     return {
         t.OFFSET_COMMIT: (oc_enc, oc_dec),
@@ -296,6 +315,8 @@ def _value_encoders() -> dict[
         t.CONSUMER_GROUP_REGULAR_EXPRESSION: (rx_enc, rx_dec),
         t.GROUP_CONFIG: (gc_enc, gc_dec),
         t.TOPIC: (tp_enc, tp_dec),
+        t.ACCESS_CONTROL_ENTRY: (acl_enc, acl_dec),
+        t.USER_SCRAM_CREDENTIAL: (scram_enc, scram_dec),
     }
 
 

@@ -29,8 +29,10 @@ V = TypeVar("V")
 
 class RecordType(IntEnum):
     """Record types, named and numbered as Kafka's ``CoordinatorRecordType`` (the share-group
-    types 9-15 are not used here); 1016 and 1100 are this coordinator's own (group configs and
-    topics, which Kafka keeps in the controller)."""
+    types 9-15 are not used here); 1016 and 1100 and up are this coordinator's own (group
+    configs, topics, ACLs and SCRAM credentials, which Kafka keeps in the controller's metadata
+    log: 1106 and 1111 after its AccessControlEntryRecord (6) and UserScramCredentialRecord
+    (11))."""
 
     OFFSET_COMMIT = 1
     GROUP_METADATA = 2
@@ -43,6 +45,8 @@ class RecordType(IntEnum):
     CONSUMER_GROUP_REGULAR_EXPRESSION = 16
     GROUP_CONFIG = 1016
     TOPIC = 1100
+    ACCESS_CONTROL_ENTRY = 1106
+    USER_SCRAM_CREDENTIAL = 1111
 
 
 # ---------------------------------------------------------------- keys
@@ -128,6 +132,32 @@ class TopicKey:
 
     TYPE: ClassVar[RecordType] = RecordType.TOPIC
     name: str
+
+
+@dataclass(frozen=True, slots=True)
+class AccessControlEntryKey:
+    """One ACL (Kafka's AccessControlEntryRecord without its id: the binding is its own key,
+    so creating an ACL twice is one record). Cluster-level; a tombstone removes it. Numbers are
+    Kafka's ResourceType, PatternType, AclOperation and AclPermissionType."""
+
+    TYPE: ClassVar[RecordType] = RecordType.ACCESS_CONTROL_ENTRY
+    resource_type: int
+    resource_name: str
+    pattern_type: int
+    principal: str
+    host: str
+    operation: int
+    permission_type: int
+
+
+@dataclass(frozen=True, slots=True)
+class UserScramCredentialKey:
+    """A user's SCRAM credential for one mechanism (Kafka's UserScramCredentialRecord;
+    ``mechanism`` is Kafka's ScramMechanism number). Cluster-level; a tombstone deletes it."""
+
+    TYPE: ClassVar[RecordType] = RecordType.USER_SCRAM_CREDENTIAL
+    name: str
+    mechanism: int
 
 
 # ---------------------------------------------------------------- values
@@ -234,6 +264,25 @@ class TopicValue:
     num_partitions: int
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AccessControlEntryValue:
+    """An ACL exists (everything is in its key)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UserScramCredentialValue:
+    """Kafka's salted credential: never the password. The keys are secrets (they allow an
+    offline guess of the password): never printed, never exported."""
+
+    salt: bytes
+    stored_key: bytes
+    server_key: bytes
+    iterations: int
+
+    def __repr__(self) -> str:
+        return f"UserScramCredentialValue(iterations={self.iterations}, <salted keys hidden>)"
+
+
 RecordKey = (
     OffsetCommitKey
     | GroupMetadataKey
@@ -246,6 +295,8 @@ RecordKey = (
     | ConsumerGroupRegularExpressionKey
     | GroupConfigKey
     | TopicKey
+    | AccessControlEntryKey
+    | UserScramCredentialKey
 )
 
 
@@ -409,3 +460,13 @@ def topic_record(name: str, topic_id: str | None, num_partitions: int = 0) -> Re
         TopicKey(name),
         None if topic_id is None else TopicValue(topic_id=topic_id, num_partitions=num_partitions),
     )
+
+
+def acl_record(key: AccessControlEntryKey, exists: bool) -> Record:
+    return Record(key, AccessControlEntryValue() if exists else None)
+
+
+def scram_credential_record(
+    name: str, mechanism: int, value: UserScramCredentialValue | None
+) -> Record:
+    return Record(UserScramCredentialKey(name, mechanism), value)

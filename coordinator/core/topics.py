@@ -10,17 +10,23 @@ In front of a broker (``--kafka-upstream``) the registry *follows* the broker in
 :meth:`TopicRegistry.apply_snapshot` makes it equal to the broker's metadata (names, ids,
 partition counts — Kafka's metadata image) with the same ordinary topic records, so replay is
 unchanged. The broker is the source of truth there, so its names are taken as they are.
+
+The registry is the *cluster-level* state machine: other cluster-wide state (the security
+metadata: ACLs and SCRAM credentials, which Kafka also keeps in its metadata log) plugs into
+it as components (:meth:`TopicRegistry.plug`), sharing its undo log, so they are loaded,
+written and rolled back with it; the registry routes their record types to them.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from . import records as r
 from .commands import IdSource, Result
+from .components import Component
 from .errors import (
     CoordinatorError,
     ErrorCode,
@@ -107,12 +113,25 @@ class TopicRegistry:
         self.topics: TDict = self.undo.new_dict()  # name -> TopicValue
         self._version = 0
         self._image: TopicsImage | None = TopicsImage()
+        self._plugged: dict[r.RecordType, Callable[[r.Record], None]] = {}
+
+    def plug(self, component: Component) -> None:
+        """Add a cluster-level component (built on this registry's ``undo`` log): the records
+        of its types are routed to it."""
+        for record_type, replay in component.replayers().items():
+            if record_type is r.RecordType.TOPIC or record_type in self._plugged:
+                raise IllegalStateError(f"record type {record_type.name} is claimed twice")
+            self._plugged[record_type] = replay
 
     # -------------------------------------------------------------- state
 
     def replay(self, record: r.Record) -> None:
         if not isinstance(record.key, r.TopicKey):
-            raise IllegalStateError(f"not a topic record: {record.key}")
+            plugged = self._plugged.get(record.key.TYPE)
+            if plugged is None:
+                raise IllegalStateError(f"not a cluster-level record: {record.key}")
+            plugged(record)
+            return
         if record.value is None:
             self.topics.discard(record.key.name)
         else:

@@ -73,8 +73,16 @@ from coordinator.core.offsets import (
 from coordinator.core.records import Record
 from coordinator.core.shard import DeleteGroupResult, GroupDescription
 from coordinator.core.timers import ArmTimer, DueTimer, TimerOp, TimerTable
-from coordinator.core.topics import NewTopic, SnapshotChanges, TopicRegistry, TopicResult
-from coordinator.factory import Shard, new_shard
+from coordinator.core.topics import NewTopic, SnapshotChanges, TopicResult
+from coordinator.factory import Shard, new_cluster, new_shard
+from coordinator.security.acls import AclBinding, AclBindingFilter
+from coordinator.security.metadata import (
+    AclCreation,
+    AclDeletion,
+    ScramDeletion,
+    ScramUpsertion,
+    UserResult,
+)
 from legacy_bridge import messages as cm
 
 from .assignors import make_assignors
@@ -201,7 +209,10 @@ class CoordinatorRuntime:
         ]
         for shard in self.shards:
             shard.groups.parks_joins = True  # a new group's first target covers a burst
-        self.registry = TopicRegistry(self.ids, default_num_partitions=config.num_partitions)
+        # The cluster-level state machine: topics, and the security metadata plugged into it.
+        self.registry, self.security = new_cluster(
+            self.ids, default_num_partitions=config.num_partitions
+        )
         # State machines in mark order: shards 0..n-1, then the registry (index n == REGISTRY).
         self._machines: list[Any] = [*self.shards, self.registry]
         self.timers = TimerTable()
@@ -1199,7 +1210,31 @@ class CoordinatorRuntime:
             "groups": dict(sorted(groups.items())),
             "group_configs": dict(sorted(configs.items())),
             "topics": [(t.name, t.topic_id, t.num_partitions) for t in self.registry.list_topics()],
+            "security": self.security.snapshot(),
         }
+
+    # ------------------------------------------------------------------ security metadata
+
+    async def alter_scram_credentials(
+        self, deletions: Sequence[ScramDeletion], upsertions: Sequence[ScramUpsertion]
+    ) -> list[UserResult]:
+        return await self._submit(
+            REGISTRY, lambda _r: self.security.alter_scram_credentials(deletions, upsertions)
+        )
+
+    async def describe_scram_credentials(self, users: Sequence[str] | None) -> list[UserResult]:
+        return await self._submit(
+            REGISTRY, lambda _r: self.security.describe_scram_credentials(users), read=True
+        )
+
+    async def create_acls(self, creations: Sequence[AclCreation]) -> list[AclCreation]:
+        return await self._submit(REGISTRY, lambda _r: self.security.create_acls(creations))
+
+    async def delete_acls(self, filters: Sequence[AclBindingFilter]) -> list[AclDeletion]:
+        return await self._submit(REGISTRY, lambda _r: self.security.delete_acls(filters))
+
+    async def describe_acls(self, flt: AclBindingFilter) -> list[AclBinding]:
+        return await self._submit(REGISTRY, lambda _r: self.security.describe_acls(flt), read=True)
 
     # ------------------------------------------------------------------ legacy bridge (classic RPCs)
 

@@ -47,6 +47,7 @@ from coordinator.core.offsets import (
 )
 from coordinator.core.topics import NewTopic, TopicResult
 from coordinator.runtime import CoordinatorRuntime, RuntimeState
+from coordinator.security.scram import ScramCredential, ScramMechanism
 from legacy_bridge import messages as m
 from legacy_bridge.protocol import ProtocolError, decode_subscription
 
@@ -388,6 +389,12 @@ class CoordinatorService:
     def topic_name(self, topic_id: str) -> str:
         """Convenience name of a topic id for responses ("" when unknown)."""
         return self.runtime.topic_name(topic_id)
+
+    def scram_credential(self, user: str, mechanism: ScramMechanism) -> ScramCredential | None:
+        """The stored SCRAM credential of ``user`` for ``mechanism`` (None: none): what the
+        SASL/SCRAM server checks a client's proof against. A read of the replayed credential
+        records, on the loop, without waiting."""
+        return self.runtime.security.scram_credential(user, mechanism)
 
     # ------------------------------------------------------------ KIP-848 consumer groups
 

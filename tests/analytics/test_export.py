@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import sqlite3
 import subprocess
 import sys
@@ -206,3 +207,54 @@ def test_cli_export_progress_and_exit_codes(workload: dict[str, Any], tmp_path: 
         timeout=60,
     )
     assert p.returncode == 2 and "not a time" in p.stderr
+
+
+def test_acls_and_credentials_are_exported_without_secrets(tmp_path: Path) -> None:
+    from coordinator.core import records as r
+    from coordinator.runtime.store import StoredRecord
+    from coordinator.security import scram
+
+    mech = scram.ScramMechanism.SCRAM_SHA_512
+    cred = scram.credential_from_password(mech, "hunter2", b"pepper-salt-16by", 8192)
+    value = r.UserScramCredentialValue(
+        salt=cred.salt, stored_key=cred.stored_key, server_key=cred.server_key, iterations=8192
+    )
+    acl = r.AccessControlEntryKey(3, "payments-", 4, "User:alice", "*", 3, 3)
+    records = [
+        r.acl_record(acl, True),
+        r.scram_credential_record("alice", 2, value),
+        r.scram_credential_record("alice", 2, None),
+    ]
+    store_dir = tmp_path / "store"
+    with SqliteRecordStore(store_dir) as store:
+        store.append(
+            [StoredRecord(*codec.encode(rec), None) for rec in records], timestamp_ms=1_000
+        )
+    export_journal(store_dir, tmp_path / "sec.parquet")
+    rows = pq.read_table(tmp_path / "sec.parquet").to_pylist()
+    picked = [
+        {k: v for k, v in row.items() if v is not None and (k.startswith(("acl_", "scram_")))}
+        for row in rows
+    ]
+    assert [row["record_type"] for row in rows] == [
+        "AccessControlEntry",
+        "UserScramCredential",
+        "UserScramCredential",
+    ]
+    assert picked == [
+        {
+            "acl_resource_type": "GROUP",
+            "acl_resource_name": "payments-",
+            "acl_pattern_type": "PREFIXED",
+            "acl_principal": "User:alice",
+            "acl_host": "*",
+            "acl_operation": "READ",
+            "acl_permission_type": "ALLOW",
+        },
+        {"scram_user": "alice", "scram_mechanism": "SCRAM-SHA-512", "scram_iterations": 8192},
+        {"scram_user": "alice", "scram_mechanism": "SCRAM-SHA-512"},
+    ]
+    data = (tmp_path / "sec.parquet").read_bytes()
+    for secret in (cred.salt, cred.stored_key, cred.server_key):
+        for form in (secret, secret.hex().encode(), base64.b64encode(secret)):
+            assert form not in data

@@ -155,6 +155,19 @@ ALL_RECORDS: list[tuple[str, r.Record]] = [
     ("classic_group_tombstone", r.classic_group_tombstone(G)),
     ("topic", r.topic_record("foo", T1, 3)),
     ("topic_tombstone", r.topic_record("foo", None)),
+    ("acl", r.acl_record(r.AccessControlEntryKey(3, "g", 4, "User:a", "*", 3, 2), True)),
+    ("acl_tombstone", r.acl_record(r.AccessControlEntryKey(2, "*", 3, "User:*", "h", 2, 3), False)),
+    (
+        "scram_credential",
+        r.scram_credential_record(
+            "al,ice=",
+            2,
+            r.UserScramCredentialValue(
+                salt=b"\x00salt", stored_key=bytes(64), server_key=b"\xff" * 64, iterations=8192
+            ),
+        ),
+    ),
+    ("scram_credential_tombstone", r.scram_credential_record("bob", 1, None)),
     (
         "unicode_ids",
         r.member_metadata_record(
@@ -186,7 +199,7 @@ def test_every_record_type_is_covered() -> None:
 
 def test_record_types_are_kafkas() -> None:
     """Named and numbered as Kafka's CoordinatorRecordType (the stored key starts with the
-    number), plus this coordinator's own group configs and topics."""
+    number), plus this coordinator's own group configs, topics, ACLs and SCRAM credentials."""
     assert {t.name: int(t) for t in r.RecordType} == {
         "OFFSET_COMMIT": 1,
         "GROUP_METADATA": 2,
@@ -199,6 +212,8 @@ def test_record_types_are_kafkas() -> None:
         "CONSUMER_GROUP_REGULAR_EXPRESSION": 16,
         "GROUP_CONFIG": 1016,
         "TOPIC": 1100,
+        "ACCESS_CONTROL_ENTRY": 1106,
+        "USER_SCRAM_CREDENTIAL": 1111,
     }
     for _, record in ALL_RECORDS:
         assert codec.encode_key(record.key).startswith(f"[{int(record.key.TYPE)},".encode())

@@ -398,7 +398,7 @@ def test_replay_rebuilds_the_registry() -> None:
 
 
 def test_replay_refuses_group_records() -> None:
-    with pytest.raises(IllegalStateError, match="not a topic record"):
+    with pytest.raises(IllegalStateError, match="not a cluster-level record"):
         registry().replay(r.group_epoch_record("g", 1, "cgp_x"))
 
 

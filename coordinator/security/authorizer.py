@@ -1,0 +1,209 @@
+"""The authorizer: may this principal, from this host, perform this operation on this resource?
+
+Kafka's StandardAuthorizer rules (StandardAuthorizerData), over the ACLs of
+:class:`~.metadata.SecurityMetadata`:
+
+1. A principal listed in ``super.users`` may do anything.
+2. The ACLs that apply to the resource are those of its type whose pattern covers its name:
+   LITERAL with the same name or ``*``, PREFIXED with a prefix of the name.
+3. No ACL applies to the resource at all -> ``allow.everyone.if.no.acl.found`` decides.
+4. Of the ACLs that apply, those that name the principal (or ``User:*``) and the host (or
+   ``*``) count. A DENY of the operation (or of ALL) refuses — DENY always wins. Otherwise an
+   ALLOW of the operation, of ALL, or of an operation that implies it (READ, WRITE, DELETE,
+   ALTER imply DESCRIBE; ALTER_CONFIGS implies DESCRIBE_CONFIGS) allows. Otherwise refused.
+
+Decisions are cached per (principal, host, operation, resource type, name) and the cache is
+dropped whenever the ACLs change (:attr:`SecurityMetadata.acl_generation`): a steady heartbeat
+costs one dict lookup. Without any ACL and with ``allow.everyone.if.no.acl.found`` (the
+default) every request is allowed without a lookup.
+
+Pure: no IO, no clock. Whoever refuses a request reports it (``on_refused``, set by the
+server for the audit trail and the metrics).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from .acls import (
+    IMPLIED_BY_ALLOW,
+    WILDCARD_HOST,
+    WILDCARD_PRINCIPAL,
+    WILDCARD_RESOURCE,
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    ResourceType,
+)
+from .metadata import SecurityMetadata
+from .principal import KafkaPrincipal, PrincipalFormatError
+
+Question = tuple[KafkaPrincipal, str, AclOperation, ResourceType, str]
+"""(principal, host, operation, resource type, resource name): one decision, cached."""
+CACHE_LIMIT = 100_000
+"""Cached decisions kept at most (then the cache starts over)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AuthorizerConfig:
+    """Kafka's names: ``super.users`` (``User:a;User:b``) and
+    ``allow.everyone.if.no.acl.found``. This coordinator's default for the latter is true (a
+    coordinator started without security options keeps serving every client; Kafka's is
+    false); the start-up log says which listeners are open."""
+
+    super_users: frozenset[str] = frozenset()
+    allow_everyone_if_no_acl_found: bool = True
+
+    @classmethod
+    def parse(cls, super_users: str = "", allow_everyone: str | bool = True) -> AuthorizerConfig:
+        """From the settings' text; ValueError with a clear message for a bad value."""
+        names = []
+        for item in super_users.split(";"):
+            item = item.strip()
+            if not item:
+                continue
+            try:
+                KafkaPrincipal.parse(item)
+            except PrincipalFormatError as exc:
+                raise ValueError(f"super.users: {exc}") from None
+            names.append(item)
+        if isinstance(allow_everyone, str):
+            text = allow_everyone.strip().lower()
+            if text not in ("true", "false"):
+                raise ValueError("allow.everyone.if.no.acl.found must be true or false")
+            allow_everyone = text == "true"
+        return cls(super_users=frozenset(names), allow_everyone_if_no_acl_found=allow_everyone)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Refusal:
+    """A refused action, for the audit trail and the metrics."""
+
+    principal: KafkaPrincipal
+    host: str
+    operation: AclOperation
+    resource_type: ResourceType
+    resource_name: str
+    api: str
+    client_id: str
+    protocol: str
+
+
+class _Index:
+    """The ACLs of one generation, by resource type: literal name -> ACLs, and the prefixed
+    ones (few, in practice)."""
+
+    __slots__ = ("literal", "prefixed")
+
+    def __init__(self, bindings: Iterable[AclBinding]) -> None:
+        self.literal: dict[tuple[ResourceType, str], list[AclBinding]] = {}
+        self.prefixed: dict[ResourceType, list[AclBinding]] = {}
+        for b in bindings:
+            if b.pattern_type is PatternType.LITERAL:
+                self.literal.setdefault((b.resource_type, b.resource_name), []).append(b)
+            else:
+                self.prefixed.setdefault(b.resource_type, []).append(b)
+
+    def applying(self, resource_type: ResourceType, name: str) -> list[AclBinding]:
+        out = list(self.literal.get((resource_type, name), ()))
+        if name != WILDCARD_RESOURCE:
+            out += self.literal.get((resource_type, WILDCARD_RESOURCE), ())
+        out += [b for b in self.prefixed.get(resource_type, ()) if name.startswith(b.resource_name)]
+        return out
+
+
+class Authorizer:
+    """Decides over ``metadata``'s ACLs with ``config`` (see the module doc)."""
+
+    def __init__(self, metadata: SecurityMetadata, config: AuthorizerConfig | None = None) -> None:
+        self.metadata = metadata
+        self.config = config or AuthorizerConfig()
+        self.on_refused: Callable[[Refusal], None] | None = None
+        """Told of every refusal a request reports (:meth:`refused`): the audit trail and the
+        metrics (installed by the server)."""
+        self._generation = -1
+        self._index = _Index(())
+        self._cache: dict[Question, bool] = {}
+        self._host_specific = False
+
+    # ------------------------------------------------------------ decisions
+
+    @property
+    def open(self) -> bool:
+        """True while every request is allowed without looking: no ACL exists and
+        ``allow.everyone.if.no.acl.found`` is on."""
+        return self.config.allow_everyone_if_no_acl_found and self.metadata.acl_count() == 0
+
+    @property
+    def needs_host(self) -> bool:
+        """Some ACL names a host (not ``*``): decisions need the client's address."""
+        self._refresh()
+        return self._host_specific
+
+    def _refresh(self) -> None:
+        generation = self.metadata.acl_generation
+        if generation != self._generation:
+            bindings = list(self.metadata.acls())
+            self._index = _Index(bindings)
+            self._host_specific = any(b.host != WILDCARD_HOST for b in bindings)
+            self._cache.clear()
+            self._generation = generation
+
+    def authorize(
+        self,
+        principal: KafkaPrincipal,
+        host: str,
+        operation: AclOperation,
+        resource_type: ResourceType,
+        name: str,
+    ) -> bool:
+        """May ``principal`` from ``host`` (an IP address, or "" when unknown) perform
+        ``operation`` on the resource? Cached (see the module doc)."""
+        if self.metadata.acl_generation != self._generation:
+            self._refresh()
+        key: Question = (principal, host, operation, resource_type, name)
+        cached = self._cache.get(key)
+        if cached is not None:
+            return cached
+        decision = self._decide(*key)
+        if len(self._cache) >= CACHE_LIMIT:
+            self._cache.clear()
+        self._cache[key] = decision
+        return decision
+
+    def _decide(self, *question: Any) -> bool:
+        principal, host, operation, resource_type, name = question
+        who = str(principal)
+        if who in self.config.super_users:
+            return True
+        applying = self._index.applying(resource_type, name)
+        if not applying:
+            return self.config.allow_everyone_if_no_acl_found
+        implied = IMPLIED_BY_ALLOW.get(operation, frozenset())
+        allowed = False
+        for b in applying:
+            if b.principal != who and b.principal != WILDCARD_PRINCIPAL:
+                continue
+            if b.host != host and b.host != WILDCARD_HOST:
+                continue
+            if b.permission_type is AclPermissionType.DENY:
+                if b.operation is operation or b.operation is AclOperation.ALL:
+                    return False
+            elif (
+                b.operation is operation
+                or b.operation is AclOperation.ALL
+                or b.operation in implied
+            ):
+                allowed = True
+        return allowed
+
+    # ------------------------------------------------------------ refusals
+
+    def refused(self, refusal: Refusal) -> None:
+        """A request was refused (or part of it): tell ``on_refused``."""
+        hook = self.on_refused
+        if hook is not None:
+            hook(refusal)
