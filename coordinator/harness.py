@@ -11,7 +11,7 @@ the order a store would hold them.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -114,11 +114,43 @@ class Harness:
         self._topics_changed()
         return out
 
-    def create_topic(self, name: str, partitions: int, topic_id: str | None = None) -> str:
+    def create_topic(
+        self,
+        name: str,
+        partitions: int,
+        topic_id: str | None = None,
+        racks: Mapping[int, Iterable[str]] | None = None,
+    ) -> str:
+        """Create a topic; ``racks``: partition -> the racks of its replicas."""
         res = self.registry.create_topics(
-            [NewTopic(name=name, num_partitions=partitions, topic_id=topic_id)]
+            [
+                NewTopic(
+                    name=name,
+                    num_partitions=partitions,
+                    topic_id=topic_id,
+                    partition_racks={p: frozenset(rs) for p, rs in (racks or {}).items()},
+                )
+            ]
         )
         return self._topic_result(res).topic_id
+
+    def set_racks(self, name: str, racks: Mapping[int, Iterable[str]]) -> None:
+        """Give a topic new replica racks, as a broker's metadata would (the registry follows
+        a snapshot with every other topic as it is)."""
+        topics = [
+            NewTopic(
+                name=t.name,
+                num_partitions=t.num_partitions,
+                topic_id=t.topic_id,
+                partition_racks={p: frozenset(rs) for p, rs in racks.items()}
+                if t.name == name
+                else t.partition_racks,
+            )
+            for t in self.registry.list_topics()
+        ]
+        res = self.registry.apply_snapshot(topics)
+        self.store_log.extend(res.records)
+        self._topics_changed()
 
     def add_partitions(self, name: str, total: int) -> None:
         self._topic_result(self.registry.create_partitions([(name, total)]))

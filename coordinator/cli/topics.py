@@ -29,8 +29,16 @@ def register(commands: Commands) -> None:
         help="its number of partitions",
     )
     t.add_argument("--topic-id", default=None, help="base64url id (default: a random one)")
+    t.add_argument(
+        "--replica-racks",
+        default=None,
+        metavar="SPEC",
+        help="the racks of the partitions' replicas, for rack-aware assignment: entries "
+        "separated by ';', each a ','-separated list of racks, given to partitions 0, 1, 2... "
+        "in turn and repeating (e.g. 'a,b;b,c;c,a'; an empty entry: unknown racks)",
+    )
     add_client_flags(t)
-    t = tsub.add_parser("list", help="every registered topic: name, id, partitions")
+    t = tsub.add_parser("list", help="every registered topic: name, id, partitions (racks)")
     add_client_flags(t)
     t = tsub.add_parser(
         "delete", help="delete topics (their committed offsets in every group go with them)"
@@ -59,11 +67,23 @@ def cmd_topics(args: argparse.Namespace) -> int:
             if resp.error_code:
                 print(f"kip848: {error_text(resp.error_code, resp.error_message)}", file=sys.stderr)
                 return 1
-            rows = [(t.name, topic_id_text(t.topic_id), t.num_partitions) for t in resp.topics]
+            # Replica racks are shown only when known (a RACKS column, a replica_racks key).
+            racked = any(t.replica_racks for t in resp.topics)
             if args.output == "json":
-                print_json([{"name": n, "topic_id": i, "num_partitions": p} for n, i, p in rows])
+                print_json([_listed_json(t) for t in resp.topics])
+            elif racked:
+                print_table(
+                    ("TOPIC", "TOPIC ID", "PARTITIONS", "RACKS"),
+                    [
+                        (t.name, topic_id_text(t.topic_id), t.num_partitions, _racks_text(t))
+                        for t in resp.topics
+                    ],
+                )
             else:
-                print_table(("TOPIC", "TOPIC ID", "PARTITIONS"), rows)
+                print_table(
+                    ("TOPIC", "TOPIC ID", "PARTITIONS"),
+                    [(t.name, topic_id_text(t.topic_id), t.num_partitions) for t in resp.topics],
+                )
             return 0
         if args.topics_command == "create":
             from coordinator.core.model import topic_id_to_bytes
@@ -78,6 +98,11 @@ def cmd_topics(args: argparse.Namespace) -> int:
                     raise UsageError(
                         f"--topic-id must be a base64url topic id (22 chars), got {args.topic_id!r}"
                     ) from None
+            if args.replica_racks is not None:
+                for racks, partitions in parse_replica_racks(
+                    args.replica_racks, args.partitions
+                ).items():
+                    topic.replica_racks.add(partitions=partitions, racks=racks)
             resp = call(stub.CreateTopics, admin_pb2.CreateTopicsRequest(topics=[topic]), args)
             results = [
                 {
@@ -130,6 +155,41 @@ def cmd_topics(args: argparse.Namespace) -> int:
                 args, resp, results, lambda r: f"Topic {r['name']} now has {r['count']} partitions."
             )
     raise UsageError("topics: choose create, list, delete or add-partitions")
+
+
+def parse_replica_racks(spec: str, partitions: int) -> dict[tuple[str, ...], list[int]]:
+    """``--replica-racks``: the entries (';'), each a list of racks (','), given to the
+    partitions in turn and repeating -> {racks: partitions}; empty entries (unknown racks)
+    are left out."""
+    entries = [
+        tuple(sorted({r.strip() for r in e.split(",") if r.strip()})) for e in spec.split(";")
+    ]
+    if not any(entries):
+        raise UsageError(f"--replica-racks names no rack: {spec!r}")
+    out: dict[tuple[str, ...], list[int]] = {}
+    for p in range(partitions):
+        racks = entries[p % len(entries)]
+        if racks:
+            out.setdefault(racks, []).append(p)
+    return out
+
+
+def _listed_json(t: Any) -> dict[str, Any]:
+    item: dict[str, Any] = {
+        "name": t.name,
+        "topic_id": topic_id_text(t.topic_id),
+        "num_partitions": t.num_partitions,
+    }
+    if t.replica_racks:
+        item["replica_racks"] = [
+            {"partitions": list(e.partitions), "racks": list(e.racks)} for e in t.replica_racks
+        ]
+    return item
+
+
+def _racks_text(t: Any) -> str:
+    """The racks holding the topic's replicas, or '-' when unknown."""
+    return ",".join(sorted({r for e in t.replica_racks for r in e.racks})) or "-"
 
 
 def _results(

@@ -11,7 +11,7 @@ its schema version).
 from __future__ import annotations
 
 import base64
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import fields
 from typing import Any
 
@@ -21,7 +21,13 @@ from assignors.api import TopicMetadata
 
 from . import records as r
 from .errors import IllegalStateError
-from .model import Assignment, ClassicMemberMetadata
+from .model import (
+    Assignment,
+    ClassicMemberMetadata,
+    PartitionRacks,
+    make_partition_racks,
+    partition_racks_groups,
+)
 
 VALUE_VERSION = 0
 
@@ -71,6 +77,20 @@ def _enc_assignment(a: Assignment) -> list[Any]:
 
 def _dec_assignment(raw: list[Any]) -> dict[str, frozenset[int]]:
     return {t: frozenset(ps) for t, ps in raw if ps}
+
+
+def _enc_racks(racks: Mapping[int, frozenset[str]]) -> list[Any]:
+    """Partition racks as ``[[[rack, ...], [partition, ...]], ...]``: one entry per distinct
+    set of racks (sorted), its partitions ascending; entries in the order of their racks."""
+    return [[rs, ps] for rs, ps in partition_racks_groups(racks)]
+
+
+def _dec_racks(raw: list[Any]) -> PartitionRacks:
+    out: dict[int, frozenset[str]] = {}
+    for rs, ps in raw:
+        value = frozenset(rs)
+        out.update(dict.fromkeys(ps, value))
+    return make_partition_racks(out.items())
 
 
 def _enc_classic(c: ClassicMemberMetadata | None) -> Any:
@@ -201,12 +221,29 @@ def _value_encoders() -> dict[
     def md_dec(f: list[Any]) -> r.ConsumerGroupMetadataValue:
         return r.ConsumerGroupMetadataValue(epoch=f[0], group_uid=f[1])
 
+    # Partition racks are a trailing element of a topic, written only when known: a group
+    # without rack information has the bytes it always had.
+    def pm_topic(t: TopicMetadata) -> list[Any]:
+        if t.partition_racks:
+            return [t.topic_id, t.name, t.num_partitions, _enc_racks(t.partition_racks)]
+        return [t.topic_id, t.name, t.num_partitions]
+
     def pm_enc(v: r.ConsumerGroupPartitionMetadataValue) -> list[Any]:
-        return [[[t.topic_id, t.name, t.num_partitions] for t in v.topics]]
+        return [list(map(pm_topic, v.topics))]
 
     def pm_dec(f: list[Any]) -> r.ConsumerGroupPartitionMetadataValue:
         return r.ConsumerGroupPartitionMetadataValue(
-            topics=tuple(TopicMetadata(topic_id=t[0], name=t[1], num_partitions=t[2]) for t in f[0])
+            topics=tuple(
+                TopicMetadata(topic_id=t[0], name=t[1], num_partitions=t[2])
+                if len(t) < 4
+                else TopicMetadata(
+                    topic_id=t[0],
+                    name=t[1],
+                    num_partitions=t[2],
+                    partition_racks=_dec_racks(t[3]),
+                )
+                for t in f[0]
+            )
         )
 
     def mm_enc(v: r.ConsumerGroupMemberMetadataValue) -> list[Any]:
@@ -280,9 +317,15 @@ def _value_encoders() -> dict[
         return r.GroupConfigValue(value=f[0])
 
     def tp_enc(v: r.TopicValue) -> list[Any]:
+        if v.partition_racks:  # trailing, as in the subscription metadata
+            return [v.topic_id, v.num_partitions, _enc_racks(v.partition_racks)]
         return [v.topic_id, v.num_partitions]
 
     def tp_dec(f: list[Any]) -> r.TopicValue:
+        if len(f) > 2:
+            return r.TopicValue(
+                topic_id=f[0], num_partitions=f[1], partition_racks=_dec_racks(f[2])
+            )
         return r.TopicValue(topic_id=f[0], num_partitions=f[1])
 
     def acl_enc(_v: r.AccessControlEntryValue) -> list[Any]:

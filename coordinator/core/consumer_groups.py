@@ -593,7 +593,8 @@ class ConsumerGroups(ByGroupId[ConsumerGroup]):
         return topics
 
     def subscription_metadata(self, group: ConsumerGroup) -> dict[str, TopicMetadata]:
-        """Every topic the group subscribes to that exists, by name (from the topics image).
+        """Every topic the group subscribes to that exists, by name, with its partition racks
+        (from the topics image).
         The group's current entries are reused where they still hold (so an unchanged result
         compares equal by identity, and a join to a group of many topics builds nothing)."""
         by_name = self._ctx.topics.by_name
@@ -607,11 +608,15 @@ class ConsumerGroups(ByGroupId[ConsumerGroup]):
                     old is not None
                     and old.topic_id == t.topic_id
                     and old.num_partitions == t.num_partitions
+                    and old.partition_racks == t.partition_racks
                 ):
                     out[name] = old
                 else:
                     out[name] = TopicMetadata(
-                        topic_id=t.topic_id, name=name, num_partitions=t.num_partitions
+                        topic_id=t.topic_id,
+                        name=name,
+                        num_partitions=t.num_partitions,
+                        partition_racks=t.partition_racks,
                     )
         return out
 

@@ -20,6 +20,7 @@ __all__ = [
     "Assignment",
     "ConsumerGroupMember",
     "MemberState",
+    "PartitionRacks",
     "TopicImage",
     "TopicMetadata",
     "TopicsImage",
@@ -28,6 +29,8 @@ __all__ = [
     "assignment_size",
     "assignment_union",
     "make_assignment",
+    "make_partition_racks",
+    "partition_racks_groups",
     "topic_id_from_bytes",
     "topic_id_to_bytes",
 ]
@@ -63,6 +66,29 @@ def make_assignment(
             prev = out.get(topic_id)
             out[topic_id] = ps if prev is None else prev | ps
     return out
+
+
+def make_partition_racks(
+    items: Iterable[tuple[int, Iterable[str]]],
+) -> PartitionRacks:
+    """Partition racks in their normal form: partitions without racks dropped, each distinct
+    set of racks one shared frozenset, partitions in ascending order."""
+    shared: dict[frozenset[str], frozenset[str]] = {}
+    out: dict[int, frozenset[str]] = {}
+    for p, racks in sorted(items, key=lambda item: item[0]):
+        value = frozenset(racks)
+        if value:
+            out[p] = shared.setdefault(value, value)
+    return out
+
+
+def partition_racks_groups(racks: PartitionRacks) -> list[tuple[list[str], list[int]]]:
+    """Partition racks grouped: (sorted racks, ascending partitions) per distinct set of racks,
+    in the order of the racks (how records and the API write them)."""
+    by_racks: dict[frozenset[str], list[int]] = {}
+    for p in sorted(racks):
+        by_racks.setdefault(racks[p], []).append(p)
+    return sorted((sorted(rs), ps) for rs, ps in by_racks.items())
 
 
 def assignment_from_pairs(pairs: Iterable[tuple[TopicId, int]]) -> dict[TopicId, frozenset[int]]:
@@ -189,11 +215,18 @@ def build_member(
     return m
 
 
+PartitionRacks = Mapping[int, frozenset[str]]
+"""Partition -> the racks of its replicas; partitions whose racks are unknown are absent (an
+empty mapping: no rack information). Values are non-empty and shared between partitions with
+the same racks."""
+
+
 @dataclass(frozen=True, slots=True)
 class TopicImage:
     topic_id: TopicId
     name: str
     num_partitions: int
+    partition_racks: PartitionRacks = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,7 +21,7 @@ from typing import ClassVar, TypeVar
 from assignors.api import TopicMetadata
 
 from .errors import IllegalStateError
-from .model import Assignment, ClassicMemberMetadata
+from .model import Assignment, ClassicMemberMetadata, PartitionRacks
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -262,6 +262,9 @@ class GroupConfigValue:
 class TopicValue:
     topic_id: str
     num_partitions: int
+    partition_racks: PartitionRacks = field(default_factory=dict)
+    """The racks of each partition's replicas (Kafka's PartitionRecord replicas, resolved to
+    their brokers' racks); empty when unknown. A trailing field: written only when known."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -455,10 +458,21 @@ def group_config_record(group_id: str, name: str, value: str | None) -> Record:
     )
 
 
-def topic_record(name: str, topic_id: str | None, num_partitions: int = 0) -> Record:
+def topic_record(
+    name: str,
+    topic_id: str | None,
+    num_partitions: int = 0,
+    partition_racks: PartitionRacks | None = None,
+) -> Record:
     return Record(
         TopicKey(name),
-        None if topic_id is None else TopicValue(topic_id=topic_id, num_partitions=num_partitions),
+        None
+        if topic_id is None
+        else TopicValue(
+            topic_id=topic_id,
+            num_partitions=num_partitions,
+            partition_racks={} if partition_racks is None else partition_racks,
+        ),
     )
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from . import records as r
@@ -37,7 +37,13 @@ from .errors import (
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
-from .model import ZERO_TOPIC_ID, TopicImage, TopicsImage
+from .model import (
+    ZERO_TOPIC_ID,
+    PartitionRacks,
+    TopicImage,
+    TopicsImage,
+    make_partition_racks,
+)
 from .timeline import TDict, UndoLog
 
 MAX_TOPIC_NAME_LENGTH = 249
@@ -50,6 +56,9 @@ class NewTopic:
     name: str
     num_partitions: int
     topic_id: str | None = None
+    partition_racks: PartitionRacks = field(default_factory=dict)
+    """The racks of each partition's replicas (rack-aware assignment); partitions left out have
+    unknown racks."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -59,6 +68,7 @@ class TopicResult:
     num_partitions: int = 0
     error_code: ErrorCode = ErrorCode.NONE
     error_message: str | None = None
+    partition_racks: PartitionRacks = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -66,7 +76,7 @@ class SnapshotChanges:
     """What :meth:`TopicRegistry.apply_snapshot` changed (each list sorted by name)."""
 
     created: list[TopicResult]
-    updated: list[TopicResult]  # same id, another partition count
+    updated: list[TopicResult]  # same id, another partition count or other replica racks
     deleted: list[TopicResult]  # gone from the broker, or re-created there (a new id)
 
     @property
@@ -89,6 +99,20 @@ def check_topic_name(name: str) -> None:
         raise InvalidTopicError(
             f"Topic name \"{name}\" is illegal, it contains a character other than ASCII alphanumerics, '.', '_' and '-'"
         )
+
+
+def check_partition_racks(name: str, racks: PartitionRacks, num_partitions: int) -> PartitionRacks:
+    """Partition racks given for a topic of ``num_partitions`` partitions, in their normal form;
+    INVALID_REQUEST for a partition out of range or a blank rack id."""
+    for p, rs in racks.items():
+        if not 0 <= p < num_partitions:
+            raise InvalidRequestError(
+                f"Replica racks are given for partition {p} of topic {name}, which has "
+                f"{num_partitions} partitions."
+            )
+        if any(not rack.strip() for rack in rs):
+            raise InvalidRequestError(f"A replica rack of partition {p} of topic {name} is blank.")
+    return make_partition_racks(racks.items())
 
 
 def _duplicates(names: Sequence[str]) -> set[str]:
@@ -143,7 +167,10 @@ class TopicRegistry:
         if self._image is None:
             self._version += 1
             self._image = TopicsImage.of(
-                (TopicImage(v.topic_id, name, v.num_partitions) for name, v in self.topics.items()),
+                (
+                    TopicImage(v.topic_id, name, v.num_partitions, v.partition_racks)
+                    for name, v in self.topics.items()
+                ),
                 self._version,
             )
         return self._image
@@ -184,12 +211,17 @@ class TopicRegistry:
                         f"Number of partitions must be between 1 and {MAX_PARTITIONS}"
                         f" (or -1 for the default), got {t.num_partitions}."
                     )
+                racks = check_partition_racks(t.name, t.partition_racks, count)
                 topic_id = t.topic_id or self.ids.new_topic_id()
                 if topic_id == ZERO_TOPIC_ID or topic_id in used_ids:
                     raise InvalidRequestError(f"Topic id {topic_id} is reserved or already in use.")
                 used_ids.add(topic_id)
-                self._emit(result, r.topic_record(t.name, topic_id, count))
-                out.append(TopicResult(name=t.name, topic_id=topic_id, num_partitions=count))
+                self._emit(result, r.topic_record(t.name, topic_id, count, racks))
+                out.append(
+                    TopicResult(
+                        name=t.name, topic_id=topic_id, num_partitions=count, partition_racks=racks
+                    )
+                )
             except CoordinatorError as exc:
                 out.append(TopicResult(name=t.name, error_code=exc.code, error_message=exc.message))
         return result
@@ -216,8 +248,17 @@ class TopicRegistry:
                     raise InvalidPartitionsError(
                         f"Number of partitions must be at most {MAX_PARTITIONS}."
                     )
-                self._emit(result, r.topic_record(name, current.topic_id, count))
-                out.append(TopicResult(name=name, topic_id=current.topic_id, num_partitions=count))
+                # The new partitions' racks are unknown; the others keep theirs.
+                racks = current.partition_racks
+                self._emit(result, r.topic_record(name, current.topic_id, count, racks))
+                out.append(
+                    TopicResult(
+                        name=name,
+                        topic_id=current.topic_id,
+                        num_partitions=count,
+                        partition_racks=racks,
+                    )
+                )
             except CoordinatorError as exc:
                 out.append(TopicResult(name=name, error_code=exc.code, error_message=exc.message))
         return result
@@ -253,8 +294,8 @@ class TopicRegistry:
         broker listed without usable metadata (an error, no partitions): left as they are.
         A registry topic the broker no longer has is deleted (tombstone); one whose id changed
         was re-created there: tombstone, then the new topic (offsets on it must go, as for a
-        deleted topic). A new partition count with the same id is an update. Nothing is
-        written when nothing changed. A snapshot giving one id to two topics, a duplicate name
+        deleted topic). A new partition count, or new replica racks, with the same id is an
+        update. Nothing is written when nothing changed. A snapshot giving one id to two topics, a duplicate name
         or a partition count below 1 is refused whole (INVALID_REQUEST), as is one giving a
         topic the id of a registry topic that stays."""
         seen: set[str] = set()
@@ -267,6 +308,7 @@ class TopicRegistry:
                 raise InvalidRequestError(
                     f"Topic {t.name} has {t.num_partitions} partitions in the snapshot."
                 )
+            check_partition_racks(t.name, t.partition_racks, t.num_partitions)
             if t.topic_id is not None and (
                 t.topic_id == ZERO_TOPIC_ID or ids.setdefault(t.topic_id, t.name) != t.name
             ):
@@ -303,14 +345,23 @@ class TopicRegistry:
         used_ids = {v.topic_id for v in self.topics.values()}
         for name in sorted(wanted):
             new = wanted[name]
+            racks = make_partition_racks(new.partition_racks.items())
             current = self.topics.get(name)
             if current is not None:
-                if current.num_partitions == new.num_partitions:
+                if (
+                    current.num_partitions == new.num_partitions
+                    and current.partition_racks == racks
+                ):
                     continue
-                self._emit(result, r.topic_record(name, current.topic_id, new.num_partitions))
+                self._emit(
+                    result, r.topic_record(name, current.topic_id, new.num_partitions, racks)
+                )
                 changes.updated.append(
                     TopicResult(
-                        name=name, topic_id=current.topic_id, num_partitions=new.num_partitions
+                        name=name,
+                        topic_id=current.topic_id,
+                        num_partitions=new.num_partitions,
+                        partition_racks=racks,
                     )
                 )
                 continue
@@ -319,14 +370,24 @@ class TopicRegistry:
                 while topic_id in used_ids or topic_id in ids:
                     topic_id = self.ids.new_topic_id()
             used_ids.add(topic_id)
-            self._emit(result, r.topic_record(name, topic_id, new.num_partitions))
+            self._emit(result, r.topic_record(name, topic_id, new.num_partitions, racks))
             changes.created.append(
-                TopicResult(name=name, topic_id=topic_id, num_partitions=new.num_partitions)
+                TopicResult(
+                    name=name,
+                    topic_id=topic_id,
+                    num_partitions=new.num_partitions,
+                    partition_racks=racks,
+                )
             )
         return result
 
     def list_topics(self) -> list[TopicResult]:
         return [
-            TopicResult(name=name, topic_id=v.topic_id, num_partitions=v.num_partitions)
+            TopicResult(
+                name=name,
+                topic_id=v.topic_id,
+                num_partitions=v.num_partitions,
+                partition_racks=v.partition_racks,
+            )
             for name, v in sorted(self.topics.items())
         ]

@@ -10,7 +10,7 @@ not 16 long raise :class:`InvalidRequestError` (answered in-band as INVALID_REQU
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 from coordinator.core.commands import ConsumerGroupHeartbeat, ConsumerGroupHeartbeatResponse
@@ -19,6 +19,7 @@ from coordinator.core.model import (
     ZERO_TOPIC_ID,
     Assignment,
     make_assignment,
+    partition_racks_groups,
     topic_id_from_bytes,
     topic_id_to_bytes,
 )
@@ -213,8 +214,34 @@ def new_topics_from_proto(req: admin_pb2.CreateTopicsRequest) -> list[NewTopic]:
             name=t.name,
             num_partitions=t.num_partitions,
             topic_id=topic_id_in(t.topic_id) if t.HasField("topic_id") else None,
+            partition_racks=racks_from_proto(t.name, t.replica_racks),
         )
         for t in req.topics
+    ]
+
+
+def racks_from_proto(
+    name: str, entries: Iterable[admin_pb2.PartitionRacks]
+) -> dict[int, frozenset[str]]:
+    """Partition -> racks; a partition named twice is INVALID_REQUEST (the topic's other
+    checks — range, blank racks — are the registry's)."""
+    out: dict[int, frozenset[str]] = {}
+    for entry in entries:
+        racks = frozenset(entry.racks)
+        for p in entry.partitions:
+            if p in out:
+                raise InvalidRequestError(
+                    f"Replica racks of partition {p} of topic {name} are given twice."
+                )
+            out[p] = racks
+    return out
+
+
+def racks_to_proto(racks: Mapping[int, frozenset[str]]) -> list[admin_pb2.PartitionRacks]:
+    """One entry per distinct set of racks, sorted by racks; partitions ascending."""
+    return [
+        admin_pb2.PartitionRacks(partitions=ps, racks=rs)
+        for rs, ps in partition_racks_groups(racks)
     ]
 
 
@@ -258,7 +285,10 @@ def _deleted(r: TopicResult) -> admin_pb2.DeleteTopicsResponse.DeletableTopicRes
 
 def _listed(r: TopicResult) -> admin_pb2.ListTopicsResponse.Topic:
     return _admin.ListTopicsResponse.Topic(
-        name=r.name, topic_id=_tid(r), num_partitions=r.num_partitions
+        name=r.name,
+        topic_id=_tid(r),
+        num_partitions=r.num_partitions,
+        replica_racks=racks_to_proto(r.partition_racks),
     )
 
 

@@ -42,6 +42,7 @@ class FakeNode:
             def handle(self) -> None:
                 node.serve(self.request)
 
+        self.rack: str | None = None
         self.server = _Server(("127.0.0.1", 0), Handler)
         self.port = int(self.server.server_address[1])
         self.address = f"127.0.0.1:{self.port}"
@@ -110,8 +111,8 @@ class FakeNode:
                             "partition_index": p,
                             "leader_id": cluster.leader(p),
                             "leader_epoch": 1,
-                            "replica_nodes": ids,
-                            "isr_nodes": ids,
+                            "replica_nodes": cluster.replicas.get(p, ids),
+                            "isr_nodes": cluster.replicas.get(p, ids),
                             "offline_replicas": [],
                         }
                         for p in range(PARTITIONS)
@@ -285,16 +286,23 @@ class FakeNode:
 
 
 class FakeCluster:
-    """Nodes answer as one cluster: Metadata lists every node; partition ``p`` is led by the
-    ``p % n``-th node; the controller (and transaction coordinator) is the highest node id."""
+    """Nodes answer as one cluster: Metadata lists every node (with its rack, if it has one);
+    partition ``p`` is led by the ``p % n``-th node and replicated on every node unless
+    ``replicas`` says otherwise; the controller (and transaction coordinator) is the highest
+    node id."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.nodes: dict[int, FakeNode] = {}
         self.log: list[tuple[int, int, int]] = []
+        self.replicas: dict[int, list[int]] = {}
+        """Partition -> its replicas' node ids (default: every node)."""
 
-    def add_node(self, node_id: int, advertised_host: str | None = None) -> FakeNode:
+    def add_node(
+        self, node_id: int, advertised_host: str | None = None, rack: str | None = None
+    ) -> FakeNode:
         node = FakeNode(self, node_id, advertised_host)
+        node.rack = rack
         with self.lock:
             self.nodes[node_id] = node
         return node
@@ -314,7 +322,7 @@ class FakeCluster:
         with self.lock:
             nodes = sorted(self.nodes.values(), key=lambda n: n.node_id)
         return [
-            {id_field: n.node_id, "host": n.advertised[0], "port": n.advertised[1], "rack": None}
+            {id_field: n.node_id, "host": n.advertised[0], "port": n.advertised[1], "rack": n.rack}
             for n in nodes
         ]
 

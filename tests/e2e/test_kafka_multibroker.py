@@ -384,3 +384,61 @@ def test_serve_refuses_to_start_without_its_upstream(tmp_path: Path) -> None:
     )
     assert done.returncode == 1, done
     assert f"ApiVersions to the upstream broker at 127.0.0.1:{port} failed" in done.stderr
+
+
+def _racks(server: KafkaServer) -> dict[str, list[tuple[list[int], list[str]]]]:
+    listed = server.admin.ListTopics(admin_pb2.ListTopicsRequest(), timeout=10)
+    return {
+        t.name: [(list(e.partitions), list(e.racks)) for e in t.replica_racks]
+        for t in listed.topics
+    }
+
+
+def test_replica_racks_follow_the_brokers_metadata(tmp_path: Path) -> None:
+    """Each partition's racks are its replicas' brokers' racks (a broker without a rack adds
+    none); a reassignment upstream shows at the next refresh. Racks cannot be given to a topic
+    created through the coordinator in front of a broker."""
+    racked = FakeCluster()
+    racked.add_node(1, rack="a")
+    racked.add_node(2, rack="b")
+    racked.add_node(3)
+    racked.replicas = {0: [1, 2], 1: [2, 3], 2: [3]}  # partition 3: every node
+    server = KafkaServer(
+        tmp_path / "data",
+        "--kafka-upstream",
+        racked.nodes[1].address,
+        "--set",
+        "kafka.upstream.metadata.max.age.ms=200",
+        clock="system",
+    )
+    try:
+        assert _racks(server) == {TOPIC: [([0, 3], ["a", "b"]), ([1], ["b"])]}
+        racked.replicas = {0: [1], 1: [1, 2], 2: [2, 3], 3: [3]}
+        deadline = time.monotonic() + 10
+        while _racks(server) != {TOPIC: [([0], ["a"]), ([1], ["a", "b"]), ([2], ["b"])]}:
+            assert time.monotonic() < deadline, _racks(server)
+            time.sleep(0.05)
+        T = admin_pb2.CreateTopicsRequest.CreatableTopic
+        made = server.admin.CreateTopics(
+            admin_pb2.CreateTopicsRequest(
+                topics=[
+                    T(
+                        name="new",
+                        num_partitions=1,
+                        replica_racks=[admin_pb2.PartitionRacks(partitions=[0], racks=["a"])],
+                    )
+                ]
+            ),
+            timeout=10,
+        )
+        assert [(t.name, t.error_code, t.error_message) for t in made.topics] == [
+            (
+                "new",
+                42,
+                "Replica racks cannot be given in front of a broker (--kafka-upstream): they "
+                "come from the broker's metadata.",
+            )
+        ]
+    finally:
+        racked.stop()
+        assert server.stop() == 0, server.stderr_text()

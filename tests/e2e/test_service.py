@@ -296,6 +296,32 @@ def _cli(server: ServerProcess, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def test_cli_topic_replica_racks(manual_server: ServerProcess) -> None:
+    """``topics create --replica-racks``: entries given to the partitions in turn; ``topics
+    list`` shows them (a RACKS column, a replica_racks key) once some topic has racks."""
+    s = manual_server
+    made = _cli(
+        s, "topics", "create", "racked", "--partitions", "5", "--replica-racks", "a,b; b,c;"
+    )
+    assert made.returncode == 0, made.stderr
+    try:
+        listed = _cli(s, "topics", "list", "--output", "json")
+        [item] = [t for t in json.loads(listed.stdout) if t["name"] == "racked"]
+        assert item["replica_racks"] == [
+            {"partitions": [0, 3], "racks": ["a", "b"]},
+            {"partitions": [1, 4], "racks": ["b", "c"]},
+        ]
+        table = _cli(s, "topics", "list").stdout.splitlines()
+        assert table[0].split() == ["TOPIC", "TOPIC", "ID", "PARTITIONS", "RACKS"]
+        assert [line.split() for line in table if line.startswith("racked")] == [
+            ["racked", item["topic_id"], "5", "a,b,c"]
+        ]
+        blank = _cli(s, "topics", "create", "none", "--partitions", "1", "--replica-racks", ";")
+        assert blank.returncode == 2 and "--replica-racks names no rack" in blank.stderr
+    finally:  # the module's other tests see a registry without racks
+        assert _cli(s, "topics", "delete", "racked").returncode == 0
+
+
 def test_cli_against_the_server(manual_server: ServerProcess) -> None:
     s = manual_server
     created = _cli(s, "topics", "create", "cli-topic", "--partitions", "2", "--output", "json")

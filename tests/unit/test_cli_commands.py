@@ -122,7 +122,7 @@ def test_dump_and_replay(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
         "offset": 0,
         "type": "Topic",
         "key": {"name": "t"},
-        "value": {"topic_id": topic_id, "num_partitions": 4},
+        "value": {"topic_id": topic_id, "num_partitions": 4, "partition_racks": {}},
     }
     assert {
         "offset": records[-1]["offset"],

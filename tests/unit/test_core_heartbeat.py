@@ -861,6 +861,30 @@ def test_partitions_added() -> None:
     ]
 
 
+def test_new_replica_racks_of_a_subscribed_topic_bump_the_epoch() -> None:
+    """A partition's racks changed (a reassignment upstream): new subscription metadata and a
+    new target, like any other metadata change; the same racks again, or racks of a topic
+    nobody subscribes to, change nothing."""
+    h, foo = one_member(2)
+    h.create_topic("other", 1)
+    racks = {0: frozenset({"r1", "r2"}), 1: frozenset({"r3"})}
+    h.set_racks("foo", racks)
+    res = h.heartbeat_result(member_id="A", member_epoch=1)
+    metadata = TopicMetadata(topic_id=foo, name="foo", num_partitions=2, partition_racks=racks)
+    assert res.records == [
+        r.partition_metadata_record(G, {"foo": metadata}),
+        r.group_epoch_record(G, 2, uid(h)),
+        r.target_assignment_epoch_record(G, 2),
+        ca("A", 2, 1, STABLE, p(foo, 0, 1)),
+    ]
+    assert [e.fields["causes"] for e in res.events] == [("topic_metadata_changed",)]
+    h.set_racks("foo", {1: ["r3"], 0: ["r2", "r1"]})
+    h.set_racks("other", {0: ["r1"]})
+    res = h.heartbeat_result(member_id="A", member_epoch=2)
+    assert (res.records, res.events) == ([], [])
+    check_replay(h)
+
+
 def test_unrelated_topic_changes_do_not_bump() -> None:
     h, _foo = one_member(2)
     h.create_topic("other", 3)

@@ -22,6 +22,7 @@ G = "grp"
 RT = r.RecordType
 T1 = "AAAAAAAAAAAAAAAAAAAAAQ"
 T2 = "AAAAAAAAAAAAAAAAAAAAAg"
+RACKS_FOO = {0: frozenset({"a", "b"}), 1: frozenset({"c"}), 2: frozenset({"b", "a"})}
 
 
 def fresh_shard() -> Shard:
@@ -65,6 +66,21 @@ ALL_RECORDS: list[tuple[str, r.Record]] = [
             G,
             {
                 "foo": TopicMetadata(topic_id=T1, name="foo", num_partitions=3),
+                "bar": TopicMetadata(topic_id=T2, name="bar", num_partitions=1),
+            },
+        ),
+    ),
+    (
+        "partition_metadata_with_racks",
+        r.partition_metadata_record(
+            G,
+            {
+                "foo": TopicMetadata(
+                    topic_id=T1,
+                    name="foo",
+                    num_partitions=3,
+                    partition_racks=RACKS_FOO,
+                ),
                 "bar": TopicMetadata(topic_id=T2, name="bar", num_partitions=1),
             },
         ),
@@ -154,6 +170,7 @@ ALL_RECORDS: list[tuple[str, r.Record]] = [
     ),
     ("classic_group_tombstone", r.classic_group_tombstone(G)),
     ("topic", r.topic_record("foo", T1, 3)),
+    ("topic_with_racks", r.topic_record("foo", T1, 3, RACKS_FOO)),
     ("topic_tombstone", r.topic_record("foo", None)),
     ("acl", r.acl_record(r.AccessControlEntryKey(3, "g", 4, "User:a", "*", 3, 2), True)),
     ("acl_tombstone", r.acl_record(r.AccessControlEntryKey(2, "*", 3, "User:*", "h", 2, 3), False)),
@@ -249,6 +266,30 @@ def test_layout_is_compact_positional_json() -> None:
     assert codec.encode(
         r.target_assignment_record(G, "m", {T2: frozenset({3, 1}), T1: frozenset({2})})
     ) == (b'[7,"grp","m"]', f'[0,[["{T1}",[2]],["{T2}",[1,3]]]]'.encode())
+
+
+def test_partition_racks_are_a_trailing_field_grouped_by_racks() -> None:
+    """Records without racks keep the bytes they always had (golden logs, older builds); racks
+    are one entry per distinct set of racks, its partitions ascending."""
+    assert codec.encode(r.topic_record("foo", T1, 3)) == (
+        b'[1100,"foo"]',
+        f'[0,"{T1}",3]'.encode(),
+    )
+    assert codec.encode(r.topic_record("foo", T1, 3, RACKS_FOO))[1] == (
+        f'[0,"{T1}",3,[[["a","b"],[0,2]],[["c"],[1]]]]'.encode()
+    )
+    plain = TopicMetadata(topic_id=T1, name="foo", num_partitions=3)
+    assert codec.encode(r.partition_metadata_record(G, {"foo": plain}))[1] == (
+        f'[0,[["{T1}","foo",3]]]'.encode()
+    )
+    racked = TopicMetadata(topic_id=T1, name="foo", num_partitions=3, partition_racks=RACKS_FOO)
+    assert codec.encode(r.partition_metadata_record(G, {"foo": racked}))[1] == (
+        f'[0,[["{T1}","foo",3,[[["a","b"],[0,2]],[["c"],[1]]]]]]'.encode()
+    )
+    # Decoded racks share one frozenset per distinct set.
+    decoded = codec.decode(*codec.encode(r.topic_record("foo", T1, 3, RACKS_FOO))).value
+    assert isinstance(decoded, r.TopicValue)
+    assert decoded.partition_racks[0] is decoded.partition_racks[2]
 
 
 def test_bytes_are_deterministic_regardless_of_construction_order() -> None:

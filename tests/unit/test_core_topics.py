@@ -244,6 +244,45 @@ def test_add_partitions() -> None:
     assert reg.image().by_name["foo"] == TopicImage(ID1, "foo", 5)
 
 
+def test_replica_racks_are_registered_normalised_and_listed() -> None:
+    reg = registry()
+    racks = {0: frozenset({"a", "b"}), 2: frozenset({"b", "a"}), 1: frozenset()}
+    res = reg.create_topics([NewTopic(name="foo", num_partitions=3, partition_racks=racks)])
+    normal = {0: frozenset({"a", "b"}), 2: frozenset({"a", "b"})}  # no racks: left out
+    assert res.response == [
+        TopicResult(name="foo", topic_id=ID1, num_partitions=3, partition_racks=normal)
+    ]
+    assert res.records == [r.topic_record("foo", ID1, 3, normal)]
+    assert reg.image().by_name["foo"] == TopicImage(ID1, "foo", 3, normal)
+    assert reg.list_topics()[0].partition_racks == normal
+    # Partitions added later have no racks; the others keep theirs.
+    assert reg.create_partitions([("foo", 5)]).records == [r.topic_record("foo", ID1, 5, normal)]
+
+
+@pytest.mark.parametrize(
+    "racks,message",
+    [
+        (
+            {3: frozenset({"a"})},
+            "Replica racks are given for partition 3 of topic foo, which has 3 partitions.",
+        ),
+        (
+            {-1: frozenset({"a"})},
+            "Replica racks are given for partition -1 of topic foo, which has 3 partitions.",
+        ),
+        ({1: frozenset({"a", " "})}, "A replica rack of partition 1 of topic foo is blank."),
+    ],
+    ids=["beyond", "negative", "blank"],
+)
+def test_invalid_replica_racks(racks: dict[int, frozenset[str]], message: str) -> None:
+    reg = registry()
+    out = create(reg, NewTopic(name="foo", num_partitions=3, partition_racks=racks), ("bar", 1))
+    assert out == [
+        error("foo", ErrorCode.INVALID_REQUEST, message),
+        TopicResult(name="bar", topic_id=ID1, num_partitions=1),
+    ]
+
+
 @pytest.mark.parametrize(
     "name,count,code,message",
     [

@@ -159,6 +159,53 @@ def test_topic_registry_messages() -> None:
     )
 
 
+def test_replica_racks_both_ways() -> None:
+    PR = admin_pb2.PartitionRacks
+    req = admin_pb2.CreateTopicsRequest(
+        topics=[
+            admin_pb2.CreateTopicsRequest.CreatableTopic(
+                name="a",
+                num_partitions=4,
+                replica_racks=[PR(partitions=[2, 0], racks=["y", "x"]), PR(partitions=[1])],
+            )
+        ]
+    )
+    xy = frozenset({"x", "y"})
+    assert convert.new_topics_from_proto(req) == [
+        NewTopic(name="a", num_partitions=4, partition_racks={0: xy, 2: xy, 1: frozenset()})
+    ]
+    twice = admin_pb2.CreateTopicsRequest(
+        topics=[
+            admin_pb2.CreateTopicsRequest.CreatableTopic(
+                name="a",
+                num_partitions=4,
+                replica_racks=[PR(partitions=[1], racks=["x"]), PR(partitions=[1], racks=["y"])],
+            )
+        ]
+    )
+    with pytest.raises(InvalidRequestError, match="partition 1 of topic a are given twice"):
+        convert.new_topics_from_proto(twice)
+    listed = TopicResult(
+        name="a",
+        topic_id=ID1,
+        num_partitions=4,
+        partition_racks={3: frozenset({"z"}), 0: xy, 2: xy},
+    )
+    assert convert.list_topics_to_proto([listed]) == admin_pb2.ListTopicsResponse(
+        topics=[
+            admin_pb2.ListTopicsResponse.Topic(
+                name="a",
+                topic_id=T1,
+                num_partitions=4,
+                replica_racks=[
+                    PR(partitions=[0, 2], racks=["x", "y"]),
+                    PR(partitions=[3], racks=["z"]),
+                ],
+            )
+        ]
+    )
+
+
 def test_list_offsets_both_ways() -> None:
     LO = admin_pb2.ListOffsetsRequest
     req = LO(

@@ -66,6 +66,33 @@ def test_a_snapshot_creates_updates_deletes_and_recreates_with_ordinary_records(
     assert again.list_topics() == reg.list_topics()
 
 
+def test_new_replica_racks_are_an_update_and_the_same_racks_write_nothing() -> None:
+    reg = TopicRegistry(SequentialIds())
+    racks = {0: frozenset({"a"}), 1: frozenset({"b", "c"})}
+    first = reg.apply_snapshot([NewTopic(name="t", num_partitions=2, topic_id=A)])
+    assert first.records == [r.topic_record("t", A, 2)]
+    moved = reg.apply_snapshot(
+        [NewTopic(name="t", num_partitions=2, topic_id=A, partition_racks=racks)]
+    )
+    assert moved.records == [r.topic_record("t", A, 2, racks)]
+    assert moved.response == SnapshotChanges(
+        created=[],
+        updated=[TopicResult(name="t", topic_id=A, num_partitions=2, partition_racks=racks)],
+        deleted=[],
+    )
+    same = {0: frozenset({"a"}), 1: frozenset({"c", "b"})}  # equal, built anew
+    assert (
+        reg.apply_snapshot(
+            [NewTopic(name="t", num_partitions=2, topic_id=A, partition_racks=same)]
+        ).records
+        == []
+    )
+    # Racks gone (the broker no longer says): an update too.
+    assert reg.apply_snapshot([NewTopic(name="t", num_partitions=2, topic_id=A)]).records == [
+        r.topic_record("t", A, 2)
+    ]
+
+
 def test_kept_topics_are_left_alone_and_names_come_from_the_broker_as_they_are() -> None:
     reg = TopicRegistry(SequentialIds())
     reg.apply_snapshot(snap(("a", 1, A), ("b", 2, B)))

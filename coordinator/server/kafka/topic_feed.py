@@ -1,5 +1,7 @@
 """Topics follow the upstream (``--kafka-upstream``): the coordinator's topic registry is fed
-from the broker's Metadata — names, partition counts, topic ids; Kafka's metadata image.
+from the broker's Metadata — names, partition counts, topic ids, and each partition's replica
+racks (its replicas' node ids resolved to the racks of the brokers the same answer lists; for
+rack-aware assignment); Kafka's metadata image.
 
 * **Refresh**: a Metadata request for every topic, applied with
   ``CoordinatorRuntime.apply_topic_snapshot`` (ordinary topic records: replay is unchanged).
@@ -35,6 +37,7 @@ from coordinator.core.errors import (
     InvalidPartitionsError,
     InvalidRequestError,
 )
+from coordinator.core.model import PartitionRacks, make_partition_racks
 from coordinator.core.topics import NewTopic, SnapshotChanges, TopicResult, check_topic_name
 from coordinator.runtime import CoordinatorRuntime, RuntimeState
 
@@ -261,6 +264,7 @@ class TopicFeed:
         )
         self.refreshes += 1
         self.upstream.update_brokers(meta)
+        rack_of = {int(b.node_id): b.rack for b in meta.brokers if getattr(b, "rack", None)}
         topics: list[NewTopic] = []
         keep: list[str] = []
         for t in meta.topics:
@@ -275,6 +279,7 @@ class TopicFeed:
                     name=t.name,
                     num_partitions=max(p.partition_index for p in t.partitions) + 1,
                     topic_id=None if topic_id is None else topic_id_of(topic_id),
+                    partition_racks=replica_racks(t.partitions, rack_of),
                 )
             )
         changes = await self.runtime.apply_topic_snapshot(topics, keep)
@@ -295,6 +300,11 @@ class TopicFeed:
                     raise InvalidRequestError(
                         "A topic id cannot be chosen in front of a broker (--kafka-upstream): "
                         "the broker assigns it."
+                    )
+                if t.partition_racks:
+                    raise InvalidRequestError(
+                        "Replica racks cannot be given in front of a broker (--kafka-upstream): "
+                        "they come from the broker's metadata."
                     )
                 if t.num_partitions < 1 and t.num_partitions != -1:
                     raise InvalidPartitionsError(
@@ -459,10 +469,24 @@ class TopicFeed:
                 )
 
 
+def replica_racks(partitions: Sequence[Any], rack_of: dict[int, str]) -> PartitionRacks:
+    """Each partition's replica racks: the racks of its replicas' brokers (brokers without a
+    rack, or not listed, add none); partitions without any are left out."""
+    if not rack_of:
+        return {}
+    return make_partition_racks(
+        (
+            int(p.partition_index),
+            [rack_of[n] for n in map(int, p.replica_nodes) if n in rack_of],
+        )
+        for p in partitions
+    )
+
+
 def _log_changes(changes: SnapshotChanges) -> None:
     if changes.created or changes.updated or changes.deleted:
         log.info(
-            "Topics from the upstream: created %s, partitions changed %s, deleted %s.",
+            "Topics from the upstream: created %s, partitions or racks changed %s, deleted %s.",
             [f"{t.name}({t.num_partitions})" for t in changes.created],
             [f"{t.name}({t.num_partitions})" for t in changes.updated],
             [t.name for t in changes.deleted],

@@ -547,6 +547,36 @@ class IncrementalAlterConfigsResponse(_message.Message):
 Global___IncrementalAlterConfigsResponse: _TypeAlias = IncrementalAlterConfigsResponse  # noqa: Y015
 
 @_typing.final
+class PartitionRacks(_message.Message):
+    """The racks that hold replicas of some partitions of a topic (rack-aware assignment,
+    docs/assignors.md): every partition listed has its replicas in exactly the racks listed.
+    A topic's entries name each partition at most once; a partition in no entry has unknown
+    racks.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    RACKS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def partitions(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    @_builtins.property
+    def racks(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        partitions: _abc.Iterable[_builtins.int] | None = ...,
+        racks: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["partitions", b"partitions", "racks", b"racks"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PartitionRacks: _TypeAlias = PartitionRacks  # noqa: Y015
+
+@_typing.final
 class CreateTopicsRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -557,20 +587,28 @@ class CreateTopicsRequest(_message.Message):
         NAME_FIELD_NUMBER: _builtins.int
         NUM_PARTITIONS_FIELD_NUMBER: _builtins.int
         TOPIC_ID_FIELD_NUMBER: _builtins.int
+        REPLICA_RACKS_FIELD_NUMBER: _builtins.int
         name: _builtins.str
         num_partitions: _builtins.int
         topic_id: _builtins.bytes
         """16 raw UUID bytes; absent = the coordinator mints a random id."""
+        @_builtins.property
+        def replica_racks(self) -> _containers.RepeatedCompositeFieldContainer[Global___PartitionRacks]:
+            """The racks of the partitions' replicas (coordinator-only mode; in front of a broker
+            they come from the broker's metadata and giving them is INVALID_REQUEST).
+            """
+
         def __init__(
             self,
             *,
             name: _builtins.str = ...,
             num_partitions: _builtins.int = ...,
             topic_id: _builtins.bytes | None = ...,
+            replica_racks: _abc.Iterable[Global___PartitionRacks] | None = ...,
         ) -> None: ...
         _HasFieldArgType: _TypeAlias = _typing.Literal["_topic_id", b"_topic_id", "topic_id", b"topic_id"]  # noqa: Y015
         def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-        _ClearFieldArgType: _TypeAlias = _typing.Literal["_topic_id", b"_topic_id", "name", b"name", "num_partitions", b"num_partitions", "topic_id", b"topic_id"]  # noqa: Y015
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["_topic_id", b"_topic_id", "name", b"name", "num_partitions", b"num_partitions", "replica_racks", b"replica_racks", "topic_id", b"topic_id"]  # noqa: Y015
         def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
         _WhichOneofReturnType__topic_id: _TypeAlias = _typing.Literal["topic_id"]  # noqa: Y015
         _WhichOneofArgType__topic_id: _TypeAlias = _typing.Literal["_topic_id", b"_topic_id"]  # noqa: Y015
@@ -850,19 +888,27 @@ class ListTopicsResponse(_message.Message):
         NAME_FIELD_NUMBER: _builtins.int
         TOPIC_ID_FIELD_NUMBER: _builtins.int
         NUM_PARTITIONS_FIELD_NUMBER: _builtins.int
+        REPLICA_RACKS_FIELD_NUMBER: _builtins.int
         name: _builtins.str
         topic_id: _builtins.bytes
         num_partitions: _builtins.int
+        @_builtins.property
+        def replica_racks(self) -> _containers.RepeatedCompositeFieldContainer[Global___PartitionRacks]:
+            """The racks of the partitions' replicas, one entry per distinct set of racks (sorted by
+            racks, partitions ascending); empty when unknown.
+            """
+
         def __init__(
             self,
             *,
             name: _builtins.str = ...,
             topic_id: _builtins.bytes = ...,
             num_partitions: _builtins.int = ...,
+            replica_racks: _abc.Iterable[Global___PartitionRacks] | None = ...,
         ) -> None: ...
         _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
         def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-        _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "num_partitions", b"num_partitions", "topic_id", b"topic_id"]  # noqa: Y015
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "num_partitions", b"num_partitions", "replica_racks", b"replica_racks", "topic_id", b"topic_id"]  # noqa: Y015
         def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
         def WhichOneof(self, oneof_group: _Never) -> None: ...
 

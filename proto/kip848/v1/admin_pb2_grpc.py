@@ -166,8 +166,10 @@ class AdminServiceServicer:
         [a-zA-Z0-9._-], not "." or "..")
         36 TOPIC_ALREADY_EXISTS          the name (or the given topic_id) is already in use
         37 INVALID_PARTITIONS            num_partitions < 1
-        42 INVALID_REQUEST               duplicate name in the request, or a topic_id that
-        is not 16 bytes or is all zero
+        42 INVALID_REQUEST               duplicate name in the request, a topic_id that
+        is not 16 bytes or is all zero, replica_racks naming
+        a partition out of range or twice or a blank rack,
+        or replica_racks in front of a broker
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -201,7 +203,8 @@ class AdminServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ListTopics(self, request, context):
-        """Lists every registered topic with its id and partition count, sorted by name.
+        """Lists every registered topic with its id, partition count and replica racks, sorted by
+        name.
         Errors (request-level error_code):
         0 NONE
         -1 UNKNOWN_SERVER_ERROR

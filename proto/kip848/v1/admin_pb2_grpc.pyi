@@ -120,8 +120,10 @@ class AdminServiceStub:
                                        [a-zA-Z0-9._-], not "." or "..")
       36 TOPIC_ALREADY_EXISTS          the name (or the given topic_id) is already in use
       37 INVALID_PARTITIONS            num_partitions < 1
-      42 INVALID_REQUEST               duplicate name in the request, or a topic_id that
-                                       is not 16 bytes or is all zero
+      42 INVALID_REQUEST               duplicate name in the request, a topic_id that
+                                       is not 16 bytes or is all zero, replica_racks naming
+                                       a partition out of range or twice or a blank rack,
+                                       or replica_racks in front of a broker
     """
     CreatePartitions: _grpc.UnaryUnaryMultiCallable[_admin_pb2.CreatePartitionsRequest, _admin_pb2.CreatePartitionsResponse]
     """Raises the partition count of existing topics (it can never shrink).
@@ -143,7 +145,8 @@ class AdminServiceStub:
       42 INVALID_REQUEST               duplicate name in the request
     """
     ListTopics: _grpc.UnaryUnaryMultiCallable[_admin_pb2.ListTopicsRequest, _admin_pb2.ListTopicsResponse]
-    """Lists every registered topic with its id and partition count, sorted by name.
+    """Lists every registered topic with its id, partition count and replica racks, sorted by
+    name.
     Errors (request-level error_code):
       0 NONE
       -1 UNKNOWN_SERVER_ERROR
@@ -241,8 +244,10 @@ class AdminServiceAsyncStub(AdminServiceStub):
                                        [a-zA-Z0-9._-], not "." or "..")
       36 TOPIC_ALREADY_EXISTS          the name (or the given topic_id) is already in use
       37 INVALID_PARTITIONS            num_partitions < 1
-      42 INVALID_REQUEST               duplicate name in the request, or a topic_id that
-                                       is not 16 bytes or is all zero
+      42 INVALID_REQUEST               duplicate name in the request, a topic_id that
+                                       is not 16 bytes or is all zero, replica_racks naming
+                                       a partition out of range or twice or a blank rack,
+                                       or replica_racks in front of a broker
     """
     CreatePartitions: _aio.UnaryUnaryMultiCallable[_admin_pb2.CreatePartitionsRequest, _admin_pb2.CreatePartitionsResponse]  # type: ignore[assignment]
     """Raises the partition count of existing topics (it can never shrink).
@@ -264,7 +269,8 @@ class AdminServiceAsyncStub(AdminServiceStub):
       42 INVALID_REQUEST               duplicate name in the request
     """
     ListTopics: _aio.UnaryUnaryMultiCallable[_admin_pb2.ListTopicsRequest, _admin_pb2.ListTopicsResponse]  # type: ignore[assignment]
-    """Lists every registered topic with its id and partition count, sorted by name.
+    """Lists every registered topic with its id, partition count and replica racks, sorted by
+    name.
     Errors (request-level error_code):
       0 NONE
       -1 UNKNOWN_SERVER_ERROR
@@ -389,8 +395,10 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
                                            [a-zA-Z0-9._-], not "." or "..")
           36 TOPIC_ALREADY_EXISTS          the name (or the given topic_id) is already in use
           37 INVALID_PARTITIONS            num_partitions < 1
-          42 INVALID_REQUEST               duplicate name in the request, or a topic_id that
-                                           is not 16 bytes or is all zero
+          42 INVALID_REQUEST               duplicate name in the request, a topic_id that
+                                           is not 16 bytes or is all zero, replica_racks naming
+                                           a partition out of range or twice or a blank rack,
+                                           or replica_racks in front of a broker
         """
 
     @_abc_1.abstractmethod
@@ -430,7 +438,8 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _admin_pb2.ListTopicsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_admin_pb2.ListTopicsResponse, _abc.Awaitable[_admin_pb2.ListTopicsResponse]]:
-        """Lists every registered topic with its id and partition count, sorted by name.
+        """Lists every registered topic with its id, partition count and replica racks, sorted by
+        name.
         Errors (request-level error_code):
           0 NONE
           -1 UNKNOWN_SERVER_ERROR
