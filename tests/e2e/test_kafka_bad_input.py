@@ -84,6 +84,13 @@ BAD = {
     "negative-api-key": frame(-5, 0),
     # served APIs
     "heartbeat-truncated-body": frame(68, 1, b"\x05ab"),
+    # lengths no frame could hold, nulls where the schema allows none (#30)
+    "list-groups-huge-array": struct.pack(">i", 18)
+    + struct.pack(">hhih", 16, 5, 1, -1)
+    + b"\0\xff\xff\xff\xff\x7f\0\0",
+    "describe-groups-null-groups": frame(15, 6, b"\0\0\0\0"),
+    "find-coordinator-v99": frame(10, 99, b"\0"),
+    "produce-v9-truncated-tags": frame(0, 9, b"\x05"),
     "heartbeat-v7": frame(68, 7),
     "join-group-garbage": frame(11, 5, b"\x7f\xff" * 10),
     # framing
@@ -195,6 +202,10 @@ def test_the_log_names_each_bad_connection(stack: KafkaStack) -> None:
         "the upstream broker closed the connection",
         "API key 1 (fetch) v99 is not served",
         "API key 999",
+        "ListGroupsRequest.states_filter: 34359738366 elements need at least",
+        "DescribeGroupsRequest.groups is not nullable but was sent as null",
+        "find_coordinator v99 is not known to the codec",
+        "produce v9: cannot read acks: truncated varint",
         f"request of {MAX_BYTES + 1} bytes (socket.request.max.bytes is {MAX_BYTES})",
         "Closing idle Kafka connection",
     ):

@@ -451,7 +451,7 @@ class KafkaConnection(asyncio.Protocol):
                 entity = wire.decode(
                     key, version, frame, wire.body_offset(frame, key, version, pos)
                 )
-            except (wire.WireError, KeyError) as exc:
+            except wire.WireError as exc:
                 self.fail(str(exc))
                 return
             if getattr(entity, "key_type", 0) != 0 and key in listener.upstream.versions:
@@ -474,7 +474,11 @@ class KafkaConnection(asyncio.Protocol):
             return
         if listener.upstream is not None and listener.upstream.forwards(key, version):
             self._observe_forward(key)
-            listener.upstream.forward(self, key, version, frame)
+            try:
+                listener.upstream.forward(self, key, version, frame)
+            except wire.WireError as exc:  # a Produce whose acks cannot be read
+                self._forwarding = None
+                self.fail(str(exc))
             return
         mode = (
             "" if listener.upstream is not None else " (coordinator-only mode: no --kafka-upstream)"

@@ -278,10 +278,11 @@ class Upstream:
         *,
         rewrite: bool | None = None,
     ) -> None:
+        no_answer = key == apis.PRODUCE and _produce_acks(frame, version) == 0
         slot = conn.expect()
         upstream = self._connection(conn)
         needs = _names_brokers(key, version) if rewrite is None else rewrite
-        if key == apis.PRODUCE and _produce_acks(frame, version) == 0:
+        if no_answer:
             upstream.send(frame, None)
             conn.complete(slot, None)
             return
@@ -378,16 +379,20 @@ def as_values(entity: Any) -> dict[str, Any]:
 
 
 def _produce_acks(frame: bytes, version: int) -> int:
-    """Produce's ``acks`` (after the header and the nullable transactional id)."""
-    key, _v, _c, _client, pos = wire.parse_header(frame)
-    pos = wire.body_offset(frame, key, version, pos)
-    if wire.request_flexible(key, version):
-        length, pos = wire.read_uvarint(frame, pos)
-        pos += max(0, length - 1)
-    else:
-        (length,) = struct.unpack_from(">h", frame, pos)
-        pos += 2 + max(0, length)
-    return int(struct.unpack_from(">h", frame, pos)[0])
+    """Produce's ``acks`` (after the header and the nullable transactional id); WireError if
+    the frame is too short to hold them (the broker would close the connection)."""
+    try:
+        key, _v, _c, _client, pos = wire.parse_header(frame)
+        pos = wire.body_offset(frame, key, version, pos)
+        if wire.request_flexible(key, version):
+            length, pos = wire.read_uvarint(frame, pos)
+            pos += max(0, length - 1)
+        else:
+            (length,) = struct.unpack_from(">h", frame, pos)
+            pos += 2 + max(0, length)
+        return int(struct.unpack_from(">h", frame, pos)[0])
+    except (struct.error, wire.WireError) as exc:
+        raise wire.WireError(f"produce v{version}: cannot read acks: {exc}") from None
 
 
 Pending = tuple["Slot | asyncio.Future[bytes]", int, int, bool]

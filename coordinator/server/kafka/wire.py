@@ -8,7 +8,8 @@ only by kio.
 
 * :func:`parse_header` reads a request header (v1, or v2 with tagged fields for flexible
   versions; the client id is a legacy nullable int16 string in both).
-* :func:`decode` reads a body; any failure raises :class:`WireError`.
+* :func:`decode` reads a body; any failure raises :class:`WireError`. Every length in it is
+  checked against the bytes left first (``bounds.py``): kio's native reader trusts them.
 * :func:`build` makes the response entity of *any* version from plain values: fields the
   version lacks are dropped, required ones not given get their zero value, nested lists of
   dicts become the version's nested entities, ints become ``ErrorCode`` / ``timedelta``.
@@ -28,12 +29,14 @@ from dataclasses import MISSING, fields, is_dataclass
 from functools import cache
 from typing import Any, Union, cast, get_args, get_origin
 
-from kio.index import load_request_schema, load_response_schema
+from kio.index import KioIndexError, load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode as KioErrorCode
 from kio.schema.index import api_key_map, schema_name_map
 from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
 from kio.static.primitive import i32Timedelta, i64Timedelta
+
+from . import bounds
 
 KIO_VERSION = "0.6.5"
 """The kio release this module is written and tested against (pinned in pyproject)."""
@@ -43,8 +46,7 @@ _HEADER = struct.Struct(">hhih")
 _I32 = I32 = struct.Struct(">i")
 
 
-class WireError(Exception):
-    """A request that cannot be read (truncated, garbage, unknown api key or version)."""
+WireError = bounds.WireError
 
 
 def api_name(api_key: int) -> str:
@@ -64,12 +66,19 @@ def kio_versions(api_key: int) -> tuple[int, int] | None:
 
 @cache
 def request_class(api_key: int, version: int) -> Any:
-    return load_request_schema(api_key, version)
+    """kio's request class; WireError for an API or version it does not know."""
+    try:
+        return load_request_schema(api_key, version)
+    except KioIndexError:
+        raise WireError(f"{api_name(api_key)} v{version} is not known to the codec") from None
 
 
 @cache
 def response_class(api_key: int, version: int) -> Any:
-    return load_response_schema(api_key, version)
+    try:
+        return load_response_schema(api_key, version)
+    except KioIndexError:
+        raise WireError(f"{api_name(api_key)} v{version} is not known to the codec") from None
 
 
 @cache
@@ -95,17 +104,7 @@ def response_header_flexible(api_key: int, version: int) -> bool:
 
 def read_uvarint(buf: bytes, pos: int) -> tuple[int, int]:
     """(value, next position) of an unsigned varint; WireError if truncated or too long."""
-    value = shift = 0
-    for _ in range(5):
-        if pos >= len(buf):
-            raise WireError("truncated varint")
-        byte = buf[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return value, pos
-        shift += 7
-    raise WireError("varint too long")
+    return bounds.read_uvarint(buf, pos, len(buf))
 
 
 def skip_tagged_fields(buf: bytes, pos: int) -> int:
@@ -147,19 +146,23 @@ def body_offset(frame: bytes, api_key: int, version: int, pos: int) -> int:
 
 
 def decode(api_key: int, version: int, frame: bytes, pos: int) -> Entity:
-    try:
-        entity, _size = _reader(cast(Hashable, request_class(api_key, version)))(frame, pos)
-    except Exception as exc:  # noqa: BLE001 - kio raises DecodeError, ValueError, ...
-        raise WireError(f"{api_name(api_key)} v{version}: {exc}") from None
-    return entity
+    """A request body; every length is checked against the frame first (``bounds.py``)."""
+    return _decode(request_class(api_key, version), frame, pos, "")
 
 
 def decode_response(api_key: int, version: int, frame: bytes, pos: int) -> Entity:
-    """A response body (forwarded responses that must be rewritten)."""
+    """A response body (forwarded responses that must be rewritten, the coordinator's own
+    requests to the upstream), checked as a request is."""
+    return _decode(response_class(api_key, version), frame, pos, " response")
+
+
+def _decode(cls: Any, frame: bytes, pos: int, what: str) -> Entity:
     try:
-        entity, _size = _reader(cast(Hashable, response_class(api_key, version)))(frame, pos)
-    except Exception as exc:  # noqa: BLE001
-        raise WireError(f"{api_name(api_key)} v{version} response: {exc}") from None
+        frame = bounds.check(cls, frame, pos)
+        entity, _size = _reader(cast(Hashable, cls))(frame, pos)
+    except Exception as exc:  # noqa: BLE001 - kio raises DecodeError, ValueError, ...
+        name = api_name(int(cls.__api_key__))
+        raise WireError(f"{name} v{int(cls.__version__)}{what}: {exc}") from None
     return entity
 
 
@@ -232,94 +235,23 @@ def uuid_bytes(value: uuid.UUID | None) -> bytes:
     return bytes(16) if value is None else value.bytes
 
 
-# ---------------------------------------------------------------- skipping a body
-
-_FIXED_SIZE = {
-    "bool": 1,
-    "int8": 1,
-    "uint8": 1,
-    "int16": 2,
-    "uint16": 2,
-    "error_code": 2,
-    "int32": 4,
-    "uint32": 4,
-    "timedelta_i32": 4,
-    "datetime_i32": 4,
-    "int64": 8,
-    "uint64": 8,
-    "float64": 8,
-    "timedelta_i64": 8,
-    "datetime_i64": 8,
-    "uuid": 16,
-}
-
-
-@cache
-def _layout(cls: Any) -> tuple[tuple[str, Any, bool, bool], ...]:
-    """The untagged fields of a flexible entity, in wire order: (kafka type, nested entity
-    class or None, is array, nullable)."""
-    out = []
-    for f, (_name, kafka_type, nested, array, nullable, _req, _zero) in zip(
-        fields(cls), _spec(cls), strict=True
-    ):
-        if "tag" not in f.metadata:
-            out.append((kafka_type, nested, array, nullable))
-    return tuple(out)
-
-
-def _skip(cls: Any, buf: Any, pos: int) -> int:
-    """The position after a flexible entity of ``cls``, its tagged fields included."""
-    return skip_tagged_fields(buf, _layout_end(cls, buf, pos))
-
-
-def _skip_value(kafka_type: str, buf: Any, pos: int) -> int:
-    size = _FIXED_SIZE.get(kafka_type)
-    if size is not None:
-        return pos + size
-    n, pos = read_uvarint(buf, pos)  # compact string / bytes / records: length + 1, 0 = null
-    return pos + max(0, n - 1)
-
-
 def has_tagged_field(cls: Any, buf: Any, pos: int, tag: int) -> bool:
     """Whether a flexible response body at ``pos`` carries the top-level tagged field ``tag``
-    with more than an empty value — found by skipping the body, without decoding it (cheap
-    even for a Fetch response of megabytes)."""
+    with more than an empty value — found by following the body's lengths, without decoding
+    it (cheap even for a Fetch response of megabytes)."""
     try:
-        pos = _layout_end(cls, buf, pos)
-        count, pos = read_uvarint(buf, pos)
+        pos = bounds.tags_at(cls, buf, pos)
+        end = len(buf)
+        count, pos = bounds.read_uvarint(buf, pos, end)
         for _ in range(count):
-            found, pos = read_uvarint(buf, pos)
-            size, pos = read_uvarint(buf, pos)
+            found, pos = bounds.read_uvarint(buf, pos, end)
+            size, pos = bounds.read_uvarint(buf, pos, end)
             if found == tag:
                 return size > 1
             pos += size
-    except (IndexError, WireError):
+    except WireError:
         return True  # let the full decoder judge (and report) it
     return False
-
-
-def _layout_end(cls: Any, buf: Any, pos: int) -> int:
-    """The position of a flexible entity's own tagged fields (nothing is decoded: lengths
-    are followed)."""
-    for kafka_type, nested, array, nullable in _layout(cls):
-        if array:
-            n, pos = read_uvarint(buf, pos)
-            for _ in range(n - 1):
-                pos = (
-                    _skip(nested, buf, pos)
-                    if nested is not None
-                    else _skip_value(kafka_type, buf, pos)
-                )
-        elif nested is not None:
-            if nullable:
-                present = buf[pos]
-                pos += 1
-                if present == 0xFF:
-                    continue
-            pos = _skip(nested, buf, pos)
-        else:
-            pos = _skip_value(kafka_type, buf, pos)
-    return pos
 
 
 # ---------------------------------------------------------------- building entities

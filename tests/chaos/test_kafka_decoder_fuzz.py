@@ -1,0 +1,85 @@
+"""CI run of the coverage-guided decoder fuzz (fuzz_kafka_decoder.py), in child processes: a
+native abort is an exit status and a crash file, never a lost test run."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+TESTS = Path(__file__).resolve().parents[1]
+SECONDS = 20
+
+
+def fuzz(tmp_path: Path, *flags: str, prelude: str = "") -> tuple[int, str, list[Path]]:
+    """Run the fuzzer in a child; (exit status, its output, the crash files it wrote)."""
+    code = f"{prelude}\nfrom chaos import fuzz_kafka_decoder as f\nf.main(['fuzz', *{flags!r}])\n"
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=SECONDS * 4 + 60,
+        cwd=TESTS,
+        env=dict(os.environ, PYTHONPATH=str(TESTS)),
+        check=False,
+    )
+    return done.returncode, done.stdout + done.stderr, sorted(tmp_path.glob("crash-*"))
+
+
+@pytest.mark.slow
+def test_the_listener_decoder_survives_coverage_guided_fuzzing(tmp_path: Path) -> None:
+    status, out, crashes = fuzz(
+        tmp_path, f"-max_total_time={SECONDS}", "-seed=848", f"-artifact_prefix={tmp_path}/"
+    )
+    assert status == 0 and crashes == [], out[-4000:]
+    runs = re.search(r"Done (\d+) runs", out)
+    assert runs is not None and int(runs[1]) > 50_000, out[-2000:]
+
+
+@pytest.mark.slow
+def test_without_the_bounds_check_the_fuzzer_finds_the_native_abort(tmp_path: Path) -> None:
+    """The fuzzer's worth, and the check's: with ``bounds.check`` taken out (and only decoding
+    fuzzed) it makes kio abort within seconds; the input it saved is refused with the check."""
+    status, out, crashes = fuzz(
+        tmp_path,
+        "-max_total_time=60",
+        "-seed=848",
+        f"-artifact_prefix={tmp_path}/",
+        prelude=(
+            "from coordinator.server.kafka import bounds\n"
+            "bounds.check = lambda cls, buf, pos: buf\n"
+            "from coordinator.server.kafka import apis\n"
+            "apis.SERVED.clear()\n"
+        ),
+    )
+    assert status != 0 and "deadly signal" in out and "memory allocation of" in out, out[-3000:]
+    assert len(crashes) == 1
+    checked = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys\n"
+            "from chaos.fuzz_kafka_decoder import TARGETS\n"
+            "from coordinator.server.kafka import wire\n"
+            "data = open(sys.argv[1], 'rb').read()\n"
+            "kind, key, version = TARGETS[data[0] % len(TARGETS)]\n"
+            "decode = wire.decode if kind == 'request' else wire.decode_response\n"
+            "try:\n"
+            "    decode(key, version, data[1:], 0)\n"
+            "except wire.WireError as exc:\n"
+            "    print('refused:', exc)\n",
+            str(crashes[0]),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=TESTS,
+        env=dict(os.environ, PYTHONPATH=str(TESTS)),
+        check=False,
+    )
+    assert checked.returncode == 0, checked.stderr[-2000:]
+    assert checked.stdout.startswith("refused: ") and "elements need at least" in checked.stdout
