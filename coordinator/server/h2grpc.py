@@ -21,11 +21,18 @@ What a gRPC client sees is what grpc-core's server answers (the gRPC over HTTP/2
 
 * status and message in trailers (``grpc-status``, percent-encoded ``grpc-message``), or a
   Trailers-Only answer when no message was sent; an unknown method is UNIMPLEMENTED;
-* ``grpc-timeout`` is a deadline: the call is cancelled and answered DEADLINE_EXCEEDED;
+* ``grpc-timeout`` is a deadline: when it passes the call is answered DEADLINE_EXCEEDED at once
+  and its handler cancelled (whether or not it had started), so its slot is free again;
 * a request message larger than ``max_message_bytes`` is refused with RESOURCE_EXHAUSTED as
   soon as its length prefix arrives (never buffered), a larger answer likewise;
-* compressed messages are refused (we offer ``identity`` only, and clients compress nothing
-  unless asked); a non-gRPC request gets HTTP 415;
+* ``gzip`` and ``deflate`` requests are decompressed (at most ``max_message_bytes`` out of each
+  message), answers are not compressed; the ordinary response headers offer
+  ``grpc-accept-encoding: identity, deflate, gzip``; an encoding grpc-core does not know is
+  INTERNAL, one it knows but was disabled UNIMPLEMENTED, as grpc-core answers them;
+* request metadata over the header-list size announced in SETTINGS_MAX_HEADER_LIST_SIZE
+  (``absolute_max_metadata_size``) gets that call RESOURCE_EXHAUSTED with grpc-core's message
+  (between ``max_metadata_size`` and it, a share rising to all, grpc-core's soft limit); the
+  connection and its other calls go on; a non-gRPC request gets HTTP 415;
 * past ``max_concurrent_calls`` calls at once a new call is refused with RESOURCE_EXHAUSTED
   "Concurrent RPC limit exceeded!", before any work (grpc.aio's ``maximum_concurrent_rpcs``);
 * a client's RST_STREAM, or its connection closing, cancels the call's handler;
@@ -43,8 +50,10 @@ import asyncio
 import base64
 import inspect
 import logging
+import random
 import socket
 import time
+import zlib
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -71,11 +80,23 @@ from .forwarding import AbortCall
 log = logging.getLogger("kip848.server")
 
 _OK = b"0"
-_RESPONSE_HEADERS = (
-    (b":status", b"200"),
-    (b"content-type", b"application/grpc"),
-    (b"grpc-accept-encoding", b"identity"),
-)
+_TRAILERS_ONLY = ((b":status", b"200"), (b"content-type", b"application/grpc"))
+ENCODINGS = ("identity", "deflate", "gzip")
+"""grpc-core's compression algorithms, in the order of their bits in
+``grpc.compression_enabled_algorithms_bitset``."""
+ALL_ENCODINGS = (1 << len(ENCODINGS)) - 1
+_WBITS = {"deflate": zlib.MAX_WBITS, "gzip": zlib.MAX_WBITS | 16}  # zlib, gzip framing
+DEFAULT_MAX_METADATA_SIZE = 16 << 10
+"""Request metadata (the header list, RFC 9113 sizes) a call may carry: announced in
+SETTINGS_MAX_HEADER_LIST_SIZE and enforced per call (grpc-core's hard limit,
+``grpc.absolute_max_metadata_size``)."""
+HEADER_LIST_CAP = 1 << 20
+"""Past this a header list ends its connection (libnghttp2 keeps no more of it); below it, one
+over the announced limit ends only its call. libnghttp2 also caps one field at 64 KiB."""
+MAX_CONTINUATIONS = 64  # CONTINUATION frames after a HEADERS frame: 1 MiB in 16 KiB frames
+RECEIVE_SLICE = 16 << 10
+"""Bytes handed to libnghttp2 at a time: what one slice's header blocks decode to (HPACK can
+expand a byte into a 4 KiB table entry) is handled before the next is decoded."""
 _RESERVED = frozenset(
     {
         "content-type",
@@ -94,6 +115,9 @@ LISTEN_BACKLOG = 4096
 _CONFIG = Configuration(
     # nghttp2's defences against floods stay on; a connection may carry many calls at once.
     peer_max_concurrent_streams=1 << 16,
+    max_inbound_header_list_size=HEADER_LIST_CAP,
+    max_inbound_header_count=HEADER_LIST_CAP // 32,  # every field counts 32 bytes more
+    max_continuations=MAX_CONTINUATIONS,
 )
 _REFUSED_STREAM = 0x7
 _NO_ERROR = 0x0
@@ -154,7 +178,7 @@ class _Call:
         "headers_sent",
         "client_done",
         "finished",
-        "expired",
+        "wbits",
     )
 
     def __init__(
@@ -179,7 +203,7 @@ class _Call:
         self.headers_sent = False
         self.client_done = False
         self.finished = False
-        self.expired = False
+        self.wbits: int | None = None  # the request's messages are compressed (zlib framing)
 
 
 class H2Context:
@@ -252,6 +276,18 @@ class H2Connection(asyncio.Protocol):
         self.flush()
 
     def data_received(self, data: bytes) -> None:
+        view = memoryview(data)
+        for start in range(0, len(data), RECEIVE_SLICE):
+            if not self._receive(view[start : start + RECEIVE_SLICE]):
+                return
+        self.flush()
+        h2 = self.h2
+        if not h2.want_read and not h2.want_write and self.transport is not None:
+            self.transport.close()
+
+    def _receive(self, data: memoryview) -> bool:
+        """One slice of input through libnghttp2 and its events to the calls; False if the
+        connection failed (it is closed)."""
         h2 = self.h2
         try:
             h2.receive_data(data)
@@ -261,7 +297,7 @@ class H2Connection(asyncio.Protocol):
             self.flush()  # nghttp2's GOAWAY, if it still has one to send
             if self.transport is not None:
                 self.transport.close()
-            return
+            return False
         events: list[Any] = h2.events()  # dispatched on the exact type: no narrowing
         for event in events:
             kind = type(event)
@@ -277,9 +313,7 @@ class H2Connection(asyncio.Protocol):
                 self._writable.set()
             elif kind is ConnectionClosed:
                 self._drop_all()
-        self.flush()
-        if not h2.want_read and not h2.want_write and self.transport is not None:
-            self.transport.close()
+        return True
 
     def pause_writing(self) -> None:
         self._paused = True
@@ -333,9 +367,14 @@ class H2Connection(asyncio.Protocol):
         path = ""
         content_type = b""
         timeout: bytes | None = None
+        encoding: bytes | None = None
         metadata: list[tuple[str, Any]] = []
         bad_metadata = ""
+        size = 0
+        longest = 0
         for name, value in headers:
+            size += len(name) + len(value) + 32  # RFC 9113's size of a header list
+            longest = max(longest, len(value))
             if name[:1] == b":":
                 if name == b":path":
                     path = value.decode("utf-8", "replace")
@@ -345,6 +384,8 @@ class H2Connection(asyncio.Protocol):
                 content_type = value
             elif key == "grpc-timeout":
                 timeout = value
+            elif key == "grpc-encoding":
+                encoding = value
             elif key.endswith("-bin"):
                 try:
                     metadata.append((key, _b64decode(value)))
@@ -352,6 +393,11 @@ class H2Connection(asyncio.Protocol):
                     bad_metadata = key
             elif key not in _RESERVED:
                 metadata.append((key, value.decode("latin-1")))
+        if size > server.max_metadata_size:
+            refused = server.metadata_refusal(size, longest, headers)
+            if refused:
+                self._refuse(stream_id, end, grpc.StatusCode.RESOURCE_EXHAUSTED, refused)
+                return
         if not content_type.startswith(b"application/grpc"):
             self._send(
                 lambda: self.h2.send_response(stream_id, ((b":status", b"415"),), end_stream=True),
@@ -362,6 +408,26 @@ class H2Connection(asyncio.Protocol):
         if server.stopping:
             self._refuse(stream_id, end, grpc.StatusCode.UNAVAILABLE, "Server is shutting down")
             return
+        wbits = None
+        if encoding is not None and encoding != b"identity":
+            algorithm = encoding.decode("latin-1")
+            if algorithm not in _WBITS:
+                self._refuse(
+                    stream_id,
+                    end,
+                    grpc.StatusCode.INTERNAL,
+                    "Error parsing 'grpc-encoding' metadata",
+                )
+                return
+            if not server.compression_enabled & (1 << ENCODINGS.index(algorithm)):
+                self._refuse(
+                    stream_id,
+                    end,
+                    grpc.StatusCode.UNIMPLEMENTED,
+                    f"Compression algorithm '{algorithm}' is disabled.",
+                )
+                return
+            wbits = _WBITS[algorithm]
         if bad_metadata:
             self._refuse(
                 stream_id, end, grpc.StatusCode.INTERNAL, f"Invalid base64 in {bad_metadata}"
@@ -377,6 +443,7 @@ class H2Connection(asyncio.Protocol):
             )
             return
         call = _Call(self, stream_id, path, handler, tuple(metadata))
+        call.wbits = wbits
         self.calls[stream_id] = call
         server.active += 1
         if timeout is not None:
@@ -418,17 +485,21 @@ class H2Connection(asyncio.Protocol):
                     f"Received message larger than max ({size} vs. {limit})",
                 )
                 return False
-            if body[pos]:
+            compressed = body[pos]
+            if compressed and call.wbits is None:
                 self.finish(
-                    call,
-                    grpc.StatusCode.UNIMPLEMENTED,
-                    "Compressed messages are not supported (grpc-accept-encoding: identity)",
+                    call, grpc.StatusCode.INTERNAL, "Compression bit set but no encoding configured"
                 )
                 return False
             if len(body) - pos - 5 < size:
                 break
             message = bytes(body[pos + 5 : pos + 5 + size])
             pos += 5 + size
+            if compressed:
+                decompressed = self._decompress(call, message)
+                if decompressed is None:
+                    return False
+                message = decompressed
             if call.requests is not None:
                 call.requests.put_nowait(message)
             elif call.message is None:
@@ -441,6 +512,26 @@ class H2Connection(asyncio.Protocol):
         if pos:
             del body[:pos]
         return True
+
+    def _decompress(self, call: _Call, data: bytes) -> bytes | None:
+        """One gzip/deflate message, at most ``max_message_bytes`` of it; None if the call was
+        refused (grpc-core's statuses and messages)."""
+        assert call.wbits is not None
+        limit = self.server.max_message_bytes
+        inflater = zlib.decompressobj(call.wbits)
+        try:
+            message = inflater.decompress(data, limit + 1)
+        except zlib.error:
+            message = None
+        if message is not None and len(message) > limit:
+            self.finish(
+                call, grpc.StatusCode.RESOURCE_EXHAUSTED, "Decompressed message larger than max"
+            )
+            return None
+        if message is None or not inflater.eof or inflater.unused_data:
+            self.finish(call, grpc.StatusCode.INTERNAL, "Decompression failed due to zlib error")
+            return None
+        return message
 
     def _end_of_requests(self, call: _Call) -> None:
         call.client_done = True
@@ -483,14 +574,16 @@ class H2Connection(asyncio.Protocol):
             self._closed(stream_id)
 
     def _expire(self, call: _Call) -> None:
+        """The deadline passed: DEADLINE_EXCEEDED now, then the handler is cancelled. Answered
+        here, not by the handler's task: a task cancelled before its first step never runs
+        (uvloop may run this timer before it), and would leave the call unanswered and its
+        slot taken."""
         call.timer = None
         if call.finished:
             return
-        call.expired = True
+        self.finish(call, grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
         if call.task is not None:
-            call.task.cancel()  # _run answers DEADLINE_EXCEEDED
-        else:
-            self.finish(call, grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
+            call.task.cancel()
 
     # ----------------------------------------------------------------- running calls
 
@@ -516,9 +609,7 @@ class H2Connection(asyncio.Protocol):
         except AbortCall as exc:
             self.finish(call, exc.code, exc.details)
         except asyncio.CancelledError:
-            if call.expired:
-                self.finish(call, grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
-            elif not call.finished:  # the server stops: past its grace
+            if not call.finished:  # the server stops: past its grace
                 self.finish(call, grpc.StatusCode.UNAVAILABLE, "Server is shutting down")
         except Exception:
             log.exception("Unexpected error in %s", call.path)
@@ -551,7 +642,7 @@ class H2Connection(asyncio.Protocol):
         try:
             if not call.headers_sent:
                 call.headers_sent = True
-                h2.send_response(stream_id, _RESPONSE_HEADERS)
+                h2.send_response(stream_id, self.server.response_headers)
             h2.send_data(stream_id, b"\0" + len(payload).to_bytes(4, "big") + payload)
         except NGH2Error:
             self._closed(stream_id)
@@ -584,16 +675,14 @@ class H2Connection(asyncio.Protocol):
         call.finished = True
         self._release(call)
         status = _OK if code is grpc.StatusCode.OK else str(code.value[0]).encode()
-        trailers = [(b"grpc-status", status)]
-        if details:
-            trailers.append((b"grpc-message", _percent_encode(details)))
+        trailers = ((b"grpc-status", status), (b"grpc-message", _percent_encode(details)))
         h2 = self.h2
         stream_id = call.stream_id
         try:
             if call.headers_sent:
                 h2.send_trailers(stream_id, trailers)
-            else:
-                h2.send_response(stream_id, (*_RESPONSE_HEADERS, *trailers), end_stream=True)
+            else:  # Trailers-Only
+                h2.send_response(stream_id, (*_TRAILERS_ONLY, *trailers), end_stream=True)
             if not call.client_done:  # answered before the request ended: stop the upload
                 self._resets.append(stream_id)
         except NGH2Error:
@@ -610,7 +699,7 @@ class H2Connection(asyncio.Protocol):
 
     def _refuse(self, stream_id: int, end: bool, code: grpc.StatusCode, details: str) -> None:
         trailers = (
-            *_RESPONSE_HEADERS,
+            *_TRAILERS_ONLY,
             (b"grpc-status", str(code.value[0]).encode()),
             (b"grpc-message", _percent_encode(details)),
         )
@@ -666,13 +755,29 @@ class H2GrpcServer:
         *,
         reuseport: bool = False,
         max_concurrent_calls: int = 0,
+        max_metadata_size: int = DEFAULT_MAX_METADATA_SIZE,
+        absolute_max_metadata_size: int = DEFAULT_MAX_METADATA_SIZE,
+        compression_enabled: int = ALL_ENCODINGS,
     ) -> None:
         self.max_message_bytes = max_message_bytes
         self.max_concurrent_calls = max_concurrent_calls
         self.reuseport = reuseport
+        # grpc-core's soft and hard limits (the hard one is announced)
+        self.absolute_max_metadata_size = absolute_max_metadata_size
+        self.max_metadata_size = min(max_metadata_size, absolute_max_metadata_size)
+        self.compression_enabled = compression_enabled | 1  # identity is always on
+        self.response_headers = (
+            *_TRAILERS_ONLY,
+            (
+                b"grpc-accept-encoding",
+                ", ".join(
+                    n for i, n in enumerate(ENCODINGS) if self.compression_enabled & (1 << i)
+                ).encode(),
+            ),
+        )
         self.settings = {
             Setting.MAX_CONCURRENT_STREAMS: (1 << 31) - 1,
-            Setting.MAX_HEADER_LIST_SIZE: 16 << 10,
+            Setting.MAX_HEADER_LIST_SIZE: absolute_max_metadata_size,
         }
         self.connections: set[H2Connection] = set()
         self.admission: Admission[H2Connection, _Call] = Admission(H2Connection.run)
@@ -683,6 +788,26 @@ class H2GrpcServer:
         self._sockets: list[socket.socket] = []
         self._servers: list[asyncio.AbstractServer] = []
         self._idle: asyncio.Event | None = None
+
+    def metadata_refusal(
+        self, size: int, longest: int, headers: Iterable[tuple[bytes, bytes]]
+    ) -> str:
+        """Why a call whose header list is ``size`` bytes (over the soft limit) is refused, in
+        grpc-core's words, or "" if it is let through (below the hard limit, grpc-core refuses a
+        share rising linearly from 0 at the soft limit to all at the hard one)."""
+        hard = self.absolute_max_metadata_size
+        if longest > hard:
+            return f"received metadata size exceeds hard limit (value length {longest} vs. {hard})"
+        if size > hard:
+            kind, limit = "hard", hard
+        elif random.random() < (size - self.max_metadata_size) / (hard - self.max_metadata_size):
+            kind, limit = "soft", self.max_metadata_size
+        else:
+            return ""
+        fields = " ".join(
+            f"{name.decode('latin-1')}:{len(name) + len(value) + 32}B" for name, value in headers
+        )
+        return f"received metadata size exceeds {kind} limit ({size} vs. {limit});  {fields}"
 
     def add_generic_rpc_handlers(self, handlers: Sequence[grpc.GenericRpcHandler]) -> None:
         self._generic.extend(handlers)

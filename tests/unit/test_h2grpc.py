@@ -1,20 +1,25 @@
 """Our gRPC server on libnghttp2 (``coordinator/server/h2grpc.py``) answers grpc-core clients as
-grpc-core's server does: statuses and messages, deadlines, size limits, compression refused,
-cancellation, the concurrency limit, server streams with flow control, health and reflection
-(bidirectional), and a graceful stop. Driven by grpc.aio clients on 127.0.0.1:0."""
+grpc-core's server does: statuses and messages, deadlines (the client's and the server's own),
+size limits, gzip/deflate requests, request metadata limits, cancellation, the concurrency
+limit, server streams with flow control, health and reflection (bidirectional), and a graceful
+stop. Driven by grpc.aio clients and a bare HTTP/2 client (``tests/rawh2.py``) on 127.0.0.1:0."""
 
 from __future__ import annotations
 
 import asyncio
+import gzip
 import logging
 import random
+import zlib
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import grpc
 import pytest
+import uvloop
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+from rawh2 import RawConnection, grpc_frame, header_list_size
 
 from coordinator.server.forwarding import add_health_and_reflection
 from coordinator.server.h2grpc import H2GrpcServer, format_peer, parse_timeout
@@ -65,6 +70,15 @@ class Handlers:
         for i in range(int(request)):
             self.read_chunks = i
             yield (b"%06d" % i) * 8000  # 48 KB each
+
+
+async def echo(request: bytes, context: Any) -> bytes:
+    return request
+
+
+async def hold(request: bytes, context: Any) -> bytes:
+    await asyncio.Event().wait()  # until cancelled
+    return request
 
 
 def methods(h: Handlers) -> grpc.GenericRpcHandler:
@@ -158,14 +172,6 @@ async def test_size_limits_both_ways(served: Any) -> None:
     )
     # the connection still serves
     assert await unary(channel, "Echo")(b"after", timeout=5) == b"after"
-
-
-async def test_compressed_requests_are_refused(served: Any) -> None:
-    _server, _h, channel, _ = served
-    call = unary(channel, "Echo")(b"z" * 1000, timeout=5, compression=grpc.Compression.Gzip)
-    code, details = await status_of(call)
-    assert code == grpc.StatusCode.UNIMPLEMENTED
-    assert details.startswith("Compressed messages are not supported")
 
 
 async def test_deadline_cancels_the_handler(served: Any) -> None:
@@ -335,56 +341,22 @@ async def raw_exchange(
     body: bytes,
     trailers: list[tuple[bytes, bytes]] | None = None,
 ) -> tuple[dict[bytes, bytes], bytes]:
-    """One request from a bare HTTP/2 client (ngh2): the response's headers and trailers
-    merged, and its body. ``trailers``: the request ends with them, not with its last DATA."""
-    from ngh2 import (
-        Connection,
-        DataReceived,
-        ResponseReceived,
-        Role,
-        StreamClosed,
-        TrailersReceived,
-    )
-
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    h2 = Connection(Role.CLIENT)
-    h2.initiate_connection()
-    base = [(b":method", b"POST"), (b":scheme", b"http"), (b":path", b"/test.Echo/Echo")]
-    stream_id = h2.send_request(
-        [*base, (b":authority", b"x"), *headers], end_stream=not body and trailers is None
-    )
-    if body:
-        h2.send_data(stream_id, body, end_stream=trailers is None)
-    if trailers is not None:
-        h2.send_trailers(stream_id, trailers)
-    writer.write(h2.data_to_send())
-    answer: dict[bytes, bytes] = {}
-    data = b""
+    """One request from a bare HTTP/2 client: the response's headers and trailers merged, and
+    its body. ``trailers``: the request ends with them, not with its last DATA."""
+    conn = await RawConnection.open(port)
     try:
-        while True:
-            chunk = await asyncio.wait_for(reader.read(65536), 5)
-            assert chunk, "connection closed before the answer"
-            h2.receive_data(chunk)
-            for event in h2.events():
-                if isinstance(event, ResponseReceived | TrailersReceived):
-                    answer.update(dict(event.headers))
-                elif isinstance(event, DataReceived):
-                    data += event.data
-                elif isinstance(event, StreamClosed):
-                    return answer, data
-            writer.write(h2.data_to_send())
+        stream_id = conn.request(f"/{SERVICE}/Echo", body, headers=headers, trailers=trailers)
+        assert await conn.until(lambda: conn.answered(stream_id), 5), "no answer"
+        answer = conn.answers[stream_id]
+        return answer.fields, answer.data
     finally:
-        writer.close()
-
-
-def grpc_frame(payload: bytes) -> bytes:
-    return b"\0" + len(payload).to_bytes(4, "big") + payload
+        conn.close()
 
 
 async def test_what_grpc_clients_never_send_is_refused_clearly(served: Any) -> None:
     server, _h, _channel, _ = served
     port = server._sockets[0].getsockname()[1]
-    grpc_type = [(b"content-type", b"application/grpc"), (b"te", b"trailers")]
+    grpc_type: list[tuple[bytes, bytes]] = []  # what RawConnection sends anyway
     # not gRPC at all
     answer, _ = await raw_exchange(port, [(b"content-type", b"text/plain")], b"hi")
     assert answer[b":status"] == b"415"
@@ -454,67 +426,60 @@ async def test_garbage_ends_its_connection_quietly(
 
 
 class RawCalls:
-    """Unary calls written by a bare HTTP/2 client (ngh2) on one connection, all at once:
-    :meth:`send` writes them, :meth:`statuses` reads until every one has ended."""
+    """Unary calls written by a bare HTTP/2 client on one connection, all at once: :meth:`send`
+    writes them, :meth:`statuses` reads until every one has ended."""
 
-    def __init__(self, reader: Any, writer: Any, h2: Any) -> None:
-        self.reader, self.writer, self.h2 = reader, writer, h2
+    def __init__(self, conn: RawConnection, stream_ids: list[int]) -> None:
+        self.conn, self.stream_ids = conn, stream_ids
 
     @classmethod
-    async def open(cls, port: int, method: str, payloads: list[bytes]) -> RawCalls:
-        from ngh2 import Connection, Role
-
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        h2 = Connection(Role.CLIENT)
-        h2.initiate_connection()
-        writer.write(h2.data_to_send())
-        h2.receive_data(await asyncio.wait_for(reader.read(65536), 10))  # the server's SETTINGS
-        h2.events()  # (until then nghttp2 sends at most 100 streams)
-        headers = [
-            (b":method", b"POST"),
-            (b":scheme", b"http"),
-            (b":path", f"/{SERVICE}/{method}".encode()),
-            (b":authority", b"x"),
-            (b"content-type", b"application/grpc"),
-            (b"te", b"trailers"),
+    async def open(
+        cls,
+        port: int,
+        method: str,
+        payloads: list[bytes],
+        headers: list[tuple[bytes, bytes]] | None = None,
+    ) -> RawCalls:
+        conn = await RawConnection.open(port)
+        path = f"/{SERVICE}/{method}"
+        ids = [
+            conn.request(path, grpc_frame(p), headers=headers or (), flush=False) for p in payloads
         ]
-        for p in payloads:
-            stream_id = h2.send_request(headers)
-            h2.send_data(stream_id, grpc_frame(p), end_stream=True)
-        return cls(reader, writer, h2)
+        return cls(conn, ids)
 
     def send(self) -> None:
-        self.writer.write(self.h2.data_to_send())
+        self.conn.flush()
 
-    async def statuses(self, calls: int) -> list[bytes]:
-        """The grpc-status of each of ``calls`` calls, in the order they ended."""
-        from ngh2 import ResponseReceived, StreamClosed, TrailersReceived
+    async def answers(self, close: bool = True) -> list[tuple[bytes | None, bytes]]:
+        """(grpc-status, grpc-message) of every call, in the order they were sent, once all
+        have ended (then the connection is closed, unless ``close`` is False)."""
+        conn = self.conn
+        await conn.until(lambda: conn.answered(*self.stream_ids), 10)
+        if close:
+            conn.close()
+        ended = sum(conn.answers[s].closed for s in self.stream_ids)
+        assert ended == len(self.stream_ids), f"{ended} of {len(self.stream_ids)} calls ended"
+        return [conn.answers[s].outcome for s in self.stream_ids]
 
-        status: dict[int, bytes] = {}
-        ended: list[bytes] = []
-        while len(ended) < calls:
-            chunk = await asyncio.wait_for(self.reader.read(65536), 10)
-            assert chunk, f"connection closed after {len(ended)} of {calls} answers"
-            self.h2.receive_data(chunk)
-            for e in self.h2.events():
-                if isinstance(e, ResponseReceived | TrailersReceived):
-                    code = dict(e.headers).get(b"grpc-status")
-                    if code is not None:
-                        status[e.stream_id] = code
-                elif isinstance(e, StreamClosed):
-                    ended.append(status.get(e.stream_id, b"none"))
-            self.writer.write(self.h2.data_to_send())
-        self.writer.close()
-        return ended
+    async def statuses(self, calls: int) -> list[bytes | None]:
+        assert calls == len(self.stream_ids)
+        return [status for status, _ in await self.answers()]
 
 
-async def serving(method: str, handler: Callable[[bytes, Any], Any]) -> tuple[H2GrpcServer, int]:
-    """A server on 127.0.0.1:0 with one unary method of ``test.Echo``, and its port."""
-    server = H2GrpcServer(MAX_BYTES)
+async def serving(
+    method: str, handler: Callable[[bytes, Any], Any], **options: Any
+) -> tuple[H2GrpcServer, int]:
+    """A server (``options``) on 127.0.0.1:0 with one unary method of ``test.Echo``, and its
+    port."""
+    server = H2GrpcServer(MAX_BYTES, **options)
     server.add_generic_rpc_handlers(
         [
             grpc.method_handlers_generic_handler(
-                SERVICE, {method: grpc.unary_unary_rpc_method_handler(handler)}
+                SERVICE,
+                {
+                    name: grpc.unary_unary_rpc_method_handler(run)
+                    for name, run in {"Echo": echo, method: handler}.items()
+                },
             )
         ]
     )
@@ -576,3 +541,232 @@ async def test_a_stop_answers_the_calls_still_waiting_for_their_turn() -> None:
     assert await calls.statuses(500) == [b"14"] * 500
     await asyncio.wait_for(stopped, 10)
     assert server.admission.waiting == 0
+
+
+# ------------------------------------------------------------------ deadlines the server enforces
+
+
+def test_a_server_side_deadline_is_always_answered() -> None:
+    """Calls with a raw ``grpc-timeout`` (a client that does not enforce its own deadline) to a
+    handler that never returns, 50 at once, on uvloop (the server's default loop), whose timer
+    can fire before the handler's task has taken its first step: every call is answered
+    DEADLINE_EXCEEDED and gives its slot back. (A task cancelled before its first step never
+    runs: 16-50 of 50 got no status at all before.)"""
+
+    async def scenario() -> None:
+        server, port = await serving("Hold", hold)
+        try:
+            for timeout in (b"1n", b"1u", b"1m"):
+                calls = await RawCalls.open(port, "Hold", [b"x"] * 50, [(b"grpc-timeout", timeout)])
+                calls.send()
+                assert await calls.answers() == [(b"4", b"Deadline Exceeded")] * 50, timeout
+                assert server.active == 0
+        finally:
+            await server.stop(None)
+
+    uvloop.run(scenario())
+
+
+def test_expired_calls_on_one_connection_do_not_lock_others_out() -> None:
+    """``max_concurrent_calls`` 16: one connection sends 160 calls with ``grpc-timeout: 1m`` and
+    never resets them; 16 are taken, and answered DEADLINE_EXCEEDED when it passes, 144 are
+    refused at once; while that connection stays open, another client's call is served."""
+
+    async def scenario() -> None:
+        server, port = await serving("Hold", hold, max_concurrent_calls=16)
+        try:
+            flood = await RawCalls.open(port, "Hold", [b"x"] * 160, [(b"grpc-timeout", b"1m")])
+            flood.send()
+            assert sorted(await flood.answers(close=False)) == sorted(
+                [(b"4", b"Deadline Exceeded")] * 16
+                + [(b"8", b"Concurrent RPC limit exceeded!")] * 144
+            )
+            other = await RawCalls.open(port, "Echo", [b"after"])
+            other.send()
+            assert await other.answers() == [(b"0", b"")]
+            assert server.active == 0
+            flood.conn.close()
+        finally:
+            await server.stop(None)
+
+    uvloop.run(scenario())
+
+
+# ------------------------------------------------------------------ compression
+
+
+@pytest.mark.parametrize("algorithm", [grpc.Compression.Gzip, grpc.Compression.Deflate])
+async def test_compressed_requests_are_served(served: Any, algorithm: grpc.Compression) -> None:
+    """A call compressed by grpc-core (per call, or by the channel's default, as grpc-js's
+    ``grpc.default_compression_algorithm`` does) is decompressed and served."""
+    server, _h, channel, _ = served
+    payload = b"z" * 5000
+    assert await unary(channel, "Echo")(payload, timeout=5, compression=algorithm) == payload
+    port = server._sockets[0].getsockname()[1]
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}", compression=algorithm) as compressed:
+        assert await unary(compressed, "Echo")(payload, timeout=5) == payload
+
+
+async def test_compression_is_answered_as_grpc_core_answers_it() -> None:
+    """gzip and deflate messages are decompressed (a message whose flag says uncompressed is
+    taken as it is), at most ``max_message_bytes`` out of each; the answer is not compressed
+    and its ordinary headers offer ``grpc-accept-encoding``; every refusal is grpc-core's
+    status and message, Trailers-Only (which carries no ``grpc-accept-encoding``)."""
+    server, port = await serving("Hold", hold)
+    conn = await RawConnection.open(port)
+    try:
+
+        def call(body: bytes, encoding: bytes | None = None) -> int:
+            headers = [(b"grpc-encoding", encoding)] if encoding else []
+            return conn.request(f"/{SERVICE}/Echo", body, headers=headers)
+
+        gzipped = call(grpc_frame(gzip.compress(b"g" * 1000), True), b"gzip")
+        expected = {
+            gzipped: (b"0", b""),
+            call(grpc_frame(zlib.compress(b"d"), True), b"deflate"): (b"0", b""),
+            call(grpc_frame(b"plain"), b"gzip"): (b"0", b""),
+            call(grpc_frame(gzip.compress(b"0" * MAX_BYTES), True), b"gzip"): (b"0", b""),
+            call(grpc_frame(b"x", True)): (
+                b"13",
+                b"Compression bit set but no encoding configured",
+            ),
+            call(grpc_frame(b"x", True), b"identity"): (
+                b"13",
+                b"Compression bit set but no encoding configured",
+            ),
+            call(grpc_frame(b"not gzip", True), b"gzip"): (
+                b"13",
+                b"Decompression failed due to zlib error",
+            ),
+            call(grpc_frame(gzip.compress(b"0" * (MAX_BYTES + 1)), True), b"gzip"): (
+                b"8",
+                b"Decompressed message larger than max",
+            ),
+            call(grpc_frame(b"x"), b"snappy"): (b"13", b"Error parsing 'grpc-encoding' metadata"),
+        }
+        assert await conn.until(conn.answered, 5)
+        assert {s: conn.answers[s].outcome for s in expected} == expected
+        answer = conn.answers[gzipped]
+        assert answer.headers == [
+            (b":status", b"200"),
+            (b"content-type", b"application/grpc"),
+            (b"grpc-accept-encoding", b"identity, deflate, gzip"),
+        ]
+        assert answer.data == grpc_frame(b"g" * 1000)  # answered uncompressed
+        refused = conn.answers[max(expected)]
+        assert [name for name, _ in refused.headers] == [
+            b":status",
+            b"content-type",
+            b"grpc-status",
+            b"grpc-message",
+        ]
+        assert server.active == 0
+    finally:
+        conn.close()
+        await server.stop(None)
+
+
+async def test_a_disabled_compression_algorithm_is_unimplemented() -> None:
+    """``grpc.compression_enabled_algorithms_bitset`` without gzip: a gzip call is
+    UNIMPLEMENTED, as grpc-core answers it, and gzip is not offered."""
+    server, port = await serving("Hold", hold, compression_enabled=0b011)
+    conn = await RawConnection.open(port)
+    try:
+        path = f"/{SERVICE}/Echo"
+        gzipped = conn.request(path, grpc_frame(b"x"), headers=[(b"grpc-encoding", b"gzip")])
+        deflated = conn.request(
+            path, grpc_frame(zlib.compress(b"d"), True), headers=[(b"grpc-encoding", b"deflate")]
+        )
+        assert await conn.until(conn.answered, 5)
+        assert conn.answers[gzipped].outcome == (
+            b"12",
+            b"Compression algorithm 'gzip' is disabled.",
+        )
+        assert conn.answers[deflated].outcome == (b"0", b"")
+        assert dict(conn.answers[deflated].headers)[b"grpc-accept-encoding"] == b"identity, deflate"
+    finally:
+        conn.close()
+        await server.stop(None)
+
+
+# ------------------------------------------------------------------ request metadata
+
+
+async def test_metadata_over_the_announced_limit_refuses_that_call_alone(served: Any) -> None:
+    """A call whose metadata is over the 16 KiB announced gets RESOURCE_EXHAUSTED with
+    grpc-core's message; a call in flight on the same connection lives on and the connection
+    serves the next call. (80 KB ended the whole connection before; 20 KB was served.)"""
+    _server, h, channel, _ = served
+    waiting = unary(channel, "Wait")(b"", timeout=10)
+    await asyncio.wait_for(h.started.wait(), 5)
+    one_big = (("big", "v" * 20_000),)
+    assert await status_of(unary(channel, "Echo")(b"", metadata=one_big, timeout=5)) == (
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        "received metadata size exceeds hard limit (value length 20000 vs. 16384)",
+    )
+    many = tuple((f"m{i}", "v" * 16_000) for i in range(5))
+    code, details = await status_of(unary(channel, "Echo")(b"", metadata=many, timeout=5))
+    assert code == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert details.startswith("received metadata size exceeds hard limit (")
+    assert details.endswith(" m0:16034B m1:16034B m2:16034B m3:16034B m4:16034B"), details
+    h.release.set()
+    assert await waiting == b"released"
+    assert await unary(channel, "Echo")(b"after", timeout=5) == b"after"
+
+
+async def test_the_announced_header_list_size_is_enforced_exactly() -> None:
+    """SETTINGS_MAX_HEADER_LIST_SIZE says 16384: a header list of exactly that is served, one
+    byte more is refused, with the fields' sizes in the message as grpc-core gives them."""
+    server, port = await serving("Hold", hold)
+    conn = await RawConnection.open(port)
+    try:
+        assert conn.settings[0x6] == 16384
+        path = f"/{SERVICE}/Echo"
+        base = header_list_size(conn.base_headers(path))
+
+        def padded(total: int) -> int:
+            pad = (b"pad", b"v" * (total - base - len(b"pad") - 32))
+            return conn.request(path, grpc_frame(b"x"), headers=[pad])
+
+        at_limit, over = padded(16384), padded(16385)
+        assert await conn.until(conn.answered, 5)
+        assert conn.answers[at_limit].outcome == (b"0", b"")
+        fields = " ".join(
+            f"{n.decode()}:{len(n) + len(v) + 32}B" for n, v in conn.base_headers(path)
+        )
+        assert conn.answers[over].outcome == (
+            b"8",
+            b"received metadata size exceeds hard limit (16385 vs. 16384);  "
+            + f"{fields} pad:{16385 - base}B".encode(),
+        )
+    finally:
+        conn.close()
+        await server.stop(None)
+
+
+async def test_between_the_soft_and_hard_limits_a_share_is_refused() -> None:
+    """``grpc.max_metadata_size`` 8 KiB under the 16 KiB hard limit (grpc-core's defaults):
+    a 12 KiB header list is refused about half the time, as grpc-core refuses it, with its
+    soft-limit message; 8 KiB is always served, over 16 KiB never."""
+    server, port = await serving("Hold", hold, max_metadata_size=8192)
+    conn = await RawConnection.open(port)
+    try:
+        path = f"/{SERVICE}/Echo"
+        base = header_list_size(conn.base_headers(path))
+
+        def padded(total: int) -> int:
+            pad = (b"pad", b"v" * (total - base - len(b"pad") - 32))
+            return conn.request(path, grpc_frame(b"x"), headers=[pad])
+
+        calls = {total: [padded(total) for _ in range(60)] for total in (8192, 12288, 16385)}
+        assert await conn.until(conn.answered, 10)
+        outcomes = {total: {conn.answers[s].status for s in ids} for total, ids in calls.items()}
+        assert outcomes == {8192: {b"0"}, 12288: {b"0", b"8"}, 16385: {b"8"}}
+        refused = [conn.answers[s].message for s in calls[12288] if conn.answers[s].status == b"8"]
+        assert all(
+            m.startswith(b"received metadata size exceeds soft limit (12288 vs. 8192);  ")
+            for m in refused
+        )
+    finally:
+        conn.close()
+        await server.stop(None)
