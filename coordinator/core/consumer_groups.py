@@ -264,9 +264,9 @@ class ConsumerGroups(ByGroupId[ConsumerGroup]):
         if causes or new_group or group.metadata_checked != (image_version, group.group_epoch):
             # New subscription metadata is a cause of its own only when no change of the
             # member's subscription explains it (topics created, deleted, or grown).
-            if self._refresh_metadata(result, group, now_ms) and not _SUBSCRIBING.intersection(
-                causes
-            ):
+            if self._refresh_metadata(
+                result, group, now_ms, req.describable_topic
+            ) and not _SUBSCRIBING.intersection(causes):
                 causes.append(Cause.TOPIC_METADATA_CHANGED)
             if causes or new_group:
                 uid = group.group_uid or ctx.ids.new_group_uid()
@@ -563,14 +563,25 @@ class ConsumerGroups(ByGroupId[ConsumerGroup]):
             changes["classic_member_metadata"] = classic
         return replace(member, **changes) if changes else member
 
-    def _refresh_metadata(self, result: Result[Any], group: ConsumerGroup, now_ms: int) -> bool:
+    def _refresh_metadata(
+        self,
+        result: Result[Any],
+        group: ConsumerGroup,
+        now_ms: int,
+        describable: Callable[[str], bool] | None = None,
+    ) -> bool:
         """Re-resolve regexes and recompute subscription metadata against the topics image.
-        Returns True if the subscription metadata changed (a group epoch bump is due)."""
+        Returns True if the subscription metadata changed (a group epoch bump is due). With
+        ``describable`` (the triggering member's authorization), a regex resolves only to the
+        topics it allows (Kafka's KAFKA-18813: the group's resolution is the triggering
+        member's)."""
         gid = group.group_id
         image = self._ctx.topics
         for regex in sorted(group.regex_members):
             resolved = group.resolved_regexes.get(regex)
             topics = self._resolve(regex)
+            if describable is not None:
+                topics = frozenset(t for t in topics if describable(t))
             if resolved is None or resolved[0] != topics:
                 self._ctx.emit(result, r.regex_record(gid, regex, topics, image.version, now_ms))
         metadata = self.subscription_metadata(group)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from dataclasses import replace
 from typing import Any, Protocol, TypeVar, cast
 
 from coordinator.core.commands import ConsumerGroupHeartbeat, ConsumerGroupHeartbeatResponse
@@ -36,6 +37,7 @@ from coordinator.core.errors import (
     UnsupportedVersionError,
     to_error_code,
 )
+from coordinator.core.model import ZERO_TOPIC_ID
 from coordinator.core.offsets import (
     ListedGroup,
     OffsetCommit,
@@ -43,10 +45,14 @@ from coordinator.core.offsets import (
     OffsetDeleteResponse,
     OffsetFetchGroup,
     OffsetFetchGroupResponse,
+    PartitionResult,
     commit_error_response,
 )
+from coordinator.core.offsets import TopicResult as OffsetTopicResult
 from coordinator.core.topics import NewTopic, TopicResult
 from coordinator.runtime import CoordinatorRuntime, RuntimeState
+from coordinator.security.acls import CLUSTER_NAME
+from coordinator.security.authorizer import Authorizer, AuthorizerConfig
 from coordinator.security.scram import ScramCredential, ScramMechanism
 from legacy_bridge import messages as m
 from legacy_bridge.protocol import ProtocolError, decode_subscription
@@ -75,6 +81,21 @@ from .api import (
     Reply,
     WatchEvent,
     WatchRequest,
+)
+from .authorization import (
+    ALTER,
+    ALTER_CONFIGS,
+    CLUSTER,
+    CREATE,
+    DELETE,
+    DESCRIBE,
+    DESCRIBE_CONFIGS,
+    GROUP,
+    READ,
+    TOPIC,
+    RequestAuthorizer,
+    group_denied,
+    topics_denied,
 )
 from .limits import RequestLimits
 from .log_offsets import (
@@ -367,8 +388,13 @@ class CoordinatorService:
         runtime: CoordinatorRuntime,
         topics: TopicSource | None = None,
         log_offsets: LogOffsetSource | None = None,
+        authorizer: AuthorizerConfig | None = None,
     ) -> None:
         self.runtime = runtime
+        self.authorizer = Authorizer(runtime.security, authorizer)
+        """Kafka's authorizer over the ACL records (``coordinator/security``): always on; with
+        no ACL and ``allow.everyone.if.no.acl.found`` (the default) it allows everything."""
+        self.authz = RequestAuthorizer(self.authorizer)
         self.limits = RequestLimits.of(runtime.config)  # checked first by every RPC
         self.topics: TopicSource = topics if topics is not None else RegistryTopics(runtime)
         self.log_offsets = log_offsets
@@ -380,6 +406,10 @@ class CoordinatorService:
     ) -> AsyncIterator[WatchEvent]:
         """ConsumerGroupWatch: the push stream of one member (``push.py``); the only streaming
         RPC. Errors arrive as a last event; ``ShuttingDown`` as for every RPC."""
+        if not self.authz.allowed(caller, "ConsumerGroupWatch", READ, GROUP, req.group_id):
+            exc = group_denied(req.group_id)
+            yield WatchEvent(error_code=exc.code, error_message=exc.message)
+            return
         try:
             async for event in self.push.watch(req, caller):
                 yield event
@@ -408,6 +438,17 @@ class CoordinatorService:
         self.limits.heartbeat(req, self.runtime.known_partitions)
         if kafka_v1 and not req.member_id:
             raise InvalidRequestError("MemberId can't be empty.")
+        authz = self.authz
+        if not authz.authorizer.open:
+            authz.check_group(caller, "ConsumerGroupHeartbeat", READ, req.group_id)
+            if req.subscribed_topic_names:
+                denied = authz.denied_topics(
+                    caller, "ConsumerGroupHeartbeat", DESCRIBE, req.subscribed_topic_names
+                )
+                if denied:
+                    raise topics_denied(denied)
+            # Any heartbeat may resolve the group's regexes (a new topic, a new regex).
+            req = replace(req, describable_topic=authz.describable_topic(caller))
         topics = self.topics
         if topics.watches_subscriptions and (
             req.subscribed_topic_names or req.subscribed_topic_regex
@@ -426,7 +467,23 @@ class CoordinatorService:
         async def describe(group_id: str) -> DescribedConsumerGroup:
             check_group_id(group_id)
             self.limits.group_id(group_id)
+            self.authz.check_group(caller, "ConsumerGroupDescribe", DESCRIBE, group_id)
             desc = await self.runtime.describe_group(group_id)
+            if not self.authorizer.open:
+                named = {
+                    *(t for m in desc.members for t in m.subscribed_topic_names),
+                    *(
+                        self.topic_name(t)
+                        for m in desc.members
+                        for a in (m.assignment, m.target_assignment)
+                        for t in a
+                    ),
+                }
+                denied = self.authz.denied_topics(
+                    caller, "ConsumerGroupDescribe", DESCRIBE, sorted(n for n in named if n)
+                )
+                if denied:  # KAFKA-18813: the group is not described
+                    raise topics_denied(denied)
             return DescribedConsumerGroup(group_id=group_id, description=desc)
 
         return Reply(value=await _each(group_ids, describe, _described_error))
@@ -437,9 +494,17 @@ class CoordinatorService:
     async def offset_commit(self, req: OffsetCommit, caller: Caller) -> Reply[OffsetCommitResponse]:
         check_group_id(req.group_id)
         self.limits.offset_commit(req)
-        if caller.version_below(OFFSET_COMMIT_KIP848_VERSION):
-            return Reply(value=await self.runtime.offset_commit(req, legacy_version=True))
-        return Reply(value=await self.runtime.offset_commit(req))
+        self.authz.check_group(caller, "OffsetCommit", READ, req.group_id)
+        whole = req
+        req, refused = self.authz.split_commit(caller, "OffsetCommit", req, self.topic_name)
+        legacy = caller.version_below(OFFSET_COMMIT_KIP848_VERSION)
+        if refused and not req.topics:
+            answered = OffsetCommitResponse(topics=())
+        elif legacy:
+            answered = await self.runtime.offset_commit(req, legacy_version=True)
+        else:
+            answered = await self.runtime.offset_commit(req)
+        return Reply(value=self.authz.merge_commit(whole, answered, refused))
 
     @rpc(_on_each(list, _fetch_error))
     async def offset_fetch(
@@ -452,13 +517,19 @@ class CoordinatorService:
                 raise _Err(g.error_code, g.error_message)
             check_group_id(g.group_id)
             self.limits.group_id(g.group_id)
+            self.authz.check_group(caller, "OffsetFetch", DESCRIBE, g.group_id)
 
         async def fetch(
             valid: list[OffsetFetchGroup | GroupError],
         ) -> list[OffsetFetchGroupResponse]:
-            return await self.runtime.offset_fetch(
-                [g for g in valid if isinstance(g, OffsetFetchGroup)]
-            )
+            asked = [g for g in valid if isinstance(g, OffsetFetchGroup)]
+            answers = await self.runtime.offset_fetch(asked)
+            if self.authorizer.open:
+                return answers
+            return [
+                self.authz.filter_fetch(caller, "OffsetFetch", g, a, self.topic_name)
+                for g, a in zip(asked, answers, strict=True)
+            ]
 
         return Reply(value=await _batched(groups, check, fetch, _fetch_error))
 
@@ -470,6 +541,16 @@ class CoordinatorService:
         group_id, topics = req
         check_group_id(group_id)
         self.limits.offset_delete(group_id, topics)
+        self.authz.check_group(caller, "OffsetDelete", DELETE, group_id)
+        denied = set(
+            self.authz.denied_topics(caller, "OffsetDelete", READ, (n for n, _p in topics))
+        )
+        if denied:  # Kafka: those partitions answer TOPIC_AUTHORIZATION_FAILED, the rest go on
+            kept = [(n, ps) for n, ps in topics if n not in denied]
+            answer = (
+                await self.runtime.offset_delete(group_id, kept) if kept else OffsetDeleteResponse()
+            )
+            return Reply(value=_with_denied_topics(answer, topics, denied))
         return Reply(value=await self.runtime.offset_delete(group_id, topics))
 
     # ------------------------------------------------------------ group administration
@@ -481,7 +562,11 @@ class CoordinatorService:
         """``req``: (states filter, types filter), case-insensitive."""
         states, types = req
         self.limits.count("state and type filters", len(states) + len(types), 64, "a fixed limit")
-        return Reply(value=await self.runtime.list_groups(list(states), list(types)))
+        listed = await self.runtime.list_groups(list(states), list(types))
+        if self.authz.may(caller, DESCRIBE, CLUSTER, CLUSTER_NAME):
+            return Reply(value=listed)
+        # Kafka: without CLUSTER DESCRIBE, the groups the caller may describe (silently).
+        return Reply(value=self.authz.visible(caller, listed, DESCRIBE, GROUP, _group_id_of))
 
     @rpc(_on_each(list, _not_deleted))
     async def delete_groups(
@@ -492,6 +577,7 @@ class CoordinatorService:
         def check(group_id: str) -> None:
             check_group_id(group_id)
             self.limits.group_id(group_id)
+            self.authz.check_group(caller, "DeleteGroups", DELETE, group_id)
 
         return Reply(
             value=await _batched(group_ids, check, self.runtime.delete_groups, _not_deleted)
@@ -506,6 +592,7 @@ class CoordinatorService:
         async def describe(res: ConfigResource) -> ConfigResult:
             _check_config_resource(res.resource_type, res.resource_name)
             self.limits.identifier("The group name", res.resource_name)
+            self.authz.check_group(caller, "DescribeConfigs", DESCRIBE_CONFIGS, res.resource_name)
             configs, overrides = await self.runtime.describe_group_config(res.resource_name)
             return _config_result(
                 res, configs, overrides, req.include_synonyms, req.include_documentation
@@ -525,6 +612,9 @@ class CoordinatorService:
             self.limits.identifier("The group name", res.resource_name)
             if seen.count((res.resource_type, res.resource_name)) > 1:
                 raise InvalidRequestError("Each resource must appear at most once.")
+            self.authz.check_group(
+                caller, "IncrementalAlterConfigs", ALTER_CONFIGS, res.resource_name
+            )
             names = [c.name for c in res.configs]
             if len(set(names)) != len(names):
                 raise InvalidRequestError("Error due to duplicate config keys.")
@@ -554,23 +644,42 @@ class CoordinatorService:
         self, topics: Sequence[NewTopic], caller: Caller
     ) -> Reply[list[TopicResult]]:
         self.limits.topics(t.name for t in topics)
-        return Reply(value=await self.topics.create_topics(topics))
+        if self.authz.may(caller, CREATE, CLUSTER, CLUSTER_NAME):
+            return Reply(value=await self.topics.create_topics(topics))
+        # Kafka: CLUSTER CREATE, or TOPIC CREATE per topic.
+        denied = set(
+            self.authz.denied_topics(caller, "CreateTopics", CREATE, (t.name for t in topics))
+        )
+        kept = [t for t in topics if t.name not in denied]
+        created = iter(await self.topics.create_topics(kept) if kept else [])
+        return Reply(
+            value=[_topic_denied(t.name) if t.name in denied else next(created) for t in topics]
+        )
 
     @rpc(_reply)
     async def create_partitions(
         self, requests: Sequence[tuple[str, int]], caller: Caller
     ) -> Reply[list[TopicResult]]:
         self.limits.topics(name for name, _count in requests)
-        return Reply(value=await self.topics.create_partitions(requests))
+        denied = set(
+            self.authz.denied_topics(caller, "CreatePartitions", ALTER, (n for n, _c in requests))
+        )
+        kept = [(n, c) for n, c in requests if n not in denied]
+        grown = iter(await self.topics.create_partitions(kept) if kept else [])
+        return Reply(value=[_topic_denied(n) if n in denied else next(grown) for n, _c in requests])
 
     @rpc(_reply)
     async def delete_topics(self, names: Sequence[str], caller: Caller) -> Reply[list[TopicResult]]:
         self.limits.topics(names)
-        return Reply(value=await self.topics.delete_topics(names))
+        denied = set(self.authz.denied_topics(caller, "DeleteTopics", DELETE, names))
+        kept = [n for n in names if n not in denied]
+        deleted = iter(await self.topics.delete_topics(kept) if kept else [])
+        return Reply(value=[_topic_denied(n) if n in denied else next(deleted) for n in names])
 
     @rpc(_reply)
     async def list_topics(self, _req: None, caller: Caller) -> Reply[list[TopicResult]]:
-        return Reply(value=await self.topics.list_topics())
+        listed = await self.topics.list_topics()
+        return Reply(value=self.authz.visible(caller, listed, DESCRIBE, TOPIC, _topic_name_of))
 
     # ------------------------------------------------------------ log offsets (the broker's)
 
@@ -586,7 +695,29 @@ class CoordinatorService:
                 "This coordinator runs without an upstream broker (--kafka-upstream): it keeps "
                 "no logs, so it has no log offsets."
             )
-        return Reply(value=await self.log_offsets.list_offsets(req))
+        denied = set(
+            self.authz.denied_topics(
+                caller, "ListOffsets", DESCRIBE, (q.topic for q in req.queries)
+            )
+        )
+        if not denied:
+            return Reply(value=await self.log_offsets.list_offsets(req))
+        kept = replace(req, queries=tuple(q for q in req.queries if q.topic not in denied))
+        found = iter(await self.log_offsets.list_offsets(kept) if kept.queries else [])
+        refusal = topics_denied(sorted(denied))
+        return Reply(
+            value=[
+                LogOffset(
+                    topic=q.topic,
+                    partition=q.partition,
+                    error_code=refusal.code,
+                    error_message=refusal.message,
+                )
+                if q.topic in denied
+                else next(found)
+                for q in req.queries
+            ]
+        )
 
     # ------------------------------------------------------------ classic groups (the bridge)
 
@@ -627,6 +758,8 @@ class CoordinatorService:
         return Reply(
             value=[
                 Coordinator(key=k, node_id=node.node_id, host=node.host, port=node.port)
+                if self.authz.allowed(caller, "FindCoordinator", DESCRIBE, GROUP, k)
+                else _coordinator_denied(k)
                 for k in keys
             ]
         )
@@ -634,6 +767,7 @@ class CoordinatorService:
     @rpc(_join_error)
     async def join_group(self, req: m.JoinGroup, caller: Caller) -> m.JoinGroupResponse:
         self.limits.classic_join(req)
+        self.authz.check_group(caller, "JoinGroup", READ, req.group_id)
         if self.topics.watches_subscriptions and req.protocol_type == "consumer" and req.protocols:
             waiting = self.topics.subscribed(_subscribed_topics(req), None)
             if waiting is not None:
@@ -652,16 +786,19 @@ class CoordinatorService:
     @rpc(_sync_error)
     async def sync_group(self, req: m.SyncGroup, caller: Caller) -> m.SyncGroupResponse:
         _check_classic_group_id(req.group_id)
+        self.authz.check_group(caller, "SyncGroup", READ, req.group_id)
         return await self.runtime.classic_sync(req)
 
     @rpc(_heartbeat_error)
     async def heartbeat(self, req: m.Heartbeat, caller: Caller) -> m.HeartbeatResponse:
         _check_classic_group_id(req.group_id)
+        self.authz.check_group(caller, "Heartbeat", READ, req.group_id)
         return await self.runtime.classic_heartbeat(req)
 
     @rpc(_leave_error)
     async def leave_group(self, req: m.LeaveGroup, caller: Caller) -> m.LeaveGroupResponse:
         _check_classic_group_id(req.group_id)
+        self.authz.check_group(caller, "LeaveGroup", READ, req.group_id)
         return await self.runtime.classic_leave(req)
 
     @rpc(_on_each(list, _classic_described_error))
@@ -674,6 +811,7 @@ class CoordinatorService:
         async def describe(group_id: str) -> m.DescribedGroup:
             _check_classic_group_id(group_id)
             self.limits.group_id(group_id)
+            self.authz.check_group(caller, "DescribeGroups", DESCRIBE, group_id)
             (g,) = await self.runtime.describe_classic_groups([group_id])  # one per group id
             if old and g.error_code == ErrorCode.GROUP_ID_NOT_FOUND:
                 return m.DescribedGroup(group_id=group_id, group_state="Dead")
@@ -687,6 +825,7 @@ class CoordinatorService:
     async def advance_time(self, ms: int, caller: Caller) -> Reply[int]:
         if ms < 0:
             raise InvalidRequestError(f"ms must be >= 0, got {ms}.")
+        self.authz.check_cluster(caller, "AdvanceTime", ALTER)
         return Reply(value=await self.runtime.advance_time(ms))
 
 
@@ -700,8 +839,6 @@ def _subscribed_topics(req: m.JoinGroup) -> list[str]:
 
 
 def _with_member_id(req: m.JoinGroup, member_id: str) -> m.JoinGroup:
-    from dataclasses import replace
-
     return replace(req, member_id=member_id)
 
 
@@ -748,3 +885,52 @@ def _config_result(
     return ConfigResult(
         resource_type=res.resource_type, resource_name=res.resource_name, configs=tuple(entries)
     )
+
+
+def _group_id_of(g: ListedGroup) -> str:
+    return g.group_id
+
+
+def _topic_name_of(t: TopicResult) -> str:
+    return t.name
+
+
+def _topic_denied(name: str) -> TopicResult:
+    exc = topics_denied([name])
+    return TopicResult(name=name, error_code=exc.code, error_message=exc.message)
+
+
+def _coordinator_denied(key: str) -> Coordinator:
+    exc = group_denied(key)
+    return Coordinator(
+        key=key, node_id=-1, host="", port=-1, error_code=exc.code, error_message=exc.message
+    )
+
+
+def _with_denied_topics(
+    answer: OffsetDeleteResponse,
+    asked: Sequence[tuple[str, Sequence[int]]],
+    denied: set[str],
+) -> OffsetDeleteResponse:
+    """OffsetDelete's answer with TOPIC_AUTHORIZATION_FAILED on the partitions of ``denied``
+    topics, in the order of the request."""
+    served = {t.name: t for t in answer.topics}
+    out = []
+    for name, partitions in asked:
+        if name in denied:
+            exc = topics_denied([name])
+            out.append(
+                OffsetTopicResult(
+                    name=name,
+                    topic_id=ZERO_TOPIC_ID,
+                    partitions=tuple(
+                        PartitionResult(
+                            partition_index=p, error_code=exc.code, error_message=exc.message
+                        )
+                        for p in partitions
+                    ),
+                )
+            )
+        elif name in served:
+            out.append(served.pop(name))
+    return replace(answer, topics=tuple(out))

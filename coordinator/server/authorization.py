@@ -1,0 +1,283 @@
+"""Authorization of the service layer's requests: Kafka's per-API rules (KafkaApis), once for
+both protocols.
+
+The service layer asks before it changes or reads anything; a refusal is answered in-band in
+the RPC's own shape (GROUP_AUTHORIZATION_FAILED, TOPIC_AUTHORIZATION_FAILED,
+CLUSTER_AUTHORIZATION_FAILED, with Kafka's messages), so a refused request changes nothing and
+a caller learns that a group exists only if it may describe it (the check comes before any
+lookup). Every refusal is reported (``Authorizer.on_refused``: the audit trail and the metrics),
+except where Kafka filters silently: ListGroups, ListTopics/Metadata and regex resolution drop
+what the caller may not describe.
+
+Per RPC (the API's Kafka name; G = the group, T = a topic, C = the cluster):
+
+* ConsumerGroupHeartbeat, JoinGroup, SyncGroup, Heartbeat, LeaveGroup, ConsumerGroupWatch:
+  G READ. ConsumerGroupHeartbeat's SubscribedTopicNames: T DESCRIBE each, else the request is
+  TOPIC_AUTHORIZATION_FAILED; its regex resolves only to topics the member may describe.
+* OffsetCommit: G READ; T READ per topic, else TOPIC_AUTHORIZATION_FAILED on its partitions.
+  OffsetFetch: G DESCRIBE; named topics T DESCRIBE (else per partition), "all topics" omits
+  the others. OffsetDelete: G DELETE; T READ per topic.
+* ConsumerGroupDescribe, DescribeGroups, FindCoordinator: G DESCRIBE (per group/key);
+  ConsumerGroupDescribe also T DESCRIBE on every topic its members subscribe to or are
+  assigned (KAFKA-18813), else that group is TOPIC_AUTHORIZATION_FAILED.
+  ListGroups: C DESCRIBE lists every group; else the groups the caller may describe.
+  DeleteGroups: G DELETE. DescribeConfigs/IncrementalAlterConfigs (GROUP): G DESCRIBE_CONFIGS
+  / ALTER_CONFIGS.
+* Topics: CreateTopics C CREATE or T CREATE; DeleteTopics T DELETE; CreatePartitions T ALTER;
+  ListTopics/Metadata list what the caller may describe; ListOffsets T DESCRIBE.
+* Security administration: DescribeAcls, DescribeUserScramCredentials C DESCRIBE; CreateAcls,
+  DeleteAcls, AlterUserScramCredentials C ALTER. AdvanceTime (the manual clock): C ALTER.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
+from typing import TypeVar
+
+from coordinator.core.errors import (
+    ClusterAuthorizationFailedError,
+    CoordinatorError,
+    ErrorCode,
+    GroupAuthorizationFailedError,
+    TopicAuthorizationFailedError,
+    TransactionalIdAuthorizationFailedError,
+)
+from coordinator.core.offsets import (
+    OffsetCommit,
+    OffsetCommitResponse,
+    OffsetFetchGroup,
+    OffsetFetchGroupResponse,
+    PartitionResult,
+    TopicResult,
+)
+from coordinator.security.acls import CLUSTER_NAME, AclOperation, ResourceType
+from coordinator.security.authorizer import Authorizer, Refusal
+
+from .api import Caller
+
+T = TypeVar("T")
+
+READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE = (
+    AclOperation.READ,
+    AclOperation.WRITE,
+    AclOperation.CREATE,
+    AclOperation.DELETE,
+    AclOperation.ALTER,
+    AclOperation.DESCRIBE,
+)
+DESCRIBE_CONFIGS, ALTER_CONFIGS = AclOperation.DESCRIBE_CONFIGS, AclOperation.ALTER_CONFIGS
+GROUP, TOPIC, CLUSTER = ResourceType.GROUP, ResourceType.TOPIC, ResourceType.CLUSTER
+
+
+def group_denied(group_id: str) -> CoordinatorError:
+    return GroupAuthorizationFailedError(f"Not authorized to access group: {group_id}")
+
+
+def topics_denied(names: Iterable[str]) -> CoordinatorError:
+    return TopicAuthorizationFailedError(f"Not authorized to access topics: [{', '.join(names)}]")
+
+
+def cluster_denied() -> CoordinatorError:
+    return ClusterAuthorizationFailedError("Cluster authorization failed.")
+
+
+_ERRORS: dict[ResourceType, Callable[[str], CoordinatorError]] = {
+    GROUP: group_denied,
+    TOPIC: lambda name: topics_denied([name]),
+    CLUSTER: lambda _name: cluster_denied(),
+    ResourceType.TRANSACTIONAL_ID: lambda name: TransactionalIdAuthorizationFailedError(
+        f"Not authorized to access transactional id: {name}"
+    ),
+}
+
+
+def host_of(caller: Caller) -> str:
+    """The client's address as ACLs name hosts (``/10.0.0.1`` -> ``10.0.0.1``)."""
+    return caller.client_host.lstrip("/")
+
+
+class RequestAuthorizer:
+    """The service layer's questions to the :class:`Authorizer` (see the module doc)."""
+
+    def __init__(self, authorizer: Authorizer) -> None:
+        self.authorizer = authorizer
+
+    def may(
+        self, caller: Caller, operation: AclOperation, resource_type: ResourceType, name: str
+    ) -> bool:
+        """Silent: nothing is reported (a filter)."""
+        authz = self.authorizer
+        if authz.open:
+            return True
+        return authz.authorize(caller.principal, host_of(caller), operation, resource_type, name)
+
+    def allowed(
+        self,
+        caller: Caller,
+        api: str,
+        operation: AclOperation,
+        resource_type: ResourceType,
+        name: str,
+    ) -> bool:
+        """:meth:`may`, reporting a refusal (for the audit trail and the metrics)."""
+        if self.may(caller, operation, resource_type, name):
+            return True
+        self.authorizer.refused(
+            Refusal(
+                principal=caller.principal,
+                host=host_of(caller),
+                operation=operation,
+                resource_type=resource_type,
+                resource_name=name,
+                api=api,
+                client_id=caller.client_id,
+                protocol="grpc" if caller.api_version is None else "kafka",
+            )
+        )
+        return False
+
+    def check(
+        self,
+        caller: Caller,
+        api: str,
+        operation: AclOperation,
+        resource_type: ResourceType,
+        name: str,
+    ) -> None:
+        """Raise the resource type's authorization error (reported) unless allowed."""
+        if not self.allowed(caller, api, operation, resource_type, name):
+            raise _ERRORS[resource_type](name)
+
+    def check_cluster(self, caller: Caller, api: str, operation: AclOperation) -> None:
+        self.check(caller, api, operation, CLUSTER, CLUSTER_NAME)
+
+    def check_group(self, caller: Caller, api: str, operation: AclOperation, group_id: str) -> None:
+        self.check(caller, api, operation, GROUP, group_id)
+
+    def denied_topics(
+        self, caller: Caller, api: str, operation: AclOperation, names: Iterable[str]
+    ) -> list[str]:
+        """The names (each once, in order) ``caller`` may not ``operation``; reported."""
+        if self.authorizer.open:
+            return []
+        return [
+            n for n in dict.fromkeys(names) if not self.allowed(caller, api, operation, TOPIC, n)
+        ]
+
+    def visible(
+        self,
+        caller: Caller,
+        items: Sequence[T],
+        operation: AclOperation,
+        resource_type: ResourceType,
+        name: Callable[[T], str],
+    ) -> list[T]:
+        """The items whose resource the caller may ``operation``, silently (a filter)."""
+        if self.authorizer.open:
+            return list(items)
+        return [i for i in items if self.may(caller, operation, resource_type, name(i))]
+
+    def describable_topic(self, caller: Caller) -> Callable[[str], bool] | None:
+        """The predicate a regex resolution applies for this member (its topics the member may
+        describe: KIP-848 with KAFKA-18813); None when every topic is (nothing to filter)."""
+        if self.authorizer.open:
+            return None
+
+        def describable(topic: str) -> bool:
+            return self.may(caller, DESCRIBE, TOPIC, topic)
+
+        return describable
+
+    # ------------------------------------------------------------ offsets, per topic
+
+    def split_commit(
+        self, caller: Caller, api: str, req: OffsetCommit, name_of: Callable[[str], str]
+    ) -> tuple[OffsetCommit, list[TopicResult]]:
+        """(the part of ``req`` on topics the caller may READ, TOPIC_AUTHORIZATION_FAILED
+        answers for the others). A topic given by id is judged by its name (``name_of``; an
+        unknown id is left to the core to answer UNKNOWN_TOPIC_ID)."""
+        if self.authorizer.open:
+            return req, []
+        kept, refused = [], []
+        for t in req.topics:
+            name = t.name or name_of(t.topic_id)
+            if not name or self.allowed(caller, api, READ, TOPIC, name):
+                kept.append(t)
+                continue
+            exc = topics_denied([name])
+            refused.append(
+                TopicResult(
+                    name=t.name,
+                    topic_id=t.topic_id,
+                    partitions=tuple(
+                        PartitionResult(
+                            partition_index=p.partition_index,
+                            error_code=exc.code,
+                            error_message=exc.message,
+                        )
+                        for p in t.partitions
+                    ),
+                )
+            )
+        if not refused:
+            return req, []
+        return replace(req, topics=tuple(kept)), refused
+
+    @staticmethod
+    def merge_commit(
+        req: OffsetCommit, answered: OffsetCommitResponse, refused: list[TopicResult]
+    ) -> OffsetCommitResponse:
+        """The answers of the kept topics and the refusals, in the order of the request."""
+        if not refused:
+            return answered
+        served = iter(answered.topics)
+        denied = iter(refused)
+        refused_keys = {(t.name, t.topic_id) for t in refused}
+        out = [
+            next(denied) if (t.name, t.topic_id) in refused_keys else next(served)
+            for t in req.topics
+        ]
+        return OffsetCommitResponse(topics=tuple(out))
+
+    def filter_fetch(
+        self,
+        caller: Caller,
+        api: str,
+        group: OffsetFetchGroup,
+        answer: OffsetFetchGroupResponse,
+        name_of: Callable[[str], str],
+    ) -> OffsetFetchGroupResponse:
+        """OffsetFetch's topic rule: named topics the caller may not DESCRIBE answer
+        TOPIC_AUTHORIZATION_FAILED on each partition; a fetch of every topic omits them."""
+        if self.authorizer.open or answer.error_code:
+            return answer
+        if group.topics is None:
+            kept = [
+                t
+                for t in answer.topics
+                if self.may(caller, DESCRIBE, TOPIC, t.name or name_of(t.topic_id))
+            ]
+            return replace(answer, topics=tuple(kept))
+        out = []
+        for t in answer.topics:
+            name = t.name or name_of(t.topic_id)
+            if not name or self.allowed(caller, api, DESCRIBE, TOPIC, name):
+                out.append(t)
+                continue
+            out.append(
+                replace(
+                    t,
+                    partitions=tuple(
+                        replace(
+                            p,
+                            committed_offset=-1,
+                            committed_leader_epoch=-1,
+                            metadata="",
+                            error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                        )
+                        for p in t.partitions
+                    ),
+                )
+            )
+        return replace(answer, topics=tuple(out))
