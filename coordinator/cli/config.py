@@ -147,6 +147,9 @@ SERVER_CONFIGS = frozenset(
         "socket.request.max.bytes",
         "connections.max.idle.ms",
         "kafka.upstream.metadata.max.age.ms",
+        # The authorizer (Kafka's names; docs/security.md)
+        "super.users",
+        "allow.everyone.if.no.acl.found",
     }
 )
 

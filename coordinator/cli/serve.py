@@ -225,6 +225,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
         )
     if max_age_ms < 100:
         raise UsageError("kafka.upstream.metadata.max.age.ms must be >= 100")
+    from coordinator.security.authorizer import AuthorizerConfig
+
+    try:
+        authorizer = AuthorizerConfig.parse(
+            server_settings.get("super.users", ""),
+            server_settings.get("allow.everyone.if.no.acl.found", "true"),
+        )
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     try:
         if kafka_listen is not None:
             split_listen(kafka_listen, "--kafka-listen")
@@ -291,5 +300,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
         kafka_max_request_bytes=max_request_bytes,
         kafka_idle_ms=idle_ms,
         kafka_metadata_max_age_ms=max_age_ms,
+        authorizer=authorizer,
     )
     return run_loop(serve(runtime, options), args.event_loop)

@@ -577,6 +577,14 @@ class CoordinatorMetrics:
             "Committed offsets expired by the retention check. Kafka: offset-expiration-count.",
             registry=r,
         )
+        self.authorization_refusals = Counter(
+            f"{ns}_authorization_refusals_total",
+            "Requests (or parts of them: a group, a topic) the authorizer refused, by the API, "
+            "the operation and the resource type asked for. Kafka: the authorizer's denied "
+            "requests.",
+            ["rpc", "operation", "resource_type"],
+            registry=r,
+        )
         self.offset_deletions = Counter(
             f"{ns}_offset_deletions_total",
             "Committed offsets deleted by OffsetDelete. Kafka: offset-deletion-count.",

@@ -78,6 +78,9 @@ Handler = tuple[Callable[[bytes], Any], Callable[[Any, Any], Any]]
 
 ADMIN_METHODS = frozenset(
     {
+        "create_acls",
+        "delete_acls",
+        "alter_user_scram_credentials",
         "create_topics",
         "delete_topics",
         "create_partitions",
@@ -260,6 +263,44 @@ def audit_lines(method: str, req: Any, answer: Any) -> list[AuditLine]:
                 top_message,
             )
         ]
+    elif method == "create_acls":
+        lines = [
+            ("create_acl", _acl_details(spec), c.error_code, c.error_message)
+            for spec, c in zip(req, _entries(answer), strict=False)
+        ]
+        fallback = [("create_acl", _acl_details(spec), top, top_message) for spec in req]
+    elif method == "delete_acls":
+        lines = [
+            ("delete_acl", {"acl": str(b)}, 0, None) for d in _entries(answer) for b in d.deleted
+        ] + [
+            ("delete_acls", _acl_details(spec), d.error_code, d.error_message)
+            for spec, d in zip(req, _entries(answer), strict=False)
+            if d.error_code
+        ]
+        fallback = [("delete_acls", _acl_details(spec), top, top_message) for spec in req]
+        if not top and not lines:
+            return []
+    elif method == "alter_user_scram_credentials":
+        changes = {d.name: f"delete {_mechanism(d.mechanism)}" for d in req.deletions}
+        changes.update(
+            {
+                u.name: f"upsert {_mechanism(u.mechanism)} iterations={u.iterations}"
+                for u in req.upsertions
+            }
+        )
+        lines = [
+            (
+                "alter_user",
+                {"user": u.user, "change": changes.get(u.user, "")},
+                u.error_code,
+                u.error_message,
+            )
+            for u in _entries(answer)
+        ]
+        fallback = [
+            ("alter_user", {"user": name, "change": changes.get(name, "")}, top, top_message)
+            for name in req.users()
+        ]
     elif method == "offset_delete":
         group_id, topics = req
         partitions = ",".join(f"{name}:{'/'.join(str(p) for p in ps)}" for name, ps in topics)
@@ -274,6 +315,71 @@ def audit_lines(method: str, req: Any, answer: Any) -> list[AuditLine]:
     else:
         return []
     return fallback if top or not lines else lines
+
+
+def _acl_details(spec: Any) -> dict[str, Any]:
+    """An ACL or filter of a request, for its audit line (Kafka's names where they are known)."""
+    from coordinator.security.acls import AclOperation, AclPermissionType, PatternType, ResourceType
+
+    def name(kind: Any, value: int) -> str:
+        try:
+            return str(kind(value).name)
+        except ValueError:
+            return str(value)
+
+    return {
+        "resource": f"{name(ResourceType, spec.resource_type)}:"
+        f"{name(PatternType, spec.pattern_type)}:{spec.resource_name or '*'}",
+        "principal": spec.principal or "*",
+        "host": spec.host or "*",
+        "operation": name(AclOperation, spec.operation),
+        "permission": name(AclPermissionType, spec.permission_type),
+    }
+
+
+def _mechanism(number: int) -> str:
+    from coordinator.security.scram import ScramMechanism
+
+    try:
+        return ScramMechanism(number).mechanism_name
+    except ValueError:
+        return f"mechanism {number}"
+
+
+def refusal_observer(metrics: CoordinatorMetrics | None) -> Callable[[Any], None]:
+    """What the authorizer calls with each refusal (``Authorizer.on_refused``): one audit line
+    (``authorization_refused``: principal, host, client, API, operation, resource) and, metrics
+    on, ``kip848_authorization_refusals_total{rpc, operation, resource_type}``."""
+
+    def refused(r: Any) -> None:
+        try:
+            audit(
+                "authorization_refused",
+                client_id=r.client_id,
+                client_address=r.host,
+                protocol=r.protocol,
+                result=error_name(_REFUSAL_CODES.get(r.resource_type.name, 0)),
+                principal=str(r.principal),
+                rpc=r.api,
+                operation=r.operation.name,
+                resource=f"{r.resource_type.name}:{r.resource_name}",
+            )
+            if metrics is not None:
+                metrics.authorization_refusals.labels(
+                    r.api, r.operation.name, r.resource_type.name
+                ).inc()
+        except Exception:  # observing never fails the request it observes
+            log.exception("Observing a refusal failed")
+
+    return refused
+
+
+_REFUSAL_CODES = {
+    "GROUP": int(ErrorCode.GROUP_AUTHORIZATION_FAILED),
+    "TOPIC": int(ErrorCode.TOPIC_AUTHORIZATION_FAILED),
+    "CLUSTER": int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED),
+    "TRANSACTIONAL_ID": int(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED),
+}
 
 
 def _configs_text(configs: Any) -> str:
@@ -486,6 +592,7 @@ def _audit(name: str, req: Any, answer: Any, protocol: str, caller: Any) -> None
             protocol=protocol,
             result=error_name(int(code)),
             message=message,
+            principal=str(caller.principal),
             **details,
         )
 

@@ -15,6 +15,7 @@ from typing import Any, Generic, TypeVar
 from coordinator.core.errors import ErrorCode
 from coordinator.core.model import Assignment
 from coordinator.core.shard import GroupDescription
+from coordinator.security.metadata import ScramDeletion, ScramUpsertion
 from coordinator.security.principal import ANONYMOUS, KafkaPrincipal
 
 T = TypeVar("T")
@@ -208,3 +209,32 @@ class WatchEvent:
     assignment_epoch: int = -1
     target: Assignment = field(default_factory=dict)
     released: Assignment = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AclSpec:
+    """An ACL to create or an ACL filter, as a request carries it: Kafka's numbers, not yet
+    checked (``coordinator.security.acls.new_binding`` / ``new_filter`` check them). In a
+    filter, None strings match any value."""
+
+    resource_type: int
+    resource_name: str | None
+    pattern_type: int
+    principal: str | None
+    host: str | None
+    operation: int
+    permission_type: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AlterScramCredentials:
+    """AlterUserScramCredentials: deletions and upsertions (salted by the client)."""
+
+    deletions: tuple[ScramDeletion, ...] = ()
+    upsertions: tuple[ScramUpsertion, ...] = ()
+
+    def users(self) -> list[str]:
+        """Each user the request names, once, in order."""
+        return list(
+            dict.fromkeys([*(d.name for d in self.deletions), *(u.name for u in self.upsertions)])
+        )

@@ -32,9 +32,11 @@ from coordinator.observability.requests import (
     forwarded_timer,
     instrument_methods,
     instrument_service,
+    refusal_observer,
 )
 from coordinator.runtime import CoordinatorRuntime, ManualClock, SystemClock
 from coordinator.runtime.store import RecordStore
+from coordinator.security.authorizer import AuthorizerConfig
 
 from .api import Node
 from .forwarding import (
@@ -90,6 +92,7 @@ class ServeOptions:
     kafka_max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
     kafka_idle_ms: int = DEFAULT_IDLE_MS
     kafka_metadata_max_age_ms: int = DEFAULT_METADATA_MAX_AGE_MS  # topic feed interval
+    authorizer: AuthorizerConfig = AuthorizerConfig()  # super.users, allow.everyone.if.no.acl.found
 
 
 def split_listen(listen: str, flag: str = "--listen") -> tuple[str, int]:
@@ -125,9 +128,10 @@ class CoordinatorServer:
             max_concurrent_calls=options.max_concurrent_calls,
         )
         self.health = health.aio.HealthServicer()
-        self.service = CoordinatorService(runtime)
+        self.service = CoordinatorService(runtime, authorizer=options.authorizer)
         metrics = getattr(runtime.observer, "metrics", None)
         instrument_service(self.service, metrics)  # request metrics, spans, audit (every codec)
+        self.service.authorizer.on_refused = refusal_observer(metrics)  # audit, metrics
         servicers: list[object] = [
             ConsumerGroupService(self.service),
             AdminService(self.service),
@@ -146,6 +150,9 @@ class CoordinatorServer:
             lambda path: local_handler(table[path]),
         )
         self.service_names = [descriptor.full_name for descriptor, _ in served]
+        self.grpc_authenticates = False
+        """True once the gRPC listener authenticates its clients (mTLS, tokens): the start-up
+        log stops calling it open to anonymous clients."""
         add_health_and_reflection(self.server, self.health, self.service_names)
         self.kafka: KafkaListener | None = None
         self.kafka_address = ""
@@ -249,6 +256,7 @@ class CoordinatorServer:
 
     async def load(self) -> None:
         await self.runtime.start()
+        warn_open_listeners(self)  # once the ACLs are loaded
         if self.topic_feed is not None:
             await self.topic_feed.start()  # the upstream's topics before SERVING (bounded)
         await self._set_health(health_pb2.HealthCheckResponse.SERVING)
@@ -269,6 +277,38 @@ class CoordinatorServer:
             )  # they stop accepting; we answer their in-flight calls
         await self.server.stop(grace_s)  # stop accepting; in-flight calls finish
         await self.runtime.close()  # flush pending writes, close the store
+
+
+def open_listeners(server: CoordinatorServer) -> list[str]:
+    """The listeners whose clients are anonymous (no authentication), as ``NAME HOST:PORT``.
+    A transport that authenticates its clients says so (``CoordinatorServer.grpc_authenticates``,
+    ``KafkaListener.authenticates``)."""
+    out = []
+    if not server.grpc_authenticates:
+        out.append(f"gRPC {server.address}")
+    if server.kafka is not None and not server.kafka.authenticates:
+        out.append(f"Kafka {server.kafka_address}")
+    return out
+
+
+def warn_open_listeners(server: CoordinatorServer) -> None:
+    """The start-up warning of an open configuration (docs/security.md "Default
+    configuration"): which listeners take anonymous clients, and whether ACLs restrict them."""
+    listeners = open_listeners(server)
+    if not listeners:
+        return
+    authz = server.service.authorizer
+    if not authz.config.allow_everyone_if_no_acl_found:
+        return  # anonymous clients get only what ACLs grant User:ANONYMOUS
+    log.warning(
+        "Listeners open to anonymous clients (PLAINTEXT, no authentication): %s. "
+        "allow.everyone.if.no.acl.found=true: %s. See docs/security.md.",
+        ", ".join(listeners),
+        "no ACLs restrict them: every client may do everything"
+        if authz.open
+        else f"{authz.metadata.acl_count()} ACLs restrict the resources they name; every other "
+        "resource is open to everyone",
+    )
 
 
 def advertise(host: str, port: int, advertised: str | None, flag: str) -> tuple[str, int]:

@@ -11,17 +11,27 @@ messages; kio entities) and its topic ids (16 bytes; a UUID), and nothing here i
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from coordinator.core.model import Assignment
 from coordinator.core.offsets import ListedGroup
+from coordinator.security.acls import AclBinding, group_by_resource
+from coordinator.security.metadata import (
+    AclCreation,
+    AclDeletion,
+    ScramDeletion,
+    ScramUpsertion,
+    UserResult,
+)
 from legacy_bridge import messages as bridge
 
 from .api import (
+    AclSpec,
     AlterConfig,
     AlterResource,
     AlterResult,
+    AlterScramCredentials,
     ConfigResult,
     Coordinator,
     DescribedConsumerGroup,
@@ -204,3 +214,104 @@ def fetched_partition(p: Any) -> dict[str, Any]:
         **fields_of(p, "partition_index committed_offset committed_leader_epoch metadata"),
         "error_code": int(p.error_code),
     }
+
+
+# ---------------------------------------------------------------- security administration
+
+
+def acl_spec(x: Any, *, names: tuple[str, str, str, str]) -> AclSpec:
+    """An ACL or filter as both codecs read it: ``names`` are the message's fields for the
+    resource type, name, pattern type and principal (a filter's carry ``_filter``); the host
+    field is the principal's name with ``principal`` -> ``host``. Absent (None) strings stay
+    None (a filter's "any")."""
+    rtype, rname, ptype, principal = names
+    host = principal.replace("principal", "host")
+    return AclSpec(
+        resource_type=int(getattr(x, rtype)),
+        resource_name=getattr(x, rname),
+        pattern_type=int(getattr(x, ptype)),
+        principal=getattr(x, principal),
+        host=getattr(x, host),
+        operation=int(x.operation),
+        permission_type=int(x.permission_type),
+    )
+
+
+FILTER_FIELDS = (
+    "resource_type_filter",
+    "resource_name_filter",
+    "pattern_type_filter",
+    "principal_filter",
+)
+CREATION_FIELDS = ("resource_type", "resource_name", "resource_pattern_type", "principal")
+
+
+def acl_binding(b: AclBinding) -> dict[str, Any]:
+    return {
+        "resource_type": int(b.resource_type),
+        "resource_name": b.resource_name,
+        "pattern_type": int(b.pattern_type),
+        "principal": b.principal,
+        "host": b.host,
+        "operation": int(b.operation),
+        "permission_type": int(b.permission_type),
+    }
+
+
+def acl_resources(bindings: list[AclBinding]) -> list[dict[str, Any]]:
+    """DescribeAcls' answer: the bindings grouped by resource pattern."""
+    return [
+        {
+            "resource_type": int(rtype),
+            "resource_name": name,
+            "pattern_type": int(ptype),
+            "acls": [
+                {
+                    "principal": b.principal,
+                    "host": b.host,
+                    "operation": int(b.operation),
+                    "permission_type": int(b.permission_type),
+                }
+                for b in entries
+            ],
+        }
+        for (rtype, name, ptype), entries in group_by_resource(bindings)
+    ]
+
+
+def acl_creation(c: AclCreation) -> dict[str, Any]:
+    return error_fields(c)
+
+
+def acl_deletion(d: AclDeletion) -> dict[str, Any]:
+    return {**error_fields(d), "matching_acls": [acl_binding(b) for b in d.deleted]}
+
+
+def user_result(u: UserResult) -> dict[str, Any]:
+    return {"user": u.user, **error_fields(u)}
+
+
+def described_user(u: UserResult) -> dict[str, Any]:
+    return {
+        **user_result(u),
+        "credential_infos": [
+            {"mechanism": int(mech), "iterations": iterations} for mech, iterations in u.credentials
+        ],
+    }
+
+
+def scram_alterations(deletions: Iterable[Any], upsertions: Iterable[Any]) -> AlterScramCredentials:
+    """AlterUserScramCredentials' request, from either codec's entries."""
+    return AlterScramCredentials(
+        deletions=tuple(ScramDeletion(name=d.name, mechanism=int(d.mechanism)) for d in deletions),
+        upsertions=tuple(
+            ScramUpsertion(
+                name=u.name,
+                mechanism=int(u.mechanism),
+                iterations=int(u.iterations),
+                salt=bytes(u.salt),
+                salted_password=bytes(u.salted_password),
+            )
+            for u in upsertions
+        ),
+    )

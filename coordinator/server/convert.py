@@ -35,12 +35,15 @@ from coordinator.core.offsets import (
     OffsetFetchTopic,
 )
 from coordinator.core.topics import NewTopic, TopicResult
+from coordinator.security.acls import AclBinding
 from kip848.v1 import admin_pb2, classic_group_pb2, common_pb2, consumer_group_pb2, offsets_pb2
 from legacy_bridge import messages as bridge
 
 from . import codec
 from .api import (
+    AclSpec,
     AlterResult,
+    AlterScramCredentials,
     ConfigResource,
     ConfigResult,
     Coordinator,
@@ -679,3 +682,61 @@ def watch_event_to_proto(
         target_topic_partitions=assignment_to_proto(event.target, name_of),
         released_topic_partitions=assignment_to_proto(event.released, name_of),
     )
+
+
+# ---------------------------------------------------------------- security administration
+
+
+def acl_filter_from_proto(f: admin_pb2.AclFilter) -> AclSpec:
+    return AclSpec(
+        resource_type=f.resource_type_filter,
+        resource_name=_opt(f, "resource_name_filter"),
+        pattern_type=f.pattern_type_filter,
+        principal=_opt(f, "principal_filter"),
+        host=_opt(f, "host_filter"),
+        operation=f.operation,
+        permission_type=f.permission_type,
+    )
+
+
+def describe_acls_from_proto(req: admin_pb2.DescribeAclsRequest) -> AclSpec:
+    return acl_filter_from_proto(req.filter)
+
+
+def create_acls_from_proto(req: admin_pb2.CreateAclsRequest) -> list[AclSpec]:
+    names = ("resource_type", "resource_name", "pattern_type", "principal")
+    return [codec.acl_spec(c, names=names) for c in req.creations]
+
+
+def delete_acls_from_proto(req: admin_pb2.DeleteAclsRequest) -> list[AclSpec]:
+    return [acl_filter_from_proto(f) for f in req.filters]
+
+
+def describe_acls_to_proto(bindings: list[AclBinding]) -> admin_pb2.DescribeAclsResponse:
+    return with_error(
+        _admin.DescribeAclsResponse, ErrorCode.NONE, None, resources=codec.acl_resources(bindings)
+    )
+
+
+create_acls_to_proto = _each(_admin.CreateAclsResponse, "results", codec.acl_creation)
+delete_acls_to_proto = _each(_admin.DeleteAclsResponse, "filter_results", codec.acl_deletion)
+
+
+def describe_users_from_proto(
+    req: admin_pb2.DescribeUserScramCredentialsRequest,
+) -> tuple[str, ...] | None:
+    return _names(req, "users")
+
+
+describe_users_to_proto = _each(
+    _admin.DescribeUserScramCredentialsResponse, "results", codec.described_user
+)
+
+
+def alter_users_from_proto(
+    req: admin_pb2.AlterUserScramCredentialsRequest,
+) -> AlterScramCredentials:
+    return codec.scram_alterations(req.deletions, req.upsertions)
+
+
+alter_users_to_proto = _each(_admin.AlterUserScramCredentialsResponse, "results", codec.user_result)

@@ -51,8 +51,9 @@ from coordinator.core.offsets import (
 from coordinator.core.offsets import TopicResult as OffsetTopicResult
 from coordinator.core.topics import NewTopic, TopicResult
 from coordinator.runtime import CoordinatorRuntime, RuntimeState
-from coordinator.security.acls import CLUSTER_NAME
+from coordinator.security.acls import CLUSTER_NAME, AclBinding, new_binding, new_filter
 from coordinator.security.authorizer import Authorizer, AuthorizerConfig
+from coordinator.security.metadata import AclCreation, AclDeletion, UserResult
 from coordinator.security.scram import ScramCredential, ScramMechanism
 from legacy_bridge import messages as m
 from legacy_bridge.protocol import ProtocolError, decode_subscription
@@ -66,8 +67,10 @@ from .api import (
     KAFKA_GROUP_RESOURCE,
     OP_DELETE,
     OP_SET,
+    AclSpec,
     AlterResource,
     AlterResult,
+    AlterScramCredentials,
     Caller,
     ConfigEntry,
     ConfigResource,
@@ -97,6 +100,7 @@ from .authorization import (
     group_denied,
     topics_denied,
 )
+from .limits import GROUPS as GROUPS_LIMIT
 from .limits import RequestLimits
 from .log_offsets import (
     READ_COMMITTED,
@@ -336,6 +340,18 @@ def _heartbeat_error(_req: m.Heartbeat, code: ErrorCode, text: str | None) -> m.
 
 def _leave_error(_req: m.LeaveGroup, code: ErrorCode, text: str | None) -> m.LeaveGroupResponse:
     return m.LeaveGroupResponse(error_code=int(code), error_message=text)
+
+
+def _acl_creation_error(_spec: AclSpec, code: ErrorCode, text: str | None) -> AclCreation:
+    return AclCreation(binding=None, error_code=code, error_message=text)
+
+
+def _acl_deletion_error(_spec: AclSpec, code: ErrorCode, text: str | None) -> AclDeletion:
+    return AclDeletion(error_code=code, error_message=text)
+
+
+def _user_error(user: str, code: ErrorCode, text: str | None) -> UserResult:
+    return UserResult(user=user, error_code=code, error_message=text)
 
 
 class TopicSource(Protocol):
@@ -819,6 +835,73 @@ class CoordinatorService:
 
         return Reply(value=await _each(group_ids, describe, _classic_described_error))
 
+    # ------------------------------------------------------------ security administration
+
+    @rpc(_reply)
+    async def describe_acls(self, spec: AclSpec, caller: Caller) -> Reply[list[AclBinding]]:
+        self.authz.check_cluster(caller, "DescribeAcls", DESCRIBE)
+        _check_acl_strings(self.limits, spec)
+        flt = new_filter(**_acl_fields(spec))
+        return Reply(value=await self.runtime.describe_acls(flt))
+
+    @rpc(_on_each(list, _acl_creation_error))
+    async def create_acls(
+        self, specs: Sequence[AclSpec], caller: Caller
+    ) -> Reply[list[AclCreation]]:
+        self.limits.count("ACLs", len(specs), self.limits.max_groups, GROUPS_LIMIT)
+        self.authz.check_cluster(caller, "CreateAcls", ALTER)
+        creations = []
+        for spec in specs:
+            try:
+                _check_acl_strings(self.limits, spec)
+                binding = new_binding(**_acl_fields(spec, creating=True))
+            except CoordinatorError as exc:
+                creations.append(
+                    AclCreation(binding=None, error_code=exc.code, error_message=exc.message)
+                )
+                continue
+            creations.append(AclCreation(binding=binding))
+        return Reply(value=await self.runtime.create_acls(creations))
+
+    @rpc(_on_each(list, _acl_deletion_error))
+    async def delete_acls(
+        self, specs: Sequence[AclSpec], caller: Caller
+    ) -> Reply[list[AclDeletion]]:
+        self.limits.count("ACL filters", len(specs), self.limits.max_groups, GROUPS_LIMIT)
+        self.authz.check_cluster(caller, "DeleteAcls", ALTER)
+
+        def check(spec: AclSpec) -> None:
+            _check_acl_strings(self.limits, spec)
+            new_filter(**_acl_fields(spec))
+
+        async def delete(valid: list[AclSpec]) -> list[AclDeletion]:
+            return await self.runtime.delete_acls([new_filter(**_acl_fields(f)) for f in valid])
+
+        return Reply(value=await _batched(specs, check, delete, _acl_deletion_error))
+
+    @rpc(_reply)
+    async def describe_user_scram_credentials(
+        self, users: Sequence[str] | None, caller: Caller
+    ) -> Reply[list[UserResult]]:
+        self.limits.count("users", len(users or ()), self.limits.max_groups, GROUPS_LIMIT)
+        self.authz.check_cluster(caller, "DescribeUserScramCredentials", DESCRIBE)
+        for user in users or ():
+            self.limits.identifier("A user name", user)
+        return Reply(value=await self.runtime.describe_scram_credentials(users))
+
+    @rpc(_on_each(AlterScramCredentials.users, _user_error))
+    async def alter_user_scram_credentials(
+        self, req: AlterScramCredentials, caller: Caller
+    ) -> Reply[list[UserResult]]:
+        n = len(req.deletions) + len(req.upsertions)
+        self.limits.count("credential changes", n, self.limits.max_groups, GROUPS_LIMIT)
+        self.authz.check_cluster(caller, "AlterUserScramCredentials", ALTER)
+        for user in req.users():
+            self.limits.identifier("A user name", user)
+        return Reply(
+            value=await self.runtime.alter_scram_credentials(req.deletions, req.upsertions)
+        )
+
     # ------------------------------------------------------------ testing
 
     @rpc(_reply)
@@ -827,6 +910,28 @@ class CoordinatorService:
             raise InvalidRequestError(f"ms must be >= 0, got {ms}.")
         self.authz.check_cluster(caller, "AdvanceTime", ALTER)
         return Reply(value=await self.runtime.advance_time(ms))
+
+
+def _acl_fields(spec: AclSpec, creating: bool = False) -> dict[str, Any]:
+    fields = {
+        "resource_type": spec.resource_type,
+        "resource_name": spec.resource_name,
+        "pattern_type": spec.pattern_type,
+        "principal": spec.principal,
+        "host": spec.host,
+        "operation": spec.operation,
+        "permission_type": spec.permission_type,
+    }
+    if creating:  # a binding names every field ("" where a filter would have None)
+        for name in ("resource_name", "principal", "host"):
+            fields[name] = fields[name] or ""
+    return fields
+
+
+def _check_acl_strings(limits: RequestLimits, spec: AclSpec) -> None:
+    limits.identifier("A resource name", spec.resource_name)
+    limits.identifier("A principal", spec.principal)
+    limits.identifier("A host", spec.host)
 
 
 def _subscribed_topics(req: m.JoinGroup) -> list[str]:

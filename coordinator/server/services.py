@@ -169,8 +169,14 @@ class GrpcServicer:
         )
 
     async def run(self, row: Rpc, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        # Audited (admin) RPCs, and every RPC while tracing, need the client id and address.
-        identity = row.needs_identity or row.method in ADMIN_METHODS or tracing.STATE.enabled
+        # Audited (admin) RPCs, every RPC while tracing, and every RPC while an ACL names a
+        # host, need the client id and address.
+        identity = (
+            row.needs_identity
+            or row.method in ADMIN_METHODS
+            or tracing.STATE.enabled
+            or self.service.authorizer.needs_host
+        )
         caller = self.caller(context, identity)
         try:
             self.service.limits.precheck_grpc(
@@ -326,6 +332,15 @@ AdminService = _servicer(
         ),
         "IncrementalAlterConfigs": Rpc(
             convert.alter_configs_from_proto, convert.alter_configs_to_proto, whole=True
+        ),
+        "DescribeAcls": Rpc(convert.describe_acls_from_proto, convert.describe_acls_to_proto),
+        "CreateAcls": Rpc(convert.create_acls_from_proto, convert.create_acls_to_proto),
+        "DeleteAcls": Rpc(convert.delete_acls_from_proto, convert.delete_acls_to_proto),
+        "DescribeUserScramCredentials": Rpc(
+            convert.describe_users_from_proto, convert.describe_users_to_proto
+        ),
+        "AlterUserScramCredentials": Rpc(
+            convert.alter_users_from_proto, convert.alter_users_to_proto
         ),
     },
 )

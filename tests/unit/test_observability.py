@@ -404,8 +404,11 @@ async def test_only_admin_rpcs_are_wrapped_when_everything_is_off() -> None:
             if getattr(v, "__qualname__", "").startswith("observed.")
         )
         assert wrapped == [
+            "alter_user_scram_credentials",
+            "create_acls",
             "create_partitions",
             "create_topics",
+            "delete_acls",
             "delete_groups",
             "delete_topics",
             "incremental_alter_configs",

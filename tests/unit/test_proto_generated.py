@@ -149,7 +149,16 @@ SERVICES = {
 }
 
 
-EXTENSIONS = {"ConsumerGroupService": ["ConsumerGroupWatch"]}
+EXTENSIONS = {
+    "ConsumerGroupService": ["ConsumerGroupWatch"],
+    "AdminService": [
+        "DescribeAcls",
+        "CreateAcls",
+        "DeleteAcls",
+        "DescribeUserScramCredentials",
+        "AlterUserScramCredentials",
+    ],
+}
 """RPCs of ours beyond API.md (added, never changing what API.md binds)."""
 
 

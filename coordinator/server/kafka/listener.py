@@ -88,6 +88,9 @@ class KafkaListener:
         self._idle_task: asyncio.Task[None] | None = None
         self._pending: set[asyncio.Task[None]] = set()
         self.closing = False
+        self.authenticates = False
+        """True when connections authenticate (SASL, client certificates): the start-up log
+        stops calling the listener open to anonymous clients."""
         self.on_forward: Callable[[int], Callable[[bool], None]] | None = None
         """Metrics (``coordinator.observability.requests.forwarded_timer``): called with the API
         key of each request forwarded to the upstream; what it returns is called with True once

@@ -20,6 +20,18 @@ Integer codes used below (fields stay int32, as in Kafka):
 * config_type: 0 = UNKNOWN, 1 = BOOLEAN, 2 = STRING, 3 = INT, 4 = SHORT, 5 = LONG,
   6 = DOUBLE, 7 = LIST, 8 = CLASS, 9 = PASSWORD.
 
+ACLs (DescribeAcls, CreateAcls, DeleteAcls) use Kafka's numbers:
+* resource_type: 1 = ANY (filters only), 2 = TOPIC, 3 = GROUP, 4 = CLUSTER (its name is
+  kafka-cluster), 5 = TRANSACTIONAL_ID, 6 = DELEGATION_TOKEN, 7 = USER.
+* pattern_type: 1 = ANY, 2 = MATCH (filters only), 3 = LITERAL (name "*" = every resource of
+  the type), 4 = PREFIXED.
+* operation: 1 = ANY (filters only), 2 = ALL, 3 = READ, 4 = WRITE, 5 = CREATE, 6 = DELETE,
+  7 = ALTER, 8 = DESCRIBE, 9 = CLUSTER_ACTION, 10 = DESCRIBE_CONFIGS, 11 = ALTER_CONFIGS,
+  12 = IDEMPOTENT_WRITE, 13 = CREATE_TOKENS, 14 = DESCRIBE_TOKENS.
+* permission_type: 1 = ANY (filters only), 2 = DENY, 3 = ALLOW.
+* principal: "User:NAME" ("User:*" = every user); host: an address, or "*".
+SCRAM mechanisms: 1 = SCRAM-SHA-256, 2 = SCRAM-SHA-512.
+
 The dynamic group configs are `consumer.session.timeout.ms` and
 `consumer.heartbeat.interval.ms`; they override the server-wide
 `group.consumer.session.timeout.ms` / `group.consumer.heartbeat.interval.ms` for one
@@ -1091,3 +1103,593 @@ class ListOffsetsResponse(_message.Message):
     def WhichOneof(self, oneof_group: _WhichOneofArgType__error_message) -> _WhichOneofReturnType__error_message | None: ...
 
 Global___ListOffsetsResponse: _TypeAlias = ListOffsetsResponse  # noqa: Y015
+
+@_typing.final
+class AclFilter(_message.Message):
+    """An ACL filter (DescribeAcls, DeleteAcls): absent strings match any value."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RESOURCE_TYPE_FILTER_FIELD_NUMBER: _builtins.int
+    RESOURCE_NAME_FILTER_FIELD_NUMBER: _builtins.int
+    PATTERN_TYPE_FILTER_FIELD_NUMBER: _builtins.int
+    PRINCIPAL_FILTER_FIELD_NUMBER: _builtins.int
+    HOST_FILTER_FIELD_NUMBER: _builtins.int
+    OPERATION_FIELD_NUMBER: _builtins.int
+    PERMISSION_TYPE_FIELD_NUMBER: _builtins.int
+    resource_type_filter: _builtins.int
+    resource_name_filter: _builtins.str
+    pattern_type_filter: _builtins.int
+    principal_filter: _builtins.str
+    host_filter: _builtins.str
+    operation: _builtins.int
+    permission_type: _builtins.int
+    def __init__(
+        self,
+        *,
+        resource_type_filter: _builtins.int = ...,
+        resource_name_filter: _builtins.str | None = ...,
+        pattern_type_filter: _builtins.int = ...,
+        principal_filter: _builtins.str | None = ...,
+        host_filter: _builtins.str | None = ...,
+        operation: _builtins.int = ...,
+        permission_type: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_host_filter", b"_host_filter", "_principal_filter", b"_principal_filter", "_resource_name_filter", b"_resource_name_filter", "host_filter", b"host_filter", "principal_filter", b"principal_filter", "resource_name_filter", b"resource_name_filter"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_host_filter", b"_host_filter", "_principal_filter", b"_principal_filter", "_resource_name_filter", b"_resource_name_filter", "host_filter", b"host_filter", "operation", b"operation", "pattern_type_filter", b"pattern_type_filter", "permission_type", b"permission_type", "principal_filter", b"principal_filter", "resource_name_filter", b"resource_name_filter", "resource_type_filter", b"resource_type_filter"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__host_filter: _TypeAlias = _typing.Literal["host_filter"]  # noqa: Y015
+    _WhichOneofArgType__host_filter: _TypeAlias = _typing.Literal["_host_filter", b"_host_filter"]  # noqa: Y015
+    _WhichOneofReturnType__principal_filter: _TypeAlias = _typing.Literal["principal_filter"]  # noqa: Y015
+    _WhichOneofArgType__principal_filter: _TypeAlias = _typing.Literal["_principal_filter", b"_principal_filter"]  # noqa: Y015
+    _WhichOneofReturnType__resource_name_filter: _TypeAlias = _typing.Literal["resource_name_filter"]  # noqa: Y015
+    _WhichOneofArgType__resource_name_filter: _TypeAlias = _typing.Literal["_resource_name_filter", b"_resource_name_filter"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__host_filter) -> _WhichOneofReturnType__host_filter | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__principal_filter) -> _WhichOneofReturnType__principal_filter | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__resource_name_filter) -> _WhichOneofReturnType__resource_name_filter | None: ...
+
+Global___AclFilter: _TypeAlias = AclFilter  # noqa: Y015
+
+@_typing.final
+class AclBinding(_message.Message):
+    """One ACL, as DeleteAcls lists the ones it deleted."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RESOURCE_TYPE_FIELD_NUMBER: _builtins.int
+    RESOURCE_NAME_FIELD_NUMBER: _builtins.int
+    PATTERN_TYPE_FIELD_NUMBER: _builtins.int
+    PRINCIPAL_FIELD_NUMBER: _builtins.int
+    HOST_FIELD_NUMBER: _builtins.int
+    OPERATION_FIELD_NUMBER: _builtins.int
+    PERMISSION_TYPE_FIELD_NUMBER: _builtins.int
+    resource_type: _builtins.int
+    resource_name: _builtins.str
+    pattern_type: _builtins.int
+    principal: _builtins.str
+    host: _builtins.str
+    operation: _builtins.int
+    permission_type: _builtins.int
+    def __init__(
+        self,
+        *,
+        resource_type: _builtins.int = ...,
+        resource_name: _builtins.str = ...,
+        pattern_type: _builtins.int = ...,
+        principal: _builtins.str = ...,
+        host: _builtins.str = ...,
+        operation: _builtins.int = ...,
+        permission_type: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["host", b"host", "operation", b"operation", "pattern_type", b"pattern_type", "permission_type", b"permission_type", "principal", b"principal", "resource_name", b"resource_name", "resource_type", b"resource_type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AclBinding: _TypeAlias = AclBinding  # noqa: Y015
+
+@_typing.final
+class DescribeAclsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FILTER_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def filter(self) -> Global___AclFilter: ...
+    def __init__(
+        self,
+        *,
+        filter: Global___AclFilter | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["filter", b"filter"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["filter", b"filter"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DescribeAclsRequest: _TypeAlias = DescribeAclsRequest  # noqa: Y015
+
+@_typing.final
+class DescribeAclsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class AclDescription(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        PRINCIPAL_FIELD_NUMBER: _builtins.int
+        HOST_FIELD_NUMBER: _builtins.int
+        OPERATION_FIELD_NUMBER: _builtins.int
+        PERMISSION_TYPE_FIELD_NUMBER: _builtins.int
+        principal: _builtins.str
+        host: _builtins.str
+        operation: _builtins.int
+        permission_type: _builtins.int
+        def __init__(
+            self,
+            *,
+            principal: _builtins.str = ...,
+            host: _builtins.str = ...,
+            operation: _builtins.int = ...,
+            permission_type: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["host", b"host", "operation", b"operation", "permission_type", b"permission_type", "principal", b"principal"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    @_typing.final
+    class DescribeAclsResource(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        RESOURCE_TYPE_FIELD_NUMBER: _builtins.int
+        RESOURCE_NAME_FIELD_NUMBER: _builtins.int
+        PATTERN_TYPE_FIELD_NUMBER: _builtins.int
+        ACLS_FIELD_NUMBER: _builtins.int
+        resource_type: _builtins.int
+        resource_name: _builtins.str
+        pattern_type: _builtins.int
+        @_builtins.property
+        def acls(self) -> _containers.RepeatedCompositeFieldContainer[Global___DescribeAclsResponse.AclDescription]: ...
+        def __init__(
+            self,
+            *,
+            resource_type: _builtins.int = ...,
+            resource_name: _builtins.str = ...,
+            pattern_type: _builtins.int = ...,
+            acls: _abc.Iterable[Global___DescribeAclsResponse.AclDescription] | None = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["acls", b"acls", "pattern_type", b"pattern_type", "resource_name", b"resource_name", "resource_type", b"resource_type"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    ERROR_CODE_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    RESOURCES_FIELD_NUMBER: _builtins.int
+    error_code: _builtins.int
+    error_message: _builtins.str
+    @_builtins.property
+    def resources(self) -> _containers.RepeatedCompositeFieldContainer[Global___DescribeAclsResponse.DescribeAclsResource]: ...
+    def __init__(
+        self,
+        *,
+        error_code: _builtins.int = ...,
+        error_message: _builtins.str | None = ...,
+        resources: _abc.Iterable[Global___DescribeAclsResponse.DescribeAclsResource] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_error_message", b"_error_message", "error_message", b"error_message"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_error_message", b"_error_message", "error_code", b"error_code", "error_message", b"error_message", "resources", b"resources"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__error_message: _TypeAlias = _typing.Literal["error_message"]  # noqa: Y015
+    _WhichOneofArgType__error_message: _TypeAlias = _typing.Literal["_error_message", b"_error_message"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__error_message) -> _WhichOneofReturnType__error_message | None: ...
+
+Global___DescribeAclsResponse: _TypeAlias = DescribeAclsResponse  # noqa: Y015
+
+@_typing.final
+class CreateAclsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CREATIONS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def creations(self) -> _containers.RepeatedCompositeFieldContainer[Global___AclBinding]:
+        """Each creation's pattern_type is Kafka's ResourcePatternType: LITERAL or PREFIXED."""
+
+    def __init__(
+        self,
+        *,
+        creations: _abc.Iterable[Global___AclBinding] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["creations", b"creations"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CreateAclsRequest: _TypeAlias = CreateAclsRequest  # noqa: Y015
+
+@_typing.final
+class CreateAclsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class AclCreationResult(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        ERROR_CODE_FIELD_NUMBER: _builtins.int
+        ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+        error_code: _builtins.int
+        error_message: _builtins.str
+        def __init__(
+            self,
+            *,
+            error_code: _builtins.int = ...,
+            error_message: _builtins.str | None = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _typing.Literal["_error_message", b"_error_message", "error_message", b"error_message"]  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["_error_message", b"_error_message", "error_code", b"error_code", "error_message", b"error_message"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        _WhichOneofReturnType__error_message: _TypeAlias = _typing.Literal["error_message"]  # noqa: Y015
+        _WhichOneofArgType__error_message: _TypeAlias = _typing.Literal["_error_message", b"_error_message"]  # noqa: Y015
+        def WhichOneof(self, oneof_group: _WhichOneofArgType__error_message) -> _WhichOneofReturnType__error_message | None: ...
+
+    ERROR_CODE_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    RESULTS_FIELD_NUMBER: _builtins.int
+    error_code: _builtins.int
+    error_message: _builtins.str
+    @_builtins.property
+    def results(self) -> _containers.RepeatedCompositeFieldContainer[Global___CreateAclsResponse.AclCreationResult]:
+        """one per creation, in order"""
+
+    def __init__(
+        self,
+        *,
+        error_code: _builtins.int = ...,
+        error_message: _builtins.str | None = ...,
+        results: _abc.Iterable[Global___CreateAclsResponse.AclCreationResult] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_error_message", b"_error_message", "error_message", b"error_message"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_error_message", b"_error_message", "error_code", b"error_code", "error_message", b"error_message", "results", b"results"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__error_message: _TypeAlias = _typing.Literal["error_message"]  # noqa: Y015
+    _WhichOneofArgType__error_message: _TypeAlias = _typing.Literal["_error_message", b"_error_message"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__error_message) -> _WhichOneofReturnType__error_message | None: ...
+
+Global___CreateAclsResponse: _TypeAlias = CreateAclsResponse  # noqa: Y015
+
+@_typing.final
+class DeleteAclsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FILTERS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def filters(self) -> _containers.RepeatedCompositeFieldContainer[Global___AclFilter]: ...
+    def __init__(
+        self,
+        *,
+        filters: _abc.Iterable[Global___AclFilter] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["filters", b"filters"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteAclsRequest: _TypeAlias = DeleteAclsRequest  # noqa: Y015
+
+@_typing.final
+class DeleteAclsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class DeleteAclsFilterResult(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        ERROR_CODE_FIELD_NUMBER: _builtins.int
+        ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+        MATCHING_ACLS_FIELD_NUMBER: _builtins.int
+        error_code: _builtins.int
+        error_message: _builtins.str
+        @_builtins.property
+        def matching_acls(self) -> _containers.RepeatedCompositeFieldContainer[Global___AclBinding]: ...
+        def __init__(
+            self,
+            *,
+            error_code: _builtins.int = ...,
+            error_message: _builtins.str | None = ...,
+            matching_acls: _abc.Iterable[Global___AclBinding] | None = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _typing.Literal["_error_message", b"_error_message", "error_message", b"error_message"]  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["_error_message", b"_error_message", "error_code", b"error_code", "error_message", b"error_message", "matching_acls", b"matching_acls"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        _WhichOneofReturnType__error_message: _TypeAlias = _typing.Literal["error_message"]  # noqa: Y015
+        _WhichOneofArgType__error_message: _TypeAlias = _typing.Literal["_error_message", b"_error_message"]  # noqa: Y015
+        def WhichOneof(self, oneof_group: _WhichOneofArgType__error_message) -> _WhichOneofReturnType__error_message | None: ...
+
+    ERROR_CODE_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    FILTER_RESULTS_FIELD_NUMBER: _builtins.int
+    error_code: _builtins.int
+    error_message: _builtins.str
+    @_builtins.property
+    def filter_results(self) -> _containers.RepeatedCompositeFieldContainer[Global___DeleteAclsResponse.DeleteAclsFilterResult]:
+        """one per filter, in order"""
+
+    def __init__(
+        self,
+        *,
+        error_code: _builtins.int = ...,
+        error_message: _builtins.str | None = ...,
+        filter_results: _abc.Iterable[Global___DeleteAclsResponse.DeleteAclsFilterResult] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_error_message", b"_error_message", "error_message", b"error_message"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_error_message", b"_error_message", "error_code", b"error_code", "error_message", b"error_message", "filter_results", b"filter_results"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__error_message: _TypeAlias = _typing.Literal["error_message"]  # noqa: Y015
+    _WhichOneofArgType__error_message: _TypeAlias = _typing.Literal["_error_message", b"_error_message"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__error_message) -> _WhichOneofReturnType__error_message | None: ...
+
+Global___DeleteAclsResponse: _TypeAlias = DeleteAclsResponse  # noqa: Y015
+
+@_typing.final
+class UserNames(_message.Message):
+    """Wrapper that makes the list of user names nullable (absent = every user)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def names(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        names: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["names", b"names"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UserNames: _TypeAlias = UserNames  # noqa: Y015
+
+@_typing.final
+class DescribeUserScramCredentialsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    USERS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def users(self) -> Global___UserNames: ...
+    def __init__(
+        self,
+        *,
+        users: Global___UserNames | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_users", b"_users", "users", b"users"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_users", b"_users", "users", b"users"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__users: _TypeAlias = _typing.Literal["users"]  # noqa: Y015
+    _WhichOneofArgType__users: _TypeAlias = _typing.Literal["_users", b"_users"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__users) -> _WhichOneofReturnType__users | None: ...
+
+Global___DescribeUserScramCredentialsRequest: _TypeAlias = DescribeUserScramCredentialsRequest  # noqa: Y015
+
+@_typing.final
+class DescribeUserScramCredentialsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class CredentialInfo(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        MECHANISM_FIELD_NUMBER: _builtins.int
+        ITERATIONS_FIELD_NUMBER: _builtins.int
+        mechanism: _builtins.int
+        iterations: _builtins.int
+        def __init__(
+            self,
+            *,
+            mechanism: _builtins.int = ...,
+            iterations: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["iterations", b"iterations", "mechanism", b"mechanism"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    @_typing.final
+    class DescribeUserScramCredentialsResult(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        USER_FIELD_NUMBER: _builtins.int
+        ERROR_CODE_FIELD_NUMBER: _builtins.int
+        ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+        CREDENTIAL_INFOS_FIELD_NUMBER: _builtins.int
+        user: _builtins.str
+        error_code: _builtins.int
+        error_message: _builtins.str
+        @_builtins.property
+        def credential_infos(self) -> _containers.RepeatedCompositeFieldContainer[Global___DescribeUserScramCredentialsResponse.CredentialInfo]: ...
+        def __init__(
+            self,
+            *,
+            user: _builtins.str = ...,
+            error_code: _builtins.int = ...,
+            error_message: _builtins.str | None = ...,
+            credential_infos: _abc.Iterable[Global___DescribeUserScramCredentialsResponse.CredentialInfo] | None = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _typing.Literal["_error_message", b"_error_message", "error_message", b"error_message"]  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["_error_message", b"_error_message", "credential_infos", b"credential_infos", "error_code", b"error_code", "error_message", b"error_message", "user", b"user"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        _WhichOneofReturnType__error_message: _TypeAlias = _typing.Literal["error_message"]  # noqa: Y015
+        _WhichOneofArgType__error_message: _TypeAlias = _typing.Literal["_error_message", b"_error_message"]  # noqa: Y015
+        def WhichOneof(self, oneof_group: _WhichOneofArgType__error_message) -> _WhichOneofReturnType__error_message | None: ...
+
+    ERROR_CODE_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    RESULTS_FIELD_NUMBER: _builtins.int
+    error_code: _builtins.int
+    error_message: _builtins.str
+    @_builtins.property
+    def results(self) -> _containers.RepeatedCompositeFieldContainer[Global___DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult]: ...
+    def __init__(
+        self,
+        *,
+        error_code: _builtins.int = ...,
+        error_message: _builtins.str | None = ...,
+        results: _abc.Iterable[Global___DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_error_message", b"_error_message", "error_message", b"error_message"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_error_message", b"_error_message", "error_code", b"error_code", "error_message", b"error_message", "results", b"results"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__error_message: _TypeAlias = _typing.Literal["error_message"]  # noqa: Y015
+    _WhichOneofArgType__error_message: _TypeAlias = _typing.Literal["_error_message", b"_error_message"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__error_message) -> _WhichOneofReturnType__error_message | None: ...
+
+Global___DescribeUserScramCredentialsResponse: _TypeAlias = DescribeUserScramCredentialsResponse  # noqa: Y015
+
+@_typing.final
+class AlterUserScramCredentialsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class ScramCredentialDeletion(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        NAME_FIELD_NUMBER: _builtins.int
+        MECHANISM_FIELD_NUMBER: _builtins.int
+        name: _builtins.str
+        mechanism: _builtins.int
+        def __init__(
+            self,
+            *,
+            name: _builtins.str = ...,
+            mechanism: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["mechanism", b"mechanism", "name", b"name"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    @_typing.final
+    class ScramCredentialUpsertion(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        NAME_FIELD_NUMBER: _builtins.int
+        MECHANISM_FIELD_NUMBER: _builtins.int
+        ITERATIONS_FIELD_NUMBER: _builtins.int
+        SALT_FIELD_NUMBER: _builtins.int
+        SALTED_PASSWORD_FIELD_NUMBER: _builtins.int
+        name: _builtins.str
+        mechanism: _builtins.int
+        iterations: _builtins.int
+        salt: _builtins.bytes
+        salted_password: _builtins.bytes
+        """Hi(password, salt, iterations): PBKDF2-HMAC of the mechanism"""
+        def __init__(
+            self,
+            *,
+            name: _builtins.str = ...,
+            mechanism: _builtins.int = ...,
+            iterations: _builtins.int = ...,
+            salt: _builtins.bytes = ...,
+            salted_password: _builtins.bytes = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["iterations", b"iterations", "mechanism", b"mechanism", "name", b"name", "salt", b"salt", "salted_password", b"salted_password"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    DELETIONS_FIELD_NUMBER: _builtins.int
+    UPSERTIONS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def deletions(self) -> _containers.RepeatedCompositeFieldContainer[Global___AlterUserScramCredentialsRequest.ScramCredentialDeletion]: ...
+    @_builtins.property
+    def upsertions(self) -> _containers.RepeatedCompositeFieldContainer[Global___AlterUserScramCredentialsRequest.ScramCredentialUpsertion]: ...
+    def __init__(
+        self,
+        *,
+        deletions: _abc.Iterable[Global___AlterUserScramCredentialsRequest.ScramCredentialDeletion] | None = ...,
+        upsertions: _abc.Iterable[Global___AlterUserScramCredentialsRequest.ScramCredentialUpsertion] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["deletions", b"deletions", "upsertions", b"upsertions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AlterUserScramCredentialsRequest: _TypeAlias = AlterUserScramCredentialsRequest  # noqa: Y015
+
+@_typing.final
+class AlterUserScramCredentialsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class AlterUserScramCredentialsResult(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        USER_FIELD_NUMBER: _builtins.int
+        ERROR_CODE_FIELD_NUMBER: _builtins.int
+        ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+        user: _builtins.str
+        error_code: _builtins.int
+        error_message: _builtins.str
+        def __init__(
+            self,
+            *,
+            user: _builtins.str = ...,
+            error_code: _builtins.int = ...,
+            error_message: _builtins.str | None = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _typing.Literal["_error_message", b"_error_message", "error_message", b"error_message"]  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["_error_message", b"_error_message", "error_code", b"error_code", "error_message", b"error_message", "user", b"user"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        _WhichOneofReturnType__error_message: _TypeAlias = _typing.Literal["error_message"]  # noqa: Y015
+        _WhichOneofArgType__error_message: _TypeAlias = _typing.Literal["_error_message", b"_error_message"]  # noqa: Y015
+        def WhichOneof(self, oneof_group: _WhichOneofArgType__error_message) -> _WhichOneofReturnType__error_message | None: ...
+
+    ERROR_CODE_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    RESULTS_FIELD_NUMBER: _builtins.int
+    error_code: _builtins.int
+    error_message: _builtins.str
+    @_builtins.property
+    def results(self) -> _containers.RepeatedCompositeFieldContainer[Global___AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult]:
+        """one per user, in request order"""
+
+    def __init__(
+        self,
+        *,
+        error_code: _builtins.int = ...,
+        error_message: _builtins.str | None = ...,
+        results: _abc.Iterable[Global___AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_error_message", b"_error_message", "error_message", b"error_message"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_error_message", b"_error_message", "error_code", b"error_code", "error_message", b"error_message", "results", b"results"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__error_message: _TypeAlias = _typing.Literal["error_message"]  # noqa: Y015
+    _WhichOneofArgType__error_message: _TypeAlias = _typing.Literal["_error_message", b"_error_message"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__error_message) -> _WhichOneofReturnType__error_message | None: ...
+
+Global___AlterUserScramCredentialsResponse: _TypeAlias = AlterUserScramCredentialsResponse  # noqa: Y015

@@ -81,6 +81,31 @@ class AdminServiceStub:
                 request_serializer=kip848_dot_v1_dot_admin__pb2.ListOffsetsRequest.SerializeToString,
                 response_deserializer=kip848_dot_v1_dot_admin__pb2.ListOffsetsResponse.FromString,
                 _registered_method=True)
+        self.DescribeAcls = channel.unary_unary(
+                '/kip848.v1.AdminService/DescribeAcls',
+                request_serializer=kip848_dot_v1_dot_admin__pb2.DescribeAclsRequest.SerializeToString,
+                response_deserializer=kip848_dot_v1_dot_admin__pb2.DescribeAclsResponse.FromString,
+                _registered_method=True)
+        self.CreateAcls = channel.unary_unary(
+                '/kip848.v1.AdminService/CreateAcls',
+                request_serializer=kip848_dot_v1_dot_admin__pb2.CreateAclsRequest.SerializeToString,
+                response_deserializer=kip848_dot_v1_dot_admin__pb2.CreateAclsResponse.FromString,
+                _registered_method=True)
+        self.DeleteAcls = channel.unary_unary(
+                '/kip848.v1.AdminService/DeleteAcls',
+                request_serializer=kip848_dot_v1_dot_admin__pb2.DeleteAclsRequest.SerializeToString,
+                response_deserializer=kip848_dot_v1_dot_admin__pb2.DeleteAclsResponse.FromString,
+                _registered_method=True)
+        self.DescribeUserScramCredentials = channel.unary_unary(
+                '/kip848.v1.AdminService/DescribeUserScramCredentials',
+                request_serializer=kip848_dot_v1_dot_admin__pb2.DescribeUserScramCredentialsRequest.SerializeToString,
+                response_deserializer=kip848_dot_v1_dot_admin__pb2.DescribeUserScramCredentialsResponse.FromString,
+                _registered_method=True)
+        self.AlterUserScramCredentials = channel.unary_unary(
+                '/kip848.v1.AdminService/AlterUserScramCredentials',
+                request_serializer=kip848_dot_v1_dot_admin__pb2.AlterUserScramCredentialsRequest.SerializeToString,
+                response_deserializer=kip848_dot_v1_dot_admin__pb2.AlterUserScramCredentialsResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -161,6 +186,7 @@ class AdminServiceServicer:
         Errors (per topic in topics[].error_code, or request-level):
         0 NONE
         -1 UNKNOWN_SERVER_ERROR
+        29 TOPIC_AUTHORIZATION_FAILED    per topic: no CLUSTER or TOPIC CREATE
         15 COORDINATOR_NOT_AVAILABLE
         17 INVALID_TOPIC_EXCEPTION       illegal topic name (Kafka's rules: 1-249 chars of
         [a-zA-Z0-9._-], not "." or "..")
@@ -180,6 +206,7 @@ class AdminServiceServicer:
         Errors (per topic in results[].error_code, or request-level):
         0 NONE
         -1 UNKNOWN_SERVER_ERROR
+        29 TOPIC_AUTHORIZATION_FAILED    per topic: no ALTER on it
         15 COORDINATOR_NOT_AVAILABLE
         3 UNKNOWN_TOPIC_OR_PARTITION     unknown topic
         37 INVALID_PARTITIONS            count <= the current partition count
@@ -194,6 +221,7 @@ class AdminServiceServicer:
         Errors (per topic in results[].error_code, or request-level):
         0 NONE
         -1 UNKNOWN_SERVER_ERROR
+        29 TOPIC_AUTHORIZATION_FAILED    per topic: no DELETE on it
         15 COORDINATOR_NOT_AVAILABLE
         3 UNKNOWN_TOPIC_OR_PARTITION     unknown topic
         42 INVALID_REQUEST               duplicate name in the request
@@ -225,6 +253,7 @@ class AdminServiceServicer:
         Errors (request-level error_code, or per partition in topics[].partitions[].error_code):
         0 NONE
         -1 UNKNOWN_SERVER_ERROR
+        29 TOPIC_AUTHORIZATION_FAILED    per partition: no DESCRIBE on its topic
         15 COORDINATOR_NOT_AVAILABLE
         35 UNSUPPORTED_VERSION           no upstream broker (request-level), or the broker does
         not offer ListOffsets, or not at the version
@@ -235,6 +264,92 @@ class AdminServiceServicer:
         3 UNKNOWN_TOPIC_OR_PARTITION     the broker does not have the partition (per partition)
         Any other code per partition is the broker's own answer, e.g. NETWORK_EXCEPTION (13) when
         it could not be asked, LEADER_NOT_AVAILABLE (5), NOT_LEADER_OR_FOLLOWER (6).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeAcls(self, request, context):
+        """Lists the ACLs one filter matches (Kafka's DescribeAcls, API key 29), grouped by resource
+        pattern. Codes are Kafka's (see "ACLs" above). Needs DESCRIBE on the cluster.
+        Errors (request-level):
+        0 NONE
+        -1 UNKNOWN_SERVER_ERROR
+        14 COORDINATOR_LOAD_IN_PROGRESS
+        15 COORDINATOR_NOT_AVAILABLE
+        31 CLUSTER_AUTHORIZATION_FAILED  no DESCRIBE on the cluster
+        42 INVALID_REQUEST               a filter value that is UNKNOWN or not Kafka's
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CreateAcls(self, request, context):
+        """Creates ACLs (Kafka's CreateAcls, API key 30); an ACL that exists already is left as it
+        is. Durable before the answer. Needs ALTER on the cluster.
+        Errors (per creation in results[].error_code, or request-level):
+        0 NONE
+        -1 UNKNOWN_SERVER_ERROR
+        14 COORDINATOR_LOAD_IN_PROGRESS
+        15 COORDINATOR_NOT_AVAILABLE
+        31 CLUSTER_AUTHORIZATION_FAILED  no ALTER on the cluster (request-level)
+        42 INVALID_REQUEST               per creation: ANY/UNKNOWN values, MATCH or ANY pattern,
+        an empty name, a principal without "TYPE:", a CLUSTER
+        name other than kafka-cluster
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteAcls(self, request, context):
+        """Deletes the ACLs each filter matches (Kafka's DeleteAcls, API key 31) and lists them.
+        Needs ALTER on the cluster.
+        Errors (per filter in filter_results[].error_code, or request-level):
+        0 NONE
+        -1 UNKNOWN_SERVER_ERROR
+        14 COORDINATOR_LOAD_IN_PROGRESS
+        15 COORDINATOR_NOT_AVAILABLE
+        31 CLUSTER_AUTHORIZATION_FAILED  no ALTER on the cluster (request-level)
+        42 INVALID_REQUEST               per filter: a value that is UNKNOWN or not Kafka's
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeUserScramCredentials(self, request, context):
+        """The SCRAM credentials of users: mechanism and iterations, never the salt or keys (Kafka's
+        DescribeUserScramCredentials, API key 50). Needs DESCRIBE on the cluster.
+        Errors (per user in results[].error_code, or request-level):
+        0 NONE
+        -1 UNKNOWN_SERVER_ERROR
+        14 COORDINATOR_LOAD_IN_PROGRESS
+        15 COORDINATOR_NOT_AVAILABLE
+        31 CLUSTER_AUTHORIZATION_FAILED  no DESCRIBE on the cluster (request-level)
+        42 INVALID_REQUEST               more users than group.coordinator.request.max.groups
+        91 RESOURCE_NOT_FOUND            a named user without credentials
+        92 DUPLICATE_RESOURCE            a user named twice
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AlterUserScramCredentials(self, request, context):
+        """Adds, replaces or deletes SCRAM credentials (Kafka's AlterUserScramCredentials, API key
+        51). The client salts the password (kip848 users does): the password is never sent.
+        At most one alteration per user in a request. Durable before the answer. Needs ALTER on
+        the cluster.
+        Errors (per user in results[].error_code, or request-level):
+        0 NONE
+        -1 UNKNOWN_SERVER_ERROR
+        14 COORDINATOR_LOAD_IN_PROGRESS
+        15 COORDINATOR_NOT_AVAILABLE
+        31 CLUSTER_AUTHORIZATION_FAILED  no ALTER on the cluster (request-level)
+        33 UNSUPPORTED_SASL_MECHANISM    a mechanism other than 1 (SCRAM-SHA-256) or 2 (-512)
+        42 INVALID_REQUEST               more alterations than group.coordinator.request.max.groups
+        91 RESOURCE_NOT_FOUND            deleting a credential that does not exist
+        92 DUPLICATE_RESOURCE            a user altered twice in the request
+        93 UNACCEPTABLE_CREDENTIAL       an empty user name, iterations outside 4096..16384,
+        an empty salt or salted password
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -287,6 +402,31 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.ListOffsets,
                     request_deserializer=kip848_dot_v1_dot_admin__pb2.ListOffsetsRequest.FromString,
                     response_serializer=kip848_dot_v1_dot_admin__pb2.ListOffsetsResponse.SerializeToString,
+            ),
+            'DescribeAcls': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeAcls,
+                    request_deserializer=kip848_dot_v1_dot_admin__pb2.DescribeAclsRequest.FromString,
+                    response_serializer=kip848_dot_v1_dot_admin__pb2.DescribeAclsResponse.SerializeToString,
+            ),
+            'CreateAcls': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateAcls,
+                    request_deserializer=kip848_dot_v1_dot_admin__pb2.CreateAclsRequest.FromString,
+                    response_serializer=kip848_dot_v1_dot_admin__pb2.CreateAclsResponse.SerializeToString,
+            ),
+            'DeleteAcls': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteAcls,
+                    request_deserializer=kip848_dot_v1_dot_admin__pb2.DeleteAclsRequest.FromString,
+                    response_serializer=kip848_dot_v1_dot_admin__pb2.DeleteAclsResponse.SerializeToString,
+            ),
+            'DescribeUserScramCredentials': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeUserScramCredentials,
+                    request_deserializer=kip848_dot_v1_dot_admin__pb2.DescribeUserScramCredentialsRequest.FromString,
+                    response_serializer=kip848_dot_v1_dot_admin__pb2.DescribeUserScramCredentialsResponse.SerializeToString,
+            ),
+            'AlterUserScramCredentials': grpc.unary_unary_rpc_method_handler(
+                    servicer.AlterUserScramCredentials,
+                    request_deserializer=kip848_dot_v1_dot_admin__pb2.AlterUserScramCredentialsRequest.FromString,
+                    response_serializer=kip848_dot_v1_dot_admin__pb2.AlterUserScramCredentialsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -534,6 +674,141 @@ class AdminService:
             '/kip848.v1.AdminService/ListOffsets',
             kip848_dot_v1_dot_admin__pb2.ListOffsetsRequest.SerializeToString,
             kip848_dot_v1_dot_admin__pb2.ListOffsetsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeAcls(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/kip848.v1.AdminService/DescribeAcls',
+            kip848_dot_v1_dot_admin__pb2.DescribeAclsRequest.SerializeToString,
+            kip848_dot_v1_dot_admin__pb2.DescribeAclsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateAcls(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/kip848.v1.AdminService/CreateAcls',
+            kip848_dot_v1_dot_admin__pb2.CreateAclsRequest.SerializeToString,
+            kip848_dot_v1_dot_admin__pb2.CreateAclsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteAcls(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/kip848.v1.AdminService/DeleteAcls',
+            kip848_dot_v1_dot_admin__pb2.DeleteAclsRequest.SerializeToString,
+            kip848_dot_v1_dot_admin__pb2.DeleteAclsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeUserScramCredentials(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/kip848.v1.AdminService/DescribeUserScramCredentials',
+            kip848_dot_v1_dot_admin__pb2.DescribeUserScramCredentialsRequest.SerializeToString,
+            kip848_dot_v1_dot_admin__pb2.DescribeUserScramCredentialsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AlterUserScramCredentials(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/kip848.v1.AdminService/AlterUserScramCredentials',
+            kip848_dot_v1_dot_admin__pb2.AlterUserScramCredentialsRequest.SerializeToString,
+            kip848_dot_v1_dot_admin__pb2.AlterUserScramCredentialsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -20,6 +20,18 @@ Integer codes used below (fields stay int32, as in Kafka):
 * config_type: 0 = UNKNOWN, 1 = BOOLEAN, 2 = STRING, 3 = INT, 4 = SHORT, 5 = LONG,
   6 = DOUBLE, 7 = LIST, 8 = CLASS, 9 = PASSWORD.
 
+ACLs (DescribeAcls, CreateAcls, DeleteAcls) use Kafka's numbers:
+* resource_type: 1 = ANY (filters only), 2 = TOPIC, 3 = GROUP, 4 = CLUSTER (its name is
+  kafka-cluster), 5 = TRANSACTIONAL_ID, 6 = DELEGATION_TOKEN, 7 = USER.
+* pattern_type: 1 = ANY, 2 = MATCH (filters only), 3 = LITERAL (name "*" = every resource of
+  the type), 4 = PREFIXED.
+* operation: 1 = ANY (filters only), 2 = ALL, 3 = READ, 4 = WRITE, 5 = CREATE, 6 = DELETE,
+  7 = ALTER, 8 = DESCRIBE, 9 = CLUSTER_ACTION, 10 = DESCRIBE_CONFIGS, 11 = ALTER_CONFIGS,
+  12 = IDEMPOTENT_WRITE, 13 = CREATE_TOKENS, 14 = DESCRIBE_TOKENS.
+* permission_type: 1 = ANY (filters only), 2 = DENY, 3 = ALLOW.
+* principal: "User:NAME" ("User:*" = every user); host: an address, or "*".
+SCRAM mechanisms: 1 = SCRAM-SHA-256, 2 = SCRAM-SHA-512.
+
 The dynamic group configs are `consumer.session.timeout.ms` and
 `consumer.heartbeat.interval.ms`; they override the server-wide
 `group.consumer.session.timeout.ms` / `group.consumer.heartbeat.interval.ms` for one
@@ -115,6 +127,7 @@ class AdminServiceStub:
     Errors (per topic in topics[].error_code, or request-level):
       0 NONE
       -1 UNKNOWN_SERVER_ERROR
+      29 TOPIC_AUTHORIZATION_FAILED    per topic: no CLUSTER or TOPIC CREATE
       15 COORDINATOR_NOT_AVAILABLE
       17 INVALID_TOPIC_EXCEPTION       illegal topic name (Kafka's rules: 1-249 chars of
                                        [a-zA-Z0-9._-], not "." or "..")
@@ -130,6 +143,7 @@ class AdminServiceStub:
     Errors (per topic in results[].error_code, or request-level):
       0 NONE
       -1 UNKNOWN_SERVER_ERROR
+      29 TOPIC_AUTHORIZATION_FAILED    per topic: no ALTER on it
       15 COORDINATOR_NOT_AVAILABLE
       3 UNKNOWN_TOPIC_OR_PARTITION     unknown topic
       37 INVALID_PARTITIONS            count <= the current partition count
@@ -140,6 +154,7 @@ class AdminServiceStub:
     Errors (per topic in results[].error_code, or request-level):
       0 NONE
       -1 UNKNOWN_SERVER_ERROR
+      29 TOPIC_AUTHORIZATION_FAILED    per topic: no DELETE on it
       15 COORDINATOR_NOT_AVAILABLE
       3 UNKNOWN_TOPIC_OR_PARTITION     unknown topic
       42 INVALID_REQUEST               duplicate name in the request
@@ -163,6 +178,7 @@ class AdminServiceStub:
     Errors (request-level error_code, or per partition in topics[].partitions[].error_code):
       0 NONE
       -1 UNKNOWN_SERVER_ERROR
+      29 TOPIC_AUTHORIZATION_FAILED    per partition: no DESCRIBE on its topic
       15 COORDINATOR_NOT_AVAILABLE
       35 UNSUPPORTED_VERSION           no upstream broker (request-level), or the broker does
                                        not offer ListOffsets, or not at the version
@@ -173,6 +189,72 @@ class AdminServiceStub:
       3 UNKNOWN_TOPIC_OR_PARTITION     the broker does not have the partition (per partition)
       Any other code per partition is the broker's own answer, e.g. NETWORK_EXCEPTION (13) when
       it could not be asked, LEADER_NOT_AVAILABLE (5), NOT_LEADER_OR_FOLLOWER (6).
+    """
+    DescribeAcls: _grpc.UnaryUnaryMultiCallable[_admin_pb2.DescribeAclsRequest, _admin_pb2.DescribeAclsResponse]
+    """Lists the ACLs one filter matches (Kafka's DescribeAcls, API key 29), grouped by resource
+    pattern. Codes are Kafka's (see "ACLs" above). Needs DESCRIBE on the cluster.
+    Errors (request-level):
+      0 NONE
+      -1 UNKNOWN_SERVER_ERROR
+      14 COORDINATOR_LOAD_IN_PROGRESS
+      15 COORDINATOR_NOT_AVAILABLE
+      31 CLUSTER_AUTHORIZATION_FAILED  no DESCRIBE on the cluster
+      42 INVALID_REQUEST               a filter value that is UNKNOWN or not Kafka's
+    """
+    CreateAcls: _grpc.UnaryUnaryMultiCallable[_admin_pb2.CreateAclsRequest, _admin_pb2.CreateAclsResponse]
+    """Creates ACLs (Kafka's CreateAcls, API key 30); an ACL that exists already is left as it
+    is. Durable before the answer. Needs ALTER on the cluster.
+    Errors (per creation in results[].error_code, or request-level):
+      0 NONE
+      -1 UNKNOWN_SERVER_ERROR
+      14 COORDINATOR_LOAD_IN_PROGRESS
+      15 COORDINATOR_NOT_AVAILABLE
+      31 CLUSTER_AUTHORIZATION_FAILED  no ALTER on the cluster (request-level)
+      42 INVALID_REQUEST               per creation: ANY/UNKNOWN values, MATCH or ANY pattern,
+                                       an empty name, a principal without "TYPE:", a CLUSTER
+                                       name other than kafka-cluster
+    """
+    DeleteAcls: _grpc.UnaryUnaryMultiCallable[_admin_pb2.DeleteAclsRequest, _admin_pb2.DeleteAclsResponse]
+    """Deletes the ACLs each filter matches (Kafka's DeleteAcls, API key 31) and lists them.
+    Needs ALTER on the cluster.
+    Errors (per filter in filter_results[].error_code, or request-level):
+      0 NONE
+      -1 UNKNOWN_SERVER_ERROR
+      14 COORDINATOR_LOAD_IN_PROGRESS
+      15 COORDINATOR_NOT_AVAILABLE
+      31 CLUSTER_AUTHORIZATION_FAILED  no ALTER on the cluster (request-level)
+      42 INVALID_REQUEST               per filter: a value that is UNKNOWN or not Kafka's
+    """
+    DescribeUserScramCredentials: _grpc.UnaryUnaryMultiCallable[_admin_pb2.DescribeUserScramCredentialsRequest, _admin_pb2.DescribeUserScramCredentialsResponse]
+    """The SCRAM credentials of users: mechanism and iterations, never the salt or keys (Kafka's
+    DescribeUserScramCredentials, API key 50). Needs DESCRIBE on the cluster.
+    Errors (per user in results[].error_code, or request-level):
+      0 NONE
+      -1 UNKNOWN_SERVER_ERROR
+      14 COORDINATOR_LOAD_IN_PROGRESS
+      15 COORDINATOR_NOT_AVAILABLE
+      31 CLUSTER_AUTHORIZATION_FAILED  no DESCRIBE on the cluster (request-level)
+      42 INVALID_REQUEST               more users than group.coordinator.request.max.groups
+      91 RESOURCE_NOT_FOUND            a named user without credentials
+      92 DUPLICATE_RESOURCE            a user named twice
+    """
+    AlterUserScramCredentials: _grpc.UnaryUnaryMultiCallable[_admin_pb2.AlterUserScramCredentialsRequest, _admin_pb2.AlterUserScramCredentialsResponse]
+    """Adds, replaces or deletes SCRAM credentials (Kafka's AlterUserScramCredentials, API key
+    51). The client salts the password (kip848 users does): the password is never sent.
+    At most one alteration per user in a request. Durable before the answer. Needs ALTER on
+    the cluster.
+    Errors (per user in results[].error_code, or request-level):
+      0 NONE
+      -1 UNKNOWN_SERVER_ERROR
+      14 COORDINATOR_LOAD_IN_PROGRESS
+      15 COORDINATOR_NOT_AVAILABLE
+      31 CLUSTER_AUTHORIZATION_FAILED  no ALTER on the cluster (request-level)
+      33 UNSUPPORTED_SASL_MECHANISM    a mechanism other than 1 (SCRAM-SHA-256) or 2 (-512)
+      42 INVALID_REQUEST               more alterations than group.coordinator.request.max.groups
+      91 RESOURCE_NOT_FOUND            deleting a credential that does not exist
+      92 DUPLICATE_RESOURCE            a user altered twice in the request
+      93 UNACCEPTABLE_CREDENTIAL       an empty user name, iterations outside 4096..16384,
+                                       an empty salt or salted password
     """
 
 @_typing.type_check_only
@@ -239,6 +321,7 @@ class AdminServiceAsyncStub(AdminServiceStub):
     Errors (per topic in topics[].error_code, or request-level):
       0 NONE
       -1 UNKNOWN_SERVER_ERROR
+      29 TOPIC_AUTHORIZATION_FAILED    per topic: no CLUSTER or TOPIC CREATE
       15 COORDINATOR_NOT_AVAILABLE
       17 INVALID_TOPIC_EXCEPTION       illegal topic name (Kafka's rules: 1-249 chars of
                                        [a-zA-Z0-9._-], not "." or "..")
@@ -254,6 +337,7 @@ class AdminServiceAsyncStub(AdminServiceStub):
     Errors (per topic in results[].error_code, or request-level):
       0 NONE
       -1 UNKNOWN_SERVER_ERROR
+      29 TOPIC_AUTHORIZATION_FAILED    per topic: no ALTER on it
       15 COORDINATOR_NOT_AVAILABLE
       3 UNKNOWN_TOPIC_OR_PARTITION     unknown topic
       37 INVALID_PARTITIONS            count <= the current partition count
@@ -264,6 +348,7 @@ class AdminServiceAsyncStub(AdminServiceStub):
     Errors (per topic in results[].error_code, or request-level):
       0 NONE
       -1 UNKNOWN_SERVER_ERROR
+      29 TOPIC_AUTHORIZATION_FAILED    per topic: no DELETE on it
       15 COORDINATOR_NOT_AVAILABLE
       3 UNKNOWN_TOPIC_OR_PARTITION     unknown topic
       42 INVALID_REQUEST               duplicate name in the request
@@ -287,6 +372,7 @@ class AdminServiceAsyncStub(AdminServiceStub):
     Errors (request-level error_code, or per partition in topics[].partitions[].error_code):
       0 NONE
       -1 UNKNOWN_SERVER_ERROR
+      29 TOPIC_AUTHORIZATION_FAILED    per partition: no DESCRIBE on its topic
       15 COORDINATOR_NOT_AVAILABLE
       35 UNSUPPORTED_VERSION           no upstream broker (request-level), or the broker does
                                        not offer ListOffsets, or not at the version
@@ -297,6 +383,72 @@ class AdminServiceAsyncStub(AdminServiceStub):
       3 UNKNOWN_TOPIC_OR_PARTITION     the broker does not have the partition (per partition)
       Any other code per partition is the broker's own answer, e.g. NETWORK_EXCEPTION (13) when
       it could not be asked, LEADER_NOT_AVAILABLE (5), NOT_LEADER_OR_FOLLOWER (6).
+    """
+    DescribeAcls: _aio.UnaryUnaryMultiCallable[_admin_pb2.DescribeAclsRequest, _admin_pb2.DescribeAclsResponse]  # type: ignore[assignment]
+    """Lists the ACLs one filter matches (Kafka's DescribeAcls, API key 29), grouped by resource
+    pattern. Codes are Kafka's (see "ACLs" above). Needs DESCRIBE on the cluster.
+    Errors (request-level):
+      0 NONE
+      -1 UNKNOWN_SERVER_ERROR
+      14 COORDINATOR_LOAD_IN_PROGRESS
+      15 COORDINATOR_NOT_AVAILABLE
+      31 CLUSTER_AUTHORIZATION_FAILED  no DESCRIBE on the cluster
+      42 INVALID_REQUEST               a filter value that is UNKNOWN or not Kafka's
+    """
+    CreateAcls: _aio.UnaryUnaryMultiCallable[_admin_pb2.CreateAclsRequest, _admin_pb2.CreateAclsResponse]  # type: ignore[assignment]
+    """Creates ACLs (Kafka's CreateAcls, API key 30); an ACL that exists already is left as it
+    is. Durable before the answer. Needs ALTER on the cluster.
+    Errors (per creation in results[].error_code, or request-level):
+      0 NONE
+      -1 UNKNOWN_SERVER_ERROR
+      14 COORDINATOR_LOAD_IN_PROGRESS
+      15 COORDINATOR_NOT_AVAILABLE
+      31 CLUSTER_AUTHORIZATION_FAILED  no ALTER on the cluster (request-level)
+      42 INVALID_REQUEST               per creation: ANY/UNKNOWN values, MATCH or ANY pattern,
+                                       an empty name, a principal without "TYPE:", a CLUSTER
+                                       name other than kafka-cluster
+    """
+    DeleteAcls: _aio.UnaryUnaryMultiCallable[_admin_pb2.DeleteAclsRequest, _admin_pb2.DeleteAclsResponse]  # type: ignore[assignment]
+    """Deletes the ACLs each filter matches (Kafka's DeleteAcls, API key 31) and lists them.
+    Needs ALTER on the cluster.
+    Errors (per filter in filter_results[].error_code, or request-level):
+      0 NONE
+      -1 UNKNOWN_SERVER_ERROR
+      14 COORDINATOR_LOAD_IN_PROGRESS
+      15 COORDINATOR_NOT_AVAILABLE
+      31 CLUSTER_AUTHORIZATION_FAILED  no ALTER on the cluster (request-level)
+      42 INVALID_REQUEST               per filter: a value that is UNKNOWN or not Kafka's
+    """
+    DescribeUserScramCredentials: _aio.UnaryUnaryMultiCallable[_admin_pb2.DescribeUserScramCredentialsRequest, _admin_pb2.DescribeUserScramCredentialsResponse]  # type: ignore[assignment]
+    """The SCRAM credentials of users: mechanism and iterations, never the salt or keys (Kafka's
+    DescribeUserScramCredentials, API key 50). Needs DESCRIBE on the cluster.
+    Errors (per user in results[].error_code, or request-level):
+      0 NONE
+      -1 UNKNOWN_SERVER_ERROR
+      14 COORDINATOR_LOAD_IN_PROGRESS
+      15 COORDINATOR_NOT_AVAILABLE
+      31 CLUSTER_AUTHORIZATION_FAILED  no DESCRIBE on the cluster (request-level)
+      42 INVALID_REQUEST               more users than group.coordinator.request.max.groups
+      91 RESOURCE_NOT_FOUND            a named user without credentials
+      92 DUPLICATE_RESOURCE            a user named twice
+    """
+    AlterUserScramCredentials: _aio.UnaryUnaryMultiCallable[_admin_pb2.AlterUserScramCredentialsRequest, _admin_pb2.AlterUserScramCredentialsResponse]  # type: ignore[assignment]
+    """Adds, replaces or deletes SCRAM credentials (Kafka's AlterUserScramCredentials, API key
+    51). The client salts the password (kip848 users does): the password is never sent.
+    At most one alteration per user in a request. Durable before the answer. Needs ALTER on
+    the cluster.
+    Errors (per user in results[].error_code, or request-level):
+      0 NONE
+      -1 UNKNOWN_SERVER_ERROR
+      14 COORDINATOR_LOAD_IN_PROGRESS
+      15 COORDINATOR_NOT_AVAILABLE
+      31 CLUSTER_AUTHORIZATION_FAILED  no ALTER on the cluster (request-level)
+      33 UNSUPPORTED_SASL_MECHANISM    a mechanism other than 1 (SCRAM-SHA-256) or 2 (-512)
+      42 INVALID_REQUEST               more alterations than group.coordinator.request.max.groups
+      91 RESOURCE_NOT_FOUND            deleting a credential that does not exist
+      92 DUPLICATE_RESOURCE            a user altered twice in the request
+      93 UNACCEPTABLE_CREDENTIAL       an empty user name, iterations outside 4096..16384,
+                                       an empty salt or salted password
     """
 
 class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -390,6 +542,7 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
         Errors (per topic in topics[].error_code, or request-level):
           0 NONE
           -1 UNKNOWN_SERVER_ERROR
+          29 TOPIC_AUTHORIZATION_FAILED    per topic: no CLUSTER or TOPIC CREATE
           15 COORDINATOR_NOT_AVAILABLE
           17 INVALID_TOPIC_EXCEPTION       illegal topic name (Kafka's rules: 1-249 chars of
                                            [a-zA-Z0-9._-], not "." or "..")
@@ -411,6 +564,7 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
         Errors (per topic in results[].error_code, or request-level):
           0 NONE
           -1 UNKNOWN_SERVER_ERROR
+          29 TOPIC_AUTHORIZATION_FAILED    per topic: no ALTER on it
           15 COORDINATOR_NOT_AVAILABLE
           3 UNKNOWN_TOPIC_OR_PARTITION     unknown topic
           37 INVALID_PARTITIONS            count <= the current partition count
@@ -427,6 +581,7 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
         Errors (per topic in results[].error_code, or request-level):
           0 NONE
           -1 UNKNOWN_SERVER_ERROR
+          29 TOPIC_AUTHORIZATION_FAILED    per topic: no DELETE on it
           15 COORDINATOR_NOT_AVAILABLE
           3 UNKNOWN_TOPIC_OR_PARTITION     unknown topic
           42 INVALID_REQUEST               duplicate name in the request
@@ -462,6 +617,7 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
         Errors (request-level error_code, or per partition in topics[].partitions[].error_code):
           0 NONE
           -1 UNKNOWN_SERVER_ERROR
+          29 TOPIC_AUTHORIZATION_FAILED    per partition: no DESCRIBE on its topic
           15 COORDINATOR_NOT_AVAILABLE
           35 UNSUPPORTED_VERSION           no upstream broker (request-level), or the broker does
                                            not offer ListOffsets, or not at the version
@@ -472,6 +628,102 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
           3 UNKNOWN_TOPIC_OR_PARTITION     the broker does not have the partition (per partition)
           Any other code per partition is the broker's own answer, e.g. NETWORK_EXCEPTION (13) when
           it could not be asked, LEADER_NOT_AVAILABLE (5), NOT_LEADER_OR_FOLLOWER (6).
+        """
+
+    @_abc_1.abstractmethod
+    def DescribeAcls(
+        self,
+        request: _admin_pb2.DescribeAclsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.DescribeAclsResponse, _abc.Awaitable[_admin_pb2.DescribeAclsResponse]]:
+        """Lists the ACLs one filter matches (Kafka's DescribeAcls, API key 29), grouped by resource
+        pattern. Codes are Kafka's (see "ACLs" above). Needs DESCRIBE on the cluster.
+        Errors (request-level):
+          0 NONE
+          -1 UNKNOWN_SERVER_ERROR
+          14 COORDINATOR_LOAD_IN_PROGRESS
+          15 COORDINATOR_NOT_AVAILABLE
+          31 CLUSTER_AUTHORIZATION_FAILED  no DESCRIBE on the cluster
+          42 INVALID_REQUEST               a filter value that is UNKNOWN or not Kafka's
+        """
+
+    @_abc_1.abstractmethod
+    def CreateAcls(
+        self,
+        request: _admin_pb2.CreateAclsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.CreateAclsResponse, _abc.Awaitable[_admin_pb2.CreateAclsResponse]]:
+        """Creates ACLs (Kafka's CreateAcls, API key 30); an ACL that exists already is left as it
+        is. Durable before the answer. Needs ALTER on the cluster.
+        Errors (per creation in results[].error_code, or request-level):
+          0 NONE
+          -1 UNKNOWN_SERVER_ERROR
+          14 COORDINATOR_LOAD_IN_PROGRESS
+          15 COORDINATOR_NOT_AVAILABLE
+          31 CLUSTER_AUTHORIZATION_FAILED  no ALTER on the cluster (request-level)
+          42 INVALID_REQUEST               per creation: ANY/UNKNOWN values, MATCH or ANY pattern,
+                                           an empty name, a principal without "TYPE:", a CLUSTER
+                                           name other than kafka-cluster
+        """
+
+    @_abc_1.abstractmethod
+    def DeleteAcls(
+        self,
+        request: _admin_pb2.DeleteAclsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.DeleteAclsResponse, _abc.Awaitable[_admin_pb2.DeleteAclsResponse]]:
+        """Deletes the ACLs each filter matches (Kafka's DeleteAcls, API key 31) and lists them.
+        Needs ALTER on the cluster.
+        Errors (per filter in filter_results[].error_code, or request-level):
+          0 NONE
+          -1 UNKNOWN_SERVER_ERROR
+          14 COORDINATOR_LOAD_IN_PROGRESS
+          15 COORDINATOR_NOT_AVAILABLE
+          31 CLUSTER_AUTHORIZATION_FAILED  no ALTER on the cluster (request-level)
+          42 INVALID_REQUEST               per filter: a value that is UNKNOWN or not Kafka's
+        """
+
+    @_abc_1.abstractmethod
+    def DescribeUserScramCredentials(
+        self,
+        request: _admin_pb2.DescribeUserScramCredentialsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.DescribeUserScramCredentialsResponse, _abc.Awaitable[_admin_pb2.DescribeUserScramCredentialsResponse]]:
+        """The SCRAM credentials of users: mechanism and iterations, never the salt or keys (Kafka's
+        DescribeUserScramCredentials, API key 50). Needs DESCRIBE on the cluster.
+        Errors (per user in results[].error_code, or request-level):
+          0 NONE
+          -1 UNKNOWN_SERVER_ERROR
+          14 COORDINATOR_LOAD_IN_PROGRESS
+          15 COORDINATOR_NOT_AVAILABLE
+          31 CLUSTER_AUTHORIZATION_FAILED  no DESCRIBE on the cluster (request-level)
+          42 INVALID_REQUEST               more users than group.coordinator.request.max.groups
+          91 RESOURCE_NOT_FOUND            a named user without credentials
+          92 DUPLICATE_RESOURCE            a user named twice
+        """
+
+    @_abc_1.abstractmethod
+    def AlterUserScramCredentials(
+        self,
+        request: _admin_pb2.AlterUserScramCredentialsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.AlterUserScramCredentialsResponse, _abc.Awaitable[_admin_pb2.AlterUserScramCredentialsResponse]]:
+        """Adds, replaces or deletes SCRAM credentials (Kafka's AlterUserScramCredentials, API key
+        51). The client salts the password (kip848 users does): the password is never sent.
+        At most one alteration per user in a request. Durable before the answer. Needs ALTER on
+        the cluster.
+        Errors (per user in results[].error_code, or request-level):
+          0 NONE
+          -1 UNKNOWN_SERVER_ERROR
+          14 COORDINATOR_LOAD_IN_PROGRESS
+          15 COORDINATOR_NOT_AVAILABLE
+          31 CLUSTER_AUTHORIZATION_FAILED  no ALTER on the cluster (request-level)
+          33 UNSUPPORTED_SASL_MECHANISM    a mechanism other than 1 (SCRAM-SHA-256) or 2 (-512)
+          42 INVALID_REQUEST               more alterations than group.coordinator.request.max.groups
+          91 RESOURCE_NOT_FOUND            deleting a credential that does not exist
+          92 DUPLICATE_RESOURCE            a user altered twice in the request
+          93 UNACCEPTABLE_CREDENTIAL       an empty user name, iterations outside 4096..16384,
+                                           an empty salt or salted password
         """
 
 def add_AdminServiceServicer_to_server(servicer: AdminServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

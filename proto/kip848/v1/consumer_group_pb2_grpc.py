@@ -63,6 +63,7 @@ class ConsumerGroupServiceServicer:
         Errors (in-band error_code):
         0 NONE
         -1 UNKNOWN_SERVER_ERROR          assignor failure or internal error
+        29 TOPIC_AUTHORIZATION_FAILED    a subscribed topic the principal may not DESCRIBE
         14 COORDINATOR_LOAD_IN_PROGRESS  the shard owning the group is still loading
         15 COORDINATOR_NOT_AVAILABLE     the coordinator is shutting down
         16 NOT_COORDINATOR               the group is not served here
@@ -100,6 +101,7 @@ class ConsumerGroupServiceServicer:
         Errors (request-level error_code, or per group in groups[].error_code):
         0 NONE
         -1 UNKNOWN_SERVER_ERROR
+        29 TOPIC_AUTHORIZATION_FAILED    per group: a topic of its members the principal may not DESCRIBE
         14 COORDINATOR_LOAD_IN_PROGRESS
         15 COORDINATOR_NOT_AVAILABLE
         16 NOT_COORDINATOR
@@ -128,6 +130,7 @@ class ConsumerGroupServiceServicer:
         Errors (in a message's error_code; the stream then ends with gRPC status OK):
         0 NONE
         -1 UNKNOWN_SERVER_ERROR
+        30 GROUP_AUTHORIZATION_FAILED    no READ on the group
         14 COORDINATOR_LOAD_IN_PROGRESS
         15 COORDINATOR_NOT_AVAILABLE
         16 NOT_COORDINATOR

@@ -42,6 +42,7 @@ class ConsumerGroupServiceStub:
     Errors (in-band error_code):
       0 NONE
       -1 UNKNOWN_SERVER_ERROR          assignor failure or internal error
+      29 TOPIC_AUTHORIZATION_FAILED    a subscribed topic the principal may not DESCRIBE
       14 COORDINATOR_LOAD_IN_PROGRESS  the shard owning the group is still loading
       15 COORDINATOR_NOT_AVAILABLE     the coordinator is shutting down
       16 NOT_COORDINATOR               the group is not served here
@@ -75,6 +76,7 @@ class ConsumerGroupServiceStub:
     Errors (request-level error_code, or per group in groups[].error_code):
       0 NONE
       -1 UNKNOWN_SERVER_ERROR
+      29 TOPIC_AUTHORIZATION_FAILED    per group: a topic of its members the principal may not DESCRIBE
       14 COORDINATOR_LOAD_IN_PROGRESS
       15 COORDINATOR_NOT_AVAILABLE
       16 NOT_COORDINATOR
@@ -99,6 +101,7 @@ class ConsumerGroupServiceStub:
     Errors (in a message's error_code; the stream then ends with gRPC status OK):
       0 NONE
       -1 UNKNOWN_SERVER_ERROR
+      30 GROUP_AUTHORIZATION_FAILED    no READ on the group
       14 COORDINATOR_LOAD_IN_PROGRESS
       15 COORDINATOR_NOT_AVAILABLE
       16 NOT_COORDINATOR
@@ -121,6 +124,7 @@ class ConsumerGroupServiceAsyncStub(ConsumerGroupServiceStub):
     Errors (in-band error_code):
       0 NONE
       -1 UNKNOWN_SERVER_ERROR          assignor failure or internal error
+      29 TOPIC_AUTHORIZATION_FAILED    a subscribed topic the principal may not DESCRIBE
       14 COORDINATOR_LOAD_IN_PROGRESS  the shard owning the group is still loading
       15 COORDINATOR_NOT_AVAILABLE     the coordinator is shutting down
       16 NOT_COORDINATOR               the group is not served here
@@ -154,6 +158,7 @@ class ConsumerGroupServiceAsyncStub(ConsumerGroupServiceStub):
     Errors (request-level error_code, or per group in groups[].error_code):
       0 NONE
       -1 UNKNOWN_SERVER_ERROR
+      29 TOPIC_AUTHORIZATION_FAILED    per group: a topic of its members the principal may not DESCRIBE
       14 COORDINATOR_LOAD_IN_PROGRESS
       15 COORDINATOR_NOT_AVAILABLE
       16 NOT_COORDINATOR
@@ -178,6 +183,7 @@ class ConsumerGroupServiceAsyncStub(ConsumerGroupServiceStub):
     Errors (in a message's error_code; the stream then ends with gRPC status OK):
       0 NONE
       -1 UNKNOWN_SERVER_ERROR
+      30 GROUP_AUTHORIZATION_FAILED    no READ on the group
       14 COORDINATOR_LOAD_IN_PROGRESS
       15 COORDINATOR_NOT_AVAILABLE
       16 NOT_COORDINATOR
@@ -203,6 +209,7 @@ class ConsumerGroupServiceServicer(metaclass=_abc_1.ABCMeta):
         Errors (in-band error_code):
           0 NONE
           -1 UNKNOWN_SERVER_ERROR          assignor failure or internal error
+          29 TOPIC_AUTHORIZATION_FAILED    a subscribed topic the principal may not DESCRIBE
           14 COORDINATOR_LOAD_IN_PROGRESS  the shard owning the group is still loading
           15 COORDINATOR_NOT_AVAILABLE     the coordinator is shutting down
           16 NOT_COORDINATOR               the group is not served here
@@ -242,6 +249,7 @@ class ConsumerGroupServiceServicer(metaclass=_abc_1.ABCMeta):
         Errors (request-level error_code, or per group in groups[].error_code):
           0 NONE
           -1 UNKNOWN_SERVER_ERROR
+          29 TOPIC_AUTHORIZATION_FAILED    per group: a topic of its members the principal may not DESCRIBE
           14 COORDINATOR_LOAD_IN_PROGRESS
           15 COORDINATOR_NOT_AVAILABLE
           16 NOT_COORDINATOR
@@ -272,6 +280,7 @@ class ConsumerGroupServiceServicer(metaclass=_abc_1.ABCMeta):
         Errors (in a message's error_code; the stream then ends with gRPC status OK):
           0 NONE
           -1 UNKNOWN_SERVER_ERROR
+          30 GROUP_AUTHORIZATION_FAILED    no READ on the group
           14 COORDINATOR_LOAD_IN_PROGRESS
           15 COORDINATOR_NOT_AVAILABLE
           16 NOT_COORDINATOR

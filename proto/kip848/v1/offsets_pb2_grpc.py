@@ -65,6 +65,7 @@ class OffsetServiceServicer:
         Errors (per partition in topics[].partitions[].error_code, or request-level):
         0 NONE
         -1 UNKNOWN_SERVER_ERROR
+        29 TOPIC_AUTHORIZATION_FAILED    per partition: no READ on its topic
         14 COORDINATOR_LOAD_IN_PROGRESS
         15 COORDINATOR_NOT_AVAILABLE
         16 NOT_COORDINATOR
@@ -97,6 +98,7 @@ class OffsetServiceServicer:
         Errors (per group in groups[].error_code, per partition, or request-level):
         0 NONE
         -1 UNKNOWN_SERVER_ERROR
+        29 TOPIC_AUTHORIZATION_FAILED    per partition: a named topic the principal may not DESCRIBE
         14 COORDINATOR_LOAD_IN_PROGRESS
         15 COORDINATOR_NOT_AVAILABLE
         16 NOT_COORDINATOR
@@ -120,6 +122,7 @@ class OffsetServiceServicer:
         Errors (request-level error_code, or per partition):
         0 NONE
         -1 UNKNOWN_SERVER_ERROR
+        29 TOPIC_AUTHORIZATION_FAILED    per partition: no READ on its topic
         14 COORDINATOR_LOAD_IN_PROGRESS
         15 COORDINATOR_NOT_AVAILABLE
         16 NOT_COORDINATOR

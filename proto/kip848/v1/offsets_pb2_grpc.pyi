@@ -44,6 +44,7 @@ class OffsetServiceStub:
     Errors (per partition in topics[].partitions[].error_code, or request-level):
       0 NONE
       -1 UNKNOWN_SERVER_ERROR
+      29 TOPIC_AUTHORIZATION_FAILED    per partition: no READ on its topic
       14 COORDINATOR_LOAD_IN_PROGRESS
       15 COORDINATOR_NOT_AVAILABLE
       16 NOT_COORDINATOR
@@ -72,6 +73,7 @@ class OffsetServiceStub:
     Errors (per group in groups[].error_code, per partition, or request-level):
       0 NONE
       -1 UNKNOWN_SERVER_ERROR
+      29 TOPIC_AUTHORIZATION_FAILED    per partition: a named topic the principal may not DESCRIBE
       14 COORDINATOR_LOAD_IN_PROGRESS
       15 COORDINATOR_NOT_AVAILABLE
       16 NOT_COORDINATOR
@@ -91,6 +93,7 @@ class OffsetServiceStub:
     Errors (request-level error_code, or per partition):
       0 NONE
       -1 UNKNOWN_SERVER_ERROR
+      29 TOPIC_AUTHORIZATION_FAILED    per partition: no READ on its topic
       14 COORDINATOR_LOAD_IN_PROGRESS
       15 COORDINATOR_NOT_AVAILABLE
       16 NOT_COORDINATOR
@@ -120,6 +123,7 @@ class OffsetServiceAsyncStub(OffsetServiceStub):
     Errors (per partition in topics[].partitions[].error_code, or request-level):
       0 NONE
       -1 UNKNOWN_SERVER_ERROR
+      29 TOPIC_AUTHORIZATION_FAILED    per partition: no READ on its topic
       14 COORDINATOR_LOAD_IN_PROGRESS
       15 COORDINATOR_NOT_AVAILABLE
       16 NOT_COORDINATOR
@@ -148,6 +152,7 @@ class OffsetServiceAsyncStub(OffsetServiceStub):
     Errors (per group in groups[].error_code, per partition, or request-level):
       0 NONE
       -1 UNKNOWN_SERVER_ERROR
+      29 TOPIC_AUTHORIZATION_FAILED    per partition: a named topic the principal may not DESCRIBE
       14 COORDINATOR_LOAD_IN_PROGRESS
       15 COORDINATOR_NOT_AVAILABLE
       16 NOT_COORDINATOR
@@ -167,6 +172,7 @@ class OffsetServiceAsyncStub(OffsetServiceStub):
     Errors (request-level error_code, or per partition):
       0 NONE
       -1 UNKNOWN_SERVER_ERROR
+      29 TOPIC_AUTHORIZATION_FAILED    per partition: no READ on its topic
       14 COORDINATOR_LOAD_IN_PROGRESS
       15 COORDINATOR_NOT_AVAILABLE
       16 NOT_COORDINATOR
@@ -199,6 +205,7 @@ class OffsetServiceServicer(metaclass=_abc_1.ABCMeta):
         Errors (per partition in topics[].partitions[].error_code, or request-level):
           0 NONE
           -1 UNKNOWN_SERVER_ERROR
+          29 TOPIC_AUTHORIZATION_FAILED    per partition: no READ on its topic
           14 COORDINATOR_LOAD_IN_PROGRESS
           15 COORDINATOR_NOT_AVAILABLE
           16 NOT_COORDINATOR
@@ -233,6 +240,7 @@ class OffsetServiceServicer(metaclass=_abc_1.ABCMeta):
         Errors (per group in groups[].error_code, per partition, or request-level):
           0 NONE
           -1 UNKNOWN_SERVER_ERROR
+          29 TOPIC_AUTHORIZATION_FAILED    per partition: a named topic the principal may not DESCRIBE
           14 COORDINATOR_LOAD_IN_PROGRESS
           15 COORDINATOR_NOT_AVAILABLE
           16 NOT_COORDINATOR
@@ -258,6 +266,7 @@ class OffsetServiceServicer(metaclass=_abc_1.ABCMeta):
         Errors (request-level error_code, or per partition):
           0 NONE
           -1 UNKNOWN_SERVER_ERROR
+          29 TOPIC_AUTHORIZATION_FAILED    per partition: no READ on its topic
           14 COORDINATOR_LOAD_IN_PROGRESS
           15 COORDINATOR_NOT_AVAILABLE
           16 NOT_COORDINATOR

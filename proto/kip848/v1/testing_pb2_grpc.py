@@ -52,6 +52,7 @@ class TestingServiceServicer:
         Errors (in-band error_code):
         0 NONE
         -1 UNKNOWN_SERVER_ERROR
+        31 CLUSTER_AUTHORIZATION_FAILED  no ALTER on the cluster
         42 INVALID_REQUEST               ms < 0
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)

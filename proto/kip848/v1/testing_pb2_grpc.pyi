@@ -43,6 +43,7 @@ class TestingServiceStub:
     Errors (in-band error_code):
       0 NONE
       -1 UNKNOWN_SERVER_ERROR
+      31 CLUSTER_AUTHORIZATION_FAILED  no ALTER on the cluster
       42 INVALID_REQUEST               ms < 0
     """
 
@@ -57,6 +58,7 @@ class TestingServiceAsyncStub(TestingServiceStub):
     Errors (in-band error_code):
       0 NONE
       -1 UNKNOWN_SERVER_ERROR
+      31 CLUSTER_AUTHORIZATION_FAILED  no ALTER on the cluster
       42 INVALID_REQUEST               ms < 0
     """
 
@@ -74,6 +76,7 @@ class TestingServiceServicer(metaclass=_abc_1.ABCMeta):
         Errors (in-band error_code):
           0 NONE
           -1 UNKNOWN_SERVER_ERROR
+          31 CLUSTER_AUTHORIZATION_FAILED  no ALTER on the cluster
           42 INVALID_REQUEST               ms < 0
         """
 
