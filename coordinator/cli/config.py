@@ -154,6 +154,16 @@ SERVER_CONFIGS = frozenset(
 )
 
 
+def is_server_setting(name: str) -> bool:
+    """A setting of the server (its listeners, their security), not of the group coordinator's
+    core: ``SERVER_CONFIGS`` and the security names (``security_config.is_security_config``)."""
+    if name in SERVER_CONFIGS:
+        return True
+    from coordinator.server.security_config import is_security_config
+
+    return is_security_config(name)
+
+
 def gather_settings(
     config_file: str | None, sets: Sequence[str], server_properties: str | None = None
 ) -> dict[str, Setting]:
@@ -169,7 +179,7 @@ def gather_settings(
     if config_file:
         from_file = read_properties_file(config_file)
         for name, setting in from_file.items():
-            if name not in known:
+            if name not in known and not is_server_setting(name):
                 raise UsageError(
                     f"{setting.origin}: unknown configuration '{name}' (known: "
                     f"{', '.join(sorted(known))}; a Kafka server.properties goes to "
@@ -187,7 +197,7 @@ def core_config(settings: dict[str, Setting]) -> Any:
     core's rules, then the assignors must load."""
     from coordinator.core.config import ConfigError, parse_config
 
-    core = {name: s for name, s in settings.items() if name not in SERVER_CONFIGS}
+    core = {name: s for name, s in settings.items() if not is_server_setting(name)}
     try:
         config = parse_config({name: s.value for name, s in core.items()})
     except ConfigError as exc:

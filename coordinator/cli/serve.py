@@ -9,10 +9,10 @@ import sys
 from coordinator.cli.argtypes import INT32_MAX, INT64_MAX, int_in
 from coordinator.cli.config import (
     DEFAULT_DATA_DIR,
-    SERVER_CONFIGS,
     add_config_flags,
     core_config,
     gather_settings,
+    is_server_setting,
 )
 from coordinator.cli.dump_replay import add_accept_lost_wal
 from coordinator.cli.errors import UsageError
@@ -158,6 +158,43 @@ def register(commands: Commands) -> None:
         help="the address the Kafka listener gives clients for itself (config: "
         "kafka.advertised.address; default: the bound address)",
     )
+    p.add_argument(
+        "--kafka-security-protocol",
+        choices=("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"),
+        default=None,
+        help="the --kafka-listen listener's security (Kafka's security.protocol; default "
+        "PLAINTEXT). Several listeners: listeners= and listener.security.protocol.map= "
+        "(docs/security.md)",
+    )
+    add_tls_flags(p)
+
+
+def add_tls_flags(p: argparse.ArgumentParser) -> None:
+    """TLS as flags (they stand for Kafka's ssl.* names, which they win over)."""
+    p.add_argument(
+        "--tls-cert",
+        metavar="FILE",
+        help="PEM certificate chain, leaf first (may hold the key too): TLS on the gRPC "
+        "listener and the metrics endpoint, and the default of SSL/SASL_SSL Kafka listeners "
+        "(config: ssl.keystore.location)",
+    )
+    p.add_argument(
+        "--tls-key",
+        metavar="FILE",
+        help="PEM private key, if not in --tls-cert (an encrypted one: ssl.key.password)",
+    )
+    p.add_argument(
+        "--tls-ca",
+        metavar="FILE",
+        help="PEM CA certificates client certificates must chain to (config: "
+        "ssl.truststore.location)",
+    )
+    p.add_argument(
+        "--tls-client-auth",
+        choices=("none", "requested", "required"),
+        default=None,
+        help="ask for client certificates (mutual TLS; config: ssl.client.auth; default none)",
+    )
 
 
 def sample_ratio(text: str) -> float:
@@ -199,7 +236,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     configure_logging(args.log_level, args.log_format)
     settings = gather_settings(args.config_file, args.set, args.server_properties)
-    server_settings = {k: s.value for k, s in settings.items() if k in SERVER_CONFIGS}
+    server_settings = {k: s.value for k, s in settings.items() if is_server_setting(k)}
     config = core_config(settings)
     kafka_listen = args.kafka_listen or server_settings.get("kafka.listen")
     kafka_upstream = args.kafka_upstream or server_settings.get("kafka.upstream")
@@ -238,8 +275,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if kafka_listen is not None:
             split_listen(kafka_listen, "--kafka-listen")
         if kafka_upstream is not None:
-            if kafka_listen is None:
-                raise ValueError("--kafka-upstream needs --kafka-listen")
             _host, port = split_listen(kafka_upstream, "--kafka-upstream")
             if port == 0:
                 raise ValueError("--kafka-upstream needs a real port, not 0")
@@ -256,6 +291,27 @@ def cmd_serve(args: argparse.Namespace) -> int:
             split_listen(args.metrics_listen, "--metrics-listen")
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    from coordinator.server.security_config import Flags, SecurityConfigError, parse_security
+
+    try:
+        security = parse_security(
+            server_settings,
+            Flags(
+                tls_cert=args.tls_cert,
+                tls_key=args.tls_key,
+                tls_ca=args.tls_ca,
+                tls_client_auth=args.tls_client_auth,
+                kafka_listen=kafka_listen,
+                kafka_protocol=args.kafka_security_protocol,
+                kafka_advertised=kafka_advertised,
+                metrics=args.metrics_listen is not None,
+            ),
+            upstream=kafka_upstream is not None,
+        )
+    except SecurityConfigError as exc:
+        raise UsageError(str(exc)) from None
+    if kafka_upstream is not None and not security.kafka:
+        raise UsageError("--kafka-upstream needs --kafka-listen (or listeners=)")
     if not 1 <= args.grpc_processes <= MAX_GRPC_PROCESSES:
         raise UsageError(
             f"--grpc-processes must be 1..{MAX_GRPC_PROCESSES}, got {args.grpc_processes}"
@@ -301,5 +357,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
         kafka_idle_ms=idle_ms,
         kafka_metadata_max_age_ms=max_age_ms,
         authorizer=authorizer,
+        security=security,
     )
     return run_loop(serve(runtime, options), args.event_loop)

@@ -404,6 +404,7 @@ def start_metrics_endpoint(
     port: int,
     *,
     frontends: Callable[[], Mapping[int, int]] | None = None,
+    tls: Any = None,
 ) -> Any:
     """Serve the runtime's metrics on ``http://host:port/metrics`` (call on the event loop:
     the state gauges are read on it). Returns the server (``.port``, ``.close()``)."""
@@ -412,4 +413,4 @@ def start_metrics_endpoint(
     metrics: CoordinatorMetrics = runtime.observer.metrics
     loop = asyncio.get_running_loop()
     metrics.set_state_reader(loop_reader(loop, lambda: count_state(runtime, frontends)))
-    return serve_metrics(metrics.registry, host, port)
+    return serve_metrics(metrics.registry, host, port, tls)

@@ -20,7 +20,7 @@ import logging
 import signal
 import socket
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from grpc_health.v1 import health, health_pb2
@@ -37,6 +37,7 @@ from coordinator.observability.requests import (
 from coordinator.runtime import CoordinatorRuntime, ManualClock, SystemClock
 from coordinator.runtime.store import RecordStore
 from coordinator.security.authorizer import AuthorizerConfig
+from coordinator.security.ssl_principal import SslPrincipalMapper
 
 from .api import Node
 from .forwarding import (
@@ -44,6 +45,7 @@ from .forwarding import (
     Dispatcher,
     FrontEndPool,
     add_health_and_reflection,
+    add_port,
     add_raw_handlers,
     local_handler,
     method_table,
@@ -52,9 +54,11 @@ from .forwarding import (
 from .h2grpc import H2GrpcServer
 from .kafka.listener import DEFAULT_IDLE_MS, DEFAULT_MAX_REQUEST_BYTES, KafkaListener, KafkaOptions
 from .kafka.log_offsets import UpstreamLogOffsets
+from .kafka.security import ListenerSecurity
 from .kafka.topic_feed import DEFAULT_MAX_AGE_MS as DEFAULT_METADATA_MAX_AGE_MS
 from .kafka.topic_feed import TopicFeed
 from .kafka.upstream import Upstream, UpstreamError
+from .security_config import Security
 from .service import CoordinatorService
 from .services import (
     AdminService,
@@ -64,6 +68,7 @@ from .services import (
     TestingService,
     service_descriptors,
 )
+from .tls import ServerTls, TlsConfigError
 
 log = logging.getLogger("kip848.server")
 
@@ -93,6 +98,7 @@ class ServeOptions:
     kafka_idle_ms: int = DEFAULT_IDLE_MS
     kafka_metadata_max_age_ms: int = DEFAULT_METADATA_MAX_AGE_MS  # topic feed interval
     authorizer: AuthorizerConfig = AuthorizerConfig()  # super.users, allow.everyone.if.no.acl.found
+    security: Security = field(default_factory=Security)  # TLS and authentication (none: open)
 
 
 def split_listen(listen: str, flag: str = "--listen") -> tuple[str, int]:
@@ -120,13 +126,36 @@ class CoordinatorServer:
         self.port = 0
         self.advertised: tuple[str, int] = ("", 0)  # set by start()
         size = options.max_message_bytes
+        security = options.security
+        self.tls: list[ServerTls] = []  # every TLS listener (reloaded on SIGHUP)
+        self.grpc_tls = self._tls("gRPC", security.grpc_tls, alpn=("h2",))
+        self.metrics_tls = self._tls("metrics", security.metrics_tls)
+        if (
+            self.grpc_tls is not None
+            and self.grpc_tls.client_auth == "requested"
+            and (options.grpc_transport != "h2" or options.grpc_processes > 1)
+        ):
+            raise TlsConfigError(
+                "ssl.client.auth=requested on the gRPC listener needs the default h2 server "
+                "without front ends: grpc.aio (--grpc-transport grpcio, --grpc-processes) "
+                "either requires a client certificate or does not ask for one"
+            )
         # The port is shared with our own front ends only: start() checks that it is free.
-        make_server = H2GrpcServer if options.grpc_transport == "h2" else new_grpc_server
-        self.server = make_server(
-            size,
-            reuseport=options.grpc_processes > 1,
-            max_concurrent_calls=options.max_concurrent_calls,
-        )
+        self.server: Any
+        if options.grpc_transport == "h2":
+            self.server = H2GrpcServer(
+                size,
+                reuseport=options.grpc_processes > 1,
+                max_concurrent_calls=options.max_concurrent_calls,
+                tls=self.grpc_tls,
+            )
+        else:
+            self.server = new_grpc_server(
+                size,
+                reuseport=options.grpc_processes > 1,
+                max_concurrent_calls=options.max_concurrent_calls,
+                tls=self.grpc_tls,
+            )
         self.health = health.aio.HealthServicer()
         self.service = CoordinatorService(runtime, authorizer=options.authorizer)
         metrics = getattr(runtime.observer, "metrics", None)
@@ -150,12 +179,16 @@ class CoordinatorServer:
             lambda path: local_handler(table[path]),
         )
         self.service_names = [descriptor.full_name for descriptor, _ in served]
-        self.grpc_authenticates = False
-        """True once the gRPC listener authenticates its clients (mTLS, tokens): the start-up
-        log stops calling it open to anonymous clients."""
+        self.grpc_authenticates = security.grpc_requires_auth or (
+            self.grpc_tls is not None and self.grpc_tls.client_auth == "required"
+        )
+        """True when every gRPC client must authenticate (a required bearer token or client
+        certificate): the start-up log does not call the listener open to anonymous clients."""
+        self.metrics_address: str | None = None  # set by serve() once the endpoint is bound
         add_health_and_reflection(self.server, self.health, self.service_names)
         self.kafka: KafkaListener | None = None
         self.kafka_address = ""
+        self.kafka_addresses: list[tuple[str, str, str]] = []  # (name, protocol, address)
         self.topic_feed: TopicFeed | None = None
         self.kafka_upstream: Upstream | None = None
         self._health_tasks: set[asyncio.Task[None]] = set()
@@ -170,6 +203,7 @@ class CoordinatorServer:
                 log_level=options.log_level,
                 event_loop=options.event_loop,
                 log_format=options.log_format,
+                tls=self.grpc_tls,
             )
             if options.grpc_processes > 1
             else None
@@ -179,10 +213,13 @@ class CoordinatorServer:
         await self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)
         if self.frontends is not None:
             await _check_port_free(self.options.listen)
-        self.port = self.server.add_insecure_port(self.options.listen)
+        if isinstance(self.server, H2GrpcServer):
+            self.port = self.server.add_insecure_port(self.options.listen)  # TLS: the server's
+        else:
+            self.port = add_port(self.server, self.options.listen, self.grpc_tls)
         self.advertised = await asyncio.to_thread(self.advertised_address)
         await self.server.start()
-        if self.options.kafka_listen:
+        if self.options.security.kafka or self.options.kafka_listen:
             await self.start_kafka()
         if self.frontends is not None:
             await self.frontends.start(
@@ -190,12 +227,49 @@ class CoordinatorServer:
             )
         return self.port
 
-    async def start_kafka(self) -> None:
-        """Bind the Kafka listener (``--kafka-listen``); with ``--kafka-upstream``, connect to
-        the upstream first and give each of its brokers a port of its own (``upstream.py``)."""
+    def _tls(self, name: str, files: Any, alpn: tuple[str, ...] = ()) -> ServerTls | None:
+        """A listener's TLS from its files (read now: :class:`TlsConfigError` if they do not
+        load), kept for SIGHUP."""
+        if files is None:
+            return None
+        tls = ServerTls(name, files, alpn)
+        self.tls.append(tls)
+        return tls
+
+    def reload_tls(self) -> None:
+        """SIGHUP: every TLS listener re-reads its certificates; connections made from now on
+        get them, the open ones keep theirs."""
+        for tls in self.tls:
+            tls.reload()
+
+    def kafka_endpoints(self) -> tuple[Any, ...]:
+        """The Kafka listeners: ``security.kafka`` (``listeners``, or ``--kafka-listen``), or
+        a PLAINTEXT one on ``kafka_listen`` when only that is given."""
+        from .security_config import KafkaEndpoint
+
         options = self.options
+        if options.security.kafka:
+            return options.security.kafka
         assert options.kafka_listen is not None
         host, port = split_listen(options.kafka_listen, "--kafka-listen")
+        advertised = None
+        if options.kafka_advertised:
+            advertised = split_listen(options.kafka_advertised, "--kafka-advertised-address")
+        return (
+            KafkaEndpoint(
+                name="PLAINTEXT",
+                host=host,
+                port=port,
+                protocol="PLAINTEXT",
+                advertised=advertised,
+            ),
+        )
+
+    async def start_kafka(self) -> None:
+        """Bind the Kafka listeners (``--kafka-listen``, or ``listeners``); with
+        ``--kafka-upstream``, connect to the upstream first and give each of its brokers a port
+        of its own on every listener (``upstream.py``)."""
+        options = self.options
         kafka_options = KafkaOptions(
             max_request_bytes=options.kafka_max_request_bytes, idle_ms=options.kafka_idle_ms
         )
@@ -205,21 +279,38 @@ class CoordinatorServer:
             await upstream.connect()
         self.kafka = KafkaListener(self.service, kafka_options, upstream)
         self.kafka.on_forward = forwarded_timer(getattr(self.runtime.observer, "metrics", None))
-        bound = await self.kafka.listen(host, port)
-        adv_host, adv_port = await asyncio.to_thread(
-            advertise, host, bound, options.kafka_advertised, "--kafka-advertised-address"
-        )
-        if upstream is None:
-            self.kafka.set_node(bound, Node(node_id=0, host=adv_host, port=adv_port))
-        else:
-            upstream.bind_nodes(self.kafka, host, bound, adv_host, adv_port)
+        for endpoint in self.kafka_endpoints():
+            security = ListenerSecurity(
+                name=endpoint.name,
+                protocol=endpoint.protocol,
+                tls=self._tls(f"Kafka {endpoint.name}", endpoint.tls),
+                mapper=SslPrincipalMapper(endpoint.mapping_rules),
+                mechanisms=endpoint.mechanisms,
+                reauth_ms=endpoint.reauth_ms,
+            )
+            bound = await self.kafka.listen(endpoint.host, endpoint.port, security)
+            advertised = (
+                None
+                if endpoint.advertised is None
+                else f"{endpoint.advertised[0]}:{endpoint.advertised[1]}"
+            )
+            adv_host, adv_port = await asyncio.to_thread(
+                advertise, endpoint.host, bound, advertised, "advertised.listeners"
+            )
+            if upstream is None:
+                self.kafka.set_node(bound, Node(node_id=0, host=adv_host, port=adv_port))
+            else:
+                upstream.bind_nodes(self.kafka, endpoint.host, bound, adv_host, adv_port, security)
+            host = endpoint.host
+            shown = f"[{host.strip('[]')}]" if ":" in host.strip("[]") else host
+            self.kafka_addresses.append((endpoint.name, endpoint.protocol, f"{shown}:{bound}"))
+        self.kafka_address = self.kafka_addresses[0][2]
+        if upstream is not None:
             # Topics follow the upstream; the topic RPCs go to it (started by load()).
             self.topic_feed = TopicFeed(self.runtime, upstream, options.kafka_metadata_max_age_ms)
             self.service.topics = self.topic_feed
             # The operator tools' log offsets (AdminService.ListOffsets) come from it too.
             self.service.log_offsets = UpstreamLogOffsets(upstream)
-        shown = f"[{host.strip('[]')}]" if ":" in host.strip("[]") else host
-        self.kafka_address = f"{shown}:{bound}"
 
     def _runtime_health(self, _serving: bool) -> None:
         """The runtime can no longer write its store, or can again (storewatch.py): health
@@ -280,14 +371,24 @@ class CoordinatorServer:
 
 
 def open_listeners(server: CoordinatorServer) -> list[str]:
-    """The listeners whose clients are anonymous (no authentication), as ``NAME HOST:PORT``.
-    A transport that authenticates its clients says so (``CoordinatorServer.grpc_authenticates``,
-    ``KafkaListener.authenticates``)."""
+    """The listeners a client may use without authenticating, as ``NAME HOST:PORT (PROTOCOL)``:
+    a PLAINTEXT or SSL listener that does not require a client certificate (on gRPC: that does
+    not require a bearer token or certificate either). Their clients are ``User:ANONYMOUS``."""
+    security = server.options.security
     out = []
     if not server.grpc_authenticates:
-        out.append(f"gRPC {server.address}")
-    if server.kafka is not None and not server.kafka.authenticates:
-        out.append(f"Kafka {server.kafka_address}")
+        out.append(f"gRPC {server.address} ({security.grpc_protocol})")
+    for name, protocol, address in server.kafka_addresses:
+        tls = next((e.tls for e in security.kafka if e.name == name), None)
+        if not protocol.startswith("SASL_") and not (
+            tls is not None and tls.client_auth == "required"
+        ):
+            out.append(f"Kafka {name} {address} ({protocol})")
+    if server.metrics_address is not None and not (
+        server.metrics_tls is not None and server.metrics_tls.client_auth == "required"
+    ):
+        kind = "SSL" if server.metrics_tls else "PLAINTEXT"
+        out.append(f"metrics {server.metrics_address} ({kind})")
     return out
 
 
@@ -301,9 +402,9 @@ def warn_open_listeners(server: CoordinatorServer) -> None:
     if not authz.config.allow_everyone_if_no_acl_found:
         return  # anonymous clients get only what ACLs grant User:ANONYMOUS
     log.warning(
-        "Listeners open to anonymous clients (PLAINTEXT, no authentication): %s. "
+        "Listeners open to anonymous clients (no authentication: User:ANONYMOUS): %s. "
         "allow.everyone.if.no.acl.found=true: %s. See docs/security.md.",
-        ", ".join(listeners),
+        "; ".join(listeners),
         "no ACLs restrict them: every client may do everything"
         if authz.open
         else f"{authz.metadata.acl_count()} ACLs restrict the resources they name; every other "
@@ -367,8 +468,14 @@ def make_runtime(
 
 
 async def serve(runtime: CoordinatorRuntime, options: ServeOptions) -> int:
-    """Run until SIGTERM/SIGINT. Returns the process exit code."""
-    server = CoordinatorServer(runtime, options)
+    """Run until SIGTERM/SIGINT (SIGHUP: TLS certificates re-read). Returns the process exit
+    code."""
+    try:
+        server = CoordinatorServer(runtime, options)
+    except TlsConfigError as exc:
+        print(f"kip848 serve: TLS: {exc}", file=sys.stderr)
+        await runtime.close()
+        return 1
     try:
         await server.start()
     except (RuntimeError, OSError) as exc:
@@ -397,6 +504,7 @@ async def serve(runtime: CoordinatorRuntime, options: ServeOptions) -> int:
                 frontends=None
                 if pool is None
                 else lambda: {f.index: f.calls for f in pool.frontends},
+                tls=server.metrics_tls,
             )
         except OSError as exc:
             # Before `listening on`: a server that printed it is ready, and this one is not.
@@ -411,9 +519,13 @@ async def serve(runtime: CoordinatorRuntime, options: ServeOptions) -> int:
     print(f"listening on {server.address}", flush=True)
     if server.kafka is not None:
         print(f"kafka listening on {server.kafka_address}", flush=True)
+        for name, _protocol, address in server.kafka_addresses[1:]:
+            print(f"kafka {name} listening on {address}", flush=True)
     if metrics_server is not None:
+        server.metrics_address = metrics_at
         print(f"metrics on {metrics_at}", flush=True)
-        log.info("Serving metrics on http://%s/metrics.", metrics_at)
+        scheme = "http" if server.metrics_tls is None else "https"
+        log.info("Serving metrics on %s://%s/metrics.", scheme, metrics_at)
     log.info(
         "Listening on %s (clock %s, %d shards).", server.address, options.clock, runtime.shard_count
     )
@@ -421,6 +533,7 @@ async def serve(runtime: CoordinatorRuntime, options: ServeOptions) -> int:
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGHUP, server.reload_tls)
     load_task = loop.create_task(server.load())
     stop_task = loop.create_task(stop.wait())
     code = 0
@@ -443,7 +556,7 @@ async def serve(runtime: CoordinatorRuntime, options: ServeOptions) -> int:
     if metrics_server is not None:
         await asyncio.to_thread(metrics_server.close)
     tracing.shutdown()  # flush the spans still queued for the exporter
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         loop.remove_signal_handler(sig)
     log.info("Stopped.")
     return code

@@ -49,10 +49,13 @@ from google.protobuf import message as pb_message
 from google.protobuf import message_factory
 from google.protobuf.descriptor import ServiceDescriptor
 
+from .tls import ServerTls, TlsConfigError, key_and_chain, read_pem
+
 log = logging.getLogger("kip848.server")
 
 # Frame kinds (first element of every frame tuple).
-CALL = 1  # front end -> coordinator: (CALL, call_id, path, request, metadata, peer, received)
+CALL = 1  # front end -> coordinator: (CALL, call_id, path, request, metadata, peer, received,
+#            TLS client certificate subject or None)
 REPLY = 2  # coordinator -> front end: (REPLY, call_id, status, details, response)
 HEALTH = 3  # coordinator -> front end: (HEALTH, {service: status})
 STOP = 4  # coordinator -> front end: (STOP, grace_seconds)
@@ -60,6 +63,9 @@ READY = 5  # front end -> coordinator: (READY, port)
 STOPPED = 6  # front end -> coordinator: (STOPPED,)
 ITEM = 7  # coordinator -> front end: (ITEM, call_id, response) - one message of a stream
 CANCEL = 8  # front end -> coordinator: (CANCEL, call_id) - the stream's client went away
+RELOAD = 9  # coordinator -> front end: (RELOAD,) - re-read the TLS certificates (SIGHUP)
+TLS_ENV = "KIP848_FRONTEND_TLS"
+"""The front ends' TLS files (JSON), passed in their environment, not on a command line."""
 
 _HEADER = 4
 STATUS_BY_NUMBER = {code.value[0]: code for code in grpc.StatusCode}
@@ -138,14 +144,22 @@ class AbortCall(Exception):
 class ForwardedContext:
     """The part of ``grpc.aio.ServicerContext`` the servicers use, for a forwarded call."""
 
-    __slots__ = ("_metadata", "_peer", "received")
+    __slots__ = ("_metadata", "_peer", "received", "subject")
 
     def __init__(
-        self, metadata: Sequence[tuple[str, Any]], peer: str, received: float | None = None
+        self,
+        metadata: Sequence[tuple[str, Any]],
+        peer: str,
+        received: float | None = None,
+        subject: str | None = None,
     ) -> None:
         self._metadata = metadata
         self._peer = peer
         self.received = received  # time.monotonic() when the front end got the call (metrics)
+        self.subject = subject  # the verified TLS client certificate's subject (front end's)
+
+    def peer_subject(self) -> str | None:
+        return self.subject
 
     def invocation_metadata(self) -> Sequence[tuple[str, Any]]:
         return self._metadata
@@ -250,6 +264,7 @@ def new_grpc_server(
     *,
     reuseport: bool,
     max_concurrent_calls: int = DEFAULT_MAX_CONCURRENT_CALLS,
+    tls: ServerTls | None = None,
 ) -> grpc.aio.Server:
     """The grpc.aio server of every process: message size limits, ``SO_REUSEPORT`` only when
     front ends share the port, and overload handling that never drops a call silently:
@@ -264,9 +279,18 @@ def new_grpc_server(
     * Past ``max_concurrent_calls`` calls running at once in this process (0: no limit), a new
       call is refused at once, before any work, with RESOURCE_EXHAUSTED "Concurrent RPC limit
       exceeded!" (grpc.aio's ``maximum_concurrent_rpcs``): explicitly not processed; retry.
+
+    ``tls``: its handshake timeout bounds grpc-core's (a client that never completes a
+    handshake is dropped then); bind with :func:`add_port`.
     """
+    handshake = (
+        []
+        if tls is None
+        else [("grpc.server_handshake_timeout_ms", tls.files.handshake_timeout_ms)]
+    )
     return grpc.aio.server(
         options=[
+            *handshake,
             ("grpc.max_send_message_length", max_message_bytes),
             ("grpc.max_receive_message_length", max_message_bytes),
             ("grpc.so_reuseport", 1 if reuseport else 0),
@@ -275,6 +299,54 @@ def new_grpc_server(
             ("grpc.server_max_unrequested_time_in_server", 24 * 3600),
         ],
         maximum_concurrent_rpcs=max_concurrent_calls or None,
+    )
+
+
+def add_port(server: Any, address: str, tls: ServerTls | None) -> int:
+    """Bind ``address`` on a grpc.aio server: plaintext, or TLS with ``tls``'s files
+    (:func:`grpc_credentials`). Returns the port."""
+    if tls is None:
+        return int(server.add_insecure_port(address))
+    return int(server.add_secure_port(address, grpc_credentials(tls)))
+
+
+def grpc_credentials(tls: ServerTls) -> grpc.ServerCredentials:
+    """grpc-core's TLS from a listener's files, following its reloads: grpc-core asks for the
+    certificates at each new handshake and gets the reloaded ones once (connections made
+    before keep theirs). grpc-core can only require a client certificate or not ask for one:
+    ``ssl.client.auth=requested`` is refused (:class:`TlsConfigError`)."""
+    if tls.client_auth == "requested":
+        raise TlsConfigError(
+            "ssl.client.auth=requested cannot be served by grpc.aio (--grpc-transport grpcio, "
+            "and the front ends of --grpc-processes): it requires a client certificate or "
+            "does not ask for one. Use required or none, or the default h2 server"
+        )
+
+    def configuration() -> Any:
+        key, chain = key_and_chain(tls.files)
+        ca = read_pem(tls.files.ca, "CA certificates") if tls.files.ca else None
+        return grpc.ssl_server_certificate_configuration([(key, chain)], root_certificates=ca)
+
+    current = [configuration()]
+    changed = [False]
+
+    def reloaded() -> None:
+        try:
+            current[0] = configuration()
+        except TlsConfigError as exc:
+            log.error("Reloading the gRPC listener's certificates for grpc-core failed: %s", exc)
+            return
+        changed[0] = True
+
+    def fetch() -> Any:
+        if not changed[0]:
+            return None  # grpc-core keeps what it has
+        changed[0] = False
+        return current[0]
+
+    tls.on_reload.append(reloaded)
+    return grpc.dynamic_ssl_server_credentials(
+        current[0], fetch, require_client_authentication=tls.client_auth == "required"
     )
 
 
@@ -363,6 +435,7 @@ class Dispatcher:
     async def _run(self, conn: FrameConnection, frame: tuple[Any, ...]) -> None:
         _kind, call_id, path, payload, metadata, peer = frame[:6]
         received = frame[6] if len(frame) > 6 else None
+        subject = frame[7] if len(frame) > 7 else None
         entry = self.table.get(path)
         if entry is None:
             conn.send(
@@ -385,12 +458,15 @@ class Dispatcher:
             return
         if inspect.isasyncgenfunction(method):
             await self._stream(
-                conn, call_id, path, method(request, ForwardedContext(metadata, peer))
+                conn,
+                call_id,
+                path,
+                method(request, ForwardedContext(metadata, peer, None, subject)),
             )
             return
 
         async def call() -> bytes:
-            response = await method(request, ForwardedContext(metadata, peer, received))
+            response = await method(request, ForwardedContext(metadata, peer, received, subject))
             return response.SerializeToString()
 
         await _answer(conn, call_id, f"call {path}", call())
@@ -443,8 +519,12 @@ class FrontEndPool:
         event_loop: str,
         log_format: str = "plain",
         max_concurrent_calls: int = DEFAULT_MAX_CONCURRENT_CALLS,
+        tls: ServerTls | None = None,
     ) -> None:
         self.dispatcher = dispatcher
+        self.tls = tls
+        if tls is not None:
+            tls.on_reload.append(self._reload)
         self.log_format = log_format
         self.event_loop = event_loop
         self.listen = listen
@@ -498,6 +578,7 @@ class FrontEndPool:
                     ",".join(self._services),
                 ],
                 pass_fds=[theirs.fileno()],
+                env=self._environment(),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
             )
@@ -517,6 +598,19 @@ class FrontEndPool:
         if self._health:
             conn.send((HEALTH, dict(self._health)))
         return frontend
+
+    def _environment(self) -> dict[str, str] | None:
+        """The front end's environment: ours, plus its TLS files (``TLS_ENV``)."""
+        if self.tls is None:
+            return None
+        import dataclasses
+        import json
+
+        return {**os.environ, TLS_ENV: json.dumps(dataclasses.asdict(self.tls.files))}
+
+    def _reload(self) -> None:
+        for frontend in self.frontends:
+            frontend.conn.send((RELOAD,))
 
     async def _until_ready(self, frontend: FrontEnd) -> None:
         waits: list[asyncio.Future[Any]] = [frontend.ready, frontend.lost]

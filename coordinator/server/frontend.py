@@ -29,12 +29,15 @@ from .forwarding import (
     HEALTH,
     ITEM,
     READY,
+    RELOAD,
     REPLY,
     STATUS_BY_NUMBER,
     STOP,
     STOPPED,
+    TLS_ENV,
     FrameConnection,
     add_health_and_reflection,
+    add_port,
     add_raw_handlers,
     new_grpc_server,
     set_parent_death_signal,
@@ -42,6 +45,7 @@ from .forwarding import (
 from .loop import LOOPS
 from .loop import run as run_loop
 from .services import service_descriptors
+from .tls import ServerTls, TlsFiles
 
 log = logging.getLogger("kip848.frontend")
 
@@ -56,10 +60,12 @@ class FrontEndServer:
         self.stop_requested: asyncio.Future[float] | None = None
         self.stopping = False
         self.tasks: set[asyncio.Task[None]] = set()
+        self.tls = _tls_from_environment()
         self.server = new_grpc_server(
             args.max_message_bytes,
             reuseport=True,
             max_concurrent_calls=args.max_concurrent_calls,
+            tls=self.tls,
         )
         self.health = health.aio.HealthServicer()
         wanted = set(args.services.split(",")) if args.services else set()
@@ -88,7 +94,9 @@ class FrontEndServer:
             fut: asyncio.Future[tuple[int, str, bytes]] = asyncio.get_running_loop().create_future()
             self.calls[call_id] = fut
             received = time.monotonic()  # the coordinator's latency metrics start here
-            conn.send((CALL, call_id, path, request, *_caller(context), received))
+            conn.send(
+                (CALL, call_id, path, request, *_caller(context), received, _subject(context))
+            )
             try:
                 status, details, payload = await fut
             finally:
@@ -108,7 +116,7 @@ class FrontEndServer:
             call_id = next(self.ids)
             queue: asyncio.Queue[tuple[Any, ...]] = asyncio.Queue()
             self.streams[call_id] = queue
-            conn.send((CALL, call_id, path, request, *_caller(context)))
+            conn.send((CALL, call_id, path, request, *_caller(context), None, _subject(context)))
             finished = False
             try:
                 while True:
@@ -143,6 +151,8 @@ class FrontEndServer:
                 task = asyncio.get_running_loop().create_task(self.health.set(name, status))
                 self.tasks.add(task)
                 task.add_done_callback(self.tasks.discard)
+        elif kind == RELOAD and self.tls is not None:
+            self.tls.reload()
         elif kind == STOP:
             self.stopping = True
             if self.stop_requested is not None and not self.stop_requested.done():
@@ -163,7 +173,7 @@ class FrontEndServer:
             lambda: FrameConnection(self.on_frame, self.on_lost), sock=sock
         )
         self.conn = conn
-        port = self.server.add_insecure_port(self.args.listen)
+        port = add_port(self.server, self.args.listen, self.tls)
         await self.server.start()
         conn.send((READY, port))
         grace = await self.stop_requested
@@ -185,6 +195,24 @@ def _caller(context: grpc.aio.ServicerContext) -> tuple[tuple[tuple[str, Any], .
     """What a CALL frame carries of its caller: the call's metadata and the peer address."""
     metadata = tuple((k, v) for k, v in (context.invocation_metadata() or ()))
     return metadata, context.peer() or ""
+
+
+def _subject(context: grpc.aio.ServicerContext) -> str | None:
+    """The verified client certificate's subject (grpc-core's ``x509_subject``), if any."""
+    values = list((context.auth_context() or {}).get("x509_subject", ()))
+    return values[0].decode("utf-8", "replace") if values else None
+
+
+def _tls_from_environment() -> ServerTls | None:
+    """The coordinator's TLS files for the gRPC listener (``forwarding.TLS_ENV``)."""
+    text = os.environ.get(TLS_ENV)
+    if not text:
+        return None
+    import json
+
+    values = json.loads(text)
+    values["protocols"] = tuple(values["protocols"])
+    return ServerTls("gRPC", TlsFiles(**values), alpn=("h2",))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -76,6 +76,7 @@ from ngh2 import (
 
 from .admission import Admission
 from .forwarding import AbortCall
+from .tls import ServerTls, peer_subject
 
 log = logging.getLogger("kip848.server")
 
@@ -220,6 +221,20 @@ class H2Context:
     def peer(self) -> str:
         return self._call.conn.peer
 
+    def peer_subject(self) -> str | None:
+        """The verified client certificate's subject (TLS with a client certificate)."""
+        return self._call.conn.tls_subject
+
+    def auth_context(self) -> dict[str, list[bytes]]:
+        """What grpc.aio's ``auth_context()`` answers of the connection's TLS."""
+        conn = self._call.conn
+        if conn.server.tls is None:
+            return {}
+        out = {"transport_security_type": [b"ssl"]}
+        if conn.tls_subject is not None:
+            out["x509_subject"] = [conn.tls_subject.encode()]
+        return out
+
     async def abort(self, code: grpc.StatusCode, details: str = "") -> None:
         raise AbortCall(code, details)
 
@@ -252,6 +267,7 @@ class H2Connection(asyncio.Protocol):
         self.h2 = Connection(Role.SERVER, _CONFIG)
         self.calls: dict[int, _Call] = {}
         self.peer = ""
+        self.tls_subject: str | None = None  # the verified client certificate's subject
         self.transport: asyncio.Transport | None = None
         self.last_stream_id = 0
         self._flush_scheduled = False
@@ -266,6 +282,8 @@ class H2Connection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
         self.peer = format_peer(transport.get_extra_info("peername"))
+        if self.server.tls is not None:
+            self.tls_subject = peer_subject(transport)
         sock = transport.get_extra_info("socket")
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -758,8 +776,11 @@ class H2GrpcServer:
         max_metadata_size: int = DEFAULT_MAX_METADATA_SIZE,
         absolute_max_metadata_size: int = DEFAULT_MAX_METADATA_SIZE,
         compression_enabled: int = ALL_ENCODINGS,
+        tls: ServerTls | None = None,
     ) -> None:
         self.max_message_bytes = max_message_bytes
+        self.tls = tls
+        """TLS on every connection (``tls.py``; ALPN ``h2``); None: plaintext (h2c)."""
         self.max_concurrent_calls = max_concurrent_calls
         self.reuseport = reuseport
         # grpc-core's soft and hard limits (the hard one is announced)
@@ -786,7 +807,7 @@ class H2GrpcServer:
         self._generic: list[grpc.GenericRpcHandler] = []
         self._by_path: dict[str, grpc.RpcMethodHandler | None] = {}
         self._sockets: list[socket.socket] = []
-        self._servers: list[asyncio.AbstractServer] = []
+        self._servers: list[Any] = []  # asyncio.AbstractServer, or tls.TlsServer
         self._idle: asyncio.Event | None = None
 
     def metadata_refusal(
@@ -878,9 +899,13 @@ class H2GrpcServer:
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         for sock in self._sockets:
-            server = await loop.create_server(
-                lambda: H2Connection(self), sock=sock, backlog=LISTEN_BACKLOG
-            )
+            server: Any
+            if self.tls is not None:
+                server = self.tls.serve([sock], lambda: H2Connection(self))
+            else:
+                server = await loop.create_server(
+                    lambda: H2Connection(self), sock=sock, backlog=LISTEN_BACKLOG
+                )
             self._servers.append(server)
 
     def call_done(self) -> None:

@@ -42,6 +42,8 @@ class ServerProcess:
         clock: str = "manual",
         listen: str = "127.0.0.1:0",
         batching: bool = False,
+        credentials: grpc.ChannelCredentials | None = None,
+        lines: int | None = None,
     ) -> None:
         self.data_dir = data_dir
         self.stderr_path = data_dir.parent / f"{data_dir.name}-serve-{time.monotonic_ns()}.log"
@@ -66,12 +68,21 @@ class ServerProcess:
             stderr=self._stderr,
             env=env,
         )
-        # `metrics on HOST:PORT` follows `listening on` when --metrics-listen is given.
-        lines = self._read_lines(2 if "--metrics-listen" in extra else 1)
-        assert lines[0].startswith("listening on 127.0.0.1:"), lines
-        self.address = lines[0].removeprefix("listening on ")
-        self.metrics_address = lines[-1].removeprefix("metrics on ") if len(lines) == 2 else None
-        self.channel = grpc.insecure_channel(self.address)
+        # `metrics on HOST:PORT` follows `listening on` when --metrics-listen is given
+        # (`kafka listening on` lines come between: ``lines`` says how many lines to read).
+        self.lines = self._read_lines(lines or (2 if "--metrics-listen" in extra else 1))
+        assert self.lines[0].startswith("listening on 127.0.0.1:"), self.lines
+        self.address = self.lines[0].removeprefix("listening on ")
+        last = self.lines[-1]
+        self.metrics_address = (
+            last.removeprefix("metrics on ") if last.startswith("metrics") else None
+        )
+        self.credentials = credentials
+        self.channel = (
+            grpc.insecure_channel(self.address)
+            if credentials is None
+            else grpc.secure_channel(self.address, credentials)
+        )
         ready(self.channel, self.proc, self.stderr_text)
         self.groups = consumer_group_pb2_grpc.ConsumerGroupServiceStub(self.channel)
         self.admin = admin_pb2_grpc.AdminServiceStub(self.channel)

@@ -34,7 +34,9 @@ from coordinator.security.principal import ANONYMOUS, KafkaPrincipal
 from ..api import Caller, Node
 from ..codec import AUTHORIZED_OPERATIONS_OMITTED
 from ..service import CoordinatorService
+from ..tls import listening_sockets, peer_subject
 from . import apis, configs, convert, wire
+from .security import ListenerSecurity
 
 log = logging.getLogger("kip848.kafka")
 
@@ -80,8 +82,9 @@ class KafkaListener:
         self.service = service
         self.options = options or KafkaOptions()
         self.upstream = upstream
-        self.servers: list[asyncio.AbstractServer] = []
+        self.servers: list[Any] = []  # asyncio.AbstractServer, or tls.TlsServer
         self.nodes: dict[int, Node] = {}  # bound port -> the node it is
+        self.security: dict[int, ListenerSecurity] = {}  # bound port -> its security
         self.connections: set[KafkaConnection] = set()
         self._heartbeat_out = {v: convert.HeartbeatOut(v) for v in (0, 1)}
         self._steady: dict[tuple[int, str, int, int], bytes] = {}
@@ -98,26 +101,34 @@ class KafkaListener:
 
     # ------------------------------------------------------------ lifecycle
 
-    async def listen(self, host: str, port: int) -> int:
+    async def listen(self, host: str, port: int, security: ListenerSecurity | None = None) -> int:
         """Bind one port; returns the bound port (port 0 picks a free one). Its accept queue
         is as long as the system allows (``SOMAXCONN``; asyncio's default is 100): thousands
         of consumers reconnecting at once, one connection each, wait there while the loop is
-        busy instead of having their connection attempts dropped and retried a second later."""
+        busy instead of having their connection attempts dropped and retried a second later.
+        ``security``: the listener's TLS and authentication (None: PLAINTEXT)."""
         loop = asyncio.get_running_loop()
-        server = await loop.create_server(
-            lambda: KafkaConnection(self),
-            host.strip("[]") or None,
-            port,
-            reuse_address=True,
-            backlog=socket.SOMAXCONN,
-        )
+        server: Any
+        if security is not None and security.tls is not None:
+            sockets = listening_sockets(host, port, socket.SOMAXCONN)
+            server = security.tls.serve(sockets, lambda: KafkaConnection(self))
+        else:
+            server = await loop.create_server(
+                lambda: KafkaConnection(self),
+                host.strip("[]") or None,
+                port,
+                reuse_address=True,
+                backlog=socket.SOMAXCONN,
+            )
         self.servers.append(server)
-        bound = server.sockets[0].getsockname()[1]
+        bound = int(server.sockets[0].getsockname()[1])
+        if security is not None:
+            self.security[bound] = security
         if self._idle_task is None:
             self._idle_task = loop.create_task(self._expire_idle())
-        return int(bound)
+        return bound
 
-    def listen_now(self, host: str) -> int:
+    def listen_now(self, host: str, security: ListenerSecurity | None = None) -> int:
         """Bind a free port on ``host`` now and serve it from the next loop turn (connections
         made meanwhile wait in the backlog); returns the port."""
         loop = asyncio.get_running_loop()
@@ -133,18 +144,26 @@ class KafkaListener:
             sock.close()
             raise
         port = int(sock.getsockname()[1])
-        task = loop.create_task(self._serve_socket(sock))
+        if security is not None:
+            self.security[port] = security
+        task = loop.create_task(self._serve_socket(sock, security))
         self._pending.add(task)
         task.add_done_callback(self._pending.discard)
         return port
 
-    async def _serve_socket(self, sock: socket.socket) -> None:
+    async def _serve_socket(
+        self, sock: socket.socket, security: ListenerSecurity | None = None
+    ) -> None:
         if self.closing:
             sock.close()
             return
-        server = await asyncio.get_running_loop().create_server(
-            lambda: KafkaConnection(self), sock=sock, backlog=socket.SOMAXCONN
-        )
+        server: Any
+        if security is not None and security.tls is not None:
+            server = security.tls.serve([sock], lambda: KafkaConnection(self))
+        else:
+            server = await asyncio.get_running_loop().create_server(
+                lambda: KafkaConnection(self), sock=sock, backlog=socket.SOMAXCONN
+            )
         self.servers.append(server)
 
     def set_node(self, port: int, node: Node) -> None:
@@ -374,6 +393,7 @@ class KafkaConnection(asyncio.Protocol):
         self.peer = "?"
         self.client_host = ""
         self.node: Node | None = None
+        self.security: ListenerSecurity | None = None  # None: PLAINTEXT
         self.last_active = time.monotonic()
         self.closed = False
         self._drain_then_close = False
@@ -394,7 +414,19 @@ class KafkaConnection(asyncio.Protocol):
             self.client_host = "/" + str(peer[0])
         if sock:
             self.node = self.listener.nodes.get(sock[1])
+            self.security = self.listener.security.get(sock[1])
         self.listener.connections.add(self)
+        security = self.security
+        if security is not None and security.tls is not None and not security.sasl:
+            # SSL: the principal is the client certificate's subject, mapped (no certificate:
+            # ANONYMOUS); with SASL_SSL the SASL exchange decides.
+            subject = peer_subject(transport)
+            if subject is not None:
+                principal = security.certificate_principal(subject)
+                if principal is None:
+                    self.fail(f"no ssl.principal.mapping.rules rule applies to {subject!r}")
+                    return
+                self.set_principal(principal)
         if self.listener.closing:
             self.close()
 

@@ -35,6 +35,7 @@ from . import apis, wire
 
 if TYPE_CHECKING:
     from .listener import KafkaConnection, KafkaListener, Slot
+    from .security import ListenerSecurity
 
 log = logging.getLogger("kip848.kafka")
 
@@ -123,10 +124,9 @@ class Upstream:
         self.advertised: dict[int, tuple[str, int]] = {}  # node id -> what the upstream says
         self.controller_id = -1
         self.cluster_id: str | None = None
-        self.ours: dict[int, Node] = {}  # upstream node id -> our listener for it
         self.bootstrap_node = -1
         self.client = UpstreamClient(*self.address)
-        self._listen_host = self._adv_host = ""
+        self._bound: list[_Bound] = []  # each Kafka listener: its ports for the upstream nodes
         self._listener: KafkaListener | None = None
         self._forwarded: dict[int, tuple[int, int]] | None = None
         self.on_topics_changed: Callable[[Callable[[], None]], None] | None = None
@@ -179,53 +179,68 @@ class Upstream:
             self.bootstrap_node,
         )
 
+    @property
+    def ours(self) -> dict[int, Node]:
+        """Upstream node id -> our node for it, on the first Kafka listener."""
+        return self._bound[0].ours if self._bound else {}
+
     def bind_nodes(
-        self, listener: KafkaListener, host: str, bound: int, adv_host: str, adv_port: int
+        self,
+        listener: KafkaListener,
+        host: str,
+        bound: int,
+        adv_host: str,
+        adv_port: int,
+        security: ListenerSecurity | None = None,
     ) -> None:
-        """The ``--kafka-listen`` port stands for the bootstrap node; every other upstream
-        broker gets a port of its own on the same host."""
+        """The listener's port (``bound``) stands for the bootstrap node; every other upstream
+        broker gets a port of its own on the same host, with the same security. Called once
+        per Kafka listener: each has its own ports, and a client is only ever told the ports
+        of the listener it came through."""
         self._listener = listener
-        self._listen_host, self._adv_host = host, adv_host
+        entry = _Bound(security, host, adv_host)
+        self._bound.append(entry)
         for node_id in sorted(self.brokers):
             if node_id == self.bootstrap_node:
                 node = Node(node_id=node_id, host=adv_host, port=adv_port)
                 listener.set_node(bound, node)
-                self.ours[node_id] = node
+                entry.ours[node_id] = node
             else:
-                self._bind(node_id)
+                self._bind(entry, node_id)
 
-    def _bind(self, node_id: int) -> Node:
+    def _bind(self, entry: _Bound, node_id: int) -> Node:
         """A listener port for an upstream node (bound at once, served from the next loop
         turn: a client that connects meanwhile waits in the backlog)."""
         listener = self._listener
         assert listener is not None
-        port = listener.listen_now(self._listen_host)
-        node = Node(node_id=node_id, host=self._adv_host, port=port)
+        port = listener.listen_now(entry.listen_host, entry.security)
+        node = Node(node_id=node_id, host=entry.adv_host, port=port)
         listener.set_node(port, node)
-        self.ours[node_id] = node
+        entry.ours[node_id] = node
         return node
 
     def learn_broker(self, node_id: int, host: str, port: int) -> Node:
         """A broker named by the upstream (the topic feed's Metadata, or a forwarded response):
-        a broker not seen before gets a listener port of its own; a moved broker is reached at
-        its new address by connections opened from now on. Brokers that left keep their port
-        (clients that still use it get the broker's connection error, as from Kafka)."""
+        a broker not seen before gets a listener port of its own (on every Kafka listener); a
+        moved broker is reached at its new address by connections opened from now on. Brokers
+        that left keep their port (clients that still use it get the broker's connection
+        error, as from Kafka). Returns its node on the first listener."""
         address = (host, port)
         if self.advertised.get(node_id) != address:
             self.advertised[node_id] = address
             if node_id != self.bootstrap_node:
                 self.brokers[node_id] = address
-        node = self.ours.get(node_id)
-        if node is None:
-            node = self._bind(node_id)
-            log.info(
-                "Upstream broker %d (%s:%d) joined: listener port %d.",
-                node_id,
-                host,
-                port,
-                node.port,
-            )
-        return node
+        for entry in self._bound:
+            if node_id not in entry.ours:
+                node = self._bind(entry, node_id)
+                log.info(
+                    "Upstream broker %d (%s:%d) joined: listener port %d.",
+                    node_id,
+                    host,
+                    port,
+                    node.port,
+                )
+        return self.ours[node_id]
 
     def update_brokers(self, meta: Any) -> None:
         """The brokers of the topic feed's Metadata response (see :meth:`learn_broker`)."""
@@ -308,8 +323,11 @@ class Upstream:
 
     # ------------------------------------------------------------ rewriting
 
-    def rewrite(self, key: int, version: int, frame: bytes) -> bytes:
-        """A response frame (without its size) naming brokers, rewritten to name ours."""
+    def rewrite(
+        self, key: int, version: int, frame: bytes, security: ListenerSecurity | None = None
+    ) -> bytes:
+        """A response frame (without its size) naming brokers, rewritten to name ours: the
+        ports of the listener the client came through (``security``)."""
         flexible = wire.response_header_flexible(key, version)
         pos = 4 + (1 if flexible else 0)
         if key in NODE_ENDPOINTS_SINCE and not wire.has_tagged_field(
@@ -318,24 +336,25 @@ class Upstream:
             return struct.pack(">i", len(frame)) + frame  # nothing to rewrite: as it came
         resp = wire.decode_response(key, version, frame, pos)
         values = as_values(resp)
+        ours = self._ours_for(security)
         changed = False
         if key == apis.METADATA:
-            values["brokers"] = [self._broker(b, "node_id") for b in values["brokers"]]
+            values["brokers"] = [self._broker(b, "node_id", ours) for b in values["brokers"]]
             changed = True
         elif key == apis.DESCRIBE_CLUSTER:
-            values["brokers"] = [self._broker(b, "broker_id") for b in values["brokers"]]
+            values["brokers"] = [self._broker(b, "broker_id", ours) for b in values["brokers"]]
             changed = True
         elif key == apis.FIND_COORDINATOR:
             if "coordinators" in values:
                 values["coordinators"] = [
-                    self._broker(c, "node_id") for c in values["coordinators"]
+                    self._broker(c, "node_id", ours) for c in values["coordinators"]
                 ]
             elif values.get("node_id", -1) >= 0:
-                values = self._broker(values, "node_id")
+                values = self._broker(values, "node_id", ours)
             changed = True
         elif values.get("node_endpoints"):
             values["node_endpoints"] = [
-                self._broker(b, "node_id") for b in values["node_endpoints"]
+                self._broker(b, "node_id", ours) for b in values["node_endpoints"]
             ]
             changed = True
         if not changed:
@@ -343,14 +362,33 @@ class Upstream:
         body = wire.build(type(resp), values)
         return wire.frame(key, version, struct.unpack_from(">i", frame)[0], body)
 
-    def _broker(self, b: dict[str, Any], id_field: str) -> dict[str, Any]:
+    def _ours_for(self, security: ListenerSecurity | None) -> dict[int, Node]:
+        for entry in self._bound:
+            if entry.security is security:
+                return entry.ours
+        return self.ours
+
+    def _broker(self, b: dict[str, Any], id_field: str, ours: dict[int, Node]) -> dict[str, Any]:
         node_id = int(b[id_field])
-        node = self.ours.get(node_id)
+        node = ours.get(node_id)
         if node is None:
             if self._listener is None or node_id < 0 or not b.get("host"):
                 return b
-            node = self.learn_broker(node_id, b["host"], int(b["port"]))
+            self.learn_broker(node_id, b["host"], int(b["port"]))
+            node = ours[node_id]
         return {**b, "host": node.host, "port": node.port}
+
+
+class _Bound:
+    """One Kafka listener as the upstream's brokers are bound on it."""
+
+    __slots__ = ("security", "listen_host", "adv_host", "ours")
+
+    def __init__(self, security: ListenerSecurity | None, listen_host: str, adv_host: str) -> None:
+        self.security = security
+        self.listen_host = listen_host
+        self.adv_host = adv_host
+        self.ours: dict[int, Node] = {}  # upstream node id -> our port for it
 
 
 NODE_ENDPOINTS_SINCE = {apis.PRODUCE: 10, apis.FETCH: 16}
@@ -465,7 +503,7 @@ class UpstreamConnection(asyncio.Protocol):
                     out = bytes(view[pos : pos + 4 + size])
             if rewrite:
                 try:
-                    out = self.upstream.rewrite(key, version, frame)
+                    out = self.upstream.rewrite(key, version, frame, self.client.security)
                 except wire.WireError as exc:
                     self.client.fail(f"unreadable upstream response: {exc}")
                     return

@@ -41,6 +41,7 @@ works from a source checkout, an editable install and a wheel alike. Generated c
 
 from .aio import GroupMember, new_member_id
 from .blocking import BlockingGroupMember
+from .credentials import tls_credentials, token_file
 from .member import CallbackKind, Member, MemberState, Subscription
 from .types import (
     ClientError,
@@ -65,4 +66,6 @@ __all__ = [
     "Subscription",
     "TopicPartition",
     "new_member_id",
+    "tls_credentials",
+    "token_file",
 ]

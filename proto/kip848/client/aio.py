@@ -125,6 +125,7 @@ class GroupMember:
         auto_commit_interval_ms: int = 5_000,
         credentials: grpc.ChannelCredentials | None = None,
         channel_options: Iterable[tuple[str, Any]] = (),
+        token: str | Callable[[], str] | None = None,
     ) -> None:
         if isinstance(topics, str):
             raise TypeError("topics is a list of topic names, not one string")
@@ -143,7 +144,8 @@ class GroupMember:
         self.auto_commit_interval_ms = auto_commit_interval_ms
         self._credentials = credentials
         self._channel_options = (*DEFAULT_CHANNEL_OPTIONS, *channel_options)
-        self._metadata = ((CLIENT_ID_KEY, client_id),)
+        self._client_metadata = ((CLIENT_ID_KEY, client_id),)
+        self._token = token
         self._member = Member(
             group_id=group_id,
             member_id=member_id or new_member_id(),
@@ -364,7 +366,7 @@ class GroupMember:
                 try:
                     stub = offsets_pb2_grpc.OffsetServiceStub(self._channel_for_calls())
                     resp = await stub.OffsetFetch(
-                        request, timeout=self._request_timeout_s, metadata=self._metadata
+                        request, timeout=self._request_timeout_s, metadata=self._metadata()
                     )
                 except grpc.aio.AioRpcError as exc:
                     log.info("OffsetFetch failed (%s); retrying", exc.code().name)
@@ -423,7 +425,7 @@ class GroupMember:
                     try:
                         stub = offsets_pb2_grpc.OffsetServiceStub(self._channel_for_calls())
                         resp = await stub.OffsetCommit(
-                            request, timeout=self._request_timeout_s, metadata=self._metadata
+                            request, timeout=self._request_timeout_s, metadata=self._metadata()
                         )
                     except grpc.aio.AioRpcError as exc:
                         log.info("OffsetCommit failed (%s); retrying", exc.code().name)
@@ -488,6 +490,15 @@ class GroupMember:
                 await self._commit_stored(self.assignment)
 
     # ------------------------------------------------------------------ the driver
+
+    def _metadata(self) -> tuple[tuple[str, str], ...]:
+        """Each call's metadata: the client id, and the bearer token (``token``: a string, or a
+        function giving the current one, e.g. re-read from a file as it is renewed)."""
+        token = self._token
+        if token is None:
+            return self._client_metadata
+        value = token() if callable(token) else token
+        return (*self._client_metadata, ("authorization", f"Bearer {value}"))
 
     def _channel(self, address: str) -> grpc.aio.Channel:
         if self._credentials is not None:
@@ -564,7 +575,7 @@ class GroupMember:
         stub = consumer_group_pb2_grpc.ConsumerGroupServiceStub(channel)
         try:
             resp = await stub.ConsumerGroupHeartbeat(
-                request, timeout=self._request_timeout_s, metadata=self._metadata
+                request, timeout=self._request_timeout_s, metadata=self._metadata()
             )
         except grpc.aio.AioRpcError as exc:
             log.info(
@@ -597,7 +608,7 @@ class GroupMember:
         )
         try:
             resp = await stub.FindCoordinator(
-                request, timeout=self._request_timeout_s, metadata=self._metadata
+                request, timeout=self._request_timeout_s, metadata=self._metadata()
             )
         except grpc.aio.AioRpcError as exc:
             if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
@@ -661,7 +672,7 @@ class GroupMember:
             assert channel is not None
             stub = consumer_group_pb2_grpc.ConsumerGroupServiceStub(channel)
             try:
-                async for msg in stub.ConsumerGroupWatch(request, metadata=self._metadata):
+                async for msg in stub.ConsumerGroupWatch(request, metadata=self._metadata()):
                     self.pushes += 1
                     if msg.error_code:
                         log.debug(

@@ -1,0 +1,425 @@
+"""TLS for every listener and for the coordinator's own connections (docs/security.md, "4.
+Encryption: TLS").
+
+Certificates, keys and CAs are PEM files, named as Kafka names them with
+``ssl.keystore.type=PEM``: ``ssl.keystore.location`` (the certificate chain, and the private
+key unless ``ssl.keystore.key.location``... see :class:`TlsFiles`), ``ssl.key.password``,
+``ssl.truststore.location`` (CA certificates), ``ssl.client.auth`` (``none`` | ``requested``
+| ``required``), ``ssl.enabled.protocols`` (``TLSv1.2,TLSv1.3``; nothing older is accepted).
+
+How a listener runs TLS (:class:`ServerTls`, :class:`TlsServer`): connections are accepted
+as plain sockets and each one's handshake runs on its own (``loop.connect_accepted_socket``)
+under a bounded timeout, with the context current at that moment. So:
+
+* a client that is not speaking TLS (a plaintext Kafka or gRPC client, garbage) fails its
+  handshake: its connection is closed and one line is logged; one that sends nothing is closed
+  when the handshake timeout passes — never a hang, and never anybody else's delay;
+* :meth:`ServerTls.reload` (SIGHUP) re-reads the files into a new context: connections made
+  from then on get it, those already open keep theirs (nothing is dropped). Files that do not
+  load are logged and the old context stays.
+
+The client side (:func:`client_context`) is what the coordinator uses to reach the upstream
+broker: the truststore's CAs (or the system's), the hostname checked unless
+``ssl.endpoint.identification.algorithm`` is empty, a client certificate if a keystore is set.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import ssl
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+log = logging.getLogger("kip848.tls")
+
+PROTOCOL_VERSIONS = {"TLSv1.2": ssl.TLSVersion.TLSv1_2, "TLSv1.3": ssl.TLSVersion.TLSv1_3}
+"""``ssl.enabled.protocols`` values we accept (TLS 1.2 and later only)."""
+CLIENT_AUTH = ("none", "requested", "required")
+DEFAULT_PROTOCOLS = ("TLSv1.2", "TLSv1.3")
+DEFAULT_HANDSHAKE_TIMEOUT_MS = 10_000
+"""How long a TLS handshake may take before the connection is closed (``ssl.handshake.timeout.ms``,
+ours: Kafka bounds it with its idle timeout)."""
+
+
+class TlsConfigError(ValueError):
+    """TLS settings or files that cannot be used (the message names the setting or file)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TlsFiles:
+    """One side's TLS material and rules.
+
+    ``certificate``: PEM file with the certificate chain, leaf first; it may hold the private
+    key too (Kafka's PEM keystore holds both). ``key``: a separate PEM key file (None: in
+    ``certificate``). ``key_password``: decrypts an encrypted key. ``ca``: PEM file of CA
+    certificates that client (server side) or server (client side) certificates must chain to.
+    ``client_auth``: server side, whether a client certificate is asked for and required.
+    ``check_hostname``: client side (``ssl.endpoint.identification.algorithm=https``)."""
+
+    certificate: str | None = None
+    key: str | None = None
+    key_password: str | None = None
+    ca: str | None = None
+    client_auth: str = "none"
+    protocols: tuple[str, ...] = DEFAULT_PROTOCOLS
+    check_hostname: bool = True
+    handshake_timeout_ms: int = DEFAULT_HANDSHAKE_TIMEOUT_MS
+
+    def check(self, *, server: bool) -> None:
+        """Refuse settings that cannot work, before any file is read."""
+        if server and not self.certificate:
+            raise TlsConfigError(
+                "TLS needs a certificate: ssl.keystore.location (or --tls-cert), a PEM file"
+            )
+        if self.key and not self.certificate:
+            raise TlsConfigError("a key file without a certificate (ssl.keystore.location)")
+        if self.client_auth not in CLIENT_AUTH:
+            raise TlsConfigError(
+                f"ssl.client.auth must be one of {', '.join(CLIENT_AUTH)}, got {self.client_auth!r}"
+            )
+        if server and self.client_auth != "none" and not self.ca:
+            raise TlsConfigError(
+                f"ssl.client.auth={self.client_auth} needs the CAs client certificates are "
+                "checked against: ssl.truststore.location (or --tls-ca)"
+            )
+        if not self.protocols:
+            raise TlsConfigError("ssl.enabled.protocols is empty")
+        for name in self.protocols:
+            if name not in PROTOCOL_VERSIONS:
+                raise TlsConfigError(
+                    f"ssl.enabled.protocols: {name!r} is not accepted (TLSv1.2 and TLSv1.3 "
+                    "only: older protocols are broken)"
+                )
+        if self.handshake_timeout_ms < 1:
+            raise TlsConfigError("ssl.handshake.timeout.ms must be >= 1")
+
+
+def _versions(context: ssl.SSLContext, protocols: Sequence[str]) -> None:
+    chosen = sorted(PROTOCOL_VERSIONS[name] for name in protocols)
+    context.minimum_version = chosen[0]
+    context.maximum_version = chosen[-1]
+
+
+def _load_chain(context: ssl.SSLContext, files: TlsFiles) -> None:
+    assert files.certificate is not None
+    for path in (files.certificate, files.key):
+        if path is not None and not os.path.isfile(path):
+            raise TlsConfigError(f"cannot read {path}: no such file")
+    try:
+        context.load_cert_chain(files.certificate, files.key, files.key_password)
+    except (OSError, ssl.SSLError) as exc:
+        where = files.certificate if files.key is None else f"{files.certificate}, {files.key}"
+        raise TlsConfigError(
+            f"cannot load the certificate and key from {where}: {_reason(exc)} (a PEM "
+            "certificate chain and its private key; an encrypted key needs ssl.key.password)"
+        ) from None
+
+
+def _load_ca(context: ssl.SSLContext, ca: str) -> None:
+    if not os.path.isfile(ca):
+        raise TlsConfigError(f"cannot read {ca}: no such file")
+    try:
+        context.load_verify_locations(cafile=ca)
+    except (OSError, ssl.SSLError) as exc:
+        raise TlsConfigError(f"cannot load CA certificates from {ca}: {_reason(exc)}") from None
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, ssl.SSLError) and exc.reason:
+        return str(exc.reason)
+    return str(exc) or type(exc).__name__
+
+
+def server_context(files: TlsFiles, alpn: Sequence[str] = ()) -> ssl.SSLContext:
+    """A server-side context from ``files`` (read now). Raises :class:`TlsConfigError`."""
+    files.check(server=True)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    _versions(context, files.protocols)
+    context.options |= ssl.OP_NO_COMPRESSION | ssl.OP_CIPHER_SERVER_PREFERENCE
+    _load_chain(context, files)
+    if files.ca:
+        _load_ca(context, files.ca)
+    context.verify_mode = {
+        "none": ssl.CERT_NONE,
+        "requested": ssl.CERT_OPTIONAL,
+        "required": ssl.CERT_REQUIRED,
+    }[files.client_auth]
+    if alpn:
+        context.set_alpn_protocols(list(alpn))
+    return context
+
+
+def client_context(files: TlsFiles, alpn: Sequence[str] = ()) -> ssl.SSLContext:
+    """A client-side context: the server's certificate checked against ``files.ca`` (the
+    system's CAs without one), its host name too unless ``check_hostname`` is off; a client
+    certificate when ``files.certificate`` is set."""
+    files.check(server=False)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    _versions(context, files.protocols)
+    if files.ca:
+        _load_ca(context, files.ca)
+    else:
+        context.load_default_certs(ssl.Purpose.SERVER_AUTH)
+    context.check_hostname = files.check_hostname
+    context.verify_mode = ssl.CERT_REQUIRED
+    if files.certificate:
+        _load_chain(context, files)
+    if alpn:
+        context.set_alpn_protocols(list(alpn))
+    return context
+
+
+def read_pem(path: str, what: str) -> bytes:
+    try:
+        with open(path, "rb") as fp:
+            return fp.read()
+    except OSError as exc:
+        raise TlsConfigError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
+
+
+def key_and_chain(files: TlsFiles) -> tuple[bytes, bytes]:
+    """(unencrypted PEM private key, PEM certificate chain) from ``files``, as grpc-core takes
+    them (it reads no encrypted keys: one is decrypted here with ``ssl.key.password``)."""
+    from cryptography.hazmat.primitives import serialization
+
+    assert files.certificate is not None
+    cert_pem = read_pem(files.certificate, "certificate")
+    key_pem = cert_pem if files.key is None else read_pem(files.key, "key")
+    password = None if files.key_password is None else files.key_password.encode()
+    try:
+        key = serialization.load_pem_private_key(_pem_blocks(key_pem, "PRIVATE KEY"), password)
+    except (ValueError, TypeError) as exc:
+        raise TlsConfigError(
+            f"cannot load the private key from {files.key or files.certificate}: {exc}"
+        ) from None
+    chain = _pem_blocks(cert_pem, "CERTIFICATE")
+    if not chain:
+        raise TlsConfigError(f"no certificate in {files.certificate}")
+    plain = key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+    return plain, chain
+
+
+def _pem_blocks(data: bytes, kind: str) -> bytes:
+    """The PEM blocks of ``data`` whose type ends with ``kind`` (``PRIVATE KEY`` matches
+    ``RSA PRIVATE KEY``, ``ENCRYPTED PRIVATE KEY``...), concatenated."""
+    out = []
+    lines = data.splitlines(keepends=True)
+    block: list[bytes] | None = None
+    for line in lines:
+        text = line.strip()
+        if block is None:
+            if text.startswith(b"-----BEGIN ") and text.endswith(kind.encode() + b"-----"):
+                block = [line]
+        else:
+            block.append(line)
+            if text.startswith(b"-----END "):
+                out.append(b"".join(block))
+                block = None
+    return b"".join(out)
+
+
+def peer_subject(transport: asyncio.BaseTransport) -> str | None:
+    """The subject of the client certificate a TLS connection presented and that was verified
+    (RFC 2253 form, most specific first, as Java's ``X500Principal.getName()`` writes it);
+    None without one."""
+    sslobj = transport.get_extra_info("ssl_object")
+    if sslobj is None:
+        return None
+    der = sslobj.getpeercert(binary_form=True)
+    if not der:
+        return None
+    return subject_of_der(der)
+
+
+def subject_of_der(der: bytes) -> str:
+    from cryptography import x509
+
+    return x509.load_der_x509_certificate(der).subject.rfc4514_string()
+
+
+def subject_of_pem(pem: bytes) -> str:
+    from cryptography import x509
+
+    return x509.load_pem_x509_certificate(pem).subject.rfc4514_string()
+
+
+class ServerTls:
+    """One listener's TLS (see the module doc): the context new connections get, re-read by
+    :meth:`reload`, and the protocol factory that upgrades each accepted connection."""
+
+    def __init__(self, name: str, files: TlsFiles, alpn: Sequence[str] = ()) -> None:
+        self.name = name
+        self.files = files
+        self.alpn = tuple(alpn)
+        self.context = server_context(files, self.alpn)
+        self.handshake_timeout_s = files.handshake_timeout_ms / 1000
+        self.failed_handshakes = 0
+        self.on_reload: list[Callable[[], None]] = []
+        """Called after a successful reload (grpc.aio's certificate fetcher, front ends)."""
+
+    def reload(self) -> bool:
+        """Re-read the files; new connections get them. False (logged, old context kept) if
+        they do not load."""
+        try:
+            context = server_context(self.files, self.alpn)
+        except TlsConfigError as exc:
+            log.error(
+                "Reloading the TLS certificates of the %s listener failed (the ones loaded "
+                "before stay in use): %s",
+                self.name,
+                exc,
+            )
+            return False
+        self.context = context
+        for callback in self.on_reload:
+            callback()
+        log.info("The %s listener's TLS certificates were reloaded.", self.name)
+        return True
+
+    def handshake_failed(self, peer: str, exc: BaseException) -> None:
+        """One line for a connection whose handshake failed (it is closed)."""
+        self.failed_handshakes += 1
+        log.info(
+            "TLS handshake from %s on the %s listener failed; connection closed: %s%s",
+            peer,
+            self.name,
+            _reason(exc),
+            _hint(exc),
+        )
+
+    @property
+    def client_auth(self) -> str:
+        return self.files.client_auth
+
+    def serve(
+        self, sockets: Sequence[socket.socket], make: Callable[[], asyncio.Protocol]
+    ) -> TlsServer:
+        """Accept connections on the listening ``sockets`` (bound, listening, non-blocking):
+        each is upgraded to TLS with the context current then, and handed to ``make()``'s
+        protocol once the handshake is done (its ``connection_made`` gets the TLS transport)."""
+        server = TlsServer(self, sockets, make)
+        server.start()
+        return server
+
+
+def listening_sockets(host: str, port: int, backlog: int) -> list[socket.socket]:
+    """Listening sockets for ``host`` (every address it resolves to; empty: all interfaces)
+    and ``port`` (0: one free port, the same for all), as ``loop.create_server`` binds them."""
+    infos = socket.getaddrinfo(
+        host.strip("[]") or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+    )
+    out: list[socket.socket] = []
+    seen = set()
+    try:
+        for family, kind, proto, _name, address in infos:
+            if (family, address[0]) in seen:
+                continue
+            seen.add((family, address[0]))
+            sock = socket.socket(family, kind, proto)
+            out.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind((address[0], port, *address[2:]))
+            port = sock.getsockname()[1]
+            sock.listen(backlog)
+            sock.setblocking(False)
+    except OSError:
+        for sock in out:
+            sock.close()
+        raise
+    return out
+
+
+class TlsServer:
+    """Listening sockets whose connections are TLS (:meth:`ServerTls.serve`); what the
+    listeners use of ``asyncio.AbstractServer``: ``sockets``, ``close()``, ``wait_closed()``.
+
+    Connections are accepted here (as many as are waiting, each time a socket is readable)
+    and each handshake runs in a task of its own (``loop.connect_accepted_socket``), so the
+    handshake timeout, the context of the moment and the failure's log line are ours."""
+
+    def __init__(
+        self,
+        tls: ServerTls,
+        sockets: Sequence[socket.socket],
+        make: Callable[[], asyncio.Protocol],
+    ) -> None:
+        self.tls = tls
+        self.sockets = list(sockets)
+        self.make = make
+        self.handshakes: set[asyncio.Task[None]] = set()
+        self._loop = asyncio.get_running_loop()
+        self._serving = False
+
+    def start(self) -> None:
+        for sock in self.sockets:
+            self._loop.add_reader(sock.fileno(), self._accept, sock)
+        self._serving = True
+
+    def _accept(self, sock: socket.socket) -> None:
+        for _ in range(ACCEPT_BATCH):
+            try:
+                conn, address = sock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:  # out of file descriptors, ...: the next readiness retries
+                log.warning(
+                    "Accepting a connection on the %s listener failed: %s", self.tls.name, exc
+                )
+                return
+            conn.setblocking(False)
+            task = self._loop.create_task(self._handshake(conn, address))
+            self.handshakes.add(task)
+            task.add_done_callback(self.handshakes.discard)
+
+    async def _handshake(self, conn: socket.socket, address: Any) -> None:
+        tls = self.tls
+        peer = f"{address[0]}:{address[1]}" if isinstance(address, tuple) else str(address)
+        try:
+            await self._loop.connect_accepted_socket(
+                self.make,
+                conn,
+                ssl=tls.context,
+                ssl_handshake_timeout=tls.handshake_timeout_s,
+            )
+        except (OSError, ssl.SSLError, EOFError, TimeoutError) as exc:
+            tls.handshake_failed(peer, exc)
+            conn.close()
+
+    def close(self) -> None:
+        """Stop accepting (connections already made stay; handshakes under way are dropped)."""
+        if self._serving:
+            self._serving = False
+            for sock in self.sockets:
+                self._loop.remove_reader(sock.fileno())
+                sock.close()
+        for task in self.handshakes:
+            task.cancel()
+
+    async def wait_closed(self) -> None:
+        if self.handshakes:
+            await asyncio.gather(*self.handshakes, return_exceptions=True)
+
+
+ACCEPT_BATCH = 128
+"""Connections accepted per readiness of the listening socket (asyncio accepts ``backlog``)."""
+
+
+def _hint(exc: BaseException) -> str:
+    reason = _reason(exc).upper()
+    if "WRONG_VERSION_NUMBER" in reason or "HTTP_REQUEST" in reason or "UNKNOWN_PROTOCOL" in reason:
+        return " (the client is not speaking TLS: a plaintext client on a TLS port?)"
+    if isinstance(exc, ConnectionAbortedError) or "TAKING LONGER" in reason:
+        return " (no TLS handshake in time)"
+    if "CERTIFICATE" in reason:
+        return " (client certificate refused)"
+    return ""

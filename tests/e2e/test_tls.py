@@ -1,0 +1,341 @@
+"""TLS on every listener of a real ``kip848 serve`` (docs/security.md, "Encryption: TLS"):
+certificates made here (``tests/certs.py``), real clients (grpcio, aiokafka, the standard
+library's HTTPS), the default h2 gRPC server, grpc.aio and its front ends.
+
+* a TLS client is served; a plaintext client on a TLS port gets a closed connection and one
+  log line; one that says nothing is closed after the handshake timeout; nobody else notices;
+* ``ssl.client.auth=required`` refuses a client without a certificate;
+* SIGHUP re-reads the certificates: open connections keep working, new ones get the new
+  certificate;
+* the metrics endpoint serves HTTPS; the Kafka listener serves SSL (aiokafka joins a group);
+* bad TLS settings are refused at start with the setting named.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import grpc
+import pytest
+from certs import Pem, TestCa
+from conftest import ServerProcess, run_cli
+
+from kip848.v1 import admin_pb2, admin_pb2_grpc
+
+HANDSHAKE_MS = 700
+
+
+def _read(path: str) -> bytes:
+    return Path(path).read_bytes()
+
+
+def creds(ca: TestCa, client: Pem | None = None) -> grpc.ChannelCredentials:
+    if client is None:
+        return grpc.ssl_channel_credentials(_read(ca.ca_file))
+    return grpc.ssl_channel_credentials(_read(ca.ca_file), _read(client.key), _read(client.cert))
+
+
+def list_topics(channel: grpc.Channel) -> admin_pb2.ListTopicsResponse:
+    return admin_pb2_grpc.AdminServiceStub(channel).ListTopics(
+        admin_pb2.ListTopicsRequest(), timeout=10
+    )
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> tuple[TestCa, Pem, Pem]:
+    ca = TestCa(str(tmp_path_factory.mktemp("pki")))
+    return ca, ca.server(), ca.client("alice", "CN=alice,OU=eng,O=kip848")
+
+
+def tls_flags(ca: TestCa, server: Pem, *extra: str) -> tuple[str, ...]:
+    return (
+        "--tls-cert",
+        server.both,
+        "--tls-ca",
+        ca.ca_file,
+        "--set",
+        f"ssl.handshake.timeout.ms={HANDSHAKE_MS}",
+        *extra,
+    )
+
+
+def _port(address: str) -> int:
+    return int(address.rpartition(":")[2])
+
+
+def plaintext_and_silent_clients_are_closed(server: ServerProcess) -> None:
+    """A plaintext gRPC client fails at once; a client that sends nothing is closed once the
+    handshake timeout passes; each leaves one line in the log; a TLS client meanwhile is
+    served."""
+    before = server.stderr_text().count("TLS handshake from")
+    with grpc.insecure_channel(server.address) as plain:
+        started = time.monotonic()
+        with pytest.raises(grpc.RpcError) as refused:
+            list_topics(plain)
+        assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert time.monotonic() - started < 5
+    silent = socket.create_connection(("127.0.0.1", _port(server.address)))
+    silent.settimeout(10)
+    started = time.monotonic()
+    assert list_topics(server.channel).error_code == 0  # others are served meanwhile
+    assert silent.recv(100) == b""  # closed by the server
+    waited = time.monotonic() - started
+    silent.close()
+    assert HANDSHAKE_MS / 1000 - 0.2 < waited < HANDSHAKE_MS / 1000 + 3, waited
+    deadline = time.monotonic() + 5
+    lines: list[str] = []
+    while time.monotonic() < deadline:
+        lines = [
+            line
+            for line in server.stderr_text().splitlines()
+            if "TLS handshake from" in line and "gRPC listener" in line
+        ][before:]
+        if len(lines) >= 2:
+            break
+        time.sleep(0.05)
+    # grpc-core retries a refused connection: at least one line per attempt, each one line.
+    assert any("not speaking TLS" in line for line in lines), lines
+    assert any("no TLS handshake in time" in line for line in lines), lines
+
+
+def test_grpc_tls_default_server(tmp_path: Path, pki: tuple[TestCa, Pem, Pem]) -> None:
+    ca, server_pem, _alice = pki
+    server = ServerProcess(tmp_path / "d", *tls_flags(ca, server_pem), credentials=creds(ca))
+    try:
+        assert list_topics(server.channel).error_code == 0
+        plaintext_and_silent_clients_are_closed(server)
+        assert "(User:ANONYMOUS): gRPC " in server.stderr_text()
+        assert f"gRPC {server.address} (SSL)" in server.stderr_text()
+    finally:
+        assert server.stop() == 0
+
+
+@pytest.mark.parametrize(
+    "transport", [("--grpc-transport", "grpcio"), ("--grpc-processes", "2")], ids=str
+)
+def test_grpc_mutual_tls_grpcio_and_front_ends(
+    tmp_path: Path, pki: tuple[TestCa, Pem, Pem], transport: tuple[str, str]
+) -> None:
+    """grpc.aio (and its front ends, from the same files): a client certificate is required;
+    a client without one, or with one from another CA, is refused."""
+    ca, server_pem, alice = pki
+    server = ServerProcess(
+        tmp_path / "d",
+        *tls_flags(ca, server_pem, "--tls-client-auth", "required", *transport),
+        credentials=creds(ca, alice),
+    )
+    try:
+        for _ in range(6):  # with front ends, connections land on any process
+            with grpc.secure_channel(server.address, creds(ca, alice)) as channel:
+                assert list_topics(channel).error_code == 0
+        stranger_ca = TestCa(str(tmp_path), "CN=stranger CA")
+        stranger = stranger_ca.client("mallory", "CN=mallory")
+        for who in (None, stranger):
+            with grpc.secure_channel(server.address, creds(ca, who)) as channel:
+                with pytest.raises(grpc.RpcError) as refused:
+                    list_topics(channel)
+                assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert "User:ANONYMOUS" not in server.stderr_text()  # required certificates: not open
+    finally:
+        assert server.stop() == 0
+
+
+def test_sighup_reloads_certificates_without_dropping_connections(
+    tmp_path: Path, pki: tuple[TestCa, Pem, Pem]
+) -> None:
+    ca, server_pem, _alice = pki
+    live = tmp_path / "live.pem"
+    shutil.copy(server_pem.both, live)
+    server = ServerProcess(
+        tmp_path / "d",
+        "--tls-cert",
+        str(live),
+        "--metrics-listen",
+        "127.0.0.1:0",
+        credentials=creds(ca),
+    )
+    try:
+        assert list_topics(server.channel).error_code == 0
+        new_ca = TestCa(str(tmp_path), "CN=second CA")
+        shutil.copy(new_ca.server("second").both, live)
+        server.signal(signal.SIGHUP)
+        deadline = time.monotonic() + 10
+        while "certificates were reloaded" not in server.stderr_text():
+            assert time.monotonic() < deadline, server.stderr_text()
+            time.sleep(0.05)
+        # The open connection still works (same channel, same connection).
+        assert list_topics(server.channel).error_code == 0
+        # New connections get the new certificate: the new CA accepts it, the old one does not.
+        with grpc.secure_channel(server.address, creds(new_ca)) as channel:
+            assert list_topics(channel).error_code == 0
+        with (
+            grpc.secure_channel(server.address, creds(ca)) as channel,
+            pytest.raises(grpc.RpcError),
+        ):
+            list_topics(channel)
+        # The metrics endpoint follows too.
+        assert server.metrics_address is not None
+        context = ssl.create_default_context(cafile=new_ca.ca_file)
+        with urllib.request.urlopen(
+            f"https://localhost:{_port(server.metrics_address)}/metrics",
+            context=context,
+            timeout=10,
+        ) as reply:
+            assert b"kafka_group_coordinator" in reply.read() or reply.status == 200
+        # A broken file is refused and the loaded certificate stays.
+        live.write_bytes(b"not a certificate")
+        server.signal(signal.SIGHUP)
+        deadline = time.monotonic() + 10
+        while "Reloading the TLS certificates of the gRPC listener failed" not in (
+            server.stderr_text()
+        ):
+            assert time.monotonic() < deadline, server.stderr_text()
+            time.sleep(0.05)
+        with grpc.secure_channel(server.address, creds(new_ca)) as channel:
+            assert list_topics(channel).error_code == 0
+    finally:
+        assert server.stop() == 0
+
+
+def test_metrics_over_https(tmp_path: Path, pki: tuple[TestCa, Pem, Pem]) -> None:
+    ca, server_pem, _alice = pki
+    server = ServerProcess(
+        tmp_path / "d",
+        *tls_flags(ca, server_pem, "--metrics-listen", "127.0.0.1:0"),
+        credentials=creds(ca),
+    )
+    try:
+        assert server.metrics_address is not None
+        port = _port(server.metrics_address)
+        context = ssl.create_default_context(cafile=ca.ca_file)
+        with urllib.request.urlopen(
+            f"https://127.0.0.1:{port}/metrics", context=context, timeout=10
+        ) as reply:
+            text = reply.read().decode()
+        assert "# TYPE" in text
+        # Plain HTTP on the HTTPS port: the connection is closed, the log says why.
+        with pytest.raises(OSError):
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read()
+        deadline = time.monotonic() + 5
+        while "on the metrics listener failed" not in server.stderr_text():
+            assert time.monotonic() < deadline, server.stderr_text()
+            time.sleep(0.05)
+        assert "Serving metrics on https://" in server.stderr_text()
+    finally:
+        assert server.stop() == 0
+
+
+def test_kafka_listener_over_ssl_with_aiokafka(
+    tmp_path: Path, pki: tuple[TestCa, Pem, Pem]
+) -> None:
+    """aiokafka over SSL (coordinator-only mode): joins a group, commits and reads back its
+    offset; a plaintext Kafka client on the SSL port is closed (one log line)."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+    from aiokafka.helpers import create_ssl_context
+
+    ca, server_pem, _alice = pki
+    server = ServerProcess(
+        tmp_path / "d",
+        *tls_flags(ca, server_pem, "--kafka-listen", "127.0.0.1:0"),
+        "--kafka-security-protocol",
+        "SSL",
+        clock="system",
+        credentials=creds(ca),
+        lines=2,
+    )
+    kafka = server.lines[1].removeprefix("kafka listening on ")
+    context = create_ssl_context(cafile=ca.ca_file)
+
+    server.create_topic("tls-topic", 2)
+
+    async def story() -> None:
+        consumer = AIOKafkaConsumer(
+            "tls-topic",
+            bootstrap_servers=kafka,
+            group_id="tls-group",
+            security_protocol="SSL",
+            ssl_context=context,
+            enable_auto_commit=False,
+            session_timeout_ms=6000,
+            heartbeat_interval_ms=500,
+        )
+        await consumer.start()
+        try:
+            for _ in range(200):
+                if consumer.assignment():
+                    break
+                await asyncio.sleep(0.05)
+            assert consumer.assignment() == {
+                TopicPartition("tls-topic", 0),
+                TopicPartition("tls-topic", 1),
+            }
+            await consumer.commit({TopicPartition("tls-topic", 1): 7})
+            assert await consumer.committed(TopicPartition("tls-topic", 1)) == 7
+        finally:
+            await consumer.stop()
+
+    try:
+        asyncio.run(asyncio.wait_for(story(), 60))
+        with socket.create_connection(("127.0.0.1", _port(kafka)), timeout=10) as plain:
+            # An ApiVersions v0 request in plaintext.
+            plain.sendall(b"\x00\x00\x00\x0a\x00\x12\x00\x00\x00\x00\x00\x01\xff\xff")
+            assert plain.recv(100) == b""
+        deadline = time.monotonic() + 5
+        while "on the Kafka SSL listener failed" not in server.stderr_text():
+            assert time.monotonic() < deadline, server.stderr_text()
+            time.sleep(0.05)
+    finally:
+        assert server.stop() == 0
+
+
+def _serve_fails(tmp_path: Path, *flags: str) -> subprocess.CompletedProcess[str]:
+    return run_cli(
+        "serve", "--listen", "127.0.0.1:0", "--data-dir", str(tmp_path / "d"), *flags, timeout=30
+    )
+
+
+def test_bad_tls_settings_are_refused_at_start(
+    tmp_path: Path, pki: tuple[TestCa, Pem, Pem]
+) -> None:
+    ca, server_pem, _alice = pki
+    missing = _serve_fails(tmp_path, "--tls-cert", str(tmp_path / "nope.pem"))
+    assert missing.returncode == 1 and "nope.pem: no such file" in missing.stderr, missing.stderr
+    old = _serve_fails(
+        tmp_path, "--tls-cert", server_pem.both, "--set", "ssl.enabled.protocols=TLSv1.1"
+    )
+    assert old.returncode == 2 and "'TLSv1.1' is not accepted" in old.stderr, old.stderr
+    no_ca = _serve_fails(tmp_path, "--tls-cert", server_pem.both, "--tls-client-auth", "required")
+    assert no_ca.returncode == 2 and "ssl.truststore.location" in no_ca.stderr, no_ca.stderr
+    requested = _serve_fails(
+        tmp_path,
+        *tls_flags(ca, server_pem, "--tls-client-auth", "requested"),
+        "--grpc-transport",
+        "grpcio",
+    )
+    assert requested.returncode == 1 and "requested" in requested.stderr, requested.stderr
+    jks = _serve_fails(tmp_path, "--tls-cert", server_pem.both, "--set", "ssl.keystore.type=JKS")
+    assert jks.returncode == 2 and "only PEM files" in jks.stderr, jks.stderr
+
+
+def test_default_serve_warns_that_it_is_open(tmp_path: Path) -> None:
+    """No security options: every RPC served to anonymous clients, as always, and the log says
+    which listeners are open."""
+    server = ServerProcess(tmp_path / "d", "--kafka-listen", "127.0.0.1:0", lines=2)
+    try:
+        assert list_topics(server.channel).error_code == 0
+        kafka = server.lines[1].removeprefix("kafka listening on ")
+        warning = next(
+            line for line in server.stderr_text().splitlines() if "open to anonymous" in line
+        )
+        assert "WARNING" in warning
+        assert f"gRPC {server.address} (PLAINTEXT); Kafka PLAINTEXT {kafka} (PLAINTEXT)." in warning
+    finally:
+        assert server.stop() == 0
