@@ -112,8 +112,8 @@ def test_grpc_tls_default_server(tmp_path: Path, pki: tuple[TestCa, Pem, Pem]) -
     try:
         assert list_topics(server.channel).error_code == 0
         plaintext_and_silent_clients_are_closed(server)
-        assert "(User:ANONYMOUS): gRPC " in server.stderr_text()
-        assert f"gRPC {server.address} (SSL)" in server.stderr_text()
+        warning = _open_warning(server)
+        assert f"User:ANONYMOUS): gRPC {server.address} (SSL)." in warning, warning
     finally:
         assert server.stop() == 0
 
@@ -296,6 +296,19 @@ def test_kafka_listener_over_ssl_with_aiokafka(
         assert server.stop() == 0
 
 
+def _open_warning(server: ServerProcess) -> str:
+    """The start-up WARNING naming the listeners open to anonymous clients (written once the
+    store is loaded)."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        for line in server.stderr_text().splitlines():
+            if "Listeners open to anonymous clients" in line:
+                assert " WARNING " in line, line
+                return line
+        time.sleep(0.05)
+    raise AssertionError(server.stderr_text())
+
+
 def _serve_fails(tmp_path: Path, *flags: str) -> subprocess.CompletedProcess[str]:
     return run_cli(
         "serve", "--listen", "127.0.0.1:0", "--data-dir", str(tmp_path / "d"), *flags, timeout=30
@@ -332,10 +345,7 @@ def test_default_serve_warns_that_it_is_open(tmp_path: Path) -> None:
     try:
         assert list_topics(server.channel).error_code == 0
         kafka = server.lines[1].removeprefix("kafka listening on ")
-        warning = next(
-            line for line in server.stderr_text().splitlines() if "open to anonymous" in line
-        )
-        assert "WARNING" in warning
+        warning = _open_warning(server)
         assert f"gRPC {server.address} (PLAINTEXT); Kafka PLAINTEXT {kafka} (PLAINTEXT)." in warning
     finally:
         assert server.stop() == 0
