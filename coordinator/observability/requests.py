@@ -330,10 +330,10 @@ def _acl_details(spec: Any) -> dict[str, Any]:
     return {
         "resource": f"{name(ResourceType, spec.resource_type)}:"
         f"{name(PatternType, spec.pattern_type)}:{spec.resource_name or '*'}",
-        "principal": spec.principal or "*",
-        "host": spec.host or "*",
-        "operation": name(AclOperation, spec.operation),
-        "permission": name(AclPermissionType, spec.permission_type),
+        "acl_principal": spec.principal or "*",
+        "acl_host": spec.host or "*",
+        "acl_operation": name(AclOperation, spec.operation),
+        "acl_permission": name(AclPermissionType, spec.permission_type),
     }
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import replace
 from typing import Any, Protocol, TypeVar, cast
 
@@ -706,20 +706,23 @@ class CoordinatorService:
         self.limits.partitions(len(req.queries))
         if req.isolation_level not in (READ_UNCOMMITTED, READ_COMMITTED):
             raise InvalidRequestError(f"Unknown isolation level {req.isolation_level}.")
-        if self.log_offsets is None:
-            raise UnsupportedVersionError(
-                "This coordinator runs without an upstream broker (--kafka-upstream): it keeps "
-                "no logs, so it has no log offsets."
-            )
         denied = set(
             self.authz.denied_topics(
                 caller, "ListOffsets", DESCRIBE, (q.topic for q in req.queries)
             )
         )
-        if not denied:
-            return Reply(value=await self.log_offsets.list_offsets(req))
         kept = replace(req, queries=tuple(q for q in req.queries if q.topic not in denied))
-        found = iter(await self.log_offsets.list_offsets(kept) if kept.queries else [])
+        if self.log_offsets is None:
+            if kept.queries or not req.queries:
+                raise UnsupportedVersionError(
+                    "This coordinator runs without an upstream broker (--kafka-upstream): it "
+                    "keeps no logs, so it has no log offsets."
+                )
+            found: Iterator[LogOffset] = iter(())
+        elif not denied:
+            return Reply(value=await self.log_offsets.list_offsets(req))
+        else:
+            found = iter(await self.log_offsets.list_offsets(kept) if kept.queries else [])
         refusal = topics_denied(sorted(denied))
         return Reply(
             value=[

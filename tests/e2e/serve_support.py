@@ -1,18 +1,40 @@
 """Starting a ``kip848 serve`` subprocess in tests: its first stdout lines and its gRPC
-channel, each within a bounded wait, with the server's stderr in the failure."""
+channel, each within a bounded wait, with the server's stderr in the failure. And
+:class:`LoopThread`, for a server run in the test's own process."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import select
 import subprocess
+import threading
 import time
-from collections.abc import Callable
-from typing import IO
+from collections.abc import Callable, Coroutine
+from typing import IO, Any, TypeVar
 
 import grpc
 
 START_TIMEOUT_S = 20.0
+T = TypeVar("T")
+
+
+class LoopThread:
+    """An asyncio loop in a thread of its own: a server in the test's process, driven from
+    blocking test code (every wait bounded)."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float = START_TIMEOUT_S) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+        self.loop.close()
 
 
 def read_lines(

@@ -7,14 +7,13 @@ chance."""
 
 from __future__ import annotations
 
-import asyncio
-import threading
 import time
 from collections.abc import Coroutine, Iterator
 from typing import Any, TypeVar
 
 import grpc
 import pytest
+from serve_support import LoopThread
 
 from coordinator.cli import main
 from coordinator.core.config import parse_config
@@ -30,9 +29,8 @@ class LoadingServer:
     """A coordinator serving on 127.0.0.1:0 whose store is loaded only when ``load()`` is called."""
 
     def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
+        self.loop_thread = LoopThread()
+        self.loop = self.loop_thread.loop
 
         async def start() -> CoordinatorServer:
             runtime = CoordinatorRuntime(
@@ -46,16 +44,14 @@ class LoadingServer:
         self.address = self.server.address
 
     def _run(self, coro: Coroutine[Any, Any, T], timeout: float = 20.0) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+        return self.loop_thread.run(coro, timeout)
 
     def load_after(self, seconds: float) -> None:
         self.loop.call_later(seconds, lambda: self.loop.create_task(self.server.load()))
 
     def stop(self) -> None:
         self._run(self.server.stop(1.0))
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(10)
-        self.loop.close()
+        self.loop_thread.close()
 
 
 @pytest.fixture

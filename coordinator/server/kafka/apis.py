@@ -55,6 +55,12 @@ SERVED: dict[int, Served] = {
     42: Served(0, 2, "delete_groups", c.delete_groups_in, c.delete_groups_out),
     44: Served(0, 1, "incremental_alter_configs", c.alter_configs_in, c.alter_configs_out),
     47: Served(0, 0, "offset_delete", c.offset_delete_in, c.offset_delete_out),
+    # ACLs and SCRAM credentials (docs/security.md); v0 of the ACL APIs is gone in Kafka 4.
+    29: Served(1, 3, "describe_acls", c.describe_acls_in, c.describe_acls_out),
+    30: Served(1, 3, "create_acls", c.create_acls_in, c.create_acls_out),
+    31: Served(1, 3, "delete_acls", c.delete_acls_in, c.delete_acls_out),
+    50: Served(0, 0, "describe_user_scram_credentials", c.describe_users_in, c.describe_users_out),
+    51: Served(0, 0, "alter_user_scram_credentials", c.alter_users_in, c.alter_users_out),
     68: Served(
         0,
         1,

@@ -34,11 +34,15 @@ from coordinator.core.offsets import (
     OffsetFetchGroupResponse,
     OffsetFetchTopic,
 )
+from coordinator.security.acls import AclBinding
+from coordinator.security.metadata import AclCreation, AclDeletion, UserResult
 from legacy_bridge import messages as bridge
 
 from .. import codec
 from ..api import (
+    AclSpec,
     AlterResult,
+    AlterScramCredentials,
     Caller,
     ConfigResource,
     ConfigResult,
@@ -443,3 +447,49 @@ def alter_configs_in(req: Any, _caller: Caller) -> IncrementalAlterConfigs:
 
 def alter_configs_out(reply: Reply[list[AlterResult]], _version: int) -> dict[str, Any]:
     return {"responses": [codec.resource_fields(r) for r in reply.value or ()]}
+
+
+# ---------------------------------------------------------------- ACLs (29-31), SCRAM users (50, 51)
+
+
+def describe_acls_in(req: Any, _caller: Caller) -> AclSpec:
+    return codec.acl_spec(req, names=codec.FILTER_FIELDS)
+
+
+def describe_acls_out(reply: Reply[list[AclBinding]], _version: int) -> dict[str, Any]:
+    return {**codec.error_fields(reply), "resources": codec.acl_resources(reply.value or [])}
+
+
+def create_acls_in(req: Any, _caller: Caller) -> list[AclSpec]:
+    return [codec.acl_spec(c, names=codec.CREATION_FIELDS) for c in req.creations]
+
+
+def create_acls_out(reply: Reply[list[AclCreation]], _version: int) -> dict[str, Any]:
+    return {"results": [codec.acl_creation(c) for c in reply.value or ()]}
+
+
+def delete_acls_in(req: Any, _caller: Caller) -> list[AclSpec]:
+    return [codec.acl_spec(f, names=codec.FILTER_FIELDS) for f in req.filters]
+
+
+def delete_acls_out(reply: Reply[list[AclDeletion]], _version: int) -> dict[str, Any]:
+    return {"filter_results": [codec.acl_deletion(d) for d in reply.value or ()]}
+
+
+def describe_users_in(req: Any, _caller: Caller) -> tuple[str, ...] | None:
+    return None if req.users is None else tuple(u.name for u in req.users)
+
+
+def describe_users_out(reply: Reply[list[UserResult]], _version: int) -> dict[str, Any]:
+    return {
+        **codec.error_fields(reply),
+        "results": [codec.described_user(u) for u in reply.value or ()],
+    }
+
+
+def alter_users_in(req: Any, _caller: Caller) -> AlterScramCredentials:
+    return codec.scram_alterations(req.deletions, req.upsertions)
+
+
+def alter_users_out(reply: Reply[list[UserResult]], _version: int) -> dict[str, Any]:
+    return {"results": [codec.user_result(u) for u in reply.value or ()]}

@@ -1,0 +1,900 @@
+"""Authorization matrix: every RPC and every served Kafka API x every column of principals, on
+both listeners, asserting the answer and that a refused request changed nothing.
+
+The coordinator is the real server (gRPC on h2, the Kafka listener, the runtime) in this
+process, so the test reads its whole state before and after each request (every shard's
+snapshot: groups, offsets, configs; the topics, the ACLs, the users). Each column is a principal and what it may do;
+a connection is given its column's principal through the transport seam — the gRPC servicers'
+``principal_of`` and the Kafka connection's ``set_principal`` — exactly where authentication
+(SASL, mTLS, tokens) sets it. Columns are data (:data:`COLUMNS`): an authentication mechanism
+adds its own (a wrong password, an expired token) with its own ``connect``.
+
+The ACLs: ``User:alice`` may do everything (ALLOW ALL on GROUP ``*``, TOPIC ``*`` and the
+cluster), ``User:admin`` is a super user (it sets up the state). Every resource thus has ACLs,
+so ``User:bob`` and ``User:ANONYMOUS`` are refused everything (Kafka's semantics: with ACLs on
+a resource, only they decide).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Coroutine, Iterator
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import grpc
+import pytest
+from kafka_support import KafkaClient, request
+from serve_support import LoopThread
+
+from coordinator.core.config import parse_config
+from coordinator.runtime import CoordinatorRuntime, ManualClock
+from coordinator.runtime.store import MemoryRecordStore
+from coordinator.security import scram
+from coordinator.security.authorizer import AuthorizerConfig
+from coordinator.security.principal import ANONYMOUS, KafkaPrincipal, user
+from coordinator.server import services
+from coordinator.server.app import CoordinatorServer, ServeOptions
+from kip848.v1 import (
+    admin_pb2,
+    admin_pb2_grpc,
+    classic_group_pb2,
+    classic_group_pb2_grpc,
+    common_pb2,
+    consumer_group_pb2,
+    consumer_group_pb2_grpc,
+    offsets_pb2,
+    offsets_pb2_grpc,
+    testing_pb2,
+    testing_pb2_grpc,
+)
+
+T = TypeVar("T")
+PRINCIPAL_KEY = "x-test-principal"
+TIMEOUT = 10.0
+TOPIC_AUTH, GROUP_AUTH, CLUSTER_AUTH = 29, 30, 31
+AUTH_CODES = {TOPIC_AUTH, GROUP_AUTH, CLUSTER_AUTH}
+ALL_ON = [(2, "*"), (3, "*"), (4, "kafka-cluster")]  # TOPIC *, GROUP *, the cluster
+
+
+@dataclass(frozen=True)
+class Column:
+    """A principal and what it may do. ``principal`` None: the connection stays anonymous."""
+
+    name: str
+    principal: KafkaPrincipal | None
+    allowed: bool
+
+
+COLUMNS = [
+    Column("allowed", user("alice"), True),
+    Column("denied", user("bob"), False),
+    Column("anonymous", None, False),
+]
+
+
+# ---------------------------------------------------------------- the server
+
+
+def _principal_from_metadata(context: Any) -> KafkaPrincipal:
+    for key, value in context.invocation_metadata() or ():
+        if key == PRINCIPAL_KEY:
+            return KafkaPrincipal.parse(value)
+    return ANONYMOUS
+
+
+class Coordinator:
+    """The real server on 127.0.0.1:0 (gRPC and Kafka), its loop in a thread."""
+
+    def __init__(self) -> None:
+        self.thread = LoopThread()
+
+        async def start() -> CoordinatorServer:
+            runtime = CoordinatorRuntime(
+                config=parse_config({}), store=MemoryRecordStore(), clock=ManualClock(0)
+            )
+            options = ServeOptions(
+                listen="127.0.0.1:0",
+                clock="manual",
+                kafka_listen="127.0.0.1:0",
+                authorizer=AuthorizerConfig(super_users=frozenset({"User:admin"})),
+            )
+            server = CoordinatorServer(runtime, options)
+            await server.start()
+            await server.load()
+            return server
+
+        self.server = self.run(start())
+        self.grpc_address = self.server.address
+        self.kafka_address = self.server.kafka_address
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return self.thread.run(coro, TIMEOUT)
+
+    def snapshot(self) -> dict[str, Any]:
+        async def read() -> dict[str, Any]:
+            runtime = self.server.runtime
+            await runtime.flush()
+            # Every shard's whole state (groups, classic groups, offsets, configs), the topics,
+            # the ACLs and the users.
+            return {
+                "shards": [shard.snapshot() for shard in runtime.shards],
+                "topics": runtime.registry.list_topics(),
+                "security": runtime.security.snapshot(),
+            }
+
+        return self.run(read())
+
+    def kafka_client(self, principal: KafkaPrincipal | None) -> KafkaClient:
+        """A Kafka connection authenticated as ``principal`` (the listener's seam)."""
+        client = KafkaClient(self.kafka_address, client_id="matrix")
+        local = client.sock.getsockname()[1]
+
+        async def authenticate() -> None:
+            listener = self.server.kafka
+            assert listener is not None
+            for _ in range(200):  # bounded: the server side of the connection appears
+                for conn in listener.connections:
+                    if conn.peer.endswith(f":{local}"):
+                        if principal is not None:
+                            conn.set_principal(principal)
+                        return
+                await asyncio.sleep(0.01)
+            raise AssertionError("the listener never saw the connection")
+
+        self.run(authenticate())
+        return client
+
+    def stop(self) -> None:
+        self.run(self.server.stop(1.0))
+        self.thread.close()
+
+
+@dataclass
+class World:
+    """What the set-up made (and what rows need)."""
+
+    coordinator: Coordinator
+    channel: grpc.Channel
+    topic_ids: dict[str, bytes]
+    member_id: str
+    member_epoch: int
+
+
+def metadata(principal: KafkaPrincipal | None) -> list[tuple[str, str]]:
+    return [] if principal is None else [(PRINCIPAL_KEY, str(principal))]
+
+
+@pytest.fixture(scope="module")
+def world() -> Iterator[World]:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(services.GrpcServicer, "principal_of", staticmethod(_principal_from_metadata))
+        coordinator = Coordinator()
+        channel = grpc.insecure_channel(coordinator.grpc_address)
+        try:
+            yield _set_up(coordinator, channel)
+        finally:
+            channel.close()
+            coordinator.stop()
+
+
+def _set_up(coordinator: Coordinator, channel: grpc.Channel) -> World:
+    md = metadata(user("admin"))
+    admin = admin_pb2_grpc.AdminServiceStub(channel)
+    topics = admin.CreateTopics(
+        admin_pb2.CreateTopicsRequest(
+            topics=[
+                admin_pb2.CreateTopicsRequest.CreatableTopic(name=n, num_partitions=p)
+                for n, p in [("orders", 3), ("doomed-topic", 1), ("grow", 1)]
+            ]
+        ),
+        metadata=md,
+        timeout=TIMEOUT,
+    )
+    assert [t.error_code for t in topics.topics] == [0, 0, 0]
+    joined = consumer_group_pb2_grpc.ConsumerGroupServiceStub(channel).ConsumerGroupHeartbeat(
+        consumer_group_pb2.ConsumerGroupHeartbeatRequest(
+            group_id="cg",
+            member_epoch=0,
+            rebalance_timeout_ms=30_000,
+            subscribed_topic_names=common_pb2.TopicNames(names=["orders"]),
+            topic_partitions=common_pb2.TopicPartitionsList(),
+        ),
+        metadata=md,
+        timeout=TIMEOUT,
+    )
+    assert joined.error_code == 0
+    offsets = offsets_pb2_grpc.OffsetServiceStub(channel)
+    for group in ("simple", "doomed", "doomed2"):
+        done = offsets.OffsetCommit(
+            offsets_pb2.OffsetCommitRequest(
+                group_id=group,
+                topics=[
+                    offsets_pb2.OffsetCommitRequest.Topic(
+                        name="orders",
+                        partitions=[
+                            offsets_pb2.OffsetCommitRequest.Partition(
+                                partition_index=0, committed_offset=7
+                            )
+                        ],
+                    )
+                ],
+            ),
+            metadata=md,
+            timeout=TIMEOUT,
+        )
+        assert [p.error_code for t in done.topics for p in t.partitions] == [0]
+    creations = [
+        admin_pb2.AclBinding(
+            resource_type=rtype,
+            resource_name=name,
+            pattern_type=3,
+            principal="User:alice",
+            host="*",
+            operation=2,  # ALL
+            permission_type=3,
+        )
+        for rtype, name in ALL_ON
+    ] + [
+        admin_pb2.AclBinding(
+            resource_type=3,
+            resource_name="eve-group",
+            pattern_type=3,
+            principal="User:eve",
+            host="*",
+            operation=3,
+            permission_type=3,
+        )
+    ]
+    made = admin.CreateAcls(admin_pb2.CreateAclsRequest(creations=creations), metadata=md)
+    assert [r.error_code for r in made.results] == [0] * len(creations)
+    salted = scram.salted_password(scram.ScramMechanism.SCRAM_SHA_256, "pw", b"s" * 16, 4096)
+    users = admin.AlterUserScramCredentials(
+        admin_pb2.AlterUserScramCredentialsRequest(
+            upsertions=[
+                admin_pb2.AlterUserScramCredentialsRequest.ScramCredentialUpsertion(
+                    name="carol",
+                    mechanism=1,
+                    iterations=4096,
+                    salt=b"s" * 16,
+                    salted_password=salted,
+                )
+            ]
+        ),
+        metadata=md,
+    )
+    assert [r.error_code for r in users.results] == [0]
+    listed = admin.ListTopics(admin_pb2.ListTopicsRequest(), metadata=md)
+    return World(
+        coordinator=coordinator,
+        channel=channel,
+        topic_ids={t.name: t.topic_id for t in listed.topics},
+        member_id=joined.member_id,
+        member_epoch=joined.member_epoch,
+    )
+
+
+# ---------------------------------------------------------------- rows
+
+
+@dataclass(frozen=True)
+class Row:
+    """One RPC: ``call(world, column)`` sends it and returns the answer; ``refused`` is the code
+    a refused column gets (None: the answer is silently filtered — ``empty(answer)`` holds for
+    a refused column and not for the allowed one); ``writes``: the allowed request changes
+    state (proves that an unchanged state after a refusal means something)."""
+
+    name: str
+    call: Callable[[World, Column], Any]
+    refused: int | None
+    writes: bool = False
+    empty: Callable[[Any], bool] | None = None
+
+
+def grpc_row(
+    name: str,
+    stub: Callable[[grpc.Channel], Any],
+    method: str,
+    make: Callable[[World], Any],
+    refused: int | None,
+    **kw: Any,
+) -> Row:
+    def call(w: World, c: Column) -> Any:
+        return getattr(stub(w.channel), method)(
+            make(w), metadata=metadata(c.principal), timeout=TIMEOUT
+        )
+
+    return Row(f"grpc:{name}", call, refused, **kw)
+
+
+def kafka_row(
+    name: str,
+    key: int,
+    version: int,
+    fields: Callable[[World], dict[str, Any]],
+    refused: int | None,
+    **kw: Any,
+) -> Row:
+    def call(w: World, c: Column) -> Any:
+        client = w.coordinator.kafka_client(c.principal)
+        try:
+            return client.call(request(key, version, **fields(w)))
+        finally:
+            client.close()
+
+    return Row(f"kafka:{name}", call, refused, **kw)
+
+
+CG = consumer_group_pb2_grpc.ConsumerGroupServiceStub
+ADMIN = admin_pb2_grpc.AdminServiceStub
+OFFSETS = offsets_pb2_grpc.OffsetServiceStub
+CLASSIC = classic_group_pb2_grpc.ClassicGroupServiceStub
+TESTING = testing_pb2_grpc.TestingServiceStub
+
+
+def _join(_w: World) -> Any:
+    return consumer_group_pb2.ConsumerGroupHeartbeatRequest(
+        group_id="cg",
+        member_epoch=0,
+        rebalance_timeout_ms=30_000,
+        subscribed_topic_names=common_pb2.TopicNames(names=["orders"]),
+        topic_partitions=common_pb2.TopicPartitionsList(),
+    )
+
+
+def _commit(_w: World) -> Any:
+    return offsets_pb2.OffsetCommitRequest(
+        group_id="simple",
+        topics=[
+            offsets_pb2.OffsetCommitRequest.Topic(
+                name="orders",
+                partitions=[
+                    offsets_pb2.OffsetCommitRequest.Partition(partition_index=1, committed_offset=9)
+                ],
+            )
+        ],
+    )
+
+
+def _watch(w: World, c: Column) -> Any:
+    stream = CG(w.channel).ConsumerGroupWatch(
+        consumer_group_pb2.ConsumerGroupWatchRequest(group_id="cg", member_id="no-such-member"),
+        metadata=metadata(c.principal),
+        timeout=TIMEOUT,
+    )
+    try:
+        return next(iter(stream))
+    finally:
+        stream.cancel()
+
+
+def _acl(principal: str, group: str) -> admin_pb2.AclBinding:
+    return admin_pb2.AclBinding(
+        resource_type=3,
+        resource_name=group,
+        pattern_type=3,
+        principal=principal,
+        host="*",
+        operation=3,
+        permission_type=3,
+    )
+
+
+def _upsert(name: str) -> Any:
+    return admin_pb2.AlterUserScramCredentialsRequest(
+        upsertions=[
+            admin_pb2.AlterUserScramCredentialsRequest.ScramCredentialUpsertion(
+                name=name, mechanism=2, iterations=4096, salt=b"t" * 16, salted_password=b"x" * 64
+            )
+        ]
+    )
+
+
+def _no_groups(resp: Any) -> bool:
+    groups = getattr(resp, "groups", None)
+    return groups is not None and len(groups) == 0
+
+
+def _no_topics(resp: Any) -> bool:
+    return len(resp.topics) == 0
+
+
+GRPC_ROWS = [
+    grpc_row(
+        "ConsumerGroupHeartbeat", CG, "ConsumerGroupHeartbeat", _join, GROUP_AUTH, writes=True
+    ),
+    grpc_row(
+        "ConsumerGroupDescribe",
+        CG,
+        "ConsumerGroupDescribe",
+        lambda w: consumer_group_pb2.ConsumerGroupDescribeRequest(group_ids=["cg"]),
+        GROUP_AUTH,
+    ),
+    Row("grpc:ConsumerGroupWatch", _watch, GROUP_AUTH),
+    grpc_row("OffsetCommit", OFFSETS, "OffsetCommit", _commit, GROUP_AUTH, writes=True),
+    grpc_row(
+        "OffsetFetch",
+        OFFSETS,
+        "OffsetFetch",
+        lambda w: offsets_pb2.OffsetFetchRequest(
+            groups=[offsets_pb2.OffsetFetchRequest.Group(group_id="cg")]
+        ),
+        GROUP_AUTH,
+    ),
+    grpc_row(
+        "OffsetDelete",
+        OFFSETS,
+        "OffsetDelete",
+        lambda w: offsets_pb2.OffsetDeleteRequest(
+            group_id="simple",
+            topics=[offsets_pb2.OffsetDeleteRequest.Topic(name="orders", partition_indexes=[0])],
+        ),
+        GROUP_AUTH,
+        writes=True,
+    ),
+    grpc_row(
+        "ListGroups",
+        ADMIN,
+        "ListGroups",
+        lambda w: admin_pb2.ListGroupsRequest(),
+        None,
+        empty=_no_groups,
+    ),
+    grpc_row(
+        "DeleteGroups",
+        ADMIN,
+        "DeleteGroups",
+        lambda w: admin_pb2.DeleteGroupsRequest(group_ids=["doomed"]),
+        GROUP_AUTH,
+        writes=True,
+    ),
+    grpc_row(
+        "DescribeConfigs",
+        ADMIN,
+        "DescribeConfigs",
+        lambda w: admin_pb2.DescribeConfigsRequest(
+            resources=[
+                admin_pb2.DescribeConfigsRequest.Resource(resource_type=16, resource_name="cg")
+            ]
+        ),
+        GROUP_AUTH,
+    ),
+    grpc_row(
+        "IncrementalAlterConfigs",
+        ADMIN,
+        "IncrementalAlterConfigs",
+        lambda w: admin_pb2.IncrementalAlterConfigsRequest(
+            resources=[
+                admin_pb2.IncrementalAlterConfigsRequest.Resource(
+                    resource_type=16,
+                    resource_name="cg",
+                    configs=[
+                        admin_pb2.IncrementalAlterConfigsRequest.AlterableConfig(
+                            name="consumer.session.timeout.ms", config_operation=0, value="50000"
+                        )
+                    ],
+                )
+            ]
+        ),
+        GROUP_AUTH,
+        writes=True,
+    ),
+    grpc_row(
+        "CreateTopics",
+        ADMIN,
+        "CreateTopics",
+        lambda w: admin_pb2.CreateTopicsRequest(
+            topics=[admin_pb2.CreateTopicsRequest.CreatableTopic(name="fresh", num_partitions=2)]
+        ),
+        TOPIC_AUTH,
+        writes=True,
+    ),
+    grpc_row(
+        "CreatePartitions",
+        ADMIN,
+        "CreatePartitions",
+        lambda w: admin_pb2.CreatePartitionsRequest(
+            topics=[admin_pb2.CreatePartitionsRequest.CreatePartitionsTopic(name="grow", count=2)]
+        ),
+        TOPIC_AUTH,
+        writes=True,
+    ),
+    grpc_row(
+        "DeleteTopics",
+        ADMIN,
+        "DeleteTopics",
+        lambda w: admin_pb2.DeleteTopicsRequest(names=["doomed-topic"]),
+        TOPIC_AUTH,
+        writes=True,
+    ),
+    grpc_row(
+        "ListTopics",
+        ADMIN,
+        "ListTopics",
+        lambda w: admin_pb2.ListTopicsRequest(),
+        None,
+        empty=_no_topics,
+    ),
+    grpc_row(
+        "ListOffsets",
+        ADMIN,
+        "ListOffsets",
+        lambda w: admin_pb2.ListOffsetsRequest(
+            topics=[
+                admin_pb2.ListOffsetsRequest.Topic(
+                    name="orders",
+                    partitions=[
+                        admin_pb2.ListOffsetsRequest.Partition(partition_index=0, timestamp=-1)
+                    ],
+                )
+            ]
+        ),
+        TOPIC_AUTH,
+    ),
+    grpc_row(
+        "FindCoordinator",
+        CLASSIC,
+        "FindCoordinator",
+        lambda w: classic_group_pb2.FindCoordinatorRequest(key_type=0, coordinator_keys=["cg"]),
+        GROUP_AUTH,
+    ),
+    grpc_row(
+        "JoinGroup",
+        CLASSIC,
+        "JoinGroup",
+        lambda w: classic_group_pb2.JoinGroupRequest(
+            group_id="classic",
+            session_timeout_ms=10_000,
+            protocol_type="consumer",
+            protocols=[classic_group_pb2.JoinGroupRequest.Protocol(name="range", metadata=b"")],
+        ),
+        GROUP_AUTH,
+    ),
+    grpc_row(
+        "SyncGroup",
+        CLASSIC,
+        "SyncGroup",
+        lambda w: classic_group_pb2.SyncGroupRequest(
+            group_id="classic", generation_id=1, member_id="m"
+        ),
+        GROUP_AUTH,
+    ),
+    grpc_row(
+        "Heartbeat",
+        CLASSIC,
+        "Heartbeat",
+        lambda w: classic_group_pb2.HeartbeatRequest(
+            group_id="classic", generation_id=1, member_id="m"
+        ),
+        GROUP_AUTH,
+    ),
+    grpc_row(
+        "LeaveGroup",
+        CLASSIC,
+        "LeaveGroup",
+        lambda w: classic_group_pb2.LeaveGroupRequest(
+            group_id="classic",
+            members=[classic_group_pb2.LeaveGroupRequest.MemberIdentity(member_id="m")],
+        ),
+        GROUP_AUTH,
+    ),
+    grpc_row(
+        "DescribeGroups",
+        CLASSIC,
+        "DescribeGroups",
+        lambda w: classic_group_pb2.DescribeGroupsRequest(group_ids=["cg"]),
+        GROUP_AUTH,
+    ),
+    grpc_row(
+        "AdvanceTime",
+        TESTING,
+        "AdvanceTime",
+        lambda w: testing_pb2.AdvanceTimeRequest(ms=0),
+        CLUSTER_AUTH,
+    ),
+    grpc_row(
+        "DescribeAcls",
+        ADMIN,
+        "DescribeAcls",
+        lambda w: admin_pb2.DescribeAclsRequest(
+            filter=admin_pb2.AclFilter(
+                resource_type_filter=1, pattern_type_filter=1, operation=1, permission_type=1
+            )
+        ),
+        CLUSTER_AUTH,
+    ),
+    grpc_row(
+        "CreateAcls",
+        ADMIN,
+        "CreateAcls",
+        lambda w: admin_pb2.CreateAclsRequest(creations=[_acl("User:dave", "dave-group")]),
+        CLUSTER_AUTH,
+        writes=True,
+    ),
+    grpc_row(
+        "DeleteAcls",
+        ADMIN,
+        "DeleteAcls",
+        lambda w: admin_pb2.DeleteAclsRequest(
+            filters=[
+                admin_pb2.AclFilter(
+                    resource_type_filter=1,
+                    pattern_type_filter=1,
+                    principal_filter="User:eve",
+                    operation=1,
+                    permission_type=1,
+                )
+            ]
+        ),
+        CLUSTER_AUTH,
+        writes=True,
+    ),
+    grpc_row(
+        "DescribeUserScramCredentials",
+        ADMIN,
+        "DescribeUserScramCredentials",
+        lambda w: admin_pb2.DescribeUserScramCredentialsRequest(),
+        CLUSTER_AUTH,
+    ),
+    grpc_row(
+        "AlterUserScramCredentials",
+        ADMIN,
+        "AlterUserScramCredentials",
+        lambda w: _upsert("frank"),
+        CLUSTER_AUTH,
+        writes=True,
+    ),
+]
+
+
+def _acl_filter(**kw: Any) -> dict[str, Any]:
+    return {
+        "resource_type_filter": 1,
+        "resource_name_filter": None,
+        "pattern_type_filter": 1,
+        "principal_filter": None,
+        "host_filter": None,
+        "operation": 1,
+        "permission_type": 1,
+        **kw,
+    }
+
+
+def _kafka_commit(_w: World) -> dict[str, Any]:
+    return {
+        "group_id": "simple",
+        "generation_id_or_member_epoch": -1,
+        "member_id": "",
+        "topics": [
+            {"name": "orders", "partitions": [{"partition_index": 2, "committed_offset": 11}]}
+        ],
+    }
+
+
+KAFKA_ROWS = [
+    kafka_row(
+        "ConsumerGroupHeartbeat",
+        68,
+        0,
+        lambda w: {
+            "group_id": "cg",
+            "member_id": "",
+            "member_epoch": 0,
+            "rebalance_timeout": 30_000,
+            "subscribed_topic_names": ["orders"],
+            "topic_partitions": [],
+        },
+        GROUP_AUTH,
+        writes=True,
+    ),
+    kafka_row("ConsumerGroupDescribe", 69, 0, lambda w: {"group_ids": ["cg"]}, GROUP_AUTH),
+    kafka_row("OffsetCommit", 8, 9, _kafka_commit, GROUP_AUTH, writes=True),
+    kafka_row(
+        "OffsetFetch", 9, 9, lambda w: {"groups": [{"group_id": "cg", "topics": None}]}, GROUP_AUTH
+    ),
+    kafka_row(
+        "OffsetDelete",
+        47,
+        0,
+        lambda w: {
+            "group_id": "simple",
+            "topics": [{"name": "orders", "partitions": [{"partition_index": 1}]}],
+        },
+        GROUP_AUTH,
+        writes=True,
+    ),
+    kafka_row("ListGroups", 16, 5, lambda w: {}, None, empty=_no_groups),
+    kafka_row(
+        "DeleteGroups", 42, 2, lambda w: {"groups_names": ["doomed2"]}, GROUP_AUTH, writes=True
+    ),
+    kafka_row(
+        "DescribeConfigs",
+        32,
+        4,
+        lambda w: {
+            "resources": [{"resource_type": 32, "resource_name": "cg", "configuration_keys": None}]
+        },
+        GROUP_AUTH,
+    ),
+    kafka_row(
+        "IncrementalAlterConfigs",
+        44,
+        1,
+        lambda w: {
+            "resources": [
+                {
+                    "resource_type": 32,
+                    "resource_name": "cg",
+                    "configs": [
+                        {
+                            "name": "consumer.heartbeat.interval.ms",
+                            "config_operation": 0,
+                            "value": "6000",
+                        }
+                    ],
+                }
+            ]
+        },
+        GROUP_AUTH,
+        writes=True,
+    ),
+    kafka_row("Metadata", 3, 12, lambda w: {"topics": None}, None, empty=_no_topics),
+    kafka_row(
+        "FindCoordinator", 10, 4, lambda w: {"key_type": 0, "coordinator_keys": ["cg"]}, GROUP_AUTH
+    ),
+    kafka_row(
+        "JoinGroup",
+        11,
+        9,
+        lambda w: {
+            "group_id": "classic",
+            "session_timeout": 10_000,
+            "rebalance_timeout": 10_000,
+            "member_id": "",
+            "protocol_type": "consumer",
+            "protocols": [{"name": "range", "metadata": b""}],
+        },
+        GROUP_AUTH,
+    ),
+    kafka_row(
+        "SyncGroup",
+        14,
+        5,
+        lambda w: {"group_id": "classic", "generation_id": 1, "member_id": "m", "assignments": []},
+        GROUP_AUTH,
+    ),
+    kafka_row(
+        "Heartbeat",
+        12,
+        4,
+        lambda w: {"group_id": "classic", "generation_id": 1, "member_id": "m"},
+        GROUP_AUTH,
+    ),
+    kafka_row(
+        "LeaveGroup",
+        13,
+        5,
+        lambda w: {"group_id": "classic", "members": [{"member_id": "m"}]},
+        GROUP_AUTH,
+    ),
+    kafka_row("DescribeGroups", 15, 5, lambda w: {"groups": ["cg"]}, GROUP_AUTH),
+    kafka_row("DescribeAcls", 29, 3, lambda w: _acl_filter(), CLUSTER_AUTH),
+    kafka_row(
+        "CreateAcls",
+        30,
+        3,
+        lambda w: {
+            "creations": [
+                {
+                    "resource_type": 3,
+                    "resource_name": "gina-group",
+                    "resource_pattern_type": 3,
+                    "principal": "User:gina",
+                    "host": "*",
+                    "operation": 3,
+                    "permission_type": 3,
+                }
+            ]
+        },
+        CLUSTER_AUTH,
+        writes=True,
+    ),
+    kafka_row(
+        "DeleteAcls",
+        31,
+        3,
+        lambda w: {"filters": [_acl_filter(principal_filter="User:dave")]},
+        CLUSTER_AUTH,
+        writes=True,
+    ),
+    kafka_row("DescribeUserScramCredentials", 50, 0, lambda w: {"users": None}, CLUSTER_AUTH),
+    kafka_row(
+        "AlterUserScramCredentials",
+        51,
+        0,
+        lambda w: {
+            "deletions": [],
+            "upsertions": [
+                {
+                    "name": "hank",
+                    "mechanism": 1,
+                    "iterations": 4096,
+                    "salt": b"u" * 16,
+                    "salted_password": b"y" * 32,
+                }
+            ],
+        },
+        CLUSTER_AUTH,
+        writes=True,
+    ),
+]
+
+ROWS = GRPC_ROWS + KAFKA_ROWS
+
+
+def codes(answer: Any) -> list[int]:
+    """Every error code anywhere in an answer (a proto message or a kio entity)."""
+    out: list[int] = []
+
+    def walk(x: Any, depth: int) -> None:
+        if depth > 8 or x is None or isinstance(x, (str, bytes, int, float, bool)):
+            return
+        if isinstance(x, (list, tuple)) or type(x).__name__ == "RepeatedCompositeContainer":
+            for item in x:
+                walk(item, depth + 1)
+            return
+        fields = (
+            [f.name for f, _ in x.ListFields()]
+            if hasattr(x, "ListFields")
+            else list(getattr(x, "__dataclass_fields__", {}))
+        )
+        for name in fields:
+            value = getattr(x, name)
+            if name == "error_code":
+                out.append(int(getattr(value, "value", value)))
+            else:
+                walk(value, depth + 1)
+
+    walk(answer, 0)
+    return out
+
+
+@pytest.mark.parametrize("row", ROWS, ids=lambda r: r.name)
+def test_matrix(world: World, row: Row) -> None:
+    coordinator = world.coordinator
+    # The refused columns first: then the allowed one, which may change the state.
+    for column in sorted(COLUMNS, key=lambda c: c.allowed):
+        before = coordinator.snapshot()
+        answer = row.call(world, column)
+        after = coordinator.snapshot()
+        found = codes(answer)
+        where = f"{row.name} as {column.name}: {found}"
+        if column.allowed:
+            assert not AUTH_CODES.intersection(found), where
+            if row.empty is not None:
+                assert not row.empty(answer), where
+            if row.writes:
+                assert after != before, f"{where}: the allowed request changed nothing"
+        else:
+            assert after == before, f"{where}: a refused request changed the state"
+            if row.refused is None:
+                assert row.empty is not None and row.empty(answer), where
+                assert not AUTH_CODES.intersection(found), where
+            else:
+                assert row.refused in found, where
+                assert set(found) - {0} <= {row.refused}, where
+
+
+def test_every_rpc_and_every_served_kafka_api_has_a_row() -> None:
+    from coordinator.server.kafka import apis
+
+    grpc_rpcs = {m.name for d in services.service_descriptors() for m in d.methods}
+    assert {r.name.removeprefix("grpc:") for r in GRPC_ROWS} == grpc_rpcs
+    kafka_apis = {kafka_name(k) for k in apis.SERVED} | {"Metadata"}
+    assert {r.name.removeprefix("kafka:") for r in KAFKA_ROWS} == kafka_apis
+
+
+def kafka_name(key: int) -> str:
+    from coordinator.observability.requests import kafka_api_name
+
+    return kafka_api_name(key)
