@@ -1,0 +1,307 @@
+"""Kafka's per-API authorization rules in the service layer (coordinator/server/authorization.py)
+beyond the matrix's allow/refuse of whole requests: topic rules inside a request (subscriptions,
+regexes per principal, offsets per partition, ConsumerGroupDescribe's topics), the filtered
+lists (ListGroups, ListTopics), hosts, and every refusal reported for the audit trail."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import replace
+
+import pytest
+from builders import commit, join, make_runtime
+
+from coordinator.core.commands import ConsumerGroupHeartbeat
+from coordinator.core.errors import ErrorCode
+from coordinator.core.offsets import OffsetFetchGroup, OffsetFetchTopic
+from coordinator.core.topics import NewTopic
+from coordinator.runtime import CoordinatorRuntime
+from coordinator.security.acls import AclOperation, ResourceType
+from coordinator.security.authorizer import AuthorizerConfig, Refusal
+from coordinator.security.principal import user
+from coordinator.server.api import AclSpec, Caller
+from coordinator.server.service import CoordinatorService
+
+ADMIN = Caller(principal=user("admin"))
+ALICE = Caller(principal=user("alice"), client_host="/10.0.0.7", client_id="app")
+OP = AclOperation
+
+
+def acl(
+    rtype: int,
+    name: str,
+    op: AclOperation,
+    principal: str = "User:alice",
+    pattern: int = 3,
+    host: str = "*",
+    permission: int = 3,
+) -> AclSpec:
+    return AclSpec(
+        resource_type=rtype,
+        resource_name=name,
+        pattern_type=pattern,
+        principal=principal,
+        host=host,
+        operation=int(op),
+        permission_type=permission,
+    )
+
+
+@pytest.fixture
+async def svc() -> AsyncIterator[tuple[CoordinatorService, list[Refusal]]]:
+    rt: CoordinatorRuntime = make_runtime()
+    await rt.start()
+    service = CoordinatorService(
+        rt, authorizer=AuthorizerConfig(super_users=frozenset({"User:admin"}))
+    )
+    refusals: list[Refusal] = []
+    service.authorizer.on_refused = refusals.append
+    topics = [NewTopic(name=n, num_partitions=2) for n in ("pay-eu", "pay-us", "secret", "public")]
+    assert all(t.error_code == 0 for t in (await service.create_topics(topics, ADMIN)).value or [])
+    try:
+        yield service, refusals
+    finally:
+        await rt.close()
+
+
+async def grant(service: CoordinatorService, *specs: AclSpec) -> None:
+    reply = await service.create_acls(list(specs), ADMIN)
+    assert [c.error_code for c in reply.value or []] == [0] * len(specs)
+
+
+async def test_a_subscription_to_a_topic_the_member_may_not_describe_is_refused(svc) -> None:
+    service, refusals = svc
+    await grant(
+        service,
+        acl(3, "g", OP.READ),
+        acl(2, "pay-", OP.DESCRIBE, pattern=4),
+        acl(2, "secret", OP.READ, principal="User:other"),  # "secret" has ACLs: only they decide
+    )
+    before = service.runtime.snapshot()
+    reply = await service.consumer_group_heartbeat(join("g", ("pay-eu", "secret")), ALICE)
+    assert (reply.error_code, reply.error_message) == (
+        ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+        "Not authorized to access topics: [secret]",
+    )
+    assert service.runtime.snapshot() == before
+    assert [(r.api, r.operation, r.resource_type, r.resource_name) for r in refusals] == [
+        ("ConsumerGroupHeartbeat", OP.DESCRIBE, ResourceType.TOPIC, "secret")
+    ]
+    assert (refusals[0].principal, refusals[0].host, refusals[0].protocol) == (
+        user("alice"),
+        "10.0.0.7",
+        "grpc",
+    )
+    ok = await service.consumer_group_heartbeat(join("g", ("pay-eu", "pay-us")), ALICE)
+    assert ok.error_code == 0 and ok.value is not None
+    assert ok.value.assignment is not None
+
+
+async def test_a_regex_resolves_only_to_topics_the_member_may_describe(svc) -> None:
+    service, refusals = svc
+    await grant(service, acl(3, "g", OP.READ), acl(2, "pay-eu", OP.READ))
+    req: ConsumerGroupHeartbeat = replace(
+        join("g", ()), subscribed_topic_names=None, subscribed_topic_regex="pay-.*|secret"
+    )
+    reply = await service.consumer_group_heartbeat(req, ALICE)
+    assert reply.error_code == 0 and reply.value is not None
+    (group,) = (await service.consumer_group_describe(["g"], ADMIN)).value or []
+    assert group.description is not None
+    resolved = service.runtime.shards[service.runtime.shard_index("g")].groups["g"]
+    # pay-eu: READ implies DESCRIBE; pay-us and secret have no ACL at all, but TOPIC ACLs
+    # exist only for pay-eu, so allow.everyone lets alice describe them: Kafka's semantics.
+    assert resolved.resolved_regexes["pay-.*|secret"][0] == {"pay-eu", "pay-us", "secret"}
+    assert refusals == []  # a regex resolution filters silently
+
+
+async def test_a_regex_resolution_drops_topics_an_acl_hides(svc) -> None:
+    service, refusals = svc
+    await grant(
+        service,
+        acl(3, "g", OP.READ),
+        acl(2, "*", OP.DESCRIBE, principal="User:other"),  # TOPIC ACLs everywhere
+        acl(2, "pay-", OP.DESCRIBE, pattern=4),
+    )
+    req = replace(join("g", ()), subscribed_topic_names=None, subscribed_topic_regex=".*")
+    reply = await service.consumer_group_heartbeat(req, ALICE)
+    assert reply.error_code == 0
+    group = service.runtime.shards[service.runtime.shard_index("g")].groups["g"]
+    assert group.resolved_regexes[".*"][0] == {"pay-eu", "pay-us"}
+    assert refusals == []
+
+
+async def test_offsets_are_authorized_per_topic(svc) -> None:
+    service, refusals = svc
+    await grant(
+        service,
+        acl(3, "g", OP.READ),
+        acl(2, "*", OP.DESCRIBE, principal="User:other"),
+        acl(2, "public", OP.READ),
+    )
+    reply = await service.offset_commit(commit("g", {("public", 0): 5, ("secret", 1): 9}), ALICE)
+    assert reply.value is not None
+    assert [
+        (t.name, [(p.partition_index, p.error_code) for p in t.partitions])
+        for t in reply.value.topics
+    ] == [
+        ("public", [(0, ErrorCode.NONE)]),
+        ("secret", [(1, ErrorCode.TOPIC_AUTHORIZATION_FAILED)]),
+    ]
+    await service.offset_commit(commit("g", {("secret", 0): 3}), ADMIN)
+    # "All topics": the topics alice may not describe are left out, silently.
+    (fetched,) = (await service.offset_fetch([OffsetFetchGroup(group_id="g")], ALICE)).value or []
+    assert [(t.name, [p.committed_offset for p in t.partitions]) for t in fetched.topics] == [
+        ("public", [5])
+    ]
+    # Named topics: TOPIC_AUTHORIZATION_FAILED on each partition of the hidden one.
+    named = OffsetFetchGroup(
+        group_id="g",
+        topics=(
+            OffsetFetchTopic(name="public", partition_indexes=(0,)),
+            OffsetFetchTopic(name="secret", partition_indexes=(0,)),
+        ),
+    )
+    (fetched,) = (await service.offset_fetch([named], ALICE)).value or []
+    assert [
+        (t.name, [(p.committed_offset, p.error_code) for p in t.partitions]) for t in fetched.topics
+    ] == [
+        ("public", [(5, ErrorCode.NONE)]),
+        ("secret", [(-1, ErrorCode.TOPIC_AUTHORIZATION_FAILED)]),
+    ]
+    assert {(r.api, r.resource_name) for r in refusals} == {
+        ("OffsetCommit", "secret"),
+        ("OffsetFetch", "secret"),
+    }
+
+
+async def test_list_groups_shows_what_the_caller_may_describe_and_all_with_cluster_describe(
+    svc,
+) -> None:
+    service, _ = svc
+    for g in ("a", "b", "c"):
+        await service.offset_commit(commit(g, {("public", 0): 1}), ADMIN)
+    assert len((await service.list_groups(((), ()), ALICE)).value or []) == 3  # no ACL at all
+    await grant(
+        service,
+        acl(4, "kafka-cluster", OP.ALTER, principal="User:ops"),  # alice: no CLUSTER DESCRIBE
+        acl(3, "a", OP.READ),
+        acl(3, "c", OP.DELETE, principal="User:*"),
+    )
+    listed = (await service.list_groups(((), ()), ALICE)).value or []
+    # a: READ implies DESCRIBE; b: no ACL (allow.everyone); c: ACLs exist, alice's DELETE
+    # through User:* implies DESCRIBE.
+    assert [g.group_id for g in listed] == ["a", "b", "c"]
+    await grant(service, acl(3, "b", OP.READ, principal="User:other"))
+    assert [g.group_id for g in (await service.list_groups(((), ()), ALICE)).value or []] == [
+        "a",
+        "c",
+    ]
+    await grant(service, acl(4, "kafka-cluster", OP.DESCRIBE))
+    assert len((await service.list_groups(((), ()), ALICE)).value or []) == 3
+    # ANONYMOUS: only c (User:* may DELETE it, which implies DESCRIBE).
+    assert [g.group_id for g in (await service.list_groups(((), ()), Caller())).value or []] == [
+        "c"
+    ]
+
+
+async def test_describing_a_group_needs_describe_on_its_members_topics(svc) -> None:
+    service, _ = svc
+    assert (await service.consumer_group_heartbeat(join("g", ("secret",)), ADMIN)).error_code == 0
+    await grant(
+        service,
+        acl(3, "g", OP.DESCRIBE),
+        acl(2, "secret", OP.READ, principal="User:other"),
+    )
+    (described,) = (await service.consumer_group_describe(["g"], ALICE)).value or []
+    assert (described.error_code, described.description) == (
+        ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+        None,
+    )
+    await grant(service, acl(2, "secret", OP.DESCRIBE))
+    (described,) = (await service.consumer_group_describe(["g"], ALICE)).value or []
+    assert described.error_code == 0 and described.description is not None
+
+
+async def test_host_specific_acls_need_the_clients_address(svc) -> None:
+    service, _ = svc
+    await grant(
+        service,
+        acl(3, "g", OP.ALL),
+        acl(3, "g", OP.READ, host="10.0.0.7", permission=2),  # DENY from that host
+    )
+    assert service.authorizer.needs_host
+    denied = await service.consumer_group_heartbeat(join("g", ("public",)), ALICE)
+    assert denied.error_code == ErrorCode.GROUP_AUTHORIZATION_FAILED
+    elsewhere = replace(ALICE, client_host="/10.0.0.8")
+    assert (
+        await service.consumer_group_heartbeat(join("g", ("public",)), elsewhere)
+    ).error_code == 0
+
+
+async def test_acl_administration_is_validated_per_entry(svc) -> None:
+    service, _ = svc
+    reply = await service.create_acls(
+        [acl(3, "g", OP.READ), acl(4, "other-cluster", OP.ALTER), acl(3, "g", OP.ANY)], ADMIN
+    )
+    assert [(c.error_code, c.error_message) for c in reply.value or []] == [
+        (ErrorCode.NONE, None),
+        (
+            ErrorCode.INVALID_REQUEST,
+            "The only valid name for the CLUSTER resource is kafka-cluster",
+        ),
+        (ErrorCode.INVALID_REQUEST, "Invalid operation ANY"),
+    ]
+    everything = AclSpec(
+        resource_type=1,
+        resource_name=None,
+        pattern_type=1,
+        principal=None,
+        host=None,
+        operation=1,
+        permission_type=1,
+    )
+    listed = (await service.describe_acls(everything, ADMIN)).value or []
+    assert [str(b) for b in listed] == [
+        "(principal=User:alice, host=*, operation=READ, permissionType=ALLOW) on GROUP:LITERAL:g"
+    ]
+    bad = replace(everything, pattern_type=0)
+    assert (await service.describe_acls(bad, ADMIN)).error_code == ErrorCode.INVALID_REQUEST
+    deleted = await service.delete_acls([everything, bad], ADMIN)
+    assert [(len(d.deleted), d.error_code) for d in deleted.value or []] == [
+        (1, ErrorCode.NONE),
+        (0, ErrorCode.INVALID_REQUEST),
+    ]
+
+
+def test_a_refusal_is_an_audit_line_and_a_counted_metric(caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
+    from coordinator.observability.metrics import CoordinatorMetrics
+    from coordinator.observability.requests import refusal_observer
+
+    metrics = CoordinatorMetrics(process_collectors=False)
+    refused = refusal_observer(metrics)
+    caplog.set_level(logging.INFO, logger="kip848.audit")
+    refused(
+        Refusal(
+            principal=user("bob"),
+            host="10.0.0.9",
+            operation=OP.READ,
+            resource_type=ResourceType.GROUP,
+            resource_name="payments",
+            api="JoinGroup",
+            client_id="rdkafka",
+            protocol="kafka",
+        )
+    )
+    (line,) = [r.getMessage() for r in caplog.records if r.name == "kip848.audit"]
+    assert line == (
+        "Audit: action=authorization_refused result=GROUP_AUTHORIZATION_FAILED "
+        "client_id=rdkafka client_address=10.0.0.9 protocol=kafka principal=User:bob "
+        "rpc=JoinGroup operation=READ resource=GROUP:payments"
+    )
+    sample = metrics.registry.get_sample_value(
+        "kip848_authorization_refusals_total",
+        {"rpc": "JoinGroup", "operation": "READ", "resource_type": "GROUP"},
+    )
+    assert sample == 1.0
