@@ -51,13 +51,16 @@ from .forwarding import (
     method_table,
     new_grpc_server,
 )
+from .grpc_auth import GrpcAuthenticator
 from .h2grpc import H2GrpcServer
 from .kafka.listener import DEFAULT_IDLE_MS, DEFAULT_MAX_REQUEST_BYTES, KafkaListener, KafkaOptions
 from .kafka.log_offsets import UpstreamLogOffsets
+from .kafka.sasl import Authenticator
 from .kafka.security import ListenerSecurity
 from .kafka.topic_feed import DEFAULT_MAX_AGE_MS as DEFAULT_METADATA_MAX_AGE_MS
 from .kafka.topic_feed import TopicFeed
 from .kafka.upstream import Upstream, UpstreamError
+from .oauth import TokenValidator
 from .security_config import Security
 from .service import CoordinatorService
 from .services import (
@@ -179,6 +182,15 @@ class CoordinatorServer:
             lambda path: local_handler(table[path]),
         )
         self.service_names = [descriptor.full_name for descriptor, _ in served]
+        self.tokens = TokenValidator(security.oauth) if security.oauth is not None else None
+        self.grpc_auth = GrpcAuthenticator(
+            required=security.grpc_requires_auth,
+            tokens=self.tokens,
+            mapper=SslPrincipalMapper(security.grpc_mapping_rules),
+            certificates=self.grpc_tls is not None and self.grpc_tls.client_auth != "none",
+        )
+        for servicer in servicers:
+            servicer.principal_of = self.grpc_auth.principal_of  # type: ignore[attr-defined]
         self.grpc_authenticates = security.grpc_requires_auth or (
             self.grpc_tls is not None and self.grpc_tls.client_auth == "required"
         )
@@ -237,10 +249,12 @@ class CoordinatorServer:
         return tls
 
     def reload_tls(self) -> None:
-        """SIGHUP: every TLS listener re-reads its certificates; connections made from now on
-        get them, the open ones keep theirs."""
+        """SIGHUP: every TLS listener re-reads its certificates, and the JWKS is re-read;
+        connections made from now on get them, the open ones keep theirs."""
         for tls in self.tls:
             tls.reload()
+        if self.tokens is not None:
+            self.tokens.reload()
 
     def kafka_endpoints(self) -> tuple[Any, ...]:
         """The Kafka listeners: ``security.kafka`` (``listeners``, or ``--kafka-listen``), or
@@ -280,6 +294,7 @@ class CoordinatorServer:
         self.kafka = KafkaListener(self.service, kafka_options, upstream)
         self.kafka.on_forward = forwarded_timer(getattr(self.runtime.observer, "metrics", None))
         for endpoint in self.kafka_endpoints():
+            sec = options.security
             security = ListenerSecurity(
                 name=endpoint.name,
                 protocol=endpoint.protocol,
@@ -287,6 +302,16 @@ class CoordinatorServer:
                 mapper=SslPrincipalMapper(endpoint.mapping_rules),
                 mechanisms=endpoint.mechanisms,
                 reauth_ms=endpoint.reauth_ms,
+                authenticator=Authenticator(
+                    mechanisms=endpoint.mechanisms,
+                    lookup=self.service.scram_credential,
+                    tokens=self.tokens,
+                    reauth_ms=endpoint.reauth_ms,
+                    passthrough=sec.upstream.passthrough and upstream is not None,
+                    sub_claim=sec.oauth.sub_claim if sec.oauth is not None else "sub",
+                )
+                if endpoint.protocol.startswith("SASL_")
+                else None,
             )
             bound = await self.kafka.listen(endpoint.host, endpoint.port, security)
             advertised = (
@@ -305,6 +330,11 @@ class CoordinatorServer:
             shown = f"[{host.strip('[]')}]" if ":" in host.strip("[]") else host
             self.kafka_addresses.append((endpoint.name, endpoint.protocol, f"{shown}:{bound}"))
         self.kafka_address = self.kafka_addresses[0][2]
+        self.kafka.authenticates = all(
+            e.protocol.startswith("SASL_")
+            or (e.tls is not None and e.tls.client_auth == "required")
+            for e in self.kafka_endpoints()
+        )
         if upstream is not None:
             # Topics follow the upstream; the topic RPCs go to it (started by load()).
             self.topic_feed = TopicFeed(self.runtime, upstream, options.kafka_metadata_max_age_ms)
@@ -472,8 +502,11 @@ async def serve(runtime: CoordinatorRuntime, options: ServeOptions) -> int:
     code."""
     try:
         server = CoordinatorServer(runtime, options)
-    except TlsConfigError as exc:
-        print(f"kip848 serve: TLS: {exc}", file=sys.stderr)
+    except (TlsConfigError, ValueError) as exc:  # certificates, keys, the JWKS file
+        print(
+            f"kip848 serve: {'TLS: ' if isinstance(exc, TlsConfigError) else ''}{exc}",
+            file=sys.stderr,
+        )
         await runtime.close()
         return 1
     try:

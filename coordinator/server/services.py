@@ -40,6 +40,7 @@ from kip848.v1 import (
 from . import convert
 from .api import Caller, Node, WatchRequest
 from .forwarding import ForwardedContext
+from .grpc_auth import Unauthenticated
 from .service import CoordinatorService, ShuttingDown
 
 log = logging.getLogger("kip848.server")
@@ -168,6 +169,15 @@ class GrpcServicer:
             principal=principal,
         )
 
+    async def authenticated_caller(self, context: Any, identity: bool) -> Caller:
+        """:meth:`caller`, or the call ends with UNAUTHENTICATED when its credentials are
+        refused or missing where required (``grpc_auth.py``)."""
+        try:
+            return self.caller(context, identity)
+        except Unauthenticated as exc:
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, str(exc))
+            raise  # abort raises; never reached
+
     async def run(self, row: Rpc, request: Any, context: grpc.aio.ServicerContext) -> Any:
         # Audited (admin) RPCs, every RPC while tracing, and every RPC while an ACL names a
         # host, need the client id and address.
@@ -177,7 +187,7 @@ class GrpcServicer:
             or tracing.STATE.enabled
             or self.service.authorizer.needs_host
         )
-        caller = self.caller(context, identity)
+        caller = await self.authenticated_caller(context, identity)
         try:
             self.service.limits.precheck_grpc(
                 row.response_type.DESCRIPTOR.name[:-8],
@@ -288,7 +298,7 @@ async def _consumer_group_watch(
     self: GrpcServicer, request: consumer_group_pb2.ConsumerGroupWatchRequest, context: Any
 ) -> AsyncIterator[consumer_group_pb2.ConsumerGroupWatchResponse]:
     """The one server-streaming RPC (push.py): each event of the service, converted."""
-    caller = self.caller(context, False)
+    caller = await self.authenticated_caller(context, False)
     req = WatchRequest(group_id=request.group_id, member_id=request.member_id)
     try:
         async for event in self.service.consumer_group_watch(req, caller):

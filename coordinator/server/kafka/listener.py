@@ -36,6 +36,7 @@ from ..codec import AUTHORIZED_OPERATIONS_OMITTED
 from ..service import CoordinatorService
 from ..tls import listening_sockets, peer_subject
 from . import apis, configs, convert, wire
+from . import sasl as sasl_api
 from .security import ListenerSecurity
 
 log = logging.getLogger("kip848.kafka")
@@ -91,6 +92,8 @@ class KafkaListener:
         self._idle_task: asyncio.Task[None] | None = None
         self._pending: set[asyncio.Task[None]] = set()
         self.closing = False
+        self.on_auth_failed: Callable[[], None] | None = None
+        """Called for each refused SASL authentication (metrics)."""
         self.authenticates = False
         """True when connections authenticate (SASL, client certificates): the start-up log
         stops calling the listener open to anonymous clients."""
@@ -196,8 +199,9 @@ class KafkaListener:
 
     # ------------------------------------------------------------ versions
 
-    def advertised(self) -> dict[int, tuple[int, int]]:
-        """api key -> (min, max): ours for served APIs, the upstream's for forwarded ones."""
+    def advertised(self, sasl: bool = False) -> dict[int, tuple[int, int]]:
+        """api key -> (min, max): ours for served APIs, the upstream's for forwarded ones;
+        ``sasl``: a SASL listener's (SaslHandshake and SaslAuthenticate are ours)."""
         table: dict[int, tuple[int, int]] = {}
         if self.upstream is not None:
             table.update(self.upstream.forwarded_versions())
@@ -206,12 +210,17 @@ class KafkaListener:
         for key, row in apis.SERVED.items():
             table[key] = (row.min_version, row.max_version)
         table[apis.API_VERSIONS] = apis.API_VERSIONS_RANGE
+        if sasl:
+            table[sasl_api.SASL_HANDSHAKE] = sasl_api.HANDSHAKE_VERSIONS
+            table[sasl_api.SASL_AUTHENTICATE] = sasl_api.AUTHENTICATE_VERSIONS
         return dict(sorted(table.items()))
 
     # ------------------------------------------------------------ served requests
 
-    def api_versions(self, version: int, correlation_id: int, frame: bytes, pos: int) -> bytes:
-        table = self.advertised()
+    def api_versions(
+        self, version: int, correlation_id: int, frame: bytes, pos: int, sasl: bool = False
+    ) -> bytes:
+        table = self.advertised(sasl)
         keys = [
             {"api_key": k, "min_version": lo, "max_version": hi} for k, (lo, hi) in table.items()
         ]
@@ -394,6 +403,7 @@ class KafkaConnection(asyncio.Protocol):
         self.client_host = ""
         self.node: Node | None = None
         self.security: ListenerSecurity | None = None  # None: PLAINTEXT
+        self.sasl: sasl_api.SaslSession | None = None  # SASL listeners: the exchange's state
         self.last_active = time.monotonic()
         self.closed = False
         self._drain_then_close = False
@@ -417,6 +427,8 @@ class KafkaConnection(asyncio.Protocol):
             self.security = self.listener.security.get(sock[1])
         self.listener.connections.add(self)
         security = self.security
+        if security is not None and security.sasl:
+            self.sasl = sasl_api.SaslSession(security.authenticator)
         if security is not None and security.tls is not None and not security.sasl:
             # SSL: the principal is the client certificate's subject, mapped (no certificate:
             # ANONYMOUS); with SASL_SSL the SASL exchange decides.
@@ -449,6 +461,8 @@ class KafkaConnection(asyncio.Protocol):
         buf += data
         pos, end = 0, len(buf)
         limit = self.listener.options.max_request_bytes
+        if self.sasl is not None and not self.sasl.authenticated:
+            limit = sasl_api.MAX_RECEIVE_BYTES  # Kafka's sasl.server.max.receive.size
         while end - pos >= 4 and not self.closed:
             size = int.from_bytes(buf[pos : pos + 4], "big", signed=True)
             if size < 0 or size > limit:
@@ -472,10 +486,16 @@ class KafkaConnection(asyncio.Protocol):
             self.fail(f"unreadable request header: {exc}")
             return
         listener = self.listener
+        if self.sasl is not None and sasl_api.intercept(
+            self, key, version, correlation_id, frame, pos
+        ):
+            return
         if key == apis.API_VERSIONS:
             slot = self._slot()
             try:
-                data = listener.api_versions(version, correlation_id, frame, pos)
+                data = listener.api_versions(
+                    version, correlation_id, frame, pos, self.sasl is not None
+                )
             except wire.WireError as exc:
                 self.fail(str(exc))
                 return

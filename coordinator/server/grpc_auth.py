@@ -1,0 +1,120 @@
+"""Who a gRPC call is from (docs/security.md, "Authentication"): the principal the servicers
+put on each call's ``Caller`` (``GrpcServicer.principal_of``).
+
+* ``authorization: Bearer <JWT>`` in the call's metadata: the token is checked against the
+  JWKS (``oauth.TokenValidator``, the same as the Kafka listener's OAUTHBEARER) and the call is
+  ``User:<principal claim>``. A token that is not accepted fails the call with UNAUTHENTICATED
+  — never silently anonymous. No password ever travels over gRPC: SCRAM users authenticate on
+  the Kafka listener; gRPC clients bring a token (or a certificate).
+* Otherwise a verified TLS client certificate: ``User:<subject mapped by
+  ssl.principal.mapping.rules>`` (no rule applies: UNAUTHENTICATED).
+* Otherwise ``User:ANONYMOUS`` — unless the listener requires authentication
+  (``listener.security.protocol.map`` ``GRPC:SASL_SSL`` or ``GRPC:SASL_PLAINTEXT``): then
+  UNAUTHENTICATED.
+
+Health checks and reflection are not authenticated (load balancers probe them).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from coordinator.security.principal import ANONYMOUS, KafkaPrincipal, user
+from coordinator.security.ssl_principal import NoMatchingRule, SslPrincipalMapper
+
+from .oauth import InvalidToken, TokenValidator
+
+AUTHORIZATION = "authorization"
+SUBJECT_CACHE = 4096
+
+
+class Unauthenticated(Exception):
+    """The call must be refused with gRPC status UNAUTHENTICATED; the message says why."""
+
+
+def subject_of(context: Any) -> str | None:
+    """The verified client certificate's subject of the call's connection: our contexts say it
+    (``peer_subject``); grpc.aio's through ``auth_context()``."""
+    peer_subject = getattr(context, "peer_subject", None)
+    if peer_subject is not None:
+        subject: str | None = peer_subject()
+        return subject
+    auth_context = getattr(context, "auth_context", None)
+    if auth_context is None:
+        return None
+    values = list((auth_context() or {}).get("x509_subject", ()))
+    return values[0].decode("utf-8", "replace") if values else None
+
+
+class GrpcAuthenticator:
+    """``principal_of(context)`` for the gRPC servicers (see the module doc)."""
+
+    def __init__(
+        self,
+        *,
+        required: bool = False,
+        tokens: TokenValidator | None = None,
+        mapper: SslPrincipalMapper | None = None,
+        certificates: bool = False,
+    ) -> None:
+        self.required = required
+        self.tokens = tokens
+        self.mapper = mapper or SslPrincipalMapper()
+        self.certificates = certificates  # the listener asks for client certificates
+        self._subjects: dict[str, KafkaPrincipal | None] = {}
+        self.refused = 0
+
+    def principal_of(self, context: Any) -> KafkaPrincipal:
+        token = None
+        for key, value in context.invocation_metadata() or ():
+            if key == AUTHORIZATION:
+                token = value if isinstance(value, str) else value.decode("latin-1")
+                break
+        if token is not None:
+            return self._token_principal(token)
+        if self.certificates:
+            subject = subject_of(context)
+            if subject is not None:
+                return self._certificate_principal(subject)
+        if self.required:
+            self.refused += 1
+            raise Unauthenticated(
+                "Authentication required: send 'authorization: Bearer <JWT>' metadata or a "
+                "client certificate"
+            )
+        return ANONYMOUS
+
+    def _token_principal(self, header: str) -> KafkaPrincipal:
+        scheme, _sep, token = header.strip().partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            self.refused += 1
+            raise Unauthenticated("The authorization metadata must be 'Bearer <JWT>'")
+        if self.tokens is None:
+            self.refused += 1
+            raise Unauthenticated(
+                "Bearer tokens are not accepted here: no JWKS is configured "
+                "(sasl.oauthbearer.jwks.endpoint.url)"
+            )
+        try:
+            return user(self.tokens.validate(token.strip()).principal_name)
+        except InvalidToken as exc:
+            self.refused += 1
+            raise Unauthenticated(f"Invalid bearer token: {exc}") from None
+
+    def _certificate_principal(self, subject: str) -> KafkaPrincipal:
+        try:
+            principal = self._subjects[subject]
+        except KeyError:
+            try:
+                principal = user(self.mapper.name(subject))
+            except NoMatchingRule:
+                principal = None
+            if len(self._subjects) >= SUBJECT_CACHE:
+                self._subjects.clear()
+            self._subjects[subject] = principal
+        if principal is None:
+            self.refused += 1
+            raise Unauthenticated(
+                f"No ssl.principal.mapping.rules rule applies to the certificate '{subject}'"
+            )
+        return principal
