@@ -10,6 +10,7 @@ import argparse
 import sys
 
 from coordinator.cli import (
+    acls,
     analytics,
     assignors,
     configs,
@@ -18,12 +19,24 @@ from coordinator.cli import (
     serve,
     simulate,
     topics,
+    users,
 )
 from coordinator.cli.errors import UsageError
 from coordinator.cli.registry import Commands
 
 # In the order `kip848 --help` lists them.
-SUBCOMMANDS = (serve, topics, groups, configs, dump_replay, assignors, simulate, analytics)
+SUBCOMMANDS = (
+    serve,
+    topics,
+    groups,
+    configs,
+    acls,
+    users,
+    dump_replay,
+    assignors,
+    simulate,
+    analytics,
+)
 
 
 def build() -> tuple[argparse.ArgumentParser, Commands]:

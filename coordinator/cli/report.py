@@ -25,6 +25,14 @@ HINTS: dict[str, str] = {
     "COORDINATOR_LOAD_IN_PROGRESS": "the coordinator is still loading its store; retry in a moment",
     "COORDINATOR_NOT_AVAILABLE": "the coordinator could not write its store or is stopping; check its log and retry",
     "INVALID_REQUEST": "the request was refused as malformed; see the message",
+    "GROUP_AUTHORIZATION_FAILED": "the principal may not do this to the group; see its ACLs with "
+    "`kip848 acls list --group GROUP` (docs/security.md)",
+    "TOPIC_AUTHORIZATION_FAILED": "the principal may not do this to the topic; see its ACLs with "
+    "`kip848 acls list --topic TOPIC` (docs/security.md)",
+    "CLUSTER_AUTHORIZATION_FAILED": "administration needs DESCRIBE or ALTER on the cluster (or a "
+    "super user); see `kip848 acls list --cluster` (docs/security.md)",
+    "UNACCEPTABLE_CREDENTIAL": "a user name must not be empty; iterations are 4096..16384",
+    "RESOURCE_NOT_FOUND": "see the users with `kip848 users list`",
 }
 
 
@@ -49,6 +57,13 @@ def report(subject: str, code: int, message: str | None = None, *, hint: bool = 
     print(f"kip848: {subject}: {name}" + (f": {message}" if message else ""), file=sys.stderr)
     if hint:
         print_hints([code])
+
+
+def failed(code: int, message: str | None) -> int:
+    """A request refused as a whole: the error and its hint on stderr; exit code 1."""
+    print(f"kip848: {error_text(code, message)}", file=sys.stderr)
+    print_hints([code])
+    return 1
 
 
 def print_hints(codes: Sequence[int]) -> None:
