@@ -1,13 +1,14 @@
 """Authorization matrix: every RPC and every served Kafka API x every column of principals, on
 both listeners, asserting the answer and that a refused request changed nothing.
 
-The coordinator is the real server (gRPC on h2, the Kafka listener, the runtime) in this
+The coordinator is the real server (gRPC on h2, two Kafka listeners, the runtime) in this
 process, so the test reads its whole state before and after each request (every shard's
-snapshot: groups, offsets, configs; the topics, the ACLs, the users). Each column is a principal and what it may do;
-a connection is given its column's principal through the transport seam — the gRPC servicers'
-``principal_of`` and the Kafka connection's ``set_principal`` — exactly where authentication
-(SASL, mTLS, tokens) sets it. Columns are data (:data:`COLUMNS`): an authentication mechanism
-adds its own (a wrong password, an expired token) with its own ``connect``.
+snapshot: groups, offsets, configs; the topics, the ACLs, the users). Each column is a
+principal and what it may do, and it authenticates for real: over gRPC with a bearer JWT signed
+by the test's JWKS, over Kafka with SASL/SCRAM-SHA-256 (scramp as the client) on the
+SASL_PLAINTEXT listener; the anonymous column sends no token and uses the PLAINTEXT listener.
+Columns are data (:data:`COLUMNS`): an authentication mechanism adds its own (a wrong
+password, an expired token) with its own way to connect.
 
 The ACLs: ``User:alice`` may do everything (ALLOW ALL on GROUP ``*``, TOPIC ``*`` and the
 cluster), ``User:admin`` is a super user (it sets up the state). Every resource thus has ACLs,
@@ -17,13 +18,14 @@ a resource, only they decide).
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import grpc
 import pytest
+import scramp
+from jwks import TokenIssuer
 from kafka_support import KafkaClient, request
 from serve_support import LoopThread
 
@@ -32,9 +34,10 @@ from coordinator.runtime import CoordinatorRuntime, ManualClock
 from coordinator.runtime.store import MemoryRecordStore
 from coordinator.security import scram
 from coordinator.security.authorizer import AuthorizerConfig
-from coordinator.security.principal import ANONYMOUS, KafkaPrincipal, user
+from coordinator.security.principal import KafkaPrincipal, user
 from coordinator.server import services
 from coordinator.server.app import CoordinatorServer, ServeOptions
+from coordinator.server.security_config import KafkaEndpoint, OAuthSettings, Security
 from kip848.v1 import (
     admin_pb2,
     admin_pb2_grpc,
@@ -50,7 +53,6 @@ from kip848.v1 import (
 )
 
 T = TypeVar("T")
-PRINCIPAL_KEY = "x-test-principal"
 TIMEOUT = 10.0
 TOPIC_AUTH, GROUP_AUTH, CLUSTER_AUTH = 29, 30, 31
 AUTH_CODES = {TOPIC_AUTH, GROUP_AUTH, CLUSTER_AUTH}
@@ -76,28 +78,37 @@ COLUMNS = [
 # ---------------------------------------------------------------- the server
 
 
-def _principal_from_metadata(context: Any) -> KafkaPrincipal:
-    for key, value in context.invocation_metadata() or ():
-        if key == PRINCIPAL_KEY:
-            return KafkaPrincipal.parse(value)
-    return ANONYMOUS
+def password_of(principal: KafkaPrincipal) -> str:
+    return f"pw-{principal.name}"
 
 
 class Coordinator:
-    """The real server on 127.0.0.1:0 (gRPC and Kafka), its loop in a thread."""
+    """The real server on 127.0.0.1:0 (gRPC, Kafka PLAINTEXT and SASL_PLAINTEXT), its loop in a
+    thread; bearer tokens from ``issuer``."""
 
-    def __init__(self) -> None:
+    def __init__(self, issuer: TokenIssuer) -> None:
+        self.issuer = issuer
         self.thread = LoopThread()
 
         async def start() -> CoordinatorServer:
             runtime = CoordinatorRuntime(
                 config=parse_config({}), store=MemoryRecordStore(), clock=ManualClock(0)
             )
+            endpoints = tuple(
+                KafkaEndpoint(
+                    name=name,
+                    host="127.0.0.1",
+                    port=0,
+                    protocol=name,
+                    mechanisms=("SCRAM-SHA-256",),
+                )
+                for name in ("PLAINTEXT", "SASL_PLAINTEXT")
+            )
             options = ServeOptions(
                 listen="127.0.0.1:0",
                 clock="manual",
-                kafka_listen="127.0.0.1:0",
                 authorizer=AuthorizerConfig(super_users=frozenset({"User:admin"})),
+                security=Security(kafka=endpoints, oauth=OAuthSettings(jwks_file=str(issuer.path))),
             )
             server = CoordinatorServer(runtime, options)
             await server.start()
@@ -106,7 +117,7 @@ class Coordinator:
 
         self.server = self.run(start())
         self.grpc_address = self.server.address
-        self.kafka_address = self.server.kafka_address
+        self.kafka = {name: address for name, _protocol, address in self.server.kafka_addresses}
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
         return self.thread.run(coro, TIMEOUT)
@@ -126,23 +137,19 @@ class Coordinator:
         return self.run(read())
 
     def kafka_client(self, principal: KafkaPrincipal | None) -> KafkaClient:
-        """A Kafka connection authenticated as ``principal`` (the listener's seam)."""
-        client = KafkaClient(self.kafka_address, client_id="matrix")
-        local = client.sock.getsockname()[1]
-
-        async def authenticate() -> None:
-            listener = self.server.kafka
-            assert listener is not None
-            for _ in range(200):  # bounded: the server side of the connection appears
-                for conn in listener.connections:
-                    if conn.peer.endswith(f":{local}"):
-                        if principal is not None:
-                            conn.set_principal(principal)
-                        return
-                await asyncio.sleep(0.01)
-            raise AssertionError("the listener never saw the connection")
-
-        self.run(authenticate())
+        """A Kafka connection: anonymous on the PLAINTEXT listener, or authenticated as
+        ``principal`` with SASL/SCRAM-SHA-256 on the SASL_PLAINTEXT one."""
+        if principal is None:
+            return KafkaClient(self.kafka["PLAINTEXT"], client_id="matrix")
+        client = KafkaClient(self.kafka["SASL_PLAINTEXT"], client_id="matrix")
+        assert client.call(request(17, 1, mechanism="SCRAM-SHA-256")).error_code == 0
+        scram_client = scramp.ScramClient(["SCRAM-SHA-256"], principal.name, password_of(principal))
+        first = client.call(request(36, 2, auth_bytes=scram_client.get_client_first().encode()))
+        assert first.error_code == 0, first.error_message
+        scram_client.set_server_first(first.auth_bytes.decode())
+        final = client.call(request(36, 2, auth_bytes=scram_client.get_client_final().encode()))
+        assert final.error_code == 0, final.error_message
+        scram_client.set_server_final(final.auth_bytes.decode())  # the server proved itself
         return client
 
     def stop(self) -> None:
@@ -161,21 +168,28 @@ class World:
     member_epoch: int
 
 
+TOKENS: dict[str, str] = {}
+
+
 def metadata(principal: KafkaPrincipal | None) -> list[tuple[str, str]]:
-    return [] if principal is None else [(PRINCIPAL_KEY, str(principal))]
+    """A call's metadata: a bearer token for ``principal`` (none: anonymous)."""
+    if principal is None:
+        return []
+    return [("authorization", f"Bearer {TOKENS[principal.name]}")]
 
 
 @pytest.fixture(scope="module")
-def world() -> Iterator[World]:
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(services.GrpcServicer, "principal_of", staticmethod(_principal_from_metadata))
-        coordinator = Coordinator()
-        channel = grpc.insecure_channel(coordinator.grpc_address)
-        try:
-            yield _set_up(coordinator, channel)
-        finally:
-            channel.close()
-            coordinator.stop()
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    issuer = TokenIssuer(tmp_path_factory.mktemp("jwks"))
+    for name in ("admin", "alice", "bob"):
+        TOKENS[name] = issuer.token(sub=name)
+    coordinator = Coordinator(issuer)
+    channel = grpc.insecure_channel(coordinator.grpc_address)
+    try:
+        yield _set_up(coordinator, channel)
+    finally:
+        channel.close()
+        coordinator.stop()
 
 
 def _set_up(coordinator: Coordinator, channel: grpc.Channel) -> World:
@@ -248,22 +262,25 @@ def _set_up(coordinator: Coordinator, channel: grpc.Channel) -> World:
     ]
     made = admin.CreateAcls(admin_pb2.CreateAclsRequest(creations=creations), metadata=md)
     assert [r.error_code for r in made.results] == [0] * len(creations)
-    salted = scram.salted_password(scram.ScramMechanism.SCRAM_SHA_256, "pw", b"s" * 16, 4096)
-    users = admin.AlterUserScramCredentials(
-        admin_pb2.AlterUserScramCredentialsRequest(
-            upsertions=[
-                admin_pb2.AlterUserScramCredentialsRequest.ScramCredentialUpsertion(
-                    name="carol",
-                    mechanism=1,
-                    iterations=4096,
-                    salt=b"s" * 16,
-                    salted_password=salted,
-                )
-            ]
-        ),
-        metadata=md,
-    )
-    assert [r.error_code for r in users.results] == [0]
+    for name in ("carol", "alice", "bob"):  # Kafka's SASL/SCRAM checks against these
+        salted = scram.salted_password(
+            scram.ScramMechanism.SCRAM_SHA_256, password_of(user(name)), b"s" * 16, 4096
+        )
+        users = admin.AlterUserScramCredentials(
+            admin_pb2.AlterUserScramCredentialsRequest(
+                upsertions=[
+                    admin_pb2.AlterUserScramCredentialsRequest.ScramCredentialUpsertion(
+                        name=name,
+                        mechanism=1,
+                        iterations=4096,
+                        salt=b"s" * 16,
+                        salted_password=salted,
+                    )
+                ]
+            ),
+            metadata=md,
+        )
+        assert [r.error_code for r in users.results] == [0]
     listed = admin.ListTopics(admin_pb2.ListTopicsRequest(), metadata=md)
     return World(
         coordinator=coordinator,
