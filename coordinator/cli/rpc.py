@@ -13,9 +13,11 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from coordinator.cli.argtypes import positive_seconds
+from coordinator.cli.errors import UsageError
 
 DEFAULT_LISTEN = "127.0.0.1:9094"
 LOAD_IN_PROGRESS = 14
@@ -26,6 +28,25 @@ RETRY_MAX_S = 1.0
 def add_client_flags(p: argparse.ArgumentParser) -> None:
     """The flags every client action takes."""
     p.add_argument("--bootstrap-server", default=DEFAULT_LISTEN, metavar="HOST:PORT")
+    p.add_argument(
+        "--command-config",
+        metavar="FILE",
+        help="Kafka client properties: security.protocol (SSL, SASL_SSL, ...), "
+        "ssl.truststore.location, ssl.keystore.location (PEM), ssl.key.password, "
+        "sasl.oauthbearer.token.endpoint.url=file:///path/token.jwt (docs/security.md)",
+    )
+    p.add_argument("--tls-ca", metavar="FILE", help="TLS: PEM CAs the server must chain to")
+    p.add_argument(
+        "--tls-cert",
+        metavar="FILE",
+        help="mutual TLS: PEM client certificate (it may hold the key)",
+    )
+    p.add_argument("--tls-key", metavar="FILE", help="mutual TLS: PEM key, if not in --tls-cert")
+    p.add_argument(
+        "--token-file",
+        metavar="FILE",
+        help="send 'authorization: Bearer <JWT>' with the JWT in FILE (re-read for each call)",
+    )
     p.add_argument("--output", choices=("table", "json"), default="table")
     p.add_argument(
         "--timeout",
@@ -37,13 +58,100 @@ def add_client_flags(p: argparse.ArgumentParser) -> None:
 
 
 def channel(args: argparse.Namespace) -> Any:
+    """The channel to ``--bootstrap-server``: TLS and a bearer token as the flags and
+    ``--command-config`` say (:func:`security_of`)."""
     import grpc
 
+    security = security_of(args)
     # Take any answer the server sends (it bounds them by its --max-message-bytes); gRPC's
     # client default of 4 MiB would refuse a large ListGroups the server was willing to send.
-    return grpc.insecure_channel(
-        args.bootstrap_server, options=[("grpc.max_receive_message_length", -1)]
+    options = [("grpc.max_receive_message_length", -1)]
+    if security.tls:
+        from kip848.client import tls_credentials
+
+        try:
+            credentials = tls_credentials(security.ca, security.cert, security.key)
+        except OSError as exc:
+            raise UsageError(f"cannot read {exc.filename}: {exc.strerror}") from None
+        ch = grpc.secure_channel(args.bootstrap_server, credentials, options=options)
+    else:
+        ch = grpc.insecure_channel(args.bootstrap_server, options=options)
+    if security.token_file is None:
+        return ch
+    from kip848.client import token_file
+
+    return grpc.intercept_channel(ch, _bearer_token(token_file(security.token_file)))
+
+
+@dataclass(frozen=True, slots=True)
+class ClientSecurity:
+    tls: bool = False
+    ca: str | None = None
+    cert: str | None = None
+    key: str | None = None
+    token_file: str | None = None
+
+
+def security_of(args: argparse.Namespace) -> ClientSecurity:
+    """TLS and token from ``--command-config`` (Kafka's client names), then the flags."""
+    props: dict[str, str] = {}
+    if getattr(args, "command_config", None):
+        from coordinator.cli.config import read_properties
+
+        props = read_properties(args.command_config)
+    protocol = props.get("security.protocol", "PLAINTEXT").strip().upper()
+    if protocol not in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"):
+        raise UsageError(f"{args.command_config}: security.protocol={protocol} is not known")
+    for name in ("ssl.keystore.type", "ssl.truststore.type"):
+        if props.get(name, "PEM").upper() != "PEM":
+            raise UsageError(f"{args.command_config}: {name}: only PEM files are read")
+    if props.get("sasl.mechanism", "OAUTHBEARER").upper() != "OAUTHBEARER":
+        raise UsageError(
+            f"{args.command_config}: sasl.mechanism={props['sasl.mechanism']}: over gRPC a client "
+            "authenticates with a token (OAUTHBEARER) or a client certificate, never a password"
+        )
+    token = props.get("sasl.oauthbearer.token.endpoint.url")
+    if token is not None:
+        if not token.startswith("file://"):
+            raise UsageError(
+                f"{args.command_config}: sasl.oauthbearer.token.endpoint.url must be a "
+                "file:///path URL of a token file"
+            )
+        token = token[len("file://") :]
+    ca = getattr(args, "tls_ca", None) or props.get("ssl.truststore.location")
+    cert = getattr(args, "tls_cert", None) or props.get("ssl.keystore.location")
+    key = getattr(args, "tls_key", None)
+    if props.get("ssl.key.password"):
+        raise UsageError(
+            f"{args.command_config}: ssl.key.password: give the client an unencrypted key file "
+            "(grpc reads no encrypted keys)"
+        )
+    tls = protocol in ("SSL", "SASL_SSL") or bool(ca or cert)
+    return ClientSecurity(
+        tls=tls,
+        ca=ca,
+        cert=cert,
+        key=key,
+        token_file=getattr(args, "token_file", None) or token,
     )
+
+
+def _bearer_token(token: Any) -> Any:
+    """A client interceptor adding ``authorization: Bearer <token()>`` to every call."""
+    import grpc
+
+    def with_token(details: Any) -> Any:
+        metadata = [*(details.metadata or ()), ("authorization", f"Bearer {token()}")]
+        return details._replace(metadata=metadata)
+
+    class BearerToken(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor):
+        def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
+            return continuation(with_token(details), request)
+
+        def intercept_unary_stream(self, continuation: Any, details: Any, request: Any) -> Any:
+            return continuation(with_token(details), request)
+
+    return BearerToken()
 
 
 def call(fn: Any, request: Any, args: argparse.Namespace) -> Any:
@@ -89,7 +197,14 @@ def rpc_failed(args: argparse.Namespace, exc: Any) -> int:
     import grpc
 
     print(f"kip848: {args.bootstrap_server}: {exc.code().name}: {exc.details()}", file=sys.stderr)
-    if exc.code() == grpc.StatusCode.UNAVAILABLE:
+    if exc.code() == grpc.StatusCode.UNAUTHENTICATED:
+        print(
+            "  hint: the server wants a bearer token (--token-file, or "
+            "sasl.oauthbearer.token.endpoint.url in --command-config) or a client certificate "
+            "(--tls-cert)",
+            file=sys.stderr,
+        )
+    elif exc.code() == grpc.StatusCode.UNAVAILABLE:
         print(
             f"  hint: is `kip848 serve` running and listening on {args.bootstrap_server}? "
             "(--bootstrap-server HOST:PORT)",

@@ -189,8 +189,9 @@ class CoordinatorServer:
             mapper=SslPrincipalMapper(security.grpc_mapping_rules),
             certificates=self.grpc_tls is not None and self.grpc_tls.client_auth != "none",
         )
-        for servicer in servicers:
-            servicer.principal_of = self.grpc_auth.principal_of  # type: ignore[attr-defined]
+        if self.grpc_auth.active:  # else every call is ANONYMOUS (the class's default)
+            for servicer in servicers:
+                servicer.principal_of = self.grpc_auth.principal_of  # type: ignore[attr-defined]
         self.grpc_authenticates = security.grpc_requires_auth or (
             self.grpc_tls is not None and self.grpc_tls.client_auth == "required"
         )

@@ -64,6 +64,11 @@ class GrpcAuthenticator:
         self._subjects: dict[str, KafkaPrincipal | None] = {}
         self.refused = 0
 
+    @property
+    def active(self) -> bool:
+        """Whether any call can be other than anonymous (tokens, certificates, or required)."""
+        return self.required or self.tokens is not None or self.certificates
+
     def principal_of(self, context: Any) -> KafkaPrincipal:
         token = None
         for key, value in context.invocation_metadata() or ():

@@ -1,0 +1,187 @@
+"""gRPC authentication on a real ``kip848 serve`` (docs/security.md, "Authentication"): the
+listener requires it (``GRPC:SASL_SSL``); a call authenticates with a bearer JWT or a client
+certificate (its subject mapped by ``ssl.principal.mapping.rules``); what the principal may do
+is the ACLs'. The CLI (``--command-config`` with Kafka's client names, ``--token-file``) and
+``kip848.client`` (TLS + token) authenticate; unauthenticated calls get UNAUTHENTICATED."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import grpc
+import pytest
+from certs import TestCa
+from conftest import ServerProcess, join_request, run_cli
+from jwks import TokenIssuer
+
+from kip848.client import GroupMember, tls_credentials, token_file
+from kip848.v1 import (
+    admin_pb2,
+    admin_pb2_grpc,
+    consumer_group_pb2,
+    consumer_group_pb2_grpc,
+    offsets_pb2,
+    offsets_pb2_grpc,
+)
+
+GROUP_AUTHORIZATION_FAILED = 30
+
+
+def bearer(token: str) -> list[tuple[str, str]]:
+    return [("authorization", f"Bearer {token}")]
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    directory = tmp_path_factory.mktemp("grpc-auth")
+    ca = TestCa(str(directory))
+    server_pem = ca.server()
+    alice_cert = ca.client("alice", "CN=Alice,OU=eng,O=kip848")
+    issuer = TokenIssuer(directory)
+    admin_token = issuer.token("admin")
+    server = ServerProcess(
+        directory / "d",
+        "--tls-cert",
+        server_pem.both,
+        "--tls-ca",
+        ca.ca_file,
+        "--tls-client-auth",
+        "requested",
+        "--set",
+        "listener.security.protocol.map=GRPC:SASL_SSL",
+        "--set",
+        f"sasl.oauthbearer.jwks.endpoint.url=file://{issuer.path}",
+        "--set",
+        "ssl.principal.mapping.rules=RULE:^CN=(.*?),.*$/$1/L",
+        "--set",
+        "super.users=User:admin",
+        clock="system",
+        # The harness's own calls (waiting for the load, set-up) as the super user.
+        credentials=grpc.composite_channel_credentials(
+            tls_credentials(ca.ca_file), grpc.access_token_call_credentials(admin_token)
+        ),
+    )
+    server.create_topic("orders", 2)
+    # alice may read her group (and every topic); nobody else has ACLs on it.
+    acls = [
+        admin_pb2.AclBinding(
+            resource_type=rtype,
+            resource_name=name,
+            pattern_type=3,
+            principal="User:alice",
+            host="*",
+            operation=3,  # READ
+            permission_type=3,
+        )
+        for rtype, name in ((3, "alice-group"), (3, "alice-client"), (2, "orders"))
+    ]
+    made = server.admin.CreateAcls(admin_pb2.CreateAclsRequest(creations=acls), timeout=10)
+    assert [r.error_code for r in made.results] == [0, 0, 0], made
+    # Calls with credentials of their own go on a channel without the super user's token.
+    with grpc.secure_channel(server.address, tls_credentials(ca.ca_file)) as plain:
+        yield server, ca, alice_cert, issuer, directory, plain
+    assert server.stop() == 0
+
+
+def test_calls_without_credentials_or_with_bad_ones_are_unauthenticated(setup) -> None:  # type: ignore[no-untyped-def]
+    server, _ca, _alice, issuer, directory, plain = setup
+    stranger = TokenIssuer(directory, "stranger.json")
+    for metadata, why in (
+        ([], "Authentication required"),
+        (bearer(issuer.token("alice", lifetime_s=-120)), "expired"),
+        (bearer(stranger.token("alice")), "Invalid bearer token"),
+        ([("authorization", "Basic YWxpY2U6cHc=")], "must be 'Bearer <JWT>'"),
+    ):
+        with pytest.raises(grpc.RpcError) as refused:
+            admin_pb2_grpc.AdminServiceStub(plain).ListGroups(
+                admin_pb2.ListGroupsRequest(), metadata=metadata, timeout=10
+            )
+        assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        assert why in (refused.value.details() or ""), refused.value.details()
+
+
+def _heartbeat(channel: grpc.Channel, metadata: list[tuple[str, str]]) -> int:
+    reply = consumer_group_pb2_grpc.ConsumerGroupServiceStub(channel).ConsumerGroupHeartbeat(
+        consumer_group_pb2.ConsumerGroupHeartbeatRequest(**join_request("alice-group", ["orders"])),
+        metadata=metadata,
+        timeout=10,
+    )
+    return int(reply.error_code)
+
+
+def test_certificate_and_token_principals_meet_the_acls(setup) -> None:  # type: ignore[no-untyped-def]
+    _server, ca, alice, issuer, _directory, plain = setup
+    creds = tls_credentials(ca.ca_file, alice.cert, alice.key)
+    with grpc.secure_channel(_server.address, creds) as channel:  # CN=Alice -> User:alice
+        assert _heartbeat(channel, []) == 0
+    assert _heartbeat(plain, bearer(issuer.token("alice"))) == 0
+    assert _heartbeat(plain, bearer(issuer.token("bob"))) == GROUP_AUTHORIZATION_FAILED
+    # bob cannot read alice's offsets either.
+    fetched = offsets_pb2_grpc.OffsetServiceStub(plain).OffsetFetch(
+        offsets_pb2.OffsetFetchRequest(
+            groups=[offsets_pb2.OffsetFetchRequest.Group(group_id="alice-group")]
+        ),
+        metadata=bearer(issuer.token("bob")),
+        timeout=10,
+    )
+    assert [g.error_code for g in fetched.groups] == [GROUP_AUTHORIZATION_FAILED]
+
+
+def test_the_cli_authenticates_with_kafka_client_properties(setup, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    server, ca, _alice, issuer, _directory, _plain = setup
+    token = tmp_path / "admin.jwt"
+    token.write_text(issuer.token("admin") + "\n")
+    config = tmp_path / "client.properties"
+    config.write_text(
+        "security.protocol=SASL_SSL\n"
+        f"ssl.truststore.location={ca.ca_file}\n"
+        "sasl.mechanism=OAUTHBEARER\n"
+        f"sasl.oauthbearer.token.endpoint.url=file://{token}\n"
+    )
+    listed = run_cli(
+        "topics", "list", "--bootstrap-server", server.address, "--command-config", str(config)
+    )
+    assert listed.returncode == 0 and "orders" in listed.stdout, listed.stderr
+    flags = run_cli(
+        "topics",
+        "list",
+        "--bootstrap-server",
+        server.address,
+        "--tls-ca",
+        ca.ca_file,
+        "--token-file",
+        str(token),
+    )
+    assert flags.returncode == 0 and "orders" in flags.stdout, flags.stderr
+    refused = run_cli(
+        "topics", "list", "--bootstrap-server", server.address, "--tls-ca", ca.ca_file
+    )
+    assert refused.returncode == 1 and "UNAUTHENTICATED" in refused.stderr, refused.stderr
+    assert "--token-file" in refused.stderr  # the hint
+    config.write_text("security.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-512\n")
+    password = run_cli(
+        "topics", "list", "--bootstrap-server", server.address, "--command-config", str(config)
+    )
+    assert password.returncode == 2 and "never a password" in password.stderr, password.stderr
+
+
+def test_kip848_client_with_tls_and_a_token(setup, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    server, ca, _alice, issuer, _directory, _plain = setup
+    token = tmp_path / "alice.jwt"
+    token.write_text(issuer.token("alice"))
+
+    async def story() -> None:
+        async with GroupMember(
+            server.address,
+            "alice-client",
+            topics=["orders"],
+            credentials=tls_credentials(ca.ca_file),
+            token=token_file(str(token)),
+            find_coordinator=False,
+            push=False,
+        ) as member:
+            await asyncio.wait_for(member.wait_stable(), 30)
+            assert {tp.partition for tp in member.assignment} == {0, 1}
+
+    asyncio.run(story())
