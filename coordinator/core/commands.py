@@ -7,7 +7,6 @@ Kafka "nullable" fields are ``None`` when absent ("null means unchanged").
 from __future__ import annotations
 
 import base64
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -34,10 +33,9 @@ class ConsumerGroupHeartbeat:
     """Owned partitions reported by the member; None = unchanged / not provided."""
     client_id: str = ""
     client_host: str = ""
-    describable_topic: Callable[[str], bool] | None = None
-    """Which topics this member may describe (the authorizer's answer for its principal): a
-    regex this heartbeat resolves matches only those (KIP-848 with Kafka's KAFKA-18813). None:
-    every topic. A pure predicate; the core only calls it."""
+    principal: object = None
+    """Who sent it (the server's principal; opaque to the core): a regex this heartbeat
+    resolves matches only the topics ``ConsumerGroups.topic_filter`` lets it describe."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -120,6 +120,11 @@ class ConsumerGroups(ByGroupId[ConsumerGroup]):
         self._regex_cache: dict[str, tuple[int, frozenset[str]]] = {}  # soft, process-local
         self.classic: ClassicGroupSupport | None = None
         """Set once by the shard: the classic groups of the same shard (upgrade/downgrade)."""
+        self.topic_filter: Callable[[object, str, str], bool] | None = None
+        """Set by the server: may (principal, client host) describe this topic? A regex resolved
+        in a member's heartbeat matches only the topics it allows (KIP-848 with Kafka's
+        KAFKA-18813: the resolution is the triggering member's). None: every topic. A pure
+        predicate (the authorizer's decision); the core only calls it."""
         self.parks_joins = False
         """Set by a driver that can answer a command's response later (the runtime: a
         ``Pending`` response, answered by a later result's ``completions``): then, with batching
@@ -264,9 +269,9 @@ class ConsumerGroups(ByGroupId[ConsumerGroup]):
         if causes or new_group or group.metadata_checked != (image_version, group.group_epoch):
             # New subscription metadata is a cause of its own only when no change of the
             # member's subscription explains it (topics created, deleted, or grown).
-            if self._refresh_metadata(
-                result, group, now_ms, req.describable_topic
-            ) and not _SUBSCRIBING.intersection(causes):
+            if self._refresh_metadata(result, group, now_ms, req) and not _SUBSCRIBING.intersection(
+                causes
+            ):
                 causes.append(Cause.TOPIC_METADATA_CHANGED)
             if causes or new_group:
                 uid = group.group_uid or ctx.ids.new_group_uid()
@@ -568,20 +573,21 @@ class ConsumerGroups(ByGroupId[ConsumerGroup]):
         result: Result[Any],
         group: ConsumerGroup,
         now_ms: int,
-        describable: Callable[[str], bool] | None = None,
+        req: ConsumerGroupHeartbeat | None = None,
     ) -> bool:
         """Re-resolve regexes and recompute subscription metadata against the topics image.
-        Returns True if the subscription metadata changed (a group epoch bump is due). With
-        ``describable`` (the triggering member's authorization), a regex resolves only to the
-        topics it allows (Kafka's KAFKA-18813: the group's resolution is the triggering
-        member's)."""
+        Returns True if the subscription metadata changed (a group epoch bump is due). With a
+        ``topic_filter``, a regex resolves only to the topics the triggering member (``req``)
+        may describe."""
         gid = group.group_id
         image = self._ctx.topics
+        allows = self.topic_filter
         for regex in sorted(group.regex_members):
             resolved = group.resolved_regexes.get(regex)
             topics = self._resolve(regex)
-            if describable is not None:
-                topics = frozenset(t for t in topics if describable(t))
+            if allows is not None and req is not None:
+                who, host = req.principal, req.client_host
+                topics = frozenset(t for t in topics if allows(who, host, t))
             if resolved is None or resolved[0] != topics:
                 self._ctx.emit(result, r.regex_record(gid, regex, topics, image.version, now_ms))
         metadata = self.subscription_metadata(group)

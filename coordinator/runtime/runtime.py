@@ -1215,6 +1215,12 @@ class CoordinatorRuntime:
 
     # ------------------------------------------------------------------ security metadata
 
+    def set_topic_filter(self, allows: Callable[[object, str, str], bool] | None) -> None:
+        """Who may describe which topic (the server's authorizer): regexes are resolved with it,
+        per triggering member (``ConsumerGroups.topic_filter``)."""
+        for shard in self.shards:
+            shard.groups.topic_filter = allows
+
     async def alter_scram_credentials(
         self, deletions: Sequence[ScramDeletion], upsertions: Sequence[ScramUpsertion]
     ) -> list[UserResult]:

@@ -41,7 +41,7 @@ from .acls import (
 from .metadata import SecurityMetadata
 from .principal import KafkaPrincipal, PrincipalFormatError
 
-Question = tuple[KafkaPrincipal, str, AclOperation, ResourceType, str]
+Question = tuple[KafkaPrincipal, str, int, int, str]
 """(principal, host, operation, resource type, resource name): one decision, cached."""
 CACHE_LIMIT = 100_000
 """Cached decisions kept at most (then the cache starts over)."""
@@ -125,6 +125,7 @@ class Authorizer:
         """Told of every refusal a request reports (:meth:`refused`): the audit trail and the
         metrics (installed by the server)."""
         self._generation = -1
+        self._open = False
         self._index = _Index(())
         self._cache: dict[Question, bool] = {}
         self._host_specific = False
@@ -135,12 +136,15 @@ class Authorizer:
     def open(self) -> bool:
         """True while every request is allowed without looking: no ACL exists and
         ``allow.everyone.if.no.acl.found`` is on."""
-        return self.config.allow_everyone_if_no_acl_found and self.metadata.acl_count() == 0
+        if self.metadata.acl_generation != self._generation:
+            self._refresh()
+        return self._open
 
     @property
     def needs_host(self) -> bool:
         """Some ACL names a host (not ``*``): decisions need the client's address."""
-        self._refresh()
+        if self.metadata.acl_generation != self._generation:
+            self._refresh()
         return self._host_specific
 
     def _refresh(self) -> None:
@@ -149,6 +153,7 @@ class Authorizer:
             bindings = list(self.metadata.acls())
             self._index = _Index(bindings)
             self._host_specific = any(b.host != WILDCARD_HOST for b in bindings)
+            self._open = self.config.allow_everyone_if_no_acl_found and not bindings
             self._cache.clear()
             self._generation = generation
 
@@ -156,14 +161,18 @@ class Authorizer:
         self,
         principal: KafkaPrincipal,
         host: str,
-        operation: AclOperation,
-        resource_type: ResourceType,
+        operation: int,
+        resource_type: int,
         name: str,
     ) -> bool:
-        """May ``principal`` from ``host`` (an IP address, or "" when unknown) perform
-        ``operation`` on the resource? Cached (see the module doc)."""
+        """May ``principal`` from ``host`` (an IP address, ``/``-prefixed as the listeners show
+        it, or "" when unknown) perform ``operation`` (an :class:`AclOperation` number) on the
+        resource (a :class:`ResourceType` number and a name)? Cached (see the module doc); with
+        no ACL and ``allow.everyone.if.no.acl.found``, allowed at once."""
         if self.metadata.acl_generation != self._generation:
             self._refresh()
+        if self._open:
+            return True
         key: Question = (principal, host, operation, resource_type, name)
         cached = self._cache.get(key)
         if cached is not None:
@@ -175,7 +184,9 @@ class Authorizer:
         return decision
 
     def _decide(self, *question: Any) -> bool:
-        principal, host, operation, resource_type, name = question
+        principal, host, op, rtype, name = question
+        host = host.lstrip("/")
+        operation, resource_type = AclOperation(op), ResourceType(rtype)
         who = str(principal)
         if who in self.config.super_users:
             return True

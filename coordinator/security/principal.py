@@ -10,7 +10,7 @@ principal.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 USER_TYPE = "User"
 ANONYMOUS_NAME = "ANONYMOUS"
@@ -23,10 +23,18 @@ class PrincipalFormatError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class KafkaPrincipal:
-    """``principal_type:name``; ``str()`` gives Kafka's string form."""
+    """``principal_type:name``; ``str()`` gives Kafka's string form. Its hash is computed once
+    (a principal keys the authorizer's cache of decisions, on every request)."""
 
     principal_type: str
     name: str
+    _hash: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash((self.principal_type, self.name)))
+
+    def __hash__(self) -> int:
+        return self._hash
 
     def __str__(self) -> str:
         return f"{self.principal_type}:{self.name}"

@@ -13,7 +13,9 @@ Per RPC (the API's Kafka name; G = the group, T = a topic, C = the cluster):
 
 * ConsumerGroupHeartbeat, JoinGroup, SyncGroup, Heartbeat, LeaveGroup, ConsumerGroupWatch:
   G READ. ConsumerGroupHeartbeat's SubscribedTopicNames: T DESCRIBE each, else the request is
-  TOPIC_AUTHORIZATION_FAILED; its regex resolves only to topics the member may describe.
+  TOPIC_AUTHORIZATION_FAILED; a regex resolved in a member's heartbeat matches only the topics
+  that member may describe (:meth:`RequestAuthorizer.topic_describable`, the core's
+  ``ConsumerGroups.topic_filter``; the command carries the principal).
 * OffsetCommit: G READ; T READ per topic, else TOPIC_AUTHORIZATION_FAILED on its partitions.
   OffsetFetch: G DESCRIBE; named topics T DESCRIBE (else per partition), "all topics" omits
   the others. OffsetDelete: G DELETE; T READ per topic.
@@ -53,21 +55,27 @@ from coordinator.core.offsets import (
 )
 from coordinator.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 from coordinator.security.authorizer import Authorizer, Refusal
+from coordinator.security.principal import ANONYMOUS, KafkaPrincipal
 
 from .api import Caller
 
 T = TypeVar("T")
 
+# Plain ints (Kafka's numbers) in the hot path: an IntEnum hashes through Python code, and each
+# question is a cache key.
 READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE = (
-    AclOperation.READ,
-    AclOperation.WRITE,
-    AclOperation.CREATE,
-    AclOperation.DELETE,
-    AclOperation.ALTER,
-    AclOperation.DESCRIBE,
+    int(AclOperation.READ),
+    int(AclOperation.WRITE),
+    int(AclOperation.CREATE),
+    int(AclOperation.DELETE),
+    int(AclOperation.ALTER),
+    int(AclOperation.DESCRIBE),
 )
-DESCRIBE_CONFIGS, ALTER_CONFIGS = AclOperation.DESCRIBE_CONFIGS, AclOperation.ALTER_CONFIGS
-GROUP, TOPIC, CLUSTER = ResourceType.GROUP, ResourceType.TOPIC, ResourceType.CLUSTER
+DESCRIBE_CONFIGS, ALTER_CONFIGS = (
+    int(AclOperation.DESCRIBE_CONFIGS),
+    int(AclOperation.ALTER_CONFIGS),
+)
+GROUP, TOPIC, CLUSTER = int(ResourceType.GROUP), int(ResourceType.TOPIC), int(ResourceType.CLUSTER)
 
 
 def group_denied(group_id: str) -> CoordinatorError:
@@ -82,11 +90,11 @@ def cluster_denied() -> CoordinatorError:
     return ClusterAuthorizationFailedError("Cluster authorization failed.")
 
 
-_ERRORS: dict[ResourceType, Callable[[str], CoordinatorError]] = {
+_ERRORS: dict[int, Callable[[str], CoordinatorError]] = {
     GROUP: group_denied,
     TOPIC: lambda name: topics_denied([name]),
     CLUSTER: lambda _name: cluster_denied(),
-    ResourceType.TRANSACTIONAL_ID: lambda name: TransactionalIdAuthorizationFailedError(
+    int(ResourceType.TRANSACTIONAL_ID): lambda name: TransactionalIdAuthorizationFailedError(
         f"Not authorized to access transactional id: {name}"
     ),
 }
@@ -103,32 +111,26 @@ class RequestAuthorizer:
     def __init__(self, authorizer: Authorizer) -> None:
         self.authorizer = authorizer
 
-    def may(
-        self, caller: Caller, operation: AclOperation, resource_type: ResourceType, name: str
-    ) -> bool:
+    def may(self, caller: Caller, operation: int, resource_type: int, name: str) -> bool:
         """Silent: nothing is reported (a filter)."""
-        authz = self.authorizer
-        if authz.open:
-            return True
-        return authz.authorize(caller.principal, host_of(caller), operation, resource_type, name)
+        return self.authorizer.authorize(
+            caller.principal, caller.client_host, operation, resource_type, name
+        )
 
     def allowed(
-        self,
-        caller: Caller,
-        api: str,
-        operation: AclOperation,
-        resource_type: ResourceType,
-        name: str,
+        self, caller: Caller, api: str, operation: int, resource_type: int, name: str
     ) -> bool:
         """:meth:`may`, reporting a refusal (for the audit trail and the metrics)."""
-        if self.may(caller, operation, resource_type, name):
+        if self.authorizer.authorize(
+            caller.principal, caller.client_host, operation, resource_type, name
+        ):
             return True
         self.authorizer.refused(
             Refusal(
                 principal=caller.principal,
                 host=host_of(caller),
-                operation=operation,
-                resource_type=resource_type,
+                operation=AclOperation(operation),
+                resource_type=ResourceType(resource_type),
                 resource_name=name,
                 api=api,
                 client_id=caller.client_id,
@@ -138,25 +140,20 @@ class RequestAuthorizer:
         return False
 
     def check(
-        self,
-        caller: Caller,
-        api: str,
-        operation: AclOperation,
-        resource_type: ResourceType,
-        name: str,
+        self, caller: Caller, api: str, operation: int, resource_type: int, name: str
     ) -> None:
         """Raise the resource type's authorization error (reported) unless allowed."""
         if not self.allowed(caller, api, operation, resource_type, name):
             raise _ERRORS[resource_type](name)
 
-    def check_cluster(self, caller: Caller, api: str, operation: AclOperation) -> None:
+    def check_cluster(self, caller: Caller, api: str, operation: int) -> None:
         self.check(caller, api, operation, CLUSTER, CLUSTER_NAME)
 
-    def check_group(self, caller: Caller, api: str, operation: AclOperation, group_id: str) -> None:
+    def check_group(self, caller: Caller, api: str, operation: int, group_id: str) -> None:
         self.check(caller, api, operation, GROUP, group_id)
 
     def denied_topics(
-        self, caller: Caller, api: str, operation: AclOperation, names: Iterable[str]
+        self, caller: Caller, api: str, operation: int, names: Iterable[str]
     ) -> list[str]:
         """The names (each once, in order) ``caller`` may not ``operation``; reported."""
         if self.authorizer.open:
@@ -169,8 +166,8 @@ class RequestAuthorizer:
         self,
         caller: Caller,
         items: Sequence[T],
-        operation: AclOperation,
-        resource_type: ResourceType,
+        operation: int,
+        resource_type: int,
         name: Callable[[T], str],
     ) -> list[T]:
         """The items whose resource the caller may ``operation``, silently (a filter)."""
@@ -178,16 +175,11 @@ class RequestAuthorizer:
             return list(items)
         return [i for i in items if self.may(caller, operation, resource_type, name(i))]
 
-    def describable_topic(self, caller: Caller) -> Callable[[str], bool] | None:
-        """The predicate a regex resolution applies for this member (its topics the member may
-        describe: KIP-848 with KAFKA-18813); None when every topic is (nothing to filter)."""
-        if self.authorizer.open:
-            return None
-
-        def describable(topic: str) -> bool:
-            return self.may(caller, DESCRIBE, TOPIC, topic)
-
-        return describable
+    def topic_describable(self, principal: object, client_host: str, topic: str) -> bool:
+        """May ``principal`` (from ``client_host``) describe ``topic``? The core's filter of a
+        regex resolution (``ConsumerGroups.topic_filter``), silent like Kafka's."""
+        who = principal if isinstance(principal, KafkaPrincipal) else ANONYMOUS
+        return self.authorizer.authorize(who, client_host, DESCRIBE, TOPIC, topic)
 
     # ------------------------------------------------------------ offsets, per topic
 

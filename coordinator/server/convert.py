@@ -146,6 +146,7 @@ def heartbeat_from_proto(
     *,
     client_id: str = "",
     client_host: str = "",
+    principal: object = None,
 ) -> ConsumerGroupHeartbeat:
     return ConsumerGroupHeartbeat(
         group_id=req.group_id,
@@ -164,6 +165,7 @@ def heartbeat_from_proto(
         ),
         client_id=client_id,
         client_host=client_host,
+        principal=principal,
     )
 
 
@@ -584,7 +586,11 @@ find_coordinator_to_proto = _each_and_error(
 
 
 def join_from_proto(
-    req: classic_group_pb2.JoinGroupRequest, *, client_id: str = "", client_host: str = ""
+    req: classic_group_pb2.JoinGroupRequest,
+    *,
+    client_id: str = "",
+    client_host: str = "",
+    principal: object = None,  # a classic join resolves no regex: not kept
 ) -> bridge.JoinGroup:
     return bridge.JoinGroup(
         group_id=req.group_id,

@@ -411,6 +411,7 @@ class CoordinatorService:
         """Kafka's authorizer over the ACL records (``coordinator/security``): always on; with
         no ACL and ``allow.everyone.if.no.acl.found`` (the default) it allows everything."""
         self.authz = RequestAuthorizer(self.authorizer)
+        runtime.set_topic_filter(self.authz.topic_describable)  # regexes resolved per principal
         self.limits = RequestLimits.of(runtime.config)  # checked first by every RPC
         self.topics: TopicSource = topics if topics is not None else RegistryTopics(runtime)
         self.log_offsets = log_offsets
@@ -455,16 +456,15 @@ class CoordinatorService:
         if kafka_v1 and not req.member_id:
             raise InvalidRequestError("MemberId can't be empty.")
         authz = self.authz
-        if not authz.authorizer.open:
-            authz.check_group(caller, "ConsumerGroupHeartbeat", READ, req.group_id)
-            if req.subscribed_topic_names:
-                denied = authz.denied_topics(
-                    caller, "ConsumerGroupHeartbeat", DESCRIBE, req.subscribed_topic_names
-                )
-                if denied:
-                    raise topics_denied(denied)
-            # Any heartbeat may resolve the group's regexes (a new topic, a new regex).
-            req = replace(req, describable_topic=authz.describable_topic(caller))
+        authz.check_group(caller, "ConsumerGroupHeartbeat", READ, req.group_id)
+        if req.subscribed_topic_names:
+            denied = authz.denied_topics(
+                caller, "ConsumerGroupHeartbeat", DESCRIBE, req.subscribed_topic_names
+            )
+            if denied:
+                raise topics_denied(denied)
+        if req.principal is not caller.principal:  # the codecs decode it in; others may not
+            req = replace(req, principal=caller.principal)
         topics = self.topics
         if topics.watches_subscriptions and (
             req.subscribed_topic_names or req.subscribed_topic_regex

@@ -100,7 +100,7 @@ def client_host_of(context: grpc.aio.ServicerContext) -> str:
 class Rpc:
     """One gRPC method, a row of a service's table (:func:`_servicer`).
 
-    ``decode(request)`` -> the service's request (``decode(request, client_id=, client_host=)``
+    ``decode(request)`` -> the service's request (``decode(request, client_id=, client_host=, principal=)``
     when ``needs_identity``). ``encode`` -> the proto response: by default it is given the
     value of the service's :class:`~.api.Reply` (a top-level error is answered by the bare
     response carrying it), and the topic-name lookup too when ``names``; ``whole``: it is given
@@ -199,7 +199,10 @@ class GrpcServicer:
         try:
             if row.needs_identity:
                 req = row.decode(
-                    request, client_id=caller.client_id, client_host=caller.client_host
+                    request,
+                    client_id=caller.client_id,
+                    client_host=caller.client_host,
+                    principal=caller.principal,
                 )
             else:
                 req = row.decode(request)

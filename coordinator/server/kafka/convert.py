@@ -87,6 +87,7 @@ def heartbeat_in(req: Any, caller: Caller) -> ConsumerGroupHeartbeat:
         ),
         client_id=caller.client_id,
         client_host=caller.client_host,
+        principal=caller.principal,
     )
 
 
