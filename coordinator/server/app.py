@@ -290,7 +290,9 @@ class CoordinatorServer:
         )
         upstream = None
         if options.kafka_upstream:
-            upstream = self.kafka_upstream = Upstream(options.kafka_upstream)
+            upstream = self.kafka_upstream = Upstream(
+                options.kafka_upstream, options.security.upstream
+            )
             await upstream.connect()
         self.kafka = KafkaListener(self.service, kafka_options, upstream)
         self.kafka.on_forward = forwarded_timer(getattr(self.runtime.observer, "metrics", None))
@@ -512,8 +514,8 @@ async def serve(runtime: CoordinatorRuntime, options: ServeOptions) -> int:
         return 1
     try:
         await server.start()
-    except (RuntimeError, OSError) as exc:
-        if isinstance(exc, UpstreamError):
+    except (RuntimeError, OSError, TlsConfigError) as exc:
+        if isinstance(exc, UpstreamError | TlsConfigError):
             print(f"kip848 serve: {exc}", file=sys.stderr)
         else:
             print(f"kip848 serve: cannot listen on {options.listen}: {exc}", file=sys.stderr)

@@ -56,7 +56,7 @@ class UpstreamLogOffsets:
     def _client(self, address: tuple[str, int]) -> UpstreamClient:
         client = self._clients.get(address)
         if client is None:
-            client = self._clients[address] = UpstreamClient(*address)
+            client = self._clients[address] = self.upstream.new_client(address)
         return client
 
     async def list_offsets(self, req: ListOffsets) -> list[LogOffset]:

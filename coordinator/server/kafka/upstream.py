@@ -25,13 +25,17 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import ssl
 import struct
-from collections.abc import Callable
+import time
+from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from ..api import Node
-from . import apis, wire
+from ..security_config import UpstreamSecurity
+from ..tls import client_context
+from . import apis, sasl_client, wire
 
 if TYPE_CHECKING:
     from .listener import KafkaConnection, KafkaListener, Slot
@@ -64,13 +68,21 @@ class UpstreamClient:
     request at a time. Any failure drops the connection (the next call opens a new one) and
     raises :class:`UpstreamError`."""
 
-    def __init__(self, host: str, port: int, timeout_s: float = REQUEST_TIMEOUT_S) -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        timeout_s: float = REQUEST_TIMEOUT_S,
+        security: UpstreamTransport | None = None,
+    ) -> None:
         self.host, self.port = host, port
         self.timeout_s = timeout_s
+        self.security = security or UpstreamTransport()
         self._lock = asyncio.Lock()
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._correlation_id = 0
+        self._session_ends: float | None = None  # KIP-368: sign in again before (monotonic)
 
     async def call(self, entity: Any) -> Any:
         """Send one request entity; its decoded response."""
@@ -90,10 +102,19 @@ class UpstreamClient:
                 raise
 
     async def _call(self, entity: Any) -> Any:
+        if self._session_ends is not None and time.monotonic() >= self._session_ends:
+            self.close()  # the broker would close it at the next request: a new session
         if self._writer is None:
-            self._reader, self._writer = await asyncio.open_connection(self.host, self.port)
+            self._reader, self._writer = await self.security.open(self.host, self.port)
+            self._session_ends = None
+            lifetime_ms = await self.security.sign_in(self._request)
+            if lifetime_ms > 0:
+                self._session_ends = time.monotonic() + lifetime_ms * 0.85 / 1000
+        return await self._request(entity)
+
+    async def _request(self, entity: Any) -> Any:
         reader, writer = self._reader, self._writer
-        assert reader is not None
+        assert reader is not None and writer is not None
         cls = type(entity)
         key, version = int(cls.__api_key__), int(cls.__version__)
         self._correlation_id = correlation_id = (self._correlation_id + 1) & 0x7FFFFFFF
@@ -116,8 +137,61 @@ class UpstreamClient:
         self._reader = self._writer = None
 
 
+class UpstreamTransport:
+    """How connections to the upstream are made (``kafka.upstream.*``): TLS with the client
+    context, and for the coordinator's own connections its SASL sign-in (PLAIN or SCRAM with
+    ``kafka.upstream.sasl.jaas.config``'s credentials). Client connections are never signed in
+    as the coordinator: in pass-through mode each client's own exchange authenticates its own."""
+
+    def __init__(self, security: UpstreamSecurity | None = None) -> None:
+        self.settings = security
+        self.ssl: ssl.SSLContext | None = None
+        if security is not None and security.tls is not None:
+            self.ssl = client_context(security.tls)
+
+    async def open(self, host: str, port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        if self.ssl is None:
+            return await asyncio.open_connection(host, port)
+        return await asyncio.open_connection(
+            host, port, ssl=self.ssl, server_hostname=host, ssl_handshake_timeout=CONNECT_TIMEOUT_S
+        )
+
+    async def sign_in(self, request: Callable[[Any], Awaitable[Any]]) -> int:
+        """The coordinator's SASL exchange on a new connection of its own; the session's
+        lifetime in ms (0: none). :class:`UpstreamError` if the broker refuses it."""
+        settings = self.settings
+        if settings is None or not settings.sasl:
+            return 0
+        assert settings.mechanism and settings.username is not None
+        assert settings.password is not None
+        try:
+            return await sasl_client.sign_in(
+                request, settings.mechanism, settings.username, settings.password
+            )
+        except sasl_client.SignInRefused as exc:
+            raise UpstreamError(
+                f"the upstream broker refused the coordinator's sign-in: {exc}"
+            ) from None
+
+    def connect(
+        self, loop: asyncio.AbstractEventLoop, protocol: asyncio.Protocol, host: str, port: int
+    ) -> Awaitable[Any]:
+        """A client connection's upstream connection (TLS as configured, no sign-in)."""
+        if self.ssl is None:
+            return loop.create_connection(lambda: protocol, host, port)
+        return loop.create_connection(
+            lambda: protocol,
+            host,
+            port,
+            ssl=self.ssl,
+            server_hostname=host,
+            ssl_handshake_timeout=CONNECT_TIMEOUT_S,
+        )
+
+
 class Upstream:
-    def __init__(self, address: str) -> None:
+    def __init__(self, address: str, security: UpstreamSecurity | None = None) -> None:
+        self.transport = UpstreamTransport(security)
         self.address = split(address)
         self.versions: dict[int, tuple[int, int]] = {}
         self.brokers: dict[int, tuple[str, int]] = {}  # node id -> where we connect
@@ -125,7 +199,7 @@ class Upstream:
         self.controller_id = -1
         self.cluster_id: str | None = None
         self.bootstrap_node = -1
-        self.client = UpstreamClient(*self.address)
+        self.client = self.new_client(self.address)
         self._bound: list[_Bound] = []  # each Kafka listener: its ports for the upstream nodes
         self._listener: KafkaListener | None = None
         self._forwarded: dict[int, tuple[int, int]] | None = None
@@ -133,6 +207,10 @@ class Upstream:
         """Called with the delivery of a forwarded answer that changes topics: the topic feed
         refreshes and delivers it once the registry has the change (bounded), so a client that
         creates a topic and at once resets offsets for it, or subscribes to it, finds it."""
+
+    def new_client(self, address: tuple[str, int]) -> UpstreamClient:
+        """A connection of the coordinator's own to the broker at ``address`` (TLS, sign-in)."""
+        return UpstreamClient(*address, security=self.transport)
 
     def version_for(self, key: int, cap: int | None = None) -> int | None:
         """The highest version of ``key`` both the upstream and the codec know (at most
@@ -457,7 +535,7 @@ class UpstreamConnection(asyncio.Protocol):
     async def _connect(self, loop: asyncio.AbstractEventLoop, address: tuple[str, int]) -> None:
         try:
             await asyncio.wait_for(
-                loop.create_connection(lambda: self, *address), CONNECT_TIMEOUT_S
+                self.upstream.transport.connect(loop, self, *address), CONNECT_TIMEOUT_S
             )
         except (OSError, TimeoutError) as exc:
             self.client.fail(
