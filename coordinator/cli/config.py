@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from coordinator.cli.errors import UsageError
+from coordinator.server.grpc_options import ARG_NAMES as GRPC_ARG_NAMES
 
 DEFAULT_DATA_DIR = "./var"
 
@@ -137,8 +138,9 @@ def check_setting(name: str, setting: Setting) -> None:
         raise UsageError(f"{where}invalid value {number} for '{name}': out of range, {expected}")
 
 
-# Settings of the server itself (its Kafka listener), not of the group coordinator's core: taken
-# from the same files and --set, handed to `kip848 serve`, ignored by `replay`.
+# Settings of the server itself (its Kafka listener; its gRPC server, by grpc-core's channel
+# argument names), not of the group coordinator's core: taken from the same files and --set,
+# handed to `kip848 serve`, ignored by `replay`.
 SERVER_CONFIGS = frozenset(
     {
         "kafka.listen",
@@ -150,6 +152,7 @@ SERVER_CONFIGS = frozenset(
         # The authorizer (Kafka's names; docs/security.md)
         "super.users",
         "allow.everyone.if.no.acl.found",
+        *GRPC_ARG_NAMES,
     }
 )
 

@@ -263,12 +263,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if max_age_ms < 100:
         raise UsageError("kafka.upstream.metadata.max.age.ms must be >= 100")
     from coordinator.security.authorizer import AuthorizerConfig
+    from coordinator.server.grpc_options import GrpcOptions
 
     try:
         authorizer = AuthorizerConfig.parse(
             server_settings.get("super.users", ""),
             server_settings.get("allow.everyone.if.no.acl.found", "true"),
         )
+        grpc_options = GrpcOptions.from_settings(server_settings)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     try:
@@ -343,6 +345,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         clock=args.clock,
         max_message_bytes=args.max_message_bytes,
         max_concurrent_calls=args.max_concurrent_calls,
+        grpc_options=grpc_options,
         grpc_processes=args.grpc_processes,
         grpc_transport=args.grpc_transport,
         event_loop=args.event_loop,

@@ -52,6 +52,7 @@ from .forwarding import (
     new_grpc_server,
 )
 from .grpc_auth import GrpcAuthenticator
+from .grpc_options import GrpcOptions
 from .h2grpc import H2GrpcServer
 from .kafka.listener import DEFAULT_IDLE_MS, DEFAULT_MAX_REQUEST_BYTES, KafkaListener, KafkaOptions
 from .kafka.log_offsets import UpstreamLogOffsets
@@ -85,6 +86,7 @@ class ServeOptions:
     clock: str = "system"
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     max_concurrent_calls: int = DEFAULT_MAX_CONCURRENT_CALLS  # per process; 0: no limit
+    grpc_options: GrpcOptions = GrpcOptions()  # grpc-core's options, for either server
     grpc_processes: int = 1
     grpc_transport: str = "h2"  # h2: ours on libnghttp2 (h2grpc.py) | grpcio: grpc.aio
     event_loop: str = "uvloop"
@@ -150,6 +152,7 @@ class CoordinatorServer:
                 size,
                 reuseport=options.grpc_processes > 1,
                 max_concurrent_calls=options.max_concurrent_calls,
+                options=options.grpc_options,
                 tls=self.grpc_tls,
             )
         else:
@@ -157,6 +160,7 @@ class CoordinatorServer:
                 size,
                 reuseport=options.grpc_processes > 1,
                 max_concurrent_calls=options.max_concurrent_calls,
+                options=options.grpc_options,
                 tls=self.grpc_tls,
             )
         self.health = health.aio.HealthServicer()
@@ -213,6 +217,7 @@ class CoordinatorServer:
                 listen=options.listen,
                 max_message_bytes=size,
                 max_concurrent_calls=options.max_concurrent_calls,
+                grpc_options=options.grpc_options,
                 log_level=options.log_level,
                 event_loop=options.event_loop,
                 log_format=options.log_format,

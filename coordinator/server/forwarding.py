@@ -49,6 +49,7 @@ from google.protobuf import message as pb_message
 from google.protobuf import message_factory
 from google.protobuf.descriptor import ServiceDescriptor
 
+from .grpc_options import GrpcOptions
 from .tls import ServerTls, TlsConfigError, key_and_chain, read_pem
 
 log = logging.getLogger("kip848.server")
@@ -265,6 +266,7 @@ def new_grpc_server(
     reuseport: bool,
     max_concurrent_calls: int = DEFAULT_MAX_CONCURRENT_CALLS,
     tls: ServerTls | None = None,
+    options: GrpcOptions | None = None,
 ) -> grpc.aio.Server:
     """The grpc.aio server of every process: message size limits, ``SO_REUSEPORT`` only when
     front ends share the port, and overload handling that never drops a call silently:
@@ -279,6 +281,7 @@ def new_grpc_server(
     * Past ``max_concurrent_calls`` calls running at once in this process (0: no limit), a new
       call is refused at once, before any work, with RESOURCE_EXHAUSTED "Concurrent RPC limit
       exceeded!" (grpc.aio's ``maximum_concurrent_rpcs``): explicitly not processed; retry.
+    * ``options``: grpc-core's options, the same our own server takes (``grpc_options.py``).
 
     ``tls``: its handshake timeout bounds grpc-core's (a client that never completes a
     handshake is dropped then); bind with :func:`add_port`.
@@ -297,6 +300,7 @@ def new_grpc_server(
             ("grpc.server.max_pending_requests", PENDING_CALLS_LIMIT),
             ("grpc.server.max_pending_requests_hard_limit", PENDING_CALLS_LIMIT),
             ("grpc.server_max_unrequested_time_in_server", 24 * 3600),
+            *(options or GrpcOptions()).grpc_aio_options(),
         ],
         maximum_concurrent_rpcs=max_concurrent_calls or None,
     )
@@ -520,11 +524,13 @@ class FrontEndPool:
         log_format: str = "plain",
         max_concurrent_calls: int = DEFAULT_MAX_CONCURRENT_CALLS,
         tls: ServerTls | None = None,
+        grpc_options: GrpcOptions | None = None,
     ) -> None:
         self.dispatcher = dispatcher
         self.tls = tls
         if tls is not None:
             tls.on_reload.append(self._reload)
+        self.grpc_options = grpc_options or GrpcOptions()
         self.log_format = log_format
         self.event_loop = event_loop
         self.listen = listen
@@ -564,6 +570,10 @@ class FrontEndPool:
                     str(self.max_message_bytes),
                     "--max-concurrent-calls",
                     str(self.max_concurrent_calls),
+                    *(
+                        f"--grpc-arg={name}={value}"
+                        for name, value in self.grpc_options.grpc_args().items()
+                    ),
                     "--log-level",
                     self.log_level,
                     "--log-format",

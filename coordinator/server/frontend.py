@@ -42,6 +42,7 @@ from .forwarding import (
     new_grpc_server,
     set_parent_death_signal,
 )
+from .grpc_options import GrpcOptions
 from .loop import LOOPS
 from .loop import run as run_loop
 from .services import service_descriptors
@@ -66,6 +67,7 @@ class FrontEndServer:
             reuseport=True,
             max_concurrent_calls=args.max_concurrent_calls,
             tls=self.tls,
+            options=GrpcOptions.from_settings(dict(a.split("=", 1) for a in args.grpc_arg)),
         )
         self.health = health.aio.HealthServicer()
         wanted = set(args.services.split(",")) if args.services else set()
@@ -221,6 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--listen", required=True)
     ap.add_argument("--max-message-bytes", type=int, required=True)
     ap.add_argument("--max-concurrent-calls", type=int, default=DEFAULT_MAX_CONCURRENT_CALLS)
+    ap.add_argument("--grpc-arg", action="append", default=[], metavar="NAME=VALUE")
     ap.add_argument("--log-level", default="info")
     ap.add_argument("--log-format", choices=LOG_FORMATS, default="plain")
     ap.add_argument("--index", type=int, default=1)

@@ -12,12 +12,15 @@ hold back a call on another.
 
 The server stands in for ``grpc.aio.Server`` where the coordinator uses one: handlers come
 through ``add_generic_rpc_handlers`` (the same ``grpc.RpcMethodHandler`` objects: our raw
-handlers, health, reflection), ``add_insecure_port`` binds, ``start``/``stop(grace)``. The
-servicers get a context with what they use of ``grpc.aio.ServicerContext``:
-``invocation_metadata()``, ``peer()``, ``abort()``, ``write()`` (server streaming),
-``time_remaining()``.
+handlers, health, reflection), ``add_insecure_port`` binds (``tls``: TLS on every
+connection), ``start``/``stop(grace)``. The servicers get a context with what they use of
+``grpc.aio.ServicerContext``: ``invocation_metadata()``, ``peer()``, ``abort()``, ``write()``
+(server streaming), ``time_remaining()``. It takes grpc-core's options by their names
+(``grpc_options.py``), the same that configure grpc.aio.
 
-What a gRPC client sees is what grpc-core's server answers (the gRPC over HTTP/2 spec):
+What a gRPC client sees is what grpc-core's server answers (the gRPC over HTTP/2 spec; checked
+against grpc.aio frame by frame in tests/conformance, the differences left in
+docs/operations.md):
 
 * status and message in trailers (``grpc-status``, percent-encoded ``grpc-message``), or a
   Trailers-Only answer when no message was sent; an unknown method is UNIMPLEMENTED;
@@ -36,12 +39,20 @@ What a gRPC client sees is what grpc-core's server answers (the gRPC over HTTP/2
 * past ``max_concurrent_calls`` calls at once a new call is refused with RESOURCE_EXHAUSTED
   "Concurrent RPC limit exceeded!", before any work (grpc.aio's ``maximum_concurrent_rpcs``);
 * a client's RST_STREAM, or its connection closing, cancels the call's handler;
-* ``stop(grace)``: no new connections, GOAWAY on every connection (streams the client opens
-  afterwards are refused, so it retries them elsewhere), in-flight calls get ``grace``
-  seconds, then are cancelled and answered UNAVAILABLE.
+* keepalive, the ping policy, idle and age limits as grpc-core's (``h2lifetime.py``);
+* ``stop(grace)``: no new connections, grpc-core's graceful GOAWAY ("Server shutdown") on every
+  connection (streams the client opens after the second are refused, so it retries them
+  elsewhere), in-flight calls get ``grace`` seconds, then are cancelled and answered
+  UNAVAILABLE "Cancelling all calls".
 
-Server-streaming answers are flow-controlled: a writer waits while the stream's queued
-bytes or the socket's write buffer are over their high-water marks.
+Memory a client can make a connection hold is bounded: a stream's window (announced as
+``grpc.http2.lookahead_bytes``) is given back only as its handler consumes what came
+(``H2Connection._window``); a message larger than half a window that its handler waits for is
+let past, one message limit per connection at a time; a connection holding more than a message
+limit and 256 windows of requests no handler has read refuses the call whose request is still
+arriving (RESOURCE_EXHAUSTED). A client that does not read its answers is not read either
+(``pause_writing``); server-streaming writers wait while the stream's queued bytes or the
+socket's write buffer are over their high-water marks.
 """
 
 from __future__ import annotations
@@ -65,6 +76,8 @@ from ngh2 import (
     ConnectionClosed,
     DataReceived,
     NGH2Error,
+    PingAcknowledged,
+    PingReceived,
     RequestReceived,
     Role,
     Setting,
@@ -76,6 +89,8 @@ from ngh2 import (
 
 from .admission import Admission
 from .forwarding import AbortCall
+from .grpc_options import INFINITE_MS, GrpcOptions
+from .h2lifetime import NO_ERROR, Lifetime
 from .tls import ServerTls, peer_subject
 
 log = logging.getLogger("kip848.server")
@@ -85,12 +100,10 @@ _TRAILERS_ONLY = ((b":status", b"200"), (b"content-type", b"application/grpc"))
 ENCODINGS = ("identity", "deflate", "gzip")
 """grpc-core's compression algorithms, in the order of their bits in
 ``grpc.compression_enabled_algorithms_bitset``."""
-ALL_ENCODINGS = (1 << len(ENCODINGS)) - 1
 _WBITS = {"deflate": zlib.MAX_WBITS, "gzip": zlib.MAX_WBITS | 16}  # zlib, gzip framing
-DEFAULT_MAX_METADATA_SIZE = 16 << 10
-"""Request metadata (the header list, RFC 9113 sizes) a call may carry: announced in
-SETTINGS_MAX_HEADER_LIST_SIZE and enforced per call (grpc-core's hard limit,
-``grpc.absolute_max_metadata_size``)."""
+CANCELLED_AT_STOP = "Cancelling all calls"  # grpc-core's words for calls past the stop's grace
+CONNECTION_WINDOW = (1 << 31) - 1
+ARRIVING_WINDOWS = 256
 HEADER_LIST_CAP = 1 << 20
 """Past this a header list ends its connection (libnghttp2 keeps no more of it); below it, one
 over the announced limit ends only its call. libnghttp2 also caps one field at 64 KiB."""
@@ -116,12 +129,11 @@ LISTEN_BACKLOG = 4096
 _CONFIG = Configuration(
     # nghttp2's defences against floods stay on; a connection may carry many calls at once.
     peer_max_concurrent_streams=1 << 16,
+    auto_window_update=False,  # windows are given back as handlers consume (_window)
     max_inbound_header_list_size=HEADER_LIST_CAP,
     max_inbound_header_count=HEADER_LIST_CAP // 32,  # every field counts 32 bytes more
     max_continuations=MAX_CONTINUATIONS,
 )
-_REFUSED_STREAM = 0x7
-_NO_ERROR = 0x0
 
 
 def _percent_encode(text: str) -> bytes:
@@ -180,6 +192,12 @@ class _Call:
         "client_done",
         "finished",
         "wbits",
+        "received",
+        "acked",
+        "delivered",
+        "reserved",
+        "reserved_end",
+        "queued",
     )
 
     def __init__(
@@ -199,12 +217,23 @@ class _Call:
         self.timer: asyncio.TimerHandle | None = None
         self.body = bytearray()
         self.message: bytes | None = None  # a unary request's one message
-        self.requests: asyncio.Queue[bytes | None] | None = None  # a client stream's
+        # a client stream's messages with their framed sizes, None at its end
+        self.requests: asyncio.Queue[tuple[bytes, int] | None] | None = None
         self.task: asyncio.Task[None] | None = None
         self.headers_sent = False
         self.client_done = False
         self.finished = False
         self.wbits: int | None = None  # the request's messages are compressed (zlib framing)
+        # Flow control (H2Connection._window), in bytes of the stream's DATA: received,
+        # acknowledged (given back to the client's window), delivered to the handler; the size
+        # and the end of a message under way that was let past the window (0: none); messages
+        # queued for the handler.
+        self.received = 0
+        self.acked = 0
+        self.delivered = 0
+        self.reserved = 0
+        self.reserved_end = 0
+        self.queued = 0
 
 
 class H2Context:
@@ -276,6 +305,13 @@ class H2Connection(asyncio.Protocol):
         self._writable = asyncio.Event()
         self._writable.set()
         self.closed = False
+        self.reads = 0  # reads so far (the lifetime's keepalive looks for new ones)
+        self.writes = 0  # HEADERS, DATA, WINDOW_UPDATE sent (the ping policy forgives then)
+        self.reserved = 0  # bytes of messages being read let past their window (_window)
+        self.undelivered = 0  # bytes of requests received that no handler has taken yet
+        self._waiting: dict[int, _Call] = {}  # calls waiting to be let past, in order
+        self._closing = False  # close once the calls are done
+        self.lifetime: Lifetime | None = None
 
     # ----------------------------------------------------------------- transport
 
@@ -289,11 +325,15 @@ class H2Connection(asyncio.Protocol):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.server.connections.add(self)
         self.h2.initiate_connection(self.server.settings)
+        # Streams' windows bound what a connection holds; the connection's never does.
+        self.h2.set_local_window_size(CONNECTION_WINDOW)
+        self.lifetime = Lifetime(self, self.server.options)
         if self.server.stopping:
-            self.h2.send_goaway(_NO_ERROR, last_stream_id=0)
+            self.h2.send_goaway(NO_ERROR, last_stream_id=0)
         self.flush()
 
     def data_received(self, data: bytes) -> None:
+        self.reads += 1
         view = memoryview(data)
         for start in range(0, len(data), RECEIVE_SLICE):
             if not self._receive(view[start : start + RECEIVE_SLICE]):
@@ -305,7 +345,7 @@ class H2Connection(asyncio.Protocol):
 
     def _receive(self, data: memoryview) -> bool:
         """One slice of input through libnghttp2 and its events to the calls; False if the
-        connection failed (it is closed)."""
+        connection failed or was ended (it is closed)."""
         h2 = self.h2
         try:
             h2.receive_data(data)
@@ -329,22 +369,37 @@ class H2Connection(asyncio.Protocol):
                 self._closed(event.stream_id)
             elif kind is WindowUpdated:
                 self._writable.set()
+            elif kind is PingReceived:
+                assert self.lifetime is not None
+                if self.lifetime.ping_received():
+                    return False
+            elif kind is PingAcknowledged:
+                assert self.lifetime is not None
+                self.lifetime.ping_acknowledged(event.opaque_data)
             elif kind is ConnectionClosed:
                 self._drop_all()
-        return True
+        return not self.closed
 
     def pause_writing(self) -> None:
+        """The client does not read its answers: neither do we read its requests until it does
+        (its calls wait in its own socket, not in our memory)."""
         self._paused = True
         self._writable.clear()
+        if self.transport is not None:
+            self.transport.pause_reading()
 
     def resume_writing(self) -> None:
         self._paused = False
         self._writable.set()
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.resume_reading()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self._writable.set()
         self._drop_all()
+        if self.lifetime is not None:
+            self.lifetime.close()
         self.server.connections.discard(self)
 
     def flush(self) -> None:
@@ -365,7 +420,7 @@ class H2Connection(asyncio.Protocol):
             resets, self._resets = self._resets, []
             for stream_id in resets:
                 try:
-                    h2.reset_stream(stream_id, _NO_ERROR)
+                    h2.reset_stream(stream_id, NO_ERROR)
                 except NGH2Error:
                     pass
             out += h2.data_to_send()
@@ -377,9 +432,41 @@ class H2Connection(asyncio.Protocol):
             self._flush_scheduled = True
             asyncio.get_running_loop().call_soon(self.flush)
 
-    # ----------------------------------------------------------------- requests
+    # ----------------------------------------------------------------- what the lifetime asks
 
-    def _request(self, stream_id: int, headers: Iterable[tuple[bytes, bytes]], end: bool) -> None:
+    def active_calls(self) -> int:
+        return len(self.calls)
+
+    def send_ping(self, opaque: bytes) -> None:
+        try:
+            self.h2.ping(opaque)
+        except NGH2Error:
+            return
+        self._schedule_flush()
+
+    def send_goaway(self, code: int, last_stream_id: int | None, debug: bytes) -> None:
+        try:
+            self.h2.send_goaway(
+                code,
+                last_stream_id=self.last_stream_id if last_stream_id is None else last_stream_id,
+                debug_data=debug,
+            )
+        except NGH2Error:
+            return
+        self._schedule_flush()
+
+    def end(self, details: str) -> None:
+        """Every call answered UNAVAILABLE ``details``, then the connection closed."""
+        for call in list(self.calls.values()):
+            self.abort(call, grpc.StatusCode.UNAVAILABLE, details)
+        self.close()
+
+    def close_when_done(self) -> None:
+        self._closing = True
+        if not self.calls:
+            self.close()
+
+    def _request(self, stream_id: int, headers: Sequence[tuple[bytes, bytes]], end: bool) -> None:
         server = self.server
         self.last_stream_id = max(self.last_stream_id, stream_id)
         path = ""
@@ -389,10 +476,12 @@ class H2Connection(asyncio.Protocol):
         metadata: list[tuple[str, Any]] = []
         bad_metadata = ""
         size = 0
-        longest = 0
-        for name, value in headers:
+        refused = ""
+        hard = server.absolute_max_metadata_size
+        for index, (name, value) in enumerate(headers):
             size += len(name) + len(value) + 32  # RFC 9113's size of a header list
-            longest = max(longest, len(value))
+            if size > hard and not refused:  # grpc-core's words, at the field that passed it
+                refused = server.metadata_refusal(size, headers, index)
             if name[:1] == b":":
                 if name == b":path":
                     path = value.decode("utf-8", "replace")
@@ -411,11 +500,11 @@ class H2Connection(asyncio.Protocol):
                     bad_metadata = key
             elif key not in _RESERVED:
                 metadata.append((key, value.decode("latin-1")))
-        if size > server.max_metadata_size:
-            refused = server.metadata_refusal(size, longest, headers)
-            if refused:
-                self._refuse(stream_id, end, grpc.StatusCode.RESOURCE_EXHAUSTED, refused)
-                return
+        if not refused and size > server.max_metadata_size:
+            refused = server.soft_metadata_refusal(size, headers)
+        if refused:
+            self._refuse(stream_id, end, grpc.StatusCode.RESOURCE_EXHAUSTED, refused)
+            return
         if not content_type.startswith(b"application/grpc"):
             self._send(
                 lambda: self.h2.send_response(stream_id, ((b":status", b"415"),), end_stream=True),
@@ -481,11 +570,25 @@ class H2Connection(asyncio.Protocol):
     def _data(self, stream_id: int, data: bytes, end: bool) -> None:
         call = self.calls.get(stream_id)
         if call is None or call.finished:
+            if data:  # nobody will read it: given back at once
+                self._acknowledge(stream_id, len(data))
             return
         if data:
+            call.received += len(data)
+            self.undelivered += len(data)
             call.body += data
             if not self._messages(call):
                 return
+            unread = self.undelivered
+            if unread > self.server.max_connection_unread_bytes and (call.body or not end):
+                self.finish(  # its request is still arriving: the connection holds too much
+                    call,
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    "Request data this connection sent and no call has read is over the limit "
+                    f"({unread} vs. {self.server.max_connection_unread_bytes})",
+                )
+                return
+            self._window(call)
         if end:
             self._end_of_requests(call)
 
@@ -494,6 +597,7 @@ class H2Connection(asyncio.Protocol):
         body = call.body
         limit = self.server.max_message_bytes
         pos = 0
+        too_big_for_the_window = False
         while len(body) - pos >= 5:
             size = int.from_bytes(body[pos + 1 : pos + 5], "big")
             if size > limit:
@@ -510,16 +614,20 @@ class H2Connection(asyncio.Protocol):
                 )
                 return False
             if len(body) - pos - 5 < size:
+                too_big_for_the_window = size + 5 > self.server.let_past_bytes
                 break
             message = bytes(body[pos + 5 : pos + 5 + size])
             pos += 5 + size
+            if self._waiting:
+                self._waiting.pop(call.stream_id, None)  # it came through its window after all
             if compressed:
                 decompressed = self._decompress(call, message)
                 if decompressed is None:
                     return False
                 message = decompressed
             if call.requests is not None:
-                call.requests.put_nowait(message)
+                call.queued += 1
+                call.requests.put_nowait((message, 5 + size))
             elif call.message is None:
                 call.message = message
             else:
@@ -529,7 +637,92 @@ class H2Connection(asyncio.Protocol):
                 return False
         if pos:
             del body[:pos]
+        if too_big_for_the_window and not call.reserved:
+            self._let_past(call)
         return True
+
+    # ----------------------------------------------------------------- flow control
+    #
+    # Windows are given back (WINDOW_UPDATE) as the handler consumes what the client sent, never
+    # for bytes nobody has read: a unary request when its handler starts, a client stream's
+    # message when its handler takes it. So a stream holds at most its window (the
+    # ``grpc.http2.lookahead_bytes`` announced) of unread requests. A message larger than half
+    # a window that its handler waits for could never arrive that way: it is let past, its
+    # bytes given back as they arrive, if the connection's messages let past fit in one message
+    # limit (others wait their turn, in order), so a connection holds at most
+    # max_concurrent_streams x lookahead_bytes + max_message_bytes of requests not delivered.
+
+    def _acknowledge(self, stream_id: int, amount: int) -> None:
+        try:
+            self.h2.acknowledge_received_data(amount, stream_id)
+        except (NGH2Error, ValueError):  # the connection is gone
+            return
+        self.writes += 1
+        self._schedule_flush()
+
+    def _window(self, call: _Call) -> None:
+        """Give back what the handler consumed, or what a message let past brought."""
+        target = min(call.received, max(call.delivered, call.reserved_end))
+        if target > call.acked:
+            self._acknowledge(call.stream_id, target - call.acked)
+            call.acked = target
+
+    def _reading(self, call: _Call) -> bool:
+        """The handler waits for the message under way."""
+        if call.requests is None:
+            return call.message is None
+        return call.queued == 0
+
+    def _let_past(self, call: _Call) -> None:
+        """The call's message under way (its length known) is larger than half a window: let
+        it past once it fits, in order, in the connection's one-message budget."""
+        if call.reserved or not self._reading(call) or call.stream_id in self._waiting:
+            return
+        self._waiting[call.stream_id] = call
+        self._admit_waiting()
+
+    def _admit_waiting(self) -> None:
+        budget = self.server.max_message_bytes + 5
+        for stream_id, call in list(self._waiting.items()):
+            body = call.body
+            if call.finished or len(body) < 5 or not self._reading(call):
+                del self._waiting[stream_id]
+                continue
+            size = 5 + int.from_bytes(body[1:5], "big")
+            if self.reserved + size > budget:
+                return
+            del self._waiting[stream_id]
+            call.reserved = size
+            call.reserved_end = call.delivered + size
+            self.reserved += size
+            self._window(call)
+
+    def _delivered(self, call: _Call, framed: int) -> None:
+        """The handler took ``framed`` bytes of request: give them back; a message let past is
+        through."""
+        if call.finished:
+            return
+        call.delivered += framed
+        self.undelivered -= framed
+        if call.reserved and call.delivered >= call.reserved_end:
+            self._unreserve(call)
+        self._window(call)
+        body = call.body
+        if (
+            call.requests is not None
+            and len(body) >= 5
+            and 5 + int.from_bytes(body[1:5], "big") > self.server.let_past_bytes
+        ):
+            self._let_past(call)  # the next message is under way and too big for the window
+
+    def _unreserve(self, call: _Call) -> None:
+        """The call no longer needs (or waits for) its message let past."""
+        self._waiting.pop(call.stream_id, None)
+        if call.reserved:
+            self.reserved -= call.reserved
+            call.reserved = 0
+            if self._waiting:
+                self._admit_waiting()
 
     def _decompress(self, call: _Call, data: bytes) -> bytes | None:
         """One gzip/deflate message, at most ``max_message_bytes`` of it; None if the call was
@@ -553,8 +746,6 @@ class H2Connection(asyncio.Protocol):
 
     def _end_of_requests(self, call: _Call) -> None:
         call.client_done = True
-        if call.finished:
-            return
         if call.body:
             self.finish(call, grpc.StatusCode.INTERNAL, "Incomplete request message")
             return
@@ -571,21 +762,34 @@ class H2Connection(asyncio.Protocol):
 
     def run(self, call: _Call) -> None:
         """Start the call's handler, in its turn (``admission.py``); one finished meanwhile
-        (deadline, reset, disconnect) is not started."""
+        (deadline, reset, disconnect) is not started. A unary request is consumed now."""
         if not call.finished:
+            if call.requests is None:
+                self._delivered(call, call.received - call.delivered)
             call.task = asyncio.get_running_loop().create_task(self._run(call))
 
     def _closed(self, stream_id: int) -> None:
         """The stream is gone (the client reset it, or it ended): stop its handler."""
-        call = self.calls.pop(stream_id, None)
+        call = self.calls.get(stream_id)
         if call is None:
             return
-        call.client_done = True
         if not call.finished:
-            self._release(call)
             call.finished = True
+            self._release(call)
             if call.task is not None:
                 call.task.cancel()
+        call.client_done = True
+        self._gone(stream_id)
+
+    def _gone(self, stream_id: int) -> None:
+        """The call is no longer the connection's."""
+        calls = self.calls
+        calls.pop(stream_id, None)
+        if not calls:
+            if self.lifetime is not None:
+                self.lifetime.calls_ended()
+            if self._closing:
+                asyncio.get_running_loop().call_soon(self.close)
 
     def _drop_all(self) -> None:
         for stream_id in list(self.calls):
@@ -597,9 +801,13 @@ class H2Connection(asyncio.Protocol):
         (uvloop may run this timer before it), and would leave the call unanswered and its
         slot taken."""
         call.timer = None
+        self.abort(call, grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
+
+    def abort(self, call: _Call, code: grpc.StatusCode, details: str) -> None:
+        """Answer the call now and cancel its handler (which may not have started)."""
         if call.finished:
             return
-        self.finish(call, grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
+        self.finish(call, code, details)
         if call.task is not None:
             call.task.cancel()
 
@@ -610,7 +818,7 @@ class H2Connection(asyncio.Protocol):
         context = H2Context(call)
         try:
             if call.requests is not None:
-                requests = _request_stream(call.requests, handler)
+                requests = self._request_stream(call)
                 if handler.stream_unary is not None:
                     response = await handler.stream_unary(requests, context)
                     await self.write_message(call, _serialize(handler, response))
@@ -628,12 +836,25 @@ class H2Connection(asyncio.Protocol):
             self.finish(call, exc.code, exc.details)
         except asyncio.CancelledError:
             if not call.finished:  # the server stops: past its grace
-                self.finish(call, grpc.StatusCode.UNAVAILABLE, "Server is shutting down")
+                self.finish(call, grpc.StatusCode.UNAVAILABLE, CANCELLED_AT_STOP)
         except Exception:
             log.exception("Unexpected error in %s", call.path)
             self.finish(call, grpc.StatusCode.UNKNOWN, "Unexpected server error.")
         else:
             self.finish(call, grpc.StatusCode.OK, "")
+
+    async def _request_stream(self, call: _Call) -> AsyncIterator[Any]:
+        """A client stream's messages as its handler takes them (each given back then)."""
+        queue = call.requests
+        assert queue is not None
+        while True:
+            item = await queue.get()
+            if item is None:
+                return
+            message, framed = item
+            call.queued -= 1
+            self._delivered(call, framed)
+            yield _deserialize(call.handler, message)
 
     async def _stream(self, call: _Call, result: Any) -> None:
         """A server-streaming handler (asyncio servicers only): an async generator of answers,
@@ -665,6 +886,7 @@ class H2Connection(asyncio.Protocol):
         except NGH2Error:
             self._closed(stream_id)
             return
+        self.writes += 1
         self._schedule_flush()
 
     async def write_message(self, call: _Call, payload: bytes) -> None:
@@ -705,14 +927,23 @@ class H2Connection(asyncio.Protocol):
                 self._resets.append(stream_id)
         except NGH2Error:
             pass  # the stream was reset meanwhile
-        self.calls.pop(stream_id, None)
+        self.writes += 1
+        self._gone(stream_id)
         self._schedule_flush()
 
     def _release(self, call: _Call) -> None:
+        """The call is over: its slot, its deadline, what it holds of the window."""
         self.server.active -= 1
         if call.timer is not None:
             call.timer.cancel()
             call.timer = None
+        if call.received > call.acked:  # nobody will read it: given back
+            self._acknowledge(call.stream_id, call.received - call.acked)
+            call.acked = call.received
+        self.undelivered -= call.received - call.delivered
+        call.delivered = call.received
+        if call.reserved or self._waiting:
+            self._unreserve(call)
         self.server.call_done()
 
     def _refuse(self, stream_id: int, end: bool, code: grpc.StatusCode, details: str) -> None:
@@ -730,17 +961,9 @@ class H2Connection(asyncio.Protocol):
             send()
         except NGH2Error:
             return
+        self.writes += 1
         if not end:
             self._resets.append(stream_id)
-
-    def goaway(self) -> None:
-        """No new streams: the ones the client opens from now on are refused (it retries them
-        on another connection)."""
-        try:
-            self.h2.send_goaway(_NO_ERROR, last_stream_id=self.last_stream_id)
-        except NGH2Error:
-            pass
-        self.flush()
 
     def close(self) -> None:
         self._drop_all()
@@ -749,14 +972,9 @@ class H2Connection(asyncio.Protocol):
             self.transport.close()
 
 
-async def _request_stream(
-    queue: asyncio.Queue[bytes | None], handler: grpc.RpcMethodHandler
-) -> AsyncIterator[Any]:
-    while True:
-        message = await queue.get()
-        if message is None:
-            return
-        yield _deserialize(handler, message)
+def _field_sizes(headers: Iterable[tuple[bytes, bytes]]) -> str:
+    """``name:SIZEB`` for each field (grpc-core's list in its metadata refusals)."""
+    return " ".join(f"{n.decode('latin-1')}:{len(n) + len(v) + 32}B" for n, v in headers)
 
 
 def _b64decode(value: bytes) -> bytes:
@@ -773,20 +991,20 @@ class H2GrpcServer:
         *,
         reuseport: bool = False,
         max_concurrent_calls: int = 0,
-        max_metadata_size: int = DEFAULT_MAX_METADATA_SIZE,
-        absolute_max_metadata_size: int = DEFAULT_MAX_METADATA_SIZE,
-        compression_enabled: int = ALL_ENCODINGS,
+        options: GrpcOptions | None = None,
         tls: ServerTls | None = None,
     ) -> None:
+        options = options or GrpcOptions()
+        self.options = options
         self.max_message_bytes = max_message_bytes
         self.tls = tls
         """TLS on every connection (``tls.py``; ALPN ``h2``); None: plaintext (h2c)."""
         self.max_concurrent_calls = max_concurrent_calls
         self.reuseport = reuseport
         # grpc-core's soft and hard limits (the hard one is announced)
-        self.absolute_max_metadata_size = absolute_max_metadata_size
-        self.max_metadata_size = min(max_metadata_size, absolute_max_metadata_size)
-        self.compression_enabled = compression_enabled | 1  # identity is always on
+        self.absolute_max_metadata_size = options.absolute_max_metadata_size
+        self.max_metadata_size = min(options.max_metadata_size, self.absolute_max_metadata_size)
+        self.compression_enabled = options.compression_enabled_algorithms_bitset | 1  # identity
         self.response_headers = (
             *_TRAILERS_ONLY,
             (
@@ -796,10 +1014,18 @@ class H2GrpcServer:
                 ).encode(),
             ),
         )
+        self.let_past_bytes = options.http2_lookahead_bytes // 2
+        # what a connection may hold of requests no handler has read before a call whose request
+        # is still arriving is refused: one message limit and the windows of 256 requests
+        self.max_connection_unread_bytes = (
+            max_message_bytes + ARRIVING_WINDOWS * options.http2_lookahead_bytes
+        )
         self.settings = {
-            Setting.MAX_CONCURRENT_STREAMS: (1 << 31) - 1,
-            Setting.MAX_HEADER_LIST_SIZE: absolute_max_metadata_size,
+            Setting.INITIAL_WINDOW_SIZE: options.http2_lookahead_bytes,
+            Setting.MAX_HEADER_LIST_SIZE: self.absolute_max_metadata_size,
         }
+        if options.max_concurrent_streams != INFINITE_MS:  # grpc-core announces none by default
+            self.settings[Setting.MAX_CONCURRENT_STREAMS] = options.max_concurrent_streams
         self.connections: set[H2Connection] = set()
         self.admission: Admission[H2Connection, _Call] = Admission(H2Connection.run)
         self.active = 0
@@ -811,24 +1037,30 @@ class H2GrpcServer:
         self._idle: asyncio.Event | None = None
 
     def metadata_refusal(
-        self, size: int, longest: int, headers: Iterable[tuple[bytes, bytes]]
+        self, size: int, headers: Sequence[tuple[bytes, bytes]], index: int
     ) -> str:
-        """Why a call whose header list is ``size`` bytes (over the soft limit) is refused, in
-        grpc-core's words, or "" if it is let through (below the hard limit, grpc-core refuses a
-        share rising linearly from 0 at the soft limit to all at the hard one)."""
+        """Why a call is refused whose header list passes the hard limit at field ``index``
+        (``size`` bytes so far), in grpc-core's words: a value longer than the limit by itself,
+        or the size so far and the fields that made it."""
         hard = self.absolute_max_metadata_size
-        if longest > hard:
-            return f"received metadata size exceeds hard limit (value length {longest} vs. {hard})"
-        if size > hard:
-            kind, limit = "hard", hard
-        elif random.random() < (size - self.max_metadata_size) / (hard - self.max_metadata_size):
-            kind, limit = "soft", self.max_metadata_size
-        else:
-            return ""
-        fields = " ".join(
-            f"{name.decode('latin-1')}:{len(name) + len(value) + 32}B" for name, value in headers
+        name, value = headers[index]
+        if len(value) > hard:
+            return (
+                f"received metadata size exceeds hard limit (value length {len(value)} vs. {hard})"
+            )
+        return f"received metadata size exceeds hard limit ({size} vs. {hard});  " + _field_sizes(
+            headers[: index + 1]
         )
-        return f"received metadata size exceeds {kind} limit ({size} vs. {limit});  {fields}"
+
+    def soft_metadata_refusal(self, size: int, headers: Sequence[tuple[bytes, bytes]]) -> str:
+        """Between grpc-core's soft and hard limits a share of calls, rising linearly from none
+        at the soft limit to all at the hard one, is refused: why, or "" if this one is not."""
+        soft = self.max_metadata_size
+        if random.random() >= (size - soft) / (self.absolute_max_metadata_size - soft):
+            return ""
+        return f"received metadata size exceeds soft limit ({size} vs. {soft});  " + _field_sizes(
+            headers
+        )
 
     def add_generic_rpc_handlers(self, handlers: Sequence[grpc.GenericRpcHandler]) -> None:
         self._generic.extend(handlers)
@@ -919,7 +1151,8 @@ class H2GrpcServer:
         for server in self._servers:
             server.close()
         for conn in list(self.connections):
-            conn.goaway()
+            if conn.lifetime is not None:
+                conn.lifetime.goodbye(b"Server shutdown")
         if grace and self.active > 0:
             self._idle = asyncio.Event()
             deadline = time.monotonic() + grace
@@ -944,7 +1177,7 @@ class H2GrpcServer:
             # A call never started (waiting for its turn), or whose task was cancelled before
             # its first step, was not answered by its handler: answered here.
             for call in list(conn.calls.values()):
-                conn.finish(call, grpc.StatusCode.UNAVAILABLE, "Server is shutting down")
+                conn.finish(call, grpc.StatusCode.UNAVAILABLE, CANCELLED_AT_STOP)
             conn.close()
         for server in self._servers:
             await server.wait_closed()
