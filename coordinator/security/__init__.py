@@ -15,4 +15,21 @@ The seam between the transports and the service layer:
   answers ANONYMOUS until a transport installs its own (mTLS subject, bearer token).
 * :mod:`.scram` — SCRAM-SHA-256/512 as Kafka computes and stores it (salted password,
   StoredKey, ServerKey, proof checks, user-name escapes): the one module for SCRAM math.
+* ``CoordinatorService.scram_credential(user, mechanism)`` — the stored credential the SASL
+  servers check against (:meth:`.metadata.SecurityMetadata.scram_credential`).
+
+The model and the decisions:
+
+* :mod:`.acls` — Kafka's ACL model: resource types, pattern types, operations, permissions
+  (Kafka's numbers), bindings and filters, validation with Kafka's messages.
+* :mod:`.metadata` — ACLs and SCRAM credentials as records (``AccessControlEntry``,
+  ``UserScramCredential``): replay, Kafka's handlers for CreateAcls/DeleteAcls/DescribeAcls and
+  Alter/DescribeUserScramCredentials; a component of the cluster-level state machine (the
+  topic registry's undo log and load: ``coordinator.factory.new_cluster``).
+* :mod:`.authorizer` — Kafka's StandardAuthorizer rules (``super.users``,
+  ``allow.everyone.if.no.acl.found``, DENY wins, implied DESCRIBE), decisions cached per
+  principal and resource until the ACLs change; refusals reported through ``on_refused``.
+* :mod:`.ssl_principal` — ``ssl.principal.mapping.rules`` for certificate subjects.
+
+Which request needs what is the server's (``coordinator/server/authorization.py``).
 """

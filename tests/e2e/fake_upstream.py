@@ -22,7 +22,7 @@ TOPIC = "mb"
 TOPIC_ID = uuid.UUID("5bd1a4ef-1c2a-4e5b-9d3f-0a1b2c3d4e5f")
 PARTITIONS = 4
 NOT_LEADER_OR_FOLLOWER = 6
-CAPS = {0: 10, 1: 16, 2: 7, 3: 12, 10: 4, 18: 3, 32: 4, 44: 1, 60: 1}
+CAPS = {0: 10, 1: 16, 2: 7, 3: 12, 10: 4, 18: 3, 29: 3, 30: 3, 31: 3, 32: 4, 44: 1, 60: 1}
 """The APIs each node offers, with their highest version (the lowest is kio's)."""
 
 
@@ -212,6 +212,93 @@ class FakeNode:
             ]
         }
 
+    # The broker's ACLs (the cluster's ``acls``): kept as (type, name, pattern, principal,
+    # host, operation, permission) tuples; filters match exactly or by ANY/None.
+
+    def api_30(self, req: Any, _version: int) -> dict[str, Any]:
+        with self.cluster.lock:
+            for c in req.creations:
+                self.cluster.acls.add(
+                    (
+                        c.resource_type,
+                        c.resource_name,
+                        c.resource_pattern_type,
+                        c.principal,
+                        c.host,
+                        c.operation,
+                        c.permission_type,
+                    )
+                )
+        return {"results": [{"error_code": 0, "error_message": None} for _ in req.creations]}
+
+    def _matching(self, f: Any) -> list[tuple[Any, ...]]:
+        wanted = (
+            f.resource_type_filter,
+            f.resource_name_filter,
+            f.pattern_type_filter,
+            f.principal_filter,
+            f.host_filter,
+            f.operation,
+            f.permission_type,
+        )
+        return sorted(
+            acl
+            for acl in self.cluster.acls
+            if all(w in (None, 1) or w == a for w, a in zip(wanted, acl, strict=True))
+        )
+
+    def api_29(self, req: Any, _version: int) -> dict[str, Any]:
+        with self.cluster.lock:
+            found = self._matching(req)
+        return {
+            "error_code": 0,
+            "error_message": None,
+            "resources": [
+                {
+                    "resource_type": a[0],
+                    "resource_name": a[1],
+                    "pattern_type": a[2],
+                    "acls": [
+                        {
+                            "principal": a[3],
+                            "host": a[4],
+                            "operation": a[5],
+                            "permission_type": a[6],
+                        }
+                    ],
+                }
+                for a in found
+            ],
+        }
+
+    def api_31(self, req: Any, _version: int) -> dict[str, Any]:
+        results = []
+        with self.cluster.lock:
+            for f in req.filters:
+                found = self._matching(f)
+                self.cluster.acls.difference_update(found)
+                results.append(
+                    {
+                        "error_code": 0,
+                        "error_message": None,
+                        "matching_acls": [
+                            {
+                                "error_code": 0,
+                                "error_message": None,
+                                "resource_type": a[0],
+                                "resource_name": a[1],
+                                "pattern_type": a[2],
+                                "principal": a[3],
+                                "host": a[4],
+                                "operation": a[5],
+                                "permission_type": a[6],
+                            }
+                            for a in found
+                        ],
+                    }
+                )
+        return {"filter_results": results}
+
     def _endpoints(self) -> list[dict[str, Any]]:
         leader = self.cluster.nodes[self.cluster.leader(0)]
         host, port = leader.advertised
@@ -297,6 +384,8 @@ class FakeCluster:
         self.log: list[tuple[int, int, int]] = []
         self.replicas: dict[int, list[int]] = {}
         """Partition -> its replicas' node ids (default: every node)."""
+        self.acls: set[tuple[Any, ...]] = set()
+        """The broker's ACLs (CreateAcls/DescribeAcls/DeleteAcls)."""
 
     def add_node(
         self, node_id: int, advertised_host: str | None = None, rack: str | None = None

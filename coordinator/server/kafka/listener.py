@@ -35,7 +35,7 @@ from ..api import Caller, Node
 from ..codec import AUTHORIZED_OPERATIONS_OMITTED
 from ..service import CoordinatorService
 from ..tls import listening_sockets, peer_subject
-from . import apis, configs, convert, wire
+from . import acl_split, apis, configs, convert, wire
 from . import sasl as sasl_api
 from .security import ListenerSecurity
 
@@ -267,8 +267,12 @@ class KafkaListener:
                 key, version, correlation_id, wire.build(wire.response_class(key, version), values)
             )
         row = apis.SERVED[key]
-        if key in configs.SPLIT and self.upstream is not None:
-            ours, theirs = configs.owners(entity)
+        split = configs if key in configs.SPLIT else acl_split if key in acl_split.SPLIT else None
+        if split is not None and self.upstream is not None:
+            # One request, two owners: ours (GROUP resources) and the broker's.
+            ours, theirs = (
+                configs.owners(entity) if split is configs else acl_split.owners(key, entity)
+            )
             if theirs:
                 if not ours and self.upstream.offers(key, version):
                     done = None if self.on_forward is None else self.on_forward(key)
@@ -281,7 +285,7 @@ class KafkaListener:
                     if done is not None:
                         done(True)
                     return wire.I32.pack(len(answer_frame)) + answer_frame
-                return await configs.serve_split(
+                return await split.serve_split(
                     self,
                     conn,
                     key,
