@@ -435,6 +435,16 @@ def parse_security(settings: Mapping[str, str], flags: Flags, *, upstream: bool)
                 "sasl.oauthbearer.jwks.endpoint.url to the JWKS file tokens are checked against"
             )
 
+    if (
+        grpc_protocol.startswith("SASL_")
+        and oauth is None
+        and (grpc_tls is None or grpc_tls.client_auth == "none")
+    ):
+        raise SecurityConfigError(
+            f"GRPC:{grpc_protocol} requires every call to authenticate, but there is no way to: "
+            "set sasl.oauthbearer.jwks.endpoint.url (bearer tokens) or ssl.client.auth "
+            "(client certificates)"
+        )
     upstream_security = _upstream(s, upstream)
     if upstream_security.passthrough:
         if not any(e.sasl for e in endpoints):

@@ -208,6 +208,12 @@ def test_upstream_security_and_passthrough() -> None:
             "needs kafka.upstream.security.protocol=SASL_PLAINTEXT or SASL_SSL",
         ),
         (
+            {"listener.security.protocol.map": "GRPC:SASL_PLAINTEXT"},
+            Flags(),
+            False,
+            "there is no way to",
+        ),
+        (
             {"listener.security.protocol.map": "METRICS:SASL_SSL"},
             Flags(),
             False,
