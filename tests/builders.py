@@ -89,8 +89,10 @@ def ca(
     pending: Assignment | None = None,
     *,
     group_id: str = G,
+    epochs: Mapping[int, Assignment] | None = None,
 ) -> r.Record:
-    """A ConsumerGroupCurrentMemberAssignment record."""
+    """A ConsumerGroupCurrentMemberAssignment record; ``epochs`` (KIP-1251: epoch ->
+    partitions) say when partitions were assigned, the others were at ``epoch``."""
     return r.current_assignment_record(
         group_id,
         ConsumerGroupMember(
@@ -100,6 +102,7 @@ def ca(
             state=state,
             assigned_partitions=assigned,
             partitions_pending_revocation=pending or {},
+            assignment_epochs=epochs or {},
         ),
     )
 

@@ -35,7 +35,9 @@ VALUE_VERSION = 0
 _new, _set = object.__new__, object.__setattr__
 
 
-def _current_assignment(epoch: int, prev: int, state: int, assigned: Any, pending: Any) -> Any:
+def _current_assignment(
+    epoch: int, prev: int, state: int, assigned: Any, pending: Any, epochs: Any
+) -> Any:
     """``ConsumerGroupCurrentMemberAssignmentValue(...)`` without keyword parsing (hot at load)."""
     v = _new(r.ConsumerGroupCurrentMemberAssignmentValue)
     _set(v, "member_epoch", epoch)
@@ -43,6 +45,7 @@ def _current_assignment(epoch: int, prev: int, state: int, assigned: Any, pendin
     _set(v, "state", state)
     _set(v, "assigned_partitions", assigned)
     _set(v, "partitions_pending_revocation", pending)
+    _set(v, "assignment_epochs", epochs)
     return v
 
 
@@ -291,16 +294,31 @@ def _value_encoders() -> dict[
         return r.ConsumerGroupTargetAssignmentMemberValue(topic_partitions=_dec_assignment(f[0]))
 
     def ca_enc(v: r.ConsumerGroupCurrentMemberAssignmentValue) -> list[Any]:
-        return [
+        out = [
             v.member_epoch,
             v.previous_member_epoch,
             v.state,
             _enc_assignment(v.assigned_partitions),
             _enc_assignment(v.partitions_pending_revocation),
         ]
+        # KIP-1251's assignment epochs: a trailing field (older builds ignore it), absent from
+        # records written before it, so their bytes stay as they were.
+        if v.assignment_epochs is not None:
+            epochs = v.assignment_epochs
+            out.append([[e, _enc_assignment(epochs[e])] for e in sorted(epochs)])
+        return out
 
     def ca_dec(f: list[Any]) -> r.ConsumerGroupCurrentMemberAssignmentValue:
-        return _current_assignment(f[0], f[1], f[2], _dec_assignment(f[3]), _dec_assignment(f[4]))
+        assigned, pending = _dec_assignment(f[3]), _dec_assignment(f[4])
+        epochs = None
+        if len(f) > 5:
+            epochs = {e: a for e, a in ((e, _dec_assignment(a)) for e, a in f[5]) if a}
+            if len(epochs) == 1 and not pending:
+                # One epoch for every partition (the common case): share the assignment.
+                ((e, a),) = epochs.items()
+                if a == assigned:
+                    epochs = {e: assigned}
+        return _current_assignment(f[0], f[1], f[2], assigned, pending, epochs)
 
     def rx_enc(v: r.ConsumerGroupRegularExpressionValue) -> list[Any]:
         return [list(v.topics), v.version, v.timestamp_ms]

@@ -23,10 +23,18 @@ from assignors.api import SubscriptionType, TopicId, TopicMetadata
 
 from . import records as r
 from .errors import IllegalStateError
-from .model import EMPTY_ASSIGNMENT, Assignment, ConsumerGroupMember, MemberState, build_member
+from .model import (
+    EMPTY_ASSIGNMENT,
+    Assignment,
+    ConsumerGroupMember,
+    MemberState,
+    build_member,
+    complete_epochs,
+)
 from .timeline import TDict, UndoLog
 
 _STATES = {s.value: s for s in MemberState}
+_NO_EPOCHS: dict[int, Assignment] = {}
 
 
 class GroupState(Enum):
@@ -200,6 +208,7 @@ class ConsumerGroup:
             MemberState.STABLE if old is None else old.state,
             EMPTY_ASSIGNMENT if old is None else old.assigned_partitions,
             EMPTY_ASSIGNMENT if old is None else old.partitions_pending_revocation,
+            _NO_EPOCHS if old is None else old.assignment_epochs,
         )
         if old is not None:
             self._unindex_member(old)
@@ -299,9 +308,18 @@ class ConsumerGroup:
                 state=MemberState.STABLE,
                 assigned_partitions=EMPTY_ASSIGNMENT,
                 partitions_pending_revocation=EMPTY_ASSIGNMENT,
+                assignment_epochs=_NO_EPOCHS,
             )
             return
         state = _STATES.get(value.state) or MemberState.from_value(value.state)
+        # KIP-1251: a record without epochs (written before them) reads as every partition
+        # assigned at max(member epoch, 0), as Kafka's; one that misses some gets the same.
+        epochs = complete_epochs(
+            _NO_EPOCHS if value.assignment_epochs is None else value.assignment_epochs,
+            value.assigned_partitions,
+            value.partitions_pending_revocation,
+            max(value.member_epoch, 0),
+        )
         if old is None:
             self._touch(member_id)
             new = build_member(
@@ -320,6 +338,7 @@ class ConsumerGroup:
                 state,
                 value.assigned_partitions,
                 value.partitions_pending_revocation,
+                epochs,
             )
         else:
             new = build_member(
@@ -338,6 +357,7 @@ class ConsumerGroup:
                 state,
                 value.assigned_partitions,
                 value.partitions_pending_revocation,
+                epochs,
             )
         self._own(self.partition_owners, new.assigned_partitions, member_id, "current")
         self._own(self.partition_owners, new.partitions_pending_revocation, member_id, "current")
@@ -430,6 +450,7 @@ class ConsumerGroup:
                     "state": m.state.name,
                     "assigned": a(m.assigned_partitions),
                     "pending_revocation": a(m.partitions_pending_revocation),
+                    "assignment_epochs": {e: a(x) for e, x in sorted(m.assignment_epochs.items())},
                 }
                 for mid, m in sorted(self.members.items())
             },

@@ -18,6 +18,7 @@ __all__ = [
     "EMPTY_ASSIGNMENT",
     "ZERO_TOPIC_ID",
     "Assignment",
+    "AssignmentEpochs",
     "ConsumerGroupMember",
     "MemberState",
     "PartitionRacks",
@@ -25,9 +26,13 @@ __all__ = [
     "TopicMetadata",
     "TopicsImage",
     "assignment_from_pairs",
+    "assignment_intersection",
     "assignment_minus",
     "assignment_size",
     "assignment_union",
+    "complete_epochs",
+    "epoch_of",
+    "epochs_restricted",
     "make_assignment",
     "make_partition_racks",
     "partition_racks_groups",
@@ -37,6 +42,10 @@ __all__ = [
 
 Assignment = Mapping[TopicId, frozenset[int]]
 EMPTY_ASSIGNMENT: Assignment = {}
+AssignmentEpochs = Mapping[int, Assignment]
+"""KIP-1251: the member epoch at which each partition a member owns (assigned or pending
+revocation) was assigned to it, grouped by epoch (epoch -> partitions; no empty sets, each
+partition once)."""
 ZERO_TOPIC_ID = "AAAAAAAAAAAAAAAAAAAAAA"
 
 
@@ -120,6 +129,62 @@ def assignment_size(a: Assignment) -> int:
     return sum(len(ps) for ps in a.values())
 
 
+def assignment_intersection(a: Assignment, b: Assignment) -> dict[TopicId, frozenset[int]]:
+    out: dict[TopicId, frozenset[int]] = {}
+    for topic_id, ps in a.items():
+        other = b.get(topic_id)
+        if other:
+            both = ps & other
+            if both:
+                out[topic_id] = both
+    return out
+
+
+def epoch_of(epochs: AssignmentEpochs, topic_id: TopicId, partition: int) -> int | None:
+    """The epoch at which the partition was assigned; None if the member does not own it."""
+    for epoch, assignment in epochs.items():
+        partitions = assignment.get(topic_id)
+        if partitions is not None and partition in partitions:
+            return epoch
+    return None
+
+
+def epochs_restricted(epochs: AssignmentEpochs, keep: Assignment) -> dict[int, Assignment]:
+    """Only the partitions of ``keep`` (each keeps its epoch)."""
+    out: dict[int, Assignment] = {}
+    for epoch, assignment in epochs.items():
+        kept = assignment if assignment == keep else assignment_intersection(assignment, keep)
+        if kept:
+            out[epoch] = kept
+    return out
+
+
+def complete_epochs(
+    epochs: AssignmentEpochs, assigned: Assignment, pending: Assignment, default_epoch: int
+) -> AssignmentEpochs:
+    """The epochs of exactly the owned partitions (``assigned`` and ``pending``): those
+    ``epochs`` names keep their epoch, the others get ``default_epoch`` (Kafka: a record written
+    before KIP-1251 reads as assigned at max(member epoch, 0))."""
+    owned = assignment_union(assigned, pending) if pending else assigned
+    if len(epochs) == 1:
+        only = next(iter(epochs.values()))
+        if only is owned or only == owned:
+            return epochs
+    if not owned:
+        return {}
+    if not epochs:
+        return {default_epoch: owned}
+    out = epochs_restricted(epochs, owned)
+    covered: Assignment = {}
+    for assignment in out.values():
+        covered = assignment_union(covered, assignment)
+    missing = assignment_minus(owned, covered)
+    if missing:
+        prev = out.get(default_epoch)
+        out[default_epoch] = missing if prev is None else assignment_union(prev, missing)
+    return out
+
+
 class MemberState(Enum):
     """Reconciliation state of a member (persisted as int8, Kafka's numbers)."""
 
@@ -164,6 +229,9 @@ class ConsumerGroupMember:
     state: MemberState = MemberState.STABLE
     assigned_partitions: Assignment = field(default_factory=dict)
     partitions_pending_revocation: Assignment = field(default_factory=dict)
+    assignment_epochs: AssignmentEpochs = field(default_factory=dict)
+    """KIP-1251: when each owned partition was assigned (see :data:`AssignmentEpochs`); after
+    replay it covers exactly the assigned and pending partitions."""
 
     def is_reconciled_to(self, target_epoch: int) -> bool:
         return self.state is MemberState.STABLE and self.member_epoch == target_epoch
@@ -193,6 +261,7 @@ def build_member(
     state: MemberState,
     assigned_partitions: Assignment,
     partitions_pending_revocation: Assignment,
+    assignment_epochs: AssignmentEpochs,
 ) -> ConsumerGroupMember:
     """The same value as ``ConsumerGroupMember(...)`` with every field given, built about twice
     as fast (no keyword parsing). Replay uses it: a store load builds millions of members."""
@@ -212,6 +281,7 @@ def build_member(
     _set(m, "state", state)
     _set(m, "assigned_partitions", assigned_partitions)
     _set(m, "partitions_pending_revocation", partitions_pending_revocation)
+    _set(m, "assignment_epochs", assignment_epochs)
     return m
 
 

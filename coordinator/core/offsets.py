@@ -1,8 +1,10 @@
 """Committed offsets (Kafka 4.0's OffsetMetadataManager): a component of the shard.
 
-* OffsetCommit: a consumer-protocol member must send exactly its current member epoch
-  (STALE_MEMBER_EPOCH for lower *or* higher), a classic member its generation
-  (ILLEGAL_GENERATION); an unknown member gets UNKNOWN_MEMBER_ID. Epoch < 0 with no members is an
+* OffsetCommit: a consumer-protocol member sends its current member epoch, or an older one
+  when every partition it commits is one it owns (assigned or pending revocation) since that
+  epoch or before (Kafka 4.3, KIP-1251: assignment epoch <= epoch <= member epoch; else
+  STALE_MEMBER_EPOCH for the whole commit, also for a newer epoch); a classic member sends its
+  generation (ILLEGAL_GENERATION); an unknown member gets UNKNOWN_MEMBER_ID. Epoch < 0 with no members is an
   admin/manual commit and is accepted; on a missing group it creates a "simple" group (offsets
   only). Epoch >= 0 on a missing group: GROUP_ID_NOT_FOUND. Metadata longer than
   ``offset.metadata.max.bytes``: OFFSET_METADATA_TOO_LARGE for that partition. A topic is named
@@ -24,7 +26,7 @@ the classic groups (:meth:`~.components.ClassicGroupSupport.check_offset_commit`
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Container, Mapping, Sequence
+from collections.abc import Callable, Collection, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -43,7 +45,7 @@ from .errors import (
 )
 from .events import Event, LogEvent
 from .group import ConsumerGroup
-from .model import ZERO_TOPIC_ID
+from .model import ZERO_TOPIC_ID, epoch_of
 
 if TYPE_CHECKING:
     from .components import ClassicGroupSupport
@@ -161,6 +163,7 @@ def commit_error_response(req: OffsetCommit, error: CoordinatorError) -> OffsetC
 
 
 def _validate_member(group: ConsumerGroup, member_id: str, epoch: int) -> None:
+    """OffsetFetch: the member and its exact epoch (generation for a classic member)."""
     member = group.members.get(member_id)
     if member is None:
         raise UnknownMemberIdError(f"Member {member_id} is not a member of group {group.group_id}.")
@@ -172,6 +175,44 @@ def _validate_member(group: ConsumerGroup, member_id: str, epoch: int) -> None:
         raise StaleMemberEpochError(
             f"The received member epoch {epoch} does not match the expected member epoch {member.member_epoch}."
         )
+
+
+def check_commit_epoch(
+    group: ConsumerGroup, member_id: str, epoch: int, partitions: Iterable[tuple[str, int]]
+) -> None:
+    """Kafka 4.3's ConsumerGroup.validateOffsetCommit with its per-partition validator
+    (KIP-1251): a classic member must send its generation (ILLEGAL_GENERATION); a
+    consumer-protocol member its member epoch, or an older one if every partition it commits
+    (``partitions``: topic id, partition) is one it owns — assigned or pending revocation —
+    since that epoch or before (assignment epoch <= epoch <= member epoch). Anything else:
+    STALE_MEMBER_EPOCH, for the whole commit."""
+    member = group.members.get(member_id)
+    if member is None:
+        raise UnknownMemberIdError(f"Member {member_id} is not a member of group {group.group_id}.")
+    current = member.member_epoch
+    if epoch == current:
+        return
+    if member.classic_member_metadata is not None:
+        raise IllegalGenerationError(
+            f"The received generation id {epoch} does not match the expected member epoch {current}."
+        )
+    if epoch > current:
+        raise StaleMemberEpochError(
+            f"The received member epoch {epoch} is newer than the current member epoch {current}."
+        )
+    epochs = member.assignment_epochs
+    for topic_id, partition in partitions:
+        assigned_at = epoch_of(epochs, topic_id, partition)
+        if assigned_at is None:
+            raise StaleMemberEpochError(
+                f"Partition {topic_id}-{partition} is not assigned to member {member_id}: the "
+                f"received member epoch {epoch} is older than the current member epoch {current}."
+            )
+        if epoch < assigned_at:
+            raise StaleMemberEpochError(
+                f"Partition {topic_id}-{partition} was assigned to member {member_id} at epoch "
+                f"{assigned_at}, after the received member epoch {epoch}."
+            )
 
 
 class Offsets(ByGroupId[Mapping[tuple[str, int], r.OffsetCommitValue]]):
@@ -203,8 +244,22 @@ class Offsets(ByGroupId[Mapping[tuple[str, int], r.OffsetCommitValue]]):
                     f"Member {req.member_id} is not a member of group {req.group_id}."
                 )
         elif not (epoch < 0 and not group.members):
-            _validate_member(group, req.member_id, epoch)
+            check_commit_epoch(group, req.member_id, epoch, self._committed_partitions(req))
         return self._ctx.run(self._offset_commit, req, now_ms)
+
+    def _committed_partitions(self, req: OffsetCommit) -> Iterable[tuple[str, int]]:
+        """(topic id, partition) of every partition of the commit the epoch check applies to
+        (Kafka validates a partition once its metadata is found to fit; a topic that does not
+        resolve is answered with its own error)."""
+        max_bytes = self._ctx.config.offset_metadata_max_bytes
+        for t in req.topics:
+            _name, topic_id, error = self._resolve_topic(t.name, t.topic_id)
+            if error is not None:
+                continue
+            for p in t.partitions:
+                metadata = p.committed_metadata
+                if metadata is None or len(metadata.encode()) <= max_bytes:
+                    yield topic_id, p.partition_index
 
     def _offset_commit(self, req: OffsetCommit, now_ms: int) -> Result[OffsetCommitResponse]:
         result: Result[OffsetCommitResponse] = Result()

@@ -27,7 +27,14 @@ from dataclasses import replace
 from assignors.api import TopicId
 
 from .errors import FencedMemberEpochError
-from .model import Assignment, ConsumerGroupMember, MemberState
+from .model import (
+    Assignment,
+    AssignmentEpochs,
+    ConsumerGroupMember,
+    MemberState,
+    assignment_union,
+    epochs_restricted,
+)
 
 OwnerOf = Callable[[TopicId, int], "str | None"]
 
@@ -109,15 +116,30 @@ def _next(
         if add:
             to_add[topic_id] = add
 
+    old_epochs = member.assignment_epochs
     if revoke and owns_any(owned, revoke):
-        # Revoke first: stay at the (passed) epoch until the member acknowledges.
-        return _changed(member, MemberState.UNREVOKED_PARTITIONS, epoch, new_assigned, revoke)
+        # Revoke first: stay at the (passed) epoch until the member acknowledges. The partitions
+        # to revoke keep the epoch they were assigned at (KIP-1251): the member may still commit
+        # them until it lets them go.
+        return _changed(
+            member,
+            MemberState.UNREVOKED_PARTITIONS,
+            epoch,
+            new_assigned,
+            revoke,
+            epochs_restricted(old_epochs, assigned),
+        )
+    # Kept partitions keep their assignment epoch, new ones are assigned at the target epoch
+    # (KIP-1251), also one that was pending revocation and is given back.
+    epochs = epochs_restricted(old_epochs, new_assigned)
     if to_add:
         for topic_id, ps in to_add.items():
             prev = new_assigned.get(topic_id)
             new_assigned[topic_id] = ps if prev is None else prev | ps
+        at_target = epochs.get(target_epoch)
+        epochs[target_epoch] = to_add if at_target is None else assignment_union(at_target, to_add)
     new_state = MemberState.UNRELEASED_PARTITIONS if unreleased else MemberState.STABLE
-    return _changed(member, new_state, target_epoch, new_assigned, {})
+    return _changed(member, new_state, target_epoch, new_assigned, {}, epochs)
 
 
 def _drop_unsubscribed(
@@ -127,11 +149,19 @@ def _drop_unsubscribed(
     revoked first if the member may still own them; the epoch stays."""
     kept = {t: ps for t, ps in member.assigned_partitions.items() if t in subscribed}
     dropped = {t: ps for t, ps in member.assigned_partitions.items() if t not in subscribed}
+    epochs = member.assignment_epochs
     if owns_any(owned, dropped):
         return _changed(
-            member, MemberState.UNREVOKED_PARTITIONS, member.member_epoch, kept, dropped
+            member,
+            MemberState.UNREVOKED_PARTITIONS,
+            member.member_epoch,
+            kept,
+            dropped,
+            epochs_restricted(epochs, member.assigned_partitions),
         )
-    return _changed(member, MemberState.STABLE, member.member_epoch, kept, {})
+    return _changed(
+        member, MemberState.STABLE, member.member_epoch, kept, {}, epochs_restricted(epochs, kept)
+    )
 
 
 def _is_free(owner: str | None, member_id: str) -> bool:
@@ -144,12 +174,14 @@ def _changed(
     epoch: int,
     assigned: Assignment,
     pending_revocation: Assignment,
+    epochs: AssignmentEpochs,
 ) -> ConsumerGroupMember:
     if (
         member.state is state
         and member.member_epoch == epoch
         and member.assigned_partitions == assigned
         and member.partitions_pending_revocation == pending_revocation
+        and member.assignment_epochs == epochs
     ):
         return member
     return replace(
@@ -159,4 +191,5 @@ def _changed(
         previous_member_epoch=member.member_epoch,
         assigned_partitions=assigned,
         partitions_pending_revocation=pending_revocation,
+        assignment_epochs=epochs,
     )

@@ -21,7 +21,13 @@ from typing import ClassVar, TypeVar
 from assignors.api import TopicMetadata
 
 from .errors import IllegalStateError
-from .model import Assignment, ClassicMemberMetadata, PartitionRacks
+from .model import (
+    Assignment,
+    AssignmentEpochs,
+    ClassicMemberMetadata,
+    PartitionRacks,
+    complete_epochs,
+)
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -242,6 +248,10 @@ class ConsumerGroupCurrentMemberAssignmentValue:
     state: int
     assigned_partitions: Assignment
     partitions_pending_revocation: Assignment
+    assignment_epochs: AssignmentEpochs | None = None
+    """KIP-1251 (Kafka's tagged ``AssignmentEpochs``): the epoch at which each assigned or
+    pending partition was assigned. None in records written before it: they read as assigned at
+    max(member epoch, 0)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -429,6 +439,15 @@ def current_assignment_record(group_id: str, member) -> Record:  # member: Consu
             state=member.state.value,
             assigned_partitions=member.assigned_partitions,
             partitions_pending_revocation=member.partitions_pending_revocation,
+            # A partition the member's epochs do not name (a member built by a conversion, a
+            # static member leaving) is assigned at the member's epoch, as Kafka reads a record
+            # without epochs.
+            assignment_epochs=complete_epochs(
+                member.assignment_epochs,
+                member.assigned_partitions,
+                member.partitions_pending_revocation,
+                max(member.member_epoch, 0),
+            ),
         ),
     )
 

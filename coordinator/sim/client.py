@@ -416,6 +416,14 @@ class SimClient:
                 self._stop()
             else:  # Left: the membership ended
                 self._stop()
+        if self.progress:
+            # A partition the member no longer owns (lost with a fencing, even in the middle of
+            # a revocation) is read again from its committed offset when it comes back, as a
+            # real consumer does on assignment.
+            owned = self.owned
+            self.progress = {
+                k: v for k, v in self.progress.items() if k[1] in owned.get(k[0], frozenset())
+            }
         return out
 
     # ------------------------------------------------------------------ views

@@ -40,6 +40,7 @@ ALL_FAULTS = (
     "assignor",
     "coordinator-restart",
     "switch-protocol",
+    "stale-commit",
 )
 CLASSIC_ONLY_FAULTS = ("switch-protocol",)  # injected only when the fleet uses the classic protocol
 EXTRA_FAULTS = ("reorder",)

@@ -48,6 +48,11 @@ LIVENESS = "I5-liveness-stable-after-faults-stop"
 CORE_ILLEGAL_STATE = "core-illegal-state"
 CLIENT_MODEL = "client-got-an-impossible-answer"
 OFFSETS_FENCED = "I6-commits-only-from-owner-and-monotonic"
+"""An accepted offset commit is for a partition the coordinator attributes to the committing
+member (assigned or pending revocation; in a classic group: its assignment or reported claims) —
+never one owned by another member or by nobody, whatever epoch it carried (KIP-1251 accepts an
+older epoch only for partitions the member owns since then) — and never moves a committed
+offset back. Checked by the driver on every accepted commit (:func:`check_accepted_commit`)."""
 PARKED_ANSWERED_ONCE = "I7-parked-join-answered-exactly-once"
 """A join parked until its group's first target (``ConsumerGroups.parks_joins``) is answered
 once, to the request that waits for it, unless the coordinator restarts (the callers are gone);
@@ -313,6 +318,45 @@ def check_classic_assignment(classic: Any, topic_ids: dict[str, str]) -> list[st
                         f"classic generation {classic.generation} gives {t}-{p} to {seen[(t, p)]} and {mid}"
                     )
                 seen[(t, p)] = mid
+    return out
+
+
+def check_accepted_commit(
+    group: ConsumerGroup | None,
+    member_id: str,
+    epoch: int,
+    accepted: Sequence[tuple[tuple[str, int], int]],
+    committed: dict[tuple[str, int], int],
+    *,
+    classic: Any = None,
+    topic_ids: dict[str, str] | None = None,
+) -> list[str]:
+    """I6 for one commit the coordinator accepted: ``accepted`` lists ((topic id, partition),
+    offset) of the partitions it answered NONE for, judged against the coordinator's state when
+    it answered; ``committed`` holds the last accepted offset of each partition and is brought up
+    to date."""
+    out = []
+    for key, offset in accepted:
+        owner: str | None
+        if classic is not None:
+            owner = (
+                member_id
+                if key in classic_attributed(classic, member_id, topic_ids or {})
+                else "nobody (classic group)"
+            )
+        else:
+            owner = None if group is None else group.owner_of(*key)
+        if owner != member_id:
+            out.append(
+                f"commit of {key} by {member_id} (epoch {epoch}) accepted while the coordinator "
+                f"attributes it to {owner}"
+            )
+        if offset < committed.get(key, -1):
+            out.append(
+                f"commit of {key} by {member_id} moved the offset back from {committed[key]} "
+                f"to {offset}"
+            )
+        committed[key] = offset
     return out
 
 

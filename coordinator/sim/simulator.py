@@ -116,6 +116,12 @@ FIRST_TARGET_QUIET_MS = 20  # the runtime: two quiet waits of 10 ms in a row
 CLASSIC_PROTOCOLS = ("eager", "cooperative", "mixed")
 
 
+STALE_COMMIT_VIEWS = 4
+"""A stale commit replays one of a client's last commits (member id, epoch, partitions)."""
+STALE_COMMIT_RATE = 0.2
+"""Chance that a commit is a stale one, when the fault is on."""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SimParams:
     seed: int = 0
@@ -281,6 +287,10 @@ class Simulation:
         self.answered: set[int] = set()
         self.fifo: dict[int, int] = {}  # client -> time of its last scheduled delivery
         self.committed: dict[tuple[str, int], int] = {}  # (topic id, p) -> last accepted offset
+        # client -> (member id, epoch, partitions) of its last commits (a stale commit replays
+        # one of them)
+        self.commit_views: dict[int, list[tuple[str, int, list[tuple[str, int]]]]] = {}
+        self.stale_rng = random.Random(f"{params.seed}-stale-commit")
         self.resp_fifo: dict[int, int] = {}  # client -> time of its last scheduled response
         self._tick_gen: dict[int, int] = {}  # client -> serial of its live heartbeat timer
         # client -> (member id, coordinator generation, last view pushed on its stream)
@@ -695,11 +705,30 @@ class Simulation:
             return
         owned = [(t, p) for t, ps in c.owned.items() for p in sorted(ps)]
         c.progress = {k: v for k, v in c.progress.items() if k in set(owned)}
+        epoch = c.epoch
+        views = [v for v in self.commit_views.get(i, ()) if v[0] == c.member_id]
+        self.commit_views[i] = [*views[-(STALE_COMMIT_VIEWS - 1) :], (c.member_id, epoch, owned)]
+        rng = self.rng
+        if (
+            views
+            and self.faults_on
+            and "stale-commit" in self.p.faults
+            and self.stale_rng.random() < STALE_COMMIT_RATE
+        ):
+            # The application committed what it owned at one of its recent commits, with the
+            # epoch it had then, racing the heartbeats that moved it on since (KIP-1251's case:
+            # accepted only for partitions it still owns since that epoch). Its own random
+            # stream, so the other faults of a seed stay where they were.
+            self.summary.faults["stale-commit"] += 1
+            _member, epoch, owned = self.stale_rng.choice(views)
+            rng = self.stale_rng
         if not owned:
             return
         image = self.h.registry.image()
         for t, p in owned:
-            if (t, p) not in c.progress:  # newly owned: resume from the committed offset
+            if (
+                (t, p) not in c.progress
+            ):  # newly owned (or a stale commit's): resume from the committed offset
                 name = image.by_id[t].name if t in image.by_id else None
                 got = self.h.shard.offset_fetch(
                     OffsetFetchGroup(
@@ -711,8 +740,8 @@ class Simulation:
                 )
                 committed = got.topics[0].partitions[0].committed_offset if got.topics else -1
                 c.progress[(t, p)] = max(committed, 0)
-            c.progress[(t, p)] += self.rng.randint(1, 10)
-        if self._net_fault("lose-request"):
+            c.progress[(t, p)] += rng.randint(1, 10)
+        if rng is self.rng and self._net_fault("lose-request"):
             self.summary.faults["lose-request"] += 1
             return
         by_topic: dict[str, list[OffsetCommitPartition]] = {}
@@ -722,7 +751,7 @@ class Simulation:
             )
         req = OffsetCommit(
             group_id=GROUP,
-            generation_id_or_member_epoch=c.epoch,
+            generation_id_or_member_epoch=epoch,
             member_id=c.member_id,
             topics=tuple(
                 OffsetCommitTopic(topic_id=t, partitions=tuple(ps)) for t, ps in by_topic.items()
@@ -734,7 +763,7 @@ class Simulation:
             res = self.h.shard.offset_commit(req, self.now)
         except CoordinatorError as exc:
             self.summary.events["commit-rejected"] += 1
-            self._log(f"c{i} commit at epoch {c.epoch} rejected: {exc.code.name}")
+            self._log(f"c{i} commit at epoch {epoch} rejected: {exc.code.name}")
             if getattr(c, "classic", False):
                 self._after(i, c.on_commit_error(int(exc.code)))
             return
@@ -742,35 +771,26 @@ class Simulation:
         self.summary.events["commit"] += 1
         response = res.response
         assert response is not None  # a commit always answers
-        for topic in response.topics:
-            for part in topic.partitions:
-                if part.error_code:
-                    continue
-                key = (topic.topic_id, part.partition_index)
-                offset = c.progress[key]
-                if classic is not None:
-                    owner = (
-                        c.member_id
-                        if key in inv.classic_attributed(classic, c.member_id, self._topic_ids())
-                        else "nobody (classic group)"
-                    )
-                else:
-                    owner = None if group is None else group.owner_of(*key)
-                if inv.OFFSETS_FENCED not in self.p.invariants:
-                    pass
-                elif owner != c.member_id:
-                    self._fail(
-                        inv.OFFSETS_FENCED,
-                        f"commit of {key} by {c.member_id} (epoch {c.epoch}) accepted "
-                        f"while the coordinator attributes it to {owner}",
-                    )
-                if offset < self.committed.get(key, -1) and inv.OFFSETS_FENCED in self.p.invariants:
-                    self._fail(
-                        inv.OFFSETS_FENCED,
-                        f"commit of {key} by {c.member_id} moved the offset back "
-                        f"from {self.committed[key]} to {offset}",
-                    )
-                self.committed[key] = offset
+        accepted = [
+            (
+                (topic.topic_id, part.partition_index),
+                c.progress[(topic.topic_id, part.partition_index)],
+            )
+            for topic in response.topics
+            for part in topic.partitions
+            if not part.error_code
+        ]
+        problems = inv.check_accepted_commit(
+            group,
+            c.member_id,
+            epoch,
+            accepted,
+            self.committed,
+            classic=classic,
+            topic_ids=self._topic_ids() if classic is not None else None,
+        )
+        if problems and inv.OFFSETS_FENCED in self.p.invariants:
+            self._fail(inv.OFFSETS_FENCED, problems[0])
 
     def _on_tick(self, i: int, gen: int) -> None:
         c = self.clients[i]

@@ -238,7 +238,7 @@ def test_a_leave_after_the_interval_computes_the_target_at_once() -> None:
         heartbeat_interval_ms=HB_MS,
         assignment=HA(assigned=p(foo, 0, 1, 2, 3), pending={}),
     )
-    assert got.records == [ca("A", 3, 2, STABLE, p(foo, 0, 1, 2, 3))]
+    assert got.records == [ca("A", 3, 2, STABLE, p(foo, 0, 1, 2, 3), epochs={1: p(foo, 0, 1)})]
     assert h.replayed().snapshot() == h.shard.snapshot()
 
 

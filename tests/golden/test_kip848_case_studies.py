@@ -94,7 +94,8 @@ def test_basic() -> None:
     # change, so the response carries no assignment ("unchanged").
     res = h.heartbeat_result(member_id="A", member_epoch=1, topic_partitions=p(foo, 0, 1))
     assert res.response == Resp(member_id="A", member_epoch=2, heartbeat_interval_ms=HB_MS)
-    assert res.records == [ca("A", 2, 1, STABLE, p(foo, 0, 1))]
+    # KIP-1251: A keeps 0 and 1 at epoch 1, the epoch they were assigned at.
+    assert res.records == [ca("A", 2, 1, STABLE, p(foo, 0, 1), epochs={1: p(foo, 0, 1)})]
     assert res.timers[0] == CancelTimer((REBALANCE, G, "A"))
 
     # B heartbeats and now gets foo-2.
@@ -128,7 +129,7 @@ def test_basic() -> None:
     # the response: unchanged).
     res = h.heartbeat_result(member_id="B", member_epoch=2, topic_partitions=p(foo, 2))
     assert res.response == Resp(member_id="B", member_epoch=3, heartbeat_interval_ms=HB_MS)
-    assert res.records == [ca("B", 3, 2, STABLE, p(foo, 2))]
+    assert res.records == [ca("B", 3, 2, STABLE, p(foo, 2), epochs={2: p(foo, 2)})]
 
     # C heartbeats: foo-1 is still held by A, nothing changes.
     res = h.heartbeat_result(member_id="C", member_epoch=3)
@@ -143,10 +144,10 @@ def test_basic() -> None:
         heartbeat_interval_ms=HB_MS,
         assignment=HA(assigned=p(foo, 0), pending={}),
     )
-    assert res.records == [ca("A", 2, 2, UNREVOKED, p(foo, 0), p(foo, 1))]
+    assert res.records == [ca("A", 2, 2, UNREVOKED, p(foo, 0), p(foo, 1), epochs={1: p(foo, 0, 1)})]
     res = h.heartbeat_result(member_id="A", member_epoch=2, topic_partitions=p(foo, 0))
     assert res.response == Resp(member_id="A", member_epoch=3, heartbeat_interval_ms=HB_MS)
-    assert res.records == [ca("A", 3, 2, STABLE, p(foo, 0))]
+    assert res.records == [ca("A", 3, 2, STABLE, p(foo, 0), epochs={1: p(foo, 0)})]
 
     # C finally gets foo-1. Everyone is at the group epoch (3).
     res = h.heartbeat_result(member_id="C", member_epoch=3)
@@ -195,7 +196,7 @@ def test_incremental_revocation_and_assignment() -> None:
     assert h.heartbeat_result(member_id="C", member_epoch=22).records == []
     # A acknowledges: epoch 22, foo-2 released; C gets foo-2 but still waits for foo-5.
     res = h.heartbeat_result(member_id="A", member_epoch=21, topic_partitions=p(foo, 0, 1))
-    assert res.records == [ca("A", 22, 21, STABLE, p(foo, 0, 1))]
+    assert res.records == [ca("A", 22, 21, STABLE, p(foo, 0, 1), epochs={21: p(foo, 0, 1)})]
     res = h.heartbeat_result(member_id="C", member_epoch=22)
     assert res.response == Resp(
         member_id="C",
@@ -206,7 +207,7 @@ def test_incremental_revocation_and_assignment() -> None:
     assert res.records == [ca("C", 22, 22, UNRELEASED, p(foo, 2))]
     # B acknowledges; C gets foo-2 and foo-5.
     res = h.heartbeat_result(member_id="B", member_epoch=21, topic_partitions=p(foo, 3, 4))
-    assert res.records == [ca("B", 22, 21, STABLE, p(foo, 3, 4))]
+    assert res.records == [ca("B", 22, 21, STABLE, p(foo, 3, 4), epochs={21: p(foo, 3, 4)})]
     res = h.heartbeat_result(member_id="C", member_epoch=22)
     assert res.response == Resp(
         member_id="C",
@@ -257,7 +258,7 @@ def test_member_failure() -> None:
         r.target_assignment_record(G, "B", p(foo, 0, 3, 4)),
         r.target_assignment_record(G, "C", p(foo, 1, 2, 5)),
         r.target_assignment_epoch_record(G, 23),
-        ca("B", 23, 22, STABLE, p(foo, 0, 3, 4)),
+        ca("B", 23, 22, STABLE, p(foo, 0, 3, 4), epochs={22: p(foo, 3, 4)}),
     ]
     res = h.heartbeat_result(member_id="C", member_epoch=22)
     assert res.response == Resp(
@@ -266,7 +267,7 @@ def test_member_failure() -> None:
         heartbeat_interval_ms=HB_MS,
         assignment=HA(assigned=p(foo, 1, 2, 5), pending={}),
     )
-    assert res.records == [ca("C", 23, 22, STABLE, p(foo, 1, 2, 5))]
+    assert res.records == [ca("C", 23, 22, STABLE, p(foo, 1, 2, 5), epochs={22: p(foo, 2, 5)})]
     assert h.shard.describe_group(G).group_state == "Stable"
     assert h.replayed().snapshot() == h.shard.snapshot()
 
@@ -291,7 +292,7 @@ def test_partition_added() -> None:
         r.group_epoch_record(G, 23, uid),
         r.target_assignment_record(G, "B", p(foo, 1)),
         r.target_assignment_epoch_record(G, 23),
-        ca("A", 23, 22, STABLE, p(foo, 0)),
+        ca("A", 23, 22, STABLE, p(foo, 0), epochs={22: p(foo, 0)}),
     ]
     res = h.heartbeat_result(member_id="B", member_epoch=22)
     assert res.response == Resp(

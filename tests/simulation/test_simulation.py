@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from coordinator.core import reconciliation
+from coordinator.core import offsets, reconciliation
 from coordinator.sim import invariants as inv
 from coordinator.sim.cli import main
 from coordinator.sim.simulator import (
@@ -127,6 +127,42 @@ def test_broken_core_is_caught_by_the_ownership_invariant() -> None:
         inv.OWNED_KNOWN_TO_COORDINATOR,
         inv.OFFSETS_FENCED,
     )
+
+
+@pytest.fixture
+def core_accepts_any_older_epoch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A broken core: a commit with an older member epoch passes whatever the member owns (as if
+    every partition had been assigned to it at epoch 0) — KIP-1251 without its per-partition
+    check."""
+    monkeypatch.setattr(offsets, "epoch_of", lambda epochs, topic_id, partition: 0)
+
+
+@pytest.mark.usefixtures("core_accepts_any_older_epoch")
+def test_broken_assignment_epochs_are_caught_by_the_commit_invariant() -> None:
+    """Stale commits (a client's recent commit replayed with its old epoch) reach a partition
+    that has moved on to another member: I6 catches the coordinator accepting it."""
+    only_i6 = frozenset({inv.OFFSETS_FENCED})
+    caught = {}
+    for seed in range(12):
+        summary = simulate(SimParams(seed=seed, steps=300, invariants=only_i6))
+        if summary.violation is not None:
+            caught[seed] = summary.violation
+    assert len(caught) >= 3, sorted(caught)
+    for violation in caught.values():
+        assert violation.name == inv.OFFSETS_FENCED
+        assert "accepted while the coordinator attributes it to" in violation.report
+
+
+def test_stale_commits_are_refused_for_what_the_member_does_not_own() -> None:
+    """With the real core the same seeds hold I6 while stale commits happen, and some of them
+    are refused (STALE_MEMBER_EPOCH)."""
+    refused = stale = 0
+    for seed in range(12):
+        summary = simulate(SimParams(seed=seed, steps=300))
+        assert summary.violation is None
+        stale += summary.faults["stale-commit"]
+        refused += summary.events["commit-rejected"]
+    assert stale > 50 and refused > 0
 
 
 @pytest.mark.usefixtures("core_hands_out_before_revocation")

@@ -251,7 +251,7 @@ def test_rack_change_bumps_the_epoch() -> None:
         r.member_metadata_record(G, member),
         r.group_epoch_record(G, 2, uid(h)),
         r.target_assignment_epoch_record(G, 2),
-        ca("A", 2, 1, STABLE, p(foo, 0, 1)),
+        ca("A", 2, 1, STABLE, p(foo, 0, 1), epochs={1: p(foo, 0, 1)}),
     ]
     assert res.response == Resp(member_id="A", member_epoch=2, heartbeat_interval_ms=HB_MS)
     assert [e.fields["causes"] for e in res.events] == [("rack_changed",)]
@@ -379,7 +379,7 @@ def test_partial_response_only_when_assigned_or_pending_changed() -> None:
     # A acknowledges: it moves to epoch 2 with the same assigned (and pending) partitions, so
     # the response carries no assignment (Kafka: hasAssignedPartitionsChanged).
     res = h.heartbeat_result(member_id="A", member_epoch=1, topic_partitions=p(foo, 0, 2))
-    assert res.records == [ca("A", 2, 1, STABLE, p(foo, 0, 2))]
+    assert res.records == [ca("A", 2, 1, STABLE, p(foo, 0, 2), epochs={1: p(foo, 0, 2)})]
     assert res.response == Resp(member_id="A", member_epoch=2, heartbeat_interval_ms=HB_MS)
     # A again at its epoch: nothing changed -> no assignment.
     assert h.heartbeat(member_id="A", member_epoch=2) == Resp(
@@ -411,7 +411,7 @@ def test_acknowledging_a_revocation_carries_no_assignment() -> None:
         res = h.heartbeat_result(
             member_id="A", member_epoch=1, topic_partitions=p(foo, 0, 2), **extra
         )
-        assert res.records == [ca("A", 2, 1, STABLE, p(foo, 0, 2))]
+        assert res.records == [ca("A", 2, 1, STABLE, p(foo, 0, 2), epochs={1: p(foo, 0, 2)})]
         assert res.timers == [
             CancelTimer((REBALANCE, G, "A")),
             ArmTimer((SESSION, G, "A"), SESSION_MS),
@@ -439,7 +439,9 @@ def test_new_epoch_with_an_unchanged_assignment_carries_none() -> None:
         assignment=HA(assigned=p(bar, 0, 1), pending={}),
     )
     res = h.heartbeat_result(member_id="A", member_epoch=1)
-    assert res.records == [ca("A", 2, 1, STABLE, p(foo, 0, 1, 2, 3))]
+    assert res.records == [
+        ca("A", 2, 1, STABLE, p(foo, 0, 1, 2, 3), epochs={1: p(foo, 0, 1, 2, 3)})
+    ]
     assert res.response == Resp(member_id="A", member_epoch=2, heartbeat_interval_ms=HB_MS)
     check_replay(h)
 
@@ -573,7 +575,7 @@ def test_fenced_member_rejoining_with_epoch_zero_releases_what_it_was_revoking()
     assert h.shard.groups[G].members["A"].state is UNREVOKED
     # A was fenced client-side, abandoned everything and re-joins (owned = []).
     res = h.join("A", ["foo"])
-    assert res.records == [ca("A", 2, 1, STABLE, p(foo, 0, 2))]
+    assert res.records == [ca("A", 2, 1, STABLE, p(foo, 0, 2), epochs={1: p(foo, 0, 2)})]
     assert res.response == Resp(
         member_id="A",
         member_epoch=2,
@@ -603,7 +605,7 @@ def test_leave_writes_three_tombstones_and_bumps_the_epoch() -> None:
     assert res.records == [
         r.target_assignment_record(G, "B", p(foo, 0, 1, 2, 3)),
         r.target_assignment_epoch_record(G, 6),
-        ca("B", 6, 5, STABLE, p(foo, 0, 1, 2, 3)),
+        ca("B", 6, 5, STABLE, p(foo, 0, 1, 2, 3), epochs={5: p(foo, 2, 3), 6: p(foo, 0, 1)}),
     ]
     check_replay(h)
 
@@ -644,7 +646,7 @@ def test_static_temporary_leave() -> None:
 
     res = h.heartbeat_result(member_id="A", member_epoch=-2, instance_id="i1")
     assert res.response == Resp(member_id="A", member_epoch=-2, heartbeat_interval_ms=0)
-    assert res.records == [ca("A", -2, 1, UNREVOKED, p(foo, 0, 2), {})]
+    assert res.records == [ca("A", -2, 1, UNREVOKED, p(foo, 0, 2), {}, epochs={1: p(foo, 0, 2)})]
     assert res.timers == []
     assert h.timers.get((SESSION, G, "A")) == session_deadline  # still armed
     group = h.shard.groups[G]
@@ -662,8 +664,8 @@ def test_static_member_rejoins_with_a_new_member_id() -> None:
         *removed("A"),
         mm("A2", instance_id="i1"),
         r.target_assignment_record(G, "A2", p(foo, 0, 1, 2, 3)),
-        ca("A2", 0, 0, STABLE, p(foo, 0, 1, 2, 3)),
-        ca("A2", 1, 0, STABLE, p(foo, 0, 1, 2, 3)),
+        ca("A2", 0, 0, STABLE, p(foo, 0, 1, 2, 3), epochs={1: p(foo, 0, 1, 2, 3)}),
+        ca("A2", 1, 0, STABLE, p(foo, 0, 1, 2, 3), epochs={1: p(foo, 0, 1, 2, 3)}),
     ]
     assert res.response == Resp(
         member_id="A2",
@@ -699,8 +701,8 @@ def test_static_rejoin_inherits_target_and_partitions_in_a_busy_group() -> None:
         *removed("A"),
         mm("A2", instance_id="i1"),
         r.target_assignment_record(G, "A2", p(foo, 0, 2)),
-        ca("A2", 0, 0, STABLE, p(foo, 0, 2)),
-        ca("A2", 2, 0, STABLE, p(foo, 0, 2)),
+        ca("A2", 0, 0, STABLE, p(foo, 0, 2), epochs={1: p(foo, 0, 2)}),
+        ca("A2", 2, 0, STABLE, p(foo, 0, 2), epochs={1: p(foo, 0, 2)}),
     ]
     assert h.shard.groups[G].group_epoch == 2
     check_replay(h)
@@ -740,7 +742,7 @@ def test_server_assignor_change_bumps_and_the_most_voted_assignor_is_used() -> N
         mm("A", server_assignor_name="beta"),
         r.group_epoch_record(G, 2, uid(h)),
         r.target_assignment_epoch_record(G, 2),
-        ca("A", 2, 1, STABLE, p(foo, 0, 1)),
+        ca("A", 2, 1, STABLE, p(foo, 0, 1), epochs={1: p(foo, 0, 1)}),
     ]
     assert (alpha.calls, beta.calls) == (1, 1)
     assert h.shard.describe_group(G).assignor_name == "beta"
@@ -766,7 +768,7 @@ def test_subscription_change_bumps_the_epoch() -> None:
         r.group_epoch_record(G, 2, uid(h)),
         r.target_assignment_record(G, "A", pp(p(foo, 0, 1), p(bar, 0))),
         r.target_assignment_epoch_record(G, 2),
-        ca("A", 2, 1, STABLE, pp(p(foo, 0, 1), p(bar, 0))),
+        ca("A", 2, 1, STABLE, pp(p(foo, 0, 1), p(bar, 0)), epochs={1: p(foo, 0, 1)}),
     ]
     assert res.response == Resp(
         member_id="A",
@@ -784,7 +786,7 @@ def test_subscribing_to_a_missing_topic_still_bumps() -> None:
         mm("A", ("foo", "nope")),
         r.group_epoch_record(G, 2, uid(h)),
         r.target_assignment_epoch_record(G, 2),
-        ca("A", 2, 1, STABLE, p(foo, 0, 1)),
+        ca("A", 2, 1, STABLE, p(foo, 0, 1), epochs={1: p(foo, 0, 1)}),
     ]
 
 
@@ -802,7 +804,7 @@ def test_topic_created_deleted_and_recreated() -> None:
         r.group_epoch_record(G, 3, uid(h)),
         r.target_assignment_record(G, "A", pp(p(foo, 0, 1), p(bar, 0, 1))),
         r.target_assignment_epoch_record(G, 3),
-        ca("A", 3, 2, STABLE, pp(p(foo, 0, 1), p(bar, 0, 1))),
+        ca("A", 3, 2, STABLE, pp(p(foo, 0, 1), p(bar, 0, 1)), epochs={1: p(foo, 0, 1)}),
     ]
     # bar is deleted: A must revoke it (it reports owning it).
     h.delete_topic("bar")
@@ -814,10 +816,10 @@ def test_topic_created_deleted_and_recreated() -> None:
         r.group_epoch_record(G, 4, uid(h)),
         r.target_assignment_record(G, "A", p(foo, 0, 1)),
         r.target_assignment_epoch_record(G, 4),
-        ca("A", 3, 3, UNREVOKED, p(foo, 0, 1), p(bar, 0, 1)),
+        ca("A", 3, 3, UNREVOKED, p(foo, 0, 1), p(bar, 0, 1), epochs={1: p(foo, 0, 1)}),
     ]
     res = h.heartbeat_result(member_id="A", member_epoch=3, topic_partitions=p(foo, 0, 1))
-    assert res.records == [ca("A", 4, 3, STABLE, p(foo, 0, 1))]
+    assert res.records == [ca("A", 4, 3, STABLE, p(foo, 0, 1), epochs={1: p(foo, 0, 1)})]
     # bar is re-created: a new topic id, hence new metadata and a new target.
     bar2 = h.create_topic("bar", 2)
     assert bar2 != bar
@@ -827,7 +829,7 @@ def test_topic_created_deleted_and_recreated() -> None:
         r.group_epoch_record(G, 5, uid(h)),
         r.target_assignment_record(G, "A", pp(p(foo, 0, 1), p(bar2, 0, 1))),
         r.target_assignment_epoch_record(G, 5),
-        ca("A", 5, 4, STABLE, pp(p(foo, 0, 1), p(bar2, 0, 1))),
+        ca("A", 5, 4, STABLE, pp(p(foo, 0, 1), p(bar2, 0, 1)), epochs={1: p(foo, 0, 1)}),
     ]
     check_replay(h)
 
@@ -857,7 +859,7 @@ def test_partitions_added() -> None:
         r.group_epoch_record(G, 2, uid(h)),
         r.target_assignment_record(G, "A", p(foo, 0, 1, 2)),
         r.target_assignment_epoch_record(G, 2),
-        ca("A", 2, 1, STABLE, p(foo, 0, 1, 2)),
+        ca("A", 2, 1, STABLE, p(foo, 0, 1, 2), epochs={1: p(foo, 0, 1)}),
     ]
 
 
@@ -875,7 +877,7 @@ def test_new_replica_racks_of_a_subscribed_topic_bump_the_epoch() -> None:
         r.partition_metadata_record(G, {"foo": metadata}),
         r.group_epoch_record(G, 2, uid(h)),
         r.target_assignment_epoch_record(G, 2),
-        ca("A", 2, 1, STABLE, p(foo, 0, 1)),
+        ca("A", 2, 1, STABLE, p(foo, 0, 1), epochs={1: p(foo, 0, 1)}),
     ]
     assert [e.fields["causes"] for e in res.events] == [("topic_metadata_changed",)]
     h.set_racks("foo", {1: ["r3"], 0: ["r2", "r1"]})
@@ -940,7 +942,7 @@ def test_regex_is_re_resolved_when_topics_are_created_and_deleted() -> None:
         r.group_epoch_record(G, 2, uid(h)),
         r.target_assignment_record(G, "A", with_fb),
         r.target_assignment_epoch_record(G, 2),
-        ca("A", 2, 1, STABLE, with_fb),
+        ca("A", 2, 1, STABLE, with_fb, epochs={1: pp(p(t["fa"], 0), p(t["foo"], 0))}),
     ]
     h.delete_topic("fa")
     res = h.heartbeat_result(member_id="A", member_epoch=2, topic_partitions=with_fb)
@@ -950,13 +952,23 @@ def test_regex_is_re_resolved_when_topics_are_created_and_deleted() -> None:
         r.group_epoch_record(G, 3, uid(h)),
         r.target_assignment_record(G, "A", pp(p(fb, 0), p(t["foo"], 0))),
         r.target_assignment_epoch_record(G, 3),
-        ca("A", 2, 2, UNREVOKED, pp(p(fb, 0), p(t["foo"], 0)), p(t["fa"], 0)),
+        ca(
+            "A",
+            2,
+            2,
+            UNREVOKED,
+            pp(p(fb, 0), p(t["foo"], 0)),
+            p(t["fa"], 0),
+            epochs={1: pp(p(t["fa"], 0), p(t["foo"], 0))},
+        ),
     ]
     # A topic that does not match: no new resolution record, no bump.
     h.create_topic("nomatch", 1)
     assert h.heartbeat_result(
         member_id="A", member_epoch=2, topic_partitions=pp(p(fb, 0), p(t["foo"], 0))
-    ).records == [ca("A", 3, 2, STABLE, pp(p(fb, 0), p(t["foo"], 0)))]
+    ).records == [
+        ca("A", 3, 2, STABLE, pp(p(fb, 0), p(t["foo"], 0)), epochs={1: p(t["foo"], 0), 2: p(fb, 0)})
+    ]
     check_replay(h)
 
 

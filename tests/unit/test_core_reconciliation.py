@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from coordinator.core.errors import ErrorCode, FencedMemberEpochError
-from coordinator.core.model import ConsumerGroupMember, MemberState
+from coordinator.core.model import ConsumerGroupMember, MemberState, complete_epochs
 from coordinator.core.reconciliation import compute_next_member, owns_any
 
 T1 = "AAAAAAAAAAAAAAAAAAAAAQ"
@@ -34,8 +34,16 @@ def a(*topics: tuple[str, Iterable[int]]) -> dict[str, frozenset[int]]:
 
 
 def member(
-    state: MemberState, epoch: int, prev: int, assigned: dict, pending: dict | None = None
+    state: MemberState,
+    epoch: int,
+    prev: int,
+    assigned: dict,
+    pending: dict | None = None,
+    *,
+    epochs: dict[int, dict] | None = None,
 ) -> ConsumerGroupMember:
+    """A member as replay leaves it: ``epochs`` (KIP-1251, epoch -> partitions) name when its
+    partitions were assigned; by default all at its member epoch."""
     return ConsumerGroupMember(
         member_id=ME,
         subscribed_topic_names=("foo", "bar"),
@@ -45,6 +53,7 @@ def member(
         previous_member_epoch=prev,
         assigned_partitions=assigned,
         partitions_pending_revocation=pending or {},
+        assignment_epochs=complete_epochs(epochs or {}, assigned, pending or {}, max(epoch, 0)),
     )
 
 
@@ -80,16 +89,22 @@ def test_stable_to_stable_with_a_new_epoch() -> None:
     m = member(STABLE, 10, 10, a((T1, [1, 2, 3]), (T2, [4, 5, 6])))
     target = a((T1, [1, 2, 3]), (T2, [4, 5, 6]))
     # The member's own partitions are not "unreleased", whoever the index says holds them.
+    # KIP-1251: kept partitions keep the epoch they were assigned at.
     assert compute_next_member(m, 11, target, held_by(ME), None) == member(
-        STABLE, 11, 10, a((T1, [1, 2, 3]), (T2, [4, 5, 6]))
+        STABLE, 11, 10, a((T1, [1, 2, 3]), (T2, [4, 5, 6])), epochs={10: m.assigned_partitions}
     )
 
 
 def test_stable_to_stable_with_new_free_partitions() -> None:
     m = member(STABLE, 10, 10, a((T1, [1, 2, 3]), (T2, [4, 5, 6])))
     target = a((T1, [1, 2, 3, 4]), (T2, [4, 5, 6, 7]))
+    # KIP-1251: the kept partitions at 10, the new ones at the target epoch.
     assert compute_next_member(m, 11, target, free, None) == member(
-        STABLE, 11, 10, a((T1, [1, 2, 3, 4]), (T2, [4, 5, 6, 7]))
+        STABLE,
+        11,
+        10,
+        a((T1, [1, 2, 3, 4]), (T2, [4, 5, 6, 7])),
+        epochs={10: m.assigned_partitions, 11: a((T1, [4]), (T2, [7]))},
     )
 
 
@@ -111,7 +126,7 @@ def test_stable_to_unreleased() -> None:
     m = member(STABLE, 10, 10, a((T1, [1, 2, 3]), (T2, [4, 5, 6])))
     target = a((T1, [1, 2, 3, 4]), (T2, [4, 5, 6, 7]))
     assert compute_next_member(m, 11, target, held_by("other"), None) == member(
-        UNRELEASED, 11, 10, a((T1, [1, 2, 3]), (T2, [4, 5, 6]))
+        UNRELEASED, 11, 10, a((T1, [1, 2, 3]), (T2, [4, 5, 6])), epochs={10: m.assigned_partitions}
     )
 
 
@@ -120,7 +135,7 @@ def test_stable_to_unreleased_gets_what_is_free_and_waits_for_the_rest() -> None
     target = a((T1, [1, 2, 3]), (T2, [0, 1]))
     owner_of = owners({(T1, 3): "other", (T2, 1): "third"})
     assert compute_next_member(m, 11, target, owner_of, None) == member(
-        UNRELEASED, 11, 10, a((T1, [1, 2]), (T2, [0]))
+        UNRELEASED, 11, 10, a((T1, [1, 2]), (T2, [0])), epochs={10: a((T1, [1]))}
     )
 
 
@@ -130,12 +145,16 @@ def test_revoked_partitions_already_dropped_by_the_client_skip_unrevoked() -> No
     m = member(STABLE, 10, 10, a((T1, [1, 2, 3]), (T2, [4, 5, 6])))
     target = a((T1, [1, 2, 3]), (T2, [4, 5, 7]))
     assert compute_next_member(m, 11, target, held_by("other", T2), {}) == member(
-        UNRELEASED, 11, 10, a((T1, [1, 2, 3]), (T2, [4, 5]))
+        UNRELEASED,
+        11,
+        10,
+        a((T1, [1, 2, 3]), (T2, [4, 5])),
+        epochs={10: a((T1, [1, 2, 3]), (T2, [4, 5]))},
     )
     # Owned lists other partitions only: the same.
     owned = a((T1, [1, 2, 3]), (T2, [4, 5]))
     assert compute_next_member(m, 11, target, free, owned) == member(
-        STABLE, 11, 10, a((T1, [1, 2, 3]), (T2, [4, 5, 7]))
+        STABLE, 11, 10, a((T1, [1, 2, 3]), (T2, [4, 5, 7])), epochs={10: owned}
     )
 
 
@@ -147,7 +166,7 @@ def test_whole_topic_removed_and_another_added() -> None:
     assert step == member(UNREVOKED, 4, 4, a((T2, [0])), a((T1, [0, 1])))
     # Acknowledged (T1 dropped): everything new is free.
     done = compute_next_member(step, 5, target, free, a((T2, [0])))
-    assert done == member(STABLE, 5, 4, a((T2, [0, 1]), (T3, [0, 1, 2])))
+    assert done == member(STABLE, 5, 4, a((T2, [0, 1]), (T3, [0, 1, 2])), epochs={4: a((T2, [0]))})
 
 
 # ------------------------------------------------------------------------ UNREVOKED_PARTITIONS
@@ -169,7 +188,7 @@ def test_unrevoked_to_stable_after_ack() -> None:
     target = a((T1, [2, 3]), (T2, [5, 6]))
     owned = a((T1, [2, 3]), (T2, [5, 6]))
     assert compute_next_member(m, 11, target, free, owned) == member(
-        STABLE, 11, 10, a((T1, [2, 3]), (T2, [5, 6]))
+        STABLE, 11, 10, a((T1, [2, 3]), (T2, [5, 6])), epochs={10: owned}
     )
 
 
@@ -179,7 +198,7 @@ def test_unrevoked_ack_goes_to_the_target_epoch_when_nothing_more_to_revoke() ->
     m = member(UNREVOKED, 10, 10, a((T1, [2, 3])), a((T1, [1])))
     target = a((T1, [2, 3, 4]))
     assert compute_next_member(m, 12, target, free, a((T1, [2, 3]))) == member(
-        STABLE, 12, 10, a((T1, [2, 3, 4]))
+        STABLE, 12, 10, a((T1, [2, 3, 4])), epochs={10: a((T1, [2, 3]))}
     )
 
 
@@ -189,8 +208,9 @@ def test_unrevoked_to_unrevoked_when_the_target_moved_on() -> None:
     m = member(UNREVOKED, 10, 10, a((T1, [2, 3]), (T2, [5, 6])), a((T1, [1]), (T2, [4])))
     target = a((T1, [3]), (T2, [6]))
     owned = a((T1, [2, 3]), (T2, [5, 6]))
+    # The partitions to revoke keep their epoch (KIP-1251): still committable until revoked.
     assert compute_next_member(m, 12, target, free, owned) == member(
-        UNREVOKED, 11, 10, a((T1, [3]), (T2, [6])), a((T1, [2]), (T2, [5]))
+        UNREVOKED, 11, 10, a((T1, [3]), (T2, [6])), a((T1, [2]), (T2, [5])), epochs={10: owned}
     )
 
 
@@ -208,7 +228,7 @@ def test_unrevoked_to_unreleased() -> None:
     target = a((T1, [2, 3, 4]), (T2, [5, 6, 7]))
     owned = a((T1, [2, 3]), (T2, [5, 6]))
     assert compute_next_member(m, 12, target, held_by("other"), owned) == member(
-        UNRELEASED, 12, 11, a((T1, [2, 3]), (T2, [5, 6]))
+        UNRELEASED, 12, 11, a((T1, [2, 3]), (T2, [5, 6])), epochs={11: owned}
     )
 
 
@@ -218,8 +238,9 @@ def test_partition_held_by_the_member_itself_is_free() -> None:
     m = member(UNREVOKED, 10, 10, a((T1, [2])), a((T1, [1])))
     target = a((T1, [1, 2]))
     owner_of = owners({(T1, 1): ME, (T1, 2): ME})
+    # T1-1 is assigned anew (at 11, as Kafka), T1-2 kept (at 10).
     assert compute_next_member(m, 11, target, owner_of, a((T1, [2]))) == member(
-        STABLE, 11, 10, a((T1, [1, 2]))
+        STABLE, 11, 10, a((T1, [1, 2])), epochs={10: a((T1, [2])), 11: a((T1, [1]))}
     )
 
 
@@ -238,7 +259,7 @@ def test_unreleased_to_stable_at_a_new_epoch() -> None:
     m = member(UNRELEASED, 11, 11, a((T1, [2, 3]), (T2, [5, 6])))
     target = a((T1, [2, 3]), (T2, [5, 6]))
     assert compute_next_member(m, 12, target, held_by("other"), None) == member(
-        STABLE, 12, 11, a((T1, [2, 3]), (T2, [5, 6]))
+        STABLE, 12, 11, a((T1, [2, 3]), (T2, [5, 6])), epochs={11: m.assigned_partitions}
     )
 
 
@@ -284,7 +305,7 @@ def test_unknown_state_with_explicitly_empty_owned_jumps_to_the_target() -> None
     m = member(UNKNOWN, 11, 11, a((T1, [3]), (T2, [6])), a((T1, [2]), (T2, [5])))
     owner_of = owners({(T1, 3): ME, (T2, 6): ME, (T1, 2): ME, (T2, 5): ME})
     assert compute_next_member(m, 12, a((T1, [3]), (T2, [6])), owner_of, {}) == member(
-        STABLE, 12, 11, a((T1, [3]), (T2, [6]))
+        STABLE, 12, 11, a((T1, [3]), (T2, [6])), epochs={11: a((T1, [3]), (T2, [6]))}
     )
 
 
@@ -339,7 +360,14 @@ def scenarios(draw: st.DrawFn) -> tuple[ConsumerGroupMember, int, dict, dict, di
         for q in ps:
             others[(t, q)] = ME
     owned = draw(st.one_of(st.none(), ASSIGNMENT))
-    m = member(state, epoch, epoch - 1, assigned, pending)
+    # KIP-1251: each owned partition was assigned at some epoch up to the member's.
+    epochs: dict[int, dict] = {}
+    for t, ps in list(assigned.items()) + list(pending.items()):
+        for q in ps:
+            e = draw(st.integers(0, epoch))
+            epochs.setdefault(e, {}).setdefault(t, set()).add(q)
+    frozen = {e: {t: frozenset(ps) for t, ps in x.items()} for e, x in epochs.items()}
+    m = member(state, epoch, epoch - 1, assigned, pending, epochs=frozen)
     return m, target_epoch, target, others, owned
 
 
@@ -364,6 +392,16 @@ def test_transition_invariants(
         assert table.get((t, q)) in (None, ME)
     assert all(ps for ps in nxt.assigned_partitions.values())
     assert all(ps for ps in nxt.partitions_pending_revocation.values())
+    # KIP-1251: exactly the owned partitions have an epoch, each one; a partition the member
+    # had keeps its epoch, a new one is assigned at the target epoch; none is after the
+    # member's epoch.
+    pending_now = {(t, q) for t, ps in nxt.partitions_pending_revocation.items() for q in ps}
+    at = [(e, (t, q)) for e, x in nxt.assignment_epochs.items() for t, ps in x.items() for q in ps]
+    assert sorted(x for _e, x in at) == sorted(got | pending_now)
+    before = {(t, q): e for e, x in m.assignment_epochs.items() for t, ps in x.items() for q in ps}
+    for e, x in at:
+        assert e == (before[x] if x in had else target_epoch), (x, e)
+        assert e <= nxt.member_epoch
     if nxt.state is UNREVOKED:
         pend = {(t, q) for t, ps in nxt.partitions_pending_revocation.items() for q in ps}
         assert pend and pend.isdisjoint(tgt) and pend <= had

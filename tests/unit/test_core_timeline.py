@@ -311,6 +311,7 @@ def test_build_member_equals_the_dataclass_constructor() -> None:
         state=MemberState.UNREVOKED_PARTITIONS,
         assigned_partitions={"t": frozenset({1})},
         partitions_pending_revocation={"t": frozenset({2})},
+        assignment_epochs={1: {"t": frozenset({1})}, 3: {"t": frozenset({2})}},
     )
     assert [f.name for f in fields(ConsumerGroupMember)] == list(
         kwargs
@@ -324,15 +325,17 @@ def test_codec_fast_value_constructors_equal_the_dataclass_constructors() -> Non
     from coordinator.core import codec
     from coordinator.core import records as r
 
-    assert codec._current_assignment(
-        3, 2, 1, {"t": frozenset({1})}, {}
-    ) == r.ConsumerGroupCurrentMemberAssignmentValue(
-        member_epoch=3,
-        previous_member_epoch=2,
-        state=1,
-        assigned_partitions={"t": frozenset({1})},
-        partitions_pending_revocation={},
-    )
+    for epochs in (None, {2: {"t": frozenset({1})}}):
+        assert codec._current_assignment(
+            3, 2, 1, {"t": frozenset({1})}, {}, epochs
+        ) == r.ConsumerGroupCurrentMemberAssignmentValue(
+            member_epoch=3,
+            previous_member_epoch=2,
+            state=1,
+            assigned_partitions={"t": frozenset({1})},
+            partitions_pending_revocation={},
+            assignment_epochs=epochs,
+        )
     assert codec._member_metadata(
         "i", "r", "c", "h", ("a",), "x", 5, "range", None
     ) == r.ConsumerGroupMemberMetadataValue(
