@@ -35,6 +35,37 @@ def request(api_key: int, version: int, **fields: Any) -> Any:
     return wire.build(load_request_schema(api_key, version), fields)
 
 
+def fetch_request(version: int, topic_id: Any, partition: int, max_wait: int = 0) -> Any:
+    """A Fetch (v13+: the topic by id) of one partition from offset 0, without a session."""
+    return request(
+        1,
+        version,
+        max_wait=max_wait,
+        min_bytes=1,
+        max_bytes=1024,
+        isolation_level=0,
+        session_id=0,
+        session_epoch=-1,
+        topics=[
+            {
+                "topic_id": topic_id,
+                "partitions": [
+                    {
+                        "partition": partition,
+                        "current_leader_epoch": -1,
+                        "fetch_offset": 0,
+                        "last_fetched_epoch": -1,
+                        "log_start_offset": -1,
+                        "partition_max_bytes": 1024,
+                    }
+                ],
+            }
+        ],
+        forgotten_topics_data=[],
+        rack_id="",
+    )
+
+
 def encode_request(entity: Any, correlation_id: int, client_id: str | None = "kio-test") -> bytes:
     cls = type(entity)
     key, version = int(cls.__api_key__), int(cls.__version__)

@@ -1,14 +1,17 @@
-"""ACL requests on the Kafka listener in front of a broker: GROUP ACLs are the coordinator's,
-the other resource types the broker's (kafka/acl_split.py). The broker is the fake cluster of
-``fake_upstream.py`` (it keeps the ACLs it is sent); the coordinator's are read back over gRPC."""
+"""In front of a broker: ACL requests on the Kafka listener (GROUP ACLs are the coordinator's,
+the other resource types the broker's: kafka/acl_split.py), and the topic ACLs the listener
+checks on the data requests it forwards to an open broker (kafka/topic_guard.py). The broker is
+the fake cluster of ``fake_upstream.py`` (it keeps the ACLs it is sent and logs every request);
+the coordinator's ACLs are read and written over gRPC."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
 import pytest
-from fake_upstream import FakeCluster
-from kafka_support import KafkaServer, request
+from fake_upstream import TOPIC as TOPIC_NAME
+from fake_upstream import TOPIC_ID, FakeCluster
+from kafka_support import KafkaServer, fetch_request, request
 
 from kip848.v1 import admin_pb2
 
@@ -137,3 +140,104 @@ def test_group_acls_stay_here_the_others_go_to_the_broker(
             assert cluster.acls == set()
     finally:
         client.close()
+
+
+def _grant(server: KafkaServer, principal: str, op: int) -> None:
+    made = server.admin.CreateAcls(
+        admin_pb2.CreateAclsRequest(
+            creations=[
+                admin_pb2.AclBinding(
+                    resource_type=TOPIC,
+                    resource_name=TOPIC_NAME,
+                    pattern_type=LITERAL,
+                    principal=principal,
+                    host="*",
+                    operation=op,
+                    permission_type=ALLOW,
+                )
+            ]
+        ),
+        timeout=10,
+    )
+    assert [r.error_code for r in made.results] == [0]
+
+
+def _data_requests() -> dict[int, object]:
+    return {
+        0: request(
+            0,
+            8,
+            transactional_id=None,
+            acks=1,
+            timeout=1000,
+            topic_data=[{"name": TOPIC_NAME, "partition_data": [{"index": 0, "records": None}]}],
+        ),
+        1: fetch_request(13, TOPIC_ID, 0),  # by id: the guard finds its name in the registry
+        2: request(
+            2,
+            7,
+            replica_id=-1,
+            isolation_level=0,
+            topics=[
+                {
+                    "name": TOPIC_NAME,
+                    "partitions": [
+                        {"partition_index": 0, "current_leader_epoch": -1, "timestamp": -1}
+                    ],
+                }
+            ],
+        ),
+    }
+
+
+def _codes(key: int, resp: object) -> list[int]:
+    topics = {0: "responses", 1: "responses", 2: "topics"}[key]
+    parts = {0: "partition_responses", 1: "partitions", 2: "partitions"}[key]
+    return [int(p.error_code) for t in getattr(resp, topics) for p in getattr(t, parts)]
+
+
+def test_forwarded_data_requests_are_checked_against_topic_acls(
+    cluster: FakeCluster, server: KafkaServer
+) -> None:
+    """In front of an open broker (no pass-through), Produce WRITE, Fetch READ, ListOffsets and
+    Metadata DESCRIBE are the coordinator's to check: a refused one never reaches the broker."""
+    _grant(server, "User:alice", ALL)  # the topic has ACLs: the anonymous client may not use it
+    client = server.client()
+    try:
+        seen = {key: len(cluster.requests(key)) for key in (0, 1, 2)}
+        for key, req in _data_requests().items():
+            assert _codes(key, client.call(req)) == [29], key
+            assert len(cluster.requests(key)) == seen[key], f"API {key} reached the broker"
+        everything = client.call(request(3, 12, topics=None, allow_auto_topic_creation=False))
+        assert TOPIC_NAME not in [t.name for t in everything.topics]
+        named = client.call(
+            request(
+                3,
+                12,
+                topics=[{"name": TOPIC_NAME, "topic_id": None}],
+                allow_auto_topic_creation=False,
+            )
+        )
+        assert [(t.name, int(t.error_code)) for t in named.topics] == [(TOPIC_NAME, 29)]
+        _grant(server, "User:ANONYMOUS", READ)
+        _grant(server, "User:ANONYMOUS", WRITE)
+        for key, req in _data_requests().items():
+            assert 29 not in _codes(key, client.call(req)), key
+            assert len(cluster.requests(key)) == seen[key] + 1, f"API {key} was not forwarded"
+        everything = client.call(request(3, 12, topics=None, allow_auto_topic_creation=False))
+        assert TOPIC_NAME in [t.name for t in everything.topics]
+    finally:
+        client.close()
+        server.admin.DeleteAcls(
+            admin_pb2.DeleteAclsRequest(
+                filters=[
+                    admin_pb2.AclFilter(
+                        resource_type_filter=ANY,
+                        pattern_type_filter=ANY,
+                        operation=ANY,
+                        permission_type=ANY,
+                    )
+                ]
+            ),
+            timeout=10,
+        )

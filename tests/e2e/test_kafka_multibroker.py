@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from fake_upstream import PARTITIONS, TOPIC, TOPIC_ID, FakeCluster
-from kafka_support import KafkaClient, KafkaServer, request
+from kafka_support import KafkaClient, KafkaServer, fetch_request, request
 from kio.schema.errors import ErrorCode as E
 
 from kip848.v1 import admin_pb2
@@ -149,35 +149,7 @@ def test_produce_and_fetch_node_endpoints_name_our_ports(server: KafkaServer) ->
     (pr,) = produced.responses[0].partition_responses
     assert pr.error_code == E.not_leader_or_follower and pr.current_leader.leader_id == 1
     assert [(n.node_id, n.host, n.port) for n in produced.node_endpoints] == [(1, *nodes[1])]
-    fetched = c.call(
-        request(
-            1,
-            16,
-            max_wait=0,
-            min_bytes=1,
-            max_bytes=1024,
-            isolation_level=0,
-            session_id=0,
-            session_epoch=-1,
-            topics=[
-                {
-                    "topic_id": TOPIC_ID,
-                    "partitions": [
-                        {
-                            "partition": 1,
-                            "current_leader_epoch": -1,
-                            "fetch_offset": 0,
-                            "last_fetched_epoch": -1,
-                            "log_start_offset": -1,
-                            "partition_max_bytes": 1024,
-                        }
-                    ],
-                }
-            ],
-            forgotten_topics_data=[],
-            rack_id="",
-        )
-    )
+    fetched = c.call(fetch_request(16, TOPIC_ID, 1))
     assert fetched.responses[0].partitions[0].error_code == E.not_leader_or_follower
     assert [(n.node_id, n.host, n.port) for n in fetched.node_endpoints] == [(1, *nodes[1])]
     c.close()

@@ -35,7 +35,7 @@ from ..api import Caller, Node
 from ..codec import AUTHORIZED_OPERATIONS_OMITTED
 from ..service import CoordinatorService
 from ..tls import listening_sockets, peer_subject
-from . import acl_split, apis, configs, convert, wire
+from . import acl_split, apis, configs, convert, topic_guard, wire
 from . import sasl as sasl_api
 from .security import ListenerSecurity
 
@@ -261,6 +261,10 @@ class KafkaListener:
     ) -> bytes:
         entity = wire.decode(key, version, frame, wire.body_offset(frame, key, version, pos))
         caller = conn.caller(client_id, version)
+        if key == apis.METADATA and self.upstream is not None:  # guarded (topic_guard)
+            answer = await self.upstream.forward_future(conn, key, version, frame)
+            rewritten = self.upstream.rewrite(key, version, answer, conn.security)
+            return topic_guard.filter_metadata(conn, version, client_id, entity, rewritten)
         if key == apis.METADATA:
             values = await self.metadata(entity, version, caller)
             return wire.frame(
@@ -506,12 +510,8 @@ class KafkaConnection(asyncio.Protocol):
             self.complete(slot, data)
             return
         if key == apis.FIND_COORDINATOR and listener.upstream is not None:
-            try:
-                entity = wire.decode(
-                    key, version, frame, wire.body_offset(frame, key, version, pos)
-                )
-            except wire.WireError as exc:
-                self.fail(str(exc))
+            entity = self._decoded(key, version, frame, pos)
+            if entity is None:
                 return
             if getattr(entity, "key_type", 0) != 0 and key in listener.upstream.versions:
                 # Transaction (and other) coordinators stay upstream; the answer names ours.
@@ -520,8 +520,12 @@ class KafkaConnection(asyncio.Protocol):
                 return
         row = apis.SERVED.get(key)
         served = row is not None or (key == apis.METADATA and listener.upstream is None)
-        if served:
+        if key == apis.METADATA and not served and topic_guard.guards(self):
+            served = True  # forwarded and its answer filtered (topic_guard), in order
+            lo, hi = listener.upstream.forwarded_versions().get(key, (0, -1))
+        elif served:
             lo, hi = (row.min_version, row.max_version) if row is not None else apis.METADATA_RANGE
+        if served:
             if not lo <= version <= hi:
                 self.fail(f"{wire.api_name(key)} v{version} is not supported (v{lo}-v{hi})")
                 return
@@ -532,6 +536,15 @@ class KafkaConnection(asyncio.Protocol):
                 self.work.append(item)
             return
         if listener.upstream is not None and listener.upstream.forwards(key, version):
+            if key in topic_guard.GUARDED and topic_guard.guards(self):
+                entity = self._decoded(key, version, frame, pos)
+                if entity is None:
+                    return
+                refused = topic_guard.refusal(self, key, version, correlation_id, client_id, entity)
+                if refused is not None:  # answered here: nothing is forwarded
+                    if not (key == apis.PRODUCE and entity.acks == 0):
+                        self.complete(self._slot(), refused)
+                    return
             self._observe_forward(key)
             try:
                 listener.upstream.forward(self, key, version, frame)
@@ -543,6 +556,14 @@ class KafkaConnection(asyncio.Protocol):
             "" if listener.upstream is not None else " (coordinator-only mode: no --kafka-upstream)"
         )
         self.fail(f"API key {key} ({wire.api_name(key)}) v{version} is not served{mode}")
+
+    def _decoded(self, key: int, version: int, frame: bytes, pos: int) -> Any:
+        """A request's body, or None after closing the connection when it does not decode."""
+        try:
+            return wire.decode(key, version, frame, wire.body_offset(frame, key, version, pos))
+        except wire.WireError as exc:
+            self.fail(str(exc))
+            return None
 
     def _slot(self) -> Slot:
         slot = Slot()
