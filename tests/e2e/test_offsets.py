@@ -9,6 +9,7 @@ from pathlib import Path
 from conftest import ServerProcess, join_request, owned
 from kafka.protocol.consumer.metadata import ConsumerProtocolSubscription as KSubscription
 
+from coordinator.core.model import topic_id_from_bytes
 from kip848.v1 import (
     admin_pb2,
     classic_group_pb2,
@@ -119,9 +120,11 @@ def listed(s: ServerProcess) -> dict[str, tuple[str, str]]:
 # ---------------------------------------------------------------- fencing
 
 
-def test_consumer_member_commits_with_exactly_its_member_epoch(
+def test_consumer_member_commits_with_its_member_epoch(
     manual_server: ServerProcess,
 ) -> None:
+    """A newer epoch is stale; an older one passes only for partitions owned since then
+    (KIP-1251): here none was assigned before epoch 1."""
     s = manual_server
     t = s.create_topic("fence", 2)
     join = s.heartbeat(**join_request("g-fence", ["fence"], member_id="A"))
@@ -130,18 +133,31 @@ def test_consumer_member_commits_with_exactly_its_member_epoch(
     assert commit(s, "g-fence", offsets, epoch=1, member_id="A") == OCR(
         topics=[committed("fence", t, 0, 1)]
     )
-    for stale in (0, 2, 7):  # lower *and* higher
+    for stale in (2, 7):
         assert commit(s, "g-fence", offsets, epoch=stale, member_id="A") == OCR(
             topics=[
                 refused(
                     "fence",
                     113,
-                    f"The received member epoch {stale} does not match the expected member epoch 1.",
+                    f"The received member epoch {stale} is newer than the current member epoch 1.",
                     0,
                     1,
                 )
             ]
         )
+    assert commit(s, "g-fence", offsets, epoch=0, member_id="A") == OCR(
+        topics=[
+            refused(
+                "fence",
+                113,
+                f"Partition {topic_id_from_bytes(t)}-0 was assigned to member A at epoch 1, "
+                "after the received "
+                "member epoch 0.",
+                0,
+                1,
+            )
+        ]
+    )
     assert commit(s, "g-fence", offsets, epoch=1, member_id="Z") == OCR(
         topics=[refused("fence", 25, "Member Z is not a member of group g-fence.", 0, 1)]
     )
