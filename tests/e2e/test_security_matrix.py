@@ -915,3 +915,31 @@ def kafka_name(key: int) -> str:
     from coordinator.observability.requests import kafka_api_name
 
     return kafka_api_name(key)
+
+
+@pytest.mark.parametrize("column", COLUMNS, ids=lambda c: c.name)
+def test_metadata_of_a_named_topic_tells_nothing_to_who_may_not_describe_it(
+    world: World, column: Column
+) -> None:
+    """Kafka: a topic named in Metadata that the client may not describe is
+    TOPIC_AUTHORIZATION_FAILED, whether it exists ("orders") or not ("no-such-topic")."""
+    client = world.coordinator.kafka_client(column.principal)
+    try:
+        resp = client.call(
+            request(
+                3,
+                12,
+                topics=[
+                    {"name": "orders", "topic_id": None},
+                    {"name": "no-such-topic", "topic_id": None},
+                ],
+                allow_auto_topic_creation=False,
+            )
+        )
+    finally:
+        client.close()
+    got = [(t.name, int(t.error_code), len(t.partitions)) for t in resp.topics]
+    if column.allowed:
+        assert got == [("orders", 0, 3), ("no-such-topic", 3, 0)]
+    else:
+        assert got == [("orders", TOPIC_AUTH, 0), ("no-such-topic", TOPIC_AUTH, 0)]

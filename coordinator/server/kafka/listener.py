@@ -32,6 +32,7 @@ from coordinator.core.errors import ErrorCode
 from coordinator.security.principal import ANONYMOUS, KafkaPrincipal
 
 from ..api import Caller, Node
+from ..authorization import DESCRIBE, TOPIC
 from ..codec import AUTHORIZED_OPERATIONS_OMITTED
 from ..service import CoordinatorService
 from ..tls import listening_sockets, peer_subject
@@ -350,11 +351,19 @@ class KafkaListener:
                 else:
                     chosen.append((by_name.get(t.name), t.name, None))
         topics = []
+        authz = self.service.authz
         for found, name, topic_id in chosen:
             if found is None:
+                # A named topic the caller may not describe is refused whether it exists or
+                # not (Kafka: nothing about it is told); the listing above left it out.
+                refused = bool(name) and not authz.allowed(
+                    caller, "Metadata", DESCRIBE, TOPIC, name
+                )
                 topics.append(
                     {
-                        "error_code": ErrorCode.UNKNOWN_TOPIC_ID
+                        "error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                        if refused
+                        else ErrorCode.UNKNOWN_TOPIC_ID
                         if topic_id is not None
                         else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                         "name": name or None,
