@@ -166,10 +166,12 @@ def serve(data_dir: str, *extra: str) -> Process:
 # ---------------------------------------------------------------- 1. heartbeats
 
 
-def join_members(kafka: str, grpc_address: str, members: int) -> list[tuple[str, str, int]]:
-    """Create the topic, join ``members`` members over the Kafka protocol and reconcile them
-    (bounded); returns (group, member, epoch) of each, in steady state."""
-    create_topics(grpc_address, {"bench": 4 * MEMBERS_PER_GROUP}, timeout_s=START_TIMEOUT_S)
+def join_members(kafka: str, grpc_address: str | None, members: int) -> list[tuple[str, str, int]]:
+    """Create the topic (over gRPC at ``grpc_address``; None: it exists), join ``members``
+    members over the Kafka protocol and reconcile them (bounded); returns (group, member,
+    epoch) of each, in steady state."""
+    if grpc_address is not None:
+        create_topics(grpc_address, {"bench": 4 * MEMBERS_PER_GROUP}, timeout_s=START_TIMEOUT_S)
     groups = max(1, members // MEMBERS_PER_GROUP)
     c = Client(kafka)
     state: dict[str, tuple[str, int, list[Any]]] = {}

@@ -421,6 +421,7 @@ class KafkaConnection(asyncio.Protocol):
         self.node: Node | None = None
         self.security: ListenerSecurity | None = None  # None: PLAINTEXT
         self.sasl: sasl_api.SaslSession | None = None  # SASL listeners: the exchange's state
+        self._tls_out: list[bytes] | None = None  # TLS: answers coalesced per loop turn
         self.last_active = time.monotonic()
         self.closed = False
         self._drain_then_close = False
@@ -444,6 +445,8 @@ class KafkaConnection(asyncio.Protocol):
             self.security = self.listener.security.get(sock[1])
         self.listener.connections.add(self)
         security = self.security
+        if security is not None and security.tls is not None:
+            self._tls_out = []
         if security is not None and security.sasl:
             self.sasl = sasl_api.SaslSession(security.authenticator)
         if security is not None and security.tls is not None and not security.sasl:
@@ -683,15 +686,32 @@ class KafkaConnection(asyncio.Protocol):
         self.last_active = time.monotonic()
         transport = self.transport
         if out and transport is not None and not transport.is_closing():
-            transport.write(out[0] if len(out) == 1 else b"".join(out))
+            if self._tls_out is None:
+                transport.write(out[0] if len(out) == 1 else b"".join(out))
+            else:
+                # TLS: every write is a record of its own (encrypted, framed, sent), so the
+                # answers of one loop turn go out in one write.
+                if not self._tls_out:
+                    asyncio.get_running_loop().call_soon(self._flush_tls)
+                self._tls_out.extend(out)
         if self._drain_then_close and not slots:
             self.close()
+
+    def _flush_tls(self) -> None:
+        out = self._tls_out
+        transport = self.transport
+        if out and transport is not None and not transport.is_closing():
+            transport.write(out[0] if len(out) == 1 else b"".join(out))
+        if out:
+            out.clear()
 
     def fail(self, why: str) -> None:
         log.warning("Closing Kafka connection from %s: %s.", self.peer, why)
         self.close()
 
     def close(self) -> None:
+        if self._tls_out:
+            self._flush_tls()  # answers of this turn first (a refusal's answer, then close)
         if self.transport is not None and not self.transport.is_closing():
             self.transport.close()
         self.closed = True
