@@ -316,8 +316,10 @@ class Harness:
         owned: dict[str, list[int]] | None = None,
         version: int = 3,
         protocol_type: str = "consumer",
+        client_id: str = "client",
     ) -> Any:
-        """JoinGroup: the response, or ``Pending`` (see :meth:`resolve`)."""
+        """JoinGroup: the response, or ``Pending`` (see :meth:`resolve`). A dynamic member of a
+        classic group gets ``<client_id>-<uuid>`` (``client-member-N`` with sequential ids)."""
         if protocols is None:
             protocols = (("range", subscription(topics, version=version, owned=owned)),)
         req = m.JoinGroup(
@@ -328,6 +330,7 @@ class Harness:
             group_instance_id=instance_id,
             protocol_type=protocol_type,
             protocols=protocols,
+            client_id=client_id,
         )
         return self._commit(self.shard.classic_groups.join(req, self.now_ms)).response
 

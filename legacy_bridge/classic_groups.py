@@ -283,8 +283,10 @@ class ClassicGroups(ByGroupId[ClassicGroup]):
             result.timers.append(CancelTimer((CLASSIC_PENDING, gid, req.member_id)))
             return self._add_member_and_rebalance(result, group, req.member_id, req, now_ms)
         if req.group_instance_id is None:
-            # KIP-394: a dynamic member's first join only gets a member id.
-            new_id = self._ctx.ids.new_member_id()
+            # KIP-394: a dynamic member's first join only gets a member id, Kafka's
+            # ``<client.id>-<uuid>``: client-side assignors (range, roundrobin) order members by
+            # it, so clients of one application get a stable order.
+            new_id = f"{req.client_id}-{self._ctx.ids.new_uuid()}"
             group.pending_members[new_id] = True
             result.timers.append(
                 ArmTimer((CLASSIC_PENDING, gid, new_id), now_ms + req.session_timeout_ms)
@@ -295,7 +297,7 @@ class ClassicGroups(ByGroupId[ClassicGroup]):
                 member_id=new_id,
             )
             return result
-        new_id = f"{req.group_instance_id}-{self._ctx.ids.new_member_id()}"
+        new_id = f"{req.group_instance_id}-{self._ctx.ids.new_uuid()}"
         if static_owner is not None:
             return self._replace_static(
                 result, group, group.members[static_owner], new_id, req, now_ms

@@ -25,6 +25,7 @@ import base64
 import heapq
 import itertools
 import random
+import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -64,6 +65,9 @@ class SeededIds:
 
     def new_member_id(self) -> str:
         return self._b64()
+
+    def new_uuid(self) -> str:
+        return str(uuid.UUID(bytes=self._rng.randbytes(16), version=4))
 
     def new_group_uid(self) -> str:
         return f"cgp_{next(self._n):026d}"

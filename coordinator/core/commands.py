@@ -112,6 +112,11 @@ class IdSource(Protocol):
 
     def new_member_id(self) -> str: ...
 
+    def new_uuid(self) -> str:
+        """A random UUID as Java's ``UUID.toString()`` writes it (36 characters): the random
+        part of a classic member id, ``<client.id>-<uuid>`` (Kafka's ClassicGroup)."""
+        ...
+
     def new_group_uid(self) -> str: ...
 
     def new_topic_id(self) -> str: ...
@@ -130,6 +135,9 @@ class SequentialIds:
         return self._n
 
     def new_member_id(self) -> str:
+        return f"{self._prefix}member-{self._next()}"
+
+    def new_uuid(self) -> str:
         return f"{self._prefix}member-{self._next()}"
 
     def new_group_uid(self) -> str:

@@ -25,6 +25,9 @@ class RandomIds:
             raw = os.urandom(16)
         return _b64(raw)
 
+    def new_uuid(self) -> str:
+        return str(uuid.uuid4())
+
     def new_group_uid(self) -> str:
         return "cgp_" + str(ulid.ULID())
 

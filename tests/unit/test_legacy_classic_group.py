@@ -34,35 +34,37 @@ def stable_group(h: Harness) -> tuple[str, str]:
     assert first == m.JoinGroupResponse(
         error_code=79,
         error_message="The group member needs to have a valid member id before actually entering a consumer group.",
-        member_id="member-2",
+        member_id="client-member-2",
     )
-    a = h.join_group("member-2")
+    a = h.join_group("client-member-2")
     b = h.join_group(h.join_group().member_id)
     assert (a, b) == (Pending(1), Pending(2))
     h.sleep(2_999)
     assert h.completions == {}
     h.sleep(3_001)  # a member arrived during the first delay: one more delay (KIP-134)
     members = (
-        m.JoinGroupMember(member_id="member-2", group_instance_id=None, metadata=META),
-        m.JoinGroupMember(member_id="member-3", group_instance_id=None, metadata=META),
+        m.JoinGroupMember(member_id="client-member-2", group_instance_id=None, metadata=META),
+        m.JoinGroupMember(member_id="client-member-3", group_instance_id=None, metadata=META),
     )
     common = dict(
-        generation_id=1, protocol_type="consumer", protocol_name="range", leader="member-2"
+        generation_id=1, protocol_type="consumer", protocol_name="range", leader="client-member-2"
     )
     assert h.completions == {
-        1: m.JoinGroupResponse(**common, member_id="member-2", members=members),
-        2: m.JoinGroupResponse(**common, member_id="member-3"),
+        1: m.JoinGroupResponse(**common, member_id="client-member-2", members=members),
+        2: m.JoinGroupResponse(**common, member_id="client-member-3"),
     }
-    follower = h.sync_group("member-3", 1)
+    follower = h.sync_group("client-member-3", 1)
     assert isinstance(follower, Pending)
-    leader = h.sync_group("member-2", 1, {"member-2": asg(0, 1), "member-3": asg(2, 3)})
+    leader = h.sync_group(
+        "client-member-2", 1, {"client-member-2": asg(0, 1), "client-member-3": asg(2, 3)}
+    )
     assert leader == m.SyncGroupResponse(
         protocol_type="consumer", protocol_name="range", assignment=asg(0, 1)
     )
     assert h.completions[follower.token] == m.SyncGroupResponse(
         protocol_type="consumer", protocol_name="range", assignment=asg(2, 3)
     )
-    return "member-2", "member-3"
+    return "client-member-2", "client-member-3"
 
 
 def test_two_members_form_a_stable_group_and_one_record_is_written() -> None:
@@ -76,13 +78,13 @@ def test_two_members_form_a_stable_group_and_one_record_is_written() -> None:
                 protocol_type="consumer",
                 generation=1,
                 protocol="range",
-                leader="member-2",
+                leader="client-member-2",
                 current_state_timestamp_ms=6_000,
                 members=(
                     r.GroupMetadataMemberValue(
-                        member_id="member-2",
+                        member_id="client-member-2",
                         group_instance_id=None,
-                        client_id="",
+                        client_id="client",
                         client_host="",
                         rebalance_timeout_ms=60_000,
                         session_timeout_ms=10_000,
@@ -90,9 +92,9 @@ def test_two_members_form_a_stable_group_and_one_record_is_written() -> None:
                         assignment=asg(0, 1),
                     ),
                     r.GroupMetadataMemberValue(
-                        member_id="member-3",
+                        member_id="client-member-3",
                         group_instance_id=None,
-                        client_id="",
+                        client_id="client",
                         client_host="",
                         rebalance_timeout_ms=60_000,
                         session_timeout_ms=10_000,
@@ -103,7 +105,7 @@ def test_two_members_form_a_stable_group_and_one_record_is_written() -> None:
             ),
         )
     ]
-    assert h.classic_heartbeat("member-2", 1) == m.HeartbeatResponse()
+    assert h.classic_heartbeat("client-member-2", 1) == m.HeartbeatResponse()
     assert h.shard.snapshot() == h.replayed().snapshot()
     (described,) = h.shard.classic_groups.describe(["grp"])
     assert (
@@ -118,27 +120,27 @@ def test_heartbeat_errors() -> None:
     h.create_topic("foo", 4)
     stable_group(h)
     with pytest.raises(UnknownMemberIdError):
-        h.classic_heartbeat("member-2", 1, group_id="nope")
+        h.classic_heartbeat("client-member-2", 1, group_id="nope")
     with pytest.raises(UnknownMemberIdError):
         h.classic_heartbeat("ghost", 1)
     with pytest.raises(IllegalGenerationError):
-        h.classic_heartbeat("member-2", 7)
+        h.classic_heartbeat("client-member-2", 7)
     # A new member starts a rebalance: the others hear REBALANCE_IN_PROGRESS and rejoin.
     c = h.join_group(h.join_group().member_id)
     assert isinstance(c, Pending)
-    assert h.classic_heartbeat("member-3", 1) == m.HeartbeatResponse(
+    assert h.classic_heartbeat("client-member-3", 1) == m.HeartbeatResponse(
         error_code=27, error_message="The group is rebalancing, so a rejoin is needed."
     )
-    assert isinstance(h.join_group("member-2"), Pending)
+    assert isinstance(h.join_group("client-member-2"), Pending)
     done = h.join_group(
-        "member-3"
+        "client-member-3"
     )  # the last one completes the barrier and gets its answer at once
     assert done == m.JoinGroupResponse(
         generation_id=2,
         protocol_type="consumer",
         protocol_name="range",
-        leader="member-2",
-        member_id="member-3",
+        leader="client-member-2",
+        member_id="client-member-3",
     )
     assert h.completions[c.token].generation_id == 2
 
@@ -147,15 +149,15 @@ def test_members_that_do_not_rejoin_are_removed_after_the_rebalance_timeout() ->
     h = Harness()
     h.create_topic("foo", 4)
     stable_group(h)
-    h.leave_group("member-3")
+    h.leave_group("client-member-3")
     h.now_ms += 1
     # member-3 left: the leader is alone; its rejoin completes the join phase at once.
-    resp = h.join_group("member-2")
+    resp = h.join_group("client-member-2")
     assert (resp.generation_id, resp.members) == (
         2,
-        (m.JoinGroupMember(member_id="member-2", group_instance_id=None, metadata=META),),
+        (m.JoinGroupMember(member_id="client-member-2", group_instance_id=None, metadata=META),),
     )
-    sync = h.sync_group("member-2", 2, {"member-2": asg(0, 1, 2, 3)})
+    sync = h.sync_group("client-member-2", 2, {"client-member-2": asg(0, 1, 2, 3)})
     assert sync.assignment == asg(0, 1, 2, 3)
     # Now member-2 stops heartbeating: the session timeout removes it; the group becomes Empty.
     h.sleep(10_000)
@@ -243,7 +245,7 @@ def test_join_with_a_member_id_checks_its_instance_id() -> None:
     h.create_topic("foo", 4)
     stable_group(h)
     with pytest.raises(UnknownMemberIdError, match="Instance id i9 is unknown"):
-        h.join_group("member-2", instance_id="i9")
+        h.join_group("client-member-2", instance_id="i9")
     with pytest.raises(UnknownMemberIdError, match="Member ghost is not a member"):
         h.join_group("ghost")
     assert h.shard.classic_groups["grp"].state.value == "Stable"
@@ -253,10 +255,12 @@ def test_batched_leave_reports_each_member() -> None:
     h = Harness()
     h.create_topic("foo", 4)
     stable_group(h)
-    resp = h.leave_group("member-2", "ghost", m.LeaveMember(group_instance_id="nobody"), "member-3")
+    resp = h.leave_group(
+        "client-member-2", "ghost", m.LeaveMember(group_instance_id="nobody"), "client-member-3"
+    )
     assert resp == m.LeaveGroupResponse(
         members=(
-            m.LeaveMemberResponse(member_id="member-2", group_instance_id=None),
+            m.LeaveMemberResponse(member_id="client-member-2", group_instance_id=None),
             m.LeaveMemberResponse(
                 member_id="ghost",
                 group_instance_id=None,
@@ -269,7 +273,7 @@ def test_batched_leave_reports_each_member() -> None:
                 error_code=25,
                 error_message="Instance id nobody is unknown.",
             ),
-            m.LeaveMemberResponse(member_id="member-3", group_instance_id=None),
+            m.LeaveMemberResponse(member_id="client-member-3", group_instance_id=None),
         )
     )
     assert h.shard.classic_groups["grp"].state.value == "Empty"
@@ -284,7 +288,7 @@ def completing_rebalance(h: Harness) -> tuple[Pending, str]:
     h.sleep(0)
     b_id = h.join_group().member_id
     b = h.join_group(b_id)
-    resp_a = h.resolve(h.join_group("member-2"))
+    resp_a = h.resolve(h.join_group("client-member-2"))
     assert resp_a.generation_id == 2 and h.completions[b.token].generation_id == 2
     return a, b_id
 
@@ -297,7 +301,7 @@ def test_pending_sync_is_answered_rebalance_in_progress_when_the_group_rebalance
     assert h.completions[follower.token] == m.SyncGroupResponse(
         error_code=27, error_message="The group is rebalancing, so a rejoin is needed."
     )
-    assert "member-2" not in h.shard.classic_groups["grp"].members
+    assert "client-member-2" not in h.shard.classic_groups["grp"].members
     assert a.token in h.completions
 
 
@@ -314,7 +318,7 @@ def test_a_second_sync_of_a_waiting_member_answers_the_first() -> None:
         error_code=27, error_message="A newer SyncGroup of this member superseded this one."
     )
     assert second.token not in h.completions
-    leader = h.sync_group("member-2", 2, {"member-2": asg(0, 1), b_id: asg(2, 3)})
+    leader = h.sync_group("client-member-2", 2, {"client-member-2": asg(0, 1), b_id: asg(2, 3)})
     assert leader.assignment == asg(0, 1)
     assert h.completions[second.token] == m.SyncGroupResponse(
         protocol_type="consumer", protocol_name="range", assignment=asg(2, 3)
@@ -535,3 +539,23 @@ def test_an_empty_classic_group_without_offsets_can_be_deleted() -> None:
     assert res.response == [("grp", ErrorCode.NONE, None)]
     assert res.records == [r.classic_group_tombstone("grp")]
     assert "grp" not in h.shard.classic_groups
+
+
+def test_member_ids_are_kafkas_client_id_or_instance_id_and_a_uuid() -> None:
+    """Kafka's ClassicGroup.generateMemberId: ``<client.id>-<uuid>`` for a dynamic member (in
+    the MEMBER_ID_REQUIRED answer), ``<group.instance.id>-<uuid>`` for a static one; the UUID as
+    Java writes it. Client-side assignors order members by these ids (librdkafka's test 0132)."""
+    import re
+
+    from coordinator.runtime.ids import RandomIds
+
+    uuid = "[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}"
+    h = Harness(ids=RandomIds())
+    h.create_topic("foo", 4)
+    first = h.join_group(client_id="rdkafka")
+    assert first.error_code == ErrorCode.MEMBER_ID_REQUIRED
+    assert re.fullmatch(f"rdkafka-{uuid}", first.member_id), first.member_id
+    static = h.join_group(instance_id="i1", client_id="rdkafka")
+    assert isinstance(static, Pending)
+    (static_id,) = [x for x in h.shard.classic_groups["grp"].members if x.startswith("i1-")]
+    assert re.fullmatch(f"i1-{uuid}", static_id), static_id
