@@ -18,7 +18,7 @@ import signal
 import sys
 import time
 
-from kip848.client import GroupMember, TopicPartition
+from kip848.client import GroupMember, TopicPartition, tls_credentials, token_file
 
 
 def report(**fields: object) -> None:
@@ -55,6 +55,11 @@ async def run(args: argparse.Namespace) -> None:
         on_lost=on_lost,
         enable_auto_commit=True,
         auto_commit_interval_ms=1_000,
+        # A secured coordinator (docs/security.md): TLS, and a bearer token re-read from a file.
+        credentials=tls_credentials(args.tls_ca, args.tls_cert, args.tls_key)
+        if args.tls_ca or args.tls_cert
+        else None,
+        token=token_file(args.token_file) if args.token_file else None,
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -86,6 +91,10 @@ def main() -> None:
     parser.add_argument("--group", default="work-distribution")
     parser.add_argument("--topic", default="units")
     parser.add_argument("--tick-ms", type=int, default=200)
+    parser.add_argument("--tls-ca", help="TLS: the CAs the coordinator's certificate chains to")
+    parser.add_argument("--tls-cert", help="mutual TLS: this worker's certificate (PEM)")
+    parser.add_argument("--tls-key", help="mutual TLS: its key, if not in --tls-cert")
+    parser.add_argument("--token-file", help="a bearer JWT, sent with every call")
     asyncio.run(run(parser.parse_args()))
 
 

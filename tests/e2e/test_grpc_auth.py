@@ -185,3 +185,59 @@ def test_kip848_client_with_tls_and_a_token(setup, tmp_path: Path) -> None:  # t
             assert {tp.partition for tp in member.assignment} == {0, 1}
 
     asyncio.run(story())
+
+
+def test_the_example_worker_authenticates(setup, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """examples/work-distribution/worker.py with --tls-ca and --token-file joins a group."""
+    import json
+    import os
+    import select
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    server, ca, _alice, issuer, _directory, _plain = setup
+    token = tmp_path / "worker.jwt"
+    token.write_text(issuer.token("alice"))
+    worker = Path(__file__).resolve().parents[2] / "examples" / "work-distribution" / "worker.py"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            str(worker),
+            "--target",
+            server.address,
+            "--name",
+            "w1",
+            "--group",
+            "wd-secured",
+            "--topic",
+            "orders",
+            "--tls-ca",
+            ca.ca_file,
+            "--token-file",
+            str(token),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env=dict(os.environ, PYTHONUNBUFFERED="1"),
+    )
+    assert proc.stdout is not None
+    events: list[dict[str, object]] = []
+    buf = b""
+    deadline = time.monotonic() + 30
+    try:
+        while not any(e.get("event") == "assigned" for e in events):
+            left = deadline - time.monotonic()
+            assert left > 0 and proc.poll() is None, events
+            if select.select([proc.stdout], [], [], left)[0]:
+                buf += os.read(proc.stdout.fileno(), 65536)
+                *lines, rest = buf.split(b"\n")
+                buf = rest
+                events += [json.loads(line) for line in lines if line.strip()]
+        assigned = next(e for e in events if e.get("event") == "assigned")
+        assert assigned["units"] == [0, 1]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+        proc.stdout.close()
