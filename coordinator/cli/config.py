@@ -28,10 +28,18 @@ LONG_CONFIGS = frozenset(
         "offsets.retention.check.interval.ms",
         "connections.max.idle.ms",
         "kafka.upstream.metadata.max.age.ms",
+        "queued.max.request.bytes",
     }
 )
 SERVER_INTEGER_CONFIGS = frozenset(
-    {"socket.request.max.bytes", "connections.max.idle.ms", "kafka.upstream.metadata.max.age.ms"}
+    {
+        "socket.request.max.bytes",
+        "connections.max.idle.ms",
+        "kafka.upstream.metadata.max.age.ms",
+        "queued.max.requests",
+        "queued.max.request.bytes",
+        "kafka.connection.max.unsent.bytes",
+    }
 )
 # Kafka names its built-in assignors by class in server.properties; ours by name.
 KAFKA_ASSIGNOR_CLASSES = {
@@ -149,6 +157,9 @@ SERVER_CONFIGS = frozenset(
         "socket.request.max.bytes",
         "connections.max.idle.ms",
         "kafka.upstream.metadata.max.age.ms",
+        "queued.max.requests",
+        "queued.max.request.bytes",
+        "kafka.connection.max.unsent.bytes",
         # The authorizer (Kafka's names; docs/security.md)
         "super.users",
         "allow.everyone.if.no.acl.found",

@@ -264,8 +264,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise UsageError("kafka.upstream.metadata.max.age.ms must be >= 100")
     from coordinator.security.authorizer import AuthorizerConfig
     from coordinator.server.grpc_options import GrpcOptions
+    from coordinator.server.kafka.listener import KafkaFlow
 
     try:
+        kafka_flow = KafkaFlow.from_settings(server_settings)
         authorizer = AuthorizerConfig.parse(
             server_settings.get("super.users", ""),
             server_settings.get("allow.everyone.if.no.acl.found", "true"),
@@ -358,6 +360,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         kafka_advertised=kafka_advertised,
         kafka_max_request_bytes=max_request_bytes,
         kafka_idle_ms=idle_ms,
+        kafka_flow=kafka_flow,
         kafka_metadata_max_age_ms=max_age_ms,
         authorizer=authorizer,
         security=security,

@@ -54,7 +54,13 @@ from .forwarding import (
 from .grpc_auth import GrpcAuthenticator
 from .grpc_options import GrpcOptions
 from .h2grpc import H2GrpcServer
-from .kafka.listener import DEFAULT_IDLE_MS, DEFAULT_MAX_REQUEST_BYTES, KafkaListener, KafkaOptions
+from .kafka.listener import (
+    DEFAULT_IDLE_MS,
+    DEFAULT_MAX_REQUEST_BYTES,
+    KafkaFlow,
+    KafkaListener,
+    KafkaOptions,
+)
 from .kafka.log_offsets import UpstreamLogOffsets
 from .kafka.sasl import Authenticator
 from .kafka.security import ListenerSecurity
@@ -101,6 +107,7 @@ class ServeOptions:
     kafka_advertised: str | None = None  # HOST:PORT the Kafka listener answers as itself
     kafka_max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
     kafka_idle_ms: int = DEFAULT_IDLE_MS
+    kafka_flow: KafkaFlow = KafkaFlow()  # per-connection limits of the Kafka listener
     kafka_metadata_max_age_ms: int = DEFAULT_METADATA_MAX_AGE_MS  # topic feed interval
     authorizer: AuthorizerConfig = AuthorizerConfig()  # super.users, allow.everyone.if.no.acl.found
     security: Security = field(default_factory=Security)  # TLS and authentication (none: open)
@@ -291,7 +298,9 @@ class CoordinatorServer:
         of its own on every listener (``upstream.py``)."""
         options = self.options
         kafka_options = KafkaOptions(
-            max_request_bytes=options.kafka_max_request_bytes, idle_ms=options.kafka_idle_ms
+            max_request_bytes=options.kafka_max_request_bytes,
+            idle_ms=options.kafka_idle_ms,
+            flow=options.kafka_flow,
         )
         upstream = None
         if options.kafka_upstream:

@@ -7,12 +7,15 @@ everyone else, and a member of another group heartbeats throughout."""
 from __future__ import annotations
 
 import re
+import socket
 import struct
+import threading
+import time
 from collections.abc import Iterator
 
 import pytest
 from chaos import kafka_samples
-from kafka_support import KafkaServer, request
+from kafka_support import KafkaServer, encode_request, request
 from kio.schema.errors import ErrorCode as E
 
 from coordinator.server.kafka import wire
@@ -63,6 +66,25 @@ class Witness:
             )
         )
         assert (resp.error_code, resp.member_epoch) == (E.none, self.epoch), resp
+
+    def commit(self, offset: int) -> None:
+        resp = self.client.call(
+            request(
+                8,
+                9,
+                group_id="hostile-witness",
+                generation_id_or_member_epoch=self.epoch,
+                member_id=self.member_id,
+                topics=[
+                    {
+                        "name": "hostile-witness",
+                        "partitions": [{"partition_index": 0, "committed_offset": offset}],
+                    }
+                ],
+            )
+        )
+        codes = [p.error_code for t in resp.topics for p in t.partitions]
+        assert codes == [E.none], resp
 
 
 @pytest.fixture(scope="module")
@@ -173,3 +195,163 @@ def test_a_huge_length_in_every_served_api_and_version_is_refused(
     for name, line in zip(names, warned, strict=True):
         assert f"{name}: " in line and TOO_LONG.search(line), (name, line)
     assert server.proc.poll() is None
+
+
+# ---------------------------------------------------------------- clients that do not read
+
+
+def rss_mib(server: KafkaServer) -> float:
+    with open(f"/proc/{server.proc.pid}/status") as f:
+        line = next(line for line in f if line.startswith("VmRSS:"))
+    return int(line.split()[1]) / 1024
+
+
+def api_versions_frames(count: int, first_id: int = 1) -> bytes:
+    """``count`` ApiVersions v3 requests, correlation ids from ``first_id``."""
+    one = encode_request(
+        request(18, 3, client_software_name="pipeliner", client_software_version="1"), 0
+    )
+    head, tail = one[:8], one[12:]  # size, key, version | correlation id | the rest
+    return b"".join(head + struct.pack(">i", first_id + i) + tail for i in range(count))
+
+
+class Pipeliner:
+    """Sends ``data`` on a connection of its own from a thread, reading nothing: it blocks
+    once the server stops reading (TCP's flow control) until the socket is closed."""
+
+    def __init__(self, server: KafkaServer, data: bytes) -> None:
+        host, _, port = server.kafka_address.rpartition(":")
+        self.sock = socket.create_connection((host, int(port)), timeout=30)
+        self.sent_all = False
+        self.thread = threading.Thread(target=self._send, args=(data,), daemon=True)
+        self.thread.start()
+
+    def _send(self, data: bytes) -> None:
+        try:
+            self.sock.sendall(data)
+            self.sent_all = True
+        except OSError:
+            pass  # closed under it
+
+    def close(self) -> None:
+        self.sock.shutdown(socket.SHUT_RDWR)  # wakes the blocked sendall (close alone does not)
+        self.thread.join(timeout=10)
+        self.sock.close()
+        assert not self.thread.is_alive()
+
+
+def test_a_client_that_pipelines_and_never_reads_holds_up_no_other_group(
+    server: KafkaServer, witness: Witness
+) -> None:
+    """200,000 ApiVersions pipelined on one connection that reads nothing (the test that froze
+    every group for 21-54 s and grew the process by 125 MB): another group's member heartbeats
+    and commits throughout with bounded latency, the process does not grow, and once the
+    pipeliner goes the server is as it was."""
+    mark = len(log_lines(server))
+    witness.beat()
+    before = rss_mib(server)
+    bad = Pipeliner(server, api_versions_frames(200_000))
+    latencies = []
+    deadline = time.monotonic() + 4
+    offset = 0
+    while time.monotonic() < deadline:
+        began = time.monotonic()
+        witness.beat()
+        offset += 1
+        witness.commit(offset)
+        latencies.append(time.monotonic() - began)
+        time.sleep(0.005)
+    grown = rss_mib(server) - before
+    bad.close()
+    assert len(latencies) > 50
+    assert max(latencies) < 1.0, sorted(latencies)[-5:]
+    assert grown < 40, f"{before:.0f} MiB -> +{grown:.0f} MiB"
+    witness.beat()
+    assert warnings_since(server, mark) == []
+
+
+def rx_queue(server: KafkaServer, client: socket.socket) -> int:
+    """Bytes the kernel holds for the server on ``client``'s connection, not read by it yet
+    (``/proc/net/tcp``'s rx_queue of the server's end)."""
+    server_port = int(server.kafka_address.rpartition(":")[2])
+    client_port = client.getsockname()[1]
+    with open("/proc/net/tcp") as f:
+        for line in f.readlines()[1:]:
+            fields = line.split()
+            local, remote = fields[1], fields[2]
+            if int(local.split(":")[1], 16) == server_port and int(remote.split(":")[1], 16) == (
+                client_port
+            ):
+                return int(fields[4].split(":")[1], 16)
+    raise AssertionError("connection not found")
+
+
+@pytest.fixture(scope="module")
+def tight(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaServer]:
+    """A server with small per-connection limits."""
+    s = KafkaServer(
+        tmp_path_factory.mktemp("kafka-tight") / "data",
+        "--set",
+        "queued.max.requests=4",
+        "--set",
+        "kafka.connection.max.unsent.bytes=4096",
+    )
+    try:
+        yield s
+    finally:
+        assert s.stop() == 0, s.stderr_text()
+
+
+def test_requests_behind_a_parked_join_stay_unread_up_to_the_limit(tight: KafkaServer) -> None:
+    """``queued.max.requests``: behind a JoinGroup waiting at its barrier, the server reads a
+    few requests and then stops reading the connection (what the client sends waits in the
+    kernel, as in front of Kafka, which reads one request at a time); once the join is
+    answered, everything is read and answered, in order."""
+    tight.create_topic("hostile-park", 1)
+    c = tight.client()
+    join = dict(
+        group_id="hostile-park",
+        session_timeout=30000,
+        rebalance_timeout=30000,
+        group_instance_id=None,
+        protocol_type="consumer",
+        protocols=[{"name": "range", "metadata": b"\0\0\0\0\0\0\0\0\0\0"}],
+        reason=None,
+    )
+    first = c.call(request(11, 7, member_id="", **join))
+    assert first.error_code == E.member_id_required
+    c.send(request(11, 7, member_id=first.member_id, **join))
+    pipelined = api_versions_frames(40_000, first_id=10_000)  # ~1.5 MB
+    sender = threading.Thread(target=c.sock.sendall, args=(pipelined,), daemon=True)
+    sender.start()
+    deadline = time.monotonic() + 10
+    while rx_queue(tight, c.sock) < 64 * 1024:
+        assert time.monotonic() < deadline, rx_queue(tight, c.sock)
+        time.sleep(0.05)
+    time.sleep(0.5)
+    assert rx_queue(tight, c.sock) >= 64 * 1024  # still unread: the server stopped reading
+    tight.advance(3000)  # group.initial.rebalance.delay.ms: the join is answered
+    joined = c.receive()
+    assert joined.error_code == E.none
+    for i in range(40_000):
+        frame = c.read_frame()
+        assert struct.unpack_from(">i", frame)[0] == 10_000 + i
+    sender.join(timeout=10)
+    c.close()
+
+
+def test_answers_a_client_did_not_take_are_all_there_when_it_reads(tight: KafkaServer) -> None:
+    """``kafka.connection.max.unsent.bytes``: a client that pipelines 20,000 requests and reads
+    nothing for a second gets every answer, in order, once it reads."""
+    c = tight.client()
+    sender = threading.Thread(
+        target=c.sock.sendall, args=(api_versions_frames(20_000, first_id=500),), daemon=True
+    )
+    sender.start()
+    time.sleep(1)
+    for i in range(20_000):
+        frame = c.read_frame()
+        assert struct.unpack_from(">i", frame)[0] == 500 + i
+    sender.join(timeout=10)
+    c.close()
+    assert "Traceback" not in tight.stderr_text()

@@ -13,6 +13,17 @@ whose header or body does not decode, a size below 0 or above ``max_request_byte
 (``socket.request.max.bytes``) closes that connection (logged, never a crash); a connection
 with nothing in flight and nothing received for ``idle_ms`` (``connections.max.idle.ms``) is
 closed. Other connections are not affected.
+
+Flow control (``KafkaFlow``), so that no client can take the loop or the memory of all: a
+connection reads frames while it has fewer than ``queued.max.requests`` requests unanswered,
+fewer than ``queued.max.request.bytes`` of requests waiting for their turn, and its client (and
+the upstream, for forwarded requests) takes what is written to it (the transport's write
+buffer under ``kafka.connection.max.unsent.bytes``: asyncio's ``pause_writing`` /
+``resume_writing``). Otherwise, and whenever complete frames wait in its buffer, the transport's
+reading is paused (``pause_reading``), so the kernel holds the rest and a client that keeps
+sending waits, as TCP makes it wait in front of Kafka; reading resumes when answers go out. And
+a connection works at most one turn (``FRAMES_PER_TURN`` requests or ``TURN_S``) per loop
+iteration, reading or serving its queue, before the others get theirs.
 """
 
 from __future__ import annotations
@@ -23,8 +34,9 @@ import contextvars
 import logging
 import re
 import socket
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,6 +56,12 @@ log = logging.getLogger("kip848.kafka")
 
 DEFAULT_MAX_REQUEST_BYTES = 100 * 1024 * 1024  # Kafka's socket.request.max.bytes
 DEFAULT_IDLE_MS = 600_000  # Kafka's connections.max.idle.ms
+DEFAULT_QUEUED_MAX_REQUESTS = 500  # Kafka's queued.max.requests (per connection here)
+DEFAULT_MAX_UNSENT_BYTES = 1024 * 1024  # kafka.connection.max.unsent.bytes
+FRAMES_PER_TURN = 64
+TURN_S = 0.002
+"""One connection's share of a loop iteration: at most this many requests read, or this long
+(the runtime's turn), before the others get theirs."""
 CLUSTER_ID = "kip848-coordinator"
 STEADY_CACHE = 65_536
 """Encoded steady ConsumerGroupHeartbeat responses kept (one per member)."""
@@ -51,9 +69,48 @@ _SOFTWARE = re.compile(r"^[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?$")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class KafkaFlow:
+    """Per-connection limits (docs/kafka.md, "Per-connection limits"): while one is reached,
+    the connection's reading is paused."""
+
+    queued_max_requests: int = DEFAULT_QUEUED_MAX_REQUESTS
+    """``queued.max.requests``: a connection's requests read and not yet answered, at most."""
+    queued_max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
+    """``queued.max.request.bytes``: a connection's requests read and waiting for their turn
+    (behind a request being served), in bytes, at most (one is always read)."""
+    max_unsent_bytes: int = DEFAULT_MAX_UNSENT_BYTES
+    """``kafka.connection.max.unsent.bytes``: answers written and not yet taken by the client
+    (or requests by the upstream) beyond which nothing more is read from the connection;
+    reading resumes below a quarter of it."""
+
+    NAMES = {
+        "queued.max.requests": ("queued_max_requests", 1),
+        "queued.max.request.bytes": ("queued_max_request_bytes", 1024),
+        "kafka.connection.max.unsent.bytes": ("max_unsent_bytes", 1024),
+    }
+    """config name -> (field, least value)."""
+
+    @classmethod
+    def from_settings(cls, settings: Mapping[str, str]) -> KafkaFlow:
+        """From the server's settings (config name -> value); ValueError naming the setting.
+        ``queued.max.request.bytes=-1`` is Kafka's "no bound"."""
+        values = {}
+        for name, (field, least) in cls.NAMES.items():
+            if name in settings:
+                value = int(settings[name])
+                if value == -1 and name == "queued.max.request.bytes":
+                    value = sys.maxsize
+                elif value < least:
+                    raise ValueError(f"{name} must be at least {least}, got {value}")
+                values[field] = value
+        return cls(**values)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class KafkaOptions:
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
     idle_ms: int = DEFAULT_IDLE_MS
+    flow: KafkaFlow = KafkaFlow()
 
 
 class Slot:
@@ -90,6 +147,8 @@ class KafkaListener:
         self.connections: set[KafkaConnection] = set()
         self._heartbeat_out = {v: convert.HeartbeatOut(v) for v in (0, 1)}
         self._steady: dict[tuple[int, str, int, int], bytes] = {}
+        self._versions_source: object = None
+        self._versions_bodies: dict[tuple[int, int, bool], bytes] = {}
         self._idle_task: asyncio.Task[None] | None = None
         self._pending: set[asyncio.Task[None]] = set()
         self.closing = False
@@ -221,20 +280,11 @@ class KafkaListener:
     def api_versions(
         self, version: int, correlation_id: int, frame: bytes, pos: int, sasl: bool = False
     ) -> bytes:
-        table = self.advertised(sasl)
-        keys = [
-            {"api_key": k, "min_version": lo, "max_version": hi} for k, (lo, hi) in table.items()
-        ]
         lo, hi = apis.API_VERSIONS_RANGE
         if not lo <= version <= hi:
             # Kafka: an unknown ApiVersions version is answered in v0 with UNSUPPORTED_VERSION,
             # so the client can pick a version it shares with us.
-            body = wire.build(
-                wire.response_class(18, 0),
-                error_code=ErrorCode.UNSUPPORTED_VERSION,
-                api_keys=keys,
-            )
-            return wire.frame(18, 0, correlation_id, body)
+            return self._api_versions_frame(0, ErrorCode.UNSUPPORTED_VERSION, correlation_id, sasl)
         req = wire.decode(18, version, frame, wire.body_offset(frame, 18, version, pos))
         code = ErrorCode.NONE
         if version >= 3 and not (
@@ -242,13 +292,29 @@ class KafkaListener:
             and _SOFTWARE.match(req.client_software_version or "")
         ):
             code = ErrorCode.INVALID_REQUEST
-        body = wire.build(
-            wire.response_class(18, version),
-            error_code=code,
-            api_keys=keys,
-            throttle_time=0,
-        )
-        return wire.frame(18, version, correlation_id, body)
+        return self._api_versions_frame(version, code, correlation_id, sasl)
+
+    def _api_versions_frame(
+        self, version: int, code: int, correlation_id: int, sasl: bool = False
+    ) -> bytes:
+        """An ApiVersions response (header v0 in every version). Its body is encoded once per
+        version, code and kind of listener: the ranges only change when the upstream's are read
+        again."""
+        source = self.upstream.forwarded_versions() if self.upstream is not None else None
+        if source is not self._versions_source:
+            self._versions_source = source
+            self._versions_bodies.clear()
+        body = self._versions_bodies.get((version, code, sasl))
+        if body is None:
+            keys = [
+                {"api_key": k, "min_version": lo, "max_version": hi}
+                for k, (lo, hi) in self.advertised(sasl).items()
+            ]
+            entity = wire.build(
+                wire.response_class(18, version), error_code=code, api_keys=keys, throttle_time=0
+            )
+            body = self._versions_bodies[version, code, sasl] = wire.encode_body(entity)
+        return wire.frame_raw(correlation_id, False, body)
 
     async def serve(
         self,
@@ -430,6 +496,13 @@ class KafkaConnection(asyncio.Protocol):
         self.principal: KafkaPrincipal = ANONYMOUS
         """Who is on this connection (:meth:`set_principal`); ANONYMOUS until authenticated."""
         self._forwarding: Callable[[bool], None] | None = None  # for the next expect()
+        # Flow control (the module doc): whether the transport reads, why it may not.
+        self.reading = True
+        self.queued_bytes = 0  # the frames in self.work
+        self.writing_paused = False  # the client is not taking its answers
+        self.upstream_paused = False  # the upstream is not taking our requests
+        self._next_turn: asyncio.Handle | None = None
+        self._writable: asyncio.Future[None] | None = None
 
     # ------------------------------------------------------------ asyncio.Protocol
 
@@ -443,6 +516,8 @@ class KafkaConnection(asyncio.Protocol):
         if sock:
             self.node = self.listener.nodes.get(sock[1])
             self.security = self.listener.security.get(sock[1])
+        unsent = self.listener.options.flow.max_unsent_bytes
+        transport.set_write_buffer_limits(high=unsent, low=unsent // 4)  # type: ignore[attr-defined]
         self.listener.connections.add(self)
         security = self.security
         if security is not None and security.tls is not None:
@@ -472,18 +547,57 @@ class KafkaConnection(asyncio.Protocol):
                 observed(False)  # a forwarded request never answered
         if self.worker is not None and not self.worker.done():
             self.worker.cancel()
+        if self._next_turn is not None:
+            self._next_turn.cancel()
+        self._wake_writer()
         if self.upstream_conn is not None:
             self.upstream_conn.close()
 
     def data_received(self, data: bytes) -> None:
         self.last_active = time.monotonic()
+        self.buffer += data
+        if self._next_turn is None:
+            self._read_frames()
+
+    def pause_writing(self) -> None:
+        """The client's unsent answers passed ``kafka.connection.max.unsent.bytes``."""
+        self.writing_paused = True
+        self._flow()
+
+    def resume_writing(self) -> None:
+        self.writing_paused = False
+        self._wake_writer()
+        self._again()
+
+    # ------------------------------------------------------------ flow control
+
+    def _held(self) -> bool:
+        """Whether this connection may read no more requests for now: too many unanswered,
+        too many bytes waiting their turn, or answers (or forwarded requests) not taken."""
+        flow = self.listener.options.flow
+        return (
+            len(self.slots) >= flow.queued_max_requests
+            or (self.queued_bytes >= flow.queued_max_request_bytes and bool(self.work))
+            or self.writing_paused
+            or self.upstream_paused
+        )
+
+    def _read_frames(self) -> None:
+        """Serve the complete frames in the buffer while the limits allow, for at most one
+        turn (``FRAMES_PER_TURN`` frames or ``TURN_S``): then the rest waits for the next loop
+        iteration, behind every other connection's."""
+        self._next_turn = None
         buf = self.buffer
-        buf += data
         pos, end = 0, len(buf)
         limit = self.listener.options.max_request_bytes
         if self.sasl is not None and not self.sasl.authenticated:
             limit = sasl_api.MAX_RECEIVE_BYTES  # Kafka's sasl.server.max.receive.size
-        while end - pos >= 4 and not self.closed:
+        started = time.monotonic()
+        served = 0
+        while end - pos >= 4 and not self.closed and not self._held():
+            if served >= FRAMES_PER_TURN or (served and time.monotonic() - started > TURN_S):
+                self._again()
+                break
             size = int.from_bytes(buf[pos : pos + 4], "big", signed=True)
             if size < 0 or size > limit:
                 self.fail(f"request of {size} bytes (socket.request.max.bytes is {limit})")
@@ -493,9 +607,50 @@ class KafkaConnection(asyncio.Protocol):
             with memoryview(buf) as view:  # one copy of the frame, not two
                 frame = bytes(view[pos + 4 : pos + 4 + size])
             pos += 4 + size
+            served += 1
             self.on_frame(frame)
         if pos:
             del buf[:pos]
+        self._flow()
+
+    def _again(self) -> None:
+        """Read on from the buffer at the next loop iteration (once)."""
+        if self._next_turn is None and not self.closed:
+            self._next_turn = asyncio.get_running_loop().call_soon(self._read_frames)
+
+    def _flow(self) -> None:
+        """Pause the transport's reading while frames wait in the buffer or a limit holds this
+        connection; resume it otherwise. A client that keeps sending then fills the kernel's
+        buffers and waits (TCP's flow control), as it would in front of a Kafka broker."""
+        transport = self.transport
+        if transport is None or self.closed:
+            return
+        hold = self._next_turn is not None or self._held()
+        if hold and self.reading:
+            transport.pause_reading()
+            self.reading = False
+        elif not hold and not self.reading:
+            transport.resume_reading()
+            self.reading = True
+
+    def on_upstream_flow(self, paused: bool) -> None:
+        """The upstream connection's own write buffer passed (or fell below) its limit."""
+        self.upstream_paused = paused
+        if paused:
+            self._flow()
+        else:
+            self._again()
+
+    def _wake_writer(self) -> None:
+        waiter, self._writable = self._writable, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def _until_writable(self) -> None:
+        """Wait while the client is not taking its answers (or the connection closes)."""
+        while self.writing_paused and not self.closed:
+            self._writable = asyncio.get_running_loop().create_future()
+            await self._writable
 
     # ------------------------------------------------------------ requests
 
@@ -546,6 +701,7 @@ class KafkaConnection(asyncio.Protocol):
                 self._serve_now(item)
             else:
                 self.work.append(item)
+                self.queued_bytes += len(frame)
             return
         if listener.upstream is not None and listener.upstream.forwards(key, version):
             if key in topic_guard.GUARDED and topic_guard.guards(self):
@@ -640,9 +796,23 @@ class KafkaConnection(asyncio.Protocol):
             self.worker = None
 
     async def _drain(self) -> None:
+        """Serve the queued requests in order, one loop turn at a time, and only while the
+        client takes its answers."""
+        started, served = time.monotonic(), 0
         while self.work and not self.closed:
-            if not await self._serve_one(self.work.popleft()):
+            if served >= FRAMES_PER_TURN or time.monotonic() - started > TURN_S:
+                await asyncio.sleep(0)
+                started, served = time.monotonic(), 0
+            if self.writing_paused:
+                await self._until_writable()
+                continue
+            item = self.work.popleft()
+            self.queued_bytes -= len(item[5])
+            served += 1
+            if not await self._serve_one(item):
                 return
+            if not self.reading:
+                self._again()  # waiting bytes may be read now
 
     async def _serve_one(self, item: Work) -> bool:
         """Serve one request and fill its slot; False if the connection was closed."""
@@ -696,6 +866,8 @@ class KafkaConnection(asyncio.Protocol):
                 self._tls_out.extend(out)
         if self._drain_then_close and not slots:
             self.close()
+        elif not self.reading and not self._held():
+            self._again()
 
     def _flush_tls(self) -> None:
         out = self._tls_out

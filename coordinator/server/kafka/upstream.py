@@ -526,6 +526,8 @@ class UpstreamConnection(asyncio.Protocol):
         self.client = client
         self.transport: asyncio.Transport | None = None
         self.queue: list[bytes] = []
+        self.queued_bytes = 0  # in self.queue, before the connection is made
+        self.writing_paused = False
         self.pending: collections.deque[Pending] = collections.deque()
         self.buffer = bytearray()
         self.closed = False
@@ -547,9 +549,14 @@ class UpstreamConnection(asyncio.Protocol):
         if self.closed:
             transport.close()
             return
+        unsent = self.client.listener.options.flow.max_unsent_bytes
+        transport.set_write_buffer_limits(high=unsent, low=unsent // 4)  # type: ignore[attr-defined]
         if self.queue:
             transport.write(b"".join(self.queue))  # type: ignore[attr-defined]
             self.queue.clear()
+            self.queued_bytes = 0
+            if self.client.upstream_paused and not self.writing_paused:
+                self.client.on_upstream_flow(False)  # the queue went out at once
 
     def send(self, frame: bytes, pending: Pending | None) -> None:
         size = wire.I32.pack(len(frame))
@@ -557,8 +564,20 @@ class UpstreamConnection(asyncio.Protocol):
             self.pending.append(pending)
         if self.transport is None:
             self.queue += (size, frame)
+            self.queued_bytes += 4 + len(frame)
+            if self.queued_bytes > self.client.listener.options.flow.max_unsent_bytes:
+                self.client.on_upstream_flow(True)  # until the connection is made
         else:
             self.transport.writelines((size, frame))
+
+    def pause_writing(self) -> None:
+        """The upstream is not taking our requests: the client's are not read meanwhile."""
+        self.writing_paused = True
+        self.client.on_upstream_flow(True)
+
+    def resume_writing(self) -> None:
+        self.writing_paused = False
+        self.client.on_upstream_flow(False)
 
     def data_received(self, data: bytes) -> None:
         buf = self.buffer
