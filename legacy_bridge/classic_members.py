@@ -123,7 +123,7 @@ class ClassicMembers:
         existing = group.members.get(req.member_id) if req.member_id else None
         if existing is not None and existing.classic_member_metadata is None:
             raise UnknownMemberIdError(f"Member {req.member_id} does not use the classic protocol.")
-        member_id = req.member_id or f"{req.group_instance_id}-{ctx.ids.new_member_id()}"
+        member_id = req.member_id or ctx.ids.new_member_id()  # Kafka: a bare Uuid here
         if req.group_instance_id is not None:
             owner = group.static_members.get(req.group_instance_id)
             if req.member_id:
