@@ -12,6 +12,7 @@ import struct
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from chaos import kafka_samples
@@ -355,3 +356,81 @@ def test_answers_a_client_did_not_take_are_all_there_when_it_reads(tight: KafkaS
     sender.join(timeout=10)
     c.close()
     assert "Traceback" not in tight.stderr_text()
+
+
+# ---------------------------------------------------------------- nulls where none is allowed
+
+
+def null_array_frame(key: int, version: int, path: tuple[str, ...]) -> bytes:
+    """The fullest request of ``key`` v``version`` with the array at ``path`` (a top-level
+    field, or a field of the first element of one) written as null: compact length 0 or int32
+    -1. Found as the first byte where the request with that array empty and with one element
+    differ — its length."""
+    cls = wire.request_class(key, version)
+    sample = kafka_samples.sample(cls)
+
+    def replace(entity: Any, path: tuple[str, ...], value: list[Any]) -> Any:
+        name, rest = path[0], path[1:]
+        old = getattr(entity, name)
+        new = value if not rest else [replace(old[0], rest, value), *old[1:]]
+        return wire.build(type(entity), {**vars_of(entity), name: new})
+
+    def element(entity: Any, path: tuple[str, ...]) -> Any:
+        value = getattr(entity, path[0])
+        return value[0] if len(path) == 1 else element(value[0], path[1:])
+
+    one = element(sample, path)
+    empty = kafka_samples.request_frame(key, version, replace(sample, path, []))[4:]
+    single = kafka_samples.request_frame(key, version, replace(sample, path, [one]))[4:]
+    at = next(i for i, (a, b) in enumerate(zip(empty, single, strict=False)) if a != b)
+    if wire.request_flexible(key, version):
+        body = empty[:at] + b"\0" + empty[at + 1 :]
+    else:
+        body = empty[: at - 3] + b"\xff\xff\xff\xff" + empty[at + 1 :]
+    return struct.pack(">i", len(body)) + body
+
+
+def vars_of(entity: Any) -> dict[str, Any]:
+    return {name: getattr(entity, name) for name in entity.__dataclass_fields__}
+
+
+@pytest.mark.parametrize(
+    ("key", "version", "path", "field"),
+    [
+        (16, 5, ("states_filter",), "ListGroupsRequest.states_filter"),
+        (8, 9, ("topics",), "OffsetCommitRequest.topics"),
+        (8, 9, ("topics", "partitions"), "OffsetCommitRequestTopic.partitions"),
+        (14, 5, ("assignments",), "SyncGroupRequest.assignments"),
+        (9, 9, ("groups",), "OffsetFetchRequest.groups"),
+        (9, 7, ("topics", "partition_indexes"), "OffsetFetchRequestTopic.partition_indexes"),
+        (15, 5, ("groups",), "DescribeGroupsRequest.groups"),
+        (68, 1, ("topic_partitions", "partitions"), "TopicPartitions.partitions"),
+        (68, 0, ("topic_partitions", "partitions"), "TopicPartitions.partitions"),
+    ],
+)
+def test_a_null_array_the_schema_does_not_allow_closes_with_one_warning(
+    server: KafkaServer,
+    witness: Witness,
+    key: int,
+    version: int,
+    path: tuple[str, ...],
+    field: str,
+) -> None:
+    """Was a ``TypeError: 'NoneType' object is not iterable`` traceback at ERROR: the decoder
+    read the null and the conversion met it. Kafka closes the connection ("non-nullable field
+    was serialized as null"); so do we, with one warning line naming the field."""
+    closes_with_one_warning(
+        server,
+        witness,
+        null_array_frame(key, version, path),
+        f"{field} is not nullable but was sent as null",
+    )
+
+
+def test_a_find_coordinator_version_the_codec_does_not_know_closes_with_one_warning(
+    server: KafkaServer, witness: Witness
+) -> None:
+    frame = struct.pack(">hhih", 10, 99, 5, -1) + b"\0\0"
+    closes_with_one_warning(
+        server, witness, struct.pack(">i", len(frame)) + frame, "find_coordinator v99"
+    )
