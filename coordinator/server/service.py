@@ -369,6 +369,10 @@ class TopicSource(Protocol):
     def subscribed(
         self, names: Sequence[str] | None, regex: str | None
     ) -> Awaitable[None] | None: ...
+    def lookup(self, names: Iterable[str], topic_ids: Iterable[str]) -> Awaitable[None] | None:
+        """A request names topics (an offset commit): an awaitable that waits until those the
+        registry lacks were looked up where topics come from (bounded); None: nothing to do."""
+        ...
 
 
 class RegistryTopics:
@@ -392,6 +396,9 @@ class RegistryTopics:
         return await self.runtime.list_topics()
 
     def subscribed(self, names: Sequence[str] | None, regex: str | None) -> Awaitable[None] | None:
+        return None
+
+    def lookup(self, names: Iterable[str], topic_ids: Iterable[str]) -> Awaitable[None] | None:
         return None
 
 
@@ -511,6 +518,7 @@ class CoordinatorService:
         check_group_id(req.group_id)
         self.limits.offset_commit(req)
         self.authz.check_group(caller, "OffsetCommit", READ, req.group_id)
+        await self._look_up(req.topics)
         whole = req
         req, refused = self.authz.split_commit(caller, "OffsetCommit", req, self.topic_name)
         legacy = caller.version_below(OFFSET_COMMIT_KIP848_VERSION)
@@ -521,6 +529,16 @@ class CoordinatorService:
         else:
             answered = await self.runtime.offset_commit(req)
         return Reply(value=self.authz.merge_commit(whole, answered, refused))
+
+    async def _look_up(self, topics: Iterable[Any]) -> None:
+        """Topics an offset commit names (by name or id) that the registry lacks are looked up
+        upstream first (bounded; ``TopicSource.lookup``): a commit right after the broker
+        auto-created its topic is accepted, as on Kafka."""
+        waiting = self.topics.lookup(
+            (t.name for t in topics if t.name), (t.topic_id for t in topics if t.topic_id)
+        )
+        if waiting is not None:
+            await waiting
 
     @rpc(_on_each(list, _fetch_error))
     async def offset_fetch(

@@ -8,8 +8,11 @@ rack-aware assignment); Kafka's metadata image.
   Topics gone from the broker, or re-created there with a new id, are deleted here with their
   committed offsets; a topic the broker lists with an error is left as it is. Refreshes run
   every ``kafka.upstream.metadata.max.age.ms``, at start (before health says SERVING), and on
-  demand — when a subscription names a topic the registry does not have, when a regex is seen
-  for the first time (that request waits for the refresh, bounded), after a forwarded
+  demand — when a subscription, an offset commit or a forwarded Metadata answer names a topic
+  the registry does not have (by name or id), when a regex is seen for the first time (that
+  request, or answer, waits for the refresh, bounded; a topic still unknown after it is not
+  looked up again for ``kafka.upstream.metadata.max.age.ms``: no refresh storm under a flood
+  of unknown names), after a forwarded
   CreateTopics/DeleteTopics/CreatePartitions (its answer is held until the registry has the
   change, bounded: the client's next request sees the topic here, as on Kafka), and before the
   topic RPCs answer. On-demand refreshes are coalesced and at most one starts per
@@ -28,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, cast
 
 from coordinator.core.errors import (
@@ -37,7 +40,7 @@ from coordinator.core.errors import (
     InvalidPartitionsError,
     InvalidRequestError,
 )
-from coordinator.core.model import PartitionRacks, make_partition_racks
+from coordinator.core.model import ZERO_TOPIC_ID, PartitionRacks, make_partition_racks
 from coordinator.core.topics import NewTopic, SnapshotChanges, TopicResult, check_topic_name
 from coordinator.runtime import CoordinatorRuntime, RuntimeState
 
@@ -54,6 +57,7 @@ ADMIN_TIMEOUT_MS = 30_000  # CreateTopics/DeleteTopics timeout given to the brok
 KNOWN_REGEXES = 1024  # regexes remembered (a new one triggers a refresh)
 KNOWN_MISSING = 4096  # missing topic names remembered (a request waits once per interval)
 SUBSCRIBE_WAIT_S = 1.0
+ANSWER_RECHECK_S = 1.0  # a topic a broker's answer lists, unknown here: looked up this often
 SETTLE_WAIT_S = 5.0  # a forwarded topic change is answered once refreshed, or after this
 
 CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS = 19, 20, 37
@@ -120,11 +124,13 @@ class TopicFeed:
         self._task: asyncio.Task[None] | None = None
         self._last_start = 0.0
         self._regexes: dict[str, None] = {}
-        self._missing: dict[str, float] = {}
+        self._missing: dict[tuple[str, str], float] = {}  # ("name"|"id", value) -> asked at
+        self._listed: dict[tuple[str, str], float] = {}  # the same, for forwarded answers
         self._settling: set[asyncio.Task[None]] = set()
         self.refreshes = 0
         self.last_error: str | None = None
         upstream.on_topics_changed = self.settle_then
+        upstream.on_topics_named = self.hold_answer
 
     # ------------------------------------------------------------ lifecycle
 
@@ -183,30 +189,86 @@ class TopicFeed:
         await waiter
 
     def subscribed(self, names: Sequence[str] | None, regex: str | None) -> Awaitable[None] | None:
-        """A subscription was seen. If it names a topic the registry lacks, or carries a regex
-        not seen before (it may match topics created since the last refresh), a refresh is
-        asked for, and the returned awaitable waits for it (at most ``SUBSCRIBE_WAIT_S``):
-        a consumer that subscribes right after creating its topic is assigned at once, as
-        with Kafka, whose coordinator shares the broker's metadata. A missing name makes a
-        request wait at most once per ``kafka.upstream.metadata.max.age.ms``."""
-        wait = False
-        if names:
-            by_name = self.runtime.registry.image().by_name
-            missing = [n for n in names if n not in by_name]
-            if missing:
-                now = time.monotonic()
-                if len(self._missing) >= KNOWN_MISSING:
-                    self._missing.clear()
-                for n in missing:
-                    if now - self._missing.get(n, -self.max_age_s) >= self.max_age_s:
-                        self._missing[n] = now
-                        wait = True
+        """A subscription was seen. If it names a topic the registry lacks (see
+        :meth:`lookup`), or carries a regex not seen before (it may match topics created since
+        the last refresh), a refresh is asked for, and the returned awaitable waits for it (at
+        most ``SUBSCRIBE_WAIT_S``): a consumer that subscribes right after creating its topic is
+        assigned at once, as with Kafka, whose coordinator shares the broker's metadata."""
+        wait = self._unknown(names or (), ())
         if regex and regex not in self._regexes:
             if len(self._regexes) >= KNOWN_REGEXES:
                 self._regexes.pop(next(iter(self._regexes)))
             self._regexes[regex] = None
             wait = True
         return self._refreshed() if wait else None
+
+    def lookup(self, names: Iterable[str], topic_ids: Iterable[str]) -> Awaitable[None] | None:
+        """A request (an offset commit) or a forwarded answer (Metadata) names topics: if the
+        registry lacks one of them (by name or by id), the returned awaitable waits for a
+        refresh from the upstream (at most ``SUBSCRIBE_WAIT_S``), so a commit right after the
+        broker auto-created its topic finds it here, as on Kafka, whose coordinator shares the
+        broker's metadata; None when there is nothing to look up."""
+        return self._refreshed() if self._unknown(names, topic_ids) else None
+
+    def _unknown(
+        self,
+        names: Iterable[str],
+        topic_ids: Iterable[str],
+        seen: dict[tuple[str, str], float] | None = None,
+        horizon_s: float | None = None,
+    ) -> bool:
+        """Does any of these names or ids, unknown to the registry, want a refresh? Each one
+        does at most once per ``horizon_s`` (default ``kafka.upstream.metadata.max.age.ms``: a
+        negative answer is remembered in ``seen``, the oldest forgotten first beyond
+        ``KNOWN_MISSING``); refreshes themselves are coalesced, at most one per
+        ``MIN_REFRESH_GAP_S``: a flood of unknown names costs a few refreshes a second, never
+        one each."""
+        if seen is None:
+            seen = self._missing
+        if horizon_s is None:
+            horizon_s = self.max_age_s
+        image = self.runtime.registry.image()
+        missing = [("name", n) for n in names if n and n not in image.by_name]
+        missing += [
+            ("id", t) for t in topic_ids if t and t != ZERO_TOPIC_ID and t not in image.by_id
+        ]
+        if not missing:
+            return False
+        now = time.monotonic()
+        wait = False
+        for key in missing:
+            at = seen.get(key)
+            if at is not None and now - at < horizon_s:
+                continue
+            seen.pop(key, None)
+            seen[key] = now
+            wait = True
+            while len(seen) > KNOWN_MISSING:
+                seen.pop(next(iter(seen)))
+        return wait
+
+    def hold_answer(self, named: Sequence[tuple[str, str]], deliver: Callable[[], None]) -> None:
+        """A forwarded Metadata answer lists ``named`` ((name, topic id) pairs) without error:
+        topics that exist on the broker. Deliver it once the registry has looked up those it
+        lacks (bounded), else at once. The broker's word beats a remembered negative answer:
+        such a topic is looked up again after ``ANSWER_RECHECK_S`` (a topic the registry never
+        takes in, such as one without an id, costs at most that)."""
+        names = [n for n, _ in named]
+        ids = [t for _, t in named]
+        if self._wanted is None or not self._unknown(names, ids, self._listed, ANSWER_RECHECK_S):
+            deliver()
+            return
+        waiting = self._refreshed()
+
+        async def held() -> None:
+            try:
+                await waiting
+            finally:
+                deliver()
+
+        task = asyncio.get_running_loop().create_task(held())
+        self._settling.add(task)
+        task.add_done_callback(self._settling.discard)
 
     async def _refreshed(self) -> None:
         try:

@@ -28,7 +28,7 @@ import logging
 import ssl
 import struct
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +36,7 @@ from ..api import Node
 from ..security_config import UpstreamSecurity
 from ..tls import client_context
 from . import apis, sasl_client, wire
+from .convert import topic_id_of
 
 if TYPE_CHECKING:
     from .listener import KafkaConnection, KafkaListener, Slot
@@ -203,6 +204,13 @@ class Upstream:
         self._bound: list[_Bound] = []  # each Kafka listener: its ports for the upstream nodes
         self._listener: KafkaListener | None = None
         self._forwarded: dict[int, tuple[int, int]] | None = None
+        self.on_topics_named: (
+            Callable[[Sequence[tuple[str, str]], Callable[[], None]], None] | None
+        ) = None
+        """Called with the topics a forwarded Metadata answer lists without error ((name, topic
+        id) pairs) and the answer's delivery: the topic feed delivers it once the registry has
+        looked up the ones it lacks (bounded), so a commit right after a producer's Metadata
+        auto-created a topic finds it here, as on Kafka."""
         self.on_topics_changed: Callable[[Callable[[], None]], None] | None = None
         """Called with the delivery of a forwarded answer that changes topics: the topic feed
         refreshes and delivers it once the registry has the change (bounded), so a client that
@@ -402,10 +410,16 @@ class Upstream:
     # ------------------------------------------------------------ rewriting
 
     def rewrite(
-        self, key: int, version: int, frame: bytes, security: ListenerSecurity | None = None
+        self,
+        key: int,
+        version: int,
+        frame: bytes,
+        security: ListenerSecurity | None = None,
+        named: list[tuple[str, str]] | None = None,
     ) -> bytes:
         """A response frame (without its size) naming brokers, rewritten to name ours: the
-        ports of the listener the client came through (``security``)."""
+        ports of the listener the client came through (``security``). The topics a Metadata
+        answer lists without error are added to ``named`` ((name, topic id) pairs)."""
         flexible = wire.response_header_flexible(key, version)
         pos = 4 + (1 if flexible else 0)
         if key in NODE_ENDPOINTS_SINCE and not wire.has_tagged_field(
@@ -419,6 +433,12 @@ class Upstream:
         if key == apis.METADATA:
             values["brokers"] = [self._broker(b, "node_id", ours) for b in values["brokers"]]
             changed = True
+            if named is not None:
+                named += [
+                    (t["name"] or "", topic_id_of(t.get("topic_id")))
+                    for t in values["topics"]
+                    if not t["error_code"]
+                ]
         elif key == apis.DESCRIBE_CLUSTER:
             values["brokers"] = [self._broker(b, "broker_id", ours) for b in values["brokers"]]
             changed = True
@@ -598,18 +618,22 @@ class UpstreamConnection(asyncio.Protocol):
                     out = bytes(view[pos + 4 : pos + 4 + size])
                 else:
                     out = bytes(view[pos : pos + 4 + size])
+            named: list[tuple[str, str]] = []
             if rewrite:
                 try:
-                    out = self.upstream.rewrite(key, version, frame, self.client.security)
+                    out = self.upstream.rewrite(key, version, frame, self.client.security, named)
                 except wire.WireError as exc:
                     self.client.fail(f"unreadable upstream response: {exc}")
                     return
             pos += 4 + size
             changed = self.upstream.on_topics_changed if key in TOPIC_CHANGING else None
-            if changed is None:
-                self._deliver(sink, out)
-            else:
+            listed = self.upstream.on_topics_named if named else None
+            if changed is not None:
                 changed(partial(self._deliver, sink, out))
+            elif listed is not None:
+                listed(named, partial(self._deliver, sink, out))
+            else:
+                self._deliver(sink, out)
         if pos:
             del buf[:pos]
 
