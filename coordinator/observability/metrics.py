@@ -585,6 +585,14 @@ class CoordinatorMetrics:
             ["rpc", "operation", "resource_type"],
             registry=r,
         )
+        self.authentication_failures = Counter(
+            f"{ns}_authentication_failures_total",
+            "Clients refused before any request was read, by the listener (kafka, grpc, "
+            "metrics) and how: a SASL mechanism, bearer, certificate, or tls (a failed TLS "
+            "handshake). Kafka: failed-authentication-total.",
+            ["listener", "mechanism"],
+            registry=r,
+        )
         self.offset_deletions = Counter(
             f"{ns}_offset_deletions_total",
             "Committed offsets deleted by OffsetDelete. Kafka: offset-deletion-count.",

@@ -346,6 +346,32 @@ def _mechanism(number: int) -> str:
         return f"mechanism {number}"
 
 
+def authentication_observer(
+    metrics: CoordinatorMetrics | None,
+) -> Callable[[str, str, str, str], None]:
+    """What the transports call with each refused client (listener, mechanism, peer, reason):
+    one audit line (``authentication_failed``) and, metrics on,
+    ``kip848_authentication_failures_total{listener, mechanism}``."""
+
+    def failed(listener: str, mechanism: str, peer: str, reason: str) -> None:
+        try:
+            audit(
+                "authentication_failed",
+                client_id="",
+                client_address=peer,
+                protocol=listener,
+                result="SASL_AUTHENTICATION_FAILED" if listener == "kafka" else "UNAUTHENTICATED",
+                message=reason,
+                mechanism=mechanism,
+            )
+            if metrics is not None:
+                metrics.authentication_failures.labels(listener, mechanism).inc()
+        except Exception:  # observing never fails the connection it observes
+            log.exception("Observing an authentication failure failed")
+
+    return failed
+
+
 def refusal_observer(metrics: CoordinatorMetrics | None) -> Callable[[Any], None]:
     """What the authorizer calls with each refusal (``Authorizer.on_refused``): one audit line
     (``authorization_refused``: principal, host, client, API, operation, resource) and, metrics

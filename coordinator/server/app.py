@@ -29,6 +29,7 @@ from coordinator.core.config import GroupCoordinatorConfig
 from coordinator.observability import tracing
 from coordinator.observability.observer import start_metrics_endpoint
 from coordinator.observability.requests import (
+    authentication_observer,
     forwarded_timer,
     instrument_methods,
     instrument_service,
@@ -140,6 +141,7 @@ class CoordinatorServer:
         size = options.max_message_bytes
         security = options.security
         self.tls: list[ServerTls] = []  # every TLS listener (reloaded on SIGHUP)
+        self.on_auth_failed = authentication_observer(getattr(runtime.observer, "metrics", None))
         self.grpc_tls = self._tls("gRPC", security.grpc_tls, alpn=("h2",))
         self.metrics_tls = self._tls("metrics", security.metrics_tls)
         if (
@@ -200,6 +202,7 @@ class CoordinatorServer:
             mapper=SslPrincipalMapper(security.grpc_mapping_rules),
             certificates=self.grpc_tls is not None and self.grpc_tls.client_auth != "none",
         )
+        self.grpc_auth.on_refused = self.on_auth_failed
         if self.grpc_auth.active:  # else every call is ANONYMOUS (the class's default)
             for servicer in servicers:
                 servicer.principal_of = self.grpc_auth.principal_of  # type: ignore[attr-defined]
@@ -258,6 +261,7 @@ class CoordinatorServer:
         if files is None:
             return None
         tls = ServerTls(name, files, alpn)
+        tls.on_failed = self.on_auth_failed
         self.tls.append(tls)
         return tls
 
@@ -310,6 +314,7 @@ class CoordinatorServer:
             await upstream.connect()
         self.kafka = KafkaListener(self.service, kafka_options, upstream)
         self.kafka.on_forward = forwarded_timer(getattr(self.runtime.observer, "metrics", None))
+        self.kafka.on_auth_failed = self.on_auth_failed
         for endpoint in self.kafka_endpoints():
             sec = options.security
             security = ListenerSecurity(

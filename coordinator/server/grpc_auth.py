@@ -17,6 +17,7 @@ Health checks and reflection are not authenticated (load balancers probe them).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from coordinator.security.principal import ANONYMOUS, KafkaPrincipal, user
@@ -63,6 +64,9 @@ class GrpcAuthenticator:
         self.certificates = certificates  # the listener asks for client certificates
         self._subjects: dict[str, KafkaPrincipal | None] = {}
         self.refused = 0
+        self.on_refused: Callable[[str, str, str, str], None] | None = None
+        """Called with ("grpc", mechanism, peer, reason) for each refused call (metrics,
+        audit)."""
 
     @property
     def active(self) -> bool:
@@ -76,32 +80,39 @@ class GrpcAuthenticator:
                 token = value if isinstance(value, str) else value.decode("latin-1")
                 break
         if token is not None and self.tokens is not None:  # without a JWKS: not looked at
-            return self._token_principal(token)
+            return self._token_principal(context, token)
         if self.certificates:
             subject = subject_of(context)
             if subject is not None:
-                return self._certificate_principal(subject)
+                return self._certificate_principal(context, subject)
         if self.required:
-            self.refused += 1
-            raise Unauthenticated(
+            raise self._refuse(
+                context,
+                "none",
                 "Authentication required: send 'authorization: Bearer <JWT>' metadata or a "
-                "client certificate"
+                "client certificate",
             )
         return ANONYMOUS
 
-    def _token_principal(self, header: str) -> KafkaPrincipal:
+    def _refuse(self, context: Any, mechanism: str, why: str) -> Unauthenticated:
+        self.refused += 1
+        if self.on_refused is not None:
+            self.on_refused("grpc", mechanism, context.peer() or "", why)
+        return Unauthenticated(why)
+
+    def _token_principal(self, context: Any, header: str) -> KafkaPrincipal:
         scheme, _sep, token = header.strip().partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
-            self.refused += 1
-            raise Unauthenticated("The authorization metadata must be 'Bearer <JWT>'")
+            raise self._refuse(
+                context, "bearer", "The authorization metadata must be 'Bearer <JWT>'"
+            )
         assert self.tokens is not None
         try:
             return user(self.tokens.validate(token.strip()).principal_name)
         except InvalidToken as exc:
-            self.refused += 1
-            raise Unauthenticated(f"Invalid bearer token: {exc}") from None
+            raise self._refuse(context, "bearer", f"Invalid bearer token: {exc}") from None
 
-    def _certificate_principal(self, subject: str) -> KafkaPrincipal:
+    def _certificate_principal(self, context: Any, subject: str) -> KafkaPrincipal:
         try:
             principal = self._subjects[subject]
         except KeyError:
@@ -113,8 +124,9 @@ class GrpcAuthenticator:
                 self._subjects.clear()
             self._subjects[subject] = principal
         if principal is None:
-            self.refused += 1
-            raise Unauthenticated(
-                f"No ssl.principal.mapping.rules rule applies to the certificate '{subject}'"
+            raise self._refuse(
+                context,
+                "certificate",
+                f"No ssl.principal.mapping.rules rule applies to the certificate '{subject}'",
             )
         return principal

@@ -264,6 +264,8 @@ class ServerTls:
         self.failed_handshakes = 0
         self.on_reload: list[Callable[[], None]] = []
         """Called after a successful reload (grpc.aio's certificate fetcher, front ends)."""
+        self.on_failed: Callable[[str, str, str, str], None] | None = None
+        """Called with (listener, "tls", peer, reason) for each failed handshake (metrics)."""
 
     def reload(self) -> bool:
         """Re-read the files; new connections get them. False (logged, old context kept) if
@@ -287,6 +289,8 @@ class ServerTls:
     def handshake_failed(self, peer: str, exc: BaseException) -> None:
         """One line for a connection whose handshake failed (it is closed)."""
         self.failed_handshakes += 1
+        if self.on_failed is not None:
+            self.on_failed(self.name.split()[0].lower(), "tls", peer, _reason(exc))
         log.info(
             "TLS handshake from %s on the %s listener failed; connection closed: %s%s",
             peer,

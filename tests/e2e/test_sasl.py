@@ -73,8 +73,10 @@ def server(
         "listener.name.plain.connections.max.reauth.ms=2000",
         "--set",
         f"sasl.oauthbearer.jwks.endpoint.url=file://{issuer.path}",
+        "--metrics-listen",
+        "127.0.0.1:0",
         clock="system",
-        lines=3,
+        lines=4,
     )
     add_user(proc.channel, "alice", "alice-secret")
     add_user(proc.channel, "bob", "bob-secret")
@@ -331,6 +333,26 @@ def test_raw_refusals_close_only_their_connection(server: ServerProcess) -> None
     assert witness.receive() is None
     for conn in (witness, early, mechanism, no_handshake, wrong, huge):
         conn.close()
+    # Each refusal is counted (and written to the audit trail).
+    failures = _failures(server)
+    assert failures.get(("kafka", "PLAIN"), 0) >= 1, failures  # the wrong password
+    assert failures.get(("kafka", "none"), 0) >= 3, failures  # early, mechanism, no handshake
+    assert "authentication_failed" in server.stderr_text()
+
+
+def _failures(server: ServerProcess) -> dict[tuple[str, str], float]:
+    import urllib.request
+
+    from coordinator.observability.metrics import parse_families
+
+    assert server.metrics_address is not None
+    with urllib.request.urlopen(f"http://{server.metrics_address}/metrics", timeout=10) as r:
+        families = parse_families(r.read().decode())
+    return {
+        (s.labels["listener"], s.labels["mechanism"]): s.value
+        for s in families.get("kip848_authentication_failures", [])
+        if s.name.endswith("_total")
+    }
 
 
 def test_reauthentication_as_another_user_is_refused(server: ServerProcess) -> None:

@@ -152,8 +152,9 @@ class KafkaListener:
         self._idle_task: asyncio.Task[None] | None = None
         self._pending: set[asyncio.Task[None]] = set()
         self.closing = False
-        self.on_auth_failed: Callable[[], None] | None = None
-        """Called for each refused SASL authentication (metrics)."""
+        self.on_auth_failed: Callable[[str, str, str, str], None] | None = None
+        """Called with (listener, mechanism, peer, reason) for each client refused before it
+        authenticated (metrics, audit: ``requests.authentication_observer``)."""
         self.authenticates = False
         """True when connections authenticate (SASL, client certificates): the start-up log
         stops calling the listener open to anonymous clients."""

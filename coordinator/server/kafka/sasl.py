@@ -505,10 +505,12 @@ def intercept(
     if key == API_VERSIONS:
         return False
     if not session.authenticated:
-        conn.fail(
+        why = (
             f"{wire.api_name(key)} before SASL authentication (ILLEGAL_SASL_STATE: only "
             "ApiVersions, SaslHandshake and SaslAuthenticate are accepted first)"
         )
+        _observe(conn, "none", why)
+        conn.fail(why)
         return True
     if session.state == NEED_AUTHENTICATE:
         conn.fail(f"{wire.api_name(key)} in the middle of a SASL re-authentication")
@@ -627,9 +629,14 @@ def _refused(conn: KafkaConnection, session: SaslSession, why: str) -> None:
     session.closing = True
     session.failures += 1
     log.info("Failed authentication with %s (%s): %s", conn.peer, session.mechanism, why)
-    if conn.listener.on_auth_failed is not None:
-        conn.listener.on_auth_failed()
+    _observe(conn, session.mechanism or "none", why)
     conn.close_when_drained()
+
+
+def _observe(conn: KafkaConnection, mechanism: str, why: str) -> None:
+    on_failed = conn.listener.on_auth_failed
+    if on_failed is not None:
+        on_failed("kafka", mechanism, conn.peer, why)
 
 
 def _relay(
