@@ -241,3 +241,44 @@ def test_the_example_worker_authenticates(setup, tmp_path: Path) -> None:  # typ
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=30)
         proc.stdout.close()
+
+
+def test_front_ends_authenticate_the_same_way(setup, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """--grpc-processes: calls reaching a front end (grpc.aio) carry their token and verified
+    certificate subject to the coordinator process, which decides as for its own calls."""
+    _server, ca, alice, issuer, directory, _plain = setup
+    server_pem = ca.server("server2")
+    server = ServerProcess(
+        tmp_path / "d",
+        "--grpc-processes",
+        "2",
+        "--tls-cert",
+        server_pem.both,
+        "--tls-ca",
+        ca.ca_file,
+        "--tls-client-auth",
+        "required",
+        "--set",
+        "listener.security.protocol.map=GRPC:SASL_SSL",
+        "--set",
+        f"sasl.oauthbearer.jwks.endpoint.url=file://{issuer.path}",
+        "--set",
+        "ssl.principal.mapping.rules=RULE:^CN=(.*?),.*$/$1/L",
+        credentials=tls_credentials(ca.ca_file, alice.cert, alice.key),
+    )
+    try:
+        stranger = TokenIssuer(directory, "stranger2.json")
+        for _ in range(6):  # connections land on any of the processes
+            creds = tls_credentials(ca.ca_file, alice.cert, alice.key)
+            with grpc.secure_channel(server.address, creds) as channel:
+                admin = admin_pb2_grpc.AdminServiceStub(channel)
+                assert admin.ListGroups(admin_pb2.ListGroupsRequest(), timeout=10).error_code == 0
+                with pytest.raises(grpc.RpcError) as refused:
+                    admin.ListGroups(
+                        admin_pb2.ListGroupsRequest(),
+                        metadata=bearer(stranger.token("alice")),
+                        timeout=10,
+                    )
+                assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    finally:
+        assert server.stop() == 0
