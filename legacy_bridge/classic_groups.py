@@ -881,6 +881,7 @@ class ClassicGroups(ByGroupId[ClassicGroup]):
                         group_state=classic.state.value,
                         protocol_type=classic.protocol_type or "",
                         protocol_data=(classic.protocol_name or "") if stable else "",
+                        generation_id=classic.generation,
                         members=tuple(
                             m.DescribedMember(
                                 member_id=x.member_id,
@@ -909,6 +910,7 @@ class ClassicGroups(ByGroupId[ClassicGroup]):
                         group_state=state,
                         protocol_type=CONSUMER_PROTOCOL_TYPE,
                         protocol_data=consumer.preferred_assignor(self._consumer.assignor_names),
+                        generation_id=consumer.group_epoch,
                         members=tuple(
                             m.DescribedMember(
                                 member_id=x.member_id,

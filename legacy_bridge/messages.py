@@ -130,3 +130,6 @@ class DescribedGroup:
     protocol_type: str = ""
     protocol_data: str = ""
     members: tuple[DescribedMember, ...] = ()
+    generation_id: int = -1
+    """The classic generation (a consumer group's: its group epoch); -1 when there is no group.
+    Not in Kafka's DescribeGroups: the gRPC answer carries it for the operator tools."""

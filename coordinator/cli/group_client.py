@@ -21,6 +21,7 @@ class GroupClient:
         self.admin = admin_pb2_grpc.AdminServiceStub(channel)
         self.groups = consumer_group_pb2_grpc.ConsumerGroupServiceStub(channel)
         self.offsets = offsets_pb2_grpc.OffsetServiceStub(channel)
+        self._channel = channel
         self._listed: dict[str, Any] | None = None
 
     def call(self, fn: Any, request: Any) -> Any:
@@ -37,6 +38,19 @@ class GroupClient:
             report("describe", resp.error_code, resp.error_message)
             raise CommandFailed
         return list(resp.groups)
+
+    def describe_classic(self, group_id: str) -> Any:
+        """A group as DescribeGroups describes it (classic groups; ``generation_id`` too)."""
+        from kip848.v1 import classic_group_pb2, classic_group_pb2_grpc
+
+        stub = classic_group_pb2_grpc.ClassicGroupServiceStub(self._channel)
+        resp = self.call(
+            stub.DescribeGroups, classic_group_pb2.DescribeGroupsRequest(group_ids=[group_id])
+        )
+        if resp.error_code:
+            report("describe", resp.error_code, resp.error_message)
+            raise CommandFailed
+        return resp.groups[0]
 
     def listed(self) -> dict[str, Any]:
         """Every group the coordinator lists, by id (asked once per command)."""

@@ -212,6 +212,59 @@ def _group_json(g: Any, group_id: str = "") -> dict[str, Any]:
     }
 
 
+def _classic_group_json(d: Any) -> dict[str, Any]:
+    """A classic group (DescribeGroups) with the keys of a consumer group's: ``group_epoch`` is
+    its generation, ``assignor_name`` its protocol (assignor), each member's ``member_epoch``
+    the generation too; subscriptions and assignments are read from the members' embedded
+    consumer protocol (another protocol type shows none)."""
+    return {
+        "group_id": d.group_id,
+        "group_type": "classic",
+        "error": None,
+        "group_uid": None,
+        "group_state": d.group_state,
+        "group_epoch": d.generation_id,
+        "assignment_epoch": None,
+        "assignor_name": d.protocol_data or None,
+        "members": [_classic_member_json(x, d) for x in d.members],
+    }
+
+
+def _classic_member_json(x: Any, d: Any) -> dict[str, Any]:
+    from legacy_bridge.protocol import ProtocolError, decode_assignment, decode_subscription
+
+    topics: list[str] = []
+    rack = None
+    assigned: list[dict[str, Any]] = []
+    if d.protocol_type == "consumer":
+        try:
+            if x.member_metadata:
+                subscription = decode_subscription(x.member_metadata)
+                topics, rack = list(subscription.topics), subscription.rack_id
+            if x.member_assignment:
+                assigned = [
+                    {"topic_id": None, "topic_name": topic, "partitions": list(partitions)}
+                    for topic, partitions in decode_assignment(
+                        x.member_assignment
+                    ).assigned_partitions
+                ]
+        except ProtocolError:
+            pass  # a client's bytes that do not parse: shown without them
+    return {
+        "member_id": x.member_id,
+        "instance_id": x.group_instance_id if x.HasField("group_instance_id") else None,
+        "rack_id": rack,
+        "member_epoch": d.generation_id,
+        "client_id": x.client_id,
+        "client_host": x.client_host,
+        "subscribed_topic_names": topics,
+        "subscribed_topic_regex": None,
+        "assignment": assigned,
+        "target_assignment": [],
+        "member_type": 0,
+    }
+
+
 def _fmt_parts(items: list[dict[str, Any]]) -> str:
     return (
         ",".join(
@@ -302,7 +355,15 @@ def _groups_describe(args: argparse.Namespace, c: GroupClient) -> int:
         group = _group_json(g)
         if g.error_code == 69:  # not a consumer group: a classic or offsets-only group?
             listed = c.listed().get(g.group_id)
-            if listed is not None:
+            if listed is not None and listed.group_type == "classic":
+                described = c.describe_classic(g.group_id)
+                group = (
+                    _classic_group_json(described)
+                    if not described.error_code
+                    else _group_json(None, g.group_id)
+                    | {"group_type": listed.group_type, "group_state": listed.group_state}
+                )
+            elif listed is not None:
                 group = _group_json(None, g.group_id) | {
                     "group_type": listed.group_type,
                     "group_state": listed.group_state,
@@ -378,6 +439,12 @@ def _print_group(g: dict[str, Any], sections: set[str], verbose: bool, logs: boo
         print(
             f"GROUP {g['group_id']}  uid {g['group_uid']}  state {g['group_state']}  epoch {g['group_epoch']}"
             f"  assignment epoch {g['assignment_epoch']}  assignor {g['assignor_name']}  members {members}"
+        )
+    elif g["group_type"] == "classic" and g["group_epoch"] is not None:
+        members = g.get("member_count", len(g.get("members", ())))
+        print(
+            f"GROUP {g['group_id']}  type classic  state {g['group_state']}  generation {g['group_epoch']}"
+            f"  assignor {g['assignor_name'] or '-'}  members {members}"
         )
     else:
         print(

@@ -171,7 +171,7 @@ def described_classic_group(g: bridge.DescribedGroup) -> dict[str, Any]:
     """One DescribeGroups entry."""
     return {
         **error_fields(g),
-        **fields_of(g, "group_id group_state protocol_type protocol_data"),
+        **fields_of(g, "group_id group_state protocol_type protocol_data generation_id"),
         "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
         "members": [
             fields_of(

@@ -264,6 +264,7 @@ def test_two_member_classic_group(manual_server: ServerProcess) -> None:
         protocol_type="consumer",
         protocol_data="range",
         authorized_operations=INT32_MIN,
+        generation_id=1,
         members=[
             M(
                 member_id=a,
@@ -315,6 +316,7 @@ def test_two_member_classic_group(manual_server: ServerProcess) -> None:
         group_state="Empty",
         protocol_type="consumer",
         authorized_operations=INT32_MIN,
+        generation_id=3,  # each leave completed a rebalance, the last one to an empty group
     )
 
 
@@ -345,6 +347,7 @@ def test_in_band_errors(manual_server: ServerProcess) -> None:
         error_code=69,
         error_message="Group g-cl-unknown not found.",
         authorized_operations=INT32_MIN,
+        generation_id=-1,
     )
     bad = pb.JoinGroupRequest(
         group_id="g-cl-bad",
@@ -537,6 +540,7 @@ def test_state_survives_sigkill_mid_migration(start_server, tmp_path: Path) -> N
         protocol_type="consumer",
         protocol_data="range",
         authorized_operations=INT32_MIN,
+        generation_id=2,
         members=[
             D.Member(
                 member_id=x.member_id,

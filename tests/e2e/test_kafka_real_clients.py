@@ -9,11 +9,14 @@ processed records and commits are the evidence. Every wait is bounded.
 
 from __future__ import annotations
 
+import json
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import run_cli
 from kafka_clients import (
     STACK_SETTINGS,
     Fleet,
@@ -402,3 +405,74 @@ def test_kafka_python_admin_client(stack: KafkaStack, fleet: Fleet) -> None:
         assert admin.list_group_offsets([g848, gcl]) == {g848: {}, gcl: {}}
     finally:
         admin.close()
+
+
+# ---------------------------------------------------------------- 6: kip848 groups describe
+
+
+def test_groups_describe_shows_a_classic_groups_members_and_generation(
+    stack: KafkaStack, fleet: Fleet
+) -> None:
+    """Two kafka-python members in a classic group: ``kip848 groups describe --members``
+    shows both (it showed none and no generation), with their clients, hosts and assigned
+    partitions read from the embedded consumer protocol, and the group's generation — as a
+    table and as JSON."""
+    name, group = "rc-describe", "g-rc-describe-classic"
+    topic(stack, name, 4)
+    fleet.start("kp1", "kafka-python", group, topics=[name], assignor="range")
+    fleet.start("kp2", "kafka-python", group, topics=[name], assignor="range")
+    owned = fleet.wait_for_assignment({(name, p) for p in range(4)}, SETTLE_S)
+    address = stack.server.grpc_address
+
+    def cli_describe(*args: str) -> subprocess.CompletedProcess[str]:
+        return run_cli("groups", "describe", group, *args, "--bootstrap-server", address)
+
+    done = cli_describe("--state", "--members", "--output", "json")
+    assert done.returncode == 0, done.stderr
+    [described] = json.loads(done.stdout)
+    generation = described["group_epoch"]
+    assert isinstance(generation, int) and generation >= 1
+    assert {k: described[k] for k in ("group_type", "group_state", "assignor_name")} == {
+        "group_type": "classic",
+        "group_state": "Stable",
+        "assignor_name": "range",
+    }
+    members = sorted(described["members"], key=lambda m: m["client_id"])
+    assert [(m["client_id"], m["client_host"], m["member_type"]) for m in members] == [
+        ("kp1", "/127.0.0.1", 0),
+        ("kp2", "/127.0.0.1", 0),
+    ]
+    assert all(m["member_epoch"] == generation for m in members)
+    assert all(m["subscribed_topic_names"] == [name] for m in members)
+    shown = {
+        m["client_id"]: {(a["topic_name"], p) for a in m["assignment"] for p in a["partitions"]}
+        for m in members
+    }
+    assert shown == owned
+    table = cli_describe("--state", "--members")
+    assert table.returncode == 0, table.stderr
+    rows = table.stdout.splitlines()
+    assert rows[0] == (
+        f"GROUP {group}  type classic  state Stable  generation {generation}  assignor range"
+        "  members 2"
+    )
+    assert rows[2].split() == [
+        "MEMBER",
+        "EPOCH",
+        "TYPE",
+        "CLIENT",
+        "HOST",
+        "INSTANCE",
+        "#PARTITIONS",
+    ]
+    by_client = {row.split()[3]: row.split() for row in rows[3:]}
+    for m in members:
+        assert by_client[m["client_id"]] == [
+            m["member_id"],
+            str(generation),
+            "classic",
+            m["client_id"],
+            "/127.0.0.1",
+            "-",
+            str(len(owned[m["client_id"]])),
+        ]

@@ -265,7 +265,7 @@ FIELDS = {
     "DescribeGroupsRequest": "group_ids[]",
     "DescribeGroupsResponse": "groups[]",
     "DescribeGroupsResponse.DescribedGroup": (
-        "error_code group_id group_state protocol_type protocol_data members[]"
+        "error_code group_id group_state protocol_type protocol_data members[] generation_id"
     ),
     "DescribeGroupsResponse.Member": (
         "member_id group_instance_id client_id client_host member_metadata:bytes "

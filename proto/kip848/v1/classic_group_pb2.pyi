@@ -599,6 +599,7 @@ class DescribeGroupsResponse(_message.Message):
         PROTOCOL_DATA_FIELD_NUMBER: _builtins.int
         MEMBERS_FIELD_NUMBER: _builtins.int
         AUTHORIZED_OPERATIONS_FIELD_NUMBER: _builtins.int
+        GENERATION_ID_FIELD_NUMBER: _builtins.int
         error_code: _builtins.int
         error_message: _builtins.str
         group_id: _builtins.str
@@ -612,6 +613,11 @@ class DescribeGroupsResponse(_message.Message):
         """The selected protocol (e.g. "range"), or ""."""
         authorized_operations: _builtins.int
         """32-bit bit field; INT32_MIN (-2147483648) when not requested."""
+        generation_id: _builtins.int
+        """The group's generation (a consumer group: its group epoch); -1 for an unknown group.
+        Not in Kafka's DescribeGroups (the Kafka listener does not send it): for the operator
+        tools (kip848 groups describe).
+        """
         @_builtins.property
         def members(self) -> _containers.RepeatedCompositeFieldContainer[Global___DescribeGroupsResponse.Member]: ...
         def __init__(
@@ -625,10 +631,11 @@ class DescribeGroupsResponse(_message.Message):
             protocol_data: _builtins.str = ...,
             members: _abc.Iterable[Global___DescribeGroupsResponse.Member] | None = ...,
             authorized_operations: _builtins.int = ...,
+            generation_id: _builtins.int = ...,
         ) -> None: ...
         _HasFieldArgType: _TypeAlias = _typing.Literal["_error_message", b"_error_message", "error_message", b"error_message"]  # noqa: Y015
         def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-        _ClearFieldArgType: _TypeAlias = _typing.Literal["_error_message", b"_error_message", "authorized_operations", b"authorized_operations", "error_code", b"error_code", "error_message", b"error_message", "group_id", b"group_id", "group_state", b"group_state", "members", b"members", "protocol_data", b"protocol_data", "protocol_type", b"protocol_type"]  # noqa: Y015
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["_error_message", b"_error_message", "authorized_operations", b"authorized_operations", "error_code", b"error_code", "error_message", b"error_message", "generation_id", b"generation_id", "group_id", b"group_id", "group_state", b"group_state", "members", b"members", "protocol_data", b"protocol_data", "protocol_type", b"protocol_type"]  # noqa: Y015
         def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
         _WhichOneofReturnType__error_message: _TypeAlias = _typing.Literal["error_message"]  # noqa: Y015
         _WhichOneofArgType__error_message: _TypeAlias = _typing.Literal["_error_message", b"_error_message"]  # noqa: Y015
