@@ -19,7 +19,7 @@ connection), ``start``/``stop(grace)``. The servicers get a context with what th
 (``grpc_options.py``), the same that configure grpc.aio.
 
 What a gRPC client sees is what grpc-core's server answers (the gRPC over HTTP/2 spec; checked
-against grpc.aio frame by frame in tests/conformance, the differences left in
+against grpc.aio frame by frame in tests/e2e/test_grpc_conformance.py, the differences left in
 docs/operations.md):
 
 * status and message in trailers (``grpc-status``, percent-encoded ``grpc-message``), or a
@@ -972,9 +972,39 @@ class H2Connection(asyncio.Protocol):
             self.transport.close()
 
 
+_GRPC_CORE_KEY_ORDER = {
+    key: rank
+    for rank, key in enumerate(
+        (
+            b":path",
+            b":authority",
+            b":method",
+            b":status",
+            b":scheme",
+            b"content-type",
+            b"te",
+            b"grpc-encoding",
+            b"grpc-internal-encoding-request",
+            b"grpc-accept-encoding",
+            b"grpc-status",
+            b"grpc-timeout",
+            b"grpc-previous-rpc-attempts",
+            b"grpc-retry-pushback-ms",
+            b"user-agent",
+            b"grpc-message",
+            b"host",
+        )
+    )
+}
+"""The keys grpc-core's metadata batch knows, in its order; the others follow as they came."""
+
+
 def _field_sizes(headers: Iterable[tuple[bytes, bytes]]) -> str:
-    """``name:SIZEB`` for each field (grpc-core's list in its metadata refusals)."""
-    return " ".join(f"{n.decode('latin-1')}:{len(n) + len(v) + 32}B" for n, v in headers)
+    """``name:SIZEB`` for each field, in grpc-core's order (its list in metadata refusals)."""
+    ordered = sorted(
+        headers, key=lambda f: _GRPC_CORE_KEY_ORDER.get(f[0], len(_GRPC_CORE_KEY_ORDER))
+    )
+    return " ".join(f"{n.decode('latin-1')}:{len(n) + len(v) + 32}B" for n, v in ordered)
 
 
 def _b64decode(value: bytes) -> bytes:

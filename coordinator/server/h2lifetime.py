@@ -1,7 +1,7 @@
 """A connection's lifetime on our gRPC server (``h2grpc.py``), as grpc-core's server keeps it.
 
-What grpc-core does, measured against grpc.aio 1.85 frame by frame (tests/conformance), with the
-options of ``grpc_options.py``:
+What grpc-core does, measured against grpc.aio 1.85 frame by frame
+(tests/e2e/test_grpc_conformance.py), with the options of ``grpc_options.py``:
 
 * **Keepalive.** After ``grpc.keepalive_time_ms`` without reading anything, the server PINGs
   the client, if calls are in flight (or ``grpc.keepalive_permit_without_calls``); one PING at a
