@@ -155,23 +155,14 @@ class CoordinatorServer:
                 "either requires a client certificate or does not ask for one"
             )
         # The port is shared with our own front ends only: start() checks that it is free.
-        self.server: Any
-        if options.grpc_transport == "h2":
-            self.server = H2GrpcServer(
-                size,
-                reuseport=options.grpc_processes > 1,
-                max_concurrent_calls=options.max_concurrent_calls,
-                options=options.grpc_options,
-                tls=self.grpc_tls,
-            )
-        else:
-            self.server = new_grpc_server(
-                size,
-                reuseport=options.grpc_processes > 1,
-                max_concurrent_calls=options.max_concurrent_calls,
-                options=options.grpc_options,
-                tls=self.grpc_tls,
-            )
+        make_server: Any = H2GrpcServer if options.grpc_transport == "h2" else new_grpc_server
+        self.server = make_server(
+            size,
+            reuseport=options.grpc_processes > 1,
+            max_concurrent_calls=options.max_concurrent_calls,
+            options=options.grpc_options,
+            tls=self.grpc_tls,
+        )
         self.health = health.aio.HealthServicer()
         self.service = CoordinatorService(runtime, authorizer=options.authorizer)
         metrics = getattr(runtime.observer, "metrics", None)

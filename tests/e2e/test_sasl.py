@@ -132,12 +132,12 @@ def test_confluent_kafka_scram_sha_512_over_sasl_ssl(
     }
     assert _consume_once(config, "scram-group") == [0, 1]
     # A wrong password: the client is told why (SASL_AUTHENTICATION_FAILED's message).
-    assert "invalid credentials with SASL mechanism SCRAM-SHA-512" in _auth_error(
+    assert "invalid credentials with SASL mechanism SCRAM-SHA-512" in auth_error(
         {**config, "sasl.password": "wrong"}
     )
 
 
-def _auth_error(config: dict[str, object]) -> str:
+def auth_error(config: dict[str, object]) -> str:
     """The authentication error a librdkafka consumer reports with ``config``."""
     from confluent_kafka import Consumer, KafkaError
 
@@ -170,7 +170,7 @@ def test_confluent_kafka_oauthbearer(
     }
     assert _consume_once(config, "oauth-group") == [0, 1]
     expired = issuer.token("carol", lifetime_s=-120)
-    message = _auth_error({**config, "oauth_cb": lambda _config: (expired, time.time() + 600)})
+    message = auth_error({**config, "oauth_cb": lambda _config: (expired, time.time() + 600)})
     assert "the token has expired" in message
 
 
