@@ -349,3 +349,105 @@ def test_default_serve_warns_that_it_is_open(tmp_path: Path) -> None:
         assert f"gRPC {server.address} (PLAINTEXT); Kafka PLAINTEXT {kafka} (PLAINTEXT)." in warning
     finally:
         assert server.stop() == 0
+
+
+def test_confluent_kafka_over_mutual_tls_meets_the_acls(tmp_path: Path) -> None:
+    """librdkafka with a client certificate on an SSL listener requiring one: its subject,
+    mapped by ssl.principal.mapping.rules, is User:alice, who joins the group she may read, is
+    refused the one she may not, and cannot read that group's offsets."""
+    from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+    ca = TestCa(str(tmp_path))
+    server_pem, admin, alice = (
+        ca.server(),
+        ca.client("admin", "CN=admin,O=kip848"),
+        ca.client("alice", "CN=Alice,OU=eng,O=kip848"),
+    )
+    server = ServerProcess(
+        tmp_path / "d",
+        *tls_flags(ca, server_pem, "--tls-client-auth", "required"),
+        "--kafka-listen",
+        "127.0.0.1:0",
+        "--kafka-security-protocol",
+        "SSL",
+        "--set",
+        "ssl.principal.mapping.rules=RULE:^CN=(.*?),.*$/$1/L",
+        "--set",
+        "super.users=User:admin",
+        clock="system",
+        credentials=creds(ca, admin),
+        lines=2,
+    )
+    kafka = server.lines[1].removeprefix("kafka listening on ")
+    try:
+        server.create_topic("mtls-topic", 2)
+        made = server.admin.CreateAcls(
+            admin_pb2.CreateAclsRequest(
+                creations=[
+                    admin_pb2.AclBinding(
+                        resource_type=rtype,
+                        resource_name=name,
+                        pattern_type=3,
+                        principal=principal,
+                        host="*",
+                        operation=3,  # READ
+                        permission_type=3,
+                    )
+                    for rtype, name, principal in (
+                        (3, "mtls-alice", "User:alice"),
+                        (2, "mtls-topic", "User:alice"),
+                        (3, "mtls-other", "User:bob"),
+                    )
+                ]
+            ),
+            timeout=10,
+        )
+        assert [r.error_code for r in made.results] == [0, 0, 0], made
+        config = {
+            "bootstrap.servers": kafka,
+            "security.protocol": "SSL",
+            "ssl.ca.location": ca.ca_file,
+            "ssl.certificate.location": alice.cert,
+            "ssl.key.location": alice.key,
+            "enable.auto.commit": False,
+            "session.timeout.ms": 6000,
+            "heartbeat.interval.ms": 500,
+        }
+        mine = Consumer({**config, "group.id": "mtls-alice"})
+        try:
+            mine.subscribe(["mtls-topic"])
+            deadline = time.monotonic() + 30
+            while not mine.assignment() and time.monotonic() < deadline:
+                mine.poll(0.1)
+            assert sorted(tp.partition for tp in mine.assignment()) == [0, 1]
+        finally:
+            mine.close()
+        errors: list[KafkaError] = []
+        other = Consumer({**config, "group.id": "mtls-other", "error_cb": errors.append})
+        try:
+            other.subscribe(["mtls-topic"])
+            deadline = time.monotonic() + 20
+            refused = None
+            while refused is None and time.monotonic() < deadline:
+                message = other.poll(0.1)
+                if message is not None and message.error() is not None:
+                    refused = message.error()
+            assert refused is not None and refused.code() == KafkaError.GROUP_AUTHORIZATION_FAILED
+            assert not other.assignment()
+        finally:
+            other.close()
+        from confluent_kafka import ConsumerGroupTopicPartitions
+        from confluent_kafka.admin import AdminClient
+
+        admin_client = AdminClient(
+            {k: v for k, v in config.items() if k.startswith(("bootstrap", "security", "ssl"))}
+        )
+        futures = admin_client.list_consumer_group_offsets(
+            [ConsumerGroupTopicPartitions("mtls-other", [TopicPartition("mtls-topic", 0)])],
+            request_timeout=10,
+        )
+        with pytest.raises(KafkaException) as offsets:
+            futures["mtls-other"].result(timeout=30)
+        assert offsets.value.args[0].code() == KafkaError.GROUP_AUTHORIZATION_FAILED
+    finally:
+        assert server.stop() == 0
