@@ -148,14 +148,16 @@ def test_grpc_mutual_tls_grpcio_and_front_ends(
         assert server.stop() == 0
 
 
+@pytest.mark.parametrize("transport", [(), ("--grpc-transport", "grpcio")], ids=["h2", "grpcio"])
 def test_sighup_reloads_certificates_without_dropping_connections(
-    tmp_path: Path, pki: tuple[TestCa, Pem, Pem]
+    tmp_path: Path, pki: tuple[TestCa, Pem, Pem], transport: tuple[str, ...]
 ) -> None:
     ca, server_pem, _alice = pki
     live = tmp_path / "live.pem"
     shutil.copy(server_pem.both, live)
     server = ServerProcess(
         tmp_path / "d",
+        *transport,
         "--tls-cert",
         str(live),
         "--metrics-listen",
