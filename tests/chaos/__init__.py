@@ -13,6 +13,14 @@ Rules and theory of operation:
   offsets, topic creations) and SIGKILLs the server at a random moment, many times over the
   same store; after each restart everything acknowledged must be there (0 acknowledged writes
   lost) and the store must replay.
+* ``kafka_fuzz.py`` does the same to the Kafka listener: mutated frames of every served API and
+  version (huge, negative and null lengths, flipped, inserted and deleted bytes, truncations,
+  unknown versions and keys), connections that pipeline and never read, and a member of another
+  group that must be answered throughout; nothing may be logged above WARNING and the RSS must
+  stay bounded. ``fuzz_kafka_decoder.py`` (Atheris, coverage-guided) and ``decode_child.py``
+  (every message class, every offset) fuzz the decoder itself, always in a child process: the
+  native decoder aborts on what it cannot allocate, and an abort must be a failed test, not a
+  lost run. ``kafka_samples.py`` builds their requests with the codec.
 * ``server.py`` starts the servers: plain subprocesses, or — to make hundreds of restarts cheap
   — children forked from a *fork server* that imported everything once (the child runs the
   same ``kip848 serve`` entry point, so it is the real server; only the interpreter start-up
