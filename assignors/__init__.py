@@ -26,11 +26,16 @@ keeping every member's current partitions up to its quota and moving the rest in
 runs. In a homogeneous group its ``assign_changes`` finds the members above and below their new
 quota by binary search in the summary's load buckets and visits only those: a join costs what
 moves. ``range`` (:mod:`assignors.range`) gives contiguous per-topic ranges recomputed from
-scratch, static members first by instance id, as Kafka 4.0 does.
+scratch, static members first by instance id, as Kafka 4.0 does. Both are rack-aware
+(:mod:`assignors.racks`): once balance has fixed how many partitions each member gets, they
+are placed for the most partitions read in the member's own rack (an exact plan on counts of
+partitions by rack), then for stickiness; with no rack information the result is exactly
+Kafka's.
 
 Where things are
 ----------------
-``api`` the SPI (owned by the core); ``uniform``, ``range`` the built-ins; ``validation`` the
+``api`` the SPI (owned by the core); ``uniform``, ``range`` the built-ins, with ``balance``
+(uniform's class-level split) and ``racks`` (rack-aware placement); ``validation`` the
 coordinator's gate; ``summary`` computes a TargetSummary from scratch (the reference the
 coordinator's is tested against, and what the kit gives ``assign_changes``); ``registry``
 resolves ``group.consumer.assignors`` (built-in names, entry points of group

@@ -37,6 +37,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
+from itertools import chain
+from types import MappingProxyType
 from typing import ClassVar, Protocol, runtime_checkable
 
 __all__ = [
@@ -117,12 +119,41 @@ class GroupSpec:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TopicMetadata:
     """A subscribed topic. ``partition_racks`` maps a partition to the racks of its replicas;
-    it is empty when rack information is not known."""
+    partitions whose racks are unknown are absent (it is empty when no rack is known)."""
 
     topic_id: TopicId
     name: str
     num_partitions: int
     partition_racks: Mapping[int, frozenset[str]] = field(default_factory=dict)
+    _by_racks: dict[frozenset[str], tuple[int, ...]] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
+
+    def partitions_by_racks(self) -> Mapping[frozenset[str], tuple[int, ...]]:
+        """Every partition, grouped by the racks of its replicas: racks -> the partitions
+        (ascending), in the order of the sorted racks; the partitions whose racks are unknown
+        are under the empty set (first). Computed once per object (a topic's metadata is
+        immutable), so an assignor called again with the same metadata does not pay for it
+        again; a read-only view."""
+        groups = self._by_racks
+        if groups is None:
+            by: dict[frozenset[str], list[int]] = {}
+            racks = self.partition_racks
+            n = max(0, self.num_partitions)
+            for p in sorted(racks):
+                rs = racks[p]
+                if rs and 0 <= p < n:
+                    by.setdefault(rs, []).append(p)
+            known = sum(map(len, by.values()))
+            if known < n:
+                if known:
+                    placed = set(chain.from_iterable(by.values()))
+                    by[frozenset()] = [p for p in range(n) if p not in placed]
+                else:
+                    by[frozenset()] = list(range(n))
+            groups = {rs: tuple(by[rs]) for rs in sorted(by, key=sorted)}
+            object.__setattr__(self, "_by_racks", groups)
+        return MappingProxyType(groups)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -139,7 +170,12 @@ class PartitionAssignorError(Exception):
 
 @runtime_checkable
 class PartitionAssignor(Protocol):
-    """A server-side assignor. ``name`` is what members put in ``server_assignor``."""
+    """A server-side assignor. ``name`` is what members put in ``server_assignor``.
+
+    An assignor that places partitions by racks (each member's ``rack_id``, each partition's
+    ``partition_racks``) may say so with a class attribute ``rack_aware = True`` (optional; an
+    assignor without it is taken as rack-blind): the conformance kit then checks its rack
+    properties too (docs/assignors.md)."""
 
     name: ClassVar[str]
 

@@ -18,7 +18,16 @@ Consequences worth knowing:
   of each. Use ``uniform`` for balance.
 
 The current target assignment is ignored, so the result depends only on subscriptions,
-instance ids and partition counts. Identical ranges are shared as one frozenset.
+instance ids and partition counts (and racks, below). Identical ranges are shared as one
+frozenset.
+
+Racks. When members are in racks that hold replicas of a topic's partitions, each member still
+gets exactly as many partitions of every topic as above (the first ``n % s`` one more), and
+co-partitioned topics still give a member the same partition indexes; but which indexes is
+chosen by :func:`assignors.racks.place_ranges`: as many partitions as possible with a replica in
+the member's rack (an index counts once per co-partitioned topic it is local in), then as much
+of the member's rack-blind range as that allows. With no rack information, or no member in a
+rack holding a replica, the ranges are exactly the rack-blind ones.
 """
 
 from __future__ import annotations
@@ -36,6 +45,7 @@ from assignors.api import (
     TopicId,
     TopicMetadata,
 )
+from assignors.racks import place_ranges
 
 __all__ = ["RangeAssignor", "compute_range_assignment", "member_order"]
 
@@ -44,6 +54,7 @@ class RangeAssignor:
     """Contiguous partition ranges per topic; co-partitions equal topics; not sticky."""
 
     name: ClassVar[str] = "range"
+    rack_aware: ClassVar[bool] = True
 
     def assign(
         self, group_spec: GroupSpec, topics: Mapping[TopicId, TopicMetadata]
@@ -96,17 +107,52 @@ def compute_range_assignment(
     result: dict[str, dict[TopicId, frozenset[int]]] = {m: {} for m in order}
     # (partition count, subscriber count) -> the ranges, so co-partitioned topics share them.
     cache: dict[tuple[int, int], list[frozenset[int]]] = {}
+    placed = _placed_by_racks(specs, subscribers, topics)
     for t in sorted(subscribers):
         count = topics[t].num_partitions
         if count <= 0:
             continue
         members = subscribers[t]
-        ranges = cache.get((count, len(members)))
+        ranges = placed.get(t)
         if ranges is None:
-            ranges = cache[(count, len(members))] = _ranges(count, len(members))
+            ranges = cache.get((count, len(members)))
+            if ranges is None:
+                ranges = cache[(count, len(members))] = _ranges(count, len(members))
         for member_id, partitions in zip(members, ranges, strict=False):
-            result[member_id][t] = partitions
+            if partitions:
+                result[member_id][t] = partitions
     return result  # type: ignore[return-value]
+
+
+def _placed_by_racks(
+    specs: Mapping[str, MemberSubscription],
+    subscribers: dict[TopicId, list[str]],
+    topics: Mapping[TopicId, TopicMetadata],
+) -> dict[TopicId, list[frozenset[int]]]:
+    """Topic -> each subscriber's partitions, for the topics of the co-partitioned groups
+    (same partition count, same subscribers) whose ranges racks change (module doc); empty
+    when no topic has partition racks."""
+    if not any(topics[t].partition_racks for t in subscribers):
+        return {}
+    groups: dict[tuple[int, tuple[str, ...]], list[TopicId]] = {}
+    as_tuple: dict[int, tuple[str, ...]] = {}  # subscriber lists are shared between topics
+    for t in sorted(subscribers):
+        count = topics[t].num_partitions
+        members = subscribers[t]
+        key = as_tuple.get(id(members))
+        if key is None:
+            key = as_tuple[id(members)] = tuple(members)
+        if count > 0:
+            groups.setdefault((count, key), []).append(t)
+    rack_of = {m: s.rack_id for m, s in specs.items()}
+    out: dict[TopicId, list[frozenset[int]]] = {}
+    for (count, ordered), group in groups.items():
+        sizes = [len(r) for r in _ranges(count, len(ordered))]
+        sizes += [0] * (len(ordered) - len(sizes))
+        ranges = place_ranges(ordered, sizes, group, count, rack_of, topics)
+        if ranges is not None:
+            out.update(dict.fromkeys(group, ranges))
+    return out
 
 
 def _ranges(count: int, subscribers: int) -> list[frozenset[int]]:

@@ -16,7 +16,7 @@ down to individual members at the end:
    its least-loaded subscriber is re-split optimally among its subscribers, keeping every class
    as close to what it holds as that optimum allows. Each re-split strictly lowers the sum of
    squared member loads, so the passes converge; they are capped at
-   :data:`MAX_BALANCE_PASSES`. The result is *locally balanced*: no single partition can move to
+   :data:`~assignors.balance.MAX_BALANCE_PASSES` (:mod:`assignors.balance`). The result is *locally balanced*: no single partition can move to
    another subscriber of its topic and narrow the gap between the two members.
 3. **Realise** per class: the class total is spread over its members (sizes differ by at most
    one; the extra partitions go first to members that already hold that many, so survivors never
@@ -28,7 +28,14 @@ Members whose partitions do not change get their input mapping back unchanged (s
 copied). Member ids, topic ids and partitions are sorted wherever order matters, so the result
 depends only on the input's values, never on ``hash()`` seeds or mapping order.
 
-Rack information is not used (as in Kafka 4.0's uniform assignor).
+Racks (beyond Kafka 4.x, whose server-side assignors ignore them since KAFKA-16694): when some
+member of a class is in a rack that holds replicas of the class's partitions, step 3 is
+:func:`assignors.racks.settle_class` instead — the same class totals and the same q / q+1
+member sizes (balance first), but which members get the extra partition and which partitions
+each member gets are planned for the most partitions with a replica in the member's rack, then
+for the fewest moves. Without rack information, or with no member in a rack that holds a
+replica, nothing changes: the result is exactly the rack-blind one. ``assign_changes``
+declines groups where racks are relevant (the plan is over the whole class).
 
 Incremental path (``assign_changes``)
 -------------------------------------
@@ -65,27 +72,22 @@ from assignors.api import (
     TopicId,
     TopicMetadata,
 )
+from assignors.balance import MAX_BALANCE_ROUNDS, Split, fit, water_level
+from assignors.racks import Holders, relevant_racks, settle_class
 
 __all__ = ["UniformAssignor", "compute_uniform_assignment", "compute_uniform_changes"]
 
 _values = methodcaller("values")
 _assignment_of = attrgetter("assignment")
 _subscribed = attrgetter("subscribed_topic_ids")
-
-MAX_BALANCE_PASSES = 64
-"""Upper bound on the passes over the shared topics in one round of single-topic balancing."""
-MAX_BALANCE_ROUNDS = 16
-"""Upper bound on the rounds of (single-topic balancing, chain shifts)."""
-MAX_CHAIN_SHIFTS = 256
-"""Upper bound on the chain shifts per round; each costs one search of the subscription graph."""
-WORK_PER_INCIDENCE = 64
-"""Balancing work allowed per (class, subscribed topic) pair; see :class:`_Split`."""
+_rack_of = attrgetter("rack_id")
 
 
 class UniformAssignor:
     """Balanced and sticky; member sizes differ by at most one in homogeneous groups (default)."""
 
     name: ClassVar[str] = "uniform"
+    rack_aware: ClassVar[bool] = True
 
     def assign(
         self, group_spec: GroupSpec, topics: Mapping[TopicId, TopicMetadata]
@@ -135,6 +137,8 @@ def compute_uniform_changes(
     if not subscription <= topics.keys():
         return None  # the whole computation names the culprit
     counts = {t: n for t in subscription if (n := topics[t].num_partitions) > 0}
+    if relevant_racks(map(_rack_of, specs.values()), counts, topics):
+        return None  # placed by racks: the whole computation (the racks' plan is global)
     by_load = summary.members_by_load
     unassigned = summary.unassigned
     try:
@@ -333,6 +337,12 @@ class _Builder:
         self.partition_counts = {t: n for t, n in partition_counts.items() if n > 0}
         self.topic_ids = sorted(self.partition_counts)
 
+        # Racks are looked at only when some subscribed topic has partition racks.
+        self.topics = topics
+        self.rack_of: list[str | None] | None = None
+        if any(topics[t].partition_racks for t in self.topic_ids):
+            self.rack_of = list(map(_rack_of, spec_list))
+
         self.current: list[Mapping[TopicId, frozenset[int]]] = list(self.assignments)
         self.owned = [False] * count  # True once current[i] is our own (mutable) dict
         self.load = [0] * count
@@ -343,15 +353,14 @@ class _Builder:
     # ------------------------------------------------------------------ driver
 
     def build(self) -> dict[str, MemberAssignment]:
-        if len(self.class_members) > 1 or not (
-            self._clean_from_owners() or self._clean_one_class()
-        ):
+        self.from_owners = len(self.class_members) == 1 and self._clean_from_owners()
+        if len(self.class_members) > 1 or not (self.from_owners or self._clean_one_class()):
             self._clean()
         if len(self.class_members) == 1:
             members = self.class_members[0]
             self._set_targets(members, sum(self.partition_counts.values()))
             incoming = [(t, self.unassigned[t]) for t in self.topic_ids if self.unassigned[t]]
-            self._settle_class(members, incoming)
+            self._settle_class(members, incoming, self.topic_ids)
         else:
             self._assign_classes()
         return dict(zip(self.member_ids, self.current, strict=False))
@@ -565,17 +574,17 @@ class _Builder:
                 share[k][t] = share[k].get(t, 0) + free
                 total[k] += free
                 continue
-            level = _water_level([size[k] for k in ks], [total[k] for k in ks], free)
+            level = water_level([size[k] for k in ks], [total[k] for k in ks], free)
             low = [max(0, level * size[k] - total[k]) for k in ks]
             high = [max(0, (level + 1) * size[k] - total[k]) for k in ks]
-            add = _fit(low, low, high, free)
+            add = fit(low, low, high, free)
             for k, a in zip(ks, add, strict=False):
                 if a:
                     share[k][t] = share[k].get(t, 0) + a
                     total[k] += a
 
         # 2b. Balance: re-split single topics, then move partitions along chains of topics.
-        split = _Split(size, total, share, subscribers, counts, self.class_subscriptions)
+        split = Split(size, total, share, subscribers, counts, self.class_subscriptions)
         shared = [t for t in order if len(subscribers[t]) > 1]
         for _ in range(MAX_BALANCE_ROUNDS):
             split.balance_topics(shared)
@@ -611,7 +620,8 @@ class _Builder:
                     f"internal error: {len(pool) - start} partitions of topic {t!r} left over"
                 )
         for k in classes:
-            self._settle_class(class_members[k], incoming[k])
+            usable = sorted(t for t in self.class_subscriptions[k] if t in counts)
+            self._settle_class(class_members[k], incoming[k], usable)
 
     # ------------------------------------------------------------------ step 3: realise
 
@@ -672,11 +682,41 @@ class _Builder:
         return out
 
     def _settle_class(
-        self, members: list[int], incoming: list[tuple[TopicId, Sequence[int]]]
+        self,
+        members: list[int],
+        incoming: list[tuple[TopicId, Sequence[int]]],
+        topic_ids: Sequence[TopicId],
     ) -> None:
         """Members above target give up their highest partitions; members below target take
-        contiguous runs of the class pool (incoming partitions plus what was given up)."""
+        contiguous runs of the class pool (incoming partitions plus what was given up). When
+        racks are relevant to the class, :func:`assignors.racks.settle_class` places them
+        instead (same targets)."""
         load, target, current = self.load, self.target, self.current
+        if self.rack_of is not None:
+            holders = None
+            if self.from_owners:  # the spec's owners are the exact inverse of `current`
+                holders = Holders(self.partition_owners, self.member_ids)
+            placed = settle_class(
+                members,
+                self.rack_of,
+                target,
+                load,
+                current,
+                incoming,
+                topic_ids,
+                self.topics,
+                holders,
+            )
+            if placed is not None:
+                for i, placed_i in placed.items():
+                    current[i] = placed_i
+                    self.owned[i] = True
+                if len(members) == len(load):  # one class: members are range(len(load))
+                    load[:] = target
+                else:
+                    for i in members:
+                        load[i] = target[i]
+                return
         given_up: dict[TopicId, list[int]] = {}
         if len(members) == len(target):  # one class: members are range(len(target))
             loads, targets = load, target
@@ -748,176 +788,3 @@ def _loads(assignments: Sequence[Mapping[TopicId, frozenset[int]]]) -> list[int]
     ends = list(accumulate(topics))
     prefix = [0, *accumulate(sizes)]
     return list(map(sub, map(prefix.__getitem__, ends), map(prefix.__getitem__, [0, *ends[:-1]])))
-
-
-class _Split:
-    """The class-level split being balanced: ``share[k][t]`` partitions of topic t go to class k
-    (``size[k]`` members, ``total[k]`` partitions in all). Member loads within a class differ by
-    at most one, so class k's members carry ``total[k] // size[k]`` or one more.
-
-    All balancing work is charged to ``budget`` (in units of one class-topic incidence visited),
-    :data:`WORK_PER_INCIDENCE` times the size of the subscription graph: an adversarial group
-    ends up slightly less balanced rather than slow. Typical groups use a small fraction."""
-
-    def __init__(
-        self,
-        size: list[int],
-        total: list[int],
-        share: list[dict[TopicId, int]],
-        subscribers: dict[TopicId, list[int]],
-        counts: dict[TopicId, int],
-        subscriptions: list[frozenset[TopicId]],
-    ) -> None:
-        self.size, self.total, self.share = size, total, share
-        self.subscribers, self.counts = subscribers, counts
-        self.class_topics = [sorted(t for t in sub if t in counts) for sub in subscriptions]
-        incidences = sum(len(ks) for ks in subscribers.values())
-        self.budget = WORK_PER_INCIDENCE * incidences + 10_000
-
-    def balance_topics(self, shared: list[TopicId]) -> None:
-        """Re-split each topic whose most-loaded holder class carries 2+ more per member than its
-        least-loaded subscriber class, keeping every class as close to its share as the optimal
-        split allows. Each re-split strictly lowers the sum of squared member loads."""
-        size, total, share, counts = self.size, self.total, self.share, self.counts
-        for _ in range(MAX_BALANCE_PASSES):
-            changed = False
-            for t in shared:
-                ks = self.subscribers[t]
-                self.budget -= len(ks)
-                if self.budget < 0:
-                    return
-                floor = min(total[k] // size[k] for k in ks)
-                ceiling = max((-(-total[k] // size[k]) for k in ks if share[k].get(t)), default=0)
-                if ceiling - floor <= 1:
-                    continue
-                now = [share[k].get(t, 0) for k in ks]
-                base = [total[k] - x for k, x in zip(ks, now, strict=False)]
-                level = _water_level([size[k] for k in ks], base, counts[t])
-                low = [max(0, level * size[k] - b) for k, b in zip(ks, base, strict=False)]
-                high = [max(0, (level + 1) * size[k] - b) for k, b in zip(ks, base, strict=False)]
-                start = [min(max(x, lo), hi) for x, lo, hi in zip(now, low, high, strict=False)]
-                new = _fit(start, low, high, counts[t])
-                if new != now:
-                    changed = True
-                    for k, b, x in zip(ks, base, new, strict=False):
-                        share[k][t] = x
-                        total[k] = b + x
-            if not changed:
-                return
-
-    def shift_chains(self) -> bool:
-        """Move partitions along chains "class a gives topic t to class b, b gives topic u to
-        class c, ..." from a heavy class to a class two or more partitions per member lighter
-        (the 9/10/11 case single-topic balancing cannot see). Returns True if anything moved."""
-        size, total, share = self.size, self.total, self.share
-        moved = False
-        for _ in range(MAX_CHAIN_SHIFTS):
-            path = self._find_chain()
-            if path is None:
-                return moved
-            source, target, edges = path
-            gap = total[source] * size[target] - total[target] * size[source]
-            # Half of what would equalise the two classes: never overshoots.
-            step = max(1, gap // (2 * (size[source] + size[target])))
-            step = min([step] + [share[k][t] for k, t, _ in edges])
-            for k, t, to in edges:
-                share[k][t] -= step
-                share[to][t] = share[to].get(t, 0) + step
-            total[source] -= step
-            total[target] += step
-            moved = True
-        return moved
-
-    def _find_chain(self) -> tuple[int, int, list[tuple[int, TopicId, int]]] | None:
-        """A chain from a heavy class to one 2+ partitions per member lighter, or None.
-
-        Sources are tried heaviest first and share one visited set: a class already reached
-        from a heavier source leads nowhere useful for a lighter one (everything beyond it was
-        explored and found too heavy), so the whole search visits each edge once."""
-        size, total, share = self.size, self.total, self.share
-        classes = range(len(size))
-        floors = [total[k] // size[k] for k in classes]
-        lowest = min(floors)
-        sources = sorted((-(-total[k] // size[k]), k) for k in classes if total[k])
-        parent: dict[int, tuple[int, TopicId]] = {}
-        expanded: set[TopicId] = set()
-        for ceiling, source in reversed(sources):
-            if ceiling - lowest < 2 or self.budget < 0:
-                return None
-            if source in parent:
-                continue
-            parent[source] = (source, "")
-            frontier = [source]
-            best = source
-            while frontier:
-                following: list[int] = []
-                for k in frontier:
-                    for t in self.class_topics[k]:
-                        if t in expanded or not share[k].get(t):
-                            continue
-                        expanded.add(t)
-                        subscribers = self.subscribers[t]
-                        self.budget -= len(subscribers)
-                        for other in subscribers:
-                            if other not in parent:
-                                parent[other] = (k, t)
-                                following.append(other)
-                                if floors[other] < floors[best]:
-                                    best = other
-                    self.budget -= len(self.class_topics[k])
-                frontier = following
-            if ceiling - floors[best] >= 2:
-                edges: list[tuple[int, TopicId, int]] = []
-                k = best
-                while k != source:
-                    previous, t = parent[k]
-                    edges.append((previous, t, k))
-                    k = previous
-                edges.reverse()
-                return source, best, edges
-        return None
-
-
-def _water_level(sizes: list[int], loads: list[int], units: int) -> int:
-    """The highest level L such that raising every member of the given classes (``sizes[j]``
-    members holding ``loads[j]`` partitions in all, spread evenly) to at least L partitions takes
-    no more than ``units`` partitions."""
-
-    def need(level: int) -> int:
-        return sum(max(0, level * n - b) for n, b in zip(sizes, loads, strict=False))
-
-    low = min(b // n for n, b in zip(sizes, loads, strict=False))  # need(low) == 0
-    high = (units + sum(loads)) // sum(sizes) + 1  # need(high) > units
-    while high - low > 1:
-        mid = (low + high) // 2
-        if need(mid) <= units:
-            low = mid
-        else:
-            high = mid
-    return low
-
-
-def _fit(start: list[int], low: list[int], high: list[int], total: int) -> list[int]:
-    """Adjust ``start`` (already within [low, high]) so that it sums to ``total``, changing the
-    earliest classes first."""
-    out = list(start)
-    gap = total - sum(out)
-    if gap > 0:
-        for j, (x, hi) in enumerate(zip(out, high, strict=False)):
-            step = min(gap, hi - x)
-            if step > 0:
-                out[j] = x + step
-                gap -= step
-                if not gap:
-                    break
-    elif gap < 0:
-        for j, (x, lo) in enumerate(zip(out, low, strict=False)):
-            step = min(-gap, x - lo)
-            if step > 0:
-                out[j] = x - step
-                gap += step
-                if not gap:
-                    break
-    if gap:
-        raise PartitionAssignorError("internal error: cannot split a topic among its subscribers")
-    return out

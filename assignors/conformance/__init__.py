@@ -20,6 +20,12 @@ the result never depends on ``hash()`` order. A failing group is then reduced (m
 topics and partitions dropped, current assignments cleared, while the same check still fails),
 and the report shows that smallest failing group.
 
+Rack-aware assignors (a class attribute ``rack_aware = True``) are also checked on the groups
+with partition racks, against the same group without them: member sizes no less balanced, at
+least as many partitions in their member's rack, and — with every member moved to a rack that
+holds no replica — exactly the result without partition racks. Their stickiness is measured on
+the groups without partition racks (with racks, locality comes before stickiness).
+
 Balance and stickiness are *figures* by default (an assignor such as ``range`` is neither
 balanced nor sticky by design); ``require_balance`` / ``require_stickiness`` (``--require-balance``,
 ``--require-stickiness``) turn them into checks: homogeneous groups within one partition and no
@@ -52,6 +58,8 @@ class ConformanceReport:
     seed: int
     checks: list[CheckResult] = field(default_factory=list)
     figures: Figures = field(default_factory=Figures)
+    rack_aware: bool = False
+    """The assignor declares ``rack_aware = True`` (the rack checks ran)."""
 
     @property
     def ok(self) -> bool:

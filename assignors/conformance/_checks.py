@@ -45,6 +45,9 @@ INCREMENTAL = "incremental agrees"
 HASH_SEED = "hash-seed independence"
 BALANCE = "balance"
 STICKINESS = "stickiness"
+RACK_FALLBACK = "racks: none relevant"
+RACK_BALANCE = "racks: balance"
+RACK_LOCALITY = "racks: locality"
 
 PROPERTY_CHECKS = (
     NO_ERROR,
@@ -59,6 +62,12 @@ PROPERTY_CHECKS = (
     DETERMINISTIC,
     INCREMENTAL,
 )
+
+RACK_CHECKS = (RACK_FALLBACK, RACK_BALANCE, RACK_LOCALITY)
+"""Run for assignors that declare ``rack_aware = True`` (on groups with partition racks)."""
+
+ELSEWHERE = "conformance-elsewhere"
+"""A rack that holds no replica (members moved there make every rack irrelevant)."""
 
 Owners = dict[tuple[TopicId, int], str]
 
@@ -87,6 +96,9 @@ class Figures:
     join_moved_between_old_homogeneous: int = 0
     join_minimum_homogeneous: int = 0
     join_moved_homogeneous: int = 0
+    racked: int = 0
+    rack_local: int = 0
+    rack_local_blind: int = 0
 
     def add(self, other: Figures) -> None:
         for name in (f.name for f in fields(self)):
@@ -109,10 +121,14 @@ class Outcome:
 # ---------------------------------------------------------------------- one scenario
 
 
-def evaluate(assignor: PartitionAssignor, scenario: Scenario) -> Outcome:
+def evaluate(
+    assignor: PartitionAssignor, scenario: Scenario, *, rack_aware: bool = False
+) -> Outcome:
     """Every check on one scenario. Each call gets freshly built inputs, so an assignor that
     damages its input is reported once (inputs untouched) without spoiling the other checks;
-    balance and stickiness are only measured on results that passed every validity check."""
+    balance and stickiness are only measured on results that passed every validity check.
+    ``rack_aware``: the assignor declares it; the rack checks run, and stickiness is measured
+    on the group without partition racks (with racks, locality comes before stickiness)."""
     out = Outcome()
     result = _assign_checked(assignor, scenario.group_spec(), scenario.topic_metadata(), out, "")
     if result is None:
@@ -137,10 +153,85 @@ def evaluate(assignor: PartitionAssignor, scenario: Scenario) -> Outcome:
         return out
     spec, topics = scenario.group_spec(), scenario.topic_metadata()
     _balance(spec, topics, result, out)
+    if rack_aware and any(t.racks for t in scenario.topics):
+        blind = scenario.without_racks()
+        plain = _assign_checked(assignor, blind.group_spec(), blind.topic_metadata(), out, "")
+        if plain is None or out.failures:
+            return out
+        _racks(assignor, scenario, spec, topics, result, plain, out)
+        scenario, spec, result = blind, blind.group_spec(), plain
     if len(spec.members) > 1:
         _leave(assignor, scenario, spec, result, out)
     _join(assignor, scenario, spec, result, out)
     return out
+
+
+def _racks(
+    assignor: PartitionAssignor,
+    scenario: Scenario,
+    spec: GroupSpec,
+    topics: Mapping[TopicId, TopicMetadata],
+    result: dict[str, dict[TopicId, frozenset[int]]],
+    blind: dict[str, dict[TopicId, frozenset[int]]],
+    out: Outcome,
+) -> None:
+    """The rack checks: against the same group without partition racks (``blind``), balance
+    no worse and at least as many rack-local partitions; with every member moved to a rack that
+    holds no replica, exactly the result without partition racks."""
+    loads, blind_loads = _loads(result), _loads(blind)
+    if loads and max(loads.values()) - min(loads.values()) > max(blind_loads.values()) - min(
+        blind_loads.values()
+    ):
+        out.fail(
+            RACK_BALANCE,
+            f"member sizes {sorted(loads.values())} with racks, "
+            f"{sorted(blind_loads.values())} without",
+        )
+    local = _rack_local(spec, topics, result)
+    local_blind = _rack_local(spec, topics, blind)
+    f = out.figures
+    f.racked += 1
+    f.rack_local += local
+    f.rack_local_blind += local_blind
+    if local < local_blind:
+        out.fail(
+            RACK_LOCALITY,
+            f"{local} partitions in their member's rack, {local_blind} without partition racks",
+        )
+    moved = Scenario(
+        topics=scenario.topics,
+        members=tuple(
+            m if m.rack_id is None else dataclasses.replace(m, rack_id=ELSEWHERE)
+            for m in scenario.members
+        ),
+    )
+    far = _call(assignor, moved.group_spec(), moved.topic_metadata())
+    near = _call(assignor, moved.group_spec(), moved.without_racks().topic_metadata())
+    if not isinstance(far, GroupAssignment) or not isinstance(near, GroupAssignment):
+        out.fail(RACK_FALLBACK, "assign() failed with every member in a rack without replicas")
+    elif _plain(far) != _plain(near):
+        out.fail(
+            RACK_FALLBACK,
+            "with no member in a rack holding a replica, the result differs from the one "
+            "without partition racks",
+        )
+
+
+def _rack_local(
+    spec: GroupSpec,
+    topics: Mapping[TopicId, TopicMetadata],
+    plain: Mapping[str, Mapping[TopicId, frozenset[int]]],
+) -> int:
+    """Partitions with a replica in their member's rack."""
+    local = 0
+    for m, assignment in plain.items():
+        rack = spec.members[m].rack_id
+        if rack is None:
+            continue
+        for t, partitions in assignment.items():
+            racks = topics[t].partition_racks
+            local += sum(1 for p in partitions if rack in racks.get(p, ()))
+    return local
 
 
 def _call(

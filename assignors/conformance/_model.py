@@ -6,7 +6,7 @@ from __future__ import annotations
 import base64
 import random
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from assignors.api import (
     GroupSpec,
@@ -58,6 +58,10 @@ class Scenario:
     def group_spec(self) -> GroupSpec:
         members = {m.member_id: _subscription(m) for m in self.members}
         return make_group_spec(members)
+
+    def without_racks(self) -> Scenario:
+        """The same group with no partition racks (member racks stay)."""
+        return replace(self, topics=tuple(replace(t, racks=()) for t in self.topics))
 
     def topic_metadata(self) -> dict[TopicId, TopicMetadata]:
         return {

@@ -16,6 +16,12 @@ def render(report: ConformanceReport) -> str:
             f"{report.examples} generated groups (hypothesis, seed {report.seed}): "
             f"{f.homogeneous} homogeneous, {f.heterogeneous} heterogeneous"
         ),
+        (
+            "rack-aware (rack_aware = True): rack checks on the groups with partition racks; "
+            "stickiness measured without them"
+            if report.rack_aware
+            else "not rack-aware (no rack_aware = True): no rack checks"
+        ),
         "",
     ]
     width = max(len(c.name) for c in report.checks) if report.checks else 10
@@ -74,6 +80,13 @@ def render(report: ConformanceReport) -> str:
             f"{f.join_moved_homogeneous} / {f.join_minimum_homogeneous}",
         ),
     ]
+    if report.rack_aware:
+        rows.append(
+            (
+                "racks: partitions in their member's rack, with / without partition racks",
+                f"{f.rack_local} / {f.rack_local_blind} over {f.racked} groups",
+            )
+        )
     lines += ["", "FIGURES"]
     fw = max(len(r[0]) for r in rows)
     lines += [f"  {name:<{fw}}  {value}" for name, value in rows]

@@ -27,6 +27,7 @@ from assignors.conformance._checks import (
     HASH_SEED,
     INTERFACE,
     PROPERTY_CHECKS,
+    RACK_CHECKS,
     STICKINESS,
     UNKNOWN_TOPIC,
     Figures,
@@ -53,6 +54,8 @@ def run(
     assignor, label, class_path = _resolve(target)
     report = ConformanceReport(assignor=label, examples=examples, seed=seed)
     checks = report.checks
+    rack_aware = getattr(type(assignor), "rack_aware", False) is True
+    report.rack_aware = rack_aware
 
     problem = _interface_problem(assignor)
     checks.append(
@@ -74,7 +77,7 @@ def run(
 
     def explore(scenario: Scenario) -> None:
         nonlocal balance_issue, stickiness_issue, count
-        outcome = evaluate(assignor, scenario)
+        outcome = evaluate(assignor, scenario, rack_aware=rack_aware)
         count += 1
         figures.add(outcome.figures)
         for name, message in outcome.failures.items():
@@ -88,11 +91,12 @@ def run(
     report.figures = figures
     report.examples = count
 
-    for name in PROPERTY_CHECKS:
+    for name in (*PROPERTY_CHECKS, *(RACK_CHECKS if rack_aware else ())):
         if name not in first_failure:
-            checks.append(CheckResult(name=name, passed=True, summary=f"{count} groups"))
+            groups = figures.racked if name in RACK_CHECKS else count
+            checks.append(CheckResult(name=name, passed=True, summary=f"{groups} groups"))
             continue
-        message, scenario = _shrink(assignor, name, first_failure[name])
+        message, scenario = _shrink(assignor, name, first_failure[name], rack_aware)
         checks.append(
             CheckResult(name=name, passed=False, summary=message, example=scenario.describe())
         )
@@ -247,7 +251,7 @@ def _hypothesis_run(body: object, examples: int, seed: int) -> None:
 
 
 def _shrink(
-    assignor: PartitionAssignor, check: str, found: tuple[str, Scenario]
+    assignor: PartitionAssignor, check: str, found: tuple[str, Scenario], rack_aware: bool
 ) -> tuple[str, Scenario]:
     """Greedily simplify a failing group while ``check`` still fails: drop members and topics,
     cut partition counts, clear current assignments, racks and instance ids. Deterministic, and
@@ -261,7 +265,7 @@ def _shrink(
             if budget <= 0:
                 break
             budget -= 1
-            failure = evaluate(assignor, candidate).failures.get(check)
+            failure = evaluate(assignor, candidate, rack_aware=rack_aware).failures.get(check)
             if failure is not None:
                 message, best = failure, candidate
                 improved = True

@@ -105,6 +105,63 @@ class Diverging(UniformAssignor):
         if changes:
             del changes[sorted(changes)[-1]]
         return changes
+def _complement(topics):
+    """The same topics, each partition's racks replaced by the other racks of the kit."""
+    import dataclasses
+    every = frozenset({"rack-a", "rack-b", "rack-c"})
+    return {t: dataclasses.replace(m, partition_racks={p: every - r for p, r in m.partition_racks.items()}) for t, m in topics.items()}
+
+def _relevant(group_spec, topics):
+    racks = {r for m in topics.values() for rs in m.partition_racks.values() for r in rs}
+    return any(s.rack_id in racks for s in group_spec.members.values())
+
+class AntiLocal(UniformAssignor):
+    """Rack-aware, but places partitions away from their replicas."""
+    name = "anti-local"
+    rack_aware = True
+    def assign(self, group_spec, topics):
+        return super().assign(group_spec, _complement(topics) if _relevant(group_spec, topics) else topics)
+
+class RackNoise(UniformAssignor):
+    """Rack-aware, but shuffles a homogeneous group when it has racks nobody is in."""
+    name = "rack-noise"
+    rack_aware = True
+    def assign(self, group_spec, topics):
+        result = super().assign(group_spec, topics)
+        racked = any(m.partition_racks for m in topics.values())
+        homogeneous = len({s.subscribed_topic_ids for s in group_spec.members.values()}) == 1
+        if racked and homogeneous and not _relevant(group_spec, topics):
+            ids = sorted(result.members)
+            return GroupAssignment(members=dict(zip(ids, [result.members[m] for m in reversed(ids)])))
+        return result
+
+class RackHeavy(UniformAssignor):
+    """Rack-aware, but hands the first member every partition local to it and to nobody
+    else's rack (more local, less balanced)."""
+    name = "rack-heavy"
+    rack_aware = True
+    def assign(self, group_spec, topics):
+        result = {m: dict(a) for m, a in super().assign(group_spec, topics).members.items()}
+        ids = sorted(result)
+        if not ids:
+            return GroupAssignment(members=result)
+        first = group_spec.members[ids[0]]
+        for m in ids[1:]:
+            rack = group_spec.members[m].rack_id
+            for t in list(result[m]):
+                if t not in first.subscribed_topic_ids:
+                    continue
+                racks = topics[t].partition_racks
+                moving = {p for p in result[m][t] if first.rack_id in racks.get(p, ()) and rack not in racks.get(p, ())}
+                if moving:
+                    result[ids[0]][t] = result[ids[0]].get(t, frozenset()) | moving
+                    rest = result[m][t] - moving
+                    if rest:
+                        result[m][t] = rest
+                    else:
+                        del result[m][t]
+        return GroupAssignment(members=result)
+
 class EmptySets(UniformAssignor):
     """Lists every subscribed topic, even with no partitions."""
     name = "empty-sets"
@@ -153,6 +210,9 @@ def test_uniform_passes_every_check_and_requirement() -> None:
         "inputs untouched",
         "determinism",
         "incremental agrees",
+        "racks: none relevant",
+        "racks: balance",
+        "racks: locality",
         "hash-seed independence",
         "balance",
         "stickiness",
@@ -163,7 +223,8 @@ def test_uniform_passes_every_check_and_requirement() -> None:
     assert (f.homogeneous_unbalanced, f.locally_improvable, f.chain_improvable) == (0, 0, 0)
     assert (f.leave_lost_homogeneous, f.join_moved_between_old_homogeneous) == (0, 0)
     assert f.join_moved_homogeneous == f.join_minimum_homogeneous  # only the excess moves
-    assert "all 17 checks passed" in report.render()
+    assert f.racked > 0 and f.rack_local > f.rack_local_blind
+    assert "all 20 checks passed" in report.render()
 
 
 def test_range_passes_the_contract_but_is_neither_balanced_nor_sticky() -> None:
@@ -195,6 +256,9 @@ def test_range_passes_the_contract_but_is_neither_balanced_nor_sticky() -> None:
         ("Crashing", {"unknown topic", "valid input accepted"}),
         ("EmptySets", {"well-formed result"}),
         ("Diverging", {"incremental agrees"}),
+        ("AntiLocal", {"racks: locality"}),
+        ("RackNoise", {"racks: none relevant"}),
+        ("RackHeavy", {"racks: balance"}),
     ],
 )
 def test_each_check_catches_its_mistake(broken: str, cls: str, expected: set[str]) -> None:
@@ -247,7 +311,7 @@ def test_command_line_exit_status(broken: str, capsys: pytest.CaptureFixture[str
         conformance_main(["uniform", "--examples", "20", "--no-hash-seeds", "--require-balance"])
         == 0
     )
-    assert "all 15 checks passed" in capsys.readouterr().out
+    assert "all 18 checks passed" in capsys.readouterr().out
     assert conformance_main([f"{broken}:Lazy", "--examples", "20", "--no-hash-seeds"]) == 1
     assert "FAILED completeness" in capsys.readouterr().out
     assert conformance_main(["no-such-assignor", "--no-hash-seeds"]) == 2

@@ -1,0 +1,814 @@
+"""Rack-aware assignment, shared by ``uniform`` and ``range``: once balance has decided how many
+partitions each member gets, decide *which*, so that as many as possible are read from a replica
+in the member's own rack, then that as few as possible move.
+
+Theory of operation
+-------------------
+Balance is decided first and rack-blind (each member's count; in ``uniform`` also each class's
+share of every topic), so racks never make balance worse. Then, for one set of members that
+share one pool of partitions (a class of ``uniform``, a co-partitioned group of topics of
+``range``):
+
+* **Nodes.** The *relevant* racks — racks that hold a replica of the pool and have a member —
+  each make a node; every other member (no rack, or a rack without replicas) is in one more
+  node, where nothing is ever local. With no relevant rack the caller's rack-blind result
+  stands, unchanged.
+* **Types.** Partitions are counted by *type*: the relevant racks they are local to (a bit mask
+  over the nodes; ``range`` counts a partition index once per co-partitioned topic, so its
+  "mask" is the tuple of the topics' masks), and the node of the member that holds it now
+  (``uniform``: the current target; ``range``: its rack-blind range), or none. A handful of
+  types, whatever the size of the group.
+* **Plan** (:func:`transport`). A transportation problem between types and nodes: every node
+  takes exactly its members' counts, every partition goes somewhere, and the plan maximises
+  ``Σ LOCAL·(local replicas) + (partitions kept by their node)`` with ``LOCAL`` larger than any
+  number of partitions: locality first, stickiness second. It is solved exactly (successive
+  shortest paths on the small graph), so the plan's locality is the best that any assignment
+  with these counts can reach — in particular never below the rack-blind result's.
+* **Realise.** A node keeps, of each type it holds, what the plan leaves it, giving up first
+  what its members above their count must give up anyway; members above their count give up
+  their highest partitions; what leaves a node, and the free partitions, go to the nodes the
+  plan names (in partition order); members below their count take contiguous runs of what
+  their node gets, in member order. Locality is decided by the plan (members of one node are
+  interchangeable for it); stickiness within a node is greedy.
+
+Why not as Kafka did: the client-side assignors of KIP-881 try a rack-matching pass and then a
+rack-blind one, which is neither optimal nor cheap; the server-side rack-aware builders removed by
+KAFKA-16694 worked per partition and per member and were too slow. Here the work per partition
+is a few C-level lookups, and the optimisation runs on counts.
+
+Everything is deterministic: nodes, types and members are visited in sorted order.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+from collections.abc import Collection, Hashable, Iterable, Mapping, Sequence
+from itertools import chain, compress, filterfalse, islice, repeat
+from typing import Any
+
+from assignors.api import PartitionAssignorError, TopicId, TopicMetadata
+
+__all__ = [
+    "RackNodes",
+    "count_rack_local",
+    "relevant_racks",
+    "settle_class",
+    "transport",
+]
+
+_INF = float("inf")
+_NOBODY: Mapping[int, object] = {}
+
+
+# ---------------------------------------------------------------------- what is local
+
+
+def count_rack_local(
+    rack_id: str | None,
+    assignment: Mapping[TopicId, Collection[int]],
+    topics: Mapping[TopicId, TopicMetadata],
+) -> int:
+    """How many of ``assignment``'s partitions have a replica in rack ``rack_id``."""
+    if rack_id is None:
+        return 0
+    local = 0
+    for t, partitions in assignment.items():
+        metadata = topics.get(t)
+        if metadata is not None and metadata.partition_racks:
+            racks = metadata.partition_racks
+            local += sum(1 for p in partitions if rack_id in racks.get(p, ()))
+    return local
+
+
+def relevant_racks(
+    member_racks: Iterable[str | None],
+    topic_ids: Iterable[TopicId],
+    topics: Mapping[TopicId, TopicMetadata],
+) -> list[str]:
+    """The racks that some member is in and that hold a replica of some partition of the
+    topics, sorted. (The topics are looked at first: without partition racks the members are
+    not visited.)"""
+    held: set[str] = set()
+    for t in topic_ids:
+        metadata = topics.get(t)
+        if metadata is not None and metadata.partition_racks:
+            held.update(*metadata.partitions_by_racks())
+    if not held:
+        return []
+    return sorted(held.intersection(member_racks))
+
+
+class RackNodes:
+    """The nodes of one computation: one per relevant rack (in sorted order), then one for the
+    members in no relevant rack. ``mask_of(topic)`` maps a partition's racks to the bit mask of
+    the relevant racks among them (cached per topic)."""
+
+    __slots__ = ("_masks", "bit", "count", "elsewhere", "racks")
+
+    def __init__(self, racks: Sequence[str]) -> None:
+        self.racks = tuple(racks)
+        self.bit = {r: 1 << j for j, r in enumerate(self.racks)}
+        self.elsewhere = len(self.racks)
+        self.count = len(self.racks) + 1
+        self._masks: dict[TopicId, dict[frozenset[str] | None, int]] = {}
+
+    def node(self, rack_id: str | None) -> int:
+        return self.racks.index(rack_id) if rack_id in self.bit else self.elsewhere
+
+    def mask_of(self, metadata: TopicMetadata) -> dict[frozenset[str] | None, int]:
+        """racks -> mask, for every set of racks of the topic (missing: 0, local nowhere)."""
+        masks = self._masks.get(metadata.topic_id)
+        if masks is None:
+            bit = self.bit
+            masks = self._masks[metadata.topic_id] = {
+                rs: sum(bit[r] for r in rs if r in bit) for rs in metadata.partitions_by_racks()
+            }
+        return masks
+
+    def local(self, mask: int, node: int) -> bool:
+        return node != self.elsewhere and bool(mask >> node & 1)
+
+
+# ---------------------------------------------------------------------- the plan
+
+
+class _Flow:
+    """Min-cost flow on a small graph (a few dozen vertices): successive shortest paths, each
+    found by Bellman-Ford with a queue (costs may be negative), each augmented by its
+    bottleneck. Deterministic: edges are visited in the order they were added."""
+
+    def __init__(self, vertices: int) -> None:
+        self.head: list[list[int]] = [[] for _ in range(vertices)]
+        self.to: list[int] = []
+        self.cap: list[int] = []
+        self.cost: list[int] = []
+
+    def edge(self, u: int, v: int, capacity: int, cost: int) -> int:
+        """Add u -> v; returns the edge's index (its flow is ``flow(index)``)."""
+        index = len(self.to)
+        for a, b, c, w in ((u, v, capacity, cost), (v, u, 0, -cost)):
+            self.head[a].append(len(self.to))
+            self.to.append(b)
+            self.cap.append(c)
+            self.cost.append(w)
+        return index
+
+    def flow(self, index: int) -> int:
+        return self.cap[index ^ 1]
+
+    def run(self, source: int, sink: int, amount: int) -> None:
+        """Send ``amount`` from source to sink at least cost (it must fit)."""
+        head, to, cap, cost = self.head, self.to, self.cap, self.cost
+        vertices = len(head)
+        while amount:
+            dist: list[float] = [_INF] * vertices
+            via = [-1] * vertices
+            queued = [False] * vertices
+            dist[source] = 0
+            queue = deque([source])
+            while queue:
+                u = queue.popleft()
+                queued[u] = False
+                du = dist[u]
+                for e in head[u]:
+                    if cap[e] and du + cost[e] < dist[to[e]]:
+                        v = to[e]
+                        dist[v] = du + cost[e]
+                        via[v] = e
+                        if not queued[v]:
+                            queued[v] = True
+                            queue.append(v)
+            if dist[sink] == _INF:
+                raise PartitionAssignorError(
+                    "internal error: the rack plan cannot place everything"
+                )
+            push, v = amount, sink
+            while v != source:
+                e = via[v]
+                push = min(push, cap[e])
+                v = to[e ^ 1]
+            v = sink
+            while v != source:
+                e = via[v]
+                cap[e] -= push
+                cap[e ^ 1] += push
+                v = to[e ^ 1]
+            amount -= push
+
+
+def transport(
+    supplies: Sequence[int],
+    capacities: Sequence[int],
+    weights: Sequence[Sequence[int]],
+    *,
+    extras: int = 0,
+    extra_room: Sequence[int] = (),
+) -> list[list[int]]:
+    """``flow[i][v]`` maximising ``Σ weights[i][v] · flow[i][v]``: type ``i`` sends exactly
+    ``supplies[i]``; node ``v`` receives ``capacities[v]`` plus up to ``extra_room[v]`` of the
+    ``extras`` units shared by all nodes (every unit is placed: the supplies add up to the
+    capacities plus ``extras``). Exact. A greedy start (each type to its best nodes while they
+    have room) is kept when every unit reached a node of its best weight — nothing can beat
+    that; otherwise a min-cost flow decides. Deterministic."""
+    types, nodes = len(supplies), len(capacities)
+    if sum(supplies) != sum(capacities) + extras:
+        raise PartitionAssignorError("internal error: rack plan supplies and capacities differ")
+    room = list(extra_room) if extras else [0] * nodes
+    greedy = _greedy(supplies, capacities, weights, extras, room)
+    if greedy is not None:
+        return greedy
+    # Vertices: 0 source, 1..types, the nodes, the extras, the sink.
+    first_node = 1 + types
+    spare, sink = first_node + nodes, first_node + nodes + 1
+    graph = _Flow(sink + 1)
+    for i, s in enumerate(supplies):
+        if s:
+            graph.edge(0, 1 + i, s, 0)
+    middle: list[tuple[int, int, int]] = []  # (edge, type, node)
+    for i, s in enumerate(supplies):
+        if s:
+            row = weights[i]
+            for v in range(nodes):
+                if capacities[v] or room[v]:
+                    middle.append((graph.edge(1 + i, first_node + v, s, -row[v]), i, v))
+    for v in range(nodes):
+        if capacities[v]:
+            graph.edge(first_node + v, sink, capacities[v], 0)
+        if room[v]:
+            graph.edge(first_node + v, spare, room[v], 0)
+    if extras:
+        graph.edge(spare, sink, extras, 0)
+    graph.run(0, sink, sum(supplies))
+    flow = [[0] * nodes for _ in range(types)]
+    for e, i, v in middle:
+        flow[i][v] = graph.flow(e)
+    return flow
+
+
+def _greedy(
+    supplies: Sequence[int],
+    capacities: Sequence[int],
+    weights: Sequence[Sequence[int]],
+    extras: int,
+    extra_room: Sequence[int],
+) -> list[list[int]] | None:
+    """Each type to its best nodes while they have room (their capacity, then their share of
+    the extras), types whose best is highest first; the result if every unit reached a node of
+    its best weight (nothing can beat that), else None."""
+    nodes = len(capacities)
+    room = list(capacities)
+    spare = list(extra_room)
+    flow = [[0] * nodes for _ in supplies]
+    order = sorted(range(len(supplies)), key=lambda i: (-max(weights[i], default=0), i))
+    for i in order:
+        s = supplies[i]
+        if not s:
+            continue
+        row = weights[i]
+        best = max(row)
+        for v in sorted(range(nodes), key=lambda v: (-row[v], v)):
+            if row[v] != best:
+                return None
+            take = min(s, room[v])
+            room[v] -= take
+            more = min(s - take, spare[v], extras)
+            spare[v] -= more
+            extras -= more
+            flow[i][v] = take + more
+            s -= take + more
+            if not s:
+                break
+        if s:
+            return None
+    return flow
+
+
+# ---------------------------------------------------------------------- uniform: one class
+
+Assignment = dict[TopicId, frozenset[int]]
+
+
+def settle_class(
+    members: Sequence[int],
+    rack_of: Sequence[str | None],
+    target: list[int],
+    load: Sequence[int],
+    current: Sequence[Mapping[TopicId, frozenset[int]]],
+    incoming: Sequence[tuple[TopicId, Sequence[int]]],
+    topic_ids: Sequence[TopicId],
+    topics: Mapping[TopicId, TopicMetadata],
+    owners: Holders | None = None,
+) -> dict[int, Assignment] | None:
+    """One class of ``uniform`` (members by index, in member order; lists are indexed by
+    member index): the class's partitions (what its members hold, ``current`` of sizes
+    ``load``, and ``incoming``) are spread over its members as the
+    targets say — ``q`` each and ``q + 1`` for ``r`` of them, with ``q, r`` the quotient and
+    remainder of the targets' sum — and placed by racks (module doc). Which members get the
+    ``r`` extra partitions is part of the plan (more local partitions for a rack with more
+    local replicas), so ``target`` is rewritten; within a node the extras go first to members
+    holding more than ``q``, in member order, as the rack-blind targets do. ``owners``: who
+    holds each partition, when the caller has it (else it is built from ``current``). Returns
+    the new assignment of each member whose assignment changes, or None (``target``
+    untouched) when no rack is relevant."""
+    racks = relevant_racks((rack_of[i] for i in members), topic_ids, topics)
+    if not racks:
+        return None
+    settle = _ClassSettle(members, rack_of, target, load, current, topics, RackNodes(racks))
+    return settle.run(incoming, topic_ids, owners)
+
+
+class Holders:
+    """Who holds the partitions, as the coordinator gives it (``GroupSpec.partition_owners``:
+    topic -> partition -> member id), and the member ids by index: holders are looked up with
+    C-level passes, never per member."""
+
+    __slots__ = ("ids", "owners")
+
+    def __init__(self, owners: Mapping[TopicId, Mapping[int, str]], ids: Sequence[str]) -> None:
+        self.owners, self.ids = owners, ids
+
+
+Segments = dict[TopicId, list[int]]
+"""Partitions by topic (each list ascending once sorted)."""
+
+
+class _ClassSettle:
+    """One rack-aware settlement of a class (see :func:`settle_class`). Work per partition is
+    C-level (lookups through ``map``, slices, sorts); Python loops run per member, per type
+    and per topic, and per partition only for what members above their count give up."""
+
+    def __init__(
+        self,
+        members: Sequence[int],
+        rack_of: Sequence[str | None],
+        target: list[int],
+        load: Sequence[int],
+        current: Sequence[Mapping[TopicId, frozenset[int]]],
+        topics: Mapping[TopicId, TopicMetadata],
+        nodes: RackNodes,
+    ) -> None:
+        self.members, self.target, self.current = members, target, current  # target: rewritten
+        self.topics, self.nodes = topics, nodes
+        index = {r: j for j, r in enumerate(nodes.racks)}
+        self.node_of: list[int] = list(map(index.get, rack_of, repeat(nodes.elsewhere)))  # type: ignore[arg-type]
+        self.load = load
+        self.pool = nodes.count  # the "holder node" of free partitions
+        self.by_mask: dict[TopicId, dict[int, tuple[int, ...]]] = {}
+
+    def masks(self, t: TopicId) -> dict[int, tuple[int, ...]]:
+        """mask -> the partitions of topic t with that mask, ascending."""
+        out = self.by_mask.get(t)
+        if out is None:
+            metadata = self.topics[t]
+            mask_of = self.nodes.mask_of(metadata)
+            merged: dict[int, list[tuple[int, ...]]] = {}
+            for racks, group in metadata.partitions_by_racks().items():
+                merged.setdefault(mask_of[racks], []).append(group)
+            out = self.by_mask[t] = {
+                m: groups[0] if len(groups) == 1 else tuple(sorted(chain.from_iterable(groups)))
+                for m, groups in sorted(merged.items())
+            }
+        return out
+
+    def mask(self, t: TopicId, p: int) -> int:
+        metadata = self.topics[t]
+        return self.nodes.mask_of(metadata).get(metadata.partition_racks.get(p, frozenset()), 0)
+
+    # ------------------------------------------------------------------ the whole run
+
+    def run(
+        self,
+        incoming: Sequence[tuple[TopicId, Sequence[int]]],
+        topic_ids: Sequence[TopicId],
+        owners: Holders | None,
+    ) -> dict[int, Assignment]:
+        nodes = self.nodes
+        holder = self._holders(topic_ids, owners)
+        counts, free = self._count(incoming, holder)
+        kinds = sorted(counts)
+        nodes_of = list(map(self.node_of.__getitem__, self.members))
+        by_node = {
+            v: list(compress(self.members, map(v.__eq__, nodes_of))) for v in range(nodes.count)
+        }
+        quota, extras = divmod(sum(map(self.target.__getitem__, self.members)), len(self.members))
+        size = [len(by_node[v]) for v in range(nodes.count)]
+        big = sum(counts.values()) + 1
+        weights = [
+            [big * nodes.local(m, v) + (v == h) for v in range(nodes.count)] for m, h in kinds
+        ]
+        flow = transport(
+            [counts[k] for k in kinds],
+            [quota * n for n in size],
+            weights,
+            extras=extras,
+            extra_room=size,
+        )
+        plan = {k: flow[j] for j, k in enumerate(kinds)}
+        for v in range(nodes.count):
+            self._set_targets(by_node[v], quota, sum(f[v] for f in flow) - quota * size[v])
+
+        out: dict[int, Assignment] = {}
+        load = list(self.load)
+        moving: dict[tuple[int, int], Segments] = {}  # (mask, from node) -> partitions
+        receiving: dict[int, Segments] = {v: {} for v in range(nodes.count)}
+        for v in range(nodes.count):
+            excess = {
+                m: counts[(m, h)] - plan[(m, h)][v]
+                for m, h in kinds
+                if h == v and counts[(m, h)] > plan[(m, h)][v]
+            }
+            if excess:
+                self._give_up(v, by_node[v], excess, load, out, moving, holder)
+            # Members still above their count give up their highest partitions; they stay in
+            # the node (the plan keeps them there).
+            for i in by_node[v]:
+                extra = load[i] - self.target[i]
+                if extra > 0:
+                    self._trim(i, extra, out, receiving[v])
+                    load[i] = self.target[i]
+        for (m, t), seq in free.items():
+            moving.setdefault((m, self.pool), {})[t] = seq
+        for m, h in kinds:
+            segments = moving.get((m, h))
+            if not segments:
+                continue
+            wanted = [(v, n) for v, n in enumerate(plan[(m, h)]) if v != h and n]
+            _deal(segments, wanted, receiving)
+        for v in range(nodes.count):
+            self._fill(by_node[v], receiving[v], load, out)
+        return out
+
+    # ------------------------------------------------------------------ counting
+
+    def _holders(self, topic_ids: Sequence[TopicId], owners: Holders | None) -> _Lookup:
+        """partition -> index of the class member holding it (None: no member of the class),
+        per topic."""
+        node_of = self.node_of
+        if owners is not None:
+            by_id: dict[Any, int] = dict(zip(owners.ids, node_of, strict=True))
+            return _Lookup(topic_ids, owners.owners, owners.ids, by_id, self.nodes.count)
+        held: dict[TopicId, dict[int, int]] = {t: {} for t in topic_ids}
+        for i in self.members:
+            for t, partitions in self.current[i].items():
+                held[t].update(dict.fromkeys(partitions, i))
+        by_index: dict[Any, int] = {i: node_of[i] for i in self.members}
+        return _Lookup(topic_ids, held, None, by_index, self.nodes.count)
+
+    def _count(
+        self, incoming: Sequence[tuple[TopicId, Sequence[int]]], holder: _Lookup
+    ) -> tuple[Counter[tuple[int, int]], dict[tuple[int, TopicId], list[int]]]:
+        """(mask, holder node or pool) -> partitions of the class; and the free (incoming)
+        partitions by (mask, topic), ascending."""
+        counts: Counter[tuple[int, int]] = Counter()
+        for t in holder.topics():
+            if not holder.holds(t):
+                continue
+            for m, group in self.masks(t).items():
+                for v, n in enumerate(holder.node_counts(t, group)):
+                    if n:
+                        counts[(m, v)] += n
+        free: dict[tuple[int, TopicId], list[int]] = {}
+        for t, seq in incoming:
+            groups = self.masks(t)
+            if len(seq) == self.topics[t].num_partitions:  # the whole topic is free
+                for m, group in groups.items():
+                    free[(m, t)] = list(group)
+            elif len(seq) * 8 < len(groups) * len(seq) or len(seq) < 64:
+                for p in seq:
+                    free.setdefault((self.mask(t, p), t), []).append(p)
+            else:
+                wanted = set(seq)
+                for m, group in groups.items():
+                    kept = list(filter(wanted.__contains__, group))
+                    if kept:
+                        free[(m, t)] = kept
+        for (m, _t), seq in free.items():
+            counts[(m, self.pool)] += len(seq)
+        return counts, free
+
+    # ------------------------------------------------------------------ realising
+
+    def _set_targets(self, members: list[int], quota: int, extras: int) -> None:
+        """``quota`` each; ``quota + 1`` for ``extras`` of the node's members: those holding
+        more than ``quota`` first (they then lose nothing), in member order."""
+        target, load = self.target, self.load
+        _store(target, members, quota)
+        if not extras:
+            return
+        loads = map(load.__getitem__, members)
+        chosen = list(islice(compress(members, map(quota.__lt__, loads)), extras))
+        if len(chosen) < extras:
+            taken = set(chosen)
+            chosen += islice(filterfalse(taken.__contains__, members), extras - len(chosen))
+        _store(target, chosen, quota + 1)
+
+    def _own(self, i: int, out: dict[int, Assignment]) -> Assignment:
+        mine = out.get(i)
+        if mine is None:
+            mine = out[i] = dict(self.current[i])
+        return mine
+
+    def _drop(self, i: int, t: TopicId, gone: Collection[int], out: dict[int, Assignment]) -> None:
+        mine = self._own(i, out)
+        left = mine[t].difference(gone)
+        if left:
+            mine[t] = left
+        else:
+            del mine[t]
+
+    def _give_up(
+        self,
+        node: int,
+        members: list[int],
+        excess: dict[int, int],
+        load: list[int],
+        out: dict[int, Assignment],
+        moving: dict[tuple[int, int], Segments],
+        holder: _Lookup,
+    ) -> None:
+        """Take ``excess[mask]`` partitions of each mask away from the node: first from its
+        members above their count (their highest partitions), then from any of its members
+        (highest partitions of the mask first)."""
+
+        def release(i: int, t: TopicId, m: int, gone: list[int]) -> None:
+            moving.setdefault((m, node), {}).setdefault(t, []).extend(gone)
+            self._drop(i, t, gone, out)
+            load[i] -= len(gone)
+            excess[m] -= len(gone)
+            if not excess[m]:
+                del excess[m]
+
+        for i in members:
+            budget = load[i] - self.target[i]
+            if budget <= 0:
+                continue
+            assignment = out.get(i, self.current[i])
+            for t in sorted(assignment, reverse=True):
+                by: dict[int, list[int]] = {}
+                for p in sorted(assignment[t], reverse=True):
+                    m = self.mask(t, p)
+                    if excess.get(m, 0) > len(by.get(m, ())) and budget:
+                        by.setdefault(m, []).append(p)
+                        budget -= 1
+                for m, gone in by.items():
+                    release(i, t, m, gone)
+                if not excess or budget <= 0:
+                    break
+            if not excess:
+                return
+        for m in sorted(excess):
+            for t in sorted(holder.topics(), reverse=True):
+                group = self.masks(t).get(m, ())
+                if not group:
+                    continue
+                taken: dict[int, list[int]] = {}
+                need = excess[m]
+                for p, j in zip(reversed(group), holder.members(t, reversed(group)), strict=True):
+                    if j is None or self.node_of[j] != node:
+                        continue
+                    if p in out.get(j, self.current[j]).get(t, ()):  # not given up already
+                        taken.setdefault(j, []).append(p)
+                        need -= 1
+                        if not need:
+                            break
+                for j, gone in taken.items():
+                    release(j, t, m, gone)
+                if m not in excess:
+                    break
+        if excess:
+            raise PartitionAssignorError(
+                "internal error: a node could not give up what the plan says"
+            )
+
+    def _trim(self, i: int, extra: int, out: dict[int, Assignment], into: Segments) -> None:
+        """Member i gives up its ``extra`` highest partitions (topics in order, then indexes)."""
+        mine = self._own(i, out)
+        keep = sum(map(len, mine.values())) - extra
+        for t in sorted(mine):
+            partitions = mine[t]
+            if keep >= len(partitions):
+                keep -= len(partitions)
+                continue
+            ordered = sorted(partitions)
+            into.setdefault(t, []).extend(ordered[keep:])
+            if keep:
+                mine[t] = frozenset(ordered[:keep])
+            else:
+                del mine[t]
+            keep = 0
+
+    def _fill(
+        self,
+        members: list[int],
+        segments: Segments,
+        load: list[int],
+        out: dict[int, Assignment],
+    ) -> None:
+        """Members below their count take contiguous runs of what the node received (topics in
+        order, partitions ascending), in member order."""
+        pool = [(t, sorted(segments[t])) for t in sorted(segments) if segments[t]]
+        if not pool:
+            return
+        target, current = self.target, self.current
+        at, start = 0, 0
+        t, seq = pool[0]
+        end = len(seq)
+        for i in members:
+            need = target[i] - load[i]
+            if need <= 0:
+                continue
+            mine = out.get(i)
+            if mine is None:
+                held = current[i]
+                mine = out[i] = dict(held) if held else {}
+            load[i] = target[i]
+            while need:
+                if at == len(pool):
+                    raise PartitionAssignorError("internal error: a node received too little")
+                take = min(need, end - start)
+                run = frozenset(seq[start : start + take])
+                before = mine.get(t)
+                mine[t] = before | run if before else run
+                need -= take
+                start += take
+                if start == end:
+                    at, start = at + 1, 0
+                    if at < len(pool):
+                        t, seq = pool[at]
+                        end = len(seq)
+        if at != len(pool):
+            raise PartitionAssignorError("internal error: a node received too much")
+
+
+class _Lookup:
+    """Holders of partitions per topic (C-level passes): ``members(t, partitions)`` maps each
+    partition to the index of the class member holding it, ``nodes(t, partitions)`` to that
+    member's node; None when no member of the class holds it."""
+
+    __slots__ = ("_by_topic", "_ids", "_index", "_node", "_nodes", "_topics")
+
+    def __init__(
+        self,
+        topic_ids: Sequence[TopicId],
+        by_topic: Mapping[TopicId, Mapping[int, object]],
+        ids: Sequence[str] | None,
+        node: dict[Any, int],
+        nodes: int,
+    ) -> None:
+        """``by_topic``: partition -> member id (``ids``: the ids by index) or index;
+        ``node``: what ``by_topic`` names -> its node, of ``nodes`` (None, nobody in the
+        class, is added as ``nodes``)."""
+        self._topics = sorted(topic_ids)
+        self._by_topic, self._ids, self._node, self._nodes = by_topic, ids, node, nodes
+        self._index: dict[str, int] | None = None
+        node[None] = nodes
+
+    def node_counts(self, t: TopicId, partitions: Sequence[int]) -> list[int]:
+        """How many of ``partitions`` the members of each node hold (a list by node)."""
+        nodes = self._nodes
+        node = self._node.__getitem__  # None (held by nobody in the class): ``nodes``
+        holders = map(self._by_topic.get(t, _NOBODY).get, partitions)
+        if nodes < 256:  # one byte per partition, counted in C
+            held = bytes(map(node, holders))
+            return [held.count(v) for v in range(nodes)]
+        counted = Counter(map(node, holders))
+        return [counted.get(v, 0) for v in range(nodes)]
+
+    def topics(self) -> list[TopicId]:
+        """The class's topics, in order."""
+        return self._topics
+
+    def holds(self, t: TopicId) -> bool:
+        """Does anyone hold a partition of topic t?"""
+        return bool(self._by_topic.get(t))
+
+    def members(self, t: TopicId, partitions: Iterable[int]) -> Iterable[int | None]:
+        found = map(self._by_topic.get(t, _NOBODY).get, partitions)
+        if self._ids is None:
+            return found  # type: ignore[return-value]
+        if self._index is None:  # built once, when first needed (rarely)
+            self._index = dict(zip(self._ids, range(len(self._ids)), strict=True))
+        return map(self._index.get, found)  # type: ignore[arg-type]
+
+
+def _store(values: list[int], indexes: Iterable[int], value: int) -> None:
+    """``values[i] = value`` for every i of ``indexes`` (a C-level pass)."""
+    deque(map(values.__setitem__, indexes, repeat(value)), maxlen=0)
+
+
+def _deal(
+    segments: Segments, wanted: Sequence[tuple[int, int]], receiving: dict[int, Segments]
+) -> None:
+    """Hand ``segments`` (topics in order, partitions ascending) out in turn: ``n`` to node
+    ``v`` for each ``(v, n)`` of ``wanted``; they must add up."""
+    pieces = [(t, sorted(segments[t])) for t in sorted(segments) if segments[t]]
+    at, start = 0, 0
+    for v, n in wanted:
+        into = receiving[v]
+        while n:
+            if at >= len(pieces):
+                raise PartitionAssignorError("internal error: the rack plan moves too much")
+            t, seq = pieces[at]
+            take = min(n, len(seq) - start)
+            into.setdefault(t, []).extend(seq[start : start + take])
+            n -= take
+            start += take
+            if start == len(seq):
+                at, start = at + 1, 0
+    if at != len(pieces):
+        raise PartitionAssignorError("internal error: the rack plan left partitions behind")
+
+
+# ---------------------------------------------------------------------- range: one group
+
+
+def place_ranges(
+    members: Sequence[str],
+    counts: Sequence[int],
+    group: Sequence[TopicId],
+    num_partitions: int,
+    rack_of: Mapping[str, str | None],
+    topics: Mapping[TopicId, TopicMetadata],
+) -> list[frozenset[int]] | None:
+    """The partition indexes of each member (in order; ``counts[j]`` each, summing to
+    ``num_partitions``) of a co-partitioned group of ``range`` topics, placed by racks: a
+    member's index counts once per topic of the group whose partition has a replica in the
+    member's rack. Members keep as much of their rack-blind range (``counts`` in order) as the
+    plan allows. None when no rack is relevant (the rack-blind ranges stand)."""
+    racks = relevant_racks((rack_of[m] for m in members), group, topics)
+    if not racks:
+        return None
+    nodes = RackNodes(racks)
+    node = [nodes.node(rack_of[m]) for m in members]
+    n = num_partitions
+    # Per index: the masks of its replicas' racks in each topic of the group (the "type"),
+    # and the node of the member whose rack-blind range holds it.
+    per_topic = []
+    for t in group:
+        metadata = topics[t]
+        per_topic.append(
+            list(
+                map(
+                    nodes.mask_of(metadata).get,
+                    map(metadata.partition_racks.get, range(n)),
+                    repeat(0),
+                )
+            )
+        )
+    keys: list[Hashable] = list(zip(*per_topic, strict=True))
+    owner: list[int] = []
+    for j, c in enumerate(counts):
+        owner.extend(repeat(j, c))
+    kinds_of: dict[tuple[Hashable, int], list[int]] = {}
+    for p in range(n):
+        kinds_of.setdefault((keys[p], node[owner[p]]), []).append(p)
+    kinds = sorted(kinds_of, key=repr)
+    capacities = [0] * nodes.count
+    for j, c in enumerate(counts):
+        capacities[node[j]] += c
+    big = n + 1
+    weights = []
+    for key, h in kinds:
+        masks: tuple[int, ...] = key  # type: ignore[assignment]
+        weights.append(
+            [big * sum(nodes.local(m, v) for m in masks) + (v == h) for v in range(nodes.count)]
+        )
+    flow = transport([len(kinds_of[k]) for k in kinds], capacities, weights)
+    keep: list[set[int]] = [set() for _ in members]
+    receiving: dict[int, list[int]] = {v: [] for v in range(nodes.count)}
+    for j, k in enumerate(kinds):
+        h = k[1]
+        indexes = kinds_of[k]  # ascending
+        kept = flow[j][h]
+        for p in indexes[:kept]:  # the lowest indexes stay with their rack-blind owner
+            keep[owner[p]].add(p)
+        start = kept
+        for v, f in enumerate(flow[j]):
+            if v != h and f:
+                receiving[v].extend(indexes[start : start + f])
+                start += f
+    # Within a node, kept indexes are reshuffled only as counts require: a member over its
+    # count cannot happen (it kept at most its own range), so members below take runs.
+    by_node: dict[int, list[int]] = {v: [] for v in range(nodes.count)}
+    for j in range(len(members)):
+        by_node[node[j]].append(j)
+    out: list[frozenset[int]] = []
+    result: list[set[int]] = [set(k) for k in keep]
+    for v in range(nodes.count):
+        # Kept indexes of a node beyond what its members keep (a member's range that the plan
+        # kept in the node but gave to another member of the node) are not possible: the plan
+        # keeps a type's indexes within the node of their owner, and each owner keeps them.
+        pool = sorted(receiving[v])
+        at = 0
+        for j in by_node[v]:
+            need = counts[j] - len(result[j])
+            if need:
+                result[j].update(pool[at : at + need])
+                at += need
+        if at != len(pool):
+            raise PartitionAssignorError("internal error: a node received too much")
+    for j in range(len(members)):
+        if len(result[j]) != counts[j]:
+            raise PartitionAssignorError("internal error: a member's count is not met")
+        out.append(frozenset(result[j]))
+    return out

@@ -1,0 +1,453 @@
+"""Rack-aware assignment (assignors/racks.py, through uniform and range): exact results on
+hand-made groups, and properties on generated ones — member sizes exactly the rack-blind ones
+(balance first), locality never below the rack-blind result and, for uniform in homogeneous
+groups, the best any balanced assignment can reach (a max flow computed here with networkx);
+range keeps its co-partitioning; both are deterministic; uniform's incremental path agrees with
+the whole computation; with no rack information, or no member in a rack holding a replica, the
+result is exactly the rack-blind one."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping
+
+import networkx as nx
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from assignors.api import (
+    GroupAssignment,
+    GroupSpec,
+    MemberSubscription,
+    SubscriptionType,
+    TopicMetadata,
+)
+from assignors.conformance._model import make_group_spec, permuted
+from assignors.conformance._strategies import scenarios
+from assignors.racks import count_rack_local, transport
+from assignors.range import RangeAssignor
+from assignors.summary import summarize
+from assignors.uniform import UniformAssignor, compute_uniform_changes
+from assignors.validation import check_assignment
+
+UNIFORM, RANGE = UniformAssignor(), RangeAssignor()
+Plain = dict[str, dict[str, frozenset[int]]]
+PROPERTY = settings(
+    max_examples=120, deadline=None, suppress_health_check=list(HealthCheck), database=None
+)
+
+
+def member(
+    rack: str | None,
+    subs: Iterable[str] = ("t",),
+    current: Mapping[str, Iterable[int]] | None = None,
+) -> MemberSubscription:
+    return MemberSubscription(
+        rack_id=rack,
+        instance_id=None,
+        subscribed_topic_ids=frozenset(subs),
+        assignment={t: frozenset(p) for t, p in (current or {}).items()},
+    )
+
+
+def topic(t: str, n: int, racks: Mapping[int, str] | None = None) -> TopicMetadata:
+    """``racks``: partition -> its replicas' racks as one string of letters ("ab": a and b)."""
+    return TopicMetadata(
+        topic_id=t,
+        name=f"{t}-name",
+        num_partitions=n,
+        partition_racks={p: frozenset(rs) for p, rs in (racks or {}).items()},
+    )
+
+
+def blind(topics: Mapping[str, TopicMetadata]) -> dict[str, TopicMetadata]:
+    """The same topics without rack information."""
+    return {t: dataclasses.replace(m, partition_racks={}) for t, m in topics.items()}
+
+
+def run(assignor: object, spec: GroupSpec, topics: Mapping[str, TopicMetadata]) -> Plain:
+    result = assignor.assign(spec, topics)  # type: ignore[attr-defined]
+    check_assignment(spec, topics, result)
+    return {m: dict(a) for m, a in result.members.items()}
+
+
+def local(spec: GroupSpec, topics: Mapping[str, TopicMetadata], result: Plain) -> int:
+    return sum(count_rack_local(spec.members[m].rack_id, a, topics) for m, a in result.items())
+
+
+def sizes(result: Plain) -> dict[str, int]:
+    return {m: sum(map(len, a.values())) for m, a in result.items()}
+
+
+def fs(*partitions: int) -> frozenset[int]:
+    return frozenset(partitions)
+
+
+def best_balanced_locality(spec: GroupSpec, topics: Mapping[str, TopicMetadata]) -> int:
+    """The most rack-local partitions any assignment of a homogeneous group with member sizes
+    q or q+1 can have: a max flow partition -> member (where local) -> sink (q each), plus
+    member -> extra (1 each) -> sink (r in all)."""
+    members = sorted(spec.members)
+    subscribed = next(iter(spec.members.values())).subscribed_topic_ids
+    parts = [(t, p) for t in sorted(subscribed) for p in range(topics[t].num_partitions)]
+    q, r = divmod(len(parts), len(members))
+    g = nx.DiGraph()
+    for t, p in parts:
+        g.add_edge("source", ("p", t, p), capacity=1)
+        racks = topics[t].partition_racks.get(p, frozenset())
+        for m in members:
+            if spec.members[m].rack_id in racks:
+                g.add_edge(("p", t, p), ("m", m), capacity=1)
+    for m in members:
+        g.add_edge(("m", m), "sink", capacity=q)
+        g.add_edge(("m", m), "extra", capacity=1)
+    g.add_edge("extra", "sink", capacity=r)
+    if "sink" not in g or "source" not in g:
+        return 0
+    return int(nx.maximum_flow_value(g, "source", "sink"))
+
+
+# ---------------------------------------------------------------------- generated groups
+
+RACKS = ("a", "b", "c")
+
+
+@st.composite
+def racked_groups(draw: st.DrawFn) -> tuple[GroupSpec, dict[str, TopicMetadata]]:
+    """1-3 topics of 1-12 partitions whose partitions have replicas in 0-3 of racks a, b, c;
+    1-8 members in a, b, c, d (a rack with no replica) or none; homogeneous or not; no, a
+    random or a stale-free current assignment."""
+    n_topics = draw(st.integers(1, 3))
+    topics = {}
+    for k in range(n_topics):
+        t = f"t{k}"
+        n = draw(st.integers(1, 12))
+        masks = draw(st.lists(st.integers(0, 7), min_size=n, max_size=n))
+        topics[t] = topic(
+            t,
+            n,
+            {p: "".join(r for b, r in enumerate(RACKS) if m >> b & 1) for p, m in enumerate(masks)},
+        )
+    names = sorted(topics)
+    homogeneous = draw(st.booleans())
+    n_members = draw(st.integers(1, 8))
+    racks = draw(
+        st.lists(
+            st.sampled_from(["a", "b", "c", "d", None]), min_size=n_members, max_size=n_members
+        )
+    )
+    subs = []
+    for _ in range(n_members):
+        if homogeneous:
+            subs.append(tuple(names))
+        else:
+            chosen = draw(st.lists(st.sampled_from(names), unique=True, max_size=len(names)))
+            subs.append(tuple(sorted(chosen)))
+    current: list[dict[str, list[int]]] = [{} for _ in range(n_members)]
+    if draw(st.booleans()):
+        for t in names:
+            for p in range(topics[t].num_partitions):
+                owners = [j for j in range(n_members) if t in subs[j]]
+                pick = draw(st.integers(0, len(owners)))
+                if pick:
+                    current[owners[pick - 1]].setdefault(t, []).append(p)
+    members = {f"m{j}": member(racks[j], subs[j], current[j]) for j in range(n_members)}
+    return make_group_spec(members), topics
+
+
+@PROPERTY
+@given(racked_groups())
+def test_uniform_balance_first_then_locality(
+    group: tuple[GroupSpec, dict[str, TopicMetadata]],
+) -> None:
+    spec, topics = group
+    with_racks, without = run(UNIFORM, spec, topics), run(UNIFORM, spec, blind(topics))
+    # The same sizes (only which members of a subscription get the extra partition may
+    # differ), so balance is exactly the rack-blind one.
+    spread = sorted(sizes(with_racks).values())
+    assert spread == sorted(sizes(without).values())
+    for subscription in {s.subscribed_topic_ids for s in spec.members.values()}:
+        same = [m for m, s in spec.members.items() if s.subscribed_topic_ids == subscription]
+        assert sorted(sizes(with_racks)[m] for m in same) == sorted(sizes(without)[m] for m in same)
+    if spec.subscription_type is SubscriptionType.HOMOGENEOUS:
+        assert spread[-1] - spread[0] <= 1
+        assert local(spec, topics, with_racks) == best_balanced_locality(spec, topics)
+    assert local(spec, topics, with_racks) >= local(spec, topics, without)
+    # Deterministic: again, and on an equal input built in another order.
+    assert run(UNIFORM, spec, topics) == with_racks
+    spec2, topics2 = permuted(spec, topics)
+    assert run(UNIFORM, spec2, topics2) == with_racks
+
+
+@PROPERTY
+@given(racked_groups())
+def test_range_keeps_its_counts_and_co_partitioning(
+    group: tuple[GroupSpec, dict[str, TopicMetadata]],
+) -> None:
+    spec, topics = group
+    with_racks, without = run(RANGE, spec, topics), run(RANGE, spec, blind(topics))
+    for m in spec.members:
+        assert {t: len(p) for t, p in with_racks[m].items()} == {
+            t: len(p) for t, p in without[m].items()
+        }
+    # Range's contract: topics with the same partition count and the same subscribers are
+    # co-partitioned (a member gets the same indexes of each).
+    subscribers = {
+        t: frozenset(m for m, s in spec.members.items() if t in s.subscribed_topic_ids)
+        for t in topics
+    }
+    for a in topics:
+        for b in topics:
+            if (
+                a < b
+                and subscribers[a] == subscribers[b]
+                and topics[a].num_partitions == topics[b].num_partitions
+            ):
+                assert all(with_racks[m].get(a) == with_racks[m].get(b) for m in spec.members)
+    assert local(spec, topics, with_racks) >= local(spec, topics, without)
+    assert run(RANGE, spec, topics) == with_racks
+    spec2, topics2 = permuted(spec, topics)
+    assert run(RANGE, spec2, topics2) == with_racks
+
+
+@PROPERTY
+@given(scenarios())
+def test_without_a_relevant_rack_the_result_is_the_rack_blind_one(scenario) -> None:  # type: ignore[no-untyped-def]
+    """Partition racks that no member is in (members moved to rack "elsewhere"), or no rack at
+    all: exactly the rack-blind result, member for member."""
+    spec, topics = scenario.group_spec(), scenario.topic_metadata()
+    moved = GroupSpec(
+        members={
+            m: dataclasses.replace(s, rack_id=None if s.rack_id is None else "elsewhere")
+            for m, s in spec.members.items()
+        },
+        subscription_type=spec.subscription_type,
+        partition_owners=spec.partition_owners,
+    )
+    for assignor in (UNIFORM, RANGE):
+        expected = run(assignor, moved, blind(topics))
+        assert run(assignor, moved, topics) == expected
+        assert run(assignor, spec, blind(topics)) == expected
+
+
+@PROPERTY
+@given(racked_groups())
+def test_uniform_incremental_path_agrees_or_declines(
+    group: tuple[GroupSpec, dict[str, TopicMetadata]],
+) -> None:
+    """With relevant racks ``assign_changes`` declines (the rack plan is global); when it
+    answers, its changes laid over the current targets are the whole result."""
+    spec, topics = group
+    summary = summarize(spec, topics)
+    if summary is None:
+        return
+    changes = compute_uniform_changes(dataclasses.replace(spec, target_summary=summary), topics)
+    whole = run(UNIFORM, spec, topics)
+    racks_matter = any(  # some member's rack holds a replica of a topic it subscribes to
+        s.rack_id in rs
+        for s in spec.members.values()
+        for t in s.subscribed_topic_ids
+        for rs in topics[t].partitions_by_racks()
+    )
+    if spec.subscription_type is SubscriptionType.HOMOGENEOUS and not racks_matter:
+        assert changes is not None
+    if changes is not None:
+        assert not racks_matter
+        merged = {m: dict(changes.get(m, s.assignment)) for m, s in spec.members.items()}
+        assert merged == whole
+
+
+@PROPERTY
+@given(racked_groups())
+def test_a_settled_uniform_group_stays_as_it_is(
+    group: tuple[GroupSpec, dict[str, TopicMetadata]],
+) -> None:
+    """Computing again from the result moves nothing (stable: stickiness once placed)."""
+    spec, topics = group
+    first = run(UNIFORM, spec, topics)
+    again = make_group_spec(
+        {m: dataclasses.replace(s, assignment=first[m]) for m, s in spec.members.items()}
+    )
+    assert run(UNIFORM, again, topics) == first
+
+
+# ---------------------------------------------------------------------- exact cases
+
+
+def test_each_member_reads_from_its_own_rack() -> None:
+    meta = {"t": topic("t", 6, {0: "a", 1: "b", 2: "c", 3: "a", 4: "b", 5: "c"})}
+    spec = make_group_spec({"m1": member("c"), "m2": member("b"), "m3": member("a")})
+    assert run(UNIFORM, spec, meta) == {
+        "m1": {"t": fs(2, 5)},
+        "m2": {"t": fs(1, 4)},
+        "m3": {"t": fs(0, 3)},
+    }
+    # Rack-blind, the same group gets contiguous runs: m1 0-1, m2 2-3, m3 4-5 (none local).
+    assert run(UNIFORM, spec, blind(meta)) == {
+        "m1": {"t": fs(0, 1)},
+        "m2": {"t": fs(2, 3)},
+        "m3": {"t": fs(4, 5)},
+    }
+    assert run(RANGE, spec, meta) == run(UNIFORM, spec, meta)
+
+
+def test_a_rack_with_more_consumers_than_partitions() -> None:
+    """Rack a holds 2 of 3 partitions and has 3 consumers; rack b holds 1 and has 1. Balance
+    (1 each, one member empty) comes first; the empty member is one in rack a, whose two
+    other consumers read locally; rack b's consumer reads its own partition."""
+    meta = {"t": topic("t", 3, {0: "b", 1: "a", 2: "a"})}
+    spec = make_group_spec(
+        {"a1": member("a"), "a2": member("a"), "a3": member("a"), "b1": member("b")}
+    )
+    assert run(UNIFORM, spec, meta) == {
+        "a1": {"t": fs(1)},
+        "a2": {"t": fs(2)},
+        "a3": {},
+        "b1": {"t": fs(0)},
+    }
+    # Range: the first three in member order get one each (its counts); their rack-blind
+    # ranges already give two of them a local partition, the most possible: they stay.
+    assert run(RANGE, spec, meta) == {
+        "a1": {"t": fs(0)},
+        "a2": {"t": fs(1)},
+        "a3": {"t": fs(2)},
+        "b1": {},
+    }
+
+
+def test_the_extra_partition_goes_to_the_rack_with_local_replicas() -> None:
+    """5 partitions over 2 members: one gets 3. Rack-blind it is the first member (b1); with
+    racks it is the member whose rack holds 3 of them."""
+    meta = {"t": topic("t", 5, {0: "a", 1: "a", 2: "a", 3: "b", 4: "b"})}
+    spec = make_group_spec({"b1": member("b"), "z-a1": member("a")})
+    assert run(UNIFORM, spec, blind(meta)) == {"b1": {"t": fs(0, 1, 2)}, "z-a1": {"t": fs(3, 4)}}
+    assert run(UNIFORM, spec, meta) == {"b1": {"t": fs(3, 4)}, "z-a1": {"t": fs(0, 1, 2)}}
+
+
+def test_a_rack_without_consumers() -> None:
+    """Partitions only rack c holds are local to nobody: they fill what is left, after every
+    member took its local ones."""
+    meta = {"t": topic("t", 6, {0: "c", 1: "a", 2: "c", 3: "b", 4: "c", 5: "ab"})}
+    spec = make_group_spec({"m1": member("b"), "m2": member("a")})
+    # Local: 3 (b) to m1, 1 and 5 (a, b) to m2; the rest fill up in partition order.
+    assert run(UNIFORM, spec, meta) == {"m1": {"t": fs(2, 3, 4)}, "m2": {"t": fs(0, 1, 5)}}
+    assert local(spec, meta, run(UNIFORM, spec, meta)) == 3
+
+
+def test_locality_before_stickiness_and_a_settled_group_keeps_everything() -> None:
+    """m1 (rack a) holds the partitions local to b and m2 (rack b) those local to a: they swap.
+    Once placed, computing again changes nothing (the members get their own mappings back)."""
+    meta = {"t": topic("t", 4, {0: "a", 1: "a", 2: "b", 3: "b"})}
+    spec = make_group_spec(
+        {"m1": member("a", current={"t": [2, 3]}), "m2": member("b", current={"t": [0, 1]})}
+    )
+    placed = run(UNIFORM, spec, meta)
+    assert placed == {"m1": {"t": fs(0, 1)}, "m2": {"t": fs(2, 3)}}
+    settled = make_group_spec(
+        {"m1": member("a", current=placed["m1"]), "m2": member("b", current=placed["m2"])}
+    )
+    result = UNIFORM.assign(settled, meta)
+    assert all(result.members[m] is settled.members[m].assignment for m in ("m1", "m2"))
+
+
+def test_a_join_keeps_everything_local_with_one_move_more() -> None:
+    """3 racks, every partition in two of them; a settled group of three (one per rack), and a
+    fourth member joins in rack a. Everyone drops to 3: a1 and c1 give a2 partitions local to
+    it, and b1's extra partition (local to b and c only) goes to c1, which gave one more: one
+    move beyond what the newcomer receives keeps every partition local."""
+    racks = {p: ("ab", "bc", "ca")[p % 3] for p in range(12)}
+    meta = {"t": topic("t", 12, racks)}
+    three = {"a1": member("a"), "b1": member("b"), "c1": member("c")}
+    settled = run(UNIFORM, make_group_spec(three), meta)
+    assert local(make_group_spec(three), meta, settled) == 12
+    four = {m: member(s.rack_id, current=settled[m]) for m, s in three.items()}
+    four["a2"] = member("a")
+    spec = make_group_spec(four)
+    joined = run(UNIFORM, spec, meta)
+    assert sizes(joined) == {"a1": 3, "a2": 3, "b1": 3, "c1": 3}
+    assert joined == {
+        "a1": {"t": fs(0, 3, 6)},
+        "a2": {"t": fs(8, 9, 11)},
+        "b1": {"t": fs(1, 4, 7)},
+        "c1": {"t": fs(2, 5, 10)},
+    }
+    assert local(spec, meta, joined) == 12
+    moved = sum(len(settled[m]["t"] - joined[m]["t"]) for m in three)
+    assert moved == 4
+
+
+def test_range_places_co_partitioned_topics_together() -> None:
+    """Two co-partitioned topics: an index counts once per topic it is local in; a member gets
+    the same indexes of both."""
+    meta = {
+        "x": topic("x", 4, {0: "b", 1: "b", 2: "a", 3: "a"}),
+        "y": topic("y", 4, {0: "b", 1: "a", 2: "a", 3: "a"}),
+    }
+    spec = make_group_spec({"m1": member("a", "xy"), "m2": member("b", "xy")})
+    assert run(RANGE, spec, meta) == {
+        "m1": {"x": fs(2, 3), "y": fs(2, 3)},
+        "m2": {"x": fs(0, 1), "y": fs(0, 1)},
+    }
+
+
+def test_no_rack_information_gives_todays_result() -> None:
+    meta = {"t": topic("t", 7)}
+    spec = make_group_spec({"m1": member("a"), "m2": member("b"), "m3": member(None)})
+    assert run(UNIFORM, spec, meta) == {
+        "m1": {"t": fs(0, 1, 2)},
+        "m2": {"t": fs(3, 4)},
+        "m3": {"t": fs(5, 6)},
+    }
+
+
+# ---------------------------------------------------------------------- the plan
+
+
+@pytest.mark.parametrize(
+    ("supplies", "capacities", "weights", "extras", "room", "value"),
+    [
+        # the greedy start is optimal
+        ([2, 1], [2, 1], [[5, 0], [0, 5]], 0, (), 15),
+        # greedy would fill node 0 with type 0; type 1 is only good there
+        ([1, 1], [1, 1], [[5, 4], [5, 0]], 0, (), 9),
+        # one extra unit: it goes where it is worth most
+        ([3], [1, 1], [[2, 5]], 1, (1, 1), 12),
+    ],
+)
+def test_transport_is_exact(
+    supplies: list[int],
+    capacities: list[int],
+    weights: list[list[int]],
+    extras: int,
+    room: tuple[int, ...],
+    value: int,
+) -> None:
+    flow = transport(supplies, capacities, weights, extras=extras, extra_room=room)
+    assert [sum(row) for row in flow] == supplies
+    got = [sum(flow[i][v] for i in range(len(supplies))) for v in range(len(capacities))]
+    assert all(g >= c for g, c in zip(got, capacities, strict=True))
+    assert sum(got) == sum(capacities) + extras
+    assert (
+        sum(
+            w * f for wr, fr in zip(weights, flow, strict=True) for w, f in zip(wr, fr, strict=True)
+        )
+        == value
+    )
+
+
+def test_rack_local_counts() -> None:
+    meta = {"t": topic("t", 4, {0: "ab", 1: "b", 3: "a"}), "u": topic("u", 2)}
+    assert count_rack_local("a", {"t": fs(0, 1, 2, 3), "u": fs(0)}, meta) == 2
+    assert count_rack_local(None, {"t": fs(0)}, meta) == 0
+    assert count_rack_local("a", {"gone": fs(0)}, meta) == 0
+
+
+def test_assign_result_types() -> None:
+    """Placed results are plain dicts of frozensets, as the coordinator's fast checks expect."""
+    meta = {"t": topic("t", 4, {0: "a", 1: "b"})}
+    spec = make_group_spec({"m1": member("b"), "m2": member("a")})
+    result = UNIFORM.assign(spec, meta)
+    assert isinstance(result, GroupAssignment)
+    for a in result.members.values():
+        assert type(a) is dict and all(type(p) is frozenset for p in a.values())
