@@ -81,9 +81,7 @@ def test_config_file_is_strict(tmp_path: Path, capsys: pytest.CaptureFixture[str
     path.write_text("group.coordinator.shards=2\n# fine so far\nlog.dirs=/tmp/kafka-logs\n")
     assert main(["serve", "--config-file", str(path)]) == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"kip848 serve: {path}:3: unknown configuration 'log.dirs' (known: "), (
-        err
-    )
+    assert err.startswith(f"kip848 serve: {path}:3: unknown configuration 'log.dirs' (known: "), err
     assert err.rstrip().endswith(
         "a Kafka server.properties goes to --server-properties, which ignores keys that are not "
         "the coordinator's)"
