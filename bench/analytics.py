@@ -46,16 +46,21 @@ def base_store(work: Path) -> Path:
 def scaled_store(work: Path, base: Path, rows: int) -> Path:
     """``rows`` records (about): copies of the base journal with renamed groups, each base
     batch followed by its copies (so the copies interleave in time like more groups would)."""
-    from coordinator.runtime.store import SqliteRecordStore, StoredRecord
+    from coordinator.runtime.store import SqliteRecordStore, StoredRecord, log_ids
 
     path = work / f"rows-{rows}"
     if (path / "coordinator.db").exists():
         return path
     with SqliteRecordStore(base, read_only=True) as src:
-        entries = list(src.journal())
+        partitions = src.partitions
+        # Every log's journal in time order (stable: each log keeps its own order).
+        entries = sorted(
+            (e for log in log_ids(partitions) for e in src.journal(log)),
+            key=lambda e: e.timestamp_ms,
+        )
     copies = max(1, round(rows / len(entries)))
     t = time.perf_counter()
-    dst = SqliteRecordStore(path, sync="off")
+    dst = SqliteRecordStore(path, sync="off", partitions=partitions)
     try:
         batch: list[tuple[bytes, bytes | None, str | None]] = []
         batch_ts = None

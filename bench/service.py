@@ -489,12 +489,13 @@ def bench_load(groups: int, repeat: int = 1) -> list[dict[str, Any]]:
             config = GroupCoordinatorConfig()
             ids = SequentialIds()
             assignors = make_assignors(config.consumer_assignors)
+            store = SqliteRecordStore(tmp)
             shards = [
-                new_shard(config=config, assignors=assignors, ids=ids) for _ in range(config.shards)
+                new_shard(config=config, assignors=assignors, ids=ids)
+                for _ in range(store.partitions)
             ]
             registry = TopicRegistry(ids)
             rss0 = _rss_mb()
-            store = SqliteRecordStore(tmp)
             t0 = time.perf_counter()
             stats = load_into(store, shards, registry)
             load_s = time.perf_counter() - t0

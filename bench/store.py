@@ -33,7 +33,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._report import machine, table, write_section
-from coordinator.runtime.store import SqliteRecordStore, StoredRecord
+from coordinator.runtime.store import SqliteRecordStore, StoredRecord, log_ids
 
 MEMBERS_PER_GROUP = 10
 RECORDS_PER_GROUP = 3 + 3 * MEMBERS_PER_GROUP  # 33
@@ -127,8 +127,10 @@ def bench_load(directory: Path) -> dict[str, Any]:
     assert isinstance(store, SqliteRecordStore)
     runs = {}
     for name in ("cold", "warm") if cold else ("warm",):
-        runs[name] = timed(lambda: sum(1 for _ in store.load()))
-    journal = timed(lambda: sum(1 for _ in store.journal()))
+        runs[name] = timed(
+            lambda: sum(1 for log in log_ids(store.partitions) for _ in store.load(log))
+        )
+    journal = timed(lambda: sum(1 for log in log_ids(store.partitions) for _ in store.journal(log)))
     stats = store.stats()
     store.close()
     return {

@@ -218,12 +218,13 @@ def _targets_computed(data_dir: str) -> int:
     """Target assignments the server computed for the storm group (from the journal)."""
     from coordinator.core import codec
     from coordinator.core.records import ConsumerGroupTargetAssignmentMetadataKey
+    from coordinator.routing import partition_for
     from coordinator.runtime.store import SqliteRecordStore
 
     store = SqliteRecordStore(data_dir, read_only=True)
     try:
         n = 0
-        for entry in store.journal():
+        for entry in store.journal(partition_for(GROUP, store.partitions)):
             if entry.group_id == GROUP and entry.value is not None:
                 rec = codec.decode(entry.key, entry.value)
                 n += type(rec.key) is ConsumerGroupTargetAssignmentMetadataKey

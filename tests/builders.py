@@ -19,7 +19,7 @@ from coordinator.core.model import Assignment, ConsumerGroupMember, MemberState
 from coordinator.core.offsets import OffsetCommit, OffsetCommitPartition, OffsetCommitTopic
 from coordinator.harness import subscription
 from coordinator.runtime import CoordinatorRuntime, ManualClock
-from coordinator.runtime.store import MemoryRecordStore
+from coordinator.runtime.store import JournalEntry, MemoryRecordStore, StoredRecord, log_ids
 from legacy_bridge import messages as classic
 from legacy_bridge.protocol import AssignmentMessage, encode_assignment
 
@@ -188,12 +188,30 @@ def commit(
     )
 
 
+# ------------------------------------------------------------------ stores
+
+
+def stored(store: Any) -> list[StoredRecord]:
+    """Every log's compacted view in turn (the cluster log, then the partitions)."""
+    return [rec for log in log_ids(store.partitions) for _offset, rec in store.load(log)]
+
+
+def stored_journal(store: Any) -> list[JournalEntry]:
+    """Every log's journal in turn (the cluster log, then the partitions)."""
+    return [e for log in log_ids(store.partitions) for e in store.journal(log)]
+
+
+def written(store: Any) -> int:
+    """How many records were ever appended to the store, over every log."""
+    return sum(store.last_offset(log) + 1 for log in log_ids(store.partitions))
+
+
 # ------------------------------------------------------------------ the runtime
 
 
 def make_runtime(
     store: MemoryRecordStore | None = None,
-    shards: int = 2,
+    shards: int | None = None,
     *,
     assignors: list[PartitionAssignor] | None = None,
     **settings: str,
@@ -201,7 +219,10 @@ def make_runtime(
     """An in-process runtime: memory store, manual clock at :data:`START_MS`, sequential ids,
     ``settings`` by Kafka config name (``**{"offsets.retention.minutes": "10"}``). Targets are
     computed in the heartbeat that changes a group (``group.consumer.assignment.interval.ms``
-    0: the stories do not move the clock between joins) unless ``settings`` say otherwise."""
+    0: the stories do not move the clock between joins) unless ``settings`` say otherwise.
+    ``shards``: coordinator partitions (the store's, when a store is given; else 2)."""
+    if shards is None:
+        shards = store.partitions if store is not None else 2
     config = parse_config(
         {
             "group.coordinator.shards": str(shards),
@@ -211,7 +232,7 @@ def make_runtime(
     )
     return CoordinatorRuntime(
         config=config,
-        store=store if store is not None else MemoryRecordStore(),
+        store=store if store is not None else MemoryRecordStore(partitions=shards),
         clock=ManualClock(START_MS),
         ids=SequentialIds(),
         assignors=assignors if assignors is not None else [UniformAssignor()],

@@ -54,3 +54,23 @@ def tmpfs(tmp_path: Path) -> Iterator[Callable[..., Tmpfs]]:
     yield mount
     for point in reversed(mounted):
         _run("umount", "-l", str(point))
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[object]:
+    """One real PostgreSQL for the session (tests/pg.py), started on first use."""
+    from pg import PostgresServer
+
+    server = PostgresServer().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def pg_dsn(pg_server: object) -> str:
+    """A fresh, empty schema (in a database owned by the tests' role) of the session's
+    PostgreSQL: a new store."""
+    from pg import PostgresServer
+
+    assert isinstance(pg_server, PostgresServer)
+    return pg_server.fresh_store_dsn()

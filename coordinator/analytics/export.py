@@ -17,7 +17,6 @@ import contextlib
 import importlib.metadata
 import os
 import time
-import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -160,10 +159,8 @@ _FILLS: dict[int, tuple[str, ...]] = {
 class _Decoder:
     """Fills one row's typed columns from a decoded record."""
 
-    def __init__(self, shards: int, topic_names: dict[str, str]) -> None:
-        self.shards = shards
+    def __init__(self, topic_names: dict[str, str]) -> None:
         self.names = topic_names  # topic id -> name
-        self._shard_cache: dict[str, int] = {}
         self._handlers: dict[type, Callable[[dict[str, list[Any]], int, Any, Any], None]] = {
             r.OffsetCommitKey: self._offset_commit,
             r.GroupMetadataKey: self._classic_group,
@@ -179,12 +176,6 @@ class _Decoder:
             r.AccessControlEntryKey: self._acl,
             r.UserScramCredentialKey: self._scram_credential,
         }
-
-    def shard(self, group_id: str) -> int:
-        s = self._shard_cache.get(group_id)
-        if s is None:
-            s = self._shard_cache[group_id] = zlib.crc32(group_id.encode("utf-8")) % self.shards
-        return s
 
     def fill(self, cols: dict[str, list[Any]], i: int, record: r.Record) -> None:
         key = record.key
@@ -354,8 +345,10 @@ def _decode_classic(
 
 
 def _compacted_topic_names(store: Any) -> dict[str, str]:
+    from coordinator.runtime.store import CLUSTER_LOG
+
     names: dict[str, str] = {}
-    for rows in store.load_rows():
+    for rows in store.load_rows(CLUSTER_LOG):
         for _offset, key, value, group_id in rows:
             if group_id is None:
                 rec = codec.decode(key, value)
@@ -370,22 +363,20 @@ def export_journal(
     *,
     since_ms: int | None = None,
     until_ms: int | None = None,
-    shards: int = 4,
     session_timeout_ms: int = 45_000,
     assignors: tuple[str, ...] = ("uniform", "range"),
     progress: bool = False,
     warn: Callable[[str], None] | None = None,
     row_group_rows: int = ROW_GROUP_ROWS,
 ) -> ExportResult:
-    """Write the journal of the store in ``data_dir`` to the Parquet file ``out``.
+    """Write the journals of the store in ``data_dir`` to the Parquet file ``out``: the cluster
+    log's, then each partition's, each in offset order.
 
     Raises :class:`ExportError` for a missing, foreign or corrupt store (including a record
     that does not decode) and for bad arguments; ``warn`` gets a warning when retention has
-    already trimmed the journal inside the range asked for."""
-    from coordinator.runtime.store import SqliteRecordStore, StoreError
+    already trimmed a journal inside the range asked for."""
+    from coordinator.runtime.store import CLUSTER_LOG, SqliteRecordStore, StoreError, log_ids
 
-    if shards < 1:
-        raise ExportError(f"shards must be >= 1, got {shards}")
     if since_ms is not None and until_ms is not None and until_ms <= since_ms:
         raise ExportError("--until must be later than --since")
     started = time.perf_counter()
@@ -399,41 +390,64 @@ def export_journal(
     warnings: list[str] = []
     with store:
         try:
-            stream = _entries(store.journal_rows())
-            first = next(stream, None)
-            last_offset = store.last_offset()
+            stats = store.stats()
             names = _compacted_topic_names(store)
         except StoreError as exc:
             raise ExportError(str(exc)) from exc
         except Exception as exc:
             raise ExportError(f"the store in {data_dir} is corrupt: {exc}") from exc
-        journal_first = None if first is None else first[0]
-        trimmed = journal_first is not None and journal_first > 0
-        if first is None and last_offset >= 0:
-            trimmed = True
+        logs = stats["logs"]
+        # Over every log, as one log's figures were: records ever written minus one, records
+        # retention removed (the first offset a journal still holds).
+        last_offset = sum(log["last_offset"] + 1 for log in logs.values()) - 1
+        expired = sum(
+            log["last_offset"] + 1
+            if log["journal_first_offset"] is None
+            else log["journal_first_offset"]
+            for log in logs.values()
+        )
+        journal_first = None if stats["journal_entries"] == 0 else expired
+        trimmed = expired > 0
+        if stats["journal_entries"] == 0 and last_offset >= 0:
             warnings.append(
-                f"journal retention already removed every record (offsets 0..{last_offset});"
+                f"journal retention already removed every record ({last_offset + 1} records);"
                 " nothing to export"
             )
-        elif trimmed and first is not None and (since_ms is None or since_ms < first[1]):
-            asked = "the range asked for" if since_ms is not None else "the journal"
-            warnings.append(
-                f"journal retention already trimmed {asked}: records at offsets "
-                f"0..{first[0] - 1} are gone; the export starts at offset {first[0]} "
-                f"({_fmt_ms(first[1])}), so groups older than that are seen mid-history"
-            )
+        for log_id in log_ids(store.partitions) if stats["journal_entries"] else ():
+            log = logs[log_id]
+            first = log["journal_first_offset"]
+            if not first:  # None (empty) or 0 (untrimmed)
+                continue
+            first_ts = next(store.journal(log_id, from_offset=first, to_offset=first + 1))
+            if since_ms is None or since_ms < first_ts.timestamp_ms:
+                asked = "the range asked for" if since_ms is not None else "the journal"
+                where = "the cluster log" if log_id == CLUSTER_LOG else f"partition {log_id}"
+                warnings.append(
+                    f"journal retention already trimmed {asked} of {where}: records at offsets "
+                    f"0..{first - 1} are gone; its export starts at offset {first} "
+                    f"({_fmt_ms(first_ts.timestamp_ms)}), so groups older than that are seen "
+                    "mid-history"
+                )
         for w in warnings:
             if warn is not None:
                 warn(w)
-        cut_start = since_ms is not None and first is not None and since_ms > first[1]
+        earliest = min(
+            (
+                next(store.journal(log_id)).timestamp_ms
+                for log_id, log in logs.items()
+                if log["journal_entries"]
+            ),
+            default=None,
+        )
+        cut_start = since_ms is not None and earliest is not None and since_ms > earliest
         complete = not trimmed and not cut_start
         partial = out_path.with_name(out_path.name + ".partial")
         out_path.parent.mkdir(parents=True, exist_ok=True)
-        decoder = _Decoder(shards, names)
+        decoder = _Decoder(names)
         rows = 0
         first_exported: int | None = None
         last_exported: int | None = None
-        total = 0 if first is None else max(0, last_offset - first[0] + 1)
+        total = stats["journal_entries"]
         try:
             writer = pq.ParquetWriter(
                 partial,
@@ -449,8 +463,8 @@ def export_journal(
                 chunk = _Chunk(row_group_rows)
                 decode = codec.decode
                 fill = decoder.fill
-                shard = decoder.shard
-                for entries in _journal_chunks(stream, first):
+                for log_id, entries in _journal_chunks(store, log_ids(store.partitions)):
+                    shard = None if log_id == CLUSTER_LOG else log_id
                     cols = chunk.cols
                     c_off, c_ts, c_shard, c_gid = (
                         cols["offset"],
@@ -475,13 +489,13 @@ def export_journal(
                         except Exception as exc:
                             raise ExportError(
                                 f"the store in {data_dir} is corrupt: the record at offset "
-                                f"{offset} does not decode: {exc}"
+                                f"{offset} of log {log_id} does not decode: {exc}"
                             ) from exc
                         c_off[i] = offset
                         c_ts[i] = ts * 1000
                         if gid is not None:
                             c_gid[i] = gid
-                            c_shard[i] = shard(gid)
+                            c_shard[i] = shard
                         type_id = record.key.TYPE
                         seen_types.add(type_id)
                         c_type[i] = RECORD_TYPES[type_id]
@@ -524,7 +538,7 @@ def export_journal(
                 store=str(store.path),
                 exported_at_ms=int(time.time() * 1000),
                 created_by=_package_version(),
-                shards=shards,
+                shards=store.partitions,
                 session_timeout_ms=session_timeout_ms,
                 assignors=tuple(assignors),
                 since_ms=since_ms,
@@ -552,24 +566,12 @@ def export_journal(
     return ExportResult(out_path, info, time.perf_counter() - started)
 
 
-def _entries(chunks: Iterator[list[Any]]) -> Iterator[Any]:
-    for rows in chunks:
-        yield from rows
-
-
-def _journal_chunks(stream: Iterator[Any], first: Any) -> Iterator[list[Any]]:
-    """The journal (``first`` then the rest of ``stream``: one snapshot) in lists of up to
-    8,192 ``(offset, timestamp_ms, group_id, key, value)`` rows (one progress update each)."""
-    if first is None:
-        return
-    buf: list[Any] = [first]
-    for e in stream:
-        buf.append(e)
-        if len(buf) == 8192:
-            yield buf
-            buf = []
-    if buf:
-        yield buf
+def _journal_chunks(store: Any, logs: range) -> Iterator[tuple[int, list[Any]]]:
+    """Each log's journal in turn, as (log, up to 8,192 ``(offset, timestamp_ms, group_id,
+    key, value)`` rows): one progress update each."""
+    for log_id in logs:
+        for rows in store.journal_rows(log_id):
+            yield log_id, rows
 
 
 @contextlib.contextmanager

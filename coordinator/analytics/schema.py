@@ -1,4 +1,4 @@
-"""The journal's Parquet schema (version 1): one row per journal record.
+"""The journal's Parquet schema (version 2): one row per journal record.
 
 Every row has the record's place (``offset``, ``timestamp``, ``shard``, ``group_id``), its type
 by Kafka's name and whether it is a tombstone. The typed columns that follow are filled only for
@@ -21,7 +21,7 @@ from typing import Any
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 METADATA_KEY = b"kip848.export"
 VERSION_KEY = b"kip848.schema_version"
 
@@ -82,7 +82,14 @@ class Column:
 
 
 COLUMNS: tuple[Column, ...] = (
-    Column("offset", pa.int64(), "all", "the record's offset in the store (0, 1, 2, ...)", False),
+    Column(
+        "offset",
+        pa.int64(),
+        "all",
+        "the record's offset in its log (0, 1, 2, ...): the cluster log for cluster-level "
+        "records, else the group's coordinator partition (``shard``)",
+        False,
+    ),
     Column(
         "timestamp",
         TIMESTAMP,
@@ -94,8 +101,9 @@ COLUMNS: tuple[Column, ...] = (
         "shard",
         pa.int32(),
         "all",
-        "the shard that owns the group: CRC-32 of the group id modulo group.coordinator.shards;"
-        " null for cluster-level records (Topic, ACLs, SCRAM credentials)",
+        "the coordinator partition holding the group's records (Kafka's partitionFor: the Java"
+        " hash of the group id modulo offsets.topic.num.partitions); null for cluster-level"
+        " records (Topic, ACLs, SCRAM credentials)",
     ),
     Column(
         "group_id",

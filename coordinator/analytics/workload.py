@@ -116,7 +116,11 @@ class Driver:
         all_settings = {"group.coordinator.shards": str(shards), **(settings or {})}
         self.config: GroupCoordinatorConfig = parse_config(all_settings)
         self.clock = ManualClock(start_ms)
-        self.store = SqliteRecordStore(data_dir, sync=sync)  # type: ignore[arg-type]
+        self.store = SqliteRecordStore(
+            data_dir,
+            sync=sync,  # type: ignore[arg-type]
+            partitions=self.config.offsets_topic_partitions,
+        )
         self.runtime = CoordinatorRuntime(
             config=self.config,
             store=self.store,
@@ -647,10 +651,12 @@ async def _generate(data_dir: str, opts: WorkloadOptions) -> GenerateResult:
         for g in range(opts.groups):
             _plan_group(d, rng, f"group-{g:04d}", names, opts, end)
         await d.run(end)
-        last = d.store.last_offset()
+        from coordinator.runtime.store import log_ids
+
+        records = sum(d.store.last_offset(log) + 1 for log in log_ids(d.store.partitions))
         return GenerateResult(
-            records=last + 1,
-            last_offset=last,
+            records=records,
+            last_offset=records - 1,
             groups=opts.groups,
             actions=d.actions,
             virtual_seconds=opts.duration_s,

@@ -98,7 +98,6 @@ def _export(args: argparse.Namespace) -> int:
             args.out,
             since_ms=since,
             until_ms=until,
-            shards=config.shards,
             session_timeout_ms=config.consumer_session_timeout_ms,
             assignors=tuple(config.consumer_assignors),
             progress=progress,

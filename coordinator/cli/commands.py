@@ -18,6 +18,7 @@ from coordinator.cli import (
     groups,
     serve,
     simulate,
+    store,
     topics,
     users,
 )
@@ -33,6 +34,7 @@ SUBCOMMANDS = (
     acls,
     users,
     dump_replay,
+    store,
     assignors,
     simulate,
     analytics,

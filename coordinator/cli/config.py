@@ -189,7 +189,7 @@ def gather_settings(
     known = set(CONFIG_SPECS) | SERVER_CONFIGS
     settings: dict[str, Setting] = {}
     if server_properties:
-        settings.update(kafka_server_settings(server_properties, known))
+        _merge(settings, kafka_server_settings(server_properties, known))
     if config_file:
         from_file = read_properties_file(config_file)
         for name, setting in from_file.items():
@@ -199,11 +199,25 @@ def gather_settings(
                     f"{', '.join(sorted(known))}; a Kafka server.properties goes to "
                     "--server-properties, which ignores keys that are not the coordinator's)"
                 )
-        settings.update(from_file)
-    settings.update(parse_sets(sets))
+        _merge(settings, from_file)
+    _merge(settings, parse_sets(sets))
     for name, setting in settings.items():
         check_setting(name, setting)
     return settings
+
+
+def _merge(settings: dict[str, Setting], later: dict[str, Setting]) -> None:
+    """``later`` overrides ``settings``, also where it names a setting by another of its names
+    (``group.coordinator.shards`` overrides an earlier ``offsets.topic.num.partitions``)."""
+    from coordinator.core.config import CONFIG_SPECS
+
+    field_of = {name: spec[0] for name, spec in CONFIG_SPECS.items()}
+    for name in later:
+        field = field_of.get(name)
+        for other in [n for n in settings if n != name and field is not None]:
+            if field_of.get(other) == field:
+                del settings[other]
+    settings.update(later)
 
 
 def core_config(settings: dict[str, Setting]) -> Any:

@@ -1,6 +1,7 @@
 """``kip848 dump`` and ``kip848 replay``: offline on a store (``--data-dir``). ``dump`` prints
-its records in readable form; ``replay`` loads them into fresh shards, checks the state and
-summarises (non-zero exit on a corrupt store)."""
+its records in readable form, log by log (the cluster log, then the partitions); ``replay``
+loads them into fresh shards (one per coordinator partition), checks the state and summarises
+(non-zero exit on a corrupt store)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from coordinator.cli.config import DEFAULT_DATA_DIR, add_config_flags, build_config
+from coordinator.cli.errors import UsageError
 from coordinator.cli.output import print_json, print_table
 from coordinator.cli.registry import Commands
 
@@ -26,6 +28,7 @@ if TYPE_CHECKING:
 def register(commands: Commands) -> None:
     p = commands.add("dump", cmd_dump, help="print the records of a store (offline)")
     p.add_argument("--data-dir", default=DEFAULT_DATA_DIR, metavar="DIR")
+    add_store_flag(p)
     p.add_argument(
         "--journal", action="store_true", help="the whole journal (default: the compacted view)"
     )
@@ -36,9 +39,46 @@ def register(commands: Commands) -> None:
         "replay", cmd_replay, help="load a store into fresh shards, check it, summarise (offline)"
     )
     p.add_argument("--data-dir", default=DEFAULT_DATA_DIR, metavar="DIR")
+    add_store_flag(p)
     add_config_flags(p)
     p.add_argument("--output", choices=("table", "json"), default="table")
     add_accept_lost_wal(p)
+
+
+def add_store_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--store",
+        default=None,
+        metavar="URI",
+        help="a PostgreSQL store (postgresql://user:password@host:port/db) instead of the "
+        "SQLite store in --data-dir",
+    )
+
+
+def store_location(args: argparse.Namespace) -> str:
+    """What the messages call the store: the data directory, or the URI without password."""
+    if getattr(args, "store", None):
+        from coordinator.runtime.store.postgres_schema import dsn_for_log
+
+        return dsn_for_log(args.store)
+    return str(args.data_dir)
+
+
+def open_store(args: argparse.Namespace, *, read_only: bool, **options: Any) -> Any:
+    """The store the command's flags name: ``--store postgresql://...`` or the SQLite store in
+    ``--data-dir`` (``options`` go to its constructor)."""
+    from coordinator.runtime.store import PostgresRecordStore, SqliteRecordStore
+
+    spec = getattr(args, "store", None)
+    if spec:
+        from coordinator.runtime.store.postgres import is_postgres_dsn
+
+        if not is_postgres_dsn(spec):
+            raise UsageError(f"--store takes a postgresql:// URI, got {spec!r}")
+        options.pop("sync", None)
+        options.pop("accept_lost_wal", None)
+        return PostgresRecordStore(spec, read_only=read_only, **options)
+    return SqliteRecordStore.in_data_dir(args.data_dir, read_only=read_only, **options)
 
 
 def add_accept_lost_wal(p: argparse.ArgumentParser) -> None:
@@ -50,33 +90,32 @@ def add_accept_lost_wal(p: argparse.ArgumentParser) -> None:
     )
 
 
-def open_read_only(data_dir: str, accept_lost_wal: bool = False) -> Any:
-    from coordinator.runtime.store import SqliteRecordStore
-
-    return SqliteRecordStore.in_data_dir(data_dir, read_only=True, accept_lost_wal=accept_lost_wal)
-
-
 def cmd_dump(args: argparse.Namespace) -> int:
     from coordinator.core import codec
-    from coordinator.runtime.store import StoreError
+    from coordinator.runtime.store import StoreError, log_ids
 
     try:
-        store = open_read_only(args.data_dir, args.accept_lost_wal)
+        store = open_store(args, read_only=True, accept_lost_wal=args.accept_lost_wal)
     except StoreError as exc:
         print(f"kip848 dump: {exc}", file=sys.stderr)
         return 1
     with store:
+        logs = log_ids(store.partitions)
         if args.journal:
-            rows = ((e.offset, e.timestamp_ms, e.key, e.value) for e in store.journal())
+            rows = (
+                (e.partition, e.offset, e.timestamp_ms, e.key, e.value)
+                for log in logs
+                for e in store.journal(log)
+            )
         else:
-            rows = ((o, None, r.key, r.value) for o, r in store.load())
-        for offset, ts, key, value in rows:
+            rows = ((log, o, None, r.key, r.value) for log in logs for o, r in store.load(log))
+        for partition, offset, ts, key, value in rows:
             try:
                 record = codec.decode(key, value)
             except Exception as exc:  # noqa: BLE001 - show what we can of a corrupt record
                 record, problem = None, f"<undecodable: {exc}>"
             if args.output == "json":
-                item: dict[str, Any] = {"offset": offset}
+                item: dict[str, Any] = {"partition": partition, "offset": offset}
                 if ts is not None:
                     item["timestamp_ms"] = ts
                 if record is None:
@@ -86,7 +125,8 @@ def cmd_dump(args: argparse.Namespace) -> int:
                 print(json.dumps(item))
             else:
                 text = codec.describe(record) if record is not None else problem
-                print(f"{offset}\t{ts}\t{text}" if ts is not None else f"{offset}\t{text}")
+                where = f"{partition}/{offset}"
+                print(f"{where}\t{ts}\t{text}" if ts is not None else f"{where}\t{text}")
     return 0
 
 
@@ -166,20 +206,25 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
     config = build_config(args.config_file, args.set, args.server_properties)
     try:
-        store = open_read_only(args.data_dir, args.accept_lost_wal)
+        store = open_store(args, read_only=True, accept_lost_wal=args.accept_lost_wal)
     except StoreError as exc:
         print(f"kip848 replay: {exc}", file=sys.stderr)
         return 1
     assignors = make_assignors(config.consumer_assignors)
     ids = SequentialIds()
-    shards = [new_shard(config=config, assignors=assignors, ids=ids) for _ in range(config.shards)]
+    shards = [
+        new_shard(config=config, assignors=assignors, ids=ids) for _ in range(store.partitions)
+    ]
     registry, _security = new_cluster(ids)
     started = time.perf_counter()
     with store:
         try:
             stats = load_into(store, shards, registry)
         except Exception as exc:  # noqa: BLE001 - a corrupt store
-            print(f"kip848 replay: the store in {args.data_dir} is corrupt: {exc}", file=sys.stderr)
+            print(
+                f"kip848 replay: the store in {store_location(args)} is corrupt: {exc}",
+                file=sys.stderr,
+            )
             return 1
     load_s = time.perf_counter() - started
     problems = check_state(shards, registry)
@@ -188,7 +233,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
     )
     summary = {
         "data_dir": args.data_dir,
+        "store": store_location(args),
         "records": stats.records,
+        "partitions": len(shards),
         "last_offset": stats.last_offset,
         "topics": stats.topics,
         "groups": stats.groups,
@@ -198,6 +245,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
             {
                 "shard": s.shard,
                 "records": s.records,
+                "last_offset": s.last_offset,
                 "groups": s.groups,
                 "ms": round(s.seconds * 1e3, 1),
             }
@@ -210,12 +258,16 @@ def cmd_replay(args: argparse.Namespace) -> int:
         print_json(summary)
     else:
         print(
-            f"Replayed {stats.records} records (last offset {stats.last_offset}): {stats.topics} topics, "
-            f"{stats.groups} groups, {members} members in {load_s:.3f} s."
+            f"Replayed {stats.records} records ({len(shards)} partitions; the cluster log's last "
+            f"offset {stats.last_offset}): {stats.topics} topics, {stats.groups} groups, "
+            f"{members} members in {load_s:.3f} s."
         )
         print_table(
-            ("SHARD", "RECORDS", "GROUPS", "LOAD MS"),
-            [(s.shard, s.records, s.groups, f"{s.seconds * 1e3:.1f}") for s in stats.shards],
+            ("PARTITION", "RECORDS", "LAST OFFSET", "GROUPS", "LOAD MS"),
+            [
+                (s.shard, s.records, s.last_offset, s.groups, f"{s.seconds * 1e3:.1f}")
+                for s in stats.shards
+            ],
         )
         for p in problems:
             print(f"PROBLEM: {p}")

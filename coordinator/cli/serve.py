@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import logging
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from coordinator.cli.argtypes import INT32_MAX, INT64_MAX, int_in
 from coordinator.cli.config import (
@@ -14,11 +17,19 @@ from coordinator.cli.config import (
     gather_settings,
     is_server_setting,
 )
-from coordinator.cli.dump_replay import add_accept_lost_wal
+from coordinator.cli.dump_replay import (
+    add_accept_lost_wal,
+    add_store_flag,
+    open_store,
+    store_location,
+)
 from coordinator.cli.errors import UsageError
 from coordinator.cli.registry import Commands
 from coordinator.cli.rpc import DEFAULT_LISTEN
 from coordinator.observability.logs import LOG_FORMATS, configure_logging
+
+if TYPE_CHECKING:
+    from coordinator.core.config import GroupCoordinatorConfig
 
 MAX_GRPC_PROCESSES = 64
 DEFAULT_MAX_REQUEST_BYTES = 100 * 1024 * 1024  # Kafka's socket.request.max.bytes
@@ -37,6 +48,7 @@ def register(commands: Commands) -> None:
     p.add_argument(
         "--data-dir", default=DEFAULT_DATA_DIR, metavar="DIR", help="where the record store lives"
     )
+    add_store_flag(p)
     add_config_flags(p)
     add_accept_lost_wal(p)
     p.add_argument(
@@ -229,8 +241,26 @@ def grpc_processes(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a number or 'auto', got {text!r}") from None
 
 
+def adopt_store_partitions(
+    config: GroupCoordinatorConfig, partitions: int
+) -> GroupCoordinatorConfig:
+    """A store keeps the partition count it was created with (as Kafka's __consumer_offsets
+    keeps its partitions whatever ``offsets.topic.num.partitions`` says later): the config
+    follows the store, with a warning when they differ."""
+    if partitions == config.offsets_topic_partitions:
+        return config
+    logging.getLogger("kip848.serve").warning(
+        "offsets.topic.num.partitions is %d, but the store was created with %d coordinator "
+        "partitions: using %d (a store's partition count is fixed when it is created).",
+        config.offsets_topic_partitions,
+        partitions,
+        partitions,
+    )
+    return dataclasses.replace(config, offsets_topic_partitions=partitions)
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
-    from coordinator.runtime.store import SqliteRecordStore, StoreError
+    from coordinator.runtime.store import StoreError
     from coordinator.server.app import ServeOptions, make_runtime, serve, split_listen
     from coordinator.server.loop import run as run_loop
 
@@ -321,15 +351,21 @@ def cmd_serve(args: argparse.Namespace) -> int:
             f"--grpc-processes must be 1..{MAX_GRPC_PROCESSES}, got {args.grpc_processes}"
         )
     try:
-        store = SqliteRecordStore.in_data_dir(
-            args.data_dir,
+        store = open_store(
+            args,
+            read_only=False,
+            partitions=config.offsets_topic_partitions,
             journal_retention_ms=args.journal_retention_ms,
             sync=args.sync,
             accept_lost_wal=args.accept_lost_wal,
         )
     except StoreError as exc:
-        print(f"kip848 serve: cannot open the store in {args.data_dir}: {exc}", file=sys.stderr)
+        print(
+            f"kip848 serve: cannot open the store in {store_location(args)}: {exc}",
+            file=sys.stderr,
+        )
         return 1
+    config = adopt_store_partitions(config, store.partitions)
     from coordinator.observability.observer import make_observer
 
     try:

@@ -54,7 +54,11 @@ class GroupCoordinatorConfig:
     classic_max_session_timeout_ms: int = 1_800_000
     classic_initial_rebalance_delay_ms: int = 3_000
     classic_max_size: int = INT_MAX
-    shards: int = 4
+    offsets_topic_partitions: int = 50
+    """Kafka's ``offsets.topic.num.partitions``: how many coordinator partitions groups are
+    hashed onto (``coordinator/routing.py``), each its own log in the store and its own state
+    machine (``group.coordinator.shards`` is another name for it). A store keeps the count it
+    was created with."""
     num_partitions: int = 1
     """Kafka's ``num.partitions``: the partition count of a topic created with -1 (the default)."""
     # Bounded cost per request (docs/operations.md "Limits"; checked by the service layer,
@@ -154,7 +158,8 @@ CONFIG_SPECS: dict[str, _Spec] = {
     "group.max.session.timeout.ms": ("classic_max_session_timeout_ms", _int, 0, None),
     "group.initial.rebalance.delay.ms": ("classic_initial_rebalance_delay_ms", _int, 0, None),
     "group.max.size": ("classic_max_size", _int, 1, INT_MAX),
-    "group.coordinator.shards": ("shards", _int, 1, 1024),
+    "offsets.topic.num.partitions": ("offsets_topic_partitions", _int, 1, 1024),
+    "group.coordinator.shards": ("offsets_topic_partitions", _int, 1, 1024),
     "num.partitions": ("num_partitions", _int, 1, 1_000_000),
     "group.coordinator.identifier.max.bytes": (
         "identifier_max_bytes",
@@ -167,7 +172,10 @@ CONFIG_SPECS: dict[str, _Spec] = {
     "group.coordinator.request.max.partitions": ("request_max_partitions", _int, 1, INT_MAX),
     "group.coordinator.request.max.groups": ("request_max_groups", _int, 1, INT_MAX),
 }
-NAME_OF_FIELD = {spec[0]: name for name, spec in CONFIG_SPECS.items()}
+ALIASES = {"group.coordinator.shards": "offsets.topic.num.partitions"}
+"""Other names of a setting: ``group.coordinator.shards`` (how many independent state machines
+groups are hashed onto) predates coordinator partitions, which are those state machines."""
+NAME_OF_FIELD = {spec[0]: name for name, spec in CONFIG_SPECS.items() if name not in ALIASES}
 
 GROUP_CONFIGS = (
     "consumer.session.timeout.ms",
@@ -179,6 +187,7 @@ GROUP_CONFIGS = (
 def parse_config(settings: Mapping[str, str]) -> GroupCoordinatorConfig:
     """Build a validated config from Kafka-named settings (unset names keep Kafka's defaults)."""
     values: dict[str, Any] = {}
+    given: dict[str, tuple[str, Any]] = {}  # field -> (the name it was given by, its value)
     for name, text in settings.items():
         spec = CONFIG_SPECS.get(name)
         if spec is None:
@@ -194,6 +203,13 @@ def parse_config(settings: Mapping[str, str]) -> GroupCoordinatorConfig:
             raise ConfigError(f"invalid value {value} for '{name}': must be >= {lo}")
         if isinstance(value, int) and hi is not None and value > hi:
             raise ConfigError(f"invalid value {value} for '{name}': must be <= {hi}")
+        if field_name in given and given[field_name][1] != value:
+            other, before = given[field_name]
+            raise ConfigError(
+                f"'{other}' and '{name}' name the same setting and were given different values "
+                f"({before} and {value})"
+            )
+        given[field_name] = (name, value)
         values[field_name] = value
     config = GroupCoordinatorConfig(**values)
     check_config(config)

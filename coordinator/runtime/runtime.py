@@ -2,8 +2,10 @@
 
 Theory of operation (Kafka's CoordinatorRuntime, reduced to one process):
 
-* Groups are hashed onto ``group.coordinator.shards`` shards (:func:`~.loader.shard_of`); the
-  topic registry is one more state machine. The core is synchronous, so a command runs to
+* Groups are hashed onto ``offsets.topic.num.partitions`` coordinator partitions (Kafka's
+  ``partitionFor``, :func:`coordinator.routing.partition_for`), each a shard: its own state
+  machine and its own log in the store; the topic registry (the cluster log) is one more state
+  machine. The core is synchronous, so a command runs to
   completion on the loop thread and no command ever sees another half-done.
 * Turns (turns.py, Kafka's event accumulator): a command runs at once unless its state machine
   already used its share of this loop iteration or has commands queued; then it queues behind
@@ -75,6 +77,7 @@ from coordinator.core.shard import DeleteGroupResult, GroupDescription
 from coordinator.core.timers import ArmTimer, DueTimer, TimerOp, TimerTable
 from coordinator.core.topics import NewTopic, SnapshotChanges, TopicResult
 from coordinator.factory import Shard, new_cluster, new_shard
+from coordinator.routing import partition_for
 from coordinator.security.acls import AclBinding, AclBindingFilter
 from coordinator.security.metadata import (
     AclCreation,
@@ -88,7 +91,7 @@ from legacy_bridge import messages as cm
 from .assignors import make_assignors
 from .clock import ManualClock, SystemClock
 from .ids import RandomIds
-from .loader import LoadStats, load_into, shard_of
+from .loader import LoadStats, load_into
 from .offload import AssignorPool
 from .store import RecordStore, StoredRecord, StoreLostError, StoreWriteError
 from .storewatch import StoreWatch, rescue
@@ -200,9 +203,14 @@ class CoordinatorRuntime:
         )
         # Metrics and tracing (coordinator/observability): None when both are off.
         self.observer = observer
+        if store.partitions != config.offsets_topic_partitions:
+            raise ValueError(
+                f"the store has {store.partitions} partitions, the config "
+                f"{config.offsets_topic_partitions} (offsets.topic.num.partitions)"
+            )
+        self.shard_count = store.partitions
         if observer is not None:
-            assignors = observer.attach(config.shards, assignors)
-        self.shard_count = config.shards
+            assignors = observer.attach(self.shard_count, assignors)
         self.shards: list[Shard] = [
             new_shard(config=config, assignors=assignors, ids=self.ids)
             for _ in range(self.shard_count)
@@ -857,10 +865,10 @@ class CoordinatorRuntime:
         self.stats["timers_fired"] += 1
         if self.observer is not None:  # how late, in timer time (the deadline's clock)
             late_ms = self.clock.monotonic_ms() - due.deadline_ms
-            self.observer.timer_fired(_kind, shard_of(group_id, self.shard_count), late_ms / 1000)
+            self.observer.timer_fired(_kind, self.shard_index(group_id), late_ms / 1000)
         try:
             _resp, batch = self._execute(
-                shard_of(group_id, self.shard_count), lambda s: s.on_timer(due, now_ms)
+                self.shard_index(group_id), lambda s: s.on_timer(due, now_ms)
             )
         except CoordinatorError as exc:
             log.warning("Timer %s failed: %s", due.key, exc.message)
@@ -954,7 +962,8 @@ class CoordinatorRuntime:
     # ------------------------------------------------------------------ typed API
 
     def shard_index(self, group_id: str) -> int:
-        return shard_of(group_id, self.shard_count)
+        """The group's coordinator partition: its shard."""
+        return partition_for(group_id, self.shard_count)
 
     async def heartbeat(self, req: ConsumerGroupHeartbeat) -> ConsumerGroupHeartbeatResponse:
         now = self.clock.now_ms()

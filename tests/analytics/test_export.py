@@ -11,16 +11,19 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
+from builders import stored_journal
 
 from coordinator.analytics.export import ExportError, export_journal, parse_time
 from coordinator.analytics.schema import COLUMNS, RECORD_TYPES, SCHEMA, SCHEMA_VERSION, ExportInfo
 from coordinator.core import codec
+from coordinator.routing import partition_for
 from coordinator.runtime.store import SqliteRecordStore
 
 
 def _journal(store_dir: Path) -> list[Any]:
+    """Every log's journal in turn: the order of the export's rows."""
     with SqliteRecordStore(store_dir, read_only=True) as s:
-        return list(s.journal())
+        return stored_journal(s)
 
 
 def test_every_journal_record_is_one_row_with_its_typed_columns(workload: dict[str, Any]) -> None:
@@ -28,7 +31,12 @@ def test_every_journal_record_is_one_row_with_its_typed_columns(workload: dict[s
     assert table.schema.equals(SCHEMA)
     entries = _journal(workload["store"])
     rows = table.to_pylist()
-    assert [r["offset"] for r in rows] == [e.offset for e in entries]
+    assert [(r["shard"], r["offset"]) for r in rows] == [
+        (None if e.partition == -1 else e.partition, e.offset) for e in entries
+    ]
+    assert {r["shard"] for r in rows if r["group_id"] is not None} == {
+        partition_for(r["group_id"], 4) for r in rows if r["group_id"] is not None
+    }
     info = workload["info"]
     assert info.complete and info.rows == len(entries) and info.schema_version == SCHEMA_VERSION
     names = {r["topic_id"]: r["topic"] for r in rows if r["record_type_id"] == 1100}
@@ -86,7 +94,7 @@ def test_since_until_cut_by_record_time(workload: dict[str, Any], tmp_path: Path
     end = entries[3 * len(entries) // 4].timestamp_ms
     r = export_journal(workload["store"], tmp_path / "cut.parquet", since_ms=mid, until_ms=end)
     got = [row["offset"] for row in pq.read_table(tmp_path / "cut.parquet").to_pylist()]
-    assert got == [e.offset for e in entries if mid <= e.timestamp_ms < end]
+    assert got == [e.offset for e in entries if mid <= e.timestamp_ms < end]  # in log order
     assert not r.info.complete and r.info.since_ms == mid and r.info.until_ms == end
     assert r.info.first_offset == got[0] and r.info.last_offset == got[-1]
     assert parse_time("2026-11-23T00:00:00Z") == 1_795_392_000_000
@@ -120,7 +128,7 @@ def test_an_undecodable_record_names_its_offset(tmp_path: Path) -> None:
     store.append([StoredRecord(good[0], good[1], None)], 1000)
     store.append([StoredRecord(b'[3,"g"]', b"[0,{not json", "g")], 2000)
     store.close()
-    with pytest.raises(ExportError, match="offset 1 does not decode"):
+    with pytest.raises(ExportError, match="offset 0 of log 3 does not decode"):
         export_journal(tmp_path / "s", tmp_path / "x.parquet")
     assert not (tmp_path / "x.parquet").exists()
     assert not (tmp_path / "x.parquet.partial").exists()
@@ -133,7 +141,7 @@ def test_retention_trim_is_warned_and_the_export_is_partial(tmp_path: Path) -> N
     for i in range(5):
         key, value = codec.encode(codec.decode(b'[3,"g"]', f'[0,{i + 1},"cgp_1"]'.encode()))
         store.append([StoredRecord(key, value, "g")], 1000 * (i + 1))
-    assert store.expire_journal(2500) == 2  # offsets 0 and 1 are gone
+    assert store.expire_journal(2500) == 2  # offsets 0 and 1 of g's partition are gone
     store.close()
     warnings: list[str] = []
     r = export_journal(tmp_path / "s", tmp_path / "x.parquet", since_ms=0, warn=warnings.append)

@@ -604,16 +604,16 @@ def test_find_coordinator_answers_the_advertised_address(start_server) -> None:
 def test_concurrent_joins_on_many_shards_reach_their_callers(start_server) -> None:
     """Regression (#12 item 0): parked classic requests are numbered per shard; two shards'
     waiters used to share one table keyed by that number, so callers received another group's
-    JoinGroup answer or none. 12 two-step joins on 12 new groups spread over the default 4
-    shards, all parked at once: every caller gets its own group's answer."""
-    from coordinator.runtime.loader import shard_of
+    JoinGroup answer or none. 12 two-step joins on 12 new groups spread over the default 50
+    coordinator partitions, all parked at once: every caller gets its own group's answer."""
+    from coordinator.routing import partition_for
 
     s: ServerProcess = start_server(
         None, "--set", "group.initial.rebalance.delay.ms=300", clock="system"
     )
     s.create_topic("cl-many", 4)
     groups = [f"g-many-{n}" for n in range(12)]
-    assert len({shard_of(g, 4) for g in groups}) == 4  # the groups really span every shard
+    assert len({partition_for(g, 50) for g in groups}) == 12  # each group its own shard
     clients = [Classic(s, g, ["cl-many"]) for g in groups]
     members = [c.new_member("m") for c in clients]
     futures = [c.join_future(mid, "m") for c, mid in zip(clients, members, strict=True)]

@@ -78,7 +78,7 @@ async def test_kafka_requests_have_the_grpc_span_tree_and_kafka_api_names(
         config=parse_config(
             {"group.coordinator.shards": "2", "group.consumer.assignment.interval.ms": "0"}
         ),
-        store=MemoryRecordStore(),
+        store=MemoryRecordStore(partitions=2),
         clock=ManualClock(1_000_000),
         ids=SequentialIds(),
         assignors=[UniformAssignor()],

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from builders import stored
 
 from coordinator.cli import main
 from coordinator.core import codec
@@ -87,7 +88,7 @@ def test_kip848_replay_and_dump_read_the_golden_log(
     assert replayed["groups"] == len(groups)
     assert replayed["topics"] == len(expected.get("topics", {}))
     with SqliteRecordStore.in_data_dir(data, read_only=True) as store:
-        compacted = [(rec.key, rec.value) for _offset, rec in store.load()]
+        compacted = [(rec.key, rec.value) for rec in stored(store)]
     assert replayed["records"] == len(compacted)
     assert main(["dump", "--data-dir", str(data), "--output", "json"]) == 0
     dumped = [json.loads(line) for line in capsys.readouterr().out.splitlines()]

@@ -12,6 +12,7 @@ from coordinator.cli import main
 from coordinator.core.commands import ConsumerGroupHeartbeat
 from coordinator.core.config import parse_config
 from coordinator.core.topics import NewTopic
+from coordinator.routing import partition_for
 from coordinator.runtime import CoordinatorRuntime, ManualClock
 from coordinator.runtime.store import SqliteRecordStore, StoredRecord
 
@@ -77,7 +78,7 @@ def test_config_file_values_are_validated(
 
 def _small_store(data_dir: Path) -> dict:
     async def build() -> dict:
-        store = SqliteRecordStore(data_dir)
+        store = SqliteRecordStore(data_dir, partitions=2)
         rt = CoordinatorRuntime(
             config=parse_config({"group.coordinator.shards": "2"}),
             store=store,
@@ -110,7 +111,9 @@ def test_dump_and_replay(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     code, out, _ = run(capsys, "dump", "--data-dir", str(data))
     lines = out.splitlines()
     assert code == 0
-    assert lines[0].startswith("0\tTopic(name='t') -> TopicValue(")
+    assert lines[0].startswith("-1/0\tTopic(name='t') -> TopicValue(")  # the cluster log first
+    g = partition_for("g", 2)
+    assert all(line.startswith(f"{g}/") for line in lines[1:])  # then g's partition
     assert any(
         "GroupConfig(group_id='g', name='consumer.session.timeout.ms')" in line for line in lines
     )
@@ -119,12 +122,14 @@ def test_dump_and_replay(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     assert code == 0 and len(records) == len(lines)
     topic_id = records[0]["value"]["topic_id"]
     assert records[0] == {
+        "partition": -1,
         "offset": 0,
         "type": "Topic",
         "key": {"name": "t"},
         "value": {"topic_id": topic_id, "num_partitions": 4, "partition_racks": {}},
     }
     assert {
+        "partition": g,
         "offset": records[-1]["offset"],
         "type": "GroupConfig",
         "key": {"group_id": "g", "name": "consumer.session.timeout.ms"},
@@ -141,7 +146,9 @@ def test_dump_and_replay(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     }
     code, out, _ = run(capsys, "dump", "--data-dir", str(data), "--journal", "--output", "json")
     entries = [json.loads(line) for line in out.splitlines()]
-    assert code == 0 and [e["offset"] for e in entries] == list(range(len(entries)))
+    assert code == 0 and [(e["partition"], e["offset"]) for e in entries] == [(-1, 0)] + [
+        (g, n) for n in range(len(entries) - 1)
+    ]
     assert len(entries) > len(lines)  # the journal keeps overwritten records too
     assert all(isinstance(e["timestamp_ms"], int) and "type" in e for e in entries)
 
@@ -183,7 +190,7 @@ def test_dump_shows_an_undecodable_record(
     last = json.loads(out.splitlines()[-1])
     assert code == 0
     assert last["error"].startswith('<undecodable: cannot decode record key=b\'[5,"g","x"]\'')
-    assert set(last) == {"offset", "error"}
+    assert set(last) == {"partition", "offset", "error"}
 
 
 def test_replay_of_a_missing_store(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -91,7 +91,7 @@ def test_config_file_is_strict(tmp_path: Path, capsys: pytest.CaptureFixture[str
 def test_the_servers_own_settings_are_accepted_and_left_to_it(tmp_path: Path) -> None:
     path = tmp_path / "c.properties"
     path.write_text("kafka.listen=127.0.0.1:0\ngroup.coordinator.shards=2\n")
-    assert build_config(str(path), ["connections.max.idle.ms=1000"]).shards == 2
+    assert build_config(str(path), ["connections.max.idle.ms=1000"]).offsets_topic_partitions == 2
     with pytest.raises(UsageError, match="connections.max.idle.ms': out of range"):
         build_config(str(path), [f"connections.max.idle.ms={2**63}"])
 
@@ -110,13 +110,14 @@ def test_a_kafka_server_properties(caplog: pytest.LogCaptureFixture) -> None:
         offsets_retention_minutes=20_160,
         offset_metadata_max_bytes=4_096,
         num_partitions=3,  # CreateTopics' default partition count, as the broker's
+        offsets_topic_partitions=50,  # the broker's __consumer_offsets partitions
     )
     taken = (
         "group.consumer.assignors, group.consumer.heartbeat.interval.ms, "
         "group.consumer.migration.policy, group.consumer.min.heartbeat.interval.ms, "
         "group.consumer.min.session.timeout.ms, group.consumer.session.timeout.ms, "
         "group.initial.rebalance.delay.ms, num.partitions, offset.metadata.max.bytes, "
-        "offsets.retention.minutes, socket.request.max.bytes"
+        "offsets.retention.minutes, offsets.topic.num.partitions, socket.request.max.bytes"
     )
     ignored = sorted(
         r.getMessage().split(": ignored ")[1].removesuffix(" (not a coordinator setting)")
@@ -139,7 +140,6 @@ def test_a_kafka_server_properties(caplog: pytest.LogCaptureFixture) -> None:
         "num.io.threads",
         "num.network.threads",
         "num.recovery.threads.per.data.dir",
-        "offsets.topic.num.partitions",
         "offsets.topic.replication.factor",
         "process.roles",
         "sasl.jaas.config",
@@ -153,8 +153,8 @@ def test_a_kafka_server_properties(caplog: pytest.LogCaptureFixture) -> None:
     assert [(r.levelno, r.getMessage()) for r in caplog.records if r.levelno == logging.INFO] == [
         (
             logging.INFO,
-            f"{KAFKA_SERVER_PROPERTIES}: 11 coordinator settings taken ({taken}); "
-            "25 keys that are not the coordinator's ignored",
+            f"{KAFKA_SERVER_PROPERTIES}: 12 coordinator settings taken ({taken}); "
+            "24 keys that are not the coordinator's ignored",
         )
     ]
     debug = {r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG}
@@ -172,7 +172,7 @@ def test_precedence_server_properties_then_config_file_then_set(tmp_path: Path) 
     path = tmp_path / "c.properties"
     path.write_text("group.consumer.session.timeout.ms=40000\ngroup.coordinator.shards=3\n")
     config = build_config(str(path), ["group.coordinator.shards=5"], str(KAFKA_SERVER_PROPERTIES))
-    assert (config.consumer_session_timeout_ms, config.shards) == (40_000, 5)
+    assert (config.consumer_session_timeout_ms, config.offsets_topic_partitions) == (40_000, 5)
     assert config.consumer_heartbeat_interval_ms == 4_000  # from server.properties
 
 

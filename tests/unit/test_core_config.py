@@ -8,6 +8,7 @@ import dataclasses
 import pytest
 
 from coordinator.core.config import (
+    ALIASES,
     CONFIG_SPECS,
     GROUP_CONFIGS,
     INT_MAX,
@@ -51,7 +52,23 @@ def test_defaults_match_kafka() -> None:
 def test_every_field_has_a_kafka_name() -> None:
     names = {f.name for f in dataclasses.fields(GroupCoordinatorConfig)}
     assert {spec[0] for spec in CONFIG_SPECS.values()} == names
-    assert set(config_items(GroupCoordinatorConfig())) == set(CONFIG_SPECS)
+    assert set(config_items(GroupCoordinatorConfig())) == set(CONFIG_SPECS) - set(ALIASES)
+
+
+def test_coordinator_partitions_have_kafkas_name_and_default_and_an_older_name() -> None:
+    assert GroupCoordinatorConfig().offsets_topic_partitions == 50  # Kafka's default
+    by_kafka = parse_config({"offsets.topic.num.partitions": "8"})
+    assert by_kafka == parse_config({"group.coordinator.shards": "8"})
+    assert by_kafka.offsets_topic_partitions == 8
+    assert parse_config({"offsets.topic.num.partitions": "8", "group.coordinator.shards": "8"})
+    with pytest.raises(ConfigError) as info:
+        parse_config({"offsets.topic.num.partitions": "8", "group.coordinator.shards": "4"})
+    assert str(info.value) == (
+        "'offsets.topic.num.partitions' and 'group.coordinator.shards' name the same setting "
+        "and were given different values (8 and 4)"
+    )
+    assert config_items(by_kafka)["offsets.topic.num.partitions"] == "8"
+    assert "group.coordinator.shards" not in config_items(by_kafka)
 
 
 def test_empty_settings_give_the_defaults() -> None:
@@ -197,7 +214,7 @@ def test_bounds_are_inclusive() -> None:
     )
     assert (
         c.consumer_max_size,
-        c.shards,
+        c.offsets_topic_partitions,
         c.consumer_regex_refresh_interval_ms,
         c.offset_metadata_max_bytes,
     ) == (2**31 - 1, 1024, 10_000, 0)

@@ -19,7 +19,7 @@ from coordinator.core.errors import CoordinatorNotAvailableError, GroupIdNotFoun
 from coordinator.core.topics import NewTopic
 from coordinator.harness import Harness, subscription
 from coordinator.runtime import CoordinatorRuntime, RuntimeState
-from coordinator.runtime.store import MemoryRecordStore, StoredRecord
+from coordinator.runtime.store import MemoryRecordStore, StoredRecord, log_ids
 from legacy_bridge import messages as m
 
 META = subscription(["foo"])
@@ -125,7 +125,7 @@ def test_downgrade_when_the_last_consumer_member_leaves_follows_the_policy(polic
 
 
 async def started(store: MemoryRecordStore) -> CoordinatorRuntime:
-    rt = make_runtime(store, 2, **{"group.initial.rebalance.delay.ms": "0"})
+    rt = make_runtime(store, **{"group.initial.rebalance.delay.ms": "0"})
     await rt.start()
     return rt
 
@@ -191,13 +191,26 @@ async def test_restart_after_every_batch_of_an_upgrade_and_downgrade() -> None:
     every command remember the durable snapshot and the journal length; then load every journal
     prefix that ends on a batch boundary into a fresh runtime: it must equal the snapshot taken
     when that prefix was the whole store (so any crash point restarts into a consistent group)."""
-    store = MemoryRecordStore()
+    store = MemoryRecordStore(partitions=2)
+    logs = log_ids(store.partitions)
+    cuts: list[tuple[int, ...]] = []  # after each durable batch: every log's last offset
+    real_append = store.append
+
+    def append(records: Any, timestamp_ms: int) -> dict[int, int]:
+        last = real_append(records, timestamp_ms)
+        cuts.append(cut())
+        return last
+
+    def cut() -> tuple[int, ...]:
+        return tuple(store.last_offset(log) for log in logs)
+
+    store.append = append  # type: ignore[method-assign]
     seed(store)
     rt = await started(store)
-    points: dict[int, tuple[str, Any]] = {}
+    points: dict[tuple[int, ...], tuple[str, Any]] = {}
 
     def mark() -> None:
-        points[store.last_offset()] = (kind(rt), rt.snapshot())
+        points[cut()] = (kind(rt), rt.snapshot())
 
     await rt.create_topics([NewTopic(name="foo", num_partitions=4)])
     mark()
@@ -250,25 +263,23 @@ async def test_restart_after_every_batch_of_an_upgrade_and_downgrade() -> None:
     assert sync.assignment == (asg(0, 1) if leader == "A" else asg(2, 3))
     mark()
     await rt.close()
-    batch_sizes = list(store.batch_sizes)
+    assert len(cuts) >= 8 and len(cuts) == len(store.batch_sizes)  # the seed is the first batch
     store = store.reopen()
-    journal = list(store.journal())
-    assert len(batch_sizes) >= 8 and sum(batch_sizes) == len(journal)  # the seed is the first batch
-    boundaries = []  # the last offset of each batch: the crash points
-    for size in batch_sizes:
-        boundaries.append((boundaries[-1] if boundaries else -1) + size)
+    journals = {log: list(store.journal(log)) for log in logs}
+    assert sum(len(j) for j in journals.values()) == sum(n + 1 for n in cuts[-1])
     kinds = set()
-    for last in boundaries:
-        prefix = MemoryRecordStore()
-        for e in journal[: last + 1]:
-            prefix.append([StoredRecord(e.key, e.value, e.group_id)], e.timestamp_ms)
+    for last in cuts:  # every batch boundary is a crash point
+        prefix = MemoryRecordStore(partitions=store.partitions)
+        for log, through in zip(logs, last, strict=True):
+            for e in journals[log][: through + 1]:
+                prefix.append([StoredRecord(e.key, e.value, e.group_id)], e.timestamp_ms)
         rt = await started(prefix)
         if last in points:
-            assert (kind(rt), rt.snapshot()) == points[last], f"prefix ending at offset {last}"
+            assert (kind(rt), rt.snapshot()) == points[last], f"prefix ending at {last}"
         kinds.add(kind(rt))
         await rt.close()
     assert kinds == {"classic", "consumer"}
-    assert set(points) <= set(boundaries)
+    assert set(points) <= set(cuts)
 
 
 def test_upgrade_during_a_rebalance_reads_a_new_members_own_protocol() -> None:

@@ -104,7 +104,7 @@ async def started_runtime(observer: RuntimeObserver) -> CoordinatorRuntime:
         config=parse_config(
             {"group.coordinator.shards": "2", "group.consumer.assignment.interval.ms": "0"}
         ),
-        store=MemoryRecordStore(),
+        store=MemoryRecordStore(partitions=2),
         clock=ManualClock(1_000_000),
         ids=SequentialIds(),
         assignors=[UniformAssignor()],
@@ -332,7 +332,7 @@ async def test_a_timer_is_as_late_as_its_deadline_in_timer_time_says() -> None:
                 "group.consumer.heartbeat.interval.ms": "100",
             }
         ),
-        store=MemoryRecordStore(),
+        store=MemoryRecordStore(partitions=1),
         clock=SystemClock(),
         assignors=[UniformAssignor()],
         observer=RuntimeObserver(metrics),

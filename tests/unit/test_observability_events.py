@@ -74,7 +74,7 @@ async def test_rebalances_are_counted_by_the_primary_cause_of_the_cores_events(
     """Every cause the core gives, and only bumps that became durable: the metric and the log
     lines of the runtime (the core's GROUP_EPOCH_BUMPED events) say the same."""
     caplog.set_level(logging.INFO, logger="kip848")
-    store = MemoryRecordStore()
+    store = MemoryRecordStore(partitions=2)
     metrics = CoordinatorMetrics(process_collectors=False)
     rt = await started(store, metrics)
     try:
@@ -138,7 +138,7 @@ async def spin_until(done: asyncio.Future[object]) -> None:
 
 async def test_classic_rebalance_duration_runs_from_preparing_rebalance_to_stable() -> None:
     metrics = CoordinatorMetrics(process_collectors=False)
-    rt = await started(MemoryRecordStore(), metrics)
+    rt = await started(MemoryRecordStore(partitions=2), metrics)
     classic = {"group_type": "classic"}
     try:
         first = await rt.classic_join(classic_join())
@@ -196,7 +196,7 @@ async def test_classic_rebalance_duration_runs_from_preparing_rebalance_to_stabl
 
 async def test_the_gauges_read_each_shards_census() -> None:
     metrics = CoordinatorMetrics(process_collectors=False)
-    rt = await started(MemoryRecordStore(), metrics)
+    rt = await started(MemoryRecordStore(partitions=2), metrics)
     try:
         await rt.create_topics([NewTopic(name="orders", num_partitions=2)])
         a = await rt.heartbeat(join("A", ("orders",)))

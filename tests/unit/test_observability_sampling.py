@@ -77,7 +77,7 @@ async def table() -> AsyncIterator[Table]:
     metrics = CoordinatorMetrics(process_collectors=False)
     rt = CoordinatorRuntime(
         config=parse_config({"group.coordinator.shards": "2"}),
-        store=MemoryRecordStore(),
+        store=MemoryRecordStore(partitions=2),
         clock=ManualClock(1_000_000),
         assignors=[UniformAssignor()],
         observer=RuntimeObserver(metrics),

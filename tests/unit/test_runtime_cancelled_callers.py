@@ -18,8 +18,8 @@ from coordinator.runtime.store import MemoryRecordStore
 
 
 async def test_a_cancelled_caller_leaves_its_batch_and_the_writer_alone() -> None:
-    store = MemoryRecordStore()
-    rt = await started(make_runtime(store, shards=1))
+    store = MemoryRecordStore(partitions=1)
+    rt = await started(make_runtime(store))
     await rt.create_topics([NewTopic(name="t", num_partitions=8)])
     store.hold_appends()
     first = asyncio.ensure_future(rt.heartbeat(join("g0")))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from builders import START_MS, beat, join, make_runtime
+from builders import START_MS, beat, join, make_runtime, stored
 
 from assignors.uniform import UniformAssignor
 from coordinator.core import codec
@@ -17,22 +17,13 @@ from coordinator.core.errors import (
     GroupIdNotFoundError,
 )
 from coordinator.core.topics import NewTopic
-from coordinator.runtime import CoordinatorRuntime, RuntimeState, shard_of
+from coordinator.runtime import CoordinatorRuntime, RuntimeState
 from coordinator.runtime.store import MemoryRecordStore
 
 
 async def started(rt: CoordinatorRuntime) -> CoordinatorRuntime:
     await rt.start()
     return rt
-
-
-def test_shard_hash_is_stable() -> None:
-    # Fixed forever (CRC-32 of the UTF-8 group id): changing them would move groups between
-    # shards across versions. Python's salted hash() would differ per process.
-    groups = ("g", "group-1", "orders", "")
-    assert [shard_of(g, 4) for g in groups] == [2, 0, 2, 0]
-    assert [shard_of(g, 16) for g in groups] == [6, 8, 14, 0]
-    assert shard_of("group-1", 1) == 0
 
 
 async def test_join_is_durable_and_answered() -> None:
@@ -42,15 +33,15 @@ async def test_join_is_durable_and_answered() -> None:
     resp = await rt.heartbeat(join("g"))
     assert resp.member_id == "member-2"
     assert resp.member_epoch == 1
-    loaded = [codec.decode(r.key, r.value).group_id for _o, r in store.load()]
+    loaded = [codec.decode(r.key, r.value).group_id for r in stored(store)]
     assert None in loaded and "g" in loaded
     await rt.close()
     assert rt.state is RuntimeState.CLOSED
 
 
 async def test_group_commit_batches_concurrent_commands() -> None:
-    store = MemoryRecordStore()
-    rt = await started(make_runtime(store, shards=4))
+    store = MemoryRecordStore(partitions=4)
+    rt = await started(make_runtime(store))
     await rt.create_topics([NewTopic(name="t", num_partitions=8)])
     assert store.batch_sizes and len(store.batch_sizes) == 1
     store.hold_appends()
@@ -110,8 +101,8 @@ def event_lines(caplog: pytest.LogCaptureFixture) -> list[tuple[str, str, dict[s
 async def test_log_lines_are_written_only_once_durable(caplog: pytest.LogCaptureFixture) -> None:
     """The core's events are logged after their batch is durable: a held write logs nothing
     yet, a failed write (rolled back) never logs, and a successful one logs with its fields."""
-    store = MemoryRecordStore()
-    rt = await started(make_runtime(store, shards=1))
+    store = MemoryRecordStore(partitions=1)
+    rt = await started(make_runtime(store))
     await rt.create_topics([NewTopic(name="t", num_partitions=2)])
     await rt.heartbeat(join("g", member_id="a"))
     caplog.set_level("INFO", logger="kip848.runtime")
@@ -142,8 +133,8 @@ async def test_log_lines_are_written_only_once_durable(caplog: pytest.LogCapture
 
 
 async def test_failure_also_fails_later_unpersisted_work() -> None:
-    store = MemoryRecordStore()
-    rt = await started(make_runtime(store, shards=4))
+    store = MemoryRecordStore(partitions=4)
+    rt = await started(make_runtime(store))
     await rt.create_topics([NewTopic(name="t", num_partitions=2)])
     before = rt.snapshot()
     store.hold_appends()
@@ -202,7 +193,7 @@ async def test_superseded_timer_does_not_fire() -> None:
 
 
 async def test_timer_touched_by_undurable_command_is_deferred() -> None:
-    store = MemoryRecordStore()
+    store = MemoryRecordStore(partitions=1)  # "other" and "g" on one shard
     rt = await started(make_runtime(store))
     await rt.create_topics([NewTopic(name="t", num_partitions=2)])
     resp = await rt.heartbeat(join("g"))
@@ -243,7 +234,7 @@ async def test_load_in_progress_and_restart_equals_state() -> None:
     before = rt.snapshot()
     await rt.close()
     # restart with a different shard count: records are routed by group id
-    rt2 = make_runtime(store.reopen(), shards=3)
+    rt2 = make_runtime(store.reopen())
     stats = await rt2.start()
     assert rt2.snapshot() == before
     assert stats.groups == 1 and stats.topics == 1

@@ -19,6 +19,7 @@ from coordinator.core import codec
 from coordinator.core import records as r
 from coordinator.core.errors import CoordinatorNotAvailableError
 from coordinator.core.topics import NewTopic
+from coordinator.routing import partition_for
 from coordinator.runtime.store import MemoryRecordStore
 
 BATCHING = {"group.consumer.assignment.interval.ms": "1000"}
@@ -27,7 +28,7 @@ BATCHING = {"group.consumer.assignment.interval.ms": "1000"}
 def targets_written(store: MemoryRecordStore, group_id: str) -> list[int]:
     """The assignment epochs of the group's target metadata records, in journal order."""
     out = []
-    for entry in store.journal():
+    for entry in store.journal(partition_for(group_id, store.partitions)):
         if entry.value is None or entry.group_id != group_id:
             continue
         rec = codec.decode(entry.key, entry.value)
@@ -37,8 +38,8 @@ def targets_written(store: MemoryRecordStore, group_id: str) -> list[int]:
 
 
 async def burst(members: int, partitions: int, **settings: str) -> None:
-    store = MemoryRecordStore()
-    rt = await started(make_runtime(store, shards=1, **BATCHING, **settings))
+    store = MemoryRecordStore(partitions=1)
+    rt = await started(make_runtime(store, **BATCHING, **settings))
     try:
         (topic,) = await rt.create_topics([NewTopic(name="t", num_partitions=partitions)])
         answers = await asyncio.wait_for(
@@ -73,8 +74,8 @@ async def test_a_burst_of_joins_gets_one_target_computed_off_the_loop() -> None:
 
 async def test_with_batching_off_the_first_member_is_answered_in_its_heartbeat() -> None:
     """Interval 0 (before Kafka 4.3): every join computes a target, nothing is parked."""
-    store = MemoryRecordStore()
-    rt = await started(make_runtime(store, shards=1))
+    store = MemoryRecordStore(partitions=1)
+    rt = await started(make_runtime(store))
     try:
         await rt.create_topics([NewTopic(name="t", num_partitions=4)])
         first = await rt.heartbeat(join("g", member_id="a"))
@@ -87,9 +88,9 @@ async def test_with_batching_off_the_first_member_is_answered_in_its_heartbeat()
 
 
 async def test_parked_joins_are_answered_when_the_coordinator_shuts_down() -> None:
-    store = MemoryRecordStore()
+    store = MemoryRecordStore(partitions=1)
     rt = await started(
-        make_runtime(store, shards=1, **BATCHING, **{"group.initial.rebalance.delay.ms": "60000"})
+        make_runtime(store, **BATCHING, **{"group.initial.rebalance.delay.ms": "60000"})
     )
     await rt.create_topics([NewTopic(name="t", num_partitions=4)])
 

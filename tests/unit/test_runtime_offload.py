@@ -67,8 +67,8 @@ async def test_the_runtime_computes_a_big_groups_target_in_a_worker() -> None:
     from coordinator.core.topics import NewTopic
     from coordinator.runtime.store import MemoryRecordStore
 
-    store = MemoryRecordStore()
-    rt = make_runtime(store, shards=1, **{"group.consumer.assignor.offload.min.members": "2"})
+    store = MemoryRecordStore(partitions=1)
+    rt = make_runtime(store, **{"group.consumer.assignor.offload.min.members": "2"})
     await rt.start()
     try:
         await rt.create_topics([NewTopic(name="t", num_partitions=4)])
@@ -92,7 +92,7 @@ async def test_the_runtime_computes_a_big_groups_target_in_a_worker() -> None:
         before = rt.snapshot()
     finally:
         await rt.close()
-    again = make_runtime(store.reopen(), shards=1)
+    again = make_runtime(store.reopen())
     await again.start()
     try:
         assert again.snapshot() == before

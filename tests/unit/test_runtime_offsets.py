@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from builders import START_MS, commit, join, make_runtime
+from builders import START_MS, commit, join, make_runtime, stored
 
 from coordinator.core import codec
 from coordinator.core import records as r
@@ -30,7 +30,8 @@ from coordinator.core.offsets import (
     TopicResult,
 )
 from coordinator.core.topics import NewTopic
-from coordinator.runtime import CoordinatorRuntime, shard_of
+from coordinator.routing import partition_for
+from coordinator.runtime import CoordinatorRuntime
 from coordinator.runtime.runtime import EXPIRE_OFFSETS
 from coordinator.runtime.store import MemoryRecordStore
 
@@ -55,7 +56,7 @@ def ok(topic: str, topic_id: str, *partitions: int) -> TopicResult:
 def stored_offsets(store: MemoryRecordStore) -> dict[tuple[str, str, int], int]:
     """(group, topic, partition) -> offset, decoded from the store's compacted view."""
     out = {}
-    for _offset, rec in store.load():
+    for rec in stored(store):
         record = codec.decode(rec.key, rec.value)
         if isinstance(record.key, r.OffsetCommitKey):
             out[(record.key.group_id, record.key.topic, record.key.partition)] = record.value.offset  # type: ignore[union-attr]
@@ -150,7 +151,7 @@ async def test_fetch_of_many_groups_across_shards_in_request_order() -> None:
     rt = await started(make_runtime(shards=4), ("t", 1))
     tid = rt.registry.topics["t"].topic_id
     groups = [f"g{i}" for i in range(8)]
-    assert len({shard_of(g, 4) for g in groups}) > 1
+    assert len({partition_for(g, 4) for g in groups}) > 1
     for i, g in enumerate(groups):
         await rt.offset_commit(commit(g, {("t", 0): i}))
     got = await rt.offset_fetch([OffsetFetchGroup(group_id=g) for g in reversed(groups)])
@@ -159,8 +160,8 @@ async def test_fetch_of_many_groups_across_shards_in_request_order() -> None:
 
 
 async def test_delete_groups_routes_each_id_and_keeps_request_order() -> None:
-    store = MemoryRecordStore()
-    rt = await started(make_runtime(store, shards=4), ("t", 1))
+    store = MemoryRecordStore(partitions=4)
+    rt = await started(make_runtime(store), ("t", 1))
     for g in ("a", "b", "c", "d"):
         await rt.offset_commit(commit(g, {("t", 0): 1}))
     await rt.heartbeat(join("busy", ("t",), "M"))
@@ -179,8 +180,8 @@ async def test_delete_groups_routes_each_id_and_keeps_request_order() -> None:
 
 
 async def test_delete_groups_write_failure_is_per_group() -> None:
-    store = MemoryRecordStore()
-    rt = await started(make_runtime(store, shards=1), ("t", 1))
+    store = MemoryRecordStore(partitions=1)
+    rt = await started(make_runtime(store), ("t", 1))
     await rt.offset_commit(commit("a", {("t", 0): 1}))
     store.fail_next_appends(1)
     [(gid, code, _message)] = await rt.delete_groups(["a"])
@@ -242,9 +243,9 @@ async def test_one_expiration_timer_per_shard_rearmed_after_each_run() -> None:
 async def test_expiration_deletes_unsubscribed_offsets_and_empty_groups_durably(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    store = MemoryRecordStore()
+    store = MemoryRecordStore(partitions=1)
     settings = {"offsets.retention.minutes": "10", "offsets.retention.check.interval.ms": "60000"}
-    rt = await started(make_runtime(store, shards=1, **settings), ("t", 2), ("u", 1))
+    rt = await started(make_runtime(store, **settings), ("t", 2), ("u", 1))
     await rt.heartbeat(join("live", ("t",), "M"))
     await rt.offset_commit(commit("live", {("t", 0): 1, ("u", 0): 2}, epoch=1, member_id="M"))
     await rt.offset_commit(commit("simple", {("t", 1): 3}))
@@ -289,10 +290,8 @@ def events(caplog: pytest.LogCaptureFixture) -> list[tuple[str, str, dict[str, o
 
 
 async def test_the_expiration_survives_a_failed_write() -> None:
-    store = MemoryRecordStore()
-    rt = await started(
-        make_runtime(store, shards=1, **{"offsets.retention.minutes": "1"}), ("t", 1)
-    )
+    store = MemoryRecordStore(partitions=1)
+    rt = await started(make_runtime(store, **{"offsets.retention.minutes": "1"}), ("t", 1))
     await rt.offset_commit(commit("simple", {("t", 0): 3}))
     store.fail_next_appends(1)
     await rt.advance_time(10 * MINUTE)  # the expiration's write fails
@@ -304,8 +303,8 @@ async def test_the_expiration_survives_a_failed_write() -> None:
 
 
 async def test_deleting_a_topic_deletes_its_offsets_in_the_same_batch() -> None:
-    store = MemoryRecordStore()
-    rt = await started(make_runtime(store, shards=4), ("t", 1), ("keep", 1))
+    store = MemoryRecordStore(partitions=4)
+    rt = await started(make_runtime(store), ("t", 1), ("keep", 1))
     for g in ("a", "b", "c", "d"):
         await rt.offset_commit(commit(g, {("t", 0): 1, ("keep", 0): 2}))
     batches = len(store.batch_sizes)

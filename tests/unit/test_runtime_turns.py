@@ -11,14 +11,14 @@ import contextvars
 import time
 
 import pytest
-from builders import beat, classic_join_req, classic_record, join, make_runtime
+from builders import beat, classic_join_req, classic_record, join, make_runtime, written
 from test_runtime_core import started
 
 from coordinator.core import codec
 from coordinator.core.commands import ConsumerGroupHeartbeat
 from coordinator.core.errors import CoordinatorNotAvailableError, ErrorCode
 from coordinator.core.topics import NewTopic
-from coordinator.runtime import shard_of
+from coordinator.routing import partition_for
 from coordinator.runtime.store import MemoryRecordStore, StoredRecord
 from coordinator.runtime.turns import Turns
 from legacy_bridge import messages as m
@@ -109,10 +109,10 @@ async def test_a_queued_command_whose_caller_went_away_is_not_run() -> None:
 
 
 async def test_a_join_storm_in_one_shard_does_not_hold_up_another_shards_group() -> None:
-    rt = await started(make_runtime(MemoryRecordStore(), shards=2))
+    rt = await started(make_runtime(MemoryRecordStore(partitions=2)))
     await rt.create_topics([NewTopic(name="t", num_partitions=64)])
-    storm_groups = [g for g in (f"storm-{i}" for i in range(200)) if shard_of(g, 2) == 0]
-    probe_group = next(g for g in (f"probe-{i}" for i in range(100)) if shard_of(g, 2) == 1)
+    storm_groups = [g for g in (f"storm-{i}" for i in range(200)) if partition_for(g, 2) == 0]
+    probe_group = next(g for g in (f"probe-{i}" for i in range(100)) if partition_for(g, 2) == 1)
     done: list[str] = []
 
     async def beat(group: str) -> None:
@@ -170,7 +170,7 @@ async def test_a_heartbeat_runs_at_once_while_only_joins_are_queued() -> None:
 
 
 async def test_in_a_storm_a_members_heartbeat_is_answered_before_the_queued_joins() -> None:
-    rt = await started(make_runtime(MemoryRecordStore(), shards=1))
+    rt = await started(make_runtime(MemoryRecordStore(partitions=1)))
     await rt.create_topics([NewTopic(name="t", num_partitions=64)])
     order: list[str] = []
     first = await rt.heartbeat(join("g", member_id="m-first"))
@@ -204,7 +204,7 @@ async def test_a_parked_sync_answered_in_its_own_turn_is_not_lost() -> None:
     store = MemoryRecordStore()
     key, value = codec.encode(classic_record())  # a Stable classic group: A and B, generation 5
     store.append([StoredRecord(key, value, "grp")], 1)
-    rt = await started(make_runtime(store, 2, **{"group.initial.rebalance.delay.ms": "0"}))
+    rt = await started(make_runtime(store, **{"group.initial.rebalance.delay.ms": "0"}))
     rejoin_a = asyncio.ensure_future(rt.classic_join(classic_join_req("A")))
     for _ in range(5):  # the leader's rejoin starts the rebalance, B's completes it
         await asyncio.sleep(0)
@@ -212,7 +212,7 @@ async def test_a_parked_sync_answered_in_its_own_turn_is_not_lost() -> None:
     joined_a = await asyncio.wait_for(rejoin_a, 5)
     assert (joined_a.generation_id, joined_b.generation_id, joined_a.leader) == (6, 6, "A")
     new_id = (await rt.classic_join(classic_join_req(""))).member_id  # MEMBER_ID_REQUIRED
-    written = store.last_offset()
+    before = written(store)
     await asyncio.sleep(0)  # the turn of that join is over
     sync_b = asyncio.ensure_future(
         rt.classic_sync(m.SyncGroup(group_id="grp", generation_id=6, member_id="B"))
@@ -224,7 +224,7 @@ async def test_a_parked_sync_answered_in_its_own_turn_is_not_lost() -> None:
     rt._turns.charge(rt.shard_index("grp"), 1.0)
     synced = await asyncio.wait_for(sync_b, 5)
     assert synced.error_code == ErrorCode.REBALANCE_IN_PROGRESS
-    assert store.last_offset() == written  # answered without a write
+    assert written(store) == before  # answered without a write
     assert not join_c.done()  # C waits at the new barrier
     join_c.cancel()
     await asyncio.wait_for(rt.close(), 5)

@@ -35,7 +35,7 @@ async def started_runtime(assignment_interval_ms: int = 0) -> CoordinatorRuntime
                 "group.consumer.assignment.interval.ms": str(assignment_interval_ms),
             }
         ),
-        store=MemoryRecordStore(),
+        store=MemoryRecordStore(partitions=2),
         clock=ManualClock(1_000_000),
         ids=SequentialIds(),
         assignors=[UniformAssignor()],

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from builders import stored, written
 
 from coordinator.runtime.store import (
     DATA_FILE_NAME,
@@ -34,7 +35,7 @@ def batch(b: int, n: int = 20, size: int = 1000) -> list[StoredRecord]:
 
 def keys(directory: Path) -> set[bytes]:
     with SqliteRecordStore(directory) as store:
-        return {rec.key for _, rec in store.load()}
+        return {rec.key for rec in stored(store)}
 
 
 def integrity_ok(path: Path) -> bool:
@@ -70,18 +71,18 @@ def test_disk_full_refuses_in_band_and_recovers_when_space_is_freed(
     assert "no space left on the device" in str(exc)
     assert exc.outcome_unknown is False  # SQLite did not commit: nothing of it is visible
     assert not store.failed
-    last = store.last_offset()
+    last = written(store)
     with pytest.raises(StoreWriteError, match="database or disk is full"):
         store.probe_write()
     with pytest.raises(StoreWriteError, match="no space left"):
         store.append(batch(50_000), 1)  # still full: refused again, nothing written
-    assert store.last_offset() == last
+    assert written(store) == last
 
     fs.resize(8192)  # space freed
     store.probe_write()
     store.append(batch(60_000), 2)
     acked.update(r.key for r in batch(60_000))
-    assert store.last_offset() == last + 20
+    assert written(store) == last + 20
     store.close()
     assert keys(data) == acked  # every acknowledged record, none of the refused ones
     assert integrity_ok(data / DATA_FILE_NAME)
@@ -235,7 +236,7 @@ def test_loss_during_an_append_is_noticed_after_its_commit(
     with pytest.raises(StoreLostError, match="was deleted"):
         store.append(batch(1, n=2, size=1), 2)
     monkeypatch.undo()
-    assert store.last_offset() == 6  # the store's own count moved on; no ack was given
+    assert written(store) == 7  # the store's own count moved on; no ack was given
     store.rescue()
     store.close()
     assert keys(data) == {r.key for r in batch(0, n=5) + batch(1, n=2)}

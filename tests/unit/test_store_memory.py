@@ -6,7 +6,9 @@ import threading
 
 import pytest
 
-from coordinator.runtime.store import MemoryRecordStore, StoredRecord, StoreWriteError
+from coordinator.runtime.store import MemoryRecordStore, StoredRecord, StoreWriteError, log_of
+
+LOG = log_of("g", MemoryRecordStore().partitions)
 
 
 def put(key: bytes, value: bytes = b"v") -> StoredRecord:
@@ -14,21 +16,21 @@ def put(key: bytes, value: bytes = b"v") -> StoredRecord:
 
 
 def keys(store: MemoryRecordStore) -> list[bytes]:
-    return [rec.key for _, rec in store.load()]
+    return [rec.key for _, rec in store.load(LOG)]
 
 
 def test_fail_next_appends() -> None:
     store = MemoryRecordStore()
     cause = ConnectionError("nfs went away")
     store.fail_next_appends(2, cause)
-    assert store.append([], 1) == -1  # an empty batch writes nothing, so cannot fail
+    assert store.append([], 1) == {}  # an empty batch writes nothing, so cannot fail
     for _ in range(2):
         with pytest.raises(StoreWriteError, match="nfs went away") as info:
             store.append([put(b"a")], 1)
         assert info.value.__cause__ is cause
         assert info.value.outcome_unknown is False
-    assert store.last_offset() == -1 and keys(store) == []
-    assert store.append([put(b"a")], 2) == 0
+    assert store.last_offset(LOG) == -1 and keys(store) == []
+    assert store.append([put(b"a")], 2) == {LOG: 0}
     assert store.batch_sizes == [1]
 
 
@@ -51,14 +53,14 @@ def test_fault_with_unknown_outcome_writes_then_stops_the_store() -> None:
         store.append([put(b"b")], 2)
     restarted = store.reopen()
     assert keys(restarted) == [b"a"]  # the batch did reach the store
-    assert restarted.append([put(b"b")], 2) == 1
+    assert restarted.append([put(b"b")], 2) == {LOG: 1}
 
 
 def test_hold_appends_blocks_the_writer_until_released() -> None:
     store = MemoryRecordStore()
     store.hold_appends()
     done = threading.Event()
-    result: list[int] = []
+    result: list[dict[int, int]] = []
 
     def writer() -> None:
         result.append(store.append([put(b"a"), put(b"b")], 1))
@@ -67,11 +69,11 @@ def test_hold_appends_blocks_the_writer_until_released() -> None:
     thread = threading.Thread(target=writer)
     thread.start()
     assert not done.wait(0.05)
-    assert store.last_offset() == -1 and keys(store) == []
+    assert store.last_offset(LOG) == -1 and keys(store) == []
     store.release_appends()
     assert done.wait(5)
     thread.join(5)
-    assert result == [1] and keys(store) == [b"a", b"b"]
+    assert result == [{LOG: 1}] and keys(store) == [b"a", b"b"]
 
 
 def test_reopen_is_a_restart_over_the_same_data() -> None:
@@ -82,7 +84,7 @@ def test_reopen_is_a_restart_over_the_same_data() -> None:
     with pytest.raises(StoreWriteError, match="closed"):
         store.append([put(b"x")], 3)
     assert keys(restarted) == [b"a", b"b", b"c"]
-    assert restarted.last_offset() == 2
+    assert restarted.last_offset(LOG) == 2
     assert restarted.journal_retention_ms == 5
     assert restarted.batch_sizes == []  # per process, not durable
 

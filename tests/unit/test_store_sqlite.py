@@ -19,8 +19,12 @@ from coordinator.runtime.store import (
     StoreError,
     StoreVersionError,
     StoreWriteError,
+    log_of,
 )
 from coordinator.runtime.store import sqlite as sqlite_store
+
+LOG = log_of("g", SqliteRecordStore.__init__.__kwdefaults__["partitions"])
+"""The partition of group "g" in a store of the default partition count."""
 
 
 def put(key: bytes, value: bytes = b"v", group_id: str | None = "g") -> StoredRecord:
@@ -51,7 +55,7 @@ def test_data_dir_layout(tmp_path: Path) -> None:
         "coordinator.db.lock",
     ]
     with SqliteRecordStore(tmp_path / "a" / "b" / DATA_FILE_NAME) as store:  # the file itself
-        assert store.last_offset() == 0
+        assert store.last_offset(LOG) == 0
     with SqliteRecordStore(tmp_path / "other.db") as store:
         assert store.path == tmp_path / "other.db"
 
@@ -65,18 +69,25 @@ def test_schema_and_settings(tmp_path: Path) -> None:
         db = raw(store.path)
         assert db.execute("PRAGMA application_id").fetchone() == (0x4B383438,)
         meta = dict(db.execute("SELECT name, value FROM meta"))
-        assert meta["schema_version"] == SCHEMA_VERSION == 1
+        assert meta["schema_version"] == SCHEMA_VERSION == 2
+        assert meta["partitions"] == store.partitions == 50
         assert meta["created_by"].startswith("kip848-coordinator")
         assert isinstance(meta["created_at_ms"], int)
         names = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-        assert names == {"meta", "journal", "compacted"}
-        plan = db.execute(
-            "EXPLAIN QUERY PLAN SELECT offset, key, value, group_id FROM compacted ORDER BY offset"
-        ).fetchall()
-        assert [row[3] for row in plan] == ["SCAN compacted"]  # rowid order: no sort, no index
+        assert names == {"meta", "logs", "journal", "compacted"}
+        assert [r[0] for r in db.execute("SELECT log FROM logs")] == list(range(-1, 50))
+        for table in ("compacted", "journal"):  # a log is a range of the rowid: no sort, no index
+            plan = db.execute(
+                f"EXPLAIN QUERY PLAN SELECT pos, key, value FROM {table}"
+                " WHERE pos BETWEEN ? AND ? ORDER BY pos",
+                (1 << 48, (2 << 48) - 1),
+            ).fetchall()
+            assert [row[3] for row in plan] == [
+                f"SEARCH {table} USING INTEGER PRIMARY KEY (rowid>? AND rowid<?)"
+            ]
         db.close()
         stats = store.stats()
-        assert stats["schema_version"] == 1 and stats["sync"] == "full"
+        assert stats["schema_version"] == 2 and stats["sync"] == "full"
         assert stats["file_bytes"] > 0
     with SqliteRecordStore(tmp_path, sync="normal") as store:
         assert store._conn is not None
@@ -110,29 +121,9 @@ def test_newer_schema_version_is_refused_and_left_alone(tmp_path: Path) -> None:
     assert db.execute("SELECT count(*) FROM journal").fetchone() == (3,)
     db.close()
     # The refusal released the lock: a fixed build can open it.
-    set_schema_version(path, 1)
+    set_schema_version(path, SCHEMA_VERSION)
     with SqliteRecordStore(tmp_path) as store:
-        assert store.last_offset() == 2
-
-
-def test_older_schema_version_is_migrated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    path = make_store(tmp_path)
-
-    def to_v2(conn: sqlite3.Connection) -> None:
-        conn.execute("CREATE TABLE v2_extra (x)")
-
-    monkeypatch.setattr(sqlite_store, "SCHEMA_VERSION", 2)
-    with pytest.raises(StoreVersionError, match="schema version 1; this build uses 2 and no migr"):
-        SqliteRecordStore(tmp_path)
-    monkeypatch.setitem(sqlite_store.MIGRATIONS, 1, to_v2)
-    with pytest.raises(StoreVersionError, match="opened read-only"):
-        SqliteRecordStore(tmp_path, read_only=True)
-    with SqliteRecordStore(tmp_path) as store:
-        assert store.last_offset() == 2
-        assert store.stats()["schema_version"] == 2
-    db = raw(path)
-    assert db.execute("SELECT count(*) FROM v2_extra").fetchone() == (0,)
-    db.close()
+        assert store.last_offset(LOG) == 2
 
 
 # -- foreign and corrupt files ------------------------------------------------------------------
@@ -182,7 +173,7 @@ def test_damaged_pages_are_refused(tmp_path: Path, damage: str) -> None:
         pytest.raises(StoreError, match="malformed|corrupt|not a database"),
         SqliteRecordStore(tmp_path) as store,
     ):
-        list(store.load())
+        list(store.load(LOG))
 
 
 def test_integrity_check(tmp_path: Path) -> None:
@@ -201,7 +192,7 @@ def test_second_writer_is_refused(tmp_path: Path) -> None:
     store.append([put(b"a")], 1)  # the refused opener did no harm
     store.close()
     with SqliteRecordStore(tmp_path) as again:
-        assert again.last_offset() == 0
+        assert again.last_offset(LOG) == 0
 
 
 def test_read_only_store(tmp_path: Path) -> None:
@@ -210,10 +201,10 @@ def test_read_only_store(tmp_path: Path) -> None:
     writer = SqliteRecordStore(tmp_path)
     writer.append([put(b"a")], 1)
     reader = SqliteRecordStore(tmp_path, read_only=True)  # alongside the writer
-    assert [rec.key for _, rec in reader.load()] == [b"a"]
+    assert [rec.key for _, rec in reader.load(LOG)] == [b"a"]
     writer.append([put(b"b")], 2)
-    assert reader.last_offset() == 1  # sees the writer's progress
-    assert [e.key for e in reader.journal()] == [b"a", b"b"]
+    assert reader.last_offset(LOG) == 1  # sees the writer's progress
+    assert [e.key for e in reader.journal(LOG)] == [b"a", b"b"]
     with pytest.raises(StoreWriteError, match="read-only"):
         reader.append([put(b"c")], 3)
     with pytest.raises(StoreWriteError, match="read-only"):
@@ -225,12 +216,12 @@ def test_read_only_store(tmp_path: Path) -> None:
 def test_iterators_survive_close_and_release_their_connection(tmp_path: Path) -> None:
     store = SqliteRecordStore(tmp_path)
     store.append([put(b"%d" % i) for i in range(10_000)], 1)
-    view = store.load()
+    view = store.load(LOG)
     assert next(view)[0] == 0
     store.close()
     assert sum(1 for _ in view) == 9_999
     abandoned = SqliteRecordStore(tmp_path)
-    it = abandoned.journal()
+    it = abandoned.journal(LOG)
     next(it)
     it.close()  # type: ignore[attr-defined]
     abandoned.close()
@@ -261,11 +252,11 @@ def test_failed_commit_has_unknown_outcome_and_stops_the_store(
     with pytest.raises(StoreWriteError, match="failed earlier") as info:
         store.append([put(b"c")], 3)
     assert info.value.outcome_unknown is False
-    assert store.last_offset() == 0  # never acknowledged
+    assert store.last_offset(LOG) == 0  # never acknowledged
     store.close()
     with SqliteRecordStore(tmp_path) as store:  # the store, not the process, has the truth
-        assert [rec.key for _, rec in store.load()] == [b"a", b"b"]
-        assert store.append([put(b"c")], 3) == 2
+        assert [rec.key for _, rec in store.load(LOG)] == [b"a", b"b"]
+        assert store.append([put(b"c")], 3) == {LOG: 2}
 
 
 def test_failure_to_begin_is_a_write_error(tmp_path: Path) -> None:
@@ -280,7 +271,7 @@ def test_failure_to_begin_is_a_write_error(tmp_path: Path) -> None:
     other.execute("ROLLBACK")
     other.close()
     assert not store.failed
-    assert store.append([put(b"a")], 2) == 0
+    assert store.append([put(b"a")], 2) == {LOG: 0}
     store.close()
 
 
@@ -290,11 +281,11 @@ def test_expire_in_chunks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
         for ts in range(10):
             store.append([put(b"%d" % ts)], ts)
         assert store.expire_journal(8) == 8
-        assert [e.offset for e in store.journal()] == [8, 9]
-        assert len(list(store.load())) == 10
+        assert [e.offset for e in store.journal(LOG)] == [8, 9]
+        assert len(list(store.load(LOG))) == 10
     db = raw(tmp_path / DATA_FILE_NAME)
-    meta = dict(db.execute("SELECT name, value FROM meta"))
-    assert meta["journal_expired_through_offset"] == 7
+    expired = dict(db.execute("SELECT log, expired_through FROM logs"))
+    assert expired == {log: 7 if log == LOG else -1 for log in range(-1, 50)}
     db.close()
 
 
@@ -308,11 +299,11 @@ def test_automatic_retention_is_bounded_per_append(
         sizes = []
         for i in range(5):
             store.append([put(b"new%d" % i)], 1000 + i)  # backlog: 10 expired entries
-            sizes.append(len(list(store.journal())))
+            sizes.append(len(list(store.journal(LOG))))
         # 10 old + 1 new - 3 = 8; 9 - 3 = 6; 7 - 3 = 4; 5 - 1 (the last old one: a partial
         # chunk, so the backlog is done and the next check waits); 4 + 1
         assert sizes == [8, 6, 4, 4, 5]
-        assert len(list(store.load())) == 15
+        assert len(list(store.load(LOG))) == 15
 
 
 def test_automatic_retention_failure_does_not_fail_the_append(
@@ -324,9 +315,9 @@ def test_automatic_retention_failure_does_not_fail_the_append(
             raise StoreWriteError("journal expiry failed: disk I/O error")
 
         monkeypatch.setattr(store, "_expire_chunk", broken)
-        assert store.append([put(b"a")], 0) == 0
+        assert store.append([put(b"a")], 0) == {LOG: 0}
         assert "journal retention step failed" in caplog.text
-        assert [e.key for e in store.journal()] == [b"a"]
+        assert [e.key for e in store.journal(LOG)] == [b"a"]
 
 
 def test_appends_from_a_writer_thread_while_loading(tmp_path: Path) -> None:
@@ -335,14 +326,16 @@ def test_appends_from_a_writer_thread_while_loading(tmp_path: Path) -> None:
 
     with SqliteRecordStore(tmp_path) as store, ThreadPoolExecutor(1) as writer:
         writer.submit(store.append, [put(b"%d" % i) for i in range(1000)], 1).result(timeout=10)
-        view = store.load()
+        view = store.load(LOG)
         futures = [
             writer.submit(store.append, [put(b"n%d" % i), put(b"%d" % i, b"w")], 2)
             for i in range(50)
         ]
-        assert [f.result(timeout=10) for f in futures] == list(range(1001, 1100, 2))
+        assert [f.result(timeout=10) for f in futures] == [
+            {LOG: last} for last in range(1001, 1100, 2)
+        ]
         assert [rec.value for _, rec in view] == [b"v"] * 1000
-        assert len(list(store.load())) == 1050
+        assert len(list(store.load(LOG))) == 1050
 
 
 def test_resolve_path(tmp_path: Path) -> None:
@@ -363,7 +356,7 @@ def test_a_store_never_closed_releases_its_lock_when_collected(tmp_path: Path) -
     del store
     gc.collect()
     with SqliteRecordStore(tmp_path) as again:
-        assert again.last_offset() == 0
+        assert again.last_offset(LOG) == 0
 
 
 def test_unusable_location_is_a_store_error(tmp_path: Path) -> None:

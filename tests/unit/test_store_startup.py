@@ -30,6 +30,7 @@ from coordinator.runtime.store import (
     StoredRecord,
     StoreError,
     StoreVersionError,
+    log_of,
 )
 from coordinator.runtime.store import sqlite as sqlite_store
 
@@ -48,7 +49,7 @@ def make_store(directory: Path, n: int = 3) -> Path:
 
 def keys(directory: Path, **options: object) -> list[bytes]:
     with SqliteRecordStore(directory, **options) as store:  # type: ignore[arg-type]
-        return [rec.key for _, rec in store.load()]
+        return [rec.key for _, rec in store.load(log_of("g", store.partitions))]
 
 
 def crash_after_appends(directory: Path, n: int) -> None:
@@ -103,7 +104,7 @@ def test_truncated_store_is_refused(tmp_path: Path) -> None:
         pytest.raises(StoreError, match="malformed|corrupt"),
         SqliteRecordStore(tmp_path) as store,
     ):
-        list(store.load())
+        list(store.load(log_of("g", store.partitions)))
     assert path.stat().st_size == size // 2
 
 
@@ -152,10 +153,10 @@ def test_data_dir_that_is_a_file_is_refused(tmp_path: Path) -> None:
 def test_newer_schema_version_is_a_version_error(tmp_path: Path) -> None:
     path = make_store(tmp_path)
     db = sqlite3.connect(path, isolation_level=None)
-    db.execute("UPDATE meta SET value = 2 WHERE name = 'schema_version'")
+    db.execute("UPDATE meta SET value = 3 WHERE name = 'schema_version'")
     db.close()
     for read_only in (False, True):
-        with pytest.raises(StoreVersionError, match="written by schema version 2; this build"):
+        with pytest.raises(StoreVersionError, match="written by schema version 3; this build"):
             SqliteRecordStore(tmp_path, read_only=read_only)
 
 
@@ -163,20 +164,18 @@ def test_newer_schema_version_is_a_version_error(tmp_path: Path) -> None:
 
 
 def test_creation_is_atomic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    real = SqliteRecordStore._create_schema
-
-    def crash_midway(self: SqliteRecordStore, conn: sqlite3.Connection) -> None:
+    def crash_midway(conn: sqlite3.Connection, partitions: int) -> None:
         conn.execute("CREATE TABLE meta (name TEXT PRIMARY KEY NOT NULL, value NOT NULL)")
         raise OSError("power lost while creating")
 
-    monkeypatch.setattr(SqliteRecordStore, "_create_schema", crash_midway)
+    monkeypatch.setattr(sqlite_store, "create_schema", crash_midway)
     with pytest.raises(StoreAccessError, match="power lost while creating"):
         SqliteRecordStore(tmp_path)
     assert not (tmp_path / DATA_FILE_NAME).exists()  # never a half-made store in place
     assert (tmp_path / "coordinator.db.new").exists()
-    monkeypatch.setattr(SqliteRecordStore, "_create_schema", real)
+    monkeypatch.undo()
     with SqliteRecordStore(tmp_path) as store:  # the leftover is discarded, a store created
-        assert store.append([put(b"a")], 1) == 0
+        assert store.append([put(b"a")], 1) == {log_of("g", store.partitions): 0}
     assert sorted(p.name for p in tmp_path.iterdir()) == [DATA_FILE_NAME, "coordinator.db.lock"]
 
 
@@ -255,7 +254,7 @@ def test_failed_clean_mark_keeps_the_wal(tmp_path: Path, monkeypatch: pytest.Mon
     def cannot_write(*_: object) -> None:
         raise sqlite3.OperationalError("disk I/O error")
 
-    monkeypatch.setattr(sqlite_store, "_set_clean_shutdown", cannot_write)
+    monkeypatch.setattr(sqlite_store, "set_clean_shutdown", cannot_write)
     store.close()
     monkeypatch.undo()
     assert (tmp_path / "coordinator.db-wal").exists()  # the next open needs it and finds it

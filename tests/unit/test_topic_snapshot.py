@@ -129,8 +129,8 @@ def test_an_inconsistent_snapshot_is_refused_whole(
 
 
 async def test_the_runtime_follows_a_recreated_topic_and_drops_its_offsets() -> None:
-    store = MemoryRecordStore()
-    rt = make_runtime(store, shards=2)
+    store = MemoryRecordStore(partitions=2)
+    rt = make_runtime(store)
     await rt.start()
     await rt.apply_topic_snapshot(snap(("t", 2, A), ("keep", 1, B)))
     first = await rt.heartbeat(join("g", ("t",), "m1"))
@@ -165,7 +165,7 @@ async def test_the_runtime_follows_a_recreated_topic_and_drops_its_offsets() -> 
     assert (moved.assignment.assigned, moved.assignment.pending) == ({C: frozenset({0, 1, 2})}, {})
     await rt.close()
 
-    reopened = make_runtime(store.reopen(), shards=2)
+    reopened = make_runtime(store.reopen())
     await reopened.start()
     assert await reopened.list_topics() == [res("keep", B, 1), res("t", C, 3)]
     await reopened.close()

@@ -1,7 +1,14 @@
 """The record store contract: types, errors and the :class:`RecordStore` protocol.
 
-Both implementations (:mod:`.sqlite`, :mod:`.memory`) follow this module to the letter, and one
-contract test suite (tests/unit/test_store_contract.py) runs against both.
+Every implementation (:mod:`.sqlite`, :mod:`.memory`, :mod:`.postgres`) follows this module to
+the letter, and one contract test suite (tests/unit/test_store_contract.py) runs against all.
+
+A store is ``partitions`` partitioned logs (Kafka's ``__consumer_offsets`` partitions, one per
+``offsets.topic.num.partitions``) plus the cluster log (:data:`CLUSTER_LOG`). A record's log
+follows from its group id (:func:`log_of`): a group's records all live in its partition, in the
+order they were written; cluster-level records (group id None: topics, users, ACLs) live in the
+cluster log. Each log has its own offsets (0, 1, 2, ...), compacted view and journal, and is
+loaded as a whole. One ``append`` is atomic across every log it touches.
 """
 
 from __future__ import annotations
@@ -10,7 +17,10 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
+from coordinator.routing import CLUSTER_LOG, MAX_PARTITIONS, partition_for
+
 __all__ = [
+    "CLUSTER_LOG",
     "JournalEntry",
     "RecordStore",
     "StoreAccessError",
@@ -22,7 +32,12 @@ __all__ = [
     "StoreWriteError",
     "StoredRecord",
     "check_batch",
+    "check_log",
+    "check_partitions",
+    "log_ids",
+    "log_of",
     "retention_interval_ms",
+    "split_batch",
 ]
 
 RETENTION_CHECK_MS = 60_000
@@ -33,8 +48,9 @@ class StoredRecord:
     """One record as the store sees it: opaque bytes plus the group it belongs to.
 
     ``key`` and ``value`` are encoded by the core's codec; the store only compares keys for
-    equality. ``value is None`` is a tombstone. ``group_id`` is None for cluster-level records
-    (the topic registry); it routes records to shards at load time and feeds analytics.
+    equality (within a log). ``value is None`` is a tombstone. ``group_id`` is None for
+    cluster-level records (the topic registry); it names the record's log (:func:`log_of`) and
+    feeds analytics.
     """
 
     key: bytes
@@ -48,13 +64,19 @@ class StoredRecord:
 
 @dataclass(frozen=True, slots=True)
 class JournalEntry:
-    """One record of the append-only journal, as written (tombstones included)."""
+    """One record of a log's append-only journal, as written (tombstones included).
+
+    ``partition`` is the log (:data:`CLUSTER_LOG` or 0..P-1), ``offset`` its offset in that
+    log; ``leader_epoch`` is the epoch of the lease the write was fenced by (-1: a store with a
+    single writer and no leases)."""
 
     offset: int
     timestamp_ms: int
     group_id: str | None
     key: bytes
     value: bytes | None
+    partition: int
+    leader_epoch: int = -1
 
 
 class StoreError(Exception):
@@ -116,46 +138,56 @@ class StoreVersionError(StoreError):
 
 @runtime_checkable
 class RecordStore(Protocol):
-    """Durable, ordered, atomic storage of records.
+    """Durable, ordered, atomic storage of records in partitioned logs.
 
-    Offsets are assigned by the store: 0, 1, 2, ... in append order, never reused (not even
-    after journal expiry or tombstones).
+    ``partitions`` is fixed when the store is created (an existing store keeps its count,
+    whatever a later opener asks for). Offsets are assigned by the store, per log: 0, 1, 2, ...
+    in append order, never reused (not even after journal expiry or tombstones). ``log`` below
+    is :data:`CLUSTER_LOG` or a partition 0..``partitions``-1; any other raises ValueError.
     """
 
-    def append(self, records: Sequence[StoredRecord], timestamp_ms: int) -> int:
-        """Atomically and durably append one batch (all or nothing).
+    @property
+    def partitions(self) -> int:
+        """How many partitioned logs the store has (besides the cluster log)."""
+        ...
 
-        Returns the offset of the last record (the first is ``last - len(records) + 1``). An
-        empty batch writes nothing and returns :meth:`last_offset`. Raises
-        :class:`StoreWriteError` on any failure; nothing of the batch is visible then (see
-        ``StoreWriteError.outcome_unknown`` for the one exception).
+    def append(self, records: Sequence[StoredRecord], timestamp_ms: int) -> dict[int, int]:
+        """Atomically and durably append one batch (all or nothing, across every log it
+        touches). Each record goes to its log (:func:`log_of`), in batch order.
+
+        Returns, for each log written, the offset of its last record. An empty batch writes
+        nothing and returns ``{}``. Raises :class:`StoreWriteError` on any failure; nothing of
+        the batch is visible then (see ``StoreWriteError.outcome_unknown`` for the one
+        exception).
         """
         ...
 
-    def load(self) -> Iterator[tuple[int, StoredRecord]]:
-        """The compacted view: each live key once with its latest value (tombstoned keys
-        omitted), in the order of the offsets of those latest writes, like a compacted Kafka
-        log. The snapshot is taken when ``load()`` is called; later appends are not seen."""
+    def load(self, log: int) -> Iterator[tuple[int, StoredRecord]]:
+        """The compacted view of one log: each live key once with its latest value (tombstoned
+        keys omitted), in the order of the offsets of those latest writes, like a compacted
+        Kafka log. The snapshot is taken when ``load()`` is called; later appends are not
+        seen."""
         ...
 
-    def load_rows(self) -> Iterator[list[tuple[int, bytes, bytes, str | None]]]:
+    def load_rows(self, log: int) -> Iterator[list[tuple[int, bytes, bytes, str | None]]]:
         """The same compacted view as :meth:`load`, as chunks of plain
         ``(offset, key, value, group_id)`` tuples: the fast path for loading millions of
         records (no per-record object)."""
         ...
 
     def journal(
-        self, *, from_offset: int = 0, to_offset: int | None = None
+        self, log: int, *, from_offset: int = 0, to_offset: int | None = None
     ) -> Iterator[JournalEntry]:
-        """Journal entries with ``from_offset <= offset < to_offset`` (``None``: to the end),
-        in offset order, tombstones included. Entries removed by retention are skipped, so the
-        first entry may be later than ``from_offset``. Snapshot taken at call time."""
+        """One log's journal entries with ``from_offset <= offset < to_offset`` (``None``: to
+        the end), in offset order, tombstones included. Entries removed by retention are
+        skipped, so the first entry may be later than ``from_offset``. Snapshot taken at call
+        time."""
         ...
 
     def expire_journal(self, older_than_ms: int) -> int:
-        """Delete the longest *prefix* of the journal whose entries all have
-        ``timestamp_ms < older_than_ms`` (the journal stays a contiguous range of offsets).
-        Never touches the compacted view. Returns the number of entries deleted."""
+        """In every log, delete the longest *prefix* of its journal whose entries all have
+        ``timestamp_ms < older_than_ms`` (each journal stays a contiguous range of offsets).
+        Never touches a compacted view. Returns the number of entries deleted."""
         ...
 
     def apply_retention(self, now_ms: int) -> int:
@@ -166,12 +198,14 @@ class RecordStore(Protocol):
         the batch is durable. Call this to expire while no appends happen, e.g. at shutdown."""
         ...
 
-    def last_offset(self) -> int:
-        """Offset of the last acknowledged record; -1 when nothing was ever appended."""
+    def last_offset(self, log: int) -> int:
+        """Offset of the last acknowledged record of ``log``; -1 when nothing was ever appended
+        to it."""
         ...
 
     def stats(self) -> dict[str, Any]:
-        """Counts and sizes, for ``kip848 replay``/dump and benchmarks (may scan the store)."""
+        """Counts and sizes over every log, for ``kip848 replay``/dump and benchmarks (may scan
+        the store)."""
         ...
 
     def check_identity(self) -> None:
@@ -194,6 +228,51 @@ class RecordStore(Protocol):
     def close(self) -> None:
         """Release the store. Idempotent. Iterators already returned stay usable."""
         ...
+
+
+def log_of(group_id: str | None, partitions: int) -> int:
+    """The log a record of ``group_id`` lives in: its coordinator partition (Kafka's
+    ``partitionFor``), or the cluster log for a cluster-level record (None)."""
+    return CLUSTER_LOG if group_id is None else partition_for(group_id, partitions)
+
+
+def log_ids(partitions: int) -> range:
+    """Every log of a store: the cluster log first, then the partitions in order."""
+    return range(CLUSTER_LOG, partitions)
+
+
+def check_partitions(partitions: Any) -> int:
+    """``partitions`` if it is a valid partition count for a new store, else ValueError."""
+    if type(partitions) is not int or not 1 <= partitions <= MAX_PARTITIONS:
+        raise ValueError(
+            f"a store has 1..{MAX_PARTITIONS} partitions (offsets.topic.num.partitions), "
+            f"got {partitions!r}"
+        )
+    return partitions
+
+
+def check_log(log: int, partitions: int) -> None:
+    if type(log) is not int or not CLUSTER_LOG <= log < partitions:
+        raise ValueError(
+            f"no log {log!r} in a store of {partitions} partitions (the cluster log is "
+            f"{CLUSTER_LOG})"
+        )
+
+
+def split_batch(records: Sequence[StoredRecord], partitions: int) -> dict[int, list[StoredRecord]]:
+    """A batch's records by log, each in batch order (logs in order of first appearance)."""
+    out: dict[int, list[StoredRecord]] = {}
+    cache: dict[str | None, int] = {}
+    for rec in records:
+        gid = rec.group_id
+        log = cache.get(gid)
+        if log is None:
+            log = cache[gid] = log_of(gid, partitions)
+        bucket = out.get(log)
+        if bucket is None:
+            bucket = out[log] = []
+        bucket.append(rec)
+    return out
 
 
 def retention_interval_ms(journal_retention_ms: int) -> int:

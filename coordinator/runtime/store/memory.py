@@ -1,5 +1,7 @@
 """An in-memory :class:`~.api.RecordStore` with the same semantics as the SQLite one.
 
+``MemoryRecordStore(partitions=P)``: P partitioned logs and the cluster log, like any store.
+
 For tests of the runtime: :meth:`MemoryRecordStore.reopen` simulates a restart (a new store over
 the same "durable" data), :meth:`~MemoryRecordStore.fail_next_appends` injects write failures and
 :meth:`~MemoryRecordStore.hold_appends` blocks the writer so a test can observe what happens
@@ -13,6 +15,8 @@ import threading
 from collections.abc import Iterator, Sequence
 from typing import Any, Self
 
+from coordinator.routing import DEFAULT_PARTITIONS
+
 from .api import (
     JournalEntry,
     StoredRecord,
@@ -20,14 +24,20 @@ from .api import (
     StoreLostError,
     StoreWriteError,
     check_batch,
+    check_log,
+    check_partitions,
+    log_ids,
     retention_interval_ms,
+    split_batch,
 )
 
 __all__ = ["MemoryRecordStore"]
 
 
-class _Data:
-    """What survives a simulated restart."""
+class _Log:
+    """One log."""
+
+    __slots__ = ("compacted", "journal", "next_offset")
 
     def __init__(self) -> None:
         self.journal: list[JournalEntry] = []  # contiguous offsets (retention cuts a prefix)
@@ -36,16 +46,28 @@ class _Data:
         self.next_offset = 0
 
 
+class _Data:
+    """What survives a simulated restart."""
+
+    def __init__(self, partitions: int) -> None:
+        self.partitions = partitions
+        self.logs = {log: _Log() for log in log_ids(partitions)}
+
+
 class MemoryRecordStore:
     """Thread-safe (one lock). Not durable: "durable" means "in this object"."""
 
     def __init__(
-        self, *, journal_retention_ms: int | None = None, _data: _Data | None = None
+        self,
+        *,
+        partitions: int = DEFAULT_PARTITIONS,
+        journal_retention_ms: int | None = None,
+        _data: _Data | None = None,
     ) -> None:
         if journal_retention_ms is not None and journal_retention_ms < 0:
             raise ValueError("journal_retention_ms must be >= 0 or None")
         self.journal_retention_ms = journal_retention_ms
-        self._data = _data if _data is not None else _Data()
+        self._data = _data if _data is not None else _Data(check_partitions(partitions))
         self._lock = threading.Lock()
         self._closed = False
         self._failed = False
@@ -56,6 +78,10 @@ class MemoryRecordStore:
         self._released = threading.Event()
         self._released.set()
         self.batch_sizes: list[int] = []
+
+    @property
+    def partitions(self) -> int:
+        return self._data.partitions
 
     # -- test hooks -------------------------------------------------------------------------
 
@@ -120,7 +146,7 @@ class MemoryRecordStore:
 
     # -- RecordStore -------------------------------------------------------------------------
 
-    def append(self, records: Sequence[StoredRecord], timestamp_ms: int) -> int:
+    def append(self, records: Sequence[StoredRecord], timestamp_ms: int) -> dict[int, int]:
         check_batch(records, timestamp_ms)
         # Bounded so that a test that forgets release_appends() fails instead of hanging.
         if not self._released.wait(timeout=30):
@@ -134,19 +160,19 @@ class MemoryRecordStore:
                 raise StoreWriteError(
                     "store failed earlier (outcome of a commit unknown); reopen it"
                 )
-            data = self._data
             if not records:
-                return data.next_offset - 1
+                return {}
+            by_log = split_batch(records, self._data.partitions)
             if self._faults:
                 exc, outcome_unknown = self._faults.pop(0)
                 if outcome_unknown:
-                    self._apply(records, timestamp_ms)
+                    self._apply(by_log, timestamp_ms)
                     self._failed = True
                 raise StoreWriteError(
                     f"injected append failure: {exc!r}", outcome_unknown=outcome_unknown
                 ) from exc
             self.batch_sizes.append(len(records))
-            last = self._apply(records, timestamp_ms)
+            last = self._apply(by_log, timestamp_ms)
         retention = self.journal_retention_ms
         if retention is not None and timestamp_ms >= self._retention_due_ms:
             # Like the SQLite store: after the batch is durable, never an error of the append.
@@ -155,39 +181,46 @@ class MemoryRecordStore:
             self._retention_due_ms = timestamp_ms + retention_interval_ms(retention)
         return last
 
-    def _apply(self, records: Sequence[StoredRecord], timestamp_ms: int) -> int:
-        data = self._data
-        offset = data.next_offset
-        for rec in records:
-            data.journal.append(
-                JournalEntry(offset, timestamp_ms, rec.group_id, rec.key, rec.value)
-            )
-            data.compacted.pop(rec.key, None)
-            if rec.value is not None:
-                data.compacted[rec.key] = (offset, rec)
-            offset += 1
-        data.next_offset = offset
-        return offset - 1
+    def _apply(self, by_log: dict[int, list[StoredRecord]], timestamp_ms: int) -> dict[int, int]:
+        last: dict[int, int] = {}
+        for log_id, records in by_log.items():
+            log = self._data.logs[log_id]
+            offset = log.next_offset
+            for rec in records:
+                log.journal.append(
+                    JournalEntry(offset, timestamp_ms, rec.group_id, rec.key, rec.value, log_id)
+                )
+                log.compacted.pop(rec.key, None)
+                if rec.value is not None:
+                    log.compacted[rec.key] = (offset, rec)
+                offset += 1
+            log.next_offset = offset
+            last[log_id] = offset - 1
+        return last
 
-    def load(self) -> Iterator[tuple[int, StoredRecord]]:
+    def _log(self, log: int) -> _Log:
+        check_log(log, self._data.partitions)
+        return self._data.logs[log]
+
+    def load(self, log: int) -> Iterator[tuple[int, StoredRecord]]:
         with self._lock:
             self._check_open()
-            return iter(list(self._data.compacted.values()))
+            return iter(list(self._log(log).compacted.values()))
 
-    def load_rows(self) -> Iterator[list[tuple[int, bytes, bytes, str | None]]]:
+    def load_rows(self, log: int) -> Iterator[list[tuple[int, bytes, bytes, str | None]]]:
         rows = [  # the compacted view holds no tombstones: the filter only narrows the type
             (offset, rec.key, rec.value, rec.group_id)
-            for offset, rec in self.load()
+            for offset, rec in self.load(log)
             if rec.value is not None
         ]
         return iter([rows] if rows else [])
 
     def journal(
-        self, *, from_offset: int = 0, to_offset: int | None = None
+        self, log: int, *, from_offset: int = 0, to_offset: int | None = None
     ) -> Iterator[JournalEntry]:
         with self._lock:
             self._check_open()
-            entries = self._data.journal
+            entries = self._log(log).journal
             if not entries:
                 return iter(())
             first = entries[0].offset
@@ -200,37 +233,49 @@ class MemoryRecordStore:
             raise TypeError("older_than_ms must be an int")
         with self._lock:
             self._check_open()
-            entries = self._data.journal
-            n = 0
-            while n < len(entries) and entries[n].timestamp_ms < older_than_ms:
-                n += 1
-            del entries[:n]
-            return n
+            total = 0
+            for log in self._data.logs.values():
+                entries = log.journal
+                n = 0
+                while n < len(entries) and entries[n].timestamp_ms < older_than_ms:
+                    n += 1
+                del entries[:n]
+                total += n
+            return total
 
     def apply_retention(self, now_ms: int) -> int:
         if self.journal_retention_ms is None:
             return 0
         return self.expire_journal(now_ms - self.journal_retention_ms)
 
-    def last_offset(self) -> int:
-        return self._data.next_offset - 1
+    def last_offset(self, log: int) -> int:
+        return self._log(log).next_offset - 1
 
     def stats(self) -> dict[str, Any]:
         with self._lock:
-            data = self._data
-            live = [rec for _, rec in data.compacted.values()]
+            logs = self._data.logs.values()
+            journal = [e for log in logs for e in log.journal]
+            live = [rec for log in logs for _, rec in log.compacted.values()]
             return {
                 "implementation": "memory",
-                "last_offset": data.next_offset - 1,
-                "journal_entries": len(data.journal),
-                "journal_first_offset": data.journal[0].offset if data.journal else None,
-                "journal_tombstones": sum(1 for e in data.journal if e.value is None),
-                "journal_bytes": sum(len(e.key) + len(e.value or b"") for e in data.journal),
+                "partitions": self._data.partitions,
+                "journal_entries": len(journal),
+                "journal_tombstones": sum(1 for e in journal if e.value is None),
+                "journal_bytes": sum(len(e.key) + len(e.value or b"") for e in journal),
                 "compacted_records": len(live),
                 "compacted_groups": len({r.group_id for r in live if r.group_id is not None}),
                 "compacted_key_bytes": sum(len(r.key) for r in live),
                 "compacted_value_bytes": sum(len(r.value or b"") for r in live),
                 "journal_retention_ms": self.journal_retention_ms,
+                "logs": {
+                    log_id: {
+                        "last_offset": log.next_offset - 1,
+                        "journal_first_offset": log.journal[0].offset if log.journal else None,
+                        "journal_entries": len(log.journal),
+                        "compacted_records": len(log.compacted),
+                    }
+                    for log_id, log in self._data.logs.items()
+                },
             }
 
     def close(self) -> None:

@@ -1,34 +1,29 @@
-"""The embedded default :class:`~.api.RecordStore`: one SQLite file in WAL mode.
+"""The embedded default :class:`~.api.RecordStore`: one SQLite file in WAL mode, one writer.
 
-File: ``<data-dir>/coordinator.db`` (plus SQLite's ``-wal``/``-shm`` and our ``.lock``).
-Schema version 1 (``PRAGMA application_id`` = 0x4B383438, "K848", marks the file as ours)::
+File: ``<data-dir>/coordinator.db`` (plus SQLite's ``-wal``/``-shm`` and our ``.lock``); its
+schema (partitioned logs in one file) and migrations are in :mod:`.sqlite_schema`, its files
+(location checks, lock, identity) in :mod:`.sqlite_files`.
 
-    meta(name TEXT PRIMARY KEY, value)          schema_version, created_at_ms, created_by,
-                                                journal_expired_through_offset, clean_shutdown
-    journal(offset INTEGER PRIMARY KEY,         every record ever appended (minus retention);
-            timestamp_ms, group_id, key, value)   value NULL = tombstone. Read it for analytics.
-    compacted(offset INTEGER PRIMARY KEY,       latest live value per key; rowid = offset, so
-              key BLOB UNIQUE, group_id, value)   loading is a sequential scan in offset order
-    triggers journal_compact_put/_delete       keep ``compacted`` in step with every journal
-                                                insert, inside the same transaction
-
-Durability: one batch = one ``BEGIN IMMEDIATE ... COMMIT``. With ``sync="full"`` (default)
-SQLite fsyncs the WAL on every commit, so an acknowledged batch survives ``kill -9`` and power
-loss (as far as the disk honours fsync). ``sync="normal"`` survives ``kill -9`` but may lose the
-last commits on power loss. ``sync="off"`` is for benchmark fixtures only.
+Durability: one batch = one ``BEGIN IMMEDIATE ... COMMIT``, whatever logs it touches. With
+``sync="full"`` (default) SQLite fsyncs the WAL on every commit, so an acknowledged batch
+survives ``kill -9`` and power loss (as far as the disk honours fsync). ``sync="normal"``
+survives ``kill -9`` but may lose the last commits on power loss. ``sync="off"`` is for
+benchmark fixtures only.
 
 Retention: with ``journal_retention_ms``, each ``append`` whose timestamp is due (once a minute)
 runs one extra small transaction after its batch is durable, deleting at most 2,000 expired
 journal entries (more on the next appends while a backlog remains); its errors are logged.
 
 Opening (start-up safety): only a *missing* ``coordinator.db`` is created, atomically (built as
-``coordinator.db.new``, flushed, renamed into place). Anything present that is not a valid,
-complete store is refused and left as it was (:class:`StoreCorruptError`: empty, short or
-truncated files, foreign files, directories, dangling links, a ``-wal`` without its database, a
-``-wal`` lost after an unclean shutdown); what cannot be accessed says why
-(:class:`StoreAccessError`: read-only mount, permissions, a data directory that is a file).
-``meta.clean_shutdown`` (0 while open, 1 after ``close``; checkpointed into the main file at
-both moments) is how a lost ``-wal`` is noticed: a file that says 0 needs its log.
+``coordinator.db.new``, flushed, renamed into place), with ``partitions`` logs; an existing
+store keeps its own count. Anything present that is not a valid, complete store is refused and
+left as it was (:class:`StoreCorruptError`: empty, short or truncated files, foreign files,
+directories, dangling links, a ``-wal`` without its database, a ``-wal`` lost after an unclean
+shutdown); what cannot be accessed says why (:class:`StoreAccessError`: read-only mount,
+permissions, a data directory that is a file). ``meta.clean_shutdown`` (0 while open, 1 after
+``close``; checkpointed into the main file at both moments) is how a lost ``-wal`` is noticed: a
+file that says 0 needs its log. A store of schema version 1 (one log) is migrated when opened
+for writing; a read-only open refuses it and names the command that migrates it.
 ``read_only`` opens work on read-only media (``immutable`` when there is no log to recover).
 
 Thread model: every method may be called from any thread; one lock serialises the single writer
@@ -40,17 +35,17 @@ open a store for writing: an exclusive ``flock`` on ``coordinator.db.lock`` enfo
 
 from __future__ import annotations
 
-import errno
-import importlib.metadata
 import logging
 import os
 import sqlite3
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO, Literal, Self
+
+from coordinator.routing import DEFAULT_PARTITIONS
 
 from .api import (
     JournalEntry,
@@ -58,74 +53,59 @@ from .api import (
     StoreCorruptError,
     StoredRecord,
     StoreError,
-    StoreLockedError,
     StoreLostError,
-    StoreVersionError,
     StoreWriteError,
     check_batch,
+    check_log,
+    check_partitions,
+    log_ids,
     retention_interval_ms,
+    split_batch,
+)
+from .sqlite_files import (
+    DATA_FILE_NAME,
+    SQLITE_CANTOPEN,
+    SQLITE_FULL,
+    WAL_HEADER_BYTES,
+    Identity,
+    check_location,
+    describe_loss,
+    fsync_dir,
+    fsync_file,
+    identity_of,
+    lock_exclusively,
+    open_error,
+    primary,
+    resolve_path,
+    set_clean_shutdown,
+    sidecar,
+    unwritable,
+    wal_keeper,
+)
+from .sqlite_schema import (
+    APPLICATION_ID,
+    OFFSET_BITS,
+    OFFSET_MASK,
+    SCHEMA_VERSION,
+    create_schema,
+    migrate_v1,
+    next_offsets,
+    pos_range,
+    refuse_old_version,
+    schema_version,
+    stored_partitions,
 )
 
-try:  # POSIX only; elsewhere the single-writer rule is documented but not enforced.
-    import fcntl
-except ImportError:  # pragma: no cover
-    fcntl = None  # type: ignore[assignment]
-
-__all__ = ["DATA_FILE_NAME", "SCHEMA_VERSION", "SqliteRecordStore"]
+__all__ = ["DATA_FILE_NAME", "SCHEMA_VERSION", "SqliteRecordStore", "resolve_path"]
 
 log = logging.getLogger(__name__)
 
-DATA_FILE_NAME = "coordinator.db"
-SCHEMA_VERSION = 1
-APPLICATION_ID = 0x4B383438  # "K848"
 Sync = Literal["full", "normal", "off"]
 _SYNC_PRAGMA = {"full": "FULL", "normal": "NORMAL", "off": "OFF"}
 _FETCH = 8192  # rows per fetchmany: one C call per chunk instead of one per row
 _EXPIRE_CHUNK = 50_000  # journal rows deleted per transaction, so appends interleave
 _PROBE_BYTES = 64 * 1024  # the room probe_write() checks for
 _RETENTION_STEP = 2_000  # journal rows at most deleted by the automatic retention of one append
-
-_SCHEMA_V1 = (
-    "CREATE TABLE meta (name TEXT PRIMARY KEY NOT NULL, value NOT NULL)",
-    (
-        "CREATE TABLE journal (offset INTEGER PRIMARY KEY, timestamp_ms INTEGER NOT NULL,"
-        " group_id TEXT, key BLOB NOT NULL, value BLOB)"
-    ),
-    (
-        "CREATE TABLE compacted (offset INTEGER PRIMARY KEY, key BLOB NOT NULL UNIQUE,"
-        " group_id TEXT, value BLOB NOT NULL)"
-    ),
-    # INSERT OR REPLACE removes the row holding the old value of the key (found through the
-    # UNIQUE index) and inserts the new one at its new offset: the table stays in offset order.
-    (
-        "CREATE TRIGGER journal_compact_put AFTER INSERT ON journal WHEN NEW.value IS NOT NULL"
-        " BEGIN INSERT OR REPLACE INTO compacted (offset, key, group_id, value)"
-        " VALUES (NEW.offset, NEW.key, NEW.group_id, NEW.value); END"
-    ),
-    (
-        "CREATE TRIGGER journal_compact_delete AFTER INSERT ON journal WHEN NEW.value IS NULL"
-        " BEGIN DELETE FROM compacted WHERE key = NEW.key; END"
-    ),
-)
-
-# MIGRATIONS[n] upgrades a store from schema version n to n + 1 inside one transaction.
-MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {}
-
-
-def _package_version() -> str:
-    try:
-        return "kip848-coordinator " + importlib.metadata.version("kip848-coordinator")
-    except importlib.metadata.PackageNotFoundError:  # pragma: no cover
-        return "kip848-coordinator (unknown version)"
-
-
-def resolve_path(path_or_dir: str | os.PathLike[str]) -> Path:
-    """The data file for ``path_or_dir``: an existing directory or a path without a ``.db``
-    suffix is a data directory (``<dir>/coordinator.db``); anything else is the file itself."""
-    p = Path(path_or_dir)
-    if p.is_dir() or (not p.exists() and p.suffix != ".db"):
-        return p / DATA_FILE_NAME
-    return p
 
 
 class SqliteRecordStore:
@@ -136,6 +116,7 @@ class SqliteRecordStore:
         self,
         path_or_dir: str | os.PathLike[str],
         *,
+        partitions: int = DEFAULT_PARTITIONS,
         journal_retention_ms: int | None = None,
         sync: Sync = "full",
         read_only: bool = False,
@@ -146,6 +127,8 @@ class SqliteRecordStore:
         if journal_retention_ms is not None and journal_retention_ms < 0:
             raise ValueError("journal_retention_ms must be >= 0 or None")
         self.path = resolve_path(path_or_dir).absolute()
+        self._partitions = check_partitions(partitions)  # the store's own, once open
+        self._next_offset: dict[int, int] = {}
         self.journal_retention_ms = journal_retention_ms
         self.sync = sync
         self.read_only = read_only
@@ -157,7 +140,7 @@ class SqliteRecordStore:
         # otherwise remove the WAL without the clean-shutdown mark (see _check_complete).
         self._h = _Handles(self.path)
         self._finalizer = weakref.finalize(self, self._h.release)
-        self._identity: _Identity | None = None
+        self._identity: Identity | None = None
         self._lost: str | None = None
         self._retention_due_ms = -(2**63)  # the first append checks
         self._ro_uri = self.path.as_uri() + "?mode=ro"
@@ -166,6 +149,11 @@ class SqliteRecordStore:
         except BaseException:
             self._release()
             raise
+
+    @property
+    def partitions(self) -> int:
+        """The store's partition count (fixed when it was created)."""
+        return self._partitions
 
     @classmethod
     def in_data_dir(cls, data_dir: str | os.PathLike[str], **options: Any) -> SqliteRecordStore:
@@ -191,14 +179,14 @@ class SqliteRecordStore:
         is not a valid, complete store. Order matters: the location is checked and the writer
         lock taken before anything is created or changed."""
         path = self.path
-        wal = _sidecar(path, "-wal")
+        wal = sidecar(path, "-wal")
         try:
-            exists = _check_location(path, creating=not self.read_only)
+            exists = check_location(path, creating=not self.read_only)
             if not exists and self.read_only:
                 raise StoreError(f"no record store at {path}")
             if not self.read_only:
-                self._h.lock_file = _lock_exclusively(path.with_name(path.name + ".lock"), path)
-                exists = _check_location(path, creating=True)  # again, under the lock
+                self._h.lock_file = lock_exclusively(path.with_name(path.name + ".lock"), path)
+                exists = check_location(path, creating=True)  # again, under the lock
             if not exists:
                 if wal.exists():
                     raise StoreCorruptError(
@@ -211,7 +199,7 @@ class SqliteRecordStore:
                 self._create_new(path)
             # A WAL that holds anything has at least its 32-byte header. An empty one is what
             # any connection (even a read-only one, e.g. a refused earlier open) creates.
-            wal_existed = wal.exists() and wal.stat().st_size >= _WAL_HEADER_BYTES
+            wal_existed = wal.exists() and wal.stat().st_size >= WAL_HEADER_BYTES
             conn = self._connect(wal.exists())
             self._h.conn = conn
             conn.execute("PRAGMA busy_timeout = 5000")
@@ -229,14 +217,15 @@ class SqliteRecordStore:
             self._check_version(conn)
             self._check_complete(conn, wal_existed)
             if not self.read_only:
-                _set_clean_shutdown(conn, self.path, False)
+                set_clean_shutdown(conn, self.path, False)
                 self._h.mark_clean_on_close = True
                 self._record_identity()
-            self._next_offset = self._read_last_offset(conn) + 1
+            self._partitions = stored_partitions(conn, path)
+            self._next_offset = next_offsets(conn, self._partitions)
         except sqlite3.Error as e:
-            raise _open_error(path, e) from e
+            raise open_error(path, e) from e
         except OSError as e:
-            raise _open_error(path, e) from e
+            raise open_error(path, e) from e
 
     def _connect(self, wal_exists: bool) -> sqlite3.Connection:
         if not self.read_only:
@@ -248,7 +237,7 @@ class SqliteRecordStore:
             conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
             return conn
         except sqlite3.Error as e:
-            if _primary(e) != _SQLITE_CANTOPEN or wal_exists or _unwritable(self.path) is None:
+            if primary(e) != SQLITE_CANTOPEN or wal_exists or unwritable(self.path) is None:
                 raise
         # A WAL-mode database on read-only media without its -shm/-wal files: SQLite cannot
         # create them, so it refuses a plain read-only open. With no -wal there is nothing to
@@ -265,18 +254,18 @@ class SqliteRecordStore:
         store (and a ``.new`` file, discarded by the next start) or a complete one, never a
         half-made file that the next start would have to guess about."""
         tmp = path.with_name(path.name + ".new")
-        for leftover in (tmp, _sidecar(tmp, "-wal"), _sidecar(tmp, "-shm")):
+        for leftover in (tmp, sidecar(tmp, "-wal"), sidecar(tmp, "-shm")):
             leftover.unlink(missing_ok=True)  # an earlier creation that crashed; never a store
         conn = sqlite3.connect(tmp, isolation_level=None)
         try:
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute("PRAGMA synchronous = FULL")
-            self._create_schema(conn)
+            create_schema(conn, self._partitions)
         finally:
             conn.close()  # checkpoints the schema into the file and removes its WAL
-        _fsync_file(tmp)
+        fsync_file(tmp)
         os.rename(tmp, path)
-        _fsync_dir(path.parent)  # make the new file's directory entry durable
+        fsync_dir(path.parent)  # make the new file's directory entry durable
 
     def _identify(self, conn: sqlite3.Connection) -> None:
         """Raise unless the file is a kip848 record store."""
@@ -319,90 +308,60 @@ class SqliteRecordStore:
         )
 
     def _check_version(self, conn: sqlite3.Connection) -> None:
-        path = self.path
-        try:
-            row = conn.execute("SELECT value FROM meta WHERE name = 'schema_version'").fetchone()
-        except sqlite3.OperationalError as e:  # no meta table
-            raise StoreCorruptError(f"record store at {path} is corrupt: {e}") from e
-        if row is None or type(row[0]) is not int or row[0] < 1:
-            raise StoreCorruptError(f"record store at {path} is corrupt: no valid schema_version")
-        version = row[0]
-        if version > SCHEMA_VERSION:
-            raise StoreVersionError(
-                f"record store at {path} was written by schema version {version}; this build "
-                f"understands up to {SCHEMA_VERSION}; upgrade kip848-coordinator"
-            )
-        if version < SCHEMA_VERSION:
-            self._migrate(conn, version)
-
-    def _create_schema(self, conn: sqlite3.Connection) -> None:
+        version = schema_version(conn, self.path)
+        if version == SCHEMA_VERSION:
+            return
+        if self.read_only:
+            raise refuse_old_version(self.path, version)
+        started = time.monotonic()
         conn.execute("BEGIN IMMEDIATE")
         try:
-            for stmt in _SCHEMA_V1:
-                conn.execute(stmt)
-            conn.executemany(
-                "INSERT INTO meta (name, value) VALUES (?, ?)",
-                [
-                    ("schema_version", SCHEMA_VERSION),
-                    ("created_at_ms", int(time.time() * 1000)),
-                    ("created_by", _package_version()),
-                    ("journal_expired_through_offset", -1),
-                    ("clean_shutdown", 1),
-                ],
+            counts = migrate_v1(conn, self.path, self._partitions)
+            conn.execute(
+                "UPDATE meta SET value = ? WHERE name = 'schema_version'", (SCHEMA_VERSION,)
             )
-            conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")
             raise
-
-    def _migrate(self, conn: sqlite3.Connection, version: int) -> None:
-        missing = [v for v in range(version, SCHEMA_VERSION) if v not in MIGRATIONS]
-        if missing or self.read_only:
-            why = "opened read-only" if self.read_only else "no migration from it exists"
-            raise StoreVersionError(
-                f"record store at {self.path} was written by schema version {version}; this "
-                f"build uses {SCHEMA_VERSION} and {why}"
-            )
-        for v in range(version, SCHEMA_VERSION):
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                MIGRATIONS[v](conn)
-                conn.execute("UPDATE meta SET value = ? WHERE name = 'schema_version'", (v + 1,))
-                conn.execute("COMMIT")
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-
-    @staticmethod
-    def _read_last_offset(conn: sqlite3.Connection) -> int:
-        # Offsets are never reused: after retention emptied the journal and tombstones emptied
-        # the compacted view, the meta high-water mark still remembers the last one.
-        row = conn.execute(
-            "SELECT max(coalesce((SELECT max(offset) FROM journal), -1),"
-            " coalesce((SELECT max(offset) FROM compacted), -1),"
-            " (SELECT value FROM meta WHERE name = 'journal_expired_through_offset'))"
-        ).fetchone()
-        return int(row[0])
+        log.warning(
+            "Migrated the record store at %s from schema version %d (one log) to %d: %d "
+            "partitions and the cluster log, %d journal entries and %d compacted records kept, "
+            "in %.1f s.",
+            self.path,
+            version,
+            SCHEMA_VERSION,
+            counts["partitions"],
+            counts["journal"],
+            counts["compacted"],
+            time.monotonic() - started,
+        )
 
     # -- writing ----------------------------------------------------------------------------
 
-    def append(self, records: Sequence[StoredRecord], timestamp_ms: int) -> int:
+    def append(self, records: Sequence[StoredRecord], timestamp_ms: int) -> dict[int, int]:
         check_batch(records, timestamp_ms)
         with self._lock:
             conn = self._writer()
             if not records:
-                return self._next_offset - 1
+                return {}
             self._check_identity_locked()  # never write into files that are gone from disk
-            start = self._next_offset
-            rows = [
-                (start + i, timestamp_ms, rec.group_id, rec.key, rec.value)
-                for i, rec in enumerate(records)
-            ]
+            rows = []
+            last: dict[int, int] = {}
+            for log_id, recs in split_batch(records, self._partitions).items():
+                offset = self._next_offset[log_id]
+                pos = ((log_id + 1) << OFFSET_BITS) | offset
+                rows += [
+                    (pos + i, timestamp_ms, rec.group_id, rec.key, rec.value)
+                    for i, rec in enumerate(recs)
+                ]
+                last[log_id] = offset + len(recs) - 1
+            if max(last.values()) > OFFSET_MASK:
+                raise StoreWriteError(f"a log of {self.path} is full (2**{OFFSET_BITS} offsets)")
             try:
                 conn.execute("BEGIN IMMEDIATE")
                 conn.executemany(
-                    "INSERT INTO journal (offset, timestamp_ms, group_id, key, value)"
+                    "INSERT INTO journal (pos, timestamp_ms, group_id, key, value)"
                     " VALUES (?, ?, ?, ?, ?)",
                     rows,
                 )
@@ -414,7 +373,7 @@ class SqliteRecordStore:
             try:
                 self._commit()
             except BaseException as e:
-                if isinstance(e, sqlite3.Error) and _primary(e) == _SQLITE_FULL:
+                if isinstance(e, sqlite3.Error) and primary(e) == SQLITE_FULL:
                     # No space for the log frames: SQLite did not commit (the WAL index was not
                     # advanced; the next commit overwrites the partial frames), so nothing of
                     # the batch is visible and later appends may succeed once space is freed.
@@ -433,8 +392,8 @@ class SqliteRecordStore:
                     f"commit to {self.path} failed; the batch may or may not be durable: {e}",
                     outcome_unknown=True,
                 ) from e
-            last = start + len(rows) - 1
-            self._next_offset = last + 1
+            for log_id, offset in last.items():
+                self._next_offset[log_id] = offset + 1
             # Committed to the files we hold open; are they still the store on disk? (A data
             # directory deleted a moment ago would take this batch with it at the next start.)
             self._check_identity_locked()
@@ -462,7 +421,7 @@ class SqliteRecordStore:
     def _record_identity(self) -> None:
         """Remember which files the open store is (device and inode of the database file, its
         write-ahead log and its directory), for :meth:`check_identity`."""
-        self._identity = _identity_of(self.path)
+        self._identity = identity_of(self.path)
 
     def check_identity(self) -> None:
         """Raise :class:`StoreLostError` if the store open here is no longer the store on disk:
@@ -482,10 +441,10 @@ class SqliteRecordStore:
         expected = self._identity
         if expected is None:
             return
-        now = _identity_of(self.path)
+        now = identity_of(self.path)
         if now == expected:
             return
-        self._lost = _describe_loss(self.path, expected, now)
+        self._lost = describe_loss(self.path, expected, now)
         self._h.mark_clean_on_close = False  # the path may hold another (or a rescued) store
         log.critical("%s", self._lost)
         raise StoreLostError(self._lost)
@@ -516,7 +475,7 @@ class SqliteRecordStore:
             tmp = target.with_name(target.name + ".partial")
             try:
                 target.parent.mkdir(parents=True, exist_ok=True)
-                for leftover in (tmp, _sidecar(tmp, "-wal"), _sidecar(tmp, "-shm")):
+                for leftover in (tmp, sidecar(tmp, "-wal"), sidecar(tmp, "-shm")):
                     leftover.unlink(missing_ok=True)
                 dest = sqlite3.connect(tmp, isolation_level=None)
                 try:
@@ -526,9 +485,9 @@ class SqliteRecordStore:
                     dest.execute("PRAGMA wal_checkpoint(TRUNCATE)")
                 finally:
                     dest.close()
-                _fsync_file(tmp)
+                fsync_file(tmp)
                 os.rename(tmp, target)
-                _fsync_dir(target.parent)
+                fsync_dir(target.parent)
             except (sqlite3.Error, OSError) as e:
                 raise StoreError(f"could not rescue the store to {target}: {e}") from e
             return target
@@ -578,31 +537,45 @@ class SqliteRecordStore:
         return deleted
 
     def _expire_chunk(self, older_than_ms: int, limit: int) -> tuple[int, bool]:
-        """Expire the expired prefix of the first ``limit`` journal entries. Returns (entries
-        deleted, whether the whole chunk expired, i.e. there may be more)."""
+        """Expire the expired prefix of each log's journal, at most ``limit`` entries in all,
+        in one transaction. Returns (entries deleted, whether there may be more)."""
         with self._lock:
             conn = self._writer()
+            deleted, more = 0, False
             try:
                 conn.execute("BEGIN IMMEDIATE")
-                head = conn.execute(
-                    "SELECT offset, timestamp_ms FROM journal ORDER BY offset LIMIT ?", (limit,)
-                ).fetchall()
-                n = next((i for i, (_, ts) in enumerate(head) if ts >= older_than_ms), len(head))
-                if n:
-                    through = head[n - 1][0]
-                    conn.execute("DELETE FROM journal WHERE offset <= ?", (through,))
-                    conn.execute(
-                        "UPDATE meta SET value = max(value, ?)"
-                        " WHERE name = 'journal_expired_through_offset'",
-                        (through,),
+                for log_id in log_ids(self._partitions):
+                    budget = limit - deleted
+                    if budget <= 0:
+                        more = True
+                        break
+                    lo, hi = pos_range(log_id)
+                    head = conn.execute(
+                        "SELECT pos, timestamp_ms FROM journal WHERE pos BETWEEN ? AND ?"
+                        " ORDER BY pos LIMIT ?",
+                        (lo, hi, budget),
+                    ).fetchall()
+                    n = next(
+                        (i for i, (_, ts) in enumerate(head) if ts >= older_than_ms), len(head)
                     )
+                    if not n:
+                        continue
+                    through = head[n - 1][0]
+                    conn.execute("DELETE FROM journal WHERE pos BETWEEN ? AND ?", (lo, through))
+                    conn.execute(
+                        "UPDATE logs SET expired_through = max(expired_through, ?) WHERE log = ?",
+                        (through & OFFSET_MASK, log_id),
+                    )
+                    deleted += n
+                    more = more or n == budget
+                if deleted:
                     self._commit()
                 else:
                     conn.execute("ROLLBACK")
             except sqlite3.Error as e:
                 self._rollback()
                 raise StoreWriteError(f"journal expiry in {self.path} failed: {e}") from e
-        return n, n == limit
+        return deleted, more
 
     def apply_retention(self, now_ms: int) -> int:
         if self.journal_retention_ms is None:
@@ -649,21 +622,22 @@ class SqliteRecordStore:
             conn.close()
             raise StoreError(f"cannot read record store at {self.path}: {e}") from e
 
-    def load(self) -> Iterator[tuple[int, StoredRecord]]:
-        conn, cur = self._query(
-            "SELECT offset, key, value, group_id FROM compacted ORDER BY offset"
+    def _compacted(self, log: int) -> tuple[sqlite3.Connection, sqlite3.Cursor]:
+        check_log(log, self._partitions)
+        base, top = pos_range(log)
+        return self._query(
+            "SELECT pos - ?, key, value, group_id FROM compacted WHERE pos BETWEEN ? AND ?"
+            " ORDER BY pos",
+            (base, base, top),
         )
-        return self._iter_load(conn, cur)
 
-    def load_rows(self) -> Iterator[list[tuple[int, bytes, bytes, str | None]]]:
-        conn, cur = self._query(
-            "SELECT offset, key, value, group_id FROM compacted ORDER BY offset"
-        )
-        return self._iter_rows(conn, cur)
+    def load(self, log: int) -> Iterator[tuple[int, StoredRecord]]:
+        return self._iter_load(*self._compacted(log))
 
-    def _iter_rows(
-        self, conn: sqlite3.Connection, cur: sqlite3.Cursor
-    ) -> Iterator[list[tuple[int, bytes, bytes, str | None]]]:
+    def load_rows(self, log: int) -> Iterator[list[tuple[int, bytes, bytes, str | None]]]:
+        return self._iter_rows(*self._compacted(log))
+
+    def _iter_rows(self, conn: sqlite3.Connection, cur: sqlite3.Cursor) -> Iterator[list[Any]]:
         try:
             while rows := cur.fetchmany(_FETCH):
                 yield rows
@@ -676,56 +650,49 @@ class SqliteRecordStore:
         self, conn: sqlite3.Connection, cur: sqlite3.Cursor
     ) -> Iterator[tuple[int, StoredRecord]]:
         record = StoredRecord
-        try:
-            while rows := cur.fetchmany(_FETCH):
-                for offset, key, value, group_id in rows:
-                    yield offset, record(key, value, group_id)
-        except sqlite3.Error as e:
-            raise StoreError(f"cannot load record store at {self.path}: {e}") from e
-        finally:
-            conn.close()
+        for rows in self._iter_rows(conn, cur):
+            for offset, key, value, group_id in rows:
+                yield offset, record(key, value, group_id)
+
+    def _journal(
+        self, log: int, from_offset: int, to_offset: int | None
+    ) -> tuple[sqlite3.Connection, sqlite3.Cursor]:
+        check_log(log, self._partitions)
+        base, top = pos_range(log)
+        lo = base + max(0, min(from_offset, OFFSET_MASK))
+        hi = top if to_offset is None else base + max(0, min(to_offset, OFFSET_MASK + 1)) - 1
+        return self._query(
+            "SELECT pos - ?, timestamp_ms, group_id, key, value FROM journal"
+            " WHERE pos BETWEEN ? AND ? ORDER BY pos",
+            (base, lo, hi),
+        )
 
     def journal(
-        self, *, from_offset: int = 0, to_offset: int | None = None
+        self, log: int, *, from_offset: int = 0, to_offset: int | None = None
     ) -> Iterator[JournalEntry]:
-        conn, cur = self._query(
-            "SELECT offset, timestamp_ms, group_id, key, value FROM journal"
-            " WHERE offset >= ? AND offset < ? ORDER BY offset",
-            (from_offset, (1 << 63) - 1 if to_offset is None else to_offset),
-        )
-        return self._iter_journal(conn, cur)
+        return self._iter_journal(self._iter_rows(*self._journal(log, from_offset, to_offset)), log)
+
+    @staticmethod
+    def _iter_journal(chunks: Iterator[list[Any]], log: int) -> Iterator[JournalEntry]:
+        entry = JournalEntry
+        for rows in chunks:
+            for offset, ts, group_id, key, value in rows:
+                yield entry(offset, ts, group_id, key, value, log)
 
     def journal_rows(
-        self, *, from_offset: int = 0, to_offset: int | None = None
+        self, log: int, *, from_offset: int = 0, to_offset: int | None = None
     ) -> Iterator[list[tuple[int, int, str | None, bytes, bytes | None]]]:
         """The same entries as :meth:`journal`, as chunks of plain ``(offset, timestamp_ms,
         group_id, key, value)`` tuples: the fast path for reading millions of entries
         (``kip848 analytics export``). One snapshot, taken at call time."""
-        conn, cur = self._query(
-            "SELECT offset, timestamp_ms, group_id, key, value FROM journal"
-            " WHERE offset >= ? AND offset < ? ORDER BY offset",
-            (from_offset, (1 << 63) - 1 if to_offset is None else to_offset),
-        )
-        return self._iter_rows(conn, cur)  # type: ignore[return-value]
+        return self._iter_rows(*self._journal(log, from_offset, to_offset))
 
-    def _iter_journal(
-        self, conn: sqlite3.Connection, cur: sqlite3.Cursor
-    ) -> Iterator[JournalEntry]:
-        entry = JournalEntry
-        try:
-            while rows := cur.fetchmany(_FETCH):
-                for row in rows:
-                    yield entry(*row)
-        except sqlite3.Error as e:
-            raise StoreError(f"cannot read the journal of {self.path}: {e}") from e
-        finally:
-            conn.close()
-
-    def last_offset(self) -> int:
+    def last_offset(self, log: int) -> int:
+        check_log(log, self._partitions)
         if self.read_only and self._conn is not None:  # another process may be appending
             with self._lock:
-                return self._read_last_offset(self._conn)
-        return self._next_offset - 1  # an int read: atomic, no need to wait for a commit
+                return next_offsets(self._conn, self._partitions)[log] - 1
+        return self._next_offset[log] - 1  # a dict read: atomic, no need to wait for a commit
 
     def stats(self) -> dict[str, Any]:
         conn = self._read()
@@ -735,8 +702,8 @@ class SqliteRecordStore:
                 return conn.execute(sql).fetchone()
 
             conn.execute("BEGIN")  # one snapshot for all the numbers
-            j_n, j_first, j_tomb, j_bytes = q(
-                "SELECT count(*), min(offset), count(*) - count(value),"
+            j_n, j_tomb, j_bytes = q(
+                "SELECT count(*), count(*) - count(value),"
                 " coalesce(sum(length(key) + coalesce(length(value), 0)), 0) FROM journal"
             )
             c_n, c_groups, c_kb, c_vb = q(
@@ -744,23 +711,37 @@ class SqliteRecordStore:
                 " coalesce(sum(length(value)), 0) FROM compacted"
             )
             meta = dict(conn.execute("SELECT name, value FROM meta").fetchall())
-            last = self._read_last_offset(conn)
+            logs = {}
+            following = next_offsets(conn, self._partitions)
+            for log_id in log_ids(self._partitions):
+                lo, hi = pos_range(log_id)
+                j_first, j_count = q(
+                    f"SELECT min(pos) & {OFFSET_MASK}, count(*) FROM journal"
+                    f" WHERE pos BETWEEN {lo} AND {hi}"
+                )
+                (c_count,) = q(f"SELECT count(*) FROM compacted WHERE pos BETWEEN {lo} AND {hi}")
+                logs[log_id] = {
+                    "last_offset": following[log_id] - 1,
+                    "journal_first_offset": j_first,
+                    "journal_entries": j_count,
+                    "compacted_records": c_count,
+                }
             conn.execute("COMMIT")
         except sqlite3.Error as e:
             raise StoreError(f"cannot read record store at {self.path}: {e}") from e
         finally:
             conn.close()
-        wal = self.path.with_name(self.path.name + "-wal")
+        wal = sidecar(self.path, "-wal")
         return {
             "implementation": "sqlite",
             "path": str(self.path),
             "schema_version": meta.get("schema_version"),
+            "partitions": self._partitions,
             "created_at_ms": meta.get("created_at_ms"),
             "created_by": meta.get("created_by"),
+            "migrated_from_version": meta.get("migrated_from_version"),
             "sync": self.sync,
-            "last_offset": last,
             "journal_entries": j_n,
-            "journal_first_offset": j_first,
             "journal_tombstones": j_tomb,
             "journal_bytes": j_bytes,
             "compacted_records": c_n,
@@ -769,6 +750,7 @@ class SqliteRecordStore:
             "compacted_value_bytes": c_vb,
             "journal_retention_ms": self.journal_retention_ms,
             "file_bytes": self.path.stat().st_size + (wal.stat().st_size if wal.exists() else 0),
+            "logs": logs,
         }
 
     def check_integrity(self) -> None:
@@ -841,13 +823,13 @@ class _Handles:
             keeper = None
             if self.mark_clean_on_close:
                 try:
-                    _set_clean_shutdown(conn, self.path, True)
+                    set_clean_shutdown(conn, self.path, True)
                 except sqlite3.Error as e:
                     # The file still says "open": the WAL must survive this close, or the next
                     # start would take its absence for a lost log. A reader still open when
                     # the writer closes keeps SQLite from checkpointing and removing it.
                     log.warning("could not mark %s cleanly shut down: %s", self.path, e)
-                    keeper = _wal_keeper(self.path)
+                    keeper = wal_keeper(self.path)
             try:
                 conn.close()  # the last connection checkpoints and removes the WAL
             except sqlite3.Error:  # pragma: no cover
@@ -857,251 +839,3 @@ class _Handles:
         lock_file, self.lock_file = self.lock_file, None
         if lock_file is not None:
             lock_file.close()  # releases the flock
-
-
-def _set_clean_shutdown(conn: sqlite3.Connection, path: Path, clean: bool) -> None:
-    """Record in the database file itself whether the store is open (0) or was closed cleanly
-    (1). The checkpoint puts the flag into the main file at once, so that file alone tells a
-    later start whether a write-ahead log must exist (``_check_complete``)."""
-    if conn.in_transaction:  # a failed statement left one open; never commit half of it
-        conn.execute("ROLLBACK")
-    conn.execute(
-        "INSERT OR REPLACE INTO meta (name, value) VALUES ('clean_shutdown', ?)", (int(clean),)
-    )
-    busy, frames, done = conn.execute("PRAGMA wal_checkpoint(FULL)").fetchone()
-    if busy or done != frames:
-        log.warning(
-            "could not fully checkpoint %s (a reader is active): if its write-ahead log were "
-            "deleted after a crash now, the next start might not notice",
-            path,
-        )
-
-
-def _wal_keeper(path: Path) -> sqlite3.Connection | None:
-    try:
-        keeper = sqlite3.connect(path.as_uri() + "?mode=ro", uri=True, isolation_level=None)
-        keeper.execute("SELECT count(*) FROM sqlite_master").fetchone()  # opens the WAL
-        return keeper
-    except sqlite3.Error:  # pragma: no cover - best effort
-        return None
-
-
-_Identity = tuple[tuple[int, int] | None, tuple[int, int] | None, tuple[int, int] | None, bool]
-"""(database file, write-ahead log, directory) as (st_dev, st_ino), None when missing; and
-whether the database file is empty."""
-
-
-def _file_id(path: Path) -> tuple[int, int] | None:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return st.st_dev, st.st_ino
-
-
-def _identity_of(path: Path) -> _Identity:
-    try:
-        empty = os.stat(path).st_size == 0
-    except OSError:
-        empty = False
-    return _file_id(path), _file_id(_sidecar(path, "-wal")), _file_id(path.parent), empty
-
-
-def _describe_loss(path: Path, expected: _Identity, now: _Identity) -> str:
-    db, wal, directory, empty = now
-    if directory is None:
-        what = f"its data directory {path.parent} was deleted"
-    elif directory != expected[2]:
-        what = f"its data directory {path.parent} was replaced or unmounted"
-    elif db is None:
-        what = f"{path.name} was deleted"
-    elif db != expected[0]:
-        what = f"{path.name} was replaced by another file"
-    elif empty:
-        what = f"{path.name} was truncated to 0 bytes"
-    elif wal is None:
-        what = f"its write-ahead log {path.name}-wal was deleted"
-    else:
-        what = f"its write-ahead log {path.name}-wal was replaced by another file"
-    return (
-        f"the record store at {path} is no longer the one on disk: {what} while the store was "
-        "open. Writes to it would be lost at the next start, so none are acknowledged any more"
-    )
-
-
-def _sidecar(path: Path, suffix: str) -> Path:
-    return path.with_name(path.name + suffix)
-
-
-# SQLite primary result codes used to classify failures to open.
-_SQLITE_PERM = 3
-_SQLITE_BUSY = 5
-_SQLITE_LOCKED = 6
-_SQLITE_READONLY = 8
-_SQLITE_IOERR = 10
-_SQLITE_CORRUPT = 11
-_SQLITE_FULL = 13
-_SQLITE_CANTOPEN = 14
-_SQLITE_NOTADB = 26
-
-
-def _primary(e: BaseException) -> int | None:
-    code = getattr(e, "sqlite_errorcode", None)
-    return None if code is None else code & 0xFF
-
-
-def _nearest_existing(path: Path) -> Path:
-    for candidate in (path, *path.parents):
-        if candidate.exists():
-            return candidate
-    return Path("/")
-
-
-def _unwritable(path: Path) -> str | None:
-    """Why the store at ``path`` (or the nearest directory that exists) cannot be written, if
-    the operating system can tell: a read-only mount, or permissions."""
-    target = _nearest_existing(path)
-    try:
-        if os.statvfs(target).f_flag & os.ST_RDONLY:
-            return f"the file system holding {target} is mounted read-only"
-    except OSError:  # pragma: no cover
-        pass
-    for candidate in (path, _sidecar(path, "-wal"), _sidecar(path, "-shm"), path.parent):
-        if candidate.exists() and not os.access(candidate, os.W_OK, effective_ids=True):
-            return f"permission denied: {candidate} is not writable by uid {os.geteuid()}"
-    return None
-
-
-def _unreadable(path: Path) -> str | None:
-    for candidate in (path.parent, path):
-        if candidate.exists() and not os.access(candidate, os.R_OK, effective_ids=True):
-            return f"permission denied: {candidate} is not readable by uid {os.geteuid()}"
-    return None
-
-
-def _check_location(path: Path, *, creating: bool) -> bool:
-    """Check where the store lives; True when the store file exists. Creates the data directory
-    when ``creating``. Raises a clear :class:`StoreError` for what cannot be a store's place."""
-    directory = path.parent
-    if directory.exists() and not directory.is_dir():
-        raise StoreAccessError(f"data directory {directory} is not a directory")
-    if creating:
-        for parent in reversed((directory, *directory.parents)):
-            if parent.exists() and not parent.is_dir():
-                raise StoreAccessError(
-                    f"cannot create data directory {directory}: {parent} is not a directory"
-                )
-        directory.mkdir(parents=True, exist_ok=True)
-    if path.is_symlink() and not path.exists():
-        raise StoreCorruptError(
-            f"{path} is a symbolic link to {os.readlink(path)}, which does not exist (an "
-            "unmounted volume?); refusing to create a new store in its place"
-        )
-    if not path.exists():
-        return False
-    if not path.is_file():
-        raise StoreCorruptError(f"{path} exists but is not a regular file; refusing to use it")
-    size = path.stat().st_size
-    if size == 0:
-        raise StoreCorruptError(
-            f"{path} is empty (0 bytes): not a kip848 record store (truncated, or never "
-            "completed). A new store is created only where no file exists; refusing to start "
-            "empty in its place. Restore the file, or move it away to start a new store"
-        )
-    if size < _SQLITE_HEADER_BYTES:
-        raise StoreCorruptError(
-            f"{path} is {size} bytes long, shorter than any SQLite database: truncated or not a "
-            "kip848 record store; refusing to use it"
-        )
-    return True
-
-
-_SQLITE_HEADER_BYTES = 100
-_WAL_HEADER_BYTES = 32
-
-
-def _open_error(path: Path, e: BaseException) -> StoreError:
-    """A failure to open, as the :class:`StoreError` subclass that says what is wrong."""
-    where = f"cannot open record store at {path}"
-    if isinstance(e, OSError):
-        reason = e.strerror or str(e)
-        if e.errno == errno.EROFS:
-            return StoreAccessError(
-                f"{where}: {_unwritable(path) or 'read-only file system'} ({e}); the "
-                "coordinator must write its store: mount it read-write (kip848 replay and dump "
-                "read it as it is)"
-            )
-        if e.errno in (errno.EACCES, errno.EPERM):
-            return StoreAccessError(f"{where}: permission denied ({e})")
-        if e.errno in (errno.ENOSPC, errno.EDQUOT):
-            return StoreAccessError(f"{where}: no space left on the device ({e})")
-        if e.errno in (errno.ENOTDIR, errno.EEXIST):
-            return StoreAccessError(f"{where}: a path component is not a directory ({e})")
-        return StoreAccessError(f"{where}: {reason} ({e})")
-    primary = _primary(e)
-    if primary in (_SQLITE_READONLY, _SQLITE_PERM) or (
-        primary == _SQLITE_CANTOPEN and (_unwritable(path) or _unreadable(path))
-    ):
-        why = _unreadable(path) or _unwritable(path) or "the file cannot be written"
-        return StoreAccessError(
-            f"{where}: {why} (SQLite: {e}); the store itself was not examined further and is "
-            "not known to be damaged"
-        )
-    if primary == _SQLITE_FULL:
-        return StoreAccessError(f"{where}: no space left on the device (SQLite: {e})")
-    if primary in (_SQLITE_BUSY, _SQLITE_LOCKED):
-        return StoreLockedError(
-            f"{where}: another program holds a lock on the database (SQLite: {e})"
-        )
-    if primary == _SQLITE_IOERR:
-        return StoreAccessError(f"{where}: I/O error (SQLite: {e})")
-    if primary == _SQLITE_CANTOPEN:
-        return StoreAccessError(f"{where}: {e}")
-    return StoreCorruptError(f"{where}: {e} (corrupt, or not a kip848 store)")
-
-
-def _fsync_file(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _lock_exclusively(lock_path: Path, db_path: Path) -> BinaryIO | None:
-    """Hold an exclusive flock on ``lock_path`` for the life of the store. It is released by
-    close(), by the death of the process (even SIGKILL) and, being a file object, by garbage
-    collection of a store that was never closed."""
-    if fcntl is None:  # pragma: no cover
-        return None
-    f = open(lock_path, "a+b")  # noqa: SIM115 - held open on purpose
-    try:
-        fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        f.seek(0)
-        holder = f.read(32).decode("ascii", "replace").strip() or "?"
-        f.close()
-        raise StoreLockedError(
-            f"record store at {db_path} is already open for writing (pid {holder} holds "
-            f"{lock_path})"
-        ) from None
-    except BaseException:
-        f.close()
-        raise
-    f.truncate(0)
-    f.write(str(os.getpid()).encode("ascii"))
-    f.flush()
-    return f
-
-
-def _fsync_dir(directory: Path) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:  # pragma: no cover - e.g. platforms without directory fds
-        return
-    try:
-        os.fsync(fd)
-    except OSError:  # pragma: no cover
-        pass
-    finally:
-        os.close(fd)

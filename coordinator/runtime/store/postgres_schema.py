@@ -1,0 +1,134 @@
+"""The PostgreSQL store's schema: finding it, creating it (once, whoever comes first), and the
+URI as it may be logged.
+
+Creation runs in one transaction under an advisory lock, so nodes starting together create the
+store once; a database that holds some ``kip848_`` tables but no complete store is refused, never
+completed or replaced. Journal and compacted view are LIST-partitioned by log: a partition's
+records are a table of their own, read, cut and loaded without touching the others.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit, urlunsplit
+
+from .api import StoreCorruptError, log_ids
+from .sqlite_schema import package_version
+
+if TYPE_CHECKING:
+    import psycopg
+
+SCHEMA_VERSION = 1
+_LOCK_KEY = 0x4B383438  # "K848": pg_advisory_xact_lock while creating
+
+_TABLES = (
+    "CREATE TABLE kip848_meta (name text PRIMARY KEY, value text NOT NULL)",
+    (
+        "CREATE TABLE kip848_logs (log int PRIMARY KEY, expired_through bigint NOT NULL"
+        " DEFAULT -1, leader int, leader_epoch bigint NOT NULL DEFAULT 0,"
+        " lease_expires_at timestamptz, target int)"
+    ),
+    (
+        'CREATE TABLE kip848_journal (log int NOT NULL, "offset" bigint NOT NULL,'
+        " timestamp_ms bigint NOT NULL, leader_epoch bigint NOT NULL, group_id text,"
+        ' key bytea NOT NULL, value bytea, PRIMARY KEY (log, "offset")) PARTITION BY LIST (log)'
+    ),
+    (
+        'CREATE TABLE kip848_compacted (log int NOT NULL, key bytea NOT NULL, "offset" bigint'
+        " NOT NULL, group_id text, value bytea NOT NULL, PRIMARY KEY (log, key))"
+        " PARTITION BY LIST (log)"
+    ),
+    (
+        "CREATE TABLE kip848_nodes (node_id int PRIMARY KEY, address text NOT NULL,"
+        " kafka_address text, started_at timestamptz NOT NULL, expires_at timestamptz NOT NULL,"
+        " cluster_offset bigint NOT NULL DEFAULT -1, reachable boolean NOT NULL DEFAULT true)"
+    ),
+)
+
+
+def dsn_for_log(dsn: str) -> str:
+    """The URI without its password (for messages and logs)."""
+    try:
+        parts = urlsplit(dsn)
+    except ValueError:
+        return "<unparsable PostgreSQL URI>"
+    if parts.password is None:
+        return dsn
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = f"{parts.username or ''}:***@{host}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
+def read_meta(conn: psycopg.Connection[Any], where: str) -> dict[str, str] | None:
+    """The store's meta rows; None when the database holds no store at all (no ``kip848_``
+    table). Raises :class:`StoreCorruptError` for a partial or foreign one."""
+    tables = {
+        row[0]
+        for row in conn.execute(
+            "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()"
+            " AND tablename LIKE 'kip848%%'"
+        ).fetchall()
+    }
+    if not tables:
+        return None
+    if "kip848_meta" not in tables:
+        raise StoreCorruptError(
+            f"the PostgreSQL database {where} holds kip848 tables ({', '.join(sorted(tables))}) "
+            "but no kip848_meta: not a complete record store; refusing to use it"
+        )
+    meta = dict(conn.execute("SELECT name, value FROM kip848_meta").fetchall())
+    missing = {"schema_version", "partitions", "store_id"} - set(meta)
+    if missing:
+        raise StoreCorruptError(
+            f"the record store in {where} is incomplete (kip848_meta lacks "
+            f"{', '.join(sorted(missing))}); refusing to use it"
+        )
+    return meta
+
+
+def create_schema(conn: psycopg.Connection[Any], where: str, partitions: int) -> dict[str, str]:
+    """Create the store (one transaction, under an advisory lock; if another node created it
+    meanwhile, use that one). Returns its meta."""
+    conn.execute("BEGIN")
+    try:
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
+        meta = read_meta(conn, where)
+        if meta is not None:  # another node was first
+            conn.execute("COMMIT")
+            return meta
+        for stmt in _TABLES:
+            conn.execute(stmt)
+        for log in log_ids(partitions):
+            name = f"m{-log}" if log < 0 else str(log)  # the cluster log: kip848_journal_m1
+            conn.execute(
+                f"CREATE TABLE kip848_journal_{name} PARTITION OF kip848_journal FOR VALUES IN ({log})"
+            )
+            conn.execute(
+                f"CREATE TABLE kip848_compacted_{name} PARTITION OF kip848_compacted"
+                f" FOR VALUES IN ({log})"
+            )
+        conn.execute(
+            "INSERT INTO kip848_logs (log) SELECT generate_series(%s::int, %s::int)",
+            (log_ids(partitions).start, partitions - 1),
+        )
+        meta = {
+            "schema_version": str(SCHEMA_VERSION),
+            "partitions": str(partitions),
+            "store_id": str(uuid.uuid4()),
+            "created_at_ms": str(int(time.time() * 1000)),
+            "created_by": package_version(),
+            "write_probe": "0",
+        }
+        with conn.cursor() as cur:
+            cur.executemany(
+                "INSERT INTO kip848_meta (name, value) VALUES (%s, %s)", list(meta.items())
+            )
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    return meta

@@ -1,0 +1,230 @@
+"""PostgresRecordStore specifics, on a real PostgreSQL (tests/pg.py): creation and refusal,
+connections lost while committing, a server restarted or gone. The shared semantics are in
+test_store_contract.py."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from pg import PostgresServer
+
+from coordinator.routing import partition_for
+from coordinator.runtime.store import (
+    PostgresRecordStore,
+    StoreAccessError,
+    StoreCorruptError,
+    StoredRecord,
+    StoreError,
+    StoreLostError,
+    StoreVersionError,
+    StoreWriteError,
+)
+from coordinator.runtime.store.postgres_schema import dsn_for_log
+
+P = 4
+G = partition_for("g", P)
+
+
+def put(key: bytes, value: bytes | None = b"v", group_id: str | None = "g") -> StoredRecord:
+    return StoredRecord(key=key, value=value, group_id=group_id)
+
+
+def keys(store: PostgresRecordStore, log: int = G) -> list[bytes]:
+    return [rec.key for _, rec in store.load(log)]
+
+
+@pytest.fixture
+def own_server() -> Iterator[PostgresServer]:
+    """A PostgreSQL of this test alone: it gets killed and restarted."""
+    server = PostgresServer().start()
+    yield server
+    server.stop()
+
+
+def test_a_new_store_is_created_once_with_its_schema(pg_dsn: str) -> None:
+    with PostgresRecordStore(pg_dsn, partitions=P) as store:
+        assert store.partitions == P
+        store.append([put(b"a")], 1)
+    with psycopg.connect(pg_dsn) as conn:
+        tables = {
+            r[0]
+            for r in conn.execute(
+                "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()"
+            )
+        }
+        meta = dict(conn.execute("SELECT name, value FROM kip848_meta").fetchall())
+        logs = [r[0] for r in conn.execute("SELECT log FROM kip848_logs ORDER BY log")]
+    assert {
+        "kip848_meta",
+        "kip848_logs",
+        "kip848_journal",
+        "kip848_compacted",
+        "kip848_nodes",
+    } < tables
+    assert {f"kip848_journal_{n}" for n in ("m1", "0", "1", "2", "3")} < tables  # a table per log
+    assert (meta["schema_version"], meta["partitions"]) == ("1", str(P))
+    assert logs == [-1, 0, 1, 2, 3]
+    # Another opener, asking for another count, gets the store as it is.
+    with PostgresRecordStore(pg_dsn, partitions=50) as again:
+        assert again.partitions == P and keys(again) == [b"a"]
+
+
+def test_nodes_starting_together_create_one_store(pg_server: PostgresServer) -> None:
+    dsn = pg_server.fresh_store_dsn()
+    stores: list[Any] = []
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(4)
+
+    def open_one() -> None:
+        barrier.wait(timeout=30)
+        try:
+            stores.append(PostgresRecordStore(dsn, partitions=P))
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=open_one) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert errors == [] and len(stores) == 4
+    ids = set()
+    for s in stores:
+        ids.add(s._store_id)
+        s.close()
+    assert len(ids) == 1
+
+
+def test_partial_or_foreign_tables_are_refused_and_left_alone(pg_dsn: str) -> None:
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE kip848_journal (x int)")
+    with pytest.raises(StoreCorruptError, match="no kip848_meta: not a complete record store"):
+        PostgresRecordStore(pg_dsn)
+    with psycopg.connect(pg_dsn) as conn:
+        assert conn.execute("SELECT count(*) FROM kip848_journal").fetchone() == (0,)
+
+
+def test_a_newer_schema_is_refused(pg_dsn: str) -> None:
+    PostgresRecordStore(pg_dsn, partitions=P).close()
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("UPDATE kip848_meta SET value = '9' WHERE name = 'schema_version'")
+    with pytest.raises(StoreVersionError, match="schema version 9; this build understands up to 1"):
+        PostgresRecordStore(pg_dsn)
+
+
+def test_read_only_never_creates_and_refuses_appends(pg_dsn: str) -> None:
+    with pytest.raises(StoreError, match="no record store in the PostgreSQL database"):
+        PostgresRecordStore(pg_dsn, read_only=True)
+    PostgresRecordStore(pg_dsn, partitions=P).close()
+    with (
+        PostgresRecordStore(pg_dsn, read_only=True) as store,
+        pytest.raises(StoreWriteError, match="read-only"),
+    ):
+        store.append([put(b"a")], 1)
+
+
+def test_unreachable_and_bad_credentials_are_access_errors_without_the_password(
+    pg_server: PostgresServer,
+) -> None:
+    from pg import free_port
+
+    nowhere = f"postgresql://kip848:sekrit@127.0.0.1:{free_port()}/x"
+    with pytest.raises(StoreAccessError) as info:
+        PostgresRecordStore(nowhere, connect_timeout_s=2)
+    assert "cannot connect to the PostgreSQL store at postgresql://kip848:***@127.0.0.1" in str(
+        info.value
+    )
+    assert "sekrit" not in str(info.value)
+    wrong = pg_server.dsn("postgres").replace("kip848-secret", "wrong-password")
+    with pytest.raises(StoreAccessError, match="password authentication failed"):
+        PostgresRecordStore(wrong)
+    assert dsn_for_log("postgresql://u:p@[::1]:5/d?x=1") == "postgresql://u:***@[::1]:5/d?x=1"
+
+
+def test_a_commit_whose_answer_was_lost_is_resolved_by_asking_postgresql(
+    pg_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The connection breaks right after COMMIT reached the server: the transaction committed,
+    and the append says so (txid_status), instead of an unknown outcome."""
+    store = PostgresRecordStore(pg_dsn, partitions=P)
+    store.append([put(b"a")], 1)
+    conn = store._conn
+    assert conn is not None
+    real = conn.execute
+
+    def commit_then_break(query: Any, *args: Any, **kw: Any) -> Any:
+        if query == "COMMIT":
+            real(query, *args, **kw)
+            conn.pgconn.finish()  # the answer is lost with the connection
+            raise psycopg.OperationalError("server closed the connection unexpectedly")
+        return real(query, *args, **kw)
+
+    monkeypatch.setattr(conn, "execute", commit_then_break)
+    assert store.append([put(b"b")], 2) == {G: 1}
+    assert store._conn is not conn  # reconnected
+    assert store.append([put(b"c")], 3) == {G: 2}
+    assert keys(store) == [b"a", b"b", b"c"]
+    store.close()
+
+
+def test_a_commit_that_never_reached_the_server_is_a_known_failure(
+    pg_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = PostgresRecordStore(pg_dsn, partitions=P)
+    store.append([put(b"a")], 1)
+    conn = store._conn
+    assert conn is not None
+    real = conn.execute
+
+    def break_before_commit(query: Any, *args: Any, **kw: Any) -> Any:
+        if query == "COMMIT":
+            conn.pgconn.finish()  # the server aborts the open transaction
+            raise psycopg.OperationalError("server closed the connection unexpectedly")
+        return real(query, *args, **kw)
+
+    monkeypatch.setattr(conn, "execute", break_before_commit)
+    with pytest.raises(StoreWriteError, match="did not commit") as info:
+        store.append([put(b"b")], 2)
+    assert info.value.outcome_unknown is False
+    assert store.append([put(b"c")], 3) == {G: 1}  # the offset the failed batch would have had
+    assert keys(store) == [b"a", b"c"]
+    store.close()
+
+
+def test_appends_go_on_after_postgresql_restarts(own_server: PostgresServer) -> None:
+    dsn = own_server.fresh_store_dsn()
+    store = PostgresRecordStore(dsn, partitions=P, connect_timeout_s=2)
+    store.append([put(b"a")], 1)
+    own_server.restart(crash=True)  # a crash: recovery from its write-ahead log
+    store.append([put(b"b")], 2)  # a new connection
+    assert keys(store) == [b"a", b"b"]
+    own_server.kill()
+    with pytest.raises(StoreWriteError) as info:
+        store.append([put(b"c")], 3)
+    assert info.value.outcome_unknown is False  # nothing was sent: known
+    with pytest.raises(StoreWriteError):
+        store.probe_write()
+    own_server.restart()
+    store.probe_write()
+    assert store.append([put(b"c")], 4) == {G: 2}
+    store.close()
+    with PostgresRecordStore(dsn, read_only=True) as reader:
+        assert keys(reader) == [b"a", b"b", b"c"]
+
+
+def test_a_store_replaced_under_a_running_server_is_lost(pg_dsn: str) -> None:
+    store = PostgresRecordStore(pg_dsn, partitions=P)
+    store.check_identity()
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("UPDATE kip848_meta SET value = 'another' WHERE name = 'store_id'")
+    with pytest.raises(StoreLostError, match="no longer the one this server opened"):
+        store.check_identity()
+    with pytest.raises(StoreLostError):
+        store.append([put(b"a")], 1)
+    with pytest.raises(StoreError, match="nothing to rescue"):
+        store.rescue()
+    store.close()
