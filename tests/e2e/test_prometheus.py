@@ -182,7 +182,7 @@ def test_prometheus_scrapes_rebalance_latency_and_commits(tmp_path: Path) -> Non
                 lambda v: v == 2,
             )
             assert prom.wait_for("kip848_offset_count", lambda v: v == 2)
-            assert prom.wait_for('kip848_shard_count{state="active"}', lambda v: v == 4)
+            assert prom.wait_for('kip848_shard_count{state="active"}', lambda v: v == 50)
             assert prom.wait_for(
                 'kip848_assignment_duration_seconds_count{assignor="uniform",group_size="1-10"}',
                 lambda v: v == 2,
