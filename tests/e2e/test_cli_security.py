@@ -15,7 +15,7 @@ from conftest import ServerProcess, run_cli
 
 from coordinator.core import codec
 from coordinator.core import records as r
-from coordinator.runtime.store import SqliteRecordStore
+from coordinator.runtime.store import CLUSTER_LOG, SqliteRecordStore
 from coordinator.security import scram
 
 REPO = Path(__file__).resolve().parents[2]
@@ -36,7 +36,7 @@ def cli_with_stdin(text: str, *argv: str) -> subprocess.CompletedProcess[str]:
 def stored_credentials(data_dir: Path) -> dict[tuple[str, int], r.UserScramCredentialValue]:
     with SqliteRecordStore.in_data_dir(data_dir, read_only=True) as store:
         out = {}
-        for rows in store.load_rows():
+        for rows in store.load_rows(CLUSTER_LOG):
             for _offset, key, value, _gid in rows:
                 rec = codec.decode(key, value)
                 if isinstance(rec.key, r.UserScramCredentialKey) and rec.value is not None:
