@@ -17,7 +17,7 @@ import contextlib
 import importlib.metadata
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -139,6 +139,7 @@ _FILLS: dict[int, tuple[str, ...]] = {
         "member_state",
         "assigned_partitions",
         "pending_revocation_partitions",
+        "rack_local_partitions",
     ),
     16: ("regular_expression", "regex_topics", "regex_topics_version"),
     1016: ("config_name", "config_value"),
@@ -161,6 +162,9 @@ class _Decoder:
 
     def __init__(self, topic_names: dict[str, str]) -> None:
         self.names = topic_names  # topic id -> name
+        # For rack_local_partitions: topic id -> partition racks, (group, member) -> rack.
+        self.racks: dict[str, Mapping[int, frozenset[str]]] = {}
+        self.member_racks: dict[tuple[str, str], str] = {}
         self._handlers: dict[type, Callable[[dict[str, list[Any]], int, Any, Any], None]] = {
             r.OffsetCommitKey: self._offset_commit,
             r.GroupMetadataKey: self._classic_group,
@@ -238,13 +242,17 @@ class _Decoder:
             return
         for t in v.topics:
             self.names[t.topic_id] = t.name
+            self.racks[t.topic_id] = t.partition_racks
         cols["subscription_metadata"][i] = [
             (t.name, t.topic_id, t.num_partitions) for t in v.topics
         ]
 
-    @staticmethod
-    def _member_metadata(cols: dict[str, list[Any]], i: int, key: Any, v: Any) -> None:
+    def _member_metadata(self, cols: dict[str, list[Any]], i: int, key: Any, v: Any) -> None:
         cols["member_id"][i] = key.member_id
+        if v is None or v.rack_id is None:
+            self.member_racks.pop((key.group_id, key.member_id), None)
+        else:
+            self.member_racks[(key.group_id, key.member_id)] = v.rack_id
         if v is None:
             return
         cols["instance_id"][i] = v.instance_id
@@ -279,6 +287,14 @@ class _Decoder:
         cols["member_state"][i] = _STATE_NAMES.get(v.state, "UNKNOWN")
         cols["assigned_partitions"][i] = self._parts(v.assigned_partitions)
         cols["pending_revocation_partitions"][i] = self._parts(v.partitions_pending_revocation)
+        rack = self.member_racks.get((key.group_id, key.member_id))
+        known = [
+            (self.racks[t], ps) for t, ps in v.assigned_partitions.items() if self.racks.get(t)
+        ]
+        if rack is not None and known:
+            cols["rack_local_partitions"][i] = sum(
+                1 for racks, ps in known for p in ps if rack in racks.get(p, ())
+            )
 
     @staticmethod
     def _regex(cols: dict[str, list[Any]], i: int, key: Any, v: Any) -> None:
@@ -297,6 +313,7 @@ class _Decoder:
         cols["topic"][i] = key.name
         if v is not None:
             self.names[v.topic_id] = key.name
+            self.racks[v.topic_id] = v.partition_racks
             cols["topic_id"][i] = v.topic_id
             cols["num_partitions"][i] = v.num_partitions
 

@@ -278,6 +278,13 @@ COLUMNS: tuple[Column, ...] = (
     Column(
         "scram_iterations", pa.int32(), "UserScramCredential", "its iteration count (null: deleted)"
     ),
+    Column(
+        "rack_local_partitions",
+        pa.int32(),
+        "ConsumerGroupCurrentMemberAssignment",
+        "how many of the member's assigned partitions have a replica in its rack (null: the "
+        "member has no rack, or no replica racks are known for its topics)",
+    ),
 )
 
 SCHEMA = pa.schema([pa.field(c.name, c.type, nullable=c.nullable) for c in COLUMNS])

@@ -73,6 +73,20 @@ class GroupClient:
             raise CommandFailed
         return {t.name: t.num_partitions for t in resp.topics}
 
+    def topic_racks(self) -> dict[str, dict[int, frozenset[str]]]:
+        """Topic name -> partition -> the racks of its replicas (topics with racks only)."""
+        from kip848.v1 import admin_pb2
+
+        resp = self.call(self.admin.ListTopics, admin_pb2.ListTopicsRequest())
+        if resp.error_code:
+            report("list topics", resp.error_code, resp.error_message)
+            raise CommandFailed
+        return {
+            t.name: {p: frozenset(e.racks) for e in t.replica_racks for p in e.partitions}
+            for t in resp.topics
+            if t.replica_racks
+        }
+
     def committed(
         self, group_id: str, wanted: dict[str, list[int]] | None = None
     ) -> dict[tuple[str, int], Any]:

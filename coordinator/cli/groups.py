@@ -70,7 +70,8 @@ def register(commands: Commands) -> None:
     g.add_argument(
         "--verbose",
         action="store_true",
-        help="with --members: each member's subscription, assignment and target assignment",
+        help="with --members: each member's rack, how many of its partitions have a replica in "
+        "its rack, its subscription, assignment and target assignment",
     )
     add_client_flags(g)
     g.set_defaults(group_action=_groups_describe)
@@ -382,6 +383,8 @@ def _groups_describe(args: argparse.Namespace, c: GroupClient) -> int:
                 k: v for k, v in group.items() if k in ("group_id", "error", "members", "offsets")
             }
         out.append(group)
+    if "members" in sections and args.verbose:
+        _add_rack_local(c, out)
     logs = False
     if "offsets" in sections:
         logs, lag_failed = _add_lag(c, out)
@@ -395,6 +398,23 @@ def _groups_describe(args: argparse.Namespace, c: GroupClient) -> int:
             print()
         _print_group(group, sections, args.verbose, logs)
     return 1 if failed else 0
+
+
+def _add_rack_local(c: GroupClient, groups: list[dict[str, Any]]) -> None:
+    """Each member's ``rack_local_partitions``: how many of its assigned partitions have a
+    replica in its rack (None: no rack, or no replica racks known for its topics)."""
+    members = [m for g in groups for m in g.get("members", ())]
+    racks = c.topic_racks() if any(m["rack_id"] for m in members) else {}
+    for m in members:
+        rack, local = m["rack_id"], None
+        if rack is not None and any(i["topic_name"] in racks for i in m["assignment"]):
+            local = sum(
+                1
+                for i in m["assignment"]
+                for p in i["partitions"]
+                if rack in racks.get(i["topic_name"], {}).get(p, ())
+            )
+        m["rack_local_partitions"] = local
 
 
 def _add_lag(c: GroupClient, groups: list[dict[str, Any]]) -> tuple[bool, bool]:
@@ -456,10 +476,12 @@ def _print_group(g: dict[str, Any], sections: set[str], verbose: bool, logs: boo
             print("(no members)")
         elif verbose:
             print_table(
-                MEMBER_COLUMNS + ("SUBSCRIPTION", "ASSIGNED", "TARGET"),
+                MEMBER_COLUMNS + ("RACK", "RACK-LOCAL", "SUBSCRIPTION", "ASSIGNED", "TARGET"),
                 [
                     _member_row(m)
                     + (
+                        dash(m["rack_id"]),
+                        _fmt_rack_local(m),
                         _fmt_subscription(m),
                         _fmt_parts(m["assignment"]),
                         _fmt_parts(m["target_assignment"]),
@@ -505,6 +527,14 @@ def _print_group(g: dict[str, Any], sections: set[str], verbose: bool, logs: boo
 
 
 MEMBER_COLUMNS = ("MEMBER", "EPOCH", "TYPE", "CLIENT", "HOST", "INSTANCE")
+
+
+def _fmt_rack_local(m: dict[str, Any]) -> str:
+    """'local/assigned' partitions, or '-' when unknown."""
+    local = m.get("rack_local_partitions")
+    if local is None:
+        return "-"
+    return f"{local}/{sum(len(i['partitions']) for i in m['assignment'])}"
 
 
 def _member_row(m: dict[str, Any]) -> tuple[Any, ...]:

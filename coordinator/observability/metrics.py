@@ -151,6 +151,9 @@ class StateCounts:
     load_records: dict[int, int] = field(default_factory=dict)
     frontends: dict[int, int] = field(default_factory=dict)
     """front-end index -> calls it forwarded (``--grpc-processes``)."""
+    rack_local: dict[str, tuple[int, int]] = field(default_factory=dict)
+    """group id -> (rack-local partitions, assigned partitions), for the groups where racks
+    matter (:mod:`.racks`)."""
 
 
 class StateCollector(Collector):
@@ -224,7 +227,16 @@ class StateCollector(Collector):
         )
         for index, n in sorted(c.frontends.items()):
             forwarded.add_metric([str(index)], n)
-        return [groups, members, offsets, shards, load, loaded, forwarded]
+        rack_local = GaugeMetricFamily(
+            f"{NAMESPACE}_consumer_group_rack_local_ratio",
+            "Share of a consumer group's assigned partitions that their member reads from a "
+            "replica in its own rack (0 to 1; 1 when nothing is assigned), for the groups with "
+            "a member in a rack and partition racks for a subscribed topic.",
+            labels=["group"],
+        )
+        for group, (local, assigned) in sorted(c.rack_local.items()):
+            rack_local.add_metric([group], local / assigned if assigned else 1.0)
+        return [groups, members, offsets, shards, load, loaded, forwarded, rack_local]
 
 
 class _LoopChild:

@@ -32,6 +32,7 @@ from coordinator.core.target_assignment import incremental_method
 
 from . import tracing
 from .metrics import CoordinatorMetrics, ShardTimes, StateCounts
+from .racks import RackLocality
 from .rebalances import RebalanceTracker
 from .requests import ARRIVAL
 
@@ -316,11 +317,14 @@ class TimedIncrementalAssignor(TimedAssignor):
 
 
 def count_state(
-    runtime: Any, frontends: Callable[[], Mapping[int, int]] | None = None
+    runtime: Any,
+    frontends: Callable[[], Mapping[int, int]] | None = None,
+    racks: RackLocality | None = None,
 ) -> StateCounts:
     """Groups, members and offsets of every shard (each shard's public
-    :meth:`~coordinator.core.shard.GroupCoordinatorShard.census`), shard states and load times.
-    Runs on the event loop (a census iterates the shard's groups)."""
+    :meth:`~coordinator.core.shard.GroupCoordinatorShard.census`), shard states and load times,
+    and the groups' rack locality (``racks``: its cache, kept between scrapes). Runs on the
+    event loop (a census iterates the shard's groups)."""
     counts = StateCounts()
     groups = counts.groups
     members = counts.members
@@ -339,6 +343,8 @@ def count_state(
             counts.load_records[s.shard] = s.records
     if frontends is not None:
         counts.frontends = dict(frontends())
+    if racks is not None:
+        counts.rack_local = racks.read(runtime.shards)
     return counts
 
 
@@ -412,5 +418,6 @@ def start_metrics_endpoint(
 
     metrics: CoordinatorMetrics = runtime.observer.metrics
     loop = asyncio.get_running_loop()
-    metrics.set_state_reader(loop_reader(loop, lambda: count_state(runtime, frontends)))
+    racks = RackLocality()
+    metrics.set_state_reader(loop_reader(loop, lambda: count_state(runtime, frontends, racks)))
     return serve_metrics(metrics.registry, host, port, tls)

@@ -134,6 +134,45 @@ def test_an_undecodable_record_names_its_offset(tmp_path: Path) -> None:
     assert not (tmp_path / "x.parquet.partial").exists()
 
 
+def test_rack_local_partitions_of_each_current_assignment(tmp_path: Path) -> None:
+    """Counted against the member's rack (its member metadata) and the partition racks of the
+    Topic records read before; null without a rack, or without racks for its topics."""
+    from coordinator.core import records as r
+    from coordinator.core.model import ConsumerGroupMember
+    from coordinator.runtime.store import StoredRecord
+
+    racked, plain = "AAAAAAAAAAAAAAAAAAAAAQ", "AAAAAAAAAAAAAAAAAAAAAg"
+    a, b = frozenset({"a"}), frozenset({"b"})
+    members = [
+        ConsumerGroupMember(
+            member_id="m1", rack_id="a", assigned_partitions={racked: frozenset({0, 1, 2})}
+        ),
+        ConsumerGroupMember(
+            member_id="m2", rack_id="b", assigned_partitions={plain: frozenset({0})}
+        ),
+        ConsumerGroupMember(member_id="m3", assigned_partitions={racked: frozenset({3})}),
+    ]
+    records = [
+        r.topic_record("racked", racked, 4, {0: a, 1: b, 2: a, 3: b}),
+        r.topic_record("plain", plain, 1),
+        *(r.member_metadata_record("g", m) for m in members),
+        *(r.current_assignment_record("g", m) for m in members),
+    ]
+    store = SqliteRecordStore(tmp_path / "s")
+    for i, rec in enumerate(records):
+        key, value = codec.encode(rec)
+        store.append([StoredRecord(key, value, rec.group_id)], 1000 * (i + 1))
+    store.close()
+    export_journal(tmp_path / "s", tmp_path / "x.parquet")
+    rows = pq.read_table(tmp_path / "x.parquet").to_pylist()
+    assert [(row["member_id"], row["rack_local_partitions"]) for row in rows[-3:]] == [
+        ("m1", 2),
+        ("m2", None),  # its topic has no racks
+        ("m3", None),  # no rack
+    ]
+    assert [row["rack_id"] for row in rows[2:5]] == ["a", "b", None]
+
+
 def test_retention_trim_is_warned_and_the_export_is_partial(tmp_path: Path) -> None:
     from coordinator.runtime.store import StoredRecord
 

@@ -137,8 +137,8 @@ def test_groups_describe_sections(manual_server: ServerProcess, shop: dict[str, 
         "A       1      consumer  shop-app  /127.0.0.1  -         3",
     )
     verbose = (
-        "MEMBER  EPOCH  TYPE      CLIENT    HOST        INSTANCE  SUBSCRIPTION  ASSIGNED      TARGET",
-        "A       1      consumer  shop-app  /127.0.0.1  -         orders        orders:0/1/2  orders:0/1/2",
+        "MEMBER  EPOCH  TYPE      CLIENT    HOST        INSTANCE  RACK  RACK-LOCAL  SUBSCRIPTION  ASSIGNED      TARGET",
+        "A       1      consumer  shop-app  /127.0.0.1  -         -     -           orders        orders:0/1/2  orders:0/1/2",
     )
     offsets = (
         "TOPIC   PARTITION  COMMITTED-OFFSET  LEADER-EPOCH  METADATA  MEMBER  HOST        CLIENT",
