@@ -9,7 +9,8 @@
 or ``cooperative-sticky``) and ``aiokafka`` (classic, eager). The other keys: ``name``,
 ``bootstrap``, ``group``, ``topics`` or ``pattern``, ``instance_id``, ``session_timeout_ms`` and
 ``heartbeat_interval_ms`` (classic members; 6000 and 500 unless given, null for the client's
-default), ``remote_assignor``, ``client_id``, ``debug`` (librdkafka's).
+default), ``remote_assignor``, ``client_id``, ``client_rack`` (librdkafka's ``client.rack``),
+``debug`` (librdkafka's).
 
 The application is what a careful at-least-once consumer does: it processes a record only while
 the rebalance callbacks say it owns the record's partition (records of a partition revoked
@@ -195,6 +196,8 @@ def run_librdkafka(config: dict[str, Any], app: App) -> None:
         conf |= timeouts(config, "session.timeout.ms", "heartbeat.interval.ms")
     if config.get("instance_id"):
         conf["group.instance.id"] = config["instance_id"]
+    if config.get("client_rack"):
+        conf["client.rack"] = config["client_rack"]
     if config.get("debug"):
         conf["debug"] = config["debug"]
     consumer = Consumer(conf)
