@@ -69,8 +69,9 @@ def register(commands: Commands) -> None:
         type=int_in(0, INT32_MAX),
         default=10_000,
         metavar="N",
-        help="calls one process runs at once; more are refused at once with RESOURCE_EXHAUSTED "
-        "(not processed: retry); 0: no limit. Below it, bursts queue (default 10000)",
+        help="calls one group runs at once in this process (the process: a tenth more, for the "
+        "other groups); more are refused at once with RESOURCE_EXHAUSTED (not processed: "
+        "retry); 0: no limit. Below it, bursts queue (default 10000)",
     )
     p.add_argument(
         "--journal-retention-ms",

@@ -1,17 +1,18 @@
-"""Admission: new gRPC calls (``h2grpc.py``) are started fairly between connections, a bounded
-number per event-loop iteration.
+"""Admission: new gRPC calls (``h2grpc.py``) are started fairly between groups, a bounded number
+per event-loop iteration.
 
 A burst of thousands of calls read in one iteration (a join storm: 5,000 members on a few
 HTTP/2 connections) would otherwise have every call's first step run before anything read
 later — decoding, the service layer, queueing its command, tens of µs
 each — so a heartbeat of another group arriving just after it waited for the whole burst
 (about 150 ms for 5,000 joins here). With admission at most ``budget`` calls start per
-iteration; the others wait their connection's turn, one per connection in turn, so that
-heartbeat waits for about one iteration's budget. A connection's calls start in arrival order.
-The coordinator's own turns (``runtime/turns.py``) then share the loop between state machines;
-this shares it between connections before that. The Kafka listener does not use it: there each
-member has a connection of its own, and fairness between connections cannot tell another
-group's heartbeat from a storm's join.
+iteration; the others wait their key's turn, one per key in turn, so that heartbeat waits for
+about one iteration's budget. The key is the group the call's request names
+(``fairness.GroupKeys``; the connection for a call that names none): a heartbeat of another
+group starts ahead of the storm's next join however the storm's members share connections
+with it. A key's calls start in arrival order. The coordinator's own turns
+(``runtime/turns.py``) then share the loop between state machines; this shares it between
+groups before that.
 """
 
 from __future__ import annotations
@@ -29,8 +30,8 @@ DEFAULT_BUDGET = 64
 
 
 class Admission(Generic[K, T]):
-    """Start ``item`` of connection ``key`` with ``run(key, item)``: at once while the
-    iteration's budget lasts and the connection has nothing waiting, else in its turn."""
+    """Start ``item`` of group (or connection) ``key`` with ``run(key, item)``: at once while the
+    iteration's budget lasts and its key has nothing waiting, else in its turn."""
 
     __slots__ = ("_budget", "_run", "_scheduled", "_started", "_waiting")
 
@@ -39,7 +40,7 @@ class Admission(Generic[K, T]):
         self._budget = budget
         self._started = 0  # in this iteration
         self._scheduled = False
-        # connection -> its items waiting to start, in arrival order; dict order is the turn
+        # key -> its items waiting to start, in arrival order; dict order is the turn
         self._waiting: dict[K, deque[T]] = {}
 
     def start(self, key: K, item: T) -> None:
@@ -69,7 +70,7 @@ class Admission(Generic[K, T]):
             asyncio.get_running_loop().call_soon(self._next_iteration)
 
     def _next_iteration(self) -> None:
-        """A new iteration: start waiting items, one per connection in turn, up to the
+        """A new iteration: start waiting items, one per key in turn, up to the
         budget; the rest wait for the next."""
         self._scheduled = False
         started = 0

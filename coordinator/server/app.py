@@ -41,6 +41,7 @@ from coordinator.security.authorizer import AuthorizerConfig
 from coordinator.security.ssl_principal import SslPrincipalMapper
 
 from .api import Node
+from .fairness import CallLimit, GroupKeys, limited, process_limit
 from .forwarding import (
     DEFAULT_MAX_CONCURRENT_CALLS,
     Dispatcher,
@@ -155,11 +156,14 @@ class CoordinatorServer:
                 "either requires a client certificate or does not ask for one"
             )
         # The port is shared with our own front ends only: start() checks that it is free.
+        # --max-concurrent-calls is per group (fairness.py); the server refuses past the
+        # process's limit before any work.
+        self.call_limit = CallLimit(options.max_concurrent_calls)
         make_server: Any = H2GrpcServer if options.grpc_transport == "h2" else new_grpc_server
         self.server = make_server(
             size,
             reuseport=options.grpc_processes > 1,
-            max_concurrent_calls=options.max_concurrent_calls,
+            max_concurrent_calls=process_limit(options.max_concurrent_calls),
             options=options.grpc_options,
             tls=self.grpc_tls,
         )
@@ -180,10 +184,13 @@ class CoordinatorServer:
             servicer.max_response_bytes = size  # type: ignore[attr-defined]
         served = list(zip(service_descriptors(), servicers, strict=False))
         table = instrument_methods(method_table(served), metrics=metrics)
+        group_keys = GroupKeys(descriptor for descriptor, _ in served)
+        if isinstance(self.server, H2GrpcServer):
+            self.server.group_of = group_keys.key  # calls start fairly between groups
         add_raw_handlers(
             self.server,
             [descriptor for descriptor, _ in served],
-            lambda path: local_handler(table[path]),
+            lambda path: limited(path, local_handler(table[path]), group_keys, self.call_limit),
         )
         self.service_names = [descriptor.full_name for descriptor, _ in served]
         self.tokens = TokenValidator(security.oauth) if security.oauth is not None else None

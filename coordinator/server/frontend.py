@@ -22,6 +22,7 @@ from grpc_health.v1 import health
 
 from coordinator.observability.logs import LOG_FORMATS, configure_logging
 
+from .fairness import CallLimit, GroupKeys, limited, process_limit
 from .forwarding import (
     CALL,
     CANCEL,
@@ -65,7 +66,7 @@ class FrontEndServer:
         self.server = new_grpc_server(
             args.max_message_bytes,
             reuseport=True,
-            max_concurrent_calls=args.max_concurrent_calls,
+            max_concurrent_calls=process_limit(args.max_concurrent_calls),
             tls=self.tls,
             options=GrpcOptions.from_settings(dict(a.split("=", 1) for a in args.grpc_arg)),
         )
@@ -76,7 +77,10 @@ class FrontEndServer:
         self.streaming = {
             f"/{d.full_name}/{m.name}" for d in served for m in d.methods if m.server_streaming
         }
-        add_raw_handlers(self.server, served, self._forwarder)
+        keys, limit = GroupKeys(served), CallLimit(args.max_concurrent_calls)
+        add_raw_handlers(
+            self.server, served, lambda path: limited(path, self._forwarder(path), keys, limit)
+        )
         add_health_and_reflection(self.server, self.health, self.service_names)
 
     async def _connection(self, context: grpc.aio.ServicerContext) -> FrameConnection:

@@ -65,7 +65,7 @@ import random
 import socket
 import time
 import zlib
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -758,7 +758,11 @@ class H2Connection(asyncio.Protocol):
         self._start(call)
 
     def _start(self, call: _Call) -> None:
-        self.server.admission.start(self, call)
+        group_of = self.server.group_of
+        key = None
+        if group_of is not None and call.message is not None:
+            key = group_of(call.path, call.message)
+        self.server.admission.start(self if key is None else key, call)
 
     def run(self, call: _Call) -> None:
         """Start the call's handler, in its turn (``admission.py``); one finished meanwhile
@@ -999,6 +1003,10 @@ _GRPC_CORE_KEY_ORDER = {
 """The keys grpc-core's metadata batch knows, in its order; the others follow as they came."""
 
 
+def _run(_key: Hashable, call: _Call) -> None:
+    call.conn.run(call)
+
+
 def _field_sizes(headers: Iterable[tuple[bytes, bytes]]) -> str:
     """``name:SIZEB`` for each field, in grpc-core's order (its list in metadata refusals)."""
     ordered = sorted(
@@ -1057,7 +1065,10 @@ class H2GrpcServer:
         if options.max_concurrent_streams != INFINITE_MS:  # grpc-core announces none by default
             self.settings[Setting.MAX_CONCURRENT_STREAMS] = options.max_concurrent_streams
         self.connections: set[H2Connection] = set()
-        self.admission: Admission[H2Connection, _Call] = Admission(H2Connection.run)
+        # calls start fairly between groups (group_of: the group a call's request names,
+        # fairness.GroupKeys.key), those naming none between connections
+        self.group_of: Callable[[str, bytes], Hashable | None] | None = None
+        self.admission: Admission[Hashable, _Call] = Admission(_run)
         self.active = 0
         self.stopping = False
         self._generic: list[grpc.GenericRpcHandler] = []

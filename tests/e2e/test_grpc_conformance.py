@@ -622,6 +622,36 @@ def test_idle_and_age_limits(limited_server: ServerProcess) -> None:
         js.close()
 
 
+# ---------------------------------------------------------------- overload
+
+
+def test_the_concurrency_limit_is_per_group(tmp_path: Path, transport: str) -> None:
+    """``--max-concurrent-calls 10``: ten joins waiting in group ``storm`` are its share; its
+    eleventh call is refused RESOURCE_EXHAUSTED, unprocessed, while another group's heartbeat
+    and a call naming no group are served (the process keeps a tenth more for them). Before,
+    the limit was the process's: the heartbeat was refused too."""
+    server = serve(tmp_path, transport, "--max-concurrent-calls", "10")
+    try:
+        server.create_topic("orders", 3)
+        stub = classic_group_pb2_grpc.ClassicGroupServiceStub(server.channel)
+        waiting = [
+            stub.JoinGroup.future(waiting_join(server, "storm"), timeout=WAIT_S) for _ in range(10)
+        ]
+        time.sleep(0.5)
+        assert not any(call.done() for call in waiting)
+        assert status_of(stub.JoinGroup.future(join_request("storm"), timeout=WAIT_S)) == (
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+            "Concurrent RPC limit exceeded!",
+        )
+        assert join_push_group(server, "other")  # another group's heartbeat
+        assert server.admin.ListTopics(admin_pb2.ListTopicsRequest(), timeout=WAIT_S).topics
+        assert not any(call.done() for call in waiting)  # the storm's share, still waiting
+        for call in waiting:
+            call.cancel()
+    finally:
+        assert server.stop() == 0, server.stderr_text()
+
+
 # ---------------------------------------------------------------- shutdown
 
 

@@ -523,6 +523,31 @@ async def test_a_burst_on_one_connection_does_not_hold_back_another_connections_
         await server.stop(None)
 
 
+async def test_a_call_of_another_group_starts_ahead_of_a_storms_burst_on_its_connection() -> None:
+    """Calls start fairly between the groups their requests name (``group_of``): 3,000 calls of
+    group ``a`` and then one of group ``b``, all on one connection (members of two groups can
+    share one), sent at once: ``b``'s call starts in the iteration after it is read (the burst
+    takes a few reads), not after the storm (as it did when a connection's calls started in
+    order); the storm's calls keep their order."""
+    order: list[bytes] = []
+
+    async def mark(request: bytes, context: Any) -> bytes:
+        order.append(request)
+        return request
+
+    server, port = await serving("Mark", mark)
+    server.group_of = lambda path, request: request[:1]  # the group: the first byte
+    burst = [b"a%04d" % i for i in range(3000)]
+    calls = await RawCalls.open(port, "Mark", [*burst, b"b-lone"])
+    calls.send()
+    try:
+        assert set(await calls.statuses(len(burst) + 1)) == {b"0"}
+        assert [p for p in order if p != b"b-lone"] == burst
+        assert order.index(b"b-lone") < 5 * 64, order.index(b"b-lone")  # 64 a loop iteration
+    finally:
+        await server.stop(None)
+
+
 async def test_a_stop_answers_the_calls_still_waiting_for_their_turn() -> None:
     """A stop while 500 calls are in: the ones running are cancelled and the ones not started
     yet are answered too, every one UNAVAILABLE; none is left without a status."""
