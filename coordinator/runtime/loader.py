@@ -90,33 +90,81 @@ def load_cluster(store: RecordStore, registry: TopicRegistry) -> tuple[int, int]
     return n, last
 
 
-def load_partition(store: RecordStore, partition: int, shard: Shard) -> ShardLoadStats:
-    """Replay one partition's log into ``shard`` (fresh, empty). Raises ``IllegalStateError``
-    (from decode/replay) on a corrupt store, or a record of another partition's group."""
-    stats = ShardLoadStats(partition)
+@dataclass(slots=True)
+class PartitionImage:
+    """One partition's compacted view as read from the store, each group's records (key and
+    value bytes, in offset order) apart, not decoded yet: what a group needs to be replayed on
+    its own (:func:`replay_group`). Groups are independent (every component keeps its state by
+    group id), so replaying them one by one builds the state an offset-order replay does."""
+
+    partition: int
+    groups: dict[str, list[tuple[int, bytes, bytes, str]]] = field(default_factory=dict)
+    """group id -> its rows as the store gave them: (offset, key, value, group id)"""
+    records: int = 0
+    last_offset: int = -1
+    seconds: float = 0.0
+
+
+def read_partition(store: RecordStore, partition: int) -> PartitionImage:
+    """Read one partition's log, grouped by group, without decoding anything (the cheap part
+    of a load: a partition can serve once this is done, its groups replayed when first used).
+    Raises ``IllegalStateError`` for a record of another partition's group."""
+    image = PartitionImage(partition)
     partitions = store.partitions
-    decode = codec.decode
-    replay = shard.replay
-    seen: set[str] = set()
+    groups = image.groups
     clock = time.perf_counter
     start = clock()
+    get = groups.get
+    for rows in store.load_rows(partition):
+        for row in rows:
+            gid = row[3]
+            bucket = get(gid)  # type: ignore[arg-type]
+            if bucket is None:
+                if gid is None or partition_for(gid, partitions) != partition:
+                    raise IllegalStateError(
+                        f"partition {partition} of the store holds a record of "
+                        f"{'the cluster' if gid is None else f'group {gid!r}'}, which belongs "
+                        "elsewhere"
+                    )
+                bucket = groups[gid] = []
+            bucket.append(row)  # type: ignore[arg-type]
+        image.records += len(rows)
+        image.last_offset = rows[-1][0]
+    image.seconds = clock() - start
+    return image
+
+
+def replay_group(shard: Shard, records: Sequence[tuple[int, bytes, bytes, str]]) -> None:
+    """Replay one group's stored records into ``shard``, below its undo log: what was durable
+    is never rolled back. Raises ``IllegalStateError`` (from decode/replay) on a corrupt
+    store."""
+    decode = codec.decode
+    replay = shard.replay
+    undo = shard.undo
+    enabled, undo.enabled = undo.enabled, False
+    try:
+        for _offset, key, value, _gid in records:
+            replay(decode(key, value))
+    finally:
+        undo.enabled = enabled
+
+
+def load_partition(store: RecordStore, partition: int, shard: Shard) -> ShardLoadStats:
+    """Replay one partition's log into ``shard`` (fresh, empty), group by group. Raises
+    ``IllegalStateError`` (from decode/replay) on a corrupt store, or a record of another
+    partition's group."""
+    image = read_partition(store, partition)
+    start = time.perf_counter()
     with _bulk([shard.undo]):
-        for rows in store.load_rows(partition):
-            for _offset, key, value, gid in rows:
-                if gid not in seen:
-                    if gid is None or partition_for(gid, partitions) != partition:
-                        raise IllegalStateError(
-                            f"partition {partition} of the store holds a record of "
-                            f"{'the cluster' if gid is None else f'group {gid!r}'}, which "
-                            "belongs elsewhere"
-                        )
-                    seen.add(gid)
-                replay(decode(key, value))
-            stats.records += len(rows)
-            stats.last_offset = rows[-1][0]
-    stats.seconds = clock() - start
-    stats.groups = len(shard.groups) + len(shard.classic_groups)
-    return stats
+        for records in image.groups.values():
+            replay_group(shard, records)
+    return ShardLoadStats(
+        partition,
+        records=image.records,
+        groups=len(shard.groups) + len(shard.classic_groups),
+        seconds=image.seconds + time.perf_counter() - start,
+        last_offset=image.last_offset,
+    )
 
 
 def load_into(store: RecordStore, shards: Sequence[Shard], registry: TopicRegistry) -> LoadStats:
