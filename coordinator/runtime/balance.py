@@ -1,0 +1,104 @@
+"""Which node should lead each coordinator partition: spread evenly over the live nodes, moved
+a few at a time. Pure and deterministic (the controller node runs it on what PostgreSQL says;
+docs/ha.md "Who leads what").
+
+Rules, in order:
+
+1. A partition whose target is a live node keeps it (moving a partition costs its groups a
+   fail-over's worth of NOT_COORDINATOR and a load).
+2. A partition without a target, or whose target is not live, gets the live node with the
+   fewest partitions (its current leader if that one is live and among the fewest; ties: the
+   lowest node id). Such a partition is down until someone loads it, so there is no limit.
+3. While the most loaded node has two partitions more than the least loaded one, one of its
+   partitions moves there — at most ``max_moving`` partitions in motion at once (a partition
+   is in motion while its target is a live node other than its live leader), so the rest keep
+   serving while a few are handed over. A partition an operator moved (``pinned``) is never
+   moved by the balancer, unless its node is gone. In the end every node has ``floor(P/n)`` or
+   ``ceil(P/n)`` partitions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+__all__ = ["Placement", "balance"]
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """One partition as the balancer sees it."""
+
+    leader: int | None
+    """The node holding its lease now (None: nobody, or an expired lease)."""
+    target: int | None
+    """The node that should lead it (None: not decided yet)."""
+    pinned: bool = False
+    """Put there by an operator (``kip848 cluster move``)."""
+
+
+def balance(
+    placements: Sequence[Placement], live: Sequence[int], *, max_moving: int = 2
+) -> list[int | None]:
+    """The new target of every partition (index = partition). ``live``: the node ids that may
+    lead. With no live node every target is kept (nothing to decide)."""
+    if not live:
+        return [p.target for p in placements]
+    nodes = sorted(set(live))
+    alive = set(nodes)
+    targets: list[int | None] = [p.target if p.target in alive else None for p in placements]
+    load = dict.fromkeys(nodes, 0)
+    for t in targets:
+        if t is not None:
+            load[t] += 1
+
+    def fewest(prefer: int | None) -> int:
+        low = min(load.values())
+        if prefer in alive and load[prefer] == low:
+            return prefer
+        return min(n for n in nodes if load[n] == low)
+
+    for p, placement in enumerate(placements):  # rule 2
+        if targets[p] is None:
+            node = fewest(placement.leader)
+            targets[p] = node
+            load[node] += 1
+
+    def moving() -> int:
+        return sum(
+            1
+            for p, placement in enumerate(placements)
+            if placement.leader in alive and targets[p] != placement.leader
+        )
+
+    in_motion = moving()
+    for _ in range(len(placements)):  # rule 3; each pass moves one partition
+        if in_motion >= max_moving:
+            break
+        src = max(nodes, key=lambda n: (load[n], -n))
+        dst = min(nodes, key=lambda n: (load[n], n))
+        if load[src] - load[dst] < 2:
+            break
+        movable = [
+            p
+            for p, placement in enumerate(placements)
+            if targets[p] == src and not placement.pinned
+        ]
+        if not movable:
+            break
+        # Prefer one its node does not lead yet (nothing to hand over), then the highest number.
+        p = max(movable, key=lambda q: (placements[q].leader != src, q))
+        targets[p] = dst
+        load[src] -= 1
+        load[dst] += 1
+        in_motion = moving()
+    return targets
+
+
+def counts(targets: Sequence[int | None], live: Sequence[int]) -> Mapping[int, int]:
+    """Partitions per live node (for logs and ``kip848 cluster describe``)."""
+    out = dict.fromkeys(sorted(set(live)), 0)
+    for t in targets:
+        if t in out:
+            out[t] += 1
+    return out

@@ -1,0 +1,95 @@
+"""The balancer: every partition led by a live node, evenly, moved a few at a time."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from coordinator.runtime.balance import Placement, balance
+
+
+def settle(placements: list[Placement], live: list[int], max_moving: int = 2) -> list[int | None]:
+    """Run the balancer, let every node take what it is given, until nothing changes."""
+    for _ in range(200):
+        targets = balance(placements, live, max_moving=max_moving)
+        nxt = [
+            Placement(leader=t, target=t, pinned=p.pinned)
+            for p, t in zip(placements, targets, strict=True)
+        ]
+        if nxt == placements:
+            return targets
+        placements = nxt
+    raise AssertionError("the balancer never settles")
+
+
+def test_a_first_node_gets_everything() -> None:
+    assert balance([Placement(None, None)] * 5, [7]) == [7] * 5
+
+
+def test_three_nodes_share_fifty_partitions_evenly() -> None:
+    targets = balance([Placement(None, None)] * 50, [3, 1, 2])
+    assert Counter(targets) == {1: 17, 2: 17, 3: 16}
+    # Round robin by load: neighbours go to different nodes.
+    assert targets[:6] == [1, 2, 3, 1, 2, 3]
+
+
+def test_a_dead_nodes_partitions_go_to_the_survivors_at_once() -> None:
+    before = balance([Placement(None, None)] * 50, [1, 2, 3])
+    placements = [Placement(leader=t, target=t) for t in before]
+    after = balance(placements, [1, 2], max_moving=1)  # no limit for orphans
+    assert all(t in (1, 2) for t in after)
+    assert Counter(after) == {1: 25, 2: 25}
+    # Survivors keep what they had.
+    assert all(a == b for a, b in zip(after, before, strict=True) if b in (1, 2))
+
+
+def test_a_new_node_receives_its_share_a_few_at_a_time() -> None:
+    placements = [Placement(leader=1 + p % 2, target=1 + p % 2) for p in range(50)]
+    step = balance(placements, [1, 2, 3], max_moving=2)
+    moved = [p for p in range(50) if step[p] != placements[p].target]
+    assert len(moved) == 2 and all(step[p] == 3 for p in moved)
+    assert Counter(settle(placements, [1, 2, 3])) == {1: 17, 2: 17, 3: 16}
+
+
+def test_pinned_partitions_stay_while_their_node_lives() -> None:
+    placements = [Placement(leader=1, target=1, pinned=True)] * 4 + [Placement(2, 2)] * 2
+    assert balance(placements, [1, 2]) == [1, 1, 1, 1, 2, 2]  # uneven, but pinned
+    assert balance(placements, [2]) == [2] * 6  # its node gone: moved after all
+
+
+def test_no_live_node_changes_nothing() -> None:
+    placements = [Placement(1, 1), Placement(None, 2)]
+    assert balance(placements, []) == [1, 2]
+
+
+@given(
+    st.lists(
+        st.tuples(st.sampled_from([None, 1, 2, 3, 4, 5]), st.sampled_from([None, 1, 2, 3, 4, 5])),
+        min_size=1,
+        max_size=60,
+    ),
+    st.sets(st.integers(1, 5), min_size=1),
+    st.integers(1, 5),
+)
+def test_invariants(pairs: list[tuple[int | None, int | None]], live: set[int], limit: int) -> None:
+    placements = [Placement(leader=a, target=b) for a, b in pairs]
+    targets = balance(placements, sorted(live), max_moving=limit)
+    assert all(t in live for t in targets)  # every partition has a live target
+    for p, (placement, t) in enumerate(zip(placements, targets, strict=True)):
+        if placement.target in live and t != placement.target:
+            # Only rebalancing moves a live target, and never past the limit.
+            moving = sum(
+                1
+                for q, pl in enumerate(placements)
+                if pl.leader in live and targets[q] != pl.leader
+            )
+            assert moving <= max(
+                limit, sum(1 for pl in placements if pl.leader in live and pl.target != pl.leader)
+            ), p
+    final = Counter(settle(placements, sorted(live), limit))
+    loads = [final.get(n, 0) for n in live]
+    assert max(loads) - min(loads) <= 1
+    # Deterministic.
+    assert balance(placements, sorted(live), max_moving=limit) == targets
