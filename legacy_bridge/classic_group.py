@@ -11,14 +11,19 @@ the shard's undo log so a failed batch rolls them back); each *completed generat
 leader's SyncGroup, a join phase that left the group empty, a static member replaced in a
 stable group — is written as one GroupMetadata record (type 2). Loading rebuilds the group from
 its last record: Stable with its members and assignments, or Empty.
+
+A record that completes a rebalance also says how it came about (``rebalance``, ours: when the
+group entered PreparingRebalance and CompletingRebalance, what started it, who was removed and
+why), so the journal alone tells each classic rebalance's phases and causes (docs/analytics.md).
+The group gathers it while the rebalance runs (:class:`RebalanceDraft`, through the undo log).
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from enum import Enum
+from dataclasses import dataclass, replace
+from enum import Enum, StrEnum
 
 from coordinator.core import records as r
 from coordinator.core.errors import IllegalStateError
@@ -46,6 +51,66 @@ VALID_PREVIOUS_STATES: Mapping[ClassicGroupState, frozenset[ClassicGroupState]] 
     ),
 }
 """State -> the states a group may move to it from (Kafka's ClassicGroupState)."""
+
+CLIENT_REASON_CHARS = 256
+"""A client's rebalance reason is kept in the record up to this many characters."""
+
+
+class RebalanceCause(StrEnum):
+    """What started a classic rebalance (recorded in the GroupMetadata record that completes it;
+    the names are the analytics' causes, docs/analytics.md)."""
+
+    MEMBER_JOINED = "member_joined"
+    """A new member's JoinGroup."""
+    MEMBER_REJOINED = "member_rejoined"
+    """A known member's JoinGroup with the same subscription: the leader noticed a metadata
+    change, a cooperative member rejoins after revoking, or the client chose to (its reason
+    says which, when it gives one)."""
+    SUBSCRIPTION_CHANGED = "subscription_changed"
+    """A known member rejoined subscribing to other topics."""
+    MEMBER_LEFT = "member_left"
+    MEMBER_FENCED_SESSION_TIMEOUT = "member_fenced_session_timeout"
+    MEMBER_FENCED_REBALANCE_TIMEOUT = "member_fenced_rebalance_timeout"
+    """A member did not send SyncGroup within the rebalance timeout."""
+    STATIC_MEMBER_RESTART = "static_member_restart"
+    """A static member came back under a new member id while the group was rebalancing, or
+    with other protocols."""
+    DOWNGRADED = "downgraded_from_consumer_group"
+
+
+class RemovalCause(StrEnum):
+    """Why a member left a classic group (recorded with the rebalance, as above)."""
+
+    MEMBER_LEFT = "member_left"
+    MEMBER_FENCED_SESSION_TIMEOUT = "member_fenced_session_timeout"
+    MEMBER_FENCED_REBALANCE_TIMEOUT = "member_fenced_rebalance_timeout"
+    """It did not rejoin, or did not send SyncGroup, within the rebalance timeout."""
+    STATIC_MEMBER_REPLACED = "static_member_replaced"
+    """A new incarnation of the static member took its place."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RebalanceDraft:
+    """How the next generation is coming about, gathered while its rebalance runs; the
+    ``rebalance`` of the record that completes it (and of the later records of that generation,
+    written when a static member is replaced)."""
+
+    preparing_ms: int | None = None
+    completing_ms: int | None = None
+    cause: str | None = None
+    client_reason: str | None = None
+    removed: tuple[r.GroupMetadataRemovedMember, ...] = ()
+
+    def value(self) -> r.GroupMetadataRebalanceValue | None:
+        if self.preparing_ms is None or self.completing_ms is None or self.cause is None:
+            return None
+        return r.GroupMetadataRebalanceValue(
+            preparing_ms=self.preparing_ms,
+            completing_ms=self.completing_ms,
+            cause=self.cause,
+            client_reason=self.client_reason,
+            removed=self.removed,
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -80,6 +145,7 @@ class ClassicGroup:
         "_log",
         "durable",
         "generation",
+        "generation_rebalance",
         "group_id",
         "leader_id",
         "members",
@@ -89,6 +155,7 @@ class ClassicGroup:
         "previous_state",
         "protocol_name",
         "protocol_type",
+        "rebalance",
         "state",
         "state_timestamp_ms",
         "static_members",
@@ -110,6 +177,9 @@ class ClassicGroup:
         self.new_member_added = False
         self.state_timestamp_ms = 0
         self.durable: r.GroupMetadataValue | None = None  # the last record replayed
+        self.rebalance = RebalanceDraft()  # how the next generation is coming about
+        self.generation_rebalance: r.GroupMetadataRebalanceValue | None = None
+        """How the current generation came about (the ``rebalance`` of its records)."""
 
     def set(self, name: str, value: object) -> None:
         self._log.set_attr(self, name, value)
@@ -122,9 +192,28 @@ class ClassicGroup:
                 f"{state.value} (it must be in one of "
                 f"{', '.join(sorted(s.value for s in VALID_PREVIOUS_STATES[state]))})"
             )
+        if state is ClassicGroupState.COMPLETING_REBALANCE or (
+            state is ClassicGroupState.EMPTY and self.state is ClassicGroupState.PREPARING_REBALANCE
+        ):
+            self.set("rebalance", replace(self.rebalance, completing_ms=now_ms))
         self.set("previous_state", self.state)
         self.set("state", state)
         self.set("state_timestamp_ms", now_ms)
+
+    # ------------------------------------------------------------------ rebalance draft
+
+    def note_preparing(self, now_ms: int, cause: str, client_reason: str | None) -> None:
+        """A rebalance starts (or starts over): the first since the last record is its start."""
+        if self.rebalance.preparing_ms is None:
+            reason = None if client_reason is None else client_reason[:CLIENT_REASON_CHARS]
+            self.set(
+                "rebalance",
+                replace(self.rebalance, preparing_ms=now_ms, cause=cause, client_reason=reason),
+            )
+
+    def note_removal(self, member_id: str, cause: str, now_ms: int) -> None:
+        removed = r.GroupMetadataRemovedMember(member_id=member_id, cause=cause, removed_ms=now_ms)
+        self.set("rebalance", replace(self.rebalance, removed=(*self.rebalance.removed, removed)))
 
     # ------------------------------------------------------------------ membership
 
@@ -223,7 +312,14 @@ class ClassicGroup:
                 )
                 for m in self.members.values()
             ),
+            rebalance=self.rebalance.value() or self.generation_rebalance,
         )
+
+    def rebalance_recorded(self, value: r.GroupMetadataRebalanceValue) -> None:
+        """A record completing the rebalance in progress was written: the generation it made
+        is the group's now, and the next rebalance starts from nothing."""
+        self.set("generation_rebalance", value)
+        self.set("rebalance", RebalanceDraft())
 
     @classmethod
     def stable(
@@ -274,6 +370,7 @@ class ClassicGroup:
         )
         group.state = ClassicGroupState.STABLE if value.members else ClassicGroupState.EMPTY
         group.durable = value
+        group.generation_rebalance = value.rebalance
         return group
 
     def snapshot(self) -> dict[str, object]:

@@ -44,7 +44,13 @@ from coordinator.core.shard import ShardParts
 from coordinator.core.timers import ArmTimer, CancelTimer, DueTimer, TimerOp
 
 from . import messages as m
-from .classic_group import ClassicGroup, ClassicGroupState, ClassicMember
+from .classic_group import (
+    ClassicGroup,
+    ClassicGroupState,
+    ClassicMember,
+    RebalanceCause,
+    RemovalCause,
+)
 from .classic_members import ClassicMembers
 from .common import (
     CLASSIC_GROUP_TIMER_KINDS,
@@ -70,6 +76,24 @@ from .migration import Migration
 from .protocol import CONSUMER_PROTOCOL_TYPE, ProtocolError, decode_subscription
 
 S = ClassicGroupState
+_REMOVAL_STARTS = {
+    RemovalCause.MEMBER_LEFT: RebalanceCause.MEMBER_LEFT,
+    RemovalCause.MEMBER_FENCED_SESSION_TIMEOUT: RebalanceCause.MEMBER_FENCED_SESSION_TIMEOUT,
+    RemovalCause.MEMBER_FENCED_REBALANCE_TIMEOUT: RebalanceCause.MEMBER_FENCED_REBALANCE_TIMEOUT,
+    RemovalCause.STATIC_MEMBER_REPLACED: RebalanceCause.STATIC_MEMBER_RESTART,
+}
+"""The cause of the rebalance a removal from a stable group starts."""
+
+
+def _subscribed_topics(protocols: Iterable[tuple[str, bytes]]) -> frozenset[str] | None:
+    """The topics a classic member's first protocol subscribes to (the embedded consumer
+    protocol: every protocol of a consumer carries the same subscription); None if unreadable."""
+    for _name, metadata in protocols:
+        try:
+            return frozenset(decode_subscription(metadata).topics)
+        except ProtocolError:
+            return None
+    return None
 
 
 class ClassicGroups(ByGroupId[ClassicGroup]):
@@ -114,6 +138,8 @@ class ClassicGroups(ByGroupId[ClassicGroup]):
         else:
             # Live: the handler built the record from this very group; keep the transient state.
             group.set("durable", value)
+            if value.rebalance is not None and value.rebalance == group.rebalance.value():
+                group.rebalance_recorded(value.rebalance)
 
     def snapshot(self) -> dict[str, object]:
         return {
@@ -346,7 +372,14 @@ class ClassicGroups(ByGroupId[ClassicGroup]):
         result.timers.append(
             ArmTimer((CLASSIC_SESSION, group.group_id, member_id), now_ms + req.session_timeout_ms)
         )
-        self._maybe_prepare_rebalance(result, group, now_ms, f"adding member {member_id}")
+        self._maybe_prepare_rebalance(
+            result,
+            group,
+            now_ms,
+            f"adding member {member_id}",
+            RebalanceCause.MEMBER_JOINED,
+            req.reason,
+        )
         self._maybe_complete_join(result, group, now_ms)
         return self._finish(result, token)
 
@@ -399,7 +432,14 @@ class ClassicGroups(ByGroupId[ClassicGroup]):
                 (CLASSIC_SESSION, group.group_id, member.member_id), now_ms + req.session_timeout_ms
             )
         )
-        self._maybe_prepare_rebalance(result, group, now_ms, f"member {member.member_id} rejoined")
+        cause = (
+            RebalanceCause.MEMBER_REJOINED
+            if _subscribed_topics(member.protocols) == _subscribed_topics(tuple(req.protocols))
+            else RebalanceCause.SUBSCRIPTION_CHANGED
+        )
+        self._maybe_prepare_rebalance(
+            result, group, now_ms, f"member {member.member_id} rejoined", cause, req.reason
+        )
         self._maybe_complete_join(result, group, now_ms)
         return self._finish(result, token)
 
@@ -428,6 +468,8 @@ class ClassicGroups(ByGroupId[ClassicGroup]):
         was_leader = group.leader_id == old.member_id
         same = old.protocols == tuple(req.protocols)
         group.remove_member(old.member_id)
+        if not (group.state is S.STABLE and same):
+            group.note_removal(old.member_id, RemovalCause.STATIC_MEMBER_REPLACED, now_ms)
         new = replace(self._new_member(new_id, req, None), assignment=old.assignment, is_new=False)
         group.put_member(new)
         if was_leader:
@@ -446,7 +488,12 @@ class ClassicGroups(ByGroupId[ClassicGroup]):
         token = self.next_token()
         group.put_member(replace(new, join_token=token))
         self._maybe_prepare_rebalance(
-            result, group, now_ms, f"static member {new_id} replaced {old.member_id}"
+            result,
+            group,
+            now_ms,
+            f"static member {new_id} replaced {old.member_id}",
+            RebalanceCause.STATIC_MEMBER_RESTART,
+            req.reason,
         )
         self._maybe_complete_join(result, group, now_ms)
         return self._finish(result, token)
@@ -476,14 +523,28 @@ class ClassicGroups(ByGroupId[ClassicGroup]):
     # ------------------------------------------------------------------ rebalance
 
     def _maybe_prepare_rebalance(
-        self, result: Result[Any], group: ClassicGroup, now_ms: int, reason: str
+        self,
+        result: Result[Any],
+        group: ClassicGroup,
+        now_ms: int,
+        reason: str,
+        cause: RebalanceCause,
+        client_reason: str | None,
     ) -> None:
         if group.state in (S.STABLE, S.COMPLETING_REBALANCE, S.EMPTY):
-            self.prepare_rebalance(result, group, now_ms, reason)
+            self.prepare_rebalance(result, group, now_ms, reason, cause, client_reason)
 
     def prepare_rebalance(
-        self, result: Result[Any], group: ClassicGroup, now_ms: int, reason: str
+        self,
+        result: Result[Any],
+        group: ClassicGroup,
+        now_ms: int,
+        reason: str,
+        cause: RebalanceCause,
+        client_reason: str | None = None,
     ) -> None:
+        """Start (or start over) a rebalance: ``reason`` is for the log, ``cause`` and the
+        client's ``client_reason`` for the record that will complete it."""
         gid = group.group_id
         if group.state is S.COMPLETING_REBALANCE:
             # Sync requests that wait for the leader learn the generation is over.
@@ -507,6 +568,7 @@ class ClassicGroups(ByGroupId[ClassicGroup]):
                 )
             )
         group.transition(S.PREPARING_REBALANCE, now_ms)
+        group.note_preparing(now_ms, cause, client_reason)
         result.events.append(
             LogEvent(
                 event=Event.CLASSIC_REBALANCE_PREPARED,
@@ -540,6 +602,9 @@ class ClassicGroups(ByGroupId[ClassicGroup]):
         for x in list(group.members.values()):
             if x.join_token is None and x.group_instance_id is None:
                 group.remove_member(x.member_id)  # dynamic members that did not rejoin
+                group.note_removal(
+                    x.member_id, RemovalCause.MEMBER_FENCED_REBALANCE_TIMEOUT, now_ms
+                )
                 result.timers.append(CancelTimer((CLASSIC_SESSION, gid, x.member_id)))
         joined = [x for x in group.members.values() if x.join_token is not None]
         if group.members and not joined:
@@ -751,7 +816,15 @@ class ClassicGroups(ByGroupId[ClassicGroup]):
             except CoordinatorError as e:
                 out.append(leave_error(ident, e))
                 continue
-            self._remove_member(result, group, member_id, now_ms, f"member {member_id} left")
+            self._remove_member(
+                result,
+                group,
+                member_id,
+                now_ms,
+                f"member {member_id} left",
+                RemovalCause.MEMBER_LEFT,
+                ident.reason,
+            )
             out.append(
                 m.LeaveMemberResponse(
                     member_id=ident.member_id, group_instance_id=ident.group_instance_id
@@ -761,7 +834,14 @@ class ClassicGroups(ByGroupId[ClassicGroup]):
         return result
 
     def _remove_member(
-        self, result: Result[Any], group: ClassicGroup, member_id: str, now_ms: int, why: str
+        self,
+        result: Result[Any],
+        group: ClassicGroup,
+        member_id: str,
+        now_ms: int,
+        why: str,
+        cause: RemovalCause,
+        client_reason: str | None = None,
     ) -> None:
         gid = group.group_id
         member = group.members[member_id]
@@ -775,9 +855,12 @@ class ClassicGroups(ByGroupId[ClassicGroup]):
                 (member.sync_token, m.SyncGroupResponse(**error_fields(error)))
             )
         group.remove_member(member_id)
+        group.note_removal(member_id, cause, now_ms)
         result.timers.append(CancelTimer((CLASSIC_SESSION, gid, member_id)))
         if group.state in (S.STABLE, S.COMPLETING_REBALANCE):
-            self.prepare_rebalance(result, group, now_ms, why)
+            self.prepare_rebalance(
+                result, group, now_ms, why, _REMOVAL_STARTS[cause], client_reason
+            )
         self._maybe_complete_join(result, group, now_ms)
 
     # ================================================================== timers
@@ -807,7 +890,14 @@ class ClassicGroups(ByGroupId[ClassicGroup]):
                 # Waiting at a barrier counts as a heartbeat.
                 result.timers.append(ArmTimer(timer.key, now_ms + member.session_timeout_ms))
                 return result
-            self._remove_member(result, group, mid, now_ms, "session timeout expired")
+            self._remove_member(
+                result,
+                group,
+                mid,
+                now_ms,
+                "session timeout expired",
+                RemovalCause.MEMBER_FENCED_SESSION_TIMEOUT,
+            )
         elif kind == CLASSIC_PENDING:
             if mid in group.pending_members:
                 del group.pending_members[mid]
@@ -838,7 +928,12 @@ class ClassicGroups(ByGroupId[ClassicGroup]):
                 for member_id in late:
                     if member_id in group.members:
                         self._remove_member(
-                            result, group, member_id, now_ms, "did not send SyncGroup in time"
+                            result,
+                            group,
+                            member_id,
+                            now_ms,
+                            "did not send SyncGroup in time",
+                            RemovalCause.MEMBER_FENCED_REBALANCE_TIMEOUT,
                         )
         else:
             raise IllegalStateError(f"unknown timer kind {kind}")

@@ -34,7 +34,7 @@ from coordinator.core.model import (
 from coordinator.core.timers import SESSION, ArmTimer, CancelTimer
 
 from . import messages as m
-from .classic_group import ClassicGroup, ClassicMember
+from .classic_group import ClassicGroup, ClassicMember, RebalanceCause
 from .classic_members import MEMBER_TIMER_KINDS, ClassicMembers
 from .common import (
     CLASSIC_PENDING,
@@ -287,4 +287,6 @@ class Migration:
         result.events.append(
             LogEvent(event=Event.GROUP_DOWNGRADED, group_id=gid, fields={"group_epoch": generation})
         )
-        self._classic.prepare_rebalance(result, classic, now_ms, "downgraded from a consumer group")
+        self._classic.prepare_rebalance(
+            result, classic, now_ms, "downgraded from a consumer group", RebalanceCause.DOWNGRADED
+        )

@@ -115,6 +115,20 @@ def _dec_classic(raw: Any) -> ClassicMemberMetadata | None:
     )
 
 
+def _dec_rebalance(raw: list[Any]) -> r.GroupMetadataRebalanceValue:
+    preparing_ms, completing_ms, cause, client_reason, removed = raw
+    return r.GroupMetadataRebalanceValue(
+        preparing_ms=preparing_ms,
+        completing_ms=completing_ms,
+        cause=cause,
+        client_reason=client_reason,
+        removed=tuple(
+            r.GroupMetadataRemovedMember(member_id=mid, cause=why, removed_ms=at)
+            for mid, why, at in removed
+        ),
+    )
+
+
 _KEY_CLASSES: tuple[type[r.RecordKey], ...] = (
     r.OffsetCommitKey,
     r.GroupMetadataKey,
@@ -187,7 +201,7 @@ def _value_encoders() -> dict[
             ]
             for m in v.members
         ]
-        return [
+        out = [
             v.protocol_type,
             v.generation,
             v.protocol,
@@ -195,6 +209,20 @@ def _value_encoders() -> dict[
             v.current_state_timestamp_ms,
             members,
         ]
+        # The rebalance is a trailing field (older builds read the first six), written only
+        # when set: records without it keep the bytes they always had.
+        rb = v.rebalance
+        if rb is not None:
+            out.append(
+                [
+                    rb.preparing_ms,
+                    rb.completing_ms,
+                    rb.cause,
+                    rb.client_reason,
+                    [[x.member_id, x.cause, x.removed_ms] for x in rb.removed],
+                ]
+            )
+        return out
 
     def gm_dec(f: list[Any]) -> r.GroupMetadataValue:
         return r.GroupMetadataValue(
@@ -216,6 +244,7 @@ def _value_encoders() -> dict[
                 )
                 for m in f[5]
             ),
+            rebalance=_dec_rebalance(f[6]) if len(f) > 6 else None,
         )
 
     def md_enc(v: r.ConsumerGroupMetadataValue) -> list[Any]:

@@ -192,6 +192,37 @@ class GroupMetadataMemberValue:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class GroupMetadataRemovedMember:
+    member_id: str
+    cause: str
+    """Why it was removed (``legacy_bridge.classic_group.RemovalCause``)."""
+    removed_ms: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GroupMetadataRebalanceValue:
+    """How the generation a GroupMetadata record holds came about — ours: Kafka's record keeps
+    only ``currentStateTimestamp``, and the join and sync phases leave no record, so without it a
+    journal cannot tell when a classic rebalance started, how long its phases took or why.
+    Written by the bridge with the record that completes a rebalance, repeated by later records
+    of the same generation (a static member replaced in a stable group); absent from records of
+    older builds and of a generation no rebalance made (a group created by a downgrade)."""
+
+    preparing_ms: int
+    """When the group entered PreparingRebalance (the first time since its previous record)."""
+    completing_ms: int
+    """When the join phase last completed: the group entered CompletingRebalance (or Empty,
+    when nobody rejoined)."""
+    cause: str
+    """What started the rebalance (``legacy_bridge.classic_group.RebalanceCause``)."""
+    client_reason: str | None
+    """The reason the client gave with the request that started it (JoinGroup v8+ and
+    LeaveGroup v5+, KIP-800), cut to 256 characters; None when it gave none."""
+    removed: tuple[GroupMetadataRemovedMember, ...] = ()
+    """Members removed since the previous record, in order."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class GroupMetadataValue:
     protocol_type: str
     generation: int
@@ -199,6 +230,8 @@ class GroupMetadataValue:
     leader: str | None
     current_state_timestamp_ms: int
     members: tuple[GroupMetadataMemberValue, ...]
+    rebalance: GroupMetadataRebalanceValue | None = None
+    """A trailing field of ours (older builds ignore it; absent from their records)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -4,6 +4,7 @@ format).
 
     .venv/bin/python tests/golden/make_record_log.py v1_consumer_groups
     .venv/bin/python tests/golden/make_record_log.py v2_classic_topics_configs
+    .venv/bin/python tests/golden/make_record_log.py v3_classic_rebalances
 
 A log holds the records in the order a store does: the shard's and (from v2) the topic
 registry's, interleaved.
@@ -108,6 +109,58 @@ def scenario_v2() -> Harness:
     return h
 
 
+def scenario_v3() -> Harness:
+    """Classic generations with how each came about (GroupMetadata's trailing ``rebalance``):
+    members joining, a leave with the client's reason, a session timeout, a static member
+    restarted in a stable group (a record of the same generation) and with a new subscription
+    (a rebalance), and the rebalance after a downgrade."""
+    from coordinator.harness import subscription
+
+    h = Harness(config=GroupCoordinatorConfig(classic_initial_rebalance_delay_ms=0))
+    h.create_topic("foo", 4)
+    h.create_topic("bar", 2)
+    h.now_ms = 1_000
+    a = h.join_group(group_id="cl").member_id
+    h.join_group(a, group_id="cl")
+    h.sleep(0)
+    h.sync_group(a, 1, {a: _assignment((0, 1, 2, 3))}, group_id="cl")
+    h.now_ms = 2_000
+    b = h.join_group(group_id="cl").member_id
+    h.join_group(b, group_id="cl")
+    h.now_ms = 3_500
+    h.join_group(a, group_id="cl")
+    h.now_ms = 4_000
+    h.sync_group(a, 2, {a: _assignment((0, 1)), b: _assignment((2, 3))}, group_id="cl")
+    h.now_ms = 5_000
+    h.leave_group(m.LeaveMember(member_id=b, reason="the consumer is being closed"), group_id="cl")
+    h.now_ms = 5_300
+    h.join_group(a, group_id="cl")
+    h.sync_group(a, 3, {a: _assignment((0, 1, 2, 3))}, group_id="cl")
+    h.sleep(10_000)  # a stops heartbeating: its session (10 s) expires; the group is empty
+    # A static member: restarted as it was (no rebalance), then with another subscription.
+    h.now_ms = 20_000
+    h.join_group(group_id="st", instance_id="s1")
+    h.sleep(0)
+    s1 = h.shard.classic_groups["st"].static_members["s1"]
+    h.sync_group(s1, 1, {s1: _assignment((0, 1, 2, 3))}, group_id="st", instance_id="s1")
+    h.now_ms = 21_000
+    h.join_group(group_id="st", instance_id="s1")
+    h.now_ms = 22_000
+    both = subscription(["foo", "bar"])
+    s3 = h.join_group(group_id="st", instance_id="s1", protocols=(("range", both),)).member_id
+    h.sync_group(s3, 2, {s3: _assignment((0, 1, 2, 3))}, group_id="st", instance_id="s1")
+    # A consumer group of a consumer and a classic member, downgraded when the consumer leaves.
+    h.join("K", ["foo"], group_id="mixed")
+    c = h.join_group(group_id="mixed").member_id
+    h.join_group(c, group_id="mixed")
+    h.now_ms = 30_000
+    h.heartbeat(group_id="mixed", member_id="K", member_epoch=-1)
+    h.now_ms = 31_000
+    gen = h.join_group(c, group_id="mixed").generation_id
+    h.sync_group(c, gen, {c: _assignment((0, 1, 2, 3))}, group_id="mixed")
+    return h
+
+
 def _assignment(ps: tuple[int, ...]) -> bytes:
     from legacy_bridge.protocol import AssignmentMessage, encode_assignment
 
@@ -117,6 +170,7 @@ def _assignment(ps: tuple[int, ...]) -> bytes:
 SCENARIOS: dict[str, Callable[[], Harness]] = {
     "v1_consumer_groups": scenario_v1,
     "v2_classic_topics_configs": scenario_v2,
+    "v3_classic_rebalances": scenario_v3,
 }
 
 
@@ -163,7 +217,18 @@ def summary(shard: Shard, registry: TopicRegistry | None = None) -> dict[str, An
 def _classic(value: r.GroupMetadataValue | None) -> Any:
     if value is None:
         return None
+    rebalance = {}
+    if value.rebalance is not None:  # from v3 (older logs' expected states stay as written)
+        rb = value.rebalance
+        rebalance["rebalance"] = [
+            rb.preparing_ms,
+            rb.completing_ms,
+            rb.cause,
+            rb.client_reason,
+            [[x.member_id, x.cause, x.removed_ms] for x in rb.removed],
+        ]
     return {
+        **rebalance,
         "generation": value.generation,
         "protocol": value.protocol,
         "leader": value.leader,

@@ -102,6 +102,14 @@ def test_two_members_form_a_stable_group_and_one_record_is_written() -> None:
                         assignment=asg(2, 3),
                     ),
                 ),
+                # How generation 1 came about: the first join at 0 started the rebalance, the
+                # join phase completed after two initial delays (6 s), the leader synced then.
+                rebalance=r.GroupMetadataRebalanceValue(
+                    preparing_ms=0,
+                    completing_ms=6_000,
+                    cause="member_joined",
+                    client_reason=None,
+                ),
             ),
         )
     ]
@@ -171,6 +179,19 @@ def test_members_that_do_not_rejoin_are_removed_after_the_rebalance_timeout() ->
             leader=None,
             current_state_timestamp_ms=h.now_ms,
             members=(),
+            rebalance=r.GroupMetadataRebalanceValue(
+                preparing_ms=16_001,
+                completing_ms=16_001,
+                cause="member_fenced_session_timeout",
+                client_reason=None,
+                removed=(
+                    r.GroupMetadataRemovedMember(
+                        member_id="client-member-2",
+                        cause="member_fenced_session_timeout",
+                        removed_ms=16_001,
+                    ),
+                ),
+            ),
         ),
     )
     assert h.shard.snapshot() == h.replayed().snapshot()
