@@ -94,3 +94,17 @@ def test_group_commit_is_visible_in_batch_sizes() -> None:
     store.append([put(b"a")], 1)
     store.append([put(b"b"), put(b"c"), put(b"d")], 2)
     assert store.batch_sizes == [1, 3]
+
+
+def test_fenced_appends_write_only_under_the_current_leader() -> None:
+    from coordinator.runtime.store import Fence, StoreFencedError
+
+    store = MemoryRecordStore()
+    store.set_leader(LOG, 1, 3)
+    assert store.append([put(b"a")], 1, fence=Fence(1, {LOG: 3})) == {LOG: 0}
+    store.set_leader(LOG, 2, 4)  # taken over
+    with pytest.raises(StoreFencedError) as info:
+        store.append([put(b"b")], 2, fence=Fence(1, {LOG: 3}))
+    assert info.value.partitions == {LOG}
+    assert store.append([put(b"c")], 3, fence=Fence(2, {LOG: 4})) == {LOG: 1}
+    assert [(e.key, e.leader_epoch) for e in store.journal(LOG)] == [(b"a", 3), (b"c", 4)]

@@ -228,3 +228,78 @@ def test_a_store_replaced_under_a_running_server_is_lost(pg_dsn: str) -> None:
     with pytest.raises(StoreError, match="nothing to rescue"):
         store.rescue()
     store.close()
+
+
+# -- leases and fencing -------------------------------------------------------------------------
+
+
+def test_leases_move_only_when_free_or_expired_and_fence_the_old_leader(pg_dsn: str) -> None:
+    """Node 1 leads partition G; while its lease lasts node 2 cannot take it; once it expired
+    node 2 takes it at the next epoch, and node 1's appends to it are refused from then on
+    (nothing written), while node 2's go through; the journal says who wrote what."""
+    import time
+
+    from coordinator.runtime.store import Fence, StoreFencedError
+    from coordinator.runtime.store.postgres_leases import PostgresLeases
+
+    a = PostgresRecordStore(pg_dsn, partitions=P)
+    b = PostgresRecordStore(pg_dsn, partitions=P)
+    leases = PostgresLeases(pg_dsn, where="test")
+    assert leases.acquire(1, [G, 0], lease_ms=300) == {G: 1, 0: 1}
+    assert leases.acquire(2, [G], lease_ms=300) == {}  # held
+    a.append([put(b"a1")], 1, fence=Fence(1, {G: 1}))
+    with pytest.raises(StoreFencedError) as info:  # node 2 does not lead it
+        b.append([put(b"b0")], 1, fence=Fence(2, {G: 1}))
+    assert info.value.partitions == {G}
+    assert leases.renew(1, {G: 1, 0: 1}, lease_ms=300) == {G, 0}
+    time.sleep(0.5)  # node 1 missed its renewals: its leases expired
+    assert leases.acquire(2, [G], lease_ms=10_000) == {G: 2}
+    assert leases.renew(1, {G: 1, 0: 1}, lease_ms=300) == {0}  # G is lost, 0 nobody wanted
+    with pytest.raises(StoreFencedError) as info:
+        a.append([put(b"a2"), put(b"h", group_id="h")], 2, fence=Fence(1, {G: 1, 0: 1}))
+    assert info.value.partitions == {G} and info.value.outcome_unknown is False
+    b._next_offset[G] = 1  # b's view of the log: it loaded it after taking it over
+    assert b.append([put(b"b1")], 3, fence=Fence(2, {G: 2})) == {G: 1}
+    epochs = [(e.key, e.leader_epoch) for e in b.journal(G)]
+    assert epochs == [(b"a1", 1), (b"b1", 2)]
+    assert [e.offset for e in b.journal(0)] == []  # the refused batch left nothing anywhere
+    assert [
+        (lease.partition, lease.leader, lease.epoch)
+        for lease in leases.leases()
+        if lease.partition in (0, G)
+    ] == sorted([(0, 1, 1), (G, 2, 2)])
+    leases.release(2, {G: 2})
+    assert leases.acquire(1, [G], lease_ms=1000) == {G: 3}  # free at once, the epoch moves on
+    leases.set_target(G, 2)
+    leases.release(1, {G: 3})
+    assert leases.acquire(1, [G], lease_ms=1000) == {}  # targeted at node 2
+    assert leases.acquire(2, [G], lease_ms=1000) == {G: 4}
+    for closable in (a, b, leases):
+        closable.close()
+
+
+def test_a_takeover_waits_for_the_append_that_holds_the_lease(pg_dsn: str) -> None:
+    """The fence locks the lease row FOR SHARE in the append's transaction: a takeover
+    started meanwhile waits until the append committed, so the new leader loads it."""
+    import time
+
+    from coordinator.runtime.store.postgres_leases import PostgresLeases
+
+    store = PostgresRecordStore(pg_dsn, partitions=P)
+    leases = PostgresLeases(pg_dsn, where="test")
+    assert leases.acquire(1, [G], lease_ms=1) == {G: 1}
+    time.sleep(0.05)  # expired: anyone may take it
+    conn = psycopg.connect(pg_dsn, autocommit=True)
+    conn.execute("BEGIN")
+    conn.execute("SELECT kip848_fence(1, ARRAY[%s]::int[], ARRAY[1]::bigint[])", (G,))
+    taken: list[dict[int, int]] = []
+    thief = threading.Thread(target=lambda: taken.append(leases.acquire(2, [G], lease_ms=1000)))
+    thief.start()
+    thief.join(timeout=1.0)
+    assert thief.is_alive() and taken == []  # waiting for the fenced transaction
+    conn.execute("COMMIT")
+    thief.join(timeout=10)
+    assert taken == [{G: 2}]
+    conn.close()
+    store.close()
+    leases.close()

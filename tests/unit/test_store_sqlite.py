@@ -363,3 +363,12 @@ def test_unusable_location_is_a_store_error(tmp_path: Path) -> None:
     (tmp_path / "a-file").write_bytes(b"")
     with pytest.raises(StoreError, match="cannot create data directory .*a-file/sub: .*a-file is"):
         SqliteRecordStore(tmp_path / "a-file" / "sub")
+
+
+def test_a_fenced_append_is_refused_by_a_single_writer_store(tmp_path: Path) -> None:
+    from coordinator.runtime.store import Fence
+
+    with SqliteRecordStore(tmp_path) as store:
+        with pytest.raises(StoreWriteError, match="one writer and no leases"):
+            store.append([put(b"a")], 1, fence=Fence(1, {LOG: 1}))
+        assert store.last_offset(LOG) == -1

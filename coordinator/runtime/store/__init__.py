@@ -36,12 +36,14 @@ Rules and theory of operation:
 
 from .api import (
     CLUSTER_LOG,
+    Fence,
     JournalEntry,
     RecordStore,
     StoreAccessError,
     StoreCorruptError,
     StoredRecord,
     StoreError,
+    StoreFencedError,
     StoreLockedError,
     StoreLostError,
     StoreVersionError,
@@ -56,6 +58,7 @@ from .sqlite import DATA_FILE_NAME, SCHEMA_VERSION, SqliteRecordStore
 __all__ = [
     "CLUSTER_LOG",
     "DATA_FILE_NAME",
+    "Fence",
     "SCHEMA_VERSION",
     "JournalEntry",
     "MemoryRecordStore",
@@ -65,6 +68,7 @@ __all__ = [
     "StoreAccessError",
     "StoreCorruptError",
     "StoreError",
+    "StoreFencedError",
     "StoreLockedError",
     "StoreLostError",
     "StoreVersionError",

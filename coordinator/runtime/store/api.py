@@ -13,7 +13,7 @@ loaded as a whole. One ``append`` is atomic across every log it touches.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -21,11 +21,13 @@ from coordinator.routing import CLUSTER_LOG, MAX_PARTITIONS, partition_for
 
 __all__ = [
     "CLUSTER_LOG",
+    "Fence",
     "JournalEntry",
     "RecordStore",
     "StoreAccessError",
     "StoreCorruptError",
     "StoreError",
+    "StoreFencedError",
     "StoreLockedError",
     "StoreLostError",
     "StoreVersionError",
@@ -120,6 +122,28 @@ class StoreWriteError(StoreError):
         self.outcome_unknown = outcome_unknown
 
 
+class StoreFencedError(StoreWriteError):
+    """An append fenced off: the writer no longer holds the lease of ``partitions`` at the
+    leader epoch it gave (another node took them over, docs/ha.md). Nothing of the batch was
+    written; the writer must stop serving those partitions at once. Appends to partitions it
+    still holds go on."""
+
+    def __init__(self, message: str, partitions: frozenset[int]) -> None:
+        super().__init__(message, outcome_unknown=False)
+        self.partitions = partitions
+
+
+@dataclass(frozen=True, slots=True)
+class Fence:
+    """Who writes a batch, and the leases it writes under: ``epochs`` maps each partition the
+    writer leads to the leader epoch of its lease. A fenced ``append`` writes only if every
+    partition it touches is still led by ``node_id`` at that epoch, checked in the append's own
+    transaction (so a lease taken over meanwhile waits for the append, or the append fails)."""
+
+    node_id: int
+    epochs: Mapping[int, int]
+
+
 class StoreLostError(StoreWriteError):
     """The open store is no longer the one on disk: its file, its write-ahead log or its data
     directory was deleted, replaced or unmounted while the store was open (see
@@ -151,9 +175,14 @@ class RecordStore(Protocol):
         """How many partitioned logs the store has (besides the cluster log)."""
         ...
 
-    def append(self, records: Sequence[StoredRecord], timestamp_ms: int) -> dict[int, int]:
+    def append(
+        self, records: Sequence[StoredRecord], timestamp_ms: int, *, fence: Fence | None = None
+    ) -> dict[int, int]:
         """Atomically and durably append one batch (all or nothing, across every log it
-        touches). Each record goes to its log (:func:`log_of`), in batch order.
+        touches). Each record goes to its log (:func:`log_of`), in batch order. With ``fence``
+        (stores shared by several nodes) the batch is written only if the writer still holds
+        every partition it touches at the given epoch (:class:`StoreFencedError` otherwise);
+        each journal entry records the epoch it was written under.
 
         Returns, for each log written, the offset of its last record. An empty batch writes
         nothing and returns ``{}``. Raises :class:`StoreWriteError` on any failure; nothing of

@@ -18,9 +18,11 @@ from typing import Any, Self
 from coordinator.routing import DEFAULT_PARTITIONS
 
 from .api import (
+    Fence,
     JournalEntry,
     StoredRecord,
     StoreError,
+    StoreFencedError,
     StoreLostError,
     StoreWriteError,
     check_batch,
@@ -52,6 +54,7 @@ class _Data:
     def __init__(self, partitions: int) -> None:
         self.partitions = partitions
         self.logs = {log: _Log() for log in log_ids(partitions)}
+        self.leaders: dict[int, tuple[int, int]] = {}  # partition -> (node id, leader epoch)
 
 
 class MemoryRecordStore:
@@ -94,6 +97,11 @@ class MemoryRecordStore:
         exactly like the SQLite store after a failed COMMIT."""
         for _ in range(n):
             self._faults.append((exc or OSError("injected write failure"), outcome_unknown))
+
+    def set_leader(self, partition: int, node_id: int, epoch: int) -> None:
+        """Test hook: who leads ``partition`` at which epoch, for fenced appends (a shared
+        store's lease table; every handle of the same data sees it)."""
+        self._data.leaders[partition] = (node_id, epoch)
 
     def hold_appends(self) -> None:
         """Block every append (before it writes) until :meth:`release_appends`."""
@@ -146,7 +154,9 @@ class MemoryRecordStore:
 
     # -- RecordStore -------------------------------------------------------------------------
 
-    def append(self, records: Sequence[StoredRecord], timestamp_ms: int) -> dict[int, int]:
+    def append(
+        self, records: Sequence[StoredRecord], timestamp_ms: int, *, fence: Fence | None = None
+    ) -> dict[int, int]:
         check_batch(records, timestamp_ms)
         # Bounded so that a test that forgets release_appends() fails instead of hanging.
         if not self._released.wait(timeout=30):
@@ -163,16 +173,17 @@ class MemoryRecordStore:
             if not records:
                 return {}
             by_log = split_batch(records, self._data.partitions)
+            epochs = self._check_fence(fence, by_log) if fence is not None else {}
             if self._faults:
                 exc, outcome_unknown = self._faults.pop(0)
                 if outcome_unknown:
-                    self._apply(by_log, timestamp_ms)
+                    self._apply(by_log, timestamp_ms, epochs)
                     self._failed = True
                 raise StoreWriteError(
                     f"injected append failure: {exc!r}", outcome_unknown=outcome_unknown
                 ) from exc
             self.batch_sizes.append(len(records))
-            last = self._apply(by_log, timestamp_ms)
+            last = self._apply(by_log, timestamp_ms, epochs)
         retention = self.journal_retention_ms
         if retention is not None and timestamp_ms >= self._retention_due_ms:
             # Like the SQLite store: after the batch is durable, never an error of the append.
@@ -181,14 +192,34 @@ class MemoryRecordStore:
             self._retention_due_ms = timestamp_ms + retention_interval_ms(retention)
         return last
 
-    def _apply(self, by_log: dict[int, list[StoredRecord]], timestamp_ms: int) -> dict[int, int]:
+    def _check_fence(self, fence: Fence, by_log: dict[int, list[StoredRecord]]) -> dict[int, int]:
+        leaders = self._data.leaders
+        lost = frozenset(
+            log
+            for log in by_log
+            if log >= 0 and leaders.get(log) != (fence.node_id, fence.epochs.get(log))
+        )
+        if lost:
+            raise StoreFencedError(
+                f"node {fence.node_id} no longer leads partitions {sorted(lost)} at the epochs "
+                "it gave; nothing written",
+                lost,
+            )
+        return {log: fence.epochs[log] for log in by_log if log >= 0}
+
+    def _apply(
+        self, by_log: dict[int, list[StoredRecord]], timestamp_ms: int, epochs: dict[int, int]
+    ) -> dict[int, int]:
         last: dict[int, int] = {}
         for log_id, records in by_log.items():
             log = self._data.logs[log_id]
             offset = log.next_offset
+            epoch = epochs.get(log_id, -1)
             for rec in records:
                 log.journal.append(
-                    JournalEntry(offset, timestamp_ms, rec.group_id, rec.key, rec.value, log_id)
+                    JournalEntry(
+                        offset, timestamp_ms, rec.group_id, rec.key, rec.value, log_id, epoch
+                    )
                 )
                 log.compacted.pop(rec.key, None)
                 if rec.value is not None:

@@ -45,11 +45,13 @@ from typing import TYPE_CHECKING, Any, Self
 from coordinator.routing import DEFAULT_PARTITIONS
 
 from .api import (
+    Fence,
     JournalEntry,
     StoreAccessError,
     StoreCorruptError,
     StoredRecord,
     StoreError,
+    StoreFencedError,
     StoreLostError,
     StoreVersionError,
     StoreWriteError,
@@ -61,6 +63,8 @@ from .api import (
     split_batch,
 )
 from .postgres_schema import (
+    FENCE_FUNCTION,
+    FENCED,
     SCHEMA_VERSION,
     create_schema,
     dsn_for_log,
@@ -148,6 +152,8 @@ class PostgresRecordStore:
                     raise StoreError(f"no record store in the PostgreSQL database {self.where}")
                 meta = create_schema(conn, self.where, self._partitions)
             self._check_version(meta)
+            if not read_only:
+                conn.execute(FENCE_FUNCTION)
             self._partitions = int(meta["partitions"])
             self._store_id = meta["store_id"]
             self._next_offset = self._read_next_offsets(conn)
@@ -240,7 +246,9 @@ class PostgresRecordStore:
 
     # -- writing ----------------------------------------------------------------------------
 
-    def append(self, records: Sequence[StoredRecord], timestamp_ms: int) -> dict[int, int]:
+    def append(
+        self, records: Sequence[StoredRecord], timestamp_ms: int, *, fence: Fence | None = None
+    ) -> dict[int, int]:
         check_batch(records, timestamp_ms)
         import psycopg
 
@@ -248,7 +256,7 @@ class PostgresRecordStore:
             conn = self._writer()
             if not records:
                 return {}
-            rows = _Rows()
+            rows = _Rows(fence)
             last: dict[int, int] = {}
             for log_id, recs in split_batch(records, self._partitions).items():
                 offset = self._next_offset[log_id]
@@ -262,6 +270,12 @@ class PostgresRecordStore:
                 except psycopg.Error as e:
                     broken = _connection_trouble(e, conn)
                     self._abandon(conn)
+                    if e.sqlstate == FENCED:
+                        detail = (e.diag.message_detail or "").split(",")
+                        raise StoreFencedError(
+                            f"append to {self.where} fenced off: {_one_line(e)}",
+                            frozenset(int(p) for p in detail if p),
+                        ) from e
                     if broken and attempt == 1:
                         # Nothing was committed (no COMMIT was sent): the connection was stale
                         # (PostgreSQL restarted since it was used); once more on a new one.
@@ -297,6 +311,8 @@ class PostgresRecordStore:
         with conn.pipeline():
             conn.execute("BEGIN")
             txid_cur = conn.execute("SELECT txid_current()")
+            if rows.fence is not None:
+                conn.execute("SELECT kip848_fence(%s, %s::int[], %s::bigint[])", rows.fenced())
             conn.execute(_INSERT_JOURNAL, rows.journal())
             if rows.puts:
                 conn.execute(_UPSERT_COMPACTED, rows.upserts())
@@ -667,9 +683,11 @@ class PostgresRecordStore:
 class _Rows:
     """One batch as the arrays its statements take."""
 
-    __slots__ = ("deletes", "j", "puts")
+    __slots__ = ("deletes", "fence", "j", "logs", "puts")
 
-    def __init__(self) -> None:
+    def __init__(self, fence: Fence | None) -> None:
+        self.fence = fence
+        self.logs: list[int] = []
         self.j: tuple[list[Any], ...] = ([], [], [], [], [], [], [])
         self.puts: dict[tuple[int, bytes], tuple[int, str | None, bytes]] = {}
         self.deletes: set[tuple[int, bytes]] = set()
@@ -677,10 +695,12 @@ class _Rows:
     def add(self, log: int, first: int, ts: int, records: Sequence[StoredRecord]) -> None:
         logs, offsets, tss, epochs, gids, keys, values = self.j
         n = len(records)
+        self.logs.append(log)
+        epoch = -1 if self.fence is None or log < 0 else self.fence.epochs.get(log, -1)
         logs.extend([log] * n)
         offsets.extend(range(first, first + n))
         tss.extend([ts] * n)
-        epochs.extend([-1] * n)
+        epochs.extend([epoch] * n)
         for offset, rec in enumerate(records, first):
             gids.append(rec.group_id)
             keys.append(rec.key)
@@ -695,6 +715,13 @@ class _Rows:
 
     def journal(self) -> tuple[list[Any], ...]:
         return self.j
+
+    def fenced(self) -> tuple[int, list[int], list[int]]:
+        """(node, partitions, epochs) for kip848_fence: every partition the batch writes (the
+        cluster log has no lease)."""
+        assert self.fence is not None
+        parts = [log for log in self.logs if log >= 0]
+        return self.fence.node_id, parts, [self.fence.epochs.get(p, -1) for p in parts]
 
     def upserts(self) -> tuple[list[Any], ...]:
         items = list(self.puts.items())

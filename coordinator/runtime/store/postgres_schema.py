@@ -48,6 +48,29 @@ _TABLES = (
 )
 
 
+FENCE_FUNCTION = """
+CREATE OR REPLACE FUNCTION kip848_fence(node int, logs int[], epochs bigint[]) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE lost int[];
+BEGIN
+  -- FOR SHARE: a lease taken over meanwhile (an UPDATE of these rows) waits for this
+  -- transaction, and a takeover already committed is seen here.
+  PERFORM 1 FROM kip848_logs WHERE log = ANY(logs) ORDER BY log FOR SHARE;
+  SELECT array_agg(h.log ORDER BY h.log) INTO lost
+    FROM unnest(logs, epochs) AS h(log, epoch) LEFT JOIN kip848_logs l ON l.log = h.log
+    WHERE l.leader IS DISTINCT FROM node OR l.leader_epoch IS DISTINCT FROM h.epoch;
+  IF lost IS NOT NULL THEN
+    RAISE EXCEPTION 'node % does not lead partitions % at the epochs it gave', node, lost
+      USING ERRCODE = 'K8F01', DETAIL = array_to_string(lost, ',');
+  END IF;
+END $$
+"""
+"""Raises SQLSTATE K8F01 (detail: the partitions, comma-separated) unless ``node`` leads every
+partition of ``logs`` at the matching epoch. Created (or replaced) whenever a writer opens the
+store."""
+FENCED = "K8F01"
+
+
 def dsn_for_log(dsn: str) -> str:
     """The URI without its password (for messages and logs)."""
     try:

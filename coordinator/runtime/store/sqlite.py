@@ -48,6 +48,7 @@ from typing import Any, BinaryIO, Literal, Self
 from coordinator.routing import DEFAULT_PARTITIONS
 
 from .api import (
+    Fence,
     JournalEntry,
     StoreAccessError,
     StoreCorruptError,
@@ -339,8 +340,15 @@ class SqliteRecordStore:
 
     # -- writing ----------------------------------------------------------------------------
 
-    def append(self, records: Sequence[StoredRecord], timestamp_ms: int) -> dict[int, int]:
+    def append(
+        self, records: Sequence[StoredRecord], timestamp_ms: int, *, fence: Fence | None = None
+    ) -> dict[int, int]:
         check_batch(records, timestamp_ms)
+        if fence is not None:
+            raise StoreWriteError(
+                f"the SQLite store at {self.path} has one writer and no leases; a fenced "
+                "append needs a store shared by several nodes (--store postgresql://)"
+            )
         with self._lock:
             conn = self._writer()
             if not records:
