@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """Generate, or check, the Python code of the wire contract (proto/kip848/v1/*.proto).
 
-The generated modules are committed beside the .proto files, so the proto path is the
-Python import path (`-Iproto`: proto/kip848/v1/x.proto -> kip848.v1.x_pb2) and nothing
-needs rewriting. For every .proto this writes x_pb2.py, x_pb2_grpc.py (grpc_tools'
-protoc) and the mypy-protobuf stubs x_pb2.pyi, x_pb2_grpc.pyi.
+The generated modules are committed in the client distribution (client/src/kip848/v1/,
+shipped in the kip848-client wheel), in the layout of proto/: the proto path is the Python
+import path (`-Iproto`: proto/kip848/v1/x.proto -> client/src/kip848/v1/x_pb2.py, module
+kip848.v1.x_pb2) and nothing needs rewriting. For every .proto this writes x_pb2.py,
+x_pb2_grpc.py (grpc_tools' protoc) and the mypy-protobuf stubs x_pb2.pyi, x_pb2_grpc.pyi.
 
 The generators are pinned so the output is byte-for-byte reproducible; the script
 refuses to run with other versions installed:
@@ -35,8 +36,9 @@ from pathlib import Path
 PINS = {"grpcio-tools": "1.85.1", "mypy-protobuf": "5.1.0"}
 
 REPO = Path(__file__).resolve().parent.parent
-PROTO_ROOT = REPO / "proto"
+PROTO_ROOT = REPO / "proto"  # the .proto sources
 PACKAGE_DIR = PROTO_ROOT / "kip848"
+OUT_ROOT = REPO / "client" / "src"  # the generated modules, kip848/v1/ under it
 GENERATED_SUFFIXES = ("_pb2.py", "_pb2.pyi", "_pb2_grpc.py", "_pb2_grpc.pyi")
 MARKER_LINE = b"# NO CHECKED-IN PROTOBUF GENCODE\n"
 
@@ -130,6 +132,12 @@ def diff(fresh: dict[str, bytes], committed: dict[str, bytes]) -> dict[str, list
     }
 
 
+def shown(path: str) -> str:
+    """A generated file's path as the user sees it: relative to the repository if it is there."""
+    full = OUT_ROOT / path
+    return full.relative_to(REPO).as_posix() if full.is_relative_to(REPO) else full.as_posix()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
@@ -143,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
         with tempfile.TemporaryDirectory(prefix="kip848-proto-") as tmp:
             generate(Path(tmp))
             fresh = generated_files(Path(tmp))
-            committed = generated_files(PROTO_ROOT)
+            committed = generated_files(OUT_ROOT)
             delta = diff(fresh, committed)
             if args.check:
                 if not any(delta.values()):
@@ -152,13 +160,13 @@ def main(argv: list[str] | None = None) -> int:
                 print("generated code is out of date; run: python scripts/gen_proto.py")
                 for kind, paths in delta.items():
                     for path in paths:
-                        print(f"  {kind}: proto/{path}")
+                        print(f"  {kind}: {shown(path)}")
                 return 1
             for path in delta["changed"] + delta["missing"]:
-                (PROTO_ROOT / path).parent.mkdir(parents=True, exist_ok=True)
-                (PROTO_ROOT / path).write_bytes(fresh[path])
+                (OUT_ROOT / path).parent.mkdir(parents=True, exist_ok=True)
+                (OUT_ROOT / path).write_bytes(fresh[path])
             for path in delta["stale"]:
-                (PROTO_ROOT / path).unlink()
+                (OUT_ROOT / path).unlink()
             touched = sum(len(v) for v in delta.values())
             print(f"wrote {touched} file(s); {len(fresh)} generated files up to date")
             return 0

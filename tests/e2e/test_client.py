@@ -8,12 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from conftest import ServerProcess
@@ -328,21 +324,6 @@ def test_the_blocking_wrapper(server: ServerProcess) -> None:
     assert {
         p.partition_index: p.committed_offset for p in fetched.groups[0].topics[0].partitions
     } == {tps[0].partition: 555, tps[1].partition: 777}
-
-
-def test_the_readme_hello_member_runs(server: ServerProcess) -> None:
-    """The README's example, run as written (against this server, without the long sleep)."""
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    [code] = re.findall(r"## Hello, member.*?```python\n(.*?)```", readme, re.S)
-    assert len([line for line in code.splitlines() if line.strip()]) <= 20
-    server.create_topic("orders", 3)
-    code = code.replace("127.0.0.1:9094", server.address).replace("sleep(30)", "sleep(0)")
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
-    )
-    lines = out.stdout.splitlines()
-    assert lines[0].startswith("assigned ['orders-0', 'orders-1', 'orders-2']"), out
-    assert lines[-1].startswith("revoked ['orders-0', 'orders-1', 'orders-2']"), out
 
 
 async def test_close_from_a_callback_is_refused_not_deadlocked(server: ServerProcess) -> None:

@@ -85,24 +85,32 @@ def test_generated_code_is_up_to_date() -> None:
 
 def test_check_mode_detects_drift(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
     script = load_script()
-    copy = tmp_path / "proto"
-    shutil.copytree(REPO / "proto", copy)
-    edited = copy / "kip848" / "v1" / "common_pb2.py"
+    shutil.copytree(REPO / "proto", tmp_path / "proto")
+    out_root = tmp_path / "client" / "src"
+    shutil.copytree(REPO / "client" / "src", out_root)
+    generated = out_root / "kip848" / "v1"
+    edited = generated / "common_pb2.py"
     edited.write_text(edited.read_text() + "# hand edit\n")
-    (copy / "kip848" / "v1" / "offsets_pb2.pyi").unlink()
-    (copy / "kip848" / "v1" / "gone_pb2.py").write_text("# from a deleted .proto\n")
-    monkeypatch.setattr(script, "PROTO_ROOT", copy)
-    monkeypatch.setattr(script, "PACKAGE_DIR", copy / "kip848")
+    (generated / "offsets_pb2.pyi").unlink()
+    (generated / "gone_pb2.py").write_text("# from a deleted .proto\n")
+    monkeypatch.setattr(script, "REPO", tmp_path)
+    monkeypatch.setattr(script, "PROTO_ROOT", tmp_path / "proto")
+    monkeypatch.setattr(script, "PACKAGE_DIR", tmp_path / "proto" / "kip848")
+    monkeypatch.setattr(script, "OUT_ROOT", out_root)
 
     assert script.main(["--check"]) == 1
     out = capsys.readouterr().out
-    assert "changed: proto/kip848/v1/common_pb2.py" in out
-    assert "missing: proto/kip848/v1/offsets_pb2.pyi" in out
-    assert "stale: proto/kip848/v1/gone_pb2.py" in out
+    assert "changed: client/src/kip848/v1/common_pb2.py" in out
+    assert "missing: client/src/kip848/v1/offsets_pb2.pyi" in out
+    assert "stale: client/src/kip848/v1/gone_pb2.py" in out
 
     assert script.main([]) == 0  # write mode repairs all three
-    assert not (copy / "kip848" / "v1" / "gone_pb2.py").exists()
+    assert not (generated / "gone_pb2.py").exists()
+    assert (generated / "offsets_pb2.pyi").read_bytes() == (
+        REPO / "client" / "src" / "kip848" / "v1" / "offsets_pb2.pyi"
+    ).read_bytes()
     assert script.main(["--check"]) == 0
+    assert not list((tmp_path / "proto").rglob("*.py*")), "nothing is generated beside the .proto"
 
 
 def test_script_refuses_other_generator_versions(monkeypatch: pytest.MonkeyPatch, capsys) -> None:

@@ -764,7 +764,7 @@ def test_random_event_sequences_keep_the_contract(steps) -> None:
 
 
 def test_the_member_module_is_sans_io() -> None:
-    root = Path(__file__).resolve().parents[2] / "proto" / "kip848" / "client"
+    root = Path(__file__).resolve().parents[1] / "src" / "kip848" / "client"
     allowed = {"__future__", "enum", "collections", "dataclasses", "base64", "typing", "copy"}
     for name in ("member.py", "types.py"):
         tree = ast.parse((root / name).read_text())

@@ -32,11 +32,10 @@ The callback contract (Kafka's ``ConsumerRebalanceListener``, for KIP-848)
 
 Layout
 ------
-This package lives in ``proto/kip848/client/``: the ``kip848`` package is the contract's
-distribution root (``proto/`` is a setuptools package root), so ``import kip848.client``
-works from a source checkout, an editable install and a wheel alike. Generated code stays in
-``kip848.v1``; this subpackage is hand-written and depends only on grpcio, protobuf and
-``kip848.v1`` — never on the coordinator.
+This package ships in the ``kip848-client`` distribution (the repository's ``client/`` folder:
+its own pyproject, README, tests and version) together with the generated ``kip848.v1``. It
+depends only on grpcio and protobuf — never on the coordinator, which depends on this
+distribution for the stubs.
 """
 
 from .aio import GroupMember, new_member_id
@@ -52,6 +51,8 @@ from .types import (
     TopicPartition,
 )
 
+__version__ = "0.1.0"
+
 __all__ = [
     "BlockingGroupMember",
     "CallbackKind",
@@ -65,6 +66,7 @@ __all__ = [
     "MemberState",
     "Subscription",
     "TopicPartition",
+    "__version__",
     "new_member_id",
     "tls_credentials",
     "token_file",
