@@ -99,6 +99,9 @@ class Harness:
         self.offloads: list[str] = []
         """Groups whose target the core asked to compute off the loop, not yet started (in
         order, each once): :meth:`start_offload` / :meth:`finish_offload` play the runtime."""
+        self.regex_resolutions: list[str] = []
+        """Groups whose regexes the core asked to resolve off the heartbeat path, not yet done
+        (in order, each once): :meth:`resolve_regexes` plays the runtime."""
         self.parked: list[str] = []
         """Groups with parked joins whose ``first_target`` the core asked for (in order, each
         once): :meth:`first_target` / :meth:`run_parked` play the runtime (``parks_joins``)."""
@@ -176,6 +179,9 @@ class Harness:
         self.timers.apply(res.timers)
         self.events.extend(res.events)
         self.offloads += [g for g in dict.fromkeys(res.offloads) if g not in self.offloads]
+        self.regex_resolutions += [
+            g for g in dict.fromkeys(res.regex_resolutions) if g not in self.regex_resolutions
+        ]
         self.parked += [g for g, _first in res.parked_joins if g not in self.parked]
         for token, response in res.completions:
             if token in self.completions:
@@ -263,6 +269,12 @@ class Harness:
             if job is not None:
                 done.append(self.finish_offload(job))
         return done
+
+    def resolve_regexes(self, group_id: str = "grp") -> Result[None]:
+        """The runtime's run of a group's regex resolution (asked by a heartbeat), as a
+        command at the current time."""
+        self.regex_resolutions.remove(group_id)
+        return self._commit(self.shard.groups.resolve_regexes(group_id, self.now_ms))
 
     def first_target(self, group_id: str) -> Result[None]:
         """The runtime's call for a group with parked joins (once the burst is in)."""

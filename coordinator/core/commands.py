@@ -89,6 +89,10 @@ class Result(Generic[T]):
     """Groups whose target assignment is to be computed outside the event loop (the runtime
     copies the inputs with ``ConsumerGroups.assignment_job`` and applies the outcome with
     ``apply_assignment``); released like timers, once the records are durable."""
+    regex_resolutions: list[str] = field(default_factory=list)
+    """Groups whose regular expressions are to be resolved off the heartbeat path (Kafka 4.x:
+    on the coordinator's executor): the runtime runs ``ConsumerGroups.resolve_regexes`` for
+    each, as a command of its own, once the records are durable; one at a time per group."""
     parked_joins: list[tuple[str, bool]] = field(default_factory=list)
     """Groups with parked joins (members that joined before the group's first target), each
     with True for the first of them (the first target is to wait for the burst of joins) or
@@ -103,6 +107,7 @@ class Result(Generic[T]):
         self.completions += other.completions
         self.events += other.events
         self.offloads += other.offloads
+        self.regex_resolutions += other.regex_resolutions
         self.parked_joins += other.parked_joins
 
 

@@ -68,6 +68,12 @@ if TYPE_CHECKING:
 _SUBSCRIBING = frozenset({Cause.MEMBER_JOINED, Cause.SUBSCRIPTION_CHANGED, Cause.REGEX_CHANGED})
 """Causes that change the subscribed topics (and so the subscription metadata) themselves."""
 
+REGEX_BATCH_REFRESH_MIN_INTERVAL_MS = 10_000
+"""Kafka's: a group's regexes are resolved again at most this often."""
+REGEX_RESOLUTION_TIMEOUT_MS = 30_000
+"""A resolution asked for and not run this long after (lost with a failed write, or the
+runtime never ran it) is asked for again by the next heartbeat."""
+
 ANSWERS_PER_COMMAND = 64
 """Parked joins answered by one command (each: the member's reconciliation, its record)."""
 
@@ -244,12 +250,19 @@ class ConsumerGroups(ByGroupId[ConsumerGroup]):
         updated = self._updated_member(member, req, classic)
         is_new = group is None or member_id not in group.members
         causes: list[Cause] = []
+        old_regex, new_regex = member.subscribed_topic_regex, updated.subscribed_topic_regex
+        regex_changed = old_regex != new_regex
         if is_new or updated != member:
             ctx.emit(result, r.member_metadata_record(group_id, updated))
             if updated.subscribed_topic_names != member.subscribed_topic_names:
                 causes.append(Cause.SUBSCRIPTION_CHANGED)
-            if updated.subscribed_topic_regex != member.subscribed_topic_regex:
-                causes.append(Cause.REGEX_CHANGED)
+            if regex_changed:
+                # A resolved regex (one other members use, or the one dropped) changes what the
+                # member subscribes to at once; a new regex, once it is resolved, off the
+                # heartbeat path (Kafka 4.x), which bumps the epoch then.
+                g = self._by_group[group_id]
+                if g.effective_topics(member) != g.effective_topics(updated):
+                    causes.append(Cause.REGEX_CHANGED)
             if updated.server_assignor_name != member.server_assignor_name:
                 causes.append(Cause.ASSIGNOR_CHANGED)
             if updated.rack_id != member.rack_id:  # KAFKA-20909 (never when omitted)
@@ -258,21 +271,28 @@ class ConsumerGroups(ByGroupId[ConsumerGroup]):
                 causes = [Cause.MEMBER_JOINED]
         group = self._by_group[group_id]
         new_group = group.group_uid == ""
-        if (
-            member.subscribed_topic_regex
-            and member.subscribed_topic_regex != updated.subscribed_topic_regex
-        ):
-            self.maybe_drop_regex(result, group, member.subscribed_topic_regex)
+        if old_regex and regex_changed:
+            self.maybe_drop_regex(result, group, old_regex)
+        if group.regex_members:
+            self._maybe_ask_regexes(result, group, now_ms, req, regex_changed and bool(new_regex))
 
-        # 3. Refresh subscription metadata (and regexes) when needed; bump the group epoch.
+        # 3. Refresh subscription metadata when needed; bump the group epoch.
         image_version = ctx.topics.version
-        if causes or new_group or group.metadata_checked != (image_version, group.group_epoch):
+        if (
+            causes
+            or new_group
+            or regex_changed
+            or group.metadata_checked != (image_version, group.group_epoch)
+        ):
             # New subscription metadata is a cause of its own only when no change of the
-            # member's subscription explains it (topics created, deleted, or grown).
-            if self._refresh_metadata(result, group, now_ms, req) and not _SUBSCRIBING.intersection(
-                causes
-            ):
-                causes.append(Cause.TOPIC_METADATA_CHANGED)
+            # member's subscription explains it (topics created, deleted, or grown; a regex
+            # dropped).
+            if self._refresh_metadata(result, group) and not _SUBSCRIBING.intersection(causes):
+                causes.append(
+                    Cause.REGEX_CHANGED if regex_changed else Cause.TOPIC_METADATA_CHANGED
+                )
+            if new_group and not causes:
+                causes.append(Cause.MEMBER_JOINED)  # a new group starts at epoch 1
             if causes or new_group:
                 uid = group.group_uid or ctx.ids.new_group_uid()
                 bumped = group.group_epoch + (1 if causes else 0)
@@ -568,33 +588,99 @@ class ConsumerGroups(ByGroupId[ConsumerGroup]):
             changes["classic_member_metadata"] = classic
         return replace(member, **changes) if changes else member
 
-    def _refresh_metadata(
+    def _refresh_metadata(self, result: Result[Any], group: ConsumerGroup) -> bool:
+        """Recompute subscription metadata against the topics image (regexes as last
+        resolved: one not resolved yet matches nothing). Returns True if it changed (a group
+        epoch bump is due)."""
+        metadata = self.subscription_metadata(group)
+        if metadata != group.subscription_metadata:
+            self._ctx.emit(result, r.partition_metadata_record(group.group_id, metadata))
+            return True
+        return False
+
+    def _maybe_ask_regexes(
         self,
         result: Result[Any],
         group: ConsumerGroup,
         now_ms: int,
-        req: ConsumerGroupHeartbeat | None = None,
-    ) -> bool:
-        """Re-resolve regexes and recompute subscription metadata against the topics image.
-        Returns True if the subscription metadata changed (a group epoch bump is due). With a
-        ``topic_filter``, a regex resolves only to the topics the triggering member (``req``)
-        may describe."""
-        gid = group.group_id
+        req: ConsumerGroupHeartbeat,
+        new_regex: bool,
+    ) -> None:
+        """Kafka 4.x's maybeUpdateRegularExpressions: the group's regexes are resolved again,
+        off the heartbeat path (``Result.regex_resolutions``; :meth:`resolve_regexes` when the
+        runtime runs it), when none is being resolved, the last resolution is more than
+        ``REGEX_BATCH_REFRESH_MIN_INTERVAL_MS`` old, and a regex is unresolved (a member just
+        brought it), the topics image changed since, or
+        ``group.consumer.regex.refresh.interval.ms`` passed. The heartbeat that asks names the
+        principal the regexes are resolved for."""
+        asked = group.regex_asked_ms
+        if asked >= 0 and now_ms - asked < REGEX_RESOLUTION_TIMEOUT_MS:
+            return
+        since = now_ms - group.regex_refreshed_ms
+        if group.regex_refreshed_ms >= 0 and since <= REGEX_BATCH_REFRESH_MIN_INTERVAL_MS:
+            return
+        due = (
+            new_regex
+            or any(x not in group.resolved_regexes for x in group.regex_members)
+            or group.regex_image_version != self._ctx.topics.version
+            or since >= self._ctx.config.consumer_regex_refresh_interval_ms
+        )
+        if due:
+            group.set("regex_asked_ms", now_ms)
+            group.set("regex_trigger", (req.principal, req.client_host))
+            result.regex_resolutions.append(group.group_id)
+
+    def resolve_regexes(self, group_id: str, now_ms: int) -> Result[None]:
+        """Resolve the group's regexes against the topics image (the runtime runs this as a
+        command of its own, asked by a heartbeat: :meth:`_maybe_ask_regexes`). Each regex the
+        group still subscribes to gets its resolution record (Kafka writes them all: the
+        timestamp is the group's last refresh); a changed resolution bumps the group epoch
+        (KIP-848 "Regex Based Subscription"; also one that became empty, KAFKA-19899), and so
+        does new subscription metadata. With a ``topic_filter``, a regex resolves only to the
+        topics the member whose heartbeat asked may describe (Kafka's TopicRegexResolver)."""
+        return self._ctx.run(self._resolve_regexes, group_id, now_ms)
+
+    def _resolve_regexes(self, group_id: str, now_ms: int) -> Result[None]:
+        result: Result[None] = Result()
+        group = self._by_group.get(group_id)
+        if group is None:
+            return result
+        trigger = group.regex_trigger
+        group.set("regex_asked_ms", -1)
         image = self._ctx.topics
+        group.set("regex_image_version", image.version)
+        if not group.regex_members:
+            return result
         allows = self.topic_filter
+        changed = False
         for regex in sorted(group.regex_members):
-            resolved = group.resolved_regexes.get(regex)
             topics = self._resolve(regex)
-            if allows is not None and req is not None:
-                who, host = req.principal, req.client_host
+            if allows is not None and trigger is not None:
+                who, host = trigger
                 topics = frozenset(t for t in topics if allows(who, host, t))
-            if resolved is None or resolved[0] != topics:
-                self._ctx.emit(result, r.regex_record(gid, regex, topics, image.version, now_ms))
-        metadata = self.subscription_metadata(group)
-        if metadata != group.subscription_metadata:
-            self._ctx.emit(result, r.partition_metadata_record(gid, metadata))
-            return True
-        return False
+            resolved = group.resolved_regexes.get(regex)
+            changed |= resolved is None or resolved[0] != topics
+            self._ctx.emit(result, r.regex_record(group_id, regex, topics, image.version, now_ms))
+        if self._refresh_metadata(result, group) or changed:
+            self._ctx.emit(
+                result, r.group_epoch_record(group_id, group.group_epoch + 1, group.group_uid)
+            )
+            group.set("metadata_checked", (image.version, group.group_epoch))
+            result.events.append(
+                epoch_bumped(group_id, group.group_epoch, (Cause.REGEX_RESOLVED,), ())
+            )
+            if group.members:
+                try:
+                    self.update_target(result, group, now_ms)
+                except CoordinatorError as exc:  # the assignor failed: nothing of it was written
+                    result.events.append(
+                        LogEvent(
+                            event=Event.TARGET_ASSIGNMENT_FAILED,
+                            group_id=group_id,
+                            fields={"error": exc.message},
+                        )
+                    )  # the resolution stands; the next heartbeat computes the target
+        return result
 
     def _resolve(self, regex: str) -> frozenset[str]:
         """Resolve against the current image; cached per (regex, image version) in this process
@@ -1174,7 +1260,7 @@ class ConsumerGroups(ByGroupId[ConsumerGroup]):
                 out.append(r.member_metadata_record(gid, g.members[mid]))
             for regex in sorted(g.resolved_regexes):
                 topics, version = g.resolved_regexes[regex]
-                out.append(r.regex_record(gid, regex, topics, version, 0))
+                out.append(r.regex_record(gid, regex, topics, version, g.regex_refreshed_ms))
             out.append(r.partition_metadata_record(gid, dict(g.subscription_metadata)))
             out.append(r.group_epoch_record(gid, g.group_epoch, g.group_uid))
             for mid in sorted(g.target):

@@ -51,6 +51,8 @@ class Cause(Enum):
     RACK_CHANGED = "rack_changed"
     """A member's rack changed (KAFKA-20909): rack-aware assignors place partitions by it."""
     TOPIC_METADATA_CHANGED = "topic_metadata_changed"
+    REGEX_RESOLVED = "regex_resolved"
+    """A regex subscription was resolved (off the heartbeat path) to other topics than before."""
 
 
 _TEMPLATES: dict[Event, str] = {

@@ -60,6 +60,10 @@ class ConsumerGroup:
         "parked_at",
         "partition_owners",
         "regex_members",
+        "regex_asked_ms",
+        "regex_image_version",
+        "regex_refreshed_ms",
+        "regex_trigger",
         "reported_pending",
         "resolved_regexes",
         "spec_cache",
@@ -87,6 +91,16 @@ class ConsumerGroup:
         self.topic_subscribers: TDict = log.new_dict()  # topic name -> number of members
         self.regex_members: TDict = log.new_dict()  # regex -> number of members using it
         self.resolved_regexes: TDict = log.new_dict()  # regex -> (frozenset of names, version)
+        # When the regexes were last resolved (the latest resolution record's timestamp; -1:
+        # never).
+        self.regex_refreshed_ms = -1
+        # Soft state: the topics image version they were resolved against (image versions are
+        # process-local: -1 after a restart), when a resolution was asked for that has not run
+        # yet (-1: none; Kafka: the executor has the group's task), and the (principal, client
+        # host) of the heartbeat that asked (a regex resolves to what that member may describe).
+        self.regex_image_version = -1
+        self.regex_asked_ms = -1
+        self.regex_trigger: tuple[object, str] | None = None
         self.subscription_metadata: dict[
             str, TopicMetadata
         ] = {}  # name -> metadata (replaced whole)
@@ -248,6 +262,8 @@ class ConsumerGroup:
             self.resolved_regexes.discard(regex)
         else:
             self.resolved_regexes[regex] = (frozenset(value.topics), value.version)
+            if value.timestamp_ms > self.regex_refreshed_ms:
+                self.set("regex_refreshed_ms", value.timestamp_ms)
         for m in users:
             for name in self.effective_topics(m):
                 self.topic_subscribers.increment(name, 1)
@@ -434,6 +450,11 @@ class ConsumerGroup:
             "resolved_regexes": {
                 k: (sorted(v[0]), v[1]) for k, v in sorted(self.resolved_regexes.items())
             },
+            **(
+                {"regex_refreshed_ms": self.regex_refreshed_ms}
+                if self.regex_refreshed_ms >= 0
+                else {}
+            ),
             "members": {
                 mid: {
                     "instance_id": m.instance_id,

@@ -149,6 +149,7 @@ class _Batch:
         "future",
         "offloads",
         "records",
+        "regex_resolutions",
         "start_marks",
         "timer_ops",
     )
@@ -166,6 +167,7 @@ class _Batch:
         ] = []  # legacy bridge: (machine, token, response)
         self.events: list[LogEvent] = []  # written once durable, dropped on failure
         self.offloads: list[tuple[int, str]] = []  # (shard, group): computations to start
+        self.regex_resolutions: list[tuple[int, str]] = []  # (shard, group): to resolve
 
 
 def _retrieve(fut: asyncio.Future[Any]) -> None:
@@ -258,6 +260,8 @@ class CoordinatorRuntime:
             else None
         )
         self._assigning: dict[str, asyncio.Task[None]] = {}
+        # Regex subscriptions resolved off the heartbeat path: one task per group in flight.
+        self._resolving: dict[str, asyncio.Task[None]] = {}
         # Groups with parked joins (before their first target): one task each, and whether it
         # was asked to go on while it ran.
         self._first_targets: dict[str, asyncio.Task[None]] = {}
@@ -341,6 +345,7 @@ class CoordinatorRuntime:
             self._tick_handle = None
         tasks = [
             *self._assigning.values(),
+            *self._resolving.values(),
             *self._first_targets.values(),
             *([self._warm_up] if self._warm_up else []),
         ]
@@ -500,6 +505,12 @@ class CoordinatorRuntime:
                 self._start_offloads(wanted)
             else:
                 batch.offloads.extend(wanted)
+        if result.regex_resolutions:
+            asked = [(index, group_id) for group_id in result.regex_resolutions]
+            if batch is None:
+                self._start_regex_resolutions(asked)
+            else:
+                batch.regex_resolutions.extend(asked)
         return result.response, batch
 
     async def _run(
@@ -634,6 +645,8 @@ class CoordinatorRuntime:
             self._complete(batch.completions)
         if batch.offloads:
             self._start_offloads(batch.offloads)
+        if batch.regex_resolutions:
+            self._start_regex_resolutions(batch.regex_resolutions)
         if not batch.future.done():  # never cancelled (see _durable); cheap insurance
             batch.future.set_result(None)
         self.watchers.notify(r.group_id for r in batch.records if r.group_id is not None)
@@ -769,21 +782,67 @@ class CoordinatorRuntime:
             return
         finally:
             self._assigning.pop(group_id, None)
+        await self._own_command(
+            index,
+            group_id,
+            lambda s, now: s.groups.apply_assignment(outcome, now),
+            "Target assignment not applied",
+        )
+
+    async def _own_command(
+        self,
+        index: int,
+        group_id: str,
+        fn: Callable[[Any, int], Result[Any]],
+        failed: str,
+    ) -> None:
+        """Run a command of the runtime's own (an offloaded target, a regex resolution) on
+        shard ``index`` at the current time and wait until it is durable. A failure is logged
+        (a bug by ``_execute``) and left to the group's next heartbeat, which asks again."""
         if self.state is not RuntimeState.ACTIVE:
             return
         now = self.clock.now_ms()
         try:
-            _resp, batch = self._execute(index, lambda s: s.groups.apply_assignment(outcome, now))
+            _resp, batch = self._execute(index, lambda s: fn(s, now))
         except CoordinatorError as exc:
-            log.warning("[GroupId %s] Target assignment not applied: %s", group_id, exc.message)
+            log.warning("[GroupId %s] %s: %s", group_id, failed, exc.message)
             return
-        except Exception:  # noqa: BLE001 - logged by _execute; the next heartbeat tries again
+        except Exception:  # noqa: BLE001 - logged by _execute
             return
         if batch is not None:
             try:
                 await _durable(batch)
             except CoordinatorError:
-                pass  # rolled back with its batch; the group's next heartbeat asks again
+                pass  # rolled back with its batch
+
+    # ------------------------------------------------------------------ regex subscriptions
+
+    def _start_regex_resolutions(self, asked: Sequence[tuple[int, str]]) -> None:
+        """A heartbeat asked for its group's regexes to be resolved (Kafka 4.x: off the
+        heartbeat path, on the coordinator's executor), and that heartbeat is durable: the
+        resolution runs as a command of its own, after the heartbeat was answered; one at a
+        time per group (the core asks again if a change comes in meanwhile)."""
+        if self.state is not RuntimeState.ACTIVE:
+            return
+        for index, group_id in asked:
+            if group_id not in self._resolving:
+                self._resolving[group_id] = self._loop.create_task(  # type: ignore[union-attr]
+                    self._resolve_regexes(index, group_id),
+                    name=f"kip848-regex-{group_id}",
+                    context=_own(),
+                )
+
+    async def _resolve_regexes(self, index: int, group_id: str) -> None:
+        try:
+            await asyncio.sleep(0)  # the asking heartbeat's answer goes out first
+            await self._own_command(
+                index,
+                group_id,
+                lambda s, now: s.groups.resolve_regexes(group_id, now),
+                "Regex resolution not applied",
+            )
+        finally:
+            self._resolving.pop(group_id, None)
 
     # ------------------------------------------------------------------ timers
     # The table holds deadlines in *timer time* (clock.monotonic_ms: Kafka's timers are delays on

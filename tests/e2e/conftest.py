@@ -137,6 +137,14 @@ class ServerProcess:
             consumer_group_pb2.ConsumerGroupDescribeRequest(group_ids=list(group_ids)), timeout=10
         )
 
+    def wait_group_epoch(self, group_id: str, epoch: int, timeout: float = 5.0) -> None:
+        """Until ``group_id`` is at group epoch ``epoch`` (a regex subscription is resolved
+        off the heartbeat path, right after the heartbeat that asked for it); bounded."""
+        deadline = time.monotonic() + timeout
+        while self.describe(group_id).groups[0].group_epoch != epoch:
+            assert time.monotonic() < deadline, f"{group_id} never reached epoch {epoch}"
+            time.sleep(0.02)
+
     def advance(self, ms: int) -> testing_pb2.AdvanceTimeResponse:
         return self.testing.AdvanceTime(testing_pb2.AdvanceTimeRequest(ms=ms), timeout=10)
 

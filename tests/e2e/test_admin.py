@@ -79,7 +79,14 @@ def test_describe_is_complete(manual_server: ServerProcess) -> None:
         client_id="app-b",
         **{**join_request("g-desc", [], member_id="B"), "subscribed_topic_regex": "db-.*"},
     )
-    assert second.member_epoch == 2, second
+    # Kafka 4.x: a new regex is resolved off the heartbeat path. B joins with nothing; the
+    # resolution bumps the group epoch; once the assignment interval passed the target gives B
+    # the regex's topic, which B's next heartbeat gets.
+    assert second.member_epoch == 1, second
+    s.wait_group_epoch("g-desc", 2)
+    s.advance(1_000)
+    third = s.heartbeat(client_id="app-b", group_id="g-desc", member_id="B", member_epoch=1)
+    assert third.member_epoch == 2, third
     desc = s.describe("g-desc", "g-desc-missing", "")
     uid = desc.groups[0].group_uid
     assert uid.startswith("cgp_") and len(uid) == 30

@@ -4,6 +4,9 @@ each as a test through real clients (confluent-kafka) that failed before its fix
 * test 0132 (classic): a dynamic classic member's id is Kafka's ``<client.id>-<uuid>``, so the
   client-side assignors, which order members by id, give consumers ``c0`` and ``c1`` a
   deterministic assignment (roundrobin: c0 gets 0 and 2; range: c0 gets 0 and 1);
+* test 0045 (KIP-848): a regex subscription is resolved off the heartbeat path, as Kafka 4.x
+  does: a member subscribing to a literal topic and a regex the group has not resolved gets
+  the literal topic's partitions first and the regex's in a later heartbeat;
 * test 0130: a commit right after the broker auto-created its topic is accepted — a commit or a
   forwarded Metadata answer naming a topic the registry does not know looks it up upstream
   first (bounded, negative answers remembered: a flood of unknown names costs a few refreshes a
@@ -77,6 +80,25 @@ def test_classic_member_ids_order_the_client_side_assignors(
     assert set(ids) == {"c0", "c1"}
     for name, member_id in ids.items():
         assert re.fullmatch(f"{name}-{UUID}", member_id), member_id
+
+
+# ---------------------------------------------------------------- 0045: regexes off the heartbeat
+
+
+def test_literal_topics_first_then_the_regex_topics(stack: KafkaStack, fleet: Fleet) -> None:
+    """librdkafka's 0045 (do_test_resubscribe_with_regex, KIP-848): subscribed to a literal
+    topic and a new regex, the consumer's first assignment is the literal topic's partitions,
+    a later one adds the regex's topics."""
+    client = stack.server.client()
+    create_topics(client, **{"t45-literal": 2, "rx45-one": 2, "rx45-two": 1})
+    client.close()
+    c = fleet.start("c45", "librdkafka-consumer", "g45", topics=["t45-literal", "^rx45-.*"])
+    everything = {("t45-literal", 0), ("t45-literal", 1), ("rx45-one", 0), ("rx45-one", 1)}
+    everything.add(("rx45-two", 0))
+    fleet.wait_for_assignment(everything, 30, names=["c45"])
+    assigns = [e["partitions"] for e in fleet.events_of(c) if e["event"] == "assign"]
+    assert assigns[0] == [["t45-literal", 0], ["t45-literal", 1]], assigns
+    assert len(assigns) >= 2
 
 
 # ---------------------------------------------------------------- 0130: topics the registry lacks

@@ -128,12 +128,12 @@ def test_prometheus_scrapes_rebalance_latency_and_commits(tmp_path: Path) -> Non
                 timeout=10,
             )
             assert [p.error_code for p in commit.topics[0].partitions] == [0, 0]
-            # A commit with a stale epoch: fenced, counted with its error.
+            # A commit with a newer epoch than the member's: fenced, counted with its error.
             stale = offsets_pb2_grpc.OffsetServiceStub(server.channel).OffsetCommit(
                 offsets_pb2.OffsetCommitRequest(
                     group_id="shop",
                     member_id="A",
-                    generation_id_or_member_epoch=1,
+                    generation_id_or_member_epoch=3,
                     topics=[
                         offsets_pb2.OffsetCommitRequest.Topic(
                             topic_id=t,

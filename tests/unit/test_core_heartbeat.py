@@ -15,7 +15,7 @@ from builders import RoundRobinAssignor, ca, mm, p, pp
 
 from assignors.api import TopicMetadata
 from coordinator.core import records as r
-from coordinator.core.commands import ConsumerGroupHeartbeat, SequentialIds
+from coordinator.core.commands import ConsumerGroupHeartbeat, Result, SequentialIds
 from coordinator.core.commands import ConsumerGroupHeartbeatResponse as Resp
 from coordinator.core.commands import HeartbeatAssignment as HA
 from coordinator.core.config import GroupCoordinatorConfig
@@ -344,6 +344,7 @@ def test_full_request_with_only_a_regex() -> None:
     h = harness()
     foo = h.create_topic("foo", 2)
     h.join("A", regex="f.*")
+    resolve(h)
     res = h.heartbeat_result(
         member_id="A",
         member_epoch=1,
@@ -905,90 +906,150 @@ def regex_harness() -> tuple[Harness, dict[str, str]]:
     return h, ids
 
 
+def resolve(h: Harness) -> Result[None]:
+    """The runtime's part: the regex resolution a heartbeat asked for, run as its own command."""
+    assert h.regex_resolutions == [G]
+    res = h.resolve_regexes()
+    assert h.regex_resolutions == []
+    return res
+
+
 def test_regex_subscription_is_resolved_with_full_match_semantics() -> None:
+    """Kafka 4.x: a new regex is resolved off the heartbeat path. The join is answered from
+    what is resolved already (nothing: an unresolved regex matches nothing) and asks for the
+    resolution; once it has run (a command of its own), the group epoch moves and the next
+    heartbeat gets the regex's topics."""
     h, t = regex_harness()
     h.now_ms = 1234
     version = h.shard.topics.version
     res = h.join("A", regex="f.+")
-    expected = pp(p(t["fa"], 0), p(t["foo"], 0))
     assert res.records == [
         mm("A", (), subscribed_topic_regex="f.+"),
-        r.regex_record(G, "f.+", frozenset({"fa", "foo"}), version, 1234),  # not "xfoo", not "f"
-        r.partition_metadata_record(G, md(h, "fa", "foo")),
         r.group_epoch_record(G, 1, uid(h)),
-        r.target_assignment_record(G, "A", expected),
-        r.target_assignment_epoch_record(G, 1, 1234),  # computed at 1234 (batching on)
-        ca("A", 1, 0, STABLE, expected),
+        r.target_assignment_epoch_record(G, 1, 1234),
+        ca("A", 1, 0, STABLE, {}),
     ]
     assert res.response == Resp(
         member_id="A",
         member_epoch=1,
+        heartbeat_interval_ms=HB_MS,
+        assignment=HA(assigned={}, pending={}),
+    )
+    assert res.regex_resolutions == [G]
+    expected = pp(p(t["fa"], 0), p(t["foo"], 0))
+    res = resolve(h)
+    assert res.records == [
+        r.regex_record(G, "f.+", frozenset({"fa", "foo"}), version, 1234),  # not "xfoo", not "f"
+        r.partition_metadata_record(G, md(h, "fa", "foo")),
+        r.group_epoch_record(G, 2, uid(h)),
+        r.target_assignment_record(G, "A", expected),
+        r.target_assignment_epoch_record(G, 2, 1234),  # the first target had nothing in it
+    ]
+    assert [e.fields["causes"] for e in res.events] == [("regex_resolved",)]
+    assert res.response is None and res.regex_resolutions == []
+    assert h.heartbeat(member_id="A", member_epoch=1) == Resp(
+        member_id="A",
+        member_epoch=2,
         heartbeat_interval_ms=HB_MS,
         assignment=HA(assigned=expected, pending={}),
     )
     check_replay(h)
 
 
-def test_regex_is_re_resolved_when_topics_are_created_and_deleted() -> None:
+def test_literal_topics_first_then_the_regex_topics() -> None:
+    """librdkafka's test 0045 asserts Kafka 4.x's order: a member joining with a literal topic
+    and a regex the group has not resolved yet gets the literal topic's partitions in its first
+    answer and the regex's in a later heartbeat."""
     h, t = regex_harness()
-    h.join("A", regex="f.+")
-    fb = h.create_topic("fb", 1)
-    h.create_topic("zzz", 1)
+    res = h.join("A", ["bar"], regex="fo+")
+    assert res.records[0] == mm("A", ("bar",), subscribed_topic_regex="fo+")
+    assert res.records[1] == r.partition_metadata_record(G, md(h, "bar"))
+    assert res.response.assignment == HA(assigned=p(t["bar"], 0), pending={})
+    assert h.shard.groups[G].topic_subscribers == {"bar": 1}
+    resolve(h)
+    assert h.shard.groups[G].topic_subscribers == {"bar": 1, "foo": 1}
     res = h.heartbeat_result(member_id="A", member_epoch=1)
-    with_fb = pp(p(t["fa"], 0), p(fb, 0), p(t["foo"], 0))
-    assert res.records == [
-        r.regex_record(G, "f.+", frozenset({"fa", "fb", "foo"}), h.shard.topics.version, 0),
-        r.partition_metadata_record(G, md(h, "fa", "fb", "foo")),
-        r.group_epoch_record(G, 2, uid(h)),
-        r.target_assignment_record(G, "A", with_fb),
-        r.target_assignment_epoch_record(G, 2),
-        ca("A", 2, 1, STABLE, with_fb, epochs={1: pp(p(t["fa"], 0), p(t["foo"], 0))}),
-    ]
-    h.delete_topic("fa")
-    res = h.heartbeat_result(member_id="A", member_epoch=2, topic_partitions=with_fb)
-    assert res.records == [
-        r.regex_record(G, "f.+", frozenset({"fb", "foo"}), h.shard.topics.version, 0),
-        r.partition_metadata_record(G, md(h, "fb", "foo")),
-        r.group_epoch_record(G, 3, uid(h)),
-        r.target_assignment_record(G, "A", pp(p(fb, 0), p(t["foo"], 0))),
-        r.target_assignment_epoch_record(G, 3),
-        ca(
-            "A",
-            2,
-            2,
-            UNREVOKED,
-            pp(p(fb, 0), p(t["foo"], 0)),
-            p(t["fa"], 0),
-            epochs={1: pp(p(t["fa"], 0), p(t["foo"], 0))},
-        ),
-    ]
-    # A topic that does not match: no new resolution record, no bump.
-    h.create_topic("nomatch", 1)
-    assert h.heartbeat_result(
-        member_id="A", member_epoch=2, topic_partitions=pp(p(fb, 0), p(t["foo"], 0))
-    ).records == [
-        ca("A", 3, 2, STABLE, pp(p(fb, 0), p(t["foo"], 0)), epochs={1: p(t["foo"], 0), 2: p(fb, 0)})
-    ]
+    assert res.response.member_epoch == 2
+    assert res.response.assignment == HA(assigned=pp(p(t["bar"], 0), p(t["foo"], 0)), pending={})
     check_replay(h)
 
 
-def test_names_and_regex_combined() -> None:
+def test_regex_is_re_resolved_when_topics_are_created_and_deleted() -> None:
+    """A resolved regex is resolved again when the topics image changed, at most every 10 s
+    (Kafka's REGEX_BATCH_REFRESH_MIN_INTERVAL_MS): a heartbeat within 10 s of the last
+    resolution asks for nothing."""
     h, t = regex_harness()
-    res = h.join("A", ["bar"], regex="fo+")
-    expected = pp(p(t["bar"], 0), p(t["foo"], 0))
-    assert res.records[0] == mm("A", ("bar",), subscribed_topic_regex="fo+")
-    assert res.records[2] == r.partition_metadata_record(G, md(h, "bar", "foo"))
-    assert res.response.assignment == HA(assigned=expected, pending={})
-    assert h.shard.groups[G].topic_subscribers == {"bar": 1, "foo": 1}
+    h.join("A", regex="f.+")
+    resolve(h)
+    h.heartbeat(member_id="A", member_epoch=1)  # epoch 2: fa, foo
+    fb = h.create_topic("fb", 1)
+    h.create_topic("zzz", 1)
+    res = h.heartbeat_result(member_id="A", member_epoch=2)
+    assert res.records == [] and res.regex_resolutions == []
+    h.sleep(10_001)
+    res = h.heartbeat_result(member_id="A", member_epoch=2)
+    assert res.records == [] and res.regex_resolutions == [G]
+    with_fb = pp(p(t["fa"], 0), p(fb, 0), p(t["foo"], 0))
+    assert resolve(h).records == [
+        r.regex_record(G, "f.+", frozenset({"fa", "fb", "foo"}), h.shard.topics.version, h.now_ms),
+        r.partition_metadata_record(G, md(h, "fa", "fb", "foo")),
+        r.group_epoch_record(G, 3, uid(h)),
+        r.target_assignment_record(G, "A", with_fb),
+        r.target_assignment_epoch_record(G, 3, h.now_ms),
+    ]
+    res = h.heartbeat_result(member_id="A", member_epoch=2)
+    assert res.records == [
+        ca("A", 3, 2, STABLE, with_fb, epochs={2: pp(p(t["fa"], 0), p(t["foo"], 0))})
+    ]
+    # fa is deleted: the subscription metadata loses it at once (its partitions are revoked);
+    # the regex's resolution follows at its next refresh.
+    h.delete_topic("fa")
+    h.sleep(10_001)
+    res = h.heartbeat_result(member_id="A", member_epoch=3, topic_partitions=with_fb)
+    assert res.records == [
+        r.partition_metadata_record(G, md(h, "fb", "foo")),
+        r.group_epoch_record(G, 4, uid(h)),
+        r.target_assignment_record(G, "A", pp(p(fb, 0), p(t["foo"], 0))),
+        r.target_assignment_epoch_record(G, 4, h.now_ms),
+        ca(
+            "A",
+            3,
+            3,
+            UNREVOKED,
+            pp(p(fb, 0), p(t["foo"], 0)),
+            p(t["fa"], 0),
+            epochs={2: pp(p(t["fa"], 0), p(t["foo"], 0)), 3: p(fb, 0)},
+        ),
+    ]
+    assert res.regex_resolutions == [G]
+    res = resolve(h)
+    assert res.records == [
+        r.regex_record(G, "f.+", frozenset({"fb", "foo"}), h.shard.topics.version, h.now_ms),
+        r.group_epoch_record(G, 5, uid(h)),
+    ]
+    # A topic that does not match: resolved again (after 10 s), the same topics: the record
+    # (its timestamp is the group's last refresh), no bump.
+    h.create_topic("nomatch", 1)
+    h.sleep(10_001)
+    assert h.heartbeat_result(
+        member_id="A", member_epoch=3, topic_partitions=pp(p(fb, 0), p(t["foo"], 0))
+    ).records == [
+        ca("A", 5, 3, STABLE, pp(p(fb, 0), p(t["foo"], 0)), epochs={2: p(t["foo"], 0), 3: p(fb, 0)})
+    ]
+    assert resolve(h).records == [
+        r.regex_record(G, "f.+", frozenset({"fb", "foo"}), h.shard.topics.version, h.now_ms)
+    ]
+    check_replay(h)
 
 
 def test_regex_tombstone_when_the_last_user_drops_it() -> None:
     h, _t = regex_harness()
     h.join("A", regex="f.+")
+    resolve(h)
     h.join("B", ["bar"], regex="f.+")
-    # B drops the regex: A still uses it, no tombstone.
-    res = h.heartbeat_result(member_id="B", member_epoch=2, subscribed_topic_regex="")
-    assert res.records[:2] == [mm("B", ("bar",)), r.group_epoch_record(G, 3, uid(h))]
+    # B drops the regex: A still uses it, no tombstone; B's subscription shrinks to bar.
+    res = h.heartbeat_result(member_id="B", member_epoch=3, subscribed_topic_regex="")
+    assert res.records[:2] == [mm("B", ("bar",)), r.group_epoch_record(G, 4, uid(h))]
     assert r.regex_tombstone(G, "f.+") not in res.records
     # A switches to names: the last user is gone, the resolution is deleted.
     res = h.heartbeat_result(
@@ -998,7 +1059,7 @@ def test_regex_tombstone_when_the_last_user_drops_it() -> None:
         mm("A", ("foo",)),
         r.regex_tombstone(G, "f.+"),
         r.partition_metadata_record(G, md(h, "bar", "foo")),
-        r.group_epoch_record(G, 4, uid(h)),
+        r.group_epoch_record(G, 5, uid(h)),
     ]
     assert dict(h.shard.groups[G].resolved_regexes) == {}
     check_replay(h)
@@ -1007,31 +1068,69 @@ def test_regex_tombstone_when_the_last_user_drops_it() -> None:
 def test_regex_tombstone_when_the_last_user_leaves() -> None:
     h, _t = regex_harness()
     h.join("A", regex="f.+")
+    resolve(h)
     res = h.heartbeat_result(member_id="A", member_epoch=-1)
     assert res.records == [
         *removed("A"),
         r.regex_tombstone(G, "f.+"),
         r.partition_metadata_record(G, {}),
-        r.group_epoch_record(G, 2, uid(h)),
+        r.group_epoch_record(G, 3, uid(h)),
     ]
     check_replay(h)
 
 
 def test_switching_to_an_already_resolved_regex() -> None:
+    """A regex other members use and the group resolved already counts at once (Kafka: the
+    group epoch bumps in the same heartbeat); nothing is asked for."""
     h, _t = regex_harness()
     h.join("A", regex="f.+")
+    resolve(h)
     res = h.join("B", ["bar"])
-    assert res.response.member_epoch == 2
+    assert res.response.member_epoch == 3
     res = h.heartbeat_result(
-        member_id="B", member_epoch=2, subscribed_topic_names=(), subscribed_topic_regex="f.+"
+        member_id="B", member_epoch=3, subscribed_topic_names=(), subscribed_topic_regex="f.+"
     )
     assert res.records[:2] == [
         mm("B", (), subscribed_topic_regex="f.+"),
         r.partition_metadata_record(G, md(h, "fa", "foo")),
     ]
-    assert res.records[2] == r.group_epoch_record(G, 3, uid(h))
+    assert res.records[2] == r.group_epoch_record(G, 4, uid(h))
     assert not any(isinstance(x.key, r.ConsumerGroupRegularExpressionKey) for x in res.records)
+    assert res.regex_resolutions == []
     assert h.shard.groups[G].regex_members == {"f.+": 2}
+
+
+def test_a_new_member_joining_with_a_resolved_regex_gets_its_topics_at_once() -> None:
+    """Kafka: joining with a regex the group has resolved bumps the epoch at once; joining
+    with only a regex nobody resolved yet changes nothing until it is resolved."""
+    h, t = regex_harness()
+    h.join("A", regex="f.+")
+    resolve(h)
+    res = h.join("B", regex="f.+")
+    assert res.response.member_epoch == 3
+    assert [e.fields["causes"] for e in res.events] == [("member_joined",)]
+    assert res.regex_resolutions == []
+    res = h.join("C", regex="b.+")  # new, unresolved: nothing to assign, no bump
+    assert res.response.member_epoch == 3 and res.events == []
+    assert res.response.assignment == HA(assigned={}, pending={})
+
+
+def test_one_resolution_at_a_time_per_group() -> None:
+    """While a resolution is asked for and not run, heartbeats ask for no other (Kafka: one
+    task per group on the executor); a restart forgets it and the next heartbeat asks again."""
+    h, _t = regex_harness()
+    h.join("A", regex="f.+")
+    assert h.regex_resolutions == [G]
+    res = h.join("B", regex="b.+")
+    assert res.regex_resolutions == []
+    h.sleep(11_000)
+    assert h.heartbeat_result(member_id="A", member_epoch=1).regex_resolutions == []
+    res = resolve(h)  # both regexes at once
+    assert {
+        x.key.regular_expression
+        for x in res.records
+        if isinstance(x.key, r.ConsumerGroupRegularExpressionKey)
+    } == {"f.+", "b.+"}
 
 
 # --------------------------------------------------------------------------- timeouts

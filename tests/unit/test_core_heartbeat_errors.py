@@ -789,12 +789,27 @@ def test_assignor_failure_rolls_back_a_static_replacement() -> None:
     assert h.join("S2", ["foo", "bar"], instance_id="i1").response.member_epoch == 2
 
 
-def test_assignor_failure_rolls_back_a_regex_resolution() -> None:
+def test_assignor_failure_after_a_regex_resolution_keeps_the_resolution() -> None:
+    """The regex is resolved off the heartbeat path (Kafka 4.x); the target that follows fails
+    (the assignor raises): the resolution and its epoch bump stand, the failure is logged, the
+    target is left to the next heartbeat — which answers UNKNOWN_SERVER_ERROR and changes
+    nothing while the assignor still fails, and computes it once the assignor works."""
     assignor = SwitchableAssignor()
     h = harness(assignors=[assignor])
     h.create_topic("foo", 2)
     h.join("A", ["foo"])
+    h.create_topic("fa", 1)
+    assert (
+        h.heartbeat(member_id="A", member_epoch=1, subscribed_topic_regex="f.+").member_epoch == 1
+    )
     assignor.fail = True
+    h.sleep(20_000)  # past the assignment interval: the target is computed at once
+    res = h.resolve_regexes(G)
+    assert dict(h.shard.groups[G].resolved_regexes) == {
+        "f.+": (frozenset({"fa", "foo"}), h.shard.topics.version)
+    }
+    assert h.shard.groups[G].group_epoch == 2 and h.shard.groups[G].assignment_epoch == 1
+    assert [e.event.value for e in res.events] == ["group_epoch_bumped", "target_assignment_failed"]
     assert_rejected(
         h,
         UnknownServerError,
@@ -802,7 +817,6 @@ def test_assignor_failure_rolls_back_a_regex_resolution() -> None:
         "Failed to compute a new target assignment for epoch 2: switched off",
         member_id="A",
         member_epoch=1,
-        subscribed_topic_regex="f.*",
     )
-    assert dict(h.shard.groups[G].resolved_regexes) == {}
-    assert h.shard.groups[G].members["A"].subscribed_topic_regex is None
+    assignor.fail = False
+    assert h.heartbeat(member_id="A", member_epoch=1).member_epoch == 2

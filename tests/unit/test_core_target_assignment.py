@@ -179,6 +179,7 @@ def test_many_joins_at_once_resort_the_member_ids() -> None:
 def test_regex_members_are_rebuilt_every_time() -> None:
     h, foo = settled()
     h.join("r", regex="fo.*")
+    h.resolve_regexes()
     group = h.shard.groups[G]
     spec, _ = build_group_spec(group)
     again, _ = build_group_spec(group)
