@@ -128,6 +128,9 @@ class TopicMetadata:
     _by_racks: dict[frozenset[str], tuple[int, ...]] | None = field(
         default=None, init=False, repr=False, compare=False
     )
+    _rack_codes: tuple[bytes, tuple[frozenset[str], ...]] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
 
     def partitions_by_racks(self) -> Mapping[frozenset[str], tuple[int, ...]]:
         """Every partition, grouped by the racks of its replicas: racks -> the partitions
@@ -154,6 +157,25 @@ class TopicMetadata:
             groups = {rs: tuple(by[rs]) for rs in sorted(by, key=sorted)}
             object.__setattr__(self, "_by_racks", groups)
         return MappingProxyType(groups)
+
+    def partition_rack_codes(self) -> tuple[bytes, tuple[frozenset[str], ...]] | None:
+        """Every partition's racks as one byte: ``(codes, racks)`` with ``racks[codes[p]]`` the
+        racks of partition ``p`` (the keys of :meth:`partitions_by_racks`, in order), so that
+        per-partition work can be done with C-level bytes operations (``bytes.translate``,
+        ``zip``). None when a topic has more than 256 distinct sets of racks. Computed once per
+        object."""
+        cached = self._rack_codes
+        if cached is None:
+            groups = self.partitions_by_racks()
+            if len(groups) > 256:
+                return None
+            codes = bytearray(max(0, self.num_partitions))
+            for j, partitions in enumerate(groups.values()):
+                for p in partitions:
+                    codes[p] = j
+            cached = (bytes(codes), tuple(groups))
+            object.__setattr__(self, "_rack_codes", cached)
+        return cached
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -43,7 +43,9 @@ from __future__ import annotations
 
 from collections import Counter, deque
 from collections.abc import Collection, Hashable, Iterable, Mapping, Sequence
+from heapq import heappop, heappush
 from itertools import chain, compress, filterfalse, islice, repeat
+from operator import add, mul
 from typing import Any
 
 from assignors.api import PartitionAssignorError, TopicId, TopicMetadata
@@ -58,6 +60,7 @@ __all__ = [
 
 _INF = float("inf")
 _NOBODY: Mapping[int, object] = {}
+_BYTE = [bytes([b]) for b in range(256)]
 
 
 # ---------------------------------------------------------------------- what is local
@@ -125,75 +128,28 @@ class RackNodes:
             }
         return masks
 
+    def masks_by_partition(self, metadata: TopicMetadata) -> Sequence[int]:
+        """Each partition's mask, in partition order (a bytes object when it can be)."""
+        mask_of = self.mask_of(metadata)
+        coded = metadata.partition_rack_codes()
+        if coded is not None and len(self.racks) <= 8:  # a mask fits in a byte
+            codes, racks = coded
+            table = bytes(mask_of[r] for r in racks).ljust(256, b"\0")
+            return codes.translate(table)
+        n = metadata.num_partitions
+        return list(map(mask_of.get, map(metadata.partition_racks.get, range(n)), repeat(0)))
+
+    def weights(self, masks: Mapping[int, int]) -> tuple[int, ...]:
+        """For masks counted (mask -> how many), how many are local to each node."""
+        return tuple(
+            sum(n for m, n in masks.items() if self.local(m, v)) for v in range(self.count)
+        )
+
     def local(self, mask: int, node: int) -> bool:
         return node != self.elsewhere and bool(mask >> node & 1)
 
 
 # ---------------------------------------------------------------------- the plan
-
-
-class _Flow:
-    """Min-cost flow on a small graph (a few dozen vertices): successive shortest paths, each
-    found by Bellman-Ford with a queue (costs may be negative), each augmented by its
-    bottleneck. Deterministic: edges are visited in the order they were added."""
-
-    def __init__(self, vertices: int) -> None:
-        self.head: list[list[int]] = [[] for _ in range(vertices)]
-        self.to: list[int] = []
-        self.cap: list[int] = []
-        self.cost: list[int] = []
-
-    def edge(self, u: int, v: int, capacity: int, cost: int) -> int:
-        """Add u -> v; returns the edge's index (its flow is ``flow(index)``)."""
-        index = len(self.to)
-        for a, b, c, w in ((u, v, capacity, cost), (v, u, 0, -cost)):
-            self.head[a].append(len(self.to))
-            self.to.append(b)
-            self.cap.append(c)
-            self.cost.append(w)
-        return index
-
-    def flow(self, index: int) -> int:
-        return self.cap[index ^ 1]
-
-    def run(self, source: int, sink: int, amount: int) -> None:
-        """Send ``amount`` from source to sink at least cost (it must fit)."""
-        head, to, cap, cost = self.head, self.to, self.cap, self.cost
-        vertices = len(head)
-        while amount:
-            dist: list[float] = [_INF] * vertices
-            via = [-1] * vertices
-            queued = [False] * vertices
-            dist[source] = 0
-            queue = deque([source])
-            while queue:
-                u = queue.popleft()
-                queued[u] = False
-                du = dist[u]
-                for e in head[u]:
-                    if cap[e] and du + cost[e] < dist[to[e]]:
-                        v = to[e]
-                        dist[v] = du + cost[e]
-                        via[v] = e
-                        if not queued[v]:
-                            queued[v] = True
-                            queue.append(v)
-            if dist[sink] == _INF:
-                raise PartitionAssignorError(
-                    "internal error: the rack plan cannot place everything"
-                )
-            push, v = amount, sink
-            while v != source:
-                e = via[v]
-                push = min(push, cap[e])
-                v = to[e ^ 1]
-            v = sink
-            while v != source:
-                e = via[v]
-                cap[e] -= push
-                cap[e ^ 1] += push
-                v = to[e ^ 1]
-            amount -= push
 
 
 def transport(
@@ -210,39 +166,157 @@ def transport(
     capacities plus ``extras``). Exact. A greedy start (each type to its best nodes while they
     have room) is kept when every unit reached a node of its best weight — nothing can beat
     that; otherwise a min-cost flow decides. Deterministic."""
-    types, nodes = len(supplies), len(capacities)
+    nodes = len(capacities)
     if sum(supplies) != sum(capacities) + extras:
         raise PartitionAssignorError("internal error: rack plan supplies and capacities differ")
     room = list(extra_room) if extras else [0] * nodes
     greedy = _greedy(supplies, capacities, weights, extras, room)
     if greedy is not None:
         return greedy
-    # Vertices: 0 source, 1..types, the nodes, the extras, the sink.
-    first_node = 1 + types
-    spare, sink = first_node + nodes, first_node + nodes + 1
-    graph = _Flow(sink + 1)
-    for i, s in enumerate(supplies):
-        if s:
-            graph.edge(0, 1 + i, s, 0)
-    middle: list[tuple[int, int, int]] = []  # (edge, type, node)
-    for i, s in enumerate(supplies):
-        if s:
-            row = weights[i]
+    return _Plan(supplies, capacities, weights, extras, room).solve()
+
+
+class _Plan:
+    """Successive shortest (here: most gainful) paths for a transportation problem with few
+    nodes and possibly many types, on the node-level residual graph: a path enters node ``v``
+    with a unit of the best type that still has supply (``w[i][v]``), may pass from node to
+    node by moving a unit of some type already there (gain ``w[j][v'] - w[j][v]``, the best
+    such type kept in a heap per pair of nodes), or through the shared extras (a node takes one
+    more extra, another one less), and ends at a node with room left, or in the extras pool.
+    Bellman-Ford over the nodes (plus the extras) finds the best path; it is pushed as far as
+    its narrowest step allows. Starting from nothing and always taking the best path keeps the
+    flow optimal for what it carries (no gainful cycle ever appears), so it is optimal when
+    everything is placed."""
+
+    def __init__(
+        self,
+        supplies: Sequence[int],
+        capacities: Sequence[int],
+        weights: Sequence[Sequence[int]],
+        extras: int,
+        room: Sequence[int],
+    ) -> None:
+        self.w = weights
+        self.types, self.nodes = len(supplies), len(capacities)
+        self.left = list(supplies)
+        self.base = list(capacities)  # room left under each node's capacity
+        self.room = list(room)  # extras each node may still take
+        self.x = [0] * self.nodes  # extras each node took
+        self.pool = extras
+        self.flow = [[0] * self.nodes for _ in supplies]
+        self.order = [
+            sorted((i for i in range(self.types) if supplies[i]), key=lambda i: (-weights[i][v], i))
+            for v in range(self.nodes)
+        ]
+        self.at = [0] * self.nodes
+        self.heaps: list[list[list[tuple[int, int]]]] = [
+            [[] for _ in range(self.nodes)] for _ in range(self.nodes)
+        ]
+
+    def _entry(self, v: int) -> int | None:
+        """The best type with supply left for node v."""
+        order, left = self.order[v], self.left
+        at = self.at[v]
+        while at < len(order) and not left[order[at]]:
+            at += 1
+        self.at[v] = at
+        return order[at] if at < len(order) else None
+
+    def _exchange(self, v: int, u: int) -> int | None:
+        """The type at node v that gains most by moving to node u."""
+        heap, flow = self.heaps[v][u], self.flow
+        while heap and not flow[heap[0][1]][v]:
+            heappop(heap)
+        return heap[0][1] if heap else None
+
+    def _add(self, i: int, v: int, amount: int) -> None:
+        flow = self.flow
+        if not flow[i][v]:
+            row = self.w[i]
+            for u in range(self.nodes):
+                if u != v:
+                    heappush(self.heaps[v][u], (row[v] - row[u], i))
+        flow[i][v] += amount
+
+    def solve(self) -> list[list[int]]:
+        nodes, w = self.nodes, self.w
+        spare = nodes  # the extras pool's vertex
+        left = sum(self.left)
+        while left:
+            # Best gain of a path reaching each vertex with one unit to place; how it came.
+            gain: list[float] = [-_INF] * (nodes + 1)
+            came: list[tuple[str, int, int]] = [("", -1, -1)] * (nodes + 1)
             for v in range(nodes):
-                if capacities[v] or room[v]:
-                    middle.append((graph.edge(1 + i, first_node + v, s, -row[v]), i, v))
-    for v in range(nodes):
-        if capacities[v]:
-            graph.edge(first_node + v, sink, capacities[v], 0)
-        if room[v]:
-            graph.edge(first_node + v, spare, room[v], 0)
-    if extras:
-        graph.edge(spare, sink, extras, 0)
-    graph.run(0, sink, sum(supplies))
-    flow = [[0] * nodes for _ in range(types)]
-    for e, i, v in middle:
-        flow[i][v] = graph.flow(e)
-    return flow
+                i = self._entry(v)
+                if i is not None:
+                    gain[v], came[v] = w[i][v], ("entry", i, -1)
+            moves = [[self._exchange(v, u) for u in range(nodes)] for v in range(nodes)]
+            for _ in range(nodes + 1):
+                changed = False
+                for v in range(nodes):
+                    g = gain[v]
+                    if g == -_INF:
+                        continue
+                    for u in range(nodes):
+                        j = moves[v][u]
+                        if j is not None and u != v and g + w[j][u] - w[j][v] > gain[u]:
+                            gain[u], came[u], changed = g + w[j][u] - w[j][v], ("move", j, v), True
+                    if self.x[v] < self.room[v] and g > gain[spare]:
+                        gain[spare], came[spare], changed = g, ("extra", v, -1), True
+                if gain[spare] != -_INF:
+                    for u in range(nodes):
+                        if self.x[u] and gain[spare] > gain[u]:
+                            gain[u], came[u], changed = gain[spare], ("unextra", u, -1), True
+                if not changed:
+                    break
+            ends = [(gain[v], -v, v) for v in range(nodes) if self.base[v] and gain[v] != -_INF]
+            if self.pool and gain[spare] != -_INF:
+                ends.append((gain[spare], -spare, spare))
+            if not ends:
+                raise PartitionAssignorError(
+                    "internal error: the rack plan cannot place everything"
+                )
+            end = max(ends)[2]
+            # Walk back: the steps and how much the narrowest allows.
+            steps: list[tuple[str, int, int, int]] = []  # (kind, type or node, from, to)
+            amount = self.base[end] if end != spare else self.pool
+            at = end
+            for _ in range(2 * nodes + 2):
+                kind, a, b = came[at]
+                steps.append((kind, a, b, at))
+                if kind == "entry":
+                    amount = min(amount, self.left[a])
+                    break
+                if kind == "move":
+                    amount = min(amount, self.flow[a][b])
+                    at = b
+                elif kind == "extra":  # node a takes one more extra
+                    amount = min(amount, self.room[a] - self.x[a])
+                    at = a
+                else:  # "unextra": node a takes one extra less (the path came from the pool)
+                    amount = min(amount, self.x[a])
+                    at = spare
+            else:
+                raise PartitionAssignorError("internal error: the rack plan found a cycle")
+            if amount <= 0:
+                raise PartitionAssignorError("internal error: the rack plan found no room")
+            for kind, a, b, to in steps:
+                if kind == "entry":
+                    self.left[a] -= amount
+                    self._add(a, to, amount)
+                elif kind == "move":
+                    self.flow[a][b] -= amount
+                    self._add(a, to, amount)
+                elif kind == "extra":
+                    self.x[a] += amount
+                else:
+                    self.x[a] -= amount
+            if end == spare:
+                self.pool -= amount
+            else:
+                self.base[end] -= amount
+            left -= amount
+        return self.flow
 
 
 def _greedy(
@@ -460,28 +534,52 @@ class _ClassSettle:
         """(mask, holder node or pool) -> partitions of the class; and the free (incoming)
         partitions by (mask, topic), ascending."""
         counts: Counter[tuple[int, int]] = Counter()
+        nodes = self.nodes
+        # A topic whose partitions fall in few mask groups is counted group by group (a count
+        # of node codes each); topics of many small groups are counted in one pass over all of
+        # them ((mask, node) pairs), which costs less per topic.
+        masks: list[Sequence[int]] = []
+        codes: list[Sequence[int]] = []
         for t in holder.topics():
             if not holder.holds(t):
                 continue
+            metadata = self.topics[t]
+            n = metadata.num_partitions
+            if len(metadata.partitions_by_racks()) * 256 > n:
+                masks.append(nodes.masks_by_partition(metadata))
+                codes.append(holder.node_codes(t, range(n)))
+                continue
             for m, group in self.masks(t).items():
-                for v, n in enumerate(holder.node_counts(t, group)):
-                    if n:
-                        counts[(m, v)] += n
+                held = holder.node_codes(t, group)
+                for v in range(nodes.count):
+                    k = held.count(v)
+                    if k:
+                        counts[(m, v)] += k
+        if masks:
+            width = nodes.count + 1  # node codes 0..count (count: nobody in the class)
+            if (1 << len(nodes.racks)) * width <= 256 and all(type(c) is bytes for c in codes):
+                # One byte per partition, mask * width + node, counted in C.
+                scale = bytes(min(255, m * width) for m in range(256))
+                scaled = [bytes(m).translate(scale) for m in masks]
+                pairs = Counter(bytes(map(add, chain(*scaled), chain(*codes))))
+                found: Iterable[tuple[tuple[int, int], int]] = (
+                    (divmod(c, width), k) for c, k in pairs.items()
+                )
+            else:
+                found = Counter(zip(chain(*masks), chain(*codes), strict=True)).items()
+            for (m, v), k in found:
+                if v < nodes.count:  # else: held by no member of the class
+                    counts[(m, v)] += k
         free: dict[tuple[int, TopicId], list[int]] = {}
         for t, seq in incoming:
             groups = self.masks(t)
             if len(seq) == self.topics[t].num_partitions:  # the whole topic is free
                 for m, group in groups.items():
                     free[(m, t)] = list(group)
-            elif len(seq) * 8 < len(groups) * len(seq) or len(seq) < 64:
-                for p in seq:
-                    free.setdefault((self.mask(t, p), t), []).append(p)
-            else:
-                wanted = set(seq)
-                for m, group in groups.items():
-                    kept = list(filter(wanted.__contains__, group))
-                    if kept:
-                        free[(m, t)] = kept
+                continue
+            mask_of = nodes.masks_by_partition(self.topics[t])
+            for p, m in zip(seq, map(mask_of.__getitem__, seq), strict=True):
+                free.setdefault((m, t), []).append(p)
         for (m, _t), seq in free.items():
             counts[(m, self.pool)] += len(seq)
         return counts, free
@@ -663,16 +761,12 @@ class _Lookup:
         self._index: dict[str, int] | None = None
         node[None] = nodes
 
-    def node_counts(self, t: TopicId, partitions: Sequence[int]) -> list[int]:
-        """How many of ``partitions`` the members of each node hold (a list by node)."""
-        nodes = self._nodes
-        node = self._node.__getitem__  # None (held by nobody in the class): ``nodes``
-        holders = map(self._by_topic.get(t, _NOBODY).get, partitions)
-        if nodes < 256:  # one byte per partition, counted in C
-            held = bytes(map(node, holders))
-            return [held.count(v) for v in range(nodes)]
-        counted = Counter(map(node, holders))
-        return [counted.get(v, 0) for v in range(nodes)]
+    def node_codes(self, t: TopicId, partitions: Iterable[int]) -> bytes | list[int]:
+        """The node of each partition's holder (the number of nodes: nobody in the class); one
+        byte each when the nodes fit."""
+        node = self._node.__getitem__
+        holders = map(node, map(self._by_topic.get(t, _NOBODY).get, partitions))
+        return bytes(holders) if self._nodes < 256 else list(holders)
 
     def topics(self) -> list[TopicId]:
         """The class's topics, in order."""
@@ -733,82 +827,54 @@ def place_ranges(
     """The partition indexes of each member (in order; ``counts[j]`` each, summing to
     ``num_partitions``) of a co-partitioned group of ``range`` topics, placed by racks: a
     member's index counts once per topic of the group whose partition has a replica in the
-    member's rack. Members keep as much of their rack-blind range (``counts`` in order) as the
-    plan allows. None when no rack is relevant (the rack-blind ranges stand)."""
+    member's rack. The plan keeps indexes in the node of their rack-blind owner where it can,
+    and each node deals its indexes, ascending, to its members in order: a node that keeps
+    exactly its members' rack-blind ranges gives them back unchanged. None when no rack is
+    relevant (the rack-blind ranges stand)."""
     racks = relevant_racks((rack_of[m] for m in members), group, topics)
     if not racks:
         return None
     nodes = RackNodes(racks)
-    node = [nodes.node(rack_of[m]) for m in members]
+    index = {r: j for j, r in enumerate(nodes.racks)}
+    node: list[int] = [index.get(rack_of[m], nodes.elsewhere) for m in members]  # type: ignore[arg-type]
     n = num_partitions
-    # Per index: the masks of its replicas' racks in each topic of the group (the "type"),
-    # and the node of the member whose rack-blind range holds it.
-    per_topic = []
-    for t in group:
-        metadata = topics[t]
-        per_topic.append(
-            list(
-                map(
-                    nodes.mask_of(metadata).get,
-                    map(metadata.partition_racks.get, range(n)),
-                    repeat(0),
-                )
-            )
-        )
-    keys: list[Hashable] = list(zip(*per_topic, strict=True))
-    owner: list[int] = []
-    for j, c in enumerate(counts):
-        owner.extend(repeat(j, c))
-    kinds_of: dict[tuple[Hashable, int], list[int]] = {}
-    for p in range(n):
-        kinds_of.setdefault((keys[p], node[owner[p]]), []).append(p)
-    kinds = sorted(kinds_of, key=repr)
+    # Per index its type: how many topics of the group have a replica in each node's rack (the
+    # per-topic masks, summed), and the node of the member whose rack-blind range holds it.
+    per_topic = [nodes.masks_by_partition(topics[t]) for t in group]
+    masks: list[Hashable] = list(zip(*per_topic, strict=True))
+    weight_of = {key: nodes.weights(Counter(key)) for key in set(masks)}  # type: ignore[call-overload]
+    owner_node = b"".join(map(mul, map(_BYTE.__getitem__, node), counts))  # nodes < 256
+    kinds_of = list(zip(map(weight_of.__getitem__, masks), owner_node, strict=True))
+    sizes = Counter(kinds_of)
+    kinds = sorted(sizes)
+    kind_index = {k: j for j, k in enumerate(kinds)}
+    ids = list(map(kind_index.__getitem__, kinds_of))
+    order = sorted(range(n), key=ids.__getitem__)  # by kind, indexes ascending within each
     capacities = [0] * nodes.count
     for j, c in enumerate(counts):
         capacities[node[j]] += c
     big = n + 1
-    weights = []
-    for key, h in kinds:
-        masks: tuple[int, ...] = key  # type: ignore[assignment]
-        weights.append(
-            [big * sum(nodes.local(m, v) for m in masks) + (v == h) for v in range(nodes.count)]
-        )
-    flow = transport([len(kinds_of[k]) for k in kinds], capacities, weights)
-    keep: list[set[int]] = [set() for _ in members]
-    receiving: dict[int, list[int]] = {v: [] for v in range(nodes.count)}
-    for j, k in enumerate(kinds):
-        h = k[1]
-        indexes = kinds_of[k]  # ascending
+    weights = [[big * weight[v] + (v == h) for v in range(nodes.count)] for weight, h in kinds]
+    flow = transport([sizes[k] for k in kinds], capacities, weights)
+    placed: list[list[int]] = [[] for _ in range(nodes.count)]
+    start = 0
+    for j, (_weight, h) in enumerate(kinds):
+        indexes = order[start : start + sizes[kinds[j]]]
+        start += sizes[kinds[j]]
         kept = flow[j][h]
-        for p in indexes[:kept]:  # the lowest indexes stay with their rack-blind owner
-            keep[owner[p]].add(p)
-        start = kept
+        placed[h] += indexes[:kept]  # the lowest indexes of the kind stay in their node
+        at = kept
         for v, f in enumerate(flow[j]):
             if v != h and f:
-                receiving[v].extend(indexes[start : start + f])
-                start += f
-    # Within a node, kept indexes are reshuffled only as counts require: a member over its
-    # count cannot happen (it kept at most its own range), so members below take runs.
-    by_node: dict[int, list[int]] = {v: [] for v in range(nodes.count)}
-    for j in range(len(members)):
-        by_node[node[j]].append(j)
-    out: list[frozenset[int]] = []
-    result: list[set[int]] = [set(k) for k in keep]
-    for v in range(nodes.count):
-        # Kept indexes of a node beyond what its members keep (a member's range that the plan
-        # kept in the node but gave to another member of the node) are not possible: the plan
-        # keeps a type's indexes within the node of their owner, and each owner keeps them.
-        pool = sorted(receiving[v])
-        at = 0
-        for j in by_node[v]:
-            need = counts[j] - len(result[j])
-            if need:
-                result[j].update(pool[at : at + need])
-                at += need
-        if at != len(pool):
-            raise PartitionAssignorError("internal error: a node received too much")
-    for j in range(len(members)):
-        if len(result[j]) != counts[j]:
-            raise PartitionAssignorError("internal error: a member's count is not met")
-        out.append(frozenset(result[j]))
+                placed[v] += indexes[at : at + f]
+                at += f
+    out: list[frozenset[int]] = [frozenset()] * len(members)
+    dealt = [0] * nodes.count
+    pools = [sorted(p) for p in placed]
+    for j, c in enumerate(counts):
+        v = node[j]
+        out[j] = frozenset(pools[v][dealt[v] : dealt[v] + c])
+        dealt[v] += c
+    if dealt != list(map(len, pools)):
+        raise PartitionAssignorError("internal error: a node's indexes do not fit its members")
     return out

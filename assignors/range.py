@@ -134,24 +134,28 @@ def _placed_by_racks(
     when no topic has partition racks."""
     if not any(topics[t].partition_racks for t in subscribers):
         return {}
-    groups: dict[tuple[int, tuple[str, ...]], list[TopicId]] = {}
-    as_tuple: dict[int, tuple[str, ...]] = {}  # subscriber lists are shared between topics
+    # Topics by (partition count, subscribers): equal subscriber lists are one tuple, hashed
+    # once per list object (a homogeneous group's topics share one list).
+    groups: dict[tuple[int, int], tuple[tuple[str, ...], list[TopicId]]] = {}
+    by_list: dict[int, tuple[str, ...]] = {}
+    canonical: dict[tuple[str, ...], tuple[str, ...]] = {}
     for t in sorted(subscribers):
         count = topics[t].num_partitions
         members = subscribers[t]
-        key = as_tuple.get(id(members))
+        key = by_list.get(id(members))
         if key is None:
-            key = as_tuple[id(members)] = tuple(members)
+            as_tuple = tuple(members)
+            key = by_list[id(members)] = canonical.setdefault(as_tuple, as_tuple)
         if count > 0:
-            groups.setdefault((count, key), []).append(t)
+            groups.setdefault((count, id(key)), (key, []))[1].append(t)
     rack_of = {m: s.rack_id for m, s in specs.items()}
     out: dict[TopicId, list[frozenset[int]]] = {}
-    for (count, ordered), group in groups.items():
-        sizes = [len(r) for r in _ranges(count, len(ordered))]
-        sizes += [0] * (len(ordered) - len(sizes))
+    for (count, _key), (ordered, group) in groups.items():
+        quota, extra = divmod(count, len(ordered))
+        sizes = [quota + 1] * extra + [quota] * (len(ordered) - extra)  # as _ranges gives
         ranges = place_ranges(ordered, sizes, group, count, rack_of, topics)
-        if ranges is not None:
-            out.update(dict.fromkeys(group, ranges))
+        if ranges is not None:  # members beyond the partition count get nothing: cut them
+            out.update(dict.fromkeys(group, ranges[: min(count, len(ordered))]))
     return out
 
 

@@ -86,25 +86,34 @@ def fs(*partitions: int) -> frozenset[int]:
 
 def best_balanced_locality(spec: GroupSpec, topics: Mapping[str, TopicMetadata]) -> int:
     """The most rack-local partitions any assignment of a homogeneous group with member sizes
-    q or q+1 can have: a max flow partition -> member (where local) -> sink (q each), plus
-    member -> extra (1 each) -> sink (r in all)."""
-    members = sorted(spec.members)
+    q or q+1 can have: a max flow partitions (by their racks) -> racks (where local) -> sink,
+    q per member of the rack, plus one extra per member of the rack through a node that lets r
+    extras through. (Members of one rack are interchangeable, so this is exact.)"""
     subscribed = next(iter(spec.members.values())).subscribed_topic_ids
-    parts = [(t, p) for t in sorted(subscribed) for p in range(topics[t].num_partitions)]
-    q, r = divmod(len(parts), len(members))
+    by_racks: dict[frozenset[str], int] = {}
+    total = 0
+    for t in subscribed:
+        n = topics[t].num_partitions
+        total += n
+        for p in range(n):
+            racks = topics[t].partition_racks.get(p, frozenset())
+            by_racks[racks] = by_racks.get(racks, 0) + 1
+    members: dict[str | None, int] = {}
+    for s in spec.members.values():
+        members[s.rack_id] = members.get(s.rack_id, 0) + 1
+    q, r = divmod(total, len(spec.members))
     g = nx.DiGraph()
-    for t, p in parts:
-        g.add_edge("source", ("p", t, p), capacity=1)
-        racks = topics[t].partition_racks.get(p, frozenset())
-        for m in members:
-            if spec.members[m].rack_id in racks:
-                g.add_edge(("p", t, p), ("m", m), capacity=1)
-    for m in members:
-        g.add_edge(("m", m), "sink", capacity=q)
-        g.add_edge(("m", m), "extra", capacity=1)
     g.add_edge("extra", "sink", capacity=r)
-    if "sink" not in g or "source" not in g:
-        return 0
+    for racks, n in by_racks.items():
+        g.add_edge("source", ("p", racks), capacity=n)
+        for rack in members:
+            if rack in racks:
+                g.add_edge(("p", racks), ("m", rack), capacity=n)
+    for rack, count in members.items():
+        g.add_edge(("m", rack), "sink", capacity=q * count)
+        g.add_edge(("m", rack), "extra", capacity=count)
+    if "source" not in g:
+        return 0  # nothing to assign
     return int(nx.maximum_flow_value(g, "source", "sink"))
 
 
@@ -377,6 +386,32 @@ def test_a_join_keeps_everything_local_with_one_move_more() -> None:
     assert moved == 4
 
 
+@pytest.mark.parametrize("members", [7, 30])
+def test_big_topics_reach_the_best_locality_after_joins_and_leaves(members: int) -> None:
+    """Topics of thousands of partitions in few rack sets (held partitions are counted group by
+    group there), three racks, two replicas each; the group settles, one member leaves, one
+    joins: every time the locality of the best balanced assignment (networkx)."""
+    layout = ("ab", "bc", "ca", "ab", "ca")
+    meta = {
+        t: topic(t, n, {p: layout[(p // 7 + k) % len(layout)] for p in range(n)})
+        for k, (t, n) in enumerate((("t0", 2000), ("t1", 1500)))
+    }
+    racks = {f"m{j:03d}": "abc"[j % 3] for j in range(members)}
+    current: Plain = {m: {} for m in racks}
+    for step in ("start", "leave", "join"):
+        if step == "leave":
+            del racks["m001"], current["m001"]
+        elif step == "join":
+            racks["z-new"] = "a"
+            current["z-new"] = {}
+        spec = make_group_spec({m: member(r, ("t0", "t1"), current[m]) for m, r in racks.items()})
+        result = run(UNIFORM, spec, meta)
+        assert local(spec, meta, result) == best_balanced_locality(spec, meta), step
+        spread = sorted(sizes(result).values())
+        assert spread[-1] - spread[0] <= 1
+        current = result
+
+
 def test_range_places_co_partitioned_topics_together() -> None:
     """Two co-partitioned topics: an index counts once per topic it is local in; a member gets
     the same indexes of both."""
@@ -434,6 +469,60 @@ def test_transport_is_exact(
         )
         == value
     )
+
+
+@st.composite
+def transport_problems(
+    draw: st.DrawFn,
+) -> tuple[list[int], list[int], list[list[int]], int, list[int]]:
+    types, nodes = draw(st.integers(1, 12)), draw(st.integers(1, 4))
+    weights = [
+        draw(st.lists(st.integers(0, 30), min_size=nodes, max_size=nodes)) for _ in range(types)
+    ]
+    capacities = draw(st.lists(st.integers(0, 9), min_size=nodes, max_size=nodes))
+    room = draw(st.lists(st.integers(0, 3), min_size=nodes, max_size=nodes))
+    extras = draw(st.integers(0, sum(room)))
+    total = sum(capacities) + extras
+    cuts = sorted(draw(st.lists(st.integers(0, total), min_size=types - 1, max_size=types - 1)))
+    supplies = [b - a for a, b in zip([0, *cuts], [*cuts, total], strict=True)]
+    return supplies, capacities, weights, extras, room
+
+
+def _networkx_best(
+    supplies: list[int],
+    capacities: list[int],
+    weights: list[list[int]],
+    extras: int,
+    room: list[int],
+) -> int:
+    g = nx.DiGraph()
+    for i, s in enumerate(supplies):
+        g.add_edge("s", ("t", i), capacity=s, weight=0)
+        for v, w in enumerate(weights[i]):
+            g.add_edge(("t", i), ("n", v), capacity=s, weight=-w)
+    for v, c in enumerate(capacities):
+        g.add_edge(("n", v), "sink", capacity=c, weight=0)
+        g.add_edge(("n", v), "x", capacity=room[v], weight=0)
+    g.add_edge("x", "sink", capacity=extras, weight=0)
+    flow = nx.max_flow_min_cost(g, "s", "sink")
+    return -int(nx.cost_of_flow(g, flow))
+
+
+@PROPERTY
+@given(transport_problems())
+def test_transport_matches_an_independent_min_cost_flow(
+    problem: tuple[list[int], list[int], list[list[int]], int, list[int]],
+) -> None:
+    supplies, capacities, weights, extras, room = problem
+    flow = transport(supplies, capacities, weights, extras=extras, extra_room=room)
+    assert [sum(row) for row in flow] == supplies
+    for v in range(len(capacities)):
+        got = sum(row[v] for row in flow)
+        assert capacities[v] <= got <= capacities[v] + room[v]
+    value = sum(
+        w * f for wr, fr in zip(weights, flow, strict=True) for w, f in zip(wr, fr, strict=True)
+    )
+    assert value == _networkx_best(supplies, capacities, weights, extras, room)
 
 
 def test_rack_local_counts() -> None:
