@@ -57,6 +57,11 @@ LOAD_MEMBERS = 10
 HEARTBEAT_PATH = "/kip848.v1.ConsumerGroupService/ConsumerGroupHeartbeat"
 
 
+def by_name_per_s(runs: list[tuple[str, dict[str, Any], dict[str, Any]]], name: str) -> float:
+    """Heartbeats/s of the row called ``name``."""
+    return next(r["per_s"] for row, _kw, r in runs if row == name)
+
+
 def loadgen() -> str:
     """``bench/loadgen/h2hb`` (C, libnghttp2), built if needed."""
     return build("h2hb")
@@ -615,6 +620,7 @@ def main() -> int:
     seconds = args.seconds or (3.0 if args.quick else 10.0)
     groups = args.groups or (10_000 if args.quick else 100_000)
     members = args.members
+    load0 = os.getloadavg()[0]
 
     plain = ["--_serve_plain", *SERVE]
     aio = [*plain, "--grpc-transport", "grpcio"]
@@ -645,6 +651,8 @@ def main() -> int:
         )
     headline = sorted(r["per_s"] for name, _kw, r in runs[: args.repeat])
     median = headline[len(headline) // 2]
+    load1 = os.getloadavg()[0]
+    versus_aio = median / max(1.0, by_name_per_s(runs, ONE_AIO))
     profile = runs[-1][2]["profile"]
     hb_table = table(
         (
@@ -714,7 +722,8 @@ def main() -> int:
     )
     print(
         hb_table,
-        f"\nmedian of the headline runs: {median:,.0f}/s",
+        f"\nmedian of the headline runs: {median:,.0f}/s ({versus_aio:.1f}x grpc.aio; load "
+        f"average {load0:.1f} -> {load1:.1f})",
         "\n" + budget_table,
         "\nServer profile (top by own time):\n" + prof_table,
         sep="\n",
@@ -800,7 +809,10 @@ without `--grpc-transport` use the default gRPC server (ours, on libnghttp2); th
 `--grpc-transport grpcio` rows are grpc.aio, as every row was before it.
 
 **Headline:** median of {args.repeat} runs of `kip848 serve` (defaults, one process):
-**{median:,.0f} heartbeats/s** (target ≥ 5,000/s).
+**{median:,.0f} heartbeats/s** (target ≥ 5,000/s), **{versus_aio:.1f}×** grpc.aio's
+(`--grpc-transport grpcio`, one process) in the same sitting (target ≥ 3×). Load average
+{load0:.1f} when the heartbeat rows began, {load1:.1f} when they ended (the machine is shared
+with other work: rough numbers).
 
 {hb_table}
 
