@@ -474,10 +474,34 @@ def test_metadata_sizes(server: ServerProcess, js: GrpcJs, transport: str) -> No
 # ---------------------------------------------------------------- keepalive and pings
 
 
-def test_the_ping_policy(server: ServerProcess) -> None:
+def test_the_ping_policy(server: ServerProcess, js: GrpcJs) -> None:
     """grpc-core's defaults: a client that pings far more often than every five minutes gets
     GOAWAY ENHANCE_YOUR_CALM "too_many_pings" after its third strike; with a call in flight the
-    call is answered UNAVAILABLE "Too many pings"."""
+    call is answered UNAVAILABLE "Too many pings". grpc-js with a 100 ms keepalive sees its call
+    in flight end (it reports RESOURCE_EXHAUSTED for ENHANCE_YOUR_CALM) and its next call
+    served over a new connection."""
+    js.channel(
+        "eager",
+        **{
+            "grpc.keepalive_time_ms": 100,
+            "grpc.keepalive_timeout_ms": 1_000,
+            "grpc.keepalive_permit_without_calls": 1,
+        },
+    )
+    cut = js.do(
+        "unary",
+        channel="eager",
+        method="kip848.v1.ClassicGroupService/JoinGroup",
+        request=js_join(waiting_join(server, "pings-js")),
+        deadline_ms=5_000,
+    )
+    assert (cut["code"], cut["details"]) == (
+        RESOURCE_EXHAUSTED,
+        "Bandwidth exhausted or memory limit exceeded",
+    )
+    assert cut["ms"] < 3_000
+    after = js.do("unary", channel="eager", method="kip848.v1.AdminService/ListTopics", request={})
+    assert after["code"] == 0, after
     waiting = waiting_join(server, "pings").SerializeToString()
 
     async def run(port: int) -> None:
