@@ -231,13 +231,38 @@ def manual_server(
         assert server.stop() == 0, server.stderr_text()
 
 
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """``@pytest.mark.stores("sqlite", "postgresql")``: the module's stories that start their
+    servers with ``start_server`` run on each store (PostgreSQL: the session's, tests/pg.py)."""
+    marker = metafunc.definition.get_closest_marker("stores")
+    if marker is not None and "store_backend" in metafunc.fixturenames:
+        metafunc.parametrize("store_backend", marker.args)
+
+
 @pytest.fixture
-def start_server(tmp_path: Path, grpc_processes: tuple[str, ...]) -> Iterator:
-    """Factory: start servers on a data dir; stops any still running at the end."""
+def store_backend() -> str:
+    return "sqlite"
+
+
+@pytest.fixture
+def start_server(
+    tmp_path: Path,
+    grpc_processes: tuple[str, ...],
+    store_backend: str,
+    request: pytest.FixtureRequest,
+) -> Iterator:
+    """Factory: start servers on a data dir (on PostgreSQL: a store of their own per data dir,
+    the same again for a server restarted on it); stops any still running at the end."""
     started: list[ServerProcess] = []
+    stores: dict[Path, str] = {}
 
     def start(data_dir: Path | None = None, *extra: str, clock: str = "manual") -> ServerProcess:
-        server = ServerProcess(data_dir or tmp_path / "data", *grpc_processes, *extra, clock=clock)
+        data_dir = data_dir or tmp_path / "data"
+        if store_backend == "postgresql":
+            if data_dir not in stores:
+                stores[data_dir] = request.getfixturevalue("pg_server").fresh_store_dsn()
+            extra = ("--store", stores[data_dir], *extra)
+        server = ServerProcess(data_dir, *grpc_processes, *extra, clock=clock)
         started.append(server)
         return server
 

@@ -7,6 +7,7 @@ import threading
 import time
 
 import grpc
+import pytest
 from conftest import ServerProcess, join_request
 
 from kip848.v1 import offsets_pb2, offsets_pb2_grpc
@@ -18,6 +19,9 @@ WORKERS = 8
 PARTITIONS = 16
 STREAM_S = 1.5
 MAX_ROUNDS = 100_000
+
+
+pytestmark = pytest.mark.stores("sqlite", "postgresql")
 
 
 def test_kill9_during_a_commit_stream_loses_no_acknowledged_commit(start_server, tmp_path) -> None:

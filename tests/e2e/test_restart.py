@@ -7,10 +7,13 @@ import threading
 import time
 
 import grpc
+import pytest
 from conftest import ServerProcess, join_request, owned
 
 from kip848.v1 import admin_pb2
 from kip848.v1 import consumer_group_pb2 as cg
+
+pytestmark = pytest.mark.stores("sqlite", "postgresql")
 
 Alter = admin_pb2.IncrementalAlterConfigsRequest
 Desc = admin_pb2.DescribeConfigsRequest

@@ -63,11 +63,11 @@ from .api import (
     split_batch,
 )
 from .postgres_schema import (
-    FENCE_FUNCTION,
     FENCED,
     SCHEMA_VERSION,
     create_schema,
     dsn_for_log,
+    ensure_fence_function,
     read_meta,
 )
 
@@ -153,7 +153,7 @@ class PostgresRecordStore:
                 meta = create_schema(conn, self.where, self._partitions)
             self._check_version(meta)
             if not read_only:
-                conn.execute(FENCE_FUNCTION)
+                ensure_fence_function(conn)
             self._partitions = int(meta["partitions"])
             self._store_id = meta["store_id"]
             self._next_offset = self._read_next_offsets(conn)
@@ -207,12 +207,29 @@ class PostgresRecordStore:
     def _read_next_offsets(self, conn: psycopg.Connection[Any]) -> dict[int, int]:
         """Each log's next offset: after its last journal entry, compacted record and expired
         prefix (offsets are never reused)."""
-        rows = conn.execute(
-            'SELECT l.log, greatest((SELECT max("offset") FROM kip848_journal j WHERE j.log = l.log),'
-            ' (SELECT max("offset") FROM kip848_compacted c WHERE c.log = l.log),'
-            " l.expired_through) FROM kip848_logs l"
-        ).fetchall()
-        found = {log: (-1 if last is None else int(last)) + 1 for log, last in rows}
+        expired = dict(conn.execute("SELECT log, expired_through FROM kip848_logs").fetchall())
+        if sorted(expired) != list(log_ids(self._partitions)):
+            raise StoreCorruptError(
+                f"record store in {self.where} is corrupt: {self._partitions} partitions, but "
+                f"logs {sorted(expired)[:5]}..."
+            )
+        # One query per log and table, the log a constant: each reads one partition's index
+        # (a query joining the logs would plan and probe every partition for every log).
+        cursors = []
+        with conn.pipeline():
+            for log in log_ids(self._partitions):
+                cursors.append(
+                    conn.execute(
+                        'SELECT greatest((SELECT max("offset") FROM kip848_journal'
+                        f' WHERE log = {log}), (SELECT max("offset") FROM kip848_compacted'
+                        f" WHERE log = {log}))"
+                    )
+                )
+        found = {}
+        for log, cur in zip(log_ids(self._partitions), cursors, strict=True):
+            row = cur.fetchone()
+            last = -1 if row is None or row[0] is None else int(row[0])
+            found[log] = max(last, int(expired[log])) + 1
         if sorted(found) != list(log_ids(self._partitions)):
             raise StoreCorruptError(
                 f"record store in {self.where} is corrupt: {self._partitions} partitions, but "

@@ -71,6 +71,19 @@ store."""
 FENCED = "K8F01"
 
 
+def ensure_fence_function(conn: psycopg.Connection[Any]) -> None:
+    """(Re)create ``kip848_fence`` under the creation lock: nodes opening the store together
+    would otherwise update its catalog row at once ("tuple concurrently updated")."""
+    conn.execute("BEGIN")
+    try:
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
+        conn.execute(FENCE_FUNCTION)
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+
+
 def dsn_for_log(dsn: str) -> str:
     """The URI without its password (for messages and logs)."""
     try:
@@ -123,17 +136,19 @@ def create_schema(conn: psycopg.Connection[Any], where: str, partitions: int) ->
         if meta is not None:  # another node was first
             conn.execute("COMMIT")
             return meta
-        for stmt in _TABLES:
-            conn.execute(stmt)
-        for log in log_ids(partitions):
-            name = f"m{-log}" if log < 0 else str(log)  # the cluster log: kip848_journal_m1
-            conn.execute(
-                f"CREATE TABLE kip848_journal_{name} PARTITION OF kip848_journal FOR VALUES IN ({log})"
-            )
-            conn.execute(
-                f"CREATE TABLE kip848_compacted_{name} PARTITION OF kip848_compacted"
-                f" FOR VALUES IN ({log})"
-            )
+        with conn.pipeline():  # some 200 statements: one round trip
+            for stmt in _TABLES:
+                conn.execute(stmt)
+            for log in log_ids(partitions):
+                name = f"m{-log}" if log < 0 else str(log)  # the cluster log: kip848_journal_m1
+                conn.execute(
+                    f"CREATE TABLE kip848_journal_{name} PARTITION OF kip848_journal"
+                    f" FOR VALUES IN ({log})"
+                )
+                conn.execute(
+                    f"CREATE TABLE kip848_compacted_{name} PARTITION OF kip848_compacted"
+                    f" FOR VALUES IN ({log})"
+                )
         conn.execute(
             "INSERT INTO kip848_logs (log) SELECT generate_series(%s::int, %s::int)",
             (log_ids(partitions).start, partitions - 1),
