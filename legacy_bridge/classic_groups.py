@@ -168,10 +168,10 @@ class ClassicGroups(ByGroupId[ClassicGroup]):
     def maybe_downgrade(self, result: Result[Any], group: ConsumerGroup, now_ms: int) -> None:
         self.migration.maybe_downgrade(result, group, now_ms)
 
-    def check_offset_commit(self, req: OffsetCommit) -> None:
+    def check_offset_commit(self, req: OffsetCommit, transactional: bool = False) -> None:
         """Kafka's ClassicGroup.validateOffsetCommit: an admin commit (no member, generation < 0)
-        only to an empty group; otherwise the member, its generation and a group not waiting
-        for its leader's assignment."""
+        only to an empty group; otherwise the member, its generation and — unless the commit is
+        transactional — a group not waiting for its leader's assignment."""
         group = self._by_group[req.group_id]
         generation = req.generation_id_or_member_epoch
         if generation < 0 and not req.member_id and group.state is S.EMPTY:
@@ -181,7 +181,7 @@ class ClassicGroups(ByGroupId[ClassicGroup]):
             raise IllegalGenerationError(
                 f"The received generation id {generation} does not match the generation {group.generation}."
             )
-        if group.state is S.COMPLETING_REBALANCE:
+        if group.state is S.COMPLETING_REBALANCE and not transactional:
             raise RebalanceInProgressError()
 
     def is_empty(self, group_id: str) -> bool:

@@ -131,6 +131,8 @@ def _dec_rebalance(raw: list[Any]) -> r.GroupMetadataRebalanceValue:
 
 _KEY_CLASSES: tuple[type[r.RecordKey], ...] = (
     r.OffsetCommitKey,
+    r.TxnOffsetCommitKey,
+    r.GroupTransactionKey,
     r.GroupMetadataKey,
     r.ConsumerGroupMetadataKey,
     r.ConsumerGroupPartitionMetadataKey,
@@ -392,9 +394,34 @@ def _value_encoders() -> dict[
             iterations=f[3],
         )
 
+    def txo_enc(v: r.TxnOffsetCommitValue) -> list[Any]:
+        return [v.offset, v.leader_epoch, v.metadata, v.commit_timestamp_ms, v.producer_epoch]
+
+    def txo_dec(f: list[Any]) -> r.TxnOffsetCommitValue:
+        return r.TxnOffsetCommitValue(
+            offset=f[0],
+            leader_epoch=f[1],
+            metadata=f[2],
+            commit_timestamp_ms=f[3],
+            producer_epoch=f[4],
+        )
+
+    def gtx_enc(v: r.GroupTransactionValue) -> list[Any]:
+        return [v.transactional_id, v.producer_epoch, int(v.state), v.updated_ms]
+
+    def gtx_dec(f: list[Any]) -> r.GroupTransactionValue:
+        return r.GroupTransactionValue(
+            transactional_id=f[0],
+            producer_epoch=f[1],
+            state=r.TransactionState(f[2]),
+            updated_ms=f[3],
+        )
+
     t = r.RecordType
     return {
         t.OFFSET_COMMIT: (oc_enc, oc_dec),
+        t.TXN_OFFSET_COMMIT: (txo_enc, txo_dec),
+        t.GROUP_TRANSACTION: (gtx_enc, gtx_dec),
         t.GROUP_METADATA: (gm_enc, gm_dec),
         t.CONSUMER_GROUP_METADATA: (md_enc, md_dec),
         t.CONSUMER_GROUP_PARTITION_METADATA: (pm_enc, pm_dec),

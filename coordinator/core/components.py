@@ -90,9 +90,9 @@ class ClassicGroupSupport(Component, Protocol):
         group again (KIP-848 downgrade). Records go into ``result``."""
         ...
 
-    def check_offset_commit(self, req: OffsetCommit) -> None:
-        """Validate an OffsetCommit to the classic group ``req.group_id`` (member, generation,
-        state), raising the error Kafka answers."""
+    def check_offset_commit(self, req: OffsetCommit, transactional: bool = False) -> None:
+        """Validate an OffsetCommit (a TxnOffsetCommit: ``transactional``) to the classic group
+        ``req.group_id`` (member, generation, state), raising the error Kafka answers."""
         ...
 
     def listed(self) -> list[ListedGroup]:

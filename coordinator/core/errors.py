@@ -38,6 +38,9 @@ class ErrorCode(IntEnum):
     INVALID_PARTITIONS = 37
     INVALID_REQUEST = 42
     INVALID_CONFIG = 40
+    INVALID_PRODUCER_EPOCH = 47
+    INVALID_TXN_STATE = 48
+    CONCURRENT_TRANSACTIONS = 51
     TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
     SECURITY_DISABLED = 54
     SASL_AUTHENTICATION_FAILED = 58
@@ -47,6 +50,7 @@ class ErrorCode(IntEnum):
     GROUP_MAX_SIZE_REACHED = 81
     FENCED_INSTANCE_ID = 82
     GROUP_SUBSCRIBED_TO_TOPIC = 86
+    UNSTABLE_OFFSET_COMMIT = 88
     RESOURCE_NOT_FOUND = 91
     DUPLICATE_RESOURCE = 92
     UNACCEPTABLE_CREDENTIAL = 93
@@ -188,6 +192,29 @@ class InvalidRequestError(CoordinatorError):
     )
 
 
+class InvalidProducerEpochError(CoordinatorError):
+    code = ErrorCode.INVALID_PRODUCER_EPOCH
+    default_message = "Producer attempted to produce with an old epoch."
+
+
+class InvalidTxnStateError(CoordinatorError):
+    code = ErrorCode.INVALID_TXN_STATE
+    default_message = "The producer attempted a transactional operation in an invalid state."
+
+
+class ConcurrentTransactionsError(CoordinatorError):
+    code = ErrorCode.CONCURRENT_TRANSACTIONS
+    default_message = (
+        "The producer attempted to update a transaction while another concurrent operation on "
+        "the same transaction was ongoing."
+    )
+
+
+class UnstableOffsetCommitError(CoordinatorError):
+    code = ErrorCode.UNSTABLE_OFFSET_COMMIT
+    default_message = "There are unstable offsets that need to be cleared."
+
+
 class TransactionalIdAuthorizationFailedError(CoordinatorError):
     code = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
     default_message = "Transactional Id authorization failed."
@@ -304,6 +331,10 @@ ERRORS_BY_CODE: dict[ErrorCode, type[CoordinatorError]] = {
         InvalidPartitionsError,
         InvalidConfigError,
         InvalidRequestError,
+        InvalidProducerEpochError,
+        InvalidTxnStateError,
+        ConcurrentTransactionsError,
+        UnstableOffsetCommitError,
         TransactionalIdAuthorizationFailedError,
         SecurityDisabledError,
         SaslAuthenticationFailedError,

@@ -34,6 +34,9 @@ class Event(Enum):
     """An offloaded computation came back too late to apply. Fields: ``epoch``, ``reason``."""
     TARGET_ASSIGNMENT_FAILED = "target_assignment_failed"
     """An offloaded computation failed (the group keeps its target). Fields: ``error``."""
+    TRANSACTION_ENDED = "transaction_ended"
+    """A producer's transaction holding offsets of the group ended. Fields:
+    ``transactional_id``, ``producer_id``, ``producer_epoch``, ``outcome``."""
 
 
 class Cause(Enum):
@@ -74,6 +77,8 @@ _TEMPLATES: dict[Event, str] = {
     Event.TARGET_ASSIGNMENT_DISCARDED: "Discarded the target assignment computed for epoch "
     "{epoch}: {reason}",
     Event.TARGET_ASSIGNMENT_FAILED: "{error}",
+    Event.TRANSACTION_ENDED: "Transaction {transactional_id} (producer {producer_id} epoch "
+    "{producer_epoch}) {outcome}",
 }
 
 

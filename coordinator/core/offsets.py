@@ -46,6 +46,7 @@ from .errors import (
 from .events import Event, LogEvent
 from .group import ConsumerGroup
 from .model import ZERO_TOPIC_ID, epoch_of
+from .transactions import AddOffsetsToTxn, TransactionalOffsets
 
 if TYPE_CHECKING:
     from .components import ClassicGroupSupport
@@ -73,6 +74,20 @@ class OffsetCommitTopic:
 class OffsetCommit:
     group_id: str
     generation_id_or_member_epoch: int = -1
+    member_id: str = ""
+    group_instance_id: str | None = None
+    topics: tuple[OffsetCommitTopic, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TxnOffsetCommit:
+    """TxnOffsetCommit: offsets committed in a producer's transaction (pending until it ends)."""
+
+    transactional_id: str
+    group_id: str
+    producer_id: int
+    producer_epoch: int
+    generation_id: int = -1
     member_id: str = ""
     group_instance_id: str | None = None
     topics: tuple[OffsetCommitTopic, ...] = ()
@@ -110,6 +125,9 @@ class OffsetFetchGroup:
     member_id: str | None = None
     member_epoch: int = -1
     topics: tuple[OffsetFetchTopic, ...] | None = None  # None = every committed offset
+    require_stable: bool = False
+    """KIP-447: partitions with pending transactional offsets answer UNSTABLE_OFFSET_COMMIT
+    (else their committed offset, the pending ones invisible)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -141,7 +159,9 @@ class OffsetDeleteResponse:
     topics: tuple[TopicResult, ...] = field(default_factory=tuple)
 
 
-def commit_error_response(req: OffsetCommit, error: CoordinatorError) -> OffsetCommitResponse:
+def commit_error_response(
+    req: OffsetCommit | TxnOffsetCommit, error: CoordinatorError
+) -> OffsetCommitResponse:
     """A group-level error repeated on every partition, as Kafka answers OffsetCommit."""
     return OffsetCommitResponse(
         topics=tuple(
@@ -215,11 +235,31 @@ def check_commit_epoch(
             )
 
 
+def _fetched(partition: int, value: r.OffsetCommitValue | None, unstable: bool) -> FetchedPartition:
+    """A partition's OffsetFetch answer: UNSTABLE_OFFSET_COMMIT while a transaction holds a
+    pending offset of it and the fetch requires stable offsets (KIP-447), else its committed
+    offset (-1: none)."""
+    if unstable:
+        return FetchedPartition(
+            partition_index=partition, error_code=ErrorCode.UNSTABLE_OFFSET_COMMIT
+        )
+    if value is None:
+        return FetchedPartition(partition_index=partition)
+    return FetchedPartition(
+        partition_index=partition,
+        committed_offset=value.offset,
+        committed_leader_epoch=value.leader_epoch,
+        metadata=value.metadata,
+    )
+
+
 class Offsets(ByGroupId[Mapping[tuple[str, int], r.OffsetCommitValue]]):
     def __init__(self, ctx: ShardContext, *, groups: ConsumerGroups) -> None:
         self._ctx = ctx
         self._consumer_groups = groups
         self._by_group = ctx.undo.new_dict()  # group id -> TDict((topic, p) -> value)
+        self.txn = TransactionalOffsets(ctx)
+        """Pending transactional offsets and their transactions (transactions.py)."""
         self.classic: ClassicGroupSupport | None = None
         """Set once by the shard: commits to a classic group are validated by it."""
 
@@ -244,15 +284,87 @@ class Offsets(ByGroupId[Mapping[tuple[str, int], r.OffsetCommitValue]]):
                     f"Member {req.member_id} is not a member of group {req.group_id}."
                 )
         elif not (epoch < 0 and not group.members):
-            check_commit_epoch(group, req.member_id, epoch, self._committed_partitions(req))
+            check_commit_epoch(group, req.member_id, epoch, self._committed_partitions(req.topics))
         return self._ctx.run(self._offset_commit, req, now_ms)
 
-    def _committed_partitions(self, req: OffsetCommit) -> Iterable[tuple[str, int]]:
+    # ------------------------------------------------------------------ transactions
+
+    def txn_offset_commit(self, req: TxnOffsetCommit, now_ms: int) -> Result[OffsetCommitResponse]:
+        """TxnOffsetCommit (KIP-98, KIP-447): the member is validated as Kafka's
+        validateTransactionalOffsetCommit does (a missing group accepts only generation -1:
+        ILLEGAL_GENERATION otherwise; members of a consumer group as for OffsetCommit, with
+        KIP-1251's assignment epochs; a classic group's member and generation), the producer
+        against the group's transaction; the offsets are stored *pending* for the producer
+        (transactions.py) and the group joins its transaction."""
+        if not req.group_id.strip():
+            raise InvalidRequestError("GroupId can't be empty.")
+        classic = self.classic
+        gen = req.generation_id
+        if classic is not None and req.group_id in classic:
+            classic.check_offset_commit(
+                OffsetCommit(
+                    group_id=req.group_id,
+                    generation_id_or_member_epoch=gen,
+                    member_id=req.member_id,
+                    group_instance_id=req.group_instance_id,
+                ),
+                transactional=True,
+            )
+        else:
+            group = self._consumer_groups.get(req.group_id)
+            if group is None:
+                if gen >= 0:
+                    raise IllegalGenerationError(
+                        f"Group {req.group_id} does not exist: generation {gen} is unknown."
+                    )
+            elif not (gen < 0 and not group.members):
+                check_commit_epoch(
+                    group, req.member_id, gen, self._committed_partitions(req.topics)
+                )
+        self.txn.check_producer(req.group_id, req.producer_id, req.producer_epoch)
+        return self._ctx.run(self._txn_offset_commit, req, now_ms)
+
+    def _txn_offset_commit(self, req: TxnOffsetCommit, now_ms: int) -> Result[OffsetCommitResponse]:
+        result: Result[OffsetCommitResponse] = Result()
+        gid, pid = req.group_id, req.producer_id
+        self.txn.begin(result, gid, req.transactional_id, pid, req.producer_epoch, now_ms)
+
+        def emit(name: str, p: OffsetCommitPartition) -> None:
+            value = r.TxnOffsetCommitValue(
+                offset=p.committed_offset,
+                leader_epoch=p.committed_leader_epoch,
+                metadata=p.committed_metadata or "",
+                commit_timestamp_ms=now_ms,
+                producer_epoch=req.producer_epoch,
+            )
+            self.txn.add_pending(result, gid, name, p.partition_index, pid, value)
+
+        result.response = self._commit_partitions(req.topics, emit)
+        return result
+
+    def add_offsets(self, cmd: AddOffsetsToTxn, now_ms: int) -> Result[None]:
+        """AddOffsetsToTxn, answered by the transaction coordinator: the group takes part in
+        the producer's transaction (its record, ongoing)."""
+        if not cmd.group_id.strip():
+            raise InvalidRequestError("GroupId can't be empty.")
+        self.txn.check_producer(cmd.group_id, cmd.producer_id, cmd.producer_epoch)
+        return self._ctx.run(self._add_offsets, cmd, now_ms)
+
+    def _add_offsets(self, cmd: AddOffsetsToTxn, now_ms: int) -> Result[None]:
+        result: Result[None] = Result()
+        self.txn.begin(
+            result, cmd.group_id, cmd.transactional_id, cmd.producer_id, cmd.producer_epoch, now_ms
+        )
+        return result
+
+    def _committed_partitions(
+        self, topics: Sequence[OffsetCommitTopic]
+    ) -> Iterable[tuple[str, int]]:
         """(topic id, partition) of every partition of the commit the epoch check applies to
         (Kafka validates a partition once its metadata is found to fit; a topic that does not
         resolve is answered with its own error)."""
         max_bytes = self._ctx.config.offset_metadata_max_bytes
-        for t in req.topics:
+        for t in topics:
             _name, topic_id, error = self._resolve_topic(t.name, t.topic_id)
             if error is not None:
                 continue
@@ -263,10 +375,33 @@ class Offsets(ByGroupId[Mapping[tuple[str, int], r.OffsetCommitValue]]):
 
     def _offset_commit(self, req: OffsetCommit, now_ms: int) -> Result[OffsetCommitResponse]:
         result: Result[OffsetCommitResponse] = Result()
+
+        def emit(name: str, p: OffsetCommitPartition) -> None:
+            value = r.OffsetCommitValue(
+                offset=p.committed_offset,
+                leader_epoch=p.committed_leader_epoch,
+                metadata=p.committed_metadata or "",
+                commit_timestamp_ms=now_ms,
+            )
+            self._ctx.emit(
+                result, r.offset_commit_record(req.group_id, name, p.partition_index, value)
+            )
+
+        result.response = self._commit_partitions(req.topics, emit)
+        return result
+
+    def _commit_partitions(
+        self,
+        topics: Sequence[OffsetCommitTopic],
+        emit: Callable[[str, OffsetCommitPartition], None],
+    ) -> OffsetCommitResponse:
+        """The per-partition part of OffsetCommit and TxnOffsetCommit: each partition of a
+        topic that resolves, exists, has metadata that fits and an offset >= 0 is ``emit``-ted;
+        the others get their error."""
         max_bytes = self._ctx.config.offset_metadata_max_bytes
         by_name = self._ctx.topics.by_name
         topics_out = []
-        for t in req.topics:
+        for t in topics:
             name, topic_id, topic_error = self._resolve_topic(t.name, t.topic_id)
             parts = []
             for p in t.partitions:
@@ -293,15 +428,7 @@ class Offsets(ByGroupId[Mapping[tuple[str, int], r.OffsetCommitValue]]):
                         f"Committed offset {p.committed_offset} is negative.",
                     )
                 else:
-                    value = r.OffsetCommitValue(
-                        offset=p.committed_offset,
-                        leader_epoch=p.committed_leader_epoch,
-                        metadata=p.committed_metadata or "",
-                        commit_timestamp_ms=now_ms,
-                    )
-                    self._ctx.emit(
-                        result, r.offset_commit_record(req.group_id, name, p.partition_index, value)
-                    )
+                    emit(name, p)
                 parts.append(
                     PartitionResult(
                         partition_index=p.partition_index, error_code=error, error_message=message
@@ -310,8 +437,7 @@ class Offsets(ByGroupId[Mapping[tuple[str, int], r.OffsetCommitValue]]):
             topics_out.append(
                 TopicResult(name=name or t.name, topic_id=topic_id, partitions=tuple(parts))
             )
-        result.response = OffsetCommitResponse(topics=tuple(topics_out))
-        return result
+        return OffsetCommitResponse(topics=tuple(topics_out))
 
     def _resolve_topic(
         self, name: str, topic_id: str
@@ -366,6 +492,7 @@ class Offsets(ByGroupId[Mapping[tuple[str, int], r.OffsetCommitValue]]):
         stored: Mapping[tuple[str, int], r.OffsetCommitValue] = self._by_group.get(req.group_id, {})
         by_name = self._ctx.topics.by_name
         topics_out = []
+        unstable = self.txn.pending_partitions(req.group_id) if req.require_stable else ()
         if req.topics is None:
             by_topic: dict[str, list[tuple[int, r.OffsetCommitValue]]] = {}
             for (topic, partition), value in stored.items():
@@ -373,13 +500,7 @@ class Offsets(ByGroupId[Mapping[tuple[str, int], r.OffsetCommitValue]]):
             for topic in sorted(by_topic):
                 image = by_name.get(topic)
                 parts = tuple(
-                    FetchedPartition(
-                        partition_index=p,
-                        committed_offset=v.offset,
-                        committed_leader_epoch=v.leader_epoch,
-                        metadata=v.metadata,
-                    )
-                    for p, v in sorted(by_topic[topic])
+                    _fetched(p, v, (topic, p) in unstable) for p, v in sorted(by_topic[topic])
                 )
                 topics_out.append(
                     FetchedTopic(
@@ -398,18 +519,7 @@ class Offsets(ByGroupId[Mapping[tuple[str, int], r.OffsetCommitValue]]):
                     if error is not None and error[0] is not ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
                         fetched.append(FetchedPartition(partition_index=p, error_code=error[0]))
                         continue
-                    v = stored.get((name, p))
-                    if v is None:
-                        fetched.append(FetchedPartition(partition_index=p))
-                    else:
-                        fetched.append(
-                            FetchedPartition(
-                                partition_index=p,
-                                committed_offset=v.offset,
-                                committed_leader_epoch=v.leader_epoch,
-                                metadata=v.metadata,
-                            )
-                        )
+                    fetched.append(_fetched(p, stored.get((name, p)), (name, p) in unstable))
                 topics_out.append(
                     FetchedTopic(name=name, topic_id=topic_id, partitions=tuple(fetched))
                 )
@@ -427,7 +537,7 @@ class Offsets(ByGroupId[Mapping[tuple[str, int], r.OffsetCommitValue]]):
             subscribed_topics = group.topic_subscribers
         elif classic is not None and group_id in classic:
             subscribed_topics = classic.subscribed_topics(group_id)
-        elif group_id not in self._by_group:
+        elif group_id not in self._by_group and not self.txn.has_transactions(group_id):
             raise GroupIdNotFoundError(f"Group {group_id} not found.")
         return self._ctx.run(self._offset_delete, subscribed_topics, group_id, topics)
 
@@ -456,6 +566,7 @@ class Offsets(ByGroupId[Mapping[tuple[str, int], r.OffsetCommitValue]]):
                     continue
                 if (name, p) in stored:
                     self._ctx.emit(result, r.offset_commit_tombstone(group_id, name, p))
+                self.txn.delete_partition(result, group_id, name, p)  # pending ones too (Kafka)
                 parts.append(PartitionResult(partition_index=p))
             image = by_name.get(name)
             out.append(
@@ -471,20 +582,25 @@ class Offsets(ByGroupId[Mapping[tuple[str, int], r.OffsetCommitValue]]):
     # ------------------------------------------------------------------ within other commands
 
     def delete_all(self, result: Result[Any], group_id: str) -> None:
-        """The group is deleted: a tombstone for each of its offsets."""
+        """The group is deleted: a tombstone for each of its offsets, pending transactional
+        ones and their transactions included (Kafka)."""
         for topic, partition in sorted(self._by_group.get(group_id, {})):
             self._ctx.emit(result, r.offset_commit_tombstone(group_id, topic, partition))
+        self.txn.delete_all(result, group_id)
 
     def expire(
         self, result: Result[Any], group_id: str, subscribed: Container[str], now_ms: int
     ) -> bool:
         """Expire the group's offsets of topics it does not subscribe to, ``offsets.retention.
-        minutes`` after their commit (or at their explicit expiry). True if none is left."""
+        minutes`` after their commit (or at their explicit expiry), except those of partitions
+        with pending transactional offsets. True if none is left and no transaction holds
+        offsets of the group (Kafka keeps such a group)."""
         retention_ms = self._ctx.config.offsets_retention_minutes * 60_000
-        all_expired = True
+        all_expired = not self.txn.has_transactions(group_id)
+        pending = self.txn.pending_partitions(group_id)
         expired = 0
         for (topic, partition), value in sorted(self._by_group.get(group_id, {}).items()):
-            if topic in subscribed:
+            if topic in subscribed or (topic, partition) in pending:
                 all_expired = False
                 continue
             due = (
@@ -513,21 +629,26 @@ class Offsets(ByGroupId[Mapping[tuple[str, int], r.OffsetCommitValue]]):
             for topic, partition in sorted(self._by_group[gid]):
                 if topic in names:
                     self._ctx.emit(result, r.offset_commit_tombstone(gid, topic, partition))
+        self.txn.on_topics_deleted(result, names)
         return result
 
     def listed(self, others: Container[str]) -> list[ListedGroup]:
-        """ListGroups entries of simple groups: offsets only, no group of that id in ``others``
-        (Kafka: an empty classic group without a protocol)."""
+        """ListGroups entries of simple groups: offsets (committed or pending) only, no group
+        of that id in ``others`` (Kafka: an empty classic group without a protocol)."""
         return [
             ListedGroup(group_id=gid, protocol_type="", group_state="Empty", group_type="classic")
-            for gid in sorted(self._by_group)
+            for gid in sorted(self.simple_groups())
             if gid not in others
         ]
+
+    def simple_groups(self) -> set[str]:
+        """Group ids known through their offsets: committed, or pending in a transaction."""
+        return set(self._by_group) | self.txn.groups()
 
     # ------------------------------------------------------------------ records
 
     def replayers(self) -> dict[r.RecordType, Callable[[r.Record], None]]:
-        return {r.RecordType.OFFSET_COMMIT: self._replay}
+        return {r.RecordType.OFFSET_COMMIT: self._replay, **self.txn.replayers()}
 
     def _replay(self, record: r.Record) -> None:
         key, value = r.typed(record, r.OffsetCommitKey, r.OffsetCommitValue)
@@ -543,18 +664,27 @@ class Offsets(ByGroupId[Mapping[tuple[str, int], r.OffsetCommitValue]]):
             offsets = self._ctx.undo.new_dict()
             self._by_group[key.group_id] = offsets
         offsets[(key.topic, key.partition)] = value
+        self.txn.on_offset_committed(key.group_id, key.topic, key.partition)
 
     def snapshot(self) -> dict[str, object]:
         return {
             "offsets": {
                 gid: {f"{t}-{p}": v for (t, p), v in sorted(o.items())}
                 for gid, o in sorted(self._by_group.items())
-            }
+            },
+            **self.txn.snapshot(),
         }
 
     def records_of_state(self) -> list[r.Record]:
-        return [
+        committed = [
             r.offset_commit_record(gid, topic, partition, value)
             for gid in sorted(self._by_group)
             for (topic, partition), value in sorted(self._by_group[gid].items())
         ]
+        return committed + self.txn.records_of_state(self._committed_value)
+
+    def _committed_value(
+        self, group_id: str, topic: str, partition: int
+    ) -> r.OffsetCommitValue | None:
+        offsets = self._by_group.get(group_id)
+        return None if offsets is None else offsets.get((topic, partition))

@@ -35,10 +35,11 @@ V = TypeVar("V")
 
 class RecordType(IntEnum):
     """Record types, named and numbered as Kafka's ``CoordinatorRecordType`` (the share-group
-    types 9-15 are not used here); 1016 and 1100 and up are this coordinator's own (group
-    configs, topics, ACLs and SCRAM credentials, which Kafka keeps in the controller's metadata
-    log: 1106 and 1111 after its AccessControlEntryRecord (6) and UserScramCredentialRecord
-    (11))."""
+    types 9-15 are not used here); 1001, 1002, 1016 and 1100 and up are this coordinator's own
+    (transactional offsets — Kafka writes them as OffsetCommit records in the producer's
+    transaction, pending until its marker — group configs, topics, ACLs and SCRAM credentials,
+    which Kafka keeps in the controller's metadata log: 1106 and 1111 after its
+    AccessControlEntryRecord (6) and UserScramCredentialRecord (11))."""
 
     OFFSET_COMMIT = 1
     GROUP_METADATA = 2
@@ -49,6 +50,8 @@ class RecordType(IntEnum):
     CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER = 7
     CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT = 8
     CONSUMER_GROUP_REGULAR_EXPRESSION = 16
+    TXN_OFFSET_COMMIT = 1001
+    GROUP_TRANSACTION = 1002
     GROUP_CONFIG = 1016
     TOPIC = 1100
     ACCESS_CONTROL_ENTRY = 1106
@@ -64,6 +67,28 @@ class OffsetCommitKey:
     group_id: str
     topic: str
     partition: int
+
+
+@dataclass(frozen=True, slots=True)
+class TxnOffsetCommitKey:
+    """A transactional offset, pending until its transaction ends (TxnOffsetCommit): the
+    group's offset of a partition as producer ``producer_id``'s transaction would commit it."""
+
+    TYPE: ClassVar[RecordType] = RecordType.TXN_OFFSET_COMMIT
+    group_id: str
+    topic: str
+    partition: int
+    producer_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class GroupTransactionKey:
+    """A producer's transaction that holds (or may hold) offsets of the group: open, or its
+    end forwarded to the transaction coordinator and not yet confirmed."""
+
+    TYPE: ClassVar[RecordType] = RecordType.GROUP_TRANSACTION
+    group_id: str
+    producer_id: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,6 +201,34 @@ class OffsetCommitValue:
     metadata: str
     commit_timestamp_ms: int
     expire_timestamp_ms: int = -1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TxnOffsetCommitValue:
+    offset: int
+    leader_epoch: int
+    metadata: str
+    commit_timestamp_ms: int
+    producer_epoch: int
+
+
+class TransactionState(IntEnum):
+    """Where a group's transaction is (as this coordinator knows it)."""
+
+    ONGOING = 0
+    """Offsets may be added (AddOffsetsToTxn or TxnOffsetCommit seen), no end forwarded."""
+    PREPARE_COMMIT = 1
+    """An EndTxn(commit) was forwarded to the transaction coordinator, its answer not seen."""
+    PREPARE_ABORT = 2
+    """An EndTxn(abort) was forwarded, its answer not seen."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GroupTransactionValue:
+    transactional_id: str
+    producer_epoch: int
+    state: TransactionState
+    updated_ms: int
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -331,6 +384,8 @@ class UserScramCredentialValue:
 
 RecordKey = (
     OffsetCommitKey
+    | TxnOffsetCommitKey
+    | GroupTransactionKey
     | GroupMetadataKey
     | ConsumerGroupMetadataKey
     | ConsumerGroupPartitionMetadataKey
@@ -536,3 +591,15 @@ def scram_credential_record(
     name: str, mechanism: int, value: UserScramCredentialValue | None
 ) -> Record:
     return Record(UserScramCredentialKey(name, mechanism), value)
+
+
+def txn_offset_commit_record(
+    group_id: str, topic: str, partition: int, producer_id: int, value: TxnOffsetCommitValue | None
+) -> Record:
+    return Record(TxnOffsetCommitKey(group_id, topic, partition, producer_id), value)
+
+
+def group_transaction_record(
+    group_id: str, producer_id: int, value: GroupTransactionValue | None
+) -> Record:
+    return Record(GroupTransactionKey(group_id, producer_id), value)

@@ -57,9 +57,11 @@ from .offsets import (
     OffsetFetchGroup,
     OffsetFetchGroupResponse,
     Offsets,
+    TxnOffsetCommit,
 )
 from .timeline import UndoLog
 from .timers import DueTimer, TimerOp
+from .transactions import AddOffsetsToTxn, Ended, EndTxn, GroupTransaction, ProducerInitialized
 
 __all__ = [
     "DeleteGroupResult",
@@ -196,6 +198,25 @@ class GroupCoordinatorShard(Generic[C]):
     def offset_fetch(self, req: OffsetFetchGroup) -> OffsetFetchGroupResponse:
         return self.offsets.offset_fetch(req)
 
+    # ------------------------------------------------------------------ transactions
+    # (transactions.py; the Kafka listener tells the shard what the transaction coordinator
+    # was asked and answered)
+
+    def txn_offset_commit(self, req: TxnOffsetCommit, now_ms: int) -> Result[OffsetCommitResponse]:
+        return self.offsets.txn_offset_commit(req, now_ms)
+
+    def add_offsets_to_txn(self, cmd: AddOffsetsToTxn, now_ms: int) -> Result[None]:
+        return self.offsets.add_offsets(cmd, now_ms)
+
+    def end_transaction(self, cmd: EndTxn, now_ms: int) -> Result[Ended]:
+        return self.offsets.txn.end_transaction(cmd, now_ms)
+
+    def producer_initialized(self, cmd: ProducerInitialized) -> Result[Ended]:
+        return self.offsets.txn.producer_initialized(cmd)
+
+    def transactions(self) -> list[GroupTransaction]:
+        return self.offsets.txn.transactions()
+
     def offset_delete(
         self, group_id: str, topics: Sequence[tuple[str, Sequence[int]]]
     ) -> Result[OffsetDeleteResponse]:
@@ -219,7 +240,12 @@ class GroupCoordinatorShard(Generic[C]):
         classic = self.classic_groups
         for gid in group_ids:
             group = self.groups.get(gid)
-            if group is None and gid not in classic and gid not in self.offsets:
+            if (
+                group is None
+                and gid not in classic
+                and gid not in self.offsets
+                and not self.offsets.txn.has_transactions(gid)
+            ):
                 answers.append((gid, ErrorCode.GROUP_ID_NOT_FOUND, f"Group {gid} not found."))
                 continue
             if group is not None and group.members:
@@ -257,7 +283,7 @@ class GroupCoordinatorShard(Generic[C]):
     def _expire_offsets(self, now_ms: int) -> Result[None]:
         result: Result[None] = Result()
         classic = self.classic_groups
-        for gid in sorted(set(self.offsets) | set(self.groups) | set(classic)):
+        for gid in sorted(self.offsets.simple_groups() | set(self.groups) | set(classic)):
             group = self.groups.get(gid)
             subscribed: Container[str] = ()
             empty = True
@@ -293,7 +319,7 @@ class GroupCoordinatorShard(Generic[C]):
         listed = self.groups.listed_group(group_id)
         if listed is None:
             listed = self.classic_groups.listed_group(group_id)
-        if listed is None and group_id in self.offsets:
+        if listed is None and group_id in self.offsets.simple_groups():
             listed = ListedGroup(
                 group_id=group_id, protocol_type="", group_state="Empty", group_type="classic"
             )

@@ -59,6 +59,33 @@ CLASSIC = ClassicMemberMetadata(
 
 ALL_RECORDS: list[tuple[str, r.Record]] = [
     ("group_epoch", r.group_epoch_record(G, 12, "cgp_0001")),
+    (
+        "txn_offset_commit",
+        r.txn_offset_commit_record(
+            G,
+            "foo",
+            2,
+            4001,
+            r.TxnOffsetCommitValue(
+                offset=42, leader_epoch=3, metadata="m", commit_timestamp_ms=9, producer_epoch=7
+            ),
+        ),
+    ),
+    ("txn_offset_commit_tombstone", r.txn_offset_commit_record(G, "foo", 2, 4001, None)),
+    (
+        "group_transaction",
+        r.group_transaction_record(
+            G,
+            4001,
+            r.GroupTransactionValue(
+                transactional_id="app-1",
+                producer_epoch=7,
+                state=r.TransactionState.PREPARE_ABORT,
+                updated_ms=11,
+            ),
+        ),
+    ),
+    ("group_transaction_tombstone", r.group_transaction_record(G, 4001, None)),
     ("group_epoch_tombstone", r.group_epoch_tombstone(G)),
     (
         "partition_metadata",
@@ -227,6 +254,8 @@ def test_record_types_are_kafkas() -> None:
         "CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER": 7,
         "CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT": 8,
         "CONSUMER_GROUP_REGULAR_EXPRESSION": 16,
+        "TXN_OFFSET_COMMIT": 1001,
+        "GROUP_TRANSACTION": 1002,
         "GROUP_CONFIG": 1016,
         "TOPIC": 1100,
         "ACCESS_CONTROL_ENTRY": 1106,

@@ -1,0 +1,462 @@
+"""Transactional offsets (Kafka's OffsetMetadataManager, its pending part): a component of the
+shard.
+
+A producer's transaction commits its input offsets with TxnOffsetCommit; they stay *pending* —
+invisible to OffsetFetch, answered UNSTABLE_OFFSET_COMMIT to a fetch that requires stable offsets
+— until the transaction ends. Kafka learns the outcome from the transaction coordinator's marker
+in its own log; here the transaction coordinator is the upstream broker's, reached through the
+Kafka listener, which tells this component what it saw (docs/kafka.md, "Transactions"):
+
+* ``add_offsets`` (AddOffsetsToTxn) and ``txn_offset_commit`` open the group's transaction
+  record (``GroupTransaction``: transactional id, producer epoch, state);
+* ``end_transaction`` in two steps around the EndTxn the listener forwards: *prepare* (the
+  record says PREPARE_COMMIT or PREPARE_ABORT: an end may have reached the transaction
+  coordinator), then *complete* once it answered: a commit turns each pending offset into an
+  ordinary OffsetCommit record — unless a plain commit of that partition came after it (Kafka
+  keeps the most recent, by log offset) — an abort drops them; either way the pending records
+  and the transaction record are tombstoned, in the same batch;
+* ``producer_initialized`` (an InitProducerId answered for a transactional id): an ongoing
+  transaction of an older epoch (or another producer id) of that id was aborted by it — it
+  never had an end forwarded, so it cannot have committed;
+* a TxnOffsetCommit or AddOffsetsToTxn of a newer epoch of the same producer id finds the older
+  ongoing transaction aborted for the same reason.
+
+Pending offsets of a partition are dropped with it: OffsetDelete, the group's deletion, its
+topic's deletion. Offset expiry leaves a partition with pending offsets alone, and a group with
+open transactions is not deleted by it (Kafka).
+
+Records: ``TxnOffsetCommit`` (group, topic, partition, producer id) and ``GroupTransaction``
+(group, producer id), this coordinator's own types (Kafka writes OffsetCommit records in the
+producer's transaction instead). Whether a pending offset was superseded by a later plain
+commit follows from the order of the records, as in Kafka.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from . import records as r
+from .commands import Result
+from .context import ShardContext
+from .errors import ConcurrentTransactionsError, ErrorCode, InvalidProducerEpochError
+from .events import Event, LogEvent
+
+S = r.TransactionState
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AddOffsetsToTxn:
+    """AddOffsetsToTxn, answered by the transaction coordinator: the group takes part."""
+
+    group_id: str
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EndTxn:
+    """An EndTxn of this producer and epoch: forwarded (``state`` PREPARE_COMMIT or
+    PREPARE_ABORT) or answered by the transaction coordinator (``state`` None; ``commit``)."""
+
+    producer_id: int
+    producer_epoch: int
+    commit: bool
+    state: r.TransactionState | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProducerInitialized:
+    """An InitProducerId for ``transactional_id`` answered with this producer id and epoch."""
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PendingOffset:
+    value: r.TxnOffsetCommitValue
+    superseded: bool = False
+    """A plain commit of the partition came after it: it will not be materialized."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GroupTransaction:
+    """A producer's transaction as one group knows it (the listener's resolver reads these)."""
+
+    group_id: str
+    producer_id: int
+    transactional_id: str
+    producer_epoch: int
+    state: r.TransactionState
+    updated_ms: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Ended:
+    """What ``end_transaction`` did: the groups whose transaction of that producer it moved."""
+
+    groups: tuple[str, ...] = ()
+
+
+class TransactionalOffsets:
+    """Pending transactional offsets and the transactions that hold them (module doc)."""
+
+    def __init__(self, ctx: ShardContext) -> None:
+        self._ctx = ctx
+        undo = ctx.undo
+        # producer id -> TDict((group, topic, partition) -> PendingOffset)
+        self._pending = undo.new_dict()
+        # group -> TDict((topic, partition) -> frozenset of producer ids with a pending offset)
+        self._open = undo.new_dict()
+        # (group, producer id) -> GroupTransactionValue
+        self._txns = undo.new_dict()
+        # producer id -> frozenset of groups with a transaction of it (derived)
+        self._groups_of = undo.new_dict()
+
+    # ------------------------------------------------------------------ reads
+
+    def has_pending(self, group_id: str, topic: str, partition: int) -> bool:
+        open_ = self._open.get(group_id)
+        return open_ is not None and (topic, partition) in open_
+
+    def pending_partitions(self, group_id: str) -> frozenset[tuple[str, int]]:
+        open_ = self._open.get(group_id)
+        return frozenset() if open_ is None else frozenset(open_)
+
+    def has_transactions(self, group_id: str) -> bool:
+        """Does the group hold pending offsets or an open transaction (Kafka keeps it then)?"""
+        return group_id in self._open or any(g == group_id for g, _pid in self._txns)
+
+    def groups(self) -> frozenset[str]:
+        return frozenset(self._open) | frozenset(g for g, _pid in self._txns)
+
+    def transactions(self) -> list[GroupTransaction]:
+        """Every group's open or ending transaction, by group and producer id."""
+        return [
+            GroupTransaction(
+                group_id=g,
+                producer_id=pid,
+                transactional_id=v.transactional_id,
+                producer_epoch=v.producer_epoch,
+                state=v.state,
+                updated_ms=v.updated_ms,
+            )
+            for (g, pid), v in sorted(self._txns.items())
+        ]
+
+    def knows_producer(self, producer_id: int) -> bool:
+        return producer_id in self._groups_of
+
+    # ------------------------------------------------------------------ commands
+
+    def check_producer(self, group_id: str, producer_id: int, producer_epoch: int) -> None:
+        """A TxnOffsetCommit or AddOffsetsToTxn of this producer for this group: refused while
+        an end of its transaction is on its way (CONCURRENT_TRANSACTIONS, which the client
+        retries), or from an epoch older than the one the group's transaction has
+        (INVALID_PRODUCER_EPOCH)."""
+        txn = self._txns.get((group_id, producer_id))
+        if txn is None:
+            return
+        if txn.producer_epoch > producer_epoch:
+            raise InvalidProducerEpochError(
+                f"Producer {producer_id} epoch {producer_epoch} is older than the epoch "
+                f"{txn.producer_epoch} of its transaction on group {group_id}."
+            )
+        if txn.state is not S.ONGOING and txn.producer_epoch == producer_epoch:
+            raise ConcurrentTransactionsError(
+                f"The transaction of producer {producer_id} on group {group_id} is ending."
+            )
+
+    def begin(
+        self,
+        result: Result[Any],
+        group_id: str,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        now_ms: int,
+    ) -> None:
+        """The group takes part in the producer's transaction (checked with
+        :meth:`check_producer`): its transaction record, ongoing; an ongoing transaction of an
+        older epoch (never ended through us, hence aborted) goes first."""
+        txn = self._txns.get((group_id, producer_id))
+        if txn is not None and txn.producer_epoch == producer_epoch:
+            if txn.transactional_id == transactional_id:
+                return
+        elif txn is not None:
+            self._close(
+                result,
+                group_id,
+                producer_id,
+                f"aborted: the producer moved to epoch {producer_epoch}",
+            )
+        self._ctx.emit(
+            result,
+            r.group_transaction_record(
+                group_id,
+                producer_id,
+                r.GroupTransactionValue(
+                    transactional_id=transactional_id,
+                    producer_epoch=producer_epoch,
+                    state=S.ONGOING,
+                    updated_ms=now_ms,
+                ),
+            ),
+        )
+
+    def add_pending(
+        self,
+        result: Result[Any],
+        group_id: str,
+        topic: str,
+        partition: int,
+        producer_id: int,
+        value: r.TxnOffsetCommitValue,
+    ) -> None:
+        self._ctx.emit(
+            result, r.txn_offset_commit_record(group_id, topic, partition, producer_id, value)
+        )
+
+    def end_transaction(self, cmd: EndTxn, now_ms: int) -> Result[Ended]:
+        """The listener forwards or saw answered an EndTxn (:class:`EndTxn`): every group
+        holding the producer's transaction of that epoch is moved along (module doc)."""
+        return self._ctx.run(self._end, cmd, now_ms)
+
+    def _end(self, cmd: EndTxn, now_ms: int) -> Result[Ended]:
+        result: Result[Ended] = Result()
+        producer_id, producer_epoch, state = cmd.producer_id, cmd.producer_epoch, cmd.state
+        moved = []
+        for group_id in sorted(self._groups_of.get(producer_id, ())):
+            txn = self._txns[(group_id, producer_id)]
+            if txn.producer_epoch != producer_epoch:
+                continue
+            moved.append(group_id)
+            if state is not None:
+                if txn.state is not state:
+                    self._ctx.emit(
+                        result,
+                        r.group_transaction_record(
+                            group_id,
+                            producer_id,
+                            r.GroupTransactionValue(
+                                transactional_id=txn.transactional_id,
+                                producer_epoch=producer_epoch,
+                                state=state,
+                                updated_ms=now_ms,
+                            ),
+                        ),
+                    )
+            elif cmd.commit:
+                self._commit(result, group_id, producer_id)
+            else:
+                self._close(result, group_id, producer_id, "aborted")
+        result.response = Ended(groups=tuple(moved))
+        return result
+
+    def producer_initialized(self, cmd: ProducerInitialized) -> Result[Ended]:
+        """An InitProducerId for ``transactional_id`` was answered (``producer_id``,
+        ``producer_epoch``): the transaction coordinator aborted any transaction of an older
+        epoch or another producer id of that transactional id that was still ongoing. Only
+        ongoing ones are dropped here: one whose end was forwarded (PREPARE_*) is resolved by
+        the listener before it forwards the InitProducerId."""
+        return self._ctx.run(self._initialized, cmd)
+
+    def _initialized(self, cmd: ProducerInitialized) -> Result[Ended]:
+        result: Result[Ended] = Result()
+        transactional_id, producer_id, producer_epoch = (
+            cmd.transactional_id,
+            cmd.producer_id,
+            cmd.producer_epoch,
+        )
+        dropped = []
+        for (group_id, pid), txn in sorted(self._txns.items()):
+            if txn.transactional_id != transactional_id or txn.state is not S.ONGOING:
+                continue
+            if pid == producer_id and txn.producer_epoch >= producer_epoch:
+                continue
+            dropped.append(group_id)
+            self._close(result, group_id, pid, "aborted: the transactional id was initialized")
+        result.response = Ended(groups=tuple(dropped))
+        return result
+
+    def _commit(self, result: Result[Any], group_id: str, producer_id: int) -> None:
+        """Materialize the producer's pending offsets of the group (those no later plain commit
+        superseded), then tombstone them and the transaction record."""
+        pending = self._pending.get(producer_id, {})
+        count = 0
+        for (g, topic, partition), entry in sorted(pending.items()):
+            if g != group_id:
+                continue
+            if not entry.superseded:
+                v = entry.value
+                self._ctx.emit(
+                    result,
+                    r.offset_commit_record(
+                        group_id,
+                        topic,
+                        partition,
+                        r.OffsetCommitValue(
+                            offset=v.offset,
+                            leader_epoch=v.leader_epoch,
+                            metadata=v.metadata,
+                            commit_timestamp_ms=v.commit_timestamp_ms,
+                        ),
+                    ),
+                )
+                count += 1
+        self._close(result, group_id, producer_id, f"committed ({count} offsets)")
+
+    def _close(self, result: Result[Any], group_id: str, producer_id: int, outcome: str) -> None:
+        pending = self._pending.get(producer_id, {})
+        for g, topic, partition in sorted(k for k in pending if k[0] == group_id):
+            self._ctx.emit(
+                result, r.txn_offset_commit_record(g, topic, partition, producer_id, None)
+            )
+        txn = self._txns.get((group_id, producer_id))
+        if txn is not None:
+            self._ctx.emit(result, r.group_transaction_record(group_id, producer_id, None))
+            result.events.append(
+                LogEvent(
+                    event=Event.TRANSACTION_ENDED,
+                    group_id=group_id,
+                    fields={
+                        "transactional_id": txn.transactional_id,
+                        "producer_id": producer_id,
+                        "producer_epoch": txn.producer_epoch,
+                        "outcome": outcome,
+                    },
+                )
+            )
+
+    # ------------------------------------------------------------------ within other commands
+
+    def delete_partition(
+        self, result: Result[Any], group_id: str, topic: str, partition: int
+    ) -> None:
+        """OffsetDelete (and a topic's deletion): the partition's pending offsets go too."""
+        open_ = self._open.get(group_id)
+        pids = () if open_ is None else open_.get((topic, partition), ())
+        for pid in sorted(pids):
+            self._ctx.emit(
+                result, r.txn_offset_commit_record(group_id, topic, partition, pid, None)
+            )
+
+    def delete_all(self, result: Result[Any], group_id: str) -> None:
+        """The group is deleted: its pending offsets and transaction records."""
+        for topic, partition in sorted(self.pending_partitions(group_id)):
+            self.delete_partition(result, group_id, topic, partition)
+        for g, pid in sorted(self._txns):
+            if g == group_id:
+                self._ctx.emit(result, r.group_transaction_record(group_id, pid, None))
+
+    def on_topics_deleted(self, result: Result[Any], names: Iterable[str]) -> None:
+        deleted = set(names)
+        for group_id in sorted(self._open):
+            for topic, partition in sorted(self._open[group_id]):
+                if topic in deleted:
+                    self.delete_partition(result, group_id, topic, partition)
+
+    def on_offset_committed(self, group_id: str, topic: str, partition: int) -> None:
+        """Replay of a plain OffsetCommit record: the partition's pending offsets are older
+        than it, so none of them will be materialized (Kafka compares record offsets)."""
+        open_ = self._open.get(group_id)
+        if open_ is None:
+            return
+        for pid in open_.get((topic, partition), ()):
+            pending = self._pending[pid]
+            key = (group_id, topic, partition)
+            entry = pending[key]
+            if not entry.superseded:
+                pending[key] = PendingOffset(value=entry.value, superseded=True)
+
+    # ------------------------------------------------------------------ records
+
+    def replayers(self) -> dict[r.RecordType, Callable[[r.Record], None]]:
+        return {
+            r.RecordType.TXN_OFFSET_COMMIT: self._replay_pending,
+            r.RecordType.GROUP_TRANSACTION: self._replay_transaction,
+        }
+
+    def _replay_pending(self, record: r.Record) -> None:
+        key, value = r.typed(record, r.TxnOffsetCommitKey, r.TxnOffsetCommitValue)
+        g, tp, pid = key.group_id, (key.topic, key.partition), key.producer_id
+        pending = self._pending.get(pid)
+        open_ = self._open.get(g)
+        if value is None:
+            if pending is None or (g, *tp) not in pending:
+                return
+            del pending[(g, *tp)]
+            if not pending:
+                del self._pending[pid]
+            assert open_ is not None
+            rest = open_[tp] - {pid}
+            if rest:
+                open_[tp] = rest
+            else:
+                del open_[tp]
+                if not open_:
+                    del self._open[g]
+            return
+        if pending is None:
+            pending = self._ctx.undo.new_dict()
+            self._pending[pid] = pending
+        pending[(g, *tp)] = PendingOffset(value=value)
+        if open_ is None:
+            open_ = self._ctx.undo.new_dict()
+            self._open[g] = open_
+        open_[tp] = open_.get(tp, frozenset()) | {pid}
+
+    def _replay_transaction(self, record: r.Record) -> None:
+        key, value = r.typed(record, r.GroupTransactionKey, r.GroupTransactionValue)
+        g, pid = key.group_id, key.producer_id
+        groups = self._groups_of.get(pid, frozenset())
+        if value is None:
+            if (g, pid) not in self._txns:
+                return
+            del self._txns[(g, pid)]
+            rest = groups - {g}
+            if rest:
+                self._groups_of[pid] = rest
+            else:
+                del self._groups_of[pid]
+            return
+        self._txns[(g, pid)] = value
+        if g not in groups:
+            self._groups_of[pid] = groups | {g}
+
+    def snapshot(self) -> dict[str, object]:
+        return {
+            "pending_offsets": {
+                f"{g}/{t}-{p}/{pid}": (entry.value, entry.superseded)
+                for pid, pending in sorted(self._pending.items())
+                for (g, t, p), entry in sorted(pending.items())
+            },
+            "transactions": {f"{g}/{pid}": v for (g, pid), v in sorted(self._txns.items())},
+        }
+
+    def records_of_state(
+        self, committed: Callable[[str, str, int], r.OffsetCommitValue | None]
+    ) -> list[r.Record]:
+        """The transaction records, then the pending offsets; a superseded one is followed by
+        the partition's committed offset again (``committed``), so that replay marks it
+        superseded as before."""
+        out = [r.group_transaction_record(g, pid, v) for (g, pid), v in sorted(self._txns.items())]
+        for pid, pending in sorted(self._pending.items()):
+            for (g, t, p), entry in sorted(pending.items()):
+                out.append(r.txn_offset_commit_record(g, t, p, pid, entry.value))
+                current = committed(g, t, p) if entry.superseded else None
+                if current is not None:
+                    out.append(r.offset_commit_record(g, t, p, current))
+        return out
+
+
+def pending_error(group_id: str, topic: str, partition: int) -> tuple[ErrorCode, str]:
+    """The fetch answer of a partition with pending transactional offsets (require_stable)."""
+    return (
+        ErrorCode.UNSTABLE_OFFSET_COMMIT,
+        f"Partition {topic}-{partition} of group {group_id} has pending transactional offsets.",
+    )

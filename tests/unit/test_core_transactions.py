@@ -1,0 +1,294 @@
+"""Transactional offsets in the pure core (coordinator/core/transactions.py; Kafka's
+OffsetMetadataManager and its tests): pending until the transaction ends, invisible to a plain
+OffsetFetch, UNSTABLE_OFFSET_COMMIT to one that requires stable offsets, committed or dropped as
+records, never over a later plain commit; the producer and the member validated; deletion,
+expiry and topic deletion take the pending offsets along; replaying the records (a restart in
+between) gives the same state."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from coordinator.core import records as r
+from coordinator.core.commands import Result
+from coordinator.core.config import GroupCoordinatorConfig
+from coordinator.core.errors import (
+    ConcurrentTransactionsError,
+    ErrorCode,
+    IllegalGenerationError,
+    InvalidProducerEpochError,
+    StaleMemberEpochError,
+    UnknownMemberIdError,
+)
+from coordinator.core.events import Event
+from coordinator.core.offsets import (
+    OffsetCommitPartition,
+    OffsetCommitTopic,
+    OffsetFetchGroup,
+    OffsetFetchTopic,
+    PartitionResult,
+    TxnOffsetCommit,
+)
+from coordinator.core.records import TransactionState as S
+from coordinator.core.transactions import EndTxn, ProducerInitialized
+from coordinator.harness import Harness
+
+G = "grp"
+T = "app-txn-1"
+PID = 4000
+
+
+@pytest.fixture
+def h() -> Harness:
+    h = Harness(config=GroupCoordinatorConfig(offsets_retention_minutes=10))
+    h.create_topic("in", 2)
+    h.create_topic("other", 1)
+    return h
+
+
+def txn_commit(
+    h: Harness,
+    offsets: dict[tuple[str, int], int],
+    *,
+    epoch: int = 0,
+    pid: int = PID,
+    generation: int = -1,
+    member: str = "",
+    group: str = G,
+) -> Result[Any]:
+    by_topic: dict[str, list[OffsetCommitPartition]] = {}
+    for (topic, p), offset in sorted(offsets.items()):
+        by_topic.setdefault(topic, []).append(
+            OffsetCommitPartition(partition_index=p, committed_offset=offset)
+        )
+    req = TxnOffsetCommit(
+        transactional_id=T,
+        group_id=group,
+        producer_id=pid,
+        producer_epoch=epoch,
+        generation_id=generation,
+        member_id=member,
+        topics=tuple(OffsetCommitTopic(name=t, partitions=tuple(ps)) for t, ps in by_topic.items()),
+    )
+    return h._commit(h.shard.txn_offset_commit(req, h.now_ms))
+
+
+def end(
+    h: Harness, state: S | None, commit: bool, *, epoch: int = 0, pid: int = PID
+) -> Result[Any]:
+    cmd = EndTxn(producer_id=pid, producer_epoch=epoch, commit=commit, state=state)
+    return h._commit(h.shard.end_transaction(cmd, h.now_ms))
+
+
+def initialized(epoch: int) -> ProducerInitialized:
+    return ProducerInitialized(transactional_id=T, producer_id=PID, producer_epoch=epoch)
+
+
+def fetch(h: Harness, *partitions: int, stable: bool = False, topic: str = "in") -> list[Any]:
+    got = h.shard.offset_fetch(
+        OffsetFetchGroup(
+            group_id=G,
+            topics=(OffsetFetchTopic(name=topic, partition_indexes=partitions),),
+            require_stable=stable,
+        )
+    )
+    return [(p.committed_offset, p.error_code) for t in got.topics for p in t.partitions]
+
+
+def txn(epoch: int = 0, state: S = S.ONGOING, at: int = 0) -> r.GroupTransactionValue:
+    return r.GroupTransactionValue(
+        transactional_id=T, producer_epoch=epoch, state=state, updated_ms=at
+    )
+
+
+def pending(offset: int, epoch: int = 0, at: int = 0) -> r.TxnOffsetCommitValue:
+    return r.TxnOffsetCommitValue(
+        offset=offset, leader_epoch=-1, metadata="", commit_timestamp_ms=at, producer_epoch=epoch
+    )
+
+
+def committed(offset: int, at: int = 0) -> r.OffsetCommitValue:
+    return r.OffsetCommitValue(offset=offset, leader_epoch=-1, metadata="", commit_timestamp_ms=at)
+
+
+def replays(h: Harness) -> None:
+    assert h.replayed().snapshot() == h.shard.snapshot()
+    fresh = Harness(config=h.config)
+    for record in h.shard.records_of_state():
+        fresh.shard.replay(record)
+    assert fresh.shard.snapshot()["pending_offsets"] == h.shard.snapshot()["pending_offsets"]
+
+
+def test_pending_until_commit_then_committed(h: Harness) -> None:
+    h.commit(G, "", -1, {("in", 0): 3})  # committed before the transaction
+    res = txn_commit(h, {("in", 0): 10, ("in", 1): 20})
+    assert res.records == [
+        r.group_transaction_record(G, PID, txn()),
+        r.txn_offset_commit_record(G, "in", 0, PID, pending(10)),
+        r.txn_offset_commit_record(G, "in", 1, PID, pending(20)),
+    ]
+    assert [p for t in res.response.topics for p in t.partitions] == [
+        PartitionResult(partition_index=0),
+        PartitionResult(partition_index=1),
+    ]
+    # Invisible to a plain fetch; UNSTABLE_OFFSET_COMMIT to one that requires stable offsets.
+    assert fetch(h, 0, 1) == [(3, ErrorCode.NONE), (-1, ErrorCode.NONE)]
+    assert fetch(h, 0, 1, stable=True) == [
+        (-1, ErrorCode.UNSTABLE_OFFSET_COMMIT),
+        (-1, ErrorCode.UNSTABLE_OFFSET_COMMIT),
+    ]
+    replays(h)
+    h.now_ms = 50
+    prepared = end(h, S.PREPARE_COMMIT, True)
+    assert prepared.records == [
+        r.group_transaction_record(G, PID, txn(state=S.PREPARE_COMMIT, at=50))
+    ]
+    assert prepared.response.groups == (G,)
+    assert fetch(h, 0, stable=True) == [(-1, ErrorCode.UNSTABLE_OFFSET_COMMIT)]
+    replays(h)
+    done = end(h, None, True)
+    assert done.records == [
+        r.offset_commit_record(G, "in", 0, committed(10)),
+        r.offset_commit_record(G, "in", 1, committed(20)),
+        r.txn_offset_commit_record(G, "in", 0, PID, None),
+        r.txn_offset_commit_record(G, "in", 1, PID, None),
+        r.group_transaction_record(G, PID, None),
+    ]
+    assert [e.event for e in done.events] == [Event.TRANSACTION_ENDED]
+    assert done.events[0].fields["outcome"] == "committed (2 offsets)"
+    assert fetch(h, 0, 1, stable=True) == [(10, ErrorCode.NONE), (20, ErrorCode.NONE)]
+    replays(h)
+    # The same end again (a retried EndTxn): nothing left to do.
+    assert end(h, None, True).records == []
+
+
+def test_an_abort_leaves_the_offsets_where_they_were(h: Harness) -> None:
+    h.commit(G, "", -1, {("in", 0): 3})
+    txn_commit(h, {("in", 0): 10})
+    end(h, S.PREPARE_ABORT, False)
+    done = end(h, None, False)
+    assert done.records == [
+        r.txn_offset_commit_record(G, "in", 0, PID, None),
+        r.group_transaction_record(G, PID, None),
+    ]
+    assert fetch(h, 0, stable=True) == [(3, ErrorCode.NONE)]
+    replays(h)
+
+
+def test_a_later_plain_commit_wins_over_the_transaction(h: Harness) -> None:
+    """Kafka keeps the most recent offset: a plain commit (a reset, say) after the
+    transactional one is not overwritten when the transaction commits; an earlier one is."""
+    txn_commit(h, {("in", 0): 10, ("in", 1): 20})
+    h.commit(G, "", -1, {("in", 0): 99})
+    replays(h)  # records_of_state keeps it superseded
+    done = end(h, None, True)
+    assert done.records[:1] == [r.offset_commit_record(G, "in", 1, committed(20))]
+    assert fetch(h, 0, 1) == [(99, ErrorCode.NONE), (20, ErrorCode.NONE)]
+    # Pending again after the plain commit: the transaction's offset is the newer one.
+    txn_commit(h, {("in", 0): 100})
+    end(h, None, True)
+    assert fetch(h, 0) == [(100, ErrorCode.NONE)]
+    replays(h)
+
+
+def test_end_of_another_epoch_changes_nothing(h: Harness) -> None:
+    txn_commit(h, {("in", 0): 10}, epoch=3)
+    assert end(h, None, True, epoch=2).records == []
+    assert end(h, None, True, epoch=2).response.groups == ()
+    assert fetch(h, 0, stable=True) == [(-1, ErrorCode.UNSTABLE_OFFSET_COMMIT)]
+
+
+def test_producer_checks(h: Harness) -> None:
+    txn_commit(h, {("in", 0): 10}, epoch=3)
+    with pytest.raises(InvalidProducerEpochError):
+        txn_commit(h, {("in", 0): 11}, epoch=2)
+    end(h, S.PREPARE_COMMIT, True, epoch=3)
+    with pytest.raises(ConcurrentTransactionsError) as err:
+        txn_commit(h, {("in", 0): 12}, epoch=3)
+    assert err.value.code == ErrorCode.CONCURRENT_TRANSACTIONS
+    end(h, None, True, epoch=3)
+    # The next transaction (same epoch with transaction version 1) goes through.
+    txn_commit(h, {("in", 0): 13}, epoch=3)
+    assert fetch(h, 0) == [(10, ErrorCode.NONE)]
+
+
+def test_a_newer_epoch_finds_the_older_transaction_aborted(h: Harness) -> None:
+    """An ongoing transaction never had an end forwarded, so it cannot have committed: when
+    the producer comes back with a newer epoch (InitProducerId fenced it), its offsets go."""
+    txn_commit(h, {("in", 0): 10, ("in", 1): 20}, epoch=3)
+    res = txn_commit(h, {("in", 0): 30}, epoch=4)
+    assert res.records == [
+        r.txn_offset_commit_record(G, "in", 0, PID, None),
+        r.txn_offset_commit_record(G, "in", 1, PID, None),
+        r.group_transaction_record(G, PID, None),
+        r.group_transaction_record(G, PID, txn(epoch=4)),
+        r.txn_offset_commit_record(G, "in", 0, PID, pending(30, epoch=4)),
+    ]
+    assert fetch(h, 1, stable=True) == [(-1, ErrorCode.NONE)]
+    replays(h)
+
+
+def test_init_producer_id_aborts_ongoing_but_not_ending_transactions(h: Harness) -> None:
+    txn_commit(h, {("in", 0): 10}, epoch=3)
+    txn_commit(h, {("in", 1): 20}, epoch=0, pid=PID + 1)  # an earlier producer id of T
+    res = h._commit(h.shard.producer_initialized(initialized(4)))
+    # Both transactions belong to transactional id T: the one of another producer id and the
+    # one of an older epoch were aborted by the initialization.
+    assert res.response.groups == (G, G)
+    assert fetch(h, 0, 1, stable=True) == [(-1, ErrorCode.NONE), (-1, ErrorCode.NONE)]
+    txn_commit(h, {("in", 0): 11}, epoch=4)
+    end(h, S.PREPARE_COMMIT, True, epoch=4)
+    res = h._commit(h.shard.producer_initialized(initialized(5)))
+    assert res.records == [] and res.response.groups == ()
+    replays(h)
+
+
+def test_member_validation(h: Harness) -> None:
+    """Kafka's validateTransactionalOffsetCommit: a missing group takes only generation -1; a
+    consumer group checks the member and its epoch (KIP-1251 included: an older epoch for
+    partitions owned since then); an unknown member is UNKNOWN_MEMBER_ID."""
+    with pytest.raises(IllegalGenerationError):
+        txn_commit(h, {("in", 0): 1}, generation=2, member="m", group="nobody")
+    h.join("A", ["in"])  # epoch 1, in-0 and in-1
+    h.create_topic("more", 1)
+    h.heartbeat(member_id="A", member_epoch=1, subscribed_topic_names=("in", "more"))  # 2
+    with pytest.raises(UnknownMemberIdError):
+        txn_commit(h, {("in", 0): 1})
+    assert txn_commit(h, {("in", 0): 1}, generation=1, member="A").response is not None
+    with pytest.raises(StaleMemberEpochError):
+        txn_commit(h, {("more", 0): 1}, generation=1, member="A")
+    with pytest.raises(StaleMemberEpochError):
+        txn_commit(h, {("in", 0): 1}, generation=3, member="A")
+
+
+def test_deleting_the_group_the_partition_or_the_topic_drops_pending_offsets(h: Harness) -> None:
+    txn_commit(h, {("in", 0): 10, ("in", 1): 20, ("other", 0): 5})
+    res = h._commit(h.shard.offset_delete(G, [("in", [1])]))
+    assert res.records == [r.txn_offset_commit_record(G, "in", 1, PID, None)]
+    res = h._commit(h.shard.on_topics_deleted(["other"]))
+    assert res.records == [r.txn_offset_commit_record(G, "other", 0, PID, None)]
+    assert [g.group_id for g in h.shard.list_groups()] == [G]  # known through its transaction
+    res = h._commit(h.shard.delete_groups([G]))
+    assert res.response == [(G, ErrorCode.NONE, None)]
+    assert res.records[:2] == [
+        r.txn_offset_commit_record(G, "in", 0, PID, None),
+        r.group_transaction_record(G, PID, None),
+    ]
+    assert h.shard.snapshot()["pending_offsets"] == {} and h.shard.transactions() == []
+    assert end(h, None, True).records == []  # its end finds nothing
+
+
+def test_expiry_keeps_partitions_with_pending_offsets_and_the_group(h: Harness) -> None:
+    h.commit(G, "", -1, {("in", 0): 1, ("in", 1): 2})
+    txn_commit(h, {("in", 0): 10})
+    h.now_ms = 11 * 60_000
+    res = h.expire_offsets()
+    assert res.records == [r.offset_commit_tombstone(G, "in", 1)]  # in-0 is held
+    assert G in h.shard.offsets
+    end(h, None, False)
+    h.now_ms = 12 * 60_000
+    res = h.expire_offsets()
+    assert r.offset_commit_tombstone(G, "in", 0) in res.records
+    assert G not in h.shard.offsets.simple_groups()
