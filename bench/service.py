@@ -729,6 +729,58 @@ def main() -> int:
         sep="\n",
         flush=True,
     )
+    if not args.no_doc:
+        cmd = "python bench/service.py" + (" --quick" if args.quick else "")
+        cmd += " --only-heartbeats" if args.only_heartbeats else ""
+        write_section(
+            "service",
+            f"""## Service (`{cmd}`)
+
+{machine()}. Server and client are separate processes sharing the 2 cores.
+
+### Steady-state heartbeats through gRPC
+
+`kip848 serve` (system clock, SQLite store, fsync per batch) with {members} members in groups
+of {MEMBERS_PER_GROUP_HB}, all joined and reconciled first; then every member sends its
+steady-state heartbeat again as soon as the previous one is answered, for {seconds:.0f} s per
+row. The load comes from `bench/loadgen/h2hb.c`, a small C HTTP/2 client (libnghttp2) that
+spends about 30 µs of CPU per call and checks every response (HTTP 200, grpc-status 0,
+`error_code` 0); the Python row drives the same server with a grpc.aio client (one channel)
+instead, the client's CPU shown beside it. The echo rows are grpc.aio servers whose handler
+only builds the response: grpc.aio's own ceiling on this machine in the same sitting. Rows
+without `--grpc-transport` use the default gRPC server (ours, on libnghttp2); the
+`--grpc-transport grpcio` rows are grpc.aio, as every row was before it.
+
+**Headline:** median of {args.repeat} runs of `kip848 serve` (defaults, one process):
+**{median:,.0f} heartbeats/s** (target ≥ 5,000/s), **{versus_aio:.1f}×** grpc.aio's
+(`--grpc-transport grpcio`, one process) in the same sitting (target ≥ 3×). Load average
+{load0:.1f} when the heartbeat rows began, {load1:.1f} when they ended (the machine is shared
+with other work: rough numbers).
+
+{hb_table}
+
+CPU per call, from the rows above (µs; server CPU is the sum over the server's processes):
+
+{budget_table}
+
+With grpc.aio a call costs the server mostly gRPC's own work (HTTP/2, the call object, the
+event loop), which runs one Python thread per process; `--grpc-processes 2` adds a front-end
+process on the same port (`SO_REUSEPORT`) that forwards its calls to the coordinator process
+over a Unix socket (coordinator/server/forwarding.py), so that work uses the second core. The
+default gRPC server (coordinator/server/h2grpc.py) leaves HTTP/2 to libnghttp2 and costs a
+fraction of it, so one process serves more than grpc.aio did with front ends. Two earlier
+fixes are in every row: uvloop instead of asyncio's loop, and one generic handler instead of
+registered methods (grpc.aio's accept loop runs `asyncio.wait` over one future per registered
+method for every call: with our thirty-odd methods that was 20% of the coordinator process's
+time under cProfile).
+
+Where the coordinator process's time goes (cProfile of `kip848 serve`, one process; "own %" is
+of the whole run including start-up and the joins; the first row is the event loop itself,
+i.e. uvloop and libnghttp2's C code, which cProfile cannot see into):
+
+{prof_table}
+""",
+        )
     if args.only_heartbeats:
         return 0
 
@@ -788,56 +840,9 @@ def main() -> int:
     print("\n" + gc_table, flush=True)
 
     if not args.no_doc:
-        cmd = "python bench/service.py" + (" --quick" if args.quick else "")
         write_section(
-            "service",
-            f"""## Service (`{cmd}`)
-
-{machine()}. Server and client are separate processes sharing the 2 cores.
-
-### Steady-state heartbeats through gRPC
-
-`kip848 serve` (system clock, SQLite store, fsync per batch) with {members} members in groups
-of {MEMBERS_PER_GROUP_HB}, all joined and reconciled first; then every member sends its
-steady-state heartbeat again as soon as the previous one is answered, for {seconds:.0f} s per
-row. The load comes from `bench/loadgen/h2hb.c`, a small C HTTP/2 client (libnghttp2) that
-spends about 30 µs of CPU per call and checks every response (HTTP 200, grpc-status 0,
-`error_code` 0); the Python row drives the same server with a grpc.aio client (one channel)
-instead, the client's CPU shown beside it. The echo rows are grpc.aio servers whose handler
-only builds the response: grpc.aio's own ceiling on this machine in the same sitting. Rows
-without `--grpc-transport` use the default gRPC server (ours, on libnghttp2); the
-`--grpc-transport grpcio` rows are grpc.aio, as every row was before it.
-
-**Headline:** median of {args.repeat} runs of `kip848 serve` (defaults, one process):
-**{median:,.0f} heartbeats/s** (target ≥ 5,000/s), **{versus_aio:.1f}×** grpc.aio's
-(`--grpc-transport grpcio`, one process) in the same sitting (target ≥ 3×). Load average
-{load0:.1f} when the heartbeat rows began, {load1:.1f} when they ended (the machine is shared
-with other work: rough numbers).
-
-{hb_table}
-
-CPU per call, from the rows above (µs; server CPU is the sum over the server's processes):
-
-{budget_table}
-
-With grpc.aio a call costs the server mostly gRPC's own work (HTTP/2, the call object, the
-event loop), which runs one Python thread per process; `--grpc-processes 2` adds a front-end
-process on the same port (`SO_REUSEPORT`) that forwards its calls to the coordinator process
-over a Unix socket (coordinator/server/forwarding.py), so that work uses the second core. The
-default gRPC server (coordinator/server/h2grpc.py) leaves HTTP/2 to libnghttp2 and costs a
-fraction of it, so one process serves more than grpc.aio did with front ends. Two earlier
-fixes are in every row: uvloop instead of asyncio's loop, and one generic handler instead of
-registered methods (grpc.aio's accept loop runs `asyncio.wait` over one future per registered
-method for every call: with our thirty-odd methods that was 20% of the coordinator process's
-time under cProfile).
-
-Where the coordinator process's time goes (cProfile of `kip848 serve`, one process; "own %" is
-of the whole run including start-up and the joins; the first row is the event loop itself,
-i.e. uvloop and libnghttp2's C code, which cProfile cannot see into):
-
-{prof_table}
-
-### Load time
+            "service-store",
+            f"""### Load time
 
 A store of canonical records of reconciled 10-member groups (built once by a real shard,
 re-keyed per group, in {loads[0]["build_s"]:.0f} s), loaded {len(loads)} times by the runtime's
