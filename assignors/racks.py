@@ -13,23 +13,27 @@ share one pool of partitions (a class of ``uniform``, a co-partitioned group of 
   each make a node; every other member (no rack, or a rack without replicas) is in one more
   node, where nothing is ever local. With no relevant rack the caller's rack-blind result
   stands, unchanged.
-* **Types.** Partitions are counted by *type*: the relevant racks they are local to (a bit mask
-  over the nodes; ``range`` counts a partition index once per co-partitioned topic, so its
-  "mask" is the tuple of the topics' masks), and the node of the member that holds it now
-  (``uniform``: the current target; ``range``: its rack-blind range), or none. A handful of
-  types, whatever the size of the group.
+* **Types.** ``uniform`` counts its partitions by *type*: the relevant racks they are local to
+  (a bit mask over the nodes) and the node of the member holding it now (its current target),
+  or none — a handful of types whatever the size of the group. ``range`` counts a partition
+  index once per co-partitioned topic it is local in: its type is how many topics of the group
+  have a replica in each node's rack.
 * **Plan** (:func:`transport`). A transportation problem between types and nodes: every node
-  takes exactly its members' counts, every partition goes somewhere, and the plan maximises
-  ``Σ LOCAL·(local replicas) + (partitions kept by their node)`` with ``LOCAL`` larger than any
-  number of partitions: locality first, stickiness second. It is solved exactly (successive
-  shortest paths on the small graph), so the plan's locality is the best that any assignment
-  with these counts can reach — in particular never below the rack-blind result's.
-* **Realise.** A node keeps, of each type it holds, what the plan leaves it, giving up first
-  what its members above their count must give up anyway; members above their count give up
-  their highest partitions; what leaves a node, and the free partitions, go to the nodes the
-  plan names (in partition order); members below their count take contiguous runs of what
-  their node gets, in member order. Locality is decided by the plan (members of one node are
-  interchangeable for it); stickiness within a node is greedy.
+  takes its members' counts (``uniform``: ``q`` each, and which nodes take the ``r`` extra
+  partitions is part of the plan), every partition goes somewhere, and the plan maximises
+  ``LOCAL·(local replicas) + (partitions kept by their node)`` with ``LOCAL`` larger than any
+  number of partitions: locality first, stickiness second. Exact: a greedy start, then gainful
+  cycles cancelled on the nodes until none is left (the optimality condition of min-cost flows),
+  so the plan's locality is the best any assignment with these counts can reach — in
+  particular never below the rack-blind result's.
+* **Realise.** ``uniform``: a node keeps, of each type it holds, what the plan leaves it, giving
+  up first what its members above their count must give up anyway; members above their count
+  give up their highest partitions; what leaves a node, and the free partitions, go to the nodes
+  the plan names (in partition order); members below their count take contiguous runs of what
+  their node gets, in member order. ``range``: each node takes, of each type, first the indexes
+  its own members held rack-blind, then the rest, and deals them in order to its members.
+  Locality is decided by the plan (members of one node are interchangeable for it); stickiness
+  within a node is greedy.
 
 Why not as Kafka did: the client-side assignors of KIP-881 try a rack-matching pass and then a
 rack-blind one, which is neither optimal nor cheap; the server-side rack-aware builders removed by
@@ -42,7 +46,7 @@ Everything is deterministic: nodes, types and members are visited in sorted orde
 from __future__ import annotations
 
 from collections import Counter, deque
-from collections.abc import Collection, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from heapq import heappop, heappush
 from itertools import chain, compress, filterfalse, islice, repeat
 from operator import add, mul
@@ -139,12 +143,6 @@ class RackNodes:
         n = metadata.num_partitions
         return list(map(mask_of.get, map(metadata.partition_racks.get, range(n)), repeat(0)))
 
-    def weights(self, masks: Mapping[int, int]) -> tuple[int, ...]:
-        """For masks counted (mask -> how many), how many are local to each node."""
-        return tuple(
-            sum(n for m, n in masks.items() if self.local(m, v)) for v in range(self.count)
-        )
-
     def local(self, mask: int, node: int) -> bool:
         return node != self.elsewhere and bool(mask >> node & 1)
 
@@ -170,153 +168,117 @@ def transport(
     if sum(supplies) != sum(capacities) + extras:
         raise PartitionAssignorError("internal error: rack plan supplies and capacities differ")
     room = list(extra_room) if extras else [0] * nodes
-    greedy = _greedy(supplies, capacities, weights, extras, room)
-    if greedy is not None:
-        return greedy
-    return _Plan(supplies, capacities, weights, extras, room).solve()
+    flow, taken, optimal = _greedy(supplies, capacities, weights, extras, room)
+    if not optimal:
+        _Cycles(flow, weights, taken, room).cancel()
+    return flow
 
 
-class _Plan:
-    """Successive shortest (here: most gainful) paths for a transportation problem with few
-    nodes and possibly many types, on the node-level residual graph: a path enters node ``v``
-    with a unit of the best type that still has supply (``w[i][v]``), may pass from node to
-    node by moving a unit of some type already there (gain ``w[j][v'] - w[j][v]``, the best
-    such type kept in a heap per pair of nodes), or through the shared extras (a node takes one
-    more extra, another one less), and ends at a node with room left, or in the extras pool.
-    Bellman-Ford over the nodes (plus the extras) finds the best path; it is pushed as far as
-    its narrowest step allows. Starting from nothing and always taking the best path keeps the
-    flow optimal for what it carries (no gainful cycle ever appears), so it is optimal when
-    everything is placed."""
+class _Cycles:
+    """Improves a feasible flow until no gainful cycle is left, which makes it optimal (the
+    optimality condition of min-cost flows). Cycles are looked for on the nodes: an edge v -> u
+    moves a unit of the type at v that gains most at u (``w[j][u] - w[j][v]``, the best such
+    type kept in a heap per pair of nodes), and a vertex for the shared extras lets a node take
+    one more extra (v -> extras, if it has room) while another takes one less (extras -> u, if it
+    has one). Bellman-Ford over the nodes finds a gainful cycle; it is pushed as far as its
+    narrowest step allows. Few nodes, any number of types; deterministic."""
 
     def __init__(
         self,
-        supplies: Sequence[int],
-        capacities: Sequence[int],
+        flow: list[list[int]],
         weights: Sequence[Sequence[int]],
-        extras: int,
+        taken: list[int],
         room: Sequence[int],
     ) -> None:
-        self.w = weights
-        self.types, self.nodes = len(supplies), len(capacities)
-        self.left = list(supplies)
-        self.base = list(capacities)  # room left under each node's capacity
-        self.room = list(room)  # extras each node may still take
-        self.x = [0] * self.nodes  # extras each node took
-        self.pool = extras
-        self.flow = [[0] * self.nodes for _ in supplies]
-        self.order = [
-            sorted((i for i in range(self.types) if supplies[i]), key=lambda i: (-weights[i][v], i))
-            for v in range(self.nodes)
-        ]
-        self.at = [0] * self.nodes
+        self.flow, self.w, self.taken, self.room = flow, weights, taken, room
+        self.nodes = len(room)
         self.heaps: list[list[list[tuple[int, int]]]] = [
             [[] for _ in range(self.nodes)] for _ in range(self.nodes)
         ]
+        for i, row in enumerate(flow):
+            for v, f in enumerate(row):
+                if f:
+                    self._held(i, v)
 
-    def _entry(self, v: int) -> int | None:
-        """The best type with supply left for node v."""
-        order, left = self.order[v], self.left
-        at = self.at[v]
-        while at < len(order) and not left[order[at]]:
-            at += 1
-        self.at[v] = at
-        return order[at] if at < len(order) else None
+    def _held(self, i: int, v: int) -> None:
+        """Type i has units at node v (again): it may move from there."""
+        row = self.w[i]
+        for u in range(self.nodes):
+            if u != v:
+                heappush(self.heaps[v][u], (row[v] - row[u], i))
 
-    def _exchange(self, v: int, u: int) -> int | None:
-        """The type at node v that gains most by moving to node u."""
+    def _best(self, v: int, u: int) -> int | None:
         heap, flow = self.heaps[v][u], self.flow
         while heap and not flow[heap[0][1]][v]:
             heappop(heap)
         return heap[0][1] if heap else None
 
-    def _add(self, i: int, v: int, amount: int) -> None:
-        flow = self.flow
-        if not flow[i][v]:
-            row = self.w[i]
-            for u in range(self.nodes):
-                if u != v:
-                    heappush(self.heaps[v][u], (row[v] - row[u], i))
-        flow[i][v] += amount
-
-    def solve(self) -> list[list[int]]:
-        nodes, w = self.nodes, self.w
-        spare = nodes  # the extras pool's vertex
-        left = sum(self.left)
-        while left:
-            # Best gain of a path reaching each vertex with one unit to place; how it came.
-            gain: list[float] = [-_INF] * (nodes + 1)
-            came: list[tuple[str, int, int]] = [("", -1, -1)] * (nodes + 1)
+    def cancel(self) -> None:
+        nodes, w, flow, taken, room = self.nodes, self.w, self.flow, self.taken, self.room
+        spare = nodes  # the extras' vertex
+        vertices = nodes + 1
+        for _ in range(_MAX_CYCLES):
+            moves = [
+                [self._best(v, u) if u != v else None for u in range(nodes)] for v in range(nodes)
+            ]
+            edges: list[tuple[int, int, int, int]] = []  # (from, to, gain, type or -1)
             for v in range(nodes):
-                i = self._entry(v)
-                if i is not None:
-                    gain[v], came[v] = w[i][v], ("entry", i, -1)
-            moves = [[self._exchange(v, u) for u in range(nodes)] for v in range(nodes)]
-            for _ in range(nodes + 1):
-                changed = False
-                for v in range(nodes):
-                    g = gain[v]
-                    if g == -_INF:
-                        continue
-                    for u in range(nodes):
-                        j = moves[v][u]
-                        if j is not None and u != v and g + w[j][u] - w[j][v] > gain[u]:
-                            gain[u], came[u], changed = g + w[j][u] - w[j][v], ("move", j, v), True
-                    if self.x[v] < self.room[v] and g > gain[spare]:
-                        gain[spare], came[spare], changed = g, ("extra", v, -1), True
-                if gain[spare] != -_INF:
-                    for u in range(nodes):
-                        if self.x[u] and gain[spare] > gain[u]:
-                            gain[u], came[u], changed = gain[spare], ("unextra", u, -1), True
-                if not changed:
+                for u in range(nodes):
+                    j = moves[v][u]
+                    if j is not None:
+                        edges.append((v, u, w[j][u] - w[j][v], j))
+                if taken[v] < room[v]:
+                    edges.append((v, spare, 0, -1))
+                if taken[v]:
+                    edges.append((spare, v, 0, -1))
+            gain = [0] * vertices
+            came: list[tuple[int, int, int, int] | None] = [None] * vertices
+            last = -1
+            for _round in range(vertices):
+                last = -1
+                for edge in edges:
+                    a, b, g, _j = edge
+                    if gain[a] + g > gain[b]:
+                        gain[b] = gain[a] + g
+                        came[b] = edge
+                        last = b
+                if last < 0:
+                    return  # no gainful cycle: optimal
+            # `last` was improved in the final round: walk back into the cycle, then around it.
+            at = last
+            for _ in range(vertices):
+                back = came[at]
+                assert back is not None
+                at = back[0]
+            cycle: list[tuple[int, int, int, int]] = []
+            start = at
+            while True:
+                back = came[at]
+                assert back is not None
+                cycle.append(back)
+                at = back[0]
+                if at == start:
                     break
-            ends = [(gain[v], -v, v) for v in range(nodes) if self.base[v] and gain[v] != -_INF]
-            if self.pool and gain[spare] != -_INF:
-                ends.append((gain[spare], -spare, spare))
-            if not ends:
-                raise PartitionAssignorError(
-                    "internal error: the rack plan cannot place everything"
-                )
-            end = max(ends)[2]
-            # Walk back: the steps and how much the narrowest allows.
-            steps: list[tuple[str, int, int, int]] = []  # (kind, type or node, from, to)
-            amount = self.base[end] if end != spare else self.pool
-            at = end
-            for _ in range(2 * nodes + 2):
-                kind, a, b = came[at]
-                steps.append((kind, a, b, at))
-                if kind == "entry":
-                    amount = min(amount, self.left[a])
-                    break
-                if kind == "move":
-                    amount = min(amount, self.flow[a][b])
-                    at = b
-                elif kind == "extra":  # node a takes one more extra
-                    amount = min(amount, self.room[a] - self.x[a])
-                    at = a
-                else:  # "unextra": node a takes one extra less (the path came from the pool)
-                    amount = min(amount, self.x[a])
-                    at = spare
-            else:
-                raise PartitionAssignorError("internal error: the rack plan found a cycle")
+            amount = min(
+                flow[j][a] if j >= 0 else (room[a] - taken[a] if b == spare else taken[b])
+                for a, b, _g, j in cycle
+            )
             if amount <= 0:
-                raise PartitionAssignorError("internal error: the rack plan found no room")
-            for kind, a, b, to in steps:
-                if kind == "entry":
-                    self.left[a] -= amount
-                    self._add(a, to, amount)
-                elif kind == "move":
-                    self.flow[a][b] -= amount
-                    self._add(a, to, amount)
-                elif kind == "extra":
-                    self.x[a] += amount
+                raise PartitionAssignorError("internal error: the rack plan found an empty cycle")
+            for a, b, _g, j in cycle:
+                if j >= 0:
+                    flow[j][a] -= amount
+                    if not flow[j][b]:
+                        self._held(j, b)
+                    flow[j][b] += amount
+                elif b == spare:
+                    taken[a] += amount
                 else:
-                    self.x[a] -= amount
-            if end == spare:
-                self.pool -= amount
-            else:
-                self.base[end] -= amount
-            left -= amount
-        return self.flow
+                    taken[b] -= amount
+        raise PartitionAssignorError("internal error: the rack plan did not settle")
+
+
+_MAX_CYCLES = 1_000_000
 
 
 def _greedy(
@@ -325,14 +287,17 @@ def _greedy(
     weights: Sequence[Sequence[int]],
     extras: int,
     extra_room: Sequence[int],
-) -> list[list[int]] | None:
-    """Each type to its best nodes while they have room (their capacity, then their share of
-    the extras), types whose best is highest first; the result if every unit reached a node of
-    its best weight (nothing can beat that), else None."""
+) -> tuple[list[list[int]], list[int], bool]:
+    """A feasible start: each type to its best nodes while they have room (their capacity,
+    then their share of the extras), types whose best is highest first. Returns the flow, the
+    extras each node took, and whether every unit reached a node of its best weight (then
+    nothing can beat it)."""
     nodes = len(capacities)
     room = list(capacities)
     spare = list(extra_room)
+    taken = [0] * nodes
     flow = [[0] * nodes for _ in supplies]
+    best_everywhere = True
     order = sorted(range(len(supplies)), key=lambda i: (-max(weights[i], default=0), i))
     for i in order:
         s = supplies[i]
@@ -341,20 +306,22 @@ def _greedy(
         row = weights[i]
         best = max(row)
         for v in sorted(range(nodes), key=lambda v: (-row[v], v)):
-            if row[v] != best:
-                return None
             take = min(s, room[v])
             room[v] -= take
             more = min(s - take, spare[v], extras)
             spare[v] -= more
             extras -= more
-            flow[i][v] = take + more
-            s -= take + more
+            taken[v] += more
+            if take + more:
+                flow[i][v] = take + more
+                s -= take + more
+                if row[v] != best:
+                    best_everywhere = False
             if not s:
                 break
         if s:
-            return None
-    return flow
+            raise PartitionAssignorError("internal error: the rack plan cannot place everything")
+    return flow, taken, best_everywhere
 
 
 # ---------------------------------------------------------------------- uniform: one class
@@ -840,34 +807,60 @@ def place_ranges(
     n = num_partitions
     # Per index its type: how many topics of the group have a replica in each node's rack (the
     # per-topic masks, summed), and the node of the member whose rack-blind range holds it.
-    per_topic = [nodes.masks_by_partition(topics[t]) for t in group]
-    masks: list[Hashable] = list(zip(*per_topic, strict=True))
-    weight_of = {key: nodes.weights(Counter(key)) for key in set(masks)}  # type: ignore[call-overload]
-    owner_node = b"".join(map(mul, map(_BYTE.__getitem__, node), counts))  # nodes < 256
-    kinds_of = list(zip(map(weight_of.__getitem__, masks), owner_node, strict=True))
-    sizes = Counter(kinds_of)
-    kinds = sorted(sizes)
-    kind_index = {k: j for j, k in enumerate(kinds)}
-    ids = list(map(kind_index.__getitem__, kinds_of))
-    order = sorted(range(n), key=ids.__getitem__)  # by kind, indexes ascending within each
+    # The weights of an index, as one integer: digit v (base topics + 1) counts the topics
+    # whose partition has a replica in node v's rack; summed over the topics, C-level.
+    base = len(group) + 1
+    racks_n = len(nodes.racks)
+    codes: list[int] | None = None
+    for t in group:
+        masks = nodes.masks_by_partition(topics[t])
+        encode = {m: sum(base**v for v in range(racks_n) if m >> v & 1) for m in set(masks)}
+        mine = list(map(encode.__getitem__, masks))
+        codes = mine if codes is None else list(map(add, codes, mine))
+    assert codes is not None  # a group has topics
+    weight_of = {
+        c: (*(c // base**v % base for v in range(racks_n)), 0) for c in set(codes)
+    }  # the last node is "elsewhere": never local
+    weight_ids = {c: j for j, c in enumerate(sorted(weight_of, key=weight_of.__getitem__))}
+    kinds = [weight_of[c] for c in sorted(weight_of, key=weight_ids.__getitem__)]
     capacities = [0] * nodes.count
     for j, c in enumerate(counts):
         capacities[node[j]] += c
+    # Type: the weights alone (rack-blind owners are preferred when dealing, below).
+    per_kind = Counter(map(weight_ids.__getitem__, codes))
     big = n + 1
-    weights = [[big * weight[v] + (v == h) for v in range(nodes.count)] for weight, h in kinds]
-    flow = transport([sizes[k] for k in kinds], capacities, weights)
+    flow = transport(
+        [per_kind[j] for j in range(len(kinds))],
+        capacities,
+        [[big * weight[v] for v in range(nodes.count)] for weight in kinds],
+    )
+    # Indexes by (kind, node of their rack-blind owner), ascending: a node takes first the
+    # indexes of the kind its own members held rack-blind, then what is left, in order.
+    stride = nodes.count
+    owner_node = b"".join(map(mul, map(_BYTE.__getitem__, node), counts))  # nodes < 256
+    keys = list(map(add, map(stride.__mul__, map(weight_ids.__getitem__, codes)), owner_node))
+    order = sorted(range(n), key=keys.__getitem__)
+    by_key = Counter(keys)
     placed: list[list[int]] = [[] for _ in range(nodes.count)]
     start = 0
-    for j, (_weight, h) in enumerate(kinds):
-        indexes = order[start : start + sizes[kinds[j]]]
-        start += sizes[kinds[j]]
-        kept = flow[j][h]
-        placed[h] += indexes[:kept]  # the lowest indexes of the kind stay in their node
-        at = kept
-        for v, f in enumerate(flow[j]):
-            if v != h and f:
-                placed[v] += indexes[at : at + f]
-                at += f
+    for j in range(len(kinds)):
+        own = []
+        for v in range(nodes.count):
+            size = by_key.get(j * stride + v, 0)
+            own.append(order[start : start + size])
+            start += size
+        wanted = flow[j]
+        rest: list[int] = []
+        for v in range(nodes.count):
+            take = min(wanted[v], len(own[v]))
+            placed[v] += own[v][:take]
+            rest += own[v][take:]
+        rest.sort()
+        at = 0
+        for v in range(nodes.count):
+            need = wanted[v] - min(wanted[v], len(own[v]))
+            placed[v] += rest[at : at + need]
+            at += need
     out: list[frozenset[int]] = [frozenset()] * len(members)
     dealt = [0] * nodes.count
     pools = [sorted(p) for p in placed]

@@ -4,6 +4,7 @@ Usage::
 
     .venv/bin/python bench/assignors.py            # full grid, writes docs/benchmarks.md
     .venv/bin/python bench/assignors.py --quick    # small grid, a few seconds
+    .venv/bin/python bench/assignors.py --racks    # rack-aware assignment (bench/_racks.py)
     .venv/bin/python bench/assignors.py --no-peers --no-write
 
 The grid is Kafka's ``ServerSideAssignorBenchmark``: members {100, 500, 1000, 5000, 10000} x
@@ -540,10 +541,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--peer-timeout", type=float, default=60.0, help="seconds per peer call")
     parser.add_argument("--peer-jobs", type=int, default=2, help="peer child processes at a time")
     parser.add_argument("--peer-child", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--racks",
+        action="store_true",
+        help="the rack-aware benchmark instead (3 racks, 2-3 replicas; bench/_racks.py)",
+    )
     args = parser.parse_args(argv)
     if args.peer_child:
         peer_child(json.loads(args.peer_child))
         return 0
+    if args.racks:
+        from bench._racks import run as run_racks
+
+        return run_racks(args)
 
     from bench._report import machine, write_section
 

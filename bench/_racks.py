@@ -1,0 +1,389 @@
+"""Rack-aware assignment benchmark (``python bench/assignors.py --racks``): Kafka's assignor
+benchmark shapes with 3 racks and 2-3 replicas per partition.
+
+Members are spread over racks ``r0, r1, r2`` (member ``i`` in rack ``i % 3``); partition ``p``
+of topic ``k`` has 2 or 3 replicas (a hash of ``(k, p)`` decides), in consecutive racks from one
+the same hash picks. For every cell, assignor (uniform, range) and scenario (FULL, leaves,
+joins, as in the main grid) it measures, on the same inputs with and without partition racks
+(the rack-blind assignor is the peer: same code, racks removed):
+
+* the time of one ``assign`` (best of 5-25 runs, CPU time too) and the ratio to rack-blind;
+* the share of assigned partitions with a replica in their member's rack, with racks, without,
+  and the *best possible*: for uniform in a homogeneous group the best any assignment with
+  member sizes q or q+1 can reach, exactly (a max flow between the partitions, grouped by
+  their racks, and the racks, with q per member of a rack plus one of the r extras per member:
+  members of one rack are interchangeable, so the flow is exact at any size); otherwise a bound,
+  the best for the member sizes of the result (the same flow between partitions and (subscription,
+  rack) pairs; range's co-partitioning is not in it, so it is an upper bound for range);
+* partitions moved on a leave and on a join (owner changes against the installed target), and
+  max-min of member sizes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import gc
+import hashlib
+import os
+import time
+from collections.abc import Mapping
+from functools import partial
+from typing import Any
+
+from assignors.api import GroupSpec, PartitionAssignor, TopicMetadata
+from assignors.racks import count_rack_local
+from assignors.range import RangeAssignor
+from assignors.uniform import UniformAssignor
+from bench.assignors import (
+    Assignment,
+    Cell,
+    Timing,
+    build_topics,
+    make_spec,
+    member_id,
+    moved,
+    spread,
+    subscriptions,
+    time_call,
+)
+
+RACKS = ("r0", "r1", "r2")
+MEMBERS = (100, 500, 1000, 5000, 10000)
+TOPICS = (10, 100, 1000)
+RATIO = 10
+QUICK_MEMBERS = (100, 1000)
+QUICK_TOPICS = (10, 100)
+SCENARIOS = ("FULL", "leaves", "joins")
+BIG = Cell(10000, RATIO, 10, False)  # the "within 2x" target's shape (worst of the topic counts)
+
+
+def racked(metadata: Mapping[str, TopicMetadata]) -> dict[str, TopicMetadata]:
+    """The topics with 2-3 replicas per partition over the 3 racks (shared frozensets, as the
+    coordinator's registry has them)."""
+    sets: dict[tuple[int, int], frozenset[str]] = {}
+    out = {}
+    for k, (t, m) in enumerate(sorted(metadata.items())):
+        racks = {}
+        for p in range(m.num_partitions):
+            h = hashlib.blake2b(f"{k}/{p}".encode(), digest_size=2).digest()
+            first, replicas = h[0] % 3, 2 + h[1] % 2
+            key = (first, replicas)
+            if key not in sets:
+                sets[key] = frozenset(RACKS[(first + j) % 3] for j in range(replicas))
+            racks[p] = sets[key]
+        out[t] = dataclasses.replace(m, partition_racks=racks)
+    return out
+
+
+def with_racks(spec: GroupSpec) -> GroupSpec:
+    """Members in racks by their index (member-00007 -> r1); the newcomer in r0."""
+    members = {}
+    for m, s in spec.members.items():
+        index = int(m.rsplit("-", 1)[1]) if m[-1].isdigit() else 0
+        members[m] = dataclasses.replace(s, rack_id=RACKS[index % 3])
+    return dataclasses.replace(spec, members=members)
+
+
+def local_share(spec: GroupSpec, topics: Mapping[str, TopicMetadata], result: Assignment) -> float:
+    assigned = sum(len(ps) for a in result.values() for ps in a.values())
+    local = sum(count_rack_local(spec.members[m].rack_id, a, topics) for m, a in result.items())
+    return local / assigned if assigned else 1.0
+
+
+def best_share(
+    spec: GroupSpec,
+    topics: Mapping[str, TopicMetadata],
+    result: Assignment,
+    balanced: bool,
+) -> float:
+    """The best share (module doc): a max flow (networkx) between the partitions, grouped by
+    (topic, racks), and (subscription, rack) pairs — with q per member and one of r extras
+    each when ``balanced`` (homogeneous uniform), else the result's sizes."""
+    import networkx as nx
+
+    g: nx.DiGraph[Any] = nx.DiGraph()
+    classes: dict[tuple[frozenset[str], str | None], list[str]] = {}
+    for m, s in spec.members.items():
+        classes.setdefault((s.subscribed_topic_ids, s.rack_id), []).append(m)
+    total = 0
+    for t, metadata in topics.items():
+        for racks, partitions in metadata.partitions_by_racks().items():
+            g.add_edge("source", ("p", t, racks), capacity=len(partitions))
+            total += len(partitions)
+            for subs, rack in classes:
+                if t in subs and rack in racks:
+                    g.add_edge(("p", t, racks), ("c", subs, rack), capacity=len(partitions))
+    if balanced:
+        q, r = divmod(total, len(spec.members))
+        g.add_edge("extra", "sink", capacity=r)
+    for key, members in classes.items():
+        if balanced:
+            g.add_edge(("c", *key), "sink", capacity=q * len(members))
+            g.add_edge(("c", *key), "extra", capacity=len(members))
+        else:
+            size = sum(sum(map(len, result[m].values())) for m in members)
+            g.add_edge(("c", *key), "sink", capacity=size)
+    if "source" not in g or "sink" not in g:
+        return 1.0
+    assigned = sum(len(ps) for a in result.values() for ps in a.values())
+    return nx.maximum_flow_value(g, "source", "sink") / assigned if assigned else 1.0
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Row:
+    cell: Cell
+    assignor: str
+    scenario: str
+    racks: Timing
+    blind: Timing
+    share: float
+    blind_share: float
+    best: float
+    exact: bool
+    moved: int | None
+    blind_moved: int | None
+    spread: int
+
+
+def measure(assignor_name: str, assignor: PartitionAssignor, cell: Cell) -> list[Row]:
+    ids, plain = build_topics(cell)
+    topics = racked(plain)
+    subs = subscriptions(cell, ids)
+    everyone = [(member_id(i), subs[i]) for i in range(cell.members)]
+    leaver = cell.members // 2
+    survivors = everyone[:leaver] + everyone[leaver + 1 :]
+    newcomer = ("member-new", frozenset(subs[leaver]))
+    rows: list[Row] = []
+    before: dict[str, Assignment] = {"racks": {}, "blind": {}}
+    plans = (("FULL", everyone), ("leaves", survivors), ("joins", [*survivors, newcomer]))
+    for scenario, members in plans:
+        results: dict[str, Assignment] = {}
+        timings: dict[str, Timing] = {}
+        for kind, metadata in (("racks", topics), ("blind", plain)):
+            spec = with_racks(make_spec(members, before[kind], not cell.heterogeneous))
+            gc.collect()
+            gc.freeze()
+            try:
+                timings[kind], result = time_call(partial(assignor.assign, spec, metadata))
+            finally:
+                gc.unfreeze()
+            results[kind] = result.members
+        spec = with_racks(make_spec(members, {}, not cell.heterogeneous))
+        exact = assignor_name == "uniform" and not cell.heterogeneous
+        rows.append(
+            Row(
+                cell=cell,
+                assignor=assignor_name,
+                scenario=scenario,
+                racks=timings["racks"],
+                blind=timings["blind"],
+                share=local_share(spec, topics, results["racks"]),
+                blind_share=local_share(spec, topics, results["blind"]),
+                best=best_share(spec, topics, results["racks"], exact),
+                exact=exact,
+                moved=None if scenario == "FULL" else moved(before["racks"], results["racks"]),
+                blind_moved=None
+                if scenario == "FULL"
+                else moved(before["blind"], results["blind"]),
+                spread=spread(results["racks"]),
+            )
+        )
+        before = results
+    return rows
+
+
+def grid(quick: bool) -> list[Cell]:
+    cells = []
+    for heterogeneous in (False, True):
+        for members in QUICK_MEMBERS if quick else MEMBERS:
+            for topics in QUICK_TOPICS if quick else TOPICS:
+                cell = Cell(members, RATIO, topics, heterogeneous)
+                if cell.partitions_per_topic >= 1:
+                    cells.append(cell)
+    return cells
+
+
+def run(args: argparse.Namespace) -> int:
+    from bench._report import machine, write_section
+
+    started = time.perf_counter()
+    load_start = os.getloadavg()[0]
+    assignors: list[tuple[str, PartitionAssignor]] = [
+        ("uniform", UniformAssignor()),
+        ("range", RangeAssignor()),
+    ]
+    cells = grid(args.quick)
+    print(f"rack-aware benchmark: {len(cells)} cells; {machine()}", flush=True)
+    rows: list[Row] = []
+    for cell in cells:
+        for name, assignor in assignors:
+            for row in measure(name, assignor, cell):
+                rows.append(row)
+                print(
+                    f"  {name:<8} {cell.members:>5} x {cell.partitions:<7} {cell.topics:<4} "
+                    f"{cell.kind:<13} {row.scenario:<6} {row.racks.best_ms:8.2f} ms "
+                    f"(blind {row.blind.best_ms:7.2f}) local {row.share:.3f} "
+                    f"(blind {row.blind_share:.3f}, best {row.best:.3f}) moved {row.moved} "
+                    f"(blind {row.blind_moved})",
+                    flush=True,
+                )
+    load = (load_start, os.getloadavg()[0])
+    markdown = report(rows, args, load)
+    print()
+    print(markdown)
+    print(f"\n(total {time.perf_counter() - started:.0f} s)")
+    if not args.no_write:
+        write_section("assignors-racks", markdown)
+        print("wrote the 'assignors-racks' section of docs/benchmarks.md")
+    return 0
+
+
+def _ratio(row: Row) -> float:
+    return row.racks.best_ms / row.blind.best_ms if row.blind.best_ms else float("inf")
+
+
+def report(rows: list[Row], args: argparse.Namespace, load: tuple[float, float]) -> str:
+    from bench._report import machine, table
+
+    command = "python bench/assignors.py --racks" + (" --quick" if args.quick else "")
+    out = [
+        "## Rack-aware assignment",
+        "",
+        (
+            f"Command: `{command}` — {machine()}; load average {load[0]:.1f} at the start, "
+            f"{load[1]:.1f} at the end (other work shares the 2 cores)."
+        ),
+        "",
+        (
+            "Kafka's benchmark shapes (members × 10 partitions per member, 10/100/1000 topics; "
+            "heterogeneous: 5 buckets of members on their own fifth of the topics), 3 racks, "
+            "members spread over them, 2 or 3 replicas per partition in consecutive racks. Each "
+            "cell runs with partition racks and without them (the rack-blind result of the same "
+            "assignor: the peer); *ms* is the best of 5-25 runs of one `assign` (gc frozen), "
+            "*local* the share of assigned partitions with a replica in their member's rack, "
+            "*best* the best possible share — exact for uniform in homogeneous groups (a max flow "
+            "over member sizes q or q+1: members of one rack are interchangeable, so it is exact "
+            "at any size), an upper bound otherwise (the best for the result's member sizes; for "
+            "range without its co-partitioning) — *moved* the partitions that changed owner "
+            "on a leave / join, against the installed target."
+        ),
+        "",
+    ]
+    out += targets(rows)
+    for assignor in ("uniform", "range"):
+        for heterogeneous in (False, True):
+            body = []
+            for r in rows:
+                if r.assignor != assignor or r.cell.heterogeneous != heterogeneous:
+                    continue
+                body.append(
+                    [
+                        f"{r.cell.members:,}",
+                        f"{r.cell.partitions:,}",
+                        r.cell.topics,
+                        r.scenario,
+                        f"{r.racks.best_ms:.2f}",
+                        f"{r.blind.best_ms:.2f}",
+                        f"{_ratio(r):.2f}",
+                        f"{r.share:.3f}",
+                        f"{r.blind_share:.3f}",
+                        f"{r.best:.3f}{'' if r.exact else ' ≤'}",
+                        "—" if r.moved is None else f"{r.moved:,}",
+                        "—" if r.blind_moved is None else f"{r.blind_moved:,}",
+                        r.spread,
+                    ]
+                )
+            kind = "heterogeneous" if heterogeneous else "homogeneous"
+            out += [
+                f"### {assignor}, {kind}",
+                "",
+                table(
+                    [
+                        "members",
+                        "partitions",
+                        "topics",
+                        "scenario",
+                        "racks ms",
+                        "blind ms",
+                        "×",
+                        "local",
+                        "blind local",
+                        "best",
+                        "moved",
+                        "blind moved",
+                        "max−min",
+                    ],
+                    body,
+                ),
+                "",
+            ]
+    return "\n".join(out)
+
+
+def targets(rows: list[Row]) -> list[str]:
+    body: list[list[Any]] = []
+
+    def worst(assignor: str, scenario: str) -> Row | None:
+        found = [
+            r
+            for r in rows
+            if r.assignor == assignor
+            and r.scenario == scenario
+            and r.cell.members == BIG.members
+            and r.cell.partitions == BIG.partitions
+            and not r.cell.heterogeneous
+        ]
+        return max(found, key=_ratio) if found else None
+
+    for assignor in ("uniform", "range"):
+        for scenario in SCENARIOS:
+            r = worst(assignor, scenario)
+            if r is None:
+                continue
+            body.append(
+                [
+                    f"{assignor}, homogeneous, {scenario}: time vs rack-blind",
+                    f"{BIG.members:,} × {BIG.partitions:,} (worst of the topic counts: "
+                    f"{r.cell.topics})",
+                    f"{r.racks.best_ms:.1f} ms vs {r.blind.best_ms:.1f} ms = {_ratio(r):.2f}× "
+                    f"(CPU {r.racks.cpu_ms:.1f} vs {r.blind.cpu_ms:.1f})",
+                    "≤ 2×",
+                    "yes" if _ratio(r) <= 2 else "no",
+                ]
+            )
+    exact = [r for r in rows if r.exact]
+    short = [r for r in exact if r.share < r.best - 1e-9]
+    body.append(
+        [
+            "uniform, homogeneous: locality = the best possible",
+            f"{len(exact)} cells × scenarios",
+            f"{len(exact) - len(short)} reach it"
+            + (f"; lowest {min(r.share / r.best for r in short):.3f} of best" if short else ""),
+            "all",
+            "yes" if not short else "no",
+        ]
+    )
+    worse = [r for r in rows if r.share < r.blind_share - 1e-9]
+    body.append(
+        [
+            "locality never below rack-blind (both assignors)",
+            f"{len(rows)} cells × scenarios",
+            f"{len(rows) - len(worse)} not below; mean local {_mean(rows, 'share'):.3f} "
+            f"vs rack-blind {_mean(rows, 'blind_share'):.3f}",
+            "all",
+            "yes" if not worse else "no",
+        ]
+    )
+    from bench._report import table
+
+    return [
+        "### Targets",
+        "",
+        table(["target", "cell", "measured", "goal", "met"], body),
+        "",
+    ]
+
+
+def _mean(rows: list[Row], field: str) -> float:
+    return sum(getattr(r, field) for r in rows) / len(rows) if rows else 0.0
