@@ -205,7 +205,7 @@ def grid(quick: bool) -> list[Cell]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from bench._report import machine, write_section
+    from bench._report import machine, publish
 
     started = time.perf_counter()
     load_start = os.getloadavg()[0]
@@ -230,12 +230,7 @@ def run(args: argparse.Namespace) -> int:
                 )
     load = (load_start, os.getloadavg()[0])
     markdown = report(rows, args, load)
-    print()
-    print(markdown)
-    print(f"\n(total {time.perf_counter() - started:.0f} s)")
-    if not args.no_write:
-        write_section("assignors-racks", markdown)
-        print("wrote the 'assignors-racks' section of docs/benchmarks.md")
+    publish("assignors-racks", markdown, time.perf_counter() - started, not args.no_write)
     return 0
 
 

@@ -51,3 +51,13 @@ def write_section(name: str, body: str) -> None:
         else text.rstrip() + "\n\n" + block + "\n"
     )
     DOC.write_text(text)
+
+
+def publish(name: str, markdown: str, seconds: float, write: bool) -> None:
+    """Print a benchmark's section and how long it took; write it into docs/benchmarks.md."""
+    print()
+    print(markdown)
+    print(f"\n(total {seconds:.0f} s)")
+    if write:
+        write_section(name, markdown)
+        print(f"wrote the '{name}' section of docs/benchmarks.md")

@@ -555,7 +555,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return run_racks(args)
 
-    from bench._report import machine, write_section
+    from bench._report import machine, publish
 
     def log(line: str) -> None:
         print(line, flush=True)
@@ -595,12 +595,7 @@ def main(argv: list[str] | None = None) -> int:
 
     args.load = (LOAD_AT_START, os.getloadavg()[0])
     markdown = report(cells, ours, peers, validation, args)
-    print()
-    print(markdown)
-    print(f"\n(total {time.perf_counter() - started:.0f} s)")
-    if not args.no_write:
-        write_section("assignors", markdown)
-        print("wrote the 'assignors' section of docs/benchmarks.md")
+    publish("assignors", markdown, time.perf_counter() - started, not args.no_write)
     return 0
 
 
