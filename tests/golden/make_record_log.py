@@ -5,6 +5,7 @@ format).
     .venv/bin/python tests/golden/make_record_log.py v1_consumer_groups
     .venv/bin/python tests/golden/make_record_log.py v2_classic_topics_configs
     .venv/bin/python tests/golden/make_record_log.py v3_classic_rebalances
+    .venv/bin/python tests/golden/make_record_log.py v4_racks
 
 A log holds the records in the order a store does: the shard's and (from v2) the topic
 registry's, interleaved.
@@ -167,10 +168,42 @@ def _assignment(ps: tuple[int, ...]) -> bytes:
     return encode_assignment(AssignmentMessage(assigned_partitions=(("foo", ps),)))
 
 
+def scenario_v4() -> Harness:
+    """Partition racks (a trailing field of Topic and ConsumerGroupPartitionMetadata records):
+    a topic registered with replica racks, members in racks placed by the rack-aware uniform
+    assignor, a member's rack changed (KAFKA-20909: a new epoch), the topic's racks changed (a
+    reassignment: new subscription metadata and a new target), a topic without racks beside."""
+    h = Harness()
+    orders = h.create_topic("orders", 6, racks={p: ["az-1" if p < 3 else "az-2"] for p in range(6)})
+    h.create_topic("plain", 2)
+    h.join("A", ["orders", "plain"], rack_id="az-2")
+    h.join("B", ["orders", "plain"], rack_id="az-1")
+    group = h.shard.groups["grp"]
+    for _round in range(4):  # everyone acknowledges until stable
+        for mid in sorted(group.members):
+            m = group.members[mid]
+            h.heartbeat(
+                member_id=mid, member_epoch=m.member_epoch, topic_partitions=m.assigned_partitions
+            )
+    a = group.members["A"]
+    h.heartbeat(member_id="A", member_epoch=a.member_epoch, rack_id="az-1")
+    h.set_racks("orders", {p: ["az-1", "az-2"] if p % 2 else ["az-2"] for p in range(6)})
+    for _round in range(4):
+        for mid in sorted(group.members):
+            m = group.members[mid]
+            h.heartbeat(
+                member_id=mid, member_epoch=m.member_epoch, topic_partitions=m.assigned_partitions
+            )
+    h.commit("grp", "B", group.members["B"].member_epoch, {("orders", 0): 3})
+    assert orders
+    return h
+
+
 SCENARIOS: dict[str, Callable[[], Harness]] = {
     "v1_consumer_groups": scenario_v1,
     "v2_classic_topics_configs": scenario_v2,
     "v3_classic_rebalances": scenario_v3,
+    "v4_racks": scenario_v4,
 }
 
 
@@ -211,6 +244,29 @@ def summary(shard: Shard, registry: TopicRegistry | None = None) -> dict[str, An
         out["classic_groups"] = classic
     if registry is not None and registry.topics:
         out["topics"] = {t.name: [t.topic_id, t.num_partitions] for t in registry.list_topics()}
+    # Racks (from v4) only when there are any, so earlier logs' expected states stay as written.
+    racks = {
+        gid: {mid: m.rack_id for mid, m in sorted(g.members.items()) if m.rack_id is not None}
+        for gid, g in sorted(shard.groups.items())
+    }
+    if any(racks.values()):
+        out["member_racks"] = {gid: r for gid, r in racks.items() if r}
+    partition_racks = {
+        gid: {
+            name: {str(p): sorted(rs) for p, rs in sorted(t.partition_racks.items())}
+            for name, t in sorted(g.subscription_metadata.items())
+            if t.partition_racks
+        }
+        for gid, g in sorted(shard.groups.items())
+    }
+    if any(partition_racks.values()):
+        out["subscription_partition_racks"] = {g: r for g, r in partition_racks.items() if r}
+    if registry is not None and any(t.partition_racks for t in registry.list_topics()):
+        out["topic_racks"] = {
+            t.name: {str(p): sorted(rs) for p, rs in sorted(t.partition_racks.items())}
+            for t in registry.list_topics()
+            if t.partition_racks
+        }
     return out
 
 
