@@ -46,9 +46,10 @@ from coordinator.core.config import parse_config
 from coordinator.observability import tracing
 from coordinator.observability.metrics import CoordinatorMetrics
 from coordinator.observability.observer import RuntimeObserver
-from coordinator.observability.requests import instrument_methods, instrument_service
+from coordinator.observability.requests import RequestObserver
 from coordinator.runtime import CoordinatorRuntime, ManualClock
 from coordinator.runtime.store import MemoryRecordStore
+from coordinator.server.catalog import observe_rpcs
 from coordinator.server.forwarding import ForwardedContext, method_table
 from coordinator.server.service import CoordinatorService
 from coordinator.server.services import AdminService, ConsumerGroupService, service_descriptors
@@ -106,20 +107,20 @@ async def _setup(variant: str, members: int) -> tuple[CoordinatorRuntime, Any, l
     observer = RuntimeObserver(metrics) if variant != "off" else None
     rt = CoordinatorRuntime(
         config=parse_config({"group.coordinator.shards": "4"}),
-        store=MemoryRecordStore(),
+        store=MemoryRecordStore(partitions=4),
         clock=ManualClock(1_000_000),
         assignors=[UniformAssignor()],
         observer=observer,
     )
     await rt.start()
     service = CoordinatorService(rt)
-    instrument_service(service, metrics)
+    observe_rpcs(service, RequestObserver(metrics))
     descriptors = {d.name: d for d in service_descriptors()}
     served = [
         (descriptors["ConsumerGroupService"], ConsumerGroupService(service)),
         (descriptors["AdminService"], AdminService(service)),
     ]
-    table_ = instrument_methods(method_table(served), metrics=metrics)
+    table_ = method_table(served)
     context = ForwardedContext((("client-id", "bench"),), "ipv4:127.0.0.1:1", None)
     await table_["/kip848.v1.AdminService/CreateTopics"][1](
         admin_pb2.CreateTopicsRequest(

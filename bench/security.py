@@ -75,7 +75,7 @@ def _acls() -> list[AclSpec]:
 async def _setup(variant: str) -> tuple[CoordinatorRuntime, Any, ForwardedContext]:
     rt = CoordinatorRuntime(
         config=parse_config({"group.coordinator.shards": "4"}),
-        store=MemoryRecordStore(),
+        store=MemoryRecordStore(partitions=4),
         clock=ManualClock(1_000_000),
         assignors=[UniformAssignor()],
     )

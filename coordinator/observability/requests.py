@@ -3,12 +3,14 @@
 Observed once per request, in the **service layer** (``coordinator/server/service.py``), which
 every codec calls — gRPC (the coordinator process's own connections and every call a front end
 forwards) and the Kafka protocol — so nothing is counted twice and both protocols are covered
-by the same code:
+by the same code. The server defines the hook (``coordinator/server/rpc.py``: ``RpcObserver``,
+``RpcHook``, ``RpcInfo``) and runs it in its one ``@rpc`` wrapper; this module implements it and
+imports nothing from the server:
 
-* :func:`instrument_service` replaces the RPC methods of one ``CoordinatorService`` instance
-  with observed ones (the class is untouched). Administrative RPCs are always wrapped (audit);
-  the others only when metrics or tracing are on, so with both off a heartbeat runs exactly the
-  code it ran before.
+* :class:`RequestObserver` gives each RPC of a ``CoordinatorService`` a hook (``begin`` before
+  its body, ``end`` with its answer: :func:`request_hook`). Administrative RPCs (the ``audit``
+  flag of their rows) always get one (audit); the others only when metrics or tracing are on,
+  so with both off a heartbeat runs the wrapper without a hook.
 * What only the gRPC transport knows reaches the service layer in the ``Caller`` the gRPC codec
   builds (``coordinator/server/services.py``), with no wrapper around the codec's methods: when
   the call reached us (``Caller.received``: for a forwarded call, the front end's
@@ -18,14 +20,14 @@ by the same code:
   metadata as the client id). :data:`ARRIVAL` carries the arrival on to the runtime (queue
   time). A Kafka request starts its clock when the listener hands it to the service layer.
 * The sampling decision is made once per request, in the service layer's wrapper: a caller's
-  trace context is followed (:func:`_traced` extracts it and its sampled flag decides), any
+  trace context is followed (:func:`_open_span` extracts it and its sampled flag decides), any
   other request is drawn at the ratio (one ``random()`` call, inlined: a request left out makes
   no further call, allocates nothing and touches no context variable for tracing).
 
 What one request records:
 
 * ``kip848_request_duration_seconds{rpc, protocol, route, error}``: ``rpc`` is the gRPC RPC's
-  name, over the Kafka protocol the Kafka API's (:func:`kafka_rpc_names`: the same except
+  name, over the Kafka protocol the Kafka API's (``RpcInfo.kafka_name``: the same except
   ``Metadata``, served with ``list_topics``), ``protocol`` ``grpc`` or ``kafka`` (from
   ``Caller.api_version``), ``route`` ``served``, ``error`` the answer's top-level code, else the
   first non-NONE code of its entries (groups, topics, partitions, resources), else NONE;
@@ -44,15 +46,15 @@ What one request records:
 
 from __future__ import annotations
 
-import dataclasses
 import logging
+import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
 from coordinator.core.errors import ErrorCode
-from coordinator.server.api import Reply
 
 from . import tracing
 from .logs import audit
@@ -65,107 +67,11 @@ from .metrics import (
     error_name,
 )
 
-if TYPE_CHECKING:
-    from coordinator.server.service import RpcBody
-
 ARRIVAL: ContextVar[float | None] = ContextVar("kip848_request_arrival", default=None)
 """When the current request reached a process of ours (``time.monotonic()``); read by the
 service layer's wrapper (latency) and the runtime observer (queue time)."""
 
 log = logging.getLogger("kip848.metrics")
-
-Handler = tuple[Callable[[bytes], Any], Callable[[Any, Any], Any]]
-
-ADMIN_METHODS = frozenset(
-    {
-        "create_acls",
-        "delete_acls",
-        "alter_user_scram_credentials",
-        "create_topics",
-        "delete_topics",
-        "create_partitions",
-        "incremental_alter_configs",
-        "delete_groups",
-        "offset_commit",
-        "offset_delete",
-    }
-)
-
-_MAX_DEPTH = 6
-_SEQUENCE_FIELDS: dict[type, tuple[str, ...]] = {}
-
-
-def rpc_name(method: str) -> str:
-    """``consumer_group_heartbeat`` -> ``ConsumerGroupHeartbeat`` (Kafka's API names)."""
-    return "".join(part.capitalize() for part in method.split("_"))
-
-
-def _sequence_fields(cls: type) -> tuple[str, ...]:
-    """The fields of a response dataclass that hold entries (tuples, lists), cached."""
-    names = _SEQUENCE_FIELDS.get(cls)
-    if names is None:
-        names = ()
-        if dataclasses.is_dataclass(cls):
-            names = tuple(
-                f.name
-                for f in dataclasses.fields(cls)
-                if any(k in str(f.type) for k in ("tuple[", "list[", "Sequence["))
-            )
-        _SEQUENCE_FIELDS[cls] = names
-    return names
-
-
-def first_error(answer: Any, depth: int = 0) -> int:
-    """The error code of an answer: its top-level code, else the first non-NONE code of its
-    entries (depth-first, at most 6 levels), else 0."""
-    code = getattr(answer, "error_code", None)
-    if code:
-        return int(code)
-    if depth >= _MAX_DEPTH or answer is None:
-        return 0
-    if isinstance(answer, (list, tuple)):
-        if len(answer) == 3 and isinstance(answer[1], ErrorCode):  # (group id, code, message)
-            return int(answer[1])
-        for item in answer:
-            found = first_error(item, depth + 1)
-            if found:
-                return found
-        return 0
-    value = getattr(answer, "value", None)  # a Reply
-    if value is not None:
-        return first_error(value, depth + 1)
-    for name in _sequence_fields(type(answer)):
-        found = first_error(getattr(answer, name), depth + 1)
-        if found:
-            return found
-    return 0
-
-
-def plain_value(answer: Any) -> type | None:
-    """The type of ``answer``'s value when the answer is a :class:`Reply` whose value holds no
-    entries and no error code of its own (a heartbeat's response): the answer's code is then
-    the Reply's own ``error_code``, as :func:`first_error` would find it. None otherwise."""
-    if type(answer) is not Reply:
-        return None
-    value = answer.value
-    if (
-        value is None
-        or isinstance(value, (list, tuple))
-        or hasattr(value, "value")
-        or hasattr(value, "error_code")
-        or _sequence_fields(type(value))
-    ):
-        return None
-    return type(value)
-
-
-def _safe_first_error(answer: Any) -> int:
-    try:
-        return first_error(answer)
-    except Exception:  # an answer shape we do not know: counted, never failed
-        log.exception("Reading the error code of %r failed", type(answer).__name__)
-        return int(ErrorCode.UNKNOWN_SERVER_ERROR)
-
 
 # ---------------------------------------------------------------- audit
 
@@ -176,9 +82,12 @@ def _entries(answer: Any) -> Any:
     return getattr(answer, "value", None) or ()
 
 
-def audit_lines(method: str, req: Any, answer: Any) -> list[AuditLine]:
+def audit_lines(
+    method: str, req: Any, answer: Any, error_code: Callable[[Any], int]
+) -> list[AuditLine]:
     """(action, details, error code, error message) per resource an administrative RPC acted
-    on; [] for other RPCs (and for a validate-only config change, a member's own commit)."""
+    on; [] for other RPCs (and for a validate-only config change, a member's own commit).
+    ``error_code``: the answer's code (the server's ``RpcInfo.error_code``)."""
     top = int(getattr(answer, "error_code", 0) or 0)
     top_message = getattr(answer, "error_message", None)
     lines: list[AuditLine]
@@ -259,7 +168,7 @@ def audit_lines(method: str, req: Any, answer: Any) -> list[AuditLine]:
             (
                 "reset_offsets",
                 {"group_id": req.group_id, "offsets": offsets},
-                first_error(answer),
+                error_code(answer),
                 top_message,
             )
         ]
@@ -308,7 +217,7 @@ def audit_lines(method: str, req: Any, answer: Any) -> list[AuditLine]:
             (
                 "delete_offsets",
                 {"group_id": group_id, "partitions": partitions},
-                first_error(answer),
+                error_code(answer),
                 top_message,
             )
         ]
@@ -418,80 +327,62 @@ def _configs_text(configs: Any) -> str:
 # ---------------------------------------------------------------- the service layer
 
 
-def kafka_api_name(api_key: int) -> str:
-    """Kafka's name of an API (``Metadata``, ``Produce``, ``ConsumerGroupHeartbeat``), or
-    ``Api<key>`` for a key kio does not know."""
-    from coordinator.server.kafka import wire
+class RequestObserver:
+    """The service layer's observer (the server's ``RpcObserver``): a hook per RPC that times
+    it (metrics on), traces it when sampled (tracing on), audits it (administrative RPCs,
+    always) and counts committed and deleted offsets. With metrics and tracing off only the
+    administrative RPCs get a hook, so any other request runs exactly the unobserved wrapper."""
 
-    return rpc_name(wire.api_name(api_key))
+    def __init__(self, metrics: CoordinatorMetrics | None) -> None:
+        self.metrics = metrics
 
+    def wants_trace_context(self) -> bool:
+        return tracing.STATE.enabled
 
-def kafka_rpc_names() -> dict[str, str]:
-    """Service method -> the Kafka API served with it over the Kafka protocol: the ``rpc`` label
-    of a Kafka request is the Kafka API's name, which is the gRPC RPC's name except where no RPC
-    corresponds exactly (Metadata is served with ``list_topics``, the gRPC ListTopics)."""
-    from coordinator.server.kafka import apis
-
-    names = {row.method: kafka_api_name(key) for key, row in apis.SERVED.items()}
-    names["list_topics"] = kafka_api_name(apis.METADATA)  # coordinator-only mode
-    return names
-
-
-def instrument_service(service: Any, metrics: CoordinatorMetrics | None) -> None:
-    """Observe the RPCs of one ``CoordinatorService`` instance (its ``@rpc`` methods)."""
-    enabled = metrics is not None or tracing.STATE.enabled
-    kafka_names = kafka_rpc_names()
-    for name, fn in vars(type(service)).items():
-        if not hasattr(fn, "rpc_on_error") or name.startswith("_"):
-            continue  # not an @rpc method
-        if not enabled and name not in ADMIN_METHODS:
-            continue
-        observed = _observed(name, service, fn, metrics, kafka_names.get(name))
-        setattr(service, name, observed)
+    def hook(self, rpc: Any) -> RequestHook | None:
+        if self.metrics is None and not tracing.STATE.enabled and not rpc.audited:
+            return None
+        return request_hook(rpc, self.metrics)
 
 
-def _observed(
-    name: str,
-    service: Any,
-    fn: RpcBody,
-    metrics: CoordinatorMetrics | None,
-    kafka_name: str | None = None,
-) -> Callable[[Any, Any], Any]:
-    """The ``@rpc`` method ``fn`` of ``service``, observed: timed (metrics on), traced when
-    sampled (tracing on), audited and counted (``after``). It stands in for ``@rpc``'s wrapper
-    (the same answers while shutting down and on errors: ``closed_answer``, ``failed_answer``)
-    and awaits the body itself, so the observation adds no coroutine frame; on the way of a
-    steady heartbeat it reads the clock twice, sets :data:`ARRIVAL` once and counts one
-    sample, and with tracing on draws one random number — nothing else."""
-    from coordinator.server.service import CLOSED_STATES, closed_answer, failed_answer
+@dataclass(frozen=True, slots=True)
+class RequestHook:
+    """``begin``/``end`` of one RPC (the server's ``RpcHook``): closures, for speed."""
 
-    rpc = rpc_name(name)
-    kafka_rpc = kafka_name or rpc
+    begin: Callable[[Any, Any], Any]
+    end: Callable[[Any, Any, Any, Any], None]
+
+
+def request_hook(rpc: Any, metrics: CoordinatorMetrics | None) -> RequestHook:
+    """The observation of one RPC (``rpc``: the server's ``RpcInfo``). ``begin`` starts the
+    clock and the sampled span, ``end`` stops them, counts one sample by the answer's code and
+    writes the audit lines: on the way of a steady heartbeat it reads the clock twice, sets
+    :data:`ARRIVAL` once and counts one sample, and with tracing on draws one random number —
+    nothing else."""
+    name = rpc.method
     counts_offsets = metrics is not None and name in ("offset_commit", "offset_delete")
-    after = name in ADMIN_METHODS or counts_offsets
+    after = rpc.audited or counts_offsets
     is_commit = name == "offset_commit"
+    error_code = rpc.error_code
     state = tracing.STATE
     random = tracing.draw
-    runtime = service.runtime
-    body = fn.__wrapped__
-    on_error = fn.rpc_on_error
-    wrapped = getattr(service, name)  # @rpc's wrapper, bound: what a traced request runs
 
     def observe_after(req: Any, caller: Any, answer: Any) -> None:
         try:
-            if name in ADMIN_METHODS:
-                _audit(name, req, answer, "grpc" if caller.api_version is None else "kafka", caller)
+            if rpc.audited:
+                protocol = "grpc" if caller.api_version is None else "kafka"
+                _audit(name, req, answer, protocol, caller, error_code)
             if counts_offsets:
                 _count_offsets(metrics, answer, is_commit)  # type: ignore[arg-type]
         except Exception:  # observing never fails the request it observes
-            log.exception("Observing %s failed", rpc)
+            log.exception("Observing %s failed", rpc.name)
 
     timed = metrics is not None  # metrics on: every request timed, counted by its code
     grpc_series: Any = None
     kafka_series: Any = None
     if metrics is not None:
-        grpc_series = metrics.request_series(rpc, "grpc")
-        kafka_series = metrics.request_series(kafka_rpc, "kafka")
+        grpc_series = metrics.request_series(rpc.name, "grpc")
+        kafka_series = metrics.request_series(rpc.kafka_name, "kafka")
     # error code -> the ``observe`` of its series (RequestSeries.child's, bound once here)
     grpc_observe: dict[int, Callable[[float], None]] = {}
     kafka_observe: dict[int, Callable[[float], None]] = {}
@@ -499,10 +390,8 @@ def _observed(
     set_arrival = ARRIVAL.set
     reset_arrival = ARRIVAL.reset
 
-    plain: type | None = None  # this RPC's value type whose code is the Reply's (plain_value)
-
-    async def observed(req: Any, caller: Any) -> Any:
-        nonlocal plain
+    def begin(req: Any, caller: Any) -> Any:
+        arrival = token = span = None
         if timed:
             # A forwarded call's clock started in its front end; any other request's starts
             # here, when its codec hands it to the service layer. ARRIVAL: the runtime's
@@ -511,36 +400,28 @@ def _observed(
             if arrival is None:
                 arrival = monotonic()
             token = set_arrival(arrival)
-        answer = None
-        try:
-            # The sampling decision, once per request (tracing.sampled): a caller's trace
-            # context is followed (_traced decides), anything else drawn at the ratio.
-            if state.enabled and (
-                caller.trace_metadata is not None
-                or (ratio := state.ratio) is None
-                or (random() < ratio and state.admit())
-            ):
-                answer = await _traced(rpc, kafka_rpc, wrapped, req, caller)
-            elif runtime.state in CLOSED_STATES:
-                answer = closed_answer(on_error, req, caller)
-            else:
-                try:
-                    answer = await body(service, req, caller)
-                except Exception as exc:  # noqa: BLE001 (failed_answer logs a bug)
-                    answer = failed_answer(on_error, req, exc, name)
-        finally:
-            if timed:
+        # The sampling decision, once per request (tracing.sampled): a caller's trace
+        # context is followed (_open_span decides), anything else drawn at the ratio.
+        if state.enabled and (
+            caller.trace_metadata is not None
+            or (ratio := state.ratio) is None
+            or (random() < ratio and state.admit())
+        ):
+            span = _open_span(rpc, req, caller)
+        if token is None and span is None:
+            return None
+        return arrival, token, span
+
+    def end(began: Any, req: Any, caller: Any, answer: Any) -> None:
+        if began is not None:
+            arrival, token, span = began
+            if span is not None:
+                _close_span(span, answer, error_code)
+            if token is not None:
                 reset_arrival(token)
                 # RequestSeries.observe, inlined: this runs on every request.
                 seconds = monotonic() - arrival
-                if answer is None:
-                    code = ABORTED
-                elif type(answer) is Reply and type(answer.value) is plain:
-                    code = answer.error_code  # first_error's answer, without the walk
-                else:
-                    code = _safe_first_error(answer)
-                    if plain is None:
-                        plain = plain_value(answer)
+                code = ABORTED if answer is None else error_code(answer)
                 if caller.api_version is None:
                     observe = grpc_observe.get(code)
                     if observe is None:
@@ -550,67 +431,61 @@ def _observed(
                     if observe is None:
                         observe = kafka_observe[code] = kafka_series.child(code).observe
                 observe(seconds)
-        if after:
+        if after and answer is not None:
             observe_after(req, caller, answer)
-        return answer
 
-    observed.__name__ = name
-    observed.__qualname__ = f"observed.{name}"
-    return observed
+    return RequestHook(begin, end)
 
 
-_GRPC_SERVICES: dict[str, str] = {}
-"""gRPC method name -> its service's full name (``kip848.v1.ConsumerGroupService``), from the
-paths :func:`instrument_methods` saw: the RPC span's name. Method names are unique across our
-services, and each is the ``rpc_name`` of the service-layer method it calls."""
-
-
-async def _traced(
-    rpc: str,
-    kafka_rpc: str,
-    method: Callable[[Any, Any], Any],
-    req: Any,
-    caller: Any,
-) -> Any:
-    """A request the sampling decision did not leave out: a root drawn at the ratio, or one
-    whose caller sent a trace context (followed here: its sampled flag decides). The RPC's
-    SERVER span, current while the request runs, so the shard command and assignor spans are
-    its children on both listeners. (The Kafka listener runs a request that waits in a task of
-    the very context its first step ran in, so the span's context is entered and left in one
-    context.)"""
+def _open_span(rpc: Any, req: Any, caller: Any) -> tuple[Any, Any, Any] | None:
+    """The RPC's SERVER span of a request the sampling decision did not leave out (a root
+    drawn at the ratio, or one whose caller sent a trace context: followed here, its sampled
+    flag decides), entered now and current while the request runs, so the shard command and
+    assignor spans are its children on both listeners; None: not traced. (The Kafka listener
+    runs a request that waits in a task of the very context its first step ran in, so the
+    span's context is entered and left in one context.)"""
     parent = None
     if caller.trace_metadata is not None:
         parent = tracing.extract(caller.trace_metadata)
         if not tracing.sampled(parent):
-            return await method(req, caller)
+            return None
     kafka = caller.api_version is not None
-    if kafka:
-        rpc = kafka_rpc
-    service = "kafka" if kafka else _GRPC_SERVICES.get(rpc, "grpc")
-    with tracing.rpc_span(
-        service,
-        rpc,
+    context = tracing.rpc_span(
+        "kafka" if kafka else rpc.grpc_service,
+        rpc.kafka_name if kafka else rpc.name,
         system="kafka" if kafka else "grpc",
         client_id=caller.client_id,
         client_address=caller.client_host,
         parent=parent,
         request=req,
-    ) as span:
-        if not span.is_recording():  # only when the SDK's own sampler decides
-            return await method(req, caller)
-        token = tracing.ACTIVE.set(True)
-        try:
-            answer = await method(req, caller)
-        finally:
-            tracing.ACTIVE.reset(token)
-        attributes = tracing.response_attributes(getattr(answer, "value", None) or answer)
-        attributes[tracing.ERROR_CODE] = error_name(_safe_first_error(answer))
-        span.set_attributes(attributes)
-        return answer
+    )
+    span = context.__enter__()
+    if not span.is_recording():  # only when the SDK's own sampler decides
+        return context, span, None
+    return context, span, tracing.ACTIVE.set(True)
 
 
-def _audit(name: str, req: Any, answer: Any, protocol: str, caller: Any) -> None:
-    for action, details, code, message in audit_lines(name, req, answer):
+def _close_span(
+    opened: tuple[Any, Any, Any], answer: Any, error_code: Callable[[Any], int]
+) -> None:
+    """Leave the span :func:`_open_span` entered, with the answer's attributes (a recording
+    span) and the exception the request ends with, if any (as a ``with`` block would)."""
+    context, span, active = opened
+    try:
+        if active is not None:
+            tracing.ACTIVE.reset(active)
+            if answer is not None:
+                attributes = tracing.response_attributes(getattr(answer, "value", None) or answer)
+                attributes[tracing.ERROR_CODE] = error_name(error_code(answer))
+                span.set_attributes(attributes)
+    finally:
+        context.__exit__(*sys.exc_info())
+
+
+def _audit(
+    name: str, req: Any, answer: Any, protocol: str, caller: Any, error_code: Callable[[Any], int]
+) -> None:
+    for action, details, code, message in audit_lines(name, req, answer, error_code):
         audit(
             action,
             client_id=caller.client_id,
@@ -644,9 +519,12 @@ def _count_offsets(metrics: CoordinatorMetrics, answer: Any, commit: bool) -> No
 ForwardDone = Callable[[bool], None]
 
 
-def forwarded_timer(metrics: CoordinatorMetrics | None) -> Callable[[int], ForwardDone] | None:
+def forwarded_timer(
+    metrics: CoordinatorMetrics | None, api_name: Callable[[int], str]
+) -> Callable[[int], ForwardDone] | None:
     """The Kafka listener's hook for the requests it forwards to the upstream broker (Produce,
-    Fetch, ListOffsets, Metadata ...): called with the API key as a request is sent, it returns
+    Fetch, ListOffsets, Metadata ...; ``api_name``: Kafka's name of an API key, the server's):
+    called with the API key as a request is sent, it returns
     what the request's slot calls once the answer is back (True) or the client's connection
     closed first (False). Each is one sample of ``kip848_request_duration_seconds{rpc=<Kafka
     API>, protocol="kafka", route="forwarded"}`` with ``error=""`` (the answer is passed back
@@ -659,9 +537,7 @@ def forwarded_timer(metrics: CoordinatorMetrics | None) -> Callable[[int], Forwa
     def start(api_key: int) -> ForwardDone:
         series = by_key.get(api_key)
         if series is None:
-            series = by_key[api_key] = metrics.request_series(
-                kafka_api_name(api_key), "kafka", FORWARDED
-            )
+            series = by_key[api_key] = metrics.request_series(api_name(api_key), "kafka", FORWARDED)
         since = monotonic()
 
         def done(answered: bool) -> None:
@@ -670,20 +546,3 @@ def forwarded_timer(metrics: CoordinatorMetrics | None) -> Callable[[int], Forwa
         return done
 
     return start
-
-
-# ---------------------------------------------------------------- the gRPC codec
-
-
-def instrument_methods(
-    table: Mapping[str, Handler], *, metrics: CoordinatorMetrics | None
-) -> dict[str, Handler]:
-    """The gRPC codec's method table, as it is: what only the transport knows (a forwarded
-    call's receive time, a caller's trace context) reaches the service layer in the
-    :class:`~coordinator.server.api.Caller` the codec builds, so no wrapper is needed around its
-    methods. Remembers each method's service for the RPC span's name."""
-    del metrics  # the same table whether metrics are on or off
-    for path in table:
-        service, _, name = path.strip("/").rpartition("/")
-        _GRPC_SERVICES[name] = service
-    return dict(table)

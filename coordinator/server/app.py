@@ -29,10 +29,9 @@ from coordinator.core.config import GroupCoordinatorConfig
 from coordinator.observability import tracing
 from coordinator.observability.observer import start_metrics_endpoint
 from coordinator.observability.requests import (
+    RequestObserver,
     authentication_observer,
     forwarded_timer,
-    instrument_methods,
-    instrument_service,
     refusal_observer,
 )
 from coordinator.runtime import CoordinatorRuntime, ManualClock, SystemClock
@@ -41,6 +40,7 @@ from coordinator.security.authorizer import AuthorizerConfig
 from coordinator.security.ssl_principal import SslPrincipalMapper
 
 from .api import Node
+from .catalog import kafka_api_name, observe_rpcs
 from .fairness import CallLimit, GroupKeys, limited, process_limit
 from .forwarding import (
     DEFAULT_MAX_CONCURRENT_CALLS,
@@ -170,7 +170,8 @@ class CoordinatorServer:
         self.health = health.aio.HealthServicer()
         self.service = CoordinatorService(runtime, authorizer=options.authorizer)
         metrics = getattr(runtime.observer, "metrics", None)
-        instrument_service(self.service, metrics)  # request metrics, spans, audit (every codec)
+        # Request metrics, spans, audit (every codec): hooks in the service layer's wrapper.
+        observe_rpcs(self.service, RequestObserver(metrics))
         self.service.authorizer.on_refused = refusal_observer(metrics)  # audit, metrics
         servicers: list[object] = [
             ConsumerGroupService(self.service),
@@ -183,7 +184,7 @@ class CoordinatorServer:
         for servicer in servicers:  # answers too large for gRPC are refused in-band
             servicer.max_response_bytes = size  # type: ignore[attr-defined]
         served = list(zip(service_descriptors(), servicers, strict=False))
-        table = instrument_methods(method_table(served), metrics=metrics)
+        table = method_table(served)
         group_keys = GroupKeys(descriptor for descriptor, _ in served)
         if isinstance(self.server, H2GrpcServer):
             self.server.group_of = group_keys.key  # calls start fairly between groups
@@ -311,7 +312,9 @@ class CoordinatorServer:
             )
             await upstream.connect()
         self.kafka = KafkaListener(self.service, kafka_options, upstream)
-        self.kafka.on_forward = forwarded_timer(getattr(self.runtime.observer, "metrics", None))
+        self.kafka.on_forward = forwarded_timer(
+            getattr(self.runtime.observer, "metrics", None), kafka_api_name
+        )
         self.kafka.on_auth_failed = self.on_auth_failed
         for endpoint in self.kafka_endpoints():
             sec = options.security

@@ -20,11 +20,10 @@ answer (``caller.abort_when_closing``: gRPC's UNAVAILABLE).
 
 from __future__ import annotations
 
-import functools
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from dataclasses import replace
-from typing import Any, Protocol, TypeVar, cast
+from typing import Any, TypeVar
 
 from coordinator.core.commands import ConsumerGroupHeartbeat, ConsumerGroupHeartbeatResponse
 from coordinator.core.errors import (
@@ -35,7 +34,6 @@ from coordinator.core.errors import (
     InvalidRequestError,
     MemberIdRequiredError,
     UnsupportedVersionError,
-    to_error_code,
 )
 from coordinator.core.model import ZERO_TOPIC_ID
 from coordinator.core.offsets import (
@@ -110,18 +108,14 @@ from .log_offsets import (
     LogOffsetSource,
 )
 from .push import MemberPush, ShuttingDownError
+from .rpc import RpcObserver, ShuttingDown, batched, each, on_each, reply_error, rpc
+from .topic_source import RegistryTopics, TopicSource
 
 log = logging.getLogger("kip848.server")
 
-S = TypeVar("S", bound="CoordinatorService")
-Q = TypeVar("Q")
-R = TypeVar("R")
-K = TypeVar("K")
-V = TypeVar("V")
 RES = TypeVar("RES", ConfigResult, AlterResult)
 
 GROUP_KEY_TYPE = 0
-SHUTTING_DOWN = "The coordinator is shutting down."
 GROUP_CONFIG_DOCS = {
     "consumer.session.timeout.ms": "The timeout to detect client failures when using the consumer group protocol.",
     "consumer.heartbeat.interval.ms": "The heartbeat interval given to the members of a consumer group.",
@@ -134,74 +128,6 @@ MEMBER_ID_REQUIRED_HEARTBEAT_VERSION = 1
 """ConsumerGroupHeartbeat v1+: the consumer generates its member id (KIP-1082)."""
 OFFSET_COMMIT_KIP848_VERSION = 9
 """OffsetCommit v9+ is required from members of the consumer protocol."""
-
-
-class ShuttingDown(Exception):
-    """The runtime is closing; raised only for callers with ``abort_when_closing``."""
-
-
-ErrorShape = Callable[[Any, ErrorCode, str | None], Any]
-
-
-CLOSED_STATES = (RuntimeState.CLOSING, RuntimeState.CLOSED)
-
-
-class RpcBody(Protocol):
-    """What ``@rpc`` keeps of an RPC for the observation (``observability/requests.py``),
-    which runs the body itself rather than through the wrapper: one coroutine less a request."""
-
-    __wrapped__: Callable[..., Awaitable[Any]]
-    rpc_on_error: ErrorShape
-
-
-def closed_answer(on_error: ErrorShape, req: Any, caller: Caller) -> Any:
-    """The answer of an RPC while the runtime shuts down: COORDINATOR_NOT_AVAILABLE in
-    ``on_error``'s shape, or :class:`ShuttingDown` for a transport with its own answer."""
-    if caller.abort_when_closing:
-        raise ShuttingDown(SHUTTING_DOWN)
-    return on_error(req, ErrorCode.COORDINATOR_NOT_AVAILABLE, SHUTTING_DOWN)
-
-
-def failed_answer(on_error: ErrorShape, req: Any, exc: Exception, name: str) -> Any:
-    """The answer of an RPC whose body raised ``exc`` (called while handling it): a protocol
-    error in ``on_error``'s shape; anything else is a bug, logged with its traceback and
-    answered with its code (UNKNOWN_SERVER_ERROR)."""
-    if isinstance(exc, CoordinatorError):
-        return on_error(req, exc.code, exc.message)
-    log.exception("Unexpected error in %s", name)
-    return on_error(req, *to_error_code(exc))
-
-
-def rpc(
-    on_error: ErrorShape,
-) -> Callable[[Callable[[S, Q, Caller], Awaitable[R]]], Callable[[S, Q, Caller], Awaitable[R]]]:
-    """One RPC body: answer COORDINATOR_NOT_AVAILABLE (or raise :class:`ShuttingDown`) while
-    shutting down; turn a protocol error into ``on_error(request, code, message)``, the RPC's
-    own error shape; log a bug and answer it UNKNOWN_SERVER_ERROR. The wrapper keeps the body
-    (``__wrapped__``) and ``on_error`` (``rpc_on_error``): see :class:`RpcBody`."""
-
-    def wrap(
-        body: Callable[[S, Q, Caller], Awaitable[R]],
-    ) -> Callable[[S, Q, Caller], Awaitable[R]]:
-        name = body.__name__
-
-        @functools.wraps(body)
-        async def run(self: S, req: Q, caller: Caller) -> R:
-            if self.runtime.state in CLOSED_STATES:
-                return cast(R, closed_answer(on_error, req, caller))
-            try:
-                return await body(self, req, caller)
-            except Exception as exc:  # noqa: BLE001 (failed_answer logs a bug)
-                return cast(R, failed_answer(on_error, req, exc, name))
-
-        run.rpc_on_error = on_error  # type: ignore[attr-defined]
-        return run
-
-    return wrap
-
-
-def _reply(_req: Any, code: ErrorCode, text: str | None) -> Reply[Any]:
-    return Reply(error_code=code, error_message=text)
 
 
 def check_group_id(group_id: str, message: str = "Group id can't be empty.") -> None:
@@ -226,21 +152,6 @@ class _Err(CoordinatorError):
         super().__init__(message)
         self.code = code
         self.message = message  # type: ignore[assignment]
-
-
-def _on_each(
-    keys: Callable[[Any], Iterable[K]], error: Callable[[K, ErrorCode, str | None], Any]
-) -> ErrorShape:
-    """Error shape of an RPC that answers per group or per resource: ``error(key, code, text)``
-    for every key of the request (Kafka has no top-level error there); also the top-level
-    error, for a codec that has one."""
-
-    def shape(req: Any, code: ErrorCode, text: str | None) -> Reply[Any]:
-        return Reply(
-            value=[error(k, code, text) for k in keys(req)], error_code=code, error_message=text
-        )
-
-    return shape
 
 
 def _resources(req: DescribeConfigs | IncrementalAlterConfigs) -> Sequence[Any]:
@@ -287,43 +198,6 @@ def _classic_described_error(group_id: str, code: ErrorCode, text: str | None) -
     return m.DescribedGroup(group_id=group_id, error_code=int(code), error_message=text)
 
 
-async def _each(
-    items: Iterable[K],
-    answer: Callable[[K], Awaitable[V]],
-    error: Callable[[K, ErrorCode, str | None], V],
-) -> list[V]:
-    """``answer(item)`` for each item, in order; a protocol error answers its item only."""
-    out = []
-    for item in items:
-        try:
-            out.append(await answer(item))
-        except CoordinatorError as exc:
-            out.append(error(item, exc.code, exc.message))
-    return out
-
-
-async def _batched(
-    items: Iterable[K],
-    check: Callable[[K], None],
-    answer: Callable[[list[K]], Awaitable[Iterable[V]]],
-    error: Callable[[K, ErrorCode, str | None], V],
-) -> list[V]:
-    """The items ``check`` passes, answered by one call of ``answer`` (one answer each, in
-    order); an item ``check`` refuses is answered by its error, in its place."""
-    answers: list[V | None] = []
-    valid = []
-    for item in items:
-        try:
-            check(item)
-        except CoordinatorError as exc:
-            answers.append(error(item, exc.code, exc.message))
-            continue
-        valid.append(item)
-        answers.append(None)
-    answered = iter(await answer(valid))
-    return [a if a is not None else next(answered) for a in answers]
-
-
 def _join_error(req: m.JoinGroup, code: ErrorCode, text: str | None) -> m.JoinGroupResponse:
     return m.JoinGroupResponse(
         error_code=int(code), error_message=text, generation_id=-1, member_id=req.member_id
@@ -354,54 +228,6 @@ def _user_error(user: str, code: ErrorCode, text: str | None) -> UserResult:
     return UserResult(user=user, error_code=code, error_message=text)
 
 
-class TopicSource(Protocol):
-    """Where topics come from and where the topic RPCs go: the coordinator's own registry
-    (:class:`RegistryTopics`), or an upstream broker the registry follows
-    (``kafka.topic_feed.TopicFeed``, with ``--kafka-upstream``)."""
-
-    watches_subscriptions: bool
-    """True: :meth:`subscribed` wants to see the subscriptions (names, regexes) of joins."""
-
-    async def create_topics(self, topics: Sequence[NewTopic]) -> list[TopicResult]: ...
-    async def create_partitions(self, requests: Sequence[tuple[str, int]]) -> list[TopicResult]: ...
-    async def delete_topics(self, names: Sequence[str]) -> list[TopicResult]: ...
-    async def list_topics(self) -> list[TopicResult]: ...
-    def subscribed(
-        self, names: Sequence[str] | None, regex: str | None
-    ) -> Awaitable[None] | None: ...
-    def lookup(self, names: Iterable[str], topic_ids: Iterable[str]) -> Awaitable[None] | None:
-        """A request names topics (an offset commit): an awaitable that waits until those the
-        registry lacks were looked up where topics come from (bounded); None: nothing to do."""
-        ...
-
-
-class RegistryTopics:
-    """The coordinator's own topic registry (no upstream): the topic RPCs change it."""
-
-    watches_subscriptions = False
-
-    def __init__(self, runtime: CoordinatorRuntime) -> None:
-        self.runtime = runtime
-
-    async def create_topics(self, topics: Sequence[NewTopic]) -> list[TopicResult]:
-        return await self.runtime.create_topics(topics)
-
-    async def create_partitions(self, requests: Sequence[tuple[str, int]]) -> list[TopicResult]:
-        return await self.runtime.create_partitions(requests)
-
-    async def delete_topics(self, names: Sequence[str]) -> list[TopicResult]:
-        return await self.runtime.delete_topics(names)
-
-    async def list_topics(self) -> list[TopicResult]:
-        return await self.runtime.list_topics()
-
-    def subscribed(self, names: Sequence[str] | None, regex: str | None) -> Awaitable[None] | None:
-        return None
-
-    def lookup(self, names: Iterable[str], topic_ids: Iterable[str]) -> Awaitable[None] | None:
-        return None
-
-
 class CoordinatorService:
     """Every RPC of the coordinator over one runtime (shared by every codec and listener).
     ``topics``: where topics come from (default: the coordinator's own registry)."""
@@ -424,6 +250,8 @@ class CoordinatorService:
         self.log_offsets = log_offsets
         """Where ListOffsets goes (the upstream broker); None: no logs (coordinator-only)."""
         self.push = MemberPush(runtime)
+        self.observer: RpcObserver | None = None
+        """Who observes the RPCs (metrics, spans, audit): set by :func:`~.rpc.observe`."""
 
     async def consumer_group_watch(
         self, req: WatchRequest, caller: Caller
@@ -452,7 +280,7 @@ class CoordinatorService:
 
     # ------------------------------------------------------------ KIP-848 consumer groups
 
-    @rpc(_reply)
+    @rpc(reply_error)
     async def consumer_group_heartbeat(
         self, req: ConsumerGroupHeartbeat, caller: Caller
     ) -> Reply[ConsumerGroupHeartbeatResponse]:
@@ -481,7 +309,7 @@ class CoordinatorService:
                 await waiting
         return Reply(value=await self.runtime.heartbeat(req))
 
-    @rpc(_on_each(list, _described_error))
+    @rpc(on_each(list, _described_error))
     async def consumer_group_describe(
         self, group_ids: Sequence[str], caller: Caller
     ) -> Reply[list[DescribedConsumerGroup]]:
@@ -509,7 +337,7 @@ class CoordinatorService:
                     raise topics_denied(denied)
             return DescribedConsumerGroup(group_id=group_id, description=desc)
 
-        return Reply(value=await _each(group_ids, describe, _described_error))
+        return Reply(value=await each(group_ids, describe, _described_error))
 
     # ------------------------------------------------------------ offsets
 
@@ -540,7 +368,7 @@ class CoordinatorService:
         if waiting is not None:
             await waiting
 
-    @rpc(_on_each(list, _fetch_error))
+    @rpc(on_each(list, _fetch_error))
     async def offset_fetch(
         self, groups: Sequence[OffsetFetchGroup | GroupError], caller: Caller
     ) -> Reply[list[OffsetFetchGroupResponse]]:
@@ -565,9 +393,9 @@ class CoordinatorService:
                 for g, a in zip(asked, answers, strict=True)
             ]
 
-        return Reply(value=await _batched(groups, check, fetch, _fetch_error))
+        return Reply(value=await batched(groups, check, fetch, _fetch_error))
 
-    @rpc(_reply)
+    @rpc(reply_error)
     async def offset_delete(
         self, req: tuple[str, Sequence[tuple[str, Sequence[int]]]], caller: Caller
     ) -> Reply[OffsetDeleteResponse]:
@@ -589,7 +417,7 @@ class CoordinatorService:
 
     # ------------------------------------------------------------ group administration
 
-    @rpc(_reply)
+    @rpc(reply_error)
     async def list_groups(
         self, req: tuple[Sequence[str], Sequence[str]], caller: Caller
     ) -> Reply[list[ListedGroup]]:
@@ -602,7 +430,7 @@ class CoordinatorService:
         # Kafka: without CLUSTER DESCRIBE, the groups the caller may describe (silently).
         return Reply(value=self.authz.visible(caller, listed, DESCRIBE, GROUP, _group_id_of))
 
-    @rpc(_on_each(list, _not_deleted))
+    @rpc(on_each(list, _not_deleted))
     async def delete_groups(
         self, group_ids: Sequence[str], caller: Caller
     ) -> Reply[list[tuple[str, ErrorCode, str | None]]]:
@@ -614,10 +442,10 @@ class CoordinatorService:
             self.authz.check_group(caller, "DeleteGroups", DELETE, group_id)
 
         return Reply(
-            value=await _batched(group_ids, check, self.runtime.delete_groups, _not_deleted)
+            value=await batched(group_ids, check, self.runtime.delete_groups, _not_deleted)
         )
 
-    @rpc(_on_each(_resources, _config_error))
+    @rpc(on_each(_resources, _config_error))
     async def describe_configs(
         self, req: DescribeConfigs, caller: Caller
     ) -> Reply[list[ConfigResult]]:
@@ -632,9 +460,9 @@ class CoordinatorService:
                 res, configs, overrides, req.include_synonyms, req.include_documentation
             )
 
-        return Reply(value=await _each(req.resources, describe, _config_error))
+        return Reply(value=await each(req.resources, describe, _config_error))
 
-    @rpc(_on_each(_resources, _alter_error))
+    @rpc(on_each(_resources, _alter_error))
     async def incremental_alter_configs(
         self, req: IncrementalAlterConfigs, caller: Caller
     ) -> Reply[list[AlterResult]]:
@@ -669,11 +497,11 @@ class CoordinatorService:
             )
             return AlterResult(resource_type=res.resource_type, resource_name=res.resource_name)
 
-        return Reply(value=await _each(req.resources, alter, _alter_error))
+        return Reply(value=await each(req.resources, alter, _alter_error))
 
     # ------------------------------------------------------------ topic registry
 
-    @rpc(_reply)
+    @rpc(reply_error)
     async def create_topics(
         self, topics: Sequence[NewTopic], caller: Caller
     ) -> Reply[list[TopicResult]]:
@@ -690,7 +518,7 @@ class CoordinatorService:
             value=[_topic_denied(t.name) if t.name in denied else next(created) for t in topics]
         )
 
-    @rpc(_reply)
+    @rpc(reply_error)
     async def create_partitions(
         self, requests: Sequence[tuple[str, int]], caller: Caller
     ) -> Reply[list[TopicResult]]:
@@ -702,7 +530,7 @@ class CoordinatorService:
         grown = iter(await self.topics.create_partitions(kept) if kept else [])
         return Reply(value=[_topic_denied(n) if n in denied else next(grown) for n, _c in requests])
 
-    @rpc(_reply)
+    @rpc(reply_error)
     async def delete_topics(self, names: Sequence[str], caller: Caller) -> Reply[list[TopicResult]]:
         self.limits.topics(names)
         denied = set(self.authz.denied_topics(caller, "DeleteTopics", DELETE, names))
@@ -710,14 +538,14 @@ class CoordinatorService:
         deleted = iter(await self.topics.delete_topics(kept) if kept else [])
         return Reply(value=[_topic_denied(n) if n in denied else next(deleted) for n in names])
 
-    @rpc(_reply)
+    @rpc(reply_error)
     async def list_topics(self, _req: None, caller: Caller) -> Reply[list[TopicResult]]:
         listed = await self.topics.list_topics()
         return Reply(value=self.authz.visible(caller, listed, DESCRIBE, TOPIC, _topic_name_of))
 
     # ------------------------------------------------------------ log offsets (the broker's)
 
-    @rpc(_reply)
+    @rpc(reply_error)
     async def list_offsets(self, req: ListOffsets, caller: Caller) -> Reply[list[LogOffset]]:
         """ListOffsets (``log_offsets.py``): from the upstream broker; without one there are no
         logs (UNSUPPORTED_VERSION)."""
@@ -758,7 +586,7 @@ class CoordinatorService:
 
     # ------------------------------------------------------------ classic groups (the bridge)
 
-    @rpc(_reply)
+    @rpc(reply_error)
     async def find_coordinator(
         self, req: tuple[int, Sequence[str]], caller: Caller
     ) -> Reply[list[Coordinator]]:
@@ -838,7 +666,7 @@ class CoordinatorService:
         self.authz.check_group(caller, "LeaveGroup", READ, req.group_id)
         return await self.runtime.classic_leave(req)
 
-    @rpc(_on_each(list, _classic_described_error))
+    @rpc(on_each(list, _classic_described_error))
     async def describe_groups(
         self, group_ids: Sequence[str], caller: Caller
     ) -> Reply[list[m.DescribedGroup]]:
@@ -854,18 +682,18 @@ class CoordinatorService:
                 return m.DescribedGroup(group_id=group_id, group_state="Dead")
             return g
 
-        return Reply(value=await _each(group_ids, describe, _classic_described_error))
+        return Reply(value=await each(group_ids, describe, _classic_described_error))
 
     # ------------------------------------------------------------ security administration
 
-    @rpc(_reply)
+    @rpc(reply_error)
     async def describe_acls(self, spec: AclSpec, caller: Caller) -> Reply[list[AclBinding]]:
         self.authz.check_cluster(caller, "DescribeAcls", DESCRIBE)
         _check_acl_strings(self.limits, spec)
         flt = new_filter(**_acl_fields(spec))
         return Reply(value=await self.runtime.describe_acls(flt))
 
-    @rpc(_on_each(list, _acl_creation_error))
+    @rpc(on_each(list, _acl_creation_error))
     async def create_acls(
         self, specs: Sequence[AclSpec], caller: Caller
     ) -> Reply[list[AclCreation]]:
@@ -884,7 +712,7 @@ class CoordinatorService:
             creations.append(AclCreation(binding=binding))
         return Reply(value=await self.runtime.create_acls(creations))
 
-    @rpc(_on_each(list, _acl_deletion_error))
+    @rpc(on_each(list, _acl_deletion_error))
     async def delete_acls(
         self, specs: Sequence[AclSpec], caller: Caller
     ) -> Reply[list[AclDeletion]]:
@@ -898,9 +726,9 @@ class CoordinatorService:
         async def delete(valid: list[AclSpec]) -> list[AclDeletion]:
             return await self.runtime.delete_acls([new_filter(**_acl_fields(f)) for f in valid])
 
-        return Reply(value=await _batched(specs, check, delete, _acl_deletion_error))
+        return Reply(value=await batched(specs, check, delete, _acl_deletion_error))
 
-    @rpc(_reply)
+    @rpc(reply_error)
     async def describe_user_scram_credentials(
         self, users: Sequence[str] | None, caller: Caller
     ) -> Reply[list[UserResult]]:
@@ -910,7 +738,7 @@ class CoordinatorService:
             self.limits.identifier("A user name", user)
         return Reply(value=await self.runtime.describe_scram_credentials(users))
 
-    @rpc(_on_each(AlterScramCredentials.users, _user_error))
+    @rpc(on_each(AlterScramCredentials.users, _user_error))
     async def alter_user_scram_credentials(
         self, req: AlterScramCredentials, caller: Caller
     ) -> Reply[list[UserResult]]:
@@ -925,7 +753,7 @@ class CoordinatorService:
 
     # ------------------------------------------------------------ testing
 
-    @rpc(_reply)
+    @rpc(reply_error)
     async def advance_time(self, ms: int, caller: Caller) -> Reply[int]:
         if ms < 0:
             raise InvalidRequestError(f"ms must be >= 0, got {ms}.")

@@ -20,8 +20,6 @@ import grpc
 from google.protobuf.descriptor import ServiceDescriptor
 
 from coordinator.core.errors import CoordinatorError, ErrorCode
-from coordinator.observability import tracing
-from coordinator.observability.requests import ADMIN_METHODS
 from coordinator.runtime import CoordinatorRuntime
 from coordinator.security.principal import ANONYMOUS, KafkaPrincipal
 from kip848.v1 import (
@@ -41,7 +39,8 @@ from . import convert
 from .api import Caller, Node, WatchRequest
 from .forwarding import ForwardedContext
 from .grpc_auth import Unauthenticated
-from .service import CoordinatorService, ShuttingDown
+from .rpc import ShuttingDown
+from .service import CoordinatorService
 
 log = logging.getLogger("kip848.server")
 
@@ -107,7 +106,9 @@ class Rpc:
     the service's answer as it is. ``undecodable(request, code, text)`` answers a request that
     does not convert (default: a top-level error). ``response_type`` (the proto module's
     ``<Name>Response``) and ``method`` (the service method: the name in snake_case) are filled
-    in by the table from the RPC's name."""
+    in by the table from the RPC's name. ``audit``: an administrative RPC, each resource it acts
+    on gets an audit line (on every protocol: the service layer's observer,
+    :class:`~.rpc.RpcInfo`), so its callers' client id and address are read."""
 
     decode: Callable[..., Any]
     encode: Callable[..., Any]
@@ -115,6 +116,7 @@ class Rpc:
     names: bool = False
     undecodable: Callable[[Any, ErrorCode, str | None], Any] | None = None
     needs_identity: bool = False
+    audit: bool = False
     response_type: type[Any] = type(None)
     method: str = ""
 
@@ -156,8 +158,10 @@ class GrpcServicer:
             return Caller(
                 node=node, abort_when_closing=True, received=received, principal=principal
             )
+        observer = self.service.observer
         client_id, trace_metadata = identity_in(
-            context.invocation_metadata() or (), tracing.STATE.enabled
+            context.invocation_metadata() or (),
+            observer is not None and observer.wants_trace_context(),
         )
         return Caller(
             client_id=client_id,
@@ -181,10 +185,11 @@ class GrpcServicer:
     async def run(self, row: Rpc, request: Any, context: grpc.aio.ServicerContext) -> Any:
         # Audited (admin) RPCs, every RPC while tracing, and every RPC while an ACL names a
         # host, need the client id and address.
+        observer = self.service.observer
         identity = (
             row.needs_identity
-            or row.method in ADMIN_METHODS
-            or tracing.STATE.enabled
+            or row.audit
+            or (observer is not None and observer.wants_trace_context())
             or self.service.authorizer.needs_host
         )
         caller = await self.authenticated_caller(context, identity)
@@ -321,9 +326,12 @@ OffsetService = _servicer(
             convert.offset_commit_from_proto,
             convert.offset_commit_to_proto,
             undecodable=convert.offset_commit_error,
+            audit=True,  # an offset reset (a commit without a member)
         ),
         "OffsetFetch": Rpc(convert.offset_fetch_from_proto, convert.offset_fetch_to_proto),
-        "OffsetDelete": Rpc(convert.offset_delete_from_proto, convert.offset_delete_to_proto),
+        "OffsetDelete": Rpc(
+            convert.offset_delete_from_proto, convert.offset_delete_to_proto, audit=True
+        ),
     },
 )
 
@@ -331,29 +339,35 @@ AdminService = _servicer(
     admin_pb2,
     admin_pb2_grpc.AdminServiceServicer,
     {
-        "CreateTopics": Rpc(convert.new_topics_from_proto, convert.create_topics_to_proto),
-        "CreatePartitions": Rpc(
-            convert.create_partitions_from_proto, convert.create_partitions_to_proto
+        "CreateTopics": Rpc(
+            convert.new_topics_from_proto, convert.create_topics_to_proto, audit=True
         ),
-        "DeleteTopics": Rpc(convert.delete_topics_from_proto, convert.delete_topics_to_proto),
+        "CreatePartitions": Rpc(
+            convert.create_partitions_from_proto, convert.create_partitions_to_proto, audit=True
+        ),
+        "DeleteTopics": Rpc(
+            convert.delete_topics_from_proto, convert.delete_topics_to_proto, audit=True
+        ),
         "ListTopics": Rpc(convert.nothing_from_proto, convert.list_topics_to_proto),
         "ListOffsets": Rpc(convert.list_offsets_from_proto, convert.list_offsets_to_proto),
         "ListGroups": Rpc(convert.list_groups_from_proto, convert.list_groups_to_proto),
-        "DeleteGroups": Rpc(convert.group_ids_from_proto, convert.delete_groups_to_proto),
+        "DeleteGroups": Rpc(
+            convert.group_ids_from_proto, convert.delete_groups_to_proto, audit=True
+        ),
         "DescribeConfigs": Rpc(
             convert.describe_configs_from_proto, convert.describe_configs_to_proto, whole=True
         ),
         "IncrementalAlterConfigs": Rpc(
-            convert.alter_configs_from_proto, convert.alter_configs_to_proto, whole=True
+            convert.alter_configs_from_proto, convert.alter_configs_to_proto, whole=True, audit=True
         ),
         "DescribeAcls": Rpc(convert.describe_acls_from_proto, convert.describe_acls_to_proto),
-        "CreateAcls": Rpc(convert.create_acls_from_proto, convert.create_acls_to_proto),
-        "DeleteAcls": Rpc(convert.delete_acls_from_proto, convert.delete_acls_to_proto),
+        "CreateAcls": Rpc(convert.create_acls_from_proto, convert.create_acls_to_proto, audit=True),
+        "DeleteAcls": Rpc(convert.delete_acls_from_proto, convert.delete_acls_to_proto, audit=True),
         "DescribeUserScramCredentials": Rpc(
             convert.describe_users_from_proto, convert.describe_users_to_proto
         ),
         "AlterUserScramCredentials": Rpc(
-            convert.alter_users_from_proto, convert.alter_users_to_proto
+            convert.alter_users_from_proto, convert.alter_users_to_proto, audit=True
         ),
     },
 )

@@ -23,10 +23,11 @@ from coordinator.core.topics import NewTopic
 from coordinator.observability import tracing
 from coordinator.observability.metrics import CoordinatorMetrics, parse_families
 from coordinator.observability.observer import RuntimeObserver
-from coordinator.observability.requests import forwarded_timer, instrument_service
+from coordinator.observability.requests import RequestObserver, forwarded_timer
 from coordinator.runtime import CoordinatorRuntime, ManualClock
 from coordinator.runtime.store import MemoryRecordStore
 from coordinator.server.api import Node
+from coordinator.server.catalog import kafka_api_name, observe_rpcs
 from coordinator.server.kafka.listener import KafkaListener
 from coordinator.server.service import CoordinatorService
 
@@ -86,7 +87,7 @@ async def test_kafka_requests_have_the_grpc_span_tree_and_kafka_api_names(
     )
     await rt.start()
     service = CoordinatorService(rt)
-    instrument_service(service, metrics)
+    observe_rpcs(service, RequestObserver(metrics))
     listener = KafkaListener(service)
     try:
         await rt.create_topics([NewTopic(name="k-orders", num_partitions=2)])
@@ -209,8 +210,8 @@ def test_forwarded_requests_are_counted_and_timed_with_route_forwarded(tmp_path:
 
 def test_a_forwarded_request_never_answered_is_aborted() -> None:
     metrics = CoordinatorMetrics(process_collectors=False)
-    start = forwarded_timer(metrics)
-    assert start is not None and forwarded_timer(None) is None
+    start = forwarded_timer(metrics, kafka_api_name)
+    assert start is not None and forwarded_timer(None, kafka_api_name) is None
     start(0)(False)  # Produce: the client's connection closed before the answer
     start(1)(True)  # Fetch
     samples = registry_samples(metrics)

@@ -912,7 +912,7 @@ def test_every_rpc_and_every_served_kafka_api_has_a_row() -> None:
 
 
 def kafka_name(key: int) -> str:
-    from coordinator.observability.requests import kafka_api_name
+    from coordinator.server.catalog import kafka_api_name
 
     return kafka_api_name(key)
 

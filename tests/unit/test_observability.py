@@ -10,6 +10,7 @@ import json
 import logging
 import re
 import time
+import types
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -30,18 +31,13 @@ from coordinator.observability.metrics import (
     metric_names,
 )
 from coordinator.observability.observer import RuntimeObserver, count_state, loop_reader
-from coordinator.observability.requests import (
-    audit_lines,
-    first_error,
-    instrument_methods,
-    instrument_service,
-    plain_value,
-    rpc_name,
-)
+from coordinator.observability.requests import RequestObserver, audit_lines
 from coordinator.runtime import CoordinatorRuntime, ManualClock, SystemClock
 from coordinator.runtime.store import MemoryRecordStore
 from coordinator.server.api import Caller
+from coordinator.server.catalog import observe_rpcs, rpc_name
 from coordinator.server.forwarding import ForwardedContext, method_table
+from coordinator.server.rpc import answer_code_reader, first_error, plain_value
 from coordinator.server.service import CoordinatorService
 from coordinator.server.services import AdminService, ConsumerGroupService, OffsetService
 from kip848.v1 import admin_pb2, common_pb2, offsets_pb2
@@ -71,14 +67,14 @@ class Server:
         from coordinator.server.services import service_descriptors
 
         self.service = CoordinatorService(runtime)
-        instrument_service(self.service, metrics)
+        observe_rpcs(self.service, RequestObserver(metrics))
         descriptors = {d.name: d for d in service_descriptors()}
         served = [
             (descriptors["ConsumerGroupService"], ConsumerGroupService(self.service)),
             (descriptors["AdminService"], AdminService(self.service)),
             (descriptors["OffsetService"], OffsetService(self.service)),
         ]
-        self.table = instrument_methods(method_table(served), metrics=metrics)
+        self.table = method_table(served)
 
     async def call(self, path: str, request: Any, *metadata: tuple[str, str]) -> Any:
         _parse, method = self.table[path]
@@ -340,7 +336,7 @@ async def test_a_timer_is_as_late_as_its_deadline_in_timer_time_says() -> None:
     await rt.start()
     try:
         service = CoordinatorService(rt)
-        instrument_service(service, metrics)
+        observe_rpcs(service, RequestObserver(metrics))
         joined = await service.consumer_group_heartbeat(
             ConsumerGroupHeartbeat(
                 group_id="g",
@@ -397,12 +393,8 @@ async def test_only_admin_rpcs_are_wrapped_when_everything_is_off() -> None:
     rt = await started_runtime(RuntimeObserver(None))
     try:
         service = CoordinatorService(rt)
-        instrument_service(service, None)
-        wrapped = sorted(
-            n
-            for n, v in vars(service).items()
-            if getattr(v, "__qualname__", "").startswith("observed.")
-        )
+        observe_rpcs(service, RequestObserver(None))
+        wrapped = sorted(n for n, v in vars(service).items() if isinstance(v, types.MethodType))
         assert wrapped == [
             "alter_user_scram_credentials",
             "create_acls",
@@ -415,11 +407,6 @@ async def test_only_admin_rpcs_are_wrapped_when_everything_is_off() -> None:
             "offset_commit",
             "offset_delete",
         ]
-        from coordinator.server.services import service_descriptors
-
-        served = [(service_descriptors()[0], ConsumerGroupService(service))]
-        table = method_table(served)
-        assert instrument_methods(table, metrics=None) == table  # the codec is not touched
     finally:
         await rt.close()
 
@@ -627,10 +614,12 @@ def test_audit_lines_of_every_admin_action() -> None:
     )
 
     E = ErrorCode
+    code = answer_code_reader()
     assert audit_lines(
         "create_topics",
         [NewTopic(name="t", num_partitions=3)],
         Reply(value=[TopicResult(name="t", num_partitions=3)]),
+        code,
     ) == [("create_topic", {"topic": "t", "partitions": 3}, 0, None)]
     assert audit_lines(
         "delete_topics",
@@ -643,6 +632,7 @@ def test_audit_lines_of_every_admin_action() -> None:
                 ),
             ]
         ),
+        code,
     ) == [
         ("delete_topic", {"topic": "t"}, 0, None),
         ("delete_topic", {"topic": "u"}, 3, "No u."),
@@ -651,6 +641,7 @@ def test_audit_lines_of_every_admin_action() -> None:
         "create_partitions",
         [("t", 6)],
         Reply(error_code=E.COORDINATOR_LOAD_IN_PROGRESS, error_message="Loading."),
+        code,
     ) == [("add_partitions", {"topic": "t", "partitions": 6}, 14, "Loading.")]
     resource = AlterResource(
         resource_type=16,
@@ -662,7 +653,7 @@ def test_audit_lines_of_every_admin_action() -> None:
     )
     altered = Reply(value=[AlterResult(resource_type=16, resource_name="g")])
     assert audit_lines(
-        "incremental_alter_configs", IncrementalAlterConfigs(resources=(resource,)), altered
+        "incremental_alter_configs", IncrementalAlterConfigs(resources=(resource,)), altered, code
     ) == [
         (
             "alter_group_config",
@@ -675,9 +666,9 @@ def test_audit_lines_of_every_admin_action() -> None:
         )
     ]
     validate = IncrementalAlterConfigs(resources=(resource,), validate_only=True)
-    assert audit_lines("incremental_alter_configs", validate, altered) == []
+    assert audit_lines("incremental_alter_configs", validate, altered, code) == []
     assert audit_lines(
-        "delete_groups", ["g"], Reply(value=[("g", E.NON_EMPTY_GROUP, "Not empty.")])
+        "delete_groups", ["g"], Reply(value=[("g", E.NON_EMPTY_GROUP, "Not empty.")]), code
     ) == [("delete_group", {"group_id": "g"}, 68, "Not empty.")]
     reset = OffsetCommit(
         group_id="g",
@@ -696,11 +687,11 @@ def test_audit_lines_of_every_admin_action() -> None:
             )
         )
     )
-    assert audit_lines("offset_commit", reset, committed) == [
+    assert audit_lines("offset_commit", reset, committed, code) == [
         ("reset_offsets", {"group_id": "g", "offsets": "t:1=7"}, 0, None)
     ]
     member_commit = OffsetCommit(group_id="g", member_id="A", generation_id_or_member_epoch=3)
-    assert audit_lines("offset_commit", member_commit, committed) == []
+    assert audit_lines("offset_commit", member_commit, committed, code) == []
     deleted = Reply(
         value=OffsetDeleteResponse(
             topics=(
@@ -715,10 +706,10 @@ def test_audit_lines_of_every_admin_action() -> None:
             )
         )
     )
-    assert audit_lines("offset_delete", ("g", [("t", [0, 2])]), deleted) == [
+    assert audit_lines("offset_delete", ("g", [("t", [0, 2])]), deleted, code) == [
         ("delete_offsets", {"group_id": "g", "partitions": "t:0/2"}, 86, None)
     ]
-    assert audit_lines("consumer_group_heartbeat", None, Reply()) == []
+    assert audit_lines("consumer_group_heartbeat", None, Reply(), code) == []
 
 
 # ---------------------------------------------------------------- dashboard
@@ -770,7 +761,7 @@ async def test_a_failing_observation_never_fails_the_request(
     rt = await started_runtime(RuntimeObserver(metrics))
     try:
         service = CoordinatorService(rt)
-        instrument_service(service, metrics)
+        observe_rpcs(service, RequestObserver(metrics))
         monkeypatch.setattr(observed_requests, "audit_lines", broken)
         answer = await service.delete_groups(["nope"], Caller(client_id="ops"))
         assert answer.value == [("nope", ErrorCode.GROUP_ID_NOT_FOUND, "Group nope not found.")]

@@ -19,9 +19,10 @@ from coordinator.core.errors import ErrorCode
 from coordinator.observability import tracing
 from coordinator.observability.metrics import CoordinatorMetrics
 from coordinator.observability.observer import RuntimeObserver, make_observer
-from coordinator.observability.requests import instrument_methods, instrument_service
+from coordinator.observability.requests import RequestObserver
 from coordinator.runtime import CoordinatorRuntime, ManualClock
 from coordinator.runtime.store import MemoryRecordStore
+from coordinator.server.catalog import observe_rpcs
 from coordinator.server.forwarding import ForwardedContext, method_table
 from coordinator.server.service import CoordinatorService
 from coordinator.server.services import ConsumerGroupService, service_descriptors
@@ -57,11 +58,9 @@ class Table:
 
     def __init__(self, runtime: CoordinatorRuntime, metrics: CoordinatorMetrics) -> None:
         service = CoordinatorService(runtime)
-        instrument_service(service, metrics)
+        observe_rpcs(service, RequestObserver(metrics))
         descriptor = next(d for d in service_descriptors() if d.name == "ConsumerGroupService")
-        self.table = instrument_methods(
-            method_table([(descriptor, ConsumerGroupService(service))]), metrics=metrics
-        )
+        self.table = method_table([(descriptor, ConsumerGroupService(service))])
 
     async def describe(self, *metadata: tuple[str, str]) -> Any:
         context = ForwardedContext((("client-id", "app"), *metadata), "ipv4:127.0.0.1:40000")

@@ -1,0 +1,62 @@
+"""Where the service layer's topics come from and where its topic RPCs go.
+
+:class:`TopicSource` is the small protocol between the service layer and an upstream broker:
+the coordinator's own topic registry (:class:`RegistryTopics`, no upstream) or the broker the
+registry follows (``--kafka-upstream``: the upstream package's ``TopicFeed``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Iterable, Sequence
+from typing import Protocol
+
+from coordinator.core.topics import NewTopic, TopicResult
+from coordinator.runtime import CoordinatorRuntime
+
+
+class TopicSource(Protocol):
+    """Where topics come from and where the topic RPCs go: the coordinator's own registry
+    (:class:`RegistryTopics`), or an upstream broker the registry follows
+    (``kafka.topic_feed.TopicFeed``, with ``--kafka-upstream``)."""
+
+    watches_subscriptions: bool
+    """True: :meth:`subscribed` wants to see the subscriptions (names, regexes) of joins."""
+
+    async def create_topics(self, topics: Sequence[NewTopic]) -> list[TopicResult]: ...
+    async def create_partitions(self, requests: Sequence[tuple[str, int]]) -> list[TopicResult]: ...
+    async def delete_topics(self, names: Sequence[str]) -> list[TopicResult]: ...
+    async def list_topics(self) -> list[TopicResult]: ...
+    def subscribed(
+        self, names: Sequence[str] | None, regex: str | None
+    ) -> Awaitable[None] | None: ...
+    def lookup(self, names: Iterable[str], topic_ids: Iterable[str]) -> Awaitable[None] | None:
+        """A request names topics (an offset commit): an awaitable that waits until those the
+        registry lacks were looked up where topics come from (bounded); None: nothing to do."""
+        ...
+
+
+class RegistryTopics:
+    """The coordinator's own topic registry (no upstream): the topic RPCs change it."""
+
+    watches_subscriptions = False
+
+    def __init__(self, runtime: CoordinatorRuntime) -> None:
+        self.runtime = runtime
+
+    async def create_topics(self, topics: Sequence[NewTopic]) -> list[TopicResult]:
+        return await self.runtime.create_topics(topics)
+
+    async def create_partitions(self, requests: Sequence[tuple[str, int]]) -> list[TopicResult]:
+        return await self.runtime.create_partitions(requests)
+
+    async def delete_topics(self, names: Sequence[str]) -> list[TopicResult]:
+        return await self.runtime.delete_topics(names)
+
+    async def list_topics(self) -> list[TopicResult]:
+        return await self.runtime.list_topics()
+
+    def subscribed(self, names: Sequence[str] | None, regex: str | None) -> Awaitable[None] | None:
+        return None
+
+    def lookup(self, names: Iterable[str], topic_ids: Iterable[str]) -> Awaitable[None] | None:
+        return None
