@@ -29,6 +29,7 @@ state costs nothing per call.
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 from collections.abc import Callable
 from typing import Protocol
@@ -39,8 +40,6 @@ ENHANCE_YOUR_CALM = 0xB
 INTERNAL_ERROR = 0x2
 NO_ERROR = 0x0
 MAX_STREAM_ID = (1 << 31) - 1
-KEEPALIVE_PING = b"kip848ka"
-GOODBYE_PING = b"kip848gb"
 IDLE_PING_INTERVAL_S = 7200.0
 """grpc-core: with no call in flight a client may PING once in two hours (RFC 1122's TCP
 keepalive), unless ``keepalive_permit_without_calls``."""
@@ -79,6 +78,8 @@ class Lifetime:
         "_idle_since",
         "_idle_timer",
         "_keepalive_timer",
+        "_goodbye_ping",
+        "_keepalive_ping",
         "_last_ping",
         "_loop",
         "_options",
@@ -100,6 +101,8 @@ class Lifetime:
         self._grace_timer: asyncio.TimerHandle | None = None
         self._goodbye_timer: asyncio.TimerHandle | None = None
         self._goodbye = b""  # the debug data of a graceful GOAWAY under way
+        # the payloads of our PINGs awaiting their acknowledgements (random, as grpc-core's)
+        self._keepalive_ping = self._goodbye_ping = b""
         self._reads_seen = 0
         self._writes_seen = 0
         self._strikes = 0
@@ -138,7 +141,8 @@ class Lifetime:
         if conn.reads != self._reads_seen:  # read something since: wait a whole period again
             self._reads_seen = conn.reads
         elif options.keepalive_permit_without_calls or conn.active_calls():
-            conn.send_ping(KEEPALIVE_PING)
+            self._keepalive_ping = os.urandom(8)
+            conn.send_ping(self._keepalive_ping)
             self._ping_timer = self._after(options.ping_ack_timeout_ms, self._ping_timeout)
             return
         self._keepalive_timer = self._after(options.keepalive_time_ms, self._keepalive)
@@ -149,12 +153,12 @@ class Lifetime:
         self._conn.end("ping timeout")
 
     def ping_acknowledged(self, opaque: bytes) -> None:
-        if opaque == KEEPALIVE_PING and self._ping_timer is not None:
+        if opaque == self._keepalive_ping and self._ping_timer is not None:
             self._ping_timer.cancel()
             self._ping_timer = None
             self._reads_seen = self._conn.reads
             self._keepalive_timer = self._after(self._options.keepalive_time_ms, self._keepalive)
-        elif opaque == GOODBYE_PING and self._goodbye_timer is not None:
+        elif opaque == self._goodbye_ping and self._goodbye_timer is not None:
             self._goodbye_timer.cancel()
             self._final_goaway()
 
@@ -223,7 +227,8 @@ class Lifetime:
         self.draining = True
         self._goodbye = debug
         self._conn.send_goaway(NO_ERROR, MAX_STREAM_ID, debug)
-        self._conn.send_ping(GOODBYE_PING)
+        self._goodbye_ping = os.urandom(8)
+        self._conn.send_ping(self._goodbye_ping)
         self._goodbye_timer = self._after(self._options.ping_ack_timeout_ms, self._final_goaway)
 
     def _final_goaway(self) -> None:
