@@ -368,7 +368,11 @@ def _top_functions(stats: pstats.Stats, n: int) -> list[tuple[str, ...]]:
 
 
 def _short(filename: str) -> str:
-    for marker in ("site-packages/", "/work/main/", "lib/python3"):
+    """A profiled file's name relative to the repository (ours) or to site-packages."""
+    root = str(Path(__file__).resolve().parents[1]) + "/"
+    if filename.startswith(root):
+        return filename[len(root) :]
+    for marker in ("site-packages/", "lib/python3"):
         if marker in filename:
             return filename.split(marker, 1)[1]
     return filename

@@ -35,7 +35,7 @@ class Caller:
     """Who sent a request, through what.
 
     ``api_version`` is the Kafka API version of the request; None for gRPC, which carries no
-    version and behaves like Kafka's latest (shared/API.md). ``node`` is the address of the
+    version and behaves like Kafka's latest (docs/proto.md). ``node`` is the address of the
     listener the request came through (FindCoordinator answers it). ``abort_when_closing``: the
     transport has its own "unavailable" answer (gRPC's UNAVAILABLE status): the service raises
     :class:`ShuttingDown` instead of answering COORDINATOR_NOT_AVAILABLE in-band.
@@ -107,7 +107,7 @@ class DescribedConsumerGroup:
 # ---------------------------------------------------------------- GROUP configs
 
 GROUP_RESOURCE = 16
-"""GROUP in shared/API.md (and KIP-848's text)."""
+"""GROUP in the wire contract (docs/proto.md, DescribeConfigs) and KIP-848's text."""
 KAFKA_GROUP_RESOURCE = 32
 """GROUP in Kafka's ConfigResource.Type; accepted too, and answered with the number asked."""
 GROUP_RESOURCES = (GROUP_RESOURCE, KAFKA_GROUP_RESOURCE)

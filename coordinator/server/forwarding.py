@@ -234,7 +234,7 @@ def add_raw_handlers(
 ) -> None:
     """Serve every method of ``services`` with ``make(path)``, a handler taking and returning
     encoded messages (bytes; for a server-streaming method, an async generator of them):
-    decoding is the handler's, so an undecodable request gets INVALID_ARGUMENT (API.md), the
+    decoding is the handler's, so an undecodable request gets INVALID_ARGUMENT (docs/proto.md), the
     same in every process. One generic handler, no registered methods (see ``GenericOnly``).
     A client-streaming method is refused (``ValueError``): a call carries one request."""
     handlers: dict[str, grpc.RpcMethodHandler] = {}

@@ -167,7 +167,8 @@ EXTENSIONS = {
         "AlterUserScramCredentials",
     ],
 }
-"""RPCs of ours beyond API.md (added, never changing what API.md binds)."""
+"""RPCs added to the binding contract's first version (docs/proto.md; added, never changing
+what it binds)."""
 
 
 def test_the_push_stream_is_the_one_server_streaming_rpc() -> None:
