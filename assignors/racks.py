@@ -110,7 +110,7 @@ class RackNodes:
     members in no relevant rack. ``mask_of(topic)`` maps a partition's racks to the bit mask of
     the relevant racks among them (cached per topic)."""
 
-    __slots__ = ("_masks", "bit", "count", "elsewhere", "racks")
+    __slots__ = ("_masks", "_of_set", "_tables", "bit", "count", "elsewhere", "racks")
 
     def __init__(self, racks: Sequence[str]) -> None:
         self.racks = tuple(racks)
@@ -118,28 +118,39 @@ class RackNodes:
         self.elsewhere = len(self.racks)
         self.count = len(self.racks) + 1
         self._masks: dict[TopicId, dict[frozenset[str] | None, int]] = {}
+        self._of_set: dict[frozenset[str], int] = {}  # shared by topics with the same racks
+        self._tables: dict[tuple[frozenset[str], ...], bytes] = {}
 
     def node(self, rack_id: str | None) -> int:
         return self.racks.index(rack_id) if rack_id in self.bit else self.elsewhere
+
+    def _mask(self, racks: frozenset[str]) -> int:
+        mask = self._of_set.get(racks)
+        if mask is None:
+            bit = self.bit
+            mask = self._of_set[racks] = sum(bit[r] for r in racks if r in bit)
+        return mask
 
     def mask_of(self, metadata: TopicMetadata) -> dict[frozenset[str] | None, int]:
         """racks -> mask, for every set of racks of the topic (missing: 0, local nowhere)."""
         masks = self._masks.get(metadata.topic_id)
         if masks is None:
-            bit = self.bit
-            masks = self._masks[metadata.topic_id] = {
-                rs: sum(bit[r] for r in rs if r in bit) for rs in metadata.partitions_by_racks()
-            }
+            groups = metadata.partitions_by_racks()
+            masks = self._masks[metadata.topic_id] = dict(
+                zip(groups, map(self._mask, groups), strict=True)
+            )
         return masks
 
     def masks_by_partition(self, metadata: TopicMetadata) -> Sequence[int]:
         """Each partition's mask, in partition order (a bytes object when it can be)."""
-        mask_of = self.mask_of(metadata)
         coded = metadata.partition_rack_codes()
         if coded is not None and len(self.racks) <= 8:  # a mask fits in a byte
             codes, racks = coded
-            table = bytes(mask_of[r] for r in racks).ljust(256, b"\0")
+            table = self._tables.get(racks)
+            if table is None:
+                table = self._tables[racks] = bytes(map(self._mask, racks)).ljust(256, b"\0")
             return codes.translate(table)
+        mask_of = self.mask_of(metadata)
         n = metadata.num_partitions
         return list(map(mask_of.get, map(metadata.partition_racks.get, range(n)), repeat(0)))
 
@@ -502,12 +513,17 @@ class _ClassSettle:
         partitions by (mask, topic), ascending."""
         counts: Counter[tuple[int, int]] = Counter()
         nodes = self.nodes
+        topics = holder.topics()
+        if sum(self.topics[t].num_partitions for t in topics) < 16 * len(topics):
+            # Small topics: the members' holdings are few; look each held partition up.
+            self._count_by_member(counts)
+            topics = []
         # A topic whose partitions fall in few mask groups is counted group by group (a count
         # of node codes each); topics of many small groups are counted in one pass over all of
         # them ((mask, node) pairs), which costs less per topic.
         masks: list[Sequence[int]] = []
         codes: list[Sequence[int]] = []
-        for t in holder.topics():
+        for t in topics:
             if not holder.holds(t):
                 continue
             metadata = self.topics[t]
@@ -550,6 +566,19 @@ class _ClassSettle:
         for (m, _t), seq in free.items():
             counts[(m, self.pool)] += len(seq)
         return counts, free
+
+    def _count_by_member(self, counts: Counter[tuple[int, int]]) -> None:
+        """(mask, node) -> partitions held, member by member (for groups of small topics)."""
+        node_of, current, nodes = self.node_of, self.current, self.nodes
+        masks: dict[TopicId, Sequence[int]] = {}
+        for i in self.members:
+            v = node_of[i]
+            for t, partitions in current[i].items():
+                mask_of = masks.get(t)
+                if mask_of is None:
+                    mask_of = masks[t] = nodes.masks_by_partition(self.topics[t])
+                for m in map(mask_of.__getitem__, partitions):
+                    counts[(m, v)] += 1
 
     # ------------------------------------------------------------------ realising
 
