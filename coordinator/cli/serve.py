@@ -124,6 +124,12 @@ def register(commands: Commands) -> None:
         "printed as 'metrics on HOST:PORT'); default: no metrics",
     )
     p.add_argument(
+        "--metrics-deprecated-names",
+        action="store_true",
+        help="also export kip848_groups, _members, _offsets, _shards under their old names "
+        "(kip848_group_count, ...; deprecated, removed in the next release)",
+    )
+    p.add_argument(
         "--otlp-endpoint",
         default=None,
         metavar="URL",
@@ -375,6 +381,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             otlp_endpoint=args.otlp_endpoint,
             sample_ratio=args.otlp_sample_ratio,
             max_traces_per_second=args.otlp_max_traces_per_second,
+            deprecated_metric_names=args.metrics_deprecated_names,
         )
     except Exception as exc:  # noqa: BLE001 - a bad endpoint is a usage error, not a crash
         raise UsageError(f"--otlp-endpoint {args.otlp_endpoint}: {exc}") from None

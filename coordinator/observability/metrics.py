@@ -156,12 +156,42 @@ class StateCounts:
     matter (:mod:`.racks`)."""
 
 
+# The label values every set gauge exports, at 0 when nothing is in them, so that an alert on
+# `== 0` can fire: the states of KIP-848 consumer groups (Kafka's ConsumerGroupState) and of
+# classic groups (Kafka's ClassicGroupState), the member types by group type, the runtime's.
+GROUP_STATES: dict[str, tuple[str, ...]] = {
+    "consumer": ("Empty", "Assigning", "Reconciling", "Stable", "Dead"),
+    "classic": ("Empty", "PreparingRebalance", "CompletingRebalance", "Stable", "Dead"),
+}
+MEMBER_TYPES = (("consumer", "consumer"), ("consumer", "classic"), ("classic", "classic"))
+SHARD_STATES = ("initial", "loading", "active", "closing", "closed", "failed")
+DEPRECATED_NAMES = {
+    f"{NAMESPACE}_groups": f"{NAMESPACE}_group_count",
+    f"{NAMESPACE}_members": f"{NAMESPACE}_member_count",
+    f"{NAMESPACE}_offsets": f"{NAMESPACE}_offset_count",
+    f"{NAMESPACE}_shards": f"{NAMESPACE}_shard_count",
+}
+"""The gauges' names before this release (their ``_count`` suffix is reserved for histograms
+and summaries): exported beside the new ones only with ``--metrics-deprecated-names``, for one
+release (docs/operations.md, "Metrics")."""
+
+
+def _known(counts: dict[Any, int], keys: Iterable[Any]) -> dict[Any, int]:
+    """``counts`` with every known key present (0 when absent), known keys first."""
+    return {**dict.fromkeys(keys, 0), **counts}
+
+
 class StateCollector(Collector):
     """Gauges read from the coordinator's state at scrape time. ``read`` returns
-    :class:`StateCounts` (or None when the coordinator cannot answer, e.g. while stopping)."""
+    :class:`StateCounts` (or None when the coordinator cannot answer, e.g. while stopping).
+    ``deprecated_names``: also export the gauges under their old names
+    (:data:`DEPRECATED_NAMES`)."""
 
-    def __init__(self, read: Callable[[], StateCounts | None]) -> None:
+    def __init__(
+        self, read: Callable[[], StateCounts | None], deprecated_names: bool = False
+    ) -> None:
         self._read = read
+        self._deprecated_names = deprecated_names
 
     def describe(self) -> Iterable[Metric]:
         return self._families(StateCounts())
@@ -174,36 +204,66 @@ class StateCollector(Collector):
             counts = None
         return self._families(counts if counts is not None else StateCounts())
 
+    def _families(self, c: StateCounts) -> list[Metric]:
+        sets = self._sets(
+            c,
+            f"{NAMESPACE}_groups",
+            f"{NAMESPACE}_members",
+            f"{NAMESPACE}_offsets",
+            f"{NAMESPACE}_shards",
+        )
+        if self._deprecated_names:
+            sets += self._sets(c, *DEPRECATED_NAMES.values(), deprecated=True)
+        return sets + self._details(c)
+
     @staticmethod
-    def _families(c: StateCounts) -> list[Metric]:
+    def _sets(
+        c: StateCounts,
+        groups_name: str,
+        members_name: str,
+        offsets_name: str,
+        shards_name: str,
+        *,
+        deprecated: bool = False,
+    ) -> list[Metric]:
+        """The gauges of what the coordinator holds, every known label value present."""
+        note = " Deprecated name (removed in the next release): use {}." if deprecated else ""
         groups = GaugeMetricFamily(
-            f"{NAMESPACE}_group_count",
+            groups_name,
             "Groups by type (consumer, classic) and state. Kafka: group-count{protocol}, "
-            "consumer-group-count{state}, classic-group-count{state}.",
+            "consumer-group-count{state}, classic-group-count{state}."
+            + note.format(f"{NAMESPACE}_groups"),
             labels=["group_type", "state"],
         )
-        for (group_type, state), n in sorted(c.groups.items()):
+        known = [(t, state) for t, states in GROUP_STATES.items() for state in states]
+        for (group_type, state), n in _known(c.groups, sorted(known)).items():
             groups.add_metric([group_type, state], n)
         members = GaugeMetricFamily(
-            f"{NAMESPACE}_member_count",
+            members_name,
             "Members by the type of their group and their own type (consumer: KIP-848 "
-            "protocol, classic: JoinGroup/SyncGroup).",
+            "protocol, classic: JoinGroup/SyncGroup)." + note.format(f"{NAMESPACE}_members"),
             labels=["group_type", "member_type"],
         )
-        for (group_type, member_type), n in sorted(c.members.items()):
+        for (group_type, member_type), n in _known(c.members, MEMBER_TYPES).items():
             members.add_metric([group_type, member_type], n)
         offsets = GaugeMetricFamily(
-            f"{NAMESPACE}_offset_count",
-            "Committed offsets currently retained (partitions). Kafka: offset-count.",
+            offsets_name,
+            "Committed offsets currently retained (partitions). Kafka: offset-count."
+            + note.format(f"{NAMESPACE}_offsets"),
             value=c.offsets,
         )
         shards = GaugeMetricFamily(
-            f"{NAMESPACE}_shard_count",
-            "Shards by state (loading, active, failed, closing). Kafka: num-partitions{state}.",
+            shards_name,
+            "Shards by the runtime's state (initial, loading, active, closing, closed, "
+            "failed). Kafka: num-partitions{state}." + note.format(f"{NAMESPACE}_shards"),
             labels=["state"],
         )
-        for state, n in sorted(c.shards.items()):
+        for state, n in _known(c.shards, SHARD_STATES).items():
             shards.add_metric([state], n)
+        return [groups, members, offsets, shards]
+
+    @staticmethod
+    def _details(c: StateCounts) -> list[Metric]:
         load = GaugeMetricFamily(
             f"{NAMESPACE}_shard_load_time_seconds",
             "How long loading each shard's records from the store took at start-up. Kafka: "
@@ -236,7 +296,7 @@ class StateCollector(Collector):
         )
         for group, (local, assigned) in sorted(c.rack_local.items()):
             rack_local.add_metric([group], local / assigned if assigned else 1.0)
-        return [groups, members, offsets, shards, load, loaded, forwarded, rack_local]
+        return [load, loaded, forwarded, rack_local]
 
 
 class _LoopChild:
@@ -470,8 +530,14 @@ class CoordinatorMetrics:
     default, so tests and benchmarks can have several)."""
 
     def __init__(
-        self, *, registry: CollectorRegistry | None = None, process_collectors: bool = True
+        self,
+        *,
+        registry: CollectorRegistry | None = None,
+        process_collectors: bool = True,
+        deprecated_names: bool = False,
     ) -> None:
+        self.deprecated_names = deprecated_names
+        """Export the state gauges under their old names too (:data:`DEPRECATED_NAMES`)."""
         r = self.registry = registry if registry is not None else CollectorRegistry()
         if process_collectors:
             for collector in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
@@ -681,7 +747,7 @@ class CoordinatorMetrics:
         """Register the scrape-time gauges (once)."""
         if self._state is not None:
             self.registry.unregister(self._state)
-        self._state = StateCollector(read)
+        self._state = StateCollector(read, self.deprecated_names)
         self.registry.register(self._state)
 
     # ------------------------------------------------------------------ recording

@@ -392,16 +392,20 @@ def make_observer(
     otlp_endpoint: str | None,
     sample_ratio: float | None = None,
     max_traces_per_second: float | None = None,
+    deprecated_metric_names: bool = False,
 ) -> RuntimeObserver | None:
     """``kip848 serve``'s observer: metrics when ``--metrics-listen`` is given, tracing when
     ``--otlp-endpoint`` is (``--otlp-sample-ratio``, ``--otlp-max-traces-per-second``); None
-    (nothing observed) when neither is."""
+    (nothing observed) when neither is. ``deprecated_metric_names``: the state gauges under
+    their old names too (``--metrics-deprecated-names``)."""
     tracing.configure(
         otlp_endpoint, sample_ratio=sample_ratio, max_traces_per_second=max_traces_per_second
     )
     if not metrics and not tracing.STATE.enabled:
         return None
-    return RuntimeObserver(CoordinatorMetrics() if metrics else None)
+    return RuntimeObserver(
+        CoordinatorMetrics(deprecated_names=deprecated_metric_names) if metrics else None
+    )
 
 
 def start_metrics_endpoint(

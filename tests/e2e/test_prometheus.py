@@ -175,14 +175,14 @@ def test_prometheus_scrapes_rebalance_latency_and_commits(tmp_path: Path) -> Non
             )
             assert p99 > 0
             assert prom.wait_for(
-                'kip848_group_count{group_type="consumer",state="Stable"}', lambda v: v == 1
+                'kip848_groups{group_type="consumer",state="Stable"}', lambda v: v == 1
             )
             assert prom.wait_for(
-                'kip848_member_count{group_type="consumer",member_type="consumer"}',
+                'kip848_members{group_type="consumer",member_type="consumer"}',
                 lambda v: v == 2,
             )
-            assert prom.wait_for("kip848_offset_count", lambda v: v == 2)
-            assert prom.wait_for('kip848_shard_count{state="active"}', lambda v: v == 50)
+            assert prom.wait_for("kip848_offsets", lambda v: v == 2)
+            assert prom.wait_for('kip848_shards{state="active"}', lambda v: v == 50)
             assert prom.wait_for(
                 'kip848_assignment_duration_seconds_count{assignor="uniform",group_size="1-10"}',
                 lambda v: v == 2,

@@ -375,10 +375,10 @@ async def test_state_gauges_are_read_on_the_loop_from_the_scrape_thread() -> Non
         loop = asyncio.get_running_loop()
         metrics.set_state_reader(loop_reader(loop, lambda: count_state(rt)))
         text = await asyncio.to_thread(_exposition, metrics)
-        assert 'kip848_group_count{group_type="consumer",state="Stable"} 1.0' in text
-        assert 'kip848_member_count{group_type="consumer",member_type="consumer"} 2.0' in text
-        assert "kip848_offset_count 2.0" in text
-        assert 'kip848_shard_count{state="active"} 2.0' in text
+        assert 'kip848_groups{group_type="consumer",state="Stable"} 1.0' in text
+        assert 'kip848_members{group_type="consumer",member_type="consumer"} 2.0' in text
+        assert "kip848_offsets 2.0" in text
+        assert 'kip848_shards{state="active"} 2.0' in text
     finally:
         await rt.close()
 
