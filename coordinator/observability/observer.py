@@ -418,7 +418,7 @@ def start_metrics_endpoint(
 ) -> Any:
     """Serve the runtime's metrics on ``http://host:port/metrics`` (call on the event loop:
     the state gauges are read on it). Returns the server (``.port``, ``.close()``)."""
-    from .metrics import serve_metrics
+    from .endpoint import serve_metrics
 
     metrics: CoordinatorMetrics = runtime.observer.metrics
     loop = asyncio.get_running_loop()
