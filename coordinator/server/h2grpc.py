@@ -378,7 +378,8 @@ class H2Connection(asyncio.Protocol):
                 self.lifetime.ping_acknowledged(event.opaque_data)
             elif kind is ConnectionClosed:
                 self._drop_all()
-        return not self.closed
+        transport = self.transport
+        return not self.closed and transport is not None and not transport.is_closing()
 
     def pause_writing(self) -> None:
         """The client does not read its answers: neither do we read its requests until it does
