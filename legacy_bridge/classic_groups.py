@@ -5,7 +5,8 @@ The component owns the classic groups of its shard (a read-only mapping group id
 :class:`~.classic_group.ClassicGroup`) and their GroupMetadata records, and implements what the
 core asks of classic groups (:class:`~coordinator.core.components.ClassicGroupSupport`).
 
-Requests (each takes ``now_ms`` and returns a core :class:`Result`): :meth:`join`, :meth:`sync`,
+Requests (each takes ``now_ms`` and returns a core :class:`Result`): :meth:`join` (the join
+phase of a classic group is :mod:`.classic_join`'s, composed here), :meth:`sync`,
 :meth:`heartbeat`, :meth:`leave`; the read :meth:`describe`. Routing by group id: a classic group
 -> Kafka's classic state machine (here); a non-empty consumer group -> the classic member is
 translated into a heartbeat of the core (:mod:`.classic_members`); an empty consumer group is
@@ -26,10 +27,7 @@ from coordinator.core.commands import ConsumerGroupHeartbeat, ListedGroup, Pendi
 from coordinator.core.components import ByGroupId
 from coordinator.core.errors import (
     CoordinatorError,
-    ErrorCode,
-    FencedInstanceIdError,
     GroupIdNotFoundError,
-    GroupMaxSizeReachedError,
     IllegalGenerationError,
     IllegalStateError,
     InconsistentGroupProtocolError,
@@ -51,6 +49,7 @@ from .classic_group import (
     RebalanceCause,
     RemovalCause,
 )
+from .classic_join import ClassicJoins, join_response
 from .classic_members import ClassicMembers
 from .common import (
     CLASSIC_GROUP_TIMER_KINDS,
@@ -69,7 +68,6 @@ from .common import (
     error_fields,
     leave_error,
     leaving_member_id,
-    rebalance_timeout,
     subscription_bytes,
 )
 from .migration import Migration
@@ -85,17 +83,6 @@ _REMOVAL_STARTS = {
 """The cause of the rebalance a removal from a stable group starts."""
 
 
-def _subscribed_topics(protocols: Iterable[tuple[str, bytes]]) -> frozenset[str] | None:
-    """The topics a classic member's first protocol subscribes to (the embedded consumer
-    protocol: every protocol of a consumer carries the same subscription); None if unreadable."""
-    for _name, metadata in protocols:
-        try:
-            return frozenset(decode_subscription(metadata).topics)
-        except ProtocolError:
-            return None
-    return None
-
-
 class ClassicGroups(ByGroupId[ClassicGroup]):
     def __init__(self, parts: ShardParts) -> None:
         self._ctx = ctx = parts.context
@@ -103,6 +90,7 @@ class ClassicGroups(ByGroupId[ClassicGroup]):
         self._by_group = ctx.undo.new_dict()  # group id -> ClassicGroup
         self.members = ClassicMembers(ctx, consumer=parts.groups)
         self.migration = Migration(ctx, consumer=parts.groups, classic=self, members=self.members)
+        self.joins = ClassicJoins(ctx, consumer=parts.groups, classic=self)
 
     # ------------------------------------------------------------------ used by the bridge
 
@@ -230,7 +218,7 @@ class ClassicGroups(ByGroupId[ClassicGroup]):
     # ================================================================== helpers
 
     @staticmethod
-    def _finish(result: Result[Any], token: int) -> Result[Any]:
+    def finish(result: Result[Any], token: int) -> Result[Any]:
         """The response of a request that may wait: its own completion if it is already in
         ``result``, else ``Pending``."""
         for i, (t, response) in enumerate(result.completions):
@@ -252,277 +240,11 @@ class ClassicGroups(ByGroupId[ClassicGroup]):
         consumer = self._consumer.get(req.group_id)
         if consumer is not None and consumer.members:
             return self._ctx.run(self.members.join, consumer, req, now_ms)
-        return self._ctx.run(self._join, req, now_ms)
-
-    def _join(self, req: m.JoinGroup, now_ms: int) -> Result[JoinAnswer]:
-        result: Result[JoinAnswer] = Result()
-        gid = req.group_id
-        if gid in self._consumer:  # an empty consumer group: replaced by a classic group
-            self._consumer.delete_group(result, gid)
-        group = self._by_group.get(gid)
-        if group is None:
-            if req.member_id:
-                raise UnknownMemberIdError(f"Group {gid} has no member {req.member_id}.")
-            group = ClassicGroup(self._ctx.undo, gid)
-            self._by_group[gid] = group
-        if req.member_id and not (
-            req.member_id in group.pending_members and req.group_instance_id is None
-        ):
-            # Kafka's validateMember: the instance id must still belong to this member id (an
-            # older incarnation, replaced by a newer one, is fenced), and the member must exist.
-            check_static_owner(group.static_members, gid, req.member_id, req.group_instance_id)
-            if req.member_id not in group.members:
-                raise UnknownMemberIdError(
-                    f"Member {req.member_id} is not a member of group {gid}."
-                )
-        names = tuple(n for n, _m in req.protocols)
-        if req.member_id in group.members:
-            member = group.members[req.member_id]
-            others = [x for x in group.members.values() if x.member_id != member.member_id]
-            if others and not self._supported_by(group, others, req.protocol_type, names):
-                raise InconsistentGroupProtocolError(
-                    f"The protocols of member {req.member_id} are not supported by group {gid}."
-                )
-            return self._join_existing(result, group, member, req, now_ms)
-        if not group.supports_protocols(req.protocol_type, names):
-            raise InconsistentGroupProtocolError(
-                f"Protocol type {req.protocol_type} with protocols {list(names)} is not supported by group {gid}."
-            )
-        static_owner = (
-            None
-            if req.group_instance_id is None
-            else group.static_members.get(req.group_instance_id)
-        )
-        max_size = self._ctx.config.classic_max_size
-        if (
-            static_owner is None
-            and len(group.members)
-            + len(group.pending_members)
-            - (req.member_id in group.pending_members)
-            >= max_size
-        ):
-            raise GroupMaxSizeReachedError(
-                f"The classic group {gid} has reached its maximum size of {max_size}."
-            )
-        if req.member_id:  # a pending dynamic member comes back with its id
-            group.pending_members.discard(req.member_id)
-            result.timers.append(CancelTimer((CLASSIC_PENDING, gid, req.member_id)))
-            return self._add_member_and_rebalance(result, group, req.member_id, req, now_ms)
-        if req.group_instance_id is None:
-            # KIP-394: a dynamic member's first join only gets a member id, Kafka's
-            # ``<client.id>-<uuid>``: client-side assignors (range, roundrobin) order members by
-            # it, so clients of one application get a stable order.
-            new_id = f"{req.client_id}-{self._ctx.ids.new_uuid()}"
-            group.pending_members[new_id] = True
-            result.timers.append(
-                ArmTimer((CLASSIC_PENDING, gid, new_id), now_ms + req.session_timeout_ms)
-            )
-            result.response = m.JoinGroupResponse(
-                error_code=int(ErrorCode.MEMBER_ID_REQUIRED),
-                error_message="The group member needs to have a valid member id before actually entering a consumer group.",
-                member_id=new_id,
-            )
-            return result
-        new_id = f"{req.group_instance_id}-{self._ctx.ids.new_uuid()}"
-        if static_owner is not None:
-            return self._replace_static(
-                result, group, group.members[static_owner], new_id, req, now_ms
-            )
-        return self._add_member_and_rebalance(result, group, new_id, req, now_ms)
-
-    @staticmethod
-    def _supported_by(
-        group: ClassicGroup, others: list[ClassicMember], protocol_type: str, names: tuple[str, ...]
-    ) -> bool:
-        if protocol_type != group.protocol_type and group.protocol_type is not None:
-            return False
-        common = set(names)
-        for x in others:
-            common &= set(x.protocol_names())
-        return bool(common)
-
-    @staticmethod
-    def _new_member(member_id: str, req: m.JoinGroup, token: int | None) -> ClassicMember:
-        return ClassicMember(
-            member_id=member_id,
-            group_instance_id=req.group_instance_id,
-            client_id=req.client_id,
-            client_host=req.client_host,
-            rebalance_timeout_ms=rebalance_timeout(req),
-            session_timeout_ms=req.session_timeout_ms,
-            protocol_type=req.protocol_type,
-            protocols=tuple(req.protocols),
-            join_token=token,
-            is_new=True,
-        )
-
-    def _add_member_and_rebalance(
-        self,
-        result: Result[Any],
-        group: ClassicGroup,
-        member_id: str,
-        req: m.JoinGroup,
-        now_ms: int,
-    ) -> Result[Any]:
-        token = self.next_token()
-        if not group.members:
-            group.set("protocol_type", req.protocol_type)
-        group.put_member(self._new_member(member_id, req, token))
-        group.set("new_member_added", True)
-        result.timers.append(
-            ArmTimer((CLASSIC_SESSION, group.group_id, member_id), now_ms + req.session_timeout_ms)
-        )
-        self._maybe_prepare_rebalance(
-            result,
-            group,
-            now_ms,
-            f"adding member {member_id}",
-            RebalanceCause.MEMBER_JOINED,
-            req.reason,
-        )
-        self._maybe_complete_join(result, group, now_ms)
-        return self._finish(result, token)
-
-    def _join_existing(
-        self,
-        result: Result[Any],
-        group: ClassicGroup,
-        member: ClassicMember,
-        req: m.JoinGroup,
-        now_ms: int,
-    ) -> Result[Any]:
-        same = member.protocols == tuple(req.protocols)
-        state = group.state
-        if state is S.COMPLETING_REBALANCE and same:
-            # Its join response was lost: answer it again.
-            result.response = self._join_response(group, member)
-            return result
-        if state is S.STABLE and same and member.member_id != group.leader_id:
-            result.response = self._join_response(group, member)
-            return result
-        token = self.next_token()
-        if member.join_token is not None:
-            superseded = RebalanceInProgressError(
-                "A newer JoinGroup of this member superseded this one."
-            )
-            result.completions.append(
-                (
-                    member.join_token,
-                    m.JoinGroupResponse(**error_fields(superseded), member_id=member.member_id),
-                )
-            )
-        group.put_member(
-            ClassicMember(
-                member_id=member.member_id,
-                group_instance_id=member.group_instance_id,
-                client_id=req.client_id,
-                client_host=req.client_host,
-                rebalance_timeout_ms=rebalance_timeout(req),
-                session_timeout_ms=req.session_timeout_ms,
-                protocol_type=req.protocol_type,
-                protocols=tuple(req.protocols),
-                assignment=member.assignment,
-                join_token=token,
-                sync_token=member.sync_token,
-                is_new=member.is_new,
-            )
-        )
-        result.timers.append(
-            ArmTimer(
-                (CLASSIC_SESSION, group.group_id, member.member_id), now_ms + req.session_timeout_ms
-            )
-        )
-        cause = (
-            RebalanceCause.MEMBER_REJOINED
-            if _subscribed_topics(member.protocols) == _subscribed_topics(tuple(req.protocols))
-            else RebalanceCause.SUBSCRIPTION_CHANGED
-        )
-        self._maybe_prepare_rebalance(
-            result, group, now_ms, f"member {member.member_id} rejoined", cause, req.reason
-        )
-        self._maybe_complete_join(result, group, now_ms)
-        return self._finish(result, token)
-
-    def _replace_static(
-        self,
-        result: Result[Any],
-        group: ClassicGroup,
-        old: ClassicMember,
-        new_id: str,
-        req: m.JoinGroup,
-        now_ms: int,
-    ) -> Result[Any]:
-        """A static member restarted with a new member id: the old id is fenced."""
-        gid = group.group_id
-        fenced = FencedInstanceIdError(f"Static member {old.member_id} was replaced by {new_id}.")
-        if old.join_token is not None:
-            result.completions.append(
-                (
-                    old.join_token,
-                    m.JoinGroupResponse(**error_fields(fenced), member_id=old.member_id),
-                )
-            )
-        if old.sync_token is not None:
-            result.completions.append((old.sync_token, m.SyncGroupResponse(**error_fields(fenced))))
-        result.timers.append(CancelTimer((CLASSIC_SESSION, gid, old.member_id)))
-        was_leader = group.leader_id == old.member_id
-        same = old.protocols == tuple(req.protocols)
-        group.remove_member(old.member_id)
-        if not (group.state is S.STABLE and same):
-            group.note_removal(old.member_id, RemovalCause.STATIC_MEMBER_REPLACED, now_ms)
-        new = replace(self._new_member(new_id, req, None), assignment=old.assignment, is_new=False)
-        group.put_member(new)
-        if was_leader:
-            group.set("leader_id", new_id)
-        result.timers.append(
-            ArmTimer((CLASSIC_SESSION, gid, new_id), now_ms + req.session_timeout_ms)
-        )
-        if group.state is S.STABLE and same:
-            # KIP-345: the same static member is back; no rebalance. Persist the new id.
-            self._ctx.emit(result, r.classic_group_record(gid, group.to_record_value()))
-            response = self._join_response(group, new)
-            if was_leader:
-                response = replace(response, skip_assignment=True, members=self._member_list(group))
-            result.response = response
-            return result
-        token = self.next_token()
-        group.put_member(replace(new, join_token=token))
-        self._maybe_prepare_rebalance(
-            result,
-            group,
-            now_ms,
-            f"static member {new_id} replaced {old.member_id}",
-            RebalanceCause.STATIC_MEMBER_RESTART,
-            req.reason,
-        )
-        self._maybe_complete_join(result, group, now_ms)
-        return self._finish(result, token)
-
-    @staticmethod
-    def _member_list(group: ClassicGroup) -> tuple[m.JoinGroupMember, ...]:
-        return tuple(
-            m.JoinGroupMember(
-                member_id=x.member_id,
-                group_instance_id=x.group_instance_id,
-                metadata=x.metadata(group.protocol_name),
-            )
-            for x in group.members.values()
-        )
-
-    def _join_response(self, group: ClassicGroup, member: ClassicMember) -> m.JoinGroupResponse:
-        leader = group.leader_id or ""
-        return m.JoinGroupResponse(
-            generation_id=group.generation,
-            protocol_type=group.protocol_type,
-            protocol_name=group.protocol_name,
-            leader=leader,
-            member_id=member.member_id,
-            members=self._member_list(group) if member.member_id == leader else (),
-        )
+        return self._ctx.run(self.joins.join, req, now_ms)
 
     # ------------------------------------------------------------------ rebalance
 
-    def _maybe_prepare_rebalance(
+    def maybe_prepare_rebalance(
         self,
         result: Result[Any],
         group: ClassicGroup,
@@ -587,7 +309,7 @@ class ClassicGroups(ByGroupId[ClassicGroup]):
                 )
                 group.put_member(replace(x, sync_token=None))
 
-    def _maybe_complete_join(self, result: Result[Any], group: ClassicGroup, now_ms: int) -> None:
+    def maybe_complete_join(self, result: Result[Any], group: ClassicGroup, now_ms: int) -> None:
         if (
             group.state is S.PREPARING_REBALANCE
             and group.previous_state is not S.EMPTY
@@ -638,7 +360,7 @@ class ClassicGroups(ByGroupId[ClassicGroup]):
         for x in joined:
             token = x.join_token
             assert token is not None  # joined: waiting at the barrier
-            result.completions.append((token, self._join_response(group, x)))
+            result.completions.append((token, join_response(group, x)))
             group.put_member(replace(x, join_token=None, is_new=False))
             result.timers.append(
                 ArmTimer((CLASSIC_SESSION, gid, x.member_id), now_ms + x.session_timeout_ms)
@@ -719,7 +441,7 @@ class ClassicGroups(ByGroupId[ClassicGroup]):
                     group.put_member(replace(x, sync_token=None))
             if not group.pending_sync:
                 result.timers.append(CancelTimer((CLASSIC_SYNC, gid, "")))
-        return self._finish(result, token)
+        return self.finish(result, token)
 
     @staticmethod
     def _sync_response(group: ClassicGroup, member: ClassicMember) -> m.SyncGroupResponse:
@@ -861,7 +583,7 @@ class ClassicGroups(ByGroupId[ClassicGroup]):
             self.prepare_rebalance(
                 result, group, now_ms, why, _REMOVAL_STARTS[cause], client_reason
             )
-        self._maybe_complete_join(result, group, now_ms)
+        self.maybe_complete_join(result, group, now_ms)
 
     # ================================================================== timers
 
@@ -901,7 +623,7 @@ class ClassicGroups(ByGroupId[ClassicGroup]):
         elif kind == CLASSIC_PENDING:
             if mid in group.pending_members:
                 del group.pending_members[mid]
-                self._maybe_complete_join(result, group, now_ms)
+                self.maybe_complete_join(result, group, now_ms)
                 self._drop_if_unused(group)
         elif kind == CLASSIC_INITIAL_JOIN:
             if group.state is not S.PREPARING_REBALANCE:
