@@ -517,42 +517,20 @@ class _ClassSettle:
         if sum(self.topics[t].num_partitions for t in topics) < 16 * len(topics):
             # Small topics: the members' holdings are few; look each held partition up.
             self._count_by_member(counts)
-            topics = []
-        # A topic whose partitions fall in few mask groups is counted group by group (a count
-        # of node codes each); topics of many small groups are counted in one pass over all of
-        # them ((mask, node) pairs), which costs less per topic.
-        masks: list[Sequence[int]] = []
-        codes: list[Sequence[int]] = []
-        for t in topics:
-            if not holder.holds(t):
-                continue
-            metadata = self.topics[t]
-            n = metadata.num_partitions
-            if len(metadata.partitions_by_racks()) * 256 > n:
-                masks.append(nodes.masks_by_partition(metadata))
-                codes.append(holder.node_codes(t, range(n)))
-                continue
-            for m, group in self.masks(t).items():
-                held = holder.node_codes(t, group)
+        else:
+            # Per mask, the holders of its partitions of every topic in one C-level pass (one
+            # byte per partition: its holder's node), counted per node.
+            by_mask: dict[int, list[Iterable[int]]] = {}
+            for t in topics:
+                if holder.holds(t):
+                    for m, group in self.masks(t).items():
+                        by_mask.setdefault(m, []).append(holder.holders(t, group))
+            for m, parts in by_mask.items():
+                held = holder.node_codes(chain.from_iterable(parts))
                 for v in range(nodes.count):
                     k = held.count(v)
                     if k:
                         counts[(m, v)] += k
-        if masks:
-            width = nodes.count + 1  # node codes 0..count (count: nobody in the class)
-            if (1 << len(nodes.racks)) * width <= 256 and all(type(c) is bytes for c in codes):
-                # One byte per partition, mask * width + node, counted in C.
-                scale = bytes(min(255, m * width) for m in range(256))
-                scaled = [bytes(m).translate(scale) for m in masks]
-                pairs = Counter(bytes(map(add, chain(*scaled), chain(*codes))))
-                found: Iterable[tuple[tuple[int, int], int]] = (
-                    (divmod(c, width), k) for c, k in pairs.items()
-                )
-            else:
-                found = Counter(zip(chain(*masks), chain(*codes), strict=True)).items()
-            for (m, v), k in found:
-                if v < nodes.count:  # else: held by no member of the class
-                    counts[(m, v)] += k
         free: dict[tuple[int, TopicId], list[int]] = {}
         for t, seq in incoming:
             groups = self.masks(t)
@@ -757,12 +735,15 @@ class _Lookup:
         self._index: dict[str, int] | None = None
         node[None] = nodes
 
-    def node_codes(self, t: TopicId, partitions: Iterable[int]) -> bytes | list[int]:
-        """The node of each partition's holder (the number of nodes: nobody in the class); one
-        byte each when the nodes fit."""
-        node = self._node.__getitem__
-        holders = map(node, map(self._by_topic.get(t, _NOBODY).get, partitions))
-        return bytes(holders) if self._nodes < 256 else list(holders)
+    def holders(self, t: TopicId, partitions: Iterable[int]) -> Iterable[Any]:
+        """Who holds each partition (as ``node_codes`` takes them); None: nobody."""
+        return map(self._by_topic.get(t, _NOBODY).get, partitions)
+
+    def node_codes(self, holders: Iterable[Any]) -> bytes | list[int]:
+        """The node of each holder (the number of nodes: nobody in the class); one byte each
+        when the nodes fit."""
+        codes = map(self._node.__getitem__, holders)
+        return bytes(codes) if self._nodes < 256 else list(codes)
 
     def topics(self) -> list[TopicId]:
         """The class's topics, in order."""
