@@ -50,7 +50,8 @@ from coordinator.observability.requests import RequestObserver
 from coordinator.runtime import CoordinatorRuntime, ManualClock
 from coordinator.runtime.store import MemoryRecordStore
 from coordinator.server.catalog import observe_rpcs
-from coordinator.server.forwarding import ForwardedContext, method_table
+from coordinator.server.forwarding import ForwardedContext
+from coordinator.server.grpc_server import method_table
 from coordinator.server.service import CoordinatorService
 from coordinator.server.services import AdminService, ConsumerGroupService, service_descriptors
 from kip848.v1 import admin_pb2, common_pb2

@@ -37,7 +37,8 @@ from coordinator.runtime import CoordinatorRuntime, ManualClock
 from coordinator.runtime.store import MemoryRecordStore
 from coordinator.security.principal import user
 from coordinator.server.api import AclSpec, Caller
-from coordinator.server.forwarding import ForwardedContext, method_table
+from coordinator.server.forwarding import ForwardedContext
+from coordinator.server.grpc_server import method_table
 from coordinator.server.service import CoordinatorService
 from coordinator.server.services import ConsumerGroupService, service_descriptors
 from kip848.v1 import common_pb2

@@ -42,10 +42,11 @@ from coordinator.security.ssl_principal import SslPrincipalMapper
 from .api import Node
 from .catalog import kafka_api_name, observe_rpcs
 from .fairness import CallLimit, GroupKeys, limited, process_limit
-from .forwarding import (
+from .forwarding import Dispatcher, FrontEndPool
+from .grpc_auth import GrpcAuthenticator
+from .grpc_options import GrpcOptions
+from .grpc_server import (
     DEFAULT_MAX_CONCURRENT_CALLS,
-    Dispatcher,
-    FrontEndPool,
     add_health_and_reflection,
     add_port,
     add_raw_handlers,
@@ -53,8 +54,6 @@ from .forwarding import (
     method_table,
     new_grpc_server,
 )
-from .grpc_auth import GrpcAuthenticator
-from .grpc_options import GrpcOptions
 from .h2grpc import H2GrpcServer
 from .kafka.listener import (
     DEFAULT_IDLE_MS,

@@ -15,7 +15,7 @@ such limit; where we must shed, we shed the group that floods:
   exceeded!", not processed); the other groups' calls still start. (Two groups flooding at
   once share the tenth; calls naming no group count as one group.)
 
-Both servers apply the limit in the handlers (``forwarding.local_handler``, the front ends'
+Both servers apply the limit in the handlers (``grpc_server.local_handler``, the front ends'
 forwarders); our own server also starts calls fairly between groups (``admission.py``).
 """
 

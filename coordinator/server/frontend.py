@@ -26,7 +26,6 @@ from .fairness import CallLimit, GroupKeys, limited, process_limit
 from .forwarding import (
     CALL,
     CANCEL,
-    DEFAULT_MAX_CONCURRENT_CALLS,
     HEALTH,
     ITEM,
     READY,
@@ -37,13 +36,16 @@ from .forwarding import (
     STOPPED,
     TLS_ENV,
     FrameConnection,
+    set_parent_death_signal,
+)
+from .grpc_options import GrpcOptions
+from .grpc_server import (
+    DEFAULT_MAX_CONCURRENT_CALLS,
     add_health_and_reflection,
     add_port,
     add_raw_handlers,
     new_grpc_server,
-    set_parent_death_signal,
 )
-from .grpc_options import GrpcOptions
 from .loop import LOOPS
 from .loop import run as run_loop
 from .services import service_descriptors

@@ -88,8 +88,8 @@ from ngh2 import (
 )
 
 from .admission import Admission
-from .forwarding import AbortCall
 from .grpc_options import INFINITE_MS, GrpcOptions
+from .grpc_server import AbortCall
 from .h2lifetime import NO_ERROR, Lifetime
 from .tls import ServerTls, peer_subject
 

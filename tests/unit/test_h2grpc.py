@@ -21,8 +21,8 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from rawh2 import RawConnection, grpc_frame, header_list_size
 
-from coordinator.server.forwarding import add_health_and_reflection
 from coordinator.server.grpc_options import GrpcOptions
+from coordinator.server.grpc_server import add_health_and_reflection
 from coordinator.server.h2grpc import H2GrpcServer, format_peer, parse_timeout
 
 SERVICE = "test.Echo"

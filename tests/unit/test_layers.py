@@ -57,6 +57,7 @@ VIOLATIONS = {
         "coordinator/server/bad_metrics.py",
         "from coordinator.observability import metrics\n",
     ),
+    "h2-without-forwarding": ("coordinator/server/h2_extra.py", "from . import forwarding\n"),
     "client-alone": ("kip848/client/bad_core.py", "import coordinator.core.errors\n"),
     "member-sans-io": ("kip848/client/types_extra.py", "import asyncio\n"),
     "no-cycles": ("assignors/bad_cycle.py", "import assignors.api\n"),
@@ -66,6 +67,7 @@ IMPORTED_BY = {
     "factory-pure": ("coordinator/harness.py", "from coordinator import bad_factory_dep\n"),
     "member-sans-io": ("kip848/client/types.py", "from . import types_extra\n"),
     "no-cycles": ("assignors/api.py", "from assignors import bad_cycle\n"),
+    "h2-without-forwarding": ("coordinator/server/h2grpc.py", "from . import h2_extra\n"),
 }
 
 

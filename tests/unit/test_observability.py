@@ -36,7 +36,8 @@ from coordinator.runtime import CoordinatorRuntime, ManualClock, SystemClock
 from coordinator.runtime.store import MemoryRecordStore
 from coordinator.server.api import Caller
 from coordinator.server.catalog import observe_rpcs, rpc_name
-from coordinator.server.forwarding import ForwardedContext, method_table
+from coordinator.server.forwarding import ForwardedContext
+from coordinator.server.grpc_server import method_table
 from coordinator.server.rpc import answer_code_reader, first_error, plain_value
 from coordinator.server.service import CoordinatorService
 from coordinator.server.services import AdminService, ConsumerGroupService, OffsetService

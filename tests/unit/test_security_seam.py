@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 from coordinator.security.principal import ANONYMOUS, KafkaPrincipal, user
@@ -35,6 +36,7 @@ def _principal_from_metadata(context: Any) -> KafkaPrincipal:
 def test_grpc_calls_are_anonymous_until_a_transport_installs_its_hook() -> None:
     servicer: GrpcServicer = object.__new__(AdminService)
     servicer.address = None
+    servicer.service = SimpleNamespace(observer=None)  # type: ignore[assignment]  # unobserved
     context = ForwardedContext([("x-test-user", "carol")], "ipv4:127.0.0.1:5")
     assert servicer.caller(context, identity=False).principal == ANONYMOUS
     assert servicer.caller(context, identity=True).principal == ANONYMOUS

@@ -17,7 +17,7 @@ from coordinator.server.fairness import (
     limited,
     process_limit,
 )
-from coordinator.server.forwarding import AbortCall
+from coordinator.server.grpc_server import AbortCall
 from coordinator.server.services import service_descriptors
 from kip848.v1 import admin_pb2, classic_group_pb2, consumer_group_pb2, offsets_pb2
 

@@ -19,8 +19,8 @@ from coordinator.server.forwarding import (
     Dispatcher,
     ForwardedContext,
     FrameConnection,
-    method_table,
 )
+from coordinator.server.grpc_server import method_table
 from coordinator.server.services import service_descriptors
 from kip848.v1 import consumer_group_pb2 as cg
 
@@ -185,7 +185,7 @@ def test_method_table_covers_every_unary_method_of_every_service() -> None:
 def test_raw_handlers_serve_every_method_by_path_and_refuse_client_streaming_ones() -> None:
     from grpc_reflection.v1alpha import reflection_pb2
 
-    from coordinator.server.forwarding import add_raw_handlers
+    from coordinator.server.grpc_server import add_raw_handlers
 
     class Server:
         def __init__(self) -> None:
