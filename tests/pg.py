@@ -66,7 +66,9 @@ class PostgresServer:
     """One PostgreSQL server of the tests: ``start()``, ``dsn(db)``, ``create_database()``,
     ``restart()``, ``kill()``, ``stop()``."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, fsync: bool = False) -> None:
+        """``fsync``: PostgreSQL's durable default (benchmarks); off for the tests (above)."""
+        self.fsync = fsync
         self.bin = postgres_bin()
         self.as_root = os.geteuid() == 0
         self.dir = Path(tempfile.mkdtemp(prefix="kip848-pg-"))
@@ -117,8 +119,8 @@ class PostgresServer:
             with open(self.data / "postgresql.conf", "a") as conf:
                 conf.write(
                     "\nlisten_addresses = '127.0.0.1'\nunix_socket_directories = ''\n"
-                    "fsync = off\nmax_connections = 200\nshared_buffers = 128MB\n"
-                    "log_min_messages = warning\n"
+                    f"fsync = {'on' if self.fsync else 'off'}\nmax_connections = 200\n"
+                    "shared_buffers = 128MB\nlog_min_messages = warning\n"
                 )
         for _attempt in range(5):  # a port taken between choosing and binding: another one
             self.port = free_port()
