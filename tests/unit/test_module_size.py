@@ -20,7 +20,6 @@ EXCEPTIONS = {
     "coordinator/server/h2grpc.py": "the gRPC server work in progress",
     "coordinator/server/kafka/listener.py": "the Kafka listener work in progress",
     "coordinator/core/consumer_groups.py": "to split along its seams (issue 32)",
-    "assignors/racks.py": "the rack-aware assignment work in progress",
 }
 
 
