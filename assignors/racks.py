@@ -382,6 +382,9 @@ class Holders:
 
 Segments = dict[TopicId, list[int]]
 """Partitions by topic (each list ascending once sorted)."""
+Moving = dict[TopicId, Sequence[int]]
+"""Partitions by topic that leave a node: a tuple is ascending (the free partitions of a
+mask), a list is sorted when dealt."""
 
 
 class _ClassSettle:
@@ -461,7 +464,7 @@ class _ClassSettle:
 
         out: dict[int, Assignment] = {}
         load = list(self.load)
-        moving: dict[tuple[int, int], Segments] = {}  # (mask, from node) -> partitions
+        moving: dict[tuple[int, int], Moving] = {}  # (mask, from node) -> partitions
         receiving: dict[int, Segments] = {v: {} for v in range(nodes.count)}
         for v in range(nodes.count):
             excess = {
@@ -508,7 +511,7 @@ class _ClassSettle:
 
     def _count(
         self, incoming: Sequence[tuple[TopicId, Sequence[int]]], holder: _Lookup
-    ) -> tuple[Counter[tuple[int, int]], dict[tuple[int, TopicId], list[int]]]:
+    ) -> tuple[Counter[tuple[int, int]], dict[tuple[int, TopicId], Sequence[int]]]:
         """(mask, holder node or pool) -> partitions of the class; and the free (incoming)
         partitions by (mask, topic), ascending."""
         counts: Counter[tuple[int, int]] = Counter()
@@ -531,16 +534,18 @@ class _ClassSettle:
                     k = held.count(v)
                     if k:
                         counts[(m, v)] += k
-        free: dict[tuple[int, TopicId], list[int]] = {}
+        free: dict[tuple[int, TopicId], Sequence[int]] = {}
         for t, seq in incoming:
             groups = self.masks(t)
             if len(seq) == self.topics[t].num_partitions:  # the whole topic is free
                 for m, group in groups.items():
-                    free[(m, t)] = list(group)
+                    free[(m, t)] = group  # ascending
                 continue
             mask_of = nodes.masks_by_partition(self.topics[t])
+            some: dict[int, list[int]] = {}
             for p, m in zip(seq, map(mask_of.__getitem__, seq), strict=True):
-                free.setdefault((m, t), []).append(p)
+                some.setdefault(m, []).append(p)
+            free.update(((m, t), ps) for m, ps in some.items())
         for (m, _t), seq in free.items():
             counts[(m, self.pool)] += len(seq)
         return counts, free
@@ -595,7 +600,7 @@ class _ClassSettle:
         excess: dict[int, int],
         load: list[int],
         out: dict[int, Assignment],
-        moving: dict[tuple[int, int], Segments],
+        moving: dict[tuple[int, int], Moving],
         holder: _Lookup,
     ) -> None:
         """Take ``excess[mask]`` partitions of each mask away from the node: first from its
@@ -603,7 +608,8 @@ class _ClassSettle:
         (highest partitions of the mask first)."""
 
         def release(i: int, t: TopicId, m: int, gone: list[int]) -> None:
-            moving.setdefault((m, node), {}).setdefault(t, []).extend(gone)
+            parts = moving.setdefault((m, node), {})
+            parts[t] = [*parts.get(t, ()), *gone]  # a list: sorted when dealt
             self._drop(i, t, gone, out)
             load[i] -= len(gone)
             excess[m] -= len(gone)
@@ -768,11 +774,15 @@ def _store(values: list[int], indexes: Iterable[int], value: int) -> None:
 
 
 def _deal(
-    segments: Segments, wanted: Sequence[tuple[int, int]], receiving: dict[int, Segments]
+    segments: Moving, wanted: Sequence[tuple[int, int]], receiving: dict[int, Segments]
 ) -> None:
     """Hand ``segments`` (topics in order, partitions ascending) out in turn: ``n`` to node
     ``v`` for each ``(v, n)`` of ``wanted``; they must add up."""
-    pieces = [(t, sorted(segments[t])) for t in sorted(segments) if segments[t]]
+    pieces = [
+        (t, seq if type(seq) is tuple else sorted(seq))
+        for t in sorted(segments)
+        if (seq := segments[t])
+    ]
     at, start = 0, 0
     for v, n in wanted:
         into = receiving[v]
