@@ -425,12 +425,7 @@ the group's state, hundreds of thousands of objects, faster than the collector's
 assume), and single commands of the storm's group up to 345 ms (copying the group's inputs
 for the assignor worker) and 105 ms (answering parked joins). Lowering the collector's
 thresholds made it worse (two to three times the server's CPU); the remedies are the
-runtime's (smaller commands, fewer objects per member), not the transport's.
-
-On a saturated machine the group's first target, computed in a worker process, can take
-longer than the members' 30 s request timeout; their joins are then sent again (the "client
-deadline" column), as Java consumers would, and the group still converges at once after the
-last of them."""
+runtime's (smaller commands, fewer objects per member), not the transport's."""
 
 
 def _convergence(r: dict[str, Any]) -> str:

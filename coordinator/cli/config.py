@@ -28,6 +28,7 @@ LONG_CONFIGS = frozenset(
         "offsets.retention.check.interval.ms",
         "connections.max.idle.ms",
         "kafka.upstream.metadata.max.age.ms",
+        "kafka.upstream.transaction.check.interval.ms",
         "queued.max.request.bytes",
     }
 )
@@ -36,6 +37,7 @@ SERVER_INTEGER_CONFIGS = frozenset(
         "socket.request.max.bytes",
         "connections.max.idle.ms",
         "kafka.upstream.metadata.max.age.ms",
+        "kafka.upstream.transaction.check.interval.ms",
         "queued.max.requests",
         "queued.max.request.bytes",
         "kafka.connection.max.unsent.bytes",
@@ -157,6 +159,7 @@ SERVER_CONFIGS = frozenset(
         "socket.request.max.bytes",
         "connections.max.idle.ms",
         "kafka.upstream.metadata.max.age.ms",
+        "kafka.upstream.transaction.check.interval.ms",
         "queued.max.requests",
         "queued.max.request.bytes",
         "kafka.connection.max.unsent.bytes",

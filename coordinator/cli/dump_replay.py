@@ -77,8 +77,7 @@ def open_store(args: argparse.Namespace, *, read_only: bool, **options: Any) -> 
             raise UsageError(f"--store takes a postgresql:// URI, got {spec!r}")
         options.pop("sync", None)
         options.pop("accept_lost_wal", None)
-        # One writer per store until nodes share partitions through leases (docs/ha.md).
-        return PostgresRecordStore(spec, read_only=read_only, exclusive=not read_only, **options)
+        return PostgresRecordStore(spec, read_only=read_only, **options)
     return SqliteRecordStore.in_data_dir(args.data_dir, read_only=read_only, **options)
 
 

@@ -35,6 +35,7 @@ MAX_GRPC_PROCESSES = 64
 DEFAULT_MAX_REQUEST_BYTES = 100 * 1024 * 1024  # Kafka's socket.request.max.bytes
 DEFAULT_IDLE_MS = 600_000  # Kafka's connections.max.idle.ms
 DEFAULT_METADATA_MAX_AGE_MS = 10_000  # how often the topic registry follows the upstream
+DEFAULT_TXN_CHECK_MS = 30_000  # how often open transactions are checked with the upstream
 
 
 def register(commands: Commands) -> None:
@@ -288,10 +289,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
         max_age_ms = int(
             server_settings.get("kafka.upstream.metadata.max.age.ms", DEFAULT_METADATA_MAX_AGE_MS)
         )
+        txn_check_ms = int(
+            server_settings.get(
+                "kafka.upstream.transaction.check.interval.ms", DEFAULT_TXN_CHECK_MS
+            )
+        )
     except ValueError as exc:
         raise UsageError(
             "socket.request.max.bytes / connections.max.idle.ms / "
-            f"kafka.upstream.metadata.max.age.ms: {exc}"
+            "kafka.upstream.metadata.max.age.ms / kafka.upstream.transaction.check.interval.ms: "
+            f"{exc}"
         ) from None
     if max_request_bytes < 1024 or idle_ms < 1:
         raise UsageError(
@@ -299,6 +306,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         )
     if max_age_ms < 100:
         raise UsageError("kafka.upstream.metadata.max.age.ms must be >= 100")
+    if txn_check_ms < 100:
+        raise UsageError("kafka.upstream.transaction.check.interval.ms must be >= 100")
     from coordinator.security.authorizer import AuthorizerConfig
     from coordinator.server.grpc_options import GrpcOptions
     from coordinator.server.kafka.listener import KafkaFlow
@@ -406,6 +415,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         kafka_idle_ms=idle_ms,
         kafka_flow=kafka_flow,
         kafka_metadata_max_age_ms=max_age_ms,
+        kafka_txn_check_ms=txn_check_ms,
         authorizer=authorizer,
         security=security,
     )

@@ -71,11 +71,19 @@ from coordinator.core.offsets import (
     OffsetDeleteResponse,
     OffsetFetchGroup,
     OffsetFetchGroupResponse,
+    TxnOffsetCommit,
 )
 from coordinator.core.records import Record
 from coordinator.core.shard import DeleteGroupResult, GroupDescription
 from coordinator.core.timers import ArmTimer, DueTimer, TimerOp, TimerTable
 from coordinator.core.topics import NewTopic, SnapshotChanges, TopicResult
+from coordinator.core.transactions import (
+    AddOffsetsToTxn,
+    Ended,
+    EndTxn,
+    GroupTransaction,
+    ProducerInitialized,
+)
 from coordinator.factory import Shard, new_cluster, new_shard
 from coordinator.routing import partition_for
 from coordinator.security.acls import AclBinding, AclBindingFilter
@@ -1166,6 +1174,59 @@ class CoordinatorRuntime:
             return s.offset_commit(req, now)
 
         return await self._submit(self.shard_index(req.group_id), commit)
+
+    # ------------------------------------------------------------------ transactions
+    # (core/transactions.py; the Kafka listener's kafka/transactions.py drives them)
+
+    async def txn_offset_commit(self, req: TxnOffsetCommit) -> OffsetCommitResponse:
+        """TxnOffsetCommit on the group's shard: the offsets are pending once durable."""
+        now = self.clock.now_ms()
+        return await self._submit(
+            self.shard_index(req.group_id), lambda s: s.txn_offset_commit(req, now)
+        )
+
+    async def add_offsets_to_txn(self, cmd: AddOffsetsToTxn) -> None:
+        now = self.clock.now_ms()
+        await self._submit(self.shard_index(cmd.group_id), lambda s: s.add_offsets_to_txn(cmd, now))
+
+    async def end_transaction(self, cmd: EndTxn) -> list[str]:
+        """An EndTxn forwarded or answered (core/transactions.py), on every shard that holds a
+        transaction of the producer (a producer's offsets may be in groups of several shards);
+        the groups it moved, once durable."""
+        now = self.clock.now_ms()
+        return await self._on_shards(
+            lambda s: s.offsets.txn.knows_producer(cmd.producer_id),
+            lambda s: s.end_transaction(cmd, now),
+        )
+
+    async def producer_initialized(self, cmd: ProducerInitialized) -> list[str]:
+        """An InitProducerId answered for a transactional id: the ongoing transactions of an
+        older producer epoch (or id) it aborted, on every shard; the groups, once durable."""
+        return await self._on_shards(
+            lambda s: any(t.transactional_id == cmd.transactional_id for t in s.transactions()),
+            lambda s: s.producer_initialized(cmd),
+        )
+
+    async def _on_shards(
+        self, concerned: Callable[[Shard], bool], fn: Callable[[Shard], Result[Ended]]
+    ) -> list[str]:
+        self._check_serving()
+        groups: list[str] = []
+        waits = []
+        for i, shard in enumerate(self.shards):
+            if not concerned(shard):
+                continue
+            ended, batch = self._execute(i, fn)
+            groups += ended.groups
+            if batch is not None:
+                waits.append(batch)
+        for waited in waits:
+            await _durable(waited)
+        return groups
+
+    def transactions(self) -> list[GroupTransaction]:
+        """Every group's open or ending transaction (a read of the loaded state, on the loop)."""
+        return [t for shard in self.shards for t in shard.transactions()]
 
     async def offset_fetch(
         self, groups: Sequence[OffsetFetchGroup]

@@ -67,6 +67,7 @@ from .kafka.sasl import Authenticator
 from .kafka.security import ListenerSecurity
 from .kafka.topic_feed import DEFAULT_MAX_AGE_MS as DEFAULT_METADATA_MAX_AGE_MS
 from .kafka.topic_feed import TopicFeed
+from .kafka.transactions import TransactionBridge
 from .kafka.upstream import Upstream, UpstreamError
 from .oauth import TokenValidator
 from .security_config import Security
@@ -110,6 +111,7 @@ class ServeOptions:
     kafka_idle_ms: int = DEFAULT_IDLE_MS
     kafka_flow: KafkaFlow = KafkaFlow()  # per-connection limits of the Kafka listener
     kafka_metadata_max_age_ms: int = DEFAULT_METADATA_MAX_AGE_MS  # topic feed interval
+    kafka_txn_check_ms: int = 30_000  # open transactions checked with the upstream
     authorizer: AuthorizerConfig = AuthorizerConfig()  # super.users, allow.everyone.if.no.acl.found
     security: Security = field(default_factory=Security)  # TLS and authentication (none: open)
 
@@ -216,6 +218,7 @@ class CoordinatorServer:
         self.kafka_addresses: list[tuple[str, str, str]] = []  # (name, protocol, address)
         self.topic_feed: TopicFeed | None = None
         self.kafka_upstream: Upstream | None = None
+        self.kafka_txn: TransactionBridge | None = None
         self._health_tasks: set[asyncio.Task[None]] = set()
         self._health_lock = asyncio.Lock()
         runtime.add_health_listener(self._runtime_health)
@@ -310,7 +313,13 @@ class CoordinatorServer:
                 options.kafka_upstream, options.security.upstream
             )
             await upstream.connect()
-        self.kafka = KafkaListener(self.service, kafka_options, upstream)
+        txn = (
+            None
+            if upstream is None
+            else TransactionBridge(self.runtime, upstream, options.kafka_txn_check_ms)
+        )
+        self.kafka = KafkaListener(self.service, kafka_options, upstream, txn)
+        self.kafka_txn = txn
         self.kafka.on_forward = forwarded_timer(
             getattr(self.runtime.observer, "metrics", None), kafka_api_name
         )
@@ -402,6 +411,8 @@ class CoordinatorServer:
         warn_open_listeners(self)  # once the ACLs are loaded
         if self.topic_feed is not None:
             await self.topic_feed.start()  # the upstream's topics before SERVING (bounded)
+        if self.kafka_txn is not None:
+            await self.kafka_txn.start()  # prepared transactions completed (bounded)
         await self._set_health(health_pb2.HealthCheckResponse.SERVING)
 
     async def stop(self, grace_s: float = SHUTDOWN_GRACE_S) -> None:
@@ -410,6 +421,8 @@ class CoordinatorServer:
         self.runtime.watchers.close()  # push streams end (UNAVAILABLE), not left to the grace
         if self.topic_feed is not None:
             await self.topic_feed.close()
+        if self.kafka_txn is not None:
+            await self.kafka_txn.close()
         if self.service.log_offsets is not None:
             self.service.log_offsets.close()
         if self.kafka is not None:

@@ -52,6 +52,7 @@ from coordinator.core.offsets import (
     OffsetFetchGroupResponse,
     PartitionResult,
     TopicResult,
+    TxnOffsetCommit,
 )
 from coordinator.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 from coordinator.security.authorizer import Authorizer, Refusal
@@ -60,6 +61,7 @@ from coordinator.security.principal import ANONYMOUS, KafkaPrincipal
 from .api import Caller
 
 T = TypeVar("T")
+C = TypeVar("C", OffsetCommit, TxnOffsetCommit)
 
 # Plain ints (Kafka's numbers) in the hot path: an IntEnum hashes through Python code, and each
 # question is a cache key.
@@ -76,6 +78,7 @@ DESCRIBE_CONFIGS, ALTER_CONFIGS = (
     int(AclOperation.ALTER_CONFIGS),
 )
 GROUP, TOPIC, CLUSTER = int(ResourceType.GROUP), int(ResourceType.TOPIC), int(ResourceType.CLUSTER)
+TRANSACTIONAL_ID = int(ResourceType.TRANSACTIONAL_ID)
 
 
 def group_denied(group_id: str) -> CoordinatorError:
@@ -184,8 +187,8 @@ class RequestAuthorizer:
     # ------------------------------------------------------------ offsets, per topic
 
     def split_commit(
-        self, caller: Caller, api: str, req: OffsetCommit, name_of: Callable[[str], str]
-    ) -> tuple[OffsetCommit, list[TopicResult]]:
+        self, caller: Caller, api: str, req: C, name_of: Callable[[str], str]
+    ) -> tuple[C, list[TopicResult]]:
         """(the part of ``req`` on topics the caller may READ, TOPIC_AUTHORIZATION_FAILED
         answers for the others). A topic given by id is judged by its name (``name_of``; an
         unknown id is left to the core to answer UNKNOWN_TOPIC_ID)."""
@@ -218,7 +221,9 @@ class RequestAuthorizer:
 
     @staticmethod
     def merge_commit(
-        req: OffsetCommit, answered: OffsetCommitResponse, refused: list[TopicResult]
+        req: OffsetCommit | TxnOffsetCommit,
+        answered: OffsetCommitResponse,
+        refused: list[TopicResult],
     ) -> OffsetCommitResponse:
         """The answers of the kept topics and the refusals, in the order of the request."""
         if not refused:

@@ -489,8 +489,11 @@ def offset_commit_error(
     )
 
 
-def offset_fetch_group_from_proto(g: offsets_pb2.OffsetFetchRequest.Group) -> OffsetFetchGroup:
+def offset_fetch_group_from_proto(
+    g: offsets_pb2.OffsetFetchRequest.Group, require_stable: bool = False
+) -> OffsetFetchGroup:
     return OffsetFetchGroup(
+        require_stable=require_stable,
         group_id=g.group_id,
         member_id=_opt(g, "member_id"),
         member_epoch=_opt(g, "member_epoch", -1),
@@ -554,7 +557,7 @@ def offset_fetch_from_proto(
     out: list[OffsetFetchGroup | GroupError] = []
     for g in req.groups:
         try:
-            out.append(offset_fetch_group_from_proto(g))
+            out.append(offset_fetch_group_from_proto(g, req.require_stable))
         except CoordinatorError as exc:
             out.append(
                 GroupError(group_id=g.group_id, error_code=exc.code, error_message=exc.message)

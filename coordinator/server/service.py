@@ -21,18 +21,20 @@ answer (``caller.abort_when_closing``: gRPC's UNAVAILABLE).
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from dataclasses import replace
-from typing import Any, TypeVar
+from typing import Any
 
 from coordinator.core.commands import ConsumerGroupHeartbeat, ConsumerGroupHeartbeatResponse
 from coordinator.core.errors import (
     CoordinatorError,
     CoordinatorNotAvailableError,
     ErrorCode,
+    IllegalGenerationError,
     InvalidGroupIdError,
     InvalidRequestError,
     MemberIdRequiredError,
+    StaleMemberEpochError,
     UnsupportedVersionError,
 )
 from coordinator.core.model import ZERO_TOPIC_ID
@@ -44,6 +46,7 @@ from coordinator.core.offsets import (
     OffsetFetchGroup,
     OffsetFetchGroupResponse,
     PartitionResult,
+    TxnOffsetCommit,
     commit_error_response,
 )
 from coordinator.core.offsets import TopicResult as OffsetTopicResult
@@ -57,23 +60,13 @@ from legacy_bridge import messages as m
 from legacy_bridge.protocol import ProtocolError, decode_subscription
 
 from .api import (
-    CONFIG_SOURCE_DEFAULT,
-    CONFIG_SOURCE_GROUP,
-    CONFIG_TYPE_INT,
-    GROUP_RESOURCE,
-    GROUP_RESOURCES,
-    KAFKA_GROUP_RESOURCE,
-    OP_DELETE,
-    OP_SET,
     AclSpec,
     AlterResource,
     AlterResult,
     AlterScramCredentials,
     Caller,
-    ConfigEntry,
     ConfigResource,
     ConfigResult,
-    ConfigSynonym,
     Coordinator,
     DescribeConfigs,
     DescribedConsumerGroup,
@@ -94,9 +87,18 @@ from .authorization import (
     GROUP,
     READ,
     TOPIC,
+    TRANSACTIONAL_ID,
+    WRITE,
     RequestAuthorizer,
     group_denied,
     topics_denied,
+)
+from .group_configs import (
+    alter_error,
+    check_config_resource,
+    config_changes,
+    config_error,
+    config_result,
 )
 from .limits import GROUPS as GROUPS_LIMIT
 from .limits import RequestLimits
@@ -113,13 +115,7 @@ from .topic_source import RegistryTopics, TopicSource
 
 log = logging.getLogger("kip848.server")
 
-RES = TypeVar("RES", ConfigResult, AlterResult)
-
 GROUP_KEY_TYPE = 0
-GROUP_CONFIG_DOCS = {
-    "consumer.session.timeout.ms": "The timeout to detect client failures when using the consumer group protocol.",
-    "consumer.heartbeat.interval.ms": "The heartbeat interval given to the members of a consumer group.",
-}
 JOIN_MEMBER_ID_REQUIRED_VERSION = 4
 """JoinGroup v4+: a dynamic member's first join gets MEMBER_ID_REQUIRED (KIP-394)."""
 DESCRIBE_GROUP_NOT_FOUND_VERSION = 6
@@ -128,6 +124,9 @@ MEMBER_ID_REQUIRED_HEARTBEAT_VERSION = 1
 """ConsumerGroupHeartbeat v1+: the consumer generates its member id (KIP-1082)."""
 OFFSET_COMMIT_KIP848_VERSION = 9
 """OffsetCommit v9+ is required from members of the consumer protocol."""
+TXN_OFFSET_COMMIT_STALE_EPOCH_VERSION = 6
+"""KIP-1319: from TxnOffsetCommit v6 a stale member epoch is STALE_MEMBER_EPOCH; before,
+Kafka answers ILLEGAL_GENERATION."""
 
 
 def check_group_id(group_id: str, message: str = "Group id can't be empty.") -> None:
@@ -140,7 +139,9 @@ def _check_classic_group_id(group_id: str) -> None:
     check_group_id(group_id, f"Group id '{group_id}' is invalid.")
 
 
-def _commit_error(req: OffsetCommit, code: ErrorCode, text: str | None) -> Reply[Any]:
+def _commit_error(
+    req: OffsetCommit | TxnOffsetCommit, code: ErrorCode, text: str | None
+) -> Reply[Any]:
     """OffsetCommit answers a group-level error on every partition, as Kafka does."""
     return Reply(value=commit_error_response(req, _Err(code, text)))
 
@@ -172,26 +173,6 @@ def _not_deleted(
     group_id: str, code: ErrorCode, text: str | None
 ) -> tuple[str, ErrorCode, str | None]:
     return group_id, code, text
-
-
-def _resource_error(
-    result: type[RES],
-) -> Callable[[ConfigResource | AlterResource, ErrorCode, str | None], RES]:
-    """The answer of one resource of DescribeConfigs or IncrementalAlterConfigs: an error."""
-
-    def error(res: ConfigResource | AlterResource, code: ErrorCode, text: str | None) -> RES:
-        return result(
-            resource_type=res.resource_type,
-            resource_name=res.resource_name,
-            error_code=code,
-            error_message=text,
-        )
-
-    return error
-
-
-_config_error = _resource_error(ConfigResult)
-_alter_error = _resource_error(AlterResult)
 
 
 def _classic_described_error(group_id: str, code: ErrorCode, text: str | None) -> m.DescribedGroup:
@@ -358,6 +339,33 @@ class CoordinatorService:
             answered = await self.runtime.offset_commit(req)
         return Reply(value=self.authz.merge_commit(whole, answered, refused))
 
+    @rpc(_commit_error)
+    async def txn_offset_commit(
+        self, req: TxnOffsetCommit, caller: Caller
+    ) -> Reply[OffsetCommitResponse]:
+        """TxnOffsetCommit (Kafka listener only: the transaction coordinator is the upstream's):
+        TRANSACTIONAL_ID WRITE, GROUP READ and each topic's READ as Kafka checks them; the
+        offsets are pending in the producer's transaction once durable. A member's stale epoch
+        is ILLEGAL_GENERATION before v6 (Kafka; KIP-1319's v6 keeps STALE_MEMBER_EPOCH)."""
+        check_group_id(req.group_id)
+        self.limits.offset_commit(req)
+        self.limits.identifier("TransactionalId", req.transactional_id)
+        self.authz.check(caller, "TxnOffsetCommit", WRITE, TRANSACTIONAL_ID, req.transactional_id)
+        self.authz.check_group(caller, "TxnOffsetCommit", READ, req.group_id)
+        await self._look_up(req.topics)
+        whole = req
+        req, refused = self.authz.split_commit(caller, "TxnOffsetCommit", req, self.topic_name)
+        if refused and not req.topics:
+            answered = OffsetCommitResponse(topics=())
+        else:
+            try:
+                answered = await self.runtime.txn_offset_commit(req)
+            except StaleMemberEpochError as exc:
+                if caller.version_below(TXN_OFFSET_COMMIT_STALE_EPOCH_VERSION):
+                    raise IllegalGenerationError(exc.message) from None
+                raise
+        return Reply(value=self.authz.merge_commit(whole, answered, refused))
+
     async def _look_up(self, topics: Iterable[Any]) -> None:
         """Topics an offset commit names (by name or id) that the registry lacks are looked up
         upstream first (bounded; ``TopicSource.lookup``): a commit right after the broker
@@ -445,24 +453,24 @@ class CoordinatorService:
             value=await batched(group_ids, check, self.runtime.delete_groups, _not_deleted)
         )
 
-    @rpc(on_each(_resources, _config_error))
+    @rpc(on_each(_resources, config_error))
     async def describe_configs(
         self, req: DescribeConfigs, caller: Caller
     ) -> Reply[list[ConfigResult]]:
         self.limits.groups(len(req.resources))
 
         async def describe(res: ConfigResource) -> ConfigResult:
-            _check_config_resource(res.resource_type, res.resource_name)
+            check_config_resource(res.resource_type, res.resource_name)
             self.limits.identifier("The group name", res.resource_name)
             self.authz.check_group(caller, "DescribeConfigs", DESCRIBE_CONFIGS, res.resource_name)
             configs, overrides = await self.runtime.describe_group_config(res.resource_name)
-            return _config_result(
+            return config_result(
                 res, configs, overrides, req.include_synonyms, req.include_documentation
             )
 
-        return Reply(value=await each(req.resources, describe, _config_error))
+        return Reply(value=await each(req.resources, describe, config_error))
 
-    @rpc(on_each(_resources, _alter_error))
+    @rpc(on_each(_resources, alter_error))
     async def incremental_alter_configs(
         self, req: IncrementalAlterConfigs, caller: Caller
     ) -> Reply[list[AlterResult]]:
@@ -470,34 +478,20 @@ class CoordinatorService:
         seen = [(res.resource_type, res.resource_name) for res in req.resources]
 
         async def alter(res: AlterResource) -> AlterResult:
-            _check_config_resource(res.resource_type, res.resource_name)
+            check_config_resource(res.resource_type, res.resource_name)
             self.limits.identifier("The group name", res.resource_name)
             if seen.count((res.resource_type, res.resource_name)) > 1:
                 raise InvalidRequestError("Each resource must appear at most once.")
             self.authz.check_group(
                 caller, "IncrementalAlterConfigs", ALTER_CONFIGS, res.resource_name
             )
-            names = [c.name for c in res.configs]
-            if len(set(names)) != len(names):
-                raise InvalidRequestError("Error due to duplicate config keys.")
-            changes: dict[str, str | None] = {}
-            for c in res.configs:
-                if c.operation == OP_SET:
-                    if c.value is None:
-                        raise InvalidRequestError(f"Config {c.name}: SET needs a value.")
-                    changes[c.name] = c.value
-                elif c.operation == OP_DELETE:
-                    changes[c.name] = None
-                else:
-                    raise InvalidRequestError(
-                        f"Config {c.name}: operation {c.operation} is not supported for GROUP configs."
-                    )
+            changes = config_changes(res)
             await self.runtime.alter_group_configs(
                 res.resource_name, changes, validate_only=req.validate_only
             )
             return AlterResult(resource_type=res.resource_type, resource_name=res.resource_name)
 
-        return Reply(value=await each(req.resources, alter, _alter_error))
+        return Reply(value=await each(req.resources, alter, alter_error))
 
     # ------------------------------------------------------------ topic registry
 
@@ -794,51 +788,6 @@ def _subscribed_topics(req: m.JoinGroup) -> list[str]:
 
 def _with_member_id(req: m.JoinGroup, member_id: str) -> m.JoinGroup:
     return replace(req, member_id=member_id)
-
-
-def _check_config_resource(resource_type: int, name: str) -> None:
-    if resource_type not in GROUP_RESOURCES:
-        raise InvalidRequestError(
-            f"Only GROUP resources ({GROUP_RESOURCE}, or Kafka's {KAFKA_GROUP_RESOURCE}) are supported."
-        )
-    if not name.strip():
-        raise InvalidRequestError("Group name must not be empty.")
-
-
-def _config_result(
-    res: ConfigResource,
-    configs: dict[str, str],
-    overrides: dict[str, str],
-    include_synonyms: bool,
-    include_documentation: bool,
-) -> ConfigResult:
-    """Kafka's ConfigHelper.createGroupConfigEntry: the source is GROUP_CONFIG for a per-group
-    override, DEFAULT_CONFIG otherwise; the only synonym is the override itself."""
-    keys = (
-        list(configs) if res.keys is None else [k for k in dict.fromkeys(res.keys) if k in configs]
-    )
-    entries = []
-    for key in keys:
-        overridden = key in overrides
-        entries.append(
-            ConfigEntry(
-                name=key,
-                value=configs[key],
-                read_only=False,
-                source=CONFIG_SOURCE_GROUP if overridden else CONFIG_SOURCE_DEFAULT,
-                is_sensitive=False,
-                config_type=CONFIG_TYPE_INT,
-                synonyms=(
-                    (ConfigSynonym(name=key, value=overrides[key], source=CONFIG_SOURCE_GROUP),)
-                    if include_synonyms and overridden
-                    else ()
-                ),
-                documentation=GROUP_CONFIG_DOCS.get(key) if include_documentation else None,
-            )
-        )
-    return ConfigResult(
-        resource_type=res.resource_type, resource_name=res.resource_name, configs=tuple(entries)
-    )
 
 
 def _group_id_of(g: ListedGroup) -> str:

@@ -303,33 +303,3 @@ def test_a_takeover_waits_for_the_append_that_holds_the_lease(pg_dsn: str) -> No
     conn.close()
     store.close()
     leases.close()
-
-
-def test_an_exclusive_store_has_one_writer(pg_dsn: str) -> None:
-    """kip848 serve of this build leads every partition itself: a second one on the same store
-    is refused; one that took the store while the first's connection was down stops the first
-    from writing for good (its lock went with its connection)."""
-    from coordinator.runtime.store import StoreLockedError
-
-    first = PostgresRecordStore(pg_dsn, partitions=P, exclusive=True)
-    first.append([put(b"a")], 1)
-    with pytest.raises(StoreLockedError, match="already open for writing by another kip848"):
-        PostgresRecordStore(pg_dsn, exclusive=True)
-    with PostgresRecordStore(pg_dsn) as reader:  # not exclusive: opens (tests, tools)
-        assert keys(reader) == [b"a"]
-    with psycopg.connect(pg_dsn, autocommit=True) as admin:  # the first's connection drops
-        admin.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = "
-            "'kip848' AND pid <> pg_backend_pid()"
-        )
-    second = PostgresRecordStore(pg_dsn, exclusive=True)
-    with pytest.raises(StoreLostError, match="another writer opened the record store"):
-        first.append([put(b"b")], 2)
-    with pytest.raises(StoreLostError):
-        first.append([put(b"c")], 3)
-    second._next_offset[G] = 1
-    assert second.append([put(b"d")], 4) == {G: 1}
-    first.close()
-    second.close()
-    third = PostgresRecordStore(pg_dsn, exclusive=True)  # the lock went with second's connection
-    third.close()

@@ -52,7 +52,6 @@ from .api import (
     StoredRecord,
     StoreError,
     StoreFencedError,
-    StoreLockedError,
     StoreLostError,
     StoreVersionError,
     StoreWriteError,
@@ -122,7 +121,6 @@ class PostgresRecordStore:
         read_only: bool = False,
         connect_timeout_s: float = 10.0,
         application_name: str = "kip848",
-        exclusive: bool = False,
     ) -> None:
         if not is_postgres_dsn(dsn):
             raise ValueError(f"not a PostgreSQL URI: {dsn_for_log(dsn)}")
@@ -134,10 +132,6 @@ class PostgresRecordStore:
         self.journal_retention_ms = journal_retention_ms
         self.connect_timeout_s = connect_timeout_s
         self.application_name = application_name
-        self.exclusive = exclusive and not read_only
-        """One writer for the whole store (``kip848 serve`` of this build, which leads every
-        partition itself): a session advisory lock held by the writer's connection, taken again
-        on every new connection before it writes."""
         self.last_commit_seconds: float | None = None
         self._partitions = check_partitions(partitions)
         self._lock = threading.Lock()
@@ -163,11 +157,6 @@ class PostgresRecordStore:
             self._partitions = int(meta["partitions"])
             self._store_id = meta["store_id"]
             self._next_offset = self._read_next_offsets(conn)
-            if self.exclusive and not _lock_store(conn):
-                raise StoreLockedError(
-                    f"the record store in {self.where} is already open for writing by another "
-                    "kip848 serve (one node per store in this build; docs/ha.md)"
-                )
         except BaseException:
             conn.close()
             raise
@@ -269,28 +258,7 @@ class PostgresRecordStore:
                 conn = self._connect()
             except StoreAccessError as e:
                 raise StoreWriteError(str(e)) from e
-            self._conn = self._adopt(conn)
-        return conn
-
-    def _adopt(self, conn: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
-        """A new writer connection: with ``exclusive``, it must take the store's lock again
-        (the old connection's lock went with it); if another writer has it now, this store
-        stops writing for good."""
-        import psycopg
-
-        try:
-            locked = not self.exclusive or _lock_store(conn)
-        except psycopg.Error as e:
-            conn.close()
-            raise StoreWriteError(f"cannot lock the store in {self.where}: {_one_line(e)}") from e
-        if not locked:
-            conn.close()
-            self._lost = (
-                f"another writer opened the record store in {self.where} while this server's "
-                "connection to it was down: this server no longer writes to it"
-            )
-            log.critical("%s", self._lost)
-            raise StoreLostError(self._lost)
+            self._conn = conn
         return conn
 
     # -- writing ----------------------------------------------------------------------------
@@ -406,11 +374,7 @@ class PostgresRecordStore:
                 last_error = e
                 time.sleep(0.5)
                 continue
-            try:
-                self._conn = self._adopt(conn)
-            except StoreLostError:
-                self._failed = True
-                raise
+            self._conn = conn
             state = None if status is None else status[0]
             if state == "committed":
                 log.warning(
@@ -803,14 +767,6 @@ def _entries(chunks: Iterator[list[Any]], log: int) -> Iterator[JournalEntry]:
     for rows in chunks:
         for offset, ts, group_id, key, value, epoch in rows:
             yield entry(offset, ts, group_id, key, value, log, epoch)
-
-
-_WRITER_LOCK = 0x4B383439  # "K849": the session advisory lock of an exclusive writer
-
-
-def _lock_store(conn: psycopg.Connection[Any]) -> bool:
-    row = conn.execute("SELECT pg_try_advisory_lock(%s)", (_WRITER_LOCK,)).fetchone()
-    return bool(row and row[0])
 
 
 def _connection_trouble(e: Exception, conn: Any) -> bool:

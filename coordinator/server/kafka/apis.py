@@ -24,11 +24,16 @@ CONSUMER_GROUP_HEARTBEAT = 68
 DESCRIBE_CONFIGS = 32
 INCREMENTAL_ALTER_CONFIGS = 44
 PRODUCE, FETCH, DESCRIBE_CLUSTER = 0, 1, 60
+INIT_PRODUCER_ID, ADD_OFFSETS_TO_TXN, END_TXN, TXN_OFFSET_COMMIT = 22, 25, 26, 28
+TRANSACTION_KEYS = frozenset({INIT_PRODUCER_ID, ADD_OFFSETS_TO_TXN, END_TXN, TXN_OFFSET_COMMIT})
+"""Served with an upstream by the transaction bridge (``transactions.py``): the group's offsets
+are ours, the transaction coordinator is the upstream's."""
 
 NOT_ADVERTISED = frozenset({25, 28, 71, 72})
-"""AddOffsetsToTxn and TxnOffsetCommit (transactional offsets would bypass this coordinator
-while the transaction coordinator stays upstream), GetTelemetrySubscriptions/PushTelemetry
-(nothing needs them; librdkafka calls them whenever they are advertised)."""
+"""Never forwarded: AddOffsetsToTxn and TxnOffsetCommit (the group's offsets are ours: they are
+served by the transaction bridge, kafka/transactions.py, with an upstream), and
+GetTelemetrySubscriptions/PushTelemetry (nothing needs them; librdkafka calls them whenever
+they are advertised)."""
 
 
 @dataclass(frozen=True, slots=True)

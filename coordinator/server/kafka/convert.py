@@ -33,6 +33,7 @@ from coordinator.core.offsets import (
     OffsetFetchGroup,
     OffsetFetchGroupResponse,
     OffsetFetchTopic,
+    TxnOffsetCommit,
 )
 from coordinator.security.acls import AclBinding
 from coordinator.security.metadata import AclCreation, AclDeletion, UserResult
@@ -276,7 +277,7 @@ def _commit_topic_id(t: Any) -> str:
     return topic_id_of(getattr(t, "topic_id", None))
 
 
-def offset_commit_in(req: Any, _caller: Caller) -> OffsetCommit:
+def offset_commit_in(req: Any, _caller: Caller | None) -> OffsetCommit:
     return OffsetCommit(
         group_id=req.group_id,
         generation_id_or_member_epoch=getattr(req, "generation_id_or_member_epoch", -1),
@@ -301,6 +302,31 @@ def offset_commit_in(req: Any, _caller: Caller) -> OffsetCommit:
     )
 
 
+def txn_offset_commit_in(req: Any, _caller: Caller | None) -> TxnOffsetCommit:
+    """TxnOffsetCommit v0-5 (v3+: the consumer's group metadata, KIP-447)."""
+    commit = offset_commit_in(req, None)
+    return TxnOffsetCommit(
+        transactional_id=req.transactional_id,
+        group_id=req.group_id,
+        producer_id=int(req.producer_id),
+        producer_epoch=int(req.producer_epoch),
+        generation_id=getattr(req, "generation_id", -1),
+        member_id=getattr(req, "member_id", ""),
+        group_instance_id=getattr(req, "group_instance_id", None),
+        topics=commit.topics,
+    )
+
+
+def txn_offset_commit_out(reply: Reply[OffsetCommitResponse], _version: int) -> dict[str, Any]:
+    value = reply.value
+    return {
+        "topics": [
+            {"name": t.name, "partitions": [codec.partition_error(p) for p in t.partitions]}
+            for t in (value.topics if value is not None else ())
+        ]
+    }
+
+
 def _partition_results(topics: Iterable[Any]) -> list[dict[str, Any]]:
     return [
         {
@@ -319,6 +345,7 @@ def offset_commit_out(reply: Reply[OffsetCommitResponse], _version: int) -> dict
 
 def offset_fetch_in(req: Any, _caller: Caller) -> list[OffsetFetchGroup]:
     groups = getattr(req, "groups", None)
+    stable = bool(getattr(req, "require_stable", False))  # v7+ (KIP-447)
     if groups is None:  # v1-v7: one group
         return [
             OffsetFetchGroup(
@@ -329,6 +356,7 @@ def offset_fetch_in(req: Any, _caller: Caller) -> list[OffsetFetchGroup]:
                     OffsetFetchTopic(name=t.name, partition_indexes=tuple(t.partition_indexes))
                     for t in req.topics
                 ),
+                require_stable=stable,
             )
         ]
     return [
@@ -336,6 +364,7 @@ def offset_fetch_in(req: Any, _caller: Caller) -> list[OffsetFetchGroup]:
             group_id=g.group_id,
             member_id=getattr(g, "member_id", None),
             member_epoch=getattr(g, "member_epoch", -1),
+            require_stable=stable,
             topics=None
             if g.topics is None
             else tuple(

@@ -38,7 +38,7 @@ import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from coordinator.core.errors import ErrorCode
 from coordinator.security.principal import ANONYMOUS, KafkaPrincipal
@@ -106,6 +106,24 @@ class KafkaFlow:
         return cls(**values)
 
 
+class TransactionServer(Protocol):
+    """What serves the transaction APIs (``apis.TRANSACTION_KEYS``) with an upstream:
+    ``transactions.TransactionBridge``, given by the server (app.py)."""
+
+    def versions(self) -> dict[int, tuple[int, int]]: ...
+
+    async def serve(
+        self,
+        conn: Any,
+        key: int,
+        version: int,
+        frame: bytes,
+        entity: Any,
+        caller: Caller,
+        service: Any,
+    ) -> bytes | Any: ...
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class KafkaOptions:
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
@@ -137,10 +155,13 @@ class KafkaListener:
         service: CoordinatorService,
         options: KafkaOptions | None = None,
         upstream: Any = None,
+        txn: TransactionServer | None = None,
     ) -> None:
         self.service = service
         self.options = options or KafkaOptions()
         self.upstream = upstream
+        self.txn = txn
+        """Transactions around the upstream's transaction coordinator (``transactions.py``)."""
         self.servers: list[Any] = []  # asyncio.AbstractServer, or tls.TlsServer
         self.nodes: dict[int, Node] = {}  # bound port -> the node it is
         self.security: dict[int, ListenerSecurity] = {}  # bound port -> its security
@@ -270,6 +291,8 @@ class KafkaListener:
             table[apis.METADATA] = apis.METADATA_RANGE
         for key, row in apis.SERVED.items():
             table[key] = (row.min_version, row.max_version)
+        if self.txn is not None:
+            table.update(self.txn.versions())
         table[apis.API_VERSIONS] = apis.API_VERSIONS_RANGE
         if sasl:
             table[sasl_api.SASL_HANDSHAKE] = sasl_api.HANDSHAKE_VERSIONS
@@ -329,6 +352,14 @@ class KafkaListener:
     ) -> bytes:
         entity = wire.decode(key, version, frame, wire.body_offset(frame, key, version, pos))
         caller = conn.caller(client_id, version)
+        if key in apis.TRANSACTION_KEYS and self.txn is not None:
+            answer = await self.txn.serve(conn, key, version, frame, entity, caller, self.service)
+            if isinstance(answer, bytes):
+                return answer
+            body = wire.build(
+                wire.response_class(key, version), convert.txn_offset_commit_out(answer, version)
+            )
+            return wire.frame(key, version, correlation_id, body)
         if key == apis.METADATA and self.upstream is not None:  # guarded (topic_guard)
             answer = await self.upstream.forward_future(conn, key, version, frame)
             rewritten = self.upstream.rewrite(key, version, answer, conn.security)
@@ -688,7 +719,15 @@ class KafkaConnection(asyncio.Protocol):
                 return
         row = apis.SERVED.get(key)
         served = row is not None or (key == apis.METADATA and listener.upstream is None)
-        if key == apis.METADATA and not served and topic_guard.guards(self):
+        txn_range = (
+            listener.txn.versions().get(key)
+            if listener.txn is not None and key in apis.TRANSACTION_KEYS
+            else None
+        )
+        if txn_range is not None:
+            served = True  # around the upstream's transaction coordinator (transactions.py)
+            lo, hi = txn_range
+        elif key == apis.METADATA and not served and topic_guard.guards(self):
             served = True  # forwarded and its answer filtered (topic_guard), in order
             lo, hi = listener.upstream.forwarded_versions().get(key, (0, -1))
         elif served:

@@ -252,8 +252,9 @@ class OffsetFetchRequest(_message.Message):
     GROUPS_FIELD_NUMBER: _builtins.int
     REQUIRE_STABLE_FIELD_NUMBER: _builtins.int
     require_stable: _builtins.bool
-    """Whether to hold back unstable (transactional, not yet completed) offsets. This
-    coordinator has no transactional offsets, so it never has any to hold back.
+    """Whether to hold back unstable offsets: a partition with offsets pending in a producer's
+    transaction (TxnOffsetCommit through the Kafka listener) answers UNSTABLE_OFFSET_COMMIT
+    (88) with offset -1 (KIP-447); without it the pending offsets are not shown.
     """
     @_builtins.property
     def groups(self) -> _containers.RepeatedCompositeFieldContainer[Global___OffsetFetchRequest.Group]: ...

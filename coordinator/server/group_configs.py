@@ -1,0 +1,120 @@
+"""DescribeConfigs and IncrementalAlterConfigs of GROUP resources, the parts that need no
+runtime: the resource's validation, a per-resource error answer, the request's changes and
+the described entries in Kafka's shape (``ConfigHelper.createGroupConfigEntry``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TypeVar
+
+from coordinator.core.errors import ErrorCode, InvalidRequestError
+
+from .api import (
+    CONFIG_SOURCE_DEFAULT,
+    CONFIG_SOURCE_GROUP,
+    CONFIG_TYPE_INT,
+    GROUP_RESOURCE,
+    GROUP_RESOURCES,
+    KAFKA_GROUP_RESOURCE,
+    OP_DELETE,
+    OP_SET,
+    AlterResource,
+    AlterResult,
+    ConfigEntry,
+    ConfigResource,
+    ConfigResult,
+    ConfigSynonym,
+)
+
+RES = TypeVar("RES", ConfigResult, AlterResult)
+
+GROUP_CONFIG_DOCS = {
+    "consumer.session.timeout.ms": "The timeout to detect client failures when using the consumer group protocol.",
+    "consumer.heartbeat.interval.ms": "The heartbeat interval given to the members of a consumer group.",
+}
+
+
+def resource_error(
+    result: type[RES],
+) -> Callable[[ConfigResource | AlterResource, ErrorCode, str | None], RES]:
+    """The answer of one resource of DescribeConfigs or IncrementalAlterConfigs: an error."""
+
+    def error(res: ConfigResource | AlterResource, code: ErrorCode, text: str | None) -> RES:
+        return result(
+            resource_type=res.resource_type,
+            resource_name=res.resource_name,
+            error_code=code,
+            error_message=text,
+        )
+
+    return error
+
+
+config_error = resource_error(ConfigResult)
+alter_error = resource_error(AlterResult)
+
+
+def check_config_resource(resource_type: int, name: str) -> None:
+    if resource_type not in GROUP_RESOURCES:
+        raise InvalidRequestError(
+            f"Only GROUP resources ({GROUP_RESOURCE}, or Kafka's {KAFKA_GROUP_RESOURCE}) are supported."
+        )
+    if not name.strip():
+        raise InvalidRequestError("Group name must not be empty.")
+
+
+def config_changes(res: AlterResource) -> dict[str, str | None]:
+    """The resource's changes: a value to SET, None to DELETE; duplicate keys, a SET without a
+    value and the other operations (APPEND, SUBTRACT) are INVALID_REQUEST, as Kafka's."""
+    names = [c.name for c in res.configs]
+    if len(set(names)) != len(names):
+        raise InvalidRequestError("Error due to duplicate config keys.")
+    changes: dict[str, str | None] = {}
+    for c in res.configs:
+        if c.operation == OP_SET:
+            if c.value is None:
+                raise InvalidRequestError(f"Config {c.name}: SET needs a value.")
+            changes[c.name] = c.value
+        elif c.operation == OP_DELETE:
+            changes[c.name] = None
+        else:
+            raise InvalidRequestError(
+                f"Config {c.name}: operation {c.operation} is not supported for GROUP configs."
+            )
+    return changes
+
+
+def config_result(
+    res: ConfigResource,
+    configs: dict[str, str],
+    overrides: dict[str, str],
+    include_synonyms: bool,
+    include_documentation: bool,
+) -> ConfigResult:
+    """Kafka's ConfigHelper.createGroupConfigEntry: the source is GROUP_CONFIG for a per-group
+    override, DEFAULT_CONFIG otherwise; the only synonym is the override itself."""
+    keys = (
+        list(configs) if res.keys is None else [k for k in dict.fromkeys(res.keys) if k in configs]
+    )
+    entries = []
+    for key in keys:
+        overridden = key in overrides
+        entries.append(
+            ConfigEntry(
+                name=key,
+                value=configs[key],
+                read_only=False,
+                source=CONFIG_SOURCE_GROUP if overridden else CONFIG_SOURCE_DEFAULT,
+                is_sensitive=False,
+                config_type=CONFIG_TYPE_INT,
+                synonyms=(
+                    (ConfigSynonym(name=key, value=overrides[key], source=CONFIG_SOURCE_GROUP),)
+                    if include_synonyms and overridden
+                    else ()
+                ),
+                documentation=GROUP_CONFIG_DOCS.get(key) if include_documentation else None,
+            )
+        )
+    return ConfigResult(
+        resource_type=res.resource_type, resource_name=res.resource_name, configs=tuple(entries)
+    )

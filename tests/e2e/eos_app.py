@@ -1,0 +1,102 @@
+"""An exactly-once consume-transform-produce application (confluent-kafka), in a process of its
+own, for tests/e2e/test_kafka_transactions.py:
+
+    python tests/e2e/eos_app.py '{"bootstrap": ..., "group": ..., "input": ..., "output": ...,
+                                  "transactional_id": ..., "protocol": "consumer"|"classic",
+                                  "idle_s": 8}'
+
+A read_committed consumer (no auto-commit) and a transactional producer: for each batch it
+polled, one transaction writes every record's output (value ``<partition>:<offset>:<input>``,
+to the same partition of the output topic) and commits the inputs' next offsets with
+``send_offsets_to_transaction`` — the canonical loop of Kafka's exactly-once semantics. An
+abortable error aborts the transaction and rewinds to the committed offsets; a fatal one (the
+producer fenced) ends the process with exit code 3. It exits 0 after ``idle_s`` without input.
+Each committed transaction is printed as a JSON line (``{"committed": n}``).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+
+TIMEOUT_S = 30.0
+
+
+def main(config: dict[str, Any]) -> int:
+    consumer = Consumer(
+        {
+            "bootstrap.servers": config["bootstrap"],
+            "group.id": config["group"],
+            "group.protocol": config.get("protocol", "consumer"),
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "client.id": "eos-consumer",
+            **(
+                {"session.timeout.ms": 6000, "heartbeat.interval.ms": 500}
+                if config.get("protocol") == "classic"
+                else {}
+            ),
+        }
+    )
+    producer = Producer(
+        {
+            "bootstrap.servers": config["bootstrap"],
+            "transactional.id": config["transactional_id"],
+            "linger.ms": 5,
+            "client.id": "eos-producer",
+        }
+    )
+    producer.init_transactions(TIMEOUT_S)
+    consumer.subscribe([config["input"]])
+    idle_since = time.monotonic()
+    try:
+        while time.monotonic() - idle_since < config.get("idle_s", 8):
+            batch = [m for m in consumer.consume(num_messages=5, timeout=0.5) if not m.error()]
+            if not batch:
+                continue
+            idle_since = time.monotonic()
+            try:
+                producer.begin_transaction()
+                for m in batch:
+                    value = f"{m.partition()}:{m.offset()}:{m.value().decode()}"
+                    producer.produce(config["output"], value.encode(), partition=m.partition())
+                positions = consumer.position(consumer.assignment())
+                producer.send_offsets_to_transaction(
+                    positions, consumer.consumer_group_metadata(), TIMEOUT_S
+                )
+                producer.commit_transaction(TIMEOUT_S)
+                print(json.dumps({"committed": len(batch)}), flush=True)
+            except KafkaException as exc:
+                error = exc.args[0]
+                if error.txn_requires_abort():
+                    producer.abort_transaction(TIMEOUT_S)
+                    rewind(consumer)
+                    print(json.dumps({"aborted": str(error)}), flush=True)
+                elif error.retriable():
+                    print(json.dumps({"retry": str(error)}), flush=True)
+                    rewind(consumer)
+                else:
+                    print(json.dumps({"fatal": str(error)}), flush=True)
+                    return 3
+    finally:
+        consumer.close()
+    return 0
+
+
+def rewind(consumer: Consumer) -> None:
+    """Back to the committed offsets (the aborted transaction's inputs are read again)."""
+    assignment = consumer.assignment()
+    if not assignment:
+        return
+    for tp in consumer.committed(assignment, TIMEOUT_S):
+        offset = tp.offset if tp.offset >= 0 else 0
+        consumer.seek(TopicPartition(tp.topic, tp.partition, offset))
+
+
+if __name__ == "__main__":
+    sys.exit(main(json.loads(sys.argv[1])))
