@@ -268,6 +268,15 @@ def report(rows: list[Row], args: argparse.Namespace, load: tuple[float, float])
             "on a leave / join, against the installed target."
         ),
         "",
+        (
+            "Where the time goes with racks: FULL deals every partition through its rack's pool "
+            "(the plan itself, on counts, takes well under a millisecond); after a leave or a "
+            "join every held partition is counted once by (its racks, its holder's rack) — a "
+            "few C-level lookups per partition, which the rack-blind assignor does not need — "
+            "and uniform's incremental path (`assign_changes`) declines groups where racks are "
+            "relevant, so their joins and leaves are whole computations (docs/assignors.md)."
+        ),
+        "",
     ]
     out += targets(rows)
     for assignor in ("uniform", "range"):
