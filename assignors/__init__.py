@@ -35,7 +35,8 @@ Kafka's.
 Where things are
 ----------------
 ``api`` the SPI (owned by the core); ``uniform``, ``range`` the built-ins, with ``balance``
-(uniform's class-level split) and ``racks`` (rack-aware placement); ``validation`` the
+(uniform's class-level split), ``racks`` (rack-aware placement) and ``plan`` (its exact
+plan on counts); ``validation`` the
 coordinator's gate; ``summary`` computes a TargetSummary from scratch (the reference the
 coordinator's is tested against, and what the kit gives ``assign_changes``); ``registry``
 resolves ``group.consumer.assignors`` (built-in names, entry points of group

@@ -7,6 +7,7 @@ only partitions with a replica in its own rack, balanced; ``kip848 groups descri
 from __future__ import annotations
 
 import json
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -73,21 +74,32 @@ def test_consumers_in_two_racks_read_from_their_own(server: KafkaServer, tmp_pat
         got = fleet.wait_for_assignment(everything, 60, check=local_and_balanced)
         assert {CONSUMERS[n] for n in got if len(got[n]) == 2} == {"az-1", "az-2"}
 
-        # The operator's view: each member's rack and its rack-local partitions.
-        done = run_cli(
-            "groups",
-            "describe",
-            "g",
-            "--members",
-            "--verbose",
-            "--output",
-            "json",
-            "--bootstrap-server",
-            server.grpc_address,
-        )
-        assert done.returncode == 0, done.stderr
-        [group] = json.loads(done.stdout)
-        members = {m["client_id"]: m for m in group["members"]}
+        # The operator's view (once the coordinator has the group Stable with what the clients
+        # were given): each member's rack and its rack-local partitions.
+        deadline = time.monotonic() + 30
+        while True:
+            done = run_cli(
+                "groups",
+                "describe",
+                "g",
+                "--state",
+                "--members",
+                "--verbose",
+                "--output",
+                "json",
+                "--bootstrap-server",
+                server.grpc_address,
+            )
+            assert done.returncode == 0, done.stderr
+            [group] = json.loads(done.stdout)
+            members = {m["client_id"]: m for m in group["members"]}
+            counts = {
+                c: sum(len(a["partitions"]) for a in m["assignment"]) for c, m in members.items()
+            }
+            if group["group_state"] == "Stable" and counts == {c: len(got[c]) for c in CONSUMERS}:
+                break
+            assert time.monotonic() < deadline, group
+            time.sleep(0.2)
         assert {c: m["rack_id"] for c, m in members.items()} == CONSUMERS
         assert {c: m["rack_local_partitions"] for c, m in members.items()} == {
             c: len(got[c]) for c in CONSUMERS

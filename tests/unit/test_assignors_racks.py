@@ -25,7 +25,8 @@ from assignors.api import (
 )
 from assignors.conformance._model import make_group_spec, permuted
 from assignors.conformance._strategies import scenarios
-from assignors.racks import count_rack_local, transport
+from assignors.plan import transport
+from assignors.racks import count_rack_local
 from assignors.range import RangeAssignor
 from assignors.summary import summarize
 from assignors.uniform import UniformAssignor, compute_uniform_changes

@@ -68,7 +68,7 @@ def test_the_share_of_partitions_read_in_the_members_rack() -> None:
 
 def test_the_gauge() -> None:
     counts = StateCounts(rack_local={"g1": (3, 4), "g2": (0, 0)})
-    families = {f.name: f for f in StateCollector._families(counts)}
+    families = {f.name: f for f in StateCollector(lambda: counts).collect()}
     ratio = families["kip848_consumer_group_rack_local_ratio"]
     assert isinstance(ratio, GaugeMetricFamily)
     assert [(s.labels, s.value) for s in ratio.samples] == [

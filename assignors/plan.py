@@ -1,0 +1,189 @@
+"""The rack plan (:func:`transport`): how many partitions of each type each node takes, for
+:mod:`assignors.racks`. A transportation problem — types of partitions with supplies, nodes
+(racks) with capacities and a shared pool of extras, a gain per (type, node) — solved exactly
+on the nodes: a greedy start, then gainful cycles cancelled until none is left. Few nodes, any
+number of types; pure and deterministic.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from heapq import heappop, heappush
+
+from assignors.api import PartitionAssignorError
+
+__all__ = ["transport"]
+
+
+def transport(
+    supplies: Sequence[int],
+    capacities: Sequence[int],
+    weights: Sequence[Sequence[int]],
+    *,
+    extras: int = 0,
+    extra_room: Sequence[int] = (),
+) -> list[list[int]]:
+    """``flow[i][v]`` maximising ``Σ weights[i][v] · flow[i][v]``: type ``i`` sends exactly
+    ``supplies[i]``; node ``v`` receives ``capacities[v]`` plus up to ``extra_room[v]`` of the
+    ``extras`` units shared by all nodes (every unit is placed: the supplies add up to the
+    capacities plus ``extras``). Exact. A greedy start (each type to its best nodes while they
+    have room) is kept when every unit reached a node of its best weight — nothing can beat
+    that; otherwise a min-cost flow decides. Deterministic."""
+    nodes = len(capacities)
+    if sum(supplies) != sum(capacities) + extras:
+        raise PartitionAssignorError("internal error: rack plan supplies and capacities differ")
+    room = list(extra_room) if extras else [0] * nodes
+    flow, taken, optimal = _greedy(supplies, capacities, weights, extras, room)
+    if not optimal:
+        _Cycles(flow, weights, taken, room).cancel()
+    return flow
+
+
+class _Cycles:
+    """Improves a feasible flow until no gainful cycle is left, which makes it optimal (the
+    optimality condition of min-cost flows). Cycles are looked for on the nodes: an edge v -> u
+    moves a unit of the type at v that gains most at u (``w[j][u] - w[j][v]``, the best such
+    type kept in a heap per pair of nodes), and a vertex for the shared extras lets a node take
+    one more extra (v -> extras, if it has room) while another takes one less (extras -> u, if it
+    has one). Bellman-Ford over the nodes finds a gainful cycle; it is pushed as far as its
+    narrowest step allows. Few nodes, any number of types; deterministic."""
+
+    def __init__(
+        self,
+        flow: list[list[int]],
+        weights: Sequence[Sequence[int]],
+        taken: list[int],
+        room: Sequence[int],
+    ) -> None:
+        self.flow, self.w, self.taken, self.room = flow, weights, taken, room
+        self.nodes = len(room)
+        self.heaps: list[list[list[tuple[int, int]]]] = [
+            [[] for _ in range(self.nodes)] for _ in range(self.nodes)
+        ]
+        for i, row in enumerate(flow):
+            for v, f in enumerate(row):
+                if f:
+                    self._held(i, v)
+
+    def _held(self, i: int, v: int) -> None:
+        """Type i has units at node v (again): it may move from there."""
+        row = self.w[i]
+        for u in range(self.nodes):
+            if u != v:
+                heappush(self.heaps[v][u], (row[v] - row[u], i))
+
+    def _best(self, v: int, u: int) -> int | None:
+        heap, flow = self.heaps[v][u], self.flow
+        while heap and not flow[heap[0][1]][v]:
+            heappop(heap)
+        return heap[0][1] if heap else None
+
+    def cancel(self) -> None:
+        nodes, w, flow, taken, room = self.nodes, self.w, self.flow, self.taken, self.room
+        spare = nodes  # the extras' vertex
+        vertices = nodes + 1
+        for _ in range(_MAX_CYCLES):
+            moves = [
+                [self._best(v, u) if u != v else None for u in range(nodes)] for v in range(nodes)
+            ]
+            edges: list[tuple[int, int, int, int]] = []  # (from, to, gain, type or -1)
+            for v in range(nodes):
+                for u in range(nodes):
+                    j = moves[v][u]
+                    if j is not None:
+                        edges.append((v, u, w[j][u] - w[j][v], j))
+                if taken[v] < room[v]:
+                    edges.append((v, spare, 0, -1))
+                if taken[v]:
+                    edges.append((spare, v, 0, -1))
+            gain = [0] * vertices
+            came: list[tuple[int, int, int, int] | None] = [None] * vertices
+            last = -1
+            for _round in range(vertices):
+                last = -1
+                for edge in edges:
+                    a, b, g, _j = edge
+                    if gain[a] + g > gain[b]:
+                        gain[b] = gain[a] + g
+                        came[b] = edge
+                        last = b
+                if last < 0:
+                    return  # no gainful cycle: optimal
+            # `last` was improved in the final round: walk back into the cycle, then around it.
+            at = last
+            for _ in range(vertices):
+                back = came[at]
+                assert back is not None
+                at = back[0]
+            cycle: list[tuple[int, int, int, int]] = []
+            start = at
+            while True:
+                back = came[at]
+                assert back is not None
+                cycle.append(back)
+                at = back[0]
+                if at == start:
+                    break
+            amount = min(
+                flow[j][a] if j >= 0 else (room[a] - taken[a] if b == spare else taken[b])
+                for a, b, _g, j in cycle
+            )
+            if amount <= 0:
+                raise PartitionAssignorError("internal error: the rack plan found an empty cycle")
+            for a, b, _g, j in cycle:
+                if j >= 0:
+                    flow[j][a] -= amount
+                    if not flow[j][b]:
+                        self._held(j, b)
+                    flow[j][b] += amount
+                elif b == spare:
+                    taken[a] += amount
+                else:
+                    taken[b] -= amount
+        raise PartitionAssignorError("internal error: the rack plan did not settle")
+
+
+_MAX_CYCLES = 1_000_000
+
+
+def _greedy(
+    supplies: Sequence[int],
+    capacities: Sequence[int],
+    weights: Sequence[Sequence[int]],
+    extras: int,
+    extra_room: Sequence[int],
+) -> tuple[list[list[int]], list[int], bool]:
+    """A feasible start: each type to its best nodes while they have room (their capacity,
+    then their share of the extras), types whose best is highest first. Returns the flow, the
+    extras each node took, and whether every unit reached a node of its best weight (then
+    nothing can beat it)."""
+    nodes = len(capacities)
+    room = list(capacities)
+    spare = list(extra_room)
+    taken = [0] * nodes
+    flow = [[0] * nodes for _ in supplies]
+    best_everywhere = True
+    order = sorted(range(len(supplies)), key=lambda i: (-max(weights[i], default=0), i))
+    for i in order:
+        s = supplies[i]
+        if not s:
+            continue
+        row = weights[i]
+        best = max(row)
+        for v in sorted(range(nodes), key=lambda v: (-row[v], v)):
+            take = min(s, room[v])
+            room[v] -= take
+            more = min(s - take, spare[v], extras)
+            spare[v] -= more
+            extras -= more
+            taken[v] += more
+            if take + more:
+                flow[i][v] = take + more
+                s -= take + more
+                if row[v] != best:
+                    best_everywhere = False
+            if not s:
+                break
+        if s:
+            raise PartitionAssignorError("internal error: the rack plan cannot place everything")
+    return flow, taken, best_everywhere
