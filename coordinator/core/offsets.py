@@ -42,6 +42,7 @@ from .errors import (
     InvalidRequestError,
     StaleMemberEpochError,
     UnknownMemberIdError,
+    UnsupportedVersionError,
 )
 from .events import Event, LogEvent
 from .group import ConsumerGroup
@@ -253,6 +254,20 @@ def _fetched(partition: int, value: r.OffsetCommitValue | None, unstable: bool) 
     )
 
 
+def check_commit_version(group: ConsumerGroup, req: OffsetCommit) -> None:
+    """Kafka's ConsumerGroup.validateOffsetCommit for OffsetCommit v8 or older: a member of the
+    consumer protocol (not a classic member of a consumer group) must use OffsetCommit v9+
+    (UNSUPPORTED_VERSION). Admin commits (epoch < 0 on an empty group) and unknown members are
+    left to the other checks."""
+    if req.generation_id_or_member_epoch < 0 and not group.members:
+        return
+    member = group.members.get(req.member_id)
+    if member is not None and member.classic_member_metadata is None:
+        raise UnsupportedVersionError(
+            "OffsetCommit version 9 or above must be used by members using the modern group protocol"
+        )
+
+
 class Offsets(ByGroupId[Mapping[tuple[str, int], r.OffsetCommitValue]]):
     def __init__(self, ctx: ShardContext, *, groups: ConsumerGroups) -> None:
         self._ctx = ctx
@@ -265,7 +280,11 @@ class Offsets(ByGroupId[Mapping[tuple[str, int], r.OffsetCommitValue]]):
 
     # ------------------------------------------------------------------ OffsetCommit
 
-    def offset_commit(self, req: OffsetCommit, now_ms: int) -> Result[OffsetCommitResponse]:
+    def offset_commit(
+        self, req: OffsetCommit, now_ms: int, *, legacy_version: bool = False
+    ) -> Result[OffsetCommitResponse]:
+        """``legacy_version``: the request came as OffsetCommit v8 or older, which a member of
+        the consumer protocol may not use (:func:`check_commit_version`)."""
         if not req.group_id.strip():
             raise InvalidRequestError("GroupId can't be empty.")
         classic = self.classic
@@ -274,6 +293,8 @@ class Offsets(ByGroupId[Mapping[tuple[str, int], r.OffsetCommitValue]]):
             return self._ctx.run(self._offset_commit, req, now_ms)
         group = self._consumer_groups.get(req.group_id)
         epoch = req.generation_id_or_member_epoch
+        if legacy_version and group is not None:
+            check_commit_version(group, req)
         if group is None:
             if epoch >= 0:
                 if req.group_id not in self._by_group:

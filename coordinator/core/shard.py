@@ -192,8 +192,10 @@ class GroupCoordinatorShard(Generic[C]):
     ) -> Result[ConsumerGroupHeartbeatResponse]:
         return self.groups.consumer_group_heartbeat(req, now_ms)
 
-    def offset_commit(self, req: OffsetCommit, now_ms: int) -> Result[OffsetCommitResponse]:
-        return self.offsets.offset_commit(req, now_ms)
+    def offset_commit(
+        self, req: OffsetCommit, now_ms: int, *, legacy_version: bool = False
+    ) -> Result[OffsetCommitResponse]:
+        return self.offsets.offset_commit(req, now_ms, legacy_version=legacy_version)
 
     def offset_fetch(self, req: OffsetFetchGroup) -> OffsetFetchGroupResponse:
         return self.offsets.offset_fetch(req)

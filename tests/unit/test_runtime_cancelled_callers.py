@@ -39,6 +39,6 @@ async def test_a_cancelled_caller_leaves_its_batch_and_the_writer_alone() -> Non
     # The writer lives on: later commands are written and answered.
     later = await asyncio.wait_for(rt.heartbeat(join("g3")), 5)
     assert later.member_epoch == 1
-    assert rt._writer_task is not None and not rt._writer_task.done()
+    assert rt.engine._writer_task is not None and not rt.engine._writer_task.done()
     assert rt.stats["batches"] == 4  # topic; g0; g1+g2; g3
     await asyncio.wait_for(rt.close(), 5)

@@ -110,3 +110,31 @@ async def test_parked_joins_are_answered_when_the_coordinator_shuts_down() -> No
     for waiting in (parked, *joins):
         with pytest.raises(CoordinatorNotAvailableError):
             await waiting
+
+
+async def test_a_first_target_whose_write_fails_is_computed_again() -> None:
+    """Found by the simulator (seed 3 of the batched CI set, with ``store-fail``): the first
+    target's write fails, the rollback parks the joins again — and a parked join sent again
+    does not ask for a first target, so before the fix nothing ever answered them. The driver
+    calls ``first_target`` again TIMER_RETRY_MS later, as a failed timer fires again."""
+    store = MemoryRecordStore(partitions=1)
+    rt = await started(make_runtime(store, shards=1, **BATCHING))
+    try:
+        await rt.create_topics([NewTopic(name="t", num_partitions=2)])
+        joined = asyncio.ensure_future(rt.heartbeat(join("g", member_id="a")))
+        for _ in range(100):  # bounded: the join's own records are written first
+            await asyncio.sleep(0.001)
+            if store.last_offset(partition_for("g", store.partitions)) >= 2:
+                break
+        await rt.flush()
+        store.fail_next_appends(1)  # the first target's write
+        answer = await asyncio.wait_for(joined, 5)
+        assert (answer.member_epoch, answer.assignment is not None) == (1, True)
+        assert answer.assignment.assigned == {
+            next(iter(rt.registry.image().by_id)): frozenset({0, 1})
+        }  # type: ignore[union-attr]
+        assert rt.stats["failed_batches"] == 1
+        await rt.flush()
+        assert targets_written(store, "g") == [1]
+    finally:
+        await asyncio.wait_for(rt.close(), 10)

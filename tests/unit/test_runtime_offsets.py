@@ -32,8 +32,8 @@ from coordinator.core.offsets import (
 from coordinator.core.topics import NewTopic
 from coordinator.routing import partition_for
 from coordinator.runtime import CoordinatorRuntime
-from coordinator.runtime.runtime import EXPIRE_OFFSETS
 from coordinator.runtime.store import MemoryRecordStore
+from coordinator.runtime.timing import EXPIRE_OFFSETS
 
 MINUTE = 60_000
 

@@ -22,8 +22,8 @@ from coordinator.core.errors import CoordinatorNotAvailableError
 from coordinator.core.topics import NewTopic
 from coordinator.routing import partition_for
 from coordinator.runtime import CoordinatorRuntime, SystemClock
-from coordinator.runtime.runtime import STALL_GRACE_MS, TIMER_RETRY_MS
 from coordinator.runtime.store import MemoryRecordStore
+from coordinator.runtime.timing import STALL_GRACE_MS, TIMER_RETRY_MS
 
 HOUR_MS = 3_600_000
 
@@ -126,7 +126,7 @@ async def test_time_away_is_granted_to_every_timer(caplog: pytest.LogCaptureFixt
     assert before is not None
     clock.away = 5_000  # five seconds passed with the process stopped
     with caplog.at_level(logging.WARNING, logger="kip848.runtime"):
-        rt._on_timer_due()  # what the loop runs first when the process is resumed
+        rt.driver.timing.on_due()  # what the loop runs first when the process is resumed
     # (Measured from the last tick, every 0.5 s: up to that much less than the real gap.)
     assert re.search(r"did not run for (4\.[5-9]|5\.0) s", caplog.text), caplog.text
     after = rt.timers.get(key)
@@ -148,7 +148,7 @@ async def test_a_short_delay_is_not_a_stall() -> None:
     await rt.heartbeat(join("g", member_id="m"))
     before = rt.timers.get(("session", "g", "m"))
     clock.away = STALL_GRACE_MS // 2
-    rt._tick()
+    rt.driver.timing.tick()
     assert rt.timers.get(("session", "g", "m")) == before
     await rt.close()
 

@@ -19,6 +19,7 @@ from coordinator.core.commands import ConsumerGroupHeartbeat
 from coordinator.core.errors import CoordinatorNotAvailableError, ErrorCode
 from coordinator.core.topics import NewTopic
 from coordinator.routing import partition_for
+from coordinator.runtime import requests
 from coordinator.runtime.store import MemoryRecordStore, StoredRecord
 from coordinator.runtime.turns import Turns
 from legacy_bridge import messages as m
@@ -32,8 +33,28 @@ def busy(seconds: float) -> None:
         pass
 
 
+def make_turns(budget_s: float) -> Turns:
+    return Turns(asyncio.get_running_loop().call_soon, time.perf_counter, budget_s=budget_s)
+
+
+def later(turns: Turns, key: int, call: object, *, join: bool = False) -> asyncio.Future[object]:
+    """Queue ``call``; its result (or exception) goes to the returned future (what the driver
+    does for a queued command's caller)."""
+    assert callable(call)
+    fut: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+
+    def thunk() -> None:
+        try:
+            fut.set_result(call())
+        except Exception as exc:  # noqa: BLE001 - to the caller
+            fut.set_exception(exc)
+
+    turns.later(key, thunk, join=join)
+    return fut
+
+
 async def submit(turns: Turns, key: int, call: object) -> object:
-    """What the runtime does: run at once while allowed, else queue."""
+    """What the driver does: run at once while allowed, else queue."""
     assert callable(call)
     if turns.now(key):
         start = time.perf_counter()
@@ -41,11 +62,11 @@ async def submit(turns: Turns, key: int, call: object) -> object:
             return call()
         finally:
             turns.charge(key, time.perf_counter() - start)
-    return await turns.later(key, call)
+    return await later(turns, key, call)
 
 
 async def test_a_flooded_state_machine_keeps_its_order_and_the_others_run_in_between() -> None:
-    turns = Turns(asyncio.get_running_loop(), budget_s=0.002)
+    turns = make_turns(budget_s=0.002)
     ran: list[tuple[int, int]] = []
 
     def command(key: int, n: int) -> int:
@@ -66,12 +87,12 @@ async def test_a_flooded_state_machine_keeps_its_order_and_the_others_run_in_bet
 
 
 async def test_a_share_is_spent_per_loop_iteration() -> None:
-    turns = Turns(asyncio.get_running_loop(), budget_s=0.001)
+    turns = make_turns(budget_s=0.001)
     assert turns.now(0)
     turns.charge(0, 0.0015)
     assert not turns.now(0)  # over its share: queue
     assert turns.now(1)  # others are not charged
-    fut = turns.later(0, lambda: "queued")
+    fut = later(turns, 0, lambda: "queued")
     assert not turns.now(0)  # something queued: later commands queue behind it
     assert await fut == "queued"
     await asyncio.sleep(0)
@@ -79,7 +100,7 @@ async def test_a_share_is_spent_per_loop_iteration() -> None:
 
 
 async def test_queued_commands_run_in_the_callers_context_and_raise_to_the_caller() -> None:
-    turns = Turns(asyncio.get_running_loop(), budget_s=0.0)  # everything queues
+    turns = make_turns(budget_s=0.0)  # everything queues
 
     async def caller(name: str, fail: bool) -> str:
         WHO.set(name)
@@ -99,13 +120,17 @@ async def test_queued_commands_run_in_the_callers_context_and_raise_to_the_calle
 
 
 async def test_a_queued_command_whose_caller_went_away_is_not_run() -> None:
-    turns = Turns(asyncio.get_running_loop(), budget_s=0.0)
-    ran: list[str] = []
-    gone = turns.later(0, lambda: ran.append("gone"))
-    kept = turns.later(0, lambda: ran.append("kept"))
-    gone.cancel()
-    await kept
-    assert ran == ["kept"]
+    rt = await started(make_runtime(MemoryRecordStore(partitions=1)))
+    await rt.create_topics([NewTopic(name="t", num_partitions=2)])
+    driver, now = rt.driver, rt.clock.now_ms()
+    driver.turns.charge(0, 1.0)  # the shard used its share: the next commands queue
+    _none, gone = driver.request(requests.heartbeat(join("gone"), now))
+    _none, kept = driver.request(requests.heartbeat(join("kept"), now))
+    assert driver.turns.queued == 2
+    gone.cancel()  # its caller went away (grpc.aio cancels the handler's task)
+    assert (await asyncio.wait_for(kept, 5)).member_epoch == 1
+    assert sorted(rt.shards[0].groups) == ["kept"]
+    await asyncio.wait_for(rt.close(), 5)
 
 
 async def test_a_join_storm_in_one_shard_does_not_hold_up_another_shards_group() -> None:
@@ -131,15 +156,15 @@ async def test_a_join_storm_in_one_shard_does_not_hold_up_another_shards_group()
 
 
 async def test_queued_joins_wait_behind_the_other_commands_of_their_state_machine() -> None:
-    turns = Turns(asyncio.get_running_loop(), budget_s=0.0)  # everything queues
+    turns = make_turns(budget_s=0.0)  # everything queues
     ran: list[str] = []
     futures = [
-        turns.later(0, lambda: ran.append("join 1"), join=True),
-        turns.later(0, lambda: ran.append("join 2"), join=True),
-        turns.later(0, lambda: ran.append("heartbeat 1")),
-        turns.later(1, lambda: ran.append("other machine")),
-        turns.later(0, lambda: ran.append("join 3"), join=True),
-        turns.later(0, lambda: ran.append("heartbeat 2")),
+        later(turns, 0, lambda: ran.append("join 1"), join=True),
+        later(turns, 0, lambda: ran.append("join 2"), join=True),
+        later(turns, 0, lambda: ran.append("heartbeat 1")),
+        later(turns, 1, lambda: ran.append("other machine")),
+        later(turns, 0, lambda: ran.append("join 3"), join=True),
+        later(turns, 0, lambda: ran.append("heartbeat 2")),
     ]
     await asyncio.gather(*futures)
     # Each turn runs one command (budget 0); machine 0's heartbeats go before its joins, in
@@ -156,15 +181,15 @@ async def test_queued_joins_wait_behind_the_other_commands_of_their_state_machin
 
 
 async def test_a_heartbeat_runs_at_once_while_only_joins_are_queued() -> None:
-    turns = Turns(asyncio.get_running_loop(), budget_s=0.001)
+    turns = make_turns(budget_s=0.001)
     turns.charge(0, 0.0015)  # machine 0 used its share: the next join queues
-    queued_join = turns.later(0, lambda: "join", join=True)
+    queued_join = later(turns, 0, lambda: "join", join=True)
     await asyncio.sleep(0)  # a new iteration: budget back, the join still ahead of a new one
     assert await queued_join == "join"
     turns.charge(0, 0.0015)
-    turns.later(0, lambda: "join", join=True)
+    later(turns, 0, lambda: "join", join=True)
     await asyncio.sleep(0)
-    turns.later(0, lambda: "another join", join=True)
+    later(turns, 0, lambda: "another join", join=True)
     assert not turns.now(0, join=True)  # a join waits behind the queued joins
     assert turns.now(0)  # a heartbeat of a member already in does not
 
@@ -220,8 +245,7 @@ async def test_a_parked_sync_answered_in_its_own_turn_is_not_lost() -> None:
     join_c = asyncio.ensure_future(rt.classic_join(classic_join_req(new_id)))
     # The shard has used its share of this loop iteration: both commands queue, and run one
     # after the other in the next turn, before B's caller resumes.
-    assert rt._turns is not None
-    rt._turns.charge(rt.shard_index("grp"), 1.0)
+    rt.driver.turns.charge(rt.shard_index("grp"), 1.0)
     synced = await asyncio.wait_for(sync_b, 5)
     assert synced.error_code == ErrorCode.REBALANCE_IN_PROGRESS
     assert written(store) == before  # answered without a write

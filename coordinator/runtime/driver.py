@@ -1,0 +1,879 @@
+"""The runtime's decisions, without IO: a sans-IO driver of the state machines (Kafka's
+CoordinatorRuntime, reduced to one process).
+
+The driver takes what a command returns — records, response, timer operations, completions of
+parked requests, first-target and offload requests, log events — and decides what happens
+next. It never reads a clock of its own, never writes, never waits: time, the store and the
+worker pool belong to its :class:`Host` (the asyncio engine in ``engine.py``; the harness, the
+simulator and the explorer on virtual time in ``coordinator/virtual.py``), which runs the very
+same decisions. Theory of operation:
+
+* **Shards.** Groups are hashed onto ``offsets.topic.num.partitions`` coordinator partitions
+  (Kafka's ``partitionFor``, :func:`coordinator.routing.partition_for`), each a shard: its own
+  state machine and its own log in the store; the topic registry (the cluster log) is one more
+  state machine (:data:`REGISTRY`).
+  The core is synchronous, so a command runs to completion and no command ever sees another
+  half-done.
+* **Turns** (``turns.py``, Kafka's event accumulator): a command runs at once unless its state
+  machine already used its share of this loop iteration or has commands queued; then it queues
+  behind them and its caller is answered from its turn. Joins queue behind the other commands
+  of their shard.
+* **Group commit.** A command's records are already replayed in memory when its handler
+  returns. They join the *pending batch*; the host's writer takes one batch at a time
+  (:meth:`Driver.take_batch`) and reports it durable (:meth:`Driver.written`) or failed
+  (:meth:`Driver.write_failed`). While a batch is in flight, new commands accumulate into the
+  next one: group commit grows by itself with the load.
+* **Answers after durability.** A response is released only once its batch is durable. A
+  command with no records (a read, a steady heartbeat) waits for the last outstanding batch of
+  its state machine, so it never exposes state that could still be lost; with nothing
+  outstanding it is answered at once, without a future.
+* **Parked requests.** A command may answer ``Pending(token)``: its caller's future is
+  registered under (state machine, token) in the command's own turn, so that a command queued
+  behind it in the same turn can answer it (a join that restarts a classic rebalance answers a
+  waiting SyncGroup without writing anything). A later durable result's ``completions`` answer
+  it. Classic JoinGroup/SyncGroup wait at their barriers this way, and so do joins to a group
+  before its first target.
+* **First targets.** The core asks (``Result.parked_joins``) for a new group's first target;
+  the driver waits behind the joins queued on the shard and while joins to the group keep
+  arriving (none in two waits of :data:`FIRST_TARGET_QUIET_MS` in a row), for at most
+  ``group.initial.rebalance.delay.ms``, then calls ``first_target`` — again as long as its
+  results ask for it.
+* **Offloaded assignments.** ``Result.offloads`` asks for a group's target to be computed off
+  the loop: once the asking command is durable the driver copies the inputs
+  (``assignment_job``), hands the job to the host's workers, and applies the outcome the host
+  reports (:meth:`Driver.job_done`) as an ordinary command. One computation per group at a
+  time.
+* **Regex subscriptions** are resolved off the heartbeat path (Kafka 4.x): a heartbeat asks
+  (``Result.regex_resolutions``); once it is durable and answered, the driver runs
+  ``ConsumerGroups.resolve_regexes`` as a command of its own, one at a time per group.
+* **The driver's own commands** — first targets and regex resolutions — start by themselves
+  (``automatic``); in the harness and the explorer they run when those say
+  (:meth:`Driver.run_first_target`, :meth:`Driver.run_regex_resolution`).
+* **Failure.** If an append fails, that batch and every later un-persisted batch fail with
+  COORDINATOR_NOT_AVAILABLE in-band; every state machine is rolled back (undo log) to its mark
+  at the start of the failed batch; their timer operations, log events, completions and
+  offloads are dropped. An append whose outcome is unknown stops the coordinator serving.
+* **Logs after durability.** The core's :class:`~coordinator.core.events.LogEvent` values are
+  written once their batch is durable; a batch that fails takes them with it. The host hears of
+  the groups a durable batch changed (``Host.changed``: watchers, the push stream).
+* **Timers** (``timing.py``). Arm/cancel operations apply to one table once their batch is
+  durable; a due timer fires as an ordinary command, deferred while a not-yet-durable command
+  touched its key, retried :data:`TIMER_RETRY_MS` later if its command or write failed.
+  Deadlines are in timer time (``clock.monotonic_ms``). With a manual clock nothing fires on
+  its own (:meth:`Driver.fire`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from enum import Enum
+from functools import partial
+from typing import Any, Protocol
+
+from coordinator.core.commands import Pending, Result
+from coordinator.core.config import GroupCoordinatorConfig
+from coordinator.core.errors import (
+    CoordinatorError,
+    CoordinatorLoadInProgressError,
+    CoordinatorNotAvailableError,
+)
+from coordinator.core.events import LogEvent
+from coordinator.core.records import Record
+from coordinator.core.target_assignment import AssignmentJob, AssignmentOutcome
+from coordinator.core.timers import DueTimer, TimerOp
+from coordinator.routing import partition_for
+
+from .requests import Command
+from .store.api import StoreWriteError
+from .timing import EXPIRE_OFFSETS, STALL_GRACE_MS, TIMER_RETRY_MS, Timers
+from .turns import Turns
+
+log = logging.getLogger("kip848.runtime")
+
+REGISTRY = -1
+"""State-machine index of the topic registry (shards are 0..n-1)."""
+
+FIRST_TARGET_QUIET_MS = 10
+"""A new group's first target waits until no join to it has arrived for this long, twice (at
+most ``group.initial.rebalance.delay.ms``): a burst of joins gets one target covering it all."""
+__all__ = [
+    "EXPIRE_OFFSETS",
+    "REGISTRY",
+    "STALL_GRACE_MS",
+    "TIMER_RETRY_MS",
+    "Batch",
+    "Driver",
+    "Host",
+    "RuntimeState",
+]
+
+
+class RuntimeState(Enum):
+    INITIAL = "initial"
+    LOADING = "loading"
+    ACTIVE = "active"
+    CLOSING = "closing"
+    CLOSED = "closed"
+    FAILED = "failed"
+
+
+class Host(Protocol):
+    """The world the driver runs in: its loop, its time, its writer and its workers."""
+
+    def new_future(self) -> Any:
+        """A future with ``asyncio.Future``'s surface (done, cancelled, set_result,
+        set_exception, add_done_callback, result, exception); its callbacks run on a later
+        step of the loop, as asyncio runs them."""
+
+    def call_soon(self, callback: Callable[[], Any]) -> None:
+        """Run ``callback`` on the next step of the loop (in a context of its own)."""
+
+    def call_later(self, delay_ms: float, callback: Callable[[], Any]) -> Any:
+        """Run ``callback`` ``delay_ms`` of loop time from now; returns a handle to
+        ``cancel()``."""
+
+    def perf(self) -> float:
+        """Loop time in seconds (turns' budgets and the first targets' waits)."""
+
+    def write(self) -> None:
+        """A batch is pending: the writer takes it (:meth:`Driver.take_batch`) once free."""
+
+    def run_job(self, index: int, group_id: str, job: AssignmentJob) -> None:
+        """Compute ``job`` off the loop; report with :meth:`Driver.job_done`."""
+
+    def changed(self, group_ids: Iterable[str]) -> None:
+        """A durable batch changed these groups (watchers look again)."""
+
+    def health_changed(self) -> None:
+        """Whether the coordinator serves may have changed."""
+
+
+class Clock(Protocol):
+    manual: bool
+
+    def now_ms(self) -> int: ...
+
+    def monotonic_ms(self) -> int: ...
+
+    def timer_deadline(self, deadline_ms: int) -> int: ...
+
+
+class Batch:
+    """Records of many commands, written by one append."""
+
+    __slots__ = (
+        "commands",
+        "completions",
+        "end_marks",
+        "error",
+        "events",
+        "offloads",
+        "records",
+        "regex_resolutions",
+        "resolved",
+        "start_marks",
+        "then",
+        "timer_ops",
+        "waiters",
+    )
+
+    def __init__(self, start_marks: list[int]) -> None:
+        self.records: list[Record] = []  # encoded by the writer, off the loop
+        self.timer_ops: list[TimerOp] = []
+        self.start_marks = start_marks
+        self.end_marks: list[int] | None = None
+        self.commands = 0
+        self.completions: list[tuple[int, int, Any]] = []  # (machine, token, response)
+        self.events: list[LogEvent] = []  # written once durable, dropped on failure
+        self.offloads: list[tuple[int, str]] = []  # (machine, group): computations to start
+        self.regex_resolutions: list[tuple[int, str]] = []  # (machine, group): to resolve
+        self.waiters: list[tuple[Any, Any]] = []  # (caller's future, its response)
+        self.then: list[Callable[[BaseException | None], Any]] = []  # the driver's own
+        self.resolved = False
+        self.error: BaseException | None = None  # why its write failed
+
+
+class _FirstTarget:
+    """A group whose parked joins wait for its first target (see :meth:`Driver._first_wait`)."""
+
+    __slots__ = ("again", "arrived", "calling", "first", "group_id", "index", "quiet", "seen")
+
+    def __init__(self, index: int, group_id: str, first: bool) -> None:
+        self.index = index
+        self.group_id = group_id
+        self.first = first
+        self.again = False  # asked again while waiting or calling
+        self.calling = False
+        self.arrived = 0  # joins to the group since it started waiting
+        self.seen = -1  # joins seen at the last quiet wait
+        self.quiet = 0
+
+
+class Driver:
+    """The state machines (shards, then the topic registry) and every decision about them.
+
+    ``workers``: the host computes offloaded targets (``run_job``); without workers the core's
+    offload requests are ignored (the core computes inline). ``trace``: called with
+    ``(what, details)`` for the driver's own decisions (first targets, offloads, answers to no
+    one), for the simulator's trace and tests."""
+
+    def __init__(
+        self,
+        *,
+        machines: Sequence[Any],
+        config: GroupCoordinatorConfig,
+        clock: Clock,
+        host: Host,
+        observer: Any = None,
+        workers: bool = False,
+        automatic: bool = True,
+        stall_watch: bool = False,
+        trace: Callable[[str, dict[str, Any]], None] | None = None,
+    ) -> None:
+        self.config = config
+        self.clock = clock
+        self.host = host
+        self.observer = observer
+        self.workers = workers
+        self.automatic = automatic
+        self.trace = trace
+        self._machines: list[Any] = list(machines)
+        self.shards: list[Any] = self._machines[:-1]
+        self.registry: Any = self._machines[-1]
+        self.shard_count = len(self.shards)
+        self.timing = Timers(self, stall_watch=stall_watch)
+        self.timers = self.timing.table
+        self.turns = Turns(host.call_soon, host.perf)
+        self.state = RuntimeState.INITIAL
+        self.failure: str | None = None  # why the driver stopped serving (state FAILED)
+        self.pending: Batch | None = None
+        self.inflight: Batch | None = None
+        self._last_batch: dict[int, Batch] = {}  # machine index -> its last outstanding batch
+        # (machine index, token) -> the parked caller's future. Tokens are numbered per shard.
+        self.parked: dict[tuple[int, int], Any] = {}
+        self._parking_closed = False
+        self.assigning: set[str] = set()  # groups whose target a worker computes
+        self.resolving: dict[str, bool] = {}  # group -> its regex resolution is running
+        self.first_targets: dict[str, _FirstTarget] = {}
+        self.stats = {
+            "batches": 0,
+            "records": 0,
+            "commands": 0,
+            "failed_batches": 0,
+            "timers_fired": 0,
+        }
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        """Serve: the state machines are loaded. Re-arms the loaded groups' timers and the
+        periodic offset expiration, and starts the timer wake-ups."""
+        self.state = RuntimeState.ACTIVE
+        self.timing.start(self.shards)
+
+    def stop(self) -> None:
+        """No more timers or background work (the host drains and closes)."""
+        self.timing.stop()
+        self.first_targets.clear()
+        self.resolving.clear()
+
+    def check_serving(self) -> None:
+        state = self.state
+        if state is RuntimeState.ACTIVE:
+            return
+        if state in (RuntimeState.LOADING, RuntimeState.INITIAL):
+            raise CoordinatorLoadInProgressError()
+        if self.failure is not None:
+            raise CoordinatorNotAvailableError(f"The coordinator stopped serving: {self.failure}")
+        raise CoordinatorNotAvailableError(f"The coordinator is {state.value}.")
+
+    def stop_serving(self, why: str) -> None:
+        if self.state is RuntimeState.ACTIVE:
+            self.state = RuntimeState.FAILED
+            self.failure = why
+            self.release_parked()
+            self.host.health_changed()
+
+    @property
+    def active(self) -> bool:
+        return self.state is RuntimeState.ACTIVE
+
+    def fire(self, due: DueTimer, now_ms: int) -> Batch | None:
+        """Fire one timer (taken from :attr:`timers`) now, as a command (``Timers.fire``)."""
+        return self.timing.fire(due, now_ms)
+
+    def shard_index(self, group_id: str) -> int:
+        """The group's coordinator partition: its shard."""
+        return partition_for(group_id, self.shard_count)
+
+    def machine(self, index: int) -> Any:
+        return self.registry if index == REGISTRY else self.shards[index]
+
+    # ------------------------------------------------------------------ commands
+
+    def execute(
+        self, index: int, fn: Callable[[Any], Any], *, read: bool = False
+    ) -> tuple[Any, Batch | None]:
+        """Run one command now, outside the turns. Returns its response and the batch it must
+        wait for (None: answer at once)."""
+        return self._execute(self.shard_count if index == REGISTRY else index, fn, read)
+
+    def _execute(
+        self, index: int, fn: Callable[[Any], Any], read: bool
+    ) -> tuple[Any, Batch | None]:
+        machine = self._machines[index]
+        mark = machine.mark()
+        obs = self.observer
+        try:
+            out = fn(machine) if obs is None else obs.run_command(index, fn, machine)
+        except CoordinatorError:
+            machine.rollback(mark)  # the core already did; harmless and keeps the registry safe
+            raise
+        except BaseException as exc:
+            machine.rollback(mark)
+            log.exception("Unexpected error in a command on state machine %d", index)
+            if self.trace is not None:
+                self.trace("bug", {"index": index, "error": exc})
+            raise
+        self.stats["commands"] += 1
+        if read:
+            last = self._last_batch.get(index)
+            if obs is not None and (last is not None or obs.span is not None):
+                obs.ran(index, machine, (), (), last)
+            return out, last
+        result: Result[Any] = out
+        if self.trace is not None:
+            self.trace("command", {"index": index, "result": result})
+        records = result.records
+        if records:
+            batch = self.pending
+            if batch is None:
+                marks = [m.mark() for m in self._machines]
+                marks[index] = mark
+                batch = self.pending = Batch(marks)
+                self.host.write()
+            batch.records.extend(records)
+            batch.commands += 1
+            self._last_batch[index] = batch
+            if index == self.shard_count:
+                self._publish_topics()
+        else:
+            batch = self._last_batch.get(index)
+        if result.timers:
+            timers = self.timing.convert(result.timers)
+            if batch is None:
+                self.timing.apply(timers)
+            else:
+                batch.timer_ops.extend(timers)
+                self.timing.touch(timers)
+        if result.events:
+            if batch is None:
+                _write_events(result.events)
+            else:
+                batch.events.extend(result.events)
+        if obs is not None and (
+            batch is not None or records or result.events or obs.span is not None
+        ):  # else nothing to observe (RuntimeObserver.ran): a steady heartbeat
+            obs.ran(index, machine, records, result.events, batch)
+        if result.completions:  # answer parked requests once durable
+            completions = [(index, token, response) for token, response in result.completions]
+            if batch is None:
+                self._complete(completions)
+            else:
+                batch.completions.extend(completions)
+        if result.parked_joins:
+            self._answer_parked_joins(index, result.parked_joins)
+        if result.offloads:
+            wanted = [(index, group_id) for group_id in result.offloads]
+            if batch is None:
+                self._start_offloads(wanted)
+            else:
+                batch.offloads.extend(wanted)
+        if result.regex_resolutions:
+            asked = [(index, group_id) for group_id in result.regex_resolutions]
+            if batch is None:
+                self._ask_regex_resolutions(asked)
+            else:
+                batch.regex_resolutions.extend(asked)
+        return result.response, batch
+
+    def submit(
+        self,
+        index: int,
+        fn: Callable[[Any], Any],
+        *,
+        read: bool = False,
+        join: bool = False,
+        park: bool = False,
+    ) -> tuple[Any, Any]:
+        """Run one command in its state machine's turn: at once when the machine has nothing
+        queued and budget left in this loop iteration, else queued in arrival order
+        (``join``: a member's join, behind the machine's other commands).
+
+        Returns ``(response, None)`` when the response may be released at once, else
+        ``(None, future)``: the future gets the response (or the command's error) when it may
+        be released — once its batch is durable, and for a ``park`` command that answered
+        ``Pending``, once a later durable result completes it."""
+        self.check_serving()
+        key = self.shard_count if index == REGISTRY else index
+        turns = self.turns
+        if turns.now(key, join=join):
+            perf = self.host.perf
+            start = perf()
+            try:
+                response, batch = self._execute(key, fn, read)
+            finally:
+                turns.charge(key, perf() - start)
+            if batch is None and not (park and type(response) is Pending):
+                return response, None
+            fut = self.host.new_future()
+            self._answer(key, fut, response, batch, park)
+            return None, fut
+        fut = self.host.new_future()
+        turns.later(key, partial(self._in_turn, key, fn, read, park, fut), join=join)
+        return None, fut
+
+    def request(self, cmd: Command) -> tuple[Any, Any]:
+        """:meth:`submit` a group's request (``requests.py``) on the group's shard."""
+        if cmd.join:
+            ft = self.first_targets.get(cmd.group_id)
+            if ft is not None:
+                ft.arrived += 1  # a first target waits while joins keep arriving
+        return self.submit(
+            partition_for(cmd.group_id, self.shard_count), cmd.fn, join=cmd.join, park=cmd.park
+        )
+
+    def delete_topics_with(
+        self, fn: Callable[[Any], Any], deleted: Callable[[Any], Sequence[str]]
+    ) -> tuple[Any, Batch | None]:
+        """Run a registry command that deletes topics and, in the same pending batch, every
+        shard's offsets of the topics it deleted (Kafka's onPartitionsDeleted), so a re-created
+        topic starts fresh: no crash can keep the deletion without the offset tombstones, and
+        no commit to a re-created topic can slip in between. ``deleted``: the names the
+        command's response says it deleted."""
+        self.check_serving()
+        response, batch = self._execute(self.shard_count, fn, False)
+        names = deleted(response)
+        for i in range(self.shard_count if names else 0):
+            self._execute(i, lambda s: s.on_topics_deleted(names), False)
+        return response, batch
+
+    def _in_turn(
+        self, key: int, fn: Callable[[Any], Any], read: bool, park: bool, fut: Any
+    ) -> None:
+        """A queued command in its turn; its caller is answered from here (a caller that went
+        away is not run for)."""
+        if fut.done():
+            return
+        try:
+            self.check_serving()  # the driver may have stopped serving meanwhile
+            response, batch = self._execute(key, fn, read)
+        except Exception as exc:  # noqa: BLE001 - the caller gets it, as if it ran it itself
+            fut.set_exception(exc)
+            return
+        self._answer(key, fut, response, batch, park)
+
+    def _answer(self, key: int, fut: Any, response: Any, batch: Batch | None, park: bool) -> None:
+        """Release ``response`` to ``fut`` when it may be: at once, once ``batch`` is durable,
+        or — a parked request — when a completion answers it. The parked future is registered
+        here, in the command's turn: a command queued behind it in the same turn may answer it
+        without writing anything."""
+        if park and type(response) is Pending:
+            self._park((key, response.token), fut, batch)
+        elif batch is None:
+            fut.set_result(response)
+        else:
+            batch.waiters.append((fut, response))
+
+    def wait(self, batch: Batch) -> Any:
+        """A future resolved when ``batch`` is (None, or its write's error)."""
+        fut = self.host.new_future()
+        if not batch.resolved:
+            batch.waiters.append((fut, None))
+        elif batch.error is None:
+            fut.set_result(None)
+        else:
+            fut.set_exception(batch.error)
+        return fut
+
+    def _publish_topics(self) -> None:
+        image = self.registry.image()
+        for shard in self.shards:
+            shard.set_topics(image)
+
+    # ------------------------------------------------------------------ parked requests
+
+    def _park(self, key: tuple[int, int], fut: Any, batch: Batch | None) -> None:
+        if self._parking_closed:
+            fut.set_exception(_shutting_down())
+            return
+        self.parked[key] = fut
+        fut.add_done_callback(partial(self._unpark, key))
+        if batch is not None:  # its own write failing fails it
+            batch.then.append(partial(_fail_future, fut))
+        if self.trace is not None:
+            self.trace("parked", {"index": key[0], "token": key[1]})
+
+    def _unpark(self, key: tuple[int, int], fut: Any) -> None:
+        """The parked caller was answered, failed or went away."""
+        if self.parked.get(key) is fut:
+            del self.parked[key]
+        if not fut.cancelled():
+            fut.exception()  # seen: its caller may be gone
+
+    def _complete(self, completions: Sequence[tuple[int, int, Any]]) -> None:
+        """Answer parked requests (their completing batch is durable). A failed batch drops
+        its completions: the rollback makes those requests pending again."""
+        for index, token, response in completions:
+            fut = self.parked.pop((index, token), None)
+            if fut is None:
+                if self.trace is not None:  # nobody waits (gone, or never registered)
+                    self.trace("unclaimed", {"index": index, "token": token, "response": response})
+                continue
+            if fut.done():
+                continue
+            if isinstance(response, CoordinatorError):  # the request failed after all
+                fut.set_exception(response)
+            else:
+                fut.set_result(response)
+
+    def release_parked(self) -> None:
+        """Shutdown: answer every parked request (and any parked from now on) with
+        COORDINATOR_NOT_AVAILABLE, so no JoinGroup/SyncGroup hangs while the server drains
+        (Kafka answers NOT_COORDINATOR when it unloads a group; the client rediscovers and
+        rejoins either way). Idempotent."""
+        self._parking_closed = True
+        parked, self.parked = self.parked, {}
+        for fut in parked.values():
+            if not fut.done():
+                fut.set_exception(_shutting_down())
+
+    # ------------------------------------------------------------------ the writer's side
+
+    def take_batch(self) -> Batch | None:
+        """The next batch to append (the writer is free), or None."""
+        batch = self.pending
+        if batch is None:
+            return None
+        self.pending = None
+        batch.end_marks = [m.mark() for m in self._machines]
+        self.inflight = batch
+        return batch
+
+    def written(self, batch: Batch) -> None:
+        """``batch`` is durable."""
+        self.inflight = None
+        batch.resolved = True
+        for m, mark in zip(self._machines, batch.end_marks or (), strict=True):
+            m.release(mark)
+        for index, last in list(self._last_batch.items()):
+            if last is batch:
+                del self._last_batch[index]
+        self.stats["batches"] += 1
+        self.stats["records"] += len(batch.records)
+        if batch.timer_ops:
+            self.timing.settle(batch.timer_ops, durable=True)
+        if batch.events:
+            _write_events(batch.events)
+        if batch.completions:
+            self._complete(batch.completions)
+        if batch.offloads:
+            self._start_offloads(batch.offloads)
+        for fut, response in batch.waiters:
+            if not fut.done():  # a caller that went away cancelled its own future only
+                fut.set_result(response)
+        if batch.regex_resolutions:  # after the asking heartbeats' answers
+            self._ask_regex_resolutions(batch.regex_resolutions)
+        for then in batch.then:
+            then(None)
+        self.host.changed(r.group_id for r in batch.records if r.group_id is not None)
+
+    def write_failed(self, batch: Batch, exc: BaseException) -> list[Batch]:
+        """Roll every state machine back to the start of the failed batch; fail it and every
+        later un-persisted batch (returned)."""
+        self.inflight = None
+        self.stats["failed_batches"] += 1
+        failed = [batch]
+        if self.pending is not None:
+            failed.append(self.pending)
+            self.pending = None
+        self._last_batch.clear()
+        for m, mark in zip(self._machines, batch.start_marks, strict=True):
+            m.rollback(mark)
+        self._publish_topics()
+        n = sum(b.commands for b in failed)
+        log.error(
+            "Write of %d records (%d commands) failed; state rolled back: %r",
+            len(batch.records),
+            n,
+            exc,
+        )
+        error = CoordinatorNotAvailableError(f"The write to the record store failed: {exc}")
+        if isinstance(exc, StoreWriteError) and exc.outcome_unknown:
+            # The store refuses further appends until reopened; the in-memory state cannot be
+            # trusted to match it. Stop serving: a restart reloads from the store.
+            log.critical("The store failed with an unknown outcome; the coordinator stops serving.")
+            self.stop_serving(f"a write to the record store had an unknown outcome: {exc}")
+        if self.observer is not None:
+            for b in failed:
+                self.observer.batch_failed(b, len(b.records), exc)
+        for b in failed:
+            b.resolved, b.error = True, error
+            self.timing.settle(b.timer_ops, durable=False)
+            for fut, _response in b.waiters:
+                if not fut.done():
+                    fut.set_exception(error)
+            for then in b.then:
+                then(error)
+        return failed
+
+    # ------------------------------------------------------------------ first targets
+
+    def _answer_parked_joins(self, index: int, wanted: Sequence[tuple[str, bool]]) -> None:
+        """These groups have parked joins (before their first target): call the core's
+        ``first_target`` for each (one at a time per group; asked again, it goes on). ``True``:
+        the first of them, the target waits for the burst (else: a target is there)."""
+        if self.state is not RuntimeState.ACTIVE:
+            return
+        for group_id, first in wanted:
+            ft = self.first_targets.get(group_id)
+            if ft is not None:
+                ft.again = True
+                continue
+            ft = self.first_targets[group_id] = _FirstTarget(index, group_id, first)
+            if self.automatic:
+                self.host.call_soon(partial(self._first_wait, ft, self.host.perf()))
+
+    def _first_wait(self, ft: _FirstTarget, started: float) -> None:
+        """Wait for the burst: take a turn behind the joins queued on the group's shard, and
+        wait while joins to the group keep arriving (none in two waits of
+        :data:`FIRST_TARGET_QUIET_MS` in a row: a loop held up by something else, during which
+        arrivals are not taken up, is not mistaken for quiet), for at most
+        ``group.initial.rebalance.delay.ms`` (Kafka's wait for more members to join a new
+        group before its first rebalance)."""
+        if self.first_targets.get(ft.group_id) is not ft or ft.calling:
+            return  # run meanwhile (run_first_target), or stopped
+        limit_s = self.config.classic_initial_rebalance_delay_ms / 1000
+        if ft.first and self.host.perf() - started < limit_s:
+            self.turns.later(ft.index, partial(self._first_queued, ft, started), join=True)
+        else:
+            self._first_call(ft)
+
+    def _first_queued(self, ft: _FirstTarget, started: float) -> None:
+        if self.first_targets.get(ft.group_id) is not ft or ft.calling:
+            return
+        if self.turns.joins_queued(ft.index):
+            self._first_wait(ft, started)  # more joins queued behind this turn: behind them
+            return
+        ft.quiet = ft.quiet + 1 if ft.arrived == ft.seen else 0
+        if ft.quiet == 2:
+            self._first_call(ft)  # no join came while we waited, twice
+            return
+        ft.seen = ft.arrived
+        self.host.call_later(FIRST_TARGET_QUIET_MS, partial(self._first_wait, ft, started))
+
+    def run_first_target(self, group_id: str) -> None:
+        """Call ``first_target`` for ``group_id`` now, whatever the wait (the harness and the
+        explorer decide when; with ``automatic`` the driver does)."""
+        ft = self.first_targets[group_id]
+        if not ft.calling:
+            self._first_call(ft)
+
+    def _first_call(self, ft: _FirstTarget) -> None:
+        ft.calling = True
+        ft.again = False
+        now = self.clock.now_ms()
+        try:
+            _response, fut = self.submit(
+                ft.index, partial(self._first_target, ft.group_id, now), join=True
+            )
+        except Exception as exc:  # noqa: BLE001 - not serving: the parked joins are answered
+            self._first_called(ft, exc)  # when their sessions expire or at shutdown
+            return
+        if fut is None:
+            self._first_called(ft, None)
+        else:
+            fut.add_done_callback(partial(_first_done, self, ft))
+
+    def _first_called(self, ft: _FirstTarget, exc: BaseException | None) -> None:
+        ft.calling = False
+        if self.first_targets.get(ft.group_id) is not ft:
+            return
+        if isinstance(exc, CoordinatorError) and self.active:
+            # Its write failed: the rollback made the joins parked again, and a parked join
+            # sent again does not ask again. Call again, as a failed timer fires again.
+            log.warning(
+                "[GroupId %s] Parked joins not answered (%s); trying again in %d ms.",
+                ft.group_id,
+                exc,
+                TIMER_RETRY_MS,
+            )
+            if self.automatic:
+                self.host.call_later(TIMER_RETRY_MS, partial(self._first_retry, ft))
+            return  # still asked for
+        if isinstance(exc, CoordinatorError):
+            log.warning("[GroupId %s] Parked joins not answered: %s", ft.group_id, exc)
+        elif exc is None and ft.again:
+            if self.automatic:
+                self._first_call(ft)
+            return  # still asked for
+        del self.first_targets[ft.group_id]
+
+    def _first_retry(self, ft: _FirstTarget) -> None:
+        if self.first_targets.get(ft.group_id) is ft and not ft.calling and self.active:
+            self._first_call(ft)
+
+    def _first_target(self, group_id: str, now_ms: int, shard: Any) -> Result[None]:
+        result: Result[None] = shard.groups.first_target(group_id, now_ms)
+        if self.trace is not None:
+            self.trace("first-target", {"group_id": group_id, "result": result})
+        return result
+
+    # ------------------------------------------------------------------ offloaded assignments
+
+    def _start_offloads(self, wanted: Sequence[tuple[int, str]]) -> None:
+        """The core asked for these groups' targets to be computed off the loop (the asking
+        command is durable): one computation per group at a time — a group already being
+        computed is left alone (the outcome's command asks again if the group moved on)."""
+        if not self.workers or self.state is not RuntimeState.ACTIVE:
+            return
+        for index, group_id in wanted:
+            if group_id not in self.assigning:
+                self.assigning.add(group_id)
+                self.host.call_soon(partial(self._offload, index, group_id))
+
+    def _offload(self, index: int, group_id: str) -> None:
+        """Copy the group's inputs (once the state they come from is durable) for a worker."""
+        try:
+            job, batch = self._execute(
+                index, lambda s: s.groups.assignment_job(group_id), read=True
+            )
+        except Exception:  # noqa: BLE001 - logged by _execute
+            self.assigning.discard(group_id)
+            return
+        if batch is None:
+            self._offload_ready(index, group_id, job, None)
+        else:
+            batch.then.append(partial(self._offload_ready, index, group_id, job))
+
+    def _offload_ready(
+        self, index: int, group_id: str, job: AssignmentJob | None, error: BaseException | None
+    ) -> None:
+        if error is not None:  # the state the inputs came from was not written
+            log.warning("[GroupId %s] Target assignment not started: %s", group_id, error)
+            self._offload_again(index, group_id)
+        if error is not None or job is None or self.state is not RuntimeState.ACTIVE:
+            self.assigning.discard(group_id)
+            return
+        if self.trace is not None:
+            self.trace("offload-started", {"group_id": group_id, "job": job})
+        self.host.run_job(index, group_id, job)
+
+    def job_done(self, index: int, group_id: str, outcome: AssignmentOutcome) -> None:
+        """A worker's outcome: applied as a command (its records are the new target). A
+        write that fails rolls it back (and computes again: :meth:`_offload_again`)."""
+        self.assigning.discard(group_id)
+        if self.trace is not None and self.active:
+            self.trace("offload-done", {"group_id": group_id, "outcome": outcome})
+        self._own_command(
+            index,
+            group_id,
+            lambda s, now: s.groups.apply_assignment(outcome, now),
+            "Target assignment not applied",
+            partial(self._applied, index, group_id),
+        )
+
+    def _own_command(
+        self,
+        index: int,
+        group_id: str,
+        fn: Callable[[Any, int], Result[Any]],
+        failed: str,
+        then: Callable[[BaseException | None], Any],
+    ) -> None:
+        """Run a command of the driver's own (an offloaded target, a regex resolution) on
+        shard ``index`` at the current time; ``then(error)`` once it is durable or failed (a
+        command that raised: logged, ``then`` with its error at once)."""
+        if not self.active:
+            return
+        now = self.clock.now_ms()
+        try:
+            _response, batch = self._execute(index, lambda s: fn(s, now), False)
+        except CoordinatorError as exc:
+            log.warning("[GroupId %s] %s: %s", group_id, failed, exc.message)
+            then(exc)
+            return
+        except Exception as exc:  # noqa: BLE001 - logged by _execute
+            then(exc)
+            return
+        if batch is None:
+            then(None)
+        else:
+            batch.then.append(then)
+
+    # ------------------------------------------------------------------ regex subscriptions
+
+    def _ask_regex_resolutions(self, asked: Sequence[tuple[int, str]]) -> None:
+        """Heartbeats asked for their groups' regexes to be resolved (Kafka 4.x: off the
+        heartbeat path), and they are durable and answered: one resolution per group at a time
+        (the core asks again if a change comes in meanwhile)."""
+        if not self.active:
+            return
+        for index, group_id in asked:
+            if group_id not in self.resolving:
+                self.resolving[group_id] = False
+                if self.automatic:
+                    self.host.call_soon(partial(self._resolve, index, group_id))
+
+    def run_regex_resolution(self, group_id: str) -> None:
+        """Resolve ``group_id``'s regexes now (the harness and the explorer decide when)."""
+        self._resolve(self.shard_index(group_id), group_id)
+
+    def _resolve(self, index: int, group_id: str) -> None:
+        if self.resolving.get(group_id) is not False:
+            return  # running, or stopped
+        self.resolving[group_id] = True
+        self._own_command(
+            index,
+            group_id,
+            lambda s, now: s.groups.resolve_regexes(group_id, now),
+            "Regex resolution not applied",
+            lambda _error: self.resolving.pop(group_id, None),
+        )
+
+    def _applied(self, index: int, group_id: str, error: BaseException | None) -> None:
+        if isinstance(error, CoordinatorNotAvailableError):  # its write failed
+            log.warning("[GroupId %s] Target assignment not written: %s", group_id, error)
+            self._offload_again(index, group_id)
+
+    def _offload_again(self, index: int, group_id: str) -> None:
+        """A computation whose inputs or outcome were not written is started again
+        TIMER_RETRY_MS later: the group's heartbeats would ask again, but joins parked before
+        its first target do not (one computation per group at a time, as ever)."""
+        if self.active:
+            self.host.call_later(TIMER_RETRY_MS, partial(self._start_offloads, [(index, group_id)]))
+
+
+def _first_done(driver: Driver, ft: _FirstTarget, fut: Any) -> None:
+    driver._first_called(ft, None if fut.cancelled() else fut.exception())
+
+
+def _fail_future(fut: Any, error: BaseException | None) -> None:
+    if error is not None and not fut.done():
+        fut.set_exception(error)
+
+
+def _write_events(events: Sequence[LogEvent]) -> None:
+    """Log what the core says happened (its batch is durable). Each line also carries the
+    event's name and fields (``record.event``, ``record.event_fields``) for structured logging."""
+    for event in events:
+        log.info(
+            "%s",
+            event.message(),
+            extra={"event": event.name, "group_id": event.group_id, "event_fields": event.fields},
+        )
+
+
+def _shutting_down() -> CoordinatorError:
+    return CoordinatorNotAvailableError("The coordinator is shutting down.")

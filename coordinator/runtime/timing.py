@@ -1,0 +1,291 @@
+"""The driver's timers: one table in timer time, deferral while a touched key is not durable,
+retries, the periodic offset expiration, and the stall watch. Sans-IO, like the driver that
+composes it (``driver.py``): wake-ups are the host's ``call_later``.
+
+* The table holds deadlines in *timer time* (``clock.monotonic_ms``: Kafka's timers are delays
+  on a monotonic clock), so a wall-clock step neither fires a timeout early nor delays it. The
+  core arms timers in wall time (``now_ms + timeout``); :meth:`Timers.convert` turns a
+  command's operations into timer time right after the command ran, with the same clock
+  reading (``clock.py``).
+* A command's operations apply once its batch is durable (:meth:`Timers.touch` then
+  :meth:`Timers.settle`); a timer that falls due while a not-yet-durable command touched its
+  key is *deferred* until that batch resolves: applied operations supersede it, a failed batch
+  puts it back.
+* A timer whose command or write failed fires again :data:`TIMER_RETRY_MS` later, unless its
+  key was armed again meanwhile.
+* :data:`EXPIRE_OFFSETS`: every ``offsets.retention.check.interval.ms`` each shard expires
+  offsets; the next run is armed before this one runs.
+* Stall watch (the engine, system clock): a loop that did not run for more than
+  :data:`STALL_GRACE_MS` moves every deadline by the time it was away.
+* With a manual clock nothing fires on its own: the host fires due timers (:meth:`Timers.fire`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from functools import partial
+from typing import Any
+
+from coordinator.core.commands import Result
+from coordinator.core.errors import CoordinatorError
+from coordinator.core.events import Event
+from coordinator.core.timers import ArmTimer, DueTimer, TimerOp, TimerTable
+from coordinator.routing import partition_for
+
+log = logging.getLogger("kip848.runtime")
+
+TIMER_RETRY_MS = 500
+"""A timer whose command or write failed fires again this much later (Kafka: 500 ms)."""
+STALL_TICK_MS = 500
+"""How often the driver checks that it is running on time (``stall_watch``)."""
+STALL_GRACE_MS = 1000
+"""Lateness beyond which the coordinator counts itself as having been away."""
+EXPIRE_OFFSETS = "expire-offsets"
+"""Timer kind of the periodic offset expiration; one timer per shard, keyed
+``(EXPIRE_OFFSETS, "", str(shard_index))``."""
+
+
+class Timers:
+    """The timers of one driver (see the module docstring)."""
+
+    def __init__(self, driver: Any, *, stall_watch: bool) -> None:
+        """``driver``: the :class:`~.driver.Driver` that composes these timers (its clock,
+        host, config, observer and stats; timers fire through its ``execute``)."""
+        self._driver = driver
+        self._clock = driver.clock
+        self.stall_watch = stall_watch
+        self.table = TimerTable()
+        self._pending_keys: dict[Any, int] = {}  # timer key -> ops not yet durable
+        self._deferred: dict[Any, DueTimer] = {}
+        self._handle: Any = None
+        self._at_ms: int | None = None  # timer time the wake-up is set for
+        self._tick_handle: Any = None
+        self._tick_due_ms = 0
+
+    def start(self, shards: Sequence[Any]) -> None:
+        """Loaded: re-arm the shards' timers and the periodic offset expiration."""
+        now = self._clock.now_ms()
+        for i, shard in enumerate(shards):
+            self.apply(self.convert(shard.on_loaded(now)))
+            self.apply([self._expiration(i, self._clock.monotonic_ms())])
+        self._tick()
+        self._reschedule()
+
+    def stop(self) -> None:
+        for handle in (self._handle, self._tick_handle):
+            if handle is not None:
+                handle.cancel()
+        self._handle = self._tick_handle = None
+
+    # ------------------------------------------------------------------ operations
+
+    def convert(self, ops: list[TimerOp]) -> list[TimerOp]:
+        """A command's timer operations with their deadlines in timer time."""
+        if self._clock.manual:
+            return ops  # one time for everything
+        to = self._clock.timer_deadline
+        return [
+            ArmTimer(op.key, to(op.deadline_ms), op.payload) if type(op) is ArmTimer else op
+            for op in ops
+        ]
+
+    def apply(self, ops: list[TimerOp]) -> None:
+        self.table.apply(ops)
+        at = self._at_ms
+        for op in ops:
+            if type(op) is ArmTimer and (at is None or op.deadline_ms < at):
+                self._reschedule()
+                return
+
+    def touch(self, ops: Sequence[TimerOp]) -> None:
+        """These operations wait for their batch: their keys' firings wait too."""
+        pk = self._pending_keys
+        for op in ops:
+            pk[op.key] = pk.get(op.key, 0) + 1
+
+    def settle(self, ops: Sequence[TimerOp], *, durable: bool) -> None:
+        """The batch of these (touched) operations is resolved; ``durable``: they applied."""
+        if durable:
+            self.apply(list(ops))
+        pk = self._pending_keys
+        for op in ops:
+            key = op.key
+            left = pk.get(key, 0) - 1
+            if left > 0:
+                pk[key] = left
+                continue
+            pk.pop(key, None)
+            due = self._deferred.pop(key, None)
+            if due is not None and not durable and self.table.get(key) is None:
+                # The command that touched the key is gone: the timer it deferred comes back.
+                self.apply([ArmTimer(key, due.deadline_ms, due.payload)])
+
+    def deferred(self, key: Any) -> bool:
+        """Is a firing of ``key`` deferred until a command that touched it is durable?"""
+        return key in self._deferred
+
+    # ------------------------------------------------------------------ firing
+
+    def _reschedule(self) -> None:
+        driver = self._driver
+        if self._clock.manual or not driver.active:
+            return
+        deadline = self.table.next_deadline()
+        if self._handle is not None:
+            if deadline == self._at_ms:
+                return
+            self._handle.cancel()
+            self._handle = None
+        self._at_ms = deadline
+        if deadline is None:
+            return
+        delay = max(0, deadline - self._clock.monotonic_ms())
+        self._handle = driver.host.call_later(delay, self.on_due)
+
+    def on_due(self) -> None:
+        """The host's wake-up: fire what is due (first granting the time the coordinator was
+        away, if it was)."""
+        self._handle = None
+        self._at_ms = None
+        if not self._driver.active:
+            return
+        due_at = self._clock.monotonic_ms()
+        if self._check_stall(due_at):
+            self._reschedule()  # the deadlines moved: nothing may be due any more
+            return
+        now = self._clock.now_ms()
+        for _ in range(100_000):  # bounded; the rest fire on the next wake-up
+            due = self.table.pop_due(due_at)
+            if due is None:
+                break
+            self.fire(due, now)
+        self._reschedule()
+
+    def fire(self, due: DueTimer, now_ms: int) -> Any:
+        """Fire one timer (taken from the table) as a command; returns the batch it waits for."""
+        if self._pending_keys.get(due.key):
+            self._deferred[due.key] = due  # a not-yet-durable command touched this key
+            return None
+        driver = self._driver
+        kind, group_id, _member = due.key
+        if kind == EXPIRE_OFFSETS:
+            return self._fire_expiration(due, now_ms)
+        driver.stats["timers_fired"] += 1
+        if driver.trace is not None:
+            driver.trace("timer", {"due": due})
+        index = partition_for(group_id, driver.shard_count)
+        if driver.observer is not None:  # how late, in timer time (the deadline's clock)
+            late_ms = self._clock.monotonic_ms() - due.deadline_ms
+            driver.observer.timer_fired(kind, index, late_ms / 1000)
+        try:
+            _resp, batch = driver.execute(index, lambda s: s.on_timer(due, now_ms))
+        except CoordinatorError as exc:
+            log.warning("Timer %s failed: %s", due.key, exc.message)
+            self._retry(due)
+            return None
+        except Exception:  # noqa: BLE001 - logged by execute; a timer must not kill the loop
+            return None
+        if batch is not None:
+            batch.then.append(partial(self._retry_if_failed, due))
+        return batch
+
+    def _retry_if_failed(self, due: DueTimer, error: BaseException | None) -> None:
+        if error is not None:
+            self._retry(due)
+
+    def _retry(self, due: DueTimer) -> None:
+        """A timer whose command or write failed (e.g. the disk is full) fires again after
+        TIMER_RETRY_MS, as Kafka retries failed timer writes — unless the key was armed again
+        meanwhile. The rollback restored the state the timer acts on."""
+        if self._driver.active and self.table.get(due.key) is None:
+            retry_at = self._clock.monotonic_ms() + TIMER_RETRY_MS
+            self.apply([ArmTimer(due.key, retry_at, due.payload)])
+
+    def _expiration(self, index: int, now_ms: int) -> ArmTimer:
+        """``now_ms`` in timer time (clock.monotonic_ms)."""
+        return ArmTimer(
+            (EXPIRE_OFFSETS, "", str(index)),
+            now_ms + self._driver.config.offsets_retention_check_interval_ms,
+        )
+
+    def _fire_expiration(self, due: DueTimer, now_ms: int) -> Any:
+        """``offsets.retention.check.interval.ms`` elapsed on one shard: expire offsets, delete
+        empty groups left without offsets. The next run is armed first, straight into the
+        table: the schedule is not state, and a failed run or write must not end the cleanup."""
+        driver = self._driver
+        index = int(due.key[2])
+        self.apply([self._expiration(index, self._clock.monotonic_ms())])
+        driver.stats["timers_fired"] += 1
+        try:
+            # What expired and which groups went is logged from the result's events once durable.
+            expired, batch = driver.execute(index, lambda s: _expire(s, now_ms))
+        except CoordinatorError as exc:
+            log.warning("Offset expiration on shard %d failed: %s", index, exc.message)
+            return None
+        except Exception:  # noqa: BLE001 - logged by execute; a timer must not kill the loop
+            return None
+        if driver.observer is not None:
+            driver.observer.offsets_expired(expired)
+        return batch
+
+    # ------------------------------------------------------------------ the stall watch
+
+    def _tick(self) -> None:
+        """Every STALL_TICK_MS (``stall_watch``): notice when the coordinator did not run."""
+        self._tick_handle = None
+        if not self.stall_watch or self._clock.manual or not self._driver.active:
+            return
+        now = self._clock.monotonic_ms()
+        if self._tick_due_ms:
+            self._check_stall(now)
+        self._tick_due_ms = now + STALL_TICK_MS
+        self._tick_handle = self._driver.host.call_later(STALL_TICK_MS, self._tick)
+
+    def tick(self) -> None:
+        """Run the stall watch's check now (what the loop runs when the process resumes)."""
+        if self._tick_handle is not None:
+            self._tick_handle.cancel()
+        self._tick()
+
+    def _check_stall(self, now: int) -> bool:
+        """Grant the members the time the coordinator was away.
+
+        If the loop ran more than STALL_GRACE_MS later than the tick expected (the process was
+        stopped — SIGSTOP, a debugger, a VM pause — or the loop was blocked), heartbeats sent
+        meanwhile are still waiting to be read: firing session timeouts now would fence live
+        members for the coordinator's own absence. So every deadline moves by the time it was
+        away (Kafka re-arms full timeouts after a load, in the same spirit), and the queued
+        heartbeats are read before anything expires. True when it granted time."""
+        if not self._tick_due_ms:
+            return False
+        away = now - self._tick_due_ms
+        if away <= STALL_GRACE_MS:
+            return False
+        self._tick_due_ms = now + STALL_TICK_MS  # granted once; the next tick measures afresh
+        table = self.table
+        moved: list[TimerOp] = []
+        for key in table.keys():  # noqa: SIM118 - a TimerTable, not a dict
+            entry = table.get(key)
+            if entry is not None:
+                moved.append(ArmTimer(key, entry[0] + away, entry[1]))
+        table.apply(moved)
+        for key, due in self._deferred.items():  # deferred firings keep their place too
+            self._deferred[key] = DueTimer(due.key, due.deadline_ms + away, due.payload)
+        log.warning(
+            "The coordinator did not run for %.1f s (stopped, suspended or blocked): every "
+            "timer deadline (%d timers) is extended by that long, so no member is fenced for "
+            "the coordinator's absence.",
+            away / 1000,
+            len(moved),
+        )
+        return True
+
+
+def _expire(shard: Any, now_ms: int) -> Result[int]:
+    """The core's expiration, answering how many offsets it expired (for the metrics)."""
+    result: Result[Any] = shard.expire_offsets(now_ms)
+    result.response = sum(
+        int(e.fields["count"]) for e in result.events if e.event is Event.OFFSETS_EXPIRED
+    )
+    return result
