@@ -500,6 +500,10 @@ class CoordinatorService:
         self, topics: Sequence[NewTopic], caller: Caller
     ) -> Reply[list[TopicResult]]:
         self.limits.topics(t.name for t in topics)
+        for t in topics:  # replica racks are identifiers too (each distinct set checked once)
+            for racks in set(t.partition_racks.values()):
+                for rack in racks:
+                    self.limits.identifier("ReplicaRack", rack)
         if self.authz.may(caller, CREATE, CLUSTER, CLUSTER_NAME):
             return Reply(value=await self.topics.create_topics(topics))
         # Kafka: CLUSTER CREATE, or TOPIC CREATE per topic.

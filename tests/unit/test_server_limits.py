@@ -106,6 +106,31 @@ async def test_heartbeat_identifiers_and_subscriptions(
     await rt.close()
 
 
+async def test_replica_racks_are_bounded_identifiers() -> None:
+    rt = await started()
+    T = admin_pb2.CreateTopicsRequest.CreatableTopic
+    resp = await AdminService(rt).CreateTopics(
+        admin_pb2.CreateTopicsRequest(
+            topics=[
+                T(
+                    name="t",
+                    num_partitions=2,
+                    replica_racks=[
+                        admin_pb2.PartitionRacks(partitions=[0], racks=["ok"]),
+                        admin_pb2.PartitionRacks(partitions=[1], racks=["r" * 17]),
+                    ],
+                )
+            ]
+        ),
+        Ctx(),
+    )
+    assert resp.error_code == 42 and resp.error_message.startswith(
+        "ReplicaRack is 17 bytes long"
+    ), resp
+    assert (await rt.list_topics()) == []  # refused before any change
+    await rt.close()
+
+
 async def test_client_id_is_bounded() -> None:
     rt = await started()
 

@@ -194,7 +194,8 @@ class AdminServiceServicer:
         37 INVALID_PARTITIONS            num_partitions < 1
         42 INVALID_REQUEST               duplicate name in the request, a topic_id that
         is not 16 bytes or is all zero, replica_racks naming
-        a partition out of range or twice or a blank rack,
+        a partition out of range or twice, a blank rack or
+        one over group.coordinator.identifier.max.bytes,
         or replica_racks in front of a broker
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)

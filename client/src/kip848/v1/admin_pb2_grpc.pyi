@@ -135,7 +135,8 @@ class AdminServiceStub:
       37 INVALID_PARTITIONS            num_partitions < 1
       42 INVALID_REQUEST               duplicate name in the request, a topic_id that
                                        is not 16 bytes or is all zero, replica_racks naming
-                                       a partition out of range or twice or a blank rack,
+                                       a partition out of range or twice, a blank rack or
+                                       one over group.coordinator.identifier.max.bytes,
                                        or replica_racks in front of a broker
     """
     CreatePartitions: _grpc.UnaryUnaryMultiCallable[_admin_pb2.CreatePartitionsRequest, _admin_pb2.CreatePartitionsResponse]
@@ -329,7 +330,8 @@ class AdminServiceAsyncStub(AdminServiceStub):
       37 INVALID_PARTITIONS            num_partitions < 1
       42 INVALID_REQUEST               duplicate name in the request, a topic_id that
                                        is not 16 bytes or is all zero, replica_racks naming
-                                       a partition out of range or twice or a blank rack,
+                                       a partition out of range or twice, a blank rack or
+                                       one over group.coordinator.identifier.max.bytes,
                                        or replica_racks in front of a broker
     """
     CreatePartitions: _aio.UnaryUnaryMultiCallable[_admin_pb2.CreatePartitionsRequest, _admin_pb2.CreatePartitionsResponse]  # type: ignore[assignment]
@@ -550,7 +552,8 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
           37 INVALID_PARTITIONS            num_partitions < 1
           42 INVALID_REQUEST               duplicate name in the request, a topic_id that
                                            is not 16 bytes or is all zero, replica_racks naming
-                                           a partition out of range or twice or a blank rack,
+                                           a partition out of range or twice, a blank rack or
+                                           one over group.coordinator.identifier.max.bytes,
                                            or replica_racks in front of a broker
         """
 
