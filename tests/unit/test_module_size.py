@@ -14,7 +14,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 LIMIT = 900
 EXCEPTIONS = {
-    "coordinator/runtime/runtime.py": "the runtime driver split (issue 32, section 1)",
     "coordinator/sim/simulator.py": "the simulator onto the runtime's driver (issue 32, section 1)",
     "coordinator/analytics/metrics.py": "the analytics work in progress",
     "coordinator/server/h2grpc.py": "the gRPC server work in progress",
