@@ -5,15 +5,22 @@ Every answer says which node produced it (ListOffsets offsets are ``node_id * 10
 partition``), and every node logs ``(node id, api key, version)`` per request, so a test can
 see which broker a request reached. Produce and Fetch answer NOT_LEADER_OR_FOLLOWER with a
 ``node_endpoints`` entry for the leader (as Kafka does), to check that it is rewritten.
+
+``FakeCluster(transactions=True)`` adds a transaction coordinator (the controller node):
+InitProducerId, AddOffsetsToTxn, EndTxn and DescribeTransactions over a table of transactional
+ids (:class:`FakeTxn`), with what a test needs to make a transaction end behind the listener's
+back (``expire``, ``commit_directly``) or to hold EndTxn's answer (``hold_end``).
 """
 
 from __future__ import annotations
 
+import datetime
 import socket
 import socketserver
 import struct
 import threading
 import uuid
+from dataclasses import dataclass, field
 from typing import Any
 
 from coordinator.server.kafka import wire
@@ -24,6 +31,20 @@ PARTITIONS = 4
 NOT_LEADER_OR_FOLLOWER = 6
 CAPS = {0: 10, 1: 16, 2: 7, 3: 12, 10: 4, 18: 3, 29: 3, 30: 3, 31: 3, 32: 4, 44: 1, 60: 1}
 """The APIs each node offers, with their highest version (the lowest is kio's)."""
+TXN_CAPS = {22: 4, 25: 3, 26: 3, 65: 0}
+"""What a cluster with ``transactions=True`` offers besides."""
+INVALID_PRODUCER_EPOCH, INVALID_TXN_STATE, TRANSACTIONAL_ID_NOT_FOUND = 47, 48, 105
+HOLD_S = 30.0
+
+
+@dataclass
+class FakeTxn:
+    """A transactional id at the fake transaction coordinator (Kafka's state names)."""
+
+    producer_id: int
+    producer_epoch: int = 0
+    state: str = "Empty"
+    groups: set[str] = field(default_factory=set)
 
 
 class _Server(socketserver.ThreadingTCPServer):
@@ -87,7 +108,8 @@ class FakeNode:
 
     def api_18(self, _req: Any, _version: int) -> dict[str, Any]:
         keys = []
-        for key, hi in sorted(CAPS.items()):
+        caps = {**CAPS, **TXN_CAPS} if self.cluster.transactions else CAPS
+        for key, hi in sorted(caps.items()):
             known = wire.kio_versions(key)
             assert known is not None
             keys.append({"api_key": key, "min_version": known[0], "max_version": hi})
@@ -360,6 +382,81 @@ class FakeNode:
             "node_endpoints": self._endpoints(),
         }
 
+    # ------------------------------------------------------------ transactions
+
+    def api_22(self, req: Any, _version: int) -> dict[str, Any]:
+        """InitProducerId: a new producer id, or the next epoch of a known transactional id
+        (whose ongoing transaction is aborted, as Kafka's transaction coordinator does)."""
+        cluster = self.cluster
+        with cluster.lock:
+            t = cluster.txns.get(req.transactional_id)
+            if t is None:
+                t = FakeTxn(producer_id=1000 + len(cluster.txns))
+                cluster.txns[req.transactional_id] = t
+            else:
+                if t.state == "Ongoing":
+                    t.state = "CompleteAbort"
+                t.producer_epoch += 1
+            return {
+                "error_code": 0,
+                "producer_id": t.producer_id,
+                "producer_epoch": t.producer_epoch,
+            }
+
+    def _producer(self, req: Any) -> tuple[FakeTxn | None, int]:
+        t = self.cluster.txns.get(req.transactional_id)
+        if t is None or t.producer_id != req.producer_id:
+            return None, 49  # INVALID_PRODUCER_ID_MAPPING
+        if t.producer_epoch != req.producer_epoch:
+            return None, INVALID_PRODUCER_EPOCH
+        return t, 0
+
+    def api_25(self, req: Any, _version: int) -> dict[str, Any]:
+        with self.cluster.lock:
+            t, code = self._producer(req)
+            if t is not None:
+                if t.state != "Ongoing":
+                    t.state, t.groups = "Ongoing", set()
+                t.groups.add(req.group_id)
+            return {"error_code": code}
+
+    def api_26(self, req: Any, _version: int) -> dict[str, Any]:
+        """EndTxn: completes the transaction as asked (a retry of the same end is answered
+        NONE), then — with ``hold_end`` set — holds its answer until ``release_end``."""
+        cluster = self.cluster
+        with cluster.lock:
+            t, code = self._producer(req)
+            if t is not None:
+                wanted = "CompleteCommit" if req.committed else "CompleteAbort"
+                if t.state == "Ongoing":
+                    t.state = wanted
+                elif t.state != wanted:
+                    code = INVALID_TXN_STATE
+            held = cluster.hold_end
+        if held:
+            cluster.end_held.set()
+            cluster.end_released.wait(HOLD_S)
+        return {"error_code": code}
+
+    def api_65(self, req: Any, _version: int) -> dict[str, Any]:
+        states = []
+        with self.cluster.lock:
+            for tid in req.transactional_ids:
+                t = self.cluster.txns.get(tid)
+                states.append(
+                    {
+                        "error_code": TRANSACTIONAL_ID_NOT_FOUND if t is None else 0,
+                        "transactional_id": tid,
+                        "transaction_state": "" if t is None else t.state,
+                        "transaction_timeout": 60_000,
+                        "transaction_start_time": datetime.datetime.now(datetime.UTC),
+                        "producer_id": -1 if t is None else t.producer_id,
+                        "producer_epoch": -1 if t is None else t.producer_epoch,
+                        "topics": [],
+                    }
+                )
+        return {"transaction_states": states}
+
     def stop(self) -> None:
         """Stop accepting and drop every open connection (as a broker that went away)."""
         self.server.shutdown()
@@ -378,8 +475,14 @@ class FakeCluster:
     ``replicas`` says otherwise; the controller (and transaction coordinator) is the highest
     node id."""
 
-    def __init__(self) -> None:
+    def __init__(self, transactions: bool = False) -> None:
         self.lock = threading.Lock()
+        self.transactions = transactions
+        self.txns: dict[str, FakeTxn] = {}
+        """Transactional id -> its producer and transaction (``transactions=True``)."""
+        self.hold_end = False
+        self.end_held = threading.Event()
+        self.end_released = threading.Event()
         self.nodes: dict[int, FakeNode] = {}
         self.log: list[tuple[int, int, int]] = []
         self.replicas: dict[int, list[int]] = {}
@@ -414,6 +517,20 @@ class FakeCluster:
             {id_field: n.node_id, "host": n.advertised[0], "port": n.advertised[1], "rack": n.rack}
             for n in nodes
         ]
+
+    def expire(self, transactional_id: str) -> None:
+        """The transaction times out: aborted with the next epoch, as Kafka's coordinator does."""
+        with self.lock:
+            t = self.txns[transactional_id]
+            assert t.state == "Ongoing", t
+            t.state, t.producer_epoch = "CompleteAbort", t.producer_epoch + 1
+
+    def commit_directly(self, transactional_id: str) -> None:
+        """An EndTxn(commit) that reached the coordinator without passing the listener."""
+        with self.lock:
+            t = self.txns[transactional_id]
+            assert t.state == "Ongoing", t
+            t.state = "CompleteCommit"
 
     def requests(self, key: int) -> list[int]:
         """The node ids that received requests of ``key``, in order."""
