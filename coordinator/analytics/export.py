@@ -37,6 +37,8 @@ from .schema import COLUMNS, RECORD_TYPES, SCHEMA, ExportInfo
 __all__ = ["ExportError", "ExportResult", "export_journal", "parse_time"]
 
 ROW_GROUP_ROWS = 131_072
+COOPERATIVE_STICKY = "cooperative-sticky"
+"""The classic protocol name of Kafka's (and librdkafka's) cooperative assignor (KIP-429)."""
 _STATE_NAMES = {s.value: s.name for s in MemberState}
 
 
@@ -114,7 +116,19 @@ _FILLS: dict[int, tuple[str, ...]] = {
         "commit_timestamp",
         "expire_timestamp",
     ),
-    2: ("protocol_type", "generation", "protocol_name", "leader", "classic_members"),
+    2: (
+        "protocol_type",
+        "generation",
+        "protocol_name",
+        "leader",
+        "classic_members",
+        "classic_rebalance_protocol",
+        "rebalance_preparing_at",
+        "rebalance_completing_at",
+        "rebalance_cause",
+        "rebalance_client_reason",
+        "classic_removed_members",
+    ),
     3: ("group_epoch", "group_uid"),
     4: ("subscription_metadata",),
     5: (
@@ -214,10 +228,12 @@ class _Decoder:
         cols["leader"][i] = v.leader
         consumer = v.protocol_type == "consumer"
         members = []
+        owns = False
         for m in v.members:
             topics, parts = None, None
             if consumer:
-                topics, parts = _decode_classic(m.subscription, m.assignment)
+                topics, parts, owned = _decode_classic(m.subscription, m.assignment)
+                owns = owns or owned
             members.append(
                 (
                     m.member_id,
@@ -230,6 +246,18 @@ class _Decoder:
                 )
             )
         cols["classic_members"][i] = members
+        if consumer and v.members:
+            cooperative = owns or v.protocol == COOPERATIVE_STICKY
+            cols["classic_rebalance_protocol"][i] = "cooperative" if cooperative else "eager"
+        rb = v.rebalance
+        if rb is not None:
+            cols["rebalance_preparing_at"][i] = rb.preparing_ms * 1000
+            cols["rebalance_completing_at"][i] = rb.completing_ms * 1000
+            cols["rebalance_cause"][i] = rb.cause
+            cols["rebalance_client_reason"][i] = rb.client_reason
+            cols["classic_removed_members"][i] = [
+                (x.member_id, x.cause, x.removed_ms * 1000) for x in rb.removed
+            ]
 
     @staticmethod
     def _group_epoch(cols: dict[str, list[Any]], i: int, key: Any, v: Any) -> None:
@@ -340,14 +368,19 @@ class _Decoder:
 
 def _decode_classic(
     subscription: bytes, assignment: bytes
-) -> tuple[list[str] | None, list[tuple[str, None, int]] | None]:
+) -> tuple[list[str] | None, list[tuple[str, None, int]] | None, bool]:
+    """A classic member's subscribed topics, its assignment (None for bytes that do not
+    decode) and whether its subscription lists partitions it owns."""
     from legacy_bridge.protocol import ProtocolError, decode_assignment, decode_subscription
 
     topics: list[str] | None = None
     parts: list[tuple[str, None, int]] | None = None
+    owns = False
     try:
         if subscription:
-            topics = sorted(set(decode_subscription(subscription).topics))
+            sub = decode_subscription(subscription)
+            topics = sorted(set(sub.topics))
+            owns = any(ps for _t, ps in sub.owned_partitions)
     except ProtocolError:
         topics = None
     try:
@@ -358,7 +391,7 @@ def _decode_classic(
             parts = []
     except ProtocolError:
         parts = None
-    return topics, parts
+    return topics, parts, owns
 
 
 def _compacted_topic_names(store: Any) -> dict[str, str]:

@@ -11,7 +11,7 @@ import math
 from datetime import UTC, datetime
 from typing import Any
 
-from .metrics import CAUSES, UNKNOWN_CAUSE, Params
+from .metrics import ALL_CAUSES, UNKNOWN_CAUSE, Params
 
 MAX_POINTS = 3_000
 TOP_GROUPS = 25
@@ -28,6 +28,9 @@ _COLORS = {
     "assignor_changed": "#bcbd22",
     "regex_resolution_changed": "#e377c2",
     "topic_metadata_changed": "#7f7f7f",
+    "member_rejoined": "#aec7e8",
+    "static_member_restart": "#98df8a",
+    "downgraded_from_consumer_group": "#c49c94",
     UNKNOWN_CAUSE: "#c7c7c7",
 }
 
@@ -55,14 +58,15 @@ def collect(spark: Any, paths: dict[str, str], params: Params) -> dict[str, Any]
             *[
                 F.sum(c).alias(c)
                 for c in gs.columns
-                if c not in ("group_id", "max_members", "distinct_members")
+                if c
+                not in ("group_id", "group_type", "protocol", "max_members", "distinct_members")
             ],
             F.count("*").alias("groups"),
         )
         .collect()[0]
         .asDict()
     )
-    overall = conv.filter(F.col("group_id").isNull()).collect()
+    overall = conv.filter(F.col("group_id").isNull() & F.col("group_type").isNull()).collect()
     data["summary"] = {**totals, **(overall[0].asDict() if overall else {})}
     data["cause_series"] = _rows(
         rb.groupBy(bucket.alias("bucket"), "cause").count().orderBy("bucket")
@@ -218,7 +222,7 @@ def plot_cause_series(series: list[dict[str, Any]], bucket_s: int) -> str:
         index = {b: i for i, b in enumerate(buckets)}
         bottom = [0] * len(buckets)
         width = bucket_s / 86400 * 0.9
-        for cause in (*CAUSES, UNKNOWN_CAUSE):
+        for cause in (*ALL_CAUSES, UNKNOWN_CAUSE):
             counts = [0] * len(buckets)
             for r in series:
                 if r["cause"] == cause:
@@ -262,7 +266,7 @@ def plot_scatter(points: list[dict[str, Any]]) -> str:
     if not points:
         _nodata(a1)
     else:
-        for cause in (*CAUSES, UNKNOWN_CAUSE):
+        for cause in (*ALL_CAUSES, UNKNOWN_CAUSE):
             pts = [p for p in points if p["cause"] == cause]
             if pts:
                 xs = [p["timestamp"] for p in pts]
@@ -360,7 +364,7 @@ def plot_timelines(rows: list[dict[str, Any]]) -> str:
             color="#bbb",
             linewidth=0.8,
         )
-        for cause in (*CAUSES, UNKNOWN_CAUSE):
+        for cause in (*ALL_CAUSES, UNKNOWN_CAUSE):
             cp = [p for p in pts if p["cause"] == cause]
             if cp:
                 ax.scatter(

@@ -1,854 +1,176 @@
 """The report's metrics as Spark DataFrame jobs over the exported journal (docs/analytics.md
-defines every column). Everything here is relational: window functions over each group's
-records in offset order, array set operations on assignments, joins and aggregations. Nothing is
-collected to the driver; :func:`compute` returns lazy DataFrames, one per table.
+defines every table and column). Everything here is relational: window functions over each
+group's records in offset order, array set operations on assignments, joins and aggregations.
+Nothing is collected to the driver; :func:`compute` returns lazy DataFrames, one per table.
 
-The key construction is the *epoch sequence*: for every consumer group record,
-``epoch_seq`` = the number of ConsumerGroupMetadata records of the group at or before it. The
-records of the command that bumped the group epoch to the k-th ConsumerGroupMetadata record are
-exactly the group's records with ``epoch_seq = k - 1`` (every membership or subscription change
-bumps the epoch in the same command, so nothing else lies between two such records), and the
-records that follow the bump (target assignment, reconciliation) have ``epoch_seq = k``.
+Consumer groups (:mod:`.consumer`: group epoch bumps) and classic groups (:mod:`.classic`:
+generations) are read apart and meet here, in the same tables, told apart by ``group_type``
+(``consumer``, ``mixed``: a consumer group with classic members, ``classic``) and ``protocol``
+(``consumer``, ``eager``, ``cooperative``); :mod:`.migrations` links the two across upgrades and
+downgrades. Offset commits, churn and the summaries are computed here for every group alike.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
-from pyspark.sql import types as T
 
-TP = T.StructType(
-    [T.StructField("topic", T.StringType()), T.StructField("partition", T.IntegerType())]
-)
-TPS = T.ArrayType(TP)
-
-# Removal reasons (docs/analytics.md, "Why a member was removed").
-LEFT = "member_left"
-FENCED_SESSION = "member_fenced_session_timeout"
-FENCED_REBALANCE = "member_fenced_rebalance_timeout"
-LEFT_OR_SESSION = "member_left_or_session_timeout"
-CONVERTED = "converted_to_classic"
-REPLACED = "static_member_replaced"
-
-# Causes of an epoch bump, in the order the primary cause is chosen.
-CAUSES = (
-    "migrated_from_classic",
-    "member_joined",
-    FENCED_SESSION,
+from . import classic, consumer
+from .common import (
+    ALL_CAUSES,
+    CAUSES,
+    CLASSIC,
+    CONSUMER,
+    CONVERTED,
     FENCED_REBALANCE,
+    FENCED_SESSION,
+    GROUP_TYPES,
     LEFT,
     LEFT_OR_SESSION,
-    "subscription_changed",
-    "assignor_changed",
-    "regex_resolution_changed",
-    "topic_metadata_changed",
+    MIXED,
+    PROTOCOLS,
+    REPLACED,
+    SESSION_TIMEOUT_CONFIG,
+    UNKNOWN_CAUSE,
+    Params,
+    bucket,
+    bucket_seconds,
+    count_if,
+    ms,
+    stage,
 )
-UNKNOWN_CAUSE = "unknown"
+from .migrations import migrations
 
-SESSION_TIMEOUT_CONFIG = "consumer.session.timeout.ms"
+__all__ = [
+    "ALL_CAUSES",
+    "CAUSES",
+    "CONVERTED",
+    "FENCED_REBALANCE",
+    "FENCED_SESSION",
+    "GROUP_TYPES",
+    "LEFT",
+    "LEFT_OR_SESSION",
+    "PROTOCOLS",
+    "REPLACED",
+    "SESSION_TIMEOUT_CONFIG",
+    "UNKNOWN_CAUSE",
+    "Params",
+    "bucket_seconds",
+    "compute",
+    "conform",
+]
 
-BUCKETS_S = (1, 5, 10, 30, 60, 300, 600, 1800, 3600, 6 * 3600, 86400, 7 * 86400)
+_GROUP_COLUMNS = (
+    "group_id",
+    "offset",
+    "ts_ms",
+    "record_type_id",
+    "tombstone",
+    "member_id",
+    "instance_id",
+    "subscribed_topic_names",
+    "subscribed_topic_regex",
+    "server_assignor",
+    "rebalance_timeout_ms",
+    "classic_member",
+    "classic_session_timeout_ms",
+    "member_epoch",
+    "member_state",
+    "assigned_partitions",
+    "pending_revocation_partitions",
+    "target_partitions",
+    "group_epoch",
+    "config_name",
+    "config_value",
+)
 
 
-def bucket_seconds(span_ms: int, target: int = 120) -> int:
-    """A round bucket size giving at most about ``target`` buckets over the span."""
-    for b in BUCKETS_S:
-        if span_ms / (b * 1000) <= target:
-            return b
-    return BUCKETS_S[-1]
+def conform(journal: DataFrame) -> DataFrame:
+    """The journal with every column of this build's schema: a column added after the file
+    was written (docs/analytics.md) reads as null."""
+    from pyspark.sql.pandas.types import from_arrow_type
 
+    from .schema import COLUMNS
 
-@dataclass(frozen=True, slots=True)
-class Params:
-    session_timeout_ms: int
-    complete: bool
-    bucket_s: int
-    t0_us: int
-    """Start of the first time bucket (the first record's time, floored to the bucket)."""
-
-
-def _tps(col: str) -> Column:
-    """``list<struct<topic, topic_id, partition>>`` -> ``list<struct<topic, partition>>``,
-    an empty list for null."""
-    return F.coalesce(
-        F.transform(
-            F.col(col),
-            lambda x: F.struct(x["topic"].alias("topic"), x["partition"].alias("partition")),
-        ),
-        F.array().cast(TPS),
+    have = set(journal.columns)
+    missing = [c for c in COLUMNS if c.name not in have]
+    if not missing:
+        return journal
+    return journal.select(
+        "*", *[F.lit(None).cast(from_arrow_type(c.type)).alias(c.name) for c in missing]
     )
-
-
-def _ms(col: str = "timestamp") -> Column:
-    return F.floor(F.unix_micros(F.col(col)) / 1000).cast("long")
 
 
 def compute(spark: SparkSession, journal: DataFrame, params: Params) -> dict[str, DataFrame]:
-    """Every table of the report (lazy; the caller writes them)."""
-    j = journal.withColumn("ts_ms", _ms())
+    """Every table of the report but the what-ifs (lazy; the caller writes them)."""
+    j = conform(journal).withColumn("ts_ms", ms())
     g = j.filter(F.col("group_id").isNotNull() & (F.col("record_type_id") != 1)).select(
-        "group_id",
-        "offset",
-        "ts_ms",
-        "record_type_id",
-        "tombstone",
-        "member_id",
-        "instance_id",
-        "subscribed_topic_names",
-        "subscribed_topic_regex",
-        "server_assignor",
-        "rebalance_timeout_ms",
-        "classic_member",
-        "classic_session_timeout_ms",
-        "member_epoch",
-        "member_state",
-        "assigned_partitions",
-        "pending_revocation_partitions",
-        "target_partitions",
-        "group_epoch",
-        "config_name",
-        "config_value",
+        *_GROUP_COLUMNS
     )
-    # Intermediate results used by several tables are materialized once, in order, with their
-    # lineage cut (``_stage``): the plans of the later steps stay small. Building a DataFrame
-    # analyses its whole plan, and joins of frames derived from one another rewrite it, so with
-    # the full lineage most of the report's time went into planning, not into the data.
-    rows = _stage(_epoch_seq(g))
-    members = _stage(_member_events(rows, params))
-    bumps = _stage(_bumps(rows, members, params))
-    conv = _convergence(rows, members, bumps)
-    unowned = _stage(_unowned_intervals(rows, members, bumps))
-    moves = _target_moves(rows, members)
-    rebalances = _stage(_rebalances(bumps, conv, moves, unowned))
-    removals = _removals(members)
-    restarts = _static_restarts(members)
-    commits = _stage(_commit_rate(j, params))
-    churn = _churn(members, params)
-    convergence = _convergence_summary(rebalances)
-    group_summary = _group_summary(rebalances, removals, restarts, commits, unowned, members)
+    cg = consumer.tables(g, params)
+    cl = classic.tables(j, params)
+    rebalances = stage(cg.rebalances.unionByName(cl.rebalances))
+    types = stage(_group_types(cg, cl))
+    commits = stage(_commit_rate(j, params, types))
+    removals = cg.removals.unionByName(cl.removals)
+    restarts = cg.restarts.unionByName(cl.restarts)
+    unowned = cg.unowned.drop("epoch_seq_attr").unionByName(cl.unowned.drop("release_offset"))
     return {
         "rebalances": rebalances,
-        "convergence": convergence,
-        "unowned_intervals": unowned.drop("epoch_seq_attr", "ms"),
+        "convergence": _convergence_summary(rebalances, types),
+        "unowned_intervals": unowned.drop("ms"),
         "member_removals": removals,
         "static_restarts": restarts,
-        "member_churn": churn,
+        "member_churn": _churn(cg.members, cl.churn, params),
         "commit_rate": commits,
-        "group_summary": group_summary,
+        "group_summary": _group_summary(rebalances, removals, restarts, commits, cg, cl, types),
+        "migrations": migrations(cg.rebalances, cg.members, cl.records, rebalances),
     }
 
 
-# ---------------------------------------------------------------------------- building blocks
-
-
-def _stage(df: DataFrame) -> DataFrame:
-    """``df`` computed now and kept by the executors (memory, spilling to disk), as a frame
-    whose plan is just that data: one job, and nothing built on it re-plans its lineage."""
-    return df.localCheckpoint(eager=True)
-
-
-def _epoch_seq(g: DataFrame) -> DataFrame:
-    """Adds, from the group's records in offset order: ``epoch_seq`` (ConsumerGroupMetadata
-    records at or before the row), ``epoch`` (the group epoch in force: that of the last such
-    record, null after a group tombstone), ``session_cfg`` (the group's dynamic session
-    timeout in force, null for the default), ``next3`` (the next ConsumerGroupMetadata
-    record: offset, time, tombstone) and ``classic_gone_ts`` (time of the last classic group
-    tombstone, i.e. of an upgrade)."""
-    w = Window.partitionBy("group_id").orderBy("offset")
-    upto = w.rowsBetween(Window.unboundedPreceding, 0)
+def _group_types(cg: consumer.ConsumerFrames, cl: classic.ClassicFrames) -> DataFrame:
+    """Each group's type and protocol at the end of the data: classic when its last group
+    record is a classic group's (with that group's protocol), mixed when it is a consumer group
+    that still has classic members, consumer otherwise. A group with nothing but committed
+    offsets is an empty classic group, as Kafka lists it."""
     t = F.col("record_type_id")
-    is3 = t == 3
-    cfg = F.when(
-        (t == 1016) & (F.col("config_name") == SESSION_TIMEOUT_CONFIG),
-        F.coalesce(F.col("config_value"), F.lit("default")),
+    last = (
+        cg.rows.filter(t.isin(2, 3))
+        .groupBy("group_id")
+        .agg(F.max_by("record_type_id", "offset").alias("last_type"))
     )
-    out = (
-        g.withColumn("epoch_seq", F.sum(F.when(is3, 1).otherwise(0)).over(upto))
-        .withColumn(
-            "epoch",
-            F.last(F.when(is3, F.coalesce(F.col("group_epoch"), F.lit(-1))), ignorenulls=True).over(
-                upto
-            ),
-        )
-        .withColumn("epoch", F.when(F.col("epoch") >= 0, F.col("epoch")))
-        .withColumn("session_cfg", F.last(cfg, ignorenulls=True).over(upto))
-        .withColumn(
-            "session_cfg",
-            F.when(F.col("session_cfg") != "default", F.col("session_cfg").cast("long")),
-        )
-        .withColumn(
-            # Frames that reach forward are growing frames in reverse order: linear, where an
-            # UNBOUNDED FOLLOWING frame would be recomputed for every row.
-            "next3",
-            F.last(F.when(is3, F.struct("offset", "ts_ms", "tombstone")), ignorenulls=True).over(
-                Window.partitionBy("group_id")
-                .orderBy(F.col("offset").desc())
-                .rowsBetween(Window.unboundedPreceding, -1)
-            ),
-        )
-        .withColumn(
-            "classic_gone_ts",
-            F.last(F.when((t == 2) & F.col("tombstone"), F.col("ts_ms")), ignorenulls=True).over(
-                upto
-            ),
-        )
+    mixed = cg.members.groupBy("group_id").agg(
+        F.max_by("live_classic", "offset").alias("classic_members")
     )
-    return out
-
-
-def _member_events(rows: DataFrame, params: Params) -> DataFrame:
-    """One row per ConsumerGroupMemberMetadata record with its meaning: ``kind`` join /
-    subscription_changed / assignor_changed / removed / null (no change that matters), plus
-    for removals the facts that say why (last reconciliation record, last activity, session
-    timeout in force) and the resulting ``reason``."""
-    w_m = Window.partitionBy("group_id", "member_id").orderBy("offset")
-    before = w_m.rowsBetween(Window.unboundedPreceding, -1)
-    t = F.col("record_type_id")
-    live = ~F.col("tombstone")
-    # Facts about the member from its earlier records (types 5 and 8).
-    m = rows.filter((t == 5) | (t == 8)).select(
+    proto = cl.records.groupBy("group_id").agg(F.max_by("protocol", "offset").alias("cl_protocol"))
+    out = last.join(mixed, "group_id", "left").join(proto, "group_id", "left")
+    group_type = (
+        F.when(F.col("last_type") == 2, F.lit(CLASSIC))
+        .when(F.coalesce(F.col("classic_members"), F.lit(0)) > 0, F.lit(MIXED))
+        .otherwise(F.lit(CONSUMER))
+    )
+    return out.select(
         "group_id",
-        "member_id",
-        "offset",
-        "ts_ms",
-        "record_type_id",
-        "tombstone",
-        "epoch_seq",
-        "instance_id",
-        "subscribed_topic_names",
-        "subscribed_topic_regex",
-        "server_assignor",
-        "rebalance_timeout_ms",
-        "classic_member",
-        "classic_session_timeout_ms",
-        "member_epoch",
-        "member_state",
-        "session_cfg",
-        "next3",
-        "classic_gone_ts",
-    )
-    is5live = (t == 5) & live
-    is8live = (t == 8) & live
-    m = (
-        m.withColumn("prev5_live", F.last(F.when(t == 5, live), ignorenulls=True).over(before))
-        .withColumn(
-            "prev_names",
-            F.last(F.when(is5live, F.col("subscribed_topic_names")), ignorenulls=True).over(before),
-        )
-        .withColumn(
-            "prev_regex",
-            F.last(
-                F.when(is5live, F.coalesce(F.col("subscribed_topic_regex"), F.lit(""))),
-                ignorenulls=True,
-            ).over(before),
-        )
-        .withColumn(
-            "prev_assignor",
-            F.last(
-                F.when(is5live, F.coalesce(F.col("server_assignor"), F.lit(""))), ignorenulls=True
-            ).over(before),
-        )
-        .withColumn(
-            "prev_instance",
-            F.last(F.when(is5live, F.col("instance_id")), ignorenulls=True).over(before),
-        )
-        .withColumn(
-            "prev_rebalance_timeout",
-            F.last(F.when(is5live, F.col("rebalance_timeout_ms")), ignorenulls=True).over(before),
-        )
-        .withColumn(
-            "prev_classic_session",
-            F.last(F.when(is5live, F.col("classic_session_timeout_ms")), ignorenulls=True).over(
-                before
-            ),
-        )
-        .withColumn(
-            "last8_ts", F.last(F.when(is8live, F.col("ts_ms")), ignorenulls=True).over(before)
-        )
-        .withColumn(
-            "last8_state",
-            F.last(F.when(is8live, F.col("member_state")), ignorenulls=True).over(before),
-        )
-        .withColumn(
-            "last8_epoch",
-            F.last(F.when(is8live, F.col("member_epoch")), ignorenulls=True).over(before),
-        )
-        .withColumn(
-            "last_active_ts", F.last(F.when(live, F.col("ts_ms")), ignorenulls=True).over(before)
-        )
-        .filter(t == 5)
-    )
-    was_live = F.coalesce(F.col("prev5_live"), F.lit(False))
-    m = m.withColumn(
-        "kind",
-        F.when(live & ~was_live, "join")
-        .when(F.col("tombstone") & was_live, "removed")
-        .when(
-            live
-            & (
-                ~F.col("subscribed_topic_names").eqNullSafe(F.col("prev_names"))
-                | (F.coalesce(F.col("subscribed_topic_regex"), F.lit("")) != F.col("prev_regex"))
-            ),
-            "subscription_changed",
-        )
-        .when(
-            live & (F.coalesce(F.col("server_assignor"), F.lit("")) != F.col("prev_assignor")),
-            "assignor_changed",
-        ),
-    ).withColumn("inst", F.coalesce(F.col("instance_id"), F.col("prev_instance")))
-    # Static member replacement: the old incarnation's removal and the new one's join, one
-    # after the other in the same command (same instance id, same time).
-    w_i = Window.partitionBy("group_id", "inst").orderBy("offset")
-    m = (
-        m.withColumn("prev_i_kind", F.lag("kind").over(w_i))
-        .withColumn("prev_i_member", F.lag("member_id").over(w_i))
-        .withColumn("prev_i_ts", F.lag("ts_ms").over(w_i))
-        .withColumn("next_i_kind", F.lead("kind").over(w_i))
-        .withColumn("next_i_member", F.lead("member_id").over(w_i))
-        .withColumn("next_i_ts", F.lead("ts_ms").over(w_i))
-    )
-    has_inst = F.col("inst").isNotNull()
-    false = F.lit(False)
-    m = m.withColumn(
-        "replacing",
-        F.coalesce(
-            has_inst
-            & (F.col("kind") == "join")
-            & (F.col("prev_i_kind") == "removed")
-            & (F.col("prev_i_member") != F.col("member_id"))
-            & (F.col("prev_i_ts") == F.col("ts_ms")),
-            false,
-        ),
-    ).withColumn(
-        "replaced",
-        F.coalesce(
-            has_inst
-            & (F.col("kind") == "removed")
-            & (F.col("next_i_kind") == "join")
-            & (F.col("next_i_member") != F.col("member_id"))
-            & (F.col("next_i_ts") == F.col("ts_ms")),
-            false,
-        ),
-    )
-    m = m.withColumn("replaced_by", F.when(F.col("replaced"), F.col("next_i_member"))).withColumn(
-        "replaces", F.when(F.col("replacing"), F.col("prev_i_member"))
-    )
-    # The session timeout in force: a classic member's own, else the group's dynamic config,
-    # else the server default of the export.
-    session = F.coalesce(
-        F.col("prev_classic_session").cast("long"),
-        F.col("session_cfg"),
-        F.lit(params.session_timeout_ms).cast("long"),
-    )
-    m = m.withColumn("session_timeout_ms", session)
-    # Conversions: removals that end the consumer group at once (downgrade to a classic group)
-    # and joins that create it from a classic group (upgrade).
-    m = m.withColumn(
-        "converted",
-        F.coalesce(
-            (
-                (F.col("kind") == "removed")
-                & F.col("next3.tombstone")
-                & (F.col("next3.ts_ms") == F.col("ts_ms"))
-            )
-            | ((F.col("kind") == "join") & (F.col("classic_gone_ts") == F.col("ts_ms"))),
-            F.lit(False),
-        ),
-    )
-    removed = F.col("kind") == "removed"
-    reason = (
-        F.when(removed & F.col("replaced"), REPLACED)
-        .when(removed & F.col("converted"), CONVERTED)
-        .when(
-            removed
-            & (F.col("last8_state") == "UNREVOKED_PARTITIONS")
-            & (F.col("ts_ms") >= F.col("last8_ts") + F.col("prev_rebalance_timeout")),
-            FENCED_REBALANCE,
-        )
-        .when(
-            removed
-            & (F.col("last8_epoch") == -2)
-            & (F.col("ts_ms") >= F.col("last8_ts") + F.col("session_timeout_ms")),
-            FENCED_SESSION,
-        )
-        .when(
-            removed & (F.col("last_active_ts") > F.col("ts_ms") - F.col("session_timeout_ms")), LEFT
-        )
-        .when(removed, LEFT_OR_SESSION)
-    )
-    return m.withColumn("reason", reason).select(
-        "group_id",
-        "member_id",
-        "offset",
-        "ts_ms",
-        "epoch_seq",
-        "kind",
-        "reason",
-        "inst",
-        "replacing",
-        "replaced",
-        "converted",
-        "replaced_by",
-        "replaces",
-        "classic_member",
-        "last8_ts",
-        "last8_epoch",
-        "session_timeout_ms",
+        group_type.alias("group_type"),
+        F.when(F.col("last_type") == 2, F.col("cl_protocol"))
+        .otherwise(F.lit(CONSUMER))
+        .alias("protocol"),
     )
 
 
-def _bumps(rows: DataFrame, members: DataFrame, params: Params) -> DataFrame:
-    """One row per group epoch bump with its cause and the members involved."""
-    t = F.col("record_type_id")
-    w3 = Window.partitionBy("group_id").orderBy("offset")
-    r3 = rows.filter(t == 3).select(
-        "group_id", "offset", "ts_ms", "tombstone", "group_epoch", "epoch_seq"
-    )
-    r3 = (
-        r3.withColumn("prev_epoch", F.lag("group_epoch").over(w3))
-        .withColumn("prev_exists", F.lag("offset").over(w3).isNotNull())
-        .withColumn("next_offset", F.lead("offset").over(w3))
-        .withColumn("next_epoch", F.lead("group_epoch").over(w3))
-        .withColumn("next_tombstone", F.lead("tombstone").over(w3))
-    )
-    # What the command before each ConsumerGroupMetadata record changed (epoch_seq = k - 1).
-    ev = members.filter(F.col("kind").isNotNull())
-    joined = F.col("kind") == "join"
-    ev_agg = ev.groupBy("group_id", "epoch_seq").agg(
-        F.array_sort(
-            F.collect_list(
-                F.when(joined & ~F.col("replacing") & ~F.col("converted"), F.col("member_id"))
-            )
-        ).alias("joined"),
-        F.array_sort(
-            F.collect_list(
-                F.when(
-                    (F.col("kind") == "removed") & ~F.col("replaced"),
-                    F.struct(
-                        F.col("member_id").alias("member_id"), F.col("reason").alias("reason")
-                    ),
-                )
-            )
-        ).alias("removed"),
-        F.array_sort(
-            F.collect_list(F.when(F.col("kind") == "subscription_changed", F.col("member_id")))
-        ).alias("subscription_changed"),
-        F.array_sort(
-            F.collect_list(F.when(F.col("kind") == "assignor_changed", F.col("member_id")))
-        ).alias("assignor_changed"),
-    )
-    other = (
-        rows.filter(t.isin(2, 4, 16))
-        .groupBy("group_id", "epoch_seq")
-        .agg(
-            F.max(F.when((t == 2) & F.col("tombstone"), 1).otherwise(0)).alias(
-                "has_classic_tombstone"
-            ),
-            F.max(F.when(t == 4, 1).otherwise(0)).alias("has_partition_metadata"),
-            F.max(F.when(t == 16, 1).otherwise(0)).alias("has_regex"),
-        )
-    )
-    cause_rows = ev_agg.join(other, on=["group_id", "epoch_seq"], how="full_outer").withColumn(
-        "epoch_seq", F.col("epoch_seq") + 1
-    )
-    b = r3.join(cause_rows, on=["group_id", "epoch_seq"], how="left")
-    created = F.col("prev_epoch").isNull()
-    migrated = F.coalesce(F.col("has_classic_tombstone"), F.lit(0)) == 1
-    is_bump = ~F.col("tombstone") & (
-        (~created & (F.col("group_epoch") > F.col("prev_epoch")))
-        | (
-            created
-            & (
-                F.col("prev_exists")
-                | F.lit(params.complete)
-                | (F.col("group_epoch") <= 1)
-                | migrated
-            )
-        )
-    )
-    b = b.filter(is_bump)
-    empty_s = F.array().cast(T.ArrayType(T.StringType()))
-    for c in ("joined", "subscription_changed", "assignor_changed"):
-        b = b.withColumn(c, F.coalesce(F.col(c), empty_s))
-    removed_t = T.ArrayType(
-        T.StructType(
-            [T.StructField("member_id", T.StringType()), T.StructField("reason", T.StringType())]
-        )
-    )
-    b = b.withColumn("removed", F.coalesce(F.col("removed"), F.array().cast(removed_t)))
-    reasons = F.transform(F.col("removed"), lambda x: x["reason"])
-    member_change = (
-        (F.size("joined") > 0)
-        | (F.size("removed") > 0)
-        | (F.size("subscription_changed") > 0)
-        | (F.size("assignor_changed") > 0)
-    )
-    flags = [
-        F.when(migrated, F.lit("migrated_from_classic")),
-        F.when((F.size("joined") > 0) & ~migrated, F.lit("member_joined")),
-        F.when(F.array_contains(reasons, FENCED_SESSION), F.lit(FENCED_SESSION)),
-        F.when(F.array_contains(reasons, FENCED_REBALANCE), F.lit(FENCED_REBALANCE)),
-        F.when(F.array_contains(reasons, LEFT), F.lit(LEFT)),
-        F.when(F.array_contains(reasons, LEFT_OR_SESSION), F.lit(LEFT_OR_SESSION)),
-        F.when(F.size("subscription_changed") > 0, F.lit("subscription_changed")),
-        F.when(F.size("assignor_changed") > 0, F.lit("assignor_changed")),
-        F.when(
-            ~member_change & ~migrated & (F.col("has_regex") == 1),
-            F.lit("regex_resolution_changed"),
-        ),
-        F.when(
-            ~member_change
-            & ~migrated
-            & (F.coalesce(F.col("has_regex"), F.lit(0)) == 0)
-            & (F.col("has_partition_metadata") == 1),
-            F.lit("topic_metadata_changed"),
-        ),
-    ]
-    causes = F.filter(F.array(*flags), lambda x: x.isNotNull())
-    b = b.withColumn("causes", causes).withColumn(
-        "cause", F.coalesce(F.try_element_at(F.col("causes"), F.lit(1)), F.lit(UNKNOWN_CAUSE))
-    )
-    return b.select(
-        "group_id",
-        "epoch_seq",
-        F.col("group_epoch"),
-        F.col("prev_epoch").alias("previous_epoch"),
-        "offset",
-        "ts_ms",
-        "cause",
-        "causes",
-        F.col("joined").alias("members_joined"),
-        F.col("removed").alias("members_removed"),
-        F.col("subscription_changed").alias("members_subscription_changed"),
-        "next_offset",
-        "next_epoch",
-        "next_tombstone",
-    )
-
-
-def _convergence(rows: DataFrame, members: DataFrame, bumps: DataFrame) -> DataFrame:
-    """For each bump: when the group was next stable (every member reconciled to the group
-    epoch in force, or no member left), and how many members it had right after the bump."""
-    t = F.col("record_type_id")
-    w = Window.partitionBy("group_id").orderBy("offset")
-    upto = w.rowsBetween(Window.unboundedPreceding, 0)
-    delta_members = members.select(
-        "group_id",
-        "offset",
-        F.when(F.col("kind") == "join", 1)
-        .when(F.col("kind") == "removed", -1)
-        .otherwise(0)
-        .alias("d_live"),
-    )
-    r = (
-        rows.filter(t.isin(3, 5, 8))
-        .select(
-            "group_id",
-            "offset",
-            "ts_ms",
-            "record_type_id",
-            "tombstone",
-            "member_id",
-            "member_epoch",
-            "member_state",
-            "epoch_seq",
-            "epoch",
-        )
-        .join(delta_members, on=["group_id", "offset"], how="left")
-    )
-    r = r.withColumn("live_members", F.sum(F.coalesce(F.col("d_live"), F.lit(0))).over(upto))
-    rec = F.when(
-        (t == 8)
-        & ~F.col("tombstone")
-        & (F.col("member_state") == "STABLE")
-        & (F.col("member_epoch") == F.col("epoch")),
-        1,
-    ).otherwise(0)
-    w_rec = Window.partitionBy("group_id", "epoch_seq", "member_id").orderBy("offset")
-    r = r.withColumn("rec", rec).withColumn(
-        "d_rec",
-        F.when(t == 8, F.col("rec") - F.coalesce(F.lag("rec").over(w_rec), F.lit(0))).otherwise(0),
-    )
-    w_seg = (
-        Window.partitionBy("group_id", "epoch_seq")
-        .orderBy("offset")
-        .rowsBetween(Window.unboundedPreceding, 0)
-    )
-    r = r.withColumn("reconciled", F.sum("d_rec").over(w_seg))
-    stable = F.col("epoch").isNotNull() & (F.col("live_members") == F.col("reconciled"))
-    r = r.withColumn("stable", stable)
-    after = (
-        Window.partitionBy("group_id")
-        .orderBy(F.col("offset").desc())
-        .rowsBetween(Window.unboundedPreceding, 0)
-    )
-    r = r.withColumn(
-        "next_stable",
-        F.last(
-            F.when(F.col("stable"), F.struct("offset", "ts_ms", "epoch")), ignorenulls=True
-        ).over(after),
-    )
-    return r.filter(t == 3).select(
-        "group_id",
-        "offset",
-        F.col("live_members").alias("members_after"),
-        F.col("next_stable.offset").alias("stable_offset"),
-        F.col("next_stable.ts_ms").alias("stable_ts_ms"),
-        F.col("next_stable.epoch").alias("stable_epoch"),
-    )
-
-
-def _ownership_changes(rows: DataFrame, type_id: int, col: str) -> DataFrame:
-    """Per record of a member's assignment (current: 8, target: 7): what it gained and lost
-    against the member's previous record of the same type (a tombstone loses everything)."""
-    w = Window.partitionBy("group_id", "member_id").orderBy("offset")
-    r = rows.filter(F.col("record_type_id") == type_id)
-    if type_id == 8:
-        owned = F.array_union(_tps("assigned_partitions"), _tps("pending_revocation_partitions"))
-    else:
-        owned = _tps(col)
-    r = r.withColumn("owned", F.when(F.col("tombstone"), F.array().cast(TPS)).otherwise(owned))
-    r = r.withColumn("prev_owned", F.lag("owned").over(w))
-    prev = F.coalesce(F.col("prev_owned"), F.array().cast(TPS))
+def _typed(df: DataFrame, types: DataFrame) -> DataFrame:
+    """``df`` with its groups' ``group_type`` and ``protocol`` (offsets-only groups: classic)."""
     return (
-        r.withColumn("gained", F.array_except("owned", prev))
-        .withColumn("lost", F.array_except(prev, "owned"))
-        .withColumn("first", F.col("prev_owned").isNull())
+        df.join(types, "group_id", "left")
+        .withColumn("group_type", F.coalesce(F.col("group_type"), F.lit(CLASSIC)))
+        .withColumn("protocol", F.coalesce(F.col("protocol"), F.lit("none")))
     )
 
 
-def _unowned_intervals(rows: DataFrame, members: DataFrame, bumps: DataFrame) -> DataFrame:
-    """Each time a partition was released by its owner and later owned again: released and
-    re-owned time, the members, and the bump it belongs to (the one in force when it was
-    released; a release by a removed member belongs to the bump of that removal)."""
-    ch = _ownership_changes(rows, 8, "assigned_partitions")
-    rel = ch.select(
-        "group_id",
-        "offset",
-        "ts_ms",
-        "member_id",
-        "epoch_seq",
-        "tombstone",
-        F.explode("lost").alias("tp"),
-        F.lit(0).alias("gain"),
-    )
-    acq = ch.select(
-        "group_id",
-        "offset",
-        "ts_ms",
-        "member_id",
-        "epoch_seq",
-        "tombstone",
-        F.explode("gained").alias("tp"),
-        F.lit(1).alias("gain"),
-    )
-    ev = rel.unionByName(acq)
-    w = Window.partitionBy("group_id", F.col("tp.topic"), F.col("tp.partition")).orderBy(
-        "offset", "gain"
-    )
-    ev = (
-        ev.withColumn("next_gain", F.lead("gain").over(w))
-        .withColumn("next_ts", F.lead("ts_ms").over(w))
-        .withColumn("next_member", F.lead("member_id").over(w))
-    )
-    iv = ev.filter((F.col("gain") == 0) & (F.col("next_gain") == 1))
-    iv = iv.withColumn(
-        "epoch_seq_attr",
-        F.when(F.col("tombstone"), F.col("epoch_seq") + 1).otherwise(F.col("epoch_seq")),
-    )
-    b = bumps.select("group_id", F.col("epoch_seq").alias("epoch_seq_attr"), F.col("group_epoch"))
-    iv = iv.join(b, on=["group_id", "epoch_seq_attr"], how="left")
-    return iv.select(
-        "group_id",
-        F.col("tp.topic").alias("topic"),
-        F.col("tp.partition").alias("partition"),
-        F.timestamp_micros(F.col("ts_ms") * 1000).alias("released_at"),
-        F.timestamp_micros(F.col("next_ts") * 1000).alias("owned_again_at"),
-        ((F.col("next_ts") - F.col("ts_ms")) / 1000.0).alias("seconds"),
-        (F.col("next_ts") - F.col("ts_ms")).alias("ms"),
-        F.col("member_id").alias("released_by"),
-        F.col("next_member").alias("owned_again_by"),
-        F.col("group_epoch"),
-        "epoch_seq_attr",
-    )
-
-
-def _target_moves(rows: DataFrame, members: DataFrame) -> DataFrame:
-    """Per computation of the target assignment (one per bump at most, in the records after
-    it): partitions moved from one live member to another, newly assigned, unassigned."""
-    ch = _ownership_changes(rows, 7, "target_partitions").filter(~F.col("tombstone"))
-    takeover = members.filter(F.col("replacing")).select(
-        "group_id", "member_id", F.lit(True).alias("is_replacement")
-    )
-    ch = ch.join(takeover, on=["group_id", "member_id"], how="left").filter(
-        ~(F.coalesce(F.col("is_replacement"), F.lit(False)) & F.col("first"))
-    )
-    rel = ch.select(
-        "group_id", "epoch_seq", "member_id", F.explode("lost").alias("tp"), F.lit(0).alias("gain")
-    )
-    acq = ch.select(
-        "group_id",
-        "epoch_seq",
-        "member_id",
-        F.explode("gained").alias("tp"),
-        F.lit(1).alias("gain"),
-    )
-    per_tp = (
-        rel.unionByName(acq)
-        .groupBy("group_id", "epoch_seq", "tp")
-        .agg(
-            F.max(F.when(F.col("gain") == 0, F.col("member_id"))).alias("from_member"),
-            F.max(F.when(F.col("gain") == 1, F.col("member_id"))).alias("to_member"),
-        )
-    )
-    moved = F.col("from_member").isNotNull() & F.col("to_member").isNotNull()
-    return per_tp.groupBy("group_id", "epoch_seq").agg(
-        F.sum(F.when(moved, 1).otherwise(0)).alias("partitions_moved"),
-        F.sum(F.when(F.col("from_member").isNull(), 1).otherwise(0)).alias(
-            "partitions_newly_assigned"
-        ),
-        F.sum(F.when(F.col("to_member").isNull(), 1).otherwise(0)).alias("partitions_unassigned"),
-        F.array_sort(
-            F.collect_list(
-                F.when(
-                    moved,
-                    F.struct(
-                        F.col("tp.topic").alias("topic"),
-                        F.col("tp.partition").alias("partition"),
-                        F.col("from_member").alias("from_member"),
-                        F.col("to_member").alias("to_member"),
-                    ),
-                )
-            )
-        ).alias("moved"),
-    )
-
-
-def _rebalances(
-    bumps: DataFrame, conv: DataFrame, moves: DataFrame, unowned: DataFrame
-) -> DataFrame:
-    # Milliseconds are summed as integers: a sum of doubles would depend on the order, and so
-    # on the partitioning (local and cluster runs must give the same tables).
-    u = (
-        unowned.filter(F.col("ms") > 0)
-        .groupBy("group_id", F.col("epoch_seq_attr").alias("epoch_seq"))
-        .agg(
-            F.sum("ms").alias("unowned_partition_ms"),
-            F.count(F.lit(1)).alias("partitions_unowned"),
-        )
-    )
-    r = (
-        bumps.join(conv, on=["group_id", "offset"], how="left")
-        .join(moves, on=["group_id", "epoch_seq"], how="left")
-        .join(u, on=["group_id", "epoch_seq"], how="left")
-    )
-    ended_first = F.col("next_tombstone") & (
-        F.col("stable_offset").isNull() | (F.col("next_offset") < F.col("stable_offset"))
-    )
-    outcome = (
-        F.when(ended_first, "group_deleted")
-        .when(F.col("stable_offset").isNull(), "in_progress")
-        .when(F.col("stable_epoch") > F.col("group_epoch"), "superseded")
-        .otherwise("converged")
-    )
-    r = r.withColumn("outcome", outcome)
-    done = F.col("outcome").isin("converged", "superseded")
-    empty_moved = F.array().cast(
-        T.ArrayType(
-            T.StructType(
-                [
-                    T.StructField("topic", T.StringType()),
-                    T.StructField("partition", T.IntegerType()),
-                    T.StructField("from_member", T.StringType()),
-                    T.StructField("to_member", T.StringType()),
-                ]
-            )
-        )
-    )
-    return r.select(
-        "group_id",
-        "group_epoch",
-        "previous_epoch",
-        "offset",
-        F.timestamp_micros(F.col("ts_ms") * 1000).alias("timestamp"),
-        "cause",
-        "causes",
-        "members_joined",
-        "members_removed",
-        "members_subscription_changed",
-        F.coalesce(F.col("members_after"), F.lit(0)).alias("members_after"),
-        F.coalesce(F.col("partitions_moved"), F.lit(0)).cast("long").alias("partitions_moved"),
-        F.coalesce(F.col("partitions_newly_assigned"), F.lit(0))
-        .cast("long")
-        .alias("partitions_newly_assigned"),
-        F.coalesce(F.col("partitions_unassigned"), F.lit(0))
-        .cast("long")
-        .alias("partitions_unassigned"),
-        F.coalesce(F.col("moved"), empty_moved).alias("moved"),
-        (F.coalesce(F.col("unowned_partition_ms"), F.lit(0)) / 1000.0).alias(
-            "unowned_partition_seconds"
-        ),
-        F.coalesce(F.col("unowned_partition_ms"), F.lit(0))
-        .cast("long")
-        .alias("unowned_partition_ms"),
-        F.coalesce(F.col("partitions_unowned"), F.lit(0)).cast("long").alias("partitions_unowned"),
-        "outcome",
-        F.when(done, F.timestamp_micros(F.col("stable_ts_ms") * 1000)).alias("stable_at"),
-        F.when(done, F.col("stable_ts_ms") - F.col("ts_ms")).alias("time_to_converge_ms"),
-        F.when(F.col("outcome") == "superseded", F.col("stable_epoch")).alias("stable_epoch"),
-    )
-
-
-def _removals(members: DataFrame) -> DataFrame:
-    m = members.filter(F.col("kind") == "removed")
-    return m.select(
-        "group_id",
-        "member_id",
-        F.col("inst").alias("instance_id"),
-        "offset",
-        F.timestamp_micros(F.col("ts_ms") * 1000).alias("timestamp"),
-        "reason",
-        F.coalesce(F.col("classic_member"), F.lit(False)).alias("classic_member"),
-        "replaced_by",
-        "session_timeout_ms",
-    )
-
-
-def _static_restarts(members: DataFrame) -> DataFrame:
-    """A static member that came back under a new member id and took its place (no rebalance):
-    when it left (its epoch -2 record, or its last record) and when it was back."""
-    old = members.filter(F.col("replaced")).select(
-        "group_id",
-        F.col("inst").alias("instance_id"),
-        F.col("member_id").alias("old_member_id"),
-        F.col("replaced_by").alias("new_member_id"),
-        "ts_ms",
-        "last8_ts",
-        "last8_epoch",
-    )
-    left = F.when(F.col("last8_epoch") == -2, F.col("last8_ts"))
-    return old.select(
-        "group_id",
-        "instance_id",
-        "old_member_id",
-        "new_member_id",
-        F.timestamp_micros(left * 1000).alias("left_at"),
-        F.timestamp_micros(F.col("ts_ms") * 1000).alias("rejoined_at"),
-        (F.col("ts_ms") - left).alias("downtime_ms"),
-    )
-
-
-def _bucket(params: Params, ts_ms: Column) -> Column:
-    size_us = params.bucket_s * 1_000_000
-    b = F.floor((ts_ms * 1000 - F.lit(params.t0_us)) / size_us) * size_us + F.lit(params.t0_us)
-    return F.timestamp_micros(b.cast("long"))
-
-
-def _commit_rate(j: DataFrame, params: Params) -> DataFrame:
+def _commit_rate(j: DataFrame, params: Params, types: DataFrame) -> DataFrame:
     """Commits per group, topic and time bucket, offsets advanced, and the committed-offset
-    total (sum over the topic's partitions of the last committed offset) at each bucket's end."""
+    total (sum over the topic's partitions of the last committed offset) at each bucket's end;
+    with the group's type at the end of the data."""
     c = j.filter((F.col("record_type_id") == 1) & ~F.col("tombstone")).select(
         "group_id", "topic", "partition", "offset", "ts_ms", "committed_offset"
     )
@@ -857,7 +179,7 @@ def _commit_rate(j: DataFrame, params: Params) -> DataFrame:
     c = c.withColumn("first", prev.isNull()).withColumn(
         "delta", F.when(prev.isNull(), F.lit(0)).otherwise(F.col("committed_offset") - prev)
     )
-    c = c.withColumn("bucket", _bucket(params, F.col("ts_ms")))
+    c = c.withColumn("bucket", bucket(params, F.col("ts_ms")))
     agg = c.groupBy("group_id", "topic", "bucket").agg(
         F.count(F.lit(1)).alias("commits"),
         F.countDistinct("partition").alias("partitions"),
@@ -869,7 +191,7 @@ def _commit_rate(j: DataFrame, params: Params) -> DataFrame:
         .orderBy("bucket")
         .rowsBetween(Window.unboundedPreceding, 0)
     )
-    return agg.select(
+    out = agg.select(
         "group_id",
         "topic",
         F.col("bucket").alias("bucket_start"),
@@ -883,38 +205,44 @@ def _commit_rate(j: DataFrame, params: Params) -> DataFrame:
         .cast("long")
         .alias("committed_total"),
     )
+    return _typed(out, types).drop("protocol")
 
 
-def _churn(members: DataFrame, params: Params) -> DataFrame:
-    """Joins and removals per group and time bucket (static replacements and conversions are
-    not churn: they are counted apart)."""
-    m = members.filter(F.col("kind").isin("join", "removed")).withColumn(
-        "bucket", _bucket(params, F.col("ts_ms"))
-    )
+def _churn(members: DataFrame, classic_events: DataFrame, params: Params) -> DataFrame:
+    """Joins and removals per group, group type and time bucket (static replacements and
+    conversions are not churn: they are counted apart)."""
     join = (F.col("kind") == "join") & ~F.col("replacing") & ~F.col("converted")
     leave = (F.col("kind") == "removed") & ~F.col("replaced") & ~F.col("converted")
+    ev = members.filter(F.col("kind").isin("join", "removed")).select(
+        "group_id",
+        "group_type",
+        "ts_ms",
+        join.cast("int").alias("joins"),
+        leave.cast("int").alias("removals"),
+        (leave & (F.col("reason") == FENCED_SESSION)).cast("int").alias("fenced_session_timeout"),
+        (leave & (F.col("reason") == FENCED_REBALANCE))
+        .cast("int")
+        .alias("fenced_rebalance_timeout"),
+        F.col("replacing").cast("int").alias("static_restarts"),
+    )
+    counts = (
+        "joins",
+        "removals",
+        "fenced_session_timeout",
+        "fenced_rebalance_timeout",
+        "static_restarts",
+    )
     return (
-        m.groupBy("group_id", "bucket")
-        .agg(
-            F.sum(F.when(join, 1).otherwise(0)).cast("long").alias("joins"),
-            F.sum(F.when(leave, 1).otherwise(0)).cast("long").alias("removals"),
-            F.sum(F.when(leave & (F.col("reason") == FENCED_SESSION), 1).otherwise(0))
-            .cast("long")
-            .alias("fenced_session_timeout"),
-            F.sum(F.when(leave & (F.col("reason") == FENCED_REBALANCE), 1).otherwise(0))
-            .cast("long")
-            .alias("fenced_rebalance_timeout"),
-            F.sum(F.when(F.col("replacing"), 1).otherwise(0)).cast("long").alias("static_restarts"),
-        )
+        ev.unionByName(classic_events)
+        .withColumn("bucket", bucket(params, F.col("ts_ms")))
+        .groupBy("group_id", "group_type", "bucket")
+        .agg(*[F.sum(c).cast("long").alias(c) for c in counts])
         .select(
             "group_id",
+            "group_type",
             F.col("bucket").alias("bucket_start"),
             F.lit(params.bucket_s).alias("bucket_seconds"),
-            "joins",
-            "removals",
-            "fenced_session_timeout",
-            "fenced_rebalance_timeout",
-            "static_restarts",
+            *counts,
         )
     )
 
@@ -924,38 +252,38 @@ def _pcts(col: str) -> list[Column]:
     return [p.getItem(0).alias("p50_ms"), p.getItem(1).alias("p95_ms"), F.max(col).alias("max_ms")]
 
 
-def _convergence_summary(rebalances: DataFrame) -> DataFrame:
-    """Time to converge per group and overall (``group_id`` null): p50, p95 (linear
-    interpolation between ranks) and max over the bumps that converged."""
-    r = rebalances.select("group_id", "outcome", "time_to_converge_ms")
+def _convergence_summary(rebalances: DataFrame, types: DataFrame) -> DataFrame:
+    """Time to converge per group, per group type (``group_id`` null) and overall (both null):
+    p50, p95 (linear interpolation between ranks) and max over the rebalances that converged."""
+    r = rebalances.select("group_id", "group_type", "outcome", "time_to_converge_ms")
     done = r.filter(F.col("time_to_converge_ms").isNotNull())
     counts = [
         F.count(F.lit(1)).alias("rebalances"),
-        F.sum(F.when(F.col("outcome") == "converged", 1).otherwise(0))
-        .cast("long")
-        .alias("converged"),
-        F.sum(F.when(F.col("outcome") == "superseded", 1).otherwise(0))
-        .cast("long")
-        .alias("superseded"),
-        F.sum(F.when(F.col("outcome") == "in_progress", 1).otherwise(0))
-        .cast("long")
-        .alias("in_progress"),
-        F.sum(F.when(F.col("outcome") == "group_deleted", 1).otherwise(0))
-        .cast("long")
-        .alias("group_deleted"),
+        *[
+            count_if(F.col("outcome") == o).alias(o)
+            for o in ("converged", "superseded", "in_progress", "group_deleted")
+        ],
     ]
+    pct = _pcts("time_to_converge_ms")
     per_group = (
         r.groupBy("group_id")
         .agg(*counts)
-        .join(
-            done.groupBy("group_id").agg(*_pcts("time_to_converge_ms")), on="group_id", how="left"
-        )
+        .join(done.groupBy("group_id").agg(*pct), on="group_id", how="left")
+        .join(types.select("group_id", "group_type"), on="group_id", how="left")
     )
-    overall_counts = r.agg(*counts).crossJoin(done.agg(*_pcts("time_to_converge_ms")))
-    overall = overall_counts.select(
-        F.lit(None).cast("string").alias("group_id"), *overall_counts.columns
+    per_type = (
+        r.groupBy("group_type")
+        .agg(*counts)
+        .join(done.groupBy("group_type").agg(*pct), on="group_type", how="left")
+        .withColumn("group_id", F.lit(None).cast("string"))
     )
-    return overall.unionByName(per_group)
+    overall = (
+        r.agg(*counts)
+        .crossJoin(done.agg(*pct))
+        .withColumn("group_id", F.lit(None).cast("string"))
+        .withColumn("group_type", F.lit(None).cast("string"))
+    )
+    return overall.unionByName(per_type).unionByName(per_group)
 
 
 def _group_summary(
@@ -963,32 +291,41 @@ def _group_summary(
     removals: DataFrame,
     restarts: DataFrame,
     commits: DataFrame,
-    unowned: DataFrame,
-    members: DataFrame,
+    cg: consumer.ConsumerFrames,
+    cl: classic.ClassicFrames,
+    types: DataFrame,
 ) -> DataFrame:
     rb = rebalances.groupBy("group_id").agg(
         F.count(F.lit(1)).alias("rebalances"),
+        count_if(F.col("members_stopped") == 0).alias("rebalances_stopping_nobody"),
         F.sum("partitions_moved").alias("partitions_moved"),
         (F.sum("unowned_partition_ms") / 1000.0).alias("unowned_partition_seconds"),
         F.max("members_after").alias("max_members"),
     )
     rm = removals.groupBy("group_id").agg(
         *[
-            F.sum(F.when(F.col("reason") == reason, 1).otherwise(0)).cast("long").alias(reason)
+            count_if(F.col("reason") == reason).alias(reason)
             for reason in (LEFT, FENCED_SESSION, FENCED_REBALANCE, LEFT_OR_SESSION, CONVERTED)
         ]
     )
-    jn = members.groupBy("group_id").agg(
-        F.sum(
-            F.when(
-                (F.col("kind") == "join") & ~F.col("replacing") & ~F.col("converted"), 1
-            ).otherwise(0)
-        )
-        .cast("long")
-        .alias("joins"),
-        F.countDistinct(F.when(F.col("kind") == "join", F.col("member_id"))).alias(
-            "distinct_members"
-        ),
+    m = cg.members
+    joins = (
+        m.filter((F.col("kind") == "join") & ~F.col("replacing") & ~F.col("converted"))
+        .groupBy("group_id")
+        .agg(F.count(F.lit(1)).alias("joins"))
+        .unionByName(cl.churn.groupBy("group_id").agg(F.sum("joins").alias("joins")))
+        .groupBy("group_id")
+        .agg(F.sum("joins").cast("long").alias("joins"))
+    )
+    ids = (
+        m.filter(F.col("kind") == "join")
+        .select("group_id", "member_id")
+        .unionByName(cl.records.select("group_id", F.explode("new_ids").alias("member_id")))
+    )
+    jn = joins.join(
+        ids.groupBy("group_id").agg(F.countDistinct("member_id").alias("distinct_members")),
+        "group_id",
+        "full_outer",
     )
     rs = restarts.groupBy("group_id").agg(F.count(F.lit(1)).alias("static_restarts"))
     cm = commits.groupBy("group_id").agg(
@@ -1000,6 +337,8 @@ def _group_summary(
         .join(rs, "group_id", "full_outer")
         .join(cm, "group_id", "full_outer")
     )
-    return out.select(
-        *[c if c == "group_id" else F.coalesce(F.col(c), F.lit(0)).alias(c) for c in out.columns]
-    )
+    counted = [c for c in out.columns if c != "group_id"]
+    return _typed(
+        out.select("group_id", *[F.coalesce(F.col(c), F.lit(0)).alias(c) for c in counted]),
+        types,
+    ).select("group_id", "group_type", "protocol", *counted)

@@ -33,6 +33,8 @@ TABLES = (
     "member_churn",
     "commit_rate",
     "group_summary",
+    "migrations",
+    "migration_whatif",
     "whatif",
 )
 
@@ -82,7 +84,7 @@ def run_report(
     ``master`` and stopped at the end. ``whatif_assignor``: the assignor to replay history
     through (default: the export's default assignor, i.e. what the coordinator used unless
     members asked for another)."""
-    from . import html, metrics, whatif
+    from . import html, metrics, migration_whatif, whatif
 
     say = log or (lambda _m: None)
     info = read_info(input_path)
@@ -104,7 +106,7 @@ def run_report(
     try:
         from pyspark.sql import functions as F
 
-        journal = spark.read.parquet(str(Path(input_path).absolute()))
+        journal = metrics.conform(spark.read.parquet(str(Path(input_path).absolute())))
         t = time.perf_counter()
         bounds = _bounds(input_path)
         if bounds is None:  # no Parquet statistics for the timestamps: one Spark job
@@ -131,6 +133,9 @@ def run_report(
         )
         t = time.perf_counter()
         frames = metrics.compute(spark, journal, params)
+        frames["migration_whatif"] = migration_whatif.migration_whatif(
+            journal, frames["rebalances"], assignor, complete=info.complete
+        )
         frames["whatif"] = _whatif_frame(whatif.whatif(journal, assignor))
         stages["compute"] = time.perf_counter() - t
         paths: dict[str, Path] = {}

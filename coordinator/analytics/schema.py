@@ -52,6 +52,13 @@ CLASSIC_MEMBER = pa.struct(
     ]
 )
 TIMESTAMP = pa.timestamp("us", tz="UTC")
+REMOVED_MEMBER = pa.struct(
+    [
+        pa.field("member_id", pa.string()),
+        pa.field("reason", pa.string()),
+        pa.field("removed_at", TIMESTAMP),
+    ]
+)
 
 # Record type names (Kafka's, for the types Kafka has) by key type id.
 RECORD_TYPES: dict[int, str] = {
@@ -284,6 +291,53 @@ COLUMNS: tuple[Column, ...] = (
         "ConsumerGroupCurrentMemberAssignment",
         "how many of the member's assigned partitions have a replica in its rack (null: the "
         "member has no rack, or no replica racks are known for its topics)",
+    ),
+    Column(
+        "classic_rebalance_protocol",
+        pa.string(),
+        "GroupMetadata",
+        "eager or cooperative (KIP-429), from the embedded consumer protocol: cooperative when"
+        " the chosen protocol is cooperative-sticky or a member's subscription lists partitions"
+        " it owns (an eager member gives up everything before it joins); null for another"
+        " protocol type or an empty group",
+    ),
+    Column(
+        "rebalance_preparing_at",
+        TIMESTAMP,
+        "GroupMetadata",
+        "when the rebalance that made this generation started (the group entered"
+        " PreparingRebalance); null when the record does not say (older builds, a group created"
+        " by a downgrade)",
+    ),
+    Column(
+        "rebalance_completing_at",
+        TIMESTAMP,
+        "GroupMetadata",
+        "when its join phase completed (CompletingRebalance, or Empty); the record's own time is"
+        " when the group became Stable",
+    ),
+    Column(
+        "rebalance_cause",
+        pa.string(),
+        "GroupMetadata",
+        "what started that rebalance: member_joined, member_rejoined, subscription_changed,"
+        " member_left, member_fenced_session_timeout, member_fenced_rebalance_timeout,"
+        " static_member_restart or downgraded_from_consumer_group",
+    ),
+    Column(
+        "rebalance_client_reason",
+        pa.string(),
+        "GroupMetadata",
+        "the reason the client gave with the request that started it (KIP-800), up to 256"
+        " characters",
+    ),
+    Column(
+        "classic_removed_members",
+        pa.list_(REMOVED_MEMBER),
+        "GroupMetadata",
+        "members removed during that rebalance, in order: member_id, reason (member_left,"
+        " member_fenced_session_timeout, member_fenced_rebalance_timeout,"
+        " static_member_replaced), removed_at",
     ),
 )
 

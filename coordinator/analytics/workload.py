@@ -1,12 +1,14 @@
 """A workload generator: drives the real runtime in-process to write a realistic store.
 
 ``kip848 analytics generate --data-dir DIR --seed N`` builds a :class:`CoordinatorRuntime` on a
-:class:`SqliteRecordStore` with a :class:`ManualClock` and plays clients against it: KIP-848
-consumers (dynamic and static), classic consumers (JoinGroup/SyncGroup/Heartbeat, eager range
-assignment by the leader), and what happens to them over time — joins, leaves, rolling restarts,
-static bounces, crashes fenced by the session timeout, slow revokers fenced by the rebalance
-timeout, subscription changes, partitions added, classic groups upgraded by a joining consumer
-and classic members inside consumer groups. Consumers commit their progress every
+:class:`SqliteRecordStore` with a :class:`ManualClock` and plays clients against it
+(:mod:`.clients`): KIP-848 consumers (dynamic and static) and classic consumers
+(JoinGroup/SyncGroup/Heartbeat; eager with the range assignor or cooperative with
+cooperative-sticky, the leader assigning), and what happens to them over time — joins, leaves,
+rolling restarts, static bounces, crashes fenced by the session timeout, slow members fenced by
+the rebalance timeout, subscription changes, classic groups that stay classic, classic groups
+upgraded by a joining consumer (their classic members replaced by consumers as they restart)
+and downgraded again when the consumers leave. Consumers commit their progress every
 ``auto.commit.interval`` (5 s) and before they give partitions up.
 
 Everything runs on virtual time: an event queue of client actions; between two actions the
@@ -30,26 +32,14 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from coordinator.core.commands import ConsumerGroupHeartbeat
 from coordinator.core.config import GroupCoordinatorConfig
-from coordinator.core.errors import CoordinatorError, ErrorCode
-from coordinator.core.offsets import OffsetCommit, OffsetCommitPartition, OffsetCommitTopic
 from coordinator.core.topics import NewTopic
-from legacy_bridge import messages as lm
-from legacy_bridge.protocol import (
-    CONSUMER_PROTOCOL_TYPE,
-    AssignmentMessage,
-    Subscription,
-    decode_assignment,
-    decode_subscription,
-    encode_assignment,
-    encode_subscription,
-)
+
+from .clients import COOPERATIVE_STICKY, RANGE, ClassicConsumer, Consumer
 
 __all__ = ["ClassicConsumer", "Consumer", "Driver", "WorkloadOptions", "generate"]
 
 START_MS = 1_795_392_000_000  # 2026-11-23T00:00:00Z: the virtual clock's start
-Owned = dict[str, frozenset[int]]
 
 
 class SeededIds:
@@ -214,400 +204,6 @@ class Driver:
             await self._settle()
 
 
-# ------------------------------------------------------------------------ KIP-848 consumer
-
-
-@dataclass(eq=False)
-class Consumer:
-    """A KIP-848 consumer (Kafka's ConsumerMembershipManager, reduced): heartbeats at the
-    interval the coordinator gives, revokes then acknowledges by reporting what it owns,
-    commits its position every ``commit_interval_ms`` and before giving partitions up.
-
-    ``slow_revoke``: never finishes revoking (a stuck ``onPartitionsRevoked``): the coordinator
-    fences it when its rebalance timeout expires. ``crash()`` stops it silently (the session
-    timeout fences it); ``leave()`` leaves with epoch -1, or -2 for a static member that will
-    come back (``static_bounce``)."""
-
-    driver: Driver
-    group_id: str
-    topics: tuple[str, ...]
-    instance_id: str | None = None
-    client_id: str = "consumer"
-    rebalance_timeout_ms: int = 30_000
-    commit_interval_ms: int = 5_000
-    ack_delay_ms: int = 50
-    slow_revoke: bool = False
-    member_id: str = ""
-    epoch: int = 0
-    owned: Owned = field(default_factory=dict)
-    alive: bool = False
-    interval_ms: int = 5_000
-    _gen: int = 0
-    _subscription_sent: bool = False
-    committed: dict[tuple[str, int], int] = field(default_factory=dict)
-
-    def new_member_id(self) -> str:
-        raw = self.driver.rng.randbytes(16)
-        return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
-
-    def start(self, at_ms: int | None = None) -> None:
-        d = self.driver
-        self.alive = True
-        self.member_id = self.new_member_id()
-        self.epoch = 0
-        self.owned = {}
-        self._gen += 1
-        self._subscription_sent = False
-        gen = self._gen
-        d.at(d.now if at_ms is None else at_ms, lambda: self._heartbeat(gen))
-        d.at(
-            (d.now if at_ms is None else at_ms) + self.commit_interval_ms,
-            lambda: self._commit_loop(gen),
-        )
-
-    def _request(self) -> ConsumerGroupHeartbeat:
-        joining = self.epoch == 0
-        send_sub = joining or not self._subscription_sent
-        return ConsumerGroupHeartbeat(
-            group_id=self.group_id,
-            member_id=self.member_id,
-            member_epoch=self.epoch,
-            instance_id=self.instance_id,
-            rebalance_timeout_ms=self.rebalance_timeout_ms if joining else -1,
-            subscribed_topic_names=self.topics if send_sub else None,
-            topic_partitions={} if joining else dict(self.owned),
-            client_id=self.client_id,
-            client_host="/10.0.0.1",
-        )
-
-    async def _heartbeat(self, gen: int) -> None:
-        if not self.alive or gen != self._gen:
-            return
-        d = self.driver
-        req = self._request()
-        try:
-            resp = await d.runtime.heartbeat(req)
-        except CoordinatorError as e:
-            self._on_error(e, gen)
-            return
-        if gen != self._gen:
-            return
-        self._subscription_sent = True
-        self.member_id = resp.member_id or self.member_id
-        self.epoch = resp.member_epoch
-        self.interval_ms = resp.heartbeat_interval_ms or self.interval_ms
-        changed = False
-        if resp.assignment is not None:
-            target = {t: ps for t, ps in resp.assignment.assigned.items() if ps}
-            revoked = _minus(self.owned, target)
-            if revoked and not self.slow_revoke:
-                await self._commit(gen, revoked)
-                self.owned = _minus(self.owned, revoked)
-                changed = True
-            added = _minus(target, self.owned)
-            if added and not (revoked and self.slow_revoke):
-                self.owned = _union(self.owned, added)
-                changed = True
-        d.at(
-            d.now + (self.ack_delay_ms if changed else self.interval_ms),
-            lambda: self._heartbeat(gen),
-        )
-
-    def _on_error(self, e: CoordinatorError, gen: int) -> None:
-        d = self.driver
-        if e.code in (ErrorCode.FENCED_MEMBER_EPOCH, ErrorCode.UNKNOWN_MEMBER_ID):
-            # Lost every partition; rejoin with epoch 0 (same member id, KIP-1082).
-            self.owned, self.epoch, self._subscription_sent = {}, 0, False
-            d.at(d.now + self.ack_delay_ms, lambda: self._heartbeat(gen))
-        elif e.code == ErrorCode.FENCED_INSTANCE_ID:
-            self.alive = False  # another process took the instance id: this one stops
-        else:  # UNRELEASED_INSTANCE_ID, COORDINATOR_*: retry after the back-off
-            d.at(d.now + 1_000, lambda: self._heartbeat(gen))
-
-    async def _commit_loop(self, gen: int) -> None:
-        if not self.alive or gen != self._gen:
-            return
-        await self._commit(gen, self.owned)
-        d = self.driver
-        d.at(d.now + self.commit_interval_ms, lambda: self._commit_loop(gen))
-
-    async def _commit(self, gen: int, parts: Owned) -> None:
-        d = self.driver
-        if not parts or self.epoch <= 0:
-            return
-        topics = []
-        for topic_id in sorted(parts):
-            name = d.topic_name(topic_id)
-            ps = []
-            for p in sorted(parts[topic_id]):
-                end = d.log_end(name, p)
-                if self.committed.get((name, p)) != end:
-                    ps.append(OffsetCommitPartition(partition_index=p, committed_offset=end))
-            if ps:
-                topics.append(OffsetCommitTopic(name=name, partitions=tuple(ps)))
-        if not topics:
-            return
-        req = OffsetCommit(
-            group_id=self.group_id,
-            generation_id_or_member_epoch=self.epoch,
-            member_id=self.member_id,
-            group_instance_id=self.instance_id,
-            topics=tuple(topics),
-        )
-        try:
-            resp = await d.runtime.offset_commit(req)
-        except CoordinatorError:
-            return  # STALE_MEMBER_EPOCH etc.: the next commit retries
-        for topic in resp.topics:
-            for part in topic.partitions:
-                if not part.error_code:
-                    index = part.partition_index
-                    self.committed[(topic.name, index)] = d.log_end(topic.name, index)
-
-    def crash(self) -> None:
-        """The process dies: no leave, no commit; the coordinator notices by the session timeout."""
-        self.alive = False
-        self._gen += 1
-
-    async def leave(self, *, static_bounce: bool = False) -> None:
-        """Commit, revoke everything and leave (epoch -1; -2 for a static member's bounce)."""
-        if not self.alive:
-            return
-        gen = self._gen
-        await self._commit(gen, self.owned)
-        self.alive = False
-        self._gen += 1
-        epoch = -2 if (static_bounce and self.instance_id) else -1
-        try:
-            await self.driver.runtime.heartbeat(
-                ConsumerGroupHeartbeat(
-                    group_id=self.group_id,
-                    member_id=self.member_id,
-                    member_epoch=epoch,
-                    instance_id=self.instance_id,
-                )
-            )
-        except CoordinatorError:
-            pass  # already fenced: nothing to leave
-        self.owned = {}
-
-    async def subscribe(self, topics: tuple[str, ...]) -> None:
-        """Change the subscription (sent with the next heartbeat, which is sent now)."""
-        self.topics = topics
-        self._subscription_sent = False
-        await self._heartbeat(self._gen)
-
-
-# ------------------------------------------------------------------------ classic consumer
-
-
-@dataclass(eq=False)
-class ClassicConsumer:
-    """A classic consumer with the eager protocol and the range assignor: JoinGroup (with the
-    member id the coordinator requires), SyncGroup (the leader assigns), Heartbeat every 3 s,
-    rejoin on REBALANCE_IN_PROGRESS / ILLEGAL_GENERATION, LeaveGroup on shutdown. Inside a
-    consumer group (after an upgrade) the same requests are served by the legacy bridge."""
-
-    driver: Driver
-    group_id: str
-    topics: tuple[str, ...]
-    instance_id: str | None = None
-    session_timeout_ms: int = 45_000
-    rebalance_timeout_ms: int = 30_000
-    heartbeat_ms: int = 3_000
-    member_id: str = ""
-    generation: int = -1
-    owned: dict[str, tuple[int, ...]] = field(default_factory=dict)
-    alive: bool = False
-    _gen: int = 0
-
-    def start(self, at_ms: int | None = None) -> None:
-        d = self.driver
-        self.alive = True
-        self._gen += 1
-        gen = self._gen
-        self.member_id, self.generation, self.owned = "", -1, {}
-
-        async def go() -> None:
-            d.spawn(self._join(gen))
-
-        d.at(d.now if at_ms is None else at_ms, go)
-
-    def _protocols(self) -> tuple[tuple[str, bytes], ...]:
-        sub = Subscription(topics=self.topics, owned_partitions=())
-        return (("range", encode_subscription(sub)),)
-
-    async def _join(self, gen: int) -> None:
-        d = self.driver
-        for _ in range(100):
-            if not self.alive or gen != self._gen:
-                return
-            self.owned = {}  # eager: revoke everything before joining
-            req = lm.JoinGroup(
-                group_id=self.group_id,
-                session_timeout_ms=self.session_timeout_ms,
-                rebalance_timeout_ms=self.rebalance_timeout_ms,
-                member_id=self.member_id,
-                group_instance_id=self.instance_id,
-                protocol_type=CONSUMER_PROTOCOL_TYPE,
-                protocols=self._protocols(),
-                client_id="classic-consumer",
-                client_host="/10.0.0.2",
-            )
-            try:
-                resp = await d.runtime.classic_join(req)
-            except CoordinatorError as e:
-                if e.code == ErrorCode.UNKNOWN_MEMBER_ID:
-                    self.member_id = ""
-                    continue
-                if e.code == ErrorCode.FENCED_INSTANCE_ID:
-                    self.alive = False
-                    return
-                await self._sleep(1_000)
-                continue
-            if gen != self._gen:
-                return
-            if resp.error_code == ErrorCode.MEMBER_ID_REQUIRED:
-                self.member_id = resp.member_id
-                continue
-            if resp.error_code == ErrorCode.UNKNOWN_MEMBER_ID:
-                self.member_id = ""
-                continue
-            if resp.error_code:
-                await self._sleep(500)
-                continue
-            self.member_id = resp.member_id
-            self.generation = resp.generation_id
-            assignments: tuple[tuple[str, bytes], ...] = ()
-            if resp.leader == self.member_id and resp.members:
-                assignments = self._assign(resp.members)
-            try:
-                sync = await d.runtime.classic_sync(
-                    lm.SyncGroup(
-                        group_id=self.group_id,
-                        generation_id=self.generation,
-                        member_id=self.member_id,
-                        group_instance_id=self.instance_id,
-                        protocol_type=CONSUMER_PROTOCOL_TYPE,
-                        protocol_name="range",
-                        assignments=assignments,
-                    )
-                )
-            except CoordinatorError:
-                continue
-            if gen != self._gen:
-                return
-            if sync.error_code:
-                continue
-            a = decode_assignment(sync.assignment) if sync.assignment else AssignmentMessage()
-            self.owned = {t: tuple(ps) for t, ps in a.assigned_partitions}
-            d.at(d.now + self.heartbeat_ms, lambda: self._heartbeat(gen))
-            return
-
-    async def _sleep(self, ms: int) -> None:
-        d = self.driver
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-
-        async def wake() -> None:
-            if not fut.done():
-                fut.set_result(None)
-
-        d.at(d.now + ms, wake)
-        await fut
-
-    def _assign(self, members: tuple[lm.JoinGroupMember, ...]) -> tuple[tuple[str, bytes], ...]:
-        """The range assignor, as the leader of an eager classic group runs it."""
-        d = self.driver
-        subs = {m.member_id: decode_subscription(m.metadata).topics for m in members}
-        out: dict[str, dict[str, list[int]]] = {mid: {} for mid in subs}
-        for topic in sorted({t for ts in subs.values() for t in ts}):
-            if topic not in d.topics:
-                continue
-            consumers = sorted(mid for mid, ts in subs.items() if topic in ts)
-            n = d.topics[topic].partitions
-            per, extra = divmod(n, len(consumers))
-            start = 0
-            for i, mid in enumerate(consumers):
-                count = per + (1 if i < extra else 0)
-                out[mid][topic] = list(range(start, start + count))
-                start += count
-        return tuple(
-            (
-                mid,
-                encode_assignment(
-                    AssignmentMessage(
-                        assigned_partitions=tuple(
-                            (t, tuple(ps)) for t, ps in sorted(out[mid].items())
-                        )
-                    )
-                ),
-            )
-            for mid in sorted(out)
-        )
-
-    async def _heartbeat(self, gen: int) -> None:
-        if not self.alive or gen != self._gen:
-            return
-        d = self.driver
-        try:
-            resp = await d.runtime.classic_heartbeat(
-                lm.Heartbeat(
-                    group_id=self.group_id,
-                    generation_id=self.generation,
-                    member_id=self.member_id,
-                    group_instance_id=self.instance_id,
-                )
-            )
-            code = resp.error_code
-        except CoordinatorError as e:
-            code = int(e.code)
-        if gen != self._gen:
-            return
-        if code in (ErrorCode.REBALANCE_IN_PROGRESS, ErrorCode.ILLEGAL_GENERATION):
-            d.spawn(self._join(gen))
-        elif code == ErrorCode.UNKNOWN_MEMBER_ID:
-            self.member_id = ""
-            d.spawn(self._join(gen))
-        else:
-            d.at(d.now + self.heartbeat_ms, lambda: self._heartbeat(gen))
-
-    async def leave(self) -> None:
-        if not self.alive:
-            return
-        self.alive = False
-        self._gen += 1
-        if self.instance_id is not None:
-            return  # a static classic member stops without LeaveGroup (KIP-345)
-        try:
-            await self.driver.runtime.classic_leave(
-                lm.LeaveGroup(
-                    group_id=self.group_id, members=(lm.LeaveMember(member_id=self.member_id),)
-                )
-            )
-        except CoordinatorError:
-            pass
-
-    def crash(self) -> None:
-        self.alive = False
-        self._gen += 1
-
-
-def _minus(a: Owned, b: Owned) -> Owned:
-    out: Owned = {}
-    for t, ps in a.items():
-        rest = ps - b.get(t, frozenset())
-        if rest:
-            out[t] = rest
-    return out
-
-
-def _union(a: Owned, b: Owned) -> Owned:
-    out = dict(a)
-    for t, ps in b.items():
-        out[t] = out.get(t, frozenset()) | ps
-    return {t: ps for t, ps in out.items() if ps}
-
-
 # ------------------------------------------------------------------------ random scenarios
 
 
@@ -618,8 +214,14 @@ class WorkloadOptions:
     duration_s: int = 1_800
     topics: int = 8
     shards: int = 4
-    classic_fraction: float = 0.2
-    """Groups that start as classic groups; most are upgraded by a consumer joining later."""
+    classic_fraction: float = 0.3
+    """Groups that start as classic groups."""
+    cooperative_fraction: float = 0.4
+    """Classic groups whose members use the cooperative protocol (cooperative-sticky, KIP-429);
+    the others are eager (range)."""
+    upgrade_fraction: float = 0.4
+    """Classic groups upgraded by a KIP-848 consumer joining them (their first event); some of
+    them are downgraded again when the consumers leave."""
     static_fraction: float = 0.3
     """Groups whose members are static (instance ids)."""
     events_per_group_hour: float = 6.0
@@ -673,10 +275,13 @@ def _plan_group(
     n = rng.randint(2, 5)
     static = rng.random() < opts.static_fraction
     classic = rng.random() < opts.classic_fraction
+    protocol = COOPERATIVE_STICKY if rng.random() < opts.cooperative_fraction else RANGE
+    upgrade = classic and rng.random() < opts.upgrade_fraction
     t0 = d.now + rng.randint(0, 60_000)
-    members: list[Any] = []
+    counter = itertools.count()
 
-    def new_consumer(i: int) -> Consumer:
+    def new_consumer() -> Consumer:
+        i = next(counter)
         return Consumer(
             d,
             gid,
@@ -686,50 +291,83 @@ def _plan_group(
             ack_delay_ms=rng.randint(20, 400),
         )
 
-    for i in range(n):
-        m: Any = ClassicConsumer(d, gid, topics) if classic else new_consumer(i)
-        members.append(m)
+    def new_classic() -> ClassicConsumer:
+        i = next(counter)
+        return ClassicConsumer(
+            d,
+            gid,
+            topics,
+            instance_id=f"{gid}-instance-{i}" if static else None,
+            protocol=protocol,
+            client_id=f"{gid}-classic-{i}",
+            sync_delay_ms=rng.randint(10, 200),
+        )
+
+    g = _Group(d, rng, names, new_consumer, new_classic, classic and not upgrade)
+    for _ in range(n):
+        m = new_classic() if classic else new_consumer()
+        g.members.append(m)
         m.start(t0 + rng.randint(0, 10_000))
-    counter = itertools.count(n)
     horizon = end - t0
     events = max(
         1, int(rng.expovariate(1.0) * opts.events_per_group_hour * horizon / 3_600_000) + 1
     )
     times = sorted(t0 + 60_000 + rng.randint(0, max(1, horizon - 120_000)) for _ in range(events))
-    kinds = ["rolling_restart", "crash", "scale_out", "scale_in", "slow_revoke", "subscribe"]
+    kinds = ["rolling_restart", "crash", "scale_out", "scale_in", "slow_revoke"]
+    if not classic or upgrade:
+        kinds.append("subscribe")
     if static:
         kinds.append("static_bounce")
-    if classic:
-        kinds = ["upgrade"] + kinds  # the first event of a classic group: a consumer joins
+    if upgrade:
+        kinds.append("downgrade")  # the consumers leave: only classic members remain
     for k, t in enumerate(times):
-        kind = kinds[0] if classic and k == 0 else rng.choice(kinds)
-        _schedule_event(d, rng, kind, t, members, new_consumer, counter, names)
+        kind = "upgrade" if upgrade and k == 0 else rng.choice(kinds)
+        d.at(t, g.event(kind))
 
 
-def _schedule_event(
-    d: Driver,
-    rng: random.Random,
-    kind: str,
-    t: int,
-    members: list[Any],
-    new_consumer: Callable[[int], Consumer],
-    counter: Any,
-    names: list[str],
-) -> None:
-    async def run() -> None:
-        live = [m for m in members if m.alive]
-        if kind == "upgrade" or kind == "scale_out" or not live:
-            c = new_consumer(next(counter))
-            members.append(c)
+@dataclass(eq=False)
+class _Group:
+    """One group's members and what happens to them. A classic group that stays classic keeps
+    classic members (restarts, scaling and replacements are classic consumers too); in a
+    consumer group, a restarted classic member comes back as a KIP-848 consumer (the migration
+    completes)."""
+
+    d: Driver
+    rng: random.Random
+    names: list[str]
+    new_consumer: Callable[[], Consumer]
+    new_classic: Callable[[], ClassicConsumer]
+    stays_classic: bool
+    members: list[Any] = field(default_factory=list)
+
+    def _new(self) -> Any:
+        m = self.new_classic() if self.stays_classic else self.new_consumer()
+        self.members.append(m)
+        return m
+
+    def event(self, kind: str) -> Callable[[], Awaitable[None]]:
+        async def run() -> None:
+            await self._event(kind)
+
+        return run
+
+    async def _event(self, kind: str) -> None:
+        d, rng = self.d, self.rng
+        live = [m for m in self.members if m.alive]
+        if kind == "upgrade":
+            c = self.new_consumer()
+            self.members.append(c)
             c.start()
+        elif kind == "scale_out" or not live:
+            self._new().start()
         elif kind == "rolling_restart":
             gap = rng.randint(5_000, 20_000)
             for j, m in enumerate(live):
-                d.at(d.now + j * gap, _restart(d, m, new_consumer, members, counter))
+                d.at(d.now + j * gap, self._restart(m))
         elif kind == "static_bounce":
             m = rng.choice(live)
-            if isinstance(m, Consumer) and m.instance_id:
-                await m.leave(static_bounce=True)
+            if m.instance_id:
+                await (m.leave(static_bounce=True) if isinstance(m, Consumer) else m.leave())
                 m.start(d.now + rng.randint(2_000, 20_000))
         elif kind == "crash":
             m = rng.choice(live)
@@ -739,43 +377,53 @@ def _schedule_event(
         elif kind == "scale_in" and len(live) > 1:
             await rng.choice(live).leave()
         elif kind == "slow_revoke":
-            m = rng.choice(live)
-            if isinstance(m, Consumer):
-                m.slow_revoke = True
-                c = new_consumer(next(counter))  # a join makes it revoke, which it never finishes
-                members.append(c)
-                c.start()
-
-                async def recover() -> None:
-                    m.slow_revoke = False
-
-                d.at(d.now + m.rebalance_timeout_ms + 10_000, recover)
+            self._slow(rng.choice(live))
         elif kind == "subscribe":
             m = rng.choice(live)
             if isinstance(m, Consumer):
-                extra = rng.choice(names)
+                extra = rng.choice(self.names)
                 await m.subscribe(tuple(sorted(set(m.topics) | {extra})))
+        elif kind == "downgrade":
+            for m in live:
+                if isinstance(m, Consumer):
+                    await m.leave()
+            if not any(m.alive for m in self.members):
+                self._new().start()
+            self.stays_classic = True  # a downgraded group grows back with classic members
 
-    d.at(t, run)
-
-
-def _restart(
-    d: Driver, m: Any, new_consumer: Callable[[int], Consumer], members: list[Any], counter: Any
-) -> Callable[[], Awaitable[None]]:
-    async def run() -> None:
-        if not m.alive:
-            return
+    def _slow(self, m: Any) -> None:
+        """A member that takes longer than its rebalance timeout to give partitions up; a join
+        makes it revoke (fenced by the rebalance timeout)."""
+        d = self.d
         if isinstance(m, Consumer):
-            await m.leave(static_bounce=m.instance_id is not None)
-            m.start(d.now + 3_000)
-        else:
-            # A classic member restarts as a KIP-848 consumer: the migration completes.
-            await m.leave()
-            c = new_consumer(next(counter))
-            members.append(c)
-            c.start(d.now + 3_000)
+            m.slow_revoke = True
 
-    return run
+            async def recover() -> None:
+                m.slow_revoke = False
+
+            d.at(d.now + m.rebalance_timeout_ms + 10_000, recover)
+        else:
+            m.slow_rejoin = True
+        self._new().start()
+
+    def _restart(self, m: Any) -> Callable[[], Awaitable[None]]:
+        d = self.d
+
+        async def run() -> None:
+            if not m.alive:
+                return
+            if isinstance(m, Consumer):
+                await m.leave(static_bounce=m.instance_id is not None)
+                m.start(d.now + 3_000)
+            elif self.stays_classic:
+                await m.leave()
+                m.start(d.now + 3_000)
+            else:
+                # A classic member restarts as a KIP-848 consumer: the migration completes.
+                await m.leave()
+                self._new().start(d.now + 3_000)
+
+        return run
 
 
 def _revive(m: Any) -> Callable[[], Awaitable[None]]:

@@ -66,7 +66,9 @@ def register(commands: Commands) -> None:
     g.add_argument("--duration", type=int, default=1800, metavar="SECONDS", help="virtual time")
     g.add_argument("--topics", type=int, default=8)
     g.add_argument("--shards", type=int, default=4)
-    g.add_argument("--classic-fraction", type=float, default=0.2, metavar="F")
+    g.add_argument("--classic-fraction", type=float, default=0.3, metavar="F")
+    g.add_argument("--cooperative-fraction", type=float, default=0.4, metavar="F")
+    g.add_argument("--upgrade-fraction", type=float, default=0.4, metavar="F")
     g.add_argument("--static-fraction", type=float, default=0.3, metavar="F")
     g.add_argument("--events-per-group-hour", type=float, default=6.0, metavar="N")
 
@@ -149,6 +151,14 @@ def _generate(args: argparse.Namespace) -> int:
 
     if args.groups < 1 or args.duration < 1 or args.topics < 1 or args.shards < 1:
         raise UsageError("--groups, --duration, --topics and --shards must be at least 1")
+    fractions = (
+        args.classic_fraction,
+        args.cooperative_fraction,
+        args.upgrade_fraction,
+        args.static_fraction,
+    )
+    if not all(0.0 <= f <= 1.0 for f in fractions):
+        raise UsageError("the --*-fraction options must be between 0 and 1")
     opts = WorkloadOptions(
         seed=args.seed,
         groups=args.groups,
@@ -156,6 +166,8 @@ def _generate(args: argparse.Namespace) -> int:
         topics=args.topics,
         shards=args.shards,
         classic_fraction=args.classic_fraction,
+        cooperative_fraction=args.cooperative_fraction,
+        upgrade_fraction=args.upgrade_fraction,
         static_fraction=args.static_fraction,
         events_per_group_hour=args.events_per_group_hour,
     )

@@ -33,12 +33,15 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 @pytest.fixture(scope="session")
 def workload(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """A generated store (12 groups, 20 virtual minutes) and its export."""
+    """A generated store (12 groups, 20 virtual minutes; half of them classic: eager and
+    cooperative, staying classic, upgraded, one downgraded again) and its export."""
     from coordinator.analytics.export import export_journal
     from coordinator.analytics.workload import WorkloadOptions, generate
 
     base = tmp_path_factory.mktemp("workload")
-    opts = WorkloadOptions(seed=7, groups=12, duration_s=1200, events_per_group_hour=12.0)
+    opts = WorkloadOptions(
+        seed=10, groups=12, duration_s=1200, events_per_group_hour=12.0, classic_fraction=0.5
+    )
     gen = generate(str(base / "store"), opts)
     result = export_journal(base / "store", base / "journal.parquet")
     return {

@@ -13,6 +13,8 @@ import pyarrow.parquet as pq
 
 from coordinator.analytics import metrics as M
 
+from . import oracle_classic
+
 CAUSE_ORDER = M.CAUSES
 
 
@@ -30,6 +32,10 @@ class Result:
     intervals: list[dict[str, Any]] = field(default_factory=list)
     restarts: list[dict[str, Any]] = field(default_factory=list)
     commits: dict[tuple[str, str, int], dict[str, int]] = field(default_factory=dict)
+    phases: list[dict[str, Any]] = field(default_factory=list)
+    """Mixed phases of consumer groups: start and end (None: still mixed) times."""
+    downgrades: list[dict[str, Any]] = field(default_factory=list)
+    migrations: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _tps(parts: list[dict[str, Any]] | None) -> set[tuple[str, int]]:
@@ -52,7 +58,9 @@ def compute(
     for gid in sorted(by_group):
         grows = sorted(by_group[gid], key=lambda r: r["offset"])
         _group(gid, grows, res, session_timeout_ms, complete)
+        oracle_classic.classic(gid, grows, res, complete)
         _commits(gid, grows, res, bucket_s, t0_us)
+    oracle_classic.migrations(res)
     return res
 
 
@@ -69,12 +77,13 @@ def _group(
     classic_gone_ts: int | None = None
     seq = 0  # ConsumerGroupMetadata records so far
     bump_of_seq: dict[int, dict[str, Any]] = {}
-    seg: dict[str, Any] = _new_seg()
+    seg: dict[str, Any] = _new_seg(0)
     open_bumps: list[dict[str, Any]] = []
     target: dict[str, set[tuple[str, int]]] = {}
     owned: dict[str, set[tuple[str, int]]] = {}
     pending_release: dict[tuple[str, int], tuple[int, str, int]] = {}
     replacing_members: set[str] = set()
+    ever7: set[str] = set()  # members with a target record so far
     seg_moves: dict[int, dict[tuple[str, int], list[str | None]]] = defaultdict(dict)
     n = len(rows)
     for i, r in enumerate(rows):
@@ -120,13 +129,21 @@ def _group(
                     reason = M.LEFT
                 else:
                     reason = M.LEFT_OR_SESSION
+                mixed = prev["classic"] or any(m["classic"] for k, m in members.items() if k != mid)
                 res.removals.append(
-                    {"group_id": gid, "member_id": mid, "offset": r["offset"], "reason": reason}
+                    {
+                        "group_id": gid,
+                        "group_type": "mixed" if mixed else "consumer",
+                        "member_id": mid,
+                        "offset": r["offset"],
+                        "reason": reason,
+                    }
                 )
                 if replaced:
                     res.restarts.append(
                         {
                             "group_id": gid,
+                            "group_type": "mixed" if mixed else "consumer",
                             "instance_id": inst,
                             "old_member_id": mid,
                             "new_member_id": nxt["member_id"],  # type: ignore[index]
@@ -145,6 +162,7 @@ def _group(
                     "assignor": r["server_assignor"] or "",
                     "rt": r["rebalance_timeout_ms"],
                     "classic_sto": r["classic_session_timeout_ms"],
+                    "classic": bool(r["classic_member"]),
                 }
                 if prev is None:
                     replacing = (
@@ -154,8 +172,10 @@ def _group(
                     )
                     if replacing:
                         replacing_members.add(mid)
-                    elif classic_gone_ts != ts:
+                    elif classic_gone_ts != ts or not r["classic_member"]:
                         seg["joined"].append(mid)
+                    else:  # converted by an upgrade: it was a member of the classic group
+                        seg["members_before"] += 1
                 elif (prev["names"], prev["regex"]) != (info["names"], info["regex"]):
                     seg["subscription_changed"].append(mid)
                 elif prev["assignor"] != info["assignor"]:
@@ -163,10 +183,27 @@ def _group(
                 members[mid] = info
                 last_active[mid] = ts
             ever5[mid] = True
+            mixed_now = any(m["classic"] for m in members.values())
+            if mixed_now and (
+                not res.phases
+                or res.phases[-1]["group_id"] != gid
+                or (res.phases[-1]["end_ms"] is not None)
+            ):
+                res.phases.append({"group_id": gid, "start_ms": ts, "end_ms": None})
+            elif (
+                not mixed_now
+                and res.phases
+                and res.phases[-1]["group_id"] == gid
+                and (res.phases[-1]["end_ms"] is None)
+            ):
+                res.phases[-1]["end_ms"] = ts
         elif t == 7:
             new = set() if tomb else _tps(r["target_partitions"])
             old = target.get(mid, set())
-            first = mid not in target
+            # A static member's new incarnation takes over its predecessor's target with its
+            # very first target record (not a move); a later rejoin under its id moves as any.
+            first = mid not in ever7
+            ever7.add(mid)
             if not tomb and not (first and mid in replacing_members):
                 moves = seg_moves[seq]
                 for tp in old - new:
@@ -200,6 +237,7 @@ def _group(
                             "owned_again_by": mid,
                             "_seq": rel[2],
                             "group_epoch": None,  # the bump is known later
+                            "group_type": "consumer",
                         }
                     )
             if tomb:
@@ -223,13 +261,13 @@ def _group(
                 if (not created and e > prev_epoch) or (
                     created and (seen3 or complete or e <= 1 or migrated)
                 ):
-                    b = _bump(gid, r, prev_epoch, seg, len(members))
+                    b = _bump(gid, r, prev_epoch, seg, members)
                     res.bumps.append(b)
                     bump_of_seq[seq] = b
                     open_bumps.append(b)
                 epoch = e
             seen3 = True
-            seg = _new_seg()
+            seg = _new_seg(len(members))
         # Stable after this row?
         if (
             epoch is not None
@@ -253,18 +291,22 @@ def _group(
         b["partitions_moved"] = sum(1 for f, to in moves.values() if f and to)
         b["partitions_newly_assigned"] = sum(1 for f, to in moves.values() if not f and to)
         b["partitions_unassigned"] = sum(1 for f, to in moves.values() if f and not to)
+        b["members_stopped"] = len({f for f, _to in moves.values() if f})
     for iv in res.intervals:
         if iv["group_id"] == gid:
             b = bump_of_seq.get(iv["_seq"])
             if b is not None:
                 iv["group_epoch"] = b["group_epoch"]
+                iv["group_type"] = b["group_type"]
                 if iv["seconds"] > 0:
                     b["unowned_partition_seconds"] += iv["seconds"]
                     b["partitions_unowned"] += 1
 
 
-def _new_seg() -> dict[str, Any]:
+def _new_seg(members: int) -> dict[str, Any]:
+    """What the commands after a ConsumerGroupMetadata record change, up to the next one."""
     return {
+        "members_before": members,
         "joined": [],
         "removed": [],
         "subscription_changed": [],
@@ -276,7 +318,11 @@ def _new_seg() -> dict[str, Any]:
 
 
 def _bump(
-    gid: str, r: dict[str, Any], prev: int | None, seg: dict[str, Any], members: int
+    gid: str,
+    r: dict[str, Any],
+    prev: int | None,
+    seg: dict[str, Any],
+    members: dict[str, dict[str, Any]],
 ) -> dict[str, Any]:
     reasons = {reason for _m, reason in seg["removed"]}
     change = bool(
@@ -308,7 +354,11 @@ def _bump(
         "causes": causes,
         "members_joined": sorted(seg["joined"]),
         "members_removed": sorted(seg["removed"]),
-        "members_after": members,
+        "group_type": "mixed" if any(m["classic"] for m in members.values()) else "consumer",
+        "protocol": "consumer",
+        "members_before": seg["members_before"],
+        "members_after": len(members),
+        "members_stopped": 0,
         "partitions_moved": 0,
         "partitions_newly_assigned": 0,
         "partitions_unassigned": 0,

@@ -4,6 +4,7 @@ on a generated workload, and exact numbers for a scripted scenario."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,10 @@ from coordinator.analytics.report import read_info
 from . import oracle
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(1200)]
+
+
+def _ms(t: Any) -> int:
+    return int(t.timestamp() * 1000 + 0.5)
 
 
 def _params(path: Path) -> tuple[M.Params, list[dict[str, Any]]]:
@@ -46,6 +51,7 @@ def _spark_tables(spark: Any, path: Path, params: M.Params) -> dict[str, list[di
             "unowned_intervals",
             "commit_rate",
             "static_restarts",
+            "migrations",
         )
     }
 
@@ -63,6 +69,13 @@ def _compare(spark: Any, path: Path) -> tuple[dict[str, list[dict[str, Any]]], o
     # Rebalances: every field of every bump.
     spark_bumps = {
         (r["group_id"], r["offset"]): {
+            "group_type": r["group_type"],
+            "protocol": r["protocol"],
+            "timestamp": _ms(r["timestamp"]),
+            "members_before": r["members_before"],
+            "members_stopped": r["members_stopped"],
+            "join_ms": r["join_ms"],
+            "sync_ms": r["sync_ms"],
             "group_epoch": r["group_epoch"],
             "previous_epoch": r["previous_epoch"],
             "cause": r["cause"],
@@ -82,6 +95,13 @@ def _compare(spark: Any, path: Path) -> tuple[dict[str, list[dict[str, Any]]], o
     }
     oracle_bumps = {
         (b["group_id"], b["offset"]): {
+            "group_type": b["group_type"],
+            "protocol": b["protocol"],
+            "timestamp": b["ts_ms"],
+            "members_before": b["members_before"],
+            "members_stopped": b["members_stopped"],
+            "join_ms": b.get("join_ms"),
+            "sync_ms": b.get("sync_ms"),
             "group_epoch": b["group_epoch"],
             "previous_epoch": b["previous_epoch"],
             "cause": b["cause"],
@@ -105,11 +125,16 @@ def _compare(spark: Any, path: Path) -> tuple[dict[str, list[dict[str, Any]]], o
     for key in sorted(oracle_bumps):
         assert spark_bumps[key] == oracle_bumps[key], key
     assert sorted(
-        (r["group_id"], r["member_id"], r["offset"], r["reason"]) for r in got["member_removals"]
-    ) == sorted((r["group_id"], r["member_id"], r["offset"], r["reason"]) for r in want.removals)
+        (r["group_id"], r["group_type"], r["member_id"], r["offset"], r["reason"])
+        for r in got["member_removals"]
+    ) == sorted(
+        (r["group_id"], r["group_type"], r["member_id"], r["offset"], r["reason"])
+        for r in want.removals
+    )
     assert sorted(
         (
             r["group_id"],
+            r["group_type"],
             r["topic"],
             r["partition"],
             round(r["seconds"], 3),
@@ -121,6 +146,7 @@ def _compare(spark: Any, path: Path) -> tuple[dict[str, list[dict[str, Any]]], o
     ) == sorted(
         (
             r["group_id"],
+            r["group_type"],
             r["topic"],
             r["partition"],
             round(r["seconds"], 3),
@@ -140,11 +166,48 @@ def _compare(spark: Any, path: Path) -> tuple[dict[str, list[dict[str, Any]]], o
     }
     assert spark_commits == want.commits
     assert sorted(
-        (r["group_id"], r["old_member_id"], r["new_member_id"], r["downtime_ms"])
+        (r["group_id"], r["group_type"], r["old_member_id"], r["new_member_id"], r["downtime_ms"])
         for r in got["static_restarts"]
     ) == sorted(
-        (r["group_id"], r["old_member_id"], r["new_member_id"], r["downtime_ms"])
+        (r["group_id"], r["group_type"], r["old_member_id"], r["new_member_id"], r["downtime_ms"])
         for r in want.restarts
+    )
+
+    def ms_or_none(t: Any) -> int | None:
+        return None if t is None else _ms(t)
+
+    assert sorted(
+        (
+            r["group_id"],
+            r["direction"],
+            r["offset"],
+            _ms(r["timestamp"]),
+            r["generation"],
+            r["members_converted"],
+            ms_or_none(r["mixed_started_at"]),
+            ms_or_none(r["mixed_ended_at"]),
+            r["mixed_outcome"],
+            r["rebalances"],
+            r["partitions_moved"],
+            round(r["unowned_partition_seconds"], 3),
+        )
+        for r in got["migrations"]
+    ) == sorted(
+        (
+            m["group_id"],
+            m["direction"],
+            m["offset"],
+            m["ts_ms"],
+            m["generation"],
+            m["members_converted"],
+            m["mixed_started_ms"],
+            m["mixed_ended_ms"],
+            m["mixed_outcome"],
+            m["rebalances"],
+            m["partitions_moved"],
+            m["unowned_partition_seconds"],
+        )
+        for m in want.migrations
     )
     return got, want
 
@@ -155,9 +218,22 @@ def test_spark_equals_plain_python_on_a_generated_workload(
     got, want = _compare(spark, workload["parquet"])
     causes = {b["cause"] for b in want.bumps}
     reasons = {r["reason"] for r in want.removals}
-    # The workload exercises what the metrics distinguish (so the comparison means something).
-    assert {"member_joined", "migrated_from_classic"} <= causes, causes
+    # The workload exercises what the metrics distinguish (so the comparison means something):
+    # consumer, mixed and classic groups, eager and cooperative, upgrades and a downgrade.
+    assert {"member_joined", "migrated_from_classic", "member_rejoined"} <= causes, causes
+    assert "downgraded_from_consumer_group" in causes, causes
     assert M.FENCED_REBALANCE in reasons and M.REPLACED in reasons, reasons
+    classic = [b for b in want.bumps if b["group_type"] == "classic"]
+    assert {b["group_type"] for b in want.bumps} == {"consumer", "mixed", "classic"}
+    assert {b["protocol"] for b in classic} == {"eager", "cooperative"}
+    assert {r["reason"] for r in want.removals if r["group_type"] == "classic"} >= {
+        M.LEFT,
+        M.FENCED_SESSION,
+        M.FENCED_REBALANCE,
+    }
+    assert all(b["time_to_converge_ms"] is not None for b in classic)
+    assert sum(b["unowned_partition_seconds"] for b in classic) > 0
+    assert {m["direction"] for m in want.migrations} == {"upgrade", "downgrade"}
     assert len(want.bumps) > 50 and len(want.intervals) > 50 and len(want.commits) > 100
     assert any(b["partitions_moved"] > 0 for b in want.bumps)
 
@@ -182,17 +258,27 @@ def _rolling_restart_store(path: Path) -> None:
         for i, c in enumerate(cs):
             c.start(START_MS + 10_000 * i)
         await d.run(START_MS + 40_000)
-        for i, c in enumerate(cs):
-
-            async def bounce(c: Consumer = c) -> None:
-                await c.leave()
-                c.start(d.now + 8_000)
-
-            d.at(START_MS + 40_000 + 20_000 * i, bounce)
+        restart_each(d, cs, lambda i, c: c.start(d.now + 8_000))
         await d.run(START_MS + 120_000)
         await d.close()
 
     asyncio.run(run())
+
+
+def restart_each(
+    d: Any, members: list[Any], back: Callable[[int, Any], None], *, from_s: int = 40
+) -> None:
+    """From ``from_s`` seconds of virtual time, every 20 s, the next member leaves;
+    ``back(i, member)`` then brings it (or its replacement) back."""
+    from coordinator.analytics.workload import START_MS
+
+    for i, c in enumerate(members):
+
+        async def restart(i: int = i, c: Any = c) -> None:
+            await c.leave()
+            back(i, c)
+
+        d.at(START_MS + from_s * 1000 + 20_000 * i, restart)
 
 
 def test_three_member_rolling_restart_exact_numbers(spark: Any, tmp_path: Path) -> None:

@@ -33,7 +33,11 @@ def test_one_parquet_table_per_metric_and_the_page(report: Any, workload: dict[s
         mine = [r for r in rebalances if r["group_id"] == gid]
         assert s["rebalances"] == len(mine)
         assert s["partitions_moved"] == sum(r["partitions_moved"] for r in mine)
-    overall = [r for r in _table(report, "convergence") if r["group_id"] is None]
+    overall = [
+        r
+        for r in _table(report, "convergence")
+        if r["group_id"] is None and r["group_type"] is None
+    ]
     assert len(overall) == 1 and overall[0]["rebalances"] == len(rebalances)
     done = sorted(
         r["time_to_converge_ms"] for r in rebalances if r["time_to_converge_ms"] is not None
