@@ -96,6 +96,12 @@ class TargetSummary:
     are absent)."""
     unassigned: Mapping[TopicId, Sequence[int]]
     """Topic id -> its partitions that no member holds, sorted (every topic in ``topics``)."""
+    held_by_racks: Mapping[tuple[frozenset[str], str | None], int] | None = None
+    """(the racks of a partition's replicas — empty when unknown —, the ``rack_id`` of the
+    member holding it) -> how many partitions of the members' targets are so (pairs counting
+    none are absent); None when the coordinator does not count them (no topic in ``topics`` has
+    partition racks). What a rack-aware assignor needs to plan without visiting every
+    partition."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

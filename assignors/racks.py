@@ -46,9 +46,9 @@ Everything is deterministic: nodes, types and members are visited in sorted orde
 from __future__ import annotations
 
 from collections import Counter, deque
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from itertools import chain, compress, filterfalse, islice, repeat
-from operator import add, mul
+from operator import add, lt, mul
 from typing import Any
 
 from assignors.api import PartitionAssignorError, TopicId, TopicMetadata
@@ -63,6 +63,7 @@ __all__ = [
 
 _NOBODY: Mapping[int, object] = {}
 _BYTE = [bytes([b]) for b in range(256)]
+_ONLY = [bytes(b == v for b in range(256)) for v in range(256)]  # translate: v -> 1, else 0
 
 
 # ---------------------------------------------------------------------- what is local
@@ -122,7 +123,8 @@ class RackNodes:
     def node(self, rack_id: str | None) -> int:
         return self.racks.index(rack_id) if rack_id in self.bit else self.elsewhere
 
-    def _mask(self, racks: frozenset[str]) -> int:
+    def mask(self, racks: frozenset[str]) -> int:
+        """The bit mask of the relevant racks among ``racks``."""
         mask = self._of_set.get(racks)
         if mask is None:
             bit = self.bit
@@ -135,7 +137,7 @@ class RackNodes:
         if masks is None:
             groups = metadata.partitions_by_racks()
             masks = self._masks[metadata.topic_id] = dict(
-                zip(groups, map(self._mask, groups), strict=True)
+                zip(groups, map(self.mask, groups), strict=True)
             )
         return masks
 
@@ -146,7 +148,7 @@ class RackNodes:
             codes, racks = coded
             table = self._tables.get(racks)
             if table is None:
-                table = self._tables[racks] = bytes(map(self._mask, racks)).ljust(256, b"\0")
+                table = self._tables[racks] = bytes(map(self.mask, racks)).ljust(256, b"\0")
             return codes.translate(table)
         mask_of = self.mask_of(metadata)
         n = metadata.num_partitions
@@ -171,6 +173,8 @@ def settle_class(
     topic_ids: Sequence[TopicId],
     topics: Mapping[TopicId, TopicMetadata],
     owners: Holders | None = None,
+    held: Mapping[tuple[frozenset[str], str | None], int] | None = None,
+    racks: Sequence[str] | None = None,
 ) -> dict[int, Assignment] | None:
     """One class of ``uniform`` (members by index, in member order; lists are indexed by
     member index): the class's partitions (what its members hold, ``current`` of sizes
@@ -180,14 +184,18 @@ def settle_class(
     ``r`` extra partitions is part of the plan (more local partitions for a rack with more
     local replicas), so ``target`` is rewritten; within a node the extras go first to members
     holding more than ``q``, in member order, as the rack-blind targets do. ``owners``: who
-    holds each partition, when the caller has it (else it is built from ``current``). Returns
-    the new assignment of each member whose assignment changes, or None (``target``
-    untouched) when no rack is relevant."""
-    racks = relevant_racks((rack_of[i] for i in members), topic_ids, topics)
+    holds each partition, when the caller has it (else it is built from ``current``);
+    ``held``: the members' partitions counted by (their racks, their member's rack), when the
+    caller has them (``TargetSummary.held_by_racks``: then no held partition is visited);
+    ``racks``: the :func:`relevant_racks`, when the caller has them. Returns the new
+    assignment of each member whose assignment changes, or None (``target`` untouched) when no
+    rack is relevant."""
+    if racks is None:
+        racks = relevant_racks((rack_of[i] for i in members), topic_ids, topics)
     if not racks:
         return None
     settle = _ClassSettle(members, rack_of, target, load, current, topics, RackNodes(racks))
-    return settle.run(incoming, topic_ids, owners)
+    return settle.run(incoming, topic_ids, owners, held)
 
 
 class Holders:
@@ -257,15 +265,13 @@ class _ClassSettle:
         incoming: Sequence[tuple[TopicId, Sequence[int]]],
         topic_ids: Sequence[TopicId],
         owners: Holders | None,
+        held: Mapping[tuple[frozenset[str], str | None], int] | None,
     ) -> dict[int, Assignment]:
         nodes = self.nodes
         holder = self._holders(topic_ids, owners)
-        counts, free = self._count(incoming, holder)
+        counts, free = self._count(incoming, holder, held)
         kinds = sorted(counts)
-        nodes_of = list(map(self.node_of.__getitem__, self.members))
-        by_node = {
-            v: list(compress(self.members, map(v.__eq__, nodes_of))) for v in range(nodes.count)
-        }
+        by_node = self._by_node()
         quota, extras = divmod(sum(map(self.target.__getitem__, self.members)), len(self.members))
         size = [len(by_node[v]) for v in range(nodes.count)]
         big = sum(counts.values()) + 1
@@ -297,11 +303,9 @@ class _ClassSettle:
                 self._give_up(v, by_node[v], excess, load, out, moving, holder)
             # Members still above their count give up their highest partitions; they stay in
             # the node (the plan keeps them there).
-            for i in by_node[v]:
-                extra = load[i] - self.target[i]
-                if extra > 0:
-                    self._trim(i, extra, out, receiving[v])
-                    load[i] = self.target[i]
+            for i in self._above(by_node[v], load):
+                self._trim(i, load[i] - self.target[i], out, receiving[v])
+                load[i] = self.target[i]
         for (m, t), seq in free.items():
             moving.setdefault((m, self.pool), {})[t] = seq
         for m, h in kinds:
@@ -314,6 +318,15 @@ class _ClassSettle:
             self._fill(by_node[v], receiving[v], load, out)
         return out
 
+    def _by_node(self) -> dict[int, list[int]]:
+        """The class's members of each node, in member order (C-level passes)."""
+        nodes_of = list(map(self.node_of.__getitem__, self.members))
+        count = self.nodes.count
+        if count > 255:
+            return {v: list(compress(self.members, map(v.__eq__, nodes_of))) for v in range(count)}
+        codes = bytes(nodes_of)  # then one byte each: v -> 1, else 0
+        return {v: list(compress(self.members, codes.translate(_ONLY[v]))) for v in range(count)}
+
     # ------------------------------------------------------------------ counting
 
     def _holders(self, topic_ids: Sequence[TopicId], owners: Holders | None) -> _Lookup:
@@ -321,24 +334,38 @@ class _ClassSettle:
         per topic."""
         node_of = self.node_of
         if owners is not None:
-            by_id: dict[Any, int] = dict(zip(owners.ids, node_of, strict=True))
-            return _Lookup(topic_ids, owners.owners, owners.ids, by_id, self.nodes.count)
+            ids = owners.ids
+            return _Lookup(
+                topic_ids,
+                owners.owners,
+                ids,
+                lambda: dict(zip(ids, node_of, strict=True)),
+                self.nodes.count,
+            )
         held: dict[TopicId, dict[int, int]] = {t: {} for t in topic_ids}
         for i in self.members:
             for t, partitions in self.current[i].items():
                 held[t].update(dict.fromkeys(partitions, i))
-        by_index: dict[Any, int] = {i: node_of[i] for i in self.members}
-        return _Lookup(topic_ids, held, None, by_index, self.nodes.count)
+        members = self.members
+        return _Lookup(
+            topic_ids, held, None, lambda: {i: node_of[i] for i in members}, self.nodes.count
+        )
 
     def _count(
-        self, incoming: Sequence[tuple[TopicId, Sequence[int]]], holder: _Lookup
+        self,
+        incoming: Sequence[tuple[TopicId, Sequence[int]]],
+        holder: _Lookup,
+        held: Mapping[tuple[frozenset[str], str | None], int] | None,
     ) -> tuple[Counter[tuple[int, int]], dict[tuple[int, TopicId], Sequence[int]]]:
         """(mask, holder node or pool) -> partitions of the class; and the free (incoming)
         partitions by (mask, topic), ascending."""
         counts: Counter[tuple[int, int]] = Counter()
         nodes = self.nodes
         topics = holder.topics()
-        if sum(self.topics[t].num_partitions for t in topics) < 16 * len(topics):
+        if held is not None:  # counted by the caller, by racks
+            for (racks, rack), k in held.items():
+                counts[(nodes.mask(racks), nodes.node(rack))] += k
+        elif sum(self.topics[t].num_partitions for t in topics) < 16 * len(topics):
             # Small topics: the members' holdings are few; look each held partition up.
             self._count_by_member(counts)
         else:
@@ -350,9 +377,9 @@ class _ClassSettle:
                     for m, group in self.masks(t).items():
                         by_mask.setdefault(m, []).append(holder.holders(t, group))
             for m, parts in by_mask.items():
-                held = holder.node_codes(chain.from_iterable(parts))
+                codes = holder.node_codes(chain.from_iterable(parts))
                 for v in range(nodes.count):
-                    k = held.count(v)
+                    k = codes.count(v)
                     if k:
                         counts[(m, v)] += k
         free: dict[tuple[int, TopicId], Sequence[int]] = {}
@@ -400,6 +427,24 @@ class _ClassSettle:
             chosen += islice(filterfalse(taken.__contains__, members), extras - len(chosen))
         _store(target, chosen, quota + 1)
 
+    def _above(self, members: list[int], load: Sequence[int]) -> list[int]:
+        """The members holding more than their target (C-level passes)."""
+        target = self.target
+        return list(
+            compress(
+                members, map(lt, map(target.__getitem__, members), map(load.__getitem__, members))
+            )
+        )
+
+    def _below(self, members: list[int], load: Sequence[int]) -> list[int]:
+        """The members holding less than their target (C-level passes)."""
+        target = self.target
+        return list(
+            compress(
+                members, map(lt, map(load.__getitem__, members), map(target.__getitem__, members))
+            )
+        )
+
     def _own(self, i: int, out: dict[int, Assignment]) -> Assignment:
         mine = out.get(i)
         if mine is None:
@@ -437,10 +482,8 @@ class _ClassSettle:
             if not excess[m]:
                 del excess[m]
 
-        for i in members:
+        for i in self._above(members, load):
             budget = load[i] - self.target[i]
-            if budget <= 0:
-                continue
             assignment = out.get(i, self.current[i])
             for t in sorted(assignment, reverse=True):
                 by: dict[int, list[int]] = {}
@@ -512,10 +555,8 @@ class _ClassSettle:
         at, start = 0, 0
         t, seq = pool[0]
         end = len(seq)
-        for i in members:
+        for i in self._below(members, load):
             need = target[i] - load[i]
-            if need <= 0:
-                continue
             mine = out.get(i)
             if mine is None:
                 held = current[i]
@@ -544,23 +585,24 @@ class _Lookup:
     partition to the index of the class member holding it, ``nodes(t, partitions)`` to that
     member's node; None when no member of the class holds it."""
 
-    __slots__ = ("_by_topic", "_ids", "_index", "_node", "_nodes", "_topics")
+    __slots__ = ("_by_topic", "_ids", "_index", "_make_node", "_node", "_nodes", "_topics")
 
     def __init__(
         self,
         topic_ids: Sequence[TopicId],
         by_topic: Mapping[TopicId, Mapping[int, object]],
         ids: Sequence[str] | None,
-        node: dict[Any, int],
+        node: Callable[[], dict[Any, int]],
         nodes: int,
     ) -> None:
         """``by_topic``: partition -> member id (``ids``: the ids by index) or index;
-        ``node``: what ``by_topic`` names -> its node, of ``nodes`` (None, nobody in the
-        class, is added as ``nodes``)."""
+        ``node``: builds the map of what ``by_topic`` names -> its node, of ``nodes`` (when
+        first needed; None, nobody in the class, is added as ``nodes``)."""
         self._topics = sorted(topic_ids)
-        self._by_topic, self._ids, self._node, self._nodes = by_topic, ids, node, nodes
+        self._by_topic, self._ids, self._nodes = by_topic, ids, nodes
+        self._make_node = node
+        self._node: dict[Any, int] | None = None
         self._index: dict[str, int] | None = None
-        node[None] = nodes
 
     def holders(self, t: TopicId, partitions: Iterable[int]) -> Iterable[Any]:
         """Who holds each partition (as ``node_codes`` takes them); None: nobody."""
@@ -569,7 +611,11 @@ class _Lookup:
     def node_codes(self, holders: Iterable[Any]) -> bytes | list[int]:
         """The node of each holder (the number of nodes: nobody in the class); one byte each
         when the nodes fit."""
-        codes = map(self._node.__getitem__, holders)
+        node = self._node
+        if node is None:
+            node = self._node = self._make_node()
+            node[None] = self._nodes
+        codes = map(node.__getitem__, holders)
         return bytes(codes) if self._nodes < 256 else list(codes)
 
     def topics(self) -> list[TopicId]:

@@ -7,6 +7,7 @@ reference it is tested against, and what the conformance kit gives an
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 
 from assignors.api import GroupSpec, TargetSummary, TopicId, TopicMetadata
@@ -22,6 +23,8 @@ def summarize(
     out of range, a partition held twice)."""
     loads: dict[str, int] = {}
     held: dict[TopicId, set[int]] = {t: set() for t in topics}
+    racked = any(m.partition_racks for m in topics.values())
+    by_racks: Counter[tuple[frozenset[str], str | None]] = Counter()
     for member_id, spec in group_spec.members.items():
         load = 0
         for t, partitions in spec.assignment.items():
@@ -33,6 +36,9 @@ def summarize(
                 return None
             held[t].update(partitions)
             load += len(partitions)
+            if racked:
+                racks = topics[t].partition_racks
+                by_racks.update((racks.get(p, frozenset()), spec.rack_id) for p in partitions)
         loads[member_id] = load
     by_load: dict[int, list[str]] = {}
     for member_id in sorted(loads):
@@ -44,4 +50,5 @@ def summarize(
             t: tuple(p for p in range(max(0, m.num_partitions)) if p not in held[t])
             for t, m in sorted(topics.items())
         },
+        held_by_racks=dict(by_racks) if racked else None,
     )

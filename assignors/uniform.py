@@ -34,8 +34,8 @@ member of a class is in a rack that holds replicas of the class's partitions, st
 member sizes (balance first), but which members get the extra partition and which partitions
 each member gets are planned for the most partitions with a replica in the member's rack, then
 for the fewest moves. Without rack information, or with no member in a rack that holds a
-replica, nothing changes: the result is exactly the rack-blind one. ``assign_changes``
-declines groups where racks are relevant (the plan is over the whole class).
+replica, nothing changes: the result is exactly the rack-blind one. ``assign_changes`` plans
+groups where racks are relevant the same way from the summary (below).
 
 Incremental path (``assign_changes``)
 -------------------------------------
@@ -51,6 +51,14 @@ one :meth:`UniformAssignor.assign` gives, member for member (the same steps on t
 members); the cost follows the members that change and the number of distinct loads, not the
 group's size. Heterogeneous groups, or a summary that does not add up, return None (the
 coordinator then calls ``assign``).
+
+With racks relevant, the rack plan is global (which member gets an extra partition depends on
+the racks of everything held), so the incremental path runs the plan of step 3 on the same
+inputs as ``assign`` — the members in id order (the merged load buckets), their loads, racks
+and current targets, the unassigned partitions — except that the held partitions are not
+visited: the summary counts them by (their racks, their member's rack)
+(``TargetSummary.held_by_racks``). The result is again ``assign``'s, member for member; the
+cost is a few C-level passes over the members, none over the partitions they keep.
 """
 
 from __future__ import annotations
@@ -137,8 +145,6 @@ def compute_uniform_changes(
     if not subscription <= topics.keys():
         return None  # the whole computation names the culprit
     counts = {t: n for t in subscription if (n := topics[t].num_partitions) > 0}
-    if relevant_racks(map(_rack_of, specs.values()), counts, topics):
-        return None  # placed by racks: the whole computation (the racks' plan is global)
     by_load = summary.members_by_load
     unassigned = summary.unassigned
     try:
@@ -152,7 +158,51 @@ def compute_uniform_changes(
         k * len(ids) for k, ids in by_load.items()
     ):
         return None
+    racks = relevant_racks(map(_rack_of, specs.values()), counts, topics)
+    if racks:
+        if summary.held_by_racks is None:
+            return None  # the plan needs the held partitions counted by racks
+        return _rack_changes(group_spec, topics, sorted(counts), free, total, racks)
     return _Changes(specs, by_load, counts, free).compute(total)
+
+
+def _rack_changes(
+    group_spec: GroupSpec,
+    topics: Mapping[TopicId, TopicMetadata],
+    topic_ids: list[TopicId],
+    free: dict[TopicId, Sequence[int]],
+    total: int,
+    racks: list[str],
+) -> dict[str, MemberAssignment]:
+    """A homogeneous group placed by racks, from the summary: the rack plan of
+    :meth:`_Builder._settle_class` on the same inputs — the members in id order, their loads and
+    racks, the unassigned partitions — with the held partitions counted by the coordinator
+    (``held_by_racks``) instead of visited. Per member only C-level passes; Python steps only
+    for the members whose target changes."""
+    summary = group_spec.target_summary
+    assert summary is not None and summary.held_by_racks is not None  # checked by the caller
+    specs = group_spec.members
+    ids = sorted(chain.from_iterable(summary.members_by_load.values()))  # sorted runs: cheap
+    spec_list = list(map(specs.__getitem__, ids))
+    count = len(ids)
+    target = [0] * count
+    target[0] = total  # only the class total is read: the plan sets every member's target
+    placed = settle_class(
+        range(count),
+        list(map(_rack_of, spec_list)),
+        target,
+        list(map(summary.member_loads.__getitem__, ids)),
+        list(map(_assignment_of, spec_list)),
+        [(t, seq) for t in topic_ids if (seq := free[t])],
+        topic_ids,
+        topics,
+        Holders(group_spec.partition_owners, ids),
+        summary.held_by_racks,
+        racks,
+    )
+    if placed is None:  # cannot be: racks are relevant
+        raise PartitionAssignorError("internal error: the rack plan found no relevant rack")
+    return {ids[i]: placed[i] for i in placed}
 
 
 class _Changes:

@@ -16,7 +16,10 @@ joins, as in the main grid) it measures, on the same inputs with and without par
   the best for the member sizes of the result (the same flow between partitions and (subscription,
   rack) pairs; range's co-partitioning is not in it, so it is an upper bound for range);
 * partitions moved on a leave and on a join (owner changes against the installed target), and
-  max-min of member sizes.
+  max-min of member sizes;
+* for uniform in homogeneous groups, leaves and joins: the time of ``assign_changes`` (the
+  incremental path the coordinator takes, from the summary it keeps), with and without racks,
+  checked equal to ``assign``'s result.
 """
 
 from __future__ import annotations
@@ -31,9 +34,10 @@ from collections.abc import Mapping
 from functools import partial
 from typing import Any
 
-from assignors.api import GroupSpec, PartitionAssignor, TopicMetadata
+from assignors.api import GroupSpec, PartitionAssignor, SubscriptionType, TopicMetadata
 from assignors.racks import count_rack_local
 from assignors.range import RangeAssignor
+from assignors.summary import summarize
 from assignors.uniform import UniformAssignor
 from bench.assignors import (
     Assignment,
@@ -144,6 +148,9 @@ class Row:
     moved: int | None
     blind_moved: int | None
     spread: int
+    racks_inc: Timing | None = None
+    """uniform, homogeneous, leaves and joins: ``assign_changes`` with the summary."""
+    blind_inc: Timing | None = None
 
 
 def measure(assignor_name: str, assignor: PartitionAssignor, cell: Cell) -> list[Row]:
@@ -160,12 +167,19 @@ def measure(assignor_name: str, assignor: PartitionAssignor, cell: Cell) -> list
     for scenario, members in plans:
         results: dict[str, Assignment] = {}
         timings: dict[str, Timing] = {}
+        incremental: dict[str, Timing] = {}
         for kind, metadata in (("racks", topics), ("blind", plain)):
             spec = with_racks(make_spec(members, before[kind], not cell.heterogeneous))
             gc.collect()
             gc.freeze()
             try:
                 timings[kind], result = time_call(partial(assignor.assign, spec, metadata))
+                if (
+                    isinstance(assignor, UniformAssignor)
+                    and before[kind]
+                    and spec_homogeneous(spec)
+                ):
+                    incremental[kind] = time_changes(assignor, spec, metadata, result.members)
             finally:
                 gc.unfreeze()
             results[kind] = result.members
@@ -187,10 +201,35 @@ def measure(assignor_name: str, assignor: PartitionAssignor, cell: Cell) -> list
                 if scenario == "FULL"
                 else moved(before["blind"], results["blind"]),
                 spread=spread(results["racks"]),
+                racks_inc=incremental.get("racks"),
+                blind_inc=incremental.get("blind"),
             )
         )
         before = results
     return rows
+
+
+def spec_homogeneous(spec: GroupSpec) -> bool:
+    return spec.subscription_type is SubscriptionType.HOMOGENEOUS
+
+
+def time_changes(
+    assignor: UniformAssignor,
+    spec: GroupSpec,
+    metadata: Mapping[str, TopicMetadata],
+    whole: Assignment,
+) -> Timing:
+    """The time of ``assign_changes`` from the summary the coordinator would keep (computed
+    here, not timed); its changes laid over the current targets must be ``whole``."""
+    summary = summarize(spec, metadata)
+    given = dataclasses.replace(spec, target_summary=summary)
+    timing, changes = time_call(partial(assignor.assign_changes, given, metadata))
+    if changes is None:
+        raise AssertionError("assign_changes declined a tidy homogeneous group")
+    merged = {m: changes.get(m, s.assignment) for m, s in spec.members.items()}
+    if merged != whole:
+        raise AssertionError("assign_changes differs from assign")
+    return timing
 
 
 def grid(quick: bool) -> list[Cell]:
@@ -265,16 +304,23 @@ def report(rows: list[Row], args: argparse.Namespace, load: tuple[float, float])
             "over member sizes q or q+1: members of one rack are interchangeable, so it is exact "
             "at any size), an upper bound otherwise (the best for the result's member sizes; for "
             "range without its co-partitioning) — *moved* the partitions that changed owner "
-            "on a leave / join, against the installed target."
+            "on a leave / join, against the installed target. For uniform in homogeneous groups, "
+            "*inc CPU* is the median CPU time in ms of `assign_changes` on the same leave or join "
+            "(the incremental path the coordinator takes, from the target summary it keeps: "
+            "built here, not timed), with and without racks; its result is checked equal to "
+            "`assign`'s."
         ),
         "",
         (
             "Where the time goes with racks: FULL deals every partition through its rack's pool "
-            "(the plan itself, on counts, takes well under a millisecond); after a leave or a "
-            "join every held partition is counted once by (its racks, its holder's rack) — a "
-            "few C-level lookups per partition, which the rack-blind assignor does not need — "
-            "and uniform's incremental path (`assign_changes`) declines groups where racks are "
-            "relevant, so their joins and leaves are whole computations (docs/assignors.md)."
+            "(the plan itself, on counts, takes well under a millisecond); `assign` after a "
+            "leave or a join counts every held partition once by (its racks, its holder's "
+            "rack) — a few C-level lookups per partition, which the rack-blind assignor does "
+            "not need. `assign_changes` takes those counts from the summary (`held_by_racks`) "
+            "and visits no held partition, but its plan is global: it still makes a few C-level "
+            "passes over the members (their racks, loads and targets by rack), where the "
+            "rack-blind incremental path visits only the members that change "
+            "(docs/assignors.md)."
         ),
         "",
     ]
@@ -282,9 +328,11 @@ def report(rows: list[Row], args: argparse.Namespace, load: tuple[float, float])
     for assignor in ("uniform", "range"):
         for heterogeneous in (False, True):
             body = []
+            inc = assignor == "uniform" and not heterogeneous
             for r in rows:
                 if r.assignor != assignor or r.cell.heterogeneous != heterogeneous:
                     continue
+                extra = [_cpu(r.racks_inc), _cpu(r.blind_inc)] if inc else []
                 body.append(
                     [
                         f"{r.cell.members:,}",
@@ -302,6 +350,7 @@ def report(rows: list[Row], args: argparse.Namespace, load: tuple[float, float])
                         "—" if r.moved is None else f"{r.moved:,}",
                         "—" if r.blind_moved is None else f"{r.blind_moved:,}",
                         r.spread,
+                        *extra,
                     ]
                 )
             kind = "heterogeneous" if heterogeneous else "homogeneous"
@@ -325,6 +374,7 @@ def report(rows: list[Row], args: argparse.Namespace, load: tuple[float, float])
                         "moved",
                         "blind moved",
                         "max−min",
+                        *(["racks inc CPU", "blind inc CPU"] if inc else []),
                     ],
                     body,
                 ),
@@ -364,6 +414,23 @@ def targets(rows: list[Row]) -> list[str]:
                     "yes" if _ratio(r) <= 2 else "no",
                 ]
             )
+    for scenario in SCENARIOS[1:]:
+        r = worst_incremental(rows, scenario)
+        if r is None or r.racks_inc is None or r.blind_inc is None:
+            continue
+        ratio = r.racks_inc.cpu_ms / r.blind_inc.cpu_ms if r.blind_inc.cpu_ms else float("inf")
+        body.append(
+            [
+                f"uniform, homogeneous, {scenario}, `assign_changes`: time vs rack-blind "
+                "`assign_changes` (and vs rack-blind `assign`)",
+                f"{BIG.members:,} × {BIG.partitions:,} (worst of the topic counts: "
+                f"{r.cell.topics})",
+                f"CPU {r.racks_inc.cpu_ms:.2f} ms vs {r.blind_inc.cpu_ms:.2f} ms = {ratio:.1f}× "
+                f"(vs {r.blind.cpu_ms:.2f} ms: {r.racks_inc.cpu_ms / r.blind.cpu_ms:.2f}×)",
+                "≤ 2×",
+                "yes" if ratio <= 2 else "no",
+            ]
+        )
     exact = [r for r in rows if r.exact]
     short = [r for r in exact if r.share < r.best - 1e-9]
     body.append(
@@ -395,6 +462,23 @@ def targets(rows: list[Row]) -> list[str]:
         table(["target", "cell", "measured", "goal", "met"], body),
         "",
     ]
+
+
+def worst_incremental(rows: list[Row], scenario: str) -> Row | None:
+    found = [
+        r
+        for r in rows
+        if r.racks_inc is not None
+        and r.blind_inc is not None
+        and r.scenario == scenario
+        and r.cell.members == BIG.members
+        and r.cell.partitions == BIG.partitions
+    ]
+    return max(found, key=lambda r: r.racks_inc.cpu_ms / r.blind_inc.cpu_ms) if found else None  # type: ignore[union-attr]
+
+
+def _cpu(t: Timing | None) -> str:
+    return "—" if t is None else f"{t.cpu_ms:.2f}"
 
 
 def _mean(rows: list[Row], field: str) -> float:

@@ -60,6 +60,7 @@ from assignors.validation import InvalidAssignmentError, check_assignment
 from . import records as r
 from .errors import UnknownServerError
 from .group import ConsumerGroup
+from .held_racks import HeldRacks, any_racks
 from .model import EMPTY_ASSIGNMENT, Assignment, ConsumerGroupMember
 from .timeline import TDict, UndoLog
 
@@ -86,7 +87,8 @@ class SpecCache:
     The target summary (every member, regex members included): ``held`` maps a member to the
     target the summary counted for it, ``loads`` to that target's size, ``by_load`` a load to
     the sorted tuple of the members with that load, ``free`` each topic of ``metadata`` to the
-    sorted tuple of its partitions in no member's target."""
+    sorted tuple of its partitions in no member's target; ``racks``, when some topic has
+    partition racks, counts the targets' partitions by (their racks, their member's rack)."""
 
     __slots__ = (
         "_log",
@@ -98,6 +100,7 @@ class SpecCache:
         "loads",
         "members",
         "metadata",
+        "racks",
         "regex_ids",
         "sorted_ids",
         "topic_ids",
@@ -120,6 +123,7 @@ class SpecCache:
         self.loads: TDict = log.new_dict()
         self.by_load: TDict = log.new_dict()
         self.free: TDict = log.new_dict()
+        self.racks = HeldRacks(log, self.topics) if any_racks(self.topics) else None
 
     def subscription(self, names: Collection[str]) -> frozenset[TopicId]:
         """The ids of the subscribed topics that exist (one shared frozenset per subscription)."""
@@ -145,6 +149,8 @@ class SpecCache:
         """Rebuild the entries of the members in ``todo`` (gone members are dropped) and their
         part of the summary; ``fresh``: the cache is new and ``todo`` is every member."""
         todo = list(todo)
+        if self.racks is not None:  # before the summary: it reads the targets last counted
+            self.racks.update(group, todo, self.held, fresh)
         self._update_summary(group, todo, fresh)
         entries, regex_ids, untidy = self.entries, self.regex_ids, self.untidy
         members_of = group.members
@@ -274,6 +280,7 @@ class SpecCache:
             member_loads=MappingProxyType(self.loads),
             members_by_load=MappingProxyType(self.by_load),
             unassigned=MappingProxyType(self.free),
+            held_by_racks=None if self.racks is None else MappingProxyType(self.racks.counts),
         )
 
     def inputs_tidy(self) -> bool:
@@ -694,6 +701,7 @@ def assignment_job(group: ConsumerGroup, epoch: int, assignor: str) -> Assignmen
             member_loads=dict(cache.loads),
             members_by_load=dict(cache.by_load),
             unassigned=dict(cache.free),
+            held_by_racks=None if cache.racks is None else dict(cache.racks.counts),
         )
     else:
         spec, _topics = build_group_spec(group)

@@ -243,29 +243,33 @@ def test_without_a_relevant_rack_the_result_is_the_rack_blind_one(scenario) -> N
 
 @PROPERTY
 @given(racked_groups())
-def test_uniform_incremental_path_agrees_or_declines(
+def test_uniform_incremental_path_equals_the_whole_computation(
     group: tuple[GroupSpec, dict[str, TopicMetadata]],
 ) -> None:
-    """With relevant racks ``assign_changes`` declines (the rack plan is global); when it
-    answers, its changes laid over the current targets are the whole result."""
+    """``assign_changes`` answers every homogeneous group with a summary, racks relevant or
+    not, and its changes laid over the current targets are the whole result, member for
+    member; without the held partitions counted by racks it declines groups where racks are
+    relevant (the plan needs them)."""
     spec, topics = group
     summary = summarize(spec, topics)
     if summary is None:
         return
     changes = compute_uniform_changes(dataclasses.replace(spec, target_summary=summary), topics)
     whole = run(UNIFORM, spec, topics)
+    homogeneous = spec.subscription_type is SubscriptionType.HOMOGENEOUS
+    assert (changes is not None) == homogeneous
+    if changes is not None:
+        merged = {m: dict(changes.get(m, s.assignment)) for m, s in spec.members.items()}
+        assert merged == whole
     racks_matter = any(  # some member's rack holds a replica of a topic it subscribes to
         s.rack_id in rs
         for s in spec.members.values()
         for t in s.subscribed_topic_ids
         for rs in topics[t].partitions_by_racks()
     )
-    if spec.subscription_type is SubscriptionType.HOMOGENEOUS and not racks_matter:
-        assert changes is not None
-    if changes is not None:
-        assert not racks_matter
-        merged = {m: dict(changes.get(m, s.assignment)) for m, s in spec.members.items()}
-        assert merged == whole
+    uncounted = dataclasses.replace(summary, held_by_racks=None)
+    declined = compute_uniform_changes(dataclasses.replace(spec, target_summary=uncounted), topics)
+    assert (declined is None) == (racks_matter or not homogeneous)
 
 
 @PROPERTY
@@ -391,7 +395,8 @@ def test_a_join_keeps_everything_local_with_one_move_more() -> None:
 def test_big_topics_reach_the_best_locality_after_joins_and_leaves(members: int) -> None:
     """Topics of thousands of partitions in few rack sets (held partitions are counted group by
     group there), three racks, two replicas each; the group settles, one member leaves, one
-    joins: every time the locality of the best balanced assignment (networkx)."""
+    joins: every time the locality of the best balanced assignment (networkx), and the
+    incremental path (held partitions counted by the summary) gives the same result."""
     layout = ("ab", "bc", "ca", "ab", "ca")
     meta = {
         t: topic(t, n, {p: layout[(p // 7 + k) % len(layout)] for p in range(n)})
@@ -408,6 +413,10 @@ def test_big_topics_reach_the_best_locality_after_joins_and_leaves(members: int)
         spec = make_group_spec({m: member(r, ("t0", "t1"), current[m]) for m, r in racks.items()})
         result = run(UNIFORM, spec, meta)
         assert local(spec, meta, result) == best_balanced_locality(spec, meta), step
+        summary = summarize(spec, meta)
+        changes = compute_uniform_changes(dataclasses.replace(spec, target_summary=summary), meta)
+        assert changes is not None
+        assert {m: dict(changes.get(m, s.assignment)) for m, s in spec.members.items()} == result
         spread = sorted(sizes(result).values())
         assert spread[-1] - spread[0] <= 1
         current = result

@@ -28,6 +28,7 @@ from coordinator.core.commands import ConsumerGroupHeartbeat
 from coordinator.core.config import GroupCoordinatorConfig
 from coordinator.core.errors import CoordinatorError, UnknownServerError
 from coordinator.core.group import ConsumerGroup
+from coordinator.core.held_racks import HeldRacks
 from coordinator.core.model import EMPTY_ASSIGNMENT
 from coordinator.core.target_assignment import run_job
 from coordinator.harness import Harness
@@ -60,6 +61,7 @@ class Comparing:
         self.declined = 0
         self.whole = 0
         self.untidy = 0
+        self.racked = 0  # incremental calls whose summary counts partitions by racks
 
     def assign(self, group_spec: GroupSpec, topics: Mapping[str, TopicMetadata]) -> GroupAssignment:
         assert group_spec.target_summary is None
@@ -87,6 +89,10 @@ class Comparing:
             reference.members_by_load
         )
         assert {t: tuple(v) for t, v in summary.unassigned.items()} == dict(reference.unassigned)
+        held = summary.held_by_racks
+        assert (dict(held) if held is not None else None) == reference.held_by_racks
+        if held is not None:
+            self.racked += 1
         changes = UniformAssignor().assign_changes(group_spec, topics)
         if changes is None:
             assert group_spec.subscription_type is SubscriptionType.HETEROGENEOUS
@@ -101,17 +107,23 @@ class Comparing:
         return changes
 
 
+RACKS = ("a", "b", "c", None)
+
+
 def random_command(
-    rng: random.Random, group: ConsumerGroup | None, homogeneous: bool
+    rng: random.Random, group: ConsumerGroup | None, homogeneous: bool, racked: bool = False
 ) -> ConsumerGroupHeartbeat:
+    """A random heartbeat; ``racked``: members join in random racks and some change rack."""
     members = sorted(group.members) if group is not None else []
-    kind = rng.choice(["join", "join", "leave", "leave", "subscribe", "heartbeat", "static"])
+    kinds = ["join", "join", "leave", "leave", "subscribe", "heartbeat", "static"]
+    kind = rng.choice([*kinds, "rack"] if racked else kinds)
     if kind in ("join", "static") or not members:
         return ConsumerGroupHeartbeat(
             group_id=G,
             member_id=f"m{rng.randint(0, 40):02d}",
             member_epoch=0,
             instance_id=f"i{rng.randint(0, 3)}" if kind == "static" else None,
+            rack_id=rng.choice(RACKS) if racked else None,
             rebalance_timeout_ms=60_000,
             subscribed_topic_names=("foo", "bar")
             if homogeneous
@@ -124,6 +136,14 @@ def random_command(
     if kind == "leave":
         return ConsumerGroupHeartbeat(
             group_id=G, member_id=mid, member_epoch=-1, instance_id=m.instance_id
+        )
+    if kind == "rack":  # KAFKA-20909: a new rack is a new group epoch
+        return ConsumerGroupHeartbeat(
+            group_id=G,
+            member_id=mid,
+            member_epoch=m.member_epoch,
+            instance_id=m.instance_id,
+            rack_id=rng.choice(RACKS),
         )
     if kind == "subscribe":
         return ConsumerGroupHeartbeat(
@@ -142,8 +162,19 @@ def random_command(
     )
 
 
+@pytest.mark.parametrize("racks", ["no-racks", "racks", "racks-by-differences"])
 @pytest.mark.parametrize("mode", ["inline", "batched", "offloaded"])
-def test_incremental_targets_equal_the_whole_computation(mode: str) -> None:
+def test_incremental_targets_equal_the_whole_computation(
+    mode: str, racks: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With racks, the topics' partitions have replicas in racks a, b, c; members join in those
+    racks (or none) and change racks, and the racks of a topic change now and then. The count
+    by racks is kept from the targets' differences, or recounted when many members changed
+    (in these small groups, nearly always: "racks-by-differences" never recounts but for a new
+    cache)."""
+    racked = racks != "no-racks"
+    if racks == "racks-by-differences":
+        monkeypatch.setattr(HeldRacks, "RECOUNT_SHARE", 0)
     batching = mode == "batched"
     comparing = Comparing()
     checked = 0
@@ -156,12 +187,11 @@ def test_incremental_targets_equal_the_whole_computation(mode: str) -> None:
         )
         h = Harness(assignors=[comparing], config=config)
         comparing.groups = h.shard.groups
-        h.create_topic("foo", 7)
-        h.create_topic("bar", 5)
-        h.create_topic("baz", 3)
+        for name, n in (("foo", 7), ("bar", 5), ("baz", 3)):
+            h.create_topic(name, n, racks=random_racks(rng, n) if racked else None)
         homogeneous = seed % 3 != 2  # some groups mix subscriptions (declined, computed whole)
         for _ in range(80):
-            cmd = random_command(rng, h.shard.groups.get(G), homogeneous)
+            cmd = random_command(rng, h.shard.groups.get(G), homogeneous, racked)
             mark = h.shard.mark()
             try:
                 res = h.shard.consumer_group_heartbeat(cmd, h.now_ms)
@@ -174,6 +204,9 @@ def test_incremental_targets_equal_the_whole_computation(mode: str) -> None:
             if rng.random() < 0.08:
                 name = rng.choice(TOPICS)
                 h.add_partitions(name, h.shard.topics.by_name[name].num_partitions + 2)
+            if racked and rng.random() < 0.05:
+                name = rng.choice(TOPICS)
+                h.set_racks(name, random_racks(rng, h.shard.topics.by_name[name].num_partitions))
             if batching and rng.random() < 0.3:
                 h.sleep(1000)  # the assignment timer: several joins and leaves in one target
             h.run_offloads()  # as a worker would (the job copied from the group as it is now)
@@ -190,6 +223,12 @@ def test_incremental_targets_equal_the_whole_computation(mode: str) -> None:
     assert comparing.untidy > 5
     # only what is declined, or offered no summary, is computed whole
     assert comparing.whole == comparing.declined + comparing.untidy
+    assert (comparing.racked > 60) == racked
+
+
+def random_racks(rng: random.Random, n: int) -> dict[int, list[str]]:
+    """The racks of each partition's replicas: 0-3 of a, b, c (no racks: unknown)."""
+    return {p: rng.sample("abc", rng.randint(0, 3)) for p in range(n)}
 
 
 class Plain:
