@@ -12,11 +12,13 @@ Rules and theory of operation:
   (Spark 4 refuses nanosecond Parquet timestamps).
 * **Relational metrics, independent check.** :mod:`.metrics` computes every metric with the
   DataFrame API (window functions over each group's records in offset order, array set
-  operations, joins), so it scales out and runs the same on ``local[*]`` and on a cluster;
-  results never depend on partitioning (collected lists are sorted). The tests compare it with
-  a separately written sequential Python calculation. Only the assignor what-if
-  (:mod:`.whatif`) runs Python on the executors, one group at a time, because assignors are
-  Python.
+  operations, joins) — consumer groups in :mod:`.consumer`, classic groups in :mod:`.classic`,
+  migrations in :mod:`.migrations` — so it scales out and runs the same on ``local[*]`` and on
+  a cluster; results never depend on partitioning (collected lists are sorted). The tests
+  compare it with a separately written sequential Python calculation. Only the what-ifs run
+  Python on the executors, one group at a time: the assignor what-if (:mod:`.whatif`, because
+  assignors are Python) and the migration what-if (:mod:`.migration_whatif`, replaying a
+  classic group's history through the real core: :mod:`.replay`).
 * **Bounded driver.** Nothing large is collected: tables are written by the executors, and the
   HTML report (:mod:`.html`) brings back only bounded aggregates (a few thousand rows at most).
 * **Loopback by default.** :mod:`.spark` sets ``SPARK_LOCAL_IP=127.0.0.1`` and binds the driver
@@ -25,6 +27,8 @@ Rules and theory of operation:
 * **Real runtime for workloads.** :mod:`.workload` drives ``CoordinatorRuntime`` on the SQLite
   store with a ``ManualClock``: records carry virtual time and a seed reproduces a store exactly.
 
-Modules: :mod:`.schema`, :mod:`.export`, :mod:`.spark`, :mod:`.metrics`, :mod:`.whatif`,
-:mod:`.report`, :mod:`.html`, :mod:`.workload`; the CLI is ``coordinator/cli/analytics.py``.
+Modules: :mod:`.schema`, :mod:`.export`, :mod:`.spark`, :mod:`.common`, :mod:`.consumer`,
+:mod:`.classic`, :mod:`.migrations`, :mod:`.metrics`, :mod:`.whatif`, :mod:`.replay`,
+:mod:`.migration_whatif`, :mod:`.report`, :mod:`.report_data`, :mod:`.plots`, :mod:`.html`,
+:mod:`.clients`, :mod:`.workload`; the CLI is ``coordinator/cli/analytics.py``.
 """

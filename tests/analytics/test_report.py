@@ -120,14 +120,30 @@ def test_the_page_renders_in_chromium_without_errors(report: Any, tmp_path: Path
             page.goto(report.html.as_uri(), wait_until="load")
             assert page.title() == "kip848 rebalance report"
             assert page.locator("h2", has_text="Time to converge").is_visible()
+            assert page.locator("h2", has_text="The fleet").is_visible()
+            assert page.locator("h3", has_text="Groups to migrate first").is_visible()
+            assert page.locator("h2", has_text="Migration what-if").is_visible()
             assert page.locator("svg").count() >= 8
             assert page.locator("table").count() >= 4
             page.screenshot(path=str(shot), full_page=True)
+            # The group-type filter works without a script: rows of the other types hide, and
+            # each per-type block shows the chosen type's variant.
+            rows = page.locator("tr[data-gt]")
+            types = [rows.nth(i).get_attribute("data-gt") for i in range(rows.count())]
+            assert {"consumer", "classic"} <= set(types)
+            for f in ("classic", "consumer", "all"):
+                page.click(f"label[for=gt-{f}]")
+                visible = [rows.nth(i).is_visible() for i in range(rows.count())]
+                assert visible == [f == "all" or f in t.split() for t in types], f
+                for g in ("all", "consumer", "mixed", "classic"):
+                    assert page.locator(f".v-{g}").first.is_visible() is (g == f), (f, g)
+                page.screenshot(path=str(tmp_path / f"report-{f}.png"), full_page=True)
         finally:
             browser.close()
     assert errors == []
     assert all(u.startswith(("file://", "data:")) for u in requests), requests
     assert shot.stat().st_size > 50_000
+    assert (tmp_path / "report-classic.png").stat().st_size > 50_000
 
 
 def test_missing_corrupt_and_foreign_inputs_are_clear_errors(tmp_path: Path) -> None:
@@ -180,3 +196,49 @@ def test_journal_bounds_come_from_the_parquet_statistics(
     empty = tmp_path / "empty.parquet"
     pq.write_table(table.slice(0, 0), empty)
     assert _bounds(empty) == (None, None, 0)
+
+
+def test_migration_whatif_on_the_workloads_classic_groups(report: Any) -> None:
+    """Every classic group of the generated workload replayed through the core as a KIP-848
+    group (uniform) and, when eager, as a cooperative one: migrating each eager group would
+    have saved unowned partition-seconds, most of them."""
+    rows = _table(report, "migration_whatif")
+    rebalances = _table(report, "rebalances")
+    classic = {r["group_id"]: r["protocol"] for r in rebalances if r["group_type"] == "classic"}
+    assert {r["group_id"] for r in rows} == set(classic)
+    assert all(r["error"] is None for r in rows)
+    kip848 = {r["group_id"]: r for r in rows if r["scenario"] == "kip848"}
+    coop = {r["group_id"]: r for r in rows if r["scenario"] == "cooperative"}
+    eager = sorted(g for g, p in classic.items() if p == "eager")
+    assert set(coop) == set(eager) and len(eager) == 5 and len(kip848) == 9
+    for g in eager:
+        assert kip848[g]["assignor"] == "uniform"
+        assert (
+            kip848[g]["whatif_unowned_partition_seconds"]
+            <= (kip848[g]["actual_unowned_partition_seconds"])
+        ), g
+        assert (
+            coop[g]["whatif_unowned_partition_seconds"]
+            <= (coop[g]["actual_unowned_partition_seconds"])
+        ), g
+    # The actual side is the rebalances table's own numbers.
+    for g, r in kip848.items():
+        mine = [b for b in rebalances if b["group_id"] == g and b["group_type"] == "classic"]
+        assert r["actual_rebalances"] == len(mine)
+        assert r["actual_unowned_partition_seconds"] == pytest.approx(
+            sum(b["unowned_partition_ms"] for b in mine) / 1000
+        )
+
+    def total(rs: list[dict[str, Any]], key: str) -> float:
+        return round(sum(r[key] for r in rs), 3)
+
+    eager_kip = [kip848[g] for g in eager]
+    assert total(eager_kip, "actual_unowned_partition_seconds") == 3028.6
+    assert total(eager_kip, "whatif_unowned_partition_seconds") == 361.557
+    assert total(list(coop.values()), "whatif_unowned_partition_seconds") == 339.799
+    # In total (eager and cooperative groups): 3,345.3 actual, 622.6 as KIP-848 groups.
+    assert total(list(kip848.values()), "actual_unowned_partition_seconds") == 3345.3
+    assert total(list(kip848.values()), "whatif_unowned_partition_seconds") == 622.601
+    # Rebalances that stopped nobody: every eager rebalance but the first one stops everybody.
+    assert sum(r["actual_rebalances_stopping_nobody"] for r in eager_kip) == 5
+    assert sum(r["whatif_rebalances_stopping_nobody"] for r in eager_kip) == 19
