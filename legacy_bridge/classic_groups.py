@@ -157,17 +157,25 @@ class ClassicGroups(ByGroupId[ClassicGroup]):
         self.migration.maybe_downgrade(result, group, now_ms)
 
     def check_offset_commit(self, req: OffsetCommit, transactional: bool = False) -> None:
-        """Kafka's ClassicGroup.validateOffsetCommit: an admin commit (no member, generation < 0)
-        only to an empty group; otherwise the member, its generation and — unless the commit is
-        transactional — a group not waiting for its leader's assignment."""
+        """Kafka's ClassicGroup.validateOffsetCommit: a commit with generation < 0 to an empty
+        group is an admin's (or a consumer's without group management): accepted; a member id,
+        an instance id or a generation are validated (the member, its generation); a commit
+        naming none of them to a group with members is refused, unless transactional — older
+        TxnOffsetCommit versions carry no member — and, unless transactional, never while the
+        group waits for its leader's assignment."""
         group = self._by_group[req.group_id]
         generation = req.generation_id_or_member_epoch
-        if generation < 0 and not req.member_id and group.state is S.EMPTY:
+        if generation < 0 and group.state is S.EMPTY:
             return
-        self._validate_member(group, req.member_id, req.group_instance_id)
-        if generation != group.generation:
-            raise IllegalGenerationError(
-                f"The received generation id {generation} does not match the generation {group.generation}."
+        if generation >= 0 or req.member_id or req.group_instance_id is not None:
+            self._validate_member(group, req.member_id, req.group_instance_id)
+            if generation != group.generation:
+                raise IllegalGenerationError(
+                    f"The received generation id {generation} does not match the generation {group.generation}."
+                )
+        elif not transactional:
+            raise UnknownMemberIdError(
+                f"Group {group.group_id} has members: only they may commit offsets."
             )
         if group.state is S.COMPLETING_REBALANCE and not transactional:
             raise RebalanceInProgressError()

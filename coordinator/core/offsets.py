@@ -198,6 +198,13 @@ def _validate_member(group: ConsumerGroup, member_id: str, epoch: int) -> None:
         )
 
 
+def _anonymous_txn(req: TxnOffsetCommit) -> bool:
+    """Kafka's ConsumerGroup.validateOffsetCommit: a TxnOffsetCommit naming no member, no
+    generation (-1) and no instance — what versions before KIP-447's v3 send — is not
+    validated against the members."""
+    return req.generation_id == -1 and not req.member_id and req.group_instance_id is None
+
+
 def check_commit_epoch(
     group: ConsumerGroup, member_id: str, epoch: int, partitions: Iterable[tuple[str, int]]
 ) -> None:
@@ -338,7 +345,7 @@ class Offsets(ByGroupId[Mapping[tuple[str, int], r.OffsetCommitValue]]):
                     raise IllegalGenerationError(
                         f"Group {req.group_id} does not exist: generation {gen} is unknown."
                     )
-            elif not (gen < 0 and not group.members):
+            elif not (gen < 0 and not group.members) and not _anonymous_txn(req):
                 check_commit_epoch(
                     group, req.member_id, gen, self._committed_partitions(req.topics)
                 )

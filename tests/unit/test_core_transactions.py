@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from coordinator.core import records as r
-from coordinator.core.commands import Result
+from coordinator.core.commands import Pending, Result
 from coordinator.core.config import GroupCoordinatorConfig
 from coordinator.core.errors import (
     ConcurrentTransactionsError,
@@ -248,19 +248,45 @@ def test_init_producer_id_aborts_ongoing_but_not_ending_transactions(h: Harness)
 def test_member_validation(h: Harness) -> None:
     """Kafka's validateTransactionalOffsetCommit: a missing group takes only generation -1; a
     consumer group checks the member and its epoch (KIP-1251 included: an older epoch for
-    partitions owned since then); an unknown member is UNKNOWN_MEMBER_ID."""
+    partitions owned since then) when the commit names a member or a generation — one naming
+    neither (TxnOffsetCommit before v3) is not checked against the members; an unknown member
+    is UNKNOWN_MEMBER_ID."""
     with pytest.raises(IllegalGenerationError):
         txn_commit(h, {("in", 0): 1}, generation=2, member="m", group="nobody")
     h.join("A", ["in"])  # epoch 1, in-0 and in-1
     h.create_topic("more", 1)
     h.heartbeat(member_id="A", member_epoch=1, subscribed_topic_names=("in", "more"))  # 2
+    assert txn_commit(h, {("in", 0): 1}).response is not None  # no member, generation -1
     with pytest.raises(UnknownMemberIdError):
-        txn_commit(h, {("in", 0): 1})
+        txn_commit(h, {("in", 0): 1}, generation=2)
+    with pytest.raises(UnknownMemberIdError):
+        txn_commit(h, {("in", 0): 1}, member="B")
     assert txn_commit(h, {("in", 0): 1}, generation=1, member="A").response is not None
     with pytest.raises(StaleMemberEpochError):
         txn_commit(h, {("more", 0): 1}, generation=1, member="A")
     with pytest.raises(StaleMemberEpochError):
         txn_commit(h, {("in", 0): 1}, generation=3, member="A")
+
+
+def test_member_validation_in_a_classic_group(h: Harness) -> None:
+    """Kafka's ClassicGroup.validateOffsetCommit with isTransactional: a commit with no member,
+    no instance and generation -1 is accepted by a group with members when transactional (a
+    plain one is UNKNOWN_MEMBER_ID); a named member is checked with its generation; an empty
+    group takes generation -1 whatever member id it names."""
+    first = h.join_group(group_id=G, topics=["in"])
+    member = first.member_id
+    assert isinstance(h.join_group(member, group_id=G, topics=["in"]), Pending)
+    h.sleep(3_000)  # the initial rebalance delay: generation 1, waiting for the leader's sync
+    with pytest.raises(UnknownMemberIdError):
+        h.commit(G, "", -1, {("in", 0): 1})  # plain, no member
+    assert txn_commit(h, {("in", 0): 2}).response is not None
+    with pytest.raises(IllegalGenerationError):
+        txn_commit(h, {("in", 0): 3}, generation=2, member=member)
+    with pytest.raises(UnknownMemberIdError):
+        txn_commit(h, {("in", 0): 3}, generation=1, member="someone")
+    assert txn_commit(h, {("in", 0): 3}, generation=1, member=member).response is not None
+    h.leave_group(member, group_id=G)
+    assert txn_commit(h, {("in", 0): 4}, member="gone").response is not None  # empty group
 
 
 def test_deleting_the_group_the_partition_or_the_topic_drops_pending_offsets(h: Harness) -> None:
