@@ -406,7 +406,18 @@ computed once joins stop arriving (two quiet 10 ms waits in a row, at most
 `group.initial.rebalance.delay.ms`); the parked joins are answered with their own shares. The
 whole storm gets one target, nobody revokes anything, and the group has converged when its last
 join is answered. The interval-0 rows (every join computes, as before Kafka 4.3) converge in
-1.0-1.4 HB."""
+1.0-1.4 HB.
+
+### With keepalive, limits, windows and fairness on
+
+These rows were measured with the gRPC server's keepalive, ping policy, flow-control windows,
+per-connection bounds and the per-group concurrency limit (docs/operations.md, "gRPC server
+options"), on a machine whose load fell from 8.8 to 3.0 during the run. The quiet run before
+them (load 0.1-0.3, commit fe53473) had the defaults' 5,000-member gRPC row at probe
+1/28/72 ms. In three alternating pairs of that row in one sitting (load 3.7 to 7.6), the server
+before this round (b77a0ad) and this one gave probe p99 148, 215, 223 ms and 258, 222, 283 ms,
+max 465, 616, 272 ms and 376, 876, 305 ms, nothing refused or unanswered in either: the
+machine's load dominates, and what is left of a difference is within its noise."""
 
 
 OVERLOAD_FINDINGS = """### Overload: 10,000 members joining one group at once
@@ -514,6 +525,60 @@ def report(results: list[dict[str, Any]]) -> str:
     )
 
 
+def write_doc(
+    results: list[dict[str, Any]], args: argparse.Namespace, load0: float, load1: float
+) -> None:
+    """The run's section of docs/benchmarks.md (``args.section``)."""
+    text = report(results)
+    protocols = args.protocol.split(",")
+    cmd = "python bench/storm.py" + (" --quick" if args.quick else "")
+    if args.rows:
+        cmd += f" --rows {args.rows} --configs {args.configs}"
+    if protocols != ["grpc"]:
+        cmd += f" --protocol {args.protocol}"
+    if args.section != "storm":
+        cmd += f" --section {args.section}"
+    grpc_connections = args.connections or GRPC_CONNECTIONS
+    kafka_connections = (
+        f"{args.connections} connections" if args.connections else "one connection per member"
+    )
+    findings = FINDINGS if args.section == "storm" else OVERLOAD_FINDINGS
+    title = "Join storms" if args.section == "storm" else "Join storms under overload"
+    write_section(
+        args.section,
+        f"""## {title} (`{cmd}`)
+
+{machine()}; load average {load0:.1f} at the start, {load1:.1f} at the end (the
+machine is shared: rough numbers). A fresh `kip848 serve` per row (SQLite store, system clock,
+the configuration's `--set` flags); a C load generator joins every member of group `storm`
+(ten topics sharing the row's partitions) at once and then behaves like Kafka's Java consumer
+(reconcile and acknowledge at once, heartbeat every `heartbeat_interval_ms` = 5 s, re-join when
+fenced, back off on retriable errors, give up on a call unanswered after 30 s); meanwhile a
+3-member probe group heartbeats every 50 ms on connections of its own. Each row names its
+protocol: *gRPC* is `bench/loadgen/h2storm.c` over {grpc_connections} HTTP/2 connections;
+*Kafka protocol* is `bench/loadgen/kafkastorm.c` on the server's Kafka listener
+(ConsumerGroupHeartbeat v1, as librdkafka sends it) with {kafka_connections}, as Java
+consumers have, their requests answered in order per connection. gRPC rows are served by the
+default gRPC server (ours, on libnghttp2) unless they name grpc.aio (`--grpc-transport
+grpcio`). What the transport changes is the cost of each call on the server's event loop and
+the order calls are taken up in: grpc.aio's own handling of a call is most of a steady
+heartbeat's cost, and it takes calls one at a time from a single queue; our gRPC server and the
+Kafka listener cost a fraction of that and read each connection's calls as they arrive
+(docs/kafka.md, "Performance"). A join costs mostly the coordinator's own
+work on either protocol, so a burst of thousands of joins still holds the probe's heartbeats
+back for as long as the loop takes to get through it. *Converged*: every member joined, at
+one epoch, its owned set acknowledged, every partition owned once (P/N each), for {args.settle:.0f} s in
+a row; the time is counted from the answer to the last join, and HB = one heartbeat interval (5 s). *Targets
+computed*: `ConsumerGroupTargetAssignmentMetadata` records of the group in the store's journal.
+*Server CPU*: all the server's processes, from the generator's start to its end.
+
+{text}
+
+{findings}
+""",
+    )
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="only the two small rows")
@@ -580,52 +645,7 @@ def main() -> int:
     text = report(results)
     print(text)
     if not args.no_doc:
-        cmd = "python bench/storm.py" + (" --quick" if args.quick else "")
-        if args.rows:
-            cmd += f" --rows {args.rows} --configs {args.configs}"
-        if protocols != ["grpc"]:
-            cmd += f" --protocol {args.protocol}"
-        if args.section != "storm":
-            cmd += f" --section {args.section}"
-        grpc_connections = args.connections or GRPC_CONNECTIONS
-        kafka_connections = (
-            f"{args.connections} connections" if args.connections else "one connection per member"
-        )
-        findings = FINDINGS if args.section == "storm" else OVERLOAD_FINDINGS
-        title = "Join storms" if args.section == "storm" else "Join storms under overload"
-        write_section(
-            args.section,
-            f"""## {title} (`{cmd}`)
-
-{machine()}; load average {load0:.1f} at the start, {os.getloadavg()[0]:.1f} at the end (the
-machine is shared: rough numbers). A fresh `kip848 serve` per row (SQLite store, system clock,
-the configuration's `--set` flags); a C load generator joins every member of group `storm`
-(ten topics sharing the row's partitions) at once and then behaves like Kafka's Java consumer
-(reconcile and acknowledge at once, heartbeat every `heartbeat_interval_ms` = 5 s, re-join when
-fenced, back off on retriable errors, give up on a call unanswered after 30 s); meanwhile a
-3-member probe group heartbeats every 50 ms on connections of its own. Each row names its
-protocol: *gRPC* is `bench/loadgen/h2storm.c` over {grpc_connections} HTTP/2 connections;
-*Kafka protocol* is `bench/loadgen/kafkastorm.c` on the server's Kafka listener
-(ConsumerGroupHeartbeat v1, as librdkafka sends it) with {kafka_connections}, as Java
-consumers have, their requests answered in order per connection. gRPC rows are served by the
-default gRPC server (ours, on libnghttp2) unless they name grpc.aio (`--grpc-transport
-grpcio`). What the transport changes is the cost of each call on the server's event loop and
-the order calls are taken up in: grpc.aio's own handling of a call is most of a steady
-heartbeat's cost, and it takes calls one at a time from a single queue; our gRPC server and the
-Kafka listener cost a fraction of that and read each connection's calls as they arrive
-(docs/kafka.md, "Performance"). A join costs mostly the coordinator's own
-work on either protocol, so a burst of thousands of joins still holds the probe's heartbeats
-back for as long as the loop takes to get through it. *Converged*: every member joined, at
-one epoch, its owned set acknowledged, every partition owned once (P/N each), for {args.settle:.0f} s in
-a row; the time is counted from the answer to the last join, and HB = one heartbeat interval (5 s). *Targets
-computed*: `ConsumerGroupTargetAssignmentMetadata` records of the group in the store's journal.
-*Server CPU*: all the server's processes, from the generator's start to its end.
-
-{text}
-
-{findings}
-""",
-        )
+        write_doc(results, args, load0, os.getloadavg()[0])
     return 0
 
 
