@@ -4,8 +4,8 @@ One row per API: the service method (``service.py``), the versions, the request 
 request conversion and the service response -> response values conversion (``convert.py``).
 Group APIs are always served here, never forwarded: two coordinators for one group id would be
 split brain. The versions are those of Kafka 4.x that kio knows and real clients negotiate
-(librdkafka, kafka-python, aiokafka, the Java client); OffsetCommit/OffsetFetch stop at v9
-(v10 addresses topics by id only, which no client uses yet).
+(librdkafka, kafka-python, aiokafka, the Java client); OffsetCommit/OffsetFetch v10 (Kafka 4.2)
+address topics by id only (``convert.TOPIC_IDS_VERSION``).
 """
 
 from __future__ import annotations
@@ -47,8 +47,8 @@ class Served:
 
 
 SERVED: dict[int, Served] = {
-    8: Served(2, 9, "offset_commit", c.offset_commit_in, c.offset_commit_out),
-    9: Served(1, 9, "offset_fetch", c.offset_fetch_in, c.offset_fetch_out),
+    8: Served(2, 10, "offset_commit", c.offset_commit_in, c.offset_commit_out),
+    9: Served(1, 10, "offset_fetch", c.offset_fetch_in, c.offset_fetch_out),
     10: Served(0, 6, "find_coordinator", c.find_coordinator_in, c.find_coordinator_out),
     11: Served(0, 9, "join_group", c.join_in, c.join_out),
     12: Served(0, 4, "heartbeat", c.classic_heartbeat_in, c.classic_heartbeat_out),

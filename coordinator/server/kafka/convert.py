@@ -327,20 +327,37 @@ def txn_offset_commit_out(reply: Reply[OffsetCommitResponse], _version: int) -> 
     }
 
 
-def _partition_results(topics: Iterable[Any]) -> list[dict[str, Any]]:
+TOPIC_IDS_VERSION = 10
+"""OffsetCommit and OffsetFetch v10 (Kafka 4.2, KIP-848) name topics by id only."""
+
+
+def _by_id(t: Any, partition: dict[str, Any], version: int) -> dict[str, Any]:
+    """A partition's answer as v10 gives it: a topic named by the zero id — the core's "no
+    name and no id", INVALID_REQUEST — is an id no topic has, UNKNOWN_TOPIC_ID, as Kafka
+    answers any id its metadata does not know."""
+    if (
+        version >= TOPIC_IDS_VERSION
+        and t.topic_id == ZERO_TOPIC_ID
+        and partition["error_code"] == ErrorCode.INVALID_REQUEST
+    ):
+        return {**partition, "error_code": ErrorCode.UNKNOWN_TOPIC_ID}
+    return partition
+
+
+def _partition_results(topics: Iterable[Any], version: int) -> list[dict[str, Any]]:
     return [
         {
             "name": t.name,
             "topic_id": uuid_of(t.topic_id),
-            "partitions": [codec.partition_error(p) for p in t.partitions],
+            "partitions": [_by_id(t, codec.partition_error(p), version) for p in t.partitions],
         }
         for t in topics
     ]
 
 
-def offset_commit_out(reply: Reply[OffsetCommitResponse], _version: int) -> dict[str, Any]:
+def offset_commit_out(reply: Reply[OffsetCommitResponse], version: int) -> dict[str, Any]:
     value = reply.value
-    return {"topics": _partition_results(value.topics if value is not None else ())}
+    return {"topics": _partition_results(value.topics if value is not None else (), version)}
 
 
 def offset_fetch_in(req: Any, _caller: Caller) -> list[OffsetFetchGroup]:
@@ -380,12 +397,12 @@ def offset_fetch_in(req: Any, _caller: Caller) -> list[OffsetFetchGroup]:
     ]
 
 
-def _fetched(g: OffsetFetchGroupResponse) -> list[dict[str, Any]]:
+def _fetched(g: OffsetFetchGroupResponse, version: int) -> list[dict[str, Any]]:
     return [
         {
             "name": t.name,
             "topic_id": uuid_of(t.topic_id),
-            "partitions": [codec.fetched_partition(p) for p in t.partitions],
+            "partitions": [_by_id(t, codec.fetched_partition(p), version) for p in t.partitions],
         }
         for t in g.topics
     ]
@@ -397,13 +414,13 @@ def offset_fetch_out(reply: Reply[list[OffsetFetchGroupResponse]], version: int)
         return {
             "error_code": reply.error_code,
             "groups": [
-                {"group_id": g.group_id, "error_code": g.error_code, "topics": _fetched(g)}
+                {"group_id": g.group_id, "error_code": g.error_code, "topics": _fetched(g, version)}
                 for g in groups
             ],
         }
     g = groups[0] if groups else None
     code = reply.error_code or (g.error_code if g is not None else ErrorCode.NONE)
-    topics = _fetched(g) if g is not None else []
+    topics = _fetched(g, version) if g is not None else []
     if version < 2 and code:  # v1 has no top-level error: on every partition
         for t in topics:
             for p in t["partitions"]:
