@@ -47,7 +47,8 @@ from __future__ import annotations
 
 from collections import Counter, deque
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from itertools import chain, compress, filterfalse, islice, repeat
+from functools import partial
+from itertools import chain, compress, filterfalse, islice, repeat, tee
 from operator import add, lt, mul
 from typing import Any
 
@@ -237,6 +238,7 @@ class _ClassSettle:
         self.node_of: list[int] = list(map(index.get, rack_of, repeat(nodes.elsewhere)))  # type: ignore[arg-type]
         self.load = load
         self.pool = nodes.count  # the "holder node" of free partitions
+        self.whole = len(members) == len(target)  # the class is every member: range(n)
         self.by_mask: dict[TopicId, dict[int, tuple[int, ...]]] = {}
 
     def masks(self, t: TopicId) -> dict[int, tuple[int, ...]]:
@@ -271,9 +273,13 @@ class _ClassSettle:
         holder = self._holders(topic_ids, owners)
         counts, free = self._count(incoming, holder, held)
         kinds = sorted(counts)
-        by_node = self._by_node()
+        by_node = _NodeMembers(
+            self.members,
+            self.node_of if self.whole else list(map(self.node_of.__getitem__, self.members)),
+            nodes.count,
+        )
         quota, extras = divmod(sum(map(self.target.__getitem__, self.members)), len(self.members))
-        size = [len(by_node[v]) for v in range(nodes.count)]
+        size = by_node.sizes
         big = sum(counts.values()) + 1
         weights = [
             [big * nodes.local(m, v) + (v == h) for v in range(nodes.count)] for m, h in kinds
@@ -286,8 +292,11 @@ class _ClassSettle:
             extra_room=size,
         )
         plan = {k: flow[j] for j, k in enumerate(kinds)}
+        if self.whole:  # one C-level store for every member's quota
+            self.target[:] = repeat(quota, len(self.target))
         for v in range(nodes.count):
-            self._set_targets(by_node[v], quota, sum(f[v] for f in flow) - quota * size[v])
+            extra = sum(f[v] for f in flow) - quota * size[v]
+            self._set_targets(partial(by_node.scan, v), quota, extra, stored=self.whole)
 
         out: dict[int, Assignment] = {}
         load = list(self.load)
@@ -300,12 +309,13 @@ class _ClassSettle:
                 if h == v and counts[(m, h)] > plan[(m, h)][v]
             }
             if excess:
-                self._give_up(v, by_node[v], excess, load, out, moving, holder)
-            # Members still above their count give up their highest partitions; they stay in
-            # the node (the plan keeps them there).
-            for i in self._above(by_node[v], load):
-                self._trim(i, load[i] - self.target[i], out, receiving[v])
-                load[i] = self.target[i]
+                self._give_up(v, by_node.members(v), excess, load, out, moving, holder)
+        # Members still above their count give up their highest partitions; they stay in their
+        # node (the plan keeps them there).
+        node_of, target = self.node_of, self.target
+        for i in self._above(self.members, load):
+            self._trim(i, load[i] - target[i], out, receiving[node_of[i]])
+            load[i] = target[i]
         for (m, t), seq in free.items():
             moving.setdefault((m, self.pool), {})[t] = seq
         for m, h in kinds:
@@ -314,18 +324,12 @@ class _ClassSettle:
                 continue
             wanted = [(v, n) for v, n in enumerate(plan[(m, h)]) if v != h and n]
             _deal(segments, wanted, receiving)
+        below: dict[int, list[int]] = {v: [] for v in range(nodes.count)}
+        for i in self._below(self.members, load):
+            below[node_of[i]].append(i)
         for v in range(nodes.count):
-            self._fill(by_node[v], receiving[v], load, out)
+            self._fill(below[v], receiving[v], load, out)
         return out
-
-    def _by_node(self) -> dict[int, list[int]]:
-        """The class's members of each node, in member order (C-level passes)."""
-        nodes_of = list(map(self.node_of.__getitem__, self.members))
-        count = self.nodes.count
-        if count > 255:
-            return {v: list(compress(self.members, map(v.__eq__, nodes_of))) for v in range(count)}
-        codes = bytes(nodes_of)  # then one byte each: v -> 1, else 0
-        return {v: list(compress(self.members, codes.translate(_ONLY[v]))) for v in range(count)}
 
     # ------------------------------------------------------------------ counting
 
@@ -413,32 +417,43 @@ class _ClassSettle:
 
     # ------------------------------------------------------------------ realising
 
-    def _set_targets(self, members: list[int], quota: int, extras: int) -> None:
-        """``quota`` each; ``quota + 1`` for ``extras`` of the node's members: those holding
-        more than ``quota`` first (they then lose nothing), in member order."""
+    def _set_targets(
+        self, scan: Callable[[], Iterable[int]], quota: int, extras: int, stored: bool
+    ) -> None:
+        """``quota`` each of the node's members (``scan()`` iterates them in member order;
+        ``stored``: set already); ``quota + 1`` for ``extras`` of them: those holding more than
+        ``quota`` first (they then lose nothing), in member order. (Lazy: a node whose extras
+        are found early is not scanned further.)"""
         target, load = self.target, self.load
-        _store(target, members, quota)
+        if not stored:
+            _store(target, scan(), quota)
         if not extras:
             return
-        loads = map(load.__getitem__, members)
-        chosen = list(islice(compress(members, map(quota.__lt__, loads)), extras))
+        members, loads = tee(scan())
+        chosen = list(
+            islice(compress(members, map(quota.__lt__, map(load.__getitem__, loads))), extras)
+        )
         if len(chosen) < extras:
             taken = set(chosen)
-            chosen += islice(filterfalse(taken.__contains__, members), extras - len(chosen))
+            chosen += islice(filterfalse(taken.__contains__, scan()), extras - len(chosen))
         _store(target, chosen, quota + 1)
 
-    def _above(self, members: list[int], load: Sequence[int]) -> list[int]:
+    def _above(self, members: Sequence[int], load: Sequence[int]) -> list[int]:
         """The members holding more than their target (C-level passes)."""
         target = self.target
+        if members is self.members and self.whole:  # range(n): no lookups
+            return list(compress(range(len(target)), map(lt, target, load)))
         return list(
             compress(
                 members, map(lt, map(target.__getitem__, members), map(load.__getitem__, members))
             )
         )
 
-    def _below(self, members: list[int], load: Sequence[int]) -> list[int]:
+    def _below(self, members: Sequence[int], load: Sequence[int]) -> list[int]:
         """The members holding less than their target (C-level passes)."""
         target = self.target
+        if members is self.members and self.whole:  # range(n): no lookups
+            return list(compress(range(len(target)), map(lt, load, target)))
         return list(
             compress(
                 members, map(lt, map(load.__getitem__, members), map(target.__getitem__, members))
@@ -546,8 +561,8 @@ class _ClassSettle:
         load: list[int],
         out: dict[int, Assignment],
     ) -> None:
-        """Members below their count take contiguous runs of what the node received (topics in
-        order, partitions ascending), in member order."""
+        """Members below their count (``members``, in member order) take contiguous runs of
+        what the node received (topics in order, partitions ascending)."""
         pool = [(t, sorted(segments[t])) for t in sorted(segments) if segments[t]]
         if not pool:
             return
@@ -555,7 +570,7 @@ class _ClassSettle:
         at, start = 0, 0
         t, seq = pool[0]
         end = len(seq)
-        for i in self._below(members, load):
+        for i in members:
             need = target[i] - load[i]
             mine = out.get(i)
             if mine is None:
@@ -578,6 +593,39 @@ class _ClassSettle:
                         end = len(seq)
         if at != len(pool):
             raise PartitionAssignorError("internal error: a node received too much")
+
+
+class _NodeMembers:
+    """The class's members of each node (``nodes_of``: each member's node, in member order):
+    how many, and, when asked, which (C-level passes over one byte per member)."""
+
+    __slots__ = ("_codes", "_lists", "_members", "sizes")
+
+    def __init__(self, members: Sequence[int], nodes_of: Sequence[int], count: int) -> None:
+        self._members = members
+        self._lists: dict[int, list[int]] = {}
+        if count < 256:
+            self._codes: bytes | None = bytes(nodes_of)
+            self.sizes = [self._codes.count(v) for v in range(count)]
+        else:
+            self._codes = None
+            for v in range(count):
+                self._lists[v] = list(compress(members, map(v.__eq__, nodes_of)))
+            self.sizes = [len(self._lists[v]) for v in range(count)]
+
+    def scan(self, v: int) -> Iterable[int]:
+        """Node v's members, in member order (lazily)."""
+        codes = self._codes
+        if codes is None:
+            return self._lists[v]
+        return compress(self._members, codes.translate(_ONLY[v]))
+
+    def members(self, v: int) -> list[int]:
+        """Node v's members, in member order."""
+        found = self._lists.get(v)
+        if found is None:
+            found = self._lists[v] = list(self.scan(v))
+        return found
 
 
 class _Lookup:
@@ -724,7 +772,11 @@ def place_ranges(
     # Indexes by (kind, node of their rack-blind owner), ascending: a node takes first the
     # indexes of the kind its own members held rack-blind, then what is left, in order.
     stride = nodes.count
-    owner_node = b"".join(map(mul, map(_BYTE.__getitem__, node), counts))  # nodes < 256
+    owner_node: Iterable[int] = (
+        b"".join(map(mul, map(_BYTE.__getitem__, node), counts))  # a byte per node
+        if nodes.count < 256
+        else chain.from_iterable(map(repeat, node, counts))
+    )
     keys = list(map(add, map(stride.__mul__, map(weight_ids.__getitem__, codes)), owner_node))
     order = sorted(range(n), key=keys.__getitem__)
     by_key = Counter(keys)

@@ -62,30 +62,43 @@ SCENARIOS = ("FULL", "leaves", "joins")
 BIG = Cell(10000, RATIO, 10, False)  # the "within 2x" target's shape (worst of the topic counts)
 
 
-def racked(metadata: Mapping[str, TopicMetadata]) -> dict[str, TopicMetadata]:
-    """The topics with 2-3 replicas per partition over the 3 racks (shared frozensets, as the
-    coordinator's registry has them)."""
-    sets: dict[tuple[int, int], frozenset[str]] = {}
+def replica_racks(k: int, n: int) -> dict[int, frozenset[str]]:
+    """The racks of the replicas of the ``n`` partitions of the ``k``-th topic (in topic id
+    order): 2 or 3 consecutive racks, from a hash of ``(k, p)``; equal sets shared."""
     out = {}
-    for k, (t, m) in enumerate(sorted(metadata.items())):
-        racks = {}
-        for p in range(m.num_partitions):
-            h = hashlib.blake2b(f"{k}/{p}".encode(), digest_size=2).digest()
-            first, replicas = h[0] % 3, 2 + h[1] % 2
-            key = (first, replicas)
-            if key not in sets:
-                sets[key] = frozenset(RACKS[(first + j) % 3] for j in range(replicas))
-            racks[p] = sets[key]
-        out[t] = dataclasses.replace(m, partition_racks=racks)
+    for p in range(n):
+        h = hashlib.blake2b(f"{k}/{p}".encode(), digest_size=2).digest()
+        out[p] = _SETS[(h[0] % 3, 2 + h[1] % 2)]
     return out
 
 
+_SETS = {
+    (first, replicas): frozenset(RACKS[(first + j) % 3] for j in range(replicas))
+    for first in range(3)
+    for replicas in (2, 3)
+}
+
+
+def racked(metadata: Mapping[str, TopicMetadata]) -> dict[str, TopicMetadata]:
+    """The topics with 2-3 replicas per partition over the 3 racks (shared frozensets, as the
+    coordinator's registry has them)."""
+    return {
+        t: dataclasses.replace(m, partition_racks=replica_racks(k, m.num_partitions))
+        for k, (t, m) in enumerate(sorted(metadata.items()))
+    }
+
+
+def rack_of_member(member_id: str) -> str:
+    """Members in racks by their index (member-00007 -> r1); any other (a newcomer) in r0."""
+    index = int(member_id.rsplit("-", 1)[1]) if member_id[-1].isdigit() else 0
+    return RACKS[index % 3]
+
+
 def with_racks(spec: GroupSpec) -> GroupSpec:
-    """Members in racks by their index (member-00007 -> r1); the newcomer in r0."""
-    members = {}
-    for m, s in spec.members.items():
-        index = int(m.rsplit("-", 1)[1]) if m[-1].isdigit() else 0
-        members[m] = dataclasses.replace(s, rack_id=RACKS[index % 3])
+    """Members in racks by their index (:func:`rack_of_member`)."""
+    members = {
+        m: dataclasses.replace(s, rack_id=rack_of_member(m)) for m, s in spec.members.items()
+    }
     return dataclasses.replace(spec, members=members)
 
 

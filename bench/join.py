@@ -64,6 +64,7 @@ from assignors.api import (
 )
 from assignors.range import RangeAssignor
 from assignors.uniform import UniformAssignor
+from bench._racks import rack_of_member, replica_racks
 from bench._report import machine, table, write_section
 from coordinator.core import records as r
 from coordinator.core.commands import ConsumerGroupHeartbeat
@@ -154,31 +155,44 @@ class Row:
     offload_worker: Sample
 
 
-def build(members: int, partitions: int, topics: int) -> tuple[Harness, TimedAssignor, list[str]]:
+def build(
+    members: int, partitions: int, topics: int, racked: bool = False
+) -> tuple[Harness, TimedAssignor, list[str]]:
     """A settled group: ``members`` members on ``topics`` topics totalling ``partitions``, each
-    member owning its share of the uniform assignor's result."""
+    member owning its share of the uniform assignor's result; ``racked``: members in 3 racks,
+    partitions with 2-3 replicas over them (as ``bench/assignors.py --racks``)."""
     timed = TimedAssignor()
     h = Harness(assignors=[timed, RangeAssignor()], config=INLINE)
     names = [f"topic-{i:04d}" for i in range(topics)]
-    for name in names:
-        h.create_topic(name, partitions // topics)
-    ids = {h.topic_id(n): n for n in names}
+    n = partitions // topics
+    for k, name in enumerate(names):
+        h.create_topic(name, n, racks=replica_racks(k, n) if racked else None)
+    ids = {h.topic_id(name): name for name in names}
     metadata = {
-        t: TopicMetadata(topic_id=t, name=n, num_partitions=partitions // topics)
-        for t, n in ids.items()
+        t: TopicMetadata(
+            topic_id=t,
+            name=name,
+            num_partitions=n,
+            partition_racks=h.shard.topics.by_name[name].partition_racks,
+        )
+        for t, name in ids.items()
     }
     subscribed = frozenset(ids)
+    racks = {
+        f"member-{i:05d}": rack_of_member(f"member-{i:05d}") if racked else None
+        for i in range(members)
+    }
     spec = GroupSpec(
         members={
-            f"member-{i:05d}": MemberSubscription(
-                rack_id=None, instance_id=None, subscribed_topic_ids=subscribed, assignment={}
+            m: MemberSubscription(
+                rack_id=rack, instance_id=None, subscribed_topic_ids=subscribed, assignment={}
             )
-            for i in range(members)
+            for m, rack in racks.items()
         },
         subscription_type=SubscriptionType.HOMOGENEOUS,
     )
     full = UniformAssignor().assign(spec, metadata).members
-    h.seed_group(GROUP, 10, {m: (names, dict(a)) for m, a in full.items()})
+    h.seed_group(GROUP, 10, {m: (names, dict(a)) for m, a in full.items()}, racks=racks)
     # The assignor's inputs are cached beside the group (built once, then kept up to date member
     # by member); a loaded coordinator builds them at its first target computation. Build them
     # here, durably, so that the samples (each rolled back) measure the steady state.
@@ -202,8 +216,8 @@ def moved_by(records: list[r.Record], before: Mapping[str, Mapping[str, frozense
     return count
 
 
-def measure(members: int, partitions: int, topics: int, repeats: int) -> Row:
-    h, timed, names = build(members, partitions, topics)
+def measure(members: int, partitions: int, topics: int, repeats: int, racked: bool = False) -> Row:
+    h, timed, names = build(members, partitions, topics, racked)
     shard = h.shard
     group = shard.groups[GROUP]
     epoch = group.group_epoch
@@ -215,6 +229,7 @@ def measure(members: int, partitions: int, topics: int, repeats: int) -> Row:
         rebalance_timeout_ms=60_000,
         subscribed_topic_names=tuple(names),
         topic_partitions={},
+        rack_id=rack_of_member("member-new") if racked else None,
     )
     second_cmd = replace(join_cmd, member_id="member-new-2")
     ids = sorted(group.members)
@@ -356,9 +371,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="two smaller sizes, fewer samples")
     ap.add_argument("--no-write", action="store_true", help="do not update docs/benchmarks.md")
     ap.add_argument("--repeats", type=int, default=None, help="samples per measurement")
+    ap.add_argument(
+        "--racks",
+        action="store_true",
+        help="each case with members in 3 racks and partition racks, beside the same case "
+        "without (section join-racks)",
+    )
     args = ap.parse_args(argv)
     repeats = args.repeats or (5 if args.quick else 15)
     sizes = QUICK_SIZES if args.quick else SIZES
+    if args.racks:
+        return main_racks(args, repeats, sizes)
     load_start = os.getloadavg()[0]
     started = time.perf_counter()
 
@@ -486,6 +509,98 @@ def main(argv: list[str] | None = None) -> int:
                 if targets
                 else ""
             ),
+        )
+    return 0
+
+
+def main_racks(args: argparse.Namespace, repeats: int, sizes: tuple[tuple[int, int], ...]) -> int:
+    """The same measurements on racked groups (members in racks r0-r2, partitions with 2-3
+    replicas over them), each beside the same case without racks, in the same run."""
+    load_start = os.getloadavg()[0]
+    started = time.perf_counter()
+    pairs: list[tuple[Row, Row]] = []
+    for topics in TOPICS:
+        for members, partitions in sizes:
+            racked = measure(members, partitions, topics, repeats, racked=True)
+            gc.collect()
+            blind = measure(members, partitions, topics, repeats)
+            gc.collect()
+            pairs.append((racked, blind))
+            print(
+                f"{members:,} x {partitions:,} / {topics} topics: join {racked.join.cell()} ms "
+                f"(blind {blind.join.cell()}), next join {racked.next_join.cell()} "
+                f"(blind {blind.next_join.cell()}), leave {racked.leave.cell()} ms (blind "
+                f"{blind.leave.cell()}), offloaded worker {racked.offload_worker.cell()} ms "
+                f"(blind {blind.offload_worker.cell()})",
+                flush=True,
+            )
+    headers = [
+        "members × partitions",
+        "topics",
+        "racks",
+        "join: moved",
+        "join: assignor ms",
+        "join: whole command ms",
+        "next join: whole command ms",
+        "leave: moved",
+        "leave + next heartbeat ms",
+        "offloaded join: event loop ms",
+        "offloaded join: worker ms",
+    ]
+    body = [
+        [
+            f"{r.members:,} × {r.partitions:,}",
+            r.topics,
+            kind,
+            r.join_moved,
+            r.join_assignor.cell(),
+            r.join.cell(),
+            r.next_join.cell(),
+            r.leave_moved,
+            r.leave.cell(),
+            r.offload_loop.cell(),
+            r.offload_worker.cell(),
+        ]
+        for pair in pairs
+        for kind, r in zip(("yes", "no"), pair, strict=True)
+    ]
+    ratios = [
+        [
+            f"{racked.members:,} × {racked.partitions:,}, {racked.topics} topics",
+            f"{racked.join.cpu / blind.join.cpu:.2f}×",
+            f"{racked.next_join.cpu / blind.next_join.cpu:.2f}×",
+            f"{racked.leave.cpu / blind.leave.cpu:.2f}×",
+            f"{racked.offload_worker.cpu / blind.offload_worker.cpu:.2f}×",
+        ]
+        for racked, blind in pairs
+    ]
+    elapsed = time.perf_counter() - started
+    load_end = os.getloadavg()[0]
+    print()
+    print(table(headers, body))
+    print()
+    print(table(["case", "join", "next join", "leave", "offloaded worker"], ratios))
+    print(
+        f"\n{elapsed:.0f} s; load average {load_start:.1f} at the start, {load_end:.1f} at the end"
+    )
+    if not args.no_write:
+        command = f"bench/join.py --racks{' --quick' if args.quick else ''}"
+        write_section(
+            "join-racks",
+            "## One join to a settled group in racks (pure core)\n\n"
+            f"`.venv/bin/python {command}` — {machine()}; load average {load_start:.1f} at the "
+            f"start, {load_end:.1f} at the end (rough figures: the machine is shared).\n\n"
+            "The measurements of the section above (same definitions; best / median / median "
+            f"CPU ms over {repeats} samples), on a group whose members are in racks r0, r1, r2 "
+            "(by index; the newcomer in r0) and whose partitions have 2 or 3 replicas in "
+            "consecutive racks (as `bench/assignors.py --racks`), each beside the same case "
+            "without racks in the same run. With racks the `uniform` assignor places by racks "
+            "(docs/assignors.md): its incremental path plans from the target summary's count "
+            "of held partitions by racks, which the coordinator keeps up to date from the "
+            "changed targets (*next join* includes counting the first join's changes).\n\n"
+            + table(headers, body)
+            + "\n\nRatio of median CPU times, racks over no racks:\n\n"
+            + table(["case", "join", "next join", "leave", "offloaded worker"], ratios),
         )
     return 0
 

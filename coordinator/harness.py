@@ -418,10 +418,12 @@ class Harness:
         members: dict[str, tuple[Sequence[str], Assignment]],
         *,
         group_uid: str = "cgp_seeded",
+        racks: Mapping[str, str | None] | None = None,
     ) -> None:
         """Install a reconciled group at ``epoch`` by replaying its canonical records (Kafka's
-        ConsumerGroupBuilder): every member STABLE at ``epoch`` owning its target. Session timers
-        are armed as after a load."""
+        ConsumerGroupBuilder): every member STABLE at ``epoch`` owning its target; ``racks``:
+        member -> its rack (the topics' partition racks are the registry's). Session timers are
+        armed as after a load."""
         recs: list[r.Record] = []
         for mid, (topics, _a) in sorted(members.items()):
             recs.append(
@@ -429,6 +431,7 @@ class Harness:
                     group_id,
                     ConsumerGroupMember(
                         member_id=mid,
+                        rack_id=(racks or {}).get(mid),
                         subscribed_topic_names=tuple(sorted(topics)),
                         rebalance_timeout_ms=60_000,
                     ),
@@ -441,7 +444,10 @@ class Harness:
                 group_id,
                 {
                     n: TopicMetadata(
-                        topic_id=image[n].topic_id, name=n, num_partitions=image[n].num_partitions
+                        topic_id=image[n].topic_id,
+                        name=n,
+                        num_partitions=image[n].num_partitions,
+                        partition_racks=image[n].partition_racks,
                     )
                     for n in names
                     if n in image

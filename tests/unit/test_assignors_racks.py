@@ -422,6 +422,37 @@ def test_big_topics_reach_the_best_locality_after_joins_and_leaves(members: int)
         current = result
 
 
+def test_hundreds_of_racks() -> None:
+    """300 racks, one member in each (301 nodes: no node fits in a byte any more), a topic of
+    601 partitions each with a replica in one rack (p % 300) and the last in none: everyone
+    gets two local partitions, one member a third; after a leave the same through the whole
+    computation and the incremental path; range too."""
+    racks = [f"r{j:03d}" for j in range(300)]
+    meta = {
+        "t": TopicMetadata(
+            topic_id="t",
+            name="t-name",
+            num_partitions=601,
+            partition_racks={p: frozenset({racks[p % 300]}) for p in range(600)},
+        )
+    }
+    current: Plain = {f"m{j:03d}": {} for j in range(300)}
+    for step in ("start", "leave"):
+        if step == "leave":
+            del current["m150"]
+        spec = make_group_spec({m: member(racks[int(m[1:])], ("t",), current[m]) for m in current})
+        result = run(UNIFORM, spec, meta)
+        assert local(spec, meta, result) == best_balanced_locality(spec, meta)
+        summary = summarize(spec, meta)
+        changes = compute_uniform_changes(dataclasses.replace(spec, target_summary=summary), meta)
+        assert changes is not None
+        assert {m: dict(changes.get(m, s.assignment)) for m, s in spec.members.items()} == result
+        current = result
+    assert local(spec, meta, current) == 598  # m150's two partitions are local to nobody left
+    by_range = run(RANGE, spec, meta)
+    assert local(spec, meta, by_range) == 598
+
+
 def test_range_places_co_partitioned_topics_together() -> None:
     """Two co-partitioned topics: an index counts once per topic it is local in; a member gets
     the same indexes of both."""
