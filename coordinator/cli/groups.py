@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from coordinator.cli import group_offsets
@@ -419,9 +420,11 @@ def _add_rack_local(c: GroupClient, groups: list[dict[str, Any]]) -> None:
 
 def _add_lag(c: GroupClient, groups: list[dict[str, Any]]) -> tuple[bool, bool]:
     """Each offset row's log end offset and lag (log end offset - committed offset), from the
-    upstream broker's logs (one ListOffsets for every row). Returns (whether the coordinator
-    has logs — it runs with ``--kafka-upstream`` —, whether a partition's answer was an
-    error, reported on stderr)."""
+    upstream broker's logs (one ListOffsets for every row). A log end below the committed
+    offset gives no lag (LAG "-", null in JSON) and a warning on stderr: the upstream's
+    watermarks are wrong (Tansu's memory engine reports a high watermark of 1) or the log was
+    truncated under the group. Returns (whether the coordinator has logs — it runs with
+    ``--kafka-upstream`` —, whether a partition's answer was an error, reported on stderr)."""
     from coordinator.cli.group_client import LATEST
 
     rows = [row for g in groups for row in g.get("offsets", ())]
@@ -437,8 +440,16 @@ def _add_lag(c: GroupClient, groups: list[dict[str, Any]]) -> tuple[bool, bool]:
                 failed[key] = answer
             continue
         row["log_end_offset"] = answer.offset
-        if row["committed_offset"] is not None:
-            row["lag"] = answer.offset - row["committed_offset"]
+        committed = row["committed_offset"]
+        if committed is not None and answer.offset < committed:
+            print(
+                f"kip848: warning: {row['topic']}-{row['partition']}: the log end offset "
+                f"{answer.offset} is below the committed offset {committed} (the upstream's "
+                "watermarks are wrong, or its log was truncated): no LAG shown",
+                file=sys.stderr,
+            )
+        elif committed is not None:
+            row["lag"] = answer.offset - committed
     for (topic, partition), answer in sorted(failed.items()):
         report(
             f"log end offset of {topic}-{partition}",

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 from fake_upstream import PARTITIONS, TOPIC, FakeCluster
 from kafka_clients import STACK_SETTINGS, Fleet
-from kafka_support import KafkaServer, KafkaStack, create_topics
+from kafka_support import KafkaServer, KafkaStack, create_topics, request
 
 from kip848.v1 import admin_pb2
 
@@ -279,6 +279,60 @@ def test_describe_offsets_shows_log_end_offset_and_lag(stack: KafkaStack, tmp_pa
         fleet.stop_all()
     finally:
         fleet.close()
+
+
+def test_a_log_end_below_the_committed_offset_shows_no_lag(stack: KafkaStack) -> None:
+    """An upstream whose log end is below the group's committed offset (wrong watermarks, or
+    a truncated log): LAG "-" (null in JSON) and a warning naming the partition, not a
+    negative lag; the partition that is right keeps its lag."""
+    server = stack.server
+    new_topic(stack, "lo-behind", 2)
+    write(server.kafka_address, "lo-behind", {0: 3, 1: 3})
+    c = server.client()
+    resp = c.call(
+        request(
+            8,
+            9,
+            group_id="g-behind",
+            generation_id_or_member_epoch=-1,
+            member_id="",
+            topics=[
+                {
+                    "name": "lo-behind",
+                    "partitions": [
+                        {"partition_index": p, "committed_offset": o, "committed_metadata": None}
+                        for p, o in ((0, 50), (1, 1))
+                    ],
+                }
+            ],
+        )
+    )
+    c.close()
+    assert [p.error_code for p in resp.topics[0].partitions] == [0, 0]
+    warning = (
+        "kip848: warning: lo-behind-0: the log end offset 3 is below the committed offset 50 "
+        "(the upstream's watermarks are wrong, or its log was truncated): no LAG shown\n"
+    )
+    assert kip848(server.grpc_address, "groups", "describe", "g-behind", "--offsets") == (
+        0,
+        lines(
+            "GROUP g-behind",
+            "",
+            "TOPIC      PARTITION  COMMITTED-OFFSET  LOG-END-OFFSET  LAG  LEADER-EPOCH  METADATA  MEMBER  HOST  CLIENT",
+            "lo-behind  0          50                3               -    -             -         -       -     -",
+            "lo-behind  1          1                 3               2    -             -         -       -     -",
+        ),
+        warning,
+    )
+    code, out, err = kip848(
+        server.grpc_address, "groups", "describe", "g-behind", "--offsets", "--output", "json"
+    )
+    assert (code, err) == (0, warning)
+    [group] = json.loads(out)
+    assert [
+        (r["partition"], r["committed_offset"], r["log_end_offset"], r["lag"])
+        for r in group["offsets"]
+    ] == [(0, 50, 3, None), (1, 1, 3, 2)]
 
 
 # ---------------------------------------------------------------- reset-offsets
