@@ -878,7 +878,7 @@ async def test_a_large_unary_request_comes_through_its_window() -> None:
         assert await conn.until(conn.answered, 10)
         assert [conn.answers[s].data for s in calls] == [grpc_frame(p) for p in payloads]
         (conn_on_server,) = server.connections
-        assert (conn_on_server.reserved, conn_on_server._waiting) == (0, {})
+        assert (conn_on_server.windows.reserved, conn_on_server.windows._waiting) == (0, {})
     finally:
         conn.close()
         await server.stop(None)
@@ -903,12 +903,12 @@ async def test_a_connection_holds_a_bounded_share_of_requests_never_finished() -
         (held,) = [c for c in server.connections if c.calls]
         open_calls = list(held.calls.values())
         let_past = (limit + 5) // len(message)  # messages that fit in one message limit
-        assert held.reserved == let_past * len(message)
+        assert held.windows.reserved == let_past * len(message)
         assert sorted(c.received for c in open_calls) == sorted(
             [65_535] * (len(open_calls) - let_past) + [len(started)] * let_past
         )
-        assert held.undelivered == sum(c.received for c in open_calls)
-        assert cap - 65_535 < held.undelivered <= cap
+        assert held.windows.undelivered == sum(c.received for c in open_calls)
+        assert cap - 65_535 < held.windows.undelivered <= cap
         refused = [loris.answers[s] for s in calls if loris.answers[s].closed]
         assert len(refused) == 300 - len(open_calls) > 0
         assert {a.status for a in refused} == {b"8"}

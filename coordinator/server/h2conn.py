@@ -1,0 +1,734 @@
+"""One client connection of our gRPC server (``h2grpc.py``): bytes in to libnghttp2, its events
+to calls, their answers out. A call is a ``_Call``; its handler runs in a task of its own with an
+``H2Context`` (what our servicers use of ``grpc.aio.ServicerContext``). What the request's
+headers say and the refusals' words are ``h2wire.py``'s, the inbound windows ``h2flow.py``'s,
+keepalive and the connection's lifetime ``h2lifetime.py``'s."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import socket
+from collections.abc import AsyncIterator, Callable, Hashable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import grpc
+from ngh2 import (
+    Configuration,
+    Connection,
+    ConnectionClosed,
+    DataReceived,
+    NGH2Error,
+    PingAcknowledged,
+    PingReceived,
+    RequestReceived,
+    Role,
+    StreamClosed,
+    StreamReset,
+    TrailersReceived,
+    WindowUpdated,
+)
+
+from .grpc_server import AbortCall
+from .h2flow import Windows
+from .h2lifetime import NO_ERROR, Lifetime
+from .h2wire import (
+    CANCELLED_AT_STOP,
+    TRAILERS_ONLY,
+    Refused,
+    decompress,
+    format_peer,
+    over_soft_limit,
+    parse_timeout,
+    read_headers,
+    request_wbits,
+    status_trailers,
+)
+from .tls import peer_subject
+
+if TYPE_CHECKING:
+    from .h2grpc import H2GrpcServer
+
+log = logging.getLogger("kip848.server")
+
+CONNECTION_WINDOW = (1 << 31) - 1
+HEADER_LIST_CAP = 1 << 20
+"""Past this a header list ends its connection (libnghttp2 keeps no more of it); below it, one
+over the announced limit ends only its call. libnghttp2 also caps one field at 64 KiB."""
+MAX_CONTINUATIONS = 64  # CONTINUATION frames after a HEADERS frame: 1 MiB in 16 KiB frames
+RECEIVE_SLICE = 16 << 10
+"""Bytes handed to libnghttp2 at a time: what one slice's header blocks decode to (HPACK can
+expand a byte into a 4 KiB table entry) is handled before the next is decoded."""
+STREAM_HIGH_WATER_BYTES = 1 << 20
+"""A server-streaming writer waits while more than this is queued on its stream."""
+_CONFIG = Configuration(
+    # nghttp2's defences against floods stay on; a connection may carry many calls at once.
+    peer_max_concurrent_streams=1 << 16,
+    auto_window_update=False,  # windows are given back as handlers consume (h2flow.py)
+    max_inbound_header_list_size=HEADER_LIST_CAP,
+    max_inbound_header_count=HEADER_LIST_CAP // 32,  # every field counts 32 bytes more
+    max_continuations=MAX_CONTINUATIONS,
+)
+
+
+class _Call:
+    __slots__ = (
+        "conn",
+        "stream_id",
+        "path",
+        "handler",
+        "metadata",
+        "deadline",
+        "timer",
+        "body",
+        "message",
+        "requests",
+        "task",
+        "headers_sent",
+        "client_done",
+        "finished",
+        "wbits",
+        "received",
+        "acked",
+        "delivered",
+        "reserved",
+        "reserved_end",
+        "queued",
+    )
+
+    def __init__(
+        self,
+        conn: H2Connection,
+        stream_id: int,
+        path: str,
+        handler: grpc.RpcMethodHandler,
+        metadata: tuple[tuple[str, Any], ...],
+    ) -> None:
+        self.conn = conn
+        self.stream_id = stream_id
+        self.path = path
+        self.handler = handler
+        self.metadata = metadata
+        self.deadline: float | None = None  # loop time
+        self.timer: asyncio.TimerHandle | None = None
+        self.body = bytearray()
+        self.message: bytes | None = None  # a unary request's one message
+        # a client stream's messages with their framed sizes, None at its end
+        self.requests: asyncio.Queue[tuple[bytes, int] | None] | None = None
+        self.task: asyncio.Task[None] | None = None
+        self.headers_sent = False
+        self.client_done = False
+        self.finished = False
+        self.wbits: int | None = None  # the request's messages are compressed (zlib framing)
+        # Flow control (h2flow.Windows), in bytes of the stream's DATA: received,
+        # acknowledged (given back to the client's window), delivered to the handler; the size
+        # and the end of a message under way that was let past the window (0: none); messages
+        # queued for the handler.
+        self.received = 0
+        self.acked = 0
+        self.delivered = 0
+        self.reserved = 0
+        self.reserved_end = 0
+        self.queued = 0
+
+
+class H2Context:
+    """The part of ``grpc.aio.ServicerContext`` our servicers, health and reflection use."""
+
+    __slots__ = ("_call",)
+
+    def __init__(self, call: _Call) -> None:
+        self._call = call
+
+    def invocation_metadata(self) -> Sequence[tuple[str, Any]]:
+        return self._call.metadata
+
+    def peer(self) -> str:
+        return self._call.conn.peer
+
+    def peer_subject(self) -> str | None:
+        """The verified client certificate's subject (TLS with a client certificate)."""
+        return self._call.conn.tls_subject
+
+    def auth_context(self) -> dict[str, list[bytes]]:
+        """What grpc.aio's ``auth_context()`` answers of the connection's TLS."""
+        conn = self._call.conn
+        if conn.server.tls is None:
+            return {}
+        out = {"transport_security_type": [b"ssl"]}
+        if conn.tls_subject is not None:
+            out["x509_subject"] = [conn.tls_subject.encode()]
+        return out
+
+    async def abort(self, code: grpc.StatusCode, details: str = "") -> None:
+        raise AbortCall(code, details)
+
+    async def write(self, message: Any) -> None:
+        call = self._call
+        await call.conn.write_message(call, _serialize(call.handler, message))
+
+    def time_remaining(self) -> float | None:
+        deadline = self._call.deadline
+        if deadline is None:
+            return None
+        return max(0.0, deadline - asyncio.get_running_loop().time())
+
+
+def _serialize(handler: grpc.RpcMethodHandler, message: Any) -> bytes:
+    serializer = handler.response_serializer
+    return message if serializer is None else serializer(message)
+
+
+def _deserialize(handler: grpc.RpcMethodHandler, data: bytes) -> Any:
+    deserializer = handler.request_deserializer
+    return data if deserializer is None else deserializer(data)
+
+
+class H2Connection(asyncio.Protocol):
+    """One client connection: bytes in to nghttp2, its events to calls, its bytes out."""
+
+    def __init__(self, server: H2GrpcServer) -> None:
+        self.server = server
+        self.h2 = Connection(Role.SERVER, _CONFIG)
+        self.calls: dict[int, _Call] = {}
+        self.peer = ""
+        self.tls_subject: str | None = None  # the verified client certificate's subject
+        self.transport: asyncio.Transport | None = None
+        self.last_stream_id = 0
+        self._flush_scheduled = False
+        self._resets: list[int] = []  # streams answered before their request ended
+        self._paused = False
+        self._writable = asyncio.Event()
+        self._writable.set()
+        self.closed = False
+        self.reads = 0  # reads so far (the lifetime's keepalive looks for new ones)
+        self.writes = 0  # HEADERS, DATA, WINDOW_UPDATE sent (the ping policy forgives then)
+        options = server.options
+        self.windows = Windows(self, options.http2_lookahead_bytes, server.max_message_bytes)
+        self._closing = False  # close once the calls are done
+        self.lifetime: Lifetime | None = None
+
+    # ----------------------------------------------------------------- transport
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        self.peer = format_peer(transport.get_extra_info("peername"))
+        if self.server.tls is not None:
+            self.tls_subject = peer_subject(transport)
+        sock = transport.get_extra_info("socket")
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.server.connections.add(self)
+        self.h2.initiate_connection(self.server.settings)
+        # Streams' windows bound what a connection holds; the connection's never does.
+        self.h2.set_local_window_size(CONNECTION_WINDOW)
+        self.lifetime = Lifetime(self, self.server.options)
+        if self.server.stopping:
+            self.h2.send_goaway(NO_ERROR, last_stream_id=0)
+        self.flush()
+
+    def data_received(self, data: bytes) -> None:
+        self.reads += 1
+        view = memoryview(data)
+        for start in range(0, len(data), RECEIVE_SLICE):
+            if not self._receive(view[start : start + RECEIVE_SLICE]):
+                return
+        self.flush()
+        h2 = self.h2
+        if not h2.want_read and not h2.want_write and self.transport is not None:
+            self.transport.close()
+
+    def _receive(self, data: memoryview) -> bool:
+        """One slice of input through libnghttp2 and its events to the calls; False if the
+        connection failed or was ended (it is closed)."""
+        h2 = self.h2
+        try:
+            h2.receive_data(data)
+        except NGH2Error as exc:  # not HTTP/2, or a protocol violation: the connection ends
+            log.debug("HTTP/2 error from %s: %s", self.peer, exc)
+            self._drop_all()
+            self.flush()  # nghttp2's GOAWAY, if it still has one to send
+            if self.transport is not None:
+                self.transport.close()
+            return False
+        events: list[Any] = h2.events()  # dispatched on the exact type: no narrowing
+        for event in events:
+            kind = type(event)
+            if kind is DataReceived:
+                self._data(event.stream_id, event.data, event.end_stream)
+            elif kind is RequestReceived:
+                self._request(event.stream_id, event.headers, event.end_stream)
+            elif kind is TrailersReceived:  # they end the request (their fields are ignored)
+                self._data(event.stream_id, b"", True)
+            elif kind is StreamReset or kind is StreamClosed:
+                self._closed(event.stream_id)
+            elif kind is WindowUpdated:
+                self._writable.set()
+            elif kind is PingReceived:
+                assert self.lifetime is not None
+                if self.lifetime.ping_received():
+                    return False
+            elif kind is PingAcknowledged:
+                assert self.lifetime is not None
+                self.lifetime.ping_acknowledged(event.opaque_data)
+            elif kind is ConnectionClosed:
+                self._drop_all()
+        transport = self.transport
+        return not self.closed and transport is not None and not transport.is_closing()
+
+    def pause_writing(self) -> None:
+        """The client does not read its answers: neither do we read its requests until it does
+        (its calls wait in its own socket, not in our memory)."""
+        self._paused = True
+        self._writable.clear()
+        if self.transport is not None:
+            self.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        self._paused = False
+        self._writable.set()
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.resume_reading()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self._writable.set()
+        self._drop_all()
+        if self.lifetime is not None:
+            self.lifetime.close()
+        self.server.connections.discard(self)
+
+    def flush(self) -> None:
+        """Everything nghttp2 has to send, now."""
+        self._flush_scheduled = False
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        h2 = self.h2
+        try:
+            out = h2.data_to_send()
+        except NGH2Error:  # the connection failed (a protocol error): nothing more to send
+            transport.close()
+            return
+        if self._resets:
+            # nghttp2 sends RST_STREAM ahead of queued HEADERS: reset only once the answer's
+            # frames are out, or the client sees the reset instead of the status.
+            resets, self._resets = self._resets, []
+            for stream_id in resets:
+                try:
+                    h2.reset_stream(stream_id, NO_ERROR)
+                except NGH2Error:
+                    pass
+            out += h2.data_to_send()
+        if out:
+            transport.write(out)
+
+    def _schedule_flush(self) -> None:
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self.flush)
+
+    # ----------------------------------------------------------------- what the lifetime asks
+
+    def active_calls(self) -> int:
+        return len(self.calls)
+
+    def send_ping(self, opaque: bytes) -> None:
+        try:
+            self.h2.ping(opaque)
+        except NGH2Error:
+            return
+        self._schedule_flush()
+
+    def send_goaway(self, code: int, last_stream_id: int | None, debug: bytes) -> None:
+        try:
+            self.h2.send_goaway(
+                code,
+                last_stream_id=self.last_stream_id if last_stream_id is None else last_stream_id,
+                debug_data=debug,
+            )
+        except NGH2Error:
+            return
+        self._schedule_flush()
+
+    def end(self, details: str) -> None:
+        """Every call answered UNAVAILABLE ``details``, then the connection closed."""
+        for call in list(self.calls.values()):
+            self.abort(call, grpc.StatusCode.UNAVAILABLE, details)
+        self.close()
+
+    def close_when_done(self) -> None:
+        self._closing = True
+        if not self.calls:
+            self.close()
+
+    def _request(self, stream_id: int, headers: Sequence[tuple[bytes, bytes]], end: bool) -> None:
+        server = self.server
+        self.last_stream_id = max(self.last_stream_id, stream_id)
+        request = read_headers(headers, server.absolute_max_metadata_size)
+        refused = request.too_large
+        if not refused and request.size > server.max_metadata_size:
+            refused = over_soft_limit(
+                request.size, headers, server.max_metadata_size, server.absolute_max_metadata_size
+            )
+        if refused:
+            self._refuse(stream_id, end, grpc.StatusCode.RESOURCE_EXHAUSTED, refused)
+            return
+        if not request.content_type.startswith(b"application/grpc"):
+            self._send(
+                lambda: self.h2.send_response(stream_id, ((b":status", b"415"),), end_stream=True),
+                stream_id,
+                end,
+            )
+            return
+        if server.stopping:
+            self._refuse(stream_id, end, grpc.StatusCode.UNAVAILABLE, "Server is shutting down")
+            return
+        try:
+            wbits = request_wbits(request.encoding, server.compression_enabled)
+        except Refused as exc:
+            self._refuse(stream_id, end, exc.code, exc.details)
+            return
+        if request.bad_metadata:
+            self._refuse(
+                stream_id,
+                end,
+                grpc.StatusCode.INTERNAL,
+                f"Invalid base64 in {request.bad_metadata}",
+            )
+            return
+        handler = server.handler(request.path, request.metadata)
+        if handler is None:
+            self._refuse(stream_id, end, grpc.StatusCode.UNIMPLEMENTED, "Method not found!")
+            return
+        if server.max_concurrent_calls and server.active >= server.max_concurrent_calls:
+            self._refuse(
+                stream_id, end, grpc.StatusCode.RESOURCE_EXHAUSTED, "Concurrent RPC limit exceeded!"
+            )
+            return
+        call = _Call(self, stream_id, request.path, handler, tuple(request.metadata))
+        call.wbits = wbits
+        self.calls[stream_id] = call
+        server.active += 1
+        if request.timeout is not None:
+            seconds = parse_timeout(request.timeout)
+            if seconds is None:
+                self.finish(call, grpc.StatusCode.INTERNAL, "Invalid grpc-timeout header")
+                return
+            loop = asyncio.get_running_loop()
+            call.deadline = loop.time() + seconds
+            call.timer = loop.call_at(call.deadline, self._expire, call)
+        if handler.request_streaming:
+            call.requests = asyncio.Queue()
+            self._start(call)
+        if end:
+            self._end_of_requests(call)
+
+    def _data(self, stream_id: int, data: bytes, end: bool) -> None:
+        call = self.calls.get(stream_id)
+        if call is None or call.finished:
+            if data:  # nobody will read it: given back at once
+                self.acknowledge(stream_id, len(data))
+            return
+        if data:
+            self.windows.received(call, len(data))
+            call.body += data
+            if not self._messages(call):
+                return
+            unread = self.windows.undelivered
+            if unread > self.server.max_connection_unread_bytes and (call.body or not end):
+                self.finish(  # its request is still arriving: the connection holds too much
+                    call,
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    "Request data this connection sent and no call has read is over the limit "
+                    f"({unread} vs. {self.server.max_connection_unread_bytes})",
+                )
+                return
+            self.windows.window(call)
+        if end:
+            self._end_of_requests(call)
+
+    def _messages(self, call: _Call) -> bool:
+        """Complete messages out of the call's body; False if the call was refused."""
+        body = call.body
+        limit = self.server.max_message_bytes
+        pos = 0
+        too_big_for_the_window = False
+        while len(body) - pos >= 5:
+            size = int.from_bytes(body[pos + 1 : pos + 5], "big")
+            if size > limit:
+                self.finish(
+                    call,
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    f"Received message larger than max ({size} vs. {limit})",
+                )
+                return False
+            compressed = body[pos]
+            if compressed and call.wbits is None:
+                self.finish(
+                    call, grpc.StatusCode.INTERNAL, "Compression bit set but no encoding configured"
+                )
+                return False
+            if len(body) - pos - 5 < size:
+                too_big_for_the_window = self.windows.too_big(size + 5)
+                break
+            message = bytes(body[pos + 5 : pos + 5 + size])
+            pos += 5 + size
+            self.windows.message_complete(call)
+            if compressed:
+                assert call.wbits is not None
+                try:
+                    message = decompress(call.wbits, message, limit)
+                except Refused as exc:
+                    self.finish(call, exc.code, exc.details)
+                    return False
+            if call.requests is not None:
+                call.queued += 1
+                call.requests.put_nowait((message, 5 + size))
+            elif call.message is None:
+                call.message = message
+            else:
+                self.finish(
+                    call, grpc.StatusCode.INTERNAL, "More than one request message in a unary call"
+                )
+                return False
+        if pos:
+            del body[:pos]
+        if too_big_for_the_window and not call.reserved:
+            self.windows.let_past(call)
+        return True
+
+    def acknowledge(self, stream_id: int, amount: int) -> None:
+        """Give ``amount`` bytes of the stream's window back (``h2flow.Windows``)."""
+        try:
+            self.h2.acknowledge_received_data(amount, stream_id)
+        except (NGH2Error, ValueError):  # the connection is gone
+            return
+        self.writes += 1
+        self._schedule_flush()
+
+    def _end_of_requests(self, call: _Call) -> None:
+        call.client_done = True
+        if call.body:
+            self.finish(call, grpc.StatusCode.INTERNAL, "Incomplete request message")
+            return
+        if call.requests is not None:
+            call.requests.put_nowait(None)
+            return
+        if call.message is None:
+            self.finish(call, grpc.StatusCode.INTERNAL, "Missing request message")
+            return
+        self._start(call)
+
+    def _start(self, call: _Call) -> None:
+        group_of = self.server.group_of
+        key = None
+        if group_of is not None and call.message is not None:
+            key = group_of(call.path, call.message)
+        self.server.admission.start(self if key is None else key, call)
+
+    def run(self, call: _Call) -> None:
+        """Start the call's handler, in its turn (``admission.py``); one finished meanwhile
+        (deadline, reset, disconnect) is not started. A unary request is consumed now."""
+        if not call.finished:
+            if call.requests is None:
+                self.windows.delivered(call, call.received - call.delivered)
+            call.task = asyncio.get_running_loop().create_task(self._run(call))
+
+    def _closed(self, stream_id: int) -> None:
+        """The stream is gone (the client reset it, or it ended): stop its handler."""
+        call = self.calls.get(stream_id)
+        if call is None:
+            return
+        if not call.finished:
+            call.finished = True
+            self._release(call)
+            if call.task is not None:
+                call.task.cancel()
+        call.client_done = True
+        self._gone(stream_id)
+
+    def _gone(self, stream_id: int) -> None:
+        """The call is no longer the connection's."""
+        calls = self.calls
+        calls.pop(stream_id, None)
+        if not calls:
+            if self.lifetime is not None:
+                self.lifetime.calls_ended()
+            if self._closing:
+                asyncio.get_running_loop().call_soon(self.close)
+
+    def _drop_all(self) -> None:
+        for stream_id in list(self.calls):
+            self._closed(stream_id)
+
+    def _expire(self, call: _Call) -> None:
+        """The deadline passed: DEADLINE_EXCEEDED now, then the handler is cancelled. Answered
+        here, not by the handler's task: a task cancelled before its first step never runs
+        (uvloop may run this timer before it), and would leave the call unanswered and its
+        slot taken."""
+        call.timer = None
+        self.abort(call, grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
+
+    def abort(self, call: _Call, code: grpc.StatusCode, details: str) -> None:
+        """Answer the call now and cancel its handler (which may not have started)."""
+        if call.finished:
+            return
+        self.finish(call, code, details)
+        if call.task is not None:
+            call.task.cancel()
+
+    # ----------------------------------------------------------------- running calls
+
+    async def _run(self, call: _Call) -> None:
+        handler: Any = call.handler  # its behaviour attributes are typed for grpc's contexts
+        context = H2Context(call)
+        try:
+            if call.requests is not None:
+                requests = self._request_stream(call)
+                if handler.stream_unary is not None:
+                    response = await handler.stream_unary(requests, context)
+                    await self.write_message(call, _serialize(handler, response))
+                else:
+                    await self._stream(call, handler.stream_stream(requests, context))
+            else:
+                assert call.message is not None
+                request = _deserialize(handler, call.message)
+                if handler.unary_unary is not None:
+                    response = await handler.unary_unary(request, context)
+                    self.send_message(call, _serialize(handler, response))
+                else:
+                    await self._stream(call, handler.unary_stream(request, context))
+        except AbortCall as exc:
+            self.finish(call, exc.code, exc.details)
+        except asyncio.CancelledError:
+            if not call.finished:  # the server stops: past its grace
+                self.finish(call, grpc.StatusCode.UNAVAILABLE, CANCELLED_AT_STOP)
+        except Exception:
+            log.exception("Unexpected error in %s", call.path)
+            self.finish(call, grpc.StatusCode.UNKNOWN, "Unexpected server error.")
+        else:
+            self.finish(call, grpc.StatusCode.OK, "")
+
+    async def _request_stream(self, call: _Call) -> AsyncIterator[Any]:
+        """A client stream's messages as its handler takes them (each given back then)."""
+        queue = call.requests
+        assert queue is not None
+        while True:
+            item = await queue.get()
+            if item is None:
+                return
+            message, framed = item
+            call.queued -= 1
+            self.windows.delivered(call, framed)
+            yield _deserialize(call.handler, message)
+
+    async def _stream(self, call: _Call, result: Any) -> None:
+        """A server-streaming handler (asyncio servicers only): an async generator of answers,
+        or a coroutine that writes them with ``context.write`` (health's Watch)."""
+        if inspect.isasyncgen(result):
+            async for item in result:
+                await self.write_message(call, _serialize(call.handler, item))
+        else:
+            await result
+
+    def send_message(self, call: _Call, payload: bytes) -> None:
+        if call.finished:
+            return
+        limit = self.server.max_message_bytes
+        if len(payload) > limit:
+            self.finish(
+                call,
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"Sent message larger than max ({len(payload)} vs. {limit})",
+            )
+            return
+        h2 = self.h2
+        stream_id = call.stream_id
+        try:
+            if not call.headers_sent:
+                call.headers_sent = True
+                h2.send_response(stream_id, self.server.response_headers)
+            h2.send_data(stream_id, b"\0" + len(payload).to_bytes(4, "big") + payload)
+        except NGH2Error:
+            self._closed(stream_id)
+            return
+        self.writes += 1
+        self._schedule_flush()
+
+    async def write_message(self, call: _Call, payload: bytes) -> None:
+        """One message of a stream, once the stream and the socket take more."""
+        if call.finished:
+            raise asyncio.CancelledError  # the client is gone: stop producing
+        self.send_message(call, payload)
+        while self._backed_up(call):
+            self.flush()  # what the windows allow goes out now
+            if not self._backed_up(call):
+                return
+            self._writable.clear()
+            await self._writable.wait()  # a WINDOW_UPDATE, or the socket drained
+
+    def _backed_up(self, call: _Call) -> bool:
+        return (
+            not call.finished
+            and not self.closed
+            and (self._paused or self.h2.queued_body_size(call.stream_id) > STREAM_HIGH_WATER_BYTES)
+        )
+
+    def finish(self, call: _Call, code: grpc.StatusCode, details: str) -> None:
+        """Trailers with the status (Trailers-Only if nothing was sent); the call is done."""
+        if call.finished:
+            return
+        call.finished = True
+        self._release(call)
+        trailers = status_trailers(code, details)
+        h2 = self.h2
+        stream_id = call.stream_id
+        try:
+            if call.headers_sent:
+                h2.send_trailers(stream_id, trailers)
+            else:  # Trailers-Only
+                h2.send_response(stream_id, (*TRAILERS_ONLY, *trailers), end_stream=True)
+            if not call.client_done:  # answered before the request ended: stop the upload
+                self._resets.append(stream_id)
+        except NGH2Error:
+            pass  # the stream was reset meanwhile
+        self.writes += 1
+        self._gone(stream_id)
+        self._schedule_flush()
+
+    def _release(self, call: _Call) -> None:
+        """The call is over: its slot, its deadline, what it holds of the window."""
+        self.server.active -= 1
+        if call.timer is not None:
+            call.timer.cancel()
+            call.timer = None
+        self.windows.released(call)
+        self.server.call_done()
+
+    def _refuse(self, stream_id: int, end: bool, code: grpc.StatusCode, details: str) -> None:
+        trailers = (*TRAILERS_ONLY, *status_trailers(code, details))
+        self._send(
+            lambda: self.h2.send_response(stream_id, trailers, end_stream=True), stream_id, end
+        )
+
+    def _send(self, send: Callable[[], None], stream_id: int, end: bool) -> None:
+        try:
+            send()
+        except NGH2Error:
+            return
+        self.writes += 1
+        if not end:
+            self._resets.append(stream_id)
+
+    def close(self) -> None:
+        self._drop_all()
+        self.flush()
+        if self.transport is not None:
+            self.transport.close()
+
+
+def run_call(_key: Hashable, call: _Call) -> None:
+    """Admission's callback (``admission.py``): start the call's handler, in its turn."""
+    call.conn.run(call)
