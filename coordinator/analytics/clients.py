@@ -1,7 +1,8 @@
 """The client models of the workload generator: a KIP-848 consumer and a classic consumer
 (eager ``range`` or cooperative ``cooperative-sticky``), each a reduced model of Kafka's own
 (ConsumerMembershipManager, ConsumerCoordinator), driving the real runtime through
-:class:`~coordinator.analytics.workload.Driver` on virtual time. Both commit their position
+:class:`~coordinator.analytics.workload.Driver` on virtual time (seen here as
+:class:`ClientDriver`, what the clients use of it). Both commit their position
 every ``commit_interval_ms`` and before they give partitions up.
 
 The leader's client-side assignors are pure functions here (:func:`range_assignment`,
@@ -12,9 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import base64
-from collections.abc import Mapping
+import random
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from coordinator.core.commands import ConsumerGroupHeartbeat
 from coordinator.core.errors import CoordinatorError, ErrorCode
@@ -31,7 +33,35 @@ from legacy_bridge.protocol import (
 )
 
 if TYPE_CHECKING:
-    from .workload import Driver
+    from coordinator.runtime.runtime import CoordinatorRuntime
+
+
+class _Partitioned(Protocol):
+    @property
+    def partitions(self) -> int: ...
+
+
+class ClientDriver(Protocol):
+    """What the client models use of the workload's driver (``workload.Driver``): its clock,
+    its action queue, the runtime it drives and the topics it created."""
+
+    runtime: CoordinatorRuntime
+    rng: random.Random
+
+    @property
+    def now(self) -> int: ...
+
+    @property
+    def topics(self) -> Mapping[str, _Partitioned]: ...
+
+    def at(self, t_ms: int, fn: Callable[[], Awaitable[None]]) -> None: ...
+
+    def spawn(self, coro: Awaitable[Any]) -> None: ...
+
+    def topic_name(self, topic_id: str) -> str: ...
+
+    def log_end(self, topic: str, partition: int) -> int: ...
+
 
 __all__ = [
     "RANGE",
@@ -51,7 +81,7 @@ Assignment = dict[str, dict[str, list[int]]]
 
 
 async def commit_position(
-    d: Driver,
+    d: ClientDriver,
     group_id: str,
     member_id: str,
     epoch: int,
@@ -119,7 +149,7 @@ class Consumer:
     timeout fences it); ``leave()`` leaves with epoch -1, or -2 for a static member that will
     come back (``static_bounce``)."""
 
-    driver: Driver
+    driver: ClientDriver
     group_id: str
     topics: tuple[str, ...]
     instance_id: str | None = None
@@ -282,7 +312,7 @@ class ClassicConsumer:
     so the join phase completes without it and it is removed. ``sync_delay_ms``: from its
     JoinGroup answer to its SyncGroup (the leader computing the assignment, the network)."""
 
-    driver: Driver
+    driver: ClientDriver
     group_id: str
     topics: tuple[str, ...]
     instance_id: str | None = None
