@@ -320,7 +320,7 @@ class Offsets(ByGroupId[Mapping[tuple[str, int], r.OffsetCommitValue]]):
     def txn_offset_commit(self, req: TxnOffsetCommit, now_ms: int) -> Result[OffsetCommitResponse]:
         """TxnOffsetCommit (KIP-98, KIP-447): the member is validated as Kafka's
         validateTransactionalOffsetCommit does (a missing group accepts only generation -1:
-        ILLEGAL_GENERATION otherwise; members of a consumer group as for OffsetCommit, with
+        GROUP_ID_NOT_FOUND otherwise, KIP-1319's code; members of a consumer group as for OffsetCommit, with
         KIP-1251's assignment epochs; a classic group's member and generation), the producer
         against the group's transaction; the offsets are stored *pending* for the producer
         (transactions.py) and the group joins its transaction."""
@@ -341,8 +341,8 @@ class Offsets(ByGroupId[Mapping[tuple[str, int], r.OffsetCommitValue]]):
         else:
             group = self._consumer_groups.get(req.group_id)
             if group is None:
-                if gen >= 0:
-                    raise IllegalGenerationError(
+                if gen >= 0:  # ILLEGAL_GENERATION before TxnOffsetCommit v6 (the service's)
+                    raise GroupIdNotFoundError(
                         f"Group {req.group_id} does not exist: generation {gen} is unknown."
                     )
             elif not (gen < 0 and not group.members) and not _anonymous_txn(req):

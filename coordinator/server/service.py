@@ -30,6 +30,7 @@ from coordinator.core.errors import (
     CoordinatorError,
     CoordinatorNotAvailableError,
     ErrorCode,
+    GroupIdNotFoundError,
     IllegalGenerationError,
     InvalidGroupIdError,
     InvalidRequestError,
@@ -124,9 +125,9 @@ MEMBER_ID_REQUIRED_HEARTBEAT_VERSION = 1
 """ConsumerGroupHeartbeat v1+: the consumer generates its member id (KIP-1082)."""
 OFFSET_COMMIT_KIP848_VERSION = 9
 """OffsetCommit v9+ is required from members of the consumer protocol."""
-TXN_OFFSET_COMMIT_STALE_EPOCH_VERSION = 6
-"""KIP-1319: from TxnOffsetCommit v6 a stale member epoch is STALE_MEMBER_EPOCH; before,
-Kafka answers ILLEGAL_GENERATION."""
+TXN_OFFSET_COMMIT_V6 = 6
+"""KIP-1319: from TxnOffsetCommit v6 a stale member epoch is STALE_MEMBER_EPOCH and a group
+that does not exist GROUP_ID_NOT_FOUND; before, Kafka answers ILLEGAL_GENERATION for both."""
 
 
 def check_group_id(group_id: str, message: str = "Group id can't be empty.") -> None:
@@ -346,7 +347,8 @@ class CoordinatorService:
         """TxnOffsetCommit (Kafka listener only: the transaction coordinator is the upstream's):
         TRANSACTIONAL_ID WRITE, GROUP READ and each topic's READ as Kafka checks them; the
         offsets are pending in the producer's transaction once durable. A member's stale epoch
-        is ILLEGAL_GENERATION before v6 (Kafka; KIP-1319's v6 keeps STALE_MEMBER_EPOCH)."""
+        or a missing group is ILLEGAL_GENERATION before v6 (Kafka; KIP-1319's v6 keeps
+        STALE_MEMBER_EPOCH and GROUP_ID_NOT_FOUND)."""
         check_group_id(req.group_id)
         self.limits.offset_commit(req)
         self.limits.identifier("TransactionalId", req.transactional_id)
@@ -360,8 +362,8 @@ class CoordinatorService:
         else:
             try:
                 answered = await self.runtime.txn_offset_commit(req)
-            except StaleMemberEpochError as exc:
-                if caller.version_below(TXN_OFFSET_COMMIT_STALE_EPOCH_VERSION):
+            except (StaleMemberEpochError, GroupIdNotFoundError) as exc:
+                if caller.version_below(TXN_OFFSET_COMMIT_V6):
                     raise IllegalGenerationError(exc.message) from None
                 raise
         return Reply(value=self.authz.merge_commit(whole, answered, refused))

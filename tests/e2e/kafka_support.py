@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
 from serve_support import START_TIMEOUT_S, read_lines, ready
 
@@ -29,10 +28,11 @@ IO_TIMEOUT_S = 10.0
 
 
 def request(api_key: int, version: int, **fields: Any) -> Any:
-    """A request entity of ``api_key`` v``version`` (nested values as kio entities or dicts)."""
+    """A request entity of ``api_key`` v``version`` (nested values as kio entities or dicts;
+    the coordinator's schema of the version when kio has none, wire.request_class)."""
     from coordinator.server.kafka import wire
 
-    return wire.build(load_request_schema(api_key, version), fields)
+    return wire.build(wire.request_class(api_key, version), fields)
 
 
 def fetch_request(version: int, topic_id: Any, partition: int, max_wait: int = 0) -> Any:
@@ -122,7 +122,9 @@ class KafkaClient:
         frame = self.read_frame(timeout)
         got = struct.unpack_from(">i", frame, 0)[0]
         assert got == correlation_id, (got, correlation_id)
-        cls = load_response_schema(key, version)
+        from coordinator.server.kafka import wire
+
+        cls = wire.response_class(key, version)
         pos = 4 + (1 if cls.__header_schema__.__flexible__ else 0)
         entity, _ = entity_reader(cls)(frame, pos)
         return entity

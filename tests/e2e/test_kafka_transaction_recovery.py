@@ -1,7 +1,9 @@
-"""Transactions that end without the listener seeing their outcome (docs/kafka.md,
-"Transactions"), against a fake upstream with a transaction coordinator of its own
-(tests/e2e/fake_upstream.py, ``FakeCluster(transactions=True)``) — Tansu has no
-DescribeTransactions, and its EndTxn cannot be held:
+"""Transactions through the listener against a fake upstream with a transaction coordinator of
+its own (tests/e2e/fake_upstream.py, ``FakeCluster(transactions=True)``; docs/kafka.md,
+"Transactions") — what Tansu cannot show: it has no DescribeTransactions, its EndTxn cannot be
+held, and its transaction coordinator knows no TxnOffsetCommit v6.
+
+Transactions that end without the listener seeing their outcome:
 
 * the coordinator is killed (SIGKILL) while the producer's EndTxn is at the upstream, which
   completed the transaction but whose answer never came back: started again, the coordinator
@@ -11,17 +13,21 @@ DescribeTransactions, and its EndTxn cannot be held:
   committed by an EndTxn that did not pass through the listener is settled by the periodic
   DescribeTransactions check; one still ongoing stays pending (UNSTABLE_OFFSET_COMMIT) however
   often it is asked about.
+
+TxnOffsetCommit v6 (KIP-1319): topics by id, UNKNOWN_TOPIC_ID for an id no topic has, and
+GROUP_ID_NOT_FOUND / STALE_MEMBER_EPOCH where v0-5 answer ILLEGAL_GENERATION.
 """
 
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_upstream import TOPIC, FakeCluster
+from fake_upstream import TOPIC, TOPIC_ID, FakeCluster
 from kafka_support import KafkaClient, KafkaServer, request
 from kio.schema.errors import ErrorCode as E
 
@@ -157,6 +163,87 @@ def test_transactions_that_ended_upstream_are_settled_by_the_check(
             time.sleep(0.1)
         assert fetch(c, "g-open") == (-1, E.unstable_offset_commit)
         assert cluster.txns["t-open"].state == "Ongoing"
+        c.close()
+    finally:
+        assert server.stop() == 0, server.stderr_text()
+
+
+def txn_commit(
+    c: KafkaClient,
+    version: int,
+    producer: dict[str, Any],
+    group: str,
+    topics: list[Any],
+    generation: int = -1,
+    member: str = "",
+) -> list[tuple[Any, list[E]]]:
+    """TxnOffsetCommit of offset 9 for partition 0 of each topic (v6: ids; before: names)."""
+    key = "topic_id" if version >= 6 else "name"
+    partition = {"partition_index": 0, "committed_offset": 9, "committed_metadata": ""}
+    resp: Any = c.call(
+        request(
+            28,
+            version,
+            group_id=group,
+            generation_id=generation,
+            member_id=member,
+            topics=[{key: t, "partitions": [partition]} for t in topics],
+            **producer,
+        )
+    )
+    return [(getattr(t, key), [p.error_code for p in t.partitions]) for t in resp.topics]
+
+
+def test_txn_offset_commit_v6_names_topics_by_id(cluster: FakeCluster, tmp_path: Path) -> None:
+    server = serve(cluster, tmp_path / "data")
+    try:
+        c = server.client()
+        versions: Any = c.call(
+            request(18, 3, client_software_name="t", client_software_version="1")
+        )
+        assert [(k.min_version, k.max_version) for k in versions.api_keys if k.api_key == 28] == [
+            (0, 6)
+        ]
+        pid, epoch = begin(c, "t-v6", "g-v6", 5)
+        producer = {"transactional_id": "t-v6", "producer_id": pid, "producer_epoch": epoch}
+        nobody, zero = uuid.uuid4(), uuid.UUID(int=0)
+        assert txn_commit(c, 6, producer, "g-v6", [TOPIC_ID, nobody, zero]) == [
+            (TOPIC_ID, [E.none]),
+            (nobody, [E.unknown_topic_id]),
+            (None, [E.unknown_topic_id]),  # the zero id: none on the wire either
+        ]
+        assert fetch(c, "g-v6") == (-1, E.unstable_offset_commit)
+        # A group that does not exist, named with a generation: KIP-1319's code from v6.
+        assert txn_commit(c, 6, producer, "g-none", [TOPIC_ID], 1, "m") == [
+            (TOPIC_ID, [E.group_id_not_found])
+        ]
+        assert txn_commit(c, 5, producer, "g-none", [TOPIC]) == [(TOPIC, [E.none])]
+        assert txn_commit(c, 5, producer, "g-none2", [TOPIC], 1, "m") == [
+            (TOPIC, [E.illegal_generation])
+        ]
+        # A member of the consumer protocol ahead of its epoch: STALE_MEMBER_EPOCH from v6.
+        member = "Zk8Sdl+/AAAAAAAAAAAAAC"
+        join: Any = c.call(
+            request(
+                68,
+                1,
+                group_id="g-848",
+                member_id=member,
+                member_epoch=0,
+                rebalance_timeout=300000,
+                subscribed_topic_names=[TOPIC],
+                subscribed_topic_regex="",
+                topic_partitions=[],
+            )
+        )
+        assert (join.error_code, join.member_epoch) == (E.none, 1)
+        assert txn_commit(c, 6, producer, "g-848", [TOPIC_ID], 2, member) == [
+            (TOPIC_ID, [E.stale_member_epoch])
+        ]
+        assert txn_commit(c, 4, producer, "g-848", [TOPIC], 2, member) == [
+            (TOPIC, [E.illegal_generation])
+        ]
+        assert txn_commit(c, 6, producer, "g-848", [TOPIC_ID], 1, member) == [(TOPIC_ID, [E.none])]
         c.close()
     finally:
         assert server.stop() == 0, server.stderr_text()

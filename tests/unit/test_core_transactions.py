@@ -17,6 +17,7 @@ from coordinator.core.config import GroupCoordinatorConfig
 from coordinator.core.errors import (
     ConcurrentTransactionsError,
     ErrorCode,
+    GroupIdNotFoundError,
     IllegalGenerationError,
     InvalidProducerEpochError,
     StaleMemberEpochError,
@@ -246,12 +247,13 @@ def test_init_producer_id_aborts_ongoing_but_not_ending_transactions(h: Harness)
 
 
 def test_member_validation(h: Harness) -> None:
-    """Kafka's validateTransactionalOffsetCommit: a missing group takes only generation -1; a
+    """Kafka's validateTransactionalOffsetCommit: a missing group takes only generation -1
+    (GROUP_ID_NOT_FOUND, KIP-1319's code; the service answers ILLEGAL_GENERATION before v6); a
     consumer group checks the member and its epoch (KIP-1251 included: an older epoch for
     partitions owned since then) when the commit names a member or a generation — one naming
     neither (TxnOffsetCommit before v3) is not checked against the members; an unknown member
     is UNKNOWN_MEMBER_ID."""
-    with pytest.raises(IllegalGenerationError):
+    with pytest.raises(GroupIdNotFoundError):  # ILLEGAL_GENERATION before v6 (the service's)
         txn_commit(h, {("in", 0): 1}, generation=2, member="m", group="nobody")
     h.join("A", ["in"])  # epoch 1, in-0 and in-1
     h.create_topic("more", 1)

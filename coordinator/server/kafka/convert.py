@@ -303,7 +303,7 @@ def offset_commit_in(req: Any, _caller: Caller | None) -> OffsetCommit:
 
 
 def txn_offset_commit_in(req: Any, _caller: Caller | None) -> TxnOffsetCommit:
-    """TxnOffsetCommit v0-5 (v3+: the consumer's group metadata, KIP-447)."""
+    """TxnOffsetCommit v0-6 (v3+: the consumer's group metadata, KIP-447; v6: topics by id)."""
     commit = offset_commit_in(req, None)
     return TxnOffsetCommit(
         transactional_id=req.transactional_id,
@@ -317,39 +317,35 @@ def txn_offset_commit_in(req: Any, _caller: Caller | None) -> TxnOffsetCommit:
     )
 
 
-def txn_offset_commit_out(reply: Reply[OffsetCommitResponse], _version: int) -> dict[str, Any]:
+def txn_offset_commit_out(reply: Reply[OffsetCommitResponse], version: int) -> dict[str, Any]:
+    """TxnOffsetCommit's answer; v6 (KIP-1319) names the topics by id, as OffsetCommit v10."""
     value = reply.value
-    return {
-        "topics": [
-            {"name": t.name, "partitions": [codec.partition_error(p) for p in t.partitions]}
-            for t in (value.topics if value is not None else ())
-        ]
-    }
+    topics = value.topics if value is not None else ()
+    return {"topics": _partition_results(topics, version >= TXN_TOPIC_IDS_VERSION)}
 
 
 TOPIC_IDS_VERSION = 10
 """OffsetCommit and OffsetFetch v10 (Kafka 4.2, KIP-848) name topics by id only."""
+TXN_TOPIC_IDS_VERSION = 6
+"""TxnOffsetCommit v6 (KIP-1319, Kafka 4.3) likewise."""
 
 
-def _by_id(t: Any, partition: dict[str, Any], version: int) -> dict[str, Any]:
-    """A partition's answer as v10 gives it: a topic named by the zero id — the core's "no
-    name and no id", INVALID_REQUEST — is an id no topic has, UNKNOWN_TOPIC_ID, as Kafka
-    answers any id its metadata does not know."""
-    if (
-        version >= TOPIC_IDS_VERSION
-        and t.topic_id == ZERO_TOPIC_ID
-        and partition["error_code"] == ErrorCode.INVALID_REQUEST
-    ):
+def _by_id(t: Any, partition: dict[str, Any], by_id: bool) -> dict[str, Any]:
+    """A partition's answer in a version that names topics by id (``by_id``): a topic given
+    by the zero id — the core's "no name and no id", INVALID_REQUEST — is an id no topic has,
+    UNKNOWN_TOPIC_ID, as Kafka answers any id its metadata does not know."""
+    zero = t.topic_id == ZERO_TOPIC_ID
+    if by_id and zero and partition["error_code"] == ErrorCode.INVALID_REQUEST:
         return {**partition, "error_code": ErrorCode.UNKNOWN_TOPIC_ID}
     return partition
 
 
-def _partition_results(topics: Iterable[Any], version: int) -> list[dict[str, Any]]:
+def _partition_results(topics: Iterable[Any], by_id: bool) -> list[dict[str, Any]]:
     return [
         {
             "name": t.name,
             "topic_id": uuid_of(t.topic_id),
-            "partitions": [_by_id(t, codec.partition_error(p), version) for p in t.partitions],
+            "partitions": [_by_id(t, codec.partition_error(p), by_id) for p in t.partitions],
         }
         for t in topics
     ]
@@ -357,7 +353,8 @@ def _partition_results(topics: Iterable[Any], version: int) -> list[dict[str, An
 
 def offset_commit_out(reply: Reply[OffsetCommitResponse], version: int) -> dict[str, Any]:
     value = reply.value
-    return {"topics": _partition_results(value.topics if value is not None else (), version)}
+    topics = value.topics if value is not None else ()
+    return {"topics": _partition_results(topics, version >= TOPIC_IDS_VERSION)}
 
 
 def offset_fetch_in(req: Any, _caller: Caller) -> list[OffsetFetchGroup]:
@@ -402,7 +399,10 @@ def _fetched(g: OffsetFetchGroupResponse, version: int) -> list[dict[str, Any]]:
         {
             "name": t.name,
             "topic_id": uuid_of(t.topic_id),
-            "partitions": [_by_id(t, codec.fetched_partition(p), version) for p in t.partitions],
+            "partitions": [
+                _by_id(t, codec.fetched_partition(p), version >= TOPIC_IDS_VERSION)
+                for p in t.partitions
+            ],
         }
         for t in g.topics
     ]

@@ -9,7 +9,7 @@ The listener serves four APIs around the upstream's transaction coordinator:
   transaction coordinator does for its group coordinator — the transaction then has offsets to
   complete, so EndTxn is accepted. Once it answered, the group joins the producer's transaction
   here (``Offsets.add_offsets``).
-* **TxnOffsetCommit (28)** v0–5 — served (``CoordinatorService.txn_offset_commit``): the
+* **TxnOffsetCommit (28)** v0–6 (v6, KIP-1319: topics by id) — served (``CoordinatorService.txn_offset_commit``): the
   offsets are pending for the producer. A v5+ request (transaction version 2: producers no
   longer send AddOffsetsToTxn) is preceded by an AddOffsetsToTxn to the upstream's transaction
   coordinator on the producer's behalf.
@@ -63,7 +63,7 @@ from .upstream import Upstream, UpstreamClient, UpstreamError
 log = logging.getLogger("kip848.kafka")
 
 DESCRIBE_TRANSACTIONS = 65
-TXN_OFFSET_COMMIT_RANGE = (0, 5)
+TXN_OFFSET_COMMIT_RANGE = (0, 6)
 ADD_OFFSETS_ON_BEHALF_SINCE = 5
 """TxnOffsetCommit v5+ (transaction version 2): the coordinator adds the offsets."""
 

@@ -1,4 +1,5 @@
-"""Kafka's binary protocol through the ``kio`` library — the only module that imports kio.
+"""Kafka's binary protocol through the ``kio`` library — the only module that imports kio
+(with ``schema_ext.py``: the few message versions kio does not have yet, in kio's shape).
 
 kio (PyPI, Apache-2.0) generates one frozen dataclass per message, version and nested struct
 from Kafka's own JSON schemas, with a native reader and a Python writer; flexible versions and
@@ -36,7 +37,7 @@ from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
 from kio.static.primitive import i32Timedelta, i64Timedelta
 
-from . import bounds
+from . import bounds, schema_ext
 
 KIO_VERSION = "0.6.5"
 """The kio release this module is written and tested against (pinned in pyproject)."""
@@ -61,12 +62,16 @@ def kio_versions(api_key: int) -> tuple[int, int] | None:
     if name is None:
         return None
     versions = [v for v, kinds in schema_name_map[name].items() if EntityType.request in kinds]
+    versions += [v for key, v in schema_ext.REQUESTS if key == api_key]
     return (min(versions), max(versions)) if versions else None
 
 
 @cache
 def request_class(api_key: int, version: int) -> Any:
     """kio's request class; WireError for an API or version it does not know."""
+    ext = schema_ext.REQUESTS.get((api_key, version))
+    if ext is not None:
+        return ext
     try:
         return load_request_schema(api_key, version)
     except KioIndexError:
@@ -75,6 +80,9 @@ def request_class(api_key: int, version: int) -> Any:
 
 @cache
 def response_class(api_key: int, version: int) -> Any:
+    ext = schema_ext.RESPONSES.get((api_key, version))
+    if ext is not None:
+        return ext
     try:
         return load_response_schema(api_key, version)
     except KioIndexError:
