@@ -11,7 +11,7 @@ import inspect
 import logging
 import socket
 from collections.abc import AsyncIterator, Callable, Hashable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import grpc
 from ngh2 import (
@@ -30,6 +30,8 @@ from ngh2 import (
     WindowUpdated,
 )
 
+from .admission import Admission
+from .grpc_options import GrpcOptions
 from .grpc_server import AbortCall
 from .h2flow import Windows
 from .h2lifetime import NO_ERROR, Lifetime
@@ -45,12 +47,37 @@ from .h2wire import (
     request_wbits,
     status_trailers,
 )
-from .tls import peer_subject
-
-if TYPE_CHECKING:
-    from .h2grpc import H2GrpcServer
+from .tls import ServerTls, peer_subject
 
 log = logging.getLogger("kip848.server")
+
+
+class Host(Protocol):
+    """What a connection reads and keeps of its server (``h2grpc.H2GrpcServer``): settings and
+    limits, the handlers by path, the calls in flight, the admission of calls between groups."""
+
+    options: GrpcOptions
+    tls: ServerTls | None
+    settings: dict[Any, int]
+    max_message_bytes: int
+    max_metadata_size: int
+    absolute_max_metadata_size: int
+    compression_enabled: int
+    response_headers: tuple[tuple[bytes, bytes], ...]
+    max_concurrent_calls: int
+    max_connection_unread_bytes: int
+    connections: set[H2Connection]
+    group_of: Callable[[str, bytes], Hashable | None] | None
+    admission: Admission[Hashable, _Call]
+    active: int
+    stopping: bool
+
+    def handler(
+        self, path: str, metadata: Sequence[tuple[str, Any]]
+    ) -> grpc.RpcMethodHandler | None: ...
+
+    def call_done(self) -> None: ...
+
 
 CONNECTION_WINDOW = (1 << 31) - 1
 HEADER_LIST_CAP = 1 << 20
@@ -188,7 +215,7 @@ def _deserialize(handler: grpc.RpcMethodHandler, data: bytes) -> Any:
 class H2Connection(asyncio.Protocol):
     """One client connection: bytes in to nghttp2, its events to calls, its bytes out."""
 
-    def __init__(self, server: H2GrpcServer) -> None:
+    def __init__(self, server: Host) -> None:
         self.server = server
         self.h2 = Connection(Role.SERVER, _CONFIG)
         self.calls: dict[int, _Call] = {}

@@ -15,13 +15,28 @@ read refuses the call whose request is still arriving (a slow loris cannot hold 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
-
-if TYPE_CHECKING:
-    from .h2conn import _Call
+import asyncio
+from typing import Protocol
 
 ARRIVING_WINDOWS = 256
 """A connection may hold this many windows of unread requests besides one message limit."""
+
+
+class _Call(Protocol):
+    """What the windows read and keep of a call (``h2conn._Call``): bytes of its request
+    received, given back (acked), taken by its handler (delivered), and of a message let past."""
+
+    stream_id: int
+    body: bytearray
+    message: bytes | None
+    requests: asyncio.Queue[tuple[bytes, int] | None] | None
+    queued: int
+    finished: bool
+    received: int
+    acked: int
+    delivered: int
+    reserved: int
+    reserved_end: int
 
 
 class Acknowledging(Protocol):

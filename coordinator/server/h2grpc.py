@@ -115,7 +115,7 @@ class H2GrpcServer:
         self.absolute_max_metadata_size = options.absolute_max_metadata_size
         self.max_metadata_size = min(options.max_metadata_size, self.absolute_max_metadata_size)
         self.compression_enabled = options.compression_enabled_algorithms_bitset | 1  # identity
-        self.response_headers = (
+        self.response_headers: tuple[tuple[bytes, bytes], ...] = (
             *TRAILERS_ONLY,
             (b"grpc-accept-encoding", accept_encoding(self.compression_enabled)),
         )
