@@ -148,10 +148,23 @@ async def test_commit_with_the_member_epoch_and_read_back(server: ServerProcess)
 async def test_stale_member_epoch_is_retried_once_the_epoch_is_current(
     server: ServerProcess, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A commit overtaken by the heartbeat that moves the member to a new epoch is answered
-    STALE_MEMBER_EPOCH; it succeeds as soon as the member has learned its new epoch."""
-    server.create_topic("stale", 2)
-    # Heartbeats every 3 s in this group: nothing happens between the steps below by itself.
+    """A commit whose epoch is really stale is answered STALE_MEMBER_EPOCH for the whole
+    commit; the client retries it once the member has learned its new epoch, and it is
+    accepted then.
+
+    Stale by KIP-1251's rule (accepted only if every partition committed was assigned to the
+    member at or before the commit's epoch): the member is revoking a partition — on_revoked
+    still runs, so the client still owns it at epoch 1 — when the coordinator sees the
+    revocation acknowledged (by a heartbeat on the member's behalf, as a zombie copy of it
+    would send) and moves the member to epoch 2 without it. The member's commit at epoch 1 of
+    that partition is refused, its other partition with it. Once on_revoked returns, the
+    member's own acknowledgement takes it to epoch 3, where the target has given the partition
+    back (assigned at epoch 3), and the retried commit passes. (An older epoch alone is not
+    stale: commits of partitions owned since then are accepted, test_offsets.)"""
+    topic_id = server.create_topic("stale", 2)
+    # Long heartbeat intervals in this group, and no push: the member heartbeats only when the
+    # test has it.
+    configs = {"consumer.heartbeat.interval.ms": "10000", "consumer.session.timeout.ms": "30000"}
     r = server.admin.IncrementalAlterConfigs(
         admin_pb2.IncrementalAlterConfigsRequest(
             resources=[
@@ -160,38 +173,70 @@ async def test_stale_member_epoch_is_retried_once_the_epoch_is_current(
                     resource_name="stale-g",
                     configs=[
                         admin_pb2.IncrementalAlterConfigsRequest.AlterableConfig(
-                            name="consumer.heartbeat.interval.ms", config_operation=0, value="3000"
+                            name=name, config_operation=0, value=value
                         )
+                        for name, value in configs.items()
                     ],
                 )
             ]
         ),
         timeout=10,
     )
-    assert r.responses[0].error_code == 0, r
-    a = GroupMember(server.address, "stale-g", topics=["stale"])
+    assert [x.error_code for x in r.responses] == [0], r
+    revoking, release = asyncio.Event(), asyncio.Event()
+    revoked: list[int] = []
+
+    async def on_revoked(parts: frozenset[TopicPartition]) -> None:
+        revoked.extend(tp.partition for tp in parts)
+        revoking.set()
+        await release.wait()
+
+    a = GroupMember(server.address, "stale-g", topics=["stale"], on_revoked=on_revoked, push=False)
     async with asyncio.timeout(20):
         await a.start()
         await a.wait_stable()
-        epoch = a.member_epoch
-        tps = sorted(a.assignment)
-        # Another member joins (another topic): the group epoch moves on, and a's next
-        # heartbeat takes a to it (same partitions).
+        await a.wait_until(lambda: not a.sans_io.heartbeat_in_flight)  # acknowledged
+        assert (a.member_epoch, owned(a)) == (1, [0, 1])
+        # Another member joins (epoch 2): a's next heartbeat revokes one partition from a.
         joined = server.heartbeat(
             group_id="stale-g",
             member_id="other",
             member_epoch=0,
-            rebalance_timeout_ms=1000,
-            subscribed_topic_names=common_pb2.TopicNames(names=["elsewhere"]),
+            rebalance_timeout_ms=30000,
+            subscribed_topic_names=common_pb2.TopicNames(names=["stale"]),
             topic_partitions=common_pb2.TopicPartitionsList(),
         )
-        assert joined.error_code == 0
+        assert (joined.error_code, joined.member_epoch) == (0, 2)
+        await a.update_subscription(["stale"])  # a heartbeat now
+        await revoking.wait()
+        await a.wait_until(lambda: not a.sans_io.heartbeat_in_flight)
+        [given] = revoked
+        kept = 1 - given
+        assert (a.member_epoch, owned(a)) == (1, [0, 1])  # still revoking `given`
+        # The revocation acknowledged on a's behalf (a zombie copy of a would do this): the
+        # coordinator moves a to epoch 2 with `kept` only.
+        acked = server.heartbeat(
+            group_id="stale-g",
+            member_id=a.member_id,
+            member_epoch=1,
+            topic_partitions=common_pb2.TopicPartitionsList(
+                items=[common_pb2.TopicPartitions(topic_id=topic_id, partitions=[kept])]
+            ),
+        )
+        assert (acked.error_code, acked.member_epoch) == (0, 2)
+        # The other member leaves (epoch 3): the target gives `given` back to a.
+        left = server.heartbeat(group_id="stale-g", member_id="other", member_epoch=-1)
+        assert left.error_code == 0
         caplog.set_level(logging.INFO, logger="kip848.client")
-        await a.update_subscription(["stale"])  # the heartbeat goes out now...
-        await a.commit({tps[0]: 5})  # ...and the commit right behind it, on the same connection
-        assert a.member_epoch == epoch + 1
-        assert "STALE_MEMBER_EPOCH" in caplog.text
-        assert await a.committed([tps[0]]) == {tps[0]: 5}
+        tps = {tp.partition: tp for tp in a.assignment}
+        commit = asyncio.ensure_future(a.commit({tps[kept]: 4, tps[given]: 5}))
+        while "STALE_MEMBER_EPOCH at epoch 1" not in caplog.text:
+            assert not commit.done(), "the commit at epoch 1 was not answered STALE_MEMBER_EPOCH"
+            await asyncio.sleep(0.01)
+        release.set()  # on_revoked returns: a acknowledges, learns epoch 3, and retries
+        await commit
+        assert a.member_epoch == 3
+        assert await a.committed([tps[kept], tps[given]]) == {tps[kept]: 4, tps[given]: 5}
     await a.close()
 
 

@@ -12,14 +12,21 @@ Transactions that end without the listener seeing their outcome:
 * a transaction that timed out at the upstream (aborted, the producer's epoch bumped) or was
   committed by an EndTxn that did not pass through the listener is settled by the periodic
   DescribeTransactions check; one still ongoing stays pending (UNSTABLE_OFFSET_COMMIT) however
-  often it is asked about.
+  often it is asked about;
+* one that timed out while the coordinator was down is settled by the check at start.
 
 TxnOffsetCommit v6 (KIP-1319): topics by id, UNKNOWN_TOPIC_ID for an id no topic has, and
-GROUP_ID_NOT_FOUND / STALE_MEMBER_EPOCH where v0-5 answer ILLEGAL_GENERATION.
+GROUP_ID_NOT_FOUND / STALE_MEMBER_EPOCH where v0-5 answer ILLEGAL_GENERATION. Transaction
+version 2 (TxnOffsetCommit v5+, no AddOffsetsToTxn from the producer): the coordinator adds the
+group's offsets to the transaction itself. Group deletion and reset-offsets (the real ``kip848
+groups`` commands) with pending transactional offsets, as Kafka's coordinator.
 """
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -45,13 +52,13 @@ def cluster() -> Iterator[FakeCluster]:
         c.stop()
 
 
-def serve(cluster: FakeCluster, data: Path) -> KafkaServer:
+def serve(cluster: FakeCluster, data: Path, check_ms: int = CHECK_MS) -> KafkaServer:
     return KafkaServer(
         data,
         "--kafka-upstream",
         cluster.nodes[1].address,
         "--set",
-        f"kafka.upstream.transaction.check.interval.ms={CHECK_MS}",
+        f"kafka.upstream.transaction.check.interval.ms={check_ms}",
         clock="system",
     )
 
@@ -168,6 +175,37 @@ def test_transactions_that_ended_upstream_are_settled_by_the_check(
         assert server.stop() == 0, server.stderr_text()
 
 
+def test_transactions_that_ended_while_the_coordinator_was_down_are_settled_at_start(
+    cluster: FakeCluster, tmp_path: Path
+) -> None:
+    """Open transactions are asked about once at start, whatever the check interval: one that
+    timed out upstream while the coordinator was down is settled (aborted) at once; one still
+    ongoing stays pending."""
+    server = serve(cluster, tmp_path / "data")
+    try:
+        c = server.client()
+        begin(c, "t-down", "g-down", 7)
+        begin(c, "t-alive", "g-alive", 8)
+        c.close()
+    finally:
+        assert server.stop() == 0, server.stderr_text()
+    cluster.expire("t-down")
+    asked = len(cluster.requests(65))
+    server = serve(cluster, tmp_path / "data", check_ms=600_000)
+    try:
+        c = server.client()
+        deadline = time.monotonic() + 15
+        while fetch(c, "g-down")[1] != E.none or len(cluster.requests(65)) < asked + 2:
+            assert time.monotonic() < deadline, server.stderr_text()
+            time.sleep(0.1)
+        assert fetch(c, "g-down") == (-1, E.none)
+        assert fetch(c, "g-alive") == (-1, E.unstable_offset_commit)
+        assert len(cluster.requests(65)) == asked + 2  # each open transaction asked about once
+        c.close()
+    finally:
+        assert server.stop() == 0, server.stderr_text()
+
+
 def txn_commit(
     c: KafkaClient,
     version: int,
@@ -244,6 +282,111 @@ def test_txn_offset_commit_v6_names_topics_by_id(cluster: FakeCluster, tmp_path:
             (TOPIC, [E.illegal_generation])
         ]
         assert txn_commit(c, 6, producer, "g-848", [TOPIC_ID], 1, member) == [(TOPIC_ID, [E.none])]
+        c.close()
+    finally:
+        assert server.stop() == 0, server.stderr_text()
+
+
+def end_txn(c: KafkaClient, producer: dict[str, Any], commit: bool = True) -> E:
+    answer: Any = c.call(request(26, 3, committed=commit, **producer))
+    return answer.error_code
+
+
+def test_transaction_version_2_adds_the_offsets_on_the_producers_behalf(
+    cluster: FakeCluster, tmp_path: Path
+) -> None:
+    """A producer of transaction version 2 (TxnOffsetCommit v5+) sends no AddOffsetsToTxn: the
+    coordinator adds the group's offsets to its transaction at the transaction coordinator
+    itself, as Kafka's does, so the transaction's end has something to complete. A refusal by
+    the transaction coordinator refuses the commit, nothing pending."""
+    server = serve(cluster, tmp_path / "data")
+    try:
+        c = server.client()
+        init: Any = c.call(request(22, 4, transactional_id="t-tv2", transaction_timeout=60_000))
+        assert init.error_code == E.none, init
+        producer = {
+            "transactional_id": "t-tv2",
+            "producer_id": int(init.producer_id),
+            "producer_epoch": int(init.producer_epoch),
+        }
+        adds = len(cluster.requests(25))
+        unknown = {**producer, "producer_id": int(init.producer_id) + 7}
+        assert txn_commit(c, 5, unknown, "g-tv2", [TOPIC]) == [
+            (TOPIC, [E.invalid_producer_id_mapping])
+        ]
+        assert fetch(c, "g-tv2") == (-1, E.none)  # nothing pending
+        assert txn_commit(c, 5, producer, "g-tv2", [TOPIC]) == [(TOPIC, [E.none])]
+        assert len(cluster.requests(25)) == adds + 2  # each v5 commit added it first
+        assert (cluster.txns["t-tv2"].state, cluster.txns["t-tv2"].groups) == (
+            "Ongoing",
+            {"g-tv2"},
+        )
+        assert fetch(c, "g-tv2") == (-1, E.unstable_offset_commit)
+        assert end_txn(c, producer) == E.none  # the upstream had the group's offsets to complete
+        assert fetch(c, "g-tv2") == (9, E.none)
+        c.close()
+    finally:
+        assert server.stop() == 0, server.stderr_text()
+
+
+def kip848(server: KafkaServer, *args: str) -> tuple[int, str, str]:
+    done = subprocess.run(
+        [sys.executable, "-m", "coordinator.cli", *args, "--bootstrap-server", server.grpc_address],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    return done.returncode, done.stdout, done.stderr
+
+
+def test_deletion_and_reset_offsets_with_pending_transactional_offsets(
+    cluster: FakeCluster, tmp_path: Path
+) -> None:
+    """As Kafka's coordinator: an inactive group whose only offsets are pending in an open
+    transaction is deleted with them (the transaction's commit then commits nothing); a
+    reset-offsets during an open transaction is accepted, the pending offsets stay unstable
+    until the end, and the reset, written after them, is what stays when the transaction
+    commits (Kafka keeps the most recent offset)."""
+    server = serve(cluster, tmp_path / "data")
+    try:
+        c = server.client()
+        pid, epoch = begin(c, "t-del", "g-del", 7)
+        assert kip848(server, "groups", "delete", "--group", "g-del")[0] == 0
+        code, out, err = kip848(server, "groups", "list")
+        assert "g-del" not in out, (code, out, err)
+        producer = {"transactional_id": "t-del", "producer_id": pid, "producer_epoch": epoch}
+        assert end_txn(c, producer) == E.none
+        assert fetch(c, "g-del") == (-1, E.none)
+
+        pid, epoch = begin(c, "t-reset", "g-reset", 7)
+        code, out, err = kip848(
+            server,
+            "groups",
+            "reset-offsets",
+            "--group",
+            "g-reset",
+            "--topic",
+            f"{TOPIC}:0",
+            "--to-latest",
+            "--execute",
+            "--output",
+            "json",
+        )
+        assert code == 0, (out, err)
+        latest = 1000  # the fake's log end of partition 0 on node 1
+        plan = json.loads(out)
+        assert (
+            plan["executed"],
+            [(x["partition"], x["new_offset"]) for x in plan["partitions"]],
+        ) == (
+            True,
+            [(0, latest)],
+        )
+        assert fetch(c, "g-reset") == (-1, E.unstable_offset_commit)
+        producer = {"transactional_id": "t-reset", "producer_id": pid, "producer_epoch": epoch}
+        assert end_txn(c, producer) == E.none
+        assert fetch(c, "g-reset") == (latest, E.none)
         c.close()
     finally:
         assert server.stop() == 0, server.stderr_text()

@@ -28,9 +28,10 @@ The listener serves four APIs around the upstream's transaction coordinator:
 
 At start (before any transactional request is served) the prepared transactions are
 completed the same way. A transaction that ends without passing through here — aborted by the
-upstream on timeout, its producer gone — is resolved with the upstream's DescribeTransactions
-(KIP-664) when it offers it, every ``kafka.upstream.transaction.check.interval.ms`` for those
-that have not changed for as long: a state that settles it (completed, or
+upstream on timeout, its producer gone, ended while the listener was down — is resolved with
+the upstream's DescribeTransactions (KIP-664) when it offers it: every open transaction once
+at start, then every ``kafka.upstream.transaction.check.interval.ms`` those that have not
+changed for as long: a state that settles it (completed, or
 moved on to another epoch or producer id: aborted, since no end of it was forwarded) is applied;
 anything else is asked again later. An upstream without DescribeTransactions (Tansu) leaves such
 a transaction open — its offsets stay pending, UNSTABLE_OFFSET_COMMIT to stable fetches — until
@@ -339,18 +340,25 @@ class TransactionBridge:
         return min(hi, known[1]) if known is not None else hi
 
     async def _check_loop(self) -> None:
+        """Every open transaction at load (the listener may have missed how it ended while it
+        was down), then every check interval those that have not moved for as long."""
+        min_age_ms = 0
         while True:
-            await asyncio.sleep(self.check_ms / 1000)
             try:
-                await self.check(self.runtime.clock.now_ms())
+                await self.check(self.runtime.clock.now_ms(), min_age_ms)
             except (UpstreamError, CoordinatorError) as exc:
                 log.warning("Checking open transactions with the upstream failed: %s", exc)
+            min_age_ms = self.check_ms
+            await asyncio.sleep(self.check_ms / 1000)
 
-    async def check(self, now_ms: int) -> None:
+    async def check(self, now_ms: int, min_age_ms: int | None = None) -> None:
         """Ask the upstream's DescribeTransactions about the transactions that have not moved
-        for a check interval and apply what settles them (module doc)."""
+        for ``min_age_ms`` (default: a check interval) and apply what settles them (module
+        doc)."""
+        if min_age_ms is None:
+            min_age_ms = self.check_ms
         for t in self.runtime.transactions():
-            if now_ms - t.updated_ms < self.check_ms:
+            if now_ms - t.updated_ms < min_age_ms:
                 continue
             client = await self._coordinator(t.transactional_id)
             answer = await client.call(
