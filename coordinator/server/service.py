@@ -349,11 +349,8 @@ class CoordinatorService:
         offsets are pending in the producer's transaction once durable. A member's stale epoch
         or a missing group is ILLEGAL_GENERATION before v6 (Kafka; KIP-1319's v6 keeps
         STALE_MEMBER_EPOCH and GROUP_ID_NOT_FOUND)."""
-        check_group_id(req.group_id)
         self.limits.offset_commit(req)
-        self.limits.identifier("TransactionalId", req.transactional_id)
-        self.authz.check(caller, "TxnOffsetCommit", WRITE, TRANSACTIONAL_ID, req.transactional_id)
-        self.authz.check_group(caller, "TxnOffsetCommit", READ, req.group_id)
+        self.check_transaction(caller, "TxnOffsetCommit", req.transactional_id, req.group_id)
         await self._look_up(req.topics)
         whole = req
         req, refused = self.authz.split_commit(caller, "TxnOffsetCommit", req, self.topic_name)
@@ -367,6 +364,17 @@ class CoordinatorService:
                     raise IllegalGenerationError(exc.message) from None
                 raise
         return Reply(value=self.authz.merge_commit(whole, answered, refused))
+
+    def check_transaction(
+        self, caller: Caller, api: str, transactional_id: str, group_id: str
+    ) -> None:
+        """What Kafka checks before a group's offsets join a producer's transaction
+        (TxnOffsetCommit, AddOffsetsToTxn): the group id, then TRANSACTIONAL_ID WRITE, then
+        GROUP READ; raises the first that fails."""
+        check_group_id(group_id)
+        self.limits.identifier("TransactionalId", transactional_id)
+        self.authz.check(caller, api, WRITE, TRANSACTIONAL_ID, transactional_id)
+        self.authz.check_group(caller, api, READ, group_id)
 
     async def _look_up(self, topics: Iterable[Any]) -> None:
         """Topics an offset commit names (by name or id) that the registry lacks are looked up

@@ -19,7 +19,8 @@ TxnOffsetCommit v6 (KIP-1319): topics by id, UNKNOWN_TOPIC_ID for an id no topic
 GROUP_ID_NOT_FOUND / STALE_MEMBER_EPOCH where v0-5 answer ILLEGAL_GENERATION. Transaction
 version 2 (TxnOffsetCommit v5+, no AddOffsetsToTxn from the producer): the coordinator adds the
 group's offsets to the transaction itself. Group deletion and reset-offsets (the real ``kip848
-groups`` commands) with pending transactional offsets, as Kafka's coordinator.
+groups`` commands) with pending transactional offsets, as Kafka's coordinator. AddOffsetsToTxn
+and TxnOffsetCommit authorized here, before anything reaches the upstream.
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ import pytest
 from fake_upstream import TOPIC, TOPIC_ID, FakeCluster
 from kafka_support import KafkaClient, KafkaServer, request
 from kio.schema.errors import ErrorCode as E
+
+from kip848.v1 import admin_pb2
 
 CHECK_MS = 300
 
@@ -387,6 +390,72 @@ def test_deletion_and_reset_offsets_with_pending_transactional_offsets(
         producer = {"transactional_id": "t-reset", "producer_id": pid, "producer_epoch": epoch}
         assert end_txn(c, producer) == E.none
         assert fetch(c, "g-reset") == (latest, E.none)
+        c.close()
+    finally:
+        assert server.stop() == 0, server.stderr_text()
+
+
+def allow_alice(server: KafkaServer, resource_type: int, name: str, operation: int) -> None:
+    """An ACL for User:alice only: the resource is no longer open to anyone else."""
+    made = server.admin.CreateAcls(
+        admin_pb2.CreateAclsRequest(
+            creations=[
+                admin_pb2.AclBinding(
+                    resource_type=resource_type,
+                    resource_name=name,
+                    pattern_type=3,  # LITERAL
+                    principal="User:alice",
+                    host="*",
+                    operation=operation,
+                    permission_type=3,  # ALLOW
+                )
+            ]
+        ),
+        timeout=10,
+    )
+    assert [r.error_code for r in made.results] == [0]
+
+
+def test_transactional_offsets_are_authorized_as_kafka(
+    cluster: FakeCluster, tmp_path: Path
+) -> None:
+    """AddOffsetsToTxn and TxnOffsetCommit are checked here as Kafka checks them — the
+    transactional id's WRITE, the group's READ (the group's ACLs are this coordinator's), the
+    topics' READ — before anything reaches the upstream: a refused AddOffsetsToTxn, or a
+    refused TxnOffsetCommit v5 (transaction version 2), adds nothing to the transaction."""
+    group, topic, transactional_id = 3, 2, 5
+    read, write = 3, 4
+    server = serve(cluster, tmp_path / "data")
+    try:
+        allow_alice(server, group, "g-secret", read)
+        allow_alice(server, transactional_id, "t-secret", write)
+        c = server.client()  # User:ANONYMOUS
+        init: Any = c.call(request(22, 4, transactional_id="t-ok", transaction_timeout=60_000))
+        producer = {
+            "transactional_id": "t-ok",
+            "producer_id": int(init.producer_id),
+            "producer_epoch": int(init.producer_epoch),
+        }
+        secret = {**producer, "transactional_id": "t-secret"}
+        adds = len(cluster.requests(25))
+        refused: Any = c.call(request(25, 3, group_id="g-secret", **producer))
+        assert refused.error_code == E.group_authorization_failed
+        refused = c.call(request(25, 3, group_id="g-open", **secret))
+        assert refused.error_code == E.transactional_id_authorization_failed
+        for version in (3, 5):
+            assert txn_commit(c, version, producer, "g-secret", [TOPIC]) == [
+                (TOPIC, [E.group_authorization_failed])
+            ]
+            assert txn_commit(c, version, secret, "g-open", [TOPIC]) == [
+                (TOPIC, [E.transactional_id_authorization_failed])
+            ]
+        assert len(cluster.requests(25)) == adds  # nothing joined a transaction upstream
+        assert fetch(c, "g-open") == (-1, E.none)  # nothing pending
+        assert c.call(request(25, 3, group_id="g-open", **producer)).error_code == E.none
+        allow_alice(server, topic, TOPIC, read)
+        assert txn_commit(c, 3, producer, "g-open", [TOPIC]) == [
+            (TOPIC, [E.topic_authorization_failed])
+        ]
         c.close()
     finally:
         assert server.stop() == 0, server.stderr_text()

@@ -3,16 +3,18 @@ are this coordinator's, the transaction coordinator stays upstream.
 
 The listener serves four APIs around the upstream's transaction coordinator:
 
-* **AddOffsetsToTxn (25)** — forwarded as it is to the node of the port it came through (the
-  transaction coordinator the client found through the rewritten FindCoordinator): the upstream
-  adds its own offsets partition of the group to the transaction, which is what a broker's
-  transaction coordinator does for its group coordinator — the transaction then has offsets to
-  complete, so EndTxn is accepted. Once it answered, the group joins the producer's transaction
-  here (``Offsets.add_offsets``).
-* **TxnOffsetCommit (28)** v0–6 (v6, KIP-1319: topics by id) — served (``CoordinatorService.txn_offset_commit``): the
-  offsets are pending for the producer. A v5+ request (transaction version 2: producers no
-  longer send AddOffsetsToTxn) is preceded by an AddOffsetsToTxn to the upstream's transaction
-  coordinator on the producer's behalf.
+* **AddOffsetsToTxn (25)** — checked here as Kafka checks it (TRANSACTIONAL_ID WRITE, GROUP
+  READ: the group's ACLs are this coordinator's), then forwarded as it is to the node of the
+  port it came through (the transaction coordinator the client found through the rewritten
+  FindCoordinator): the upstream adds its own offsets partition of the group to the
+  transaction, which is what a broker's transaction coordinator does for its group
+  coordinator — the transaction then has offsets to complete, so EndTxn is accepted. Once it
+  answered, the group joins the producer's transaction here (``Offsets.add_offsets``).
+* **TxnOffsetCommit (28)** v0–6 (v6, KIP-1319: topics by id) — served
+  (``CoordinatorService.txn_offset_commit``): the offsets are pending for the producer. A v5+
+  request (transaction version 2: producers no longer send AddOffsetsToTxn) is authorized,
+  then preceded by an AddOffsetsToTxn to the upstream's transaction coordinator on the
+  producer's behalf.
 * **EndTxn (26)** — forwarded, in two steps around it: first the groups holding the producer's
   transaction record that its end is on its way (PREPARE_COMMIT/PREPARE_ABORT, durable), then
   the upstream's answer decides: NONE commits or aborts the pending offsets (records); a fenced
@@ -146,11 +148,25 @@ class TransactionBridge:
         await self.ready.wait()
         if key == TXN_OFFSET_COMMIT:
             if version >= ADD_OFFSETS_ON_BEHALF_SINCE:
+                try:  # authorized before the offsets join the transaction upstream
+                    service.check_transaction(
+                        caller, "TxnOffsetCommit", entity.transactional_id, entity.group_id
+                    )
+                except CoordinatorError as exc:
+                    return Reply(
+                        value=commit_error_response(txn_offset_commit_in(entity, None), exc)
+                    )
                 refused = await self._add_offsets_on_behalf(entity)
                 if refused is not None:
                     return refused
             return await service.txn_offset_commit(txn_offset_commit_in(entity, caller), caller)
         if key == ADD_OFFSETS_TO_TXN:
+            try:  # the group's ACLs are this coordinator's
+                service.check_transaction(
+                    caller, "AddOffsetsToTxn", entity.transactional_id, entity.group_id
+                )
+            except CoordinatorError as exc:
+                return self._answer(ADD_OFFSETS_TO_TXN, version, frame, int(exc.code))
             return await self._add_offsets(conn, version, frame, entity)
         if key == END_TXN:
             return await self._end_txn(conn, version, frame, entity)
