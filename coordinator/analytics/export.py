@@ -17,12 +17,13 @@ import contextlib
 import importlib.metadata
 import os
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -209,15 +210,16 @@ class _Decoder:
 
     @staticmethod
     def _offset_commit(cols: dict[str, list[Any]], i: int, key: Any, v: Any) -> None:
-        cols["topic"][i] = key.topic
-        cols["partition"][i] = key.partition
+        fields = None
         if v is not None:
-            cols["committed_offset"][i] = v.offset
-            cols["committed_leader_epoch"][i] = v.leader_epoch
-            cols["commit_metadata"][i] = v.metadata
-            cols["commit_timestamp"][i] = v.commit_timestamp_ms * 1000
-            if v.expire_timestamp_ms >= 0:
-                cols["expire_timestamp"][i] = v.expire_timestamp_ms * 1000
+            fields = (
+                v.offset,
+                v.leader_epoch,
+                v.metadata,
+                v.commit_timestamp_ms,
+                v.expire_timestamp_ms,
+            )
+        _put_commit(cols, i, key.topic, key.partition, fields)
 
     def _classic_group(self, cols: dict[str, list[Any]], i: int, key: Any, v: Any) -> None:
         if v is None:
@@ -364,6 +366,55 @@ class _Decoder:
         cols["scram_mechanism"][i] = ScramMechanism(key.mechanism).mechanism_name
         if v is not None:
             cols["scram_iterations"][i] = v.iterations
+
+
+COMMIT = RECORD_TYPES[1]
+_COMMIT_VALUE_TYPES = (int, int, str, int, int)
+
+
+def _put_commit(
+    cols: dict[str, list[Any]], i: int, topic: str, partition: int, v: Sequence[Any] | None
+) -> None:
+    """An offset commit's columns; ``v``: (offset, leader epoch, metadata, commit time,
+    expire time in ms), None for a tombstone."""
+    cols["topic"][i] = topic
+    cols["partition"][i] = partition
+    if v is not None:
+        cols["committed_offset"][i] = v[0]
+        cols["committed_leader_epoch"][i] = v[1]
+        cols["commit_metadata"][i] = v[2]
+        cols["commit_timestamp"][i] = v[3] * 1000
+        if v[4] >= 0:
+            cols["expire_timestamp"][i] = v[4] * 1000
+
+
+def _fill_commit(cols: dict[str, list[Any]], i: int, key: bytes, value: bytes | None) -> bool:
+    """An OffsetCommit record (most of a journal) straight from its bytes, without building
+    the record: the codec's layout (``[1, group, topic, partition]``; ``[version, offset,
+    leader epoch, metadata, commit time, expire time]``). False, with nothing written, for
+    bytes that are not exactly that: the codec then decodes them (or says why it cannot)."""
+    try:
+        k = orjson.loads(key)
+        v = None if value is None else orjson.loads(value)
+    except orjson.JSONDecodeError:
+        return False
+    if (
+        type(k) is not list
+        or len(k) != 4
+        or k[0] != 1
+        or type(k[1]) is not str
+        or type(k[2]) is not str
+        or type(k[3]) is not int
+    ):
+        return False
+    if v is not None:
+        if type(v) is not list or len(v) != 6:
+            return False
+        v = v[1:]
+        if tuple(map(type, v)) != _COMMIT_VALUE_TYPES:
+            return False
+    _put_commit(cols, i, k[2], k[3], v)
+    return True
 
 
 def _decode_classic(
@@ -513,6 +564,7 @@ def export_journal(
                 chunk = _Chunk(row_group_rows)
                 decode = codec.decode
                 fill = decoder.fill
+                fill_commit = _fill_commit
                 for log_id, entries in _journal_chunks(store, log_ids(store.partitions)):
                     shard = None if log_id == CLUSTER_LOG else log_id
                     cols = chunk.cols
@@ -527,31 +579,36 @@ def export_journal(
                         cols["record_type_id"],
                         cols["tombstone"],
                     )
-                    seen_types = set()
+                    seen_types: set[int] = set()
                     i = chunk.n
                     for offset, ts, gid, key, value in entries:
                         if since_ms is not None and ts < since_ms:
                             continue
                         if until_ms is not None and ts >= until_ms:
                             continue
-                        try:
-                            record = decode(key, value)
-                        except Exception as exc:
-                            raise ExportError(
-                                f"the store in {data_dir} is corrupt: the record at offset "
-                                f"{offset} of log {log_id} does not decode: {exc}"
-                            ) from exc
+                        if not (key[:3] == b"[1," and fill_commit(cols, i, key, value)):
+                            try:
+                                record = decode(key, value)
+                            except Exception as exc:
+                                raise ExportError(
+                                    f"the store in {data_dir} is corrupt: the record at offset "
+                                    f"{offset} of log {log_id} does not decode: {exc}"
+                                ) from exc
+                            type_id = record.key.TYPE
+                            seen_types.add(type_id)
+                            c_type[i] = RECORD_TYPES[type_id]
+                            c_type_id[i] = type_id
+                            fill(cols, i, record)
+                        else:
+                            seen_types.add(1)
+                            c_type[i] = COMMIT
+                            c_type_id[i] = 1
                         c_off[i] = offset
                         c_ts[i] = ts * 1000
                         if gid is not None:
                             c_gid[i] = gid
                             c_shard[i] = shard
-                        type_id = record.key.TYPE
-                        seen_types.add(type_id)
-                        c_type[i] = RECORD_TYPES[type_id]
-                        c_type_id[i] = type_id
                         c_tomb[i] = value is None
-                        fill(cols, i, record)
                         if first_exported is None:
                             first_exported = offset
                         last_exported = offset

@@ -247,13 +247,14 @@ partitions moved, unowned partition-seconds, time to converge (docs/analytics.md
 <section><h2>Group timelines</h2><p class="note">The {{ timelines }} groups with the most rebalances: the group epoch
 (or generation) over time, each rebalance coloured by cause.</p>{{ plots.timelines }}</section>
 
-<section><h2>Member churn</h2>
-{% for f in filters %}<div class="v-{{ f }}">{{ plots["churn_" + f] }}
+<section><h2>Member churn</h2>{{ plots.churn }}
+<p class="note">Joins and removals (static restarts and conversions apart) per group type.</p>
+{% for f in filters %}<div class="v-{{ f }}">
 <table><tr><th>why members were removed</th><th class="n">members</th></tr>
 {% for r in removals[f] %}<tr><td>{{ r.reason }}</td><td class="n">{{ r.count | num }}</td></tr>{% endfor %}
 </table></div>{% endfor %}</section>
 
-<section><h2>Offset commits</h2>{% for f in filters %}<div class="v-{{ f }}">{{ plots["commits_" + f] }}</div>{% endfor %}
+<section><h2>Offset commits</h2>{{ plots.commits }}
 <p class="note">Committed-offset progress of the six group/topic pairs with the highest committed
 offsets (the sum over the topic's partitions of the last committed offset).</p>
 {{ plots.progress }}</section>
@@ -321,13 +322,6 @@ def render(data: dict[str, Any], *, info: Any, input_path: str, assignor: str, r
     env = jinja2.Environment(autoescape=True, undefined=jinja2.ChainableUndefined)
     env.filters.update(num=_num, ms=_ms, ts=_ts, pct=_pct)
     per = _dur(data["bucket_s"])
-    churn_cols = [
-        "joins",
-        "removals",
-        "fenced_session_timeout",
-        "fenced_rebalance_timeout",
-        "static_restarts",
-    ]
     p: dict[str, str] = {}
     for f in FILTERS:
         p[f"causes_{f}"] = plots.cause_series(
@@ -336,12 +330,12 @@ def render(data: dict[str, Any], *, info: Any, input_path: str, assignor: str, r
         p[f"converge_{f}"] = plots.converge_hist(
             filtered(data["converge_hist"], f), data["summary"].get(f, {})
         )
-        p[f"churn_{f}"] = plots.lines(
-            filtered(data["churn"], f), "bucket_start", churn_cols, f"members per {per}"
-        )
-        p[f"commits_{f}"] = plots.lines(
-            filtered(data["commits"], f), "bucket_start", ["commits"], f"commits per {per}"
-        )
+    p["churn"] = plots.lines_by_type(
+        data["churn"], "bucket_start", ["joins", "removals"], f"members per {per}"
+    )
+    p["commits"] = plots.lines_by_type(
+        data["commits"], "bucket_start", ["commits"], f"commits per {per}"
+    )
     p["scatter"] = plots.scatter(data["scatter"])
     p["timelines"] = plots.timelines(data["timelines"])
     p["progress"] = plots.progress(data["progress"])

@@ -58,6 +58,7 @@ __all__ = [
     "bucket_seconds",
     "compute",
     "conform",
+    "group_records",
 ]
 
 _GROUP_COLUMNS = (
@@ -101,14 +102,31 @@ def conform(journal: DataFrame) -> DataFrame:
     )
 
 
-def compute(spark: SparkSession, journal: DataFrame, params: Params) -> dict[str, DataFrame]:
-    """Every table of the report but the what-ifs (lazy; the caller writes them)."""
+def group_records(journal: DataFrame) -> DataFrame:
+    """The journal's group records but offset commits, with ``ts_ms`` and every column a job
+    reads from them (consumer and classic groups, both what-ifs), materialized: the one scan of
+    the file they all need (commits are most of the rows, and only the commit rate reads them)."""
+    from . import whatif
+
+    columns = dict.fromkeys((*_GROUP_COLUMNS, *classic.COLUMNS, *whatif.COLUMNS))
     j = conform(journal).withColumn("ts_ms", ms())
-    g = j.filter(F.col("group_id").isNotNull() & (F.col("record_type_id") != 1)).select(
-        *_GROUP_COLUMNS
+    return stage(
+        j.filter(F.col("group_id").isNotNull() & (F.col("record_type_id") != 1)).select(*columns)
     )
-    cg = consumer.tables(g, params)
-    cl = classic.tables(j, params)
+
+
+def compute(
+    spark: SparkSession,
+    journal: DataFrame,
+    params: Params,
+    records: DataFrame | None = None,
+) -> dict[str, DataFrame]:
+    """Every table of the report but the what-ifs (lazy; the caller writes them).
+    ``records``: :func:`group_records` of the journal, if the caller has them already."""
+    j = conform(journal).withColumn("ts_ms", ms())
+    rows = group_records(journal) if records is None else records
+    cg = consumer.tables(rows.select(*_GROUP_COLUMNS), params)
+    cl = classic.tables(rows, params)
     rebalances = stage(cg.rebalances.unionByName(cl.rebalances))
     types = stage(_group_types(cg, cl))
     commits = stage(_commit_rate(j, params, types))
@@ -172,19 +190,33 @@ def _commit_rate(j: DataFrame, params: Params, types: DataFrame) -> DataFrame:
     total (sum over the topic's partitions of the last committed offset) at each bucket's end;
     with the group's type at the end of the data."""
     c = j.filter((F.col("record_type_id") == 1) & ~F.col("tombstone")).select(
-        "group_id", "topic", "partition", "offset", "ts_ms", "committed_offset"
+        "group_id",
+        "topic",
+        "partition",
+        "offset",
+        "committed_offset",
+        bucket(params, F.col("ts_ms")).alias("bucket"),
     )
-    w = Window.partitionBy("group_id", "topic", "partition").orderBy("offset")
-    prev = F.lag("committed_offset").over(w)
-    c = c.withColumn("first", prev.isNull()).withColumn(
-        "delta", F.when(prev.isNull(), F.lit(0)).otherwise(F.col("committed_offset") - prev)
-    )
-    c = c.withColumn("bucket", bucket(params, F.col("ts_ms")))
-    agg = c.groupBy("group_id", "topic", "bucket").agg(
+    # Per partition and bucket first (a hash aggregation, no sort of the commits): each
+    # commit's advance over the partition's previous commit, summed over a bucket, telescopes
+    # to the bucket's last offset minus the previous bucket's last (its first, for the
+    # partition's first bucket, whose first commit advances nothing).
+    pb = c.groupBy("group_id", "topic", "partition", "bucket").agg(
         F.count(F.lit(1)).alias("commits"),
-        F.countDistinct("partition").alias("partitions"),
+        F.min_by("committed_offset", "offset").alias("first"),
+        F.max_by("committed_offset", "offset").alias("last"),
+    )
+    prev = F.lag("last").over(
+        Window.partitionBy("group_id", "topic", "partition").orderBy("bucket")
+    )
+    pb = pb.withColumn("delta", F.col("last") - F.coalesce(prev, F.col("first"))).withColumn(
+        "_first", F.when(prev.isNull(), F.col("first")).otherwise(0)
+    )
+    agg = pb.groupBy("group_id", "topic", "bucket").agg(
+        F.sum("commits").alias("commits"),
+        F.count(F.lit(1)).alias("partitions"),
         F.sum("delta").alias("offset_delta"),
-        F.sum(F.when(F.col("first"), F.col("committed_offset")).otherwise(0)).alias("_base"),
+        F.sum("_first").alias("_base"),
     )
     wt = (
         Window.partitionBy("group_id", "topic")

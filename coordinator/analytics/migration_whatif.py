@@ -108,20 +108,22 @@ def _partitions(journal: Any) -> dict[str, int]:
     return {r["topic"]: int(r["n"]) for r in rows if r["topic"] is not None}
 
 
-def migration_whatif(journal: Any, rebalances: Any, assignor_name: str, *, complete: bool) -> Any:
+def migration_whatif(
+    journal: Any, records: Any, rebalances: Any, assignor_name: str, *, complete: bool
+) -> Any:
     """The ``migration_whatif`` table: per classic group and scenario, what happened (from
-    ``rebalances``) beside what the replay measured (a lazy DataFrame)."""
+    ``rebalances``) beside what the replay measured (a lazy DataFrame). ``records``: the
+    journal's group records (:func:`.metrics.group_records`)."""
     from pyspark.sql import functions as F
-
-    from .common import ms
 
     partitions = _partitions(journal)
     t = F.col("record_type_id")
-    classic_groups = journal.filter(t == 2).select("group_id").distinct()
-    rows = journal.filter(
-        F.col("group_id").isNotNull() & ((t == 2) | ((t == 3) & F.col("tombstone")))
-    ).join(classic_groups, "group_id")
-    rows = rows.select(*[ms().alias(c) if c == "ts_ms" else F.col(c) for c in COLUMNS])
+    classic_groups = records.filter(t == 2).select("group_id").distinct()
+    rows = (
+        records.filter((t == 2) | ((t == 3) & F.col("tombstone")))
+        .join(classic_groups, "group_id")
+        .select(*COLUMNS)
+    )
 
     def run(table: pa.Table) -> pa.Table:
         return replay_group(table, assignor_name, partitions, complete)

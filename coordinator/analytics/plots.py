@@ -135,17 +135,28 @@ def scatter(points: list[dict[str, Any]]) -> str:
     return svg(f)
 
 
-def lines(series: list[dict[str, Any]], x: str, ys: list[str], ylabel: str) -> str:
+def lines_by_type(series: list[dict[str, Any]], x: str, ys: list[str], ylabel: str) -> str:
+    """One line per group type and ``ys`` column (solid, dashed, dotted ...)."""
     f, ax = fig(2.8)
     if not series:
         nodata(ax)
     else:
         xs = sorted({r[x] for r in series})
-        for y in ys:
-            total: dict[Any, float] = {}
-            for r in series:
-                total[r[x]] = total.get(r[x], 0) + (r[y] or 0)
-            ax.plot(xs, [total.get(v, 0) for v in xs], label=y, linewidth=1.2)
+        for gt in (CONSUMER, MIXED, CLASSIC):
+            for y, style in zip(ys, ("-", "--", ":", "-."), strict=False):
+                total: dict[Any, float] = {}
+                for r in series:
+                    if r["group_type"] == gt:
+                        total[r[x]] = total.get(r[x], 0) + (r[y] or 0)
+                if any(total.values()):
+                    ax.plot(
+                        xs,
+                        [total.get(v, 0) for v in xs],
+                        style,
+                        color=TYPE_COLORS[gt],
+                        label=f"{gt}: {y}",
+                        linewidth=1.2,
+                    )
         ax.set_ylabel(ylabel)
         ax.legend(frameon=False, fontsize=7)
         f.autofmt_xdate()

@@ -132,11 +132,12 @@ def run_report(
             t0_us=first_us // size * size,
         )
         t = time.perf_counter()
-        frames = metrics.compute(spark, journal, params)
+        records = metrics.group_records(journal)
+        frames = metrics.compute(spark, journal, params, records)
         frames["migration_whatif"] = migration_whatif.migration_whatif(
-            journal, frames["rebalances"], assignor, complete=info.complete
+            journal, records, frames["rebalances"], assignor, complete=info.complete
         )
-        frames["whatif"] = _whatif_frame(whatif.whatif(journal, assignor))
+        frames["whatif"] = _whatif_frame(whatif.whatif(records, assignor))
         stages["compute"] = time.perf_counter() - t
         paths: dict[str, Path] = {}
         for name in TABLES:

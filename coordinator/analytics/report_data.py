@@ -17,6 +17,7 @@ TIMELINE_GROUPS = 4
 MIGRATE_FIRST = 10
 ALL = "all"
 FILTERS = (ALL, *GROUP_TYPES)
+_ASKED_OFTEN = ("rebalances", "group_summary", "convergence", "migration_whatif", "commit_rate")
 
 
 def _rows(df: Any) -> list[dict[str, Any]]:
@@ -28,6 +29,16 @@ def collect(spark: Any, paths: dict[str, str], params: Params) -> dict[str, Any]
     from pyspark.sql import functions as F
 
     t = {name: spark.read.parquet(p) for name, p in paths.items()}
+    # The tables the page asks several questions are read once and kept in memory.
+    cached = [t[n].cache() for n in _ASKED_OFTEN]
+    try:
+        return _collect(F, t, params)
+    finally:
+        for df in cached:
+            df.unpersist()
+
+
+def _collect(F: Any, t: dict[str, Any], params: Params) -> dict[str, Any]:
     rb, gs, conv = t["rebalances"], t["group_summary"], t["convergence"]
     size = params.bucket_s * 1_000_000
     bucket = F.timestamp_micros(

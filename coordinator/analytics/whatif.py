@@ -277,24 +277,17 @@ def replay_group(table: pa.Table, assignor_name: str) -> pa.Table:
     return pa.Table.from_pylist(replay.out, schema=RESULT)
 
 
-def whatif(journal: Any, assignor_name: str) -> Any:
-    """The what-if table for every consumer group (a lazy DataFrame)."""
+def whatif(records: Any, assignor_name: str) -> Any:
+    """The what-if table for every consumer group (a lazy DataFrame) from the journal's group
+    records (:func:`.metrics.group_records`: with ``ts_ms``)."""
     from pyspark.sql import functions as F
 
-    df = journal.filter(
-        F.col("group_id").isNotNull() & F.col("record_type_id").isin(3, 4, 5, 6, 7, 16)
-    ).select(*[F.col(c) if c != "ts_ms" else _ms() for c in COLUMNS])
+    df = records.filter(F.col("record_type_id").isin(3, 4, 5, 6, 7, 16)).select(*COLUMNS)
 
     def run(table: pa.Table) -> pa.Table:
         return replay_group(table, assignor_name)
 
     return df.groupBy("group_id").applyInArrow(run, schema=_spark_schema())
-
-
-def _ms() -> Any:
-    from pyspark.sql import functions as F
-
-    return F.floor(F.unix_micros(F.col("timestamp")) / 1000).cast("long").alias("ts_ms")
 
 
 def _spark_schema() -> str:

@@ -57,11 +57,24 @@ def test_every_journal_record_is_one_row_with_its_typed_columns(workload: dict[s
             assert all(names[p["topic_id"]] == p["topic"] for p in row["assigned_partitions"])
             assert row["member_epoch"] == v.member_epoch
             assert row["member_id"] == rec.key.member_id
-        elif t == 1 and v is not None:
-            assert (row["topic"], row["partition"], row["committed_offset"]) == (
+        elif t == 1 and v is not None:  # the export's own path from the bytes
+            expire = v.expire_timestamp_ms * 1000 if v.expire_timestamp_ms >= 0 else None
+            assert (
+                row["topic"],
+                row["partition"],
+                row["committed_offset"],
+                row["committed_leader_epoch"],
+                row["commit_metadata"],
+                int(row["commit_timestamp"].timestamp() * 1_000_000),
+                None if row["expire_timestamp"] is None else row["expire_timestamp"].timestamp(),
+            ) == (
                 rec.key.topic,
                 rec.key.partition,
                 v.offset,
+                v.leader_epoch,
+                v.metadata,
+                v.commit_timestamp_ms * 1000,
+                None if expire is None else expire / 1e6,
             )
         elif t == 5 and v is not None:
             assert tuple(row["subscribed_topic_names"]) == v.subscribed_topic_names
@@ -133,6 +146,33 @@ def test_an_undecodable_record_names_its_offset(tmp_path: Path) -> None:
         export_journal(tmp_path / "s", tmp_path / "x.parquet")
     assert not (tmp_path / "x.parquet").exists()
     assert not (tmp_path / "x.parquet.partial").exists()
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        (b'[1,"g","t",0]', b"[0,5,0]"),  # a value too short
+        (b'[1,"g","t",0]', b'[0,5,0,"",1000,-1'),  # a truncated value
+        (b'[1,"g","t","0"]', b'[0,5,0,"",1000,-1]'),  # the partition a string
+        (b'[1,"g","t",0,9]', b'[0,5,0,"",1000,-1]'),  # a field too many
+        (b'[1,"g","t",0', None),  # a truncated key
+    ],
+)
+def test_an_undecodable_offset_commit_names_its_offset(
+    tmp_path: Path, key: bytes, value: bytes | None
+) -> None:
+    """Offset commits are read straight from their bytes; ones that are not exactly the
+    codec's layout go to the codec, which says why they do not decode."""
+    from coordinator.runtime.store import StoredRecord
+
+    store = SqliteRecordStore(tmp_path / "s")
+    good = codec.encode(codec.decode(b'[1,"g","t",0]', b'[0,5,0,"",1000,-1]'))
+    store.append([StoredRecord(good[0], good[1], "g")], 1000)
+    store.append([StoredRecord(key, value, "g")], 2000)
+    store.close()
+    with pytest.raises(ExportError, match="offset 1 of log 3 does not decode"):
+        export_journal(tmp_path / "s", tmp_path / "x.parquet")
+    assert not (tmp_path / "x.parquet").exists()
 
 
 def test_rack_local_partitions_of_each_current_assignment(tmp_path: Path) -> None:
