@@ -254,6 +254,10 @@ class CoordinatorService:
         """Convenience name of a topic id for responses ("" when unknown)."""
         return self.runtime.topic_name(topic_id)
 
+    def topic_exists(self, name: str) -> bool:
+        """Whether the topic registry knows a topic of that name."""
+        return name in self.runtime.registry.image().by_name
+
     def scram_credential(self, user: str, mechanism: ScramMechanism) -> ScramCredential | None:
         """The stored SCRAM credential of ``user`` for ``mechanism`` (None: none): what the
         SASL/SCRAM server checks a client's proof against. A read of the replayed credential

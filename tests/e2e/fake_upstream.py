@@ -10,6 +10,13 @@ see which broker a request reached. Produce and Fetch answer NOT_LEADER_OR_FOLLO
 InitProducerId, AddOffsetsToTxn, EndTxn and DescribeTransactions over a table of transactional
 ids (:class:`FakeTxn`), with what a test needs to make a transaction end behind the listener's
 back (``expire``, ``commit_directly``) or to hold EndTxn's answer (``hold_end``).
+
+``FakeCluster(data=True, topics=...)`` is one broker that keeps data instead (Tansu, the real
+broker of the other tests, has no fetch sessions): Produce appends record batches to in-memory
+logs (:class:`FakeLog`), Fetch reads them with KIP-227 fetch sessions (full and incremental
+fetches, epochs checked, incremental answers holding only the partitions that changed), and
+ListOffsets, DeleteRecords, OffsetForLeaderEpoch and DescribeProducers answer from the logs.
+Every request's decoded body is kept (:meth:`FakeCluster.asked`): what the broker was asked.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ import socket
 import socketserver
 import struct
 import threading
+import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,8 +41,58 @@ CAPS = {0: 10, 1: 16, 2: 7, 3: 12, 10: 4, 18: 3, 29: 3, 30: 3, 31: 3, 32: 4, 44:
 """The APIs each node offers, with their highest version (the lowest is kio's)."""
 TXN_CAPS = {22: 4, 25: 3, 26: 3, 65: 0}
 """What a cluster with ``transactions=True`` offers besides."""
+DATA_CAPS = {0: 13, 1: 17, 21: 2, 23: 4, 61: 0}
+"""What a cluster with ``data=True`` offers besides (and Produce, Fetch up to v13, v17)."""
+UNKNOWN_TOPIC_OR_PARTITION, UNKNOWN_TOPIC_ID = 3, 100
+FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH = 70, 71
+DATA_APIS = frozenset({0, 1, 2, 3, 21, 23, 61})
+"""What a cluster with ``data=True`` answers from its logs (``FakeNode.data_*``)."""
+LONG_POLL_S = 0.1
+"""How long an empty fetch waits at most (bounded, whatever its max_wait)."""
 INVALID_PRODUCER_EPOCH, INVALID_TXN_STATE, TRANSACTIONAL_ID_NOT_FOUND = 47, 48, 105
 HOLD_S = 30.0
+
+
+@dataclass
+class FakeLog:
+    """One partition's records: the record batches (v2) appended, each as (base offset, last
+    offset, bytes), from ``start`` (the log start offset) to ``end`` (the next offset)."""
+
+    start: int = 0
+    end: int = 0
+    batches: list[tuple[int, int, bytes]] = field(default_factory=list)
+
+    def append(self, records: bytes | None) -> int:
+        """Append a Produce's record batches (their base offsets set as a broker sets them);
+        the first one's offset."""
+        first, pos, data = self.end, 0, bytes(records or b"")
+        while pos + 61 <= len(data):
+            size = 12 + struct.unpack_from(">i", data, pos + 8)[0]
+            batch = bytearray(data[pos : pos + size])
+            count = struct.unpack_from(">i", batch, 23)[0] + 1  # last offset delta + 1
+            struct.pack_into(">q", batch, 0, self.end)  # not in the CRC
+            self.batches.append((self.end, self.end + count - 1, bytes(batch)))
+            self.end += count
+            pos += size
+        return first
+
+    def read(self, offset: int, max_bytes: int) -> bytes:
+        """The batches from ``offset`` on, at most ``max_bytes`` of them (at least one)."""
+        out = b""
+        for _base, last, batch in self.batches:
+            if last >= max(offset, self.start) and (not out or len(out) + len(batch) <= max_bytes):
+                out += batch
+        return out
+
+
+@dataclass
+class FakeSession:
+    """A fetch session (KIP-227): its partitions (key -> fetch offset, max bytes), the next
+    epoch it expects, and the high watermark last sent per partition."""
+
+    partitions: dict[tuple[Any, int], tuple[int, int]]
+    epoch: int = 1
+    sent: dict[tuple[Any, int], int] = field(default_factory=dict)
 
 
 @dataclass
@@ -97,9 +155,11 @@ class FakeNode:
         req = wire.decode(key, version, frame, wire.body_offset(frame, key, version, pos))
         with self.cluster.lock:
             self.cluster.log.append((self.node_id, key, version))
+            self.cluster.bodies.append((key, req))
+        data = self.cluster.data and key in DATA_APIS
+        values = getattr(self, f"data_{key}" if data else f"api_{key}")(req, version)
         if key == 0 and req.acks == 0:
             return None
-        values = getattr(self, f"api_{key}")(req, version)
         return wire.frame(
             key, version, correlation_id, wire.build(wire.response_class(key, version), values)
         )
@@ -109,6 +169,8 @@ class FakeNode:
     def api_18(self, _req: Any, _version: int) -> dict[str, Any]:
         keys = []
         caps = {**CAPS, **TXN_CAPS} if self.cluster.transactions else CAPS
+        if self.cluster.data:
+            caps = {**caps, **DATA_CAPS}
         for key, hi in sorted(caps.items()):
             known = wire.kio_versions(key)
             assert known is not None
@@ -119,13 +181,15 @@ class FakeNode:
         cluster = self.cluster
         wanted = None if req.topics is None else {t.name for t in req.topics}
         topics = []
-        if wanted is None or TOPIC in wanted:
-            ids = cluster.node_ids()
+        ids = cluster.node_ids()
+        for name, (topic_id, count) in cluster.topics.items():
+            if wanted is not None and name not in wanted:
+                continue
             topics.append(
                 {
                     "error_code": 0,
-                    "name": TOPIC,
-                    "topic_id": TOPIC_ID,
+                    "name": name,
+                    "topic_id": topic_id,
                     "is_internal": False,
                     "partitions": [
                         {
@@ -137,7 +201,7 @@ class FakeNode:
                             "isr_nodes": cluster.replicas.get(p, ids),
                             "offline_replicas": [],
                         }
-                        for p in range(PARTITIONS)
+                        for p in range(count)
                     ],
                     "topic_authorized_operations": -(2**31),
                 }
@@ -382,6 +446,223 @@ class FakeNode:
             "node_endpoints": self._endpoints(),
         }
 
+    # ------------------------------------------------------------ data (``data=True``)
+
+    def data_3(self, req: Any, version: int) -> dict[str, Any]:
+        """Metadata, a named topic that does not exist answered UNKNOWN_TOPIC_OR_PARTITION."""
+        values = self.api_3(req, version)
+        listed = {t["name"] for t in values["topics"]}
+        for t in req.topics or ():
+            if t.name and t.name not in listed:
+                values["topics"].append(
+                    {"error_code": UNKNOWN_TOPIC_OR_PARTITION, "name": t.name, "partitions": []}
+                )
+        return values
+
+    def _log(self, name: str | None, partition: int) -> FakeLog | None:
+        return self.cluster.logs.get((name or "", partition))
+
+    def data_0(self, req: Any, _version: int) -> dict[str, Any]:
+        out = []
+        with self.cluster.lock:
+            for t in req.topic_data:
+                name = getattr(t, "name", None) or self.cluster.name_of(t.topic_id)
+                parts = []
+                for p in t.partition_data:
+                    log = self._log(name, p.index)
+                    parts.append(
+                        {
+                            "index": p.index,
+                            "error_code": UNKNOWN_TOPIC_OR_PARTITION if log is None else 0,
+                            "base_offset": -1 if log is None else log.append(p.records),
+                            "log_start_offset": -1 if log is None else log.start,
+                        }
+                    )
+                out.append(
+                    {
+                        "name": getattr(t, "name", None),
+                        "topic_id": getattr(t, "topic_id", None),
+                        "partition_responses": parts,
+                    }
+                )
+        return {"responses": out}
+
+    def data_1(self, req: Any, version: int) -> dict[str, Any]:
+        """Fetch with KIP-227 sessions (see the module doc)."""
+        cluster = self.cluster
+        by_id = version >= 13
+        session_id, epoch = (req.session_id, req.session_epoch) if version >= 7 else (0, -1)
+
+        def key(t: Any) -> Any:
+            return t.topic_id if by_id else t.topic
+
+        asked = {
+            (key(t), p.partition): (p.fetch_offset, p.partition_max_bytes)
+            for t in req.topics
+            for p in t.partitions
+        }
+        forgotten = [
+            (key(t), p)
+            for t in getattr(req, "forgotten_topics_data", None) or ()
+            for p in t.partitions
+        ]
+        with cluster.lock:
+            if epoch in (0, -1):
+                cluster.sessions.pop(session_id, None)
+                session = FakeSession(partitions=asked)
+                if epoch == 0:
+                    session_id = 1 + max(cluster.sessions, default=1000)
+                    cluster.sessions[session_id] = session
+                else:
+                    session_id = 0
+            else:
+                found = cluster.sessions.get(session_id)
+                code = FETCH_SESSION_ID_NOT_FOUND if found is None else 0
+                if found is not None and found.epoch != epoch:
+                    code = INVALID_FETCH_SESSION_EPOCH
+                if code:
+                    return {"error_code": code, "session_id": 0, "responses": []}
+                assert found is not None
+                session = found
+                session.epoch += 1
+                session.partitions.update(asked)
+                for k in forgotten:
+                    session.partitions.pop(k, None)
+                    session.sent.pop(k, None)
+            full = epoch in (0, -1)
+            waiting = not any(
+                self._records(k, by_id, state) for k, state in session.partitions.items()
+            )
+        if waiting and int(req.max_wait.total_seconds() * 1000) > 0:
+            time.sleep(LONG_POLL_S)  # a short long-poll: nothing to read yet
+        out: list[dict[str, Any]] = []
+        with cluster.lock:
+            for (topic, index), state in session.partitions.items():
+                log = self._log(cluster.name_of(topic) if by_id else topic, index)
+                records = self._records((topic, index), by_id, state)
+                hw = -1 if log is None else log.end
+                if (
+                    not full
+                    and not records
+                    and session.sent.get((topic, index)) == hw
+                    and log is not None
+                ):
+                    continue  # unchanged: left out of an incremental answer
+                session.sent[topic, index] = hw
+                if not out or out[-1]["key"] != topic:
+                    out.append(
+                        {
+                            "key": topic,
+                            "topic": None if by_id else topic,
+                            "topic_id": topic if by_id else None,
+                            "partitions": [],
+                        }
+                    )
+                out[-1]["partitions"].append(
+                    {
+                        "partition_index": index,
+                        "error_code": (UNKNOWN_TOPIC_ID if by_id else UNKNOWN_TOPIC_OR_PARTITION)
+                        if log is None
+                        else 0,
+                        "high_watermark": hw,
+                        "last_stable_offset": hw,
+                        "log_start_offset": -1 if log is None else log.start,
+                        "records": records,
+                    }
+                )
+        for t in out:
+            del t["key"]
+        return {"error_code": 0, "session_id": session_id, "responses": out}
+
+    def _records(self, key: tuple[Any, int], by_id: bool, state: tuple[int, int]) -> bytes:
+        topic, index = key
+        log = self._log(self.cluster.name_of(topic) if by_id else topic, index)
+        return b"" if log is None else log.read(*state)
+
+    def data_2(self, req: Any, _version: int) -> dict[str, Any]:
+        """ListOffsets: -2 the log start offset, anything else the end."""
+        out = []
+        with self.cluster.lock:
+            for t in req.topics:
+                parts = []
+                for p in t.partitions:
+                    log = self._log(t.name, p.partition_index)
+                    offset = -1 if log is None else log.start if p.timestamp == -2 else log.end
+                    parts.append(
+                        {
+                            "partition_index": p.partition_index,
+                            "error_code": UNKNOWN_TOPIC_OR_PARTITION if log is None else 0,
+                            "timestamp": -1,
+                            "offset": offset,
+                            "leader_epoch": 1,
+                        }
+                    )
+                out.append({"name": t.name, "partitions": parts})
+        return {"topics": out}
+
+    def data_21(self, req: Any, _version: int) -> dict[str, Any]:
+        """DeleteRecords: the log start offset moves up to the offset asked (-1: the end)."""
+        out = []
+        with self.cluster.lock:
+            for t in req.topics:
+                parts = []
+                for p in t.partitions:
+                    log = self._log(t.name, p.partition_index)
+                    if log is not None:
+                        log.start = max(
+                            log.start, log.end if p.offset == -1 else min(p.offset, log.end)
+                        )
+                    parts.append(
+                        {
+                            "partition_index": p.partition_index,
+                            "low_watermark": -1 if log is None else log.start,
+                            "error_code": UNKNOWN_TOPIC_OR_PARTITION if log is None else 0,
+                        }
+                    )
+                out.append({"name": t.name, "partitions": parts})
+        return {"topics": out}
+
+    def data_23(self, req: Any, _version: int) -> dict[str, Any]:
+        """OffsetForLeaderEpoch: every epoch ends at the log end (epoch 1 throughout)."""
+        out = []
+        with self.cluster.lock:
+            for t in req.topics:
+                parts = []
+                for p in t.partitions:
+                    log = self._log(t.topic, p.partition)
+                    parts.append(
+                        {
+                            "error_code": UNKNOWN_TOPIC_OR_PARTITION if log is None else 0,
+                            "partition": p.partition,
+                            "leader_epoch": -1 if log is None else 1,
+                            "end_offset": -1 if log is None else log.end,
+                        }
+                    )
+                out.append({"topic": t.topic, "partitions": parts})
+        return {"topics": out}
+
+    def data_61(self, req: Any, _version: int) -> dict[str, Any]:
+        """DescribeProducers: no active producers anywhere."""
+        with self.cluster.lock:
+            return {
+                "topics": [
+                    {
+                        "name": t.name,
+                        "partitions": [
+                            {
+                                "partition_index": i,
+                                "error_code": UNKNOWN_TOPIC_OR_PARTITION
+                                if self._log(t.name, i) is None
+                                else 0,
+                                "active_producers": [],
+                            }
+                            for i in t.partition_indexes
+                        ],
+                    }
+                    for t in req.topics
+                ]
+            }
+
     # ------------------------------------------------------------ transactions
 
     def api_22(self, req: Any, _version: int) -> dict[str, Any]:
@@ -475,9 +756,23 @@ class FakeCluster:
     ``replicas`` says otherwise; the controller (and transaction coordinator) is the highest
     node id."""
 
-    def __init__(self, transactions: bool = False) -> None:
+    def __init__(
+        self,
+        transactions: bool = False,
+        data: bool = False,
+        topics: dict[str, tuple[uuid.UUID, int]] | None = None,
+    ) -> None:
         self.lock = threading.Lock()
         self.transactions = transactions
+        self.data = data
+        self.topics = topics or {TOPIC: (TOPIC_ID, PARTITIONS)}
+        """Name -> (topic id, partition count)."""
+        self.logs = {
+            (n, p): FakeLog() for n, (_i, count) in self.topics.items() for p in range(count)
+        }
+        self.sessions: dict[int, FakeSession] = {}
+        self.bodies: list[tuple[int, Any]] = []
+        """Every request's (api key, decoded body), in order."""
         self.txns: dict[str, FakeTxn] = {}
         """Transactional id -> its producer and transaction (``transactions=True``)."""
         self.hold_end = False
@@ -531,6 +826,14 @@ class FakeCluster:
             t = self.txns[transactional_id]
             assert t.state == "Ongoing", t
             t.state = "CompleteCommit"
+
+    def asked(self, key: int) -> list[Any]:
+        """The decoded bodies of the requests of ``key`` received, in order."""
+        with self.lock:
+            return [body for k, body in self.bodies if k == key]
+
+    def name_of(self, topic_id: uuid.UUID | None) -> str | None:
+        return next((n for n, (i, _c) in self.topics.items() if i == topic_id), None)
 
     def requests(self, key: int) -> list[int]:
         """The node ids that received requests of ``key``, in order."""

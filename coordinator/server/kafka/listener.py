@@ -48,7 +48,7 @@ from ..authorization import DESCRIBE, TOPIC
 from ..codec import AUTHORIZED_OPERATIONS_OMITTED
 from ..service import CoordinatorService
 from ..tls import listening_sockets, peer_subject
-from . import acl_split, apis, configs, convert, topic_guard, wire
+from . import acl_split, apis, configs, convert, fetch_guard, topic_guard, wire
 from . import sasl as sasl_api
 from .security import ListenerSecurity
 
@@ -361,9 +361,9 @@ class KafkaListener:
             )
             return wire.frame(key, version, correlation_id, body)
         if key == apis.METADATA and self.upstream is not None:  # guarded (topic_guard)
-            answer = await self.upstream.forward_future(conn, key, version, frame)
-            rewritten = self.upstream.rewrite(key, version, answer, conn.security)
-            return topic_guard.filter_metadata(conn, version, client_id, entity, rewritten)
+            return await topic_guard.metadata(
+                conn, version, correlation_id, client_id, entity, frame
+            )
         if key == apis.METADATA:
             values = await self.metadata(entity, version, caller)
             return wire.frame(
@@ -524,6 +524,9 @@ class KafkaConnection(asyncio.Protocol):
         self.closed = False
         self._drain_then_close = False
         self.upstream_conn: Any = None
+        self.fetch_session: Any = None
+        """The fetch session (KIP-227) the topic guard follows on this connection
+        (``fetch_guard.FetchSession``), if any."""
         self._callers: dict[tuple[str | None, int], Caller] = {}
         self.principal: KafkaPrincipal = ANONYMOUS
         """Who is on this connection (:meth:`set_principal`); ANONYMOUS until authenticated."""
@@ -612,6 +615,7 @@ class KafkaConnection(asyncio.Protocol):
             or (self.queued_bytes >= flow.queued_max_request_bytes and bool(self.work))
             or self.writing_paused
             or self.upstream_paused
+            or self._drain_then_close
         )
 
     def _read_frames(self) -> None:
@@ -744,26 +748,36 @@ class KafkaConnection(asyncio.Protocol):
                 self.queued_bytes += len(frame)
             return
         if listener.upstream is not None and listener.upstream.forwards(key, version):
-            if key in topic_guard.GUARDED and topic_guard.guards(self):
-                entity = self._decoded(key, version, frame, pos)
-                if entity is None:
+            if key in topic_guard.GUARDED:
+                if topic_guard.guards(self):
+                    entity = self._decoded(key, version, frame, pos)
+                    if entity is not None:
+                        guard = fetch_guard if key == apis.FETCH else topic_guard
+                        guard.forward(self, key, version, correlation_id, client_id, entity, frame)
                     return
-                refused = topic_guard.refusal(self, key, version, correlation_id, client_id, entity)
-                if refused is not None:  # answered here: nothing is forwarded
-                    if not (key == apis.PRODUCE and entity.acks == 0):
-                        self.complete(self._slot(), refused)
-                    return
-            self._observe_forward(key)
-            try:
-                listener.upstream.forward(self, key, version, frame)
-            except wire.WireError as exc:  # a Produce whose acks cannot be read
-                self._forwarding = None
-                self.fail(str(exc))
+                self.fetch_session = None  # unguarded: no session is followed (fetch_guard)
+            self.forward(key, version, frame)
             return
         mode = (
             "" if listener.upstream is not None else " (coordinator-only mode: no --kafka-upstream)"
         )
         self.fail(f"API key {key} ({wire.api_name(key)}) v{version} is not served{mode}")
+
+    def forward(
+        self, key: int, version: int, frame: bytes, then: Callable[[bytes], bytes] | None = None
+    ) -> None:
+        """Forward a request frame (without its size) to the upstream; its answer fills the
+        next slot (through ``then``: ``Upstream.forward``)."""
+        self._observe_forward(key)
+        try:
+            self.listener.upstream.forward(self, key, version, frame, then=then)
+        except wire.WireError as exc:  # a Produce whose acks cannot be read
+            self._forwarding = None
+            self.fail(str(exc))
+
+    def answer(self, data: bytes | None) -> None:
+        """Answer the request just read, here and now (None: a request without a response)."""
+        self.complete(self._slot(), data)
 
     def _decoded(self, key: int, version: int, frame: bytes, pos: int) -> Any:
         """A request's body, or None after closing the connection when it does not decode."""

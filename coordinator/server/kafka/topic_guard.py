@@ -1,32 +1,44 @@
 """Topic ACLs on the data APIs the listener forwards, where the broker cannot check them
-(docs/security.md "What each request needs").
+(docs/security.md "What each request needs"), answered per partition as Kafka's KafkaApis
+answers them.
 
-The listener forwards Produce, Fetch, ListOffsets and Metadata to the upstream over its own
-connection. Unless the client authenticated to the broker itself (SASL pass-through), the broker
-sees the coordinator, not the client: an open broker would let anyone read and write any topic
-through us. So the listener checks the topics of those requests against the ACLs here first,
-as Kafka's KafkaApis does — Produce needs WRITE, Fetch READ, ListOffsets DESCRIBE, Metadata
-DESCRIBE — whenever ACLs exist (with none and ``allow.everyone.if.no.acl.found``, nothing is
-decoded: the requests go as they are).
+Unless the client authenticated to the broker itself (SASL pass-through), the broker sees the
+coordinator, not the client: an open broker would let anyone read and write any topic through
+us. So whenever ACLs exist (with none and ``allow.everyone.if.no.acl.found``, nothing is
+decoded: the requests go as they are), the listener checks the topics of what it forwards,
+each against the operation Kafka checks: Produce WRITE, Fetch READ (``fetch_guard.py``: fetch
+sessions), ListOffsets DESCRIBE, OffsetForLeaderEpoch DESCRIBE (or CLUSTER_ACTION on the
+cluster), DeleteRecords DELETE, DescribeProducers READ, Metadata DESCRIBE.
 
-* Produce, Fetch, ListOffsets: a request naming a topic the client may not use is answered
-  here, every partition TOPIC_AUTHORIZATION_FAILED, and nothing is forwarded (Kafka answers the
-  allowed partitions of such a mixed request; clients send one request per leader for the
-  topics they use, so a client gets a mixed one only when it asks for what it may not have).
-  A Fetch of a fetch session names only the partitions it changes: the session's partitions
-  were checked when they were added.
-* Metadata is forwarded and its answer filtered: a topic the client may not describe is left
-  out of an "all topics" answer, and answered TOPIC_AUTHORIZATION_FAILED when named.
+* A request naming only topics the client may use goes as it came. One naming others too goes
+  without them, and its answer gets theirs appended after the broker's, as Kafka merges them:
+  every partition TOPIC_AUTHORIZATION_FAILED (a topic id the registry does not know:
+  UNKNOWN_TOPIC_ID, after those). One naming none the client may use is answered here and
+  reaches nothing.
+* Produce with ``acks=0`` has no answer: the allowed topics' records go, the others' are dropped,
+  and the connection is closed once the answers before it are out, as Kafka closes it when an
+  ``acks=0`` produce fails anywhere (the client notices and refreshes its metadata).
+* Metadata: a named topic the client may not describe is answered TOPIC_AUTHORIZATION_FAILED
+  (without its id) and not forwarded, whether it exists or not, so the broker never creates it;
+  one it may describe but not create (no CREATE on it or the cluster) that the registry does
+  not know is answered TOPIC_AUTHORIZATION_FAILED too, as Kafka refuses its auto-creation. An
+  "all topics" answer leaves out the topics the client may not describe, silently.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import uuid
+from collections.abc import Iterable, Mapping
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from coordinator.core.errors import ErrorCode
+from coordinator.security.acls import CLUSTER_NAME, AclOperation
 
-from ..authorization import DESCRIBE, READ, WRITE
+from ..authorization import CLUSTER, CREATE, DELETE, DESCRIBE, READ, TOPIC, WRITE
+from ..codec import AUTHORIZED_OPERATIONS_OMITTED
 from . import apis, wire
 from .convert import topic_id_of
 from .upstream import as_values
@@ -34,11 +46,119 @@ from .upstream import as_values
 if TYPE_CHECKING:
     from .listener import KafkaConnection
 
-LIST_OFFSETS = 2
-GUARDED = {apis.PRODUCE: WRITE, apis.FETCH: READ, LIST_OFFSETS: DESCRIBE}
-"""API key -> the topic operation it needs."""
-API_NAMES = {apis.PRODUCE: "Produce", apis.FETCH: "Fetch", LIST_OFFSETS: "ListOffsets"}
+log = logging.getLogger("kip848.kafka")
+
+LIST_OFFSETS, DELETE_RECORDS, OFFSET_FOR_LEADER_EPOCH, DESCRIBE_PRODUCERS = 2, 21, 23, 61
 DENIED = int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+UNKNOWN_TOPIC_ID = int(ErrorCode.UNKNOWN_TOPIC_ID)
+UNKNOWN_TOPIC_OR_PARTITION = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+CLUSTER_ACTION = int(AclOperation.CLUSTER_ACTION)
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Guarded:
+    """A forwarded API whose request names topics and their partitions, in Kafka's shape."""
+
+    api: str
+    """Kafka's name of the API (refusals are reported with it)."""
+    operation: int
+    """What the client needs on each topic."""
+    topics: str
+    """The request's topic list ..."""
+    partitions: str
+    """... a topic's partitions ..."""
+    index: str
+    """... and a partition's index field ("": the partitions are bare indexes)."""
+    answers: str
+    """The response's topic list ..."""
+    name: str
+    """... a topic's name field ..."""
+    answer_partitions: str
+    """... its partitions ..."""
+    answer_index: str
+    """... and a partition's index field."""
+    refused: Mapping[str, Any]
+    """A refused partition's other fields (Kafka's "unknown" values)."""
+    cluster_action: bool = False
+    """CLUSTER_ACTION on the cluster allows every topic (OffsetForLeaderEpoch: followers)."""
+
+
+GUARDED: dict[int, Guarded] = {
+    apis.PRODUCE: Guarded(
+        api="Produce",
+        operation=WRITE,
+        topics="topic_data",
+        partitions="partition_data",
+        index="index",
+        answers="responses",
+        name="name",
+        answer_partitions="partition_responses",
+        answer_index="index",
+        refused={"base_offset": -1, "log_append_time": None, "log_start_offset": -1},
+    ),
+    apis.FETCH: Guarded(  # fetch_guard.py: only its refusal's reporting and messages from here
+        api="Fetch",
+        operation=READ,
+        topics="topics",
+        partitions="partitions",
+        index="partition",
+        answers="responses",
+        name="topic",
+        answer_partitions="partitions",
+        answer_index="partition_index",
+        refused={"high_watermark": -1, "records": b""},
+    ),
+    LIST_OFFSETS: Guarded(
+        api="ListOffsets",
+        operation=DESCRIBE,
+        topics="topics",
+        partitions="partitions",
+        index="partition_index",
+        answers="topics",
+        name="name",
+        answer_partitions="partitions",
+        answer_index="partition_index",
+        refused={"timestamp": -1, "offset": -1, "leader_epoch": -1},
+    ),
+    DELETE_RECORDS: Guarded(
+        api="DeleteRecords",
+        operation=DELETE,
+        topics="topics",
+        partitions="partitions",
+        index="partition_index",
+        answers="topics",
+        name="name",
+        answer_partitions="partitions",
+        answer_index="partition_index",
+        refused={"low_watermark": -1},
+    ),
+    OFFSET_FOR_LEADER_EPOCH: Guarded(
+        api="OffsetForLeaderEpoch",
+        operation=DESCRIBE,
+        topics="topics",
+        partitions="partitions",
+        index="partition",
+        answers="topics",
+        name="topic",
+        answer_partitions="partitions",
+        answer_index="partition",
+        refused={"leader_epoch": -1, "end_offset": -1},
+        cluster_action=True,
+    ),
+    DESCRIBE_PRODUCERS: Guarded(
+        api="DescribeProducers",
+        operation=READ,
+        topics="topics",
+        partitions="partition_indexes",
+        index="",
+        answers="topics",
+        name="name",
+        answer_partitions="partitions",
+        answer_index="partition_index",
+        refused={"active_producers": []},
+    ),
+}
+"""API key -> how its topics are checked and its refusals answered."""
 
 
 def guards(conn: KafkaConnection) -> bool:
@@ -51,135 +171,209 @@ def guards(conn: KafkaConnection) -> bool:
     return not (sasl is not None and sasl.authenticator.passthrough)
 
 
-def _topics(key: int, entity: Any) -> list[Any]:
-    return list(entity.topic_data if key == apis.PRODUCE else entity.topics)
-
-
-def _name(conn: KafkaConnection, topic: Any) -> str:
-    """A request topic's name (Fetch v13+ names topics by id: the registry's name, "" if it
-    does not know the id)."""
+def topic_name(conn: KafkaConnection, topic: Any) -> str:
+    """A request topic's name (by id from Fetch v13, Produce v13, Metadata v12: the registry's
+    name, "" if it does not know the id)."""
     name = getattr(topic, "name", None) or getattr(topic, "topic", None)
-    if name:
-        return str(name)
-    topic_id = getattr(topic, "topic_id", None)
+    return str(name) if name else id_name(conn, getattr(topic, "topic_id", None))
+
+
+def id_name(conn: KafkaConnection, topic_id: uuid.UUID | None) -> str:
+    """The registry's name of a topic id ("" if it does not know it, or for no id)."""
     return conn.listener.service.topic_name(topic_id_of(topic_id)) if topic_id else ""
 
 
-def refusal(
-    conn: KafkaConnection, key: int, version: int, correlation_id: int, client_id: str | None,
-    entity: Any,
-) -> bytes | None:  # fmt: skip
-    """None: every topic of the request is allowed (forward it). Otherwise the response frame
-    refusing each of its partitions (the refusals are reported)."""
-    caller = conn.caller(client_id, version)
+def denied_names(
+    conn: KafkaConnection, caller: Any, shape: Guarded, names: Iterable[str]
+) -> set[str]:
+    """The names the client may not use as ``shape`` needs (each refusal reported)."""
     authz = conn.listener.service.authz
-    topics = _topics(key, entity)
-    names = [_name(conn, t) for t in topics]
-    # A topic id the registry does not know cannot be judged: refused (the registry follows
-    # the broker; a new topic's id is known within kafka.upstream.metadata.max.age.ms).
-    denied = set(authz.denied_topics(caller, API_NAMES[key], GUARDED[key], (n for n in names if n)))
-    if not denied and all(names):
-        return None
-    values = _refused_values(key, topics)
-    return wire.frame(
-        key, version, correlation_id, wire.build(wire.response_class(key, version), values)
-    )
+    if shape.cluster_action and authz.may(caller, CLUSTER_ACTION, CLUSTER, CLUSTER_NAME):
+        return set()
+    return set(authz.denied_topics(caller, shape.api, shape.operation, (n for n in names if n)))
 
 
-def _refused_values(key: int, topics: list[Any]) -> dict[str, Any]:
-    message = "Not authorized to access topics of this request."
-    if key == apis.PRODUCE:
-        return {
-            "responses": [
-                {
-                    "name": getattr(t, "name", None),
-                    "topic_id": getattr(t, "topic_id", None),
-                    "partition_responses": [
-                        {
-                            "index": p.index,
-                            "error_code": DENIED,
-                            "base_offset": -1,
-                            "log_append_time": None,
-                            "log_start_offset": -1,
-                            "record_errors": [],
-                            "error_message": message,
-                        }
-                        for p in t.partition_data
-                    ],
-                }
-                for t in topics
-            ],
-            "throttle_time": 0,
-        }
-    if key == apis.FETCH:
-        return {
-            "throttle_time": 0,
-            "error_code": 0,
-            "session_id": 0,
-            "responses": [
-                {
-                    "topic": getattr(t, "topic", None),
-                    "topic_id": getattr(t, "topic_id", None),
-                    "partitions": [
-                        {
-                            "partition_index": p.partition,
-                            "error_code": DENIED,
-                            "high_watermark": -1,
-                            "last_stable_offset": -1,
-                            "log_start_offset": -1,
-                            "aborted_transactions": None,
-                            "preferred_read_replica": -1,
-                            "records": None,
-                        }
-                        for p in t.partitions
-                    ],
-                }
-                for t in topics
-            ],
-        }
+def refusal_message(code: int, name: str) -> str:
+    if code == DENIED:
+        return f"Not authorized to access topics: [{name}]"
+    return "This server does not host this topic ID."
+
+
+def refused_topic(shape: Guarded, topic: Any, code: int, name: str) -> dict[str, Any]:
+    """A request topic answered here: each of its partitions ``code``."""
+    indexes = [
+        p if not shape.index else getattr(p, shape.index) for p in getattr(topic, shape.partitions)
+    ]
     return {
-        "throttle_time": 0,
-        "topics": [
+        shape.name: name or None,
+        "topic_id": getattr(topic, "topic_id", None),
+        shape.answer_partitions: [
             {
-                "name": t.name,
-                "partitions": [
-                    {
-                        "partition_index": p.partition_index,
-                        "error_code": DENIED,
-                        "timestamp": -1,
-                        "offset": -1,
-                        "leader_epoch": -1,
-                    }
-                    for p in t.partitions
-                ],
+                shape.answer_index: i,
+                "error_code": code,
+                "error_message": refusal_message(code, name),
+                **shape.refused,
             }
-            for t in topics
+            for i in indexes
         ],
     }
 
 
-def filter_metadata(
-    conn: KafkaConnection, version: int, client_id: str | None, request: Any, frame: bytes
-) -> bytes:
-    """A Metadata response frame (size included) with the topics the client may not describe
-    left out (all topics asked) or answered TOPIC_AUTHORIZATION_FAILED (named)."""
-    key = apis.METADATA
-    pos = 4 + 4 + (1 if wire.response_header_flexible(key, version) else 0)
-    resp = wire.decode_response(key, version, frame[4:], pos - 4)
-    values = as_values(resp)
+def forward(
+    conn: KafkaConnection,
+    key: int,
+    version: int,
+    correlation_id: int,
+    client_id: str | None,
+    entity: Any,
+    frame: bytes,
+) -> None:
+    """Forward a guarded request (decoded as ``entity``; not a Fetch: ``fetch_guard.py``) as
+    the module doc says, or answer it."""
+    shape = GUARDED[key]
     caller = conn.caller(client_id, version)
-    authz = conn.listener.service.authz
-    named = request.topics is not None and (version > 0 or request.topics)
+    topics = list(getattr(entity, shape.topics))
+    names = [topic_name(conn, t) for t in topics]
+    denied = denied_names(conn, caller, shape, names)
+    if not denied and all(names):
+        conn.forward(key, version, frame)
+        return
+    allowed = [t for t, n in zip(topics, names, strict=True) if n and n not in denied]
+    refused = [
+        refused_topic(shape, t, DENIED, n)
+        for t, n in zip(topics, names, strict=True)
+        if n in denied
+    ]
+    refused += [
+        refused_topic(shape, t, UNKNOWN_TOPIC_ID, "")
+        for t, n in zip(topics, names, strict=True)
+        if not n
+    ]
+    narrowed = None
+    if allowed:
+        narrowed = wire.request_frame(
+            dataclasses.replace(entity, **{shape.topics: tuple(allowed)}), correlation_id, client_id
+        )
+    if key == apis.PRODUCE and entity.acks == 0:
+        if narrowed is not None:
+            conn.forward(key, version, narrowed)
+        log.info(
+            "Closing Kafka connection from %s: an acks=0 Produce (correlation id %d, client id "
+            "%s) named topics it may not write to (%s); they were dropped.",
+            conn.peer,
+            correlation_id,
+            client_id,
+            ", ".join(sorted(denied)) or "unknown topic ids",
+        )
+        conn.close_when_drained()
+        return
+    if narrowed is None:
+        body = wire.build(
+            wire.response_class(key, version), {shape.answers: refused, "throttle_time": 0}
+        )
+        conn.answer(wire.frame(key, version, correlation_id, body))
+        return
+    conn.forward(key, version, narrowed, then=partial(merge, key, version, shape.answers, refused))
+
+
+def read_response(key: int, version: int, out: bytes) -> tuple[int, Any]:
+    """A forwarded answer (the frame with its size): its correlation id and its body."""
+    pos = 8  # after the size and the correlation id
+    if wire.response_header_flexible(key, version):
+        pos = wire.skip_tagged_fields(out, pos)
+    return wire.I32.unpack_from(out, 4)[0], wire.decode_response(key, version, out[4:], pos - 4)
+
+
+def merge(key: int, version: int, field: str, added: list[dict[str, Any]], out: bytes) -> bytes:
+    """The broker's answer (``out``, with its size) with ``added`` topics after its own."""
+    correlation_id, resp = read_response(key, version, out)
+    values = as_values(resp)
+    values[field] = [*values[field], *added]
+    return wire.frame(key, version, correlation_id, wire.build(type(resp), values))
+
+
+# ---------------------------------------------------------------- Metadata
+
+
+async def metadata(
+    conn: KafkaConnection,
+    version: int,
+    correlation_id: int,
+    client_id: str | None,
+    entity: Any,
+    frame: bytes,
+) -> bytes:
+    """A guarded Metadata: forwarded without the named topics the client may not have, its
+    answer (naming our brokers) filtered (see the module doc)."""
+    key = apis.METADATA
+    upstream = conn.listener.upstream
+    assert upstream is not None
+    caller = conn.caller(client_id, version)
+    service = conn.listener.service
+    authz = service.authz
+    wanted = entity.topics
+    named = wanted is not None and (version > 0 or bool(wanted))
+    refused: list[dict[str, Any]] = []  # not to be created, then not to be described (Kafka)
+    undescribed: list[dict[str, Any]] = []
+    asked: set[Any] = set()
+    if named:
+        auto = bool(getattr(entity, "allow_auto_topic_creation", True))
+        creates_any = auto and authz.may(caller, CREATE, CLUSTER, CLUSTER_NAME)
+        kept = []
+        for t in wanted:
+            name = t.name or ""
+            if not name:  # by id: judged in the answer (Kafka: ids are not secret)
+                kept.append(t)
+            elif not authz.allowed(caller, "Metadata", DESCRIBE, TOPIC, name):
+                undescribed.append(_metadata_refused(name))
+            elif (
+                auto
+                and not creates_any
+                and not service.topic_exists(name)
+                and not authz.allowed(caller, "Metadata", CREATE, TOPIC, name)
+            ):
+                refused.append(_metadata_refused(name))  # not created: TOPIC_AUTHORIZATION_FAILED
+            else:
+                kept.append(t)
+        if len(kept) < len(wanted):
+            # (v0 reads an empty list as "all topics": then the answer's are all left out.)
+            frame = wire.request_frame(
+                dataclasses.replace(entity, topics=tuple(kept)), correlation_id, client_id
+            )
+        asked = {t.name or getattr(t, "topic_id", None) for t in kept}
+    answer = await upstream.forward_future(conn, key, version, frame)
+    answer = upstream.rewrite(key, version, answer, conn.security)
+    correlation_id, resp = read_response(key, version, answer)
+    values = as_values(resp)
     out = []
     for t in values["topics"]:
-        name = t.get("name") or conn.listener.service.topic_name(
-            topic_id_of(t.get("topic_id")) if isinstance(t.get("topic_id"), uuid.UUID) else ""
+        topic_id = t.get("topic_id")
+        if named and t.get("name") not in asked and topic_id not in asked:
+            continue  # not asked for
+        name = t.get("name") or (
+            service.topic_name(topic_id_of(topic_id)) if isinstance(topic_id, uuid.UUID) else ""
         )
-        if name and authz.may(caller, DESCRIBE, 2, name):
+        if name and authz.may(caller, DESCRIBE, TOPIC, name):
             out.append(t)
-        elif named:
-            authz.allowed(caller, "Metadata", DESCRIBE, 2, name)  # reported
-            out.append({**t, "error_code": DENIED, "partitions": [], "is_internal": False})
-    values["topics"] = out
-    body = wire.build(type(resp), values)
-    return wire.frame(key, version, int.from_bytes(frame[4:8], "big", signed=True), body)
+        elif not named:
+            continue  # "all topics": left out, silently
+        elif t["error_code"] and not name:
+            out.append(t)  # an id the broker does not know: its answer tells nothing
+        else:
+            # Asked by id: refused with its id (Kafka: ids are not secret), reported.
+            if name:
+                authz.allowed(caller, "Metadata", DESCRIBE, TOPIC, name)
+            out.append({**_metadata_refused(None), "topic_id": topic_id})
+    values["topics"] = out + refused + undescribed
+    return wire.frame(key, version, correlation_id, wire.build(type(resp), values))
+
+
+def _metadata_refused(name: str | None) -> dict[str, Any]:
+    return {
+        "error_code": DENIED,
+        "name": name,
+        "topic_id": None,
+        "is_internal": False,
+        "partitions": [],
+        "topic_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+    }

@@ -378,7 +378,11 @@ class Upstream:
         frame: bytes,
         *,
         rewrite: bool | None = None,
+        then: Callable[[bytes], bytes] | None = None,
     ) -> None:
+        """Send a client's request frame (without its size) on its upstream connection; the
+        answer fills the request's slot, rewritten if it names brokers, then passed through
+        ``then`` (the topic guard's merge: the response frame with its size, in and out)."""
         no_answer = key == apis.PRODUCE and _produce_acks(frame, version) == 0
         slot = conn.expect()
         upstream = self._connection(conn)
@@ -387,7 +391,7 @@ class Upstream:
             upstream.send(frame, None)
             conn.complete(slot, None)
             return
-        upstream.send(frame, (slot, key, version, needs))
+        upstream.send(frame, (slot, key, version, needs, then))
 
     def forward_future(
         self, conn: KafkaConnection, key: int, version: int, frame: bytes
@@ -395,7 +399,7 @@ class Upstream:
         """Send a request frame (without its size) on the client connection's upstream
         connection; the future gets the response frame (without its size, not rewritten)."""
         future: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
-        self._connection(conn).send(frame, (future, key, version, False))
+        self._connection(conn).send(frame, (future, key, version, False, None))
         return future
 
     def _connection(self, conn: KafkaConnection) -> UpstreamConnection:
@@ -531,9 +535,10 @@ def _produce_acks(frame: bytes, version: int) -> int:
         raise wire.WireError(f"produce v{version}: cannot read acks: {exc}") from None
 
 
-Pending = tuple["Slot | asyncio.Future[bytes]", int, int, bool]
+Pending = tuple["Slot | asyncio.Future[bytes]", int, int, bool, "Callable[[bytes], bytes] | None"]
 """Where the answer goes (a client's slot, or a future for a request made by the listener
-itself), api key, version, whether the answer must be rewritten."""
+itself), api key, version, whether the answer must be rewritten, and what then becomes of it
+(``Upstream.forward``'s ``then``)."""
 
 
 class UpstreamConnection(asyncio.Protocol):
@@ -567,6 +572,10 @@ class UpstreamConnection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
         if self.closed:
+            # The client went before the connection was made: what it sent goes all the same
+            # (a broker processes the requests it has read from a client that left).
+            if self.queue:
+                transport.write(b"".join(self.queue))  # type: ignore[attr-defined]
             transport.close()
             return
         unsent = self.client.listener.options.flow.max_unsent_bytes
@@ -610,7 +619,7 @@ class UpstreamConnection(asyncio.Protocol):
             if not self.pending:
                 self.client.fail("the upstream sent a response nobody asked for")
                 return
-            sink, key, version, rewrite = self.pending.popleft()
+            sink, key, version, rewrite, then = self.pending.popleft()
             with memoryview(buf) as view:  # one copy of the frame, not two
                 if rewrite:
                     frame = bytes(view[pos + 4 : pos + 4 + size])
@@ -619,12 +628,14 @@ class UpstreamConnection(asyncio.Protocol):
                 else:
                     out = bytes(view[pos : pos + 4 + size])
             named: list[tuple[str, str]] = []
-            if rewrite:
-                try:
+            try:
+                if rewrite:
                     out = self.upstream.rewrite(key, version, frame, self.client.security, named)
-                except wire.WireError as exc:
-                    self.client.fail(f"unreadable upstream response: {exc}")
-                    return
+                if then is not None:
+                    out = then(out)
+            except wire.WireError as exc:
+                self.client.fail(f"unreadable upstream response: {exc}")
+                return
             pos += 4 + size
             changed = self.upstream.on_topics_changed if key in TOPIC_CHANGING else None
             listed = self.upstream.on_topics_named if named else None
