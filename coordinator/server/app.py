@@ -156,6 +156,16 @@ class CoordinatorServer:
                 "without front ends: grpc.aio (--grpc-transport grpcio, --grpc-processes) "
                 "either requires a client certificate or does not ask for one"
             )
+        if (
+            self.grpc_tls is not None
+            and self.grpc_tls.files.cipher_suites
+            and (options.grpc_transport != "h2" or options.grpc_processes > 1)
+        ):
+            raise TlsConfigError(
+                "ssl.cipher.suites on the gRPC listener needs the default h2 server without "
+                "front ends: grpc.aio (--grpc-transport grpcio, --grpc-processes) takes no "
+                "cipher suites"
+            )
         # The port is shared with our own front ends only: start() checks that it is free.
         # --max-concurrent-calls is per group (fairness.py); the server refuses past the
         # process's limit before any work.

@@ -45,6 +45,7 @@ SSL_NAMES = frozenset(
         "ssl.truststore.type",
         "ssl.client.auth",
         "ssl.enabled.protocols",
+        "ssl.cipher.suites",
         "ssl.handshake.timeout.ms",
         "ssl.principal.mapping.rules",
     }
@@ -69,6 +70,7 @@ UPSTREAM_NAMES = frozenset(
         "kafka.upstream.ssl.truststore.location",
         "kafka.upstream.ssl.truststore.type",
         "kafka.upstream.ssl.enabled.protocols",
+        "kafka.upstream.ssl.cipher.suites",
         "kafka.upstream.ssl.endpoint.identification.algorithm",
         "kafka.upstream.sasl.mechanism",
         "kafka.upstream.sasl.jaas.config",
@@ -273,6 +275,7 @@ class _Settings:
             handshake_timeout_ms=_int(timeout, "ssl.handshake.timeout.ms", 1)
             if timeout is not None
             else DEFAULT_HANDSHAKE_TIMEOUT_MS,
+            cipher_suites=_names(self.get("ssl.cipher.suites", listener)),
         )
         try:
             files.check(server=server)
@@ -293,6 +296,11 @@ def _mapping_rules(text: str | None, listener: str) -> str:
             f"ssl.principal.mapping.rules (listener {listener}): {exc}"
         ) from None
     return rules
+
+
+def _names(value: str | None) -> tuple[str, ...]:
+    """A Kafka list setting (comma-separated; None or empty: none)."""
+    return tuple(n.strip() for n in (value or "").split(",") if n.strip())
 
 
 def _int(value: str, name: str, minimum: int) -> int:
@@ -497,6 +505,7 @@ def _upstream(s: _Settings, upstream: bool) -> UpstreamSecurity:
             if protocols
             else DEFAULT_PROTOCOLS,
             check_hostname=algorithm.strip().lower() == "https",
+            cipher_suites=_names(get("kafka.upstream.ssl.cipher.suites")),
         )
         try:
             tls.check(server=False)

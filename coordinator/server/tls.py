@@ -5,7 +5,8 @@ Certificates, keys and CAs are PEM files, named as Kafka names them with
 ``ssl.keystore.type=PEM``: ``ssl.keystore.location`` (the certificate chain, and the private
 key unless ``ssl.keystore.key.location``... see :class:`TlsFiles`), ``ssl.key.password``,
 ``ssl.truststore.location`` (CA certificates), ``ssl.client.auth`` (``none`` | ``requested``
-| ``required``), ``ssl.enabled.protocols`` (``TLSv1.2,TLSv1.3``; nothing older is accepted).
+| ``required``), ``ssl.enabled.protocols`` (``TLSv1.2,TLSv1.3``; nothing older is accepted),
+``ssl.cipher.suites`` (:func:`cipher_suites`: Kafka's IANA names or OpenSSL's).
 
 How a listener runs TLS (:class:`ServerTls`, :class:`TlsServer`): connections are accepted
 as plain sockets and each one's handshake runs on its own (``loop.connect_accepted_socket``)
@@ -28,10 +29,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import re
 import socket
 import ssl
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
 log = logging.getLogger("kip848.tls")
@@ -68,6 +71,8 @@ class TlsFiles:
     protocols: tuple[str, ...] = DEFAULT_PROTOCOLS
     check_hostname: bool = True
     handshake_timeout_ms: int = DEFAULT_HANDSHAKE_TIMEOUT_MS
+    cipher_suites: tuple[str, ...] = ()
+    """``ssl.cipher.suites`` (empty: OpenSSL's defaults), see :func:`cipher_suites`."""
 
     def check(self, *, server: bool) -> None:
         """Refuse settings that cannot work, before any file is read."""
@@ -96,12 +101,109 @@ class TlsFiles:
                 )
         if self.handshake_timeout_ms < 1:
             raise TlsConfigError("ssl.handshake.timeout.ms must be >= 1")
+        self.versions()
+
+    def versions(self) -> tuple[ssl.TLSVersion, ssl.TLSVersion, str | None]:
+        """(lowest, highest TLS version, the TLS 1.2 suites in OpenSSL's cipher-list syntax or
+        None for OpenSSL's defaults), as ``ssl.enabled.protocols`` and ``ssl.cipher.suites``
+        allow them together; :class:`TlsConfigError` when they allow nothing."""
+        chosen = sorted(PROTOCOL_VERSIONS[name] for name in self.protocols)
+        if not self.cipher_suites:
+            return chosen[0], chosen[-1], None
+        tls12, tls13 = cipher_suites(self.cipher_suites)
+        usable = [
+            v
+            for v in chosen
+            if (tls12 if v == ssl.TLSVersion.TLSv1_2 else tls13)  # a suite of its own listed
+        ]
+        if not usable:
+            raise TlsConfigError(
+                f"ssl.cipher.suites names no suite of the enabled protocols "
+                f"({', '.join(self.protocols)})"
+            )
+        return usable[0], usable[-1], ":".join(tls12) or None
 
 
-def _versions(context: ssl.SSLContext, protocols: Sequence[str]) -> None:
-    chosen = sorted(PROTOCOL_VERSIONS[name] for name in protocols)
-    context.minimum_version = chosen[0]
-    context.maximum_version = chosen[-1]
+CIPHER_KX = {
+    "ECDHE_ECDSA": "ECDHE-ECDSA-",
+    "ECDHE_RSA": "ECDHE-RSA-",
+    "DHE_RSA": "DHE-RSA-",
+    "DHE_DSS": "DHE-DSS-",
+    "RSA": "",
+}
+"""The key exchanges of an IANA suite name (``TLS_<kx>_WITH_<cipher>``), as OpenSSL prefixes
+them."""
+_IANA_CIPHER = re.compile(r"(AES|CAMELLIA|ARIA)_(128|256)_(?:CBC_)?(.+)")
+
+
+@cache
+def _tls13_suites() -> frozenset[str]:
+    """The TLS 1.3 suites OpenSSL enables: Python's ``ssl`` can neither add nor remove one."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    return frozenset(c["name"] for c in context.get_ciphers() if c["protocol"] == "TLSv1.3")
+
+
+def openssl_suite(name: str) -> str:
+    """OpenSSL's name of a TLS 1.2 suite given as Kafka (Java) names it, IANA's
+    ``TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384`` -> ``ECDHE-RSA-AES256-GCM-SHA384``; an OpenSSL
+    name is returned as it is."""
+    if not name.startswith("TLS_") or "_WITH_" not in name:
+        return name
+    kx, _, rest = name[4:].partition("_WITH_")
+    prefix = CIPHER_KX.get(kx)
+    if rest == "CHACHA20_POLY1305_SHA256" and prefix:
+        return prefix + "CHACHA20-POLY1305"
+    found = _IANA_CIPHER.fullmatch(rest)
+    if prefix is None or found is None:
+        return name  # judged (and refused) by OpenSSL: it knows no such name
+    family, bits, tail = found.groups()
+    if family == "ARIA" and kx == "ECDHE_RSA":
+        prefix = "ECDHE-"  # OpenSSL's one irregular name
+    tail = "CCM8" if tail == "CCM_8" else tail.replace("_", "-")
+    return f"{prefix}{family}{bits}-{tail}"
+
+
+def cipher_suites(names: Sequence[str]) -> tuple[list[str], list[str]]:
+    """``ssl.cipher.suites`` checked: (the TLS 1.2 suites as OpenSSL names them, the TLS 1.3
+    suites). Each name must be one suite OpenSSL has. TLS 1.3's cannot be chosen through
+    Python's ``ssl``: they must be all of OpenSSL's or none (none turns TLS 1.3 off, as a
+    Java broker with no TLS 1.3 suite listed cannot negotiate it)."""
+    tls12, tls13 = [], []
+    for name in names:
+        if name in _tls13_suites():
+            tls13.append(name)
+            continue
+        suite = openssl_suite(name)
+        probe = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        try:
+            probe.set_ciphers(suite)
+        except ssl.SSLError:
+            selected: list[str] = []
+        else:
+            selected = [c["name"] for c in probe.get_ciphers() if c["protocol"] != "TLSv1.3"]
+        if selected != [suite]:
+            raise TlsConfigError(
+                f"ssl.cipher.suites: {name!r} is not a cipher suite this OpenSSL has "
+                f"({ssl.OPENSSL_VERSION}); name suites as Kafka does "
+                "(TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384) or as OpenSSL does"
+            )
+        tls12.append(suite)
+    if tls13 and set(tls13) != _tls13_suites():
+        raise TlsConfigError(
+            "ssl.cipher.suites: TLS 1.3 suites cannot be chosen one by one here (Python's ssl "
+            f"module): list all of {', '.join(sorted(_tls13_suites()))} or none of them (none: "
+            "no TLS 1.3)"
+        )
+    return tls12, tls13
+
+
+def set_versions(context: ssl.SSLContext, files: TlsFiles) -> None:
+    """The TLS versions and TLS 1.2 suites ``files`` allow (:meth:`TlsFiles.versions`)."""
+    lowest, highest, tls12 = files.versions()
+    context.minimum_version = lowest
+    context.maximum_version = highest
+    if tls12 is not None:
+        context.set_ciphers(tls12)
 
 
 def _load_chain(context: ssl.SSLContext, files: TlsFiles) -> None:
@@ -138,7 +240,7 @@ def server_context(files: TlsFiles, alpn: Sequence[str] = ()) -> ssl.SSLContext:
     """A server-side context from ``files`` (read now). Raises :class:`TlsConfigError`."""
     files.check(server=True)
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    _versions(context, files.protocols)
+    set_versions(context, files)
     context.options |= ssl.OP_NO_COMPRESSION | ssl.OP_CIPHER_SERVER_PREFERENCE
     _load_chain(context, files)
     if files.ca:
@@ -159,7 +261,7 @@ def client_context(files: TlsFiles, alpn: Sequence[str] = ()) -> ssl.SSLContext:
     certificate when ``files.certificate`` is set."""
     files.check(server=False)
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    _versions(context, files.protocols)
+    set_versions(context, files)
     if files.ca:
         _load_ca(context, files.ca)
     else:

@@ -8,6 +8,8 @@ library's HTTPS), the default h2 gRPC server, grpc.aio and its front ends.
 * SIGHUP re-reads the certificates: open connections keep working, new ones get the new
   certificate;
 * the metrics endpoint serves HTTPS; the Kafka listener serves SSL (aiokafka joins a group);
+* ``ssl.cipher.suites`` gives TLS 1.2 exactly the suites listed, and TLS 1.3 only when its
+  suites are listed;
 * bad TLS settings are refused at start with the setting named.
 """
 
@@ -298,6 +300,62 @@ def test_kafka_listener_over_ssl_with_aiokafka(
         assert server.stop() == 0
 
 
+TLS13 = "TLS_AES_256_GCM_SHA384,TLS_CHACHA20_POLY1305_SHA256,TLS_AES_128_GCM_SHA256"
+
+
+def _handshake(
+    address: str, ca: TestCa, ciphers: str | None = None, tls13: bool = True
+) -> tuple[str, str]:
+    """(protocol, suite) a standard-library TLS client negotiates with ``address``; ``ciphers``
+    (OpenSSL's names) limits its TLS 1.2 offer, ``tls13=False`` its versions to TLS 1.2."""
+    context = ssl.create_default_context(cafile=ca.ca_file)
+    if ciphers is not None:
+        context.set_ciphers(ciphers)
+    if not tls13:
+        context.maximum_version = ssl.TLSVersion.TLSv1_2
+    with (
+        socket.create_connection(("127.0.0.1", _port(address)), timeout=10) as raw,
+        context.wrap_socket(raw, server_hostname="127.0.0.1") as tls,
+    ):
+        cipher = tls.cipher()
+        assert cipher is not None
+        return str(tls.version()), cipher[0]
+
+
+def test_cipher_suites_are_honoured(tmp_path: Path, pki: tuple[TestCa, Pem, Pem]) -> None:
+    """``ssl.cipher.suites`` with Kafka's names: the Kafka listener offers TLS 1.2 with the one
+    suite listed, and no TLS 1.3 (none of its suites listed); the gRPC listener
+    (``listener.name.grpc.``) lists TLS 1.3's too and negotiates TLS 1.3."""
+    ca, server_pem, _alice = pki
+    aes256 = "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384"
+    server = ServerProcess(
+        tmp_path / "d",
+        *tls_flags(ca, server_pem, "--kafka-listen", "127.0.0.1:0"),
+        "--kafka-security-protocol",
+        "SSL",
+        "--set",
+        f"ssl.cipher.suites={aes256}",
+        "--set",
+        f"listener.name.grpc.ssl.cipher.suites={TLS13},{aes256}",
+        clock="system",
+        credentials=creds(ca),
+        lines=2,
+    )
+    try:
+        kafka = server.lines[1].removeprefix("kafka listening on ")
+        assert _handshake(kafka, ca) == ("TLSv1.2", "ECDHE-ECDSA-AES256-GCM-SHA384")
+        with pytest.raises(ssl.SSLError):  # no suite in common
+            _handshake(kafka, ca, "ECDHE-ECDSA-AES128-GCM-SHA256", tls13=False)
+        assert _handshake(server.address, ca)[0] == "TLSv1.3"
+        assert _handshake(server.address, ca, tls13=False) == (
+            "TLSv1.2",
+            "ECDHE-ECDSA-AES256-GCM-SHA384",
+        )
+        assert list_topics(server.channel).error_code == 0  # grpc-core agrees
+    finally:
+        assert server.stop() == 0
+
+
 def _open_warning(server: ServerProcess) -> str:
     """The start-up WARNING naming the listeners open to anonymous clients (written once the
     store is loaded)."""
@@ -336,6 +394,15 @@ def test_bad_tls_settings_are_refused_at_start(
         "grpcio",
     )
     assert requested.returncode == 1 and "requested" in requested.stderr, requested.stderr
+    suites = _serve_fails(
+        tmp_path,
+        *tls_flags(ca, server_pem, "--set", "ssl.cipher.suites=ECDHE-ECDSA-AES256-GCM-SHA384"),
+        "--grpc-transport",
+        "grpcio",
+    )
+    assert suites.returncode == 1 and "takes no cipher suites" in suites.stderr, suites.stderr
+    unknown = _serve_fails(tmp_path, *tls_flags(ca, server_pem, "--set", "ssl.cipher.suites=X"))
+    assert unknown.returncode == 2 and "'X' is not a cipher suite" in unknown.stderr
     jks = _serve_fails(tmp_path, "--tls-cert", server_pem.both, "--set", "ssl.keystore.type=JKS")
     assert jks.returncode == 2 and "only PEM files" in jks.stderr, jks.stderr
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ssl
+
 import pytest
 
 from coordinator.server.security_config import (
@@ -13,7 +15,7 @@ from coordinator.server.security_config import (
     is_security_config,
     parse_security,
 )
-from coordinator.server.tls import TlsFiles
+from coordinator.server.tls import TlsFiles, cipher_suites, openssl_suite, set_versions
 
 
 def parse(settings: dict[str, str], flags: Flags | None = None, upstream: bool = False):  # type: ignore[no-untyped-def]
@@ -219,6 +221,42 @@ def test_upstream_security_and_passthrough() -> None:
             False,
             "METRICS is PLAINTEXT or SSL",
         ),
+        (
+            {"ssl.cipher.suites": "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,HIGH"},
+            Flags(tls_cert="s.pem"),
+            False,
+            "listener GRPC: ssl.cipher.suites: 'HIGH' is not a cipher suite",
+        ),
+        (
+            {"ssl.cipher.suites": "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA999"},
+            Flags(tls_cert="s.pem"),
+            False,
+            "'TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA999' is not a cipher suite",
+        ),
+        (
+            {"ssl.cipher.suites": "TLS_AES_256_GCM_SHA384"},
+            Flags(tls_cert="s.pem"),
+            False,
+            "TLS 1.3 suites cannot be chosen one by one",
+        ),
+        (
+            {
+                "ssl.cipher.suites": "ECDHE-RSA-AES128-GCM-SHA256",
+                "ssl.enabled.protocols": "TLSv1.3",
+            },
+            Flags(tls_cert="s.pem"),
+            False,
+            "ssl.cipher.suites names no suite of the enabled protocols (TLSv1.3)",
+        ),
+        (
+            {
+                "kafka.upstream.security.protocol": "SSL",
+                "kafka.upstream.ssl.cipher.suites": "NOPE",
+            },
+            Flags(),
+            True,
+            "kafka.upstream: ssl.cipher.suites: 'NOPE'",
+        ),
     ],
 )
 def test_bad_settings_are_refused_naming_the_setting(
@@ -227,3 +265,69 @@ def test_bad_settings_are_refused_naming_the_setting(
     with pytest.raises(SecurityConfigError) as refused:
         parse(settings, flags, upstream)
     assert message in str(refused.value)
+
+
+TLS13 = "TLS_AES_256_GCM_SHA384,TLS_CHACHA20_POLY1305_SHA256,TLS_AES_128_GCM_SHA256"
+
+
+def test_cipher_suites_by_kafkas_names_or_openssls() -> None:
+    """``ssl.cipher.suites`` (per listener too): Kafka's (IANA) names become OpenSSL's; TLS 1.2
+    gets exactly the suites listed; TLS 1.3 is on only when its suites are listed (all of them:
+    Python's ssl cannot choose among them)."""
+    settings = {
+        "listeners": "A://h:1,B://h:2",
+        "listener.security.protocol.map": "A:SSL,B:SSL",
+        "ssl.keystore.location": "s.pem",
+        "ssl.cipher.suites": "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384, ECDHE-RSA-AES128-GCM-SHA256",
+        "listener.name.b.ssl.cipher.suites": f"{TLS13},TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256",
+    }
+    a, b = (e.tls for e in parse(settings).kafka)
+    assert a is not None and b is not None
+    assert a.cipher_suites == (
+        "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384",
+        "ECDHE-RSA-AES128-GCM-SHA256",
+    )
+    context = server_context_of(a)
+    assert [c["name"] for c in context.get_ciphers() if c["protocol"] == "TLSv1.2"] == [
+        "ECDHE-ECDSA-AES256-GCM-SHA384",
+        "ECDHE-RSA-AES128-GCM-SHA256",
+    ]
+    assert (context.minimum_version, context.maximum_version) == (
+        ssl.TLSVersion.TLSv1_2,
+        ssl.TLSVersion.TLSv1_2,
+    )
+    context = server_context_of(b)
+    assert [c["name"] for c in context.get_ciphers() if c["protocol"] == "TLSv1.2"] == [
+        "ECDHE-RSA-CHACHA20-POLY1305"
+    ]
+    assert context.maximum_version == ssl.TLSVersion.TLSv1_3
+    only13 = TlsFiles(certificate="s.pem", cipher_suites=tuple(TLS13.split(",")))
+    assert only13.versions() == (ssl.TLSVersion.TLSv1_3, ssl.TLSVersion.TLSv1_3, None)
+
+
+@pytest.mark.parametrize(
+    ("kafka", "openssl"),
+    [
+        ("TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256", "ECDHE-ECDSA-AES128-GCM-SHA256"),
+        ("TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384", "ECDHE-RSA-AES256-GCM-SHA384"),
+        ("TLS_DHE_RSA_WITH_AES_256_GCM_SHA384", "DHE-RSA-AES256-GCM-SHA384"),
+        ("TLS_RSA_WITH_AES_128_GCM_SHA256", "AES128-GCM-SHA256"),
+        ("TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256", "ECDHE-ECDSA-CHACHA20-POLY1305"),
+        ("TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA256", "ECDHE-RSA-AES128-SHA256"),
+        ("TLS_ECDHE_ECDSA_WITH_AES_256_CBC_SHA", "ECDHE-ECDSA-AES256-SHA"),
+        ("TLS_ECDHE_ECDSA_WITH_AES_128_CCM_8", "ECDHE-ECDSA-AES128-CCM8"),
+        ("TLS_ECDHE_RSA_WITH_ARIA_128_GCM_SHA256", "ECDHE-ARIA128-GCM-SHA256"),
+        ("TLS_DHE_RSA_WITH_CAMELLIA_256_CBC_SHA256", "DHE-RSA-CAMELLIA256-SHA256"),
+        ("ECDHE-RSA-AES256-GCM-SHA384", "ECDHE-RSA-AES256-GCM-SHA384"),
+    ],
+)
+def test_kafka_suite_names_are_openssls(kafka: str, openssl: str) -> None:
+    assert openssl_suite(kafka) == openssl
+    assert cipher_suites([kafka]) == ([openssl], [])  # and OpenSSL has it
+
+
+def server_context_of(files: TlsFiles) -> ssl.SSLContext:
+    """The context a listener would build from ``files`` (without reading its files)."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    set_versions(context, files)
+    return context
