@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from heapq import nsmallest
 from typing import TYPE_CHECKING, Any
 
 from assignors.api import PartitionAssignor, TopicMetadata
@@ -59,6 +60,7 @@ from .target_assignment import (
     compute_target_assignment,
     outcome_is_stale,
     outcome_records,
+    refresh_spec_cache_part,
 )
 from .timers import ASSIGN, REBALANCE, SESSION, ArmTimer, CancelTimer, DueTimer, TimerOp
 
@@ -429,10 +431,11 @@ class ConsumerGroups(ByGroupId[ConsumerGroup]):
         gid = group.group_id
         interval_ms = self._configs.heartbeat_interval_ms(gid)
         session_ms = self._configs.session_timeout_ms(gid)
-        first = sorted(waiting.items(), key=lambda item: item[1][0])
-        if error is None and len(first) > ANSWERS_PER_COMMAND:
-            first = first[:ANSWERS_PER_COMMAND]
+        if error is None and len(waiting) > ANSWERS_PER_COMMAND:  # the first of thousands
+            first = nsmallest(ANSWERS_PER_COMMAND, waiting.items(), key=_first_token)
             result.parked_joins.append((group.group_id, False))
+        else:
+            first = sorted(waiting.items(), key=_first_token)
         for member_id, tokens in first:
             del waiting[member_id]
             if error is not None:
@@ -823,6 +826,17 @@ class ConsumerGroups(ByGroupId[ConsumerGroup]):
         self._answer_waiting(result, group, now_ms)
         # An ASSIGN timer armed earlier is left alone: when it fires, the target is either up
         # to date (nothing to do) or behind and due (exactly when it should be computed).
+
+    def prepare_assignment_job(self, group_id: str, members: int) -> bool:
+        """Bring the inputs of the group's next offloaded computation (its spec cache) up to
+        date for at most ``members`` members (a read: derived state, undo-logged); True when
+        they are up to date (or there is nothing to compute). A big group's inputs are
+        prepared over several commands so that no one command holds the loop for all of them
+        (10,000 new members: about 50 ms)."""
+        group = self._by_group.get(group_id)
+        if group is None or group.group_epoch <= group.assignment_epoch:
+            return True
+        return refresh_spec_cache_part(group, members)
 
     def assignment_job(self, group_id: str) -> AssignmentJob | None:
         """The inputs of an offloaded computation for the group as it is now (a read), or None
@@ -1271,6 +1285,11 @@ class ConsumerGroups(ByGroupId[ConsumerGroup]):
             for mid in sorted(g.members):
                 out.append(r.current_assignment_record(gid, g.members[mid]))
         return out
+
+
+def _first_token(item: tuple[str, tuple[int, ...]]) -> int:
+    """A parked member's first token: when its join arrived."""
+    return item[1][0]
 
 
 def _is_subset(owned: Assignment | None, assigned: Mapping[str, frozenset[int]]) -> bool:

@@ -55,12 +55,15 @@ class HeldRacks:
         todo: Collection[str],
         counted: Mapping[str, Assignment],
         fresh: bool,
+        *,
+        partial: bool = False,
     ) -> None:
         """Bring the count up to date for the members in ``todo``; ``counted``: each member's
         target as last counted (the summary's, not yet updated), ``fresh``: nothing is counted
-        yet."""
+        yet; ``partial``: other members' changes are still to be counted (never recount from
+        the targets then: they hold those changes already)."""
         members_of, target_of, rack_of = group.members, group.target, self.rack_of
-        many = fresh or len(todo) * self.RECOUNT_SHARE > len(members_of)
+        many = fresh or (not partial and len(todo) * self.RECOUNT_SHARE > len(members_of))
         delta: Counter[Key] = Counter()
         for member_id in todo:
             member = members_of.get(member_id)

@@ -39,7 +39,7 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from collections.abc import Callable, Collection, Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from itertools import chain, compress, filterfalse
+from itertools import chain, compress, filterfalse, islice
 from operator import attrgetter, is_not
 from types import MappingProxyType
 from typing import Any, TypeVar
@@ -96,6 +96,7 @@ class SpecCache:
         "by_name_id",
         "entries",
         "free",
+        "free_stale",
         "held",
         "loads",
         "members",
@@ -123,6 +124,7 @@ class SpecCache:
         self.loads: TDict = log.new_dict()
         self.by_load: TDict = log.new_dict()
         self.free: TDict = log.new_dict()
+        self.free_stale = False  # a part of the members was refreshed: count every topic next
         self.racks = HeldRacks(log, self.topics) if any_racks(self.topics) else None
 
     def subscription(self, names: Collection[str]) -> frozenset[TopicId]:
@@ -145,13 +147,22 @@ class SpecCache:
             assignment=group.target.get(member.member_id, EMPTY_ASSIGNMENT),
         )
 
-    def update(self, group: ConsumerGroup, todo: Iterable[str], *, fresh: bool = False) -> None:
+    def update(
+        self,
+        group: ConsumerGroup,
+        todo: Iterable[str],
+        *,
+        fresh: bool = False,
+        partial: bool = False,
+    ) -> None:
         """Rebuild the entries of the members in ``todo`` (gone members are dropped) and their
-        part of the summary; ``fresh``: the cache is new and ``todo`` is every member."""
+        part of the summary; ``fresh``: the cache is new and ``todo`` is every member;
+        ``partial``: other members are still to be brought up to date (so nothing is recounted
+        from the group's targets, which already hold their changes)."""
         todo = list(todo)
         if self.racks is not None:  # before the summary: it reads the targets last counted
-            self.racks.update(group, todo, self.held, fresh)
-        self._update_summary(group, todo, fresh)
+            self.racks.update(group, todo, self.held, fresh, partial=partial)
+        self._update_summary(group, todo, fresh, partial)
         entries, regex_ids, untidy = self.entries, self.regex_ids, self.untidy
         members_of = group.members
         added: list[str] = []
@@ -197,12 +208,18 @@ class SpecCache:
         if changed or removed:
             log.set_attr(self, "members", None)
 
-    def _update_summary(self, group: ConsumerGroup, todo: list[str], fresh: bool) -> None:
+    def _update_summary(
+        self, group: ConsumerGroup, todo: list[str], fresh: bool, partial: bool = False
+    ) -> None:
         """Bring the summary up to date for the members in ``todo``: their loads, the load
         buckets they leave and join, and (unless ``fresh``, which recounts every topic) the free
         partitions among those their old and new targets differ by. A load bucket that changes
         is stored as a new sorted tuple (a C-level copy of its member ids: the one per-member
-        cost left on a join, a few microseconds per thousand members)."""
+        cost left on a join, a few microseconds per thousand members). ``partial``: other
+        members are still to be refreshed, whose changes the group's targets already hold, so
+        the free partitions are left for the last refresh, which counts every topic."""
+        if partial and not self.free_stale:
+            self._log.set_attr(self, "free_stale", True)
         held, loads = self.held, self.loads
         target_of, members_of = group.target, group.members
         removed: dict[int, list[str]] = {}
@@ -228,7 +245,7 @@ class SpecCache:
                     removed.setdefault(old_load, []).append(member_id)
                 if new_load is not None:
                     added.setdefault(new_load, []).append(member_id)
-            if fresh:
+            if fresh or self.free_stale:
                 continue
             before = old or EMPTY_ASSIGNMENT
             after = new or EMPTY_ASSIGNMENT
@@ -258,12 +275,14 @@ class SpecCache:
                 by_load[k] = tuple(ids)
             else:
                 by_load.discard(k)
-        owners_of, free = group.target_owners, self.free
-        if fresh:
-            for t, metadata in self.topics.items():
-                owners = owners_of.get(t) or {}
-                free[t] = tuple(filterfalse(owners.__contains__, range(metadata.num_partitions)))
+        if partial:
             return
+        if fresh or self.free_stale:
+            self.count_free(group)
+            if self.free_stale:
+                self._log.set_attr(self, "free_stale", False)
+            return
+        owners_of, free = group.target_owners, self.free
         for t, partitions in touched.items():
             topic = self.topics.get(t)
             if topic is None:
@@ -273,6 +292,13 @@ class SpecCache:
             now = [p for p in free[t] if p not in partitions]
             now.extend(p for p in partitions if p not in owners and 0 <= p < n)
             free[t] = tuple(sorted(now))
+
+    def count_free(self, group: ConsumerGroup) -> None:
+        """Every topic's partitions in no member's target, counted from the group's targets."""
+        owners_of, free = group.target_owners, self.free
+        for t, metadata in self.topics.items():
+            owners = owners_of.get(t) or {}
+            free[t] = tuple(filterfalse(owners.__contains__, range(metadata.num_partitions)))
 
     def summary(self) -> TargetSummary:
         """The summary of the targets as of the last :meth:`update` (read-only views)."""
@@ -307,19 +333,46 @@ class SpecCache:
 def refresh_spec_cache(group: ConsumerGroup) -> SpecCache:
     """The group's spec cache, brought up to date with the members marked dirty (a new cache,
     built from every member, when the subscription metadata changed)."""
+    cache = _refresh(group, None)
+    assert cache is not None
+    return cache
+
+
+def refresh_spec_cache_part(group: ConsumerGroup, limit: int) -> bool:
+    """Bring at most ``limit`` members of the group's spec cache up to date; True when it is
+    (nothing was left beyond them). A big group's refresh spread over several commands (the
+    runtime's, before it copies an offloaded job) has the same result as one
+    :func:`refresh_spec_cache`; a new cache then starts with nothing counted and every member
+    marked dirty. The cache is not to be read before it is up to date."""
+    return _refresh(group, limit) is not None
+
+
+def _refresh(group: ConsumerGroup, limit: int | None) -> SpecCache | None:
     metadata = group.subscription_metadata
     cache = group.spec_cache
     dirty = group.spec_dirty
-    fresh = cache is None or cache.metadata is not metadata
-    if fresh:
+    if cache is None or cache.metadata is not metadata:
         cache = SpecCache(group.undo, metadata)
         group.set("spec_cache", cache)
-        todo = list(group.members)
-    else:
-        todo = list(dirty)
-    if dirty:
-        dirty.del_many(list(dirty))
-    cache.update(group, todo, fresh=fresh)
+        if limit is not None and len(group.members) > limit:
+            group.undo.set_attr(cache, "free_stale", True)
+            for member_id in group.members:
+                if member_id not in dirty:
+                    dirty[member_id] = True
+            return None
+        if dirty:
+            dirty.del_many(list(dirty))
+        cache.update(group, list(group.members), fresh=True)
+        return cache
+    if limit is not None and len(dirty) > limit:
+        todo = list(islice(dirty, limit))
+        dirty.del_many(todo)
+        cache.update(group, todo, partial=True)
+        return None
+    todo = list(dirty)
+    if todo:
+        dirty.del_many(todo)
+    cache.update(group, todo)
     return cache
 
 

@@ -39,8 +39,9 @@ same decisions. Theory of operation:
   ``group.initial.rebalance.delay.ms``, then calls ``first_target`` — again as long as its
   results ask for it.
 * **Offloaded assignments.** ``Result.offloads`` asks for a group's target to be computed off
-  the loop: once the asking command is durable the driver copies the inputs
-  (``assignment_job``), hands the job to the host's workers, and applies the outcome the host
+  the loop: once the asking command is durable the driver brings the inputs up to date
+  (``prepare_assignment_job``, :data:`PREPARE_MEMBERS` members per turn of the shard), copies
+  them (``assignment_job``), hands the job to the host's workers, and applies the outcome the host
   reports (:meth:`Driver.job_done`) as an ordinary command. One computation per group at a
   time.
 * **Regex subscriptions** are resolved off the heartbeat path (Kafka 4.x): a heartbeat asks
@@ -97,6 +98,9 @@ REGISTRY = -1
 FIRST_TARGET_QUIET_MS = 10
 """A new group's first target waits until no join to it has arrived for this long, twice (at
 most ``group.initial.rebalance.delay.ms``): a burst of joins gets one target covering it all."""
+PREPARE_MEMBERS = 500
+"""Members whose assignor inputs one command brings up to date before an offloaded job is
+copied (about 2-3 ms; ``ConsumerGroups.prepare_assignment_job``)."""
 __all__ = [
     "EXPIRE_OFFSETS",
     "REGISTRY",
@@ -744,8 +748,17 @@ class Driver:
                 self.host.call_soon(partial(self._offload, index, group_id))
 
     def _offload(self, index: int, group_id: str) -> None:
-        """Copy the group's inputs (once the state they come from is durable) for a worker."""
+        """Copy the group's inputs (once the state they come from is durable) for a worker,
+        brought up to date :data:`PREPARE_MEMBERS` members per turn of the shard first."""
         try:
+            ready, _batch = self._execute(
+                index,
+                lambda s: s.groups.prepare_assignment_job(group_id, PREPARE_MEMBERS),
+                read=True,
+            )
+            if not ready and self.state is RuntimeState.ACTIVE:
+                self.turns.later(index, partial(self._offload, index, group_id))
+                return
             job, batch = self._execute(
                 index, lambda s: s.groups.assignment_job(group_id), read=True
             )

@@ -35,6 +35,7 @@ from coordinator.core.errors import (
 from coordinator.core.records import Record
 from coordinator.core.target_assignment import AssignmentJob
 
+from . import collector
 from .clock import ManualClock, SystemClock
 from .driver import Batch, Driver, RuntimeState
 from .loader import LoadStats, load_into
@@ -46,6 +47,9 @@ from .watchers import GroupWatchers
 
 log = logging.getLogger("kip848.runtime")
 INT64_MAX = 2**63 - 1
+BIG_TARGET = 1_000
+"""A worker's outcome that changes this many members' targets builds long-lived state in
+bulk: frozen at once (``collector.py``)."""
 _DEADLINE_HEADROOM_MS = 2**40
 """Room left above the clock for deadlines armed from it (timeouts are at most int32 ms)."""
 
@@ -301,7 +305,13 @@ class Engine:
             outcome = await pool.run(job)
         finally:
             self._jobs.pop(group_id, None)
+        big = len(outcome.changed) >= BIG_TARGET
+        if big:  # a step of its own, then the target's objects frozen once built
+            collector.collect_all()
+            await asyncio.sleep(0)
         self.driver.job_done(index, group_id, outcome)
+        if big:
+            collector.freeze_new()
 
     # ------------------------------------------------------------------ manual time
 

@@ -22,6 +22,7 @@ from coordinator.core.topics import TopicRegistry
 from coordinator.factory import Shard
 from coordinator.routing import CLUSTER_LOG, partition_for
 
+from .collector import no_collections
 from .store import RecordStore
 
 log = logging.getLogger("kip848.runtime")
@@ -61,18 +62,20 @@ class LoadStats:
 def _bulk(logs: Sequence[UndoLog]) -> Iterator[None]:
     """Replay without undo entries and without the cyclic GC. Loading builds millions of
     long-lived objects: the GC would rescan them again and again (it doubles the load time).
-    Pause it, then freeze what was loaded so later collections skip it."""
+    Pause it (CPython's collector and a server loop's, ``collector.py``), then freeze what was
+    loaded so later collections skip it."""
     for undo in logs:
         undo.enabled = False
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        yield
+        with no_collections():
+            yield
     finally:
         for undo in logs:
             undo.enabled = True
+        gc.freeze()
         if gc_was_enabled:
-            gc.freeze()
             gc.enable()
 
 

@@ -201,12 +201,7 @@ def test_incremental_targets_equal_the_whole_computation(
                 h.shard.rollback(mark)
             else:
                 h._commit(res)
-            if rng.random() < 0.08:
-                name = rng.choice(TOPICS)
-                h.add_partitions(name, h.shard.topics.by_name[name].num_partitions + 2)
-            if racked and rng.random() < 0.05:
-                name = rng.choice(TOPICS)
-                h.set_racks(name, random_racks(rng, h.shard.topics.by_name[name].num_partitions))
+            change_topics(h, rng, racked, grow=0.08)
             if batching and rng.random() < 0.3:
                 h.sleep(1000)  # the assignment timer: several joins and leaves in one target
             h.run_offloads()  # as a worker would (the job copied from the group as it is now)
@@ -524,3 +519,109 @@ def test_the_metrics_wrapper_takes_the_incremental_path_and_times_it_once() -> N
     assert h.shard.consumer_group_heartbeat(JOIN, 0).records
     assert inner.calls == ["assign_changes"]
     assert runs() == before + 1
+
+
+def random_step(h: Harness, rng: random.Random, homogeneous: bool, racked: bool) -> None:
+    """A random heartbeat of the group, committed, and now and then a topic that grows or
+    changes racks."""
+    try:
+        res = h.shard.consumer_group_heartbeat(
+            random_command(rng, h.shard.groups.get(G), homogeneous, racked), h.now_ms
+        )
+    except CoordinatorError:
+        return
+    h._commit(res)
+    change_topics(h, rng, racked, grow=0.05)
+
+
+def change_topics(h: Harness, rng: random.Random, racked: bool, *, grow: float) -> None:
+    """Now and then (``grow``: how often) a topic gets two more partitions; with racks, now
+    and then a topic's partitions move to other racks."""
+    if rng.random() < grow:
+        name = rng.choice(TOPICS)
+        h.add_partitions(name, h.shard.topics.by_name[name].num_partitions + 2)
+    if racked and rng.random() < 0.05:
+        name = rng.choice(TOPICS)
+        h.set_racks(name, random_racks(rng, h.shard.topics.by_name[name].num_partitions))
+
+
+def expected_job(group: ConsumerGroup) -> tuple[tuple[str, ...], tuple[MemberSubscription, ...]]:
+    members = from_scratch(group)
+    return tuple(members), tuple(members.values())
+
+
+@pytest.mark.parametrize("racks", ["no-racks", "racks", "racks-by-differences"])
+def test_inputs_prepared_a_few_members_at_a_time_are_those_copied_at_once(
+    racks: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The runtime brings a big group's assignor inputs up to date a few hundred members per
+    command (``prepare_assignment_job``) before it copies them, with other commands of the
+    group in between: whatever the slices and whatever ran between them, the job copied then
+    equals one copied at once from the same state (and one built from scratch), and a
+    rolled-back slice leaves the cache as it found it. New caches (the subscription metadata
+    changed) start with nothing counted and every member marked."""
+    racked = racks != "no-racks"
+    if racks == "racks-by-differences":
+        monkeypatch.setattr(HeldRacks, "RECOUNT_SHARE", 0)
+    config = GroupCoordinatorConfig(
+        consumer_assignment_interval_ms=1000,
+        consumer_assignor_offload_enable=True,
+        consumer_assignor_offload_min_members=1,
+    )
+    compared = sliced_new_caches = 0
+    for seed in range(12):
+        rng = random.Random(seed)
+        h = Harness(assignors=[UniformAssignor()], config=config)
+        for name, n in (("foo", 7), ("bar", 5), ("baz", 3)):
+            h.create_topic(name, n, racks=random_racks(rng, n) if racked else None)
+        homogeneous = seed % 3 != 2
+
+        for _ in range(120):
+            random_step(h, rng, homogeneous, racked)
+            group = h.shard.groups.get(G)
+            if group is None or group.group_epoch <= group.assignment_epoch:
+                continue
+            if rng.random() < 0.3:
+                h.offloads[:] = [G]
+                h.run_offloads()  # the cache is up to date after a computation
+                continue
+            groups = h.shard.groups
+            mark = h.shard.mark()
+            at_once = groups.assignment_job(G)
+            h.shard.rollback(mark)
+            new_cache = group.spec_cache is None or (
+                group.spec_cache.metadata is not group.subscription_metadata
+            )
+            limit = rng.randint(1, 4)
+            if new_cache and len(group.members) > limit:
+                sliced_new_caches += 1
+            interleaved = rng.random() < 0.4
+            for _ in range(200):
+                if groups.prepare_assignment_job(G, limit):
+                    break
+                if interleaved and rng.random() < 0.3:
+                    random_step(h, rng, homogeneous, racked)  # another command in between
+                    if h.shard.groups.get(G) is None:
+                        break
+            group = h.shard.groups.get(G)
+            job = groups.assignment_job(G)
+            if job is None or group is None:
+                continue
+            assert (job.member_ids, job.members) == expected_job(group)
+            if not interleaved:
+                assert job == at_once
+            if job.summary is not None:
+                spec, topics = job.group_spec()
+                assert job.summary == summarize(
+                    GroupSpec(
+                        members=spec.members,
+                        subscription_type=spec.subscription_type,
+                        partition_owners=spec.partition_owners,
+                    ),
+                    topics,
+                )
+            compared += 1
+            if not interleaved and rng.random() < 0.5:
+                h.shard.rollback(mark)  # the slices undone: the cache and marks as they were
+    assert compared > 150
+    assert sliced_new_caches > 10

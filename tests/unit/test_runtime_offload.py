@@ -11,6 +11,9 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from assignors.uniform import UniformAssignor
 from coordinator.core.target_assignment import assignment_job, run_job
@@ -92,10 +95,84 @@ async def test_the_runtime_computes_a_big_groups_target_in_a_worker() -> None:
         before = rt.snapshot()
     finally:
         await rt.close()
+    await reloads_as(store, before)
+
+
+async def test_a_big_groups_inputs_are_brought_up_to_date_over_several_turns(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Before it copies an offloaded job the runtime brings the group's inputs up to date a
+    bounded number of members per turn of the group's shard (10,000 new members at once held
+    the loop for about 50 ms): with one member per turn, twelve members that joined together
+    take a dozen commands, another shard's heartbeat runs between two of them, and the
+    target is the whole group's, durable."""
+    from builders import join, make_runtime
+
+    from coordinator.core.consumer_groups import ConsumerGroups
+    from coordinator.core.topics import NewTopic
+    from coordinator.runtime import driver
+    from coordinator.runtime.store import MemoryRecordStore
+
+    monkeypatch.setattr(driver, "PREPARE_MEMBERS", 1)
+    events: list[tuple[str, bool]] = []
+    prepare = ConsumerGroups.prepare_assignment_job
+
+    def prepare_and_watch(self: ConsumerGroups, group_id: str, members: int) -> bool:
+        ready = prepare(self, group_id, members)
+        events.append(("prepare", ready))
+        if len(events) == 1:  # another shard's heartbeat arrives now
+            asyncio.get_running_loop().create_task(other_group())
+        return ready
+
+    async def other_group() -> None:
+        answer = await rt.heartbeat(join(other, member_id="X"))
+        assert answer.member_epoch == 1
+
+    heartbeat = ConsumerGroups.consumer_group_heartbeat
+
+    def heartbeat_and_watch(self: ConsumerGroups, req: Any, now_ms: int) -> Any:
+        if req.group_id == other:
+            events.append(("other group's heartbeat", True))
+        return heartbeat(self, req, now_ms)
+
+    monkeypatch.setattr(ConsumerGroups, "prepare_assignment_job", prepare_and_watch)
+    monkeypatch.setattr(ConsumerGroups, "consumer_group_heartbeat", heartbeat_and_watch)
+    store = MemoryRecordStore(partitions=2)
+    rt = make_runtime(store, **{"group.consumer.assignor.offload.min.members": "2"})
+    shard = rt.shard_index("g")
+    other = next(g for g in (f"other-{i}" for i in range(100)) if rt.shard_index(g) != shard)
+    await rt.start()
+    try:
+        await rt.create_topics([NewTopic(name="t", num_partitions=24)])
+        members = [f"m{i:02d}" for i in range(12)]
+        await asyncio.gather(*(rt.heartbeat(join("g", member_id=m)) for m in members))
+        group = rt.shards[shard].groups["g"]
+        for _ in range(600):  # bounded: 30 s
+            if group.assignment_epoch == group.group_epoch and len(events) > 1:
+                break
+            await asyncio.sleep(0.05)
+        assert group.assignment_epoch == group.group_epoch == 12
+        targets = {m: group.target[m]["AAAAAAAAAAAAAAAAAAAAAQ"] for m in members}
+        assert sorted(map(len, targets.values())) == [2] * 12
+        assert frozenset().union(*targets.values()) == frozenset(range(24))
+        prepared = [ready for what, ready in events if what == "prepare"]
+        assert len(prepared) >= 12 and prepared[-1] and not any(prepared[:-2])
+        ran = events.index(("other group's heartbeat", True))
+        assert 0 < ran < len(events) - 1  # between two of the group's slices
+        before = rt.snapshot()
+    finally:
+        await rt.close()
+    await reloads_as(store, before)
+
+
+async def reloads_as(store: Any, snapshot: Any) -> None:
+    """A runtime reloaded from ``store`` has the state ``snapshot`` (every record is in it)."""
+    from builders import make_runtime
+
     again = make_runtime(store.reopen())
     await again.start()
     try:
-        assert again.snapshot() == before
+        assert again.snapshot() == snapshot
     finally:
         await again.close()
 

@@ -1,0 +1,144 @@
+"""The cyclic garbage collector of a server process, run by its event loop between callbacks.
+
+CPython collects whenever a thread has allocated 700 more container objects than it freed:
+in the middle of whatever runs — a command, a connection's read — and, every tenth and
+hundredth time, the older generations too. A coordinator holds millions of long-lived objects
+(members, assignments, partitions) and a join storm builds hundreds of thousands more within
+seconds, almost none of them garbage. Measured in a 10,000-member storm (docs/benchmarks.md,
+"Join storms under overload"): about 3,000 collections, each one inside whichever callback
+crossed the threshold, 0.7 s of the loop's CPU in all, the full ones 10-50 ms each; a single
+command that installs a 10,000-member target ran 245 of them.
+
+Here the automatic collector is off (``gc.disable``) and the loop runs it itself, every
+:data:`TICK_S`, between callbacks, where a pause holds nobody's command half-done:
+
+* the young generations are collected (``gc.collect(1)``; what survives is old) when at least
+  :data:`YOUNG` container objects were allocated (net) since the last collection, and at
+  least every :data:`YOUNG_TICKS` ticks whatever the count says: the count is allocations minus
+  deallocations of *any* objects, so old objects dying (the answered calls of a storm) hide as
+  many new ones, and CPython's own threshold then lets the young generation grow for seconds
+  (measured: a young collection of 12,000 by the count took 72 ms);
+* every :data:`FULL_EVERY` young collections, the next one is a full collection instead, and
+  what survives it is frozen (``gc.freeze``): later collections skip it.
+
+A collection scans what was allocated since the last one, tens to hundreds of nanoseconds an
+object: well under a millisecond in steady traffic, ten or twenty in a join storm. Frozen
+objects are still freed by reference counting when the state drops them; only a reference
+cycle that was alive at a full collection and becomes garbage later is kept (as with CPython's
+own collector and ``gc.freeze``, the price of not rescanning the state).
+
+:func:`no_collections` holds the ticks back (loading a store builds the whole state in one go:
+it is frozen at the end instead, ``loader.py``). A command known to build a lot of long-lived
+state at once — installing a big group's new target — is run between :func:`collect_all` (a
+full collection, its survivors frozen, in a step of its own) and :func:`freeze_new`: what it
+allocated is frozen at once instead of being scanned by the next young and full collections
+(twice, tens of milliseconds each for a 10,000-member target). Without a running
+:class:`Collector` (tests, tools) both do nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import TracebackType
+
+TICK_S = 0.01
+"""How often the loop looks at what was allocated."""
+YOUNG = 10_000
+"""Allocated container objects (net) that make a tick collect the young generations."""
+YOUNG_TICKS = 10
+"""Ticks after which the young generations are collected whatever the count."""
+FULL_EVERY = 4
+"""Young collections between two full ones."""
+
+_paused = 0
+_lock = threading.Lock()
+_running: Collector | None = None
+
+
+@contextmanager
+def no_collections() -> Iterator[None]:
+    """While inside (in any thread), the loop's ticks collect nothing."""
+    global _paused
+    with _lock:
+        _paused += 1
+    try:
+        yield
+    finally:
+        with _lock:
+            _paused -= 1
+
+
+class Collector:
+    """The loop's collector (module docstring). A context manager: inside, the automatic
+    collector is off and ``loop`` ticks; on the way out the ticks stop and the automatic
+    collector is as it was."""
+
+    __slots__ = ("_collections", "_handle", "_loop", "_tick_s", "_ticks", "_was_enabled")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, *, tick_s: float = TICK_S) -> None:
+        self._loop = loop
+        self._tick_s = tick_s
+        self._ticks = 0  # since the last collection
+        self._collections = 0  # young ones since the last full one
+        self._handle: asyncio.TimerHandle | None = None
+        self._was_enabled = False
+
+    def __enter__(self) -> Collector:
+        global _running
+        _running = self
+        self._was_enabled = gc.isenabled()
+        gc.disable()
+        self._handle = self._loop.call_later(self._tick_s, self._tick)
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        global _running
+        if _running is self:
+            _running = None
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+        if self._was_enabled:
+            gc.enable()
+
+    def _tick(self) -> None:
+        self._handle = self._loop.call_later(self._tick_s, self._tick)
+        if _paused:
+            return
+        self._ticks += 1
+        if self._ticks < YOUNG_TICKS and gc.get_count()[0] < YOUNG:
+            return
+        self._ticks = 0
+        self._collections += 1
+        if self._collections < FULL_EVERY:
+            gc.collect(1)
+        else:
+            self.collect_all()
+
+    def collect_all(self) -> None:
+        self._ticks = self._collections = 0
+        gc.collect(2)
+        gc.freeze()
+
+
+def collect_all() -> None:
+    """A full collection now, what survives it frozen (the running :class:`Collector`'s; else
+    nothing): what is allocated next is all that a later :func:`freeze_new` freezes."""
+    if _running is not None and not _paused:
+        _running.collect_all()
+
+
+def freeze_new() -> None:
+    """Freeze what was allocated since the last :func:`collect_all`: it is long-lived state
+    (a running :class:`Collector` only; else nothing)."""
+    if _running is not None and not _paused:
+        gc.freeze()
