@@ -24,7 +24,7 @@ frozenset.
 Racks. When members are in racks that hold replicas of a topic's partitions, each member still
 gets exactly as many partitions of every topic as above (the first ``n % s`` one more), and
 co-partitioned topics still give a member the same partition indexes; but which indexes is
-chosen by :func:`assignors.racks.place_ranges`: as many partitions as possible with a replica in
+chosen by :func:`assignors.racks_range.place_ranges`: as many partitions as possible with a replica in
 the member's rack (an index counts once per co-partitioned topic it is local in), then as much
 of the member's rack-blind range as that allows. With no rack information, or no member in a
 rack holding a replica, the ranges are exactly the rack-blind ones.
@@ -33,6 +33,7 @@ rack holding a replica, the ranges are exactly the rack-blind ones.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from operator import attrgetter
 from typing import ClassVar
 
 from assignors.api import (
@@ -45,9 +46,11 @@ from assignors.api import (
     TopicId,
     TopicMetadata,
 )
-from assignors.racks import place_ranges
+from assignors.racks_range import place_ranges
 
 __all__ = ["RangeAssignor", "compute_range_assignment", "member_order"]
+
+_rack_id = attrgetter("rack_id")
 
 
 class RangeAssignor:
@@ -148,7 +151,7 @@ def _placed_by_racks(
             key = by_list[id(members)] = canonical.setdefault(as_tuple, as_tuple)
         if count > 0:
             groups.setdefault((count, id(key)), (key, []))[1].append(t)
-    rack_of = {m: s.rack_id for m, s in specs.items()}
+    rack_of = dict(zip(specs, map(_rack_id, specs.values()), strict=True))
     out: dict[TopicId, list[frozenset[int]]] = {}
     for (count, _key), (ordered, group) in groups.items():
         quota, extra = divmod(count, len(ordered))

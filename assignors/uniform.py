@@ -30,7 +30,7 @@ depends only on the input's values, never on ``hash()`` seeds or mapping order.
 
 Racks (beyond Kafka 4.x, whose server-side assignors ignore them since KAFKA-16694): when some
 member of a class is in a rack that holds replicas of the class's partitions, step 3 is
-:func:`assignors.racks.settle_class` instead — the same class totals and the same q / q+1
+:func:`assignors.racks_uniform.settle_class` instead — the same class totals and the same q / q+1
 member sizes (balance first), but which members get the extra partition and which partitions
 each member gets are planned for the most partitions with a replica in the member's rack, then
 for the fewest moves. Without rack information, or with no member in a rack that holds a
@@ -67,7 +67,7 @@ from bisect import bisect_left
 from collections.abc import Mapping, Sequence
 from heapq import merge
 from itertools import accumulate, chain, compress, filterfalse, islice, repeat
-from operator import attrgetter, lt, methodcaller, sub
+from operator import attrgetter, lt, methodcaller, ne, sub
 from typing import ClassVar
 
 from assignors.api import (
@@ -81,7 +81,8 @@ from assignors.api import (
     TopicMetadata,
 )
 from assignors.balance import MAX_BALANCE_ROUNDS, Split, fit, water_level
-from assignors.racks import Holders, relevant_racks, settle_class
+from assignors.racks import Counted, RackNodes, count_owned, relevant_racks
+from assignors.racks_uniform import Holders, settle_class
 
 __all__ = ["UniformAssignor", "compute_uniform_assignment", "compute_uniform_changes"]
 
@@ -392,6 +393,9 @@ class _Builder:
         self.rack_of: list[str | None] | None = None
         if any(topics[t].partition_racks for t in self.topic_ids):
             self.rack_of = list(map(_rack_of, spec_list))
+        self.racks: list[str] = []  # one class: the relevant racks (_count_racks)
+        self.counted: Counted | None = None
+        self.from_owners = False
 
         self.current: list[Mapping[TopicId, frozenset[int]]] = list(self.assignments)
         self.owned = [False] * count  # True once current[i] is our own (mutable) dict
@@ -403,17 +407,42 @@ class _Builder:
     # ------------------------------------------------------------------ driver
 
     def build(self) -> dict[str, MemberAssignment]:
-        self.from_owners = len(self.class_members) == 1 and self._clean_from_owners()
-        if len(self.class_members) > 1 or not (self.from_owners or self._clean_one_class()):
+        one = len(self.class_members) == 1
+        if one:
+            self._count_racks()
+            self.from_owners = self._clean_from_owners(checked=self.counted is not None)
+            if not self.from_owners:
+                self.counted = None  # the owners are not the members' assignments
+        if not one or not (self.from_owners or self._clean_one_class()):
             self._clean()
-        if len(self.class_members) == 1:
+        if one:
             members = self.class_members[0]
-            self._set_targets(members, sum(self.partition_counts.values()))
+            total = sum(self.partition_counts.values())
+            if self.racks:  # the rack plan sets the targets; it reads only the class total
+                self.target[0] = total
+            else:
+                self._set_targets(members, total)
             incoming = [(t, self.unassigned[t]) for t in self.topic_ids if self.unassigned[t]]
             self._settle_class(members, incoming, self.topic_ids)
         else:
             self._assign_classes()
         return dict(zip(self.member_ids, self.current, strict=False))
+
+    def _count_racks(self) -> None:
+        """One class: the relevant racks (``racks``) and, when the spec has the owners, the
+        held partitions counted by racks from them (``counted``, :func:`count_owned`)."""
+        if self.rack_of is None:
+            return
+        self.racks = relevant_racks(self.rack_of, self.topic_ids, self.topics)
+        if self.racks and self.partition_owners:
+            self.counted = count_owned(
+                RackNodes(self.racks),
+                self.member_ids,
+                self.rack_of,
+                self.partition_owners,
+                self.topic_ids,
+                self.topics,
+            )
 
     # ------------------------------------------------------------------ step 1: clean
 
@@ -424,12 +453,13 @@ class _Builder:
             self.owned[i] = True
         return self.current[i]  # type: ignore[return-value]
 
-    def _clean_from_owners(self) -> bool:
+    def _clean_from_owners(self, checked: bool) -> bool:
         """The homogeneous case when the spec's ``partition_owners`` is the inverse of the
         members' assignments (as the coordinator passes it): no per-partition work in Python.
         Member loads are summed; when every member holds only non-empty sets of usable topics
         and the loads add up to the owned partitions, no partition is held twice, and what is
-        free per topic follows from its owners (their range checked by C-level passes). Same outcome as
+        free per topic follows from its owners (their range checked by C-level passes, or
+        already, ``checked``, by :func:`count_owned`). Same outcome as
         :meth:`_clean_one_class`; returns False (nothing changed) when it cannot decide."""
         owners_of = self.partition_owners
         assignments = self.assignments
@@ -454,7 +484,7 @@ class _Builder:
                 # n distinct indexes below n summing to 0+1+...+(n-1) are exactly range(n):
                 # that sum is the largest n distinct integers below n can reach, and only
                 # range(n) reaches it (cheaper than min and max over the keys).
-                if max(owners) >= n or sum(owners) != n * (n - 1) // 2:
+                if not checked and (max(owners) >= n or sum(owners) != n * (n - 1) // 2):
                     return False
                 unassigned[t] = ()
             else:
@@ -739,13 +769,14 @@ class _Builder:
     ) -> None:
         """Members above target give up their highest partitions; members below target take
         contiguous runs of the class pool (incoming partitions plus what was given up). When
-        racks are relevant to the class, :func:`assignors.racks.settle_class` places them
+        racks are relevant to the class, :func:`assignors.racks_uniform.settle_class` places them
         instead (same targets)."""
         load, target, current = self.load, self.target, self.current
         if self.rack_of is not None:
             holders = None
             if self.from_owners:  # the spec's owners are the exact inverse of `current`
                 holders = Holders(self.partition_owners, self.member_ids)
+            one = len(self.class_members) == 1
             placed = settle_class(
                 members,
                 self.rack_of,
@@ -756,6 +787,8 @@ class _Builder:
                 topic_ids,
                 self.topics,
                 holders,
+                racks=self.racks if one else None,
+                counted=self.counted,
             )
             if placed is not None:
                 for i, placed_i in placed.items():
@@ -833,8 +866,23 @@ def _loads(assignments: Sequence[Mapping[TopicId, frozenset[int]]]) -> list[int]
     if 0 in sizes:
         return None
     topics = list(map(len, assignments))
-    if topics.count(1) == len(topics):  # one topic each (the usual case with few topics)
+    ones = topics.count(1)
+    if ones == len(topics):  # one topic each (the usual case with few topics)
         return sizes
+    if ones * 8 >= len(topics) * 7:
+        # Nearly one topic each (a rack-aware target, some members across two topics): runs
+        # of single-topic members are slices of the sizes; the others are summed.
+        loads: list[int] = []
+        at = done = 0
+        for i in compress(range(len(topics)), map(ne, topics, repeat(1))):
+            loads += sizes[at : at + i - done]
+            at += i - done
+            k = topics[i]
+            loads.append(sum(sizes[at : at + k]))
+            at += k
+            done = i + 1
+        loads += sizes[at:]
+        return loads
     ends = list(accumulate(topics))
     prefix = [0, *accumulate(sizes)]
     return list(map(sub, map(prefix.__getitem__, ends), map(prefix.__getitem__, [0, *ends[:-1]])))

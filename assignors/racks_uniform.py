@@ -1,0 +1,598 @@
+"""Rack-aware placement of one class of ``uniform`` (:func:`settle_class`): the plan of
+:mod:`assignors.racks` on the types of the class's partitions, then realised member by member —
+see the theory of operation there."""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from functools import partial
+from itertools import chain, compress, filterfalse, islice, repeat
+from operator import lt
+from typing import Any
+
+from assignors.api import PartitionAssignorError, TopicId, TopicMetadata
+from assignors.plan import transport
+from assignors.racks import ONLY, Counted, RackNodes, relevant_racks
+
+__all__ = ["Holders", "settle_class"]
+
+_NOBODY: Mapping[int, object] = {}
+
+Assignment = dict[TopicId, frozenset[int]]
+
+
+def settle_class(
+    members: Sequence[int],
+    rack_of: Sequence[str | None],
+    target: list[int],
+    load: Sequence[int],
+    current: Sequence[Mapping[TopicId, frozenset[int]]],
+    incoming: Sequence[tuple[TopicId, Sequence[int]]],
+    topic_ids: Sequence[TopicId],
+    topics: Mapping[TopicId, TopicMetadata],
+    owners: Holders | None = None,
+    held: Mapping[tuple[frozenset[str], str | None], int] | None = None,
+    racks: Sequence[str] | None = None,
+    counted: Counted | None = None,
+) -> dict[int, Assignment] | None:
+    """One class of ``uniform`` (members by index, in member order; lists are indexed by
+    member index): the class's partitions (what its members hold, ``current`` of sizes
+    ``load``, and ``incoming``) are spread over its members as the
+    targets say — ``q`` each and ``q + 1`` for ``r`` of them, with ``q, r`` the quotient and
+    remainder of the targets' sum — and placed by racks (module doc). Which members get the
+    ``r`` extra partitions is part of the plan (more local partitions for a rack with more
+    local replicas), so ``target`` is rewritten; within a node the extras go first to members
+    holding more than ``q``, in member order, as the rack-blind targets do. ``owners``: who
+    holds each partition, when the caller has it (else it is built from ``current``);
+    ``held``: the members' partitions counted by (their racks, their member's rack), when the
+    caller has them (``TargetSummary.held_by_racks``: then no held partition is visited);
+    ``racks``: the :func:`relevant_racks`, when the caller has them; ``counted``: the nodes
+    and the held partitions, when the caller counted them (:func:`count_owned`; its nodes are
+    those of the relevant racks, and ``owners`` is what it counted). Returns the new
+    assignment of each member whose assignment changes, or None (``target`` untouched) when no
+    rack is relevant."""
+    if counted is not None:
+        nodes = counted.nodes
+    else:
+        if racks is None:
+            whole = len(members) == len(rack_of)
+            racks = relevant_racks(
+                rack_of if whole else map(rack_of.__getitem__, members), topic_ids, topics
+            )
+        if not racks:
+            return None
+        nodes = RackNodes(racks)
+    settle = _ClassSettle(members, rack_of, target, load, current, topics, nodes, counted)
+    return settle.run(incoming, topic_ids, owners, held)
+
+
+class Holders:
+    """Who holds the partitions, as the coordinator gives it (``GroupSpec.partition_owners``:
+    topic -> partition -> member id), and the member ids by index: holders are looked up with
+    C-level passes, never per member."""
+
+    __slots__ = ("ids", "owners")
+
+    def __init__(self, owners: Mapping[TopicId, Mapping[int, str]], ids: Sequence[str]) -> None:
+        self.owners, self.ids = owners, ids
+
+
+Segments = dict[TopicId, list[int]]
+"""Partitions by topic (each list ascending once sorted)."""
+Moving = dict[TopicId, Sequence[int]]
+"""Partitions by topic that leave a node: a tuple is ascending (the free partitions of a
+mask), a list is sorted when dealt."""
+
+
+class _ClassSettle:
+    """One rack-aware settlement of a class (see :func:`settle_class`). Work per partition is
+    C-level (lookups through ``map``, slices, sorts); Python loops run per member, per type
+    and per topic, and per partition only for what members above their count give up."""
+
+    def __init__(
+        self,
+        members: Sequence[int],
+        rack_of: Sequence[str | None],
+        target: list[int],
+        load: Sequence[int],
+        current: Sequence[Mapping[TopicId, frozenset[int]]],
+        topics: Mapping[TopicId, TopicMetadata],
+        nodes: RackNodes,
+        counted: Counted | None,
+    ) -> None:
+        self.members, self.target, self.current = members, target, current  # target: rewritten
+        self.topics, self.nodes, self.counted = topics, nodes, counted
+        self.node_of = nodes.nodes_of(rack_of) if counted is None else counted.node_of
+        self.load = load
+        self.pool = nodes.count  # the "holder node" of free partitions
+        self.whole = len(members) == len(target)  # the class is every member: range(n)
+        self.by_mask: dict[TopicId, dict[int, tuple[int, ...]]] = {}
+
+    def masks(self, t: TopicId) -> dict[int, tuple[int, ...]]:
+        """mask -> the partitions of topic t with that mask, ascending."""
+        out = self.by_mask.get(t)
+        if out is None:
+            metadata = self.topics[t]
+            mask_of = self.nodes.mask_of(metadata)
+            merged: dict[int, list[tuple[int, ...]]] = {}
+            for racks, group in metadata.partitions_by_racks().items():
+                merged.setdefault(mask_of[racks], []).append(group)
+            out = self.by_mask[t] = {
+                m: groups[0] if len(groups) == 1 else tuple(sorted(chain.from_iterable(groups)))
+                for m, groups in sorted(merged.items())
+            }
+        return out
+
+    def mask(self, t: TopicId, p: int) -> int:
+        metadata = self.topics[t]
+        return self.nodes.mask_of(metadata).get(metadata.partition_racks.get(p, frozenset()), 0)
+
+    # ------------------------------------------------------------------ the whole run
+
+    def run(
+        self,
+        incoming: Sequence[tuple[TopicId, Sequence[int]]],
+        topic_ids: Sequence[TopicId],
+        owners: Holders | None,
+        held: Mapping[tuple[frozenset[str], str | None], int] | None,
+    ) -> dict[int, Assignment]:
+        nodes = self.nodes
+        holder = self._holders(topic_ids, owners)
+        counts, free = self._count(incoming, holder, held)
+        kinds = sorted(counts)
+        by_node = _NodeMembers(
+            self.members,
+            self.node_of if self.whole else list(map(self.node_of.__getitem__, self.members)),
+            nodes.count,
+        )
+        quota, extras = divmod(sum(map(self.target.__getitem__, self.members)), len(self.members))
+        size = by_node.sizes
+        big = sum(counts.values()) + 1
+        weights = [
+            [big * nodes.local(m, v) + (v == h) for v in range(nodes.count)] for m, h in kinds
+        ]
+        flow = transport(
+            [counts[k] for k in kinds],
+            [quota * n for n in size],
+            weights,
+            extras=extras,
+            extra_room=size,
+        )
+        plan = {k: flow[j] for j, k in enumerate(kinds)}
+        if self.whole:  # one C-level store for every member's quota
+            self.target[:] = repeat(quota, len(self.target))
+        heavy: list[int] | None = None  # the members holding more than the quota
+        for v in range(nodes.count):
+            extra = sum(f[v] for f in flow) - quota * size[v]
+            if not self.whole:
+                _store(self.target, by_node.scan(v), quota)
+            if extra:
+                if heavy is None:
+                    heavy = self._heavy(quota)
+                self._set_extras(v, heavy, partial(by_node.scan, v), quota, extra)
+
+        out: dict[int, Assignment] = {}
+        load = list(self.load)
+        moving: dict[tuple[int, int], Moving] = {}  # (mask, from node) -> partitions
+        receiving: dict[int, Segments] = {v: {} for v in range(nodes.count)}
+        for v in range(nodes.count):
+            excess = {
+                m: counts[(m, h)] - plan[(m, h)][v]
+                for m, h in kinds
+                if h == v and counts[(m, h)] > plan[(m, h)][v]
+            }
+            if excess:
+                self._give_up(v, by_node.members(v), excess, load, out, moving, holder)
+        # Members still above their count give up their highest partitions; they stay in their
+        # node (the plan keeps them there).
+        node_of, target = self.node_of, self.target
+        for i in self._above(self.members, load):
+            self._trim(i, load[i] - target[i], out, receiving[node_of[i]])
+            load[i] = target[i]
+        for (m, t), seq in free.items():
+            moving.setdefault((m, self.pool), {})[t] = seq
+        for m, h in kinds:
+            segments = moving.get((m, h))
+            if not segments:
+                continue
+            wanted = [(v, n) for v, n in enumerate(plan[(m, h)]) if v != h and n]
+            _deal(segments, wanted, receiving)
+        below: dict[int, list[int]] = {v: [] for v in range(nodes.count)}
+        for i in self._below(self.members, load):
+            below[node_of[i]].append(i)
+        for v in range(nodes.count):
+            self._fill(below[v], receiving[v], load, out)
+        return out
+
+    # ------------------------------------------------------------------ counting
+
+    def _holders(self, topic_ids: Sequence[TopicId], owners: Holders | None) -> _Lookup:
+        """partition -> index of the class member holding it (None: no member of the class),
+        per topic."""
+        node_of, counted = self.node_of, self.counted
+        if owners is not None:
+            ids = owners.ids
+            return _Lookup(
+                topic_ids,
+                owners.owners,
+                ids,
+                (lambda: dict(counted.by_member))
+                if counted is not None
+                else lambda: dict(zip(ids, node_of, strict=True)),
+                self.nodes.count,
+            )
+        held: dict[TopicId, dict[int, int]] = {t: {} for t in topic_ids}
+        for i in self.members:
+            for t, partitions in self.current[i].items():
+                held[t].update(dict.fromkeys(partitions, i))
+        members = self.members
+        return _Lookup(
+            topic_ids, held, None, lambda: {i: node_of[i] for i in members}, self.nodes.count
+        )
+
+    def _count(
+        self,
+        incoming: Sequence[tuple[TopicId, Sequence[int]]],
+        holder: _Lookup,
+        held: Mapping[tuple[frozenset[str], str | None], int] | None,
+    ) -> tuple[Counter[tuple[int, int]], dict[tuple[int, TopicId], Sequence[int]]]:
+        """(mask, holder node or pool) -> partitions of the class; and the free (incoming)
+        partitions by (mask, topic), ascending."""
+        nodes = self.nodes
+        topics = holder.topics()
+        counts: Counter[tuple[int, int]] = Counter()
+        if self.counted is not None:  # counted by the caller, by (mask, node)
+            counts.update(self.counted.counts)
+        elif held is not None:  # counted by the caller, by racks
+            for (racks, rack), k in held.items():
+                counts[(nodes.mask(racks), nodes.node(rack))] += k
+        elif sum(self.topics[t].num_partitions for t in topics) < 16 * len(topics):
+            # Small topics: the members' holdings are few; look each held partition up.
+            self._count_by_member(counts)
+        else:
+            # Per mask, the holders of its partitions of every topic in one C-level pass (one
+            # byte per partition: its holder's node), counted per node.
+            by_mask: dict[int, list[Iterable[int]]] = {}
+            for t in topics:
+                if holder.holds(t):
+                    for m, group in self.masks(t).items():
+                        by_mask.setdefault(m, []).append(holder.holders(t, group))
+            for m, parts in by_mask.items():
+                codes = holder.node_codes(chain.from_iterable(parts))
+                for v in range(nodes.count):
+                    k = codes.count(v)
+                    if k:
+                        counts[(m, v)] += k
+        free: dict[tuple[int, TopicId], Sequence[int]] = {}
+        for t, seq in incoming:
+            groups = self.masks(t)
+            if len(seq) == self.topics[t].num_partitions:  # the whole topic is free
+                for m, group in groups.items():
+                    free[(m, t)] = group  # ascending
+                continue
+            mask_of = nodes.masks_by_partition(self.topics[t])
+            some: dict[int, list[int]] = {}
+            for p, m in zip(seq, map(mask_of.__getitem__, seq), strict=True):
+                some.setdefault(m, []).append(p)
+            free.update(((m, t), ps) for m, ps in some.items())
+        for (m, _t), seq in free.items():
+            counts[(m, self.pool)] += len(seq)
+        return counts, free
+
+    def _count_by_member(self, counts: Counter[tuple[int, int]]) -> None:
+        """(mask, node) -> partitions held, member by member (for groups of small topics)."""
+        node_of, current, nodes = self.node_of, self.current, self.nodes
+        masks: dict[TopicId, Sequence[int]] = {}
+        for i in self.members:
+            v = node_of[i]
+            for t, partitions in current[i].items():
+                mask_of = masks.get(t)
+                if mask_of is None:
+                    mask_of = masks[t] = nodes.masks_by_partition(self.topics[t])
+                for m in map(mask_of.__getitem__, partitions):
+                    counts[(m, v)] += 1
+
+    # ------------------------------------------------------------------ realising
+
+    def _heavy(self, quota: int) -> list[int]:
+        """The class's members holding more than ``quota``, in member order (C-level)."""
+        load = self.load
+        if self.whole:  # range(n): no lookups
+            return list(compress(range(len(load)), map(quota.__lt__, load)))
+        members = self.members
+        return list(compress(members, map(quota.__lt__, map(load.__getitem__, members))))
+
+    def _set_extras(
+        self,
+        node: int,
+        heavy: list[int],
+        scan: Callable[[], Iterable[int]],
+        quota: int,
+        extras: int,
+    ) -> None:
+        """``quota + 1`` for ``extras`` of the node's members: those holding more than
+        ``quota`` first (they then lose nothing; ``heavy``: the class's), then the others, in
+        member order (``scan()`` iterates the node's members; lazily: it stops once found)."""
+        node_of = self.node_of
+        chosen = list(
+            islice(compress(heavy, map(node.__eq__, map(node_of.__getitem__, heavy))), extras)
+        )
+        if len(chosen) < extras:
+            taken = set(chosen)
+            chosen += islice(filterfalse(taken.__contains__, scan()), extras - len(chosen))
+        _store(self.target, chosen, quota + 1)
+
+    def _above(self, members: Sequence[int], load: Sequence[int]) -> list[int]:
+        """The members holding more than their target (C-level passes)."""
+        return self._off_target(members, self.target, load)
+
+    def _below(self, members: Sequence[int], load: Sequence[int]) -> list[int]:
+        """The members holding less than their target (C-level passes)."""
+        return self._off_target(members, load, self.target)
+
+    def _off_target(
+        self, members: Sequence[int], low: Sequence[int], high: Sequence[int]
+    ) -> list[int]:
+        """The members whose ``low`` is below their ``high`` (target and load, either way)."""
+        if members is self.members and self.whole:  # range(n): no lookups
+            return list(compress(range(len(low)), map(lt, low, high)))
+        return list(
+            compress(
+                members, map(lt, map(low.__getitem__, members), map(high.__getitem__, members))
+            )
+        )
+
+    def _own(self, i: int, out: dict[int, Assignment]) -> Assignment:
+        mine = out.get(i)
+        if mine is None:
+            mine = out[i] = dict(self.current[i])
+        return mine
+
+    def _drop(self, i: int, t: TopicId, gone: Collection[int], out: dict[int, Assignment]) -> None:
+        mine = self._own(i, out)
+        left = mine[t].difference(gone)
+        if left:
+            mine[t] = left
+        else:
+            del mine[t]
+
+    def _give_up(
+        self,
+        node: int,
+        members: list[int],
+        excess: dict[int, int],
+        load: list[int],
+        out: dict[int, Assignment],
+        moving: dict[tuple[int, int], Moving],
+        holder: _Lookup,
+    ) -> None:
+        """Take ``excess[mask]`` partitions of each mask away from the node: first from its
+        members above their count (their highest partitions), then from any of its members
+        (highest partitions of the mask first)."""
+
+        def release(i: int, t: TopicId, m: int, gone: list[int]) -> None:
+            parts = moving.setdefault((m, node), {})
+            parts[t] = [*parts.get(t, ()), *gone]  # a list: sorted when dealt
+            self._drop(i, t, gone, out)
+            load[i] -= len(gone)
+            excess[m] -= len(gone)
+            if not excess[m]:
+                del excess[m]
+
+        for i in self._above(members, load):
+            budget = load[i] - self.target[i]
+            assignment = out.get(i, self.current[i])
+            for t in sorted(assignment, reverse=True):
+                by: dict[int, list[int]] = {}
+                for p in sorted(assignment[t], reverse=True):
+                    m = self.mask(t, p)
+                    if excess.get(m, 0) > len(by.get(m, ())) and budget:
+                        by.setdefault(m, []).append(p)
+                        budget -= 1
+                for m, gone in by.items():
+                    release(i, t, m, gone)
+                if not excess or budget <= 0:
+                    break
+            if not excess:
+                return
+        for m in sorted(excess):
+            for t in sorted(holder.topics(), reverse=True):
+                group = self.masks(t).get(m, ())
+                if not group:
+                    continue
+                taken: dict[int, list[int]] = {}
+                need = excess[m]
+                for p, j in zip(reversed(group), holder.members(t, reversed(group)), strict=True):
+                    if j is None or self.node_of[j] != node:
+                        continue
+                    if p in out.get(j, self.current[j]).get(t, ()):  # not given up already
+                        taken.setdefault(j, []).append(p)
+                        need -= 1
+                        if not need:
+                            break
+                for j, gone in taken.items():
+                    release(j, t, m, gone)
+                if m not in excess:
+                    break
+        if excess:
+            raise PartitionAssignorError(
+                "internal error: a node could not give up what the plan says"
+            )
+
+    def _trim(self, i: int, extra: int, out: dict[int, Assignment], into: Segments) -> None:
+        """Member i gives up its ``extra`` highest partitions (topics in order, then indexes)."""
+        mine = self._own(i, out)
+        keep = sum(map(len, mine.values())) - extra
+        for t in sorted(mine):
+            partitions = mine[t]
+            if keep >= len(partitions):
+                keep -= len(partitions)
+                continue
+            ordered = sorted(partitions)
+            into.setdefault(t, []).extend(ordered[keep:])
+            if keep:
+                mine[t] = frozenset(ordered[:keep])
+            else:
+                del mine[t]
+            keep = 0
+
+    def _fill(
+        self,
+        members: list[int],
+        segments: Segments,
+        load: list[int],
+        out: dict[int, Assignment],
+    ) -> None:
+        """Members below their count (``members``, in member order) take contiguous runs of
+        what the node received (topics in order, partitions ascending)."""
+        pool = [(t, sorted(segments[t])) for t in sorted(segments) if segments[t]]
+        if not pool:
+            return
+        target, current = self.target, self.current
+        at, start = 0, 0
+        t, seq = pool[0]
+        end = len(seq)
+        for i in members:
+            need = target[i] - load[i]
+            mine = out.get(i)
+            if mine is None:
+                held = current[i]
+                mine = out[i] = dict(held) if held else {}
+            load[i] = target[i]
+            while need:
+                if at == len(pool):
+                    raise PartitionAssignorError("internal error: a node received too little")
+                take = min(need, end - start)
+                run = frozenset(seq[start : start + take])
+                before = mine.get(t)
+                mine[t] = before | run if before else run
+                need -= take
+                start += take
+                if start == end:
+                    at, start = at + 1, 0
+                    if at < len(pool):
+                        t, seq = pool[at]
+                        end = len(seq)
+        if at != len(pool):
+            raise PartitionAssignorError("internal error: a node received too much")
+
+
+class _NodeMembers:
+    """The class's members of each node (``nodes_of``: each member's node, in member order):
+    how many, and, when asked, which (C-level passes over one byte per member)."""
+
+    __slots__ = ("_codes", "_lists", "_members", "sizes")
+
+    def __init__(self, members: Sequence[int], nodes_of: Sequence[int], count: int) -> None:
+        self._members = members
+        self._lists: dict[int, list[int]] = {}
+        if count < 256:
+            self._codes: bytes | None = bytes(nodes_of)
+            self.sizes = [self._codes.count(v) for v in range(count)]
+        else:
+            self._codes = None
+            for v in range(count):
+                self._lists[v] = list(compress(members, map(v.__eq__, nodes_of)))
+            self.sizes = [len(self._lists[v]) for v in range(count)]
+
+    def scan(self, v: int) -> Iterable[int]:
+        """Node v's members, in member order (lazily)."""
+        codes = self._codes
+        if codes is None:
+            return self._lists[v]
+        return compress(self._members, codes.translate(ONLY[v]))
+
+    def members(self, v: int) -> list[int]:
+        """Node v's members, in member order."""
+        found = self._lists.get(v)
+        if found is None:
+            found = self._lists[v] = list(self.scan(v))
+        return found
+
+
+class _Lookup:
+    """Holders of partitions per topic (C-level passes): ``members(t, partitions)`` maps each
+    partition to the index of the class member holding it, ``nodes(t, partitions)`` to that
+    member's node; None when no member of the class holds it."""
+
+    __slots__ = ("_by_topic", "_ids", "_index", "_make_node", "_node", "_nodes", "_topics")
+
+    def __init__(
+        self,
+        topic_ids: Sequence[TopicId],
+        by_topic: Mapping[TopicId, Mapping[int, object]],
+        ids: Sequence[str] | None,
+        node: Callable[[], dict[Any, int]],
+        nodes: int,
+    ) -> None:
+        """``by_topic``: partition -> member id (``ids``: the ids by index) or index;
+        ``node``: builds the map of what ``by_topic`` names -> its node, of ``nodes`` (when
+        first needed; None, nobody in the class, is added as ``nodes``)."""
+        self._topics = sorted(topic_ids)
+        self._by_topic, self._ids, self._nodes = by_topic, ids, nodes
+        self._make_node = node
+        self._node: dict[Any, int] | None = None
+        self._index: dict[str, int] | None = None
+
+    def holders(self, t: TopicId, partitions: Iterable[int]) -> Iterable[Any]:
+        """Who holds each partition (as ``node_codes`` takes them); None: nobody."""
+        return map(self._by_topic.get(t, _NOBODY).get, partitions)
+
+    def node_codes(self, holders: Iterable[Any]) -> bytes | list[int]:
+        """The node of each holder (the number of nodes: nobody in the class); one byte each
+        when the nodes fit."""
+        node = self._node
+        if node is None:
+            node = self._node = self._make_node()
+            node[None] = self._nodes
+        codes = map(node.__getitem__, holders)
+        return bytes(codes) if self._nodes < 256 else list(codes)
+
+    def topics(self) -> list[TopicId]:
+        """The class's topics, in order."""
+        return self._topics
+
+    def holds(self, t: TopicId) -> bool:
+        """Does anyone hold a partition of topic t?"""
+        return bool(self._by_topic.get(t))
+
+    def members(self, t: TopicId, partitions: Iterable[int]) -> Iterable[int | None]:
+        found = map(self._by_topic.get(t, _NOBODY).get, partitions)
+        if self._ids is None:
+            return found  # type: ignore[return-value]
+        if self._index is None:  # built once, when first needed (rarely)
+            self._index = dict(zip(self._ids, range(len(self._ids)), strict=True))
+        return map(self._index.get, found)  # type: ignore[arg-type]
+
+
+def _store(values: list[int], indexes: Iterable[int], value: int) -> None:
+    """``values[i] = value`` for every i of ``indexes`` (a C-level pass)."""
+    deque(map(values.__setitem__, indexes, repeat(value)), maxlen=0)
+
+
+def _deal(
+    segments: Moving, wanted: Sequence[tuple[int, int]], receiving: dict[int, Segments]
+) -> None:
+    """Hand ``segments`` (topics in order, partitions ascending) out in turn: ``n`` to node
+    ``v`` for each ``(v, n)`` of ``wanted``; they must add up."""
+    pieces = [
+        (t, seq if type(seq) is tuple else sorted(seq))
+        for t in sorted(segments)
+        if (seq := segments[t])
+    ]
+    at, start = 0, 0
+    for v, n in wanted:
+        into = receiving[v]
+        while n:
+            if at >= len(pieces):
+                raise PartitionAssignorError("internal error: the rack plan moves too much")
+            t, seq = pieces[at]
+            take = min(n, len(seq) - start)
+            into.setdefault(t, []).extend(seq[start : start + take])
+            n -= take
+            start += take
+            if start == len(seq):
+                at, start = at + 1, 0
+    if at != len(pieces):
+        raise PartitionAssignorError("internal error: the rack plan left partitions behind")

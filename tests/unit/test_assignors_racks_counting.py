@@ -1,0 +1,281 @@
+"""How the rack-aware assignors count (assignors/racks.py, racks_range.py, uniform.py): the
+C-level counts against plain Python counts partition by partition, the checks those passes make
+on the way (an index out of range, an owner who is no member), and the fast cleanup of
+``uniform`` with racks against its general path."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from collections.abc import Mapping
+
+import pytest
+
+from assignors.api import GroupSpec, MemberSubscription, SubscriptionType, TopicMetadata
+from assignors.racks import RackNodes, count_owned, relevant_racks
+from assignors.racks_range import _deal_ranges, _index_keys
+from assignors.range import RangeAssignor
+from assignors.uniform import UniformAssignor, _Builder, _loads
+from assignors.validation import check_assignment
+
+UNIFORM, RANGE = UniformAssignor(), RangeAssignor()
+RACKS = ("a", "b", "c", "d", "e", "f", "g", "h", "i", "j")
+
+
+def racked_topics(
+    rng: random.Random, count: int, sizes: tuple[int, ...], racks: int
+) -> dict[str, TopicMetadata]:
+    """Topics whose partitions have replicas in 1-3 of the first ``racks`` racks (a few
+    partitions with none known)."""
+    names = RACKS[:racks]
+    out = {}
+    for k in range(count):
+        n = rng.choice(sizes)
+        out[f"t{k:03d}"] = TopicMetadata(
+            topic_id=f"t{k:03d}",
+            name=f"n{k}",
+            num_partitions=n,
+            partition_racks={
+                p: frozenset(rng.sample(names, rng.randint(1, min(3, racks))))
+                for p in range(n)
+                if rng.random() < 0.9
+            },
+        )
+    return out
+
+
+def dealt(
+    rng: random.Random, ids: list[str], topics: Mapping[str, TopicMetadata]
+) -> dict[str, dict[str, frozenset[int]]]:
+    """Each partition to a random member, or to nobody (a fifth)."""
+    held: dict[str, dict[str, set[int]]] = {m: {} for m in ids}
+    for t, metadata in topics.items():
+        for p in range(metadata.num_partitions):
+            if rng.random() < 0.8:
+                held[rng.choice(ids)].setdefault(t, set()).add(p)
+    return {m: {t: frozenset(ps) for t, ps in a.items()} for m, a in held.items()}
+
+
+def owners_of(current: Mapping[str, Mapping[str, frozenset[int]]]) -> dict[str, dict[int, str]]:
+    owners: dict[str, dict[int, str]] = {}
+    for m in sorted(current):
+        for t, ps in current[m].items():
+            owners.setdefault(t, {}).update(dict.fromkeys(sorted(ps, key=lambda p: -p), m))
+    return owners
+
+
+def counted_one_by_one(
+    nodes: RackNodes,
+    rack_of: Mapping[str, str | None],
+    current: Mapping[str, Mapping[str, frozenset[int]]],
+    topics: Mapping[str, TopicMetadata],
+) -> Counter[tuple[int, int]]:
+    counts: Counter[tuple[int, int]] = Counter()
+    for m, assignment in current.items():
+        for t, ps in assignment.items():
+            for p in ps:
+                racks = topics[t].partition_racks.get(p, frozenset())
+                counts[(nodes.mask(racks), nodes.node(rack_of[m]))] += 1
+    return counts
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_count_owned_counts_what_a_count_partition_by_partition_does(seed: int) -> None:
+    rng = random.Random(seed)
+    racks = rng.randint(1, 5)
+    topics = racked_topics(rng, rng.randint(1, 6), (1, 7, 100, 256, 257, 900), racks)
+    ids = [f"m{j:02d}" for j in range(rng.randint(1, 30))]
+    rack_of = {m: rng.choice([*RACKS[: racks + 1], None]) for m in ids}  # one rack without replicas
+    current = dealt(rng, ids, topics)
+    relevant = relevant_racks(rack_of.values(), sorted(topics), topics)
+    if not relevant:
+        return
+    nodes = RackNodes(relevant)
+    counted = count_owned(
+        nodes, ids, [rack_of[m] for m in ids], owners_of(current), sorted(topics), topics
+    )
+    assert counted is not None
+    assert counted.counts == counted_one_by_one(nodes, rack_of, current, topics)
+    assert counted.node_of == [nodes.node(rack_of[m]) for m in ids]
+    assert counted.by_member == {m: nodes.node(rack_of[m]) for m in ids}
+
+
+@pytest.mark.parametrize(
+    ("n", "index", "whole"),
+    [
+        (10, 10, False),  # a small topic: past the end
+        (10, 300, False),  # not a byte
+        (10, -1, False),
+        (300, 300, False),  # a big topic: past the end
+        (300, 700, False),
+        (300, -301, False),  # before the start, even read from the end
+        (300, -1, True),  # a topic held whole: its indexes do not add up
+        (300, -290, True),
+    ],
+)
+def test_count_owned_refuses_an_index_out_of_range(n: int, index: int, whole: bool) -> None:
+    topics = {
+        "t": TopicMetadata(
+            topic_id="t", name="t", num_partitions=n, partition_racks={0: frozenset("a")}
+        )
+    }
+    owned = dict.fromkeys(range(n - 1 if whole else n // 2), "m0")
+    owned[index] = "m1"
+    counted = count_owned(RackNodes(["a"]), ["m0", "m1"], ["a", "b"], {"t": owned}, ["t"], topics)
+    assert counted is None
+
+
+def test_count_owned_refuses_an_owner_who_is_no_member_and_too_many_racks() -> None:
+    topics = {
+        "t": TopicMetadata(
+            topic_id="t", name="t", num_partitions=4, partition_racks={0: frozenset("a")}
+        )
+    }
+    assert (
+        count_owned(RackNodes(["a"]), ["m0"], ["a"], {"t": {0: "m0", 1: "gone"}}, ["t"], topics)
+        is None
+    )
+    six = RackNodes(list("abcdef"))
+    assert count_owned(six, ["m0"], ["a"], {"t": {0: "m0"}}, ["t"], topics) is None
+
+
+def general_path(
+    monkeypatch: pytest.MonkeyPatch, spec: GroupSpec, topics: Mapping[str, TopicMetadata]
+) -> object:
+    with monkeypatch.context() as m:
+        m.setattr(_Builder, "_clean_from_owners", lambda self, checked: False)
+        m.setattr(_Builder, "_clean_one_class", lambda self: False)
+        return UNIFORM.assign(spec, topics).members
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_uniform_with_racks_from_the_owners_equals_the_general_path(
+    monkeypatch: pytest.MonkeyPatch, seed: int
+) -> None:
+    """Targets from the owners (counted by count_owned), sometimes with an index out of range
+    — past the end, negative, in a small or a big topic, held whole or in part — equal the
+    result of the general cleanup, which looks at every member's partitions."""
+    rng = random.Random(seed)
+    topics = racked_topics(rng, rng.randint(1, 4), (3, 40, 257, 400), rng.randint(1, 4))
+    ids = [f"m{j:02d}" for j in range(rng.randint(1, 12))]
+    current = dealt(rng, ids, topics)
+    if rng.random() < 0.5:
+        t = rng.choice(sorted(topics))
+        n = topics[t].num_partitions
+        m = rng.choice(ids)
+        current[m] = {
+            **current[m],
+            t: current[m].get(t, frozenset()) | {rng.choice([n, -1, -n, n + 1, 2 * n])},
+        }
+    members = {
+        m: MemberSubscription(
+            rack_id=rng.choice(["a", "b", "c", "z", None]),
+            instance_id=None,
+            subscribed_topic_ids=frozenset(topics),
+            assignment=current[m],
+        )
+        for m in ids
+    }
+    spec = GroupSpec(
+        members=members,
+        subscription_type=SubscriptionType.HOMOGENEOUS,
+        partition_owners=owners_of(current),
+    )
+    result = UNIFORM.assign(spec, topics)
+    check_assignment(spec, topics, result)
+    assert result.members == general_path(monkeypatch, spec, topics)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_loads_are_the_members_sums(seed: int) -> None:
+    """Mostly one topic each (the sizes' runs are sliced), or not (prefix sums), or exactly."""
+    rng = random.Random(seed)
+    share = rng.choice([0.0, 0.05, 0.5])
+    assignments: list[dict[str, frozenset[int]]] = []
+    for _ in range(rng.randint(1, 200)):
+        topics = 1 if rng.random() >= share else rng.choice([0, 2, 3])
+        assignments.append({f"t{k}": frozenset(range(rng.randint(1, 5))) for k in range(topics)})
+    assert _loads(assignments) == [sum(map(len, a.values())) for a in assignments]
+
+
+@pytest.mark.parametrize(
+    ("topics", "n", "racks"),
+    [(3, 50, 3), (255, 4, 3), (256, 4, 2), (300, 7, 3), (600, 3, 4), (5, 20, 9)],
+)
+def test_index_keys_equal_the_index_by_index_sums(topics: int, n: int, racks: int) -> None:
+    """The keys of range's indexes through integer lanes (by chunks of 255 topics, lanes of 1,
+    2 or 8 bytes) equal the same sums index by index (a list owner sequence takes that way)."""
+    rng = random.Random(topics * n)
+    meta = racked_topics(rng, topics, (n,), racks)
+    group = sorted(meta)
+    nodes = RackNodes(RACKS[:racks])
+    owner = bytes(rng.randrange(nodes.count) for _ in range(n))
+    keys = _index_keys(nodes, group, n, meta, owner, topics + 1)
+    assert keys == _index_keys(nodes, group, n, meta, list(owner), topics + 1)
+    weights = [[0] * racks for _ in range(n)]
+    for t in group:
+        for p in range(n):
+            for v, rack in enumerate(nodes.racks):
+                weights[p][v] += rack in meta[t].partition_racks.get(p, frozenset())
+    expected = [
+        sum(c * (topics + 1) ** (racks - 1 - v) for v, c in enumerate(w)) * nodes.count + owner[p]
+        for p, w in enumerate(weights)
+    ]
+    assert keys == expected
+
+
+def test_deal_ranges_gives_each_member_its_run() -> None:
+    """Equal counts (groups of the node's indexes) and unequal ones (slices), a node without
+    indexes, members without any."""
+    node = [0, 1, 0, 0, 1, 2]
+    placed = [[9, 2, 5, 7], [1, 3, 8], []]
+    assert _deal_ranges(node, [1, 2, 2, 1, 1, 0], [list(p) for p in placed]) == [
+        frozenset({2}),
+        frozenset({1, 3}),
+        frozenset({5, 7}),
+        frozenset({9}),
+        frozenset({8}),
+        frozenset(),
+    ]
+    assert _deal_ranges(node, [2, 1, 1, 1, 2, 0], [list(p) for p in placed])[:5] == [
+        frozenset({2, 5}),
+        frozenset({1}),
+        frozenset({7}),
+        frozenset({9}),
+        frozenset({3, 8}),
+    ]
+
+
+def test_range_over_hundreds_of_co_partitioned_topics() -> None:
+    """300 co-partitioned topics (their counts by chunks of 255): every member gets as many
+    indexes as rack-blind, the same of every topic, at least as many local ones; racks
+    without partitions' replicas change nothing."""
+    rng = random.Random(7)
+    meta = racked_topics(rng, 300, (12,), 3)
+    members = {
+        f"m{j}": MemberSubscription(
+            rack_id="abc"[j % 3],
+            instance_id=None,
+            subscribed_topic_ids=frozenset(meta),
+            assignment={},
+        )
+        for j in range(5)
+    }
+    spec = GroupSpec(members=members, subscription_type=SubscriptionType.HOMOGENEOUS)
+    result = RANGE.assign(spec, meta)
+    check_assignment(spec, meta, result)
+    plain = {t: TopicMetadata(topic_id=t, name=m.name, num_partitions=12) for t, m in meta.items()}
+    blind = RANGE.assign(spec, plain).members
+    for m, a in result.members.items():
+        assert {t: len(ps) for t, ps in a.items()} == {t: len(ps) for t, ps in blind[m].items()}
+        assert len(set(a.values())) == 1  # the same indexes of every topic
+
+    def local(assignment: Mapping[str, Mapping[str, frozenset[int]]]) -> int:
+        return sum(
+            spec.members[m].rack_id in meta[t].partition_racks.get(p, frozenset())
+            for m, a in assignment.items()
+            for t, ps in a.items()
+            for p in ps
+        )
+
+    assert local(result.members) > local(blind)
