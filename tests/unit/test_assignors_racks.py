@@ -347,6 +347,10 @@ def test_a_rack_without_consumers() -> None:
     # Local: 3 (b) to m1, 1 and 5 (a, b) to m2; the rest fill up in partition order.
     assert run(UNIFORM, spec, meta) == {"m1": {"t": fs(2, 3, 4)}, "m2": {"t": fs(0, 1, 5)}}
     assert local(spec, meta, run(UNIFORM, spec, meta)) == 3
+    # Range: rack-blind m1 has 0-2 and m2 3-5; the local ones swap (1 to m2, 3 to m1) and
+    # those local to nobody stay with their rack-blind owner (0, 2 with m1; 4 with m2).
+    assert run(RANGE, spec, blind(meta)) == {"m1": {"t": fs(0, 1, 2)}, "m2": {"t": fs(3, 4, 5)}}
+    assert run(RANGE, spec, meta) == {"m1": {"t": fs(0, 2, 3)}, "m2": {"t": fs(1, 4, 5)}}
 
 
 def test_locality_before_stickiness_and_a_settled_group_keeps_everything() -> None:
