@@ -174,7 +174,7 @@ class KafkaConn:
         )
         self.correlation = 0
         if secure:
-            from coordinator.server.kafka import sasl_client
+            from coordinator.server.kafka.upstream import sasl_client
 
             await sasl_client.sign_in(self.request, "SCRAM-SHA-512", USER, PASSWORD)
         return self

@@ -62,13 +62,11 @@ from .kafka.listener import (
     KafkaListener,
     KafkaOptions,
 )
-from .kafka.log_offsets import UpstreamLogOffsets
 from .kafka.sasl import Authenticator
 from .kafka.security import ListenerSecurity
-from .kafka.topic_feed import DEFAULT_MAX_AGE_MS as DEFAULT_METADATA_MAX_AGE_MS
-from .kafka.topic_feed import TopicFeed
 from .kafka.transactions import TransactionBridge
-from .kafka.upstream import Upstream, UpstreamError
+from .kafka.upstream import DEFAULT_MAX_AGE_MS as DEFAULT_METADATA_MAX_AGE_MS
+from .kafka.upstream import TopicFeed, Upstream, UpstreamError, UpstreamLogOffsets
 from .oauth import TokenValidator
 from .security_config import Security
 from .service import CoordinatorService
@@ -310,7 +308,7 @@ class CoordinatorServer:
     async def start_kafka(self) -> None:
         """Bind the Kafka listeners (``--kafka-listen``, or ``listeners``); with
         ``--kafka-upstream``, connect to the upstream first and give each of its brokers a port
-        of its own on every listener (``upstream.py``)."""
+        of its own on every listener (``kafka/upstream/broker.py``)."""
         options = self.options
         kafka_options = KafkaOptions(
             max_request_bytes=options.kafka_max_request_bytes,

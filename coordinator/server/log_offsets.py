@@ -3,9 +3,9 @@ operator tools need for a group's lag and for resetting offsets to the earliest 
 record, or to a time.
 
 The coordinator keeps no logs: in front of a broker (``--kafka-upstream``) the answers come from
-the broker (``kafka.log_offsets.UpstreamLogOffsets``); in coordinator-only mode there are none
-and the RPC answers UNSUPPORTED_VERSION. This module holds the protocol-neutral request and
-answer values and the interface the service layer calls.
+the broker (``kafka.upstream.log_offsets.UpstreamLogOffsets``); in coordinator-only mode there
+are none and the RPC answers UNSUPPORTED_VERSION. This module holds the protocol-neutral request
+and answer values and the interface the service layer calls.
 """
 
 from __future__ import annotations

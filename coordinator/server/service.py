@@ -559,8 +559,8 @@ class CoordinatorService:
 
     @rpc(reply_error)
     async def list_offsets(self, req: ListOffsets, caller: Caller) -> Reply[list[LogOffset]]:
-        """ListOffsets (``log_offsets.py``): from the upstream broker; without one there are no
-        logs (UNSUPPORTED_VERSION)."""
+        """ListOffsets (``kafka/upstream/log_offsets.py``): from the upstream broker; without
+        one there are no logs (UNSUPPORTED_VERSION)."""
         self.limits.partitions(len(req.queries))
         if req.isolation_level not in (READ_UNCOMMITTED, READ_COMMITTED):
             raise InvalidRequestError(f"Unknown isolation level {req.isolation_level}.")

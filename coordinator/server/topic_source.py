@@ -17,7 +17,7 @@ from coordinator.runtime import CoordinatorRuntime
 class TopicSource(Protocol):
     """Where topics come from and where the topic RPCs go: the coordinator's own registry
     (:class:`RegistryTopics`), or an upstream broker the registry follows
-    (``kafka.topic_feed.TopicFeed``, with ``--kafka-upstream``)."""
+    (``kafka.upstream.topic_feed.TopicFeed``, with ``--kafka-upstream``)."""
 
     watches_subscriptions: bool
     """True: :meth:`subscribed` wants to see the subscriptions (names, regexes) of joins."""

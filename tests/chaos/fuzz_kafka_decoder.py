@@ -25,7 +25,8 @@ import atheris
 
 with atheris.instrument_imports(include=["coordinator.server.kafka"]):
     from coordinator.server.api import Caller
-    from coordinator.server.kafka import apis, bounds, upstream, wire
+    from coordinator.server.kafka import apis, bounds, wire
+    from coordinator.server.kafka.upstream import broker
 
 from . import kafka_samples
 
@@ -34,7 +35,7 @@ CALLER = Caller(client_id="fuzz", client_host="/127.0.0.1", api_version=0, node=
 
 def _targets() -> list[tuple[str, int, int]]:
     out = [("request", key, version) for key, version in kafka_samples.served_requests()]
-    for key in (*sorted(upstream.REWRITTEN), apis.FIND_COORDINATOR, 2, 32, 44, apis.API_VERSIONS):
+    for key in (*sorted(broker.REWRITTEN), apis.FIND_COORDINATOR, 2, 32, 44, apis.API_VERSIONS):
         known = wire.kio_versions(key)
         assert known is not None
         out += [("response", key, v) for v in range(known[0], known[1] + 1)]

@@ -8,17 +8,18 @@ usable over the other.
 Rules:
 * Group APIs are *served*, never forwarded (``apis.SERVED``): one coordinator per group id.
 * With ``--kafka-upstream`` every other API the upstream broker offers is *forwarded*
-  (``upstream.py``): frames are copied as they are, except responses that name brokers, which
+  (``upstream/``): frames are copied as they are, except responses that name brokers, which
   are rewritten so that clients always come back through this listener.
 * In front of a broker that cannot tell clients apart (no SASL pass-through), once ACLs exist
   the forwarded data requests are checked per partition against the topic ACLs here, as a
   broker checks them (``topic_guard.py``; fetch sessions: ``fetch_guard.py``): what the client
   may not have is answered here and never forwarded.
-* With an upstream the topic registry follows the broker's metadata (``topic_feed.py``) and the
-  topic RPCs go to the broker; without one (coordinator-only mode) Metadata comes from the
-  topic registry and the data APIs are not offered.
+* With an upstream the topic registry follows the broker's metadata
+  (``upstream/topic_feed.py``) and the topic RPCs go to the broker; without one
+  (coordinator-only mode) Metadata comes from the topic registry and the data APIs are not
+  offered.
 * The operator tools' log offsets (``AdminService.ListOffsets``) are asked of the upstream's
-  partition leaders (``log_offsets.py``), over connections of their own.
+  partition leaders (``upstream/log_offsets.py``), over connections of their own.
 * ``wire.py`` is the only module that touches the codec library (kio); ``convert.py`` the only
   one that maps Kafka messages to the service layer's dataclasses; ``listener.py`` owns
   connections: framing, per-connection response order, limits and Kafka's answers to bad input.

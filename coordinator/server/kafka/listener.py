@@ -5,7 +5,8 @@ response order; responses are written strictly in request order (clients match t
 position as much as by correlation id). Served requests (``apis.SERVED``, ApiVersions,
 Metadata without an upstream) run one at a time per connection, in order, so a parked classic
 JoinGroup holds back the requests behind it, as Kafka's one-request-at-a-time channels do.
-Forwarded requests (``upstream.py``) go to the upstream at once; their answers fill their slots.
+Forwarded requests (``upstream/broker.py``) go to the upstream at once; their answers fill
+their slots.
 
 Bad input, Kafka's way: an ApiVersions of an unknown version is answered in v0 format with
 UNSUPPORTED_VERSION and our ranges; any other unknown API key or unsupported version, a frame
@@ -793,7 +794,7 @@ class KafkaConnection(asyncio.Protocol):
         return slot
 
     def expect(self) -> Slot:
-        """A slot for a forwarded request (``upstream.py``)."""
+        """A slot for a forwarded request (``upstream/broker.py``)."""
         slot = self._slot()
         slot.observed, self._forwarding = self._forwarding, None
         return slot

@@ -14,7 +14,7 @@ from typing import Any
 
 from coordinator.security import scram
 
-from . import wire
+from .. import wire
 
 Request = Callable[[Any], Awaitable[Any]]
 _SERVER_FIRST = re.compile(r"^r=(?P<nonce>[^,]+),s=(?P<salt>[^,]+),i=(?P<iterations>\d+)(,.*)?$")

@@ -25,9 +25,9 @@ from typing import Any
 
 from coordinator.core.errors import ErrorCode
 
-from ..log_offsets import MAX_TIMESTAMP, ListOffsets, LogOffset, OffsetQuery, answer_all
-from . import wire
-from .upstream import METADATA_VERSION_CAP, Upstream, UpstreamClient, UpstreamError
+from ...log_offsets import MAX_TIMESTAMP, ListOffsets, LogOffset, OffsetQuery, answer_all
+from .. import wire
+from .broker import METADATA_VERSION_CAP, Upstream, UpstreamClient, UpstreamError
 
 LIST_OFFSETS = 2
 MAX_TIMESTAMP_VERSION = 7

@@ -32,15 +32,16 @@ from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from ..api import Node
-from ..security_config import UpstreamSecurity
-from ..tls import client_context
-from . import apis, sasl_client, wire
-from .convert import topic_id_of
+from ...api import Node
+from ...security_config import UpstreamSecurity
+from ...tls import client_context
+from .. import apis, wire
+from ..convert import topic_id_of
+from . import sasl_client
 
 if TYPE_CHECKING:
-    from .listener import KafkaConnection, KafkaListener, Slot
-    from .security import ListenerSecurity
+    from ..listener import KafkaConnection, KafkaListener, Slot
+    from ..security import ListenerSecurity
 
 log = logging.getLogger("kip848.kafka")
 

@@ -44,9 +44,9 @@ from coordinator.core.model import ZERO_TOPIC_ID, PartitionRacks, make_partition
 from coordinator.core.topics import NewTopic, SnapshotChanges, TopicResult, check_topic_name
 from coordinator.runtime import CoordinatorRuntime, RuntimeState
 
-from . import wire
-from .convert import topic_id_of
-from .upstream import METADATA_VERSION_CAP, Upstream, UpstreamError
+from .. import wire
+from ..convert import topic_id_of
+from .broker import METADATA_VERSION_CAP, Upstream, UpstreamError
 
 log = logging.getLogger("kip848.kafka")
 
