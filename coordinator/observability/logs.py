@@ -79,6 +79,24 @@ class JsonLineFormatter(OrjsonFormatter):
                 log_data["span_id"] = format(ctx.span_id, "016x")
 
 
+_CONTROL = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, 0x85)}
+_CONTROL.update({c: f"\\u{c:04x}" for c in (0x2028, 0x2029)})  # line and paragraph separators
+_CONTROL.update({ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): "\\t"})
+
+
+class PlainFormatter(logging.Formatter):
+    """The plain format, one line per record: control characters in the message (a group id,
+    a client id or a config value a client sent with a newline in it) are written escaped
+    (``\\n``, ``\\x1b`` ...), so no client can break a line or forge one; a traceback
+    (``log.exception``) still follows on lines of its own."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        message = record.message
+        if not message.isascii() or not message.isprintable():
+            record.message = message.translate(_CONTROL)
+        return super().formatMessage(record)
+
+
 class _StderrHandler(logging.StreamHandler):
     """Writes to whatever ``sys.stderr`` is when a line is logged (not when configured), so a
     replaced or closed stderr (tests capturing output, in-process runs) never breaks logging."""
@@ -113,7 +131,7 @@ def configure_logging(
     else:
         tag = "" if process == "coordinator" else f"{process} "  # the format it always had
         handler.setFormatter(
-            logging.Formatter(f"%(asctime)s %(levelname)s {tag}%(name)s: %(message)s")
+            PlainFormatter(f"%(asctime)s %(levelname)s {tag}%(name)s: %(message)s")
         )
     root = logging.getLogger()
     ours = [h for h in root.handlers if getattr(h, "_kip848", False)]

@@ -1,10 +1,14 @@
 """Fuzzing the Kafka listener of a real server: mutated frames of every served API and version,
 clients that pipeline and never read, and a member of another group that must not notice.
 
-The frames start from requests built with the codec for every API and version the listener
-serves (``kafka_samples``): the fullest one (every array with elements, every nullable field
-present) and the emptiest (what ``wire.build`` makes of nothing, the shape of a real client's
-steady requests). Each connection sends a few of them intact and then one mutated the way a
+The frames start from real clients' requests (``kafka_corpus.txt``: librdkafka, kafka-python
+pinned to many broker versions and aiokafka, recorded by the listener in front of Tansu) and
+from requests built with the codec for every API and version the listener serves
+(``kafka_samples``): the fullest one (every array with elements, every nullable field present)
+and the emptiest (what ``wire.build`` makes of nothing). Every other mutated frame is a real
+client's, taken in turn from the whole corpus, so each of its requests is mutated; the others
+cover the API versions no client sent. Each connection sends a few frames intact and then one
+mutated the way a
 broken or hostile client would: a 5-byte varint of 34 billion, int32 lengths of 2^31-1, -2^31
 and -1 (null), a compact null, flipped, inserted and deleted bytes, a truncation, a version or
 API key nobody serves, a client id longer than the frame. Meanwhile some connections pipeline
@@ -35,7 +39,7 @@ from typing import Any
 
 from coordinator.server.kafka import wire
 
-from . import kafka_samples
+from . import kafka_corpus, kafka_samples
 from .server import REPO, Server, start_subprocess
 
 WITNESS_GROUP = "kafka-fuzz-witness"
@@ -73,6 +77,11 @@ def base_frames() -> list[tuple[int, int, bytes]]:
         for entity in (kafka_samples.sample(cls), wire.build(cls)):
             out.append((key, version, wire.request_frame(entity, 1, "kafka-fuzz")))
     return out
+
+
+def real_frames() -> list[tuple[int, int, bytes]]:
+    """(key, version, payload without its size) of every request in the corpus."""
+    return [(e.key, e.version, e.frame) for e in kafka_corpus.load()]
 
 
 def mutate(rng: random.Random, key: int, version: int, payload: bytes) -> tuple[str, bytes]:
@@ -226,6 +235,8 @@ class Report:
     frames: int = 0
     connections: int = 0
     mutations: Counter[str] = field(default_factory=Counter)
+    real_mutated: Counter[tuple[int, int]] = field(default_factory=Counter)
+    """(api key, version) -> real clients' requests of it mutated."""
     closed: int = 0  # connections the server closed (bad input)
     answered: int = 0  # answers read
     pipelined: int = 0
@@ -280,7 +291,9 @@ async def fuzz(kafka_address: str, frames: int, seed: int, concurrency: int = 24
     host, _, port = kafka_address.rpartition(":")
     address = (host, int(port))
     rng = random.Random(seed)
-    bases = base_frames()
+    built, real = base_frames(), real_frames()
+    bases = built + real
+    rng.shuffle(real)
     report = Report()
     stop = asyncio.Event()
     heartbeat = wire.request_frame(
@@ -300,10 +313,15 @@ async def fuzz(kafka_address: str, frames: int, seed: int, concurrency: int = 24
             await _one_connection(address, batch, report, time.monotonic() + 5)
 
     workers = [asyncio.ensure_future(worker()) for _ in range(concurrency)]
-    planned = 0
+    planned = turn = 0
     while planned < frames:
         batch = [_frame(rng.choice(bases)[2]) for _ in range(rng.randint(0, 3))]
-        key, version, payload = rng.choice(bases)
+        turn += 1
+        if turn % 2:  # a real client's request, the whole corpus in turn
+            key, version, payload = real[(turn // 2) % len(real)]
+            report.real_mutated[key, version] += 1
+        else:
+            key, version, payload = rng.choice(built)
         kind, bad = mutate(rng, key, version, payload)
         report.mutations[kind] += 1
         batch.append(bad)
@@ -452,7 +470,10 @@ def main(argv: list[str] | None = None) -> int:
 
     with tempfile.TemporaryDirectory() as tmp:
         report = run(args.frames, args.seed, Path(tmp) / "data")
-    summary = {k: v for k, v in vars(report).items() if k != "witness"}
+    summary = {k: v for k, v in vars(report).items() if k not in ("witness", "real_mutated")}
+    summary["real_mutated"] = {
+        f"{wire.api_name(k)} v{v}": n for (k, v), n in sorted(report.real_mutated.items())
+    }
     lat = sorted(report.witness.get("latencies", [0.0]))
     summary["witness"] = {
         "answers": len(lat),

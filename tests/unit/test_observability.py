@@ -595,6 +595,42 @@ def test_plain_logs_keep_their_format() -> None:
         configure_logging("info", "xml")
 
 
+def test_plain_logs_escape_what_a_client_sends_so_that_every_record_is_one_line() -> None:
+    """A group id, client id or config value with a newline (the Kafka listener fuzz sent
+    them) cannot break a line of the plain format or forge one; a traceback still follows."""
+    stream = io.StringIO()
+    handler = configure_logging("info", "plain", stream=stream)
+    forged = "g\n2026-01-01 00:00:00,000 ERROR kip848.server: forged\r\x1b[2J\t\u2028é"
+    try:
+        logging.getLogger("kip848.test").info("[GroupId %s] Joined.", forged)
+        audit(
+            "DeleteGroups",
+            client_id="c\nid",
+            client_address="/127.0.0.1",
+            protocol="kafka",
+            result="NONE",
+            group_id=forged,
+        )
+        try:
+            raise ValueError("boom")
+        except ValueError:
+            logging.getLogger("kip848.test").exception("Failed for %s.", "a\nb")
+    finally:
+        if handler is not None:
+            logging.getLogger().removeHandler(handler)
+    lines = stream.getvalue().splitlines()
+    escaped = "g\\n2026-01-01 00:00:00,000 ERROR kip848.server: forged\\r\\x1b[2J\\t\\u2028é"
+    assert lines[0].endswith(f"INFO kip848.test: [GroupId {escaped}] Joined.")
+    assert lines[1].endswith(
+        f'client_id="c\\nid" client_address=/127.0.0.1 protocol=kafka group_id="{escaped}"'
+    )
+    assert "INFO kip848.audit: Audit: action=DeleteGroups result=NONE" in lines[1]
+    assert lines[2].endswith("ERROR kip848.test: Failed for a\\nb.")
+    assert lines[3] == "Traceback (most recent call last):"
+    assert lines[-1] == "ValueError: boom"
+    assert len(lines) == 7
+
+
 def test_audit_lines_of_every_admin_action() -> None:
     from coordinator.core.offsets import (
         OffsetCommit,
