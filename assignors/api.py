@@ -102,6 +102,11 @@ class TargetSummary:
     none are absent); None when the coordinator does not count them (no topic in ``topics`` has
     partition racks). What a rack-aware assignor needs to plan without visiting every
     partition."""
+    members_by_rack: Mapping[str | None, Mapping[int, Sequence[str]]] | None = None
+    """The members by their ``rack_id`` (None: no rack) and load: rack -> load -> the ids of
+    the members of that rack holding that many partitions, sorted (racks and loads nobody has
+    are absent); None when ``held_by_racks`` is None. With ``held_by_racks``, what a
+    rack-aware assignor needs to plan without visiting every member."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -137,6 +142,21 @@ class TopicMetadata:
     _rack_codes: tuple[bytes, tuple[frozenset[str], ...]] | None = field(
         default=None, init=False, repr=False, compare=False
     )
+    _replica_racks: frozenset[str] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
+
+    def replica_racks(self) -> frozenset[str]:
+        """The racks that hold a replica of some partition (computed once per object)."""
+        racks = self._replica_racks
+        if racks is None:
+            racks = (
+                frozenset().union(*self.partitions_by_racks())
+                if self.partition_racks
+                else frozenset()
+            )
+            object.__setattr__(self, "_replica_racks", racks)
+        return racks
 
     def partitions_by_racks(self) -> Mapping[frozenset[str], tuple[int, ...]]:
         """Every partition, grouped by the racks of its replicas: racks -> the partitions

@@ -102,16 +102,23 @@ def relevant_racks(
     topics: Mapping[TopicId, TopicMetadata],
 ) -> list[str]:
     """The racks that some member is in and that hold a replica of some partition of the
-    topics, sorted. (The topics are looked at first: without partition racks the members are
-    not visited.)"""
-    held: set[str] = set()
+    topics, sorted. (The members are visited only once a topic has partition racks; the
+    topics only until every member's rack is found.)"""
+    wanted: set[str | None] | None = None
+    found: set[str] = set()
     for t in topic_ids:
         metadata = topics.get(t)
-        if metadata is not None and metadata.partition_racks:
-            held.update(*metadata.partitions_by_racks())
-    if not held:
-        return []
-    return sorted(held.intersection(member_racks))
+        if metadata is None or not metadata.partition_racks:
+            continue
+        if wanted is None:
+            wanted = set(member_racks)
+            wanted.discard(None)
+            if not wanted:
+                return []
+        found.update(metadata.replica_racks().intersection(wanted))
+        if len(found) == len(wanted):
+            break
+    return sorted(found)
 
 
 class RackNodes:

@@ -4,18 +4,24 @@ see the theory of operation there."""
 
 from __future__ import annotations
 
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from functools import partial
-from itertools import chain, compress, filterfalse, islice, repeat
-from operator import lt
-from typing import Any
+from itertools import chain
+from typing import Any, cast
 
-from assignors.api import PartitionAssignorError, TopicId, TopicMetadata
+from assignors.api import (
+    MemberAssignment,
+    MemberSubscription,
+    PartitionAssignorError,
+    TargetSummary,
+    TopicId,
+    TopicMetadata,
+)
 from assignors.plan import transport
-from assignors.racks import ONLY, Counted, RackNodes, relevant_racks
+from assignors.racks import Counted, RackNodes, relevant_racks
+from assignors.racks_members import Dense, Sparse
 
-__all__ = ["Holders", "settle_class"]
+__all__ = ["Holders", "settle_class", "settle_from_summary"]
 
 _NOBODY: Mapping[int, object] = {}
 
@@ -63,8 +69,33 @@ def settle_class(
         if not racks:
             return None
         nodes = RackNodes(racks)
-    settle = _ClassSettle(members, rack_of, target, load, current, topics, nodes, counted)
+    node_of = nodes.nodes_of(rack_of) if counted is None else counted.node_of
+    roster = Dense(members, node_of, target, load, current, nodes.count)
+    settle = _ClassSettle(roster, topics, nodes, counted)
     return settle.run(incoming, topic_ids, owners, held)
+
+
+def settle_from_summary(
+    specs: Mapping[str, MemberSubscription],
+    summary: TargetSummary,
+    total: int,
+    incoming: Sequence[tuple[TopicId, Sequence[int]]],
+    topic_ids: Sequence[TopicId],
+    topics: Mapping[TopicId, TopicMetadata],
+    owners: Mapping[TopicId, Mapping[int, str]],
+    racks: Sequence[str],
+) -> dict[str, MemberAssignment]:
+    """:func:`settle_class` for a homogeneous group from its target summary (``total``
+    partitions; the held partitions counted by racks, the members in buckets by rack and load:
+    ``held_by_racks``, ``members_by_rack``, both given), member id -> new assignment for the
+    members whose assignment changes: only those, and the members whose buckets the plan
+    splits, are looked at (:class:`~assignors.racks_members.Sparse`)."""
+    assert summary.held_by_racks is not None and summary.members_by_rack is not None
+    nodes = RackNodes(racks)
+    roster = Sparse(nodes, specs, summary.member_loads, summary.members_by_rack, total)
+    settle = _ClassSettle(roster, topics, nodes, None)
+    out = settle.run(incoming, topic_ids, Holders(owners, None), summary.held_by_racks)
+    return cast("dict[str, MemberAssignment]", out)  # member ids -> plain dicts
 
 
 class Holders:
@@ -74,7 +105,10 @@ class Holders:
 
     __slots__ = ("ids", "owners")
 
-    def __init__(self, owners: Mapping[TopicId, Mapping[int, str]], ids: Sequence[str]) -> None:
+    def __init__(
+        self, owners: Mapping[TopicId, Mapping[int, str]], ids: Sequence[str] | None
+    ) -> None:
+        """``ids``: the member ids by index (None: members are named by their ids)."""
         self.owners, self.ids = owners, ids
 
 
@@ -86,27 +120,26 @@ mask), a list is sorted when dealt."""
 
 
 class _ClassSettle:
-    """One rack-aware settlement of a class (see :func:`settle_class`). Work per partition is
-    C-level (lookups through ``map``, slices, sorts); Python loops run per member, per type
-    and per topic, and per partition only for what members above their count give up."""
+    """One rack-aware settlement of a class (see :func:`settle_class`) over its ``roster``
+    (:mod:`assignors.racks_members`: its members, their loads, targets and nodes). Work per
+    partition is C-level (lookups through ``map``, slices, sorts); Python loops run per type
+    and per topic, per member only for the members whose target differs from their load, and
+    per partition only for what members above their count give up."""
 
     def __init__(
         self,
-        members: Sequence[int],
-        rack_of: Sequence[str | None],
-        target: list[int],
-        load: Sequence[int],
-        current: Sequence[Mapping[TopicId, frozenset[int]]],
+        roster: Dense | Sparse,
         topics: Mapping[TopicId, TopicMetadata],
         nodes: RackNodes,
         counted: Counted | None,
     ) -> None:
-        self.members, self.target, self.current = members, target, current  # target: rewritten
+        self.roster = roster
+        # Indexed by member (an index, or an id with Sparse): lists or mappings.
+        self.target: Any = roster.target
+        self.current: Any = roster.current
+        self.node_of: Any = roster.node_of
         self.topics, self.nodes, self.counted = topics, nodes, counted
-        self.node_of = nodes.nodes_of(rack_of) if counted is None else counted.node_of
-        self.load = load
         self.pool = nodes.count  # the "holder node" of free partitions
-        self.whole = len(members) == len(target)  # the class is every member: range(n)
         self.by_mask: dict[TopicId, dict[int, tuple[int, ...]]] = {}
 
     def masks(self, t: TopicId) -> dict[int, tuple[int, ...]]:
@@ -136,18 +169,15 @@ class _ClassSettle:
         topic_ids: Sequence[TopicId],
         owners: Holders | None,
         held: Mapping[tuple[frozenset[str], str | None], int] | None,
-    ) -> dict[int, Assignment]:
-        nodes = self.nodes
+    ) -> dict[Any, Assignment]:
+        """Member (index, or id with Sparse) -> its new assignment, for the members whose
+        assignment changes."""
+        nodes, roster = self.nodes, self.roster
         holder = self._holders(topic_ids, owners)
         counts, free = self._count(incoming, holder, held)
         kinds = sorted(counts)
-        by_node = _NodeMembers(
-            self.members,
-            self.node_of if self.whole else list(map(self.node_of.__getitem__, self.members)),
-            nodes.count,
-        )
-        quota, extras = divmod(sum(map(self.target.__getitem__, self.members)), len(self.members))
-        size = by_node.sizes
+        quota, extras = divmod(roster.total, sum(roster.sizes))
+        size = roster.sizes
         big = sum(counts.values()) + 1
         weights = [
             [big * nodes.local(m, v) + (v == h) for v in range(nodes.count)] for m, h in kinds
@@ -160,20 +190,12 @@ class _ClassSettle:
             extra_room=size,
         )
         plan = {k: flow[j] for j, k in enumerate(kinds)}
-        if self.whole:  # one C-level store for every member's quota
-            self.target[:] = repeat(quota, len(self.target))
-        heavy: list[int] | None = None  # the members holding more than the quota
-        for v in range(nodes.count):
-            extra = sum(f[v] for f in flow) - quota * size[v]
-            if not self.whole:
-                _store(self.target, by_node.scan(v), quota)
-            if extra:
-                if heavy is None:
-                    heavy = self._heavy(quota)
-                self._set_extras(v, heavy, partial(by_node.scan, v), quota, extra)
+        roster.set_targets(
+            quota, [sum(f[v] for f in flow) - quota * size[v] for v in range(nodes.count)]
+        )
 
-        out: dict[int, Assignment] = {}
-        load = list(self.load)
+        out: dict[Any, Assignment] = {}
+        load: Any = roster.load
         moving: dict[tuple[int, int], Moving] = {}  # (mask, from node) -> partitions
         receiving: dict[int, Segments] = {v: {} for v in range(nodes.count)}
         for v in range(nodes.count):
@@ -183,11 +205,11 @@ class _ClassSettle:
                 if h == v and counts[(m, h)] > plan[(m, h)][v]
             }
             if excess:
-                self._give_up(v, by_node.members(v), excess, load, out, moving, holder)
+                self._give_up(v, excess, load, out, moving, holder)
         # Members still above their count give up their highest partitions; they stay in their
         # node (the plan keeps them there).
         node_of, target = self.node_of, self.target
-        for i in self._above(self.members, load):
+        for i in roster.above():
             self._trim(i, load[i] - target[i], out, receiving[node_of[i]])
             load[i] = target[i]
         for (m, t), seq in free.items():
@@ -198,8 +220,8 @@ class _ClassSettle:
                 continue
             wanted = [(v, n) for v, n in enumerate(plan[(m, h)]) if v != h and n]
             _deal(segments, wanted, receiving)
-        below: dict[int, list[int]] = {v: [] for v in range(nodes.count)}
-        for i in self._below(self.members, load):
+        below: dict[int, list[Any]] = {v: [] for v in range(nodes.count)}
+        for i in roster.below():
             below[node_of[i]].append(i)
         for v in range(nodes.count):
             self._fill(below[v], receiving[v], load, out)
@@ -219,14 +241,14 @@ class _ClassSettle:
                 ids,
                 (lambda: dict(counted.by_member))
                 if counted is not None
-                else lambda: dict(zip(ids, node_of, strict=True)),
+                else lambda: dict(zip(ids or (), node_of, strict=True)),
                 self.nodes.count,
             )
+        members = self.roster.members  # type: ignore[union-attr]  # Sparse has the owners
         held: dict[TopicId, dict[int, int]] = {t: {} for t in topic_ids}
-        for i in self.members:
+        for i in members:
             for t, partitions in self.current[i].items():
                 held[t].update(dict.fromkeys(partitions, i))
-        members = self.members
         return _Lookup(
             topic_ids, held, None, lambda: {i: node_of[i] for i in members}, self.nodes.count
         )
@@ -284,7 +306,7 @@ class _ClassSettle:
         """(mask, node) -> partitions held, member by member (for groups of small topics)."""
         node_of, current, nodes = self.node_of, self.current, self.nodes
         masks: dict[TopicId, Sequence[int]] = {}
-        for i in self.members:
+        for i in self.roster.members:  # type: ignore[union-attr]  # Sparse: counted by racks
             v = node_of[i]
             for t, partitions in current[i].items():
                 mask_of = masks.get(t)
@@ -295,61 +317,13 @@ class _ClassSettle:
 
     # ------------------------------------------------------------------ realising
 
-    def _heavy(self, quota: int) -> list[int]:
-        """The class's members holding more than ``quota``, in member order (C-level)."""
-        load = self.load
-        if self.whole:  # range(n): no lookups
-            return list(compress(range(len(load)), map(quota.__lt__, load)))
-        members = self.members
-        return list(compress(members, map(quota.__lt__, map(load.__getitem__, members))))
-
-    def _set_extras(
-        self,
-        node: int,
-        heavy: list[int],
-        scan: Callable[[], Iterable[int]],
-        quota: int,
-        extras: int,
-    ) -> None:
-        """``quota + 1`` for ``extras`` of the node's members: those holding more than
-        ``quota`` first (they then lose nothing; ``heavy``: the class's), then the others, in
-        member order (``scan()`` iterates the node's members; lazily: it stops once found)."""
-        node_of = self.node_of
-        chosen = list(
-            islice(compress(heavy, map(node.__eq__, map(node_of.__getitem__, heavy))), extras)
-        )
-        if len(chosen) < extras:
-            taken = set(chosen)
-            chosen += islice(filterfalse(taken.__contains__, scan()), extras - len(chosen))
-        _store(self.target, chosen, quota + 1)
-
-    def _above(self, members: Sequence[int], load: Sequence[int]) -> list[int]:
-        """The members holding more than their target (C-level passes)."""
-        return self._off_target(members, self.target, load)
-
-    def _below(self, members: Sequence[int], load: Sequence[int]) -> list[int]:
-        """The members holding less than their target (C-level passes)."""
-        return self._off_target(members, load, self.target)
-
-    def _off_target(
-        self, members: Sequence[int], low: Sequence[int], high: Sequence[int]
-    ) -> list[int]:
-        """The members whose ``low`` is below their ``high`` (target and load, either way)."""
-        if members is self.members and self.whole:  # range(n): no lookups
-            return list(compress(range(len(low)), map(lt, low, high)))
-        return list(
-            compress(
-                members, map(lt, map(low.__getitem__, members), map(high.__getitem__, members))
-            )
-        )
-
-    def _own(self, i: int, out: dict[int, Assignment]) -> Assignment:
+    def _own(self, i: Any, out: dict[Any, Assignment]) -> Assignment:
         mine = out.get(i)
         if mine is None:
             mine = out[i] = dict(self.current[i])
         return mine
 
-    def _drop(self, i: int, t: TopicId, gone: Collection[int], out: dict[int, Assignment]) -> None:
+    def _drop(self, i: Any, t: TopicId, gone: Collection[int], out: dict[Any, Assignment]) -> None:
         mine = self._own(i, out)
         left = mine[t].difference(gone)
         if left:
@@ -360,10 +334,9 @@ class _ClassSettle:
     def _give_up(
         self,
         node: int,
-        members: list[int],
         excess: dict[int, int],
-        load: list[int],
-        out: dict[int, Assignment],
+        load: Any,
+        out: dict[Any, Assignment],
         moving: dict[tuple[int, int], Moving],
         holder: _Lookup,
     ) -> None:
@@ -371,7 +344,7 @@ class _ClassSettle:
         members above their count (their highest partitions), then from any of its members
         (highest partitions of the mask first)."""
 
-        def release(i: int, t: TopicId, m: int, gone: list[int]) -> None:
+        def release(i: Any, t: TopicId, m: int, gone: list[int]) -> None:
             parts = moving.setdefault((m, node), {})
             parts[t] = [*parts.get(t, ()), *gone]  # a list: sorted when dealt
             self._drop(i, t, gone, out)
@@ -380,7 +353,7 @@ class _ClassSettle:
             if not excess[m]:
                 del excess[m]
 
-        for i in self._above(members, load):
+        for i in self.roster.above(node):
             budget = load[i] - self.target[i]
             assignment = out.get(i, self.current[i])
             for t in sorted(assignment, reverse=True):
@@ -420,7 +393,7 @@ class _ClassSettle:
                 "internal error: a node could not give up what the plan says"
             )
 
-    def _trim(self, i: int, extra: int, out: dict[int, Assignment], into: Segments) -> None:
+    def _trim(self, i: Any, extra: int, out: dict[Any, Assignment], into: Segments) -> None:
         """Member i gives up its ``extra`` highest partitions (topics in order, then indexes)."""
         mine = self._own(i, out)
         keep = sum(map(len, mine.values())) - extra
@@ -439,10 +412,10 @@ class _ClassSettle:
 
     def _fill(
         self,
-        members: list[int],
+        members: list[Any],
         segments: Segments,
-        load: list[int],
-        out: dict[int, Assignment],
+        load: Any,
+        out: dict[Any, Assignment],
     ) -> None:
         """Members below their count (``members``, in member order) take contiguous runs of
         what the node received (topics in order, partitions ascending)."""
@@ -476,39 +449,6 @@ class _ClassSettle:
                         end = len(seq)
         if at != len(pool):
             raise PartitionAssignorError("internal error: a node received too much")
-
-
-class _NodeMembers:
-    """The class's members of each node (``nodes_of``: each member's node, in member order):
-    how many, and, when asked, which (C-level passes over one byte per member)."""
-
-    __slots__ = ("_codes", "_lists", "_members", "sizes")
-
-    def __init__(self, members: Sequence[int], nodes_of: Sequence[int], count: int) -> None:
-        self._members = members
-        self._lists: dict[int, list[int]] = {}
-        if count < 256:
-            self._codes: bytes | None = bytes(nodes_of)
-            self.sizes = [self._codes.count(v) for v in range(count)]
-        else:
-            self._codes = None
-            for v in range(count):
-                self._lists[v] = list(compress(members, map(v.__eq__, nodes_of)))
-            self.sizes = [len(self._lists[v]) for v in range(count)]
-
-    def scan(self, v: int) -> Iterable[int]:
-        """Node v's members, in member order (lazily)."""
-        codes = self._codes
-        if codes is None:
-            return self._lists[v]
-        return compress(self._members, codes.translate(ONLY[v]))
-
-    def members(self, v: int) -> list[int]:
-        """Node v's members, in member order."""
-        found = self._lists.get(v)
-        if found is None:
-            found = self._lists[v] = list(self.scan(v))
-        return found
 
 
 class _Lookup:
@@ -564,11 +504,6 @@ class _Lookup:
         if self._index is None:  # built once, when first needed (rarely)
             self._index = dict(zip(self._ids, range(len(self._ids)), strict=True))
         return map(self._index.get, found)  # type: ignore[arg-type]
-
-
-def _store(values: list[int], indexes: Iterable[int], value: int) -> None:
-    """``values[i] = value`` for every i of ``indexes`` (a C-level pass)."""
-    deque(map(values.__setitem__, indexes, repeat(value)), maxlen=0)
 
 
 def _deal(

@@ -41,8 +41,11 @@ def summarize(
                 by_racks.update((racks.get(p, frozenset()), spec.rack_id) for p in partitions)
         loads[member_id] = load
     by_load: dict[int, list[str]] = {}
+    by_rack: dict[str | None, dict[int, list[str]]] = {}
     for member_id in sorted(loads):
         by_load.setdefault(loads[member_id], []).append(member_id)
+        rack = group_spec.members[member_id].rack_id
+        by_rack.setdefault(rack, {}).setdefault(loads[member_id], []).append(member_id)
     return TargetSummary(
         member_loads=loads,
         members_by_load={k: tuple(ids) for k, ids in sorted(by_load.items())},
@@ -51,4 +54,9 @@ def summarize(
             for t, m in sorted(topics.items())
         },
         held_by_racks=dict(by_racks) if racked else None,
+        members_by_rack={
+            rack: {k: tuple(ids) for k, ids in sorted(by.items())} for rack, by in by_rack.items()
+        }
+        if racked
+        else None,
     )

@@ -54,11 +54,14 @@ coordinator then calls ``assign``).
 
 With racks relevant, the rack plan is global (which member gets an extra partition depends on
 the racks of everything held), so the incremental path runs the plan of step 3 on the same
-inputs as ``assign`` — the members in id order (the merged load buckets), their loads, racks
-and current targets, the unassigned partitions — except that the held partitions are not
-visited: the summary counts them by (their racks, their member's rack)
-(``TargetSummary.held_by_racks``). The result is again ``assign``'s, member for member; the
-cost is a few C-level passes over the members, none over the partitions they keep.
+inputs as ``assign``, from the summary: the held partitions counted by (their racks, their
+member's rack) (``TargetSummary.held_by_racks``) and the members in buckets by rack and load
+(``members_by_rack``). Each node's members taking ``q + 1`` are found as in the buckets of the
+rack-blind path (the first ids across the node's buckets above ``q``, then across the others),
+and only the members whose target differs from their load, or that give up partitions the
+plan moves, are visited (:class:`~assignors.racks_members.Sparse`). The result is again
+``assign``'s, member for member; the cost follows the members that change, the racks and the
+distinct loads, plus one pass over the subscribed topics (as without racks).
 """
 
 from __future__ import annotations
@@ -82,7 +85,7 @@ from assignors.api import (
 )
 from assignors.balance import MAX_BALANCE_ROUNDS, Split, fit, water_level
 from assignors.racks import Counted, RackNodes, count_owned, relevant_racks
-from assignors.racks_uniform import Holders, settle_class
+from assignors.racks_uniform import Holders, settle_class, settle_from_summary
 
 __all__ = ["UniformAssignor", "compute_uniform_assignment", "compute_uniform_changes"]
 
@@ -159,51 +162,21 @@ def compute_uniform_changes(
         k * len(ids) for k, ids in by_load.items()
     ):
         return None
-    racks = relevant_racks(map(_rack_of, specs.values()), counts, topics)
+    by_rack = summary.members_by_rack
+    member_racks = map(_rack_of, specs.values()) if by_rack is None else by_rack.keys()
+    racks = relevant_racks(member_racks, counts, topics)
     if racks:
-        if summary.held_by_racks is None:
-            return None  # the plan needs the held partitions counted by racks
-        return _rack_changes(group_spec, topics, sorted(counts), free, total, racks)
+        if summary.held_by_racks is None or by_rack is None:
+            return None  # the plan needs the held partitions and the members counted by racks
+        if sum(len(ids) for by_load in by_rack.values() for ids in by_load.values()) != len(specs):
+            return None  # the buckets do not describe these members
+        topic_ids = sorted(counts)
+        incoming = [(t, seq) for t in topic_ids if (seq := free[t])]
+        owners = group_spec.partition_owners
+        return settle_from_summary(
+            specs, summary, total, incoming, topic_ids, topics, owners, racks
+        )
     return _Changes(specs, by_load, counts, free).compute(total)
-
-
-def _rack_changes(
-    group_spec: GroupSpec,
-    topics: Mapping[TopicId, TopicMetadata],
-    topic_ids: list[TopicId],
-    free: dict[TopicId, Sequence[int]],
-    total: int,
-    racks: list[str],
-) -> dict[str, MemberAssignment]:
-    """A homogeneous group placed by racks, from the summary: the rack plan of
-    :meth:`_Builder._settle_class` on the same inputs — the members in id order, their loads and
-    racks, the unassigned partitions — with the held partitions counted by the coordinator
-    (``held_by_racks``) instead of visited. Per member only C-level passes; Python steps only
-    for the members whose target changes."""
-    summary = group_spec.target_summary
-    assert summary is not None and summary.held_by_racks is not None  # checked by the caller
-    specs = group_spec.members
-    ids = sorted(chain.from_iterable(summary.members_by_load.values()))  # sorted runs: cheap
-    spec_list = list(map(specs.__getitem__, ids))
-    count = len(ids)
-    target = [0] * count
-    target[0] = total  # only the class total is read: the plan sets every member's target
-    placed = settle_class(
-        range(count),
-        list(map(_rack_of, spec_list)),
-        target,
-        list(map(summary.member_loads.__getitem__, ids)),
-        list(map(_assignment_of, spec_list)),
-        [(t, seq) for t in topic_ids if (seq := free[t])],
-        topic_ids,
-        topics,
-        Holders(group_spec.partition_owners, ids),
-        summary.held_by_racks,
-        racks,
-    )
-    if placed is None:  # cannot be: racks are relevant
-        raise PartitionAssignorError("internal error: the rack plan found no relevant rack")
-    return {ids[i]: placed[i] for i in placed}
 
 
 class _Changes:

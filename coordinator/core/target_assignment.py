@@ -88,11 +88,14 @@ class SpecCache:
     target the summary counted for it, ``loads`` to that target's size, ``by_load`` a load to
     the sorted tuple of the members with that load, ``free`` each topic of ``metadata`` to the
     sorted tuple of its partitions in no member's target; ``racks``, when some topic has
-    partition racks, counts the targets' partitions by (their racks, their member's rack)."""
+    partition racks, counts the targets' partitions by (their racks, their member's rack), and
+    ``by_rack`` then maps (a rack, a load) to the sorted tuple of the members of that rack (as
+    counted) with that load."""
 
     __slots__ = (
         "_log",
         "by_load",
+        "by_rack",
         "by_name_id",
         "entries",
         "free",
@@ -126,6 +129,7 @@ class SpecCache:
         self.free: TDict = log.new_dict()
         self.free_stale = False  # a part of the members was refreshed: count every topic next
         self.racks = HeldRacks(log, self.topics) if any_racks(self.topics) else None
+        self.by_rack: TDict = log.new_dict()  # (rack, load) -> sorted ids, with ``racks``
 
     def subscription(self, names: Collection[str]) -> frozenset[TopicId]:
         """The ids of the subscribed topics that exist (one shared frozenset per subscription)."""
@@ -160,9 +164,13 @@ class SpecCache:
         ``partial``: other members are still to be brought up to date (so nothing is recounted
         from the group's targets, which already hold their changes)."""
         todo = list(todo)
-        if self.racks is not None:  # before the summary: it reads the targets last counted
-            self.racks.update(group, todo, self.held, fresh, partial=partial)
+        racks = self.racks
+        if racks is not None:  # before the summary: it reads the targets last counted
+            placed = list(zip(map(racks.rack_of.get, todo), map(self.loads.get, todo), strict=True))
+            racks.update(group, todo, self.held, fresh, partial=partial)
         self._update_summary(group, todo, fresh, partial)
+        if racks is not None:
+            self._update_racks(todo, placed)
         entries, regex_ids, untidy = self.entries, self.regex_ids, self.untidy
         members_of = group.members
         added: list[str] = []
@@ -258,23 +266,7 @@ class SpecCache:
                         touched[t] = set(differ)
                     else:
                         bucket.update(differ)
-        by_load = self.by_load
-        for k in removed.keys() | added.keys():
-            gone, came = removed.get(k, ()), added.get(k, ())
-            ids: list[str]
-            if len(gone) + len(came) > 32:
-                out = set(gone)
-                ids = sorted(chain(filterfalse(out.__contains__, by_load.get(k, ())), came))
-            else:
-                ids = list(by_load.get(k, ()))
-                for member_id in gone:
-                    del ids[bisect_left(ids, member_id)]
-                for member_id in came:
-                    insort(ids, member_id)
-            if ids:
-                by_load[k] = tuple(ids)
-            else:
-                by_load.discard(k)
+        _move(self.by_load, removed, added)
         if partial:
             return
         if fresh or self.free_stale:
@@ -293,6 +285,24 @@ class SpecCache:
             now.extend(p for p in partitions if p not in owners and 0 <= p < n)
             free[t] = tuple(sorted(now))
 
+    def _update_racks(self, todo: list[str], placed: list[tuple[str | None, int | None]]) -> None:
+        """Move the members of ``todo`` between the (rack, load) buckets: ``placed``, the rack
+        and load each was counted under before this update (load None: not counted)."""
+        assert self.racks is not None
+        rack_of, loads = self.racks.rack_of, self.loads
+        removed: dict[tuple[str | None, int], list[str]] = {}
+        added: dict[tuple[str | None, int], list[str]] = {}
+        for member_id, (old_rack, old_load) in zip(todo, placed, strict=True):
+            new_load = loads.get(member_id)
+            new_rack = None if new_load is None else rack_of.get(member_id)
+            if (old_rack, old_load) == (new_rack, new_load):
+                continue
+            if old_load is not None:
+                removed.setdefault((old_rack, old_load), []).append(member_id)
+            if new_load is not None:
+                added.setdefault((new_rack, new_load), []).append(member_id)
+        _move(self.by_rack, removed, added)
+
     def count_free(self, group: ConsumerGroup) -> None:
         """Every topic's partitions in no member's target, counted from the group's targets."""
         owners_of, free = group.target_owners, self.free
@@ -307,7 +317,15 @@ class SpecCache:
             members_by_load=MappingProxyType(self.by_load),
             unassigned=MappingProxyType(self.free),
             held_by_racks=None if self.racks is None else MappingProxyType(self.racks.counts),
+            members_by_rack=None if self.racks is None else self.members_by_rack(),
         )
+
+    def members_by_rack(self) -> dict[str | None, dict[int, tuple[str, ...]]]:
+        """rack -> load -> the sorted ids of its members with that load (from ``by_rack``)."""
+        out: dict[str | None, dict[int, tuple[str, ...]]] = {}
+        for (rack, load), ids in self.by_rack.items():
+            out.setdefault(rack, {})[load] = ids
+        return out
 
     def inputs_tidy(self) -> bool:
         """Every member's target is within its subscription (regex members: not known here)."""
@@ -328,6 +346,28 @@ class SpecCache:
         for member_id in self.regex_ids:
             members[member_id] = self.build(group, members_of[member_id])
         return members
+
+
+def _move(buckets: TDict, removed: Mapping[_K, list[str]], added: Mapping[_K, list[str]]) -> None:
+    """Take the members of ``removed`` out of their buckets (key -> sorted tuple of member ids)
+    and put those of ``added`` in theirs. A bucket that changes is stored as a new sorted tuple
+    (a C-level copy of its member ids, or a sort when many changed); an empty one is dropped."""
+    for k in removed.keys() | added.keys():
+        gone, came = removed.get(k, ()), added.get(k, ())
+        ids: list[str]
+        if len(gone) + len(came) > 32:
+            out = set(gone)
+            ids = sorted(chain(filterfalse(out.__contains__, buckets.get(k, ())), came))
+        else:
+            ids = list(buckets.get(k, ()))
+            for member_id in gone:
+                del ids[bisect_left(ids, member_id)]
+            for member_id in came:
+                insort(ids, member_id)
+        if ids:
+            buckets[k] = tuple(ids)
+        else:
+            buckets.discard(k)
 
 
 def refresh_spec_cache(group: ConsumerGroup) -> SpecCache:
@@ -617,6 +657,7 @@ def compute_target_assignment(
 
 
 _T = TypeVar("_T")
+_K = TypeVar("_K", bound=Hashable)
 
 
 def incremental_method(assignor: PartitionAssignor) -> Callable[..., Any] | None:
@@ -755,6 +796,7 @@ def assignment_job(group: ConsumerGroup, epoch: int, assignor: str) -> Assignmen
             members_by_load=dict(cache.by_load),
             unassigned=dict(cache.free),
             held_by_racks=None if cache.racks is None else dict(cache.racks.counts),
+            members_by_rack=None if cache.racks is None else cache.members_by_rack(),
         )
     else:
         spec, _topics = build_group_spec(group)

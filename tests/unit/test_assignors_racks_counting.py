@@ -5,16 +5,20 @@ on the way (an index out of range, an owner who is no member), and the fast clea
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections import Counter
 from collections.abc import Mapping
+from itertools import chain
 
 import pytest
 
 from assignors.api import GroupSpec, MemberSubscription, SubscriptionType, TopicMetadata
 from assignors.racks import RackNodes, count_owned, relevant_racks
+from assignors.racks_members import _first
 from assignors.racks_range import _deal_ranges, _index_keys
 from assignors.range import RangeAssignor
+from assignors.summary import summarize
 from assignors.uniform import UniformAssignor, _Builder, _loads
 from assignors.validation import check_assignment
 
@@ -279,3 +283,86 @@ def test_range_over_hundreds_of_co_partitioned_topics() -> None:
         )
 
     assert local(result.members) > local(blind)
+
+
+def test_first_ids_across_sorted_buckets() -> None:
+    """The k smallest ids across disjoint sorted buckets, as prefix lengths of each."""
+    buckets = [("a", "d", "g", "k"), ("b", "c", "h"), ("e", "f", "i", "j")]
+    everything = sorted(chain.from_iterable(buckets))
+    for k in range(len(everything) + 2):
+        first = set(everything[:k])
+        assert _first(buckets, k) == [sum(m in first for m in b) for b in buckets]
+    assert _first([("x", "y")], 1) == [1]
+    assert _first([(), ("x",)], 1) == [0, 1]
+
+
+@pytest.mark.parametrize("seed", range(25))
+def test_the_incremental_path_splits_buckets_as_the_whole_computation(seed: int) -> None:
+    """A settled group with members in racks with replicas and in several without (x, y,
+    none: one node) that newcomers join, then members leave: the quota moves, so a node's
+    extra partitions go to a prefix of several (rack, load) buckets; assign_changes (the
+    members in buckets) equals assign member for member, and names exactly the members whose
+    assignment changes."""
+    rng = random.Random(seed)
+    topics = racked_topics(rng, 2, (60, 90), 3)
+    racks = ["a", "b", "c", "x", "y", None]
+    rack_of = {f"m{j:02d}": rng.choice(racks) for j in range(rng.randint(6, 20))}
+    current: dict[str, dict[str, frozenset[int]]] = {m: {} for m in rack_of}
+    for step in ("settle", "join", "leave"):
+        if step == "join":
+            for j in range(rng.randint(1, 4)):
+                rack_of[f"n{j}"] = rng.choice(racks)
+                current[f"n{j}"] = {}
+        elif step == "leave":
+            for m in rng.sample(sorted(rack_of), rng.randint(1, 3)):
+                del rack_of[m], current[m]
+        members = {
+            m: MemberSubscription(
+                rack_id=r,
+                instance_id=None,
+                subscribed_topic_ids=frozenset(topics),
+                assignment=current[m],
+            )
+            for m, r in rack_of.items()
+        }
+        spec = GroupSpec(
+            members=members,
+            subscription_type=SubscriptionType.HOMOGENEOUS,
+            partition_owners=owners_of(current),
+        )
+        whole = UNIFORM.assign(spec, topics).members
+        summary = summarize(spec, topics)
+        assert summary is not None and summary.members_by_rack is not None
+        given = dataclasses.replace(spec, target_summary=summary)
+        changes = UNIFORM.assign_changes(given, topics)
+        assert changes is not None
+        assert {m: changes.get(m, s.assignment) for m, s in members.items()} == whole, step
+        assert sorted(changes) == sorted(m for m in whole if whole[m] is not members[m].assignment)
+        current = {m: dict(a) for m, a in whole.items()}
+
+
+def test_without_the_members_by_rack_the_incremental_path_declines() -> None:
+    """A summary that counts the held partitions by racks but not the members (as a plugin
+    might build it): with racks relevant, assign_changes leaves the group to assign."""
+    topics = {
+        "t": TopicMetadata(
+            topic_id="t", name="t", num_partitions=4, partition_racks={0: frozenset("a")}
+        )
+    }
+    members = {
+        m: MemberSubscription(
+            rack_id="a", instance_id=None, subscribed_topic_ids=frozenset("t"), assignment={}
+        )
+        for m in ("m0", "m1")
+    }
+    spec = GroupSpec(members=members, subscription_type=SubscriptionType.HOMOGENEOUS)
+    summary = summarize(spec, topics)
+    assert summary is not None
+    given = dataclasses.replace(
+        spec, target_summary=dataclasses.replace(summary, members_by_rack=None)
+    )
+    assert UNIFORM.assign_changes(given, topics) is None
+    assert (
+        UNIFORM.assign_changes(dataclasses.replace(spec, target_summary=summary), topics)
+        is not None
+    )

@@ -91,6 +91,10 @@ class Comparing:
         assert {t: tuple(v) for t, v in summary.unassigned.items()} == dict(reference.unassigned)
         held = summary.held_by_racks
         assert (dict(held) if held is not None else None) == reference.held_by_racks
+        by_rack = summary.members_by_rack
+        assert (
+            None if by_rack is None else {r: dict(by) for r, by in by_rack.items()}
+        ) == reference.members_by_rack
         if held is not None:
             self.racked += 1
         changes = UniformAssignor().assign_changes(group_spec, topics)

@@ -1,0 +1,294 @@
+"""The members of one rack-aware settlement of ``uniform`` (:mod:`assignors.racks_uniform`):
+how many each node has, their targets once the plan has fixed each node's share of the extra
+partitions, and which members end up above or below their target — in member order.
+
+Two ways to know them. :class:`Dense`: every member by index, lists of their loads, targets
+and nodes (the whole computation, ``assign``; C-level passes over every member). :class:`Sparse`:
+the members of a homogeneous group from the coordinator's target summary, in buckets of sorted
+ids by (rack, load) (``TargetSummary.members_by_rack``; the incremental path,
+``assign_changes``): targets are worked out from the buckets — which members of a node take
+its extra partitions is a selection of the first ids across a few sorted buckets — and only the
+members whose target differs from their load, or whose partitions the plan moves, are looked
+at one by one. Both give the same members, the same targets, in the same order (member ids
+sort as the indexes do)."""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from functools import partial
+from heapq import merge
+from itertools import chain, compress, filterfalse, islice, repeat
+from operator import lt
+from typing import Any
+
+from assignors.api import MemberSubscription, TopicId
+from assignors.racks import ONLY, RackNodes
+
+__all__ = ["Dense", "Sparse"]
+
+
+class Dense:
+    """Every member of a class by index (in member order), ``node_of``, ``target`` (rewritten)
+    and ``initial`` loads as lists indexed by member index; ``load``: a working copy of the
+    loads; ``whole``: the class is every member (``members`` is ``range(n)``)."""
+
+    def __init__(
+        self,
+        members: Sequence[int],
+        node_of: list[int],
+        target: list[int],
+        initial: Sequence[int],
+        current: Sequence[Mapping[TopicId, frozenset[int]]],
+        count: int,
+    ) -> None:
+        self.members, self.node_of, self.target, self.current = members, node_of, target, current
+        self.initial = initial
+        self.load: Any = list(initial)
+        self.whole = len(members) == len(target)
+        self.by_node = _NodeMembers(
+            members, node_of if self.whole else list(map(node_of.__getitem__, members)), count
+        )
+        self.sizes = self.by_node.sizes
+        self.total = sum(map(target.__getitem__, members))
+
+    def set_targets(self, quota: int, extras: Sequence[int]) -> None:
+        """``quota`` each, ``quota + 1`` for ``extras[v]`` members of node v: those holding
+        more than ``quota`` first (they then lose nothing), then the others, in member order."""
+        target, by_node = self.target, self.by_node
+        if self.whole:  # one C-level store for every member's quota
+            target[:] = repeat(quota, len(target))
+        heavy: list[int] | None = None  # the members holding more than the quota
+        for v, extra in enumerate(extras):
+            if not self.whole:
+                _store(target, by_node.scan(v), quota)
+            if extra:
+                if heavy is None:
+                    heavy = self._heavy(quota)
+                self._set_extras(v, heavy, partial(by_node.scan, v), quota, extra)
+
+    def _heavy(self, quota: int) -> list[int]:
+        """The class's members holding more than ``quota``, in member order (C-level)."""
+        load = self.initial
+        if self.whole:  # range(n): no lookups
+            return list(compress(range(len(load)), map(quota.__lt__, load)))
+        members = self.members
+        return list(compress(members, map(quota.__lt__, map(load.__getitem__, members))))
+
+    def _set_extras(
+        self,
+        node: int,
+        heavy: list[int],
+        scan: Callable[[], Iterable[int]],
+        quota: int,
+        extras: int,
+    ) -> None:
+        node_of = self.node_of
+        chosen = list(
+            islice(compress(heavy, map(node.__eq__, map(node_of.__getitem__, heavy))), extras)
+        )
+        if len(chosen) < extras:
+            taken = set(chosen)
+            chosen += islice(filterfalse(taken.__contains__, scan()), extras - len(chosen))
+        _store(self.target, chosen, quota + 1)
+
+    def above(self, node: int | None = None) -> list[int]:
+        """The members (of ``node``, or all) whose load is above their target (C-level)."""
+        members = self.members if node is None else self.by_node.members(node)
+        return self._off_target(members, self.target, self.load)
+
+    def below(self) -> list[int]:
+        """The members whose load is below their target (C-level passes)."""
+        return self._off_target(self.members, self.load, self.target)
+
+    def _off_target(
+        self, members: Sequence[int], low: Sequence[int], high: Sequence[int]
+    ) -> list[int]:
+        """The members whose ``low`` is below their ``high`` (target and load, either way)."""
+        if members is self.members and self.whole:  # range(n): no lookups
+            return list(compress(range(len(low)), map(lt, low, high)))
+        return list(
+            compress(
+                members, map(lt, map(low.__getitem__, members), map(high.__getitem__, members))
+            )
+        )
+
+
+class Sparse:
+    """The members of a homogeneous group from its target summary: ``by_rack`` (rack -> load
+    -> the sorted ids of the members of that rack holding that many partitions), ``loads``
+    (member id -> load), ``specs`` (member id -> its input). ``target``, ``node_of``,
+    ``current`` and ``load`` (the working loads) are looked up member by member, when asked."""
+
+    def __init__(
+        self,
+        nodes: RackNodes,
+        specs: Mapping[str, MemberSubscription],
+        loads: Mapping[str, int],
+        by_rack: Mapping[str | None, Mapping[int, Sequence[str]]],
+        total: int,
+    ) -> None:
+        self.specs, self.initial, self.by_rack, self.total = specs, loads, by_rack, total
+        self.node_of = _Lazy(lambda m: nodes.node(specs[m].rack_id))
+        self.current = _Lazy(lambda m: specs[m].assignment)
+        self.load = _Written(loads)
+        self.target = _Lazy(self._target)
+        # node -> its buckets: (rack, load, ids)
+        self.buckets: list[list[tuple[str | None, int, Sequence[str]]]] = [
+            [] for _ in range(nodes.count)
+        ]
+        for rack, by_load in by_rack.items():
+            for k, ids in by_load.items():
+                if ids:
+                    self.buckets[nodes.node(rack)].append((rack, k, ids))
+        self.sizes = [sum(len(ids) for _r, _k, ids in b) for b in self.buckets]
+        self.quota = 0
+        self.taken: dict[tuple[str | None, int], int] = {}  # bucket -> its first ids taking q + 1
+        self.others: set[str] = set()  # members holding q or less that take q + 1
+
+    def set_targets(self, quota: int, extras: Sequence[int]) -> None:
+        """As :meth:`Dense.set_targets`, from the buckets: the members holding more than
+        ``quota`` that take ``quota + 1`` are the first ids across the node's buckets above
+        ``quota`` (a prefix of each); the others, the first ids across the rest."""
+        self.quota = quota
+        for v, extra in enumerate(extras):
+            if not extra:
+                continue
+            heavy = [(r, k, ids) for r, k, ids in self.buckets[v] if k > quota]
+            taken = _first([ids for _r, _k, ids in heavy], extra)
+            for (r, k, _ids), n in zip(heavy, taken, strict=True):
+                if n:
+                    self.taken[(r, k)] = n
+            left = extra - sum(taken)
+            if left:
+                light = [ids for _r, k, ids in self.buckets[v] if k <= quota]
+                self.others.update(islice(merge(*light), left))
+
+    def _target(self, member: str) -> int:
+        quota, k = self.quota, self.initial[member]
+        if k > quota:
+            rack = self.specs[member].rack_id
+            n = self.taken.get((rack, k), 0)
+            return quota + 1 if n and bisect_left(self.by_rack[rack][k], member) < n else quota
+        return quota + 1 if member in self.others else quota
+
+    def above(self, node: int | None = None) -> list[str]:
+        """The members (of ``node``, or all) whose load is above their target: among those
+        holding more than ``quota + 1``, those holding ``quota + 1`` that do not take it, and
+        those whose load changed."""
+        quota, taken = self.quota, self.taken
+        found: list[Iterable[str]] = []
+        for v in range(len(self.buckets)) if node is None else (node,):
+            for r, k, ids in self.buckets[v]:
+                if k > quota + 1:
+                    found.append(ids)
+                elif k == quota + 1:
+                    found.append(ids[taken.get((r, k), 0) :])
+        node_of = self.node_of
+        changed = self.load.written
+        found.append(changed if node is None else [m for m in changed if node_of[m] == node])
+        load, target = self.load, self.target
+        return sorted(m for m in set(chain.from_iterable(found)) if load[m] > target[m])
+
+    def below(self) -> list[str]:
+        """The members whose load is below their target: among those holding less than
+        ``quota``, those that take ``quota + 1`` holding less, and those whose load changed."""
+        quota = self.quota
+        found: list[Iterable[str]] = [self.others, self.load.written]
+        for buckets in self.buckets:
+            found.extend(ids for _r, k, ids in buckets if k < quota)
+        load, target = self.load, self.target
+        return sorted(m for m in set(chain.from_iterable(found)) if load[m] < target[m])
+
+
+def _first(lists: Sequence[Sequence[str]], k: int) -> list[int]:
+    """How many of each list (sorted, disjoint) are among the ``k`` smallest of them all: a
+    binary search per list on the rank of its elements (the number of smaller elements across
+    the lists)."""
+    sizes = list(map(len, lists))
+    if k >= sum(sizes):
+        return sizes
+    if len(lists) == 1:
+        return [k]
+    counts = []
+    for ids in lists:
+        lo, hi = 0, len(ids)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if sum(bisect_left(other, ids[mid]) for other in lists) < k:
+                lo = mid + 1
+            else:
+                hi = mid
+        counts.append(lo)
+    return counts
+
+
+class _Lazy(dict[Any, Any]):
+    """A member's value, computed when first asked (``make``) and kept."""
+
+    __slots__ = ("make",)
+
+    def __init__(self, make: Callable[[Any], Any]) -> None:
+        super().__init__()
+        self.make = make
+
+    def __missing__(self, key: Any) -> Any:
+        value = self[key] = self.make(key)
+        return value
+
+
+class _Written(dict[str, int]):
+    """The working loads: the summary's, until written; ``written``: the members written."""
+
+    __slots__ = ("initial", "written")
+
+    def __init__(self, initial: Mapping[str, int]) -> None:
+        super().__init__()
+        self.initial = initial
+        self.written: set[str] = set()
+
+    def __missing__(self, key: str) -> int:
+        return self.initial[key]
+
+    def __setitem__(self, key: str, value: int) -> None:
+        self.written.add(key)
+        super().__setitem__(key, value)
+
+
+class _NodeMembers:
+    """The class's members of each node (``nodes_of``: each member's node, in member order):
+    how many, and, when asked, which (C-level passes over one byte per member)."""
+
+    __slots__ = ("_codes", "_lists", "_members", "sizes")
+
+    def __init__(self, members: Sequence[int], nodes_of: Sequence[int], count: int) -> None:
+        self._members = members
+        self._lists: dict[int, list[int]] = {}
+        if count < 256:
+            self._codes: bytes | None = bytes(nodes_of)
+            self.sizes = [self._codes.count(v) for v in range(count)]
+        else:
+            self._codes = None
+            for v in range(count):
+                self._lists[v] = list(compress(members, map(v.__eq__, nodes_of)))
+            self.sizes = [len(self._lists[v]) for v in range(count)]
+
+    def scan(self, v: int) -> Iterable[int]:
+        """Node v's members, in member order (lazily)."""
+        codes = self._codes
+        if codes is None:
+            return self._lists[v]
+        return compress(self._members, codes.translate(ONLY[v]))
+
+    def members(self, v: int) -> list[int]:
+        """Node v's members, in member order."""
+        found = self._lists.get(v)
+        if found is None:
+            found = self._lists[v] = list(self.scan(v))
+        return found
+
+
+def _store(values: list[int], indexes: Iterable[int], value: int) -> None:
+    """``values[i] = value`` for every i of ``indexes`` (a C-level pass)."""
+    deque(map(values.__setitem__, indexes, repeat(value)), maxlen=0)
