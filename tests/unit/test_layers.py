@@ -5,9 +5,9 @@ violation it exists for (a copy of the packages with one bad module per contract
 The contracts replace the hand-written purity test: the core, the legacy bridge, the security
 model, the shard factory and the harness import nothing that does IO, reads a clock, draws
 randomness or logs; the core never names the bridge; the layers point one way (runtime <
-server < cli, observability < server); the client stands alone; no import cycles. What imports
-cannot show — a call to ``open``, ``print``, ``input``, ``exec`` or ``eval`` in a pure module —
-is checked here too.
+server < cli, observability < server, the Kafka listener's upstream side < the listener); the
+client stands alone; no import cycles. What imports cannot show — a call to ``open``,
+``print``, ``input``, ``exec`` or ``eval`` in a pure module — is checked here too.
 """
 
 from __future__ import annotations
@@ -58,6 +58,10 @@ VIOLATIONS = {
         "from coordinator.observability import metrics\n",
     ),
     "h2-without-forwarding": ("coordinator/server/h2_extra.py", "from . import forwarding\n"),
+    "kafka-upstream-below-listener": (
+        "coordinator/server/kafka/upstream/bad_listener.py",
+        "from ..listener import KafkaConnection\n",
+    ),
     "client-alone": ("kip848/client/bad_core.py", "import coordinator.core.errors\n"),
     "member-sans-io": ("kip848/client/types_extra.py", "import asyncio\n"),
     "no-cycles": ("assignors/bad_cycle.py", "import assignors.api\n"),

@@ -18,16 +18,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from coordinator.core.errors import ErrorCode
 
 from ..api import Caller
 from . import wire
-from .upstream import as_values
-
-if TYPE_CHECKING:
-    from .listener import KafkaConnection, KafkaListener
+from .upstream.interfaces import ClientConnection, Forwarder
 
 DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS = 29, 30, 31
 SPLIT = (DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS)
@@ -65,8 +62,8 @@ def _sub(key: int, entity: Any, items: list[Any]) -> Any:
 
 
 async def serve_split(
-    listener: KafkaListener,
-    conn: KafkaConnection,
+    upstream: Forwarder,
+    conn: ClientConnection,
     key: int,
     version: int,
     correlation_id: int,
@@ -76,8 +73,6 @@ async def serve_split(
     serve_ours: ServeOurs,
 ) -> bytes:
     """The merged response frame of a request with parts of both owners."""
-    upstream = listener.upstream
-    assert upstream is not None
     items = _items(key, entity)
     flags = [owners_of(_type_of(key, i)) for i in items]
     mine = [i for i, (o, _t) in zip(items, flags, strict=True) if o]
@@ -97,7 +92,7 @@ async def serve_split(
         frame = await pending
         pos = 4 + (1 if wire.response_header_flexible(key, version) else 0)
         resp = wire.decode_response(key, version, frame, pos)
-        theirs_values = as_values(resp)
+        theirs_values = wire.as_values(resp)
         throttle = wire.to_ms(resp.throttle_time)
     elif theirs:
         theirs_values = _unsupported(key, version, len(theirs))

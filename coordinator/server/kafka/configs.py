@@ -16,16 +16,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from coordinator.core.errors import ErrorCode
 
 from ..api import KAFKA_GROUP_RESOURCE, Caller
 from . import apis, wire
-from .upstream import as_values
-
-if TYPE_CHECKING:
-    from .listener import KafkaConnection, KafkaListener
+from .upstream.interfaces import ClientConnection, Forwarder
 
 SPLIT = {apis.DESCRIBE_CONFIGS: "results", apis.INCREMENTAL_ALTER_CONFIGS: "responses"}
 """The APIs split here, and the name of their answer list."""
@@ -42,8 +39,8 @@ def owners(entity: Any) -> tuple[bool, bool]:
 
 
 async def serve_split(
-    listener: KafkaListener,
-    conn: KafkaConnection,
+    upstream: Forwarder,
+    conn: ClientConnection,
     key: int,
     version: int,
     correlation_id: int,
@@ -53,8 +50,6 @@ async def serve_split(
     serve_ours: Callable[[Any, Caller], Awaitable[dict[str, Any]]],
 ) -> bytes:
     """The merged response frame of a request naming GROUP and broker resources."""
-    upstream = listener.upstream
-    assert upstream is not None
     resources = entity.resources
     theirs = [r for r in resources if not is_ours(r)]
     ours = [r for r in resources if is_ours(r)]
@@ -73,7 +68,7 @@ async def serve_split(
         frame = await pending
         pos = 4 + (1 if wire.response_header_flexible(key, version) else 0)
         resp = wire.decode_response(key, version, frame, pos)
-        answered = as_values(resp)[field]
+        answered = wire.as_values(resp)[field]
         throttle = wire.to_ms(resp.throttle_time)
     merged = []
     for r in resources:

@@ -52,6 +52,7 @@ from ..tls import listening_sockets, peer_subject
 from . import acl_split, apis, configs, convert, fetch_guard, topic_guard, wire
 from . import sasl as sasl_api
 from .security import ListenerSecurity
+from .upstream.interfaces import Forwarder
 
 log = logging.getLogger("kip848.kafka")
 
@@ -147,15 +148,16 @@ class Slot:
 class KafkaListener:
     """Serves the Kafka protocol on one or more ports, over one :class:`CoordinatorService`.
 
-    ``upstream`` (``upstream.Upstream``) forwards everything that is not served here; without
-    it the listener runs in coordinator-only mode (Metadata from the topic registry, no data
-    APIs). ``node_of_port`` maps a bound port to the broker node it stands for."""
+    ``upstream`` (``upstream.Upstream``, seen as a ``Forwarder``) forwards everything that is
+    not served here; without it the listener runs in coordinator-only mode (Metadata from the
+    topic registry, no data APIs). ``node_of_port`` maps a bound port to the broker node it
+    stands for."""
 
     def __init__(
         self,
         service: CoordinatorService,
         options: KafkaOptions | None = None,
-        upstream: Any = None,
+        upstream: Forwarder | None = None,
         txn: TransactionServer | None = None,
     ) -> None:
         self.service = service
@@ -390,7 +392,7 @@ class KafkaListener:
                         done(True)
                     return wire.I32.pack(len(answer_frame)) + answer_frame
                 return await split.serve_split(
-                    self,
+                    self.upstream,
                     conn,
                     key,
                     version,
@@ -552,7 +554,7 @@ class KafkaConnection(asyncio.Protocol):
         if sock:
             self.node = self.listener.nodes.get(sock[1])
             self.security = self.listener.security.get(sock[1])
-        unsent = self.listener.options.flow.max_unsent_bytes
+        unsent = self.max_unsent_bytes
         transport.set_write_buffer_limits(high=unsent, low=unsent // 4)  # type: ignore[attr-defined]
         self.listener.connections.add(self)
         security = self.security
@@ -606,6 +608,12 @@ class KafkaConnection(asyncio.Protocol):
         self._again()
 
     # ------------------------------------------------------------ flow control
+
+    @property
+    def max_unsent_bytes(self) -> int:
+        """``kafka.connection.max.unsent.bytes``: the client's answers not yet taken (and the
+        requests its upstream connection has not taken) beyond which reading pauses."""
+        return self.listener.options.flow.max_unsent_bytes
 
     def _held(self) -> bool:
         """Whether this connection may read no more requests for now: too many unanswered,
@@ -732,7 +740,12 @@ class KafkaConnection(asyncio.Protocol):
         if txn_range is not None:
             served = True  # around the upstream's transaction coordinator (transactions.py)
             lo, hi = txn_range
-        elif key == apis.METADATA and not served and topic_guard.guards(self):
+        elif (
+            key == apis.METADATA
+            and not served
+            and listener.upstream is not None
+            and topic_guard.guards(self)
+        ):
             served = True  # forwarded and its answer filtered (topic_guard), in order
             lo, hi = listener.upstream.forwarded_versions().get(key, (0, -1))
         elif served:
@@ -769,9 +782,11 @@ class KafkaConnection(asyncio.Protocol):
     ) -> None:
         """Forward a request frame (without its size) to the upstream; its answer fills the
         next slot (through ``then``: ``Upstream.forward``)."""
+        upstream = self.listener.upstream
+        assert upstream is not None  # only what the upstream forwards comes here
         self._observe_forward(key)
         try:
-            self.listener.upstream.forward(self, key, version, frame, then=then)
+            upstream.forward(self, key, version, frame, then=then)
         except wire.WireError as exc:  # a Produce whose acks cannot be read
             self._forwarding = None
             self.fail(str(exc))

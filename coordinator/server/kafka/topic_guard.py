@@ -41,7 +41,6 @@ from ..authorization import CLUSTER, CREATE, DELETE, DESCRIBE, READ, TOPIC, WRIT
 from ..codec import AUTHORIZED_OPERATIONS_OMITTED
 from . import apis, wire
 from .convert import topic_id_of
-from .upstream import as_values
 
 if TYPE_CHECKING:
     from .listener import KafkaConnection
@@ -287,7 +286,7 @@ def read_response(key: int, version: int, out: bytes) -> tuple[int, Any]:
 def merge(key: int, version: int, field: str, added: list[dict[str, Any]], out: bytes) -> bytes:
     """The broker's answer (``out``, with its size) with ``added`` topics after its own."""
     correlation_id, resp = read_response(key, version, out)
-    values = as_values(resp)
+    values = wire.as_values(resp)
     values[field] = [*values[field], *added]
     return wire.frame(key, version, correlation_id, wire.build(type(resp), values))
 
@@ -344,7 +343,7 @@ async def metadata(
     answer = await upstream.forward_future(conn, key, version, frame)
     answer = upstream.rewrite(key, version, answer, conn.security)
     correlation_id, resp = read_response(key, version, answer)
-    values = as_values(resp)
+    values = wire.as_values(resp)
     out = []
     for t in values["topics"]:
         topic_id = t.get("topic_id")

@@ -340,3 +340,16 @@ def build(cls: Any, data: Mapping[str, Any] | None = None, /, **values: Any) -> 
         elif required:
             kwargs[name] = None if nullable else zero
     return cls(**kwargs)
+
+
+def as_values(entity: Any) -> dict[str, Any]:
+    """An entity as nested plain values (what :func:`build` takes)."""
+    out = {}
+    for name in entity.__dataclass_fields__:
+        value = getattr(entity, name)
+        if isinstance(value, tuple) and value and hasattr(value[0], "__dataclass_fields__"):
+            value = [as_values(v) for v in value]
+        elif hasattr(value, "__dataclass_fields__"):
+            value = as_values(value)
+        out[name] = value
+    return out

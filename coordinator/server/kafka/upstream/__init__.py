@@ -8,19 +8,25 @@ the broker the listener stands in front of.
   the broker.
 * ``log_offsets.py``: ``AdminService.ListOffsets`` asked of each partition's leader.
 * ``sasl_client.py``: the coordinator's own SASL sign-in (PLAIN, SCRAM).
+* ``interfaces.py``: what the listener and this package know of each other (the listener sees
+  the upstream as a ``Forwarder``; this package sees a client connection and the listener
+  through two small protocols of its own and imports nothing of the listener).
 """
 
-from .broker import METADATA_VERSION_CAP, Upstream, UpstreamClient, UpstreamError, as_values
+from .broker import METADATA_VERSION_CAP, Upstream, UpstreamClient, UpstreamError
+from .interfaces import ClientConnection, Forwarder, NodePorts
 from .log_offsets import UpstreamLogOffsets
 from .topic_feed import DEFAULT_MAX_AGE_MS, TopicFeed
 
 __all__ = [
+    "ClientConnection",
     "DEFAULT_MAX_AGE_MS",
+    "Forwarder",
     "METADATA_VERSION_CAP",
+    "NodePorts",
     "TopicFeed",
     "Upstream",
     "UpstreamClient",
     "UpstreamError",
     "UpstreamLogOffsets",
-    "as_values",
 ]

@@ -38,9 +38,9 @@ from ...tls import client_context
 from .. import apis, wire
 from ..convert import topic_id_of
 from . import sasl_client
+from .interfaces import ClientConnection, NodePorts
 
 if TYPE_CHECKING:
-    from ..listener import KafkaConnection, KafkaListener, Slot
     from ..security import ListenerSecurity
 
 log = logging.getLogger("kip848.kafka")
@@ -192,6 +192,9 @@ class UpstreamTransport:
 
 
 class Upstream:
+    """The upstream broker(s): what they offer, where each is, and the forwarding of client
+    connections' requests to them (the listener's :class:`~.interfaces.Forwarder`)."""
+
     def __init__(self, address: str, security: UpstreamSecurity | None = None) -> None:
         self.transport = UpstreamTransport(security)
         self.address = split(address)
@@ -203,7 +206,7 @@ class Upstream:
         self.bootstrap_node = -1
         self.client = self.new_client(self.address)
         self._bound: list[_Bound] = []  # each Kafka listener: its ports for the upstream nodes
-        self._listener: KafkaListener | None = None
+        self._listener: NodePorts | None = None
         self._forwarded: dict[int, tuple[int, int]] | None = None
         self.on_topics_named: (
             Callable[[Sequence[tuple[str, str]], Callable[[], None]], None] | None
@@ -273,7 +276,7 @@ class Upstream:
 
     def bind_nodes(
         self,
-        listener: KafkaListener,
+        listener: NodePorts,
         host: str,
         bound: int,
         adv_host: str,
@@ -373,7 +376,7 @@ class Upstream:
 
     def forward(
         self,
-        conn: KafkaConnection,
+        conn: ClientConnection,
         key: int,
         version: int,
         frame: bytes,
@@ -395,7 +398,7 @@ class Upstream:
         upstream.send(frame, (slot, key, version, needs, then))
 
     def forward_future(
-        self, conn: KafkaConnection, key: int, version: int, frame: bytes
+        self, conn: ClientConnection, key: int, version: int, frame: bytes
     ) -> asyncio.Future[bytes]:
         """Send a request frame (without its size) on the client connection's upstream
         connection; the future gets the response frame (without its size, not rewritten)."""
@@ -403,7 +406,7 @@ class Upstream:
         self._connection(conn).send(frame, (future, key, version, False, None))
         return future
 
-    def _connection(self, conn: KafkaConnection) -> UpstreamConnection:
+    def _connection(self, conn: ClientConnection) -> UpstreamConnection:
         upstream = conn.upstream_conn
         if upstream is None:
             node = conn.node.node_id if conn.node is not None else self.bootstrap_node
@@ -432,7 +435,7 @@ class Upstream:
         ):
             return struct.pack(">i", len(frame)) + frame  # nothing to rewrite: as it came
         resp = wire.decode_response(key, version, frame, pos)
-        values = as_values(resp)
+        values = wire.as_values(resp)
         ours = self._ours_for(security)
         changed = False
         if key == apis.METADATA:
@@ -506,19 +509,6 @@ def _names_brokers(key: int, version: int) -> bool:
     return key in REWRITTEN
 
 
-def as_values(entity: Any) -> dict[str, Any]:
-    """An entity as nested plain values (what ``wire.build`` takes)."""
-    out = {}
-    for name in entity.__dataclass_fields__:
-        value = getattr(entity, name)
-        if isinstance(value, tuple) and value and hasattr(value[0], "__dataclass_fields__"):
-            value = [as_values(v) for v in value]
-        elif hasattr(value, "__dataclass_fields__"):
-            value = as_values(value)
-        out[name] = value
-    return out
-
-
 def _produce_acks(frame: bytes, version: int) -> int:
     """Produce's ``acks`` (after the header and the nullable transactional id); WireError if
     the frame is too short to hold them (the broker would close the connection)."""
@@ -536,8 +526,8 @@ def _produce_acks(frame: bytes, version: int) -> int:
         raise wire.WireError(f"produce v{version}: cannot read acks: {exc}") from None
 
 
-Pending = tuple["Slot | asyncio.Future[bytes]", int, int, bool, "Callable[[bytes], bytes] | None"]
-"""Where the answer goes (a client's slot, or a future for a request made by the listener
+Pending = tuple["object | asyncio.Future[bytes]", int, int, bool, "Callable[[bytes], bytes] | None"]
+"""Where the answer goes (a client's place in its answer order, or a future for a request made by the listener
 itself), api key, version, whether the answer must be rewritten, and what then becomes of it
 (``Upstream.forward``'s ``then``)."""
 
@@ -546,7 +536,7 @@ class UpstreamConnection(asyncio.Protocol):
     """One connection to an upstream broker, owned by one client connection."""
 
     def __init__(
-        self, upstream: Upstream, client: KafkaConnection, address: tuple[str, int]
+        self, upstream: Upstream, client: ClientConnection, address: tuple[str, int]
     ) -> None:
         self.upstream = upstream
         self.client = client
@@ -579,7 +569,7 @@ class UpstreamConnection(asyncio.Protocol):
                 transport.write(b"".join(self.queue))  # type: ignore[attr-defined]
             transport.close()
             return
-        unsent = self.client.listener.options.flow.max_unsent_bytes
+        unsent = self.client.max_unsent_bytes
         transport.set_write_buffer_limits(high=unsent, low=unsent // 4)  # type: ignore[attr-defined]
         if self.queue:
             transport.write(b"".join(self.queue))  # type: ignore[attr-defined]
@@ -595,7 +585,7 @@ class UpstreamConnection(asyncio.Protocol):
         if self.transport is None:
             self.queue += (size, frame)
             self.queued_bytes += 4 + len(frame)
-            if self.queued_bytes > self.client.listener.options.flow.max_unsent_bytes:
+            if self.queued_bytes > self.client.max_unsent_bytes:
                 self.client.on_upstream_flow(True)  # until the connection is made
         else:
             self.transport.writelines((size, frame))
@@ -649,7 +639,7 @@ class UpstreamConnection(asyncio.Protocol):
         if pos:
             del buf[:pos]
 
-    def _deliver(self, sink: Slot | asyncio.Future[bytes], out: bytes) -> None:
+    def _deliver(self, sink: object, out: bytes) -> None:
         if isinstance(sink, asyncio.Future):
             if not sink.done():
                 sink.set_result(out)
