@@ -53,7 +53,7 @@ import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from coordinator.core.errors import ErrorCode
 from coordinator.security import scram
@@ -61,9 +61,7 @@ from coordinator.security.principal import KafkaPrincipal, user
 
 from ..oauth import InvalidToken, TokenValidator
 from . import wire
-
-if TYPE_CHECKING:
-    from .listener import KafkaConnection, Slot
+from .upstream.interfaces import ClientConnection, Forwarder
 
 log = logging.getLogger("kip848.kafka")
 API_VERSIONS = 18
@@ -484,13 +482,53 @@ PASSTHROUGH_STEPS = {"PLAIN": 1, "OAUTHBEARER": 1, "SCRAM-SHA-256": 2, "SCRAM-SH
 # ---------------------------------------------------------------- the connection's side
 
 
+class SaslListener(Protocol):
+    """The Kafka listener, as the SASL gate sees it."""
+
+    @property
+    def upstream(self) -> Forwarder | None:
+        """The upstream broker (pass-through relays the exchange to it); None: no upstream."""
+
+    @property
+    def on_auth_failed(self) -> Callable[[str, str, str, str], None] | None:
+        """Called with (listener, mechanism, peer, reason) for each client refused."""
+
+
+class SaslConnection(ClientConnection, Protocol):
+    """A client connection on a SASL listener, as the gate sees it
+    (``listener.KafkaConnection``): its session, its answer order (``expect``/``complete``,
+    and its upstream connection for pass-through, from :class:`ClientConnection`), its
+    principal, and closing it."""
+
+    sasl: SaslSession | None
+    """The exchange's state (None on a listener without SASL)."""
+
+    @property
+    def listener(self) -> SaslListener:
+        """The listener it came through."""
+
+    @property
+    def peer(self) -> str:
+        """The client's address (for the log)."""
+
+    @property
+    def closed(self) -> bool:
+        """Whether it is closed."""
+
+    def set_principal(self, principal: KafkaPrincipal) -> None:
+        """The requests read from now on carry ``principal``."""
+
+    def close_when_drained(self) -> None:
+        """Close once the answers in its order are written."""
+
+
 def now_ms() -> int:
     """Wall-clock milliseconds: token expiries (``exp``) are wall-clock times."""
     return int(time.time() * 1000)
 
 
 def intercept(
-    conn: KafkaConnection, key: int, version: int, correlation_id: int, frame: bytes, pos: int
+    conn: SaslConnection, key: int, version: int, correlation_id: int, frame: bytes, pos: int
 ) -> bool:
     """Called for every request of a connection on a SASL listener before anything else reads
     it: True when this module took care of it (a SASL request, or a request refused because the
@@ -524,7 +562,7 @@ def intercept(
 
 
 def _serve(
-    conn: KafkaConnection,
+    conn: SaslConnection,
     session: SaslSession,
     key: int,
     version: int,
@@ -597,9 +635,9 @@ def _no_handshake() -> SaslFailure:
 
 
 def _fail(
-    conn: KafkaConnection,
+    conn: SaslConnection,
     session: SaslSession,
-    slot: Slot,
+    slot: object,
     version: int,
     correlation_id: int,
     failure: SaslFailure,
@@ -619,13 +657,13 @@ def _fail(
     asyncio.get_running_loop().call_later(delay, _answer_and_close, conn, slot, data)
 
 
-def _answer_and_close(conn: KafkaConnection, slot: Slot, data: bytes) -> None:
+def _answer_and_close(conn: SaslConnection, slot: object, data: bytes) -> None:
     if not conn.closed:
         conn.complete(slot, data)
         conn.close_when_drained()
 
 
-def _refused(conn: KafkaConnection, session: SaslSession, why: str) -> None:
+def _refused(conn: SaslConnection, session: SaslSession, why: str) -> None:
     session.closing = True
     session.failures += 1
     log.info("Failed authentication with %s (%s): %s", conn.peer, session.mechanism, why)
@@ -633,16 +671,16 @@ def _refused(conn: KafkaConnection, session: SaslSession, why: str) -> None:
     conn.close_when_drained()
 
 
-def _observe(conn: KafkaConnection, mechanism: str, why: str) -> None:
+def _observe(conn: SaslConnection, mechanism: str, why: str) -> None:
     on_failed = conn.listener.on_auth_failed
     if on_failed is not None:
         on_failed("kafka", mechanism, conn.peer, why)
 
 
 def _relay(
-    conn: KafkaConnection,
+    conn: SaslConnection,
     session: SaslSession,
-    slot: Slot,
+    slot: object,
     key: int,
     version: int,
     frame: bytes,
@@ -664,7 +702,7 @@ def _relay(
 
 
 def _relayed(
-    conn: KafkaConnection, session: SaslSession, slot: Slot, key: int, version: int, reply: bytes
+    conn: SaslConnection, session: SaslSession, slot: object, key: int, version: int, reply: bytes
 ) -> None:
     flexible = wire.response_header_flexible(key, version)
     try:
