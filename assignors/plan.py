@@ -8,7 +8,7 @@ number of types; pure and deterministic.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from heapq import heappop, heappush
+from heapq import heapify, heappop, heappush
 
 from assignors.api import PartitionAssignorError
 
@@ -57,13 +57,15 @@ class _Cycles:
     ) -> None:
         self.flow, self.w, self.taken, self.room = flow, weights, taken, room
         self.nodes = len(room)
-        self.heaps: list[list[list[tuple[int, int]]]] = [
-            [[] for _ in range(self.nodes)] for _ in range(self.nodes)
-        ]
-        for i, row in enumerate(flow):
-            for v, f in enumerate(row):
-                if f:
-                    self._held(i, v)
+        self.heaps: list[list[list[tuple[int, int]]]] = []
+        for v in range(self.nodes):
+            held = [i for i, row in enumerate(flow) if row[v]]
+            heaps = []
+            for u in range(self.nodes):
+                heap = [] if u == v else [(weights[i][v] - weights[i][u], i) for i in held]
+                heapify(heap)
+                heaps.append(heap)
+            self.heaps.append(heaps)
 
     def _held(self, i: int, v: int) -> None:
         """Type i has units at node v (again): it may move from there."""
@@ -163,27 +165,34 @@ def _greedy(
     taken = [0] * nodes
     flow = [[0] * nodes for _ in supplies]
     best_everywhere = True
-    order = sorted(range(len(supplies)), key=lambda i: (-max(weights[i], default=0), i))
-    for i in order:
+    # Types by their best weight, highest first, then in order; each type's nodes by weight,
+    # highest first, then in order (sorts are stable, also reversed).
+    best_of = [max(row, default=0) for row in weights]
+    for i in sorted(range(len(supplies)), key=best_of.__getitem__, reverse=True):
         s = supplies[i]
         if not s:
             continue
         row = weights[i]
-        best = max(row)
-        for v in sorted(range(nodes), key=lambda v: (-row[v], v)):
-            take = min(s, room[v])
-            room[v] -= take
-            more = min(s - take, spare[v], extras)
-            spare[v] -= more
-            extras -= more
-            taken[v] += more
-            if take + more:
-                flow[i][v] = take + more
-                s -= take + more
+        best = best_of[i]
+        placed = flow[i]
+        for v in sorted(range(nodes), key=row.__getitem__, reverse=True):
+            free = room[v]
+            take = s if s < free else free
+            if extras and s > take:  # the node's share of the extras, too
+                more = min(s - take, spare[v], extras)
+                spare[v] -= more
+                extras -= more
+                taken[v] += more
+                take += more
+                free += more
+            if take:
+                room[v] = free - take
+                placed[v] = take
+                s -= take
                 if row[v] != best:
                     best_everywhere = False
-            if not s:
-                break
+                if not s:
+                    break
         if s:
             raise PartitionAssignorError("internal error: the rack plan cannot place everything")
     return flow, taken, best_everywhere

@@ -21,31 +21,39 @@ _LITTLE_ENDIAN = array("H", [1]).tobytes() == b"\x01\x00"  # arrays are in the m
 
 def place_ranges(
     members: Sequence[str],
-    counts: Sequence[int],
     group: Sequence[TopicId],
     num_partitions: int,
     rack_of: Mapping[str, str | None],
     topics: Mapping[TopicId, TopicMetadata],
 ) -> list[frozenset[int]] | None:
-    """The partition indexes of each member (in order; ``counts[j]`` each, summing to
-    ``num_partitions``) of a co-partitioned group of ``range`` topics, placed by racks: a
-    member's index counts once per topic of the group whose partition has a replica in the
-    member's rack. The plan keeps indexes in the node of their rack-blind owner where it can,
-    and each node deals its indexes, ascending, to its members in order: a node that keeps
-    exactly its members' rack-blind ranges gives them back unchanged. None when no rack is
-    relevant (the rack-blind ranges stand)."""
-    member_racks = list(map(rack_of.__getitem__, members))
-    racks = relevant_racks(member_racks, group, topics)
+    """The partition indexes of the members (in order) of a co-partitioned group of ``range``
+    topics of ``num_partitions`` each that get some: as many as rack-blind (with ``q, r`` the
+    quotient and remainder of the partitions by the members, the first ``r`` get ``q + 1``, the
+    others ``q``; members beyond the partition count get none and are left out), placed by
+    racks: a member's index counts once per topic of the group whose partition has a replica
+    in the member's rack. The plan keeps indexes in the node of their rack-blind owner where
+    it can, and each node deals its indexes, ascending, to its members in order: a node that
+    keeps exactly its members' rack-blind ranges gives them back unchanged. None when no rack
+    is relevant (the rack-blind ranges stand)."""
+    racks = relevant_racks(map(rack_of.__getitem__, members), group, topics)
     if not racks:
         return None
-    nodes = RackNodes(racks)
-    node = nodes.nodes_of(member_racks)
     n = num_partitions
+    quota, extra = divmod(n, len(members))
+    getting = members if quota else members[:extra]
+    counts = [quota + 1] * extra + [quota] * (len(getting) - extra)
+    nodes = RackNodes(racks)
+    node = nodes.nodes_of(map(rack_of.__getitem__, getting))
     stride = nodes.count
-    coded = bytes(node) if stride < 256 else None
-    if coded is not None:
-        capacities = [sum(compress(counts, coded.translate(ONLY[v]))) for v in range(stride)]
-        owner_node: Sequence[int] = b"".join(map(mul, map(BYTE.__getitem__, node), counts))
+    owner_node: Sequence[int]
+    if stride < 256:
+        coded = bytes(node)
+        first, after = coded[:extra], coded[extra:]
+        capacities = [(quota + 1) * first.count(v) + quota * after.count(v) for v in range(stride)]
+        if quota + (extra > 0) == 1:  # one index each: the owners' nodes are the members'
+            owner_node = coded
+        else:
+            owner_node = b"".join(map(mul, map(BYTE.__getitem__, node), counts))
     else:
         capacities = [0] * stride
         for j, c in enumerate(counts):

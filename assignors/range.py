@@ -154,11 +154,9 @@ def _placed_by_racks(
     rack_of = dict(zip(specs, map(_rack_id, specs.values()), strict=True))
     out: dict[TopicId, list[frozenset[int]]] = {}
     for (count, _key), (ordered, group) in groups.items():
-        quota, extra = divmod(count, len(ordered))
-        sizes = [quota + 1] * extra + [quota] * (len(ordered) - extra)  # as _ranges gives
-        ranges = place_ranges(ordered, sizes, group, count, rack_of, topics)
-        if ranges is not None:  # members beyond the partition count get nothing: cut them
-            out.update(dict.fromkeys(group, ranges[: min(count, len(ordered))]))
+        ranges = place_ranges(ordered, group, count, rack_of, topics)
+        if ranges is not None:
+            out.update(dict.fromkeys(group, ranges))
     return out
 
 
