@@ -34,12 +34,12 @@ print them.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from itertools import chain
 from types import MappingProxyType
-from typing import ClassVar, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, TypeVar, runtime_checkable
 
 __all__ = [
     "GroupAssignment",
@@ -60,6 +60,8 @@ TopicId = str
 
 MemberAssignment = Mapping[TopicId, frozenset[int]]
 """Topic id -> partition indexes. Topics with no partitions are omitted."""
+
+_T = TypeVar("_T")
 
 
 class SubscriptionType(Enum):
@@ -145,6 +147,21 @@ class TopicMetadata:
     _replica_racks: frozenset[str] | None = field(
         default=None, init=False, repr=False, compare=False
     )
+    _memo: dict[Hashable, Any] | None = field(default=None, init=False, repr=False, compare=False)
+
+    def memo(self, key: Hashable, make: Callable[[], _T]) -> _T:
+        """``make()``, computed once per object and ``key`` and kept with it (the metadata is
+        immutable): what an assignor derives from the topic and uses again on every call with
+        the same metadata (the rack-aware ones: the partitions grouped by which of the
+        members' racks hold a replica)."""
+        memo = self._memo
+        if memo is None:
+            memo = {}
+            object.__setattr__(self, "_memo", memo)
+        if key in memo:
+            return memo[key]
+        value = memo[key] = make()
+        return value
 
     def replica_racks(self) -> frozenset[str]:
         """The racks that hold a replica of some partition (computed once per object)."""

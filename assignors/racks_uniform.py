@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from functools import partial
 from itertools import chain
 from typing import Any, cast
 
@@ -98,6 +99,18 @@ def settle_from_summary(
     return cast("dict[str, MemberAssignment]", out)  # member ids -> plain dicts
 
 
+def _mask_groups(nodes: RackNodes, metadata: TopicMetadata) -> dict[int, tuple[int, ...]]:
+    """mask -> the partitions of the topic with that mask, ascending; masks ascending."""
+    mask_of = nodes.mask_of(metadata)
+    merged: dict[int, list[tuple[int, ...]]] = {}
+    for racks, group in metadata.partitions_by_racks().items():
+        merged.setdefault(mask_of[racks], []).append(group)
+    return {
+        m: groups[0] if len(groups) == 1 else tuple(sorted(chain.from_iterable(groups)))
+        for m, groups in sorted(merged.items())
+    }
+
+
 class Holders:
     """Who holds the partitions, as the coordinator gives it (``GroupSpec.partition_owners``:
     topic -> partition -> member id), and the member ids by index: holders are looked up with
@@ -143,18 +156,14 @@ class _ClassSettle:
         self.by_mask: dict[TopicId, dict[int, tuple[int, ...]]] = {}
 
     def masks(self, t: TopicId) -> dict[int, tuple[int, ...]]:
-        """mask -> the partitions of topic t with that mask, ascending."""
+        """mask -> the partitions of topic t with that mask, ascending (kept with the topic's
+        metadata, per tuple of relevant racks: the same on every call)."""
         out = self.by_mask.get(t)
         if out is None:
             metadata = self.topics[t]
-            mask_of = self.nodes.mask_of(metadata)
-            merged: dict[int, list[tuple[int, ...]]] = {}
-            for racks, group in metadata.partitions_by_racks().items():
-                merged.setdefault(mask_of[racks], []).append(group)
-            out = self.by_mask[t] = {
-                m: groups[0] if len(groups) == 1 else tuple(sorted(chain.from_iterable(groups)))
-                for m, groups in sorted(merged.items())
-            }
+            out = self.by_mask[t] = metadata.memo(
+                ("racks.masks", self.nodes.racks), partial(_mask_groups, self.nodes, metadata)
+            )
         return out
 
     def mask(self, t: TopicId, p: int) -> int:
@@ -433,6 +442,12 @@ class _ClassSettle:
                 held = current[i]
                 mine = out[i] = dict(held) if held else {}
             load[i] = target[i]
+            if start + need < end:  # within the topic at hand (the usual case)
+                run = frozenset(seq[start : start + need])
+                before = mine.get(t)
+                mine[t] = before | run if before else run
+                start += need
+                continue
             while need:
                 if at == len(pool):
                     raise PartitionAssignorError("internal error: a node received too little")
