@@ -30,6 +30,9 @@ from google.protobuf.descriptor import Descriptor, FieldDescriptor, ServiceDescr
 
 _TAGS = {number: bytes([number << 3 | 2]) for number in range(1, 16)}  # length-delimited
 LIMIT_EXCEEDED = "Concurrent RPC limit exceeded!"  # grpc.aio's words for maximum_concurrent_rpcs
+NOT_READ = object()
+"""A call whose group was not read yet (our gRPC server reads it once, for the admission, and
+its contexts carry it: ``H2Context.group``)."""
 RESERVE_SHARE = 10
 """The process runs at most 1/RESERVE_SHARE more than one group's limit, for the others."""
 
@@ -171,7 +174,9 @@ def limited(
     if inspect.isasyncgenfunction(handler):
 
         async def stream(request: bytes, context: Any) -> AsyncIterator[Any]:
-            key = keys.key(path, request)
+            key = getattr(context, "group", NOT_READ)
+            if key is NOT_READ:
+                key = keys.key(path, request)
             if not limit.acquire(key):
                 await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, LIMIT_EXCEEDED)
             try:
@@ -183,7 +188,9 @@ def limited(
         return stream
 
     async def unary(request: bytes, context: Any) -> Any:
-        key = keys.key(path, request)
+        key = getattr(context, "group", NOT_READ)
+        if key is NOT_READ:
+            key = keys.key(path, request)
         if not limit.acquire(key):
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, LIMIT_EXCEEDED)
         try:

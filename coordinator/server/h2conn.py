@@ -30,7 +30,9 @@ from ngh2 import (
     WindowUpdated,
 )
 
+from . import eager
 from .admission import Admission
+from .fairness import NOT_READ
 from .grpc_options import GrpcOptions
 from .grpc_server import AbortCall
 from .h2flow import Windows
@@ -122,6 +124,7 @@ class _Call:
         "reserved",
         "reserved_end",
         "queued",
+        "group",
     )
 
     def __init__(
@@ -157,6 +160,7 @@ class _Call:
         self.delivered = 0
         self.reserved = 0
         self.reserved_end = 0
+        self.group: Hashable | None | object = NOT_READ  # the group its request names
         self.queued = 0
 
 
@@ -170,6 +174,12 @@ class H2Context:
 
     def invocation_metadata(self) -> Sequence[tuple[str, Any]]:
         return self._call.metadata
+
+    @property
+    def group(self) -> Hashable | None | object:
+        """The group the call's request names, as read for its admission
+        (``fairness.NOT_READ`` if it was not)."""
+        return self._call.group
 
     def peer(self) -> str:
         return self._call.conn.peer
@@ -552,7 +562,7 @@ class H2Connection(asyncio.Protocol):
         group_of = self.server.group_of
         key = None
         if group_of is not None and call.message is not None:
-            key = group_of(call.path, call.message)
+            key = call.group = group_of(call.path, call.message)
         self.server.admission.start(self if key is None else key, call)
 
     def run(self, call: _Call) -> None:
@@ -561,7 +571,7 @@ class H2Connection(asyncio.Protocol):
         if not call.finished:
             if call.requests is None:
                 self.windows.delivered(call, call.received - call.delivered)
-            call.task = asyncio.get_running_loop().create_task(self._run(call))
+            call.task = eager.start(self._run(call))  # a task only if it must wait
 
     def _closed(self, stream_id: int) -> None:
         """The stream is gone (the client reset it, or it ended): stop its handler."""

@@ -47,6 +47,7 @@ from coordinator.security.principal import ANONYMOUS, KafkaPrincipal
 from ..api import Caller, Node
 from ..authorization import DESCRIBE, TOPIC
 from ..codec import AUTHORIZED_OPERATIONS_OMITTED
+from ..eager import Resume
 from ..service import CoordinatorService
 from ..tls import listening_sockets, peer_subject
 from . import acl_split, apis, configs, convert, fetch_guard, topic_guard, wire
@@ -860,7 +861,7 @@ class KafkaConnection(asyncio.Protocol):
 
     async def _finish(self, coro: Any, waiting: Any) -> None:
         try:
-            if await _Resume(coro, waiting):
+            if await Resume(coro, waiting):
                 await self._drain()
         finally:
             self.worker = None
@@ -966,30 +967,3 @@ class KafkaConnection(asyncio.Protocol):
 
 
 NodeOf = Callable[[int], Node]
-
-
-class _Resume:
-    """Awaiting it finishes a coroutine that was started by hand (``coro.send(None)``) and
-    is suspended on ``waiting`` (what it yielded): the same steps ``await coro`` would take
-    from there, inside the awaiting task."""
-
-    __slots__ = ("coro", "waiting")
-
-    def __init__(self, coro: Any, waiting: Any) -> None:
-        self.coro, self.waiting = coro, waiting
-
-    def __await__(self) -> Any:
-        coro, waiting = self.coro, self.waiting
-        while True:
-            try:
-                yield waiting
-            except BaseException as exc:  # noqa: BLE001 - passed on to the coroutine
-                try:
-                    waiting = coro.throw(exc)
-                except StopIteration as stop:
-                    return stop.value
-            else:
-                try:
-                    waiting = coro.send(None)
-                except StopIteration as stop:
-                    return stop.value
