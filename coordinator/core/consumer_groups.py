@@ -10,13 +10,14 @@ is asked to convert groups through the shard's :class:`~.components.ClassicGroup
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
 from heapq import nsmallest
 from typing import TYPE_CHECKING, Any
 
 from assignors.api import PartitionAssignor, TopicMetadata
 
+from . import group_descriptions as descriptions
 from . import records as r
 from .commands import (
     ConsumerGroupHeartbeat,
@@ -30,19 +31,23 @@ from .components import ByGroupId
 from .context import ShardContext
 from .errors import (
     CoordinatorError,
-    FencedInstanceIdError,
-    FencedMemberEpochError,
     GroupIdNotFoundError,
     GroupMaxSizeReachedError,
-    InvalidRequestError,
     UnknownMemberIdError,
     UnknownServerError,
-    UnreleasedInstanceIdError,
-    UnsupportedAssignorError,
 )
 from .events import Cause, Event, LogEvent, epoch_bumped
 from .group import ConsumerGroup, GroupState
 from .group_configs import GroupConfigs
+from .group_descriptions import GroupDescription
+from .membership import (
+    LEAVE_GROUP_MEMBER_EPOCH,
+    LEAVE_GROUP_STATIC_MEMBER_EPOCH,
+    check_heartbeat_request,
+    find_or_create_member,
+    leaving_member,
+    updated_member,
+)
 from .model import (
     EMPTY_ASSIGNMENT,
     Assignment,
@@ -52,7 +57,7 @@ from .model import (
     assignment_minus,
 )
 from .reconciliation import compute_next_member
-from .regex import compile_regex, resolve_regex
+from .subscriptions import Subscriptions, TopicFilter
 from .target_assignment import (
     AssignmentJob,
     AssignmentOutcome,
@@ -70,44 +75,8 @@ if TYPE_CHECKING:
 _SUBSCRIBING = frozenset({Cause.MEMBER_JOINED, Cause.SUBSCRIPTION_CHANGED, Cause.REGEX_CHANGED})
 """Causes that change the subscribed topics (and so the subscription metadata) themselves."""
 
-REGEX_BATCH_REFRESH_MIN_INTERVAL_MS = 10_000
-"""Kafka's: a group's regexes are resolved again at most this often."""
-REGEX_RESOLUTION_TIMEOUT_MS = 30_000
-"""A resolution asked for and not run this long after (lost with a failed write, or the
-runtime never ran it) is asked for again by the next heartbeat."""
-
 ANSWERS_PER_COMMAND = 64
 """Parked joins answered by one command (each: the member's reconciliation, its record)."""
-
-LEAVE_GROUP_MEMBER_EPOCH = -1
-LEAVE_GROUP_STATIC_MEMBER_EPOCH = -2
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class MemberDescription:
-    member_id: str
-    instance_id: str | None
-    rack_id: str | None
-    member_epoch: int
-    client_id: str
-    client_host: str
-    subscribed_topic_names: tuple[str, ...]
-    subscribed_topic_regex: str | None
-    assignment: Assignment
-    target_assignment: Assignment
-    member_type: int  # -1 unknown, 0 classic, 1 consumer
-    state: str
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class GroupDescription:
-    group_id: str
-    group_uid: str
-    group_state: str
-    group_epoch: int
-    assignment_epoch: int
-    assignor_name: str
-    members: tuple[MemberDescription, ...]
 
 
 class ConsumerGroups(ByGroupId[ConsumerGroup]):
@@ -125,10 +94,10 @@ class ConsumerGroups(ByGroupId[ConsumerGroup]):
         self.assignors: dict[str, PartitionAssignor] = {a.name: a for a in assignors}
         self.assignor_names: tuple[str, ...] = tuple(a.name for a in assignors)
         self._by_group = ctx.undo.new_dict()  # group id -> ConsumerGroup
-        self._regex_cache: dict[str, tuple[int, frozenset[str]]] = {}  # soft, process-local
+        self._subscriptions = Subscriptions(ctx)
         self.classic: ClassicGroupSupport | None = None
         """Set once by the shard: the classic groups of the same shard (upgrade/downgrade)."""
-        self.topic_filter: Callable[[object, str, str], bool] | None = None
+        self.topic_filter: TopicFilter | None = None
         """Set by the server: may (principal, client host) describe this topic? A regex resolved
         in a member's heartbeat matches only the topics it allows (KIP-848 with Kafka's
         KAFKA-18813: the resolution is the triggering member's). None: every topic. A pure
@@ -151,7 +120,7 @@ class ConsumerGroups(ByGroupId[ConsumerGroup]):
         self, req: ConsumerGroupHeartbeat, now_ms: int
     ) -> Result[ConsumerGroupHeartbeatResponse]:
         """ConsumerGroupHeartbeat (KIP-848 "Request Handling"; Kafka 4.0 semantics)."""
-        self.check_heartbeat_request(req)
+        check_heartbeat_request(req, self.assignor_names)
         if req.member_epoch < 0:
             return self._ctx.run(self._leave, req, now_ms)
         return self._ctx.run(self._heartbeat, req, now_ms, None)
@@ -162,52 +131,6 @@ class ConsumerGroups(ByGroupId[ConsumerGroup]):
         """A classic member's JoinGroup, translated by the legacy bridge into a heartbeat (no
         request validation, no group conversion; the caller runs it inside its own command)."""
         return self._heartbeat(req, now_ms, classic)
-
-    def check_heartbeat_request(self, req: ConsumerGroupHeartbeat) -> None:
-        """Request validation (KIP-848 "Request Validation", Kafka 4.0 relaxations)."""
-        invalid = InvalidRequestError
-        if not req.group_id.strip():
-            raise invalid("GroupId can't be empty.")
-        if req.instance_id is not None and not req.instance_id.strip():
-            raise invalid("InstanceId can't be empty.")
-        if req.rack_id is not None and not req.rack_id.strip():
-            raise invalid("RackId can't be empty.")
-        epoch = req.member_epoch
-        if epoch < LEAVE_GROUP_STATIC_MEMBER_EPOCH:
-            raise invalid("MemberEpoch is invalid.")
-        if epoch != 0 and not req.member_id.strip():
-            raise invalid("MemberId can't be empty.")
-        if req.member_id and not req.member_id.strip():
-            raise invalid("MemberId can't be blank.")
-        if req.rebalance_timeout_ms != -1 and req.rebalance_timeout_ms <= 0:
-            raise invalid(
-                f"RebalanceTimeoutMs must be larger than zero, got {req.rebalance_timeout_ms}."
-            )
-        if epoch == 0:
-            if req.rebalance_timeout_ms == -1:
-                raise invalid("RebalanceTimeoutMs must be provided in first request.")
-            if req.topic_partitions is None or req.topic_partitions:
-                raise invalid("TopicPartitions must be empty when (re-)joining.")
-            if req.subscribed_topic_names is None and req.subscribed_topic_regex is None:
-                raise invalid(
-                    "SubscribedTopicNames or SubscribedTopicRegex must be set in first request."
-                )
-        if epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH and req.instance_id is None:
-            raise invalid("InstanceId can't be null.")
-        if req.topic_partitions:
-            for topic_id, partitions in req.topic_partitions.items():
-                if any(p < 0 for p in partitions):
-                    raise invalid(
-                        f"TopicPartitions has a negative partition index for topic {topic_id}."
-                    )
-        if req.server_assignor is not None and req.server_assignor not in self.assignors:
-            raise UnsupportedAssignorError(
-                f"ServerAssignor {req.server_assignor} is not supported. Supported assignors: "
-                f"{', '.join(self.assignor_names)}."
-            )
-        if req.subscribed_topic_regex:
-            # INVALID_REGULAR_EXPRESSION, before any change
-            compile_regex(req.subscribed_topic_regex)
 
     def _heartbeat(
         self, req: ConsumerGroupHeartbeat, now_ms: int, classic: ClassicMemberMetadata | None
@@ -239,7 +162,7 @@ class ConsumerGroups(ByGroupId[ConsumerGroup]):
             raise GroupMaxSizeReachedError(
                 f"The consumer group has reached its maximum capacity of {max_size} members."
             )
-        member, replaced = self._find_or_create_member(group, member_id, req)
+        member, replaced = find_or_create_member(group, member_id, req)
         before_assigned = member.assigned_partitions
         before_pending = (
             self._pending(group, member) if group is not None and replaced is None else None
@@ -249,7 +172,7 @@ class ConsumerGroups(ByGroupId[ConsumerGroup]):
             result.timers += self._cancel_timers(group_id, replaced.member_id)
 
         # 2. Apply the request's "null means unchanged" fields.
-        updated = self._updated_member(member, req, classic)
+        updated = updated_member(member, req, classic)
         is_new = group is None or member_id not in group.members
         causes: list[Cause] = []
         old_regex, new_regex = member.subscribed_topic_regex, updated.subscribed_topic_regex
@@ -274,9 +197,11 @@ class ConsumerGroups(ByGroupId[ConsumerGroup]):
         group = self._by_group[group_id]
         new_group = group.group_uid == ""
         if old_regex and regex_changed:
-            self.maybe_drop_regex(result, group, old_regex)
+            self._subscriptions.maybe_drop_regex(result, group, old_regex)
         if group.regex_members:
-            self._maybe_ask_regexes(result, group, now_ms, req, regex_changed and bool(new_regex))
+            self._subscriptions.maybe_ask_regexes(
+                result, group, now_ms, req, regex_changed and bool(new_regex)
+            )
 
         # 3. Refresh subscription metadata when needed; bump the group epoch.
         image_version = ctx.topics.version
@@ -289,7 +214,7 @@ class ConsumerGroups(ByGroupId[ConsumerGroup]):
             # New subscription metadata is a cause of its own only when no change of the
             # member's subscription explains it (topics created, deleted, or grown; a regex
             # dropped).
-            if self._refresh_metadata(result, group) and not _SUBSCRIBING.intersection(causes):
+            if self._subscriptions.refresh(result, group) and not _SUBSCRIBING.intersection(causes):
                 causes.append(
                     Cause.REGEX_CHANGED if regex_changed else Cause.TOPIC_METADATA_CHANGED
                 )
@@ -456,80 +381,6 @@ class ConsumerGroups(ByGroupId[ConsumerGroup]):
             # Its session starts over with its answer: the wait was the server's, not silence.
             result.timers.append(ArmTimer((SESSION, gid, member_id), now_ms + session_ms))
 
-    def _find_or_create_member(
-        self, group: ConsumerGroup | None, member_id: str, req: ConsumerGroupHeartbeat
-    ) -> tuple[ConsumerGroupMember, ConsumerGroupMember | None]:
-        """(member, replaced static member or None)."""
-        epoch = req.member_epoch
-        instance_id = req.instance_id
-        existing = None if group is None else group.members.get(member_id)
-        if instance_id is None or group is None:
-            if existing is None:
-                if epoch != 0:
-                    raise UnknownMemberIdError(
-                        f"Member {member_id} is not a member of group {req.group_id}."
-                    )
-                return ConsumerGroupMember(member_id=member_id), None
-            self._check_member_epoch(existing, epoch, req.topic_partitions)
-            return existing, None
-        static_id = group.static_members.get(instance_id)
-        static = None if static_id is None else group.members[static_id]
-        if epoch == 0:
-            if static is None:
-                if existing is not None:
-                    self._check_member_epoch(existing, epoch, req.topic_partitions)
-                    return existing, None
-                return ConsumerGroupMember(member_id=member_id), None
-            if static.member_id == member_id:
-                # The same incarnation re-joining (e.g. its join response was lost).
-                self._check_member_epoch(static, epoch, req.topic_partitions)
-                return static, None
-            if static.member_epoch != LEAVE_GROUP_STATIC_MEMBER_EPOCH:
-                raise UnreleasedInstanceIdError(
-                    f"Static member {member_id} with instance id {instance_id} cannot join the group "
-                    f"because the instance id is owned by {static.member_id} member."
-                )
-            if existing is not None:
-                raise InvalidRequestError(
-                    f"Member {member_id} is already in group {req.group_id}; it cannot take over "
-                    f"instance id {instance_id}."
-                )
-            replacement = replace(
-                static, member_id=member_id, member_epoch=0, previous_member_epoch=0
-            )
-            return replacement, static
-        if static is None:
-            raise UnknownMemberIdError(f"Instance id {instance_id} is unknown.")
-        if static.member_id != member_id:
-            raise FencedInstanceIdError(
-                f"Static member {member_id} with instance id {instance_id} was fenced by member "
-                f"{static.member_id}."
-            )
-        self._check_member_epoch(static, epoch, req.topic_partitions)
-        return static, None
-
-    @staticmethod
-    def _check_member_epoch(
-        member: ConsumerGroupMember, received: int, owned: Assignment | None
-    ) -> None:
-        current = member.member_epoch
-        if received == 0 or received == current:
-            return  # epoch 0: a known member re-joins after being fenced (KAFKA-19233).
-        if received > current:
-            raise FencedMemberEpochError(
-                f"The consumer group member has a greater member epoch ({received}) than the one known "
-                f"by the group coordinator ({current}). The member must abandon all its partitions and rejoin."
-            )
-        # Lost-response exception (KIP-848 "Request Handling" 3): the previous epoch is accepted
-        # when everything the member owns is still assigned to it.
-        if received != member.previous_member_epoch or not _is_subset(
-            owned, member.assigned_partitions
-        ):
-            raise FencedMemberEpochError(
-                f"The consumer group member has a smaller member epoch ({received}) than the one known "
-                f"by the group coordinator ({current}). The member must abandon all its partitions and rejoin."
-            )
-
     def _replace_static_member(
         self,
         result: Result[Any],
@@ -557,85 +408,9 @@ class ConsumerGroups(ByGroupId[ConsumerGroup]):
             )
         )
 
-    @staticmethod
-    def _updated_member(
-        member: ConsumerGroupMember,
-        req: ConsumerGroupHeartbeat,
-        classic: ClassicMemberMetadata | None = None,
-    ) -> ConsumerGroupMember:
-        changes: dict[str, Any] = {}
-        if req.instance_id is not None and req.instance_id != member.instance_id:
-            changes["instance_id"] = req.instance_id
-        if req.rack_id is not None and req.rack_id != member.rack_id:
-            changes["rack_id"] = req.rack_id
-        if (
-            req.rebalance_timeout_ms != -1
-            and req.rebalance_timeout_ms != member.rebalance_timeout_ms
-        ):
-            changes["rebalance_timeout_ms"] = req.rebalance_timeout_ms
-        if req.server_assignor is not None and req.server_assignor != member.server_assignor_name:
-            changes["server_assignor_name"] = req.server_assignor
-        if req.subscribed_topic_names is not None:
-            names = tuple(sorted(set(req.subscribed_topic_names)))
-            if names != member.subscribed_topic_names:
-                changes["subscribed_topic_names"] = names
-        if req.subscribed_topic_regex is not None:
-            regex = req.subscribed_topic_regex or None
-            if regex != member.subscribed_topic_regex:
-                changes["subscribed_topic_regex"] = regex
-        if req.client_id != member.client_id:
-            changes["client_id"] = req.client_id
-        if req.client_host != member.client_host:
-            changes["client_host"] = req.client_host
-        if member.classic_member_metadata != classic:
-            changes["classic_member_metadata"] = classic
-        return replace(member, **changes) if changes else member
-
-    def _refresh_metadata(self, result: Result[Any], group: ConsumerGroup) -> bool:
-        """Recompute subscription metadata against the topics image (regexes as last
-        resolved: one not resolved yet matches nothing). Returns True if it changed (a group
-        epoch bump is due)."""
-        metadata = self.subscription_metadata(group)
-        if metadata != group.subscription_metadata:
-            self._ctx.emit(result, r.partition_metadata_record(group.group_id, metadata))
-            return True
-        return False
-
-    def _maybe_ask_regexes(
-        self,
-        result: Result[Any],
-        group: ConsumerGroup,
-        now_ms: int,
-        req: ConsumerGroupHeartbeat,
-        new_regex: bool,
-    ) -> None:
-        """Kafka 4.x's maybeUpdateRegularExpressions: the group's regexes are resolved again,
-        off the heartbeat path (``Result.regex_resolutions``; :meth:`resolve_regexes` when the
-        runtime runs it), when none is being resolved, the last resolution is more than
-        ``REGEX_BATCH_REFRESH_MIN_INTERVAL_MS`` old, and a regex is unresolved (a member just
-        brought it), the topics image changed since, or
-        ``group.consumer.regex.refresh.interval.ms`` passed. The heartbeat that asks names the
-        principal the regexes are resolved for."""
-        asked = group.regex_asked_ms
-        if asked >= 0 and now_ms - asked < REGEX_RESOLUTION_TIMEOUT_MS:
-            return
-        since = now_ms - group.regex_refreshed_ms
-        if group.regex_refreshed_ms >= 0 and since <= REGEX_BATCH_REFRESH_MIN_INTERVAL_MS:
-            return
-        due = (
-            new_regex
-            or any(x not in group.resolved_regexes for x in group.regex_members)
-            or group.regex_image_version != self._ctx.topics.version
-            or since >= self._ctx.config.consumer_regex_refresh_interval_ms
-        )
-        if due:
-            group.set("regex_asked_ms", now_ms)
-            group.set("regex_trigger", (req.principal, req.client_host))
-            result.regex_resolutions.append(group.group_id)
-
     def resolve_regexes(self, group_id: str, now_ms: int) -> Result[None]:
         """Resolve the group's regexes against the topics image (the runtime runs this as a
-        command of its own, asked by a heartbeat: :meth:`_maybe_ask_regexes`). Each regex the
+        command of its own, asked by a heartbeat: ``Subscriptions.maybe_ask_regexes``). Each regex the
         group still subscribes to gets its resolution record (Kafka writes them all: the
         timestamp is the group's last refresh); a changed resolution bumps the group epoch
         (KIP-848 "Regex Based Subscription"; also one that became empty, KAFKA-19899), and so
@@ -648,27 +423,15 @@ class ConsumerGroups(ByGroupId[ConsumerGroup]):
         group = self._by_group.get(group_id)
         if group is None:
             return result
-        trigger = group.regex_trigger
-        group.set("regex_asked_ms", -1)
-        image = self._ctx.topics
-        group.set("regex_image_version", image.version)
+        subscriptions = self._subscriptions
+        changed = subscriptions.resolve_regexes(result, group, now_ms, self.topic_filter)
         if not group.regex_members:
             return result
-        allows = self.topic_filter
-        changed = False
-        for regex in sorted(group.regex_members):
-            topics = self._resolve(regex)
-            if allows is not None and trigger is not None:
-                who, host = trigger
-                topics = frozenset(t for t in topics if allows(who, host, t))
-            resolved = group.resolved_regexes.get(regex)
-            changed |= resolved is None or resolved[0] != topics
-            self._ctx.emit(result, r.regex_record(group_id, regex, topics, image.version, now_ms))
-        if self._refresh_metadata(result, group) or changed:
+        if subscriptions.refresh(result, group) or changed:
             self._ctx.emit(
                 result, r.group_epoch_record(group_id, group.group_epoch + 1, group.group_uid)
             )
-            group.set("metadata_checked", (image.version, group.group_epoch))
+            group.set("metadata_checked", (self._ctx.topics.version, group.group_epoch))
             result.events.append(
                 epoch_bumped(group_id, group.group_epoch, (Cause.REGEX_RESOLVED,), ())
             )
@@ -685,51 +448,10 @@ class ConsumerGroups(ByGroupId[ConsumerGroup]):
                     )  # the resolution stands; the next heartbeat computes the target
         return result
 
-    def _resolve(self, regex: str) -> frozenset[str]:
-        """Resolve against the current image; cached per (regex, image version) in this process
-        only (image versions restart with the process, so persisted versions are not trusted)."""
-        image = self._ctx.topics
-        cached = self._regex_cache.get(regex)
-        if cached is not None and cached[0] == image.version:
-            return cached[1]
-        topics = resolve_regex(regex, image.by_name)
-        if len(self._regex_cache) > 4096:
-            self._regex_cache.clear()
-        self._regex_cache[regex] = (image.version, topics)
-        return topics
-
     def subscription_metadata(self, group: ConsumerGroup) -> dict[str, TopicMetadata]:
-        """Every topic the group subscribes to that exists, by name, with its partition racks
-        (from the topics image).
-        The group's current entries are reused where they still hold (so an unchanged result
-        compares equal by identity, and a join to a group of many topics builds nothing)."""
-        by_name = self._ctx.topics.by_name
-        current = group.subscription_metadata
-        out = {}
-        for name in group.topic_subscribers:
-            t = by_name.get(name)
-            if t is not None:
-                old = current.get(name)
-                if (
-                    old is not None
-                    and old.topic_id == t.topic_id
-                    and old.num_partitions == t.num_partitions
-                    and old.partition_racks == t.partition_racks
-                ):
-                    out[name] = old
-                else:
-                    out[name] = TopicMetadata(
-                        topic_id=t.topic_id,
-                        name=name,
-                        num_partitions=t.num_partitions,
-                        partition_racks=t.partition_racks,
-                    )
-        return out
-
-    def maybe_drop_regex(self, result: Result[Any], group: ConsumerGroup, regex: str) -> None:
-        """The last member using a regex dropped it: delete its resolution."""
-        if regex not in group.regex_members and regex in group.resolved_regexes:
-            self._ctx.emit(result, r.regex_tombstone(group.group_id, regex))
+        """The group's subscription metadata from the topics image (``Subscriptions.metadata``;
+        the legacy bridge writes it when it converts a classic group)."""
+        return self._subscriptions.metadata(group)
 
     def _reconcile(
         self,
@@ -915,45 +637,30 @@ class ConsumerGroups(ByGroupId[ConsumerGroup]):
         group = self._by_group.get(req.group_id)
         if group is None:
             raise GroupIdNotFoundError(f"Consumer group {req.group_id} not found.")
-        member_id, epoch = req.member_id, req.member_epoch
-        if req.instance_id is None:
-            member = group.members.get(member_id)
-            if member is None:
-                raise UnknownMemberIdError(
-                    f"Member {member_id} is not a member of group {req.group_id}."
+        member_id = req.member_id
+        member = leaving_member(group, req)
+        if req.instance_id is not None and req.member_epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+            # Temporary leave: keep the member and its partitions for its session timeout.
+            result: Result[ConsumerGroupHeartbeatResponse] = Result()
+            leaving = replace(
+                member,
+                member_epoch=LEAVE_GROUP_STATIC_MEMBER_EPOCH,
+                partitions_pending_revocation=EMPTY_ASSIGNMENT,
+            )
+            self._ctx.emit(result, r.current_assignment_record(group.group_id, leaving))
+            result.response = ConsumerGroupHeartbeatResponse(
+                member_id=member_id,
+                member_epoch=LEAVE_GROUP_STATIC_MEMBER_EPOCH,
+                heartbeat_interval_ms=0,
+            )
+            result.events.append(
+                LogEvent(
+                    event=Event.STATIC_MEMBER_LEFT_TEMPORARILY,
+                    group_id=group.group_id,
+                    fields={"member_id": member_id, "instance_id": req.instance_id},
                 )
-        else:
-            static_id = group.static_members.get(req.instance_id)
-            if static_id is None:
-                raise UnknownMemberIdError(f"Instance id {req.instance_id} is unknown.")
-            if static_id != member_id:
-                raise FencedInstanceIdError(
-                    f"Static member {member_id} with instance id {req.instance_id} was fenced by member "
-                    f"{static_id}."
-                )
-            member = group.members[static_id]
-            if epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
-                # Temporary leave: keep the member and its partitions for its session timeout.
-                result: Result[ConsumerGroupHeartbeatResponse] = Result()
-                leaving = replace(
-                    member,
-                    member_epoch=LEAVE_GROUP_STATIC_MEMBER_EPOCH,
-                    partitions_pending_revocation=EMPTY_ASSIGNMENT,
-                )
-                self._ctx.emit(result, r.current_assignment_record(group.group_id, leaving))
-                result.response = ConsumerGroupHeartbeatResponse(
-                    member_id=member_id,
-                    member_epoch=LEAVE_GROUP_STATIC_MEMBER_EPOCH,
-                    heartbeat_interval_ms=0,
-                )
-                result.events.append(
-                    LogEvent(
-                        event=Event.STATIC_MEMBER_LEFT_TEMPORARILY,
-                        group_id=group.group_id,
-                        fields={"member_id": member_id, "instance_id": req.instance_id},
-                    )
-                )
-                return result
+            )
+            return result
         result = self.fence_member(group, member, now_ms, Cause.MEMBER_LEFT)
         result.response = ConsumerGroupHeartbeatResponse(
             member_id=member_id, member_epoch=LEAVE_GROUP_MEMBER_EPOCH, heartbeat_interval_ms=0
@@ -1008,11 +715,9 @@ class ConsumerGroups(ByGroupId[ConsumerGroup]):
         for member in members:
             self.remove_member_records(result, gid, member.member_id)
             if member.subscribed_topic_regex:
-                self.maybe_drop_regex(result, group, member.subscribed_topic_regex)
+                self._subscriptions.maybe_drop_regex(result, group, member.subscribed_topic_regex)
             result.timers += [CancelTimer((k, gid, member.member_id)) for k in kinds]
-        metadata = self.subscription_metadata(group)
-        if metadata != group.subscription_metadata:
-            emit(result, r.partition_metadata_record(gid, metadata))
+        self._subscriptions.refresh(result, group)
         emit(result, r.group_epoch_record(gid, group.group_epoch + 1, group.group_uid))
         group.set("metadata_checked", (self._ctx.topics.version, group.group_epoch))
         result.events.append(
@@ -1128,34 +833,7 @@ class ConsumerGroups(ByGroupId[ConsumerGroup]):
         group = self._by_group.get(group_id)
         if group is None:
             raise GroupIdNotFoundError(f"Group {group_id} not found.")
-        members = []
-        for member_id in sorted(group.members):
-            m = group.members[member_id]
-            members.append(
-                MemberDescription(
-                    member_id=m.member_id,
-                    instance_id=m.instance_id,
-                    rack_id=m.rack_id,
-                    member_epoch=m.member_epoch,
-                    client_id=m.client_id,
-                    client_host=m.client_host,
-                    subscribed_topic_names=m.subscribed_topic_names,
-                    subscribed_topic_regex=m.subscribed_topic_regex,
-                    assignment=m.assigned_partitions,
-                    target_assignment=group.target_of(member_id),
-                    member_type=0 if m.classic_member_metadata is not None else 1,
-                    state=m.state.name,
-                )
-            )
-        return GroupDescription(
-            group_id=group_id,
-            group_uid=group.group_uid,
-            group_state=group.state().value,
-            group_epoch=group.group_epoch,
-            assignment_epoch=group.assignment_epoch,
-            assignor_name=group.preferred_assignor(self.assignor_names),
-            members=tuple(members),
-        )
+        return descriptions.describe(group, self.assignor_names)
 
     def state_of(self, group_id: str) -> GroupState:
         group = self._by_group.get(group_id)
@@ -1163,12 +841,12 @@ class ConsumerGroups(ByGroupId[ConsumerGroup]):
 
     def listed(self) -> list[ListedGroup]:
         """ListGroups entries of the consumer groups."""
-        return [_listed(gid, self._by_group[gid]) for gid in sorted(self._by_group)]
+        return [descriptions.listed(gid, self._by_group[gid]) for gid in sorted(self._by_group)]
 
     def listed_group(self, group_id: str) -> ListedGroup | None:
         """The ListGroups entry of the consumer group ``group_id``; None if there is none."""
         group = self._by_group.get(group_id)
-        return None if group is None else _listed(group_id, group)
+        return None if group is None else descriptions.listed(group_id, group)
 
     # ------------------------------------------------------------------ records
 
@@ -1290,25 +968,3 @@ class ConsumerGroups(ByGroupId[ConsumerGroup]):
 def _first_token(item: tuple[str, tuple[int, ...]]) -> int:
     """A parked member's first token: when its join arrived."""
     return item[1][0]
-
-
-def _is_subset(owned: Assignment | None, assigned: Mapping[str, frozenset[int]]) -> bool:
-    if owned is None:
-        return False
-    for topic_id, partitions in owned.items():
-        mine = assigned.get(topic_id)
-        if mine is None:
-            if partitions:
-                return False
-        elif not mine.issuperset(partitions):
-            return False
-    return True
-
-
-def _listed(group_id: str, group: ConsumerGroup) -> ListedGroup:
-    return ListedGroup(
-        group_id=group_id,
-        protocol_type="consumer",
-        group_state=group.state().value,
-        group_type="consumer",
-    )

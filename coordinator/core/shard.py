@@ -43,12 +43,13 @@ from .commands import (
 )
 from .components import ClassicGroupSupport, Component
 from .config import GroupCoordinatorConfig
-from .consumer_groups import ConsumerGroups, GroupDescription, MemberDescription
+from .consumer_groups import ConsumerGroups
 from .context import ShardContext
 from .errors import ErrorCode, IllegalStateError, NonEmptyGroupError
 from .events import Event, LogEvent
 from .group import GroupState
 from .group_configs import GroupConfigs
+from .group_descriptions import GroupDescription, MemberDescription
 from .model import TopicsImage
 from .offsets import (
     OffsetCommit,
