@@ -366,3 +366,38 @@ def test_without_the_members_by_rack_the_incremental_path_declines() -> None:
         UNIFORM.assign_changes(dataclasses.replace(spec, target_summary=summary), topics)
         is not None
     )
+
+
+def test_relevant_racks_replica_racks_and_memo() -> None:
+    """The racks some member is in and some topic holds a replica in (a member without a rack,
+    a rack without replicas, topics without racks: none of them); a topic's replica racks and
+    what an assignor keeps with its metadata, computed once."""
+    topics = {
+        "t0": TopicMetadata(topic_id="t0", name="t0", num_partitions=3),
+        "t1": TopicMetadata(
+            topic_id="t1",
+            name="t1",
+            num_partitions=3,
+            partition_racks={0: frozenset("ab"), 2: frozenset("c")},
+        ),
+        "t2": TopicMetadata(
+            topic_id="t2", name="t2", num_partitions=1, partition_racks={0: frozenset("d")}
+        ),
+    }
+    assert topics["t1"].replica_racks() == frozenset("abc")
+    assert topics["t0"].replica_racks() == frozenset()
+    everything = ["t0", "t1", "t2"]
+    assert relevant_racks(["a", None, "z", "d", "a"], everything, topics) == ["a", "d"]
+    assert relevant_racks(["c"], ["t0", "t2"], topics) == []
+    assert relevant_racks([None], everything, topics) == []
+    assert relevant_racks(["c", "a"], ["t1", "t2"], topics) == ["a", "c"]
+    made: list[int] = []
+
+    def make() -> int:
+        made.append(1)
+        return len(made)
+
+    assert topics["t1"].memo("k", make) == 1
+    assert topics["t1"].memo("k", make) == 1
+    assert topics["t1"].memo("other", make) == 2
+    assert topics["t2"].memo("k", make) == 3
