@@ -107,6 +107,10 @@ class _Index:
             else:
                 self.prefixed.setdefault(b.resource_type, []).append(b)
 
+    def of_type(self, resource_type: ResourceType) -> list[AclBinding]:
+        out = [b for (t, _n), acls in self.literal.items() if t is resource_type for b in acls]
+        return out + list(self.prefixed.get(resource_type, ()))
+
     def applying(self, resource_type: ResourceType, name: str) -> list[AclBinding]:
         out = list(self.literal.get((resource_type, name), ()))
         if name != WILDCARD_RESOURCE:
@@ -210,6 +214,49 @@ class Authorizer:
             ):
                 allowed = True
         return allowed
+
+    def authorize_by_resource_type(
+        self, principal: KafkaPrincipal, host: str, operation: int, resource_type: int
+    ) -> bool:
+        """May ``principal`` from ``host`` perform ``operation`` on *some* resource of the type
+        (Kafka's ``Authorizer.authorizeByResourceType``: an idempotent producer needs WRITE on
+        any topic)? A super user may, as may anyone where the operation on a resource no ACL
+        names would be allowed (``allow.everyone.if.no.acl.found``: Kafka asks about a
+        resource named ``hardcode``). Otherwise an ALLOW of the operation (or ALL) for the
+        principal (or ``User:*``) and host (or ``*``) that no DENY dominates: a LITERAL ``*``
+        DENY dominates everything, a LITERAL DENY its name, a PREFIXED DENY every name and
+        prefix it begins. Not cached (rare: producers ask once)."""
+        if self.authorize(principal, host, operation, resource_type, "hardcode"):
+            return True
+        rtype = ResourceType(resource_type)
+        who, host = str(principal), host.lstrip("/")
+        deny_literal: set[str] = set()
+        deny_prefixed: set[str] = set()
+        allows: list[AclBinding] = []
+        for b in self._index.of_type(rtype):
+            if b.principal != who and b.principal != WILDCARD_PRINCIPAL:
+                continue
+            if b.host != host and b.host != WILDCARD_HOST:
+                continue
+            if b.operation is not AclOperation(operation) and b.operation is not AclOperation.ALL:
+                continue
+            literal = b.pattern_type is PatternType.LITERAL
+            if b.permission_type is AclPermissionType.DENY:
+                if literal and b.resource_name == WILDCARD_RESOURCE:
+                    return False
+                (deny_literal if literal else deny_prefixed).add(b.resource_name)
+            else:
+                allows.append(b)
+        for b in allows:
+            name = b.resource_name
+            if b.pattern_type is PatternType.LITERAL:
+                if name == WILDCARD_RESOURCE:
+                    return True
+                if name in deny_literal:
+                    continue
+            if not any(name[:i] in deny_prefixed for i in range(1, len(name) + 1)):
+                return True
+        return False
 
     # ------------------------------------------------------------ refusals
 

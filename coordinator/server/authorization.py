@@ -29,6 +29,9 @@ Per RPC (the API's Kafka name; G = the group, T = a topic, C = the cluster):
   ListTopics/Metadata list what the caller may describe; ListOffsets T DESCRIBE.
 * Security administration: DescribeAcls, DescribeUserScramCredentials C DESCRIBE; CreateAcls,
   DeleteAcls, AlterUserScramCredentials C ALTER. AdvanceTime (the manual clock): C ALTER.
+
+The APIs the Kafka listener forwards to an open broker are checked there, with the same
+questions (``kafka/topic_guard.py``, ``admin_guard.py``, ``txn_guard.py``).
 """
 
 from __future__ import annotations
@@ -54,7 +57,12 @@ from coordinator.core.offsets import (
     TopicResult,
     TxnOffsetCommit,
 )
-from coordinator.security.acls import CLUSTER_NAME, AclOperation, ResourceType
+from coordinator.security.acls import (
+    CLUSTER_NAME,
+    SUPPORTED_OPERATIONS,
+    AclOperation,
+    ResourceType,
+)
 from coordinator.security.authorizer import Authorizer, Refusal
 from coordinator.security.principal import ANONYMOUS, KafkaPrincipal
 
@@ -177,6 +185,21 @@ class RequestAuthorizer:
         if self.authorizer.open:
             return list(items)
         return [i for i in items if self.may(caller, operation, resource_type, name(i))]
+
+    def may_any(self, caller: Caller, operation: int, resource_type: int) -> bool:
+        """May the caller ``operation`` some resource of the type (silent)?"""
+        return self.authorizer.authorize_by_resource_type(
+            caller.principal, caller.client_host, operation, resource_type
+        )
+
+    def authorized_operations(self, caller: Caller, resource_type: int, name: str) -> int:
+        """Kafka's "authorized operations" bit field of a resource for the caller (bit n:
+        operation n allowed), over the operations its type has (silent)."""
+        bits = 0
+        for op in SUPPORTED_OPERATIONS[ResourceType(resource_type)]:
+            if self.may(caller, int(op), resource_type, name):
+                bits |= 1 << int(op)
+        return bits
 
     def topic_describable(self, principal: object, client_host: str, topic: str) -> bool:
         """May ``principal`` (from ``client_host``) describe ``topic``? The core's filter of a

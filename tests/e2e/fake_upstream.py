@@ -43,6 +43,26 @@ TXN_CAPS = {22: 4, 25: 3, 26: 3, 65: 0}
 """What a cluster with ``transactions=True`` offers besides."""
 DATA_CAPS = {0: 13, 1: 17, 21: 2, 23: 4, 61: 0}
 """What a cluster with ``data=True`` offers besides (and Produce, Fetch up to v13, v17)."""
+# What a cluster with ``data=True`` offers besides, at every version kio knows (-1): the admin
+# and transaction APIs the listener checks (CreateTopics, DeleteTopics, CreatePartitions and
+# DescribeTopicPartitions over the cluster's topics; AddPartitionsToTxn and ListTransactions over
+# its transactions; the others answered with zero values, ``api_default``: only what reached the
+# broker matters), and two APIs between brokers (Vote, InitializeShareGroupState) that must never
+# be forwarded.
+ADMIN_APIS = (17, 19, 20, 24, 27, 33, 34, 35, 36, 37, 38, 39, 40, 41, 43, 45, 46, 48, 49, 52)
+ADMIN_CAPS = dict.fromkeys(ADMIN_APIS + (55, 57, 64, 66, 74, 75, 76, 77, 80, 81, 83, 88, 89), -1)
+ADMIN_CAPS |= dict.fromkeys((90, 91, 92), -1)
+TOPIC_ALREADY_EXISTS = 36
+CONFIGS = [
+    {
+        "name": "cleanup.policy",
+        "value": "delete",
+        "read_only": False,
+        "config_source": 5,
+        "is_sensitive": False,
+    }
+]
+"""The configs a created topic is answered with (CreateTopics v5+)."""
 UNKNOWN_TOPIC_OR_PARTITION, UNKNOWN_TOPIC_ID = 3, 100
 FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH = 70, 71
 DATA_APIS = frozenset({0, 1, 2, 3, 21, 23, 61})
@@ -103,6 +123,7 @@ class FakeTxn:
     producer_epoch: int = 0
     state: str = "Empty"
     groups: set[str] = field(default_factory=set)
+    partitions: set[tuple[str, int]] = field(default_factory=set)
 
 
 class _Server(socketserver.ThreadingTCPServer):
@@ -157,7 +178,8 @@ class FakeNode:
             self.cluster.log.append((self.node_id, key, version))
             self.cluster.bodies.append((key, req))
         data = self.cluster.data and key in DATA_APIS
-        values = getattr(self, f"data_{key}" if data else f"api_{key}")(req, version)
+        handler = getattr(self, f"data_{key}" if data else f"api_{key}", self.api_default)
+        values = handler(req, version)
         if key == 0 and req.acks == 0:
             return None
         return wire.frame(
@@ -170,10 +192,11 @@ class FakeNode:
         keys = []
         caps = {**CAPS, **TXN_CAPS} if self.cluster.transactions else CAPS
         if self.cluster.data:
-            caps = {**caps, **DATA_CAPS}
+            caps = {**caps, **DATA_CAPS, **ADMIN_CAPS}
         for key, hi in sorted(caps.items()):
             known = wire.kio_versions(key)
             assert known is not None
+            hi = known[1] if hi < 0 else hi
             keys.append({"api_key": key, "min_version": known[0], "max_version": hi})
         return {"error_code": 0, "api_keys": keys}
 
@@ -297,6 +320,8 @@ class FakeNode:
                 for r in req.resources
             ]
         }
+
+    api_33 = api_44  # AlterConfigs answers as IncrementalAlterConfigs does
 
     # The broker's ACLs (the cluster's ``acls``): kept as (type, name, pattern, principal,
     # host, operation, permission) tuples; filters match exactly or by ANY/None.
@@ -663,13 +688,137 @@ class FakeNode:
                 ]
             }
 
+    def api_default(self, _req: Any, _version: int) -> dict[str, Any]:
+        """Any other API offered: an answer of zero values (no error)."""
+        return {}
+
+    # ------------------------------------------------------------ topic administration
+
+    def api_19(self, req: Any, version: int) -> dict[str, Any]:
+        """CreateTopics: a new topic (a fresh id, 1 partition by default) per name."""
+        cluster = self.cluster
+        out = []
+        with cluster.lock:
+            for t in req.topics:
+                if t.name in cluster.topics:
+                    out.append({"name": t.name, "error_code": TOPIC_ALREADY_EXISTS})
+                    continue
+                count = t.num_partitions if t.num_partitions > 0 else 1
+                topic_id = uuid.uuid4()
+                if not req.validate_only:
+                    cluster.add_topic(t.name, topic_id, count)
+                out.append(
+                    {
+                        "name": t.name,
+                        "topic_id": topic_id,
+                        "error_code": 0,
+                        "num_partitions": count,
+                        "replication_factor": 1,
+                        "configs": CONFIGS,
+                    }
+                )
+        return {"topics": out}
+
+    def api_20(self, req: Any, version: int) -> dict[str, Any]:
+        """DeleteTopics, by name (v6: or by id)."""
+        cluster = self.cluster
+        items = (
+            [(t.name, t.topic_id) for t in req.topics]
+            if version >= 6
+            else [(n, None) for n in req.topic_names]
+        )
+        out = []
+        with cluster.lock:
+            for name, topic_id in items:
+                found = name if name in cluster.topics else cluster.name_of(topic_id)
+                if found is None:
+                    code = UNKNOWN_TOPIC_ID if topic_id else UNKNOWN_TOPIC_OR_PARTITION
+                    out.append({"name": name, "topic_id": topic_id, "error_code": code})
+                    continue
+                found_id, count = cluster.topics.pop(found)
+                for p in range(count):
+                    cluster.logs.pop((found, p), None)
+                out.append({"name": found, "topic_id": found_id, "error_code": 0})
+        return {"responses": out}
+
+    def api_37(self, req: Any, _version: int) -> dict[str, Any]:
+        """CreatePartitions: the topic grows to ``count`` partitions."""
+        cluster = self.cluster
+        out = []
+        with cluster.lock:
+            for t in req.topics:
+                if t.name not in cluster.topics:
+                    out.append({"name": t.name, "error_code": UNKNOWN_TOPIC_OR_PARTITION})
+                    continue
+                topic_id, count = cluster.topics[t.name]
+                if not req.validate_only:
+                    cluster.add_topic(t.name, topic_id, max(count, t.count))
+                out.append({"name": t.name, "error_code": 0})
+        return {"results": out}
+
+    def api_75(self, req: Any, _version: int) -> dict[str, Any]:
+        """DescribeTopicPartitions: the named topics (or all), sorted, from the cursor on, at
+        most ``response_partition_limit`` partitions, then the next cursor (Kafka's paging)."""
+        cluster = self.cluster
+        cursor = req.cursor
+        start = cursor.topic_name if cursor is not None else ""
+        limit = max(1, req.response_partition_limit)
+        out: list[dict[str, Any]] = []
+        next_cursor = None
+        count = 0
+        with cluster.lock:
+            names = sorted({t.name for t in req.topics} if req.topics else cluster.topics)
+            for name in (n for n in names if n >= start):
+                if name not in cluster.topics:
+                    out.append({"error_code": UNKNOWN_TOPIC_OR_PARTITION, "name": name})
+                    continue
+                topic_id, partitions = cluster.topics[name]
+                first = cursor.partition_index if cursor is not None and name == start else 0
+                parts = []
+                for p in range(first, partitions):
+                    if count == limit:
+                        next_cursor = {"topic_name": name, "partition_index": p}
+                        break
+                    parts.append(
+                        {
+                            "error_code": 0,
+                            "partition_index": p,
+                            "leader_id": self.node_id,
+                            "leader_epoch": 1,
+                            "replica_nodes": [self.node_id],
+                            "isr_nodes": [self.node_id],
+                        }
+                    )
+                    count += 1
+                if parts:
+                    out.append(
+                        {
+                            "error_code": 0,
+                            "name": name,
+                            "topic_id": topic_id,
+                            "partitions": parts,
+                            "topic_authorized_operations": -(2**31),
+                        }
+                    )
+                if next_cursor is not None:
+                    break
+        return {"topics": out, "next_cursor": next_cursor}
+
     # ------------------------------------------------------------ transactions
 
     def api_22(self, req: Any, _version: int) -> dict[str, Any]:
         """InitProducerId: a new producer id, or the next epoch of a known transactional id
-        (whose ongoing transaction is aborted, as Kafka's transaction coordinator does)."""
+        (whose ongoing transaction is aborted, as Kafka's transaction coordinator does); an
+        idempotent producer (no transactional id) gets a producer id of its own."""
         cluster = self.cluster
         with cluster.lock:
+            if req.transactional_id is None:
+                cluster.idempotent += 1
+                return {
+                    "error_code": 0,
+                    "producer_id": 9000 + cluster.idempotent,
+                    "producer_epoch": 0,
+                }
             t = cluster.txns.get(req.transactional_id)
             if t is None:
                 t = FakeTxn(producer_id=1000 + len(cluster.txns))
@@ -719,6 +868,39 @@ class FakeNode:
             cluster.end_released.wait(HOLD_S)
         return {"error_code": code}
 
+    def api_24(self, req: Any, _version: int) -> dict[str, Any]:
+        """AddPartitionsToTxn v0-3: the partitions join the producer's transaction."""
+        with self.cluster.lock:
+            t = self.cluster.txns.get(req.v3_and_below_transactional_id)
+            code = 0 if t is not None else 49  # INVALID_PRODUCER_ID_MAPPING
+            if t is not None:
+                t.state = "Ongoing"
+                t.partitions |= {(x.name, p) for x in req.v3_and_below_topics for p in x.partitions}
+        return {
+            "results_by_topic_v3_and_below": [
+                {
+                    "name": x.name,
+                    "results_by_partition": [
+                        {"partition_index": p, "partition_error_code": code} for p in x.partitions
+                    ],
+                }
+                for x in req.v3_and_below_topics
+            ]
+        }
+
+    def api_66(self, _req: Any, _version: int) -> dict[str, Any]:
+        """ListTransactions: every transactional id."""
+        with self.cluster.lock:
+            states = [
+                {
+                    "transactional_id": tid,
+                    "producer_id": t.producer_id,
+                    "transaction_state": t.state,
+                }
+                for tid, t in sorted(self.cluster.txns.items())
+            ]
+        return {"transaction_states": states}
+
     def api_65(self, req: Any, _version: int) -> dict[str, Any]:
         states = []
         with self.cluster.lock:
@@ -733,7 +915,15 @@ class FakeNode:
                         "transaction_start_time": datetime.datetime.now(datetime.UTC),
                         "producer_id": -1 if t is None else t.producer_id,
                         "producer_epoch": -1 if t is None else t.producer_epoch,
-                        "topics": [],
+                        "topics": [
+                            {
+                                "topic": name,
+                                "partitions": sorted(p for n, p in t.partitions if n == name),
+                            }
+                            for name in sorted({n for n, _p in t.partitions})
+                        ]
+                        if t is not None
+                        else [],
                     }
                 )
         return {"transaction_states": states}
@@ -774,6 +964,8 @@ class FakeCluster:
         self.bodies: list[tuple[int, Any]] = []
         """Every request's (api key, decoded body), in order."""
         self.txns: dict[str, FakeTxn] = {}
+        self.idempotent = 0
+        """Idempotent producers given a producer id."""
         """Transactional id -> its producer and transaction (``transactions=True``)."""
         self.hold_end = False
         self.end_held = threading.Event()
@@ -793,6 +985,12 @@ class FakeCluster:
         with self.lock:
             self.nodes[node_id] = node
         return node
+
+    def add_topic(self, name: str, topic_id: uuid.UUID, count: int) -> None:
+        """A topic of ``count`` partitions (new ones get empty logs); under the lock."""
+        self.topics[name] = (topic_id, count)
+        for p in range(count):
+            self.logs.setdefault((name, p), FakeLog())
 
     def node_ids(self) -> list[int]:
         with self.lock:

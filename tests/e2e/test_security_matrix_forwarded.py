@@ -34,7 +34,7 @@ from kip848.v1 import admin_pb2
 TOPIC, CLUSTER, LITERAL, PREFIXED, ANY = 2, 4, 3, 4, 1
 ALL, READ, ALTER, DESCRIBE, ALLOW = 2, 3, 7, 8, 3
 CLUSTER_NAME = "kafka-cluster"
-DENIED, UNKNOWN_TOPIC_ID, SESSION_NOT_FOUND = 29, 100, 70
+DENIED, UNKNOWN_TOPIC_ID, SESSION_NOT_FOUND, ILLEGAL_SASL_STATE = 29, 100, 70, 34
 OPEN_ID = uuid.UUID("00000000-0000-4000-8000-0000000000a1")
 SECRET_ID = uuid.UUID("00000000-0000-4000-8000-0000000000b2")
 READONLY_ID = uuid.UUID("00000000-0000-4000-8000-0000000000c3")
@@ -667,3 +667,16 @@ def test_kafka_python_consumer_refused_on_the_next_fetch_of_its_session(
     first = after[forgot[0]]
     assert first.session_id > 0 and first.session_epoch > 0  # within the running session
     assert all(("stream", 0) not in [a[:2] for a in asked_fetch(b)[0]] for b in after[forgot[0] :])
+
+
+def test_sasl_on_a_listener_without_sasl_is_not_forwarded(
+    cluster: FakeCluster, client: KafkaClient
+) -> None:
+    """A client of this PLAINTEXT listener may not authenticate to the broker through it (the
+    broker would then take it for someone): SaslHandshake and SaslAuthenticate are answered
+    ILLEGAL_SASL_STATE, as Kafka answers them outside an exchange, and never forwarded."""
+    resp = client.call(request(17, 1, mechanism="PLAIN"))
+    assert (int(resp.error_code), resp.mechanisms) == (ILLEGAL_SASL_STATE, ())
+    resp = client.call(request(36, 2, auth_bytes=b"\0alice\0secret"))
+    assert int(resp.error_code) == ILLEGAL_SASL_STATE
+    assert cluster.asked(17) == [] and cluster.asked(36) == []

@@ -208,3 +208,51 @@ def test_authorizer_config_from_settings() -> None:
         AuthorizerConfig.parse("alice")
     with pytest.raises(ValueError, match="true or false"):
         AuthorizerConfig.parse("", "yes")
+
+
+def by_type(az: Authorizer, who, op=OP.WRITE, rtype=RT.TOPIC, host="10.0.0.1") -> bool:
+    return az.authorize_by_resource_type(who, host, op, rtype)
+
+
+def test_authorize_by_resource_type_as_kafkas_default_implementation() -> None:
+    """Kafka's ``Authorizer.authorizeByResourceType`` (an idempotent producer's WRITE on some
+    topic): an ALLOW that no DENY dominates; a literal ``*`` DENY dominates all, a literal DENY
+    its own name, a prefixed DENY the names and prefixes it begins."""
+    topic = {"rtype": RT.TOPIC}
+    assert by_type(authorizer(), BOB)  # nothing at all: allow.everyone.if.no.acl.found
+    assert not by_type(authorizer(allow_everyone_if_no_acl_found=False), BOB)
+    assert by_type(authorizer(allow_everyone_if_no_acl_found=False, super_users={"User:bob"}), BOB)
+    closed = {"allow_everyone_if_no_acl_found": False}
+    bob = {"principal": "User:bob", **topic}
+    assert by_type(authorizer(acl("orders", OP.WRITE, **bob), **closed), BOB)
+    assert by_type(authorizer(acl("orders", OP.ALL, **bob), **closed), BOB)
+    assert not by_type(authorizer(acl("orders", OP.READ, **bob), **closed), BOB)  # no implication
+    assert not by_type(authorizer(acl("orders", OP.WRITE, **bob), **closed), ALICE)
+    assert by_type(authorizer(acl("orders", OP.WRITE, principal="User:*", **topic), **closed), BOB)
+    assert not by_type(authorizer(acl("orders", OP.WRITE, host="10.9.9.9", **bob), **closed), BOB)
+    dominated = [
+        (acl("orders", OP.WRITE, PERM.DENY, **bob), acl("orders", OP.WRITE, **bob)),
+        (acl("*", OP.WRITE, PERM.DENY, **bob), acl("x-", OP.WRITE, pattern=PT.PREFIXED, **bob)),
+        (
+            acl("ord", OP.WRITE, PERM.DENY, pattern=PT.PREFIXED, **bob),
+            acl("orders", OP.WRITE, **bob),
+        ),
+        (
+            acl("or", OP.ALL, PERM.DENY, pattern=PT.PREFIXED, **bob),
+            acl("ord", OP.WRITE, pattern=PT.PREFIXED, **bob),
+        ),
+    ]
+    for deny, allow in dominated:
+        assert not by_type(authorizer(deny, allow, **closed), BOB), (deny, allow)
+    # A DENY that does not dominate the ALLOW leaves it standing.
+    assert by_type(
+        authorizer(
+            acl("orders-x", OP.WRITE, PERM.DENY, pattern=PT.PREFIXED, **bob),
+            acl("orders", OP.WRITE, pattern=PT.PREFIXED, **bob),
+            **closed,
+        ),
+        BOB,
+    )
+    # With allow.everyone.if.no.acl.found, Kafka asks about a topic named "hardcode" first.
+    assert by_type(authorizer(acl("orders", OP.READ, **bob)), BOB)
+    assert not by_type(authorizer(acl("*", OP.READ, **bob)), BOB)

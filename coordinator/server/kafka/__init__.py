@@ -12,8 +12,9 @@ Rules:
   are rewritten so that clients always come back through this listener.
 * In front of a broker that cannot tell clients apart (no SASL pass-through), once ACLs exist
   the forwarded data requests are checked per partition against the topic ACLs here, as a
-  broker checks them (``topic_guard.py``; fetch sessions: ``fetch_guard.py``): what the client
-  may not have is answered here and never forwarded.
+  broker checks them (``topic_guard.py``; fetch sessions: ``fetch_guard.py``), and every other
+  forwarded API by its rule (``admin_guard.py``, ``txn_guard.py``, ``describe_partitions.py``):
+  what the client may not have is answered here and never forwarded.
 * With an upstream the topic registry follows the broker's metadata
   (``upstream/topic_feed.py``) and the topic RPCs go to the broker; without one
   (coordinator-only mode) Metadata comes from the topic registry and the data APIs are not

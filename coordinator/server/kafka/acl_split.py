@@ -21,8 +21,10 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from coordinator.core.errors import ErrorCode
+from coordinator.security.acls import CLUSTER_NAME
 
 from ..api import Caller
+from ..authorization import ALTER, CLUSTER, DESCRIBE
 from . import wire
 from .upstream.interfaces import ClientConnection, Forwarder
 
@@ -31,6 +33,14 @@ SPLIT = (DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS)
 GROUP, ANY = 3, 1
 
 ServeOurs = Callable[[Any, Caller], Awaitable[dict[str, Any]]]
+
+
+def permitted(key: int, caller: Caller, authz: Any) -> bool:
+    """Whether the client may have the broker's part of an ACL request forwarded, in front of
+    a broker the listener authorizes for: Kafka's DESCRIBE (DescribeAcls) or ALTER on the
+    cluster. If not, the whole request is served here, refused as the service refuses it."""
+    operation = DESCRIBE if key == DESCRIBE_ACLS else ALTER
+    return bool(authz.may(caller, operation, CLUSTER, CLUSTER_NAME))
 
 
 def owners_of(resource_type: int) -> tuple[bool, bool]:

@@ -29,11 +29,18 @@ TRANSACTION_KEYS = frozenset({INIT_PRODUCER_ID, ADD_OFFSETS_TO_TXN, END_TXN, TXN
 """Served with an upstream by the transaction bridge (``transactions.py``): the group's offsets
 are ours, the transaction coordinator is the upstream's."""
 
-NOT_ADVERTISED = frozenset({25, 28, 71, 72})
+BETWEEN_BROKERS = frozenset({52, 53, 54, 56, 58, 59, 62, 63, 67, 70, 73, 82, 83, 84, 85, 86, 87})
+"""What only brokers and controllers send each other (KRaft's Vote, BeginQuorumEpoch,
+EndQuorumEpoch, FetchSnapshot, UpdateRaftVoter; AlterPartition, Envelope, BrokerRegistration,
+BrokerHeartbeat, AllocateProducerIds, ControllerRegistration, AssignReplicasToDirs; the share
+coordinator's state APIs): Kafka requires CLUSTER_ACTION on the cluster for them, and no client
+has a use for them through a coordinator, which is neither."""
+
+NOT_ADVERTISED = frozenset({25, 28, 71, 72}) | BETWEEN_BROKERS
 """Never forwarded: AddOffsetsToTxn and TxnOffsetCommit (the group's offsets are ours: they are
-served by the transaction bridge, kafka/transactions.py, with an upstream), and
+served by the transaction bridge, kafka/transactions.py, with an upstream),
 GetTelemetrySubscriptions/PushTelemetry (nothing needs them; librdkafka calls them whenever
-they are advertised)."""
+they are advertised), and the APIs between brokers (:data:`BETWEEN_BROKERS`)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,13 +15,14 @@ UNSUPPORTED_VERSION with a message saying so.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from coordinator.core.errors import ErrorCode
 
 from ..api import KAFKA_GROUP_RESOURCE, Caller
 from . import apis, wire
+from .admin_guard import config_refusal
 from .upstream.interfaces import ClientConnection, Forwarder
 
 SPLIT = {apis.DESCRIBE_CONFIGS: "results", apis.INCREMENTAL_ALTER_CONFIGS: "responses"}
@@ -30,6 +31,19 @@ SPLIT = {apis.DESCRIBE_CONFIGS: "results", apis.INCREMENTAL_ALTER_CONFIGS: "resp
 
 def is_ours(resource: Any) -> bool:
     return int(resource.resource_type) == KAFKA_GROUP_RESOURCE
+
+
+def refusals(guard: Any, key: int, entity: Any) -> dict[int, dict[str, Any]]:
+    """In front of a broker the listener authorizes for: the answers of the broker's
+    resources the client may not describe (alter), by request position (``guard``: an
+    ``admin_guard.Guard``)."""
+    out = {}
+    for i, r in enumerate(entity.resources):
+        if not is_ours(r):
+            answer = config_refusal(guard, r, alter=key != apis.DESCRIBE_CONFIGS)
+            if answer is not None:
+                out[i] = answer
+    return out
 
 
 def owners(entity: Any) -> tuple[bool, bool]:
@@ -48,14 +62,18 @@ async def serve_split(
     entity: Any,
     caller: Caller,
     serve_ours: Callable[[Any, Caller], Awaitable[dict[str, Any]]],
+    refused: Mapping[int, dict[str, Any]] | None = None,
 ) -> bytes:
-    """The merged response frame of a request naming GROUP and broker resources."""
+    """The merged response frame of a request naming GROUP and broker resources; ``refused``:
+    the answers of the broker's resources the client may not use (request position ->
+    answer: ``admin_guard.config_refusal``), which are not forwarded."""
+    refused = refused or {}
     resources = entity.resources
-    theirs = [r for r in resources if not is_ours(r)]
+    theirs = [r for i, r in enumerate(resources) if not is_ours(r) and i not in refused]
     ours = [r for r in resources if is_ours(r)]
     field = SPLIT[key]
     pending = None
-    if upstream.offers(key, version):
+    if theirs and upstream.offers(key, version):
         sub = dataclasses.replace(entity, resources=tuple(theirs))
         pending = upstream.forward_future(
             conn, key, version, wire.request_frame(sub, correlation_id, client_id)
@@ -71,7 +89,10 @@ async def serve_split(
         answered = wire.as_values(resp)[field]
         throttle = wire.to_ms(resp.throttle_time)
     merged = []
-    for r in resources:
+    for i, r in enumerate(resources):
+        if i in refused:
+            merged.append(refused[i])
+            continue
         if is_ours(r):
             merged.append(next(served))
             continue

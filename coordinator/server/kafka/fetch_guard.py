@@ -39,7 +39,7 @@ from collections.abc import Iterable
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from . import apis, topic_guard, wire
+from . import admin_guard, apis, topic_guard, wire
 
 if TYPE_CHECKING:
     from .listener import KafkaConnection
@@ -173,7 +173,7 @@ def _answered(
                 conn.fetch_session = None
     if not refused:
         return out
-    return topic_guard.merge(apis.FETCH, version, "responses", refused, out)
+    return admin_guard.amend(apis.FETCH, version, admin_guard.merged("responses", refused), out)
 
 
 def _refused(erroneous: list[tuple[Key, int]], by_id: bool) -> list[dict[str, Any]]:

@@ -39,6 +39,7 @@ import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Protocol
 
 from coordinator.core.errors import ErrorCode
@@ -50,7 +51,18 @@ from ..codec import AUTHORIZED_OPERATIONS_OMITTED
 from ..eager import Resume
 from ..service import CoordinatorService
 from ..tls import listening_sockets, peer_subject
-from . import acl_split, apis, configs, convert, fetch_guard, topic_guard, wire
+from . import (
+    acl_split,
+    admin_guard,
+    apis,
+    configs,
+    convert,
+    describe_partitions,
+    fetch_guard,
+    topic_guard,
+    txn_guard,
+    wire,
+)
 from . import sasl as sasl_api
 from .security import ListenerSecurity
 from .upstream.interfaces import Forwarder
@@ -69,6 +81,11 @@ CLUSTER_ID = "kip848-coordinator"
 STEADY_CACHE = 65_536
 """Encoded steady ConsumerGroupHeartbeat responses kept (one per member)."""
 _SOFTWARE = re.compile(r"^[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?$")
+GUARD_RULES = {**admin_guard.RULES, **txn_guard.RULES}
+"""In front of a broker the listener authorizes for: each forwarded API's rule, except the
+data APIs' (``topic_guard.GUARDED``)."""
+GUARDED_SERVED = frozenset({apis.METADATA, describe_partitions.KEY})
+"""Forwarded APIs served in order while guarded: their answers are the broker's, filtered."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -357,6 +374,12 @@ class KafkaListener:
         entity = wire.decode(key, version, frame, wire.body_offset(frame, key, version, pos))
         caller = conn.caller(client_id, version)
         if key in apis.TRANSACTION_KEYS and self.txn is not None:
+            if key in txn_guard.RULES and topic_guard.guards(conn):
+                # Kafka checks the transactional id before the transaction coordinator acts.
+                rule = txn_guard.RULES[key]
+                decided = rule(admin_guard.guard(conn, key, version, client_id), entity)
+                if decided.answer is not None:
+                    return admin_guard.answer_frame(key, version, correlation_id, decided.answer)
             answer = await self.txn.serve(conn, key, version, frame, entity, caller, self.service)
             if isinstance(answer, bytes):
                 return answer
@@ -366,6 +389,10 @@ class KafkaListener:
             return wire.frame(key, version, correlation_id, body)
         if key == apis.METADATA and self.upstream is not None:  # guarded (topic_guard)
             return await topic_guard.metadata(
+                conn, version, correlation_id, client_id, entity, frame
+            )
+        if key == describe_partitions.KEY:  # guarded
+            return await describe_partitions.serve(
                 conn, version, correlation_id, client_id, entity, frame
             )
         if key == apis.METADATA:
@@ -380,8 +407,15 @@ class KafkaListener:
             ours, theirs = (
                 configs.owners(entity) if split is configs else acl_split.owners(key, entity)
             )
+            refused: dict[int, Any] = {}
+            if theirs and topic_guard.guards(conn):  # the broker's part checked here first
+                if split is acl_split:
+                    theirs = acl_split.permitted(key, caller, self.service.authz)
+                else:
+                    guard = admin_guard.guard(conn, key, version, client_id)
+                    refused = configs.refusals(guard, key, entity)
             if theirs:
-                if not ours and self.upstream.offers(key, version):
+                if not ours and not refused and self.upstream.offers(key, version):
                     done = None if self.on_forward is None else self.on_forward(key)
                     try:
                         answer_frame = await self.upstream.forward_future(conn, key, version, frame)
@@ -392,7 +426,21 @@ class KafkaListener:
                     if done is not None:
                         done(True)
                     return wire.I32.pack(len(answer_frame)) + answer_frame
-                return await split.serve_split(
+                serve_ours = partial(self._serve_values, row, version=version)
+                if split is configs:
+                    return await configs.serve_split(
+                        self.upstream,
+                        conn,
+                        key,
+                        version,
+                        correlation_id,
+                        client_id,
+                        entity,
+                        caller,
+                        serve_ours,
+                        refused,
+                    )
+                return await acl_split.serve_split(
                     self.upstream,
                     conn,
                     key,
@@ -401,7 +449,7 @@ class KafkaListener:
                     client_id,
                     entity,
                     caller,
-                    lambda sub, who: self._serve_values(row, sub, who, version),
+                    serve_ours,
                 )
         answer = await getattr(self.service, row.method)(row.decode(entity, caller), caller)
         if key == apis.CONSUMER_GROUP_HEARTBEAT:
@@ -728,8 +776,21 @@ class KafkaConnection(asyncio.Protocol):
                 return
             if getattr(entity, "key_type", 0) != 0 and key in listener.upstream.versions:
                 # Transaction (and other) coordinators stay upstream; the answer names ours.
-                self._observe_forward(key)
-                listener.upstream.forward(self, key, version, frame, rewrite=True)
+                if topic_guard.guards(self):
+                    rule = txn_guard.RULES[key]
+                    admin_guard.forward(
+                        self,
+                        rule,
+                        key,
+                        version,
+                        correlation_id,
+                        client_id,
+                        entity,
+                        frame,
+                        rewrite=True,
+                    )
+                    return
+                self.forward(key, version, frame, rewrite=True)
                 return
         row = apis.SERVED.get(key)
         served = row is not None or (key == apis.METADATA and listener.upstream is None)
@@ -742,12 +803,13 @@ class KafkaConnection(asyncio.Protocol):
             served = True  # around the upstream's transaction coordinator (transactions.py)
             lo, hi = txn_range
         elif (
-            key == apis.METADATA
+            key in GUARDED_SERVED
             and not served
             and listener.upstream is not None
             and topic_guard.guards(self)
         ):
-            served = True  # forwarded and its answer filtered (topic_guard), in order
+            # Forwarded and its answer filtered (topic_guard, describe_partitions), in order.
+            served = True
             lo, hi = listener.upstream.forwarded_versions().get(key, (0, -1))
         elif served:
             lo, hi = (row.min_version, row.max_version) if row is not None else apis.METADATA_RANGE
@@ -763,14 +825,10 @@ class KafkaConnection(asyncio.Protocol):
                 self.queued_bytes += len(frame)
             return
         if listener.upstream is not None and listener.upstream.forwards(key, version):
-            if key in topic_guard.GUARDED:
-                if topic_guard.guards(self):
-                    entity = self._decoded(key, version, frame, pos)
-                    if entity is not None:
-                        guard = fetch_guard if key == apis.FETCH else topic_guard
-                        guard.forward(self, key, version, correlation_id, client_id, entity, frame)
-                    return
-                self.fetch_session = None  # unguarded: no session is followed (fetch_guard)
+            if topic_guard.guards(self):
+                self._forward_guarded(key, version, correlation_id, client_id, frame, pos)
+                return
+            self.fetch_session = None  # unguarded: no session is followed (fetch_guard)
             self.forward(key, version, frame)
             return
         mode = (
@@ -778,16 +836,50 @@ class KafkaConnection(asyncio.Protocol):
         )
         self.fail(f"API key {key} ({wire.api_name(key)}) v{version} is not served{mode}")
 
+    def _forward_guarded(
+        self,
+        key: int,
+        version: int,
+        correlation_id: int,
+        client_id: str | None,
+        frame: bytes,
+        pos: int,
+    ) -> None:
+        """A request to forward in front of a broker the listener authorizes for: judged by
+        the topic guard (data APIs), the fetch guard, or the API's rule (``admin_guard``,
+        ``txn_guard``). An API without a rule (one this coordinator does not know) cannot be
+        checked, so it is not forwarded: the connection is closed."""
+        rule = GUARD_RULES.get(key)
+        if key not in topic_guard.GUARDED and rule is None:
+            self.fail(
+                f"{wire.api_name(key)} v{version} cannot be authorized here and is not "
+                "forwarded while ACLs are in force"
+            )
+            return
+        entity = self._decoded(key, version, frame, pos)
+        if entity is None:
+            return
+        if rule is not None:
+            admin_guard.forward(self, rule, key, version, correlation_id, client_id, entity, frame)
+            return
+        guard = fetch_guard if key == apis.FETCH else topic_guard
+        guard.forward(self, key, version, correlation_id, client_id, entity, frame)
+
     def forward(
-        self, key: int, version: int, frame: bytes, then: Callable[[bytes], bytes] | None = None
+        self,
+        key: int,
+        version: int,
+        frame: bytes,
+        then: Callable[[bytes], bytes] | None = None,
+        rewrite: bool | None = None,
     ) -> None:
         """Forward a request frame (without its size) to the upstream; its answer fills the
-        next slot (through ``then``: ``Upstream.forward``)."""
+        next slot (``rewrite`` and ``then``: as ``Upstream.forward`` takes them)."""
         upstream = self.listener.upstream
         assert upstream is not None  # only what the upstream forwards comes here
         self._observe_forward(key)
         try:
-            upstream.forward(self, key, version, frame, then=then)
+            upstream.forward(self, key, version, frame, rewrite=rewrite, then=then)
         except wire.WireError as exc:  # a Produce whose acks cannot be read
             self._forwarding = None
             self.fail(str(exc))

@@ -8,7 +8,9 @@ us. So whenever ACLs exist (with none and ``allow.everyone.if.no.acl.found``, no
 decoded: the requests go as they are), the listener checks the topics of what it forwards,
 each against the operation Kafka checks: Produce WRITE, Fetch READ (``fetch_guard.py``: fetch
 sessions), ListOffsets DESCRIBE, OffsetForLeaderEpoch DESCRIBE (or CLUSTER_ACTION on the
-cluster), DeleteRecords DELETE, DescribeProducers READ, Metadata DESCRIBE.
+cluster), DeleteRecords DELETE, DescribeProducers READ, Metadata DESCRIBE; a Produce with
+transactional records first needs WRITE on its transactional id (``txn_guard.py``). Every other
+forwarded API has its rule in ``admin_guard.py`` / ``txn_guard.py``.
 
 * A request naming only topics the client may use goes as it came. One naming others too goes
   without them, and its answer gets theirs appended after the broker's, as Kafka merges them:
@@ -38,8 +40,7 @@ from coordinator.core.errors import ErrorCode
 from coordinator.security.acls import CLUSTER_NAME, AclOperation
 
 from ..authorization import CLUSTER, CREATE, DELETE, DESCRIBE, READ, TOPIC, WRITE
-from ..codec import AUTHORIZED_OPERATIONS_OMITTED
-from . import apis, wire
+from . import admin_guard, apis, txn_guard, wire
 from .convert import topic_id_of
 
 if TYPE_CHECKING:
@@ -49,6 +50,7 @@ log = logging.getLogger("kip848.kafka")
 
 LIST_OFFSETS, DELETE_RECORDS, OFFSET_FOR_LEADER_EPOCH, DESCRIBE_PRODUCERS = 2, 21, 23, 61
 DENIED = int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+TXN_DENIED = int(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
 UNKNOWN_TOPIC_ID = int(ErrorCode.UNKNOWN_TOPIC_ID)
 UNKNOWN_TOPIC_OR_PARTITION = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
 CLUSTER_ACTION = int(AclOperation.CLUSTER_ACTION)
@@ -192,10 +194,12 @@ def denied_names(
     return set(authz.denied_topics(caller, shape.api, shape.operation, (n for n in names if n)))
 
 
-def refusal_message(code: int, name: str) -> str:
+def refusal_message(code: int, name: str) -> str | None:
     if code == DENIED:
         return f"Not authorized to access topics: [{name}]"
-    return "This server does not host this topic ID."
+    if code == UNKNOWN_TOPIC_ID:
+        return "This server does not host this topic ID."
+    return None  # TRANSACTIONAL_ID_AUTHORIZATION_FAILED: Kafka sends the code alone
 
 
 def refused_topic(shape: Guarded, topic: Any, code: int, name: str) -> dict[str, Any]:
@@ -233,6 +237,16 @@ def forward(
     caller = conn.caller(client_id, version)
     topics = list(getattr(entity, shape.topics))
     names = [topic_name(conn, t) for t in topics]
+    if key == apis.PRODUCE and txn_guard.refuses_produce(
+        admin_guard.guard(conn, key, version, client_id), entity
+    ):
+        # Kafka checks the transactional id first: every partition refused, nothing written.
+        refused = [
+            refused_topic(shape, t, TXN_DENIED, n) for t, n in zip(topics, names, strict=True)
+        ]
+        why = f"its transactional id {entity.transactional_id!r} may not be written for"
+        _finish(conn, key, version, correlation_id, entity, None, refused, why)
+        return
     denied = denied_names(conn, caller, shape, names)
     if not denied and all(names):
         conn.forward(key, version, frame)
@@ -253,42 +267,45 @@ def forward(
         narrowed = wire.request_frame(
             dataclasses.replace(entity, **{shape.topics: tuple(allowed)}), correlation_id, client_id
         )
+    why = (
+        f"it named topics it may not write to ({', '.join(sorted(denied)) or 'unknown topic ids'})"
+    )
+    _finish(conn, key, version, correlation_id, entity, narrowed, refused, why)
+
+
+def _finish(
+    conn: KafkaConnection,
+    key: int,
+    version: int,
+    correlation_id: int,
+    entity: Any,
+    narrowed: bytes | None,
+    refused: list[dict[str, Any]],
+    why: str,
+) -> None:
+    """Forward ``narrowed`` (the allowed part) with ``refused`` merged into its answer, or
+    answer ``refused`` here; an acks=0 Produce has no answer: its allowed part goes, then the
+    connection is closed (Kafka closes it when an acks=0 produce fails anywhere)."""
+    shape = GUARDED[key]
     if key == apis.PRODUCE and entity.acks == 0:
         if narrowed is not None:
             conn.forward(key, version, narrowed)
         log.info(
-            "Closing Kafka connection from %s: an acks=0 Produce (correlation id %d, client id "
-            "%s) named topics it may not write to (%s); they were dropped.",
+            "Closing Kafka connection from %s: an acks=0 Produce (correlation id %d) was "
+            "refused in part or whole: %s; the refused records were dropped.",
             conn.peer,
             correlation_id,
-            client_id,
-            ", ".join(sorted(denied)) or "unknown topic ids",
+            why,
         )
         conn.close_when_drained()
         return
     if narrowed is None:
-        body = wire.build(
-            wire.response_class(key, version), {shape.answers: refused, "throttle_time": 0}
+        conn.answer(
+            admin_guard.answer_frame(key, version, correlation_id, {shape.answers: refused})
         )
-        conn.answer(wire.frame(key, version, correlation_id, body))
         return
-    conn.forward(key, version, narrowed, then=partial(merge, key, version, shape.answers, refused))
-
-
-def read_response(key: int, version: int, out: bytes) -> tuple[int, Any]:
-    """A forwarded answer (the frame with its size): its correlation id and its body."""
-    pos = 8  # after the size and the correlation id
-    if wire.response_header_flexible(key, version):
-        pos = wire.skip_tagged_fields(out, pos)
-    return wire.I32.unpack_from(out, 4)[0], wire.decode_response(key, version, out[4:], pos - 4)
-
-
-def merge(key: int, version: int, field: str, added: list[dict[str, Any]], out: bytes) -> bytes:
-    """The broker's answer (``out``, with its size) with ``added`` topics after its own."""
-    correlation_id, resp = read_response(key, version, out)
-    values = wire.as_values(resp)
-    values[field] = [*values[field], *added]
-    return wire.frame(key, version, correlation_id, wire.build(type(resp), values))
+    then = partial(admin_guard.amend, key, version, admin_guard.merged(shape.answers, refused))
+    conn.forward(key, version, narrowed, then=then)
 
 
 # ---------------------------------------------------------------- Metadata
@@ -324,14 +341,16 @@ async def metadata(
             if not name:  # by id: judged in the answer (Kafka: ids are not secret)
                 kept.append(t)
             elif not authz.allowed(caller, "Metadata", DESCRIBE, TOPIC, name):
-                undescribed.append(_metadata_refused(name))
+                undescribed.append(admin_guard.undescribed_topic(name))
             elif (
                 auto
                 and not creates_any
                 and not service.topic_exists(name)
                 and not authz.allowed(caller, "Metadata", CREATE, TOPIC, name)
             ):
-                refused.append(_metadata_refused(name))  # not created: TOPIC_AUTHORIZATION_FAILED
+                refused.append(
+                    admin_guard.undescribed_topic(name)
+                )  # not created: TOPIC_AUTHORIZATION_FAILED
             else:
                 kept.append(t)
         if len(kept) < len(wanted):
@@ -342,8 +361,9 @@ async def metadata(
         asked = {t.name or getattr(t, "topic_id", None) for t in kept}
     answer = await upstream.forward_future(conn, key, version, frame)
     answer = upstream.rewrite(key, version, answer, conn.security)
-    correlation_id, resp = read_response(key, version, answer)
+    correlation_id, resp = admin_guard.read_response(key, version, answer)
     values = wire.as_values(resp)
+    with_ops = bool(getattr(entity, "include_topic_authorized_operations", False))
     out = []
     for t in values["topics"]:
         topic_id = t.get("topic_id")
@@ -353,6 +373,8 @@ async def metadata(
             service.topic_name(topic_id_of(topic_id)) if isinstance(topic_id, uuid.UUID) else ""
         )
         if name and authz.may(caller, DESCRIBE, TOPIC, name):
+            if with_ops:  # the client's, not the coordinator's the broker saw (Kafka)
+                t["topic_authorized_operations"] = authz.authorized_operations(caller, TOPIC, name)
             out.append(t)
         elif not named:
             continue  # "all topics": left out, silently
@@ -362,17 +384,10 @@ async def metadata(
             # Asked by id: refused with its id (Kafka: ids are not secret), reported.
             if name:
                 authz.allowed(caller, "Metadata", DESCRIBE, TOPIC, name)
-            out.append({**_metadata_refused(None), "topic_id": topic_id})
+            out.append({**admin_guard.undescribed_topic(None), "topic_id": topic_id})
     values["topics"] = out + refused + undescribed
+    if getattr(entity, "include_cluster_authorized_operations", False):
+        values["cluster_authorized_operations"] = admin_guard.cluster_operations(
+            admin_guard.Guard(conn, caller, version, "Metadata")
+        )
     return wire.frame(key, version, correlation_id, wire.build(type(resp), values))
-
-
-def _metadata_refused(name: str | None) -> dict[str, Any]:
-    return {
-        "error_code": DENIED,
-        "name": name,
-        "topic_id": None,
-        "is_internal": False,
-        "partitions": [],
-        "topic_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
-    }

@@ -274,6 +274,7 @@ _ZERO_BY_KAFKA_TYPE: dict[str, Any] = {
     "timedelta_i32": i32Timedelta.parse(datetime.timedelta(0)),
     "timedelta_i64": i64Timedelta.parse(datetime.timedelta(0)),
     "float64": 0.0,
+    "datetime_i64": datetime.datetime.fromtimestamp(0, datetime.UTC),
 }
 
 
