@@ -96,9 +96,7 @@ class RollingRestart(Simulation):
             )
         )
         self.faults_on = False
-        topic_id = self.h.registry.topics[
-            "t0"
-        ].topic_id  # clients keep owned partitions by topic id
+        topic_id = self.coord.registry.topics["t0"].topic_id  # clients own by topic id
         self.all = {(topic_id, p) for p in range(PARTITIONS)}
         self.measuring = False
         self.unowned_ms = 0

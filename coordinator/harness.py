@@ -1,18 +1,19 @@
-"""A deterministic driver for a shard: the shard (built by :func:`~coordinator.factory.new_shard`),
-a topic registry, a virtual clock and a timer table — the pure counterpart of the runtime
-(Kafka's GroupMetadataManagerTestContext).
+"""A shard (built by :func:`~coordinator.factory.new_shard`) and a topic registry under the
+runtime's own driver on virtual time (``coordinator/virtual.py``): Kafka's
+GroupMetadataManagerTestContext, with the server's batching, parking, timers, first targets and
+offloads around the core instead of a copy of them.
 
-Used by the unit, golden and simulation tests, ``kip848 simulate`` and the core benchmark. Every
-record the shard's handlers emit is kept in ``log`` (in order), every event in ``events``, every
-answer to a waiting classic request in ``completions``, so a test can replay the whole history
-into a fresh shard and compare states; ``store_log`` has the topic registry's records too, in
-the order a store would hold them.
+Used by the unit and golden tests and the core benchmark. Every record the shard's handlers emit
+is kept in ``log`` (in order), every event in ``events``, every answer to a parked request in
+``completions``, so a test can replay the whole history into a fresh shard and compare states;
+``store_log`` has the topic registry's records too, in the order the store holds them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 from assignors.api import PartitionAssignor
@@ -34,9 +35,14 @@ from coordinator.core.offsets import (
     OffsetCommitResponse,
     OffsetCommitTopic,
 )
-from coordinator.core.timers import DueTimer, TimerTable
+from coordinator.core.target_assignment import run_job
+from coordinator.core.timers import DueTimer
 from coordinator.core.topics import NewTopic, TopicRegistry, TopicResult
 from coordinator.factory import Shard, new_shard
+from coordinator.runtime import requests
+from coordinator.runtime.driver import REGISTRY, Driver, RuntimeState
+from coordinator.runtime.requests import Command
+from coordinator.virtual import VirtualClock, VirtualWorld
 from legacy_bridge import messages as m
 from legacy_bridge.protocol import (
     AssignmentMessage,
@@ -69,6 +75,13 @@ def subscription(
 
 
 class Harness:
+    """A shard and the topic registry under the runtime's driver, on virtual time: a store that
+    writes at once, a manual clock (``now_ms``, :meth:`sleep`), first targets run when a test
+    says (:meth:`first_target`), offloaded computations finished when it says
+    (:meth:`start_offload`, :meth:`finish_offload`). Every command goes through
+    :class:`~coordinator.runtime.driver.Driver`, as in the server; each call returns the core's
+    :class:`~coordinator.core.commands.Result` of the command it ran."""
+
     def __init__(
         self,
         *,
@@ -86,25 +99,97 @@ class Harness:
         self.assignors = list(assignors)
         self.config = config or GroupCoordinatorConfig()
         self.ids = ids or SequentialIds()
-        self.now_ms = now_ms
+        self.clock = VirtualClock(now_ms)
         self.registry = TopicRegistry(self.ids)
         self.shard: Shard = new_shard(config=self.config, assignors=self.assignors, ids=self.ids)
         self.shard.groups.parks_joins = parks_joins
-        self.timers = TimerTable()
+        self.world = VirtualWorld(self.clock)
+        self.driver = Driver(
+            machines=[self.shard, self.registry],
+            config=self.config,
+            clock=self.clock,
+            host=self.world,
+            workers=True,
+            automatic=False,
+            trace=self._trace,
+        )
+        self.world.driver = self.driver
+        self.driver.state = RuntimeState.ACTIVE  # loaded (empty); offsets expire when told
+        self.timers = self.driver.timers
         self.log: list[r.Record] = []
+        """Every record of the shard, in order (the registry's are in :attr:`store_log` too)."""
         self.store_log: list[r.Record] = []
         self.events: list[LogEvent] = []
         self.completions: dict[int, Any] = {}
-        """Deferred responses answered so far (token -> response)."""
-        self.offloads: list[str] = []
-        """Groups whose target the core asked to compute off the loop, not yet started (in
-        order, each once): :meth:`start_offload` / :meth:`finish_offload` play the runtime."""
-        self.regex_resolutions: list[str] = []
+        """Responses to parked requests so far (token -> response)."""
+        self._results: list[Result[Any]] = []
+        self._unclaimed: list[tuple[int, Any]] = []
+
+    @property
+    def now_ms(self) -> int:
+        return self.clock.now
+
+    @now_ms.setter
+    def now_ms(self, value: int) -> None:
+        self.clock.now = value
+
+    @property
+    def offloads(self) -> list[str]:
+        """Groups whose target a worker computes (the inputs copied once the asking command
+        was durable): :meth:`start_offload` / :meth:`finish_offload` play the worker."""
+        return list(self.world.jobs)
+
+    @property
+    def regex_resolutions(self) -> list[str]:
         """Groups whose regexes the core asked to resolve off the heartbeat path, not yet done
         (in order, each once): :meth:`resolve_regexes` plays the runtime."""
-        self.parked: list[str] = []
-        """Groups with parked joins whose ``first_target`` the core asked for (in order, each
-        once): :meth:`first_target` / :meth:`run_parked` play the runtime (``parks_joins``)."""
+        return [g for g, running in self.driver.own.resolving.items() if not running]
+
+    @property
+    def parked(self) -> list[str]:
+        """Groups whose parked joins wait for their first target (``parks_joins``)."""
+        return list(self.driver.own.first_targets)
+
+    def _trace(self, what: str, details: dict[str, Any]) -> None:
+        if what == "command":
+            self._results.append(details["result"])
+        elif what == "unclaimed":
+            self._unclaimed.append((details["token"], details["response"]))
+
+    # -------------------------------------------------------------- running commands
+
+    def _settle(self, ran: int) -> list[Result[Any]]:
+        """Write, answer and run what the commands since ``ran`` left to do; their results."""
+        written: list[r.Record] = []
+        self.world.settle(written)
+        self.store_log += written
+        self.log += [rec for rec in written if rec.group_id is not None]
+        if self._unclaimed:
+            token, response = self._unclaimed[0]
+            raise AssertionError(f"parked response {token} completed twice: {response!r}")
+        results = self._results[ran:]
+        for res in results:
+            self.events += res.events
+        return results
+
+    def _parked(self, token: int, fut: Any) -> None:
+        self.completions[token] = fut.outcome()
+
+    def _submit(self, index: int, fn: Any, *, park: bool = False) -> Result[Any]:
+        ran = len(self._results)
+        response, fut = self.driver.submit(index, fn, park=park)
+        result = self._settle(ran)[0]
+        if isinstance(result.response, Pending) and fut is not None:
+            fut.add_done_callback(partial(self._parked, result.response.token))
+            self.world.run_ready()
+        return result
+
+    def run(self, fn: Callable[[Shard], Result[Any]]) -> Result[Any]:
+        """Run a command of the shard (``fn(shard)`` returns its result) through the driver."""
+        return self._submit(0, fn)
+
+    def _request(self, cmd: Command) -> Result[Any]:
+        return self._submit(0, cmd.fn, park=cmd.park)
 
     # -------------------------------------------------------------- topics
 
@@ -113,8 +198,6 @@ class Harness:
         (out,) = res.response
         if out.error_code:
             raise AssertionError(f"topic change failed: {out.error_message}")
-        self.store_log.extend(res.records)
-        self._topics_changed()
         return out
 
     def create_topic(
@@ -125,17 +208,15 @@ class Harness:
         racks: Mapping[int, Iterable[str]] | None = None,
     ) -> str:
         """Create a topic; ``racks``: partition -> the racks of its replicas."""
-        res = self.registry.create_topics(
-            [
-                NewTopic(
-                    name=name,
-                    num_partitions=partitions,
-                    topic_id=topic_id,
-                    partition_racks={p: frozenset(rs) for p, rs in (racks or {}).items()},
-                )
-            ]
+        topic = NewTopic(
+            name=name,
+            num_partitions=partitions,
+            topic_id=topic_id,
+            partition_racks={p: frozenset(rs) for p, rs in (racks or {}).items()},
         )
-        return self._topic_result(res).topic_id
+        return self._topic_result(
+            self._submit(REGISTRY, lambda t: t.create_topics([topic]))
+        ).topic_id
 
     def set_racks(self, name: str, racks: Mapping[int, Iterable[str]]) -> None:
         """Give a topic new replica racks, as a broker's metadata would (the registry follows
@@ -151,50 +232,34 @@ class Harness:
             )
             for t in self.registry.list_topics()
         ]
-        res = self.registry.apply_snapshot(topics)
-        self.store_log.extend(res.records)
-        self._topics_changed()
+        ran = len(self._results)
+        self.driver.delete_topics_with(
+            lambda t: t.apply_snapshot(topics), lambda changes: changes.deleted_names
+        )
+        self._settle(ran)
 
     def add_partitions(self, name: str, total: int) -> None:
-        self._topic_result(self.registry.create_partitions([(name, total)]))
+        self._topic_result(self._submit(REGISTRY, lambda t: t.create_partitions([(name, total)])))
 
     def delete_topic(self, name: str) -> Result[None]:
         """Delete a topic; returns the shard's result (tombstones of the topic's offsets)."""
-        self._topic_result(self.registry.delete_topics([name]))
-        return self._commit(self.shard.on_topics_deleted([name]))
+        ran = len(self._results)
+        self.driver.delete_topics_with(
+            lambda t: t.delete_topics([name]),
+            lambda results: [x.name for x in results if x.error_code == 0],
+        )
+        deleted, on_shard = self._settle(ran)
+        self._topic_result(deleted)
+        return on_shard
 
     def topic_id(self, name: str) -> str:
         return self.registry.topics[name].topic_id
 
-    def _topics_changed(self) -> None:
-        self.registry.release(self.registry.mark())
-        self.shard.set_topics(self.registry.image())
-
     # -------------------------------------------------------------- commands
-
-    def _commit(self, res: Result[Any]) -> Result[Any]:
-        """What the runtime does once a result is durable."""
-        self.log.extend(res.records)
-        self.store_log.extend(res.records)
-        self.timers.apply(res.timers)
-        self.events.extend(res.events)
-        self.offloads += [g for g in dict.fromkeys(res.offloads) if g not in self.offloads]
-        self.regex_resolutions += [
-            g for g in dict.fromkeys(res.regex_resolutions) if g not in self.regex_resolutions
-        ]
-        self.parked += [g for g, _first in res.parked_joins if g not in self.parked]
-        for token, response in res.completions:
-            if token in self.completions:
-                raise AssertionError(f"deferred response {token} completed twice")
-            self.completions[token] = response
-        self.shard.release(self.shard.mark())
-        return res
 
     def heartbeat_result(self, **fields: Any) -> Result[ConsumerGroupHeartbeatResponse]:
         fields.setdefault("group_id", "grp")
-        return self._commit(
-            self.shard.consumer_group_heartbeat(ConsumerGroupHeartbeat(**fields), self.now_ms)
-        )
+        return self._request(requests.heartbeat(ConsumerGroupHeartbeat(**fields), self.now_ms))
 
     def heartbeat(self, **fields: Any) -> ConsumerGroupHeartbeatResponse:
         response = self.heartbeat_result(**fields).response
@@ -239,66 +304,74 @@ class Harness:
                 OffsetCommitTopic(name=t, partitions=tuple(ps)) for t, ps in by_topic.items()
             ),
         )
-        response: OffsetCommitResponse | None = self._commit(
-            self.shard.offset_commit(req, self.now_ms)
+        response: OffsetCommitResponse | None = self._request(
+            requests.offset_commit(req, self.now_ms)
         ).response
         return response
 
+    def offload(self, group_id: str = "grp") -> None:
+        """Have a worker compute ``group_id``'s target now, as the driver does when the core
+        asks (``Result.offloads``): the inputs are copied and the group is in :attr:`offloads`
+        (unless a computation of it is running already)."""
+        self.driver.own.start_offloads([(0, group_id)])
+        self._settle(len(self._results))
+
     def start_offload(self, group_id: str) -> Any:
-        """The runtime's side of an offloaded computation, first half: take the request and
-        copy the inputs (an ``AssignmentJob``, or None when nothing is due any more)."""
-        self.offloads.remove(group_id)
-        return self.shard.groups.assignment_job(group_id)
+        """The job a worker computes for ``group_id`` (an ``AssignmentJob``: the inputs the
+        driver copied once the asking command was durable)."""
+        return self.world.jobs[group_id][1]
 
-    def finish_offload(self, job: Any) -> Result[None]:
-        """Second half: run the job's assignor (as a worker would) and apply the outcome as a
-        command at the current time."""
-        from coordinator.core.target_assignment import run_job
-
-        assignor = next(a for a in self.assignors if a.name == job.assignor)
-        outcome = run_job(job, assignor)
-        return self._commit(self.shard.groups.apply_assignment(outcome, self.now_ms))
+    def finish_offload(self, job: Any, outcome: Any = None) -> Result[None]:
+        """The worker is done: it ran the job's assignor (or answers ``outcome``: an
+        ``AssignmentOutcome``, e.g. an error), and the driver applies the outcome as a command
+        at the current time."""
+        if outcome is None:
+            assignor = next(a for a in self.assignors if a.name == job.assignor)
+            outcome = run_job(job, assignor)
+        ran = len(self._results)
+        self.world.finish(job.group_id, outcome)
+        return self._settle(ran)[0]
 
     def run_offloads(self) -> list[Result[None]]:
-        """Start and finish every requested computation (bounded: each pass may request more)."""
+        """Finish every computation (bounded: each may ask for more)."""
         done = []
         for _ in range(100):
-            if not self.offloads:
+            if not self.world.jobs:
                 break
-            job = self.start_offload(self.offloads[0])
-            if job is not None:
-                done.append(self.finish_offload(job))
+            done.append(self.finish_offload(self.start_offload(next(iter(self.world.jobs)))))
         return done
 
     def resolve_regexes(self, group_id: str = "grp") -> Result[None]:
-        """The runtime's run of a group's regex resolution (asked by a heartbeat), as a
-        command at the current time."""
-        self.regex_resolutions.remove(group_id)
-        return self._commit(self.shard.groups.resolve_regexes(group_id, self.now_ms))
+        """The driver's run of a group's regex resolution (asked by a heartbeat), as a command
+        at the current time."""
+        ran = len(self._results)
+        self.driver.own.run_regex_resolution(group_id)
+        return self._settle(ran)[0]
 
     def first_target(self, group_id: str) -> Result[None]:
-        """The runtime's call for a group with parked joins (once the burst is in)."""
-        self.parked.remove(group_id)
-        return self._commit(self.shard.groups.first_target(group_id, self.now_ms))
+        """The driver's call of ``first_target`` for a group with parked joins (the burst is in)."""
+        ran = len(self._results)
+        self.driver.own.run_first_target(group_id)
+        return self._settle(ran)[0]
 
     def run_parked(self) -> list[Result[None]]:
-        """Call ``first_target`` for every group that asks, and run the offloads that asks for,
-        until nothing is asked (bounded)."""
+        """Call ``first_target`` for every group that asks, and finish the computations that
+        asks for, until nothing is asked (bounded)."""
         done = []
         for _ in range(1_000):
             if self.parked:
                 done.append(self.first_target(self.parked[0]))
-            elif self.offloads:
+            elif self.world.jobs:
                 done += self.run_offloads()
             else:
                 break
         return done
 
     def expire_offsets(self) -> Result[None]:
-        return self._commit(self.shard.expire_offsets(self.now_ms))
+        return self.run(lambda s: s.expire_offsets(self.now_ms))
 
     def alter_configs(self, group_id: str, changes: dict[str, str | None]) -> Result[None]:
-        return self._commit(self.shard.alter_group_configs(group_id, changes))
+        return self.run(lambda s: s.alter_group_configs(group_id, changes))
 
     def sleep(self, ms: int) -> list[Result[Any]]:
         """Advance the virtual clock, firing every timer that falls due, in order."""
@@ -309,7 +382,9 @@ class Harness:
             if due is None:
                 break
             self.now_ms = max(self.now_ms, due.deadline_ms)
-            fired.append(self._commit(self.shard.on_timer(due, self.now_ms)))
+            ran = len(self._results)
+            self.driver.fire(due, self.now_ms)
+            fired += self._settle(ran)[:1]
         self.now_ms = target
         return fired
 
@@ -344,7 +419,7 @@ class Harness:
             protocols=protocols,
             client_id=client_id,
         )
-        return self._commit(self.shard.classic_groups.join(req, self.now_ms)).response
+        return self._request(requests.classic_join(req, self.now_ms)).response
 
     def sync_group(
         self,
@@ -367,7 +442,7 @@ class Harness:
             protocol_name=protocol_name,
             assignments=tuple(sorted((assignments or {}).items())),
         )
-        return self._commit(self.shard.classic_groups.sync(req, self.now_ms)).response
+        return self._request(requests.classic_sync(req, self.now_ms)).response
 
     def classic_heartbeat(
         self,
@@ -383,7 +458,7 @@ class Harness:
             member_id=member_id,
             group_instance_id=instance_id,
         )
-        response = self._commit(self.shard.classic_groups.heartbeat(req, self.now_ms)).response
+        response = self._request(requests.classic_heartbeat(req, self.now_ms)).response
         assert isinstance(response, m.HeartbeatResponse)
         return response
 
@@ -394,7 +469,7 @@ class Harness:
             x if isinstance(x, m.LeaveMember) else m.LeaveMember(member_id=x) for x in members
         )
         req = m.LeaveGroup(group_id=group_id, members=ms)
-        response = self._commit(self.shard.classic_groups.leave(req, self.now_ms)).response
+        response = self._request(requests.classic_leave(req, self.now_ms)).response
         assert isinstance(response, m.LeaveGroupResponse)
         return response
 

@@ -17,14 +17,16 @@ _MISSING: Any = object()
 
 class UndoLog:
     """Positions are absolute: ``mark()`` returns one, ``rollback(m)`` undoes everything logged
-    after it, ``release(m)`` forgets entries before it (they are durable and final)."""
+    after it, ``release(m)`` forgets entries before it (they are durable and final) — unless
+    ``keeps_history`` (the explorer moves back and forth between states with ``rollback``)."""
 
-    __slots__ = ("_base", "_entries", "enabled")
+    __slots__ = ("_base", "_entries", "enabled", "keeps_history")
 
     def __init__(self) -> None:
         self._entries: list[tuple[Any, Any, Any, bool]] = []
         self._base = 0
         self.enabled = True
+        self.keeps_history = False
 
     def mark(self) -> int:
         return self._base + len(self._entries)
@@ -43,6 +45,8 @@ class UndoLog:
                 dict.__setitem__(target, key, old)
 
     def release(self, mark: int) -> None:
+        if self.keeps_history:
+            return
         n = min(mark - self._base, len(self._entries))
         if n > 0:
             del self._entries[:n]

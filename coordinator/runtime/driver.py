@@ -33,23 +33,12 @@ same decisions. Theory of operation:
   waiting SyncGroup without writing anything). A later durable result's ``completions`` answer
   it. Classic JoinGroup/SyncGroup wait at their barriers this way, and so do joins to a group
   before its first target.
-* **First targets.** The core asks (``Result.parked_joins``) for a new group's first target;
-  the driver waits behind the joins queued on the shard and while joins to the group keep
-  arriving (none in two waits of :data:`FIRST_TARGET_QUIET_MS` in a row), for at most
-  ``group.initial.rebalance.delay.ms``, then calls ``first_target`` — again as long as its
-  results ask for it.
-* **Offloaded assignments.** ``Result.offloads`` asks for a group's target to be computed off
-  the loop: once the asking command is durable the driver brings the inputs up to date
-  (``prepare_assignment_job``, :data:`PREPARE_MEMBERS` members per turn of the shard), copies
-  them (``assignment_job``), hands the job to the host's workers, and applies the outcome the host
-  reports (:meth:`Driver.job_done`) as an ordinary command. One computation per group at a
-  time.
-* **Regex subscriptions** are resolved off the heartbeat path (Kafka 4.x): a heartbeat asks
-  (``Result.regex_resolutions``); once it is durable and answered, the driver runs
-  ``ConsumerGroups.resolve_regexes`` as a command of its own, one at a time per group.
-* **The driver's own commands** — first targets and regex resolutions — start by themselves
-  (``automatic``); in the harness and the explorer they run when those say
-  (:meth:`Driver.run_first_target`, :meth:`Driver.run_regex_resolution`).
+* **The driver's own commands** (``own_commands.py``): a new group's first target once its
+  burst of joins is over (``Result.parked_joins``), a target computed by the host's workers
+  once the asking command is durable (``Result.offloads``, one computation per group at a
+  time), a subscription's regexes resolved off the heartbeat path
+  (``Result.regex_resolutions``). Each runs as an ordinary command; with ``automatic`` off (the
+  harness, the explorer) first targets and regex resolutions run when those say.
 * **Failure.** If an append fails, that batch and every later un-persisted batch fail with
   COORDINATOR_NOT_AVAILABLE in-band; every state machine is rolled back (undo log) to its mark
   at the start of the failed batch; their timer operations, log events, completions and
@@ -81,10 +70,11 @@ from coordinator.core.errors import (
 )
 from coordinator.core.events import LogEvent
 from coordinator.core.records import Record
-from coordinator.core.target_assignment import AssignmentJob, AssignmentOutcome
+from coordinator.core.target_assignment import AssignmentJob
 from coordinator.core.timers import DueTimer, TimerOp
 from coordinator.routing import partition_for
 
+from .own_commands import OwnCommands
 from .requests import Command
 from .store.api import StoreWriteError
 from .timing import EXPIRE_OFFSETS, STALL_GRACE_MS, TIMER_RETRY_MS, Timers
@@ -95,12 +85,6 @@ log = logging.getLogger("kip848.runtime")
 REGISTRY = -1
 """State-machine index of the topic registry (shards are 0..n-1)."""
 
-FIRST_TARGET_QUIET_MS = 10
-"""A new group's first target waits until no join to it has arrived for this long, twice (at
-most ``group.initial.rebalance.delay.ms``): a burst of joins gets one target covering it all."""
-PREPARE_MEMBERS = 500
-"""Members whose assignor inputs one command brings up to date before an offloaded job is
-copied (about 2-3 ms; ``ConsumerGroups.prepare_assignment_job``)."""
 __all__ = [
     "EXPIRE_OFFSETS",
     "REGISTRY",
@@ -144,7 +128,7 @@ class Host(Protocol):
         """A batch is pending: the writer takes it (:meth:`Driver.take_batch`) once free."""
 
     def run_job(self, index: int, group_id: str, job: AssignmentJob) -> None:
-        """Compute ``job`` off the loop; report with :meth:`Driver.job_done`."""
+        """Compute ``job`` off the loop; report with ``driver.own.job_done``."""
 
     def changed(self, group_ids: Iterable[str]) -> None:
         """A durable batch changed these groups (watchers look again)."""
@@ -198,22 +182,6 @@ class Batch:
         self.error: BaseException | None = None  # why its write failed
 
 
-class _FirstTarget:
-    """A group whose parked joins wait for its first target (see :meth:`Driver._first_wait`)."""
-
-    __slots__ = ("again", "arrived", "calling", "first", "group_id", "index", "quiet", "seen")
-
-    def __init__(self, index: int, group_id: str, first: bool) -> None:
-        self.index = index
-        self.group_id = group_id
-        self.first = first
-        self.again = False  # asked again while waiting or calling
-        self.calling = False
-        self.arrived = 0  # joins to the group since it started waiting
-        self.seen = -1  # joins seen at the last quiet wait
-        self.quiet = 0
-
-
 class Driver:
     """The state machines (shards, then the topic registry) and every decision about them.
 
@@ -257,9 +225,8 @@ class Driver:
         # (machine index, token) -> the parked caller's future. Tokens are numbered per shard.
         self.parked: dict[tuple[int, int], Any] = {}
         self._parking_closed = False
-        self.assigning: set[str] = set()  # groups whose target a worker computes
-        self.resolving: dict[str, bool] = {}  # group -> its regex resolution is running
-        self.first_targets: dict[str, _FirstTarget] = {}
+        self.own = OwnCommands(self)
+        """First targets, offloaded targets and regex resolutions (``own_commands.py``)."""
         self.stats = {
             "batches": 0,
             "records": 0,
@@ -279,8 +246,7 @@ class Driver:
     def stop(self) -> None:
         """No more timers or background work (the host drains and closes)."""
         self.timing.stop()
-        self.first_targets.clear()
-        self.resolving.clear()
+        self.own.stop()
 
     def check_serving(self) -> None:
         state = self.state
@@ -387,17 +353,17 @@ class Driver:
             else:
                 batch.completions.extend(completions)
         if result.parked_joins:
-            self._answer_parked_joins(index, result.parked_joins)
+            self.own.answer_parked_joins(index, result.parked_joins)
         if result.offloads:
             wanted = [(index, group_id) for group_id in result.offloads]
             if batch is None:
-                self._start_offloads(wanted)
+                self.own.start_offloads(wanted)
             else:
                 batch.offloads.extend(wanted)
         if result.regex_resolutions:
             asked = [(index, group_id) for group_id in result.regex_resolutions]
             if batch is None:
-                self._ask_regex_resolutions(asked)
+                self.own.ask_regex_resolutions(asked)
             else:
                 batch.regex_resolutions.extend(asked)
         return result.response, batch
@@ -441,9 +407,7 @@ class Driver:
     def request(self, cmd: Command) -> tuple[Any, Any]:
         """:meth:`submit` a group's request (``requests.py``) on the group's shard."""
         if cmd.join:
-            ft = self.first_targets.get(cmd.group_id)
-            if ft is not None:
-                ft.arrived += 1  # a first target waits while joins keep arriving
+            self.own.join_arrived(cmd.group_id)
         return self.submit(
             partition_for(cmd.group_id, self.shard_count), cmd.fn, join=cmd.join, park=cmd.park
         )
@@ -583,12 +547,12 @@ class Driver:
         if batch.completions:
             self._complete(batch.completions)
         if batch.offloads:
-            self._start_offloads(batch.offloads)
+            self.own.start_offloads(batch.offloads)
         for fut, response in batch.waiters:
             if not fut.done():  # a caller that went away cancelled its own future only
                 fut.set_result(response)
         if batch.regex_resolutions:  # after the asking heartbeats' answers
-            self._ask_regex_resolutions(batch.regex_resolutions)
+            self.own.ask_regex_resolutions(batch.regex_resolutions)
         for then in batch.then:
             then(None)
         self.host.changed(r.group_id for r in batch.records if r.group_id is not None)
@@ -631,245 +595,6 @@ class Driver:
             for then in b.then:
                 then(error)
         return failed
-
-    # ------------------------------------------------------------------ first targets
-
-    def _answer_parked_joins(self, index: int, wanted: Sequence[tuple[str, bool]]) -> None:
-        """These groups have parked joins (before their first target): call the core's
-        ``first_target`` for each (one at a time per group; asked again, it goes on). ``True``:
-        the first of them, the target waits for the burst (else: a target is there)."""
-        if self.state is not RuntimeState.ACTIVE:
-            return
-        for group_id, first in wanted:
-            ft = self.first_targets.get(group_id)
-            if ft is not None:
-                ft.again = True
-                continue
-            ft = self.first_targets[group_id] = _FirstTarget(index, group_id, first)
-            if self.automatic:
-                self.host.call_soon(partial(self._first_wait, ft, self.host.perf()))
-
-    def _first_wait(self, ft: _FirstTarget, started: float) -> None:
-        """Wait for the burst: take a turn behind the joins queued on the group's shard, and
-        wait while joins to the group keep arriving (none in two waits of
-        :data:`FIRST_TARGET_QUIET_MS` in a row: a loop held up by something else, during which
-        arrivals are not taken up, is not mistaken for quiet), for at most
-        ``group.initial.rebalance.delay.ms`` (Kafka's wait for more members to join a new
-        group before its first rebalance)."""
-        if self.first_targets.get(ft.group_id) is not ft or ft.calling:
-            return  # run meanwhile (run_first_target), or stopped
-        limit_s = self.config.classic_initial_rebalance_delay_ms / 1000
-        if ft.first and self.host.perf() - started < limit_s:
-            self.turns.later(ft.index, partial(self._first_queued, ft, started), join=True)
-        else:
-            self._first_call(ft)
-
-    def _first_queued(self, ft: _FirstTarget, started: float) -> None:
-        if self.first_targets.get(ft.group_id) is not ft or ft.calling:
-            return
-        if self.turns.joins_queued(ft.index):
-            self._first_wait(ft, started)  # more joins queued behind this turn: behind them
-            return
-        ft.quiet = ft.quiet + 1 if ft.arrived == ft.seen else 0
-        if ft.quiet == 2:
-            self._first_call(ft)  # no join came while we waited, twice
-            return
-        ft.seen = ft.arrived
-        self.host.call_later(FIRST_TARGET_QUIET_MS, partial(self._first_wait, ft, started))
-
-    def run_first_target(self, group_id: str) -> None:
-        """Call ``first_target`` for ``group_id`` now, whatever the wait (the harness and the
-        explorer decide when; with ``automatic`` the driver does)."""
-        ft = self.first_targets[group_id]
-        if not ft.calling:
-            self._first_call(ft)
-
-    def _first_call(self, ft: _FirstTarget) -> None:
-        ft.calling = True
-        ft.again = False
-        now = self.clock.now_ms()
-        try:
-            _response, fut = self.submit(
-                ft.index, partial(self._first_target, ft.group_id, now), join=True
-            )
-        except Exception as exc:  # noqa: BLE001 - not serving: the parked joins are answered
-            self._first_called(ft, exc)  # when their sessions expire or at shutdown
-            return
-        if fut is None:
-            self._first_called(ft, None)
-        else:
-            fut.add_done_callback(partial(_first_done, self, ft))
-
-    def _first_called(self, ft: _FirstTarget, exc: BaseException | None) -> None:
-        ft.calling = False
-        if self.first_targets.get(ft.group_id) is not ft:
-            return
-        if isinstance(exc, CoordinatorError) and self.active:
-            # Its write failed: the rollback made the joins parked again, and a parked join
-            # sent again does not ask again. Call again, as a failed timer fires again.
-            log.warning(
-                "[GroupId %s] Parked joins not answered (%s); trying again in %d ms.",
-                ft.group_id,
-                exc,
-                TIMER_RETRY_MS,
-            )
-            if self.automatic:
-                self.host.call_later(TIMER_RETRY_MS, partial(self._first_retry, ft))
-            return  # still asked for
-        if isinstance(exc, CoordinatorError):
-            log.warning("[GroupId %s] Parked joins not answered: %s", ft.group_id, exc)
-        elif exc is None and ft.again:
-            if self.automatic:
-                self._first_call(ft)
-            return  # still asked for
-        del self.first_targets[ft.group_id]
-
-    def _first_retry(self, ft: _FirstTarget) -> None:
-        if self.first_targets.get(ft.group_id) is ft and not ft.calling and self.active:
-            self._first_call(ft)
-
-    def _first_target(self, group_id: str, now_ms: int, shard: Any) -> Result[None]:
-        result: Result[None] = shard.groups.first_target(group_id, now_ms)
-        if self.trace is not None:
-            self.trace("first-target", {"group_id": group_id, "result": result})
-        return result
-
-    # ------------------------------------------------------------------ offloaded assignments
-
-    def _start_offloads(self, wanted: Sequence[tuple[int, str]]) -> None:
-        """The core asked for these groups' targets to be computed off the loop (the asking
-        command is durable): one computation per group at a time — a group already being
-        computed is left alone (the outcome's command asks again if the group moved on)."""
-        if not self.workers or self.state is not RuntimeState.ACTIVE:
-            return
-        for index, group_id in wanted:
-            if group_id not in self.assigning:
-                self.assigning.add(group_id)
-                self.host.call_soon(partial(self._offload, index, group_id))
-
-    def _offload(self, index: int, group_id: str) -> None:
-        """Copy the group's inputs (once the state they come from is durable) for a worker,
-        brought up to date :data:`PREPARE_MEMBERS` members per turn of the shard first."""
-        try:
-            ready, _batch = self._execute(
-                index,
-                lambda s: s.groups.prepare_assignment_job(group_id, PREPARE_MEMBERS),
-                read=True,
-            )
-            if not ready and self.state is RuntimeState.ACTIVE:
-                self.turns.later(index, partial(self._offload, index, group_id))
-                return
-            job, batch = self._execute(
-                index, lambda s: s.groups.assignment_job(group_id), read=True
-            )
-        except Exception:  # noqa: BLE001 - logged by _execute
-            self.assigning.discard(group_id)
-            return
-        if batch is None:
-            self._offload_ready(index, group_id, job, None)
-        else:
-            batch.then.append(partial(self._offload_ready, index, group_id, job))
-
-    def _offload_ready(
-        self, index: int, group_id: str, job: AssignmentJob | None, error: BaseException | None
-    ) -> None:
-        if error is not None:  # the state the inputs came from was not written
-            log.warning("[GroupId %s] Target assignment not started: %s", group_id, error)
-            self._offload_again(index, group_id)
-        if error is not None or job is None or self.state is not RuntimeState.ACTIVE:
-            self.assigning.discard(group_id)
-            return
-        if self.trace is not None:
-            self.trace("offload-started", {"group_id": group_id, "job": job})
-        self.host.run_job(index, group_id, job)
-
-    def job_done(self, index: int, group_id: str, outcome: AssignmentOutcome) -> None:
-        """A worker's outcome: applied as a command (its records are the new target). A
-        write that fails rolls it back (and computes again: :meth:`_offload_again`)."""
-        self.assigning.discard(group_id)
-        if self.trace is not None and self.active:
-            self.trace("offload-done", {"group_id": group_id, "outcome": outcome})
-        self._own_command(
-            index,
-            group_id,
-            lambda s, now: s.groups.apply_assignment(outcome, now),
-            "Target assignment not applied",
-            partial(self._applied, index, group_id),
-        )
-
-    def _own_command(
-        self,
-        index: int,
-        group_id: str,
-        fn: Callable[[Any, int], Result[Any]],
-        failed: str,
-        then: Callable[[BaseException | None], Any],
-    ) -> None:
-        """Run a command of the driver's own (an offloaded target, a regex resolution) on
-        shard ``index`` at the current time; ``then(error)`` once it is durable or failed (a
-        command that raised: logged, ``then`` with its error at once)."""
-        if not self.active:
-            return
-        now = self.clock.now_ms()
-        try:
-            _response, batch = self._execute(index, lambda s: fn(s, now), False)
-        except CoordinatorError as exc:
-            log.warning("[GroupId %s] %s: %s", group_id, failed, exc.message)
-            then(exc)
-            return
-        except Exception as exc:  # noqa: BLE001 - logged by _execute
-            then(exc)
-            return
-        if batch is None:
-            then(None)
-        else:
-            batch.then.append(then)
-
-    # ------------------------------------------------------------------ regex subscriptions
-
-    def _ask_regex_resolutions(self, asked: Sequence[tuple[int, str]]) -> None:
-        """Heartbeats asked for their groups' regexes to be resolved (Kafka 4.x: off the
-        heartbeat path), and they are durable and answered: one resolution per group at a time
-        (the core asks again if a change comes in meanwhile)."""
-        if not self.active:
-            return
-        for index, group_id in asked:
-            if group_id not in self.resolving:
-                self.resolving[group_id] = False
-                if self.automatic:
-                    self.host.call_soon(partial(self._resolve, index, group_id))
-
-    def run_regex_resolution(self, group_id: str) -> None:
-        """Resolve ``group_id``'s regexes now (the harness and the explorer decide when)."""
-        self._resolve(self.shard_index(group_id), group_id)
-
-    def _resolve(self, index: int, group_id: str) -> None:
-        if self.resolving.get(group_id) is not False:
-            return  # running, or stopped
-        self.resolving[group_id] = True
-        self._own_command(
-            index,
-            group_id,
-            lambda s, now: s.groups.resolve_regexes(group_id, now),
-            "Regex resolution not applied",
-            lambda _error: self.resolving.pop(group_id, None),
-        )
-
-    def _applied(self, index: int, group_id: str, error: BaseException | None) -> None:
-        if isinstance(error, CoordinatorNotAvailableError):  # its write failed
-            log.warning("[GroupId %s] Target assignment not written: %s", group_id, error)
-            self._offload_again(index, group_id)
-
-    def _offload_again(self, index: int, group_id: str) -> None:
-        """A computation whose inputs or outcome were not written is started again
-        TIMER_RETRY_MS later: the group's heartbeats would ask again, but joins parked before
-        its first target do not (one computation per group at a time, as ever)."""
-        if self.active:
-            self.host.call_later(TIMER_RETRY_MS, partial(self._start_offloads, [(index, group_id)]))
-
-
-def _first_done(driver: Driver, ft: _FirstTarget, fut: Any) -> None:
-    driver._first_called(ft, None if fut.cancelled() else fut.exception())
 
 
 def _fail_future(fut: Any, error: BaseException | None) -> None:

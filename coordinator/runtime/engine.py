@@ -309,7 +309,7 @@ class Engine:
         if big:  # a step of its own, then the target's objects frozen once built
             collector.collect_all()
             await asyncio.sleep(0)
-        self.driver.job_done(index, group_id, outcome)
+        self.driver.own.job_done(index, group_id, outcome)
         if big:
             collector.freeze_new()
 

@@ -334,21 +334,22 @@ class ClassicClient:
             else:
                 self.assigned_snapshot = None
             return m.SyncGroup(
-                group_id=self.group_id,
-                generation_id=self.generation,
-                member_id=self.member_id,
-                group_instance_id=self.instance_id,
+                **self._at_generation(),
                 protocol_type=CONSUMER_PROTOCOL_TYPE,
                 protocol_name=j.protocol_name,
                 assignments=assignments,
             )
         self.inflight_kind = "heartbeat"
-        return m.Heartbeat(
-            group_id=self.group_id,
-            generation_id=self.generation,
-            member_id=self.member_id,
-            group_instance_id=self.instance_id,
-        )
+        return m.Heartbeat(**self._at_generation())
+
+    def _at_generation(self) -> dict[str, Any]:
+        """The fields of a SyncGroup or Heartbeat that say who sends it, at which generation."""
+        return {
+            "group_id": self.group_id,
+            "generation_id": self.generation,
+            "member_id": self.member_id,
+            "group_instance_id": self.instance_id,
+        }
 
     def sent(self, corr: int, req: Any) -> None:
         del req
@@ -521,6 +522,23 @@ class ClassicClient:
         )
 
     # ------------------------------------------------------------------ views
+
+    def key(self) -> tuple:
+        """Canonical, hashable state (for the explorer)."""
+        return (
+            self.index,
+            self.incarnation,
+            self.member_id,
+            self.generation,
+            self.phase,
+            tuple(sorted(self.owned.items())),
+            tuple(sorted(self.revoking.items())),
+            self.after_revoke,
+            self.inflight is not None,
+            self.inflight_kind if self.inflight is not None else "",
+            repr(self.join_response),
+            self.rejoin_needed,
+        )
 
     def describe(self, names: Mapping[str, str] | None = None) -> str:
         extra = f" revoking={fmt(self.revoking, names)}" if self.revoking else ""

@@ -23,6 +23,7 @@ from .simulator import (
     ALL_FAULTS,
     CLASSIC_PROTOCOLS,
     EXTRA_FAULTS,
+    FAULT_RATE,
     SimParams,
     Simulation,
     parse_faults,
@@ -38,55 +39,13 @@ MAX_DEPTH = 1_000
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="kip848 simulate", description=__doc__.split("\n\n")[0])
-    p.add_argument(
-        "--seed",
-        type=int_in(INT64_MIN, INT64_MAX),
-        default=0,
-        help="random seed (first seed with --count)",
-    )
-    p.add_argument(
-        "--steps",
-        type=int_in(1, INT32_MAX),
-        default=300,
-        help="steps with faults before the quiet phase",
-    )
-    p.add_argument("--members", type=int_in(1, MAX_MEMBERS), default=3)
-    p.add_argument(
-        "--partitions", type=int_in(1, MAX_PARTITIONS), default=4, help="partitions per topic"
-    )
-    p.add_argument("--topics", type=int_in(1, MAX_TOPICS), default=2)
-    p.add_argument(
-        "--assignment-interval-ms",
-        type=int_in(0, 15_000),
-        default=0,
-        help="group.consumer.assignment.interval.ms (0: a target per change, no batching)",
-    )
-    p.add_argument(
-        "--offload-min-members",
-        type=int_in(0, MAX_MEMBERS),
-        default=0,
-        help="compute targets of groups this big in a (simulated) worker (0: never)",
-    )
-    p.add_argument(
-        "--offload-delay-max-ms",
-        type=int_in(0, 60_000),
-        default=2_000,
-        help="how long a simulated worker may take",
-    )
+    for flag, (low, high, default, what) in NUMBERS.items():
+        p.add_argument(f"--{flag}", type=int_in(low, high), default=default, help=what)
     p.add_argument(
         "--no-park",
         action="store_true",
         help="answer joins to a new group at once (Kafka) instead of parking them until the "
         "group's first target (the runtime's default with batching)",
-    )
-    p.add_argument(
-        "--static", type=int_in(0, MAX_MEMBERS), default=1, help="how many members are static"
-    )
-    p.add_argument(
-        "--classic",
-        type=int_in(0, MAX_MEMBERS),
-        default=0,
-        help="how many members (the last N) speak the classic protocol through the legacy bridge",
     )
     p.add_argument(
         "--protocol",
@@ -97,9 +56,6 @@ def build_parser() -> argparse.ArgumentParser:
         "--faults",
         default="all",
         help=f"comma-separated faults, 'all' or 'none' (all = {','.join(ALL_FAULTS)}; also: {','.join(EXTRA_FAULTS)})",
-    )
-    p.add_argument(
-        "--count", type=int_in(1, INT32_MAX), default=1, help="run seeds seed..seed+count-1 (soak)"
     )
     p.add_argument(
         "--push",
@@ -117,25 +73,56 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-states", type=int_in(1, INT32_MAX), default=300_000, help="explorer: state limit"
     )
     p.add_argument(
-        "--batching", action="store_true", help="explorer: assignment interval 1 s (batching)"
+        "--fault-rate",
+        type=float,
+        default=FAULT_RATE,
+        help="chance per step that a client or cluster fault is scheduled",
     )
-    p.add_argument(
-        "--offload", action="store_true", help="explorer: targets computed by a worker (late)"
-    )
-    p.add_argument(
-        "--restarts", action="store_true", help="explorer: a coordinator restart anywhere (once)"
-    )
-    p.add_argument(
-        "--assignor-failures",
-        action="store_true",
-        help="explorer: a worker's computation may fail (needs --offload)",
-    )
-    p.add_argument(
-        "--park",
-        action="store_true",
-        help="explorer: joins parked until a new group's first target (implies --batching)",
-    )
+    for flag, what in EXPLORER_FLAGS.items():
+        p.add_argument(f"--{flag}", action="store_true", help=f"explorer: {what}")
     return p
+
+
+NUMBERS: dict[str, tuple[int, int, int, str | None]] = {
+    "seed": (INT64_MIN, INT64_MAX, 0, "random seed (first seed with --count)"),
+    "steps": (1, INT32_MAX, 300, "steps with faults before the quiet phase"),
+    "members": (1, MAX_MEMBERS, 3, None),
+    "partitions": (1, MAX_PARTITIONS, 4, "partitions per topic"),
+    "topics": (1, MAX_TOPICS, 2, None),
+    "assignment-interval-ms": (
+        0,
+        15_000,
+        0,
+        "group.consumer.assignment.interval.ms (0: a target per change, no batching)",
+    ),
+    "offload-min-members": (
+        0,
+        MAX_MEMBERS,
+        0,
+        "compute targets of groups this big in a (simulated) worker (0: never)",
+    ),
+    "offload-delay-max-ms": (0, 60_000, 2_000, "how long a simulated worker may take"),
+    "static": (0, MAX_MEMBERS, 1, "how many members are static"),
+    "classic": (
+        0,
+        MAX_MEMBERS,
+        0,
+        "how many members (the last N) speak the classic protocol through the legacy bridge",
+    ),
+    "count": (1, INT32_MAX, 1, "run seeds seed..seed+count-1 (soak)"),
+}
+"""The numeric options: (lowest, highest, default, help)."""
+
+EXPLORER_FLAGS = {
+    "batching": "assignment interval 1 s (batching)",
+    "offload": "targets computed by a worker (late)",
+    "restarts": "a coordinator restart anywhere (once)",
+    "assignor-failures": "a worker's computation may fail (needs --offload)",
+    "park": "joins parked until a new group's first target (implies --batching)",
+    "turns": "two members' requests may queue and run in one turn of the coordinator's loop",
+    "duplicates": "a request may be delivered twice (once per path)",
+}
+"""The explorer's switches (with --explore; --classic N makes every member classic)."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -169,6 +156,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             offload_min_members=args.offload_min_members,
             offload_delay_max_ms=args.offload_delay_max_ms,
             parks_joins=not args.no_park,
+            fault_rate=args.fault_rate,
         )
         summary = Simulation(params).run()
         if args.quiet:
@@ -209,17 +197,18 @@ def _explore(args: argparse.Namespace) -> int:
         restarts=args.restarts,
         parks_joins=args.park,
         assignor_failures=args.assignor_failures,
+        classic=args.classic > 0,
+        turns=args.turns,
+        duplicates=args.duplicates,
     )
     print(result.render())
     if result.violation is not None:
         flags = "".join(
-            f" --{name.replace('_', '-')}"
-            for name in ("batching", "offload", "restarts", "park", "assignor_failures")
-            if getattr(args, name)
+            f" --{flag}" for flag in EXPLORER_FLAGS if getattr(args, flag.replace("-", "_"))
         )
         print(
             f"reproduce: kip848 simulate --explore --members {args.members} --partitions {args.partitions} "
-            f"--depth {args.depth}{flags}"
+            f"--depth {args.depth}{flags}" + (f" --classic {args.classic}" if args.classic else "")
         )
         return 1
     return 0

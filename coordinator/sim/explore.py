@@ -1,63 +1,60 @@
-"""Exhaustive checking of small scopes: breadth-first search over every interleaving.
+"""Exhaustive checking of small scopes: breadth-first search over every interleaving, run on
+the runtime's own driver (``coordinator/runtime/driver.py``) on virtual time.
 
-Scope: ``members`` clients (2–3) in one group subscribed to one topic with ``partitions``
-partitions (2–4), explored to ``depth`` actions. In every state the enabled actions are:
+Scope: ``members`` KIP-848 clients (2–3) — or ``classic`` classic clients, cooperative — in one
+group on one topic with ``partitions`` partitions (2–4), explored to ``depth`` actions. Requests
+become the very commands the server submits; answers, parked requests and their completions,
+first targets and offloads are the driver's. The store writes at once. In every state the
+enabled actions are:
 
-* ``send i``      client i sends its next heartbeat (join, ack, plain heartbeat) — at most one in flight;
-* ``deliver i``   the coordinator processes client i's oldest request (per-client FIFO);
+* ``send i``      client i sends its next request (join, ack, heartbeat) — at most one in flight;
+* ``deliver i``   the coordinator runs client i's oldest request in its own turn (per-client FIFO);
 * ``lose-req i``  client i's oldest request is lost;
 * ``respond i``   client i receives its oldest response (ignored unless it matches the request in flight);
 * ``lose-resp i`` client i's oldest response is lost;
-* ``timeout i``   client i's request timed out (only once its request or response is lost);
+* ``timeout i``   client i's request timed out (only once its request or response is lost;
+  never while the coordinator holds it parked: it answers long before a request timeout);
 * ``revoked i``   client i's revocation callback finishes;
-* ``fire k``      a coordinator timer fires (session or rebalance). Time is abstracted away: any
-  armed timer may fire at any point, which over-approximates every timing (a member can always be
-  slow), so safety proven here holds for all timings within the depth bound.
+* ``fire k``      a coordinator timer fires (session, rebalance, classic join/sync). Time is
+  abstracted away: any armed timer may fire at any point, which over-approximates every timing
+  (a member can always be slow), so safety proven here holds for all timings within the depth
+  bound.
+
+With ``turns``: ``turn i j`` — the coordinator's loop was held up, so client i's and client
+j's oldest requests queue on the shard and run one after the other in one turn, their callers
+resuming after both (a command queued behind a parked one in the same turn). With
+``duplicates``: ``dup i`` — client i's oldest request in flight is delivered twice (a resent
+copy; once per path). Classic clients also ``rejoin i``: the member starts a new JoinGroup (the
+leader saw the metadata change, the application asked), and start as the members of a settled
+group (generation 1, c0 its leader): the search begins there.
 
 With ``batching`` (``group.consumer.assignment.interval.ms`` = 1 s) a target computed at time
 T holds back later changes until its ASSIGN timer fires; firing it moves the explorer's clock to
-T + 1 s (the only thing that moves it). With ``offload`` (groups of 2 members or more) a due
-target is asked of the runtime; the explorer plays it with two more actions, and ``restart``
-with a third:
+T + 1 s (the only thing that moves it). With ``offload`` (groups of 2 members or more) the
+driver copies a due target's inputs for a worker once the asking command is durable; the
+worker's outcome comes back at any later point, and ``restart`` may happen (once per path):
 
-* ``offload-start g``  the runtime copies group g's inputs and a worker computes its outcome;
-* ``offload-done g``   the outcome is applied as a command (at any later point: late results);
-* ``restart``          the coordinator reloads its records (at most once per path): requests,
-  responses, pending and running computations are lost, timers re-armed by ``on_loaded``.
-
-With ``assignor_failures`` a running computation may also fail:
-
-* ``offload-fail g``   the worker's assignor raised: the outcome carries the error (the target
-  stays; the next heartbeat or timer computes again; parked joins are answered
-  UNKNOWN_SERVER_ERROR and join again).
+* ``offload-done g``   the worker's outcome is applied as a command (late results included);
+* ``offload-fail g``   (``assignor_failures``) the worker's assignor raised: the outcome carries
+  the error (the target stays; parked joins are answered UNKNOWN_SERVER_ERROR and join again);
+* ``restart``          the coordinator reloads its records: requests, responses, parked requests
+  and computations are lost, timers re-armed by ``on_loaded``.
 
 With ``parks_joins`` (batching on; the runtime's default) a join to a group that nobody has been
-answered in yet (new or emptied) is *parked*: its records are written, its response is
-``Pending``, and the client just waits (no ``timeout`` while its join is parked: the runtime
-answers long before a request timeout). The core then asks for the group's first target, which
-the explorer plays with one more action, enabled while it is asked for (at any later point, so
-any number of joins may be parked before it: the burst the runtime waits for):
+answered in yet is parked until the group's first target: ``first-target g`` — the driver calls
+``first_target`` for g (at any later point: any number of joins may be parked before it).
 
-* ``first-target g``   the runtime calls ``first_target`` for group g: the target is computed
-  (inline, or offloaded: ``offload-start``/``offload-done`` then answer) and the parked joins are
-  answered; their answers (or UNKNOWN_MEMBER_ID for a parked member removed meanwhile, e.g. its
-  session expired) join the client's responses like any other (and may be lost). A ``restart``
-  drops the parked joins (the callers are gone): those clients time out and join again.
+Invariants I1, I1b, I2, I3 and I7 (every parked request answered exactly once, nothing parked
+with nothing on its way to answer it; :mod:`coordinator.sim.invariants`) are checked in every
+reachable state. States are deduplicated by a canonical key (the shard's snapshot and the
+classic groups' in-memory state, armed timers, client states, messages in flight, the driver's
+parked requests, first targets and computations). The search is breadth-first, so the first
+violation found has a shortest path, printed action by action.
 
-Parked state is soft (not in the records): each state carries the parked joins, in arrival
-order, and the shard is given them back after replay. Invariant I7 (every parked join is answered
-at most once, only to the client that waits for it, and the core's parked members are exactly
-the explorer's; while joins are parked something — an asked first target, an offloaded
-computation — is on its way to answer them) is checked in every state with ``parks_joins``.
-
-Invariants I1, I1b, I2, I3 and, with ``parks_joins``, I7 (:mod:`coordinator.sim.invariants`)
-are checked in every reachable state. States are deduplicated by a canonical key (shard
-snapshot, armed timers, client states, messages in flight, parked joins). Because the search is
-breadth-first, the first violation found has a shortest path, which is printed action by action.
-
-A coordinator state is stored as its compacted record list (``records_of_state``) and rebuilt by
-replay before its successors are computed; each action is applied and then rolled back with the
-shard's undo log.
+One concrete world is moved between states: forward by applying actions, back by rolling the
+state machines' undo logs back (kept whole: ``UndoLog.keeps_history``) and restoring what they
+do not hold (clients, messages, the driver's timers, parked requests, first targets and
+computations) from values captured on the way down.
 """
 
 from __future__ import annotations
@@ -65,45 +62,90 @@ from __future__ import annotations
 import copy
 from collections import Counter, deque
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import Any, NamedTuple
 
-from coordinator.core.commands import ConsumerGroupHeartbeat, Pending, Result, SequentialIds
+from coordinator.core.commands import ConsumerGroupHeartbeat
 from coordinator.core.config import GroupCoordinatorConfig
-from coordinator.core.errors import CoordinatorError, IllegalStateError
+from coordinator.core.errors import CoordinatorError, ErrorCode, IllegalStateError
 from coordinator.core.records import Record
 from coordinator.core.target_assignment import AssignmentOutcome, run_job
 from coordinator.core.timers import ASSIGN, ArmTimer, CancelTimer, DueTimer
 from coordinator.core.topics import NewTopic, TopicRegistry
 from coordinator.factory import Shard, new_shard
+from coordinator.runtime import requests
+from coordinator.runtime.driver import REGISTRY, Driver, RuntimeState
+from coordinator.runtime.timing import EXPIRE_OFFSETS
+from coordinator.virtual import VirtualClock, VirtualFuture, VirtualWorld
+from legacy_bridge.common import CLASSIC_INITIAL_JOIN, CLASSIC_JOIN
 
 from . import invariants as inv
-from .client import SimClient, fmt
+from .classic_client import COOPERATIVE, ClassicClient, Meta
+from .client import MEMBER, SimClient, fmt
+from .report import coordinator_lines
 
 GROUP = "grp"
 
 
-@dataclass(slots=True)
-class _State:
-    records: tuple[Record, ...]
-    timers: tuple[tuple[tuple[str, str, str], int], ...]  # sorted (key, payload; ASSIGN: deadline)
-    clients: tuple[SimClient, ...]
-    requests: tuple[tuple[tuple[int, ConsumerGroupHeartbeat], ...], ...]  # per client FIFO
-    responses: tuple[tuple[tuple[int, tuple], ...], ...]  # per client FIFO
+class _Ids:
+    """Sequential ids whose counter is part of the explored state (a member id, a group uid)."""
+
+    def __init__(self) -> None:
+        self.n = 0
+
+    def _next(self) -> int:
+        self.n += 1
+        return self.n
+
+    def new_member_id(self) -> str:
+        return f"member-{self._next()}"
+
+    def new_uuid(self) -> str:
+        return f"member-{self._next()}"
+
+    def new_group_uid(self) -> str:
+        return "cgp_" + f"{self._next():026d}"
+
+    def new_topic_id(self) -> str:
+        return f"topic-{self._next()}"
+
+
+class _Machines(NamedTuple):
+    """One coordinator process: its state machines, its driver and the driver's world."""
+
+    shard: Shard
+    registry: TopicRegistry
+    driver: Driver
+    world: VirtualWorld
+
+
+class _Saved(NamedTuple):
+    """What the undo logs do not hold, captured between actions (nothing in flight)."""
+
+    machines: _Machines
+    marks: tuple[int, int]
+    clients: tuple[Any, ...]
+    requests: tuple[tuple[tuple[int, Any], ...], ...]
+    responses: tuple[tuple[tuple[int, tuple], ...], ...]
     corr: int
+    now: int
+    restarts: int
+    dups: int
+    stored: int
+    ids: int
+    timers: tuple[tuple[Any, int, int], ...]
+    parked: tuple[tuple[tuple[int, int], VirtualFuture, Any], ...]
+    first_targets: tuple[tuple[str, Any], ...]
+    assigning: frozenset[str]
+    jobs: tuple[tuple[str, Any], ...]
+
+
+@dataclass(slots=True)
+class _Node:
     parent: int
     action: str
+    label: str
     depth: int
-    now: int = 1
-    offloads: tuple[str, ...] = ()  # groups whose target the core asked for, not yet started
-    jobs: tuple[tuple[str, Any], ...] = ()  # (group, outcome) computed by a worker, not applied
-    restarts: int = 0
-    # Parked joins (soft state, not in the records), in arrival order: (member id, client,
-    # corr); the assignment epoch when the first was parked; groups whose first target the
-    # core asked for and the runtime has not called yet.
-    parked: tuple[tuple[str, int, int], ...] = ()
-    parked_at: int = 0
-    first_asked: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)
@@ -119,9 +161,11 @@ class ExploreResult:
     violation_name: str | None = None
     path: list[str] = field(default_factory=list)
     per_depth: list[int] = field(default_factory=list)
-    checked: tuple[str, ...] = ("I1", "I1b", "I2", "I3")
+    checked: tuple[str, ...] = ("I1", "I1b", "I2", "I3", "I7")
     covered: Counter[str] = field(default_factory=Counter)
-    """Parked-join situations met, counted over the explored transitions (``parks_joins``)."""
+    """Parked-request situations met, counted over the explored transitions."""
+    start: str = ""
+    """Where the search starts (classic clients: the settled group)."""
 
     def render(self) -> str:
         lines = [
@@ -130,9 +174,11 @@ class ExploreResult:
             + (" (TRUNCATED at the state limit)" if self.truncated else ""),
             "new states per depth: " + " ".join(str(n) for n in self.per_depth),
         ]
+        if self.start:
+            lines.append(f"from {self.start}")
         if self.covered:
             lines.append(
-                "parked joins (transitions): "
+                "parked requests (transitions): "
                 + ", ".join(f"{k} {n}" for k, n in sorted(self.covered.items()))
             )
         if self.violation is None:
@@ -146,6 +192,13 @@ class ExploreResult:
             lines.extend(f"  {n + 1:2d}. {a}" for n, a in enumerate(self.path))
             lines.append(self.violation)
         return "\n".join(lines)
+
+
+class _Violation(Exception):
+    def __init__(self, name: str, message: str) -> None:
+        super().__init__(message)
+        self.name = name
+        self.message = message
 
 
 class Explorer:
@@ -166,6 +219,9 @@ class Explorer:
         restarts: bool = False,
         parks_joins: bool = False,
         assignor_failures: bool = False,
+        classic: bool = False,
+        turns: bool = False,
+        duplicates: bool = False,
     ) -> None:
         self.invariants = frozenset(invariants)
         if assignors is None:
@@ -186,476 +242,640 @@ class Explorer:
         if assignor_failures and not offload:
             raise ValueError("assignor_failures needs offload (a worker's computation fails)")
         self.assignor_failures = assignor_failures
-        self._token_of: dict[int, tuple[str, int, int]] = {}  # token -> parked entry
+        self.classic, self.turns, self.duplicates = classic, turns, duplicates
+        self.static_members = static_members
         self.covered: Counter[str] = Counter()
         self.config = GroupCoordinatorConfig(
             consumer_assignment_interval_ms=1000 if batching else 0,
             consumer_assignor_offload_enable=offload,
             consumer_assignor_offload_min_members=2,
+            classic_initial_rebalance_delay_ms=0,
         )
-        ids = SequentialIds()
-        registry = TopicRegistry(ids)
-        res = registry.create_topics([NewTopic(name="t0", num_partitions=partitions)])
-        registry.release(registry.mark())
-        assert res.response is not None  # create_topics answers every topic
-        self.topic_id = res.response[0].topic_id
+        self.clock = VirtualClock(1)
+        self.ids = _Ids()
+        self.store: list[Record] = []
+        self.problems: list[tuple[str, str]] = []  # found by the driver's trace or an answer
+        self.first_target_result: Any = None
+        self.machines = self._boot()
+        res = self.machines.driver.execute(
+            REGISTRY, lambda r: r.create_topics([NewTopic(name="t0", num_partitions=partitions)])
+        )
+        self._settle()
+        assert res[0] is not None  # create_topics answers every topic
+        self.topic_id = res[0][0].topic_id
         self.labels = {self.topic_id: "t0"}
-        self.image = registry.image()
-        self.static_members = static_members
+        self.clients: list[Any] = []
+        for i in range(self.members):
+            instance = f"inst-{i}" if i < self.static_members else None
+            if classic:
+                c: Any = ClassicClient(
+                    index=i, topics=("t0",), protocol=COOPERATIVE, instance_id=instance
+                )
+            else:
+                c = SimClient(index=i, topics=("t0",), group_id=GROUP, instance_id=instance)
+            c.start()
+            self.clients.append(c)
+        self.requests: list[tuple[tuple[int, Any], ...]] = [() for _ in self.clients]
+        self.responses: list[tuple[tuple[int, tuple], ...]] = [() for _ in self.clients]
+        self.corr = 0
+        self.restarts_done = 0
+        self.dups = 0
+        self.start = ""
+        if classic:
+            self._settle_classic_group()
 
-    # ------------------------------------------------------------------ shard
+    # ------------------------------------------------------------------ the coordinator
 
-    def _shard(self, records: Sequence[Record], st: _State | None = None) -> Shard:
-        shard = new_shard(
-            config=self.config, assignors=self.assignors, ids=SequentialIds("x"), topics=self.image
-        )
+    def _boot(self) -> _Machines:
+        """A coordinator process over the store: state machines replayed from its records, a
+        driver in a world of its own."""
+        shard = new_shard(config=self.config, assignors=self.assignors, ids=self.ids)
         shard.groups.parks_joins = self.parks_joins
-        shard.undo.enabled = False
-        for rec in records:
-            shard.replay(rec)
-        self._token_of = {}
-        if st is not None and st.parked:  # the soft state of the parked joins, given back
-            group = shard.groups.get(GROUP)
-            assert group is not None  # parked members are members
-            for entry in st.parked:  # fresh tokens, in arrival order (answers go in that order)
-                token = shard.context.next_token()
-                group.waiting[entry[0]] = (*group.waiting.get(entry[0], ()), token)
-                self._token_of[token] = entry
-            group.parked_at = st.parked_at
-        shard.undo.enabled = True
-        return shard
+        registry = TopicRegistry(self.ids)
+        for machine in (shard, registry):
+            machine.undo.enabled = False
+        for rec in self.store:
+            (shard if rec.group_id is not None else registry).replay(rec)
+        for machine in (shard, registry):
+            machine.undo.enabled = True
+            machine.undo.keeps_history = True
+        shard.set_topics(registry.image())
+        world = VirtualWorld(self.clock)
+        driver = Driver(
+            machines=[shard, registry],
+            config=self.config,
+            clock=self.clock,
+            host=world,
+            workers=self.offload,
+            automatic=False,
+            trace=self._trace,
+        )
+        world.driver = driver
+        driver.state = RuntimeState.ACTIVE
+        driver.timing.apply(shard.on_loaded(self.clock.now))
+        return _Machines(shard, registry, driver, world)
+
+    def _trace(self, what: str, details: dict[str, Any]) -> None:
+        if what == "unclaimed":
+            self.problems.append(
+                (
+                    inv.PARKED_ANSWERED_ONCE,
+                    f"the coordinator answered token {details['token']}, which no request "
+                    f"waits for (answered twice, or its caller was never registered): "
+                    f"{details['response']!r}",
+                )
+            )
+        elif what == "first-target":
+            self.first_target_result = details["result"]
+        elif what == "bug" and isinstance(details["error"], IllegalStateError):
+            self.problems.append((inv.CORE_ILLEGAL_STATE, str(details["error"])))
+
+    def _settle(self) -> None:
+        """The store writes at once: everything pending is durable, every ready callback run."""
+        self.machines.world.settle(self.store)
+        if self.problems:
+            (name, message), self.problems = self.problems[0], []
+            raise _Violation(name, message)
+
+    def meta(self) -> Meta:
+        topics = self.machines.registry.topics
+        return Meta(
+            by_name={n: (t.topic_id, t.num_partitions) for n, t in topics.items()},
+            name_of={t.topic_id: n for n, t in topics.items()},
+        )
+
+    # ------------------------------------------------------------------ capture and restore
+
+    def _capture(self) -> _Saved:
+        m = self.machines
+        driver, table = m.driver, m.driver.timers
+        return _Saved(
+            machines=m,
+            marks=(m.shard.mark(), m.registry.mark()),
+            clients=tuple(self.clients),
+            requests=tuple(self.requests),
+            responses=tuple(self.responses),
+            corr=self.corr,
+            now=self.clock.now,
+            restarts=self.restarts_done,
+            dups=self.dups,
+            stored=len(self.store),
+            ids=self.ids.n,
+            timers=tuple(_timers(table)),
+            parked=tuple((k, f, f.checkpoint()) for k, f in driver.parked.items()),
+            first_targets=tuple((g, copy.copy(ft)) for g, ft in driver.own.first_targets.items()),
+            assigning=frozenset(driver.own.assigning),
+            jobs=tuple(m.world.jobs.items()),
+        )
+
+    def _restore(self, s: _Saved) -> None:
+        m = self.machines = s.machines
+        m.shard.rollback(s.marks[0])
+        m.registry.rollback(s.marks[1])
+        m.shard.set_topics(m.registry.image())
+        self.clients = list(s.clients)
+        self.requests = list(s.requests)
+        self.responses = list(s.responses)
+        self.corr, self.clock.now, self.restarts_done, self.dups = s.corr, s.now, s.restarts, s.dups
+        del self.store[s.stored :]
+        self.ids.n = s.ids
+        driver, table = m.driver, m.driver.timers
+        now = tuple(_timers(table))
+        if now != s.timers:
+            table.apply(
+                [CancelTimer(k) for k, _d, _p in now] + [ArmTimer(k, d, p) for k, d, p in s.timers]
+            )
+        driver.parked.clear()
+        for key, fut, checkpoint in s.parked:
+            fut.restore(checkpoint)
+            driver.parked[key] = fut
+        driver.own.first_targets = {g: copy.copy(ft) for g, ft in s.first_targets}
+        driver.own.assigning = set(s.assigning)
+        m.world.jobs = dict(s.jobs)
+        m.world.ready.clear()
 
     # ------------------------------------------------------------------ search
 
     def run(self) -> ExploreResult:
-        result = ExploreResult(self.members, self.partitions, self.depth)
-        clients = []
-        for i in range(self.members):
-            c = SimClient(
-                index=i,
-                topics=("t0",),
-                group_id=GROUP,
-                instance_id=f"inst-{i}" if i < self.static_members else None,
-            )
-            c.start()
-            clients.append(c)
-        root = _State(
-            (),
-            (),
-            tuple(clients),
-            tuple(() for _ in clients),
-            tuple(() for _ in clients),
-            0,
-            -1,
-            "start",
-            0,
-        )
-        states: list[_State] = [root]
-        seen = {self._key(self._shard(()), root)}
+        result = ExploreResult(self.members, self.partitions, self.depth, start=self.start)
+        nodes = [_Node(-1, "", "start", 0)]
+        path: list[int] = [0]  # the nodes the world is at, root first
+        saved = [self._capture()]  # the world at each node of path
+        seen = {self._key()}
         frontier: deque[int] = deque([0])
         result.per_depth.append(1)
         while frontier:
             idx = frontier.popleft()
-            st = states[idx]
-            if st.depth >= self.depth:
+            node = nodes[idx]
+            if node.depth >= self.depth:
                 continue
-            shard = self._shard(st.records, st)
-            parent_snap = repr(shard.snapshot())
-            for action in self._actions(st):
-                mark = shard.mark()
+            try:
+                self._go(nodes, idx, path, saved)
+            except _Violation as v:  # pragma: no cover - found when the node was made
+                raise AssertionError(v.message) from v
+            here = saved[-1]
+            parent = self._machine_key()
+            for action in self._actions():
                 result.transitions += 1
                 try:
-                    nxt = self._apply(shard, st, idx, action)
+                    label = self._apply(action)
+                    failures = self._check()
                 except _Violation as v:
-                    result.violation_name, result.violation = v.name, v.message
-                    result.path = self._path(states, idx) + [action]
-                    result.states = len(states)
-                    self._finish(result)
-                    return result
-                failures = inv.check_safety(shard.groups.get(GROUP), nxt.clients, self.invariants)
-                if self.parks_joins:
-                    failures += [
-                        (inv.PARKED_ANSWERED_ONCE, m) for m in self._check_parked(shard, nxt)
-                    ]
+                    failures = [(v.name, v.message)]
+                    label = action
                 if failures:
                     result.violation_name = failures[0][0]
                     result.violation = (
-                        "\n".join(f"[{n}] {m}" for n, m in failures) + "\n" + self._dump(shard, nxt)
+                        "\n".join(f"[{n}] {msg}" for n, msg in failures) + "\n" + self._dump()
                     )
-                    result.path = self._path(states, idx) + [nxt.action]
-                    result.states = len(states)
+                    result.path = [nodes[i].label for i in path[1:]] + [label]
+                    result.states = len(nodes)
                     self._finish(result)
                     return result
-                key = self._key(shard, nxt, parent_snap if nxt.records is st.records else None)
-                shard.rollback(mark)
+                key = self._key(parent)
+                self._restore(here)
                 if key in seen:
                     continue
                 seen.add(key)
-                states.append(nxt)
-                frontier.append(len(states) - 1)
-                while len(result.per_depth) <= nxt.depth:
+                nodes.append(_Node(idx, action, label, node.depth + 1))
+                frontier.append(len(nodes) - 1)
+                while len(result.per_depth) <= node.depth + 1:
                     result.per_depth.append(0)
-                result.per_depth[nxt.depth] += 1
-                result.max_depth_reached = max(result.max_depth_reached, nxt.depth)
-                if len(states) >= self.max_states:
+                result.per_depth[node.depth + 1] += 1
+                result.max_depth_reached = max(result.max_depth_reached, node.depth + 1)
+                if len(nodes) >= self.max_states:
                     result.truncated = True
-                    result.states = len(states)
+                    result.states = len(nodes)
                     self._finish(result)
                     return result
-        result.states = len(states)
+        result.states = len(nodes)
         self._finish(result)
         return result
 
+    def _go(self, nodes: list[_Node], idx: int, path: list[int], saved: list[_Saved]) -> None:
+        """Move the world to node ``idx``: back to the deepest node its path shares with the
+        current one, then forward along its own actions."""
+        target = []
+        i = idx
+        while i > 0:
+            target.append(i)
+            i = nodes[i].parent
+        target = [0, *reversed(target)]
+        common = 0
+        while common < min(len(path), len(target)) and path[common] == target[common]:
+            common += 1
+        del path[common:]
+        del saved[common:]
+        self._restore(saved[-1])
+        for i in target[common:]:
+            self._apply(nodes[i].action)
+            path.append(i)
+            saved.append(self._capture())
+
     def _finish(self, result: ExploreResult) -> None:
         result.covered = self.covered
-        if self.parks_joins:
-            result.checked += ("I7",)
+        if not self.parks_joins and not self.classic:
+            result.checked = ("I1", "I1b", "I2", "I3")
 
-    def _path(self, states: list[_State], idx: int) -> list[str]:
-        out = []
-        while idx > 0:
-            out.append(states[idx].action)
-            idx = states[idx].parent
-        return out[::-1]
-
-    def _key(self, shard: Shard, st: _State, snap: str | None = None) -> tuple:
-        return (
-            snap if snap is not None else repr(shard.snapshot()),
-            st.timers,
-            tuple(c.key() for c in st.clients),
-            tuple(tuple((corr, repr(req)) for corr, req in q) for q in st.requests),
-            tuple(tuple((corr, repr(o)) for corr, o in q) for q in st.responses),
-            st.now,
-            st.offloads,
-            tuple((g, repr(outcome)) for g, outcome in st.jobs),
-            st.restarts,
-            tuple((mid, i, rc) for mid, i, rc in st.parked),
-            st.parked_at if st.parked else 0,
-            st.first_asked,
+    def _machine_key(self) -> tuple[tuple, tuple]:
+        """(where the state machines are, their part of the key): the same position of the
+        same machines' undo logs is the same state (an action that changed nothing there)."""
+        m = self.machines
+        at = (id(m.shard), m.shard.mark(), m.registry.mark())
+        consumer = m.shard.groups.get(GROUP)
+        return at, (
+            repr(m.shard.snapshot()),
+            _classic_key(m.shard),
+            None if consumer is None else (consumer.parked_at, tuple(sorted(consumer.waiting))),
         )
 
-    def _check_parked(self, shard: Shard, st: _State) -> list[str]:
-        """I7 (the explorer's side): the core's parked members are exactly those whose clients
-        wait for a parked answer, and while any is parked, something will answer it (the first
-        target asked for, or a computation of the group's target asked for or running)."""
-        group = shard.groups.get(GROUP)
-        core = sorted(group.waiting) if group is not None else []
-        mine = sorted(mid for mid, _i, _rc in st.parked)
-        out = []
-        if core != mine:
-            out.append(f"the core has parked {core}, the clients wait for parked answers to {mine}")
-        if st.parked and not (
-            GROUP in st.first_asked or GROUP in st.offloads or any(g == GROUP for g, _o in st.jobs)
-        ):
-            out.append(
-                f"joins of {mine} are parked, but no first target is asked for and no target "
-                "is being computed: nothing will answer them"
-            )
-        return out
+    def _key(self, parent: tuple[tuple, tuple] | None = None) -> tuple:
+        m = self.machines
+        driver, table = m.driver, m.driver.timers
+        timers = [
+            (k, deadline if k[0] == ASSIGN else payload)
+            for k, deadline, payload in _timers(table)
+            if k[0] != EXPIRE_OFFSETS
+        ]
+        waiting = sorted(f.label for f in driver.parked.values() if not f.done())
+        at = (id(m.shard), m.shard.mark(), m.registry.mark())
+        machines = parent[1] if parent is not None and parent[0] == at else self._machine_key()[1]
+        return (
+            *machines,
+            tuple(timers),
+            tuple(c.key() for c in self.clients),
+            tuple(tuple((corr, repr(req)) for corr, req in q) for q in self.requests),
+            tuple(tuple((corr, repr(o)) for corr, o in q) for q in self.responses),
+            self.clock.now,
+            tuple(waiting),
+            tuple(sorted((g, ft.again) for g, ft in driver.own.first_targets.items())),
+            tuple(sorted(driver.own.assigning)),
+            tuple(sorted((g, repr(job)) for g, (_i, job) in m.world.jobs.items())),
+            self.restarts_done,
+            self.dups,
+        )
 
-    def _actions(self, st: _State) -> list[str]:
+    def _check(self) -> list[tuple[str, str]]:
+        shard = self.machines.shard
+        topic_ids = {n: t.topic_id for n, t in self.machines.registry.topics.items()}
+        failures = inv.check_safety(
+            shard.groups.get(GROUP),
+            self.clients,
+            self.invariants,
+            classic=shard.classic_groups.get(GROUP),
+            topic_ids=topic_ids,
+        )
+        return failures + [
+            (inv.PARKED_ANSWERED_ONCE, msg) for msg in inv.check_parked(self.machines.driver)
+        ]
+
+    # ------------------------------------------------------------------ actions
+
+    def _waits(self, i: int, corr: int) -> bool:
+        """Is client i's request ``corr`` still on its way (queued, answered, parked)?"""
+        return (
+            any(rc == corr for rc, _r in self.requests[i])
+            or any(rc == corr for rc, _o in self.responses[i])
+            or any(f.label[:2] == (i, corr) for f in self.machines.driver.parked.values())
+        )
+
+    def _actions(self) -> list[str]:
         out = []
-        for i, c in enumerate(st.clients):
+        m = self.machines
+        for i, c in enumerate(self.clients):
             if c.can_send:
                 out.append(f"send {i}")
-            if st.requests[i]:
+            if self.requests[i]:
                 out.append(f"deliver {i}")
                 if self.with_losses:
                     out.append(f"lose-req {i}")
-            if st.responses[i]:
+                if self.duplicates and self.dups < 1:
+                    out.append(f"dup {i}")
+            if self.responses[i]:
                 out.append(f"respond {i}")
                 if self.with_losses:
                     out.append(f"lose-resp {i}")
-            if (
-                c.inflight is not None
-                and not st.requests[i]
-                and not any(corr == c.inflight for corr, _o in st.responses[i])
-                and not any(pi == i and rc == c.inflight for _m, pi, rc in st.parked)
-            ):
+            if c.inflight is not None and not self._waits(i, c.inflight):
                 out.append(f"timeout {i}")
             if c.revoking:
                 out.append(f"revoked {i}")
+            if self.classic and c.phase == MEMBER and c.inflight is None:
+                out.append(f"rejoin {i}")
+        if self.turns:
+            out += [
+                f"turn {i} {j}"
+                for i in range(len(self.clients))
+                for j in range(len(self.clients))
+                if i != j and self.requests[i] and self.requests[j]
+            ]
         if self.with_timers:
-            for key, payload in st.timers:
-                out.append(f"fire {key[0]} {key[2] or '-'} {payload}")
-        running = {g for g, _o in st.jobs}
-        out += [f"offload-start {g}" for g in st.offloads if g not in running]
-        out += [f"offload-done {g}" for g in sorted(running)]
+            for key, _deadline, payload in _timers(m.driver.timers):
+                if key[0] != EXPIRE_OFFSETS:
+                    out.append(f"fire {key[0]} {key[2] or '-'} {payload}")
+        running = sorted(m.world.jobs)
+        out += [f"offload-done {g}" for g in running]
         if self.assignor_failures:
-            out += [f"offload-fail {g}" for g in sorted(running)]
-        out += [f"first-target {g}" for g in st.first_asked]
-        if self.restarts and st.restarts < 1:
+            out += [f"offload-fail {g}" for g in running]
+        out += [
+            f"first-target {g}" for g, ft in m.driver.own.first_targets.items() if not ft.calling
+        ]
+        if self.restarts and self.restarts_done < 1:
             out.append("restart")
         return out
 
-    def _apply(self, shard: Shard, st: _State, parent: int, action: str) -> _State:
+    def _apply(self, action: str) -> str:
+        """Apply ``action`` to the world (everything it causes settles); returns its label."""
         verb, *args = action.split()
-        clients = list(st.clients)
-        requests = list(st.requests)
-        responses = list(st.responses)
-        timers = dict(st.timers)
-        corr = st.corr
-        records = st.records
+        m = self.machines
+        driver = m.driver
+        now = self.clock.now
         label = action
-        now = st.now
-        offloads = list(st.offloads)
-        jobs = dict(st.jobs)
-        restarts = st.restarts
-        parked = list(st.parked)
-        parked_at = st.parked_at
-        first_asked = list(st.first_asked)
-
-        touched = False
-
-        def commit(res: Any) -> None:
-            nonlocal touched, parked_at
-            touched = True
-            for group_id, _first in res.parked_joins:
-                if group_id not in first_asked:
-                    first_asked.append(group_id)
-            for token, answer in res.completions:
-                entry = self._token_of.get(token)
-                if entry is None or entry not in parked:
-                    raise _Violation(
-                        inv.PARKED_ANSWERED_ONCE,
-                        f"the core answered token {token}, which no parked join waits for "
-                        f"(answered twice, or never parked): {answer!r}",
-                    )
-                parked.remove(entry)
-                _mid, ci, rc = entry
-                self.covered[
-                    "answered: "
-                    + (
-                        "a target"
-                        if not isinstance(answer, CoordinatorError)
-                        else type(answer).__name__
-                    )
-                ] += 1
-                if isinstance(answer, CoordinatorError):
-                    responses[ci] = responses[ci] + ((rc, ("error", int(answer.code))),)
-                else:
-                    responses[ci] = responses[ci] + ((rc, ("ok", answer)),)
-            group = shard.groups.get(GROUP)
-            if group is not None and group.waiting:
-                parked_at = group.parked_at
-            for op in res.timers:
-                if type(op) is ArmTimer:
-                    timers[op.key] = op.deadline_ms if op.key[0] == ASSIGN else op.payload
-                elif type(op) is CancelTimer:
-                    timers.pop(op.key, None)
-            for group_id in res.offloads:
-                if group_id not in offloads and group_id not in jobs:
-                    offloads.append(group_id)
-
-        def guarded(fn: Any) -> Any:
-            try:
-                return fn()
-            except IllegalStateError as exc:
-                raise _Violation(inv.CORE_ILLEGAL_STATE, str(exc)) from None
-
         if verb == "fire":
-            kind, member_id, payload = args[0], args[1].replace("-", ""), int(args[2])
+            kind, member_id, payload = args[0], "" if args[1] == "-" else args[1], int(args[2])
             key = (kind, GROUP, member_id)
-            timers.pop(key, None)
+            deadline, _payload = driver.timers.get(key)  # type: ignore[misc]
+            driver.timers.apply([CancelTimer(key)])
             if kind == ASSIGN:  # the interval has passed: the clock moves to the deadline
-                now = max(now, payload)
-                due = DueTimer(key, payload, 0)
-            else:
-                due = DueTimer(key, now, payload)
-            fired = guarded(lambda: shard.on_timer(due, now))
-            commit(fired)
-            label = f"fire {kind} timer of {member_id or GROUP} ({len(fired.records)} records)"
-        elif verb == "offload-start":
+                self.clock.now = now = max(now, deadline)
+            driver.fire(DueTimer(key, deadline if kind == ASSIGN else now, payload), now)
+            label = f"fire {kind} timer of {member_id or GROUP}"
+        elif verb in ("offload-done", "offload-fail"):
             group_id = args[0]
-            offloads.remove(group_id)
-            job = shard.groups.assignment_job(group_id)
-            if job is not None:
+            index, job = m.world.jobs[group_id]
+            if verb == "offload-done":
                 assignor = next(a for a in self.assignors if a.name == job.assignor)
-                jobs[group_id] = run_job(job, assignor)
-            label = f"offload-start {group_id}" + (
-                " (nothing due)" if job is None else f": epoch {job.epoch}"
-            )
-        elif verb == "offload-done":
-            group_id = args[0]
-            computed = jobs.pop(group_id)
-            applied = guarded(lambda: shard.groups.apply_assignment(computed, now))
-            commit(applied)
-            label = (
-                f"offload-done {group_id}: epoch {computed.epoch} ({len(applied.records)} records)"
-            )
-        elif verb == "offload-fail":
-            group_id = args[0]
-            computed = jobs.pop(group_id)
-            failed = AssignmentOutcome(
-                group_id=computed.group_id,
-                group_uid=computed.group_uid,
-                epoch=computed.epoch,
-                error=f"Failed to compute a new target assignment for epoch {computed.epoch}: "
-                "the assignor raised (explored)",
-            )
-            applied = guarded(lambda: shard.groups.apply_assignment(failed, now))
-            commit(applied)
-            if st.parked:
-                self.covered["assignor failed with joins parked"] += 1
-            label = (
-                f"offload-fail {group_id}: epoch {computed.epoch} failed "
-                f"({len(applied.completions)} parked joins answered)"
-            )
+                outcome = run_job(job, assignor)
+            else:
+                outcome = AssignmentOutcome(
+                    group_id=job.group_id,
+                    group_uid=job.group_uid,
+                    epoch=job.epoch,
+                    error=f"Failed to compute a new target assignment for epoch {job.epoch}: "
+                    "the assignor raised (explored)",
+                )
+                if self._parked_joins():
+                    self.covered["assignor failed with joins parked"] += 1
+            m.world.finish(group_id, outcome)
+            label = f"{verb} {group_id}: epoch {job.epoch}"
         elif verb == "first-target":
             group_id = args[0]
-            first_asked.remove(group_id)
-            answered = guarded(lambda: shard.groups.first_target(group_id, now))
-            commit(answered)
-            if answered.offloads:
+            computing = group_id in m.world.jobs
+            driver.own.run_first_target(group_id)
+            self._settle()
+            if not computing and group_id in m.world.jobs:
                 self.covered["first target offloaded"] += 1
+            res = self.first_target_result
             label = (
-                f"first-target {group_id}: {len(answered.records)} records, "
-                f"{len(answered.completions)} parked joins answered"
-                + (", target offloaded" if answered.offloads else "")
+                f"first-target {group_id}: {len(res.records)} records, "
+                f"{len(res.completions)} parked joins answered"
+                + (", target offloaded" if res.offloads else "")
             )
         elif verb == "restart":
-            restarts += 1
-            offloads, jobs = [], {}
-            if parked:
+            self.restarts_done += 1
+            if self._parked_joins():
                 self.covered["restart drops parked joins"] += 1
-            group = shard.groups.get(GROUP)
-            if group is not None:
-                for member_id in list(group.waiting):
-                    del group.waiting[member_id]  # soft: the callers are gone
-            parked, first_asked = [], []
-            requests = [() for _ in requests]
-            responses = [() for _ in responses]
-            timers = {}
-            commit(Result(timers=shard.on_loaded(now)))
+            self.machines = self._boot()  # the old process is gone, with all it held
+            self.requests = [() for _ in self.requests]
+            self.responses = [() for _ in self.responses]
             label = "restart: the coordinator reloads its records; everything in flight is lost"
+        elif verb == "turn":
+            i, j = int(args[0]), int(args[1])
+            driver.turns.charge(0, 1.0)  # the shard used its share: both requests queue
+            label = f"turn {i} {j}: " + "; ".join(self._deliver(k) for k in (i, j))
         else:
-            i = int(args[0])
-            c = copy.copy(clients[i])
-            clients[i] = c
-            if verb == "send":
-                req = c.build_request()
-                corr += 1
-                c.sent(corr, req)
-                requests[i] = requests[i] + ((corr, req),)
-                label = f"send {i}: {c.member_id} {_req(req, self.labels)}"
-            elif verb == "deliver":
-                (rc, req), later_requests = requests[i][0], requests[i][1:]
-                requests[i] = later_requests
-                outcome: tuple | None = None
-                try:
-                    res = shard.consumer_group_heartbeat(req, now)
-                except CoordinatorError as exc:
-                    outcome = ("error", int(exc.code))
-                    label = f"deliver {i}: corr {rc} -> {exc.code.name}"
-                except IllegalStateError as exc:
-                    raise _Violation(inv.CORE_ILLEGAL_STATE, str(exc)) from None
-                else:
-                    commit(res)
-                    resp = res.response
-                    assert resp is not None  # a heartbeat always answers
-                    if isinstance(resp, Pending):  # parked: answered by a later completion
-                        entry = (req.member_id, i, rc)
-                        cover = self.covered
-                        cover["parked"] += 1
-                        if len(parked) > 0:
-                            cover["parked behind another"] += 1
-                        if GROUP in offloads or GROUP in jobs:
-                            cover["parked while the first target is computed"] += 1
-                        if restarts:
-                            cover["parked after a restart"] += 1
-                        group = shard.groups.get(GROUP)
-                        if group is not None and group.parked_at > 0:
-                            cover["parked in an emptied group"] += 1
-                        parked.append(entry)
-                        self._token_of[resp.token] = entry
-                        label = f"deliver {i}: corr {rc} -> parked until the first target"
-                    else:
-                        outcome = ("ok", resp)
-                        a = resp.assignment
-                        label = f"deliver {i}: corr {rc} -> epoch {resp.member_epoch}" + (
-                            "" if a is None else f" assigned={fmt(a.assigned, self.labels)}"
-                        )
-                if outcome is not None:
-                    responses[i] = responses[i] + ((rc, outcome),)
-            elif verb == "lose-req":
-                requests[i] = requests[i][1:]
-            elif verb == "respond":
-                (rc, outcome), later_responses = responses[i][0], responses[i][1:]
-                responses[i] = later_responses
-                if c.inflight == rc:
+            label = self._client_action(verb, int(args[0]))
+        self._settle()
+        return label
+
+    def _client_action(self, verb: str, i: int) -> str:
+        c = copy.copy(self.clients[i])
+        self.clients[i] = c
+        label = f"{verb} {i}"
+        if verb == "send":
+            req = c.build_request(self.meta()) if self.classic else c.build_request()
+            self.corr += 1
+            c.sent(self.corr, req)
+            self.requests[i] = (*self.requests[i], (self.corr, req))
+            label = f"send {i}: {c.member_id or '-'} {_req(req, self.labels)}"
+        elif verb == "deliver":
+            label = f"deliver {i}: {self._deliver(i)}"
+        elif verb == "dup":
+            self.dups += 1
+            self.requests[i] = (self.requests[i][0], *self.requests[i])
+            label = f"dup {i}: corr {self.requests[i][0][0]} is delivered twice"
+        elif verb == "lose-req":
+            self.requests[i] = self.requests[i][1:]
+        elif verb == "respond":
+            (rc, outcome), self.responses[i] = self.responses[i][0], self.responses[i][1:]
+            if c.inflight == rc:
+                if self.classic:
                     if outcome[0] == "ok":
-                        c.on_response(outcome[1])
+                        c.on_response(outcome[1], self.meta())
                     else:
                         c.on_error(outcome[1])
-                label = f"respond {i}: corr {rc} -> {c.describe(self.labels)}"
-            elif verb == "lose-resp":
-                responses[i] = responses[i][1:]
-            elif verb == "timeout":
-                c.on_timeout()
-            elif verb == "revoked":
-                c.finish_revocation(c.revoke_token)
-                label = f"revoked {i}: {c.describe(self.labels)}"
-            else:  # pragma: no cover
-                raise AssertionError(action)
-        if touched:
-            records = tuple(shard.records_of_state())
-        return _State(
-            records,
-            tuple(sorted(timers.items())),
-            tuple(clients),
-            tuple(requests),
-            tuple(responses),
-            corr,
-            parent,
-            label,
-            st.depth + 1,
-            now,
-            tuple(offloads),
-            tuple(sorted(jobs.items())),
-            restarts,
-            tuple(parked),
-            parked_at if parked else 0,
-            tuple(first_asked),
+                elif outcome[0] == "ok":
+                    c.on_response(outcome[1])
+                else:
+                    c.on_error(outcome[1])
+            label = f"respond {i}: corr {rc} -> {c.describe(self.labels)}"
+        elif verb == "lose-resp":
+            self.responses[i] = self.responses[i][1:]
+        elif verb == "timeout":
+            c.on_timeout()
+        elif verb == "revoked":
+            c.finish_revocation(c.revoke_token)
+            label = f"revoked {i}: {c.describe(self.labels)}"
+        elif verb == "rejoin":
+            c.request_rejoin()
+            label = f"rejoin {i}: {c.describe(self.labels)}"
+        else:  # pragma: no cover
+            raise AssertionError(verb)
+        return label
+
+    def _deliver(self, i: int) -> str:
+        """The coordinator takes client i's oldest request, as the server submits it."""
+        (rc, req), self.requests[i] = self.requests[i][0], self.requests[i][1:]
+        driver = self.machines.driver
+        cmd = requests.command(req, self.clock.now)
+        try:
+            response, fut = driver.request(cmd)
+        except IllegalStateError as exc:
+            raise _Violation(inv.CORE_ILLEGAL_STATE, str(exc)) from None
+        except CoordinatorError as exc:
+            self._answer(i, rc, ("error", int(exc.code)))
+            return f"corr {rc} -> {exc.code.name}"
+        if fut is None:
+            self._answer(i, rc, ("ok", response))
+            return f"corr {rc} -> {_resp(response, self.labels)}"
+        parked = any(f is fut for f in driver.parked.values())
+        fut.label = (i, rc, parked)
+        fut.add_done_callback(self._answered)
+        if parked:
+            self._cover_parked(req)
+            if isinstance(req, ConsumerGroupHeartbeat):
+                return f"corr {rc} -> parked until the first target"
+            return f"corr {rc} -> parked"
+        return f"corr {rc} -> queued in the turn" if driver.turns.queued else f"corr {rc} -> waits"
+
+    def _cover_parked(self, req: Any) -> None:
+        cover = self.covered
+        if not isinstance(req, ConsumerGroupHeartbeat):
+            cover[f"classic {type(req).__name__} parked"] += 1
+            return
+        cover["parked"] += 1
+        if len(self._parked_joins()) > 1:
+            cover["parked behind another"] += 1
+        if GROUP in self.machines.world.jobs or GROUP in self.machines.driver.own.assigning:
+            cover["parked while the first target is computed"] += 1
+        if self.restarts_done:
+            cover["parked after a restart"] += 1
+        group = self.machines.shard.groups.get(GROUP)
+        if group is not None and group.parked_at > 0:
+            cover["parked in an emptied group"] += 1
+
+    def _parked_joins(self) -> list[str]:
+        group = self.machines.shard.groups.get(GROUP)
+        return [] if group is None else sorted(group.waiting)
+
+    def _answered(self, fut: VirtualFuture) -> None:
+        """A request the coordinator answered later (its turn, its batch, a completion)."""
+        i, rc, parked = fut.label
+        error = fut.exception()
+        if error is not None and not isinstance(error, CoordinatorError):
+            self.problems.append((inv.CORE_ILLEGAL_STATE, repr(error)))
+            return
+        if parked and isinstance(self.clients[i], SimClient):
+            self.covered[
+                "answered: " + ("a target" if error is None else type(error).__name__)
+            ] += 1
+        if isinstance(error, CoordinatorError):
+            self._answer(i, rc, ("error", int(error.code)))
+        else:
+            self._answer(i, rc, ("ok", fut.result()))
+
+    def _answer(self, i: int, rc: int, outcome: tuple) -> None:
+        self.responses[i] = (*self.responses[i], (rc, outcome))
+
+    # ------------------------------------------------------------------ classic start
+
+    def _settle_classic_group(self) -> None:
+        """Classic clients start as the members of a settled group: every client joins, the
+        join barrier completes, the leader assigns, every client syncs (the first enabled
+        action of a fixed order, until nothing is left to do)."""
+        joining = [f"send {c.index}" for c in self.clients]
+        for _ in range(1_000):  # bounded
+            if all(c.phase == MEMBER and c.inflight is None for c in self.clients):
+                break
+            actions = self._actions()
+            wanted = [a for a in actions if a.split()[0] in ("respond", "deliver")]
+            wanted += [
+                a for a in actions if a in joining and self.clients[int(a[5:])].phase != MEMBER
+            ]
+            wanted += [
+                f"fire {key[0]} {key[2] or '-'} {payload}"
+                for key, _deadline, payload in _timers(self.machines.driver.timers)
+                if key[0] in (CLASSIC_INITIAL_JOIN, CLASSIC_JOIN)
+            ]
+            if not wanted:
+                break
+            self._apply(wanted[0])
+        group = self.machines.shard.classic_groups.get(GROUP)
+        if group is None or group.state.value != "Stable":
+            raise AssertionError("the classic group did not settle")
+        leader = next(c for c in self.clients if c.member_id == group.leader_id)
+        self.start = (
+            f"a settled classic group: generation {group.generation}, c{leader.index} its leader, "
+            + ", ".join(c.describe(self.labels) for c in self.clients)
         )
 
-    def _dump(self, shard: Shard, st: _State) -> str:
+    # ------------------------------------------------------------------ reports
+
+    def _dump(self) -> str:
         lines = ["clients:"]
-        lines += ["  " + c.describe(self.labels) for c in st.clients]
-        if st.parked or st.first_asked:
+        lines += ["  " + c.describe(self.labels) for c in self.clients]
+        driver = self.machines.driver
+        waiting = sorted(f.label for f in driver.parked.values() if not f.done())
+        if waiting or driver.own.first_targets:
             lines.append(
-                "parked joins: "
-                + ", ".join(f"{mid} (c{i} corr {rc})" for mid, i, rc in st.parked)
-                + f"; first target asked for: {list(st.first_asked)}"
+                "parked requests: "
+                + ", ".join(f"c{i} corr {rc}" for i, rc, _p in waiting)
+                + f"; first target asked for: {sorted(driver.own.first_targets)}"
             )
-        g = shard.groups.get(GROUP)
-        if g is not None:
-            lines.append(
-                f"coordinator: state={g.state().value} group_epoch={g.group_epoch} "
-                f"assignment_epoch={g.assignment_epoch}"
-            )
-            for mid in sorted(g.members):
-                m = g.members[mid]
-                lines.append(
-                    f"  {mid}: epoch={m.member_epoch} {m.state.name} "
-                    f"assigned={fmt(m.assigned_partitions, self.labels)} "
-                    f"pending_revocation={fmt(m.partitions_pending_revocation, self.labels)} "
-                    f"target={fmt(g.target_of(mid), self.labels)}"
-                )
+        shard, registry = self.machines.shard, self.machines.registry
+        lines.append("coordinator:")
+        lines += coordinator_lines(
+            shard.groups.get(GROUP),
+            shard.classic_groups.get(GROUP),
+            self.labels,
+            {n: t.topic_id for n, t in registry.topics.items()},
+        )
         return "\n".join(lines)
 
 
-class _Violation(Exception):
-    def __init__(self, name: str, message: str) -> None:
-        super().__init__(message)
-        self.name = name
-        self.message = message
+def _timers(table: Any) -> list[tuple[Any, int, int]]:
+    """(key, deadline, payload) of every armed timer, in key order."""
+    out = []
+    for key in table.keys():  # noqa: SIM118 - a TimerTable, not a dict
+        deadline, payload = table.get(key)
+        out.append((key, deadline, payload))
+    return out
 
 
-def _req(req: ConsumerGroupHeartbeat, labels: dict[str, str]) -> str:
-    text = f"heartbeat(epoch={req.member_epoch}"
-    if req.topic_partitions is not None:
-        text += f" owned={fmt(req.topic_partitions, labels)}"
-    return text + ")"
+def _classic_key(shard: Shard) -> tuple:
+    """The classic groups' in-memory state (their snapshot holds only their last record):
+    phase, generation, leader, and each member with whether a JoinGroup or SyncGroup of its
+    waits — not the tokens' numbers."""
+    out = []
+    for gid, g in sorted(shard.classic_groups.items()):
+        members = tuple(
+            (
+                mid,
+                repr(replace(x, join_token=None, sync_token=None)),
+                x.join_token is not None,
+                x.sync_token is not None,
+            )
+            for mid, x in sorted(g.members.items())
+        )
+        out.append(
+            (
+                gid,
+                g.state.value,
+                g.previous_state.value,
+                g.generation,
+                g.leader_id,
+                g.protocol_name,
+                members,
+                tuple(sorted(g.pending_members)),
+                tuple(sorted(g.pending_sync)),
+                g.new_member_added,
+            )
+        )
+    return tuple(out)
+
+
+def _req(req: Any, labels: dict[str, str]) -> str:
+    if hasattr(req, "member_epoch"):
+        text = f"heartbeat(epoch={req.member_epoch}"
+        if req.topic_partitions is not None:
+            text += f" owned={fmt(req.topic_partitions, labels)}"
+        return text + ")"
+    return type(req).__name__ + (
+        f"(generation={req.generation_id})" if hasattr(req, "generation_id") else "()"
+    )
+
+
+def _resp(resp: Any, labels: dict[str, str]) -> str:
+    code = getattr(resp, "error_code", 0)
+    if code:
+        return ErrorCode(code).name
+    if hasattr(resp, "member_epoch"):
+        a = resp.assignment
+        return f"epoch {resp.member_epoch}" + (
+            "" if a is None else f" assigned={fmt(a.assigned, labels)}"
+        )
+    return type(resp).__name__ + (
+        f"(generation={resp.generation_id})" if hasattr(resp, "generation_id") else ""
+    )
 
 
 def explore(**kw: Any) -> ExploreResult:

@@ -1,30 +1,23 @@
 """The simulation's faults: their names, and the client and cluster faults a simulation
-injects (network faults — lost, duplicated, delayed, reordered messages — are decided where a
-message is sent, in ``Simulation``).
+injects. Network faults — lost, duplicated, delayed, reordered messages — are decided where a
+message is sent (``Simulation``); the store's and the workers' — a failed append, a slow fsync,
+a late outcome — where the coordinator writes or computes (``coordinator.py``).
 
-Every choice draws from the simulation's one ``random.Random``, in the same order as before
-the faults lived here: a seed replays exactly. ``FaultInjector`` works on the simulation it is
-given (its clients, harness, store, replica, event queue and trace); the simulation calls
-``schedule_one`` after a step, and its ``fault`` and ``recreate`` events call ``apply`` and
-``recreate_topic``.
+Every choice draws from the simulation's one ``random.Random``: a seed replays exactly.
+``FaultInjector`` works on the simulation it is given (its clients, coordinator, event queue
+and trace); the simulation calls ``schedule_one`` after a step, and its ``fault`` and
+``recreate`` events call ``apply`` and ``recreate_topic``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Any
 
-from coordinator.core import codec
-from coordinator.core.errors import IllegalStateError
-from coordinator.core.timers import TimerTable
+from coordinator.core.errors import ErrorCode
 
-from . import invariants as inv
 from .classic_client import COOPERATIVE, EAGER, SYNCING, ClassicClient
 from .client import JOINING, LEAVING, MEMBER
-from .report import diff
-
-if TYPE_CHECKING:
-    from .simulator import Simulation
 
 ALL_FAULTS = (
     "lose-request",
@@ -41,7 +34,13 @@ ALL_FAULTS = (
     "coordinator-restart",
     "switch-protocol",
     "stale-commit",
+    "store-fail",
+    "slow-fsync",
+    "late-offload",
+    "busy-loop",
 )
+STORE_FAULTS = ("store-fail", "slow-fsync", "late-offload")
+"""Decided per batch (per job) where the coordinator writes (computes), at their own rate."""
 CLASSIC_ONLY_FAULTS = ("switch-protocol",)  # injected only when the fleet uses the classic protocol
 EXTRA_FAULTS = ("reorder",)
 KNOWN_FAULTS = ALL_FAULTS + EXTRA_FAULTS
@@ -69,7 +68,7 @@ def parse_faults(text: str | Sequence[str] | None) -> frozenset[str]:
 class FaultInjector:
     """The client and cluster faults of one simulation."""
 
-    def __init__(self, sim: Simulation) -> None:
+    def __init__(self, sim: Any) -> None:
         self.sim = sim
 
     def schedule_one(self) -> None:
@@ -88,6 +87,7 @@ class FaultInjector:
                 "assignor",
                 "coordinator-restart",
                 "switch-protocol",
+                "busy-loop",
             )
             if f in p.faults
         ]
@@ -164,76 +164,56 @@ class FaultInjector:
             return
         sim.summary.faults[kind] += 1
         if kind == "add-partitions":
-            live = [n for n in sim.topic_names if n not in sim.deleted]
+            live = [n for n in sim.topic_names if n in sim.coord.registry.topics]
             if not live:
                 return
             name = rng.choice(live)
-            total = sim.h.registry.topics[name].num_partitions + rng.randint(1, 2)
-            sim.h.add_partitions(name, total)
-            sim.replica.set_topics(sim.h.registry.image())
+            total = sim.coord.registry.topics[name].num_partitions + rng.randint(1, 2)
+            sim.coord.topics(lambda r: r.create_partitions([(name, total)]), done=_written)
             sim._log(f"fault: topic {name} grows to {total} partitions")
         elif kind == "recreate-topic":
-            live = [n for n in sim.topic_names if n not in sim.deleted]
+            live = [n for n in sim.topic_names if n in sim.coord.registry.topics]
             if not live:
                 return
             name = rng.choice(live)
-            res = sim.h.delete_topic(name)
-            sim._store_records(res.records)  # offsets of the topic go with it
-            sim.h.completions.clear()
-            sim._route_completions(res.completions)
-            sim.deleted.add(name)
-            sim.replica.set_topics(sim.h.registry.image())
+            delay = rng.randint(1, sim.p.restart_delay_max_ms)
+
+            def deleted(error: BaseException | None) -> None:
+                if error is not None:
+                    sim._log(f"the deletion of topic {name} was not written")
+                    return
+                sim.deleted.add(name)
+                sim._schedule(sim.now + delay, "recreate", (name,))
+
+            sim.coord.topics(
+                lambda r: r.delete_topics([name]),
+                deleted=lambda results: [t.name for t in results if t.error_code == ErrorCode.NONE],
+                done=deleted,
+            )  # offsets of the topic go with it, in the same batch
             sim._log(f"fault: topic {name} deleted")
-            sim._schedule(sim.now + rng.randint(1, sim.p.restart_delay_max_ms), "recreate", (name,))
+        elif kind == "busy-loop":
+            if sim.busy_until:
+                return
+            sim.busy_until = sim.now + rng.randint(1, sim.p.busy_max_ms)
+            sim._schedule(sim.busy_until, "resume", ())
+            sim._log(f"fault: the coordinator's loop is busy until t={sim.busy_until}")
         elif kind == "coordinator-restart":
-            self.restart_coordinator()
+            for c in sim.clients:  # a generation not yet written is forgotten by the reload
+                if isinstance(c, ClassicClient):
+                    c.fresh_generation = False
+            sim.fifo.clear()
+            sim.resp_fifo.clear()
+            sim.busy_until, sim.postponed = 0, []  # its requests die with the process
+            sim.summary.restarts += 1
+            sim.coord.restart()
 
     def recreate_topic(self, name: str) -> None:
         """The topic deleted by ``recreate-topic`` comes back (the ``recreate`` event)."""
         sim = self.sim
         sim.deleted.discard(name)
-        sim._create_topic(name, sim.p.partitions)
+        sim.create_topic(name, sim.p.partitions)
         sim._log(f"topic {name} re-created with {sim.p.partitions} partitions")
 
-    def restart_coordinator(self) -> None:
-        """Reload from the store through the codec; everything in flight is lost."""
-        sim = self.sim
-        before = sim.h.shard.snapshot()
-        old = sim.group
-        if old is not None and old.waiting:  # soft state: the callers are gone
-            sim.summary.events["parked-join-dropped-by-restart"] += sum(
-                len(tokens) for tokens in old.waiting.values()
-            )
-        fresh = sim._fresh_shard()
-        fresh.undo.enabled = False
-        try:
-            for k, v in sim.store:
-                fresh.replay(codec.decode(k, v))
-        except IllegalStateError as exc:
-            sim._fail(inv.REPLAY_EQUALS_LIVE, f"reloading the store failed: {exc}")
-        fresh.undo.enabled = True
-        sim.h.shard = fresh
-        sim.h.timers = TimerTable()
-        sim.h.timers.apply(fresh.on_loaded(sim.now))
-        sim.coord_gen += 1
-        sim.assigning.clear()  # offloaded computations die with the process
-        sim.parked.clear()  # parked JoinGroup/SyncGroup requests and joins die with the process
-        sim.answered.clear()  # the fresh shard draws its tokens anew
-        sim.first_targets.clear()
-        sim.joins_arrived.clear()
-        for (
-            c
-        ) in sim.clients:  # a generation not yet written is forgotten by the reloaded coordinator
-            if isinstance(c, ClassicClient):
-                c.fresh_generation = False
-        sim.fifo.clear()
-        sim.resp_fifo.clear()
-        sim.summary.restarts += 1
-        sim._log(f"fault: coordinator restarts; reloaded {len(sim.store)} records")
-        after = fresh.snapshot()
-        if after != before:
-            sim._fail(
-                inv.REPLAY_EQUALS_LIVE,
-                "state reloaded from the store differs from the state "
-                "before the restart:\n" + diff(before, after),
-            )
+
+def _written(error: BaseException | None) -> None:
+    """A topic change whose write failed was rolled back: it did not happen."""

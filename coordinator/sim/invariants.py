@@ -53,11 +53,15 @@ member (assigned or pending revocation; in a classic group: its assignment or re
 never one owned by another member or by nobody, whatever epoch it carried (KIP-1251 accepts an
 older epoch only for partitions the member owns since then) — and never moves a committed
 offset back. Checked by the driver on every accepted commit (:func:`check_accepted_commit`)."""
-PARKED_ANSWERED_ONCE = "I7-parked-join-answered-exactly-once"
-"""A join parked until its group's first target (``ConsumerGroups.parks_joins``) is answered
-once, to the request that waits for it, unless the coordinator restarts (the callers are gone);
-nothing is left parked without something on its way to answer it. Checked by the driver (the
-simulator, the explorer), which holds the waiting requests."""
+PARKED_ANSWERED_ONCE = "I7-parked-request-answered-exactly-once"
+"""A parked request — a join waiting for its group's first target
+(``ConsumerGroups.parks_joins``), a classic JoinGroup or SyncGroup at its barrier — is answered
+once, to the request that waits for it, unless the coordinator restarts (the callers are gone):
+every token the core holds has a caller waiting in the driver, every caller the driver holds
+has a token the core holds (or an answer on its way in a batch not yet durable), nothing is
+answered for no one, and joins parked before a first target have something on its way to
+answer them. Checked on the runtime's driver (:func:`check_parked`) by the simulator and the
+explorer, whose callers never go away."""
 
 SAFETY = (
     NO_DOUBLE_OWNERSHIP,
@@ -385,4 +389,59 @@ def check_safety(
     if TARGET_VALID in names:
         out += [(TARGET_VALID, m) for m in check_target(group)]
         out += [(TARGET_VALID, m) for m in check_classic_assignment(classic, topic_ids or {})]
+    return out
+
+
+def _held_tokens(shard: Any, index: int) -> dict[tuple[int, int], str]:
+    """(shard, token) -> whose, for every request the core holds parked."""
+    out: dict[tuple[int, int], str] = {}
+    for group in shard.groups.values():
+        for member_id, tokens in group.waiting.items():
+            for token in tokens:
+                out[(index, token)] = f"the join of {member_id} to {group.group_id}"
+    for group_id, group in shard.classic_groups.items():
+        for member_id, member in group.members.items():
+            if member.join_token is not None:
+                out[(index, member.join_token)] = f"the JoinGroup of {member_id} to {group_id}"
+            if member.sync_token is not None:
+                out[(index, member.sync_token)] = f"the SyncGroup of {member_id} to {group_id}"
+    return out
+
+
+def check_parked(driver: Any) -> list[str]:
+    """I7 over the runtime's driver (:data:`PARKED_ANSWERED_ONCE`); callers never go away."""
+    held: dict[tuple[int, int], str] = {}
+    for index, shard in enumerate(driver.shards):
+        held.update(_held_tokens(shard, index))
+    answering = {
+        (index, token)
+        for batch in (driver.pending, driver.inflight)
+        if batch is not None
+        for index, token, _response in batch.completions
+    }
+    waiting = {key for key, fut in driver.parked.items() if not fut.done()}
+    out = []
+    lost = sorted(held[k] for k in set(held) - waiting)
+    if lost:
+        out.append(f"the core holds parked {lost}, but no request waits for the answer")
+    orphans = sorted(set(waiting) - set(held) - answering)
+    if orphans:
+        out.append(
+            f"requests wait for answers to tokens {[t for _i, t in orphans]} that the core no "
+            "longer holds and no batch carries: nothing will answer them"
+        )
+    computing = set(driver.own.assigning) | {
+        group_id
+        for batch in (driver.pending, driver.inflight)
+        if batch is not None
+        for _index, group_id in batch.offloads
+    }
+    for index, shard in enumerate(driver.shards):
+        for group in shard.groups.values():
+            gid = group.group_id
+            if group.waiting and gid not in driver.own.first_targets and gid not in computing:
+                out.append(
+                    f"joins of {sorted(group.waiting)} are parked on shard {index}, but no first "
+                    "target is asked for and no target is being computed: nothing will answer them"
+                )
     return out

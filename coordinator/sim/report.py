@@ -7,15 +7,12 @@ from __future__ import annotations
 import hashlib
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from legacy_bridge import messages as lm
 
 from . import invariants as inv
 from .client import fmt
-
-if TYPE_CHECKING:
-    from .simulator import SimParams, Simulation
 
 
 class InvariantViolation(AssertionError):
@@ -27,7 +24,7 @@ class InvariantViolation(AssertionError):
 
 @dataclass(slots=True)
 class SimSummary:
-    params: SimParams
+    params: Any  # the SimParams of the run
     steps: int = 0
     fault_steps: int = 0
     virtual_ms: int = 0
@@ -69,7 +66,7 @@ class SimSummary:
         return "\n".join(lines)
 
 
-def failure_report(sim: Simulation, name: str, message: str) -> str:
+def failure_report(sim: Any, name: str, message: str) -> str:
     """What a violated invariant prints: the invariant, seed, step and time, the command that
     reproduces the run, every client, the coordinator's groups, topics and timers, and the last
     events of the trace."""
@@ -85,50 +82,57 @@ def failure_report(sim: Simulation, name: str, message: str) -> str:
     ]
     for c in sim.clients:
         lines.append("  " + c.describe(sim.topic_label))
-    g = sim.group
     lines.append("coordinator:")
-    cg = sim.classic_group
+    lines += coordinator_lines(sim.group, sim.classic_group, sim.topic_label, sim._topic_ids())
+    lines.append(
+        "topics: "
+        + ", ".join(
+            f"{n}={sim.topic_label.get(t.topic_id, t.topic_id)}({t.num_partitions})"
+            for n, t in sorted(sim.coord.registry.topics.items())
+        )
+    )
+    table = sim.coord.driver.timers
+    timers = [(k[0], k[2], table.get(k)) for k in table.keys()]  # noqa: SIM118
+    lines.append(f"timers: {timers}")
+    lines.append(f"last {p.trace_tail} events:")
+    lines.extend("  " + t for t in sim.trace[-p.trace_tail :])
+    return "\n".join(lines)
+
+
+def coordinator_lines(
+    g: Any, cg: Any, labels: dict[str, str], topic_ids: dict[str, str]
+) -> list[str]:
+    """The coordinator's view of the group: the classic group (its members' assignments,
+    claims, and the requests of theirs it holds parked), or the consumer group (its members'
+    epochs, assignments and targets)."""
+    lines = []
     if cg is not None:
         lines.append(
             f"  classic group: state={cg.state.value} generation={cg.generation} "
             f"protocol={cg.protocol_name} leader={cg.leader_id}"
         )
-        ids = sim._topic_ids()
         for mid in sorted(cg.members):
             x = cg.members[mid]
             lines.append(
-                f"  {mid}: assignment={fmt(inv.classic_assignment(x, ids), sim.topic_label)} "
-                f"claims={fmt(inv.classic_claims(x, ids), sim.topic_label)} "
+                f"  {mid}: assignment={fmt(inv.classic_assignment(x, topic_ids), labels)} "
+                f"claims={fmt(inv.classic_claims(x, topic_ids), labels)} "
                 f"joined-at-gen={inv.classic_join_generation(x)} "
                 f"{'waits-join ' if x.join_token is not None else ''}"
                 f"{'waits-sync' if x.sync_token is not None else ''}"
             )
     if g is None:
         lines.append("  no consumer group")
-    else:
-        lines.append(
-            f"  state={g.state().value} group_epoch={g.group_epoch} assignment_epoch={g.assignment_epoch}"
-        )
-        for mid in sorted(g.members):
-            m = g.members[mid]
-            lines.append(
-                f"  {mid}: epoch={m.member_epoch} prev={m.previous_member_epoch} {m.state.name} "
-                f"assigned={fmt(m.assigned_partitions, sim.topic_label)} "
-                f"pending_revocation={fmt(m.partitions_pending_revocation, sim.topic_label)} "
-                f"target={fmt(g.target_of(mid), sim.topic_label)}"
-            )
+        return lines
     lines.append(
-        "topics: "
-        + ", ".join(
-            f"{n}={sim.topic_label.get(t.topic_id, t.topic_id)}({t.num_partitions})"
-            for n, t in sorted(sim.h.registry.topics.items())
-        )
+        f"  state={g.state().value} group_epoch={g.group_epoch} assignment_epoch={g.assignment_epoch}"
     )
-    timers = [(k[0], k[2], sim.h.timers.get(k)) for k in sim.h.timers.keys()]  # noqa: SIM118
-    lines.append(f"timers: {timers}")
-    lines.append(f"last {p.trace_tail} events:")
-    lines.extend("  " + t for t in sim.trace[-p.trace_tail :])
-    return "\n".join(lines)
+    return lines + [
+        f"  {mid}: epoch={m.member_epoch} prev={m.previous_member_epoch} {m.state.name} "
+        f"assigned={fmt(m.assigned_partitions, labels)} "
+        f"pending_revocation={fmt(m.partitions_pending_revocation, labels)} "
+        f"target={fmt(g.target_of(mid), labels)}"
+        for mid, m in sorted(g.members.items())
+    ]
 
 
 def req_text(req: Any, names: dict[str, str]) -> str:

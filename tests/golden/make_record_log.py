@@ -101,7 +101,7 @@ def scenario_v2() -> Harness:
     h.alter_configs("doomed", {"consumer.heartbeat.interval.ms": "7000"})
     h.commit("doomed", "D", 1, {("foo", 2): 5})
     h.heartbeat(group_id="doomed", member_id="D", member_epoch=-1)
-    h._commit(h.shard.delete_groups(["doomed"]))
+    h.run(lambda s: s.delete_groups(["doomed"]))
     # Configs of a group that does not exist yet; a deleted topic and its offsets.
     h.alter_configs("future", {"consumer.heartbeat.interval.ms": "8000"})
     h.commit("simple", "", -1, {("gone", 0): 3, ("foo", 0): 4})

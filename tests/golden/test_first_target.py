@@ -205,13 +205,10 @@ def test_a_failed_first_target_fails_the_parked_joins() -> None:
     h.join("A", ["foo"])
     h.join("B", ["foo"])
     h.first_target(G)
-    h.start_offload(G)
-    failed = h._commit(
-        h.shard.groups.apply_assignment(
-            AssignmentOutcome(group_id=G, group_uid=h.shard.groups[G].group_uid, epoch=2,
-                              error="boom"),
-            h.now_ms,
-        )
+    failed = h.finish_offload(
+        h.start_offload(G),
+        AssignmentOutcome(group_id=G, group_uid=h.shard.groups[G].group_uid, epoch=2,
+                          error="boom"),
     )  # fmt: skip
     assert [token for token, _ in failed.completions] == [1, 2]
     for _token, error in failed.completions:

@@ -33,14 +33,17 @@ def test_seed_with_all_faults_batched_and_offloaded(seed: int) -> None:
 
 def test_the_seeds_cover_late_results_and_restarts_during_a_computation() -> None:
     seen: Counter[str] = Counter()
+    faults: Counter[str] = Counter()
     for seed in range(6):
         sim = _ok(SimParams(seed=seed, steps=300, members=4, **BATCHED))  # type: ignore[arg-type]
         seen.update(sim.summary.events)
+        faults.update(sim.summary.faults)
         seen["lost in a restart"] += sum(
             "lost in a restart" in line and "worker" in line for line in sim.trace
         )
         seen["restarts"] += sim.summary.restarts
     assert seen["offloaded-computation"] > 50
+    assert faults["late-offload"] > 0  # a worker's outcome came back long after
     assert seen["timer-assign"] > 10
     assert seen["lost in a restart"] > 0
     assert seen["restarts"] > 0

@@ -140,7 +140,7 @@ def test_explorer_catches_a_parked_join_answered_and_kept(monkeypatch: pytest.Mo
         "deliver 0: corr 1 -> parked until the first target",
         "first-target grp: 3 records, 1 parked joins answered",
     ]
-    assert "the core has parked ['m0.1'], the clients wait for parked answers to []" in (
+    assert "the core holds parked ['the join of m0.1 to grp'], but no request waits" in (
         result.violation or ""
     )
 
@@ -161,7 +161,7 @@ def test_cli_explore_parked_joins(capsys: pytest.CaptureFixture[str]) -> None:
     assert main([*argv, "--offload", "--restarts", "--assignor-failures"]) == 0
     out = capsys.readouterr().out
     assert "safety invariants (I1, I1b, I2, I3, I7) hold in every explored state" in out
-    assert "parked joins (transitions): " in out
+    assert "parked requests (transitions): " in out
 
 
 # ------------------------------------------------------------------ the simulator
@@ -195,9 +195,13 @@ def test_simulation_parks_joins_by_default_with_batching() -> None:
     assert seen["parked-join"] >= 48  # the four members of at least every first burst
     assert seen["first-target-offloaded"] > 0
     assert seen["parked-join-dropped-by-restart"] > 0
-    # Each parked join is answered exactly once, unless a restart dropped it.
-    answered = seen["parked-join-answered"] + seen["parked-answered-UNKNOWN_MEMBER_ID"]
-    assert answered + seen["parked-join-dropped-by-restart"] == seen["parked-join"]
+    # Each parked join is answered exactly once — its share, UNKNOWN_MEMBER_ID (removed while
+    # parked), COORDINATOR_NOT_AVAILABLE (a write failed) — unless a restart dropped it.
+    errors = sum(n for k, n in seen.items() if k.startswith("parked-answered-"))
+    assert (
+        seen["parked-join-answered"] + errors + seen["parked-join-dropped-by-restart"]
+        == (seen["parked-join"])
+    )
 
 
 def test_simulation_with_kafkas_immediate_answers() -> None:

@@ -61,9 +61,9 @@ def test_every_fault_is_injected_somewhere() -> None:
     seen: set[str] = set()
     for seed in range(5):
         seen |= set(simulate(SimParams(seed=seed, steps=300)).faults)
-    assert seen == set(ALL_FAULTS) - set(
-        CLASSIC_ONLY_FAULTS
-    )  # switch-protocol: fleets with classic members
+    # switch-protocol: fleets with classic members; late-offload: fleets whose targets go to
+    # workers (test_batching_simulation.py)
+    assert seen == set(ALL_FAULTS) - set(CLASSIC_ONLY_FAULTS) - {"late-offload"}
 
 
 def test_same_seed_reproduces_the_same_trace() -> None:
@@ -108,16 +108,17 @@ def test_broken_core_is_caught_by_the_ownership_invariant() -> None:
     assert "seed=2 step=" in report
     assert "is owned by" in report
     assert "reproduce: kip848 simulate --seed 2 --steps 200" in report
-    # With every fault on, most seeds hit it within a few dozen steps.
+    # With every fault on, many seeds hit it (the runtime's own faults — a failed or slow write,
+    # a busy loop — take their share of the fault schedule from the members' departures).
     caught = [
         s
-        for s in range(10)
+        for s in range(20)
         if simulate(
             SimParams(seed=s, steps=300, invariants=frozenset({inv.NO_DOUBLE_OWNERSHIP}))
         ).violation
         is not None
     ]
-    assert len(caught) >= 5
+    assert len(caught) >= 7
     assert "last 40 events:" in report and "coordinator:" in report and "clients:" in report
 
     everything = simulate(SimParams(seed=1, steps=200, faults=frozenset()))

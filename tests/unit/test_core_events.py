@@ -116,7 +116,7 @@ def test_static_members_and_configs() -> None:
         )
     ]
     h.heartbeat(member_id="A2", member_epoch=-1, instance_id="i1")
-    res = h._commit(h.shard.delete_groups([G]))
+    res = h.run(lambda s: s.delete_groups([G]))
     assert res.events == [
         LogEvent(event=Event.GROUP_DELETED, group_id=G, fields={"reason": "deleted"})
     ]

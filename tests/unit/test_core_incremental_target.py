@@ -198,13 +198,12 @@ def test_incremental_targets_equal_the_whole_computation(
             cmd = random_command(rng, h.shard.groups.get(G), homogeneous, racked)
             mark = h.shard.mark()
             try:
-                res = h.shard.consumer_group_heartbeat(cmd, h.now_ms)
+                h.shard.consumer_group_heartbeat(cmd, h.now_ms)
             except CoordinatorError:
                 continue  # refused: nothing changed
-            if rng.random() < 0.2:
-                h.shard.rollback(mark)
-            else:
-                h._commit(res)
+            h.shard.rollback(mark)
+            if rng.random() >= 0.2:  # else: as if its write had failed (rolled back)
+                h.run(lambda s, cmd=cmd, now=h.now_ms: s.consumer_group_heartbeat(cmd, now))
             change_topics(h, rng, racked, grow=0.08)
             if batching and rng.random() < 0.3:
                 h.sleep(1000)  # the assignment timer: several joins and leaves in one target
@@ -373,9 +372,9 @@ def test_an_offloaded_job_carries_the_summary_and_computes_what_the_whole_job_co
         consumer_assignor_offload_min_members=1,
     )
     h.shard.context.config = offloading
-    h._commit(h.shard.consumer_group_heartbeat(JOIN, 0))
-    h._commit(
-        h.shard.consumer_group_heartbeat(
+    h.run(lambda s: s.consumer_group_heartbeat(JOIN, 0))
+    h.run(
+        lambda s: s.consumer_group_heartbeat(
             ConsumerGroupHeartbeat(group_id=G, member_id="m04", member_epoch=-1), 0
         )
     )
@@ -528,13 +527,11 @@ def test_the_metrics_wrapper_takes_the_incremental_path_and_times_it_once() -> N
 def random_step(h: Harness, rng: random.Random, homogeneous: bool, racked: bool) -> None:
     """A random heartbeat of the group, committed, and now and then a topic that grows or
     changes racks."""
+    cmd = random_command(rng, h.shard.groups.get(G), homogeneous, racked)
     try:
-        res = h.shard.consumer_group_heartbeat(
-            random_command(rng, h.shard.groups.get(G), homogeneous, racked), h.now_ms
-        )
+        h.run(lambda s: s.consumer_group_heartbeat(cmd, h.now_ms))
     except CoordinatorError:
         return
-    h._commit(res)
     change_topics(h, rng, racked, grow=0.05)
 
 
@@ -586,7 +583,7 @@ def test_inputs_prepared_a_few_members_at_a_time_are_those_copied_at_once(
             if group is None or group.group_epoch <= group.assignment_epoch:
                 continue
             if rng.random() < 0.3:
-                h.offloads[:] = [G]
+                h.offload(G)
                 h.run_offloads()  # the cache is up to date after a computation
                 continue
             groups = h.shard.groups

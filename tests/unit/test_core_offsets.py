@@ -11,12 +11,14 @@ from coordinator.core.errors import (
     GroupIdNotFoundError,
     StaleMemberEpochError,
     UnknownMemberIdError,
+    UnsupportedVersionError,
 )
 from coordinator.core.offsets import (
     FetchedPartition,
     FetchedTopic,
     OffsetCommit,
     OffsetCommitPartition,
+    OffsetCommitResponse,
     OffsetCommitTopic,
     OffsetFetchGroup,
     OffsetFetchGroupResponse,
@@ -53,6 +55,25 @@ def commit_req(epoch: int, member: str = "A", **parts: int) -> OffsetCommit:
             ),
         ),
     )
+
+
+def test_an_old_commit_version_is_refused_to_a_member_of_the_consumer_protocol(h: Harness) -> None:
+    """Kafka's ConsumerGroup.validateOffsetCommit: OffsetCommit v8 or older (``legacy_version``)
+    from a member of the consumer protocol is UNSUPPORTED_VERSION, whatever its epoch; an
+    unknown member and an admin commit to an emptied group are left to the other checks."""
+    h.join("A", ["foo"])
+    for epoch in (1, 7):
+        with pytest.raises(UnsupportedVersionError, match="version 9 or above"):
+            h.shard.offset_commit(commit_req(epoch, p0=10), 5, legacy_version=True)
+    with pytest.raises(UnknownMemberIdError):
+        h.shard.offset_commit(commit_req(1, member="Z", p0=10), 5, legacy_version=True)
+    assert h.shard.offset_commit(commit_req(1, p0=10), 5).response == OffsetCommitResponse(
+        topics=(TopicResult(name="foo", topic_id=h.topic_id("foo"),
+                            partitions=(PartitionResult(partition_index=0),)),)
+    )  # fmt: skip
+    h.heartbeat(member_id="A", member_epoch=-1)  # the group is empty
+    admin = h.shard.offset_commit(commit_req(-1, member="", p0=11), 6, legacy_version=True)
+    assert [rec.value.offset for rec in admin.records] == [11]  # type: ignore[union-attr]
 
 
 def test_member_commit_with_its_epoch_is_durable_record(h: Harness) -> None:
@@ -190,7 +211,7 @@ def test_topic_addressed_by_id(h: Harness) -> None:
         ),
     )
     assert h.shard.offset_commit(req, 5).response.topics[0].name == "foo"
-    h._commit(h.shard.offset_commit(req, 5))
+    h.run(lambda s: s.offset_commit(req, 5))
     fetched = h.shard.offset_fetch(
         OffsetFetchGroup(
             group_id=G, topics=(OffsetFetchTopic(topic_id=foo, partition_indexes=(0, 1)),)
@@ -297,7 +318,7 @@ def test_delete_groups(h: Harness) -> None:
         ("nope", ErrorCode.GROUP_ID_NOT_FOUND),
     ]
     h.heartbeat(member_id="A", member_epoch=-1)
-    res = h._commit(h.shard.delete_groups([G]))
+    res = h.run(lambda s: s.delete_groups([G]))
     assert res.response == [(G, ErrorCode.NONE, None)]
     assert res.records == [
         r.offset_commit_tombstone(G, "foo", 0),
@@ -322,7 +343,7 @@ def test_deleting_a_group_deletes_its_config_overrides(h: Harness) -> None:
     h.commit(G, "A", 1, {("foo", 0): 1})
     h.heartbeat(member_id="A", member_epoch=-1)
     assert h.shard.group_config(G) == {SESSION_CFG: "50000", HB_CFG: "7000", AI_CFG: "1000"}
-    res = h._commit(h.shard.delete_groups([G]))
+    res = h.run(lambda s: s.delete_groups([G]))
     assert res.response == [(G, ErrorCode.NONE, None)]
     assert res.records == [
         r.offset_commit_tombstone(G, "foo", 0),
@@ -344,7 +365,7 @@ def test_configs_of_a_group_that_does_not_exist_are_kept(h: Harness) -> None:
     """Configs may be set before the group exists; DeleteGroups of a missing group changes
     nothing (GROUP_ID_NOT_FOUND)."""
     h.alter_configs("future", {HB_CFG: "7000"})
-    res = h._commit(h.shard.delete_groups(["future"]))
+    res = h.run(lambda s: s.delete_groups(["future"]))
     assert [(g, c) for g, c, _m in res.response] == [("future", ErrorCode.GROUP_ID_NOT_FOUND)]
     assert res.records == []
     assert h.expire_offsets().records == []

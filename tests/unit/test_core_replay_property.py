@@ -160,7 +160,7 @@ def _apply(h: Harness, step: tuple[Any, ...]) -> None:
         elif kind == "expire":
             h.expire_offsets()
         elif kind == "delete_group":
-            h._commit(h.shard.delete_groups([step[1]]))
+            h.run(lambda s: s.delete_groups([step[1]]))
         elif kind == "config":
             _, g, value = step
             h.alter_configs(g, {"consumer.heartbeat.interval.ms": value})

@@ -73,14 +73,14 @@ def txn_commit(
         member_id=member,
         topics=tuple(OffsetCommitTopic(name=t, partitions=tuple(ps)) for t, ps in by_topic.items()),
     )
-    return h._commit(h.shard.txn_offset_commit(req, h.now_ms))
+    return h.run(lambda s: s.txn_offset_commit(req, h.now_ms))
 
 
 def end(
     h: Harness, state: S | None, commit: bool, *, epoch: int = 0, pid: int = PID
 ) -> Result[Any]:
     cmd = EndTxn(producer_id=pid, producer_epoch=epoch, commit=commit, state=state)
-    return h._commit(h.shard.end_transaction(cmd, h.now_ms))
+    return h.run(lambda s: s.end_transaction(cmd, h.now_ms))
 
 
 def initialized(epoch: int) -> ProducerInitialized:
@@ -234,14 +234,14 @@ def test_a_newer_epoch_finds_the_older_transaction_aborted(h: Harness) -> None:
 def test_init_producer_id_aborts_ongoing_but_not_ending_transactions(h: Harness) -> None:
     txn_commit(h, {("in", 0): 10}, epoch=3)
     txn_commit(h, {("in", 1): 20}, epoch=0, pid=PID + 1)  # an earlier producer id of T
-    res = h._commit(h.shard.producer_initialized(initialized(4)))
+    res = h.run(lambda s: s.producer_initialized(initialized(4)))
     # Both transactions belong to transactional id T: the one of another producer id and the
     # one of an older epoch were aborted by the initialization.
     assert res.response.groups == (G, G)
     assert fetch(h, 0, 1, stable=True) == [(-1, ErrorCode.NONE), (-1, ErrorCode.NONE)]
     txn_commit(h, {("in", 0): 11}, epoch=4)
     end(h, S.PREPARE_COMMIT, True, epoch=4)
-    res = h._commit(h.shard.producer_initialized(initialized(5)))
+    res = h.run(lambda s: s.producer_initialized(initialized(5)))
     assert res.records == [] and res.response.groups == ()
     replays(h)
 
@@ -293,12 +293,12 @@ def test_member_validation_in_a_classic_group(h: Harness) -> None:
 
 def test_deleting_the_group_the_partition_or_the_topic_drops_pending_offsets(h: Harness) -> None:
     txn_commit(h, {("in", 0): 10, ("in", 1): 20, ("other", 0): 5})
-    res = h._commit(h.shard.offset_delete(G, [("in", [1])]))
+    res = h.run(lambda s: s.offset_delete(G, [("in", [1])]))
     assert res.records == [r.txn_offset_commit_record(G, "in", 1, PID, None)]
-    res = h._commit(h.shard.on_topics_deleted(["other"]))
+    res = h.run(lambda s: s.on_topics_deleted(["other"]))
     assert res.records == [r.txn_offset_commit_record(G, "other", 0, PID, None)]
     assert [g.group_id for g in h.shard.list_groups()] == [G]  # known through its transaction
-    res = h._commit(h.shard.delete_groups([G]))
+    res = h.run(lambda s: s.delete_groups([G]))
     assert res.response == [(G, ErrorCode.NONE, None)]
     assert res.records[:2] == [
         r.txn_offset_commit_record(G, "in", 0, PID, None),

@@ -431,7 +431,7 @@ def test_delete_groups_refuses_a_classic_group_with_members_and_keeps_its_offset
     member = stable_static_group(h)
     h.commit("grp", member, 1, {("foo", 0): 5})
     before = h.shard.snapshot()
-    res = h._commit(h.shard.delete_groups(["grp"]))
+    res = h.run(lambda s: s.delete_groups(["grp"]))
     assert res.response == [("grp", ErrorCode.NON_EMPTY_GROUP, "Classic group grp is not empty.")]
     assert res.records == []
     assert h.shard.snapshot() == before
@@ -445,7 +445,7 @@ def test_delete_groups_deletes_an_empty_classic_group_with_its_offsets_and_confi
     h.alter_configs("grp", {"consumer.heartbeat.interval.ms": "7000"})
     h.leave_group(m.LeaveMember(group_instance_id="i1"))  # the generation completes empty
     assert h.shard.classic_groups["grp"].state is ClassicGroupState.EMPTY
-    res = h._commit(h.shard.delete_groups(["grp"]))
+    res = h.run(lambda s: s.delete_groups(["grp"]))
     assert res.response == [("grp", ErrorCode.NONE, None)]
     assert res.records == [
         r.offset_commit_tombstone("grp", "foo", 0),
@@ -494,14 +494,14 @@ def test_offset_delete_on_a_classic_group() -> None:
     h.create_topic("bar", 1)
     foo, bar = h.topic_id("foo"), h.topic_id("bar")
     member = stable_static_group(h)  # subscribes to foo
-    res = h._commit(h.shard.offset_delete("grp", [("bar", [0])]))
+    res = h.run(lambda s: s.offset_delete("grp", [("bar", [0])]))
     assert res.response == OffsetDeleteResponse(
         topics=(
             TopicResult(name="bar", topic_id=bar, partitions=(PartitionResult(partition_index=0),)),
         )
     )
     h.commit("grp", member, 1, {("foo", 0): 5, ("bar", 0): 6})
-    res = h._commit(h.shard.offset_delete("grp", [("foo", [0]), ("bar", [0])]))
+    res = h.run(lambda s: s.offset_delete("grp", [("foo", [0]), ("bar", [0])]))
     assert res.response == OffsetDeleteResponse(
         topics=(
             TopicResult(
@@ -520,7 +520,7 @@ def test_offset_delete_on_a_classic_group() -> None:
     )
     assert res.records == [r.offset_commit_tombstone("grp", "bar", 0)]
     h.leave_group(m.LeaveMember(group_instance_id="i1"))  # Empty: nothing is subscribed
-    res = h._commit(h.shard.offset_delete("grp", [("foo", [0])]))
+    res = h.run(lambda s: s.offset_delete("grp", [("foo", [0])]))
     assert res.records == [r.offset_commit_tombstone("grp", "foo", 0)]
 
 
@@ -533,13 +533,13 @@ def test_delete_groups_deletes_only_an_empty_classic_group_with_its_offsets() ->
     h.create_topic("foo", 4)
     a, b = stable_group(h)
     assert h.commit("grp", a, 1, {("foo", 0): 7}).topics[0].partitions[0].error_code == 0
-    res = h._commit(h.shard.delete_groups(["grp"]))
+    res = h.run(lambda s: s.delete_groups(["grp"]))
     assert res.response == [("grp", ErrorCode.NON_EMPTY_GROUP, "Classic group grp is not empty.")]
     assert res.records == [] and ("foo", 0) in h.shard.offsets["grp"]
     h.leave_group(a, b)
     assert h.shard.classic_groups["grp"].state.value == "Empty"
     before = len(h.log)
-    res = h._commit(h.shard.delete_groups(["grp", "nope"]))
+    res = h.run(lambda s: s.delete_groups(["grp", "nope"]))
     assert res.response == [
         ("grp", ErrorCode.NONE, None),
         ("nope", ErrorCode.GROUP_ID_NOT_FOUND, "Group nope not found."),
@@ -556,7 +556,7 @@ def test_an_empty_classic_group_without_offsets_can_be_deleted() -> None:
     h = Harness()
     h.create_topic("foo", 4)
     h.leave_group(*stable_group(h))
-    res = h._commit(h.shard.delete_groups(["grp"]))
+    res = h.run(lambda s: s.delete_groups(["grp"]))
     assert res.response == [("grp", ErrorCode.NONE, None)]
     assert res.records == [r.classic_group_tombstone("grp")]
     assert "grp" not in h.shard.classic_groups

@@ -14,7 +14,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 LIMIT = 900
 EXCEPTIONS = {
-    "coordinator/sim/simulator.py": "the simulator onto the runtime's driver (issue 32, section 1)",
     "coordinator/server/kafka/listener.py": "the Kafka listener work in progress",
     "coordinator/core/consumer_groups.py": "to split along its seams (issue 32)",
 }

@@ -79,7 +79,7 @@ async def test_the_runtime_computes_a_big_groups_target_in_a_worker() -> None:
         assert a.member_epoch == 1  # one member: computed inline
         b = await rt.heartbeat(join("g", member_id="B"))
         assert b.member_epoch == 1  # the target of epoch 2 is being computed off the loop
-        assert rt.driver.assigning == {"g"}
+        assert rt.driver.own.assigning == {"g"}
         for _ in range(600):  # bounded: 30 s
             if rt.shards[0].groups["g"].assignment_epoch == 2:
                 break
@@ -88,7 +88,7 @@ async def test_the_runtime_computes_a_big_groups_target_in_a_worker() -> None:
         assert (group.group_epoch, group.assignment_epoch) == (2, 2)
         assert sorted(len(group.target[m]["AAAAAAAAAAAAAAAAAAAAAQ"]) for m in "AB") == [2, 2]
         assert rt.assignor_pool is not None and rt.assignor_pool.jobs_run == 1
-        assert rt.driver.assigning == set()
+        assert rt.driver.own.assigning == set()
         got = await rt.heartbeat(beat("g", "B", 1))
         assert got.member_epoch == 2 and got.assignment is not None
         assert got.assignment.pending == group.target["B"]
@@ -110,10 +110,10 @@ async def test_a_big_groups_inputs_are_brought_up_to_date_over_several_turns(
 
     from coordinator.core.consumer_groups import ConsumerGroups
     from coordinator.core.topics import NewTopic
-    from coordinator.runtime import driver
+    from coordinator.runtime import own_commands
     from coordinator.runtime.store import MemoryRecordStore
 
-    monkeypatch.setattr(driver, "PREPARE_MEMBERS", 1)
+    monkeypatch.setattr(own_commands, "PREPARE_MEMBERS", 1)
     events: list[tuple[str, bool]] = []
     prepare = ConsumerGroups.prepare_assignment_job
 

@@ -1,0 +1,114 @@
+"""When a simulation has converged (invariant I5): every fault's follow-up done, the group
+Stable with nothing parked, every client a member at the group's epoch (classic clients at its
+generation), and every subscribed partition owned by exactly one member."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from coordinator.core.group import GroupState
+
+from .classic_client import ClassicClient
+from .client import MEMBER
+
+
+def why_not_converged(sim: Any) -> str:
+    """Why the run has not converged yet (I5; "" once it has): no fault follow-up pending, the
+    group Stable with nothing parked, every client a member at the group's epoch, and every
+    subscribed partition owned by exactly one member."""
+    group = sim.group
+    classic = sim.classic_group
+    if group is None and classic is None:
+        return "no group"
+    pending = sorted(
+        {kind for _t, _s, kind, _p in sim.queue if kind in ("start", "recreate", "resume")}
+        | {
+            f"the coordinator's {pl[1]}"
+            for _t, _s, kind, pl in sim.queue
+            if kind == "coordinator" and pl[0] == sim.coord.gen and pl[1] == "worker"
+        }
+        | {
+            "delayed or stale request"
+            for at, _s, kind, pl in sim.queue
+            if kind == "deliver"
+            and (sim.clients[pl[0]].inflight != pl[1] or at > sim.now + 2 * sim.p.max_latency_ms)
+        }
+    )
+    if pending:
+        return f"fault follow-ups still pending: {pending}"
+    if group is not None and group.waiting:
+        return f"joins of {sorted(group.waiting)} are still parked"
+    if group is None:
+        if classic.state.value != "Stable":
+            return f"classic group is {classic.state.value}"
+    elif group.state() is not GroupState.STABLE:
+        return f"group is {group.state().value}"
+    owners: dict[tuple[str, int], list[str]] = {}
+    for c in sim.clients:
+        if c.phase != MEMBER:
+            return f"c{c.index} is {c.phase}"
+        if isinstance(c, ClassicClient):
+            why = _classic_not_converged(c, group, classic)
+            if why:
+                return why
+            for t, ps in c.owned.items():
+                for part in ps:
+                    owners.setdefault((t, part), []).append(c.member_id)
+            continue
+        if group is None:
+            return f"c{c.index} is a KIP-848 client but the group is classic"
+        if c.member_id not in group.members:
+            return f"c{c.index} ({c.member_id}) is not a member"
+        if c.server_assignor != group.members[c.member_id].server_assignor_name:
+            return (
+                f"c{c.index}'s server assignor {c.server_assignor} has not reached the coordinator"
+            )
+        if c.revoking or c.inflight is not None and c.epoch != group.group_epoch:
+            return f"c{c.index} is still reconciling"
+        if c.epoch != group.group_epoch:
+            return f"c{c.index} at epoch {c.epoch}, group at {group.group_epoch}"
+        for t, ps in c.owned.items():
+            for part in ps:
+                owners.setdefault((t, part), []).append(c.member_id)
+    expected = set()
+    subscribed = set()
+    for c in sim.clients:
+        subscribed |= set(c.topics)
+    for name in subscribed:
+        topic = sim.coord.registry.topics.get(name)
+        if topic is None:
+            continue
+        for part in range(topic.num_partitions):
+            expected.add((topic.topic_id, part))
+    doubles = sorted(k for k, v in owners.items() if len(v) > 1)
+    if doubles:
+        return f"partitions owned twice {doubles[:6]}"
+    missing = sorted(expected - set(owners))
+    if missing:
+        return f"unowned partitions {missing[:6]}"
+    extra = sorted(set(owners) - expected)
+    if extra:
+        return f"owned partitions of no subscribed topic {extra[:6]}"
+    return ""
+
+
+def _classic_not_converged(c: ClassicClient, group: Any, classic: Any) -> str:
+    if c.revoking or c.rejoin_needed or (c.inflight is not None and c.inflight_kind != "heartbeat"):
+        return f"c{c.index} is still rebalancing"
+    if group is not None:
+        member = group.members.get(c.member_id)
+        if member is None or member.classic_member_metadata is None:
+            return f"c{c.index} ({c.member_id}) is not a classic member of the consumer group"
+        if not c.generation == member.member_epoch == group.group_epoch:
+            return (
+                f"c{c.index} at generation {c.generation}, member epoch {member.member_epoch}, "
+                f"group epoch {group.group_epoch}"
+            )
+        if member.state.name != "STABLE":
+            return f"c{c.index} is {member.state.name} at the coordinator"
+        return ""
+    if c.member_id not in classic.members:
+        return f"c{c.index} ({c.member_id}) is not a member of the classic group"
+    if c.generation != classic.generation:
+        return f"c{c.index} at generation {c.generation}, classic group at {classic.generation}"
+    return ""
