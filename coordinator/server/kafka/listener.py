@@ -427,30 +427,10 @@ class KafkaListener:
                         done(True)
                     return wire.I32.pack(len(answer_frame)) + answer_frame
                 serve_ours = partial(self._serve_values, row, version=version)
+                args = (self.upstream, conn, key, version, correlation_id, client_id, entity)
                 if split is configs:
-                    return await configs.serve_split(
-                        self.upstream,
-                        conn,
-                        key,
-                        version,
-                        correlation_id,
-                        client_id,
-                        entity,
-                        caller,
-                        serve_ours,
-                        refused,
-                    )
-                return await acl_split.serve_split(
-                    self.upstream,
-                    conn,
-                    key,
-                    version,
-                    correlation_id,
-                    client_id,
-                    entity,
-                    caller,
-                    serve_ours,
-                )
+                    return await configs.serve_split(*args, caller, serve_ours, refused)
+                return await acl_split.serve_split(*args, caller, serve_ours)
         answer = await getattr(self.service, row.method)(row.decode(entity, caller), caller)
         if key == apis.CONSUMER_GROUP_HEARTBEAT:
             return self._heartbeat_frame(version, correlation_id, answer)
