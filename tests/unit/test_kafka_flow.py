@@ -162,3 +162,79 @@ def test_serve_refuses_a_bad_limit(tmp_path: Path, capsys: pytest.CaptureFixture
     assert "kafka.connection.max.unsent.bytes must be at least 1024, got 10" in (
         capsys.readouterr().err
     )
+
+
+def join_frame(group: str, correlation_id: int) -> bytes:
+    """A ConsumerGroupHeartbeat v1 join of ``group``, sized."""
+    entity = wire.build(
+        wire.request_class(68, 1),
+        group_id=group,
+        member_id="bWVtYmVyLWlkLWZvci1mbG93",
+        member_epoch=0,
+        rebalance_timeout=30000,
+        subscribed_topic_names=["t"],
+        topic_partitions=[],
+    )
+    payload = wire.request_frame(entity, correlation_id, "flow")
+    return struct.pack(">i", len(payload)) + payload
+
+
+async def test_a_heartbeat_of_another_group_starts_ahead_of_a_storm_of_connections(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """1,000 members of one group join at once, a connection each (as Kafka's consumers are),
+    and a member of another group sends its request last: it is served within the first two
+    loop iterations' budgets, not after the storm's first requests (it was the last served)."""
+    from coordinator.server.admission import DEFAULT_BUDGET
+
+    served: list[str] = []
+
+    async def serve(
+        self: KafkaListener,
+        conn: Any,
+        key: int,
+        version: int,
+        correlation_id: int,
+        client_id: str | None,
+        frame: bytes,
+        pos: int,
+    ) -> bytes:
+        served.append(wire.group_of(key, version, frame, pos) or "?")
+        return struct.pack(">ii", 4, correlation_id)
+
+    monkeypatch.setattr(KafkaListener, "serve", serve)
+    listener, port = await start()
+    storm = [await asyncio.open_connection("127.0.0.1", port) for _ in range(1000)]
+    other = await asyncio.open_connection("127.0.0.1", port)
+    await asyncio.sleep(0.1)  # every connection accepted
+    for i, (_reader, writer) in enumerate(storm):
+        writer.write(join_frame("storm", i))
+    other[1].write(join_frame("other", 0))
+    await asyncio.wait_for(read_answers(other[0], 1), 30)
+    for reader, _writer in storm:
+        await asyncio.wait_for(read_answers(reader, 1), 30)
+    assert sorted(served) == ["other"] + ["storm"] * 1000
+    assert served.index("other") < 2 * DEFAULT_BUDGET
+    for _reader, writer in [*storm, other]:
+        writer.close()
+    await listener.close()
+
+
+def test_the_group_a_request_starts_with() -> None:
+    """``wire.group_of`` reads the group id of the requests that start with it, in flexible
+    and older versions, and nothing from the others or from a body that does not hold it."""
+
+    def frame(key: int, version: int, **fields: Any) -> tuple[bytes, int]:
+        payload = wire.request_frame(wire.build(wire.request_class(key, version), fields), 7, "c")
+        key_, version_, _correlation, _client, pos = wire.parse_header(payload)
+        return payload, pos
+
+    for key, version in ((68, 1), (11, 0), (11, 9), (8, 2), (8, 9), (9, 1), (12, 4), (14, 5)):
+        payload, pos = frame(key, version, group_id="the-group")
+        assert wire.group_of(key, version, payload, pos) == "the-group"
+    payload, pos = frame(9, 8, groups=[{"group_id": "g", "topics": None}])
+    assert wire.group_of(9, 8, payload, pos) is None  # OffsetFetch v8+: groups, no group first
+    payload, pos = frame(16, 4)
+    assert wire.group_of(16, 4, payload, pos) is None  # ListGroups names no group
+    payload, pos = frame(68, 1, group_id="the-group")
+    assert wire.group_of(68, 1, payload[: pos + 3], pos) is None  # truncated

@@ -25,6 +25,14 @@ reading is paused (``pause_reading``), so the kernel holds the rest and a client
 sending waits, as TCP makes it wait in front of Kafka; reading resumes when answers go out. And
 a connection works at most one turn (``FRAMES_PER_TURN`` requests or ``TURN_S``) per loop
 iteration, reading or serving its queue, before the others get theirs.
+
+Fair between groups (``admission.py``, as our gRPC server's calls): the first request of a
+connection with nothing else to serve starts at once while the loop iteration's budget lasts;
+past it, it waits its group's turn (the group id its body starts with, ``wire.group_of``; the
+connection for requests that name none), one per group in turn. Kafka's consumers keep a
+connection each, so a join storm of 10,000 members is 10,000 connections with a request each:
+a heartbeat of another group read in the same loop iteration starts in the next one, not after
+the storm's 10,000 first steps.
 """
 
 from __future__ import annotations
@@ -37,7 +45,7 @@ import re
 import socket
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Protocol
@@ -45,6 +53,7 @@ from typing import Any, Protocol
 from coordinator.core.errors import ErrorCode
 from coordinator.security.principal import ANONYMOUS, KafkaPrincipal
 
+from ..admission import Admission
 from ..api import Caller, Node
 from ..authorization import DESCRIBE, TOPIC
 from ..codec import AUTHORIZED_OPERATIONS_OMITTED
@@ -193,6 +202,8 @@ class KafkaListener:
         self._versions_bodies: dict[tuple[int, int, bool], bytes] = {}
         self._idle_task: asyncio.Task[None] | None = None
         self._pending: set[asyncio.Task[None]] = set()
+        self.admission: Admission[Hashable, tuple[KafkaConnection, Work]] = Admission(_admitted)
+        """Connections' first requests, started fairly between groups (the module doc)."""
         self.closing = False
         self.on_auth_failed: Callable[[str, str, str, str], None] | None = None
         """Called with (listener, mechanism, peer, reason) for each client refused before it
@@ -570,6 +581,7 @@ class KafkaConnection(asyncio.Protocol):
         self.upstream_paused = False  # the upstream is not taking our requests
         self._next_turn: asyncio.Handle | None = None
         self._writable: asyncio.Future[None] | None = None
+        self.admitting = False  # a request waits for its group's turn (the module doc)
 
     # ------------------------------------------------------------ asyncio.Protocol
 
@@ -798,8 +810,10 @@ class KafkaConnection(asyncio.Protocol):
                 self.fail(f"{wire.api_name(key)} v{version} is not supported (v{lo}-v{hi})")
                 return
             item = (self._slot(), key, version, correlation_id, client_id, frame, pos)
-            if self.worker is None and not self.work:
-                self._serve_now(item)
+            if self.worker is None and not self.work and not self.admitting:
+                self.admitting = True
+                group = wire.group_of(key, version, frame, pos)
+                listener.admission.start(self if group is None else group, (self, item))
             else:
                 self.work.append(item)
                 self.queued_bytes += len(frame)
@@ -915,6 +929,22 @@ class KafkaConnection(asyncio.Protocol):
                 principal=self.principal,
             )
         return caller
+
+    def admitted(self, item: Work) -> None:
+        """The request's turn came (``KafkaListener.admission``): serve it, then what this
+        connection read meanwhile."""
+        self.admitting = False
+        if self.closed:
+            return
+        self._serve_now(item)
+        if self.worker is None and self.work:
+            self.worker = asyncio.get_running_loop().create_task(self._drain_then_idle())
+
+    async def _drain_then_idle(self) -> None:
+        try:
+            await self._drain()
+        finally:
+            self.worker = None
 
     def _serve_now(self, item: Work) -> None:
         """Serve a request with nothing ahead of it on this connection, eagerly: most requests
@@ -1039,3 +1069,8 @@ class KafkaConnection(asyncio.Protocol):
 
 
 NodeOf = Callable[[int], Node]
+
+
+def _admitted(_group: Hashable, waiting: tuple[KafkaConnection, Work]) -> None:
+    conn, item = waiting
+    conn.admitted(item)

@@ -153,6 +153,29 @@ def body_offset(frame: bytes, api_key: int, version: int, pos: int) -> int:
     return skip_tagged_fields(frame, pos) if request_flexible(api_key, version) else pos
 
 
+GROUP_FIRST = frozenset({8, 9, 11, 12, 13, 14, 47, 68})
+"""Requests whose body starts with the group id (OffsetFetch only before v8)."""
+
+
+def group_of(api_key: int, version: int, frame: bytes, pos: int) -> str | None:
+    """The group id a request's body starts with, read without decoding the body (None: the
+    API names none first, or it does not read; the request's own decoding says why)."""
+    if api_key not in GROUP_FIRST or (api_key == 9 and version >= 8):
+        return None
+    try:
+        at = body_offset(frame, api_key, version, pos)
+        if request_flexible(api_key, version):
+            size, at = read_uvarint(frame, at)
+            size -= 1
+        else:
+            size, at = int.from_bytes(frame[at : at + 2], "big", signed=True), at + 2
+    except (WireError, IndexError, KeyError, ValueError):
+        return None
+    if size < 0 or at + size > len(frame):
+        return None
+    return frame[at : at + size].decode("utf-8", "replace")
+
+
 def decode(api_key: int, version: int, frame: bytes, pos: int) -> Entity:
     """A request body; every length is checked against the frame first (``bounds.py``)."""
     return _decode(request_class(api_key, version), frame, pos, "")
