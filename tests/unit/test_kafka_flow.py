@@ -189,16 +189,8 @@ async def test_a_heartbeat_of_another_group_starts_ahead_of_a_storm_of_connectio
 
     served: list[str] = []
 
-    async def serve(
-        self: KafkaListener,
-        conn: Any,
-        key: int,
-        version: int,
-        correlation_id: int,
-        client_id: str | None,
-        frame: bytes,
-        pos: int,
-    ) -> bytes:
+    async def serve(self: KafkaListener, *request: Any) -> bytes:
+        _conn, key, version, correlation_id, _client_id, frame, pos = request
         served.append(wire.group_of(key, version, frame, pos) or "?")
         return struct.pack(">ii", 4, correlation_id)
 
