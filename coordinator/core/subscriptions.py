@@ -44,7 +44,9 @@ class Subscriptions:
         """Every topic the group subscribes to that exists, by name, with its partition racks
         (from the topics image).
         The group's current entries are reused where they still hold (so an unchanged result
-        compares equal by identity, and a join to a group of many topics builds nothing)."""
+        compares equal by identity, and a join to a group of many topics builds nothing; the
+        partition racks are the image's own mapping while they hold, compared by identity
+        first: a join does not compare every partition's racks)."""
         by_name = self._ctx.topics.by_name
         current = group.subscription_metadata
         out = {}
@@ -56,7 +58,10 @@ class Subscriptions:
                     old is not None
                     and old.topic_id == t.topic_id
                     and old.num_partitions == t.num_partitions
-                    and old.partition_racks == t.partition_racks
+                    and (
+                        old.partition_racks is t.partition_racks
+                        or old.partition_racks == t.partition_racks
+                    )
                 ):
                     out[name] = old
                 else:
