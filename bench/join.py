@@ -596,8 +596,9 @@ def main_racks(args: argparse.Namespace, repeats: int, sizes: tuple[tuple[int, i
             "consecutive racks (as `bench/assignors.py --racks`), each beside the same case "
             "without racks in the same run. With racks the `uniform` assignor places by racks "
             "(docs/assignors.md): its incremental path plans from the target summary's count "
-            "of held partitions by racks, which the coordinator keeps up to date from the "
-            "changed targets (*next join* includes counting the first join's changes).\n\n"
+            "of held partitions by racks and its members by rack and load, which the "
+            "coordinator keeps up to date from the changed targets, and visits only the members "
+            "that change (*next join* includes counting the first join's changes).\n\n"
             + table(headers, body)
             + "\n\nRatio of median CPU times, racks over no racks:\n\n"
             + table(["case", "join", "next join", "leave", "offloaded worker"], ratios),
