@@ -7,6 +7,8 @@
 * :func:`create_topics` — CreateTopics on a fresh ``kip848 serve``, which listens before its
   store is loaded (COORDINATOR_LOAD_IN_PROGRESS until then): retried until it is, bounded.
 * :func:`tree_cpu_s` — the CPU a server (and its front ends) used, to the nanosecond.
+* :func:`checkouts` — temporary git worktrees of revisions of this repository, for benches
+  that run servers of several revisions in one sitting (``--paired``).
 * :func:`reconcile_until_stable` — members joined by hand (no client library) heartbeat until
   nothing changes for anyone *and* every group is Stable as the coordinator describes it: with
   assignment batching (``group.consumer.assignment.interval.ms``) a group's next target may
@@ -17,10 +19,12 @@ grpc is imported where it is used: the benches import this module before decidin
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import subprocess
+import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -129,3 +133,34 @@ def tree_cpu_s(pid: int) -> float:
         except OSError:  # it exited between the two calls
             continue
     return total
+
+
+@contextlib.contextmanager
+def checkouts(revisions: list[str]) -> Iterator[list[tuple[str, str, Path]]]:
+    """(revision as given, its short hash, a temporary worktree of it) for each revision."""
+    repo = Path(__file__).resolve().parent.parent
+    with tempfile.TemporaryDirectory(prefix="kip848-paired-") as tmp:
+        out = []
+        try:
+            for i, rev in enumerate(revisions):
+                short = subprocess.run(
+                    ["git", "-C", str(repo), "rev-parse", "--short", rev],
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                ).stdout.strip()
+                tree = Path(tmp) / f"rev{i}"
+                subprocess.run(
+                    ["git", "-C", str(repo), "worktree", "add", "--detach", str(tree), short],
+                    capture_output=True,
+                    check=True,
+                )
+                out.append((rev, short, tree))
+            yield out
+        finally:
+            for _rev, _short, tree in out:
+                subprocess.run(
+                    ["git", "-C", str(repo), "worktree", "remove", "--force", str(tree)],
+                    capture_output=True,
+                    check=False,
+                )

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import os
 import select
@@ -39,14 +38,13 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._loadgen import build, create_topics, reconcile_until_stable
+from bench._loadgen import build, checkouts, create_topics, reconcile_until_stable
 from bench._report import machine, table, write_section
 
 MEMBERS_PER_GROUP = 8
@@ -568,37 +566,6 @@ def bench_assignment(repeat: int) -> list[dict[str, Any]]:
 
 
 PAIRED = "bfd9073^,bc54092,HEAD"
-
-
-@contextlib.contextmanager
-def checkouts(revisions: list[str]) -> Iterator[list[tuple[str, str, Path]]]:
-    """(revision as given, its short hash, a temporary worktree of it) for each revision."""
-    repo = Path(__file__).resolve().parent.parent
-    with tempfile.TemporaryDirectory(prefix="kip848-paired-") as tmp:
-        out = []
-        try:
-            for i, rev in enumerate(revisions):
-                short = subprocess.run(
-                    ["git", "-C", str(repo), "rev-parse", "--short", rev],
-                    capture_output=True,
-                    text=True,
-                    check=True,
-                ).stdout.strip()
-                tree = Path(tmp) / f"rev{i}"
-                subprocess.run(
-                    ["git", "-C", str(repo), "worktree", "add", "--detach", str(tree), short],
-                    capture_output=True,
-                    check=True,
-                )
-                out.append((rev, short, tree))
-            yield out
-        finally:
-            for _rev, _short, tree in out:
-                subprocess.run(
-                    ["git", "-C", str(repo), "worktree", "remove", "--force", str(tree)],
-                    capture_output=True,
-                    check=False,
-                )
 
 
 def paired_rows(

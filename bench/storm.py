@@ -33,6 +33,7 @@ that ended without an answer, by cause.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import resource
@@ -49,7 +50,7 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._loadgen import build, create_topics, tree_cpu_s
+from bench._loadgen import build, checkouts, create_topics, tree_cpu_s
 from bench._report import machine, table, write_section
 
 GROUP = "storm"
@@ -119,19 +120,33 @@ def _enough_files(connections: int) -> None:
 
 
 def _start_server(
-    data_dir: str, flags: tuple[str, ...], *, kafka: bool = False
+    data_dir: str,
+    flags: tuple[str, ...],
+    *,
+    kafka: bool = False,
+    root: Path | None = None,
+    loop_profile: str | None = None,
 ) -> tuple[subprocess.Popen[str], str, str | None]:
     """``kip848 serve`` on 127.0.0.1:0 (and its Kafka listener on another free port with
-    ``kafka``); its log goes to ``<data_dir>.log``. Returns the process, the gRPC address and
-    the Kafka address (None without ``kafka``)."""
+    ``kafka``); its log goes to ``<data_dir>.log``. ``root``: the checkout whose code it runs
+    (default: this one); ``loop_profile``: a file for what held its loop (``_loopprof.py``, on
+    asyncio's loop). Returns the process, the gRPC address and the Kafka address (None without
+    ``kafka``)."""
     if kafka:
         flags = (*flags, "--kafka-listen", "127.0.0.1:0")
+    env = None
+    if root is not None:  # that checkout's packages ahead of this one's editable install
+        path = [str(root), str(root / "client" / "src"), os.environ.get("PYTHONPATH", "")]
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in path if p))
+    if loop_profile is None:
+        start = [sys.executable, "-m", "coordinator.cli"]
+    else:
+        start = [sys.executable, str(Path(__file__).with_name("_loopprof.py")), loop_profile]
+        flags = (*flags, "--event-loop", "asyncio")
     log = open(data_dir + ".log", "wb")  # noqa: SIM115 - the child holds it; closed below
     proc = subprocess.Popen(
         [
-            sys.executable,
-            "-m",
-            "coordinator.cli",
+            *start,
             "serve",
             "--listen",
             "127.0.0.1:0",
@@ -145,6 +160,7 @@ def _start_server(
         stderr=log,
         text=True,
         cwd=str(Path(__file__).resolve().parent.parent),
+        env=env,
     )
     log.close()
     assert proc.stdout is not None
@@ -247,10 +263,14 @@ def run_row(
     settle_s: float,
     max_seconds: float,
     protocol: str = "grpc",
+    root: Path | None = None,
+    loop_profile: bool = False,
 ) -> dict[str, Any]:
     """One row: a fresh server, the storm through ``protocol`` (``grpc``: h2storm over
     ``connections`` HTTP/2 connections; ``kafka``: kafkastorm on the server's Kafka listener,
-    ``connections`` of them for the storm's members and one per probe member)."""
+    ``connections`` of them for the storm's members and one per probe member). ``root``: the
+    checkout whose server runs; ``loop_profile``: what held its loop is measured
+    (``_loopprof.py``)."""
     kafka = protocol == "kafka"
     name = "kafkastorm" if kafka else "h2storm"
     generator = build(name, libs=()) if kafka else build(name)
@@ -258,7 +278,10 @@ def run_row(
         _enough_files(connections + PROBE_MEMBERS)
     with tempfile.TemporaryDirectory(prefix="kip848-storm-") as tmp:
         data_dir = os.path.join(tmp, "data")
-        proc, address, kafka_address = _start_server(data_dir, config.flags, kafka=kafka)
+        profile = os.path.join(tmp, "loop.json") if loop_profile else None
+        proc, address, kafka_address = _start_server(
+            data_dir, config.flags, kafka=kafka, root=root, loop_profile=profile
+        )
         try:
             topics = _create_topics(address, partitions)
             host, _, port = (kafka_address or address).rpartition(":")
@@ -304,6 +327,10 @@ def run_row(
                 proc.kill()
                 proc.wait(timeout=30)
         result["targets_computed"] = _targets_computed(data_dir)
+        if profile is not None:
+            from bench._loopprof import summary
+
+            result["loop"] = summary(profile)
     result["config"] = f"{config.name}, {PROTOCOLS[protocol]}"
     result["protocol"] = protocol
     result["interval_s"] = config.interval_s
@@ -489,7 +516,20 @@ def _targets_ok(r: dict[str, Any]) -> list[str]:
     return out
 
 
+def _loop(r: dict[str, Any]) -> tuple[str, str]:
+    """The loop-profile columns: the longest callbacks (CPU ms, what) and the collections."""
+    loop = r.get("loop")
+    if loop is None:
+        return "—", "—"
+    longest = "; ".join(f"{ms:.0f} ({what})" for ms, what in loop["longest_callbacks"])
+    return (
+        f"{longest}; {loop['callbacks_over_20ms']} over 20 ms",
+        f"{loop['gc_count']:,} / {loop['gc_cpu_ms']:,.0f} / {loop['gc_longest_ms']:.0f}",
+    )
+
+
 def report(results: list[dict[str, Any]]) -> str:
+    profiled = any("loop" in r for r in results)
     return table(
         (
             "configuration",
@@ -504,6 +544,12 @@ def report(results: list[dict[str, Any]]) -> str:
             "calls without an answer",
             "state at the end",
             "targets met",
+            "load average after",
+            *(
+                ("server loop: longest callbacks, CPU ms", "GC: collections / CPU ms / longest ms")
+                if profiled
+                else ()
+            ),
         ),
         [
             (
@@ -519,6 +565,8 @@ def report(results: list[dict[str, Any]]) -> str:
                 _unanswered(r),
                 _described(r["described"]),
                 "; ".join(_targets_ok(r)) or "—",
+                f"{r['load']:.1f}" if "load" in r else "—",
+                *(_loop(r) if profiled else ()),
             )
             for r in results
         ],
@@ -538,6 +586,10 @@ def write_doc(
         cmd += f" --protocol {args.protocol}"
     if args.section != "storm":
         cmd += f" --section {args.section}"
+    if args.loop_profile:
+        cmd += " --loop-profile"
+    if args.paired:
+        cmd += f" --paired {args.paired} --rounds {args.rounds}"
     grpc_connections = args.connections or GRPC_CONNECTIONS
     kafka_connections = (
         f"{args.connections} connections" if args.connections else "one connection per member"
@@ -608,6 +660,19 @@ def main() -> int:
         default="storm",
         help="the docs/benchmarks.md section to write (storm-overload: the 10,000-member rows)",
     )
+    ap.add_argument(
+        "--loop-profile",
+        action="store_true",
+        help="the server on asyncio's loop with every callback and collection timed in CPU "
+        "time (bench/_loopprof.py): what held its loop, in two more columns",
+    )
+    ap.add_argument(
+        "--paired",
+        metavar="REV,REV,...",
+        help="every row for servers of these revisions of this repository (temporary git "
+        "worktrees), in rounds alternating between them in one sitting",
+    )
+    ap.add_argument("--rounds", type=int, default=1, help="rounds of --paired")
     args = ap.parse_args()
     if args.rows:
         rows = [tuple(int(x) for x in item.split("/")) for item in args.rows.split(",")]
@@ -619,29 +684,44 @@ def main() -> int:
         ap.error(f"--protocol: comma-separated, of: {', '.join(PROTOCOLS)}")
     load0 = os.getloadavg()[0]
     results = []
-    for config in configs:
-        for protocol in protocols:
-            if protocol == "kafka" and "--grpc-transport" in config.flags:
-                continue  # the gRPC server's choice: the Kafka listener is the same in all
-            big = () if args.rows or args.quick or config is not CONFIGS["default"] else BIG_ROWS
-            for members, partitions in (*rows, *big):
-                limit = args.max_seconds or MAX_SECONDS.get(members, 300.0)
-                default_connections = members if protocol == "kafka" else GRPC_CONNECTIONS
-                r = run_row(
-                    config,
-                    members,
-                    partitions,
-                    connections=min(args.connections or default_connections, members),
-                    settle_s=args.settle,
-                    max_seconds=limit,
-                    protocol=protocol,
-                )
-                results.append(r)
-                print(
-                    f"{r['config']}, {members}/{partitions}: "
-                    + json.dumps({k: v for k, v in r.items() if k != "timeline"}),
-                    flush=True,
-                )
+    with contextlib.ExitStack() as stack:
+        trees: list[tuple[str, str, Path | None]] = [("", "", None)]
+        if args.paired:
+            trees = list(stack.enter_context(checkouts(args.paired.split(","))))
+        for round_ in range(args.rounds if args.paired else 1):
+            for config in configs:
+                for protocol in protocols:
+                    if protocol == "kafka" and "--grpc-transport" in config.flags:
+                        continue  # the gRPC server's choice: the Kafka listener is the same
+                    big = (
+                        ()
+                        if args.rows or args.quick or config is not CONFIGS["default"]
+                        else BIG_ROWS
+                    )
+                    for members, partitions in (*rows, *big):
+                        for rev, short, root in trees if round_ % 2 == 0 else trees[::-1]:
+                            limit = args.max_seconds or MAX_SECONDS.get(members, 300.0)
+                            default = members if protocol == "kafka" else GRPC_CONNECTIONS
+                            r = run_row(
+                                config,
+                                members,
+                                partitions,
+                                connections=min(args.connections or default, members),
+                                settle_s=args.settle,
+                                max_seconds=limit,
+                                protocol=protocol,
+                                root=root,
+                                loop_profile=args.loop_profile,
+                            )
+                            if root is not None:
+                                r["config"] = f"{rev} ({short}): {r['config']}"
+                            r["load"] = os.getloadavg()[0]
+                            results.append(r)
+                            print(
+                                f"{r['config']}, {members}/{partitions}: "
+                                + json.dumps({k: v for k, v in r.items() if k != "timeline"}),
+                                flush=True,
+                            )
     text = report(results)
     print(text)
     if not args.no_doc:
