@@ -37,6 +37,7 @@ from kip848.v1 import (
 
 from . import convert
 from .api import Caller, Node, WatchRequest
+from .authorization import GROUP
 from .forwarding import ForwardedContext
 from .grpc_auth import Unauthenticated
 from .rpc import ShuttingDown
@@ -221,6 +222,11 @@ class GrpcServicer:
             await context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
             raise  # abort raises; never reached
         out = self.encode(row, answer)
+        if getattr(request, "include_authorized_operations", False):
+            authz = self.service.authz  # DescribeGroups, ConsumerGroupDescribe: as Kafka's
+            for g in out.groups:
+                if g.error_code == 0:
+                    g.authorized_operations = authz.authorized_operations(caller, GROUP, g.group_id)
         limit = self.max_response_bytes
         if limit is not None:
             size = out.ByteSize()

@@ -11,7 +11,7 @@ broker sees only the coordinator), with ``allow.everyone.if.no.acl.found=false``
 
 * ``User:bob`` may DESCRIBE the cluster; do everything on topics ``own-*``; DESCRIBE ``seen-*``;
   CREATE ``plain-*`` (not describe its configs); WRITE transactional id ``tx-bob``; everything
-  on groups ``g-*``.
+  on groups ``g-*``; DESCRIBE groups ``d-*``.
 * ``User:alice`` may do everything; ``User:carol`` nothing.
 
 Real clients in front of Tansu: confluent-kafka's AdminClient may not delete a topic (it
@@ -27,17 +27,26 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import join_request
 from fake_upstream import CONFIGS, FakeCluster
 from kafka.record.memory_records import MemoryRecordsBuilder
 from kafka_support import KafkaClient, KafkaServer, KafkaStack, request
 from test_sasl import add_user
 from test_security_matrix_forwarded import grant
 
+from kip848.v1 import (
+    classic_group_pb2,
+    classic_group_pb2_grpc,
+    consumer_group_pb2,
+    consumer_group_pb2_grpc,
+)
+
 TOPIC, GROUP, CLUSTER, TXN_ID = 2, 3, 4, 5
 LITERAL, PREFIXED = 3, 4
 ALL, CREATE, DESCRIBE, WRITE, ALLOW = 2, 5, 8, 4, 3
 CLUSTER_NAME = "kafka-cluster"
-DENIED, CLUSTER_DENIED, TXN_DENIED = 29, 31, 53
+DENIED, GROUP_DENIED, CLUSTER_DENIED, TXN_DENIED = 29, 30, 31, 53
+OMITTED = -(2**31)
 UNKNOWN, UNKNOWN_ID, INVALID, UNSUPPORTED = 3, 100, 42, 35
 NOT_ATTEMPTED, TOKENS_NOT_ALLOWED = 55, 64
 OWN_ID = uuid.UUID("00000000-0000-4000-8000-00000000a001")
@@ -66,6 +75,7 @@ BOB_ACLS = [
     (TOPIC, "plain-", PREFIXED, CREATE),
     (TXN_ID, "tx-bob", LITERAL, WRITE),
     (GROUP, "g-", PREFIXED, ALL),
+    (GROUP, "d-", PREFIXED, DESCRIBE),
 ]
 ALICE_ACLS = [(t, "*" if t != CLUSTER else CLUSTER_NAME, LITERAL, ALL) for t in (2, 3, 4, 5)]
 
@@ -569,6 +579,64 @@ def test_authorized_operations_are_the_clients(bob: KafkaClient, alice: KafkaCli
     ask = request(60, 1, include_cluster_authorized_operations=True, endpoint_type=1)
     assert bob.call(ask).cluster_authorized_operations == DESCRIBE_ONLY
     assert alice.call(ask).cluster_authorized_operations == ALICE_CLUSTER_OPS
+
+
+def test_described_groups_carry_the_callers_operations(
+    server: KafkaServer, bob: KafkaClient
+) -> None:
+    """DescribeGroups (v3+) and ConsumerGroupDescribe asked for authorized operations: each
+    group described gets the caller's bit field (Kafka's ``authorizedOperations``); a refused
+    group keeps "omitted", and so does every group when the request does not ask. Over gRPC
+    (the super user here) the same fields."""
+    groups = consumer_group_pb2_grpc.ConsumerGroupServiceStub(server.channel)
+    for gid in ("g-ops", "d-ops"):
+        joined = groups.ConsumerGroupHeartbeat(
+            consumer_group_pb2.ConsumerGroupHeartbeatRequest(**join_request(gid, ["own-a"])),
+            timeout=10,
+        )
+        assert joined.error_code == 0, joined
+    names = ["g-ops", "d-ops", "x-ops"]
+
+    def classic(include: bool) -> list[tuple[str, int, int]]:
+        resp = bob.call(request(15, 5, groups=names, include_authorized_operations=include))
+        return [(g.group_id, int(g.error_code), g.authorized_operations) for g in resp.groups]
+
+    def consumer(include: bool) -> list[tuple[str, int, int]]:
+        resp = bob.call(request(69, 0, group_ids=names, include_authorized_operations=include))
+        return [(g.group_id, int(g.error_code), g.authorized_operations) for g in resp.groups]
+
+    all_group_ops = sum(1 << op for op in (3, 6, 8, 10, 11))  # READ DELETE DESCRIBE *_CONFIGS
+    for describe in (classic, consumer):
+        assert describe(True) == [
+            ("g-ops", 0, all_group_ops),
+            ("d-ops", 0, DESCRIBE_ONLY),
+            ("x-ops", GROUP_DENIED, OMITTED),
+        ], describe
+        assert describe(False) == [
+            ("g-ops", 0, OMITTED),
+            ("d-ops", 0, OMITTED),
+            ("x-ops", GROUP_DENIED, OMITTED),
+        ], describe
+    described = groups.ConsumerGroupDescribe(
+        consumer_group_pb2.ConsumerGroupDescribeRequest(
+            group_ids=["g-ops"], include_authorized_operations=True
+        ),
+        timeout=10,
+    )
+    assert [(g.group_id, g.authorized_operations) for g in described.groups] == [
+        ("g-ops", all_group_ops)
+    ]
+    classic_groups = classic_group_pb2_grpc.ClassicGroupServiceStub(server.channel)
+    for include, expected in ((True, all_group_ops), (False, OMITTED)):
+        answer = classic_groups.DescribeGroups(
+            classic_group_pb2.DescribeGroupsRequest(
+                group_ids=["d-ops"], include_authorized_operations=include
+            ),
+            timeout=10,
+        )
+        assert [(g.group_id, g.authorized_operations) for g in answer.groups] == [
+            ("d-ops", expected)
+        ]
 
 
 # ---------------------------------------------------------------- transactions

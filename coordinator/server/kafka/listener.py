@@ -55,7 +55,7 @@ from coordinator.security.principal import ANONYMOUS, KafkaPrincipal
 
 from ..admission import Admission
 from ..api import Caller, Node
-from ..authorization import DESCRIBE, TOPIC
+from ..authorization import DESCRIBE, GROUP, TOPIC
 from ..codec import AUTHORIZED_OPERATIONS_OMITTED
 from ..eager import Resume
 from ..service import CoordinatorService
@@ -447,10 +447,23 @@ class KafkaListener:
             return self._heartbeat_frame(version, correlation_id, answer)
         if row.with_names:
             values = convert.consumer_group_describe_out(answer, self.service.topic_name)
-            body = wire.build(wire.response_class(key, version), values)
         else:
-            body = wire.build(wire.response_class(key, version), row.encode(answer, version))
+            values = row.encode(answer, version)
+        if getattr(entity, "include_authorized_operations", False):
+            self._group_operations(values, caller)
+        body = wire.build(wire.response_class(key, version), values)
         return wire.frame(key, version, correlation_id, body)
+
+    def _group_operations(self, values: dict[str, Any], caller: Caller) -> None:
+        """DescribeGroups (v3+) and ConsumerGroupDescribe asked for the caller's authorized
+        operations: each group described (no error) gets its bit field, as Kafka's
+        ``authorizedOperations`` (refused ones keep "omitted")."""
+        authz = self.service.authz
+        for g in values["groups"]:
+            if g["error_code"] == 0:
+                g["authorized_operations"] = authz.authorized_operations(
+                    caller, GROUP, g["group_id"]
+                )
 
     def _heartbeat_frame(self, version: int, correlation_id: int, answer: Any) -> bytes:
         """A ConsumerGroupHeartbeat response. A steady one (no assignment, no error) is the
