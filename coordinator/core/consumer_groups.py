@@ -6,13 +6,17 @@ assignments, group and assignment epochs, subscription metadata, resolved regexe
 is ConsumerGroupHeartbeat (join, heartbeat, leave); its timers are the members' session and
 rebalance timeouts. The legacy bridge joins classic members through :meth:`join_as_classic` and
 is asked to convert groups through the shard's :class:`~.components.ClassicGroupSupport`.
+
+Its parts: ``membership.py`` (who a heartbeat is from: the request checks, the member found or
+created, its epoch), ``subscriptions.py`` (subscription metadata and regexes),
+``target_updates.py`` (when and where a target is computed, parked joins, a member moved toward
+its target) and ``group_descriptions.py`` (describe, list).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
-from heapq import nsmallest
 from typing import TYPE_CHECKING, Any
 
 from assignors.api import PartitionAssignor, TopicMetadata
@@ -24,7 +28,6 @@ from .commands import (
     ConsumerGroupHeartbeatResponse,
     HeartbeatAssignment,
     ListedGroup,
-    Pending,
     Result,
 )
 from .components import ByGroupId
@@ -34,7 +37,6 @@ from .errors import (
     GroupIdNotFoundError,
     GroupMaxSizeReachedError,
     UnknownMemberIdError,
-    UnknownServerError,
 )
 from .events import Cause, Event, LogEvent, epoch_bumped
 from .group import ConsumerGroup, GroupState
@@ -50,23 +52,16 @@ from .membership import (
 )
 from .model import (
     EMPTY_ASSIGNMENT,
-    Assignment,
     ClassicMemberMetadata,
     ConsumerGroupMember,
     MemberState,
-    assignment_minus,
 )
-from .reconciliation import compute_next_member
 from .subscriptions import Subscriptions, TopicFilter
 from .target_assignment import (
     AssignmentJob,
     AssignmentOutcome,
-    assignment_job,
-    compute_target_assignment,
-    outcome_is_stale,
-    outcome_records,
-    refresh_spec_cache_part,
 )
+from .target_updates import TargetUpdates, pending_partitions, reconcile_member
 from .timers import ASSIGN, REBALANCE, SESSION, ArmTimer, CancelTimer, DueTimer, TimerOp
 
 if TYPE_CHECKING:
@@ -74,9 +69,6 @@ if TYPE_CHECKING:
 
 _SUBSCRIBING = frozenset({Cause.MEMBER_JOINED, Cause.SUBSCRIPTION_CHANGED, Cause.REGEX_CHANGED})
 """Causes that change the subscribed topics (and so the subscription metadata) themselves."""
-
-ANSWERS_PER_COMMAND = 64
-"""Parked joins answered by one command (each: the member's reconciliation, its record)."""
 
 
 class ConsumerGroups(ByGroupId[ConsumerGroup]):
@@ -95,6 +87,9 @@ class ConsumerGroups(ByGroupId[ConsumerGroup]):
         self.assignor_names: tuple[str, ...] = tuple(a.name for a in assignors)
         self._by_group = ctx.undo.new_dict()  # group id -> ConsumerGroup
         self._subscriptions = Subscriptions(ctx)
+        self._targets = TargetUpdates(
+            ctx, configs, self._by_group, self.assignors, self.assignor_names
+        )
         self.classic: ClassicGroupSupport | None = None
         """Set once by the shard: the classic groups of the same shard (upgrade/downgrade)."""
         self.topic_filter: TopicFilter | None = None
@@ -165,7 +160,7 @@ class ConsumerGroups(ByGroupId[ConsumerGroup]):
         member, replaced = find_or_create_member(group, member_id, req)
         before_assigned = member.assigned_partitions
         before_pending = (
-            self._pending(group, member) if group is not None and replaced is None else None
+            pending_partitions(group, member) if group is not None and replaced is None else None
         )
         if group is not None and replaced is not None:
             self._replace_static_member(result, group, replaced, member)
@@ -240,14 +235,14 @@ class ConsumerGroups(ByGroupId[ConsumerGroup]):
             and (is_new or member_id in group.waiting)
             and self._before_first_target(group, member_id)
         ):
-            return self._park(result, group, member_id, now_ms)
+            return self._targets.park(result, group, member_id, now_ms)
         if group.group_epoch > group.assignment_epoch:
-            self.update_target(result, group, now_ms)
+            self._targets.update(result, group, now_ms)
 
         # 5. Reconcile the member toward its target (KIP-848 "Member Epoch").
         member = group.members[member_id]
         resubscribed = Cause.SUBSCRIPTION_CHANGED in causes or Cause.REGEX_CHANGED in causes
-        final = self._reconcile(result, group, member, owned, now_ms, resubscribed)
+        final = reconcile_member(self._ctx, result, group, member, owned, now_ms, resubscribed)
 
         # 6. Session timeout and response.
         session_ms = (
@@ -267,7 +262,7 @@ class ConsumerGroups(ByGroupId[ConsumerGroup]):
             and (req.subscribed_topic_names is not None or req.subscribed_topic_regex is not None)
             and owned is not None
         )
-        pending = self._pending(group, final)
+        pending = pending_partitions(group, final)
         reported = group.reported_pending.get(member_id, before_pending)
         assignment = None
         if full or final.assigned_partitions != before_assigned or pending != reported:
@@ -297,89 +292,12 @@ class ConsumerGroups(ByGroupId[ConsumerGroup]):
             and self._configs.assignment_interval_ms(group.group_id) > 0
         )
 
-    def _park(
-        self, result: Result[Any], group: ConsumerGroup, member_id: str, now_ms: int
-    ) -> Result[Any]:
-        """Park a join until the group's first target is installed (:meth:`_answer_waiting`);
-        the first parked join asks for that target once the joins queued behind it are in. A
-        parked member's join sent again (a retry, a duplicate) is parked beside the first: both
-        get the answer."""
-        gid = group.group_id
-        token = self._ctx.next_token()
-        waiting = group.waiting
-        if not waiting:
-            result.parked_joins.append((gid, True))
-            group.set("parked_at", group.assignment_epoch)
-        waiting[member_id] = (*waiting.get(member_id, ()), token)
-        session_ms = self._configs.session_timeout_ms(gid)
-        result.timers.append(ArmTimer((SESSION, gid, member_id), now_ms + session_ms))
-        result.response = Pending(token)
-        return result
-
     def first_target(self, group_id: str, now_ms: int) -> Result[None]:
         """The group has parked joins (``parked_joins``): the first time (the joins queued
         behind the first one are in), compute its first target (inline, or off the loop for a
         big group); once a target is installed, answer the next of them. The result asks for
         another call (``parked_joins``) while some are left to answer."""
-        return self._ctx.run(self._first_target, group_id, now_ms)
-
-    def _first_target(self, group_id: str, now_ms: int) -> Result[None]:
-        result: Result[None] = Result()
-        group = self._by_group.get(group_id)
-        if group is None or not group.waiting:
-            return result
-        if group.assignment_epoch > group.parked_at or group.group_epoch <= group.assignment_epoch:
-            self._answer_waiting(result, group, now_ms)  # a target is there: answer
-            return result
-        try:
-            self.update_target(result, group, now_ms, first=True)
-        except CoordinatorError as exc:  # the assignor failed (nothing changed): say so
-            self._answer_waiting(result, group, now_ms, exc)
-        return result
-
-    def _answer_waiting(
-        self,
-        result: Result[Any],
-        group: ConsumerGroup,
-        now_ms: int,
-        error: CoordinatorError | None = None,
-    ) -> None:
-        """Answer parked joins (in arrival order), as their join would have been answered with
-        the target the group has now: reconciled toward it, the assignment in full, its session
-        timer armed anew. At most
-        ``ANSWERS_PER_COMMAND`` of them (a command is not preempted: a burst of thousands is
-        answered over many turns); the result asks for another call while some are left. An
-        ``error`` goes to all of them at once."""
-        waiting = group.waiting
-        if not waiting:
-            return
-        gid = group.group_id
-        interval_ms = self._configs.heartbeat_interval_ms(gid)
-        session_ms = self._configs.session_timeout_ms(gid)
-        if error is None and len(waiting) > ANSWERS_PER_COMMAND:  # the first of thousands
-            first = nsmallest(ANSWERS_PER_COMMAND, waiting.items(), key=_first_token)
-            result.parked_joins.append((group.group_id, False))
-        else:
-            first = sorted(waiting.items(), key=_first_token)
-        for member_id, tokens in first:
-            del waiting[member_id]
-            if error is not None:
-                result.completions += [(token, error) for token in tokens]
-                continue
-            final = self._reconcile(
-                result, group, group.members[member_id], EMPTY_ASSIGNMENT, now_ms
-            )
-            pending = self._pending(group, final)
-            group.reported_pending[member_id] = pending
-            response = ConsumerGroupHeartbeatResponse(
-                member_id=member_id,
-                member_epoch=final.member_epoch,
-                heartbeat_interval_ms=interval_ms,
-                assignment=HeartbeatAssignment(assigned=final.assigned_partitions, pending=pending),
-            )
-            result.completions += [(token, response) for token in tokens]
-            # Its session starts over with its answer: the wait was the server's, not silence.
-            result.timers.append(ArmTimer((SESSION, gid, member_id), now_ms + session_ms))
+        return self._ctx.run(self._targets.first_target, group_id, now_ms)
 
     def _replace_static_member(
         self,
@@ -410,9 +328,9 @@ class ConsumerGroups(ByGroupId[ConsumerGroup]):
 
     def resolve_regexes(self, group_id: str, now_ms: int) -> Result[None]:
         """Resolve the group's regexes against the topics image (the runtime runs this as a
-        command of its own, asked by a heartbeat: ``Subscriptions.maybe_ask_regexes``). Each regex the
-        group still subscribes to gets its resolution record (Kafka writes them all: the
-        timestamp is the group's last refresh); a changed resolution bumps the group epoch
+        command of its own, asked by a heartbeat: ``Subscriptions.maybe_ask_regexes``). Each
+        regex the group still subscribes to gets its resolution record (Kafka writes them all:
+        the timestamp is the group's last refresh); a changed resolution bumps the group epoch
         (KIP-848 "Regex Based Subscription"; also one that became empty, KAFKA-19899), and so
         does new subscription metadata. With a ``topic_filter``, a regex resolves only to the
         topics the member whose heartbeat asked may describe (Kafka's TopicRegexResolver)."""
@@ -437,7 +355,7 @@ class ConsumerGroups(ByGroupId[ConsumerGroup]):
             )
             if group.members:
                 try:
-                    self.update_target(result, group, now_ms)
+                    self._targets.update(result, group, now_ms)
                 except CoordinatorError as exc:  # the assignor failed: nothing of it was written
                     result.events.append(
                         LogEvent(
@@ -453,181 +371,22 @@ class ConsumerGroups(ByGroupId[ConsumerGroup]):
         the legacy bridge writes it when it converts a classic group)."""
         return self._subscriptions.metadata(group)
 
-    def _reconcile(
-        self,
-        result: Result[Any],
-        group: ConsumerGroup,
-        member: ConsumerGroupMember,
-        owned: Assignment | None,
-        now_ms: int,
-        resubscribed: bool = False,
-    ) -> ConsumerGroupMember:
-        """Move the member toward its target. While the target lags behind the group epoch
-        (batching, offloading), the member's subscription filters it (and a member whose
-        subscription just dropped topics revokes them at its epoch): see reconciliation."""
-        epoch = group.assignment_epoch
-        lagging = group.group_epoch > epoch
-        if member.is_reconciled_to(epoch) and not (lagging and resubscribed):
-            return member
-        subscribed = self._subscribed_ids(group, member) if lagging else None
-        updated = compute_next_member(
-            member, epoch, group.target_of(member.member_id), group.owner_of, owned, subscribed
-        )
-        if updated is member:
-            return member
-        gid = group.group_id
-        self._ctx.emit(result, r.current_assignment_record(gid, updated))
-        key = (REBALANCE, gid, member.member_id)
-        if updated.classic_member_metadata is None:
-            if updated.state is MemberState.UNREVOKED_PARTITIONS:
-                result.timers.append(
-                    ArmTimer(key, now_ms + updated.rebalance_timeout_ms, updated.member_epoch)
-                )
-            else:
-                result.timers.append(CancelTimer(key))
-        return updated
-
-    @staticmethod
-    def _subscribed_ids(group: ConsumerGroup, member: ConsumerGroupMember) -> frozenset[str]:
-        """The ids of the existing topics the member subscribes to."""
-        metadata = group.subscription_metadata
-        return frozenset(
-            metadata[name].topic_id for name in group.effective_topics(member) if name in metadata
-        )
-
-    @classmethod
-    def _pending(cls, group: ConsumerGroup | None, member: ConsumerGroupMember) -> Assignment:
-        """What the member's target adds to what it has (our response's pending partitions);
-        while the target lags, only of topics the member still subscribes to."""
-        if group is None:
-            return EMPTY_ASSIGNMENT
-        pending = assignment_minus(group.target_of(member.member_id), member.assigned_partitions)
-        if pending and group.group_epoch > group.assignment_epoch:
-            subscribed = cls._subscribed_ids(group, member)
-            pending = {t: ps for t, ps in pending.items() if t in subscribed}
-        return pending
-
     # ------------------------------------------------------------------ target assignment
 
-    def update_target(
-        self, result: Result[Any], group: ConsumerGroup, now_ms: int, *, first: bool = False
-    ) -> None:
-        """The group epoch is ahead of the target: compute a new target now, or say when.
-
-        Batching (Kafka 4.3): the next target is computed no sooner than the assignment
-        interval after the previous one (``assignment_timestamp_ms``); until then members get
-        the last target (at its epoch) and an ASSIGN timer is armed for the moment it is due,
-        so the computation does not wait for the next heartbeat. At once when the interval is
-        0, when the group has no target yet (new or emptied: nobody would have anything) or
-        when the last computation carries no timestamp. A group of
-        ``group.consumer.assignor.offload.min.members`` members or more (once it has a target,
-        or its parked joins wait for the first: ``first``) has it computed outside the event
-        loop: the result asks the runtime for it (``offloads``) and :meth:`apply_assignment`
-        installs the outcome; smaller ones inline. Parked joins are answered once a target is
-        installed."""
-        gid = group.group_id
-        interval = self._configs.assignment_interval_ms(gid)
-        key = (ASSIGN, gid, "")
-        if interval and group.assignment_timestamp_ms and group.target:
-            due = group.assignment_timestamp_ms + interval
-            if now_ms < due:
-                result.timers.append(ArmTimer(key, due))
-                return
-        config = self._ctx.config
-        if (
-            config.consumer_assignor_offload_enable
-            and (group.target or first)
-            and len(group.members) >= config.consumer_assignor_offload_min_members
-        ):
-            result.offloads.append(gid)
-            return
-        assignor = self.assignors[group.preferred_assignor(self.assignor_names)]
-        stamp = now_ms if interval else 0
-        for record in compute_target_assignment(group, group.group_epoch, assignor, stamp):
-            self._ctx.emit(result, record)
-        self._answer_waiting(result, group, now_ms)
-        # An ASSIGN timer armed earlier is left alone: when it fires, the target is either up
-        # to date (nothing to do) or behind and due (exactly when it should be computed).
-
     def prepare_assignment_job(self, group_id: str, members: int) -> bool:
-        """Bring the inputs of the group's next offloaded computation (its spec cache) up to
-        date for at most ``members`` members (a read: derived state, undo-logged); True when
-        they are up to date (or there is nothing to compute). A big group's inputs are
-        prepared over several commands so that no one command holds the loop for all of them
-        (10,000 new members: about 50 ms)."""
-        group = self._by_group.get(group_id)
-        if group is None or group.group_epoch <= group.assignment_epoch:
-            return True
-        return refresh_spec_cache_part(group, members)
+        """Bring the inputs of the group's next offloaded computation up to date for at most
+        ``members`` members (``TargetUpdates.prepare_job``)."""
+        return self._targets.prepare_job(group_id, members)
 
     def assignment_job(self, group_id: str) -> AssignmentJob | None:
-        """The inputs of an offloaded computation for the group as it is now (a read), or None
-        when there is nothing to compute (the group is gone or its target is up to date)."""
-        group = self._by_group.get(group_id)
-        if group is None or group.group_epoch <= group.assignment_epoch:
-            return None
-        assignor = group.preferred_assignor(self.assignor_names)
-        return assignment_job(group, group.group_epoch, assignor)
+        """The inputs of an offloaded computation for the group as it is now
+        (``TargetUpdates.job``)."""
+        return self._targets.job(group_id)
 
     def apply_assignment(self, outcome: AssignmentOutcome, now_ms: int) -> Result[None]:
-        """An offloaded computation is back: install its target into the group as it is now
-        (members that left skipped, replaced static members remapped, members that joined since
-        keep their target), discard it if it is stale (the group was deleted or re-created, or
-        its target is already at that epoch), or log its error (the target stays). If the group
-        moved on meanwhile, the next computation is scheduled as after any other."""
-        return self._ctx.run(self._apply_assignment, outcome, now_ms)
-
-    def _apply_assignment(self, outcome: AssignmentOutcome, now_ms: int) -> Result[None]:
-        result: Result[None] = Result()
-        group = self._by_group.get(outcome.group_id)
-        stale = outcome_is_stale(group, outcome)
-        if stale is not None:
-            result.events.append(
-                LogEvent(
-                    event=Event.TARGET_ASSIGNMENT_DISCARDED,
-                    group_id=outcome.group_id,
-                    fields={"epoch": outcome.epoch, "reason": stale},
-                )
-            )
-        elif outcome.error is not None:
-            result.events.append(
-                LogEvent(
-                    event=Event.TARGET_ASSIGNMENT_FAILED,
-                    group_id=outcome.group_id,
-                    fields={"error": outcome.error},
-                )
-            )
-            if group is not None:  # parked joins hear of it (they join again)
-                error = UnknownServerError(
-                    f"Failed to compute a new target assignment for epoch {outcome.epoch}: "
-                    f"{outcome.error}"
-                )
-                self._answer_waiting(result, group, now_ms, error)
-            return result  # the next eligible heartbeat or timer tries again (Kafka)
-        if group is None:
-            return result
-        if stale is None:
-            interval = self._configs.assignment_interval_ms(group.group_id)
-            for record in outcome_records(group, outcome, now_ms if interval else 0):
-                self._ctx.emit(result, record)
-            self._answer_waiting(result, group, now_ms)
-        if group.group_epoch > group.assignment_epoch:
-            self.update_target(result, group, now_ms)
-        return result
-
-    def _on_assign_timer(self, timer: DueTimer, now_ms: int) -> Result[None]:
-        """The assignment interval of a group has passed: compute its target if it is behind
-        and has members (an emptied group has nobody to assign to; its next member's join
-        computes one at once)."""
-        group = self._by_group.get(timer.key[1])
-        result: Result[None] = Result()
-        if group is None or not group.members or group.group_epoch <= group.assignment_epoch:
-            return result
-        return self._ctx.run(self._assign_now, result, group, now_ms)
-
-    def _assign_now(self, result: Result[None], group: ConsumerGroup, now_ms: int) -> Result[None]:
-        self.update_target(result, group, now_ms)
-        return result
+        """An offloaded computation is back: install its target, discard it, or log its error
+        (``TargetUpdates.apply``)."""
+        return self._ctx.run(self._targets.apply, outcome, now_ms)
 
     # ------------------------------------------------------------------ leaving and fencing
 
@@ -735,7 +494,7 @@ class ConsumerGroups(ByGroupId[ConsumerGroup]):
             # interval has passed): the remaining members' target is computed now if the last
             # computation is an interval old, else the ASSIGN timer is armed for the moment it
             # is. With the interval at 0 the next heartbeat computes it, as before Kafka 4.3.
-            self.update_target(result, group, now_ms)
+            self._targets.update(result, group, now_ms)
 
     @staticmethod
     def _cancel_timers(group_id: str, member_id: str) -> list[TimerOp]:
@@ -763,7 +522,7 @@ class ConsumerGroups(ByGroupId[ConsumerGroup]):
         return {
             SESSION: self._on_member_timer,
             REBALANCE: self._on_member_timer,
-            ASSIGN: self._on_assign_timer,
+            ASSIGN: self._targets.on_assign_timer,
         }
 
     def _on_member_timer(self, timer: DueTimer, now_ms: int) -> Result[None]:
@@ -963,8 +722,3 @@ class ConsumerGroups(ByGroupId[ConsumerGroup]):
             for mid in sorted(g.members):
                 out.append(r.current_assignment_record(gid, g.members[mid]))
         return out
-
-
-def _first_token(item: tuple[str, tuple[int, ...]]) -> int:
-    """A parked member's first token: when its join arrived."""
-    return item[1][0]

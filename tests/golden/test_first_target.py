@@ -24,10 +24,10 @@ from coordinator.core.commands import ConsumerGroupHeartbeatResponse as Resp
 from coordinator.core.commands import HeartbeatAssignment as HA
 from coordinator.core.commands import Pending
 from coordinator.core.config import GroupCoordinatorConfig
-from coordinator.core.consumer_groups import ANSWERS_PER_COMMAND
 from coordinator.core.errors import UnknownMemberIdError, UnknownServerError
 from coordinator.core.model import MemberState
 from coordinator.core.target_assignment import AssignmentOutcome
+from coordinator.core.target_updates import ANSWERS_PER_COMMAND
 from coordinator.core.timers import REBALANCE, SESSION, ArmTimer, CancelTimer
 from coordinator.harness import Harness
 

@@ -8,7 +8,7 @@ from collections import Counter
 
 import pytest
 
-from coordinator.core import consumer_groups, target_assignment
+from coordinator.core import target_assignment, target_updates
 from coordinator.sim import invariants as inv
 from coordinator.sim.simulator import SimParams, Simulation, simulate
 
@@ -56,7 +56,7 @@ def test_a_core_that_keeps_departed_members_in_an_outcome_is_caught(
         targets = {m: new for m, (_i, new) in outcome.changed.items()}
         return target_assignment.target_records(group, targets, None, outcome.epoch, timestamp_ms)
 
-    monkeypatch.setattr(consumer_groups, "outcome_records", no_skip)
+    monkeypatch.setattr(target_updates, "outcome_records", no_skip)
     failures = [
         simulate(
             SimParams(

@@ -90,13 +90,13 @@ def test_an_outcome_applied_for_departed_members_is_caught(monkeypatch: pytest.M
     assignment interval at 0 a departure leaves the target to the next heartbeat, so the late
     outcome is still current when it comes back; with batching and two members the departure
     computes the last member's target itself and the outcome is discarded as stale."""
-    from coordinator.core import consumer_groups, target_assignment
+    from coordinator.core import target_assignment, target_updates
 
     def no_skip(group, outcome, timestamp_ms):  # type: ignore[no-untyped-def]
         targets = {m: new for m, (_i, new) in outcome.changed.items()}
         return target_assignment.target_records(group, targets, None, outcome.epoch, timestamp_ms)
 
-    monkeypatch.setattr(consumer_groups, "outcome_records", no_skip)
+    monkeypatch.setattr(target_updates, "outcome_records", no_skip)
     result = explore(
         members=2,
         partitions=2,

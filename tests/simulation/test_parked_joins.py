@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from coordinator.core.consumer_groups import ConsumerGroups
+from coordinator.core.target_updates import TargetUpdates
 from coordinator.sim import invariants as inv
 from coordinator.sim.cli import main
 from coordinator.sim.explore import explore
@@ -106,7 +106,7 @@ def test_explorer_needs_batching_to_park_and_offload_to_fail() -> None:
 
 def _answers_twice(monkeypatch: pytest.MonkeyPatch) -> None:
     """A broken core that answers parked joins but keeps them parked."""
-    original = ConsumerGroups._answer_waiting
+    original = TargetUpdates.answer_waiting
 
     def keep(self: Any, result: Any, group: Any, now_ms: int, error: Any = None) -> None:
         before = dict(group.waiting)
@@ -115,19 +115,19 @@ def _answers_twice(monkeypatch: pytest.MonkeyPatch) -> None:
             if member_id in group.members:
                 group.waiting[member_id] = token
 
-    monkeypatch.setattr(ConsumerGroups, "_answer_waiting", keep)
+    monkeypatch.setattr(TargetUpdates, "answer_waiting", keep)
 
 
 def _never_asks(monkeypatch: pytest.MonkeyPatch) -> None:
     """A broken core that parks joins without asking for the first target."""
-    original = ConsumerGroups._park
+    original = TargetUpdates.park
 
     def park(self: Any, result: Any, group: Any, member_id: str, now_ms: int) -> Any:
         out = original(self, result, group, member_id, now_ms)
         out.parked_joins.clear()
         return out
 
-    monkeypatch.setattr(ConsumerGroups, "_park", park)
+    monkeypatch.setattr(TargetUpdates, "park", park)
 
 
 def test_explorer_catches_a_parked_join_answered_and_kept(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -15,7 +15,6 @@ ROOT = Path(__file__).resolve().parents[2]
 LIMIT = 900
 EXCEPTIONS = {
     "coordinator/server/kafka/listener.py": "the Kafka listener work in progress",
-    "coordinator/core/consumer_groups.py": "to split along its seams (issue 32)",
 }
 
 

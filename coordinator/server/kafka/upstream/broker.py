@@ -527,9 +527,9 @@ def _produce_acks(frame: bytes, version: int) -> int:
 
 
 Pending = tuple["object | asyncio.Future[bytes]", int, int, bool, "Callable[[bytes], bytes] | None"]
-"""Where the answer goes (a client's place in its answer order, or a future for a request made by the listener
-itself), api key, version, whether the answer must be rewritten, and what then becomes of it
-(``Upstream.forward``'s ``then``)."""
+"""Where the answer goes (a client's place in its answer order, or a future for a request
+made by the listener itself), api key, version, whether the answer must be rewritten, and what
+then becomes of it (``Upstream.forward``'s ``then``)."""
 
 
 class UpstreamConnection(asyncio.Protocol):
