@@ -8,8 +8,8 @@ give :class:`~coordinator.runtime.driver.Driver`, so that they run the decisions
   after the command that answered it, and after the commands queued behind it in the same
   turn.
 * :class:`VirtualClock` is wall time and timer time at once, moved by its owner; ``manual``
-  clocks (the harness, the explorer) fire timers only when told, the simulator's fires them at
-  their deadlines through ``call_later``.
+  clocks (the harness, the explorer, the server's ``--clock manual``) fire timers only when
+  told, the simulator's fires them at their deadlines through ``call_later``.
 * :class:`VirtualWorld` is the :class:`~coordinator.runtime.driver.Host`: a ready queue for
   ``call_soon``, ``call_later`` handed to the owner's ``later`` (the simulator's event queue;
   by default nothing runs later), batches written when the owner says
@@ -106,11 +106,21 @@ class VirtualFuture:
 
 
 class VirtualClock:
-    """Wall time and timer time, both ``now_ms``, moved by the owner."""
+    """Wall time and timer time at once, both ``now`` (ms), moved by its owner (``now`` set,
+    or :meth:`advance`). ``manual`` (the default): no timer fires on its own, the owner fires
+    the due ones (the harness, the explorer, the server's ``--clock manual``); the simulator's
+    is not manual, so the driver wakes up at deadlines through the host's ``call_later``."""
 
     def __init__(self, now_ms: int = 0, *, manual: bool = True) -> None:
         self.now = now_ms
         self.manual = manual
+
+    def advance(self, ms: int) -> int:
+        """Move time ``ms`` forward; returns the new time."""
+        if ms < 0:
+            raise ValueError(f"cannot move the clock backwards ({ms} ms)")
+        self.now += ms
+        return self.now
 
     def now_ms(self) -> int:
         return self.now

@@ -17,8 +17,8 @@ the same ``now_ms`` reading (the runtime converts a command's timer operations r
 command ran, with no other reading in between), so a deadline keeps exactly its delay.
 
 ``SystemClock`` reads the system's clocks (injectable, for tests of clock steps).
-``ManualClock`` starts at the wall-clock milliseconds of start-up and moves only when
-``advance`` is called (``--clock manual`` and ``TestingService.AdvanceTime``): its wall and
+``ManualClock`` (``--clock manual`` and ``TestingService.AdvanceTime``; the server starts it at
+the wall-clock milliseconds of start-up) moves only when ``advance`` is called: its wall and
 timer times are the same, and no timer ever fires on its own.
 """
 
@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+
+from coordinator.virtual import VirtualClock
 
 
 def _wall_ms() -> int:
@@ -65,23 +67,7 @@ class SystemClock:
         return deadline_ms + self._offset_ms
 
 
-class ManualClock:
-    manual = True
-
-    def __init__(self, start_ms: int | None = None) -> None:
-        self._now_ms = _wall_ms() if start_ms is None else start_ms
-
-    def now_ms(self) -> int:
-        return self._now_ms
-
-    def monotonic_ms(self) -> int:
-        return self._now_ms
-
-    def timer_deadline(self, deadline_ms: int) -> int:
-        return deadline_ms
-
-    def advance(self, ms: int) -> int:
-        if ms < 0:
-            raise ValueError(f"cannot move the clock backwards ({ms} ms)")
-        self._now_ms += ms
-        return self._now_ms
+ManualClock = VirtualClock
+"""The manual clock is the harness's and the simulator's virtual clock
+(``coordinator/virtual.py``): wall and timer time are the same, it moves only when advanced, and
+no timer fires on its own."""

@@ -535,7 +535,7 @@ def make_runtime(
     return CoordinatorRuntime(
         config=config,
         store=store,
-        clock=ManualClock() if clock == "manual" else SystemClock(),
+        clock=ManualClock(SystemClock().now_ms()) if clock == "manual" else SystemClock(),
         observer=observer,
     )
 
