@@ -11,8 +11,8 @@ old simulator did not run).
   (REBALANCE_IN_PROGRESS). Before the fix the second replaced the first's token, and the first
   was never answered.
 
-How the seeds and paths below were found and checked: on a scratch branch (``git show
-runtime-driver-bugs``, "SCRATCH (not for main)") both fixes are reverted in the code itself —
+How the seeds and paths below were found and checked: with both fixes reverted in the code
+itself (on a branch that never reached main) —
 ``Driver._in_turn`` answers its caller through ``host.call_soon`` (the caller resumes, then
 registers), and ``ClassicGroups._sync`` no longer answers the earlier token. There the explorer
 (2 cooperative classic clients, ``turns``, ``duplicates``) finds the first bug after the five
