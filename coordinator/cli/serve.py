@@ -383,6 +383,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return 1
     config = adopt_store_partitions(config, store.partitions)
     from coordinator.observability.observer import make_observer
+    from coordinator.observability.serving import ServeObservability
 
     try:
         observer = make_observer(
@@ -419,4 +420,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
         authorizer=authorizer,
         security=security,
     )
-    return run_loop(serve(runtime, options), args.event_loop)
+    # The server's observers (requests, refusals, the metrics endpoint) over the runtime's metrics.
+    observers = ServeObservability(getattr(observer, "metrics", None))
+    return run_loop(serve(runtime, options, observers), args.event_loop)

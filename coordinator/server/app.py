@@ -26,14 +26,6 @@ from typing import Any
 from grpc_health.v1 import health, health_pb2
 
 from coordinator.core.config import GroupCoordinatorConfig
-from coordinator.observability import tracing
-from coordinator.observability.observer import start_metrics_endpoint
-from coordinator.observability.requests import (
-    RequestObserver,
-    authentication_observer,
-    forwarded_timer,
-    refusal_observer,
-)
 from coordinator.runtime import CoordinatorRuntime, ManualClock, SystemClock
 from coordinator.runtime.store import RecordStore
 from coordinator.security.authorizer import AuthorizerConfig
@@ -68,6 +60,7 @@ from .kafka.transactions import TransactionBridge
 from .kafka.upstream import DEFAULT_MAX_AGE_MS as DEFAULT_METADATA_MAX_AGE_MS
 from .kafka.upstream import TopicFeed, Upstream, UpstreamError, UpstreamLogOffsets
 from .oauth import TokenValidator
+from .observers import ServeObservers
 from .security_config import Security
 from .service import CoordinatorService
 from .services import (
@@ -130,10 +123,18 @@ def split_listen(listen: str, flag: str = "--listen") -> tuple[str, int]:
 
 class CoordinatorServer:
     """The runtime plus its gRPC server. ``start()`` binds and serves; ``load()`` loads the
-    store; ``stop()`` shuts down gracefully."""
+    store; ``stop()`` shuts down gracefully. ``observers``: what it reports to (requests,
+    refusals, the metrics endpoint: ``observers.py``; the CLI gives observability's); None:
+    nothing is observed."""
 
-    def __init__(self, runtime: CoordinatorRuntime, options: ServeOptions) -> None:
+    def __init__(
+        self,
+        runtime: CoordinatorRuntime,
+        options: ServeOptions,
+        observers: ServeObservers | None = None,
+    ) -> None:
         self.runtime = runtime
+        self.observers = observers
         self.options = options
         self.host, _ = split_listen(options.listen)
         self.port = 0
@@ -141,7 +142,7 @@ class CoordinatorServer:
         size = options.max_message_bytes
         security = options.security
         self.tls: list[ServerTls] = []  # every TLS listener (reloaded on SIGHUP)
-        self.on_auth_failed = authentication_observer(getattr(runtime.observer, "metrics", None))
+        self.on_auth_failed = None if observers is None else observers.authentication_failed()
         self.grpc_tls = self._tls("gRPC", security.grpc_tls, alpn=("h2",))
         self.metrics_tls = self._tls("metrics", security.metrics_tls)
         if (
@@ -178,10 +179,10 @@ class CoordinatorServer:
         )
         self.health = health.aio.HealthServicer()
         self.service = CoordinatorService(runtime, authorizer=options.authorizer)
-        metrics = getattr(runtime.observer, "metrics", None)
-        # Request metrics, spans, audit (every codec): hooks in the service layer's wrapper.
-        observe_rpcs(self.service, RequestObserver(metrics))
-        self.service.authorizer.on_refused = refusal_observer(metrics)  # audit, metrics
+        if observers is not None:
+            # Request metrics, spans, audit (every codec): hooks in the service layer's wrapper.
+            observe_rpcs(self.service, observers.rpcs())
+            self.service.authorizer.on_refused = observers.authorization_refused()
         servicers: list[object] = [
             ConsumerGroupService(self.service),
             AdminService(self.service),
@@ -328,9 +329,8 @@ class CoordinatorServer:
         )
         self.kafka = KafkaListener(self.service, kafka_options, upstream, txn)
         self.kafka_txn = txn
-        self.kafka.on_forward = forwarded_timer(
-            getattr(self.runtime.observer, "metrics", None), kafka_api_name
-        )
+        if self.observers is not None:
+            self.kafka.on_forward = self.observers.forwarded(kafka_api_name)
         self.kafka.on_auth_failed = self.on_auth_failed
         for endpoint in self.kafka_endpoints():
             sec = options.security
@@ -540,11 +540,14 @@ def make_runtime(
     )
 
 
-async def serve(runtime: CoordinatorRuntime, options: ServeOptions) -> int:
+async def serve(
+    runtime: CoordinatorRuntime, options: ServeOptions, observers: ServeObservers | None = None
+) -> int:
     """Run until SIGTERM/SIGINT (SIGHUP: TLS certificates re-read). Returns the process exit
-    code."""
+    code. ``observers``: what the server reports to (:class:`CoordinatorServer`); the metrics
+    endpoint (``--metrics-listen``) is theirs."""
     try:
-        server = CoordinatorServer(runtime, options)
+        server = CoordinatorServer(runtime, options, observers)
     except (TlsConfigError, ValueError) as exc:  # certificates, keys, the JWKS file
         print(
             f"kip848 serve: {'TLS: ' if isinstance(exc, TlsConfigError) else ''}{exc}",
@@ -569,11 +572,15 @@ async def serve(runtime: CoordinatorRuntime, options: ServeOptions) -> int:
         await runtime.close()
         return 1
     metrics_server = None
-    if options.metrics_listen is not None and getattr(runtime.observer, "metrics", None):
+    if (
+        observers is not None
+        and options.metrics_listen is not None
+        and getattr(runtime.observer, "metrics", None)
+    ):
         host, port = split_listen(options.metrics_listen, "--metrics-listen")
         pool = server.frontends
         try:
-            metrics_server = start_metrics_endpoint(
+            metrics_server = observers.start_metrics_endpoint(
                 runtime,
                 host,
                 port,
@@ -631,7 +638,8 @@ async def serve(runtime: CoordinatorRuntime, options: ServeOptions) -> int:
     await server.stop()
     if metrics_server is not None:
         await asyncio.to_thread(metrics_server.close)
-    tracing.shutdown()  # flush the spans still queued for the exporter
+    if observers is not None:
+        observers.close()  # the spans still queued go to the exporter
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         loop.remove_signal_handler(sig)
     log.info("Stopped.")
