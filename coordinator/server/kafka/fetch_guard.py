@@ -37,12 +37,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from . import admin_guard, apis, topic_guard, wire
-
-if TYPE_CHECKING:
-    from .listener import KafkaConnection
+from .topic_guard import GuardedConnection
 
 Key = tuple[Any, int]
 """A session's partition: (topic name, or from v13 topic id; partition index)."""
@@ -69,7 +67,7 @@ class FetchSession:
 
 
 def forward(
-    conn: KafkaConnection,
+    conn: GuardedConnection,
     key: int,
     version: int,
     correlation_id: int,
@@ -153,7 +151,7 @@ def forward(
 
 
 def _answered(
-    conn: KafkaConnection, session: FetchSession, version: int, refused: list[Any], out: bytes
+    conn: GuardedConnection, session: FetchSession, version: int, refused: list[Any], out: bytes
 ) -> bytes:
     """The upstream's answer (with its size): the session's id or end read, the refused
     partitions appended."""

@@ -34,7 +34,7 @@ import logging
 import uuid
 from collections.abc import Iterable, Mapping
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from coordinator.core.errors import ErrorCode
 from coordinator.security.acls import CLUSTER_NAME, AclOperation
@@ -43,10 +43,25 @@ from ..authorization import CLUSTER, CREATE, DELETE, DESCRIBE, READ, TOPIC, WRIT
 from . import admin_guard, apis, txn_guard, wire
 from .convert import topic_id_of
 
-if TYPE_CHECKING:
-    from .listener import KafkaConnection
-
 log = logging.getLogger("kip848.kafka")
+
+
+class GuardedConnection(admin_guard.GuardedConnection, Protocol):
+    """A client connection as the topic and fetch guards see it (``listener.KafkaConnection``)."""
+
+    sasl: Any
+    """Its SASL session (``sasl.SaslSession``; None on a listener without SASL)."""
+
+    fetch_session: Any
+    """The fetch session the fetch guard follows on it (``fetch_guard.FetchSession``), if any."""
+
+    @property
+    def peer(self) -> str:
+        """The client's address (for the log)."""
+
+    def close_when_drained(self) -> None:
+        """Close once the answers in its order are written."""
+
 
 LIST_OFFSETS, DELETE_RECORDS, OFFSET_FOR_LEADER_EPOCH, DESCRIBE_PRODUCERS = 2, 21, 23, 61
 DENIED = int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
@@ -162,7 +177,7 @@ GUARDED: dict[int, Guarded] = {
 """API key -> how its topics are checked and its refusals answered."""
 
 
-def guards(conn: KafkaConnection) -> bool:
+def guards(conn: GuardedConnection) -> bool:
     """True when this connection's forwarded data requests are checked here: ACLs exist and
     the client did not authenticate to the broker itself."""
     listener = conn.listener
@@ -172,20 +187,20 @@ def guards(conn: KafkaConnection) -> bool:
     return not (sasl is not None and sasl.authenticator.passthrough)
 
 
-def topic_name(conn: KafkaConnection, topic: Any) -> str:
+def topic_name(conn: GuardedConnection, topic: Any) -> str:
     """A request topic's name (by id from Fetch v13, Produce v13, Metadata v12: the registry's
     name, "" if it does not know the id)."""
     name = getattr(topic, "name", None) or getattr(topic, "topic", None)
     return str(name) if name else id_name(conn, getattr(topic, "topic_id", None))
 
 
-def id_name(conn: KafkaConnection, topic_id: uuid.UUID | None) -> str:
+def id_name(conn: GuardedConnection, topic_id: uuid.UUID | None) -> str:
     """The registry's name of a topic id ("" if it does not know it, or for no id)."""
     return conn.listener.service.topic_name(topic_id_of(topic_id)) if topic_id else ""
 
 
 def denied_names(
-    conn: KafkaConnection, caller: Any, shape: Guarded, names: Iterable[str]
+    conn: GuardedConnection, caller: Any, shape: Guarded, names: Iterable[str]
 ) -> set[str]:
     """The names the client may not use as ``shape`` needs (each refusal reported)."""
     authz = conn.listener.service.authz
@@ -223,7 +238,7 @@ def refused_topic(shape: Guarded, topic: Any, code: int, name: str) -> dict[str,
 
 
 def forward(
-    conn: KafkaConnection,
+    conn: GuardedConnection,
     key: int,
     version: int,
     correlation_id: int,
@@ -274,7 +289,7 @@ def forward(
 
 
 def _finish(
-    conn: KafkaConnection,
+    conn: GuardedConnection,
     key: int,
     version: int,
     correlation_id: int,
@@ -312,7 +327,7 @@ def _finish(
 
 
 async def metadata(
-    conn: KafkaConnection,
+    conn: GuardedConnection,
     version: int,
     correlation_id: int,
     client_id: str | None,
