@@ -534,3 +534,18 @@ def describe(record: r.Record) -> str:
     if record.value is None:
         return f"{name}({fields}) -> <tombstone>"
     return f"{name}({fields}) -> {record.value}"
+
+
+# ---------------------------------------------------------------- loading a group at once
+# (group_load.py reads the commonest records straight from these layouts)
+
+decode_assignment = _dec_assignment
+"""``[[topic_id, [p, ...]], ...]`` -> an assignment (topics without partitions dropped)."""
+decode_classic = _dec_classic
+"""A member's trailing classic metadata (or None) -> :class:`ClassicMemberMetadata` | None."""
+
+
+def value_decoder(record_type: r.RecordType) -> Callable[[list[Any]], Any]:
+    """How a record type's value fields (its JSON array without the version) become its
+    value."""
+    return _VALUES[record_type][1]

@@ -36,6 +36,7 @@ from .errors import (
     CoordinatorError,
     GroupIdNotFoundError,
     GroupMaxSizeReachedError,
+    IllegalStateError,
     UnknownMemberIdError,
 )
 from .events import Cause, Event, LogEvent, epoch_bumped
@@ -630,6 +631,13 @@ class ConsumerGroups(ByGroupId[ConsumerGroup]):
             self._by_group[group_id] = group
         return group
 
+    def adopt(self, group: ConsumerGroup) -> None:
+        """Install a group the loader built from its records at once (``group_load.py``): the
+        group that replaying those records one by one creates. Its id must be new here."""
+        if group.group_id in self._by_group:
+            raise IllegalStateError(f"group {group.group_id} is loaded twice")
+        self._by_group[group.group_id] = group
+
     def _replay_member_metadata(self, record: r.Record) -> None:
         key, value = r.typed(
             record, r.ConsumerGroupMemberMetadataKey, r.ConsumerGroupMemberMetadataValue
@@ -667,8 +675,7 @@ class ConsumerGroups(ByGroupId[ConsumerGroup]):
             group.check_deletable()
             del self._by_group[key.group_id]
         else:
-            group.set("group_epoch", value.epoch)
-            group.set("group_uid", value.group_uid)
+            group.replay_group_metadata(value)
 
     def _replay_target_assignment_metadata(self, record: r.Record) -> None:
         key, value = r.typed(
@@ -678,10 +685,7 @@ class ConsumerGroups(ByGroupId[ConsumerGroup]):
         )
         group = self._group(key.group_id, value)
         if group is not None:
-            group.set("assignment_epoch", -1 if value is None else value.assignment_epoch)
-            group.set(
-                "assignment_timestamp_ms", 0 if value is None else value.assignment_timestamp_ms
-            )
+            group.replay_target_metadata(value)
 
     def _replay_partition_metadata(self, record: r.Record) -> None:
         key, value = r.typed(
@@ -689,8 +693,7 @@ class ConsumerGroups(ByGroupId[ConsumerGroup]):
         )
         group = self._group(key.group_id, value)
         if group is not None:
-            metadata = {} if value is None else {m.name: m for m in value.topics}
-            group.set("subscription_metadata", metadata)
+            group.replay_partition_metadata(value)
 
     def _replay_regex(self, record: r.Record) -> None:
         key, value = r.typed(

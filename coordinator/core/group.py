@@ -186,6 +186,23 @@ class ConsumerGroup:
         if member_id not in self.spec_dirty:
             self.spec_dirty[member_id] = True
 
+    def replay_group_metadata(self, value: r.ConsumerGroupMetadataValue) -> None:
+        self.set("group_epoch", value.epoch)
+        self.set("group_uid", value.group_uid)
+
+    def replay_target_metadata(
+        self, value: r.ConsumerGroupTargetAssignmentMetadataValue | None
+    ) -> None:
+        self.set("assignment_epoch", -1 if value is None else value.assignment_epoch)
+        self.set("assignment_timestamp_ms", 0 if value is None else value.assignment_timestamp_ms)
+
+    def replay_partition_metadata(
+        self, value: r.ConsumerGroupPartitionMetadataValue | None
+    ) -> None:
+        self.set(
+            "subscription_metadata", {} if value is None else {m.name: m for m in value.topics}
+        )
+
     def replay_member_metadata(
         self, member_id: str, value: r.ConsumerGroupMemberMetadataValue | None
     ) -> None:

@@ -39,6 +39,7 @@ from .errors import (
     ErrorCode,
     GroupIdNotFoundError,
     IllegalGenerationError,
+    IllegalStateError,
     InvalidRequestError,
     StaleMemberEpochError,
     UnknownMemberIdError,
@@ -677,6 +678,19 @@ class Offsets(ByGroupId[Mapping[tuple[str, int], r.OffsetCommitValue]]):
 
     def replayers(self) -> dict[r.RecordType, Callable[[r.Record], None]]:
         return {r.RecordType.OFFSET_COMMIT: self._replay, **self.txn.replayers()}
+
+    def can_adopt(self, group_id: str) -> bool:
+        """May the loader install the group's committed offsets at once (:meth:`adopt`)? Only
+        while the group has none and no transaction of its is open, so that replaying its
+        OffsetCommit records one by one would only insert them."""
+        return group_id not in self._by_group and not self.txn.has_open(group_id)
+
+    def adopt(self, group_id: str, offsets: Mapping[tuple[str, int], r.OffsetCommitValue]) -> None:
+        """Install a group's committed offsets the loader read at once (``group_load.py``):
+        what replaying its OffsetCommit records one by one builds (:meth:`can_adopt`)."""
+        if not self.can_adopt(group_id):
+            raise IllegalStateError(f"offsets of group {group_id} are loaded twice")
+        self._by_group[group_id] = self._ctx.undo.new_dict(offsets)
 
     def _replay(self, record: r.Record) -> None:
         key, value = r.typed(record, r.OffsetCommitKey, r.OffsetCommitValue)

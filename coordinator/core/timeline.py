@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 _MISSING: Any = object()
+_new_dict = dict.__new__
 
 
 class UndoLog:
@@ -60,8 +61,14 @@ class UndoLog:
             self._entries.append((obj, name, getattr(obj, name), True))
         object.__setattr__(obj, name, value)
 
-    def new_dict(self) -> TDict:
-        return TDict(self)
+    def new_dict(self, items: Any = None) -> TDict:
+        """A new :class:`TDict` (holding the mapping ``items``: nothing to log, as nothing
+        referred to it before)."""
+        d = _new_dict(TDict)  # what TDict(self) builds, without two Python calls
+        d._log = self
+        if items:
+            dict.update(d, items)
+        return d
 
 
 class TDict(dict[Any, Any]):

@@ -360,6 +360,11 @@ class TransactionalOffsets:
                 if topic in deleted:
                     self.delete_partition(result, group_id, topic, partition)
 
+    def has_open(self, group_id: str) -> bool:
+        """Does the group hold offsets pending in a transaction (which a replayed plain commit
+        of the same partition supersedes: :meth:`on_offset_committed`)?"""
+        return group_id in self._open
+
     def on_offset_committed(self, group_id: str, topic: str, partition: int) -> None:
         """Replay of a plain OffsetCommit record: the partition's pending offsets are older
         than it, so none of them will be materialized (Kafka compares record offsets)."""

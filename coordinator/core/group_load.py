@@ -1,0 +1,351 @@
+"""Loading a group from its stored records at once.
+
+A load replays each group's records (its part of a partition's compacted view, in offset
+order). Decoding each into its key and value objects and replaying them one by one builds every
+member twice (from its metadata record, then from its current assignment), touches each index
+once per record and allocates a few objects per record that are thrown away at once. Most of a
+store is the records of consumer groups (KIP-848) and committed offsets, so for those this
+module reads the codec's layout (``codec.py``) straight from the bytes into the state that
+replaying them builds: the same values, the same derived indexes, in the same order (dict
+order included; equal immutable values may be one shared object, as a live group's current and
+target assignments are). Records of classic groups and group configs, which depend on nothing
+else of the group, are replayed one by one after it.
+
+It takes only what is certain to build that state: a compacted view (no tombstones, each key
+once), the codec's exact key layouts, groups new to the shard, and none of the records whose
+replay depends on their order with respect to the others (resolved regular expressions,
+transactional offsets, a classic group beside a consumer group of the same id), and no two
+members owning one partition. For anything else :func:`load_group` changes nothing and answers
+False: the caller replays the group's records one by one, which builds the state or says why a
+record is corrupt.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from . import codec
+from . import records as r
+from .group import _NO_EPOCHS, _STATES, ConsumerGroup
+from .model import EMPTY_ASSIGNMENT, MemberState, build_member, complete_epochs
+from .timeline import UndoLog
+
+if TYPE_CHECKING:
+    from .shard import GroupCoordinatorShard
+
+_T = r.RecordType
+_MEMBER_METADATA = int(_T.CONSUMER_GROUP_MEMBER_METADATA)
+_TARGET_MEMBER = int(_T.CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER)
+_CURRENT_ASSIGNMENT = int(_T.CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT)
+_GROUP_METADATA = int(_T.CONSUMER_GROUP_METADATA)
+_PARTITION_METADATA = int(_T.CONSUMER_GROUP_PARTITION_METADATA)
+_TARGET_METADATA = int(_T.CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA)
+_GROUP_LEVEL = frozenset({_GROUP_METADATA, _PARTITION_METADATA, _TARGET_METADATA})
+_MEMBER_RECORDS = frozenset({_MEMBER_METADATA, _TARGET_MEMBER, _CURRENT_ASSIGNMENT})
+_OFFSET_COMMIT = int(_T.OFFSET_COMMIT)
+_CLASSIC_GROUP = int(_T.GROUP_METADATA)
+_ONE_BY_ONE = frozenset({_CLASSIC_GROUP, int(_T.GROUP_CONFIG)})
+"""Replayed one by one after the rest: their replay reads nothing else of the group (a classic
+group only that no consumer group has its id, hence never beside one here)."""
+
+_loads = orjson.loads
+_decode = codec.decode
+_decode_assignment = codec.decode_assignment
+_decode_classic = codec.decode_classic
+_decode_current = codec.value_decoder(_T.CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT)
+_decode_group_metadata = codec.value_decoder(_T.CONSUMER_GROUP_METADATA)
+_decode_partition_metadata = codec.value_decoder(_T.CONSUMER_GROUP_PARTITION_METADATA)
+_decode_target_metadata = codec.value_decoder(_T.CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA)
+_new, _set = object.__new__, object.__setattr__
+_STABLE = MemberState.STABLE
+
+Row = Sequence[Any]
+"""A stored record as the store reads it: key bytes at [1], value bytes (None: a tombstone) at
+[2] (``(offset, key, value, group id)``)."""
+
+
+class _NotHere(Exception):
+    """The group is not for this path: replay its records one by one."""
+
+
+def load_group(shard: GroupCoordinatorShard[Any], group_id: str, rows: Sequence[Row]) -> bool:
+    """Replay the records of the group ``group_id`` (every record of it in a compacted view, in
+    offset order) into ``shard``, whose undo log is off (loading): the state decoding and
+    replaying each of them builds. False, with nothing changed, when this path cannot be sure
+    of building it (see the module's docstring): the caller then replays them one by one."""
+    undo = shard.undo
+    if undo.enabled:
+        return False  # the group's dicts are filled without the undo log
+    try:
+        group, commits, one_by_one = _load(undo, group_id, rows)
+        if group is not None and (group_id in shard.groups):
+            return False
+        offsets = None
+        if commits:
+            if not shard.offsets.can_adopt(group_id):
+                return False
+            offsets = _offsets(commits)
+    except Exception:  # noqa: BLE001 - _NotHere, or a surprise: the replay says what it is
+        return False
+    if group is not None:
+        shard.groups.adopt(group)
+    if offsets is not None:
+        shard.offsets.adopt(group_id, offsets)
+    replay = shard.replay
+    for row in one_by_one:
+        replay(_decode(row[1], row[2]))
+    return True
+
+
+def _load(
+    undo: UndoLog, group_id: str, rows: Sequence[Row]
+) -> tuple[ConsumerGroup | None, list[tuple[str, int, list[Any]]], list[Row]]:
+    """One pass over the records, checking each key's exact layout: the consumer group they
+    build (None: no record of one), the offset commits (topic, partition, value), the records
+    to replay one by one. Raises ``_NotHere`` for anything this path does not take.
+
+    Target and current assignments go into the group's indexes as their records come (each
+    index in the order of its records, as replay fills it); members are built at the end, once
+    each, from their metadata and current assignment records."""
+    group: ConsumerGroup | None = None
+    target_owners: Any = None
+    partition_owners: Any = None
+    targets: Any = None
+    raw_targets: dict[str, Any] = {}
+    metadata: dict[str, list[Any]] = {}
+    assignments: dict[str, tuple[Any, ...]] = {}
+    members: dict[str, None] = {}  # in the order of their first metadata or current assignment
+    first_seen: dict[str, bool] = {}  # in the order of their first member record of any kind
+    level: dict[int, list[Any]] = {}
+    commits: list[tuple[str, int, list[Any]]] = []
+    one_by_one: list[Row] = []
+    classic = False
+    update, fromkeys, new_dict, put = dict.update, dict.fromkeys, undo.new_dict, dict.__setitem__
+    for row in rows:
+        value_bytes = row[2]
+        if value_bytes is None:
+            raise _NotHere
+        key = _loads(row[1])
+        value = _loads(value_bytes)
+        if type(key) is not list or type(value) is not list:
+            raise _NotHere
+        kind = key[0]
+        if type(kind) is not int:
+            raise _NotHere
+        if kind in _MEMBER_RECORDS:
+            if len(key) != 3 or key[1] != group_id:
+                raise _NotHere
+            member_id = key[2]
+            if type(member_id) is not str:
+                raise _NotHere
+            first_seen[member_id] = True
+            if group is None:
+                group = ConsumerGroup(undo, group_id)
+                target_owners, partition_owners = group.target_owners, group.partition_owners
+                targets = group.target
+            if kind == _MEMBER_METADATA:
+                if member_id in metadata:
+                    raise _NotHere
+                metadata[member_id] = value
+                members[member_id] = None
+            elif kind == _TARGET_MEMBER:  # replay_target_member; a later member's record
+                if member_id in raw_targets:  # takes a partition in the inverted index
+                    raise _NotHere
+                raw = value[1]
+                if len(raw) == 1:  # one topic (decode_assignment without its call)
+                    ((topic_id, partitions),) = raw
+                    target = {topic_id: frozenset(partitions)} if partitions else {}
+                else:
+                    target = _decode_assignment(raw)
+                for topic_id, partitions in target.items():
+                    owners = target_owners.get(topic_id)
+                    if owners is None:
+                        put(target_owners, topic_id, new_dict(fromkeys(partitions, member_id)))
+                    else:
+                        update(owners, fromkeys(partitions, member_id))
+                put(targets, member_id, target)
+                raw_targets[member_id] = raw
+            else:  # replay_current_assignment: a partition is owned by one member at most
+                if member_id in assignments:
+                    raise _NotHere
+                a = assignments[member_id] = _current(value, raw_targets, targets, member_id)
+                for owning in (a[3], a[4]) if a[4] else (a[3],):
+                    for topic_id, partitions in owning.items():
+                        owners = partition_owners.get(topic_id)
+                        if owners is None:
+                            put(
+                                partition_owners,
+                                topic_id,
+                                new_dict(fromkeys(partitions, member_id)),
+                            )
+                        elif owners.keys().isdisjoint(partitions):
+                            update(owners, fromkeys(partitions, member_id))
+                        else:  # owned by another member (or twice by this one): replay says
+                            raise _NotHere
+                members[member_id] = None
+        elif kind == _OFFSET_COMMIT:
+            if (
+                len(key) != 4
+                or key[1] != group_id
+                or type(key[2]) is not str
+                or type(key[3]) is not int
+            ):
+                raise _NotHere
+            commits.append((key[2], key[3], value))
+        elif kind in _GROUP_LEVEL:
+            if len(key) != 2 or key[1] != group_id:
+                raise _NotHere
+            level[kind] = value
+        elif kind in _ONE_BY_ONE:
+            classic = classic or kind == _CLASSIC_GROUP
+            one_by_one.append(row)
+        else:
+            raise _NotHere
+    if level and group is None:
+        group = ConsumerGroup(undo, group_id)
+    if group is None:
+        return None, commits, one_by_one
+    if classic:
+        raise _NotHere
+    _group_level(group, level)
+    update(group.spec_dirty, first_seen)
+    _members(group, members, metadata, assignments)
+    return group, commits, one_by_one
+
+
+def _group_level(group: ConsumerGroup, level: dict[int, list[Any]]) -> None:
+    """The group's own records (each sets fields of its own: their order does not matter)."""
+    value = level.get(_GROUP_METADATA)
+    if value is not None:
+        group.replay_group_metadata(_decode_group_metadata(value[1:]))
+    value = level.get(_PARTITION_METADATA)
+    if value is not None:
+        group.replay_partition_metadata(_decode_partition_metadata(value[1:]))
+    value = level.get(_TARGET_METADATA)
+    if value is not None:
+        group.replay_target_metadata(_decode_target_metadata(value[1:]))
+
+
+def _current(
+    value: list[Any], raw_targets: dict[str, Any], targets: Any, member_id: str
+) -> tuple[Any, ...]:
+    """A current assignment record's (member epoch, previous member epoch, state, assigned,
+    pending revocation, assignment epochs) as replay_current_assignment completes them."""
+    epoch, state, raw_assigned = value[1], value[3], value[4]
+    default_epoch = max(epoch, 0)  # replay computes it for every record
+    member_state = _STATES.get(state) or MemberState.from_value(state)
+    if len(value) == 7 and value[5] == [] and len(value[6]) == 1:
+        # The common case: nothing pending, every partition assigned at one epoch. The codec
+        # then shares the assignment with the epochs; an equal target is shared too.
+        ((assigned_at, raw_at),) = value[6]
+        if raw_at == raw_assigned:
+            if raw_targets.get(member_id) == raw_assigned and member_id in targets:
+                assigned = targets[member_id]
+            else:
+                assigned = _decode_assignment(raw_assigned)
+            if assigned:
+                return (
+                    epoch,
+                    value[2],
+                    member_state,
+                    assigned,
+                    EMPTY_ASSIGNMENT,
+                    {assigned_at: assigned},
+                )
+    decoded = _decode_current(value[1:])
+    assigned = decoded.assigned_partitions
+    pending = decoded.partitions_pending_revocation
+    epochs = complete_epochs(
+        _NO_EPOCHS if decoded.assignment_epochs is None else decoded.assignment_epochs,
+        assigned,
+        pending,
+        default_epoch,
+    )
+    return epoch, value[2], member_state, assigned, pending, epochs
+
+
+def _members(
+    group: ConsumerGroup,
+    members: dict[str, None],
+    metadata: dict[str, list[Any]],
+    assignments: dict[str, tuple[Any, ...]],
+) -> None:
+    """Each member built once from its metadata and its current assignment (either may be
+    missing: replay's defaults), indexed in the order of their metadata records
+    (_index_member; a member created by its current assignment alone indexes nothing)."""
+    built = {}
+    static: dict[Any, str] = {}
+    subscriptions: dict[tuple[Any, ...], int] = {}
+    regexes: dict[Any, int] = {}
+    votes: dict[Any, int] = {}
+    classic = 0
+    for member_id, v in metadata.items():
+        instance_id, names, regex, assignor = v[1], tuple(v[5]), v[6], v[8]
+        m = built[member_id] = build_member(
+            member_id,
+            instance_id,
+            v[2],
+            v[3],
+            v[4],
+            names,
+            regex,
+            assignor,
+            v[7],
+            None if len(v) < 10 or v[9] is None else _decode_classic(v[9]),
+            *(assignments.get(member_id) or _UNASSIGNED),
+        )
+        if instance_id is not None:
+            static[instance_id] = member_id
+        subscriptions[names] = subscriptions.get(names, 0) + 1
+        if regex:
+            regexes[regex] = regexes.get(regex, 0) + 1
+        if assignor is not None:
+            votes[assignor] = votes.get(assignor, 0) + 1
+        if m.classic_member_metadata is not None:
+            classic += 1
+    if len(built) != len(members):
+        for member_id, a in assignments.items():
+            if member_id not in built:
+                built[member_id] = build_member(
+                    member_id, None, None, "", "", (), None, None, -1, None, *a
+                )
+    update = dict.update
+    if list(built) == list(members):
+        update(group.members, built)
+    else:
+        update(group.members, {member_id: built[member_id] for member_id in members})
+    # Topic names counted by subscription first: each name still comes in the order replay
+    # first counts it.
+    subscribers: dict[Any, int] = {}
+    for names, n in subscriptions.items():
+        for name in frozenset(names):
+            subscribers[name] = subscribers.get(name, 0) + n
+    update(group.static_members, static)
+    update(group.topic_subscribers, subscribers)
+    update(group.regex_members, regexes)
+    update(group.assignor_votes, votes)
+    if classic:
+        group.set("classic_members", classic)
+
+
+_UNASSIGNED = (0, 0, _STABLE, EMPTY_ASSIGNMENT, EMPTY_ASSIGNMENT, _NO_EPOCHS)
+"""A member without a current assignment record, as replay builds it."""
+
+
+def _offsets(commits: list[tuple[str, int, list[Any]]]) -> dict[tuple[str, int], Any]:
+    """Committed offsets by (topic, partition), as Offsets' replay keeps them (a later record
+    of a partition replaces an earlier one in its place)."""
+    out: dict[tuple[str, int], Any] = {}
+    cls = r.OffsetCommitValue
+    for topic, partition, value in commits:
+        v = _new(cls)
+        _set(v, "offset", value[1])
+        _set(v, "leader_epoch", value[2])
+        _set(v, "metadata", value[3])
+        _set(v, "commit_timestamp_ms", value[4])
+        _set(v, "expire_timestamp_ms", value[5])
+        out[(topic, partition)] = v
+    return out
