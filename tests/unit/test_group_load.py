@@ -243,17 +243,19 @@ def workload(seed: int, groups: int = 48) -> History:
                 ),
             ]
             continue
-        epochs = _consumer_group(h, rng, gid, regex=kind == "regex")
+        members = _consumer_group(h, rng, gid, regex=kind == "regex")
         if kind == "deleted":
-            for mid, epoch in epochs.items():
-                h.heartbeat(group_id=gid, member_id=mid, member_epoch=-1 if epoch >= 0 else -1)
-            h._commit(h.shard.delete_groups([gid]))
+            for mid in members:
+                h.heartbeat(group_id=gid, member_id=mid, member_epoch=-1)
+            h.run(lambda s, gid=gid: s.delete_groups([gid]))
         if rng.random() < 0.3:
             h.alter_configs(gid, {"consumer.session.timeout.ms": str(rng.choice([45_000, 50_000]))})
     return as_stored(h.store_log)
 
 
-def _consumer_group(h: Harness, rng: random.Random, gid: str, *, regex: bool) -> dict[str, int]:
+def _consumer_group(h: Harness, rng: random.Random, gid: str, *, regex: bool) -> list[str]:
+    """A group of 1-6 members (static, racked, naming an assignor or not) that joined and
+    heartbeat 0-4 rounds; maybe an offset commit, maybe a member left. Its members' ids."""
     members: dict[str, tuple[int, Any]] = {}
     for m in range(rng.randint(1, 6)):
         mid = f"{gid}-m{m}"
@@ -297,7 +299,7 @@ def _consumer_group(h: Harness, rng: random.Random, gid: str, *, regex: bool) ->
         leaving = list(members)[-1]
         h.heartbeat(group_id=gid, member_id=leaving, member_epoch=-1)
         del members[leaving]
-    return {mid: epoch for mid, (epoch, _a) in members.items()}
+    return list(members)
 
 
 # ------------------------------------------------------------------ stores
