@@ -379,9 +379,11 @@ garbage collection of the server in a 5,000-member Kafka-protocol storm:
 
 * **The garbage collector.** While the storm builds the group's state (millions of objects),
   CPython ran a full collection each time the surviving objects grew by a quarter: six in the
-  storm's second, 50-100 ms each, every one collecting nothing. The server now freezes what
-  survives a full collection (`coordinator/server/loop.py`), so the next one scans only what
-  is new: 5-20 ms. Probe p99 85 -> 30 ms, max 160 -> 110 ms in paired runs.
+  storm's second, 50-100 ms each, every one collecting nothing. The server froze what
+  survived a full collection, so the next one scanned only what was new: 5-20 ms (probe p99
+  85 -> 30 ms, max 160 -> 110 ms in paired runs); since, the loop runs the collector between
+  its callbacks, never inside a command (`coordinator/runtime/collector.py`; "Join storms
+  under overload").
 * **Long single commands.** A command is not preempted. Kafka's way of starting a new group
   gave the first member all 50,000 partitions (about 60 ms of core work) and then revoked
   49,990 of them from it; with the first target covering the whole burst (below) neither
@@ -455,15 +457,44 @@ probe's filled it: some joins were refused RESOURCE_EXHAUSTED and retried, and s
 another group's heartbeat. The limit is now per group, with a tenth more for the process that
 only other groups' calls can use, and our gRPC server starts calls fairly between the groups
 they name (`coordinator/server/fairness.py`, `admission.py`; docs/operations.md, "Bursts and
-overload"); the rows count what was refused (target 0). What still holds the probe back is the
-server's own loop, measured by timing every callback and garbage collection of a server in
-this storm (gRPC, asyncio's loop, the machine at load 6-8): 167 collections over 5 ms took
-3.4 s in all (generation 2 up to 234 ms, generations 0 and 1 10-50 ms each: the storm builds
-the group's state, hundreds of thousands of objects, faster than the collector's thresholds
-assume), and single commands of the storm's group up to 345 ms (copying the group's inputs
-for the assignor worker) and 105 ms (answering parked joins). Lowering the collector's
-thresholds made it worse (two to three times the server's CPU); the remedies are the
-runtime's (smaller commands, fewer objects per member), not the transport's."""
+overload"); the rows count what was refused (target 0).
+
+What held the probe back then was the server's own loop, and the machine. Timing every
+callback and garbage collection of a server in this storm in the loop thread's CPU time
+(`--loop-profile`, section "What holds the server's loop" below; gRPC, asyncio's loop):
+
+* **The garbage collector**, about 3,000 collections in the storm, 0.7 s of the loop's CPU,
+  each inside whichever callback allocated the 700th object, full ones 10-50 ms, 245 of them
+  inside the one command that installs the 10,000-member target. Now the loop runs it between
+  callbacks (`coordinator/runtime/collector.py`): young objects every 10 ms tick when 10,000
+  were allocated (at least every 100 ms), every fourth collection a full one whose survivors
+  are frozen, a big target frozen as soon as it is installed: about 300 collections, 0.3-0.4 s,
+  the longest 15-27 ms, none inside a command.
+* **Copying the inputs for the assignor worker**, one command of 50-70 ms of CPU (the spec
+  cache brought up to date for 10,000 new members, then copied): now brought up to date 500
+  members per turn of the shard (`ConsumerGroups.prepare_assignment_job`), 2-8 ms each, and
+  copied in 1 ms.
+* **Answering parked joins**, 64 per command: 3-7 ms each (the next 64 no longer found by
+  sorting every waiting join).
+* **The Kafka listener**: 10,000 connections with one join each, read in one or two loop
+  iterations whose first steps took 0.2-0.4 s ahead of any other group's heartbeat read with
+  them; now they start fairly between groups, 64 per iteration (docs/kafka.md, "Per-connection
+  limits").
+* **What remains**: installing the 10,000-member target, one command of about 70 ms of CPU
+  (its records replayed into the group: the targets and the index of their owners), once per
+  storm.
+
+And the machine: the probe's latency is wall time, and on 2 cores shared with other work at a
+load average of 8-15 the server waits for a core as long as it works — callbacks and
+collections of a few milliseconds of CPU that took 100-300 ms of wall time were common in these
+runs. The figures below are from one sitting, both revisions in turn (`--paired`)."""
+
+LOOP_FINDINGS = """The server on asyncio's loop (uvloop's callbacks cannot be timed from
+Python), every callback that took 5 ms or more of the loop thread's CPU recorded with what it
+ran, and every garbage collection (its CPU, from `gc.callbacks`; a collection inside a callback
+counts in both). CPU time, not wall time: it is the server's own work, whatever else the machine
+runs. Columns: the three longest callbacks (CPU ms and what they ran: a task's coroutine, or the
+callback) and how many took over 20 ms; the collections, their CPU in all and the longest."""
 
 
 def _convergence(r: dict[str, Any]) -> str:
@@ -594,8 +625,10 @@ def write_doc(
     kafka_connections = (
         f"{args.connections} connections" if args.connections else "one connection per member"
     )
-    findings = FINDINGS if args.section == "storm" else OVERLOAD_FINDINGS
-    title = "Join storms" if args.section == "storm" else "Join storms under overload"
+    findings, title = {
+        "storm": (FINDINGS, "Join storms"),
+        "storm-overload-loop": (LOOP_FINDINGS, "What holds the server's loop in a join storm"),
+    }.get(args.section, (OVERLOAD_FINDINGS, "Join storms under overload"))
     write_section(
         args.section,
         f"""## {title} (`{cmd}`)
