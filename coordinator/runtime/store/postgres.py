@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any, Self
 from coordinator.routing import DEFAULT_PARTITIONS
 
 from .api import (
+    CLUSTER_LOG,
     Fence,
     JournalEntry,
     StoreAccessError,
@@ -68,6 +69,7 @@ from .postgres_schema import (
     create_schema,
     dsn_for_log,
     ensure_fence_function,
+    migrate,
     read_meta,
 )
 
@@ -153,6 +155,7 @@ class PostgresRecordStore:
                 meta = create_schema(conn, self.where, self._partitions)
             self._check_version(meta)
             if not read_only:
+                meta = migrate(conn, meta)
                 ensure_fence_function(conn)
             self._partitions = int(meta["partitions"])
             self._store_id = meta["store_id"]
@@ -204,9 +207,11 @@ class PostgresRecordStore:
     def lost(self) -> str | None:
         return self._lost
 
-    def _read_next_offsets(self, conn: psycopg.Connection[Any]) -> dict[int, int]:
-        """Each log's next offset: after its last journal entry, compacted record and expired
-        prefix (offsets are never reused)."""
+    def _read_next_offsets(
+        self, conn: psycopg.Connection[Any], logs: Sequence[int] | None = None
+    ) -> dict[int, int]:
+        """Each log's next offset (of ``logs``, default all): after its last journal entry,
+        compacted record and expired prefix (offsets are never reused)."""
         expired = dict(conn.execute("SELECT log, expired_through FROM kip848_logs").fetchall())
         if sorted(expired) != list(log_ids(self._partitions)):
             raise StoreCorruptError(
@@ -215,9 +220,10 @@ class PostgresRecordStore:
             )
         # One query per log and table, the log a constant: each reads one partition's index
         # (a query joining the logs would plan and probe every partition for every log).
+        wanted = log_ids(self._partitions) if logs is None else logs
         cursors = []
         with conn.pipeline():
-            for log in log_ids(self._partitions):
+            for log in wanted:
                 cursors.append(
                     conn.execute(
                         'SELECT greatest((SELECT max("offset") FROM kip848_journal'
@@ -226,11 +232,11 @@ class PostgresRecordStore:
                     )
                 )
         found = {}
-        for log, cur in zip(log_ids(self._partitions), cursors, strict=True):
+        for log, cur in zip(wanted, cursors, strict=True):
             row = cur.fetchone()
             last = -1 if row is None or row[0] is None else int(row[0])
             found[log] = max(last, int(expired[log])) + 1
-        if sorted(found) != list(log_ids(self._partitions)):
+        if logs is None and sorted(found) != list(log_ids(self._partitions)):
             raise StoreCorruptError(
                 f"record store in {self.where} is corrupt: {self._partitions} partitions, but "
                 f"logs {sorted(found)[:5]}..."
@@ -330,6 +336,8 @@ class PostgresRecordStore:
             txid_cur = conn.execute("SELECT txid_current()")
             if rows.fence is not None:
                 conn.execute("SELECT kip848_fence(%s, %s::int[], %s::bigint[])", rows.fenced())
+                if CLUSTER_LOG in rows.firsts:
+                    conn.execute("SELECT kip848_cluster_at(%s)", (rows.firsts[CLUSTER_LOG],))
             conn.execute(_INSERT_JOURNAL, rows.journal())
             if rows.puts:
                 conn.execute(_UPSERT_COMPACTED, rows.upserts())
@@ -338,6 +346,23 @@ class PostgresRecordStore:
         row = txid_cur.fetchone()
         assert row is not None
         return int(row[0])
+
+    def adopt(self, log: int, next_offset: int | None = None) -> int:
+        """This writer now appends to ``log`` after others did (a partition it just took over,
+        or the cluster log it caught up with): its next offset is ``next_offset``, or, when
+        None, what PostgreSQL says now. Returns it. (A fenced append to the cluster log is
+        refused unless it lands at the log's end: the offset given here is the writer's
+        claim of being up to date.)"""
+        check_log(log, self._partitions)
+        if next_offset is None:
+            conn = self._reader()
+            try:
+                next_offset = self._read_next_offsets(conn, [log])[log]
+            finally:
+                self._release_reader(conn)
+        with self._lock:
+            self._next_offset[log] = next_offset
+        return next_offset
 
     def _abandon(self, conn: psycopg.Connection[Any]) -> None:
         """Roll back what the failed statements left open (or drop a broken connection)."""
@@ -700,11 +725,12 @@ class PostgresRecordStore:
 class _Rows:
     """One batch as the arrays its statements take."""
 
-    __slots__ = ("deletes", "fence", "j", "logs", "puts")
+    __slots__ = ("deletes", "fence", "firsts", "j", "logs", "puts")
 
     def __init__(self, fence: Fence | None) -> None:
         self.fence = fence
         self.logs: list[int] = []
+        self.firsts: dict[int, int] = {}  # log -> the offset of its first record
         self.j: tuple[list[Any], ...] = ([], [], [], [], [], [], [])
         self.puts: dict[tuple[int, bytes], tuple[int, str | None, bytes]] = {}
         self.deletes: set[tuple[int, bytes]] = set()
@@ -713,6 +739,7 @@ class _Rows:
         logs, offsets, tss, epochs, gids, keys, values = self.j
         n = len(records)
         self.logs.append(log)
+        self.firsts[log] = first
         epoch = -1 if self.fence is None or log < 0 else self.fence.epochs.get(log, -1)
         logs.extend([log] * n)
         offsets.extend(range(first, first + n))

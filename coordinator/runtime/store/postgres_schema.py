@@ -20,7 +20,10 @@ from .sqlite_schema import package_version
 if TYPE_CHECKING:
     import psycopg
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""1: the first PostgreSQL store; 2: nodes share partitions (each node's incarnation, the
+controller's lease, operator moves, what each leader has loaded). Version 1 is migrated when a
+writer opens it (:func:`migrate`)."""
 _LOCK_KEY = 0x4B383438  # "K848": pg_advisory_xact_lock while creating
 
 _TABLES = (
@@ -28,7 +31,8 @@ _TABLES = (
     (
         "CREATE TABLE kip848_logs (log int PRIMARY KEY, expired_through bigint NOT NULL"
         " DEFAULT -1, leader int, leader_epoch bigint NOT NULL DEFAULT 0,"
-        " lease_expires_at timestamptz, target int)"
+        " lease_expires_at timestamptz, target int, pinned boolean NOT NULL DEFAULT false,"
+        " loaded_epoch bigint NOT NULL DEFAULT 0)"
     ),
     (
         'CREATE TABLE kip848_journal (log int NOT NULL, "offset" bigint NOT NULL,'
@@ -43,8 +47,26 @@ _TABLES = (
     (
         "CREATE TABLE kip848_nodes (node_id int PRIMARY KEY, address text NOT NULL,"
         " kafka_address text, started_at timestamptz NOT NULL, expires_at timestamptz NOT NULL,"
-        " cluster_offset bigint NOT NULL DEFAULT -1, reachable boolean NOT NULL DEFAULT true)"
+        " cluster_offset bigint NOT NULL DEFAULT -1, reachable boolean NOT NULL DEFAULT true,"
+        " incarnation text)"
     ),
+    (
+        "CREATE TABLE kip848_controller (id int PRIMARY KEY CHECK (id = 1), node_id int,"
+        " epoch bigint NOT NULL DEFAULT 0, expires_at timestamptz)"
+    ),
+    "INSERT INTO kip848_controller (id) VALUES (1)",
+)
+
+_MIGRATE_1_TO_2 = (
+    "ALTER TABLE kip848_logs ADD COLUMN IF NOT EXISTS pinned boolean NOT NULL DEFAULT false",
+    "ALTER TABLE kip848_logs ADD COLUMN IF NOT EXISTS loaded_epoch bigint NOT NULL DEFAULT 0",
+    "ALTER TABLE kip848_nodes ADD COLUMN IF NOT EXISTS incarnation text",
+    (
+        "CREATE TABLE IF NOT EXISTS kip848_controller (id int PRIMARY KEY CHECK (id = 1),"
+        " node_id int, epoch bigint NOT NULL DEFAULT 0, expires_at timestamptz)"
+    ),
+    "INSERT INTO kip848_controller (id) VALUES (1) ON CONFLICT DO NOTHING",
+    "UPDATE kip848_meta SET value = '2' WHERE name = 'schema_version'",
 )
 
 
@@ -68,6 +90,25 @@ END $$
 """Raises SQLSTATE K8F01 (detail: the partitions, comma-separated) unless ``node`` leads every
 partition of ``logs`` at the matching epoch. Created (or replaced) whenever a writer opens the
 store."""
+
+CLUSTER_AT_FUNCTION = """
+CREATE OR REPLACE FUNCTION kip848_cluster_at(first bigint) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE last bigint;
+BEGIN
+  -- FOR UPDATE: nodes append to the cluster log one at a time, each only at its end.
+  PERFORM 1 FROM kip848_logs WHERE log = -1 FOR UPDATE;
+  SELECT greatest((SELECT max("offset") FROM kip848_journal WHERE log = -1),
+                  (SELECT expired_through FROM kip848_logs WHERE log = -1)) INTO last;
+  IF last + 1 <> first THEN
+    RAISE EXCEPTION 'the cluster log ends at offset %, not %: this node is behind', last, first - 1
+      USING ERRCODE = 'K8F01', DETAIL = '-1';
+  END IF;
+END $$
+"""
+"""Raises K8F01 (detail ``-1``: the cluster log) unless the cluster log's next offset is
+``first``: a node appends cluster records only with the cluster state it decided them on up to
+date (the log every node follows has no leader; docs/ha.md)."""
 FENCED = "K8F01"
 
 
@@ -78,10 +119,28 @@ def ensure_fence_function(conn: psycopg.Connection[Any]) -> None:
     try:
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
         conn.execute(FENCE_FUNCTION)
+        conn.execute(CLUSTER_AT_FUNCTION)
         conn.execute("COMMIT")
     except BaseException:
         conn.execute("ROLLBACK")
         raise
+
+
+def migrate(conn: psycopg.Connection[Any], meta: dict[str, str]) -> dict[str, str]:
+    """Bring a version-1 store to the current schema (one transaction, under the creation lock;
+    a store another node migrated meanwhile is left as it is). Returns its meta."""
+    if int(meta["schema_version"]) >= SCHEMA_VERSION:
+        return meta
+    conn.execute("BEGIN")
+    try:
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
+        for stmt in _MIGRATE_1_TO_2:
+            conn.execute(stmt)
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    return dict(conn.execute("SELECT name, value FROM kip848_meta").fetchall())
 
 
 def dsn_for_log(dsn: str) -> str:

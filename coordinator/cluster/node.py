@@ -1,0 +1,548 @@
+"""A coordinator node among several on one PostgreSQL store (docs/ha.md "Nodes").
+
+Theory of operation:
+
+* **Registration.** ``start`` takes the node id for this process (a fresh *incarnation*);
+  while another live process has it, start waits for that registration to expire (as a Kafka
+  broker restarting with its id waits for its old session), at most ``start_timeout_s``.
+* **Heartbeats.** Every ``heartbeat_ms`` one transaction (one round trip,
+  :meth:`PostgresLeases.tick`) extends the registration, renews the leases held, takes the
+  partitions the controller targeted at this node that are free, takes or keeps the
+  controller's lease, records the partitions loaded since, and reads the whole cluster back
+  (the routing view, :class:`~.view.ClusterView`).
+* **Serving deadline.** A lease renewed by a heartbeat sent at ``t`` (this process's monotonic
+  clock, read *before* sending) lets the node serve until ``t + lease - margin``:
+  PostgreSQL extended it from a later moment, so no other node can hold the partition before
+  then. The host (the runtime) refuses every command after the deadline, and when it passes
+  without a renewal (PostgreSQL unreachable, the process stopped) every partition is dropped
+  (:meth:`PartitionHost.lose_partition`). Appends are fenced in PostgreSQL by the leader
+  epoch besides, so a node that lost a partition can never write to it.
+* **Leading.** A partition taken is loaded (:meth:`PartitionHost.load_partition`, one at a
+  time, in the order taken) and served as soon as it is loaded. A partition whose target
+  became another live node is handed over gracefully: unloaded (its writes finished), then its
+  lease released, so the new leader takes it at its next heartbeat. A partition missing from a
+  renewal was taken over: dropped at once.
+* **The controller** is the node holding the controller's lease (a row of its own, same
+  rules: one holder, an epoch that grows, expiry by PostgreSQL's clock). It runs the balancer
+  (``runtime/balance.py``) on what its heartbeat read and writes the targets that changed,
+  fenced by its controller epoch (a deposed controller writes nothing).
+* **Stopping** gracefully unloads every partition, releases the leases and unregisters, so the
+  others take over at once rather than after the lease.
+
+Blocking PostgreSQL calls run on a thread of their own (never on the event loop).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+from coordinator.runtime.balance import Placement, balance
+from coordinator.runtime.store.api import StoreError
+from coordinator.runtime.store.postgres_leases import ClusterState, PostgresLeases, TickResult
+
+from .view import ClusterView
+
+__all__ = ["ClusterConfig", "ClusterNode", "NodeStartError", "PartitionHost"]
+
+log = logging.getLogger("kip848.cluster")
+T = TypeVar("T")
+
+DEFAULT_LEASE_MS = 10_000
+DEFAULT_HEARTBEAT_MS = 1_000
+
+
+class PartitionHost(Protocol):
+    """What a node asks of the runtime that serves its partitions."""
+
+    def serve_until(self, deadline: float) -> None:
+        """Serve nothing after ``deadline`` (``time.monotonic()`` seconds) unless told a
+        later one: the leases held are not known to last longer."""
+
+    async def load_partition(self, partition: int, epoch: int) -> None:
+        """Load ``partition`` (its lease taken at ``epoch``: every append to it is fenced by
+        that epoch) and serve it once loaded; until then its groups get
+        COORDINATOR_LOAD_IN_PROGRESS. Raises if it cannot be loaded."""
+
+    async def unload_partition(self, partition: int) -> None:
+        """Stop serving ``partition`` gracefully: new requests get NOT_COORDINATOR, its
+        writes in flight finish, its parked requests are answered, its state is dropped."""
+
+    def lose_partition(self, partition: int) -> None:
+        """``partition`` is no longer this node's (taken over, or its lease ran out): stop
+        serving it at once (NOT_COORDINATOR), drop its state."""
+
+    def follow_cluster_log(self, end: int) -> None:
+        """The cluster log's last offset is ``end``: catch up when behind (in the background;
+        ``cluster_offset`` tells how far)."""
+
+    @property
+    def cluster_offset(self) -> int:
+        """The cluster log's last offset applied here."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterConfig:
+    node_id: int
+    address: str
+    """Where this node's gRPC service is reached (``--advertised-address``)."""
+    kafka_address: str | None = None
+    """Where its Kafka listener is reached (None: none)."""
+    lease_ms: int = DEFAULT_LEASE_MS
+    """``coordinator.lease.ms``: how long a lease (and a registration) lasts unrenewed."""
+    heartbeat_ms: int = DEFAULT_HEARTBEAT_MS
+    """``coordinator.heartbeat.interval.ms``: how often the node renews."""
+    max_moving: int = 2
+    """Partitions the balancer hands over at once (the controller's)."""
+    start_timeout_s: float = 60.0
+    """How long ``start`` waits for a previous registration of the node id to expire."""
+
+    @property
+    def margin_s(self) -> float:
+        """Served this much less than the lease: clocks tick at slightly different rates."""
+        return self.lease_ms / 10_000
+
+    def check(self) -> None:
+        if not 0 <= self.node_id <= 2**31 - 1:
+            raise ValueError(f"a node id is 0..2147483647, got {self.node_id}")
+        if self.lease_ms < 100:
+            raise ValueError(f"coordinator.lease.ms must be >= 100, got {self.lease_ms}")
+        if not 10 <= self.heartbeat_ms <= self.lease_ms // 3:
+            raise ValueError(
+                "coordinator.heartbeat.interval.ms must be >= 10 and at most a third of "
+                f"coordinator.lease.ms ({self.lease_ms}), got {self.heartbeat_ms}"
+            )
+
+
+class NodeStartError(RuntimeError):
+    """The node could not join the cluster (its id is taken, PostgreSQL unreachable)."""
+
+
+class ClusterNode:
+    """See the module docstring."""
+
+    def __init__(
+        self,
+        leases: PostgresLeases,
+        host: PartitionHost,
+        config: ClusterConfig,
+        partitions: int,
+        *,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        config.check()
+        self.leases = leases
+        self.host = host
+        self.config = config
+        self.node_id = config.node_id
+        self.partitions = partitions
+        self.incarnation = uuid.uuid4().hex
+        self.view = ClusterView(partitions)
+        self.monotonic = monotonic
+        self.led: dict[int, int] = {}
+        """Partitions whose lease this node holds (loading, serving or handing over) -> epoch."""
+        self.serving: set[int] = set()
+        """Of those, the ones loaded and served."""
+        self.controller_epoch: int | None = None
+        self._reached = False  # the last heartbeat reached PostgreSQL
+        self.fenced: str | None = None
+        """Why this node stopped for good (its id was taken by another process), or None."""
+        self.deadline = 0.0
+        self.stats = {"heartbeats": 0, "heartbeat_failures": 0, "loads": 0, "moves": 0, "lost": 0}
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="kip848-cluster")
+        self._loaded: dict[int, int] = {}  # loaded since the last heartbeat -> epoch
+        self._to_load: asyncio.Queue[tuple[int, int]] | None = None
+        self._handing_over: set[int] = set()
+        self._tasks: list[asyncio.Task[Any]] = []
+        self._deadline_handle: asyncio.TimerHandle | None = None
+        self._wake: asyncio.Event | None = None
+        self._stopping = False
+        self._health_listeners: list[Callable[[], None]] = []
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        """Register (waiting for an earlier registration of this id to expire), then
+        heartbeat, load, hand over and decide in the background."""
+        loop = asyncio.get_running_loop()
+        self._to_load = asyncio.Queue()
+        self._wake = asyncio.Event()
+        cfg = self.config
+        give_up = self.monotonic() + cfg.start_timeout_s
+        while True:
+            try:
+                wait_ms = await self._call(
+                    self.leases.register,
+                    cfg.node_id,
+                    self.incarnation,
+                    cfg.address,
+                    cfg.kafka_address,
+                    cfg.lease_ms,
+                )
+            except StoreError as exc:
+                if self.monotonic() >= give_up:
+                    raise NodeStartError(f"node {cfg.node_id} cannot register: {exc}") from exc
+                log.warning("Node %d cannot register yet: %s", cfg.node_id, exc)
+                await asyncio.sleep(min(1.0, cfg.heartbeat_ms / 1000))
+                continue
+            if wait_ms is None:
+                break
+            if self.monotonic() + wait_ms / 1000 > give_up:
+                raise NodeStartError(
+                    f"node id {cfg.node_id} is registered by another running process (its "
+                    f"registration expires in {wait_ms} ms): each node needs an id of its own"
+                )
+            log.warning(
+                "Node id %d is still registered by an earlier process; waiting %d ms for its "
+                "registration to expire.",
+                cfg.node_id,
+                wait_ms,
+            )
+            await asyncio.sleep(wait_ms / 1000 + 0.01)
+        log.info(
+            "Node %d registered (lease %d ms, heartbeat every %d ms).",
+            cfg.node_id,
+            cfg.lease_ms,
+            cfg.heartbeat_ms,
+        )
+        await self._heartbeat()
+        self._tasks = [
+            loop.create_task(self._heartbeats(), name="kip848-cluster-heartbeats"),
+            loop.create_task(self._loader(), name="kip848-cluster-loader"),
+        ]
+
+    async def stop(self) -> None:
+        """Leave gracefully: unload every partition, release the leases, unregister."""
+        if self._stopping:
+            return
+        self._stopping = True
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            try:
+                await task
+            except (asyncio.CancelledError, Exception):  # noqa: BLE001 - stopping anyway
+                pass
+        self._cancel_deadline()
+        held = dict(self.led)
+        for p in sorted(held):
+            try:
+                await self.host.unload_partition(p)
+            except Exception:  # its lease expires anyway
+                log.exception("Unloading partition %d failed", p)
+        self.led.clear()
+        self.serving.clear()
+        if self.fenced is None:
+            try:
+                await self._call(self.leases.release, self.node_id, held)
+                await self._call(self.leases.unregister, self.node_id, self.incarnation)
+            except StoreError as exc:
+                log.warning("Leaving the cluster cleanly failed (leases expire anyway): %s", exc)
+        await asyncio.get_running_loop().run_in_executor(self._executor, self.leases.close)
+        self._executor.shutdown(wait=False)
+
+    def add_health_listener(self, listener: Callable[[], None]) -> None:
+        self._health_listeners.append(listener)
+
+    @property
+    def reachable(self) -> bool:
+        """The last heartbeat reached PostgreSQL, recently enough for its leases to hold."""
+        return self._reached and self.monotonic() < self.deadline
+
+    @property
+    def healthy(self) -> bool:
+        """Registered, and either leading something or able to reach PostgreSQL: a node that
+        leads nothing because it cannot reach PostgreSQL is of no use to any client."""
+        return self.fenced is None and (self.reachable or bool(self.serving))
+
+    def _health_changed(self) -> None:
+        for listener in self._health_listeners:
+            listener()
+
+    # ------------------------------------------------------------------ routing
+
+    def leader_of(self, partition: int) -> int | None:
+        """Who leads ``partition``: this node when it holds the lease (loading or serving),
+        else the view's leader (None: nobody known)."""
+        if partition in self.led:
+            return self.node_id
+        return self.view.leader(partition)
+
+    def partition_state(self, partition: int) -> str:
+        """``serving``, ``loading``, ``unloading`` (handed over), or ``none`` (not led here)."""
+        if partition in self._handing_over:
+            return "unloading"
+        if partition in self.serving:
+            return "serving"
+        return "loading" if partition in self.led else "none"
+
+    # ------------------------------------------------------------------ heartbeats
+
+    async def _heartbeats(self) -> None:
+        interval = self.config.heartbeat_ms / 1000
+        while True:
+            wake = self._wake
+            assert wake is not None
+            try:
+                await asyncio.wait_for(wake.wait(), interval)
+            except TimeoutError:
+                pass
+            wake.clear()
+            try:
+                await self._heartbeat()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # a heartbeat must never stop the next
+                log.exception("Node %d: heartbeat failed unexpectedly", self.node_id)
+
+    def wake(self) -> None:
+        """Heartbeat now (a partition was loaded or released: tell PostgreSQL at once)."""
+        if self._wake is not None:
+            self._wake.set()
+
+    async def _heartbeat(self) -> None:
+        if self.fenced is not None or self._stopping:
+            return
+        now = self.monotonic()
+        if self.led and now >= self.deadline:
+            self._lose_all("its leases ran out before it could renew them")
+        cfg = self.config
+        held = dict(self.led)
+        loaded, self._loaded = self._loaded, {}
+        sent = self.monotonic()
+        try:
+            tick: TickResult = await self._call(
+                self.leases.tick,
+                cfg.node_id,
+                self.incarnation,
+                held,
+                cfg.lease_ms,
+                controller_epoch=self.controller_epoch,
+                cluster_offset=self.host.cluster_offset,
+                loaded=loaded,
+                acquire=not self._stopping,
+            )
+        except StoreError as exc:
+            self.stats["heartbeat_failures"] += 1
+            for p, e in loaded.items():  # tell it next time
+                self._loaded.setdefault(p, e)
+            if self._reached:
+                log.warning("Node %d cannot reach PostgreSQL: %s", cfg.node_id, exc)
+            self._reached = False
+            self._health_changed()
+            return
+        self.stats["heartbeats"] += 1
+        was_reachable = self.reachable
+        self._reached = True
+        if not tick.registered:
+            self.fenced = (
+                f"node id {cfg.node_id} was registered by another process while this one could "
+                "not renew its registration"
+            )
+            log.critical("%s: this node stops serving.", self.fenced)
+            self._lose_all(self.fenced)
+            self._health_changed()
+            return
+        for p in sorted(set(held) - tick.renewed):
+            if p in self.led and self.led[p] == held[p]:
+                log.warning(
+                    "Node %d lost partition %d (epoch %d): taken over.", cfg.node_id, p, held[p]
+                )
+                self._lose(p)
+        self._extend(sent)
+        for p, epoch in sorted(tick.acquired.items()):
+            self.led[p] = epoch
+            assert self._to_load is not None
+            self._to_load.put_nowait((p, epoch))
+        if tick.acquired:
+            log.info("Node %d took partitions %s.", cfg.node_id, ", ".join(map(str, tick.acquired)))
+        if not was_reachable:
+            self._health_changed()
+        self.view.update(tick.state)
+        self.host.follow_cluster_log(tick.state.cluster_log_end)
+        if tick.controller_epoch is not None:
+            if self.controller_epoch != tick.controller_epoch:
+                log.info(
+                    "Node %d is the controller (epoch %d).", cfg.node_id, tick.controller_epoch
+                )
+            self.controller_epoch = tick.controller_epoch
+            await self._decide(tick.state)
+        else:
+            self.controller_epoch = None
+        self._hand_over(tick.state)
+
+    def _extend(self, sent: float) -> None:
+        self.deadline = sent + self.config.lease_ms / 1000 - self.config.margin_s
+        self.host.serve_until(self.deadline)
+        self._cancel_deadline()
+        loop = asyncio.get_running_loop()
+        self._deadline_handle = loop.call_later(
+            max(0.0, self.deadline - self.monotonic()), self._deadline_passed
+        )
+
+    def _cancel_deadline(self) -> None:
+        if self._deadline_handle is not None:
+            self._deadline_handle.cancel()
+            self._deadline_handle = None
+
+    def _deadline_passed(self) -> None:
+        self._deadline_handle = None
+        if self.monotonic() >= self.deadline:
+            self._lose_all("its leases ran out (PostgreSQL did not answer its heartbeats)")
+
+    def _lose(self, p: int) -> None:
+        self.led.pop(p, None)
+        self.serving.discard(p)
+        self._handing_over.discard(p)
+        self._loaded.pop(p, None)
+        self.stats["lost"] += 1
+        self.host.lose_partition(p)
+
+    def _lose_all(self, why: str) -> None:
+        if self.led:
+            log.error(
+                "Node %d stops serving partitions %s: %s.",
+                self.node_id,
+                ", ".join(map(str, sorted(self.led))),
+                why,
+            )
+        for p in sorted(self.led):
+            self._lose(p)
+        self._health_changed()
+
+    # ------------------------------------------------------------------ loading
+
+    async def _loader(self) -> None:
+        queue = self._to_load
+        assert queue is not None
+        while True:
+            p, epoch = await queue.get()
+            if self.led.get(p) != epoch:
+                continue  # lost before its turn
+            started = self.monotonic()
+            try:
+                await self.host.load_partition(p, epoch)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - give it back: taken and loaded again later
+                log.error("Node %d could not load partition %d: %r", self.node_id, p, exc)
+                if self.led.get(p) == epoch:
+                    self._lose(p)
+                    try:
+                        await self._call(self.leases.release, self.node_id, {p: epoch})
+                    except StoreError:
+                        pass
+                continue
+            if self.led.get(p) != epoch:
+                continue  # lost while loading: the host was told
+            self.serving.add(p)
+            self._loaded[p] = epoch
+            self.stats["loads"] += 1
+            log.info(
+                "Node %d serves partition %d (epoch %d), loaded in %.0f ms.",
+                self.node_id,
+                p,
+                epoch,
+                (self.monotonic() - started) * 1e3,
+            )
+            self._health_changed()
+            if queue.empty():
+                self.wake()
+
+    # ------------------------------------------------------------------ hand-overs
+
+    def _hand_over(self, state: ClusterState) -> None:
+        """Partitions led here whose target is another live node: unload, then release."""
+        live = set(state.live())
+        for lease in state.leases:
+            p = lease.partition
+            if (
+                p in self.serving
+                and p not in self._handing_over
+                and lease.target is not None
+                and lease.target != self.node_id
+                and lease.target in live
+            ):
+                self._handing_over.add(p)
+                task = asyncio.get_running_loop().create_task(
+                    self._release(p, self.led[p], lease.target), name=f"kip848-hand-over-{p}"
+                )
+                self._tasks.append(task)
+                task.add_done_callback(self._tasks.remove)
+
+    async def _release(self, p: int, epoch: int, to: int) -> None:
+        log.info("Node %d hands partition %d over to node %d.", self.node_id, p, to)
+        try:
+            await self.host.unload_partition(p)
+        finally:
+            if self.led.get(p) == epoch:
+                self.led.pop(p)
+                self.serving.discard(p)
+            self._handing_over.discard(p)
+        self.stats["moves"] += 1
+        try:
+            await self._call(self.leases.release, self.node_id, {p: epoch})
+        except StoreError as exc:  # the lease expires by itself
+            log.warning("Node %d: releasing partition %d failed: %s", self.node_id, p, exc)
+
+    # ------------------------------------------------------------------ the controller
+
+    async def _decide(self, state: ClusterState) -> None:
+        """Run the balancer on what the heartbeat read; write the targets that change."""
+        live = state.live()
+        if not live:
+            return
+        placements = [
+            Placement(lease.leader if lease.held else None, lease.target, lease.pinned)
+            for lease in state.leases
+        ]
+        targets = balance(placements, live, max_moving=self.config.max_moving)
+        changed = {
+            lease.partition: targets[i]
+            for i, lease in enumerate(state.leases)
+            if targets[i] != lease.target
+        }
+        if not changed:
+            return
+        epoch = self.controller_epoch
+        assert epoch is not None
+        try:
+            written = await self._call(self.leases.set_targets, self.node_id, epoch, changed)
+        except StoreError as exc:
+            log.warning("Controller %d could not write targets: %s", self.node_id, exc)
+            return
+        if not written:
+            log.warning("Node %d is no longer the controller.", self.node_id)
+            self.controller_epoch = None
+            return
+        log.info(
+            "Controller %d: %s.",
+            self.node_id,
+            ", ".join(f"partition {p} -> node {n}" for p, n in sorted(changed.items())),
+        )
+
+    # ------------------------------------------------------------------ plumbing
+
+    async def _call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, lambda: fn(*args, **kwargs))
+
+    def describe(self) -> dict[str, Any]:
+        """This node's side of ``kip848 cluster describe`` and the metrics."""
+        return {
+            "node_id": self.node_id,
+            "controller": self.controller_epoch is not None,
+            "reachable": self.reachable,
+            "fenced": self.fenced,
+            "partitions": {
+                p: {"epoch": e, "state": self.partition_state(p)}
+                for p, e in sorted(self.led.items())
+            },
+            **self.stats,
+        }

@@ -1,0 +1,72 @@
+"""The routing view: which node leads each coordinator partition and where each node is
+reached, as the node's last heartbeat read them from PostgreSQL (at most one heartbeat
+interval old). What a node leads itself is always current (:class:`~.node.ClusterNode`); a
+client sent to a node that no longer leads its group's partition gets NOT_COORDINATOR there and
+asks again (Kafka's clients do).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from coordinator.runtime.store.postgres_leases import ClusterState
+
+__all__ = ["ClusterView", "NodeAddress", "split_address"]
+
+
+@dataclass(frozen=True, slots=True)
+class NodeAddress:
+    """Where a node is reached: its gRPC service, its Kafka listener (None: none)."""
+
+    node_id: int
+    grpc: tuple[str, int]
+    kafka: tuple[str, int] | None
+
+
+def split_address(text: str | None) -> tuple[str, int] | None:
+    """``HOST:PORT`` (``[v6]:PORT``) as a pair; None for None or a malformed one."""
+    if not text:
+        return None
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit():
+        return None
+    return host.strip("[]"), int(port)
+
+
+class ClusterView:
+    """Leaders and addresses as of the last heartbeat (``update``)."""
+
+    def __init__(self, partitions: int) -> None:
+        self.partitions = partitions
+        self.state: ClusterState | None = None
+        self._leaders: list[int | None] = [None] * partitions
+        self._nodes: dict[int, NodeAddress] = {}
+        self._live: list[int] = []
+
+    def update(self, state: ClusterState) -> None:
+        self.state = state
+        live = set(state.live())
+        leaders: list[int | None] = [None] * self.partitions
+        for lease in state.leases:
+            if 0 <= lease.partition < self.partitions and lease.held and lease.leader in live:
+                leaders[lease.partition] = lease.leader
+        self._leaders = leaders
+        nodes = {}
+        for n, row in state.nodes.items():
+            grpc = split_address(row.address)
+            if grpc is not None and row.live:
+                nodes[n] = NodeAddress(n, grpc, split_address(row.kafka_address))
+        self._nodes = nodes
+        self._live = sorted(nodes)
+
+    def leader(self, partition: int) -> int | None:
+        """The live node holding ``partition``'s lease (None: nobody, or not known yet)."""
+        return self._leaders[partition]
+
+    def node(self, node_id: int) -> NodeAddress | None:
+        """A live node's addresses."""
+        return self._nodes.get(node_id)
+
+    def live_nodes(self) -> list[NodeAddress]:
+        """Every live node, by id."""
+        return [self._nodes[n] for n in self._live]

@@ -1,0 +1,328 @@
+"""Coordinator nodes sharing partitions through leases in a real PostgreSQL (tests/pg.py):
+several :class:`ClusterNode` objects in one process, each driving a recording host in place of
+the runtime. The ledger checks on every load that no other node serves the partition, and that
+a node learns it lost a partition before anyone else loads it."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from coordinator.cluster import ClusterConfig, ClusterNode
+from coordinator.cluster.node import NodeStartError
+from coordinator.runtime.store import PostgresRecordStore
+from coordinator.runtime.store.postgres_leases import PostgresLeases
+
+P = 6
+LEASE_MS = 600
+BEAT_MS = 60
+
+
+class Ledger:
+    """Who serves what, across every node of a test: a partition may be served by one node at a
+    time. Every transition is recorded in order."""
+
+    def __init__(self) -> None:
+        self.serving: dict[int, int] = {}
+        self.events: list[tuple[str, int, int]] = []
+        self.violations: list[str] = []
+
+    def loaded(self, node: int, p: int) -> None:
+        other = self.serving.get(p)
+        if other is not None and other != node:
+            self.violations.append(f"node {node} loaded partition {p} served by node {other}")
+        self.serving[p] = node
+        self.events.append(("load", node, p))
+
+    def dropped(self, node: int, p: int, how: str) -> None:
+        if self.serving.get(p) == node:
+            del self.serving[p]
+        self.events.append((how, node, p))
+
+    def by_node(self) -> dict[int, list[int]]:
+        out: dict[int, list[int]] = {}
+        for p, n in sorted(self.serving.items()):
+            out.setdefault(n, []).append(p)
+        return out
+
+
+class Host:
+    """What the runtime does for a node, recorded in the ledger."""
+
+    def __init__(self, node: int, ledger: Ledger) -> None:
+        self.node = node
+        self.ledger = ledger
+        self.deadline = 0.0
+        self.epochs: dict[int, int] = {}
+        self.cluster_log_end = -1
+
+    def serve_until(self, deadline: float) -> None:
+        self.deadline = deadline
+
+    async def load_partition(self, partition: int, epoch: int) -> None:
+        await asyncio.sleep(0.01)
+        self.epochs[partition] = epoch
+        self.ledger.loaded(self.node, partition)
+
+    async def unload_partition(self, partition: int) -> None:
+        await asyncio.sleep(0.01)
+        self.epochs.pop(partition, None)
+        self.ledger.dropped(self.node, partition, "unload")
+
+    def lose_partition(self, partition: int) -> None:
+        self.epochs.pop(partition, None)
+        self.ledger.dropped(self.node, partition, "lose")
+
+    def follow_cluster_log(self, end: int) -> None:
+        self.cluster_log_end = end
+
+    @property
+    def cluster_offset(self) -> int:
+        return -1
+
+
+class Pausable:
+    """A node's PostgreSQL connection that can hang (as behind a network partition): its
+    calls block until resumed."""
+
+    def __init__(self, leases: PostgresLeases) -> None:
+        self.leases = leases
+        self.running = threading.Event()
+        self.running.set()
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self.leases, name)
+        if not callable(attr) or name == "close":
+            return attr
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if not self.running.wait(timeout=30):
+                raise TimeoutError("paused for too long")
+            return attr(*args, **kwargs)
+
+        return call
+
+
+def make_node(
+    dsn: str, node_id: int, ledger: Ledger, **config: Any
+) -> tuple[ClusterNode, Host, Pausable]:
+    leases = Pausable(PostgresLeases(dsn, where="test"))
+    host = Host(node_id, ledger)
+    cfg = ClusterConfig(
+        node_id=node_id,
+        address=f"127.0.0.1:{9000 + node_id}",
+        kafka_address=f"127.0.0.1:{9100 + node_id}",
+        lease_ms=config.pop("lease_ms", LEASE_MS),
+        heartbeat_ms=config.pop("heartbeat_ms", BEAT_MS),
+        start_timeout_s=config.pop("start_timeout_s", 10.0),
+        **config,
+    )
+    return ClusterNode(leases, host, cfg, P), host, leases  # type: ignore[arg-type]
+
+
+async def until(cond: Callable[[], bool], what: str, timeout_s: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.02)
+
+
+def balanced(ledger: Ledger, nodes: list[int]) -> bool:
+    by = ledger.by_node()
+    counts = sorted(len(by.get(n, [])) for n in nodes)
+    return sum(counts) == P and set(by) <= set(nodes) and counts[-1] - counts[0] <= 1
+
+
+@pytest.fixture
+def store_dsn(pg_dsn: str) -> str:
+    PostgresRecordStore(pg_dsn, partitions=P).close()
+    return pg_dsn
+
+
+def test_nodes_share_the_partitions_and_move_them_gracefully(store_dsn: str) -> None:
+    """Three nodes spread six partitions two each; a fourth joins and partitions move to it a
+    few at a time (unloaded before loaded elsewhere); one leaves gracefully and the others
+    take its partitions at once (not after the lease)."""
+
+    async def story() -> None:
+        ledger = Ledger()
+        nodes = [make_node(store_dsn, n, ledger) for n in (1, 2, 3)]
+        await asyncio.gather(*(node.start() for node, _, _ in nodes))
+        await until(lambda: balanced(ledger, [1, 2, 3]), "an even spread over three nodes")
+        assert sorted(len(v) for v in ledger.by_node().values()) == [2, 2, 2]
+        controllers = [node.node_id for node, _, _ in nodes if node.controller_epoch is not None]
+        assert len(controllers) == 1
+        # Every node's view names the leaders as they are, and its addresses.
+        node1 = nodes[0][0]
+        await until(
+            lambda: all(node1.leader_of(p) == ledger.serving.get(p) for p in range(P)),
+            "node 1's view to catch up",
+        )
+        assert [a.node_id for a in node1.view.live_nodes()] == [1, 2, 3]
+        assert node1.view.node(2) is not None and node1.view.node(2).kafka == ("127.0.0.1", 9102)
+        fourth = make_node(store_dsn, 4, ledger)
+        nodes.append(fourth)
+        await fourth[0].start()
+        await until(lambda: balanced(ledger, [1, 2, 3, 4]), "the fourth node to get its share")
+        moved = [e for e in ledger.events if e[0] == "unload"]
+        assert moved, "partitions moved gracefully"
+        for how, node, p in moved:  # every move: unloaded, then loaded by the new node
+            i = ledger.events.index((how, node, p))
+            assert any(e[0] == "load" and e[2] == p for e in ledger.events[i:])
+        leaving = nodes.pop(0)[0]
+        mine = [p for p, n in ledger.serving.items() if n == 1]
+        started = time.monotonic()
+        await leaving.stop()
+        await until(lambda: balanced(ledger, [2, 3, 4]), "its partitions taken over")
+        # Taken over without waiting for the lease to run out.
+        assert time.monotonic() - started < LEASE_MS / 1000 + 0.5
+        assert all(ledger.serving[p] != 1 for p in mine)
+        for node, _, _ in nodes:
+            await node.stop()
+        assert ledger.violations == []
+        assert ledger.serving == {}
+
+    asyncio.run(story())
+
+
+def test_a_node_cut_off_from_postgresql_stops_serving_before_anyone_takes_over(
+    store_dsn: str,
+) -> None:
+    """Node 1's connection hangs (a network partition): its serving deadline passes and it
+    drops every partition (health: not serving, it leads nothing and cannot reach
+    PostgreSQL); the controller gives them to node 2, which loads them only after node 1
+    dropped them. When the connection comes back, node 1 rejoins and gets a share again."""
+
+    async def story() -> None:
+        ledger = Ledger()
+        (n1, h1, conn1), (n2, _h2, _c2) = (
+            make_node(store_dsn, 1, ledger),
+            make_node(store_dsn, 2, ledger),
+        )
+        await n1.start()
+        await n2.start()
+        await until(lambda: balanced(ledger, [1, 2]), "an even spread")
+        assert n1.healthy
+        conn1.running.clear()
+        await until(lambda: not n1.led, "node 1 to drop its partitions")
+        assert time.monotonic() >= h1.deadline
+        await until(lambda: len(ledger.by_node().get(2, [])) == P, "node 2 to take all")
+        assert not n1.healthy
+        lost = [e for e in ledger.events if e[:2] == ("lose", 1)]
+        for _, _, p in lost:  # node 1 dropped it before node 2 loaded it
+            i = ledger.events.index(("lose", 1, p))
+            assert ("load", 2, p) in ledger.events[i:]
+        conn1.running.set()
+        await until(lambda: balanced(ledger, [1, 2]), "node 1 back with its share")
+        assert n1.healthy
+        await n1.stop()
+        await n2.stop()
+        assert ledger.violations == []
+
+    asyncio.run(story())
+
+
+def test_a_crashed_node_and_the_controller_are_replaced_after_the_lease(store_dsn: str) -> None:
+    """The controller node dies without a word (its tasks stop, nothing released): after the
+    lease its partitions go to the survivors and another node becomes the controller."""
+
+    async def story() -> None:
+        ledger = Ledger()
+        nodes = [make_node(store_dsn, n, ledger) for n in (1, 2, 3)]
+        for node, _, _ in nodes:
+            await node.start()
+        await until(lambda: balanced(ledger, [1, 2, 3]), "an even spread")
+        await until(
+            lambda: sum(n.controller_epoch is not None for n, _, _ in nodes) == 1, "a controller"
+        )
+        victim = next(n for n, _, _ in nodes if n.controller_epoch is not None)
+        epoch = victim.controller_epoch
+        assert epoch is not None
+        for task in victim._tasks:  # a crash: nothing released, nothing unregistered
+            task.cancel()
+        victim._cancel_deadline()
+        crashed_at = time.monotonic()
+        survivors = [n.node_id for n, _, _ in nodes if n is not victim]
+        for p in [p for p, n in ledger.serving.items() if n == victim.node_id]:
+            ledger.dropped(victim.node_id, p, "crash")
+        await until(lambda: balanced(ledger, survivors), "the survivors to take over")
+        assert time.monotonic() - crashed_at >= LEASE_MS / 1000 * 0.8
+        others = [n for n, _, _ in nodes if n is not victim]
+        await until(
+            lambda: any(n.controller_epoch is not None for n in others), "a new controller"
+        )
+        new_epoch = next(n.controller_epoch for n in others if n.controller_epoch is not None)
+        assert new_epoch is not None and new_epoch > epoch
+        for n in others:
+            await n.stop()
+        assert ledger.violations == []
+
+    asyncio.run(story())
+
+
+def test_a_node_id_is_one_process_and_a_restart_waits_for_the_old_registration(
+    store_dsn: str,
+) -> None:
+    """A second process with a live node's id is refused (after waiting at most its start
+    timeout); one restarting after a crash waits until the crashed one's registration
+    expired, then takes the partitions at a higher epoch."""
+
+    async def story() -> None:
+        ledger = Ledger()
+        first, host1, _ = make_node(store_dsn, 1, ledger)
+        await first.start()
+        await until(lambda: len(ledger.serving) == P, "node 1 to lead everything")
+        epochs = dict(host1.epochs)
+        twin, _, _ = make_node(store_dsn, 1, Ledger(), start_timeout_s=0.2)
+        with pytest.raises(NodeStartError, match="registered by another running process"):
+            await twin.start()
+        for task in first._tasks:  # crash
+            task.cancel()
+        first._cancel_deadline()
+        ledger.serving.clear()
+        again, host2, _ = make_node(store_dsn, 1, ledger)
+        started = time.monotonic()
+        await again.start()
+        await until(lambda: len(ledger.serving) == P, "the restarted node to lead everything")
+        assert time.monotonic() - started >= LEASE_MS / 1000 * 0.5
+        assert all(host2.epochs[p] > epochs[p] for p in range(P))
+        await again.stop()
+
+    asyncio.run(story())
+
+
+def test_an_operator_move_is_kept_while_its_node_lives(store_dsn: str) -> None:
+    """``kip848 cluster move``: the partition goes to the named node and the balancer leaves
+    it there; a move to a node that is not live, or of a partition that does not exist, is
+    refused."""
+    from coordinator.runtime.store import StoreError
+
+    async def story() -> None:
+        ledger = Ledger()
+        nodes = [make_node(store_dsn, n, ledger) for n in (1, 2)]
+        for node, _, _ in nodes:
+            await node.start()
+        await until(lambda: balanced(ledger, [1, 2]), "an even spread")
+        p = next(p for p, n in ledger.serving.items() if n == 1)
+        admin = PostgresLeases(store_dsn, where="test")
+        admin.move(p, 2)
+        await until(lambda: ledger.serving.get(p) == 2, "the move")
+        await asyncio.sleep(BEAT_MS * 10 / 1000)  # the balancer had its turns: it stays
+        assert ledger.serving.get(p) == 2
+        assert next(lease for lease in admin.leases() if lease.partition == p).pinned
+        with pytest.raises(StoreError, match="node 7 is not a live"):
+            admin.move(p, 7)
+        with pytest.raises(StoreError, match="no coordinator partition 99"):
+            admin.move(99, 1)
+        admin.close()
+        for node, _, _ in nodes:
+            await node.stop()
+        assert ledger.violations == []
+
+    asyncio.run(story())
