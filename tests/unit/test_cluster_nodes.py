@@ -254,9 +254,7 @@ def test_a_crashed_node_and_the_controller_are_replaced_after_the_lease(store_ds
         await until(lambda: balanced(ledger, survivors), "the survivors to take over")
         assert time.monotonic() - crashed_at >= LEASE_MS / 1000 * 0.8
         others = [n for n, _, _ in nodes if n is not victim]
-        await until(
-            lambda: any(n.controller_epoch is not None for n in others), "a new controller"
-        )
+        await until(lambda: any(n.controller_epoch is not None for n in others), "a new controller")
         new_epoch = next(n.controller_epoch for n in others if n.controller_epoch is not None)
         assert new_epoch is not None and new_epoch > epoch
         for n in others:
