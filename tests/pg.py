@@ -230,6 +230,11 @@ class PostgresServer:
             self.kill()
         else:
             self._shutdown()
+        self.start_again()
+
+    def start_again(self) -> None:
+        """After :meth:`kill`: the same server on the same port again (it recovers from its
+        write-ahead log)."""
         if not self._launch():
             raise RuntimeError(f"PostgreSQL did not start again{self._log_tail()}")
 

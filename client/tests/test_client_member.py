@@ -231,6 +231,27 @@ def test_request_timeout_is_a_transport_failure_and_a_late_answer_is_ignored() -
     assert send.request == full(1, parts((T, [0])))
 
 
+def test_a_commit_that_found_the_coordinator_gone_makes_the_member_look_it_up_again() -> None:
+    """An OffsetCommit answered NOT_COORDINATOR (its group's coordinator partition moved to
+    another node): the member looks the coordinator up at once and heartbeats to the new one
+    (not a heartbeat interval later); asked again while the lookup runs, nothing more."""
+    m, ack = joined(assigned=parts((T, [0])))
+    assert m.heartbeat_response(ack, ok(1), 5) == []
+    [find] = m.coordinator_unknown(10)
+    assert isinstance(find, FindCoordinator)
+    assert m.coordinator_unknown(11) == []  # one lookup at a time
+    [send] = m.coordinator_found(find.seq, 12)
+    assert send.request == hb(1)
+    assert m.state is S.STABLE and m.owned == parts((T, [0]))
+
+
+def test_a_commit_that_found_the_coordinator_gone_waits_for_the_heartbeat_in_flight() -> None:
+    m, ack = joined(assigned=parts((T, [0])))
+    assert m.coordinator_unknown(3) == []  # the ack heartbeat in flight tells first
+    [send] = m.heartbeat_response(ack, ok(1), 4)  # answered: another one at once tells now
+    assert send.request == hb(1)
+
+
 # ---------------------------------------------------------------------------- reconciliation
 
 

@@ -41,6 +41,9 @@ SERVER_INTEGER_CONFIGS = frozenset(
         "queued.max.requests",
         "queued.max.request.bytes",
         "kafka.connection.max.unsent.bytes",
+        # Several nodes on PostgreSQL (docs/ha.md)
+        "coordinator.lease.ms",
+        "coordinator.heartbeat.interval.ms",
     }
 )
 # Kafka names its built-in assignors by class in server.properties; ours by name.
@@ -163,6 +166,9 @@ SERVER_CONFIGS = frozenset(
         "queued.max.requests",
         "queued.max.request.bytes",
         "kafka.connection.max.unsent.bytes",
+        # Several nodes on PostgreSQL (docs/ha.md)
+        "coordinator.lease.ms",
+        "coordinator.heartbeat.interval.ms",
         # The authorizer (Kafka's names; docs/security.md)
         "super.users",
         "allow.everyone.if.no.acl.found",

@@ -7,7 +7,7 @@ import dataclasses
 import logging
 import os
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from coordinator.cli.argtypes import INT32_MAX, INT64_MAX, int_in
 from coordinator.cli.config import (
@@ -109,6 +109,14 @@ def register(commands: Commands) -> None:
         choices=("uvloop", "asyncio"),
         default="uvloop",
         help="the server's event loop",
+    )
+    p.add_argument(
+        "--node-id",
+        type=int_in(0, INT32_MAX),
+        default=None,
+        metavar="N",
+        help="with --store postgresql://...: this node's id among the nodes sharing the store "
+        "(default 0; each node needs its own; docs/ha.md)",
     )
     p.add_argument(
         "--advertised-address",
@@ -306,6 +314,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         )
     if max_age_ms < 100:
         raise UsageError("kafka.upstream.metadata.max.age.ms must be >= 100")
+    cluster = cluster_settings(args, server_settings)
     if txn_check_ms < 100:
         raise UsageError("kafka.upstream.transaction.check.interval.ms must be >= 100")
     from coordinator.security.authorizer import AuthorizerConfig
@@ -419,7 +428,42 @@ def cmd_serve(args: argparse.Namespace) -> int:
         kafka_txn_check_ms=txn_check_ms,
         authorizer=authorizer,
         security=security,
+        cluster=cluster,
     )
     # The server's observers (requests, refusals, the metrics endpoint) over the runtime's metrics.
     observers = ServeObservability(getattr(observer, "metrics", None))
     return run_loop(serve(runtime, options, observers), args.event_loop)
+
+
+def cluster_settings(args: argparse.Namespace, server_settings: dict[str, str]) -> Any:
+    """With ``--store postgresql://...`` the node shares the store with the other nodes
+    (docs/ha.md): its id, its lease and heartbeat. None for SQLite (one node)."""
+    from coordinator.cluster.node import DEFAULT_HEARTBEAT_MS, DEFAULT_LEASE_MS
+    from coordinator.server.cluster import ClusterSettings
+
+    if not getattr(args, "store", None):
+        if args.node_id is not None:
+            raise UsageError(
+                "--node-id needs --store postgresql://... (nodes share a PostgreSQL store)"
+            )
+        return None
+    try:
+        lease_ms = int(server_settings.get("coordinator.lease.ms", DEFAULT_LEASE_MS))
+        heartbeat_ms = int(
+            server_settings.get("coordinator.heartbeat.interval.ms", DEFAULT_HEARTBEAT_MS)
+        )
+    except ValueError as exc:
+        raise UsageError(
+            f"coordinator.lease.ms / coordinator.heartbeat.interval.ms: {exc}"
+        ) from None
+    settings = ClusterSettings(
+        node_id=0 if args.node_id is None else args.node_id,
+        dsn=args.store,
+        lease_ms=lease_ms,
+        heartbeat_ms=heartbeat_ms,
+    )
+    try:
+        settings.config("", None).check()
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    return settings

@@ -45,7 +45,12 @@ from typing import Any, Protocol, TypeVar
 
 from coordinator.runtime.balance import Placement, balance
 from coordinator.runtime.store.api import StoreError
-from coordinator.runtime.store.postgres_leases import ClusterState, PostgresLeases, TickResult
+from coordinator.runtime.store.postgres_leases import (
+    ClusterState,
+    Listener,
+    PostgresLeases,
+    TickResult,
+)
 
 from .view import ClusterView
 
@@ -154,6 +159,8 @@ class ClusterNode:
         self.fenced: str | None = None
         """Why this node stopped for good (its id was taken by another process), or None."""
         self.deadline = 0.0
+        self.last_heartbeat = 0.0
+        """When the last heartbeat that reached PostgreSQL was sent (``monotonic``)."""
         self.stats = {"heartbeats": 0, "heartbeat_failures": 0, "loads": 0, "moves": 0, "lost": 0}
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="kip848-cluster")
         self._loaded: dict[int, int] = {}  # loaded since the last heartbeat -> epoch
@@ -161,9 +168,12 @@ class ClusterNode:
         self._handing_over: set[int] = set()
         self._tasks: list[asyncio.Task[Any]] = []
         self._deadline_handle: asyncio.TimerHandle | None = None
-        self._wake: asyncio.Event | None = None
+        self._nap: asyncio.Future[None] | None = None  # the heartbeats' wait for the next
+        self._woken = False  # heartbeat again at once
         self._stopping = False
         self._health_listeners: list[Callable[[], None]] = []
+        self._listener: Listener | None = None
+        self._settled: asyncio.Event | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -172,7 +182,7 @@ class ClusterNode:
         heartbeat, load, hand over and decide in the background."""
         loop = asyncio.get_running_loop()
         self._to_load = asyncio.Queue()
-        self._wake = asyncio.Event()
+        self._settled = asyncio.Event()
         cfg = self.config
         give_up = self.monotonic() + cfg.start_timeout_s
         while True:
@@ -211,6 +221,13 @@ class ClusterNode:
             cfg.lease_ms,
             cfg.heartbeat_ms,
         )
+        if self.leases.dsn:
+
+            def notified() -> None:  # on the listener's thread
+                loop.call_soon_threadsafe(self.wake)
+
+            self._listener = Listener(self.leases.dsn, notified)
+            self._listener.start()
         await self._heartbeat()
         self._tasks = [
             loop.create_task(self._heartbeats(), name="kip848-cluster-heartbeats"),
@@ -222,14 +239,17 @@ class ClusterNode:
         if self._stopping:
             return
         self._stopping = True
-        for task in self._tasks:
+        tasks = list(self._tasks)
+        for task in tasks:
             task.cancel()
-        for task in self._tasks:
+        for task in tasks:
             try:
                 await task
             except (asyncio.CancelledError, Exception):  # noqa: BLE001 - stopping anyway
                 pass
         self._cancel_deadline()
+        if self._listener is not None:
+            await asyncio.get_running_loop().run_in_executor(None, self._listener.stop)
         held = dict(self.led)
         for p in sorted(held):
             try:
@@ -246,6 +266,37 @@ class ClusterNode:
                 log.warning("Leaving the cluster cleanly failed (leases expire anyway): %s", exc)
         await asyncio.get_running_loop().run_in_executor(self._executor, self.leases.close)
         self._executor.shutdown(wait=False)
+
+    async def settle(self, timeout_s: float) -> bool:
+        """Wait until this node has its first share (:meth:`_check_settled`), at most
+        ``timeout_s``; False if it has not by then."""
+        assert self._settled is not None, "start() first"
+        try:
+            async with asyncio.timeout(timeout_s):
+                await self._settled.wait()
+        except TimeoutError:
+            return False
+        return True
+
+    def _check_settled(self) -> None:
+        """Settled: every partition has a live target (the controller decided), and those
+        targeted here are served here, except the ones another live node still holds (being
+        handed over: they come later, a few at a time)."""
+        state = self.view.state
+        if self._settled is None or self._settled.is_set() or state is None:
+            return
+        live = set(state.live())
+        if self.node_id not in live:
+            return
+        for lease in state.leases:
+            if lease.target is None or lease.target not in live:
+                return
+            if lease.target != self.node_id or lease.partition in self.serving:
+                continue
+            if lease.held and lease.leader != self.node_id and lease.leader in live:
+                continue
+            return
+        self._settled.set()
 
     def add_health_listener(self, listener: Callable[[], None]) -> None:
         self._health_listeners.append(listener)
@@ -286,14 +337,18 @@ class ClusterNode:
 
     async def _heartbeats(self) -> None:
         interval = self.config.heartbeat_ms / 1000
+        loop = asyncio.get_running_loop()
         while True:
-            wake = self._wake
-            assert wake is not None
-            try:
-                await asyncio.wait_for(wake.wait(), interval)
-            except TimeoutError:
-                pass
-            wake.clear()
+            if not self._woken:
+                nap: asyncio.Future[None] = loop.create_future()
+                self._nap = nap
+                handle = loop.call_later(interval, _done, nap)
+                try:
+                    await nap
+                finally:
+                    handle.cancel()
+                    self._nap = None
+            self._woken = False
             try:
                 await self._heartbeat()
             except asyncio.CancelledError:
@@ -303,8 +358,9 @@ class ClusterNode:
 
     def wake(self) -> None:
         """Heartbeat now (a partition was loaded or released: tell PostgreSQL at once)."""
-        if self._wake is not None:
-            self._wake.set()
+        self._woken = True
+        if self._nap is not None:
+            _done(self._nap)
 
     async def _heartbeat(self) -> None:
         if self.fenced is not None or self._stopping:
@@ -338,6 +394,7 @@ class ClusterNode:
             self._health_changed()
             return
         self.stats["heartbeats"] += 1
+        self.last_heartbeat = sent
         was_reachable = self.reachable
         self._reached = True
         if not tick.registered:
@@ -376,6 +433,7 @@ class ClusterNode:
         else:
             self.controller_epoch = None
         self._hand_over(tick.state)
+        self._check_settled()
 
     def _extend(self, sent: float) -> None:
         self.deadline = sent + self.config.lease_ms / 1000 - self.config.margin_s
@@ -395,6 +453,20 @@ class ClusterNode:
         self._deadline_handle = None
         if self.monotonic() >= self.deadline:
             self._lose_all("its leases ran out (PostgreSQL did not answer its heartbeats)")
+
+    def fenced_off(self, p: int) -> None:
+        """The host found ``p`` taken over (an append to it was fenced off) and dropped it:
+        forget it here too (no renewal, no hand-over)."""
+        if p in self.led:
+            log.warning(
+                "Node %d lost partition %d: an append to it was fenced off.", self.node_id, p
+            )
+            self.led.pop(p, None)
+            self.serving.discard(p)
+            self._handing_over.discard(p)
+            self._loaded.pop(p, None)
+            self.stats["lost"] += 1
+            self._health_changed()
 
     def _lose(self, p: int) -> None:
         self.led.pop(p, None)
@@ -444,7 +516,7 @@ class ClusterNode:
             self.serving.add(p)
             self._loaded[p] = epoch
             self.stats["loads"] += 1
-            log.info(
+            log.debug(
                 "Node %d serves partition %d (epoch %d), loaded in %.0f ms.",
                 self.node_id,
                 p,
@@ -452,6 +524,7 @@ class ClusterNode:
                 (self.monotonic() - started) * 1e3,
             )
             self._health_changed()
+            self._check_settled()
             if queue.empty():
                 self.wake()
 
@@ -526,6 +599,8 @@ class ClusterNode:
             self.node_id,
             ", ".join(f"partition {p} -> node {n}" for p, n in sorted(changed.items())),
         )
+        if any(n == self.node_id for n in changed.values()):
+            self.wake()  # take them now, not a heartbeat later
 
     # ------------------------------------------------------------------ plumbing
 
@@ -546,3 +621,8 @@ class ClusterNode:
             },
             **self.stats,
         }
+
+
+def _done(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)

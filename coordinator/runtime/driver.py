@@ -74,6 +74,7 @@ from coordinator.core.target_assignment import AssignmentJob
 from coordinator.core.timers import DueTimer, TimerOp
 from coordinator.routing import partition_for
 
+from .leadership import Leadership
 from .own_commands import OwnCommands
 from .requests import Command
 from .store.api import StoreWriteError
@@ -214,6 +215,9 @@ class Driver:
         self.shards: list[Any] = self._machines[:-1]
         self.registry: Any = self._machines[-1]
         self.shard_count = len(self.shards)
+        self.lead = Leadership(self.shard_count)
+        """Which partitions are served here (all, unless several nodes share the store:
+        ``leadership.py``, ``partitions.py``)."""
         self.timing = Timers(self, stall_watch=stall_watch)
         self.timers = self.timing.table
         self.turns = Turns(host.call_soon, host.perf)
@@ -292,6 +296,7 @@ class Driver:
     def _execute(
         self, index: int, fn: Callable[[Any], Any], read: bool
     ) -> tuple[Any, Batch | None]:
+        self.lead.check(index)
         machine = self._machines[index]
         mark = machine.mark()
         obs = self.observer
@@ -387,6 +392,7 @@ class Driver:
         ``Pending``, once a later durable result completes it."""
         self.check_serving()
         key = self.shard_count if index == REGISTRY else index
+        self.lead.check(key)
         turns = self.turns
         if turns.now(key, join=join):
             perf = self.host.perf
@@ -423,7 +429,7 @@ class Driver:
         self.check_serving()
         response, batch = self._execute(self.shard_count, fn, False)
         names = deleted(response)
-        for i in range(self.shard_count if names else 0):
+        for i in self.lead.served() if names else ():
             self._execute(i, lambda s: s.on_topics_deleted(names), False)
         return response, batch
 

@@ -40,8 +40,9 @@ from .clock import ManualClock, SystemClock
 from .driver import Batch, Driver, RuntimeState
 from .loader import LoadStats, load_into
 from .offload import AssignorPool
+from .partitions import Partitions
 from .requests import Command
-from .store import RecordStore, StoredRecord, StoreLostError
+from .store import RecordStore, StoredRecord, StoreFencedError, StoreLostError
 from .storewatch import StoreWatch, rescue
 from .watchers import GroupWatchers
 
@@ -92,6 +93,8 @@ class Engine:
         self._health_listeners: list[Callable[[bool], None]] = []
         # Push: who waits to hear that a group changed, once the change is durable (watchers.py).
         self.watchers = GroupWatchers()
+        # Several nodes on one store (share_partitions; partitions.py); None: one node.
+        self.partitions: Partitions | None = None
 
     # ------------------------------------------------------------------ Host
 
@@ -127,17 +130,29 @@ class Engine:
 
     # ------------------------------------------------------------------ lifecycle
 
+    def share_partitions(self, node_id: int, new_shard: Callable[[], Any]) -> Partitions:
+        """Several nodes share the store (docs/ha.md): this one serves only the partitions its
+        cluster node gives it, its appends are fenced by their leader epochs, and it follows
+        the cluster log the others append to (``partitions.py``). Before :meth:`start`."""
+        self.partitions = Partitions(
+            self.driver, self.store, self.watchers, self._executor, node_id, new_shard
+        )
+        return self.partitions
+
     async def start(self) -> LoadStats:
-        """Load every state machine from the store, then serve. Requests before the end of
-        loading get COORDINATOR_LOAD_IN_PROGRESS."""
+        """Load every state machine from the store (sharing it: the cluster log only), then
+        serve. Requests before the end of loading get COORDINATOR_LOAD_IN_PROGRESS."""
         driver = self.driver
         loop = self._loop = asyncio.get_running_loop()
         self._wake_writer = asyncio.Event()
         driver.state = RuntimeState.LOADING
         try:
-            stats = await loop.run_in_executor(
-                self._executor, load_into, self.store, driver.shards, driver.registry
-            )
+            if self.partitions is not None:
+                stats = await self.partitions.load_cluster()
+            else:
+                stats = await loop.run_in_executor(
+                    self._executor, load_into, self.store, driver.shards, driver.registry
+                )
         except BaseException:
             driver.state = RuntimeState.FAILED
             raise
@@ -197,6 +212,8 @@ class Engine:
                 await self._writer_task
             except asyncio.CancelledError:
                 pass
+        if self.partitions is not None:
+            await self.partitions.close()
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(self._executor, self.store.close)
         self._executor.shutdown(wait=True)
@@ -274,20 +291,27 @@ class Engine:
             while (batch := driver.take_batch()) is not None:
                 started = time.monotonic()
                 try:
-                    await loop.run_in_executor(
+                    offsets = await loop.run_in_executor(
                         self._executor,
                         append_encoded,
                         self.store,
                         batch.records,
                         self.clock.now_ms(),
+                        driver.lead.fence(),
                     )
                 except asyncio.CancelledError:
                     raise
+                except StoreFencedError as exc:
+                    driver.write_failed(batch, exc)
+                    assert self.partitions is not None  # only appends with a fence are fenced
+                    self.partitions.fenced(exc)
                 except BaseException as exc:  # noqa: BLE001 - every write failure fails the batch
                     driver.write_failed(batch, exc)
                     self.watch.write_failed(exc)
                 else:
                     self.watch.write_succeeded()
+                    if self.partitions is not None:
+                        self.partitions.written(offsets)
                     driver.written(batch)
                     if self.observer is not None:
                         self.observer.batch_written(
@@ -339,17 +363,22 @@ class Engine:
         return now
 
 
-def append_encoded(store: RecordStore, records: Sequence[Record], timestamp_ms: int) -> None:
-    """The writer's thread: encode a batch's records and append them. Encoding happens here,
-    not in each command on the loop, so a big command (a 5,000-member target: about 30 ms of
-    encoding) does not hold the loop for it; the GIL switch interval lets the loop run
-    meanwhile."""
+def append_encoded(
+    store: RecordStore, records: Sequence[Record], timestamp_ms: int, fence: Any = None
+) -> dict[int, int]:
+    """The writer's thread: encode a batch's records and append them (``fence``: sharing the
+    store, the leader epochs it is written under). Encoding happens here, not in each command
+    on the loop, so a big command (a 5,000-member target: about 30 ms of encoding) does not
+    hold the loop for it; the GIL switch interval lets the loop run meanwhile. Returns each
+    log's last offset written."""
     encode = codec.encode
     stored = []
     for rec in records:
         key, value = encode(rec)
         stored.append(StoredRecord(key, value, rec.group_id))
-    store.append(stored, timestamp_ms)
+    if fence is None:
+        return store.append(stored, timestamp_ms)
+    return store.append(stored, timestamp_ms, fence=fence)
 
 
 def _own() -> contextvars.Context:

@@ -76,6 +76,16 @@ class OwnCommands:
         self.resolving: dict[str, bool] = {}
         """Groups whose regex resolution was asked for (True: running)."""
 
+    def forget(self, moved: Callable[[str], bool]) -> None:
+        """Groups for which ``moved`` is true left this node (their coordinator partition went
+        to another node, ``partitions.py``): their first targets, regex resolutions and
+        offloaded computations are no longer this node's to finish (a computation still
+        running is answered NOT_COORDINATOR when it applies)."""
+        for table in (self.first_targets, self.resolving):
+            for group_id in [g for g in table if moved(g)]:
+                del table[group_id]
+        self.assigning -= {g for g in self.assigning if moved(g)}
+
     def stop(self) -> None:
         """No more first targets or regex resolutions (the driver stops)."""
         self.first_targets.clear()

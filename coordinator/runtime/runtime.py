@@ -75,6 +75,7 @@ from .engine import Engine
 from .ids import RandomIds
 from .loader import LoadStats
 from .offload import AssignorPool
+from .partitions import Partitions
 from .store import RecordStore
 from .watchers import MemberView, member_views
 
@@ -116,12 +117,9 @@ class CoordinatorRuntime:
         self.shard_count = store.partitions
         if observer is not None:
             assignors = observer.attach(self.shard_count, assignors)
-        self.shards: list[Shard] = [
-            new_shard(config=config, assignors=assignors, ids=self.ids)
-            for _ in range(self.shard_count)
-        ]
-        for shard in self.shards:
-            shard.groups.parks_joins = True  # a new group's first target covers a burst
+        self._assignors = assignors
+        self._topic_filter: Callable[[object, str, str], bool] | None = None
+        shards = [self.new_shard() for _ in range(self.shard_count)]
         # The cluster-level state machine: topics, and the security metadata plugged into it.
         self.registry, self.security = new_cluster(
             self.ids, default_num_partitions=config.num_partitions
@@ -134,7 +132,7 @@ class CoordinatorRuntime:
             else None
         )
         self.engine = Engine(
-            machines=[*self.shards, self.registry],
+            machines=[*shards, self.registry],
             config=config,
             store=store,
             clock=self.clock,
@@ -149,6 +147,18 @@ class CoordinatorRuntime:
         self._submit = self.engine.submit
         self._request = self.engine.request
         self._durable = self.engine.durable
+
+    def new_shard(self) -> Shard:
+        """An empty state machine for one coordinator partition."""
+        shard = new_shard(config=self.config, assignors=self._assignors, ids=self.ids)
+        shard.groups.parks_joins = True  # a new group's first target covers a burst
+        shard.groups.topic_filter = self._topic_filter
+        return shard
+
+    @property
+    def shards(self) -> list[Shard]:
+        """Every partition's state machine (an empty one for a partition not served here)."""
+        return self.driver.shards
 
     # ------------------------------------------------------------------ lifecycle and health
 
@@ -181,6 +191,11 @@ class CoordinatorRuntime:
     async def flush(self) -> None:
         """Wait until every batch produced so far is resolved (durable or failed)."""
         await self.engine.flush()
+
+    def share_partitions(self, node_id: int) -> Partitions:
+        """Several nodes share the store (docs/ha.md): serve only the partitions the cluster
+        node gives (the answer is what it drives: ``partitions.py``). Before :meth:`start`."""
+        return self.engine.share_partitions(node_id, self.new_shard)
 
     def release_parked(self) -> None:
         """Shutdown: answer every parked request with COORDINATOR_NOT_AVAILABLE."""
@@ -269,7 +284,9 @@ class CoordinatorRuntime:
         driver = self.driver
         driver.check_serving()
         out, waits = [], []
-        for i, shard in enumerate(self.shards):
+        shards = self.shards
+        for i in driver.lead.served():
+            shard = shards[i]
             if concerned is None or concerned(shard):
                 response, batch = driver.execute(i, fn, read=read)
                 out.append(response)
@@ -470,6 +487,7 @@ class CoordinatorRuntime:
     def set_topic_filter(self, allows: Callable[[object, str, str], bool] | None) -> None:
         """Who may describe which topic (the server's authorizer): regexes are resolved with it,
         per triggering member (``ConsumerGroups.topic_filter``)."""
+        self._topic_filter = allows
         for shard in self.shards:
             shard.groups.topic_filter = allows
 

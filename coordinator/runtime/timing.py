@@ -30,7 +30,7 @@ from typing import Any
 from coordinator.core.commands import Result
 from coordinator.core.errors import CoordinatorError
 from coordinator.core.events import Event
-from coordinator.core.timers import ArmTimer, DueTimer, TimerOp, TimerTable
+from coordinator.core.timers import ArmTimer, CancelTimer, DueTimer, TimerOp, TimerTable
 from coordinator.routing import partition_for
 
 log = logging.getLogger("kip848.runtime")
@@ -64,13 +64,35 @@ class Timers:
         self._tick_due_ms = 0
 
     def start(self, shards: Sequence[Any]) -> None:
-        """Loaded: re-arm the shards' timers and the periodic offset expiration."""
-        now = self._clock.now_ms()
+        """Loaded: re-arm the served shards' timers and the periodic offset expiration."""
+        lead = self._driver.lead
         for i, shard in enumerate(shards):
-            self.apply(self.convert(shard.on_loaded(now)))
-            self.apply([self._expiration(i, self._clock.monotonic_ms())])
+            if lead.serving(i):
+                self.arm_partition(i, shard)
         self._tick()
         self._reschedule()
+
+    def arm_partition(self, index: int, shard: Any) -> None:
+        """A partition loaded (Kafka's onLoaded): its members' timers and its offset
+        expiration."""
+        self.apply(self.convert(shard.on_loaded(self._clock.now_ms())))
+        self.apply([self._expiration(index, self._clock.monotonic_ms())])
+
+    def drop_partition(self, index: int) -> None:
+        """A partition no longer served here: none of its timers fires (their deferred
+        firings neither)."""
+        n = self._driver.shard_count
+        mine = str(index)
+
+        def of(key: Any) -> bool:
+            kind, group_id, member = key
+            if kind == EXPIRE_OFFSETS:
+                return bool(member == mine)
+            return partition_for(group_id, n) == index
+
+        self.table.apply([CancelTimer(key) for key in self.table.keys() if of(key)])  # noqa: SIM118
+        for key in [k for k in self._deferred if of(k)]:
+            del self._deferred[key]
 
     def stop(self) -> None:
         for handle in (self._handle, self._tick_handle):
@@ -198,6 +220,12 @@ class Timers:
         """A timer whose command or write failed (e.g. the disk is full) fires again after
         TIMER_RETRY_MS, as Kafka retries failed timer writes — unless the key was armed again
         meanwhile. The rollback restored the state the timer acts on."""
+        kind, group_id, member = due.key
+        index = int(member) if kind == EXPIRE_OFFSETS else None
+        if index is None:
+            index = partition_for(group_id, self._driver.shard_count)
+        if not self._driver.lead.serving(index):
+            return  # moved away: its new leader runs its timers
         if self._driver.active and self.table.get(due.key) is None:
             retry_at = self._clock.monotonic_ms() + TIMER_RETRY_MS
             self.apply([ArmTimer(due.key, retry_at, due.payload)])
@@ -215,6 +243,8 @@ class Timers:
         table: the schedule is not state, and a failed run or write must not end the cleanup."""
         driver = self._driver
         index = int(due.key[2])
+        if not driver.lead.serving(index):
+            return None  # moved away: its new leader expires its offsets
         self.apply([self._expiration(index, self._clock.monotonic_ms())])
         driver.stats["timers_fired"] += 1
         try:

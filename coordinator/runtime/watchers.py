@@ -70,6 +70,10 @@ class GroupWatchers:
             for w in by_group.get(group_id, ()):
                 w.poke()
 
+    def groups(self) -> list[str]:
+        """The groups watched now."""
+        return list(self._by_group)
+
     def close(self) -> None:
         self._closed = True
         for watchers in self._by_group.values():

@@ -25,14 +25,16 @@ from typing import Any
 
 from grpc_health.v1 import health, health_pb2
 
+from coordinator.cluster.node import NodeStartError
 from coordinator.core.config import GroupCoordinatorConfig
-from coordinator.runtime import CoordinatorRuntime, ManualClock, SystemClock
+from coordinator.runtime import CoordinatorRuntime, ManualClock, RuntimeState, SystemClock
 from coordinator.runtime.store import RecordStore
 from coordinator.security.authorizer import AuthorizerConfig
 from coordinator.security.ssl_principal import SslPrincipalMapper
 
 from .api import Node
 from .catalog import kafka_api_name, observe_rpcs
+from .cluster import ClusterMember, ClusterSettings
 from .fairness import CallLimit, GroupKeys, limited, process_limit
 from .forwarding import Dispatcher, FrontEndPool
 from .grpc_auth import GrpcAuthenticator
@@ -105,6 +107,7 @@ class ServeOptions:
     kafka_txn_check_ms: int = 30_000  # open transactions checked with the upstream
     authorizer: AuthorizerConfig = AuthorizerConfig()  # super.users, allow.everyone.if.no.acl.found
     security: Security = field(default_factory=Security)  # TLS and authentication (none: open)
+    cluster: ClusterSettings | None = None  # several nodes on a PostgreSQL store (none: one)
 
 
 def split_listen(listen: str, flag: str = "--listen") -> tuple[str, int]:
@@ -231,6 +234,10 @@ class CoordinatorServer:
         self._health_tasks: set[asyncio.Task[None]] = set()
         self._health_lock = asyncio.Lock()
         runtime.add_health_listener(self._runtime_health)
+        self.kafka_advertised: str | None = None  # the first Kafka listener's, once bound
+        self.cluster = (  # several nodes on one store: joined by load()
+            None if options.cluster is None else ClusterMember(runtime, options.cluster)
+        )
         self.frontends = (
             FrontEndPool(
                 Dispatcher(table),
@@ -361,8 +368,11 @@ class CoordinatorServer:
             adv_host, adv_port = await asyncio.to_thread(
                 advertise, endpoint.host, bound, advertised, "advertised.listeners"
             )
+            if self.kafka_advertised is None:
+                self.kafka_advertised = f"{adv_host}:{adv_port}"
             if upstream is None:
-                self.kafka.set_node(bound, Node(node_id=0, host=adv_host, port=adv_port))
+                node_id = 0 if options.cluster is None else options.cluster.node_id
+                self.kafka.set_node(bound, Node(node_id=node_id, host=adv_host, port=adv_port))
             else:
                 upstream.bind_nodes(self.kafka, endpoint.host, bound, adv_host, adv_port, security)
             host = endpoint.host
@@ -390,7 +400,10 @@ class CoordinatorServer:
 
     async def _follow_runtime_health(self) -> None:
         async with self._health_lock:  # one at a time; each sets the status of its moment
-            serving = self.runtime.serving
+            serving = self.runtime.serving and (self.cluster is None or self.cluster.healthy)
+            if self.cluster is not None and self.runtime.state is RuntimeState.FAILED:
+                # It stopped serving for good: its partitions go to the other nodes now.
+                await self.cluster.leave()
             await self._set_health(
                 health_pb2.HealthCheckResponse.SERVING
                 if serving
@@ -416,12 +429,19 @@ class CoordinatorServer:
 
     async def load(self) -> None:
         await self.runtime.start()
+        if self.cluster is not None:
+            self.service.routing = await self.cluster.join(
+                self.advertised, self.kafka_advertised, lambda: self._runtime_health(True)
+            )
         warn_open_listeners(self)  # once the ACLs are loaded
         if self.topic_feed is not None:
             await self.topic_feed.start()  # the upstream's topics before SERVING (bounded)
         if self.kafka_txn is not None:
             await self.kafka_txn.start()  # prepared transactions completed (bounded)
-        await self._set_health(health_pb2.HealthCheckResponse.SERVING)
+        if self.cluster is None:
+            await self._set_health(health_pb2.HealthCheckResponse.SERVING)
+        else:
+            self._runtime_health(True)
 
     async def stop(self, grace_s: float = SHUTDOWN_GRACE_S) -> None:
         await self.health.enter_graceful_shutdown()
@@ -433,6 +453,8 @@ class CoordinatorServer:
             await self.kafka_txn.close()
         if self.service.log_offsets is not None:
             self.service.log_offsets.close()
+        if self.cluster is not None:
+            await self.cluster.leave()
         if self.kafka is not None:
             await self.kafka.close()
         if self.frontends is not None:
@@ -623,7 +645,11 @@ async def serve(
     await asyncio.wait([load_task, stop_task], return_when=asyncio.FIRST_COMPLETED)
     if load_task.done() and load_task.exception() is not None:
         failure = load_task.exception()
-        log.critical("Loading the store failed: %r", failure, exc_info=failure)
+        if isinstance(failure, NodeStartError):
+            print(f"kip848 serve: {failure}", file=sys.stderr)
+            log.critical("%s", failure)
+        else:
+            log.critical("Loading the store failed: %r", failure, exc_info=failure)
         code = 1
     elif not stop.is_set():
         await stop_task

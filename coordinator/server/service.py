@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from coordinator.core.commands import ConsumerGroupHeartbeat, ConsumerGroupHeartbeatResponse
 from coordinator.core.errors import (
@@ -113,6 +113,9 @@ from .log_offsets import (
 from .push import MemberPush, ShuttingDownError
 from .rpc import RpcObserver, ShuttingDown, batched, each, on_each, reply_error, rpc
 from .topic_source import RegistryTopics, TopicSource
+
+if TYPE_CHECKING:
+    from .cluster import ClusterRouting
 
 log = logging.getLogger("kip848.server")
 
@@ -232,6 +235,9 @@ class CoordinatorService:
         self.log_offsets = log_offsets
         """Where ListOffsets goes (the upstream broker); None: no logs (coordinator-only)."""
         self.push = MemberPush(runtime)
+        self.routing: ClusterRouting | None = None
+        """Several nodes on one store: who FindCoordinator names (``cluster.py``);
+        None: this node coordinates every group."""
         self.observer: RpcObserver | None = None
         """Who observes the RPCs (metrics, spans, audit): set by :func:`~.rpc.observe`."""
 
@@ -603,7 +609,9 @@ class CoordinatorService:
         self, req: tuple[int, Sequence[str]], caller: Caller
     ) -> Reply[list[Coordinator]]:
         """``req``: (key type, keys). GROUP keys are answered with the node the request came
-        through (``caller.node``): every listener of this process is the coordinator."""
+        through (``caller.node``): every listener of this process is the coordinator. Among
+        several nodes, with the node leading the group's coordinator partition
+        (``cluster.py``)."""
         key_type, keys = req
         exc: CoordinatorError | None = None
         if key_type != GROUP_KEY_TYPE:
@@ -617,29 +625,23 @@ class CoordinatorService:
         if exc is not None:
             if not keys:
                 return Reply(value=[], error_code=exc.code, error_message=exc.message)
-            return Reply(
-                value=[
-                    Coordinator(
-                        key=k,
-                        node_id=-1,
-                        host="",
-                        port=-1,
-                        error_code=exc.code,
-                        error_message=exc.message,
-                    )
-                    for k in keys
-                ]
-            )
+            return Reply(value=[_coordinator_error(k, exc) for k in keys])
         node = caller.node
         assert node is not None
-        return Reply(
-            value=[
-                Coordinator(key=k, node_id=node.node_id, host=node.host, port=node.port)
-                if self.authz.allowed(caller, "FindCoordinator", DESCRIBE, GROUP, k)
-                else _coordinator_denied(k)
-                for k in keys
-            ]
-        )
+        routing = self.routing
+        answers = []
+        for k in keys:
+            if not self.authz.allowed(caller, "FindCoordinator", DESCRIBE, GROUP, k):
+                answers.append(_coordinator_denied(k))
+                continue
+            found = node if routing is None else routing.coordinator(k, caller)
+            if isinstance(found, CoordinatorError):
+                answers.append(_coordinator_error(k, found))
+            else:
+                answers.append(
+                    Coordinator(key=k, node_id=found.node_id, host=found.host, port=found.port)
+                )
+        return Reply(value=answers)
 
     @rpc(_join_error)
     async def join_group(self, req: m.JoinGroup, caller: Caller) -> m.JoinGroupResponse:
@@ -822,7 +824,11 @@ def _topic_denied(name: str) -> TopicResult:
 
 
 def _coordinator_denied(key: str) -> Coordinator:
-    exc = group_denied(key)
+    return _coordinator_error(key, group_denied(key))
+
+
+def _coordinator_error(key: str, exc: CoordinatorError) -> Coordinator:
+    """A FindCoordinator key answered with an error (node id -1, as Kafka's)."""
     return Coordinator(
         key=key, node_id=-1, host="", port=-1, error_code=exc.code, error_message=exc.message
     )

@@ -133,6 +133,16 @@ async def until(cond: Callable[[], bool], what: str, timeout_s: float = 15.0) ->
         await asyncio.sleep(0.02)
 
 
+def crash(node: ClusterNode) -> None:
+    """As if its process died: its tasks and its listener stop, nothing is released or
+    unregistered."""
+    for task in node._tasks:
+        task.cancel()
+    node._cancel_deadline()
+    if node._listener is not None:
+        node._listener.stop()
+
+
 def balanced(ledger: Ledger, nodes: list[int]) -> bool:
     by = ledger.by_node()
     counts = sorted(len(by.get(n, [])) for n in nodes)
@@ -244,15 +254,13 @@ def test_a_crashed_node_and_the_controller_are_replaced_after_the_lease(store_ds
         victim = next(n for n, _, _ in nodes if n.controller_epoch is not None)
         epoch = victim.controller_epoch
         assert epoch is not None
-        for task in victim._tasks:  # a crash: nothing released, nothing unregistered
-            task.cancel()
-        victim._cancel_deadline()
         crashed_at = time.monotonic()
+        crash(victim)
         survivors = [n.node_id for n, _, _ in nodes if n is not victim]
         for p in [p for p, n in ledger.serving.items() if n == victim.node_id]:
             ledger.dropped(victim.node_id, p, "crash")
         await until(lambda: balanced(ledger, survivors), "the survivors to take over")
-        assert time.monotonic() - crashed_at >= LEASE_MS / 1000 * 0.8
+        assert time.monotonic() - crashed_at >= LEASE_MS / 1000 * 0.8, ledger.events
         others = [n for n, _, _ in nodes if n is not victim]
         await until(lambda: any(n.controller_epoch is not None for n in others), "a new controller")
         new_epoch = next(n.controller_epoch for n in others if n.controller_epoch is not None)
@@ -280,15 +288,14 @@ def test_a_node_id_is_one_process_and_a_restart_waits_for_the_old_registration(
         twin, _, _ = make_node(store_dsn, 1, Ledger(), start_timeout_s=0.2)
         with pytest.raises(NodeStartError, match="registered by another running process"):
             await twin.start()
-        for task in first._tasks:  # crash
-            task.cancel()
-        first._cancel_deadline()
+        crash(first)
         ledger.serving.clear()
         again, host2, _ = make_node(store_dsn, 1, ledger)
-        started = time.monotonic()
         await again.start()
+        # Registered only once the crashed one's registration expired: a lease after its last
+        # renewal reached PostgreSQL (sent at ``last_heartbeat``, or later).
+        assert again.last_heartbeat >= first.last_heartbeat + LEASE_MS / 1000
         await until(lambda: len(ledger.serving) == P, "the restarted node to lead everything")
-        assert time.monotonic() - started >= LEASE_MS / 1000 * 0.5
         assert all(host2.epochs[p] > epochs[p] for p in range(P))
         await again.stop()
 

@@ -64,9 +64,10 @@ def test_a_new_store_is_created_once_with_its_schema(pg_dsn: str) -> None:
         "kip848_journal",
         "kip848_compacted",
         "kip848_nodes",
+        "kip848_controller",
     } < tables
     assert {f"kip848_journal_{n}" for n in ("m1", "0", "1", "2", "3")} < tables  # a table per log
-    assert (meta["schema_version"], meta["partitions"]) == ("1", str(P))
+    assert (meta["schema_version"], meta["partitions"]) == ("2", str(P))
     assert logs == [-1, 0, 1, 2, 3]
     # Another opener, asking for another count, gets the store as it is.
     with PostgresRecordStore(pg_dsn, partitions=50) as again:
@@ -112,8 +113,39 @@ def test_a_newer_schema_is_refused(pg_dsn: str) -> None:
     PostgresRecordStore(pg_dsn, partitions=P).close()
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         conn.execute("UPDATE kip848_meta SET value = '9' WHERE name = 'schema_version'")
-    with pytest.raises(StoreVersionError, match="schema version 9; this build understands up to 1"):
+    with pytest.raises(StoreVersionError, match="schema version 9; this build understands up to 2"):
         PostgresRecordStore(pg_dsn)
+
+
+def test_a_version_1_store_is_migrated_on_open_nothing_lost(pg_dsn: str) -> None:
+    """Schema 1 (one node per store: no node incarnations, no controller, no pins, no loaded
+    epochs) becomes schema 2 when a writer opens it; its records stay."""
+    with PostgresRecordStore(pg_dsn, partitions=P) as store:
+        store.append([put(b"a"), put(b"b")], 1)
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("DROP TABLE kip848_controller")
+        conn.execute("ALTER TABLE kip848_logs DROP COLUMN pinned, DROP COLUMN loaded_epoch")
+        conn.execute("ALTER TABLE kip848_nodes DROP COLUMN incarnation")
+        conn.execute("UPDATE kip848_meta SET value = '1' WHERE name = 'schema_version'")
+    with PostgresRecordStore(pg_dsn, read_only=True) as old:
+        assert keys(old) == [b"a", b"b"]  # read as it is, never migrated by a reader
+    with psycopg.connect(pg_dsn) as conn:
+        assert conn.execute(
+            "SELECT value FROM kip848_meta WHERE name = 'schema_version'"
+        ).fetchone() == ("1",)
+    with PostgresRecordStore(pg_dsn) as store:
+        assert keys(store) == [b"a", b"b"]
+        store.append([put(b"c")], 2)
+    with psycopg.connect(pg_dsn) as conn:
+        assert conn.execute(
+            "SELECT value FROM kip848_meta WHERE name = 'schema_version'"
+        ).fetchone() == ("2",)
+        assert conn.execute("SELECT id, node_id, epoch FROM kip848_controller").fetchall() == [
+            (1, None, 0)
+        ]
+        assert conn.execute(
+            "SELECT count(*) FROM kip848_logs WHERE NOT pinned AND loaded_epoch = 0"
+        ).fetchone() == (P + 1,)
 
 
 def test_read_only_never_creates_and_refuses_appends(pg_dsn: str) -> None:

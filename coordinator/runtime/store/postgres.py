@@ -89,20 +89,29 @@ _RESOLVE_WINDOW_S = 30.0
 """How long an append whose COMMIT lost its connection keeps asking PostgreSQL whether the
 transaction committed before it calls the outcome unknown."""
 
+# One batch is one statement (in its own transaction, committed by the next round trip): its
+# CTEs first pass the gate (the fence, the cluster log's end), then write the journal and the
+# compacted view. One statement because a process stopped between the statements of a batch
+# (SIGSTOP, a VM pause) would hold its locks (the lease rows, the rows it wrote) while
+# PostgreSQL waits for the rest, a wait no timeout of PostgreSQL 15 ends; a statement is
+# executed once whole, and the session then waits for the COMMIT "idle in transaction",
+# which ``idle_in_transaction_session_timeout`` limits (``bound_idle_transactions``).
+_GATE_FENCE = ", kip848_fence(%s, %s::int[], %s::bigint[])"
+_GATE_CLUSTER = ", kip848_cluster_at(%s)"
 _INSERT_JOURNAL = (
-    'INSERT INTO kip848_journal (log, "offset", timestamp_ms, leader_epoch, group_id, key, value)'
-    " SELECT * FROM unnest(%b::int[], %b::bigint[], %b::bigint[], %b::bigint[], %b::text[],"
-    " %b::bytea[], %b::bytea[])"
+    ' j AS (INSERT INTO kip848_journal (log, "offset", timestamp_ms, leader_epoch, group_id,'
+    " key, value) SELECT u.* FROM g, unnest(%b::int[], %b::bigint[], %b::bigint[],"
+    " %b::bigint[], %b::text[], %b::bytea[], %b::bytea[]) AS u)"
 )
 _UPSERT_COMPACTED = (
-    'INSERT INTO kip848_compacted (log, key, "offset", group_id, value)'
-    " SELECT * FROM unnest(%b::int[], %b::bytea[], %b::bigint[], %b::text[], %b::bytea[])"
-    ' ON CONFLICT (log, key) DO UPDATE SET "offset" = EXCLUDED."offset",'
-    " group_id = EXCLUDED.group_id, value = EXCLUDED.value"
+    ' c AS (INSERT INTO kip848_compacted (log, key, "offset", group_id, value)'
+    " SELECT u.* FROM g, unnest(%b::int[], %b::bytea[], %b::bigint[], %b::text[],"
+    ' %b::bytea[]) AS u ON CONFLICT (log, key) DO UPDATE SET "offset" = EXCLUDED."offset",'
+    " group_id = EXCLUDED.group_id, value = EXCLUDED.value)"
 )
 _DELETE_COMPACTED = (
-    "DELETE FROM kip848_compacted c USING unnest(%b::int[], %b::bytea[]) AS d(log, key)"
-    " WHERE c.log = d.log AND c.key = d.key"
+    " d AS (DELETE FROM kip848_compacted c USING g, unnest(%b::int[], %b::bytea[]) AS"
+    " t(log, key) WHERE c.log = t.log AND c.key = t.key)"
 )
 
 
@@ -146,6 +155,7 @@ class PostgresRecordStore:
         self._store_id = ""
         self._next_offset: dict[int, int] = {}
         self._retention_due_ms = -(2**63)
+        self._idle_ms: int | None = None  # bound_idle_transactions
         conn = self._connect()
         try:
             meta = read_meta(conn, self.where)
@@ -262,10 +272,37 @@ class PostgresRecordStore:
             self._conn = None
             try:
                 conn = self._connect()
+                self._limit_idle(conn)
             except StoreAccessError as e:
                 raise StoreWriteError(str(e)) from e
             self._conn = conn
         return conn
+
+    def bound_idle_transactions(self, ms: int) -> None:
+        """Sharing the store with other nodes: PostgreSQL ends this writer's session when a
+        transaction of it waits for this process longer than ``ms``. An append holds its lease
+        rows locked (``kip848_fence``) until its COMMIT, and a takeover waits for them: a
+        process stopped between an append's statements and its COMMIT (SIGSTOP, a VM pause)
+        must not hold them (its COMMIT then fails, and PostgreSQL says it did not commit)."""
+        with self._lock:
+            self._idle_ms = ms
+            conn = self._conn
+            if conn is not None and not conn.closed and not conn.broken:
+                self._limit_idle(conn)
+
+    def _limit_idle(self, conn: psycopg.Connection[Any]) -> None:
+        import psycopg
+
+        if self._idle_ms is None:
+            return
+        try:
+            conn.execute(f"SET idle_in_transaction_session_timeout = {int(self._idle_ms)}")
+            if conn.info.server_version >= 170000:
+                # And a process stopped in the middle of sending a batch (PostgreSQL 17+).
+                conn.execute(f"SET transaction_timeout = {int(self._idle_ms) * 4}")
+        except psycopg.Error as e:
+            conn.close()
+            raise StoreAccessError(f"PostgreSQL store at {self.where}: {_one_line(e)}") from e
 
     # -- writing ----------------------------------------------------------------------------
 
@@ -330,20 +367,28 @@ class PostgresRecordStore:
 
     @staticmethod
     def _write(conn: psycopg.Connection[Any], rows: _Rows) -> int:
-        """Everything of the batch but its COMMIT, pipelined; returns the transaction id."""
-        with conn.pipeline():
-            conn.execute("BEGIN")
-            txid_cur = conn.execute("SELECT txid_current()")
-            if rows.fence is not None:
-                conn.execute("SELECT kip848_fence(%s, %s::int[], %s::bigint[])", rows.fenced())
-                if CLUSTER_LOG in rows.firsts:
-                    conn.execute("SELECT kip848_cluster_at(%s)", (rows.firsts[CLUSTER_LOG],))
-            conn.execute(_INSERT_JOURNAL, rows.journal())
-            if rows.puts:
-                conn.execute(_UPSERT_COMPACTED, rows.upserts())
-            if rows.deletes:
-                conn.execute(_DELETE_COMPACTED, rows.tombstones())
-        row = txid_cur.fetchone()
+        """Everything of the batch but its COMMIT (one statement: see ``_GATE_FENCE``);
+        returns the transaction id."""
+        gate = ["SELECT 1"]
+        params: list[Any] = []
+        if rows.fence is not None:
+            gate.append(_GATE_FENCE)
+            params.extend(rows.fenced())
+            if CLUSTER_LOG in rows.firsts:
+                gate.append(_GATE_CLUSTER)
+                params.append(rows.firsts[CLUSTER_LOG])
+        # Every write joins the gate's one row: none is made unless the gate passed.
+        sql = [f"WITH g AS MATERIALIZED ({''.join(gate)}),", _INSERT_JOURNAL]
+        params.extend(rows.journal())
+        if rows.puts:
+            sql.append("," + _UPSERT_COMPACTED)
+            params.extend(rows.upserts())
+        if rows.deletes:
+            sql.append("," + _DELETE_COMPACTED)
+            params.extend(rows.tombstones())
+        sql.append(" SELECT txid_current()")
+        conn.execute("BEGIN")
+        row = conn.execute("".join(sql), params).fetchone()
         assert row is not None
         return int(row[0])
 
@@ -394,7 +439,8 @@ class PostgresRecordStore:
                 continue
             try:
                 status = conn.execute("SELECT txid_status(%s)", (txid,)).fetchone()
-            except psycopg.Error as e:
+                self._limit_idle(conn)
+            except (psycopg.Error, StoreAccessError) as e:
                 conn.close()
                 last_error = e
                 time.sleep(0.5)

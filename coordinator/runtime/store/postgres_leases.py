@@ -12,8 +12,10 @@ UPDATE of ``kip848_logs`` rows, serialised by their row locks, timed by the serv
   at once, its epoch kept (the next leader bumps it).
 
 A fenced append (:class:`~.api.Fence`, the store's ``kip848_fence``) locks the same rows
-``FOR SHARE`` in its own transaction, so a takeover either waits for it or is seen by it:
-a node that lost a partition can never write to it again.
+``FOR KEY SHARE`` in its own transaction, and a takeover locks them ``FOR UPDATE`` first, so a
+takeover either waits for the append or is seen by it: a node that lost a partition can never
+write to it again. A renewal (an UPDATE of the expiry only) takes no lock an append holds: a
+node's renewals never wait behind its own writes.
 
 The nodes (``kip848_nodes``) and the controller (``kip848_controller``) live here too:
 
@@ -30,7 +32,7 @@ The nodes (``kip848_nodes``) and the controller (``kip848_controller``) live her
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -39,10 +41,27 @@ from .api import StoreAccessError, StoreError
 if TYPE_CHECKING:
     import psycopg
 
-__all__ = ["ClusterState", "Lease", "NodeRow", "PostgresLeases", "TickResult"]
+__all__ = [
+    "CHANNEL",
+    "ClusterState",
+    "Lease",
+    "Listener",
+    "NodeRow",
+    "PostgresLeases",
+    "TickResult",
+]
 
 _MS = "* interval '1 millisecond'"
+CHANNEL = "kip848_cluster"
+"""Every node LISTENs here: told at once of a node joining or leaving, new targets, released
+and loaded partitions (a heartbeat follows at once instead of a heartbeat interval later)."""
+_NOTIFY = f"pg_notify('{CHANNEL}', '')"
 _LEFT = "(extract(epoch FROM {} - clock_timestamp()) * 1000)::bigint"
+_FREE = "(leader IS NULL OR lease_expires_at < clock_timestamp())"
+"""A lease anyone may take. A takeover locks the rows FOR UPDATE first (a plain UPDATE of
+them would not wait for the appends' FOR KEY SHARE: module docstring); a heartbeat skips the
+rows an append still holds (the previous leader's, in flight or stopped before its COMMIT
+until PostgreSQL ends its session) and takes them at a later heartbeat, rather than wait."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,11 +209,11 @@ class PostgresLeases:
         rows = self._run(
             "UPDATE kip848_logs SET leader = %s, leader_epoch = leader_epoch + 1,"
             " lease_expires_at = clock_timestamp() + %s * interval '1 millisecond'"
-            " WHERE log = ANY(%s::int[]) AND log >= 0"
-            " AND (leader IS NULL OR lease_expires_at < clock_timestamp())"
-            " AND (target IS NULL OR target = %s)"
+            " WHERE log IN (SELECT log FROM kip848_logs WHERE log = ANY(%s::int[]) AND log >= 0"
+            f" AND {_FREE} AND (target IS NULL OR target = %s) FOR UPDATE)"
+            f" AND {_FREE} AND (target IS NULL OR target = %s)"
             " RETURNING log, leader_epoch",
-            (node_id, lease_ms, sorted(partitions), node_id),
+            (node_id, lease_ms, sorted(partitions), node_id, node_id),
         )
         return {int(p): int(e) for p, e in rows}
 
@@ -218,9 +237,10 @@ class PostgresLeases:
             return
         parts = sorted(held)
         self._run(
-            "UPDATE kip848_logs l SET leader = NULL, lease_expires_at = NULL"
+            "WITH freed AS (UPDATE kip848_logs l SET leader = NULL, lease_expires_at = NULL"
             " FROM unnest(%s::int[], %s::bigint[]) AS h(log, epoch)"
-            " WHERE l.log = h.log AND l.leader = %s AND l.leader_epoch = h.epoch",
+            " WHERE l.log = h.log AND l.leader = %s AND l.leader_epoch = h.epoch RETURNING 1)"
+            f" SELECT {_NOTIFY} FROM (SELECT count(*) FROM freed) AS f",
             (parts, [held[p] for p in parts], node_id),
         )
 
@@ -255,6 +275,7 @@ class PostgresLeases:
             (node_id, address, kafka_address, lease_ms, incarnation),
         )
         if rows:
+            self._run(f"SELECT {_NOTIFY}")  # the controller: a node joined
             return None
         left = self._run(
             f"SELECT {_LEFT.format('expires_at')} FROM kip848_nodes WHERE node_id = %s",
@@ -274,6 +295,7 @@ class PostgresLeases:
             "UPDATE kip848_controller SET expires_at = NULL, node_id = NULL WHERE node_id = %s",
             (node_id,),
         )
+        self._run(f"SELECT {_NOTIFY}")
 
     def tick(
         self,
@@ -321,13 +343,15 @@ class PostgresLeases:
                             " WHERE l.log = h.log AND l.leader = %s AND l.leader_epoch = h.epoch",
                             (done, [loaded[p] for p in done], node_id),
                         )
+                        conn.execute(f"SELECT {_NOTIFY}")  # the controller: moves done
                     take = conn.execute(
                         f"UPDATE kip848_logs SET leader = %s, leader_epoch = leader_epoch + 1,"
                         f" lease_expires_at = clock_timestamp() + %s {_MS}, loaded_epoch = 0"
-                        " WHERE log >= 0 AND target = %s AND %s"
-                        " AND (leader IS NULL OR lease_expires_at < clock_timestamp())"
-                        f" AND {mine} RETURNING log, leader_epoch",
-                        (node_id, lease_ms, node_id, acquire, node_id, incarnation),
+                        " WHERE log IN (SELECT log FROM kip848_logs WHERE log >= 0"
+                        f" AND target = %s AND {_FREE} FOR UPDATE SKIP LOCKED)"
+                        " AND target = %s AND %s"
+                        f" AND {_FREE} AND {mine} RETURNING log, leader_epoch",
+                        (node_id, lease_ms, node_id, node_id, acquire, node_id, incarnation),
                     )
                     ctl = conn.execute(
                         "UPDATE kip848_controller SET node_id = %s, expires_at ="
@@ -416,6 +440,8 @@ class PostgresLeases:
             " node_id = %s AND epoch = %s AND expires_at > clock_timestamp()) RETURNING l.log",
             (parts, [targets[p] for p in parts], node_id, controller_epoch),
         )
+        if rows:
+            self._run(f"SELECT {_NOTIFY}")  # the nodes concerned: hand over, take
         return len(rows) == len(parts)
 
     def move(self, partition: int, node_id: int) -> None:
@@ -435,6 +461,7 @@ class PostgresLeases:
         )
         if not rows:
             raise StoreError(f"there is no coordinator partition {partition}")
+        self._run(f"SELECT {_NOTIFY}")
 
     def nodes(self) -> dict[int, NodeRow]:
         rows = self._run(
@@ -464,3 +491,36 @@ def _lease(row: tuple[Any, ...]) -> Lease:
     return Lease(
         int(p), leader, int(epoch), None if left is None else int(left), target, pinned, int(loaded)
     )
+
+
+class Listener:
+    """A thread LISTENing on :data:`CHANNEL` on a connection of its own, calling ``wake`` for
+    every notification (reconnecting after a failure, bounded waits throughout)."""
+
+    def __init__(self, dsn: str, wake: Callable[[], None]) -> None:
+        self.dsn = dsn
+        self.wake = wake
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="kip848-listen", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        import psycopg
+
+        while not self._stop.is_set():
+            try:
+                with psycopg.connect(
+                    self.dsn, autocommit=True, connect_timeout=5, application_name="kip848-listen"
+                ) as conn:
+                    conn.execute(f"LISTEN {CHANNEL}")
+                    while not self._stop.is_set():
+                        for _ in conn.notifies(timeout=0.5):
+                            self.wake()
+            except psycopg.Error:
+                self._stop.wait(1.0)  # PostgreSQL away: the heartbeats notice; try again

@@ -75,9 +75,10 @@ CREATE OR REPLACE FUNCTION kip848_fence(node int, logs int[], epochs bigint[]) R
 LANGUAGE plpgsql AS $$
 DECLARE lost int[];
 BEGIN
-  -- FOR SHARE: a lease taken over meanwhile (an UPDATE of these rows) waits for this
-  -- transaction, and a takeover already committed is seen here.
-  PERFORM 1 FROM kip848_logs WHERE log = ANY(logs) ORDER BY log FOR SHARE;
+  -- FOR KEY SHARE: a takeover (which locks these rows FOR UPDATE first) waits for this
+  -- transaction, and a takeover already committed is seen here; a renewal of the lease (an
+  -- UPDATE of its expiry) does not wait for it.
+  PERFORM 1 FROM kip848_logs WHERE log = ANY(logs) ORDER BY log FOR KEY SHARE;
   SELECT array_agg(h.log ORDER BY h.log) INTO lost
     FROM unnest(logs, epochs) AS h(log, epoch) LEFT JOIN kip848_logs l ON l.log = h.log
     WHERE l.leader IS DISTINCT FROM node OR l.leader_epoch IS DISTINCT FROM h.epoch;

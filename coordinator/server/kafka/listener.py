@@ -487,8 +487,11 @@ class KafkaListener:
         return row.encode(answer, version)
 
     async def metadata(self, req: Any, version: int, caller: Caller) -> dict[str, Any]:
-        """Coordinator-only mode: one broker (this listener), topics from the registry."""
+        """Coordinator-only mode: one broker (this listener; among several coordinator nodes,
+        every live node's listener: ``server/cluster.py``), topics from the registry."""
         node = caller.node or Node(node_id=0, host="", port=0)
+        routing = self.service.routing
+        brokers = [node] if routing is None else routing.kafka_nodes(node)
         reply = await self.service.list_topics(None, caller)
         registry = reply.value or []
         by_name = {t.name: t for t in registry}
@@ -548,7 +551,7 @@ class KafkaListener:
                 }
             )
         return {
-            "brokers": [{"node_id": node.node_id, "host": node.host, "port": node.port}],
+            "brokers": [{"node_id": b.node_id, "host": b.host, "port": b.port} for b in brokers],
             "cluster_id": CLUSTER_ID,
             "controller_id": node.node_id,
             "topics": topics,

@@ -70,12 +70,24 @@ DEFAULT_CHANNEL_OPTIONS: tuple[tuple[str, Any], ...] = (
     ("grpc.enable_retries", 0),
 )
 
+_COORDINATOR_MOVED = {ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR}
 _COMMIT_RETRIABLE = {
     ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
     ErrorCode.COORDINATOR_NOT_AVAILABLE,
     ErrorCode.NOT_COORDINATOR,
     ErrorCode.UNKNOWN_SERVER_ERROR,
 }
+
+
+def split_target(target: str) -> list[str]:
+    """The gRPC targets coordinator lookups go to, one after another: each address of an
+    ``ipv4:``/``ipv6:`` list on its own (a node that hangs — stopped, partitioned — then holds
+    up one lookup, not every one, as gRPC's own balancing would let it); any other target
+    whole."""
+    scheme, sep, rest = target.partition(":")
+    if not sep or scheme not in ("ipv4", "ipv6") or "," not in rest:
+        return [target]
+    return [f"{scheme}:{address}" for address in rest.split(",") if address]
 
 
 def new_member_id() -> str:
@@ -168,6 +180,9 @@ class GroupMember:
         self._changed: asyncio.Event | None = None
         self._left: asyncio.Event | None = None
         self._bootstrap: grpc.aio.Channel | None = None
+        self._lookup_targets = split_target(target)
+        """Where the coordinator is looked up: one node after another (module docstring)."""
+        self._lookup_index = 0
         self._coordinator: grpc.aio.Channel | None = None
         self._coordinator_address: str | None = None
         self._stored: dict[TopicPartition, int] = {}
@@ -226,7 +241,7 @@ class GroupMember:
         self._wake = asyncio.Event()
         self._changed = asyncio.Event()
         self._left = asyncio.Event()
-        self._bootstrap = self._channel(self.target)
+        self._bootstrap = self._channel(self._lookup_targets[0])
         self._feed(self._member.join)
         self._driver = asyncio.create_task(self._drive(), name=f"kip848-member-{self.member_id}")
         if self.enable_auto_commit:
@@ -422,16 +437,23 @@ class GroupMember:
                         offsets=offsets,
                         metadata=metadata,
                     )
+                    channel = self._channel_for_calls()
                     try:
-                        stub = offsets_pb2_grpc.OffsetServiceStub(self._channel_for_calls())
+                        stub = offsets_pb2_grpc.OffsetServiceStub(channel)
                         resp = await stub.OffsetCommit(
                             request, timeout=self._request_timeout_s, metadata=self._metadata()
                         )
                     except grpc.aio.AioRpcError as exc:
-                        log.info("OffsetCommit failed (%s); retrying", exc.code().name)
+                        log.info(
+                            "member %s: OffsetCommit failed (%s); retrying",
+                            member.member_id,
+                            exc.code().name,
+                        )
+                        if channel is self._channel_for_calls():  # not moved on meanwhile
+                            self._feed(self._member.coordinator_unknown)
                         await asyncio.sleep(backoff)
                         continue
-                    stale = retry = False
+                    stale = retry = moved = False
                     for tp, (code, message) in _wire.offset_commit_errors(resp, offsets).items():
                         if code == ErrorCode.NONE:
                             self._committed[tp] = offsets.pop(tp)
@@ -442,6 +464,7 @@ class GroupMember:
                             stale = True
                         elif code in _COMMIT_RETRIABLE:
                             retry = True
+                            moved = moved or code in _COORDINATOR_MOVED
                         else:
                             del offsets[tp]  # failed for good
                     if stale:
@@ -455,6 +478,9 @@ class GroupMember:
                         # epoch on; retry once this member has learned its new epoch.
                         await self._wait_epoch_change(epoch)
                     elif retry:
+                        if moved and channel is self._channel_for_calls():
+                            # Find the coordinator again, as the heartbeats would.
+                            self._feed(self._member.coordinator_unknown)
                         await asyncio.sleep(backoff)
         except TimeoutError:
             for tp in offsets:
@@ -615,22 +641,41 @@ class GroupMember:
                 self._use_coordinator(self.target)  # no lookup served: the target is it
                 self._feed(lambda now: self._member.coordinator_found(seq, now))
                 return
-            log.info("FindCoordinator failed (%s: %s)", exc.code().name, exc.details())
+            log.info(
+                "member %s: FindCoordinator failed (%s: %s)",
+                self.member_id,
+                exc.code().name,
+                exc.details(),
+            )
+            self._next_lookup_target()
             self._feed(lambda now: self._member.coordinator_lookup_failed(seq, now))
             return
         entry = next((c for c in resp.coordinators if c.key == self.group_id), None)
         code = entry.error_code if entry is not None else resp.error_code
         if entry is None or code:
-            log.info("FindCoordinator answered %s", error_name(code or -1))
+            log.info(
+                "member %s: FindCoordinator answered %s", self.member_id, error_name(code or -1)
+            )
             self._feed(lambda now: self._member.coordinator_lookup_failed(seq, now))
             return
         host = f"[{entry.host}]" if ":" in entry.host else entry.host  # an IPv6 address
         self._use_coordinator(f"{host}:{entry.port}")
         self._feed(lambda now: self._member.coordinator_found(seq, now))
 
+    def _next_lookup_target(self) -> None:
+        """A lookup got no answer: the next one asks the next node the target names."""
+        if len(self._lookup_targets) < 2:
+            return
+        self._lookup_index = (self._lookup_index + 1) % len(self._lookup_targets)
+        old = self._bootstrap
+        self._bootstrap = self._channel(self._lookup_targets[self._lookup_index])
+        if old is not None and old is not self._coordinator:
+            self._spawn(old.close(grace=self._request_timeout_s), "close-channel")
+
     def _use_coordinator(self, address: str) -> None:
         if address == self._coordinator_address:
             return
+        log.info("member %s: the coordinator is %s", self.member_id, address)
         old = self._coordinator
         if address == self.target:
             self._coordinator = self._bootstrap
@@ -638,7 +683,8 @@ class GroupMember:
             self._coordinator = self._channel(address)
         self._coordinator_address = address
         if old is not None and old is not self._bootstrap:
-            self._spawn(old.close(), "close-channel")
+            # Calls still on it (a commit, a heartbeat) finish or time out, never cancelled.
+            self._spawn(old.close(grace=self._request_timeout_s), "close-channel")
 
     def _sync_watch(self) -> None:
         """Keep the push stream open while the member is in the group, on its coordinator."""
@@ -703,6 +749,8 @@ class GroupMember:
                     self._watch_key = None
                     return
                 log.debug("member %s: push stream broke (%s)", key[1], exc.code().name)
+                if self._watch_key == key:
+                    self._feed(self._member.push)  # its coordinator may be gone: ask now
             await asyncio.sleep(backoff)
 
     async def _callback(self, action: InvokeCallback) -> None:

@@ -509,6 +509,17 @@ class Member:
             self._coordinator_known = True
         return self._drain(now_ms)
 
+    def coordinator_unknown(self, now_ms: int) -> list[Action]:
+        """Another request (an offset commit) was answered NOT_COORDINATOR or
+        COORDINATOR_NOT_AVAILABLE, or could not reach the coordinator: look it up again (unless
+        a lookup is under way) and heartbeat to the one found at once, as Kafka's consumer
+        marks its coordinator unknown. A heartbeat in flight is answered as usual."""
+        if self._coordinator_known and self._inflight is None:
+            self._coordinator_known = False
+        if self.state in IN_GROUP:
+            self._heartbeat_now = True
+        return self._drain(now_ms)
+
     def coordinator_lookup_failed(self, seq: int, now_ms: int) -> list[Action]:
         if self._lookup == seq:
             self._lookup = None

@@ -1,0 +1,309 @@
+"""The runtime's side of a node among several on one PostgreSQL store (docs/ha.md): what a
+cluster node (``coordinator/cluster/node.py``, its ``PartitionHost``) asks of the engine.
+
+Theory of operation:
+
+* **Start.** Sharing the store, the engine loads only the cluster log (topics, users, ACLs)
+  at start; partitions come one by one as the node takes their leases.
+* **Load** (``load_partition``): the partition turns *loading* (its groups get
+  COORDINATOR_LOAD_IN_PROGRESS), its log is read on the loader's thread into a fresh shard
+  nobody sees yet, then the shard takes the partition's place and serves, with its members'
+  timers armed anew (Kafka's onLoaded: a full session for every member, the rebalance and
+  assignment timers in progress) and its offset expiration. A partition lost while loading is
+  never installed.
+* **Unload** (a graceful hand-over): new commands get NOT_COORDINATOR at once, the writes
+  holding its records finish, then it is dropped.
+* **Drop** (handed over, taken over, its lease ran out): NOT_COORDINATOR from now on; parked
+  requests of its groups get NOT_COORDINATOR (the client finds the new coordinator and retries,
+  as after Kafka's unload), its timers, first targets, offloads and regex resolutions are
+  forgotten, push streams of its groups end with NOT_COORDINATOR, and an empty shard takes its
+  place. Writes still in flight are answered as they resolve: a write that holds its records
+  is refused by PostgreSQL (fenced by the leader epoch it no longer holds) and fails
+  retriably as a whole.
+* **Fenced appends.** Every batch names the leader epochs of the partitions this node leads
+  (``Leadership.fence``); a batch refused for a partition means another node took it over:
+  the partition is dropped at once and the cluster node told. A batch refused because the
+  cluster log moved on (another node appended to it) makes this node catch up first.
+* **The cluster log** is followed: when a heartbeat reads a longer log than applied here, its
+  journal's new entries are replayed into the registry (between writes of this node's own to
+  it: a write decided on the older state is refused by the store and rolled back, which must
+  not undo what was applied). Topics others deleted lose their offsets in the partitions
+  served here, as in the deleting node's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Executor, ThreadPoolExecutor
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from coordinator.core import codec
+from coordinator.core.errors import CoordinatorError, NotCoordinatorError
+from coordinator.routing import partition_for
+
+from .leadership import Leadership, PartitionState
+from .loader import LoadStats, load_cluster, load_partition
+from .store import CLUSTER_LOG, StoreFencedError
+
+if TYPE_CHECKING:
+    from .driver import Batch, Driver
+    from .store import RecordStore
+    from .watchers import GroupWatchers
+
+__all__ = ["Partitions"]
+
+log = logging.getLogger("kip848.runtime")
+
+_CATCH_UP_ROUNDS = 1000
+"""A catch-up reads the journal at most this many times before it waits for the next
+heartbeat (each round applies everything written since the previous one)."""
+
+
+class Partitions:
+    """See the module docstring. Set up by ``Engine.share_partitions`` before the engine
+    starts; ``writer``: the engine's writer thread (store calls ordered with the appends)."""
+
+    def __init__(
+        self,
+        driver: Driver,
+        store: RecordStore,
+        watchers: GroupWatchers,
+        writer: Executor,
+        node_id: int,
+        new_shard: Callable[[], Any],
+    ) -> None:
+        self.driver = driver
+        self.store = store
+        self.watchers = watchers
+        self.writer = writer
+        self.new_shard = new_shard
+        self.lead = Leadership(self.driver.shard_count, node_id=node_id, monotonic=time.monotonic)
+        self.driver.lead = self.lead
+        self.cluster_offset = -1
+        """The cluster log's last offset applied to the registry."""
+        self.on_fenced: Callable[[int], None] | None = None
+        """Told of a partition an append found taken over (the node stops renewing it)."""
+        self._loader = ThreadPoolExecutor(1, thread_name_prefix="kip848-loader")
+        self._catching_up: asyncio.Task[None] | None = None
+        self._catch_up_to = -1
+
+    async def close(self) -> None:
+        if self._catching_up is not None:
+            self._catching_up.cancel()
+            await asyncio.gather(self._catching_up, return_exceptions=True)
+        self._loader.shutdown(wait=False)
+
+    # ------------------------------------------------------------------ start
+
+    async def load_cluster(self) -> LoadStats:
+        """At start: the cluster log only (on the loader's thread)."""
+        return await asyncio.get_running_loop().run_in_executor(self._loader, self._load_cluster)
+
+    def _load_cluster(self) -> LoadStats:
+        started = time.perf_counter()
+        stats = LoadStats(shards=[])
+        stats.topic_records, stats.last_offset = load_cluster(self.store, self.driver.registry)
+        stats.topics = len(self.driver.registry.topics)
+        stats.seconds = time.perf_counter() - started
+        self._adopt_cluster_log(stats.last_offset)
+        self.cluster_offset = stats.last_offset
+        return stats
+
+    def _adopt_cluster_log(self, last: int) -> None:
+        """The registry holds the cluster log up to ``last``: appends to it go after that
+        (refused if others appended since: then this node catches up)."""
+        adopt = getattr(self.store, "adopt", None)
+        if adopt is not None:
+            adopt(CLUSTER_LOG, last + 1)
+
+    # ------------------------------------------------------------------ PartitionHost
+
+    def serve_until(self, deadline: float) -> None:
+        """Serve no partition after ``deadline`` (``time.monotonic()``) unless told later."""
+        self.lead.deadline = deadline
+
+    def joined(self) -> None:
+        """The node has its first share: requests are answered (no longer all loading)."""
+        self.lead.joining = False
+
+    async def load_partition(self, partition: int, epoch: int) -> None:
+        """Take ``partition`` at ``epoch`` (see the module docstring)."""
+        driver = self.driver
+        loop = asyncio.get_running_loop()
+        self.lead.set(partition, PartitionState.LOADING, epoch)
+        shard = self.new_shard()
+        adopt = getattr(self.store, "adopt", None)
+
+        def load() -> Any:
+            if adopt is not None:
+                adopt(partition)  # its next offset: the previous leader wrote there
+            return load_partition(self.store, partition, shard)
+
+        try:
+            stats = await loop.run_in_executor(self._loader, load)
+        except BaseException:
+            if self.lead.epochs.get(partition) == epoch:
+                self.lose_partition(partition)
+            raise
+        if self.lead.epochs.get(partition) != epoch or not driver.active:
+            return  # lost meanwhile (the cluster node knows)
+        self._replace(partition, shard)
+        shard.set_topics(driver.registry.image())
+        self.lead.set(partition, PartitionState.SERVING)
+        driver.timing.arm_partition(partition, shard)
+        log.info(
+            "Loaded shard %d at leader epoch %d: %d records, %d groups in %.1f ms.",
+            partition,
+            epoch,
+            stats.records,
+            stats.groups,
+            stats.seconds * 1e3,
+        )
+
+    async def unload_partition(self, partition: int) -> None:
+        """Hand ``partition`` over: refuse new commands, let its writes finish, forget it."""
+        if self.lead.states[partition] is not PartitionState.NOT_LED:
+            self.lead.set(partition, PartitionState.UNLOADING)
+        batch: Batch | None = self.driver._last_batch.get(partition)
+        if batch is not None:
+            try:
+                await self.driver.wait(batch)
+            except CoordinatorError:
+                pass
+        self.lose_partition(partition)
+
+    def lose_partition(self, partition: int) -> None:
+        """``partition`` is no longer this node's: drop it at once (module docstring)."""
+        driver = self.driver
+        self.lead.set(partition, PartitionState.NOT_LED)
+        error = NotCoordinatorError(
+            f"Coordinator partition {partition} moved away from this node: ask FindCoordinator "
+            "again."
+        )
+        for key in [k for k in driver.parked if k[0] == partition]:
+            fut = driver.parked.pop(key)
+            if not fut.done():
+                fut.set_exception(error)
+        driver.timing.drop_partition(partition)
+        n = driver.shard_count
+        driver.own.forget(lambda g: partition_for(g, n) == partition)
+        driver._last_batch.pop(partition, None)
+        self._replace(partition, self.new_shard())
+        watchers = self.watchers
+        watchers.notify([g for g in watchers.groups() if partition_for(g, n) == partition])
+
+    def _replace(self, index: int, shard: Any) -> None:
+        """Put ``shard`` in place of partition ``index``'s state machine. Batches still
+        outstanding hold marks of the old one: they become the new one's current mark (nothing
+        of theirs belongs to it)."""
+        driver = self.driver
+        driver._machines[index] = shard
+        driver.shards[index] = shard
+        mark = shard.mark()
+        for batch in (driver.pending, driver.inflight):
+            if batch is not None:
+                batch.start_marks[index] = mark
+                if batch.end_marks is not None:
+                    batch.end_marks[index] = mark
+
+    def fenced(self, exc: StoreFencedError) -> None:
+        """An append refused: partitions taken over by another node are dropped at once;
+        the cluster log moved on: catch up (the batch failed retriably either way)."""
+        for p in sorted(exc.partitions):
+            if p == CLUSTER_LOG:
+                self.follow_cluster_log(2**62)
+            elif self.lead.states[p] is not PartitionState.NOT_LED:
+                log.error("Partition %d was taken over by another node: dropped.", p)
+                self.lose_partition(p)
+                if self.on_fenced is not None:
+                    self.on_fenced(p)
+
+    def written(self, offsets: dict[int, int]) -> None:
+        """A batch was appended (each log's last offset)."""
+        last = offsets.get(CLUSTER_LOG)
+        if last is not None:
+            self.cluster_offset = last
+
+    # ------------------------------------------------------------------ the cluster log
+
+    def follow_cluster_log(self, end: int) -> None:
+        """The cluster log ends at ``end`` (a heartbeat read it; -1: empty): catch up in the
+        background if behind."""
+        self._catch_up_to = max(self._catch_up_to, end)
+        if end > self.cluster_offset and self._catching_up is None and self.driver.active:
+            self._catching_up = asyncio.get_running_loop().create_task(
+                self._catch_up(), name="kip848-cluster-log"
+            )
+
+    async def _catch_up(self) -> None:
+        driver = self.driver
+        loop = asyncio.get_running_loop()
+        registry_index = driver.shard_count
+        try:
+            for _ in range(_CATCH_UP_ROUNDS):
+                if self.cluster_offset >= self._catch_up_to or not driver.active:
+                    return
+                outstanding = driver._last_batch.get(registry_index)
+                if outstanding is not None:
+                    try:
+                        await self.driver.wait(outstanding)
+                    except CoordinatorError:
+                        pass
+                    continue
+                start = self.cluster_offset + 1
+                entries = await loop.run_in_executor(
+                    self._loader, partial(_journal, self.store, CLUSTER_LOG, start)
+                )
+                if driver._last_batch.get(registry_index) is not None or not driver.active:
+                    continue  # a write of its own began meanwhile: after it
+                if self.cluster_offset + 1 != start:
+                    continue  # our own append moved it meanwhile
+                if entries and entries[0].offset > start:
+                    log.error(
+                        "The cluster log's journal starts at offset %d, this node applied up "
+                        "to %d (retention removed what it missed): restart it to reload.",
+                        entries[0].offset,
+                        self.cluster_offset,
+                    )
+                    return
+                if not entries:
+                    self._catch_up_to = self.cluster_offset
+                    return
+                self._apply_cluster_entries(entries)
+        finally:
+            self._catching_up = None
+
+    def _apply_cluster_entries(self, entries: Sequence[Any]) -> None:
+        driver = self.driver
+        registry = driver.registry
+        before = set(registry.image().by_name)
+        undo = registry.undo
+        undo.enabled = False
+        try:
+            for e in entries:
+                registry.replay(codec.decode(e.key, e.value))
+        finally:
+            undo.enabled = True
+        driver._publish_topics()
+        last = entries[-1].offset
+        self.cluster_offset = last
+        # On the writer's thread: ordered before this node's later appends.
+        self.writer.submit(self._adopt_cluster_log, last)
+        log.info("Applied %d records of the cluster log (up to offset %d).", len(entries), last)
+        gone = sorted(before - set(registry.image().by_name))
+        if gone:
+            for i in self.lead.served():
+                try:
+                    driver.execute(i, lambda s: s.on_topics_deleted(gone))
+                except CoordinatorError as exc:
+                    log.warning(
+                        "Offsets of deleted topics not removed from partition %d: %s", i, exc
+                    )
+
+
+def _journal(store: Any, log_id: int, start: int) -> list[Any]:
+    return list(store.journal(log_id, from_offset=start))

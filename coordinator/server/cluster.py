@@ -1,0 +1,172 @@
+"""The server among several coordinator nodes on one PostgreSQL store (docs/ha.md): the node's
+membership (:class:`ClusterMember`: join, settle, leave) and the routing FindCoordinator and
+Metadata answer with (:class:`ClusterRouting`).
+
+Routing ("What a client sees" in docs/ha.md): a group's coordinator is the node leading its
+coordinator partition (Kafka's ``partitionFor``), as this node's cluster view has it: this
+node itself when it holds the lease (loading or serving: FindCoordinator never answers
+COORDINATOR_LOAD_IN_PROGRESS, as Kafka's does not), else the lease holder of its last
+heartbeat. A partition nobody leads right now (a fail-over in progress) is
+COORDINATOR_NOT_AVAILABLE: the client asks again. Over gRPC a node is its
+``--advertised-address``; over the Kafka protocol its Kafka listener, with ``--node-id`` as its
+broker id (each coordinator node is a broker of its own to Kafka's clients).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from coordinator.cluster import ClusterConfig, ClusterNode
+from coordinator.cluster.node import DEFAULT_HEARTBEAT_MS, DEFAULT_LEASE_MS
+from coordinator.core.errors import CoordinatorError, CoordinatorNotAvailableError
+from coordinator.routing import partition_for
+from coordinator.runtime import CoordinatorRuntime
+
+from .api import Caller, Node
+
+__all__ = ["ClusterMember", "ClusterRouting", "ClusterSettings"]
+
+log = logging.getLogger("kip848.server")
+
+SETTLE_MIN_S = 30.0
+"""A starting node answers COORDINATOR_LOAD_IN_PROGRESS until it has its first share, at most
+this long (or three leases, if longer): then it serves what it has."""
+
+IDLE_TRANSACTION_MIN_MS = 50
+"""PostgreSQL ends a node's writer session whose transaction waits for the node longer than a
+quarter of the lease, and never less than this (``bound_idle_transactions``)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClusterSettings:
+    """Several nodes sharing one PostgreSQL store (``kip848 serve --store postgresql://...``)."""
+
+    node_id: int
+    dsn: str
+    lease_ms: int = DEFAULT_LEASE_MS
+    heartbeat_ms: int = DEFAULT_HEARTBEAT_MS
+
+    def config(self, address: str, kafka_address: str | None) -> ClusterConfig:
+        return ClusterConfig(
+            node_id=self.node_id,
+            address=address,
+            kafka_address=kafka_address,
+            lease_ms=self.lease_ms,
+            heartbeat_ms=self.heartbeat_ms,
+        )
+
+
+class ClusterMember:
+    """This server's node: created before the runtime starts (the runtime then loads only the
+    cluster log), joined once it has (:meth:`join`), left when the server stops."""
+
+    def __init__(self, runtime: CoordinatorRuntime, settings: ClusterSettings) -> None:
+        self.runtime = runtime
+        self.settings = settings
+        self.partitions = runtime.share_partitions(settings.node_id)
+        self.node: ClusterNode | None = None
+        bound = getattr(runtime.engine.store, "bound_idle_transactions", None)
+        if bound is not None:  # before the first append
+            bound(max(IDLE_TRANSACTION_MIN_MS, settings.lease_ms // 4))
+
+    async def join(
+        self, address: tuple[str, int], kafka_address: str | None, on_health: Callable[[], None]
+    ) -> ClusterRouting:
+        """Register, take this node's share and load it (bounded: see :data:`SETTLE_MIN_S`);
+        the answer is what FindCoordinator asks from then on."""
+        from coordinator.runtime.store.postgres_leases import PostgresLeases
+        from coordinator.runtime.store.postgres_schema import dsn_for_log
+
+        host, port = address
+        shown = f"[{host}]" if ":" in host else host
+        settings = self.settings
+        leases = PostgresLeases(
+            settings.dsn,
+            where=dsn_for_log(settings.dsn),
+            statement_timeout_s=settings.lease_ms / 3000,  # a blocked renewal fails in time
+        )
+        node = ClusterNode(
+            leases,
+            self.partitions,
+            settings.config(f"{shown}:{port}", kafka_address),
+            self.runtime.shard_count,
+        )
+        self.partitions.on_fenced = node.fenced_off
+        node.add_health_listener(on_health)
+        self.node = node
+        await node.start()
+        timeout_s = max(SETTLE_MIN_S, 3 * settings.lease_ms / 1000)
+        if not await node.settle(timeout_s):
+            log.warning(
+                "Node %d has not loaded its share of the partitions after %.0f s: serving "
+                "what it has.",
+                settings.node_id,
+                timeout_s,
+            )
+        self.partitions.joined()
+        return ClusterRouting(node)
+
+    @property
+    def healthy(self) -> bool:
+        """Joined, and leading something or able to reach PostgreSQL."""
+        node = self.node
+        return node is not None and not self.partitions.lead.joining and node.healthy
+
+    async def leave(self) -> None:
+        """Hand every partition over now (writes finish; requests meanwhile get
+        NOT_COORDINATOR and find the new leader), not after the lease."""
+        if self.node is not None:
+            await self.node.stop()
+
+
+class ClusterRouting:
+    """Who FindCoordinator names and which brokers Metadata lists (module docstring)."""
+
+    def __init__(self, node: ClusterNode) -> None:
+        self.node = node
+        self.partitions = node.partitions
+
+    def coordinator(self, group_id: str, caller: Caller) -> Node | CoordinatorError:
+        """The node to name for ``group_id`` to ``caller`` (its protocol decides which
+        address), or why none can be named now."""
+        node = self.node
+        p = partition_for(group_id, self.partitions)
+        leader = node.leader_of(p)
+        if leader is None:
+            return CoordinatorNotAvailableError(
+                f"Coordinator partition {p} has no leader right now (a fail-over is in "
+                "progress): ask again."
+            )
+        if leader == node.node_id:
+            here = caller.node
+            if here is None:
+                return CoordinatorNotAvailableError("The coordinator's address is not known yet.")
+            return Node(node_id=leader, host=here.host, port=here.port)
+        address = node.view.node(leader)
+        if address is None:
+            return CoordinatorNotAvailableError(
+                f"Node {leader} leads coordinator partition {p} but its address is not known."
+            )
+        if caller.api_version is None:
+            host, port = address.grpc
+        elif address.kafka is not None:
+            host, port = address.kafka
+        else:
+            return CoordinatorNotAvailableError(
+                f"Node {leader} leads coordinator partition {p} but has no Kafka listener."
+            )
+        return Node(node_id=leader, host=host, port=port)
+
+    def kafka_nodes(self, here: Node | None) -> list[Node]:
+        """Every live node's Kafka listener, as Metadata lists brokers (this node: the
+        listener the request came through), by node id."""
+        out = []
+        me = self.node.node_id
+        if here is not None:
+            out.append(Node(node_id=me, host=here.host, port=here.port))
+        for a in self.node.view.live_nodes():
+            if a.node_id != me and a.kafka is not None:
+                out.append(Node(node_id=a.node_id, host=a.kafka[0], port=a.kafka[1]))
+        return sorted(out, key=lambda n: n.node_id)

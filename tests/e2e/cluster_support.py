@@ -1,0 +1,247 @@
+"""Several ``kip848 serve`` nodes on one PostgreSQL store (docs/ha.md), and consumers of many
+groups committing through them (``cluster_worker.py``), for the fail-over tests.
+
+* :class:`Nodes` starts node processes (``--node-id N --store postgresql://...``, a gRPC and a
+  Kafka listener each on port 0), kills them (``kill -9``), pauses them (SIGSTOP/SIGCONT) and
+  restarts them, every wait bounded.
+* :class:`Workers` runs ``cluster_worker.py`` processes and collects their events with the
+  machine's one ``time.monotonic`` clock.
+* :func:`journal_epochs` reads, from the store itself, the leader epoch every journal entry of
+  each coordinator partition was written under, in offset order: epochs that ever go down mean
+  a deposed leader wrote after its successor.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from conftest import ServerProcess
+
+from kip848.v1 import (
+    classic_group_pb2,
+    classic_group_pb2_grpc,
+    offsets_pb2,
+    offsets_pb2_grpc,
+)
+
+WORKER = Path(__file__).with_name("cluster_worker.py")
+STOP_TIMEOUT_S = 30.0
+
+
+class Nodes:
+    """The coordinator nodes of one store."""
+
+    def __init__(self, root: Path, dsn: str, *settings: str) -> None:
+        self.root = root
+        self.dsn = dsn
+        self.settings = settings
+        self.procs: dict[int, ServerProcess] = {}
+        self.logs: dict[int, list[Path]] = {}
+
+    def start(self, node_id: int) -> ServerProcess:
+        server = ServerProcess(
+            self.root / f"node{node_id}",
+            "--store",
+            self.dsn,
+            "--node-id",
+            str(node_id),
+            "--kafka-listen",
+            "127.0.0.1:0",
+            *self.settings,
+            clock="system",
+            lines=2,
+        )
+        assert server.lines[1].startswith("kafka listening on "), server.lines
+        self.procs[node_id] = server
+        self.logs.setdefault(node_id, []).append(server.stderr_path)
+        return server
+
+    def kafka_address(self, node_id: int) -> str:
+        return self.procs[node_id].lines[1].removeprefix("kafka listening on ")
+
+    def kill9(self, node_id: int) -> None:
+        self.procs.pop(node_id).kill9()
+
+    def pause(self, node_id: int) -> None:
+        self.procs[node_id].signal(signal.SIGSTOP)
+
+    def resume(self, node_id: int) -> None:
+        self.procs[node_id].signal(signal.SIGCONT)
+
+    def stop(self, node_id: int) -> int:
+        return self.procs.pop(node_id).stop()
+
+    def stop_all(self) -> None:
+        for node_id in list(self.procs):
+            server = self.procs.pop(node_id)
+            if server.proc.poll() is None:
+                server.signal(signal.SIGCONT)
+            try:
+                server.stop()
+            except subprocess.TimeoutExpired:
+                server.proc.kill()
+                server.proc.wait(timeout=10)
+
+    def log_text(self, node_id: int) -> str:
+        return "".join(p.read_text(errors="replace") for p in self.logs.get(node_id, []))
+
+    def any(self) -> ServerProcess:
+        return next(iter(self.procs.values()))
+
+
+def find_coordinator(server: ServerProcess, group: str) -> tuple[int, str]:
+    """(error code, ``HOST:PORT``) of ``group``'s coordinator as ``server`` names it."""
+    stub = classic_group_pb2_grpc.ClassicGroupServiceStub(server.channel)
+    resp = stub.FindCoordinator(
+        classic_group_pb2.FindCoordinatorRequest(key_type=0, coordinator_keys=[group]), timeout=5
+    )
+    c = resp.coordinators[0]
+    return c.error_code, f"{c.host}:{c.port}"
+
+
+def committed(server: ServerProcess, group: str, channel_for: Callable[[str], Any]) -> dict:
+    """``group``'s committed offsets ({(topic, partition): offset}), asked of its coordinator
+    (found through ``server``; bounded retries while it moves)."""
+    deadline = time.monotonic() + 30
+    while True:
+        code, address = find_coordinator(server, group)
+        if code == 0:
+            stub = offsets_pb2_grpc.OffsetServiceStub(channel_for(address))
+            resp = stub.OffsetFetch(
+                offsets_pb2.OffsetFetchRequest(
+                    groups=[offsets_pb2.OffsetFetchRequest.Group(group_id=group)]
+                ),
+                timeout=5,
+            )
+            g = resp.groups[0]
+            if g.error_code == 0:
+                return {
+                    (t.name, p.partition_index): p.committed_offset
+                    for t in g.topics
+                    for p in t.partitions
+                }
+            code = g.error_code
+        assert time.monotonic() < deadline, f"no committed offsets of {group} ({code})"
+        time.sleep(0.1)
+
+
+def journal_epochs(dsn: str) -> dict[int, list[int]]:
+    """Each coordinator partition's journal: the leader epoch of every entry, in offset order."""
+    import psycopg
+
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute(
+            'SELECT log, leader_epoch FROM kip848_journal WHERE log >= 0 ORDER BY log, "offset"'
+        ).fetchall()
+    out: dict[int, list[int]] = {}
+    for log, epoch in rows:
+        out.setdefault(int(log), []).append(int(epoch))
+    return out
+
+
+class Worker:
+    def __init__(self, workers: Workers, name: str, spec: dict[str, Any]) -> None:
+        self.name = name
+        self.spec = spec
+        self.log_path = workers.root / f"{name}.stderr"
+        self._stderr = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(
+            [sys.executable, str(WORKER), json.dumps(spec)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            env=dict(os.environ, PYTHONUNBUFFERED="1"),
+        )
+        self.events: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            event = json.loads(line)
+            with self._lock:
+                self.events.append(event)
+
+    def of(self, *kinds: str) -> list[dict[str, Any]]:
+        with self._lock:
+            return [e for e in self.events if e["event"] in kinds]
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            assert self.proc.stdin is not None
+            self.proc.stdin.write(b"stop\n")
+            self.proc.stdin.flush()
+        try:
+            rc = self.proc.wait(timeout=STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+            raise AssertionError(f"{self.name} did not stop: {self.stderr()}") from None
+        finally:
+            self._reader.join(timeout=5)
+            self._stderr.close()
+        assert rc == 0, f"{self.name} exited {rc}: {self.of('error')} {self.stderr()}"
+
+    def stderr(self) -> str:
+        return self.log_path.read_text(errors="replace")[-4000:]
+
+
+class Workers:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.all: list[Worker] = []
+
+    def start(self, name: str, **spec: Any) -> Worker:
+        w = Worker(self, name, spec)
+        self.all.append(w)
+        return w
+
+    def events(self, *kinds: str) -> list[dict[str, Any]]:
+        return sorted((e for w in self.all for e in w.of(*kinds)), key=lambda e: e["t"])
+
+    def groups(self) -> list[str]:
+        return [g for w in self.all for g in w.spec["groups"]]
+
+    def wait_acked_after(
+        self, t: float, timeout: float, groups: Iterable[str] | None = None
+    ) -> None:
+        """Until every group (of ``groups``) has a commit acknowledged after ``t``."""
+        wanted = set(self.groups() if groups is None else groups)
+        deadline = time.monotonic() + timeout
+        while True:
+            done = {e["group"] for e in self.events("ack") if e["t"] > t}
+            if wanted <= done:
+                return
+            for w in self.all:
+                assert w.proc.poll() is None, f"{w.name} exited: {w.of('error')} {w.stderr()}"
+            assert time.monotonic() < deadline, f"no commit acknowledged since {t:.1f} for " + (
+                ", ".join(sorted(wanted - done))
+            )
+            time.sleep(0.1)
+
+    def kill_all(self) -> None:
+        """After a failure: end every worker at once (bounded)."""
+        for w in self.all:
+            if w.proc.poll() is None:
+                w.proc.kill()
+                w.proc.wait(timeout=10)
+
+    def stop_all(self) -> None:
+        errors = []
+        for w in self.all:
+            try:
+                w.stop()
+            except AssertionError as exc:
+                errors.append(str(exc))
+        assert not errors, errors

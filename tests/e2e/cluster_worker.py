@@ -1,0 +1,262 @@
+"""Consumers of many groups in one process, committing without pause, for the tests of several
+coordinator nodes (tests/e2e/test_cluster_failover.py).
+
+    python tests/e2e/cluster_worker.py '{"kind": ..., "groups": [...], "topic": ..., ...}'
+
+``kind``: ``kip848`` (``kip848.client.GroupMember`` over gRPC; ``target`` is a gRPC target
+naming every node, ``ipv4:HOST:PORT,HOST:PORT,...``), ``librdkafka`` (confluent-kafka,
+``group.protocol=consumer``: KIP-848) or ``kafka-python`` (classic) over the Kafka listeners
+(``bootstrap``: every node's). One member per group. Each member owns every partition of
+``topic`` (the coordinators serve no records: the partitions are paused), and commits them,
+one synchronous commit after another, with offsets that only grow: ``time.monotonic_ns() //
+1000`` when the commit is sent (one clock for every process of the machine).
+
+Events on stdout, one JSON object per line, ``t`` = ``time.monotonic()``: ``started``;
+``assign`` / ``revoke`` / ``lost`` (``group``, ``partitions``); ``ack`` (``group``,
+``offset``: every owned partition committed at ``offset``, acknowledged); ``sent``
+(``group``, ``offset``: a commit about to be sent — it may be applied though not
+acknowledged); ``commit-error`` (``group``, ``error``); ``closed``; ``error`` then exit 1.
+``stop`` on stdin: close every member (leave the group) and exit 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import sys
+import threading
+import time
+import traceback
+from typing import Any
+
+_out = threading.Lock()
+PAUSE_S = 0.05  # between one member's commits
+
+
+def emit(event: str, **fields: Any) -> None:
+    line = json.dumps({"t": time.monotonic(), "event": event, **fields})
+    with _out:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+
+
+def offset_now() -> int:
+    return time.monotonic_ns() // 1000
+
+
+def stop_requested() -> threading.Event:
+    stop = threading.Event()
+
+    def read() -> None:
+        for line in sys.stdin:
+            if line.strip() == "stop":
+                break
+        stop.set()
+
+    threading.Thread(target=read, daemon=True).start()
+    return stop
+
+
+# ---------------------------------------------------------------------------- kip848.client
+
+
+async def run_kip848(spec: dict[str, Any], stop: threading.Event) -> None:
+    from kip848.client import CommitFailedError, GroupMember
+
+    members = []
+    for group in spec["groups"]:
+
+        def callback(kind: str, group: str = group) -> Any:
+            return lambda parts: emit(
+                kind, group=group, partitions=sorted([tp.topic, tp.partition] for tp in parts)
+            )
+
+        members.append(
+            GroupMember(
+                spec["target"],
+                group,
+                topics=[spec["topic"]],
+                on_assigned=callback("assign"),
+                on_revoked=callback("revoke"),
+                on_lost=callback("lost"),
+                client_id=f"worker-{group}",
+                retry_backoff_max_ms=500,
+                request_timeout_ms=5_000,
+                # Lookups spread over every node named: one that hangs (SIGSTOP) holds up a
+                # lookup for one request timeout, not every lookup.
+                channel_options=[("grpc.lb_policy_name", "round_robin")],
+            )
+        )
+    for m in members:
+        await m.start()
+        logging.info("group %s: member %s", m.group_id, m.member_id)
+    emit("started")
+
+    async def commits(member: GroupMember) -> None:
+        while not stop.is_set():
+            owned = member.assignment
+            if not owned:
+                await asyncio.sleep(PAUSE_S)
+                continue
+            offset = offset_now()
+            emit("sent", group=member.group_id, offset=offset)
+            try:
+                await member.commit(dict.fromkeys(owned, offset), timeout=10)
+            except CommitFailedError as exc:
+                emit("commit-error", group=member.group_id, error=str(exc))
+            else:
+                emit("ack", group=member.group_id, offset=offset)
+            await asyncio.sleep(PAUSE_S)
+
+    await asyncio.gather(*(commits(m) for m in members))  # until stop
+    await asyncio.gather(*(m.close() for m in members))
+
+
+# ---------------------------------------------------------------------------- Kafka clients
+
+
+def in_threads(spec: dict[str, Any], stop: threading.Event, run: Any) -> None:
+    """``run(group, stop)`` for every group, each in a thread of its own (a synchronous commit
+    that waits for a fail-over holds up its own group only)."""
+    threads = [
+        threading.Thread(target=run, args=(group, stop), name=group) for group in spec["groups"]
+    ]
+    for t in threads:
+        t.start()
+    emit("started")
+    for t in threads:
+        t.join()
+
+
+def commit_loop(group: str, stop: threading.Event, poll: Any, owned: Any, commit: Any) -> None:
+    """Poll, and commit every owned partition at a growing offset, until ``stop``."""
+    next_commit = 0.0
+    while not stop.is_set():
+        poll()
+        if time.monotonic() < next_commit:
+            continue
+        parts = owned()
+        if not parts:
+            continue
+        offset = offset_now()
+        emit("sent", group=group, offset=offset)
+        try:
+            commit(parts, offset)
+        except Exception as exc:  # noqa: BLE001 - every client raises its own kind
+            emit("commit-error", group=group, error=repr(exc))
+            next_commit = time.monotonic() + 0.2
+        else:
+            emit("ack", group=group, offset=offset)
+            next_commit = time.monotonic() + PAUSE_S
+
+
+def run_librdkafka(spec: dict[str, Any], stop: threading.Event) -> None:
+    from confluent_kafka import Consumer, TopicPartition
+
+    def run(group: str, stop: threading.Event) -> None:
+        c = Consumer(
+            {
+                "bootstrap.servers": spec["bootstrap"],
+                "group.id": group,
+                "group.protocol": "consumer",
+                "enable.auto.commit": False,
+                "client.id": f"worker-{group}",
+                "log_level": 0,
+                "reconnect.backoff.max.ms": 500,
+                "socket.timeout.ms": 5_000,  # a node that hangs (SIGSTOP) is given up on
+            }
+        )
+
+        def on_assign(c: Any, parts: list[Any]) -> None:
+            c.pause(parts)  # no records to fetch from a coordinator-only listener
+            emit("assign", group=group, partitions=[[p.topic, p.partition] for p in parts])
+
+        def on_revoke(_c: Any, parts: list[Any]) -> None:
+            emit("revoke", group=group, partitions=[[p.topic, p.partition] for p in parts])
+
+        def on_lost(_c: Any, parts: list[Any]) -> None:
+            emit("lost", group=group, partitions=[[p.topic, p.partition] for p in parts])
+
+        c.subscribe([spec["topic"]], on_assign=on_assign, on_revoke=on_revoke, on_lost=on_lost)
+        commit_loop(
+            group,
+            stop,
+            lambda: c.poll(0.02),
+            c.assignment,
+            lambda parts, offset: c.commit(
+                offsets=[TopicPartition(p.topic, p.partition, offset) for p in parts],
+                asynchronous=False,
+            ),
+        )
+        c.close()
+
+    in_threads(spec, stop, run)
+
+
+def run_kafka_python(spec: dict[str, Any], stop: threading.Event) -> None:
+    from kafka import KafkaConsumer
+    from kafka.consumer.subscription_state import ConsumerRebalanceListener
+    from kafka.structs import OffsetAndMetadata
+
+    def run(group: str, stop: threading.Event) -> None:
+        c = KafkaConsumer(
+            bootstrap_servers=spec["bootstrap"].split(","),
+            group_id=group,
+            client_id=f"worker-{group}",
+            enable_auto_commit=False,
+            session_timeout_ms=10_000,
+            heartbeat_interval_ms=500,
+            reconnect_backoff_max_ms=500,
+            request_timeout_ms=5_000,
+        )
+
+        class Listener(ConsumerRebalanceListener):  # type: ignore[misc]
+            def on_partitions_revoked(self, revoked: Any) -> None:
+                if revoked:
+                    emit("revoke", group=group, partitions=sorted(map(list, revoked)))
+
+            def on_partitions_assigned(self, assigned: Any) -> None:
+                for tp in assigned:  # no offsets to look up nor records to fetch from a
+                    c.seek(tp, 0)  # coordinator-only listener
+                c.pause(*assigned)
+                emit("assign", group=group, partitions=sorted(map(list, assigned)))
+
+            def on_partitions_lost(self, lost: Any) -> None:
+                emit("lost", group=group, partitions=sorted(map(list, lost)))
+
+        c.subscribe([spec["topic"]], listener=Listener())
+        commit_loop(
+            group,
+            stop,
+            lambda: c.poll(timeout_ms=20),
+            c.assignment,
+            lambda parts, offset: c.commit({tp: OffsetAndMetadata(offset, "", -1) for tp in parts}),
+        )
+        c.close()
+
+    in_threads(spec, stop, run)
+
+
+def main() -> int:
+    spec = json.loads(sys.argv[1])
+    logging.basicConfig(  # the clients' own account, on stderr (kept with the test's files)
+        level=logging.INFO, format="%(relativeCreated)d %(name)s %(message)s"
+    )
+    stop = stop_requested()
+    try:
+        if spec["kind"] == "kip848":
+            asyncio.run(run_kip848(spec, stop))
+        elif spec["kind"] == "librdkafka":
+            run_librdkafka(spec, stop)
+        else:
+            run_kafka_python(spec, stop)
+    except Exception:  # noqa: BLE001 - reported to the test, which fails
+        emit("error", error=traceback.format_exc())
+        return 1
+    emit("closed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

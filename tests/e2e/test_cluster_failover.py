@@ -1,0 +1,153 @@
+"""Several coordinator nodes on one PostgreSQL store (docs/ha.md), under real clients: KIP-848
+consumers of confluent-kafka (librdkafka) and classic consumers of kafka-python through the
+nodes' Kafka listeners (coordinator-only: the partitions are paused, the consumers only keep
+their membership and commit), and ``kip848.client`` members over gRPC — 50 groups, each
+committing without pause while nodes are killed (``kill -9``), paused past their lease
+(SIGSTOP, then SIGCONT: a zombie), restarted and added.
+
+What must hold: no acknowledged commit is lost (each group's final offsets are at or after
+its last acknowledged commit, and are a commit it sent); no deposed leader ever wrote after
+its successor (each partition's journal, read from PostgreSQL, has leader epochs that never go
+down); every group is served again within the lease, the load and the clients' own request
+timeout; no member that kept heartbeating lost its partitions (no ``lost`` callback); the
+paused node learned that it lost its partitions; a node loading everything afresh from the
+logs answers the same offsets (the state is the replay of the logs).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import grpc
+import pytest
+from cluster_support import Nodes, Workers, committed, journal_epochs
+
+pytestmark = pytest.mark.slow
+
+LEASE_MS = 2_000
+CLIENT_TIMEOUT_S = 5.0  # the workers' request timeouts (a paused node answers nothing)
+SETTINGS = (
+    "--set",
+    f"coordinator.lease.ms={LEASE_MS}",
+    "--set",
+    "coordinator.heartbeat.interval.ms=200",
+    "--set",
+    "offsets.topic.num.partitions=12",
+    "--set",
+    "group.consumer.min.heartbeat.interval.ms=1000",
+    "--set",
+    "group.consumer.heartbeat.interval.ms=1000",
+)
+TOPIC = "events"
+
+
+def test_nodes_fail_over_under_real_clients(pg_server, tmp_path: Path) -> None:
+    dsn = pg_server.fresh_store_dsn()
+    nodes = Nodes(tmp_path, dsn, *SETTINGS)
+    for n in (1, 2, 3):
+        nodes.start(n)
+    assert nodes.procs[1].create_topic(TOPIC, 3)
+    kafka = ",".join(nodes.kafka_address(n) for n in (1, 2, 3))
+    grpc_target = "ipv4:" + ",".join(nodes.procs[n].address for n in (1, 2, 3))
+    workers = Workers(tmp_path)
+    for kind, prefix, count, where in (
+        ("kip848", "k", 30, {"target": grpc_target}),
+        ("librdkafka", "r", 10, {"bootstrap": kafka}),
+        ("kafka-python", "p", 10, {"bootstrap": kafka}),
+    ):
+        groups = [f"{prefix}{i}" for i in range(count)]
+        workers.start(kind, kind=kind, topic=TOPIC, groups=groups, **where)
+    channels: dict[str, grpc.Channel] = {}
+
+    def channel_for(address: str) -> grpc.Channel:
+        if address not in channels:
+            channels[address] = grpc.insecure_channel(address)
+        return channels[address]
+
+    t0 = time.monotonic()
+    try:
+        workers.wait_acked_after(t0, timeout=60)
+        # Every node leads a share of the partitions, and is asked for its groups.
+        leaders = {n: nodes.log_text(n).count("Loaded shard") for n in (1, 2, 3)}
+        assert all(leaders.values()), leaders
+
+        # kill -9: its partitions are taken over once its leases expire.
+        killed_at = time.monotonic()
+        nodes.kill9(1)
+        workers.wait_acked_after(killed_at + 0.5, timeout=30)
+        recovered_kill = time.monotonic() - killed_at
+
+        # SIGSTOP past the lease, then SIGCONT: the zombie drops what it led, writes nothing.
+        paused_at = time.monotonic()
+        nodes.pause(2)
+        time.sleep(2 * LEASE_MS / 1000)
+        workers.wait_acked_after(paused_at + 2 * LEASE_MS / 1000, timeout=30)
+        nodes.resume(2)
+        resumed_at = time.monotonic()
+
+        # A restart of the killed node, and a fourth node: partitions move to them gracefully.
+        nodes.start(1)
+        nodes.start(4)
+        deadline = time.monotonic() + 30
+        while not all("Loaded shard" in nodes.log_text(n)[-20000:] for n in (1, 4)):
+            assert time.monotonic() < deadline, "the new nodes never got a share"
+            time.sleep(0.2)
+        workers.wait_acked_after(time.monotonic(), timeout=30)
+        time.sleep(1.0)
+    except BaseException:
+        workers.kill_all()
+        nodes.stop_all()
+        raise
+    workers.stop_all()
+
+    # No member that kept heartbeating lost its partitions (fenced, session expired).
+    assert workers.events("lost") == []
+    assert not workers.events("error")
+
+    # No acknowledged commit lost: each group's offsets are at or after its last ack, and are
+    # offsets it sent.
+    server = nodes.any()
+    finals = {}
+    for w in workers.all:
+        for group in w.spec["groups"]:
+            acked = [e["offset"] for e in w.of("ack") if e["group"] == group]
+            sent = {e["offset"] for e in w.of("sent") if e["group"] == group}
+            offsets = committed(server, group, channel_for)
+            assert sorted(offsets) == [(TOPIC, p) for p in range(3)], (group, offsets)
+            for tp, offset in offsets.items():
+                assert offset >= acked[-1] and offset in sent, (group, tp, offset, acked[-1])
+            finals[group] = offsets
+
+    # Every group served again soon after each fault. After kill -9 every group commits again
+    # within the lease and its load (milliseconds for a few groups) and the clients'
+    # back-off. A node that hangs (SIGSTOP) answers nothing: a client notices it by its own
+    # request timeout — its heartbeat's or commit's, then possibly a lookup's sent to the hung
+    # node — so the largest gap between two acknowledged commits of a group is at most the
+    # lease and three request timeouts.
+    gaps = []
+    for group in workers.groups():
+        times = [e["t"] for e in workers.events("ack") if e["group"] == group]
+        gaps += [(b - a, group, a - t0) for a, b in zip(times, times[1:], strict=False)]
+    worst = max(gaps)
+    print(f"kill -9 recovered in {recovered_kill:.1f} s; largest gap {worst[0]:.1f} s")
+    faults = {"kill": killed_at - t0, "pause": paused_at - t0, "resume": resumed_at - t0}
+    assert worst[0] < LEASE_MS / 1000 + 3 * CLIENT_TIMEOUT_S + 2.0, (worst, faults)
+    assert recovered_kill < LEASE_MS / 1000 + 3.0
+
+    # The zombie learned, when it ran again, that its leases had run out; nobody ever wrote
+    # to a partition under an epoch older than one written before.
+    assert "stops serving partitions" in nodes.log_text(2), nodes.log_text(2)[-3000:]
+    for log, epochs in journal_epochs(dsn).items():
+        assert epochs == sorted(epochs), (log, epochs)
+    assert resumed_at > paused_at
+
+    # The state is the replay of the logs: one node loading everything afresh answers the
+    # same offsets.
+    nodes.stop_all()
+    nodes.start(9)
+    for group, offsets in finals.items():
+        assert committed(nodes.procs[9], group, channel_for) == offsets
+    nodes.stop_all()
+    for ch in channels.values():
+        ch.close()
