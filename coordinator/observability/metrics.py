@@ -54,6 +54,8 @@ from prometheus_client.registry import Collector
 
 from coordinator.core.events import Cause
 
+from .cluster_metrics import cluster_families
+
 log = logging.getLogger("kip848.metrics")
 
 # No ``*_created`` series: they double the exposition and no dashboard or alert here uses them.
@@ -153,6 +155,14 @@ class StateCounts:
     rack_local: dict[str, tuple[int, int]] = field(default_factory=dict)
     """group id -> (rack-local partitions, assigned partitions), for the groups where racks
     matter (:mod:`.racks`)."""
+    partitions: dict[int, str] = field(default_factory=dict)
+    """Among several nodes (docs/ha.md): coordinator partition -> its state on this node
+    (``cluster_metrics.PARTITION_STATES``); empty for one node alone."""
+    leader_epochs: dict[int, int] = field(default_factory=dict)
+    """partition -> the leader epoch this node holds it at."""
+    node: dict[str, int] | None = None
+    """Among several nodes: this node's ``reachable``, ``controller`` and counters
+    (``heartbeats``, ``heartbeat_failures``, ``loads``, ``moves``, ``lost``)."""
 
 
 # The label values every set gauge exports, at 0 when nothing is in them, so that an alert on
@@ -295,7 +305,13 @@ class StateCollector(Collector):
         )
         for group, (local, assigned) in sorted(c.rack_local.items()):
             rack_local.add_metric([group], local / assigned if assigned else 1.0)
-        return [load, loaded, forwarded, rack_local]
+        return [
+            load,
+            loaded,
+            forwarded,
+            rack_local,
+            *cluster_families(c.partitions, c.leader_epochs, c.node),
+        ]
 
 
 class _LoopChild:

@@ -320,6 +320,7 @@ def count_state(
     runtime: Any,
     frontends: Callable[[], Mapping[int, int]] | None = None,
     racks: RackLocality | None = None,
+    cluster: Callable[[], dict[str, int] | None] | None = None,
 ) -> StateCounts:
     """Groups, members and offsets of every shard (each shard's public
     :meth:`~coordinator.core.shard.GroupCoordinatorShard.census`), shard states and load times,
@@ -345,6 +346,13 @@ def count_state(
         counts.frontends = dict(frontends())
     if racks is not None:
         counts.rack_local = racks.read(runtime.shards)
+    if cluster is not None:
+        node = cluster()
+        if node is not None:
+            lead = runtime.driver.lead
+            counts.partitions = {p: s.value for p, s in enumerate(lead.states)}
+            counts.leader_epochs = dict(lead.epochs)
+            counts.node = node
     return counts
 
 
@@ -415,6 +423,7 @@ def start_metrics_endpoint(
     *,
     frontends: Callable[[], Mapping[int, int]] | None = None,
     tls: Any = None,
+    cluster: Callable[[], dict[str, int] | None] | None = None,
 ) -> Any:
     """Serve the runtime's metrics on ``http://host:port/metrics`` (call on the event loop:
     the state gauges are read on it). Returns the server (``.port``, ``.close()``)."""
@@ -423,5 +432,7 @@ def start_metrics_endpoint(
     metrics: CoordinatorMetrics = runtime.observer.metrics
     loop = asyncio.get_running_loop()
     racks = RackLocality()
-    metrics.set_state_reader(loop_reader(loop, lambda: count_state(runtime, frontends, racks)))
+    metrics.set_state_reader(
+        loop_reader(loop, lambda: count_state(runtime, frontends, racks, cluster))
+    )
     return serve_metrics(metrics.registry, host, port, tls)

@@ -610,6 +610,7 @@ async def serve(
                 if pool is None
                 else lambda: {f.index: f.calls for f in pool.frontends},
                 tls=server.metrics_tls,
+                cluster=None if server.cluster is None else server.cluster.metrics,
             )
         except OSError as exc:
             # Before `listening on`: a server that printed it is ready, and this one is not.

@@ -114,6 +114,22 @@ class ClusterMember:
         node = self.node
         return node is not None and not self.partitions.lead.joining and node.healthy
 
+    def metrics(self) -> dict[str, int] | None:
+        """This node's health and counters for the metrics (None until it joined)."""
+        node = self.node
+        if node is None:
+            return None
+        stats = node.stats
+        return {
+            "reachable": int(node.reachable),
+            "controller": int(node.controller_epoch is not None),
+            "heartbeats": stats["heartbeats"],
+            "heartbeat_failures": stats["heartbeat_failures"],
+            "partition_loads": stats["loads"],
+            "partition_moves": stats["moves"],
+            "partitions_lost": stats["lost"],
+        }
+
     async def leave(self) -> None:
         """Hand every partition over now (writes finish; requests meanwhile get
         NOT_COORDINATOR and find the new leader), not after the lease."""

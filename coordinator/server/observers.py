@@ -61,9 +61,11 @@ class ServeObservers(Protocol):
         *,
         frontends: Callable[[], Mapping[int, int]] | None = None,
         tls: Any = None,
+        cluster: Callable[[], dict[str, int] | None] | None = None,
     ) -> MetricsEndpoint:
         """Serve the runtime's metrics on ``host:port`` (``frontends``: calls in flight per
-        front-end process; ``tls``: the endpoint's ``ServerTls``). OSError if it cannot bind."""
+        front-end process; ``tls``: the endpoint's ``ServerTls``; ``cluster``: a node among
+        several, its health and counters). OSError if it cannot bind."""
         ...
 
     def close(self) -> None:

@@ -34,6 +34,21 @@ from kip848.v1 import (
 )
 
 WORKER = Path(__file__).with_name("cluster_worker.py")
+LEASE_MS = 2_000
+
+
+def settings(partitions: int, **more: object) -> tuple[str, ...]:
+    """``--set`` flags of the tests' nodes: a short lease (2 s, renewed every 200 ms),
+    ``partitions`` coordinator partitions, and ``more`` (dots as underscores)."""
+    values = {
+        "coordinator.lease.ms": LEASE_MS,
+        "coordinator.heartbeat.interval.ms": LEASE_MS // 10,
+        "offsets.topic.num.partitions": partitions,
+        **{k.replace("_", "."): v for k, v in more.items()},
+    }
+    return tuple(a for name, v in values.items() for a in ("--set", f"{name}={v}"))
+
+
 STOP_TIMEOUT_S = 30.0
 
 
@@ -58,7 +73,7 @@ class Nodes:
             "127.0.0.1:0",
             *self.settings,
             clock="system",
-            lines=2,
+            lines=3 if "--metrics-listen" in self.settings else 2,
         )
         assert server.lines[1].startswith("kafka listening on "), server.lines
         self.procs[node_id] = server

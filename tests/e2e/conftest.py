@@ -30,6 +30,7 @@ from kip848.v1 import (
 )
 
 NO_BATCHING = ("--set", "group.consumer.assignment.interval.ms=0")
+PG_LEASE = ("--set", "coordinator.lease.ms=1500", "--set", "coordinator.heartbeat.interval.ms=150")
 """The stories compute a group's target in the heartbeat that changes it (Kafka before 4.3):
 servers start with these flags unless a test asks for ``batching=True`` (Kafka 4.3's default
 interval of 1 s; tests/e2e/test_storm.py and test_batching.py)."""
@@ -267,7 +268,9 @@ def start_server(
         if store_backend == "postgresql":
             if data_dir not in stores:
                 stores[data_dir] = request.getfixturevalue("pg_server").fresh_store_dsn()
-            extra = ("--store", stores[data_dir], *extra)
+            # A node restarted after kill -9 waits for its old registration to expire (the
+            # lease, docs/ha.md): a short one keeps the stories quick.
+            extra = ("--store", stores[data_dir], *PG_LEASE, *extra)
         server = ServerProcess(data_dir, *grpc_processes, *extra, clock=clock)
         started.append(server)
         return server

@@ -21,23 +21,13 @@ from pathlib import Path
 
 import grpc
 import pytest
-from cluster_support import Nodes, Workers, committed, journal_epochs
+from cluster_support import LEASE_MS, Nodes, Workers, committed, journal_epochs, settings
 
 pytestmark = pytest.mark.slow
 
-LEASE_MS = 2_000
 CLIENT_TIMEOUT_S = 5.0  # the workers' request timeouts (a paused node answers nothing)
-SETTINGS = (
-    "--set",
-    f"coordinator.lease.ms={LEASE_MS}",
-    "--set",
-    "coordinator.heartbeat.interval.ms=200",
-    "--set",
-    "offsets.topic.num.partitions=12",
-    "--set",
-    "group.consumer.min.heartbeat.interval.ms=1000",
-    "--set",
-    "group.consumer.heartbeat.interval.ms=1000",
+SETTINGS = settings(
+    12, group_consumer_min_heartbeat_interval_ms=1000, group_consumer_heartbeat_interval_ms=1000
 )
 TOPIC = "events"
 

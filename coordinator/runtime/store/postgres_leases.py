@@ -371,50 +371,19 @@ class PostgresLeases:
                             incarnation,
                         ),
                     )
-                    leases = conn.execute(_LEASES)
-                    nodes = conn.execute(
-                        f"SELECT node_id, address, kafka_address, {_LEFT.format('expires_at')},"
-                        " cluster_offset, incarnation FROM kip848_nodes ORDER BY node_id"
-                    )
-                    who = conn.execute(
-                        f"SELECT node_id, epoch, {_LEFT.format('expires_at')}"
-                        " FROM kip848_controller WHERE id = 1"
-                    )
-                    end = conn.execute(
-                        'SELECT greatest((SELECT max("offset") FROM kip848_journal'
-                        " WHERE log = -1), (SELECT expired_through FROM kip848_logs"
-                        " WHERE log = -1))"
-                    )
+                    reads = _read_state(conn)
                     conn.execute("COMMIT")
                 registered = bool(reg.fetchall())
                 renewed = {int(r[0]) for r in renew.fetchall()}
                 acquired = {int(p): int(e) for p, e in take.fetchall()}
                 ctl_rows = ctl.fetchall()
-                lease_rows = leases.fetchall()
-                node_rows = nodes.fetchall()
-                who_row = who.fetchone()
-                end_row = end.fetchone()
+                state = _state(reads)
             except psycopg.Error as e:
                 self._drop(conn)
                 raise StoreError(
                     f"heartbeat of node {node_id} to {self.where} failed: "
                     f"{' '.join(str(e).split())}"
                 ) from e
-        controller, epoch = None, 0
-        if who_row is not None:
-            epoch = int(who_row[1])
-            if who_row[0] is not None and who_row[2] is not None and int(who_row[2]) > 0:
-                controller = int(who_row[0])
-        state = ClusterState(
-            leases=[_lease(row) for row in lease_rows],
-            nodes={
-                int(n): NodeRow(int(n), addr, kafka, int(left), int(offset), inc)
-                for n, addr, kafka, left, offset, inc in node_rows
-            },
-            controller=controller,
-            controller_epoch=epoch,
-            cluster_log_end=-1 if end_row is None or end_row[0] is None else int(end_row[0]),
-        )
         return TickResult(
             registered=registered,
             renewed=renewed,
@@ -463,6 +432,24 @@ class PostgresLeases:
             raise StoreError(f"there is no coordinator partition {partition}")
         self._run(f"SELECT {_NOTIFY}")
 
+    def state(self) -> ClusterState:
+        """The whole cluster as PostgreSQL has it now (``kip848 cluster describe``)."""
+        import psycopg
+
+        with self._lock:
+            conn = self._connection()
+            try:
+                with conn.pipeline():
+                    conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                    reads = _read_state(conn)
+                    conn.execute("COMMIT")
+                return _state(reads)
+            except psycopg.Error as e:
+                self._drop(conn)
+                raise StoreError(
+                    f"reading the cluster from {self.where} failed: {' '.join(str(e).split())}"
+                ) from e
+
     def nodes(self) -> dict[int, NodeRow]:
         rows = self._run(
             f"SELECT node_id, address, kafka_address, {_LEFT.format('expires_at')},"
@@ -484,6 +471,45 @@ _LEASES = (
     "SELECT log, leader, leader_epoch, (extract(epoch FROM lease_expires_at - clock_timestamp())"
     " * 1000)::bigint, target, pinned, loaded_epoch FROM kip848_logs WHERE log >= 0 ORDER BY log"
 )
+
+
+def _read_state(conn: psycopg.Connection[Any]) -> tuple[Any, ...]:
+    """The cluster's reads (in a pipeline: their cursors; :func:`_state` makes them one)."""
+    return (
+        conn.execute(_LEASES),
+        conn.execute(
+            f"SELECT node_id, address, kafka_address, {_LEFT.format('expires_at')},"
+            " cluster_offset, incarnation FROM kip848_nodes ORDER BY node_id"
+        ),
+        conn.execute(
+            f"SELECT node_id, epoch, {_LEFT.format('expires_at')} FROM kip848_controller"
+            " WHERE id = 1"
+        ),
+        conn.execute(
+            'SELECT greatest((SELECT max("offset") FROM kip848_journal WHERE log = -1),'
+            " (SELECT expired_through FROM kip848_logs WHERE log = -1))"
+        ),
+    )
+
+
+def _state(reads: tuple[Any, ...]) -> ClusterState:
+    leases, nodes, who, end = reads
+    who_row, end_row = who.fetchone(), end.fetchone()
+    controller, epoch = None, 0
+    if who_row is not None:
+        epoch = int(who_row[1])
+        if who_row[0] is not None and who_row[2] is not None and int(who_row[2]) > 0:
+            controller = int(who_row[0])
+    return ClusterState(
+        leases=[_lease(row) for row in leases.fetchall()],
+        nodes={
+            int(n): NodeRow(int(n), addr, kafka, int(left), int(offset), inc)
+            for n, addr, kafka, left, offset, inc in nodes.fetchall()
+        },
+        controller=controller,
+        controller_epoch=epoch,
+        cluster_log_end=-1 if end_row is None or end_row[0] is None else int(end_row[0]),
+    )
 
 
 def _lease(row: tuple[Any, ...]) -> Lease:

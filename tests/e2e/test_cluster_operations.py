@@ -1,0 +1,201 @@
+"""Operating several coordinator nodes (docs/ha.md): ``kip848 cluster describe`` and ``move``
+on the PostgreSQL store, each node's FindCoordinator, NOT_COORDINATOR from the nodes that do
+not lead a group, a push stream ended with NOT_COORDINATOR when its group's partition moves,
+the per-node and per-partition metrics, and a graceful stop that hands every partition over
+at once."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+
+from cluster_support import Nodes, find_coordinator, settings
+from conftest import join_request, run_cli
+
+from coordinator.cli import cluster as cluster_cli
+from coordinator.observability.cluster_metrics import PARTITION_STATES
+from coordinator.routing import partition_for
+from coordinator.runtime.store.postgres_leases import PostgresLeases
+from kip848.v1 import consumer_group_pb2 as cg
+from kip848.v1 import consumer_group_pb2_grpc
+
+P = 6
+SETTINGS = settings(P)
+
+
+def describe_cli(dsn: str) -> dict:
+    out = run_cli("cluster", "describe", "--store", dsn, "--output", "json")
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def describe(dsn: str) -> dict:
+    """What ``describe_cli`` prints, read in this process (quicker to poll)."""
+    leases = PostgresLeases(dsn, where="test")
+    try:
+        return cluster_cli.describe(leases.state())
+    finally:
+        leases.close()
+
+
+def until(cond, what: str, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+def test_describe_move_and_the_clients_view(pg_server, tmp_path: Path) -> None:
+    dsn = pg_server.fresh_store_dsn()
+    nodes = Nodes(tmp_path, dsn, *SETTINGS, "--metrics-listen", "127.0.0.1:0")
+    try:
+        one, two = nodes.start(1), nodes.start(2)
+
+        def balanced() -> bool:
+            d = describe(dsn)
+            return [p["state"] for p in d["partitions"]] == ["serving"] * P and sorted(
+                n["partitions"] for n in d["nodes"]
+            ) == [P // 2, P // 2]
+
+        until(balanced, "three serving partitions on each node")
+        d = describe_cli(dsn)
+        assert [(n["node_id"], n["live"], n["address"]) for n in d["nodes"]] == [
+            (1, True, one.address),
+            (2, True, two.address),
+        ]
+        assert [n["kafka_address"] for n in d["nodes"]] == [
+            nodes.kafka_address(1),
+            nodes.kafka_address(2),
+        ]
+        assert d["controller"] in (1, 2) and d["cluster_log_end"] == -1
+        leader = {q["partition"]: q["leader"] for q in d["partitions"]}
+        table = run_cli("cluster", "describe", "--store", dsn)
+        assert table.returncode == 0, table.stderr
+        assert table.stdout.splitlines()[2].split() == [
+            "NODE",
+            "ADDRESS",
+            "KAFKA",
+            "LIVE",
+            "EXPIRES-MS",
+            "PARTITIONS",
+            "CLUSTER-LOG-LAG",
+        ]
+
+        # A topic created through node 1 reaches node 2's registry (the cluster log).
+        topic = one.create_topic("orders", 2)
+        until(lambda: describe(dsn)["cluster_log_end"] == 0, "the cluster log")
+        until(
+            lambda: all(n["cluster_log_lag"] == 0 for n in describe(dsn)["nodes"]),
+            "both nodes to apply the cluster log",
+        )
+
+        # Every node names the same coordinator; the other one answers NOT_COORDINATOR.
+        group = next(g for g in (f"g{i}" for i in range(100)) if leader[partition_for(g, P)] == 1)
+        p = partition_for(group, P)
+        leader_epoch = d["partitions"][p]["leader_epoch"]
+        assert find_coordinator(one, group) == (0, one.address)
+        assert find_coordinator(two, group) == (0, one.address)
+        joined = one.heartbeat(**join_request(group, ["orders"]))
+        assert (
+            joined.error_code == 0
+            and joined.assignment.assigned_topic_partitions[0].topic_id == topic
+        )
+        refused = two.heartbeat(**join_request(group, ["orders"]))
+        assert refused.error_code == 16, refused  # NOT_COORDINATOR
+
+        # A push stream on the leader ends with NOT_COORDINATOR when the partition moves.
+        stub = consumer_group_pb2_grpc.ConsumerGroupServiceStub(one.channel)
+        stream = stub.ConsumerGroupWatch(
+            cg.ConsumerGroupWatchRequest(group_id=group, member_id=joined.member_id), timeout=30
+        )
+        first = next(stream)
+        assert first.error_code == 0 and first.member_epoch == 1
+
+        moved = run_cli("cluster", "move", "--store", dsn, "--partition", str(p), "--to", "2")
+        assert moved.returncode == 0, moved.stderr
+        assert moved.stdout == f"Partition {p} moves to node 2 (pinned there).\n"
+        last = list(stream)[-1]
+        assert last.error_code == 16, last
+        until(lambda: find_coordinator(one, group) == (0, two.address), "node 1 to name node 2")
+
+        def moved_there() -> bool:
+            q = describe(dsn)["partitions"][p]
+            return (q["leader"], q["state"], q["target"], q["pinned"]) == (2, "serving", 2, True)
+
+        until(moved_there, "the move")
+        assert describe(dsn)["partitions"][p]["leader_epoch"] > leader_epoch
+        # The member kept its membership: node 2 loaded it with its session restarted.
+        again = two.heartbeat(group_id=group, member_id=joined.member_id, member_epoch=1)
+        assert (again.error_code, again.member_epoch) == (0, 1)
+        assert (
+            one.heartbeat(group_id=group, member_id=joined.member_id, member_epoch=1).error_code
+            == 16
+        )
+
+        # Refusals: a node that is not live, a partition that does not exist, not PostgreSQL.
+        for argv, message in (
+            (("--partition", "0", "--to", "7"), "node 7 is not a live coordinator node"),
+            (("--partition", "99", "--to", "1"), "no coordinator partition 99"),
+        ):
+            out = run_cli("cluster", "move", "--store", dsn, *argv)
+            assert (out.returncode, out.stdout) == (1, ""), out
+            assert message in out.stderr
+        out = run_cli("cluster", "describe", "--store", str(tmp_path))
+        assert out.returncode == 2 and "must be a postgresql:// URI" in out.stderr
+
+        # Metrics: what each node leads, per partition, and its cluster view.
+        metrics, two_metrics = scrape(one), scrape(two)
+        # (The balancer may have moved another partition back to node 1 meanwhile.)
+        counts = samples(metrics, "kip848_node_partitions")
+        assert sorted(counts) == sorted(f'{{state="{s}"}}' for s in PARTITION_STATES)
+        served = counts['{state="serving"}']
+        assert served + samples(two_metrics, "kip848_node_partitions")['{state="serving"}'] == P
+        assert counts['{state="not-led"}'] == P - served
+        serving = f'{{partition="{p}",state="serving"}}'
+        assert samples(metrics, "kip848_partition_state")[serving] == 0.0
+        assert samples(two_metrics, "kip848_partition_state")[serving] == 1.0
+        epoch_label = f'{{partition="{p}"}}'
+        assert samples(two_metrics, "kip848_partition_leader_epoch")[epoch_label] > leader_epoch
+        assert samples(metrics, "kip848_node_reachable") == {"": 1.0}
+        assert samples(metrics, "kip848_node_partition_moves_total")[""] >= 1.0
+        assert samples(two_metrics, "kip848_node_partition_loads_total")[""] >= 4.0
+        controllers = samples(metrics, "kip848_node_controller")[""]
+        assert controllers + samples(two_metrics, "kip848_node_controller")[""] == 1.0
+        for text in (metrics, two_metrics):  # Prometheus' own rules (Debian's promtool)
+            check = subprocess.run(
+                ["promtool", "check", "metrics"],
+                input=text,
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=False,
+            )
+            assert (check.returncode, check.stdout + check.stderr) == (0, "")
+
+        # A graceful stop hands everything over at once (not after the lease).
+        stopped_at = time.monotonic()
+        assert nodes.stop(2) == 0
+        until(lambda: describe(dsn)["partitions"][p]["state"] == "serving", "node 1 to take all")
+        assert time.monotonic() - stopped_at < 2.0  # the lease
+        assert {q["leader"] for q in describe(dsn)["partitions"]} == {1}
+    finally:
+        nodes.stop_all()
+
+
+def scrape(server) -> str:
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://{server.metrics_address}/metrics", timeout=5) as r:
+        return r.read().decode()
+
+
+def samples(text: str, name: str) -> dict[str, float]:
+    """``labels -> value`` of every sample of ``name`` (labels "" when it has none)."""
+    out = {}
+    for line in text.splitlines():
+        if line.startswith(name) and line[len(name)] in "{ ":
+            labels, _, value = line[len(name) :].rpartition(" ")
+            out[labels] = float(value)
+    return out

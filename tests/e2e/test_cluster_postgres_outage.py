@@ -1,0 +1,121 @@
+"""Two coordinator nodes while their PostgreSQL fails under load (docs/ha.md "Failure modes"):
+``kip848.client`` members commit without pause through both nodes while PostgreSQL is
+killed and started again at once (a crash and restart), then killed and kept away for longer
+than the lease.
+
+What must hold: after the restart every group commits again, and no member saw more than
+retriable errors (no commit failed for good, no partition lost); while PostgreSQL is away
+nothing is acknowledged, and once the lease has run out the nodes answer NOT_COORDINATOR and
+report NOT_SERVING (they lead nothing and cannot reach PostgreSQL); when it is back they
+serve again; no acknowledged commit is lost and no partition's journal has an epoch that goes
+down.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+from cluster_support import LEASE_MS, Nodes, Workers, committed, journal_epochs, settings
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from pg import PostgresServer
+
+from kip848.v1 import offsets_pb2, offsets_pb2_grpc
+
+pytestmark = pytest.mark.slow
+
+SETTINGS = settings(6)
+TOPIC = "events"
+GROUPS = [f"g{i}" for i in range(10)]
+
+
+@pytest.fixture
+def own_pg() -> Iterator[PostgresServer]:
+    """A PostgreSQL of this test alone: it is killed and started again."""
+    server = PostgresServer().start()
+    yield server
+    server.stop()
+
+
+def health(channel: grpc.Channel) -> int:
+    stub = health_pb2_grpc.HealthStub(channel)
+    return stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=5).status
+
+
+def fetch_code(channel: grpc.Channel, group: str) -> int:
+    stub = offsets_pb2_grpc.OffsetServiceStub(channel)
+    resp = stub.OffsetFetch(
+        offsets_pb2.OffsetFetchRequest(
+            groups=[offsets_pb2.OffsetFetchRequest.Group(group_id=group)]
+        ),
+        timeout=5,
+    )
+    return resp.groups[0].error_code
+
+
+def test_postgresql_restarted_and_away_longer_than_the_lease(
+    own_pg: PostgresServer, tmp_path: Path
+) -> None:
+    dsn = own_pg.fresh_store_dsn()
+    nodes = Nodes(tmp_path, dsn, *SETTINGS)
+    for n in (1, 2):
+        nodes.start(n)
+    assert nodes.procs[1].create_topic(TOPIC, 2)
+    workers = Workers(tmp_path)
+    target = "ipv4:" + ",".join(nodes.procs[n].address for n in (1, 2))
+    w = workers.start("kip848", kind="kip848", target=target, topic=TOPIC, groups=GROUPS)
+    try:
+        workers.wait_acked_after(time.monotonic(), timeout=60)
+
+        # A crash and an immediate restart of PostgreSQL: nodes reconnect, groups carry on.
+        own_pg.restart(crash=True)
+        restarted_at = time.monotonic()
+        workers.wait_acked_after(restarted_at, timeout=30)
+
+        # Away for longer than the lease: nothing acknowledged, then NOT_COORDINATOR and
+        # NOT_SERVING from every node.
+        own_pg.kill()
+        killed_at = time.monotonic()
+        time.sleep(LEASE_MS / 1000 + 1.5)
+        for n in (1, 2):
+            channel = nodes.procs[n].channel
+            assert health(channel) == health_pb2.HealthCheckResponse.NOT_SERVING
+            assert {fetch_code(channel, g) for g in GROUPS} == {16}  # NOT_COORDINATOR
+        away = [e for e in w.of("ack") if e["t"] > killed_at + 0.2]
+        assert away == []
+
+        own_pg.start_again()
+        back_at = time.monotonic()
+        workers.wait_acked_after(back_at, timeout=30)
+        deadline = time.monotonic() + 15
+        while not all(
+            health(nodes.procs[n].channel) == health_pb2.HealthCheckResponse.SERVING for n in (1, 2)
+        ):
+            assert time.monotonic() < deadline, "the nodes never reported SERVING again"
+            time.sleep(0.1)
+    except BaseException:
+        workers.kill_all()
+        nodes.stop_all()
+        raise
+    workers.stop_all()
+
+    assert w.of("lost") == [] and w.of("error") == []
+    assert w.of("commit-error") == []  # every failure was retriable, and retried
+    channels: dict[str, grpc.Channel] = {}
+
+    def channel_for(address: str) -> grpc.Channel:
+        return channels.setdefault(address, grpc.insecure_channel(address))
+
+    for group in GROUPS:
+        acked = [e["offset"] for e in w.of("ack") if e["group"] == group]
+        sent = {e["offset"] for e in w.of("sent") if e["group"] == group}
+        for tp, offset in committed(nodes.procs[1], group, channel_for).items():
+            assert offset >= acked[-1] and offset in sent, (group, tp, offset, acked[-1])
+    for log, epochs in journal_epochs(dsn).items():
+        assert epochs == sorted(epochs), (log, epochs)
+    nodes.stop_all()
+    for ch in channels.values():
+        ch.close()
