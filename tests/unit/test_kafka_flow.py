@@ -24,6 +24,7 @@ from coordinator.server.kafka.listener import (
     KafkaListener,
     KafkaOptions,
 )
+from coordinator.server.kafka.served import KafkaApis
 
 
 def api_versions(count: int) -> bytes:
@@ -108,7 +109,7 @@ async def test_a_client_that_does_not_read_stops_being_read_and_loses_nothing() 
         if conn is not None and not conn.reading and conn.writing_paused:
             break
     assert conn is not None and conn.writing_paused and not conn.reading
-    answer_size = len(listener._api_versions_frame(3, 0, 0))
+    answer_size = len(listener.served._api_versions_frame(3, 0, 0))
     held = conn.transport.get_write_buffer_size()
     assert 4096 <= held <= 4096 + FRAMES_PER_TURN * answer_size
     await asyncio.sleep(0.2)
@@ -189,12 +190,12 @@ async def test_a_heartbeat_of_another_group_starts_ahead_of_a_storm_of_connectio
 
     served: list[str] = []
 
-    async def serve(self: KafkaListener, *request: Any) -> bytes:
+    async def serve(self: KafkaApis, *request: Any) -> bytes:
         _conn, key, version, correlation_id, _client_id, frame, pos = request
         served.append(wire.group_of(key, version, frame, pos) or "?")
         return struct.pack(">ii", 4, correlation_id)
 
-    monkeypatch.setattr(KafkaListener, "serve", serve)
+    monkeypatch.setattr(KafkaApis, "serve", serve)
     listener, port = await start()
     storm = [await asyncio.open_connection("127.0.0.1", port) for _ in range(1000)]
     other = await asyncio.open_connection("127.0.0.1", port)

@@ -9,7 +9,8 @@ from kafka.record.memory_records import MemoryRecordsBuilder
 from kio.schema.index import api_key_map
 
 from coordinator.server.kafka import apis, topic_guard, txn_guard
-from coordinator.server.kafka.listener import GUARD_RULES, GUARDED_SERVED
+from coordinator.server.kafka.listener import GUARD_RULES
+from coordinator.server.kafka.served import GUARDED_SERVED
 
 
 def test_every_api_has_an_owner_while_guarded() -> None:

@@ -23,5 +23,6 @@ Rules:
   partition leaders (``upstream/log_offsets.py``), over connections of their own.
 * ``wire.py`` is the only module that touches the codec library (kio); ``convert.py`` the only
   one that maps Kafka messages to the service layer's dataclasses; ``listener.py`` owns
-  connections: framing, per-connection response order, limits and Kafka's answers to bad input.
+  connections: framing, per-connection response order, limits and Kafka's answers to bad input;
+  ``served.py`` the requests served here (what is served, in which versions, and how).
 """
