@@ -11,8 +11,9 @@ cached under ``--work`` (default ``/tmp/kip848-bench-analytics``) between runs.
 
 Each size is measured end to end as a user runs it: ``export`` in-process (the Parquet file),
 then ``report`` in a fresh process (``local[*]``, so Spark's start-up is included), each stage
-timed. Targets (issue 31): 10^6 rows exported and reported in <= 60 s on the 2-core machine,
-10^7 rows in <= 120 s, and less than x4 from 10^6 to 10^7.
+timed, beside its peer: the same workload without classic groups (the consumer-only report),
+measured right after it. Targets (issue 31): 10^6 rows exported and reported in <= 60 s on
+the 2-core machine, 10^7 rows in <= 120 s, and less than x4 from 10^6 to 10^7.
 """
 
 from __future__ import annotations
@@ -34,19 +35,28 @@ SIZES = (100_000, 1_000_000, 10_000_000)
 BASE_GROUPS = 48
 BASE_SECONDS = 900
 CLASSIC_FRACTION = 0.3
+"""The measured workload's share of classic groups; its peer, measured beside it at each size
+in the same run, has none (the consumer-only report)."""
+WORKLOADS = (CLASSIC_FRACTION, 0.0)
+TARGETS = {1_000_000: 60.0, 10_000_000: 120.0}
+GROWTH_TARGET = 4.0
 
 
-def base_store(work: Path) -> Path:
+def _name(fraction: float) -> str:
+    return f"classic{round(fraction * 100)}"
+
+
+def base_store(work: Path, fraction: float = CLASSIC_FRACTION) -> Path:
     from coordinator.analytics.workload import WorkloadOptions, generate
 
-    path = work / f"base-classic{int(CLASSIC_FRACTION * 100)}"
+    path = work / f"base-{_name(fraction)}"
     if not (path / "coordinator.db").exists():
         t = time.perf_counter()
         opts = WorkloadOptions(
             seed=11,
             groups=BASE_GROUPS,
             duration_s=BASE_SECONDS,
-            classic_fraction=CLASSIC_FRACTION,
+            classic_fraction=fraction,
         )
         generate(str(path), opts)
         print(f"base store: {time.perf_counter() - t:.1f} s", file=sys.stderr)
@@ -69,7 +79,7 @@ def scaled_store(work: Path, base: Path, rows: int) -> Path:
     batch followed by its copies (so the copies interleave in time like more groups would)."""
     from coordinator.runtime.store import SqliteRecordStore, StoredRecord, log_ids
 
-    path = work / f"rows-{rows}"
+    path = work / f"rows-{rows}-{base.name.removeprefix('base-')}"
     if (path / "coordinator.db").exists():
         return path
     with SqliteRecordStore(base, read_only=True) as src:
@@ -144,72 +154,94 @@ def run_report(parquet: Path, out: Path) -> dict[str, float]:
     return stages
 
 
+def measure(work: Path, base: Path, size: int) -> dict[str, Any]:
+    """Export and report of ``size`` rows of copies of ``base``: the figures of one row."""
+    from coordinator.analytics.export import export_journal
+
+    store = scaled_store(work, base, size)
+    name = f"{size}-{base.name.removeprefix('base-')}"
+    parquet = work / f"journal-{name}.parquet"
+    t = time.perf_counter()
+    exp = export_journal(store, parquet)
+    export_s = time.perf_counter() - t
+    classic, groups = classic_share(parquet)
+    stages = run_report(parquet, work / f"report-{name}")
+    jobs = sum(v for k, v in stages.items() if k.startswith("table ") or k in ("read", "compute"))
+    r = {
+        "size": size,
+        "rows": exp.info.rows,
+        "classic": classic,
+        "groups": groups,
+        "whatif_s": stages.get("table migration_whatif", 0.0),
+        "export_s": export_s,
+        "mb": parquet.stat().st_size / 1e6,
+        "spark_s": stages["spark start"],
+        "jobs_s": jobs,
+        "html_s": stages.get("html data", 0.0) + stages.get("html render", 0.0),
+        "report_s": stages["process"],
+        "total_s": export_s + stages["process"],
+        "load": os.getloadavg()[0],
+    }
+    print(
+        f"{r['rows']:>10,} rows, {classic}/{groups} classic: export {export_s:.1f} s, report "
+        f"{r['report_s']:.1f} s (spark start {r['spark_s']:.1f}, jobs {jobs:.1f}, html "
+        f"{r['html_s']:.1f}), load {r['load']:.1f}",
+        file=sys.stderr,
+    )
+    return r
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", type=int, nargs="+", default=list(SIZES))
     ap.add_argument("--work", default="/tmp/kip848-bench-analytics")
+    ap.add_argument("--no-peer", action="store_true", help="only the workload with classic groups")
     ap.add_argument("--no-write", action="store_true", help="do not update docs/benchmarks.md")
     args = ap.parse_args()
-    from coordinator.analytics.export import export_journal
-
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
-    base = base_store(work)
-    results: list[dict[str, Any]] = []
+    bases = [base_store(work, f) for f in (WORKLOADS[:1] if args.no_peer else WORKLOADS)]
+    for size in args.sizes:  # every store first: their making is not measured
+        for base in bases:
+            scaled_store(work, base, size)
     load0 = os.getloadavg()[0]
-    for size in args.sizes:
-        store = scaled_store(work, base, size)
-        parquet = work / f"journal-{size}.parquet"
-        t = time.perf_counter()
-        exp = export_journal(store, parquet)
-        export_s = time.perf_counter() - t
-        classic, groups = classic_share(parquet)
-        stages = run_report(parquet, work / f"report-{size}")
-        jobs = sum(
-            v for k, v in stages.items() if k.startswith("table ") or k in ("read", "compute")
-        )
-        html = stages.get("html data", 0.0) + stages.get("html render", 0.0)
-        report_s = stages["process"]
-        results.append(
-            {
-                "rows": exp.info.rows,
-                "groups": f"{groups:,} ({100 * classic / groups:.0f}% classic)",
-                "whatif_s": stages.get("table migration_whatif", 0.0),
-                "export_s": export_s,
-                "mb": parquet.stat().st_size / 1e6,
-                "spark_s": stages["spark start"],
-                "jobs_s": jobs,
-                "html_s": html,
-                "report_s": report_s,
-                "total_s": export_s + report_s,
-            }
-        )
-        r = results[-1]
-        print(
-            f"{r['rows']:>10,} rows: export {r['export_s']:.1f} s, report {r['report_s']:.1f} s"
-            f" (spark start {r['spark_s']:.1f}, jobs {r['jobs_s']:.1f}, html {r['html_s']:.1f})",
-            file=sys.stderr,
-        )
-    first = results[0]
-    rows = [
-        (
-            f"{r['rows']:,}",
-            r["groups"],
-            f"{r['export_s']:.1f}",
-            f"{r['rows'] / r['export_s']:,.0f}",
-            f"{r['mb']:.1f}",
-            f"{r['spark_s']:.1f}",
-            f"{r['jobs_s']:.1f}",
-            f"{r['whatif_s']:.1f}",
-            f"{r['html_s']:.1f}",
-            f"{r['report_s']:.1f}",
-            f"**{r['total_s']:.1f}**",
-            f"{r['total_s'] / first['total_s']:.1f}x",
-        )
-        for r in results
-    ]
+    results: dict[float, list[dict[str, Any]]] = {}
+    for size in args.sizes:  # each size's workload and its peer one after the other
+        for fraction, base in zip(WORKLOADS, bases, strict=False):
+            results.setdefault(fraction, []).append(measure(work, base, size))
+    load1 = os.getloadavg()[0]
+    peers = {r["size"]: r for r in results.get(0.0, [])}
+    rows = []
+    for fraction, rs in results.items():
+        for prev, r in zip([None, *rs], rs, strict=False):
+            target = TARGETS.get(r["size"])
+            peer = peers.get(r["size"]) if fraction else None
+            growth = "" if prev is None else f"{r['total_s'] / prev['total_s']:.1f}x"
+            if prev is not None and fraction and (prev["size"], r["size"]) == SIZES[1:]:
+                growth += f" (target < {GROWTH_TARGET:.0f}x)"
+            rows.append(
+                (
+                    "consumer only (peer)" if not fraction else f"{_name(fraction)}",
+                    f"{r['rows']:,}",
+                    f"{r['groups']:,} ({100 * r['classic'] / r['groups']:.0f}% classic)",
+                    f"{r['export_s']:.1f}",
+                    f"{r['rows'] / r['export_s']:,.0f}",
+                    f"{r['mb']:.1f}",
+                    f"{r['spark_s']:.1f}",
+                    f"{r['jobs_s']:.1f}",
+                    f"{r['whatif_s']:.1f}",
+                    f"{r['html_s']:.1f}",
+                    f"{r['report_s']:.1f}",
+                    f"**{r['total_s']:.1f}**",
+                    f"<= {target:.0f}" if target and fraction else "",
+                    f"{peer['total_s']:.1f}" if peer else "",
+                    growth,
+                    f"{r['load']:.1f}",
+                )
+            )
     text = table(
         (
+            "workload",
             "journal rows",
             "groups",
             "export s",
@@ -221,7 +253,10 @@ def main() -> int:
             "HTML s",
             "report s (process)",
             "export + report s",
-            f"vs {first['rows']:,}",
+            "target s",
+            "peer: consumer only s",
+            "vs the size before",
+            "load after",
         ),
         rows,
     )
@@ -231,17 +266,19 @@ def main() -> int:
             "analytics",
             "## Analytics: journal export and Spark report (`python bench/analytics.py`)\n\n"
             f"{machine()}; `local[*]`. Stores: the workload generator's base store "
-            f"({BASE_GROUPS} groups, {int(CLASSIC_FRACTION * 100)}% of them classic, "
-            f"{BASE_SECONDS} s of virtual time) copied with renamed groups to the size shown. "
-            "*export*: `kip848 analytics export` (decode every record, write Parquet); *report*: "
-            "`kip848 analytics report` in a fresh process: Spark start-up, the jobs writing every "
-            "table (incl. both what-ifs; the migration what-if replays every classic group "
-            "through the core), the HTML page. Targets: 10^6 rows exported and reported in "
-            "<= 60 s on 2 cores, 10^7 rows in <= 120 s, less than x4 from 10^6 to 10^7.\n\n"
+            f"({BASE_GROUPS} groups, `--classic-fraction {CLASSIC_FRACTION}`, {BASE_SECONDS} s "
+            "of virtual time) copied with renamed groups to the size shown; its peer, measured "
+            "right after it at each size, is the same workload without classic groups (the "
+            "consumer-only report). *export*: `kip848 analytics export` (decode every record, "
+            "write Parquet); *report*: `kip848 analytics report` in a fresh process: Spark "
+            "start-up, the jobs writing every table (incl. both what-ifs; the migration what-if "
+            "replays every classic group through the core), the HTML page. Targets (issue 31): "
+            "10^6 rows with classic groups exported and reported in <= 60 s on 2 cores, 10^7 rows "
+            "in <= 120 s, less than x4 from 10^6 to 10^7.\n\n"
             f"{text}\n\n"
-            f"1-minute load average {load0:.1f} at the start, {os.getloadavg()[0]:.1f} at the "
-            "end; Spark's JIT warm-up and per-stage overhead suffer most from other work on the "
-            "machine.\n",
+            f"1-minute load average {load0:.1f} at the start, {load1:.1f} at the end (*load "
+            "after*: after each row). The machine's 2 cores are shared with other work; Spark's "
+            "JIT warm-up and per-stage overhead suffer most from it.\n",
         )
         print("wrote the 'analytics' section of docs/benchmarks.md", file=sys.stderr)
     return 0

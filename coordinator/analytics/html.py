@@ -171,7 +171,7 @@ later bump before converging, {{ s.in_progress | num }} still in progress at the
 {{ s.group_deleted | num }} ended by the group's deletion or conversion.</p></div>{% endfor %}</section>
 
 <section><h2>Rebalances over time, by cause</h2>
-<p class="note">Each bar: the rebalances (consumer group epoch bumps, classic generations) in a {{ bucket }} interval,
+<p class="note">Each step: the rebalances (consumer group epoch bumps, classic generations) in a {{ bucket }} interval,
 coloured by what caused them.</p>
 {% for f in filters %}<div class="v-{{ f }}">{{ plots["causes_" + f] }}
 <table><tr><th>cause</th><th class="n">rebalances</th></tr>

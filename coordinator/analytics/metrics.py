@@ -98,8 +98,20 @@ def conform(journal: DataFrame) -> DataFrame:
     if not missing:
         return journal
     return journal.select(
-        "*", *[F.lit(None).cast(from_arrow_type(c.type)).alias(c.name) for c in missing]
+        "*",
+        *[
+            F.lit(None).cast(from_arrow_type(c.type)).alias(c.name, metadata={_ABSENT: True})
+            for c in missing
+        ],
     )
+
+
+_ABSENT = "kip848.absent"
+
+
+def has_column(journal: DataFrame, name: str) -> bool:
+    """Whether the file had the column (:func:`conform` adds the others, as null)."""
+    return name in journal.columns and not journal.schema[name].metadata.get(_ABSENT, False)
 
 
 def group_records(journal: DataFrame) -> DataFrame:
@@ -189,7 +201,56 @@ def _commit_rate(j: DataFrame, params: Params, types: DataFrame) -> DataFrame:
     """Commits per group, topic and time bucket, offsets advanced, and the committed-offset
     total (sum over the topic's partitions of the last committed offset) at each bucket's end;
     with the group's type at the end of the data."""
-    c = j.filter((F.col("record_type_id") == 1) & ~F.col("tombstone")).select(
+    c = j.filter((F.col("record_type_id") == 1) & ~F.col("tombstone"))
+    if has_column(j, "previous_committed_offset"):
+        agg = _commit_buckets(c, params)
+    else:
+        agg = _commit_buckets_sorted(c, params)
+    wt = (
+        Window.partitionBy("group_id", "topic")
+        .orderBy("bucket")
+        .rowsBetween(Window.unboundedPreceding, 0)
+    )
+    out = agg.select(
+        "group_id",
+        "topic",
+        F.col("bucket").alias("bucket_start"),
+        F.lit(params.bucket_s).alias("bucket_seconds"),
+        "commits",
+        (F.col("commits") / F.lit(float(params.bucket_s))).alias("commits_per_second"),
+        "partitions",
+        F.col("offset_delta").cast("long").alias("offset_delta"),
+        F.sum(F.col("_base") + F.col("offset_delta"))
+        .over(wt)
+        .cast("long")
+        .alias("committed_total"),
+    )
+    return _typed(out, types).drop("protocol")
+
+
+def _commit_buckets(c: DataFrame, params: Params) -> DataFrame:
+    """Per group, topic and bucket from the export's link of each commit to the partition's
+    previous one: one hash aggregation. Each commit advances the partition by its offset minus
+    the previous commit's (a partition's first commit in the export is its base, advancing
+    nothing); a commit whose previous one is in an earlier bucket is the first of its
+    partition in this bucket (the bucket's partitions count those)."""
+    prev = F.col("previous_committed_offset")
+    at = F.col("ts_ms")
+    prev_at = F.floor(F.unix_micros(F.col("previous_commit_at")) / 1000)
+    b = bucket(params, at)
+    first_here = prev.isNull() | (bucket(params, prev_at) != b)
+    return c.groupBy("group_id", "topic", b.alias("bucket")).agg(
+        F.count(F.lit(1)).alias("commits"),
+        F.sum(first_here.cast("long")).alias("partitions"),
+        F.sum(F.coalesce(F.col("committed_offset") - prev, F.lit(0))).alias("offset_delta"),
+        F.sum(F.when(prev.isNull(), F.col("committed_offset")).otherwise(0)).alias("_base"),
+    )
+
+
+def _commit_buckets_sorted(c: DataFrame, params: Params) -> DataFrame:
+    """The same from an export without the links (written before they were): each
+    partition's buckets in order, a window over them."""
+    c = c.select(
         "group_id",
         "topic",
         "partition",
@@ -212,32 +273,12 @@ def _commit_rate(j: DataFrame, params: Params, types: DataFrame) -> DataFrame:
     pb = pb.withColumn("delta", F.col("last") - F.coalesce(prev, F.col("first"))).withColumn(
         "_first", F.when(prev.isNull(), F.col("first")).otherwise(0)
     )
-    agg = pb.groupBy("group_id", "topic", "bucket").agg(
+    return pb.groupBy("group_id", "topic", "bucket").agg(
         F.sum("commits").alias("commits"),
         F.count(F.lit(1)).alias("partitions"),
         F.sum("delta").alias("offset_delta"),
         F.sum("_first").alias("_base"),
     )
-    wt = (
-        Window.partitionBy("group_id", "topic")
-        .orderBy("bucket")
-        .rowsBetween(Window.unboundedPreceding, 0)
-    )
-    out = agg.select(
-        "group_id",
-        "topic",
-        F.col("bucket").alias("bucket_start"),
-        F.lit(params.bucket_s).alias("bucket_seconds"),
-        "commits",
-        (F.col("commits") / F.lit(float(params.bucket_s))).alias("commits_per_second"),
-        "partitions",
-        F.col("offset_delta").cast("long").alias("offset_delta"),
-        F.sum(F.col("_base") + F.col("offset_delta"))
-        .over(wt)
-        .cast("long")
-        .alias("committed_total"),
-    )
-    return _typed(out, types).drop("protocol")
 
 
 def _churn(members: DataFrame, classic_events: DataFrame, params: Params) -> DataFrame:

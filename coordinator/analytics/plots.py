@@ -66,24 +66,29 @@ def nodata(ax: Any) -> None:
 
 
 def cause_series(series: list[dict[str, Any]], bucket_s: int, per: str) -> str:
+    """Rebalances per time bucket stacked by cause: one filled step outline per cause (a few
+    paths, where a bar per bucket and cause made the SVG large and slow to draw)."""
+    from datetime import timedelta
+
     f, ax = fig()
     if not series:
         nodata(ax)
     else:
         buckets = sorted({r["bucket"] for r in series})
         index = {b: i for i, b in enumerate(buckets)}
-        bottom = [0] * len(buckets)
-        width = bucket_s / 86400 * 0.9
+        # Each bucket's counts hold from its start to the next one's (the last one's end too).
+        xs = [*buckets, buckets[-1] + timedelta(seconds=bucket_s)]
+        layers, labels, colors = [], [], []
         for cause in (*ALL_CAUSES, UNKNOWN_CAUSE):
             counts = [0] * len(buckets)
             for r in series:
                 if r["cause"] == cause:
                     counts[index[r["bucket"]]] += r["count"]
             if any(counts):
-                ax.bar(
-                    buckets, counts, width=width, bottom=bottom, color=COLORS[cause], label=cause
-                )
-                bottom = [a + b for a, b in zip(bottom, counts, strict=True)]
+                layers.append([*counts, counts[-1]])
+                labels.append(cause)
+                colors.append(COLORS[cause])
+        ax.stackplot(xs, *layers, labels=labels, colors=colors, step="post", linewidth=0)
         ax.legend(fontsize=7, ncol=2, frameon=False)
         ax.set_ylabel(f"rebalances per {per}")
         f.autofmt_xdate()

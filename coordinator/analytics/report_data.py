@@ -20,8 +20,15 @@ FILTERS = (ALL, *GROUP_TYPES)
 _ASKED_OFTEN = ("rebalances", "group_summary", "convergence", "migration_whatif", "commit_rate")
 
 
-def _rows(df: Any) -> list[dict[str, Any]]:
-    return [r.asDict(recursive=True) for r in df.collect()]
+def _rows(df: Any, *order: str) -> list[dict[str, Any]]:
+    """``df`` collected; sorted here by ``order`` (column names, ``-name`` descending; nulls
+    first ascending and last descending, as Spark sorts): a small result sorted in the driver
+    costs no job, where Spark's sort samples its input in a job of its own first."""
+    rows = [r.asDict(recursive=True) for r in df.collect()]
+    for key in reversed(order):
+        name = key.removeprefix("-")
+        rows.sort(key=lambda r: (0,) if r[name] is None else (1, r[name]), reverse=key != name)
+    return rows
 
 
 def collect(spark: Any, paths: dict[str, str], params: Params) -> dict[str, Any]:
@@ -50,7 +57,7 @@ def _collect(F: Any, t: dict[str, Any], params: Params) -> dict[str, Any]:
     data: dict[str, Any] = {"bucket_s": params.bucket_s}
     data.update(_fleet(F, rb, gs, conv, t["migration_whatif"]))
     data["cause_series"] = _rows(
-        rb.groupBy(bucket.alias("bucket"), "group_type", "cause").count().orderBy("bucket")
+        rb.groupBy(bucket.alias("bucket"), "group_type", "cause").count(), "bucket"
     )
     data["converge_hist"] = _rows(
         rb.filter(F.col("time_to_converge_ms").isNotNull())
@@ -58,8 +65,8 @@ def _collect(F: Any, t: dict[str, Any], params: Params) -> dict[str, Any]:
             "group_type",
             F.floor(F.log10(F.greatest(F.col("time_to_converge_ms"), F.lit(1))) * 8).alias("bin"),
         )
-        .count()
-        .orderBy("bin")
+        .count(),
+        "bin",
     )
     data["scatter"] = _rows(
         rb.select(
@@ -79,8 +86,8 @@ def _collect(F: Any, t: dict[str, Any], params: Params) -> dict[str, Any]:
             ],
             F.max("time_to_converge_ms").alias("max_ms"),
             F.avg("members_stopped").alias("members_stopped"),
-        )
-        .orderBy("protocol")
+        ),
+        "protocol",
     )
     data["classic_points"] = _rows(
         rb.filter((F.col("group_type") == CLASSIC) & F.col("join_ms").isNotNull())
@@ -99,28 +106,27 @@ def _collect(F: Any, t: dict[str, Any], params: Params) -> dict[str, Any]:
             "static_restarts",
         )
     ]
-    data["churn"] = _rows(
-        churn.groupBy("bucket_start", "group_type").agg(*sums).orderBy("bucket_start")
-    )
-    data["removals"] = _rows(
-        t["member_removals"].groupBy("group_type", "reason").count().orderBy(F.desc("count"))
-    )
+    data["churn"] = _rows(churn.groupBy("bucket_start", "group_type").agg(*sums), "bucket_start")
+    data["removals"] = _rows(t["member_removals"].groupBy("group_type", "reason").count(), "-count")
     cr = t["commit_rate"]
     data["commits"] = _rows(
-        cr.groupBy("bucket_start", "group_type")
-        .agg(F.sum("commits").alias("commits"))
-        .orderBy("bucket_start")
+        cr.groupBy("bucket_start", "group_type").agg(F.sum("commits").alias("commits")),
+        "bucket_start",
     )
-    top_progress = (
+    top_progress = _rows(
         cr.groupBy("group_id", "topic")
         .agg(F.max("committed_total").alias("m"))
         .orderBy(F.desc("m"), "group_id", "topic")
         .limit(6)
     )
+    pairs = F.lit(False)
+    for r in top_progress:
+        pairs = pairs | ((F.col("group_id") == r["group_id"]) & (F.col("topic") == r["topic"]))
     data["progress"] = _rows(
-        cr.join(top_progress.select("group_id", "topic"), ["group_id", "topic"])
-        .select("group_id", "topic", "bucket_start", "committed_total")
-        .orderBy("group_id", "topic", "bucket_start")
+        cr.filter(pairs).select("group_id", "topic", "bucket_start", "committed_total"),
+        "group_id",
+        "topic",
+        "bucket_start",
     )
     data.update(_assignor_whatif(F, t["whatif"]))
     data.update(_migrations(F, t["migrations"], t["migration_whatif"]))
@@ -169,16 +175,19 @@ def _fleet(F: Any, rb: Any, gs: Any, conv: Any, mw: Any) -> dict[str, Any]:
         for c in gs.columns
         if c not in ("group_id", "group_type", "protocol", "max_members", "distinct_members")
     ]
-    by_type = {
-        r["group_type"]: r
-        for r in _rows(
-            gs.groupBy("group_type").agg(
-                *[F.sum(c).alias(c) for c in numeric], F.count("*").alias("groups")
-            )
+    # Per group type and, in the row whose group_type is null, over every group: one job.
+    sums = _rows(
+        gs.rollup("group_type").agg(
+            *[F.sum(c).alias(c) for c in numeric], F.count("*").alias("groups")
         )
+    )
+    by_type = {r["group_type"]: r for r in sums if r["group_type"] is not None}
+    total = [r for r in sums if r["group_type"] is None]
+    summary: dict[str, dict[str, Any]] = {
+        ALL: {k: v for k, v in total[0].items() if k != "group_type"}
+        if total
+        else {**dict.fromkeys(numeric), "groups": 0}
     }
-    all_row = _rows(gs.agg(*[F.sum(c).alias(c) for c in numeric], F.count("*").alias("groups")))
-    summary: dict[str, dict[str, Any]] = {ALL: all_row[0]}
     conv_rows = _rows(conv.filter(F.col("group_id").isNull()))
     for r in conv_rows:
         key = r["group_type"] or ALL
@@ -188,21 +197,20 @@ def _fleet(F: Any, rb: Any, gs: Any, conv: Any, mw: Any) -> dict[str, Any]:
     for gt, r in by_type.items():
         summary.setdefault(gt, {}).update(r)
     protocol_cost = _rows(
-        rb.groupBy("group_type", "protocol")
-        .agg(
+        rb.groupBy("group_type", "protocol").agg(
             F.count(F.lit(1)).alias("rebalances"),
             (F.sum("unowned_partition_ms") / 1000.0).alias("unowned_partition_seconds"),
             (F.avg("unowned_partition_ms") / 1000.0).alias("unowned_per_rebalance"),
             F.sum("partitions_moved").alias("partitions_moved"),
             F.sum(F.when(F.col("members_stopped") == 0, 1).otherwise(0)).alias("stopping_nobody"),
             F.percentile("time_to_converge_ms", 0.5).alias("p50_ms"),
-        )
-        .orderBy(F.desc("unowned_partition_seconds"))
+        ),
+        "-unowned_partition_seconds",
     )
     fleet = _rows(
-        gs.groupBy("group_type", "protocol")
-        .agg(F.count("*").alias("groups"))
-        .orderBy("group_type", "protocol")
+        gs.groupBy("group_type", "protocol").agg(F.count("*").alias("groups")),
+        "group_type",
+        "protocol",
     )
     first = _rows(
         mw.filter((F.col("scenario") == KIP848) & F.col("error").isNull())
@@ -270,7 +278,7 @@ def _migrations(F: Any, mig: Any, mw: Any) -> dict[str, Any]:
         .orderBy(F.desc("a"), "group_id")
         .limit(TOP_GROUPS)
     )
-    groups = _rows(mw.join(top.select("group_id"), "group_id").orderBy("group_id", "scenario"))
+    groups = _rows(mw.join(top.select("group_id"), "group_id"), "group_id", "scenario")
     return {
         "migrations": _rows(mig.orderBy("timestamp", "group_id").limit(200)),
         "migration_totals": totals,

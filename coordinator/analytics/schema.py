@@ -339,6 +339,19 @@ COLUMNS: tuple[Column, ...] = (
         " member_fenced_session_timeout, member_fenced_rebalance_timeout,"
         " static_member_replaced), removed_at",
     ),
+    Column(
+        "previous_committed_offset",
+        pa.int64(),
+        "OffsetCommit",
+        "the offset the group's previous commit of this partition in the export committed"
+        " (deletions skipped); null for its first one. With it the commit rate needs no sort",
+    ),
+    Column(
+        "previous_commit_at",
+        TIMESTAMP,
+        "OffsetCommit",
+        "the time of that previous commit's record (its `timestamp`)",
+    ),
 )
 
 SCHEMA = pa.schema([pa.field(c.name, c.type, nullable=c.nullable) for c in COLUMNS])

@@ -372,14 +372,17 @@ def _bump(
 def _commits(gid: str, rows: list[dict[str, Any]], res: Result, bucket_s: int, t0_us: int) -> None:
     last: dict[tuple[str, int], int] = {}
     size = bucket_s * 1_000_000
-    per: dict[tuple[str, int], dict[str, int]] = {}
+    per: dict[tuple[str, int], dict[str, Any]] = {}
     for r in rows:
         if r["record_type_id"] != 1 or r["tombstone"]:
             continue
         key = (r["topic"], r["partition"])
         b = (r["ts_ms"] * 1000 - t0_us) // size * size + t0_us
-        agg = per.setdefault((r["topic"], b), {"commits": 0, "offset_delta": 0, "base": 0})
+        agg = per.setdefault(
+            (r["topic"], b), {"commits": 0, "offset_delta": 0, "base": 0, "partitions": set()}
+        )
         agg["commits"] += 1
+        agg["partitions"].add(r["partition"])
         if key in last:
             agg["offset_delta"] += r["committed_offset"] - last[key]
         else:
@@ -391,6 +394,7 @@ def _commits(gid: str, rows: list[dict[str, Any]], res: Result, bucket_s: int, t
         totals[topic] += agg["base"] + agg["offset_delta"]
         res.commits[(gid, topic, b)] = {
             "commits": agg["commits"],
+            "partitions": len(agg["partitions"]),
             "offset_delta": agg["offset_delta"],
             "committed_total": totals[topic],
         }
