@@ -19,9 +19,14 @@ CAUSE_ORDER = M.CAUSES
 
 
 def load(path: str) -> list[dict[str, Any]]:
+    """The export's rows; columns added after the file was written read as None."""
+    from coordinator.analytics.schema import COLUMNS
+
     rows = pq.read_table(path).to_pylist()
     for r in rows:
         r["ts_ms"] = int(r["timestamp"].timestamp() * 1000 + 0.5)
+        for c in COLUMNS:
+            r.setdefault(c.name, None)
     return rows
 
 

@@ -360,3 +360,24 @@ def test_an_export_without_the_commit_links_gives_the_same_commit_rate(
     # Buckets where several partitions advanced, and partitions committed across buckets.
     assert max(c["partitions"] for c in want.values()) > 1
     assert sum(c["offset_delta"] > 0 for c in want.values()) > 100
+
+
+V1_EXPORT = Path(__file__).parents[1] / "golden" / "exports" / "v1_workload.parquet"
+"""An export of schema version 1 (one log, CRC-32 shards; none of the columns added since),
+written by the build before coordinator partitions (d4b9fc3^) from its own workload generator
+(seed 7, 6 groups, half of them classic, 900 s, 12 events per group and hour): never to be
+regenerated, it pins what older exports hold."""
+
+
+def test_a_version_1_export_gives_the_oracles_tables(spark: Any) -> None:
+    """Every table of a version 1 export as the plain-Python calculation makes it (the
+    columns added since read as null: classic generations without their phases, the commit
+    rate from each partition's buckets in order)."""
+    assert read_info(V1_EXPORT).schema_version == 1
+    got, want = _compare(spark, V1_EXPORT)
+    assert {b["group_type"] for b in want.bumps} == {"consumer", "mixed", "classic"}
+    assert len(want.bumps) == len(got["rebalances"]) == 44
+    assert len(want.commits) == len(got["commit_rate"]) == 447
+    assert {m["direction"] for m in want.migrations} == {"upgrade"}
+    classic = [r for r in got["rebalances"] if r["group_type"] == "classic"]
+    assert classic and all(r["join_ms"] is None for r in classic)

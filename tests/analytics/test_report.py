@@ -242,3 +242,21 @@ def test_migration_whatif_on_the_workloads_classic_groups(report: Any) -> None:
     # Rebalances that stopped nobody: every eager rebalance but the first one stops everybody.
     assert sum(r["actual_rebalances_stopping_nobody"] for r in eager_kip) == 5
     assert sum(r["whatif_rebalances_stopping_nobody"] for r in eager_kip) == 19
+
+
+def test_a_version_1_export_is_reported(spark: Any, tmp_path: Path) -> None:
+    """The page and every table from an export of schema version 1 (its tables: see
+    test_metrics.test_a_version_1_export_gives_the_oracles_tables); its classic groups are
+    replayed by the migration what-if too."""
+    from .test_metrics import V1_EXPORT
+
+    r = run_report(V1_EXPORT, tmp_path / "v1", spark=spark)
+    assert sorted(r.tables) == sorted(TABLES)
+    page = r.html.read_text()
+    assert "schema v1" in page
+    rebalances = _table(r, "rebalances")
+    classic = {b["group_id"] for b in rebalances if b["group_type"] == "classic"}
+    assert classic and all(g in page for g in {b["group_id"] for b in rebalances})
+    replayed = _table(r, "migration_whatif")
+    assert {w["group_id"] for w in replayed} == classic
+    assert all(w["error"] is None for w in replayed)
