@@ -353,7 +353,7 @@ def _groups_reset_offsets(args: argparse.Namespace, c: GroupClient) -> int:
                     for p, o in items
                 ],
             )
-        resp = c.call(c.offsets.OffsetCommit, req)
+        resp = c.call_group(gid, lambda node: node.offsets.OffsetCommit, req)
         if resp.error_code:
             report(f"reset offsets of group {gid}", resp.error_code, resp.error_message)
             return 1
@@ -521,7 +521,7 @@ def _groups_delete_offsets(args: argparse.Namespace, c: GroupClient) -> int:
             for t, ps in partitions.items()
         ],
     )
-    resp = c.call(c.offsets.OffsetDelete, req)
+    resp = c.call_group(gid, lambda node: node.offsets.OffsetDelete, req)
     if resp.error_code:
         report(f"delete offsets of group {gid}", resp.error_code, resp.error_message)
         return 1

@@ -283,7 +283,11 @@ MEMBER_TYPES = {-1: "unknown", 0: "classic", 1: "consumer"}
 def cmd_groups(args: argparse.Namespace) -> int:
     try:
         with channel(args) as ch:
-            return int(args.group_action(args, GroupClient(args, ch)))
+            client = GroupClient(args, ch)
+            try:
+                return int(args.group_action(args, client))
+            finally:
+                client.close()
     except CommandFailed:
         return 1
 
@@ -295,7 +299,7 @@ def _groups_list(args: argparse.Namespace, c: GroupClient) -> int:
         states_filter=checked_values(args.state, GROUP_STATES, "state"),
         types_filter=checked_values(args.type, GROUP_TYPES, "type"),
     )
-    resp = c.call(c.admin.ListGroups, req)
+    resp = c.list_groups(req)
     if resp.error_code:
         report("list groups", resp.error_code, resp.error_message)
         return 1
@@ -565,11 +569,8 @@ def _fmt_subscription(m: dict[str, Any]) -> str:
 
 
 def _groups_delete(args: argparse.Namespace, c: GroupClient) -> int:
-    from kip848.v1 import admin_pb2
 
-    resp = c.call(
-        c.admin.DeleteGroups, admin_pb2.DeleteGroupsRequest(group_ids=selected_groups(args, c))
-    )
+    resp = c.delete_groups(selected_groups(args, c))
     if resp.error_code:
         report("delete groups", resp.error_code, resp.error_message)
         return 1

@@ -57,9 +57,10 @@ def add_client_flags(p: argparse.ArgumentParser) -> None:
     )
 
 
-def channel(args: argparse.Namespace) -> Any:
-    """The channel to ``--bootstrap-server``: TLS and a bearer token as the flags and
-    ``--command-config`` say (:func:`security_of`)."""
+def channel(args: argparse.Namespace, address: str | None = None) -> Any:
+    """The channel to ``--bootstrap-server`` (or ``address``, another node of the same
+    cluster): TLS and a bearer token as the flags and ``--command-config`` say
+    (:func:`security_of`)."""
     import grpc
 
     security = security_of(args)
@@ -73,9 +74,9 @@ def channel(args: argparse.Namespace) -> Any:
             credentials = tls_credentials(security.ca, security.cert, security.key)
         except OSError as exc:
             raise UsageError(f"cannot read {exc.filename}: {exc.strerror}") from None
-        ch = grpc.secure_channel(args.bootstrap_server, credentials, options=options)
+        ch = grpc.secure_channel(address or args.bootstrap_server, credentials, options=options)
     else:
-        ch = grpc.insecure_channel(args.bootstrap_server, options=options)
+        ch = grpc.insecure_channel(address or args.bootstrap_server, options=options)
     if security.token_file is None:
         return ch
     from kip848.client import token_file
@@ -179,8 +180,14 @@ def call(fn: Any, request: Any, args: argparse.Namespace) -> Any:
 def nothing_done_while_loading(message: Any) -> bool:
     """The answer says COORDINATOR_LOAD_IN_PROGRESS for the whole request: the top-level error,
     or (recursively) every entry of its lists, e.g. each partition of an OffsetCommit."""
+    return nothing_done(message, (LOAD_IN_PROGRESS,))
+
+
+def nothing_done(message: Any, codes: tuple[int, ...]) -> bool:
+    """The answer gives one of ``codes`` for the whole request (the top-level error, or every
+    entry of its lists)."""
     fields = message.DESCRIPTOR.fields_by_name
-    if "error_code" in fields and message.error_code == LOAD_IN_PROGRESS:
+    if "error_code" in fields and message.error_code in codes:
         return True
     if "error_code" in fields and message.error_code:
         return False
@@ -190,7 +197,7 @@ def nothing_done_while_loading(message: Any) -> bool:
         if field.message_type is not None and field.is_repeated
         for entry in getattr(message, field.name)
     ]
-    return bool(entries) and all(nothing_done_while_loading(e) for e in entries)
+    return bool(entries) and all(nothing_done(e, codes) for e in entries)
 
 
 def rpc_failed(args: argparse.Namespace, exc: Any) -> int:

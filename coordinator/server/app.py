@@ -188,7 +188,7 @@ class CoordinatorServer:
             self.service.authorizer.on_refused = observers.authorization_refused()
         servicers: list[object] = [
             ConsumerGroupService(self.service),
-            AdminService(self.service),
+            AdminService(self.service, lambda: self.advertised),
             OffsetService(self.service),
             ClassicGroupService(self.service, lambda: self.advertised),
         ]

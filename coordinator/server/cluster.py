@@ -175,6 +175,21 @@ class ClusterRouting:
             )
         return Node(node_id=leader, host=host, port=port)
 
+    def grpc_nodes(self, here: Node) -> tuple[int, list[Node]]:
+        """(the controller, -1 when none is known; every live node's gRPC address, this node's
+        the address the call came through), by node id: DescribeCluster."""
+        view = self.node.view
+        me = self.node.node_id
+        nodes = [Node(node_id=me, host=here.host, port=here.port)]
+        nodes += [
+            Node(node_id=a.node_id, host=a.grpc[0], port=a.grpc[1])
+            for a in view.live_nodes()
+            if a.node_id != me
+        ]
+        state = view.state
+        controller = -1 if state is None or state.controller is None else state.controller
+        return controller, sorted(nodes, key=lambda n: n.node_id)
+
     def kafka_nodes(self, here: Node | None) -> list[Node]:
         """Every live node's Kafka listener, as Metadata lists brokers (this node: the
         listener the request came through), by node id."""

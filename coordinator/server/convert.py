@@ -51,6 +51,7 @@ from .api import (
     DescribedConsumerGroup,
     GroupError,
     IncrementalAlterConfigs,
+    Node,
     Reply,
     WatchEvent,
 )
@@ -301,6 +302,17 @@ create_topics_to_proto = _each(_admin.CreateTopicsResponse, "topics", _created)
 create_partitions_to_proto = _each(_admin.CreatePartitionsResponse, "results", _extended)
 delete_topics_to_proto = _each(_admin.DeleteTopicsResponse, "results", _deleted)
 list_topics_to_proto = _each(_admin.ListTopicsResponse, "topics", _listed)
+
+
+def describe_cluster_to_proto(value: tuple[int, list[Node]]) -> admin_pb2.DescribeClusterResponse:
+    controller, nodes = value
+    return _admin.DescribeClusterResponse(
+        controller_id=controller,
+        nodes=[
+            _admin.DescribeClusterResponse.Node(node_id=n.node_id, host=n.host, port=n.port)
+            for n in nodes
+        ],
+    )
 
 
 # ---------------------------------------------------------------- log offsets

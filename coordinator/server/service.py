@@ -73,6 +73,7 @@ from .api import (
     DescribedConsumerGroup,
     GroupError,
     IncrementalAlterConfigs,
+    Node,
     Reply,
     WatchEvent,
     WatchRequest,
@@ -91,6 +92,7 @@ from .authorization import (
     TRANSACTIONAL_ID,
     WRITE,
     RequestAuthorizer,
+    cluster_denied,
     group_denied,
     topics_denied,
 )
@@ -560,6 +562,20 @@ class CoordinatorService:
     async def list_topics(self, _req: None, caller: Caller) -> Reply[list[TopicResult]]:
         listed = await self.topics.list_topics()
         return Reply(value=self.authz.visible(caller, listed, DESCRIBE, TOPIC, _topic_name_of))
+
+    @rpc(reply_error)
+    async def describe_cluster(self, _req: None, caller: Caller) -> Reply[tuple[int, list[Node]]]:
+        """(controller id, the nodes' gRPC addresses): every live node sharing the store
+        (``cluster.py``), else this one alone."""
+        if not self.authz.may(caller, DESCRIBE, CLUSTER, CLUSTER_NAME):
+            raise cluster_denied()
+        here = caller.node
+        if here is None:
+            raise CoordinatorNotAvailableError("The coordinator's address is not known yet.")
+        routing = self.routing
+        if routing is None:
+            return Reply(value=(here.node_id, [here]))
+        return Reply(value=routing.grpc_nodes(here))
 
     # ------------------------------------------------------------ log offsets (the broker's)
 

@@ -355,6 +355,7 @@ AdminService = _servicer(
             convert.delete_topics_from_proto, convert.delete_topics_to_proto, audit=True
         ),
         "ListTopics": Rpc(convert.nothing_from_proto, convert.list_topics_to_proto),
+        "DescribeCluster": Rpc(convert.nothing_from_proto, convert.describe_cluster_to_proto),
         "ListOffsets": Rpc(convert.list_offsets_from_proto, convert.list_offsets_to_proto),
         "ListGroups": Rpc(convert.list_groups_from_proto, convert.list_groups_to_proto),
         "DeleteGroups": Rpc(

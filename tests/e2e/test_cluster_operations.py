@@ -134,6 +134,33 @@ def test_describe_move_and_the_clients_view(pg_server, tmp_path: Path) -> None:
             == 16
         )
 
+        # The CLI finds each group's node: a group led by node 1 beside the moved one.
+        other = next(
+            g
+            for g in (f"h{i}" for i in range(100))
+            if leader[partition_for(g, P)] == 1 and partition_for(g, P) != p
+        )
+        assert one.heartbeat(**join_request(other, ["orders"])).error_code == 0
+        listed = run_cli("groups", "list", "--bootstrap-server", two.address, "--output", "json")
+        assert listed.returncode == 0, listed.stderr
+        assert [g["group_id"] for g in json.loads(listed.stdout)] == sorted([group, other])
+        for bootstrap in (one.address, two.address):
+            described = run_cli(
+                "groups",
+                "describe",
+                group,
+                other,
+                "--members",
+                "--bootstrap-server",
+                bootstrap,
+                "--output",
+                "json",
+            )
+            assert described.returncode == 0, described.stderr
+            assert [
+                (g["group_id"], g["error"], len(g["members"])) for g in json.loads(described.stdout)
+            ] == [(group, None, 1), (other, None, 1)]
+
         # Refusals: a node that is not live, a partition that does not exist, not PostgreSQL.
         for argv, message in (
             (("--partition", "0", "--to", "7"), "node 7 is not a live coordinator node"),

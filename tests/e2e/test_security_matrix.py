@@ -533,6 +533,13 @@ GRPC_ROWS = [
         empty=_no_topics,
     ),
     grpc_row(
+        "DescribeCluster",
+        ADMIN,
+        "DescribeCluster",
+        lambda w: admin_pb2.DescribeClusterRequest(),
+        CLUSTER_AUTH,
+    ),
+    grpc_row(
         "ListOffsets",
         ADMIN,
         "ListOffsets",

@@ -165,6 +165,7 @@ EXTENSIONS = {
         "DeleteAcls",
         "DescribeUserScramCredentials",
         "AlterUserScramCredentials",
+        "DescribeCluster",
     ],
 }
 """RPCs added to the binding contract's first version (docs/proto.md; added, never changing
@@ -341,6 +342,9 @@ FIELDS = {
     "ListTopicsRequest": "",
     "ListTopicsResponse": "topics[]",
     "ListTopicsResponse.Topic": "name topic_id:bytes num_partitions",
+    "DescribeClusterRequest": "",
+    "DescribeClusterResponse": "error_code ?error_message controller_id nodes[]",
+    "DescribeClusterResponse.Node": "node_id host port",
     "ListOffsetsRequest": "isolation_level topics[]",
     "ListOffsetsRequest.Topic": "name partitions[]",
     "ListOffsetsRequest.Partition": "partition_index timestamp:int64",

@@ -949,6 +949,76 @@ class ListTopicsResponse(_message.Message):
 Global___ListTopicsResponse: _TypeAlias = ListTopicsResponse  # noqa: Y015
 
 @_typing.final
+class DescribeClusterRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DescribeClusterRequest: _TypeAlias = DescribeClusterRequest  # noqa: Y015
+
+@_typing.final
+class DescribeClusterResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class Node(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        NODE_ID_FIELD_NUMBER: _builtins.int
+        HOST_FIELD_NUMBER: _builtins.int
+        PORT_FIELD_NUMBER: _builtins.int
+        node_id: _builtins.int
+        host: _builtins.str
+        port: _builtins.int
+        def __init__(
+            self,
+            *,
+            node_id: _builtins.int = ...,
+            host: _builtins.str = ...,
+            port: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["host", b"host", "node_id", b"node_id", "port", b"port"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    ERROR_CODE_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    CONTROLLER_ID_FIELD_NUMBER: _builtins.int
+    NODES_FIELD_NUMBER: _builtins.int
+    error_code: _builtins.int
+    error_message: _builtins.str
+    controller_id: _builtins.int
+    """The controller: the node that runs the balancer (-1: none known)."""
+    @_builtins.property
+    def nodes(self) -> _containers.RepeatedCompositeFieldContainer[Global___DescribeClusterResponse.Node]: ...
+    def __init__(
+        self,
+        *,
+        error_code: _builtins.int = ...,
+        error_message: _builtins.str | None = ...,
+        controller_id: _builtins.int = ...,
+        nodes: _abc.Iterable[Global___DescribeClusterResponse.Node] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_error_message", b"_error_message", "error_message", b"error_message"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_error_message", b"_error_message", "controller_id", b"controller_id", "error_code", b"error_code", "error_message", b"error_message", "nodes", b"nodes"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__error_message: _TypeAlias = _typing.Literal["error_message"]  # noqa: Y015
+    _WhichOneofArgType__error_message: _TypeAlias = _typing.Literal["_error_message", b"_error_message"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__error_message) -> _WhichOneofReturnType__error_message | None: ...
+
+Global___DescribeClusterResponse: _TypeAlias = DescribeClusterResponse  # noqa: Y015
+
+@_typing.final
 class ListOffsetsRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

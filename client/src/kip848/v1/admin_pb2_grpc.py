@@ -106,6 +106,11 @@ class AdminServiceStub:
                 request_serializer=kip848_dot_v1_dot_admin__pb2.AlterUserScramCredentialsRequest.SerializeToString,
                 response_deserializer=kip848_dot_v1_dot_admin__pb2.AlterUserScramCredentialsResponse.FromString,
                 _registered_method=True)
+        self.DescribeCluster = channel.unary_unary(
+                '/kip848.v1.AdminService/DescribeCluster',
+                request_serializer=kip848_dot_v1_dot_admin__pb2.DescribeClusterRequest.SerializeToString,
+                response_deserializer=kip848_dot_v1_dot_admin__pb2.DescribeClusterResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -356,6 +361,22 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DescribeCluster(self, request, context):
+        """The coordinator nodes (Kafka's DescribeCluster, API key 60, with each node's gRPC address):
+        every live node sharing this node's PostgreSQL store (docs/ha.md), this one at the
+        address the call came through; one node alone lists itself (node id 0, or --node-id).
+        What `kip848 groups` asks to reach every node (ListGroups is per node, as per broker in
+        Kafka). Needs DESCRIBE on the cluster.
+        Errors (request-level error_code):
+        0 NONE
+        -1 UNKNOWN_SERVER_ERROR
+        31 CLUSTER_AUTHORIZATION_FAILED  no DESCRIBE on the cluster
+        15 COORDINATOR_NOT_AVAILABLE
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -428,6 +449,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.AlterUserScramCredentials,
                     request_deserializer=kip848_dot_v1_dot_admin__pb2.AlterUserScramCredentialsRequest.FromString,
                     response_serializer=kip848_dot_v1_dot_admin__pb2.AlterUserScramCredentialsResponse.SerializeToString,
+            ),
+            'DescribeCluster': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeCluster,
+                    request_deserializer=kip848_dot_v1_dot_admin__pb2.DescribeClusterRequest.FromString,
+                    response_serializer=kip848_dot_v1_dot_admin__pb2.DescribeClusterResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -810,6 +836,33 @@ class AdminService:
             '/kip848.v1.AdminService/AlterUserScramCredentials',
             kip848_dot_v1_dot_admin__pb2.AlterUserScramCredentialsRequest.SerializeToString,
             kip848_dot_v1_dot_admin__pb2.AlterUserScramCredentialsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeCluster(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/kip848.v1.AdminService/DescribeCluster',
+            kip848_dot_v1_dot_admin__pb2.DescribeClusterRequest.SerializeToString,
+            kip848_dot_v1_dot_admin__pb2.DescribeClusterResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -257,6 +257,18 @@ class AdminServiceStub:
       93 UNACCEPTABLE_CREDENTIAL       an empty user name, iterations outside 4096..16384,
                                        an empty salt or salted password
     """
+    DescribeCluster: _grpc.UnaryUnaryMultiCallable[_admin_pb2.DescribeClusterRequest, _admin_pb2.DescribeClusterResponse]
+    """The coordinator nodes (Kafka's DescribeCluster, API key 60, with each node's gRPC address):
+    every live node sharing this node's PostgreSQL store (docs/ha.md), this one at the
+    address the call came through; one node alone lists itself (node id 0, or --node-id).
+    What `kip848 groups` asks to reach every node (ListGroups is per node, as per broker in
+    Kafka). Needs DESCRIBE on the cluster.
+    Errors (request-level error_code):
+      0 NONE
+      -1 UNKNOWN_SERVER_ERROR
+      31 CLUSTER_AUTHORIZATION_FAILED  no DESCRIBE on the cluster
+      15 COORDINATOR_NOT_AVAILABLE
+    """
 
 @_typing.type_check_only
 class AdminServiceAsyncStub(AdminServiceStub):
@@ -451,6 +463,18 @@ class AdminServiceAsyncStub(AdminServiceStub):
       92 DUPLICATE_RESOURCE            a user altered twice in the request
       93 UNACCEPTABLE_CREDENTIAL       an empty user name, iterations outside 4096..16384,
                                        an empty salt or salted password
+    """
+    DescribeCluster: _aio.UnaryUnaryMultiCallable[_admin_pb2.DescribeClusterRequest, _admin_pb2.DescribeClusterResponse]  # type: ignore[assignment]
+    """The coordinator nodes (Kafka's DescribeCluster, API key 60, with each node's gRPC address):
+    every live node sharing this node's PostgreSQL store (docs/ha.md), this one at the
+    address the call came through; one node alone lists itself (node id 0, or --node-id).
+    What `kip848 groups` asks to reach every node (ListGroups is per node, as per broker in
+    Kafka). Needs DESCRIBE on the cluster.
+    Errors (request-level error_code):
+      0 NONE
+      -1 UNKNOWN_SERVER_ERROR
+      31 CLUSTER_AUTHORIZATION_FAILED  no DESCRIBE on the cluster
+      15 COORDINATOR_NOT_AVAILABLE
     """
 
 class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -727,6 +751,24 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
           92 DUPLICATE_RESOURCE            a user altered twice in the request
           93 UNACCEPTABLE_CREDENTIAL       an empty user name, iterations outside 4096..16384,
                                            an empty salt or salted password
+        """
+
+    @_abc_1.abstractmethod
+    def DescribeCluster(
+        self,
+        request: _admin_pb2.DescribeClusterRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.DescribeClusterResponse, _abc.Awaitable[_admin_pb2.DescribeClusterResponse]]:
+        """The coordinator nodes (Kafka's DescribeCluster, API key 60, with each node's gRPC address):
+        every live node sharing this node's PostgreSQL store (docs/ha.md), this one at the
+        address the call came through; one node alone lists itself (node id 0, or --node-id).
+        What `kip848 groups` asks to reach every node (ListGroups is per node, as per broker in
+        Kafka). Needs DESCRIBE on the cluster.
+        Errors (request-level error_code):
+          0 NONE
+          -1 UNKNOWN_SERVER_ERROR
+          31 CLUSTER_AUTHORIZATION_FAILED  no DESCRIBE on the cluster
+          15 COORDINATOR_NOT_AVAILABLE
         """
 
 def add_AdminServiceServicer_to_server(servicer: AdminServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
