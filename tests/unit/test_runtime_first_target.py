@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from typing import Any
 
 import pytest
 from builders import join, make_runtime
@@ -20,7 +21,7 @@ from coordinator.core import records as r
 from coordinator.core.errors import CoordinatorNotAvailableError
 from coordinator.core.topics import NewTopic
 from coordinator.routing import partition_for
-from coordinator.runtime.store import MemoryRecordStore
+from coordinator.runtime.store import MemoryRecordStore, StoreWriteError
 
 BATCHING = {"group.consumer.assignment.interval.ms": "1000"}
 
@@ -136,5 +137,93 @@ async def test_a_first_target_whose_write_fails_is_computed_again() -> None:
         assert rt.stats["failed_batches"] == 1
         await rt.flush()
         assert targets_written(store, "g") == [1]
+    finally:
+        await asyncio.wait_for(rt.close(), 10)
+
+
+async def test_parked_joins_are_answered_turn_after_turn_not_write_after_write() -> None:
+    """Once the first target is there, each command answers the next 64 parked joins and the
+    next one runs in the shard's next turn, without waiting for the previous one's write: with
+    every write held back, all 300 joins are answered in memory (a storm's 10,000 were
+    answered one write after another: 150-odd writes, long enough on a busy disk for the last
+    of them to reach the clients' request timeout); once the writes go through, every member
+    has its share of the one target."""
+    store = MemoryRecordStore(partitions=1)
+    rt = await started(
+        make_runtime(store, **BATCHING, **{"group.consumer.assignor.offload.enable": "false"})
+    )
+    try:
+        (topic,) = await rt.create_topics([NewTopic(name="t", num_partitions=600)])
+        await rt.flush()
+        store.hold_appends()
+        joins = [
+            asyncio.ensure_future(rt.heartbeat(join("g", member_id=f"m{i}"))) for i in range(300)
+        ]
+        group = None
+        for _ in range(500):  # bounded: 5 s
+            await asyncio.sleep(0.01)
+            group = rt.shards[0].groups.get("g")
+            if group is not None and group.assignment_epoch == 300 and not group.waiting:
+                break
+        assert group is not None and group.assignment_epoch == 300
+        assert not group.waiting  # every join answered, none of the writes done yet
+        assert not any(j.done() for j in joins)  # ... and released only once durable
+        store.release_appends()
+        answers = await asyncio.wait_for(asyncio.gather(*joins), 30)
+        assert {a.member_epoch for a in answers} == {300}
+        owned: Counter[int] = Counter()
+        for a in answers:
+            assert a.assignment is not None
+            owned.update(a.assignment.assigned[topic.topic_id])
+        assert owned == Counter(range(600))
+        await rt.flush()
+        assert targets_written(store, "g") == [300]
+    finally:
+        store.release_appends()
+        await asyncio.wait_for(rt.close(), 10)
+
+
+class FailsTheFirstTarget(MemoryRecordStore):
+    """Fails the first append that holds a target (and lets every other through)."""
+
+    failed = 0
+
+    def append(self, records: Any, timestamp_ms: int, **kw: Any) -> dict[int, int]:
+        target, _value = codec.encode(r.target_assignment_epoch_record("g", 0))
+        if not self.failed and any(rec.key == target for rec in records):
+            self.failed += 1
+            raise StoreWriteError("injected: the first target's write")
+        return super().append(records, timestamp_ms, **kw)
+
+
+async def test_answers_under_way_whose_write_fails_are_given_again() -> None:
+    """The write of the first target and of the answers that followed it without waiting
+    fails: every call under way fails with it, the rollback parks the joins again, and the
+    target is computed again and every join answered (one call TIMER_RETRY_MS later, or the
+    next one of the chain)."""
+    store = FailsTheFirstTarget(partitions=1)
+    rt = await started(
+        make_runtime(store, **BATCHING, **{"group.consumer.assignor.offload.enable": "false"})
+    )
+    try:
+        (topic,) = await rt.create_topics([NewTopic(name="t", num_partitions=600)])
+        joins = [
+            asyncio.ensure_future(rt.heartbeat(join("g", member_id=f"m{i}"))) for i in range(300)
+        ]
+        answers = await asyncio.wait_for(asyncio.gather(*joins), 30)
+        assert store.failed == 1 and rt.stats["failed_batches"] >= 1
+        assert {a.member_epoch for a in answers} == {300}
+        owned: Counter[int] = Counter()
+        for a in answers:
+            assert a.assignment is not None
+            owned.update(a.assignment.assigned[topic.topic_id])
+        assert owned == Counter(range(600))
+        await rt.flush()
+        assert targets_written(store, "g") == [300]
+        for _ in range(300):  # bounded: 3 s (a retry due after the failure finds nothing)
+            if not rt.driver.own.first_targets:
+                break
+            await asyncio.sleep(0.01)
+        assert not rt.driver.own.first_targets  # nothing left asked for
     finally:
         await asyncio.wait_for(rt.close(), 10)
