@@ -109,11 +109,11 @@ def _load(
 
     Target and current assignments go into the group's indexes as their records come (each
     index in the order of its records, as replay fills it); members are built at the end, once
-    each, from their metadata and current assignment records."""
-    group: ConsumerGroup | None = None
-    target_owners: Any = None
-    partition_owners: Any = None
-    targets: Any = None
+    each, from their metadata and current assignment records. Record types are compared with
+    their numbers (``records.RecordType``) in the order of their frequency."""
+    group = ConsumerGroup(undo, group_id)
+    target_owners, partition_owners = group.target_owners, group.partition_owners
+    targets = group.target
     raw_targets: dict[str, Any] = {}
     metadata: dict[str, list[Any]] = {}
     assignments: dict[str, tuple[Any, ...]] = {}
@@ -130,47 +130,18 @@ def _load(
             raise _NotHere
         key = _loads(row[1])
         value = _loads(value_bytes)
-        if type(key) is not list or type(value) is not list:
+        if type(value) is not list:
             raise _NotHere
-        kind = key[0]
-        if type(kind) is not int:
-            raise _NotHere
-        if kind in _MEMBER_RECORDS:
-            if len(key) != 3 or key[1] != group_id:
+        n = len(key)
+        if n == 3:  # [type, group id, member id]; a config's [1016, group id, name]
+            kind, gid, member_id = key  # kind is an int only if key is a list
+            if type(kind) is not int or gid != group_id or type(member_id) is not str:
                 raise _NotHere
-            member_id = key[2]
-            if type(member_id) is not str:
-                raise _NotHere
-            first_seen[member_id] = True
-            if group is None:
-                group = ConsumerGroup(undo, group_id)
-                target_owners, partition_owners = group.target_owners, group.partition_owners
-                targets = group.target
-            if kind == _MEMBER_METADATA:
-                if member_id in metadata:
+            if kind == 8:  # current assignment (replay_current_assignment): a partition is
+                if member_id in assignments:  # owned by one member at most
                     raise _NotHere
-                metadata[member_id] = value
+                first_seen[member_id] = True
                 members[member_id] = None
-            elif kind == _TARGET_MEMBER:  # replay_target_member; a later member's record
-                if member_id in raw_targets:  # takes a partition in the inverted index
-                    raise _NotHere
-                raw = value[1]
-                if len(raw) == 1:  # one topic (decode_assignment without its call)
-                    ((topic_id, partitions),) = raw
-                    target = {topic_id: frozenset(partitions)} if partitions else {}
-                else:
-                    target = _decode_assignment(raw)
-                for topic_id, partitions in target.items():
-                    owners = target_owners.get(topic_id)
-                    if owners is None:
-                        put(target_owners, topic_id, new_dict(fromkeys(partitions, member_id)))
-                    else:
-                        update(owners, fromkeys(partitions, member_id))
-                put(targets, member_id, target)
-                raw_targets[member_id] = raw
-            else:  # replay_current_assignment: a partition is owned by one member at most
-                if member_id in assignments:
-                    raise _NotHere
                 a = assignments[member_id] = _current(value, raw_targets, targets, member_id)
                 for owning in (a[3], a[4]) if a[4] else (a[3],):
                     for topic_id, partitions in owning.items():
@@ -185,28 +156,67 @@ def _load(
                             update(owners, fromkeys(partitions, member_id))
                         else:  # owned by another member (or twice by this one): replay says
                             raise _NotHere
+            elif kind == 5:  # member metadata
+                if member_id in metadata:
+                    raise _NotHere
+                first_seen[member_id] = True
                 members[member_id] = None
-        elif kind == _OFFSET_COMMIT:
+                metadata[member_id] = value
+            elif kind == 7:  # target assignment (replay_target_member): a later member's
+                if member_id in raw_targets:  # record takes a partition in the inverted index
+                    raise _NotHere
+                first_seen[member_id] = True
+                raw = raw_targets[member_id] = value[1]
+                if len(raw) == 1:  # one topic: decode_assignment without its calls
+                    ((topic_id, partitions),) = raw
+                    if partitions:
+                        partitions = frozenset(partitions)
+                        put(targets, member_id, {topic_id: partitions})
+                        owners = target_owners.get(topic_id)
+                        if owners is None:
+                            put(target_owners, topic_id, new_dict(fromkeys(partitions, member_id)))
+                        else:
+                            update(owners, fromkeys(partitions, member_id))
+                    else:
+                        put(targets, member_id, {})
+                    continue
+                target = _decode_assignment(raw)
+                for topic_id, partitions in target.items():
+                    owners = target_owners.get(topic_id)
+                    if owners is None:
+                        put(target_owners, topic_id, new_dict(fromkeys(partitions, member_id)))
+                    else:
+                        update(owners, fromkeys(partitions, member_id))
+                put(targets, member_id, target)
+            elif kind == 1016:  # a group config
+                one_by_one.append(row)
+            else:
+                raise _NotHere
+        elif n == 4:  # an offset commit: [1, group id, topic, partition]
+            kind, gid, topic, partition = key
             if (
-                len(key) != 4
-                or key[1] != group_id
-                or type(key[2]) is not str
-                or type(key[3]) is not int
+                type(kind) is not int
+                or kind != 1
+                or gid != group_id
+                or type(topic) is not str
+                or type(partition) is not int
             ):
                 raise _NotHere
-            commits.append((key[2], key[3], value))
-        elif kind in _GROUP_LEVEL:
-            if len(key) != 2 or key[1] != group_id:
+            commits.append((topic, partition, value))
+        elif n == 2:  # [type, group id]: the group's own records, a classic group's
+            kind, gid = key
+            if type(kind) is not int or gid != group_id:
                 raise _NotHere
-            level[kind] = value
-        elif kind in _ONE_BY_ONE:
-            classic = classic or kind == _CLASSIC_GROUP
-            one_by_one.append(row)
+            if kind in _GROUP_LEVEL:
+                level[kind] = value
+            elif kind == 2:
+                classic = True
+                one_by_one.append(row)
+            else:
+                raise _NotHere
         else:
             raise _NotHere
-    if level and group is None:
-        group = ConsumerGroup(undo, group_id)
-    if group is None:
+    if not first_seen and not level:
         return None, commits, one_by_one
     if classic:
         raise _NotHere
