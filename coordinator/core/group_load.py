@@ -56,9 +56,7 @@ _decode = codec.decode
 _decode_assignment = codec.decode_assignment
 _decode_classic = codec.decode_classic
 _decode_current = codec.value_decoder(_T.CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT)
-_decode_group_metadata = codec.value_decoder(_T.CONSUMER_GROUP_METADATA)
 _decode_partition_metadata = codec.value_decoder(_T.CONSUMER_GROUP_PARTITION_METADATA)
-_decode_target_metadata = codec.value_decoder(_T.CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA)
 _new, _set = object.__new__, object.__setattr__
 _STABLE = MemberState.STABLE
 
@@ -227,16 +225,18 @@ def _load(
 
 
 def _group_level(group: ConsumerGroup, level: dict[int, list[Any]]) -> None:
-    """The group's own records (each sets fields of its own: their order does not matter)."""
+    """The group's own records (each sets fields of its own: their order does not matter),
+    their fields set as ConsumerGroup's ``replay_*`` set them (the undo log is off)."""
     value = level.get(_GROUP_METADATA)
-    if value is not None:
-        group.replay_group_metadata(_decode_group_metadata(value[1:]))
+    if value is not None:  # [version, epoch, group uid]
+        group.group_epoch, group.group_uid = value[1], value[2]
     value = level.get(_PARTITION_METADATA)
     if value is not None:
         group.replay_partition_metadata(_decode_partition_metadata(value[1:]))
     value = level.get(_TARGET_METADATA)
-    if value is not None:
-        group.replay_target_metadata(_decode_target_metadata(value[1:]))
+    if value is not None:  # [version, assignment epoch, its time (when set)]
+        group.assignment_epoch = value[1]
+        group.assignment_timestamp_ms = value[2] if len(value) > 2 else 0
 
 
 def _current(

@@ -162,13 +162,15 @@ def replay_group(shard: Shard, records: Sequence[tuple[int, bytes, bytes, str]])
 def load_partition(store: RecordStore, partition: int, shard: Shard) -> ShardLoadStats:
     """Replay one partition's log into ``shard`` (fresh, empty), group by group. Raises
     ``IllegalStateError`` (from decode/replay) on a corrupt store, or a record of another
-    partition's group."""
-    image = read_partition(store, partition)
-    start = time.perf_counter()
-    with _bulk([shard.undo]):
+    partition's group. Most groups are built from their bytes at once (``group_load.py``);
+    the others are replayed record by record (:func:`replay_group`)."""
+    with _bulk([shard.undo]):  # the rows read are garbage soon: no collection for them either
+        image = read_partition(store, partition)
+        start = time.perf_counter()
         for group_id, records in image.groups.items():
             if not load_group(shard, group_id, records):
                 replay_group(shard, records)
+        image.groups = {}  # the rows are freed now, not frozen with the loaded state
     return ShardLoadStats(
         partition,
         records=image.records,
