@@ -7,10 +7,7 @@
    one process; a client process with ``--members`` concurrent grpc.aio members (8 per group,
    all reconciled first) sends steady-state heartbeats for ``--seconds``. Reports throughput,
    latency percentiles and where the server's time goes (cProfile, top functions).
-2. Load time: a store of ``--groups`` groups x 10 members (canonical records of a reconciled
-   group built by a real shard, re-keyed per group, written with ``sync="off"``) is loaded by
-   the runtime's loader (``load_into``: decode + replay into fresh shards).
-3. Group commit: an in-process runtime on a SQLite store (``sync="full"``: fsync per batch);
+2. Group commit: an in-process runtime on a SQLite store (``sync="full"``: fsync per batch);
    N concurrent writers each change a group config in a loop; reports durable batches/s,
    commands/s and commands per batch.
 """
@@ -21,7 +18,6 @@ import argparse
 import asyncio
 import contextlib
 import cProfile
-import gc
 import io
 import json
 import os
@@ -49,7 +45,6 @@ from bench._loadgen import (
 from bench._report import machine, table, write_section
 
 MEMBERS_PER_GROUP_HB = 8
-LOAD_MEMBERS = 10
 
 
 # ---------------------------------------------------------------- 1. heartbeats through gRPC
@@ -378,162 +373,7 @@ def _short(filename: str) -> str:
     return filename
 
 
-# ---------------------------------------------------------------- 2. load time
-
-
-def _template_records() -> tuple[
-    list[tuple[bytes, bytes | None]], list[tuple[bytes, bytes | None]]
-]:
-    """Canonical records of one reconciled group of 10 members, built by a real shard."""
-    from assignors.uniform import UniformAssignor
-    from coordinator.core import codec
-    from coordinator.core.commands import ConsumerGroupHeartbeat, SequentialIds
-    from coordinator.core.config import GroupCoordinatorConfig
-    from coordinator.core.records import topic_record
-    from coordinator.core.topics import NewTopic, TopicRegistry
-    from coordinator.factory import new_shard
-
-    ids = SequentialIds()
-    registry = TopicRegistry(ids)
-    registry.create_topics(
-        [NewTopic(name="topic", num_partitions=30, topic_id="AAAAAAAAAAAAAAAAAAAAAQ")]
-    )
-    shard = new_shard(
-        config=GroupCoordinatorConfig(),
-        assignors=[UniformAssignor()],
-        ids=ids,
-        topics=registry.image(),
-    )
-    epochs: dict[str, tuple[int, Any]] = {}
-    for m in range(LOAD_MEMBERS):
-        mid = f"member-{m:02d}-xxxxxxxxxxxx"
-        r = shard.consumer_group_heartbeat(
-            ConsumerGroupHeartbeat(
-                group_id="GROUPTEMPLATE",
-                member_id=mid,
-                member_epoch=0,
-                rebalance_timeout_ms=60_000,
-                subscribed_topic_names=("topic",),
-                topic_partitions={},
-                client_id="bench",
-                client_host="/127.0.0.1",
-            ),
-            0,
-        )
-        joined = r.response
-        assert joined is not None and joined.assignment is not None, joined
-        epochs[mid] = (joined.member_epoch, joined.assignment.assigned)
-    for _ in range(10):
-        for mid, (epoch, owned) in list(epochs.items()):
-            r = shard.consumer_group_heartbeat(
-                ConsumerGroupHeartbeat(
-                    group_id="GROUPTEMPLATE",
-                    member_id=mid,
-                    member_epoch=epoch,
-                    topic_partitions=owned,
-                    client_id="bench",
-                    client_host="/127.0.0.1",
-                ),
-                0,
-            )
-            resp = r.response
-            assert resp is not None, r
-            a = resp.assignment
-            epochs[mid] = (resp.member_epoch, a.assigned if a is not None else owned)
-    group_records = [codec.encode(rec) for rec in shard.records_of_state()]
-    topic_records = [codec.encode(topic_record("topic", "AAAAAAAAAAAAAAAAAAAAAQ", 30))]
-    return group_records, topic_records
-
-
-def build_load_store(data_dir: str, groups: int) -> int:
-    from coordinator.runtime.store import SqliteRecordStore, StoredRecord
-
-    group_records, topic_records = _template_records()
-    uid = b"cgp_00000000000000000000000001"
-    store = SqliteRecordStore(data_dir, sync="off")
-    try:
-        store.append([StoredRecord(k, v, None) for k, v in topic_records], 0)
-        batch: list[StoredRecord] = []
-        n = 0
-        for g in range(groups):
-            gid = f"group-{g:07d}"
-            gb = gid.encode()
-            guid = f"cgp_{g:026d}".encode()
-            for k, v in group_records:
-                batch.append(
-                    StoredRecord(
-                        k.replace(b"GROUPTEMPLATE", gb),
-                        None if v is None else v.replace(b"GROUPTEMPLATE", gb).replace(uid, guid),
-                        gid,
-                    )
-                )
-            if len(batch) >= 200_000:
-                store.append(batch, 0)
-                n += len(batch)
-                batch = []
-        store.append(batch, 0)
-        n += len(batch) + len(topic_records)
-    finally:
-        store.close()
-    return n
-
-
-def bench_load(groups: int, repeat: int = 1) -> list[dict[str, Any]]:
-    """Build the store once, then load it ``repeat`` times into fresh shards (one row each)."""
-    from coordinator.core.commands import SequentialIds
-    from coordinator.core.config import GroupCoordinatorConfig
-    from coordinator.core.topics import TopicRegistry
-    from coordinator.factory import new_shard
-    from coordinator.runtime.assignors import make_assignors
-    from coordinator.runtime.loader import load_into
-    from coordinator.runtime.store import SqliteRecordStore
-
-    rows = []
-    with tempfile.TemporaryDirectory(prefix="kip848-load-") as tmp:
-        t0 = time.perf_counter()
-        records = build_load_store(tmp, groups)
-        build_s = time.perf_counter() - t0
-        size = os.path.getsize(os.path.join(tmp, "coordinator.db"))
-        for _ in range(repeat):
-            config = GroupCoordinatorConfig()
-            ids = SequentialIds()
-            assignors = make_assignors(config.consumer_assignors)
-            store = SqliteRecordStore(tmp)
-            shards = [
-                new_shard(config=config, assignors=assignors, ids=ids)
-                for _ in range(store.partitions)
-            ]
-            registry = TopicRegistry(ids)
-            rss0 = _rss_mb()
-            t0 = time.perf_counter()
-            stats = load_into(store, shards, registry)
-            load_s = time.perf_counter() - t0
-            store.close()
-            members = sum(len(g.members) for s in shards for g in s.groups.values())
-            rows.append(
-                {
-                    "groups": stats.groups,
-                    "members": members,
-                    "records": records,
-                    "build_s": build_s,
-                    "load_s": load_s,
-                    "records_per_s": records / load_s,
-                    "db_mb": size / 2**20,
-                    "rss_growth_mb": _rss_mb() - rss0,
-                }
-            )
-            del shards, registry, stats
-            gc.collect()
-    return rows
-
-
-def _rss_mb() -> float:
-    """Current resident set size (not the peak: loads are repeated in one process)."""
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
-
-
-# ---------------------------------------------------------------- 3. group commit
+# ---------------------------------------------------------------- 2. group commit
 
 
 async def _group_commit(writers: int, seconds: float, data_dir: str) -> dict[str, Any]:
@@ -613,16 +453,10 @@ def main() -> int:
     ap.add_argument("--members", type=int, default=64)
     ap.add_argument("--seconds", type=float, default=None)
     ap.add_argument("--repeat", type=int, default=3, help="runs of the headline configuration")
-    ap.add_argument(
-        "--groups", type=int, default=None, help="groups in the load-time store (default 100,000)"
-    )
-    ap.add_argument(
-        "--only-heartbeats", action="store_true", help="skip load time and group commit"
-    )
+    ap.add_argument("--only-heartbeats", action="store_true", help="skip group commit")
     ap.add_argument("--no-doc", action="store_true", help="do not write docs/benchmarks.md")
     args = ap.parse_args()
     seconds = args.seconds or (3.0 if args.quick else 10.0)
-    groups = args.groups or (10_000 if args.quick else 100_000)
     members = args.members
     load0 = os.getloadavg()[0]
 
@@ -788,37 +622,6 @@ i.e. uvloop and libnghttp2's C code, which cProfile cannot see into):
     if args.only_heartbeats:
         return 0
 
-    loads = bench_load(groups, args.repeat)
-    load_median = sorted(r["load_s"] for r in loads)[len(loads) // 2]
-    load_table = table(
-        (
-            "run",
-            "groups",
-            "members",
-            "records",
-            "store MB",
-            "load s",
-            "records/s",
-            "RSS growth MB",
-            "target",
-        ),
-        [
-            (
-                i + 1,
-                f"{load['groups']:,}",
-                f"{load['members']:,}",
-                f"{load['records']:,}",
-                f"{load['db_mb']:.0f}",
-                f"{load['load_s']:.1f}",
-                f"{load['records_per_s']:,.0f}",
-                f"{load['rss_growth_mb']:.0f}",
-                "<= 30 s at 100,000 groups",
-            )
-            for i, load in enumerate(loads)
-        ],
-    )
-    print("\n" + load_table, flush=True)
-
     gc_rows = bench_group_commit([1, 8, 64, 256] if not args.quick else [1, 64], min(seconds, 5.0))
     gc_table = table(
         (
@@ -846,18 +649,10 @@ i.e. uvloop and libnghttp2's C code, which cProfile cannot see into):
     if not args.no_doc:
         write_section(
             "service-store",
-            f"""### Load time
+            f"""### Durable batches with group commit
 
-A store of canonical records of reconciled 10-member groups (built once by a real shard,
-re-keyed per group, in {loads[0]["build_s"]:.0f} s), loaded {len(loads)} times by the runtime's
-`load_into` (decode + replay into fresh shards). **Median: {load_median:.1f} s** (target ≤ 30 s).
-The same code has measured anywhere from 24 s to 31 s on this machine on the same day: its
-speed varies by up to a third from hour to hour (the core benchmark's steady heartbeat
-likewise), hence the repeats.
-
-{load_table}
-
-### Durable batches with group commit
+(The time to load a store, which this section measured before, is `bench/load.py`'s:
+"Loading the store".)
 
 In-process runtime on SQLite with `sync="full"` (an fsync per batch); each writer changes a
 group config in a loop (one record per command). While a batch is being written, new commands

@@ -203,10 +203,8 @@ def main(argv: list[str] | None = None) -> None:
         f"{best_size:,} records a batch (the runtime's batches grow with the load; target ≥ "
         f"{TARGET_OFFSETS_PER_S:,}/s on one node: {verdict}).\n\n"
         "Reading a load: every partition's compacted view, grouped by group, not decoded "
-        "(`loader.read_partition`). This is the part of a load that cannot be deferred; the "
-        "runtime of this build still decodes and replays every record before it serves (the "
-        'target of 100,000 groups in ≤ 10 s is not met by that: "Load time" in the service '
-        "section).\n\n"
+        "(`loader.read_partition`): the store's part of a load. The whole load, reading and "
+        'building the groups, is "Loading the store" (`bench/load.py`).\n\n"
         f"{reads}\n"
     )
     print(body)

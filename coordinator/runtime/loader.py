@@ -159,16 +159,20 @@ def replay_group(shard: Shard, records: Sequence[tuple[int, bytes, bytes, str]])
         undo.enabled = enabled
 
 
-def load_partition(store: RecordStore, partition: int, shard: Shard) -> ShardLoadStats:
+def load_partition(
+    store: RecordStore, partition: int, shard: Shard, *, at_once: bool = True
+) -> ShardLoadStats:
     """Replay one partition's log into ``shard`` (fresh, empty), group by group. Raises
     ``IllegalStateError`` (from decode/replay) on a corrupt store, or a record of another
     partition's group. Most groups are built from their bytes at once (``group_load.py``);
-    the others are replayed record by record (:func:`replay_group`)."""
+    the others are replayed record by record (:func:`replay_group`). ``at_once=False``
+    replays every group record by record: the reference the tests and the load benchmark
+    compare with (the same state, more slowly)."""
     with _bulk([shard.undo]):  # the rows read are garbage soon: no collection for them either
         image = read_partition(store, partition)
         start = time.perf_counter()
         for group_id, records in image.groups.items():
-            if not load_group(shard, group_id, records):
+            if not (at_once and load_group(shard, group_id, records)):
                 replay_group(shard, records)
         image.groups = {}  # the rows are freed now, not frozen with the loaded state
     return ShardLoadStats(
@@ -180,9 +184,15 @@ def load_partition(store: RecordStore, partition: int, shard: Shard) -> ShardLoa
     )
 
 
-def load_into(store: RecordStore, shards: Sequence[Shard], registry: TopicRegistry) -> LoadStats:
+def load_into(
+    store: RecordStore,
+    shards: Sequence[Shard],
+    registry: TopicRegistry,
+    *,
+    at_once: bool = True,
+) -> LoadStats:
     """Replay every log into ``shards`` (one fresh shard per partition) and ``registry``; then
-    give every shard the registry's topics."""
+    give every shard the registry's topics. ``at_once``: see :func:`load_partition`."""
     if len(shards) != store.partitions:
         raise ValueError(f"{len(shards)} shards for a store of {store.partitions} partitions")
     start = time.perf_counter()
@@ -190,7 +200,7 @@ def load_into(store: RecordStore, shards: Sequence[Shard], registry: TopicRegist
     stats.topic_records, stats.last_offset = load_cluster(store, registry)
     image = registry.image()
     for partition, shard in enumerate(shards):
-        stats.shards.append(load_partition(store, partition, shard))
+        stats.shards.append(load_partition(store, partition, shard, at_once=at_once))
         shard.set_topics(image)
     stats.topics = len(registry.topics)
     stats.seconds = time.perf_counter() - start

@@ -38,7 +38,7 @@ from coordinator.core.topics import TopicRegistry
 from coordinator.factory import Shard, new_shard
 from coordinator.harness import Harness
 from coordinator.routing import CLUSTER_LOG
-from coordinator.runtime.loader import LoadStats, load_into, read_partition, replay_group
+from coordinator.runtime.loader import LoadStats, load_into, read_partition
 from coordinator.runtime.store import (
     MemoryRecordStore,
     PostgresRecordStore,
@@ -114,12 +114,8 @@ def load_new(store: RecordStore) -> tuple[list[Shard], LoadStats]:
 
 def load_one_by_one(store: RecordStore) -> list[Shard]:
     """Every group's records decoded and replayed one by one (the loader's fallback)."""
-    shards, _registry = fresh(store)
-    for partition, shard in enumerate(shards):
-        shard.undo.enabled = False
-        for records in read_partition(store, partition).groups.values():
-            replay_group(shard, records)
-        shard.undo.enabled = True
+    shards, registry = fresh(store)
+    load_into(store, shards, registry, at_once=False)
     return shards
 
 
