@@ -317,30 +317,13 @@ def bench_throughput(args: argparse.Namespace, pg: Any) -> list[list[object]]:
 
 
 def seed(dsn: str, groups: int) -> int:
-    """N groups (bench/service.py's template records) written into a new PostgreSQL store."""
-    from bench.service import _template_records
-    from coordinator.runtime.store import PostgresRecordStore, StoredRecord
+    """N groups (bench/load.py's canonical 10-member groups) written into a new PostgreSQL
+    store. Returns the records written."""
+    from bench.load import build
+    from coordinator.runtime.store import PostgresRecordStore
 
-    group_records, topic_records = _template_records()
-    uid = b"cgp_00000000000000000000000001"
-    n = 0
     with PostgresRecordStore(dsn) as store:
-        store.append([StoredRecord(k, v, None) for k, v in topic_records], 0)
-        batch: list[StoredRecord] = []
-        for g in range(groups):
-            gid = f"group-{g:07d}"
-            gb = gid.encode()
-            guid = f"cgp_{g:026d}".encode()
-            for k, v in group_records:
-                value = None if v is None else v.replace(b"GROUPTEMPLATE", gb).replace(uid, guid)
-                batch.append(StoredRecord(k.replace(b"GROUPTEMPLATE", gb), value, gid))
-            if len(batch) >= 50_000:
-                store.append(batch, 0)
-                n += len(batch)
-                batch = []
-        store.append(batch, 0)
-        n += len(batch)
-    return n
+        return build(store, groups, 0, 50_000)
 
 
 def leaders(dsn: str) -> dict[int, int | None]:

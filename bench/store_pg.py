@@ -204,7 +204,7 @@ def main(argv: list[str] | None = None) -> None:
         f"{TARGET_OFFSETS_PER_S:,}/s on one node: {verdict}).\n\n"
         "Reading a load: every partition's compacted view, grouped by group, not decoded "
         "(`loader.read_partition`): the store's part of a load. The whole load, reading and "
-        'building the groups, is "Loading the store" (`bench/load.py`).\n\n"
+        'building the groups, is "Loading the store" (`bench/load.py`).\n\n'
         f"{reads}\n"
     )
     print(body)
