@@ -196,6 +196,10 @@ def _sync_error(_req: m.SyncGroup, code: ErrorCode, text: str | None) -> m.SyncG
 
 
 def _heartbeat_error(_req: m.Heartbeat, code: ErrorCode, text: str | None) -> m.HeartbeatResponse:
+    if code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
+        # As Kafka's GroupCoordinatorService: "the group is still loading, so blindly
+        # respond" (a client takes LOAD_IN_PROGRESS in a Heartbeat for a fatal error).
+        return m.HeartbeatResponse()
     return m.HeartbeatResponse(error_code=int(code), error_message=text)
 
 

@@ -5,7 +5,7 @@ coordinator nodes (tests/e2e/test_cluster_failover.py).
 
 ``kind``: ``kip848`` (``kip848.client.GroupMember`` over gRPC; ``target`` is a gRPC target
 naming every node, ``ipv4:HOST:PORT,HOST:PORT,...``), ``librdkafka`` (confluent-kafka,
-``group.protocol=consumer``: KIP-848) or ``kafka-python`` (classic) over the Kafka listeners
+``group.protocol=consumer``: KIP-848), ``kafka-python`` or ``aiokafka`` (classic) over the Kafka listeners
 (``bootstrap``: every node's). One member per group. Each member owns every partition of
 ``topic`` (the coordinators serve no records: the partitions are paused), and commits them,
 one synchronous commit after another, with offsets that only grow: ``time.monotonic_ns() //
@@ -238,6 +238,63 @@ def run_kafka_python(spec: dict[str, Any], stop: threading.Event) -> None:
     in_threads(spec, stop, run)
 
 
+async def run_aiokafka(spec: dict[str, Any], stop: threading.Event) -> None:
+    from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
+    from aiokafka.structs import OffsetAndMetadata
+
+    async def run(group: str) -> None:
+        c = AIOKafkaConsumer(
+            bootstrap_servers=spec["bootstrap"].split(","),
+            group_id=group,
+            client_id=f"worker-{group}",
+            enable_auto_commit=False,
+            session_timeout_ms=10_000,
+            heartbeat_interval_ms=500,
+            request_timeout_ms=5_000,
+            retry_backoff_ms=100,
+        )
+
+        class Listener(ConsumerRebalanceListener):  # type: ignore[misc]
+            async def on_partitions_revoked(self, revoked: Any) -> None:
+                if revoked:
+                    emit("revoke", group=group, partitions=sorted(map(list, revoked)))
+
+            async def on_partitions_assigned(self, assigned: Any) -> None:
+                for tp in assigned:  # no offsets to look up nor records to fetch from a
+                    c.seek(tp, 0)  # coordinator-only listener
+                c.pause(*assigned)
+                emit("assign", group=group, partitions=sorted(map(list, assigned)))
+
+        await c.start()
+        c.subscribe([spec["topic"]], listener=Listener())
+        next_commit = 0.0
+        while not stop.is_set():
+            await c.getmany(timeout_ms=20)
+            owned = c.assignment()
+            if time.monotonic() < next_commit or not owned:
+                continue
+            offset = offset_now()
+            emit("sent", group=group, offset=offset)
+            try:
+                await c.commit(
+                    {
+                        TopicPartition(tp.topic, tp.partition): OffsetAndMetadata(offset, "")
+                        for tp in owned
+                    }
+                )
+            except Exception as exc:  # noqa: BLE001 - the client raises its own kinds
+                emit("commit-error", group=group, error=repr(exc))
+                next_commit = time.monotonic() + 0.2
+            else:
+                emit("ack", group=group, offset=offset)
+                next_commit = time.monotonic() + PAUSE_S
+        await c.stop()
+
+    tasks = [asyncio.ensure_future(run(g)) for g in spec["groups"]]
+    emit("started")
+    await asyncio.gather(*tasks)
+
+
 def main() -> int:
     spec = json.loads(sys.argv[1])
     logging.basicConfig(  # the clients' own account, on stderr (kept with the test's files)
@@ -249,6 +306,8 @@ def main() -> int:
             asyncio.run(run_kip848(spec, stop))
         elif spec["kind"] == "librdkafka":
             run_librdkafka(spec, stop)
+        elif spec["kind"] == "aiokafka":
+            asyncio.run(run_aiokafka(spec, stop))
         else:
             run_kafka_python(spec, stop)
     except Exception:  # noqa: BLE001 - reported to the test, which fails

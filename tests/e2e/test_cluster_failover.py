@@ -1,7 +1,8 @@
 """Several coordinator nodes on one PostgreSQL store (docs/ha.md), under real clients: KIP-848
-consumers of confluent-kafka (librdkafka) and classic consumers of kafka-python through the
-nodes' Kafka listeners (coordinator-only: the partitions are paused, the consumers only keep
-their membership and commit), and ``kip848.client`` members over gRPC — 50 groups, each
+consumers of confluent-kafka (librdkafka) and classic consumers of kafka-python and aiokafka
+through the nodes' Kafka listeners (coordinator-only: the partitions are paused, the
+consumers only keep their membership and commit), and ``kip848.client`` members over gRPC —
+50 groups, each
 committing without pause while nodes are killed (``kill -9``), paused past their lease
 (SIGSTOP, then SIGCONT: a zombie), restarted and added.
 
@@ -42,9 +43,10 @@ def test_nodes_fail_over_under_real_clients(pg_server, tmp_path: Path) -> None:
     grpc_target = "ipv4:" + ",".join(nodes.procs[n].address for n in (1, 2, 3))
     workers = Workers(tmp_path)
     for kind, prefix, count, where in (
-        ("kip848", "k", 30, {"target": grpc_target}),
+        ("kip848", "k", 25, {"target": grpc_target}),
         ("librdkafka", "r", 10, {"bootstrap": kafka}),
         ("kafka-python", "p", 10, {"bootstrap": kafka}),
+        ("aiokafka", "a", 5, {"bootstrap": kafka}),
     ):
         groups = [f"{prefix}{i}" for i in range(count)]
         workers.start(kind, kind=kind, topic=TOPIC, groups=groups, **where)

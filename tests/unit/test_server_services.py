@@ -9,8 +9,13 @@ from coordinator.core.config import parse_config
 from coordinator.core.errors import CoordinatorLoadInProgressError
 from coordinator.runtime import CoordinatorRuntime, ManualClock, RuntimeState
 from coordinator.runtime.store import MemoryRecordStore
-from coordinator.server.services import AdminService, ConsumerGroupService, client_id_of
-from kip848.v1 import admin_pb2
+from coordinator.server.services import (
+    AdminService,
+    ClassicGroupService,
+    ConsumerGroupService,
+    client_id_of,
+)
+from kip848.v1 import admin_pb2, classic_group_pb2
 from kip848.v1 import consumer_group_pb2 as cg
 
 
@@ -51,6 +56,23 @@ async def test_load_in_progress_is_in_band() -> None:
     assert topics == admin_pb2.ListTopicsResponse(
         error_code=14, error_message=CoordinatorLoadInProgressError().message
     )
+
+
+async def test_a_classic_heartbeat_while_loading_is_answered_none_as_kafka_does() -> None:
+    """Kafka's GroupCoordinatorService answers a classic Heartbeat NONE while the group's
+    partition loads ("blindly respond"): clients such as aiokafka take
+    COORDINATOR_LOAD_IN_PROGRESS in a Heartbeat for a fatal error. The other classic RPCs
+    still say LOAD_IN_PROGRESS."""
+    rt = runtime()  # not started: loading
+    classic = ClassicGroupService(rt, lambda: ("127.0.0.1", 9094))
+    resp = await classic.Heartbeat(
+        classic_group_pb2.HeartbeatRequest(group_id="g", generation_id=1, member_id="m"), Ctx()
+    )
+    assert resp == classic_group_pb2.HeartbeatResponse(error_code=0)
+    sync = await classic.SyncGroup(
+        classic_group_pb2.SyncGroupRequest(group_id="g", generation_id=1, member_id="m"), Ctx()
+    )
+    assert sync.error_code == 14
 
 
 async def test_a_bug_is_unknown_server_error_in_band(monkeypatch: pytest.MonkeyPatch) -> None:
