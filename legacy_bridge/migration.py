@@ -12,7 +12,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from coordinator.core import records as r
 from coordinator.core.commands import ConsumerGroupHeartbeat, Result
@@ -31,7 +31,7 @@ from coordinator.core.model import (
     MemberState,
     assignment_union,
 )
-from coordinator.core.timers import SESSION, ArmTimer, CancelTimer
+from coordinator.core.timers import SESSION, ArmTimer, CancelTimer, TimerOp
 
 from . import messages as m
 from .classic_group import ClassicGroup, ClassicMember, RebalanceCause
@@ -54,8 +54,28 @@ from .protocol import (
     decode_subscription,
 )
 
-if TYPE_CHECKING:
-    from .classic_groups import ClassicGroups
+
+class MigrationSupport(Protocol):
+    """What a conversion between a classic and a consumer group asks of the classic groups
+    (``classic_groups.ClassicGroups``)."""
+
+    def get(self, group_id: str) -> ClassicGroup | None: ...
+
+    def add(self, group: ClassicGroup) -> None: ...
+
+    def forget(self, group_id: str) -> None: ...
+
+    def cancel_group_timers(self, gid: str) -> list[TimerOp]: ...
+
+    def prepare_rebalance(
+        self,
+        result: Result[Any],
+        group: ClassicGroup,
+        now_ms: int,
+        reason: str,
+        cause: RebalanceCause,
+        client_reason: str | None = None,
+    ) -> None: ...
 
 
 class Migration:
@@ -64,7 +84,7 @@ class Migration:
         ctx: ShardContext,
         *,
         consumer: ConsumerGroups,
-        classic: ClassicGroups,
+        classic: MigrationSupport,
         members: ClassicMembers,
     ) -> None:
         self._ctx = ctx

@@ -10,6 +10,7 @@ and hides the table rows (``data-gt``) of other types — it works with scripts 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -313,11 +314,18 @@ def _summed(rows: list[dict[str, Any]], key: str) -> list[dict[str, Any]]:
     return [{key: k, "count": n} for k, n in sorted(out.items(), key=lambda x: (-x[1], x[0]))]
 
 
-def render(data: dict[str, Any], *, info: Any, input_path: str, assignor: str, rows: int) -> str:
+def render(
+    data: dict[str, Any],
+    *,
+    info: Any,
+    input_path: str,
+    assignor: str,
+    rows: int,
+    tables: Sequence[str],
+) -> str:
+    """The page; ``tables``: the names of the tables written beside it (``OUT/tables/``)."""
     import jinja2
     from markupsafe import Markup
-
-    from .report import TABLES
 
     env = jinja2.Environment(autoescape=True, undefined=jinja2.ChainableUndefined)
     env.filters.update(num=_num, ms=_ms, ts=_ts, pct=_pct)
@@ -395,7 +403,7 @@ def render(data: dict[str, Any], *, info: Any, input_path: str, assignor: str, r
         first=_ts(min(times)) if times else "–",
         last=_ts(max(times)) if times else "–",
         generated=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        tables=TABLES,
+        tables=tables,
         max_points=MAX_POINTS,
         timelines=TIMELINE_GROUPS,
     )

@@ -152,7 +152,12 @@ def run_report(
         stages["html data"] = time.perf_counter() - t
         t = time.perf_counter()
         page = html.render(
-            data, info=info, input_path=str(input_path), assignor=assignor, rows=bounds[2]
+            data,
+            info=info,
+            input_path=str(input_path),
+            assignor=assignor,
+            rows=bounds[2],
+            tables=TABLES,
         )
         html_path = out / "report.html"
         html_path.write_text(page, encoding="utf-8")

@@ -10,7 +10,7 @@
   answer of COORDINATOR_LOAD_IN_PROGRESS is retried within ``--timeout`` (``rpc.py``).
 * ``dump`` / ``replay`` (``dump_replay.py``): offline on a store (``--data-dir``): records in
   readable form; load into fresh shards, check, summarise (non-zero exit on a corrupt store).
-* ``assignors`` and ``simulate``: delegated to ``assignors.cli`` and ``coordinator.sim.cli``.
+* ``assignors`` and ``simulate``: delegated to ``assignors.cli`` and ``simulation.py``.
 
 Rules: a sub-command is one module with ``register(commands)`` plus one entry in
 ``commands.SUBCOMMANDS``; modules import grpc, protobuf and the coordinator lazily (inside the

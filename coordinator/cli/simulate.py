@@ -1,5 +1,5 @@
-"""``kip848 simulate``: delegated to ``coordinator.sim.cli`` (seeded simulations and the
-exhaustive explorer; docs/simulation.md)."""
+"""``kip848 simulate``: delegated to ``coordinator.cli.simulation`` (seeded simulations and the
+exhaustive explorer of ``coordinator.sim``; docs/simulation.md), loaded when it runs."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from coordinator.cli.registry import Commands
 
 
 def run(argv: list[str]) -> int:
-    from coordinator.sim.cli import main
+    from coordinator.cli.simulation import main
 
     return main(argv)
 

@@ -11,6 +11,6 @@ Rules
 Reading order: ``client`` and ``classic_client`` → ``invariants`` → ``simulator`` (parameters,
 event queue, network, I4 replay, I5 liveness) → ``faults`` (fault names and the client and
 cluster faults it injects) → ``report`` (the summary, the failure report, trace texts) →
-``explore`` (breadth-first search over interleavings) → ``cli`` (``kip848 simulate``). See
-docs/simulation.md.
+``explore`` (breadth-first search over interleavings). ``kip848 simulate``'s command line is
+the CLI's (``coordinator/cli/simulation.py``). See docs/simulation.md.
 """

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 
+from coordinator.cli.simulation import main
 from coordinator.sim import invariants as inv
 from coordinator.sim.classic_client import Meta, assign
-from coordinator.sim.cli import main
 from coordinator.sim.simulator import ALL_FAULTS, SimParams, Simulation, parse_faults, simulate
 from legacy_bridge.protocol import Subscription
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from coordinator.cli.simulation import main
 from coordinator.core import reconciliation
 from coordinator.sim import invariants as inv
-from coordinator.sim.cli import main
 from coordinator.sim.explore import explore
 
 

@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
+from coordinator.cli.simulation import main
 from coordinator.core.target_updates import TargetUpdates
 from coordinator.sim import invariants as inv
-from coordinator.sim.cli import main
 from coordinator.sim.explore import explore
 from coordinator.sim.simulator import SimParams, Simulation, simulate
 

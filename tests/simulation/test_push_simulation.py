@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from coordinator.sim.cli import main
+from coordinator.cli.simulation import main
 from coordinator.sim.client import SimClient
 from coordinator.sim.simulator import SimParams, Simulation, simulate
 from kip848.client.member import Member

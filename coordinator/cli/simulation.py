@@ -18,8 +18,7 @@ import sys
 from collections.abc import Sequence
 
 from coordinator.cli.argtypes import INT32_MAX, INT64_MAX, INT64_MIN, int_in
-
-from .simulator import (
+from coordinator.sim.simulator import (
     ALL_FAULTS,
     CLASSIC_PROTOCOLS,
     EXTRA_FAULTS,
@@ -182,7 +181,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _explore(args: argparse.Namespace) -> int:
-    from .explore import explore
+    from coordinator.sim.explore import explore
 
     if not 1 <= args.members <= 4 or not 1 <= args.partitions <= 6:
         print("explore: scope too large (members 1..4, partitions 1..6)", file=sys.stderr)
