@@ -20,7 +20,7 @@ from .timers import DueTimer, TimerOp
 
 if TYPE_CHECKING:
     from .group import ConsumerGroup
-    from .offsets import OffsetCommit
+    from .offset_requests import OffsetCommit
 
 
 V = TypeVar("V")

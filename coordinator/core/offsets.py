@@ -48,37 +48,13 @@ from .errors import (
 from .events import Event, LogEvent
 from .group import ConsumerGroup
 from .model import ZERO_TOPIC_ID, epoch_of
+from .offset_requests import OffsetCommit, OffsetCommitPartition, OffsetCommitTopic
 from .transactions import AddOffsetsToTxn, TransactionalOffsets
 
 if TYPE_CHECKING:
     from .components import ClassicGroupSupport
-    from .consumer_groups import ConsumerGroups
 
 NO_OFFSET = -1
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class OffsetCommitPartition:
-    partition_index: int
-    committed_offset: int
-    committed_leader_epoch: int = -1
-    committed_metadata: str | None = None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class OffsetCommitTopic:
-    name: str = ""
-    topic_id: str = ZERO_TOPIC_ID
-    partitions: tuple[OffsetCommitPartition, ...] = ()
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class OffsetCommit:
-    group_id: str
-    generation_id_or_member_epoch: int = -1
-    member_id: str = ""
-    group_instance_id: str | None = None
-    topics: tuple[OffsetCommitTopic, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -277,7 +253,7 @@ def check_commit_version(group: ConsumerGroup, req: OffsetCommit) -> None:
 
 
 class Offsets(ByGroupId[Mapping[tuple[str, int], r.OffsetCommitValue]]):
-    def __init__(self, ctx: ShardContext, *, groups: ConsumerGroups) -> None:
+    def __init__(self, ctx: ShardContext, *, groups: Mapping[str, ConsumerGroup]) -> None:
         self._ctx = ctx
         self._consumer_groups = groups
         self._by_group = ctx.undo.new_dict()  # group id -> TDict((topic, p) -> value)
