@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
+from coordinator.cli.simulation import main
 from coordinator.core import offsets, reconciliation
 from coordinator.sim import invariants as inv
-from coordinator.sim.cli import main
 from coordinator.sim.simulator import (
     ALL_FAULTS,
     CLASSIC_ONLY_FAULTS,
