@@ -55,6 +55,7 @@ class _FirstTarget:
 
     __slots__ = (
         "again",
+        "answering",
         "arrived",
         "calling",
         "calls",
@@ -76,6 +77,7 @@ class _FirstTarget:
         self.queued = False  # a call is submitted and its command has not run yet
         self.calls = 0  # calls whose command ran and whose write is not resolved yet
         self.retrying = False  # a call again after a failed write is due
+        self.answering = not first  # the target is there: the calls answer the parked joins
         self.arrived = 0  # joins to the group since it started waiting
         self.seen = -1  # joins seen at the last quiet wait
         self.quiet = 0
@@ -131,7 +133,7 @@ class OwnCommands:
                 if not first and self._driver.automatic and not ft.queued:
                     # A target is there: the next joins in the next turn, not after this
                     # call's write.
-                    ft.queued = ft.calling = True
+                    ft.queued = ft.calling = ft.answering = True
                     self._driver.host.call_soon(partial(self._first_next, ft))
                 else:
                     ft.again = True
@@ -180,8 +182,11 @@ class OwnCommands:
         ft.again = False
         now = self._driver.clock.now_ms()
         try:
+            # The call that computes the target waits behind the joins queued on the shard
+            # (the burst); the calls that answer them run with the members' heartbeats, ahead
+            # of new joins (turns.py), not starved by a storm's steady heartbeats.
             _response, fut = self._driver.submit(
-                ft.index, partial(self._first_target, ft, now), join=True
+                ft.index, partial(self._first_target, ft, now), join=not ft.answering
             )
         except Exception as exc:  # noqa: BLE001 - not serving: the parked joins are answered
             ft.queued = False  # when their sessions expire or at shutdown

@@ -227,3 +227,55 @@ async def test_answers_under_way_whose_write_fails_are_given_again() -> None:
         assert not rt.driver.own.first_targets  # nothing left asked for
     finally:
         await asyncio.wait_for(rt.close(), 10)
+
+
+async def test_answers_to_parked_joins_go_ahead_of_new_joins(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The calls that answer a group's parked joins run with the members' heartbeats, ahead of
+    the joins queued on the shard (turns.py): a storm of another group's joins arriving while
+    they answer does not push them back (they waited behind every queued join, and behind
+    the heartbeats of the members already answered, so a 10,000-member storm's answers went
+    one a loop iteration at best)."""
+    from coordinator.core.consumer_groups import ConsumerGroups
+
+    order: list[str] = []
+    first_target, heartbeat = ConsumerGroups.first_target, ConsumerGroups.consumer_group_heartbeat
+
+    def first_target_seen(self: ConsumerGroups, group_id: str, now_ms: int) -> Any:
+        order.append(f"answer {group_id}")
+        return first_target(self, group_id, now_ms)
+
+    def heartbeat_seen(self: ConsumerGroups, req: Any, now_ms: int) -> Any:
+        order.append(f"join {req.group_id}")
+        return heartbeat(self, req, now_ms)
+
+    monkeypatch.setattr(ConsumerGroups, "first_target", first_target_seen)
+    monkeypatch.setattr(ConsumerGroups, "consumer_group_heartbeat", heartbeat_seen)
+    store = MemoryRecordStore(partitions=1)
+    rt = await started(
+        make_runtime(store, **BATCHING, **{"group.consumer.assignor.offload.enable": "false"})
+    )
+    try:
+        await rt.create_topics([NewTopic(name="t", num_partitions=600)])
+        parked = [
+            asyncio.ensure_future(rt.heartbeat(join("g", member_id=f"g{i}"))) for i in range(600)
+        ]
+        for _ in range(5000):  # bounded: 5 s, until the target is there and answers begin
+            group = rt.shards[0].groups.get("g")
+            if group is not None and group.assignment_epoch == 600:
+                break
+            await asyncio.sleep(0.001)
+        assert group is not None and len(group.waiting) > 3 * 64  # answers under way
+        order.clear()
+        storm = [
+            asyncio.ensure_future(rt.heartbeat(join("h", member_id=f"h{i}"))) for i in range(300)
+        ]
+        await asyncio.wait_for(asyncio.gather(*parked), 30)
+        answers = [i for i, what in enumerate(order) if what == "answer g"]
+        joins_before = order[: answers[-1]].count("join h")
+        assert joins_before < 100, (joins_before, len(answers))
+        for task in storm:
+            task.cancel()
+    finally:
+        await asyncio.wait_for(rt.close(), 10)
