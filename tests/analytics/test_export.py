@@ -346,3 +346,34 @@ def test_acls_and_credentials_are_exported_without_secrets(tmp_path: Path) -> No
     for secret in (cred.salt, cred.stored_key, cred.server_key):
         for form in (secret, secret.hex().encode(), base64.b64encode(secret)):
             assert form not in data
+
+
+def test_partitions_decoded_in_several_processes_give_the_same_file(
+    workload: dict[str, Any], tmp_path: Path
+) -> None:
+    """Big journals are decoded by a process per partition log at a time: the same rows, in
+    the same order, with the same metadata as decoding them all in this process; a record
+    that does not decode is named as well, and nothing is left behind either way."""
+    one = export_journal(workload["store"], tmp_path / "one.parquet", workers=1)
+    two = export_journal(workload["store"], tmp_path / "two.parquet", workers=2)
+    assert pq.read_table(tmp_path / "two.parquet").equals(pq.read_table(tmp_path / "one.parquet"))
+    assert two.info.rows == one.info.rows == workload["info"].rows
+    assert (two.info.first_offset, two.info.last_offset) == (
+        one.info.first_offset,
+        one.info.last_offset,
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["one.parquet", "two.parquet"]
+
+    from coordinator.runtime.store import StoredRecord
+
+    store = SqliteRecordStore(tmp_path / "s")
+    good = codec.encode(codec.decode(b'[1,"g","t",0]', b'[0,5,0,"",1000,-1]'))
+    store.append([StoredRecord(good[0], good[1], "g")], 1000)
+    store.append([StoredRecord(b'[1,"h","t",0]', b'[0,5,0,"",1000,-1]', "h")], 1000)
+    store.append([StoredRecord(b'[3,"g"]', b"[0,{not json", "g")], 2000)
+    store.close()
+    with pytest.raises(ExportError, match="offset 1 of log 3 does not decode"):
+        export_journal(tmp_path / "s", tmp_path / "x.parquet", workers=2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["one.parquet", "s", "two.parquet"]
+    with pytest.raises(ExportError, match="workers must be 1 or more"):
+        export_journal(tmp_path / "s", tmp_path / "x.parquet", workers=0)
