@@ -431,7 +431,10 @@ class CoordinatorServer:
         await self.runtime.start()
         if self.cluster is not None:
             self.service.routing = await self.cluster.join(
-                self.advertised, self.kafka_advertised, lambda: self._runtime_health(True)
+                self.advertised,
+                self.kafka_advertised,
+                lambda: self._runtime_health(True),
+                upstream=self.kafka_upstream is not None,
             )
         warn_open_listeners(self)  # once the ACLs are loaded
         if self.topic_feed is not None:

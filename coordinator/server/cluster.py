@@ -9,7 +9,10 @@ COORDINATOR_LOAD_IN_PROGRESS, as Kafka's does not), else the lease holder of its
 heartbeat. A partition nobody leads right now (a fail-over in progress) is
 COORDINATOR_NOT_AVAILABLE: the client asks again. Over gRPC a node is its
 ``--advertised-address``; over the Kafka protocol its Kafka listener, with ``--node-id`` as its
-broker id (each coordinator node is a broker of its own to Kafka's clients).
+broker id (each coordinator node is a broker of its own to Kafka's clients) — in front of an
+upstream broker, ``UPSTREAM_COORDINATOR_ID_BASE`` + ``--node-id``: a coordinator is never
+named with an upstream broker's id (a client would then reach that broker's partitions through
+the coordinator's port, and lose them with the coordinator).
 """
 
 from __future__ import annotations
@@ -29,6 +32,11 @@ from .api import Caller, Node
 __all__ = ["ClusterMember", "ClusterRouting", "ClusterSettings"]
 
 log = logging.getLogger("kip848.server")
+
+UPSTREAM_COORDINATOR_ID_BASE = 1 << 30
+"""In front of an upstream broker, FindCoordinator names node N as broker ``2**30 + N``: no
+Kafka cluster numbers its brokers that high, and Java's client, which connects to a
+coordinator as node ``2**31 - 1 - id``, then never confuses it with a broker either."""
 
 SETTLE_MIN_S = 30.0
 """A starting node answers COORDINATOR_LOAD_IN_PROGRESS until it has its first share, at most
@@ -72,7 +80,11 @@ class ClusterMember:
             bound(max(IDLE_TRANSACTION_MIN_MS, settings.lease_ms // 4))
 
     async def join(
-        self, address: tuple[str, int], kafka_address: str | None, on_health: Callable[[], None]
+        self,
+        address: tuple[str, int],
+        kafka_address: str | None,
+        on_health: Callable[[], None],
+        upstream: bool = False,
     ) -> ClusterRouting:
         """Register, take this node's share and load it (bounded: see :data:`SETTLE_MIN_S`);
         the answer is what FindCoordinator asks from then on."""
@@ -106,7 +118,7 @@ class ClusterMember:
                 timeout_s,
             )
         self.partitions.joined()
-        return ClusterRouting(node)
+        return ClusterRouting(node, upstream)
 
     @property
     def healthy(self) -> bool:
@@ -140,9 +152,12 @@ class ClusterMember:
 class ClusterRouting:
     """Who FindCoordinator names and which brokers Metadata lists (module docstring)."""
 
-    def __init__(self, node: ClusterNode) -> None:
+    def __init__(self, node: ClusterNode, upstream: bool = False) -> None:
         self.node = node
         self.partitions = node.partitions
+        self.upstream = upstream
+        """In front of an upstream broker (``--kafka-upstream``): the upstream's broker ids are
+        taken, the coordinators get ids of their own (:meth:`kafka_id`)."""
 
     def coordinator(self, group_id: str, caller: Caller) -> Node | CoordinatorError:
         """The node to name for ``group_id`` to ``caller`` (its protocol decides which
@@ -159,7 +174,7 @@ class ClusterRouting:
             here = caller.node
             if here is None:
                 return CoordinatorNotAvailableError("The coordinator's address is not known yet.")
-            return Node(node_id=leader, host=here.host, port=here.port)
+            return Node(node_id=self.kafka_id(leader, caller), host=here.host, port=here.port)
         address = node.view.node(leader)
         if address is None:
             return CoordinatorNotAvailableError(
@@ -173,7 +188,17 @@ class ClusterRouting:
             return CoordinatorNotAvailableError(
                 f"Node {leader} leads coordinator partition {p} but has no Kafka listener."
             )
-        return Node(node_id=leader, host=host, port=port)
+        return Node(node_id=self.kafka_id(leader, caller), host=host, port=port)
+
+    def kafka_id(self, node_id: int, caller: Caller) -> int:
+        """The broker id naming coordinator node ``node_id`` to ``caller``: over gRPC and in
+        coordinator-only mode its ``--node-id``; in front of an upstream
+        :data:`UPSTREAM_COORDINATOR_ID_BASE` + ``--node-id``, an id no broker of the upstream
+        has (the clients keep reaching every broker through the addresses Metadata gave them,
+        and only the coordinator's connection moves when a group does)."""
+        if caller.api_version is None or not self.upstream:
+            return node_id
+        return UPSTREAM_COORDINATOR_ID_BASE + node_id
 
     def grpc_nodes(self, here: Node) -> tuple[int, list[Node]]:
         """(the controller, -1 when none is known; every live node's gRPC address, this node's
