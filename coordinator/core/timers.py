@@ -7,6 +7,7 @@ runtime and the test harness both drive it with their own notion of "now".
 from __future__ import annotations
 
 import heapq
+from collections.abc import Callable
 from dataclasses import dataclass
 
 TimerKey = tuple[str, str, str]
@@ -91,6 +92,25 @@ class TimerTable:
         """(deadline_ms, payload) of the active timer with this key, if any."""
         entry = self._active.get(key)
         return None if entry is None else (entry[0], entry[2])
+
+    def cancel_where(self, doomed: Callable[[TimerKey], bool]) -> int:
+        """Cancel every active timer whose key ``doomed`` says so, in one pass (no ordering of
+        the keys: a partition moving away drops a share of a big table). Returns how many."""
+        gone = [key for key in self._active if doomed(key)]
+        for key in gone:
+            del self._active[key]
+        if len(self._heap) > 64 and len(self._heap) > 4 * len(self._active):
+            self._compact()
+        return len(gone)
+
+    def shift(self, delta_ms: int) -> int:
+        """Move every deadline ``delta_ms`` later, in one pass: the order of the timers does not
+        change, so neither does the heap's shape (a stalled coordinator grants its members the
+        time it was away; with a million timers, re-arming them one by one took seconds, which
+        stalled it again). Returns how many timers moved."""
+        self._active = {k: (d + delta_ms, s, p) for k, (d, s, p) in self._active.items()}
+        self._heap = [(d + delta_ms, s, k) for d, s, k in self._heap]
+        return len(self._active)
 
     def keys(self) -> list[TimerKey]:
         return sorted(self._active)

@@ -30,7 +30,7 @@ from typing import Any
 from coordinator.core.commands import Result
 from coordinator.core.errors import CoordinatorError
 from coordinator.core.events import Event
-from coordinator.core.timers import ArmTimer, CancelTimer, DueTimer, TimerOp, TimerTable
+from coordinator.core.timers import ArmTimer, DueTimer, TimerOp, TimerTable
 from coordinator.routing import partition_for
 
 log = logging.getLogger("kip848.runtime")
@@ -58,6 +58,7 @@ class Timers:
         self.table = TimerTable()
         self._pending_keys: dict[Any, int] = {}  # timer key -> ops not yet durable
         self._deferred: dict[Any, DueTimer] = {}
+        self._dropped: set[int] = set()  # partitions whose timers the next purge drops
         self._handle: Any = None
         self._at_ms: int | None = None  # timer time the wake-up is set for
         self._tick_handle: Any = None
@@ -74,24 +75,41 @@ class Timers:
 
     def arm_partition(self, index: int, shard: Any) -> None:
         """A partition loaded (Kafka's onLoaded): its members' timers and its offset
-        expiration."""
+        expiration (the timers of its previous time here dropped first)."""
+        if self._dropped:
+            self._purge()
         self.apply(self.convert(shard.on_loaded(self._clock.now_ms())))
         self.apply([self._expiration(index, self._clock.monotonic_ms())])
 
     def drop_partition(self, index: int) -> None:
         """A partition no longer served here: none of its timers fires (their deferred
-        firings neither)."""
-        n = self._driver.shard_count
-        mine = str(index)
+        firings neither). The table is purged once for every partition dropped in the same
+        loop iteration (a node losing all its partitions at once): one pass over a table of a
+        million timers, not one per partition. Until then a due timer of the partition does
+        nothing (its command is refused: the partition is not served)."""
+        if not self._dropped:
+            self._driver.host.call_soon(self._purge)
+        self._dropped.add(index)
 
-        def of(key: Any) -> bool:
+    def _purge(self) -> None:
+        dropped, self._dropped = self._dropped, set()
+        if not dropped:
+            return
+        n = self._driver.shard_count
+        names = {str(i) for i in dropped}
+        partition_of: dict[str, int] = {}
+
+        def doomed(key: Any) -> bool:
             kind, group_id, member = key
             if kind == EXPIRE_OFFSETS:
-                return bool(member == mine)
-            return partition_for(group_id, n) == index
+                return member in names
+            p = partition_of.get(group_id)
+            if p is None:
+                p = partition_of[group_id] = partition_for(group_id, n)
+            return p in dropped
 
-        self.table.apply([CancelTimer(key) for key in self.table.keys() if of(key)])  # noqa: SIM118
-        for key in [k for k in self._deferred if of(k)]:
+        self.table.cancel_where(doomed)
+        for key in [k for k in self._deferred if doomed(k)]:
             del self._deferred[key]
 
     def stop(self) -> None:
@@ -193,10 +211,12 @@ class Timers:
         kind, group_id, _member = due.key
         if kind == EXPIRE_OFFSETS:
             return self._fire_expiration(due, now_ms)
+        index = partition_for(group_id, driver.shard_count)
+        if not driver.lead.serving(index):
+            return None  # moved away (its timers are being dropped): its new leader's now
         driver.stats["timers_fired"] += 1
         if driver.trace is not None:
             driver.trace("timer", {"due": due})
-        index = partition_for(group_id, driver.shard_count)
         if driver.observer is not None:  # how late, in timer time (the deadline's clock)
             late_ms = self._clock.monotonic_ms() - due.deadline_ms
             driver.observer.timer_fired(kind, index, late_ms / 1000)
@@ -293,13 +313,7 @@ class Timers:
         if away <= STALL_GRACE_MS:
             return False
         self._tick_due_ms = now + STALL_TICK_MS  # granted once; the next tick measures afresh
-        table = self.table
-        moved: list[TimerOp] = []
-        for key in table.keys():  # noqa: SIM118 - a TimerTable, not a dict
-            entry = table.get(key)
-            if entry is not None:
-                moved.append(ArmTimer(key, entry[0] + away, entry[1]))
-        table.apply(moved)
+        moved = self.table.shift(away)
         for key, due in self._deferred.items():  # deferred firings keep their place too
             self._deferred[key] = DueTimer(due.key, due.deadline_ms + away, due.payload)
         log.warning(
@@ -307,7 +321,7 @@ class Timers:
             "timer deadline (%d timers) is extended by that long, so no member is fenced for "
             "the coordinator's absence.",
             away / 1000,
-            len(moved),
+            moved,
         )
         return True
 
