@@ -78,19 +78,20 @@ class ConsumerGroup:
 
     def __init__(self, log: UndoLog, group_id: str) -> None:
         self._log = log
+        new = log.new_dicts(12)  # each dict of the group's state, in one call
         self.group_id = group_id
         self.group_uid = ""
         self.group_epoch = 0
         self.assignment_epoch = 0
         self.assignment_timestamp_ms = 0  # when the target was computed (0: compute at once)
-        self.members: TDict = log.new_dict()  # member id -> ConsumerGroupMember
-        self.static_members: TDict = log.new_dict()  # instance id -> member id
-        self.target: TDict = log.new_dict()  # member id -> Assignment
-        self.target_owners: TDict = log.new_dict()  # topic id -> TDict(partition -> member id)
-        self.partition_owners: TDict = log.new_dict()  # topic id -> TDict(partition -> member id)
-        self.topic_subscribers: TDict = log.new_dict()  # topic name -> number of members
-        self.regex_members: TDict = log.new_dict()  # regex -> number of members using it
-        self.resolved_regexes: TDict = log.new_dict()  # regex -> (frozenset of names, version)
+        self.members: TDict = new[0]  # member id -> ConsumerGroupMember
+        self.static_members: TDict = new[1]  # instance id -> member id
+        self.target: TDict = new[2]  # member id -> Assignment
+        self.target_owners: TDict = new[3]  # topic id -> TDict(partition -> member id)
+        self.partition_owners: TDict = new[4]  # topic id -> TDict(partition -> member id)
+        self.topic_subscribers: TDict = new[5]  # topic name -> number of members
+        self.regex_members: TDict = new[6]  # regex -> number of members using it
+        self.resolved_regexes: TDict = new[7]  # regex -> (frozenset of names, version)
         # When the regexes were last resolved (the latest resolution record's timestamp; -1:
         # never).
         self.regex_refreshed_ms = -1
@@ -104,7 +105,7 @@ class ConsumerGroup:
         self.subscription_metadata: dict[
             str, TopicMetadata
         ] = {}  # name -> metadata (replaced whole)
-        self.assignor_votes: TDict = log.new_dict()  # server assignor name -> members
+        self.assignor_votes: TDict = new[8]  # server assignor name -> members
         self.classic_members = 0
         # Soft state: (topics image version, group epoch) at the last metadata check.
         self.metadata_checked: tuple[int, int] = (-1, -1)
@@ -113,17 +114,17 @@ class ConsumerGroup:
         self.spec_cache: Any = None
         # Member ids whose assignor input may have changed since the cache last saw them (their
         # metadata or target was replayed, or they appeared): the cache rebuilds only these.
-        self.spec_dirty: TDict = log.new_dict()
+        self.spec_dirty: TDict = new[9]
         # Soft state: member id -> the pending partitions its last heartbeat response carried
         # (the target moves on between a member's heartbeats, so "did pending change" is asked
         # against what the member was told). Through the undo log like everything else; gone
         # after a restart, when the pending set at the start of the heartbeat stands in.
-        self.reported_pending: TDict = log.new_dict()
+        self.reported_pending: TDict = new[10]
         # Soft state: member id -> the tokens of its join (and of that join sent again), not
         # answered yet, for members that joined the group before its first target
         # (ConsumerGroups.parks_joins); they are answered when that target is installed.
         # Empty after a restart (the callers are gone).
-        self.waiting: TDict = log.new_dict()
+        self.waiting: TDict = new[11]
         self.parked_at = 0  # the assignment epoch when the first of them was parked
 
     # ------------------------------------------------------------------ queries

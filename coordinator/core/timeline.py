@@ -10,6 +10,7 @@ Reads on a ``TDict`` are plain ``dict`` reads (no overhead). Logging is off whil
 
 from __future__ import annotations
 
+from itertools import repeat
 from typing import Any
 
 _MISSING: Any = object()
@@ -60,6 +61,13 @@ class UndoLog:
         if self.enabled:
             self._entries.append((obj, name, getattr(obj, name), True))
         object.__setattr__(obj, name, value)
+
+    def new_dicts(self, n: int) -> list[TDict]:
+        """``n`` new empty TDicts (a new group has a dozen)."""
+        out = list(map(_new_dict, repeat(TDict, n)))
+        for d in out:
+            d._log = self
+        return out
 
     def new_dict(self, items: Any = None) -> TDict:
         """A new :class:`TDict` (holding the mapping ``items``: nothing to log, as nothing
