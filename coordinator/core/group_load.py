@@ -30,7 +30,7 @@ import orjson
 from . import codec
 from . import records as r
 from .group import _NO_EPOCHS, _STATES, ConsumerGroup
-from .model import EMPTY_ASSIGNMENT, MemberState, build_member, complete_epochs
+from .model import EMPTY_ASSIGNMENT, Assignment, MemberState, build_member, complete_epochs
 from .timeline import UndoLog
 
 if TYPE_CHECKING:
@@ -141,19 +141,16 @@ def _load(
                 first_seen[member_id] = True
                 members[member_id] = None
                 a = assignments[member_id] = _current(value, raw_targets, targets, member_id)
-                for owning in (a[3], a[4]) if a[4] else (a[3],):
-                    for topic_id, partitions in owning.items():
-                        owners = partition_owners.get(topic_id)
-                        if owners is None:
-                            put(
-                                partition_owners,
-                                topic_id,
-                                new_dict(fromkeys(partitions, member_id)),
-                            )
-                        elif owners.keys().isdisjoint(partitions):
-                            update(owners, fromkeys(partitions, member_id))
-                        else:  # owned by another member (or twice by this one): replay says
-                            raise _NotHere
+                for topic_id, partitions in a[3].items():
+                    owners = partition_owners.get(topic_id)
+                    if owners is None:
+                        put(partition_owners, topic_id, new_dict(fromkeys(partitions, member_id)))
+                    elif owners.keys().isdisjoint(partitions):
+                        update(owners, fromkeys(partitions, member_id))
+                    else:  # owned by another member: replay says which
+                        raise _NotHere
+                if a[4]:  # partitions pending revocation: owned too, by this member only
+                    _own(partition_owners, new_dict, a[4], member_id)
             elif kind == 5:  # member metadata
                 if member_id in metadata:
                     raise _NotHere
@@ -277,6 +274,20 @@ def _current(
     return epoch, value[2], member_state, assigned, pending, epochs
 
 
+def _own(index: Any, new_dict: Any, assignment: Assignment, member_id: str) -> None:
+    """ConsumerGroup._own of a member's partitions pending revocation: any partition already
+    owned (by another member, or among its own assigned ones) goes to replay, which says
+    which."""
+    for topic_id, partitions in assignment.items():
+        owners = index.get(topic_id)
+        if owners is None:
+            dict.__setitem__(index, topic_id, new_dict(dict.fromkeys(partitions, member_id)))
+        elif owners.keys().isdisjoint(partitions):
+            dict.update(owners, dict.fromkeys(partitions, member_id))
+        else:
+            raise _NotHere
+
+
 def _members(
     group: ConsumerGroup,
     members: dict[str, None],
@@ -333,10 +344,13 @@ def _members(
     for names, n in subscriptions.items():
         for name in frozenset(names):
             subscribers[name] = subscribers.get(name, 0) + n
-    update(group.static_members, static)
     update(group.topic_subscribers, subscribers)
-    update(group.regex_members, regexes)
-    update(group.assignor_votes, votes)
+    if static:
+        update(group.static_members, static)
+    if regexes:
+        update(group.regex_members, regexes)
+    if votes:
+        update(group.assignor_votes, votes)
     if classic:
         group.set("classic_members", classic)
 
