@@ -305,6 +305,7 @@ def _members(
     classic = 0
     for member_id, v in metadata.items():
         instance_id, names, regex, assignor = v[1], tuple(v[5]), v[6], v[8]
+        a = assignments.get(member_id) or _UNASSIGNED
         m = built[member_id] = build_member(
             member_id,
             instance_id,
@@ -316,7 +317,12 @@ def _members(
             assignor,
             v[7],
             None if len(v) < 10 or v[9] is None else _decode_classic(v[9]),
-            *(assignments.get(member_id) or _UNASSIGNED),
+            a[0],
+            a[1],
+            a[2],
+            a[3],
+            a[4],
+            a[5],
         )
         if instance_id is not None:
             static[instance_id] = member_id
