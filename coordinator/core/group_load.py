@@ -44,12 +44,11 @@ _GROUP_METADATA = int(_T.CONSUMER_GROUP_METADATA)
 _PARTITION_METADATA = int(_T.CONSUMER_GROUP_PARTITION_METADATA)
 _TARGET_METADATA = int(_T.CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA)
 _GROUP_LEVEL = frozenset({_GROUP_METADATA, _PARTITION_METADATA, _TARGET_METADATA})
-_MEMBER_RECORDS = frozenset({_MEMBER_METADATA, _TARGET_MEMBER, _CURRENT_ASSIGNMENT})
 _OFFSET_COMMIT = int(_T.OFFSET_COMMIT)
+# Replayed one by one after the rest: their replay reads nothing else of the group (a classic
+# group only that no consumer group has its id, hence never beside one here).
 _CLASSIC_GROUP = int(_T.GROUP_METADATA)
-_ONE_BY_ONE = frozenset({_CLASSIC_GROUP, int(_T.GROUP_CONFIG)})
-"""Replayed one by one after the rest: their replay reads nothing else of the group (a classic
-group only that no consumer group has its id, hence never beside one here)."""
+_GROUP_CONFIG = int(_T.GROUP_CONFIG)
 
 _loads = orjson.loads
 _decode = codec.decode
@@ -79,7 +78,7 @@ def load_group(shard: GroupCoordinatorShard[Any], group_id: str, rows: Sequence[
         return False  # the group's dicts are filled without the undo log
     try:
         group, commits, one_by_one = _load(undo, group_id, rows)
-        if group is not None and (group_id in shard.groups):
+        if group is not None and group_id in shard.groups:
             return False
         offsets = None
         if commits:
@@ -108,7 +107,7 @@ def _load(
     Target and current assignments go into the group's indexes as their records come (each
     index in the order of its records, as replay fills it); members are built at the end, once
     each, from their metadata and current assignment records. Record types are compared with
-    their numbers (``records.RecordType``) in the order of their frequency."""
+    their numbers, the commonest first."""
     group = ConsumerGroup(undo, group_id)
     target_owners, partition_owners = group.target_owners, group.partition_owners
     targets = group.target
@@ -131,11 +130,11 @@ def _load(
         if type(value) is not list:
             raise _NotHere
         n = len(key)
-        if n == 3:  # [type, group id, member id]; a config's [1016, group id, name]
+        if n == 3:  # [type, group id, member id], or a config's [type, group id, name]
             kind, gid, member_id = key  # kind is an int only if key is a list
             if type(kind) is not int or gid != group_id or type(member_id) is not str:
                 raise _NotHere
-            if kind == 8:  # current assignment (replay_current_assignment): a partition is
+            if kind == _CURRENT_ASSIGNMENT:  # replay_current_assignment: a partition is
                 if member_id in assignments:  # owned by one member at most
                     raise _NotHere
                 first_seen[member_id] = True
@@ -151,14 +150,14 @@ def _load(
                         raise _NotHere
                 if a[4]:  # partitions pending revocation: owned too, by this member only
                     _own(partition_owners, new_dict, a[4], member_id)
-            elif kind == 5:  # member metadata
+            elif kind == _MEMBER_METADATA:
                 if member_id in metadata:
                     raise _NotHere
                 first_seen[member_id] = True
                 members[member_id] = None
                 metadata[member_id] = value
-            elif kind == 7:  # target assignment (replay_target_member): a later member's
-                if member_id in raw_targets:  # record takes a partition in the inverted index
+            elif kind == _TARGET_MEMBER:  # replay_target_member: a later member's record
+                if member_id in raw_targets:  # takes a partition in the inverted index
                     raise _NotHere
                 first_seen[member_id] = True
                 raw = raw_targets[member_id] = value[1]
@@ -183,15 +182,15 @@ def _load(
                     else:
                         update(owners, fromkeys(partitions, member_id))
                 put(targets, member_id, target)
-            elif kind == 1016:  # a group config
+            elif kind == _GROUP_CONFIG:
                 one_by_one.append(row)
             else:
                 raise _NotHere
-        elif n == 4:  # an offset commit: [1, group id, topic, partition]
+        elif n == 4:  # an offset commit: [type, group id, topic, partition]
             kind, gid, topic, partition = key
             if (
                 type(kind) is not int
-                or kind != 1
+                or kind != _OFFSET_COMMIT
                 or gid != group_id
                 or type(topic) is not str
                 or type(partition) is not int
@@ -204,7 +203,7 @@ def _load(
                 raise _NotHere
             if kind in _GROUP_LEVEL:
                 level[kind] = value
-            elif kind == 2:
+            elif kind == _CLASSIC_GROUP:
                 classic = True
                 one_by_one.append(row)
             else:
