@@ -35,6 +35,12 @@ from coordinator.routing import partition_for
 
 log = logging.getLogger("kip848.runtime")
 
+FIRE_PER_WAKEUP = 512
+"""Timers fired by one wake-up of the loop; more due ones fire in the next loop step, after
+the I/O and callbacks waiting meanwhile: a storm of expiries (a hundred thousand sessions at
+once after clients lost their network) never holds the loop for seconds (a node among several
+would miss its lease renewals: docs/ha.md)."""
+
 TIMER_RETRY_MS = 500
 """A timer whose command or write failed fires again this much later (Kafka: 500 ms)."""
 STALL_TICK_MS = 500
@@ -195,7 +201,7 @@ class Timers:
             self._reschedule()  # the deadlines moved: nothing may be due any more
             return
         now = self._clock.now_ms()
-        for _ in range(100_000):  # bounded; the rest fire on the next wake-up
+        for _ in range(FIRE_PER_WAKEUP):  # the rest fire on the next wake-up, at once
             due = self.table.pop_due(due_at)
             if due is None:
                 break

@@ -19,11 +19,12 @@ from assignors.uniform import UniformAssignor
 from coordinator.core.commands import SequentialIds
 from coordinator.core.config import parse_config
 from coordinator.core.errors import CoordinatorNotAvailableError
+from coordinator.core.timers import SESSION, ArmTimer
 from coordinator.core.topics import NewTopic
 from coordinator.routing import partition_for
 from coordinator.runtime import CoordinatorRuntime, SystemClock
 from coordinator.runtime.store import MemoryRecordStore
-from coordinator.runtime.timing import STALL_GRACE_MS, TIMER_RETRY_MS
+from coordinator.runtime.timing import FIRE_PER_WAKEUP, STALL_GRACE_MS, TIMER_RETRY_MS
 
 HOUR_MS = 3_600_000
 
@@ -150,6 +151,35 @@ async def test_a_short_delay_is_not_a_stall() -> None:
     clock.away = STALL_GRACE_MS // 2
     rt.driver.timing.tick()
     assert rt.timers.get(("session", "g", "m")) == before
+    await rt.close()
+
+
+async def test_a_storm_of_expiries_is_fired_a_slice_per_wakeup() -> None:
+    """Every member's session falls due at once (clients lost their network): one wake-up of
+    the loop fires FIRE_PER_WAKEUP of them and leaves the rest due for the next loop steps, so
+    the I/O waiting meanwhile (a lease renewal among nodes) is not held up for the whole
+    storm; every one of them still fires, each member removed once."""
+    clock, store = SteppableClock(), MemoryRecordStore()
+    rt = runtime(clock, store, session_ms=60_000)
+    await rt.start()
+    await rt.create_topics([NewTopic(name="t", num_partitions=1)])
+    groups = [f"g{i}" for i in range(FIRE_PER_WAKEUP + 100)]
+    await asyncio.gather(*(rt.heartbeat(join(g, member_id="m")) for g in groups))
+    timing = rt.driver.timing
+    due = clock.monotonic() - 1
+    timing.apply([ArmTimer((SESSION, g, "m"), due) for g in groups])
+    fired = rt.stats["timers_fired"]
+    timing.on_due()
+    assert rt.stats["timers_fired"] - fired == FIRE_PER_WAKEUP
+    left = [g for g in groups if (t := rt.timers.get((SESSION, g, "m"))) and t[0] == due]
+    assert len(left) == 100  # still due: they fire in the next loop steps
+    for _ in range(500):  # bounded: 5 s
+        if rt.stats["timers_fired"] - fired >= len(groups):
+            break
+        await asyncio.sleep(0.01)
+    assert rt.stats["timers_fired"] - fired == len(groups)
+    for g in (groups[0], left[0], groups[-1]):
+        assert await members(rt, g) == []
     await rt.close()
 
 
