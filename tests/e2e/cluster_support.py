@@ -8,7 +8,8 @@ groups committing through them (``cluster_worker.py``), for the fail-over tests.
   machine's one ``time.monotonic`` clock.
 * :func:`journal_epochs` reads, from the store itself, the leader epoch every journal entry of
   each coordinator partition was written under, in offset order: epochs that ever go down mean
-  a deposed leader wrote after its successor.
+  a deposed leader wrote after its successor. :func:`commit_epochs` gives the epochs each
+  commit was written under, to check every acknowledged one.
 """
 
 from __future__ import annotations
@@ -160,6 +161,29 @@ def journal_epochs(dsn: str) -> dict[int, list[int]]:
     out: dict[int, list[int]] = {}
     for log, epoch in rows:
         out.setdefault(int(log), []).append(int(epoch))
+    return out
+
+
+def commit_epochs(dsn: str) -> dict[tuple[str, int], list[int]]:
+    """``(group, offset)`` -> the leader epochs every OffsetCommit of ``offset`` by ``group``
+    was written under, read from the partitions' journals (the workers' offsets are unique
+    per commit: a commit's records, and those of a retry of it, share the offset)."""
+    import psycopg
+
+    from coordinator.core import codec
+    from coordinator.core.records import OffsetCommitKey
+
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute(
+            'SELECT leader_epoch, key, value FROM kip848_journal WHERE log >= 0 ORDER BY "offset"'
+        ).fetchall()
+    out: dict[tuple[str, int], list[int]] = {}
+    for epoch, key, value in rows:
+        if value is None:
+            continue
+        record = codec.decode(bytes(key), bytes(value))
+        if isinstance(record.key, OffsetCommitKey):
+            out.setdefault((record.key.group_id, record.value.offset), []).append(int(epoch))
     return out
 
 

@@ -30,10 +30,12 @@ from kip848.v1 import (
 )
 
 NO_BATCHING = ("--set", "group.consumer.assignment.interval.ms=0")
-PG_LEASE = ("--set", "coordinator.lease.ms=1500", "--set", "coordinator.heartbeat.interval.ms=150")
 """The stories compute a group's target in the heartbeat that changes it (Kafka before 4.3):
 servers start with these flags unless a test asks for ``batching=True`` (Kafka 4.3's default
 interval of 1 s; tests/e2e/test_storm.py and test_batching.py)."""
+PG_LEASE = ("--set", "coordinator.lease.ms=1500", "--set", "coordinator.heartbeat.interval.ms=150")
+"""A node on PostgreSQL restarted after kill -9 waits for its old registration to expire (the
+lease, docs/ha.md): a short one keeps the stories quick."""
 
 
 class ServerProcess:
@@ -217,20 +219,31 @@ def owned(*items: tuple[bytes, list[int]]) -> common_pb2.TopicPartitionsList:
     )
 
 
-@pytest.fixture(scope="module", params=[1, 3], ids=["one-process", "front-ends"])
-def grpc_processes(request: pytest.FixtureRequest) -> tuple[str, ...]:
-    """Every story runs twice: on one process, and with two front ends on the same port. With
-    front ends a test's connection lands on any of the three processes; the answers must be
-    the same (tests/e2e/test_frontends.py checks that many connections spread over them)."""
-    return () if request.param == 1 else ("--grpc-processes", str(request.param))
+ONE_PROCESS: tuple[str, ...] = ()
+FRONT_ENDS = ("--grpc-processes", "3")
+
+
+@pytest.fixture(scope="module")
+def grpc_processes() -> tuple[str, ...]:
+    """Every story runs twice (``pytest_generate_tests`` gives the values): on one process, and
+    with two front ends on the same port. With front ends a test's connection lands on any of
+    the three processes; the answers must be the same (tests/e2e/test_frontends.py checks that
+    many connections spread over them)."""
+    raise AssertionError("parametrised by pytest_generate_tests")
 
 
 @pytest.fixture(scope="module")
 def manual_server(
-    tmp_path_factory: pytest.TempPathFactory, grpc_processes: tuple[str, ...]
+    tmp_path_factory: pytest.TempPathFactory,
+    grpc_processes: tuple[str, ...],
+    store_backend: str,
+    request: pytest.FixtureRequest,
 ) -> Iterator[ServerProcess]:
     server = ServerProcess(
-        tmp_path_factory.mktemp("manual") / "data", *grpc_processes, clock="manual"
+        tmp_path_factory.mktemp("manual") / "data",
+        *grpc_processes,
+        *store_args(store_backend, request),
+        clock="manual",
     )
     try:
         yield server
@@ -240,15 +253,49 @@ def manual_server(
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """``@pytest.mark.stores("sqlite", "postgresql")``: the module's stories that start their
-    servers with ``start_server`` run on each store (PostgreSQL: the session's, tests/pg.py)."""
+    servers with ``start_server`` run on each store (PostgreSQL: the session's, tests/pg.py),
+    one process and front ends each. ``@pytest.mark.postgresql_too``: the stories that start
+    their servers with ``manual_server``, ``start_server`` or ``store_args`` run one process
+    and front ends on SQLite, and one process on PostgreSQL (one run more, not the two of the
+    ``stores`` product: the front ends forward the same way over either store)."""
+    names = metafunc.fixturenames
     marker = metafunc.definition.get_closest_marker("stores")
-    if marker is not None and "store_backend" in metafunc.fixturenames:
-        metafunc.parametrize("store_backend", marker.args)
+    if "grpc_processes" in names:
+        grpc_parametrize(metafunc)
+    if marker is not None and "store_backend" in names:
+        metafunc.parametrize("store_backend", marker.args, scope="module")
 
 
-@pytest.fixture
+def grpc_parametrize(metafunc: pytest.Metafunc) -> None:
+    """``grpc_processes`` (with ``store_backend`` under ``postgresql_too``), module-scoped: a
+    module's stories share a server per value."""
+    if metafunc.definition.get_closest_marker("postgresql_too") is not None:
+        metafunc.parametrize(
+            ("grpc_processes", "store_backend"),
+            [(ONE_PROCESS, "sqlite"), (FRONT_ENDS, "sqlite"), (ONE_PROCESS, "postgresql")],
+            ids=["one-process", "front-ends", "postgresql"],
+            scope="module",
+        )
+    else:
+        metafunc.parametrize(
+            "grpc_processes",
+            [ONE_PROCESS, FRONT_ENDS],
+            ids=["one-process", "front-ends"],
+            scope="module",
+        )
+
+
+@pytest.fixture(scope="module")
 def store_backend() -> str:
     return "sqlite"
+
+
+def store_args(store_backend: str, request: pytest.FixtureRequest) -> tuple[str, ...]:
+    """The flags of a server on ``store_backend``: none on SQLite (its ``--data-dir``), a new
+    store of the session's PostgreSQL with a short lease otherwise."""
+    if store_backend != "postgresql":
+        return ()
+    return ("--store", request.getfixturevalue("pg_server").fresh_store_dsn(), *PG_LEASE)
 
 
 @pytest.fixture
@@ -261,16 +308,14 @@ def start_server(
     """Factory: start servers on a data dir (on PostgreSQL: a store of their own per data dir,
     the same again for a server restarted on it); stops any still running at the end."""
     started: list[ServerProcess] = []
-    stores: dict[Path, str] = {}
+    stores: dict[Path, tuple[str, ...]] = {}
 
     def start(data_dir: Path | None = None, *extra: str, clock: str = "manual") -> ServerProcess:
         data_dir = data_dir or tmp_path / "data"
         if store_backend == "postgresql":
             if data_dir not in stores:
-                stores[data_dir] = request.getfixturevalue("pg_server").fresh_store_dsn()
-            # A node restarted after kill -9 waits for its old registration to expire (the
-            # lease, docs/ha.md): a short one keeps the stories quick.
-            extra = ("--store", stores[data_dir], *PG_LEASE, *extra)
+                stores[data_dir] = store_args(store_backend, request)
+            extra = (*stores[data_dir], *extra)
         server = ServerProcess(data_dir, *grpc_processes, *extra, clock=clock)
         started.append(server)
         return server

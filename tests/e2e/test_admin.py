@@ -6,10 +6,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from conftest import ServerProcess, join_request, owned
 
 from kip848.v1 import admin_pb2, common_pb2, offsets_pb2, offsets_pb2_grpc
 from kip848.v1 import consumer_group_pb2 as cg
+
+pytestmark = pytest.mark.postgresql_too
 
 Described = cg.ConsumerGroupDescribeResponse.DescribedGroup
 Member = cg.ConsumerGroupDescribeResponse.Member

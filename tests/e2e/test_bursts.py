@@ -10,9 +10,12 @@ from collections import Counter
 from pathlib import Path
 
 import grpc
+import pytest
 from conftest import ServerProcess
 
 from kip848.v1 import common_pb2, consumer_group_pb2, consumer_group_pb2_grpc
+
+pytestmark = pytest.mark.postgresql_too
 
 BURST = 2_000
 GROUPS = 50

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import grpc
+import pytest
 from conftest import ServerProcess, join_request, owned
 from kafka.protocol.consumer.metadata import ConsumerProtocolAssignment as KAssignment
 from kafka.protocol.consumer.metadata import ConsumerProtocolSubscription as KSubscription
@@ -18,6 +19,8 @@ from kafka.protocol.consumer.metadata import ConsumerProtocolSubscription as KSu
 from kip848.v1 import classic_group_pb2 as pb
 from kip848.v1 import classic_group_pb2_grpc
 from legacy_bridge.protocol import decode_assignment
+
+pytestmark = pytest.mark.postgresql_too
 
 WAIT_S = 10.0
 MEMBER_ID_REQUIRED = (

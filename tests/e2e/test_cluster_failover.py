@@ -6,13 +6,15 @@ consumers only keep their membership and commit), and ``kip848.client`` members 
 committing without pause while nodes are killed (``kill -9``), paused past their lease
 (SIGSTOP, then SIGCONT: a zombie), restarted and added.
 
-What must hold: no acknowledged commit is lost (each group's final offsets are at or after
-its last acknowledged commit, and are a commit it sent); no deposed leader ever wrote after
-its successor (each partition's journal, read from PostgreSQL, has leader epochs that never go
-down); every group is served again within the lease, the load and the clients' own request
-timeout; no member that kept heartbeating lost its partitions (no ``lost`` callback); the
-paused node learned that it lost its partitions; a node loading everything afresh from the
-logs answers the same offsets (the state is the replay of the logs).
+What must hold: no acknowledged commit is lost (each is in its partition's journal, and each
+group's final offsets are at or after its last acknowledged commit, and are a commit it sent);
+no deposed leader ever wrote after its successor (each partition's journal, read from
+PostgreSQL, has leader epochs that never go down) nor acknowledged a commit after it (the
+epochs of a group's acknowledged commits never go down either); every group is served again
+within the lease, the load and the clients' own request timeout; no member that kept
+heartbeating lost its partitions (no ``lost`` callback); the paused node learned that it lost
+its partitions; a node loading everything afresh from the logs answers the same offsets (the
+state is the replay of the logs).
 """
 
 from __future__ import annotations
@@ -22,7 +24,15 @@ from pathlib import Path
 
 import grpc
 import pytest
-from cluster_support import LEASE_MS, Nodes, Workers, committed, journal_epochs, settings
+from cluster_support import (
+    LEASE_MS,
+    Nodes,
+    Workers,
+    commit_epochs,
+    committed,
+    journal_epochs,
+    settings,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -132,6 +142,17 @@ def test_nodes_fail_over_under_real_clients(pg_server, tmp_path: Path) -> None:
     assert "stops serving partitions" in nodes.log_text(2), nodes.log_text(2)[-3000:]
     for log, epochs in journal_epochs(dsn).items():
         assert epochs == sorted(epochs), (log, epochs)
+    # Every acknowledged commit is in its partition's journal, and the leader epochs of a group's acknowledged commits, in the order they
+    # were sent (one after the other), never go down: no commit was acknowledged by a
+    # deposed leader after its successor had acknowledged one.
+    written = commit_epochs(dsn)
+    for w in workers.all:
+        for group in w.spec["groups"]:
+            acked = [e["offset"] for e in w.of("ack") if e["group"] == group]
+            epochs = [written.get((group, offset), []) for offset in acked]
+            assert all(epochs), (group, acked, epochs)
+            last = [max(e) for e in epochs]
+            assert last == sorted(last), (group, last)
     assert resumed_at > paused_at
 
     # The state is the replay of the logs: one node loading everything afresh answers the

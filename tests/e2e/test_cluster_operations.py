@@ -13,13 +13,14 @@ from pathlib import Path
 
 from cluster_support import Nodes, find_coordinator, settings
 from conftest import join_request, run_cli
+from kafka_support import KafkaClient, request
 
 from coordinator.cli import cluster as cluster_cli
 from coordinator.observability.cluster_metrics import PARTITION_STATES
 from coordinator.routing import partition_for
 from coordinator.runtime.store.postgres_leases import PostgresLeases
+from kip848.v1 import classic_group_pb2, classic_group_pb2_grpc, consumer_group_pb2_grpc
 from kip848.v1 import consumer_group_pb2 as cg
-from kip848.v1 import consumer_group_pb2_grpc
 
 P = 6
 SETTINGS = settings(P)
@@ -104,6 +105,29 @@ def test_describe_move_and_the_clients_view(pg_server, tmp_path: Path) -> None:
         )
         refused = two.heartbeat(**join_request(group, ["orders"]))
         assert refused.error_code == 16, refused  # NOT_COORDINATOR
+        # The same over gRPC batched, and over either node's Kafka listener: FindCoordinator
+        # (v3, and v4+ batched) names each group's node at its own listener, Metadata lists
+        # both nodes, a group request to the other node gets NOT_COORDINATOR.
+        mine = next(g for g in (f"m{i}" for i in range(100)) if leader[partition_for(g, P)] == 2)
+        stub = classic_group_pb2_grpc.ClassicGroupServiceStub(two.channel)
+        batched = stub.FindCoordinator(
+            classic_group_pb2.FindCoordinatorRequest(key_type=0, coordinator_keys=[group, mine]),
+            timeout=5,
+        )
+        assert [
+            (c.key, c.node_id, f"{c.host}:{c.port}", c.error_code) for c in batched.coordinators
+        ] == [
+            (group, 1, one.address, 0),
+            (mine, 2, two.address, 0),
+        ]
+        brokers = {n: nodes.kafka_address(n) for n in (1, 2)}
+        for n in (1, 2):
+            assert kafka_view(brokers[n], group, mine) == {
+                "v3": (0, 1, brokers[1]),
+                "v4": [(group, 1, brokers[1], 0), (mine, 2, brokers[2], 0)],
+                "metadata": [(1, brokers[1]), (2, brokers[2])],
+                "heartbeat": 25 if n == 1 else 16,  # UNKNOWN_MEMBER_ID there, else NOT_COORDINATOR
+            }
 
         # A push stream on the leader ends with NOT_COORDINATOR when the partition moves.
         stub = consumer_group_pb2_grpc.ConsumerGroupServiceStub(one.channel)
@@ -209,6 +233,25 @@ def test_describe_move_and_the_clients_view(pg_server, tmp_path: Path) -> None:
         assert {q["leader"] for q in describe(dsn)["partitions"]} == {1}
     finally:
         nodes.stop_all()
+
+
+def kafka_view(address: str, group: str, other: str) -> dict:
+    """What the Kafka listener at ``address`` answers: FindCoordinator v3 for ``group`` and v4
+    for both (error, node id, ``HOST:PORT``), Metadata's brokers, a Heartbeat's error."""
+    client = KafkaClient(address)
+    try:
+        v3 = client.call(request(10, 3, key=group, key_type=0))
+        v4 = client.call(request(10, 4, key_type=0, coordinator_keys=[group, other]))
+        metadata = client.call(request(3, 12, topics=None, allow_auto_topic_creation=False))
+        hb = client.call(request(12, 4, group_id=group, generation_id=1, member_id="ghost"))
+    finally:
+        client.close()
+    return {
+        "v3": (v3.error_code, v3.node_id, f"{v3.host}:{v3.port}"),
+        "v4": [(c.key, c.node_id, f"{c.host}:{c.port}", c.error_code) for c in v4.coordinators],
+        "metadata": [(b.node_id, f"{b.host}:{b.port}") for b in metadata.brokers],
+        "heartbeat": hb.error_code,
+    }
 
 
 def scrape(server) -> str:

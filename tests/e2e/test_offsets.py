@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from conftest import ServerProcess, join_request, owned
 from kafka.protocol.consumer.metadata import ConsumerProtocolSubscription as KSubscription
 
@@ -19,6 +20,8 @@ from kip848.v1 import (
     offsets_pb2_grpc,
 )
 from kip848.v1 import consumer_group_pb2 as cg
+
+pytestmark = pytest.mark.postgresql_too
 
 OC = offsets_pb2.OffsetCommitRequest
 OCR = offsets_pb2.OffsetCommitResponse

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import grpc
 import pytest
-from conftest import ServerProcess, join_request, owned
+from conftest import ServerProcess, join_request, owned, store_args
 
 from kip848.client import GroupMember, TopicPartition
 from kip848.v1 import consumer_group_pb2 as cg
@@ -23,12 +23,22 @@ CONFIG = ("--set", f"group.consumer.heartbeat.interval.ms={HB_MS}")
 WAIT_S = 10.0
 
 
+pytestmark = pytest.mark.postgresql_too
+
+
 @pytest.fixture(scope="module")
 def server(
-    tmp_path_factory: pytest.TempPathFactory, grpc_processes: tuple[str, ...]
+    tmp_path_factory: pytest.TempPathFactory,
+    grpc_processes: tuple[str, ...],
+    store_backend: str,
+    request: pytest.FixtureRequest,
 ) -> Iterator[ServerProcess]:
     s = ServerProcess(
-        tmp_path_factory.mktemp("push") / "data", *grpc_processes, *CONFIG, clock="system"
+        tmp_path_factory.mktemp("push") / "data",
+        *grpc_processes,
+        *store_args(store_backend, request),
+        *CONFIG,
+        clock="system",
     )
     try:
         yield s
@@ -173,9 +183,14 @@ async def test_a_member_without_push_falls_back_to_heartbeats(server: ServerProc
 
 
 def test_streams_end_with_unavailable_when_the_server_stops(
-    tmp_path: Path, grpc_processes: tuple[str, ...]
+    tmp_path: Path,
+    grpc_processes: tuple[str, ...],
+    store_backend: str,
+    request: pytest.FixtureRequest,
 ) -> None:
-    s = ServerProcess(tmp_path / "data", *grpc_processes, clock="manual")
+    s = ServerProcess(
+        tmp_path / "data", *grpc_processes, *store_args(store_backend, request), clock="manual"
+    )
     s.create_topic("t", 1)
     assert s.heartbeat(**join_request("g", ["t"], member_id="A")).error_code == 0
     # Three connections: with front ends, the kernel spreads them over the processes.

@@ -8,23 +8,28 @@ import asyncio
 import time
 
 import pytest
-from builders import beat, commit, join, make_runtime
+from builders import G as CG
+from builders import beat, classic_join_req, classic_record, commit, join, make_runtime
 
+from coordinator.core import codec
 from coordinator.core.errors import (
     CoordinatorLoadInProgressError,
     CoordinatorNotAvailableError,
     NotCoordinatorError,
 )
 from coordinator.core.offsets import OffsetFetchGroup
-from coordinator.core.timers import ArmTimer, TimerTable
+from coordinator.core.timers import REBALANCE, SESSION, ArmTimer, TimerTable
 from coordinator.core.topics import NewTopic
 from coordinator.routing import partition_for
-from coordinator.runtime import CoordinatorRuntime
-from coordinator.runtime.store import MemoryRecordStore
+from coordinator.runtime import CoordinatorRuntime, ManualClock
+from coordinator.runtime.store import MemoryRecordStore, StoredRecord
+from legacy_bridge.common import CLASSIC_SESSION
 
 P = 4
 G = "g"
 GP = partition_for(G, P)
+CP = partition_for(CG, P)
+SESSION_MS = 45_000  # group.consumer.session.timeout.ms, Kafka's default
 
 
 async def node(store: MemoryRecordStore, node_id: int) -> tuple[CoordinatorRuntime, object]:
@@ -32,6 +37,18 @@ async def node(store: MemoryRecordStore, node_id: int) -> tuple[CoordinatorRunti
     partitions = rt.share_partitions(node_id)
     await rt.start()
     return rt, partitions
+
+
+async def leading(
+    store: MemoryRecordStore, node_id: int, partition: int, epoch: int
+) -> tuple[CoordinatorRuntime, object]:
+    """Node ``node_id`` on ``store`` (a handle of the shared store), joined, leading
+    ``partition`` at ``epoch``: loaded and serving it."""
+    rt, parts = await node(store, node_id)
+    parts.joined()
+    store.set_leader(partition, node_id, epoch)
+    await parts.load_partition(partition, epoch)
+    return rt, parts
 
 
 async def fetched(rt: CoordinatorRuntime, group: str) -> dict[tuple[str, int], int]:
@@ -62,13 +79,18 @@ async def test_a_node_serves_what_it_loaded_and_stops_when_fenced_off() -> None:
     assert any(k[1] == G for k in rt.timers.keys())  # noqa: SIM118 - a TimerTable  # its session timer
 
     # Another node took the partition over (epoch 4): the next write is refused, nothing of it
-    # written, and the partition dropped at once, its timers with it.
+    # written, and the partition dropped at once, its timers with it; a push stream of the
+    # group looks again and is told NOT_COORDINATOR.
     fenced: list[int] = []
     parts.on_fenced = fenced.append
     shared.set_leader(GP, 2, 4)
     before = len(list(shared.journal(GP)))
-    with pytest.raises(CoordinatorNotAvailableError, match="no longer leads partitions"):
-        await rt.offset_commit(commit(G, {("t", 0): 43}, joined.member_epoch, "m1"))
+    with rt.watchers.watch(G) as watch:
+        with pytest.raises(CoordinatorNotAvailableError, match="no longer leads partitions"):
+            await rt.offset_commit(commit(G, {("t", 0): 43}, joined.member_epoch, "m1"))
+        await asyncio.wait_for(watch.changed(), 1)
+        with pytest.raises(NotCoordinatorError):
+            await rt.member_views(G, ["m1"])
     assert len(list(shared.journal(GP))) == before
     assert fenced == [GP]
     with pytest.raises(NotCoordinatorError):
@@ -77,9 +99,7 @@ async def test_a_node_serves_what_it_loaded_and_stops_when_fenced_off() -> None:
     assert not any(k[1] == G for k in rt.timers.keys())  # noqa: SIM118 - a TimerTable
 
     # The new leader loads what was acknowledged, the member with a full session.
-    rt2, parts2 = await node(MemoryRecordStore(_data=shared._data), 2)
-    parts2.joined()
-    await parts2.load_partition(GP, 4)
+    rt2, _ = await leading(MemoryRecordStore(_data=shared._data), 2, GP, 4)
     assert await fetched(rt2, G) == {("t", 0): 42}
     again = await rt2.heartbeat(beat(G, "m1", 1))
     assert again.member_epoch == 1
@@ -89,10 +109,7 @@ async def test_a_node_serves_what_it_loaded_and_stops_when_fenced_off() -> None:
 
 async def test_a_node_past_its_deadline_refuses_what_it_serves() -> None:
     shared = MemoryRecordStore(partitions=P)
-    rt, parts = await node(shared, 1)
-    parts.joined()
-    shared.set_leader(GP, 1, 1)
-    await parts.load_partition(GP, 1)
+    rt, parts = await leading(shared, 1, GP, 1)
     await rt.create_topics([NewTopic(name="t", num_partitions=1)])
     parts.serve_until(time.monotonic() + 60)
     assert (await rt.heartbeat(join(G))).member_epoch == 1
@@ -104,10 +121,7 @@ async def test_a_node_past_its_deadline_refuses_what_it_serves() -> None:
 
 async def test_unloading_waits_for_the_partitions_writes_and_ends_its_watchers() -> None:
     shared = MemoryRecordStore(partitions=P)
-    rt, parts = await node(shared, 1)
-    parts.joined()
-    shared.set_leader(GP, 1, 1)
-    await parts.load_partition(GP, 1)
+    rt, parts = await leading(shared, 1, GP, 1)
     await rt.create_topics([NewTopic(name="t", num_partitions=1)])
     joined = await rt.heartbeat(join(G, member_id="m1"))
     with rt.watchers.watch(G) as watch:
@@ -127,6 +141,81 @@ async def test_unloading_waits_for_the_partitions_writes_and_ends_its_watchers()
         await asyncio.wait_for(watch.changed(), 1)  # the push stream looks again
     assert [e.key for e in shared.journal(GP)][-1].startswith(b"[1,")  # the commit, written
     await rt.close()
+
+
+async def test_a_classic_join_in_progress_fails_retriably_and_completes_at_the_new_leader() -> None:
+    """A classic rebalance under way when its partition is handed over: the join waiting at
+    the barrier is answered NOT_COORDINATOR (retriable: the client finds the new leader), and
+    the members' joins complete the rebalance there, their sessions restarted by the load."""
+    shared = MemoryRecordStore(partitions=P)
+    key, value = codec.encode(classic_record())  # a Stable classic group: A and B, generation 5
+    shared.append([StoredRecord(key, value, CG)], 1)
+    rt, parts = await leading(shared, 1, CP, 1)
+    rejoin_a = asyncio.ensure_future(rt.classic_join(classic_join_req("A")))
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert not rejoin_a.done()  # the leader's rejoin waits for B at the barrier
+    await parts.unload_partition(CP)
+    with pytest.raises(NotCoordinatorError, match=f"partition {CP} moved away"):
+        await asyncio.wait_for(rejoin_a, 1)
+
+    rt2, _ = await leading(MemoryRecordStore(_data=shared._data), 2, CP, 2)
+    assert sorted(k for k in rt2.timers.keys() if k[1] == CG) == [  # noqa: SIM118 - a TimerTable
+        (CLASSIC_SESSION, CG, "A"),
+        (CLASSIC_SESSION, CG, "B"),
+    ]
+    rejoin_a = asyncio.ensure_future(rt2.classic_join(classic_join_req("A")))
+    for _ in range(5):
+        await asyncio.sleep(0)
+    joined_b = await rt2.classic_join(classic_join_req("B"))
+    joined_a = await asyncio.wait_for(rejoin_a, 5)
+    assert (joined_a.error_code, joined_b.error_code) == (0, 0)
+    assert (joined_a.generation_id, joined_b.generation_id, joined_a.leader) == (6, 6, "A")
+    await rt.close()
+    await rt2.close()
+
+
+async def test_the_new_leader_restarts_sessions_and_rearms_rebalance_timeouts() -> None:
+    """A member revoking a partition when its coordinator partition fails over: the new
+    leader gives every member a full session and the revoking member its rebalance timeout
+    again (Kafka's onLoaded), so the members carry on without being fenced."""
+    shared = MemoryRecordStore(partitions=P)
+    rt, parts = await leading(shared, 1, GP, 1)
+    await rt.create_topics([NewTopic(name="t", num_partitions=2)])
+    a = await rt.heartbeat(join(G, member_id="a"))
+    assert a.assignment is not None
+    owned = a.assignment.assigned
+    assert sum(map(len, owned.values())) == 2
+    await rt.heartbeat(beat(G, "a", a.member_epoch, owned=owned))
+    b = await rt.heartbeat(join(G, member_id="b"))
+    revoking = await rt.heartbeat(beat(G, "a", a.member_epoch, owned=owned))
+    assert revoking.assignment is not None
+    assert sum(map(len, revoking.assignment.assigned.values())) == 1  # one to give up
+    assert rt.timers.get((REBALANCE, G, "a")) is not None
+
+    # Node 1 stops (its lease ran out), node 2 takes the partition an hour later.
+    parts.lose_partition(GP)
+    shared.set_leader(GP, 2, 2)
+    rt2, parts2 = await node(MemoryRecordStore(_data=shared._data), 2)
+    assert isinstance(rt2.clock, ManualClock)
+    rt2.clock.advance(3_600_000)
+    parts2.joined()
+    await parts2.load_partition(GP, 2)
+    now = rt2.clock.now_ms()
+    deadlines = {k: rt2.timers.get(k)[0] for k in rt2.timers.keys() if k[1] == G}  # noqa: SIM118
+    assert deadlines == {
+        (SESSION, G, "a"): now + SESSION_MS,
+        (SESSION, G, "b"): now + SESSION_MS,
+        (REBALANCE, G, "a"): now + 30_000,
+    }
+    # Both members carry on at the new leader: a revokes, b gets the partition.
+    owned_a = revoking.assignment.assigned
+    again = await rt2.heartbeat(beat(G, "a", revoking.member_epoch, owned=owned_a))
+    assert again.member_epoch == 2
+    got_b = await rt2.heartbeat(beat(G, "b", b.member_epoch, owned={}))
+    assert got_b.assignment is not None and sum(map(len, got_b.assignment.assigned.values())) == 1
+    await rt.close()
+    await rt2.close()
 
 
 def test_timer_table_shift_and_cancel_where() -> None:
