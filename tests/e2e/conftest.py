@@ -181,6 +181,22 @@ class ServerProcess:
         self.wait()
 
 
+def every_acl(admin: admin_pb2_grpc.AdminServiceStub) -> admin_pb2.DescribeAclsResponse:
+    """DescribeAcls with a filter that matches every ACL."""
+    any_ = 1
+    return admin.DescribeAcls(
+        admin_pb2.DescribeAclsRequest(
+            filter=admin_pb2.AclFilter(
+                resource_type_filter=any_,
+                pattern_type_filter=any_,
+                operation=any_,
+                permission_type=any_,
+            )
+        ),
+        timeout=10,
+    )
+
+
 def run_cli(*argv: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     """``kip848 ARGV...`` in a child process (this checkout first on the path), run to its end
     (bounded by ``timeout``): its exit code, stdout and stderr."""

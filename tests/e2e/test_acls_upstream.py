@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from conftest import every_acl
 from fake_upstream import TOPIC as TOPIC_NAME
 from fake_upstream import TOPIC_ID, FakeCluster
 from kafka_support import KafkaServer, fetch_request, request
@@ -71,17 +72,7 @@ def any_filter(**kw: object) -> dict[str, object]:
 
 
 def coordinators_acls(server: KafkaServer) -> list[tuple[int, str, int]]:
-    resp = server.admin.DescribeAcls(
-        admin_pb2.DescribeAclsRequest(
-            filter=admin_pb2.AclFilter(
-                resource_type_filter=ANY,
-                pattern_type_filter=ANY,
-                operation=ANY,
-                permission_type=ANY,
-            )
-        ),
-        timeout=10,
-    )
+    resp = every_acl(server.admin)
     return [(r.resource_type, r.resource_name, a.operation) for r in resp.resources for a in r.acls]
 
 

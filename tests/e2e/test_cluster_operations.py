@@ -1,8 +1,9 @@
 """Operating several coordinator nodes (docs/ha.md): ``kip848 cluster describe`` and ``move``
-on the PostgreSQL store, each node's FindCoordinator, NOT_COORDINATOR from the nodes that do
-not lead a group, a push stream ended with NOT_COORDINATOR when its group's partition moves,
-the per-node and per-partition metrics, and a graceful stop that hands every partition over
-at once."""
+on the PostgreSQL store, the cluster log followed by every node (a topic and an ACL created
+through one node), each node's FindCoordinator (gRPC, and the Kafka listener's v3 and batched
+v4) and Metadata, NOT_COORDINATOR from the nodes that do not lead a group, a push stream ended
+with NOT_COORDINATOR when its group's partition moves, the per-node and per-partition metrics,
+and a graceful stop that hands every partition over at once."""
 
 from __future__ import annotations
 
@@ -12,14 +13,19 @@ import time
 from pathlib import Path
 
 from cluster_support import Nodes, find_coordinator, settings
-from conftest import join_request, run_cli
+from conftest import every_acl, join_request, run_cli
 from kafka_support import KafkaClient, request
 
 from coordinator.cli import cluster as cluster_cli
 from coordinator.observability.cluster_metrics import PARTITION_STATES
 from coordinator.routing import partition_for
 from coordinator.runtime.store.postgres_leases import PostgresLeases
-from kip848.v1 import classic_group_pb2, classic_group_pb2_grpc, consumer_group_pb2_grpc
+from kip848.v1 import (
+    admin_pb2,
+    classic_group_pb2,
+    classic_group_pb2_grpc,
+    consumer_group_pb2_grpc,
+)
 from kip848.v1 import consumer_group_pb2 as cg
 
 P = 6
@@ -91,6 +97,25 @@ def test_describe_move_and_the_clients_view(pg_server, tmp_path: Path) -> None:
             lambda: all(n["cluster_log_lag"] == 0 for n in describe(dsn)["nodes"]),
             "both nodes to apply the cluster log",
         )
+        # So does an ACL (the security metadata is in the cluster log too).
+        made = one.admin.CreateAcls(
+            admin_pb2.CreateAclsRequest(
+                creations=[
+                    admin_pb2.AclBinding(
+                        resource_type=3,  # GROUP
+                        resource_name="audited",
+                        pattern_type=3,  # LITERAL
+                        principal="User:alice",
+                        host="*",
+                        operation=3,  # READ
+                        permission_type=3,  # ALLOW
+                    )
+                ]
+            ),
+            timeout=10,
+        )
+        assert [r.error_code for r in made.results] == [0]
+        until(lambda: acls(two) == [("audited", "User:alice", 3)], "node 2 to know the ACL")
 
         # Every node names the same coordinator; the other one answers NOT_COORDINATOR.
         group = next(g for g in (f"g{i}" for i in range(100)) if leader[partition_for(g, P)] == 1)
@@ -233,6 +258,12 @@ def test_describe_move_and_the_clients_view(pg_server, tmp_path: Path) -> None:
         assert {q["leader"] for q in describe(dsn)["partitions"]} == {1}
     finally:
         nodes.stop_all()
+
+
+def acls(server) -> list[tuple[str, str, int]]:
+    """Every ACL ``server`` knows: (resource name, principal, operation)."""
+    resp = every_acl(server.admin)
+    return [(r.resource_name, a.principal, a.operation) for r in resp.resources for a in r.acls]
 
 
 def kafka_view(address: str, group: str, other: str) -> dict:

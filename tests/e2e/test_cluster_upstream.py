@@ -15,7 +15,9 @@ from pathlib import Path
 import pytest
 from cluster_support import Nodes, find_coordinator, settings
 from kafka_clients import STACK_SETTINGS, Fleet, produce
-from kafka_support import KafkaClient, Tansu, create_topics
+from kafka_support import KafkaClient, Tansu, create_topics, request
+
+from coordinator.server.cluster import UPSTREAM_COORDINATOR_ID_BASE
 
 pytestmark = pytest.mark.slow
 
@@ -46,6 +48,18 @@ def test_consumers_follow_their_groups_to_the_surviving_node(pg_server, tmp_path
                 groups.append(g)
         assert len(groups) == 2
         bootstrap = nodes.kafka_address(2)
+        # On the wire: node 2's Metadata lists the upstream's broker at node 2's own port, and
+        # its FindCoordinator (batched) names node 111 by an id of its own at its listener.
+        client = KafkaClient(bootstrap)
+        try:
+            metadata = client.call(request(3, 12, topics=None, allow_auto_topic_creation=False))
+            found = client.call(request(10, 4, key_type=0, coordinator_keys=groups))
+        finally:
+            client.close()
+        assert [(b.node_id, f"{b.host}:{b.port}") for b in metadata.brokers] == [(111, bootstrap)]
+        assert [
+            (c.key, c.node_id, f"{c.host}:{c.port}", c.error_code) for c in found.coordinators
+        ] == [(g, UPSTREAM_COORDINATOR_ID_BASE + 111, nodes.kafka_address(111), 0) for g in groups]
         fleet = Fleet(bootstrap, tmp_path)
         fleet.start("kip848", "librdkafka-consumer", groups[0], topics=[TOPIC])
         fleet.start("classic", "kafka-python", groups[1], topics=[TOPIC])
