@@ -513,10 +513,7 @@ def decode(key: bytes, value: bytes | None) -> r.Record:
     """(key bytes, value bytes or None) -> Record."""
     try:
         raw_key = orjson.loads(key)
-        spec = _SIGNATURES.get((raw_key[0], tuple(map(type, raw_key))))
-        if spec is None:
-            _check_key(raw_key)  # raises with a precise message
-            raise IllegalStateError(f"malformed key {raw_key!r}")
+        spec = _spec(raw_key)
         if value is None:
             return _record(spec[0](raw_key), None)
         return _record(spec[0](raw_key), spec[1](orjson.loads(value)[1:]))
@@ -524,6 +521,29 @@ def decode(key: bytes, value: bytes | None) -> r.Record:
         raise
     except Exception as exc:  # corrupt bytes are a bug/corruption, never protocol state
         raise IllegalStateError(f"cannot decode record key={key[:80]!r}: {exc}") from exc
+
+
+def decode_parsed(raw_key: Any, raw_value: Any) -> r.Record:
+    """:func:`decode` of a key and value already parsed from their JSON (a loaded group's
+    records come parsed together, ``RecordStore.load_groups``; a null value: a tombstone)."""
+    try:
+        spec = _spec(raw_key)
+        if raw_value is None:
+            return _record(spec[0](raw_key), None)
+        return _record(spec[0](raw_key), spec[1](raw_value[1:]))
+    except IllegalStateError:
+        raise
+    except Exception as exc:
+        raise IllegalStateError(f"cannot decode record key={raw_key!r:.80}: {exc}") from exc
+
+
+def _spec(raw_key: Any) -> Any:
+    """The key's builder and its value's decoder, by the key's record type and field types."""
+    spec = _SIGNATURES.get((raw_key[0], tuple(map(type, raw_key))))
+    if spec is None:
+        _check_key(raw_key)  # raises with a precise message
+        raise IllegalStateError(f"malformed key {raw_key!r}")
+    return spec
 
 
 def describe(record: r.Record) -> str:

@@ -1,11 +1,12 @@
 """Loading a group from its stored records at once.
 
 A load replays each group's records (its part of a partition's compacted view, in offset
-order). Decoding each into its key and value objects and replaying them one by one builds every
+order; the store gives them together, parsed from their JSON at once:
+``[key, value, key, value, ...]``, ``RecordStore.load_groups``). Decoding each into its key and value objects and replaying them one by one builds every
 member twice (from its metadata record, then from its current assignment), touches each index
 once per record and allocates a few objects per record that are thrown away at once. Most of a
 store is the records of consumer groups (KIP-848) and committed offsets, so for those this
-module reads the codec's layout (``codec.py``) straight from the bytes into the state that
+module reads the codec's layout (``codec.py``) straight from the parsed JSON into the state that
 replaying them builds: the same values, the same derived indexes, in the same order (dict
 order included; equal immutable values may be one shared object, as a live group's current and
 target assignments are). Records of classic groups and group configs, which depend on nothing
@@ -24,8 +25,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
-
-import orjson
 
 from . import codec
 from . import records as r
@@ -50,8 +49,7 @@ _OFFSET_COMMIT = int(_T.OFFSET_COMMIT)
 _CLASSIC_GROUP = int(_T.GROUP_METADATA)
 _GROUP_CONFIG = int(_T.GROUP_CONFIG)
 
-_loads = orjson.loads
-_decode = codec.decode
+_decode = codec.decode_parsed
 _decode_assignment = codec.decode_assignment
 _decode_classic = codec.decode_classic
 _decode_current = codec.value_decoder(_T.CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT)
@@ -59,16 +57,17 @@ _decode_partition_metadata = codec.value_decoder(_T.CONSUMER_GROUP_PARTITION_MET
 _new, _set = object.__new__, object.__setattr__
 _STABLE = MemberState.STABLE
 
-Row = Sequence[Any]
-"""A stored record as the store reads it: key bytes at [1], value bytes (None: a tombstone) at
-[2] (``(offset, key, value, group id)``)."""
+Records = Sequence[Any]
+"""A group's records as parsed from the store: each record's key then its value (the codec's
+JSON arrays; None: a tombstone), in offset order: ``[key, value, key, value, ...]``."""
+Pair = tuple[Any, Any]
 
 
 class _NotHere(Exception):
     """The group is not for this path: replay its records one by one."""
 
 
-def load_group(shard: GroupCoordinatorShard[Any], group_id: str, rows: Sequence[Row]) -> bool:
+def load_group(shard: GroupCoordinatorShard[Any], group_id: str, records: Records) -> bool:
     """Replay the records of the group ``group_id`` (every record of it in a compacted view, in
     offset order) into ``shard``, whose undo log is off (loading): the state decoding and
     replaying each of them builds. False, with nothing changed, when this path cannot be sure
@@ -77,7 +76,7 @@ def load_group(shard: GroupCoordinatorShard[Any], group_id: str, rows: Sequence[
     if undo.enabled:
         return False  # the group's dicts are filled without the undo log
     try:
-        group, commits, one_by_one = _load(undo, group_id, rows)
+        group, commits, one_by_one = _load(undo, group_id, records)
         if group is not None and group_id in shard.groups:
             return False
         offsets = None
@@ -92,14 +91,14 @@ def load_group(shard: GroupCoordinatorShard[Any], group_id: str, rows: Sequence[
     if offsets is not None:
         shard.offsets.adopt(group_id, offsets)
     replay = shard.replay
-    for row in one_by_one:
-        replay(_decode(row[1], row[2]))
+    for key, value in one_by_one:
+        replay(_decode(key, value))
     return True
 
 
 def _load(
-    undo: UndoLog, group_id: str, rows: Sequence[Row]
-) -> tuple[ConsumerGroup | None, list[tuple[str, int, list[Any]]], list[Row]]:
+    undo: UndoLog, group_id: str, records: Records
+) -> tuple[ConsumerGroup | None, list[tuple[str, int, list[Any]]], list[Pair]]:
     """One pass over the records, checking each key's exact layout: the consumer group they
     build (None: no record of one), the offset commits (topic, partition, value), the records
     to replay one by one. Raises ``_NotHere`` for anything this path does not take.
@@ -118,16 +117,12 @@ def _load(
     first_seen: dict[str, bool] = {}  # in the order of their first member record of any kind
     level: dict[int, list[Any]] = {}
     commits: list[tuple[str, int, list[Any]]] = []
-    one_by_one: list[Row] = []
+    one_by_one: list[Pair] = []
     classic = False
     update, fromkeys, new_dict, put = dict.update, dict.fromkeys, undo.new_dict, dict.__setitem__
-    for row in rows:
-        value_bytes = row[2]
-        if value_bytes is None:
-            raise _NotHere
-        key = _loads(row[1])
-        value = _loads(value_bytes)
-        if type(value) is not list:
+    pairs = iter(records)
+    for key, value in zip(pairs, pairs, strict=True):
+        if type(value) is not list:  # a tombstone (None) too
             raise _NotHere
         n = len(key)
         if n == 3:  # [type, group id, member id], or a config's [type, group id, name]
@@ -183,7 +178,7 @@ def _load(
                         update(owners, fromkeys(partitions, member_id))
                 put(targets, member_id, target)
             elif kind == _GROUP_CONFIG:
-                one_by_one.append(row)
+                one_by_one.append((key, value))
             else:
                 raise _NotHere
         elif n == 4:  # an offset commit: [type, group id, topic, partition]
@@ -205,7 +200,7 @@ def _load(
                 level[kind] = value
             elif kind == _CLASSIC_GROUP:
                 classic = True
-                one_by_one.append(row)
+                one_by_one.append((key, value))
             else:
                 raise _NotHere
         else:

@@ -12,10 +12,13 @@ import gc
 import logging
 import time
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from itertools import groupby
 from operator import itemgetter
+
+import orjson
 
 from coordinator.core import codec
 from coordinator.core.errors import IllegalStateError
@@ -98,56 +101,47 @@ def load_cluster(store: RecordStore, registry: TopicRegistry) -> tuple[int, int]
 
 @dataclass(slots=True)
 class PartitionImage:
-    """One partition's compacted view as read from the store, each group's records (key and
-    value bytes, in offset order) apart, not decoded yet: what a group needs to be replayed on
-    its own (:func:`replay_group`). Groups are independent (every component keeps its state by
-    group id), so replaying them one by one builds the state an offset-order replay does."""
+    """One partition's compacted view as read from the store, a group at a time, not decoded
+    yet: each group's records (``RecordStore.load_groups``: a JSON array of their keys and
+    values in offset order) apart, what a group needs to be replayed on its own. Groups are
+    independent (every component keeps its state by group id), so building them one by one
+    builds the state an offset-order replay does."""
 
     partition: int
-    groups: dict[str, list[tuple[int, bytes, bytes, str]]] = field(default_factory=dict)
-    """group id -> its rows as the store gave them: (offset, key, value, group id)"""
+    groups: dict[str, tuple[int, bytes]] = field(default_factory=dict)
+    """group id -> (how many records, their JSON array), in the order of their first record"""
     records: int = 0
     last_offset: int = -1
     seconds: float = 0.0
 
 
-_group_of = itemgetter(3)
-
-
 def read_partition(store: RecordStore, partition: int) -> PartitionImage:
-    """Read one partition's log, grouped by group, without decoding anything (the cheap part
-    of a load: a partition can serve once this is done, its groups replayed when first used).
-    Raises ``IllegalStateError`` for a record of another partition's group."""
+    """Read one partition's log, group by group, without decoding anything (the I/O of a
+    load: the loader reads the next partition while it builds one). Raises
+    ``IllegalStateError`` for a record of another partition's group."""
     image = PartitionImage(partition)
     partitions = store.partitions
     groups = image.groups
     clock = time.perf_counter
     start = clock()
-    get = groups.get
-    for rows in store.load_rows(partition):
-        # A group's records mostly come in runs (a command writes them together): one look-up
-        # per run, each run added in C.
-        for gid, run in groupby(rows, _group_of):
-            bucket = get(gid)
-            if bucket is None:
-                if gid is None or partition_for(gid, partitions) != partition:
-                    raise IllegalStateError(
-                        f"partition {partition} of the store holds a record of "
-                        f"{'the cluster' if gid is None else f'group {gid!r}'}, which belongs "
-                        "elsewhere"
-                    )
-                bucket = groups[gid] = []
-            bucket.extend(run)  # type: ignore[arg-type]
-        image.records += len(rows)
-        image.last_offset = rows[-1][0]
+    records, last = 0, -1
+    for chunk in store.load_groups(partition):
+        for gid, n, last_offset, joined in chunk:
+            if gid is None or partition_for(gid, partitions) != partition:
+                raise _elsewhere(partition, gid)
+            groups[gid] = (n, joined)
+            records += n
+            if last_offset > last:
+                last = last_offset
+    image.records, image.last_offset = records, last
     image.seconds = clock() - start
     return image
 
 
-def replay_group(shard: Shard, records: Sequence[tuple[int, bytes, bytes, str]]) -> None:
-    """Replay one group's stored records into ``shard``, below its undo log: what was durable
-    is never rolled back. Raises ``IllegalStateError`` (from decode/replay) on a corrupt
-    store."""
+def replay_group(shard: Shard, records: Sequence[tuple[int, bytes, bytes, str | None]]) -> None:
+    """Replay one group's stored rows (``RecordStore.load_rows``) into ``shard``, decoded one
+    by one, below its undo log: what was durable is never rolled back. Raises
+    ``IllegalStateError`` (from decode/replay) on a corrupt store."""
     decode = codec.decode
     replay = shard.replay
     undo = shard.undo
@@ -159,28 +153,97 @@ def replay_group(shard: Shard, records: Sequence[tuple[int, bytes, bytes, str]])
         undo.enabled = enabled
 
 
+def build_partition(store: RecordStore, image: PartitionImage, shard: Shard) -> ShardLoadStats:
+    """Build ``image``'s groups into ``shard`` (fresh, empty), its undo log off: most at once
+    from their parsed records (``group_load.py``), the others record by record. A group whose
+    records do not parse as one array of its keys and values (a corrupt record) is read again
+    record by record from the store, whose replay says which record is corrupt. Raises
+    ``IllegalStateError`` (from decode/replay) on a corrupt store."""
+    start = time.perf_counter()
+    loads, decode, replay = orjson.loads, codec.decode_parsed, shard.replay
+    for group_id, (n, joined) in image.groups.items():
+        try:
+            records = loads(joined)
+        except orjson.JSONDecodeError:
+            records = None
+        if type(records) is not list or len(records) != 2 * n:
+            replay_group(shard, _rows_of(store, image.partition, group_id))
+        elif not load_group(shard, group_id, records):
+            pairs = iter(records)
+            try:
+                for key, value in zip(pairs, pairs, strict=True):
+                    replay(decode(key, value))
+            except IllegalStateError:
+                _check_records(store, image.partition, group_id)
+                raise
+    image.groups = {}  # the records are freed now, not frozen with the loaded state
+    return ShardLoadStats(
+        image.partition,
+        records=image.records,
+        groups=len(shard.groups) + len(shard.classic_groups),
+        seconds=image.seconds + time.perf_counter() - start,
+        last_offset=image.last_offset,
+    )
+
+
+def _rows_of(
+    store: RecordStore, partition: int, group_id: str
+) -> list[tuple[int, bytes, bytes, str | None]]:
+    """One group's rows, read again from the store (a corrupt group only)."""
+    return [row for rows in store.load_rows(partition) for row in rows if row[3] == group_id]
+
+
+def _check_records(store: RecordStore, partition: int, group_id: str) -> None:
+    """A group's records failed to decode: decode its stored rows one by one, which raises
+    the error that names the record's bytes."""
+    for _offset, key, value, _gid in _rows_of(store, partition, group_id):
+        codec.decode(key, value)
+
+
 def load_partition(
     store: RecordStore, partition: int, shard: Shard, *, at_once: bool = True
 ) -> ShardLoadStats:
     """Replay one partition's log into ``shard`` (fresh, empty), group by group. Raises
     ``IllegalStateError`` (from decode/replay) on a corrupt store, or a record of another
-    partition's group. Most groups are built from their bytes at once (``group_load.py``);
-    the others are replayed record by record (:func:`replay_group`). ``at_once=False``
-    replays every group record by record: the reference the tests and the load benchmark
-    compare with (the same state, more slowly)."""
-    with _bulk([shard.undo]):  # the rows read are garbage soon: no collection for them either
-        image = read_partition(store, partition)
-        start = time.perf_counter()
-        for group_id, records in image.groups.items():
-            if not (at_once and load_group(shard, group_id, records)):
-                replay_group(shard, records)
-        image.groups = {}  # the rows are freed now, not frozen with the loaded state
-    return ShardLoadStats(
-        partition,
-        records=image.records,
-        groups=len(shard.groups) + len(shard.classic_groups),
-        seconds=image.seconds + time.perf_counter() - start,
-        last_offset=image.last_offset,
+    partition's group. ``at_once=False`` reads the log record by record and replays each
+    decoded on its own (:func:`replay_group`, every load's path before ``group_load.py``): the
+    reference the tests and the load benchmark compare with (the same state, more slowly)."""
+    with _bulk([shard.undo]):  # what is read is garbage soon: no collection for it either
+        if at_once:
+            return build_partition(store, read_partition(store, partition), shard)
+        return _one_by_one(store, partition, shard)
+
+
+def _one_by_one(store: RecordStore, partition: int, shard: Shard) -> ShardLoadStats:
+    start = time.perf_counter()
+    stats = ShardLoadStats(partition)
+    groups: dict[str, list[tuple[int, bytes, bytes, str | None]]] = {}
+    get, partitions = groups.get, store.partitions
+    for rows in store.load_rows(partition):
+        for gid, run in groupby(rows, _group_of):  # a command writes a group's records together
+            bucket = get(gid)
+            if bucket is None:
+                if gid is None or partition_for(gid, partitions) != partition:
+                    raise _elsewhere(partition, gid)
+                bucket = groups[gid] = []
+            bucket.extend(run)
+        stats.records += len(rows)
+        stats.last_offset = rows[-1][0]
+    for records in groups.values():
+        replay_group(shard, records)
+    stats.groups = len(shard.groups) + len(shard.classic_groups)
+    stats.seconds = time.perf_counter() - start
+    return stats
+
+
+_group_of = itemgetter(3)
+
+
+def _elsewhere(partition: int, group_id: str | None) -> IllegalStateError:
+    return IllegalStateError(
+        f"partition {partition} of the store holds a record of "
+        f"{'the cluster' if group_id is None else f'group {group_id!r}'}, which belongs "
+        "elsewhere"
     )
 
 
@@ -199,9 +262,21 @@ def load_into(
     stats = LoadStats(shards=[])
     stats.topic_records, stats.last_offset = load_cluster(store, registry)
     image = registry.image()
-    for partition, shard in enumerate(shards):
-        stats.shards.append(load_partition(store, partition, shard, at_once=at_once))
-        shard.set_topics(image)
+    if not at_once:
+        for partition, shard in enumerate(shards):
+            stats.shards.append(load_partition(store, partition, shard, at_once=False))
+            shard.set_topics(image)
+    else:
+        # The next partition is read (the store's work, the network: mostly without the GIL)
+        # while one is built.
+        with ThreadPoolExecutor(1, "kip848-read") as reader, _bulk([s.undo for s in shards]):
+            ahead = reader.submit(read_partition, store, 0)
+            for partition, shard in enumerate(shards):
+                read = ahead.result()
+                if partition + 1 < len(shards):
+                    ahead = reader.submit(read_partition, store, partition + 1)
+                stats.shards.append(build_partition(store, read, shard))
+                shard.set_topics(image)
     stats.topics = len(registry.topics)
     stats.seconds = time.perf_counter() - start
     return stats

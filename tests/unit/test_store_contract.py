@@ -664,3 +664,65 @@ def test_load_rows_is_the_compacted_view_as_tuples(store: Any) -> None:
     assert rows == [(off, rec.key, rec.value, rec.group_id) for off, rec in store.load(G)]
     assert [(k, v, g) for _o, k, v, g in rows] == [(b"b", b"b1", "g"), (b"a", b"a2", "g")]
     assert all(isinstance(chunk, list) and chunk for chunk in store.load_rows(G))
+
+
+G2 = next(g for g in (f"g{i}" for i in range(100)) if partition_for(g, P) == G)
+"""A second group of partition G."""
+ODD = b"\x00\xff\xfe',\\]\n"
+"""Bytes no store may change: NUL, invalid UTF-8, quote, comma, backslash, bracket."""
+
+
+def _groups_of_view(store: Any) -> list[tuple[str | None, int, int, bytes]]:
+    """load_groups as the compacted view says it must be."""
+    groups: dict[str | None, list[Any]] = {}
+    for off, rec in store.load(G):
+        g = groups.setdefault(rec.group_id, [0, -1, []])
+        g[0] += 1
+        g[1] = off
+        g[2] += [rec.key, rec.value]
+    return [
+        (gid, n, last, b"[" + b",".join(parts) + b"]") for gid, (n, last, parts) in groups.items()
+    ]
+
+
+def _write_two_groups(store: Any) -> None:
+    store.append([put(b"a", b"a1"), put(b"x", ODD, G2), put(b"b", b"b1"), put(ODD, b"o")], 1)
+    store.append([put(b"a", b"a2"), tomb(b"b"), put(b"y", b"y1", G2)], 2)
+
+
+def test_load_groups_is_the_compacted_view_a_group_at_a_time(store: Any) -> None:
+    _write_two_groups(store)
+    chunks = list(store.load_groups(G))
+    assert all(isinstance(chunk, list) and chunk for chunk in chunks)
+    groups = [tuple(g) for chunk in chunks for g in chunk]
+    assert groups == [
+        (G2, 2, 6, b"[x," + ODD + b",y,y1]"),  # its first record comes first
+        ("g", 2, 4, b"[" + ODD + b",o,a,a2]"),
+    ]
+    assert groups == _groups_of_view(store)
+    assert list(store.load_groups(CLUSTER_LOG)) == []
+
+
+def test_sqlite_load_groups_joined_out_of_order_reads_the_rows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SQLite before 3.44 does not promise group_concat's order: a group joined out of order
+    makes the partition read row by row (here: every group joined backwards)."""
+    from coordinator.runtime.store import sqlite
+
+    store = SqliteRecordStore(tmp_path / "data", partitions=P)
+    _write_two_groups(store)
+    expected = _groups_of_view(store)
+    backwards = sqlite._GROUPS.replace(
+        "FROM compacted WHERE pos BETWEEN ? AND ?",
+        "FROM (SELECT * FROM compacted WHERE pos BETWEEN ? AND ? ORDER BY pos DESC)",
+    )
+    assert backwards != sqlite._GROUPS
+    monkeypatch.setattr(sqlite, "_GROUPS", backwards)
+    base, top = sqlite.pos_range(G)
+    conn = store._read()
+    joined = conn.execute(backwards, (base, base, top)).fetchall()
+    conn.close()
+    assert not all(sqlite._ascending(row[4]) for row in joined)  # joined out of order indeed
+    assert [tuple(g) for chunk in store.load_groups(G) for g in chunk] == expected
+    store.close()

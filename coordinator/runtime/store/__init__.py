@@ -37,6 +37,7 @@ Rules and theory of operation:
 from .api import (
     CLUSTER_LOG,
     Fence,
+    GroupRecords,
     JournalEntry,
     RecordStore,
     StoreAccessError,
@@ -59,6 +60,7 @@ __all__ = [
     "CLUSTER_LOG",
     "DATA_FILE_NAME",
     "Fence",
+    "GroupRecords",
     "SCHEMA_VERSION",
     "JournalEntry",
     "MemoryRecordStore",

@@ -22,6 +22,7 @@ from coordinator.routing import CLUSTER_LOG, MAX_PARTITIONS, partition_for
 __all__ = [
     "CLUSTER_LOG",
     "Fence",
+    "GroupRecords",
     "JournalEntry",
     "RecordStore",
     "StoreAccessError",
@@ -37,6 +38,7 @@ __all__ = [
     "check_log",
     "check_partitions",
     "log_ids",
+    "groups_of_rows",
     "log_of",
     "retention_interval_ms",
     "split_batch",
@@ -62,6 +64,35 @@ class StoredRecord:
     @property
     def is_tombstone(self) -> bool:
         return self.value is None
+
+
+GroupRecords = tuple[str | None, int, int, bytes]
+"""One group's records in a log's compacted view (:meth:`RecordStore.load_groups`):
+``(group id, how many records, the offset of its last one, their bytes)``, the bytes a JSON
+array of each record's key and value in offset order (``[key1,value1,key2,value2,...]``, each
+key and value as stored: the codec's JSON)."""
+
+
+def groups_of_rows(
+    chunks: Iterator[list[tuple[int, bytes, bytes, str | None]]],
+) -> Iterator[list[GroupRecords]]:
+    """:meth:`RecordStore.load_groups` from :meth:`RecordStore.load_rows`' chunks (one chunk
+    of every group at the end: a group's records may come in any chunk)."""
+    groups: dict[str | None, list[Any]] = {}
+    get = groups.get
+    for rows in chunks:
+        for offset, key, value, group_id in rows:
+            g = get(group_id)
+            if g is None:
+                g = groups[group_id] = [0, offset, []]
+            g[0] += 1
+            g[1] = offset
+            g[2] += (key, value)
+    if groups:
+        yield [
+            (gid, n, last, b"[" + b",".join(parts) + b"]")
+            for gid, (n, last, parts) in groups.items()
+        ]
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,6 +233,13 @@ class RecordStore(Protocol):
         """The same compacted view as :meth:`load`, as chunks of plain
         ``(offset, key, value, group_id)`` tuples: the fast path for loading millions of
         records (no per-record object)."""
+        ...
+
+    def load_groups(self, log: int) -> Iterator[list[GroupRecords]]:
+        """The same compacted view as :meth:`load`, a group at a time, as chunks of
+        :data:`GroupRecords`: the groups in the order of their first record, each group's
+        records in offset order. A PostgreSQL store joins them in the server (one row per
+        group): the fastest way to load a partition."""
         ...
 
     def journal(

@@ -19,6 +19,7 @@ from coordinator.routing import DEFAULT_PARTITIONS
 
 from .api import (
     Fence,
+    GroupRecords,
     JournalEntry,
     StoredRecord,
     StoreError,
@@ -28,6 +29,7 @@ from .api import (
     check_batch,
     check_log,
     check_partitions,
+    groups_of_rows,
     log_ids,
     retention_interval_ms,
     split_batch,
@@ -245,6 +247,9 @@ class MemoryRecordStore:
             if rec.value is not None
         ]
         return iter([rows] if rows else [])
+
+    def load_groups(self, log: int) -> Iterator[list[GroupRecords]]:
+        return groups_of_rows(self.load_rows(log))
 
     def journal(
         self, log: int, *, from_offset: int = 0, to_offset: int | None = None

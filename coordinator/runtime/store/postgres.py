@@ -47,6 +47,7 @@ from coordinator.routing import DEFAULT_PARTITIONS
 from .api import (
     CLUSTER_LOG,
     Fence,
+    GroupRecords,
     JournalEntry,
     StoreAccessError,
     StoreCorruptError,
@@ -660,6 +661,17 @@ class PostgresRecordStore:
 
     def load(self, log: int) -> Iterator[tuple[int, StoredRecord]]:
         return _records(self.load_rows(log))
+
+    def load_groups(self, log: int) -> Iterator[list[GroupRecords]]:
+        # Joined in the server, which does it in C on a core of its own while this process
+        # builds the previous partition: one row per group, one JSON array of its records.
+        check_log(log, self._partitions)
+        return self._snapshot_cursor(
+            "SELECT group_id, count(*), max(\"offset\"), '\\x5b'::bytea || string_agg(key ||"
+            " '\\x2c'::bytea || value, '\\x2c'::bytea ORDER BY \"offset\") || '\\x5d'::bytea"
+            ' FROM kip848_compacted WHERE log = %s GROUP BY group_id ORDER BY min("offset")',
+            (log,),
+        )
 
     def journal_rows(
         self, log: int, *, from_offset: int = 0, to_offset: int | None = None

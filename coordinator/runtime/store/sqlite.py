@@ -45,10 +45,13 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO, Literal, Self
 
+import orjson
+
 from coordinator.routing import DEFAULT_PARTITIONS
 
 from .api import (
     Fence,
+    GroupRecords,
     JournalEntry,
     StoreAccessError,
     StoreCorruptError,
@@ -59,6 +62,7 @@ from .api import (
     check_batch,
     check_log,
     check_partitions,
+    groups_of_rows,
     log_ids,
     retention_interval_ms,
     split_batch,
@@ -107,6 +111,24 @@ _FETCH = 8192  # rows per fetchmany: one C call per chunk instead of one per row
 _EXPIRE_CHUNK = 50_000  # journal rows deleted per transaction, so appends interleave
 _PROBE_BYTES = 64 * 1024  # the room probe_write() checks for
 _RETENTION_STEP = 2_000  # journal rows at most deleted by the automatic retention of one append
+
+
+_COMPACTED = (
+    "SELECT pos - ?, key, value, group_id FROM compacted WHERE pos BETWEEN ? AND ? ORDER BY pos"
+)
+_GROUPS = (
+    "SELECT group_id, count(*), max(pos) - ?, CAST('[' || group_concat(CAST(key AS TEXT) || ','"
+    " || CAST(value AS TEXT), ',') || ']' AS BLOB), group_concat(pos) FROM compacted"
+    " WHERE pos BETWEEN ? AND ? GROUP BY group_id ORDER BY min(pos)"
+)
+"""RecordStore.load_groups: each group's records joined (key and value bytes kept as they
+are: a BLOB cast to TEXT and back is the same bytes), with their positions in the order
+joined."""
+
+
+def _ascending(positions: str) -> bool:
+    values = orjson.loads(f"[{positions}]")
+    return values == sorted(values)
 
 
 class SqliteRecordStore:
@@ -633,17 +655,33 @@ class SqliteRecordStore:
     def _compacted(self, log: int) -> tuple[sqlite3.Connection, sqlite3.Cursor]:
         check_log(log, self._partitions)
         base, top = pos_range(log)
-        return self._query(
-            "SELECT pos - ?, key, value, group_id FROM compacted WHERE pos BETWEEN ? AND ?"
-            " ORDER BY pos",
-            (base, base, top),
-        )
+        return self._query(_COMPACTED, (base, base, top))
 
     def load(self, log: int) -> Iterator[tuple[int, StoredRecord]]:
         return self._iter_load(*self._compacted(log))
 
     def load_rows(self, log: int) -> Iterator[list[tuple[int, bytes, bytes, str | None]]]:
         return self._iter_rows(*self._compacted(log))
+
+    def load_groups(self, log: int) -> Iterator[list[GroupRecords]]:
+        # Joined by SQLite (in C, without the GIL: in a reader thread it runs beside the
+        # loader building the previous partition). group_concat's order is not promised
+        # before SQLite 3.44: each group's positions come too, and a group whose records were
+        # not joined in their order makes the partition read row by row in the same snapshot.
+        check_log(log, self._partitions)
+        base, top = pos_range(log)
+        conn = self._read()
+        try:
+            conn.execute("BEGIN")
+            groups = conn.execute(_GROUPS, (base, base, top)).fetchall()
+            if not all(_ascending(row[4]) for row in groups):
+                rows = conn.execute(_COMPACTED, (base, base, top)).fetchall()
+                return groups_of_rows(iter([rows]))
+        except sqlite3.Error as e:
+            raise StoreError(f"cannot load record store at {self.path}: {e}") from e
+        finally:
+            conn.close()
+        return iter([[row[:4] for row in groups]] if groups else [])
 
     def _iter_rows(self, conn: sqlite3.Connection, cur: sqlite3.Cursor) -> Iterator[list[Any]]:
         try:
