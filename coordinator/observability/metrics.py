@@ -275,15 +275,17 @@ class StateCollector(Collector):
     def _details(c: StateCounts) -> list[Metric]:
         load = GaugeMetricFamily(
             f"{NAMESPACE}_shard_load_time_seconds",
-            "How long loading each shard's records from the store took at start-up. Kafka: "
-            "partition-load-time.",
+            "How long loading each shard's records from the store took: at start-up, or "
+            "among several nodes when this node took the partition (the partitions it serves). "
+            "Kafka: partition-load-time.",
             labels=["shard"],
         )
         for shard, seconds in sorted(c.load_seconds.items()):
             load.add_metric([str(shard)], seconds)
         loaded = GaugeMetricFamily(
             f"{NAMESPACE}_shard_loaded_records",
-            "Records replayed into each shard at start-up.",
+            "Records replayed into each shard when it was loaded (as "
+            f"{NAMESPACE}_shard_load_time_seconds).",
             labels=["shard"],
         )
         for shard, n in sorted(c.load_records.items()):

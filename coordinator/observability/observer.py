@@ -337,11 +337,9 @@ def count_state(
             members[key] = members.get(key, 0) + n
         counts.offsets += census.offsets
     counts.shards = {runtime.state.value: runtime.shard_count}
-    stats = runtime.load_stats
-    if stats is not None:
-        for s in stats.shards:
-            counts.load_seconds[s.shard] = s.seconds
-            counts.load_records[s.shard] = s.records
+    for p, s in runtime.partition_loads.items():
+        counts.load_seconds[p] = s.seconds
+        counts.load_records[p] = s.records
     if frontends is not None:
         counts.frontends = dict(frontends())
     if racks is not None:

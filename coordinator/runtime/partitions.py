@@ -46,7 +46,7 @@ from coordinator.core.errors import CoordinatorError, NotCoordinatorError
 from coordinator.routing import partition_for
 
 from .leadership import Leadership, PartitionState
-from .loader import LoadStats, load_cluster, load_partition
+from .loader import LoadStats, ShardLoadStats, load_cluster, load_partition
 from .store import CLUSTER_LOG, StoreFencedError
 
 if TYPE_CHECKING:
@@ -87,6 +87,8 @@ class Partitions:
         """The cluster log's last offset applied to the registry."""
         self.on_fenced: Callable[[int], None] | None = None
         """Told of a partition an append found taken over (the node stops renewing it)."""
+        self.loads: dict[int, ShardLoadStats] = {}
+        """The load of each partition this node serves (its metrics)."""
         self._loader = ThreadPoolExecutor(1, thread_name_prefix="kip848-loader")
         self._catching_up: asyncio.Task[None] | None = None
         self._catch_up_to = -1
@@ -154,6 +156,7 @@ class Partitions:
         self._replace(partition, shard)
         shard.set_topics(driver.registry.image())
         self.lead.set(partition, PartitionState.SERVING)
+        self.loads[partition] = stats
         driver.timing.arm_partition(partition, shard)
         log.info(
             "Loaded shard %d at leader epoch %d: %d records, %d groups in %.1f ms.",
@@ -180,6 +183,7 @@ class Partitions:
         """``partition`` is no longer this node's: drop it at once (module docstring)."""
         driver = self.driver
         self.lead.set(partition, PartitionState.NOT_LED)
+        self.loads.pop(partition, None)
         error = NotCoordinatorError(
             f"Coordinator partition {partition} moved away from this node: ask FindCoordinator "
             "again."

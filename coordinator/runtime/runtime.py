@@ -73,7 +73,7 @@ from .driver import (
 )
 from .engine import Engine
 from .ids import RandomIds
-from .loader import LoadStats
+from .loader import LoadStats, ShardLoadStats
 from .offload import AssignorPool
 from .partitions import Partitions
 from .store import RecordStore
@@ -169,6 +169,16 @@ class CoordinatorRuntime:
     @property
     def load_stats(self) -> LoadStats | None:
         return self.engine.load_stats
+
+    @property
+    def partition_loads(self) -> Mapping[int, ShardLoadStats]:
+        """The last load of each partition served here, by partition: at start-up, or (a node
+        among several) when this node took it."""
+        partitions = self.engine.partitions
+        if partitions is not None:
+            return partitions.loads
+        stats = self.engine.load_stats
+        return {} if stats is None else {s.shard: s for s in stats.shards}
 
     @property
     def serving(self) -> bool:

@@ -237,6 +237,17 @@ def test_describe_move_and_the_clients_view(pg_server, tmp_path: Path) -> None:
         assert samples(metrics, "kip848_node_reachable") == {"": 1.0}
         assert samples(metrics, "kip848_node_partition_moves_total")[""] >= 1.0
         assert samples(two_metrics, "kip848_node_partition_loads_total")[""] >= 4.0
+        # The load of every partition a node serves, the moved one on node 2 only.
+        for text in (metrics, two_metrics):
+            loads = samples(text, "kip848_shard_load_time_seconds")
+            serving_here = {
+                label.split('"')[1]  # {partition="N",state="serving"}
+                for label, v in samples(text, "kip848_partition_state").items()
+                if v == 1.0 and 'state="serving"' in label
+            }
+            assert {label.split('"')[1] for label in loads} == serving_here, (loads, text)
+        assert samples(two_metrics, "kip848_shard_loaded_records")[f'{{shard="{p}"}}'] >= 1.0
+        assert f'{{shard="{p}"}}' not in samples(metrics, "kip848_shard_loaded_records")
         controllers = samples(metrics, "kip848_node_controller")[""]
         assert controllers + samples(two_metrics, "kip848_node_controller")[""] == 1.0
         for text in (metrics, two_metrics):  # Prometheus' own rules (Debian's promtool)

@@ -70,7 +70,9 @@ async def test_a_node_serves_what_it_loaded_and_stops_when_fenced_off() -> None:
         await rt.heartbeat(join(G))
 
     shared.set_leader(GP, 1, 3)
+    assert rt.partition_loads == {}
     await parts.load_partition(GP, 3)
+    assert list(rt.partition_loads) == [GP]  # its metrics: the partitions served here
     joined = await rt.heartbeat(join(G, member_id="m1"))
     assert joined.member_epoch == 1
     await rt.offset_commit(commit(G, {("t", 0): 42}, joined.member_epoch, "m1"))
@@ -93,6 +95,7 @@ async def test_a_node_serves_what_it_loaded_and_stops_when_fenced_off() -> None:
             await rt.member_views(G, ["m1"])
     assert len(list(shared.journal(GP))) == before
     assert fenced == [GP]
+    assert rt.partition_loads == {}
     with pytest.raises(NotCoordinatorError):
         await rt.heartbeat(beat(G, "m1", 1))
     await asyncio.sleep(0)  # the timers are purged in the next loop step
