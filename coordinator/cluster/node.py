@@ -17,8 +17,13 @@ Theory of operation:
   without a renewal (PostgreSQL unreachable, the process stopped) every partition is dropped
   (:meth:`PartitionHost.lose_partition`). Appends are fenced in PostgreSQL by the leader
   epoch besides, so a node that lost a partition can never write to it.
-* **Leading.** A partition taken is loaded (:meth:`PartitionHost.load_partition`, one at a
-  time, in the order taken) and served as soon as it is loaded. A partition whose target
+* **Taking over at once.** A heartbeat that reads another node's lease, registration or
+  controller lease running out before the next heartbeat is due comes back when it has run
+  out (PostgreSQL's count from the read, on this node's clock), not up to an interval later:
+  a dead node's partitions are taken as soon as its leases allow.
+* **Leading.** Partitions taken are loaded (:meth:`PartitionHost.load_partition`),
+  ``parallel_loads`` at a time in the order taken (one reads from PostgreSQL while another
+  is replayed), and each is served as soon as it is loaded, not when all are. A partition whose target
   became another live node is handed over gracefully: unloaded (its writes finished), then its
   lease released, so the new leader takes it at its next heartbeat. A partition missing from a
   renewal was taken over: dropped at once.
@@ -61,6 +66,8 @@ T = TypeVar("T")
 
 DEFAULT_LEASE_MS = 10_000
 DEFAULT_HEARTBEAT_MS = 1_000
+EXPIRY_SLACK_S = 0.005
+"""A heartbeat timed for another node's lease to have run out comes this much later."""
 
 
 class PartitionHost(Protocol):
@@ -105,6 +112,8 @@ class ClusterConfig:
     """``coordinator.heartbeat.interval.ms``: how often the node renews."""
     max_moving: int = 2
     """Partitions the balancer hands over at once (the controller's)."""
+    parallel_loads: int = 2
+    """Partitions loaded at once (a fail-over takes all of a dead node's)."""
     start_timeout_s: float = 60.0
     """How long ``start`` waits for a previous registration of the node id to expire."""
 
@@ -118,6 +127,8 @@ class ClusterConfig:
             raise ValueError(f"a node id is 0..2147483647, got {self.node_id}")
         if self.lease_ms < 100:
             raise ValueError(f"coordinator.lease.ms must be >= 100, got {self.lease_ms}")
+        if self.parallel_loads < 1:
+            raise ValueError(f"parallel_loads must be >= 1, got {self.parallel_loads}")
         if not 10 <= self.heartbeat_ms <= self.lease_ms // 3:
             raise ValueError(
                 "coordinator.heartbeat.interval.ms must be >= 10 and at most a third of "
@@ -170,6 +181,7 @@ class ClusterNode:
         self._deadline_handle: asyncio.TimerHandle | None = None
         self._nap: asyncio.Future[None] | None = None  # the heartbeats' wait for the next
         self._woken = False  # heartbeat again at once
+        self._expiry: float | None = None  # another node's lease runs out then (monotonic)
         self._stopping = False
         self._health_listeners: list[Callable[[], None]] = []
         self._listener: Listener | None = None
@@ -231,7 +243,10 @@ class ClusterNode:
         await self._heartbeat()
         self._tasks = [
             loop.create_task(self._heartbeats(), name="kip848-cluster-heartbeats"),
-            loop.create_task(self._loader(), name="kip848-cluster-loader"),
+            *(
+                loop.create_task(self._loader(), name=f"kip848-cluster-loader-{i}")
+                for i in range(cfg.parallel_loads)
+            ),
         ]
 
     async def stop(self) -> None:
@@ -342,7 +357,10 @@ class ClusterNode:
             if not self._woken:
                 nap: asyncio.Future[None] = loop.create_future()
                 self._nap = nap
-                handle = loop.call_later(interval, _done, nap)
+                delay = interval
+                if self._expiry is not None:
+                    delay = min(delay, max(0.0, self._expiry - self.monotonic()))
+                handle = loop.call_later(delay, _done, nap)
                 try:
                     await nap
                 finally:
@@ -363,6 +381,7 @@ class ClusterNode:
             _done(self._nap)
 
     async def _heartbeat(self) -> None:
+        self._expiry = None  # this heartbeat reads the next one
         if self.fenced is not None or self._stopping:
             return
         now = self.monotonic()
@@ -422,6 +441,7 @@ class ClusterNode:
         if not was_reachable:
             self._health_changed()
         self.view.update(tick.state)
+        self._expiry = self._next_expiry(tick.state)
         self.host.follow_cluster_log(tick.state.cluster_log_end)
         if tick.controller_epoch is not None:
             if self.controller_epoch != tick.controller_epoch:
@@ -434,6 +454,24 @@ class ClusterNode:
             self.controller_epoch = None
         self._hand_over(tick.state)
         self._check_settled()
+
+    def _next_expiry(self, state: ClusterState) -> float | None:
+        """When (``monotonic``) the first lease, registration or controller lease of another
+        node that PostgreSQL read as running runs out (None: none). Counted from now, after the
+        read: never early."""
+        me = self.node_id
+        left = [row.expires_in_ms for n, row in state.nodes.items() if n != me]
+        left += [
+            lease.expires_in_ms
+            for lease in state.leases
+            if lease.leader not in (None, me) and lease.expires_in_ms is not None
+        ]
+        if state.controller not in (None, me) and state.controller_expires_in_ms is not None:
+            left.append(state.controller_expires_in_ms)
+        running = [ms for ms in left if ms > 0]
+        if not running:
+            return None
+        return self.monotonic() + min(running) / 1000 + EXPIRY_SLACK_S
 
     def _extend(self, sent: float) -> None:
         self.deadline = sent + self.config.lease_ms / 1000 - self.config.margin_s

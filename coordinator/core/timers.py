@@ -54,14 +54,20 @@ class TimerTable:
         self._heap: list[tuple[int, int, TimerKey]] = []
         self._seq = 0
 
-    def apply(self, ops: list[TimerOp] | tuple[TimerOp, ...]) -> None:
+    def apply(self, ops: list[TimerOp] | tuple[TimerOp, ...], later_ms: int = 0) -> None:
+        """Arm and cancel, in order; every deadline armed ``later_ms`` later than its
+        operation says (the runtime's timer time: no operation rebuilt for it)."""
+        active, heap, push = self._active, self._heap, heapq.heappush
+        seq = self._seq
         for op in ops:
             if type(op) is ArmTimer:
-                self._seq += 1
-                self._active[op.key] = (op.deadline_ms, self._seq, op.payload)
-                heapq.heappush(self._heap, (op.deadline_ms, self._seq, op.key))
+                seq += 1
+                deadline = op.deadline_ms + later_ms
+                active[op.key] = (deadline, seq, op.payload)
+                push(heap, (deadline, seq, op.key))
             else:
-                self._active.pop(op.key, None)
+                active.pop(op.key, None)
+        self._seq = seq
         if len(self._heap) > 64 and len(self._heap) > 4 * len(self._active):
             self._compact()
 

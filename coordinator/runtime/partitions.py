@@ -6,9 +6,9 @@ Theory of operation:
 * **Start.** Sharing the store, the engine loads only the cluster log (topics, users, ACLs)
   at start; partitions come one by one as the node takes their leases.
 * **Load** (``load_partition``): the partition turns *loading* (its groups get
-  COORDINATOR_LOAD_IN_PROGRESS), its log is read on the loader's thread into a fresh shard
-  nobody sees yet, then the shard takes the partition's place and serves, with its members'
-  timers armed anew (Kafka's onLoaded: a full session for every member, the rebalance and
+  COORDINATOR_LOAD_IN_PROGRESS), its log is read on a loader thread (up to
+  :data:`LOAD_THREADS` partitions at once) into a fresh shard nobody sees yet, then the shard
+  takes the partition's place and serves, with its members' timers armed anew (Kafka's onLoaded: a full session for every member, the rebalance and
   assignment timers in progress) and its offset expiration. A partition lost while loading is
   never installed.
 * **Unload** (a graceful hand-over): new commands get NOT_COORDINATOR at once, the writes
@@ -58,6 +58,10 @@ __all__ = ["Partitions"]
 
 log = logging.getLogger("kip848.runtime")
 
+LOAD_THREADS = 2
+"""Partitions read and replayed at once (the cluster node's ``parallel_loads``): one waits for
+PostgreSQL's rows while another is replayed."""
+
 _CATCH_UP_ROUNDS = 1000
 """A catch-up reads the journal at most this many times before it waits for the next
 heartbeat (each round applies everything written since the previous one)."""
@@ -89,7 +93,7 @@ class Partitions:
         """Told of a partition an append found taken over (the node stops renewing it)."""
         self.loads: dict[int, ShardLoadStats] = {}
         """The load of each partition this node serves (its metrics)."""
-        self._loader = ThreadPoolExecutor(1, thread_name_prefix="kip848-loader")
+        self._loader = ThreadPoolExecutor(LOAD_THREADS, thread_name_prefix="kip848-loader")
         self._catching_up: asyncio.Task[None] | None = None
         self._catch_up_to = -1
 
@@ -102,7 +106,7 @@ class Partitions:
     # ------------------------------------------------------------------ start
 
     async def load_cluster(self) -> LoadStats:
-        """At start: the cluster log only (on the loader's thread)."""
+        """At start: the cluster log only (on a loader thread)."""
         return await asyncio.get_running_loop().run_in_executor(self._loader, self._load_cluster)
 
     def _load_cluster(self) -> LoadStats:

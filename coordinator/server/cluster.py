@@ -26,6 +26,7 @@ from coordinator.cluster.node import DEFAULT_HEARTBEAT_MS, DEFAULT_LEASE_MS
 from coordinator.core.errors import CoordinatorError, CoordinatorNotAvailableError
 from coordinator.routing import partition_for
 from coordinator.runtime import CoordinatorRuntime
+from coordinator.runtime.partitions import LOAD_THREADS
 
 from .api import Caller, Node
 
@@ -63,6 +64,7 @@ class ClusterSettings:
             kafka_address=kafka_address,
             lease_ms=self.lease_ms,
             heartbeat_ms=self.heartbeat_ms,
+            parallel_loads=LOAD_THREADS,
         )
 
 

@@ -108,11 +108,26 @@ class Pausable:
         return call
 
 
+class GatedHost(Host):
+    """A host whose loads of the partitions in ``gates`` wait for their gate to open (a
+    partition slow to load)."""
+
+    def __init__(self, node: int, ledger: Ledger) -> None:
+        super().__init__(node, ledger)
+        self.gates: dict[int, asyncio.Event] = {}
+
+    async def load_partition(self, partition: int, epoch: int) -> None:
+        gate = self.gates.get(partition)
+        if gate is not None:
+            await gate.wait()
+        await super().load_partition(partition, epoch)
+
+
 def make_node(
-    dsn: str, node_id: int, ledger: Ledger, **config: Any
+    dsn: str, node_id: int, ledger: Ledger, *, host: Host | None = None, **config: Any
 ) -> tuple[ClusterNode, Host, Pausable]:
     leases = Pausable(PostgresLeases(dsn, where="test"))
-    host = Host(node_id, ledger)
+    host = host or Host(node_id, ledger)
     cfg = ClusterConfig(
         node_id=node_id,
         address=f"127.0.0.1:{9000 + node_id}",
@@ -270,6 +285,76 @@ def test_a_crashed_node_and_the_controller_are_replaced_after_the_lease(store_ds
         assert ledger.violations == []
 
     asyncio.run(story())
+
+
+def test_a_dead_nodes_partitions_are_taken_as_soon_as_its_leases_run_out(store_dsn: str) -> None:
+    """Heartbeats every second, a 4 s lease: node 1 (the controller) dies right after a
+    renewal, and node 2's heartbeats fall half-way between two seconds after that. A heartbeat
+    of node 2 that reads node 1's leases running out before its next one comes back once they
+    have: node 2 leads node 1's partitions about 4 s after that renewal, not up to a heartbeat
+    interval later (4.5 s here)."""
+
+    async def story() -> None:
+        ledger = Ledger()
+        timing = {"lease_ms": 4000, "heartbeat_ms": 1000}
+        n1, _, _ = make_node(store_dsn, 1, ledger, **timing)
+        n2, _, _ = make_node(store_dsn, 2, ledger, **timing)
+        await n1.start()
+        await until(lambda: len(ledger.serving) == P, "node 1 to lead everything")
+        await n2.start()
+        await until(lambda: balanced(ledger, [1, 2]), "an even spread", timeout_s=30)
+        assert n1.controller_epoch is not None
+        mine = sorted(p for p, n in ledger.serving.items() if n == 1)
+        crash(n1)
+        await n1._heartbeat()  # its last renewal, now
+        n1._cancel_deadline()
+        renewed = n1.last_heartbeat
+        for p in mine:
+            ledger.dropped(1, p, "crash")
+        await asyncio.sleep(0.5)
+        n2.wake()  # its heartbeats now come 0.5 s after each second since the renewal
+        await until(lambda: all(ledger.serving.get(p) == 2 for p in mine), "the takeover")
+        took = time.monotonic() - renewed
+        assert 3.9 <= took < 4.3, took
+        assert n2.controller_epoch is not None
+        await n2.stop()
+        assert ledger.violations == []
+
+    asyncio.run(story())
+
+
+def test_partitions_taken_over_are_served_each_as_soon_as_it_is_loaded(store_dsn: str) -> None:
+    """Node 2 takes over a dead node's partitions and loads them two at a time: the first of
+    them is slow to load, the others are served meanwhile, each as soon as it is loaded (not
+    queued behind it, not when all are); the slow one is served once loaded."""
+
+    async def story() -> None:
+        ledger = Ledger()
+        host2 = GatedHost(2, ledger)
+        n1, _, _ = make_node(store_dsn, 1, ledger)
+        n2, _, _ = make_node(store_dsn, 2, ledger, host=host2)
+        assert n2.config.parallel_loads == 2
+        await n1.start()
+        await until(lambda: len(ledger.serving) == P, "node 1 to lead everything")
+        await n2.start()
+        await until(lambda: balanced(ledger, [1, 2]), "an even spread")
+        slow, *rest = sorted(p for p, n in ledger.serving.items() if n == 1)
+        gate = host2.gates[slow] = asyncio.Event()
+        crash(n1)
+        for p in [slow, *rest]:
+            ledger.dropped(1, p, "crash")
+        await until(lambda: all(ledger.serving.get(p) == 2 for p in rest), "the others")
+        assert n2.partition_state(slow) == "loading" and slow not in ledger.serving
+        assert [n2.partition_state(p) for p in rest] == ["serving"] * len(rest)
+        gate.set()
+        await until(lambda: ledger.serving.get(slow) == 2, "the slow one")
+        assert n2.partition_state(slow) == "serving"
+        await n2.stop()
+        assert ledger.violations == []
+
+    asyncio.run(story())
+    with pytest.raises(ValueError, match="parallel_loads must be >= 1"):
+        ClusterConfig(node_id=1, address="127.0.0.1:1", parallel_loads=0).check()
 
 
 def test_a_node_id_is_one_process_and_a_restart_waits_for_the_old_registration(

@@ -11,7 +11,10 @@ import pytest
 from builders import G as CG
 from builders import beat, classic_join_req, classic_record, commit, join, make_runtime
 
+from assignors.uniform import UniformAssignor
 from coordinator.core import codec
+from coordinator.core.commands import SequentialIds
+from coordinator.core.config import parse_config
 from coordinator.core.errors import (
     CoordinatorLoadInProgressError,
     CoordinatorNotAvailableError,
@@ -21,7 +24,7 @@ from coordinator.core.offsets import OffsetFetchGroup
 from coordinator.core.timers import REBALANCE, SESSION, ArmTimer, TimerTable
 from coordinator.core.topics import NewTopic
 from coordinator.routing import partition_for
-from coordinator.runtime import CoordinatorRuntime, ManualClock
+from coordinator.runtime import CoordinatorRuntime, ManualClock, SystemClock
 from coordinator.runtime.store import MemoryRecordStore, StoredRecord
 from legacy_bridge.common import CLASSIC_SESSION
 
@@ -219,6 +222,37 @@ async def test_the_new_leader_restarts_sessions_and_rearms_rebalance_timeouts() 
     assert got_b.assignment is not None and sum(map(len, got_b.assignment.assigned.values())) == 1
     await rt.close()
     await rt2.close()
+
+
+async def test_a_loaded_partitions_sessions_restart_in_timer_time() -> None:
+    """On the system clock, the sessions restarted by a load run on the monotonic clock
+    (timer time), a full session from the load, even when the wall clock is far from it."""
+    store = MemoryRecordStore(partitions=P)
+    first, _ = await leading(store, 1, GP, 1)
+    await first.create_topics([NewTopic(name="t", num_partitions=1)])
+    for m in ("m1", "m2"):
+        await first.heartbeat(join(G, member_id=m))
+    await first.close()
+
+    wall = SystemClock(wall_ms=lambda: time.time_ns() // 1_000_000 + 3_600_000)
+    rt = CoordinatorRuntime(
+        config=parse_config({"offsets.topic.num.partitions": str(P)}),
+        store=MemoryRecordStore(_data=store._data),
+        clock=wall,
+        ids=SequentialIds(),
+        assignors=[UniformAssignor()],
+    )
+    parts = rt.share_partitions(2)
+    await rt.start()
+    parts.joined()
+    store.set_leader(GP, 2, 2)
+    loaded_at = wall.monotonic_ms()
+    await parts.load_partition(GP, 2)
+    for m in ("m1", "m2"):
+        armed = rt.timers.get((SESSION, G, m))
+        assert armed is not None
+        assert 0 <= armed[0] - (loaded_at + SESSION_MS) < 2_000, (armed, loaded_at)
+    await rt.close()
 
 
 def test_timer_table_shift_and_cancel_where() -> None:

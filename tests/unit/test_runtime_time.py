@@ -11,6 +11,7 @@ import asyncio
 import logging
 import re
 import time
+from typing import Any
 
 import pytest
 from test_runtime_core import beat, join
@@ -24,7 +25,12 @@ from coordinator.core.topics import NewTopic
 from coordinator.routing import partition_for
 from coordinator.runtime import CoordinatorRuntime, SystemClock
 from coordinator.runtime.store import MemoryRecordStore
-from coordinator.runtime.timing import FIRE_PER_WAKEUP, STALL_GRACE_MS, TIMER_RETRY_MS
+from coordinator.runtime.timing import (
+    FIRE_BUDGET_MS,
+    FIRE_PER_WAKEUP,
+    STALL_GRACE_MS,
+    TIMER_RETRY_MS,
+)
 
 HOUR_MS = 3_600_000
 
@@ -36,11 +42,14 @@ class SteppableClock:
     def __init__(self) -> None:
         self.wall_step = 0
         self.away = 0
+        self.stopped_at: int | None = None  # the monotonic clock stands still there
 
     def wall(self) -> int:
         return time.time_ns() // 1_000_000 + self.wall_step
 
     def monotonic(self) -> int:
+        if self.stopped_at is not None:
+            return self.stopped_at
         return time.monotonic_ns() // 1_000_000 + self.away
 
 
@@ -158,7 +167,8 @@ async def test_a_storm_of_expiries_is_fired_a_slice_per_wakeup() -> None:
     """Every member's session falls due at once (clients lost their network): one wake-up of
     the loop fires FIRE_PER_WAKEUP of them and leaves the rest due for the next loop steps, so
     the I/O waiting meanwhile (a lease renewal among nodes) is not held up for the whole
-    storm; every one of them still fires, each member removed once."""
+    storm (nor for FIRE_BUDGET_MS, the other bound: the clock stands still here); every one of
+    them still fires, each member removed once."""
     clock, store = SteppableClock(), MemoryRecordStore()
     rt = runtime(clock, store, session_ms=60_000)
     await rt.start()
@@ -169,7 +179,9 @@ async def test_a_storm_of_expiries_is_fired_a_slice_per_wakeup() -> None:
     due = clock.monotonic() - 1
     timing.apply([ArmTimer((SESSION, g, "m"), due) for g in groups])
     fired = rt.stats["timers_fired"]
+    clock.stopped_at = clock.monotonic()  # however fast this machine fires them
     timing.on_due()
+    clock.stopped_at = None
     assert rt.stats["timers_fired"] - fired == FIRE_PER_WAKEUP
     left = [g for g in groups if (t := rt.timers.get((SESSION, g, "m"))) and t[0] == due]
     assert len(left) == 100  # still due: they fire in the next loop steps
@@ -180,6 +192,41 @@ async def test_a_storm_of_expiries_is_fired_a_slice_per_wakeup() -> None:
     assert rt.stats["timers_fired"] - fired == len(groups)
     for g in (groups[0], left[0], groups[-1]):
         assert await members(rt, g) == []
+    await rt.close()
+
+
+async def test_slow_expiries_are_fired_within_a_time_budget_per_wakeup(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Expiries that cost milliseconds each (a big group rebalanced on every one, a busy
+    machine): a wake-up of the loop ends once FIRE_BUDGET_MS have passed, however few it
+    fired; the rest fire in the next loop steps, every one of them."""
+    clock, store = SteppableClock(), MemoryRecordStore()
+    rt = runtime(clock, store, session_ms=60_000)
+    await rt.start()
+    await rt.create_topics([NewTopic(name="t", num_partitions=1)])
+    groups = [f"g{i}" for i in range(40)]
+    await asyncio.gather(*(rt.heartbeat(join(g, member_id="m")) for g in groups))
+    timing = rt.driver.timing
+    due = clock.monotonic() - 1
+    timing.apply([ArmTimer((SESSION, g, "m"), due) for g in groups])
+    fire = timing.fire
+
+    def slow_fire(timer: Any, now_ms: int) -> Any:  # each one costs half the budget
+        clock.away += FIRE_BUDGET_MS // 2
+        return fire(timer, now_ms)
+
+    fired = rt.stats["timers_fired"]
+    monkeypatch.setattr(timing, "fire", slow_fire)
+    timing.on_due()
+    monkeypatch.undo()
+    assert 1 <= rt.stats["timers_fired"] - fired <= 2
+    for _ in range(500):  # bounded: 5 s
+        if rt.stats["timers_fired"] - fired >= len(groups):
+            break
+        await asyncio.sleep(0.01)
+    assert rt.stats["timers_fired"] - fired == len(groups)
+    assert [await members(rt, g) for g in groups] == [[]] * len(groups)
     await rt.close()
 
 

@@ -116,6 +116,8 @@ class ClusterState:
     controller_epoch: int
     cluster_log_end: int
     """The cluster log's last offset (-1: empty)."""
+    controller_expires_in_ms: int | None = None
+    """Until the controller's lease expires, by the server's clock (None: never held)."""
 
     def live(self) -> list[int]:
         return sorted(n for n, row in self.nodes.items() if row.live)
@@ -495,9 +497,10 @@ def _read_state(conn: psycopg.Connection[Any]) -> tuple[Any, ...]:
 def _state(reads: tuple[Any, ...]) -> ClusterState:
     leases, nodes, who, end = reads
     who_row, end_row = who.fetchone(), end.fetchone()
-    controller, epoch = None, 0
+    controller, epoch, left = None, 0, None
     if who_row is not None:
         epoch = int(who_row[1])
+        left = None if who_row[2] is None else int(who_row[2])
         if who_row[0] is not None and who_row[2] is not None and int(who_row[2]) > 0:
             controller = int(who_row[0])
     return ClusterState(
@@ -509,6 +512,7 @@ def _state(reads: tuple[Any, ...]) -> ClusterState:
         controller=controller,
         controller_epoch=epoch,
         cluster_log_end=-1 if end_row is None or end_row[0] is None else int(end_row[0]),
+        controller_expires_in_ms=left,
     )
 
 
