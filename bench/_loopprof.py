@@ -4,7 +4,7 @@
 (``python bench/_loopprof.py OUT serve ...``) on asyncio's own loop (uvloop's callbacks cannot be
 timed from Python): each loop callback that takes more than :data:`RECORD_MS` of the loop
 thread's CPU is recorded with what it ran (a task's coroutine, or the callback's name), and so
-is every garbage collection (CPU time, generation). When the server exits, ``OUT`` gets one JSON
+is every garbage collection the loop's thread runs (CPU time, generation). When the server exits, ``OUT`` gets one JSON
 object: the recorded callbacks and collections, for the report's "longest callbacks" and GC
 columns. CPU time, not wall time, so that a busy machine, which takes the CPU away from the
 server between two instructions, does not count against the server's own work.
@@ -54,6 +54,8 @@ def install(out: str) -> None:
     started: list[float] = [0.0]
 
     def on_gc(phase: str, info: dict[str, int]) -> None:
+        if asyncio._get_running_loop() is None:
+            return  # start-up and shutdown (imports), not the loop's
         if phase == "start":
             started[0] = time.thread_time()
         else:
@@ -84,8 +86,8 @@ def summary(path: str) -> dict[str, Any]:
     }
 
 
-if __name__ == "__main__":  # python bench/_loopprof.py OUT serve ...
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+if __name__ == "__main__":  # python bench/_loopprof.py OUT serve ... (cwd: the checkout to run)
+    sys.path[0] = str(Path.cwd())  # not this script's checkout: the one whose server runs
     install(sys.argv[1])
     from coordinator.cli import main
 

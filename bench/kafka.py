@@ -108,8 +108,8 @@ class Process:
         if root is not None:  # that checkout's packages ahead of this one's editable install
             path = [str(root), str(root / "client" / "src"), os.environ.get("PYTHONPATH", "")]
             env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in path if p))
-        self.proc = subprocess.Popen(
-            argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env
+        self.proc = subprocess.Popen(  # cwd: sys.path[0] of -m, ahead of PYTHONPATH
+            argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, cwd=root
         )
         assert self.proc.stdout is not None
         deadline = time.monotonic() + START_TIMEOUT_S

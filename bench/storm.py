@@ -159,7 +159,7 @@ def _start_server(
         stdout=subprocess.PIPE,
         stderr=log,
         text=True,
-        cwd=str(Path(__file__).resolve().parent.parent),
+        cwd=str(root or Path(__file__).resolve().parent.parent),  # sys.path[0] of -m
         env=env,
     )
     log.close()
