@@ -7,6 +7,7 @@ is obvious (:class:`RoundRobinAssignor`), so they check the protocol, not the as
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from typing import Any
 
@@ -251,3 +252,25 @@ def classic_join_req(
         protocol_type="consumer",
         protocols=(("range", subscription(["foo"], owned=owned)),),
     )
+
+
+class LoopSteps:
+    """Counts the event loop's steps while in use (``with``): a callback that schedules itself
+    again each step, so ``now`` tells callbacks of different steps apart."""
+
+    def __init__(self) -> None:
+        self.now = 0
+        self._running = False
+
+    def __enter__(self) -> LoopSteps:
+        self._running = True
+        asyncio.get_running_loop().call_soon(self._tick)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._running = False
+
+    def _tick(self) -> None:
+        self.now += 1
+        if self._running:
+            asyncio.get_running_loop().call_soon(self._tick)

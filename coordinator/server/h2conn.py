@@ -31,7 +31,7 @@ from ngh2 import (
 )
 
 from . import eager
-from .admission import Admission
+from .admission import Admission, ReadTurns
 from .fairness import NOT_READ
 from .grpc_options import GrpcOptions
 from .grpc_server import AbortCall
@@ -71,6 +71,7 @@ class Host(Protocol):
     connections: set[H2Connection]
     group_of: Callable[[str, bytes], Hashable | None] | None
     admission: Admission[Hashable, _Call]
+    reads: ReadTurns
     active: int
     stopping: bool
 
@@ -89,6 +90,12 @@ MAX_CONTINUATIONS = 64  # CONTINUATION frames after a HEADERS frame: 1 MiB in 16
 RECEIVE_SLICE = 16 << 10
 """Bytes handed to libnghttp2 at a time: what one slice's header blocks decode to (HPACK can
 expand a byte into a 4 KiB table entry) is handled before the next is decoded."""
+READ_BUDGET = 64 << 10
+"""Bytes of requests the server's connections handle per loop iteration in all
+(``admission.ReadTurns``): about 400 unary calls, 10 ms."""
+READ_QUANTUM = 1 << 10
+"""Bytes a connection with nothing waiting may always handle as it reads them, beyond the
+iteration's ``READ_BUDGET``: a few calls."""
 STREAM_HIGH_WATER_BYTES = 1 << 20
 """A server-streaming writer waits while more than this is queued on its stream."""
 _CONFIG = Configuration(
@@ -235,7 +242,8 @@ class H2Connection(asyncio.Protocol):
         self.last_stream_id = 0
         self._flush_scheduled = False
         self._resets: list[int] = []  # streams answered before their request ended
-        self._paused = False
+        self._paused = False  # the client does not read its answers
+        self._backlog: bytearray | None = None  # read, for its next turns (READ_BUDGET)
         self._writable = asyncio.Event()
         self._writable.set()
         self.closed = False
@@ -267,16 +275,68 @@ class H2Connection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.reads += 1
-        view = memoryview(data)
-        for start in range(0, len(data), RECEIVE_SLICE):
-            if not self._receive(view[start : start + RECEIVE_SLICE]):
+        if self._backlog is not None:  # read before the pause took effect: after the rest
+            self._backlog += data
+            return
+        now = self.server.reads.take(len(data), READ_QUANTUM)
+        if now == len(data):
+            if self._receive(memoryview(data)):
+                self._received()
+            return
+        self._backlog = bytearray(data)  # the rest in a later turn (admission.ReadTurns)
+        self._reading()
+        self._take(now)
+
+    def read_turn(self) -> None:
+        """This connection's turn at what it read and did not handle yet."""
+        backlog = self._backlog
+        if backlog is not None and not self.closed:
+            self._take(self.server.reads.take(len(backlog)))
+
+    def _take(self, now: int) -> None:
+        """Handle the first ``now`` bytes of the backlog; the rest waits its turn."""
+        backlog = self._backlog
+        assert backlog is not None
+        if now:
+            with memoryview(backlog) as view:
+                done = self._receive(view[:now])
+            if not done:
+                self._backlog = None
                 return
+            del backlog[:now]
+        if backlog:
+            self.server.reads.wait(self)
+        else:
+            self._backlog = None
+            self._reading()
+        if now:
+            self._received()
+
+    def _received(self) -> None:
         self.flush()
         h2 = self.h2
         if not h2.want_read and not h2.want_write and self.transport is not None:
             self.transport.close()
 
+    def _reading(self) -> None:
+        """Read while the client takes its answers and nothing read waits for its turn."""
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        if self._paused or self._backlog is not None:
+            transport.pause_reading()
+        else:
+            transport.resume_reading()
+
     def _receive(self, data: memoryview) -> bool:
+        """Input through libnghttp2 (``RECEIVE_SLICE`` at a time); False if the connection
+        failed or was ended (it is closed)."""
+        for start in range(0, len(data), RECEIVE_SLICE):
+            if not self._receive_slice(data[start : start + RECEIVE_SLICE]):
+                return False
+        return True
+
+    def _receive_slice(self, data: memoryview) -> bool:
         """One slice of input through libnghttp2 and its events to the calls; False if the
         connection failed or was ended (it is closed)."""
         h2 = self.h2
@@ -319,14 +379,12 @@ class H2Connection(asyncio.Protocol):
         (its calls wait in its own socket, not in our memory)."""
         self._paused = True
         self._writable.clear()
-        if self.transport is not None:
-            self.transport.pause_reading()
+        self._reading()
 
     def resume_writing(self) -> None:
         self._paused = False
         self._writable.set()
-        if self.transport is not None and not self.transport.is_closing():
-            self.transport.resume_reading()
+        self._reading()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True

@@ -71,9 +71,9 @@ from typing import Any
 import grpc
 from ngh2 import Setting
 
-from .admission import Admission
+from .admission import Admission, ReadTurns
 from .grpc_options import INFINITE_MS, GrpcOptions
-from .h2conn import H2Connection, _Call, run_call
+from .h2conn import READ_BUDGET, H2Connection, _Call, run_call
 from .h2flow import ARRIVING_WINDOWS
 from .h2wire import CANCELLED_AT_STOP, TRAILERS_ONLY, accept_encoding
 from .h2wire import format_peer as format_peer
@@ -135,6 +135,7 @@ class H2GrpcServer:
         # fairness.GroupKeys.key), those naming none between connections
         self.group_of: Callable[[str, bytes], Hashable | None] | None = None
         self.admission: Admission[Hashable, _Call] = Admission(run_call)
+        self.reads = ReadTurns(READ_BUDGET)  # what connections read, per loop iteration
         self.active = 0
         self.stopping = False
         self._generic: list[grpc.GenericRpcHandler] = []

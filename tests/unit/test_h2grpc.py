@@ -11,16 +11,19 @@ import gzip
 import logging
 import random
 import zlib
+from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import grpc
 import pytest
 import uvloop
+from builders import LoopSteps
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from rawh2 import RawConnection, grpc_frame, header_list_size
 
+from coordinator.server.admission import ReadTurns
 from coordinator.server.grpc_options import GrpcOptions
 from coordinator.server.grpc_server import add_health_and_reflection
 from coordinator.server.h2grpc import H2GrpcServer, format_peer, parse_timeout
@@ -487,6 +490,120 @@ async def serving(
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
     return server, port
+
+
+def count_handled(monkeypatch: pytest.MonkeyPatch, iterations: LoopSteps) -> Counter[int]:
+    """Bytes the server's connections hand to libnghttp2, per loop iteration."""
+    from coordinator.server import h2conn
+
+    handled: Counter[int] = Counter()
+    receive = h2conn.H2Connection._receive
+
+    def counted(self: h2conn.H2Connection, data: memoryview) -> bool:
+        handled[iterations.now] += len(data)
+        return receive(self, data)
+
+    monkeypatch.setattr(h2conn.H2Connection, "_receive", counted)
+    return handled
+
+
+async def storm_on_connections(
+    port: int, connections: int, calls: int
+) -> tuple[list[RawCalls], list[bytes]]:
+    """``connections`` connections with ``calls`` unary ``Mark`` calls each, not yet sent; the
+    payloads of each connection's calls (``CCIII``: connection, call) in order."""
+    storm = [
+        await RawCalls.open(port, "Mark", [b"%02d%03d" % (c, i) for i in range(calls)])
+        for c in range(connections)
+    ]
+    return storm, [b"%02d%03d" % (c, i) for c in range(connections) for i in range(calls)]
+
+
+async def test_a_burst_on_many_connections_is_read_a_bounded_part_per_loop_iteration(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """20 connections send 500 calls each at once (a join storm's shape): the server's
+    connections handle at most ``READ_BUDGET`` bytes of them per loop iteration in all (and
+    ``READ_QUANTUM`` more per connection reading afresh), each connection's rest read in later
+    iterations, in turn (``admission.ReadTurns``) — one iteration used to read and start every
+    call in the burst, a call read on another connection waiting for all of it; every call is
+    answered, each connection's in order."""
+    from coordinator.server import h2conn
+
+    order: list[bytes] = []
+
+    async def mark(request: bytes, context: Any) -> bytes:
+        order.append(request)
+        return request
+
+    server, port = await serving("Mark", mark)
+    storm, sent = await storm_on_connections(port, 20, 500)
+    try:
+        with LoopSteps() as iterations:
+            handled = count_handled(monkeypatch, iterations)
+            for calls in storm:
+                calls.send()
+            statuses = await asyncio.wait_for(
+                asyncio.gather(*(calls.statuses(500) for calls in storm)), 30
+            )
+        assert statuses == [[b"0"] * 500] * 20
+        for c in range(20):
+            assert [p for p in order if p[:2] == b"%02d" % c] == sent[c * 500 : (c + 1) * 500]
+        assert sum(handled.values()) > 4 * h2conn.READ_BUDGET  # the burst took several turns
+        bound = h2conn.READ_BUDGET + 20 * h2conn.READ_QUANTUM
+        assert max(handled.values()) <= bound, (max(handled.values()), bound)
+    finally:
+        await server.stop(None)
+
+
+async def test_a_quiet_connections_call_is_read_ahead_of_other_connections_backlog(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """While 20 connections' burst waits to be read (``admission.ReadTurns``, a budget of 4 KiB
+    per iteration here), a call arriving on a quiet connection is read in the iteration it
+    arrives in and started in the next one or two, long before the burst is read: it does not
+    queue behind the connections that wait for their turn (it did: read after each of
+    them)."""
+    from coordinator.server import h2conn
+
+    started: dict[bytes, int] = {}
+    arrived: list[int] = []
+    first = asyncio.Event()
+
+    async def mark(request: bytes, context: Any) -> bytes:
+        started[request] = iterations.now
+        first.set()
+        return request
+
+    received = h2conn.H2Connection.data_received
+
+    def arriving(self: h2conn.H2Connection, data: bytes) -> None:
+        if b"lone" in data:
+            arrived.append(iterations.now)
+        received(self, data)
+
+    monkeypatch.setattr(h2conn.H2Connection, "data_received", arriving)
+    server, port = await serving("Mark", mark)
+    server.reads = ReadTurns(4 << 10)  # the burst read over a hundred iterations
+    storm, sent = await storm_on_connections(port, 20, 500)
+    lone = await RawCalls.open(port, "Mark", [b"lone"])
+    try:
+        with LoopSteps() as iterations:
+            handled = count_handled(monkeypatch, iterations)
+            for calls in storm:
+                calls.send()
+            await asyncio.wait_for(first.wait(), 10)
+            lone.send()
+            statuses = await asyncio.wait_for(
+                asyncio.gather(lone.statuses(1), *(calls.statuses(500) for calls in storm)), 30
+            )
+        assert statuses == [[b"0"]] + [[b"0"] * 500] * 20
+        assert sorted(started) == sorted([*sent, b"lone"])
+        assert len(arrived) == 1
+        assert arrived[0] + 50 < max(handled)  # the burst was still being read when it arrived
+        assert started[b"lone"] - arrived[0] <= 2, (arrived, started[b"lone"], max(handled))
+    finally:
+        await server.stop(None)
 
 
 async def test_a_burst_on_one_connection_does_not_hold_back_another_connections_call() -> None:
