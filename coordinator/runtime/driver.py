@@ -56,6 +56,7 @@ same decisions. Theory of operation:
 from __future__ import annotations
 
 import logging
+from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from enum import Enum
 from functools import partial
@@ -85,6 +86,11 @@ log = logging.getLogger("kip848.runtime")
 
 REGISTRY = -1
 """State-machine index of the topic registry (shards are 0..n-1)."""
+ANSWERS_PER_STEP = 128
+"""Parked requests answered per step of the loop at most; the rest in the next steps, in
+order. Each answer resumes its caller (the response encoded and sent, 15-20 µs on the gRPC
+server): the batch that makes a 10,000-member storm's answers durable resumed all of them in
+one step, 160 ms of CPU ahead of anything read meanwhile (another group's heartbeat)."""
 
 __all__ = [
     "EXPIRE_OFFSETS",
@@ -229,6 +235,8 @@ class Driver:
         # (machine index, token) -> the parked caller's future. Tokens are numbered per shard.
         self.parked: dict[tuple[int, int], Any] = {}
         self._parking_closed = False
+        # durable answers to parked requests not given yet (ANSWERS_PER_STEP), in order
+        self._answers: deque[tuple[int, int, Any]] = deque()
         self.own = OwnCommands(self)
         """First targets, offloaded targets and regex resolutions (``own_commands.py``)."""
         self.stats = {
@@ -497,8 +505,27 @@ class Driver:
             fut.exception()  # seen: its caller may be gone
 
     def _complete(self, completions: Sequence[tuple[int, int, Any]]) -> None:
-        """Answer parked requests (their completing batch is durable). A failed batch drops
-        its completions: the rollback makes those requests pending again."""
+        """Answer parked requests (their completing batch is durable), ``ANSWERS_PER_STEP``
+        in this step of the loop and the rest in the next steps, after any still waiting. A
+        failed batch drops its completions: the rollback makes those requests pending again."""
+        answers = self._answers
+        if answers:  # earlier answers wait for their step: these after them
+            answers.extend(completions)
+            return
+        if len(completions) <= ANSWERS_PER_STEP:
+            self._resolve_parked(completions)
+            return
+        answers.extend(completions)
+        self._answer_some()
+
+    def _answer_some(self) -> None:
+        answers = self._answers
+        n = min(len(answers), ANSWERS_PER_STEP)
+        self._resolve_parked([answers.popleft() for _ in range(n)])
+        if answers:
+            self.host.call_soon(self._answer_some)
+
+    def _resolve_parked(self, completions: Iterable[tuple[int, int, Any]]) -> None:
         for index, token, response in completions:
             fut = self.parked.pop((index, token), None)
             if fut is None:
