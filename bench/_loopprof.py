@@ -8,17 +8,28 @@ is every garbage collection the loop's thread runs (CPU time, generation). When 
 object: the recorded callbacks and collections, for the report's "longest callbacks" and GC
 columns. CPU time, not wall time, so that a busy machine, which takes the CPU away from the
 server between two instructions, does not count against the server's own work.
+
+With ``LOOPPROF_STACKS=PATH`` in the environment, two more things for finding out what a long
+step was: the loop thread's stack sampled every millisecond while a callback has run for
+10 ms or more (the 60 commonest, counted, to ``PATH``), and every loop iteration whose work took
+20 ms or more of wall time (when, wall ms, CPU ms, callbacks ready at its start: ``iterations``
+in ``OUT``). ``bench/storm.py`` then keeps ``OUT`` as ``PATH.json`` and the load generator's
+result (its per-second timeline) as ``PATH.gen.json``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import asyncio.base_events
 import asyncio.events
 import atexit
 import gc
 import json
+import os
 import sys
+import threading
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +48,75 @@ def _what(handle: Any) -> str:
     return getattr(func, "__qualname__", type(func).__name__)
 
 
+_running: list[Any] = [None, 0.0]
+"""The callback the loop runs now and when it began (for the stack sampler)."""
+SAMPLE_AFTER_S = 0.01
+"""Stacks of a callback are sampled once it has run this long (wall time)."""
+
+
+def _sample_stacks(out: str) -> None:
+    """Every millisecond, the loop thread's stack while a callback has run longer than
+    ``SAMPLE_AFTER_S``: the innermost frames counted per callback, written to ``out``."""
+    main = threading.main_thread().ident
+    assert main is not None
+    counts: Counter[str] = Counter()
+
+    def sample() -> None:
+        while True:
+            time.sleep(0.001)
+            handle, began = _running
+            if handle is None or time.monotonic() - began < SAMPLE_AFTER_S:
+                continue
+            frame = sys._current_frames().get(main)
+            names: list[str] = []
+            while frame is not None and len(names) < 12:
+                code = frame.f_code
+                names.append(f"{Path(code.co_filename).name}:{code.co_name}:{frame.f_lineno}")
+                frame = frame.f_back
+            counts[f"{_what(handle)} | " + " < ".join(names)] += 1
+
+    threading.Thread(target=sample, daemon=True).start()
+
+    def dump() -> None:
+        Path(out).write_text("\n".join(f"{n} {s}" for s, n in counts.most_common(60)))
+
+    atexit.register(dump)
+
+
+def _time_iterations(began: float) -> list[tuple[float, float, float, int]]:
+    """Loop iterations whose work (wall time outside the selector's wait) took 20 ms or more:
+    (when, wall ms, the loop thread's CPU ms, callbacks run)."""
+    import selectors
+
+    long: list[tuple[float, float, float, int]] = []
+    waited = [0.0]
+    select = selectors.EpollSelector.select
+
+    def timed_select(self: Any, timeout: float | None = None) -> Any:
+        t = time.monotonic()
+        try:
+            return select(self, timeout)
+        finally:
+            waited[0] += time.monotonic() - t
+
+    selectors.EpollSelector.select = timed_select  # type: ignore[method-assign]
+    base: Any = asyncio.base_events.BaseEventLoop
+    run_once = base._run_once
+
+    def timed_run_once(self: Any) -> None:
+        waited[0] = 0.0
+        n = len(self._ready)
+        t, cpu = time.monotonic(), time.thread_time()
+        run_once(self)
+        wall = (time.monotonic() - t - waited[0]) * 1e3
+        if wall >= 20:
+            cpu_ms = (time.thread_time() - cpu) * 1e3
+            long.append((round(t - began, 3), round(wall, 1), round(cpu_ms, 1), n))
+
+    base._run_once = timed_run_once
+    return long
+
+
 def install(out: str) -> None:
     callbacks: list[tuple[float, float, str]] = []
     collections: list[tuple[int, float]] = []
@@ -45,12 +125,18 @@ def install(out: str) -> None:
 
     def timed(handle: Any) -> None:
         cpu = time.thread_time()
+        _running[0] = handle
+        _running[1] = time.monotonic()
         run(handle)
+        _running[0] = None
         spent = (time.thread_time() - cpu) * 1e3
         if spent >= RECORD_MS:
             callbacks.append((round(time.monotonic() - began, 3), round(spent, 2), _what(handle)))
 
     asyncio.events.Handle._run = timed  # type: ignore[method-assign,assignment]
+    stacks_out = os.environ.get("LOOPPROF_STACKS")
+    if stacks_out:
+        _sample_stacks(stacks_out)
     started: list[float] = [0.0]
 
     def on_gc(phase: str, info: dict[str, int]) -> None:
@@ -64,9 +150,14 @@ def install(out: str) -> None:
             )
 
     gc.callbacks.insert(0, on_gc)
+    iterations = _time_iterations(began) if os.environ.get("LOOPPROF_STACKS") else []
 
     def dump() -> None:
-        Path(out).write_text(json.dumps({"callbacks": callbacks, "collections": collections}))
+        Path(out).write_text(
+            json.dumps(
+                {"callbacks": callbacks, "collections": collections, "iterations": iterations}
+            )
+        )
 
     atexit.register(dump)
 

@@ -331,6 +331,9 @@ def run_row(
             from bench._loopprof import summary
 
             result["loop"] = summary(profile)
+            if os.environ.get("LOOPPROF_STACKS"):
+                Path(os.environ["LOOPPROF_STACKS"] + ".json").write_text(Path(profile).read_text())
+                Path(os.environ["LOOPPROF_STACKS"] + ".gen.json").write_text(json.dumps(result))
     result["config"] = f"{config.name}, {PROTOCOLS[protocol]}"
     result["protocol"] = protocol
     result["interval_s"] = config.interval_s
