@@ -25,6 +25,7 @@ from coordinator.core.timers import REBALANCE, SESSION, ArmTimer, TimerTable
 from coordinator.core.topics import NewTopic
 from coordinator.routing import partition_for
 from coordinator.runtime import CoordinatorRuntime, ManualClock, SystemClock
+from coordinator.runtime.leadership import PartitionState
 from coordinator.runtime.store import MemoryRecordStore, StoredRecord
 from legacy_bridge.common import CLASSIC_SESSION
 
@@ -111,6 +112,37 @@ async def test_a_node_serves_what_it_loaded_and_stops_when_fenced_off() -> None:
     assert again.member_epoch == 1
     await rt.close()
     await rt2.close()
+
+
+async def test_each_partition_answers_by_its_state_on_this_node() -> None:
+    """A group's requests on a node: served where its partition serves, LOAD_IN_PROGRESS while
+    it loads, NOT_COORDINATOR while it is handed over or led elsewhere — reads and writes
+    alike, the other partitions unaffected."""
+    shared = MemoryRecordStore(partitions=P)
+    other = next(g for g in (f"o{i}" for i in range(100)) if partition_for(g, P) != GP)
+    rt, parts = await leading(shared, 1, GP, 1)
+    shared.set_leader(partition_for(other, P), 1, 1)
+    await parts.load_partition(partition_for(other, P), 1)
+    await rt.create_topics([NewTopic(name="t", num_partitions=1)])
+    epochs = []
+    errors = {
+        PartitionState.LOADING: CoordinatorLoadInProgressError,
+        PartitionState.UNLOADING: NotCoordinatorError,
+        PartitionState.NOT_LED: NotCoordinatorError,
+    }
+    for state, error in errors.items():
+        parts.lead.set(GP, state, 1)
+        with pytest.raises(error, match=f"partition {GP}"):
+            await rt.heartbeat(join(G))
+        (fetch,) = await rt.offset_fetch([OffsetFetchGroup(group_id=G)])  # per group
+        assert fetch.error_code == error.code and f"partition {GP}" in str(fetch.error_message)
+        with pytest.raises(error, match=f"partition {GP}"):
+            await rt.describe_group(G)
+        epochs.append((await rt.heartbeat(join(other))).member_epoch)
+    assert epochs == [1, 2, 3]  # a member joining the other partition's group each time
+    parts.lead.set(GP, PartitionState.SERVING, 1)
+    assert (await rt.heartbeat(join(G))).member_epoch == 1
+    await rt.close()
 
 
 async def test_a_node_past_its_deadline_refuses_what_it_serves() -> None:
