@@ -5,7 +5,9 @@ leadership.py), in-process on a shared MemoryRecordStore whose lease table the t
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
+from typing import Any
 
 import pytest
 from builders import G as CG
@@ -284,6 +286,41 @@ async def test_a_loaded_partitions_sessions_restart_in_timer_time() -> None:
         armed = rt.timers.get((SESSION, G, m))
         assert armed is not None
         assert 0 <= armed[0] - (loaded_at + SESSION_MS) < 2_000, (armed, loaded_at)
+    await rt.close()
+
+
+async def test_a_partition_serves_as_soon_as_it_is_loaded_not_when_all_are() -> None:
+    """Two partitions taken: the first serves once loaded while the second is still read
+    from the store (its groups get COORDINATOR_LOAD_IN_PROGRESS), then the second serves."""
+    other = next(g for g in (f"g{i}" for i in range(100)) if partition_for(g, P) != GP)
+    op = partition_for(other, P)
+    shared = MemoryRecordStore(partitions=P)
+    rt, parts = await leading(shared, 1, GP, 1)
+    await rt.create_topics([NewTopic(name="t", num_partitions=1)])
+    with pytest.raises(NotCoordinatorError):  # not led yet
+        await rt.heartbeat(join(other, member_id="o1"))
+    reading, release = threading.Event(), threading.Event()
+    load_groups = shared.load_groups
+
+    def slow(log: int) -> Any:
+        if log == op:
+            reading.set()
+            assert release.wait(10)
+        return load_groups(log)
+
+    shared.load_groups = slow  # type: ignore[method-assign]
+    shared.set_leader(op, 1, 1)
+    loading = asyncio.ensure_future(parts.load_partition(op, 1))
+    assert await asyncio.to_thread(reading.wait, 10)
+    assert (await rt.heartbeat(join(G, member_id="m1"))).member_epoch == 1
+    await rt.offset_commit(commit(G, {("t", 0): 5}, 1, "m1"))
+    with pytest.raises(CoordinatorLoadInProgressError):
+        await rt.heartbeat(join(other, member_id="o1"))
+    assert not loading.done()
+    release.set()
+    await asyncio.wait_for(loading, 10)
+    assert (await rt.heartbeat(join(other, member_id="o1"))).member_epoch == 1
+    assert await fetched(rt, G) == {("t", 0): 5}
     await rt.close()
 
 
