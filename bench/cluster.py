@@ -518,6 +518,33 @@ def load_seconds(log: str, partitions: set[int]) -> float:
     return max(e for _, e in spans.values()) - min(s for s, _ in spans.values())
 
 
+def curve(rows: list[list[object]]) -> str:
+    """The PostgreSQL rows against one node's, in words."""
+    pg = {int(str(r[1])): r for r in rows if r[0] == "PostgreSQL"}
+    if not {1, 2, 3} <= set(pg):
+        return ""
+
+    def ratio(n: int, column: int) -> str:
+        return f"{_num(pg[n][column]) / _num(pg[1][column]):.2f}"
+
+    def cores(n: int) -> str:  # heartbeats/s x server CPU per heartbeat
+        return f"{_num(pg[n][2]) * _num(pg[n][3]) / 1e6:.2f}"
+
+    return (
+        f"Against one node on PostgreSQL: two nodes serve {ratio(2, 2)}x its heartbeats and "
+        f"{ratio(2, 5)}x its commits, three {ratio(3, 2)}x and {ratio(3, 5)}x. The two cores cap "
+        f"the curve: serving the heartbeats took the nodes {cores(1)}, {cores(2)} and "
+        f"{cores(3)} cores with one, two and three nodes; PostgreSQL and the load generators "
+        "had the rest. The server CPU per heartbeat moves little "
+        f"({pg[1][3]} µs with one node, {pg[3][3]} µs with three): the nodes cost each other "
+        "only the cores they share."
+    )
+
+
+def _num(cell: object) -> float:
+    return float(str(cell).replace(",", ""))
+
+
 def main() -> int:
     from pg import PostgresServer
 
@@ -552,6 +579,8 @@ the curve. {args.groups} groups of one steady member each, {args.seconds:g} s pe
 ### Throughput with 1, 2 and 3 nodes, beside one node on SQLite
 
 {table(["store", "nodes", "heartbeats/s", "server CPU µs/heartbeat", "heartbeat p99 ms", "commits/s", "server CPU µs/commit", "commit p99 ms", "load avg"], throughput)}
+
+{curve(throughput)}
 
 ### Fail-over time against the groups the dead node led
 
