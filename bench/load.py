@@ -8,10 +8,12 @@ The store: canonical records of reconciled 10-member groups (33 each: built once
 shard, re-keyed per group; ``--offsets N`` adds N committed offsets per group), in 50
 partitions, on SQLite (``sync="off"`` while it is built) and on PostgreSQL (a local server
 started for the run, tests/pg.py, with its defaults). Each is loaded by the runtime's loader
-(``load_into``: the cluster log, then every partition read and its groups built from their
-bytes at once, coordinator/core/group_load.py, into fresh shards) ``--repeat`` times, and once
-the way every load went before: each record decoded and replayed one by one (``load_into(...,
-at_once=False)``, the same state), in the same run, on the same store. Wall time, CPU time of
+(``load_into``: the cluster log, then every partition read a group at a time, each group's
+records joined by the store, ``RecordStore.load_groups``, on a reader thread while the
+previous partition is built, and each group built from its parsed records at once,
+coordinator/core/group_load.py, into fresh shards) ``--repeat`` times, and once the way every
+load went before group_load.py: each record read, decoded and replayed one by one
+(``load_into(..., at_once=False)``, the same state), in the same run, on the same store. Wall time, CPU time of
 this process and the load average are recorded: the 2 cores are shared with other work, so
 wall times are rough and CPU time the steadier figure.
 """
@@ -304,11 +306,15 @@ def main(argv: list[str] | None = None) -> None:
         f"A store of canonical records of reconciled {MEMBERS}-member groups (33 records each, "
         "built by a real shard and re-keyed per group"
         + (f", plus {args.offsets} committed offsets per group" if args.offsets else "")
-        + ") in 50 partitions, loaded by the runtime's loader into fresh shards: each group "
-        "built from its bytes at once (`coordinator/core/group_load.py`), the cyclic GC off "
-        "while loading; beside it, in the same run, the path every load took before: every "
-        "record decoded and replayed one by one (`load_into(..., at_once=False)`; the state is "
-        "the same, `tests/unit/test_group_load.py`).\n\n"
+        + ") in 50 partitions, loaded by the runtime's loader into fresh shards: each "
+        "partition read a group at a time, its records joined by the store "
+        "(`RecordStore.load_groups`: PostgreSQL's `string_agg` in the server, SQLite's "
+        "`group_concat`) on a reader thread while the previous partition is built, each group "
+        "built from its parsed records at once (`coordinator/core/group_load.py`), the cyclic "
+        "GC off while loading; beside it, in the same run, the path loads took before "
+        "`group_load.py`: every record read, decoded and replayed one by one "
+        "(`load_into(..., at_once=False)`; the state is the same, "
+        "`tests/unit/test_group_load.py`).\n\n"
         + "\n".join(lines)
         + "\n\n"
         + table(headers, rows)
