@@ -7,10 +7,11 @@ import argparse
 from collections.abc import Sequence
 
 from coordinator.cli.errors import UsageError
+from coordinator.cli.group_client import GroupClient
 from coordinator.cli.output import print_json, print_table, split_values
 from coordinator.cli.registry import Commands
 from coordinator.cli.report import error_text, report
-from coordinator.cli.rpc import add_client_flags, call, channel
+from coordinator.cli.rpc import add_client_flags, channel
 
 
 def register(commands: Commands) -> None:
@@ -42,95 +43,98 @@ def _parse_config_pairs(values: Sequence[str]) -> dict[str, str]:
 
 
 def cmd_configs(args: argparse.Namespace) -> int:
-    from kip848.v1 import admin_pb2, admin_pb2_grpc
+    """Among several nodes (docs/ha.md) a group's configs are asked of, and changed at, the
+    node leading its coordinator partition (``GroupClient.call_group``)."""
+    with channel(args) as ch:
+        client = GroupClient(args, ch)
+        try:
+            return _configs(args, client)
+        finally:
+            client.close()
+
+
+def _configs(args: argparse.Namespace, client: GroupClient) -> int:
+    from kip848.v1 import admin_pb2
 
     group_resource = 16
-    with channel(args) as ch:
-        stub = admin_pb2_grpc.AdminServiceStub(ch)
-        if args.configs_command == "describe":
-            Desc = admin_pb2.DescribeConfigsRequest
-            resp = call(
-                stub.DescribeConfigs,
-                Desc(
-                    resources=[
-                        Desc.Resource(resource_type=group_resource, resource_name=args.group)
-                    ],
-                    include_documentation=True,
-                ),
-                args,
-            )
-            code, message = resp.error_code, resp.error_message
-            if not code and resp.results[0].error_code:
-                code, message = resp.results[0].error_code, resp.results[0].error_message
-            if code:
-                report(f"describe configs of group {args.group}", code, message)
-                return 1
-            sources = {8: "group override", 5: "server default"}
-            rows = [
-                {
-                    "name": cfg.name,
-                    "value": cfg.value,
-                    "source": sources.get(cfg.config_source, str(cfg.config_source)),
-                    "documentation": cfg.documentation,
-                }
-                for cfg in resp.results[0].configs
-            ]
-            if args.output == "json":
-                print_json({"group_id": args.group, "configs": rows})
-            else:
-                print_table(
-                    ("NAME", "VALUE", "SOURCE"),
-                    [(r["name"], r["value"], r["source"]) for r in rows],
-                )
-            return 0
-        sets = _parse_config_pairs(args.add_config)
-        deletes = split_values(args.delete_config)
-        if not sets and not deletes:
-            raise UsageError(
-                "configs alter: give --add-config NAME=VALUE and/or --delete-config NAME"
-            )
-        both = sorted(set(sets) & set(deletes))
-        if both:
-            raise UsageError(f"configs alter: {', '.join(both)} both added and deleted")
-        Alter = admin_pb2.IncrementalAlterConfigsRequest
-        configs = [
-            Alter.AlterableConfig(name=n, config_operation=0, value=v) for n, v in sets.items()
-        ]
-        configs += [Alter.AlterableConfig(name=n, config_operation=1) for n in deletes]
-        resp = call(
-            stub.IncrementalAlterConfigs,
-            Alter(
-                resources=[
-                    Alter.Resource(
-                        resource_type=group_resource, resource_name=args.group, configs=configs
-                    )
-                ],
-                validate_only=args.validate_only,
+    if args.configs_command == "describe":
+        Desc = admin_pb2.DescribeConfigsRequest
+        resp = client.call_group(
+            args.group,
+            lambda c: c.admin.DescribeConfigs,
+            Desc(
+                resources=[Desc.Resource(resource_type=group_resource, resource_name=args.group)],
+                include_documentation=True,
             ),
-            args,
         )
         code, message = resp.error_code, resp.error_message
-        if not code and resp.responses[0].error_code:
-            code, message = resp.responses[0].error_code, resp.responses[0].error_message
-        if args.output == "json":
-            print_json(
-                {
-                    "group_id": args.group,
-                    "set": sets,
-                    "deleted": deletes,
-                    "validate_only": args.validate_only,
-                    "error": error_text(code, message) if code else None,
-                }
-            )
+        if not code and resp.results[0].error_code:
+            code, message = resp.results[0].error_code, resp.results[0].error_message
         if code:
-            report(f"alter configs of group {args.group}", code, message)
+            report(f"describe configs of group {args.group}", code, message)
             return 1
-        if args.output != "json":
-            verb = "Validated (nothing changed)" if args.validate_only else "Altered"
-            changes = [f"{n}={v}" for n, v in sets.items()] + [
-                f"{n} (back to the server default)" for n in deletes
-            ]
-            print(
-                f"{verb} configs of group {args.group}: {', '.join(changes)}. Members see the change on their next heartbeat."
+        sources = {8: "group override", 5: "server default"}
+        rows = [
+            {
+                "name": cfg.name,
+                "value": cfg.value,
+                "source": sources.get(cfg.config_source, str(cfg.config_source)),
+                "documentation": cfg.documentation,
+            }
+            for cfg in resp.results[0].configs
+        ]
+        if args.output == "json":
+            print_json({"group_id": args.group, "configs": rows})
+        else:
+            print_table(
+                ("NAME", "VALUE", "SOURCE"),
+                [(r["name"], r["value"], r["source"]) for r in rows],
             )
         return 0
+    sets = _parse_config_pairs(args.add_config)
+    deletes = split_values(args.delete_config)
+    if not sets and not deletes:
+        raise UsageError("configs alter: give --add-config NAME=VALUE and/or --delete-config NAME")
+    both = sorted(set(sets) & set(deletes))
+    if both:
+        raise UsageError(f"configs alter: {', '.join(both)} both added and deleted")
+    Alter = admin_pb2.IncrementalAlterConfigsRequest
+    configs = [Alter.AlterableConfig(name=n, config_operation=0, value=v) for n, v in sets.items()]
+    configs += [Alter.AlterableConfig(name=n, config_operation=1) for n in deletes]
+    resp = client.call_group(
+        args.group,
+        lambda c: c.admin.IncrementalAlterConfigs,
+        Alter(
+            resources=[
+                Alter.Resource(
+                    resource_type=group_resource, resource_name=args.group, configs=configs
+                )
+            ],
+            validate_only=args.validate_only,
+        ),
+    )
+    code, message = resp.error_code, resp.error_message
+    if not code and resp.responses[0].error_code:
+        code, message = resp.responses[0].error_code, resp.responses[0].error_message
+    if args.output == "json":
+        print_json(
+            {
+                "group_id": args.group,
+                "set": sets,
+                "deleted": deletes,
+                "validate_only": args.validate_only,
+                "error": error_text(code, message) if code else None,
+            }
+        )
+    if code:
+        report(f"alter configs of group {args.group}", code, message)
+        return 1
+    if args.output != "json":
+        verb = "Validated (nothing changed)" if args.validate_only else "Altered"
+        changes = [f"{n}={v}" for n, v in sets.items()] + [
+            f"{n} (back to the server default)" for n in deletes
+        ]
+        print(
+            f"{verb} configs of group {args.group}: {', '.join(changes)}. Members see the change on their next heartbeat."
+        )
+    return 0

@@ -210,6 +210,35 @@ def test_describe_move_and_the_clients_view(pg_server, tmp_path: Path) -> None:
                 (g["group_id"], g["error"], len(g["members"])) for g in json.loads(described.stdout)
             ] == [(group, None, 1), (other, None, 1)]
 
+        # A group's configs are changed and described at its node, from any bootstrap node.
+        altered = run_cli(
+            "configs",
+            "alter",
+            "--group",
+            other,
+            "--add-config",
+            "consumer.session.timeout.ms=50000",
+            "--bootstrap-server",
+            two.address,
+        )
+        assert altered.returncode == 0, altered.stderr
+        for bootstrap in (one.address, two.address):
+            configs = run_cli(
+                "configs",
+                "describe",
+                "--group",
+                other,
+                "--bootstrap-server",
+                bootstrap,
+                "--output",
+                "json",
+            )
+            assert configs.returncode == 0, configs.stderr
+            rows = json.loads(configs.stdout)["configs"]
+            assert {r["name"]: (r["value"], r["source"]) for r in rows}[
+                "consumer.session.timeout.ms"
+            ] == ("50000", "group override")
+
         # Refusals: a node that is not live, a partition that does not exist, not PostgreSQL.
         for argv, message in (
             (("--partition", "0", "--to", "7"), "node 7 is not a live coordinator node"),
