@@ -10,8 +10,8 @@ columns. CPU time, not wall time, so that a busy machine, which takes the CPU aw
 server between two instructions, does not count against the server's own work.
 
 With ``LOOPPROF_STACKS=PATH`` in the environment, two more things for finding out what a long
-step was: the loop thread's stack sampled every millisecond while a callback has run for
-10 ms or more (the 60 commonest, counted, to ``PATH``), and every loop iteration whose work took
+step was: the loop thread's stack sampled every millisecond while a callback, or the loop
+iteration it is part of, has run for 10 ms or more (the 60 commonest, counted, to ``PATH``), and every loop iteration whose work took
 20 ms or more of wall time (when, wall ms, CPU ms, callbacks ready at its start: ``iterations``
 in ``OUT``). ``bench/storm.py`` then keeps ``OUT`` as ``PATH.json`` and the load generator's
 result (its per-second timeline) as ``PATH.gen.json``.
@@ -48,15 +48,17 @@ def _what(handle: Any) -> str:
     return getattr(func, "__qualname__", type(func).__name__)
 
 
-_running: list[Any] = [None, 0.0]
-"""The callback the loop runs now and when it began (for the stack sampler)."""
+_running: list[Any] = [None, 0.0, 0.0]
+"""The callback the loop runs now, when it began, and when the loop's iteration began its
+work (the selector's wait over; for the stack sampler)."""
 SAMPLE_AFTER_S = 0.01
-"""Stacks of a callback are sampled once it has run this long (wall time)."""
+"""Stacks are sampled once a callback, or its iteration's work, has run this long (wall)."""
 
 
 def _sample_stacks(out: str) -> None:
     """Every millisecond, the loop thread's stack while a callback has run longer than
-    ``SAMPLE_AFTER_S``: the innermost frames counted per callback, written to ``out``."""
+    ``SAMPLE_AFTER_S`` or its iteration's work has: the innermost frames counted per callback,
+    written to ``out``."""
     main = threading.main_thread().ident
     assert main is not None
     counts: Counter[str] = Counter()
@@ -64,8 +66,8 @@ def _sample_stacks(out: str) -> None:
     def sample() -> None:
         while True:
             time.sleep(0.001)
-            handle, began = _running
-            if handle is None or time.monotonic() - began < SAMPLE_AFTER_S:
+            handle, began, iteration = _running
+            if handle is None or time.monotonic() - min(began, iteration) < SAMPLE_AFTER_S:
                 continue
             frame = sys._current_frames().get(main)
             names: list[str] = []
@@ -97,7 +99,8 @@ def _time_iterations(began: float) -> list[tuple[float, float, float, int]]:
         try:
             return select(self, timeout)
         finally:
-            waited[0] += time.monotonic() - t
+            _running[2] = time.monotonic()
+            waited[0] += _running[2] - t
 
     selectors.EpollSelector.select = timed_select  # type: ignore[method-assign]
     base: Any = asyncio.base_events.BaseEventLoop
