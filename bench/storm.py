@@ -483,14 +483,37 @@ callback and garbage collection of a server in this storm in the loop thread's C
   iterations whose first steps took 0.2-0.4 s ahead of any other group's heartbeat read with
   them; now they start fairly between groups, 64 per iteration (docs/kafka.md, "Per-connection
   limits").
-* **What remains**: installing the 10,000-member target, one command of about 70 ms of CPU
-  (its records replayed into the group: the targets and the index of their owners), once per
-  storm.
+* **Reading the burst** (our gRPC server): a call is parsed and started in the read that
+  brings it (libnghttp2, the service's first step), about 20 µs each, and the 10,000 joins on
+  50 connections were read in one or two loop iterations: about 0.2 s of CPU ahead of anything
+  read after them. Now the connections handle 64 KiB per iteration in all (about 400 calls), a
+  connection with more keeps the rest for its turn in the next iterations, and a connection
+  with nothing waiting is read at once (`admission.ReadTurns`).
+* **Answering the storm at once**: while the store wrote the target, the commands that answer
+  the parked joins (64 each) answered all 10,000 in memory, and the next batch made every
+  answer durable at once: its callers were resumed in one loop step, 10,837 callbacks, 161 ms of
+  CPU, 414 ms of wall time at load 6.6 (found with `LOOPPROF_STACKS`, `bench/_loopprof.py`). Now
+  the durable answers are given 128 per step (`driver.ANSWERS_PER_STEP`).
+* **What remains** on the loop: installing the 10,000-member target, one command of 70-80 ms of
+  CPU (its records replayed into the group: the targets and the index of their owners), once
+  per storm, and collections of up to 25-45 ms.
 
-And the machine: the probe's latency is wall time, and on 2 cores shared with other work at a
-load average of 8-15 the server waits for a core as long as it works — callbacks and
-collections of a few milliseconds of CPU that took 100-300 ms of wall time were common in these
-runs. The figures below are from one sitting, both revisions in turn (`--paired`)."""
+And the machine: the probe's latency is wall time. In these runs most loop iterations whose
+work took over 20 ms of wall time had used a third to a half of that in CPU: the rest the loop
+thread waited, for a core (the load generator, the assignor's process and other work share the
+2 cores) or for the GIL, which it gives up at every socket read and write and gets back from
+the store's writer thread (encoding the storm's records in Python) only when that thread's
+switch interval (0.5 ms) runs out. A shorter switch interval (0.1 ms) did not help (paired
+runs: probe p99 63, 75, 77 ms against 49, 86, 53 ms). The figures above are from one sitting,
+both revisions in turn (`--paired`): the server before this round (44f2d6d) and after it.
+
+In this sitting (load 2.3 falling to 1.0), after this round: gRPC probe p99 25 and 29 ms, max
+83 and 90 ms (both targets met in both rounds); Kafka protocol p99 53 and 35 ms, max 72 and
+85 ms (p99 met in one round of two); before it: gRPC 57 and 62 / 260 and 206 ms, Kafka 98 and
+65 / 277 and 431 ms. Every row converged within half an interval of its last join, with nothing
+fenced, refused or unanswered. At a load of 3-7 (earlier runs, not in the table) the same server
+gave gRPC p99 49-86 ms, max 139-245 ms: on 2 shared cores the probe targets hold only while the
+machine is otherwise quiet."""
 
 LOOP_FINDINGS = """The server on asyncio's loop (uvloop's callbacks cannot be timed from
 Python), every callback that took 5 ms or more of the loop thread's CPU recorded with what it
