@@ -116,13 +116,18 @@ class Holders:
     topic -> partition -> member id), and the member ids by index: holders are looked up with
     C-level passes, never per member."""
 
-    __slots__ = ("ids", "owners")
+    __slots__ = ("ids", "only", "owners")
 
     def __init__(
-        self, owners: Mapping[TopicId, Mapping[int, str]], ids: Sequence[str] | None
+        self,
+        owners: Mapping[TopicId, Mapping[int, str]],
+        ids: Sequence[str] | None,
+        only: Collection[TopicId] | None = None,
     ) -> None:
-        """``ids``: the member ids by index (None: members are named by their ids)."""
-        self.owners, self.ids = owners, ids
+        """``ids``: the member ids by index (None: members are named by their ids); ``only``:
+        the topics whose owners are the class's holders (None: every topic) — the others' are
+        read from the members' assignments."""
+        self.owners, self.ids, self.only = owners, ids, only
 
 
 Segments = dict[TopicId, list[int]]
@@ -184,6 +189,11 @@ class _ClassSettle:
         nodes, roster = self.nodes, self.roster
         holder = self._holders(topic_ids, owners)
         counts, free = self._count(incoming, holder, held)
+        if owners is not None and owners.only and sum(counts.values()) != roster.total:
+            # Some owner's index is out of range (not every held partition was found): the
+            # holders from the members' assignments instead.
+            holder = self._holders(topic_ids, None)
+            counts, free = self._count(incoming, holder, held)
         kinds = sorted(counts)
         quota, extras = divmod(roster.total, sum(roster.sizes))
         size = roster.sizes
@@ -242,6 +252,8 @@ class _ClassSettle:
         """partition -> index of the class member holding it (None: no member of the class),
         per topic."""
         node_of, counted = self.node_of, self.counted
+        if owners is not None and owners.only is not None:
+            return self._some_holders(topic_ids, owners)
         if owners is not None:
             ids = owners.ids
             return _Lookup(
@@ -260,6 +272,30 @@ class _ClassSettle:
                 held[t].update(dict.fromkeys(partitions, i))
         return _Lookup(
             topic_ids, held, None, lambda: {i: node_of[i] for i in members}, self.nodes.count
+        )
+
+    def _some_holders(self, topic_ids: Sequence[TopicId], owners: Holders) -> _Lookup:
+        """:meth:`_holders` when the owners stand for the holders of some topics only
+        (``owners.only``): the other topics' holders from the members' assignments."""
+        ids, only = owners.ids, owners.only
+        assert ids is not None and only is not None
+        members, node_of = self.roster.members, self.node_of  # type: ignore[union-attr]
+        by_topic: dict[TopicId, Mapping[int, str]] = {
+            t: owned for t in only if (owned := owners.owners.get(t))
+        }
+        rest: dict[TopicId, dict[int, str]] = {t: {} for t in topic_ids if t not in only}
+        if rest:
+            for i in members:
+                for t, partitions in self.current[i].items():
+                    if t in rest:
+                        rest[t].update(dict.fromkeys(partitions, ids[i]))
+            by_topic.update(rest)
+        return _Lookup(
+            topic_ids,
+            by_topic,
+            ids,
+            lambda: {ids[i]: node_of[i] for i in members},
+            self.nodes.count,
         )
 
     def _count(

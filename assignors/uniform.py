@@ -369,6 +369,7 @@ class _Builder:
         self.racks: list[str] = []  # one class: the relevant racks (_count_racks)
         self.counted: Counted | None = None
         self.from_owners = False
+        self.exact: set[TopicId] = set()  # topics whose spec owners are the inverse of current
 
         self.current: list[Mapping[TopicId, frozenset[int]]] = list(self.assignments)
         self.owned = [False] * count  # True once current[i] is our own (mutable) dict
@@ -513,6 +514,13 @@ class _Builder:
         return True
 
     def _clean(self) -> None:
+        """The general cleanup (step 1). With racks, also the topics whose spec owners can stand
+        for the holders of the cleaned assignments (``exact``): every member held only
+        non-empty sets of usable topics, none claimed twice or out of range, and the topic has
+        as many owners as held partitions — the coordinator's owners, the inverse of the
+        targets."""
+        owners_of = self.partition_owners
+        racked = self.rack_of is not None and bool(owners_of)
         counts = self.partition_counts
         current, load, owned = self.current, self.load, self.owned
         assignments, member_class = self.assignments, self.member_class
@@ -524,7 +532,8 @@ class _Builder:
         else:
             tidy = all(map(frozenset.issuperset, [usable[k] for k in member_class], assignments))
         # Fast path (the usual case): every member holds only non-empty sets of usable topics.
-        if tidy and all(chain.from_iterable(map(_values, assignments))):
+        fast = tidy and all(chain.from_iterable(map(_values, assignments)))
+        if fast:
             for i, assignment in enumerate(assignments):
                 if assignment:
                     for t, partitions in assignment.items():
@@ -558,6 +567,8 @@ class _Builder:
                 entries = held[t] = self._resolve_conflicts(t, n, entries)
                 free = set(range(n))
                 free.difference_update(*[p for _, p in entries])
+            elif fast and racked and len(owners_of.get(t) or ()) == n - len(free):
+                self.exact.add(t)  # as many owners as held partitions (checked when used)
             self.unassigned[t] = sorted(free) if len(free) != n else range(n)
         self.held = held
 
@@ -672,9 +683,22 @@ class _Builder:
                 raise PartitionAssignorError(
                     f"internal error: {len(pool) - start} partitions of topic {t!r} left over"
                 )
+        self.exact.difference_update(released)
         for k in classes:
             usable = sorted(t for t in self.class_subscriptions[k] if t in counts)
-            self._settle_class(class_members[k], incoming[k], usable)
+            mine = [t for t in usable if t in self.exact and subscribers[t] == [k]]
+            self._settle_class(class_members[k], incoming[k], usable, self._owned_by(mine, k))
+
+    def _owned_by(self, topic_ids: list[TopicId], k: int) -> frozenset[TopicId]:
+        """Of ``topic_ids`` (only class k subscribes, ``exact``), those whose owners are all
+        members of class k (a C-level pass over each topic's owners): their owners stand for
+        the holders of the class's cleaned assignments (an index out of range shows in the
+        class's count, :meth:`~assignors.racks_uniform._ClassSettle.run`)."""
+        if not topic_ids:
+            return frozenset()
+        ids = set(map(self.member_ids.__getitem__, self.class_members[k]))
+        owners_of = self.partition_owners
+        return frozenset(t for t in topic_ids if ids.issuperset((owners_of.get(t) or {}).values()))
 
     # ------------------------------------------------------------------ step 3: realise
 
@@ -739,16 +763,20 @@ class _Builder:
         members: list[int],
         incoming: list[tuple[TopicId, Sequence[int]]],
         topic_ids: Sequence[TopicId],
+        owned: frozenset[TopicId] = frozenset(),
     ) -> None:
         """Members above target give up their highest partitions; members below target take
         contiguous runs of the class pool (incoming partitions plus what was given up). When
         racks are relevant to the class, :func:`assignors.racks_uniform.settle_class` places them
-        instead (same targets)."""
+        instead (same targets); ``owned``: the topics whose spec owners are the holders of the
+        class's partitions (:meth:`_owned_by`)."""
         load, target, current = self.load, self.target, self.current
         if self.rack_of is not None:
             holders = None
             if self.from_owners:  # the spec's owners are the exact inverse of `current`
                 holders = Holders(self.partition_owners, self.member_ids)
+            elif owned:
+                holders = Holders(self.partition_owners, self.member_ids, owned)
             one = len(self.class_members) == 1
             placed = settle_class(
                 members,

@@ -401,3 +401,106 @@ def test_relevant_racks_replica_racks_and_memo() -> None:
     assert topics["t1"].memo("k", make) == 1
     assert topics["t1"].memo("other", make) == 2
     assert topics["t2"].memo("k", make) == 3
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_heterogeneous_uniform_with_racks_from_the_owners_equals_without_them(seed: int) -> None:
+    """Several subscription classes, some topics only one class subscribes: the holders of
+    those are read from the owners (the coordinator's inverse of the targets) instead of the
+    members' assignments — same result as with no owners given, also when an owner's index
+    is out of range (the class's count falls short: the holders from the members instead) or
+    a member of another class is named (not used), and after the classes trade partitions."""
+    rng = random.Random(seed)
+    topics = racked_topics(rng, rng.randint(2, 5), (3, 40, 257, 400), rng.randint(1, 4))
+    names = sorted(topics)
+    ids = [f"m{j:02d}" for j in range(rng.randint(2, 14))]
+    subscriptions = [
+        frozenset(rng.sample(names, rng.randint(1, len(names)))) for _ in range(rng.randint(2, 3))
+    ]
+    subscribed = {m: rng.choice(subscriptions) for m in ids}
+    held: dict[str, dict[str, set[int]]] = {m: {} for m in ids}
+    for t in names:
+        takers = [m for m in ids if t in subscribed[m]]
+        for p in range(topics[t].num_partitions):
+            if takers and rng.random() < 0.8:
+                held[rng.choice(takers)].setdefault(t, set()).add(p)
+    current = {m: {t: frozenset(ps) for t, ps in a.items()} for m, a in held.items()}
+    owners = owners_of(current)
+    fault = rng.random()
+    if fault < 0.25 and owners:  # an index out of range, as many owners as held partitions
+        t = rng.choice(sorted(owners))
+        owned = owners[t]
+        moved = max(owned)
+        owned[topics[t].num_partitions + 3] = owned.pop(moved)
+    elif fault < 0.4 and owners:  # a member of another subscription named as an owner
+        t = rng.choice(sorted(owners))
+        others = [m for m in ids if t not in subscribed[m]]
+        if others:
+            owners[t][next(iter(owners[t]))] = rng.choice(others)
+    members = {
+        m: MemberSubscription(
+            rack_id=rng.choice(["a", "b", "c", "z", None]),
+            instance_id=None,
+            subscribed_topic_ids=subscribed[m],
+            assignment=current[m],
+        )
+        for m in ids
+    }
+    spec = GroupSpec(
+        members=members,
+        subscription_type=SubscriptionType.HETEROGENEOUS,
+        partition_owners=owners,
+    )
+    result = UNIFORM.assign(spec, topics)
+    check_assignment(spec, topics, result)
+    without = dataclasses.replace(spec, partition_owners={})
+    assert result.members == UNIFORM.assign(without, topics).members
+
+
+def test_heterogeneous_uniform_reads_the_holders_of_a_class_s_own_topics_from_the_owners(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The owners are used (not only the members' assignments) when a class has topics of its
+    own, and the result is the one without owners."""
+    rng = random.Random(3)
+    topics = racked_topics(rng, 4, (300,), 3)
+    names = sorted(topics)
+    ids = [f"m{j:02d}" for j in range(12)]
+    subscribed = {
+        m: frozenset(names[:2]) if j < 6 else frozenset(names[2:]) for j, m in enumerate(ids)
+    }
+    current: dict[str, dict[str, frozenset[int]]] = {m: {} for m in ids}
+    for t in names:
+        takers = [m for m in ids if t in subscribed[m]]
+        for k, m in enumerate(takers):
+            current[m][t] = frozenset(range(k * 40, k * 40 + 40))
+    members = {
+        m: MemberSubscription(
+            rack_id="abc"[j % 3],
+            instance_id=None,
+            subscribed_topic_ids=subscribed[m],
+            assignment=current[m],
+        )
+        for j, m in enumerate(ids)
+    }
+    spec = GroupSpec(
+        members=members,
+        subscription_type=SubscriptionType.HETEROGENEOUS,
+        partition_owners=owners_of(current),
+    )
+    import assignors.racks_uniform as racks_uniform
+
+    calls: list[frozenset[str]] = []
+    original = racks_uniform._ClassSettle._some_holders
+
+    def spy(self: racks_uniform._ClassSettle, topic_ids: list[str], owners: object) -> object:
+        calls.append(frozenset(owners.only))  # type: ignore[attr-defined]
+        return original(self, topic_ids, owners)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(racks_uniform._ClassSettle, "_some_holders", spy)
+    result = UNIFORM.assign(spec, topics)
+    monkeypatch.undo()
+    check_assignment(spec, topics, result)
+    assert sorted(calls, key=sorted) == [frozenset(names[:2]), frozenset(names[2:])]
+    without = dataclasses.replace(spec, partition_owners={})
+    assert result.members == UNIFORM.assign(without, topics).members
