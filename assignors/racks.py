@@ -64,6 +64,7 @@ __all__ = [
     "Counted",
     "RackNodes",
     "count_owned",
+    "count_owned_by_node",
     "count_rack_local",
     "relevant_racks",
 ]
@@ -227,9 +228,21 @@ def count_owned(
     held in part all but -n to -1, which the caller finds as it finds the free partitions
     (:meth:`~assignors.uniform._Builder._clean_from_owners`). None when it cannot tell: more
     than :data:`_MASK_BITS` relevant racks, an index out of range, an owner not in ``ids``."""
+    return count_owned_by_node(nodes, ids, nodes.nodes_of(rack_of), owners, topic_ids, topics)
+
+
+def count_owned_by_node(
+    nodes: RackNodes,
+    ids: Sequence[str],
+    node_of: list[int],
+    owners: Mapping[TopicId, Mapping[int, str]],
+    topic_ids: Iterable[TopicId],
+    topics: Mapping[TopicId, TopicMetadata],
+) -> Counted | None:
+    """:func:`count_owned`, given the members' nodes (``node_of``, by index) rather than
+    their racks."""
     if len(nodes.racks) > _MASK_BITS:
         return None
-    node_of = nodes.nodes_of(rack_of)
     node_by_member = dict(zip(ids, node_of, strict=True))
     masks: list[bytes] = []
     holders: list[Iterable[str]] = []

@@ -19,7 +19,7 @@ from assignors.api import (
     TopicMetadata,
 )
 from assignors.plan import transport
-from assignors.racks import Counted, RackNodes, relevant_racks
+from assignors.racks import Counted, RackNodes, count_owned_by_node, relevant_racks
 from assignors.racks_members import Dense, Sparse
 
 __all__ = ["Holders", "settle_class", "settle_from_summary"]
@@ -188,10 +188,14 @@ class _ClassSettle:
         assignment changes."""
         nodes, roster = self.nodes, self.roster
         holder = self._holders(topic_ids, owners)
+        some = owners is not None and owners.only is not None
+        if some and self.counted is None and owners.only.issuperset(topic_ids):  # type: ignore[union-attr]
+            self.counted = self._count_owners(topic_ids, owners)  # type: ignore[arg-type]
         counts, free = self._count(incoming, holder, held)
-        if owners is not None and owners.only and sum(counts.values()) != roster.total:
-            # Some owner's index is out of range (not every held partition was found): the
-            # holders from the members' assignments instead.
+        if some and sum(counts.values()) != roster.total:
+            # An owner that is no member of the class, or an index out of range (not every
+            # held partition was found): the holders from the members' assignments instead.
+            self.counted = None
             holder = self._holders(topic_ids, None)
             counts, free = self._count(incoming, holder, held)
         kinds = sorted(counts)
@@ -296,6 +300,20 @@ class _ClassSettle:
             ids,
             lambda: {ids[i]: node_of[i] for i in members},
             self.nodes.count,
+        )
+
+    def _count_owners(self, topic_ids: Sequence[TopicId], owners: Holders) -> Counted | None:
+        """The class's held partitions counted from the owners (every topic of the class in
+        ``owners.only``), as :func:`~assignors.racks.count_owned` does for a whole group."""
+        ids, members = owners.ids, self.roster.members  # type: ignore[union-attr]
+        assert ids is not None
+        return count_owned_by_node(
+            self.nodes,
+            [ids[i] for i in members],
+            [self.node_of[i] for i in members],
+            owners.owners,
+            topic_ids,
+            self.topics,
         )
 
     def _count(

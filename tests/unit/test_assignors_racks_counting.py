@@ -461,7 +461,8 @@ def test_heterogeneous_uniform_reads_the_holders_of_a_class_s_own_topics_from_th
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The owners are used (not only the members' assignments) when a class has topics of its
-    own, and the result is the one without owners."""
+    own — holders looked up and partitions counted from them —, and the result is the one
+    without owners."""
     rng = random.Random(3)
     topics = racked_topics(rng, 4, (300,), 3)
     names = sorted(topics)
