@@ -6,12 +6,15 @@ import json
 import subprocess
 import sys
 
+import pytest
 from conftest import ServerProcess, join_request, owned
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from kip848.v1 import admin_pb2, common_pb2
 from kip848.v1 import consumer_group_pb2 as cg
+
+pytestmark = pytest.mark.postgresql_too
 
 Resp = cg.ConsumerGroupHeartbeatResponse
 Described = cg.ConsumerGroupDescribeResponse.DescribedGroup
