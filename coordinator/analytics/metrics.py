@@ -123,7 +123,8 @@ def group_records(journal: DataFrame) -> DataFrame:
     columns = dict.fromkeys((*_GROUP_COLUMNS, *classic.COLUMNS, *whatif.COLUMNS))
     j = conform(journal).withColumn("ts_ms", ms())
     return stage(
-        j.filter(F.col("group_id").isNotNull() & (F.col("record_type_id") != 1)).select(*columns)
+        j.filter(F.col("group_id").isNotNull() & (F.col("record_type_id") != 1)).select(*columns),
+        scan=True,
     )
 
 
@@ -141,7 +142,7 @@ def compute(
     cl = classic.tables(rows, params)
     rebalances = stage(cg.rebalances.unionByName(cl.rebalances))
     types = stage(_group_types(cg, cl))
-    commits = stage(_commit_rate(j, params, types))
+    commits = stage(_commit_rate(j, params, types), scan=True)
     removals = cg.removals.unionByName(cl.removals)
     restarts = cg.restarts.unionByName(cl.restarts)
     unowned = cg.unowned.drop("epoch_seq_attr").unionByName(cl.unowned.drop("release_offset"))

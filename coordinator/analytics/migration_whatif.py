@@ -19,7 +19,7 @@ from typing import Any
 import pyarrow as pa
 
 from .classic import COLUMNS
-from .common import CLASSIC, COOPERATIVE, EAGER
+from .common import CLASSIC, COOPERATIVE, EAGER, compiled
 from .replay import Outcome, histories, replay_consumer, replay_cooperative
 
 KIP848 = "kip848"
@@ -99,12 +99,13 @@ def _partitions(journal: Any) -> dict[str, int]:
     aggregate brought to the driver and shipped with the job."""
     from pyspark.sql import functions as F
 
-    rows = (
-        journal.filter((F.col("record_type_id") == 1100) & ~F.col("tombstone"))
-        .groupBy("topic")
-        .agg(F.max("num_partitions").alias("n"))
-        .collect()
-    )
+    with compiled(journal.sparkSession):
+        rows = (
+            journal.filter((F.col("record_type_id") == 1100) & ~F.col("tombstone"))
+            .groupBy("topic")
+            .agg(F.max("num_partitions").alias("n"))
+            .collect()
+        )
     return {r["topic"]: int(r["n"]) for r in rows if r["topic"] is not None}
 
 

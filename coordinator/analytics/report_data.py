@@ -6,6 +6,7 @@ Pieces that the page's group-type filter switches between are computed per group
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from .common import CLASSIC, GROUP_TYPES, Params
@@ -17,6 +18,8 @@ TIMELINE_GROUPS = 4
 MIGRATE_FIRST = 10
 ALL = "all"
 FILTERS = (ALL, *GROUP_TYPES)
+PARALLEL_PARTS = 4
+"""Parts of the page computed at once (threads submitting Spark jobs)."""
 _ASKED_OFTEN = ("rebalances", "group_summary", "convergence", "migration_whatif", "commit_rate")
 
 
@@ -46,7 +49,29 @@ def collect(spark: Any, paths: dict[str, str], params: Params) -> dict[str, Any]
 
 
 def _collect(F: Any, t: dict[str, Any], params: Params) -> dict[str, Any]:
-    rb, gs, conv = t["rebalances"], t["group_summary"], t["convergence"]
+    """The parts of the page, each a few small jobs, computed side by side: Spark runs the
+    jobs submitted from several threads at once, so one job's planning and scheduling in the
+    driver overlaps another's tasks."""
+    parts = (
+        lambda: _fleet(
+            F, t["rebalances"], t["group_summary"], t["convergence"], t["migration_whatif"]
+        ),
+        lambda: _rebalance_series(F, t["rebalances"], params),
+        lambda: _classic(F, t["rebalances"]),
+        lambda: _activity(F, t),
+        lambda: _assignor_whatif(F, t["whatif"]),
+        lambda: _migrations(F, t["migrations"], t["migration_whatif"]),
+        lambda: _groups(F, t["rebalances"], t["group_summary"], t["convergence"]),
+    )
+    data: dict[str, Any] = {"bucket_s": params.bucket_s}
+    with ThreadPoolExecutor(max_workers=PARALLEL_PARTS, thread_name_prefix="report") as pool:
+        for part in pool.map(lambda f: f(), parts):
+            data.update(part)
+    return data
+
+
+def _rebalance_series(F: Any, rb: Any, params: Params) -> dict[str, Any]:
+    """Rebalances per time bucket and cause, and the histogram of times to converge."""
     size = params.bucket_s * 1_000_000
     bucket = F.timestamp_micros(
         (
@@ -54,48 +79,57 @@ def _collect(F: Any, t: dict[str, Any], params: Params) -> dict[str, Any]:
             + F.lit(params.t0_us)
         ).cast("long")
     )
-    data: dict[str, Any] = {"bucket_s": params.bucket_s}
-    data.update(_fleet(F, rb, gs, conv, t["migration_whatif"]))
-    data["cause_series"] = _rows(
-        rb.groupBy(bucket.alias("bucket"), "group_type", "cause").count(), "bucket"
-    )
-    data["converge_hist"] = _rows(
-        rb.filter(F.col("time_to_converge_ms").isNotNull())
-        .groupBy(
-            "group_type",
-            F.floor(F.log10(F.greatest(F.col("time_to_converge_ms"), F.lit(1))) * 8).alias("bin"),
-        )
-        .count(),
-        "bin",
-    )
-    data["scatter"] = _rows(
-        rb.select(
-            "timestamp", "partitions_moved", "unowned_partition_seconds", "cause", "group_type"
-        )
-        .orderBy(F.rand(7))
-        .limit(MAX_POINTS)
-    )
-    data["classic_phases"] = _rows(
-        rb.filter((F.col("group_type") == CLASSIC) & F.col("join_ms").isNotNull())
-        .groupBy("protocol")
-        .agg(
-            F.count(F.lit(1)).alias("rebalances"),
-            *[
-                F.percentile(c, F.array(F.lit(0.5), F.lit(0.95))).alias(c)
-                for c in ("join_ms", "sync_ms", "time_to_converge_ms")
-            ],
-            F.max("time_to_converge_ms").alias("max_ms"),
-            F.avg("members_stopped").alias("members_stopped"),
+    return {
+        "cause_series": _rows(
+            rb.groupBy(bucket.alias("bucket"), "group_type", "cause").count(), "bucket"
         ),
-        "protocol",
-    )
-    data["classic_points"] = _rows(
-        rb.filter((F.col("group_type") == CLASSIC) & F.col("join_ms").isNotNull())
-        .select("timestamp", "protocol", "join_ms", "sync_ms")
-        .orderBy(F.rand(11))
-        .limit(MAX_POINTS)
-    )
-    churn = t["member_churn"]
+        "converge_hist": _rows(
+            rb.filter(F.col("time_to_converge_ms").isNotNull())
+            .groupBy(
+                "group_type",
+                F.floor(F.log10(F.greatest(F.col("time_to_converge_ms"), F.lit(1))) * 8).alias(
+                    "bin"
+                ),
+            )
+            .count(),
+            "bin",
+        ),
+        "scatter": _rows(
+            rb.select(
+                "timestamp", "partitions_moved", "unowned_partition_seconds", "cause", "group_type"
+            )
+            .orderBy(F.rand(7))
+            .limit(MAX_POINTS)
+        ),
+    }
+
+
+def _classic(F: Any, rb: Any) -> dict[str, Any]:
+    """The classic rebalances' join and sync phases."""
+    phases = rb.filter((F.col("group_type") == CLASSIC) & F.col("join_ms").isNotNull())
+    return {
+        "classic_phases": _rows(
+            phases.groupBy("protocol").agg(
+                F.count(F.lit(1)).alias("rebalances"),
+                *[
+                    F.percentile(c, F.array(F.lit(0.5), F.lit(0.95))).alias(c)
+                    for c in ("join_ms", "sync_ms", "time_to_converge_ms")
+                ],
+                F.max("time_to_converge_ms").alias("max_ms"),
+                F.avg("members_stopped").alias("members_stopped"),
+            ),
+            "protocol",
+        ),
+        "classic_points": _rows(
+            phases.select("timestamp", "protocol", "join_ms", "sync_ms")
+            .orderBy(F.rand(11))
+            .limit(MAX_POINTS)
+        ),
+    }
+
+
+def _activity(F: Any, t: dict[str, Any]) -> dict[str, Any]:
+    """Member churn, removals, commits, and the committed offsets of the busiest topics."""
     sums = [
         F.sum(c).alias(c)
         for c in (
@@ -106,8 +140,12 @@ def _collect(F: Any, t: dict[str, Any], params: Params) -> dict[str, Any]:
             "static_restarts",
         )
     ]
-    data["churn"] = _rows(churn.groupBy("bucket_start", "group_type").agg(*sums), "bucket_start")
-    data["removals"] = _rows(t["member_removals"].groupBy("group_type", "reason").count(), "-count")
+    data = {
+        "churn": _rows(
+            t["member_churn"].groupBy("bucket_start", "group_type").agg(*sums), "bucket_start"
+        ),
+        "removals": _rows(t["member_removals"].groupBy("group_type", "reason").count(), "-count"),
+    }
     cr = t["commit_rate"]
     data["commits"] = _rows(
         cr.groupBy("bucket_start", "group_type").agg(F.sum("commits").alias("commits")),
@@ -128,24 +166,28 @@ def _collect(F: Any, t: dict[str, Any], params: Params) -> dict[str, Any]:
         "topic",
         "bucket_start",
     )
-    data.update(_assignor_whatif(F, t["whatif"]))
-    data.update(_migrations(F, t["migrations"], t["migration_whatif"]))
+    return data
+
+
+def _groups(F: Any, rb: Any, gs: Any, conv: Any) -> dict[str, Any]:
+    """The groups with the most rebalances, the timelines of the first few, the latest
+    rebalances."""
     per_group_conv = conv.filter(F.col("group_id").isNotNull()).select(
         "group_id", "p50_ms", "p95_ms", "max_ms"
     )
-    data["top_groups"] = _rows(
+    top_groups = _rows(
         gs.join(per_group_conv, "group_id", "left")
         .orderBy(F.desc("rebalances"), "group_id")
         .limit(TOP_GROUPS)
     )
-    top = [r["group_id"] for r in data["top_groups"][:TIMELINE_GROUPS]]
-    data["timelines"] = _rows(
+    top = [r["group_id"] for r in top_groups[:TIMELINE_GROUPS]]
+    timelines = _rows(
         rb.filter(F.col("group_id").isin(top))
         .select("group_id", "group_type", "timestamp", "group_epoch", "cause")
         .orderBy("group_id", "timestamp")
         .limit(MAX_POINTS)
     )
-    data["recent"] = _rows(
+    recent = _rows(
         rb.select(
             "group_id",
             "group_type",
@@ -164,7 +206,7 @@ def _collect(F: Any, t: dict[str, Any], params: Params) -> dict[str, Any]:
         .orderBy(F.desc("timestamp"), "group_id")
         .limit(40)
     )
-    return data
+    return {"top_groups": top_groups, "timelines": timelines, "recent": recent}
 
 
 def _fleet(F: Any, rb: Any, gs: Any, conv: Any, mw: Any) -> dict[str, Any]:
