@@ -19,7 +19,7 @@ beside one node on SQLite, and the fail-over time as a function of the groups a 
    (through node 2: one FindCoordinator for the groups still waiting, then their OffsetCommits
    at once, a round every 100 ms), beside the time node 2's log gives its loads of them. Lease
    10 s (the default): the target is lease + 10 s at 100,000 groups. The seeded members have
-   no clients: the nodes run with a session timeout of an hour (``QUIET_SESSIONS``).
+   no clients: the nodes run with a session timeout of an hour (``--session-ms``).
 
 The machine is shared with other work: the load average is recorded with each row.
 """
@@ -423,19 +423,23 @@ def commits_ok(channels: Channels, bootstrap: str, groups: list[str]) -> set[str
     return ok
 
 
-QUIET_SESSIONS = [
-    "--set",
-    f"group.consumer.session.timeout.ms={SEEDED_SESSION_MS}",
-    "--set",
-    f"group.consumer.max.session.timeout.ms={SEEDED_SESSION_MS}",
-]
-"""The seeded members have no clients: with Kafka's 45 s session every one of them (a million
-at 100,000 groups) would be fenced 45 s after each load, a storm of expiries (a rebalance and
-a write each) running through the whole measurement instead of a fail-over's work. Live
-members heartbeat and are never fenced by a fail-over (docs/ha.md)."""
+def sessions(ms: int) -> list[str]:
+    """The seeded members' session timeout (``--session-ms``). They have no clients: with
+    Kafka's 45 s every one of them (a million at 100,000 groups) is fenced 45 s after each
+    load, a storm of expiries (a rebalance and a write each) running through the whole
+    measurement instead of a fail-over's work; by default an hour. Live members heartbeat and
+    are never fenced by a fail-over (docs/ha.md)."""
+    return [
+        "--set",
+        f"group.consumer.session.timeout.ms={ms}",
+        "--set",
+        f"group.consumer.max.session.timeout.ms={max(ms, 60_000)}",
+    ]
 
 
-def bench_failover(groups: int, pg: Any, logs: Path | None = None) -> list[object]:
+def bench_failover(
+    groups: int, pg: Any, logs: Path | None = None, session_ms: int = SEEDED_SESSION_MS
+) -> list[object]:
     dsn = pg.fresh_store_dsn()
     t0 = time.monotonic()
     records = seed(dsn, groups)
@@ -446,7 +450,7 @@ def bench_failover(groups: int, pg: Any, logs: Path | None = None) -> list[objec
         nodes: list[Node] = []
         try:
             nodes.append(
-                Node(["--store", dsn, "--node-id", "1", *QUIET_SESSIONS], tmp / "node1.log")
+                Node(["--store", dsn, "--node-id", "1", *sessions(session_ms)], tmp / "node1.log")
             )
             wait_serving(nodes[0].address, timeout_s=600)
             deadline = time.monotonic() + 600
@@ -454,7 +458,7 @@ def bench_failover(groups: int, pg: Any, logs: Path | None = None) -> list[objec
                 assert time.monotonic() < deadline, "node 1 never loaded everything"
                 time.sleep(0.2)
             nodes.append(
-                Node(["--store", dsn, "--node-id", "2", *QUIET_SESSIONS], tmp / "node2.log")
+                Node(["--store", dsn, "--node-id", "2", *sessions(session_ms)], tmp / "node2.log")
             )
             wait_serving(nodes[1].address, timeout_s=600)
             wait_balanced(dsn, 2)
@@ -559,6 +563,13 @@ def main() -> int:
         "--failover-only", action="store_true", help="skip the throughput rows (implies --no-doc)"
     )
     parser.add_argument("--logs", type=Path, help="keep the fail-over runs' node logs here")
+    parser.add_argument(
+        "--session-ms",
+        type=int,
+        default=SEEDED_SESSION_MS,
+        help="the seeded members' session timeout in the fail-over runs (45000: Kafka's, "
+        "every seeded member fenced 45 s after each load)",
+    )
     args = parser.parse_args()
     started = time.monotonic()
     pg = PostgresServer(fsync=True).start()
@@ -566,7 +577,7 @@ def main() -> int:
         throughput = [] if args.failover_only else bench_throughput(args, pg)
         failover = []
         for n in (int(x) for x in args.failover_groups.split(",") if x):
-            failover.append(bench_failover(n, pg, args.logs))
+            failover.append(bench_failover(n, pg, args.logs, args.session_ms))
             print(failover[-1], flush=True)
     finally:
         pg.stop()

@@ -23,12 +23,13 @@ from coordinator.core.errors import (
     NotCoordinatorError,
 )
 from coordinator.core.offsets import OffsetFetchGroup
-from coordinator.core.timers import REBALANCE, SESSION, ArmTimer, TimerTable
+from coordinator.core.timers import REBALANCE, SESSION, ArmTimer, DueTimer, TimerTable
 from coordinator.core.topics import NewTopic
 from coordinator.routing import partition_for
 from coordinator.runtime import CoordinatorRuntime, ManualClock, SystemClock
 from coordinator.runtime.leadership import PartitionState
 from coordinator.runtime.store import MemoryRecordStore, StoredRecord
+from coordinator.runtime.timing import EXPIRE_OFFSETS
 from legacy_bridge.common import CLASSIC_SESSION
 
 P = 4
@@ -324,6 +325,28 @@ async def test_a_partition_serves_as_soon_as_it_is_loaded_not_when_all_are() -> 
     await rt.close()
 
 
+async def test_a_dropped_partitions_timers_go_and_the_others_stay() -> None:
+    """Losing a partition drops its groups' timers and its offset expiration, in the next
+    loop step; the timers of the partitions still served stay."""
+    other = next(g for g in (f"g{i}" for i in range(100)) if partition_for(g, P) != GP)
+    op = partition_for(other, P)
+    shared = MemoryRecordStore(partitions=P)
+    rt, parts = await leading(shared, 1, GP, 1)
+    shared.set_leader(op, 1, 1)
+    await parts.load_partition(op, 1)
+    await rt.create_topics([NewTopic(name="t", num_partitions=1)])
+    await rt.heartbeat(join(G, member_id="m1"))
+    await rt.heartbeat(join(other, member_id="o1"))
+    parts.lose_partition(GP)
+    await asyncio.sleep(0)  # the purge
+    keys = set(rt.timers.keys())
+    assert {k for k in keys if k[1] in (G, other) or k[0] == EXPIRE_OFFSETS} == {
+        (SESSION, other, "o1"),
+        (EXPIRE_OFFSETS, "", str(op)),
+    }
+    await rt.close()
+
+
 def test_timer_table_shift_and_cancel_where() -> None:
     table = TimerTable()
     table.apply([ArmTimer(("session", f"g{i}", "m"), 100 + i, i) for i in range(10)])
@@ -338,3 +361,18 @@ def test_timer_table_shift_and_cancel_where() -> None:
         1,
     )
     assert [k[1] for k in table.keys()] == ["g3", "g5", "g7", "g9"]  # noqa: SIM118
+    # Timers armed after a shift keep the deadline they are given; a second shift moves
+    # every timer again, whenever it was armed; cancelled entries compacted away keep theirs.
+    table.apply([ArmTimer(("session", "late", "m"), 1104, 7)])
+    assert table.get(("session", "late", "m")) == (1104, 7)
+    assert table.shift(10) == 5
+    assert table.get(("session", "g3", "m")) == (1113, 3)
+    table.cancel_where(lambda key: key[1] in ("g5", "g7", "g9"))
+    assert table.pop_due(1113) == DueTimer(("session", "g3", "m"), 1113, 3)
+    assert table.pop_due(1113) is None
+    assert table.pop_due(1114) == DueTimer(("session", "late", "m"), 1114, 7)
+    assert len(table) == 0 and table.next_deadline() is None
+    table.apply([ArmTimer((kind, g, m), 5) for kind in ("a", "b") for g in "xyz" for m in "mn"])
+    assert table.group_ids() == {"x", "y", "z"}
+    assert table.cancel_groups({"x", "y"}, [("a", "z", "m"), ("a", "q", "m")]) == 9
+    assert table.keys() == [("a", "z", "n"), ("b", "z", "m"), ("b", "z", "n")]
