@@ -39,8 +39,9 @@ Counting. The types are counted in C-level passes, never partition by partition 
 partition's mask is a ``bytes.translate`` (or a lookup in a bytes object) on one byte per
 partition; ``uniform`` counts the partitions its members hold from the coordinator's owners
 (:func:`count_owned`: each index's mask and its holder's node, combined into one byte per
-partition by integer arithmetic and counted with ``bytes.count``) or, in the incremental path,
-takes them from the target summary; ``range`` adds each rack's bits up over the group's topics
+partition by integer arithmetic and counted with ``bytes.count``; in a heterogeneous group, a
+class whose topics only it subscribes, :func:`count_owned_by_node`) or, in the incremental
+path, takes them from the target summary; ``range`` adds each rack's bits up over the group's topics
 as the lanes of one integer.
 
 Why not as Kafka did: the client-side assignors of KIP-881 try a rack-matching pass and then a
