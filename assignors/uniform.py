@@ -687,16 +687,14 @@ class _Builder:
         for k in classes:
             usable = sorted(t for t in self.class_subscriptions[k] if t in counts)
             mine = [t for t in usable if t in self.exact and subscribers[t] == [k]]
-            self._settle_class(class_members[k], incoming[k], usable, self._owned_by(mine, k))
+            self._settle_class(class_members[k], incoming[k], usable, mine)
 
-    def _owned_by(self, topic_ids: list[TopicId], k: int) -> frozenset[TopicId]:
-        """Of ``topic_ids`` (only class k subscribes, ``exact``), those whose owners are all
-        members of class k (a C-level pass over each topic's owners): their owners stand for
-        the holders of the class's cleaned assignments (an index out of range shows in the
-        class's count, :meth:`~assignors.racks_uniform._ClassSettle.run`)."""
-        if not topic_ids:
-            return frozenset()
-        ids = set(map(self.member_ids.__getitem__, self.class_members[k]))
+    def _owned_by(self, topic_ids: Sequence[TopicId], members: list[int]) -> frozenset[TopicId]:
+        """Of ``topic_ids`` (only the class of ``members`` subscribes, ``exact``), those whose
+        owners are all members of the class (a C-level pass over each topic's owners): their
+        owners stand for the holders of the class's cleaned assignments (an index out of range
+        shows in the class's count, :meth:`~assignors.racks_uniform._ClassSettle.run`)."""
+        ids = set(map(self.member_ids.__getitem__, members))
         owners_of = self.partition_owners
         return frozenset(t for t in topic_ids if ids.issuperset((owners_of.get(t) or {}).values()))
 
@@ -763,21 +761,26 @@ class _Builder:
         members: list[int],
         incoming: list[tuple[TopicId, Sequence[int]]],
         topic_ids: Sequence[TopicId],
-        owned: frozenset[TopicId] = frozenset(),
+        owned: Sequence[TopicId] = (),
     ) -> None:
         """Members above target give up their highest partitions; members below target take
         contiguous runs of the class pool (incoming partitions plus what was given up). When
         racks are relevant to the class, :func:`assignors.racks_uniform.settle_class` places them
-        instead (same targets); ``owned``: the topics whose spec owners are the holders of the
-        class's partitions (:meth:`_owned_by`)."""
+        instead (same targets); ``owned``: the topics whose spec owners may stand for the holders
+        of the class's partitions (:meth:`_owned_by`, when racks are relevant)."""
         load, target, current = self.load, self.target, self.current
         if self.rack_of is not None:
             holders = None
+            one = len(self.class_members) == 1
+            racks = self.racks if one else None
             if self.from_owners:  # the spec's owners are the exact inverse of `current`
                 holders = Holders(self.partition_owners, self.member_ids)
             elif owned:
-                holders = Holders(self.partition_owners, self.member_ids, owned)
-            one = len(self.class_members) == 1
+                rack_of = self.rack_of
+                racks = relevant_racks(map(rack_of.__getitem__, members), topic_ids, self.topics)
+                mine = self._owned_by(owned, members) if racks else None
+                if mine:
+                    holders = Holders(self.partition_owners, self.member_ids, mine)
             placed = settle_class(
                 members,
                 self.rack_of,
@@ -788,7 +791,7 @@ class _Builder:
                 topic_ids,
                 self.topics,
                 holders,
-                racks=self.racks if one else None,
+                racks=racks,
                 counted=self.counted,
             )
             if placed is not None:
