@@ -12,6 +12,8 @@ downgrades. Offset commits, churn and the summaries are computed here for every 
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
@@ -138,11 +140,17 @@ def compute(
     ``records``: :func:`group_records` of the journal, if the caller has them already."""
     j = conform(journal).withColumn("ts_ms", ms())
     rows = group_records(journal) if records is None else records
-    cg = consumer.tables(rows.select(*_GROUP_COLUMNS), params)
-    cl = classic.tables(rows, params)
-    rebalances = stage(cg.rebalances.unionByName(cl.rebalances))
-    types = stage(_group_types(cg, cl))
-    commits = stage(_commit_rate(j, params, types), scan=True)
+    # The commits (a scan of the whole journal), the classic groups and the consumer groups
+    # are computed side by side (Spark runs the jobs submitted from several threads at once):
+    # one job's planning and scheduling in the driver overlaps another's tasks.
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="metrics") as pool:
+        counted = pool.submit(lambda: stage(_commit_rate(j, params), scan=True))
+        classic_part = pool.submit(classic.tables, rows, params)
+        cg = consumer.tables(rows.select(*_GROUP_COLUMNS), params)
+        cl = classic_part.result()
+        rebalances = stage(cg.rebalances.unionByName(cl.rebalances))
+        types = stage(_group_types(cg, cl))
+        commits = _typed(counted.result(), types).drop("protocol")
     removals = cg.removals.unionByName(cl.removals)
     restarts = cg.restarts.unionByName(cl.restarts)
     unowned = cg.unowned.drop("epoch_seq_attr").unionByName(cl.unowned.drop("release_offset"))
@@ -198,10 +206,10 @@ def _typed(df: DataFrame, types: DataFrame) -> DataFrame:
     )
 
 
-def _commit_rate(j: DataFrame, params: Params, types: DataFrame) -> DataFrame:
+def _commit_rate(j: DataFrame, params: Params) -> DataFrame:
     """Commits per group, topic and time bucket, offsets advanced, and the committed-offset
-    total (sum over the topic's partitions of the last committed offset) at each bucket's end;
-    with the group's type at the end of the data."""
+    total (sum over the topic's partitions of the last committed offset) at each bucket's end
+    (the group's type at the end of the data is joined to it afterwards)."""
     c = j.filter((F.col("record_type_id") == 1) & ~F.col("tombstone"))
     if has_column(j, "previous_committed_offset"):
         agg = _commit_buckets(c, params)
@@ -212,7 +220,7 @@ def _commit_rate(j: DataFrame, params: Params, types: DataFrame) -> DataFrame:
         .orderBy("bucket")
         .rowsBetween(Window.unboundedPreceding, 0)
     )
-    out = agg.select(
+    return agg.select(
         "group_id",
         "topic",
         F.col("bucket").alias("bucket_start"),
@@ -226,7 +234,6 @@ def _commit_rate(j: DataFrame, params: Params, types: DataFrame) -> DataFrame:
         .cast("long")
         .alias("committed_total"),
     )
-    return _typed(out, types).drop("protocol")
 
 
 def _commit_buckets(c: DataFrame, params: Params) -> DataFrame:

@@ -71,7 +71,8 @@ def start_session(
         # throughput (measured: bench/analytics.py). Adaptive execution splits every query
         # into one job per shuffle stage and re-plans between them; whole-stage code
         # generation compiles each plan with Janino before running it; C2 JIT compilation and
-        # G1's threads compete with the work on a small machine. Off for this workload.
+        # G1's threads compete with the work on a small machine. Off for this workload (the
+        # scans of the whole journal turn code generation on for themselves: common.compiled).
         .config("spark.sql.shuffle.partitions", str(max(2, cores)))
         .config("spark.sql.adaptive.enabled", "false")
         .config("spark.sql.codegen.wholeStage", "false")
