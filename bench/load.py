@@ -302,7 +302,9 @@ def main(argv: list[str] | None = None) -> None:
         )
         + f"load average {load_before:.1f} at the start, {load_after:.1f} at the end, "
         f"{time.perf_counter() - started:.0f} s in all (the 2 cores are shared with other work: "
-        "wall times are rough, the CPU time of this process steadier).\n\n"
+        "wall times are rough, the CPU time of this process steadier: it counts both its "
+        "threads, SQLite's work included, not PostgreSQL's, done in the server's processes)."
+        "\n\n"
         f"A store of canonical records of reconciled {MEMBERS}-member groups (33 records each, "
         "built by a real shard and re-keyed per group"
         + (f", plus {args.offsets} committed offsets per group" if args.offsets else "")
