@@ -505,3 +505,83 @@ def test_heterogeneous_uniform_reads_the_holders_of_a_class_s_own_topics_from_th
     assert sorted(calls, key=sorted) == [frozenset(names[:2]), frozenset(names[2:])]
     without = dataclasses.replace(spec, partition_owners={})
     assert result.members == UNIFORM.assign(without, topics).members
+
+
+def test_range_places_by_lanes_as_by_sorting_the_indexes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On random heterogeneous racked groups — buckets of members on their own co-partitioned
+    topics, some buckets laid out alike, or alike but for one partition's racks or one
+    member's rack, members out of every rack, with current assignments — ``range`` places each
+    group's indexes by key lanes (one byte per index, a translate table changing at a few
+    positions) exactly as sorting the indexes by key does, member for member; the cases cover
+    keys kept in part by their node and types sent to several nodes."""
+    import assignors.racks_range as racks_range
+
+    lanes_calls: list[int] = []
+    kept_in_part: list[int] = []
+    split_types: list[int] = []
+    by_lanes, position = racks_range._placed_by_lanes, racks_range._position
+
+    def lanes_spy(
+        keys: bytes, stride: int, codes: list[int], sizes: list[int], flow: list[list[int]]
+    ) -> list[list[int]]:
+        lanes_calls.append(len(keys))
+        for j, wanted in enumerate(flow):
+            own = sizes[j * stride : (j + 1) * stride]
+            kept_in_part.extend(v for v, size in enumerate(own) if 0 < wanted[v] < size)
+        return by_lanes(keys, stride, codes, sizes, flow)
+
+    def position_spy(keys: bytes, moving: list[tuple[int, int]], count: int) -> int:
+        if count and len(moving) > 1:
+            split_types.append(count)
+        return position(keys, moving, count)
+
+    def by_order(
+        keys: bytes, stride: int, codes: list[int], sizes: list[int], flow: list[list[int]]
+    ) -> list[list[int]]:
+        return racks_range._placed_by_order(keys, stride, sizes, flow)
+
+    for seed in range(120):
+        rng = random.Random(seed)
+        racks = rng.randint(2, 5)
+        n = rng.choice([6, 13, 40, 97])
+        base = racked_topics(rng, rng.randint(1, 3), (n,), racks)
+        topics: dict[str, TopicMetadata] = {}
+        subscribed: dict[str, frozenset[str]] = {}
+        member_racks = [rng.choice([None, *RACKS[: racks + 1]]) for _ in range(rng.randint(1, 30))]
+        for b in range(rng.randint(2, 5)):
+            mine = {}
+            for t, metadata in base.items():
+                racks_of = dict(metadata.partition_racks)
+                if b and rng.random() < 0.5:  # alike but for one partition's racks
+                    racks_of[rng.randrange(n)] = frozenset({rng.choice(RACKS[:racks])})
+                mine[f"{t}b{b}"] = dataclasses.replace(
+                    metadata, topic_id=f"{t}b{b}", partition_racks=racks_of
+                )
+            topics.update(mine)
+            bucket_racks = list(member_racks)
+            if b and rng.random() < 0.5:  # alike but for one member's rack
+                bucket_racks[rng.randrange(len(bucket_racks))] = rng.choice(RACKS[:racks])
+            for j, rack in enumerate(bucket_racks):
+                subscribed[f"b{b}m{j:02d}|{rack}"] = frozenset(mine)
+        ids = sorted(subscribed)
+        current = dealt(rng, ids, topics)
+        members = {
+            m: MemberSubscription(
+                rack_id=None if m.endswith("|None") else m.rsplit("|", 1)[1],
+                instance_id=None,
+                subscribed_topic_ids=subscribed[m],
+                assignment={t: ps for t, ps in current[m].items() if t in subscribed[m]},
+            )
+            for m in ids
+        }
+        spec = GroupSpec(members=members, subscription_type=SubscriptionType.HETEROGENEOUS)
+        monkeypatch.setattr(racks_range, "_placed_by_lanes", lanes_spy)
+        monkeypatch.setattr(racks_range, "_position", position_spy)
+        result = RANGE.assign(spec, topics)
+        monkeypatch.setattr(racks_range, "_placed_by_lanes", by_order)
+        assert result.members == RANGE.assign(spec, topics).members, seed
+        monkeypatch.undo()
+        check_assignment(spec, topics, result)
+    assert len(lanes_calls) > 300
+    assert kept_in_part  # some node kept the lowest indexes of a key and gave up the rest
+    assert split_types  # some type's moving indexes went to more than one node
