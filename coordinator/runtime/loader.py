@@ -158,7 +158,9 @@ def build_partition(store: RecordStore, image: PartitionImage, shard: Shard) -> 
     from their parsed records (``group_load.py``), the others record by record. A group whose
     records do not parse as one array of its keys and values (a corrupt record) is read again
     record by record from the store, whose replay says which record is corrupt. Raises
-    ``IllegalStateError`` (from decode/replay) on a corrupt store."""
+    ``IllegalStateError`` (from decode/replay) on a corrupt store. (What the join cannot
+    tell: bytes moved from a record's value to its key, or back, across a comma, which parse
+    joined as the two values they were cut from; the store's checksums are what find that.)"""
     start = time.perf_counter()
     loads, decode, replay = orjson.loads, codec.decode_parsed, shard.replay
     for group_id, (n, joined) in image.groups.items():

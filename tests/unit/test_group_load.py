@@ -540,6 +540,8 @@ CORRUPT: dict[str, list[StoredRecord]] = {
         *as_stored([classic_record(group_id="c")]),
     ],
     "unknown record type": [*_group(), _rec([99, "g"], [0], "g")],
+    # a value of two JSON values: the group's joined records count one more
+    "value of two json values": [*_group(), StoredRecord(b'[7,"g","a"]', b"[0,[]],[1]", "g")],
     "epoch not a number": [
         *_group(),
         _rec([8, "g", "a"], [0, "3", 2, 0, [[T, [0]]], [], [[3, [[T, [0]]]]]], "g"),
