@@ -2,7 +2,7 @@
 plugged in. The runtime, ``kip848 replay``/``dump``, the simulator, the explorer, the benchmarks
 and the tests all build their shards here, so every one of them can load any store. Likewise
 the cluster-level state machine (:func:`new_cluster`): the topic registry with the security
-metadata (ACLs, SCRAM credentials) plugged in.
+metadata (ACLs, SCRAM credentials) and the groups' dynamic configs plugged in.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from assignors.api import PartitionAssignor
 from coordinator.core.commands import IdSource
 from coordinator.core.config import GroupCoordinatorConfig
+from coordinator.core.group_configs import ClusterGroupConfigs
 from coordinator.core.model import TopicsImage
 from coordinator.core.shard import GroupCoordinatorShard
 from coordinator.core.topics import TopicRegistry
@@ -35,11 +36,29 @@ def new_shard(
 
 
 def new_cluster(
-    ids: IdSource, *, default_num_partitions: int = 1
+    ids: IdSource,
+    *,
+    default_num_partitions: int = 1,
+    config: GroupCoordinatorConfig | None = None,
 ) -> tuple[TopicRegistry, SecurityMetadata]:
     """The cluster-level state machine (the registry: load, write and roll it back) and its
-    security metadata component."""
+    security metadata component; its group configs component is :func:`group_configs_of`."""
     registry = TopicRegistry(ids, default_num_partitions=default_num_partitions)
     security = SecurityMetadata(registry.undo)
     registry.plug(security)
+    plug_group_configs(registry, config or GroupCoordinatorConfig())
     return registry, security
+
+
+def plug_group_configs(registry: TopicRegistry, config: GroupCoordinatorConfig) -> None:
+    """Plug the groups' dynamic configs (``ClusterGroupConfigs``) into ``registry``."""
+    configs = ClusterGroupConfigs(registry.undo, config)
+    registry.plug(configs)
+    registry.components[ClusterGroupConfigs] = configs
+
+
+def group_configs_of(registry: TopicRegistry) -> ClusterGroupConfigs:
+    """The groups' dynamic configs plugged into ``registry`` (:func:`plug_group_configs`)."""
+    found = registry.components[ClusterGroupConfigs]
+    assert isinstance(found, ClusterGroupConfigs)
+    return found

@@ -38,7 +38,7 @@ from coordinator.core.offsets import (
 from coordinator.core.target_assignment import run_job
 from coordinator.core.timers import DueTimer
 from coordinator.core.topics import NewTopic, TopicRegistry, TopicResult
-from coordinator.factory import Shard, new_shard
+from coordinator.factory import Shard, group_configs_of, new_shard, plug_group_configs
 from coordinator.runtime import requests
 from coordinator.runtime.driver import REGISTRY, Driver, RuntimeState
 from coordinator.runtime.requests import Command
@@ -101,7 +101,11 @@ class Harness:
         self.ids = ids or SequentialIds()
         self.clock = VirtualClock(now_ms)
         self.registry = TopicRegistry(self.ids)
+        plug_group_configs(self.registry, self.config)
+        self.group_configs = group_configs_of(self.registry)
+        """The groups' dynamic configs (the cluster log's), which the shard follows."""
         self.shard: Shard = new_shard(config=self.config, assignors=self.assignors, ids=self.ids)
+        self.shard.group_configs.follow(self.group_configs)
         self.shard.groups.parks_joins = parks_joins
         self.world = VirtualWorld(self.clock)
         self.driver = Driver(
@@ -371,7 +375,10 @@ class Harness:
         return self.run(lambda s: s.expire_offsets(self.now_ms))
 
     def alter_configs(self, group_id: str, changes: dict[str, str | None]) -> Result[None]:
-        return self.run(lambda s: s.alter_group_configs(group_id, changes))
+        """Alter a group's dynamic configs in the cluster log (the registry's component)."""
+        configs = self.group_configs
+        result: Result[None] = self._submit(REGISTRY, lambda _reg: configs.alter(group_id, changes))
+        return result
 
     def sleep(self, ms: int) -> list[Result[Any]]:
         """Advance the virtual clock, firing every timer that falls due, in order."""
@@ -551,6 +558,7 @@ class Harness:
     def replayed(self) -> Shard:
         """A fresh shard loaded from every record emitted so far."""
         fresh = new_shard(config=self.config, assignors=self.assignors, ids=SequentialIds("x"))
+        fresh.group_configs.follow(self.group_configs)
         fresh.undo.enabled = False
         for record in self.log:
             fresh.replay(record)

@@ -115,6 +115,7 @@ _FILLS: dict[int, tuple[str, ...]] = {
     16: ("regular_expression", "regex_topics", "regex_topics_version"),
     1016: ("config_name", "config_value"),
     1100: ("topic", "topic_id", "num_partitions"),
+    1104: ("config_name", "config_value"),
     1106: (
         "acl_resource_type",
         "acl_resource_name",
@@ -148,6 +149,7 @@ class Decoder:
             r.ConsumerGroupRegularExpressionKey: self._regex,
             r.GroupConfigKey: self._group_config,
             r.TopicKey: self._topic,
+            r.ConfigKey: self._config,
             r.AccessControlEntryKey: self._acl,
             r.UserScramCredentialKey: self._scram_credential,
         }
@@ -291,6 +293,14 @@ class Decoder:
 
     @staticmethod
     def _group_config(cols: dict[str, list[Any]], i: int, key: Any, v: Any) -> None:
+        cols["config_name"][i] = key.name
+        if v is not None:
+            cols["config_value"][i] = v.value
+
+    @staticmethod
+    def _config(cols: dict[str, list[Any]], i: int, key: Any, v: Any) -> None:
+        """A cluster log's config: of the group its resource names (its only kind)."""
+        cols["group_id"][i] = key.resource_name
         cols["config_name"][i] = key.name
         if v is not None:
             cols["config_value"][i] = v.value

@@ -73,6 +73,7 @@ RECORD_TYPES: dict[int, str] = {
     16: "ConsumerGroupRegularExpression",
     1016: "GroupConfig",
     1100: "Topic",
+    1104: "Config",
     1106: "AccessControlEntry",
     1111: "UserScramCredential",
 }
@@ -250,8 +251,10 @@ COLUMNS: tuple[Column, ...] = (
     Column("expire_timestamp", TIMESTAMP, "OffsetCommit", "when it expires (null: by retention)"),
     Column("topic_id", pa.string(), "Topic", "the topic's id (base64url UUID)"),
     Column("num_partitions", pa.int32(), "Topic", "the topic's partition count"),
-    Column("config_name", pa.string(), "GroupConfig", "a dynamic group config's name"),
-    Column("config_value", pa.string(), "GroupConfig", "its value (null on a tombstone: reset)"),
+    Column("config_name", pa.string(), "GroupConfig, Config", "a dynamic group config's name"),
+    Column(
+        "config_value", pa.string(), "GroupConfig, Config", "its value (null on a tombstone: reset)"
+    ),
     Column("protocol_type", pa.string(), "GroupMetadata", "a classic group's protocol type"),
     Column("generation", pa.int32(), "GroupMetadata", "a classic group's generation"),
     Column("protocol_name", pa.string(), "GroupMetadata", "the protocol the group chose"),

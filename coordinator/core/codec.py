@@ -143,6 +143,7 @@ _KEY_CLASSES: tuple[type[r.RecordKey], ...] = (
     r.ConsumerGroupRegularExpressionKey,
     r.GroupConfigKey,
     r.TopicKey,
+    r.ConfigKey,
     r.AccessControlEntryKey,
     r.UserScramCredentialKey,
 )
@@ -365,6 +366,12 @@ def _value_encoders() -> dict[
     def gc_dec(f: list[Any]) -> r.GroupConfigValue:
         return r.GroupConfigValue(value=f[0])
 
+    def cf_enc(v: r.ConfigValue) -> list[Any]:
+        return [v.value]
+
+    def cf_dec(f: list[Any]) -> r.ConfigValue:
+        return r.ConfigValue(value=f[0])
+
     def tp_enc(v: r.TopicValue) -> list[Any]:
         if v.partition_racks:  # trailing, as in the subscription metadata
             return [v.topic_id, v.num_partitions, _enc_racks(v.partition_racks)]
@@ -432,6 +439,7 @@ def _value_encoders() -> dict[
         t.CONSUMER_GROUP_REGULAR_EXPRESSION: (rx_enc, rx_dec),
         t.GROUP_CONFIG: (gc_enc, gc_dec),
         t.TOPIC: (tp_enc, tp_dec),
+        t.CONFIG: (cf_enc, cf_dec),
         t.ACCESS_CONTROL_ENTRY: (acl_enc, acl_dec),
         t.USER_SCRAM_CREDENTIAL: (scram_enc, scram_dec),
     }

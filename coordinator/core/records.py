@@ -37,8 +37,9 @@ class RecordType(IntEnum):
     """Record types, named and numbered as Kafka's ``CoordinatorRecordType`` (the share-group
     types 9-15 are not used here); 1001, 1002, 1016 and 1100 and up are this coordinator's own
     (transactional offsets — Kafka writes them as OffsetCommit records in the producer's
-    transaction, pending until its marker — group configs, topics, ACLs and SCRAM credentials,
-    which Kafka keeps in the controller's metadata log: 1106 and 1111 after its
+    transaction, pending until its marker — group configs as earlier versions kept them in the
+    group's partition, topics, configs, ACLs and SCRAM credentials, which Kafka keeps in the
+    controller's metadata log: 1104, 1106 and 1111 after its ConfigRecord (4),
     AccessControlEntryRecord (6) and UserScramCredentialRecord (11))."""
 
     OFFSET_COMMIT = 1
@@ -54,6 +55,7 @@ class RecordType(IntEnum):
     GROUP_TRANSACTION = 1002
     GROUP_CONFIG = 1016
     TOPIC = 1100
+    CONFIG = 1104
     ACCESS_CONTROL_ENTRY = 1106
     USER_SCRAM_CREDENTIAL = 1111
 
@@ -148,9 +150,9 @@ class ConsumerGroupRegularExpressionKey:
 
 @dataclass(frozen=True, slots=True)
 class GroupConfigKey:
-    """Per-group dynamic config (Kafka keeps these as ConfigRecords of resource type GROUP in
-    the controller; we keep them in the group's shard). May exist before the group does;
-    deleted with the group (tombstones in the group's deletion batch)."""
+    """Per-group dynamic config as earlier versions kept it, in the group's own partition. Read
+    when a partition is loaded and moved to the cluster log (:class:`ConfigKey`) in the same
+    batch that tombstones it here; never written otherwise."""
 
     TYPE: ClassVar[RecordType] = RecordType.GROUP_CONFIG
     group_id: str
@@ -162,6 +164,20 @@ class TopicKey:
     """The topic registry (Kafka's TopicRecord + PartitionRecord count). Cluster-level."""
 
     TYPE: ClassVar[RecordType] = RecordType.TOPIC
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigKey:
+    """A dynamic config of a resource (Kafka's ConfigRecord; ``resource_type`` is Kafka's
+    ConfigResource.Type: :data:`CONFIG_RESOURCE_GROUP` for a group's). Cluster-level, so every
+    node reads and writes it whoever leads the group; a tombstone reverts it to the default.
+    Its resource is named ``resource_name``, never ``group_id``: the record belongs to the
+    cluster log, not to a group's partition."""
+
+    TYPE: ClassVar[RecordType] = RecordType.CONFIG
+    resource_type: int
+    resource_name: str
     name: str
 
 
@@ -355,6 +371,11 @@ class GroupConfigValue:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ConfigValue:
+    value: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class TopicValue:
     topic_id: str
     num_partitions: int
@@ -396,6 +417,7 @@ RecordKey = (
     | ConsumerGroupRegularExpressionKey
     | GroupConfigKey
     | TopicKey
+    | ConfigKey
     | AccessControlEntryKey
     | UserScramCredentialKey
 )
@@ -562,6 +584,17 @@ def regex_tombstone(group_id: str, regex: str) -> Record:
 def group_config_record(group_id: str, name: str, value: str | None) -> Record:
     return Record(
         GroupConfigKey(group_id, name), None if value is None else GroupConfigValue(value=value)
+    )
+
+
+CONFIG_RESOURCE_GROUP = 32
+"""Kafka's ConfigResource.Type.GROUP."""
+
+
+def config_record(resource_type: int, resource_name: str, name: str, value: str | None) -> Record:
+    return Record(
+        ConfigKey(resource_type, resource_name, name),
+        None if value is None else ConfigValue(value=value),
     )
 
 

@@ -228,16 +228,14 @@ class GroupCoordinatorShard(Generic[C]):
     def on_topics_deleted(self, names: Sequence[str]) -> Result[None]:
         return self.offsets.on_topics_deleted(names)
 
-    def alter_group_configs(self, group_id: str, changes: Mapping[str, str | None]) -> Result[None]:
-        return self.group_configs.alter(group_id, changes)
-
     def group_config(self, group_id: str) -> dict[str, str]:
         """Effective per-group configs (overrides, else the broker defaults)."""
         return self.group_configs.effective(group_id)
 
     def delete_groups(self, group_ids: Sequence[str]) -> Result[list[DeleteGroupResult]]:
         """DeleteGroups: per group NONE, GROUP_ID_NOT_FOUND or NON_EMPTY_GROUP. A deleted group
-        loses its offsets and its config overrides in the same command (Kafka)."""
+        loses its offsets in the same command; its config overrides stay (cluster-level, as Kafka's
+        ConfigRecords stay in the metadata log)."""
         answers: list[DeleteGroupResult] = []
         result: Result[list[DeleteGroupResult]] = Result(response=answers)
         classic = self.classic_groups
@@ -270,7 +268,6 @@ class GroupCoordinatorShard(Generic[C]):
         self.offsets.delete_all(result, group_id)
         self.groups.delete_group(result, group_id)
         self.classic_groups.delete_group(result, group_id)
-        self.group_configs.delete_all(result, group_id)
         result.events.append(
             LogEvent(event=Event.GROUP_DELETED, group_id=group_id, fields={"reason": reason})
         )

@@ -138,6 +138,8 @@ class TopicRegistry:
         self._version = 0
         self._image: TopicsImage | None = TopicsImage()
         self._plugged: dict[r.RecordType, Callable[[r.Record], None]] = {}
+        self.components: dict[type, Component] = {}
+        """Plugged components a caller looks up by class (``factory.group_configs_of``)."""
 
     def plug(self, component: Component) -> None:
         """Add a cluster-level component (built on this registry's ``undo`` log): the records

@@ -441,6 +441,19 @@ class Driver:
             self._execute(i, lambda s: s.on_topics_deleted(names), False)
         return response, batch
 
+    def migrate_group_configs(self, index: int) -> Batch | None:
+        """Move the group configs an earlier version kept in partition ``index`` to the cluster
+        log (``group_configs.py``): the cluster log adopts them and the partition tombstones
+        them in one pending batch, so a crash keeps both or neither. None: nothing to move."""
+        self.check_serving()
+        configs = self.shards[index].group_configs
+        cluster = configs.cluster
+        if cluster is None or not len(configs):
+            return None
+        legacy = {gid: dict(configs[gid]) for gid in configs}
+        self._execute(self.shard_count, lambda _reg: cluster.adopt(legacy), False)
+        return self._execute(index, lambda s: s.group_configs.migrated(), False)[1]
+
     def _in_turn(
         self, key: int, fn: Callable[[Any], Any], read: bool, park: bool, fut: Any
     ) -> None:

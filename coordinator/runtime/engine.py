@@ -40,7 +40,7 @@ from .clock import ManualClock, SystemClock
 from .driver import Batch, Driver, RuntimeState
 from .loader import LoadStats, load_into
 from .offload import AssignorPool
-from .partitions import Partitions
+from .partitions import Partitions, migrate_group_configs
 from .requests import Command
 from .store import RecordStore, StoredRecord, StoreFencedError, StoreLostError
 from .storewatch import StoreWatch, rescue
@@ -183,6 +183,9 @@ class Engine:
             self._warm_up = loop.create_task(self.assignor_pool.start(), name="kip848-warm-up")
         self.watch.start(self._executor)
         self.health_changed()
+        if self.partitions is None:
+            for index in range(driver.shard_count):
+                await migrate_group_configs(driver, index)
         return stats
 
     async def close(self) -> None:

@@ -170,6 +170,7 @@ class Partitions:
             stats.groups,
             stats.seconds * 1e3,
         )
+        await migrate_group_configs(driver, partition)
 
     async def unload_partition(self, partition: int) -> None:
         """Hand ``partition`` over: refuse new commands, let its writes finish, forget it."""
@@ -311,6 +312,37 @@ class Partitions:
                     log.warning(
                         "Offsets of deleted topics not removed from partition %d: %s", i, exc
                     )
+
+
+MIGRATION_ATTEMPTS = 5
+"""How many times a partition's group configs of an earlier version are offered to the cluster
+log before they wait for the partition's next load (each attempt after a refusal: another node
+appended to the cluster log meanwhile, and this node catches up in between)."""
+
+
+async def migrate_group_configs(driver: Driver, partition: int) -> None:
+    """Move the group configs an earlier version kept in ``partition`` (just loaded) to the
+    cluster log (``Driver.migrate_group_configs``). Until they are moved they count for their
+    groups where the cluster log names none, so a failed attempt loses nothing."""
+    for attempt in range(1, MIGRATION_ATTEMPTS + 1):
+        try:
+            if driver.lead.states[partition] is not PartitionState.SERVING:
+                return
+            batch = driver.migrate_group_configs(partition)
+            if batch is None:
+                return
+            await driver.wait(batch)
+        except CoordinatorError as exc:
+            log.warning(
+                "Moving partition %d's group configs to the cluster log failed (attempt %d): %s",
+                partition,
+                attempt,
+                exc,
+            )
+            await asyncio.sleep(0.05 * attempt)
+            continue
+        log.info("Moved partition %d's group configs to the cluster log.", partition)
+        return
 
 
 def _journal(store: Any, log_id: int, start: int) -> list[Any]:

@@ -32,6 +32,7 @@ from coordinator.core.commands import (
 )
 from coordinator.core.config import GroupCoordinatorConfig
 from coordinator.core.errors import CoordinatorError, ErrorCode
+from coordinator.core.group_configs import effective_configs
 from coordinator.core.offsets import (
     OffsetCommit,
     OffsetCommitResponse,
@@ -48,7 +49,7 @@ from coordinator.core.transactions import (
     GroupTransaction,
     ProducerInitialized,
 )
-from coordinator.factory import Shard, new_cluster, new_shard
+from coordinator.factory import Shard, group_configs_of, new_cluster, new_shard
 from coordinator.routing import partition_for
 from coordinator.security.acls import AclBinding, AclBindingFilter
 from coordinator.security.metadata import (
@@ -119,11 +120,13 @@ class CoordinatorRuntime:
             assignors = observer.attach(self.shard_count, assignors)
         self._assignors = assignors
         self._topic_filter: Callable[[object, str, str], bool] | None = None
-        shards = [self.new_shard() for _ in range(self.shard_count)]
-        # The cluster-level state machine: topics, and the security metadata plugged into it.
+        # The cluster-level state machine: topics, and the security metadata and the groups'
+        # dynamic configs plugged into it.
         self.registry, self.security = new_cluster(
-            self.ids, default_num_partitions=config.num_partitions
+            self.ids, default_num_partitions=config.num_partitions, config=config
         )
+        self.group_configs = group_configs_of(self.registry)
+        shards = [self.new_shard() for _ in range(self.shard_count)]
         # Target assignments computed off the loop (offload.py): the worker pool (None when
         # group.consumer.assignor.offload.enable is false).
         self.assignor_pool = (
@@ -153,6 +156,7 @@ class CoordinatorRuntime:
         shard = new_shard(config=self.config, assignors=self._assignors, ids=self.ids)
         shard.groups.parks_joins = True  # a new group's first target covers a burst
         shard.groups.topic_filter = self._topic_filter
+        shard.group_configs.follow(self.group_configs)
         return shard
 
     @property
@@ -247,32 +251,42 @@ class CoordinatorRuntime:
     async def alter_group_configs(
         self, group_id: str, changes: Mapping[str, str | None], *, validate_only: bool = False
     ) -> None:
-        index = self.shard_index(group_id)
+        """Alter a group's dynamic configs in the cluster log, on any node (Kafka's
+        IncrementalAlterConfigs of a GROUP resource); the node leading the group applies them
+        on the group's next heartbeat."""
+        configs = self.group_configs
         if not validate_only:
-            await self._submit(index, lambda s: s.alter_group_configs(group_id, changes))
+            await self._submit(REGISTRY, lambda _reg: configs.alter(group_id, changes))
             return
 
-        def validate(s: Shard) -> None:
-            mark = s.mark()
+        def validate(reg: Any) -> None:
+            mark = reg.mark()
             try:
-                s.alter_group_configs(group_id, changes)
+                configs.alter(group_id, changes)
             finally:
-                s.rollback(mark)
+                reg.rollback(mark)
 
-        await self._submit(index, validate, read=True)
+        await self._submit(REGISTRY, validate, read=True)
 
     async def group_config(self, group_id: str) -> dict[str, str]:
-        return await self._submit(
-            self.shard_index(group_id), lambda s: s.group_config(group_id), read=True
-        )
+        """A group's effective dynamic configs (any node)."""
+        return (await self.describe_group_config(group_id))[0]
 
     async def describe_group_config(self, group_id: str) -> tuple[dict[str, str], dict[str, str]]:
-        """(effective configs, per-group overrides)."""
-        return await self._submit(
-            self.shard_index(group_id),
-            lambda s: (s.group_config(group_id), dict(s.group_configs.get(group_id, {}))),
-            read=True,
-        )
+        """(effective configs, per-group overrides), as the cluster log has them (any node);
+        for a group it names none of, those an earlier version kept in the group's partition
+        when this node serves it and they have not moved to the cluster log yet."""
+        configs = self.group_configs
+        index = self.shard_index(group_id)
+
+        def describe(_reg: Any) -> tuple[dict[str, str], dict[str, str]]:
+            overrides = configs.overrides(group_id)
+            if overrides is None and self.driver.lead.serving(index):
+                overrides = self.shards[index].group_configs.overrides(group_id)
+            found = dict(overrides or {})
+            return effective_configs(self.config, found), found
+
+        return await self._submit(REGISTRY, describe, read=True)
 
     async def list_groups(
         self, states: Sequence[str] = (), types: Sequence[str] = ()
@@ -484,7 +498,9 @@ class CoordinatorRuntime:
         for shard in self.shards:
             snap = shard.snapshot()
             groups.update(snap["groups"])
-            configs.update(snap["group_configs"])
+            configs.update(snap["group_configs"])  # an earlier version's, not migrated yet
+        cluster = self.group_configs
+        configs.update({gid: dict(sorted(cluster[gid].items())) for gid in cluster})
         return {
             "groups": dict(sorted(groups.items())),
             "group_configs": dict(sorted(configs.items())),

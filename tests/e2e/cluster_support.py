@@ -53,6 +53,14 @@ def settings(partitions: int, **more: object) -> tuple[str, ...]:
 STOP_TIMEOUT_S = 30.0
 
 
+def until(cond: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
+    """Poll ``cond`` every 100 ms until it holds; fail naming ``what`` after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
 class Nodes:
     """The coordinator nodes of one store."""
 

@@ -12,7 +12,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from cluster_support import Nodes, find_coordinator, settings
+from cluster_support import Nodes, find_coordinator, settings, until
 from conftest import every_acl, join_request, run_cli
 from kafka_support import KafkaClient, request
 
@@ -45,13 +45,6 @@ def describe(dsn: str) -> dict:
         return cluster_cli.describe(leases.state())
     finally:
         leases.close()
-
-
-def until(cond, what: str, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
 
 
 def test_describe_move_and_the_clients_view(pg_server, tmp_path: Path) -> None:

@@ -236,9 +236,11 @@ def summary(shard: Shard, registry: TopicRegistry | None = None) -> dict[str, An
         }
     for gid, offsets in sorted(shard.offsets.items()):
         out["offsets"][gid] = {f"{t}-{p}": v.offset for (t, p), v in sorted(offsets.items())}
-    out["configs"] = {
-        gid: dict(sorted(c.items())) for gid, c in sorted(shard.group_configs.items())
-    }
+    configs = {gid: dict(c) for gid, c in shard.group_configs.items()}  # an earlier version's
+    cluster = shard.group_configs.cluster  # the cluster log's (they win)
+    if cluster is not None:
+        configs.update({gid: dict(cluster[gid]) for gid in cluster})
+    out["configs"] = {gid: dict(sorted(c.items())) for gid, c in sorted(configs.items())}
     classic = {gid: _classic(g.durable) for gid, g in sorted(shard.classic_groups.items())}
     if classic:
         out["classic_groups"] = classic

@@ -112,11 +112,12 @@ def test_dump_and_replay(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     lines = out.splitlines()
     assert code == 0
     assert lines[0].startswith("-1/0\tTopic(name='t') -> TopicValue(")  # the cluster log first
-    g = partition_for("g", 2)
-    assert all(line.startswith(f"{g}/") for line in lines[1:])  # then g's partition
-    assert any(
-        "GroupConfig(group_id='g', name='consumer.session.timeout.ms')" in line for line in lines
+    assert lines[1] == (  # the group's config is the cluster log's
+        "-1/1\tConfig(resource_type=32, resource_name='g', name='consumer.session.timeout.ms')"
+        " -> ConfigValue(value='50000')"
     )
+    g = partition_for("g", 2)
+    assert all(line.startswith(f"{g}/") for line in lines[2:])  # then g's partition
     code, out, _ = run(capsys, "dump", "--data-dir", str(data), "--output", "json")
     records = [json.loads(line) for line in out.splitlines()]
     assert code == 0 and len(records) == len(lines)
@@ -128,13 +129,13 @@ def test_dump_and_replay(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
         "key": {"name": "t"},
         "value": {"topic_id": topic_id, "num_partitions": 4, "partition_racks": {}},
     }
-    assert {
-        "partition": g,
-        "offset": records[-1]["offset"],
-        "type": "GroupConfig",
-        "key": {"group_id": "g", "name": "consumer.session.timeout.ms"},
+    assert records[1] == {
+        "partition": -1,
+        "offset": 1,
+        "type": "Config",
+        "key": {"resource_type": 32, "resource_name": "g", "name": "consumer.session.timeout.ms"},
         "value": {"value": "50000"},
-    } in records
+    }
     targets = {
         r["key"]["member_id"]: r["value"]
         for r in records
@@ -146,8 +147,8 @@ def test_dump_and_replay(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     }
     code, out, _ = run(capsys, "dump", "--data-dir", str(data), "--journal", "--output", "json")
     entries = [json.loads(line) for line in out.splitlines()]
-    assert code == 0 and [(e["partition"], e["offset"]) for e in entries] == [(-1, 0)] + [
-        (g, n) for n in range(len(entries) - 1)
+    assert code == 0 and [(e["partition"], e["offset"]) for e in entries] == [(-1, 0), (-1, 1)] + [
+        (g, n) for n in range(len(entries) - 2)
     ]
     assert len(entries) > len(lines)  # the journal keeps overwritten records too
     assert all(isinstance(e["timestamp_ms"], int) and "type" in e for e in entries)

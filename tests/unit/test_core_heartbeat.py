@@ -1388,10 +1388,12 @@ def test_group_configs_take_effect_on_the_next_heartbeat_and_persist() -> None:
     h, _foo = one_member()
     h.sleep(1_000)
     res = h.alter_configs(G, {SESSION_CFG: "50000", HB_CFG: " 6000"})
-    assert res.records == [
-        r.group_config_record(G, HB_CFG, "6000"),
-        r.group_config_record(G, SESSION_CFG, "50000"),
+    assert res.records == [  # the cluster log's (Kafka's ConfigRecord of a GROUP resource)
+        r.config_record(r.CONFIG_RESOURCE_GROUP, G, HB_CFG, "6000"),
+        r.config_record(r.CONFIG_RESOURCE_GROUP, G, SESSION_CFG, "50000"),
     ]
+    assert h.store_log[-2:] == res.records
+    assert [rec for rec in h.log if rec.key.TYPE is r.RecordType.CONFIG] == []
     assert res.timers == []
     assert h.timers.get((SESSION, G, "A")) == (SESSION_MS, 0)  # existing timer untouched
     assert h.shard.group_config(G) == {SESSION_CFG: "50000", HB_CFG: "6000", AI_CFG: "1000"}
@@ -1401,7 +1403,7 @@ def test_group_configs_take_effect_on_the_next_heartbeat_and_persist() -> None:
     assert res.timers == [ArmTimer((SESSION, G, "A"), 1_000 + 50_000)]
     assert h.join("B", ["foo"]).response.heartbeat_interval_ms == 6_000
 
-    # Persisted: a replayed shard has the same overrides.
+    # Persisted in the cluster log: a replayed shard following it has the same overrides.
     fresh = h.replayed()
     assert fresh.group_config(G) == h.shard.group_config(G)
     assert fresh.group_configs.heartbeat_interval_ms(G) == 6_000
@@ -1410,7 +1412,7 @@ def test_group_configs_take_effect_on_the_next_heartbeat_and_persist() -> None:
 
     # Deleting an override returns to the broker default.
     res = h.alter_configs(G, {HB_CFG: None})
-    assert res.records == [r.group_config_record(G, HB_CFG, None)]
+    assert res.records == [r.config_record(r.CONFIG_RESOURCE_GROUP, G, HB_CFG, None)]
     assert h.shard.group_config(G) == {SESSION_CFG: "50000", HB_CFG: "5000", AI_CFG: "1000"}
     assert (
         h.heartbeat(

@@ -335,9 +335,10 @@ AI_CFG = "consumer.assignment.interval.ms"
 DEFAULTS = {SESSION_CFG: "45000", HB_CFG: "5000", AI_CFG: "1000"}
 
 
-def test_deleting_a_group_deletes_its_config_overrides(h: Harness) -> None:
-    """Kafka deletes a group's dynamic configs with the group: tombstones in the same batch; the
-    group created again under the same id starts from the defaults."""
+def test_deleting_a_group_keeps_its_config_overrides(h: Harness) -> None:
+    """KIP-848 and Kafka: a group's dynamic configs live in the cluster log (the controller's
+    ConfigRecords) and outlive the group; the group created again under the same id has
+    them."""
     h.alter_configs(G, {SESSION_CFG: "50000", HB_CFG: "7000"})
     h.join("A", ["foo"])
     h.commit(G, "A", 1, {("foo", 0): 1})
@@ -350,14 +351,11 @@ def test_deleting_a_group_deletes_its_config_overrides(h: Harness) -> None:
         r.target_assignment_epoch_tombstone(G),
         r.partition_metadata_tombstone(G),
         r.group_epoch_tombstone(G),
-        r.group_config_record(G, HB_CFG, None),
-        r.group_config_record(G, SESSION_CFG, None),
     ]
-    assert h.shard.group_config(G) == DEFAULTS
-    assert G not in h.shard.group_configs
+    assert h.shard.group_config(G) == {SESSION_CFG: "50000", HB_CFG: "7000", AI_CFG: "1000"}
     again = h.join("B", ["foo"])
-    assert again.response is not None and again.response.heartbeat_interval_ms == 5_000
-    assert ArmTimer((SESSION, G, "B"), h.now_ms + 45_000) in again.timers
+    assert again.response is not None and again.response.heartbeat_interval_ms == 7_000
+    assert ArmTimer((SESSION, G, "B"), h.now_ms + 50_000) in again.timers
     assert h.replayed().snapshot() == h.shard.snapshot()
 
 
@@ -372,7 +370,7 @@ def test_configs_of_a_group_that_does_not_exist_are_kept(h: Harness) -> None:
     assert h.shard.group_config("future")[HB_CFG] == "7000"
 
 
-def test_a_group_deleted_by_offset_expiry_loses_its_config_overrides(h: Harness) -> None:
+def test_a_group_deleted_by_offset_expiry_keeps_its_config_overrides(h: Harness) -> None:
     h.alter_configs(G, {HB_CFG: "7000"})
     h.alter_configs("simple", {HB_CFG: "8000"})
     h.join("A", ["foo"])
@@ -384,12 +382,10 @@ def test_a_group_deleted_by_offset_expiry_loses_its_config_overrides(h: Harness)
         r.target_assignment_epoch_tombstone(G),
         r.partition_metadata_tombstone(G),
         r.group_epoch_tombstone(G),
-        r.group_config_record(G, HB_CFG, None),
         r.offset_commit_tombstone("simple", "bar", 0),
-        r.group_config_record("simple", HB_CFG, None),
     ]
-    assert h.shard.group_config(G) == DEFAULTS
-    assert h.shard.group_config("simple") == DEFAULTS
+    assert h.shard.group_config(G)[HB_CFG] == "7000"
+    assert h.shard.group_config("simple")[HB_CFG] == "8000"
     assert h.replayed().snapshot() == h.shard.snapshot()
 
 

@@ -140,6 +140,11 @@ ALL_RECORDS: list[tuple[str, r.Record]] = [
     ("regex_tombstone", r.regex_tombstone(G, "ba.*")),
     ("group_config", r.group_config_record(G, "consumer.session.timeout.ms", "50000")),
     ("group_config_tombstone", r.group_config_record(G, "consumer.session.timeout.ms", None)),
+    ("config", r.config_record(r.CONFIG_RESOURCE_GROUP, G, "consumer.session.timeout.ms", "50000")),
+    (
+        "config_tombstone",
+        r.config_record(r.CONFIG_RESOURCE_GROUP, G, "consumer.session.timeout.ms", None),
+    ),
     (
         "offset_commit",
         r.offset_commit_record(
@@ -258,6 +263,7 @@ def test_record_types_are_kafkas() -> None:
         "GROUP_TRANSACTION": 1002,
         "GROUP_CONFIG": 1016,
         "TOPIC": 1100,
+        "CONFIG": 1104,
         "ACCESS_CONTROL_ENTRY": 1106,
         "USER_SCRAM_CREDENTIAL": 1111,
     }

@@ -36,7 +36,7 @@ from coordinator.core.errors import IllegalStateError
 from coordinator.core.group_load import load_group
 from coordinator.core.timeline import UndoLog
 from coordinator.core.topics import TopicRegistry
-from coordinator.factory import Shard, new_shard
+from coordinator.factory import Shard, new_cluster, new_shard
 from coordinator.harness import Harness
 from coordinator.routing import CLUSTER_LOG
 from coordinator.runtime.loader import LoadStats, load_into, read_partition
@@ -105,7 +105,7 @@ def fresh(store: RecordStore) -> tuple[list[Shard], TopicRegistry]:
         )
         for _ in range(store.partitions)
     ]
-    return shards, TopicRegistry(ids)
+    return shards, new_cluster(ids)[0]
 
 
 def load_new(store: RecordStore) -> tuple[list[Shard], LoadStats]:
@@ -246,7 +246,11 @@ def workload(seed: int, groups: int = 48) -> History:
                 h.heartbeat(group_id=gid, member_id=mid, member_epoch=-1)
             h.run(lambda s, gid=gid: s.delete_groups([gid]))
         if rng.random() < 0.3:
-            h.alter_configs(gid, {"consumer.session.timeout.ms": str(rng.choice([45_000, 50_000]))})
+            value = str(rng.choice([45_000, 50_000]))
+            if rng.random() < 0.5:  # in the cluster log
+                h.alter_configs(gid, {"consumer.session.timeout.ms": value})
+            else:  # in the group's partition, as an earlier version kept it
+                h.store_log.append(r.group_config_record(gid, "consumer.session.timeout.ms", value))
     return as_stored(h.store_log)
 
 

@@ -437,7 +437,8 @@ def test_delete_groups_refuses_a_classic_group_with_members_and_keeps_its_offset
     assert h.shard.snapshot() == before
 
 
-def test_delete_groups_deletes_an_empty_classic_group_with_its_offsets_and_configs() -> None:
+def test_delete_groups_deletes_an_empty_classic_group_with_its_offsets_not_its_configs() -> None:
+    """Its dynamic configs are the cluster log's and outlive it (KIP-848, Kafka)."""
     h = Harness(config=GroupCoordinatorConfig(classic_initial_rebalance_delay_ms=0))
     h.create_topic("foo", 2)
     member = stable_static_group(h)
@@ -450,9 +451,9 @@ def test_delete_groups_deletes_an_empty_classic_group_with_its_offsets_and_confi
     assert res.records == [
         r.offset_commit_tombstone("grp", "foo", 0),
         r.classic_group_tombstone("grp"),
-        r.group_config_record("grp", "consumer.heartbeat.interval.ms", None),
     ]
     assert "grp" not in h.shard.classic_groups and "grp" not in h.shard.offsets
+    assert h.shard.group_config("grp")["consumer.heartbeat.interval.ms"] == "7000"
     assert h.shard.list_groups() == []
     assert h.shard.snapshot() == h.replayed().snapshot()
 

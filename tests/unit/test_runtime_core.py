@@ -199,10 +199,8 @@ async def test_timer_touched_by_undurable_command_is_deferred() -> None:
     resp = await rt.heartbeat(join("g"))
     key = ("session", "g", resp.member_id)
     store.hold_appends()
-    # a config change is in flight, then the member heartbeats (zero records, waits on it)
-    alter = asyncio.ensure_future(
-        rt.alter_group_configs("other", {"consumer.session.timeout.ms": "50000"})
-    )
+    # another group's join is in flight, then the member heartbeats (zero records, waits on it)
+    alter = asyncio.ensure_future(rt.heartbeat(join("other")))
     await asyncio.sleep(0.01)
     hb = asyncio.ensure_future(rt.heartbeat(beat("g", resp.member_id, resp.member_epoch)))
     await asyncio.sleep(0.01)
