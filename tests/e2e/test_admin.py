@@ -268,11 +268,11 @@ def test_delete_groups(manual_server: ServerProcess) -> None:
             offsets_pb2.OffsetFetchResponse.Group(group_id="g-dg-simple"),
         ]
     )
-    # A deleted consumer group starts over: a new uid, epoch 1, and the server's configs (its
-    # overrides were deleted with it).
+    # A deleted consumer group starts over: a new uid, epoch 1, but its config overrides are
+    # the cluster's and outlive it (KIP-848, Kafka).
     again = s.heartbeat(**join_request("g-dg-empty", ["dg"], member_id="C"))
     assert again.member_epoch == 1 and join.member_epoch == 1
-    assert again.heartbeat_interval_ms == 5000
+    assert again.heartbeat_interval_ms == 7000
     assert (
         s.heartbeat(
             group_id="g-dg-busy", member_id="A", member_epoch=1, topic_partitions=owned((t, [0]))

@@ -3,7 +3,7 @@ both listeners, asserting the answer and that a refused request changed nothing.
 
 The coordinator is the real server (gRPC on h2, two Kafka listeners, the runtime) in this
 process, so the test reads its whole state before and after each request (every shard's
-snapshot: groups, offsets, configs; the topics, the ACLs, the users). Each column is a
+snapshot: groups, offsets; the topics, the group configs, the ACLs, the users). Each column is a
 principal and what it may do, and it authenticates for real: over gRPC with a bearer JWT signed
 by the test's JWKS, over Kafka with SASL/SCRAM-SHA-256 (scramp as the client) on the
 SASL_PLAINTEXT listener; the anonymous column sends no token and uses the PLAINTEXT listener.
@@ -126,11 +126,12 @@ class Coordinator:
         async def read() -> dict[str, Any]:
             runtime = self.server.runtime
             await runtime.flush()
-            # Every shard's whole state (groups, classic groups, offsets, configs), the topics,
-            # the ACLs and the users.
+            # Every shard's whole state (groups, classic groups, offsets), the topics, the group
+            # configs, the ACLs and the users.
             return {
                 "shards": [shard.snapshot() for shard in runtime.shards],
                 "topics": runtime.registry.list_topics(),
+                "group_configs": runtime.group_configs.snapshot(),
                 "security": runtime.security.snapshot(),
             }
 
