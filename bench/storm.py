@@ -442,14 +442,16 @@ join is answered. The interval-0 rows (every join computes, as before Kafka 4.3)
 
 ### With keepalive, limits, windows and fairness on
 
-These rows were measured with the gRPC server's keepalive, ping policy, flow-control windows,
-per-connection bounds and the per-group concurrency limit (docs/operations.md, "gRPC server
-options"), on a machine whose load fell from 8.8 to 3.0 during the run. The quiet run before
-them (load 0.1-0.3, commit fe53473) had the defaults' 5,000-member gRPC row at probe
-1/28/72 ms. In three alternating pairs of that row in one sitting (load 3.7 to 7.6), the server
-before this round (b77a0ad) and this one gave probe p99 148, 215, 223 ms and 258, 222, 283 ms,
-max 465, 616, 272 ms and 376, 876, 305 ms, nothing refused or unanswered in either: the
-machine's load dominates, and what is left of a difference is within its noise."""
+The rows above were measured with the gRPC server's keepalive, ping policy, flow-control
+windows, per-connection bounds, the per-group concurrency limit, the read budget and the
+durable answers given 128 per loop step (docs/operations.md, "gRPC server options" and "Bursts
+and overload"), under the exclusive CPU lock on a machine whose load fell from 2.2 to 0.2: the
+defaults' 5,000-member rows met every target over both protocols (probe 1/22/56 ms over gRPC,
+1/24/47 ms over the Kafka protocol), where grpc.aio in the same sitting gave 2/579/1,258 ms
+(one process) and 2/509/927 ms (two front ends). The previous publication of these rows
+(commit c0c2fc9, before the read budget and the answers per step, load 8.8 falling to 3.0) had
+them at 2/153/473 ms (gRPC) and 1/40/234 ms (Kafka): on 2 shared cores, the machine's load
+weighs as much as the server's own work."""
 
 
 OVERLOAD_FINDINGS = """### Overload: 10,000 members joining one group at once
@@ -520,7 +522,16 @@ Python), every callback that took 5 ms or more of the loop thread's CPU recorded
 ran, and every garbage collection (its CPU, from `gc.callbacks`; a collection inside a callback
 counts in both). CPU time, not wall time: it is the server's own work, whatever else the machine
 runs. Columns: the three longest callbacks (CPU ms and what they ran: a task's coroutine, or the
-callback) and how many took over 20 ms; the collections, their CPU in all and the longest."""
+callback) and how many took over 20 ms; the collections, their CPU in all and the longest.
+
+In the rows of this section (load 0.5-2.2): the longest callback of each row (about 250 ms,
+`_read_ready`) is not the storm's: it is the benchmark's ConsumerGroupDescribe of the
+10,000-member group, sent after the storm has settled and the probe has stopped (its first
+step, encoding 10,000 members, runs in the read that brings it: `eager.py`; found with
+`LOOPPROF_STACKS`). During the storm: installing the target (73-75 ms, one command), the batch
+that makes the storm's joins durable (49 ms in `Engine._writer_loop`: a log line per join event
+and the members' session timers settled in one step), and collections (the longest 18 and
+67 ms)."""
 
 
 def _convergence(r: dict[str, Any]) -> str:
