@@ -30,6 +30,8 @@ from conftest import ServerProcess
 from kip848.v1 import (
     classic_group_pb2,
     classic_group_pb2_grpc,
+    consumer_group_pb2,
+    consumer_group_pb2_grpc,
     offsets_pb2,
     offsets_pb2_grpc,
 )
@@ -132,30 +134,64 @@ def find_coordinator(server: ServerProcess, group: str) -> tuple[int, str]:
     return c.error_code, f"{c.host}:{c.port}"
 
 
-def committed(server: ServerProcess, group: str, channel_for: Callable[[str], Any]) -> dict:
-    """``group``'s committed offsets ({(topic, partition): offset}), asked of its coordinator
-    (found through ``server``; bounded retries while it moves)."""
+def at_coordinator(
+    server: ServerProcess,
+    group: str,
+    channel_for: Callable[[str], Any],
+    ask: Callable[[Any], tuple[int, Any]],
+) -> Any:
+    """What ``ask`` (a channel -> (error code, answer)) gets from ``group``'s coordinator, found
+    through ``server``; bounded retries while the group moves or loads."""
     deadline = time.monotonic() + 30
     while True:
         code, address = find_coordinator(server, group)
         if code == 0:
-            stub = offsets_pb2_grpc.OffsetServiceStub(channel_for(address))
-            resp = stub.OffsetFetch(
-                offsets_pb2.OffsetFetchRequest(
-                    groups=[offsets_pb2.OffsetFetchRequest.Group(group_id=group)]
-                ),
-                timeout=5,
-            )
-            g = resp.groups[0]
-            if g.error_code == 0:
-                return {
-                    (t.name, p.partition_index): p.committed_offset
-                    for t in g.topics
-                    for p in t.partitions
-                }
-            code = g.error_code
-        assert time.monotonic() < deadline, f"no committed offsets of {group} ({code})"
+            code, answer = ask(channel_for(address))
+            if code == 0:
+                return answer
+        assert time.monotonic() < deadline, f"{group}'s coordinator did not answer ({code})"
         time.sleep(0.1)
+
+
+def committed(server: ServerProcess, group: str, channel_for: Callable[[str], Any]) -> dict:
+    """``group``'s committed offsets ({(topic, partition): offset}), asked of its coordinator."""
+
+    def ask(channel: Any) -> tuple[int, dict]:
+        resp = offsets_pb2_grpc.OffsetServiceStub(channel).OffsetFetch(
+            offsets_pb2.OffsetFetchRequest(
+                groups=[offsets_pb2.OffsetFetchRequest.Group(group_id=group)]
+            ),
+            timeout=5,
+        )
+        g = resp.groups[0]
+        return g.error_code, {
+            (t.name, p.partition_index): p.committed_offset for t in g.topics for p in t.partitions
+        }
+
+    return at_coordinator(server, group, channel_for, ask)
+
+
+def described(server: ServerProcess, group: str, channel_for: Callable[[str], Any]) -> tuple:
+    """``group`` as its coordinator describes it, whole: the ConsumerGroupDescribe answer and
+    the classic DescribeGroups answer (each group is one of the two; the other says so)."""
+
+    def ask(channel: Any) -> tuple[int, tuple]:
+        consumer = consumer_group_pb2_grpc.ConsumerGroupServiceStub(channel).ConsumerGroupDescribe(
+            consumer_group_pb2.ConsumerGroupDescribeRequest(group_ids=[group]), timeout=5
+        )
+        classic = classic_group_pb2_grpc.ClassicGroupServiceStub(channel).DescribeGroups(
+            classic_group_pb2.DescribeGroupsRequest(group_ids=[group]), timeout=5
+        )
+        codes = {consumer.error_code, classic.error_code}
+        codes |= {g.error_code for g in (*consumer.groups, *classic.groups)}
+        moving = codes & {
+            14,
+            15,
+            16,
+        }  # COORDINATOR_LOAD_IN_PROGRESS, _NOT_AVAILABLE, NOT_COORDINATOR
+        return (moving.pop() if moving else 0), (consumer, classic)
+
+    return at_coordinator(server, group, channel_for, ask)
 
 
 def journal_epochs(dsn: str) -> dict[int, list[int]]:

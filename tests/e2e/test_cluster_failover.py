@@ -30,6 +30,7 @@ from cluster_support import (
     Workers,
     commit_epochs,
     committed,
+    described,
     journal_epochs,
     settings,
 )
@@ -120,6 +121,10 @@ def test_nodes_fail_over_under_real_clients(pg_server, tmp_path: Path) -> None:
             for tp, offset in offsets.items():
                 assert offset >= acked[-1] and offset in sent, (group, tp, offset, acked[-1])
             finals[group] = offsets
+    # The groups, whole, as their coordinators describe them (the clients have left).
+    states = {group: described(server, group, channel_for) for group in finals}
+    for group, (_consumer, classic) in states.items():
+        assert classic.groups[0].generation_id > 0, (group, classic)  # it has a history
 
     # Every group served again soon after each fault. After kill -9 every group commits again
     # within the lease and its load (milliseconds for a few groups) and the clients'
@@ -156,11 +161,12 @@ def test_nodes_fail_over_under_real_clients(pg_server, tmp_path: Path) -> None:
     assert resumed_at > paused_at
 
     # The state is the replay of the logs: one node loading everything afresh answers the
-    # same offsets.
+    # same offsets and describes every group the same way, whole.
     nodes.stop_all()
     nodes.start(9)
     for group, offsets in finals.items():
         assert committed(nodes.procs[9], group, channel_for) == offsets
+        assert described(nodes.procs[9], group, channel_for) == states[group], group
     nodes.stop_all()
     for ch in channels.values():
         ch.close()
