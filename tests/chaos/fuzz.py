@@ -44,6 +44,7 @@ from kip848.v1 import (
     offsets_pb2,
 )
 
+from .killloop import wait_loaded
 from .server import REPO, ForkServer, start_subprocess
 
 PROTO_DIR = REPO / "proto" / "kip848" / "v1"
@@ -401,6 +402,9 @@ async def run(address: str, total: int, *, seed: int, concurrency: int = 32) -> 
     counter = iter(range(total))
 
     async with grpc.aio.insecure_channel(address) as channel:
+        # The server answers while it loads its store (COORDINATOR_LOAD_IN_PROGRESS, in-band):
+        # the fuzz starts once it serves, so that every answer is judged against a loaded one.
+        await wait_loaded(channel)
         streaming = streaming_methods()
         calls = {
             name: (
