@@ -27,6 +27,8 @@ from typing import Any
 
 from conftest import ServerProcess
 
+from coordinator.cli import cluster as cluster_cli
+from coordinator.runtime.store.postgres_leases import PostgresLeases
 from kip848.v1 import (
     classic_group_pb2,
     classic_group_pb2_grpc,
@@ -122,6 +124,15 @@ class Nodes:
 
     def any(self) -> ServerProcess:
         return next(iter(self.procs.values()))
+
+
+def describe_cluster(dsn: str) -> dict:
+    """What ``kip848 cluster describe`` prints, read in this process (quicker to poll)."""
+    leases = PostgresLeases(dsn, where="test")
+    try:
+        return cluster_cli.describe(leases.state())
+    finally:
+        leases.close()
 
 
 def find_coordinator(server: ServerProcess, group: str) -> tuple[int, str]:

@@ -11,25 +11,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from cluster_support import Nodes, settings, until
+from cluster_support import describe_cluster as describe
 from conftest import join_request
 
-from coordinator.cli import cluster as cluster_cli
 from coordinator.routing import partition_for
-from coordinator.runtime.store.postgres_leases import PostgresLeases
 
 P = 4
 HB = "consumer.heartbeat.interval.ms"
 SESSION = "consumer.session.timeout.ms"
 CALL_TIMEOUT_S = 15.0
-
-
-def describe(dsn: str) -> dict:
-    """``kip848 cluster describe``'s view."""
-    leases = PostgresLeases(dsn, where="test")
-    try:
-        return cluster_cli.describe(leases.state())
-    finally:
-        leases.close()
 
 
 def leaders(dsn: str) -> dict[int, int | None]:

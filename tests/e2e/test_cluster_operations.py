@@ -13,13 +13,12 @@ import time
 from pathlib import Path
 
 from cluster_support import Nodes, find_coordinator, settings, until
+from cluster_support import describe_cluster as describe
 from conftest import every_acl, join_request, run_cli
 from kafka_support import KafkaClient, request
 
-from coordinator.cli import cluster as cluster_cli
 from coordinator.observability.cluster_metrics import PARTITION_STATES
 from coordinator.routing import partition_for
-from coordinator.runtime.store.postgres_leases import PostgresLeases
 from kip848.v1 import (
     admin_pb2,
     classic_group_pb2,
@@ -36,15 +35,6 @@ def describe_cli(dsn: str) -> dict:
     out = run_cli("cluster", "describe", "--store", dsn, "--output", "json")
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout)
-
-
-def describe(dsn: str) -> dict:
-    """What ``describe_cli`` prints, read in this process (quicker to poll)."""
-    leases = PostgresLeases(dsn, where="test")
-    try:
-        return cluster_cli.describe(leases.state())
-    finally:
-        leases.close()
 
 
 def test_describe_move_and_the_clients_view(pg_server, tmp_path: Path) -> None:

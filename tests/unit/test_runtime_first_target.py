@@ -27,6 +27,15 @@ from coordinator.runtime.store import MemoryRecordStore, StoreWriteError
 BATCHING = {"group.consumer.assignment.interval.ms": "1000"}
 
 
+def owned_once(answers: list[Any], topic_id: Any) -> Counter[int]:
+    """How many answers assign each partition of ``topic_id``."""
+    owned: Counter[int] = Counter()
+    for a in answers:
+        assert a.assignment is not None
+        owned.update(a.assignment.assigned[topic_id])
+    return owned
+
+
 def targets_written(store: MemoryRecordStore, group_id: str) -> list[int]:
     """The assignment epochs of the group's target metadata records, in journal order."""
     out = []
@@ -181,11 +190,7 @@ async def test_parked_joins_are_answered_turn_after_turn_not_write_after_write()
         store.release_appends()
         answers = await asyncio.wait_for(asyncio.gather(*joins), 30)
         assert {a.member_epoch for a in answers} == {300}
-        owned: Counter[int] = Counter()
-        for a in answers:
-            assert a.assignment is not None
-            owned.update(a.assignment.assigned[topic.topic_id])
-        assert owned == Counter(range(600))
+        assert owned_once(answers, topic.topic_id) == Counter(range(600))
         await rt.flush()
         assert targets_written(store, "g") == [300]
     finally:
@@ -254,11 +259,7 @@ async def test_answers_under_way_whose_write_fails_are_given_again() -> None:
         answers = await asyncio.wait_for(asyncio.gather(*joins), 30)
         assert store.failed == 1 and rt.stats["failed_batches"] >= 1
         assert {a.member_epoch for a in answers} == {300}
-        owned: Counter[int] = Counter()
-        for a in answers:
-            assert a.assignment is not None
-            owned.update(a.assignment.assigned[topic.topic_id])
-        assert owned == Counter(range(600))
+        assert owned_once(answers, topic.topic_id) == Counter(range(600))
         await rt.flush()
         assert targets_written(store, "g") == [300]
         for _ in range(300):  # bounded: 3 s (a retry due after the failure finds nothing)
