@@ -43,10 +43,12 @@ from .common import (
 def _epoch_seq(g: DataFrame) -> DataFrame:
     """Adds, from the group's records in offset order: ``epoch_seq`` (ConsumerGroupMetadata
     records at or before the row), ``epoch`` (the group epoch in force: that of the last such
-    record, null after a group tombstone), ``session_cfg`` (the group's dynamic session
-    timeout in force, null for the default), ``next3`` (the next ConsumerGroupMetadata
-    record: offset, time, tombstone) and ``classic_gone_ts`` (time of the last classic group
-    tombstone, i.e. of an upgrade)."""
+    record, null after a group tombstone), ``session_cfg`` (the dynamic session timeout the
+    group's partition holds, from GroupConfig records as earlier versions wrote them: null for
+    none; :func:`_session_in_force` weighs it against the cluster log's), ``next3`` (the next
+    ConsumerGroupMetadata record: offset, time, tombstone) and ``classic_gone_ts`` (time of the
+    last classic group tombstone, i.e. of an upgrade). A Config record of the group (the
+    cluster log's) has an offset of another log: its row's values mean nothing."""
     w = Window.partitionBy("group_id").orderBy("offset")
     upto = w.rowsBetween(Window.unboundedPreceding, 0)
     t = F.col("record_type_id")
@@ -87,6 +89,68 @@ def _epoch_seq(g: DataFrame) -> DataFrame:
         )
     )
     return out
+
+
+def _cluster_configs(rows: DataFrame) -> DataFrame:
+    """The group configs of the cluster log (Config records, in its offset order): after each
+    record of a group, ``cluster_cfg``: whether the cluster log names any config of the group
+    (``named``) and the session timeout it sets (``session``: null for none)."""
+    c = rows.filter(F.col("record_type_id") == 1104).select(
+        "group_id", "offset", "ts_ms", "config_name", "config_value"
+    )
+    live = F.col("config_value").isNotNull()
+    was_live = F.lag(live).over(Window.partitionBy("group_id", "config_name").orderBy("offset"))
+    upto = (
+        Window.partitionBy("group_id").orderBy("offset").rowsBetween(Window.unboundedPreceding, 0)
+    )
+    session = F.last(
+        F.when(
+            F.col("config_name") == SESSION_TIMEOUT_CONFIG,
+            F.coalesce(F.col("config_value"), F.lit("default")),
+        ),
+        ignorenulls=True,
+    ).over(upto)
+    return (
+        c.withColumn("d_named", live.cast("int") - F.coalesce(was_live, F.lit(False)).cast("int"))
+        .withColumn("named", F.sum("d_named").over(upto) > 0)
+        .withColumn("session", F.when(session != "default", session.cast("long")))
+        .select(
+            "group_id",
+            "offset",
+            "ts_ms",
+            F.struct("named", "session").alias("cluster_cfg"),
+        )
+    )
+
+
+def _session_in_force(m: DataFrame, rows: DataFrame) -> DataFrame:
+    """``m`` (records of the groups' partitions with ``session_cfg``) with ``session_cfg``
+    replaced by the group's dynamic session timeout in force at each row, as the coordinator
+    reads its group configs: the cluster log's when it names any config of the group, else the
+    partition's (an earlier version's GroupConfig records, which the runtime moves into the
+    cluster log when it loads the partition). The cluster log's Config records are another
+    log: they count in the group's timeline by time, the state after the latest one (by time,
+    then by the cluster log's offset) at or before the row's time, so a record at the same
+    millisecond as the row counts. One sort of the rows with the groups' Config records."""
+    cfg = _cluster_configs(rows).withColumn("is_cfg", F.lit(True))
+    w = (
+        Window.partitionBy("group_id")
+        .orderBy("ts_ms", F.col("is_cfg").desc(), "offset")
+        .rowsBetween(Window.unboundedPreceding, 0)
+    )
+    both = m.withColumn("is_cfg", F.lit(False)).unionByName(cfg, allowMissingColumns=True)
+    cluster = F.last("cluster_cfg", ignorenulls=True).over(w)
+    return (
+        both.withColumn("cluster_cfg", cluster)
+        .filter(~F.col("is_cfg"))
+        .withColumn(
+            "session_cfg",
+            F.when(F.col("cluster_cfg.named"), F.col("cluster_cfg.session")).otherwise(
+                F.col("session_cfg")
+            ),
+        )
+        .drop("is_cfg", "cluster_cfg")
+    )
 
 
 def _member_events(rows: DataFrame, params: Params) -> DataFrame:
@@ -178,6 +242,7 @@ def _member_events(rows: DataFrame, params: Params) -> DataFrame:
         )
         .filter(t == 5)
     )
+    m = _session_in_force(m, rows)
     was_live = F.coalesce(F.col("prev5_live"), F.lit(False))
     # Whether the member speaks the classic protocol as of this record (for a removal: what it
     # was), and how the group's count of classic members changes here (a mixed group has some).

@@ -61,16 +61,53 @@ def compute(
         if r["group_id"] is not None:
             by_group[r["group_id"]].append(r)
     for gid in sorted(by_group):
-        grows = sorted(by_group[gid], key=lambda r: r["offset"])
-        _group(gid, grows, res, session_timeout_ms, complete)
+        # The group's partition and its Config records of the cluster log (another log).
+        grows = sorted(
+            (r for r in by_group[gid] if r["record_type_id"] != 1104), key=lambda r: r["offset"]
+        )
+        configs = _cluster_configs(r for r in by_group[gid] if r["record_type_id"] == 1104)
+        _group(gid, grows, res, session_timeout_ms, complete, configs)
         oracle_classic.classic(gid, grows, res, complete)
         _commits(gid, grows, res, bucket_s, t0_us)
     oracle_classic.migrations(res)
     return res
 
 
+ClusterConfigs = list[tuple[int, int, dict[str, str]]]
+"""A group's configs in the cluster log: (time, offset, every override after the record)."""
+
+
+def _cluster_configs(rows: Any) -> ClusterConfigs:
+    out: ClusterConfigs = []
+    now: dict[str, str] = {}
+    for r in sorted(rows, key=lambda r: r["offset"]):
+        now = dict(now)
+        if r["config_value"] is None:
+            now.pop(r["config_name"], None)
+        else:
+            now[r["config_name"]] = r["config_value"]
+        out.append((r["ts_ms"], r["offset"], now))
+    return out
+
+
+def _group_session(configs: ClusterConfigs, ts: int, partition: int | None) -> int | None:
+    """The group's dynamic session timeout at time ``ts``: the cluster log's overrides after
+    its latest record at or before ``ts`` when they name any config, else the partition's."""
+    earlier = [c for c in configs if c[0] <= ts]
+    overrides = max(earlier, key=lambda c: (c[0], c[1]))[2] if earlier else {}
+    if not overrides:
+        return partition
+    value = overrides.get(M.SESSION_TIMEOUT_CONFIG)
+    return None if value is None else int(value)
+
+
 def _group(
-    gid: str, rows: list[dict[str, Any]], res: Result, default_session: int, complete: bool
+    gid: str,
+    rows: list[dict[str, Any]],
+    res: Result,
+    default_session: int,
+    complete: bool,
+    configs: ClusterConfigs,
 ) -> None:
     members: dict[str, dict[str, Any]] = {}
     last8: dict[str, tuple[int, str, int]] = {}
@@ -120,7 +157,11 @@ def _group(
                 )
                 nxt3 = next((x for x in rows[i + 1 :] if x["record_type_id"] == 3), None)
                 converted = nxt3 is not None and nxt3["tombstone"] and nxt3["ts_ms"] == ts
-                s = prev["classic_sto"] or session_cfg or default_session
+                s = (
+                    prev["classic_sto"]
+                    or _group_session(configs, ts, session_cfg)
+                    or default_session
+                )
                 l8 = last8.get(mid)
                 if replaced:
                     reason = M.REPLACED
@@ -142,6 +183,7 @@ def _group(
                         "member_id": mid,
                         "offset": r["offset"],
                         "reason": reason,
+                        "session_timeout_ms": s,
                     }
                 )
                 if replaced:

@@ -106,6 +106,7 @@ def classic(gid: str, rows: list[dict[str, Any]], res: Any, complete: bool) -> N
                     "removed_ms": at,
                     "replaced_by": pairs.get(mid) if reason == REPLACED else None,
                     "instance_id": by_id.get(mid, {}).get("instance_id"),
+                    "session_timeout_ms": by_id.get(mid, {}).get("session_timeout_ms"),
                 }
             )
         for old, new in pairs.items():

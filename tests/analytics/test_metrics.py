@@ -128,12 +128,9 @@ def _compare(spark: Any, path: Path) -> tuple[dict[str, list[dict[str, Any]]], o
     assert sorted(spark_bumps) == sorted(oracle_bumps)
     for key in sorted(oracle_bumps):
         assert spark_bumps[key] == oracle_bumps[key], key
-    assert sorted(
-        (r["group_id"], r["group_type"], r["member_id"], r["offset"], r["reason"])
-        for r in got["member_removals"]
-    ) == sorted(
-        (r["group_id"], r["group_type"], r["member_id"], r["offset"], r["reason"])
-        for r in want.removals
+    removal = ("group_id", "group_type", "member_id", "offset", "reason", "session_timeout_ms")
+    assert sorted(tuple(r[k] for k in removal) for r in got["member_removals"]) == sorted(
+        tuple(r[k] for k in removal) for r in want.removals
     )
     assert sorted(
         (
@@ -382,3 +379,119 @@ def test_a_version_1_export_gives_the_oracles_tables(spark: Any) -> None:
     assert {m["direction"] for m in want.migrations} == {"upgrade"}
     classic = [r for r in got["rebalances"] if r["group_type"] == "classic"]
     assert classic and all(r["join_ms"] is None for r in classic)
+
+
+# ------------------------------------------------ the session timeout a group's configs set
+
+SESSION = M.SESSION_TIMEOUT_CONFIG
+
+
+def _session_config_store(path: Path) -> dict[str, Any]:
+    """Groups with a dynamic session timeout, written by the runtime (minimum session timeout
+    10 s, default 45 s): ``a``'s override (10 s) set through the runtime, so only in the
+    cluster log; ``b``'s (20 s) written by an earlier version into b's partition (a GroupConfig
+    record), which the runtime moves into the cluster log when it loads the store, then
+    altered to 10 s at +60 s and reset to the default at +120 s. Each consumer joins alone and
+    crashes 6 s later (the coordinator removes it one session timeout after its last
+    heartbeat), but ``b3`` leaves 15 s after it joined. Returns the consumers' member ids."""
+    from coordinator.analytics.workload import START_MS, Consumer, Driver
+    from coordinator.core import codec
+    from coordinator.core import records as r
+    from coordinator.runtime.store import SqliteRecordStore, StoredRecord
+
+    with SqliteRecordStore(path, sync="off", partitions=1) as store:
+        key, value = codec.encode(r.group_config_record("b", SESSION, "20000"))
+        store.append([StoredRecord(key, value, "b")], START_MS - 60_000)
+    members: dict[str, Any] = {}
+
+    async def run() -> None:
+        settings = {"group.consumer.min.session.timeout.ms": "10000"}
+        d = Driver(str(path), seed=4, shards=1, settings=settings)
+        await d.start()
+        await d.create_topic("t", 2)
+        await d.runtime.alter_group_configs("a", {SESSION: "10000"})
+
+        def consumer(name: str, group: str, at_s: int, *, crash_s: int = 0) -> None:
+            c = Consumer(d, group, ("t",), client_id=name, commit_interval_ms=10**9)
+            members[name] = c
+            c.start(START_MS + at_s * 1000)
+
+            async def end() -> None:
+                if crash_s:
+                    c.crash()
+                else:
+                    await c.leave()
+
+            d.at(START_MS + (crash_s or at_s + 15) * 1000, end)
+
+        async def alter(value: str | None) -> None:
+            await d.runtime.alter_group_configs("b", {SESSION: value})
+
+        consumer("a1", "a", 1, crash_s=7)
+        consumer("b1", "b", 1, crash_s=7)
+        d.at(START_MS + 60_000, lambda: alter("10000"))
+        consumer("b2", "b", 70, crash_s=76)
+        d.at(START_MS + 120_000, lambda: alter(None))
+        consumer("b3", "b", 130)
+        await d.run(START_MS + 200_000)
+        await d.close()
+
+    asyncio.run(run())
+    return {name: c.member_id for name, c in members.items()}
+
+
+def test_removals_are_judged_with_the_session_timeout_of_the_group_configs(
+    spark: Any, tmp_path: Path
+) -> None:
+    """A member's removal is judged with the group's dynamic session timeout in force when it
+    was removed, from the cluster log's Config records (by time) and an earlier version's
+    GroupConfig records of the group's partition: a crashed member removed one (short)
+    session timeout after its last heartbeat is no "member_left" as the server's default would
+    make it."""
+    from coordinator.analytics.workload import START_MS
+
+    ids = _session_config_store(tmp_path / "s")
+    export_journal(tmp_path / "s", tmp_path / "j.parquet")
+    rows = oracle.load(str(tmp_path / "j.parquet"))
+    configs = [
+        (r["record_type"], r["shard"], r["group_id"], r["config_value"], r["ts_ms"] - START_MS)
+        for r in rows
+        if r["record_type_id"] in (1016, 1104)
+    ]
+    # The journal (the cluster log, then the partition): b's GroupConfig moved to the cluster
+    # log at the load (its Config and the partition's tombstone in one batch), the alterations.
+    assert configs == [
+        ("Config", None, "b", "20000", 0),
+        ("Config", None, "a", "10000", 0),
+        ("Config", None, "b", "10000", 60_000),
+        ("Config", None, "b", None, 120_000),
+        ("GroupConfig", 0, "b", "20000", -60_000),
+        ("GroupConfig", 0, "b", None, 0),
+    ]
+    got, want = _compare(spark, tmp_path / "j.parquet")
+    removed_at = {
+        r["member_id"]: r["offset"] for r in rows if r["record_type_id"] == 5 and r["tombstone"]
+    }
+    removals = sorted((r.pop("timestamp"), r) for r in got["member_removals"])
+    expected = [
+        # (member, group, removed at (s after the start), reason, session timeout used)
+        ("a1", "a", 16.05, M.LEFT_OR_SESSION, 10_000),
+        ("b1", "b", 26.05, M.LEFT_OR_SESSION, 20_000),
+        ("b2", "b", 85.05, M.LEFT_OR_SESSION, 10_000),
+        ("b3", "b", 145.0, M.LEFT, 45_000),
+    ]
+    assert [(_ms(t) - START_MS) / 1000 for t, _ in removals] == [e[2] for e in expected]
+    assert [r for _, r in removals] == [
+        {
+            "group_id": group,
+            "group_type": "consumer",
+            "member_id": ids[name],
+            "instance_id": None,
+            "offset": removed_at[ids[name]],
+            "reason": reason,
+            "classic_member": False,
+            "replaced_by": None,
+            "session_timeout_ms": session,
+        }
+        for name, group, _, reason, session in expected
+    ]
