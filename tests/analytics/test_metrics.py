@@ -384,24 +384,29 @@ def test_a_version_1_export_gives_the_oracles_tables(spark: Any) -> None:
 # ------------------------------------------------ the session timeout a group's configs set
 
 SESSION = M.SESSION_TIMEOUT_CONFIG
+HEARTBEAT = "consumer.heartbeat.interval.ms"
+Script = Callable[[Callable[..., None], Callable[..., None]], None]
 
 
-def _session_config_store(path: Path) -> dict[str, Any]:
-    """Groups with a dynamic session timeout, written by the runtime (minimum session timeout
-    10 s, default 45 s): ``a``'s override (10 s) set through the runtime, so only in the
-    cluster log; ``b``'s (20 s) written by an earlier version into b's partition (a GroupConfig
-    record), which the runtime moves into the cluster log when it loads the store, then
-    altered to 10 s at +60 s and reset to the default at +120 s. Each consumer joins alone and
-    crashes 6 s later (the coordinator removes it one session timeout after its last
-    heartbeat), but ``b3`` leaves 15 s after it joined. Returns the consumers' member ids."""
+def _config_store(path: Path, legacy: dict[str, str], script: Script) -> dict[str, str]:
+    """A store written by the runtime (minimum session timeout 10 s, default 45 s) whose groups
+    have dynamic session timeouts: ``legacy`` (group -> session timeout) written into the
+    groups' partition 60 s before the start, as an earlier version kept them (GroupConfig
+    records; the runtime moves them into the cluster log when it loads the store); then
+    ``script(consumer, alter)`` schedules, at seconds after the start,
+    ``consumer(name, group, at, crash=t)`` (joins alone at ``at``; crashes at ``t``, so the
+    coordinator removes it one session timeout after its last heartbeat; ``leave=t``: leaves
+    at ``t``) and ``alter(group, at, {name: value or None})`` (through the runtime: the
+    cluster log). Returns the consumers' member ids."""
     from coordinator.analytics.workload import START_MS, Consumer, Driver
     from coordinator.core import codec
     from coordinator.core import records as r
     from coordinator.runtime.store import SqliteRecordStore, StoredRecord
 
     with SqliteRecordStore(path, sync="off", partitions=1) as store:
-        key, value = codec.encode(r.group_config_record("b", SESSION, "20000"))
-        store.append([StoredRecord(key, value, "b")], START_MS - 60_000)
+        for group, value in legacy.items():
+            key, data = codec.encode(r.group_config_record(group, SESSION, value))
+            store.append([StoredRecord(key, data, group)], START_MS - 60_000)
     members: dict[str, Any] = {}
 
     async def run() -> None:
@@ -409,35 +414,82 @@ def _session_config_store(path: Path) -> dict[str, Any]:
         d = Driver(str(path), seed=4, shards=1, settings=settings)
         await d.start()
         await d.create_topic("t", 2)
-        await d.runtime.alter_group_configs("a", {SESSION: "10000"})
 
-        def consumer(name: str, group: str, at_s: int, *, crash_s: int = 0) -> None:
+        def consumer(name: str, group: str, at: int, *, crash: int = 0, leave: int = 0) -> None:
             c = Consumer(d, group, ("t",), client_id=name, commit_interval_ms=10**9)
             members[name] = c
-            c.start(START_MS + at_s * 1000)
+            c.start(START_MS + at * 1000)
 
             async def end() -> None:
-                if crash_s:
+                if crash:
                     c.crash()
                 else:
                     await c.leave()
 
-            d.at(START_MS + (crash_s or at_s + 15) * 1000, end)
+            d.at(START_MS + (crash or leave) * 1000, end)
 
-        async def alter(value: str | None) -> None:
-            await d.runtime.alter_group_configs("b", {SESSION: value})
+        def alter(group: str, at: int, changes: dict[str, str | None]) -> None:
+            async def go() -> None:
+                await d.runtime.alter_group_configs(group, changes)
 
-        consumer("a1", "a", 1, crash_s=7)
-        consumer("b1", "b", 1, crash_s=7)
-        d.at(START_MS + 60_000, lambda: alter("10000"))
-        consumer("b2", "b", 70, crash_s=76)
-        d.at(START_MS + 120_000, lambda: alter(None))
-        consumer("b3", "b", 130)
+            d.at(START_MS + at * 1000, go)
+
+        script(consumer, alter)
         await d.run(START_MS + 200_000)
         await d.close()
 
     asyncio.run(run())
     return {name: c.member_id for name, c in members.items()}
+
+
+def _configs_and_removals(
+    spark: Any, path: Path
+) -> tuple[list[tuple[Any, ...]], list[tuple[float, dict[str, Any]]], dict[str, int]]:
+    """The export's config records (type, shard, group, name, value, seconds after the start;
+    in the export's order), the member removals the Spark jobs find (equal to the oracle's) by
+    time (seconds after the start, the row without its timestamp), and each removed member's
+    tombstone offset."""
+    from coordinator.analytics.workload import START_MS
+
+    export_journal(path / "s", path / "j.parquet")
+    rows = oracle.load(str(path / "j.parquet"))
+    configs = [
+        (r["record_type"], r["shard"], r["group_id"], r["config_name"], r["config_value"])
+        + ((r["ts_ms"] - START_MS) / 1000,)
+        for r in rows
+        if r["record_type_id"] in (1016, 1104)
+    ]
+    got, _ = _compare(spark, path / "j.parquet")
+    removals = sorted(
+        ((_ms(r.pop("timestamp")) - START_MS) / 1000, r) for r in got["member_removals"]
+    )
+    offsets = {
+        r["member_id"]: r["offset"] for r in rows if r["record_type_id"] == 5 and r["tombstone"]
+    }
+    return configs, removals, offsets
+
+
+def _removal_rows(
+    ids: dict[str, str], offsets: dict[str, int], expected: list[tuple[Any, ...]]
+) -> list[tuple[float, dict[str, Any]]]:
+    """``expected`` (member, group, removed at, reason, session timeout) as whole rows."""
+    return [
+        (
+            at,
+            {
+                "group_id": group,
+                "group_type": "consumer",
+                "member_id": ids[name],
+                "instance_id": None,
+                "offset": offsets[ids[name]],
+                "reason": reason,
+                "classic_member": False,
+                "replaced_by": None,
+                "session_timeout_ms": session,
+            },
+        )
+        for name, group, at, reason, session in expected
+    ]
 
 
 def test_removals_are_judged_with_the_session_timeout_of_the_group_configs(
@@ -447,51 +499,76 @@ def test_removals_are_judged_with_the_session_timeout_of_the_group_configs(
     was removed, from the cluster log's Config records (by time) and an earlier version's
     GroupConfig records of the group's partition: a crashed member removed one (short)
     session timeout after its last heartbeat is no "member_left" as the server's default would
-    make it."""
-    from coordinator.analytics.workload import START_MS
+    make it. Group a's override (10 s) is only in the cluster log; b's (20 s) was in its
+    partition and moved at the load, then altered to 10 s, then reset to the default."""
 
-    ids = _session_config_store(tmp_path / "s")
-    export_journal(tmp_path / "s", tmp_path / "j.parquet")
-    rows = oracle.load(str(tmp_path / "j.parquet"))
-    configs = [
-        (r["record_type"], r["shard"], r["group_id"], r["config_value"], r["ts_ms"] - START_MS)
-        for r in rows
-        if r["record_type_id"] in (1016, 1104)
-    ]
+    def script(consumer: Callable[..., None], alter: Callable[..., None]) -> None:
+        alter("a", 0, {SESSION: "10000"})
+        consumer("a1", "a", 1, crash=7)
+        consumer("b1", "b", 1, crash=7)
+        alter("b", 60, {SESSION: "10000"})
+        consumer("b2", "b", 70, crash=76)
+        alter("b", 120, {SESSION: None})
+        consumer("b3", "b", 130, leave=145)
+
+    ids = _config_store(tmp_path / "s", {"b": "20000"}, script)
+    configs, removals, offsets = _configs_and_removals(spark, tmp_path)
     # The journal (the cluster log, then the partition): b's GroupConfig moved to the cluster
     # log at the load (its Config and the partition's tombstone in one batch), the alterations.
     assert configs == [
-        ("Config", None, "b", "20000", 0),
-        ("Config", None, "a", "10000", 0),
-        ("Config", None, "b", "10000", 60_000),
-        ("Config", None, "b", None, 120_000),
-        ("GroupConfig", 0, "b", "20000", -60_000),
-        ("GroupConfig", 0, "b", None, 0),
+        ("Config", None, "b", SESSION, "20000", 0.0),
+        ("Config", None, "a", SESSION, "10000", 0.0),
+        ("Config", None, "b", SESSION, "10000", 60.0),
+        ("Config", None, "b", SESSION, None, 120.0),
+        ("GroupConfig", 0, "b", SESSION, "20000", -60.0),
+        ("GroupConfig", 0, "b", SESSION, None, 0.0),
     ]
-    got, want = _compare(spark, tmp_path / "j.parquet")
-    removed_at = {
-        r["member_id"]: r["offset"] for r in rows if r["record_type_id"] == 5 and r["tombstone"]
-    }
-    removals = sorted((r.pop("timestamp"), r) for r in got["member_removals"])
-    expected = [
-        # (member, group, removed at (s after the start), reason, session timeout used)
-        ("a1", "a", 16.05, M.LEFT_OR_SESSION, 10_000),
-        ("b1", "b", 26.05, M.LEFT_OR_SESSION, 20_000),
-        ("b2", "b", 85.05, M.LEFT_OR_SESSION, 10_000),
-        ("b3", "b", 145.0, M.LEFT, 45_000),
+    # Removed one session timeout after the last heartbeat (every 5 s from the
+    # acknowledgement 50 ms after the join); b3 left.
+    assert removals == _removal_rows(
+        ids,
+        offsets,
+        [
+            ("a1", "a", 16.05, M.LEFT_OR_SESSION, 10_000),
+            ("b1", "b", 26.05, M.LEFT_OR_SESSION, 20_000),
+            ("b2", "b", 85.05, M.LEFT_OR_SESSION, 10_000),
+            ("b3", "b", 145.0, M.LEFT, 45_000),
+        ],
+    )
+
+
+def test_a_group_named_by_the_cluster_log_ignores_its_partitions_session_timeout(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Until an earlier version's GroupConfig records move to the cluster log (here the move
+    fails every attempt), they count for a group of which the cluster log names no config; once
+    the cluster log names one (another config), the coordinator reads the group's configs from
+    the cluster log only, and so does the analysis: c's partition-held 20 s counts for c1, the
+    default 45 s for c2 and c3 after c's heartbeat interval is set in the cluster log."""
+    from coordinator.runtime import partitions
+
+    monkeypatch.setattr(partitions, "MIGRATION_ATTEMPTS", 0)
+
+    def script(consumer: Callable[..., None], alter: Callable[..., None]) -> None:
+        consumer("c1", "c", 1, crash=7)
+        alter("c", 60, {HEARTBEAT: "6000"})
+        consumer("c2", "c", 70, crash=76)
+        consumer("c3", "c", 130, leave=155)
+
+    ids = _config_store(tmp_path / "s", {"c": "20000"}, script)
+    configs, removals, offsets = _configs_and_removals(spark, tmp_path)
+    assert configs == [
+        ("Config", None, "c", HEARTBEAT, "6000", 60.0),
+        ("GroupConfig", 0, "c", SESSION, "20000", -60.0),
     ]
-    assert [(_ms(t) - START_MS) / 1000 for t, _ in removals] == [e[2] for e in expected]
-    assert [r for _, r in removals] == [
-        {
-            "group_id": group,
-            "group_type": "consumer",
-            "member_id": ids[name],
-            "instance_id": None,
-            "offset": removed_at[ids[name]],
-            "reason": reason,
-            "classic_member": False,
-            "replaced_by": None,
-            "session_timeout_ms": session,
-        }
-        for name, group, _, reason, session in expected
-    ]
+    # c2 heartbeats every 6 s from 70.05 and crashed before the second: removed 45 s after
+    # 70.05. c3 left 25 s after its last record: under 45 s, not under the partition's 20 s.
+    assert removals == _removal_rows(
+        ids,
+        offsets,
+        [
+            ("c1", "c", 26.05, M.LEFT_OR_SESSION, 20_000),
+            ("c2", "c", 115.05, M.LEFT_OR_SESSION, 45_000),
+            ("c3", "c", 155.0, M.LEFT, 45_000),
+        ],
+    )
