@@ -74,12 +74,3 @@ def pg_dsn(pg_server: object) -> str:
 
     assert isinstance(pg_server, PostgresServer)
     return pg_server.fresh_store_dsn()
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Workers (pytest-xdist's ``--dist loadgroup``, scripts/test): every test file runs whole
-    on one worker, so a module's fixtures (servers, brokers, clusters) are set up once; the
-    Spark tests all run on one worker, which starts Spark and builds the shared report once."""
-    for item in items:
-        group = "spark" if item.get_closest_marker("spark") else item.nodeid.split("::", 1)[0]
-        item.add_marker(pytest.mark.xdist_group(group))
