@@ -45,6 +45,7 @@ from coordinator.core import codec
 from coordinator.core.errors import CoordinatorError, NotCoordinatorError
 from coordinator.routing import partition_for
 
+from .collector import collect_dropped
 from .leadership import Leadership, PartitionState
 from .loader import LoadStats, ShardLoadStats, load_cluster, load_partition
 from .store import CLUSTER_LOG, StoreFencedError
@@ -202,6 +203,7 @@ class Partitions:
         driver.own.forget(lambda g: partition_for(g, n) == partition)
         driver._last_batch.pop(partition, None)
         self._replace(partition, self.new_shard())
+        collect_dropped()  # the old state machine's cycles, frozen since its load
         watchers = self.watchers
         watchers.notify([g for g in watchers.groups() if partition_for(g, n) == partition])
 
