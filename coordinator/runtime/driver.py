@@ -73,12 +73,12 @@ from coordinator.core.events import LogEvent
 from coordinator.core.records import Record
 from coordinator.core.target_assignment import AssignmentJob
 from coordinator.core.timers import DueTimer, TimerOp
-from coordinator.routing import partition_for
+from coordinator.routing import CLUSTER_LOG, partition_for
 
 from .leadership import Leadership
 from .own_commands import OwnCommands
 from .requests import Command
-from .store.api import StoreWriteError
+from .store.api import StoreFencedError, StoreWriteError
 from .timing import EXPIRE_OFFSETS, STALL_GRACE_MS, TIMER_RETRY_MS, Timers
 from .turns import Turns
 
@@ -92,12 +92,21 @@ order. Each answer resumes its caller (the response encoded and sent, 15-20 µs 
 server): the batch that makes a 10,000-member storm's answers durable resumed all of them in
 one step, 160 ms of CPU ahead of anything read meanwhile (another group's heartbeat)."""
 
+
+class ClusterLogMovedError(CoordinatorNotAvailableError):
+    """A batch was refused because another node appended to the cluster log since this node
+    last applied it (nothing was written; the node catches up). The cluster log's own commands
+    are run again once it has (``Engine.submit``): decided on the newer state, as Kafka's
+    controller decides every metadata change on the latest one."""
+
+
 __all__ = [
     "EXPIRE_OFFSETS",
     "REGISTRY",
     "STALL_GRACE_MS",
     "TIMER_RETRY_MS",
     "Batch",
+    "ClusterLogMovedError",
     "Driver",
     "Host",
     "RuntimeState",
@@ -617,13 +626,19 @@ class Driver:
             m.rollback(mark)
         self._publish_topics()
         n = sum(b.commands for b in failed)
-        log.error(
+        moved = isinstance(exc, StoreFencedError) and CLUSTER_LOG in exc.partitions
+        log.log(
+            logging.WARNING if moved else logging.ERROR,  # moved: another node wrote first
             "Write of %d records (%d commands) failed; state rolled back: %r",
             len(batch.records),
             n,
             exc,
         )
-        error = CoordinatorNotAvailableError(f"The write to the record store failed: {exc}")
+        error = (
+            ClusterLogMovedError(f"Another node wrote to the cluster log first: {exc}")
+            if moved
+            else CoordinatorNotAvailableError(f"The write to the record store failed: {exc}")
+        )
         if isinstance(exc, StoreWriteError) and exc.outcome_unknown:
             # The store refuses further appends until reopened; the in-memory state cannot be
             # trusted to match it. Stop serving: a restart reloads from the store.

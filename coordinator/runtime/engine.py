@@ -20,9 +20,9 @@ import asyncio
 import contextvars
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, TypeVar
 
 from coordinator.core import codec
 from coordinator.core.config import GroupCoordinatorConfig
@@ -37,7 +37,7 @@ from coordinator.core.target_assignment import AssignmentJob
 
 from . import collector
 from .clock import ManualClock, SystemClock
-from .driver import Batch, Driver, RuntimeState
+from .driver import REGISTRY, Batch, ClusterLogMovedError, Driver, RuntimeState
 from .loader import LoadStats, load_into
 from .offload import AssignorPool
 from .partitions import Partitions, migrate_group_configs
@@ -47,7 +47,12 @@ from .storewatch import StoreWatch, rescue
 from .watchers import GroupWatchers
 
 log = logging.getLogger("kip848.runtime")
+
+T = TypeVar("T")
 INT64_MAX = 2**63 - 1
+CLUSTER_LOG_ATTEMPTS = 5
+"""How many times a command of the cluster log is run when other nodes keep writing to it first
+(each time after catching up with them)."""
 BIG_TARGET = 1_000
 """A worker's outcome that changes this many members' targets builds long-lived state in
 bulk: frozen at once (``collector.py``)."""
@@ -240,11 +245,36 @@ class Engine:
         """Run a command in its turn (``Driver.submit``, with its ``read``/``join``/``park``
         flags) and answer once it may be released. Each caller awaits a future of its own: one
         that goes away (a deadline, a reset stream: grpc.aio cancels its task) cancels only its
-        own."""
+        own. A command of the cluster log (``REGISTRY``) is run again when another node wrote
+        to it first (:meth:`cluster_log_command`)."""
+        if index == REGISTRY:
+            return await self.cluster_log_command(lambda: self._submit(index, fn, flags))
+        return await self._submit(index, fn, flags)
+
+    async def _submit(self, index: int, fn: Callable[[Any], Any], flags: dict[str, bool]) -> Any:
         response, fut = self.driver.submit(index, fn, **flags)
         if fut is None:
             return response
         return await fut
+
+    async def cluster_log_command(self, run: Callable[[], Awaitable[T]]) -> T:
+        """``run()``, run again when the cluster log refused its write because another node
+        wrote to it first, once this node has caught up (:data:`CLUSTER_LOG_ATTEMPTS` in all;
+        nothing of a refused run was written, its state was rolled back)."""
+        attempt = 1
+        while True:
+            try:
+                return await run()
+            except ClusterLogMovedError:
+                if self.partitions is None or attempt == CLUSTER_LOG_ATTEMPTS:
+                    raise
+            await self.partitions.caught_up()
+            attempt += 1
+            log.info(
+                "A command of the cluster log was refused (another node wrote to it first): "
+                "caught up with the cluster log, running it again (attempt %d).",
+                attempt,
+            )
 
     async def request(self, cmd: Command) -> Any:
         """A group's request on its shard (``Driver.request``), answered like :meth:`submit`."""

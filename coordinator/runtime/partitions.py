@@ -250,6 +250,13 @@ class Partitions:
                 self._catch_up(), name="kip848-cluster-log"
             )
 
+    async def caught_up(self) -> None:
+        """Once this node has applied the cluster log up to what it last learned of its end
+        (at once when it has; a catch-up stopped by the runtime's close ends it too)."""
+        task = self._catching_up
+        if task is not None:
+            await asyncio.wait([task])
+
     async def _catch_up(self) -> None:
         driver = self.driver
         loop = asyncio.get_running_loop()

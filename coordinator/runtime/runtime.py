@@ -329,13 +329,18 @@ class CoordinatorRuntime:
 
     async def delete_topics(self, names: Sequence[str]) -> list[TopicResult]:
         """Delete topics and, in the same durable batch, the committed offsets of every group on
-        them (``Driver.delete_topics_with``)."""
-        results, batch = self.driver.delete_topics_with(
-            lambda r: r.delete_topics(names),
-            lambda results: [t.name for t in results if t.error_code == ErrorCode.NONE],
-        )
-        await self._durable(batch)
-        return results
+        them (``Driver.delete_topics_with``); run again if another node wrote to the cluster log
+        first (``Engine.cluster_log_command``)."""
+
+        async def once() -> list[TopicResult]:
+            results, batch = self.driver.delete_topics_with(
+                lambda r: r.delete_topics(names),
+                lambda results: [t.name for t in results if t.error_code == ErrorCode.NONE],
+            )
+            await self._durable(batch)
+            return results
+
+        return await self.engine.cluster_log_command(once)
 
     async def list_topics(self) -> list[TopicResult]:
         return await self._submit(REGISTRY, lambda r: r.list_topics(), read=True)

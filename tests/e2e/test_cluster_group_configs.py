@@ -57,8 +57,7 @@ def test_any_node_alters_and_describes_a_groups_configs(pg_server, tmp_path: Pat
             for node in (1, 2)
         }
         servers[1].create_topic("t", 2)
-        # An append to the cluster log is accepted from a node that applied all of it (else
-        # it fails retriably): let node 2 follow node 1's topic first.
+        # Node 2's members subscribe to the topic: let node 2 follow node 1's topic first.
         until(
             lambda: all(n["cluster_log_lag"] == 0 for n in describe(dsn)["nodes"]),
             "both nodes to apply the cluster log",

@@ -323,3 +323,72 @@ def samples(text: str, name: str) -> dict[str, float]:
             labels, _, value = line[len(name) :].rpartition(" ")
             out[labels] = float(value)
     return out
+
+
+def test_a_node_behind_the_cluster_log_catches_up_and_runs_the_command_again(
+    pg_server, tmp_path: Path
+) -> None:
+    """A command of the cluster log (a topic, a group's config) through a node that has not yet
+    applied what another node just wrote there is refused by the store (it would be decided on
+    an older state): the node catches up and runs it again, on the state that includes the
+    other node's write, as Kafka's controller would, instead of answering it
+    COORDINATOR_NOT_AVAILABLE. Five rounds, each a topic through node 1 and at once another
+    through node 2 (which follows the cluster log every 200 ms), then a group config and a
+    topic deleted through node 2 right after node 1 wrote."""
+    dsn = pg_server.fresh_store_dsn()
+    nodes = Nodes(tmp_path, dsn, *SETTINGS)
+    try:
+        one, two = nodes.start(1), nodes.start(2)
+        until(
+            lambda: sorted(n["partitions"] for n in describe(dsn)["nodes"]) == [P // 2, P // 2],
+            "three partitions on each node",
+        )
+        for i in range(5):
+            one.create_topic(f"first-{i}", 1)
+            two.create_topic(f"second-{i}", 1)  # asserts error code 0
+        one.create_topic("third", 1)
+        altered = two.admin.IncrementalAlterConfigs(
+            admin_pb2.IncrementalAlterConfigsRequest(
+                resources=[
+                    admin_pb2.IncrementalAlterConfigsRequest.Resource(
+                        resource_type=16,  # GROUP
+                        resource_name="configured",
+                        configs=[
+                            admin_pb2.IncrementalAlterConfigsRequest.AlterableConfig(
+                                name="consumer.heartbeat.interval.ms",
+                                config_operation=0,
+                                value="6000",
+                            )
+                        ],
+                    )
+                ]
+            ),
+            timeout=10,
+        )
+        assert [(r.error_code, r.resource_name) for r in altered.responses] == [(0, "configured")]
+        one.create_topic("fourth", 1)
+        deleted = two.admin.DeleteTopics(
+            admin_pb2.DeleteTopicsRequest(names=["first-0"]), timeout=10
+        )
+        assert (deleted.error_code, [(t.name, t.error_code) for t in deleted.results]) == (
+            0,
+            [("first-0", 0)],
+        )
+        # Both nodes end with every topic but the deleted one.
+        until(
+            lambda: all(n["cluster_log_lag"] == 0 for n in describe(dsn)["nodes"]),
+            "both nodes to apply the cluster log",
+        )
+        names = {f"first-{i}" for i in range(1, 5)} | {f"second-{i}" for i in range(5)}
+        names |= {"third", "fourth"}
+        for server in (one, two):
+            listed = server.admin.ListTopics(admin_pb2.ListTopicsRequest(), timeout=10)
+            assert {t.name for t in listed.topics} == names
+        again = [
+            line
+            for line in nodes.logs[2][-1].read_text().splitlines()
+            if "caught up with the cluster log" in line
+        ]
+        assert again, "node 2 never had to catch up: the test did not exercise the retry"
+    finally:
+        nodes.stop_all()
