@@ -204,6 +204,10 @@ class ClassicClient:
     fresh_generation: bool = (
         True  # simulator bookkeeping: generation handed out by the live coordinator
     )
+    # Simulator bookkeeping (invariants.note_recreated): the member id the coordinator held at
+    # the last check, and the claims carried from before it (re)created that member id.
+    seen_member: str = ""
+    stale: Owned = field(default_factory=dict)
 
     @property
     def epoch(self) -> int:
@@ -232,6 +236,7 @@ class ClassicClient:
     def _lose(self) -> None:
         """onPartitionsLost: ownership ends at once."""
         self.owned = {}
+        self.stale = {}
         self.progress = {}
         self.revoking = {}
         self.revoke_token += 1
@@ -400,6 +405,7 @@ class ClassicClient:
             self.poll_timeout()
             return ["send"]
         self.owned = minus(self.owned, self.revoking)
+        self.stale = minus(self.stale, self.revoking)
         for t, ps in self.revoking.items():
             for p in ps:
                 self.progress.pop((t, p), None)
@@ -443,6 +449,7 @@ class ClassicClient:
             assigned = meta.ids(a.assigned_partitions)
             self.phase = MEMBER
             self.owned = union(self.owned, minus(assigned, self.owned))
+            self.stale = minus(self.stale, assigned)  # what is assigned is attributed now
             revoked = minus(self.owned, assigned)
             if revoked:
                 self.revoking = revoked
@@ -533,6 +540,7 @@ class ClassicClient:
             self.phase,
             tuple(sorted(self.owned.items())),
             tuple(sorted(self.revoking.items())),
+            tuple(sorted(self.stale.items())),
             self.after_revoke,
             self.inflight is not None,
             self.inflight_kind if self.inflight is not None else "",
@@ -542,6 +550,7 @@ class ClassicClient:
 
     def describe(self, names: Mapping[str, str] | None = None) -> str:
         extra = f" revoking={fmt(self.revoking, names)}" if self.revoking else ""
+        extra += f" stale={fmt(self.stale, names)}" if self.stale else ""
         return (
             f"c{self.index} classic/{self.protocol} {self.member_id or '-'} {self.phase} gen={self.generation} "
             f"owned={fmt(self.owned, names)}{extra}"

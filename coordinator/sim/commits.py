@@ -93,6 +93,7 @@ def commit_offsets(sim: Any, i: int) -> None:
         ),
     )
     offsets = {key: c.progress[key] for key in owned}
+    stale = {(t, p) for t, ps in inv.stale_owned(c).items() for p in ps} & set(offsets)
     member_id = c.member_id
     problems: list[str] = []
 
@@ -115,6 +116,7 @@ def commit_offsets(sim: Any, i: int) -> None:
                 dict(sim.committed),
                 classic=classic,
                 topic_ids=sim._topic_ids() if classic is not None else None,
+                stale=stale,
             )
         )
 
@@ -134,7 +136,11 @@ def commit_offsets(sim: Any, i: int) -> None:
             for part in t.partitions:
                 if not part.error_code:
                     key = (t.topic_id, part.partition_index)
-                    sim.committed[key] = offsets[key]
+                    if key in stale:
+                        sim.summary.events["commit-of-stale-claim"] += 1
+                        inv.stale_committed(sim.committed, key)
+                    else:
+                        sim.committed[key] = offsets[key]
 
     sim.when_running(lambda: sim.coord.request(req, reply, label, after=judged))
 

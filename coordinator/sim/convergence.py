@@ -8,6 +8,7 @@ from typing import Any
 
 from coordinator.core.group import GroupState
 
+from . import invariants as inv
 from .classic_client import ClassicClient
 from .client import MEMBER
 
@@ -95,6 +96,8 @@ def why_not_converged(sim: Any) -> str:
 def _classic_not_converged(c: ClassicClient, group: Any, classic: Any) -> str:
     if c.revoking or c.rejoin_needed or (c.inflight is not None and c.inflight_kind != "heartbeat"):
         return f"c{c.index} is still rebalancing"
+    if inv.stale_owned(c):
+        return f"c{c.index} still claims partitions from before its member was re-created"
     if group is not None:
         member = group.members.get(c.member_id)
         if member is None or member.classic_member_metadata is None:

@@ -24,6 +24,17 @@ member the coordinator already removed) is a zombie: the classic protocol fences
 classic group the coordinator *attributes* to a member its last assignment plus the partitions it
 reported as owned in its subscription (cooperative). Partitions of deleted or re-created topics
 are ignored for classic clients (the classic protocol names topics, not ids).
+
+A classic client may also carry *stale* claims while its member is live. Kafka's
+``classicGroupJoinToConsumerGroup`` creates a member for a JoinGroup whose (non-empty) member id
+the consumer group does not know — a classic member removed while its requests were lost, that
+never heard of it — and only hands the owned partitions of its subscription to reconciliation,
+never attributes them. What the client believes it owns when the coordinator (re)creates its
+member id comes from before: like a zombie's claims, those are counted, not failed, until its
+next SyncGroup answer (it revokes what it is not assigned; what it is assigned is attributed) or
+until it learns it was removed (:func:`note_recreated` notes them, :func:`live_owned` is the
+rest). I1, I1b and I6 (a commit of a stale claim: Kafka checks only a classic member's
+generation) judge them that way; I5 waits until none is left.
 """
 
 from __future__ import annotations
@@ -34,7 +45,7 @@ from typing import TYPE_CHECKING, Any, TypeGuard
 from coordinator.core.group import ConsumerGroup
 from legacy_bridge.protocol import ProtocolError, decode_assignment, decode_subscription
 
-from .client import DOWN, SimClient
+from .client import DOWN, Owned, SimClient, minus
 
 if TYPE_CHECKING:
     from .classic_client import ClassicClient
@@ -133,10 +144,45 @@ def classic_claim_live(classic: Any, c: Any) -> bool:
     )
 
 
+def note_recreated(
+    group: ConsumerGroup | None, clients: Iterable[SimClient], classic: Any = None
+) -> None:
+    """Simulator bookkeeping, before every check: a classic client whose member id the
+    coordinator holds now but did not hold at the previous check had that member (re)created by
+    this step (a first join, or a JoinGroup with the id of a member the coordinator removed);
+    whatever the client believes it owns now comes from before, so it is stale (see the module
+    docstring). Members carried through an upgrade or a downgrade keep their ids: not
+    re-created."""
+    for c in clients:
+        if not is_classic(c):
+            continue
+        mid = c.member_id
+        in_group = group is not None and mid in group.members
+        in_classic = classic is not None and mid in classic.members
+        held = bool(mid) and (in_group or in_classic)
+        if held and mid != c.seen_member:
+            c.stale = dict(c.owned)
+        c.seen_member = mid if held else ""
+
+
+def stale_owned(c: Any) -> Owned:
+    """The claims a classic client carries from before its member was (re)created."""
+    stale = getattr(c, "stale", None)
+    return minus(c.owned, minus(c.owned, stale)) if stale else {}
+
+
+def live_owned(c: Any) -> Owned:
+    """A client's claims but the stale ones (:func:`stale_owned`)."""
+    stale = getattr(c, "stale", None)
+    return minus(c.owned, stale) if stale else c.owned
+
+
 def live_claims(
     group: ConsumerGroup | None, clients: Iterable[SimClient], classic: Any = None
 ) -> tuple[list[SimClient], list[SimClient]]:
-    """(live claimants, zombie claimants) among clients that believe they own something."""
+    """(live claimants, zombie claimants) among clients that believe they own something. A
+    live member's stale claims (:func:`stale_owned`) make it a zombie claimant too; a live
+    claimant's live claims are :func:`live_owned`."""
     live, zombies = [], []
     for c in clients:
         if c.phase == DOWN or not c.owned:
@@ -149,7 +195,10 @@ def live_claims(
             and is_classic(c)
             and classic_claim_live(classic, c)
         ):
-            live.append(c)
+            if live_owned(c):
+                live.append(c)
+            if stale_owned(c):
+                zombies.append(c)
         else:
             zombies.append(c)
     return live, zombies
@@ -162,8 +211,9 @@ def check_no_double_ownership(
     seen: dict[tuple[str, int], str] = {}
     out = []
     for c in live:
-        for t in sorted(c.owned):
-            for p in sorted(c.owned[t]):
+        owned = live_owned(c)
+        for t in sorted(owned):
+            for p in sorted(owned[t]):
                 other = seen.get((t, p))
                 if other is not None:
                     out.append(
@@ -193,7 +243,7 @@ def check_owned_known(
             known = classic_attributed(classic, c.member_id, topic_ids or {})
             extra = sorted(
                 (t, p)
-                for t, ps in c.owned.items()
+                for t, ps in live_owned(c).items()
                 if t in current
                 for p in ps
                 if (t, p) not in known
@@ -206,13 +256,14 @@ def check_owned_known(
         return out
     for c in live:
         m = group.members[c.member_id]
-        for t in sorted(c.owned):
+        owned = live_owned(c)
+        for t in sorted(owned):
             if is_classic(c) and t not in current:
                 continue
             known = m.assigned_partitions.get(t, frozenset()) | m.partitions_pending_revocation.get(
                 t, frozenset()
             )
-            extra = c.owned[t] - known
+            extra = owned[t] - known
             if extra:
                 out.append(
                     f"{c.member_id} owns {t}-{sorted(extra)} but the coordinator attributes to it only "
@@ -334,13 +385,20 @@ def check_accepted_commit(
     *,
     classic: Any = None,
     topic_ids: dict[str, str] | None = None,
+    stale: Collection[tuple[str, int]] = (),
 ) -> list[str]:
     """I6 for one commit the coordinator accepted: ``accepted`` lists ((topic id, partition),
     offset) of the partitions it answered NONE for, judged against the coordinator's state when
     it answered; ``committed`` holds the last accepted offset of each partition and is brought up
-    to date."""
+    to date. ``stale``: the committing client's stale claims when it committed
+    (:func:`stale_owned`) — Kafka checks only a classic member's generation, so a re-created
+    member's commit of them is accepted: not judged, and the partition's offset history starts
+    over from it (:func:`stale_committed`)."""
     out = []
     for key, offset in accepted:
+        if key in stale:
+            stale_committed(committed, key)
+            continue
         owner: str | None
         if classic is not None:
             owner = (
@@ -362,6 +420,12 @@ def check_accepted_commit(
             )
         committed[key] = offset
     return out
+
+
+def stale_committed(committed: dict[tuple[str, int], int], key: tuple[str, int]) -> None:
+    """A stale claim's commit was accepted: the partition's committed offset is that stale
+    client's, so the owner's next commit is not judged against the offset history before it."""
+    committed.pop(key, None)
 
 
 def check_safety(

@@ -32,6 +32,7 @@ class SimSummary:
     faults: Counter = field(default_factory=Counter)
     checks: int = 0
     zombie_steps: int = 0
+    stale_steps: int = 0  # of which with stale claims of re-created classic members
     restarts: int = 0
     records: int = 0
     final_state: str = ""
@@ -50,7 +51,12 @@ class SimSummary:
             "events: " + ", ".join(f"{k}={v}" for k, v in sorted(self.events.items())),
             "faults injected: "
             + (", ".join(f"{k}={v}" for k, v in sorted(self.faults.items())) or "none"),
-            f"invariant checks passed: {self.checks} (steps with zombie claims: {self.zombie_steps})",
+            f"invariant checks passed: {self.checks} (steps with zombie claims: {self.zombie_steps}"
+            + (
+                f", {self.stale_steps} of them with stale claims of re-created classic members)"
+                if self.stale_steps
+                else ")"
+            ),
             f"final group state: {self.final_state} at group epoch {self.final_epoch}",
             "time to stable after faults stopped: "
             + (

@@ -750,6 +750,7 @@ class Simulation:
         coord = self.coord
         classic = self.classic_group
         group = self.group
+        inv.note_recreated(group, self.clients, classic)
         failures = inv.check_safety(
             group, self.clients, self.p.invariants, classic=classic, topic_ids=self._topic_ids()
         )
@@ -776,6 +777,8 @@ class Simulation:
         _l, zombies = inv.live_claims(group, self.clients, classic)
         if zombies:
             self.summary.zombie_steps += 1
+        if any(inv.stale_owned(c) for c in zombies):
+            self.summary.stale_steps += 1
         self.summary.checks += counted
 
     def _converged(self) -> bool:
