@@ -76,7 +76,7 @@ def test_consumers_in_two_racks_read_from_their_own(server: KafkaServer, tmp_pat
 
         # The operator's view (once the coordinator has the group Stable with what the clients
         # were given): each member's rack and its rack-local partitions.
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 60
         while True:
             done = run_cli(
                 "groups",
@@ -96,10 +96,19 @@ def test_consumers_in_two_racks_read_from_their_own(server: KafkaServer, tmp_pat
             counts = {
                 c: sum(len(a["partitions"]) for a in m["assignment"]) for c, m in members.items()
             }
-            if group["group_state"] == "Stable" and counts == {c: len(got[c]) for c in CONSUMERS}:
+            got = fleet.assignment(None)  # what the clients hold now (a rejoin may move it)
+            if group["group_state"] == "Stable" and counts == {
+                c: len(got.get(c, ())) for c in CONSUMERS
+            }:
                 break
-            assert time.monotonic() < deadline, group
+            assert time.monotonic() < deadline, (
+                group["group_state"],
+                [(m["client_id"], m["member_id"], m["member_epoch"]) for m in group["members"]],
+                counts,
+                got,
+            )
             time.sleep(0.2)
+        assert local_and_balanced(got), got
         assert {c: m["rack_id"] for c, m in members.items()} == CONSUMERS
         assert {c: m["rack_local_partitions"] for c, m in members.items()} == {
             c: len(got[c]) for c in CONSUMERS
