@@ -96,8 +96,8 @@ one step, 160 ms of CPU ahead of anything read meanwhile (another group's heartb
 class ClusterLogMovedError(CoordinatorNotAvailableError):
     """A batch was refused because another node appended to the cluster log since this node
     last applied it (nothing was written; the node catches up). The cluster log's own commands
-    are run again once it has (``Engine.submit``): decided on the newer state, as Kafka's
-    controller decides every metadata change on the latest one."""
+    are run again once it has (``Engine.cluster_log_command``): decided on the newer state, as
+    Kafka's controller decides every metadata change on the latest one."""
 
 
 __all__ = [

@@ -245,9 +245,9 @@ class Engine:
         """Run a command in its turn (``Driver.submit``, with its ``read``/``join``/``park``
         flags) and answer once it may be released. Each caller awaits a future of its own: one
         that goes away (a deadline, a reset stream: grpc.aio cancels its task) cancels only its
-        own. A command of the cluster log (``REGISTRY``) is run again when another node wrote
-        to it first (:meth:`cluster_log_command`)."""
-        if index == REGISTRY:
+        own. A command that writes to the cluster log (``REGISTRY``, not ``read``) is run again
+        when another node wrote to it first (:meth:`cluster_log_command`)."""
+        if index == REGISTRY and not flags.get("read"):
             return await self.cluster_log_command(lambda: self._submit(index, fn, flags))
         return await self._submit(index, fn, flags)
 
