@@ -38,11 +38,12 @@ share one pool of partitions (a class of ``uniform``, a co-partitioned group of 
 Counting. The types are counted in C-level passes, never partition by partition in Python: a
 partition's mask is a ``bytes.translate`` (or a lookup in a bytes object) on one byte per
 partition; ``uniform`` counts the partitions its members hold from the coordinator's owners
-(:func:`count_owned`: each index's mask and its holder's node, combined into one byte per
-partition by integer arithmetic and counted with ``bytes.count``; in a heterogeneous group, a
-class whose topics only it subscribes, :func:`count_owned_by_node`) or, in the incremental
-path, takes them from the target summary; ``range`` adds each rack's bits up over the group's topics
-as the lanes of one integer.
+(:func:`count_owned`: per topic and mask, the holders of the mask's partitions through one
+``itemgetter`` kept with the topic's metadata, then per mask each holder's node in one byte,
+counted with ``bytes.count``; in a heterogeneous group, a class whose topics only it
+subscribes, :func:`count_owned_by_node`) or, in the incremental path, takes them from the
+target summary; ``range`` adds each rack's bits up over the group's topics as the lanes of one
+integer.
 
 Why not as Kafka did: the client-side assignors of KIP-881 try a rack-matching pass and then a
 rack-blind one, which is neither optimal nor cheap; the server-side rack-aware builders removed by
@@ -55,9 +56,11 @@ Everything is deterministic: nodes, types and members are visited in sorted orde
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from functools import partial
 from itertools import chain, repeat
 from operator import itemgetter
+from typing import cast
 
 from assignors.api import TopicId, TopicMetadata
 
@@ -67,6 +70,7 @@ __all__ = [
     "count_owned",
     "count_owned_by_node",
     "count_rack_local",
+    "mask_groups",
     "relevant_racks",
 ]
 
@@ -129,7 +133,6 @@ class RackNodes:
     the relevant racks among them (cached per topic)."""
 
     __slots__ = (
-        "_checked",
         "_masks",
         "_of_set",
         "_tables",
@@ -147,7 +150,6 @@ class RackNodes:
         self._masks: dict[TopicId, dict[frozenset[str] | None, int]] = {}
         self._of_set: dict[frozenset[str], int] = {}  # shared by topics with the same racks
         self._tables: dict[tuple[frozenset[str], ...], bytes] = {}
-        self._checked: dict[tuple[frozenset[str], ...], bytes] = {}
 
     def node(self, rack_id: str | None) -> int:
         return self.racks.index(rack_id) if rack_id in self.bit else self.elsewhere
@@ -186,25 +188,51 @@ class RackNodes:
     def local(self, mask: int, node: int) -> bool:
         return node != self.elsewhere and bool(mask >> node & 1)
 
-    def checked_table(self, racks: tuple[frozenset[str], ...]) -> bytes:
-        """A ``bytes.translate`` table: the i-th set of ``racks`` -> its mask, any other byte
-        -> :data:`_OUT` (cached per tuple of racks)."""
-        table = self._checked.get(racks)
-        if table is None:
-            table = self._checked[racks] = bytes(map(self.mask, racks)).ljust(256, BYTE[_OUT])
-        return table
-
     def nodes_of(self, rack_of: Iterable[str | None]) -> list[int]:
         """The node of each member, given their racks (a C-level pass)."""
         index = {r: j for j, r in enumerate(self.racks)}
         return list(map(index.get, rack_of, repeat(self.elsewhere)))  # type: ignore[arg-type]
 
 
-_MASK_BITS = 5
-""":func:`count_owned` codes a held partition as ``mask · nodes + node`` in one byte: up to
-this many relevant racks (masks below 32, at most 6 nodes: 31 · 6 + 5 < 255)."""
-_OUT = 255  # a code no partition has: an index out of range
-_IDENTITY = bytes(range(256))
+_NOBODY_CODE = 255
+""":func:`count_owned_by_node` codes each held partition by its holder's node in one byte: up
+to 254 nodes (255 is the code of an index that no member holds)."""
+
+
+def mask_groups(nodes: RackNodes, metadata: TopicMetadata) -> dict[int, tuple[int, ...]]:
+    """mask -> the partitions of the topic with that mask, ascending; masks ascending (kept
+    with the topic's metadata, per tuple of relevant racks: the same on every call)."""
+    return metadata.memo(("racks.masks", nodes.racks), partial(_mask_groups, nodes, metadata))
+
+
+def _mask_groups(nodes: RackNodes, metadata: TopicMetadata) -> dict[int, tuple[int, ...]]:
+    mask_of = nodes.mask_of(metadata)
+    merged: dict[int, list[tuple[int, ...]]] = {}
+    for racks, group in metadata.partitions_by_racks().items():
+        merged.setdefault(mask_of[racks], []).append(group)
+    return {
+        m: groups[0] if len(groups) == 1 else tuple(sorted(chain.from_iterable(groups)))
+        for m, groups in sorted(merged.items())
+    }
+
+
+_Getter = Callable[[Mapping[int, str]], tuple[str, ...]]
+
+
+def _holder_getters(
+    nodes: RackNodes, metadata: TopicMetadata
+) -> list[tuple[int, tuple[int, ...], _Getter | None]]:
+    """Per mask (ascending): its partitions and an ``itemgetter`` of them (None for a single
+    partition: an ``itemgetter`` of one key gives the value, not a tuple); kept with the
+    topic's metadata like :func:`mask_groups`."""
+
+    def make() -> list[tuple[int, tuple[int, ...], _Getter | None]]:
+        return [
+            (m, group, itemgetter(*group) if len(group) > 1 else None)
+            for m, group in mask_groups(nodes, metadata).items()
+        ]
+
+    return metadata.memo(("racks.getters", nodes.racks), make)
 
 
 def count_owned(
@@ -218,17 +246,14 @@ def count_owned(
     """The partitions of ``topic_ids`` that ``owners`` (topic -> partition -> member id, as the
     coordinator gives it) names, counted by (mask, node of the member; ``ids`` and
     ``rack_of``: the members and their racks, by index): what
-    :func:`settle_class` would count from the members' assignments, in C-level passes over the
-    owners in their own order — per topic, its indexes' masks (``bytes.translate`` on the
-    indexes as bytes when the topic has at most 256 partitions, a lookup in a bytes object
-    otherwise) and one lookup of each member id's node; the two byte strings are combined
-    into one code per partition by integer arithmetic (no carry: each code fits its byte)
-    and each code counted with ``bytes.count``. Indexes are checked on the way: those of a
-    topic held whole all (an index out of range gets a code no partition has, fails the
-    lookup, or — -n to -1, read from the end — breaks the sum of the indexes); those of a topic
-    held in part all but -n to -1, which the caller finds as it finds the free partitions
-    (:meth:`~assignors.uniform._Builder._clean_from_owners`). None when it cannot tell: more
-    than :data:`_MASK_BITS` relevant racks, an index out of range, an owner not in ``ids``."""
+    :func:`settle_class` would count from the members' assignments, in C-level passes — per
+    topic and mask, the holders of the mask's partitions (one ``itemgetter``, kept with the
+    topic's metadata, on the topic's owners; a lookup per partition when some is free), then
+    per mask the node of every holder in one byte each (one lookup per member id), counted
+    per node with ``bytes.count``. Indexes are checked on the way: as many indexes must be
+    found among the topic's partitions as the topic has owners (an index out of range is
+    never found). None when it cannot tell: an index out of range, an owner not in ``ids``,
+    more than 254 nodes."""
     return count_owned_by_node(nodes, ids, nodes.nodes_of(rack_of), owners, topic_ids, topics)
 
 
@@ -242,55 +267,48 @@ def count_owned_by_node(
 ) -> Counted | None:
     """:func:`count_owned`, given the members' nodes (``node_of``, by index) rather than
     their racks."""
-    if len(nodes.racks) > _MASK_BITS:
+    if nodes.count >= _NOBODY_CODE:
         return None
     node_by_member = dict(zip(ids, node_of, strict=True))
-    masks: list[bytes] = []
-    holders: list[Iterable[str]] = []
+    by_mask: dict[int, list[Iterable[str | None]]] = {}
+    expected = 0  # the owners named: every one of them must be found
     for t in topic_ids:
         owned = owners.get(t)
         if not owned:
             continue
-        metadata = topics[t]
-        n = metadata.num_partitions
-        # Per partition its code of racks, per code its mask (_OUT for no code).
-        coded_racks = metadata.partition_rack_codes()
-        if coded_racks is not None and len(coded_racks[1]) < 256:
-            by_partition, table = coded_racks[0], nodes.checked_table(coded_racks[1])
-        else:  # many sets of racks: each partition's mask (a byte each: masks below 32)
-            by_partition, table = bytes(nodes.masks_by_partition(metadata)), _IDENTITY
-        try:
-            if n <= 256:  # bytes() refuses an index below 0 or above 255
-                mine = bytes(owned).translate(by_partition.ljust(256, BYTE[_OUT]))
-            else:  # an index from n up fails; -n to -1 read from the end (below)
-                found = itemgetter(*owned)(by_partition)
-                mine = bytes(found) if len(owned) > 1 else BYTE[found]
-                if len(owned) == n and sum(owned) != n * (n - 1) // 2:
-                    return None  # n distinct indexes below n: range(n) only if they add up
-        except (ValueError, IndexError, TypeError):  # an index out of range, or no index
-            return None
-        masks.append(mine.translate(table))
-        holders.append(owned.values())
-    coded = b"".join(masks)
-    if BYTE[_OUT] in coded:
-        return None
-    try:
-        held = bytes(map(node_by_member.__getitem__, chain.from_iterable(holders)))
-    except KeyError:
-        return None
-    stride = nodes.count
-    codes = (int.from_bytes(coded, "little") * stride + int.from_bytes(held, "little")).to_bytes(
-        len(coded), "little"
-    )
+        expected += len(owned)
+        for m, group, getter in _holder_getters(nodes, topics[t]):
+            holders: Iterable[str | None]
+            if getter is None:
+                holders = map(owned.get, group)
+            else:
+                try:
+                    holders = getter(owned)
+                except KeyError:  # some partition free (or an index out of range)
+                    holders = map(owned.get, group)
+            parts = by_mask.get(m)
+            if parts is None:
+                by_mask[m] = [holders]
+            else:
+                parts.append(holders)
+    code = cast("dict[str | None, int]", node_by_member)  # the same dict, None added for now
+    code[None] = _NOBODY_CODE
     counts: Counter[tuple[int, int]] = Counter()
-    holding = [v for v in range(stride) if BYTE[v] in held]
-    for m in range(1 << len(nodes.racks)):
-        if BYTE[m] not in coded:
-            continue
-        for v in holding:
-            k = codes.count(BYTE[m * stride + v])
-            if k:
-                counts[(m, v)] = k
+    stride = nodes.count
+    found = 0
+    try:
+        for m, parts in by_mask.items():
+            held = bytes(map(code.__getitem__, chain.from_iterable(parts)))
+            for v in range(stride):
+                k = held.count(v)
+                if k:
+                    counts[(m, v)] = k
+                    found += k
+    except KeyError:  # an owner who is no member
+        return None
+    if found != expected:
+        return None  # an index out of range (never found among the partitions)
+    del code[None]
     return Counted(nodes, node_of, node_by_member, counts)
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from functools import partial
 from itertools import chain
 from typing import Any, cast
 
@@ -19,7 +18,7 @@ from assignors.api import (
     TopicMetadata,
 )
 from assignors.plan import transport
-from assignors.racks import Counted, RackNodes, count_owned_by_node, relevant_racks
+from assignors.racks import Counted, RackNodes, count_owned_by_node, mask_groups, relevant_racks
 from assignors.racks_members import Dense, Sparse
 
 __all__ = ["Holders", "settle_class", "settle_from_summary"]
@@ -99,18 +98,6 @@ def settle_from_summary(
     return cast("dict[str, MemberAssignment]", out)  # member ids -> plain dicts
 
 
-def _mask_groups(nodes: RackNodes, metadata: TopicMetadata) -> dict[int, tuple[int, ...]]:
-    """mask -> the partitions of the topic with that mask, ascending; masks ascending."""
-    mask_of = nodes.mask_of(metadata)
-    merged: dict[int, list[tuple[int, ...]]] = {}
-    for racks, group in metadata.partitions_by_racks().items():
-        merged.setdefault(mask_of[racks], []).append(group)
-    return {
-        m: groups[0] if len(groups) == 1 else tuple(sorted(chain.from_iterable(groups)))
-        for m, groups in sorted(merged.items())
-    }
-
-
 class Holders:
     """Who holds the partitions, as the coordinator gives it (``GroupSpec.partition_owners``:
     topic -> partition -> member id), and the member ids by index: holders are looked up with
@@ -165,10 +152,7 @@ class _ClassSettle:
         metadata, per tuple of relevant racks: the same on every call)."""
         out = self.by_mask.get(t)
         if out is None:
-            metadata = self.topics[t]
-            out = self.by_mask[t] = metadata.memo(
-                ("racks.masks", self.nodes.racks), partial(_mask_groups, self.nodes, metadata)
-            )
+            out = self.by_mask[t] = mask_groups(self.nodes, self.topics[t])
         return out
 
     def mask(self, t: TopicId, p: int) -> int:

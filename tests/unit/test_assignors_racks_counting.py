@@ -49,13 +49,13 @@ def racked_topics(
 
 
 def dealt(
-    rng: random.Random, ids: list[str], topics: Mapping[str, TopicMetadata]
+    rng: random.Random, ids: list[str], topics: Mapping[str, TopicMetadata], share: float = 0.8
 ) -> dict[str, dict[str, frozenset[int]]]:
-    """Each partition to a random member, or to nobody (a fifth)."""
+    """Each partition to a random member, or to nobody (``1 - share`` of them)."""
     held: dict[str, dict[str, set[int]]] = {m: {} for m in ids}
     for t, metadata in topics.items():
         for p in range(metadata.num_partitions):
-            if rng.random() < 0.8:
+            if rng.random() < share:
                 held[rng.choice(ids)].setdefault(t, set()).add(p)
     return {m: {t: frozenset(ps) for t, ps in a.items()} for m, a in held.items()}
 
@@ -86,11 +86,11 @@ def counted_one_by_one(
 @pytest.mark.parametrize("seed", range(40))
 def test_count_owned_counts_what_a_count_partition_by_partition_does(seed: int) -> None:
     rng = random.Random(seed)
-    racks = rng.randint(1, 5)
+    racks = rng.randint(1, 8)
     topics = racked_topics(rng, rng.randint(1, 6), (1, 7, 100, 256, 257, 900), racks)
     ids = [f"m{j:02d}" for j in range(rng.randint(1, 30))]
     rack_of = {m: rng.choice([*RACKS[: racks + 1], None]) for m in ids}  # one rack without replicas
-    current = dealt(rng, ids, topics)
+    current = dealt(rng, ids, topics, rng.choice([0.8, 1.0]))  # some topics held whole, or all
     relevant = relevant_racks(rack_of.values(), sorted(topics), topics)
     if not relevant:
         return
@@ -110,6 +110,7 @@ def test_count_owned_counts_what_a_count_partition_by_partition_does(seed: int) 
         (10, 10, False),  # a small topic: past the end
         (10, 300, False),  # not a byte
         (10, -1, False),
+        (10, -1, True),
         (300, 300, False),  # a big topic: past the end
         (300, 700, False),
         (300, -301, False),  # before the start, even read from the end
@@ -129,7 +130,7 @@ def test_count_owned_refuses_an_index_out_of_range(n: int, index: int, whole: bo
     assert counted is None
 
 
-def test_count_owned_refuses_an_owner_who_is_no_member_and_too_many_racks() -> None:
+def test_count_owned_refuses_an_owner_who_is_no_member_and_too_many_nodes() -> None:
     topics = {
         "t": TopicMetadata(
             topic_id="t", name="t", num_partitions=4, partition_racks={0: frozenset("a")}
@@ -139,8 +140,8 @@ def test_count_owned_refuses_an_owner_who_is_no_member_and_too_many_racks() -> N
         count_owned(RackNodes(["a"]), ["m0"], ["a"], {"t": {0: "m0", 1: "gone"}}, ["t"], topics)
         is None
     )
-    six = RackNodes(list("abcdef"))
-    assert count_owned(six, ["m0"], ["a"], {"t": {0: "m0"}}, ["t"], topics) is None
+    many = RackNodes([f"r{j:03d}" for j in range(254)])  # 255 nodes: no byte left for nobody
+    assert count_owned(many, ["m0"], ["r000"], {"t": {0: "m0"}}, ["t"], topics) is None
 
 
 def general_path(
