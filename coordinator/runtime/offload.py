@@ -20,11 +20,24 @@ without workers.
 * A worker that dies (or a pool that breaks) fails the jobs it had with an error outcome; the
   pool is rebuilt for the next job. An assignor error is an error outcome too: the group keeps
   its target and the next eligible heartbeat (or the assignment timer) tries again, as Kafka.
+* A worker runs CPython's cyclic garbage collector itself, as the event loop does
+  (``collector.py``): the automatic collector is off, so no collection runs in the middle of a
+  job (CPython's own, triggered by allocations, ran some 50-120 times inside one 10,000-member
+  job, a full one among them, traversing the job's freshly unpickled inputs: tens of
+  milliseconds; docs/benchmarks.md, "Offloaded target assignments"). What the worker loaded at
+  its start is frozen out of the collections' way (``gc.freeze``). A job's inputs and outcome
+  die by reference counting once its answer is sent; only reference cycles need the collector,
+  and the worker collects them right then, before it waits for the next job: the young
+  generation (everything the job allocated) after every job, a full collection every
+  :data:`FULL_EVERY` jobs. So a job starts with nothing of the last one left, and the
+  collection is not on any answer's path unless the next job is already waiting.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gc
 import logging
 import multiprocessing
 import multiprocessing.connection
@@ -42,12 +55,29 @@ from .assignors import make_assignors
 
 log = logging.getLogger("kip848.offload")
 
+FULL_EVERY = 100
+"""Jobs between two full collections in a worker (the young generation is collected after
+every job)."""
+
 _ASSIGNORS: dict[str, Any] = {}
 """In a worker: the configured assignors by name (loaded once by :func:`_init_worker`)."""
 
 
-def _init_worker(names: tuple[str, ...]) -> None:
+class _Worker:
+    """In a worker: whether it runs its own collector, and the jobs it has finished since its
+    last full collection."""
+
+    own_collector = False
+    jobs = 0
+
+
+def _init_worker(names: tuple[str, ...], own_collector: bool = True) -> None:
     _ASSIGNORS.update((a.name, a) for a in make_assignors(names))
+    if own_collector:
+        gc.disable()
+        gc.collect()
+        gc.freeze()  # the interpreter, the modules, the assignors: kept for the worker's life
+        _Worker.own_collector = True
     parent = multiprocessing.parent_process()
     if parent is not None:
         threading.Thread(
@@ -63,9 +93,46 @@ def _exit_with_parent(sentinel: int) -> None:
     os._exit(0)
 
 
-def _work(job: AssignmentJob) -> tuple[AssignmentOutcome, float]:
+class _Carrier:
+    """An :class:`AssignmentJob` on its way to a worker, and in it until the answer is sent:
+    the pool's worker drops what it was called with right after sending the answer, and the
+    carrier's finalizer then drops the job and collects what the job left (in a worker that
+    runs its own collector: module docstring)."""
+
+    __slots__ = ("job",)
+
+    def __init__(self, job: AssignmentJob) -> None:
+        self.job = job
+
+    def __getstate__(self) -> AssignmentJob:
+        return self.job
+
+    def __setstate__(self, job: AssignmentJob) -> None:
+        self.job = job
+
+    def __del__(self) -> None:
+        with contextlib.suppress(AttributeError):
+            del self.job  # freed now (reference counting), not scanned below
+        if _Worker.own_collector:
+            _collect_after_job()
+
+
+def _collect_after_job() -> None:
+    """In a worker that runs its own collector, once a job's answer is sent: the young
+    generation — all that was allocated since the last job ended, so the job's reference
+    cycles — and every :data:`FULL_EVERY` jobs everything not frozen."""
+    _Worker.jobs += 1
+    if _Worker.jobs < FULL_EVERY:
+        gc.collect(0)
+    else:
+        _Worker.jobs = 0
+        gc.collect(2)
+
+
+def _work(carrier: _Carrier) -> tuple[AssignmentOutcome, float]:
     """In a worker: run one job; also returns the CPU seconds it took (for the log)."""
     started = time.process_time()
+    job = carrier.job
     assignor = _ASSIGNORS.get(job.assignor)
     if assignor is None:
         outcome = AssignmentOutcome(
@@ -86,11 +153,16 @@ def _warm_up(_n: int) -> int:
 class AssignorPool:
     """Worker processes running :func:`~coordinator.core.target_assignment.run_job`."""
 
-    def __init__(self, assignor_names: Sequence[str], processes: int) -> None:
+    def __init__(
+        self, assignor_names: Sequence[str], processes: int, *, own_collector: bool = True
+    ) -> None:
+        """``own_collector=False``: CPython's automatic collector runs in the workers instead
+        (the behaviour before they ran their own; ``bench/join.py --offload`` measures both)."""
         if processes < 1:
             raise ValueError("an assignor pool needs at least one process")
         self.assignor_names = tuple(assignor_names)
         self.processes = processes
+        self.own_collector = own_collector
         self._executor: ProcessPoolExecutor | None = None
         self.jobs_run = 0
         self.jobs_failed = 0
@@ -101,7 +173,7 @@ class AssignorPool:
                 max_workers=self.processes,
                 mp_context=multiprocessing.get_context("spawn"),
                 initializer=_init_worker,
-                initargs=(self.assignor_names,),
+                initargs=(self.assignor_names, self.own_collector),
             )
         return self._executor
 
@@ -122,7 +194,9 @@ class AssignorPool:
     async def run(self, job: AssignmentJob) -> AssignmentOutcome:
         """Run ``job`` in a worker; never raises for a failure of the job or the worker."""
         try:
-            future: Future[tuple[AssignmentOutcome, float]] = self._pool().submit(_work, job)
+            future: Future[tuple[AssignmentOutcome, float]] = self._pool().submit(
+                _work, _Carrier(job)
+            )
             outcome, cpu_s = await asyncio.wrap_future(future)
         except BrokenProcessPool as exc:
             self._discard_pool()
