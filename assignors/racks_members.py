@@ -51,7 +51,7 @@ class Dense:
             members, node_of if self.whole else list(map(node_of.__getitem__, members)), count
         )
         self.sizes = self.by_node.sizes
-        self.total = sum(map(target.__getitem__, members))
+        self.total = sum(target) if self.whole else sum(map(target.__getitem__, members))
 
     def set_targets(self, quota: int, extras: Sequence[int]) -> None:
         """``quota`` each, ``quota + 1`` for ``extras[v]`` members of node v: those holding
@@ -72,6 +72,9 @@ class Dense:
         """The class's members holding more than ``quota``, in member order (C-level)."""
         load = self.initial
         if self.whole:  # range(n): no lookups
+            codes = _as_bytes(load)
+            if codes is not None:  # one byte per load: a table says which are above
+                return _where(codes.translate(bytes(b > quota for b in range(256))))
             return list(compress(range(len(load)), map(quota.__lt__, load)))
         members = self.members
         return list(compress(members, map(quota.__lt__, map(load.__getitem__, members))))
@@ -107,6 +110,9 @@ class Dense:
     ) -> list[int]:
         """The members whose ``low`` is below their ``high`` (target and load, either way)."""
         if members is self.members and self.whole:  # range(n): no lookups
+            found = _less(low, high)
+            if found is not None:
+                return found
             return list(compress(range(len(low)), map(lt, low, high)))
         return list(
             compress(
@@ -200,6 +206,44 @@ class Sparse:
             found.extend(ids for _r, k, ids in buckets if k < quota)
         load, target = self.load, self.target
         return sorted(m for m in set(chain.from_iterable(found)) if load[m] < target[m])
+
+
+def _as_bytes(values: Sequence[int]) -> bytes | None:
+    """``values`` as bytes, or None when some value is not in 0..255."""
+    try:
+        return bytes(values)
+    except ValueError:
+        return None
+
+
+def _less(low: Sequence[int], high: Sequence[int]) -> list[int] | None:
+    """The indexes i with ``low[i] < high[i]``, ascending, by C-level passes: both lists as
+    bytes, spread into 16-bit lanes of two integers; ``high + 255 - low`` in each lane (no
+    borrow: each lane stays within 0..510) reaches the lane's high byte exactly when
+    ``low < high``. None when some value is not in 0..255."""
+    a, b = _as_bytes(low), _as_bytes(high)
+    if a is None or b is None:
+        return None
+    n = len(a)
+    lanes = bytearray(2 * n)
+    lanes[::2] = a
+    x = int.from_bytes(lanes, "little")
+    lanes[::2] = b
+    y = int.from_bytes(lanes, "little") + int.from_bytes(b"\xff\x00" * n, "little") - x
+    return _where(y.to_bytes(2 * n, "little")[1::2])
+
+
+def _where(flags: bytes) -> list[int]:
+    """The indexes of the ones in ``flags`` (bytes of 0 and 1), ascending: found one by one
+    when they are few, else by one C-level pass."""
+    if flags.count(1) * 32 >= len(flags):
+        return list(compress(range(len(flags)), flags))
+    found = []
+    at = flags.find(1)
+    while at >= 0:
+        found.append(at)
+        at = flags.find(1, at + 1)
+    return found
 
 
 def _first(lists: Sequence[Sequence[str]], k: int) -> list[int]:

@@ -366,7 +366,7 @@ class _Builder:
         self.rack_of: list[str | None] | None = None
         if any(topics[t].partition_racks for t in self.topic_ids):
             self.rack_of = list(map(_rack_of, spec_list))
-        self.racks: list[str] = []  # one class: the relevant racks (_count_racks)
+        self.racks: list[str] = []  # one class: the relevant racks (build)
         self.counted: Counted | None = None
         self.from_owners = False
         self.exact: set[TopicId] = set()  # topics whose spec owners are the inverse of current
@@ -383,8 +383,9 @@ class _Builder:
     def build(self) -> dict[str, MemberAssignment]:
         one = len(self.class_members) == 1
         if one:
-            self._count_racks()
-            self.from_owners = self._clean_from_owners(checked=self.counted is not None)
+            if self.rack_of is not None:
+                self.racks = relevant_racks(self.rack_of, self.topic_ids, self.topics)
+            self.from_owners = self._clean_from_owners()
             if not self.from_owners:
                 self.counted = None  # the owners are not the members' assignments
         if not one or not (self.from_owners or self._clean_one_class()):
@@ -402,21 +403,18 @@ class _Builder:
             self._assign_classes()
         return dict(zip(self.member_ids, self.current, strict=False))
 
-    def _count_racks(self) -> None:
-        """One class: the relevant racks (``racks``) and, when the spec has the owners, the
-        held partitions counted by racks from them (``counted``, :func:`count_owned`)."""
-        if self.rack_of is None:
-            return
-        self.racks = relevant_racks(self.rack_of, self.topic_ids, self.topics)
-        if self.racks and self.partition_owners:
-            self.counted = count_owned(
-                RackNodes(self.racks),
-                self.member_ids,
-                self.rack_of,
-                self.partition_owners,
-                self.topic_ids,
-                self.topics,
-            )
+    def _count_racks(self) -> bool:
+        """One class, racks relevant (``racks``), the spec has the owners: the held partitions
+        counted by racks from them (``counted``, :func:`count_owned`); whether they were."""
+        self.counted = count_owned(
+            RackNodes(self.racks),
+            self.member_ids,
+            self.rack_of,  # type: ignore[arg-type]  # racks are relevant: rack_of is set
+            self.partition_owners,
+            self.topic_ids,
+            self.topics,
+        )
+        return self.counted is not None
 
     # ------------------------------------------------------------------ step 1: clean
 
@@ -427,14 +425,15 @@ class _Builder:
             self.owned[i] = True
         return self.current[i]  # type: ignore[return-value]
 
-    def _clean_from_owners(self, checked: bool) -> bool:
+    def _clean_from_owners(self) -> bool:
         """The homogeneous case when the spec's ``partition_owners`` is the inverse of the
         members' assignments (as the coordinator passes it): no per-partition work in Python.
         Member loads are summed; when every member holds only non-empty sets of usable topics
         and the loads add up to the owned partitions, no partition is held twice, and what is
-        free per topic follows from its owners (their range checked by C-level passes, or
-        already, ``checked``, by :func:`count_owned`). Same outcome as
-        :meth:`_clean_one_class`; returns False (nothing changed) when it cannot decide."""
+        free per topic follows from its owners (their range checked by C-level passes, or, with
+        racks relevant, by :func:`count_owned` as it counts them: :meth:`_count_racks`). Same
+        outcome as :meth:`_clean_one_class`; returns False (nothing changed) when it cannot
+        decide."""
         owners_of = self.partition_owners
         assignments = self.assignments
         if not owners_of and any(assignments):
@@ -445,6 +444,7 @@ class _Builder:
         load = _loads(assignments)
         if load is None:
             return False
+        checked = bool(self.racks and owners_of) and self._count_racks()
         owned = 0
         unassigned: dict[TopicId, Sequence[int]] = {}
         for t in self.topic_ids:

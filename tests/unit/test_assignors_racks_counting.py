@@ -13,9 +13,10 @@ from itertools import chain
 
 import pytest
 
+from assignors import racks_members
 from assignors.api import GroupSpec, MemberSubscription, SubscriptionType, TopicMetadata
 from assignors.racks import RackNodes, count_owned, relevant_racks
-from assignors.racks_members import _first
+from assignors.racks_members import _first, _less, _where
 from assignors.racks_range import _deal_ranges, _index_keys
 from assignors.range import RangeAssignor
 from assignors.summary import summarize
@@ -148,7 +149,7 @@ def general_path(
     monkeypatch: pytest.MonkeyPatch, spec: GroupSpec, topics: Mapping[str, TopicMetadata]
 ) -> object:
     with monkeypatch.context() as m:
-        m.setattr(_Builder, "_clean_from_owners", lambda self, checked: False)
+        m.setattr(_Builder, "_clean_from_owners", lambda self: False)
         m.setattr(_Builder, "_clean_one_class", lambda self: False)
         return UNIFORM.assign(spec, topics).members
 
@@ -586,3 +587,65 @@ def test_range_places_by_lanes_as_by_sorting_the_indexes(monkeypatch: pytest.Mon
     assert len(lanes_calls) > 300
     assert kept_in_part  # some node kept the lowest indexes of a key and gave up the rest
     assert split_types  # some type's moving indexes went to more than one node
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_less_and_where_find_what_a_comparison_one_by_one_finds(seed: int) -> None:
+    """The lanes of :func:`_less` (values 0..255, equal, one apart, at the ends; few ones
+    found one by one, many by one pass) and its refusal of a value that is not a byte."""
+    rng = random.Random(seed)
+    n = rng.choice([1, 2, 31, 32, 33, 1000])
+    top = rng.choice([1, 2, 12, 255])
+    low = [rng.randint(0, top) for _ in range(n)]
+    high = [v if rng.random() < 0.9 else rng.randint(0, top) for v in low]
+    assert _less(low, high) == [i for i in range(n) if low[i] < high[i]]
+    assert _less(high, low) == [i for i in range(n) if high[i] < low[i]]
+    flags = bytes(int(rng.random() < rng.choice([0.01, 0.5])) for _ in range(n))
+    assert _where(flags) == [i for i in range(n) if flags[i]]
+    assert _less([*low, 256], [*high, 0]) is None
+    assert _less([*low, 0], [*high, -1]) is None
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_uniform_with_racks_is_the_same_without_the_members_loads_as_bytes(
+    monkeypatch: pytest.MonkeyPatch, seed: int
+) -> None:
+    """The rack-aware members' targets and who is above or below them, found through bytes
+    (loads up to 255) or through lists (the path for bigger loads, and here for all): the same
+    assignment, on random holdings and on a settled group after a leave or a join (loads of
+    q and q + 1); some groups have members holding more than 255 partitions."""
+    rng = random.Random(seed)
+    topics = racked_topics(rng, rng.randint(1, 4), (40, 300, 2000), rng.randint(1, 4))
+    ids = [f"m{j:02d}" for j in range(rng.randint(2, 12))]
+    rack_of = {m: rng.choice(["a", "b", "c", "z", None]) for m in ids}
+
+    def spec_of(
+        members: list[str], current: Mapping[str, Mapping[str, frozenset[int]]]
+    ) -> GroupSpec:
+        return GroupSpec(
+            members={
+                m: MemberSubscription(
+                    rack_id=rack_of[m],
+                    instance_id=None,
+                    subscribed_topic_ids=frozenset(topics),
+                    assignment=current.get(m, {}),
+                )
+                for m in members
+            },
+            subscription_type=SubscriptionType.HOMOGENEOUS,
+            partition_owners=owners_of({m: current[m] for m in members if m in current}),
+        )
+
+    if rng.random() < 0.5:
+        current: Mapping[str, Mapping[str, frozenset[int]]] = dealt(rng, ids, topics, 0.8)
+        members = ids
+    else:  # settled, then one leaves or one joins
+        before = ids[:-1] if rng.random() < 0.5 else ids
+        current = UNIFORM.assign(spec_of(before, {}), topics).members
+        members = ids if len(before) < len(ids) else ids[:-1]
+    spec = spec_of(members, current)
+    result = UNIFORM.assign(spec, topics)
+    check_assignment(spec, topics, result)
+    with monkeypatch.context() as m:
+        m.setattr(racks_members, "_as_bytes", lambda values: None)
+        assert UNIFORM.assign(spec, topics).members == result.members

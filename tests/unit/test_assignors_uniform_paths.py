@@ -48,7 +48,7 @@ def spec(
 def full(monkeypatch: pytest.MonkeyPatch, group: GroupSpec, topics: dict[str, TM]) -> object:
     """The result with every fast cleanup disabled (the general path)."""
     with monkeypatch.context() as m:
-        m.setattr(_Builder, "_clean_from_owners", lambda self, checked: False)
+        m.setattr(_Builder, "_clean_from_owners", lambda self: False)
         m.setattr(_Builder, "_clean_one_class", lambda self: False)
         return ASSIGNOR.assign(group, topics).members
 
