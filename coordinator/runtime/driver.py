@@ -192,7 +192,8 @@ class Batch:
         self.events: list[LogEvent] = []  # written once durable, dropped on failure
         self.offloads: list[tuple[int, str]] = []  # (machine, group): computations to start
         self.regex_resolutions: list[tuple[int, str]] = []  # (machine, group): to resolve
-        self.waiters: list[tuple[Any, Any]] = []  # (caller's future, its response)
+        # (caller's future, its response, its state machine; None: the driver's own wait)
+        self.waiters: list[tuple[Any, Any, int | None]] = []
         self.then: list[Callable[[BaseException | None], Any]] = []  # the driver's own
         self.resolved = False
         self.error: BaseException | None = None  # why its write failed
@@ -488,18 +489,33 @@ class Driver:
         elif batch is None:
             fut.set_result(response)
         else:
-            batch.waiters.append((fut, response))
+            batch.waiters.append((fut, response, key))
 
     def wait(self, batch: Batch) -> Any:
         """A future resolved when ``batch`` is (None, or its write's error)."""
         fut = self.host.new_future()
         if not batch.resolved:
-            batch.waiters.append((fut, None))
+            batch.waiters.append((fut, None, None))
         elif batch.error is None:
             fut.set_result(None)
         else:
             fut.set_exception(batch.error)
         return fut
+
+    def answer_dropped(self, index: int, error: CoordinatorError) -> None:
+        """State machine ``index`` was dropped (its partition is no longer this node's): the
+        callers still waiting for batches that hold its commands get ``error`` now, not when
+        those batches resolve (as Kafka's unload fails the partition's deferred events with
+        NOT_COORDINATOR). An append can be held up for long — a COMMIT whose connection was
+        lost waits for PostgreSQL to come back to learn its outcome — and must not hold them
+        past their request timeouts; the client retries at the new leader, which loads
+        whatever PostgreSQL kept."""
+        for batch in (self.inflight, self.pending):
+            if batch is None:
+                continue
+            for fut, _response, key in batch.waiters:
+                if key == index and not fut.done():
+                    fut.set_exception(error)
 
     def _publish_topics(self) -> None:
         image = self.registry.image()
@@ -603,8 +619,8 @@ class Driver:
             self._complete(batch.completions)
         if batch.offloads:
             self.own.start_offloads(batch.offloads)
-        for fut, response in batch.waiters:
-            if not fut.done():  # a caller that went away cancelled its own future only
+        for fut, response, _index in batch.waiters:
+            if not fut.done():  # a caller that went away, or one answered at its drop
                 fut.set_result(response)
         if batch.regex_resolutions:  # after the asking heartbeats' answers
             self.own.ask_regex_resolutions(batch.regex_resolutions)
@@ -650,7 +666,7 @@ class Driver:
         for b in failed:
             b.resolved, b.error = True, error
             self.timing.settle(b.timer_ops, durable=False)
-            for fut, _response in b.waiters:
+            for fut, _response, _index in b.waiters:
                 if not fut.done():
                     fut.set_exception(error)
             for then in b.then:

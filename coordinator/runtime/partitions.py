@@ -14,12 +14,14 @@ Theory of operation:
 * **Unload** (a graceful hand-over): new commands get NOT_COORDINATOR at once, the writes
   holding its records finish, then it is dropped.
 * **Drop** (handed over, taken over, its lease ran out): NOT_COORDINATOR from now on; parked
-  requests of its groups get NOT_COORDINATOR (the client finds the new coordinator and retries,
-  as after Kafka's unload), its timers, first targets, offloads and regex resolutions are
-  forgotten, push streams of its groups end with NOT_COORDINATOR, and an empty shard takes its
-  place. Writes still in flight are answered as they resolve: a write that holds its records
-  is refused by PostgreSQL (fenced by the leader epoch it no longer holds) and fails
-  retriably as a whole.
+  requests of its groups, and requests waiting for a write that holds their records, get
+  NOT_COORDINATOR at once (the client finds the new coordinator and retries, as after Kafka's
+  unload: an append held up in PostgreSQL — a COMMIT waiting for PostgreSQL to come back to
+  learn its outcome — never holds them past the drop); its timers, first targets, offloads
+  and regex resolutions are forgotten, push streams of its groups end with NOT_COORDINATOR,
+  and an empty shard takes its place. The write itself resolves later: refused by PostgreSQL
+  (fenced by the leader epoch this node no longer holds), failed, or committed — then the new
+  leader loads it.
 * **Fenced appends.** Every batch names the leader epochs of the partitions this node leads
   (``Leadership.fence``); a batch refused for a partition means another node took it over:
   the partition is dropped at once and the cluster node told. A batch refused because the
@@ -198,6 +200,7 @@ class Partitions:
             fut = driver.parked.pop(key)
             if not fut.done():
                 fut.set_exception(error)
+        driver.answer_dropped(partition, error)
         driver.timing.drop_partition(partition)
         n = driver.shard_count
         driver.own.forget(lambda g: partition_for(g, n) == partition)

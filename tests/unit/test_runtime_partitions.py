@@ -187,6 +187,42 @@ async def test_unloading_waits_for_the_partitions_writes_and_ends_its_watchers()
     await rt.close()
 
 
+async def test_a_dropped_partitions_requests_waiting_for_a_write_are_answered_at_once() -> None:
+    """An append held up in the store (a COMMIT whose connection was lost waits for PostgreSQL
+    to come back to learn its outcome) when the node drops a partition (its lease ran out):
+    the requests of that partition waiting for the append get NOT_COORDINATOR at the drop, as
+    Kafka's unload fails its pending writes, not when the append resolves (seconds later,
+    past the clients' request timeouts). Another partition's requests in the same append wait
+    for it and are acknowledged."""
+    shared = MemoryRecordStore(partitions=P)
+    rt, parts = await leading(shared, 1, GP, 1)
+    h = next(f"h{i}" for i in range(100) if partition_for(f"h{i}", P) != GP)
+    hp = partition_for(h, P)
+    shared.set_leader(hp, 1, 1)
+    await parts.load_partition(hp, 1)
+    await rt.create_topics([NewTopic(name="t", num_partitions=1)])
+    g_epoch = (await rt.heartbeat(join(G, member_id="m1"))).member_epoch
+    h_epoch = (await rt.heartbeat(join(h, member_id="m2"))).member_epoch
+    shared.hold_appends()
+    writing = [
+        asyncio.ensure_future(rt.offset_commit(commit(group, {("t", 0): 7}, epoch, member)))
+        for group, epoch, member in ((G, g_epoch, "m1"), (h, h_epoch, "m2"))
+    ]
+    await asyncio.sleep(0.05)
+    assert not any(w.done() for w in writing)  # both wait for the held append
+    parts.lose_partition(GP)  # as when the node's deadline passes
+    with pytest.raises(NotCoordinatorError, match=f"partition {GP} moved away"):
+        await asyncio.wait_for(writing[0], 1)
+    await asyncio.sleep(0.05)
+    assert not writing[1].done()  # still led here: answered once durable
+    shared.release_appends()
+    assert [t.partitions[0].error_code for t in (await writing[1]).topics] == [0]
+    assert await fetched(rt, h) == {("t", 0): 7}
+    (answer,) = await rt.offset_fetch([OffsetFetchGroup(group_id=G)])
+    assert answer.error_code == NotCoordinatorError.code
+    await rt.close()
+
+
 async def test_a_classic_join_in_progress_fails_retriably_and_completes_at_the_new_leader() -> None:
     """A classic rebalance under way when its partition is handed over: the join waiting at
     the barrier is answered NOT_COORDINATOR (retriable: the client finds the new leader), and
