@@ -15,7 +15,9 @@ Events on stdout, one JSON object per line, ``t`` = ``time.monotonic()``: ``star
 ``assign`` / ``revoke`` / ``lost`` (``group``, ``partitions``); ``ack`` (``group``,
 ``offset``: every owned partition committed at ``offset``, acknowledged); ``sent``
 (``group``, ``offset``: a commit about to be sent — it may be applied though not
-acknowledged); ``commit-error`` (``group``, ``error``); ``closed``; ``error`` then exit 1.
+acknowledged); ``commit-error`` (``group``, ``error``, ``took``: seconds since it was sent);
+``request-timeout`` (``message``: kafka-python gave up waiting for the answer to a request,
+``request_timeout_ms``, and closed the connection); ``closed``; ``error`` then exit 1.
 ``stop`` on stdin: close every member (leave the group) and exit 0.
 """
 
@@ -141,10 +143,11 @@ def commit_loop(group: str, stop: threading.Event, poll: Any, owned: Any, commit
             continue
         offset = offset_now()
         emit("sent", group=group, offset=offset)
+        sent = time.monotonic()
         try:
             commit(parts, offset)
         except Exception as exc:  # noqa: BLE001 - every client raises its own kind
-            emit("commit-error", group=group, error=repr(exc))
+            emit("commit-error", group=group, error=repr(exc), took=time.monotonic() - sent)
             next_commit = time.monotonic() + 0.2
         else:
             emit("ack", group=group, offset=offset)
@@ -194,10 +197,24 @@ def run_librdkafka(spec: dict[str, Any], stop: threading.Event) -> None:
     in_threads(spec, stop, run)
 
 
+class RequestTimeouts(logging.Handler):
+    """kafka-python's account of a request left unanswered for ``request_timeout_ms`` (it
+    logs it and closes the connection), as ``request-timeout`` events: a node that answered
+    late is told apart from one that answered retriably (either can end a synchronous commit
+    with KafkaTimeoutError)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if "Request timed out" in message:
+            emit("request-timeout", message=message)
+
+
 def run_kafka_python(spec: dict[str, Any], stop: threading.Event) -> None:
     from kafka import KafkaConsumer
     from kafka.consumer.subscription_state import ConsumerRebalanceListener
     from kafka.structs import OffsetAndMetadata
+
+    logging.getLogger("kafka").addHandler(RequestTimeouts())
 
     def run(group: str, stop: threading.Event) -> None:
         c = KafkaConsumer(
