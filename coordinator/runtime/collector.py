@@ -41,6 +41,10 @@ full collection, its survivors frozen, in a step of its own) and :func:`freeze_n
 allocated is frozen at once instead of being scanned by the next young and full collections
 (twice, tens of milliseconds each for a 10,000-member target). Without a running
 :class:`Collector` (tests, tools) both do nothing.
+
+The assignor worker processes (``offload.py``) follow the same discipline without a loop: the
+automatic collector off, their start frozen, and the young generation collected once each
+job's answer is sent (a full collection every hundred jobs), never in the middle of a job.
 """
 
 from __future__ import annotations
