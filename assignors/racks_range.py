@@ -1,61 +1,90 @@
 """Rack-aware placement of one co-partitioned group of ``range`` topics
 (:func:`place_ranges`): the plan of :mod:`assignors.racks` on the group's indexes, typed by how
-many of its topics are local in each rack — see the theory of operation there. When the keys
-of the indexes (type and rack-blind owner's node) fit a byte, each index's node is a
+many of its topics are local in each rack — see the theory of operation there. Each index gets
+a node: when the keys of the indexes (type and rack-blind owner's node) fit a byte, a
 ``bytes.translate`` of its key by a table that changes at a few positions
-(:func:`_placed_by_lanes`); otherwise the indexes are sorted by key (:func:`_placed_by_order`).
-Both place every index alike."""
+(:func:`_nodes_by_lanes`); otherwise from the indexes sorted by key (:func:`_nodes_by_order`).
+Both place every index alike. Then each node's indexes, picked C-level, are dealt to its
+members (:func:`_deal`). What one computation's groups have in common is made once: the
+members' racks, coded, per list of subscribers (:class:`MemberRacks`), the indexes and the
+one-index sets per partition count (:class:`Indexes`: groups of as many partitions share them,
+as the rack-blind ranges of equal groups share one list)."""
 
 from __future__ import annotations
 
 from array import array
+from bisect import bisect_left
 from collections import Counter, deque
-from collections.abc import Iterable, Mapping, Sequence
-from itertools import accumulate, chain, compress, repeat
-from operator import add, and_, mul, rshift
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from itertools import chain, compress, islice, repeat
+from operator import add, and_, floordiv, mod, mul, rshift
 
 from assignors.api import PartitionAssignorError, TopicId, TopicMetadata
 from assignors.plan import transport
 from assignors.racks import BIT, BYTE, ONLY, RackNodes, relevant_racks
 
-__all__ = ["place_ranges"]
+__all__ = ["Indexes", "MemberRacks", "place_ranges"]
 
 _LITTLE_ENDIAN = array("H", [1]).tobytes() == b"\x01\x00"  # arrays are in the machine's order
 
 
+class MemberRacks:
+    """The racks of one list of members, coded once for every co-partitioned group they
+    subscribe to: ``names`` the distinct racks (sorted, without None) and ``codes`` per member
+    the index of its rack in ``names`` (``len(names)`` for a member in no rack) — a bytes
+    object when the codes fit a byte."""
+
+    __slots__ = ("codes", "names")
+
+    def __init__(self, racks: Iterable[str | None]) -> None:
+        listed = list(racks)
+        names = sorted(r for r in set(listed) if r is not None)
+        index: dict[str | None, int] = {r: j for j, r in enumerate(names)}
+        index[None] = len(names)
+        codes = list(map(index.__getitem__, listed))
+        self.names = names
+        self.codes: bytes | list[int] = bytes(codes) if len(names) < 255 else codes
+
+
 def place_ranges(
-    members: Sequence[str],
+    members: MemberRacks,
     group: Sequence[TopicId],
     num_partitions: int,
-    rack_of: Mapping[str, str | None],
     topics: Mapping[TopicId, TopicMetadata],
+    indexes: Indexes | None = None,
 ) -> list[frozenset[int]] | None:
-    """The partition indexes of the members (in order) of a co-partitioned group of ``range``
-    topics of ``num_partitions`` each that get some: as many as rack-blind (with ``q, r`` the
-    quotient and remainder of the partitions by the members, the first ``r`` get ``q + 1``, the
-    others ``q``; members beyond the partition count get none and are left out), placed by
-    racks: a member's index counts once per topic of the group whose partition has a replica
-    in the member's rack. The plan keeps indexes in the node of their rack-blind owner where
-    it can, and each node deals its indexes, ascending, to its members in order: a node that
-    keeps exactly its members' rack-blind ranges gives them back unchanged. None when no rack
-    is relevant (the rack-blind ranges stand)."""
-    racks = relevant_racks(map(rack_of.__getitem__, members), group, topics)
+    """The partition indexes of the members (in order, their racks coded in ``members``) of a
+    co-partitioned group of ``range`` topics of ``num_partitions`` each that get some: as many
+    as rack-blind (with ``q, r`` the quotient and remainder of the partitions by the members,
+    the first ``r`` get ``q + 1``, the others ``q``; members beyond the partition count get
+    none and are left out), placed by racks: a member's index counts once per topic of the
+    group whose partition has a replica in the member's rack. The plan keeps indexes in the
+    node of their rack-blind owner where it can, and each node deals its indexes, ascending,
+    to its members in order: a node that keeps exactly its members' rack-blind ranges gives
+    them back unchanged. None when no rack is relevant (the rack-blind ranges stand).
+    ``indexes``: the caller's :class:`Indexes` of ``num_partitions``, if it shares them
+    between groups."""
+    racks = relevant_racks(members.names, group, topics)
     if not racks:
         return None
     n = num_partitions
-    quota, extra = divmod(n, len(members))
-    getting = members if quota else members[:extra]
-    counts = [quota + 1] * extra + [quota] * (len(getting) - extra)
+    codes = members.codes
+    quota, extra = divmod(n, len(codes))
+    getting = len(codes) if quota else extra
     nodes = RackNodes(racks)
-    node = nodes.nodes_of(map(rack_of.__getitem__, getting))
     stride = nodes.count
+    at = dict(zip(racks, range(len(racks)), strict=True))
+    node_of_code = [*map(at.get, members.names, repeat(nodes.elsewhere)), nodes.elsewhere]
+    node: bytes | list[int]
     owner_node: Sequence[int]
-    if stride < 256:
-        coded = bytes(node)
-        first, after = coded[:extra], coded[extra:]
+    if stride < 256 and isinstance(codes, bytes):
+        node = codes[:getting].translate(bytes(node_of_code).ljust(256, b"\0"))
+        first, after = node[:extra], node[extra:]
         capacities = [(quota + 1) * first.count(v) + quota * after.count(v) for v in range(stride)]
         owner_node = _repeated(first, quota + 1) + _repeated(after, quota)
     else:
+        node = list(map(node_of_code.__getitem__, codes[:getting]))
+        counts = [quota + 1] * extra + [quota] * (getting - extra)
         capacities = [0] * stride
         for j, c in enumerate(counts):
             capacities[node[j]] += c
@@ -74,79 +103,93 @@ def place_ranges(
     else:
         keys = _lanes(*lanes) if lanes else _keys_one_by_one(nodes, masks, owner_node, base)
         tally = sorted(Counter(keys).items())
-    types = [k // stride for k, _ in tally]
-    codes = list(dict.fromkeys(types))  # the types, ascending
-    rank = dict(zip(codes, range(len(codes)), strict=True))
+    found, found_sizes = zip(*tally, strict=True)
+    types = list(map(floordiv, found, repeat(stride)))
+    codes_of_types = list(dict.fromkeys(types))  # the types, ascending
+    rank = dict(zip(codes_of_types, range(len(codes_of_types)), strict=True))
     # sizes[j · nodes + v]: the indexes of the j-th type whose rack-blind owner is in node v
-    sizes = [0] * (len(codes) * stride)
-    for (k, size), code in zip(tally, types, strict=True):
-        sizes[rank[code] * stride + k % stride] = size
-    racks_n = len(nodes.racks)
-    big = n + 1
-    flow = transport(
-        [sum(sizes[j * stride : (j + 1) * stride]) for j in range(len(codes))],
-        capacities,
-        [
-            [*(big * (c // base ** (racks_n - 1 - v) % base) for v in range(racks_n)), 0]
-            for c in codes
-        ],
+    sizes = [0] * (len(codes_of_types) * stride)
+    at_type = map(mul, map(rank.__getitem__, types), repeat(stride))
+    deque(
+        map(sizes.__setitem__, map(add, at_type, map(mod, found, repeat(stride))), found_sizes),
+        maxlen=0,
     )
+    ends = range(stride, len(sizes) + 1, stride)
+    supplies = list(
+        map(sum, map(sizes.__getitem__, map(slice, range(0, len(sizes), stride), ends)))
+    )
+    # A type's gain in the node of a relevant rack: (n + 1) per topic local there; none
+    # "elsewhere".
+    big = n + 1
+    per_rack = [
+        list(
+            map(
+                mul,
+                map(mod, map(floordiv, codes_of_types, repeat(base**v)), repeat(base)),
+                repeat(big),
+            )
+        )
+        for v in reversed(range(len(racks)))
+    ]
+    flow = transport(supplies, capacities, list(zip(*per_rack, repeat(0), strict=False)))
+    node_of: bytes | bytearray | list[int]
     if type(keys) is bytes:
-        placed = _placed_by_lanes(keys, stride, codes, sizes, flow)
+        node_of = _nodes_by_lanes(keys, stride, codes_of_types, sizes, flow)
     else:
-        placed = _placed_by_order(keys, stride, sizes, flow)
-    return _deal_ranges(node, counts, placed)
+        node_of = _nodes_by_order(keys, stride, sizes, flow, owner_node)
+    return _deal(node, quota, extra, node_of, stride, indexes or Indexes(n))
 
 
-def _placed_by_order(
-    keys: Sequence[int], stride: int, sizes: Sequence[int], flow: Sequence[Sequence[int]]
-) -> list[list[int]]:
-    """Each node's indexes (unsorted): of each type, first the indexes its own members held
-    rack-blind (the lowest ones, as many as the plan leaves it), then what the plan sends it
-    of the rest of the type, in index order — on the indexes sorted by key."""
+def _nodes_by_order(
+    keys: Sequence[int],
+    stride: int,
+    sizes: Sequence[int],
+    flow: Sequence[Sequence[int]],
+    owner_node: Sequence[int],
+) -> bytearray | list[int]:
+    """Each index's node: of each type, a node keeps the indexes its own members held
+    rack-blind (the lowest ones, as many as the plan leaves it), and the rest of the type go,
+    in index order, to the nodes the plan sends them to — on the indexes sorted by key (only
+    the types whose indexes do not all stay in their node are visited)."""
+    node_of: bytearray | list[int] = bytearray(owner_node) if stride < 256 else list(owner_node)
     order = sorted(range(len(keys)), key=keys.__getitem__)
-    placed: list[list[int]] = [[] for _ in range(stride)]
     start = 0
     for j, wanted in enumerate(flow):
         own = sizes[j * stride : (j + 1) * stride]
         if own == wanted:  # every index stays in its node
-            for v, size in enumerate(own):
-                if size:
-                    placed[v] += order[start : start + size]
-                    start += size
+            start += sum(own)
             continue
         rest: list[int] = []
+        needs: list[tuple[int, int]] = []
         for v, size in enumerate(own):
-            take = min(wanted[v], size)
-            placed[v] += order[start : start + take]
-            rest += order[start + take : start + size]
+            want = wanted[v]
+            if want < size:
+                rest += order[start + want : start + size]
+            elif want > size:
+                needs.append((v, want - size))
             start += size
         rest.sort()
         at = 0
-        for v, size in enumerate(own):
-            need = wanted[v] - min(wanted[v], size)
-            if need:
-                placed[v] += rest[at : at + need]
-                at += need
-    return placed
+        for v, need in needs:
+            deque(map(node_of.__setitem__, rest[at : at + need], repeat(v)), maxlen=0)
+            at += need
+    return node_of
 
 
-def _placed_by_lanes(
+def _nodes_by_lanes(
     keys: bytes,
     stride: int,
     codes: Sequence[int],
     sizes: Sequence[int],
     flow: Sequence[Sequence[int]],
-) -> list[list[int]]:
-    """What :func:`_placed_by_order` places (each node's indexes, here ascending), without
-    sorting the indexes: each index's node as one byte, ``bytes.translate`` of its key by a
-    table that changes only at a few positions. Where a node keeps only the lowest ``take``
-    indexes of a key, the indexes after the ``take``-th move (from there on the key's entry is
-    the type's receiving node); a type's moving indexes go, in index order, to the nodes the
-    plan names (at the position where one has its share, the entries of the type's moving keys
-    change to the next). Positions are bisections on ``bytes.count``; then one pass per node
-    keeps its indexes (``itertools.compress``)."""
-    n = len(keys)
+) -> bytes:
+    """What :func:`_nodes_by_order` gives (each index's node, one byte each), without
+    sorting the indexes: each index's node is ``bytes.translate`` of its key by a table that
+    changes only at a few positions. Where a node keeps only the lowest ``take`` indexes of a
+    key, the indexes after the ``take``-th move (from there on the key's entry is the type's
+    receiving node); a type's moving indexes go, in index order, to the nodes the plan names
+    (at the position where one has its share, the entries of the type's moving keys change to
+    the next). Positions are bisections on ``bytes.count``."""
     table = bytearray(k % stride for k in range(256))  # key -> node: the owner's, at first
     # Events by position: (position, 0, type, node): the type's moving indexes from there on
     # go to the node; (position, 1, type, key): the key's indexes from there on move.
@@ -187,12 +230,7 @@ def _placed_by_lanes(
                 if cut <= position:
                     table[key] = value
     pieces.append(keys[at:].translate(table))
-    node_of = b"".join(pieces)
-    everyone = list(range(n))
-    return [
-        list(compress(everyone, node_of.translate(ONLY[v]))) if v in node_of else []
-        for v in range(stride)
-    ]
+    return b"".join(pieces)
 
 
 def _position(keys: bytes, moving: Sequence[tuple[int, int]], count: int) -> int:
@@ -320,30 +358,80 @@ def _lanes(data: bytes, width: int) -> list[int]:
     return values.tolist()
 
 
-def _deal_ranges(
-    node: list[int], counts: Sequence[int], placed: list[list[int]]
+def _deal(
+    node: bytes | list[int],
+    quota: int,
+    extra: int,
+    node_of: bytes | bytearray | list[int],
+    stride: int,
+    indexes: Indexes,
 ) -> list[frozenset[int]]:
-    """Each node's indexes, ascending, dealt to its members in order (``counts[j]`` to member
-    j, of node ``node[j]``; C-level: per node, its members' runs are slices of its indexes)."""
-    out: list[frozenset[int]] = [frozenset()] * len(node)
-    everyone = range(len(node))
-    coded = bytes(node) if len(placed) < 256 else None
-    for v, pool in enumerate(placed):
-        pool.sort()
-        if coded is not None:
-            mine = list(compress(everyone, coded.translate(ONLY[v])))
-        else:
-            mine = list(compress(everyone, map(v.__eq__, node)))
-        sizes = list(map(counts.__getitem__, mine))
-        if sum(sizes) != len(pool):
-            raise PartitionAssignorError("internal error: a node's indexes do not fit its members")
-        if not pool:
+    """Each node's indexes (``node_of``: per index its node), ascending, dealt to its members
+    in order (``node``: per member that gets some, its node; the first ``extra`` get
+    ``quota + 1``, the others ``quota``). C-level when the nodes are bytes: per node, its
+    indexes and its members picked by ``itertools.compress``, its members' runs consecutive
+    groups of its indexes (one index: the shared one-index set)."""
+    getting = len(node)
+    out: list[frozenset[int]] = [_EMPTY] * getting
+    if not isinstance(node, bytes) or not isinstance(node_of, bytes | bytearray):
+        pools: list[list[int]] = [[] for _ in range(stride)]
+        deque(map(list.append, map(pools.__getitem__, node_of), indexes.all()), maxlen=0)
+        members: list[list[int]] = [[] for _ in range(stride)]
+        for j, v in enumerate(node):
+            members[v].append(j)
+        for v, mine in enumerate(members):
+            firsts = bisect_left(mine, extra)
+            others = len(mine) - firsts
+            if firsts * (quota + 1) + others * quota != len(pools[v]):
+                raise PartitionAssignorError(_UNFIT)
+            pool = iter(pools[v])
+            sets = chain(
+                _runs(pool, quota + 1, firsts, indexes), _runs(pool, quota, others, indexes)
+            )
+            deque(map(out.__setitem__, mine, sets), maxlen=0)
+        return out
+    everyone = range(getting)
+    for v in range(stride):
+        firsts, others = node.count(v, 0, extra), node.count(v, extra)
+        if firsts * (quota + 1) + others * quota != node_of.count(v):
+            raise PartitionAssignorError(_UNFIT)
+        if not firsts and not others:
             continue
-        runs: Iterable[Iterable[int]]
-        if sizes.count(sizes[0]) == len(sizes):  # one size (q or q + 1 each): consecutive
-            runs = zip(*[iter(pool)] * sizes[0], strict=True)  # groups of that size
-        else:
-            ends = list(accumulate(sizes))
-            runs = map(pool.__getitem__, map(slice, [0, *ends[:-1]], ends))
-        deque(map(out.__setitem__, mine, map(frozenset, runs)), maxlen=0)
+        pool = compress(indexes.all(), node_of.translate(ONLY[v]))
+        sets = chain(_runs(pool, quota + 1, firsts, indexes), _runs(pool, quota, others, indexes))
+        deque(map(out.__setitem__, compress(everyone, node.translate(ONLY[v])), sets), maxlen=0)
     return out
+
+
+def _runs(pool: Iterator[int], size: int, count: int, indexes: Indexes) -> Iterable[frozenset[int]]:
+    """The next ``count`` runs of ``size`` indexes of ``pool``, as frozensets."""
+    if size == 1:
+        return map(indexes.ones().__getitem__, islice(pool, count))
+    return map(frozenset, islice(zip(*[pool] * size, strict=False), count))
+
+
+class Indexes:
+    """The indexes of ``n`` partitions and each index alone as a frozenset, made on first use
+    and shared by the co-partitioned groups of ``n`` partitions of one computation (their
+    results hold the same integers and one-index sets)."""
+
+    __slots__ = ("_all", "_ones", "n")
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self._all: list[int] | None = None
+        self._ones: list[frozenset[int]] | None = None
+
+    def all(self) -> list[int]:
+        if self._all is None:
+            self._all = list(range(self.n))
+        return self._all
+
+    def ones(self) -> list[frozenset[int]]:
+        if self._ones is None:
+            self._ones = list(map(frozenset, zip(self.all())))
+        return self._ones
+
+
+_EMPTY: frozenset[int] = frozenset()
+_UNFIT = "internal error: a node's indexes do not fit its members"

@@ -46,7 +46,7 @@ from assignors.api import (
     TopicId,
     TopicMetadata,
 )
-from assignors.racks_range import place_ranges
+from assignors.racks_range import Indexes, MemberRacks, place_ranges
 
 __all__ = ["RangeAssignor", "compute_range_assignment", "member_order"]
 
@@ -137,24 +137,38 @@ def _placed_by_racks(
     when no topic has partition racks."""
     if not any(topics[t].partition_racks for t in subscribers):
         return {}
-    # Topics by (partition count, subscribers): equal subscriber lists are one tuple, hashed
-    # once per list object (a homogeneous group's topics share one list).
-    groups: dict[tuple[int, int], tuple[tuple[str, ...], list[TopicId]]] = {}
-    by_list: dict[int, tuple[str, ...]] = {}
-    canonical: dict[tuple[str, ...], tuple[str, ...]] = {}
+    # Topics by (partition count, subscribers). Equal subscriber lists are one: a topic's list
+    # is matched, once per list object (a homogeneous group's topics share one), against the
+    # lists seen with the same length and ends (a list comparison is C-level, and equal lists
+    # of one group hold the same strings).
+    groups: dict[tuple[int, int], tuple[list[str], list[TopicId]]] = {}
+    canonical: dict[int, list[str]] = {}
+    by_ends: dict[tuple[int, str, str], list[list[str]]] = {}
     for t in sorted(subscribers):
         count = topics[t].num_partitions
+        if count <= 0:
+            continue
         members = subscribers[t]
-        key = by_list.get(id(members))
-        if key is None:
-            as_tuple = tuple(members)
-            key = by_list[id(members)] = canonical.setdefault(as_tuple, as_tuple)
-        if count > 0:
-            groups.setdefault((count, id(key)), (key, []))[1].append(t)
-    rack_of = dict(zip(specs, map(_rack_id, specs.values()), strict=True))
+        same = canonical.get(id(members))
+        if same is None:
+            alike = by_ends.setdefault((len(members), members[0], members[-1]), [])
+            same = next((seen for seen in alike if seen == members), None)
+            if same is None:
+                alike.append(members)
+                same = members
+            canonical[id(members)] = same
+        groups.setdefault((count, id(same)), (same, []))[1].append(t)
+    racks: dict[int, MemberRacks] = {}  # by id of the subscriber list
+    indexes: dict[int, Indexes] = {}  # by partition count, shared by its groups
     out: dict[TopicId, list[frozenset[int]]] = {}
-    for (count, _key), (ordered, group) in groups.items():
-        ranges = place_ranges(ordered, group, count, rack_of, topics)
+    for (count, key), (ordered, group) in groups.items():
+        coded = racks.get(key)
+        if coded is None:
+            coded = racks[key] = MemberRacks(map(_rack_id, map(specs.__getitem__, ordered)))
+        shared = indexes.get(count)
+        if shared is None:
+            shared = indexes[count] = Indexes(count)
+        ranges = place_ranges(coded, group, count, topics, shared)
         if ranges is not None:
             out.update(dict.fromkeys(group, ranges))
     return out

@@ -14,10 +14,16 @@ from itertools import chain
 import pytest
 
 from assignors import racks_members
-from assignors.api import GroupSpec, MemberSubscription, SubscriptionType, TopicMetadata
+from assignors.api import (
+    GroupSpec,
+    MemberSubscription,
+    PartitionAssignorError,
+    SubscriptionType,
+    TopicMetadata,
+)
 from assignors.racks import RackNodes, count_owned, relevant_racks
 from assignors.racks_members import _first, _less, _where
-from assignors.racks_range import _deal_ranges, _index_keys
+from assignors.racks_range import Indexes, _deal, _index_keys
 from assignors.range import RangeAssignor
 from assignors.summary import summarize
 from assignors.uniform import UniformAssignor, _Builder, _loads
@@ -230,26 +236,42 @@ def test_index_keys_equal_the_index_by_index_sums(topics: int, n: int, racks: in
     assert keys == expected
 
 
-def test_deal_ranges_gives_each_member_its_run() -> None:
-    """Equal counts (groups of the node's indexes) and unequal ones (slices), a node without
-    indexes, members without any."""
-    node = [0, 1, 0, 0, 1, 2]
-    placed = [[9, 2, 5, 7], [1, 3, 8], []]
-    assert _deal_ranges(node, [1, 2, 2, 1, 1, 0], [list(p) for p in placed]) == [
-        frozenset({2}),
-        frozenset({1, 3}),
-        frozenset({5, 7}),
-        frozenset({9}),
-        frozenset({8}),
-        frozenset(),
-    ]
-    assert _deal_ranges(node, [2, 1, 1, 1, 2, 0], [list(p) for p in placed])[:5] == [
-        frozenset({2, 5}),
-        frozenset({1}),
-        frozenset({7}),
-        frozenset({9}),
+@pytest.mark.parametrize("coded", [True, False])
+def test_deal_gives_each_member_its_run(coded: bool) -> None:
+    """Per node its indexes, ascending, in runs to its members in order — the first ``extra``
+    members one more, a node without members, runs of one index (the one-index sets shared
+    through :class:`Indexes`) — alike with the nodes as bytes (C-level) or as lists; indexes
+    that do not fit their node's members are an internal error."""
+
+    def deal(node: list[int], quota: int, extra: int, node_of: list[int], indexes: Indexes):
+        if coded:
+            return _deal(bytes(node), quota, extra, bytes(node_of), 3, indexes)
+        return _deal(node, quota, extra, node_of, 3, indexes)
+
+    node = [0, 1, 0, 0, 1]  # node 2 has no members
+    # Two each: node 0 holds 2, 4, 5, 6, 7, 9; node 1 holds 0, 1, 3, 8.
+    assert deal(node, 2, 0, [1, 1, 0, 1, 0, 0, 0, 0, 1, 0], Indexes(10)) == [
+        frozenset({2, 4}),
+        frozenset({0, 1}),
+        frozenset({5, 6}),
+        frozenset({7, 9}),
         frozenset({3, 8}),
     ]
+    # Two to the first three, then one: node 0 holds 1, 2, 4, 6, 7; node 1 holds 0, 3, 5.
+    indexes = Indexes(8)
+    dealt = deal(node, 1, 3, [1, 0, 0, 1, 0, 1, 0, 0], indexes)
+    assert dealt == [frozenset({1, 2}), frozenset({0, 3}), frozenset({4, 6}), fs(7), fs(5)]
+    assert dealt[3] is indexes.ones()[7] and dealt[4] is indexes.ones()[5]
+    # One each to the first three (fewer partitions than members).
+    dealt = deal([0, 1, 0], 0, 3, [1, 0, 0], indexes := Indexes(3))
+    assert dealt == [fs(1), fs(0), fs(2)]
+    assert all(s is indexes.ones()[min(s)] for s in dealt)
+    with pytest.raises(PartitionAssignorError, match="do not fit"):
+        deal(node, 1, 3, [1, 0, 0, 1, 0, 1, 0, 1], Indexes(8))  # node 1 one too many
+
+
+def fs(*partitions: int) -> frozenset[int]:
+    return frozenset(partitions)
 
 
 def test_range_over_hundreds_of_co_partitioned_topics() -> None:
@@ -521,11 +543,11 @@ def test_range_places_by_lanes_as_by_sorting_the_indexes(monkeypatch: pytest.Mon
     lanes_calls: list[int] = []
     kept_in_part: list[int] = []
     split_types: list[int] = []
-    by_lanes, position = racks_range._placed_by_lanes, racks_range._position
+    by_lanes, position = racks_range._nodes_by_lanes, racks_range._position
 
     def lanes_spy(
         keys: bytes, stride: int, codes: list[int], sizes: list[int], flow: list[list[int]]
-    ) -> list[list[int]]:
+    ) -> bytes:
         lanes_calls.append(len(keys))
         for j, wanted in enumerate(flow):
             own = sizes[j * stride : (j + 1) * stride]
@@ -539,8 +561,9 @@ def test_range_places_by_lanes_as_by_sorting_the_indexes(monkeypatch: pytest.Mon
 
     def by_order(
         keys: bytes, stride: int, codes: list[int], sizes: list[int], flow: list[list[int]]
-    ) -> list[list[int]]:
-        return racks_range._placed_by_order(keys, stride, sizes, flow)
+    ) -> bytes:
+        owner_node = bytes(k % stride for k in keys)
+        return bytes(racks_range._nodes_by_order(list(keys), stride, sizes, flow, owner_node))
 
     for seed in range(120):
         rng = random.Random(seed)
@@ -577,10 +600,10 @@ def test_range_places_by_lanes_as_by_sorting_the_indexes(monkeypatch: pytest.Mon
             for m in ids
         }
         spec = GroupSpec(members=members, subscription_type=SubscriptionType.HETEROGENEOUS)
-        monkeypatch.setattr(racks_range, "_placed_by_lanes", lanes_spy)
+        monkeypatch.setattr(racks_range, "_nodes_by_lanes", lanes_spy)
         monkeypatch.setattr(racks_range, "_position", position_spy)
         result = RANGE.assign(spec, topics)
-        monkeypatch.setattr(racks_range, "_placed_by_lanes", by_order)
+        monkeypatch.setattr(racks_range, "_nodes_by_lanes", by_order)
         assert result.members == RANGE.assign(spec, topics).members, seed
         monkeypatch.undo()
         check_assignment(spec, topics, result)

@@ -1,0 +1,218 @@
+"""``range`` with racks (assignors/range.py, racks_range.py) against a plain reference written
+here index by index from the documented rules — the same plan (:func:`assignors.plan.transport`
+on the types of indexes), then each type kept by its rack-blind owners' nodes as far as the plan
+allows, the rest in index order to the nodes the plan names, and each node's indexes dealt in
+order to its members — member for member, on random groups that take every path: keys of one
+byte (translate tables) or wider (sorting), member racks coded in bytes or not (more than 254
+racks), nodes in bytes or not (more than 255 relevant racks), fewer partitions than members,
+subscriber lists shared or equal but distinct, topics without partition racks, and groups of
+several co-partitioned topic sets with the same partition counts (whose indexes and one-index
+sets the computation shares)."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable, Mapping
+
+import pytest
+
+from assignors.api import GroupSpec, MemberSubscription, SubscriptionType, TopicMetadata
+from assignors.plan import transport
+from assignors.range import RangeAssignor, member_order
+from assignors.validation import check_assignment
+
+RANGE = RangeAssignor()
+Plain = dict[str, dict[str, frozenset[int]]]
+
+
+def reference(spec: GroupSpec, topics: Mapping[str, TopicMetadata]) -> Plain:
+    """The range assignment with racks, index by index."""
+    order = member_order(spec.members)
+    subscribers: dict[str, list[str]] = {}
+    for m in order:
+        for t in sorted(spec.members[m].subscribed_topic_ids):
+            subscribers.setdefault(t, []).append(m)
+    groups: dict[tuple[int, tuple[str, ...]], list[str]] = {}
+    for t in sorted(subscribers):
+        if topics[t].num_partitions > 0:
+            groups.setdefault((topics[t].num_partitions, tuple(subscribers[t])), []).append(t)
+    result: Plain = {m: {} for m in order}
+    for (n, members), group in groups.items():
+        for m, partitions in zip(members, place(spec, topics, members, group, n), strict=False):
+            if partitions:
+                for t in group:
+                    result[m][t] = partitions
+    return result
+
+
+def place(
+    spec: GroupSpec,
+    topics: Mapping[str, TopicMetadata],
+    members: tuple[str, ...],
+    group: list[str],
+    n: int,
+) -> list[frozenset[int]]:
+    """One co-partitioned group's ranges, by member (in order)."""
+    rack_of = [spec.members[m].rack_id for m in members]
+    quota, extra = divmod(n, len(members))
+    counts = [quota + 1] * extra + [quota] * (len(members) - extra)
+    replicas = {r for t in group for rs in topics[t].partition_racks.values() for r in rs}
+    racks = sorted({r for r in rack_of if r is not None} & replicas)
+    blind_owner = [j for j, c in enumerate(counts) for _ in range(c)]
+    if not racks:
+        return [frozenset(p for p in range(n) if blind_owner[p] == j) for j in range(len(counts))]
+    elsewhere = len(racks)
+    node = [racks.index(r) if r in racks else elsewhere for r in rack_of]
+    # Each index's type: per relevant rack, how many topics of the group are local there.
+    kind = [
+        tuple(sum(r in topics[t].partition_racks.get(p, frozenset()) for t in group) for r in racks)
+        for p in range(n)
+    ]
+    types = sorted(set(kind))
+    capacities = [0] * (elsewhere + 1)
+    for j, c in enumerate(counts):
+        capacities[node[j]] += c
+    flow = transport(
+        [kind.count(k) for k in types],
+        capacities,
+        [[(n + 1) * c for c in k] + [0] for k in types],
+    )
+    held: dict[tuple[tuple[int, ...], int], list[int]] = {}  # (type, owner's node) -> indexes
+    for p in range(n):
+        held.setdefault((kind[p], node[blind_owner[p]]), []).append(p)
+    pools: list[list[int]] = [[] for _ in capacities]
+    for k, wanted in zip(types, flow, strict=True):
+        own = [held.get((k, v), []) for v in range(elsewhere + 1)]
+        rest: list[int] = []
+        for v, indexes in enumerate(own):
+            pools[v] += indexes[: wanted[v]]
+            rest += indexes[wanted[v] :]
+        rest.sort()
+        for v, indexes in enumerate(own):
+            need = max(0, wanted[v] - len(indexes))
+            pools[v] += rest[:need]
+            rest = rest[need:]
+    out = []
+    for j, c in enumerate(counts):
+        pool = sorted(pools[node[j]])
+        out.append(frozenset(pool[:c]))
+        pools[node[j]] = pool[c:]
+    return out
+
+
+def member(
+    rack: str | None, subscribed: Iterable[str], instance: str | None = None
+) -> MemberSubscription:
+    return MemberSubscription(
+        rack_id=rack,
+        instance_id=instance,
+        subscribed_topic_ids=frozenset(subscribed),
+        assignment={},
+    )
+
+
+def assert_as_reference(spec: GroupSpec, topics: Mapping[str, TopicMetadata]) -> Plain:
+    """``range``'s result, valid and equal to the reference's, member for member."""
+    result = RANGE.assign(spec, topics)
+    check_assignment(spec, topics, result)
+    plain = {m: dict(a) for m, a in result.members.items()}
+    assert plain == reference(spec, topics)
+    return plain
+
+
+def random_group(rng: random.Random) -> tuple[GroupSpec, dict[str, TopicMetadata]]:
+    many = rng.random() < 0.1  # hundreds of racks (member racks, and nodes, beyond a byte)
+    names = [f"r{j:03d}" for j in range(300 if many else rng.randint(1, 5))]
+    # (hundreds of relevant racks: test_hundreds_of_relevant_racks — the plan is slow there)
+    replica_names = names[:20] if many else names[: max(1, len(names) - rng.randint(0, 1))]
+    n_of = rng.sample([1, 2, 3, 5, 8, 13, 40, 97, 301], rng.randint(1, 2))
+    topics: dict[str, TopicMetadata] = {}
+    for k in range(rng.choice([1, 2, 3, 4, 6, 12])):
+        n = rng.choice(n_of)
+        racked = rng.random() < 0.9
+        topics[f"t{k:02d}"] = TopicMetadata(
+            topic_id=f"t{k:02d}",
+            name=f"n{k}",
+            num_partitions=n,
+            partition_racks={
+                p: frozenset(rng.sample(replica_names, rng.randint(1, min(3, len(replica_names)))))
+                for p in range(n)
+                if racked and rng.random() < 0.9
+            },
+        )
+    ids = sorted(topics)
+    buckets = [frozenset(rng.sample(ids, rng.randint(1, len(ids)))) for _ in range(3)]
+    heterogeneous = rng.random() < 0.7
+    members = {}
+    for j in range(rng.choice([1, 2, 5, 9, 30, 310 if many else 60])):
+        rack = None if rng.random() < 0.1 else (names[j % 300] if many else rng.choice(names))
+        if not many and rng.random() < 0.1:
+            rack = "nowhere"  # a rack holding no replica
+        members[f"m{rng.randrange(10**6):06d}-{j}"] = member(
+            rack,
+            rng.choice(buckets) if heterogeneous else buckets[0],
+            f"i{rng.randrange(100)}-{j}" if rng.random() < 0.2 else None,
+        )
+    kind = SubscriptionType.HETEROGENEOUS if heterogeneous else SubscriptionType.HOMOGENEOUS
+    return GroupSpec(members=members, subscription_type=kind), topics
+
+
+@pytest.mark.parametrize("chunk", range(4))
+def test_range_with_racks_equals_the_plain_reference(chunk: int) -> None:
+    for seed in range(chunk * 40, (chunk + 1) * 40):
+        assert_as_reference(*random_group(random.Random(seed)))
+
+
+def test_buckets_alike_share_indexes_but_not_placements() -> None:
+    """Five buckets of members, each on its own two co-partitioned topics of 60 partitions
+    (their subscriber lists equal only within a bucket), racks laid out alike but each topic's
+    replicas its own: each bucket placed on its own racks, as the reference does; members
+    beyond the partitions get none, and the one-index sets are shared between buckets."""
+    rng = random.Random(5)
+    topics = {}
+    members = {}
+    for b in range(5):
+        mine = []
+        for k in range(2):
+            t = f"b{b}t{k}"
+            mine.append(t)
+            topics[t] = TopicMetadata(
+                topic_id=t,
+                name=t,
+                num_partitions=60,
+                partition_racks={
+                    p: frozenset(rng.sample(["a", "b", "c"], rng.randint(2, 3))) for p in range(60)
+                },
+            )
+        for j in range(90):
+            members[f"b{b}m{j:02d}"] = member("abc"[j % 3], mine)
+    spec = GroupSpec(members=members, subscription_type=SubscriptionType.HETEROGENEOUS)
+    result = assert_as_reference(spec, topics)
+    by_index: dict[int, set[int]] = {}
+    for a in result.values():
+        for s in a.values():
+            by_index.setdefault(min(s), set()).add(id(s))
+    assert all(len(ids) == 1 for ids in by_index.values())  # one set per index, shared
+    assert sum(1 for a in result.values() if not a) == 5 * 30
+
+
+def test_hundreds_of_relevant_racks() -> None:
+    """260 members, one in each of 260 racks, and one in no rack, on two co-partitioned topics
+    of 522 partitions, partition p with a replica in rack p % 260 but the last two (262 nodes:
+    nodes no longer fit a byte, nor the members' racks): as the reference."""
+    racks = [f"r{j:03d}" for j in range(260)]
+    topics = {
+        t: TopicMetadata(
+            topic_id=t,
+            name=t,
+            num_partitions=522,
+            partition_racks={p: frozenset({racks[p % 260]}) for p in range(520)},
+        )
+        for t in ("x", "y")
+    }
+    members = {
+        f"m{j:03d}": member(racks[(j * 7) % 260] if j < 260 else None, topics) for j in range(261)
+    }
+    assert_as_reference(
+        GroupSpec(members=members, subscription_type=SubscriptionType.HOMOGENEOUS), topics
+    )
