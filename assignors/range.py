@@ -33,6 +33,7 @@ rack holding a replica, the ranges are exactly the rack-blind ones.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from itertools import repeat
 from operator import attrgetter
 from typing import ClassVar
 
@@ -110,8 +111,20 @@ def compute_range_assignment(
     result: dict[str, dict[TopicId, frozenset[int]]] = {m: {} for m in order}
     # (partition count, subscriber count) -> the ranges, so co-partitioned topics share them.
     cache: dict[tuple[int, int], list[frozenset[int]]] = {}
-    placed = _placed_by_racks(specs, subscribers, topics)
-    for t in sorted(subscribers):
+    placed: dict[TopicId, list[frozenset[int]]] = {}
+    filled: set[TopicId] = set()
+    for group, ordered, dealt in _placed_by_racks(specs, subscribers, topics):
+        subscription = specs[ordered[0]].subscribed_topic_ids
+        if (
+            len(subscription) == len(group)
+            and groups.get(subscription) == ordered
+            and subscription.issuperset(group)
+        ):  # the members' topics are exactly the group's: one dict each, made C-level
+            result.update(zip(ordered, map(dict.fromkeys, repeat(group), dealt), strict=False))
+            filled.update(group)
+        else:
+            placed.update(dict.fromkeys(group, dealt))
+    for t in sorted(subscribers.keys() - filled if filled else subscribers):
         count = topics[t].num_partitions
         if count <= 0:
             continue
@@ -131,12 +144,12 @@ def _placed_by_racks(
     specs: Mapping[str, MemberSubscription],
     subscribers: dict[TopicId, list[str]],
     topics: Mapping[TopicId, TopicMetadata],
-) -> dict[TopicId, list[frozenset[int]]]:
-    """Topic -> each subscriber's partitions, for the topics of the co-partitioned groups
-    (same partition count, same subscribers) whose ranges racks change (module doc); empty
-    when no topic has partition racks."""
+) -> list[tuple[list[TopicId], list[str], list[frozenset[int]]]]:
+    """The co-partitioned groups (same partition count, same subscribers) whose ranges racks
+    change (module doc): each group's topics (sorted), its subscribers (in order) and their
+    partitions (of those that get some); none when no topic has partition racks."""
     if not any(topics[t].partition_racks for t in subscribers):
-        return {}
+        return []
     # Topics by (partition count, subscribers). Equal subscriber lists are one: a topic's list
     # is matched, once per list object (a homogeneous group's topics share one), against the
     # lists seen with the same length and ends (a list comparison is C-level, and equal lists
@@ -160,7 +173,7 @@ def _placed_by_racks(
         groups.setdefault((count, id(same)), (same, []))[1].append(t)
     racks: dict[int, MemberRacks] = {}  # by id of the subscriber list
     indexes: dict[int, Indexes] = {}  # by partition count, shared by its groups
-    out: dict[TopicId, list[frozenset[int]]] = {}
+    out: list[tuple[list[TopicId], list[str], list[frozenset[int]]]] = []
     for (count, key), (ordered, group) in groups.items():
         coded = racks.get(key)
         if coded is None:
@@ -170,7 +183,7 @@ def _placed_by_racks(
             shared = indexes[count] = Indexes(count)
         ranges = place_ranges(coded, group, count, topics, shared)
         if ranges is not None:
-            out.update(dict.fromkeys(group, ranges))
+            out.append((group, ordered, ranges))
     return out
 
 
