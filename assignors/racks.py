@@ -58,7 +58,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from functools import partial
-from itertools import chain, repeat
+from itertools import chain, compress, repeat
 from operator import itemgetter
 from typing import cast
 
@@ -71,6 +71,7 @@ __all__ = [
     "count_owned_by_node",
     "count_rack_local",
     "mask_groups",
+    "ones_at",
     "relevant_racks",
 ]
 
@@ -80,6 +81,19 @@ ONLY = [bytes(b == v for b in range(256)) for v in range(256)]
 """``ONLY[v]``: a ``bytes.translate`` table keeping a 1 where the byte was ``v``, else 0."""
 BIT = [bytes(b >> v & 1 for b in range(256)) for v in range(8)]
 """``BIT[v]``: a ``bytes.translate`` table keeping bit ``v`` of each byte."""
+
+
+def ones_at(flags: bytes) -> list[int]:
+    """The indexes of the ones in ``flags`` (bytes of 0 and 1), ascending: found one by one
+    when they are few, else by one C-level pass."""
+    if flags.count(1) * 32 >= len(flags):
+        return list(compress(range(len(flags)), flags))
+    found = []
+    at = flags.find(1)
+    while at >= 0:
+        found.append(at)
+        at = flags.find(1, at + 1)
+    return found
 
 
 # ---------------------------------------------------------------------- what is local

@@ -24,7 +24,7 @@ from operator import lt
 from typing import Any
 
 from assignors.api import MemberSubscription, TopicId
-from assignors.racks import ONLY, RackNodes
+from assignors.racks import ONLY, RackNodes, ones_at
 
 __all__ = ["Dense", "Sparse"]
 
@@ -74,7 +74,7 @@ class Dense:
         if self.whole:  # range(n): no lookups
             codes = _as_bytes(load)
             if codes is not None:  # one byte per load: a table says which are above
-                return _where(codes.translate(bytes(b > quota for b in range(256))))
+                return ones_at(codes.translate(bytes(b > quota for b in range(256))))
             return list(compress(range(len(load)), map(quota.__lt__, load)))
         members = self.members
         return list(compress(members, map(quota.__lt__, map(load.__getitem__, members))))
@@ -230,20 +230,7 @@ def _less(low: Sequence[int], high: Sequence[int]) -> list[int] | None:
     x = int.from_bytes(lanes, "little")
     lanes[::2] = b
     y = int.from_bytes(lanes, "little") + int.from_bytes(b"\xff\x00" * n, "little") - x
-    return _where(y.to_bytes(2 * n, "little")[1::2])
-
-
-def _where(flags: bytes) -> list[int]:
-    """The indexes of the ones in ``flags`` (bytes of 0 and 1), ascending: found one by one
-    when they are few, else by one C-level pass."""
-    if flags.count(1) * 32 >= len(flags):
-        return list(compress(range(len(flags)), flags))
-    found = []
-    at = flags.find(1)
-    while at >= 0:
-        found.append(at)
-        at = flags.find(1, at + 1)
-    return found
+    return ones_at(y.to_bytes(2 * n, "little")[1::2])
 
 
 def _first(lists: Sequence[Sequence[str]], k: int) -> list[int]:

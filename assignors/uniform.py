@@ -67,10 +67,10 @@ distinct loads, plus one pass over the subscribed topics (as without racks).
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from heapq import merge
 from itertools import accumulate, chain, compress, filterfalse, islice, repeat
-from operator import attrgetter, lt, methodcaller, ne, sub
+from operator import attrgetter, itemgetter, lt, methodcaller, ne, sub
 from typing import ClassVar
 
 from assignors.api import (
@@ -84,7 +84,7 @@ from assignors.api import (
     TopicMetadata,
 )
 from assignors.balance import MAX_BALANCE_ROUNDS, Split, fit, water_level
-from assignors.racks import Counted, RackNodes, count_owned, relevant_racks
+from assignors.racks import Counted, RackNodes, count_owned, ones_at, relevant_racks
 from assignors.racks_uniform import Holders, settle_class, settle_from_summary
 
 __all__ = ["UniformAssignor", "compute_uniform_assignment", "compute_uniform_changes"]
@@ -873,12 +873,14 @@ def _loads(assignments: Sequence[Mapping[TopicId, frozenset[int]]]) -> list[int]
     ones = topics.count(1)
     if ones == len(topics):  # one topic each (the usual case with few topics)
         return sizes
+    if len(topics) == 1:
+        return [sum(sizes)]
     if ones * 8 >= len(topics) * 7:
         # Nearly one topic each (a rack-aware target, some members across two topics): runs
         # of single-topic members are slices of the sizes; the others are summed.
         loads: list[int] = []
         at = done = 0
-        for i in compress(range(len(topics)), map(ne, topics, repeat(1))):
+        for i in _not_one(topics):
             loads += sizes[at : at + i - done]
             at += i - done
             k = topics[i]
@@ -887,6 +889,19 @@ def _loads(assignments: Sequence[Mapping[TopicId, frozenset[int]]]) -> list[int]
             done = i + 1
         loads += sizes[at:]
         return loads
-    ends = list(accumulate(topics))
+    # Prefix sums of the sizes, read at each member's end (one itemgetter) and subtracted.
     prefix = [0, *accumulate(sizes)]
-    return list(map(sub, map(prefix.__getitem__, ends), map(prefix.__getitem__, [0, *ends[:-1]])))
+    at_ends = itemgetter(*accumulate(topics))(prefix)
+    return list(map(sub, at_ends, chain((0,), at_ends)))
+
+
+_NOT_ONE = bytes(b != 1 for b in range(256))
+
+
+def _not_one(counts: list[int]) -> Iterable[int]:
+    """The positions of the counts other than 1, ascending (through a bytes object when every
+    count fits a byte)."""
+    try:
+        return ones_at(bytes(counts).translate(_NOT_ONE))
+    except ValueError:  # some count above 255
+        return compress(range(len(counts)), map(ne, counts, repeat(1)))

@@ -21,8 +21,8 @@ from assignors.api import (
     SubscriptionType,
     TopicMetadata,
 )
-from assignors.racks import RackNodes, count_owned, relevant_racks
-from assignors.racks_members import _first, _less, _where
+from assignors.racks import RackNodes, count_owned, ones_at, relevant_racks
+from assignors.racks_members import _first, _less
 from assignors.racks_range import Indexes, _deal, _index_keys
 from assignors.range import RangeAssignor
 from assignors.summary import summarize
@@ -208,6 +208,16 @@ def test_loads_are_the_members_sums(seed: int) -> None:
         topics = 1 if rng.random() >= share else rng.choice([0, 2, 3])
         assignments.append({f"t{k}": frozenset(range(rng.randint(1, 5))) for k in range(topics)})
     assert _loads(assignments) == [sum(map(len, a.values())) for a in assignments]
+
+
+def test_loads_of_a_member_across_more_than_255_topics() -> None:
+    """Mostly one topic each, one member across 300 (its count does not fit a byte)."""
+    assignments = [{"t": frozenset({1, 2})} for _ in range(40)]
+    assignments[7] = {f"t{k}": frozenset({k}) for k in range(300)}
+    assignments[9] = {}
+    expected = [sum(map(len, a.values())) for a in assignments]
+    assert _loads(assignments) == expected
+    assert _loads([assignments[7]]) == [300]
 
 
 @pytest.mark.parametrize(
@@ -613,7 +623,7 @@ def test_range_places_by_lanes_as_by_sorting_the_indexes(monkeypatch: pytest.Mon
 
 
 @pytest.mark.parametrize("seed", range(20))
-def test_less_and_where_find_what_a_comparison_one_by_one_finds(seed: int) -> None:
+def test_less_and_ones_at_find_what_a_comparison_one_by_one_finds(seed: int) -> None:
     """The lanes of :func:`_less` (values 0..255, equal, one apart, at the ends; few ones
     found one by one, many by one pass) and its refusal of a value that is not a byte."""
     rng = random.Random(seed)
@@ -624,7 +634,7 @@ def test_less_and_where_find_what_a_comparison_one_by_one_finds(seed: int) -> No
     assert _less(low, high) == [i for i in range(n) if low[i] < high[i]]
     assert _less(high, low) == [i for i in range(n) if high[i] < low[i]]
     flags = bytes(int(rng.random() < rng.choice([0.01, 0.5])) for _ in range(n))
-    assert _where(flags) == [i for i in range(n) if flags[i]]
+    assert ones_at(flags) == [i for i in range(n) if flags[i]]
     assert _less([*low, 256], [*high, 0]) is None
     assert _less([*low, 0], [*high, -1]) is None
 
