@@ -116,7 +116,8 @@ def compute_range_assignment(
     for group, ordered, dealt in _placed_by_racks(specs, subscribers, topics):
         subscription = specs[ordered[0]].subscribed_topic_ids
         if (
-            len(subscription) == len(group)
+            len(group) >= 3  # (fewer: as fast topic by topic, without a new dict each)
+            and len(subscription) == len(group)
             and groups.get(subscription) == ordered
             and subscription.issuperset(group)
         ):  # the members' topics are exactly the group's: one dict each, made C-level

@@ -219,9 +219,9 @@ def test_hundreds_of_relevant_racks() -> None:
 
 
 def test_members_whose_topics_are_the_group_are_filled_alike() -> None:
-    """Members whose topics are exactly one co-partitioned group get one dict each, made at
-    once (the same set for every topic of the group); the same members also subscribed to a
-    topic without partitions go topic by topic: the same result."""
+    """Members whose topics are exactly one co-partitioned group of three or more get one
+    dict each, made at once (the same set for every topic of the group); the same members also
+    subscribed to a topic without partitions go topic by topic: the same result."""
     rng = random.Random(11)
     topics = {
         t: TopicMetadata(
@@ -230,12 +230,12 @@ def test_members_whose_topics_are_the_group_are_filled_alike() -> None:
             num_partitions=n,
             partition_racks={p: frozenset(rng.sample("abc", 2)) for p in range(n)},
         )
-        for t, n in (("x", 30), ("y", 30), ("z", 0), ("w", 7))
+        for t, n in (("v", 30), ("x", 30), ("y", 30), ("z", 0), ("w", 7))
     }
     for heterogeneous in (False, True):
         kind = SubscriptionType.HETEROGENEOUS if heterogeneous else SubscriptionType.HOMOGENEOUS
         results = []
-        for subscribed in ("xy", "xyz"):
+        for subscribed in ("vxy", "vxyz"):
             members = {f"m{j:02d}": member("abc"[j % 3], subscribed) for j in range(12)}
             if heterogeneous:  # and others on a topic of their own
                 members.update({f"o{j}": member("abc"[j % 3], "w") for j in range(4)})
@@ -243,4 +243,4 @@ def test_members_whose_topics_are_the_group_are_filled_alike() -> None:
                 assert_as_reference(GroupSpec(members=members, subscription_type=kind), topics)
             )
         assert results[0] == results[1]
-        assert all(a["x"] is a["y"] for m, a in results[0].items() if m.startswith("m"))
+        assert all(a["v"] is a["x"] is a["y"] for m, a in results[0].items() if m.startswith("m"))
