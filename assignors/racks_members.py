@@ -59,10 +59,10 @@ class Dense:
         target, by_node = self.target, self.by_node
         if self.whole:  # one C-level store for every member's quota
             target[:] = repeat(quota, len(target))
+        else:
+            _store(target, self.members, quota)
         heavy: list[int] | None = None  # the members holding more than the quota
         for v, extra in enumerate(extras):
-            if not self.whole:
-                _store(target, by_node.scan(v), quota)
             if extra:
                 if heavy is None:
                     heavy = self._heavy(quota)

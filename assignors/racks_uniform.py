@@ -41,6 +41,7 @@ def settle_class(
     held: Mapping[tuple[frozenset[str], str | None], int] | None = None,
     racks: Sequence[str] | None = None,
     counted: Counted | None = None,
+    nodes_by_racks: dict[tuple[str, ...], list[int]] | None = None,
 ) -> dict[int, Assignment] | None:
     """One class of ``uniform`` (members by index, in member order; lists are indexed by
     member index): the class's partitions (what its members hold, ``current`` of sizes
@@ -55,9 +56,10 @@ def settle_class(
     caller has them (``TargetSummary.held_by_racks``: then no held partition is visited);
     ``racks``: the :func:`relevant_racks`, when the caller has them; ``counted``: the nodes
     and the held partitions, when the caller counted them (:func:`count_owned`; its nodes are
-    those of the relevant racks, and ``owners`` is what it counted). Returns the new
-    assignment of each member whose assignment changes, or None (``target`` untouched) when no
-    rack is relevant."""
+    those of the relevant racks, and ``owners`` is what it counted); ``nodes_by_racks``: the
+    members' nodes (by index) per tuple of relevant racks, kept by the caller for its other
+    classes. Returns the new assignment of each member whose assignment changes, or None
+    (``target`` untouched) when no rack is relevant."""
     if counted is not None:
         nodes = counted.nodes
     else:
@@ -69,7 +71,14 @@ def settle_class(
         if not racks:
             return None
         nodes = RackNodes(racks)
-    node_of = nodes.nodes_of(rack_of) if counted is None else counted.node_of
+    if counted is not None:
+        node_of = counted.node_of
+    elif nodes_by_racks is None:
+        node_of = nodes.nodes_of(rack_of)
+    else:  # shared by the caller's classes with the same relevant racks (read only)
+        node_of = nodes_by_racks.get(nodes.racks)  # type: ignore[assignment]
+        if node_of is None:
+            node_of = nodes_by_racks[nodes.racks] = nodes.nodes_of(rack_of)
     roster = Dense(members, node_of, target, load, current, nodes.count)
     settle = _ClassSettle(roster, topics, nodes, counted)
     return settle.run(incoming, topic_ids, owners, held)
@@ -103,18 +112,22 @@ class Holders:
     topic -> partition -> member id), and the member ids by index: holders are looked up with
     C-level passes, never per member."""
 
-    __slots__ = ("ids", "only", "owners")
+    __slots__ = ("checked", "ids", "only", "owners")
 
     def __init__(
         self,
         owners: Mapping[TopicId, Mapping[int, str]],
         ids: Sequence[str] | None,
         only: Collection[TopicId] | None = None,
+        checked: bool = True,
     ) -> None:
         """``ids``: the member ids by index (None: members are named by their ids); ``only``:
         the topics whose owners are the class's holders (None: every topic) — the others' are
-        read from the members' assignments."""
-        self.owners, self.ids, self.only = owners, ids, only
+        read from the members' assignments; ``checked``: False when ``only`` is every topic of
+        the class and its owners are yet to be checked to be members of the class (they are as
+        they are counted; if they are not, every holder is read from the members'
+        assignments)."""
+        self.owners, self.ids, self.only, self.checked = owners, ids, only, checked
 
 
 Segments = dict[TopicId, list[int]]
@@ -175,6 +188,10 @@ class _ClassSettle:
         some = owners is not None and owners.only is not None
         if some and self.counted is None and owners.only.issuperset(topic_ids):  # type: ignore[union-attr]
             self.counted = self._count_owners(topic_ids, owners)  # type: ignore[arg-type]
+            if self.counted is None and not owners.checked:  # type: ignore[union-attr]
+                # Some owner may be no member of the class: the members' assignments instead.
+                some = False
+                holder = self._holders(topic_ids, None)
         counts, free = self._count(incoming, holder, held)
         if some and sum(counts.values()) != roster.total:
             # An owner that is no member of the class, or an index out of range (not every
@@ -293,8 +310,8 @@ class _ClassSettle:
         assert ids is not None
         return count_owned_by_node(
             self.nodes,
-            [ids[i] for i in members],
-            [self.node_of[i] for i in members],
+            list(map(ids.__getitem__, members)),
+            list(map(self.node_of.__getitem__, members)),
             owners.owners,
             topic_ids,
             self.topics,

@@ -368,6 +368,7 @@ class _Builder:
             self.rack_of = list(map(_rack_of, spec_list))
         self.racks: list[str] = []  # one class: the relevant racks (build)
         self.counted: Counted | None = None
+        self.nodes_by_racks: dict[tuple[str, ...], list[int]] = {}  # the classes' members' nodes
         self.from_owners = False
         self.exact: set[TopicId] = set()  # topics whose spec owners are the inverse of current
 
@@ -778,9 +779,16 @@ class _Builder:
             elif owned:
                 rack_of = self.rack_of
                 racks = relevant_racks(map(rack_of.__getitem__, members), topic_ids, self.topics)
-                mine = self._owned_by(owned, members) if racks else None
-                if mine:
-                    holders = Holders(self.partition_owners, self.member_ids, mine)
+                if racks and len(owned) == len(topic_ids):
+                    # Every topic of the class is its own: its owners are checked to be members
+                    # of the class as they are counted (no pass of their own).
+                    holders = Holders(
+                        self.partition_owners, self.member_ids, frozenset(owned), False
+                    )
+                else:
+                    mine = self._owned_by(owned, members) if racks else None
+                    if mine:
+                        holders = Holders(self.partition_owners, self.member_ids, mine)
             placed = settle_class(
                 members,
                 self.rack_of,
@@ -793,6 +801,7 @@ class _Builder:
                 holders,
                 racks=racks,
                 counted=self.counted,
+                nodes_by_racks=self.nodes_by_racks,
             )
             if placed is not None:
                 for i, placed_i in placed.items():

@@ -491,13 +491,14 @@ def test_heterogeneous_uniform_with_racks_from_the_owners_equals_without_them(se
     assert result.members == UNIFORM.assign(without, topics).members
 
 
-def test_heterogeneous_uniform_reads_the_holders_of_a_class_s_own_topics_from_the_owners(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """The owners are used (not only the members' assignments) when a class has topics of its
-    own — holders looked up and partitions counted from them —, and the result is the one
-    without owners."""
-    rng = random.Random(3)
+def two_classes_on_their_own_topics(
+    seed: int, share: int, stranger: str | None = None
+) -> tuple[GroupSpec, dict[str, TopicMetadata], list[str]]:
+    """Twelve members in racks a, b, c, two classes of six on two topics of their own (300
+    partitions each), each taker holding ``share`` of each topic in a run (the last taker
+    nothing when the shares do not cover the topic); ``stranger``: the owner named for
+    partition 3 of the first topic (which the first member holds)."""
+    rng = random.Random(seed)
     topics = racked_topics(rng, 4, (300,), 3)
     names = sorted(topics)
     ids = [f"m{j:02d}" for j in range(12)]
@@ -508,7 +509,8 @@ def test_heterogeneous_uniform_reads_the_holders_of_a_class_s_own_topics_from_th
     for t in names:
         takers = [m for m in ids if t in subscribed[m]]
         for k, m in enumerate(takers):
-            current[m][t] = frozenset(range(k * 40, k * 40 + 40))
+            if (k + 1) * share <= 300:
+                current[m][t] = frozenset(range(k * share, k * share + share))
     members = {
         m: MemberSubscription(
             rack_id="abc"[j % 3],
@@ -518,11 +520,24 @@ def test_heterogeneous_uniform_reads_the_holders_of_a_class_s_own_topics_from_th
         )
         for j, m in enumerate(ids)
     }
+    owners = owners_of(current)
+    if stranger is not None:
+        owners[names[0]][3] = stranger
     spec = GroupSpec(
         members=members,
         subscription_type=SubscriptionType.HETEROGENEOUS,
-        partition_owners=owners_of(current),
+        partition_owners=owners,
     )
+    return spec, topics, names
+
+
+def test_heterogeneous_uniform_reads_the_holders_of_a_class_s_own_topics_from_the_owners(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The owners are used (not only the members' assignments) when a class has topics of its
+    own — holders looked up and partitions counted from them —, and the result is the one
+    without owners."""
+    spec, topics, names = two_classes_on_their_own_topics(3, 40)
     import assignors.racks_uniform as racks_uniform
 
     calls: list[frozenset[str]] = []
@@ -537,6 +552,20 @@ def test_heterogeneous_uniform_reads_the_holders_of_a_class_s_own_topics_from_th
     monkeypatch.undo()
     check_assignment(spec, topics, result)
     assert sorted(calls, key=sorted) == [frozenset(names[:2]), frozenset(names[2:])]
+    without = dataclasses.replace(spec, partition_owners={})
+    assert result.members == UNIFORM.assign(without, topics).members
+
+
+@pytest.mark.parametrize("stranger", ["m07", "ghost"])
+def test_heterogeneous_uniform_with_an_owner_outside_the_class_reads_the_members(
+    stranger: str,
+) -> None:
+    """A class's own topic whose owners name someone outside the class (a member of the
+    other class, or no member at all) is counted from the members' assignments, like the
+    class's other topics: the result is the one without owners."""
+    spec, topics, _names = two_classes_on_their_own_topics(5, 55, stranger)
+    result = UNIFORM.assign(spec, topics)
+    check_assignment(spec, topics, result)
     without = dataclasses.replace(spec, partition_owners={})
     assert result.members == UNIFORM.assign(without, topics).members
 
