@@ -6,9 +6,10 @@ a node: when the keys of the indexes (type and rack-blind owner's node) fit a by
 (:func:`_nodes_by_lanes`); otherwise from the indexes sorted by key (:func:`_nodes_by_order`).
 Both place every index alike. Then each node's indexes, picked C-level, are dealt to its
 members (:func:`_deal`). What one computation's groups have in common is made once: the
-members' racks, coded, per list of subscribers (:class:`MemberRacks`), the indexes and the
-one-index sets per partition count (:class:`Indexes`: groups of as many partitions share them,
-as the rack-blind ranges of equal groups share one list)."""
+members' racks, coded, per list of subscribers (:class:`MemberRacks`); the nodes per list of
+relevant racks, and the indexes and one-index sets per partition count (:class:`Shared`,
+:class:`Indexes`: groups of as many partitions share them, as the rack-blind ranges of equal
+groups share one list)."""
 
 from __future__ import annotations
 
@@ -16,14 +17,14 @@ from array import array
 from bisect import bisect_left
 from collections import Counter, deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from itertools import chain, compress, islice, repeat
-from operator import add, and_, floordiv, mod, mul, rshift
+from itertools import accumulate, chain, compress, islice, repeat
+from operator import add, and_, floordiv, mod, mul, ne, rshift
 
 from assignors.api import PartitionAssignorError, TopicId, TopicMetadata
 from assignors.plan import transport
 from assignors.racks import BIT, BYTE, ONLY, RackNodes, relevant_racks
 
-__all__ = ["Indexes", "MemberRacks", "place_ranges"]
+__all__ = ["Indexes", "MemberRacks", "Shared", "place_ranges"]
 
 _LITTLE_ENDIAN = array("H", [1]).tobytes() == b"\x01\x00"  # arrays are in the machine's order
 
@@ -51,7 +52,7 @@ def place_ranges(
     group: Sequence[TopicId],
     num_partitions: int,
     topics: Mapping[TopicId, TopicMetadata],
-    indexes: Indexes | None = None,
+    shared: Shared | None = None,
 ) -> list[frozenset[int]] | None:
     """The partition indexes of the members (in order, their racks coded in ``members``) of a
     co-partitioned group of ``range`` topics of ``num_partitions`` each that get some: as many
@@ -62,16 +63,17 @@ def place_ranges(
     node of their rack-blind owner where it can, and each node deals its indexes, ascending,
     to its members in order: a node that keeps exactly its members' rack-blind ranges gives
     them back unchanged. None when no rack is relevant (the rack-blind ranges stand).
-    ``indexes``: the caller's :class:`Indexes` of ``num_partitions``, if it shares them
-    between groups."""
+    ``shared``: what the caller's groups share (:class:`Shared`), if it has several."""
     racks = relevant_racks(members.names, group, topics)
     if not racks:
         return None
+    if shared is None:
+        shared = Shared()
     n = num_partitions
     codes = members.codes
     quota, extra = divmod(n, len(codes))
     getting = len(codes) if quota else extra
-    nodes = RackNodes(racks)
+    nodes = shared.nodes(racks)
     stride = nodes.count
     at = dict(zip(racks, range(len(racks)), strict=True))
     node_of_code = [*map(at.get, members.names, repeat(nodes.elsewhere)), nodes.elsewhere]
@@ -137,7 +139,7 @@ def place_ranges(
         node_of = _nodes_by_lanes(keys, stride, codes_of_types, sizes, flow)
     else:
         node_of = _nodes_by_order(keys, stride, sizes, flow, owner_node)
-    return _deal(node, quota, extra, node_of, stride, indexes or Indexes(n))
+    return _deal(node, quota, extra, node_of, stride, shared.indexes(n))
 
 
 def _nodes_by_order(
@@ -152,27 +154,24 @@ def _nodes_by_order(
     in index order, to the nodes the plan sends them to — on the indexes sorted by key (only
     the types whose indexes do not all stay in their node are visited)."""
     node_of: bytearray | list[int] = bytearray(owner_node) if stride < 256 else list(owner_node)
+    ends = range(stride, len(sizes) + 1, stride)
+    rows = list(map(sizes.__getitem__, map(slice, range(0, len(sizes), stride), ends)))
+    starts = list(accumulate(map(sum, rows), initial=0))  # each type's first in the order
     order = sorted(range(len(keys)), key=keys.__getitem__)
-    start = 0
-    for j, wanted in enumerate(flow):
-        own = sizes[j * stride : (j + 1) * stride]
-        if own == wanted:  # every index stays in its node
-            start += sum(own)
-            continue
+    for j in compress(range(len(flow)), map(ne, rows, flow)):
+        own, wanted, start = rows[j], flow[j], starts[j]
         rest: list[int] = []
-        needs: list[tuple[int, int]] = []
+        receivers: list[int] = []
         for v, size in enumerate(own):
             want = wanted[v]
             if want < size:
                 rest += order[start + want : start + size]
             elif want > size:
-                needs.append((v, want - size))
+                receivers += repeat(v, want - size)
             start += size
         rest.sort()
-        at = 0
-        for v, need in needs:
-            deque(map(node_of.__setitem__, rest[at : at + need], repeat(v)), maxlen=0)
-            at += need
+        for i, v in zip(rest, receivers, strict=True):
+            node_of[i] = v
     return node_of
 
 
@@ -431,6 +430,32 @@ class Indexes:
         if self._ones is None:
             self._ones = list(map(frozenset, zip(self.all())))
         return self._ones
+
+
+class Shared:
+    """What the co-partitioned groups of one computation share, made on first use: per
+    partition count its :class:`Indexes`, per list of relevant racks its
+    :class:`~assignors.racks.RackNodes` (the masks of each layout of racks, cached there, serve
+    every group on those racks)."""
+
+    __slots__ = ("_indexes", "_nodes")
+
+    def __init__(self) -> None:
+        self._indexes: dict[int, Indexes] = {}
+        self._nodes: dict[tuple[str, ...], RackNodes] = {}
+
+    def indexes(self, n: int) -> Indexes:
+        made = self._indexes.get(n)
+        if made is None:
+            made = self._indexes[n] = Indexes(n)
+        return made
+
+    def nodes(self, racks: Sequence[str]) -> RackNodes:
+        key = tuple(racks)
+        made = self._nodes.get(key)
+        if made is None:
+            made = self._nodes[key] = RackNodes(key)
+        return made
 
 
 _EMPTY: frozenset[int] = frozenset()

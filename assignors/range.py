@@ -47,7 +47,7 @@ from assignors.api import (
     TopicId,
     TopicMetadata,
 )
-from assignors.racks_range import Indexes, MemberRacks, place_ranges
+from assignors.racks_range import MemberRacks, Shared, place_ranges
 
 __all__ = ["RangeAssignor", "compute_range_assignment", "member_order"]
 
@@ -173,15 +173,12 @@ def _placed_by_racks(
             canonical[id(members)] = same
         groups.setdefault((count, id(same)), (same, []))[1].append(t)
     racks: dict[int, MemberRacks] = {}  # by id of the subscriber list
-    indexes: dict[int, Indexes] = {}  # by partition count, shared by its groups
+    shared = Shared()
     out: list[tuple[list[TopicId], list[str], list[frozenset[int]]]] = []
     for (count, key), (ordered, group) in groups.items():
         coded = racks.get(key)
         if coded is None:
             coded = racks[key] = MemberRacks(map(_rack_id, map(specs.__getitem__, ordered)))
-        shared = indexes.get(count)
-        if shared is None:
-            shared = indexes[count] = Indexes(count)
         ranges = place_ranges(coded, group, count, topics, shared)
         if ranges is not None:
             out.append((group, ordered, ranges))
