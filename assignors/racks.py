@@ -39,8 +39,8 @@ Counting. The types are counted in C-level passes, never partition by partition 
 partition's mask is a ``bytes.translate`` (or a lookup in a bytes object) on one byte per
 partition; ``uniform`` counts the partitions its members hold from the coordinator's owners
 (:func:`count_owned`: per topic and mask, the holders of the mask's partitions through one
-``itemgetter`` kept with the topic's metadata, then per mask each holder's node in one byte,
-counted with ``bytes.count``; in a heterogeneous group, a class whose topics only it
+``itemgetter`` kept with the topic's metadata and their nodes through another, one byte each,
+then counted per mask with ``bytes.count``; in a heterogeneous group, a class whose topics only it
 subscribes, :func:`count_owned_by_node`) or, in the incremental path, takes them from the
 target summary; ``range`` adds each rack's bits up over the group's topics as the lanes of one
 integer.
@@ -262,9 +262,9 @@ def count_owned(
     ``rack_of``: the members and their racks, by index): what
     :func:`settle_class` would count from the members' assignments, in C-level passes — per
     topic and mask, the holders of the mask's partitions (one ``itemgetter``, kept with the
-    topic's metadata, on the topic's owners; a lookup per partition when some is free), then
-    per mask the node of every holder in one byte each (one lookup per member id), counted
-    per node with ``bytes.count``. Indexes are checked on the way: as many indexes must be
+    topic's metadata, on the topic's owners) and at once their nodes, one byte each (one
+    ``itemgetter`` of the holders on the members' nodes; lookups one by one through ``map``
+    when some partition is free), then per mask the nodes counted with ``bytes.count``. Indexes are checked on the way: as many indexes must be
     found among the topic's partitions as the topic has owners (an index out of range is
     never found). None when it cannot tell: an index out of range, an owner not in ``ids``,
     more than 254 nodes."""
@@ -284,45 +284,49 @@ def count_owned_by_node(
     if nodes.count >= _NOBODY_CODE:
         return None
     node_by_member = dict(zip(ids, node_of, strict=True))
-    by_mask: dict[int, list[Iterable[str | None]]] = {}
-    expected = 0  # the owners named: every one of them must be found
-    for t in topic_ids:
-        owned = owners.get(t)
-        if not owned:
-            continue
-        expected += len(owned)
-        for m, group, getter in _holder_getters(nodes, topics[t]):
-            holders: Iterable[str | None]
-            if getter is None:
-                holders = map(owned.get, group)
-            else:
-                try:
-                    holders = getter(owned)
-                except KeyError:  # some partition free (or an index out of range)
-                    holders = map(owned.get, group)
-            parts = by_mask.get(m)
-            if parts is None:
-                by_mask[m] = [holders]
-            else:
-                parts.append(holders)
     code = cast("dict[str | None, int]", node_by_member)  # the same dict, None added for now
     code[None] = _NOBODY_CODE
-    counts: Counter[tuple[int, int]] = Counter()
-    stride = nodes.count
-    found = 0
+    node = code.__getitem__
+    # Per mask, its holders' nodes, one byte each, per topic (a topic's holders are looked up
+    # while its owners are at hand).
+    by_mask: dict[int, list[bytes]] = {}
+    expected = 0  # the owners named: every one of them must be found
     try:
-        for m, parts in by_mask.items():
-            held = bytes(map(code.__getitem__, chain.from_iterable(parts)))
-            for v in range(stride):
-                k = held.count(v)
-                if k:
-                    counts[(m, v)] = k
-                    found += k
+        for t in topic_ids:
+            owned = owners.get(t)
+            if not owned:
+                continue
+            expected += len(owned)
+            for m, group, getter in _holder_getters(nodes, topics[t]):
+                holders = None
+                if getter is not None:
+                    try:
+                        holders = getter(owned)
+                    except KeyError:  # some partition free (or an index out of range)
+                        pass
+                if holders is None:
+                    held = bytes(map(node, map(owned.get, group)))
+                else:  # two or more holders: one itemgetter call, no Python call per holder
+                    held = bytes(itemgetter(*holders)(code))
+                parts = by_mask.get(m)
+                if parts is None:
+                    by_mask[m] = [held]
+                else:
+                    parts.append(held)
     except KeyError:  # an owner who is no member
         return None
+    del code[None]
+    counts: Counter[tuple[int, int]] = Counter()
+    found = 0
+    for m, parts in by_mask.items():
+        held = b"".join(parts)
+        for v in range(nodes.count):
+            k = held.count(v)
+            if k:
+                counts[(m, v)] = k
+                found += k
     if found != expected:
         return None  # an index out of range (never found among the partitions)
-    del code[None]
     return Counted(nodes, node_of, node_by_member, counts)
 
 
