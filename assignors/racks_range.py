@@ -17,6 +17,7 @@ from array import array
 from bisect import bisect_left
 from collections import Counter, deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from functools import cache
 from itertools import accumulate, chain, compress, islice, repeat
 from operator import add, and_, floordiv, mod, mul, ne, rshift
 
@@ -294,13 +295,23 @@ def _index_key_lanes(
     not bytes. C-level: per rack, one bit per partition of every topic (``bytes.translate`` on
     the masks), added up over the topics as the byte-wide lanes of one integer folded in
     halves (by chunks of fewer than 256 topics: no carry crosses a lane), the chunks' counts
-    then added up, and the racks' combined, in lanes wide enough for the keys."""
+    then added up, and the racks' combined, in lanes wide enough for the keys. One or two
+    topics whose keys fit a byte: both masks in one byte, one ``bytes.translate``
+    (:func:`_pair_table`)."""
     racks_n, stride, n = len(nodes.racks), nodes.count, len(owner_node)
     scale = [base ** (racks_n - 1 - v) * stride for v in range(racks_n)]
     top = base**racks_n * stride  # every key is below
     width = next((w for w in (1, 2, 8) if top <= 256**w), 0)
     if not width or type(owner_node) is not bytes or any(type(m) is not bytes for m in masks):
         return None
+    if width == 1 and len(masks) <= 2 and racks_n <= 4:  # each index's masks fit one byte
+        table = _pair_table(racks_n, len(masks), base, stride)
+        pair = int.from_bytes(masks[0], "little")
+        if len(masks) == 2:  # the first's mask above the second's, in every byte
+            pair = (pair << racks_n) + int.from_bytes(masks[1], "little")
+        coded = pair.to_bytes(n, "little").translate(table)
+        total = int.from_bytes(coded, "little") + int.from_bytes(owner_node, "little")
+        return total.to_bytes(n, "little"), 1
     # Chunks of fewer than 256 topics, each folded in byte-wide lanes, then widened.
     chunks = [b"".join(masks[i : i + 255]) for i in range(0, len(masks), 255)]  # type: ignore[arg-type]
     total = _widen(owner_node, width)
@@ -314,6 +325,18 @@ def _index_key_lanes(
                 blocks = keep
             total += _widen(bits.to_bytes(n, "little"), width) * scale[v]
     return total.to_bytes(n * width, "little"), width
+
+
+@cache
+def _pair_table(racks: int, topics: int, base: int, stride: int) -> bytes:
+    """For one or two topics' masks over ``racks`` relevant racks in one byte (the first's
+    above the second's): the ``bytes.translate`` table to the keys of :func:`_index_keys`
+    without the owner's node (each fits a byte: the keys do)."""
+    scale = [base ** (racks - 1 - v) * stride for v in range(racks)]
+    return bytes(
+        sum(((x >> v & 1) + (x >> racks + v & 1)) * scale[v] for v in range(racks))
+        for x in range(1 << racks * topics)
+    ).ljust(256, b"\0")
 
 
 def _repeated(lanes: bytes, times: int) -> bytes:

@@ -222,11 +222,22 @@ def test_loads_of_a_member_across_more_than_255_topics() -> None:
 
 @pytest.mark.parametrize(
     ("topics", "n", "racks"),
-    [(3, 50, 3), (255, 4, 3), (256, 4, 2), (300, 7, 3), (600, 3, 4), (5, 20, 9)],
+    [
+        (1, 50, 4),
+        (2, 50, 3),
+        (2, 30, 2),
+        (3, 50, 3),
+        (255, 4, 3),
+        (256, 4, 2),
+        (300, 7, 3),
+        (600, 3, 4),
+        (5, 20, 9),
+    ],
 )
 def test_index_keys_equal_the_index_by_index_sums(topics: int, n: int, racks: int) -> None:
     """The keys of range's indexes through integer lanes (by chunks of 255 topics, lanes of 1,
-    2 or 8 bytes) equal the same sums index by index (a list owner sequence takes that way)."""
+    2 or 8 bytes; one or two topics by one translate of both masks) equal the same sums index
+    by index (a list owner sequence takes that way)."""
     rng = random.Random(topics * n)
     meta = racked_topics(rng, topics, (n,), racks)
     group = sorted(meta)
