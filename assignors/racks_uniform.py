@@ -4,9 +4,9 @@ see the theory of operation there."""
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from itertools import chain
+from operator import sub
 from typing import Any, cast
 
 from assignors.api import (
@@ -203,33 +203,39 @@ class _ClassSettle:
         quota, extras = divmod(roster.total, sum(roster.sizes))
         size = roster.sizes
         big = sum(counts.values()) + 1
-        weights = [
-            [big * nodes.local(m, v) + (v == h) for v in range(nodes.count)] for m, h in kinds
-        ]
+        racked = range(nodes.elsewhere)  # the nodes of relevant racks (the last is elsewhere)
+        local: dict[int, list[int]] = {}  # mask -> LOCAL gain per node
+        weights = []  # per kind: the local gain, plus one at the node holding it (stickiness)
+        for m, h in kinds:
+            row = local.get(m)
+            if row is None:
+                row = local[m] = [big if m >> v & 1 else 0 for v in racked]
+                row.append(0)
+            row = row.copy()
+            if h < nodes.count:  # not the pool of free partitions
+                row[h] += 1
+            weights.append(row)
         flow = transport(
-            [counts[k] for k in kinds],
+            list(map(counts.__getitem__, kinds)),
             [quota * n for n in size],
             weights,
             extras=extras,
             extra_room=size,
         )
-        plan = {k: flow[j] for j, k in enumerate(kinds)}
-        roster.set_targets(
-            quota, [sum(f[v] for f in flow) - quota * size[v] for v in range(nodes.count)]
-        )
+        plan = dict(zip(kinds, flow, strict=True))
+        taken = list(map(sum, zip(*flow, strict=True))) if flow else [0] * nodes.count
+        roster.set_targets(quota, list(map(sub, taken, [quota * n for n in size])))
 
         out: dict[Any, Assignment] = {}
         load: Any = roster.load
         moving: dict[tuple[int, int], Moving] = {}  # (mask, from node) -> partitions
         receiving: dict[int, Segments] = {v: {} for v in range(nodes.count)}
-        for v in range(nodes.count):
-            excess = {
-                m: counts[(m, h)] - plan[(m, h)][v]
-                for m, h in kinds
-                if h == v and counts[(m, h)] > plan[(m, h)][v]
-            }
-            if excess:
-                self._give_up(v, excess, load, out, moving, holder)
+        excess: dict[int, dict[int, int]] = {}  # node -> mask -> what the plan takes from it
+        for (m, h), placed in zip(kinds, flow, strict=True):
+            if h < nodes.count and counts[(m, h)] > placed[h]:
+                excess.setdefault(h, {})[m] = counts[(m, h)] - placed[h]
+        for v in sorted(excess):
+            self._give_up(v, excess[v], load, out, moving, holder)
         # Members still above their count give up their highest partitions; they stay in their
         # node (the plan keeps them there).
         node_of, target = self.node_of, self.target
@@ -322,17 +328,25 @@ class _ClassSettle:
         incoming: Sequence[tuple[TopicId, Sequence[int]]],
         holder: _Lookup,
         held: Mapping[tuple[frozenset[str], str | None], int] | None,
-    ) -> tuple[Counter[tuple[int, int]], dict[tuple[int, TopicId], Sequence[int]]]:
+    ) -> tuple[dict[tuple[int, int], int], dict[tuple[int, TopicId], Sequence[int]]]:
         """(mask, holder node or pool) -> partitions of the class; and the free (incoming)
         partitions by (mask, topic), ascending."""
         nodes = self.nodes
         topics = holder.topics()
-        counts: Counter[tuple[int, int]] = Counter()
+        counts: dict[tuple[int, int], int] = {}
         if self.counted is not None:  # counted by the caller, by (mask, node)
             counts.update(self.counted.counts)
         elif held is not None:  # counted by the caller, by racks
+            masks: dict[frozenset[str], int] = {}
+            node_of_rack: dict[str | None, int] = {}
             for (racks, rack), k in held.items():
-                counts[(nodes.mask(racks), nodes.node(rack))] += k
+                m = masks.get(racks)
+                if m is None:
+                    m = masks[racks] = nodes.mask(racks)
+                v = node_of_rack.get(rack)
+                if v is None:
+                    v = node_of_rack[rack] = nodes.node(rack)
+                counts[(m, v)] = counts.get((m, v), 0) + k
         elif sum(self.topics[t].num_partitions for t in topics) < 16 * len(topics):
             # Small topics: the members' holdings are few; look each held partition up.
             self._count_by_member(counts)
@@ -349,7 +363,7 @@ class _ClassSettle:
                 for v in range(nodes.count):
                     k = codes.count(v)
                     if k:
-                        counts[(m, v)] += k
+                        counts[(m, v)] = counts.get((m, v), 0) + k
         free: dict[tuple[int, TopicId], Sequence[int]] = {}
         for t, seq in incoming:
             groups = self.masks(t)
@@ -357,16 +371,23 @@ class _ClassSettle:
                 for m, group in groups.items():
                     free[(m, t)] = group  # ascending
                 continue
-            mask_of = nodes.masks_by_partition(self.topics[t])
+            metadata = self.topics[t]
+            if len(seq) * 64 < metadata.num_partitions:  # a few: each looked up
+                by_racks = nodes.mask_of(metadata)
+                racks_of = metadata.partition_racks
+                mask_of: Sequence[int] = [by_racks.get(racks_of.get(p), 0) for p in seq]
+            else:
+                mask_of = nodes.masks_by_partition(metadata)
+                mask_of = list(map(mask_of.__getitem__, seq))
             some: dict[int, list[int]] = {}
-            for p, m in zip(seq, map(mask_of.__getitem__, seq), strict=True):
+            for p, m in zip(seq, mask_of, strict=True):
                 some.setdefault(m, []).append(p)
             free.update(((m, t), ps) for m, ps in some.items())
         for (m, _t), seq in free.items():
-            counts[(m, self.pool)] += len(seq)
+            counts[(m, self.pool)] = counts.get((m, self.pool), 0) + len(seq)
         return counts, free
 
-    def _count_by_member(self, counts: Counter[tuple[int, int]]) -> None:
+    def _count_by_member(self, counts: dict[tuple[int, int], int]) -> None:
         """(mask, node) -> partitions held, member by member (for groups of small topics)."""
         node_of, current, nodes = self.node_of, self.current, self.nodes
         masks: dict[TopicId, Sequence[int]] = {}
@@ -377,7 +398,7 @@ class _ClassSettle:
                 if mask_of is None:
                     mask_of = masks[t] = nodes.masks_by_partition(self.topics[t])
                 for m in map(mask_of.__getitem__, partitions):
-                    counts[(m, v)] += 1
+                    counts[(m, v)] = counts.get((m, v), 0) + 1
 
     # ------------------------------------------------------------------ realising
 
@@ -491,12 +512,13 @@ class _ClassSettle:
         t, seq = pool[0]
         end = len(seq)
         for i in members:
-            need = target[i] - load[i]
+            count = target[i]
+            need = count - load[i]
             mine = out.get(i)
             if mine is None:
                 held = current[i]
                 mine = out[i] = dict(held) if held else {}
-            load[i] = target[i]
+            load[i] = count
             if start + need < end:  # within the topic at hand (the usual case)
                 run = frozenset(seq[start : start + need])
                 before = mine.get(t)
