@@ -19,7 +19,7 @@ from collections import Counter, deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from functools import cache
 from itertools import accumulate, chain, compress, islice, repeat
-from operator import add, and_, floordiv, mod, mul, ne, rshift
+from operator import add, and_, floordiv, mod, mul, ne, rshift, sub
 
 from assignors.api import PartitionAssignorError, TopicId, TopicMetadata
 from assignors.plan import transport
@@ -100,26 +100,29 @@ def place_ranges(
     masks = [nodes.masks_by_partition(topics[t]) for t in group]
     lanes = _index_key_lanes(nodes, masks, owner_node, base)
     keys: bytes | list[int]
+    counted: Mapping[int, int]  # key -> its indexes
     if lanes is not None and lanes[1] == 1:
         keys = lanes[0]
-        tally = _tally(keys)
+        counted = _tally(keys)
     else:
         keys = _lanes(*lanes) if lanes else _keys_one_by_one(nodes, masks, owner_node, base)
-        tally = sorted(Counter(keys).items())
-    found, found_sizes = zip(*tally, strict=True)
+        counted = Counter(keys)
+    found = sorted(counted)  # a type's keys are consecutive
+    found_sizes = list(map(counted.__getitem__, found))
     types = list(map(floordiv, found, repeat(stride)))
-    codes_of_types = list(dict.fromkeys(types))  # the types, ascending
-    rank = dict(zip(codes_of_types, range(len(codes_of_types)), strict=True))
+    firsts = [0, *compress(range(1, len(types)), map(ne, types[1:], types))]  # of each type
+    codes_of_types = list(map(types.__getitem__, firsts))  # the types, ascending
     # sizes[j · nodes + v]: the indexes of the j-th type whose rack-blind owner is in node v
     sizes = [0] * (len(codes_of_types) * stride)
-    at_type = map(mul, map(rank.__getitem__, types), repeat(stride))
+    at_type = map(mul, accumulate(map(ne, types[1:], types), initial=0), repeat(stride))
     deque(
         map(sizes.__setitem__, map(add, at_type, map(mod, found, repeat(stride))), found_sizes),
         maxlen=0,
     )
-    ends = range(stride, len(sizes) + 1, stride)
+    cumulative = list(accumulate(found_sizes, initial=0))
+    ends = [*firsts[1:], len(found)]
     supplies = list(
-        map(sum, map(sizes.__getitem__, map(slice, range(0, len(sizes), stride), ends)))
+        map(sub, map(cumulative.__getitem__, ends), map(cumulative.__getitem__, firsts))
     )
     # A type's gain in the node of a relevant rack: (n + 1) per topic local there; none
     # "elsewhere".
@@ -348,15 +351,14 @@ def _repeated(lanes: bytes, times: int) -> bytes:
     return (_widen(lanes, times) * ones).to_bytes(len(lanes) * times, "little")
 
 
-def _tally(data: bytes) -> list[tuple[int, int]]:
-    """The distinct bytes of ``data``, ascending, each with how often it occurs (C-level: a
+def _tally(data: bytes) -> dict[int, int]:
+    """The distinct bytes of ``data``, each with how often it occurs (C-level: a
     ``bytes.translate`` deleting each in turn)."""
-    out = []
+    out = {}
     while data:
         left = data.translate(None, BYTE[data[0]])
-        out.append((data[0], len(data) - len(left)))
+        out[data[0]] = len(data) - len(left)
         data = left
-    out.sort()
     return out
 
 
