@@ -14,7 +14,6 @@ groups share one list)."""
 from __future__ import annotations
 
 from array import array
-from bisect import bisect_left
 from collections import Counter, deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from functools import cache
@@ -392,39 +391,37 @@ def _deal(
 ) -> list[frozenset[int]]:
     """Each node's indexes (``node_of``: per index its node), ascending, dealt to its members
     in order (``node``: per member that gets some, its node; the first ``extra`` get
-    ``quota + 1``, the others ``quota``). C-level when the nodes are bytes: per node, its
-    indexes and its members picked by ``itertools.compress``, its members' runs consecutive
-    groups of its indexes (one index: the shared one-index set)."""
-    getting = len(node)
-    out: list[frozenset[int]] = [_EMPTY] * getting
-    if not isinstance(node, bytes) or not isinstance(node_of, bytes | bytearray):
+    ``quota + 1``, the others ``quota``): per node, its members' runs are consecutive groups
+    of its indexes (one index: the shared one-index set), and the members take the next run
+    of their node's in member order (C-level: ``map(next, …)``; with the nodes as bytes, each
+    node's indexes picked by ``itertools.compress``)."""
+    runs: list[Iterator[frozenset[int]]] = []
+    if isinstance(node, bytes) and isinstance(node_of, bytes | bytearray):
+        for v in range(stride):
+            held = node_of.count(v)
+            pool = compress(indexes.all(), node_of.translate(ONLY[v])) if held else iter(())
+            firsts, others = node.count(v, 0, extra), node.count(v, extra)
+            runs.append(_node_runs(pool, held, firsts, others, quota, indexes))
+    else:
         pools: list[list[int]] = [[] for _ in range(stride)]
         deque(map(list.append, map(pools.__getitem__, node_of), indexes.all()), maxlen=0)
-        members: list[list[int]] = [[] for _ in range(stride)]
-        for j, v in enumerate(node):
-            members[v].append(j)
-        for v, mine in enumerate(members):
-            firsts = bisect_left(mine, extra)
-            others = len(mine) - firsts
-            if firsts * (quota + 1) + others * quota != len(pools[v]):
-                raise PartitionAssignorError(_UNFIT)
-            pool = iter(pools[v])
-            sets = chain(
-                _runs(pool, quota + 1, firsts, indexes), _runs(pool, quota, others, indexes)
-            )
-            deque(map(out.__setitem__, mine, sets), maxlen=0)
-        return out
-    everyone = range(getting)
-    for v in range(stride):
-        firsts, others = node.count(v, 0, extra), node.count(v, extra)
-        if firsts * (quota + 1) + others * quota != node_of.count(v):
-            raise PartitionAssignorError(_UNFIT)
-        if not firsts and not others:
-            continue
-        pool = compress(indexes.all(), node_of.translate(ONLY[v]))
-        sets = chain(_runs(pool, quota + 1, firsts, indexes), _runs(pool, quota, others, indexes))
-        deque(map(out.__setitem__, compress(everyone, node.translate(ONLY[v])), sets), maxlen=0)
+        before, after = Counter(node[:extra]), Counter(node[extra:])
+        for v, mine in enumerate(pools):
+            runs.append(_node_runs(iter(mine), len(mine), before[v], after[v], quota, indexes))
+    out = list(map(next, map(runs.__getitem__, node)))
+    if len(out) != len(node):  # (a node out of runs: excluded by the counts above)
+        raise PartitionAssignorError(_UNFIT)
     return out
+
+
+def _node_runs(
+    pool: Iterator[int], held: int, firsts: int, others: int, quota: int, indexes: Indexes
+) -> Iterator[frozenset[int]]:
+    """A node's runs: its ``held`` indexes (``pool``, ascending) to its ``firsts`` members of
+    ``quota + 1``, then its ``others`` of ``quota``; an internal error when they do not fit."""
+    if firsts * (quota + 1) + others * quota != held:
+        raise PartitionAssignorError(_UNFIT)
+    return chain(_runs(pool, quota + 1, firsts, indexes), _runs(pool, quota, others, indexes))
 
 
 def _runs(pool: Iterator[int], size: int, count: int, indexes: Indexes) -> Iterable[frozenset[int]]:
@@ -483,5 +480,4 @@ class Shared:
         return made
 
 
-_EMPTY: frozenset[int] = frozenset()
 _UNFIT = "internal error: a node's indexes do not fit its members"
