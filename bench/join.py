@@ -21,14 +21,16 @@ sample back):
 * **leave**: a member's leave heartbeat (epoch -1: tombstones, group epoch + 1) followed by the
   next heartbeat of another member, which computes the new target (as in Kafka, a leave
   computes nothing by itself).
-* **offloaded join**: the same join with the computation offloaded (the default for groups of
-  ``group.consumer.assignor.offload.min.members`` or more): what stays on the event loop (the
+* **offloaded join**: the same join with the computation offloaded (as every computation of a
+  group of ``group.consumer.assignor.offload.min.members`` or more was before a small change
+  was computed inline; ``group.consumer.assignor.offload.inline.max.changed.members=0``): what
+  stays on the event loop (the
   join heartbeat, copying the inputs into an ``AssignmentJob``, applying the outcome as a
   command) and what the worker does (``run_job``: the spec from the job's member inputs, the
   assignor's ``assign_changes`` from the job's summary, the validation), both in this process
   (no pickling, no process hop).
 
-With ``--offload``, only jobs in real worker processes (section ``join-offload``): at 10,000
+With ``--offload``, real worker processes (section ``join-offload``): at 10,000
 members x 100,000 partitions, 10 and 1,000 topics, with and without racks, the job of an
 offloaded join to the settled group and the whole computation of a fresh group's first target
 (every member without a target, no summary: the assignor's ``assign``), each in a pool whose
@@ -37,7 +39,13 @@ in the same run, in a pool whose workers leave it to CPython (automatic collecti
 A worker's time is from the job's pickled bytes to its answer's: unpickling the job (as the
 pool's queue does), ``_work`` and pickling the outcome; the collections are counted with
 ``gc.callbacks``, during the job and after it (the workers' own collection once the answer is
-sent; here timed right after the answer's bytes are ready).
+sent; here timed right after the answer's bytes are ready). Then, on the 10-topic group with
+and without racks, a small change both ways: one join until its target is installed, inline
+(the default: the join's command) beside offloaded through the real pool (the join command,
+copying the job, pickling it in the pool's feeder thread, the worker, applying the outcome),
+and batches of 1-64 joins computed together either way (what the bound of
+``group.consumer.assignor.offload.inline.max.changed.members`` counts, and what each path costs
+the loop).
 
 Both joins run with ``group.consumer.assignment.interval.ms=0`` (no batching): one join, one
 computation. The inline rows set ``group.consumer.assignor.offload.enable=false``.
@@ -61,6 +69,7 @@ import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from multiprocessing.reduction import ForkingPickler
 from pathlib import Path
 from typing import ClassVar
 
@@ -94,8 +103,16 @@ INLINE = GroupCoordinatorConfig(
     consumer_assignment_interval_ms=0, consumer_assignor_offload_enable=False
 )
 OFFLOADED = GroupCoordinatorConfig(
-    consumer_assignment_interval_ms=0, consumer_assignor_offload_enable=True
+    consumer_assignment_interval_ms=0,
+    consumer_assignor_offload_enable=True,
+    consumer_assignor_offload_inline_max_changed_members=0,
 )
+"""Every computation of a group of 100 members or more offloaded (before small changes were
+computed inline)."""
+DEFAULTS = GroupCoordinatorConfig(consumer_assignment_interval_ms=0)
+"""Offloading on, a small change of an incremental assignor's group computed inline."""
+CHANGES = (1, 4, 14, 24, 32, 64)
+"""Members joining in one batched computation (``join-offload``'s table of changes)."""
 TARGET_JOIN_MS = 5.0  # Kafka's Java uniform assignor, one join at 10,000 x 100,000 (issue 14)
 
 
@@ -517,14 +534,14 @@ def main(argv: list[str] | None = None) -> int:
             "after a first one, whose computation also counts the first one's changes into the "
             "target summary (what each join of a storm costs). *join, whole computation*: the "
             "same join when `assign_changes` declines (the whole spec and `assign`, as before "
-            "the incremental path; what the server's event-loop computations take). "
+            "the incremental path; what the event loop takes when the assignor has no "
+            "incremental path). "
             "*leave*: a member's leave "
             "heartbeat followed by another member's heartbeat, which computes the new target. "
-            "(The timed assignor here defines `assign_changes`; in the server, computations on "
-            "the event loop go through the metrics wrapper's `assign`, so the incremental path "
-            "is the offloaded one.) "
-            "*offloaded join*: the same join with the computation offloaded (the default for "
-            "groups of 100 members or more); *event loop*: the heartbeat, copying the inputs "
+            "*offloaded join*: the same join with the computation offloaded (as every "
+            "computation of a group of 100 members or more was before small changes were "
+            "computed inline: `group.consumer.assignor.offload.inline.max.changed.members=0`); "
+            "*event loop*: the heartbeat, copying the inputs "
             "into a job and applying the outcome; *worker*: the job itself (spec from the job's "
             "member inputs, `assign_changes` from its summary, validation), run in this process "
             "(no pickling, no process hop). "
@@ -709,6 +726,178 @@ def offload_payloads(topics: int, racked: bool) -> tuple[bytes, bytes]:
     return pickle.dumps(join, pickle.HIGHEST_PROTOCOL), pickle.dumps(fresh, pickle.HIGHEST_PROTOCOL)
 
 
+@dataclass(frozen=True, slots=True)
+class EndToEnd:
+    """One join to the big group until its target is installed. Offloaded: the join command,
+    copying the job, pickling it (as the pool's feeder thread does), the pool's round trip and
+    applying the outcome; inline: the join command alone (the target installed in it)."""
+
+    command: Sample
+    copy: Sample | None = None
+    pickle: Sample | None = None
+    pool: Sample | None = None
+    apply: Sample | None = None
+    total: Sample | None = None
+    total_cpu: list[float] = field(default_factory=list)
+    job_bytes: int = 0
+
+
+async def join_end_to_end(
+    h: Harness, names: list[str], racked: bool, pool: AssignorPool, offloaded: bool, repeats: int
+) -> EndToEnd:
+    """A join to the settled group (rolled back after each sample), its target computed inline
+    (the default: a small change, an incremental assignor) or offloaded to ``pool``."""
+    shard = h.shard
+    group = shard.groups[GROUP]
+    epoch = group.group_epoch
+    shard.context.config = OFFLOADED if offloaded else DEFAULTS
+    cmd = joiner(names, racked)
+    parts: dict[str, tuple[list[float], list[float]]] = {
+        k: ([], []) for k in ("command", "copy", "pickle", "pool", "apply", "total")
+    }
+    size = 0
+
+    def timed(name: str, wall: float, cpu: float, keep: bool) -> None:
+        if keep:
+            parts[name][0].append(wall * 1000)
+            parts[name][1].append(cpu * 1000)
+
+    try:
+        for i in range(repeats + 1):  # the first is a warm-up
+            mark = shard.mark()
+            gc.collect()
+            cpu0, wall0 = time.process_time(), time.perf_counter()
+            res = shard.consumer_group_heartbeat(cmd, 1000)
+            cpu1, wall1 = time.process_time(), time.perf_counter()
+            timed("command", wall1 - wall0, cpu1 - cpu0, i > 0)
+            if not offloaded:
+                if res.offloads or group.assignment_epoch != epoch + 1:
+                    raise AssertionError("the small change was not computed inline")
+                timed("total", wall1 - wall0, cpu1 - cpu0, i > 0)
+                shard.rollback(mark)
+                continue
+            job = shard.groups.assignment_job(GROUP)
+            cpu2, wall2 = time.process_time(), time.perf_counter()
+            if res.offloads != [GROUP] or job is None:
+                raise AssertionError("the join did not offload the computation")
+            timed("copy", wall2 - wall1, cpu2 - cpu1, i > 0)
+            outcome = await pool.run(job)
+            cpu3, wall3 = time.process_time(), time.perf_counter()
+            timed("pool", wall3 - wall2, cpu3 - cpu2, i > 0)
+            shard.groups.apply_assignment(outcome, 1000)
+            cpu4, wall4 = time.process_time(), time.perf_counter()
+            if group.assignment_epoch != epoch + 1:
+                raise AssertionError(f"the offloaded outcome was not applied: {outcome.error}")
+            timed("apply", wall4 - wall3, cpu4 - cpu3, i > 0)
+            timed("total", wall4 - wall0, cpu4 - cpu0, i > 0)
+            # What the pool's feeder thread does with the job (in the timings above too).
+            cpu5, wall5 = time.process_time(), time.perf_counter()
+            size = len(ForkingPickler.dumps(_Carrier(job)))
+            timed("pickle", time.perf_counter() - wall5, time.process_time() - cpu5, i > 0)
+            shard.rollback(mark)
+    finally:
+        shard.context.config = INLINE
+
+    def sample(name: str) -> Sample | None:
+        wall, cpu = parts[name]
+        return Sample(wall, cpu) if wall else None
+
+    command = sample("command")
+    assert command is not None
+    return EndToEnd(
+        command,
+        sample("copy"),
+        sample("pickle"),
+        sample("pool"),
+        sample("apply"),
+        sample("total"),
+        job_bytes=size,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """A batch of joins computed in one target: the members changed since the last computation
+    (``spec_dirty``, the joiners and those the last target changed), the target records, the
+    loop's time (inline: the command that computes it; offloaded: that command, copying the job
+    and applying the outcome) and, offloaded, pickling the job (the pool's feeder thread)."""
+
+    dirty: int
+    records: int
+    loop: Sample
+    pickle: Sample | None
+
+
+def batched_changes(
+    h: Harness, names: list[str], racked: bool, changes: int, offloaded: bool, repeats: int
+) -> Batch:
+    """``changes`` members join within one assignment interval (1 s; the first ``changes - 1``
+    wait for it), the last one's heartbeat computes the target, inline or offloaded (the job
+    run in this process, untimed)."""
+    shard = h.shard
+    group = shard.groups[GROUP]
+    warm = GroupCoordinatorConfig(
+        consumer_assignment_interval_ms=1000,
+        consumer_assignor_offload_inline_max_changed_members=10**6,
+    )
+    batched = replace(
+        warm, consumer_assignor_offload_inline_max_changed_members=0 if offloaded else 10**6
+    )
+    cmds = [
+        replace(
+            joiner(names, racked),
+            member_id=f"member-new-{i:05d}",
+            rack_id=rack_of_member(f"member-new-{i:05d}") if racked else None,
+        )
+        for i in range(changes + 1)
+    ]
+    walls: list[float] = []
+    cpus: list[float] = []
+    job_walls: list[float] = []
+    job_cpus: list[float] = []
+    dirty = records = 0
+    try:
+        for i in range(repeats + 1):
+            mark = shard.mark()
+            shard.context.config = warm
+            shard.consumer_group_heartbeat(cmds[-1], 1000)  # computed inline, stamped 1000
+            shard.context.config = batched
+            for cmd in cmds[: changes - 1]:
+                shard.consumer_group_heartbeat(cmd, 1500)  # within the interval: waits
+            dirty = len(group.spec_dirty) + 1
+            gc.collect()
+            epoch = group.assignment_epoch
+            cpu, wall = time.process_time(), time.perf_counter()
+            res = shard.consumer_group_heartbeat(cmds[changes - 1], 2000)
+            w, c = time.perf_counter() - wall, time.process_time() - cpu
+            records = len(res.records)
+            if offloaded:
+                cpu, wall = time.process_time(), time.perf_counter()
+                job = shard.groups.assignment_job(GROUP)
+                w, c = w + time.perf_counter() - wall, c + time.process_time() - cpu
+                if res.offloads != [GROUP] or job is None:
+                    raise AssertionError("the batch was not offloaded")
+                cpu, wall = time.process_time(), time.perf_counter()
+                ForkingPickler.dumps(_Carrier(job))
+                job_walls.append((time.perf_counter() - wall) * 1000)
+                job_cpus.append((time.process_time() - cpu) * 1000)
+                outcome = run_job(job, UniformAssignor())
+                cpu, wall = time.process_time(), time.perf_counter()
+                applied = shard.groups.apply_assignment(outcome, 2000)
+                w, c = w + time.perf_counter() - wall, c + time.process_time() - cpu
+                records += len(applied.records)
+            if group.assignment_epoch == epoch or bool(res.offloads) != offloaded:
+                raise AssertionError(f"the batch was not computed {'offloaded' * offloaded}")
+            shard.rollback(mark)
+            if i:
+                walls.append(w * 1000)
+                cpus.append(c * 1000)
+    finally:
+        shard.context.config = INLINE
+    pickled = Sample(job_walls[1:], job_cpus[1:]) if offloaded else None
+    return Batch(dirty, records, Sample(walls, cpus), pickled)
+
+
 def worker_cell(samples: list[WorkerSample]) -> str:
     return Sample([s.wall_ms for s in samples], [s.cpu_ms for s in samples]).cell()
 
@@ -748,6 +937,98 @@ async def main_offload(args: argparse.Namespace, repeats: int) -> int:
         for pool in pools.values():
             pool.close()
 
+    # A join to the big group (10 topics) until its target is installed, inline (the
+    # default: a small change) and offloaded (as every such join was before), in one pool
+    # whose workers run their own collector; and batches of joins computed either way.
+    members, partitions = SIZES[-1]
+    paths: list[tuple[bool, bool, EndToEnd]] = []
+    batches: list[tuple[bool, int, Batch, Batch]] = []
+    bound = DEFAULTS.consumer_assignor_offload_inline_max_changed_members
+    pool = AssignorPool(["uniform"], processes=1)
+    try:
+        await pool.start()
+        for racked in (False, True):
+            h, _timed, names = build(members, partitions, 10, racked)
+            gc.collect()
+            gc.freeze()
+            for offloaded in (False, True):
+                e2e = await join_end_to_end(h, names, racked, pool, offloaded, repeats)
+                paths.append((racked, offloaded, e2e))
+                assert e2e.total is not None
+                print(
+                    f"racks {racked}, one join {'offloaded' if offloaded else 'inline'}: "
+                    f"installed after {e2e.total.cell()} ms",
+                    flush=True,
+                )
+            for changes in CHANGES:
+                inline = batched_changes(h, names, racked, changes, False, repeats)
+                shipped = batched_changes(h, names, racked, changes, True, repeats)
+                batches.append((racked, changes, inline, shipped))
+                print(
+                    f"racks {racked}, {changes} joins ({inline.dirty} changed): inline "
+                    f"{inline.loop.cell()} ms, offloaded loop {shipped.loop.cell()} ms",
+                    flush=True,
+                )
+            gc.unfreeze()
+            del h
+            gc.collect()
+    finally:
+        pool.close()
+
+    def cell(sample: Sample | None) -> str:
+        return "—" if sample is None else sample.cell()
+
+    e2e_headers = [
+        "racks",
+        "path",
+        "join command ms",
+        "copying the job ms",
+        "pickling the job (feeder thread) ms",
+        "pool round trip ms",
+        "applying the outcome ms",
+        "join → target installed ms",
+        "this process's CPU ms",
+        "job bytes",
+    ]
+    e2e_body = [
+        [
+            "yes" if racked else "no",
+            "offloaded (bound 0, as before)" if offloaded else "inline (default)",
+            e.command.cell(),
+            cell(e.copy),
+            cell(e.pickle),
+            cell(e.pool),
+            cell(e.apply),
+            cell(e.total),
+            f"{statistics.median(e.total.cpu_ms):.2f}" if e.total else "—",
+            f"{e.job_bytes:,}" if offloaded else "—",
+        ]
+        for racked, offloaded, e in paths
+    ]
+    batch_headers = [
+        "racks",
+        "joins in the batch",
+        "changed members",
+        "target records",
+        "inline: the command ms",
+        "offloaded: loop ms (command, copy, apply)",
+        "offloaded: pickling the job ms",
+        f"default (bound {bound})",
+    ]
+    batch_body = [
+        [
+            "yes" if racked else "no",
+            changes,
+            inline.dirty,
+            inline.records,
+            inline.loop.cell(),
+            shipped.loop.cell(),
+            cell(shipped.pickle),
+            "inline" if inline.dirty <= bound else "offloaded",
+        ]
+        for racked, changes, inline, shipped in batches
+    ]
+
     def collections(samples: list[WorkerSample], during: bool) -> str:
         counts = [s.during if during else s.after for s in samples]
         ms = [s.during_ms if during else s.after_ms for s in samples]
@@ -781,11 +1062,14 @@ async def main_offload(args: argparse.Namespace, repeats: int) -> int:
     load_end = os.getloadavg()[0]
     print()
     print(table(headers, body))
+    print()
+    print(table(e2e_headers, e2e_body))
+    print()
+    print(table(batch_headers, batch_body))
     print(
         f"\n{elapsed:.0f} s; load average {load_start:.1f} at the start, {load_end:.1f} at the end"
     )
     if not args.no_write:
-        members, partitions = SIZES[-1]
         write_section(
             "join-offload",
             "## Offloaded target assignments in worker processes\n\n"
@@ -808,7 +1092,29 @@ async def main_offload(args: argparse.Namespace, repeats: int) -> int:
             "join leaves its members' inputs in a reference cycle, about 30,000 objects); "
             "*after the jobs*: the worker's tracked objects (`gc.get_objects()`, frozen ones "
             "not counted) and resident memory after its last job of the row.\n\n"
-            + table(headers, body),
+            + table(headers, body)
+            + "\n\n### A small change to a big group: inline or offloaded\n\n"
+            f"One join to the settled {members:,}-member group on {partitions:,} partitions "
+            "(10 topics), until its target is installed: *inline*, the default for a small "
+            "change when the assignor has `assign_changes` (the target computed in the join's "
+            "command); *offloaded*, as every computation of a group of 100 members or more was "
+            "before (`group.consumer.assignor.offload.inline.max.changed.members=0`): the join "
+            "command, copying the job (`assignment_job`), the pool's round trip to a real worker "
+            "(`AssignorPool.run`: its feeder thread pickles the job holding the GIL, the worker "
+            "unpickles it, computes and pickles the outcome, this process unpickles it) and "
+            "applying the outcome as a command. *pickling the job*: the feeder thread's share, "
+            "timed apart on the same job (`ForkingPickler.dumps`, as the pool's queue does); "
+            "*this process's CPU*: all its threads, join to installed. Best / median / median "
+            f"CPU ms over {repeats} samples (rolled back).\n\n"
+            + table(e2e_headers, e2e_body)
+            + "\n\nBatches of joins within one assignment interval (1 s), the last join's "
+            "heartbeat computing the target: *changed members*, what the bound counts (the "
+            "joiners and the members the previous target changed, `spec_dirty`); *inline*, "
+            "that command; *offloaded*, the loop's share (that command, copying the job, "
+            "applying the outcome; the job run in this process, untimed) and the feeder "
+            "thread's (pickling it). The target records are the same either way (written by "
+            f"the command or by the outcome's); the default computes inline up to {bound} "
+            "changed members.\n\n" + table(batch_headers, batch_body),
         )
     return 0
 

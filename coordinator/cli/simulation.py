@@ -101,6 +101,13 @@ NUMBERS: dict[str, tuple[int, int, int, str | None]] = {
         "compute targets of groups this big in a (simulated) worker (0: never)",
     ),
     "offload-delay-max-ms": (0, 60_000, 2_000, "how long a simulated worker may take"),
+    "offload-inline-max-changed": (
+        0,
+        MAX_MEMBERS,
+        0,
+        "compute a change of at most this many members inline all the same "
+        "(group.consumer.assignor.offload.inline.max.changed.members; 0: always offloaded)",
+    ),
     "static": (0, MAX_MEMBERS, 1, "how many members are static"),
     "classic": (
         0,
@@ -154,6 +161,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             assignment_interval_ms=args.assignment_interval_ms,
             offload_min_members=args.offload_min_members,
             offload_delay_max_ms=args.offload_delay_max_ms,
+            offload_inline_max_changed=args.offload_inline_max_changed,
             parks_joins=not args.no_park,
             fault_rate=args.fault_rate,
         )

@@ -11,7 +11,10 @@ computed at most once per ``group.consumer.assignment.interval.ms`` (Kafka 4.3; 
 in every heartbeat that changes the group, as before 4.3), bounded by the min/max interval
 configs like Kafka's; groups of at least ``group.consumer.assignor.offload.min.members``
 members have it computed outside the event loop (``group.consumer.assignor.offload.enable``,
-Kafka's trunk name) by ``group.coordinator.background.threads`` worker processes.
+Kafka's trunk name) by ``group.coordinator.background.threads`` worker processes — unless the
+change is small and the assignor computes only what changes
+(``group.consumer.assignor.offload.inline.max.changed.members``: shipping the inputs to a
+worker costs far more than that computation).
 """
 
 from __future__ import annotations
@@ -46,6 +49,10 @@ class GroupCoordinatorConfig:
     consumer_max_assignment_interval_ms: int = 15_000
     consumer_assignor_offload_enable: bool = True
     consumer_assignor_offload_min_members: int = 100
+    consumer_assignor_offload_inline_max_changed_members: int = 24
+    """Not a Kafka setting: a computation for a group of ``offload.min.members`` or more is
+    done inline all the same when its assignor computes only what changes (``assign_changes``)
+    and at most this many members changed since the last one (0: always offloaded)."""
     background_threads: int = 1
     offsets_retention_minutes: int = 10_080
     offsets_retention_check_interval_ms: int = 600_000
@@ -148,6 +155,12 @@ CONFIG_SPECS: dict[str, _Spec] = {
         "consumer_assignor_offload_min_members",
         _int,
         1,
+        None,
+    ),
+    "group.consumer.assignor.offload.inline.max.changed.members": (
+        "consumer_assignor_offload_inline_max_changed_members",
+        _int,
+        0,
         None,
     ),
     "group.coordinator.background.threads": ("background_threads", _int, 1, 64),

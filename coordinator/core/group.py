@@ -57,6 +57,7 @@ class ConsumerGroup:
         "group_uid",
         "members",
         "metadata_checked",
+        "offload_asked_at",
         "parked_at",
         "partition_owners",
         "regex_members",
@@ -126,6 +127,10 @@ class ConsumerGroup:
         # Empty after a restart (the callers are gone).
         self.waiting: TDict = new[11]
         self.parked_at = 0  # the assignment epoch when the first of them was parked
+        # Soft state: the assignment epoch when a target computed off the loop was last asked
+        # for (-1: never); while the target is still there, that computation is pending and the
+        # next one is not done inline (target_updates.TargetUpdates.update).
+        self.offload_asked_at = -1
 
     # ------------------------------------------------------------------ queries
 

@@ -629,20 +629,9 @@ def compute_target_assignment(
     ``timestamp_ms``; 0 with batching off). Raises UnknownServerError (nothing changed) if the
     assignor fails or returns an invalid result. An assignor with ``assign_changes`` is asked
     for the changes first (see the module's "Incremental computation")."""
-    assign_changes = incremental_method(assignor)
-    inputs = None if assign_changes is None else incremental_group_spec(group)
-    if assign_changes is not None and inputs is not None:
-        changes_of, given = assign_changes, inputs
-
-        def incremental() -> Any:
-            changes = changes_of(*given)
-            if changes is not None:
-                check_changes(*given, changes)
-            return changes
-
-        changes = _guarded(assignor, group_epoch, incremental)
-        if changes is not None:
-            return target_records(group, changes, list(changes), group_epoch, timestamp_ms)
+    records = incremental_target_assignment(group, group_epoch, assignor, timestamp_ms)
+    if records is not None:
+        return records
     spec, topics = build_group_spec(group)
     tidy = group.spec_cache.inputs_tidy()
 
@@ -654,6 +643,31 @@ def compute_target_assignment(
 
     result, changed = _guarded(assignor, group_epoch, whole)
     return target_records(group, result.members, changed, group_epoch, timestamp_ms)
+
+
+def incremental_target_assignment(
+    group: ConsumerGroup, group_epoch: int, assignor: PartitionAssignor, timestamp_ms: int = 0
+) -> list[r.Record] | None:
+    """The records of :func:`compute_target_assignment` computed through the assignor's
+    ``assign_changes`` only, or None when that path is not taken: the assignor has none, the
+    inputs are not tidy (see :func:`incremental_group_spec`), or it declines (returns None).
+    Raises UnknownServerError (nothing changed) if it fails or returns an invalid result."""
+    assign_changes = incremental_method(assignor)
+    inputs = None if assign_changes is None else incremental_group_spec(group)
+    if assign_changes is None or inputs is None:
+        return None
+    changes_of, given = assign_changes, inputs
+
+    def incremental() -> Any:
+        changes = changes_of(*given)
+        if changes is not None:
+            check_changes(*given, changes)
+        return changes
+
+    changes = _guarded(assignor, group_epoch, incremental)
+    if changes is None:
+        return None
+    return target_records(group, changes, list(changes), group_epoch, timestamp_ms)
 
 
 _T = TypeVar("_T")

@@ -8,7 +8,10 @@ inputs copied out of the group by the core — and turns the
 :class:`~coordinator.core.target_assignment.AssignmentOutcome` it sends back into an ordinary
 command on the group's shard, whose records are the new target. The state machine never waits
 for a worker and never sees one: replaying the records rebuilds the same state, with or
-without workers.
+without workers. A job is pickled by the pool's feeder thread (holding the GIL) and unpickled by
+the worker: for a 10,000-member group, 0.8-1.4 MB and tens of milliseconds each way, so the
+core keeps a small change whose assignor computes only what changes on the loop
+(``group.consumer.assignor.offload.inline.max.changed.members``, ``target_updates.py``).
 
 * One job per group at a time (Kafka's one task per executor key): the runtime keeps the
   group's key until the outcome has been applied.

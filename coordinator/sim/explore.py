@@ -30,9 +30,10 @@ group (generation 1, c0 its leader): the search begins there.
 
 With ``batching`` (``group.consumer.assignment.interval.ms`` = 1 s) a target computed at time
 T holds back later changes until its ASSIGN timer fires; firing it moves the explorer's clock to
-T + 1 s (the only thing that moves it). With ``offload`` (groups of 2 members or more) the
-driver copies a due target's inputs for a worker once the asking command is durable; the
-worker's outcome comes back at any later point, and ``restart`` may happen (once per path):
+T + 1 s (the only thing that moves it). With ``offload`` (every computation of a group of 2
+members or more, however small the change) the driver copies a due target's inputs for a
+worker once the asking command is durable; the worker's outcome comes back at any later point,
+and ``restart`` may happen (once per path):
 
 * ``offload-done g``   the worker's outcome is applied as a command (late results included);
 * ``offload-fail g``   (``assignor_failures``) the worker's assignor raised: the outcome carries
@@ -249,6 +250,7 @@ class Explorer:
             consumer_assignment_interval_ms=1000 if batching else 0,
             consumer_assignor_offload_enable=offload,
             consumer_assignor_offload_min_members=2,
+            consumer_assignor_offload_inline_max_changed_members=0,  # every computation
             classic_initial_rebalance_delay_ms=0,
         )
         self.clock = VirtualClock(1)

@@ -132,6 +132,9 @@ class SimParams:
     initial_rebalance_delay_ms: int = 3_000  # group.initial.rebalance.delay.ms (classic groups)
     assignment_interval_ms: int = 0  # group.consumer.assignment.interval.ms (0: no batching)
     offload_min_members: int = 0  # group.consumer.assignor.offload.min.members (0: no offload)
+    # group.consumer.assignor.offload.inline.max.changed.members: a small change computed inline
+    # all the same (0, the simulator's default: every computation of such a group offloaded)
+    offload_inline_max_changed: int = 0
     offload_delay_max_ms: int = 2_000  # how long a worker may take (virtual time)
     start_spread_ms: int | None = None  # clients first start within this (None: heartbeat interval)
     parks_joins: bool = True  # joins wait for a new group's first target (the runtime; batching)
@@ -232,6 +235,11 @@ class SimParams:
             + (
                 f" --offload-min-members {self.offload_min_members} "
                 f"--offload-delay-max-ms {self.offload_delay_max_ms}"
+                + (
+                    f" --offload-inline-max-changed {self.offload_inline_max_changed}"
+                    if self.offload_inline_max_changed
+                    else ""
+                )
                 if self.offload_min_members
                 else ""
             )
@@ -254,6 +262,7 @@ class Simulation:
             consumer_assignment_interval_ms=params.assignment_interval_ms,
             consumer_assignor_offload_enable=params.offload_min_members > 0,
             consumer_assignor_offload_min_members=max(1, params.offload_min_members),
+            consumer_assignor_offload_inline_max_changed_members=params.offload_inline_max_changed,
         )
         self.seq = 0
         self.queue: list[tuple[int, int, str, tuple]] = []

@@ -30,6 +30,9 @@ HB_MS = 5000
 STABLE = MemberState.STABLE
 UNREVOKED = MemberState.UNREVOKED_PARTITIONS
 UNRELEASED = MemberState.UNRELEASED_PARTITIONS
+ALWAYS_OFFLOADED = {"consumer_assignor_offload_inline_max_changed_members": 0}
+"""A big group's every computation offloaded, however small the change (these tests are about
+the offloaded path; by default a small change is computed inline: test_offload_decision.py)."""
 
 
 def harness(**config: object) -> Harness:
@@ -303,7 +306,7 @@ def test_the_last_member_leaving_computes_nothing_and_arms_no_timer() -> None:
 
 def offload_harness() -> tuple[Harness, str]:
     """Offload from 3 members; A, B, C settled on foo (6 partitions), then D joins."""
-    h = harness(consumer_assignor_offload_min_members=3)
+    h = harness(consumer_assignor_offload_min_members=3, **ALWAYS_OFFLOADED)
     foo = h.create_topic("foo", 6)
     for i, member in enumerate("ABC"):
         h.now_ms = T0 + 1000 * i
@@ -371,7 +374,7 @@ def test_an_outcome_skips_members_that_left_and_remaps_replaced_static_members()
 
 
 def test_a_replaced_static_member_gets_its_predecessors_new_target() -> None:
-    h = harness(consumer_assignor_offload_min_members=2)
+    h = harness(consumer_assignor_offload_min_members=2, **ALWAYS_OFFLOADED)
     foo = h.create_topic("foo", 4)
     h.join("S1", ["foo"], instance_id="inst")
     h.now_ms = T0 + 2000

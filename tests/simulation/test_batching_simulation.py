@@ -49,6 +49,33 @@ def test_the_seeds_cover_late_results_and_restarts_during_a_computation() -> Non
     assert seen["restarts"] > 0
 
 
+def test_small_changes_inline_and_the_others_offloaded_under_every_fault(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With ``group.consumer.assignor.offload.inline.max.changed.members`` at 4 (the sweeps
+    above offload every computation), a change of up to 4 members is computed in its command
+    and the others in a worker, with computations out, late outcomes and restarts in between:
+    every invariant holds and the groups settle within the same bound. One topic: the group
+    is homogeneous (with several, client 0 subscribes to one only: ``uniform`` declines)."""
+    paths: Counter[str] = Counter()
+    small_change = target_updates.TargetUpdates._small_change
+
+    def counting(self, group, assignor, stamp):  # type: ignore[no-untyped-def]
+        records = small_change(self, group, assignor, stamp)
+        paths["inline" if records is not None else "offloaded"] += 1
+        return records
+
+    monkeypatch.setattr(target_updates.TargetUpdates, "_small_change", counting)
+    seen: Counter[str] = Counter()
+    for seed in range(6):
+        params = SimParams(
+            seed=seed, steps=300, members=4, topics=1, offload_inline_max_changed=4, **BATCHED
+        )  # type: ignore[arg-type]
+        seen.update(_ok(params).summary.events)
+    assert paths["inline"] > 20
+    assert seen["offloaded-computation"] > 20
+
+
 def test_a_core_that_keeps_departed_members_in_an_outcome_is_caught(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -20,6 +20,7 @@ def test_kafka_defaults() -> None:
     assert {k: items[k] for k in sorted(items) if "assign" in k or "background" in k} == {
         "group.consumer.assignment.interval.ms": "1000",
         "group.consumer.assignor.offload.enable": "true",
+        "group.consumer.assignor.offload.inline.max.changed.members": "24",
         "group.consumer.assignor.offload.min.members": "100",
         "group.consumer.assignors": "uniform,range",
         "group.consumer.max.assignment.interval.ms": "15000",
@@ -81,6 +82,11 @@ def test_settings_are_parsed_and_bounded() -> None:
         (
             {"group.consumer.assignor.offload.min.members": "0"},
             "invalid value 0 for 'group.consumer.assignor.offload.min.members': must be >= 1",
+        ),
+        (
+            {"group.consumer.assignor.offload.inline.max.changed.members": "-1"},
+            "invalid value -1 for 'group.consumer.assignor.offload.inline.max.changed.members': "
+            "must be >= 0",
         ),
     ],
 )

@@ -167,7 +167,7 @@ def random_command(
 
 
 @pytest.mark.parametrize("racks", ["no-racks", "racks", "racks-by-differences"])
-@pytest.mark.parametrize("mode", ["inline", "batched", "offloaded"])
+@pytest.mark.parametrize("mode", ["inline", "batched", "offloaded", "offloaded-but-small"])
 def test_incremental_targets_equal_the_whole_computation(
     mode: str, racks: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -175,19 +175,21 @@ def test_incremental_targets_equal_the_whole_computation(
     racks (or none) and change racks, and the racks of a topic change now and then. The count
     by racks is kept from the targets' differences, or recounted when many members changed
     (in these small groups, nearly always: "racks-by-differences" never recounts but for a new
-    cache)."""
+    cache). "offloaded": every computation in a worker; "offloaded-but-small": those of up to
+    4 changed members inline (the incremental path), the others in a worker."""
     racked = racks != "no-racks"
     if racks == "racks-by-differences":
         monkeypatch.setattr(HeldRacks, "RECOUNT_SHARE", 0)
     batching = mode == "batched"
     comparing = Comparing()
-    checked = 0
+    checked = offloaded = inline = 0
     for seed in range(10):
         rng = random.Random(seed)
         config = GroupCoordinatorConfig(
             consumer_assignment_interval_ms=1000 if batching else 0,
-            consumer_assignor_offload_enable=mode == "offloaded",
+            consumer_assignor_offload_enable=mode.startswith("offloaded"),
             consumer_assignor_offload_min_members=1,
+            consumer_assignor_offload_inline_max_changed_members=4 if mode.endswith("small") else 0,
         )
         h = Harness(assignors=[comparing], config=config)
         comparing.groups = h.shard.groups
@@ -203,7 +205,15 @@ def test_incremental_targets_equal_the_whole_computation(
                 continue  # refused: nothing changed
             h.shard.rollback(mark)
             if rng.random() >= 0.2:  # else: as if its write had failed (rolled back)
-                h.run(lambda s, cmd=cmd, now=h.now_ms: s.consumer_group_heartbeat(cmd, now))
+                group = h.shard.groups.get(G)
+                had_target = group is not None and bool(group.target)
+                epoch = -1 if group is None else group.assignment_epoch
+                done = h.run(lambda s, cmd=cmd, now=h.now_ms: s.consumer_group_heartbeat(cmd, now))
+                group = h.shard.groups.get(G)
+                if done.offloads:
+                    offloaded += 1
+                elif had_target and group is not None and group.assignment_epoch > epoch:
+                    inline += 1  # (a group without a target computes its first one inline)
             change_topics(h, rng, racked, grow=0.08)
             if batching and rng.random() < 0.3:
                 h.sleep(1000)  # the assignment timer: several joins and leaves in one target
@@ -219,8 +229,14 @@ def test_incremental_targets_equal_the_whole_computation(
     assert comparing.incremental > 60
     assert comparing.declined > 5
     assert comparing.untidy > 5
-    # only what is declined, or offered no summary, is computed whole
-    assert comparing.whole == comparing.declined + comparing.untidy
+    # only what is declined, or offered no summary, is computed whole (a declined attempt
+    # inline is offloaded, and declined again in the worker)
+    if mode == "offloaded-but-small":
+        assert comparing.whole <= comparing.declined + comparing.untidy
+        assert offloaded > 100 and inline > 30
+    else:
+        assert comparing.whole == comparing.declined + comparing.untidy
+        assert inline == 0 if mode == "offloaded" else offloaded == 0
     assert (comparing.racked > 60) == racked
 
 
@@ -370,6 +386,7 @@ def test_an_offloaded_job_carries_the_summary_and_computes_what_the_whole_job_co
         consumer_assignment_interval_ms=0,
         consumer_assignor_offload_enable=True,
         consumer_assignor_offload_min_members=1,
+        consumer_assignor_offload_inline_max_changed_members=0,
     )
     h.shard.context.config = offloading
     h.run(lambda s: s.consumer_group_heartbeat(JOIN, 0))
@@ -568,6 +585,7 @@ def test_inputs_prepared_a_few_members_at_a_time_are_those_copied_at_once(
         consumer_assignment_interval_ms=1000,
         consumer_assignor_offload_enable=True,
         consumer_assignor_offload_min_members=1,
+        consumer_assignor_offload_inline_max_changed_members=0,
     )
     compared = sliced_new_caches = 0
     for seed in range(12):

@@ -26,6 +26,13 @@ from coordinator.runtime import offload
 from coordinator.runtime.offload import AssignorPool
 from tests.unit.test_core_target_assignment import G, settled
 
+ALWAYS_OFFLOADED = {
+    "group.consumer.assignor.offload.min.members": "2",
+    "group.consumer.assignor.offload.inline.max.changed.members": "0",
+}
+"""Groups of 2 members or more computed in a worker, however small the change (by default a
+small one is computed inline: test_offload_decision.py)."""
+
 
 async def test_a_worker_runs_the_job_and_survives_a_dead_sibling() -> None:
     h, _foo = settled(members=6, partitions=30)
@@ -77,7 +84,7 @@ async def test_the_runtime_computes_a_big_groups_target_in_a_worker() -> None:
     from coordinator.runtime.store import MemoryRecordStore
 
     store = MemoryRecordStore(partitions=1)
-    rt = make_runtime(store, **{"group.consumer.assignor.offload.min.members": "2"})
+    rt = make_runtime(store, **ALWAYS_OFFLOADED)
     await rt.start()
     try:
         await rt.create_topics([NewTopic(name="t", num_partitions=4)])
@@ -98,6 +105,36 @@ async def test_the_runtime_computes_a_big_groups_target_in_a_worker() -> None:
         got = await rt.heartbeat(beat("g", "B", 1))
         assert got.member_epoch == 2 and got.assignment is not None
         assert got.assignment.pending == group.target["B"]
+        before = rt.snapshot()
+    finally:
+        await rt.close()
+    await reloads_as(store, before)
+
+
+async def test_the_runtime_computes_a_small_change_to_a_big_group_in_the_command() -> None:
+    """The same group with the default bound: B's join changes 2 members (A's target, B), so
+    the uniform assignor's incremental path computes the target in the join's command, no
+    worker involved; the records are in the store like any other."""
+    from builders import join, make_runtime
+
+    from coordinator.core.topics import NewTopic
+    from coordinator.runtime.store import MemoryRecordStore
+
+    store = MemoryRecordStore(partitions=1)
+    rt = make_runtime(store, **{"group.consumer.assignor.offload.min.members": "2"})
+    await rt.start()
+    try:
+        await rt.create_topics([NewTopic(name="t", num_partitions=4)])
+        a = await rt.heartbeat(join("g", member_id="A"))
+        assert a.member_epoch == 1
+        b = await rt.heartbeat(join("g", member_id="B"))
+        assert b.member_epoch == 2  # its target in the answer
+        group = rt.shards[0].groups["g"]
+        assert (group.group_epoch, group.assignment_epoch) == (2, 2)
+        assert b.assignment is not None and b.assignment.pending == group.target["B"]
+        assert sorted(len(group.target[m]["AAAAAAAAAAAAAAAAAAAAAQ"]) for m in "AB") == [2, 2]
+        assert rt.driver.own.assigning == set()
+        assert rt.assignor_pool is not None and rt.assignor_pool.jobs_run == 0
         before = rt.snapshot()
     finally:
         await rt.close()
@@ -144,7 +181,7 @@ async def test_a_big_groups_inputs_are_brought_up_to_date_over_several_turns(
     monkeypatch.setattr(ConsumerGroups, "prepare_assignment_job", prepare_and_watch)
     monkeypatch.setattr(ConsumerGroups, "consumer_group_heartbeat", heartbeat_and_watch)
     store = MemoryRecordStore(partitions=2)
-    rt = make_runtime(store, **{"group.consumer.assignor.offload.min.members": "2"})
+    rt = make_runtime(store, **ALWAYS_OFFLOADED)
     shard = rt.shard_index("g")
     other = next(g for g in (f"other-{i}" for i in range(100)) if rt.shard_index(g) != shard)
     await rt.start()
