@@ -192,7 +192,7 @@ def _nodes_by_lanes(
     receiving node); a type's moving indexes go, in index order, to the nodes the plan names
     (at the position where one has its share, the entries of the type's moving keys change to
     the next). Positions are bisections on ``bytes.count``."""
-    table = bytearray(k % stride for k in range(256))  # key -> node: the owner's, at first
+    table = bytearray(_owner_table(stride))  # key -> node: the owner's, at first
     # Events by position: (position, 0, type, node): the type's moving indexes from there on
     # go to the node; (position, 1, type, key): the key's indexes from there on move.
     events: list[tuple[int, int, int, int]] = []
@@ -327,6 +327,13 @@ def _index_key_lanes(
                 blocks = keep
             total += _widen(bits.to_bytes(n, "little"), width) * scale[v]
     return total.to_bytes(n * width, "little"), width
+
+
+@cache
+def _owner_table(stride: int) -> bytes:
+    """The ``bytes.translate`` table from a key to its owner's node (the key modulo the
+    nodes)."""
+    return bytes(k % stride for k in range(256))
 
 
 @cache
