@@ -477,6 +477,9 @@ class ClusterNode:
         self.deadline = sent + self.config.lease_ms / 1000 - self.config.margin_s
         self.host.serve_until(self.deadline)
         self._cancel_deadline()
+        self._arm_deadline()
+
+    def _arm_deadline(self) -> None:
         loop = asyncio.get_running_loop()
         self._deadline_handle = loop.call_later(
             max(0.0, self.deadline - self.monotonic()), self._deadline_passed
@@ -489,8 +492,13 @@ class ClusterNode:
 
     def _deadline_passed(self) -> None:
         self._deadline_handle = None
-        if self.monotonic() >= self.deadline:
-            self._lose_all("its leases ran out (PostgreSQL did not answer its heartbeats)")
+        if self.monotonic() < self.deadline:
+            # Early: uvloop's timers count whole milliseconds of a clock libuv truncates, so
+            # this may run up to one before the deadline. Look again then: a heartbeat that
+            # hangs (PostgreSQL that takes the statement and never answers) is no new chance.
+            self._arm_deadline()
+            return
+        self._lose_all("its leases ran out (PostgreSQL did not answer its heartbeats)")
 
     def fenced_off(self, p: int) -> None:
         """The host found ``p`` taken over (an append to it was fenced off) and dropped it:

@@ -253,6 +253,47 @@ def test_a_node_cut_off_from_postgresql_stops_serving_before_anyone_takes_over(
     asyncio.run(story())
 
 
+def test_a_node_whose_deadline_timer_fires_early_still_drops_its_partitions(
+    store_dsn: str,
+) -> None:
+    """The loop's timer for the serving deadline may run a little before it by the node's
+    clock (uvloop's timers count whole milliseconds of a clock libuv truncates; here the
+    node's clock runs 1% slower than the loop's, so the timer is a few milliseconds early
+    every time): the node looks again at the deadline rather than waiting for a heartbeat
+    that hangs, and drops every partition within the lease."""
+
+    async def story() -> None:
+        ledger = Ledger()
+        origin = time.monotonic()
+        leases = Pausable(PostgresLeases(store_dsn, where="test"))
+        cfg = ClusterConfig(
+            node_id=1,
+            address="127.0.0.1:9001",
+            kafka_address="127.0.0.1:9101",
+            lease_ms=LEASE_MS,
+            heartbeat_ms=BEAT_MS,
+            start_timeout_s=10.0,
+        )
+        node = ClusterNode(
+            leases,  # type: ignore[arg-type]
+            Host(1, ledger),
+            cfg,
+            P,
+            monotonic=lambda: origin + (time.monotonic() - origin) * 0.99,
+        )
+        await node.start()
+        await until(lambda: len(ledger.by_node().get(1, [])) == P, "node 1 to lead everything")
+        leases.running.clear()  # its heartbeats hang from now on
+        cut = time.monotonic()
+        await until(lambda: not node.led, "node 1 to drop its partitions", LEASE_MS / 1000 + 2)
+        assert time.monotonic() - cut < LEASE_MS / 1000 + 1
+        assert sorted(p for how, n, p in ledger.events if (how, n) == ("lose", 1)) == list(range(P))
+        leases.running.set()
+        await node.stop()
+
+    asyncio.run(story())
+
+
 def test_a_crashed_node_and_the_controller_are_replaced_after_the_lease(store_dsn: str) -> None:
     """The controller node dies without a word (its tasks stop, nothing released): after the
     lease its partitions go to the survivors and another node becomes the controller."""
