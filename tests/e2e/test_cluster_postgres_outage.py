@@ -14,13 +14,14 @@ down.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
 import pytest
-from cluster_support import LEASE_MS, Nodes, Workers, committed, journal_epochs, settings
+from cluster_support import LEASE_MS, Nodes, Workers, committed, journal_epochs, settings, until
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from pg import PostgresServer
 
@@ -148,3 +149,82 @@ def test_postgresql_restarted_and_away_longer_than_the_lease(
     nodes.stop_all()
     for ch in channels.values():
         ch.close()
+
+
+def simple_commit(channel: grpc.Channel, group: str, offset: int, timeout: float = 5) -> set[int]:
+    """An OffsetCommit of ``group`` (no member: a simple consumer's) of ``TOPIC``'s partition 0
+    at ``offset``: its partitions' error codes."""
+    resp = offsets_pb2_grpc.OffsetServiceStub(channel).OffsetCommit(
+        offsets_pb2.OffsetCommitRequest(
+            group_id=group,
+            topics=[
+                offsets_pb2.OffsetCommitRequest.Topic(
+                    name=TOPIC,
+                    partitions=[
+                        offsets_pb2.OffsetCommitRequest.Partition(
+                            partition_index=0, committed_offset=offset
+                        )
+                    ],
+                )
+            ],
+        ),
+        timeout=timeout,
+    )
+    return {p.error_code for t in resp.topics for p in t.partitions}
+
+
+def test_a_commit_held_up_in_postgresql_is_answered_when_its_partition_is_dropped(
+    own_pg: PostgresServer, tmp_path: Path
+) -> None:
+    """PostgreSQL stops acknowledging COMMITs (``synchronous_standby_names`` names a standby
+    that is not there, as when a synchronous standby is lost): a commit's write waits in
+    PostgreSQL, and so do the node's lease renewals. When the node's deadline passes it drops
+    its partitions, and the commit waiting for its write is answered NOT_COORDINATOR then,
+    within the lease (as Kafka's unload fails the writes it waits for), not held until
+    PostgreSQL acknowledges again. Once it does, the node serves again."""
+    import psycopg
+
+    nodes = Nodes(tmp_path, own_pg.fresh_store_dsn(), *SETTINGS)
+    node = nodes.start(1)
+    try:
+        node.create_topic(TOPIC, 1)
+        until(lambda: simple_commit(node.channel, "g", 1) == {0}, "a first commit")
+        admin = psycopg.connect(own_pg.admin_dsn(), autocommit=True, connect_timeout=10)
+        held: list[threading.Thread] = []
+
+        def commits_wait() -> bool:
+            """A probe write of the admin's own: True once its COMMIT waits (the change
+            reached the server's processes), else False after it committed."""
+
+            def write() -> None:
+                with psycopg.connect(own_pg.admin_dsn(), autocommit=True) as conn:
+                    conn.execute("CREATE TABLE IF NOT EXISTS probe (n int)")
+                    conn.execute("INSERT INTO probe VALUES (1)")
+
+            probe = threading.Thread(target=write, daemon=True)
+            probe.start()
+            probe.join(0.5)
+            held.append(probe)
+            return probe.is_alive()
+
+        try:
+            admin.execute("ALTER SYSTEM SET synchronous_standby_names = 'absent'")
+            admin.execute("SELECT pg_reload_conf()")
+            until(commits_wait, "COMMITs to wait for the absent standby")
+            started = time.monotonic()
+            codes = simple_commit(node.channel, "g", 2, timeout=30)
+            took = time.monotonic() - started
+        finally:
+            admin.execute("ALTER SYSTEM RESET synchronous_standby_names")
+            admin.execute("SELECT pg_reload_conf()")
+            admin.close()
+        assert codes == {16}, codes  # NOT_COORDINATOR: ask FindCoordinator again
+        # Within the lease (the node's deadline) and well within a client's request timeout
+        # (5 s in these tests), not once PostgreSQL acknowledged again (30 s here).
+        assert took < LEASE_MS / 1000 + 2.5, took
+        for probe in held:
+            probe.join(30)
+        until(lambda: simple_commit(node.channel, "g", 3) == {0}, "the node to serve again", 30)
+        assert committed(node, "g", lambda _address: node.channel) == {(TOPIC, 0): 3}
+    finally:
+        nodes.stop_all()
