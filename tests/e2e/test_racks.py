@@ -39,6 +39,42 @@ def server(tmp_path: Path) -> Iterator[KafkaServer]:
         assert s.stop() == 0, s.stderr_text()
 
 
+def never_stable(
+    server: KafkaServer, fleet: Fleet, group: dict, got: dict[str, set[tuple[str, int]]]
+) -> str:
+    """Why the coordinator's view never matched the clients': the group's epochs (a target
+    behind the group epoch: Assigning), each member's epoch, assignment and target (which one
+    is reconciling, towards what), what the coordinator logged of the group (epoch bumps and
+    their causes, fenced members, failed targets) and every rebalance callback of the
+    clients, in time order."""
+
+    def parts(assignment: list[dict]) -> list[int]:
+        return sorted(p for a in assignment for p in a["partitions"])
+
+    members = [
+        f"  {m['client_id']} {m['member_id']} epoch {m['member_epoch']}: assigned "
+        f"{parts(m['assignment'])}, target {parts(m['target_assignment'])}"
+        for m in group["members"]
+    ]
+    logged = [ln for ln in server.stderr_text().splitlines() if "[GroupId g]" in ln]
+    callbacks = [
+        f"  {e['t']:.2f} {e['name']} {e['event']} {e.get('partitions')}"
+        for e in fleet.snapshot()
+        if e["event"] in ("assign", "revoke", "lost", "error", "closed")
+    ]
+    return "\n".join(
+        [
+            f"group {group['group_state']}, group epoch {group['group_epoch']}, assignment "
+            f"epoch {group['assignment_epoch']}; the clients hold {got}",
+            *members,
+            "coordinator:",
+            *(f"  {ln}" for ln in logged[-40:]),
+            "clients:",
+            *callbacks[-60:],
+        ]
+    )
+
+
 def test_consumers_in_two_racks_read_from_their_own(server: KafkaServer, tmp_path: Path) -> None:
     racks: dict[str, list[int]] = {}
     for p, rack in RACK_OF.items():
@@ -101,12 +137,7 @@ def test_consumers_in_two_racks_read_from_their_own(server: KafkaServer, tmp_pat
                 c: len(got.get(c, ())) for c in CONSUMERS
             }:
                 break
-            assert time.monotonic() < deadline, (
-                group["group_state"],
-                [(m["client_id"], m["member_id"], m["member_epoch"]) for m in group["members"]],
-                counts,
-                got,
-            )
+            assert time.monotonic() < deadline, never_stable(server, fleet, group, got)
             time.sleep(0.2)
         assert local_and_balanced(got), got
         assert {c: m["rack_id"] for c, m in members.items()} == CONSUMERS
