@@ -136,8 +136,8 @@ class Sparse:
         total: int,
     ) -> None:
         self.specs, self.initial, self.by_rack, self.total = specs, loads, by_rack, total
-        self.node_of = _Lazy(lambda m: nodes.node(specs[m].rack_id))
-        self.current = _Lazy(lambda m: specs[m].assignment)
+        self.node_of = _NodeOf(specs, nodes)
+        self.current = _Assignments(specs)
         self.load = _Written(loads)
         self.target = _Lazy(self._target)
         # node -> its buckets: (rack, load, ids)
@@ -269,6 +269,36 @@ class _Lazy(dict[Any, Any]):
         return value
 
 
+class _Assignments(dict[str, Mapping[TopicId, frozenset[int]]]):
+    """Each member's assignment from its spec, kept when first asked."""
+
+    __slots__ = ("specs",)
+
+    def __init__(self, specs: Mapping[str, MemberSubscription]) -> None:
+        super().__init__()
+        self.specs = specs
+
+    def __missing__(self, key: str) -> Mapping[TopicId, frozenset[int]]:
+        value = self[key] = self.specs[key].assignment
+        return value
+
+
+class _NodeOf(dict[str, int]):
+    """Each member's node from its spec's rack, kept when first asked."""
+
+    __slots__ = ("elsewhere", "index", "specs")
+
+    def __init__(self, specs: Mapping[str, MemberSubscription], nodes: RackNodes) -> None:
+        super().__init__()
+        self.specs = specs
+        self.index = {r: j for j, r in enumerate(nodes.racks)}
+        self.elsewhere = nodes.elsewhere
+
+    def __missing__(self, key: str) -> int:
+        value = self[key] = self.index.get(self.specs[key].rack_id, self.elsewhere)  # type: ignore[arg-type]
+        return value
+
+
 class _Written(dict[str, int]):
     """The working loads: the summary's, until written; ``written``: the members written."""
 
@@ -280,7 +310,9 @@ class _Written(dict[str, int]):
         self.written: set[str] = set()
 
     def __missing__(self, key: str) -> int:
-        return self.initial[key]
+        value = self.initial[key]
+        dict.__setitem__(self, key, value)  # kept, not counted as written
+        return value
 
     def __setitem__(self, key: str, value: int) -> None:
         self.written.add(key)
