@@ -625,10 +625,9 @@ def target_records(
 def compute_target_assignment(
     group: ConsumerGroup, group_epoch: int, assignor: PartitionAssignor, timestamp_ms: int = 0
 ) -> list[r.Record]:
-    """Records installing the new target assignment at ``group_epoch`` (computed at
-    ``timestamp_ms``; 0 with batching off). Raises UnknownServerError (nothing changed) if the
-    assignor fails or returns an invalid result. An assignor with ``assign_changes`` is asked
-    for the changes first (see the module's "Incremental computation")."""
+    """Records installing the new target at ``group_epoch`` (computed at ``timestamp_ms``; 0
+    with batching off); UnknownServerError (nothing changed) if the assignor fails or returns an
+    invalid result. ``assign_changes`` is asked first (the module's "Incremental computation")."""
     records = incremental_target_assignment(group, group_epoch, assignor, timestamp_ms)
     if records is not None:
         return records
@@ -648,25 +647,15 @@ def compute_target_assignment(
 def incremental_target_assignment(
     group: ConsumerGroup, group_epoch: int, assignor: PartitionAssignor, timestamp_ms: int = 0
 ) -> list[r.Record] | None:
-    """The records of :func:`compute_target_assignment` computed through the assignor's
-    ``assign_changes`` only, or None when that path is not taken: the assignor has none, the
-    inputs are not tidy (see :func:`incremental_group_spec`), or it declines (returns None).
-    Raises UnknownServerError (nothing changed) if it fails or returns an invalid result."""
-    assign_changes = incremental_method(assignor)
-    inputs = None if assign_changes is None else incremental_group_spec(group)
-    if assign_changes is None or inputs is None:
+    """:func:`compute_target_assignment` by ``assign_changes`` alone; None: untaken, declined."""
+    changes_of = incremental_method(assignor)
+    given = None if changes_of is None else incremental_group_spec(group)
+    if changes_of is None or given is None:
         return None
-    changes_of, given = assign_changes, inputs
-
-    def incremental() -> Any:
-        changes = changes_of(*given)
-        if changes is not None:
-            check_changes(*given, changes)
-        return changes
-
-    changes = _guarded(assignor, group_epoch, incremental)
+    changes = _guarded(assignor, group_epoch, lambda: changes_of(*given))
     if changes is None:
         return None
+    _guarded(assignor, group_epoch, lambda: check_changes(*given, changes))
     return target_records(group, changes, list(changes), group_epoch, timestamp_ms)
 
 
