@@ -22,6 +22,7 @@ from coordinator.core import records as r
 from coordinator.core.commands import Result
 from coordinator.core.config import GroupCoordinatorConfig
 from coordinator.core.events import Event
+from coordinator.core.group import ConsumerGroup
 from coordinator.core.target_assignment import build_group_spec
 from coordinator.harness import Harness
 
@@ -57,6 +58,18 @@ def target_records(results: list[Result[Any]]) -> list[r.Record]:
     """The target assignment records (members' and the epoch's) the results wrote, in order."""
     kinds = (r.ConsumerGroupTargetAssignmentMemberKey, r.ConsumerGroupTargetAssignmentMetadataKey)
     return [rec for res in results for rec in res.records if isinstance(rec.key, kinds)]
+
+
+def computed_now(h: Harness) -> ConsumerGroup:
+    """With batching on: a first joiner's target computed at once (the seeded target carries no
+    timestamp), stamped now, so the next joins wait for the interval; the inputs then cached
+    again (nothing changed since: no member marked)."""
+    assert h.join("first", ["foo"]).offloads == []
+    group: ConsumerGroup = h.shard.groups[G]
+    assert (group.assignment_epoch, group.assignment_timestamp_ms) == (6, T0)
+    build_group_spec(group)
+    h.shard.release(h.shard.mark())
+    return group
 
 
 def leave_then_heartbeat(h: Harness) -> list[Result[Any]]:
@@ -203,9 +216,7 @@ def test_a_change_over_the_bound_is_offloaded(joins: int, bound: int, inline: bo
         consumer_assignor_offload_inline_max_changed_members=bound,
     )
     h = big_group(config)
-    group = h.shard.groups[G]
-    group.set("assignment_timestamp_ms", T0)  # the last target computed now: joins wait
-    h.shard.release(h.shard.mark())
+    group = computed_now(h)
     for i in range(joins):
         joined = h.join(f"new{i}", ["foo"])
         assert (joined.offloads, target_records([joined])) == ([], [])
@@ -213,9 +224,9 @@ def test_a_change_over_the_bound_is_offloaded(joins: int, bound: int, inline: bo
     (fired,) = h.sleep(1000)  # the interval has passed: the target is computed
     assert fired.offloads == ([] if inline else [G])
     assert bool(target_records([fired])) is inline
-    assert group.assignment_epoch == (5 + joins if inline else 5)
+    assert group.assignment_epoch == (6 + joins if inline else 6)
     h.run_offloads()
-    assert group.assignment_epoch == 5 + joins
+    assert group.assignment_epoch == 6 + joins
 
 
 def test_a_storm_is_offloaded_and_nothing_is_computed_inline_until_its_target_is_in() -> None:
@@ -226,28 +237,26 @@ def test_a_storm_is_offloaded_and_nothing_is_computed_inline_until_its_target_is
     small again (inline)."""
     config = replace(CONFIG, consumer_assignment_interval_ms=1000)
     h = big_group(config)
-    group = h.shard.groups[G]
-    group.set("assignment_timestamp_ms", T0)
-    h.shard.release(h.shard.mark())
+    group = computed_now(h)
     for i in range(30):
         h.join(f"storm{i:02d}", ["foo"])
     (fired,) = h.sleep(1000)
     assert fired.offloads == [G]
     job = h.start_offload(G)  # copied (the dirty marks counted into the cache), computing
-    assert job.epoch == 35 and not group.spec_dirty
+    assert job.epoch == 36 and not group.spec_dirty
     late = h.join("late", ["foo"])
     assert late.offloads == [G]  # not inline: the storm's computation is still out
-    assert group.assignment_epoch == 5
+    assert group.assignment_epoch == 6
     h.finish_offload(job)  # installed; the group moved on: the next one when it is due
-    assert group.assignment_epoch == 35
+    assert group.assignment_epoch == 36
     assert len(group.spec_dirty) > 24  # the storm's new targets, and the late joiner
     (fired,) = h.sleep(1000)
     assert fired.offloads == [G]
     h.run_offloads()
-    assert group.assignment_epoch == 36
+    assert group.assignment_epoch == 37
     h.join("small", ["foo"])  # waits for the interval
     (fired,) = h.sleep(1000)
-    assert (fired.offloads, group.assignment_epoch) == ([], 37)
+    assert (fired.offloads, group.assignment_epoch) == ([], 38)
 
 
 def test_new_subscription_metadata_is_offloaded() -> None:
