@@ -153,11 +153,12 @@ def _placed_by_racks(
         return []
     # Topics by (partition count, subscribers). Equal subscriber lists are one: a topic's list
     # is matched, once per list object (a homogeneous group's topics share one), against the
-    # lists seen with the same length and ends (a list comparison is C-level, and equal lists
-    # of one group hold the same strings).
+    # first few lists seen with the same length and ends (a list comparison is C-level, and
+    # equal lists of one group hold the same strings), past those by value (a tuple's hash).
     groups: dict[tuple[int, int], tuple[list[str], list[TopicId]]] = {}
     canonical: dict[int, list[str]] = {}
     by_ends: dict[tuple[int, str, str], list[list[str]]] = {}
+    by_value: dict[tuple[str, ...], list[str]] = {}
     for t in sorted(subscribers):
         count = topics[t].num_partitions
         if count <= 0:
@@ -168,8 +169,11 @@ def _placed_by_racks(
             alike = by_ends.setdefault((len(members), members[0], members[-1]), [])
             same = next((seen for seen in alike if seen == members), None)
             if same is None:
-                alike.append(members)
-                same = members
+                if len(alike) < _COMPARED:
+                    alike.append(members)
+                    same = members
+                else:
+                    same = by_value.setdefault(tuple(members), members)
             canonical[id(members)] = same
         groups.setdefault((count, id(same)), (same, []))[1].append(t)
     racks: dict[int, MemberRacks] = {}  # by id of the subscriber list
@@ -183,6 +187,11 @@ def _placed_by_racks(
         if ranges is not None:
             out.append((group, ordered, ranges))
     return out
+
+
+_COMPARED = 8
+"""Distinct subscriber lists of one length and the same ends compared one by one; the others
+are found by value."""
 
 
 def _ranges(count: int, subscribers: int) -> list[frozenset[int]]:

@@ -244,3 +244,29 @@ def test_members_whose_topics_are_the_group_are_filled_alike() -> None:
             )
         assert results[0] == results[1]
         assert all(a["v"] is a["x"] is a["y"] for m, a in results[0].items() if m.startswith("m"))
+
+
+def test_many_subscriber_lists_alike_at_their_ends() -> None:
+    """Ten topic pairs, each pair's subscribers all members but one (a different one per
+    pair): ten distinct subscriber lists of one length with the same first and last member
+    (those past the first few are matched by value); each pair stays co-partitioned, as the
+    reference places it."""
+    rng = random.Random(3)
+    topics = {
+        f"t{k:02d}": TopicMetadata(
+            topic_id=f"t{k:02d}",
+            name=f"t{k:02d}",
+            num_partitions=6,
+            partition_racks={p: frozenset(rng.sample("abc", 2)) for p in range(6)},
+        )
+        for k in range(20)
+    }
+    members = {
+        f"m{j:02d}": member("abc"[j % 3], [t for k, t in enumerate(topics) if k % 10 + 1 != j])
+        for j in range(12)
+    }
+    spec = GroupSpec(members=members, subscription_type=SubscriptionType.HETEROGENEOUS)
+    result = assert_as_reference(spec, topics)
+    for k in range(10):
+        pair = f"t{k:02d}", f"t{k + 10:02d}"
+        assert all(a[pair[0]] is a[pair[1]] for a in result.values() if pair[0] in a)
