@@ -139,7 +139,7 @@ class Sparse:
         self.node_of = _NodeOf(specs, nodes)
         self.current = _Assignments(specs)
         self.load = _Written(loads)
-        self.target = _Lazy(self._target)
+        self.target = _Targets(self)
         # node -> its buckets: (rack, load, ids)
         self.buckets: list[list[tuple[str | None, int, Sequence[str]]]] = [
             [] for _ in range(nodes.count)
@@ -170,14 +170,6 @@ class Sparse:
             if left:
                 light = [ids for _r, k, ids in self.buckets[v] if k <= quota]
                 self.others.update(islice(merge(*light), left))
-
-    def _target(self, member: str) -> int:
-        quota, k = self.quota, self.initial[member]
-        if k > quota:
-            rack = self.specs[member].rack_id
-            n = self.taken.get((rack, k), 0)
-            return quota + 1 if n and bisect_left(self.by_rack[rack][k], member) < n else quota
-        return quota + 1 if member in self.others else quota
 
     def above(self, node: int | None = None) -> list[str]:
         """The members (of ``node``, or all) whose load is above their target: among those
@@ -255,17 +247,27 @@ def _first(lists: Sequence[Sequence[str]], k: int) -> list[int]:
     return counts
 
 
-class _Lazy(dict[Any, Any]):
-    """A member's value, computed when first asked (``make``) and kept."""
+class _Targets(dict[str, int]):
+    """Each member's target, worked out from the roster's buckets when first asked (kept):
+    ``quota + 1`` for the first ids of a bucket above the quota that the plan's extras take
+    and for the others chosen, else ``quota``."""
 
-    __slots__ = ("make",)
+    __slots__ = ("roster",)
 
-    def __init__(self, make: Callable[[Any], Any]) -> None:
+    def __init__(self, roster: Sparse) -> None:
         super().__init__()
-        self.make = make
+        self.roster = roster
 
-    def __missing__(self, key: Any) -> Any:
-        value = self[key] = self.make(key)
+    def __missing__(self, member: str) -> int:
+        roster = self.roster
+        quota, k = roster.quota, roster.initial[member]
+        if k > quota:
+            rack = roster.specs[member].rack_id
+            n = roster.taken.get((rack, k), 0)
+            extra = bool(n) and bisect_left(roster.by_rack[rack][k], member) < n
+        else:
+            extra = member in roster.others
+        value = self[member] = quota + 1 if extra else quota
         return value
 
 

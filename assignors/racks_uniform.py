@@ -480,7 +480,9 @@ class _ClassSettle:
 
     def _trim(self, i: Any, extra: int, out: dict[Any, Assignment], into: Segments) -> None:
         """Member i gives up its ``extra`` highest partitions (topics in order, then indexes)."""
-        mine = self._own(i, out)
+        mine = out.get(i)
+        if mine is None:
+            mine = out[i] = dict(self.current[i])
         keep = sum(map(len, mine.values())) - extra
         for t in sorted(mine):
             partitions = mine[t]
