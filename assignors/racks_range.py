@@ -154,28 +154,37 @@ def _nodes_by_order(
 ) -> bytearray | list[int]:
     """Each index's node: of each type, a node keeps the indexes its own members held
     rack-blind (the lowest ones, as many as the plan leaves it), and the rest of the type go,
-    in index order, to the nodes the plan sends them to — on the indexes sorted by key (only
-    the types whose indexes do not all stay in their node are visited)."""
+    in index order, to the nodes the plan sends them to — on the indexes sorted by key (whose
+    runs are the segments (type, node) of ``sizes``); only the segments that lose or gain
+    some are visited."""
     node_of: bytearray | list[int] = bytearray(owner_node) if stride < 256 else list(owner_node)
-    ends = range(stride, len(sizes) + 1, stride)
-    rows = list(map(sizes.__getitem__, map(slice, range(0, len(sizes), stride), ends)))
-    starts = list(accumulate(map(sum, rows), initial=0))  # each type's first in the order
+    wanted = list(chain.from_iterable(flow))
+    surplus = list(map(sub, sizes, wanted))
+    segments = list(compress(range(len(surplus)), surplus))  # that lose (> 0) or gain (< 0)
+    if not segments:
+        return node_of
+    starts = list(accumulate(sizes, initial=0))  # each segment's first in the order
     order = sorted(range(len(keys)), key=keys.__getitem__)
-    for j in compress(range(len(flow)), map(ne, rows, flow)):
-        own, wanted, start = rows[j], flow[j], starts[j]
-        rest: list[int] = []
-        receivers: list[int] = []
-        for v, size in enumerate(own):
-            want = wanted[v]
-            if want < size:
-                rest += order[start + want : start + size]
-            elif want > size:
-                receivers += repeat(v, want - size)
-            start += size
-        rest.sort()
-        for i, v in zip(rest, receivers, strict=True):
-            node_of[i] = v
+    rest: list[int] = []  # the current type's indexes that move, and where they go
+    receivers: list[int] = []
+    current = segments[0] // stride
+    for s in segments:
+        if s // stride != current:
+            _move(node_of, rest, receivers)
+            rest, receivers, current = [], [], s // stride
+        if surplus[s] > 0:
+            rest += order[starts[s] + wanted[s] : starts[s + 1]]
+        else:
+            receivers += repeat(s % stride, -surplus[s])
+    _move(node_of, rest, receivers)
     return node_of
+
+
+def _move(node_of: bytearray | list[int], rest: list[int], receivers: list[int]) -> None:
+    """A type's moving indexes, in index order, to their receiving nodes in turn."""
+    rest.sort()
+    for i, v in zip(rest, receivers, strict=True):
+        node_of[i] = v
 
 
 def _nodes_by_lanes(
