@@ -38,9 +38,9 @@ share one pool of partitions (a class of ``uniform``, a co-partitioned group of 
 Counting. The types are counted in C-level passes, never partition by partition in Python: a
 partition's mask is a ``bytes.translate`` (or a lookup in a bytes object) on one byte per
 partition; ``uniform`` counts the partitions its members hold from the coordinator's owners
-(:func:`count_owned`: per topic and mask, the holders of the mask's partitions through one
-``itemgetter`` kept with the topic's metadata and their nodes through another, one byte each,
-then counted per mask with ``bytes.count``; in a heterogeneous group, a class whose topics only it
+(:func:`count_owned`: per topic, the holders of its partitions in the order of their masks
+through one ``itemgetter`` kept with the topic's metadata and their nodes through another, one
+byte each, then counted per mask with ``bytes.count``; in a heterogeneous group, a class whose topics only it
 subscribes, :func:`count_owned_by_node`) or, in the incremental path, takes them from the
 target summary; ``range`` adds each rack's bits up over the group's topics as the lanes of one
 integer.
@@ -233,20 +233,26 @@ def _mask_groups(nodes: RackNodes, metadata: TopicMetadata) -> dict[int, tuple[i
 _Getter = Callable[[Mapping[int, str]], tuple[str, ...]]
 
 
-def _holder_getters(
+def _partitions_by_mask(
     nodes: RackNodes, metadata: TopicMetadata
-) -> list[tuple[int, tuple[int, ...], _Getter | None]]:
-    """Per mask (ascending): its partitions and an ``itemgetter`` of them (None for a single
-    partition: an ``itemgetter`` of one key gives the value, not a tuple); kept with the
-    topic's metadata like :func:`mask_groups`."""
+) -> tuple[tuple[int, ...], _Getter | None, tuple[tuple[int, int, int], ...]]:
+    """The topic's partitions in the order of their masks (masks ascending, each mask's
+    partitions ascending), an ``itemgetter`` of them (None for a single partition: an
+    ``itemgetter`` of one key gives the value, not a tuple), and each mask with the slice of
+    that order it has, ``(mask, start, stop)``; kept with the topic's metadata like
+    :func:`mask_groups`."""
 
-    def make() -> list[tuple[int, tuple[int, ...], _Getter | None]]:
-        return [
-            (m, group, itemgetter(*group) if len(group) > 1 else None)
-            for m, group in mask_groups(nodes, metadata).items()
-        ]
+    def make() -> tuple[tuple[int, ...], _Getter | None, tuple[tuple[int, int, int], ...]]:
+        groups = mask_groups(nodes, metadata)
+        order = tuple(chain.from_iterable(groups.values()))
+        bounds = []
+        start = 0
+        for m, group in groups.items():
+            bounds.append((m, start, start + len(group)))
+            start += len(group)
+        return order, itemgetter(*order) if len(order) > 1 else None, tuple(bounds)
 
-    return metadata.memo(("racks.getters", nodes.racks), make)
+    return metadata.memo(("racks.order", nodes.racks), make)
 
 
 def count_owned(
@@ -261,10 +267,11 @@ def count_owned(
     coordinator gives it) names, counted by (mask, node of the member; ``ids`` and
     ``rack_of``: the members and their racks, by index): what
     :func:`settle_class` would count from the members' assignments, in C-level passes — per
-    topic and mask, the holders of the mask's partitions (one ``itemgetter``, kept with the
-    topic's metadata, on the topic's owners) and at once their nodes, one byte each (one
-    ``itemgetter`` of the holders on the members' nodes; lookups one by one through ``map``
-    when some partition is free), then per mask the nodes counted with ``bytes.count``. Indexes are checked on the way: as many indexes must be
+    topic, the holders of its partitions in the order of their masks (one ``itemgetter``,
+    kept with the topic's metadata, on the topic's owners) and at once their nodes, one byte
+    each (one ``itemgetter`` of the holders on the members' nodes; lookups one by one through
+    ``map`` when some partition is free), cut into each mask's slice; then per mask the nodes
+    counted with ``bytes.count``. Indexes are checked on the way: as many indexes must be
     found among the topic's partitions as the topic has owners (an index out of range is
     never found). None when it cannot tell: an index out of range, an owner not in ``ids``,
     more than 254 nodes."""
@@ -286,9 +293,9 @@ def count_owned_by_node(
     node_by_member = dict(zip(ids, node_of, strict=True))
     code = cast("dict[str | None, int]", node_by_member)  # the same dict, None added for now
     code[None] = _NOBODY_CODE
-    node = code.__getitem__
-    # Per mask, its holders' nodes, one byte each, per topic (a topic's holders are looked up
-    # while its owners are at hand).
+    # Per mask, its holders' nodes, one byte each, per topic: a topic's holders in the order
+    # of their masks (one itemgetter on its owners) and at once their nodes (one itemgetter
+    # on the members' nodes: no Python-level call per holder), cut into each mask's slice.
     by_mask: dict[int, list[bytes]] = {}
     expected = 0  # the owners named: every one of them must be found
     try:
@@ -297,22 +304,24 @@ def count_owned_by_node(
             if not owned:
                 continue
             expected += len(owned)
-            for m, group, getter in _holder_getters(nodes, topics[t]):
-                holders = None
-                if getter is not None:
-                    try:
-                        holders = getter(owned)
-                    except KeyError:  # some partition free (or an index out of range)
-                        pass
-                if holders is None:
-                    held = bytes(map(node, map(owned.get, group)))
-                else:  # two or more holders: one itemgetter call, no Python call per holder
-                    held = bytes(itemgetter(*holders)(code))
+            order, getter, bounds = _partitions_by_mask(nodes, topics[t])
+            holders = None
+            if getter is not None:
+                try:
+                    holders = getter(owned)
+                except KeyError:  # some partition free (or an index out of range)
+                    pass
+            if holders is None:
+                held = bytes(map(code.__getitem__, map(owned.get, order)))
+            else:
+                held = bytes(itemgetter(*holders)(code))
+            for m, start, stop in bounds:
+                part = held[start:stop] if len(bounds) > 1 else held
                 parts = by_mask.get(m)
                 if parts is None:
-                    by_mask[m] = [held]
+                    by_mask[m] = [part]
                 else:
-                    parts.append(held)
+                    parts.append(part)
     except KeyError:  # an owner who is no member
         return None
     del code[None]
