@@ -111,9 +111,23 @@ def compute_range_assignment(
     result: dict[str, dict[TopicId, frozenset[int]]] = {m: {} for m in order}
     # (partition count, subscriber count) -> the ranges, so co-partitioned topics share them.
     cache: dict[tuple[int, int], list[frozenset[int]]] = {}
-    placed: dict[TopicId, list[frozenset[int]]] = {}
-    filled: set[TopicId] = set()
-    for group, ordered, dealt in _placed_by_racks(specs, subscribers, topics):
+    racked = any(topics[t].partition_racks for t in subscribers)
+    racks: dict[int, MemberRacks] = {}  # by id of the subscriber list
+    shared = Shared()
+    placed: dict[TopicId, tuple[list[str], list[frozenset[int]]]] = {}
+    for count, ordered, group in _co_partitioned(subscribers, topics):
+        dealt: list[frozenset[int]] | None = None
+        if racked:
+            coded = racks.get(id(ordered))
+            if coded is None:
+                coded = racks[id(ordered)] = MemberRacks(
+                    map(_rack_id, map(specs.__getitem__, ordered))
+                )
+            dealt = place_ranges(coded, group, count, topics, shared)
+        if dealt is None:
+            dealt = cache.get((count, len(ordered)))
+            if dealt is None:
+                dealt = cache[(count, len(ordered))] = _ranges(count, len(ordered))
         subscription = specs[ordered[0]].subscribed_topic_ids
         if (
             len(group) >= 3  # (fewer: as fast topic by topic, without a new dict each)
@@ -122,39 +136,26 @@ def compute_range_assignment(
             and subscription.issuperset(group)
         ):  # the members' topics are exactly the group's: one dict each, made C-level
             result.update(zip(ordered, map(dict.fromkeys, repeat(group), dealt), strict=False))
-            filled.update(group)
         else:
-            placed.update(dict.fromkeys(group, dealt))
-    for t in sorted(subscribers.keys() - filled if filled else subscribers):
-        count = topics[t].num_partitions
-        if count <= 0:
-            continue
-        members = subscribers[t]
-        ranges = placed.get(t)
-        if ranges is None:
-            ranges = cache.get((count, len(members)))
-            if ranges is None:
-                ranges = cache[(count, len(members))] = _ranges(count, len(members))
-        for member_id, partitions in zip(members, ranges, strict=False):
+            placed.update(dict.fromkeys(group, (ordered, dealt)))
+    for t in sorted(placed):  # topic by topic, in order
+        ordered, dealt = placed[t]
+        for member_id, partitions in zip(ordered, dealt, strict=False):
             if partitions:
                 result[member_id][t] = partitions
     return result  # type: ignore[return-value]
 
 
-def _placed_by_racks(
-    specs: Mapping[str, MemberSubscription],
-    subscribers: dict[TopicId, list[str]],
-    topics: Mapping[TopicId, TopicMetadata],
-) -> list[tuple[list[TopicId], list[str], list[frozenset[int]]]]:
-    """The co-partitioned groups (same partition count, same subscribers) whose ranges racks
-    change (module doc): each group's topics (sorted), its subscribers (in order) and their
-    partitions (of those that get some); none when no topic has partition racks."""
-    if not any(topics[t].partition_racks for t in subscribers):
-        return []
-    # Topics by (partition count, subscribers). Equal subscriber lists are one: a topic's list
-    # is matched, once per list object (a homogeneous group's topics share one), against the
-    # first few lists seen with the same length and ends (a list comparison is C-level, and
-    # equal lists of one group hold the same strings), past those by value (a tuple's hash).
+def _co_partitioned(
+    subscribers: dict[TopicId, list[str]], topics: Mapping[TopicId, TopicMetadata]
+) -> list[tuple[int, list[str], list[TopicId]]]:
+    """The topics with partitions, by co-partitioned group (same partition count, same
+    subscribers): each group's partition count, its subscribers (in order) and its topics
+    (sorted); groups in the order of their first topic."""
+    # Equal subscriber lists are one: a topic's list is matched, once per list object (a
+    # homogeneous group's topics share one), against the first few lists seen with the same
+    # length and ends (a list comparison is C-level, and equal lists of one group hold the same
+    # strings), past those by value (a tuple's hash).
     groups: dict[tuple[int, int], tuple[list[str], list[TopicId]]] = {}
     canonical: dict[int, list[str]] = {}
     by_ends: dict[tuple[int, str, str], list[list[str]]] = {}
@@ -176,17 +177,7 @@ def _placed_by_racks(
                     same = by_value.setdefault(tuple(members), members)
             canonical[id(members)] = same
         groups.setdefault((count, id(same)), (same, []))[1].append(t)
-    racks: dict[int, MemberRacks] = {}  # by id of the subscriber list
-    shared = Shared()
-    out: list[tuple[list[TopicId], list[str], list[frozenset[int]]]] = []
-    for (count, key), (ordered, group) in groups.items():
-        coded = racks.get(key)
-        if coded is None:
-            coded = racks[key] = MemberRacks(map(_rack_id, map(specs.__getitem__, ordered)))
-        ranges = place_ranges(coded, group, count, topics, shared)
-        if ranges is not None:
-            out.append((group, ordered, ranges))
-    return out
+    return [(count, ordered, group) for (count, _), (ordered, group) in groups.items()]
 
 
 _COMPARED = 8
