@@ -67,10 +67,10 @@ distinct loads, plus one pass over the subscribed topics (as without racks).
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from heapq import merge
-from itertools import accumulate, chain, compress, filterfalse, islice, repeat
-from operator import attrgetter, itemgetter, lt, methodcaller, ne, sub
+from itertools import chain, compress, filterfalse, islice, repeat
+from operator import attrgetter, lt, methodcaller
 from typing import ClassVar
 
 from assignors.api import (
@@ -84,7 +84,8 @@ from assignors.api import (
     TopicMetadata,
 )
 from assignors.balance import MAX_BALANCE_ROUNDS, Split, fit, water_level
-from assignors.racks import Counted, RackNodes, count_owned, ones_at, relevant_racks
+from assignors.loads import member_loads
+from assignors.racks import Counted, RackNodes, count_owned, relevant_racks
 from assignors.racks_uniform import Holders, settle_class, settle_from_summary
 
 __all__ = ["UniformAssignor", "compute_uniform_assignment", "compute_uniform_changes"]
@@ -442,7 +443,7 @@ class _Builder:
         counts = self.partition_counts
         if not set(chain.from_iterable(assignments)) <= frozenset(self.topic_ids):
             return False
-        load = _loads(assignments)
+        load = member_loads(assignments)
         if load is None:
             return False
         checked = bool(self.racks and owners_of) and self._count_racks()
@@ -867,50 +868,3 @@ class _Builder:
             load[i] = target[i]
         if at != len(pool):
             raise PartitionAssignorError("internal error: partitions left in the pool")
-
-
-def _loads(assignments: Sequence[Mapping[TopicId, frozenset[int]]]) -> list[int] | None:
-    """Each member's number of partitions, or None if some member holds an empty set.
-    (C-level passes: the sizes of all sets in one list, summed per member through prefix sums.)"""
-    try:  # dict.values is several times cheaper than a methodcaller (the coordinator's dicts)
-        sizes = list(map(len, chain.from_iterable(map(dict.values, assignments))))  # type: ignore[arg-type]
-    except TypeError:  # some other Mapping
-        sizes = list(map(len, chain.from_iterable(map(_values, assignments))))
-    if 0 in sizes:
-        return None
-    topics = list(map(len, assignments))
-    ones = topics.count(1)
-    if ones == len(topics):  # one topic each (the usual case with few topics)
-        return sizes
-    if len(topics) == 1:
-        return [sum(sizes)]
-    if ones * 8 >= len(topics) * 7:
-        # Nearly one topic each (a rack-aware target, some members across two topics): runs
-        # of single-topic members are slices of the sizes; the others are summed.
-        loads: list[int] = []
-        at = done = 0
-        for i in _not_one(topics):
-            loads += sizes[at : at + i - done]
-            at += i - done
-            k = topics[i]
-            loads.append(sum(sizes[at : at + k]))
-            at += k
-            done = i + 1
-        loads += sizes[at:]
-        return loads
-    # Prefix sums of the sizes, read at each member's end (one itemgetter) and subtracted.
-    prefix = [0, *accumulate(sizes)]
-    at_ends = itemgetter(*accumulate(topics))(prefix)
-    return list(map(sub, at_ends, chain((0,), at_ends)))
-
-
-_NOT_ONE = bytes(b != 1 for b in range(256))
-
-
-def _not_one(counts: list[int]) -> Iterable[int]:
-    """The positions of the counts other than 1, ascending (through a bytes object when every
-    count fits a byte)."""
-    try:
-        return ones_at(bytes(counts).translate(_NOT_ONE))
-    except ValueError:  # some count above 255
-        return compress(range(len(counts)), map(ne, counts, repeat(1)))

@@ -21,12 +21,13 @@ from assignors.api import (
     SubscriptionType,
     TopicMetadata,
 )
+from assignors.loads import member_loads
 from assignors.racks import RackNodes, count_owned, ones_at, relevant_racks
 from assignors.racks_members import _first, _less
 from assignors.racks_range import Indexes, _deal, _index_keys
 from assignors.range import RangeAssignor
 from assignors.summary import summarize
-from assignors.uniform import UniformAssignor, _Builder, _loads
+from assignors.uniform import UniformAssignor, _Builder
 from assignors.validation import check_assignment
 
 UNIFORM, RANGE = UniformAssignor(), RangeAssignor()
@@ -207,7 +208,7 @@ def test_loads_are_the_members_sums(seed: int) -> None:
     for _ in range(rng.randint(1, 200)):
         topics = 1 if rng.random() >= share else rng.choice([0, 2, 3])
         assignments.append({f"t{k}": frozenset(range(rng.randint(1, 5))) for k in range(topics)})
-    assert _loads(assignments) == [sum(map(len, a.values())) for a in assignments]
+    assert member_loads(assignments) == [sum(map(len, a.values())) for a in assignments]
 
 
 def test_loads_of_a_member_across_more_than_255_topics() -> None:
@@ -216,8 +217,8 @@ def test_loads_of_a_member_across_more_than_255_topics() -> None:
     assignments[7] = {f"t{k}": frozenset({k}) for k in range(300)}
     assignments[9] = {}
     expected = [sum(map(len, a.values())) for a in assignments]
-    assert _loads(assignments) == expected
-    assert _loads([assignments[7]]) == [300]
+    assert member_loads(assignments) == expected
+    assert member_loads([assignments[7]]) == [300]
 
 
 @pytest.mark.parametrize(
