@@ -139,7 +139,6 @@ class Sparse:
         self.node_of = _NodeOf(specs, nodes)
         self.current = _Assignments(specs)
         self.load = _Written(loads)
-        self.target = _Targets(self)
         # node -> its buckets: (rack, load, ids)
         self.buckets: list[list[tuple[str | None, int, Sequence[str]]]] = [
             [] for _ in range(nodes.count)
@@ -152,12 +151,13 @@ class Sparse:
         self.quota = 0
         self.taken: dict[tuple[str | None, int], int] = {}  # bucket -> its first ids taking q + 1
         self.others: set[str] = set()  # members holding q or less that take q + 1
+        self.target = _Targets(specs, loads, by_rack, self.taken, self.others)
 
     def set_targets(self, quota: int, extras: Sequence[int]) -> None:
         """As :meth:`Dense.set_targets`, from the buckets: the members holding more than
         ``quota`` that take ``quota + 1`` are the first ids across the node's buckets above
         ``quota`` (a prefix of each); the others, the first ids across the rest."""
-        self.quota = quota
+        self.quota = self.target.quota = quota
         for v, extra in enumerate(extras):
             if not extra:
                 continue
@@ -250,23 +250,33 @@ def _first(lists: Sequence[Sequence[str]], k: int) -> list[int]:
 class _Targets(dict[str, int]):
     """Each member's target, worked out from the roster's buckets when first asked (kept):
     ``quota + 1`` for the first ids of a bucket above the quota that the plan's extras take
-    and for the others chosen, else ``quota``."""
+    and for the others chosen, else ``quota``. It holds the roster's parts, not the roster
+    (no reference cycle: the roster and the members' inputs it holds are freed by reference
+    counting once the computation ends, without waiting for a garbage collection)."""
 
-    __slots__ = ("roster",)
+    __slots__ = ("by_rack", "initial", "others", "quota", "specs", "taken")
 
-    def __init__(self, roster: Sparse) -> None:
+    def __init__(
+        self,
+        specs: Mapping[str, MemberSubscription],
+        initial: Mapping[str, int],
+        by_rack: Mapping[str | None, Mapping[int, Sequence[str]]],
+        taken: dict[tuple[str | None, int], int],
+        others: set[str],
+    ) -> None:
         super().__init__()
-        self.roster = roster
+        self.specs, self.initial, self.by_rack = specs, initial, by_rack
+        self.taken, self.others = taken, others
+        self.quota = 0
 
     def __missing__(self, member: str) -> int:
-        roster = self.roster
-        quota, k = roster.quota, roster.initial[member]
+        quota, k = self.quota, self.initial[member]
         if k > quota:
-            rack = roster.specs[member].rack_id
-            n = roster.taken.get((rack, k), 0)
-            extra = bool(n) and bisect_left(roster.by_rack[rack][k], member) < n
+            rack = self.specs[member].rack_id
+            n = self.taken.get((rack, k), 0)
+            extra = bool(n) and bisect_left(self.by_rack[rack][k], member) < n
         else:
-            extra = member in roster.others
+            extra = member in self.others
         value = self[member] = quota + 1 if extra else quota
         return value
 
