@@ -18,11 +18,11 @@ from collections import Counter, deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from functools import cache
 from itertools import accumulate, chain, compress, islice, repeat
-from operator import add, and_, floordiv, mod, mul, ne, rshift, sub
+from operator import add, and_, eq, floordiv, mod, mul, ne, not_, rshift, sub
 
 from assignors.api import PartitionAssignorError, TopicId, TopicMetadata
 from assignors.plan import transport
-from assignors.racks import BIT, BYTE, ONLY, RackNodes, relevant_racks
+from assignors.racks import BIT, BYTE, ONLY, RackNodes, ones_at, relevant_racks
 
 __all__ = ["Indexes", "MemberRacks", "Shared", "place_ranges"]
 
@@ -109,11 +109,13 @@ def place_ranges(
     found = sorted(counted)  # a type's keys are consecutive
     found_sizes = list(map(counted.__getitem__, found))
     types = list(map(floordiv, found, repeat(stride)))
-    firsts = [0, *compress(range(1, len(types)), map(ne, types[1:], types))]  # of each type
+    steps = list(map(ne, types[1:], types))
+    ranks = list(accumulate(steps, initial=0))  # per key, its type's rank
+    firsts = [0, *compress(range(1, len(types)), steps)]  # of each type
     codes_of_types = list(map(types.__getitem__, firsts))  # the types, ascending
     # sizes[j · nodes + v]: the indexes of the j-th type whose rack-blind owner is in node v
     sizes = [0] * (len(codes_of_types) * stride)
-    at_type = map(mul, accumulate(map(ne, types[1:], types), initial=0), repeat(stride))
+    at_type = map(mul, ranks, repeat(stride))
     deque(
         map(sizes.__setitem__, map(add, at_type, map(mod, found, repeat(stride))), found_sizes),
         maxlen=0,
@@ -123,17 +125,10 @@ def place_ranges(
     supplies = list(
         map(sub, map(cumulative.__getitem__, ends), map(cumulative.__getitem__, firsts))
     )
-    # A type's gain in the node of a relevant rack: (n + 1) per topic local there; none
-    # "elsewhere".
-    big = n + 1
+    # A type's gain in the node of a relevant rack: one per topic local there (the plan is
+    # the same for any positive multiple); none "elsewhere".
     per_rack = [
-        list(
-            map(
-                mul,
-                map(mod, map(floordiv, codes_of_types, repeat(base**v)), repeat(base)),
-                repeat(big),
-            )
-        )
+        list(map(mod, map(floordiv, codes_of_types, repeat(base**v)), repeat(base)))
         for v in reversed(range(len(racks)))
     ]
     flow = transport(supplies, capacities, list(zip(*per_rack, repeat(0), strict=False)))
@@ -141,50 +136,67 @@ def place_ranges(
     if type(keys) is bytes:
         node_of = _nodes_by_lanes(keys, stride, codes_of_types, sizes, flow)
     else:
-        node_of = _nodes_by_order(keys, stride, sizes, flow, owner_node)
+        node_of = _nodes_by_order(keys, stride, codes_of_types, found, ranks, sizes, flow)
     return _deal(node, quota, extra, node_of, stride, shared.indexes(n))
 
 
 def _nodes_by_order(
     keys: Sequence[int],
     stride: int,
+    codes: Sequence[int],
+    found: Sequence[int],
+    ranks: Sequence[int],
     sizes: Sequence[int],
-    flow: Sequence[Sequence[int]],
-    owner_node: Sequence[int],
-) -> bytearray | list[int]:
-    """Each index's node: of each type, a node keeps the indexes its own members held
-    rack-blind (the lowest ones, as many as the plan leaves it), and the rest of the type go,
-    in index order, to the nodes the plan sends them to — on the indexes sorted by key (whose
-    runs are the segments (type, node) of ``sizes``); only the segments that lose or gain
-    some are visited."""
-    node_of: bytearray | list[int] = bytearray(owner_node) if stride < 256 else list(owner_node)
-    wanted = list(chain.from_iterable(flow))
-    surplus = list(map(sub, sizes, wanted))
-    segments = list(compress(range(len(surplus)), surplus))  # that lose (> 0) or gain (< 0)
-    if not segments:
-        return node_of
-    starts = list(accumulate(sizes, initial=0))  # each segment's first in the order
-    order = sorted(range(len(keys)), key=keys.__getitem__)
-    rest: list[int] = []  # the current type's indexes that move, and where they go
-    receivers: list[int] = []
-    current = segments[0] // stride
-    for s in segments:
-        if s // stride != current:
-            _move(node_of, rest, receivers)
-            rest, receivers, current = [], [], s // stride
-        if surplus[s] > 0:
-            rest += order[starts[s] + wanted[s] : starts[s + 1]]
+    flow: Sequence[list[int]],
+) -> bytes | bytearray | list[int]:
+    """Each index's node (``keys``: per index its key; ``found``: the keys, ascending, and
+    ``ranks`` the rank of each one's type): of each type, a node keeps the indexes its own
+    members held rack-blind (the lowest ones, as many as the plan leaves it), and the rest of
+    the type go, in index order, to the nodes the plan sends them to. A type the plan sends
+    to one node goes there whole: each index's node is its key's (C-level); only the indexes
+    of the types the plan splits are visited, in index order."""
+    supplies = list(map(sum, flow))
+    whole = list(map(list.count, flow, supplies))  # 1: the plan sends the type to one node
+    split = list(compress(range(len(flow)), map(not_, whole)))
+    unset = 255 if stride < 256 else -1  # (a node of a split type, not known yet)
+    target = [unset] * len(flow)
+    sent = map(list.index, compress(flow, whole), compress(supplies, whole))
+    deque(map(target.__setitem__, compress(range(len(flow)), whole), sent), maxlen=0)
+    node_of_key = dict(zip(found, map(target.__getitem__, ranks), strict=True))
+    node_of: bytes | bytearray | list[int]
+    if stride < 256:
+        coded = bytes(map(node_of_key.__getitem__, keys))
+        if not split:
+            return coded
+        left = ones_at(coded.translate(ONLY[unset]))
+        node_of = bytearray(coded)
+    else:
+        node_of = list(map(node_of_key.__getitem__, keys))
+        if not split:
+            return node_of
+        left = list(compress(range(len(keys)), map(eq, node_of, repeat(unset))))
+    keep: dict[int, int] = {}  # key of a split type -> how many more of its indexes stay
+    moving: dict[int, list[int]] = {}  # code of a split type -> its moving indexes
+    for j in split:
+        keep.update(zip(range(codes[j] * stride, (codes[j] + 1) * stride), flow[j], strict=True))
+        moving[codes[j]] = []
+    for i in left:
+        key = keys[i]
+        if keep[key]:
+            keep[key] -= 1
+            node_of[i] = key % stride
         else:
-            receivers += repeat(s % stride, -surplus[s])
-    _move(node_of, rest, receivers)
+            moving[key // stride].append(i)
+    for j in split:
+        wanted, own = flow[j], sizes[j * stride : (j + 1) * stride]
+        receivers = list(
+            chain.from_iterable(map(repeat, range(stride), map(sub, wanted, map(min, wanted, own))))
+        )
+        if len(receivers) != len(moving[codes[j]]):
+            raise PartitionAssignorError(_UNFIT)
+        for i, v in zip(moving[codes[j]], receivers, strict=True):
+            node_of[i] = v
     return node_of
-
-
-def _move(node_of: bytearray | list[int], rest: list[int], receivers: list[int]) -> None:
-    """A type's moving indexes, in index order, to their receiving nodes in turn."""
-    rest.sort()
-    for i, v in zip(rest, receivers, strict=True):
-        node_of[i] = v
 
 
 def _nodes_by_lanes(

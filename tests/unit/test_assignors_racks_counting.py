@@ -613,8 +613,11 @@ def test_range_places_by_lanes_as_by_sorting_the_indexes(monkeypatch: pytest.Mon
     def by_order(
         keys: bytes, stride: int, codes: list[int], sizes: list[int], flow: list[list[int]]
     ) -> bytes:
-        owner_node = bytes(k % stride for k in keys)
-        return bytes(racks_range._nodes_by_order(list(keys), stride, sizes, flow, owner_node))
+        found = sorted(set(keys))
+        ranks = [codes.index(k // stride) for k in found]
+        return bytes(
+            racks_range._nodes_by_order(list(keys), stride, codes, found, ranks, sizes, flow)
+        )
 
     for seed in range(120):
         rng = random.Random(seed)

@@ -196,17 +196,20 @@ def test_buckets_alike_share_indexes_but_not_placements() -> None:
     assert sum(1 for a in result.values() if not a) == 5 * 30
 
 
-def test_hundreds_of_relevant_racks() -> None:
+@pytest.mark.parametrize("racked", [520, 521])
+def test_hundreds_of_relevant_racks(racked: int) -> None:
     """260 members, one in each of 260 racks, and one in no rack, on two co-partitioned topics
-    of 522 partitions, partition p with a replica in rack p % 260 but the last two (262 nodes:
-    nodes no longer fit a byte, nor the members' racks): as the reference."""
+    of 522 partitions, partition p with a replica in rack p % 260 but the last ones (262
+    nodes: nodes no longer fit a byte, nor the members' racks): as the reference. With 521
+    racked partitions, rack r000 holds three indexes for its member's two: the plan splits
+    their type (kept in part by its node, the rest sent elsewhere)."""
     racks = [f"r{j:03d}" for j in range(260)]
     topics = {
         t: TopicMetadata(
             topic_id=t,
             name=t,
             num_partitions=522,
-            partition_racks={p: frozenset({racks[p % 260]}) for p in range(520)},
+            partition_racks={p: frozenset({racks[p % 260]}) for p in range(racked)},
         )
         for t in ("x", "y")
     }
@@ -270,3 +273,59 @@ def test_many_subscriber_lists_alike_at_their_ends() -> None:
     for k in range(10):
         pair = f"t{k:02d}", f"t{k + 10:02d}"
         assert all(a[pair[0]] is a[pair[1]] for a in result.values() if pair[0] in a)
+
+
+def test_wide_keys_of_types_sent_whole_or_split_as_the_reference(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Groups of 4 to 12 co-partitioned topics over 3 or 4 racks (keys beyond a byte: the
+    indexes are placed from their keys one by one, not by translate tables), members spread
+    unevenly over the racks: a type the plan sends to one node goes there whole, the indexes
+    of a type it splits are kept by their node or sent on in index order — as the reference,
+    member for member; the cases cover both, in one computation and apart."""
+    import assignors.racks_range as racks_range
+
+    by_order = racks_range._nodes_by_order
+    seen: list[tuple[int, int]] = []  # per call: (types sent whole, types split)
+
+    def spy(
+        keys: list[int],
+        stride: int,
+        codes: list[int],
+        found: list[int],
+        ranks: list[int],
+        sizes: list[int],
+        flow: list[list[int]],
+    ) -> bytes | bytearray | list[int]:
+        split = sum(1 for row in flow if len(row) - row.count(0) > 1)
+        seen.append((len(flow) - split, split))
+        return by_order(keys, stride, codes, found, ranks, sizes, flow)
+
+    monkeypatch.setattr(racks_range, "_nodes_by_order", spy)
+    for seed in range(40):
+        rng = random.Random(seed)
+        racks = ["a", "b", "c", "d"][: rng.randint(3, 4)]
+        n = rng.choice([7, 30, 61])
+        topics = {
+            f"t{k:02d}": TopicMetadata(
+                topic_id=f"t{k:02d}",
+                name=f"t{k:02d}",
+                num_partitions=n,
+                partition_racks={
+                    p: frozenset(rng.sample(racks, rng.randint(1, 2))) for p in range(n)
+                },
+            )
+            for k in range(rng.randint(4, 12))
+        }
+        weights = [rng.random() for _ in racks]
+        members = {
+            f"m{j:02d}": member(rng.choices(racks, weights)[0], topics)
+            for j in range(rng.randint(2, 25))
+        }
+        assert_as_reference(
+            GroupSpec(members=members, subscription_type=SubscriptionType.HOMOGENEOUS), topics
+        )
+    assert len(seen) > 30  # (the others: members in one rack, keys in a byte)
+    assert any(split for _, split in seen)
+    assert any(whole and split for whole, split in seen)
+    assert any(not split for _, split in seen)
