@@ -56,6 +56,10 @@ class GroupCoordinatorConfig:
     background_threads: int = 1
     offsets_retention_minutes: int = 10_080
     offsets_retention_check_interval_ms: int = 600_000
+    offsets_commit_timeout_ms: int = 5_000
+    """Kafka's ``offsets.commit.timeout.ms``: how long a request waits for its write (or for
+    the write before it) to be durable before it is answered COORDINATOR_NOT_AVAILABLE (the
+    write goes on; ``coordinator/runtime/driver.py``, "Write timeout")."""
     offset_metadata_max_bytes: int = 4_096
     classic_min_session_timeout_ms: int = 6_000
     classic_max_session_timeout_ms: int = 1_800_000
@@ -166,6 +170,7 @@ CONFIG_SPECS: dict[str, _Spec] = {
     "group.coordinator.background.threads": ("background_threads", _int, 1, 64),
     "offsets.retention.minutes": ("offsets_retention_minutes", _int, 1, None),
     "offsets.retention.check.interval.ms": ("offsets_retention_check_interval_ms", _int, 1, None),
+    "offsets.commit.timeout.ms": ("offsets_commit_timeout_ms", _int, 1, INT_MAX),
     "offset.metadata.max.bytes": ("offset_metadata_max_bytes", _int, 0, None),
     "group.min.session.timeout.ms": ("classic_min_session_timeout_ms", _int, 0, None),
     "group.max.session.timeout.ms": ("classic_max_session_timeout_ms", _int, 0, None),

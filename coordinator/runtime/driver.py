@@ -39,6 +39,15 @@ same decisions. Theory of operation:
   time), a subscription's regexes resolved off the heartbeat path
   (``Result.regex_resolutions``). Each runs as an ordinary command; with ``automatic`` off (the
   harness, the explorer) first targets and regex resolutions run when those say.
+* **Write timeout** (``offsets.commit.timeout.ms``, Kafka's write timeout of the group
+  coordinator's operations; the engine sets it, the virtual hosts do not). A request whose
+  answer waits for a batch that is not durable within the timeout of its wait's start is
+  answered :class:`WriteTimeoutError` (COORDINATOR_NOT_AVAILABLE, as Kafka's
+  ``handleOperationException`` maps a timed-out write) at the timeout: an append can be held
+  up for long (a COMMIT waiting for PostgreSQL to come back, or for an absent synchronous
+  standby). The write goes on: if it lands its records stand (the state already holds them);
+  if it fails, the failure below happens as ever. A timeout answer acknowledges nothing, and
+  later requests still wait for the batch (batches are written one after the other).
 * **Failure.** If an append fails, that batch and every later un-persisted batch fail with
   COORDINATOR_NOT_AVAILABLE in-band; every state machine is rolled back (undo log) to its mark
   at the start of the failed batch; their timer operations, log events, completions and
@@ -100,6 +109,13 @@ class ClusterLogMovedError(CoordinatorNotAvailableError):
     Kafka's controller decides every metadata change on the latest one."""
 
 
+class WriteTimeoutError(CoordinatorNotAvailableError):
+    """The batch a request's answer waits for was not durable within
+    ``offsets.commit.timeout.ms`` (Kafka's write timeout: its REQUEST_TIMED_OUT, which the
+    group coordinator answers as COORDINATOR_NOT_AVAILABLE; OffsetFetch as NOT_COORDINATOR).
+    The write's outcome is unknown to the caller: it may still land."""
+
+
 __all__ = [
     "EXPIRE_OFFSETS",
     "REGISTRY",
@@ -110,6 +126,7 @@ __all__ = [
     "Driver",
     "Host",
     "RuntimeState",
+    "WriteTimeoutError",
 ]
 
 
@@ -178,6 +195,8 @@ class Batch:
         "resolved",
         "start_marks",
         "then",
+        "timed",
+        "timeout",
         "timer_ops",
         "waiters",
     )
@@ -195,6 +214,10 @@ class Batch:
         # (caller's future, its response, its state machine; None: the driver's own wait)
         self.waiters: list[tuple[Any, Any, int | None]] = []
         self.then: list[Callable[[BaseException | None], Any]] = []  # the driver's own
+        # (when its wait began: host.perf(), a caller's future or a parked request's (machine,
+        # token)), in that order: what the write timeout answers (Driver._time)
+        self.timed: list[tuple[float, Any]] = []
+        self.timeout: Any = None  # the host's handle of the next write-timeout check
         self.resolved = False
         self.error: BaseException | None = None  # why its write failed
 
@@ -203,7 +226,9 @@ class Driver:
     """The state machines (shards, then the topic registry) and every decision about them.
 
     ``workers``: the host computes offloaded targets (``run_job``); without workers the core's
-    offload requests are ignored (the core computes inline). ``trace``: called with
+    offload requests are ignored (the core computes inline). ``write_timeout_ms``: how long a
+    request's answer waits for its batch at most (None: as long as the batch takes; the
+    module docstring's "Write timeout"). ``trace``: called with
     ``(what, details)`` for the driver's own decisions (first targets, offloads, answers to no
     one), for the simulator's trace and tests."""
 
@@ -218,9 +243,11 @@ class Driver:
         workers: bool = False,
         automatic: bool = True,
         stall_watch: bool = False,
+        write_timeout_ms: int | None = None,
         trace: Callable[[str, dict[str, Any]], None] | None = None,
     ) -> None:
         self.config = config
+        self.write_timeout_ms = write_timeout_ms
         self.clock = clock
         self.host = host
         self.observer = observer
@@ -375,6 +402,9 @@ class Driver:
                 self._complete(completions)
             else:
                 batch.completions.extend(completions)
+                if self.write_timeout_ms is not None:
+                    for _index, token, _response in completions:
+                        self._time(batch, (index, token))
         if result.parked_joins:
             self.own.answer_parked_joins(index, result.parked_joins)
         if result.offloads:
@@ -490,17 +520,82 @@ class Driver:
             fut.set_result(response)
         else:
             batch.waiters.append((fut, response, key))
+            if self.write_timeout_ms is not None:
+                self._time(batch, fut)
 
-    def wait(self, batch: Batch) -> Any:
-        """A future resolved when ``batch`` is (None, or its write's error)."""
+    def wait(self, batch: Batch, *, timed: bool = False) -> Any:
+        """A future resolved when ``batch`` is (None, or its write's error). ``timed``: a
+        request's answer waits for it — it gets :class:`WriteTimeoutError` if the batch is not
+        durable within the write timeout."""
         fut = self.host.new_future()
         if not batch.resolved:
             batch.waiters.append((fut, None, None))
+            if timed and self.write_timeout_ms is not None:
+                self._time(batch, fut)
         elif batch.error is None:
             fut.set_result(None)
         else:
             fut.set_exception(batch.error)
         return fut
+
+    def _time(self, batch: Batch, waiting: Any) -> None:
+        """``waiting`` (a caller's future, or a parked request's (machine, token) whose
+        completion ``batch`` holds) waits for ``batch`` from now: answered
+        :class:`WriteTimeoutError` if the batch is not durable within the write timeout."""
+        batch.timed.append((self.host.perf(), waiting))
+        if batch.timeout is None:
+            assert self.write_timeout_ms is not None
+            batch.timeout = self.host.call_later(
+                self.write_timeout_ms, partial(self._timed_out, batch)
+            )
+
+    def _timed_out(self, batch: Batch) -> None:
+        """The write timeout of ``batch``'s oldest waits: answer those that reached it, look
+        again at the next one's."""
+        batch.timeout = None
+        if batch.resolved:
+            return
+        assert self.write_timeout_ms is not None
+        limit = self.write_timeout_ms / 1000
+        now = self.host.perf()
+        timed = batch.timed
+        parked = self.parked
+        error: WriteTimeoutError | None = None
+        n = answered = 0
+        for since, waiting in timed:
+            if now - since < limit:
+                break
+            n += 1
+            fut = parked.get(waiting) if type(waiting) is tuple else waiting
+            if fut is None or fut.done():
+                continue
+            if error is None:
+                error = WriteTimeoutError(
+                    f"The write of the records this answer waits for did not complete within "
+                    f"offsets.commit.timeout.ms ({self.write_timeout_ms} ms); its outcome is "
+                    "unknown (it may still be applied): retry."
+                )
+            fut.set_exception(error)
+            answered += 1
+        del timed[:n]
+        if answered:
+            log.warning(
+                "A write of %d records has not completed after %d ms (offsets.commit.timeout.ms):"
+                " %d waiting requests answered COORDINATOR_NOT_AVAILABLE; the write goes on.",
+                len(batch.records),
+                self.write_timeout_ms,
+                answered,
+            )
+        if timed:  # later waits: at their own timeout (at least 1 ms on: a timer may run early)
+            delay_ms = max((timed[0][0] + limit - now) * 1000, 1.0)
+            batch.timeout = self.host.call_later(delay_ms, partial(self._timed_out, batch))
+
+    def _settled(self, batch: Batch) -> None:
+        """``batch`` is resolved: no write timeout for it any more."""
+        if batch.timeout is not None:
+            batch.timeout.cancel()
+            batch.timeout = None
+        batch.timed.clear()
 
     def answer_dropped(self, index: int, error: CoordinatorError) -> None:
         """State machine ``index`` was dropped (its partition is no longer this node's): the
@@ -532,6 +627,8 @@ class Driver:
         fut.add_done_callback(partial(self._unpark, key))
         if batch is not None:  # its own write failing fails it
             batch.then.append(partial(_fail_future, fut))
+            if self.write_timeout_ms is not None:
+                self._time(batch, fut)
         if self.trace is not None:
             self.trace("parked", {"index": key[0], "token": key[1]})
 
@@ -604,6 +701,7 @@ class Driver:
         """``batch`` is durable."""
         self.inflight = None
         batch.resolved = True
+        self._settled(batch)
         for m, mark in zip(self._machines, batch.end_marks or (), strict=True):
             m.release(mark)
         for index, last in list(self._last_batch.items()):
@@ -665,6 +763,7 @@ class Driver:
                 self.observer.batch_failed(b, len(b.records), exc)
         for b in failed:
             b.resolved, b.error = True, error
+            self._settled(b)
             self.timing.settle(b.timer_ops, durable=False)
             for fut, _response, _index in b.waiters:
                 if not fut.done():

@@ -85,6 +85,7 @@ class Engine:
             observer=observer,
             workers=assignor_pool is not None,
             stall_watch=True,
+            write_timeout_ms=config.offsets_commit_timeout_ms,
         )
         self.load_stats: LoadStats | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -235,7 +236,7 @@ class Engine:
             if batch is None:
                 return
             try:
-                await self.durable(batch)
+                await self.driver.wait(batch)
             except CoordinatorError:
                 pass
 
@@ -284,9 +285,10 @@ class Engine:
         return await fut
 
     async def durable(self, batch: Batch | None) -> None:
-        """Wait until ``batch`` is resolved (raises its write's error)."""
+        """A request's answer waits until ``batch`` is resolved (raises its write's error, or
+        :class:`~.driver.WriteTimeoutError` at the write timeout)."""
         if batch is not None:
-            await self.driver.wait(batch)
+            await self.driver.wait(batch, timed=True)
 
     # ------------------------------------------------------------------ health (storewatch.py)
 

@@ -71,6 +71,7 @@ from .driver import (
     TIMER_RETRY_MS,
     Batch,
     RuntimeState,
+    WriteTimeoutError,
 )
 from .engine import Engine
 from .ids import RandomIds
@@ -428,7 +429,10 @@ class CoordinatorRuntime:
     ) -> list[OffsetFetchGroupResponse]:
         """A read per group on the group's shard; each answer waits for the last outstanding
         batch of its shard, so it never shows a commit that could still be lost. A per-group
-        coordinator error (loading, a failed write behind the read) is that group's error."""
+        coordinator error (loading, a failed write behind the read) is that group's error; a
+        write behind it that is not durable within ``offsets.commit.timeout.ms`` gives
+        NOT_COORDINATOR (Kafka's OffsetFetch remaps its write timeout so: clients before 3.9
+        retry nothing else, and look the coordinator up again)."""
         driver = self.driver
         answers: list[OffsetFetchGroupResponse] = []
         waits: list[tuple[int, Batch]] = []
@@ -581,6 +585,5 @@ class CoordinatorRuntime:
 
 
 def _fetch_error(group_id: str, exc: CoordinatorError) -> OffsetFetchGroupResponse:
-    return OffsetFetchGroupResponse(
-        group_id=group_id, error_code=exc.code, error_message=exc.message
-    )
+    code = ErrorCode.NOT_COORDINATOR if isinstance(exc, WriteTimeoutError) else exc.code
+    return OffsetFetchGroupResponse(group_id=group_id, error_code=code, error_message=exc.message)

@@ -9,11 +9,16 @@ retriable errors (no commit failed for good, no partition lost); while PostgreSQ
 nothing is acknowledged, and once the lease has run out the nodes answer NOT_COORDINATOR and
 report NOT_SERVING (they lead nothing and cannot reach PostgreSQL); when it is back they
 serve again; no acknowledged commit is lost and no partition's journal has an epoch that goes
-down.
+down. And PostgreSQL that stops acknowledging COMMITs: a node's waiting requests are answered
+at its deadline (NOT_COORDINATOR) or, sooner, at the write timeout (``offsets.commit.timeout.ms``:
+COORDINATOR_NOT_AVAILABLE), never held until PostgreSQL acknowledges again.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -173,58 +178,165 @@ def simple_commit(channel: grpc.Channel, group: str, offset: int, timeout: float
     return {p.error_code for t in resp.topics for p in t.partitions}
 
 
+@contextlib.contextmanager
+def commits_held(pg: PostgresServer) -> Iterator[None]:
+    """PostgreSQL stops acknowledging COMMITs while inside (``synchronous_standby_names``
+    names a standby that is not there, as when a synchronous standby is lost; once it does,
+    a probe write of the admin's own waits), and acknowledges them again after."""
+    import psycopg
+
+    admin = psycopg.connect(pg.admin_dsn(), autocommit=True, connect_timeout=10)
+    held: list[threading.Thread] = []
+
+    def commits_wait() -> bool:
+        """True once a probe's COMMIT waits (the change reached the server's processes),
+        else False after it committed."""
+
+        def write() -> None:
+            with psycopg.connect(pg.admin_dsn(), autocommit=True) as conn:
+                conn.execute("CREATE TABLE IF NOT EXISTS probe (n int)")
+                conn.execute("INSERT INTO probe VALUES (1)")
+
+        probe = threading.Thread(target=write, daemon=True)
+        probe.start()
+        probe.join(0.5)
+        held.append(probe)
+        return probe.is_alive()
+
+    try:
+        admin.execute("ALTER SYSTEM SET synchronous_standby_names = 'absent'")
+        admin.execute("SELECT pg_reload_conf()")
+        until(commits_wait, "COMMITs to wait for the absent standby")
+        yield
+    finally:
+        admin.execute("ALTER SYSTEM RESET synchronous_standby_names")
+        admin.execute("SELECT pg_reload_conf()")
+        admin.close()
+        for probe in held:
+            probe.join(30)
+
+
 def test_a_commit_held_up_in_postgresql_is_answered_when_its_partition_is_dropped(
     own_pg: PostgresServer, tmp_path: Path
 ) -> None:
-    """PostgreSQL stops acknowledging COMMITs (``synchronous_standby_names`` names a standby
-    that is not there, as when a synchronous standby is lost): a commit's write waits in
-    PostgreSQL, and so do the node's lease renewals. When the node's deadline passes it drops
-    its partitions, and the commit waiting for its write is answered NOT_COORDINATOR then,
-    within the lease (as Kafka's unload fails the writes it waits for), not held until
-    PostgreSQL acknowledges again. Once it does, the node serves again."""
-    import psycopg
-
+    """PostgreSQL stops acknowledging COMMITs: a commit's write waits in PostgreSQL, and so do
+    the node's lease renewals. When the node's deadline passes it drops its partitions, and
+    the commit waiting for its write is answered NOT_COORDINATOR then, within the lease (as
+    Kafka's unload fails the writes it waits for), not held until PostgreSQL acknowledges
+    again. Once it does, the node serves again. (The write timeout, 5 s by default, is longer
+    than the lease here: the drop answers first.)"""
     nodes = Nodes(tmp_path, own_pg.fresh_store_dsn(), *SETTINGS)
     node = nodes.start(1)
     try:
         node.create_topic(TOPIC, 1)
         until(lambda: simple_commit(node.channel, "g", 1) == {0}, "a first commit")
-        admin = psycopg.connect(own_pg.admin_dsn(), autocommit=True, connect_timeout=10)
-        held: list[threading.Thread] = []
-
-        def commits_wait() -> bool:
-            """A probe write of the admin's own: True once its COMMIT waits (the change
-            reached the server's processes), else False after it committed."""
-
-            def write() -> None:
-                with psycopg.connect(own_pg.admin_dsn(), autocommit=True) as conn:
-                    conn.execute("CREATE TABLE IF NOT EXISTS probe (n int)")
-                    conn.execute("INSERT INTO probe VALUES (1)")
-
-            probe = threading.Thread(target=write, daemon=True)
-            probe.start()
-            probe.join(0.5)
-            held.append(probe)
-            return probe.is_alive()
-
-        try:
-            admin.execute("ALTER SYSTEM SET synchronous_standby_names = 'absent'")
-            admin.execute("SELECT pg_reload_conf()")
-            until(commits_wait, "COMMITs to wait for the absent standby")
+        with commits_held(own_pg):
             started = time.monotonic()
             codes = simple_commit(node.channel, "g", 2, timeout=30)
             took = time.monotonic() - started
-        finally:
-            admin.execute("ALTER SYSTEM RESET synchronous_standby_names")
-            admin.execute("SELECT pg_reload_conf()")
-            admin.close()
         assert codes == {16}, codes  # NOT_COORDINATOR: ask FindCoordinator again
         # Within the lease (the node's deadline) and well within a client's request timeout
         # (5 s in these tests), not once PostgreSQL acknowledged again (30 s here).
         assert took < LEASE_MS / 1000 + 2.5, took
-        for probe in held:
-            probe.join(30)
         until(lambda: simple_commit(node.channel, "g", 3) == {0}, "the node to serve again", 30)
         assert committed(node, "g", lambda _address: node.channel) == {(TOPIC, 0): 3}
     finally:
+        nodes.stop_all()
+
+
+WRITE_TIMEOUT_MS = 1_000
+
+
+class Lines(logging.Handler):
+    """Keeps the messages logged to it."""
+
+    def __init__(self, lines: list[str]) -> None:
+        super().__init__()
+        self.lines = lines
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+def test_a_single_nodes_commit_held_up_in_postgresql_is_answered_at_the_write_timeout(
+    own_pg: PostgresServer, tmp_path: Path
+) -> None:
+    """One node, with a lease far longer than its write timeout (``offsets.commit.timeout.ms``
+    1 s here): PostgreSQL stops acknowledging COMMITs, and a confluent-kafka consumer's
+    synchronous commit is answered COORDINATOR_NOT_AVAILABLE (retriable) at the write timeout,
+    as Kafka answers a write not replicated in time — not held until PostgreSQL acknowledges
+    again, nor until the lease runs out. Once PostgreSQL acknowledges, the held write lands
+    (its offset stands) and the node commits and fetches as before, without having dropped
+    its partitions."""
+    from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+    librdkafka_log = logging.getLogger("test.librdkafka")
+    librdkafka_log.propagate = False
+    librdkafka_log.setLevel(logging.DEBUG)
+    lines: list[str] = []
+    librdkafka_log.addHandler(Lines(lines))
+    nodes = Nodes(
+        tmp_path,
+        own_pg.fresh_store_dsn(),
+        *settings(
+            6,
+            coordinator_lease_ms=20_000,
+            coordinator_heartbeat_interval_ms=1_000,
+            offsets_commit_timeout_ms=WRITE_TIMEOUT_MS,
+        ),
+    )
+    node = nodes.start(1)
+    consumer = Consumer(
+        {
+            "bootstrap.servers": nodes.kafka_address(1),
+            "group.id": "g",
+            "enable.auto.commit": False,
+            "socket.timeout.ms": 10_000,
+            "debug": "protocol",  # each response's round trip, as librdkafka measured it
+            "logger": librdkafka_log,
+        }
+    )
+    try:
+        node.create_topic(TOPIC, 1)
+
+        def commit(offset: int) -> None:
+            consumer.commit(offsets=[TopicPartition(TOPIC, 0, offset)], asynchronous=False)
+
+        commit(1)
+        with commits_held(own_pg):
+            started = time.monotonic()
+            with pytest.raises(KafkaException) as info:
+                commit(2)
+            took = time.monotonic() - started
+            fetched_meanwhile = fetch_code(node.channel, "g")
+
+        consumer.poll(0.5)  # serves librdkafka's log lines queued meanwhile
+        round_trips = [
+            float(m.group(1)) / 1000
+            for line in lines
+            if (m := re.search(r"Received OffsetCommitResponse .* rtt ([0-9.]+)ms", line))
+        ]
+        print(f"commit raised after {took:.2f} s; OffsetCommit round trips {round_trips}")
+        error = info.value.args[0]
+        # A retriable error of Kafka's protocol: librdkafka looks the coordinator up again and
+        # hands the error to the application, which commits again.
+        assert error.code() == KafkaError.COORDINATOR_NOT_AVAILABLE, error
+        # librdkafka sent the commit again on each answer (it retries an OffsetCommit twice,
+        # then the commit once more): each was answered at the write timeout.
+        held_trips = round_trips[1:]  # the first: commit(1), acknowledged at once
+        assert round_trips[0] < WRITE_TIMEOUT_MS / 1000 and held_trips, round_trips
+        for rtt in held_trips:
+            assert WRITE_TIMEOUT_MS / 1000 - 0.01 <= rtt < WRITE_TIMEOUT_MS / 1000 + 1.0, rtt
+        assert took < len(held_trips) * (WRITE_TIMEOUT_MS / 1000 + 1.0), took
+        assert fetched_meanwhile == 16  # NOT_COORDINATOR: OffsetFetch's remap, as Kafka's
+        # PostgreSQL acknowledges again: the held write landed, the node serves as before.
+        until(lambda: committed(node, "g", lambda _a: node.channel) == {(TOPIC, 0): 2}, "it")
+        commit(3)
+        assert consumer.committed([TopicPartition(TOPIC, 0)], timeout=10)[0].offset == 3
+        assert health(node.channel) == health_pb2.HealthCheckResponse.SERVING
+        log = nodes.log_text(1)
+        assert "stops serving partitions" not in log, log  # its partitions were never dropped
+        assert "has not completed after 1000 ms (offsets.commit.timeout.ms)" in log, log
+    finally:
+        consumer.close()
         nodes.stop_all()

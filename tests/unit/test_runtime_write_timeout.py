@@ -1,0 +1,146 @@
+"""The write timeout (``offsets.commit.timeout.ms``, driver.py "Write timeout"): a request whose
+answer waits for an append held up in the store (the memory store's gate: as a COMMIT waiting
+for PostgreSQL) is answered at the timeout — COORDINATOR_NOT_AVAILABLE, OffsetFetch
+NOT_COORDINATOR, as Kafka's group coordinator answers a timed-out write — while the write goes
+on: once it lands its records stand, if it fails the failure path runs as ever. Nothing is
+acknowledged before the held batch is durable."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+from builders import commit, join, make_runtime, stored_journal
+from test_runtime_core import started
+
+from coordinator.core import codec
+from coordinator.core.errors import CoordinatorNotAvailableError, ErrorCode
+from coordinator.core.offsets import OffsetFetchGroup
+from coordinator.core.records import OffsetCommitValue
+from coordinator.core.topics import NewTopic
+from coordinator.runtime import CoordinatorRuntime, RuntimeState
+from coordinator.runtime.driver import WriteTimeoutError
+from coordinator.runtime.store import MemoryRecordStore
+
+TIMEOUT_MS = 300
+TIMEOUT_S = TIMEOUT_MS / 1000
+TIMED_OUT = "did not complete within offsets.commit.timeout.ms \\(300 ms\\)"
+
+
+async def runtime(store: MemoryRecordStore) -> CoordinatorRuntime:
+    rt = await started(make_runtime(store, 1, **{"offsets.commit.timeout.ms": str(TIMEOUT_MS)}))
+    await rt.create_topics([NewTopic(name="t", num_partitions=2)])
+    return rt
+
+
+async def fetched(rt: CoordinatorRuntime, group: str) -> tuple[int, dict[tuple[str, int], int]]:
+    (answer,) = await rt.offset_fetch([OffsetFetchGroup(group_id=group)])
+    offsets = {
+        (t.name, p.partition_index): p.committed_offset for t in answer.topics for p in t.partitions
+    }
+    return answer.error_code, offsets
+
+
+async def answered_at(aw: asyncio.Future[object]) -> tuple[float, BaseException | None]:
+    """When ``aw`` was answered (``time.monotonic()``; bounded wait) and the error it was
+    answered with."""
+    try:
+        await asyncio.wait_for(asyncio.shield(aw), 5)
+    except TimeoutError:
+        raise AssertionError("not answered within 5 s") from None
+    except BaseException:  # noqa: BLE001 - the answer under test
+        pass
+    return time.monotonic(), aw.exception()
+
+
+def committed_in_store(store: MemoryRecordStore, group: str) -> list[int]:
+    """The offsets of ``group``'s commits in the store's journal, in order."""
+    out = []
+    for entry in stored_journal(store):
+        decoded = codec.decode(entry.key, entry.value)
+        if decoded.group_id == group and isinstance(decoded.value, OffsetCommitValue):
+            out.append(decoded.value.offset)
+    return out
+
+
+async def test_requests_waiting_for_a_held_write_are_answered_at_the_timeout() -> None:
+    """A commit and a join in a held append, a commit queued in the next batch and a fetch
+    waiting behind them: each is answered at its own timeout (counted from when it began to
+    wait), not when the append resolves; once the append lands, what they wrote stands and
+    the coordinator serves as before (a write released within the timeout is acknowledged)."""
+    store = MemoryRecordStore(partitions=1)
+    rt = await runtime(store)
+    first = await rt.offset_commit(commit("g", {("t", 0): 1}))
+    assert first.topics[0].partitions[0].error_code == 0
+    store.hold_appends()
+    sent = time.monotonic()
+    held = asyncio.ensure_future(rt.offset_commit(commit("g", {("t", 0): 2})))
+    joining = asyncio.ensure_future(rt.heartbeat(join("h")))
+    await asyncio.sleep(0.2)
+    sent_later = time.monotonic()
+    later = asyncio.ensure_future(rt.offset_commit(commit("g", {("t", 0): 3})))
+    reading = asyncio.ensure_future(rt.offset_fetch([OffsetFetchGroup(group_id="g")]))
+    for waiting in (held, joining):
+        at, error = await answered_at(waiting)
+        assert isinstance(error, WriteTimeoutError), error
+        assert error.code == ErrorCode.COORDINATOR_NOT_AVAILABLE
+        assert "unknown" in error.message
+        with pytest.raises(CoordinatorNotAvailableError, match=TIMED_OUT):
+            raise error
+        assert TIMEOUT_S - 0.01 <= at - sent <= TIMEOUT_S + 1.0, at - sent
+    # The later requests: at their own timeout (they began to wait 0.2 s after), never
+    # acknowledged before the batch ahead of theirs is durable.
+    at, error = await answered_at(later)
+    assert isinstance(error, WriteTimeoutError), error
+    assert TIMEOUT_S - 0.01 <= at - sent_later <= TIMEOUT_S + 1.0, at - sent_later
+    (fetch,) = await reading
+    assert fetch.error_code == ErrorCode.NOT_COORDINATOR  # Kafka's OffsetFetch remap
+    assert "offsets.commit.timeout.ms" in (fetch.error_message or "")
+    assert committed_in_store(store, "g") == [1]  # nothing of the held batches written yet
+    store.release_appends()
+    await rt.flush()
+    # The held write and the one queued behind it landed: their records stand.
+    assert committed_in_store(store, "g") == [1, 2, 3]
+    assert await fetched(rt, "g") == (0, {("t", 0): 3})
+    assert "h" in rt.snapshot()["groups"]
+    assert rt.state is RuntimeState.ACTIVE
+    # Serving as before: a write released within the timeout is acknowledged, and no timeout
+    # fires after it.
+    store.hold_appends()
+    held = asyncio.ensure_future(rt.offset_commit(commit("g", {("t", 0): 4})))
+    await asyncio.sleep(0.05)
+    store.release_appends()
+    assert (await held).topics[0].partitions[0].error_code == 0
+    await asyncio.sleep(TIMEOUT_S)
+    assert await fetched(rt, "g") == (0, {("t", 0): 4})
+    await rt.close()
+
+
+async def test_a_held_write_that_then_fails_rolls_back_as_any_failed_write() -> None:
+    """Answered at the timeout, then the append fails: the state goes back to the start of
+    the failed batch (the failure path, unchanged) and the coordinator goes on serving."""
+    store = MemoryRecordStore(partitions=1)
+    rt = await runtime(store)
+    await rt.offset_commit(commit("g", {("t", 0): 1}))
+    before = rt.snapshot()
+    store.hold_appends()
+    store.fail_next_appends(1)
+    sent = time.monotonic()
+    held = asyncio.ensure_future(rt.offset_commit(commit("g", {("t", 0): 2})))
+    joining = asyncio.ensure_future(rt.heartbeat(join("h")))
+    for waiting in (held, joining):
+        at, error = await answered_at(waiting)
+        assert isinstance(error, WriteTimeoutError) and at - sent <= TIMEOUT_S + 1.0, error
+    # the state holds the write in flight, as Kafka's does
+    assert list(rt.snapshot()["groups"]) == ["h"] and not before["groups"]
+    store.release_appends()
+    await rt.flush()
+    assert rt.snapshot() == before
+    assert rt.stats["failed_batches"] == 1
+    assert await fetched(rt, "g") == (0, {("t", 0): 1})
+    assert committed_in_store(store, "g") == [1]
+    resp = await rt.offset_commit(commit("g", {("t", 0): 5}))
+    assert resp.topics[0].partitions[0].error_code == 0
+    assert await fetched(rt, "g") == (0, {("t", 0): 5})
+    await rt.close()
