@@ -175,6 +175,11 @@ def _greedy(
         row = weights[i]
         best = best_of[i]
         placed = flow[i]
+        v = row.index(best)  # the first of its best nodes (where the loop below starts)
+        if room[v] >= s:  # takes the whole type
+            room[v] -= s
+            placed[v] = s
+            continue
         for v in sorted(range(nodes), key=row.__getitem__, reverse=True):
             free = room[v]
             take = s if s < free else free

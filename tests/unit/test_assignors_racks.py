@@ -26,7 +26,7 @@ from assignors.api import (
 )
 from assignors.conformance._model import make_group_spec, permuted
 from assignors.conformance._strategies import scenarios
-from assignors.plan import transport
+from assignors.plan import _greedy, transport
 from assignors.racks import count_rack_local
 from assignors.range import RangeAssignor
 from assignors.summary import summarize
@@ -569,6 +569,51 @@ def test_transport_matches_an_independent_min_cost_flow(
         w * f for wr, fr in zip(weights, flow, strict=True) for w, f in zip(wr, fr, strict=True)
     )
     assert value == _networkx_best(supplies, capacities, weights, extras, room)
+
+
+def _plain_greedy(
+    supplies: list[int],
+    capacities: list[int],
+    weights: list[list[int]],
+    extras: int,
+    room: list[int],
+) -> tuple[list[list[int]], list[int], bool]:
+    """The greedy start as documented, step by step: types by their best weight, highest
+    first (then by index), each to its nodes by weight, highest first (then by index), while
+    they have room: their capacity, then their share of the extras."""
+    nodes = len(capacities)
+    left, spare, taken = list(capacities), list(room), [0] * nodes
+    flow = [[0] * nodes for _ in supplies]
+    for i in sorted(range(len(supplies)), key=lambda i: (-max(weights[i]), i)):
+        s = supplies[i]
+        for v in sorted(range(nodes), key=lambda v: (-weights[i][v], v)):
+            take = min(s, left[v])
+            more = min(s - take, spare[v], extras) if extras else 0
+            left[v] -= take
+            spare[v] -= more
+            extras -= more
+            taken[v] += more
+            flow[i][v] += take + more
+            s -= take + more
+    best = all(
+        not f or w == max(row)
+        for row, fr in zip(weights, flow, strict=True)
+        for w, f in zip(row, fr, strict=True)
+    )
+    return flow, taken, best
+
+
+@PROPERTY
+@given(transport_problems())
+def test_greedy_start_is_the_documented_rule(
+    problem: tuple[list[int], list[int], list[list[int]], int, list[int]],
+) -> None:
+    """The plan's greedy start (its shortcut for a type that its first best node takes
+    whole included) places every unit as the rule written out step by step does."""
+    supplies, capacities, weights, extras, room = problem
+    assert _greedy(supplies, capacities, weights, extras, room) == _plain_greedy(
+        supplies, capacities, weights, extras, room
+    )
 
 
 def test_rack_local_counts() -> None:
