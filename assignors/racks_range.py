@@ -31,20 +31,32 @@ _LITTLE_ENDIAN = array("H", [1]).tobytes() == b"\x01\x00"  # arrays are in the m
 
 class MemberRacks:
     """The racks of one list of members, coded once for every co-partitioned group they
-    subscribe to: ``names`` the distinct racks (sorted, without None) and ``codes`` per member
-    the index of its rack in ``names`` (``len(names)`` for a member in no rack) — a bytes
-    object when the codes fit a byte."""
+    subscribe to: ``names`` the distinct racks of all ``count`` members (sorted, without None)
+    and ``codes`` per member of the first ones (``first``: their racks, in order; as many as
+    get partitions of some group), the index of its rack in ``names`` (``len(names)`` for a
+    member in no rack) — a bytes object when the codes fit a byte. ``everyone``: the racks of
+    all the members, when ``first`` does not hold them all (only their set matters)."""
 
-    __slots__ = ("codes", "names")
+    __slots__ = ("codes", "count", "names")
 
-    def __init__(self, racks: Iterable[str | None]) -> None:
-        listed = list(racks)
-        names = sorted(r for r in set(listed) if r is not None)
+    def __init__(
+        self,
+        first: Iterable[str | None],
+        count: int,
+        everyone: Iterable[str | None] | None = None,
+    ) -> None:
+        listed = list(first)
+        found = set(listed if everyone is None else everyone)
+        names = sorted(r for r in found if r is not None)
         index: dict[str | None, int] = {r: j for j, r in enumerate(names)}
         index[None] = len(names)
-        codes = list(map(index.__getitem__, listed))
         self.names = names
-        self.codes: bytes | list[int] = bytes(codes) if len(names) < 255 else codes
+        self.count = count
+        self.codes: bytes | list[int] = (
+            bytes(map(index.__getitem__, listed))
+            if len(names) < 255
+            else list(map(index.__getitem__, listed))
+        )
 
 
 def place_ranges(
@@ -71,8 +83,10 @@ def place_ranges(
         shared = Shared()
     n = num_partitions
     codes = members.codes
-    quota, extra = divmod(n, len(codes))
-    getting = len(codes) if quota else extra
+    quota, extra = divmod(n, members.count)
+    getting = members.count if quota else extra
+    if len(codes) < getting:
+        raise PartitionAssignorError("internal error: members' racks coded for fewer members")
     nodes = shared.nodes(racks)
     stride = nodes.count
     at = dict(zip(racks, range(len(racks)), strict=True))

@@ -33,7 +33,7 @@ rack holding a replica, the ranges are exactly the rack-blind ones.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from itertools import repeat
+from itertools import islice, repeat
 from operator import attrgetter
 from typing import ClassVar
 
@@ -112,17 +112,21 @@ def compute_range_assignment(
     # (partition count, subscriber count) -> the ranges, so co-partitioned topics share them.
     cache: dict[tuple[int, int], list[frozenset[int]]] = {}
     racked = any(topics[t].partition_racks for t in subscribers)
+    co_partitioned = _co_partitioned(subscribers, topics)
     racks: dict[int, MemberRacks] = {}  # by id of the subscriber list
+    getting: dict[int, int] = {}  # by id of the subscriber list: how many get partitions
+    if racked:
+        for count, ordered, _ in co_partitioned:
+            key = id(ordered)
+            getting[key] = max(getting.get(key, 0), min(count, len(ordered)))
     shared = Shared()
     placed: dict[TopicId, tuple[list[str], list[frozenset[int]]]] = {}
-    for count, ordered, group in _co_partitioned(subscribers, topics):
+    for count, ordered, group in co_partitioned:
         dealt: list[frozenset[int]] | None = None
         if racked:
             coded = racks.get(id(ordered))
             if coded is None:
-                coded = racks[id(ordered)] = MemberRacks(
-                    map(_rack_id, map(specs.__getitem__, ordered))
-                )
+                coded = racks[id(ordered)] = _member_racks(specs, ordered, getting[id(ordered)])
             dealt = place_ranges(coded, group, count, topics, shared)
         if dealt is None:
             dealt = cache.get((count, len(ordered)))
@@ -144,6 +148,18 @@ def compute_range_assignment(
             if partitions:
                 result[member_id][t] = partitions
     return result  # type: ignore[return-value]
+
+
+def _member_racks(
+    specs: Mapping[str, MemberSubscription], ordered: list[str], getting: int
+) -> MemberRacks:
+    """The racks of ``ordered`` (members in order), coded for the first ``getting``; the set
+    of all their racks read from every member's subscription when they are every member."""
+    first = map(_rack_id, map(specs.__getitem__, islice(ordered, getting)))
+    if getting == len(ordered):
+        return MemberRacks(first, len(ordered))
+    everyone = specs.values() if len(ordered) == len(specs) else map(specs.__getitem__, ordered)
+    return MemberRacks(first, len(ordered), map(_rack_id, everyone))
 
 
 def _co_partitioned(
