@@ -127,13 +127,6 @@ def place_ranges(
     ranks = list(accumulate(steps, initial=0))  # per key, its type's rank
     firsts = [0, *compress(range(1, len(types)), steps)]  # of each type
     codes_of_types = list(map(types.__getitem__, firsts))  # the types, ascending
-    # sizes[j · nodes + v]: the indexes of the j-th type whose rack-blind owner is in node v
-    sizes = [0] * (len(codes_of_types) * stride)
-    at_type = map(mul, ranks, repeat(stride))
-    deque(
-        map(sizes.__setitem__, map(add, at_type, map(mod, found, repeat(stride))), found_sizes),
-        maxlen=0,
-    )
     cumulative = list(accumulate(found_sizes, initial=0))
     ends = [*firsts[1:], len(found)]
     supplies = list(
@@ -148,9 +141,14 @@ def place_ranges(
     flow = transport(supplies, capacities, list(zip(*per_rack, repeat(0), strict=False)))
     node_of: bytes | bytearray | list[int]
     if type(keys) is bytes:
+        # sizes[j · nodes + v]: the indexes of the j-th type whose rack-blind owner is in v
+        sizes = [0] * (len(codes_of_types) * stride)
+        at_type = map(mul, ranks, repeat(stride))
+        owners = map(mod, found, repeat(stride))
+        deque(map(sizes.__setitem__, map(add, at_type, owners), found_sizes), maxlen=0)
         node_of = _nodes_by_lanes(keys, stride, codes_of_types, sizes, flow)
     else:
-        node_of = _nodes_by_order(keys, stride, codes_of_types, found, ranks, sizes, flow)
+        node_of = _nodes_by_order(keys, stride, codes_of_types, found, ranks, counted, flow)
     return _deal(node, quota, extra, node_of, stride, shared.indexes(n))
 
 
@@ -160,11 +158,11 @@ def _nodes_by_order(
     codes: Sequence[int],
     found: Sequence[int],
     ranks: Sequence[int],
-    sizes: Sequence[int],
+    counted: Mapping[int, int],
     flow: Sequence[list[int]],
 ) -> bytes | bytearray | list[int]:
     """Each index's node (``keys``: per index its key; ``found``: the keys, ascending, and
-    ``ranks`` the rank of each one's type): of each type, a node keeps the indexes its own
+    ``ranks`` the rank of each one's type; ``counted``: per key its indexes): of each type, a node keeps the indexes its own
     members held rack-blind (the lowest ones, as many as the plan leaves it), and the rest of
     the type go, in index order, to the nodes the plan sends them to. A type the plan sends
     to one node goes there whole: each index's node is its key's (C-level); only the indexes
@@ -202,7 +200,8 @@ def _nodes_by_order(
         else:
             moving[key // stride].append(i)
     for j in split:
-        wanted, own = flow[j], sizes[j * stride : (j + 1) * stride]
+        wanted = flow[j]
+        own = map(counted.get, range(codes[j] * stride, (codes[j] + 1) * stride), repeat(0))
         receivers = list(
             chain.from_iterable(map(repeat, range(stride), map(sub, wanted, map(min, wanted, own))))
         )
@@ -352,16 +351,41 @@ def _index_key_lanes(
     # Chunks of fewer than 256 topics, each folded in byte-wide lanes, then widened.
     chunks = [b"".join(masks[i : i + 255]) for i in range(0, len(masks), 255)]  # type: ignore[arg-type]
     total = _widen(owner_node, width)
-    for v in range(racks_n):
+    for v in range(0, racks_n, 2):  # two racks at once, then each alone
         for chunk in chunks:
-            bits = int.from_bytes(chunk.translate(BIT[v]), "little")
-            blocks, size = len(chunk) // n, 8 * n
-            while blocks > 1:  # add the upper half of the topics' lanes onto the lower
-                keep = (blocks + 1) // 2
-                bits = (bits & ((1 << size * keep) - 1)) + (bits >> size * keep)
-                blocks = keep
-            total += _widen(bits.to_bytes(n, "little"), width) * scale[v]
+            blocks = len(chunk) // n
+            if v + 1 < racks_n:  # the racks' bits in the low and the high half of each byte
+                both = int.from_bytes(chunk.translate(_TWO_BITS[v]), "little")
+                both, blocks = _fold(both, blocks, n, _NIBBLE_FOLDS)
+                nibbles = int.from_bytes(b"\x0f" * (blocks * n), "little")
+                counts = [both & nibbles, both >> 4 & nibbles]
+            else:
+                counts = [int.from_bytes(chunk.translate(BIT[v]), "little")]
+            for k, bits in enumerate(counts):
+                bits = _fold(bits, blocks, n, blocks)[0]
+                total += _widen(bits.to_bytes(n, "little"), width) * scale[v + k]
     return total.to_bytes(n * width, "little"), width
+
+
+def _fold(bits: int, blocks: int, n: int, times: int) -> tuple[int, int]:
+    """``bits`` as ``blocks`` blocks of ``n`` byte-wide lanes, the upper half of the blocks
+    added onto the lower up to ``times`` times (until one is left): the result, and its
+    blocks."""
+    size = 8 * n
+    while blocks > 1 and times:
+        keep = (blocks + 1) // 2
+        bits = (bits & ((1 << size * keep) - 1)) + (bits >> size * keep)
+        blocks, times = keep, times - 1
+    return bits, blocks
+
+
+_TWO_BITS = [bytes((b >> v & 1) | (b >> v + 1 & 1) << 4 for b in range(256)) for v in range(7)]
+"""``_TWO_BITS[v]``: a ``bytes.translate`` table putting bit ``v`` of each byte in the low half
+of the byte and bit ``v + 1`` in the high half."""
+
+_NIBBLE_FOLDS = 3
+"""Folds two racks' halves of a byte take together: each half then counts up to 8 blocks (< 16:
+no carry crosses into the other half)."""
 
 
 @cache

@@ -613,10 +613,11 @@ def test_range_places_by_lanes_as_by_sorting_the_indexes(monkeypatch: pytest.Mon
     def by_order(
         keys: bytes, stride: int, codes: list[int], sizes: list[int], flow: list[list[int]]
     ) -> bytes:
-        found = sorted(set(keys))
+        counted = Counter(keys)
+        found = sorted(counted)
         ranks = [codes.index(k // stride) for k in found]
         return bytes(
-            racks_range._nodes_by_order(list(keys), stride, codes, found, ranks, sizes, flow)
+            racks_range._nodes_by_order(list(keys), stride, codes, found, ranks, counted, flow)
         )
 
     for seed in range(120):

@@ -294,12 +294,12 @@ def test_wide_keys_of_types_sent_whole_or_split_as_the_reference(
         codes: list[int],
         found: list[int],
         ranks: list[int],
-        sizes: list[int],
+        counted: dict[int, int],
         flow: list[list[int]],
     ) -> bytes | bytearray | list[int]:
         split = sum(1 for row in flow if len(row) - row.count(0) > 1)
         seen.append((len(flow) - split, split))
-        return by_order(keys, stride, codes, found, ranks, sizes, flow)
+        return by_order(keys, stride, codes, found, ranks, counted, flow)
 
     monkeypatch.setattr(racks_range, "_nodes_by_order", spy)
     for seed in range(40):
@@ -353,3 +353,36 @@ def test_racks_only_of_members_beyond_the_partitions_count(heterogeneous: bool) 
         topics["w"] = TopicMetadata(topic_id="w", name="w", num_partitions=2)
     kind = SubscriptionType.HETEROGENEOUS if heterogeneous else SubscriptionType.HOMOGENEOUS
     assert_as_reference(GroupSpec(members=members, subscription_type=kind), topics)
+
+
+@pytest.mark.parametrize(("topics", "racks"), [(20, 2), (40, 3), (255, 4), (300, 5)])
+def test_index_keys_of_topics_local_everywhere(topics: int, racks: int) -> None:
+    """Every partition of every topic with a replica in every rack: each index's count per rack
+    is the number of topics (two racks' counts share a byte for a few folds: none may carry
+    into the other's half), except a rack missing from one topic's last partition."""
+    from assignors.racks import RackNodes
+    from assignors.racks_range import _index_keys
+
+    names = [f"r{j}" for j in range(racks)]
+    n = 6
+    meta = {
+        f"t{k:03d}": TopicMetadata(
+            topic_id=f"t{k:03d}",
+            name=f"t{k:03d}",
+            num_partitions=n,
+            partition_racks={
+                p: frozenset(names[1:] if (k, p) == (0, n - 1) else names) for p in range(n)
+            },
+        )
+        for k in range(topics)
+    }
+    nodes = RackNodes(names)
+    owner = bytes(p % nodes.count for p in range(n))
+    base = topics + 1
+    keys = _index_keys(nodes, sorted(meta), n, meta, owner, base)
+    counts = [[topics] * racks for _ in range(n)]
+    counts[n - 1][0] -= 1
+    assert keys == [
+        sum(c * base ** (racks - 1 - v) for v, c in enumerate(row)) * nodes.count + owner[p]
+        for p, row in enumerate(counts)
+    ]
