@@ -175,8 +175,8 @@ def _greedy(
         row = weights[i]
         best = best_of[i]
         placed = flow[i]
-        v = row.index(best)  # the first of its best nodes (where the loop below starts)
-        if room[v] >= s:  # takes the whole type
+        v = row.index(best) if nodes else 0  # the first of its best nodes (the loop's first)
+        if nodes and room[v] >= s:  # takes the whole type
             room[v] -= s
             placed[v] = s
             continue

@@ -21,6 +21,7 @@ from assignors.api import (
     GroupAssignment,
     GroupSpec,
     MemberSubscription,
+    PartitionAssignorError,
     SubscriptionType,
     TopicMetadata,
 )
@@ -614,6 +615,13 @@ def test_greedy_start_is_the_documented_rule(
     assert _greedy(supplies, capacities, weights, extras, room) == _plain_greedy(
         supplies, capacities, weights, extras, room
     )
+
+
+def test_transport_without_nodes_refuses_in_band() -> None:
+    """Units and no node to take them (all of them extras, no room): the plan's own error,
+    not a ValueError from looking for a type's best node among none."""
+    with pytest.raises(PartitionAssignorError, match="cannot place everything"):
+        transport([1], [], [[]], extras=1, extra_room=[])
 
 
 def test_rack_local_counts() -> None:
