@@ -31,11 +31,13 @@ _LITTLE_ENDIAN = array("H", [1]).tobytes() == b"\x01\x00"  # arrays are in the m
 
 class MemberRacks:
     """The racks of one list of members, coded once for every co-partitioned group they
-    subscribe to: ``names`` the distinct racks of all ``count`` members (sorted, without None)
+    subscribe to: ``names`` the distinct racks of the ``count`` members (sorted, without None)
     and ``codes`` per member of the first ones (``first``: their racks, in order; as many as
     get partitions of some group), the index of its rack in ``names`` (``len(names)`` for a
     member in no rack) — a bytes object when the codes fit a byte. ``everyone``: the racks of
-    all the members, when ``first`` does not hold them all (only their set matters)."""
+    all the members, when ``first`` does not hold them all (only their set matters); without
+    it, the names are the first members' racks (enough when those hold every rack with a
+    replica of the members' topics: only racks holding replicas become nodes)."""
 
     __slots__ = ("codes", "count", "names")
 

@@ -115,10 +115,12 @@ def compute_range_assignment(
     co_partitioned = _co_partitioned(subscribers, topics)
     racks: dict[int, MemberRacks] = {}  # by id of the subscriber list
     getting: dict[int, int] = {}  # by id of the subscriber list: how many get partitions
+    subscribed: dict[int, list[TopicId]] = {}  # by id of the subscriber list: its topics
     if racked:
-        for count, ordered, _ in co_partitioned:
+        for count, ordered, group in co_partitioned:
             key = id(ordered)
             getting[key] = max(getting.get(key, 0), min(count, len(ordered)))
+            subscribed.setdefault(key, []).extend(group)
     shared = Shared()
     placed: dict[TopicId, tuple[list[str], list[frozenset[int]]]] = {}
     for count, ordered, group in co_partitioned:
@@ -126,7 +128,9 @@ def compute_range_assignment(
         if racked:
             coded = racks.get(id(ordered))
             if coded is None:
-                coded = racks[id(ordered)] = _member_racks(specs, ordered, getting[id(ordered)])
+                coded = racks[id(ordered)] = _member_racks(
+                    specs, ordered, getting[id(ordered)], subscribed[id(ordered)], topics
+                )
             dealt = place_ranges(coded, group, count, topics, shared)
         if dealt is None:
             dealt = cache.get((count, len(ordered)))
@@ -151,12 +155,22 @@ def compute_range_assignment(
 
 
 def _member_racks(
-    specs: Mapping[str, MemberSubscription], ordered: list[str], getting: int
+    specs: Mapping[str, MemberSubscription],
+    ordered: list[str],
+    getting: int,
+    subscribed: list[TopicId],
+    topics: Mapping[TopicId, TopicMetadata],
 ) -> MemberRacks:
-    """The racks of ``ordered`` (members in order), coded for the first ``getting``; the set
-    of all their racks read from every member's subscription when they are every member."""
-    first = map(_rack_id, map(specs.__getitem__, islice(ordered, getting)))
+    """The racks of ``ordered`` (members in order), coded for the first ``getting``. The set
+    of all their racks matters only where it meets the racks holding replicas of the topics
+    they are placed on (``subscribed``): when the first members' racks hold all of those, the
+    others' cannot add any; otherwise it is read from every member's subscription when they
+    are every member, else from the list."""
+    first = list(map(_rack_id, map(specs.__getitem__, islice(ordered, getting))))
     if getting == len(ordered):
+        return MemberRacks(first, len(ordered))
+    held = frozenset().union(*(topics[t].replica_racks() for t in subscribed))
+    if held.issubset(first):
         return MemberRacks(first, len(ordered))
     everyone = specs.values() if len(ordered) == len(specs) else map(specs.__getitem__, ordered)
     return MemberRacks(first, len(ordered), map(_rack_id, everyone))

@@ -331,12 +331,14 @@ def test_wide_keys_of_types_sent_whole_or_split_as_the_reference(
     assert any(not split for _, split in seen)
 
 
+@pytest.mark.parametrize("last", ["c", "nowhere"])
 @pytest.mark.parametrize("heterogeneous", [False, True])
-def test_racks_only_of_members_beyond_the_partitions_count(heterogeneous: bool) -> None:
+def test_racks_only_of_members_beyond_the_partitions_count(heterogeneous: bool, last: str) -> None:
     """The members' racks are coded only for those that get partitions, but every member's
     rack counts: members past the partition count alone in rack c (which holds replicas) make
     it a node of the plan that takes nothing, as the reference has it (the plan differs
-    without it)."""
+    without it); alone in a rack holding no replica, they change nothing (their racks need not
+    be read)."""
     rng = random.Random(2)
     topics = {
         t: TopicMetadata(
@@ -347,9 +349,9 @@ def test_racks_only_of_members_beyond_the_partitions_count(heterogeneous: bool) 
         )
         for t in ("x", "y", "z")
     }
-    members = {f"m{j:02d}": member("ab"[j % 2] if j < 14 else "c", "xyz") for j in range(18)}
-    if heterogeneous:  # the rack c members on one topic more
-        members.update({f"m{j:02d}": member("c", "xyzw") for j in range(14, 18)})
+    members = {f"m{j:02d}": member("ab"[j % 2] if j < 14 else last, "xyz") for j in range(18)}
+    if heterogeneous:  # the last members on one topic more
+        members.update({f"m{j:02d}": member(last, "xyzw") for j in range(14, 18)})
         topics["w"] = TopicMetadata(topic_id="w", name="w", num_partitions=2)
     kind = SubscriptionType.HETEROGENEOUS if heterogeneous else SubscriptionType.HOMOGENEOUS
     assert_as_reference(GroupSpec(members=members, subscription_type=kind), topics)
