@@ -353,19 +353,26 @@ def _index_key_lanes(
     # Chunks of fewer than 256 topics, each folded in byte-wide lanes, then widened.
     chunks = [b"".join(masks[i : i + 255]) for i in range(0, len(masks), 255)]  # type: ignore[arg-type]
     total = _widen(owner_node, width)
-    for v in range(0, racks_n, 2):  # two racks at once, then each alone
+    for v in range(0, racks_n, 4):  # four racks at once, then two, then each alone
         for chunk in chunks:
+            parts: list[tuple[int, int, int]] = []  # (rack, its counts in byte lanes, blocks)
             blocks = len(chunk) // n
-            if v + 1 < racks_n:  # the racks' bits in the low and the high half of each byte
-                both = int.from_bytes(chunk.translate(_TWO_BITS[v]), "little")
-                both, blocks = _fold(both, blocks, n, _NIBBLE_FOLDS)
-                nibbles = int.from_bytes(b"\x0f" * (blocks * n), "little")
-                counts = [both & nibbles, both >> 4 & nibbles]
-            else:
-                counts = [int.from_bytes(chunk.translate(BIT[v]), "little")]
-            for k, bits in enumerate(counts):
-                bits = _fold(bits, blocks, n, blocks)[0]
-                total += _widen(bits.to_bytes(n, "little"), width) * scale[v + k]
+            if v + 1 == racks_n:
+                parts.append((v, int.from_bytes(chunk.translate(BIT[v]), "little"), blocks))
+            else:  # each rack's bit in its own quarter of each byte
+                four = int.from_bytes(chunk.translate(_FOUR_BITS[v]), "little")
+                four, blocks = _fold(four, blocks, n, 1)  # each quarter counts up to 2 (< 4)
+                quarters = int.from_bytes(b"\x33" * (blocks * n), "little")
+                for k, two in enumerate((four & quarters, four >> 2 & quarters)):
+                    # racks v + k and v + k + 2 in the low and the high half of each byte
+                    two, halves = _fold(two, blocks, n, _NIBBLE_FOLDS - 1)
+                    nibbles = int.from_bytes(b"\x0f" * (halves * n), "little")
+                    parts.append((v + k, two & nibbles, halves))
+                    if v + k + 2 < racks_n:
+                        parts.append((v + k + 2, two >> 4 & nibbles, halves))
+            for rack, bits, left in parts:
+                bits = _fold(bits, left, n, left)[0]
+                total += _widen(bits.to_bytes(n, "little"), width) * scale[rack]
     return total.to_bytes(n * width, "little"), width
 
 
@@ -381,13 +388,15 @@ def _fold(bits: int, blocks: int, n: int, times: int) -> tuple[int, int]:
     return bits, blocks
 
 
-_TWO_BITS = [bytes((b >> v & 1) | (b >> v + 1 & 1) << 4 for b in range(256)) for v in range(7)]
-"""``_TWO_BITS[v]``: a ``bytes.translate`` table putting bit ``v`` of each byte in the low half
-of the byte and bit ``v + 1`` in the high half."""
+_FOUR_BITS = [
+    bytes(sum((b >> v + k & 1) << 2 * k for k in range(4)) for b in range(256)) for v in range(8)
+]
+"""``_FOUR_BITS[v]``: a ``bytes.translate`` table putting bits ``v`` to ``v + 3`` of each byte
+in its four quarters (two bits each), lowest first."""
 
 _NIBBLE_FOLDS = 3
-"""Folds two racks' halves of a byte take together: each half then counts up to 8 blocks (< 16:
-no carry crosses into the other half)."""
+"""Folds a rack's count takes in half a byte (one of them in a quarter): it then counts up to
+8 blocks (< 16: no carry crosses into the other half)."""
 
 
 @cache

@@ -357,11 +357,14 @@ def test_racks_only_of_members_beyond_the_partitions_count(heterogeneous: bool, 
     assert_as_reference(GroupSpec(members=members, subscription_type=kind), topics)
 
 
-@pytest.mark.parametrize(("topics", "racks"), [(20, 2), (40, 3), (255, 4), (300, 5)])
+@pytest.mark.parametrize(
+    ("topics", "racks"), [(20, 2), (40, 3), (255, 4), (300, 5), (17, 7), (70, 8)]
+)
 def test_index_keys_of_topics_local_everywhere(topics: int, racks: int) -> None:
     """Every partition of every topic with a replica in every rack: each index's count per rack
-    is the number of topics (two racks' counts share a byte for a few folds: none may carry
-    into the other's half), except a rack missing from one topic's last partition."""
+    is the number of topics (four racks' counts share a byte for a fold, then two for a few
+    more: none may carry into another's part), except a rack missing from one topic's last
+    partition."""
     from assignors.racks import RackNodes
     from assignors.racks_range import _index_keys
 
