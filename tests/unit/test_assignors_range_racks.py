@@ -12,7 +12,7 @@ sets the computation shares)."""
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 import pytest
 
@@ -108,6 +108,16 @@ def member(
         instance_id=instance,
         subscribed_topic_ids=frozenset(subscribed),
         assignment={},
+    )
+
+
+def racked(topic_id: str, n: int, racks_of: Callable[[int], frozenset[str]]) -> TopicMetadata:
+    """A topic of ``n`` partitions, partition p's replicas in ``racks_of(p)``."""
+    return TopicMetadata(
+        topic_id=topic_id,
+        name=topic_id,
+        num_partitions=n,
+        partition_racks={p: racks_of(p) for p in range(n)},
     )
 
 
@@ -307,13 +317,10 @@ def test_wide_keys_of_types_sent_whole_or_split_as_the_reference(
         racks = ["a", "b", "c", "d"][: rng.randint(3, 4)]
         n = rng.choice([7, 30, 61])
         topics = {
-            f"t{k:02d}": TopicMetadata(
-                topic_id=f"t{k:02d}",
-                name=f"t{k:02d}",
-                num_partitions=n,
-                partition_racks={
-                    p: frozenset(rng.sample(racks, rng.randint(1, 2))) for p in range(n)
-                },
+            f"t{k:02d}": racked(
+                f"t{k:02d}",
+                n,
+                lambda _p, rng=rng, racks=racks: frozenset(rng.sample(racks, rng.randint(1, 2))),
             )
             for k in range(rng.randint(4, 12))
         }
@@ -371,13 +378,8 @@ def test_index_keys_of_topics_local_everywhere(topics: int, racks: int) -> None:
     names = [f"r{j}" for j in range(racks)]
     n = 6
     meta = {
-        f"t{k:03d}": TopicMetadata(
-            topic_id=f"t{k:03d}",
-            name=f"t{k:03d}",
-            num_partitions=n,
-            partition_racks={
-                p: frozenset(names[1:] if (k, p) == (0, n - 1) else names) for p in range(n)
-            },
+        f"t{k:03d}": racked(
+            f"t{k:03d}", n, lambda p, k=k: frozenset(names[1:] if (k, p) == (0, n - 1) else names)
         )
         for k in range(topics)
     }
