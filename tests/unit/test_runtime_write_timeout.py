@@ -11,7 +11,16 @@ import asyncio
 import time
 
 import pytest
-from builders import commit, join, make_runtime, stored_journal
+from builders import G as CG
+from builders import (
+    classic_assignment,
+    classic_join_req,
+    classic_record,
+    commit,
+    join,
+    make_runtime,
+    stored_journal,
+)
 from test_runtime_core import started
 
 from coordinator.core import codec
@@ -21,7 +30,8 @@ from coordinator.core.records import OffsetCommitValue
 from coordinator.core.topics import NewTopic
 from coordinator.runtime import CoordinatorRuntime, RuntimeState
 from coordinator.runtime.driver import WriteTimeoutError
-from coordinator.runtime.store import MemoryRecordStore
+from coordinator.runtime.store import MemoryRecordStore, StoredRecord
+from legacy_bridge import messages as cm
 
 TIMEOUT_MS = 300
 TIMEOUT_S = TIMEOUT_MS / 1000
@@ -143,4 +153,44 @@ async def test_a_held_write_that_then_fails_rolls_back_as_any_failed_write() -> 
     resp = await rt.offset_commit(commit("g", {("t", 0): 5}))
     assert resp.topics[0].partitions[0].error_code == 0
     assert await fetched(rt, "g") == (0, {("t", 0): 5})
+    await rt.close()
+
+
+async def test_syncs_answered_by_a_held_write_are_answered_at_the_timeout() -> None:
+    """A classic rebalance's leader SyncGroup whose write (the generation's assignment) is
+    held: the follower's SyncGroup waiting for it (answered by the held batch's completion)
+    and the leader's (waiting for its own batch) both get COORDINATOR_NOT_AVAILABLE at the
+    timeout, as Kafka's SyncGroup answers a timed-out write; once the write lands the
+    generation's assignment stands and the follower's SyncGroup sent again gets it."""
+    store = MemoryRecordStore(partitions=1)
+    key, value = codec.encode(classic_record())  # a Stable classic group: A and B, generation 5
+    store.append([StoredRecord(key, value, CG)], 1)
+    rt = await started(make_runtime(store, 1, **{"offsets.commit.timeout.ms": str(TIMEOUT_MS)}))
+    rejoin_a = asyncio.ensure_future(rt.classic_join(classic_join_req("A")))
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert not rejoin_a.done()  # the leader's rejoin waits for B at the barrier
+    joined_b = await asyncio.wait_for(rt.classic_join(classic_join_req("B")), 5)
+    joined_a = await asyncio.wait_for(rejoin_a, 5)
+    assert (joined_a.leader, joined_a.generation_id, joined_b.generation_id) == ("A", 6, 6)
+
+    def sync(member: str, *assignments: tuple[str, bytes]) -> cm.SyncGroup:
+        return cm.SyncGroup(group_id=CG, generation_id=6, member_id=member, assignments=assignments)
+
+    follower = asyncio.ensure_future(rt.classic_sync(sync("B")))
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert not follower.done()  # B waits for the leader's assignment
+    store.hold_appends()
+    sent = time.monotonic()
+    plan = (("A", classic_assignment(0, 1)), ("B", classic_assignment(2, 3)))
+    leader = asyncio.ensure_future(rt.classic_sync(sync("A", *plan)))
+    for waiting in (follower, leader):
+        at, error = await answered_at(waiting)
+        assert isinstance(error, WriteTimeoutError), error
+        assert TIMEOUT_S - 0.01 <= at - sent <= TIMEOUT_S + 1.0, at - sent
+    store.release_appends()
+    await rt.flush()
+    again = await rt.classic_sync(sync("B"))
+    assert (again.error_code, again.assignment) == (0, classic_assignment(2, 3))
     await rt.close()
