@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import partial
 from heapq import merge
 from itertools import chain, compress, filterfalse, islice, repeat
-from operator import lt
+from operator import gt, lt
 from typing import Any
 
 from assignors.api import MemberSubscription, TopicId
@@ -136,18 +136,23 @@ class Sparse:
         total: int,
     ) -> None:
         self.specs, self.initial, self.by_rack, self.total = specs, loads, by_rack, total
-        self.node_of = _NodeOf(specs, nodes)
+        self.node_of = node_of = _NodeOf(specs, nodes)
         self.current = _Assignments(specs)
         self.load = _Written(loads)
         # node -> its buckets: (rack, load, ids)
         self.buckets: list[list[tuple[str | None, int, Sequence[str]]]] = [
             [] for _ in range(nodes.count)
         ]
+        sizes = [0] * nodes.count
+        index, elsewhere = node_of.index, nodes.elsewhere
         for rack, by_load in by_rack.items():
+            v = index.get(rack, elsewhere)  # type: ignore[arg-type]
+            into = self.buckets[v]
             for k, ids in by_load.items():
                 if ids:
-                    self.buckets[nodes.node(rack)].append((rack, k, ids))
-        self.sizes = [sum(len(ids) for _r, _k, ids in b) for b in self.buckets]
+                    into.append((rack, k, ids))
+                    sizes[v] += len(ids)
+        self.sizes = sizes
         self.quota = 0
         self.taken: dict[tuple[str | None, int], int] = {}  # bucket -> its first ids taking q + 1
         self.others: set[str] = set()  # members holding q or less that take q + 1
@@ -183,21 +188,36 @@ class Sparse:
                     found.append(ids)
                 elif k == quota + 1:
                     found.append(ids[taken.get((r, k), 0) :])
-        node_of = self.node_of
-        changed = self.load.written
-        found.append(changed if node is None else [m for m in changed if node_of[m] == node])
-        load, target = self.load, self.target
-        return sorted(m for m in set(chain.from_iterable(found)) if load[m] > target[m])
+        return self._off_target(found, node, gt)
 
     def below(self) -> list[str]:
         """The members whose load is below their target: among those holding less than
         ``quota``, those that take ``quota + 1`` holding less, and those whose load changed."""
         quota = self.quota
-        found: list[Iterable[str]] = [self.others, self.load.written]
+        found: list[Iterable[str]] = [self.others]
         for buckets in self.buckets:
-            found.extend(ids for _r, k, ids in buckets if k < quota)
-        load, target = self.load, self.target
-        return sorted(m for m in set(chain.from_iterable(found)) if load[m] < target[m])
+            for _r, k, ids in buckets:
+                if k < quota:
+                    found.append(ids)
+        return self._off_target(found, None, lt)
+
+    def _off_target(
+        self, found: list[Iterable[str]], node: int | None, off: Callable[[int, int], bool]
+    ) -> list[str]:
+        """In member order: the members of ``found`` whose load is unchanged (they are off
+        their target by the buckets they are in: a C-level pass), and those whose load changed
+        (of ``node``, if given) when ``off(load, target)``."""
+        changed = self.load.written
+        sure = set(chain.from_iterable(found))
+        if changed:
+            sure.difference_update(changed)
+            load, target, node_of = self.load, self.target, self.node_of
+            sure.update(
+                m
+                for m in changed
+                if (node is None or node_of[m] == node) and off(load[m], target[m])
+            )
+        return sorted(sure)
 
 
 def _as_bytes(values: Sequence[int]) -> bytes | None:

@@ -27,6 +27,12 @@ _NOBODY: Mapping[int, object] = {}
 
 Assignment = dict[TopicId, frozenset[int]]
 
+_HELD_KINDS: dict[tuple[str, ...], dict[tuple[frozenset[str], str | None], tuple[int, int]]] = {}
+"""Per tuple of relevant racks: (a partition's racks, its holder's rack) -> (mask, node), the
+kind a ``TargetSummary.held_by_racks`` key counts for — a function of the racks alone, kept
+across calls (at most ``_HELD_KINDS_KEPT`` tuples, and keys per tuple: then started afresh)."""
+_HELD_KINDS_KEPT = 1024
+
 
 def settle_class(
     members: Sequence[int],
@@ -337,16 +343,18 @@ class _ClassSettle:
         if self.counted is not None:  # counted by the caller, by (mask, node)
             counts.update(self.counted.counts)
         elif held is not None:  # counted by the caller, by racks
-            masks: dict[frozenset[str], int] = {}
-            node_of_rack: dict[str | None, int] = {}
-            for (racks, rack), k in held.items():
-                m = masks.get(racks)
-                if m is None:
-                    m = masks[racks] = nodes.mask(racks)
-                v = node_of_rack.get(rack)
-                if v is None:
-                    v = node_of_rack[rack] = nodes.node(rack)
-                counts[(m, v)] = counts.get((m, v), 0) + k
+            kinds = _HELD_KINDS.get(nodes.racks)
+            if kinds is None:
+                if len(_HELD_KINDS) >= _HELD_KINDS_KEPT:
+                    _HELD_KINDS.clear()
+                kinds = _HELD_KINDS[nodes.racks] = {}
+            for key, k in held.items():
+                kind = kinds.get(key)
+                if kind is None:
+                    if len(kinds) >= _HELD_KINDS_KEPT:
+                        kinds.clear()
+                    kind = kinds[key] = (nodes.mask(key[0]), nodes.node(key[1]))
+                counts[kind] = counts.get(kind, 0) + k
         elif sum(self.topics[t].num_partitions for t in topics) < 16 * len(topics):
             # Small topics: the members' holdings are few; look each held partition up.
             self._count_by_member(counts)
@@ -479,23 +487,30 @@ class _ClassSettle:
             )
 
     def _trim(self, i: Any, extra: int, out: dict[Any, Assignment], into: Segments) -> None:
-        """Member i gives up its ``extra`` highest partitions (topics in order, then indexes)."""
+        """Member i gives up its ``extra`` highest partitions (topics in order, then indexes):
+        taken from its last topics, so only the topics it gives up from are sorted."""
         mine = out.get(i)
         if mine is None:
             mine = out[i] = dict(self.current[i])
-        keep = sum(map(len, mine.values())) - extra
-        for t in sorted(mine):
+        for t in sorted(mine, reverse=True):
             partitions = mine[t]
-            if keep >= len(partitions):
-                keep -= len(partitions)
-                continue
-            ordered = sorted(partitions)
-            into.setdefault(t, []).extend(ordered[keep:])
-            if keep:
-                mine[t] = frozenset(ordered[:keep])
-            else:
+            if extra >= len(partitions):
+                into.setdefault(t, []).extend(partitions)  # sorted when dealt
                 del mine[t]
-            keep = 0
+                extra -= len(partitions)
+            elif extra == 1:
+                p = max(partitions)
+                into.setdefault(t, []).append(p)
+                mine[t] = partitions.difference((p,))
+                extra = 0
+            else:
+                ordered = sorted(partitions)
+                keep = len(ordered) - extra
+                into.setdefault(t, []).extend(ordered[keep:])
+                mine[t] = frozenset(ordered[:keep])
+                extra = 0
+            if not extra:
+                return
 
     def _fill(
         self,
