@@ -5,7 +5,8 @@ see the theory of operation there."""
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from itertools import chain
+from functools import partial
+from itertools import chain, repeat
 from operator import sub
 from typing import Any, cast
 
@@ -113,6 +114,12 @@ def settle_from_summary(
     return cast("dict[str, MemberAssignment]", out)  # member ids -> plain dicts
 
 
+def _mask_of(nodes: RackNodes, metadata: TopicMetadata) -> Mapping[frozenset[str] | None, int]:
+    """:meth:`RackNodes.mask_of`, kept with the topic's metadata per tuple of relevant racks
+    (the same on every call: the incremental path makes its nodes afresh each time)."""
+    return metadata.memo(("racks.mask_of", nodes.racks), partial(nodes.mask_of, metadata))
+
+
 class Holders:
     """Who holds the partitions, as the coordinator gives it (``GroupSpec.partition_owners``:
     topic -> partition -> member id), and the member ids by index: holders are looked up with
@@ -176,7 +183,7 @@ class _ClassSettle:
 
     def mask(self, t: TopicId, p: int) -> int:
         metadata = self.topics[t]
-        return self.nodes.mask_of(metadata).get(metadata.partition_racks.get(p, frozenset()), 0)
+        return _mask_of(self.nodes, metadata).get(metadata.partition_racks.get(p, frozenset()), 0)
 
     # ------------------------------------------------------------------ the whole run
 
@@ -381,9 +388,9 @@ class _ClassSettle:
                 continue
             metadata = self.topics[t]
             if len(seq) * 64 < metadata.num_partitions:  # a few: each looked up
-                by_racks = nodes.mask_of(metadata)
+                by_racks = _mask_of(nodes, metadata)
                 racks_of = metadata.partition_racks
-                mask_of: Sequence[int] = [by_racks.get(racks_of.get(p), 0) for p in seq]
+                mask_of: Sequence[int] = list(map(by_racks.get, map(racks_of.get, seq), repeat(0)))
             else:
                 mask_of = nodes.masks_by_partition(metadata)
                 mask_of = list(map(mask_of.__getitem__, seq))
@@ -520,7 +527,8 @@ class _ClassSettle:
         out: dict[Any, Assignment],
     ) -> None:
         """Members below their count (``members``, in member order) take contiguous runs of
-        what the node received (topics in order, partitions ascending)."""
+        what the node received (topics in order, partitions ascending); their working loads
+        are left as they were (this is the last step)."""
         pool = [(t, sorted(segments[t])) for t in sorted(segments) if segments[t]]
         if not pool:
             return
@@ -535,7 +543,6 @@ class _ClassSettle:
             if mine is None:
                 held = current[i]
                 mine = out[i] = dict(held) if held else {}
-            load[i] = count
             if start + need < end:  # within the topic at hand (the usual case)
                 run = frozenset(seq[start : start + need])
                 before = mine.get(t)
