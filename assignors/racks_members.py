@@ -20,13 +20,15 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import partial
 from heapq import merge
 from itertools import chain, compress, filterfalse, islice, repeat
-from operator import gt, lt
+from operator import attrgetter, gt, lt, sub
 from typing import Any
 
 from assignors.api import MemberSubscription, TopicId
 from assignors.racks import ONLY, RackNodes, ones_at
 
 __all__ = ["Dense", "Sparse"]
+
+_ASSIGNMENT = attrgetter("assignment")
 
 
 class Dense:
@@ -95,6 +97,16 @@ class Dense:
             taken = set(chosen)
             chosen += islice(filterfalse(taken.__contains__, scan()), extras - len(chosen))
         _store(self.target, chosen, quota + 1)
+
+    def needs(self, members: Sequence[int]) -> list[int]:
+        """Each member's target less its working load (C-level)."""
+        return list(
+            map(sub, map(self.target.__getitem__, members), map(self.load.__getitem__, members))
+        )
+
+    def assignments(self, members: Sequence[int]) -> list[Mapping[TopicId, frozenset[int]]]:
+        """Each member's current assignment (C-level)."""
+        return list(map(self.current.__getitem__, members))
 
     def above(self, node: int | None = None) -> list[int]:
         """The members (of ``node``, or all) whose load is above their target (C-level)."""
@@ -175,6 +187,16 @@ class Sparse:
             if left:
                 light = [ids for _r, k, ids in self.buckets[v] if k <= quota]
                 self.others.update(islice(merge(*light), left))
+
+    def needs(self, members: Sequence[str]) -> list[int]:
+        """Each member's target less its working load (the summary's, unless written: no
+        lookup through ``load``)."""
+        loads = map(self.load.get, members, map(self.initial.__getitem__, members))
+        return list(map(sub, map(self.target.__getitem__, members), loads))
+
+    def assignments(self, members: Sequence[str]) -> list[Mapping[TopicId, frozenset[int]]]:
+        """Each member's current assignment, from its spec (C-level)."""
+        return list(map(_ASSIGNMENT, map(self.specs.__getitem__, members)))
 
     def above(self, node: int | None = None) -> list[str]:
         """The members (of ``node``, or all) whose load is above their target: among those

@@ -267,7 +267,7 @@ class _ClassSettle:
         for i in roster.below():
             below[node_of[i]].append(i)
         for v in range(nodes.count):
-            self._fill(below[v], receiving[v], load, out)
+            self._fill(below[v], receiving[v], out)
         return out
 
     # ------------------------------------------------------------------ counting
@@ -523,7 +523,6 @@ class _ClassSettle:
         self,
         members: list[Any],
         segments: Segments,
-        load: Any,
         out: dict[Any, Assignment],
     ) -> None:
         """Members below their count (``members``, in member order) take contiguous runs of
@@ -532,16 +531,15 @@ class _ClassSettle:
         pool = [(t, sorted(segments[t])) for t in sorted(segments) if segments[t]]
         if not pool:
             return
-        target, current = self.target, self.current
+        roster = self.roster
         at, start = 0, 0
         t, seq = pool[0]
         end = len(seq)
-        for i in members:
-            count = target[i]
-            need = count - load[i]
+        for i, need, held in zip(
+            members, roster.needs(members), roster.assignments(members), strict=True
+        ):
             mine = out.get(i)
             if mine is None:
-                held = current[i]
                 mine = out[i] = dict(held) if held else {}
             if start + need < end:  # within the topic at hand (the usual case)
                 run = frozenset(seq[start : start + need])
