@@ -250,11 +250,12 @@ class _ClassSettle:
         for v in sorted(excess):
             self._give_up(v, excess[v], load, out, moving, holder)
         # Members still above their count give up their highest partitions; they stay in their
-        # node (the plan keeps them there).
-        node_of, target = self.node_of, self.target
-        for i in roster.above():
-            self._trim(i, load[i] - target[i], out, receiving[node_of[i]])
-            load[i] = target[i]
+        # node (the plan keeps them there). Their working loads stay above their targets (the
+        # members below them are all that is looked at from here on).
+        node_of = self.node_of
+        above: list[Any] = roster.above()
+        for i, need in zip(above, roster.needs(above), strict=True):
+            self._trim(i, -need, out, receiving[node_of[i]])
         for (m, t), seq in free.items():
             moving.setdefault((m, self.pool), {})[t] = seq
         for m, h in kinds:
