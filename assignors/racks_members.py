@@ -186,7 +186,7 @@ class Sparse:
             left = extra - sum(taken)
             if left:
                 light = [ids for _r, k, ids in self.buckets[v] if k <= quota]
-                self.others.update(islice(merge(*light), left))
+                self.others.update(islice(light[0] if len(light) == 1 else merge(*light), left))
 
     def needs(self, members: Sequence[str]) -> list[int]:
         """Each member's target less its working load (the summary's, unless written: no

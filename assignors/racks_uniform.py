@@ -529,6 +529,8 @@ class _ClassSettle:
         """Members below their count (``members``, in member order) take contiguous runs of
         what the node received (topics in order, partitions ascending); their working loads
         are left as they were (this is the last step)."""
+        if not segments:
+            return
         pool = [(t, sorted(segments[t])) for t in sorted(segments) if segments[t]]
         if not pool:
             return
