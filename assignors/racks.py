@@ -240,19 +240,22 @@ def _partitions_by_mask(
     partitions ascending), an ``itemgetter`` of them (None for a single partition: an
     ``itemgetter`` of one key gives the value, not a tuple), and each mask with the slice of
     that order it has, ``(mask, start, stop)``; kept with the topic's metadata like
-    :func:`mask_groups`."""
+    :func:`mask_groups` (under :func:`_order_key`)."""
+    groups = mask_groups(nodes, metadata)
+    order = tuple(chain.from_iterable(groups.values()))
+    bounds = []
+    start = 0
+    for m, group in groups.items():
+        bounds.append((m, start, start + len(group)))
+        start += len(group)
+    return order, itemgetter(*order) if len(order) > 1 else None, tuple(bounds)
 
-    def make() -> tuple[tuple[int, ...], _Getter | None, tuple[tuple[int, int, int], ...]]:
-        groups = mask_groups(nodes, metadata)
-        order = tuple(chain.from_iterable(groups.values()))
-        bounds = []
-        start = 0
-        for m, group in groups.items():
-            bounds.append((m, start, start + len(group)))
-            start += len(group)
-        return order, itemgetter(*order) if len(order) > 1 else None, tuple(bounds)
 
-    return metadata.memo(("racks.order", nodes.racks), make)
+def _order_key(nodes: RackNodes) -> str:
+    """The key of :func:`_partitions_by_mask` in a topic's memo, per tuple of relevant racks:
+    a string (``repr`` tells every tuple of strings apart), whose hash Python keeps, where a
+    tuple's is computed again on every lookup (twice per topic per call)."""
+    return "racks.order" + repr(nodes.racks)
 
 
 def count_owned(
@@ -298,13 +301,17 @@ def count_owned_by_node(
     # on the members' nodes: no Python-level call per holder), cut into each mask's slice.
     by_mask: dict[int, list[bytes]] = {}
     expected = 0  # the owners named: every one of them must be found
+    key = _order_key(nodes)
     try:
         for t in topic_ids:
             owned = owners.get(t)
             if not owned:
                 continue
             expected += len(owned)
-            order, getter, bounds = _partitions_by_mask(nodes, topics[t])
+            metadata = topics[t]
+            order, getter, bounds = metadata.memo(
+                key, partial(_partitions_by_mask, nodes, metadata)
+            )
             holders = None
             if getter is not None:
                 try:
