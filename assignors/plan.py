@@ -175,11 +175,12 @@ def _greedy(
         row = weights[i]
         best = best_of[i]
         placed = flow[i]
-        v = row.index(best) if nodes else 0  # the first of its best nodes (the loop's first)
-        if nodes and room[v] >= s:  # takes the whole type
-            room[v] -= s
-            placed[v] = s
-            continue
+        if nodes:
+            v = row.index(best)  # the first of its best nodes (the loop's first)
+            if room[v] >= s:  # takes the whole type
+                room[v] -= s
+                placed[v] = s
+                continue
         for v in sorted(range(nodes), key=row.__getitem__, reverse=True):
             free = room[v]
             take = s if s < free else free

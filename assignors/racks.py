@@ -153,12 +153,14 @@ class RackNodes:
         "bit",
         "count",
         "elsewhere",
+        "index",
         "racks",
     )
 
     def __init__(self, racks: Sequence[str]) -> None:
         self.racks = tuple(racks)
         self.bit = {r: 1 << j for j, r in enumerate(self.racks)}
+        self.index = {r: j for j, r in enumerate(self.racks)}  # rack -> its node
         self.elsewhere = len(self.racks)
         self.count = len(self.racks) + 1
         self._masks: dict[TopicId, dict[frozenset[str] | None, int]] = {}
@@ -166,7 +168,7 @@ class RackNodes:
         self._tables: dict[tuple[frozenset[str], ...], bytes] = {}
 
     def node(self, rack_id: str | None) -> int:
-        return self.racks.index(rack_id) if rack_id in self.bit else self.elsewhere
+        return self.index.get(rack_id, self.elsewhere)  # type: ignore[arg-type]
 
     def mask(self, racks: frozenset[str]) -> int:
         """The bit mask of the relevant racks among ``racks``."""
@@ -177,14 +179,19 @@ class RackNodes:
         return mask
 
     def mask_of(self, metadata: TopicMetadata) -> dict[frozenset[str] | None, int]:
-        """racks -> mask, for every set of racks of the topic (missing: 0, local nowhere)."""
+        """racks -> mask, for every set of racks of the topic (missing: 0, local nowhere);
+        kept with the topic's metadata per tuple of relevant racks (the same for every
+        computation on those racks: the incremental path makes its nodes afresh each call)."""
         masks = self._masks.get(metadata.topic_id)
         if masks is None:
-            groups = metadata.partitions_by_racks()
-            masks = self._masks[metadata.topic_id] = dict(
-                zip(groups, map(self.mask, groups), strict=True)
+            masks = self._masks[metadata.topic_id] = metadata.memo(
+                ("racks.mask_of", self.racks), partial(self._make_mask_of, metadata)
             )
         return masks
+
+    def _make_mask_of(self, metadata: TopicMetadata) -> dict[frozenset[str] | None, int]:
+        groups = metadata.partitions_by_racks()
+        return dict(zip(groups, map(self.mask, groups), strict=True))
 
     def masks_by_partition(self, metadata: TopicMetadata) -> Sequence[int]:
         """Each partition's mask, in partition order (a bytes object when it can be)."""
@@ -204,8 +211,7 @@ class RackNodes:
 
     def nodes_of(self, rack_of: Iterable[str | None]) -> list[int]:
         """The node of each member, given their racks (a C-level pass)."""
-        index = {r: j for j, r in enumerate(self.racks)}
-        return list(map(index.get, rack_of, repeat(self.elsewhere)))  # type: ignore[arg-type]
+        return list(map(self.index.get, rack_of, repeat(self.elsewhere)))  # type: ignore[arg-type]
 
 
 _NOBODY_CODE = 255

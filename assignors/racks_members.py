@@ -345,7 +345,7 @@ class _NodeOf(dict[str, int]):
     def __init__(self, specs: Mapping[str, MemberSubscription], nodes: RackNodes) -> None:
         super().__init__()
         self.specs = specs
-        self.index = {r: j for j, r in enumerate(nodes.racks)}
+        self.index = nodes.index
         self.elsewhere = nodes.elsewhere
 
     def __missing__(self, key: str) -> int:

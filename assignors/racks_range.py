@@ -91,8 +91,7 @@ def place_ranges(
         raise PartitionAssignorError("internal error: members' racks coded for fewer members")
     nodes = shared.nodes(racks)
     stride = nodes.count
-    at = dict(zip(racks, range(len(racks)), strict=True))
-    node_of_code = [*map(at.get, members.names, repeat(nodes.elsewhere)), nodes.elsewhere]
+    node_of_code = [*nodes.nodes_of(members.names), nodes.elsewhere]
     node: bytes | list[int]
     owner_node: Sequence[int]
     if stride < 256 and isinstance(codes, bytes):

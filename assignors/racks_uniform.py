@@ -5,7 +5,6 @@ see the theory of operation there."""
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from functools import partial
 from itertools import chain, repeat
 from operator import sub
 from typing import Any, cast
@@ -114,12 +113,6 @@ def settle_from_summary(
     return cast("dict[str, MemberAssignment]", out)  # member ids -> plain dicts
 
 
-def _mask_of(nodes: RackNodes, metadata: TopicMetadata) -> Mapping[frozenset[str] | None, int]:
-    """:meth:`RackNodes.mask_of`, kept with the topic's metadata per tuple of relevant racks
-    (the same on every call: the incremental path makes its nodes afresh each time)."""
-    return metadata.memo(("racks.mask_of", nodes.racks), partial(nodes.mask_of, metadata))
-
-
 class Holders:
     """Who holds the partitions, as the coordinator gives it (``GroupSpec.partition_owners``:
     topic -> partition -> member id), and the member ids by index: holders are looked up with
@@ -183,7 +176,7 @@ class _ClassSettle:
 
     def mask(self, t: TopicId, p: int) -> int:
         metadata = self.topics[t]
-        return _mask_of(self.nodes, metadata).get(metadata.partition_racks.get(p, frozenset()), 0)
+        return self.nodes.mask_of(metadata).get(metadata.partition_racks.get(p, frozenset()), 0)
 
     # ------------------------------------------------------------------ the whole run
 
@@ -197,14 +190,14 @@ class _ClassSettle:
         """Member (index, or id with Sparse) -> its new assignment, for the members whose
         assignment changes."""
         nodes, roster = self.nodes, self.roster
-        holder = self._holders(topic_ids, owners)
         some = owners is not None and owners.only is not None
+        use = owners
         if some and self.counted is None and owners.only.issuperset(topic_ids):  # type: ignore[union-attr]
             self.counted = self._count_owners(topic_ids, owners)  # type: ignore[arg-type]
             if self.counted is None and not owners.checked:  # type: ignore[union-attr]
                 # Some owner may be no member of the class: the members' assignments instead.
-                some = False
-                holder = self._holders(topic_ids, None)
+                some, use = False, None
+        holder = self._holders(topic_ids, use)
         counts, free = self._count(incoming, holder, held)
         if some and sum(counts.values()) != roster.total:
             # An owner that is no member of the class, or an index out of range (not every
@@ -389,7 +382,7 @@ class _ClassSettle:
                 continue
             metadata = self.topics[t]
             if len(seq) * 64 < metadata.num_partitions:  # a few: each looked up
-                by_racks = _mask_of(nodes, metadata)
+                by_racks = nodes.mask_of(metadata)
                 racks_of = metadata.partition_racks
                 mask_of: Sequence[int] = list(map(by_racks.get, map(racks_of.get, seq), repeat(0)))
             else:

@@ -70,7 +70,7 @@ from bisect import bisect_left
 from collections.abc import Mapping, Sequence
 from heapq import merge
 from itertools import chain, compress, filterfalse, islice, repeat
-from operator import attrgetter, lt, methodcaller
+from operator import attrgetter, lt
 from typing import ClassVar
 
 from assignors.api import (
@@ -84,13 +84,12 @@ from assignors.api import (
     TopicMetadata,
 )
 from assignors.balance import MAX_BALANCE_ROUNDS, Split, fit, water_level
-from assignors.loads import member_loads
+from assignors.loads import _values, member_loads
 from assignors.racks import Counted, RackNodes, count_owned, relevant_racks
 from assignors.racks_uniform import Holders, settle_class, settle_from_summary
 
 __all__ = ["UniformAssignor", "compute_uniform_assignment", "compute_uniform_changes"]
 
-_values = methodcaller("values")
 _assignment_of = attrgetter("assignment")
 _subscribed = attrgetter("subscribed_topic_ids")
 _rack_of = attrgetter("rack_id")
