@@ -479,10 +479,10 @@ class ClusterNode:
         self._cancel_deadline()
         self._arm_deadline()
 
-    def _arm_deadline(self) -> None:
+    def _arm_deadline(self, floor_s: float = 0.0) -> None:
         loop = asyncio.get_running_loop()
         self._deadline_handle = loop.call_later(
-            max(0.0, self.deadline - self.monotonic()), self._deadline_passed
+            max(floor_s, self.deadline - self.monotonic()), self._deadline_passed
         )
 
     def _cancel_deadline(self) -> None:
@@ -496,7 +496,8 @@ class ClusterNode:
             # Early: uvloop's timers count whole milliseconds of a clock libuv truncates, so
             # this may run up to one before the deadline. Look again then: a heartbeat that
             # hangs (PostgreSQL that takes the statement and never answers) is no new chance.
-            self._arm_deadline()
+            # At least 1 ms on: less would be rounded to none and run again at once.
+            self._arm_deadline(0.001)
             return
         self._lose_all("its leases ran out (PostgreSQL did not answer its heartbeats)")
 

@@ -248,6 +248,7 @@ class Driver:
     ) -> None:
         self.config = config
         self.write_timeout_ms = write_timeout_ms
+        self._timeout_warned = -1e9  # host.perf() of the last write-timeout warning
         self.clock = clock
         self.host = host
         self.observer = observer
@@ -403,8 +404,7 @@ class Driver:
             else:
                 batch.completions.extend(completions)
                 if self.write_timeout_ms is not None:
-                    for _index, token, _response in completions:
-                        self._time(batch, (index, token))
+                    self._time(batch, *[(index, token) for _index, token, _response in completions])
         if result.parked_joins:
             self.own.answer_parked_joins(index, result.parked_joins)
         if result.offloads:
@@ -523,13 +523,14 @@ class Driver:
             if self.write_timeout_ms is not None:
                 self._time(batch, fut)
 
-    def wait(self, batch: Batch, *, timed: bool = False) -> Any:
+    def wait(self, batch: Batch, *, timed: bool = False, index: int | None = None) -> Any:
         """A future resolved when ``batch`` is (None, or its write's error). ``timed``: a
         request's answer waits for it — it gets :class:`WriteTimeoutError` if the batch is not
-        durable within the write timeout."""
+        durable within the write timeout; ``index``: the state machine whose command it waits
+        for (answered at once if that machine is dropped, :meth:`answer_dropped`)."""
         fut = self.host.new_future()
         if not batch.resolved:
-            batch.waiters.append((fut, None, None))
+            batch.waiters.append((fut, None, index))
             if timed and self.write_timeout_ms is not None:
                 self._time(batch, fut)
         elif batch.error is None:
@@ -538,11 +539,12 @@ class Driver:
             fut.set_exception(batch.error)
         return fut
 
-    def _time(self, batch: Batch, waiting: Any) -> None:
-        """``waiting`` (a caller's future, or a parked request's (machine, token) whose
-        completion ``batch`` holds) waits for ``batch`` from now: answered
+    def _time(self, batch: Batch, *waiting: Any) -> None:
+        """``waiting`` (callers' futures, or parked requests' (machine, token) whose
+        completions ``batch`` holds) wait for ``batch`` from now: answered
         :class:`WriteTimeoutError` if the batch is not durable within the write timeout."""
-        batch.timed.append((self.host.perf(), waiting))
+        now = self.host.perf()
+        batch.timed.extend((now, w) for w in waiting)
         if batch.timeout is None:
             assert self.write_timeout_ms is not None
             batch.timeout = self.host.call_later(
@@ -579,7 +581,11 @@ class Driver:
             answered += 1
         del timed[:n]
         if answered:
-            log.warning(
+            # Once a second at most: a write held up for long meets a steady flow of requests.
+            loud = now - self._timeout_warned >= 1.0
+            if loud:
+                self._timeout_warned = now
+            (log.warning if loud else log.debug)(
                 "A write of %d records has not completed after %d ms (offsets.commit.timeout.ms):"
                 " %d waiting requests answered COORDINATOR_NOT_AVAILABLE; the write goes on.",
                 len(batch.records),
@@ -611,6 +617,12 @@ class Driver:
             for fut, _response, key in batch.waiters:
                 if key == index and not fut.done():
                     fut.set_exception(error)
+            # Its parked requests' completions answer no one now (the machine that parked them
+            # is gone, and a new one may hand out the same tokens): not kept, not timed.
+            batch.completions[:] = [c for c in batch.completions if c[0] != index]
+            batch.timed[:] = [
+                (since, w) for since, w in batch.timed if type(w) is not tuple or w[0] != index
+            ]
 
     def _publish_topics(self) -> None:
         image = self.registry.image()

@@ -284,11 +284,19 @@ class Engine:
             return response
         return await fut
 
-    async def durable(self, batch: Batch | None) -> None:
+    async def durable(self, batch: Batch | None, index: int | None = None) -> None:
         """A request's answer waits until ``batch`` is resolved (raises its write's error, or
-        :class:`~.driver.WriteTimeoutError` at the write timeout)."""
+        :class:`~.driver.WriteTimeoutError` at the write timeout); ``index``: the state machine
+        whose command it waits for (:meth:`wait_for`)."""
         if batch is not None:
-            await self.driver.wait(batch, timed=True)
+            await self.wait_for(batch, index)
+
+    def wait_for(self, batch: Batch, index: int | None = None) -> Any:
+        """A request's answer's wait for ``batch``, started now (a future): its write timeout
+        counts from here, so a request waiting for several batches starts every wait before
+        awaiting any (one timeout in all, not one after another); answered at once if state
+        machine ``index`` is dropped (``Driver.answer_dropped``)."""
+        return self.driver.wait(batch, timed=True, index=index)
 
     # ------------------------------------------------------------------ health (storewatch.py)
 

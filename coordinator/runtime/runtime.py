@@ -20,8 +20,9 @@ Three layers, read in this order:
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from coordinator.core.commands import (
     ConsumerGroupHeartbeat,
@@ -69,7 +70,6 @@ from .driver import (
     REGISTRY,
     STALL_GRACE_MS,
     TIMER_RETRY_MS,
-    Batch,
     RuntimeState,
     WriteTimeoutError,
 )
@@ -89,6 +89,9 @@ __all__ = [
     "CoordinatorRuntime",
     "RuntimeState",
 ]
+
+
+_R = TypeVar("_R")
 
 
 class CoordinatorRuntime:
@@ -315,9 +318,10 @@ class CoordinatorRuntime:
             if concerned is None or concerned(shard):
                 response, batch = driver.execute(i, fn, read=read)
                 out.append(response)
-                waits.append(batch)
-        for waited in waits:
-            await self._durable(waited)
+                if batch is not None:
+                    waits.append(self.engine.wait_for(batch, i))
+        if waits:
+            await asyncio.gather(*waits)  # every wait started at once: one write timeout
         return out
 
     # ------------------------------------------------------------------ topics
@@ -330,18 +334,11 @@ class CoordinatorRuntime:
 
     async def delete_topics(self, names: Sequence[str]) -> list[TopicResult]:
         """Delete topics and, in the same durable batch, the committed offsets of every group on
-        them (``Driver.delete_topics_with``); run again if another node wrote to the cluster log
-        first (``Engine.cluster_log_command``)."""
-
-        async def once() -> list[TopicResult]:
-            results, batch = self.driver.delete_topics_with(
-                lambda r: r.delete_topics(names),
-                lambda results: [t.name for t in results if t.error_code == ErrorCode.NONE],
-            )
-            await self._durable(batch)
-            return results
-
-        return await self.engine.cluster_log_command(once)
+        them (:meth:`_deleting_topics`)."""
+        return await self._deleting_topics(
+            lambda r: r.delete_topics(names),
+            lambda results: [t.name for t in results if t.error_code == ErrorCode.NONE],
+        )
 
     async def list_topics(self) -> list[TopicResult]:
         return await self._submit(REGISTRY, lambda r: r.list_topics(), read=True)
@@ -352,11 +349,23 @@ class CoordinatorRuntime:
         """Make the registry follow a broker's metadata (``TopicRegistry.apply_snapshot``).
         Topics gone from the broker or re-created there (a new id) lose their committed
         offsets in the same durable batch, as :meth:`delete_topics` does."""
-        changes, batch = self.driver.delete_topics_with(
+        return await self._deleting_topics(
             lambda r: r.apply_snapshot(topics, keep), lambda changes: changes.deleted_names
         )
-        await self._durable(batch)
-        return changes
+
+    async def _deleting_topics(
+        self, change: Callable[[Any], _R], deleted: Callable[[_R], Sequence[str]]
+    ) -> _R:
+        """A registry change that deletes topics, with their groups' committed offsets in the
+        same durable batch (``Driver.delete_topics_with``); run again if another node wrote to
+        the cluster log first (``Engine.cluster_log_command``)."""
+
+        async def once() -> _R:
+            out, batch = self.driver.delete_topics_with(change, deleted)
+            await self._durable(batch)
+            return out
+
+        return await self.engine.cluster_log_command(once)
 
     def known_partitions(self) -> int:
         """Partitions of every topic in the registry (the most a member can own)."""
@@ -435,23 +444,24 @@ class CoordinatorRuntime:
         retry nothing else, and look the coordinator up again)."""
         driver = self.driver
         answers: list[OffsetFetchGroupResponse] = []
-        waits: list[tuple[int, Batch]] = []
+        waits: list[tuple[int, Any]] = []  # (position, the wait: a future)
         for n, group in enumerate(groups):
 
             def fetch(s: Shard, g: OffsetFetchGroup = group) -> OffsetFetchGroupResponse:
                 return s.offset_fetch(g)
 
+            index = self.shard_index(group.group_id)
             try:
                 driver.check_serving()
-                resp, batch = driver.execute(self.shard_index(group.group_id), fetch, read=True)
+                resp, batch = driver.execute(index, fetch, read=True)
             except CoordinatorError as exc:
                 resp, batch = _fetch_error(group.group_id, exc), None
             answers.append(resp)
-            if batch is not None:
-                waits.append((n, batch))
-        for n, batch in waits:
+            if batch is not None:  # every wait started now: one write timeout for them all
+                waits.append((n, self.engine.wait_for(batch, index)))
+        for n, waiting in waits:
             try:
-                await self._durable(batch)
+                await waiting
             except CoordinatorError as exc:
                 answers[n] = _fetch_error(groups[n].group_id, exc)
         return answers
@@ -475,7 +485,7 @@ class CoordinatorRuntime:
         out: list[tuple[str, ErrorCode, str | None]] = [
             (gid, ErrorCode.NONE, None) for gid in group_ids
         ]
-        waits: list[tuple[list[int], Batch]] = []
+        waits: list[tuple[list[int], Any]] = []  # (positions, the wait: a future)
         for index, positions in by_shard.items():
             ids = [group_ids[n] for n in positions]
 
@@ -489,11 +499,11 @@ class CoordinatorRuntime:
                 results, batch = [(gid, exc.code, exc.message) for gid in ids], None
             for n, item in zip(positions, results, strict=True):
                 out[n] = item
-            if batch is not None:
-                waits.append((positions, batch))
-        for positions, batch in waits:
+            if batch is not None:  # every wait started now: one write timeout for them all
+                waits.append((positions, self.engine.wait_for(batch, index)))
+        for positions, waiting in waits:
             try:
-                await self._durable(batch)
+                await waiting
             except CoordinatorError as exc:
                 for n in positions:
                     if out[n][1] == ErrorCode.NONE:

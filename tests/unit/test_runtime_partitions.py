@@ -223,6 +223,27 @@ async def test_a_dropped_partitions_requests_waiting_for_a_write_are_answered_at
     await rt.close()
 
 
+async def test_a_dropped_partitions_reads_waiting_for_a_write_are_answered_at_once() -> None:
+    """The same for a request that waits for the held append without writing itself (an
+    OffsetFetch behind a commit): answered NOT_COORDINATOR at the drop, per group."""
+    shared = MemoryRecordStore(partitions=P)
+    rt, parts = await leading(shared, 1, GP, 1)
+    await rt.create_topics([NewTopic(name="t", num_partitions=1)])
+    shared.hold_appends()
+    writing = asyncio.ensure_future(rt.offset_commit(commit(G, {("t", 0): 7})))
+    await asyncio.sleep(0.05)
+    reading = asyncio.ensure_future(rt.offset_fetch([OffsetFetchGroup(group_id=G)]))
+    await asyncio.sleep(0.05)
+    assert not writing.done() and not reading.done()  # both wait for the held append
+    parts.lose_partition(GP)
+    (answer,) = await asyncio.wait_for(reading, 1)
+    assert answer.error_code == NotCoordinatorError.code
+    with pytest.raises(NotCoordinatorError):
+        await asyncio.wait_for(writing, 1)
+    shared.release_appends()
+    await rt.close()
+
+
 async def test_a_classic_join_in_progress_fails_retriably_and_completes_at_the_new_leader() -> None:
     """A classic rebalance under way when its partition is handed over: the join waiting at
     the barrier is answered NOT_COORDINATOR (retriable: the client finds the new leader), and

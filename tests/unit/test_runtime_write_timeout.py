@@ -194,3 +194,27 @@ async def test_syncs_answered_by_a_held_write_are_answered_at_the_timeout() -> N
     again = await rt.classic_sync(sync("B"))
     assert (again.error_code, again.assignment) == (0, classic_assignment(2, 3))
     await rt.close()
+
+
+async def test_one_request_waiting_for_several_writes_is_answered_at_one_timeout() -> None:
+    """An OffsetFetch of three groups whose commits are in a held append waits for that
+    append once per group: the three waits start together, so the request is answered at one
+    write timeout, not three after one another (each group NOT_COORDINATOR)."""
+    store = MemoryRecordStore(partitions=1)
+    rt = await runtime(store)
+    groups = ["g1", "g2", "g3"]
+    store.hold_appends()
+    held = [asyncio.ensure_future(rt.offset_commit(commit(g, {("t", 0): 1}))) for g in groups]
+    await asyncio.sleep(0)
+    sent = time.monotonic()
+    reading = asyncio.ensure_future(rt.offset_fetch([OffsetFetchGroup(group_id=g) for g in groups]))
+    at, error = await answered_at(reading)
+    assert error is None
+    assert [a.error_code for a in reading.result()] == [ErrorCode.NOT_COORDINATOR] * 3  # type: ignore[attr-defined]
+    assert TIMEOUT_S - 0.01 <= at - sent <= 1.8 * TIMEOUT_S, at - sent
+    for waiting in held:
+        assert isinstance((await answered_at(waiting))[1], WriteTimeoutError)
+    store.release_appends()
+    await rt.flush()
+    assert [committed_in_store(store, g) for g in groups] == [[1], [1], [1]]
+    await rt.close()
