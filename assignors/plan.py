@@ -167,7 +167,7 @@ def _greedy(
     best_everywhere = True
     # Types by their best weight, highest first, then in order; each type's nodes by weight,
     # highest first, then in order (sorts are stable, also reversed).
-    best_of = [max(row, default=0) for row in weights]
+    best_of = list(map(max, weights)) if nodes else [0] * len(weights)
     for i in sorted(range(len(supplies)), key=best_of.__getitem__, reverse=True):
         s = supplies[i]
         if not s:
@@ -177,8 +177,17 @@ def _greedy(
         placed = flow[i]
         if nodes:
             v = row.index(best)  # the first of its best nodes (the loop's first)
-            if room[v] >= s:  # takes the whole type
-                room[v] -= s
+            free = room[v]
+            if free >= s:  # takes the whole type
+                room[v] = free - s
+                placed[v] = s
+                continue
+            more = s - free
+            if extras >= more and spare[v] >= more:  # the whole type, with extras
+                room[v] = 0
+                spare[v] -= more
+                extras -= more
+                taken[v] += more
                 placed[v] = s
                 continue
         for v in sorted(range(nodes), key=row.__getitem__, reverse=True):

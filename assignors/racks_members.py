@@ -117,6 +117,14 @@ class Dense:
         """The members whose load is below their target (C-level passes)."""
         return self._off_target(self.members, self.load, self.target)
 
+    def below_by_node(self) -> list[list[int]]:
+        """:meth:`below` per node, in member order."""
+        by_node: list[list[int]] = [[] for _ in self.sizes]
+        node_of = self.node_of
+        for i in self.below():
+            by_node[node_of[i]].append(i)
+        return by_node
+
     def _off_target(
         self, members: Sequence[int], low: Sequence[int], high: Sequence[int]
     ) -> list[int]:
@@ -151,23 +159,21 @@ class Sparse:
         self.node_of = node_of = _NodeOf(specs, nodes)
         self.current = _Assignments(specs)
         self.load = _Written(loads)
-        # node -> its buckets: (rack, load, ids)
-        self.buckets: list[list[tuple[str | None, int, Sequence[str]]]] = [
-            [] for _ in range(nodes.count)
-        ]
+        # The buckets: (node, rack, load, ids).
+        self.buckets: list[tuple[int, str | None, int, Sequence[str]]] = []
         sizes = [0] * nodes.count
         index, elsewhere = node_of.index, nodes.elsewhere
         for rack, by_load in by_rack.items():
             v = index.get(rack, elsewhere)  # type: ignore[arg-type]
-            into = self.buckets[v]
             for k, ids in by_load.items():
                 if ids:
-                    into.append((rack, k, ids))
+                    self.buckets.append((v, rack, k, ids))
                     sizes[v] += len(ids)
         self.sizes = sizes
         self.quota = 0
         self.taken: dict[tuple[str | None, int], int] = {}  # bucket -> its first ids taking q + 1
         self.others: set[str] = set()  # members holding q or less that take q + 1
+        self.others_of: list[list[str]] = [[] for _ in sizes]  # the same per node, in order
         self.target = _Targets(specs, loads, by_rack, self.taken, self.others)
 
     def set_targets(self, quota: int, extras: Sequence[int]) -> None:
@@ -178,15 +184,19 @@ class Sparse:
         for v, extra in enumerate(extras):
             if not extra:
                 continue
-            heavy = [(r, k, ids) for r, k, ids in self.buckets[v] if k > quota]
+            heavy = [(r, k, ids) for w, r, k, ids in self.buckets if w == v and k > quota]
             taken = _first([ids for _r, _k, ids in heavy], extra)
             for (r, k, _ids), n in zip(heavy, taken, strict=True):
                 if n:
                     self.taken[(r, k)] = n
             left = extra - sum(taken)
             if left:
-                light = [ids for _r, k, ids in self.buckets[v] if k <= quota]
-                self.others.update(islice(light[0] if len(light) == 1 else merge(*light), left))
+                light = [ids for w, _r, k, ids in self.buckets if w == v and k <= quota]
+                chosen = self.others_of[v] = list(
+                    islice(light[0] if len(light) == 1 else merge(*light), left)
+                )
+                self.others.update(chosen)
+                self.target.update(dict.fromkeys(chosen, quota + 1))  # as _Targets has them
 
     def needs(self, members: Sequence[str]) -> list[int]:
         """Each member's target less its working load (the summary's, unless written: no
@@ -201,35 +211,48 @@ class Sparse:
     def above(self, node: int | None = None) -> list[str]:
         """The members (of ``node``, or all) whose load is above their target: among those
         holding more than ``quota + 1``, those holding ``quota + 1`` that do not take it, and
-        those whose load changed."""
-        quota, taken = self.quota, self.taken
+        those whose load changed. Their targets are written as they are found (a bucket's first
+        ids take ``quota + 1``, the rest ``quota``: C-level, no lookup per member later)."""
+        quota, taken, target, node_of = self.quota, self.taken, self.target, self.node_of
         found: list[Iterable[str]] = []
-        for v in range(len(self.buckets)) if node is None else (node,):
-            for r, k, ids in self.buckets[v]:
-                if k > quota + 1:
-                    found.append(ids)
-                elif k == quota + 1:
-                    found.append(ids[taken.get((r, k), 0) :])
+        for v, r, k, ids in self.buckets:
+            if k > quota and (node is None or v == node):
+                n = taken.get((r, k), 0)
+                rest = ids[n:] if n else ids
+                found.append(rest)
+                target.update(dict.fromkeys(rest, quota))
+                node_of.update(dict.fromkeys(rest, v))
+                if k > quota + 1 and n:
+                    first = ids[:n]
+                    found.append(first)
+                    target.update(dict.fromkeys(first, quota + 1))
+                    node_of.update(dict.fromkeys(first, v))
+        if not found and not self.load.written:
+            return []
         return self._off_target(found, node, gt)
 
-    def below(self) -> list[str]:
-        """The members whose load is below their target: among those holding less than
-        ``quota``, those that take ``quota + 1`` holding less, and those whose load changed."""
-        quota = self.quota
-        found: list[Iterable[str]] = [self.others]
-        for buckets in self.buckets:
-            for _r, k, ids in buckets:
-                if k < quota:
-                    found.append(ids)
-        return self._off_target(found, None, lt)
+    def below_by_node(self) -> list[list[str]]:
+        """The members whose load is below their target, per node: among those holding less
+        than ``quota``, those that take ``quota + 1`` holding less, and those whose load
+        changed."""
+        quota, changed = self.quota, self.load.written
+        found: list[list[Sequence[str]]] = [[ids] if ids else [] for ids in self.others_of]
+        for v, _r, k, ids in self.buckets:
+            if k < quota:
+                found[v].append(ids)
+        return [
+            self._off_target(ids, v, lt) if ids or changed else [] for v, ids in enumerate(found)
+        ]
 
     def _off_target(
-        self, found: list[Iterable[str]], node: int | None, off: Callable[[int, int], bool]
+        self, found: Sequence[Iterable[str]], node: int | None, off: Callable[[int, int], bool]
     ) -> list[str]:
         """In member order: the members of ``found`` whose load is unchanged (they are off
         their target by the buckets they are in: a C-level pass), and those whose load changed
         (of ``node``, if given) when ``off(load, target)``."""
         changed = self.load.written
+        if not changed and len(found) == 1:  # one bucket's ids, sorted
+            return list(found[0])
         sure = set(chain.from_iterable(found))
         if changed:
             sure.difference_update(changed)

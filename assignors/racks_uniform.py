@@ -5,7 +5,7 @@ see the theory of operation there."""
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from itertools import chain, repeat
+from itertools import chain, compress, repeat
 from operator import sub
 from typing import Any, cast
 
@@ -113,6 +113,38 @@ def settle_from_summary(
     return cast("dict[str, MemberAssignment]", out)  # member ids -> plain dicts
 
 
+_WEIGHTS: dict[tuple[int, int, tuple[tuple[int, int], ...]], list[list[int]]] = {}
+"""(number of nodes, LOCAL, the kinds) -> the plan's weights (:func:`_weights`), kept across
+calls (at most ``_HELD_KINDS_KEPT``: then started afresh)."""
+
+
+def _weights(count: int, big: int, kinds: Sequence[tuple[int, int]]) -> list[list[int]]:
+    """Per kind (mask, holder node): ``big`` (LOCAL) at each node of a relevant rack in the mask,
+    plus one at the node holding it (stickiness; none for the pool of free partitions, node
+    ``count``); nothing at the last node (elsewhere). A function of its arguments alone, so
+    kept across calls (the plan only reads it)."""
+    key = (count, big, tuple(kinds))
+    weights = _WEIGHTS.get(key)
+    if weights is not None:
+        return weights
+    racked = range(count - 1)  # the nodes of relevant racks (the last is elsewhere)
+    local: dict[int, list[int]] = {}  # mask -> LOCAL gain per node
+    weights = []
+    for m, h in kinds:
+        row = local.get(m)
+        if row is None:
+            row = local[m] = [big if m >> v & 1 else 0 for v in racked]
+            row.append(0)
+        row = row.copy()
+        if h < count:  # not the pool of free partitions
+            row[h] += 1
+        weights.append(row)
+    if len(_WEIGHTS) >= _HELD_KINDS_KEPT:
+        _WEIGHTS.clear()
+    _WEIGHTS[key] = weights
+    return weights
+
+
 class Holders:
     """Who holds the partitions, as the coordinator gives it (``GroupSpec.partition_owners``:
     topic -> partition -> member id), and the member ids by index: holders are looked up with
@@ -208,38 +240,27 @@ class _ClassSettle:
         kinds = sorted(counts)
         quota, extras = divmod(roster.total, sum(roster.sizes))
         size = roster.sizes
-        big = sum(counts.values()) + 1
-        racked = range(nodes.elsewhere)  # the nodes of relevant racks (the last is elsewhere)
-        local: dict[int, list[int]] = {}  # mask -> LOCAL gain per node
-        weights = []  # per kind: the local gain, plus one at the node holding it (stickiness)
-        for m, h in kinds:
-            row = local.get(m)
-            if row is None:
-                row = local[m] = [big if m >> v & 1 else 0 for v in racked]
-                row.append(0)
-            row = row.copy()
-            if h < nodes.count:  # not the pool of free partitions
-                row[h] += 1
-            weights.append(row)
+        supplies = list(map(counts.__getitem__, kinds))
+        shares = [quota * n for n in size]
         flow = transport(
-            list(map(counts.__getitem__, kinds)),
-            [quota * n for n in size],
-            weights,
+            supplies,
+            shares,
+            _weights(nodes.count, sum(supplies) + 1, kinds),
             extras=extras,
             extra_room=size,
         )
-        plan = dict(zip(kinds, flow, strict=True))
         taken = list(map(sum, zip(*flow, strict=True))) if flow else [0] * nodes.count
-        roster.set_targets(quota, list(map(sub, taken, [quota * n for n in size])))
+        roster.set_targets(quota, list(map(sub, taken, shares)))
 
         out: dict[Any, Assignment] = {}
         load: Any = roster.load
         moving: dict[tuple[int, int], Moving] = {}  # (mask, from node) -> partitions
-        receiving: dict[int, Segments] = {v: {} for v in range(nodes.count)}
+        receiving: list[Segments] = [{} for _ in size]  # per node
         excess: dict[int, dict[int, int]] = {}  # node -> mask -> what the plan takes from it
-        for (m, h), placed in zip(kinds, flow, strict=True):
-            if h < nodes.count and counts[(m, h)] > placed[h]:
-                excess.setdefault(h, {})[m] = counts[(m, h)] - placed[h]
+        pool = self.pool
+        for (m, h), placed, n in zip(kinds, flow, supplies, strict=True):
+            if h < pool and n > placed[h]:
+                excess.setdefault(h, {})[m] = n - placed[h]
         for v in sorted(excess):
             self._give_up(v, excess[v], load, out, moving, holder)
         # Members still above their count give up their highest partitions; they stay in their
@@ -247,21 +268,25 @@ class _ClassSettle:
         # members below them are all that is looked at from here on).
         node_of = self.node_of
         above: list[Any] = roster.above()
-        for i, need in zip(above, roster.needs(above), strict=True):
-            self._trim(i, -need, out, receiving[node_of[i]])
+        if above:
+            for i, need, assignment in zip(
+                above, roster.needs(above), roster.assignments(above), strict=True
+            ):
+                mine = out.get(i)
+                if mine is None:
+                    mine = out[i] = dict(assignment)
+                _trim(mine, -need, receiving[node_of[i]])
         for (m, t), seq in free.items():
-            moving.setdefault((m, self.pool), {})[t] = seq
-        for m, h in kinds:
-            segments = moving.get((m, h))
-            if not segments:
-                continue
-            wanted = [(v, n) for v, n in enumerate(plan[(m, h)]) if v != h and n]
-            _deal(segments, wanted, receiving)
-        below: dict[int, list[Any]] = {v: [] for v in range(nodes.count)}
-        for i in roster.below():
-            below[node_of[i]].append(i)
-        for v in range(nodes.count):
-            self._fill(below[v], receiving[v], out)
+            moving.setdefault((m, pool), {})[t] = seq
+        if moving:
+            plan = dict(zip(kinds, flow, strict=True))
+            for m, h in sorted(moving):  # in the order of the kinds
+                wanted = [(v, n) for v, n in enumerate(plan[(m, h)]) if v != h and n]
+                _deal(moving[(m, h)], wanted, receiving)
+        by_node: list[list[Any]] = roster.below_by_node()
+        for v, below in enumerate(by_node):
+            if below:
+                self._fill(below, receiving[v], out)
         return out
 
     # ------------------------------------------------------------------ counting
@@ -349,13 +374,17 @@ class _ClassSettle:
                 if len(_HELD_KINDS) >= _HELD_KINDS_KEPT:
                     _HELD_KINDS.clear()
                 kinds = _HELD_KINDS[nodes.racks] = {}
-            for key, k in held.items():
-                kind = kinds.get(key)
-                if kind is None:
-                    if len(kinds) >= _HELD_KINDS_KEPT:
-                        kinds.clear()
-                    kind = kinds[key] = (nodes.mask(key[0]), nodes.node(key[1]))
-                counts[kind] = counts.get(kind, 0) + k
+            found = list(map(kinds.get, held))
+            if None not in found and len(set(found)) == len(found):  # known, one key each
+                counts.update(zip(found, held.values(), strict=True))  # type: ignore[arg-type]
+            else:
+                for key, k in held.items():
+                    kind = kinds.get(key)
+                    if kind is None:
+                        if len(kinds) >= _HELD_KINDS_KEPT:
+                            kinds.clear()
+                        kind = kinds[key] = (nodes.mask(key[0]), nodes.node(key[1]))
+                    counts[kind] = counts.get(kind, 0) + k
         elif sum(self.topics[t].num_partitions for t in topics) < 16 * len(topics):
             # Small topics: the members' holdings are few; look each held partition up.
             self._count_by_member(counts)
@@ -375,12 +404,11 @@ class _ClassSettle:
                         counts[(m, v)] = counts.get((m, v), 0) + k
         free: dict[tuple[int, TopicId], Sequence[int]] = {}
         for t, seq in incoming:
-            groups = self.masks(t)
-            if len(seq) == self.topics[t].num_partitions:  # the whole topic is free
-                for m, group in groups.items():
+            metadata = self.topics[t]
+            if len(seq) == metadata.num_partitions:  # the whole topic is free
+                for m, group in self.masks(t).items():
                     free[(m, t)] = group  # ascending
                 continue
-            metadata = self.topics[t]
             if len(seq) * 64 < metadata.num_partitions:  # a few: each looked up
                 by_racks = nodes.mask_of(metadata)
                 racks_of = metadata.partition_racks
@@ -388,6 +416,11 @@ class _ClassSettle:
             else:
                 mask_of = nodes.masks_by_partition(metadata)
                 mask_of = list(map(mask_of.__getitem__, seq))
+            distinct = set(mask_of)
+            if len(distinct) <= 8:  # per mask, its partitions in one C-level pass (in order)
+                for m in distinct:
+                    free[(m, t)] = list(compress(seq, map(m.__eq__, mask_of)))
+                continue
             some: dict[int, list[int]] = {}
             for p, m in zip(seq, mask_of, strict=True):
                 some.setdefault(m, []).append(p)
@@ -486,32 +519,6 @@ class _ClassSettle:
             raise PartitionAssignorError(
                 "internal error: a node could not give up what the plan says"
             )
-
-    def _trim(self, i: Any, extra: int, out: dict[Any, Assignment], into: Segments) -> None:
-        """Member i gives up its ``extra`` highest partitions (topics in order, then indexes):
-        taken from its last topics, so only the topics it gives up from are sorted."""
-        mine = out.get(i)
-        if mine is None:
-            mine = out[i] = dict(self.current[i])
-        for t in sorted(mine, reverse=True):
-            partitions = mine[t]
-            if extra >= len(partitions):
-                into.setdefault(t, []).extend(partitions)  # sorted when dealt
-                del mine[t]
-                extra -= len(partitions)
-            elif extra == 1:
-                p = max(partitions)
-                into.setdefault(t, []).append(p)
-                mine[t] = partitions.difference((p,))
-                extra = 0
-            else:
-                ordered = sorted(partitions)
-                keep = len(ordered) - extra
-                into.setdefault(t, []).extend(ordered[keep:])
-                mine[t] = frozenset(ordered[:keep])
-                extra = 0
-            if not extra:
-                return
 
     def _fill(
         self,
@@ -616,11 +623,53 @@ class _Lookup:
         return map(self._index.get, found)  # type: ignore[arg-type]
 
 
+def _trim(mine: Assignment, extra: int, into: Segments) -> None:
+    """A member (its new assignment ``mine``) gives up its ``extra`` highest partitions (topics
+    in order, then indexes) into ``into``: taken from its last topics, so only the topics it
+    gives up from are sorted (the last topic alone when it has enough)."""
+    t = max(mine)
+    partitions = mine[t]
+    if extra < len(partitions):  # the usual case: from its last topic alone
+        if extra == 1:
+            p = max(partitions)
+            into.setdefault(t, []).append(p)
+            mine[t] = partitions.difference((p,))
+        else:
+            ordered = sorted(partitions)
+            keep = len(ordered) - extra
+            into.setdefault(t, []).extend(ordered[keep:])
+            mine[t] = frozenset(ordered[:keep])
+        return
+    for t in sorted(mine, reverse=True):
+        partitions = mine[t]
+        if extra >= len(partitions):
+            into.setdefault(t, []).extend(partitions)  # sorted when dealt
+            del mine[t]
+            extra -= len(partitions)
+        else:
+            ordered = sorted(partitions)
+            keep = len(ordered) - extra
+            into.setdefault(t, []).extend(ordered[keep:])
+            mine[t] = frozenset(ordered[:keep])
+            extra = 0
+        if not extra:
+            return
+
+
 def _deal(
-    segments: Moving, wanted: Sequence[tuple[int, int]], receiving: dict[int, Segments]
+    segments: Moving, wanted: Sequence[tuple[int, int]], receiving: Sequence[Segments]
 ) -> None:
     """Hand ``segments`` (topics in order, partitions ascending) out in turn: ``n`` to node
-    ``v`` for each ``(v, n)`` of ``wanted``; they must add up."""
+    ``v`` for each ``(v, n)`` of ``wanted``; they must add up. (One node takes them as they
+    are: what a node receives is sorted when its members take it.)"""
+    if len(wanted) == 1:
+        v, n = wanted[0]
+        if sum(map(len, segments.values())) != n:
+            raise PartitionAssignorError("internal error: the rack plan moves other than it has")
+        into = receiving[v]
+        for t, seq in segments.items():
+            into.setdefault(t, []).extend(seq)
+        return
     pieces = [
         (t, seq if type(seq) is tuple else sorted(seq))
         for t in sorted(segments)
