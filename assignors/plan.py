@@ -12,7 +12,10 @@ from heapq import heapify, heappop, heappush
 
 from assignors.api import PartitionAssignorError
 
-__all__ = ["transport"]
+__all__ = ["greedy_order", "transport"]
+
+Order = list[tuple[int, int, int]]
+"""The greedy start's visiting order (:func:`greedy_order`)."""
 
 
 def transport(
@@ -22,18 +25,20 @@ def transport(
     *,
     extras: int = 0,
     extra_room: Sequence[int] = (),
+    order: Order | None = None,
 ) -> list[list[int]]:
     """``flow[i][v]`` maximising ``Σ weights[i][v] · flow[i][v]``: type ``i`` sends exactly
     ``supplies[i]``; node ``v`` receives ``capacities[v]`` plus up to ``extra_room[v]`` of the
     ``extras`` units shared by all nodes (every unit is placed: the supplies add up to the
     capacities plus ``extras``). Exact. A greedy start (each type to its best nodes while they
     have room) is kept when every unit reached a node of its best weight — nothing can beat
-    that; otherwise a min-cost flow decides. Deterministic."""
+    that; otherwise a min-cost flow decides. Deterministic. ``order``: ``greedy_order(weights)``
+    when the caller keeps it (its weights repeat from call to call)."""
     nodes = len(capacities)
     if sum(supplies) != sum(capacities) + extras:
         raise PartitionAssignorError("internal error: rack plan supplies and capacities differ")
     room = list(extra_room) if extras else [0] * nodes
-    flow, taken, optimal = _greedy(supplies, capacities, weights, extras, room)
+    flow, taken, optimal = _greedy(supplies, capacities, weights, extras, room, order)
     if not optimal:
         _Cycles(flow, weights, taken, room).cancel()
     return flow
@@ -148,35 +153,46 @@ class _Cycles:
 _MAX_CYCLES = 1_000_000
 
 
+def greedy_order(weights: Sequence[Sequence[int]]) -> Order:
+    """The types in the order the greedy start visits them, ``(type, its best weight, its first
+    best node)`` (-1 without nodes): by best weight, highest first, then in order (the sort is
+    stable, also reversed). A function of the weights alone."""
+    if not weights or not weights[0]:
+        return [(i, 0, -1) for i in range(len(weights))]
+    best_of = list(map(max, weights))
+    return [
+        (i, best_of[i], weights[i].index(best_of[i]))
+        for i in sorted(range(len(weights)), key=best_of.__getitem__, reverse=True)
+    ]
+
+
 def _greedy(
     supplies: Sequence[int],
     capacities: Sequence[int],
     weights: Sequence[Sequence[int]],
     extras: int,
     extra_room: Sequence[int],
+    order: Order | None = None,
 ) -> tuple[list[list[int]], list[int], bool]:
     """A feasible start: each type to its best nodes while they have room (their capacity,
-    then their share of the extras), types whose best is highest first. Returns the flow, the
-    extras each node took, and whether every unit reached a node of its best weight (then
-    nothing can beat it)."""
+    then their share of the extras), types whose best is highest first (``order``, made here
+    unless given). Returns the flow, the extras each node took, and whether every unit reached
+    a node of its best weight (then nothing can beat it)."""
     nodes = len(capacities)
     room = list(capacities)
     spare = list(extra_room)
     taken = [0] * nodes
     flow = [[0] * nodes for _ in supplies]
     best_everywhere = True
-    # Types by their best weight, highest first, then in order; each type's nodes by weight,
-    # highest first, then in order (sorts are stable, also reversed).
-    best_of = list(map(max, weights)) if nodes else [0] * len(weights)
-    for i in sorted(range(len(supplies)), key=best_of.__getitem__, reverse=True):
+    # Each type's nodes by weight, highest first, then in order (sorts are stable, also
+    # reversed); the first of its best nodes is the loop's first.
+    for i, best, v in greedy_order(weights) if order is None else order:
         s = supplies[i]
         if not s:
             continue
         row = weights[i]
-        best = best_of[i]
         placed = flow[i]
-        if nodes:
-            v = row.index(best)  # the first of its best nodes (the loop's first)
+        if v >= 0:
             free = room[v]
             if free >= s:  # takes the whole type
                 room[v] = free - s

@@ -172,9 +172,9 @@ class Sparse:
         self.sizes = sizes
         self.quota = 0
         self.taken: dict[tuple[str | None, int], int] = {}  # bucket -> its first ids taking q + 1
-        self.others: set[str] = set()  # members holding q or less that take q + 1
-        self.others_of: list[list[str]] = [[] for _ in sizes]  # the same per node, in order
-        self.target = _Targets(specs, loads, by_rack, self.taken, self.others)
+        # Per node, its members holding q or less that take q + 1, in order.
+        self.others_of: list[list[str]] = [[] for _ in sizes]
+        self.target = _Targets(specs, loads, by_rack, self.taken)
 
     def set_targets(self, quota: int, extras: Sequence[int]) -> None:
         """As :meth:`Dense.set_targets`, from the buckets: the members holding more than
@@ -185,18 +185,19 @@ class Sparse:
             if not extra:
                 continue
             heavy = [(r, k, ids) for w, r, k, ids in self.buckets if w == v and k > quota]
-            taken = _first([ids for _r, _k, ids in heavy], extra)
-            for (r, k, _ids), n in zip(heavy, taken, strict=True):
-                if n:
-                    self.taken[(r, k)] = n
-            left = extra - sum(taken)
+            left = extra
+            if heavy:
+                taken = _first([ids for _r, _k, ids in heavy], extra)
+                for (r, k, _ids), n in zip(heavy, taken, strict=True):
+                    if n:
+                        self.taken[(r, k)] = n
+                left -= sum(taken)
             if left:
                 light = [ids for w, _r, k, ids in self.buckets if w == v and k <= quota]
                 chosen = self.others_of[v] = list(
                     islice(light[0] if len(light) == 1 else merge(*light), left)
                 )
-                self.others.update(chosen)
-                self.target.update(dict.fromkeys(chosen, quota + 1))  # as _Targets has them
+                self.target.update(dict.fromkeys(chosen, quota + 1))  # written: none missing
 
     def needs(self, members: Sequence[str]) -> list[int]:
         """Each member's target less its working load (the summary's, unless written: no
@@ -314,12 +315,13 @@ def _first(lists: Sequence[Sequence[str]], k: int) -> list[int]:
 
 class _Targets(dict[str, int]):
     """Each member's target, worked out from the roster's buckets when first asked (kept):
-    ``quota + 1`` for the first ids of a bucket above the quota that the plan's extras take
-    and for the others chosen, else ``quota``. It holds the roster's parts, not the roster
-    (no reference cycle: the roster and the members' inputs it holds are freed by reference
-    counting once the computation ends, without waiting for a garbage collection)."""
+    ``quota + 1`` for the first ids of a bucket above the quota that the plan's extras take,
+    else ``quota`` (the members holding ``quota`` or less that take ``quota + 1`` are written
+    when chosen). It holds the roster's parts, not the roster (no reference cycle: the roster
+    and the members' inputs it holds are freed by reference counting once the computation
+    ends, without waiting for a garbage collection)."""
 
-    __slots__ = ("by_rack", "initial", "others", "quota", "specs", "taken")
+    __slots__ = ("by_rack", "initial", "quota", "specs", "taken")
 
     def __init__(
         self,
@@ -327,21 +329,19 @@ class _Targets(dict[str, int]):
         initial: Mapping[str, int],
         by_rack: Mapping[str | None, Mapping[int, Sequence[str]]],
         taken: dict[tuple[str | None, int], int],
-        others: set[str],
     ) -> None:
         super().__init__()
         self.specs, self.initial, self.by_rack = specs, initial, by_rack
-        self.taken, self.others = taken, others
+        self.taken = taken
         self.quota = 0
 
     def __missing__(self, member: str) -> int:
         quota, k = self.quota, self.initial[member]
+        extra = False
         if k > quota:
             rack = self.specs[member].rack_id
             n = self.taken.get((rack, k), 0)
             extra = bool(n) and bisect_left(self.by_rack[rack][k], member) < n
-        else:
-            extra = member in self.others
         value = self[member] = quota + 1 if extra else quota
         return value
 

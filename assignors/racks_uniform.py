@@ -17,7 +17,7 @@ from assignors.api import (
     TopicId,
     TopicMetadata,
 )
-from assignors.plan import transport
+from assignors.plan import Order, greedy_order, transport
 from assignors.racks import Counted, RackNodes, count_owned_by_node, mask_groups, relevant_racks
 from assignors.racks_members import Dense, Sparse
 
@@ -99,34 +99,40 @@ def settle_from_summary(
     topics: Mapping[TopicId, TopicMetadata],
     owners: Mapping[TopicId, Mapping[int, str]],
     racks: Sequence[str],
-) -> dict[str, MemberAssignment]:
+) -> dict[str, MemberAssignment] | None:
     """:func:`settle_class` for a homogeneous group from its target summary (``total``
     partitions; the held partitions counted by racks, the members in buckets by rack and load:
     ``held_by_racks``, ``members_by_rack``, both given), member id -> new assignment for the
     members whose assignment changes: only those, and the members whose buckets the plan
-    splits, are looked at (:class:`~assignors.racks_members.Sparse`)."""
+    splits, are looked at (:class:`~assignors.racks_members.Sparse`). None when the buckets do
+    not hold as many members as ``specs``."""
     assert summary.held_by_racks is not None and summary.members_by_rack is not None
     nodes = RackNodes(racks)
     roster = Sparse(nodes, specs, summary.member_loads, summary.members_by_rack, total)
+    if sum(roster.sizes) != len(specs):
+        return None  # the buckets do not describe these members
     settle = _ClassSettle(roster, topics, nodes, None)
     out = settle.run(incoming, topic_ids, Holders(owners, None), summary.held_by_racks)
     return cast("dict[str, MemberAssignment]", out)  # member ids -> plain dicts
 
 
-_WEIGHTS: dict[tuple[int, int, tuple[tuple[int, int], ...]], list[list[int]]] = {}
-"""(number of nodes, LOCAL, the kinds) -> the plan's weights (:func:`_weights`), kept across
-calls (at most ``_HELD_KINDS_KEPT``: then started afresh)."""
+_WEIGHTS: dict[tuple[int, int, tuple[tuple[int, int], ...]], tuple[list[list[int]], Order]] = {}
+"""(number of nodes, LOCAL, the kinds) -> the plan's weights and the greedy start's order
+(:func:`_weights`), kept across calls (at most ``_HELD_KINDS_KEPT``: then started afresh)."""
 
 
-def _weights(count: int, big: int, kinds: Sequence[tuple[int, int]]) -> list[list[int]]:
+def _weights(
+    count: int, big: int, kinds: Sequence[tuple[int, int]]
+) -> tuple[list[list[int]], Order]:
     """Per kind (mask, holder node): ``big`` (LOCAL) at each node of a relevant rack in the mask,
     plus one at the node holding it (stickiness; none for the pool of free partitions, node
-    ``count``); nothing at the last node (elsewhere). A function of its arguments alone, so
-    kept across calls (the plan only reads it)."""
+    ``count``); nothing at the last node (elsewhere). With the greedy start's order on them
+    (:func:`~assignors.plan.greedy_order`). A function of its arguments alone, so kept across
+    calls (the plan only reads them)."""
     key = (count, big, tuple(kinds))
-    weights = _WEIGHTS.get(key)
-    if weights is not None:
-        return weights
+    found = _WEIGHTS.get(key)
+    if found is not None:
+        return found
     racked = range(count - 1)  # the nodes of relevant racks (the last is elsewhere)
     local: dict[int, list[int]] = {}  # mask -> LOCAL gain per node
     weights = []
@@ -141,8 +147,8 @@ def _weights(count: int, big: int, kinds: Sequence[tuple[int, int]]) -> list[lis
         weights.append(row)
     if len(_WEIGHTS) >= _HELD_KINDS_KEPT:
         _WEIGHTS.clear()
-    _WEIGHTS[key] = weights
-    return weights
+    found = _WEIGHTS[key] = (weights, greedy_order(weights))
+    return found
 
 
 class Holders:
@@ -229,12 +235,16 @@ class _ClassSettle:
             if self.counted is None and not owners.checked:  # type: ignore[union-attr]
                 # Some owner may be no member of the class: the members' assignments instead.
                 some, use = False, None
-        holder = self._holders(topic_ids, use)
+        # The holders: for the count when nobody counted the held partitions, else only when a
+        # node gives partitions up (made then).
+        counting = self.counted is None and held is None
+        holder = self._holders(topic_ids, use) if counting else None
         counts, free = self._count(incoming, holder, held)
         if some and sum(counts.values()) != roster.total:
             # An owner that is no member of the class, or an index out of range (not every
             # held partition was found): the holders from the members' assignments instead.
             self.counted = None
+            use = None
             holder = self._holders(topic_ids, None)
             counts, free = self._count(incoming, holder, held)
         kinds = sorted(counts)
@@ -242,13 +252,8 @@ class _ClassSettle:
         size = roster.sizes
         supplies = list(map(counts.__getitem__, kinds))
         shares = [quota * n for n in size]
-        flow = transport(
-            supplies,
-            shares,
-            _weights(nodes.count, sum(supplies) + 1, kinds),
-            extras=extras,
-            extra_room=size,
-        )
+        weights, order = _weights(nodes.count, sum(supplies) + 1, kinds)
+        flow = transport(supplies, shares, weights, extras=extras, extra_room=size, order=order)
         taken = list(map(sum, zip(*flow, strict=True))) if flow else [0] * nodes.count
         roster.set_targets(quota, list(map(sub, taken, shares)))
 
@@ -261,8 +266,10 @@ class _ClassSettle:
         for (m, h), placed, n in zip(kinds, flow, supplies, strict=True):
             if h < pool and n > placed[h]:
                 excess.setdefault(h, {})[m] = n - placed[h]
+        if excess and holder is None:
+            holder = self._holders(topic_ids, use)
         for v in sorted(excess):
-            self._give_up(v, excess[v], load, out, moving, holder)
+            self._give_up(v, excess[v], load, out, moving, holder)  # type: ignore[arg-type]
         # Members still above their count give up their highest partitions; they stay in their
         # node (the plan keeps them there). Their working loads stay above their targets (the
         # members below them are all that is looked at from here on).
@@ -358,13 +365,14 @@ class _ClassSettle:
     def _count(
         self,
         incoming: Sequence[tuple[TopicId, Sequence[int]]],
-        holder: _Lookup,
+        holder: _Lookup | None,
         held: Mapping[tuple[frozenset[str], str | None], int] | None,
     ) -> tuple[dict[tuple[int, int], int], dict[tuple[int, TopicId], Sequence[int]]]:
         """(mask, holder node or pool) -> partitions of the class; and the free (incoming)
-        partitions by (mask, topic), ascending."""
+        partitions by (mask, topic), ascending. ``holder``: given when the held partitions are
+        neither ``counted`` nor ``held``."""
         nodes = self.nodes
-        topics = holder.topics()
+        topics = holder.topics() if holder is not None else ()
         counts: dict[tuple[int, int], int] = {}
         if self.counted is not None:  # counted by the caller, by (mask, node)
             counts.update(self.counted.counts)
@@ -391,6 +399,7 @@ class _ClassSettle:
         else:
             # Per mask, the holders of its partitions of every topic in one C-level pass (one
             # byte per partition: its holder's node), counted per node.
+            assert holder is not None
             by_mask: dict[int, list[Iterable[int]]] = {}
             for t in topics:
                 if holder.holds(t):
@@ -417,6 +426,9 @@ class _ClassSettle:
                 mask_of = nodes.masks_by_partition(metadata)
                 mask_of = list(map(mask_of.__getitem__, seq))
             distinct = set(mask_of)
+            if len(distinct) == 1:  # one mask: all of them, as they are (ascending)
+                free[(mask_of[0], t)] = seq
+                continue
             if len(distinct) <= 8:  # per mask, its partitions in one C-level pass (in order)
                 for m in distinct:
                     free[(m, t)] = list(compress(seq, map(m.__eq__, mask_of)))

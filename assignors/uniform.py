@@ -168,8 +168,6 @@ def compute_uniform_changes(
     if racks:
         if summary.held_by_racks is None or by_rack is None:
             return None  # the plan needs the held partitions and the members counted by racks
-        if sum(len(ids) for by_load in by_rack.values() for ids in by_load.values()) != len(specs):
-            return None  # the buckets do not describe these members
         topic_ids = sorted(counts)
         incoming = [(t, seq) for t in topic_ids if (seq := free[t])]
         owners = group_spec.partition_owners

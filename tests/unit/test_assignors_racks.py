@@ -27,7 +27,7 @@ from assignors.api import (
 )
 from assignors.conformance._model import make_group_spec, permuted
 from assignors.conformance._strategies import scenarios
-from assignors.plan import _greedy, transport
+from assignors.plan import _greedy, greedy_order, transport
 from assignors.racks import count_rack_local
 from assignors.range import RangeAssignor
 from assignors.summary import summarize
@@ -609,12 +609,14 @@ def _plain_greedy(
 def test_greedy_start_is_the_documented_rule(
     problem: tuple[list[int], list[int], list[list[int]], int, list[int]],
 ) -> None:
-    """The plan's greedy start (its shortcut for a type that its first best node takes
-    whole included) places every unit as the rule written out step by step does."""
+    """The plan's greedy start (its shortcuts for a type that its first best node takes
+    whole, with or without extras, included) places every unit as the rule written out step
+    by step does; also from a visiting order the caller kept (``greedy_order``)."""
     supplies, capacities, weights, extras, room = problem
-    assert _greedy(supplies, capacities, weights, extras, room) == _plain_greedy(
-        supplies, capacities, weights, extras, room
-    )
+    expected = _plain_greedy(supplies, capacities, weights, extras, room)
+    assert _greedy(supplies, capacities, weights, extras, room) == expected
+    order = greedy_order(weights)
+    assert _greedy(supplies, capacities, weights, extras, room, order) == expected
 
 
 def test_transport_without_nodes_refuses_in_band() -> None:
