@@ -141,6 +141,20 @@ def relevant_racks(
     return sorted(found)
 
 
+_SHARED: dict[
+    tuple[str, ...],
+    tuple[
+        dict[str, int],
+        dict[str, int],
+        dict[frozenset[str], int],
+        dict[tuple[frozenset[str], ...], bytes],
+    ],
+] = {}
+"""Per tuple of relevant racks: what :class:`RackNodes` derives from the racks alone (at most
+``_SHARED_KEPT`` tuples, and entries per cache: then started afresh)."""
+_SHARED_KEPT = 1024
+
+
 class RackNodes:
     """The nodes of one computation: one per relevant rack (in sorted order), then one for the
     members in no relevant rack. ``mask_of(topic)`` maps a partition's racks to the bit mask of
@@ -158,14 +172,24 @@ class RackNodes:
     )
 
     def __init__(self, racks: Sequence[str]) -> None:
-        self.racks = tuple(racks)
-        self.bit = {r: 1 << j for j, r in enumerate(self.racks)}
-        self.index = {r: j for j, r in enumerate(self.racks)}  # rack -> its node
-        self.elsewhere = len(self.racks)
-        self.count = len(self.racks) + 1
+        self.racks = key = tuple(racks)
+        shared = _SHARED.get(key)
+        if shared is None:
+            if len(_SHARED) >= _SHARED_KEPT:
+                _SHARED.clear()
+            shared = _SHARED[key] = (
+                {r: 1 << j for j, r in enumerate(key)},
+                {r: j for j, r in enumerate(key)},
+                {},
+                {},
+            )
+        # rack -> its bit; rack -> its node; racks -> mask (shared by topics with the same
+        # racks); a topic's rack codes -> its masks' translate table (all read only, or caches
+        # of functions of the racks alone: shared by every computation on these racks).
+        self.bit, self.index, self._of_set, self._tables = shared
+        self.elsewhere = len(key)
+        self.count = len(key) + 1
         self._masks: dict[TopicId, dict[frozenset[str] | None, int]] = {}
-        self._of_set: dict[frozenset[str], int] = {}  # shared by topics with the same racks
-        self._tables: dict[tuple[frozenset[str], ...], bytes] = {}
 
     def node(self, rack_id: str | None) -> int:
         return self.index.get(rack_id, self.elsewhere)  # type: ignore[arg-type]
@@ -174,6 +198,8 @@ class RackNodes:
         """The bit mask of the relevant racks among ``racks``."""
         mask = self._of_set.get(racks)
         if mask is None:
+            if len(self._of_set) >= _SHARED_KEPT:
+                self._of_set.clear()
             bit = self.bit
             mask = self._of_set[racks] = sum(bit[r] for r in racks if r in bit)
         return mask
@@ -200,6 +226,8 @@ class RackNodes:
             codes, racks = coded
             table = self._tables.get(racks)
             if table is None:
+                if len(self._tables) >= _SHARED_KEPT:
+                    self._tables.clear()
                 table = self._tables[racks] = bytes(map(self.mask, racks)).ljust(256, b"\0")
             return codes.translate(table)
         mask_of = self.mask_of(metadata)

@@ -173,7 +173,7 @@ class Sparse:
         self.quota = 0
         self.taken: dict[tuple[str | None, int], int] = {}  # bucket -> its first ids taking q + 1
         # Per node, its members holding q or less that take q + 1, in order.
-        self.others_of: list[list[str]] = [[] for _ in sizes]
+        self.others_of: dict[int, list[str]] = {}
         self.target = _Targets(specs, loads, by_rack, self.taken)
 
     def set_targets(self, quota: int, extras: Sequence[int]) -> None:
@@ -237,7 +237,10 @@ class Sparse:
         than ``quota``, those that take ``quota + 1`` holding less, and those whose load
         changed."""
         quota, changed = self.quota, self.load.written
-        found: list[list[Sequence[str]]] = [[ids] if ids else [] for ids in self.others_of]
+        others = self.others_of
+        found: list[list[Sequence[str]]] = [
+            [others[v]] if v in others else [] for v in range(len(self.sizes))
+        ]
         for v, _r, k, ids in self.buckets:
             if k < quota:
                 found[v].append(ids)
@@ -330,7 +333,6 @@ class _Targets(dict[str, int]):
         by_rack: Mapping[str | None, Mapping[int, Sequence[str]]],
         taken: dict[tuple[str | None, int], int],
     ) -> None:
-        super().__init__()
         self.specs, self.initial, self.by_rack = specs, initial, by_rack
         self.taken = taken
         self.quota = 0
@@ -352,7 +354,6 @@ class _Assignments(dict[str, Mapping[TopicId, frozenset[int]]]):
     __slots__ = ("specs",)
 
     def __init__(self, specs: Mapping[str, MemberSubscription]) -> None:
-        super().__init__()
         self.specs = specs
 
     def __missing__(self, key: str) -> Mapping[TopicId, frozenset[int]]:
@@ -366,7 +367,6 @@ class _NodeOf(dict[str, int]):
     __slots__ = ("elsewhere", "index", "specs")
 
     def __init__(self, specs: Mapping[str, MemberSubscription], nodes: RackNodes) -> None:
-        super().__init__()
         self.specs = specs
         self.index = nodes.index
         self.elsewhere = nodes.elsewhere
@@ -382,7 +382,6 @@ class _Written(dict[str, int]):
     __slots__ = ("initial", "written")
 
     def __init__(self, initial: Mapping[str, int]) -> None:
-        super().__init__()
         self.initial = initial
         self.written: set[str] = set()
 

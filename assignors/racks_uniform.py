@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from itertools import chain, compress, repeat
 from operator import sub
-from typing import Any, cast
+from typing import Any
 
 from assignors.api import (
     MemberAssignment,
@@ -112,8 +112,10 @@ def settle_from_summary(
     if sum(roster.sizes) != len(specs):
         return None  # the buckets do not describe these members
     settle = _ClassSettle(roster, topics, nodes, None)
-    out = settle.run(incoming, topic_ids, Holders(owners, None), summary.held_by_racks)
-    return cast("dict[str, MemberAssignment]", out)  # member ids -> plain dicts
+    out: dict[str, Any] = settle.run(
+        incoming, topic_ids, Holders(owners, None), summary.held_by_racks
+    )
+    return out  # member ids -> plain dicts
 
 
 _WEIGHTS: dict[tuple[int, int, tuple[tuple[int, int], ...]], tuple[list[list[int]], Order]] = {}
@@ -285,11 +287,9 @@ class _ClassSettle:
                 _trim(mine, -need, receiving[node_of[i]])
         for (m, t), seq in free.items():
             moving.setdefault((m, pool), {})[t] = seq
-        if moving:
-            plan = dict(zip(kinds, flow, strict=True))
-            for m, h in sorted(moving):  # in the order of the kinds
-                wanted = [(v, n) for v, n in enumerate(plan[(m, h)]) if v != h and n]
-                _deal(moving[(m, h)], wanted, receiving)
+        for m, h in sorted(moving):  # in the order of the kinds
+            wanted = [(v, n) for v, n in enumerate(flow[kinds.index((m, h))]) if v != h and n]
+            _deal(moving[(m, h)], wanted, receiving)
         by_node: list[list[Any]] = roster.below_by_node()
         for v, below in enumerate(by_node):
             if below:
