@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from itertools import chain, compress, repeat
-from operator import sub
-from typing import Any
+from operator import getitem
+from typing import Any, NamedTuple
 
 from assignors.api import (
     MemberAssignment,
@@ -17,7 +17,7 @@ from assignors.api import (
     TopicId,
     TopicMetadata,
 )
-from assignors.plan import Order, greedy_order, transport
+from assignors.plan import Order, greedy_order, transport_extras
 from assignors.racks import Counted, RackNodes, count_owned_by_node, mask_groups, relevant_racks
 from assignors.racks_members import Dense, Sparse
 
@@ -118,21 +118,32 @@ def settle_from_summary(
     return out  # member ids -> plain dicts
 
 
-_WEIGHTS: dict[tuple[int, int, tuple[tuple[int, int], ...]], tuple[list[list[int]], Order]] = {}
-"""(number of nodes, LOCAL, the kinds) -> the plan's weights and the greedy start's order
-(:func:`_weights`), kept across calls (at most ``_HELD_KINDS_KEPT``: then started afresh)."""
+class _Table(NamedTuple):
+    """What the plan needs of its kinds (mask, holder node) beyond their counts: a function of
+    the number of nodes, LOCAL and the kinds alone, so kept across calls (:func:`_table`; the
+    plan only reads it)."""
+
+    weights: list[list[int]]
+    """Per kind: LOCAL at each node of a relevant rack in its mask, plus one at the node holding
+    it (stickiness; none for the pool of free partitions, node ``count``); nothing at the last
+    node (elsewhere)."""
+    order: Order
+    """The greedy start's order on the weights (:func:`~assignors.plan.greedy_order`)."""
+    held: list[int]
+    """The kinds held by some node (not the pool), by index."""
+    at: list[int]
+    """Their holders' nodes."""
 
 
-def _weights(
-    count: int, big: int, kinds: Sequence[tuple[int, int]]
-) -> tuple[list[list[int]], Order]:
-    """Per kind (mask, holder node): ``big`` (LOCAL) at each node of a relevant rack in the mask,
-    plus one at the node holding it (stickiness; none for the pool of free partitions, node
-    ``count``); nothing at the last node (elsewhere). With the greedy start's order on them
-    (:func:`~assignors.plan.greedy_order`). A function of its arguments alone, so kept across
-    calls (the plan only reads them)."""
+_TABLES: dict[tuple[int, int, tuple[tuple[int, int], ...]], _Table] = {}
+"""(number of nodes, LOCAL, the kinds) -> :class:`_Table`, kept across calls (at most
+``_HELD_KINDS_KEPT``: then started afresh)."""
+
+
+def _table(count: int, big: int, kinds: Sequence[tuple[int, int]]) -> _Table:
+    """The :class:`_Table` of the kinds, with ``count`` nodes and ``big`` for LOCAL."""
     key = (count, big, tuple(kinds))
-    found = _WEIGHTS.get(key)
+    found = _TABLES.get(key)
     if found is not None:
         return found
     racked = range(count - 1)  # the nodes of relevant racks (the last is elsewhere)
@@ -147,9 +158,10 @@ def _weights(
         if h < count:  # not the pool of free partitions
             row[h] += 1
         weights.append(row)
-    if len(_WEIGHTS) >= _HELD_KINDS_KEPT:
-        _WEIGHTS.clear()
-    found = _WEIGHTS[key] = (weights, greedy_order(weights))
+    held = [k for k, (_m, h) in enumerate(kinds) if h < count]
+    if len(_TABLES) >= _HELD_KINDS_KEPT:
+        _TABLES.clear()
+    found = _TABLES[key] = _Table(weights, greedy_order(weights), held, [kinds[k][1] for k in held])
     return found
 
 
@@ -253,11 +265,12 @@ class _ClassSettle:
         quota, extras = divmod(roster.total, sum(roster.sizes))
         size = roster.sizes
         supplies = list(map(counts.__getitem__, kinds))
-        shares = [quota * n for n in size]
-        weights, order = _weights(nodes.count, sum(supplies) + 1, kinds)
-        flow = transport(supplies, shares, weights, extras=extras, extra_room=size, order=order)
-        taken = list(map(sum, zip(*flow, strict=True))) if flow else [0] * nodes.count
-        roster.set_targets(quota, list(map(sub, taken, shares)))
+        shares = list(map(quota.__mul__, size))
+        table = _table(nodes.count, sum(supplies) + 1, kinds)
+        flow, taken = transport_extras(
+            supplies, shares, table.weights, extras=extras, extra_room=size, order=table.order
+        )
+        roster.set_targets(quota, taken)  # the extras each node takes
 
         out: dict[Any, Assignment] = {}
         load: Any = roster.load
@@ -265,9 +278,11 @@ class _ClassSettle:
         receiving: list[Segments] = [{} for _ in size]  # per node
         excess: dict[int, dict[int, int]] = {}  # node -> mask -> what the plan takes from it
         pool = self.pool
-        for (m, h), placed, n in zip(kinds, flow, supplies, strict=True):
-            if h < pool and n > placed[h]:
-                excess.setdefault(h, {})[m] = n - placed[h]
+        held_rows = list(map(flow.__getitem__, table.held))
+        if list(map(getitem, held_rows, table.at)) != list(map(supplies.__getitem__, table.held)):
+            for k, placed, h in zip(table.held, held_rows, table.at, strict=True):
+                if supplies[k] > placed[h]:
+                    excess.setdefault(h, {})[kinds[k][0]] = supplies[k] - placed[h]
         if excess and holder is None:
             holder = self._holders(topic_ids, use)
         for v in sorted(excess):
@@ -641,7 +656,11 @@ def _trim(mine: Assignment, extra: int, into: Segments) -> None:
     gives up from are sorted (the last topic alone when it has enough)."""
     t = max(mine)
     partitions = mine[t]
-    if extra < len(partitions):  # the usual case: from its last topic alone
+    if extra == len(partitions):  # its whole last topic
+        into.setdefault(t, []).extend(partitions)  # sorted when dealt
+        del mine[t]
+        return
+    if extra < len(partitions):  # from its last topic alone
         if extra == 1:
             p = max(partitions)
             into.setdefault(t, []).append(p)
