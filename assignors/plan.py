@@ -12,7 +12,7 @@ from heapq import heapify, heappop, heappush
 
 from assignors.api import PartitionAssignorError
 
-__all__ = ["greedy_order", "transport", "transport_extras"]
+__all__ = ["greedy_order", "transport"]
 
 Order = list[tuple[int, int, int]]
 """The greedy start's visiting order (:func:`greedy_order`)."""
@@ -26,6 +26,7 @@ def transport(
     extras: int = 0,
     extra_room: Sequence[int] = (),
     order: Order | None = None,
+    taken: list[int] | None = None,
 ) -> list[list[int]]:
     """``flow[i][v]`` maximising ``Σ weights[i][v] · flow[i][v]``: type ``i`` sends exactly
     ``supplies[i]``; node ``v`` receives ``capacities[v]`` plus up to ``extra_room[v]`` of the
@@ -33,31 +34,19 @@ def transport(
     capacities plus ``extras``). Exact. A greedy start (each type to its best nodes while they
     have room) is kept when every unit reached a node of its best weight — nothing can beat
     that; otherwise a min-cost flow decides. Deterministic. ``order``: ``greedy_order(weights)``
-    when the caller keeps it (its weights repeat from call to call)."""
-    return transport_extras(
-        supplies, capacities, weights, extras=extras, extra_room=extra_room, order=order
-    )[0]
-
-
-def transport_extras(
-    supplies: Sequence[int],
-    capacities: Sequence[int],
-    weights: Sequence[Sequence[int]],
-    *,
-    extras: int = 0,
-    extra_room: Sequence[int] = (),
-    order: Order | None = None,
-) -> tuple[list[list[int]], list[int]]:
-    """:func:`transport`, and how many of the extras each node takes (what it receives beyond
-    its capacity: every node receives at least its capacity)."""
+    when the caller keeps it (its weights repeat from call to call); ``taken``: when given, set
+    to how many of the extras each node takes (what it receives beyond its capacity: every
+    node receives at least its capacity)."""
     nodes = len(capacities)
     if sum(supplies) != sum(capacities) + extras:
         raise PartitionAssignorError("internal error: rack plan supplies and capacities differ")
     room = list(extra_room) if extras else [0] * nodes
-    flow, taken, optimal = _greedy(supplies, capacities, weights, extras, room, order)
+    flow, took, optimal = _greedy(supplies, capacities, weights, extras, room, order)
     if not optimal:
-        _Cycles(flow, weights, taken, room).cancel()
-    return flow, taken
+        _Cycles(flow, weights, took, room).cancel()
+    if taken is not None:
+        taken[:] = took
+    return flow
 
 
 class _Cycles:

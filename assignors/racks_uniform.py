@@ -17,7 +17,7 @@ from assignors.api import (
     TopicId,
     TopicMetadata,
 )
-from assignors.plan import Order, greedy_order, transport_extras
+from assignors.plan import Order, greedy_order, transport
 from assignors.racks import Counted, RackNodes, count_owned_by_node, mask_groups, relevant_racks
 from assignors.racks_members import Dense, Sparse
 
@@ -267,10 +267,17 @@ class _ClassSettle:
         supplies = list(map(counts.__getitem__, kinds))
         shares = list(map(quota.__mul__, size))
         table = _table(nodes.count, sum(supplies) + 1, kinds)
-        flow, taken = transport_extras(
-            supplies, shares, table.weights, extras=extras, extra_room=size, order=table.order
+        taken: list[int] = []  # the extras each node takes
+        flow = transport(
+            supplies,
+            shares,
+            table.weights,
+            extras=extras,
+            extra_room=size,
+            order=table.order,
+            taken=taken,
         )
-        roster.set_targets(quota, taken)  # the extras each node takes
+        roster.set_targets(quota, taken)
 
         out: dict[Any, Assignment] = {}
         load: Any = roster.load

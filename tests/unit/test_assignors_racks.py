@@ -27,7 +27,7 @@ from assignors.api import (
 )
 from assignors.conformance._model import make_group_spec, permuted
 from assignors.conformance._strategies import scenarios
-from assignors.plan import _greedy, greedy_order, transport, transport_extras
+from assignors.plan import _greedy, greedy_order, transport
 from assignors.racks import count_rack_local
 from assignors.range import RangeAssignor
 from assignors.summary import summarize
@@ -567,7 +567,8 @@ def test_transport_matches_an_independent_min_cost_flow(
         got = sum(row[v] for row in flow)
         assert capacities[v] <= got <= capacities[v] + room[v]
     # The same plan with the extras each node takes: what it receives beyond its capacity.
-    again, taken = transport_extras(supplies, capacities, weights, extras=extras, extra_room=room)
+    taken: list[int] = []
+    again = transport(supplies, capacities, weights, extras=extras, extra_room=room, taken=taken)
     assert again == flow
     assert taken == [sum(row[v] for row in flow) - c for v, c in enumerate(capacities)]
     value = sum(
