@@ -5,11 +5,11 @@ a node: when the keys of the indexes (type and rack-blind owner's node) fit a by
 ``bytes.translate`` of its key by a table that changes at a few positions
 (:func:`_nodes_by_lanes`); otherwise from the indexes sorted by key (:func:`_nodes_by_order`).
 Both place every index alike. Then each node's indexes, picked C-level, are dealt to its
-members (:func:`_deal`). What one computation's groups have in common is made once: the
-members' racks, coded, per list of subscribers (:class:`MemberRacks`); the nodes per list of
-relevant racks, and the indexes and one-index sets per partition count (:class:`Shared`,
-:class:`Indexes`: groups of as many partitions share them, as the rack-blind ranges of equal
-groups share one list)."""
+members (:func:`_deal`), a member whose run is its current set getting that set back. What one
+computation's groups have in common is made once: the members' racks, coded, per list of
+subscribers (:class:`MemberRacks`); the nodes per list of relevant racks, and the indexes and
+one-index sets per partition count (:class:`Shared`, :class:`Indexes`: groups of as many
+partitions share them, as the rack-blind ranges of equal groups share one list)."""
 
 from __future__ import annotations
 
@@ -67,6 +67,7 @@ def place_ranges(
     num_partitions: int,
     topics: Mapping[TopicId, TopicMetadata],
     shared: Shared | None = None,
+    current: Sequence[frozenset[int]] | None = None,
 ) -> list[frozenset[int]] | None:
     """The partition indexes of the members (in order, their racks coded in ``members``) of a
     co-partitioned group of ``range`` topics of ``num_partitions`` each that get some: as many
@@ -77,7 +78,9 @@ def place_ranges(
     node of their rack-blind owner where it can, and each node deals its indexes, ascending,
     to its members in order: a node that keeps exactly its members' rack-blind ranges gives
     them back unchanged. None when no rack is relevant (the rack-blind ranges stand).
-    ``shared``: what the caller's groups share (:class:`Shared`), if it has several."""
+    ``shared``: what the caller's groups share (:class:`Shared`), if it has several;
+    ``current``: per member (in order, at least those that get some), its current set of the
+    group's topics, given back where the member's indexes are the same (:func:`_deal`)."""
     racks = relevant_racks(members.names, group, topics)
     if not racks:
         return None
@@ -150,7 +153,7 @@ def place_ranges(
         node_of = _nodes_by_lanes(keys, stride, codes_of_types, sizes, flow)
     else:
         node_of = _nodes_by_order(keys, stride, codes_of_types, found, ranks, counted, flow)
-    return _deal(node, quota, extra, node_of, stride, shared.indexes(n))
+    return _deal(node, quota, extra, node_of, stride, shared.indexes(n), current)
 
 
 def _nodes_by_order(
@@ -464,40 +467,68 @@ def _deal(
     node_of: bytes | bytearray | list[int],
     stride: int,
     indexes: Indexes,
+    current: Sequence[frozenset[int]] | None = None,
 ) -> list[frozenset[int]]:
     """Each node's indexes (``node_of``: per index its node), ascending, dealt to its members
     in order (``node``: per member that gets some, its node; the first ``extra`` get
     ``quota + 1``, the others ``quota``): per node, its members' runs are consecutive groups
     of its indexes (one index: the shared one-index set), and the members take the next run
     of their node's in member order (C-level: ``map(next, …)``; with the nodes as bytes, each
-    node's indexes picked by ``itertools.compress``)."""
-    runs: list[Iterator[frozenset[int]]] = []
+    node's indexes picked by ``itertools.compress``). With ``current`` (per member its current
+    set) and runs of two or more, a member whose run is its current set gets that very set
+    back (:func:`_kept_or_made`): in a group that a leave or a join left as it was, no set is
+    made, and the garbage collector is not woken by thousands of new ones. (Runs of one index
+    are the shared one-index sets: nothing to save.)"""
+    pools: list[Iterable[int]] = []
+    counts: list[tuple[int, int]] = []  # per node: its members of quota + 1, of quota
     if isinstance(node, bytes) and isinstance(node_of, bytes | bytearray):
         for v in range(stride):
             held = node_of.count(v)
-            pool = compress(indexes.all(), node_of.translate(ONLY[v])) if held else iter(())
-            firsts, others = node.count(v, 0, extra), node.count(v, extra)
-            runs.append(_node_runs(pool, held, firsts, others, quota, indexes))
+            pools.append(compress(indexes.all(), node_of.translate(ONLY[v])) if held else ())
+            counts.append(_fitting(held, node.count(v, 0, extra), node.count(v, extra), quota))
     else:
-        pools: list[list[int]] = [[] for _ in range(stride)]
-        deque(map(list.append, map(pools.__getitem__, node_of), indexes.all()), maxlen=0)
+        lists: list[list[int]] = [[] for _ in range(stride)]
+        deque(map(list.append, map(lists.__getitem__, node_of), indexes.all()), maxlen=0)
         before, after = Counter(node[:extra]), Counter(node[extra:])
-        for v, mine in enumerate(pools):
-            runs.append(_node_runs(iter(mine), len(mine), before[v], after[v], quota, indexes))
-    out = list(map(next, map(runs.__getitem__, node)))
+        for v, mine in enumerate(lists):
+            pools.append(mine)
+            counts.append(_fitting(len(mine), before[v], after[v], quota))
+    iterators = list(map(iter, pools))
+    if current is not None and quota > 1 and len(current) >= len(node):
+        runs = [  # each member's run as a tuple (passed on at once: zip reuses it)
+            chain(
+                islice(zip(*[pool] * (quota + 1), strict=False), firsts),
+                islice(zip(*[pool] * quota, strict=False), others),
+            )
+            for pool, (firsts, others) in zip(iterators, counts, strict=True)
+        ]
+        out = list(map(_kept_or_made, current, map(next, map(runs.__getitem__, node))))
+    else:
+        made = [
+            chain(_runs(pool, quota + 1, firsts, indexes), _runs(pool, quota, others, indexes))
+            for pool, (firsts, others) in zip(iterators, counts, strict=True)
+        ]
+        out = list(map(next, map(made.__getitem__, node)))
     if len(out) != len(node):  # (a node out of runs: excluded by the counts above)
         raise PartitionAssignorError(_UNFIT)
     return out
 
 
-def _node_runs(
-    pool: Iterator[int], held: int, firsts: int, others: int, quota: int, indexes: Indexes
-) -> Iterator[frozenset[int]]:
-    """A node's runs: its ``held`` indexes (``pool``, ascending) to its ``firsts`` members of
-    ``quota + 1``, then its ``others`` of ``quota``; an internal error when they do not fit."""
+def _fitting(held: int, firsts: int, others: int, quota: int) -> tuple[int, int]:
+    """A node's ``firsts`` members of ``quota + 1`` and ``others`` of ``quota``, checked to
+    take exactly its ``held`` indexes (an internal error otherwise)."""
     if firsts * (quota + 1) + others * quota != held:
         raise PartitionAssignorError(_UNFIT)
-    return chain(_runs(pool, quota + 1, firsts, indexes), _runs(pool, quota, others, indexes))
+    return firsts, others
+
+
+def _kept_or_made(current: frozenset[int], run: tuple[int, ...]) -> frozenset[int]:
+    """``current`` when it is ``run`` (a frozenset as long, holding all of it), else a new set
+    of the run (one Python call per member beats C-level passes that compare, then deal
+    again)."""
+    if type(current) is frozenset and len(current) == len(run) and current.issuperset(run):
+        return current
+    return frozenset(run)
 
 
 def _runs(pool: Iterator[int], size: int, count: int, indexes: Indexes) -> Iterable[frozenset[int]]:

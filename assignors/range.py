@@ -17,9 +17,11 @@ Consequences worth knowing:
 * It is not balanced across topics: with many small topics the first members get one partition
   of each. Use ``uniform`` for balance.
 
-The current target assignment is ignored, so the result depends only on subscriptions,
-instance ids and partition counts (and racks, below). Identical ranges are shared as one
-frozenset.
+The current target assignment does not change the result, which depends only on
+subscriptions, instance ids and partition counts (and racks, below). Identical ranges are
+shared as one frozenset; with racks, a member whose indexes are those of its current set gets
+that set back (a leave or a join leaves most co-partitioned groups as they were: no new set is
+made for them).
 
 Racks. When members are in racks that hold replicas of a topic's partitions, each member still
 gets exactly as many partitions of every topic as above (the first ``n % s`` one more), and
@@ -52,6 +54,7 @@ from assignors.racks_range import MemberRacks, Shared, place_ranges
 __all__ = ["RangeAssignor", "compute_range_assignment", "member_order"]
 
 _rack_id = attrgetter("rack_id")
+_assignment = attrgetter("assignment")
 
 
 class RangeAssignor:
@@ -122,16 +125,23 @@ def compute_range_assignment(
             getting[key] = max(getting.get(key, 0), min(count, len(ordered)))
             subscribed.setdefault(key, []).extend(group)
     shared = Shared()
+    firsts: dict[int, list[MemberSubscription]] = {}  # by id of the subscriber list
     placed: dict[TopicId, tuple[list[str], list[frozenset[int]]]] = {}
     for count, ordered, group in co_partitioned:
         dealt: list[frozenset[int]] | None = None
         if racked:
             coded = racks.get(id(ordered))
             if coded is None:
-                coded = racks[id(ordered)] = _member_racks(
-                    specs, ordered, getting[id(ordered)], subscribed[id(ordered)], topics
+                mine = firsts[id(ordered)] = list(
+                    map(specs.__getitem__, islice(ordered, getting[id(ordered)]))
                 )
-            dealt = place_ranges(coded, group, count, topics, shared)
+                coded = racks[id(ordered)] = _member_racks(
+                    specs, ordered, mine, subscribed[id(ordered)], topics
+                )
+            current = None
+            if count >= 2 * len(ordered):  # (runs of one index are shared sets already)
+                current = _current(firsts[id(ordered)], group[0])
+            dealt = place_ranges(coded, group, count, topics, shared, current)
         if dealt is None:
             dealt = cache.get((count, len(ordered)))
             if dealt is None:
@@ -157,23 +167,45 @@ def compute_range_assignment(
 def _member_racks(
     specs: Mapping[str, MemberSubscription],
     ordered: list[str],
-    getting: int,
+    firsts: list[MemberSubscription],
     subscribed: list[TopicId],
     topics: Mapping[TopicId, TopicMetadata],
 ) -> MemberRacks:
-    """The racks of ``ordered`` (members in order), coded for the first ``getting``. The set
-    of all their racks matters only where it meets the racks holding replicas of the topics
-    they are placed on (``subscribed``): when the first members' racks hold all of those, the
-    others' cannot add any; otherwise it is read from every member's subscription when they
-    are every member, else from the list."""
-    first = list(map(_rack_id, map(specs.__getitem__, islice(ordered, getting))))
-    if getting == len(ordered):
+    """The racks of ``ordered`` (members in order), coded for the first ones (``firsts``: their
+    subscriptions). The set of all their racks matters only where it meets the racks holding
+    replicas of the topics they are placed on (``subscribed``): when the first members' racks
+    hold all of those, the others' cannot add any; otherwise it is read from every member's
+    subscription when they are every member, else from the list."""
+    first = list(map(_rack_id, firsts))
+    if len(first) == len(ordered):
         return MemberRacks(first, len(ordered))
     held = frozenset().union(*(topics[t].replica_racks() for t in subscribed))
     if held.issubset(first):
         return MemberRacks(first, len(ordered))
     everyone = specs.values() if len(ordered) == len(specs) else map(specs.__getitem__, ordered)
     return MemberRacks(first, len(ordered), map(_rack_id, everyone))
+
+
+def _current(members: list[MemberSubscription], topic: TopicId) -> list[frozenset[int]] | None:
+    """The members' current sets of ``topic`` (empty for a member without), for the placement
+    to give back as they are where it places the same indexes (:func:`place_ranges`): no new
+    set is made for them. None (nothing to compare) when none of a sample of the members
+    holds any of the topic (a first assignment: one pass over the members saved), or when
+    their assignments are not dicts (read C-level with ``dict.get``)."""
+    step = max(1, len(members) // _SAMPLED)
+    assignments = map(_assignment, members)
+    try:
+        if not any(map(dict.get, map(_assignment, members[::step]), repeat(topic))):
+            return None
+        return list(map(dict.get, assignments, repeat(topic), repeat(_NONE)))
+    except TypeError:
+        return None
+
+
+_SAMPLED = 16
+"""Members sampled by :func:`_current` for any current set of the topic."""
+
+_NONE: frozenset[int] = frozenset()
 
 
 def _co_partitioned(

@@ -292,6 +292,37 @@ def test_deal_gives_each_member_its_run(coded: bool) -> None:
         deal(node, 1, 3, [1, 0, 0, 1, 0, 1, 0, 1], Indexes(8))  # node 1 one too many
 
 
+@pytest.mark.parametrize("coded", [True, False])
+def test_deal_gives_back_the_current_sets_it_places_again(coded: bool) -> None:
+    """With the members' current sets, a member whose run is its current set gets that very
+    set back; the others — a current set with one index more or one less, another member's
+    run, none (empty), an equal ``set`` (mutable: never given back) — get a new one; the
+    runs are those dealt without current sets."""
+    node = [0, 1, 0, 0, 1]
+    node_of = [1, 1, 0, 1, 0, 0, 0, 0, 1, 0, 0, 0, 1, 0]  # quota 2, the first four get 3
+    dealt = _deal(node, 2, 4, node_of, 3, Indexes(14))
+    assert dealt == [fs(2, 4, 5), fs(0, 1, 3), fs(6, 7, 9), fs(10, 11, 13), fs(8, 12)]
+    current: list[frozenset[int]] = [
+        fs(2, 4, 5),  # its run: given back
+        fs(0, 1, 3, 8),  # one more
+        fs(6, 7),  # one less
+        fs(0, 1, 3),  # another member's run
+        frozenset(),
+    ]
+    mutable = set(dealt[4])
+    if coded:
+        again = _deal(bytes(node), 2, 4, bytes(node_of), 3, Indexes(14), current)
+    else:
+        again = _deal(node, 2, 4, node_of, 3, Indexes(14), current)
+    assert again == dealt
+    assert again[0] is current[0]
+    assert all(again[j] is not current[j] for j in range(1, 5))
+    with_set = _deal(node, 2, 4, node_of, 3, Indexes(14), [*dealt[:4], mutable])  # type: ignore[list-item]
+    assert with_set == dealt
+    assert all(with_set[j] is dealt[j] for j in range(4))
+    assert type(with_set[4]) is frozenset
+
+
 def fs(*partitions: int) -> frozenset[int]:
     return frozenset(partitions)
 
