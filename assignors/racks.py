@@ -148,6 +148,7 @@ _SHARED: dict[
         dict[str, int],
         dict[frozenset[str], int],
         dict[tuple[frozenset[str], ...], bytes],
+        tuple[str, tuple[str, ...]],
     ],
 ] = {}
 """Per tuple of relevant racks: what :class:`RackNodes` derives from the racks alone (at most
@@ -161,6 +162,7 @@ class RackNodes:
     the relevant racks among them (cached per topic)."""
 
     __slots__ = (
+        "_bytes_key",
         "_masks",
         "_of_set",
         "_tables",
@@ -182,11 +184,13 @@ class RackNodes:
                 {r: j for j, r in enumerate(key)},
                 {},
                 {},
+                ("racks.mask_bytes", key),
             )
         # rack -> its bit; rack -> its node; racks -> mask (shared by topics with the same
         # racks); a topic's rack codes -> its masks' translate table (all read only, or caches
-        # of functions of the racks alone: shared by every computation on these racks).
-        self.bit, self.index, self._of_set, self._tables = shared
+        # of functions of the racks alone: shared by every computation on these racks); the
+        # key of mask_bytes in a topic's memo.
+        self.bit, self.index, self._of_set, self._tables, self._bytes_key = shared
         self.elsewhere = len(key)
         self.count = len(key) + 1
         self._masks: dict[TopicId, dict[frozenset[str] | None, int]] = {}
@@ -220,19 +224,35 @@ class RackNodes:
         return dict(zip(groups, map(self.mask, groups), strict=True))
 
     def masks_by_partition(self, metadata: TopicMetadata) -> Sequence[int]:
-        """Each partition's mask, in partition order (a bytes object when it can be)."""
-        coded = metadata.partition_rack_codes()
-        if coded is not None and len(self.racks) <= 8:  # a mask fits in a byte
-            codes, racks = coded
-            table = self._tables.get(racks)
-            if table is None:
-                if len(self._tables) >= _SHARED_KEPT:
-                    self._tables.clear()
-                table = self._tables[racks] = bytes(map(self.mask, racks)).ljust(256, b"\0")
-            return codes.translate(table)
+        """Each partition's mask, in partition order (a bytes object when it can be:
+        :meth:`mask_bytes`)."""
+        coded = self.mask_bytes(metadata)
+        if coded is not None:
+            return coded
         mask_of = self.mask_of(metadata)
         n = metadata.num_partitions
         return list(map(mask_of.get, map(metadata.partition_racks.get, range(n)), repeat(0)))
+
+    def mask_bytes(self, metadata: TopicMetadata) -> bytes | None:
+        """Each partition's mask as one byte, in partition order, kept with the topic's metadata
+        per tuple of relevant racks (a few partitions' masks are then a few lookups in one
+        compact object, not in the topic's map of racks); None when the topic's racks are not
+        coded or a mask does not fit in a byte."""
+        if len(self.racks) > 8:
+            return None
+        return metadata.memo(self._bytes_key, partial(self._mask_bytes, metadata))
+
+    def _mask_bytes(self, metadata: TopicMetadata) -> bytes | None:
+        coded = metadata.partition_rack_codes()
+        if coded is None:
+            return None
+        codes, racks = coded
+        table = self._tables.get(racks)
+        if table is None:
+            if len(self._tables) >= _SHARED_KEPT:
+                self._tables.clear()
+            table = self._tables[racks] = bytes(map(self.mask, racks)).ljust(256, b"\0")
+        return codes.translate(table)
 
     def local(self, mask: int, node: int) -> bool:
         return node != self.elsewhere and bool(mask >> node & 1)

@@ -237,16 +237,14 @@ class Sparse:
         than ``quota``, those that take ``quota + 1`` holding less, and those whose load
         changed."""
         quota, changed = self.quota, self.load.written
-        others = self.others_of
-        found: list[list[Sequence[str]]] = [
-            [others[v]] if v in others else [] for v in range(len(self.sizes))
-        ]
+        found: dict[int, list[Sequence[str]]] = {v: [ids] for v, ids in self.others_of.items()}
         for v, _r, k, ids in self.buckets:
             if k < quota:
-                found[v].append(ids)
-        return [
-            self._off_target(ids, v, lt) if ids or changed else [] for v, ids in enumerate(found)
-        ]
+                found.setdefault(v, []).append(ids)
+        by_node: list[list[str]] = [[] for _ in self.sizes]
+        for v in range(len(by_node)) if changed else found:
+            by_node[v] = self._off_target(found.get(v, ()), v, lt)
+        return by_node
 
     def _off_target(
         self, found: Sequence[Iterable[str]], node: int | None, off: Callable[[int, int], bool]

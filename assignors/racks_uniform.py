@@ -405,9 +405,10 @@ class _ClassSettle:
                     _HELD_KINDS.clear()
                 kinds = _HELD_KINDS[nodes.racks] = {}
             found = list(map(kinds.get, held))
-            if None not in found and len(set(found)) == len(found):  # known, one key each
+            if None not in found:  # every key known
                 counts.update(zip(found, held.values(), strict=True))  # type: ignore[arg-type]
-            else:
+            if len(counts) != len(held):  # some key unknown, or two keys of one kind
+                counts.clear()
                 for key, k in held.items():
                     kind = kinds.get(key)
                     if kind is None:
@@ -440,10 +441,13 @@ class _ClassSettle:
                 for m, group in self.masks(t).items():
                     free[(m, t)] = group  # ascending
                 continue
-            if len(seq) * 64 < metadata.num_partitions:  # a few: each looked up
+            coded = nodes.mask_bytes(metadata)
+            if coded is not None:  # each partition's mask kept in a byte: looked up
+                mask_of: Sequence[int] = list(map(coded.__getitem__, seq))
+            elif len(seq) * 64 < metadata.num_partitions:  # a few: each looked up
                 by_racks = nodes.mask_of(metadata)
                 racks_of = metadata.partition_racks
-                mask_of: Sequence[int] = list(map(by_racks.get, map(racks_of.get, seq), repeat(0)))
+                mask_of = list(map(by_racks.get, map(racks_of.get, seq), repeat(0)))
             else:
                 mask_of = nodes.masks_by_partition(metadata)
                 mask_of = list(map(mask_of.__getitem__, seq))
