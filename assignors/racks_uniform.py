@@ -123,6 +123,8 @@ class _Table(NamedTuple):
     the number of nodes, LOCAL and the kinds alone, so kept across calls (:func:`_table`; the
     plan only reads it)."""
 
+    kinds: list[tuple[int, int]]
+    """The kinds, in order."""
     weights: list[list[int]]
     """Per kind: LOCAL at each node of a relevant rack in its mask, plus one at the node holding
     it (stickiness; none for the pool of free partitions, node ``count``); nothing at the last
@@ -136,16 +138,18 @@ class _Table(NamedTuple):
 
 
 _TABLES: dict[tuple[int, int, tuple[tuple[int, int], ...]], _Table] = {}
-"""(number of nodes, LOCAL, the kinds) -> :class:`_Table`, kept across calls (at most
-``_HELD_KINDS_KEPT``: then started afresh)."""
+"""(number of nodes, LOCAL, the kinds as counted) -> :class:`_Table`, kept across calls (at
+most ``_HELD_KINDS_KEPT``: then started afresh)."""
 
 
-def _table(count: int, big: int, kinds: Sequence[tuple[int, int]]) -> _Table:
-    """The :class:`_Table` of the kinds, with ``count`` nodes and ``big`` for LOCAL."""
-    key = (count, big, tuple(kinds))
+def _table(count: int, big: int, counted: Iterable[tuple[int, int]]) -> _Table:
+    """The :class:`_Table` of the kinds (``counted``, in any order), with ``count`` nodes and
+    ``big`` for LOCAL."""
+    key = (count, big, tuple(counted))
     found = _TABLES.get(key)
     if found is not None:
         return found
+    kinds = sorted(key[2])
     racked = range(count - 1)  # the nodes of relevant racks (the last is elsewhere)
     local: dict[int, list[int]] = {}  # mask -> LOCAL gain per node
     weights = []
@@ -161,7 +165,9 @@ def _table(count: int, big: int, kinds: Sequence[tuple[int, int]]) -> _Table:
     held = [k for k, (_m, h) in enumerate(kinds) if h < count]
     if len(_TABLES) >= _HELD_KINDS_KEPT:
         _TABLES.clear()
-    found = _TABLES[key] = _Table(weights, greedy_order(weights), held, [kinds[k][1] for k in held])
+    found = _TABLES[key] = _Table(
+        kinds, weights, greedy_order(weights), held, [kinds[k][1] for k in held]
+    )
     return found
 
 
@@ -261,12 +267,12 @@ class _ClassSettle:
             use = None
             holder = self._holders(topic_ids, None)
             counts, free = self._count(incoming, holder, held)
-        kinds = sorted(counts)
+        table = _table(nodes.count, sum(counts.values()) + 1, counts)
+        kinds = table.kinds
         quota, extras = divmod(roster.total, sum(roster.sizes))
         size = roster.sizes
         supplies = list(map(counts.__getitem__, kinds))
         shares = list(map(quota.__mul__, size))
-        table = _table(nodes.count, sum(supplies) + 1, kinds)
         taken: list[int] = []  # the extras each node takes
         flow = transport(
             supplies,
@@ -285,9 +291,10 @@ class _ClassSettle:
         receiving: list[Segments] = [{} for _ in size]  # per node
         excess: dict[int, dict[int, int]] = {}  # node -> mask -> what the plan takes from it
         pool = self.pool
-        held_rows = list(map(flow.__getitem__, table.held))
-        if list(map(getitem, held_rows, table.at)) != list(map(supplies.__getitem__, table.held)):
-            for k, placed, h in zip(table.held, held_rows, table.at, strict=True):
+        kept = sum(map(getitem, map(flow.__getitem__, table.held), table.at))
+        if kept != sum(map(supplies.__getitem__, table.held)):  # some node gives some up
+            for k, h in zip(table.held, table.at, strict=True):
+                placed = flow[k]
                 if supplies[k] > placed[h]:
                     excess.setdefault(h, {})[kinds[k][0]] = supplies[k] - placed[h]
         if excess and holder is None:

@@ -28,7 +28,7 @@ from assignors.api import (
 from assignors.conformance._model import make_group_spec, permuted
 from assignors.conformance._strategies import scenarios
 from assignors.plan import _greedy, greedy_order, transport
-from assignors.racks import count_rack_local
+from assignors.racks import RackNodes, count_rack_local
 from assignors.range import RangeAssignor
 from assignors.summary import summarize
 from assignors.uniform import UniformAssignor, compute_uniform_changes
@@ -286,6 +286,171 @@ def test_a_settled_uniform_group_stays_as_it_is(
         {m: dataclasses.replace(s, assignment=first[m]) for m, s in spec.members.items()}
     )
     assert run(UNIFORM, again, topics) == first
+
+
+@st.composite
+def settled_then_changed(
+    draw: st.DrawFn,
+) -> tuple[GroupSpec, dict[str, TopicMetadata]]:
+    """A homogeneous group settled by the whole computation, then changed as the coordinator
+    sees it: 1-12 racks (more than 8 masks of free partitions in a topic), each partition
+    with replicas in 0-4 of them; 1-16 members in those racks, in a rack with no replica or in
+    none; then one member leaves, or one joins (also to a group settled after a leave, whose
+    members above the new quota may hold just one partition of their last topic), or several
+    leave and join at once, and a topic may gain partitions (unassigned)."""
+    racks = [f"r{j:02d}" for j in range(draw(st.integers(1, 12)))]
+    topics = {}
+    for k in range(draw(st.integers(1, 3))):
+        n = draw(st.integers(1, 40))
+        sets = draw(
+            st.lists(st.frozensets(st.sampled_from(racks), max_size=4), min_size=n, max_size=n)
+        )
+        topics[f"t{k}"] = TopicMetadata(
+            topic_id=f"t{k}",
+            name=f"t{k}-name",
+            num_partitions=n,
+            partition_racks={p: rs for p, rs in enumerate(sets) if rs},
+        )
+    names = tuple(sorted(topics))
+    rack_ids = st.sampled_from([*racks, "elsewhere", None])
+    count = draw(st.integers(1, 16))
+    first = {f"m{j:02d}": member(draw(rack_ids), names) for j in range(count)}
+    settled = run(UNIFORM, make_group_spec(first), topics)
+    change = draw(st.sampled_from(["leave", "join", "both", "leave, then join"]))
+    ids = sorted(first)
+    if change == "leave, then join" and count > 1:  # settled again after a leave
+        gone = draw(st.sampled_from(ids))
+        ids.remove(gone)
+        first = {m: first[m] for m in ids}
+        left = {m: member(s.rack_id, names, settled[m]) for m, s in first.items()}
+        settled = run(UNIFORM, make_group_spec(left), topics)
+        count -= 1
+        change = "join"
+    leaving: set[str] = set()
+    if change != "join" and count > 1:
+        leaving = set(draw(st.lists(st.sampled_from(ids), min_size=1, max_size=count - 1)))
+        if change == "leave":
+            leaving = {min(leaving)}
+    joining = 0 if change == "leave" else draw(st.integers(1, 1 if change == "join" else 3))
+    members = {
+        m: member(s.rack_id, names, settled[m]) for m, s in first.items() if m not in leaving
+    }
+    for j in range(joining):
+        members[f"n{j}"] = member(draw(rack_ids), names)
+    if draw(st.booleans()):  # a topic gains partitions: nobody holds them
+        t = draw(st.sampled_from(names))
+        more = draw(st.integers(1, 20))
+        old = topics[t]
+        extra = draw(
+            st.lists(
+                st.frozensets(st.sampled_from(racks), max_size=4), min_size=more, max_size=more
+            )
+        )
+        racks_of = dict(old.partition_racks)
+        racks_of.update({old.num_partitions + i: rs for i, rs in enumerate(extra) if rs})
+        topics[t] = dataclasses.replace(
+            old, num_partitions=old.num_partitions + more, partition_racks=racks_of
+        )
+    return make_group_spec(members), topics
+
+
+@PROPERTY
+@given(settled_then_changed())
+def test_uniform_incremental_path_after_leaves_and_joins_equals_the_whole_computation(
+    group: tuple[GroupSpec, dict[str, TopicMetadata]],
+) -> None:
+    """The incremental path's shortcuts for small changes (a member giving up its whole last
+    topic, a single node receiving what moves, the free partitions of one mask or of up to 8
+    masks, the members below their count found per node) give the whole computation's result
+    on settled groups after one leave, one join or several of both, with partitions added."""
+    spec, topics = group
+    incremental_equals_whole(spec, topics)
+
+
+def incremental_equals_whole(spec: GroupSpec, topics: Mapping[str, TopicMetadata]) -> Plain:
+    """Asserts that the incremental path (from the summary the coordinator would keep) names
+    exactly the members whose assignment changes and gives them the whole computation's
+    result; returns that result."""
+    summary = summarize(spec, topics)
+    assert summary is not None
+    changes = compute_uniform_changes(dataclasses.replace(spec, target_summary=summary), topics)
+    assert changes is not None
+    whole = run(UNIFORM, spec, topics)
+    assert {m: dict(changes.get(m, s.assignment)) for m, s in spec.members.items()} == whole
+    assert {m for m, s in spec.members.items() if whole[m] != dict(s.assignment)} == set(changes)
+    return whole
+
+
+def test_uniform_incremental_path_with_more_relevant_racks_than_a_byte_holds() -> None:
+    """Ten relevant racks (a partition's mask needs more than a byte: no byte per partition is
+    kept), 200 members on two topics of 1,000 partitions: a leave (its few partitions' masks
+    looked up one by one), the same leave with partitions added to a topic (more than 8 masks
+    among them), then a join to the group settled after the leave (the members above the new
+    quota give up the one partition of their last topic they took) — each through the
+    incremental path is the whole computation's result."""
+    racks = [f"r{j}" for j in range(10)]
+
+    def layout(n: int, step: int) -> dict[int, frozenset[str]]:
+        return {p: frozenset({racks[p % 10], racks[(p * step + 1) % 10]}) for p in range(n)}
+
+    names = ("t0", "t1")
+    meta = {
+        t: TopicMetadata(topic_id=t, name=t, num_partitions=1000, partition_racks=layout(1000, k))
+        for k, t in enumerate(names, start=3)
+    }
+    grown = dict(meta)
+    grown["t1"] = dataclasses.replace(
+        meta["t1"], num_partitions=1030, partition_racks=layout(1030, 4)
+    )
+    first = {f"m{j:03d}": member(racks[j % 10], names) for j in range(200)}
+    settled = run(UNIFORM, make_group_spec(first), meta)
+    left = {m: member(s.rack_id, names, settled[m]) for m, s in first.items() if m != "m103"}
+
+    incremental_equals_whole(make_group_spec(left), grown)
+    after = incremental_equals_whole(make_group_spec(left), meta)
+    joined = {m: member(s.rack_id, names, after[m]) for m, s in left.items()}
+    joined["new"] = member("r0", names)
+    incremental_equals_whole(make_group_spec(joined), meta)
+
+
+def test_the_incremental_path_declines_buckets_that_do_not_hold_every_member() -> None:
+    """A summary whose members by rack and load miss a member (not what the coordinator
+    keeps): the incremental path declines (None: the whole computation runs) instead of
+    planning for other members."""
+    meta = {"t": topic("t", 6, {p: "ab" if p % 2 else "bc" for p in range(6)})}
+    spec = make_group_spec({"m0": member("a"), "m1": member("b"), "m2": member("c")})
+    summary = summarize(spec, meta)
+    assert summary is not None and summary.members_by_rack is not None
+    assert compute_uniform_changes(dataclasses.replace(spec, target_summary=summary), meta)
+    short = {r: dict(by_load) for r, by_load in summary.members_by_rack.items() if r != "c"}
+    broken = dataclasses.replace(summary, members_by_rack=short)
+    assert compute_uniform_changes(dataclasses.replace(spec, target_summary=broken), meta) is None
+
+
+def test_partition_masks_kept_in_bytes_when_they_fit() -> None:
+    """Each partition's mask as one byte, kept with the topic's metadata per tuple of relevant
+    racks; none when the topic's sets of racks are not coded in a byte (more than 256 of them)
+    or a mask needs more than 8 racks — the masks by partition are then a list, the same."""
+    pairs = [frozenset({f"r{a:02d}", f"r{b:02d}"}) for a in range(25) for b in range(a + 1, 25)]
+    few = TopicMetadata(
+        topic_id="few", name="few", num_partitions=30, partition_racks=dict(enumerate(pairs[:30]))
+    )
+    many = TopicMetadata(
+        topic_id="many", name="many", num_partitions=300, partition_racks=dict(enumerate(pairs))
+    )
+    for racks, topic_of, coded in (
+        (["r00", "r01", "r02"], few, True),
+        (["r00", "r01", "r02"], many, False),
+        ([f"r{j:02d}" for j in range(9)], few, False),
+    ):
+        nodes = RackNodes(racks)
+        masks = [nodes.mask(topic_of.partition_racks[p]) for p in range(topic_of.num_partitions)]
+        kept = nodes.mask_bytes(topic_of)
+        assert (kept is not None) == coded
+        if kept is not None:
+            assert list(kept) == masks
+            assert RackNodes(racks).mask_bytes(topic_of) is kept  # kept with the metadata
+        assert list(nodes.masks_by_partition(topic_of)) == masks
 
 
 # ---------------------------------------------------------------------- exact cases
