@@ -145,7 +145,11 @@ class Sparse:
     """The members of a homogeneous group from its target summary: ``by_rack`` (rack -> load
     -> the sorted ids of the members of that rack holding that many partitions), ``loads``
     (member id -> load), ``specs`` (member id -> its input). ``target``, ``node_of``,
-    ``current`` and ``load`` (the working loads) are looked up member by member, when asked."""
+    ``current`` and ``load`` (the working loads) are looked up member by member, when asked;
+    the targets and nodes of the members found above or below their count are written from
+    their buckets as they are found (C-level passes over the bucket slices, not one lookup per
+    member). The members below their count are found per node, from its buckets and the light
+    members it chose to take its extra partitions."""
 
     def __init__(
         self,
