@@ -139,7 +139,8 @@ def compute_range_assignment(
                     specs, ordered, mine, subscribed[id(ordered)], topics
                 )
             current = None
-            if count >= 2 * len(ordered):  # (runs of one index are shared sets already)
+            # (members in no rack are placed rack-blind; runs of one index are shared sets)
+            if coded.names and count >= 2 * len(ordered):
                 current = _current(firsts[id(ordered)], group[0])
             dealt = place_ranges(coded, group, count, topics, shared, current)
         if dealt is None:
