@@ -154,6 +154,8 @@ _SHARED: dict[
 """Per tuple of relevant racks: what :class:`RackNodes` derives from the racks alone (at most
 ``_SHARED_KEPT`` tuples, and entries per cache: then started afresh)."""
 _SHARED_KEPT = 1024
+_KEEP_MASK_BYTES = 4096
+"""Topics of this many partitions or more keep their partitions' masks (:meth:`RackNodes.mask_bytes`)."""
 
 
 class RackNodes:
@@ -237,9 +239,12 @@ class RackNodes:
         """Each partition's mask as one byte, in partition order, kept with the topic's metadata
         per tuple of relevant racks (a few partitions' masks are then a few lookups in one
         compact object, not in the topic's map of racks); None when the topic's racks are not
-        coded or a mask does not fit in a byte."""
+        coded or a mask does not fit in a byte. (A small topic's are made afresh: a translate of
+        a few thousand bytes costs less than finding them in the memo.)"""
         if len(self.racks) > 8:
             return None
+        if metadata.num_partitions < _KEEP_MASK_BYTES:
+            return self._mask_bytes(metadata)
         return metadata.memo(self._bytes_key, partial(self._mask_bytes, metadata))
 
     def _mask_bytes(self, metadata: TopicMetadata) -> bytes | None:

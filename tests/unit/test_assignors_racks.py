@@ -427,30 +427,32 @@ def test_the_incremental_path_declines_buckets_that_do_not_hold_every_member() -
     assert compute_uniform_changes(dataclasses.replace(spec, target_summary=broken), meta) is None
 
 
-def test_partition_masks_kept_in_bytes_when_they_fit() -> None:
-    """Each partition's mask as one byte, kept with the topic's metadata per tuple of relevant
-    racks; none when the topic's sets of racks are not coded in a byte (more than 256 of them)
-    or a mask needs more than 8 racks — the masks by partition are then a list, the same."""
+def test_partition_masks_in_bytes_when_they_fit() -> None:
+    """Each partition's mask as one byte (kept with a big topic's metadata per tuple of
+    relevant racks, made afresh for a small one); none when the topic's sets of racks are not
+    coded in a byte (more than 256 of them) or a mask needs more than 8 racks — the masks by
+    partition are then a list, the same."""
     pairs = [frozenset({f"r{a:02d}", f"r{b:02d}"}) for a in range(25) for b in range(a + 1, 25)]
-    few = TopicMetadata(
-        topic_id="few", name="few", num_partitions=30, partition_racks=dict(enumerate(pairs[:30]))
-    )
-    many = TopicMetadata(
-        topic_id="many", name="many", num_partitions=300, partition_racks=dict(enumerate(pairs))
-    )
-    for racks, topic_of, coded in (
-        (["r00", "r01", "r02"], few, True),
-        (["r00", "r01", "r02"], many, False),
-        ([f"r{j:02d}" for j in range(9)], few, False),
+
+    def topic_of(n: int, sets: int) -> TopicMetadata:
+        racks = {p: pairs[p % sets] for p in range(n)}
+        return TopicMetadata(topic_id=f"{n}", name=f"{n}", num_partitions=n, partition_racks=racks)
+
+    three = ["r00", "r01", "r02"]
+    for racks, metadata, coded, kept in (
+        (three, topic_of(30, 30), True, False),
+        (three, topic_of(5000, 30), True, True),
+        (three, topic_of(300, 300), False, False),
+        ([f"r{j:02d}" for j in range(9)], topic_of(5000, 30), False, False),
     ):
         nodes = RackNodes(racks)
-        masks = [nodes.mask(topic_of.partition_racks[p]) for p in range(topic_of.num_partitions)]
-        kept = nodes.mask_bytes(topic_of)
-        assert (kept is not None) == coded
-        if kept is not None:
-            assert list(kept) == masks
-            assert RackNodes(racks).mask_bytes(topic_of) is kept  # kept with the metadata
-        assert list(nodes.masks_by_partition(topic_of)) == masks
+        masks = [nodes.mask(metadata.partition_racks[p]) for p in range(metadata.num_partitions)]
+        found = nodes.mask_bytes(metadata)
+        assert (found is not None) == coded
+        if found is not None:
+            assert list(found) == masks
+            assert (RackNodes(racks).mask_bytes(metadata) is found) == kept
+        assert list(nodes.masks_by_partition(metadata)) == masks
 
 
 # ---------------------------------------------------------------------- exact cases
