@@ -160,9 +160,13 @@ class Sparse:
         total: int,
     ) -> None:
         self.specs, self.initial, self.by_rack, self.total = specs, loads, by_rack, total
-        self.node_of = node_of = _NodeOf(specs, nodes)
-        self.current = _Assignments(specs)
-        self.load = _Written(loads)
+        # Their attributes set here: no __init__ call each (what they need is in their docs).
+        self.node_of = node_of = _NodeOf()
+        node_of.specs, node_of.index, node_of.elsewhere = specs, nodes.index, nodes.elsewhere
+        self.current = current = _Assignments()
+        current.specs = specs
+        self.load = load = _Written()
+        load.initial, load.written = loads, set()
         # The buckets: (node, rack, load, ids).
         self.buckets: list[tuple[int, str | None, int, Sequence[str]]] = []
         sizes = [0] * nodes.count
@@ -178,7 +182,14 @@ class Sparse:
         self.taken: dict[tuple[str | None, int], int] = {}  # bucket -> its first ids taking q + 1
         # Per node, its members holding q or less that take q + 1, in order.
         self.others_of: dict[int, list[str]] = {}
-        self.target = _Targets(specs, loads, by_rack, self.taken)
+        self.target = target = _Targets()
+        target.specs, target.initial, target.by_rack, target.taken = (
+            specs,
+            loads,
+            by_rack,
+            self.taken,
+        )
+        target.quota = 0
 
     def set_targets(self, quota: int, extras: Sequence[int]) -> None:
         """As :meth:`Dense.set_targets`, from the buckets: the members holding more than
@@ -327,17 +338,11 @@ class _Targets(dict[str, int]):
     ends, without waiting for a garbage collection)."""
 
     __slots__ = ("by_rack", "initial", "quota", "specs", "taken")
-
-    def __init__(
-        self,
-        specs: Mapping[str, MemberSubscription],
-        initial: Mapping[str, int],
-        by_rack: Mapping[str | None, Mapping[int, Sequence[str]]],
-        taken: dict[tuple[str | None, int], int],
-    ) -> None:
-        self.specs, self.initial, self.by_rack = specs, initial, by_rack
-        self.taken = taken
-        self.quota = 0
+    specs: Mapping[str, MemberSubscription]
+    initial: Mapping[str, int]
+    by_rack: Mapping[str | None, Mapping[int, Sequence[str]]]
+    taken: dict[tuple[str | None, int], int]
+    quota: int
 
     def __missing__(self, member: str) -> int:
         quota, k = self.quota, self.initial[member]
@@ -354,9 +359,7 @@ class _Assignments(dict[str, Mapping[TopicId, frozenset[int]]]):
     """Each member's assignment from its spec, kept when first asked."""
 
     __slots__ = ("specs",)
-
-    def __init__(self, specs: Mapping[str, MemberSubscription]) -> None:
-        self.specs = specs
+    specs: Mapping[str, MemberSubscription]
 
     def __missing__(self, key: str) -> Mapping[TopicId, frozenset[int]]:
         value = self[key] = self.specs[key].assignment
@@ -367,11 +370,9 @@ class _NodeOf(dict[str, int]):
     """Each member's node from its spec's rack, kept when first asked."""
 
     __slots__ = ("elsewhere", "index", "specs")
-
-    def __init__(self, specs: Mapping[str, MemberSubscription], nodes: RackNodes) -> None:
-        self.specs = specs
-        self.index = nodes.index
-        self.elsewhere = nodes.elsewhere
+    specs: Mapping[str, MemberSubscription]
+    index: dict[str, int]
+    elsewhere: int
 
     def __missing__(self, key: str) -> int:
         value = self[key] = self.index.get(self.specs[key].rack_id, self.elsewhere)  # type: ignore[arg-type]
@@ -382,10 +383,8 @@ class _Written(dict[str, int]):
     """The working loads: the summary's, until written; ``written``: the members written."""
 
     __slots__ = ("initial", "written")
-
-    def __init__(self, initial: Mapping[str, int]) -> None:
-        self.initial = initial
-        self.written: set[str] = set()
+    initial: Mapping[str, int]
+    written: set[str]
 
     def __missing__(self, key: str) -> int:
         value = self.initial[key]
