@@ -148,7 +148,7 @@ _SHARED: dict[
         dict[str, int],
         dict[frozenset[str], int],
         dict[tuple[frozenset[str], ...], bytes],
-        tuple[str, tuple[str, ...]],
+        str,
     ],
 ] = {}
 """Per tuple of relevant racks: what :class:`RackNodes` derives from the racks alone (at most
@@ -186,7 +186,7 @@ class RackNodes:
                 {r: j for j, r in enumerate(key)},
                 {},
                 {},
-                ("racks.mask_bytes", key),
+                "racks.mask_bytes" + repr(key),  # a string: its hash is kept (a tuple's is not)
             )
         # rack -> its bit; rack -> its node; racks -> mask (shared by topics with the same
         # racks); a topic's rack codes -> its masks' translate table (all read only, or caches

@@ -142,14 +142,11 @@ _TABLES: dict[tuple[int, int, tuple[tuple[int, int], ...]], _Table] = {}
 most ``_HELD_KINDS_KEPT``: then started afresh)."""
 
 
-def _table(count: int, big: int, counted: Iterable[tuple[int, int]]) -> _Table:
-    """The :class:`_Table` of the kinds (``counted``, in any order), with ``count`` nodes and
-    ``big`` for LOCAL."""
-    key = (count, big, tuple(counted))
-    found = _TABLES.get(key)
-    if found is not None:
-        return found
-    kinds = sorted(key[2])
+def _table(key: tuple[int, int, tuple[tuple[int, int], ...]]) -> _Table:
+    """The :class:`_Table` of ``key``: (number of nodes, LOCAL, the kinds as counted, in any
+    order); kept in ``_TABLES`` (where callers look first)."""
+    count, big, counted = key
+    kinds = sorted(counted)
     racked = range(count - 1)  # the nodes of relevant racks (the last is elsewhere)
     local: dict[int, list[int]] = {}  # mask -> LOCAL gain per node
     weights = []
@@ -267,7 +264,8 @@ class _ClassSettle:
             use = None
             holder = self._holders(topic_ids, None)
             counts, free = self._count(incoming, holder, held)
-        table = _table(nodes.count, sum(counts.values()) + 1, counts)
+        key = (nodes.count, sum(counts.values()) + 1, tuple(counts))
+        table = _TABLES.get(key) or _table(key)
         kinds = table.kinds
         quota, extras = divmod(roster.total, sum(roster.sizes))
         size = roster.sizes
