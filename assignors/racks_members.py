@@ -199,7 +199,16 @@ class Sparse:
         for v, extra in enumerate(extras):
             if not extra:
                 continue
-            heavy = [(r, k, ids) for w, r, k, ids in self.buckets if w == v and k > quota]
+            # The node's buckets above the quota and the others (a loop: in Python 3.11 each
+            # comprehension is a call of its own).
+            heavy: list[tuple[str | None, int, Sequence[str]]] = []
+            light: list[Sequence[str]] = []
+            for w, r, k, ids in self.buckets:
+                if w == v:
+                    if k > quota:
+                        heavy.append((r, k, ids))
+                    else:
+                        light.append(ids)
             left = extra
             if heavy:
                 taken = _first([ids for _r, _k, ids in heavy], extra)
@@ -208,7 +217,6 @@ class Sparse:
                         self.taken[(r, k)] = n
                 left -= sum(taken)
             if left:
-                light = [ids for w, _r, k, ids in self.buckets if w == v and k <= quota]
                 chosen = self.others_of[v] = list(
                     islice(light[0] if len(light) == 1 else merge(*light), left)
                 )
@@ -252,11 +260,13 @@ class Sparse:
         than ``quota``, those that take ``quota + 1`` holding less, and those whose load
         changed."""
         quota, changed = self.quota, self.load.written
-        found: dict[int, list[Sequence[str]]] = {v: [ids] for v, ids in self.others_of.items()}
+        found: dict[int, list[Sequence[str]]] = {}
+        for v, chosen in self.others_of.items():
+            found[v] = [chosen]
         for v, _r, k, ids in self.buckets:
             if k < quota:
                 found.setdefault(v, []).append(ids)
-        by_node: list[list[str]] = [[] for _ in self.sizes]
+        by_node: list[list[str]] = [[]] * len(self.sizes)  # the empty list only read
         for v in range(len(by_node)) if changed else found:
             by_node[v] = self._off_target(found.get(v, ()), v, lt)
         return by_node

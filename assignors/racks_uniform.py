@@ -286,7 +286,7 @@ class _ClassSettle:
         out: dict[Any, Assignment] = {}
         load: Any = roster.load
         moving: dict[tuple[int, int], Moving] = {}  # (mask, from node) -> partitions
-        receiving: list[Segments] = [{} for _ in size]  # per node
+        receiving: list[Segments] = list(map(dict, repeat((), len(size))))  # per node
         excess: dict[int, dict[int, int]] = {}  # node -> mask -> what the plan takes from it
         pool = self.pool
         kept = sum(map(getitem, map(flow.__getitem__, table.held), table.at))
@@ -315,7 +315,10 @@ class _ClassSettle:
         for (m, t), seq in free.items():
             moving.setdefault((m, pool), {})[t] = seq
         for m, h in sorted(moving):  # in the order of the kinds
-            wanted = [(v, n) for v, n in enumerate(flow[kinds.index((m, h))]) if v != h and n]
+            row = flow[kinds.index((m, h))]
+            wanted = list(compress(enumerate(row), row))  # the nodes taking some
+            if h < pool:  # what a node gives up: not to itself
+                wanted = [(v, n) for v, n in wanted if v != h]
             _deal(moving[(m, h)], wanted, receiving)
         by_node: list[list[Any]] = roster.below_by_node()
         for v, below in enumerate(by_node):
