@@ -40,8 +40,10 @@ partition's mask is a ``bytes.translate`` (or a lookup in a bytes object) on one
 partition; ``uniform`` counts the partitions its members hold from the coordinator's owners
 (:func:`count_owned`: per topic, the holders of its partitions in the order of their masks
 through one ``itemgetter`` kept with the topic's metadata and their nodes through another, one
-byte each, then counted per mask with ``bytes.count``; in a heterogeneous group, a class whose topics only it
-subscribes, :func:`count_owned_by_node`) or, in the incremental path, takes them from the
+byte each, then counted per mask with ``bytes.count``; given the members' loads, the holders
+of the partitions local to every relevant rack are not looked up, each node's count of them is
+its members' loads less its other counts; in a heterogeneous group, a class whose topics only
+it subscribes, :func:`count_owned_by_node`) or, in the incremental path, takes them from the
 target summary; ``range`` adds each rack's bits up over the group's topics as the lanes of one
 integer.
 
@@ -324,6 +326,7 @@ def count_owned(
     owners: Mapping[TopicId, Mapping[int, str]],
     topic_ids: Iterable[TopicId],
     topics: Mapping[TopicId, TopicMetadata],
+    loads: Sequence[int] | None = None,
 ) -> Counted | None:
     """The partitions of ``topic_ids`` that ``owners`` (topic -> partition -> member id, as the
     coordinator gives it) names, counted by (mask, node of the member; ``ids`` and
@@ -336,8 +339,20 @@ def count_owned(
     counted with ``bytes.count``. Indexes are checked on the way: as many indexes must be
     found among the topic's partitions as the topic has owners (an index out of range is
     never found). None when it cannot tell: an index out of range, an owner not in ``ids``,
-    more than 254 nodes."""
-    return count_owned_by_node(nodes, ids, nodes.nodes_of(rack_of), owners, topic_ids, topics)
+    more than 254 nodes, or (with ``loads``) counts that do not add up.
+
+    ``loads``: each member's number of partitions, from its assignment, when the caller has
+    them. Then, in the topics held whole, the holders of the partitions local to every
+    relevant rack (with 2-3 replicas over 3 racks, about half of them) are not looked up: each
+    node holds of them what its members hold less what was counted of the other masks. Their
+    indexes are still checked (found in the owners, by the same ``itemgetter``); their owners
+    are not checked to be members, but the loads must add up to the owners named (None
+    otherwise), which an owner who is no member breaks unless some member holds its partition
+    all the same — and then those counts, taken from the members' own assignments, are
+    right."""
+    return count_owned_by_node(
+        nodes, ids, nodes.nodes_of(rack_of), owners, topic_ids, topics, loads
+    )
 
 
 def count_owned_by_node(
@@ -347,6 +362,7 @@ def count_owned_by_node(
     owners: Mapping[TopicId, Mapping[int, str]],
     topic_ids: Iterable[TopicId],
     topics: Mapping[TopicId, TopicMetadata],
+    loads: Sequence[int] | None = None,
 ) -> Counted | None:
     """:func:`count_owned`, given the members' nodes (``node_of``, by index) rather than
     their racks."""
@@ -361,6 +377,10 @@ def count_owned_by_node(
     by_mask: dict[int, list[bytes]] = {}
     expected = 0  # the owners named: every one of them must be found
     key = _order_key(nodes)
+    # With the loads, the mask local everywhere (the highest: last in each topic's order) is
+    # not looked up where every partition of the topic is held (`unseen` of them).
+    everywhere = (1 << nodes.elsewhere) - 1 if loads is not None and nodes.elsewhere else -1
+    unseen = 0
     try:
         for t in topic_ids:
             owned = owners.get(t)
@@ -379,6 +399,14 @@ def count_owned_by_node(
                     pass
             if holders is None:
                 held = bytes(map(code.__getitem__, map(owned.get, order)))
+            elif bounds[-1][0] == everywhere:
+                _m, cut, end = bounds[-1]
+                unseen += end - cut
+                bounds = bounds[:-1]
+                if cut > 1:
+                    held = bytes(itemgetter(*holders[:cut])(code))
+                else:  # (an itemgetter of one key gives the value, not a tuple)
+                    held = bytes(map(code.__getitem__, holders[:cut]))
             else:
                 held = bytes(itemgetter(*holders)(code))
             for m, start, stop in bounds:
@@ -400,9 +428,36 @@ def count_owned_by_node(
             if k:
                 counts[(m, v)] = k
                 found += k
-    if found != expected:
+    if found + unseen != expected:
         return None  # an index out of range (never found among the partitions)
+    if unseen:
+        assert loads is not None
+        if sum(loads) != expected:
+            return None  # the owners are not the members' assignments
+        # Each node's partitions local everywhere: its members' load less its other counts.
+        held_by = _node_loads(node_of, loads, nodes.count)
+        for (_m, v), k in counts.items():
+            held_by[v] -= k
+        if min(held_by) < 0:
+            return None
+        for v, k in enumerate(held_by):
+            if k:
+                counts[(everywhere, v)] += k
     return Counted(nodes, node_of, node_by_member, counts)
+
+
+def _node_loads(node_of: Sequence[int], loads: Sequence[int], count: int) -> list[int]:
+    """The sum of the loads of each node's members (C-level passes over one byte per member;
+    the most populous node's by difference)."""
+    codes = bytes(node_of)
+    sizes = [codes.count(v) for v in range(count)]
+    biggest = sizes.index(max(sizes))
+    out = [
+        sum(compress(loads, codes.translate(ONLY[v]))) if n and v != biggest else 0
+        for v, n in enumerate(sizes)
+    ]
+    out[biggest] = sum(loads) - sum(out)
+    return out
 
 
 class Counted:

@@ -402,9 +402,10 @@ class _Builder:
             self._assign_classes()
         return dict(zip(self.member_ids, self.current, strict=False))
 
-    def _count_racks(self) -> bool:
+    def _count_racks(self, load: list[int]) -> bool:
         """One class, racks relevant (``racks``), the spec has the owners: the held partitions
-        counted by racks from them (``counted``, :func:`count_owned`); whether they were."""
+        counted by racks from them (``counted``, :func:`count_owned`, given the members'
+        loads ``load``); whether they were."""
         self.counted = count_owned(
             RackNodes(self.racks),
             self.member_ids,
@@ -412,6 +413,7 @@ class _Builder:
             self.partition_owners,
             self.topic_ids,
             self.topics,
+            load,
         )
         return self.counted is not None
 
@@ -430,9 +432,10 @@ class _Builder:
         Member loads are summed; when every member holds only non-empty sets of usable topics
         and the loads add up to the owned partitions, no partition is held twice, and what is
         free per topic follows from its owners (their range checked by C-level passes, or, with
-        racks relevant, by :func:`count_owned` as it counts them: :meth:`_count_racks`). Same
-        outcome as :meth:`_clean_one_class`; returns False (nothing changed) when it cannot
-        decide."""
+        racks relevant, by :func:`count_owned` as it counts them, which also checks that they
+        are members or, for what it takes from the loads, that they add up:
+        :meth:`_count_racks`; when it cannot tell, the owners are not used). Same outcome as
+        :meth:`_clean_one_class`; returns False (nothing changed) when it cannot decide."""
         owners_of = self.partition_owners
         assignments = self.assignments
         if not owners_of and any(assignments):
@@ -443,7 +446,9 @@ class _Builder:
         load = member_loads(assignments)
         if load is None:
             return False
-        checked = bool(self.racks and owners_of) and self._count_racks()
+        checked = bool(self.racks and owners_of)
+        if checked and not self._count_racks(load):
+            return False  # an owner who is no member, or an index out of range
         owned = 0
         unassigned: dict[TopicId, Sequence[int]] = {}
         for t in self.topic_ids:

@@ -36,6 +36,7 @@ from functools import partial
 from typing import Any
 
 from assignors.api import GroupSpec, PartitionAssignor, SubscriptionType, TopicMetadata
+from assignors.loads import member_loads
 from assignors.racks import RackNodes, count_owned, count_rack_local, relevant_racks
 from assignors.range import RangeAssignor
 from assignors.summary import summarize
@@ -262,15 +263,17 @@ def split_leave(cell: Cell) -> Split:
 
 def time_count(spec: GroupSpec, topics: Mapping[str, TopicMetadata]) -> Timing:
     """The time of :func:`~assignors.racks.count_owned` on ``assign``'s inputs, as ``assign``
-    calls it (its nodes made anew each time)."""
+    calls it (its nodes made anew each time; the members' loads, which ``assign`` has already
+    summed, given)."""
     member_ids = sorted(spec.members)
     rack_of = [spec.members[m].rack_id for m in member_ids]
     topic_ids = sorted(topics)
     racks = relevant_racks(rack_of, topic_ids, topics)
     owners = spec.partition_owners
+    loads = member_loads([spec.members[m].assignment for m in member_ids])
 
     def count() -> object:
-        return count_owned(RackNodes(racks), member_ids, rack_of, owners, topic_ids, topics)
+        return count_owned(RackNodes(racks), member_ids, rack_of, owners, topic_ids, topics, loads)
 
     timing, counted = time_call(count)
     if counted is None:
