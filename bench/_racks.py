@@ -30,10 +30,11 @@ import gc
 import hashlib
 import itertools
 import os
+import statistics
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 from assignors.api import GroupSpec, PartitionAssignor, SubscriptionType, TopicMetadata
 from assignors.loads import member_loads
@@ -53,6 +54,8 @@ from bench.assignors import (
     subscriptions,
     time_call,
 )
+
+T = TypeVar("T")
 
 RACKS = ("r0", "r1", "r2")
 MEMBERS = (100, 500, 1000, 5000, 10000)
@@ -285,6 +288,32 @@ def spec_homogeneous(spec: GroupSpec) -> bool:
     return spec.subscription_type is SubscriptionType.HOMOGENEOUS
 
 
+CHANGES_WARMUP = 100
+"""``assign_changes`` calls before the timed ones: the coordinator makes it on every change of a
+group, in a process that runs for days, so it runs with its code specialised by Python 3.11's
+adaptive interpreter — which takes a few dozen calls for a path of this length (a probe of the
+10-topic leave with racks: 68 µs at call 2, 35 at call 26, 33 from call 30 on)."""
+CHANGES_REPEATS = 201
+
+
+def time_warm(call: Callable[[], T]) -> tuple[Timing, T]:
+    """Wall and CPU time in ms of a call of tens of microseconds, warm (``CHANGES_WARMUP`` calls
+    first, the same for every path timed): best wall and median wall and CPU time of
+    ``CHANGES_REPEATS`` calls."""
+    for _ in range(CHANGES_WARMUP):
+        result = call()
+    walls: list[float] = []
+    cpus: list[float] = []
+    for _ in range(CHANGES_REPEATS):
+        cpu, wall = time.process_time(), time.perf_counter()
+        result = call()
+        walls.append(time.perf_counter() - wall)
+        cpus.append(time.process_time() - cpu)
+    return Timing(
+        min(walls) * 1000, statistics.median(walls) * 1000, statistics.median(cpus) * 1000
+    ), result
+
+
 def time_changes(
     assignor: UniformAssignor,
     spec: GroupSpec,
@@ -295,7 +324,7 @@ def time_changes(
     here, not timed); its changes laid over the current targets must be ``whole``."""
     summary = summarize(spec, metadata)
     given = dataclasses.replace(spec, target_summary=summary)
-    timing, changes = time_call(partial(assignor.assign_changes, given, metadata))
+    timing, changes = time_warm(partial(assignor.assign_changes, given, metadata))
     if changes is None:
         raise AssertionError("assign_changes declined a tidy homogeneous group")
     merged = {m: changes.get(m, s.assignment) for m, s in spec.members.items()}
@@ -392,8 +421,8 @@ def report(
             "on a leave / join, against the installed target. For uniform in homogeneous groups, "
             "*inc CPU* is the median CPU time in ms of `assign_changes` on the same leave or join "
             "(the incremental path the coordinator takes, from the target summary it keeps: "
-            "built here, not timed), with and without racks; its result is checked equal to "
-            "`assign`'s."
+            "built here, not timed), with and without racks, warm (100 calls, then the median "
+            "of 201); its result is checked equal to `assign`'s."
         ),
         "",
         (
@@ -524,13 +553,13 @@ def report(
             "skip their scans (measured: +1.0 µs on a leave and +2.0 µs on a join, the two "
             "C-level passes costing more than the scans they skip); the topics with free "
             "partitions filtered C-level and the receiving node's runs made by map and filter "
-            "instead of comprehensions (no gain in A/B probes). Timed as the table times it "
-            "(one warm-up, then the median of 25 calls right after `assign`'s), the path "
-            "mostly runs before Python 3.11's adaptive interpreter has specialised its "
-            "straight-line code (some 30 calls: in a probe, calls 2–26 of the 10-topic leave "
-            "took 68 µs down to 35, settling at 33 µs from call 30), so its ratio there is "
-            "1.9–2.0× for the 10-topic leave against 1.7–1.8× settled; the rack-blind path, "
-            "shorter, settles within 10 calls. "
+            "instead of comprehensions (no gain in A/B probes). The table times it warm, "
+            "as a coordinator runs it (100 calls first, then the median of 201; both paths "
+            "alike): Python 3.11's adaptive interpreter specialises a path of this length "
+            "only after some 30 calls (in a probe, calls 2–26 of the 10-topic leave took 68 "
+            "µs down to 35, settling at 33 µs from call 30; the shorter rack-blind path "
+            "settles within 10), so timed after one warm-up, as `assign` is, the 10-topic "
+            "leave came to 1.9–2.0× against 1.7–1.8× warm. "
             "Heterogeneous groups always go through `assign` (`assign_changes` declines them); "
             "there each class whose topics only it subscribes reads their holders from the "
             "owners and counts them as above (`count_owned_by_node`: the owners are checked to "
