@@ -113,6 +113,10 @@ class Dense:
         members = self.members if node is None else self.by_node.members(node)
         return self._off_target(members, self.target, self.load)
 
+    def node_members(self, node: int) -> set[int]:
+        """Node ``node``'s members."""
+        return set(self.by_node.members(node))
+
     def below(self) -> list[int]:
         """The members whose load is below their target (C-level passes)."""
         return self._off_target(self.members, self.load, self.target)
@@ -254,6 +258,10 @@ class Sparse:
         if not found and not self.load.written:
             return []
         return self._off_target(found, node, gt)
+
+    def node_members(self, node: int) -> set[str]:
+        """Node ``node``'s members, from its buckets."""
+        return set(chain.from_iterable(ids for v, _r, _k, ids in self.buckets if v == node))
 
     def below_by_node(self) -> list[list[str]]:
         """The members whose load is below their target, per node: among those holding less

@@ -5,7 +5,7 @@ see the theory of operation there."""
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from itertools import chain, compress, repeat
+from itertools import chain, compress, repeat, tee
 from operator import getitem
 from typing import Any, NamedTuple
 
@@ -542,16 +542,18 @@ class _ClassSettle:
                     break
             if not excess:
                 return
+        # The node's members, to pick its holders out of each topic's partitions in C-level
+        # passes (a node of a few members may have to look far to find theirs).
+        in_node = self.roster.node_members(node).__contains__
         for m in sorted(excess):
             for t in sorted(holder.topics(), reverse=True):
                 group = self.masks(t).get(m, ())
                 if not group:
                     continue
-                taken: dict[int, list[int]] = {}
+                taken: dict[Any, list[int]] = {}  # holder -> what it gives up
                 need = excess[m]
-                for p, j in zip(reversed(group), holder.members(t, reversed(group)), strict=True):
-                    if j is None or self.node_of[j] != node:
-                        continue
+                held, tested = tee(holder.members(t, reversed(group)))
+                for p, j in compress(zip(reversed(group), held, strict=True), map(in_node, tested)):
                     if p in out.get(j, self.current[j]).get(t, ()):  # not given up already
                         taken.setdefault(j, []).append(p)
                         need -= 1
