@@ -220,6 +220,9 @@ class _ClassSettle:
         self.topics, self.nodes, self.counted = topics, nodes, counted
         self.pool = nodes.count  # the "holder node" of free partitions
         self.by_mask: dict[TopicId, dict[int, tuple[int, ...]]] = {}
+        self.flow: list[list[int]] = []  # the plan: per kind, what each node takes
+        self.kinds: Sequence[tuple[int, int]] = ()
+        self.kind_at: dict[tuple[int, int], int] = {}  # kind -> its row (made when needed)
 
     def masks(self, t: TopicId) -> dict[int, tuple[int, ...]]:
         """mask -> the partitions of topic t with that mask, ascending (kept with the topic's
@@ -282,6 +285,7 @@ class _ClassSettle:
             taken=taken,
         )
         roster.set_targets(quota, taken)
+        self.flow, self.kinds = flow, kinds  # for _swap
 
         out: dict[Any, Assignment] = {}
         load: Any = roster.load
@@ -514,8 +518,10 @@ class _ClassSettle:
         holder: _Lookup,
     ) -> None:
         """Take ``excess[mask]`` partitions of each mask away from the node: first from its
-        members above their count (their highest partitions), then from any of its members
-        (highest partitions of the mask first)."""
+        members above their count (their highest partitions), then, from those, partitions of
+        masks the plan keeps in the node instead where the swap is alike to every node it
+        touches (:meth:`_swap`), then from any of its members (highest partitions of the mask
+        first)."""
 
         def release(i: Any, t: TopicId, m: int, gone: list[int]) -> None:
             parts = moving.setdefault((m, node), {})
@@ -526,22 +532,39 @@ class _ClassSettle:
             if not excess[m]:
                 del excess[m]
 
-        for i in self.roster.above(node):
-            budget = load[i] - self.target[i]
-            assignment = out.get(i, self.current[i])
-            for t in sorted(assignment, reverse=True):
-                by: dict[int, list[int]] = {}
-                for p in sorted(assignment[t], reverse=True):
-                    m = self.mask(t, p)
-                    if excess.get(m, 0) > len(by.get(m, ())) and budget:
-                        by.setdefault(m, []).append(p)
-                        budget -= 1
-                for m, gone in by.items():
-                    release(i, t, m, gone)
-                if not excess or budget <= 0:
-                    break
-            if not excess:
-                return
+        above = self.roster.above(node)
+
+        def surplus(take: Callable[[int, int], bool]) -> bool:
+            """The members above their count give up their highest partitions whose mask
+            ``take(mask, how many of it this topic gives already)`` accepts, up to their count;
+            True when the node has given up all it must."""
+            for i in above:
+                budget = load[i] - self.target[i]
+                assignment = out.get(i, self.current[i])
+                for t in sorted(assignment, reverse=True):
+                    by: dict[int, list[int]] = {}
+                    for p in sorted(assignment[t], reverse=True):
+                        m = self.mask(t, p)
+                        if budget > 0 and take(m, len(by.get(m, ()))):
+                            by.setdefault(m, []).append(p)
+                            budget -= 1
+                    for m, gone in by.items():
+                        release(i, t, m, gone)
+                    if not excess or budget <= 0:
+                        break
+                if not excess:
+                    return True
+            return False
+
+        if surplus(lambda m, n: excess.get(m, 0) > n):
+            return
+        # What those members give up beyond it would go to the node's members below their count,
+        # which the last step below takes from others of its members: where it is alike, it goes
+        # out of the node instead, in place of as many of those others' (each such swap saves
+        # two moves; balance and locality are the plan's).
+        planned = set(excess)  # the masks the plan takes (those swapped in are not swapped out)
+        if surplus(lambda m, _n: m not in planned and self._swap(node, m, excess, planned)):
+            return
         # The node's members, to pick its holders out of each topic's partitions in C-level
         # passes (a node of a few members may have to look far to find theirs).
         in_node = self.roster.node_members(node).__contains__
@@ -567,6 +590,36 @@ class _ClassSettle:
             raise PartitionAssignorError(
                 "internal error: a node could not give up what the plan says"
             )
+
+    def _swap(self, node: int, m: int, excess: dict[int, int], planned: set[int]) -> bool:
+        """Change the plan so that the node gives up one more partition of mask ``m`` (which
+        it keeps) and one less of a mask it gives up, when some node receiving that mask has a
+        replica in its rack exactly when it has one of ``m`` (the LOCAL gain it receives is the
+        same) and so does the node itself (the same for what it keeps); ``excess`` follows.
+        Both kinds are held in the node, so stickiness weighs them alike: the plan stays
+        optimal. Only the ``planned`` masks of ``excess`` are swapped out. False when none is
+        alike."""
+        flow, at, racked = self.flow, self.kind_at, (1 << self.nodes.elsewhere) - 1
+        if not at:
+            at.update(zip(self.kinds, range(len(self.kinds)), strict=True))
+        for gone in sorted(planned.intersection(excess)):
+            diff = (gone ^ m) & racked  # the nodes of racks where the two masks differ
+            if diff >> node & 1:
+                continue
+            row = flow[at[(gone, node)]]
+            for u, n in enumerate(row):
+                if n and u != node and not diff >> u & 1:
+                    row[u] -= 1
+                    row[node] += 1
+                    kept = flow[at[(m, node)]]
+                    kept[node] -= 1
+                    kept[u] += 1
+                    excess[gone] -= 1
+                    if not excess[gone]:
+                        del excess[gone]
+                    excess[m] = excess.get(m, 0) + 1
+                    return True
+        return False
 
     def _fill(
         self,

@@ -564,6 +564,28 @@ def test_a_join_keeps_everything_local_with_one_move_more() -> None:
     assert moved == 4
 
 
+def test_a_partition_leaving_the_node_anyway_goes_in_place_of_an_alike_one() -> None:
+    """Rack b holds 5 of 6 partitions (m1: 0 and 1, m2: 2 and 3, m3: 4); a1 joins in rack a and
+    b must give it one partition local to a. The plan picks one of partition 0's kind (a, b and
+    c), which m2, the member of b above its count, does not hold; m2's partition 2 (a and b) is
+    as local to a and to b, so it goes in its place: one move, not two (m1 giving up 0 and
+    taking m2's 3), and the incremental path agrees."""
+    meta = {"t": topic("t", 6, {0: "abc", 1: "bc", 2: "ab", 3: "bc", 4: "b", 5: "bc"})}
+    current = {"c1": [5], "m1": [0, 1], "m2": [2, 3], "m3": [4]}
+    members = {m: member("c" if m == "c1" else "b", current={"t": ps}) for m, ps in current.items()}
+    members["a1"] = member("a")
+    spec = make_group_spec(members)
+    joined = incremental_equals_whole(spec, meta)
+    assert joined == {
+        "a1": {"t": fs(2)},
+        "c1": {"t": fs(5)},
+        "m1": {"t": fs(0, 1)},
+        "m2": {"t": fs(3)},
+        "m3": {"t": fs(4)},
+    }
+    assert local(spec, meta, joined) == best_balanced_locality(spec, meta) == 6
+
+
 @pytest.mark.parametrize("members", [7, 30])
 def test_big_topics_reach_the_best_locality_after_joins_and_leaves(members: int) -> None:
     """Topics of thousands of partitions in few rack sets (held partitions are counted group by
