@@ -149,18 +149,20 @@ class TopicMetadata:
     )
     _memo: dict[Hashable, Any] | None = field(default=None, init=False, repr=False, compare=False)
 
-    def memo(self, key: Hashable, make: Callable[[], _T]) -> _T:
-        """``make()``, computed once per object and ``key`` and kept with it (the metadata is
+    def memo(self, key: Hashable, make: Callable[..., _T], *args: Any) -> _T:
+        """``make(*args)``, computed once per object and ``key`` and kept with it (the metadata is
         immutable): what an assignor derives from the topic and uses again on every call with
         the same metadata (the rack-aware ones: the partitions grouped by which of the
-        members' racks hold a replica)."""
+        members' racks hold a replica). ``make`` and its ``args`` rather than a closure: the
+        callers look up many topics per call, and would build a ``functools.partial`` for each
+        only to find the value kept."""
         memo = self._memo
         if memo is None:
             memo = {}
             object.__setattr__(self, "_memo", memo)
         if key in memo:
             return memo[key]
-        value = memo[key] = make()
+        value = memo[key] = make(*args)
         return value
 
     def replica_racks(self) -> frozenset[str]:

@@ -57,12 +57,12 @@ Everything is deterministic: nodes, types and members are visited in sorted orde
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from functools import partial
 from itertools import chain, compress, repeat
 from operator import itemgetter
-from typing import cast
+from typing import NamedTuple, cast
 
 from assignors.api import TopicId, TopicMetadata
 
@@ -294,13 +294,26 @@ def _mask_groups(nodes: RackNodes, metadata: TopicMetadata) -> dict[int, tuple[i
 _Getter = Callable[[Mapping[int, str]], tuple[str, ...]]
 
 
-def _partitions_by_mask(
-    nodes: RackNodes, metadata: TopicMetadata
-) -> tuple[tuple[int, ...], _Getter | None, tuple[tuple[int, int, int], ...]]:
-    """The topic's partitions in the order of their masks (masks ascending, each mask's
-    partitions ascending), an ``itemgetter`` of them (None for a single partition: an
-    ``itemgetter`` of one key gives the value, not a tuple), and each mask with the slice of
-    that order it has, ``(mask, start, stop)``; kept with the topic's metadata like
+class _ByMask(NamedTuple):
+    """A topic's partitions by mask, as :func:`count_owned_by_node` reads their holders."""
+
+    order: tuple[int, ...]
+    """The partitions in the order of their masks (masks ascending, each mask's partitions
+    ascending)."""
+    bounds: tuple[tuple[int, int, int], ...]
+    """Each mask with the slice of ``order`` it has, ``(mask, start, stop)``."""
+    head: tuple[tuple[int, int, int], ...]
+    """``bounds`` but the last mask's."""
+    get_all: _Getter
+    """The holders of ``order``, from the topic's owners."""
+    get_head: _Getter
+    """The holders of the partitions of ``head``."""
+    get_last: _Getter
+    """The holders of the last mask's partitions."""
+
+
+def _partitions_by_mask(nodes: RackNodes, metadata: TopicMetadata) -> _ByMask:
+    """The topic's partitions by mask (:class:`_ByMask`), kept with the topic's metadata like
     :func:`mask_groups` (under :func:`_order_key`)."""
     groups = mask_groups(nodes, metadata)
     order = tuple(chain.from_iterable(groups.values()))
@@ -309,7 +322,23 @@ def _partitions_by_mask(
     for m, group in groups.items():
         bounds.append((m, start, start + len(group)))
         start += len(group)
-    return order, itemgetter(*order) if len(order) > 1 else None, tuple(bounds)
+    cut = bounds[-1][1]
+    return _ByMask(
+        order,
+        tuple(bounds),
+        tuple(bounds[:-1]),
+        _getter(order),
+        _getter(order[:cut]),
+        _getter(order[cut:]),
+    )
+
+
+def _getter(partitions: tuple[int, ...]) -> _Getter:
+    """An ``itemgetter`` of ``partitions``, giving a tuple even of one partition or none (an
+    ``itemgetter`` of one key gives the value)."""
+    if len(partitions) > 1:
+        return itemgetter(*partitions)
+    return lambda owned: tuple(map(owned.__getitem__, partitions))
 
 
 def _order_key(nodes: RackNodes) -> str:
@@ -345,7 +374,9 @@ def count_owned(
     them. Then, in the topics held whole, the holders of the partitions local to every
     relevant rack (with 2-3 replicas over 3 racks, about half of them) are not looked up: each
     node holds of them what its members hold less what was counted of the other masks. Their
-    indexes are still checked (found in the owners, by the same ``itemgetter``); their owners
+    indexes are still checked (found in the owners, by an ``itemgetter`` of their own, kept
+    with the topic's metadata beside one of the other partitions: the nodes are looked up
+    for no more holders than they need, and no tuple of all the holders is made); their owners
     are not checked to be members, but the loads must add up to the owners named (None
     otherwise), which an owner who is no member breaks unless some member holds its partition
     all the same — and then those counts, taken from the members' own assignments, are
@@ -374,7 +405,7 @@ def count_owned_by_node(
     # Per mask, its holders' nodes, one byte each, per topic: a topic's holders in the order
     # of their masks (one itemgetter on its owners) and at once their nodes (one itemgetter
     # on the members' nodes: no Python-level call per holder), cut into each mask's slice.
-    by_mask: dict[int, list[bytes]] = {}
+    by_mask: defaultdict[int, list[bytes]] = defaultdict(list)
     expected = 0  # the owners named: every one of them must be found
     key = _order_key(nodes)
     # With the loads, the mask local everywhere (the highest: last in each topic's order) is
@@ -388,34 +419,30 @@ def count_owned_by_node(
                 continue
             expected += len(owned)
             metadata = topics[t]
-            order, getter, bounds = metadata.memo(
-                key, partial(_partitions_by_mask, nodes, metadata)
+            order, bounds, head, get_all, get_head, get_last = metadata.memo(
+                key, _partitions_by_mask, nodes, metadata
             )
             holders = None
-            if getter is not None:
-                try:
-                    holders = getter(owned)
-                except KeyError:  # some partition free (or an index out of range)
-                    pass
+            try:
+                if bounds[-1][0] == everywhere:
+                    # Its holders not looked up, but its indexes checked all the same (a
+                    # KeyError where one is out of range: every partition is held else).
+                    last = len(get_last(owned))
+                    holders = get_head(owned)
+                    unseen += last
+                    bounds = head
+                else:
+                    holders = get_all(owned)
+            except KeyError:  # some partition free (or an index out of range)
+                pass
             if holders is None:
                 held = bytes(map(code.__getitem__, map(owned.get, order)))
-            elif bounds[-1][0] == everywhere:
-                _m, cut, end = bounds[-1]
-                unseen += end - cut
-                bounds = bounds[:-1]
-                if cut > 1:
-                    held = bytes(itemgetter(*holders[:cut])(code))
-                else:  # (an itemgetter of one key gives the value, not a tuple)
-                    held = bytes(map(code.__getitem__, holders[:cut]))
-            else:
+            elif len(holders) > 1:
                 held = bytes(itemgetter(*holders)(code))
+            else:  # (an itemgetter of one key gives the value, not a tuple)
+                held = bytes(map(code.__getitem__, holders))
             for m, start, stop in bounds:
-                part = held[start:stop] if len(bounds) > 1 else held
-                parts = by_mask.get(m)
-                if parts is None:
-                    by_mask[m] = [part]
-                else:
-                    parts.append(part)
+                by_mask[m].append(held[start:stop])  # (all of it: held itself)
     except KeyError:  # an owner who is no member
         return None
     del code[None]

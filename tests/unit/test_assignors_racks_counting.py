@@ -208,6 +208,33 @@ def test_count_owned_with_loads_counts_the_partitions_local_everywhere_from_them
     assert counted.counts == counted_one_by_one(nodes, rack_of, current, whole)
 
 
+@pytest.mark.parametrize("n", [1, 2, 5, 300])
+@pytest.mark.parametrize("free", [False, True])
+def test_count_owned_with_loads_and_one_partition_not_local_everywhere(n: int, free: bool) -> None:
+    """Partition 0 local to rack a alone, the others (none for n = 1) to a and b: a topic
+    whose holders looked up are one (an ``itemgetter`` of one key gives the value, not a
+    tuple), held whole or with partition 0 free (then looked up one by one)."""
+    racks_of = {0: frozenset("a")} | {p: frozenset("ab") for p in range(1, n)}
+    topics = {
+        "t": TopicMetadata(topic_id="t", name="t", num_partitions=n, partition_racks=racks_of)
+    }
+    ids, racks = ["m0", "m1", "m2"], ["a", "b", None]
+    rack_of = dict(zip(ids, racks, strict=True))
+    held = range(1 if free else 0, n)
+    current = {m: {"t": frozenset(held[j::3])} for j, m in enumerate(ids) if held[j::3]}
+    loads = [sum(map(len, current.get(m, {}).values())) for m in ids]
+    nodes = RackNodes(["a", "b"])
+    owners = owners_of(current)
+    for given in (None, loads):
+        counted = count_owned(nodes, ids, racks, owners, ["t"], topics, given)
+        assert counted is not None
+        assert counted.counts == counted_one_by_one(nodes, rack_of, current, topics)
+    # Partition 0's holder no member: declined, whether it is looked up or not.
+    if not free:
+        gone = {"t": {**owners["t"], 0: "gone"}}
+        assert count_owned(nodes, ids, racks, gone, ["t"], topics, loads) is None
+
+
 def test_count_owned_with_loads_checks_what_it_does_not_look_up() -> None:
     """An owner who is no member (of a partition local everywhere): when no member holds that
     partition the loads fall short of the owners, and the count declines; when a member holds
