@@ -577,7 +577,7 @@ def report(
             for r in rows:
                 if r.assignor != assignor or r.cell.heterogeneous != heterogeneous:
                     continue
-                extra = [_cpu(r.racks_inc), _cpu(r.blind_inc)] if inc else []
+                extra = [_cpu(r.racks_inc, 3), _cpu(r.blind_inc, 3)] if inc else []
                 body.append(
                     [
                         f"{r.cell.members:,}",
@@ -670,8 +670,9 @@ def targets(rows: list[Row]) -> list[str]:
                 "`assign_changes` (and vs rack-blind `assign`)",
                 f"{BIG.members:,} × {BIG.partitions:,} (worst of the topic counts: "
                 f"{r.cell.topics})",
-                f"CPU {r.racks_inc.cpu_ms:.2f} ms vs {r.blind_inc.cpu_ms:.2f} ms = {ratio:.1f}× "
-                f"(vs {r.blind.cpu_ms:.2f} ms: {r.racks_inc.cpu_ms / r.blind.cpu_ms:.2f}×)",
+                f"CPU {r.racks_inc.cpu_ms * 1000:.1f} µs vs {r.blind_inc.cpu_ms * 1000:.1f} µs = "
+                f"{ratio:.2f}× (vs rack-blind `assign`'s {r.blind.cpu_ms:.2f} ms: "
+                f"{r.racks_inc.cpu_ms / r.blind.cpu_ms:.3f}×)",
                 "≤ 2×",
                 "yes" if ratio <= 2 else "no",
             ]
@@ -762,8 +763,8 @@ def worst_incremental(rows: list[Row], scenario: str) -> Row | None:
     return max(found, key=lambda r: r.racks_inc.cpu_ms / r.blind_inc.cpu_ms) if found else None  # type: ignore[union-attr]
 
 
-def _cpu(t: Timing | None) -> str:
-    return "—" if t is None else f"{t.cpu_ms:.2f}"
+def _cpu(t: Timing | None, digits: int = 2) -> str:
+    return "—" if t is None else f"{t.cpu_ms:.{digits}f}"
 
 
 def _mean(rows: list[Row], field: str) -> float:
