@@ -729,36 +729,27 @@ def _trim(mine: Assignment, extra: int, into: Segments) -> None:
     in order, then indexes) into ``into``: taken from its last topics, so only the topics it
     gives up from are sorted (the last topic alone when it has enough)."""
     t = max(mine)
-    partitions = mine[t]
-    if extra == len(partitions):  # its whole last topic
-        into.setdefault(t, []).extend(partitions)  # sorted when dealt
-        del mine[t]
-        return
-    if extra < len(partitions):  # from its last topic alone
-        if extra == 1:
-            p = max(partitions)
-            into.setdefault(t, []).append(p)
-            mine[t] = partitions.difference((p,))
-        else:
-            ordered = sorted(partitions)
-            keep = len(ordered) - extra
-            into.setdefault(t, []).extend(ordered[keep:])
-            mine[t] = frozenset(ordered[:keep])
-        return
-    for t in sorted(mine, reverse=True):
-        partitions = mine[t]
-        if extra >= len(partitions):
+    if extra > len(mine[t]):  # its last topics whole, while it has to give more
+        for t in sorted(mine, reverse=True):
+            partitions = mine[t]
+            if extra <= len(partitions):
+                break
             into.setdefault(t, []).extend(partitions)  # sorted when dealt
             del mine[t]
             extra -= len(partitions)
-        else:
-            ordered = sorted(partitions)
-            keep = len(ordered) - extra
-            into.setdefault(t, []).extend(ordered[keep:])
-            mine[t] = frozenset(ordered[:keep])
-            extra = 0
-        if not extra:
-            return
+    partitions = mine[t]
+    if extra == len(partitions):  # the whole topic
+        into.setdefault(t, []).extend(partitions)
+        del mine[t]
+    elif extra == 1:
+        p = max(partitions)
+        into.setdefault(t, []).append(p)
+        mine[t] = partitions.difference((p,))
+    else:
+        ordered = sorted(partitions)
+        keep = len(ordered) - extra
+        into.setdefault(t, []).extend(ordered[keep:])
+        mine[t] = frozenset(ordered[:keep])
 
 
 def _deal(

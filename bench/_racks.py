@@ -30,11 +30,10 @@ import gc
 import hashlib
 import itertools
 import os
-import statistics
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any
 
 from assignors.api import GroupSpec, PartitionAssignor, SubscriptionType, TopicMetadata
 from assignors.loads import member_loads
@@ -54,8 +53,6 @@ from bench.assignors import (
     subscriptions,
     time_call,
 )
-
-T = TypeVar("T")
 
 RACKS = ("r0", "r1", "r2")
 MEMBERS = (100, 500, 1000, 5000, 10000)
@@ -296,24 +293,6 @@ adaptive interpreter — which takes a few dozen calls for a path of this length
 CHANGES_REPEATS = 201
 
 
-def time_warm(call: Callable[[], T]) -> tuple[Timing, T]:
-    """Wall and CPU time in ms of a call of tens of microseconds, warm (``CHANGES_WARMUP`` calls
-    first, the same for every path timed): best wall and median wall and CPU time of
-    ``CHANGES_REPEATS`` calls."""
-    for _ in range(CHANGES_WARMUP):
-        result = call()
-    walls: list[float] = []
-    cpus: list[float] = []
-    for _ in range(CHANGES_REPEATS):
-        cpu, wall = time.process_time(), time.perf_counter()
-        result = call()
-        walls.append(time.perf_counter() - wall)
-        cpus.append(time.process_time() - cpu)
-    return Timing(
-        min(walls) * 1000, statistics.median(walls) * 1000, statistics.median(cpus) * 1000
-    ), result
-
-
 def time_changes(
     assignor: UniformAssignor,
     spec: GroupSpec,
@@ -324,7 +303,12 @@ def time_changes(
     here, not timed); its changes laid over the current targets must be ``whole``."""
     summary = summarize(spec, metadata)
     given = dataclasses.replace(spec, target_summary=summary)
-    timing, changes = time_warm(partial(assignor.assign_changes, given, metadata))
+    timing, changes = time_call(
+        partial(assignor.assign_changes, given, metadata),
+        warmup=CHANGES_WARMUP,
+        min_repeats=CHANGES_REPEATS,
+        max_repeats=CHANGES_REPEATS,
+    )
     if changes is None:
         raise AssertionError("assign_changes declined a tidy homogeneous group")
     merged = {m: changes.get(m, s.assignment) for m, s in spec.members.items()}

@@ -213,14 +213,22 @@ class Timing:
     cpu_ms: float
 
 
-def time_call(call: Callable[[], T]) -> tuple[Timing, T]:
-    """Wall and CPU time in ms after one warm-up, repeating up to a time budget. The best wall
-    time is what the tables show: on a shared machine it is the least disturbed run."""
-    result = call()
+def time_call(
+    call: Callable[[], T],
+    *,
+    warmup: int = 1,
+    min_repeats: int = MIN_REPEATS,
+    max_repeats: int = MAX_REPEATS,
+) -> tuple[Timing, T]:
+    """Wall and CPU time in ms after ``warmup`` calls, repeating up to a time budget (at least
+    ``min_repeats``, at most ``max_repeats`` times). The best wall time is what the tables
+    show: on a shared machine it is the least disturbed run."""
+    for _ in range(warmup):
+        result = call()
     walls: list[float] = []
     cpus: list[float] = []
-    while len(walls) < MIN_REPEATS or (
-        sum(walls) < TARGET_SECONDS_PER_CELL and len(walls) < MAX_REPEATS
+    while len(walls) < min_repeats or (
+        sum(walls) < TARGET_SECONDS_PER_CELL and len(walls) < max_repeats
     ):
         cpu, wall = time.process_time(), time.perf_counter()
         result = call()
