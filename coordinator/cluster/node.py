@@ -31,6 +31,17 @@ Theory of operation:
   rules: one holder, an epoch that grows, expiry by PostgreSQL's clock). It runs the balancer
   (``runtime/balance.py``) on what its heartbeat read and writes the targets that changed,
   fenced by its controller epoch (a deposed controller writes nothing).
+* **Back from an outage.** A heartbeat that reads the cluster half a lease or more after the
+  previous one did (this node could not reach PostgreSQL meanwhile) compares it with what it
+  read then: a node live then whose registration ran out meanwhile may have been cut off by
+  the same outage, not dead (an outage shorter than half a lease makes no registration run
+  out). Those nodes are *expected back* for one lease from then (this node's clock): as the
+  controller, this node keeps their partitions targeted at them, so each node takes back its
+  own, and moves them only if their node has not heartbeated by the end of it (the
+  balancer's ``returning``). So Kafka's partitions go back to their leaders after an outage
+  of its controllers, rather than move twice. A renewal that got through only after the
+  node had dropped its partitions (a heartbeat held up past the deadline) is released at
+  once, so they are taken again at the next heartbeat.
 * **Stopping** gracefully unloads every partition, releases the leases and unregisters, so the
   others take over at once rather than after the lease.
 
@@ -167,6 +178,11 @@ class ClusterNode:
         """Of those, the ones loaded and served."""
         self.controller_epoch: int | None = None
         self._reached = False  # the last heartbeat reached PostgreSQL
+        self._last_read: float | None = None  # when the last heartbeat came back (monotonic)
+        self.expected_back: set[int] = set()
+        """Nodes whose registration ran out while this node could not reach PostgreSQL
+        either, not back yet: their partitions wait for them until ``_expected_until``."""
+        self._expected_until = 0.0
         self.fenced: str | None = None
         """Why this node stopped for good (its id was taken by another process), or None."""
         self.deadline = 0.0
@@ -413,6 +429,8 @@ class ClusterNode:
             self._health_changed()
             return
         self.stats["heartbeats"] += 1
+        read, last_read = self.monotonic(), self._last_read
+        self._last_read = read
         self.last_heartbeat = sent
         was_reachable = self.reachable
         self._reached = True
@@ -432,6 +450,12 @@ class ClusterNode:
                 )
                 self._lose(p)
         self._extend(sent)
+        stale = {p: held[p] for p in tick.renewed if p not in self.led}
+        if stale:
+            # Renewed by a heartbeat that got through only after this node had dropped them
+            # (its deadline passed while it waited): give them up at once, so they are taken
+            # again now rather than when that renewal runs out.
+            await self._give_back(stale)
         for p, epoch in sorted(tick.acquired.items()):
             self.led[p] = epoch
             assert self._to_load is not None
@@ -440,6 +464,8 @@ class ClusterNode:
             log.info("Node %d took partitions %s.", cfg.node_id, ", ".join(map(str, tick.acquired)))
         if not was_reachable:
             self._health_changed()
+        blind = last_read is not None and read - last_read >= cfg.lease_ms / 2000
+        self._expect_back(tick.state, read if blind else None)
         self.view.update(tick.state)
         self._expiry = self._next_expiry(tick.state)
         self.host.follow_cluster_log(tick.state.cluster_log_end)
@@ -455,10 +481,44 @@ class ClusterNode:
         self._hand_over(tick.state)
         self._check_settled()
 
+    async def _give_back(self, stale: dict[int, int]) -> None:
+        try:
+            await self._call(self.leases.release, self.node_id, stale)
+        except StoreError as exc:  # they run out by themselves
+            log.warning("Node %d: releasing partitions %s failed: %s", self.node_id, stale, exc)
+            return
+        self.wake()
+
+    def _expect_back(self, state: ClusterState, back_at: float | None) -> None:
+        """Update :attr:`expected_back` from a heartbeat's read (``back_at``: it came back then,
+        after this node could not reach PostgreSQL; None: it could all along)."""
+        live = set(state.live())
+        before = self.view.state
+        if back_at is not None and before is not None:
+            gone = set(before.live()) - live - {self.node_id}
+            if gone:
+                self.expected_back |= gone
+                self._expected_until = back_at + self.config.lease_ms / 1000
+                log.warning(
+                    "Node %d reached PostgreSQL again; the registrations of nodes %s ran out "
+                    "meanwhile: their partitions wait up to %d ms for them to come back.",
+                    self.node_id,
+                    ", ".join(map(str, sorted(gone))),
+                    self.config.lease_ms,
+                )
+        self.expected_back -= live
+        if self.expected_back and self.monotonic() >= self._expected_until:
+            log.warning(
+                "Node %d: nodes %s did not come back within the lease; their partitions move.",
+                self.node_id,
+                ", ".join(map(str, sorted(self.expected_back))),
+            )
+            self.expected_back.clear()
+
     def _next_expiry(self, state: ClusterState) -> float | None:
         """When (``monotonic``) the first lease, registration or controller lease of another
-        node that PostgreSQL read as running runs out (None: none). Counted from now, after the
-        read: never early."""
+        node that PostgreSQL read as running runs out, or the nodes expected back are given up
+        (None: none). Counted from now, after the read: never early."""
         me = self.node_id
         left = [row.expires_in_ms for n, row in state.nodes.items() if n != me]
         left += [
@@ -469,9 +529,11 @@ class ClusterNode:
         if state.controller not in (None, me) and state.controller_expires_in_ms is not None:
             left.append(state.controller_expires_in_ms)
         running = [ms for ms in left if ms > 0]
-        if not running:
-            return None
-        return self.monotonic() + min(running) / 1000 + EXPIRY_SLACK_S
+        now = self.monotonic()
+        due = [now + min(running) / 1000] if running else []
+        if self.expected_back:  # decide again when they are given up
+            due.append(max(now, self._expected_until))
+        return min(due) + EXPIRY_SLACK_S if due else None
 
     def _extend(self, sent: float) -> None:
         self.deadline = sent + self.config.lease_ms / 1000 - self.config.margin_s
@@ -622,7 +684,9 @@ class ClusterNode:
             Placement(lease.leader if lease.held else None, lease.target, lease.pinned)
             for lease in state.leases
         ]
-        targets = balance(placements, live, max_moving=self.config.max_moving)
+        targets = balance(
+            placements, live, max_moving=self.config.max_moving, returning=self.expected_back
+        )
         changed = {
             lease.partition: targets[i]
             for i, lease in enumerate(state.leases)

@@ -5,21 +5,26 @@ docs/ha.md "Who leads what").
 Rules, in order:
 
 1. A partition whose target is a live node keeps it (moving a partition costs its groups a
-   fail-over's worth of NOT_COORDINATOR and a load).
-2. A partition without a target, or whose target is not live, gets the live node with the
-   fewest partitions (its current leader if that one is live and among the fewest; ties: the
-   lowest node id). Such a partition is down until someone loads it, so there is no limit.
+   fail-over's worth of NOT_COORDINATOR and a load); so does one whose target is a node
+   expected back (``returning``: its registration ran out while the controller could not
+   reach PostgreSQL either, as in an outage of PostgreSQL, so it is given the time to come
+   back and take its own partitions again rather than have them moved twice).
+2. A partition without a target, or whose target is neither live nor expected back, gets the
+   live node with the fewest partitions (its current leader if that one is live and among the
+   fewest; ties: the lowest node id). Such a partition is down until someone loads it, so
+   there is no limit.
 3. While the most loaded node has two partitions more than the least loaded one, one of its
    partitions moves there — at most ``max_moving`` partitions in motion at once (a partition
    is in motion while its target is a live node other than its live leader), so the rest keep
    serving while a few are handed over. A partition an operator moved (``pinned``) is never
    moved by the balancer, unless its node is gone. In the end every node has ``floor(P/n)`` or
-   ``ceil(P/n)`` partitions.
+   ``ceil(P/n)`` partitions. Nothing is moved so while a node is expected back: the load
+   evens out once it is back or given up.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 __all__ = ["Placement", "balance"]
@@ -38,18 +43,24 @@ class Placement:
 
 
 def balance(
-    placements: Sequence[Placement], live: Sequence[int], *, max_moving: int = 2
+    placements: Sequence[Placement],
+    live: Sequence[int],
+    *,
+    max_moving: int = 2,
+    returning: Collection[int] = (),
 ) -> list[int | None]:
     """The new target of every partition (index = partition). ``live``: the node ids that may
-    lead. With no live node every target is kept (nothing to decide)."""
+    lead; ``returning``: nodes not live but expected back (rules 1 and 3). With no live node
+    every target is kept (nothing to decide)."""
     if not live:
         return [p.target for p in placements]
     nodes = sorted(set(live))
     alive = set(nodes)
-    targets: list[int | None] = [p.target if p.target in alive else None for p in placements]
+    kept = alive | set(returning)
+    targets: list[int | None] = [p.target if p.target in kept else None for p in placements]
     load = dict.fromkeys(nodes, 0)
     for t in targets:
-        if t is not None:
+        if t in load:
             load[t] += 1
 
     def fewest(prefer: int | None) -> int:
@@ -63,6 +74,8 @@ def balance(
             node = fewest(placement.leader)
             targets[p] = node
             load[node] += 1
+    if kept != alive:
+        return targets  # rule 3 waits for the nodes expected back
 
     def moving() -> int:
         return sum(

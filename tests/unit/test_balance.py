@@ -4,10 +4,17 @@ from __future__ import annotations
 
 from collections import Counter
 
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from coordinator.runtime.balance import Placement, balance
+
+PAIRS = st.lists(
+    st.tuples(st.sampled_from([None, 1, 2, 3, 4, 5]), st.sampled_from([None, 1, 2, 3, 4, 5])),
+    min_size=1,
+    max_size=60,
+)
+"""(leader, target) of each partition: any of five nodes, or none."""
 
 
 def settle(placements: list[Placement], live: list[int], max_moving: int = 2) -> list[int | None]:
@@ -65,11 +72,7 @@ def test_no_live_node_changes_nothing() -> None:
 
 
 @given(
-    st.lists(
-        st.tuples(st.sampled_from([None, 1, 2, 3, 4, 5]), st.sampled_from([None, 1, 2, 3, 4, 5])),
-        min_size=1,
-        max_size=60,
-    ),
+    PAIRS,
     st.sets(st.integers(1, 5), min_size=1),
     st.integers(1, 5),
 )
@@ -93,3 +96,37 @@ def test_invariants(pairs: list[tuple[int | None, int | None]], live: set[int], 
     assert max(loads) - min(loads) <= 1
     # Deterministic.
     assert balance(placements, sorted(live), max_moving=limit) == targets
+
+
+def test_partitions_of_nodes_expected_back_wait_for_them() -> None:
+    """After an outage of PostgreSQL the controller is back before the others: their
+    partitions keep their targets (each node takes its own back), nothing new goes to them,
+    and nothing moves to even out the load until they are back or given up."""
+    expired = [Placement(leader=None, target=t) for t in (1, 1, 2, 2, 3, 3)]
+    assert balance(expired, [2], returning={1, 3}) == [1, 1, 2, 2, 3, 3]
+    # A partition nobody was to lead goes to a live node, not to one expected back.
+    assert balance([*expired, Placement(None, None)], [2], returning={1, 3})[6] == 2
+    # Uneven among the live nodes, yet nothing moves while node 3 is expected back ...
+    uneven = [Placement(leader=1, target=1)] * 4 + [Placement(None, 3)] * 2
+    assert balance(uneven, [1, 2], returning={3}) == [1, 1, 1, 1, 3, 3]
+    # ... and once it is given up its partitions go to the least loaded, and the rest evens out.
+    assert balance(uneven, [1, 2]) == [1, 1, 1, 2, 2, 2]
+
+
+@given(
+    PAIRS,
+    st.sets(st.integers(1, 5), min_size=1),
+    st.sets(st.integers(1, 5), min_size=1),
+)
+def test_nodes_expected_back_keep_their_partitions(
+    pairs: list[tuple[int | None, int | None]], live: set[int], returning: set[int]
+) -> None:
+    returning -= live
+    assume(returning)
+    placements = [Placement(leader=a, target=b) for a, b in pairs]
+    targets = balance(placements, sorted(live), returning=returning)
+    for placement, t in zip(placements, targets, strict=True):
+        if placement.target in live | returning:
+            assert t == placement.target  # kept: no move while a node is expected back
+        else:
+            assert t in live  # nothing new for a node expected back

@@ -16,6 +16,7 @@ import pytest
 from coordinator.cluster import ClusterConfig, ClusterNode
 from coordinator.cluster.node import NodeStartError
 from coordinator.runtime.store import PostgresRecordStore
+from coordinator.runtime.store.api import StoreError
 from coordinator.runtime.store.postgres_leases import PostgresLeases
 
 P = 6
@@ -88,12 +89,13 @@ class Host:
 
 class Pausable:
     """A node's PostgreSQL connection that can hang (as behind a network partition): its
-    calls block until resumed."""
+    calls block until resumed. Or, ``refusing``, fail at once (PostgreSQL stopped)."""
 
     def __init__(self, leases: PostgresLeases) -> None:
         self.leases = leases
         self.running = threading.Event()
         self.running.set()
+        self.refusing = False
 
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self.leases, name)
@@ -103,6 +105,8 @@ class Pausable:
         def call(*args: Any, **kwargs: Any) -> Any:
             if not self.running.wait(timeout=30):
                 raise TimeoutError("paused for too long")
+            if self.refusing:
+                raise StoreError("connection refused (PostgreSQL is stopped)")
             return attr(*args, **kwargs)
 
         return call
@@ -453,6 +457,124 @@ def test_an_operator_move_is_kept_while_its_node_lives(store_dsn: str) -> None:
             admin.move(99, 1)
         admin.close()
         for node, _, _ in nodes:
+            await node.stop()
+        assert ledger.violations == []
+
+    asyncio.run(story())
+
+
+async def three_settled(dsn: str, ledger: Ledger) -> list[tuple[ClusterNode, Host, Pausable]]:
+    """Nodes 1, 2 and 3 started, two partitions each, every lease held, no move under way."""
+    nodes = [make_node(dsn, n, ledger) for n in (1, 2, 3)]
+    for node, _, _ in nodes:
+        await node.start()
+    await until(lambda: balanced(ledger, [1, 2, 3]), "an even spread")
+    await until(
+        lambda: (
+            all(lease[0] is not None for lease in leases_now(dsn).values())
+            and all(not n._handing_over for n, _, _ in nodes)
+        ),
+        "the moves to settle",
+    )
+    return nodes
+
+
+async def away_past_the_lease(
+    ledger: Ledger, nodes: list[tuple[ClusterNode, Host, Pausable]], how: str
+) -> tuple[int, float]:
+    """PostgreSQL away from these nodes (their calls hang, or fail at once) until each dropped
+    its partitions and a lease more (every registration and lease runs out), then back: the
+    ledger's length and the time (monotonic) when it came back."""
+    for _, _, conn in nodes:
+        if how == "hangs":
+            conn.running.clear()
+        else:
+            conn.refusing = True
+    await until(lambda: all(not n.led for n, _, _ in nodes), "every node to drop its share")
+    await asyncio.sleep(LEASE_MS / 1000)
+    mark = len(ledger.events)
+    for _, _, conn in nodes:
+        conn.running.set()
+        conn.refusing = False
+    return mark, time.monotonic()
+
+
+def history(events: list[tuple[str, int, int]]) -> dict[int, list[tuple[str, int]]]:
+    """Each partition's events in order: (what, node)."""
+    out: dict[int, list[tuple[str, int]]] = {}
+    for how, node, p in events:
+        out.setdefault(p, []).append((how, node))
+    return out
+
+
+def leases_now(dsn: str) -> dict[int, tuple[int | None, int]]:
+    """partition -> (leader, leader epoch), as PostgreSQL has them."""
+    admin = PostgresLeases(dsn, where="test")
+    try:
+        return {lease.partition: (lease.leader, lease.epoch) for lease in admin.leases()}
+    finally:
+        admin.close()
+
+
+@pytest.mark.parametrize("how", ["hangs", "refuses"])
+def test_after_an_outage_past_the_lease_each_node_takes_its_own_partitions_back(
+    store_dsn: str, how: str
+) -> None:
+    """PostgreSQL away from every node for longer than the lease (their heartbeats hang, or
+    fail at once): every node drops its partitions. When it is back, the first node to reach
+    it (and become the controller) does not take the others' partitions: each node takes back
+    its own, once (the leader epoch one higher, nothing handed over, nothing moved to even
+    out after), and serves them within a few heartbeats."""
+
+    async def story() -> None:
+        ledger = Ledger()
+        nodes = await three_settled(store_dsn, ledger)
+        before, epochs = dict(ledger.serving), leases_now(store_dsn)
+        mark, back = await away_past_the_lease(ledger, nodes, how)
+        await until(lambda: len(ledger.serving) == P, "every partition served again")
+        served_after = time.monotonic() - back
+        await asyncio.sleep(LEASE_MS / 1000 * 1.5)  # past the wait for nodes expected back
+        assert ledger.serving == before
+        # Each partition's history since: loaded once, by the node that served it before.
+        assert history(ledger.events[mark:]) == {p: [("load", n)] for p, n in before.items()}
+        assert leases_now(store_dsn) == {p: (n, e + 1) for p, (n, e) in epochs.items()}
+        assert served_after < LEASE_MS / 1000, served_after
+        for node, _, _ in nodes:
+            await node.stop()
+        assert ledger.violations == []
+
+    asyncio.run(story())
+
+
+def test_a_node_gone_during_an_outage_has_its_partitions_moved_a_lease_after(
+    store_dsn: str,
+) -> None:
+    """Node 3 dies as PostgreSQL goes away from the others for longer than the lease. When it
+    is back, nodes 1 and 2 take their own partitions back at once; node 3's wait one lease for
+    it to come back, then go to them (each taken once)."""
+
+    async def story() -> None:
+        ledger = Ledger()
+        nodes = await three_settled(store_dsn, ledger)
+        before, epochs = dict(ledger.serving), leases_now(store_dsn)
+        third = [p for p, n in before.items() if n == 3]
+        crash(nodes[2][0])
+        for p in third:
+            ledger.dropped(3, p, "crash")
+        mark, back = await away_past_the_lease(ledger, nodes[:2], "refuses")
+        await until(lambda: len(ledger.serving) == P - len(third), "nodes 1, 2 to serve theirs")
+        assert all(ledger.serving.get(p) == before[p] for p in before if p not in third)
+        assert time.monotonic() - back < LEASE_MS / 1000
+        await until(lambda: len(ledger.serving) == P, "node 3's partitions taken")
+        took = time.monotonic() - back
+        assert LEASE_MS / 1000 <= took < LEASE_MS / 1000 * 3, took
+        # Each partition loaded once since: by its node, or by node 1 or 2 if it was node 3's.
+        assert history(ledger.events[mark:]) == {p: [("load", ledger.serving[p])] for p in range(P)}
+        assert all(ledger.serving[p] == before[p] for p in before if p not in third)
+        assert all(ledger.serving[p] in (1, 2) for p in third)
+        after = leases_now(store_dsn)
+        assert {p: e + 1 for p, (_, e) in epochs.items()} == {p: e for p, (_, e) in after.items()}
+        for node, _, _ in nodes[:2]:
             await node.stop()
         assert ledger.violations == []
 

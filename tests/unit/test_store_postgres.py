@@ -248,6 +248,27 @@ def test_appends_go_on_after_postgresql_restarts(own_server: PostgresServer) -> 
         assert keys(reader) == [b"a", b"b", b"c"]
 
 
+def test_reads_go_on_when_the_idle_readers_went_stale(pg_dsn: str) -> None:
+    """PostgreSQL restarted (here: ended their sessions) since the store's last reads: every
+    idle reader kept for the next read is stale. The next reads (a partition's load, the next
+    offset of a partition taken over: what a node does first after an outage of PostgreSQL)
+    run on new connections rather than fail, each once, and cost a take-over."""
+    store = PostgresRecordStore(pg_dsn, partitions=P)
+    store.append([put(b"a")], 1)
+    reads = [store.load_rows(G) for _ in range(3)]  # three at once: three idle readers after
+    assert [len(list(rows)) for rows in reads] == [1, 1, 1]
+    pids = [conn.info.backend_pid for conn in store._readers]
+    assert len(pids) == 3
+    with psycopg.connect(pg_dsn, autocommit=True) as admin:
+        ended = admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM unnest(%s::int[]) AS t(pid)", (pids,)
+        ).fetchall()
+    assert ended == [(True,)] * 3
+    assert keys(store) == [b"a"]
+    assert store.adopt(G) == 1  # its next offset, read on a new connection too
+    store.close()
+
+
 def test_a_store_replaced_under_a_running_server_is_lost(pg_dsn: str) -> None:
     store = PostgresRecordStore(pg_dsn, partitions=P)
     store.check_identity()

@@ -39,8 +39,8 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any, Self
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 from coordinator.routing import DEFAULT_PARTITIONS
 
@@ -80,6 +80,7 @@ if TYPE_CHECKING:
 __all__ = ["PostgresRecordStore"]
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 _FETCH = 8192
 _EXPIRE_CHUNK = 50_000
@@ -401,11 +402,9 @@ class PostgresRecordStore:
         claim of being up to date.)"""
         check_log(log, self._partitions)
         if next_offset is None:
-            conn = self._reader()
-            try:
-                next_offset = self._read_next_offsets(conn, [log])[log]
-            finally:
-                self._release_reader(conn)
+            conn, offsets = self._on_reader(lambda c: self._read_next_offsets(c, [log]))
+            self._release_reader(conn)
+            next_offset = offsets[log]
         with self._lock:
             self._next_offset[log] = next_offset
         return next_offset
@@ -597,20 +596,48 @@ class PostgresRecordStore:
     def _snapshot_cursor(self, sql: str, params: Sequence[Any]) -> Iterator[list[Any]]:
         """Run ``sql`` in a read-only, repeatable-read transaction on a connection of its own,
         now (the snapshot is taken at the call), and iterate its rows in chunks."""
-        import psycopg
 
-        conn = self._reader()
-        try:
+        def open_cursor(conn: psycopg.Connection[Any]) -> tuple[Any, list[Any]]:
             conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
             conn.execute("SET LOCAL work_mem = '256MB'")  # a log's sort stays in memory
             cur = conn.cursor(name=f"kip848_{uuid.uuid4().hex}", binary=True)
             cur.itersize = _FETCH
             cur.execute(sql, params)
-            first = cur.fetchmany(_FETCH)
-        except psycopg.Error as e:
-            conn.close()
-            raise StoreError(f"cannot read the record store in {self.where}: {_one_line(e)}") from e
+            return cur, cur.fetchmany(_FETCH)
+
+        conn, (cur, first) = self._on_reader(open_cursor)
         return self._chunks(conn, cur, first)
+
+    def _on_reader(self, read: Callable[[psycopg.Connection[Any]], T]) -> tuple[Any, T]:
+        """``read`` on an idle reader: (the connection, its result); the caller gives the
+        connection back (``_release_reader``). The idle readers go stale together when
+        PostgreSQL restarts after they were used: a read that fails so runs once more, on a
+        new connection (it changes nothing)."""
+        import psycopg
+
+        retried = False
+        while True:
+            conn = self._reader()
+            try:
+                return conn, read(conn)
+            except psycopg.Error as e:
+                stale = _connection_trouble(e, conn)
+                conn.close()
+                if retried or not stale:
+                    raise StoreError(
+                        f"cannot read the record store in {self.where}: {_one_line(e)}"
+                    ) from e
+                self._drop_idle_readers()
+                retried = True
+            except BaseException:
+                self._release_reader(conn)
+                raise
+
+    def _drop_idle_readers(self) -> None:
+        with self._lock_readers:
+            readers, self._readers = self._readers, []
+        for conn in readers:
+            conn.close()
 
     def _reader(self) -> psycopg.Connection[Any]:
         if self._closed:
@@ -700,11 +727,9 @@ class PostgresRecordStore:
     def last_offset(self, log: int) -> int:
         check_log(log, self._partitions)
         if self.read_only:  # another process may be appending
-            conn = self._reader()
-            try:
-                return self._read_next_offsets(conn)[log] - 1
-            finally:
-                self._release_reader(conn)
+            conn, offsets = self._on_reader(self._read_next_offsets)
+            self._release_reader(conn)
+            return offsets[log] - 1
         return self._next_offset[log] - 1
 
     def stats(self) -> dict[str, Any]:
@@ -764,10 +789,7 @@ class PostgresRecordStore:
         with self._lock:
             self._closed = True
             self._abandon_quietly()
-        with self._lock_readers:
-            readers, self._readers = self._readers, []
-        for conn in readers:
-            conn.close()
+        self._drop_idle_readers()
 
     def __enter__(self) -> Self:
         return self
