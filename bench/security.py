@@ -84,8 +84,11 @@ async def _setup(variant: str) -> tuple[CoordinatorRuntime, Any, ForwardedContex
     service = CoordinatorService(rt)
     admin = Caller(principal=user("admin"))
     from coordinator.core.topics import NewTopic
+    from coordinator.server.api import TopicChanges
 
-    await service.create_topics([NewTopic(name="t", num_partitions=64)], admin)
+    await service.create_topics(
+        TopicChanges(entries=[NewTopic(name="t", num_partitions=64)]), admin
+    )
     if variant == "ACLs on":
         made = await service.create_acls(_acls(), admin)
         assert all(c.error_code == 0 for c in made.value or [])

@@ -17,6 +17,7 @@ class ErrorCode(IntEnum):
     UNKNOWN_SERVER_ERROR = -1
     NONE = 0
     UNKNOWN_TOPIC_OR_PARTITION = 3
+    REQUEST_TIMED_OUT = 7
     OFFSET_METADATA_TOO_LARGE = 12
     COORDINATOR_LOAD_IN_PROGRESS = 14
     COORDINATOR_NOT_AVAILABLE = 15
@@ -81,6 +82,11 @@ class UnknownServerError(CoordinatorError):
 class UnknownTopicOrPartitionError(CoordinatorError):
     code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     default_message = "This server does not host this topic-partition."
+
+
+class RequestTimedOutError(CoordinatorError):
+    code = ErrorCode.REQUEST_TIMED_OUT
+    default_message = "The request timed out."
 
 
 class OffsetMetadataTooLargeError(CoordinatorError):
@@ -310,6 +316,7 @@ ERRORS_BY_CODE: dict[ErrorCode, type[CoordinatorError]] = {
     for cls in (
         UnknownServerError,
         UnknownTopicOrPartitionError,
+        RequestTimedOutError,
         OffsetMetadataTooLargeError,
         CoordinatorLoadInProgressError,
         CoordinatorNotAvailableError,

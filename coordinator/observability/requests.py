@@ -93,7 +93,7 @@ def audit_lines(
     lines: list[AuditLine]
     fallback: list[AuditLine]
     if method == "create_topics":
-        asked = {t.name: t.num_partitions for t in req}
+        asked = {t.name: t.num_partitions for t in req.entries}
         lines = [
             (
                 "create_topic",
@@ -105,16 +105,16 @@ def audit_lines(
         ]
         fallback = [
             ("create_topic", {"topic": t.name, "partitions": t.num_partitions}, top, top_message)
-            for t in req
+            for t in req.entries
         ]
     elif method == "delete_topics":
         lines = [
             ("delete_topic", {"topic": t.name}, t.error_code, t.error_message)
             for t in _entries(answer)
         ]
-        fallback = [("delete_topic", {"topic": n}, top, top_message) for n in req]
+        fallback = [("delete_topic", {"topic": n}, top, top_message) for n in req.entries]
     elif method == "create_partitions":
-        asked = dict(req)
+        asked = dict(req.entries)
         lines = [
             (
                 "add_partitions",
@@ -126,7 +126,7 @@ def audit_lines(
         ]
         fallback = [
             ("add_partitions", {"topic": name, "partitions": count}, top, top_message)
-            for name, count in req
+            for name, count in req.entries
         ]
     elif method == "incremental_alter_configs":
         if req.validate_only:

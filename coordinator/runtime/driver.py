@@ -47,7 +47,12 @@ same decisions. Theory of operation:
   up for long (a COMMIT waiting for PostgreSQL to come back, or for an absent synchronous
   standby). The write goes on: if it lands its records stand (the state already holds them);
   if it fails, the failure below happens as ever. A timeout answer acknowledges nothing, and
-  later requests still wait for the batch (batches are written one after the other).
+  later requests still wait for the batch (batches are written one after the other). A
+  command of the cluster log (the topic registry: topics, ACLs, SCRAM credentials, group
+  configs) is the controller's in Kafka, which answers a metadata write that did not complete
+  in time REQUEST_TIMED_OUT: its answer gets :class:`ClusterLogTimeoutError` instead, bounded
+  from the command's arrival by the request's own timeout when it has one (CreateTopics,
+  CreatePartitions, DeleteTopics: Kafka's ``timeoutMs``), else by the write timeout.
 * **Failure.** If an append fails, that batch and every later un-persisted batch fail with
   COORDINATOR_NOT_AVAILABLE in-band; every state machine is rolled back (undo log) to its mark
   at the start of the failed batch; their timer operations, log events, completions and
@@ -65,10 +70,12 @@ same decisions. Theory of operation:
 from __future__ import annotations
 
 import logging
+from bisect import insort
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from enum import Enum
 from functools import partial
+from operator import itemgetter
 from typing import Any, Protocol
 
 from coordinator.core.commands import Pending, Result
@@ -77,6 +84,7 @@ from coordinator.core.errors import (
     CoordinatorError,
     CoordinatorLoadInProgressError,
     CoordinatorNotAvailableError,
+    RequestTimedOutError,
 )
 from coordinator.core.events import LogEvent
 from coordinator.core.records import Record
@@ -116,6 +124,13 @@ class WriteTimeoutError(CoordinatorNotAvailableError):
     The write's outcome is unknown to the caller: it may still land."""
 
 
+class ClusterLogTimeoutError(RequestTimedOutError):
+    """The batch a cluster-log command's answer waits for was not durable within its bound
+    (the request's timeout, else ``offsets.commit.timeout.ms``): REQUEST_TIMED_OUT, as Kafka's
+    controller (and a broker forwarding to it) answers a metadata write not committed in time.
+    The write's outcome is unknown to the caller: it may still land."""
+
+
 __all__ = [
     "EXPIRE_OFFSETS",
     "REGISTRY",
@@ -123,11 +138,27 @@ __all__ = [
     "TIMER_RETRY_MS",
     "Batch",
     "ClusterLogMovedError",
+    "ClusterLogTimeoutError",
     "Driver",
     "Host",
     "RuntimeState",
     "WriteTimeoutError",
 ]
+
+
+ClusterBound = tuple[float, tuple[int, str]]
+"""A cluster-log command's answer's bound: when it times out (``host.perf()``), and (its
+milliseconds, what set them) for the answer's message (``Driver._cluster_bound``)."""
+
+_DUE = itemgetter(0)
+
+
+def _cluster_timeout_message(ms: int, what: str) -> str:
+    return (
+        f"The cluster log write this request waits for did not complete within {what} "
+        f"({ms} ms); its outcome is unknown: the write goes on, and stands if it lands (if it "
+        "fails, nothing of it is applied). Check before retrying."
+    )
 
 
 class RuntimeState(Enum):
@@ -197,6 +228,7 @@ class Batch:
         "then",
         "timed",
         "timeout",
+        "timeout_at",
         "timer_ops",
         "waiters",
     )
@@ -214,10 +246,12 @@ class Batch:
         # (caller's future, its response, its state machine; None: the driver's own wait)
         self.waiters: list[tuple[Any, Any, int | None]] = []
         self.then: list[Callable[[BaseException | None], Any]] = []  # the driver's own
-        # (when its wait began: host.perf(), a caller's future or a parked request's (machine,
-        # token)), in that order: what the write timeout answers (Driver._time)
-        self.timed: list[tuple[float, Any]] = []
+        # (when its wait times out: host.perf(), a caller's future or a parked request's
+        # (machine, token), None or a cluster-log command's bound), in the order of their
+        # timeouts: what the write timeout answers (Driver._time)
+        self.timed: list[tuple[float, Any, tuple[int, str] | None]] = []
         self.timeout: Any = None  # the host's handle of the next write-timeout check
+        self.timeout_at = 0.0  # when it runs (host.perf())
         self.resolved = False
         self.error: BaseException | None = None  # why its write failed
 
@@ -227,8 +261,8 @@ class Driver:
 
     ``workers``: the host computes offloaded targets (``run_job``); without workers the core's
     offload requests are ignored (the core computes inline). ``write_timeout_ms``: how long a
-    request's answer waits for its batch at most (None: as long as the batch takes; the
-    module docstring's "Write timeout"). ``trace``: called with
+    request's answer waits for its batch at most (None: as long as the batch takes, whatever
+    a command's own timeout says; the module docstring's "Write timeout"). ``trace``: called with
     ``(what, details)`` for the driver's own decisions (first targets, offloads, answers to no
     one), for the simulator's trace and tests."""
 
@@ -429,6 +463,7 @@ class Driver:
         read: bool = False,
         join: bool = False,
         park: bool = False,
+        timeout_ms: int | None = None,
     ) -> tuple[Any, Any]:
         """Run one command in its state machine's turn: at once when the machine has nothing
         queued and budget left in this loop iteration, else queued in arrival order
@@ -437,10 +472,13 @@ class Driver:
         Returns ``(response, None)`` when the response may be released at once, else
         ``(None, future)``: the future gets the response (or the command's error) when it may
         be released — once its batch is durable, and for a ``park`` command that answered
-        ``Pending``, once a later durable result completes it."""
+        ``Pending``, once a later durable result completes it. ``timeout_ms``: a command of the
+        cluster log, the request's own bound on its answer's wait, from now (None: the write
+        timeout; the module docstring's "Write timeout")."""
         self.check_serving()
         key = self.shard_count if index == REGISTRY else index
         self.lead.check(key)
+        bound = self._cluster_bound(timeout_ms) if key == self.shard_count else None
         turns = self.turns
         if turns.now(key, join=join):
             perf = self.host.perf
@@ -452,10 +490,10 @@ class Driver:
             if batch is None and not (park and type(response) is Pending):
                 return response, None
             fut = self.host.new_future()
-            self._answer(key, fut, response, batch, park)
+            self._answer(key, fut, response, batch, park, bound)
             return None, fut
         fut = self.host.new_future()
-        turns.later(key, partial(self._in_turn, key, fn, read, park, fut), join=join)
+        turns.later(key, partial(self._in_turn, key, fn, read, park, fut, bound), join=join)
         return None, fut
 
     def request(self, cmd: Command) -> tuple[Any, Any]:
@@ -495,7 +533,13 @@ class Driver:
         return self._execute(index, lambda s: s.group_configs.migrated(), False)[1]
 
     def _in_turn(
-        self, key: int, fn: Callable[[Any], Any], read: bool, park: bool, fut: Any
+        self,
+        key: int,
+        fn: Callable[[Any], Any],
+        read: bool,
+        park: bool,
+        fut: Any,
+        bound: ClusterBound | None,
     ) -> None:
         """A queued command in its turn; its caller is answered from here (a caller that went
         away is not run for)."""
@@ -507,13 +551,21 @@ class Driver:
         except Exception as exc:  # noqa: BLE001 - the caller gets it, as if it ran it itself
             fut.set_exception(exc)
             return
-        self._answer(key, fut, response, batch, park)
+        self._answer(key, fut, response, batch, park, bound)
 
-    def _answer(self, key: int, fut: Any, response: Any, batch: Batch | None, park: bool) -> None:
+    def _answer(
+        self,
+        key: int,
+        fut: Any,
+        response: Any,
+        batch: Batch | None,
+        park: bool,
+        bound: ClusterBound | None = None,
+    ) -> None:
         """Release ``response`` to ``fut`` when it may be: at once, once ``batch`` is durable,
         or — a parked request — when a completion answers it. The parked future is registered
         here, in the command's turn: a command queued behind it in the same turn may answer it
-        without writing anything."""
+        without writing anything. ``bound``: a cluster-log command's (:meth:`_cluster_bound`)."""
         if park and type(response) is Pending:
             self._park((key, response.token), fut, batch)
         elif batch is None:
@@ -521,55 +573,97 @@ class Driver:
         else:
             batch.waiters.append((fut, response, key))
             if self.write_timeout_ms is not None:
-                self._time(batch, fut)
+                self._time(batch, fut, cluster=bound)
 
-    def wait(self, batch: Batch, *, timed: bool = False, index: int | None = None) -> Any:
+    def wait(
+        self,
+        batch: Batch,
+        *,
+        timed: bool = False,
+        index: int | None = None,
+        timeout_ms: int | None = None,
+    ) -> Any:
         """A future resolved when ``batch`` is (None, or its write's error). ``timed``: a
         request's answer waits for it — it gets :class:`WriteTimeoutError` if the batch is not
         durable within the write timeout; ``index``: the state machine whose command it waits
-        for (answered at once if that machine is dropped, :meth:`answer_dropped`)."""
+        for (answered at once if that machine is dropped, :meth:`answer_dropped`); for a
+        command of the cluster log (:data:`REGISTRY`), :class:`ClusterLogTimeoutError` instead,
+        within ``timeout_ms`` when given (as :meth:`submit`)."""
         fut = self.host.new_future()
+        key = self.shard_count if index == REGISTRY else index
         if not batch.resolved:
-            batch.waiters.append((fut, None, index))
+            batch.waiters.append((fut, None, key))
             if timed and self.write_timeout_ms is not None:
-                self._time(batch, fut)
+                bound = self._cluster_bound(timeout_ms) if key == self.shard_count else None
+                self._time(batch, fut, cluster=bound)
         elif batch.error is None:
             fut.set_result(None)
         else:
             fut.set_exception(batch.error)
         return fut
 
-    def _time(self, batch: Batch, *waiting: Any) -> None:
+    def _cluster_bound(self, timeout_ms: int | None) -> ClusterBound | None:
+        """The bound of a cluster-log command arriving now: when its answer's wait times out
+        (``host.perf()``) and what bounds it (the request's ``timeout_ms``, at least 0, else
+        the write timeout). None: no write timeout (the virtual hosts)."""
+        if self.write_timeout_ms is None:
+            return None
+        if timeout_ms is None:
+            bound = (self.write_timeout_ms, "offsets.commit.timeout.ms")
+        else:
+            bound = (max(timeout_ms, 0), "the request's timeout_ms")
+        return self.host.perf() + bound[0] / 1000, bound
+
+    def _time(self, batch: Batch, *waiting: Any, cluster: ClusterBound | None = None) -> None:
         """``waiting`` (callers' futures, or parked requests' (machine, token) whose
-        completions ``batch`` holds) wait for ``batch`` from now: answered
-        :class:`WriteTimeoutError` if the batch is not durable within the write timeout."""
+        completions ``batch`` holds) wait for ``batch``: answered :class:`WriteTimeoutError`
+        if the batch is not durable within the write timeout from now — or, with ``cluster``
+        (a cluster-log command's bound, :meth:`_cluster_bound`),
+        :class:`ClusterLogTimeoutError` if it is not durable by then."""
         now = self.host.perf()
-        batch.timed.extend((now, w) for w in waiting)
-        if batch.timeout is None:
+        if cluster is not None:
+            due, bound = cluster
+        else:
             assert self.write_timeout_ms is not None
+            due, bound = now + self.write_timeout_ms / 1000, None
+        timed = batch.timed
+        if not timed or timed[-1][0] <= due:
+            timed.extend((due, w, bound) for w in waiting)
+        else:  # a shorter bound than a wait before it (a request's own timeout)
+            for w in waiting:
+                insort(timed, (due, w, bound), key=_DUE)
+        first = timed[0][0]
+        if batch.timeout is not None and batch.timeout_at > first:
+            batch.timeout.cancel()
+            batch.timeout = None
+        if batch.timeout is None:
+            batch.timeout_at = first
             batch.timeout = self.host.call_later(
-                self.write_timeout_ms, partial(self._timed_out, batch)
+                max((first - now) * 1000, 0.0), partial(self._timed_out, batch)
             )
 
     def _timed_out(self, batch: Batch) -> None:
-        """The write timeout of ``batch``'s oldest waits: answer those that reached it, look
-        again at the next one's."""
+        """The timeout of ``batch``'s first waits: answer those that reached it, look again at
+        the next one's."""
         batch.timeout = None
         if batch.resolved:
             return
         assert self.write_timeout_ms is not None
-        limit = self.write_timeout_ms / 1000
         now = self.host.perf()
         timed = batch.timed
         parked = self.parked
         error: WriteTimeoutError | None = None
-        n = answered = 0
-        for since, waiting in timed:
-            if now - since < limit:
+        n = answered = cluster = 0
+        for due, waiting, bound in timed:
+            if now < due:
                 break
             n += 1
             fut = parked.get(waiting) if type(waiting) is tuple else waiting
             if fut is None or fut.done():
+                continue
+            if bound is not None:
+                fut.set_exception(ClusterLogTimeoutError(_cluster_timeout_message(*bound)))
+                cluster += 1
                 continue
             if error is None:
                 error = WriteTimeoutError(
@@ -580,20 +674,31 @@ class Driver:
             fut.set_exception(error)
             answered += 1
         del timed[:n]
-        if answered:
+        if answered or cluster:
             # Once a second at most: a write held up for long meets a steady flow of requests.
             loud = now - self._timeout_warned >= 1.0
             if loud:
                 self._timeout_warned = now
-            (log.warning if loud else log.debug)(
-                "A write of %d records has not completed after %d ms (offsets.commit.timeout.ms):"
-                " %d waiting requests answered COORDINATOR_NOT_AVAILABLE; the write goes on.",
-                len(batch.records),
-                self.write_timeout_ms,
-                answered,
-            )
+            say = log.warning if loud else log.debug
+            if answered:
+                say(
+                    "A write of %d records has not completed after %d ms "
+                    "(offsets.commit.timeout.ms): %d waiting requests answered "
+                    "COORDINATOR_NOT_AVAILABLE; the write goes on.",
+                    len(batch.records),
+                    self.write_timeout_ms,
+                    answered,
+                )
+            if cluster:
+                say(
+                    "A write of %d records has not completed within the timeout of %d waiting "
+                    "requests of the cluster log: answered REQUEST_TIMED_OUT; the write goes on.",
+                    len(batch.records),
+                    cluster,
+                )
         if timed:  # later waits: at their own timeout (at least 1 ms on: a timer may run early)
-            delay_ms = max((timed[0][0] + limit - now) * 1000, 1.0)
+            batch.timeout_at = timed[0][0]
+            delay_ms = max((batch.timeout_at - now) * 1000, 1.0)
             batch.timeout = self.host.call_later(delay_ms, partial(self._timed_out, batch))
 
     def _settled(self, batch: Batch) -> None:
@@ -620,9 +725,7 @@ class Driver:
             # Its parked requests' completions answer no one now (the machine that parked them
             # is gone, and a new one may hand out the same tokens): not kept, not timed.
             batch.completions[:] = [c for c in batch.completions if c[0] != index]
-            batch.timed[:] = [
-                (since, w) for since, w in batch.timed if type(w) is not tuple or w[0] != index
-            ]
+            batch.timed[:] = [t for t in batch.timed if type(t[1]) is not tuple or t[1][0] != index]
 
     def _publish_topics(self) -> None:
         image = self.registry.image()

@@ -242,18 +242,29 @@ class Engine:
 
     # ------------------------------------------------------------------ commands
 
-    async def submit(self, index: int, fn: Callable[[Any], Any], **flags: bool) -> Any:
+    async def submit(
+        self, index: int, fn: Callable[[Any], Any], *, timeout_ms: int | None = None, **flags: bool
+    ) -> Any:
         """Run a command in its turn (``Driver.submit``, with its ``read``/``join``/``park``
-        flags) and answer once it may be released. Each caller awaits a future of its own: one
-        that goes away (a deadline, a reset stream: grpc.aio cancels its task) cancels only its
-        own. A command that writes to the cluster log (``REGISTRY``, not ``read``) is run again
-        when another node wrote to it first (:meth:`cluster_log_command`)."""
+        flags, and ``timeout_ms`` of a command of the cluster log) and answer once it may be
+        released. Each caller awaits a future of its own: one that goes away (a deadline, a
+        reset stream: grpc.aio cancels its task) cancels only its own. A command that writes
+        to the cluster log (``REGISTRY``, not ``read``) is run again when another node wrote to
+        it first (:meth:`cluster_log_command`)."""
         if index == REGISTRY and not flags.get("read"):
-            return await self.cluster_log_command(lambda: self._submit(index, fn, flags))
-        return await self._submit(index, fn, flags)
+            return await self.cluster_log_command(
+                lambda: self._submit(index, fn, flags, timeout_ms)
+            )
+        return await self._submit(index, fn, flags, timeout_ms)
 
-    async def _submit(self, index: int, fn: Callable[[Any], Any], flags: dict[str, bool]) -> Any:
-        response, fut = self.driver.submit(index, fn, **flags)
+    async def _submit(
+        self,
+        index: int,
+        fn: Callable[[Any], Any],
+        flags: dict[str, bool],
+        timeout_ms: int | None = None,
+    ) -> Any:
+        response, fut = self.driver.submit(index, fn, timeout_ms=timeout_ms, **flags)
         if fut is None:
             return response
         return await fut
@@ -284,19 +295,25 @@ class Engine:
             return response
         return await fut
 
-    async def durable(self, batch: Batch | None, index: int | None = None) -> None:
+    async def durable(
+        self, batch: Batch | None, index: int | None = None, timeout_ms: int | None = None
+    ) -> None:
         """A request's answer waits until ``batch`` is resolved (raises its write's error, or
         :class:`~.driver.WriteTimeoutError` at the write timeout); ``index``: the state machine
         whose command it waits for (:meth:`wait_for`)."""
         if batch is not None:
-            await self.wait_for(batch, index)
+            await self.wait_for(batch, index, timeout_ms)
 
-    def wait_for(self, batch: Batch, index: int | None = None) -> Any:
+    def wait_for(
+        self, batch: Batch, index: int | None = None, timeout_ms: int | None = None
+    ) -> Any:
         """A request's answer's wait for ``batch``, started now (a future): its write timeout
         counts from here, so a request waiting for several batches starts every wait before
         awaiting any (one timeout in all, not one after another); answered at once if state
-        machine ``index`` is dropped (``Driver.answer_dropped``)."""
-        return self.driver.wait(batch, timed=True, index=index)
+        machine ``index`` is dropped (``Driver.answer_dropped``). A command of the cluster log
+        (``REGISTRY``) gets :class:`~.driver.ClusterLogTimeoutError` instead, within
+        ``timeout_ms`` when given (``Driver.wait``)."""
+        return self.driver.wait(batch, timed=True, index=index, timeout_ms=timeout_ms)
 
     # ------------------------------------------------------------------ health (storewatch.py)
 

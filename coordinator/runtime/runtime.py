@@ -326,18 +326,34 @@ class CoordinatorRuntime:
 
     # ------------------------------------------------------------------ topics
 
-    async def create_topics(self, topics: Sequence[NewTopic]) -> list[TopicResult]:
-        return await self._submit(REGISTRY, lambda r: r.create_topics(topics))
+    # A write to the cluster log (topics, ACLs, SCRAM credentials, group configs) not durable
+    # in time is answered REQUEST_TIMED_OUT, as Kafka's controller answers it
+    # (``Driver._cluster_bound``): within ``timeout_ms``, the request's own timeout, when it
+    # has one (CreateTopics, CreatePartitions, DeleteTopics), else offsets.commit.timeout.ms.
 
-    async def create_partitions(self, requests: Sequence[tuple[str, int]]) -> list[TopicResult]:
-        return await self._submit(REGISTRY, lambda r: r.create_partitions(requests))
+    async def create_topics(
+        self, topics: Sequence[NewTopic], *, timeout_ms: int | None = None
+    ) -> list[TopicResult]:
+        return await self._submit(
+            REGISTRY, lambda r: r.create_topics(topics), timeout_ms=timeout_ms
+        )
 
-    async def delete_topics(self, names: Sequence[str]) -> list[TopicResult]:
+    async def create_partitions(
+        self, requests: Sequence[tuple[str, int]], *, timeout_ms: int | None = None
+    ) -> list[TopicResult]:
+        return await self._submit(
+            REGISTRY, lambda r: r.create_partitions(requests), timeout_ms=timeout_ms
+        )
+
+    async def delete_topics(
+        self, names: Sequence[str], *, timeout_ms: int | None = None
+    ) -> list[TopicResult]:
         """Delete topics and, in the same durable batch, the committed offsets of every group on
         them (:meth:`_deleting_topics`)."""
         return await self._deleting_topics(
             lambda r: r.delete_topics(names),
             lambda results: [t.name for t in results if t.error_code == ErrorCode.NONE],
+            timeout_ms,
         )
 
     async def list_topics(self) -> list[TopicResult]:
@@ -354,7 +370,10 @@ class CoordinatorRuntime:
         )
 
     async def _deleting_topics(
-        self, change: Callable[[Any], _R], deleted: Callable[[_R], Sequence[str]]
+        self,
+        change: Callable[[Any], _R],
+        deleted: Callable[[_R], Sequence[str]],
+        timeout_ms: int | None = None,
     ) -> _R:
         """A registry change that deletes topics, with their groups' committed offsets in the
         same durable batch (``Driver.delete_topics_with``); run again if another node wrote to
@@ -362,7 +381,7 @@ class CoordinatorRuntime:
 
         async def once() -> _R:
             out, batch = self.driver.delete_topics_with(change, deleted)
-            await self._durable(batch)
+            await self._durable(batch, REGISTRY, timeout_ms)
             return out
 
         return await self.engine.cluster_log_command(once)

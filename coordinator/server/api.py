@@ -73,6 +73,16 @@ class Reply(Generic[T]):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class TopicChanges(Generic[T]):
+    """A CreateTopics, CreatePartitions or DeleteTopics request: its entries, in order, and
+    ``timeout_ms``, how long its answer waits for the write to the cluster log (Kafka's
+    ``timeoutMs``, from the request's arrival; None: ``offsets.commit.timeout.ms``)."""
+
+    entries: Sequence[T]
+    timeout_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class GroupError:
     """A group of a multi-group request whose part of the request did not decode: answered
     with this error for that group only."""

@@ -53,6 +53,7 @@ from .api import (
     IncrementalAlterConfigs,
     Node,
     Reply,
+    TopicChanges,
     WatchEvent,
 )
 from .log_offsets import ListOffsets, LogOffset, OffsetQuery
@@ -214,16 +215,23 @@ def consumer_group_describe_to_proto(
 # ---------------------------------------------------------------- topic registry
 
 
-def new_topics_from_proto(req: admin_pb2.CreateTopicsRequest) -> list[NewTopic]:
-    return [
-        NewTopic(
-            name=t.name,
-            num_partitions=t.num_partitions,
-            topic_id=topic_id_in(t.topic_id) if t.HasField("topic_id") else None,
-            partition_racks=racks_from_proto(t.name, t.replica_racks),
-        )
-        for t in req.topics
-    ]
+def _timeout_ms(req: Any) -> int | None:
+    return req.timeout_ms if req.HasField("timeout_ms") else None
+
+
+def new_topics_from_proto(req: admin_pb2.CreateTopicsRequest) -> TopicChanges[NewTopic]:
+    return TopicChanges(
+        entries=[
+            NewTopic(
+                name=t.name,
+                num_partitions=t.num_partitions,
+                topic_id=topic_id_in(t.topic_id) if t.HasField("topic_id") else None,
+                partition_racks=racks_from_proto(t.name, t.replica_racks),
+            )
+            for t in req.topics
+        ],
+        timeout_ms=_timeout_ms(req),
+    )
 
 
 def racks_from_proto(
@@ -251,12 +259,16 @@ def racks_to_proto(racks: Mapping[int, frozenset[str]]) -> list[admin_pb2.Partit
     ]
 
 
-def create_partitions_from_proto(req: admin_pb2.CreatePartitionsRequest) -> list[tuple[str, int]]:
-    return [(t.name, t.count) for t in req.topics]
+def create_partitions_from_proto(
+    req: admin_pb2.CreatePartitionsRequest,
+) -> TopicChanges[tuple[str, int]]:
+    return TopicChanges(
+        entries=[(t.name, t.count) for t in req.topics], timeout_ms=_timeout_ms(req)
+    )
 
 
-def delete_topics_from_proto(req: admin_pb2.DeleteTopicsRequest) -> list[str]:
-    return list(req.names)
+def delete_topics_from_proto(req: admin_pb2.DeleteTopicsRequest) -> TopicChanges[str]:
+    return TopicChanges(entries=list(req.names), timeout_ms=_timeout_ms(req))
 
 
 def nothing_from_proto(_req: Any) -> None:

@@ -75,6 +75,7 @@ from .api import (
     IncrementalAlterConfigs,
     Node,
     Reply,
+    TopicChanges,
     WatchEvent,
     WatchRequest,
 )
@@ -521,45 +522,58 @@ class CoordinatorService:
 
     # ------------------------------------------------------------ topic registry
 
+    # The topic RPCs' answers wait for their write to the cluster log within the request's
+    # timeout_ms (Kafka's timeoutMs): past it, REQUEST_TIMED_OUT (``Driver._cluster_bound``).
+
     @rpc(reply_error)
     async def create_topics(
-        self, topics: Sequence[NewTopic], caller: Caller
+        self, req: TopicChanges[NewTopic], caller: Caller
     ) -> Reply[list[TopicResult]]:
+        topics = req.entries
         self.limits.topics(t.name for t in topics)
         for t in topics:  # replica racks are identifiers too (each distinct set checked once)
             for racks in set(t.partition_racks.values()):
                 for rack in racks:
                     self.limits.identifier("ReplicaRack", rack)
+        timeout_ms = req.timeout_ms
         if self.authz.may(caller, CREATE, CLUSTER, CLUSTER_NAME):
-            return Reply(value=await self.topics.create_topics(topics))
+            return Reply(value=await self.topics.create_topics(topics, timeout_ms=timeout_ms))
         # Kafka: CLUSTER CREATE, or TOPIC CREATE per topic.
         denied = set(
             self.authz.denied_topics(caller, "CreateTopics", CREATE, (t.name for t in topics))
         )
         kept = [t for t in topics if t.name not in denied]
-        created = iter(await self.topics.create_topics(kept) if kept else [])
+        created = iter(await self.topics.create_topics(kept, timeout_ms=timeout_ms) if kept else [])
         return Reply(
             value=[_topic_denied(t.name) if t.name in denied else next(created) for t in topics]
         )
 
     @rpc(reply_error)
     async def create_partitions(
-        self, requests: Sequence[tuple[str, int]], caller: Caller
+        self, req: TopicChanges[tuple[str, int]], caller: Caller
     ) -> Reply[list[TopicResult]]:
+        requests = req.entries
         self.limits.topics(name for name, _count in requests)
         denied = set(
             self.authz.denied_topics(caller, "CreatePartitions", ALTER, (n for n, _c in requests))
         )
         kept = [(n, c) for n, c in requests if n not in denied]
-        grown = iter(await self.topics.create_partitions(kept) if kept else [])
+        grown = iter(
+            await self.topics.create_partitions(kept, timeout_ms=req.timeout_ms) if kept else []
+        )
         return Reply(value=[_topic_denied(n) if n in denied else next(grown) for n, _c in requests])
 
     @rpc(reply_error)
-    async def delete_topics(self, names: Sequence[str], caller: Caller) -> Reply[list[TopicResult]]:
+    async def delete_topics(
+        self, req: TopicChanges[str], caller: Caller
+    ) -> Reply[list[TopicResult]]:
+        names = req.entries
         self.limits.topics(names)
         denied = set(self.authz.denied_topics(caller, "DeleteTopics", DELETE, names))
         kept = [n for n in names if n not in denied]
-        deleted = iter(await self.topics.delete_topics(kept) if kept else [])
+        deleted = iter(
+            await self.topics.delete_topics(kept, timeout_ms=req.timeout_ms) if kept else []
+        )
         return Reply(value=[_topic_denied(n) if n in denied else next(deleted) for n in names])
 
     @rpc(reply_error)

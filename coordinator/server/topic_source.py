@@ -22,9 +22,17 @@ class TopicSource(Protocol):
     watches_subscriptions: bool
     """True: :meth:`subscribed` wants to see the subscriptions (names, regexes) of joins."""
 
-    async def create_topics(self, topics: Sequence[NewTopic]) -> list[TopicResult]: ...
-    async def create_partitions(self, requests: Sequence[tuple[str, int]]) -> list[TopicResult]: ...
-    async def delete_topics(self, names: Sequence[str]) -> list[TopicResult]: ...
+    # timeout_ms: how long the change may take (the request's, Kafka's timeoutMs; None: the
+    # source's default).
+    async def create_topics(
+        self, topics: Sequence[NewTopic], *, timeout_ms: int | None = None
+    ) -> list[TopicResult]: ...
+    async def create_partitions(
+        self, requests: Sequence[tuple[str, int]], *, timeout_ms: int | None = None
+    ) -> list[TopicResult]: ...
+    async def delete_topics(
+        self, names: Sequence[str], *, timeout_ms: int | None = None
+    ) -> list[TopicResult]: ...
     async def list_topics(self) -> list[TopicResult]: ...
     def subscribed(
         self, names: Sequence[str] | None, regex: str | None
@@ -43,14 +51,20 @@ class RegistryTopics:
     def __init__(self, runtime: CoordinatorRuntime) -> None:
         self.runtime = runtime
 
-    async def create_topics(self, topics: Sequence[NewTopic]) -> list[TopicResult]:
-        return await self.runtime.create_topics(topics)
+    async def create_topics(
+        self, topics: Sequence[NewTopic], *, timeout_ms: int | None = None
+    ) -> list[TopicResult]:
+        return await self.runtime.create_topics(topics, timeout_ms=timeout_ms)
 
-    async def create_partitions(self, requests: Sequence[tuple[str, int]]) -> list[TopicResult]:
-        return await self.runtime.create_partitions(requests)
+    async def create_partitions(
+        self, requests: Sequence[tuple[str, int]], *, timeout_ms: int | None = None
+    ) -> list[TopicResult]:
+        return await self.runtime.create_partitions(requests, timeout_ms=timeout_ms)
 
-    async def delete_topics(self, names: Sequence[str]) -> list[TopicResult]:
-        return await self.runtime.delete_topics(names)
+    async def delete_topics(
+        self, names: Sequence[str], *, timeout_ms: int | None = None
+    ) -> list[TopicResult]:
+        return await self.runtime.delete_topics(names, timeout_ms=timeout_ms)
 
     async def list_topics(self) -> list[TopicResult]:
         return await self.runtime.list_topics()

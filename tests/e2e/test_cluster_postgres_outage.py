@@ -30,7 +30,7 @@ from cluster_support import LEASE_MS, Nodes, Workers, committed, journal_epochs,
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from pg import PostgresServer
 
-from kip848.v1 import offsets_pb2, offsets_pb2_grpc
+from kip848.v1 import admin_pb2, common_pb2, offsets_pb2, offsets_pb2_grpc
 
 pytestmark = pytest.mark.slow
 
@@ -247,6 +247,17 @@ def test_a_commit_held_up_in_postgresql_is_answered_when_its_partition_is_droppe
 WRITE_TIMEOUT_MS = 1_000
 
 
+def single_node_settings(**more: object) -> tuple[str, ...]:
+    """One node whose lease (20 s) is far longer than its write timeout (1 s)."""
+    return settings(
+        6,
+        coordinator_lease_ms=20_000,
+        coordinator_heartbeat_interval_ms=1_000,
+        offsets_commit_timeout_ms=WRITE_TIMEOUT_MS,
+        **more,
+    )
+
+
 class Lines(logging.Handler):
     """Keeps the messages logged to it."""
 
@@ -275,16 +286,7 @@ def test_a_single_nodes_commit_held_up_in_postgresql_is_answered_at_the_write_ti
     librdkafka_log.setLevel(logging.DEBUG)
     lines: list[str] = []
     librdkafka_log.addHandler(Lines(lines))
-    nodes = Nodes(
-        tmp_path,
-        own_pg.fresh_store_dsn(),
-        *settings(
-            6,
-            coordinator_lease_ms=20_000,
-            coordinator_heartbeat_interval_ms=1_000,
-            offsets_commit_timeout_ms=WRITE_TIMEOUT_MS,
-        ),
-    )
+    nodes = Nodes(tmp_path, own_pg.fresh_store_dsn(), *single_node_settings())
     node = nodes.start(1)
     consumer = Consumer(
         {
@@ -339,4 +341,99 @@ def test_a_single_nodes_commit_held_up_in_postgresql_is_answered_at_the_write_ti
         assert "has not completed after 1000 ms (offsets.commit.timeout.ms)" in log, log
     finally:
         consumer.close()
+        nodes.stop_all()
+
+
+def test_cluster_log_writes_held_up_in_postgresql_are_answered_request_timed_out(
+    own_pg: PostgresServer, tmp_path: Path
+) -> None:
+    """One node (``offsets.commit.timeout.ms`` 1 s, a lease far longer): PostgreSQL stops
+    acknowledging COMMITs, and the requests whose writes go to the cluster log are answered
+    REQUEST_TIMED_OUT, as Kafka's controller answers a metadata write that did not complete in
+    time: a gRPC CreateTopics at its own ``timeout_ms`` (0.5 s here), confluent-kafka's
+    AdminClient ``create_acls`` over the Kafka listener at the write timeout, each with a
+    message saying the outcome is unknown. Once PostgreSQL acknowledges, both held writes land:
+    the topic and the ACL exist."""
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.admin import (
+        AclBinding,
+        AclBindingFilter,
+        AclOperation,
+        AclPermissionType,
+        AdminClient,
+        ResourcePatternType,
+        ResourceType,
+    )
+
+    nodes = Nodes(
+        tmp_path,
+        own_pg.fresh_store_dsn(),
+        # The ACL created below must not lock the test out.
+        *single_node_settings(super_users="User:ANONYMOUS"),
+    )
+    node = nodes.start(1)
+    admin = AdminClient({"bootstrap.servers": nodes.kafka_address(1), "socket.timeout.ms": 10_000})
+    binding = AclBinding(
+        ResourceType.TOPIC,
+        "held",
+        ResourcePatternType.LITERAL,
+        "User:alice",
+        "*",
+        AclOperation.READ,
+        AclPermissionType.ALLOW,
+    )
+    everything = AclBindingFilter(
+        ResourceType.ANY,
+        None,
+        ResourcePatternType.ANY,
+        None,
+        None,
+        AclOperation.ANY,
+        AclPermissionType.ANY,
+    )
+    try:
+        node.create_topic(TOPIC, 1)
+        # Connected, with the cluster's metadata: librdkafka asks for it before an admin
+        # request, and the Metadata answer too would wait for the held write.
+        assert admin.describe_acls(everything, request_timeout=10).result(timeout=10) == []
+        with commits_held(own_pg):
+            started = time.monotonic()
+            created = node.admin.CreateTopics(
+                admin_pb2.CreateTopicsRequest(
+                    topics=[
+                        admin_pb2.CreateTopicsRequest.CreatableTopic(name="held", num_partitions=2)
+                    ],
+                    timeout_ms=500,
+                ),
+                timeout=10,
+            )
+            create_took = time.monotonic() - started
+            started = time.monotonic()
+            (acl_future,) = admin.create_acls([binding], request_timeout=10).values()
+            with pytest.raises(KafkaException) as info:
+                acl_future.result(timeout=10)
+            acl_took = time.monotonic() - started
+        print(f"CreateTopics answered after {create_took:.2f} s, CreateAcls after {acl_took:.2f} s")
+        # gRPC: in-band REQUEST_TIMED_OUT (the topic RPCs answer it request-level).
+        assert created.error_code == common_pb2.REQUEST_TIMED_OUT, created
+        assert "timeout_ms (500 ms)" in created.error_message, created
+        assert "outcome is unknown" in created.error_message, created
+        assert 0.49 <= create_took < 0.5 + 1.0, create_took
+        # The Kafka listener: librdkafka hands the ACL's REQUEST_TIMED_OUT to the application.
+        error = info.value.args[0]
+        assert error.code() == KafkaError.REQUEST_TIMED_OUT, error
+        assert "outcome is unknown" in error.str(), error
+        assert WRITE_TIMEOUT_MS / 1000 - 0.01 <= acl_took < WRITE_TIMEOUT_MS / 1000 + 1.0, acl_took
+
+        # PostgreSQL acknowledges again: both held writes landed and stand.
+        def topics() -> dict[str, int]:
+            listed = node.admin.ListTopics(admin_pb2.ListTopicsRequest(), timeout=10)
+            return {t.name: t.num_partitions for t in listed.topics}
+
+        until(lambda: topics() == {TOPIC: 1, "held": 2}, "the held CreateTopics to land")
+        assert admin.describe_acls(everything, request_timeout=10).result(timeout=10) == [binding]
+        log = nodes.log_text(1)
+        assert "stops serving partitions" not in log, log
+        assert "answered REQUEST_TIMED_OUT; the write goes on" in log, log
+    finally:
         nodes.stop_all()

@@ -648,19 +648,20 @@ def test_audit_lines_of_every_admin_action() -> None:
         AlterResult,
         IncrementalAlterConfigs,
         Reply,
+        TopicChanges,
     )
 
     E = ErrorCode
     code = answer_code_reader()
     assert audit_lines(
         "create_topics",
-        [NewTopic(name="t", num_partitions=3)],
+        TopicChanges(entries=[NewTopic(name="t", num_partitions=3)]),
         Reply(value=[TopicResult(name="t", num_partitions=3)]),
         code,
     ) == [("create_topic", {"topic": "t", "partitions": 3}, 0, None)]
     assert audit_lines(
         "delete_topics",
-        ["t", "u"],
+        TopicChanges(entries=["t", "u"]),
         Reply(
             value=[
                 TopicResult(name="t"),
@@ -676,7 +677,7 @@ def test_audit_lines_of_every_admin_action() -> None:
     ]
     assert audit_lines(
         "create_partitions",
-        [("t", 6)],
+        TopicChanges(entries=[("t", 6)]),
         Reply(error_code=E.COORDINATOR_LOAD_IN_PROGRESS, error_message="Loading."),
         code,
     ) == [("add_partitions", {"topic": "t", "partitions": 6}, 14, "Loading.")]

@@ -20,10 +20,19 @@ from coordinator.runtime import CoordinatorRuntime
 from coordinator.security.acls import AclOperation, ResourceType
 from coordinator.security.authorizer import AuthorizerConfig, Refusal
 from coordinator.security.principal import user
-from coordinator.server.api import AclSpec, Caller
+from coordinator.server.api import AclSpec, Caller, TopicChanges
 from coordinator.server.service import CoordinatorService
 
 ADMIN = Caller(principal=user("admin"))
+EVERY_ACL = AclSpec(  # a filter: ANY (1) of each
+    resource_type=1,
+    resource_name=None,
+    pattern_type=1,
+    principal=None,
+    host=None,
+    operation=1,
+    permission_type=1,
+)
 ALICE = Caller(principal=user("alice"), client_host="/10.0.0.7", client_id="app")
 OP = AclOperation
 
@@ -58,7 +67,8 @@ async def svc() -> AsyncIterator[tuple[CoordinatorService, list[Refusal]]]:
     refusals: list[Refusal] = []
     service.authorizer.on_refused = refusals.append
     topics = [NewTopic(name=n, num_partitions=2) for n in ("pay-eu", "pay-us", "secret", "public")]
-    assert all(t.error_code == 0 for t in (await service.create_topics(topics, ADMIN)).value or [])
+    created = await service.create_topics(TopicChanges(entries=topics), ADMIN)
+    assert all(t.error_code == 0 for t in created.value or [])
     try:
         yield service, refusals
     finally:
@@ -262,22 +272,13 @@ async def test_acl_administration_is_validated_per_entry(svc) -> None:
         ),
         (ErrorCode.INVALID_REQUEST, "Invalid operation ANY"),
     ]
-    everything = AclSpec(
-        resource_type=1,
-        resource_name=None,
-        pattern_type=1,
-        principal=None,
-        host=None,
-        operation=1,
-        permission_type=1,
-    )
-    listed = (await service.describe_acls(everything, ADMIN)).value or []
+    listed = (await service.describe_acls(EVERY_ACL, ADMIN)).value or []
     assert [str(b) for b in listed] == [
         "(principal=User:alice, host=*, operation=READ, permissionType=ALLOW) on GROUP:LITERAL:g"
     ]
-    bad = replace(everything, pattern_type=0)
+    bad = replace(EVERY_ACL, pattern_type=0)
     assert (await service.describe_acls(bad, ADMIN)).error_code == ErrorCode.INVALID_REQUEST
-    deleted = await service.delete_acls([everything, bad], ADMIN)
+    deleted = await service.delete_acls([EVERY_ACL, bad], ADMIN)
     assert [(len(d.deleted), d.error_code) for d in deleted.value or []] == [
         (1, ErrorCode.NONE),
         (0, ErrorCode.INVALID_REQUEST),

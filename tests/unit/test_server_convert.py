@@ -13,6 +13,7 @@ from coordinator.core.errors import ErrorCode, InvalidRequestError
 from coordinator.core.model import topic_id_from_bytes
 from coordinator.core.topics import NewTopic, TopicResult
 from coordinator.server import convert
+from coordinator.server.api import TopicChanges
 from coordinator.server.log_offsets import ListOffsets, LogOffset, OffsetQuery
 from coordinator.server.services import client_host_of
 from kip848.v1 import admin_pb2, common_pb2
@@ -139,10 +140,24 @@ def test_topic_registry_messages() -> None:
             admin_pb2.CreateTopicsRequest.CreatableTopic(name="b", num_partitions=1, topic_id=T2),
         ]
     )
-    assert convert.new_topics_from_proto(req) == [
-        NewTopic(name="a", num_partitions=3),
-        NewTopic(name="b", num_partitions=1, topic_id=ID2),
-    ]
+    assert convert.new_topics_from_proto(req) == TopicChanges(
+        entries=[
+            NewTopic(name="a", num_partitions=3),
+            NewTopic(name="b", num_partitions=1, topic_id=ID2),
+        ]
+    )
+    # The request's own timeout (Kafka's timeoutMs), absent = None (the server's bound).
+    timed = admin_pb2.CreateTopicsRequest(timeout_ms=250)
+    assert convert.new_topics_from_proto(timed) == TopicChanges(entries=[], timeout_ms=250)
+    grow = admin_pb2.CreatePartitionsRequest(
+        topics=[admin_pb2.CreatePartitionsRequest.CreatePartitionsTopic(name="a", count=4)],
+        timeout_ms=0,
+    )
+    assert convert.create_partitions_from_proto(grow) == TopicChanges(
+        entries=[("a", 4)], timeout_ms=0
+    )
+    gone = admin_pb2.DeleteTopicsRequest(names=["a", "b"])
+    assert convert.delete_topics_from_proto(gone) == TopicChanges(entries=["a", "b"])
     results = [
         TopicResult(name="a", topic_id=ID1, num_partitions=3),
         TopicResult(name="b", error_code=ErrorCode.TOPIC_ALREADY_EXISTS, error_message="exists"),
@@ -171,7 +186,7 @@ def test_replica_racks_both_ways() -> None:
         ]
     )
     xy = frozenset({"x", "y"})
-    assert convert.new_topics_from_proto(req) == [
+    assert convert.new_topics_from_proto(req).entries == [
         NewTopic(name="a", num_partitions=4, partition_racks={0: xy, 2: xy, 1: frozenset()})
     ]
     twice = admin_pb2.CreateTopicsRequest(

@@ -627,18 +627,27 @@ class CreateTopicsRequest(_message.Message):
         def WhichOneof(self, oneof_group: _WhichOneofArgType__topic_id) -> _WhichOneofReturnType__topic_id | None: ...
 
     TOPICS_FIELD_NUMBER: _builtins.int
+    TIMEOUT_MS_FIELD_NUMBER: _builtins.int
+    timeout_ms: _builtins.int
+    """How long the answer waits for the write to the cluster log, in ms (Kafka's timeoutMs),
+    from the request's arrival; past it, each topic is answered REQUEST_TIMED_OUT and the
+    write goes on. Absent: the server's offsets.commit.timeout.ms; 0 or less: no wait.
+    """
     @_builtins.property
     def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___CreateTopicsRequest.CreatableTopic]: ...
     def __init__(
         self,
         *,
         topics: _abc.Iterable[Global___CreateTopicsRequest.CreatableTopic] | None = ...,
+        timeout_ms: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_timeout_ms", b"_timeout_ms", "timeout_ms", b"timeout_ms"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["topics", b"topics"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_timeout_ms", b"_timeout_ms", "timeout_ms", b"timeout_ms", "topics", b"topics"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__timeout_ms: _TypeAlias = _typing.Literal["timeout_ms"]  # noqa: Y015
+    _WhichOneofArgType__timeout_ms: _TypeAlias = _typing.Literal["_timeout_ms", b"_timeout_ms"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__timeout_ms) -> _WhichOneofReturnType__timeout_ms | None: ...
 
 Global___CreateTopicsRequest: _TypeAlias = CreateTopicsRequest  # noqa: Y015
 
@@ -729,18 +738,27 @@ class CreatePartitionsRequest(_message.Message):
         def WhichOneof(self, oneof_group: _Never) -> None: ...
 
     TOPICS_FIELD_NUMBER: _builtins.int
+    TIMEOUT_MS_FIELD_NUMBER: _builtins.int
+    timeout_ms: _builtins.int
+    """How long the answer waits for the write to the cluster log, in ms (Kafka's timeoutMs),
+    from the request's arrival; past it, each topic is answered REQUEST_TIMED_OUT and the
+    write goes on. Absent: the server's offsets.commit.timeout.ms; 0 or less: no wait.
+    """
     @_builtins.property
     def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___CreatePartitionsRequest.CreatePartitionsTopic]: ...
     def __init__(
         self,
         *,
         topics: _abc.Iterable[Global___CreatePartitionsRequest.CreatePartitionsTopic] | None = ...,
+        timeout_ms: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_timeout_ms", b"_timeout_ms", "timeout_ms", b"timeout_ms"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["topics", b"topics"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_timeout_ms", b"_timeout_ms", "timeout_ms", b"timeout_ms", "topics", b"topics"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__timeout_ms: _TypeAlias = _typing.Literal["timeout_ms"]  # noqa: Y015
+    _WhichOneofArgType__timeout_ms: _TypeAlias = _typing.Literal["_timeout_ms", b"_timeout_ms"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__timeout_ms) -> _WhichOneofReturnType__timeout_ms | None: ...
 
 Global___CreatePartitionsRequest: _TypeAlias = CreatePartitionsRequest  # noqa: Y015
 
@@ -802,18 +820,27 @@ class DeleteTopicsRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     NAMES_FIELD_NUMBER: _builtins.int
+    TIMEOUT_MS_FIELD_NUMBER: _builtins.int
+    timeout_ms: _builtins.int
+    """How long the answer waits for the write to the cluster log, in ms (Kafka's timeoutMs),
+    from the request's arrival; past it, each topic is answered REQUEST_TIMED_OUT and the
+    write goes on. Absent: the server's offsets.commit.timeout.ms; 0 or less: no wait.
+    """
     @_builtins.property
     def names(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     def __init__(
         self,
         *,
         names: _abc.Iterable[_builtins.str] | None = ...,
+        timeout_ms: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_timeout_ms", b"_timeout_ms", "timeout_ms", b"timeout_ms"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["names", b"names"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_timeout_ms", b"_timeout_ms", "names", b"names", "timeout_ms", b"timeout_ms"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__timeout_ms: _TypeAlias = _typing.Literal["timeout_ms"]  # noqa: Y015
+    _WhichOneofArgType__timeout_ms: _TypeAlias = _typing.Literal["_timeout_ms", b"_timeout_ms"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__timeout_ms) -> _WhichOneofReturnType__timeout_ms | None: ...
 
 Global___DeleteTopicsRequest: _TypeAlias = DeleteTopicsRequest  # noqa: Y015
 

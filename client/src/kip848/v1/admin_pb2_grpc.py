@@ -162,6 +162,8 @@ class AdminServiceServicer:
         30 GROUP_AUTHORIZATION_FAILED
         42 INVALID_REQUEST               resource_type is not GROUP (16 or 32), or
         empty resource_name
+        7 REQUEST_TIMED_OUT             a cluster log write it waits for did not complete
+        within offsets.commit.timeout.ms
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -181,6 +183,9 @@ class AdminServiceServicer:
         SUBTRACT on a config that is not a list
         40 INVALID_CONFIG                unknown config name, or a value that does not
         parse or is outside the server's bounds
+        7 REQUEST_TIMED_OUT             the cluster log write did not complete within offsets.commit.timeout.ms;
+        its outcome is unknown (it goes on, and stands if
+        it lands)
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -202,6 +207,10 @@ class AdminServiceServicer:
         a partition out of range or twice, a blank rack or
         one over group.coordinator.identifier.max.bytes,
         or replica_racks in front of a broker
+        7 REQUEST_TIMED_OUT             the cluster log write did not complete within timeout_ms
+        (absent: offsets.commit.timeout.ms);
+        its outcome is unknown (it goes on, and stands if
+        it lands)
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -217,6 +226,10 @@ class AdminServiceServicer:
         3 UNKNOWN_TOPIC_OR_PARTITION     unknown topic
         37 INVALID_PARTITIONS            count <= the current partition count
         42 INVALID_REQUEST               duplicate name in the request
+        7 REQUEST_TIMED_OUT             the cluster log write did not complete within timeout_ms
+        (absent: offsets.commit.timeout.ms);
+        its outcome is unknown (it goes on, and stands if
+        it lands)
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -231,6 +244,10 @@ class AdminServiceServicer:
         15 COORDINATOR_NOT_AVAILABLE
         3 UNKNOWN_TOPIC_OR_PARTITION     unknown topic
         42 INVALID_REQUEST               duplicate name in the request
+        7 REQUEST_TIMED_OUT             the cluster log write did not complete within timeout_ms
+        (absent: offsets.commit.timeout.ms);
+        its outcome is unknown (it goes on, and stands if
+        it lands)
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -244,6 +261,8 @@ class AdminServiceServicer:
         -1 UNKNOWN_SERVER_ERROR
         15 COORDINATOR_NOT_AVAILABLE
         42 INVALID_REQUEST               the answer would exceed --max-message-bytes
+        7 REQUEST_TIMED_OUT             a cluster log write it waits for did not complete
+        within offsets.commit.timeout.ms
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -285,6 +304,8 @@ class AdminServiceServicer:
         15 COORDINATOR_NOT_AVAILABLE
         31 CLUSTER_AUTHORIZATION_FAILED  no DESCRIBE on the cluster
         42 INVALID_REQUEST               a filter value that is UNKNOWN or not Kafka's
+        7 REQUEST_TIMED_OUT             a cluster log write it waits for did not complete
+        within offsets.commit.timeout.ms
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -302,6 +323,9 @@ class AdminServiceServicer:
         42 INVALID_REQUEST               per creation: ANY/UNKNOWN values, MATCH or ANY pattern,
         an empty name, a principal without "TYPE:", a CLUSTER
         name other than kafka-cluster
+        7 REQUEST_TIMED_OUT             the cluster log write did not complete within offsets.commit.timeout.ms;
+        its outcome is unknown (it goes on, and stands if
+        it lands)
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -317,6 +341,9 @@ class AdminServiceServicer:
         15 COORDINATOR_NOT_AVAILABLE
         31 CLUSTER_AUTHORIZATION_FAILED  no ALTER on the cluster (request-level)
         42 INVALID_REQUEST               per filter: a value that is UNKNOWN or not Kafka's
+        7 REQUEST_TIMED_OUT             the cluster log write did not complete within offsets.commit.timeout.ms;
+        its outcome is unknown (it goes on, and stands if
+        it lands)
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -334,6 +361,8 @@ class AdminServiceServicer:
         42 INVALID_REQUEST               more users than group.coordinator.request.max.groups
         91 RESOURCE_NOT_FOUND            a named user without credentials
         92 DUPLICATE_RESOURCE            a user named twice
+        7 REQUEST_TIMED_OUT             a cluster log write it waits for did not complete
+        within offsets.commit.timeout.ms
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -356,6 +385,9 @@ class AdminServiceServicer:
         92 DUPLICATE_RESOURCE            a user altered twice in the request
         93 UNACCEPTABLE_CREDENTIAL       an empty user name, iterations outside 4096..16384,
         an empty salt or salted password
+        7 REQUEST_TIMED_OUT             the cluster log write did not complete within offsets.commit.timeout.ms;
+        its outcome is unknown (it goes on, and stands if
+        it lands)
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

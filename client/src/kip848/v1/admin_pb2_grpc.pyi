@@ -106,6 +106,8 @@ class AdminServiceStub:
       30 GROUP_AUTHORIZATION_FAILED
       42 INVALID_REQUEST               resource_type is not GROUP (16 or 32), or
                                        empty resource_name
+      7 REQUEST_TIMED_OUT             a cluster log write it waits for did not complete
+                                       within offsets.commit.timeout.ms
     """
     IncrementalAlterConfigs: _grpc.UnaryUnaryMultiCallable[_admin_pb2.IncrementalAlterConfigsRequest, _admin_pb2.IncrementalAlterConfigsResponse]
     """Sets, deletes (reverts), appends to or subtracts from dynamic GROUP configs;
@@ -121,6 +123,9 @@ class AdminServiceStub:
                                        SUBTRACT on a config that is not a list
       40 INVALID_CONFIG                unknown config name, or a value that does not
                                        parse or is outside the server's bounds
+      7 REQUEST_TIMED_OUT             the cluster log write did not complete within offsets.commit.timeout.ms;
+                                       its outcome is unknown (it goes on, and stands if
+                                       it lands)
     """
     CreateTopics: _grpc.UnaryUnaryMultiCallable[_admin_pb2.CreateTopicsRequest, _admin_pb2.CreateTopicsResponse]
     """Registers topics (with a fresh random topic id unless one is given).
@@ -138,6 +143,10 @@ class AdminServiceStub:
                                        a partition out of range or twice, a blank rack or
                                        one over group.coordinator.identifier.max.bytes,
                                        or replica_racks in front of a broker
+      7 REQUEST_TIMED_OUT             the cluster log write did not complete within timeout_ms
+                                       (absent: offsets.commit.timeout.ms);
+                                       its outcome is unknown (it goes on, and stands if
+                                       it lands)
     """
     CreatePartitions: _grpc.UnaryUnaryMultiCallable[_admin_pb2.CreatePartitionsRequest, _admin_pb2.CreatePartitionsResponse]
     """Raises the partition count of existing topics (it can never shrink).
@@ -149,6 +158,10 @@ class AdminServiceStub:
       3 UNKNOWN_TOPIC_OR_PARTITION     unknown topic
       37 INVALID_PARTITIONS            count <= the current partition count
       42 INVALID_REQUEST               duplicate name in the request
+      7 REQUEST_TIMED_OUT             the cluster log write did not complete within timeout_ms
+                                       (absent: offsets.commit.timeout.ms);
+                                       its outcome is unknown (it goes on, and stands if
+                                       it lands)
     """
     DeleteTopics: _grpc.UnaryUnaryMultiCallable[_admin_pb2.DeleteTopicsRequest, _admin_pb2.DeleteTopicsResponse]
     """Deletes topics; a topic created again later under the same name gets a new id.
@@ -159,6 +172,10 @@ class AdminServiceStub:
       15 COORDINATOR_NOT_AVAILABLE
       3 UNKNOWN_TOPIC_OR_PARTITION     unknown topic
       42 INVALID_REQUEST               duplicate name in the request
+      7 REQUEST_TIMED_OUT             the cluster log write did not complete within timeout_ms
+                                       (absent: offsets.commit.timeout.ms);
+                                       its outcome is unknown (it goes on, and stands if
+                                       it lands)
     """
     ListTopics: _grpc.UnaryUnaryMultiCallable[_admin_pb2.ListTopicsRequest, _admin_pb2.ListTopicsResponse]
     """Lists every registered topic with its id, partition count and replica racks, sorted by
@@ -168,6 +185,8 @@ class AdminServiceStub:
       -1 UNKNOWN_SERVER_ERROR
       15 COORDINATOR_NOT_AVAILABLE
       42 INVALID_REQUEST               the answer would exceed --max-message-bytes
+      7 REQUEST_TIMED_OUT             a cluster log write it waits for did not complete
+                                       within offsets.commit.timeout.ms
     """
     ListOffsets: _grpc.UnaryUnaryMultiCallable[_admin_pb2.ListOffsetsRequest, _admin_pb2.ListOffsetsResponse]
     """Offsets in the partitions' logs, from the upstream broker (Kafka's ListOffsets, API key
@@ -201,6 +220,8 @@ class AdminServiceStub:
       15 COORDINATOR_NOT_AVAILABLE
       31 CLUSTER_AUTHORIZATION_FAILED  no DESCRIBE on the cluster
       42 INVALID_REQUEST               a filter value that is UNKNOWN or not Kafka's
+      7 REQUEST_TIMED_OUT             a cluster log write it waits for did not complete
+                                       within offsets.commit.timeout.ms
     """
     CreateAcls: _grpc.UnaryUnaryMultiCallable[_admin_pb2.CreateAclsRequest, _admin_pb2.CreateAclsResponse]
     """Creates ACLs (Kafka's CreateAcls, API key 30); an ACL that exists already is left as it
@@ -214,6 +235,9 @@ class AdminServiceStub:
       42 INVALID_REQUEST               per creation: ANY/UNKNOWN values, MATCH or ANY pattern,
                                        an empty name, a principal without "TYPE:", a CLUSTER
                                        name other than kafka-cluster
+      7 REQUEST_TIMED_OUT             the cluster log write did not complete within offsets.commit.timeout.ms;
+                                       its outcome is unknown (it goes on, and stands if
+                                       it lands)
     """
     DeleteAcls: _grpc.UnaryUnaryMultiCallable[_admin_pb2.DeleteAclsRequest, _admin_pb2.DeleteAclsResponse]
     """Deletes the ACLs each filter matches (Kafka's DeleteAcls, API key 31) and lists them.
@@ -225,6 +249,9 @@ class AdminServiceStub:
       15 COORDINATOR_NOT_AVAILABLE
       31 CLUSTER_AUTHORIZATION_FAILED  no ALTER on the cluster (request-level)
       42 INVALID_REQUEST               per filter: a value that is UNKNOWN or not Kafka's
+      7 REQUEST_TIMED_OUT             the cluster log write did not complete within offsets.commit.timeout.ms;
+                                       its outcome is unknown (it goes on, and stands if
+                                       it lands)
     """
     DescribeUserScramCredentials: _grpc.UnaryUnaryMultiCallable[_admin_pb2.DescribeUserScramCredentialsRequest, _admin_pb2.DescribeUserScramCredentialsResponse]
     """The SCRAM credentials of users: mechanism and iterations, never the salt or keys (Kafka's
@@ -238,6 +265,8 @@ class AdminServiceStub:
       42 INVALID_REQUEST               more users than group.coordinator.request.max.groups
       91 RESOURCE_NOT_FOUND            a named user without credentials
       92 DUPLICATE_RESOURCE            a user named twice
+      7 REQUEST_TIMED_OUT             a cluster log write it waits for did not complete
+                                       within offsets.commit.timeout.ms
     """
     AlterUserScramCredentials: _grpc.UnaryUnaryMultiCallable[_admin_pb2.AlterUserScramCredentialsRequest, _admin_pb2.AlterUserScramCredentialsResponse]
     """Adds, replaces or deletes SCRAM credentials (Kafka's AlterUserScramCredentials, API key
@@ -256,6 +285,9 @@ class AdminServiceStub:
       92 DUPLICATE_RESOURCE            a user altered twice in the request
       93 UNACCEPTABLE_CREDENTIAL       an empty user name, iterations outside 4096..16384,
                                        an empty salt or salted password
+      7 REQUEST_TIMED_OUT             the cluster log write did not complete within offsets.commit.timeout.ms;
+                                       its outcome is unknown (it goes on, and stands if
+                                       it lands)
     """
     DescribeCluster: _grpc.UnaryUnaryMultiCallable[_admin_pb2.DescribeClusterRequest, _admin_pb2.DescribeClusterResponse]
     """The coordinator nodes (Kafka's DescribeCluster, API key 60, with each node's gRPC address):
@@ -313,6 +345,8 @@ class AdminServiceAsyncStub(AdminServiceStub):
       30 GROUP_AUTHORIZATION_FAILED
       42 INVALID_REQUEST               resource_type is not GROUP (16 or 32), or
                                        empty resource_name
+      7 REQUEST_TIMED_OUT             a cluster log write it waits for did not complete
+                                       within offsets.commit.timeout.ms
     """
     IncrementalAlterConfigs: _aio.UnaryUnaryMultiCallable[_admin_pb2.IncrementalAlterConfigsRequest, _admin_pb2.IncrementalAlterConfigsResponse]  # type: ignore[assignment]
     """Sets, deletes (reverts), appends to or subtracts from dynamic GROUP configs;
@@ -328,6 +362,9 @@ class AdminServiceAsyncStub(AdminServiceStub):
                                        SUBTRACT on a config that is not a list
       40 INVALID_CONFIG                unknown config name, or a value that does not
                                        parse or is outside the server's bounds
+      7 REQUEST_TIMED_OUT             the cluster log write did not complete within offsets.commit.timeout.ms;
+                                       its outcome is unknown (it goes on, and stands if
+                                       it lands)
     """
     CreateTopics: _aio.UnaryUnaryMultiCallable[_admin_pb2.CreateTopicsRequest, _admin_pb2.CreateTopicsResponse]  # type: ignore[assignment]
     """Registers topics (with a fresh random topic id unless one is given).
@@ -345,6 +382,10 @@ class AdminServiceAsyncStub(AdminServiceStub):
                                        a partition out of range or twice, a blank rack or
                                        one over group.coordinator.identifier.max.bytes,
                                        or replica_racks in front of a broker
+      7 REQUEST_TIMED_OUT             the cluster log write did not complete within timeout_ms
+                                       (absent: offsets.commit.timeout.ms);
+                                       its outcome is unknown (it goes on, and stands if
+                                       it lands)
     """
     CreatePartitions: _aio.UnaryUnaryMultiCallable[_admin_pb2.CreatePartitionsRequest, _admin_pb2.CreatePartitionsResponse]  # type: ignore[assignment]
     """Raises the partition count of existing topics (it can never shrink).
@@ -356,6 +397,10 @@ class AdminServiceAsyncStub(AdminServiceStub):
       3 UNKNOWN_TOPIC_OR_PARTITION     unknown topic
       37 INVALID_PARTITIONS            count <= the current partition count
       42 INVALID_REQUEST               duplicate name in the request
+      7 REQUEST_TIMED_OUT             the cluster log write did not complete within timeout_ms
+                                       (absent: offsets.commit.timeout.ms);
+                                       its outcome is unknown (it goes on, and stands if
+                                       it lands)
     """
     DeleteTopics: _aio.UnaryUnaryMultiCallable[_admin_pb2.DeleteTopicsRequest, _admin_pb2.DeleteTopicsResponse]  # type: ignore[assignment]
     """Deletes topics; a topic created again later under the same name gets a new id.
@@ -366,6 +411,10 @@ class AdminServiceAsyncStub(AdminServiceStub):
       15 COORDINATOR_NOT_AVAILABLE
       3 UNKNOWN_TOPIC_OR_PARTITION     unknown topic
       42 INVALID_REQUEST               duplicate name in the request
+      7 REQUEST_TIMED_OUT             the cluster log write did not complete within timeout_ms
+                                       (absent: offsets.commit.timeout.ms);
+                                       its outcome is unknown (it goes on, and stands if
+                                       it lands)
     """
     ListTopics: _aio.UnaryUnaryMultiCallable[_admin_pb2.ListTopicsRequest, _admin_pb2.ListTopicsResponse]  # type: ignore[assignment]
     """Lists every registered topic with its id, partition count and replica racks, sorted by
@@ -375,6 +424,8 @@ class AdminServiceAsyncStub(AdminServiceStub):
       -1 UNKNOWN_SERVER_ERROR
       15 COORDINATOR_NOT_AVAILABLE
       42 INVALID_REQUEST               the answer would exceed --max-message-bytes
+      7 REQUEST_TIMED_OUT             a cluster log write it waits for did not complete
+                                       within offsets.commit.timeout.ms
     """
     ListOffsets: _aio.UnaryUnaryMultiCallable[_admin_pb2.ListOffsetsRequest, _admin_pb2.ListOffsetsResponse]  # type: ignore[assignment]
     """Offsets in the partitions' logs, from the upstream broker (Kafka's ListOffsets, API key
@@ -408,6 +459,8 @@ class AdminServiceAsyncStub(AdminServiceStub):
       15 COORDINATOR_NOT_AVAILABLE
       31 CLUSTER_AUTHORIZATION_FAILED  no DESCRIBE on the cluster
       42 INVALID_REQUEST               a filter value that is UNKNOWN or not Kafka's
+      7 REQUEST_TIMED_OUT             a cluster log write it waits for did not complete
+                                       within offsets.commit.timeout.ms
     """
     CreateAcls: _aio.UnaryUnaryMultiCallable[_admin_pb2.CreateAclsRequest, _admin_pb2.CreateAclsResponse]  # type: ignore[assignment]
     """Creates ACLs (Kafka's CreateAcls, API key 30); an ACL that exists already is left as it
@@ -421,6 +474,9 @@ class AdminServiceAsyncStub(AdminServiceStub):
       42 INVALID_REQUEST               per creation: ANY/UNKNOWN values, MATCH or ANY pattern,
                                        an empty name, a principal without "TYPE:", a CLUSTER
                                        name other than kafka-cluster
+      7 REQUEST_TIMED_OUT             the cluster log write did not complete within offsets.commit.timeout.ms;
+                                       its outcome is unknown (it goes on, and stands if
+                                       it lands)
     """
     DeleteAcls: _aio.UnaryUnaryMultiCallable[_admin_pb2.DeleteAclsRequest, _admin_pb2.DeleteAclsResponse]  # type: ignore[assignment]
     """Deletes the ACLs each filter matches (Kafka's DeleteAcls, API key 31) and lists them.
@@ -432,6 +488,9 @@ class AdminServiceAsyncStub(AdminServiceStub):
       15 COORDINATOR_NOT_AVAILABLE
       31 CLUSTER_AUTHORIZATION_FAILED  no ALTER on the cluster (request-level)
       42 INVALID_REQUEST               per filter: a value that is UNKNOWN or not Kafka's
+      7 REQUEST_TIMED_OUT             the cluster log write did not complete within offsets.commit.timeout.ms;
+                                       its outcome is unknown (it goes on, and stands if
+                                       it lands)
     """
     DescribeUserScramCredentials: _aio.UnaryUnaryMultiCallable[_admin_pb2.DescribeUserScramCredentialsRequest, _admin_pb2.DescribeUserScramCredentialsResponse]  # type: ignore[assignment]
     """The SCRAM credentials of users: mechanism and iterations, never the salt or keys (Kafka's
@@ -445,6 +504,8 @@ class AdminServiceAsyncStub(AdminServiceStub):
       42 INVALID_REQUEST               more users than group.coordinator.request.max.groups
       91 RESOURCE_NOT_FOUND            a named user without credentials
       92 DUPLICATE_RESOURCE            a user named twice
+      7 REQUEST_TIMED_OUT             a cluster log write it waits for did not complete
+                                       within offsets.commit.timeout.ms
     """
     AlterUserScramCredentials: _aio.UnaryUnaryMultiCallable[_admin_pb2.AlterUserScramCredentialsRequest, _admin_pb2.AlterUserScramCredentialsResponse]  # type: ignore[assignment]
     """Adds, replaces or deletes SCRAM credentials (Kafka's AlterUserScramCredentials, API key
@@ -463,6 +524,9 @@ class AdminServiceAsyncStub(AdminServiceStub):
       92 DUPLICATE_RESOURCE            a user altered twice in the request
       93 UNACCEPTABLE_CREDENTIAL       an empty user name, iterations outside 4096..16384,
                                        an empty salt or salted password
+      7 REQUEST_TIMED_OUT             the cluster log write did not complete within offsets.commit.timeout.ms;
+                                       its outcome is unknown (it goes on, and stands if
+                                       it lands)
     """
     DescribeCluster: _aio.UnaryUnaryMultiCallable[_admin_pb2.DescribeClusterRequest, _admin_pb2.DescribeClusterResponse]  # type: ignore[assignment]
     """The coordinator nodes (Kafka's DescribeCluster, API key 60, with each node's gRPC address):
@@ -535,6 +599,8 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
           30 GROUP_AUTHORIZATION_FAILED
           42 INVALID_REQUEST               resource_type is not GROUP (16 or 32), or
                                            empty resource_name
+          7 REQUEST_TIMED_OUT             a cluster log write it waits for did not complete
+                                           within offsets.commit.timeout.ms
         """
 
     @_abc_1.abstractmethod
@@ -556,6 +622,9 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
                                            SUBTRACT on a config that is not a list
           40 INVALID_CONFIG                unknown config name, or a value that does not
                                            parse or is outside the server's bounds
+          7 REQUEST_TIMED_OUT             the cluster log write did not complete within offsets.commit.timeout.ms;
+                                           its outcome is unknown (it goes on, and stands if
+                                           it lands)
         """
 
     @_abc_1.abstractmethod
@@ -579,6 +648,10 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
                                            a partition out of range or twice, a blank rack or
                                            one over group.coordinator.identifier.max.bytes,
                                            or replica_racks in front of a broker
+          7 REQUEST_TIMED_OUT             the cluster log write did not complete within timeout_ms
+                                           (absent: offsets.commit.timeout.ms);
+                                           its outcome is unknown (it goes on, and stands if
+                                           it lands)
         """
 
     @_abc_1.abstractmethod
@@ -596,6 +669,10 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
           3 UNKNOWN_TOPIC_OR_PARTITION     unknown topic
           37 INVALID_PARTITIONS            count <= the current partition count
           42 INVALID_REQUEST               duplicate name in the request
+          7 REQUEST_TIMED_OUT             the cluster log write did not complete within timeout_ms
+                                           (absent: offsets.commit.timeout.ms);
+                                           its outcome is unknown (it goes on, and stands if
+                                           it lands)
         """
 
     @_abc_1.abstractmethod
@@ -612,6 +689,10 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
           15 COORDINATOR_NOT_AVAILABLE
           3 UNKNOWN_TOPIC_OR_PARTITION     unknown topic
           42 INVALID_REQUEST               duplicate name in the request
+          7 REQUEST_TIMED_OUT             the cluster log write did not complete within timeout_ms
+                                           (absent: offsets.commit.timeout.ms);
+                                           its outcome is unknown (it goes on, and stands if
+                                           it lands)
         """
 
     @_abc_1.abstractmethod
@@ -627,6 +708,8 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
           -1 UNKNOWN_SERVER_ERROR
           15 COORDINATOR_NOT_AVAILABLE
           42 INVALID_REQUEST               the answer would exceed --max-message-bytes
+          7 REQUEST_TIMED_OUT             a cluster log write it waits for did not complete
+                                           within offsets.commit.timeout.ms
         """
 
     @_abc_1.abstractmethod
@@ -672,6 +755,8 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
           15 COORDINATOR_NOT_AVAILABLE
           31 CLUSTER_AUTHORIZATION_FAILED  no DESCRIBE on the cluster
           42 INVALID_REQUEST               a filter value that is UNKNOWN or not Kafka's
+          7 REQUEST_TIMED_OUT             a cluster log write it waits for did not complete
+                                           within offsets.commit.timeout.ms
         """
 
     @_abc_1.abstractmethod
@@ -691,6 +776,9 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
           42 INVALID_REQUEST               per creation: ANY/UNKNOWN values, MATCH or ANY pattern,
                                            an empty name, a principal without "TYPE:", a CLUSTER
                                            name other than kafka-cluster
+          7 REQUEST_TIMED_OUT             the cluster log write did not complete within offsets.commit.timeout.ms;
+                                           its outcome is unknown (it goes on, and stands if
+                                           it lands)
         """
 
     @_abc_1.abstractmethod
@@ -708,6 +796,9 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
           15 COORDINATOR_NOT_AVAILABLE
           31 CLUSTER_AUTHORIZATION_FAILED  no ALTER on the cluster (request-level)
           42 INVALID_REQUEST               per filter: a value that is UNKNOWN or not Kafka's
+          7 REQUEST_TIMED_OUT             the cluster log write did not complete within offsets.commit.timeout.ms;
+                                           its outcome is unknown (it goes on, and stands if
+                                           it lands)
         """
 
     @_abc_1.abstractmethod
@@ -727,6 +818,8 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
           42 INVALID_REQUEST               more users than group.coordinator.request.max.groups
           91 RESOURCE_NOT_FOUND            a named user without credentials
           92 DUPLICATE_RESOURCE            a user named twice
+          7 REQUEST_TIMED_OUT             a cluster log write it waits for did not complete
+                                           within offsets.commit.timeout.ms
         """
 
     @_abc_1.abstractmethod
@@ -751,6 +844,9 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
           92 DUPLICATE_RESOURCE            a user altered twice in the request
           93 UNACCEPTABLE_CREDENTIAL       an empty user name, iterations outside 4096..16384,
                                            an empty salt or salted password
+          7 REQUEST_TIMED_OUT             the cluster log write did not complete within offsets.commit.timeout.ms;
+                                           its outcome is unknown (it goes on, and stands if
+                                           it lands)
         """
 
     @_abc_1.abstractmethod

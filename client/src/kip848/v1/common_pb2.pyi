@@ -49,6 +49,7 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     NONE: _ErrorCode.ValueType  # 0
     UNKNOWN_SERVER_ERROR: _ErrorCode.ValueType  # -1
     UNKNOWN_TOPIC_OR_PARTITION: _ErrorCode.ValueType  # 3
+    REQUEST_TIMED_OUT: _ErrorCode.ValueType  # 7
     OFFSET_METADATA_TOO_LARGE: _ErrorCode.ValueType  # 12
     COORDINATOR_LOAD_IN_PROGRESS: _ErrorCode.ValueType  # 14
     COORDINATOR_NOT_AVAILABLE: _ErrorCode.ValueType  # 15
@@ -100,6 +101,7 @@ class ErrorCode(_ErrorCode, metaclass=_ErrorCodeEnumTypeWrapper):
 NONE: ErrorCode.ValueType  # 0
 UNKNOWN_SERVER_ERROR: ErrorCode.ValueType  # -1
 UNKNOWN_TOPIC_OR_PARTITION: ErrorCode.ValueType  # 3
+REQUEST_TIMED_OUT: ErrorCode.ValueType  # 7
 OFFSET_METADATA_TOO_LARGE: ErrorCode.ValueType  # 12
 COORDINATOR_LOAD_IN_PROGRESS: ErrorCode.ValueType  # 14
 COORDINATOR_NOT_AVAILABLE: ErrorCode.ValueType  # 15

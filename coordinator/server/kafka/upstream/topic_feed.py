@@ -53,7 +53,7 @@ log = logging.getLogger("kip848.kafka")
 DEFAULT_MAX_AGE_MS = 10_000
 MIN_REFRESH_GAP_S = 0.2
 START_TIMEOUT_S = 10.0
-ADMIN_TIMEOUT_MS = 30_000  # CreateTopics/DeleteTopics timeout given to the broker
+ADMIN_TIMEOUT_MS = 30_000  # the topic RPCs' timeout given to the broker, unless they name one
 KNOWN_REGEXES = 1024  # regexes remembered (a new one triggers a refresh)
 KNOWN_MISSING = 4096  # missing topic names remembered (a request waits once per interval)
 SUBSCRIBE_WAIT_S = 1.0
@@ -349,7 +349,9 @@ class TopicFeed:
 
     # ------------------------------------------------------------ topic administration
 
-    async def create_topics(self, topics: Sequence[NewTopic]) -> list[TopicResult]:
+    async def create_topics(
+        self, topics: Sequence[NewTopic], *, timeout_ms: int | None = None
+    ) -> list[TopicResult]:
         dup = _duplicates([t.name for t in topics])
         answers: dict[int, TopicResult] = {}
         send: list[tuple[int, NewTopic]] = []
@@ -391,7 +393,7 @@ class TopicFeed:
                     }
                     for _i, t in send
                 ],
-                timeout=ADMIN_TIMEOUT_MS,
+                timeout=ADMIN_TIMEOUT_MS if timeout_ms is None else timeout_ms,
                 validate_only=False,
             )
             resp = await self._call(req)
@@ -420,7 +422,9 @@ class TopicFeed:
             await self._settle(answers)
         return [answers[i] for i in range(len(topics))]
 
-    async def create_partitions(self, requests: Sequence[tuple[str, int]]) -> list[TopicResult]:
+    async def create_partitions(
+        self, requests: Sequence[tuple[str, int]], *, timeout_ms: int | None = None
+    ) -> list[TopicResult]:
         dup = _duplicates([name for name, _c in requests])
         answers: dict[int, TopicResult] = {}
         send: list[tuple[int, str, int]] = []
@@ -440,7 +444,7 @@ class TopicFeed:
                 wire.build(
                     wire.request_class(CREATE_PARTITIONS, version),
                     topics=[{"name": n, "count": c, "assignments": None} for _i, n, c in send],
-                    timeout=ADMIN_TIMEOUT_MS,
+                    timeout=ADMIN_TIMEOUT_MS if timeout_ms is None else timeout_ms,
                     validate_only=False,
                 )
             )
@@ -459,7 +463,9 @@ class TopicFeed:
             await self._settle(answers)
         return [answers[i] for i in range(len(requests))]
 
-    async def delete_topics(self, names: Sequence[str]) -> list[TopicResult]:
+    async def delete_topics(
+        self, names: Sequence[str], *, timeout_ms: int | None = None
+    ) -> list[TopicResult]:
         dup = _duplicates(names)
         answers: dict[int, TopicResult] = {}
         send: list[tuple[int, str]] = []
@@ -481,7 +487,9 @@ class TopicFeed:
                 body = {"topic_names": [n for _i, n in send]}
             resp = await self._call(
                 wire.build(
-                    wire.request_class(DELETE_TOPICS, version), body, timeout=ADMIN_TIMEOUT_MS
+                    wire.request_class(DELETE_TOPICS, version),
+                    body,
+                    timeout=ADMIN_TIMEOUT_MS if timeout_ms is None else timeout_ms,
                 )
             )
             by_name = {r.name: r for r in resp.responses}
