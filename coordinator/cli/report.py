@@ -24,6 +24,8 @@ HINTS: dict[str, str] = {
     "OFFSET_METADATA_TOO_LARGE": "metadata longer than offset.metadata.max.bytes is refused",
     "COORDINATOR_LOAD_IN_PROGRESS": "the coordinator is still loading its store; retry in a moment",
     "COORDINATOR_NOT_AVAILABLE": "the coordinator could not write its store or is stopping; check its log and retry",
+    "REQUEST_TIMED_OUT": "the change was not written to the store in time and may still land; check (list) "
+    "before retrying, and see the coordinator's log",
     "INVALID_REQUEST": "the request was refused as malformed; see the message",
     "GROUP_AUTHORIZATION_FAILED": "the principal may not do this to the group; see its ACLs with "
     "`kip848 acls list --group GROUP` (docs/security.md)",
