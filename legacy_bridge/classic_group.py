@@ -142,6 +142,7 @@ class ClassicMember:
 
 class ClassicGroup:
     __slots__ = (
+        "__weakref__",  # a dropped partition's groups are watched dying (tests)
         "_log",
         "durable",
         "generation",

@@ -45,6 +45,16 @@ class ByGroupId(Mapping[str, V]):
     def __contains__(self, group_id: object) -> bool:
         return group_id in self._by_group
 
+    def forget_groups(self, n: int) -> int:
+        """Remove up to ``n`` groups' state, below the undo log: a dropped shard's state being
+        thrown away (``GroupCoordinatorShard.free``), each group freed as it goes. Returns how
+        many were removed."""
+        by_group, popitem = self._by_group, dict.popitem
+        k = min(n, len(by_group))
+        for _ in range(k):
+            popitem(by_group)
+        return k
+
 
 class Component(Protocol):
     def replayers(self) -> dict[r.RecordType, Callable[[r.Record], None]]:

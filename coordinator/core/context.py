@@ -13,6 +13,7 @@ from typing import Any, ParamSpec, TypeVar
 from . import records as r
 from .commands import IdSource, Result
 from .config import GroupCoordinatorConfig
+from .errors import IllegalStateError
 from .model import TopicsImage
 from .timeline import UndoLog
 
@@ -39,6 +40,18 @@ class ShardContext:
         self._replay = replay
         self._tokens = itertools.count(1)
 
+    @property
+    def closed(self) -> bool:
+        """The shard's partition was dropped (:meth:`close`)."""
+        return self._replay is _closed
+
+    def close(self) -> None:
+        """The shard's partition was dropped: no record is applied to its state any more (one
+        raises ``IllegalStateError``), and what its undo log could restore is forgotten."""
+        self._replay = _closed
+        self.undo.forget()
+        self.undo.enabled = False
+
     def next_token(self) -> int:
         """A token for a ``Pending`` response: unique in the shard (every component draws from
         this one sequence, so the runtime's parked requests never mix), process-local, never
@@ -58,3 +71,9 @@ class ShardContext:
         except BaseException:
             self.undo.rollback(mark)
             raise
+
+
+def _closed(record: r.Record) -> None:
+    raise IllegalStateError(
+        f"{record.key.TYPE!r} record for the state of a dropped coordinator partition"
+    )

@@ -47,6 +47,7 @@ class GroupState(Enum):
 
 class ConsumerGroup:
     __slots__ = (
+        "__weakref__",  # a dropped partition's groups are watched dying (tests)
         "_log",
         "assignment_epoch",
         "assignment_timestamp_ms",

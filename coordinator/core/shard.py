@@ -41,7 +41,7 @@ from .commands import (
     ListedGroup,
     Result,
 )
-from .components import ClassicGroupSupport, Component
+from .components import ByGroupId, ClassicGroupSupport, Component
 from .config import GroupCoordinatorConfig
 from .consumer_groups import ConsumerGroups
 from .context import ShardContext
@@ -185,6 +185,43 @@ class GroupCoordinatorShard(Generic[C]):
                 )
             raise IllegalStateError(f"no component of the shard owns {record.key.TYPE!r}")
         replayer(record)
+
+    # ------------------------------------------------------------------ dropping
+
+    def close(self) -> None:
+        """The shard's partition was dropped (lost or handed over): nothing is applied to its
+        state any more (a command that emits a record raises ``IllegalStateError``) and its
+        undo log is emptied. Its state is then thrown away with :meth:`free`."""
+        self.context.close()
+
+    def free(self, groups: int) -> bool:
+        """Throw away up to ``groups`` more groups of a closed shard's state (each component's
+        state of each group, below the undo log), each freed by reference counting as it goes:
+        the caller spreads a big partition over several calls. True once none is left; the
+        shard is then taken apart: the parts built on its context (the components and theirs)
+        refer to each other, and the context to the shard, a web of reference cycles that only
+        a cyclic collection would free; every reference a part holds is cut, so that what is
+        left goes as soon as the caller lets the shard go. Taken apart, the shard is unusable
+        (its parts have no attributes)."""
+        context = self.context
+        if not context.closed:
+            raise IllegalStateError("free: the shard was not closed")
+        left = groups
+        for component in self._components:
+            if isinstance(component, ByGroupId):
+                left -= component.forget_groups(left)
+                if left <= 0 and component:
+                    return False
+        parts: dict[int, object] = {id(c): c for c in self._components}
+        todo = list(parts.values())
+        while todo:
+            for value in vars(todo.pop()).values():
+                if getattr(value, "_ctx", None) is context and id(value) not in parts:
+                    parts[id(value)] = value
+                    todo.append(value)
+        for part in parts.values():
+            vars(part).clear()
+        return True
 
     # ------------------------------------------------------------------ commands
 

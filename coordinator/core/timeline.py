@@ -22,7 +22,7 @@ class UndoLog:
     after it, ``release(m)`` forgets entries before it (they are durable and final) — unless
     ``keeps_history`` (the explorer moves back and forth between states with ``rollback``)."""
 
-    __slots__ = ("_base", "_entries", "enabled", "keeps_history")
+    __slots__ = ("__weakref__", "_base", "_entries", "enabled", "keeps_history")
 
     def __init__(self) -> None:
         self._entries: list[tuple[Any, Any, Any, bool]] = []
@@ -53,6 +53,13 @@ class UndoLog:
         if n > 0:
             del self._entries[:n]
             self._base += n
+
+    def forget(self) -> None:
+        """Forget every entry, ``keeps_history`` or not: the state they would restore is being
+        thrown away (a dropped shard's, ``GroupCoordinatorShard.close``); later marks go on
+        from where the last entry was."""
+        self._base += len(self._entries)
+        self._entries.clear()
 
     def __len__(self) -> int:
         return len(self._entries)

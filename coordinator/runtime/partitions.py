@@ -19,9 +19,11 @@ Theory of operation:
   unload: an append held up in PostgreSQL — a COMMIT waiting for PostgreSQL to come back to
   learn its outcome — never holds them past the drop); its timers, first targets, offloads
   and regex resolutions are forgotten, push streams of its groups end with NOT_COORDINATOR,
-  and an empty shard takes its place. The write itself resolves later: refused by PostgreSQL
-  (fenced by the leader epoch this node no longer holds), failed, or committed — then the new
-  leader loads it.
+  and an empty shard takes its place. The old shard is closed (nothing is applied to it any
+  more) and freed by reference counting a slice per loop iteration, never by a collection of
+  the node's state (``collector.free_dropped``; so is a shard loaded for a partition lost
+  meanwhile). The write itself resolves later: refused by PostgreSQL (fenced by the leader
+  epoch this node no longer holds), failed, or committed — then the new leader loads it.
 * **Fenced appends.** Every batch names the leader epochs of the partitions this node leads
   (``Leadership.fence``); a batch refused for a partition means another node took it over:
   the partition is dropped at once and the cluster node told. A batch refused because the
@@ -47,7 +49,7 @@ from coordinator.core import codec
 from coordinator.core.errors import CoordinatorError, NotCoordinatorError
 from coordinator.routing import partition_for
 
-from .collector import collect_dropped
+from .collector import free_dropped
 from .leadership import Leadership, PartitionState
 from .loader import LoadStats, ShardLoadStats, load_cluster, load_partition
 from .store import CLUSTER_LOG, StoreFencedError
@@ -152,13 +154,18 @@ class Partitions:
                 adopt(partition)  # its next offset: the previous leader wrote there
             return load_partition(self.store, partition, shard)
 
+        loading = self._loader.submit(load)
         try:
-            stats = await loop.run_in_executor(self._loader, load)
+            stats = await asyncio.wrap_future(loading, loop=loop)
         except BaseException:
+            # Dropped once the loader has finished with it (still building it if this task
+            # was cancelled).
+            loading.add_done_callback(partial(_drop_later, loop, shard, partition))
             if self.lead.epochs.get(partition) == epoch:
                 self.lose_partition(partition)
             raise
         if self.lead.epochs.get(partition) != epoch or not driver.active:
+            _drop(shard, partition)
             return  # lost meanwhile (the cluster node knows)
         self._replace(partition, shard)
         shard.set_topics(driver.registry.image())
@@ -206,15 +213,15 @@ class Partitions:
         driver.own.forget(lambda g: partition_for(g, n) == partition)
         driver._last_batch.pop(partition, None)
         self._replace(partition, self.new_shard())
-        collect_dropped()  # the old state machine's cycles, frozen since its load
         watchers = self.watchers
         watchers.notify([g for g in watchers.groups() if partition_for(g, n) == partition])
 
     def _replace(self, index: int, shard: Any) -> None:
-        """Put ``shard`` in place of partition ``index``'s state machine. Batches still
-        outstanding hold marks of the old one: they become the new one's current mark (nothing
-        of theirs belongs to it)."""
+        """Put ``shard`` in place of partition ``index``'s state machine; the old one is
+        dropped (:func:`_drop`). Batches still outstanding hold marks of the old one: they
+        become the new one's current mark (nothing of theirs belongs to it)."""
         driver = self.driver
+        _drop(driver._machines[index], index)
         driver._machines[index] = shard
         driver.shards[index] = shard
         mark = shard.mark()
@@ -324,6 +331,22 @@ class Partitions:
                     log.warning(
                         "Offsets of deleted topics not removed from partition %d: %s", i, exc
                     )
+
+
+def _drop(shard: Any, partition: int) -> None:
+    """A state machine of ``partition`` no longer served (or never installed): closed at once
+    (nothing is applied to it any more), then freed by reference counting in slices of the
+    loop (``collector.free_dropped``): frozen since its load, it is never scanned for it."""
+    shard.close()
+    free_dropped(shard.free, shard.undo, f"coordinator partition {partition}")
+
+
+def _drop_later(loop: asyncio.AbstractEventLoop, shard: Any, partition: int, _done: Any) -> None:
+    """:func:`_drop` on ``loop``, from any thread (not if the loop is closed meanwhile)."""
+    try:
+        loop.call_soon_threadsafe(_drop, shard, partition)
+    except RuntimeError:
+        pass  # the loop is closed: the process is stopping
 
 
 MIGRATION_ATTEMPTS = 5

@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 import copy
+import gc
+import weakref
 from typing import Any
 
 import pytest
+from builders import commit, join
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from assignors.uniform import UniformAssignor
+from coordinator.core.commands import SequentialIds
+from coordinator.core.config import GroupCoordinatorConfig
+from coordinator.core.errors import IllegalStateError
 from coordinator.core.timeline import TDict, UndoLog
+from coordinator.core.topics import NewTopic, TopicRegistry
+from coordinator.factory import new_shard
 
 
 class Box:
@@ -349,3 +358,41 @@ def test_codec_fast_value_constructors_equal_the_dataclass_constructors() -> Non
         server_assignor="range",
         classic_member_metadata=None,
     )
+
+
+def test_a_closed_shard_applies_nothing_and_its_state_goes_by_reference_counting() -> None:
+    """A dropped partition's shard, closed: a command that would change it raises (its state
+    must not be used after the drop), its undo log is emptied; ``free(n)`` throws away ``n``
+    groups a call (consumer groups, then offsets) and, once none is left, cuts the references
+    between its parts, so that with no cyclic collection at all nothing of it stays alive."""
+    ids = SequentialIds()
+    registry = TopicRegistry(ids)
+    registry.create_topics([NewTopic(name="t", num_partitions=4)])
+    shard = new_shard(config=GroupCoordinatorConfig(), assignors=[UniformAssignor()], ids=ids)
+    shard.set_topics(registry.image())
+    for i in range(10):
+        joined = shard.consumer_group_heartbeat(join(f"g{i}", member_id="m"), 0).response
+        assert joined is not None
+        shard.offset_commit(commit(f"g{i}", {("t", 0): i}, joined.member_epoch, "m"), 0)
+    assert len(shard.undo) > 0  # not released: as in a batch still in flight
+    with pytest.raises(IllegalStateError, match="not closed"):
+        shard.free(1)
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        refs = [weakref.ref(x) for x in (shard, shard.undo, shard.groups, shard.classic_groups)]
+        refs += [weakref.ref(shard.groups[g]) for g in shard.groups]
+        shard.close()
+        assert len(shard.undo) == 0
+        with pytest.raises(IllegalStateError, match="dropped coordinator partition"):
+            shard.consumer_group_heartbeat(join("new", member_id="n"), 0)
+        assert shard.describe_group("g0") is not None  # still readable until freed
+        done = [shard.free(4) for _ in range(5)]
+        assert done == [False, False, False, False, True]  # 10 + 10 groups, 4 a call
+        with pytest.raises(AttributeError):
+            shard.groups.describe_group("g0")  # taken apart
+        del shard
+        assert [ref() for ref in refs] == [None] * len(refs)
+    finally:
+        if gc_was_enabled:
+            gc.enable()

@@ -8,6 +8,7 @@ import asyncio
 import gc
 import threading
 import time
+import weakref
 from typing import Any
 
 import pytest
@@ -23,14 +24,15 @@ from coordinator.core.errors import (
     CoordinatorNotAvailableError,
     NotCoordinatorError,
 )
-from coordinator.core.group import ConsumerGroup
 from coordinator.core.offsets import OffsetFetchGroup
 from coordinator.core.timers import REBALANCE, SESSION, ArmTimer, DueTimer, TimerTable
 from coordinator.core.topics import NewTopic
 from coordinator.routing import partition_for
 from coordinator.runtime import CoordinatorRuntime, ManualClock, SystemClock
+from coordinator.runtime import partitions as partitions_module
 from coordinator.runtime.collector import Collector
 from coordinator.runtime.leadership import PartitionState
+from coordinator.runtime.loader import load_partition
 from coordinator.runtime.store import MemoryRecordStore, StoredRecord
 from coordinator.runtime.timing import EXPIRE_OFFSETS
 from legacy_bridge.common import CLASSIC_SESSION
@@ -407,32 +409,120 @@ async def test_a_dropped_partitions_timers_go_and_the_others_stay() -> None:
     await rt.close()
 
 
-async def test_a_lost_partitions_state_is_collected_though_frozen_at_its_load() -> None:
-    """A loaded partition's state is frozen (loader.py); its state machine is a web of
-    reference cycles, so once the partition is lost only a collection of the frozen objects
-    frees it: the server loop's collector runs one on its next tick (collector.py). Afterwards
-    a full collection finds none of its 100 groups left unfreed (all of them without it)."""
+def weak_state(shard: Any) -> list[weakref.ref[Any]]:
+    """Weak references to a shard's state: its undo log (every dict of the state, and its
+    context, refer to it), the shard and its components, and every group of it."""
+    parts = (shard, shard.groups, shard.offsets, shard.classic_groups, shard.group_configs)
+    return [
+        weakref.ref(shard.undo),
+        *map(weakref.ref, parts),
+        *(weakref.ref(shard.groups[g]) for g in shard.groups),
+        *(weakref.ref(shard.classic_groups[g]) for g in shard.classic_groups),
+    ]
+
+
+async def alive_after(refs: list[weakref.ref[Any]], steps: int = 2000) -> int:
+    """How many of ``refs`` are still alive once all are dead or after ``steps`` loop steps."""
+    for _ in range(steps):
+        if all(ref() is None for ref in refs):
+            return 0
+        await asyncio.sleep(0)
+    return sum(ref() is not None for ref in refs)
+
+
+async def test_a_lost_partitions_state_is_freed_without_a_collection(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A loaded partition's state is frozen (loader.py) and its state machine is a web of
+    reference cycles: dropping it used to leave it all to a full collection of the frozen
+    state, the whole node's (the loop's collector unfroze everything). Now the dropped shard
+    is closed and freed by reference counting in slices of the loop (collector.free_dropped):
+    with every collection switched off, every group of the dropped partition (loaded and
+    frozen, or built after the load; consumer and classic, with offsets, a classic join
+    parked at its barrier, a write held in flight) dies, and nothing is unfrozen. The
+    partition taken again right away loads its durable state afresh."""
     groups = [g for g in (f"g{i}" for i in range(5000)) if partition_for(g, P) == GP][:100]
+    classic_group = next(g for g in (f"c{i}" for i in range(100)) if partition_for(g, P) == GP)
     shared = MemoryRecordStore(partitions=P)
+    key, value = codec.encode(classic_record(group_id=classic_group))  # Stable: A and B
+    shared.append([StoredRecord(key, value, classic_group)], 1)
     rt, parts = await leading(shared, 1, GP, 1)
     await rt.create_topics([NewTopic(name="t", num_partitions=4)])
-    for g in groups:
-        await rt.heartbeat(join(g, member_id=f"{g}-m"))
+    for g in groups[:80]:
+        joined = await rt.heartbeat(join(g, member_id=f"{g}-m"))
+        await rt.offset_commit(commit(g, {("t", 0): 7}, joined.member_epoch, f"{g}-m"))
     shared.set_leader(GP, 1, 2)
     await parts.load_partition(GP, 2)  # the groups replayed from the store, frozen
+    for g in groups[80:]:  # built after the load: not frozen
+        await rt.heartbeat(join(g, member_id=f"{g}-m"))
+    # A's rejoin waits at the barrier for B.
+    parked = asyncio.ensure_future(rt.classic_join(classic_join_req("A", group_id=classic_group)))
+    shared.hold_appends()
+    held = asyncio.ensure_future(
+        rt.offset_commit(commit(groups[0], {("t", 1): 8}, 1, f"{groups[0]}-m"))
+    )
+    await asyncio.sleep(0.01)
+    assert not parked.done() and not held.done()
+    refs = weak_state(rt.shards[GP])
+    assert len(refs) == 6 + 100 + 1  # the shard, 5 components, the groups
+    collections: list[str] = []
+    monkeypatch.setattr(
+        gc, "collect", lambda generation=2: collections.append(f"collect({generation})") or 0
+    )
+    monkeypatch.setattr(gc, "unfreeze", lambda: collections.append("unfreeze"))
     with Collector(asyncio.get_running_loop(), tick_s=0.001):
         parts.lose_partition(GP)
-        await asyncio.sleep(0.05)  # a few ticks
-    gc.unfreeze()
-    gc.set_debug(gc.DEBUG_SAVEALL)  # what a collection finds unreachable, kept to look at
+        shared.set_leader(GP, 1, 3)
+        await parts.load_partition(GP, 3)  # taken again at once, while the old state goes
+        assert await alive_after(refs) == 0
+    assert "unfreeze" not in collections
+    for call in (parked, held):
+        with pytest.raises(NotCoordinatorError):
+            await asyncio.wait_for(call, 1)
+    shared.release_appends()
+    assert await fetched(rt, groups[0]) == {("t", 0): 7}
+    assert sorted(rt.shards[GP].groups) == sorted(groups)
+    again = await rt.heartbeat(beat(groups[-1], f"{groups[-1]}-m", 1))
+    assert again.member_epoch == 1
+    await rt.close()
+
+
+async def test_a_partition_lost_while_loading_is_freed_once_loaded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The shard a load builds for a partition lost meanwhile is never installed; once the
+    load ends it is freed like a dropped one (no collection: it was frozen by the load)."""
+    g = next(g for g in (f"g{i}" for i in range(100)) if partition_for(g, P) == GP)
+    shared = MemoryRecordStore(partitions=P)
+    rt, parts = await leading(shared, 1, GP, 1)
+    await rt.create_topics([NewTopic(name="t", num_partitions=1)])
+    await rt.heartbeat(join(g, member_id="m1"))
+    release = threading.Event()
+    refs: list[weakref.ref[Any]] = []
+
+    def load(store: Any, partition: int, shard: Any) -> Any:
+        assert release.wait(10)
+        stats = load_partition(store, partition, shard)
+        refs.extend(weak_state(shard))
+        return stats
+
+    monkeypatch.setattr(partitions_module, "load_partition", load)
+    shared.set_leader(GP, 1, 2)
+    was_enabled = gc.isenabled()
+    gc.disable()
     try:
-        gc.collect()
-        left = [o for o in gc.garbage if isinstance(o, ConsumerGroup) and o.group_id in groups]
+        loading = asyncio.ensure_future(parts.load_partition(GP, 2))
+        await asyncio.sleep(0.01)
+        parts.lose_partition(GP)  # lost while loading
+        release.set()
+        await asyncio.wait_for(loading, 10)
+        assert len(refs) == 6 + 1  # what the load built (the shard, 5 components, the group)
+        assert await alive_after(refs) == 0
     finally:
-        gc.set_debug(0)
-        gc.garbage.clear()
-        gc.freeze()
-    assert len(left) == 0, f"{len(left)} ConsumerGroup objects of the lost partition never freed"
+        if was_enabled:
+            gc.enable()
+    with pytest.raises(NotCoordinatorError):
+        await rt.heartbeat(join(g))
     await rt.close()
 
 

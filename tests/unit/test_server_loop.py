@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import logging
 import sys
+import time
 import weakref
+from collections import Counter
 
 import pytest
+from builders import LoopSteps
 
 from coordinator.runtime import collector
 from coordinator.server.loop import LOOPS, SWITCH_INTERVAL_S, run
@@ -137,3 +141,66 @@ def test_no_collections_while_a_store_loads() -> None:
         gc.callbacks.remove(record)
     assert during == 0
     assert after >= 1
+
+
+class Witness:
+    """No cycle: dies with its last reference."""
+
+
+class Dropped:
+    """A dropped state machine as ``collector.free_dropped`` sees it: ``groups`` items that
+    refer to its witness, thrown away ``n`` at a time (each call taking 0.5 ms), recorded with
+    the loop step it ran in."""
+
+    def __init__(self, groups: int, steps: LoopSteps) -> None:
+        self.witness = Witness()
+        self.groups = [self.witness] * groups
+        self.steps = steps
+        self.calls: list[int] = []
+
+    def free(self, n: int) -> bool:
+        time.sleep(0.0005)
+        self.calls.append(self.steps.now)
+        del self.groups[:n]
+        return not self.groups
+
+
+@pytest.mark.parametrize("leak", [False, True])
+def test_a_dropped_state_is_freed_in_slices_and_a_leak_left_to_a_full_collection(
+    leak: bool, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``free_dropped`` frees a dropped state a slice of about 2 ms per loop step, from the
+    step after the drop, until it is all gone; then its witness must be dead. Kept alive (a
+    cycle the state machine does not cut, a reference held elsewhere) it is logged and the
+    collector's next tick runs the full collection that frees frozen cycles; otherwise
+    none."""
+    full: list[str] = []
+    monkeypatch.setattr(collector, "collect_dropped", lambda: full.append("collect_dropped"))
+
+    async def scenario() -> tuple[list[int], int, bool]:
+        with LoopSteps() as steps:
+            dropped = Dropped(40 * collector.FREE_GROUPS, steps)
+            witness = weakref.ref(dropped.witness)
+            kept = dropped.witness if leak else None
+            collector.free_dropped(dropped.free, dropped.witness, "partition 7")
+            dropped_at = steps.now
+            calls = dropped.calls
+            del dropped
+            for _ in range(200):  # bounded: 2 s
+                if len(calls) == 40 and (full or witness() is None):
+                    break
+                await asyncio.sleep(0.01)
+            assert (kept is not None) == leak
+            return [c - dropped_at for c in calls], len(full), witness() is None
+
+    with caplog.at_level(logging.WARNING, "kip848.runtime"):
+        calls, collections, dead = run(scenario(), "asyncio")
+    assert len(calls) == 40 and calls[0] >= 1  # not in the dropping callback
+    per_step = Counter(calls)
+    assert len(per_step) >= 5 and max(per_step.values()) <= 8  # 2 ms of 0.5 ms calls a step
+    assert dead is not leak
+    assert collections == (1 if leak else 0)
+    warned = [r.getMessage() for r in caplog.records if "was not freed" in r.getMessage()]
+    assert len(warned) == (1 if leak else 0)
+    if leak:
+        assert "The state of partition 7 was not freed when dropped" in warned[0]
