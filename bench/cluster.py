@@ -66,13 +66,20 @@ def load_avg() -> float:
 class Node:
     """One ``kip848 serve`` process."""
 
-    def __init__(self, argv: list[str], log: Path) -> None:
+    def __init__(self, argv: list[str], log: Path, *, source: Path | None = None) -> None:
+        """``source``: a directory holding the ``coordinator`` package to run instead of this
+        tree's (an earlier commit's, for a before/after figure)."""
         self._log = open(log, "wb")  # noqa: SIM115 - closed in stop()
+        env = None
+        if source is not None:  # run from there: ``-m`` puts the working directory first
+            env = dict(os.environ, PYTHONPATH=str(source))
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "coordinator.cli", "serve", "--listen", "127.0.0.1:0", *argv],
             stdout=subprocess.PIPE,
             stderr=self._log,
             text=True,
+            env=env,
+            cwd=source,
         )
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline().strip()

@@ -38,7 +38,7 @@ Theory of operation:
   out). Those nodes are *expected back* for one lease from then (this node's clock): as the
   controller, this node keeps their partitions targeted at them, so each node takes back its
   own, and moves them only if their node has not heartbeated by the end of it (the
-  balancer's ``returning``). So Kafka's partitions go back to their leaders after an outage
+  balancer's ``returning``), as Kafka's partitions go back to their leaders after an outage
   of its controllers, rather than move twice. A renewal that got through only after the
   node had dropped its partitions (a heartbeat held up past the deadline) is released at
   once, so they are taken again at the next heartbeat.

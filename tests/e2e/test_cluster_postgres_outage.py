@@ -9,7 +9,9 @@ retriable errors (no commit failed for good, no partition lost); while PostgreSQ
 nothing is acknowledged, and once the lease has run out the nodes answer NOT_COORDINATOR and
 report NOT_SERVING (they lead nothing and cannot reach PostgreSQL); when it is back they
 serve again; no acknowledged commit is lost and no partition's journal has an epoch that goes
-down. And PostgreSQL that stops acknowledging COMMITs: a node's waiting requests are answered
+down. Three nodes and PostgreSQL away past the lease: every partition is taken back, once, by
+the node that led it before, and a node that died meanwhile has its partitions taken by the
+others a lease after PostgreSQL is back. And PostgreSQL that stops acknowledging COMMITs: a node's waiting requests are answered
 at its deadline (NOT_COORDINATOR) or, sooner, at the write timeout (``offsets.commit.timeout.ms``:
 COORDINATOR_NOT_AVAILABLE), never held until PostgreSQL acknowledges again.
 """
@@ -21,15 +23,27 @@ import logging
 import re
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
 import pytest
-from cluster_support import LEASE_MS, Nodes, Workers, committed, journal_epochs, settings, until
+from cluster_support import (
+    LEASE_MS,
+    Nodes,
+    Workers,
+    at_coordinator,
+    committed,
+    describe_cluster,
+    journal_epochs,
+    settings,
+    until,
+)
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from pg import PostgresServer
 
+from coordinator.routing import partition_for
 from kip848.v1 import admin_pb2, common_pb2, offsets_pb2, offsets_pb2_grpc
 
 pytestmark = pytest.mark.slow
@@ -154,6 +168,111 @@ def test_postgresql_restarted_and_away_longer_than_the_lease(
     nodes.stop_all()
     for ch in channels.values():
         ch.close()
+
+
+def served(dsn: str) -> dict[int, tuple[int, int]] | None:
+    """partition -> (leader, leader epoch) once every partition is served by a live leader
+    that finished loading it at its epoch (``kip848 cluster describe``), else None."""
+    parts = describe_cluster(dsn)["partitions"]
+    if any(p["state"] != "serving" for p in parts):
+        return None
+    return {p["partition"]: (p["leader"], p["leader_epoch"]) for p in parts}
+
+
+def test_after_postgresql_away_past_the_lease_each_partition_goes_back_to_its_node(
+    own_pg: PostgresServer, tmp_path: Path
+) -> None:
+    """Three nodes, nine partitions, a group committed in each. PostgreSQL killed and kept
+    away past the lease (every node drops its partitions), then started again: the first node
+    back does not take the others' partitions (they were cut off by the same outage, not
+    dead): each partition is taken back by the node that led it before, once — its leader
+    epoch one higher, its journal's epochs in offset order the old one then that one, nothing
+    handed over, nothing moved by the controller. Then again with node 3 killed -9 while
+    PostgreSQL is away: nodes 1 and 2 take their own back, and node 3's go to them, once each,
+    a lease after PostgreSQL is back (node 3 may have come back by then)."""
+    dsn = own_pg.fresh_store_dsn()
+    nodes = Nodes(tmp_path, dsn, *settings(9))
+    for n in (1, 2, 3):
+        nodes.start(n)
+    node1 = nodes.procs[1]
+    assert node1.create_topic(TOPIC, 1)
+    groups: dict[int, str] = {}
+    for i in range(1000):
+        groups.setdefault(partition_for(f"o{i}", 9), f"o{i}")
+    assert sorted(groups) == list(range(9))
+    channels: dict[str, grpc.Channel] = {}
+
+    def channel_for(address: str) -> grpc.Channel:
+        return channels.setdefault(address, grpc.insecure_channel(address))
+
+    def commit_all(offset: int) -> None:
+        for group in groups.values():
+            at_coordinator(
+                node1,
+                group,
+                channel_for,
+                lambda ch, g=group: (max(simple_commit(ch, g, offset)), None),
+            )
+
+    def settled() -> dict[int, tuple[int, int]] | None:
+        now = served(dsn)
+        if now is None or sorted(Counter(n for n, _ in now.values()).values()) != [3, 3, 3]:
+            return None
+        return now
+
+    def away(kill9: int | None = None) -> tuple[float, dict[int, int]]:
+        """PostgreSQL killed (and node ``kill9`` with it), back after the lease and 1.5 s:
+        when it was back, and where each node's log was then."""
+        own_pg.kill()
+        if kill9 is not None:
+            nodes.kill9(kill9)
+        time.sleep(LEASE_MS / 1000 + 1.5)
+        marks = {n: len(nodes.log_text(n)) for n in (1, 2, 3)}
+        own_pg.start_again()
+        return time.monotonic(), marks
+
+    try:
+        until(lambda: settled() is not None, "three partitions served by each node", 60)
+        commit_all(1)
+        before = settled()
+        assert before is not None
+
+        back, marks = away()
+        until(lambda: served(dsn) is not None, "every partition served again", 20)
+        took = time.monotonic() - back
+        time.sleep(LEASE_MS / 1000 + 1)  # past the wait for nodes expected back
+        assert served(dsn) == {p: (n, e + 1) for p, (n, e) in before.items()}
+        after_outage = "".join(nodes.log_text(n)[marks[n] :] for n in (1, 2, 3))
+        assert "hands partition" not in after_outage, after_outage
+        assert re.search(r"Controller \d+: partition", after_outage) is None, after_outage
+        commit_all(2)
+        epochs = journal_epochs(dsn)
+        for p, (_, e) in before.items():
+            assert list(dict.fromkeys(epochs[p])) == [e, e + 1], (p, epochs[p])
+        print(f"PostgreSQL back -> every partition served by its node: {took:.2f} s")
+
+        before = served(dsn)
+        assert before is not None
+        back, _ = away(kill9=3)
+        until(lambda: served(dsn) is not None, "every partition served again", LEASE_MS / 1000 + 20)
+        took = time.monotonic() - back
+        after = served(dsn)
+        assert after is not None
+        for p, (n, e) in before.items():  # taken once: by its node, or node 3's by 1 or 2
+            assert after[p][1] == e + 1, (p, before[p], after[p])
+            assert after[p][0] == n or (n == 3 and after[p][0] in (1, 2)), (p, after[p])
+        controller_log = "".join(nodes.log_text(n) for n in (1, 2))
+        assert "nodes 3 did not come back within the lease" in controller_log
+        commit_all(3)
+        for group in groups.values():
+            assert committed(node1, group, channel_for) == {(TOPIC, 0): 3}
+        print(f"... node 3 gone meanwhile: every partition served after {took:.2f} s")
+    finally:
+        nodes.stop_all()
+        for ch in channels.values():
+            ch.close()
+    for log, epochs_of in journal_epochs(dsn).items():
+        assert epochs_of == sorted(epochs_of), (log, epochs_of)
 
 
 def simple_commit(channel: grpc.Channel, group: str, offset: int, timeout: float = 5) -> set[int]:
