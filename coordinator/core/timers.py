@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Iterable
-from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 TimerKey = tuple[str, str, str]
@@ -112,22 +111,17 @@ class TimerTable:
             self._compact()
         return len(gone)
 
-    def group_ids(self) -> set[str]:
-        """The group ids in the active timers' keys."""
-        return {key[1] for key in self._active}
-
-    def cancel_groups(self, groups: AbstractSet[str], keys: Iterable[TimerKey] = ()) -> int:
-        """Cancel every active timer of ``groups`` (by the key's group id) and those of
-        ``keys``, in one pass without a call per timer (a partition moving away drops its
-        share of a table of a million timers). Returns how many."""
+    def cancel(self, keys: Iterable[TimerKey]) -> int:
+        """Cancel the active timers of ``keys`` (the others ignored). Returns how many."""
         active = self._active
-        gone = [key for key in active if key[1] in groups]
-        for key in gone:
-            del active[key]
-        n = len(gone) + sum(active.pop(key, None) is not None for key in keys)
+        n = sum(active.pop(key, None) is not None for key in keys)
         if len(self._heap) > 64 and len(self._heap) > 4 * len(active):
             self._compact()
         return n
+
+    def key_list(self) -> list[TimerKey]:
+        """The active timers' keys, in no particular order (a copy)."""
+        return list(self._active)
 
     def shift(self, delta_ms: int) -> int:
         """Move every deadline ``delta_ms`` later, at once: the base moves, nothing is

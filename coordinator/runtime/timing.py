@@ -47,6 +47,10 @@ costs milliseconds, so 512 of them on a busy machine held a node's loop for 2 s 
 
 TIMER_RETRY_MS = 500
 """A timer whose command or write failed fires again this much later (Kafka: 500 ms)."""
+PURGE_KEYS = 2048
+"""Timer keys one loop step of a purge looks at (:meth:`Timers.drop_partition`): a node of a
+million timers drops a partition's share of them a few milliseconds a step, not in one pass of
+half a second or more."""
 STALL_TICK_MS = 500
 """How often the driver checks that it is running on time (``stall_watch``)."""
 STALL_GRACE_MS = 1000
@@ -68,7 +72,9 @@ class Timers:
         self.table = TimerTable()
         self._pending_keys: dict[Any, int] = {}  # timer key -> ops not yet durable
         self._deferred: dict[Any, DueTimer] = {}
-        self._dropped: set[int] = set()  # partitions whose timers the next purge drops
+        self._dropped: set[int] = set()  # partitions whose timers the next purge pass drops
+        self._purging: _Purge | None = None  # the pass under way
+        self._purge_soon = False  # a purge step is scheduled
         self._handle: Any = None
         self._at_ms: int | None = None  # timer time the wake-up is set for
         self._tick_handle: Any = None
@@ -86,8 +92,7 @@ class Timers:
     def arm_partition(self, index: int, shard: Any) -> None:
         """A partition loaded (Kafka's onLoaded): its members' timers and its offset
         expiration (the timers of its previous time here dropped first)."""
-        if self._dropped:
-            self._purge()
+        self._purge()
         ops = shard.on_loaded(self._clock.now_ms())
         # Tens of thousands of timers (a member's session each): moved into timer time as they
         # are armed, none rebuilt (convert), a fifth of a partition's load at 2,000 groups.
@@ -96,32 +101,48 @@ class Timers:
 
     def drop_partition(self, index: int) -> None:
         """A partition no longer served here: none of its timers fires (their deferred
-        firings neither). The table is purged once for every partition dropped in the same
-        loop iteration (a node losing all its partitions at once): one pass over a table of a
-        million timers, not one per partition. Until then a due timer of the partition does
-        nothing (its command is refused: the partition is not served)."""
-        if not self._dropped:
-            self._driver.host.call_soon(self._purge)
+        firings neither). The table is purged from the next loop step on, a pass over its keys
+        :data:`PURGE_KEYS` a step (the partition of each group once), for every partition
+        dropped before the pass began (a node losing all its partitions at once: one pass over
+        a table of a million timers, not one per partition). Until then a due timer of the
+        partition does nothing (its command is refused: the partition is not served); a
+        partition loaded again finishes the purge first (:meth:`arm_partition`)."""
         self._dropped.add(index)
+        if not self._purge_soon:
+            self._purge_soon = True
+            self._driver.host.call_soon(self._purge_step)
 
-    def _purge(self) -> None:
-        dropped, self._dropped = self._dropped, set()
-        if not dropped:
-            return
-        n = self._driver.shard_count
+    def _purge_step(self) -> None:
+        self._purge_soon = False
+        if self._purge(PURGE_KEYS):
+            self._purge_soon = True
+            self._driver.host.call_soon(self._purge_step)
+
+    def _purge(self, budget: int | None = None) -> bool:
+        """Go on purging the dropped partitions' timers, ``budget`` keys at most (None: to
+        the end). Returns whether some are left to look at."""
         table = self.table
-        ids = table.group_ids()
-        # Each group's partition once (a hundred thousand groups), then one pass over the keys.
-        groups = {g for g in ids if g and partition_for(g, n) in dropped}
-        expirations = {(EXPIRE_OFFSETS, "", str(i)) for i in dropped}
-        table.cancel_groups(groups, expirations)
-        if "" in ids and partition_for("", n) in dropped:  # a group named "" (classic)
-            table.cancel_where(lambda key: key[1] == "" and key[0] != EXPIRE_OFFSETS)
-            groups.add("")
-        deferred = self._deferred
-        for key in [k for k in deferred if k in expirations or k[1] in groups]:
-            if key[0] != EXPIRE_OFFSETS or key in expirations:
-                del deferred[key]
+        while True:
+            p = self._purging
+            if p is None:
+                if not self._dropped:
+                    return False
+                p = self._purging = _Purge(self._dropped, table.key_list())
+                self._dropped = set()
+                table.cancel(p.expirations)
+            end = len(p.keys) if budget is None else min(len(p.keys), p.at + budget)
+            if budget is not None:
+                budget -= end - p.at
+            table.cancel(p.doomed(self._driver.shard_count, end))
+            if p.at < len(p.keys):
+                return True
+            n, deferred = self._driver.shard_count, self._deferred
+            for key in [k for k in deferred if k in p.expirations or p.of_dropped(k[1], n)]:
+                if key[0] != EXPIRE_OFFSETS or key in p.expirations:
+                    del deferred[key]
+            self._purging = None
+            if budget is not None and budget <= 0:
+                return bool(self._dropped)
 
     def stop(self) -> None:
         for handle in (self._handle, self._tick_handle):
@@ -350,3 +371,32 @@ def _expire(shard: Any, now_ms: int) -> Result[int]:
         int(e.fields["count"]) for e in result.events if e.event is Event.OFFSETS_EXPIRED
     )
     return result
+
+
+class _Purge:
+    """One pass of a purge over the timer table (``Timers.drop_partition``): the keys when it
+    began, looked at in order, the timers of the ``dropped`` partitions cancelled."""
+
+    __slots__ = ("at", "dropped", "expirations", "groups", "keys")
+
+    def __init__(self, dropped: set[int], keys: list[Any]) -> None:
+        self.dropped = dropped
+        self.keys = keys
+        self.at = 0
+        self.groups: dict[str, bool] = {}  # group id -> in a dropped partition
+        self.expirations = {(EXPIRE_OFFSETS, "", str(i)) for i in dropped}
+
+    def of_dropped(self, group_id: str, partitions: int) -> bool:
+        """Whether ``group_id`` is of a dropped partition (each group hashed once)."""
+        doomed = self.groups.get(group_id)
+        if doomed is None:
+            doomed = self.groups[group_id] = partition_for(group_id, partitions) in self.dropped
+        return doomed
+
+    def doomed(self, partitions: int, end: int) -> list[Any]:
+        """The keys up to ``end`` of the dropped partitions' groups (offset expirations
+        apart: theirs are keyed by partition)."""
+        of_dropped = self.of_dropped
+        keys = self.keys[self.at : end]
+        self.at = end
+        return [k for k in keys if k[0] != EXPIRE_OFFSETS and of_dropped(k[1], partitions)]
