@@ -26,7 +26,12 @@ same decisions. Theory of operation:
 * **Answers after durability.** A response is released only once its batch is durable. A
   command with no records (a read, a steady heartbeat) waits for the last outstanding batch of
   its state machine, so it never exposes state that could still be lost; with nothing
-  outstanding it is answered at once, without a future.
+  outstanding it is answered at once, without a future. The pure reads of the cluster log's
+  state (topics, ACLs, SCRAM credentials, group configs) and the authorizer do not run here:
+  they read its committed copy (``committed.py``, Kafka's metadata cache), which replays a
+  batch's cluster records once it is durable (:attr:`Driver.committed`), before any of the
+  batch's answers is released; so they never wait behind a write, and a writer that got its
+  answer reads its change.
 * **Parked requests.** A command may answer ``Pending(token)``: its caller's future is
   registered under (state machine, token) in the command's own turn, so that a command queued
   behind it in the same turn can answer it (a join that restarts a classic rebalance answers a
@@ -70,12 +75,10 @@ same decisions. Theory of operation:
 from __future__ import annotations
 
 import logging
-from bisect import insort
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from enum import Enum
 from functools import partial
-from operator import itemgetter
 from typing import Any, Protocol
 
 from coordinator.core.commands import Pending, Result
@@ -84,7 +87,6 @@ from coordinator.core.errors import (
     CoordinatorError,
     CoordinatorLoadInProgressError,
     CoordinatorNotAvailableError,
-    RequestTimedOutError,
 )
 from coordinator.core.events import LogEvent
 from coordinator.core.records import Record
@@ -98,6 +100,12 @@ from .requests import Command
 from .store.api import StoreFencedError, StoreWriteError
 from .timing import EXPIRE_OFFSETS, STALL_GRACE_MS, TIMER_RETRY_MS, Timers
 from .turns import Turns
+from .write_timeout import (
+    ClusterBound,
+    ClusterLogTimeoutError,
+    WriteTimeoutError,
+    WriteTimeouts,
+)
 
 log = logging.getLogger("kip848.runtime")
 
@@ -117,20 +125,6 @@ class ClusterLogMovedError(CoordinatorNotAvailableError):
     Kafka's controller decides every metadata change on the latest one."""
 
 
-class WriteTimeoutError(CoordinatorNotAvailableError):
-    """The batch a request's answer waits for was not durable within
-    ``offsets.commit.timeout.ms`` (Kafka's write timeout: its REQUEST_TIMED_OUT, which the
-    group coordinator answers as COORDINATOR_NOT_AVAILABLE; OffsetFetch as NOT_COORDINATOR).
-    The write's outcome is unknown to the caller: it may still land."""
-
-
-class ClusterLogTimeoutError(RequestTimedOutError):
-    """The batch a cluster-log command's answer waits for was not durable within its bound
-    (the request's timeout, else ``offsets.commit.timeout.ms``): REQUEST_TIMED_OUT, as Kafka's
-    controller (and a broker forwarding to it) answers a metadata write not committed in time.
-    The write's outcome is unknown to the caller: it may still land."""
-
-
 __all__ = [
     "EXPIRE_OFFSETS",
     "REGISTRY",
@@ -144,21 +138,6 @@ __all__ = [
     "RuntimeState",
     "WriteTimeoutError",
 ]
-
-
-ClusterBound = tuple[float, tuple[int, str]]
-"""A cluster-log command's answer's bound: when it times out (``host.perf()``), and (its
-milliseconds, what set them) for the answer's message (``Driver._cluster_bound``)."""
-
-_DUE = itemgetter(0)
-
-
-def _cluster_timeout_message(ms: int, what: str) -> str:
-    return (
-        f"The cluster log write this request waits for did not complete within {what} "
-        f"({ms} ms); its outcome is unknown: the write goes on, and stands if it lands (if it "
-        "fails, nothing of it is applied). Check before retrying."
-    )
 
 
 class RuntimeState(Enum):
@@ -215,6 +194,7 @@ class Batch:
     """Records of many commands, written by one append."""
 
     __slots__ = (
+        "cluster",
         "commands",
         "completions",
         "end_marks",
@@ -235,6 +215,7 @@ class Batch:
 
     def __init__(self, start_marks: list[int]) -> None:
         self.records: list[Record] = []  # encoded by the writer, off the loop
+        self.cluster: list[Record] = []  # those of the cluster log, for ``Driver.committed``
         self.timer_ops: list[TimerOp] = []
         self.start_marks = start_marks
         self.end_marks: list[int] | None = None
@@ -262,7 +243,10 @@ class Driver:
     ``workers``: the host computes offloaded targets (``run_job``); without workers the core's
     offload requests are ignored (the core computes inline). ``write_timeout_ms``: how long a
     request's answer waits for its batch at most (None: as long as the batch takes, whatever
-    a command's own timeout says; the module docstring's "Write timeout"). ``trace``: called with
+    a command's own timeout says; the module docstring's "Write timeout"). ``committed``: the
+    cluster-level state as of its last durable write (``committed.py``: its ``replay`` gets
+    each durable batch's cluster records before any answer of the batch is released; None:
+    none kept). ``trace``: called with
     ``(what, details)`` for the driver's own decisions (first targets, offloads, answers to no
     one), for the simulator's trace and tests."""
 
@@ -278,11 +262,12 @@ class Driver:
         automatic: bool = True,
         stall_watch: bool = False,
         write_timeout_ms: int | None = None,
+        committed: Any = None,
         trace: Callable[[str, dict[str, Any]], None] | None = None,
     ) -> None:
         self.config = config
+        self.committed = committed
         self.write_timeout_ms = write_timeout_ms
-        self._timeout_warned = -1e9  # host.perf() of the last write-timeout warning
         self.clock = clock
         self.host = host
         self.observer = observer
@@ -297,6 +282,8 @@ class Driver:
         """Which partitions are served here (all, unless several nodes share the store:
         ``leadership.py``, ``partitions.py``)."""
         self.timing = Timers(self, stall_watch=stall_watch)
+        self.timeouts = WriteTimeouts(self)
+        """Answers not durable in time (``write_timeout.py``)."""
         self.timers = self.timing.table
         self.turns = Turns(host.call_soon, host.perf)
         self.state = RuntimeState.INITIAL
@@ -412,6 +399,7 @@ class Driver:
             batch.commands += 1
             self._last_batch[index] = batch
             if index == self.shard_count:
+                batch.cluster.extend(records)
                 self._publish_topics()
         else:
             batch = self._last_batch.get(index)
@@ -438,7 +426,9 @@ class Driver:
             else:
                 batch.completions.extend(completions)
                 if self.write_timeout_ms is not None:
-                    self._time(batch, *[(index, token) for _index, token, _response in completions])
+                    self.timeouts.time(
+                        batch, *[(index, token) for _index, token, _response in completions]
+                    )
         if result.parked_joins:
             self.own.answer_parked_joins(index, result.parked_joins)
         if result.offloads:
@@ -478,7 +468,7 @@ class Driver:
         self.check_serving()
         key = self.shard_count if index == REGISTRY else index
         self.lead.check(key)
-        bound = self._cluster_bound(timeout_ms) if key == self.shard_count else None
+        bound = self.timeouts.cluster_bound(timeout_ms) if key == self.shard_count else None
         turns = self.turns
         if turns.now(key, join=join):
             perf = self.host.perf
@@ -565,7 +555,7 @@ class Driver:
         """Release ``response`` to ``fut`` when it may be: at once, once ``batch`` is durable,
         or — a parked request — when a completion answers it. The parked future is registered
         here, in the command's turn: a command queued behind it in the same turn may answer it
-        without writing anything. ``bound``: a cluster-log command's (:meth:`_cluster_bound`)."""
+        without writing anything. ``bound``: a cluster-log command's (``WriteTimeouts.cluster_bound``)."""
         if park and type(response) is Pending:
             self._park((key, response.token), fut, batch)
         elif batch is None:
@@ -573,7 +563,7 @@ class Driver:
         else:
             batch.waiters.append((fut, response, key))
             if self.write_timeout_ms is not None:
-                self._time(batch, fut, cluster=bound)
+                self.timeouts.time(batch, fut, cluster=bound)
 
     def wait(
         self,
@@ -594,119 +584,13 @@ class Driver:
         if not batch.resolved:
             batch.waiters.append((fut, None, key))
             if timed and self.write_timeout_ms is not None:
-                bound = self._cluster_bound(timeout_ms) if key == self.shard_count else None
-                self._time(batch, fut, cluster=bound)
+                bound = self.timeouts.cluster_bound(timeout_ms) if key == self.shard_count else None
+                self.timeouts.time(batch, fut, cluster=bound)
         elif batch.error is None:
             fut.set_result(None)
         else:
             fut.set_exception(batch.error)
         return fut
-
-    def _cluster_bound(self, timeout_ms: int | None) -> ClusterBound | None:
-        """The bound of a cluster-log command arriving now: when its answer's wait times out
-        (``host.perf()``) and what bounds it (the request's ``timeout_ms``, at least 0, else
-        the write timeout). None: no write timeout (the virtual hosts)."""
-        if self.write_timeout_ms is None:
-            return None
-        if timeout_ms is None:
-            bound = (self.write_timeout_ms, "offsets.commit.timeout.ms")
-        else:
-            bound = (max(timeout_ms, 0), "the request's timeout_ms")
-        return self.host.perf() + bound[0] / 1000, bound
-
-    def _time(self, batch: Batch, *waiting: Any, cluster: ClusterBound | None = None) -> None:
-        """``waiting`` (callers' futures, or parked requests' (machine, token) whose
-        completions ``batch`` holds) wait for ``batch``: answered :class:`WriteTimeoutError`
-        if the batch is not durable within the write timeout from now — or, with ``cluster``
-        (a cluster-log command's bound, :meth:`_cluster_bound`),
-        :class:`ClusterLogTimeoutError` if it is not durable by then."""
-        now = self.host.perf()
-        if cluster is not None:
-            due, bound = cluster
-        else:
-            assert self.write_timeout_ms is not None
-            due, bound = now + self.write_timeout_ms / 1000, None
-        timed = batch.timed
-        if not timed or timed[-1][0] <= due:
-            timed.extend((due, w, bound) for w in waiting)
-        else:  # a shorter bound than a wait before it (a request's own timeout)
-            for w in waiting:
-                insort(timed, (due, w, bound), key=_DUE)
-        first = timed[0][0]
-        if batch.timeout is not None and batch.timeout_at > first:
-            batch.timeout.cancel()
-            batch.timeout = None
-        if batch.timeout is None:
-            batch.timeout_at = first
-            batch.timeout = self.host.call_later(
-                max((first - now) * 1000, 0.0), partial(self._timed_out, batch)
-            )
-
-    def _timed_out(self, batch: Batch) -> None:
-        """The timeout of ``batch``'s first waits: answer those that reached it, look again at
-        the next one's."""
-        batch.timeout = None
-        if batch.resolved:
-            return
-        assert self.write_timeout_ms is not None
-        now = self.host.perf()
-        timed = batch.timed
-        parked = self.parked
-        error: WriteTimeoutError | None = None
-        n = answered = cluster = 0
-        for due, waiting, bound in timed:
-            if now < due:
-                break
-            n += 1
-            fut = parked.get(waiting) if type(waiting) is tuple else waiting
-            if fut is None or fut.done():
-                continue
-            if bound is not None:
-                fut.set_exception(ClusterLogTimeoutError(_cluster_timeout_message(*bound)))
-                cluster += 1
-                continue
-            if error is None:
-                error = WriteTimeoutError(
-                    f"The write of the records this answer waits for did not complete within "
-                    f"offsets.commit.timeout.ms ({self.write_timeout_ms} ms); its outcome is "
-                    "unknown (it may still be applied): retry."
-                )
-            fut.set_exception(error)
-            answered += 1
-        del timed[:n]
-        if answered or cluster:
-            # Once a second at most: a write held up for long meets a steady flow of requests.
-            loud = now - self._timeout_warned >= 1.0
-            if loud:
-                self._timeout_warned = now
-            say = log.warning if loud else log.debug
-            if answered:
-                say(
-                    "A write of %d records has not completed after %d ms "
-                    "(offsets.commit.timeout.ms): %d waiting requests answered "
-                    "COORDINATOR_NOT_AVAILABLE; the write goes on.",
-                    len(batch.records),
-                    self.write_timeout_ms,
-                    answered,
-                )
-            if cluster:
-                say(
-                    "A write of %d records has not completed within the timeout of %d waiting "
-                    "requests of the cluster log: answered REQUEST_TIMED_OUT; the write goes on.",
-                    len(batch.records),
-                    cluster,
-                )
-        if timed:  # later waits: at their own timeout (at least 1 ms on: a timer may run early)
-            batch.timeout_at = timed[0][0]
-            delay_ms = max((batch.timeout_at - now) * 1000, 1.0)
-            batch.timeout = self.host.call_later(delay_ms, partial(self._timed_out, batch))
-
-    def _settled(self, batch: Batch) -> None:
-        """``batch`` is resolved: no write timeout for it any more."""
-        if batch.timeout is not None:
-            batch.timeout.cancel()
-            batch.timeout = None
-        batch.timed.clear()
 
     def answer_dropped(self, index: int, error: CoordinatorError) -> None:
         """State machine ``index`` was dropped (its partition is no longer this node's): the
@@ -743,7 +627,7 @@ class Driver:
         if batch is not None:  # its own write failing fails it
             batch.then.append(partial(_fail_future, fut))
             if self.write_timeout_ms is not None:
-                self._time(batch, fut)
+                self.timeouts.time(batch, fut)
         if self.trace is not None:
             self.trace("parked", {"index": key[0], "token": key[1]})
 
@@ -816,7 +700,9 @@ class Driver:
         """``batch`` is durable."""
         self.inflight = None
         batch.resolved = True
-        self._settled(batch)
+        self.timeouts.settled(batch)
+        if batch.cluster and self.committed is not None:  # before any answer: read your writes
+            self.committed.replay(batch.cluster)
         for m, mark in zip(self._machines, batch.end_marks or (), strict=True):
             m.release(mark)
         for index, last in list(self._last_batch.items()):
@@ -878,7 +764,7 @@ class Driver:
                 self.observer.batch_failed(b, len(b.records), exc)
         for b in failed:
             b.resolved, b.error = True, error
-            self._settled(b)
+            self.timeouts.settled(b)
             self.timing.settle(b.timer_ops, durable=False)
             for fut, _response, _index in b.waiters:
                 if not fut.done():

@@ -22,6 +22,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import Any, TypeVar
 
 from coordinator.core import codec
@@ -72,6 +73,7 @@ class Engine:
         clock: SystemClock | ManualClock,
         observer: Any = None,
         assignor_pool: AssignorPool | None = None,
+        committed: Any = None,
     ) -> None:
         self.store = store
         self.clock = clock
@@ -86,6 +88,7 @@ class Engine:
             workers=assignor_pool is not None,
             stall_watch=True,
             write_timeout_ms=config.offsets_commit_timeout_ms,
+            committed=committed,
         )
         self.load_stats: LoadStats | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -157,7 +160,14 @@ class Engine:
                 stats = await self.partitions.load_cluster()
             else:
                 stats = await loop.run_in_executor(
-                    self._executor, load_into, self.store, driver.shards, driver.registry
+                    self._executor,
+                    partial(
+                        load_into,
+                        self.store,
+                        driver.shards,
+                        driver.registry,
+                        committed=driver.committed,
+                    ),
                 )
         except BaseException:
             driver.state = RuntimeState.FAILED

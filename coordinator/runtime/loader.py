@@ -29,6 +29,7 @@ from coordinator.factory import Shard
 from coordinator.routing import CLUSTER_LOG, partition_for
 
 from .collector import no_collections
+from .committed import CommittedCluster
 from .store import RecordStore
 
 log = logging.getLogger("kip848.runtime")
@@ -85,15 +86,21 @@ def _bulk(logs: Sequence[UndoLog]) -> Iterator[None]:
             gc.enable()
 
 
-def load_cluster(store: RecordStore, registry: TopicRegistry) -> tuple[int, int]:
-    """Replay the cluster log into ``registry`` (fresh, empty). Returns (records, last
+def load_cluster(
+    store: RecordStore, registry: TopicRegistry, committed: CommittedCluster | None = None
+) -> tuple[int, int]:
+    """Replay the cluster log into ``registry`` (fresh, empty), and into ``committed`` (its
+    copy as of its last durable write, ``committed.py``) when given. Returns (records, last
     offset)."""
     decode = codec.decode
     n, last = 0, -1
     with _bulk([registry.undo]):
         for rows in store.load_rows(CLUSTER_LOG):
-            for _offset, key, value, _gid in rows:
-                registry.replay(decode(key, value))
+            records = [decode(key, value) for _offset, key, value, _gid in rows]
+            for record in records:
+                registry.replay(record)
+            if committed is not None:
+                committed.replay(records)
             n += len(rows)
             last = rows[-1][0]
     return n, last
@@ -255,14 +262,16 @@ def load_into(
     registry: TopicRegistry,
     *,
     at_once: bool = True,
+    committed: CommittedCluster | None = None,
 ) -> LoadStats:
-    """Replay every log into ``shards`` (one fresh shard per partition) and ``registry``; then
-    give every shard the registry's topics. ``at_once``: see :func:`load_partition`."""
+    """Replay every log into ``shards`` (one fresh shard per partition) and ``registry`` (and
+    the cluster log into ``committed`` when given); then give every shard the registry's
+    topics. ``at_once``: see :func:`load_partition`."""
     if len(shards) != store.partitions:
         raise ValueError(f"{len(shards)} shards for a store of {store.partitions} partitions")
     start = time.perf_counter()
     stats = LoadStats(shards=[])
-    stats.topic_records, stats.last_offset = load_cluster(store, registry)
+    stats.topic_records, stats.last_offset = load_cluster(store, registry, committed)
     image = registry.image()
     if not at_once:
         for partition, shard in enumerate(shards):

@@ -117,7 +117,9 @@ class Partitions:
     def _load_cluster(self) -> LoadStats:
         started = time.perf_counter()
         stats = LoadStats(shards=[])
-        stats.topic_records, stats.last_offset = load_cluster(self.store, self.driver.registry)
+        stats.topic_records, stats.last_offset = load_cluster(
+            self.store, self.driver.registry, self.driver.committed
+        )
         stats.topics = len(self.driver.registry.topics)
         stats.seconds = time.perf_counter() - started
         self._adopt_cluster_log(stats.last_offset)
@@ -311,11 +313,14 @@ class Partitions:
         before = set(registry.image().by_name)
         undo = registry.undo
         undo.enabled = False
+        records = [codec.decode(e.key, e.value) for e in entries]
         try:
-            for e in entries:
-                registry.replay(codec.decode(e.key, e.value))
+            for record in records:
+                registry.replay(record)
         finally:
             undo.enabled = True
+        if driver.committed is not None:  # durable: another node's appends
+            driver.committed.replay(records)
         driver._publish_topics()
         last = entries[-1].offset
         self.cluster_offset = last

@@ -65,6 +65,7 @@ from legacy_bridge import messages as cm
 from . import requests
 from .assignors import make_assignors
 from .clock import ManualClock, SystemClock
+from .committed import CommittedCluster
 from .driver import (
     EXPIRE_OFFSETS,
     REGISTRY,
@@ -130,6 +131,11 @@ class CoordinatorRuntime:
             self.ids, default_num_partitions=config.num_partitions, config=config
         )
         self.group_configs = group_configs_of(self.registry)
+        # The same state as of the cluster log's last durable write (committed.py): what its
+        # pure reads and the authorizer read, at once, never behind a write in flight.
+        self.committed = CommittedCluster(
+            self.ids, default_num_partitions=config.num_partitions, config=config
+        )
         shards = [self.new_shard() for _ in range(self.shard_count)]
         # Target assignments computed off the loop (offload.py): the worker pool (None when
         # group.consumer.assignor.offload.enable is false).
@@ -145,6 +151,7 @@ class CoordinatorRuntime:
             clock=self.clock,
             observer=observer,
             assignor_pool=self.assignor_pool,
+            committed=self.committed,
         )
         self.driver = self.engine.driver
         self.timers = self.driver.timers
@@ -277,20 +284,25 @@ class CoordinatorRuntime:
         return (await self.describe_group_config(group_id))[0]
 
     async def describe_group_config(self, group_id: str) -> tuple[dict[str, str], dict[str, str]]:
-        """(effective configs, per-group overrides), as the cluster log has them (any node);
-        for a group it names none of, those an earlier version kept in the group's partition
-        when this node serves it and they have not moved to the cluster log yet."""
-        configs = self.group_configs
+        """(effective configs, per-group overrides), as the cluster log has them once durable
+        (any node, at once: :meth:`_committed`); for a group it names none of, those an earlier
+        version kept in the group's partition when this node serves it and they have not moved
+        to the cluster log yet."""
+        overrides = self._committed().group_configs.overrides(group_id)
         index = self.shard_index(group_id)
+        if overrides is None and self.driver.lead.serving(index):
+            overrides = self.shards[index].group_configs.get(group_id)  # the partition's own
+        found = dict(overrides or {})
+        return effective_configs(self.config, found), found
 
-        def describe(_reg: Any) -> tuple[dict[str, str], dict[str, str]]:
-            overrides = configs.overrides(group_id)
-            if overrides is None and self.driver.lead.serving(index):
-                overrides = self.shards[index].group_configs.overrides(group_id)
-            found = dict(overrides or {})
-            return effective_configs(self.config, found), found
-
-        return await self._submit(REGISTRY, describe, read=True)
+    def _committed(self) -> CommittedCluster:
+        """The cluster log's state as of its last durable write, for a pure read of it
+        (topics, ACLs, SCRAM credentials, group configs): answered at once, as Kafka's broker
+        answers from its metadata cache, never behind a write in flight (which it does not
+        show, nor a change that a failed write rolls back); a change whose writer got its
+        answer is there (``committed.py``). Raises while loading or not serving."""
+        self.driver.check_serving()
+        return self.committed
 
     async def list_groups(
         self, states: Sequence[str] = (), types: Sequence[str] = ()
@@ -357,7 +369,8 @@ class CoordinatorRuntime:
         )
 
     async def list_topics(self) -> list[TopicResult]:
-        return await self._submit(REGISTRY, lambda r: r.list_topics(), read=True)
+        """Every topic, as of the cluster log's last durable write (:meth:`_committed`)."""
+        return self._committed().registry.list_topics()
 
     async def apply_topic_snapshot(
         self, topics: Sequence[NewTopic], keep: Sequence[str] = ()
@@ -563,9 +576,8 @@ class CoordinatorRuntime:
         )
 
     async def describe_scram_credentials(self, users: Sequence[str] | None) -> list[UserResult]:
-        return await self._submit(
-            REGISTRY, lambda _r: self.security.describe_scram_credentials(users), read=True
-        )
+        """As of the cluster log's last durable write (:meth:`_committed`)."""
+        return self._committed().security.describe_scram_credentials(users)
 
     async def create_acls(self, creations: Sequence[AclCreation]) -> list[AclCreation]:
         return await self._submit(REGISTRY, lambda _r: self.security.create_acls(creations))
@@ -574,7 +586,8 @@ class CoordinatorRuntime:
         return await self._submit(REGISTRY, lambda _r: self.security.delete_acls(filters))
 
     async def describe_acls(self, flt: AclBindingFilter) -> list[AclBinding]:
-        return await self._submit(REGISTRY, lambda _r: self.security.describe_acls(flt), read=True)
+        """As of the cluster log's last durable write (:meth:`_committed`)."""
+        return self._committed().security.describe_acls(flt)
 
     # ------------------------------------------------------------------ classic groups (legacy bridge)
 

@@ -232,8 +232,9 @@ class CoordinatorService:
         authorizer: AuthorizerConfig | None = None,
     ) -> None:
         self.runtime = runtime
-        self.authorizer = Authorizer(runtime.security, authorizer)
-        """Kafka's authorizer over the ACL records (``coordinator/security``): always on; with
+        self.authorizer = Authorizer(runtime.committed.security, authorizer)
+        """Kafka's authorizer over the ACL records (``coordinator/security``) once durable
+        (``runtime/committed.py``, as Kafka's follows the committed metadata): always on; with
         no ACL and ``allow.everyone.if.no.acl.found`` (the default) it allows everything."""
         self.authz = RequestAuthorizer(self.authorizer)
         runtime.set_topic_filter(self.authz.topic_describable)  # regexes resolved per principal
@@ -273,9 +274,10 @@ class CoordinatorService:
 
     def scram_credential(self, user: str, mechanism: ScramMechanism) -> ScramCredential | None:
         """The stored SCRAM credential of ``user`` for ``mechanism`` (None: none): what the
-        SASL/SCRAM server checks a client's proof against. A read of the replayed credential
-        records, on the loop, without waiting."""
-        return self.runtime.security.scram_credential(user, mechanism)
+        SASL/SCRAM server checks a client's proof against. A read of the credential records as
+        of the cluster log's last durable write (``runtime/committed.py``), on the loop,
+        without waiting."""
+        return self.runtime.committed.security.scram_credential(user, mechanism)
 
     # ------------------------------------------------------------ KIP-848 consumer groups
 

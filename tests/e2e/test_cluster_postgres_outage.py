@@ -13,7 +13,8 @@ down. Three nodes and PostgreSQL away past the lease: every partition is taken b
 the node that led it before, and a node that died meanwhile has its partitions taken by the
 others a lease after PostgreSQL is back. And PostgreSQL that stops acknowledging COMMITs: a node's waiting requests are answered
 at its deadline (NOT_COORDINATOR) or, sooner, at the write timeout (``offsets.commit.timeout.ms``:
-COORDINATOR_NOT_AVAILABLE), never held until PostgreSQL acknowledges again.
+COORDINATOR_NOT_AVAILABLE), never held until PostgreSQL acknowledges again; while reads of
+the cluster log (Metadata, DescribeAcls) are answered at once from its committed state.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -463,6 +465,47 @@ def test_a_single_nodes_commit_held_up_in_postgresql_is_answered_at_the_write_ti
         nodes.stop_all()
 
 
+def held_acl() -> tuple[Any, Any]:
+    """confluent-kafka's ACL User:alice may READ topic "held", and a filter of every ACL."""
+    from confluent_kafka.admin import (
+        AclBinding,
+        AclBindingFilter,
+        AclOperation,
+        AclPermissionType,
+        ResourcePatternType,
+        ResourceType,
+    )
+
+    any_acl = AclBindingFilter(
+        ResourceType.ANY,
+        None,
+        ResourcePatternType.ANY,
+        None,
+        None,
+        AclOperation.ANY,
+        AclPermissionType.ANY,
+    )
+    held = AclBinding(
+        ResourceType.TOPIC,
+        "held",
+        ResourcePatternType.LITERAL,
+        "User:alice",
+        "*",
+        AclOperation.READ,
+        AclPermissionType.ALLOW,
+    )
+    return held, any_acl
+
+
+def kafka_admin(nodes: Nodes, node_id: int) -> Any:
+    """confluent-kafka's AdminClient on the node's Kafka listener."""
+    from confluent_kafka.admin import AdminClient
+
+    return AdminClient(
+        {"bootstrap.servers": nodes.kafka_address(node_id), "socket.timeout.ms": 10_000}
+    )
+
+
 def test_cluster_log_writes_held_up_in_postgresql_are_answered_request_timed_out(
     own_pg: PostgresServer, tmp_path: Path
 ) -> None:
@@ -474,15 +517,6 @@ def test_cluster_log_writes_held_up_in_postgresql_are_answered_request_timed_out
     message saying the outcome is unknown. Once PostgreSQL acknowledges, both held writes land:
     the topic and the ACL exist."""
     from confluent_kafka import KafkaError, KafkaException
-    from confluent_kafka.admin import (
-        AclBinding,
-        AclBindingFilter,
-        AclOperation,
-        AclPermissionType,
-        AdminClient,
-        ResourcePatternType,
-        ResourceType,
-    )
 
     nodes = Nodes(
         tmp_path,
@@ -491,29 +525,13 @@ def test_cluster_log_writes_held_up_in_postgresql_are_answered_request_timed_out
         *single_node_settings(super_users="User:ANONYMOUS"),
     )
     node = nodes.start(1)
-    admin = AdminClient({"bootstrap.servers": nodes.kafka_address(1), "socket.timeout.ms": 10_000})
-    binding = AclBinding(
-        ResourceType.TOPIC,
-        "held",
-        ResourcePatternType.LITERAL,
-        "User:alice",
-        "*",
-        AclOperation.READ,
-        AclPermissionType.ALLOW,
-    )
-    everything = AclBindingFilter(
-        ResourceType.ANY,
-        None,
-        ResourcePatternType.ANY,
-        None,
-        None,
-        AclOperation.ANY,
-        AclPermissionType.ANY,
-    )
+    admin = kafka_admin(nodes, 1)
+    binding, everything = held_acl()
     try:
         node.create_topic(TOPIC, 1)
         # Connected, with the cluster's metadata: librdkafka asks for it before an admin
-        # request, and the Metadata answer too would wait for the held write.
+        # request (answered at once behind a held write, but after the connection's earlier
+        # requests: a connection answers in request order).
         assert admin.describe_acls(everything, request_timeout=10).result(timeout=10) == []
         with commits_held(own_pg):
             started = time.monotonic()
@@ -550,9 +568,91 @@ def test_cluster_log_writes_held_up_in_postgresql_are_answered_request_timed_out
             return {t.name: t.num_partitions for t in listed.topics}
 
         until(lambda: topics() == {TOPIC: 1, "held": 2}, "the held CreateTopics to land")
-        assert admin.describe_acls(everything, request_timeout=10).result(timeout=10) == [binding]
+        until(  # a batch of its own, after the topic's: read once it is durable
+            lambda: (
+                admin.describe_acls(everything, request_timeout=10).result(timeout=10) == [binding]
+            ),
+            "the held CreateAcls to land",
+        )
         log = nodes.log_text(1)
         assert "stops serving partitions" not in log, log
         assert "answered REQUEST_TIMED_OUT; the write goes on" in log, log
+    finally:
+        nodes.stop_all()
+
+
+def test_metadata_and_cluster_log_reads_are_answered_at_once_behind_a_held_write(
+    own_pg: PostgresServer, tmp_path: Path
+) -> None:
+    """One node, coordinator-only (no upstream: its Kafka listener answers Metadata from the
+    topic registry), ``offsets.commit.timeout.ms`` 1 s. PostgreSQL stops acknowledging COMMITs
+    while a gRPC CreateTopics (``timeout_ms`` 20 s: the listener serves no CreateTopics without
+    an upstream) and a CreateAcls of another confluent-kafka AdminClient (a connection answers
+    in request order, as Kafka's) are in flight: Metadata
+    (``list_topics``, all topics and one by name) and DescribeAcls are answered at once with
+    the cluster log's committed state — the topic that exists, not the held one — as Kafka's
+    broker answers from its metadata cache (before, they waited the write timeout, and Metadata
+    then listed no topics). Once PostgreSQL acknowledges, the CreateTopics is answered and the
+    next Metadata lists the new topic."""
+    nodes = Nodes(
+        tmp_path,
+        own_pg.fresh_store_dsn(),
+        *single_node_settings(super_users="User:ANONYMOUS"),  # the ACL must not lock us out
+    )
+    node = nodes.start(1)
+    admin, writer = kafka_admin(nodes, 1), kafka_admin(nodes, 1)
+    binding, everything = held_acl()
+
+    def topics(**named: str) -> tuple[dict[str, int], float]:
+        """The topics Metadata lists (``topic=``: asked by name), and how long it took."""
+        started = time.monotonic()
+        listed = admin.list_topics(timeout=10, **named)
+        took = time.monotonic() - started
+        return {n: len(t.partitions) for n, t in listed.topics.items() if t.error is None}, took
+
+    def acls() -> tuple[list[Any], float]:
+        started = time.monotonic()
+        found = admin.describe_acls(everything, request_timeout=10).result(timeout=10)
+        return found, time.monotonic() - started
+
+    try:
+        node.create_topic(TOPIC, 3)
+        assert topics()[0] == {TOPIC: 3}
+        assert acls()[0] == []
+        assert writer.list_topics(timeout=10).topics.keys() == {TOPIC}  # connected
+        created: list[admin_pb2.CreateTopicsResponse] = []
+
+        def create() -> None:
+            topic = admin_pb2.CreateTopicsRequest.CreatableTopic(name="held", num_partitions=2)
+            request = admin_pb2.CreateTopicsRequest(topics=[topic], timeout_ms=20_000)
+            created.append(node.admin.CreateTopics(request, timeout=30))
+
+        creating = threading.Thread(target=create, daemon=True)
+        with commits_held(own_pg):
+            creating.start()
+            (acl_creating,) = writer.create_acls([binding], request_timeout=10).values()
+            time.sleep(0.2)  # both in flight, their COMMIT waiting in PostgreSQL
+            assert creating.is_alive() and not acl_creating.done()
+            listed, list_took = topics()
+            named, named_took = topics(topic=TOPIC)
+            described, describe_took = acls()
+            assert creating.is_alive() and not acl_creating.done()  # the reads did not wait
+        print(
+            f"Metadata answered after {list_took:.3f} s (by name {named_took:.3f} s), "
+            f"DescribeAcls after {describe_took:.3f} s, behind a held CreateTopics"
+        )
+        assert listed == {TOPIC: 3}, listed
+        assert named == {TOPIC: 3}, named
+        assert described == [], described
+        for took in (list_took, named_took, describe_took):
+            assert took < WRITE_TIMEOUT_MS / 1000 / 2, took
+        # PostgreSQL acknowledges again: the CreateTopics is answered, and the next Metadata
+        # lists its topic (its writer reads its own change).
+        creating.join(30)
+        assert [t.error_code for t in created[0].topics] == [0], created
+        assert topics()[0] == {TOPIC: 3, "held": 2}
+        with contextlib.suppress(Exception):  # REQUEST_TIMED_OUT if held past 1 s: it landed
+            acl_creating.result(timeout=10)
+        until(lambda: acls()[0] == [binding], "the held CreateAcls to land")
     finally:
         nodes.stop_all()

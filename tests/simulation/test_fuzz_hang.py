@@ -75,7 +75,9 @@ def register_when_the_caller_resumes(monkeypatch: pytest.MonkeyPatch) -> None:
     """dbe0d0a reverted: a queued command's caller is answered — and its parked request
     registered — on a later loop step, not in the command's turn."""
 
-    def in_turn(self: Driver, key: int, fn: Any, read: bool, park: bool, fut: Any) -> None:
+    def in_turn(
+        self: Driver, key: int, fn: Any, read: bool, park: bool, fut: Any, bound: Any
+    ) -> None:
         if fut.done():
             return
         try:
@@ -84,7 +86,7 @@ def register_when_the_caller_resumes(monkeypatch: pytest.MonkeyPatch) -> None:
         except Exception as exc:  # noqa: BLE001 - to the caller, as the driver does
             fut.set_exception(exc)
             return
-        self.host.call_soon(partial(self._answer, key, fut, response, batch, park))
+        self.host.call_soon(partial(self._answer, key, fut, response, batch, park, bound))
 
     monkeypatch.setattr(Driver, "_in_turn", in_turn)
 

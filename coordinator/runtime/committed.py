@@ -1,0 +1,44 @@
+"""The cluster-level state as of the cluster log's last durable write: what the pure reads of
+it are answered from (Kafka's metadata cache, a broker's last published metadata image).
+
+The cluster-level state machine (the topic registry with its components: ACLs, SCRAM
+credentials, group configs) applies a command's records at once, before they are durable, so
+that the next command decides on them; a read of it would have to wait for that write to be
+safe. :class:`CommittedCluster` is a second instance of the same state machine that replays
+only records that are durable — a batch's cluster records once its append succeeded
+(``Driver.written``), the cluster log when loading, other nodes' appends when following it — so
+a read of it is answered at once and never shows a change that a failed write rolls back. A
+client that got the answer to its own write reads it there: the batch is replayed here before
+any of its answers is released.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from coordinator.core.commands import IdSource
+from coordinator.core.config import GroupCoordinatorConfig
+from coordinator.core.records import Record
+from coordinator.factory import group_configs_of, new_cluster
+
+
+class CommittedCluster:
+    """The cluster-level state machine fed durable records only (see the module doc): its
+    ``registry`` (topics), ``security`` (ACLs, SCRAM credentials) and ``group_configs``."""
+
+    __slots__ = ("group_configs", "registry", "security")
+
+    def __init__(
+        self, ids: IdSource, *, default_num_partitions: int, config: GroupCoordinatorConfig
+    ) -> None:
+        self.registry, self.security = new_cluster(
+            ids, default_num_partitions=default_num_partitions, config=config
+        )
+        self.group_configs = group_configs_of(self.registry)
+        self.registry.undo.enabled = False  # durable records only: nothing is ever rolled back
+
+    def replay(self, records: Iterable[Record]) -> None:
+        """Apply durable cluster records, in their log's order."""
+        replay = self.registry.replay
+        for record in records:
+            replay(record)
