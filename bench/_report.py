@@ -38,6 +38,14 @@ def machine() -> str:
     )
 
 
+def command(script: str, flags: Sequence[tuple[str, object, object]]) -> str:
+    """How a benchmark was run: ``python SCRIPT`` with each (flag, value, default) whose value
+    is not its default."""
+    return f"python {script}" + "".join(
+        f" {flag} {value}" for flag, value, default in flags if value != default
+    )
+
+
 def write_section(name: str, body: str) -> None:
     """Replace (or append) the section ``name`` of docs/benchmarks.md with ``body``."""
     DOC.parent.mkdir(parents=True, exist_ok=True)

@@ -27,7 +27,7 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +36,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))  # tests/pg.py: a PostgreSQL started for the run
 
-from bench._report import machine, table, write_section  # noqa: E402
+from bench._report import command, machine, table, write_section  # noqa: E402
 from coordinator.runtime.store import (  # noqa: E402
     PostgresRecordStore,
     RecordStore,
@@ -50,8 +50,10 @@ TEMPLATE = b"GROUPTEMPLATE"
 TEMPLATE_UID = b"cgp_00000000000000000000000001"
 
 
-def template_records(offsets: int) -> tuple[list[tuple[bytes, bytes | None]], list[Any]]:
-    """Canonical records of one reconciled group of ``MEMBERS`` members (a real shard's
+def template_records(
+    offsets: int, members: int = MEMBERS
+) -> tuple[list[tuple[bytes, bytes | None]], list[Any]]:
+    """Canonical records of one reconciled group of ``members`` members (a real shard's
     ``records_of_state``) plus ``offsets`` offset commits, and the cluster log's topic record."""
     from assignors.uniform import UniformAssignor
     from coordinator.core import codec
@@ -73,7 +75,7 @@ def template_records(offsets: int) -> tuple[list[tuple[bytes, bytes | None]], li
         topics=registry.image(),
     )
     owned: dict[str, tuple[int, Any]] = {}
-    for m in range(MEMBERS):
+    for m in range(members):
         mid = f"member-{m:02d}-xxxxxxxxxxxx"
         joined = shard.consumer_group_heartbeat(
             ConsumerGroupHeartbeat(
@@ -127,14 +129,24 @@ def template_records(offsets: int) -> tuple[list[tuple[bytes, bytes | None]], li
     return records, [StoredRecord(topic[0], topic[1], None)]
 
 
-def build(store: RecordStore, groups: int, offsets: int, batch: int) -> int:
-    """Write the store: every group's records re-keyed from the template. Returns records."""
-    records, topics = template_records(offsets)
+def build(
+    store: RecordStore,
+    groups: int,
+    offsets: int,
+    batch: int,
+    *,
+    members: int = MEMBERS,
+    group_ids: Iterable[str] | None = None,
+) -> int:
+    """Write the store: every group's records re-keyed from the template (``members``
+    members; ``group_ids``: the ids of the ``groups`` groups, else ``group-0000000``, ...).
+    Returns records."""
+    records, topics = template_records(offsets, members)
     store.append(topics, 0)
     pending: list[StoredRecord] = []
     n = len(topics)
-    for g in range(groups):
-        gid = f"group-{g:07d}"
+    ids = iter(group_ids) if group_ids is not None else (f"group-{g:07d}" for g in range(groups))
+    for g, gid in zip(range(groups), ids, strict=False):
         gb = gid.encode()
         uid = f"cgp_{g:026d}".encode()
         for k, v in records:
@@ -283,14 +295,13 @@ def main(argv: list[str] | None = None) -> None:
             f"in the same run: {peer_wall:.1f} s wall, {peer_cpu:.1f} s CPU "
             f"({peer_cpu / cpu:.1f}× the CPU)."
         )
-    cmd = "python bench/load.py" + "".join(
-        f" {flag} {value}"
-        for flag, value, default in (
+    cmd = command(
+        "bench/load.py",
+        (
             ("--groups", args.groups, 100_000),
             ("--offsets", args.offsets, 0),
             ("--repeat", args.repeat, 3),
-        )
-        if value != default
+        ),
     )
     body = (
         f"## Loading the store: the fail-over time (`{cmd}`)\n\n"
