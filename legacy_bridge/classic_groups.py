@@ -129,6 +129,9 @@ class ClassicGroups(ByGroupId[ClassicGroup]):
             if value.rebalance is not None and value.rebalance == group.rebalance.value():
                 group.rebalance_recorded(value.rebalance)
 
+    def weight(self, value: ClassicGroup) -> int:
+        return 1 + len(value.members)
+
     def snapshot(self) -> dict[str, object]:
         return {
             "classic_groups": {

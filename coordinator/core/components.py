@@ -45,15 +45,21 @@ class ByGroupId(Mapping[str, V]):
     def __contains__(self, group_id: object) -> bool:
         return group_id in self._by_group
 
-    def forget_groups(self, n: int) -> int:
-        """Remove up to ``n`` groups' state, below the undo log: a dropped shard's state being
-        thrown away (``GroupCoordinatorShard.free``), each group freed as it goes. Returns how
-        many were removed."""
-        by_group, popitem = self._by_group, dict.popitem
-        k = min(n, len(by_group))
-        for _ in range(k):
-            popitem(by_group)
-        return k
+    def forget_groups(self, budget: int) -> int:
+        """Remove groups' state, below the undo log, until ``budget`` is spent (each group
+        counting its :meth:`weight`): a dropped shard's state being thrown away
+        (``GroupCoordinatorShard.free``), each group freed as it goes. Returns what was
+        spent."""
+        by_group, popitem, weight = self._by_group, dict.popitem, self.weight
+        spent = 0
+        while by_group and spent < budget:
+            spent += weight(popitem(by_group)[1])
+        return spent
+
+    def weight(self, value: V) -> int:
+        """What freeing one group's state costs, in groups of no size (:meth:`forget_groups`):
+        a component whose groups hold many objects counts them."""
+        return 1
 
 
 class Component(Protocol):

@@ -703,6 +703,9 @@ class ConsumerGroups(ByGroupId[ConsumerGroup]):
         if group is not None:
             group.replay_regex(key.regular_expression, value)
 
+    def weight(self, value: ConsumerGroup) -> int:
+        return 1 + len(value.members)
+
     def snapshot(self) -> dict[str, object]:
         return {"groups": {gid: self._by_group[gid].snapshot() for gid in sorted(self._by_group)}}
 

@@ -684,6 +684,9 @@ class Offsets(ByGroupId[Mapping[tuple[str, int], r.OffsetCommitValue]]):
         offsets[(key.topic, key.partition)] = value
         self.txn.on_offset_committed(key.group_id, key.topic, key.partition)
 
+    def weight(self, value: Mapping[tuple[str, int], r.OffsetCommitValue]) -> int:
+        return 1 + len(value)
+
     def snapshot(self) -> dict[str, object]:
         return {
             "offsets": {

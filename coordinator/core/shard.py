@@ -194,9 +194,10 @@ class GroupCoordinatorShard(Generic[C]):
         undo log is emptied. Its state is then thrown away with :meth:`free`."""
         self.context.close()
 
-    def free(self, groups: int) -> bool:
-        """Throw away up to ``groups`` more groups of a closed shard's state (each component's
-        state of each group, below the undo log), each freed by reference counting as it goes:
+    def free(self, budget: int) -> bool:
+        """Throw away more of a closed shard's state, groups (each component's state of each
+        group, below the undo log) until ``budget`` is spent, a group counting 1 plus its
+        members or offsets (``ByGroupId.weight``), each freed by reference counting as it goes:
         the caller spreads a big partition over several calls. True once none is left; the
         shard is then taken apart: the parts built on its context (the components and theirs)
         refer to each other, and the context to the shard, a web of reference cycles that only
@@ -206,7 +207,7 @@ class GroupCoordinatorShard(Generic[C]):
         context = self.context
         if not context.closed:
             raise IllegalStateError("free: the shard was not closed")
-        left = groups
+        left = budget
         for component in self._components:
             if isinstance(component, ByGroupId):
                 left -= component.forget_groups(left)

@@ -76,8 +76,9 @@ FULL_EVERY = 4
 """Young collections between two full ones."""
 SLICE_S = 0.002
 """The loop's time a dropped state machine is freed for at a go (:func:`free_dropped`)."""
-FREE_GROUPS = 32
-"""Groups a dropped state machine frees per call (the slice's clock is read in between)."""
+FREE_BUDGET = 256
+"""What a dropped state machine frees per call (the slice's clock is read in between): groups,
+each counting 1 plus its members or offsets (``GroupCoordinatorShard.free``)."""
 
 log = logging.getLogger("kip848.runtime")
 
@@ -189,7 +190,7 @@ def collect_dropped() -> None:
 def free_dropped(free: Callable[[int], bool], witness: object, what: str) -> None:
     """Free a dropped state machine (a coordinator partition lost or handed over) by reference
     counting, in slices of the running loop, from its next iteration on (module docstring):
-    ``free(n)`` throws away up to ``n`` more groups and says whether it is all gone
+    ``free(budget)`` throws away ``budget``'s worth more of it and says whether it is all gone
     (``GroupCoordinatorShard.free``), called for :data:`SLICE_S` at a go. ``witness`` is an
     object every part of that state refers to (the shard's undo log: every dict of its state
     does); it must die with the last reference to ``free``. Still alive a loop iteration
@@ -222,7 +223,7 @@ class _Freeing:
         assert free is not None
         clock = time.perf_counter
         deadline = clock() + SLICE_S
-        while not free(FREE_GROUPS):
+        while not free(FREE_BUDGET):
             if clock() >= deadline:
                 self._loop.call_soon(self.slice)
                 return

@@ -363,8 +363,9 @@ def test_codec_fast_value_constructors_equal_the_dataclass_constructors() -> Non
 def test_a_closed_shard_applies_nothing_and_its_state_goes_by_reference_counting() -> None:
     """A dropped partition's shard, closed: a command that would change it raises (its state
     must not be used after the drop), its undo log is emptied; ``free(n)`` throws away ``n``
-    groups a call (consumer groups, then offsets) and, once none is left, cuts the references
-    between its parts, so that with no cyclic collection at all nothing of it stays alive."""
+    groups' worth a call (consumer groups, then offsets, each counting its members or
+    offsets) and, once none is left, cuts the references between its parts, so that with no
+    cyclic collection at all nothing of it stays alive."""
     ids = SequentialIds()
     registry = TopicRegistry(ids)
     registry.create_topics([NewTopic(name="t", num_partitions=4)])
@@ -387,8 +388,9 @@ def test_a_closed_shard_applies_nothing_and_its_state_goes_by_reference_counting
         with pytest.raises(IllegalStateError, match="dropped coordinator partition"):
             shard.consumer_group_heartbeat(join("new", member_id="n"), 0)
         assert shard.describe_group("g0") is not None  # still readable until freed
-        done = [shard.free(4) for _ in range(5)]
-        assert done == [False, False, False, False, True]  # 10 + 10 groups, 4 a call
+        done = [shard.free(4) for _ in range(10)]
+        # 10 groups of one member, 10 of one offset: each weighs 2, so 2 go a call
+        assert done == [False] * 9 + [True]
         with pytest.raises(AttributeError):
             shard.groups.describe_group("g0")  # taken apart
         del shard

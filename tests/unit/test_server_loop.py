@@ -179,7 +179,7 @@ def test_a_dropped_state_is_freed_in_slices_and_a_leak_left_to_a_full_collection
 
     async def scenario() -> tuple[list[int], int, bool]:
         with LoopSteps() as steps:
-            dropped = Dropped(40 * collector.FREE_GROUPS, steps)
+            dropped = Dropped(40 * collector.FREE_BUDGET, steps)
             witness = weakref.ref(dropped.witness)
             kept = dropped.witness if leak else None
             collector.free_dropped(dropped.free, dropped.witness, "partition 7")
