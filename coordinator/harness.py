@@ -42,6 +42,7 @@ from coordinator.factory import Shard, group_configs_of, new_shard, plug_group_c
 from coordinator.runtime import requests
 from coordinator.runtime.driver import REGISTRY, Driver, RuntimeState
 from coordinator.runtime.requests import Command
+from coordinator.runtime.store.api import StoreWriteError
 from coordinator.virtual import VirtualClock, VirtualWorld
 from legacy_bridge import messages as m
 from legacy_bridge.protocol import (
@@ -126,6 +127,9 @@ class Harness:
         self.events: list[LogEvent] = []
         self.completions: dict[int, Any] = {}
         """Responses to parked requests so far (token -> response)."""
+        self.last_answer: Any = None
+        """What the caller of the last request got: its response, the error it failed with
+        (its write failed), or None while it waits (parked)."""
         self._results: list[Result[Any]] = []
         self._unclaimed: list[tuple[int, Any]] = []
 
@@ -183,6 +187,7 @@ class Harness:
         ran = len(self._results)
         response, fut = self.driver.submit(index, fn, park=park)
         result = self._settle(ran)[0]
+        self.last_answer = response if fut is None else fut.outcome() if fut.done() else None
         if isinstance(result.response, Pending) and fut is not None:
             fut.add_done_callback(partial(self._parked, result.response.token))
             self.world.run_ready()
@@ -380,6 +385,13 @@ class Harness:
         result: Result[None] = self._submit(REGISTRY, lambda _reg: configs.alter(group_id, changes))
         return result
 
+    def fail_next_writes(self, n: int = 1) -> None:
+        """The writes of the next ``n`` batches fail (a full disk): the driver's failure path
+        (rollback, the failed requests answered COORDINATOR_NOT_AVAILABLE, the core told of
+        its write watches)."""
+        for _ in range(n):
+            self.world.failing_writes.append(StoreWriteError("injected: no space left on device"))
+
     def sleep(self, ms: int) -> list[Result[Any]]:
         """Advance the virtual clock, firing every timer that falls due, in order."""
         target = self.now_ms + ms
@@ -433,13 +445,23 @@ class Harness:
         member_id: str,
         generation_id: int,
         assignments: dict[str, bytes] | None = None,
+        **fields: Any,
+    ) -> Any:
+        """SyncGroup: the response, or ``Pending`` (see :meth:`resolve`)."""
+        return self.sync_group_result(member_id, generation_id, assignments, **fields).response
+
+    def sync_group_result(
+        self,
+        member_id: str,
+        generation_id: int,
+        assignments: dict[str, bytes] | None = None,
         *,
         group_id: str = "grp",
         instance_id: str | None = None,
         protocol_type: str | None = None,
         protocol_name: str | None = None,
-    ) -> Any:
-        """SyncGroup: the response, or ``Pending`` (see :meth:`resolve`)."""
+    ) -> Result[Any]:
+        """SyncGroup: the core's result of the command."""
         req = m.SyncGroup(
             group_id=group_id,
             generation_id=generation_id,
@@ -449,7 +471,7 @@ class Harness:
             protocol_name=protocol_name,
             assignments=tuple(sorted((assignments or {}).items())),
         )
-        return self._request(requests.classic_sync(req, self.now_ms)).response
+        return self._request(requests.classic_sync(req, self.now_ms))
 
     def classic_heartbeat(
         self,

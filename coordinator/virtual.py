@@ -162,6 +162,8 @@ class VirtualWorld:
         self._changed = changed
         self._run_job = run_job
         self.jobs: dict[str, tuple[int, AssignmentJob]] = {}  # group -> (shard, job) running
+        self.failing_writes: deque[BaseException] = deque()
+        """The errors the next batches' writes fail with (:meth:`write_all`), in order."""
         self.driver: Any = None  # set by the owner once its driver is built
 
     # ------------------------------------------------------------------ Host
@@ -212,12 +214,16 @@ class VirtualWorld:
         return n
 
     def write_all(self, store: list[Record]) -> int:
-        """Write every pending batch at once, durably (appended to ``store``); returns how many."""
+        """Write every pending batch at once, durably (appended to ``store``), or fail it
+        (:attr:`failing_writes`); returns how many."""
         driver = self.driver
         n = 0
         while (batch := driver.take_batch()) is not None:
-            store.extend(batch.records)
-            driver.written(batch)
+            if self.failing_writes:
+                driver.write_failed(batch, self.failing_writes.popleft())
+            else:
+                store.extend(batch.records)
+                driver.written(batch)
             n += 1
         return n
 

@@ -76,6 +76,10 @@ class RebalanceCause(StrEnum):
     """A static member came back under a new member id while the group was rebalancing, or
     with other protocols."""
     DOWNGRADED = "downgraded_from_consumer_group"
+    ASSIGNMENT_NOT_STORED = "assignment_not_stored"
+    """The write of the leader's SyncGroup (the generation's assignment) failed or was not
+    durable within offsets.commit.timeout.ms: the group was reset and rebalanced (Kafka's
+    "Error ... when storing group assignment during SyncGroup")."""
 
 
 class RemovalCause(StrEnum):
@@ -144,6 +148,7 @@ class ClassicGroup:
     __slots__ = (
         "__weakref__",  # a dropped partition's groups are watched dying (tests)
         "_log",
+        "assignment_write",
         "durable",
         "generation",
         "generation_rebalance",
@@ -181,6 +186,10 @@ class ClassicGroup:
         self.rebalance = RebalanceDraft()  # how the next generation is coming about
         self.generation_rebalance: r.GroupMetadataRebalanceValue | None = None
         """How the current generation came about (the ``rebalance`` of its records)."""
+        self.assignment_write: int | None = None
+        """The leader's SyncGroup (its token) whose assignment record made the group Stable in
+        this generation: if that write fails or times out, the group is reset (Kafka's
+        ``resetAndPropagateAssignmentWithError``) only if it still holds that assignment."""
 
     def set(self, name: str, value: object) -> None:
         self._log.set_attr(self, name, value)

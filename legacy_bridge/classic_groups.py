@@ -23,7 +23,13 @@ from dataclasses import replace
 from typing import Any
 
 from coordinator.core import records as r
-from coordinator.core.commands import ConsumerGroupHeartbeat, ListedGroup, Pending, Result
+from coordinator.core.commands import (
+    ConsumerGroupHeartbeat,
+    ListedGroup,
+    Pending,
+    Result,
+    WriteWatch,
+)
 from coordinator.core.components import ByGroupId
 from coordinator.core.errors import (
     CoordinatorError,
@@ -52,6 +58,7 @@ from .classic_group import (
 from .classic_join import ClassicJoins, join_response
 from .classic_members import ClassicMembers
 from .common import (
+    CLASSIC_ASSIGNMENT_WRITE,
     CLASSIC_GROUP_TIMER_KINDS,
     CLASSIC_INITIAL_JOIN,
     CLASSIC_JOIN,
@@ -446,6 +453,12 @@ class ClassicGroups(ByGroupId[ClassicGroup]):
                 group.put_member(replace(x, assignment=assignments.get(x.member_id, b"")))
             group.transition(S.STABLE, now_ms)
             self._ctx.emit(result, r.classic_group_record(gid, group.to_record_value()))
+            # Stable at once (the members' answers wait for the record to be durable); should
+            # the write fail or time out, the group is reset (_assignment_not_stored).
+            group.set("assignment_write", token)
+            result.write_watches.append(
+                WriteWatch(CLASSIC_ASSIGNMENT_WRITE, gid, (group.generation, token))
+            )
             for x in list(group.members.values()):
                 if x.sync_token is not None:
                     result.completions.append((x.sync_token, self._sync_response(group, x)))
@@ -453,6 +466,58 @@ class ClassicGroups(ByGroupId[ClassicGroup]):
             if not group.pending_sync:
                 result.timers.append(CancelTimer((CLASSIC_SYNC, gid, "")))
         return self.finish(result, token)
+
+    def write_error_handlers(
+        self,
+    ) -> dict[str, Callable[[WriteWatch, CoordinatorError, int], Result[None]]]:
+        return {CLASSIC_ASSIGNMENT_WRITE: self._assignment_not_stored}
+
+    def _assignment_not_stored(
+        self, watch: WriteWatch, error: CoordinatorError, now_ms: int
+    ) -> Result[None]:
+        group = self._by_group.get(watch.group_id)
+        if group is None:
+            return Result()
+        return self._ctx.run(self._reset_assignment, group, watch, error, now_ms)
+
+    def _reset_assignment(
+        self, group: ClassicGroup, watch: WriteWatch, error: CoordinatorError, now_ms: int
+    ) -> Result[None]:
+        """The write of a leader's SyncGroup (its generation's assignment) failed or was not
+        durable within the write timeout, as Kafka's SyncGroup append future failing: if the
+        group still is where that SyncGroup left it — the same generation, Stable with that
+        assignment (a timed-out write) or back in CompletingRebalance (a failed one, rolled
+        back) — every member's assignment is emptied, the members waiting in SyncGroup get
+        ``error`` (what the write's own requests got: COORDINATOR_NOT_AVAILABLE, as Kafka's
+        ``appendGroupMetadataErrorToResponseError`` maps REQUEST_TIMED_OUT) and a new
+        rebalance starts. No record: a write that lands later stands, and the next generation's
+        record comes after it. Otherwise the group moved on, and nothing changes."""
+        result: Result[None] = Result()
+        generation, token = watch.payload
+        if group.generation != generation or not (
+            group.state is S.COMPLETING_REBALANCE
+            or (group.state is S.STABLE and group.assignment_write == token)
+        ):
+            return result
+        gid = group.group_id
+        for x in list(group.members.values()):
+            if x.sync_token is not None:
+                result.completions.append(
+                    (x.sync_token, m.SyncGroupResponse(**error_fields(error)))
+                )
+                result.timers.append(
+                    ArmTimer((CLASSIC_SESSION, gid, x.member_id), now_ms + x.session_timeout_ms)
+                )
+            group.put_member(replace(x, assignment=b"", sync_token=None))
+        self.prepare_rebalance(
+            result,
+            group,
+            now_ms,
+            f"error {error.code.name} when storing the assignment of generation {generation}"
+            f" from leader {group.leader_id}",
+            RebalanceCause.ASSIGNMENT_NOT_STORED,
+        )
+        return result
 
     @staticmethod
     def _sync_response(group: ClassicGroup, member: ClassicMember) -> m.SyncGroupResponse:

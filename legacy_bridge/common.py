@@ -45,6 +45,8 @@ CLASSIC_JOIN = "classic-join"
 CLASSIC_INITIAL_JOIN = "classic-initial-join"
 CLASSIC_SYNC = "classic-sync"
 CLASSIC_GROUP_TIMER_KINDS = (CLASSIC_JOIN, CLASSIC_INITIAL_JOIN, CLASSIC_SYNC)
+CLASSIC_ASSIGNMENT_WRITE = "classic-assignment"
+"""The kind of the write watch of a leader's SyncGroup (payload: generation, sync token)."""
 # Classic members of consumer groups: rejoin, and send SyncGroup, within the rebalance timeout.
 MIXED_JOIN = "classic-member-join"
 MIXED_SYNC = "classic-member-sync"

@@ -72,6 +72,21 @@ class Pending:
     token: int
 
 
+@dataclass(frozen=True, slots=True)
+class WriteWatch:
+    """A change whose write the core must hear about if it fails or is not durable within
+    the write timeout (``offsets.commit.timeout.ms``): the failure side of Kafka's
+    ``CoordinatorResult`` append future. ``kind`` names the component that asked (as a timer
+    key's kind does); ``group_id`` and ``payload`` are its own. The runtime then runs the
+    shard's :meth:`~coordinator.core.shard.GroupCoordinatorShard.on_write_error` as a command
+    of its own: at the write timeout of the command that asked (the write still in flight), or
+    once the write failed (after the rollback; again if it had timed out first)."""
+
+    kind: str
+    group_id: str
+    payload: tuple[int, ...] = ()
+
+
 @dataclass(slots=True)
 class Result(Generic[T]):
     """What a handler returns: records (already replayed into the shard), the response, and
@@ -100,6 +115,10 @@ class Result(Generic[T]):
     ``ConsumerGroups.first_target`` for each (once the burst is in), again while its results
     ask for it; that computes the target, then answers the parked joins a few at a time."""
 
+    write_watches: list[WriteWatch] = field(default_factory=list)
+    """Changes whose write failing or timing out the core must hear about (:class:`WriteWatch`;
+    kept with the batch holding the command's records)."""
+
     def absorb(self, other: Result[Any]) -> None:
         """Take over everything of ``other`` but its response (a sub-step of this command)."""
         self.records += other.records
@@ -109,6 +128,7 @@ class Result(Generic[T]):
         self.offloads += other.offloads
         self.regex_resolutions += other.regex_resolutions
         self.parked_joins += other.parked_joins
+        self.write_watches += other.write_watches
 
 
 class IdSource(Protocol):

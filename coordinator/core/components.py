@@ -14,7 +14,8 @@ from collections.abc import Callable, Container, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from . import records as r
-from .commands import ConsumerGroupHeartbeat, ListedGroup, Result
+from .commands import ConsumerGroupHeartbeat, ListedGroup, Result, WriteWatch
+from .errors import CoordinatorError
 from .timeline import TDict
 from .timers import DueTimer, TimerOp
 
@@ -91,6 +92,13 @@ class ClassicGroupSupport(Component, Protocol):
 
     def on_loaded(self, now_ms: int) -> list[TimerOp]:
         """Timers to arm after a load."""
+        ...
+
+    def write_error_handlers(
+        self,
+    ) -> dict[str, Callable[[WriteWatch, CoordinatorError, int], Result[None]]]:
+        """The kinds of :class:`~.commands.WriteWatch` it asks for, each with the code that
+        runs when such a write fails or times out (with the error its requests were answered)."""
         ...
 
     def prepare_consumer_group(

@@ -40,12 +40,13 @@ from .commands import (
     IdSource,
     ListedGroup,
     Result,
+    WriteWatch,
 )
 from .components import ByGroupId, ClassicGroupSupport, Component
 from .config import GroupCoordinatorConfig
 from .consumer_groups import ConsumerGroups
 from .context import ShardContext
-from .errors import ErrorCode, IllegalStateError, NonEmptyGroupError
+from .errors import CoordinatorError, ErrorCode, IllegalStateError, NonEmptyGroupError
 from .events import Event, LogEvent
 from .group import GroupState
 from .group_configs import GroupConfigs
@@ -144,6 +145,7 @@ class GroupCoordinatorShard(Generic[C]):
             **self.groups.timer_handlers(),
             **self.classic_groups.timer_handlers(),
         }
+        self._write_error_handlers = self.classic_groups.write_error_handlers()
 
     @property
     def undo(self) -> UndoLog:
@@ -393,6 +395,17 @@ class GroupCoordinatorShard(Generic[C]):
         if handler is None:
             raise IllegalStateError(f"unknown timer kind {timer.key[0]}")
         return handler(timer, now_ms)
+
+    def on_write_error(
+        self, watch: WriteWatch, error: CoordinatorError, now_ms: int
+    ) -> Result[None]:
+        """The write of a change that asked to be watched (``Result.write_watches``) failed, or
+        was not durable within the write timeout; ``error``: what its requests were answered.
+        Its kind names the component that asked."""
+        handler = self._write_error_handlers.get(watch.kind)
+        if handler is None:
+            raise IllegalStateError(f"unknown write watch kind {watch.kind}")
+        return handler(watch, error, now_ms)
 
     def on_loaded(self, now_ms: int) -> list[TimerOp]:
         """After loading: the timers of every member (KIP-848 "Fail Over")."""

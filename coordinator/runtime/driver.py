@@ -103,6 +103,7 @@ from .turns import Turns
 from .write_timeout import (
     ClusterBound,
     ClusterLogTimeoutError,
+    Watched,
     WriteTimeoutError,
     WriteTimeouts,
 )
@@ -211,6 +212,7 @@ class Batch:
         "timeout_at",
         "timer_ops",
         "waiters",
+        "watches",
     )
 
     def __init__(self, start_marks: list[int]) -> None:
@@ -227,9 +229,10 @@ class Batch:
         # (caller's future, its response, its state machine; None: the driver's own wait)
         self.waiters: list[tuple[Any, Any, int | None]] = []
         self.then: list[Callable[[BaseException | None], Any]] = []  # the driver's own
-        # (when its wait times out: host.perf(), a caller's future or a parked request's
-        # (machine, token), None or a cluster-log command's bound), in the order of their
-        # timeouts: what the write timeout answers (Driver._time)
+        self.watches: list[Watched] = []  # told to the core if the write fails or times out
+        # (when its wait times out: host.perf(), a caller's future, a parked request's
+        # (machine, token) or a Watched, None or a cluster-log command's bound), in the order
+        # of their timeouts: what the write timeout answers (WriteTimeouts.time)
         self.timed: list[tuple[float, Any, tuple[int, str] | None]] = []
         self.timeout: Any = None  # the host's handle of the next write-timeout check
         self.timeout_at = 0.0  # when it runs (host.perf())
@@ -431,6 +434,11 @@ class Driver:
                     )
         if result.parked_joins:
             self.own.answer_parked_joins(index, result.parked_joins)
+        if result.write_watches and batch is not None:  # else nothing is being written
+            watched = [Watched(index, watch) for watch in result.write_watches]
+            batch.watches += watched
+            if self.write_timeout_ms is not None:
+                self.timeouts.time(batch, *watched)
         if result.offloads:
             wanted = [(index, group_id) for group_id in result.offloads]
             if batch is None:
@@ -609,7 +617,13 @@ class Driver:
             # Its parked requests' completions answer no one now (the machine that parked them
             # is gone, and a new one may hand out the same tokens): not kept, not timed.
             batch.completions[:] = [c for c in batch.completions if c[0] != index]
-            batch.timed[:] = [t for t in batch.timed if type(t[1]) is not tuple or t[1][0] != index]
+            batch.watches[:] = [w for w in batch.watches if w.index != index]
+            batch.timed[:] = [
+                t
+                for t in batch.timed
+                if not (type(t[1]) is tuple and t[1][0] == index)
+                and not (type(t[1]) is Watched and t[1].index == index)
+            ]
 
     def _publish_topics(self) -> None:
         image = self.registry.image()
@@ -771,6 +785,9 @@ class Driver:
                     fut.set_exception(error)
             for then in b.then:
                 then(error)
+        watched = [w for b in failed for w in b.watches]
+        if watched:  # after the rollback: the core hears of each on the state before it
+            self.own.write_errors(watched, error)
         return failed
 
 

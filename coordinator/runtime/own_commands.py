@@ -34,7 +34,7 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
-from coordinator.core.commands import Result
+from coordinator.core.commands import Result, WriteWatch
 from coordinator.core.errors import CoordinatorError, CoordinatorNotAvailableError
 from coordinator.core.target_assignment import AssignmentJob, AssignmentOutcome
 
@@ -341,6 +341,23 @@ class OwnCommands:
         else:
             batch.then.append(then)
 
+    # ------------------------------------------------------------------ write watches
+
+    def write_errors(self, watched: Sequence[Any], error: CoordinatorError) -> None:
+        """Writes the core watches (``Result.write_watches``; ``driver.Watched``) failed or
+        were not durable within the write timeout, their requests answered ``error``: the
+        shard hears of each at once, as a command of its own (Kafka completes the append
+        future on the partition's thread, before anything else runs on it)."""
+        for w in watched:
+            watch = w.watch
+            self._own_command(
+                w.index,
+                watch.group_id,
+                partial(_on_write_error, watch, error),
+                "Write failure not handled",
+                _ignored,
+            )
+
     # ------------------------------------------------------------------ regex subscriptions
 
     def ask_regex_resolutions(self, asked: Sequence[tuple[int, str]]) -> None:
@@ -384,6 +401,17 @@ class OwnCommands:
             self._driver.host.call_later(
                 TIMER_RETRY_MS, partial(self.start_offloads, [(index, group_id)])
             )
+
+
+def _on_write_error(
+    watch: WriteWatch, error: CoordinatorError, shard: Any, now_ms: int
+) -> Result[None]:
+    result: Result[None] = shard.on_write_error(watch, error, now_ms)
+    return result
+
+
+def _ignored(_error: BaseException | None) -> None:
+    """The outcome of a command nothing waits for."""
 
 
 def _first_done(own: OwnCommands, ft: _FirstTarget, fut: Any) -> None:

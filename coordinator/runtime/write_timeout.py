@@ -15,6 +15,7 @@ from functools import partial
 from operator import itemgetter
 from typing import Any
 
+from coordinator.core.commands import WriteWatch
 from coordinator.core.errors import CoordinatorNotAvailableError, RequestTimedOutError
 
 log = logging.getLogger("kip848.runtime")
@@ -32,6 +33,19 @@ class ClusterLogTimeoutError(RequestTimedOutError):
     (the request's timeout, else ``offsets.commit.timeout.ms``): REQUEST_TIMED_OUT, as Kafka's
     controller (and a broker forwarding to it) answers a metadata write not committed in time.
     The write's outcome is unknown to the caller: it may still land."""
+
+
+class Watched:
+    """A :class:`~coordinator.core.commands.WriteWatch` of state machine ``index``, kept with
+    the batch holding its command's records (``Batch.watches``) and timed with its waits: at
+    its timeout, and if the batch fails, the driver tells the core
+    (``OwnCommands.write_errors``; the driver's module docstring, "Write timeout")."""
+
+    __slots__ = ("index", "watch")
+
+    def __init__(self, index: int, watch: WriteWatch) -> None:
+        self.index = index
+        self.watch = watch
 
 
 ClusterBound = tuple[float, tuple[int, str]]
@@ -109,12 +123,20 @@ class WriteTimeouts:
         now = self.driver.host.perf()
         timed = batch.timed
         parked = self.driver.parked
-        error: WriteTimeoutError | None = None
+        error = WriteTimeoutError(
+            f"The write of the records this answer waits for did not complete within "
+            f"offsets.commit.timeout.ms ({self.driver.write_timeout_ms} ms); its outcome is "
+            "unknown (it may still be applied): retry."
+        )
+        watched: list[Watched] = []
         n = answered = cluster = 0
         for due, waiting, bound in timed:
             if now < due:
                 break
             n += 1
+            if type(waiting) is Watched:
+                watched.append(waiting)
+                continue
             fut = parked.get(waiting) if type(waiting) is tuple else waiting
             if fut is None or fut.done():
                 continue
@@ -122,12 +144,6 @@ class WriteTimeouts:
                 fut.set_exception(ClusterLogTimeoutError(_cluster_timeout_message(*bound)))
                 cluster += 1
                 continue
-            if error is None:
-                error = WriteTimeoutError(
-                    f"The write of the records this answer waits for did not complete within "
-                    f"offsets.commit.timeout.ms ({self.driver.write_timeout_ms} ms); its outcome is "
-                    "unknown (it may still be applied): retry."
-                )
             fut.set_exception(error)
             answered += 1
         del timed[:n]
@@ -157,6 +173,8 @@ class WriteTimeouts:
             batch.timeout_at = timed[0][0]
             delay_ms = max((batch.timeout_at - now) * 1000, 1.0)
             batch.timeout = self.driver.host.call_later(delay_ms, partial(self._timed_out, batch))
+        if watched:  # the core hears of it now; the batch keeps them in case it fails
+            self.driver.own.write_errors(watched, error)
 
     def settled(self, batch: Any) -> None:
         """``batch`` is resolved: no write timeout for it any more."""

@@ -20,14 +20,20 @@ from builders import (
     join,
     make_runtime,
     stored_journal,
+    written,
 )
 from test_runtime_core import started
 
 from coordinator.core import codec
-from coordinator.core.errors import CoordinatorNotAvailableError, ErrorCode
+from coordinator.core.errors import (
+    CoordinatorNotAvailableError,
+    ErrorCode,
+    RebalanceInProgressError,
+)
 from coordinator.core.offsets import OffsetFetchGroup
-from coordinator.core.records import OffsetCommitValue
+from coordinator.core.records import GroupMetadataValue, OffsetCommitValue
 from coordinator.core.topics import NewTopic
+from coordinator.harness import subscription
 from coordinator.runtime import CoordinatorRuntime, RuntimeState
 from coordinator.runtime.driver import WriteTimeoutError
 from coordinator.runtime.store import MemoryRecordStore, StoredRecord
@@ -156,14 +162,12 @@ async def test_a_held_write_that_then_fails_rolls_back_as_any_failed_write() -> 
     await rt.close()
 
 
-async def test_syncs_answered_by_a_held_write_are_answered_at_the_timeout() -> None:
-    """A classic rebalance's leader SyncGroup whose write (the generation's assignment) is
-    held: the follower's SyncGroup waiting for it (answered by the held batch's completion)
-    and the leader's (waiting for its own batch) both get COORDINATOR_NOT_AVAILABLE at the
-    timeout, as Kafka's SyncGroup answers a timed-out write; once the write lands the
-    generation's assignment stands and the follower's SyncGroup sent again gets it."""
-    store = MemoryRecordStore(partitions=1)
-    key, value = codec.encode(classic_record())  # a Stable classic group: A and B, generation 5
+async def generation_six(
+    store: MemoryRecordStore,
+) -> tuple[CoordinatorRuntime, asyncio.Future[cm.SyncGroupResponse]]:
+    """A Stable classic group (A and B, generation 5) loaded; both rejoin: generation 6 in
+    CompletingRebalance, A the leader, B's SyncGroup waiting for A's."""
+    key, value = codec.encode(classic_record())
     store.append([StoredRecord(key, value, CG)], 1)
     rt = await started(make_runtime(store, 1, **{"offsets.commit.timeout.ms": str(TIMEOUT_MS)}))
     rejoin_a = asyncio.ensure_future(rt.classic_join(classic_join_req("A")))
@@ -173,26 +177,132 @@ async def test_syncs_answered_by_a_held_write_are_answered_at_the_timeout() -> N
     joined_b = await asyncio.wait_for(rt.classic_join(classic_join_req("B")), 5)
     joined_a = await asyncio.wait_for(rejoin_a, 5)
     assert (joined_a.leader, joined_a.generation_id, joined_b.generation_id) == ("A", 6, 6)
-
-    def sync(member: str, *assignments: tuple[str, bytes]) -> cm.SyncGroup:
-        return cm.SyncGroup(group_id=CG, generation_id=6, member_id=member, assignments=assignments)
-
-    follower = asyncio.ensure_future(rt.classic_sync(sync("B")))
+    follower = asyncio.ensure_future(rt.classic_sync(sync(6, "B")))
     for _ in range(5):
         await asyncio.sleep(0)
     assert not follower.done()  # B waits for the leader's assignment
+    return rt, follower
+
+
+def sync(generation: int, member: str, *assignments: tuple[str, bytes]) -> cm.SyncGroup:
+    return cm.SyncGroup(
+        group_id=CG, generation_id=generation, member_id=member, assignments=assignments
+    )
+
+
+PLAN = (("A", classic_assignment(0, 1)), ("B", classic_assignment(2, 3)))
+
+
+def classic_state(rt: CoordinatorRuntime) -> tuple[str, int, list[bytes]]:
+    """The classic group in memory (a read would wait for the held write): its state,
+    generation and members' assignments."""
+    group = rt.shards[0].classic_groups[CG]
+    return group.state.value, group.generation, [x.assignment for x in group.members.values()]
+
+
+def generations_in_store(store: MemoryRecordStore) -> list[tuple[int, tuple[bytes, ...]]]:
+    """The classic group's records in the store, in order: generation and assignments."""
+    out = []
+    for entry in stored_journal(store):
+        decoded = codec.decode(entry.key, entry.value)
+        if decoded.group_id == CG and isinstance(decoded.value, GroupMetadataValue):
+            out.append(
+                (decoded.value.generation, tuple(x.assignment for x in decoded.value.members))
+            )
+    return out
+
+
+async def next_generation(rt: CoordinatorRuntime, generation: int) -> None:
+    """The reset asked both members to rejoin: they do, and the leader's SyncGroup gives each
+    its assignment of the next generation."""
+    joining_a = asyncio.ensure_future(rt.classic_join(classic_join_req("A")))
+    joined_b = await asyncio.wait_for(rt.classic_join(classic_join_req("B")), 5)
+    joined_a = await asyncio.wait_for(joining_a, 5)
+    assert (joined_a.generation_id, joined_b.generation_id, joined_a.leader) == (
+        generation,
+        generation,
+        "A",
+    )
+    follower = asyncio.ensure_future(rt.classic_sync(sync(generation, "B")))
+    leader = await asyncio.wait_for(rt.classic_sync(sync(generation, "A", *PLAN)), 5)
+    got = await asyncio.wait_for(follower, 5)
+    assert (leader.error_code, leader.assignment) == (0, classic_assignment(0, 1))
+    assert (got.error_code, got.assignment) == (0, classic_assignment(2, 3))
+
+
+async def test_syncs_answered_by_a_held_write_are_answered_at_the_timeout() -> None:
+    """A classic rebalance's leader SyncGroup whose write (the generation's assignment) is
+    held: the follower's SyncGroup waiting for it (answered by the held batch's completion)
+    and the leader's (waiting for its own batch) both get COORDINATOR_NOT_AVAILABLE at the
+    timeout, as Kafka's SyncGroup answers a timed-out write; and, as Kafka's SyncGroup append
+    future failing, the group is reset at the timeout — no assignment, PreparingRebalance at
+    generation 6 — so the members rejoin. The held write lands later: its generation-6 record
+    stands, and generation 7's record follows it (before: the group stayed Stable at
+    generation 6, B's SyncGroup sent again got the assignment the members had been told had
+    failed, and nothing rebalanced)."""
+    store = MemoryRecordStore(partitions=1)
+    rt, follower = await generation_six(store)
     store.hold_appends()
     sent = time.monotonic()
-    plan = (("A", classic_assignment(0, 1)), ("B", classic_assignment(2, 3)))
-    leader = asyncio.ensure_future(rt.classic_sync(sync("A", *plan)))
+    leader = asyncio.ensure_future(rt.classic_sync(sync(6, "A", *PLAN)))
     for waiting in (follower, leader):
         at, error = await answered_at(waiting)
         assert isinstance(error, WriteTimeoutError), error
         assert TIMEOUT_S - 0.01 <= at - sent <= TIMEOUT_S + 1.0, at - sent
+    assert classic_state(rt) == ("PreparingRebalance", 6, [b"", b""])
+    with pytest.raises(RebalanceInProgressError):
+        await asyncio.wait_for(rt.classic_sync(sync(6, "B")), 5)
     store.release_appends()
     await rt.flush()
-    again = await rt.classic_sync(sync("B"))
-    assert (again.error_code, again.assignment) == (0, classic_assignment(2, 3))
+    assert generations_in_store(store) == [
+        (5, (classic_assignment(0, 1), classic_assignment(2, 3))),
+        (6, (classic_assignment(0, 1), classic_assignment(2, 3))),
+    ]
+    assert classic_state(rt) == ("PreparingRebalance", 6, [b"", b""])
+    await next_generation(rt, 7)
+    assert [g for g, _a in generations_in_store(store)] == [5, 6, 7]
+    await rt.close()
+
+
+async def test_a_held_assignment_write_that_then_fails_resets_the_rolled_back_group() -> None:
+    """Held past the timeout (reset as above), then the append fails: the rollback takes the
+    group back to before the leader's SyncGroup (CompletingRebalance, generation 6) and the
+    core hears of the failure too, so the group is reset again — nothing of generation 6 is
+    in the store, and the next generation is 7."""
+    store = MemoryRecordStore(partitions=1)
+    rt, follower = await generation_six(store)
+    store.hold_appends()
+    store.fail_next_appends(1)
+    leader = asyncio.ensure_future(rt.classic_sync(sync(6, "A", *PLAN)))
+    for waiting in (follower, leader):
+        assert isinstance((await answered_at(waiting))[1], WriteTimeoutError)
+    assert classic_state(rt) == ("PreparingRebalance", 6, [b"", b""])
+    store.release_appends()
+    await rt.flush()
+    assert rt.stats["failed_batches"] == 1
+    assert classic_state(rt) == ("PreparingRebalance", 6, [b"", b""])
+    assert rt.shards[0].classic_groups[CG].previous_state.value == "CompletingRebalance"
+    assert [g for g, _a in generations_in_store(store)] == [5]
+    await next_generation(rt, 7)
+    assert [g for g, _a in generations_in_store(store)] == [5, 7]
+    await rt.close()
+
+
+async def test_a_failed_assignment_write_answers_the_follower_and_rebalances() -> None:
+    """The leader's SyncGroup write fails at once: the leader and the follower waiting for its
+    assignment both get COORDINATOR_NOT_AVAILABLE (before: the follower went on waiting, for
+    the SyncGroup timeout), the group rebalances, and the next generation is written."""
+    store = MemoryRecordStore(partitions=1)
+    rt, follower = await generation_six(store)
+    store.fail_next_appends(1)
+    with pytest.raises(CoordinatorNotAvailableError, match="The write to the record store failed"):
+        await asyncio.wait_for(rt.classic_sync(sync(6, "A", *PLAN)), 5)
+    got = await asyncio.wait_for(follower, 5)
+    assert got.error_code == ErrorCode.COORDINATOR_NOT_AVAILABLE
+    assert (got.error_message or "").startswith("The write to the record store failed")
+    assert classic_state(rt) == ("PreparingRebalance", 6, [b"", b""])
+    await next_generation(rt, 7)
+    assert [g for g, _a in generations_in_store(store)] == [5, 7]
     await rt.close()
 
 
@@ -217,4 +327,51 @@ async def test_one_request_waiting_for_several_writes_is_answered_at_one_timeout
     store.release_appends()
     await rt.flush()
     assert [committed_in_store(store, g) for g in groups] == [[1], [1], [1]]
+    await rt.close()
+
+
+async def test_a_classic_members_sync_in_a_consumer_group_is_answered_and_changes_nothing() -> None:
+    """A classic member of a consumer group: its SyncGroup writes nothing (Kafka's
+    classicGroupSyncToConsumerGroup: no records, its append future acts only on success), so
+    one waiting for a held write is answered COORDINATOR_NOT_AVAILABLE at the timeout and the
+    group is not reset: once the write lands, its SyncGroup again gets the same assignment,
+    at the same generation, with no record written for it."""
+    store = MemoryRecordStore(partitions=1)
+    rt = await runtime(store)
+    await rt.heartbeat(join("g"))
+    joined = await asyncio.wait_for(
+        rt.classic_join(
+            cm.JoinGroup(
+                group_id="g",
+                session_timeout_ms=45_000,
+                rebalance_timeout_ms=60_000,
+                member_id="",
+                group_instance_id="s1",
+                protocol_type="consumer",
+                protocols=(("range", subscription(["t"])),),
+            )
+        ),
+        5,
+    )
+    member, generation = joined.member_id, joined.generation_id
+
+    def again() -> cm.SyncGroup:
+        return cm.SyncGroup(
+            group_id="g", generation_id=generation, member_id=member, group_instance_id="s1"
+        )
+
+    first = await asyncio.wait_for(rt.classic_sync(again()), 5)
+    assert first.error_code == 0
+    before = (rt.snapshot(), written(store))
+    store.hold_appends()
+    held = asyncio.ensure_future(rt.offset_commit(commit("other", {("t", 0): 1})))
+    await asyncio.sleep(0)
+    waiting = asyncio.ensure_future(rt.classic_sync(again()))
+    for answered in (held, waiting):
+        assert isinstance((await answered_at(answered))[1], WriteTimeoutError)
+    store.release_appends()
+    await rt.flush()
+    assert written(store) == before[1] + 1  # the commit, nothing of the group's
+    assert rt.snapshot()["groups"] == before[0]["groups"]
+    assert await asyncio.wait_for(rt.classic_sync(again()), 5) == first
     await rt.close()
