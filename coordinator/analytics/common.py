@@ -44,6 +44,8 @@ UNKNOWN_CAUSE = "unknown"
 REJOINED = "member_rejoined"
 STATIC_RESTART = "static_member_restart"
 DOWNGRADED = "downgraded_from_consumer_group"
+NOT_STORED = "assignment_not_stored"
+"""Only ever the recorded cause (the reset after a SyncGroup write that timed out)."""
 CLASSIC_CAUSES = (
     DOWNGRADED,
     "member_joined",
@@ -56,7 +58,7 @@ CLASSIC_CAUSES = (
     LEFT,
     LEFT_OR_SESSION,
 )
-ALL_CAUSES = (*CAUSES, REJOINED, STATIC_RESTART, DOWNGRADED)
+ALL_CAUSES = (*CAUSES, REJOINED, STATIC_RESTART, DOWNGRADED, NOT_STORED)
 """Every cause a rebalance row may name (plus ``unknown``)."""
 
 # Group types (``group_type``) and protocols (``protocol``) of rebalances and groups.

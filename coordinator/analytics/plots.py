@@ -22,6 +22,7 @@ COLORS = {
     "member_rejoined": "#aec7e8",
     "static_member_restart": "#98df8a",
     "downgraded_from_consumer_group": "#c49c94",
+    "assignment_not_stored": "#dbdb8d",
     UNKNOWN_CAUSE: "#c7c7c7",
 }
 TYPE_COLORS = {CONSUMER: "#1f77b4", MIXED: "#9467bd", CLASSIC: "#ff7f0e"}

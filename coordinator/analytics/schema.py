@@ -325,7 +325,7 @@ COLUMNS: tuple[Column, ...] = (
         "GroupMetadata",
         "what started that rebalance: member_joined, member_rejoined, subscription_changed,"
         " member_left, member_fenced_session_timeout, member_fenced_rebalance_timeout,"
-        " static_member_restart or downgraded_from_consumer_group",
+        " static_member_restart, downgraded_from_consumer_group or assignment_not_stored",
     ),
     Column(
         "rebalance_client_reason",

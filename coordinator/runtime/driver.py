@@ -57,11 +57,17 @@ same decisions. Theory of operation:
   configs) is the controller's in Kafka, which answers a metadata write that did not complete
   in time REQUEST_TIMED_OUT: its answer gets :class:`ClusterLogTimeoutError` instead, bounded
   from the command's arrival by the request's own timeout when it has one (CreateTopics,
-  CreatePartitions, DeleteTopics: Kafka's ``timeoutMs``), else by the write timeout.
+  CreatePartitions, DeleteTopics: Kafka's ``timeoutMs``), else by the write timeout. A
+  command that asked to hear of its write failing (``Result.write_watches``: the failure side
+  of Kafka's append future; a classic leader's SyncGroup) is told at the same timeout: the
+  driver runs the shard's ``on_write_error`` with the timeout's error as a command of its own,
+  at once (``OwnCommands.write_errors``).
 * **Failure.** If an append fails, that batch and every later un-persisted batch fail with
   COORDINATOR_NOT_AVAILABLE in-band; every state machine is rolled back (undo log) to its mark
   at the start of the failed batch; their timer operations, log events, completions and
-  offloads are dropped. An append whose outcome is unknown stops the coordinator serving.
+  offloads are dropped; then every write watch of the failed batches is told (on the
+  rolled-back state; again if it had timed out first). An append whose outcome is unknown
+  stops the coordinator serving.
 * **Logs after durability.** The core's :class:`~coordinator.core.events.LogEvent` values are
   written once their batch is durable; a batch that fails takes them with it. The host hears of
   the groups a durable batch changed (``Host.changed``: watchers, the push stream).

@@ -14,6 +14,7 @@ groups committing through them (``cluster_worker.py``), for the fail-over tests.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -21,11 +22,12 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 from conftest import ServerProcess
+from pg import PostgresServer
 
 from coordinator.cli import cluster as cluster_cli
 from coordinator.runtime.store.postgres_leases import PostgresLeases
@@ -339,3 +341,41 @@ class Workers:
             except AssertionError as exc:
                 errors.append(str(exc))
         assert not errors, errors
+
+
+@contextlib.contextmanager
+def commits_held(pg: PostgresServer) -> Iterator[None]:
+    """PostgreSQL stops acknowledging COMMITs while inside (``synchronous_standby_names``
+    names a standby that is not there, as when a synchronous standby is lost; once it does,
+    a probe write of the admin's own waits), and acknowledges them again after."""
+    import psycopg
+
+    admin = psycopg.connect(pg.admin_dsn(), autocommit=True, connect_timeout=10)
+    held: list[threading.Thread] = []
+
+    def commits_wait() -> bool:
+        """True once a probe's COMMIT waits (the change reached the server's processes),
+        else False after it committed."""
+
+        def write() -> None:
+            with psycopg.connect(pg.admin_dsn(), autocommit=True) as conn:
+                conn.execute("CREATE TABLE IF NOT EXISTS probe (n int)")
+                conn.execute("INSERT INTO probe VALUES (1)")
+
+        probe = threading.Thread(target=write, daemon=True)
+        probe.start()
+        probe.join(0.5)
+        held.append(probe)
+        return probe.is_alive()
+
+    try:
+        admin.execute("ALTER SYSTEM SET synchronous_standby_names = 'absent'")
+        admin.execute("SELECT pg_reload_conf()")
+        until(commits_wait, "COMMITs to wait for the absent standby")
+        yield
+    finally:
+        admin.execute("ALTER SYSTEM RESET synchronous_standby_names")
+        admin.execute("SELECT pg_reload_conf()")
+        admin.close()
+        for probe in held:
+            probe.join(30)

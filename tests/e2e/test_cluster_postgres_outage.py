@@ -19,10 +19,8 @@ the cluster log (Metadata, DescribeAcls) are answered at once from its committed
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import re
-import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -36,6 +34,7 @@ from cluster_support import (
     Nodes,
     Workers,
     at_coordinator,
+    commits_held,
     committed,
     describe_cluster,
     journal_epochs,
@@ -297,44 +296,6 @@ def simple_commit(channel: grpc.Channel, group: str, offset: int, timeout: float
         timeout=timeout,
     )
     return {p.error_code for t in resp.topics for p in t.partitions}
-
-
-@contextlib.contextmanager
-def commits_held(pg: PostgresServer) -> Iterator[None]:
-    """PostgreSQL stops acknowledging COMMITs while inside (``synchronous_standby_names``
-    names a standby that is not there, as when a synchronous standby is lost; once it does,
-    a probe write of the admin's own waits), and acknowledges them again after."""
-    import psycopg
-
-    admin = psycopg.connect(pg.admin_dsn(), autocommit=True, connect_timeout=10)
-    held: list[threading.Thread] = []
-
-    def commits_wait() -> bool:
-        """True once a probe's COMMIT waits (the change reached the server's processes),
-        else False after it committed."""
-
-        def write() -> None:
-            with psycopg.connect(pg.admin_dsn(), autocommit=True) as conn:
-                conn.execute("CREATE TABLE IF NOT EXISTS probe (n int)")
-                conn.execute("INSERT INTO probe VALUES (1)")
-
-        probe = threading.Thread(target=write, daemon=True)
-        probe.start()
-        probe.join(0.5)
-        held.append(probe)
-        return probe.is_alive()
-
-    try:
-        admin.execute("ALTER SYSTEM SET synchronous_standby_names = 'absent'")
-        admin.execute("SELECT pg_reload_conf()")
-        until(commits_wait, "COMMITs to wait for the absent standby")
-        yield
-    finally:
-        admin.execute("ALTER SYSTEM RESET synchronous_standby_names")
-        admin.execute("SELECT pg_reload_conf()")
-        admin.close()
-        for probe in held:
-            probe.join(30)
 
 
 def test_a_commit_held_up_in_postgresql_is_answered_when_its_partition_is_dropped(
