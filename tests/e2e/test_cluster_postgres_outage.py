@@ -19,8 +19,10 @@ the cluster log (Metadata, DescribeAcls) are answered at once from its committed
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
