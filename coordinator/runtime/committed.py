@@ -26,7 +26,7 @@ class CommittedCluster:
     """The cluster-level state machine fed durable records only (see the module doc): its
     ``registry`` (topics), ``security`` (ACLs, SCRAM credentials) and ``group_configs``."""
 
-    __slots__ = ("group_configs", "registry", "security")
+    __slots__ = ("group_configs", "loaded", "registry", "security")
 
     def __init__(
         self, ids: IdSource, *, default_num_partitions: int, config: GroupCoordinatorConfig
@@ -36,6 +36,9 @@ class CommittedCluster:
         )
         self.group_configs = group_configs_of(self.registry)
         self.registry.undo.enabled = False  # durable records only: nothing is ever rolled back
+        self.loaded = False
+        """The cluster log is loaded (``loader.load_cluster``): its reads are answered from
+        here, while the coordinator partitions still load."""
 
     def replay(self, records: Iterable[Record]) -> None:
         """Apply durable cluster records, in their log's order."""

@@ -103,6 +103,8 @@ def load_cluster(
                 committed.replay(records)
             n += len(rows)
             last = rows[-1][0]
+    if committed is not None:
+        committed.loaded = True
     return n, last
 
 

@@ -300,9 +300,12 @@ class CoordinatorRuntime:
         (topics, ACLs, SCRAM credentials, group configs): answered at once, as Kafka's broker
         answers from its metadata cache, never behind a write in flight (which it does not
         show, nor a change that a failed write rolls back); a change whose writer got its
-        answer is there (``committed.py``). Raises while loading or not serving."""
-        self.driver.check_serving()
-        return self.committed
+        answer is there (``committed.py``). Answered while serving, and while loading once the
+        cluster log is loaded (the coordinator partitions may still load); else raises."""
+        committed = self.committed
+        if not (committed.loaded and self.driver.state is RuntimeState.LOADING):
+            self.driver.check_serving()
+        return committed
 
     async def list_groups(
         self, states: Sequence[str] = (), types: Sequence[str] = ()

@@ -9,6 +9,7 @@ with a change whose write then fails. Another node's appends, followed, are read
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, replace
@@ -26,9 +27,10 @@ from test_cluster_log_write_timeout import (
 )
 from test_server_authorization import ADMIN
 
-from coordinator.core.errors import ErrorCode
+from coordinator.core.errors import CoordinatorLoadInProgressError, ErrorCode
 from coordinator.core.topics import NewTopic
 from coordinator.routing import CLUSTER_LOG
+from coordinator.runtime import RuntimeState
 from coordinator.runtime.store import MemoryRecordStore
 from coordinator.security.acls import AclOperation, ResourceType
 from coordinator.security.principal import KafkaPrincipal
@@ -235,3 +237,35 @@ async def test_another_nodes_appends_are_read_once_followed() -> None:
     finally:
         await second.close()
         await first.close()
+
+
+async def test_reads_are_answered_once_the_cluster_log_is_loaded_while_partitions_load() -> None:
+    """At start the cluster log is loaded first: while a coordinator partition still loads,
+    ListTopics and DescribeAcls answer from it (Metadata lists the topics a client has, not
+    none); group requests still get COORDINATOR_LOAD_IN_PROGRESS."""
+    async with started_admin() as before:  # topic t and the ACL on "kept", durable
+        data = before.store._data
+    store = MemoryRecordStore(_data=data)
+    partition_read, go_on = threading.Event(), threading.Event()
+    load_groups = store.load_groups
+
+    def held_load_groups(log: int) -> Any:
+        partition_read.set()
+        go_on.wait(10)
+        return load_groups(log)
+
+    store.load_groups = held_load_groups  # type: ignore[method-assign]
+    rt = make_runtime(store, 1)
+    loading = Admin(rt, store, CoordinatorService(rt))
+    starting = asyncio.ensure_future(rt.start())
+    try:
+        assert await asyncio.to_thread(partition_read.wait, 10)
+        assert rt.state is RuntimeState.LOADING
+        assert await at_once(loading.topics()) == {"t": 2}
+        assert await at_once(loading.acls()) == ["kept"]
+        with pytest.raises(CoordinatorLoadInProgressError):
+            await rt.describe_group("g")
+    finally:
+        go_on.set()
+        await starting
+        await rt.close()
