@@ -30,12 +30,12 @@ large: a node of a cluster that loses or hands over a coordinator partition drop
 partition's whole state machine, a web of cycles (the shard and its context, the components
 and their undo log) holding every group of the partition, some 30-70 objects a group. It used
 to be left to one full collection of everything unfrozen, a scan of the node's whole state on
-the loop (docs/benchmarks.md, "Dropping a coordinator partition": 3.1-3.4 s for 5.8 million
-frozen objects, 6.8-6.9 s for 11 million, on a busy machine). Now the state machine cuts its
-own cycles (``GroupCoordinatorShard.close``/``free``) and :func:`free_dropped` frees it by
-reference counting, its groups a slice of :data:`SLICE_S` per loop iteration (freeing costs
-too: 100,000 five-member groups took 1.4 s of slices), and no collection runs for it: the
-loop's longest stall was 19-23 ms. The safety net: an
+the loop (docs/benchmarks.md, "Dropping a coordinator partition": 3.0-3.1 s for 5 million
+frozen objects, 6.5-7.3 s for 9-10 million). Now the state machine cuts its own cycles
+(``GroupCoordinatorShard.close``/``free``) and :func:`free_dropped` frees it by reference
+counting, its groups a slice of :data:`SLICE_S` per loop iteration (freeing costs too: 100,000
+five-member groups went in 1.4 s of slices), and no collection runs for it: the loop's longest
+stall was 13-24 ms. The safety net: an
 object every part of the dropped state refers to (its undo log) must die with it; alive a loop
 iteration after the last slice (a cycle the state machine does not know to cut), it is logged
 and :func:`collect_dropped` has the next tick unfreeze everything and run one full collection
