@@ -201,9 +201,9 @@ class ClassicClient:
     heartbeat_interval_ms: int = 5_000
     progress: dict[tuple[str, int], int] = field(default_factory=dict)
     server_assignor: str | None = None  # unused (KIP-848 only); keeps the simulator generic
-    fresh_generation: bool = (
-        True  # simulator bookkeeping: generation handed out by the live coordinator
-    )
+    # Simulator bookkeeping (invariants.holds_forgotten_generation): the generation it held
+    # when the coordinator restarted without having written it; None once a JoinGroup answers.
+    forgotten_generation: int | None = None
     # Simulator bookkeeping (invariants.note_recreated): the member id the coordinator held at
     # the last check, and the claims carried from before it (re)created that member id.
     seen_member: str = ""

@@ -96,6 +96,9 @@ def commit_offsets(sim: Any, i: int) -> None:
     stale = {(t, p) for t, ps in inv.stale_owned(c).items() for p in ps} & set(offsets)
     member_id = c.member_id
     problems: list[str] = []
+    # I2: a generation forgotten in a restart must be refused (invariants.check_forgotten_answer)
+    forgotten = isinstance(c, ClassicClient) and inv.holds_forgotten_generation(c)
+    refused: list[str] = []
 
     def judged(shard: Any, result: Any) -> None:
         """I6 as the commit runs: whom the coordinator attributes each accepted partition to
@@ -107,6 +110,12 @@ def commit_offsets(sim: Any, i: int) -> None:
             if not part.error_code
         ]
         classic = shard.classic_groups.get(GROUP)
+        if accepted and forgotten:
+            refused.extend(
+                inv.check_forgotten_answer(
+                    shard, GROUP, member_id, epoch, "OffsetCommit", ErrorCode.NONE
+                )
+            )
         problems.extend(
             inv.check_accepted_commit(
                 shard.groups.get(GROUP),
@@ -130,6 +139,8 @@ def commit_offsets(sim: Any, i: int) -> None:
                 sim._after(i, c.on_commit_error(outcome[1]))
             return
         sim.summary.events["commit"] += 1
+        if refused and inv.EPOCHS_BOUNDED in sim.p.invariants:
+            sim._fail(inv.EPOCHS_BOUNDED, refused[0])
         if problems and inv.OFFSETS_FENCED in sim.p.invariants:
             sim._fail(inv.OFFSETS_FENCED, problems[0])
         for t in outcome[1].topics:  # durable: the offsets it accepted are the committed ones

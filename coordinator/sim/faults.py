@@ -16,8 +16,10 @@ from typing import Any
 
 from coordinator.core.errors import ErrorCode
 
+from . import invariants as inv
 from .classic_client import COOPERATIVE, EAGER, SYNCING, ClassicClient
 from .client import JOINING, LEAVING, MEMBER
+from .commits import GROUP
 
 ALL_FAULTS = (
     "lose-request",
@@ -198,9 +200,12 @@ class FaultInjector:
             sim._schedule(sim.busy_until, "resume", ())
             sim._log(f"fault: the coordinator's loop is busy until t={sim.busy_until}")
         elif kind == "coordinator-restart":
-            for c in sim.clients:  # a generation not yet written is forgotten by the reload
-                if isinstance(c, ClassicClient):
-                    c.fresh_generation = False
+            # A generation not yet written is forgotten by the reload (the replica: every
+            # durable record).
+            forgotten = inv.note_restart(sim.coord.replica, GROUP, sim.clients)
+            if forgotten:
+                sim.summary.events["generation-forgotten-by-restart"] += len(forgotten)
+                sim._log(f"  generations never written, forgotten: {', '.join(forgotten)}")
             sim.fifo.clear()
             sim.resp_fifo.clear()
             sim.busy_until, sim.postponed = 0, []  # its requests die with the process

@@ -42,6 +42,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TypeGuard
 
+from coordinator.core.errors import ErrorCode
 from coordinator.core.group import ConsumerGroup
 from legacy_bridge.protocol import ProtocolError, decode_assignment, decode_subscription
 
@@ -284,7 +285,7 @@ def check_epochs(
             for c in clients
             if c.phase != DOWN
             and is_classic(c)
-            and c.fresh_generation
+            and not holds_forgotten_generation(c)
             and c.member_id in classic.members
             and c.epoch > classic.generation
         ]
@@ -304,15 +305,85 @@ def check_epochs(
         # Only members: a group deleted when empty and created again (bridge conversions) starts
         # over, and a zombie of the old group may remember a higher epoch.
         # A classic client may hold a generation the coordinator forgot in a restart (the join
-        # and sync phases are not written, as in Kafka) until its next request fails.
+        # and sync phases are not written, as in Kafka): see holds_forgotten_generation.
         if (
             c.phase != DOWN
             and c.member_id in group.members
             and c.epoch > ge
-            and getattr(c, "fresh_generation", True)
+            and not holds_forgotten_generation(c)
         ):
             out.append(f"client {c.member_id} believes epoch {c.epoch} > group epoch {ge}")
     return out
+
+
+def holds_forgotten_generation(c: Any) -> bool:
+    """I2's one exception: a classic client still holding the generation it was handed before a
+    coordinator restart that had not written it. Kafka writes a classic group only when it
+    becomes empty and when the leader's SyncGroup assignment is stored (GroupMetadataManager
+    completeClassicGroupJoin writes nothing for a non-empty group), and a failover loads the
+    last GroupMetadata record: Stable at that generation. The join phase's generation is gone
+    with the coordinator, while the members it answered hold it (:func:`note_restart` marks
+    them). It ends with the client's next successful JoinGroup answer or the generation's reset;
+    until then every request carrying it must be refused (:func:`check_forgotten_answer`)."""
+    forgotten = getattr(c, "forgotten_generation", None)
+    return forgotten is not None and forgotten == c.epoch
+
+
+def persisted_generation(shard: Any, group_id: str) -> int:
+    """The newest generation a store holds for a group (``shard``: one fed every durable
+    record): a classic group's last GroupMetadata record, a consumer group's epoch, -1 for
+    none."""
+    classic = shard.classic_groups.get(group_id)
+    if classic is not None:
+        return int(classic.generation)
+    group = shard.groups.get(group_id)
+    return group.group_epoch if group is not None else -1
+
+
+def note_restart(durable: Any, group_id: str, clients: Iterable[SimClient]) -> list[str]:
+    """Simulator bookkeeping at a coordinator restart (``durable``: the shard of every durable
+    record, the I4 replica): each classic client whose generation is newer than any the store
+    holds was handed one that was never written; the reloaded coordinator does not know it.
+    Returns their member ids."""
+    limit = persisted_generation(durable, group_id)
+    noted = []
+    for c in clients:
+        if is_classic(c) and c.phase != DOWN and c.epoch > limit:
+            c.forgotten_generation = c.epoch
+            noted.append(f"{c.member_id} (generation {c.epoch} > {limit})")
+    return noted
+
+
+FENCING_ERRORS = frozenset(
+    {ErrorCode.ILLEGAL_GENERATION, ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.FENCED_INSTANCE_ID}
+)
+
+
+def check_forgotten_answer(
+    shard: Any, group_id: str, member_id: str, generation: int, what: str, error: int
+) -> list[str]:
+    """The other half of :func:`holds_forgotten_generation`: a Heartbeat, SyncGroup or offset
+    commit carrying a forgotten generation that the coordinator does not hold (its group is at
+    an older one when the request runs: ``shard`` right after the command) is refused with a
+    fencing error (Kafka: ILLEGAL_GENERATION; UNKNOWN_MEMBER_ID when the member is gone), never
+    accepted or parked. (Once the group reaches that generation number again the request is
+    judged as any other: the client can only be a member of it through a new JoinGroup.)"""
+    classic = shard.classic_groups.get(group_id)
+    if classic is not None:
+        held = int(classic.generation)
+    else:
+        group = shard.groups.get(group_id)
+        member = group.members.get(member_id) if group is not None else None
+        held = member.member_epoch if member is not None else -1
+    if generation <= held:
+        return []
+    if error in FENCING_ERRORS:
+        return []
+    return [
+        f"{member_id}'s {what} carried generation {generation}, forgotten in a coordinator "
+        f"restart (the group is at {held}), and was answered error {error} instead of "
+        "ILLEGAL_GENERATION / UNKNOWN_MEMBER_ID"
+    ]
 
 
 def check_target(group: ConsumerGroup | None) -> list[str]:

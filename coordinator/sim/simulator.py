@@ -57,6 +57,7 @@ from coordinator.core.config import GroupCoordinatorConfig
 from coordinator.core.errors import ErrorCode
 from coordinator.core.push import MemberView, member_view, push_due
 from coordinator.core.topics import NewTopic
+from legacy_bridge.messages import Heartbeat, JoinGroupResponse, SyncGroup
 
 from . import invariants as inv
 from .classic_client import COOPERATIVE, EAGER, SYNCING, ClassicClient, Meta
@@ -654,15 +655,44 @@ class Simulation:
 
     def _submit(self, i: int, corr: int, req: Any, dup: bool) -> None:
         label = f"corr={corr}{' (dup)' if dup else ''} from c{i}"
+        problems: list[str] = []
 
         def reply(outcome: tuple) -> None:
             if outcome[0] == "error":
                 self._log(f"coordinator: {label} -> {ErrorCode(outcome[1]).name}: {outcome[2]}")
             else:
                 self._log(f"coordinator: {label} -> {resp_text(outcome[1], self.topic_label)}")
+                if problems and inv.EPOCHS_BOUNDED in self.p.invariants:
+                    self._fail(inv.EPOCHS_BOUNDED, problems[0])
             self._respond(i, corr, outcome)
 
-        self.coord.request(req, reply, label)
+        self.coord.request(req, reply, label, after=self._forgotten_check(i, req, problems))
+
+    def _forgotten_check(
+        self, i: int, req: Any, problems: list[str]
+    ) -> Callable[[Any, Any], None] | None:
+        """I2's check of a Heartbeat or SyncGroup carrying the generation its client holds from
+        before a restart that forgot it (:func:`invariants.check_forgotten_answer`), as it runs;
+        judged once answered (an answer lost to a failed write never reaches the client)."""
+        c = self.clients[i]
+        if not (
+            isinstance(req, Heartbeat | SyncGroup)
+            and isinstance(c, ClassicClient)
+            and req.member_id == c.member_id
+            and req.generation_id == c.forgotten_generation
+        ):
+            return None
+        member_id, generation = req.member_id, req.generation_id
+
+        def check(shard: Any, result: Any) -> None:
+            error = getattr(result.response, "error_code", ErrorCode.NONE)  # Pending: parked
+            problems.extend(
+                inv.check_forgotten_answer(
+                    shard, GROUP, member_id, generation, type(req).__name__, error
+                )
+            )
+
+        return check
 
     def _respond(self, i: int, corr: int, outcome: tuple) -> None:
         if self.fault("lose-response"):
@@ -686,7 +716,13 @@ class Simulation:
                 if outcome[0] == "ok"
                 else c.on_error(outcome[1])
             )
-            c.fresh_generation = True
+            answer = outcome[1]
+            if (
+                outcome[0] == "ok"
+                and isinstance(answer, JoinGroupResponse)
+                and not answer.error_code
+            ):
+                c.forgotten_generation = None  # a generation the coordinator holds
         elif outcome[0] == "ok":
             actions = c.on_response(outcome[1])
         else:

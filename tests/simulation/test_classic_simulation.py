@@ -5,6 +5,8 @@ and proof that a broken bridge is caught."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from coordinator.cli.simulation import main
@@ -306,3 +308,92 @@ def test_regression_seeds_for_classic_client_model(seed: int) -> None:
             faults=frozenset(ALL_FAULTS),
         )
     )
+
+
+# ------------------------------------------- I2 across restarts: generations never written
+
+
+SEED_656 = SimParams(
+    seed=656, steps=300, members=3, classic=3, protocol="cooperative", faults=frozenset(ALL_FAULTS)
+)
+
+
+def test_seed_656_a_restart_forgets_a_join_phase_generation_and_its_holders_are_fenced() -> None:
+    """Seed 656 (``kip848 simulate --seed 656 --steps 300 --classic 3 --protocol cooperative``):
+    the coordinator restarts while the classic group is CompletingRebalance at generation 4, which
+    no record holds (Kafka writes a non-empty group's generation only with its leader's
+    assignment). The reload is Stable at generation 3 while c1 and c2 hold 4: allowed by I2 only
+    because the store never held 4, and the next request carrying it is refused
+    (ILLEGAL_GENERATION); the group converges. I2 failed here while any answer — c2's superseded
+    JoinGroup's REBALANCE_IN_PROGRESS — counted as handing out a generation."""
+    sim = _ok(SEED_656)
+    trace = sim.trace
+    forgot = next(
+        i for i, t in enumerate(trace) if "forgotten: c1-member-4 (generation 4 > 3)" in t
+    )
+    assert "c2-member-5 (generation 4 > 3)" in trace[forgot]
+    assert "fault: coordinator restarts; reloaded 151 records" in trace[forgot + 1]
+    fenced = next(i for i, t in enumerate(trace) if "at epoch 4 rejected: ILLEGAL_GENERATION" in t)
+    assert fenced > forgot and "c1 commit of c1" in trace[fenced]
+    assert sim.summary.events["generation-forgotten-by-restart"] >= 2
+
+
+def test_a_coordinator_that_accepts_a_forgotten_generation_is_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The refined I2 still fails a coordinator that does not fence a forgotten generation: a
+    bridge that takes a Heartbeat, SyncGroup or commit of a newer generation than its group's
+    as the current one is caught on seed 656 (c1's commit at generation 4 after the reload)."""
+    from legacy_bridge import classic_groups as bridge
+
+    member_at, check_commit = (
+        bridge.ClassicGroups._member_at,
+        bridge.ClassicGroups.check_offset_commit,
+    )
+
+    def lenient_member_at(self, group_id, member_id, instance_id, generation):  # type: ignore[no-untyped-def]
+        group = self._by_group.get(group_id)
+        if group is not None and generation > group.generation:
+            generation = group.generation
+        return member_at(self, group_id, member_id, instance_id, generation)
+
+    def lenient_commit(self, req, transactional=False):  # type: ignore[no-untyped-def]
+        group = self._by_group[req.group_id]
+        if req.generation_id_or_member_epoch > group.generation:
+            req = replace(req, generation_id_or_member_epoch=group.generation)
+        return check_commit(self, req, transactional)
+
+    monkeypatch.setattr(bridge.ClassicGroups, "_member_at", lenient_member_at)
+    monkeypatch.setattr(bridge.ClassicGroups, "check_offset_commit", lenient_commit)
+    s = simulate(SEED_656)
+    assert s.violation is not None
+    assert s.violation.name == inv.EPOCHS_BOUNDED
+    assert (
+        "c1-member-4's OffsetCommit carried generation 4, forgotten in a coordinator restart "
+        "(the group is at 3), and was answered error 0" in s.violation.report
+    )
+
+
+def test_a_generation_the_coordinator_never_held_is_still_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Only a generation a restart forgot is exempt: a bridge whose JoinGroup answers carry a
+    generation one ahead of its group's is caught by I2 without any restart."""
+    from legacy_bridge import classic_groups, classic_join
+
+    original = classic_join.join_response
+
+    def ahead(group, member):  # type: ignore[no-untyped-def]
+        response = original(group, member)
+        return replace(response, generation_id=response.generation_id + 1)
+
+    monkeypatch.setattr(classic_join, "join_response", ahead)
+    monkeypatch.setattr(classic_groups, "join_response", ahead)
+    s = simulate(
+        SimParams(
+            seed=0, steps=100, members=3, classic=3, protocol="cooperative", faults=frozenset()
+        )
+    )
+    assert s.violation is not None
+    assert s.violation.name == inv.EPOCHS_BOUNDED
+    assert "believes generation 2 > generation 1" in s.violation.report
