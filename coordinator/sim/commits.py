@@ -72,7 +72,7 @@ def commit_offsets(sim: Any, i: int) -> None:
                 group_id=GROUP,
                 topics=(OffsetFetchTopic(name=name or "", topic_id=t, partition_indexes=(p,)),),
             )
-            got = sim.coord.read(partial(_fetch, fetch))
+            got = sim.coord.read(partial(_fetch, fetch), lost=partial(_refetch, c, (t, p)))
             committed = got.topics[0].partitions[0].committed_offset if got.topics else -1
             c.progress[(t, p)] = max(committed, 0)
         c.progress[(t, p)] += rng.randint(1, 10)
@@ -158,3 +158,10 @@ def commit_offsets(sim: Any, i: int) -> None:
 
 def _fetch(fetch: OffsetFetchGroup, shard: Any) -> Any:
     return shard.offset_fetch(fetch)
+
+
+def _refetch(c: Any, key: tuple[str, int]) -> None:
+    """The fetch a partition resumed from saw a write that was then lost (failed, or the
+    coordinator restarted): the server never gave that answer, so the client fetches again
+    before its next commit."""
+    c.progress.pop(key, None)

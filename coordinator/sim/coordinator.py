@@ -69,6 +69,7 @@ class SimCoordinator:
         self.gen = 0  # bumps on restart: events of an older coordinator are lost
         self.writing = False
         self.parked_joins: set[int] = set()  # parked joins (id of their note), until answered
+        self.unconfirmed: list[Callable[[], None]] = []  # reads behind a write (read's lost)
         self.replica, self.replica_registry = self._machines()
         self._boot()
 
@@ -234,9 +235,29 @@ class SimCoordinator:
 
         fut.add_done_callback(answered)
 
-    def read(self, fn: Callable[[Shard], Any]) -> Any:
-        """A read of the live state, now (what a fetch right after a write sees)."""
-        return fn(self.shard)
+    def read(self, fn: Callable[[Shard], Any], *, lost: Callable[[], None]) -> Any:
+        """A read of the live state, now (what a fetch right after a write sees). As the
+        runtime's OffsetFetch, its answer stands only once the write behind it (the shard's
+        last outstanding batch) is durable: ``lost()`` runs if that write fails or the
+        coordinator restarts first (the server answers such a fetch with an error, or never)."""
+        response, batch = self.driver.execute(0, fn, read=True)
+        if batch is None:
+            return response
+        events = self.sim.summary.events
+
+        def dropped() -> None:
+            events["fetch-behind-a-lost-write"] += 1
+            lost()
+
+        def written(f: Any) -> None:
+            if dropped in self.unconfirmed:
+                self.unconfirmed.remove(dropped)
+                if f.exception() is not None:
+                    dropped()
+
+        self.unconfirmed.append(dropped)
+        self.driver.wait(batch).add_done_callback(written)
+        return response
 
     def topics(
         self,
@@ -350,6 +371,9 @@ class SimCoordinator:
         durable = self.replica.snapshot()
         sim.summary.events["parked-join-dropped-by-restart"] += len(self.parked_joins)
         self.parked_joins.clear()
+        unconfirmed, self.unconfirmed = self.unconfirmed, []
+        for lost in unconfirmed:
+            lost()
         self.gen += 1
         self._boot()
         sim._log(f"fault: coordinator restarts; reloaded {self.records} records")

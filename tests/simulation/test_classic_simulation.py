@@ -397,3 +397,19 @@ def test_a_generation_the_coordinator_never_held_is_still_caught(
     assert s.violation is not None
     assert s.violation.name == inv.EPOCHS_BOUNDED
     assert "believes generation 2 > generation 1" in s.violation.report
+
+
+def test_a_fetch_behind_a_write_that_is_lost_is_fetched_again() -> None:
+    """Mixed seed 23 (``--classic 3 --protocol mixed``): c0 newly owns t0-1 and resumes from an
+    OffsetFetch that saw topic t0's deletion (its offsets gone) while that write was still
+    outstanding; the write failed and the deletion was rolled back, and c0 went on from offset
+    0 — its next commit moved t0-1 back from 74 to 15 (I6). The runtime answers a fetch only
+    once the write behind it is durable (an error otherwise), so the simulated client now
+    fetches again when that write is lost (failed, or a restart first)."""
+    sim = _ok(
+        SimParams(
+            seed=23, steps=300, members=3, classic=3, protocol="mixed", faults=frozenset(ALL_FAULTS)
+        )
+    )
+    assert any("the deletion of topic t0 was not written" in t for t in sim.trace)
+    assert sim.summary.events["fetch-behind-a-lost-write"] > 0
