@@ -99,20 +99,21 @@ class Node:
 
 
 def wait_serving(address: str, timeout_s: float = 300.0) -> None:
-    """Until the node answers ListTopics (it has loaded its first share)."""
+    """Until the node's gRPC health says SERVING (it has loaded its first share; not
+    ListTopics, which the cluster log's committed copy answers before that)."""
     import grpc
-
-    from kip848.v1 import admin_pb2, admin_pb2_grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
 
     deadline = time.monotonic() + timeout_s
+    request = health_pb2.HealthCheckRequest(service="")
     with grpc.insecure_channel(address) as channel:
-        admin = admin_pb2_grpc.AdminServiceStub(channel)
+        health = health_pb2_grpc.HealthStub(channel)
         while True:
             try:
-                code = admin.ListTopics(admin_pb2.ListTopicsRequest(), timeout=10).error_code
+                status = health.Check(request, timeout=10).status  # type: ignore[attr-defined]
             except grpc.RpcError:
-                code = -1
-            if code == 0:
+                status = -1
+            if status == health_pb2.HealthCheckResponse.SERVING:
                 return
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{address} never served")

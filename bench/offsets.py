@@ -104,6 +104,7 @@ async def _grpc_row(
     address: str, server_pid: int, per_request: int, seconds: float, tag: str
 ) -> dict[str, Any]:
     import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
 
     from kip848.v1 import (
         admin_pb2,
@@ -120,8 +121,11 @@ async def _grpc_row(
         admin = admin_pb2_grpc.AdminServiceStub(channel)
         groups = consumer_group_pb2_grpc.ConsumerGroupServiceStub(channel)
         offsets = offsets_pb2_grpc.OffsetServiceStub(channel)
-        for _ in range(200):  # until loaded (bounded)
-            if (await admin.ListTopics(admin_pb2.ListTopicsRequest())).error_code != 14:
+        health = health_pb2_grpc.HealthStub(channel)
+        for _ in range(200):  # until loaded (bounded): health SERVING
+            serving = health_pb2.HealthCheckResponse.SERVING
+            answer = await health.Check(health_pb2.HealthCheckRequest())  # type: ignore[attr-defined]
+            if answer.status == serving:
                 break
             await asyncio.sleep(0.05)
         created = await admin.CreateTopics(

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from kip848.v1 import (
     admin_pb2,
@@ -84,11 +85,15 @@ class Report:
 
 
 async def wait_loaded(channel: grpc.aio.Channel) -> None:
-    admin = admin_pb2_grpc.AdminServiceStub(channel)
+    """Until the store is loaded: gRPC health says SERVING (NOT_SERVING until then). Not
+    ListTopics: the cluster log's reads are answered once it is loaded, before the coordinator
+    partitions are."""
+    health = health_pb2_grpc.HealthStub(channel)
+    request = health_pb2.HealthCheckRequest(service="")
     for _ in range(3000):  # bounded: 30 s
         try:
-            resp = await admin.ListTopics(admin_pb2.ListTopicsRequest(), timeout=5)
-            if resp.error_code == 0:
+            resp = await health.Check(request, timeout=5)
+            if resp.status == health_pb2.HealthCheckResponse.SERVING:
                 return
         except grpc.aio.AioRpcError:
             pass

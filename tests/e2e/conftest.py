@@ -16,8 +16,7 @@ from pathlib import Path
 
 import grpc
 import pytest
-from grpc_health.v1 import health_pb2, health_pb2_grpc
-from serve_support import START_TIMEOUT_S, read_lines, ready
+from serve_support import read_lines, ready, wait_serving
 
 from kip848.v1 import (
     admin_pb2,
@@ -98,18 +97,8 @@ class ServerProcess:
         return read_lines(self.proc, self.proc.stdout, count, self.stderr_text)
 
     def wait_loaded(self) -> None:
-        """Until the store is loaded: gRPC health says SERVING (NOT_SERVING until loading is
-        done). Health, not one of our RPCs: a probe answered COORDINATOR_LOAD_IN_PROGRESS would
-        be counted, traced and audited like any request, and tests that count those would
-        depend on how long loading took."""
-        health = health_pb2_grpc.HealthStub(self.channel)
-        request = health_pb2.HealthCheckRequest(service="")
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if health.Check(request, timeout=5).status == health_pb2.HealthCheckResponse.SERVING:
-                return
-            time.sleep(0.02)
-        raise AssertionError(f"store never finished loading: {self.stderr_text()}")
+        """Until the store is loaded (:func:`serve_support.wait_serving`)."""
+        wait_serving(self.channel, self.stderr_text)
 
     def stderr_text(self) -> str:
         if not self._stderr.closed:

@@ -20,7 +20,7 @@ from typing import Any
 
 import grpc
 from kio.serial import entity_reader, entity_writer
-from serve_support import START_TIMEOUT_S, read_lines, ready
+from serve_support import START_TIMEOUT_S, read_lines, ready, wait_serving
 
 from kip848.v1 import admin_pb2, admin_pb2_grpc, testing_pb2, testing_pb2_grpc
 
@@ -192,10 +192,7 @@ class KafkaServer:
         ready(self.channel, self.proc, self.stderr_text)
         self.admin = admin_pb2_grpc.AdminServiceStub(self.channel)
         self.testing = testing_pb2_grpc.TestingServiceStub(self.channel)
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while self.admin.ListTopics(admin_pb2.ListTopicsRequest(), timeout=5).error_code == 14:
-            assert time.monotonic() < deadline, "store never finished loading"
-            time.sleep(0.02)
+        wait_serving(self.channel, self.stderr_text)
 
     def client(self, client_id: str | None = "kio-test") -> KafkaClient:
         return KafkaClient(self.kafka_address, client_id)

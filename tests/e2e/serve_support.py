@@ -14,6 +14,7 @@ from collections.abc import Callable, Coroutine
 from typing import IO, Any, TypeVar
 
 import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 START_TIMEOUT_S = 20.0
 T = TypeVar("T")
@@ -63,3 +64,19 @@ def ready(channel: grpc.Channel, proc: subprocess.Popen[bytes], stderr: Callable
         raise AssertionError(
             f"server not reachable within {START_TIMEOUT_S} s (exit {proc.poll()}): {stderr()}"
         ) from None
+
+
+def wait_serving(channel: grpc.Channel, stderr: Callable[[], str]) -> None:
+    """Until the server's store is loaded: gRPC health says SERVING (NOT_SERVING until loading
+    is done; bounded wait). Health, not one of our RPCs: a probe answered
+    COORDINATOR_LOAD_IN_PROGRESS would be counted, traced and audited like any request, tests
+    that count those would depend on how long loading took, and the reads of the cluster log
+    are answered before the coordinator partitions are loaded."""
+    health = health_pb2_grpc.HealthStub(channel)
+    request = health_pb2.HealthCheckRequest(service="")
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if health.Check(request, timeout=5).status == health_pb2.HealthCheckResponse.SERVING:
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"store never finished loading: {stderr()}")

@@ -16,13 +16,14 @@ import pytest
 from conftest import ServerProcess, run_cli
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
-from kip848.v1 import admin_pb2
+from kip848.v1 import consumer_group_pb2
 
 TRACE_ID = "5b8efff798038103d269b633813fc60c"
 SAMPLED = f"00-{TRACE_ID}-eee19b7ec3c1b174-01"
-LIST_TOPICS = "kip848.v1.AdminService/ListTopics"
-TRACED = [(TRACE_ID, LIST_TOPICS), (TRACE_ID, "shard.list_topics")]
-"""The spans of the traced ListTopics: its RPC and the registry's command."""
+DESCRIBE = "kip848.v1.ConsumerGroupService/ConsumerGroupDescribe"
+COMMAND = "shard.describe_group"
+TRACED = [(TRACE_ID, DESCRIBE), (TRACE_ID, COMMAND)]
+"""The spans of the traced ConsumerGroupDescribe: its RPC and its group's shard command."""
 
 
 class Receiver(trace_service_pb2_grpc.TraceServiceServicer):
@@ -59,8 +60,14 @@ def serve(tmp_path: Path, port: int, *extra: str) -> ServerProcess:
     )
 
 
-def list_topics(server: ServerProcess, *metadata: tuple[str, str]) -> None:
-    answer = server.admin.ListTopics(admin_pb2.ListTopicsRequest(), metadata=metadata, timeout=5)
+def describe(server: ServerProcess, *metadata: tuple[str, str]) -> None:
+    """One group described: a read run as a command on the group's shard (a child span of the
+    RPC's), unlike the cluster log's reads, answered from its committed copy with no command."""
+    answer = server.groups.ConsumerGroupDescribe(
+        consumer_group_pb2.ConsumerGroupDescribeRequest(group_ids=["traced"]),
+        metadata=metadata,
+        timeout=5,
+    )
     assert answer.error_code == 0
 
 
@@ -71,8 +78,8 @@ def test_ratio_zero_traces_only_what_the_caller_sampled(
     monkeypatch.setenv("OTEL_TRACES_SAMPLER", "parentbased_always_on")  # the flag wins
     server = serve(tmp_path, port, "--otlp-sample-ratio", "0")
     for _ in range(5):
-        list_topics(server)
-    list_topics(server, ("traceparent", SAMPLED))
+        describe(server)
+    describe(server, ("traceparent", SAMPLED))
     assert server.stop() == 0  # flushes the exporter
     log = server.stderr_text()
     assert "sampling parent-based, ratio 0 (--otlp-sample-ratio)" in log, log
@@ -86,18 +93,18 @@ def test_one_percent_by_default_and_the_environment_when_set(
     monkeypatch.delenv("OTEL_TRACES_SAMPLER", raising=False)
     monkeypatch.delenv("OTEL_TRACES_SAMPLER_ARG", raising=False)
     server = serve(tmp_path, port)
-    list_topics(server, ("traceparent", SAMPLED))
+    describe(server, ("traceparent", SAMPLED))
     assert server.stop() == 0
     log = server.stderr_text()
     assert "sampling parent-based, ratio 0.01 (default)" in log, log
-    assert (TRACE_ID, LIST_TOPICS) in sink.spans
+    assert (TRACE_ID, DESCRIBE) in sink.spans
     sink.spans.clear()
 
     monkeypatch.setenv("OTEL_TRACES_SAMPLER", "parentbased_always_off")
     server = serve(tmp_path, port)
     for _ in range(5):
-        list_topics(server)
-    list_topics(server, ("traceparent", SAMPLED))
+        describe(server)
+    describe(server, ("traceparent", SAMPLED))
     assert server.stop() == 0
     log = server.stderr_text()
     assert "sampling parent-based, ratio 0 (OTEL_TRACES_SAMPLER=parentbased_always_off)" in log
@@ -114,8 +121,8 @@ def test_root_traces_are_limited_per_second_and_callers_always_followed(
         tmp_path, port, "--otlp-sample-ratio", "1", "--otlp-max-traces-per-second", "0.2"
     )
     for _ in range(8):
-        list_topics(server)
-    list_topics(server, ("traceparent", SAMPLED))
+        describe(server)
+    describe(server, ("traceparent", SAMPLED))
     assert server.stop() == 0
     log = server.stderr_text()
     assert (
@@ -123,7 +130,7 @@ def test_root_traces_are_limited_per_second_and_callers_always_followed(
         in log
     ), log
     names = sorted(name for _trace, name in sink.spans)
-    assert names == sorted([LIST_TOPICS, "shard.list_topics"] * 2), sink.spans
+    assert names == sorted([DESCRIBE, COMMAND] * 2), sink.spans
     assert sorted(s for s in sink.spans if s[0] == TRACE_ID) == TRACED
 
 
