@@ -401,8 +401,7 @@ def test_classic_join_sync_heartbeat_describe_leave(
     first = client.call(request(11, 5, **join))
     assert first.error_code == E.member_id_required and first.member_id
     client.send(request(11, 5, **{**join, "member_id": first.member_id}))
-    server.advance(3000)  # group.initial.rebalance.delay.ms
-    joined = client.receive()
+    joined = client.receive_advancing(server.advance, 3000)  # the initial rebalance delay
     assert (joined.error_code, joined.member_id, joined.protocol_name) == (
         E.none,
         first.member_id,
@@ -472,8 +471,7 @@ def test_join_group_v3_needs_no_member_id_round_trip(
             protocols=[{"name": "range", "metadata": _subscription(["k-old"])}],
         )
     )
-    server.advance(3000)
-    joined = client.receive()
+    joined = client.receive_advancing(server.advance, 3000)
     assert joined.error_code == E.none and joined.member_id and joined.generation_id >= 1
     # LeaveGroup v1: a single member, the top-level error only.
     assert (
@@ -627,9 +625,8 @@ def test_a_parked_join_holds_back_later_answers_on_its_connection(server: KafkaS
     with pytest.raises(TimeoutError):
         c.read_frame(timeout=0.5)
     assert other.call(request(18, 0)).error_code == E.none
-    server.advance(3000)
-    assert c.receive().error_code == E.none  # JoinGroup, then the two behind it, in order
-    assert c.receive().error_code == E.none
+    assert c.receive_advancing(server.advance, 3000).error_code == E.none  # JoinGroup, then
+    assert c.receive().error_code == E.none  # the two behind it, in order
     assert c.receive().error_code == E.none
     c.close()
     other.close()
