@@ -17,6 +17,7 @@ class ErrorCode(IntEnum):
     UNKNOWN_SERVER_ERROR = -1
     NONE = 0
     UNKNOWN_TOPIC_OR_PARTITION = 3
+    LEADER_NOT_AVAILABLE = 5
     REQUEST_TIMED_OUT = 7
     OFFSET_METADATA_TOO_LARGE = 12
     COORDINATOR_LOAD_IN_PROGRESS = 14
@@ -82,6 +83,14 @@ class UnknownServerError(CoordinatorError):
 class UnknownTopicOrPartitionError(CoordinatorError):
     code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     default_message = "This server does not host this topic-partition."
+
+
+class LeaderNotAvailableError(CoordinatorError):
+    code = ErrorCode.LEADER_NOT_AVAILABLE
+    default_message = (
+        "There is no leader for this topic-partition as we are in the middle of a leadership "
+        "election."
+    )
 
 
 class RequestTimedOutError(CoordinatorError):
@@ -316,6 +325,7 @@ ERRORS_BY_CODE: dict[ErrorCode, type[CoordinatorError]] = {
     for cls in (
         UnknownServerError,
         UnknownTopicOrPartitionError,
+        LeaderNotAvailableError,
         RequestTimedOutError,
         OffsetMetadataTooLargeError,
         CoordinatorLoadInProgressError,

@@ -305,17 +305,27 @@ class KafkaApis:
 
     async def metadata(self, req: Any, version: int, caller: Caller) -> dict[str, Any]:
         """Coordinator-only mode: one broker (this listener; among several coordinator nodes,
-        every live node's listener: ``server/cluster.py``), topics from the registry."""
+        every live node's listener: ``server/cluster.py``), topics from the registry.
+
+        Before the cluster log is loaded, or once the coordinator stopped serving, the registry
+        cannot be read (ListTopics answers its error, kept as v13's top-level error): each named
+        topic is answered LEADER_NOT_AVAILABLE, which clients retry (never
+        UNKNOWN_TOPIC_OR_PARTITION: "no such topic" makes them give up), and a request for all
+        topics lists no broker and no topic — the answer of a Kafka broker still starting,
+        which the Java client, librdkafka and kafka-python ignore and ask again."""
         node = caller.node or Node(node_id=0, host="", port=0)
         routing = self.listener.service.routing
         brokers = [node] if routing is None else routing.kafka_nodes(node)
         reply = await self.listener.service.list_topics(None, caller)
         registry = reply.value or []
+        readable = not reply.error_code
         by_name = {t.name: t for t in registry}
         by_id = {t.topic_id: t for t in registry}
         wanted = req.topics
         if wanted is None or (version == 0 and not wanted):
             chosen: list[tuple[Any, str, Any]] = [(t, t.name, None) for t in registry]
+            if not readable:
+                brokers = []
         else:
             chosen = []
             for t in wanted:
@@ -330,12 +340,16 @@ class KafkaApis:
             if found is None:
                 # A named topic the caller may not describe is refused whether it exists or
                 # not (Kafka: nothing about it is told); the listing above left it out.
-                refused = bool(name) and not authz.allowed(
-                    caller, "Metadata", DESCRIBE, TOPIC, name
+                refused = (
+                    readable
+                    and bool(name)
+                    and not authz.allowed(caller, "Metadata", DESCRIBE, TOPIC, name)
                 )
                 topics.append(
                     {
-                        "error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                        "error_code": ErrorCode.LEADER_NOT_AVAILABLE
+                        if not readable
+                        else ErrorCode.TOPIC_AUTHORIZATION_FAILED
                         if refused
                         else ErrorCode.UNKNOWN_TOPIC_ID
                         if topic_id is not None
