@@ -14,6 +14,19 @@ from coordinator.cli.report import error_text
 from coordinator.cli.rpc import add_client_flags, call, channel
 
 
+def add_write_timeout_flag(p: argparse.ArgumentParser) -> None:
+    """``--timeout-ms``: the request's ``timeout_ms`` (Kafka's ``timeoutMs``) of a topic change."""
+    p.add_argument(
+        "--timeout-ms",
+        type=int_in(0, INT32_MAX),
+        default=None,
+        metavar="MS",
+        help="how long the coordinator waits for the change to be written to its store; past "
+        "it each topic is answered REQUEST_TIMED_OUT and the change may still land (default: "
+        "the coordinator's offsets.commit.timeout.ms; 0: no wait). Must be below --timeout",
+    )
+
+
 def register(commands: Commands) -> None:
     p = commands.add("topics", cmd_topics, help="the topic registry of a running coordinator")
     tsub = p.add_subparsers(dest="topics_command", metavar="ACTION", required=True)
@@ -37,6 +50,7 @@ def register(commands: Commands) -> None:
         "separated by ';', each a ','-separated list of racks, given to partitions 0, 1, 2... "
         "in turn and repeating (e.g. 'a,b;b,c;c,a'; an empty entry: unknown racks)",
     )
+    add_write_timeout_flag(t)
     add_client_flags(t)
     t = tsub.add_parser("list", help="every registered topic: name, id, partitions (racks)")
     add_client_flags(t)
@@ -44,6 +58,7 @@ def register(commands: Commands) -> None:
         "delete", help="delete topics (their committed offsets in every group go with them)"
     )
     t.add_argument("names", nargs="+", metavar="NAME")
+    add_write_timeout_flag(t)
     add_client_flags(t)
     t = tsub.add_parser("add-partitions", help="raise a topic's partition count (it never shrinks)")
     t.add_argument("name")
@@ -54,12 +69,28 @@ def register(commands: Commands) -> None:
         metavar="N",
         help="the new total number of partitions",
     )
+    add_write_timeout_flag(t)
     add_client_flags(t)
+
+
+def write_timeout(args: argparse.Namespace) -> dict[str, int]:
+    """The request's ``timeout_ms`` field when ``--timeout-ms`` is given (else the server's
+    bound); one the command would not wait for (``--timeout``) is refused."""
+    timeout_ms = getattr(args, "timeout_ms", None)
+    if timeout_ms is None:
+        return {}
+    if timeout_ms >= args.timeout * 1000:
+        raise UsageError(
+            f"--timeout-ms {timeout_ms} must be below --timeout ({args.timeout:g} s): the "
+            "command would give up before the coordinator answers"
+        )
+    return {"timeout_ms": timeout_ms}
 
 
 def cmd_topics(args: argparse.Namespace) -> int:
     from kip848.v1 import admin_pb2, admin_pb2_grpc
 
+    bound = write_timeout(args)
     with channel(args) as ch:
         stub = admin_pb2_grpc.AdminServiceStub(ch)
         if args.topics_command == "list":
@@ -103,7 +134,9 @@ def cmd_topics(args: argparse.Namespace) -> int:
                     args.replica_racks, args.partitions
                 ).items():
                     topic.replica_racks.add(partitions=partitions, racks=racks)
-            resp = call(stub.CreateTopics, admin_pb2.CreateTopicsRequest(topics=[topic]), args)
+            resp = call(
+                stub.CreateTopics, admin_pb2.CreateTopicsRequest(topics=[topic], **bound), args
+            )
             results = [
                 {
                     "name": t.name,
@@ -122,7 +155,9 @@ def cmd_topics(args: argparse.Namespace) -> int:
                 ),
             )
         if args.topics_command == "delete":
-            resp = call(stub.DeleteTopics, admin_pb2.DeleteTopicsRequest(names=args.names), args)
+            resp = call(
+                stub.DeleteTopics, admin_pb2.DeleteTopicsRequest(names=args.names, **bound), args
+            )
             results = [
                 {
                     "name": t.name,
@@ -140,7 +175,8 @@ def cmd_topics(args: argparse.Namespace) -> int:
                     admin_pb2.CreatePartitionsRequest.CreatePartitionsTopic(
                         name=args.name, count=args.count
                     )
-                ]
+                ],
+                **bound,
             )
             resp = call(stub.CreatePartitions, req, args)
             results = [
