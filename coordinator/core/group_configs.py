@@ -20,7 +20,7 @@ and the runtime moves them to the cluster log when it loads the partition
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from . import records as r
@@ -28,7 +28,7 @@ from .commands import Result
 from .components import ByGroupId
 from .config import GROUP_CONFIGS, ConfigError, GroupCoordinatorConfig, check_group_config
 from .context import ShardContext
-from .errors import InvalidConfigError, InvalidRequestError
+from .errors import CoordinatorError, InvalidConfigError, InvalidRequestError
 from .events import Event, LogEvent
 from .timeline import UndoLog
 
@@ -125,6 +125,27 @@ class ClusterGroupConfigs(ByGroupId[dict[str, str]]):
             written.append(f"{name}={'<default>' if text is None else text}")
         if written:
             result.events.append(_altered(group_id, written))
+        return result
+
+    def alter_each(
+        self, alters: Sequence[tuple[str, Mapping[str, str | None]]]
+    ) -> Result[list[CoordinatorError | None]]:
+        """Several groups' alterations in one command, as Kafka's controller runs an
+        IncrementalAlterConfigs (one batch of records for the request): each validated and
+        applied on its own (:meth:`alter`), the records of those that pass together; the
+        response is each one's error (None: altered), in order."""
+        result: Result[list[CoordinatorError | None]] = Result(response=[])
+        errors: list[CoordinatorError | None] = []
+        for group_id, changes in alters:
+            try:
+                one = self.alter(group_id, changes)
+            except CoordinatorError as exc:
+                errors.append(exc)
+                continue
+            result.records.extend(one.records)
+            result.events.extend(one.events)
+            errors.append(None)
+        result.response = errors
         return result
 
     def adopt(self, legacy: Mapping[str, Mapping[str, str]]) -> Result[None]:

@@ -264,20 +264,50 @@ class CoordinatorRuntime:
     ) -> None:
         """Alter a group's dynamic configs in the cluster log, on any node (Kafka's
         IncrementalAlterConfigs of a GROUP resource); the node leading the group applies them
-        on the group's next heartbeat."""
+        on the group's next heartbeat. Raises the alteration's error."""
+        (error,) = await self.alter_group_configs_each(
+            [(group_id, changes)], validate_only=validate_only
+        )
+        if error is not None:
+            raise error
+
+    async def alter_group_configs_each(
+        self,
+        alters: Sequence[tuple[str, Mapping[str, str | None]]],
+        *,
+        validate_only: bool = False,
+    ) -> list[CoordinatorError | None]:
+        """Several groups' alterations (group id, changes) in one command of the cluster log,
+        so one write for them all, as Kafka's controller runs an IncrementalAlterConfigs
+        (``ClusterGroupConfigs.alter_each``): each one's own error (None: altered), in order.
+        The write's error (failed, REQUEST_TIMED_OUT) is each altered one's; one the command
+        did not run for (not serving) is raised."""
         configs = self.group_configs
         if not validate_only:
-            await self._submit(REGISTRY, lambda _reg: configs.alter(group_id, changes))
-            return
+            ran: list[list[CoordinatorError | None]] = []
 
-        def validate(reg: Any) -> None:
+            def alter(_reg: Any) -> Result[list[CoordinatorError | None]]:
+                result = configs.alter_each(alters)
+                ran.append(result.response or [])
+                return result
+
+            try:
+                errors: list[CoordinatorError | None] = await self._submit(REGISTRY, alter)
+            except CoordinatorError as exc:
+                if not ran:
+                    raise
+                return [exc if error is None else error for error in ran[-1]]
+            return errors
+
+        def validate(reg: Any) -> list[CoordinatorError | None]:
             mark = reg.mark()
             try:
-                configs.alter(group_id, changes)
+                return configs.alter_each(alters).response or []
             finally:
                 reg.rollback(mark)
 
-        await self._submit(REGISTRY, validate, read=True)
+        validated: list[CoordinatorError | None] = await self._submit(REGISTRY, validate, read=True)
+        return validated
 
     async def group_config(self, group_id: str) -> dict[str, str]:
         """A group's effective dynamic configs (any node)."""
