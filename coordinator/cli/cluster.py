@@ -2,7 +2,8 @@
 steered in PostgreSQL itself (docs/ha.md), as an operator with the store's URI does.
 
 * ``describe``: the nodes (addresses, live or not, the controller, how far each has applied
-  the cluster log), and every coordinator partition: its leader and leader epoch, whether the
+  the cluster log, how many partitions are targeted at each: at a node not live, they wait
+  for it to come back), and every coordinator partition: its leader and leader epoch, whether the
   leader serves it or still loads it, whom the controller targets it at, an operator's pin,
   how long its lease has left.
 * ``move --partition N --to NODE``: the partition should be led by NODE (a live node), and
@@ -76,9 +77,25 @@ def cmd_cluster(args: argparse.Namespace) -> int:
         f"Controller: {dash(described['controller'])} (epoch {described['controller_epoch']}); "
         f"cluster log ends at offset {described['cluster_log_end']}."
     )
+    waiting = [n for n in described["nodes"] if not n["live"] and n["targeted"]]
+    if waiting:
+        print(
+            "Partitions waiting for nodes not running: "
+            + ", ".join(f"node {n['node_id']} ({n['targeted']})" for n in waiting)
+            + "."
+        )
     print()
     print_table(
-        ["NODE", "ADDRESS", "KAFKA", "LIVE", "EXPIRES-MS", "PARTITIONS", "CLUSTER-LOG-LAG"],
+        [
+            "NODE",
+            "ADDRESS",
+            "KAFKA",
+            "LIVE",
+            "EXPIRES-MS",
+            "PARTITIONS",
+            "CLUSTER-LOG-LAG",
+            "TARGETED",
+        ],
         [
             [
                 n["node_id"],
@@ -88,6 +105,7 @@ def cmd_cluster(args: argparse.Namespace) -> int:
                 n["expires_in_ms"],
                 n["partitions"],
                 n["cluster_log_lag"],
+                n["targeted"],
             ]
             for n in described["nodes"]
         ],
@@ -114,11 +132,16 @@ def cmd_cluster(args: argparse.Namespace) -> int:
 def describe(state: Any) -> dict[str, Any]:
     """The cluster as ``describe`` shows it (its JSON). A partition is ``serving`` when its
     live leader finished loading it at the current epoch, ``loading`` before that, ``unled``
-    when no live node holds its lease."""
+    when no live node holds its lease. A node's ``targeted``: the partitions the controller
+    targets at it (at a node not live: waiting for it to come back, as when a cluster
+    starts again, until the controller gives it up)."""
     live = set(state.live())
     partitions = []
     led: dict[int, int] = {}
+    targeted: dict[int, int] = {}
     for lease in state.leases:
+        if lease.target is not None:
+            targeted[lease.target] = targeted.get(lease.target, 0) + 1
         held = lease.held and lease.leader in live
         if held:
             led[lease.leader] = led.get(lease.leader, 0) + 1
@@ -149,6 +172,7 @@ def describe(state: Any) -> dict[str, Any]:
             "cluster_log_offset": row.cluster_offset,
             "cluster_log_lag": max(0, end - row.cluster_offset),
             "controller": state.controller == n,
+            "targeted": targeted.get(n, 0),
         }
         for n, row in sorted(state.nodes.items())
     ]

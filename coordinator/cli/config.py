@@ -44,6 +44,7 @@ SERVER_INTEGER_CONFIGS = frozenset(
         # Several nodes on PostgreSQL (docs/ha.md)
         "coordinator.lease.ms",
         "coordinator.heartbeat.interval.ms",
+        "coordinator.startup.grace.ms",
     }
 )
 # Kafka names its built-in assignors by class in server.properties; ours by name.
@@ -169,6 +170,7 @@ SERVER_CONFIGS = frozenset(
         # Several nodes on PostgreSQL (docs/ha.md)
         "coordinator.lease.ms",
         "coordinator.heartbeat.interval.ms",
+        "coordinator.startup.grace.ms",
         # The authorizer (Kafka's names; docs/security.md)
         "super.users",
         "allow.everyone.if.no.acl.found",

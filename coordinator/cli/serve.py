@@ -452,15 +452,19 @@ def cluster_settings(args: argparse.Namespace, server_settings: dict[str, str]) 
         heartbeat_ms = int(
             server_settings.get("coordinator.heartbeat.interval.ms", DEFAULT_HEARTBEAT_MS)
         )
+        grace = server_settings.get("coordinator.startup.grace.ms")
+        grace_ms = None if grace is None else int(grace)
     except ValueError as exc:
         raise UsageError(
-            f"coordinator.lease.ms / coordinator.heartbeat.interval.ms: {exc}"
+            "coordinator.lease.ms / coordinator.heartbeat.interval.ms / "
+            f"coordinator.startup.grace.ms: {exc}"
         ) from None
     settings = ClusterSettings(
         node_id=0 if args.node_id is None else args.node_id,
         dsn=args.store,
         lease_ms=lease_ms,
         heartbeat_ms=heartbeat_ms,
+        startup_grace_ms=grace_ms,
     )
     try:
         settings.config("", None).check()

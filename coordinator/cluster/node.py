@@ -42,6 +42,16 @@ Theory of operation:
   of its controllers, rather than move twice. A renewal that got through only after the
   node had dropped its partitions (a heartbeat held up past the deadline) is released at
   once, so they are taken again at the next heartbeat.
+* **Starting: nodes expected back.** When every node of a cluster stopped (or died) and they
+  start again, the first one up reads every other registration as run out, yet the
+  partitions are still targeted at the nodes that led them. For ``startup_grace_ms`` after
+  it registered (``coordinator.startup.grace.ms``, by default the lease) a node expects back
+  every node some partition is targeted at that is not live (:func:`~coordinator.runtime.
+  balance.awaited`): as the controller it keeps their partitions targeted at them, so each
+  node takes back its own once, and moves them only if their node has not registered by the
+  end of the grace, rather than take them all and hand them back (a double move). A node
+  that never comes back leaves its partitions unserved until then at most (or its lease, if
+  that runs out later).
 * **Stopping** gracefully unloads every partition, releases the leases and unregisters, so the
   others take over at once rather than after the lease.
 
@@ -59,7 +69,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-from coordinator.runtime.balance import Placement, balance
+from coordinator.runtime.balance import Placement, awaited, balance
 from coordinator.runtime.store.api import StoreError
 from coordinator.runtime.store.postgres_leases import (
     ClusterState,
@@ -77,6 +87,7 @@ T = TypeVar("T")
 
 DEFAULT_LEASE_MS = 10_000
 DEFAULT_HEARTBEAT_MS = 1_000
+MAX_STARTUP_GRACE_MS = 600_000
 EXPIRY_SLACK_S = 0.005
 """A heartbeat timed for another node's lease to have run out comes this much later."""
 
@@ -127,6 +138,14 @@ class ClusterConfig:
     """Partitions loaded at once (a fail-over takes all of a dead node's)."""
     start_timeout_s: float = 60.0
     """How long ``start`` waits for a previous registration of the node id to expire."""
+    startup_grace_ms: int | None = None
+    """``coordinator.startup.grace.ms``: for this long after it registered the node expects
+    back the nodes partitions are targeted at that are not live (module docstring; None: the
+    lease; 0: not at all)."""
+
+    @property
+    def grace_ms(self) -> int:
+        return self.lease_ms if self.startup_grace_ms is None else self.startup_grace_ms
 
     @property
     def margin_s(self) -> float:
@@ -138,6 +157,11 @@ class ClusterConfig:
             raise ValueError(f"a node id is 0..2147483647, got {self.node_id}")
         if self.lease_ms < 100:
             raise ValueError(f"coordinator.lease.ms must be >= 100, got {self.lease_ms}")
+        if not 0 <= self.grace_ms <= MAX_STARTUP_GRACE_MS:
+            raise ValueError(
+                f"coordinator.startup.grace.ms must be 0..{MAX_STARTUP_GRACE_MS}, got "
+                f"{self.grace_ms}"
+            )
         if self.parallel_loads < 1:
             raise ValueError(f"parallel_loads must be >= 1, got {self.parallel_loads}")
         if not 10 <= self.heartbeat_ms <= self.lease_ms // 3:
@@ -179,10 +203,11 @@ class ClusterNode:
         self.controller_epoch: int | None = None
         self._reached = False  # the last heartbeat reached PostgreSQL
         self._last_read: float | None = None  # when the last heartbeat came back (monotonic)
-        self.expected_back: set[int] = set()
-        """Nodes whose registration ran out while this node could not reach PostgreSQL
-        either, not back yet: their partitions wait for them until ``_expected_until``."""
-        self._expected_until = 0.0
+        self.awaited: dict[int, tuple[float, str]] = {}
+        """Nodes expected back, not back yet -> (until when their partitions wait for them,
+        ``monotonic``; why: "the lease" after an outage of PostgreSQL, "the startup grace"
+        after this node started)."""
+        self._grace_until: float | None = None  # this node's startup grace ends then
         self.fenced: str | None = None
         """Why this node stopped for good (its id was taken by another process), or None."""
         self.deadline = 0.0
@@ -243,6 +268,7 @@ class ClusterNode:
                 wait_ms,
             )
             await asyncio.sleep(wait_ms / 1000 + 0.01)
+        self._grace_until = self.monotonic() + cfg.grace_ms / 1000
         log.info(
             "Node %d registered (lease %d ms, heartbeat every %d ms).",
             cfg.node_id,
@@ -310,9 +336,9 @@ class ClusterNode:
         return True
 
     def _check_settled(self) -> None:
-        """Settled: every partition has a live target (the controller decided), and those
-        targeted here are served here, except the ones another live node still holds (being
-        handed over: they come later, a few at a time)."""
+        """Settled: every partition has a live target (the controller decided) or one
+        expected back, and those targeted here are served here, except the ones another live
+        node still holds (being handed over: they come later, a few at a time)."""
         state = self.view.state
         if self._settled is None or self._settled.is_set() or state is None:
             return
@@ -320,6 +346,8 @@ class ClusterNode:
         if self.node_id not in live:
             return
         for lease in state.leases:
+            if lease.target in self.awaited:
+                continue  # its node is expected back: not this node's to wait for
             if lease.target is None or lease.target not in live:
                 return
             if lease.target != self.node_id or lease.partition in self.serving:
@@ -489,16 +517,26 @@ class ClusterNode:
             return
         self.wake()
 
+    @property
+    def expected_back(self) -> set[int]:
+        """The nodes whose partitions wait for them (the balancer's ``returning``)."""
+        return set(self.awaited)
+
+    def expected_back_ms(self) -> dict[int, int]:
+        """Each node expected back -> how long (ms) its partitions still wait for it."""
+        now = self.monotonic()
+        return {n: max(0, round((t - now) * 1000)) for n, (t, _) in sorted(self.awaited.items())}
+
     def _expect_back(self, state: ClusterState, back_at: float | None) -> None:
-        """Update :attr:`expected_back` from a heartbeat's read (``back_at``: it came back then,
+        """Update :attr:`awaited` from a heartbeat's read (``back_at``: it came back then,
         after this node could not reach PostgreSQL; None: it could all along)."""
         live = set(state.live())
         before = self.view.state
+        now = self.monotonic()
         if back_at is not None and before is not None:
             gone = set(before.live()) - live - {self.node_id}
             if gone:
-                self.expected_back |= gone
-                self._expected_until = back_at + self.config.lease_ms / 1000
+                self._await(gone, back_at + self.config.lease_ms / 1000, "the lease")
                 log.warning(
                     "Node %d reached PostgreSQL again; the registrations of nodes %s ran out "
                     "meanwhile: their partitions wait up to %d ms for them to come back.",
@@ -506,14 +544,39 @@ class ClusterNode:
                     ", ".join(map(str, sorted(gone))),
                     self.config.lease_ms,
                 )
-        self.expected_back -= live
-        if self.expected_back and self.monotonic() >= self._expected_until:
+        grace = self._grace_until
+        if grace is not None and now < grace:
+            placements = [Placement(None, lease.target) for lease in state.leases]
+            new = awaited(placements, live) - set(self.awaited) - {self.node_id}
+            if new:
+                self._await(new, grace, "the startup grace")
+                log.warning(
+                    "Node %d started; coordinator partitions are targeted at nodes %s, not "
+                    "running yet: they wait up to %d ms for them to come back.",
+                    self.node_id,
+                    ", ".join(map(str, sorted(new))),
+                    round((grace - now) * 1000),
+                )
+        targeted = {lease.target for lease in state.leases}
+        for n in [n for n in self.awaited if n in live or n not in targeted]:
+            del self.awaited[n]  # back, or given up by the controller (nothing waits for it)
+        given_up: dict[str, list[int]] = {}
+        for n, (until, why) in sorted(self.awaited.items()):
+            if now >= until:
+                given_up.setdefault(why, []).append(n)
+                del self.awaited[n]
+        for why, nodes in given_up.items():
             log.warning(
-                "Node %d: nodes %s did not come back within the lease; their partitions move.",
+                "Node %d: nodes %s did not come back within %s; their partitions move.",
                 self.node_id,
-                ", ".join(map(str, sorted(self.expected_back))),
+                ", ".join(map(str, nodes)),
+                why,
             )
-            self.expected_back.clear()
+
+    def _await(self, nodes: set[int], until: float, why: str) -> None:
+        for n in nodes:
+            if n not in self.awaited or self.awaited[n][0] < until:
+                self.awaited[n] = (until, why)
 
     def _next_expiry(self, state: ClusterState) -> float | None:
         """When (``monotonic``) the first lease, registration or controller lease of another
@@ -531,8 +594,8 @@ class ClusterNode:
         running = [ms for ms in left if ms > 0]
         now = self.monotonic()
         due = [now + min(running) / 1000] if running else []
-        if self.expected_back:  # decide again when they are given up
-            due.append(max(now, self._expected_until))
+        if self.awaited:  # decide again when the first is given up
+            due.append(max(now, min(until for until, _ in self.awaited.values())))
         return min(due) + EXPIRY_SLACK_S if due else None
 
     def _extend(self, sent: float) -> None:
@@ -730,6 +793,7 @@ class ClusterNode:
                 p: {"epoch": e, "state": self.partition_state(p)}
                 for p, e in sorted(self.led.items())
             },
+            "expected_back_ms": self.expected_back_ms(),
             **self.stats,
         }
 

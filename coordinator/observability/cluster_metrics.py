@@ -5,6 +5,7 @@ other state gauges, ``metrics.StateCollector``)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
@@ -22,7 +23,7 @@ NODE_COUNTERS = {
 
 
 def cluster_families(
-    partitions: Mapping[int, str], leader_epochs: Mapping[int, int], node: Mapping[str, int] | None
+    partitions: Mapping[int, str], leader_epochs: Mapping[int, int], node: Mapping[str, Any] | None
 ) -> list[Metric]:
     """A node among several (docs/ha.md): its partitions' states and epochs, and its own
     health and counters. Nothing for one node alone."""
@@ -62,9 +63,19 @@ def cluster_families(
         "1 while this node is the controller (it runs the balancer).",
         value=node.get("controller", 0),
     )
+    expected = GaugeMetricFamily(
+        f"{NAMESPACE}_node_expected_back_ms",
+        "For each node this node expects back (a node the coordinator partitions are still "
+        "targeted at while this node starts, or one whose registration ran out during an "
+        "outage of PostgreSQL): how long, in ms, its partitions still wait for it before the "
+        "controller moves them. No series: no node is expected back.",
+        labels=["node"],
+    )
+    for n, left in sorted(node.get("expected_back_ms", {}).items()):
+        expected.add_metric([str(n)], left)
     counters = []
     for stem, help_text in NODE_COUNTERS.items():
         counter = CounterMetricFamily(f"{NAMESPACE}_node_{stem}", help_text)
         counter.add_metric([], node.get(stem, 0))
         counters.append(counter)
-    return [state, epochs, counts, reachable, controller, *counters]
+    return [state, epochs, counts, reachable, controller, expected, *counters]

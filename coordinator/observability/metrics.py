@@ -160,9 +160,10 @@ class StateCounts:
     (``cluster_metrics.PARTITION_STATES``); empty for one node alone."""
     leader_epochs: dict[int, int] = field(default_factory=dict)
     """partition -> the leader epoch this node holds it at."""
-    node: dict[str, int] | None = None
+    node: dict[str, Any] | None = None
     """Among several nodes: this node's ``reachable``, ``controller`` and counters
-    (``heartbeats``, ``heartbeat_failures``, ``loads``, ``moves``, ``lost``)."""
+    (``heartbeats``, ``heartbeat_failures``, ``loads``, ``moves``, ``lost``), and
+    ``expected_back_ms`` (node id -> how long its partitions still wait for it)."""
 
 
 # The label values every set gauge exports, at 0 when nothing is in them, so that an alert on

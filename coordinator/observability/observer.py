@@ -320,7 +320,7 @@ def count_state(
     runtime: Any,
     frontends: Callable[[], Mapping[int, int]] | None = None,
     racks: RackLocality | None = None,
-    cluster: Callable[[], dict[str, int] | None] | None = None,
+    cluster: Callable[[], dict[str, Any] | None] | None = None,
 ) -> StateCounts:
     """Groups, members and offsets of every shard (each shard's public
     :meth:`~coordinator.core.shard.GroupCoordinatorShard.census`), shard states and load times,
@@ -421,7 +421,7 @@ def start_metrics_endpoint(
     *,
     frontends: Callable[[], Mapping[int, int]] | None = None,
     tls: Any = None,
-    cluster: Callable[[], dict[str, int] | None] | None = None,
+    cluster: Callable[[], dict[str, Any] | None] | None = None,
 ) -> Any:
     """Serve the runtime's metrics on ``http://host:port/metrics`` (call on the event loop:
     the state gauges are read on it). Returns the server (``.port``, ``.close()``)."""

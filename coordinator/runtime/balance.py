@@ -20,6 +20,11 @@ Rules, in order:
    moved by the balancer, unless its node is gone. In the end every node has ``floor(P/n)`` or
    ``ceil(P/n)`` partitions. Nothing is moved so while a node is expected back: the load
    evens out once it is back or given up.
+
+Who is expected back is the node's to decide (``coordinator/cluster/node.py``): the nodes whose
+registration ran out during an outage of PostgreSQL, and, while a node starts, the nodes the
+partitions are still targeted at (:func:`awaited`): when a whole cluster starts again, the
+first node up keeps each partition for the node that led it.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
-__all__ = ["Placement", "balance"]
+__all__ = ["Placement", "awaited", "balance"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +111,13 @@ def balance(
         load[dst] += 1
         in_motion = moving()
     return targets
+
+
+def awaited(placements: Sequence[Placement], live: Collection[int]) -> set[int]:
+    """The nodes some partition is targeted at that are not live: when a whole cluster starts
+    again, the nodes that led the partitions before, not back yet (a node that left for good
+    was given up and its partitions targeted elsewhere before; a fresh store targets none)."""
+    return {p.target for p in placements if p.target is not None and p.target not in live}
 
 
 def counts(targets: Sequence[int | None], live: Sequence[int]) -> Mapping[int, int]:

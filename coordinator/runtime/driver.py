@@ -63,7 +63,8 @@ same decisions. Theory of operation:
   driver runs the shard's ``on_write_error`` with the timeout's error as a command of its own,
   at once (``OwnCommands.write_errors``).
 * **Failure.** If an append fails, that batch and every later un-persisted batch fail with
-  COORDINATOR_NOT_AVAILABLE in-band; every state machine is rolled back (undo log) to its mark
+  COORDINATOR_NOT_AVAILABLE in-band (the requests of a partition the append was fenced off
+  from, its lease taken over by another node: NOT_COORDINATOR, as Kafka's); every state machine is rolled back (undo log) to its mark
   at the start of the failed batch; their timer operations, log events, completions and
   offloads are dropped; then every write watch of the failed batches is told (on the
   rolled-back state; again if it had timed out first). An append whose outcome is unknown
@@ -93,6 +94,7 @@ from coordinator.core.errors import (
     CoordinatorError,
     CoordinatorLoadInProgressError,
     CoordinatorNotAvailableError,
+    NotCoordinatorError,
 )
 from coordinator.core.events import LogEvent
 from coordinator.core.records import Record
@@ -782,19 +784,40 @@ class Driver:
         if self.observer is not None:
             for b in failed:
                 self.observer.batch_failed(b, len(b.records), exc)
+        taken = _taken_over(exc)
         for b in failed:
             b.resolved, b.error = True, error
             self.timeouts.settled(b)
             self.timing.settle(b.timer_ops, durable=False)
-            for fut, _response, _index in b.waiters:
+            for fut, _response, index in b.waiters:
                 if not fut.done():
-                    fut.set_exception(error)
+                    lost = taken.get(index) if taken and index is not None else None
+                    fut.set_exception(error if lost is None else lost)
             for then in b.then:
                 then(error)
         watched = [w for b in failed for w in b.watches]
         if watched:  # after the rollback: the core hears of each on the state before it
             self.own.write_errors(watched, error)
         return failed
+
+
+def _taken_over(exc: BaseException) -> dict[int, NotCoordinatorError]:
+    """The coordinator partitions an append was fenced off from (another node took their
+    leases over), each with what its requests in the failed batches are answered:
+    NOT_COORDINATOR, as Kafka's coordinator answers a write that failed because its partition's
+    leadership moved (NOT_LEADER_OR_FOLLOWER becomes NOT_COORDINATOR), so the client finds the
+    new leader at once. Requests of the other partitions of those batches keep the retriable
+    COORDINATOR_NOT_AVAILABLE: this node still leads them."""
+    if not isinstance(exc, StoreFencedError):
+        return {}
+    return {
+        p: NotCoordinatorError(
+            f"This node's lease of coordinator partition {p} was taken over by another node "
+            "before the write landed (nothing of it was written): ask FindCoordinator again."
+        )
+        for p in exc.partitions
+        if p != CLUSTER_LOG
+    }
 
 
 def _fail_future(fut: Any, error: BaseException | None) -> None:

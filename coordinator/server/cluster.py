@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from coordinator.cluster import ClusterConfig, ClusterNode
 from coordinator.cluster.node import DEFAULT_HEARTBEAT_MS, DEFAULT_LEASE_MS
@@ -56,6 +57,8 @@ class ClusterSettings:
     dsn: str
     lease_ms: int = DEFAULT_LEASE_MS
     heartbeat_ms: int = DEFAULT_HEARTBEAT_MS
+    startup_grace_ms: int | None = None
+    """``coordinator.startup.grace.ms`` (None: the lease)."""
 
     def config(self, address: str, kafka_address: str | None) -> ClusterConfig:
         return ClusterConfig(
@@ -64,6 +67,7 @@ class ClusterSettings:
             kafka_address=kafka_address,
             lease_ms=self.lease_ms,
             heartbeat_ms=self.heartbeat_ms,
+            startup_grace_ms=self.startup_grace_ms,
             parallel_loads=LOAD_THREADS,
         )
 
@@ -128,7 +132,7 @@ class ClusterMember:
         node = self.node
         return node is not None and not self.partitions.lead.joining and node.healthy
 
-    def metrics(self) -> dict[str, int] | None:
+    def metrics(self) -> dict[str, Any] | None:
         """This node's health and counters for the metrics (None until it joined)."""
         node = self.node
         if node is None:
@@ -142,6 +146,7 @@ class ClusterMember:
             "partition_loads": stats["loads"],
             "partition_moves": stats["moves"],
             "partitions_lost": stats["lost"],
+            "expected_back_ms": node.expected_back_ms(),
         }
 
     async def leave(self) -> None:

@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+import grpc
 from conftest import ServerProcess
 from pg import PostgresServer
 
@@ -135,6 +136,82 @@ def describe_cluster(dsn: str) -> dict:
         return cluster_cli.describe(leases.state())
     finally:
         leases.close()
+
+
+def served(dsn: str) -> dict[int, tuple[int, int]] | None:
+    """partition -> (leader, leader epoch) once every partition is served by a live leader
+    that finished loading it at its epoch (``kip848 cluster describe``), else None."""
+    parts = describe_cluster(dsn)["partitions"]
+    if any(p["state"] != "serving" for p in parts):
+        return None
+    return {p["partition"]: (p["leader"], p["leader_epoch"]) for p in parts}
+
+
+def commit_answer(
+    channel: grpc.Channel, group: str, offset: int, timeout: float = 5, topic: str = "events"
+) -> offsets_pb2.OffsetCommitResponse:
+    """An OffsetCommit of ``group`` (no member: a simple consumer's) of ``topic``'s partition 0
+    at ``offset``: the whole answer."""
+    return offsets_pb2_grpc.OffsetServiceStub(channel).OffsetCommit(
+        offsets_pb2.OffsetCommitRequest(
+            group_id=group,
+            topics=[
+                offsets_pb2.OffsetCommitRequest.Topic(
+                    name=topic,
+                    partitions=[
+                        offsets_pb2.OffsetCommitRequest.Partition(
+                            partition_index=0, committed_offset=offset
+                        )
+                    ],
+                )
+            ],
+        ),
+        timeout=timeout,
+    )
+
+
+def simple_commit(
+    channel: grpc.Channel, group: str, offset: int, timeout: float = 5, topic: str = "events"
+) -> set[int]:
+    """:func:`commit_answer`'s partitions' error codes."""
+    resp = commit_answer(channel, group, offset, timeout, topic)
+    return {p.error_code for t in resp.topics for p in t.partitions}
+
+
+class PartitionGroups:
+    """A group in each of ``partitions`` coordinator partitions, committed (offsets of
+    ``topic``'s partition 0, as a simple consumer) and read through whichever node leads it,
+    found through a given node; the gRPC channels it opened are closed by :meth:`close`."""
+
+    def __init__(self, partitions: int, topic: str = "events", prefix: str = "o") -> None:
+        from coordinator.routing import partition_for
+
+        self.topic = topic
+        self.groups: dict[int, str] = {}
+        for i in range(100 * partitions):
+            self.groups.setdefault(partition_for(f"{prefix}{i}", partitions), f"{prefix}{i}")
+        assert sorted(self.groups) == list(range(partitions))
+        self.channels: dict[str, grpc.Channel] = {}
+
+    def channel_for(self, address: str) -> grpc.Channel:
+        return self.channels.setdefault(address, grpc.insecure_channel(address))
+
+    def commit_all(self, through: ServerProcess, offset: int) -> None:
+        """Commit ``offset`` for every group at its coordinator (bounded retries)."""
+        for group in self.groups.values():
+            at_coordinator(
+                through,
+                group,
+                self.channel_for,
+                lambda ch, g=group: (max(simple_commit(ch, g, offset, topic=self.topic)), None),
+            )
+
+    def committed_all(self, through: ServerProcess) -> dict[str, dict]:
+        return {g: committed(through, g, self.channel_for) for g in self.groups.values()}
+
+    def close(self) -> None:
+        for ch in self.channels.values():
+            ch.close()
 
 
 def find_coordinator(server: ServerProcess, group: str) -> tuple[int, str]:

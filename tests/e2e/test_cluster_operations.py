@@ -71,6 +71,7 @@ def test_describe_move_and_the_clients_view(pg_server, tmp_path: Path) -> None:
             "EXPIRES-MS",
             "PARTITIONS",
             "CLUSTER-LOG-LAG",
+            "TARGETED",
         ]
 
         # A topic created through node 1 reaches node 2's registry (the cluster log).

@@ -34,19 +34,19 @@ import pytest
 from cluster_support import (
     LEASE_MS,
     Nodes,
+    PartitionGroups,
     Workers,
-    at_coordinator,
     commits_held,
     committed,
-    describe_cluster,
     journal_epochs,
+    served,
     settings,
+    simple_commit,
     until,
 )
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from pg import PostgresServer
 
-from coordinator.routing import partition_for
 from kip848.v1 import admin_pb2, common_pb2, offsets_pb2, offsets_pb2_grpc
 
 pytestmark = pytest.mark.slow
@@ -173,15 +173,6 @@ def test_postgresql_restarted_and_away_longer_than_the_lease(
         ch.close()
 
 
-def served(dsn: str) -> dict[int, tuple[int, int]] | None:
-    """partition -> (leader, leader epoch) once every partition is served by a live leader
-    that finished loading it at its epoch (``kip848 cluster describe``), else None."""
-    parts = describe_cluster(dsn)["partitions"]
-    if any(p["state"] != "serving" for p in parts):
-        return None
-    return {p["partition"]: (p["leader"], p["leader_epoch"]) for p in parts}
-
-
 def test_after_postgresql_away_past_the_lease_each_partition_goes_back_to_its_node(
     own_pg: PostgresServer, tmp_path: Path
 ) -> None:
@@ -199,23 +190,10 @@ def test_after_postgresql_away_past_the_lease_each_partition_goes_back_to_its_no
         nodes.start(n)
     node1 = nodes.procs[1]
     assert node1.create_topic(TOPIC, 1)
-    groups: dict[int, str] = {}
-    for i in range(1000):
-        groups.setdefault(partition_for(f"o{i}", 9), f"o{i}")
-    assert sorted(groups) == list(range(9))
-    channels: dict[str, grpc.Channel] = {}
-
-    def channel_for(address: str) -> grpc.Channel:
-        return channels.setdefault(address, grpc.insecure_channel(address))
+    groups = PartitionGroups(9, TOPIC)
 
     def commit_all(offset: int) -> None:
-        for group in groups.values():
-            at_coordinator(
-                node1,
-                group,
-                channel_for,
-                lambda ch, g=group: (max(simple_commit(ch, g, offset)), None),
-            )
+        groups.commit_all(node1, offset)
 
     def settled() -> dict[int, tuple[int, int]] | None:
         now = served(dsn)
@@ -267,37 +245,13 @@ def test_after_postgresql_away_past_the_lease_each_partition_goes_back_to_its_no
         controller_log = "".join(nodes.log_text(n) for n in (1, 2))
         assert "nodes 3 did not come back within the lease" in controller_log
         commit_all(3)
-        for group in groups.values():
-            assert committed(node1, group, channel_for) == {(TOPIC, 0): 3}
+        assert groups.committed_all(node1) == {g: {(TOPIC, 0): 3} for g in groups.groups.values()}
         print(f"... node 3 gone meanwhile: every partition served after {took:.2f} s")
     finally:
         nodes.stop_all()
-        for ch in channels.values():
-            ch.close()
+        groups.close()
     for log, epochs_of in journal_epochs(dsn).items():
         assert epochs_of == sorted(epochs_of), (log, epochs_of)
-
-
-def simple_commit(channel: grpc.Channel, group: str, offset: int, timeout: float = 5) -> set[int]:
-    """An OffsetCommit of ``group`` (no member: a simple consumer's) of ``TOPIC``'s partition 0
-    at ``offset``: its partitions' error codes."""
-    resp = offsets_pb2_grpc.OffsetServiceStub(channel).OffsetCommit(
-        offsets_pb2.OffsetCommitRequest(
-            group_id=group,
-            topics=[
-                offsets_pb2.OffsetCommitRequest.Topic(
-                    name=TOPIC,
-                    partitions=[
-                        offsets_pb2.OffsetCommitRequest.Partition(
-                            partition_index=0, committed_offset=offset
-                        )
-                    ],
-                )
-            ],
-        ),
-        timeout=timeout,
-    )
-    return {p.error_code for t in resp.topics for p in t.partitions}
 
 
 def test_a_commit_held_up_in_postgresql_is_answered_when_its_partition_is_dropped(

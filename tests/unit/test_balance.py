@@ -7,7 +7,7 @@ from collections import Counter
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from coordinator.runtime.balance import Placement, balance
+from coordinator.runtime.balance import Placement, awaited, balance
 
 PAIRS = st.lists(
     st.tuples(st.sampled_from([None, 1, 2, 3, 4, 5]), st.sampled_from([None, 1, 2, 3, 4, 5])),
@@ -130,3 +130,49 @@ def test_nodes_expected_back_keep_their_partitions(
             assert t == placement.target  # kept: no move while a node is expected back
         else:
             assert t in live  # nothing new for a node expected back
+
+
+def test_a_cluster_started_again_gives_each_partition_back_to_its_node() -> None:
+    """Every node stopped (their leases and registrations ran out, the targets stay) and
+    started again one by one. The first node up expects back the nodes the partitions are
+    targeted at (``awaited``): it keeps their partitions for them and takes only its own; as
+    each comes back it takes its own: one take per partition, nothing moved to even out. The
+    controller's decisions are replayed as the nodes take what is targeted at them."""
+    targets = [1, 2, 3] * 4
+    placements = [Placement(leader=None, target=t) for t in targets]
+    assert awaited(placements, [1]) == {2, 3}
+    takes: Counter[int] = Counter()
+    for live in ([1], [1, 2], [1, 2, 3]):
+        out = balance(placements, live, returning=awaited(placements, live))
+        assert out == targets
+        placements = [
+            Placement(leader=t if t in live else p.leader, target=t)
+            for p, t in zip(placements, out, strict=True)
+        ]
+        for p, placement in enumerate(placements):
+            if placement.leader in live and takes[p] == 0:
+                takes[p] += 1
+    assert takes == Counter(range(12))
+    assert awaited(placements, [1, 2, 3]) == set()
+    # Before: the first node up took every partition (each of nodes 2's and 3's moved twice).
+    assert balance([Placement(None, t) for t in targets], [1]) == [1] * 12
+
+
+def test_a_node_not_back_within_the_grace_has_its_partitions_spread() -> None:
+    """Node 3 does not come back: once the starting node gives it up (no longer returning),
+    its partitions go to the live nodes, evenly, at once (nobody serves them), and nothing
+    else moves."""
+    targets = [1, 2, 3] * 4
+    placements = [Placement(leader=t if t != 3 else None, target=t) for t in targets]
+    assert balance(placements, [1, 2], returning={3}) == targets
+    out = balance(placements, [1, 2])
+    assert [out[p] for p in range(12) if targets[p] != 3] == [1, 2] * 4
+    assert sorted(Counter(out).values()) == [6, 6]
+
+
+def test_awaited_names_only_targets_not_live() -> None:
+    """A fresh store targets no node; a node every partition was moved away from (it left, or
+    was given up) is not awaited; a node not live that partitions still target is."""
+    assert awaited([Placement(None, None)] * 3, [1]) == set()
+    assert awaited([Placement(1, 1), Placement(None, 2), Placement(2, 4)], [1, 2]) == {4}
+    assert awaited([Placement(None, 5), Placement(None, 5)], []) == {5}

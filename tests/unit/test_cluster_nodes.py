@@ -579,3 +579,123 @@ def test_a_node_gone_during_an_outage_has_its_partitions_moved_a_lease_after(
         assert ledger.violations == []
 
     asyncio.run(story())
+
+
+GRACE_MS = 1_500
+"""``coordinator.startup.grace.ms`` of the restart tests: the nodes start within it."""
+
+
+def targets_now(dsn: str) -> dict[int, int | None]:
+    """partition -> the node the controller targets it at, as PostgreSQL has it."""
+    admin = PostgresLeases(dsn, where="test")
+    try:
+        return {lease.partition: lease.target for lease in admin.leases()}
+    finally:
+        admin.close()
+
+
+async def stopped_whole(
+    dsn: str, ledger: Ledger, how: str
+) -> tuple[dict[int, int], dict[int, tuple[int | None, int]]]:
+    """Three nodes settled, then every one stopped at once (``stop``: gracefully; ``crash``:
+    as if killed, nothing released): where each partition was served, and its lease then."""
+    nodes = await three_settled(dsn, ledger)
+    before, epochs = dict(ledger.serving), leases_now(dsn)
+    if how == "stop":
+        await asyncio.gather(*(node.stop() for node, _, _ in nodes))
+    else:
+        for node, _, _ in nodes:
+            crash(node)
+        for p, n in before.items():
+            ledger.dropped(n, p, "crash")
+    assert ledger.serving == {}
+    assert targets_now(dsn) == before  # a stop releases the leases and keeps the targets
+    return before, epochs
+
+
+async def started(dsn: str, ledger: Ledger, ids: list[int]) -> list[ClusterNode]:
+    """Nodes ``ids`` started 0.2 s apart (each waits for its earlier registration to run out
+    if its process was killed)."""
+    nodes = [make_node(dsn, n, ledger, startup_grace_ms=GRACE_MS)[0] for n in ids]
+    starts = []
+    for node in nodes:
+        starts.append(asyncio.ensure_future(node.start()))
+        await asyncio.sleep(0.2)
+    await asyncio.gather(*starts)
+    return nodes
+
+
+@pytest.mark.parametrize("how", ["stop", "crash"])
+def test_a_cluster_stopped_whole_and_started_again_takes_each_partition_once(
+    store_dsn: str, how: str
+) -> None:
+    """Every node stopped at once (gracefully, or killed), then started again one after the
+    other: the first one up does not take the partitions targeted at the others (they are
+    expected back for the startup grace): each partition is taken once, by the node that led
+    it, at the next leader epoch, and nothing is handed over or evened out after."""
+
+    async def story() -> None:
+        ledger = Ledger()
+        before, epochs = await stopped_whole(store_dsn, ledger, how)
+        mark = len(ledger.events)
+        nodes = await started(store_dsn, ledger, [1, 2, 3])
+        await until(lambda: len(ledger.serving) == P, "every partition served again")
+        await asyncio.sleep(GRACE_MS / 1000 + 0.3)  # past the grace: nothing moves after
+        assert ledger.serving == before
+        assert history(ledger.events[mark:]) == {p: [("load", n)] for p, n in before.items()}
+        assert leases_now(store_dsn) == {p: (n, e + 1) for p, (n, e) in epochs.items()}
+        assert all(node.expected_back_ms() == {} for node in nodes)
+        for node in nodes:
+            await node.stop()
+        assert ledger.violations == []
+
+    asyncio.run(story())
+
+
+def test_a_node_not_back_within_the_startup_grace_has_its_partitions_taken_then(
+    store_dsn: str,
+) -> None:
+    """The whole cluster killed; nodes 1 and 2 start again, node 3 does not. Its partitions
+    wait for it (observable: the nodes' ``expected_back_ms``, ``cluster describe``'s
+    ``targeted`` of a node not live) until the startup grace of the first node up has run
+    out, then go to nodes 1 and 2, once each, and are served within a few heartbeats of it."""
+    from coordinator.cli.cluster import describe
+
+    async def story() -> None:
+        ledger = Ledger()
+        before, epochs = await stopped_whole(store_dsn, ledger, "crash")
+        third = sorted(p for p, n in before.items() if n == 3)
+        mark = len(ledger.events)
+        start = time.monotonic()
+        nodes = await started(store_dsn, ledger, [1, 2])
+        first_up = nodes[0]._grace_until - GRACE_MS / 1000  # type: ignore[operator]
+        await until(lambda: len(ledger.serving) == P - len(third), "nodes 1, 2 to serve theirs")
+        assert all(ledger.serving[p] == before[p] for p in before if p not in third)
+        left = nodes[0].expected_back_ms()
+        assert list(left) == [3] and 0 < left[3] <= GRACE_MS, left
+        admin = PostgresLeases(store_dsn, where="test")
+        d = describe(admin.state())
+        admin.close()
+        node3 = next(n for n in d["nodes"] if n["node_id"] == 3)
+        assert (node3["live"], node3["targeted"]) == (False, len(third))
+        await until(lambda: len(ledger.serving) == P, "node 3's partitions taken")
+        took = time.monotonic() - first_up
+        assert GRACE_MS / 1000 <= took < GRACE_MS / 1000 + 1.0, (took, time.monotonic() - start)
+        assert history(ledger.events[mark:]) == {p: [("load", ledger.serving[p])] for p in range(P)}
+        assert all(ledger.serving[p] in (1, 2) for p in third)
+        after = leases_now(store_dsn)
+        assert {p: e for p, (_, e) in after.items()} == {p: e + 1 for p, (_, e) in epochs.items()}
+        assert all(node.expected_back_ms() == {} for node in nodes)
+        for node in nodes:
+            await node.stop()
+        assert ledger.violations == []
+
+    asyncio.run(story())
+
+
+def test_the_startup_grace_is_bounded() -> None:
+    cfg = ClusterConfig(node_id=1, address="a:1", lease_ms=2_000, heartbeat_ms=200)
+    assert cfg.grace_ms == 2_000  # the lease by default
+    assert ClusterConfig(1, "a:1", startup_grace_ms=0).grace_ms == 0
+    with pytest.raises(ValueError, match=r"coordinator.startup.grace.ms must be 0..600000"):
+        ClusterConfig(1, "a:1", startup_grace_ms=600_001).check()

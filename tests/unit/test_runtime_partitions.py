@@ -63,6 +63,20 @@ async def leading(
     return rt, parts
 
 
+async def leading_two(
+    shared: MemoryRecordStore,
+) -> tuple[CoordinatorRuntime, object, str, int]:
+    """Node 1 leading ``GP`` and another partition (epoch 1 each), topic ``t`` created: the
+    runtime, its partitions, a group of the other partition and that partition."""
+    rt, parts = await leading(shared, 1, GP, 1)
+    h = next(f"h{i}" for i in range(100) if partition_for(f"h{i}", P) != GP)
+    hp = partition_for(h, P)
+    shared.set_leader(hp, 1, 1)
+    await parts.load_partition(hp, 1)
+    await rt.create_topics([NewTopic(name="t", num_partitions=1)])
+    return rt, parts, h, hp
+
+
 async def fetched(rt: CoordinatorRuntime, group: str) -> dict[tuple[str, int], int]:
     (answer,) = await rt.offset_fetch([OffsetFetchGroup(group_id=group)])
     return {
@@ -100,7 +114,7 @@ async def test_a_node_serves_what_it_loaded_and_stops_when_fenced_off() -> None:
     shared.set_leader(GP, 2, 4)
     before = len(list(shared.journal(GP)))
     with rt.watchers.watch(G) as watch:
-        with pytest.raises(CoordinatorNotAvailableError, match="no longer leads partitions"):
+        with pytest.raises(NotCoordinatorError, match=f"partition {GP} was taken over"):
             await rt.offset_commit(commit(G, {("t", 0): 43}, joined.member_epoch, "m1"))
         await asyncio.wait_for(watch.changed(), 1)
         with pytest.raises(NotCoordinatorError):
@@ -197,12 +211,7 @@ async def test_a_dropped_partitions_requests_waiting_for_a_write_are_answered_at
     past the clients' request timeouts). Another partition's requests in the same append wait
     for it and are acknowledged."""
     shared = MemoryRecordStore(partitions=P)
-    rt, parts = await leading(shared, 1, GP, 1)
-    h = next(f"h{i}" for i in range(100) if partition_for(f"h{i}", P) != GP)
-    hp = partition_for(h, P)
-    shared.set_leader(hp, 1, 1)
-    await parts.load_partition(hp, 1)
-    await rt.create_topics([NewTopic(name="t", num_partitions=1)])
+    rt, parts, h, hp = await leading_two(shared)
     g_epoch = (await rt.heartbeat(join(G, member_id="m1"))).member_epoch
     h_epoch = (await rt.heartbeat(join(h, member_id="m2"))).member_epoch
     shared.hold_appends()
@@ -222,6 +231,42 @@ async def test_a_dropped_partitions_requests_waiting_for_a_write_are_answered_at
     assert await fetched(rt, h) == {("t", 0): 7}
     (answer,) = await rt.offset_fetch([OffsetFetchGroup(group_id=G)])
     assert answer.error_code == NotCoordinatorError.code
+    await rt.close()
+
+
+async def test_a_write_fenced_off_answers_its_partitions_requests_not_coordinator() -> None:
+    """One append carries the commits of two partitions; while it is held up another node
+    takes one of them over (its lease at a higher epoch). The append is fenced off, nothing of
+    it written: the taken-over partition's commit is answered NOT_COORDINATOR (its leadership
+    moved: the client finds the new leader at once, as Kafka's coordinator answers a write
+    whose partition's leader changed), the other partition's COORDINATOR_NOT_AVAILABLE (still
+    led here: retried here, and then acknowledged)."""
+    shared = MemoryRecordStore(partitions=P)
+    rt, parts, h, hp = await leading_two(shared)
+    shared.hold_appends()
+    writing = [
+        asyncio.ensure_future(rt.offset_commit(commit(group, {("t", 0): 7}))) for group in (G, h)
+    ]
+    await asyncio.sleep(0.05)
+    assert not any(w.done() for w in writing)  # both wait for the held append
+    shared.set_leader(GP, 2, 2)  # taken over meanwhile
+    shared.release_appends()
+    with pytest.raises(NotCoordinatorError) as taken:
+        await asyncio.wait_for(writing[0], 1)
+    assert taken.value.code == 16
+    assert str(taken.value) == (
+        f"This node's lease of coordinator partition {GP} was taken over by another node "
+        "before the write landed (nothing of it was written): ask FindCoordinator again."
+    )
+    with pytest.raises(CoordinatorNotAvailableError, match="no longer leads partitions"):
+        await asyncio.wait_for(writing[1], 1)
+    assert parts.lead.states[GP] is PartitionState.NOT_LED
+    assert list(shared.journal(GP)) == [] and list(shared.journal(hp)) == []
+    answer = await rt.offset_commit(commit(h, {("t", 0): 8}))
+    assert [p.error_code for t in answer.topics for p in t.partitions] == [0]
+    assert await fetched(rt, h) == {("t", 0): 8}
+    (fetch_g,) = await rt.offset_fetch([OffsetFetchGroup(group_id=G)])
+    assert fetch_g.error_code == NotCoordinatorError.code
     await rt.close()
 
 
