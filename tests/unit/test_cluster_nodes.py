@@ -693,9 +693,27 @@ def test_a_node_not_back_within_the_startup_grace_has_its_partitions_taken_then(
     asyncio.run(story())
 
 
-def test_the_startup_grace_is_bounded() -> None:
+def test_the_startup_grace_is_a_bounded_server_setting() -> None:
+    """``coordinator.startup.grace.ms``: the lease by default, 0 to 600000 (0: off), refused
+    at start with a message naming it otherwise."""
+    import argparse
+
+    from coordinator.cli.config import is_server_setting
+    from coordinator.cli.errors import UsageError
+    from coordinator.cli.serve import cluster_settings
+
     cfg = ClusterConfig(node_id=1, address="a:1", lease_ms=2_000, heartbeat_ms=200)
     assert cfg.grace_ms == 2_000  # the lease by default
     assert ClusterConfig(1, "a:1", startup_grace_ms=0).grace_ms == 0
     with pytest.raises(ValueError, match=r"coordinator.startup.grace.ms must be 0..600000"):
         ClusterConfig(1, "a:1", startup_grace_ms=600_001).check()
+    assert is_server_setting("coordinator.startup.grace.ms")
+    args = argparse.Namespace(store="postgresql://u@h/db", node_id=1)
+    assert cluster_settings(args, {}).config("a:1", None).grace_ms == 10_000
+    chosen = cluster_settings(args, {"coordinator.startup.grace.ms": "30000"})
+    assert chosen.config("a:1", None).grace_ms == 30_000
+    for bad in ("-1", "600001"):
+        with pytest.raises(UsageError, match=f"must be 0..600000, got {bad}"):
+            cluster_settings(args, {"coordinator.startup.grace.ms": bad})
+    with pytest.raises(UsageError, match="coordinator.startup.grace.ms"):
+        cluster_settings(args, {"coordinator.startup.grace.ms": "soon"})
