@@ -10,10 +10,12 @@ Reads on a ``TDict`` are plain ``dict`` reads (no overhead). Logging is off whil
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from itertools import repeat
-from typing import Any
+from typing import Any, TypeVar
 
 _MISSING: Any = object()
+T = TypeVar("T")
 _new_dict = dict.__new__
 
 
@@ -45,6 +47,43 @@ class UndoLog:
                 dict.pop(target, key, None)
             else:
                 dict.__setitem__(target, key, old)
+
+    def as_of(self, mark: int, fn: Callable[[], T]) -> T:
+        """``fn()`` run on the state as it was at ``mark``: everything logged after it is undone,
+        ``fn`` runs, whatever ``fn`` logged is undone, then everything after ``mark`` is done
+        again, exactly (each entry's later value was noted as it was undone). A read of the
+        state as of an earlier point (Kafka's timeline structures read at a snapshot epoch)
+        that leaves the state and the log as they were; ``fn`` must change nothing but through
+        the log (a read: derived caches at most)."""
+        n = mark - self._base
+        if n < 0:
+            raise ValueError(f"cannot read as of {mark}: released up to {self._base}")
+        entries = self._entries
+        later = entries[n:]
+        undone: list[Any] = []  # each later entry's value after it, in reverse order
+        for target, key, old, is_attr in reversed(later):
+            if is_attr:
+                undone.append(getattr(target, key))
+                object.__setattr__(target, key, old)
+            else:
+                undone.append(dict.get(target, key, _MISSING))
+                if old is _MISSING:
+                    dict.pop(target, key, None)
+                else:
+                    dict.__setitem__(target, key, old)
+        del entries[n:]
+        try:
+            return fn()
+        finally:
+            self.rollback(mark)  # what fn logged (derived state)
+            for (target, key, _old, is_attr), value in zip(later, reversed(undone), strict=True):
+                if is_attr:
+                    object.__setattr__(target, key, value)
+                elif value is _MISSING:
+                    dict.pop(target, key, None)
+                else:
+                    dict.__setitem__(target, key, value)
+            entries.extend(later)
 
     def release(self, mark: int) -> None:
         if self.keeps_history:

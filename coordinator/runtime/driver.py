@@ -24,10 +24,22 @@ same decisions. Theory of operation:
   (:meth:`Driver.write_failed`). While a batch is in flight, new commands accumulate into the
   next one: group commit grows by itself with the load.
 * **Answers after durability.** A response is released only once its batch is durable. A
-  command with no records (a read, a steady heartbeat) waits for the last outstanding batch of
-  its state machine, so it never exposes state that could still be lost; with nothing
-  outstanding it is answered at once, without a future. The pure reads of the cluster log's
-  state (topics, ACLs, SCRAM credentials, group configs) and the authorizer do not run here:
+  command with no records (a steady heartbeat, Kafka's write operation without records) waits
+  for the last outstanding batch of its state machine, so it never exposes state that could
+  still be lost; with nothing outstanding it is answered at once, without a future.
+* **Reads** (``reads.py``, Kafka's ``scheduleReadOperation``). A request's read of groups
+  (OffsetFetch, DescribeGroups, ConsumerGroupDescribe, ListGroups, the push stream's views:
+  :attr:`Driver.reads`) waits for no write: it reads the committed state at once. A failed
+  batch rolls a shard back whole, so the driver notes per shard which groups have a change it
+  would roll back — their records in an outstanding batch, or a change without records made
+  while one was outstanding (a classic rebalance's) — each with that batch, until it is
+  durable. A group with none is read as it is (then its committed state: the groups of a shard
+  are independent); any other read (ListGroups: the shard whole) reads the shard as of the
+  start of its oldest outstanding batch, through the undo log (``UndoLog.as_of``: undone,
+  read, redone). Its topics image is the cluster log's committed one. A stable OffsetFetch
+  (``require_stable``: Kafka runs it as a write without records) reads the latest state and
+  waits for the last batch holding a change of its group only. The pure reads of the cluster
+  log's state (topics, ACLs, SCRAM credentials, group configs) and the authorizer do not run here:
   they read its committed copy (``committed.py``, Kafka's metadata cache), which replays a
   batch's cluster records once it is durable (:attr:`Driver.committed`), before any of the
   batch's answers is released; so they never wait behind a write, and a writer that got its
@@ -104,6 +116,7 @@ from coordinator.routing import CLUSTER_LOG, partition_for
 
 from .leadership import Leadership
 from .own_commands import OwnCommands
+from .reads import Reads
 from .requests import Command
 from .store.api import StoreFencedError, StoreWriteError
 from .timing import EXPIRE_OFFSETS, STALL_GRACE_MS, TIMER_RETRY_MS, Timers
@@ -209,6 +222,7 @@ class Batch:
         "end_marks",
         "error",
         "events",
+        "groups",
         "offloads",
         "records",
         "regex_resolutions",
@@ -232,6 +246,8 @@ class Batch:
         self.commands = 0
         self.completions: list[tuple[int, int, Any]] = []  # (machine, token, response)
         self.events: list[LogEvent] = []  # written once durable, dropped on failure
+        # shard -> the groups (None: the shard as a whole) it marked uncommitted with this batch
+        self.groups: dict[int, set[str | None]] = {}
         self.offloads: list[tuple[int, str]] = []  # (machine, group): computations to start
         self.regex_resolutions: list[tuple[int, str]] = []  # (machine, group): to resolve
         # (caller's future, its response, its state machine; None: the driver's own wait)
@@ -295,6 +311,8 @@ class Driver:
         self.timing = Timers(self, stall_watch=stall_watch)
         self.timeouts = WriteTimeouts(self)
         """Answers not durable in time (``write_timeout.py``)."""
+        self.reads = Reads(self)
+        """Requests' reads of groups, from the committed state (``reads.py``)."""
         self.timers = self.timing.table
         self.turns = Turns(host.call_soon, host.perf)
         self.state = RuntimeState.INITIAL
@@ -365,18 +383,22 @@ class Driver:
     # ------------------------------------------------------------------ commands
 
     def execute(
-        self, index: int, fn: Callable[[Any], Any], *, read: bool = False
+        self,
+        index: int,
+        fn: Callable[[Any], Any],
+        *,
+        read: bool = False,
+        group: str | None = None,
     ) -> tuple[Any, Batch | None]:
         """Run one command now, outside the turns. Returns its response and the batch it must
-        wait for (None: answer at once)."""
-        return self._execute(self.shard_count if index == REGISTRY else index, fn, read)
+        wait for (None: answer at once). ``group``: the group the command is about, if one
+        (what it changes without records is that group's: ``reads.py``); ``read``: a command
+        that writes nothing and is answered once the shard's last outstanding batch is durable
+        (the driver's own reads of inputs; a request's read of a group is ``Reads.read``)."""
+        return self._execute(self.shard_count if index == REGISTRY else index, fn, read, group)
 
-    def _execute(
-        self, index: int, fn: Callable[[Any], Any], read: bool
-    ) -> tuple[Any, Batch | None]:
-        self.lead.check(index)
-        machine = self._machines[index]
-        mark = machine.mark()
+    def run_command(self, index: int, machine: Any, fn: Callable[[Any], Any], mark: int) -> Any:
+        """``fn(machine)``, observed; rolled back to ``mark`` if it raises."""
         obs = self.observer
         try:
             out = fn(machine) if obs is None else obs.run_command(index, fn, machine)
@@ -390,6 +412,16 @@ class Driver:
                 self.trace("bug", {"index": index, "error": exc})
             raise
         self.stats["commands"] += 1
+        return out
+
+    def _execute(
+        self, index: int, fn: Callable[[Any], Any], read: bool, group: str | None = None
+    ) -> tuple[Any, Batch | None]:
+        self.lead.check(index)
+        machine = self._machines[index]
+        mark = machine.mark()
+        out = self.run_command(index, machine, fn, mark)
+        obs = self.observer
         if read:
             last = self._last_batch.get(index)
             if obs is not None and (last is not None or obs.span is not None):
@@ -412,8 +444,15 @@ class Driver:
             if index == self.shard_count:
                 batch.cluster.extend(records)
                 self._publish_topics()
+            else:
+                self.reads.uncommit(index, batch, {r.group_id for r in records})
         else:
             batch = self._last_batch.get(index)
+            at_risk = self.pending or self.inflight
+            if at_risk is not None and index < self.shard_count and machine.mark() != mark:
+                # changed without records (a classic rebalance's state): rolled back if a
+                # batch outstanding now fails
+                self.reads.uncommit(index, at_risk, (group,))
         if result.timers:
             timers = self.timing.convert(result.timers)
             if batch is None:
@@ -470,6 +509,7 @@ class Driver:
         join: bool = False,
         park: bool = False,
         timeout_ms: int | None = None,
+        group: str | None = None,
     ) -> tuple[Any, Any]:
         """Run one command in its state machine's turn: at once when the machine has nothing
         queued and budget left in this loop iteration, else queued in arrival order
@@ -480,7 +520,7 @@ class Driver:
         be released — once its batch is durable, and for a ``park`` command that answered
         ``Pending``, once a later durable result completes it. ``timeout_ms``: a command of the
         cluster log, the request's own bound on its answer's wait, from now (None: the write
-        timeout; the module docstring's "Write timeout")."""
+        timeout; the module docstring's "Write timeout"). ``group``: as :meth:`execute`'s."""
         self.check_serving()
         key = self.shard_count if index == REGISTRY else index
         self.lead.check(key)
@@ -490,7 +530,7 @@ class Driver:
             perf = self.host.perf
             start = perf()
             try:
-                response, batch = self._execute(key, fn, read)
+                response, batch = self._execute(key, fn, read, group)
             finally:
                 turns.charge(key, perf() - start)
             if batch is None and not (park and type(response) is Pending):
@@ -499,15 +539,29 @@ class Driver:
             self._answer(key, fut, response, batch, park, bound)
             return None, fut
         fut = self.host.new_future()
-        turns.later(key, partial(self._in_turn, key, fn, read, park, fut, bound), join=join)
+        turns.later(key, partial(self._in_turn, key, fn, read, park, fut, bound, group), join=join)
         return None, fut
+
+    def registry_outstanding(self) -> bool:
+        """A write of the cluster log is not durable yet."""
+        return self.shard_count in self._last_batch
+
+    def forget_outstanding(self, index: int) -> None:
+        """Shard ``index``'s state machine is replaced (its partition dropped or loaded): the
+        outstanding batches hold nothing of the new one."""
+        self._last_batch.pop(index, None)
+        self.reads.forget(index)
 
     def request(self, cmd: Command) -> tuple[Any, Any]:
         """:meth:`submit` a group's request (``requests.py``) on the group's shard."""
         if cmd.join:
             self.own.join_arrived(cmd.group_id)
         return self.submit(
-            partition_for(cmd.group_id, self.shard_count), cmd.fn, join=cmd.join, park=cmd.park
+            partition_for(cmd.group_id, self.shard_count),
+            cmd.fn,
+            join=cmd.join,
+            park=cmd.park,
+            group=cmd.group_id,
         )
 
     def delete_topics_with(
@@ -546,6 +600,7 @@ class Driver:
         park: bool,
         fut: Any,
         bound: ClusterBound | None,
+        group: str | None,
     ) -> None:
         """A queued command in its turn; its caller is answered from here (a caller that went
         away is not run for)."""
@@ -553,7 +608,7 @@ class Driver:
             return
         try:
             self.check_serving()  # the driver may have stopped serving meanwhile
-            response, batch = self._execute(key, fn, read)
+            response, batch = self._execute(key, fn, read, group)
         except Exception as exc:  # noqa: BLE001 - the caller gets it, as if it ran it itself
             fut.set_exception(exc)
             return
@@ -730,6 +785,8 @@ class Driver:
         for index, last in list(self._last_batch.items()):
             if last is batch:
                 del self._last_batch[index]
+        if batch.groups:
+            self.reads.settled(batch)
         self.stats["batches"] += 1
         self.stats["records"] += len(batch.records)
         if batch.timer_ops:
@@ -759,6 +816,7 @@ class Driver:
             failed.append(self.pending)
             self.pending = None
         self._last_batch.clear()
+        self.reads.failed()
         for m, mark in zip(self._machines, batch.start_marks, strict=True):
             m.rollback(mark)
         self._publish_topics()

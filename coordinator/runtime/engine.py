@@ -253,7 +253,7 @@ class Engine:
     # ------------------------------------------------------------------ commands
 
     async def submit(
-        self, index: int, fn: Callable[[Any], Any], *, timeout_ms: int | None = None, **flags: bool
+        self, index: int, fn: Callable[[Any], Any], *, timeout_ms: int | None = None, **flags: Any
     ) -> Any:
         """Run a command in its turn (``Driver.submit``, with its ``read``/``join``/``park``
         flags, and ``timeout_ms`` of a command of the cluster log) and answer once it may be
@@ -271,7 +271,7 @@ class Engine:
         self,
         index: int,
         fn: Callable[[Any], Any],
-        flags: dict[str, bool],
+        flags: dict[str, Any],
         timeout_ms: int | None = None,
     ) -> Any:
         response, fut = self.driver.submit(index, fn, timeout_ms=timeout_ms, **flags)

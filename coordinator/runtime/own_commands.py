@@ -186,7 +186,10 @@ class OwnCommands:
             # (the burst); the calls that answer them run with the members' heartbeats, ahead
             # of new joins (turns.py), not starved by a storm's steady heartbeats.
             _response, fut = self._driver.submit(
-                ft.index, partial(self._first_target, ft, now), join=not ft.answering
+                ft.index,
+                partial(self._first_target, ft, now),
+                join=not ft.answering,
+                group=ft.group_id,
             )
         except Exception as exc:  # noqa: BLE001 - not serving: the parked joins are answered
             ft.queued = False  # when their sessions expire or at shutdown
@@ -328,7 +331,7 @@ class OwnCommands:
             return
         now = self._driver.clock.now_ms()
         try:
-            _response, batch = self._driver.execute(index, lambda s: fn(s, now))
+            _response, batch = self._driver.execute(index, lambda s: fn(s, now), group=group_id)
         except CoordinatorError as exc:
             log.warning("[GroupId %s] %s: %s", group_id, failed, exc.message)
             then(exc)

@@ -213,7 +213,6 @@ class Partitions:
         driver.timing.drop_partition(partition)
         n = driver.shard_count
         driver.own.forget(lambda g: partition_for(g, n) == partition)
-        driver._last_batch.pop(partition, None)
         self._replace(partition, self.new_shard())
         watchers = self.watchers
         watchers.notify([g for g in watchers.groups() if partition_for(g, n) == partition])
@@ -226,6 +225,7 @@ class Partitions:
         _drop(driver._machines[index], index)
         driver._machines[index] = shard
         driver.shards[index] = shard
+        driver.forget_outstanding(index)
         mark = shard.mark()
         for batch in (driver.pending, driver.inflight):
             if batch is not None:

@@ -13,7 +13,7 @@ Three layers, read in this order:
   :func:`~coordinator.factory.new_shard` per coordinator partition of the store, and the
   cluster's: topics and security metadata), and turns each RPC
   into commands: a group's request on the group's shard (``requests.py``, shared with the
-  simulator), a read waiting for its shard's outstanding batch, requests spanning shards
+  simulator), a read of a group's committed state (``Driver.reads``), requests spanning shards
   (ListGroups, OffsetFetch, DeleteGroups) command by command, topic deletions with their
   offsets in one batch.
 """
@@ -246,18 +246,21 @@ class CoordinatorRuntime:
     async def member_views(
         self, group_id: str, member_ids: Sequence[str]
     ) -> Mapping[str, MemberView | None] | str:
-        """What the push stream shows of these members (``watchers.member_views``), read once
-        the group's outstanding batch is durable."""
-        return await self._submit(
-            self.shard_index(group_id),
-            lambda s: member_views(s, group_id, member_ids),
-            read=True,
-        )
+        """What the push stream shows of these members (``watchers.member_views``): the
+        group's committed state (:meth:`_read`)."""
+        return self._read(group_id, lambda s: member_views(s, group_id, member_ids))
 
     async def describe_group(self, group_id: str) -> GroupDescription:
-        return await self._submit(
-            self.shard_index(group_id), lambda s: s.describe_group(group_id), read=True
-        )
+        """ConsumerGroupDescribe: the group's committed state (:meth:`_read`)."""
+        return self._read(group_id, lambda s: s.describe_group(group_id))
+
+    def _read(self, group_id: str, fn: Callable[[Shard], _R]) -> _R:
+        """A read of one group answered at once from its committed state, as Kafka's
+        scheduleReadOperation reads its shard as of the last committed offset: the group as of
+        its last durable write, never a change a failed write could roll back, nor waiting for
+        a write in flight (``Driver.reads``)."""
+        answer: _R = self.driver.reads.read(self.shard_index(group_id), fn, (group_id,))[0]
+        return answer
 
     async def alter_group_configs(
         self, group_id: str, changes: Mapping[str, str | None], *, validate_only: bool = False
@@ -341,15 +344,21 @@ class CoordinatorRuntime:
         self, states: Sequence[str] = (), types: Sequence[str] = ()
     ) -> list[ListedGroup]:
         """ListGroups across shards (consumer groups and offset-only "simple" groups), with the
-        core's case-insensitive state and type filters; sorted by group id."""
-        listed = await self._on_shards(lambda s: s.list_groups(states, types), read=True)
+        core's case-insensitive state and type filters; sorted by group id. Each shard as of its
+        last durable write, at once (``Driver.reads``: a group whose creation, state or deletion
+        is not durable yet is listed as it was before)."""
+        driver = self.driver
+        driver.check_serving()
+        listed = [
+            driver.reads.read(i, lambda s: s.list_groups(states, types))[0]
+            for i in driver.lead.served()
+        ]
         return sorted((g for groups in listed for g in groups), key=lambda g: g.group_id)
 
     async def _on_shards(
         self,
         fn: Callable[[Shard], Any],
         *,
-        read: bool = False,
         concerned: Callable[[Shard], bool] | None = None,
     ) -> list[Any]:
         """Run ``fn`` on every shard (``concerned``: on those it says), one command each, with
@@ -361,7 +370,7 @@ class CoordinatorRuntime:
         for i in driver.lead.served():
             shard = shards[i]
             if concerned is None or concerned(shard):
-                response, batch = driver.execute(i, fn, read=read)
+                response, batch = driver.execute(i, fn)
                 out.append(response)
                 if batch is not None:
                     waits.append(self.engine.wait_for(batch, i))
@@ -501,12 +510,16 @@ class CoordinatorRuntime:
     async def offset_fetch(
         self, groups: Sequence[OffsetFetchGroup]
     ) -> list[OffsetFetchGroupResponse]:
-        """A read per group on the group's shard; each answer waits for the last outstanding
-        batch of its shard, so it never shows a commit that could still be lost. A per-group
-        coordinator error (loading, a failed write behind the read) is that group's error; a
-        write behind it that is not durable within ``offsets.commit.timeout.ms`` gives
-        NOT_COORDINATOR (Kafka's OffsetFetch remaps its write timeout so: clients before 3.9
-        retry nothing else, and look the coordinator up again)."""
+        """A read per group on the group's shard, as Kafka's GroupCoordinatorService: without
+        ``require_stable`` the group's committed offsets, at once (:meth:`_read`); with it (a
+        read_committed consumer's: Kafka runs it as a write without records) the group's latest
+        offsets once the writes holding its uncommitted changes are durable — only the group's,
+        not every write of its shard (``Driver.reads``), so it never shows a commit that could
+        still be lost. A per-group coordinator error (loading, a failed write behind the read) is
+        that group's error; a write behind it that is not durable within
+        ``offsets.commit.timeout.ms`` gives NOT_COORDINATOR (Kafka's OffsetFetch remaps its
+        write timeout so: clients before 3.9 retry nothing else, and look the coordinator up
+        again)."""
         driver = self.driver
         answers: list[OffsetFetchGroupResponse] = []
         waits: list[tuple[int, Any]] = []  # (position, the wait: a future)
@@ -517,8 +530,9 @@ class CoordinatorRuntime:
 
             index = self.shard_index(group.group_id)
             try:
-                driver.check_serving()
-                resp, batch = driver.execute(index, fetch, read=True)
+                resp, batch = driver.reads.read(
+                    index, fetch, (group.group_id,), latest=group.require_stable
+                )
             except CoordinatorError as exc:
                 resp, batch = _fetch_error(group.group_id, exc), None
             answers.append(resp)
@@ -649,13 +663,14 @@ class CoordinatorRuntime:
         return response
 
     async def describe_classic_groups(self, group_ids: Sequence[str]) -> list[cm.DescribedGroup]:
+        """DescribeGroups: each group's committed state (:meth:`_read`)."""
         out: list[cm.DescribedGroup] = []
         for gid in group_ids:
 
             def describe(s: Shard, g: str = gid) -> list[cm.DescribedGroup]:
                 return s.classic_groups.describe([g])
 
-            out += await self._submit(self.shard_index(gid), describe, read=True)
+            out += self._read(gid, describe)
         return out
 
 

@@ -259,7 +259,7 @@ class Timers:
             late_ms = self._clock.monotonic_ms() - due.deadline_ms
             driver.observer.timer_fired(kind, index, late_ms / 1000)
         try:
-            _resp, batch = driver.execute(index, lambda s: s.on_timer(due, now_ms))
+            _resp, batch = driver.execute(index, lambda s: s.on_timer(due, now_ms), group=group_id)
         except CoordinatorError as exc:
             log.warning("Timer %s failed: %s", due.key, exc.message)
             self._retry(due)

@@ -72,7 +72,7 @@ def commit_offsets(sim: Any, i: int) -> None:
                 group_id=GROUP,
                 topics=(OffsetFetchTopic(name=name or "", topic_id=t, partition_indexes=(p,)),),
             )
-            got = sim.coord.read(partial(_fetch, fetch), lost=partial(_refetch, c, (t, p)))
+            got = sim.coord.read(GROUP, partial(_fetch, fetch), lost=partial(_refetch, c, (t, p)))
             committed = got.topics[0].partitions[0].committed_offset if got.topics else -1
             c.progress[(t, p)] = max(committed, 0)
         c.progress[(t, p)] += rng.randint(1, 10)

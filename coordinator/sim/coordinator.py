@@ -235,12 +235,13 @@ class SimCoordinator:
 
         fut.add_done_callback(answered)
 
-    def read(self, fn: Callable[[Shard], Any], *, lost: Callable[[], None]) -> Any:
-        """A read of the live state, now (what a fetch right after a write sees). As the
-        runtime's OffsetFetch, its answer stands only once the write behind it (the shard's
-        last outstanding batch) is durable: ``lost()`` runs if that write fails or the
-        coordinator restarts first (the server answers such a fetch with an error, or never)."""
-        response, batch = self.driver.execute(0, fn, read=True)
+    def read(self, group_id: str, fn: Callable[[Shard], Any], *, lost: Callable[[], None]) -> Any:
+        """A stable read of ``group_id``'s live state, now (what a read_committed consumer's
+        fetch right after a write sees: ``Reads.read`` with ``latest``). As the runtime's, its
+        answer stands only once the writes behind it (the last outstanding batch with a change
+        of the group) are durable: ``lost()`` runs if that write fails or the coordinator
+        restarts first (the server answers such a fetch with an error, or never)."""
+        response, batch = self.driver.reads.read(0, fn, (group_id,), latest=True)
         if batch is None:
             return response
         events = self.sim.summary.events

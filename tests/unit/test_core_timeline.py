@@ -252,14 +252,9 @@ OPS = st.lists(
 )
 
 
-@settings(max_examples=150, deadline=None, derandomize=True, database=None)
-@given(OPS, st.data())
-def test_rollback_to_any_mark_restores_the_state_at_that_mark(
-    ops: list[tuple[str, str, int]], data: Any
-) -> None:
-    log = UndoLog()
-    d = log.new_dict()
-    box = Box()
+def apply_ops(log: UndoLog, d: TDict, box: Box, ops: list[tuple[str, str, int]]) -> list[Any]:
+    """Run ``ops`` on ``d`` and ``box``; the (mark, state, attribute) at each "mark" op, at the
+    start and at the end."""
     states: list[tuple[int, Any, int]] = [(log.mark(), copy.deepcopy(plain(d)), box.a)]
     for op, key, value in ops:
         if op == "set":
@@ -281,6 +276,18 @@ def test_rollback_to_any_mark_restores_the_state_at_that_mark(
         else:
             states.append((log.mark(), copy.deepcopy(plain(d)), box.a))
     states.append((log.mark(), copy.deepcopy(plain(d)), box.a))
+    return states
+
+
+@settings(max_examples=150, deadline=None, derandomize=True, database=None)
+@given(OPS, st.data())
+def test_rollback_to_any_mark_restores_the_state_at_that_mark(
+    ops: list[tuple[str, str, int]], data: Any
+) -> None:
+    log = UndoLog()
+    d = log.new_dict()
+    box = Box()
+    states = apply_ops(log, d, box, ops)
     # Roll back to marks in decreasing order, checking each state exactly.
     picks = sorted(
         set(data.draw(st.lists(st.sampled_from(range(len(states))), min_size=1, max_size=4))),
@@ -292,6 +299,56 @@ def test_rollback_to_any_mark_restores_the_state_at_that_mark(
         assert plain(d) == state
         assert box.a == attr
         assert log.mark() == mark
+
+
+@settings(max_examples=150, deadline=None, derandomize=True, database=None)
+@given(OPS, st.data())
+def test_as_of_any_mark_reads_the_state_at_that_mark_and_changes_nothing(
+    ops: list[tuple[str, str, int]], data: Any
+) -> None:
+    """A read as of a mark (the driver's committed reads) sees exactly the state at the mark;
+    afterwards the state, the log and every later rollback are as if it never ran, even when
+    the read itself logged writes (a derived cache)."""
+    log = UndoLog()
+    d = log.new_dict()
+    box = Box()
+    states = apply_ops(log, d, box, ops)
+    end = log.mark()
+    picks = data.draw(st.lists(st.sampled_from(range(len(states))), min_size=1, max_size=4))
+    for i in picks:
+        mark, state, attr = states[i]
+
+        def read() -> tuple[Any, int]:
+            seen = (copy.deepcopy(plain(d)), box.a)
+            d["scratch"] = 1  # logged by the read: undone with the rest
+            log.set_attr(box, "a", -1)
+            return seen
+
+        assert log.as_of(mark, read) == (state, attr)
+        assert (plain(d), box.a, log.mark()) == (states[-1][1], states[-1][2], end)
+    for mark, state, attr in reversed(states):  # the log undoes as before
+        log.rollback(mark)
+        assert (plain(d), box.a) == (state, attr)
+
+
+def test_as_of_a_released_mark_raises_and_an_error_in_the_read_restores() -> None:
+    log = UndoLog()
+    d = log.new_dict()
+    d["a"] = 1
+    log.release(log.mark())
+    d["a"] = 2
+    with pytest.raises(ValueError, match="released"):
+        log.as_of(0, lambda: None)
+
+    def failing() -> None:
+        assert plain(d) == {"a": 1}
+        raise KeyError("read failed")
+
+    with pytest.raises(KeyError):
+        log.as_of(1, failing)
+    assert plain(d) == {"a": 2}
+    log.rollback(1)
+    assert plain(d) == {"a": 1}
 
 
 def test_build_member_equals_the_dataclass_constructor() -> None:

@@ -94,14 +94,21 @@ async def test_a_commit_is_durable_before_it_is_answered() -> None:
     await rt.close()
 
 
-async def test_a_fetch_waits_for_the_commit_it_could_see() -> None:
+async def test_a_stable_fetch_waits_for_the_commit_it_could_see() -> None:
+    """A stable fetch (a read_committed consumer's: Kafka's write without records) reads the
+    latest offsets and waits for the group's commit; a plain fetch reads the committed ones,
+    at once (Kafka's read operation)."""
     store = MemoryRecordStore()
     rt = await started(make_runtime(store), ("t", 1))
     tid = rt.registry.topics["t"].topic_id
     store.hold_appends()
     committing = asyncio.ensure_future(rt.offset_commit(commit("g", {("t", 0): 9})))
     await asyncio.sleep(0)
-    fetching = asyncio.ensure_future(rt.offset_fetch([OffsetFetchGroup(group_id="g")]))
+    fetching = asyncio.ensure_future(
+        rt.offset_fetch([OffsetFetchGroup(group_id="g", require_stable=True)])
+    )
+    plain = await asyncio.wait_for(rt.offset_fetch([OffsetFetchGroup(group_id="g")]), 0.1)
+    assert plain == [OffsetFetchGroupResponse(group_id="g")]  # nothing durable yet
     await asyncio.sleep(0.05)
     assert not fetching.done()  # it would show an offset that is not durable yet
     store.release_appends()
@@ -119,8 +126,12 @@ async def test_a_failed_write_fails_the_commit_and_a_fetch_behind_it_and_leaves_
     store.fail_next_appends(1)
     committing = asyncio.ensure_future(rt.offset_commit(commit("g", {("t", 0): 2})))
     await asyncio.sleep(0)
-    fetching = asyncio.ensure_future(rt.offset_fetch([OffsetFetchGroup(group_id="g")]))
+    fetching = asyncio.ensure_future(
+        rt.offset_fetch([OffsetFetchGroup(group_id="g", require_stable=True)])
+    )
     await asyncio.sleep(0)
+    # A plain fetch meanwhile: the committed offset, never the commit still in flight.
+    assert await rt.offset_fetch([OffsetFetchGroup(group_id="g")]) == [fetched("g", "t", tid, p0=1)]
     store.release_appends()
     with pytest.raises(CoordinatorNotAvailableError):
         await asyncio.wait_for(committing, 5)

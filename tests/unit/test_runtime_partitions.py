@@ -271,15 +271,17 @@ async def test_a_write_fenced_off_answers_its_partitions_requests_not_coordinato
 
 
 async def test_a_dropped_partitions_reads_waiting_for_a_write_are_answered_at_once() -> None:
-    """The same for a request that waits for the held append without writing itself (an
-    OffsetFetch behind a commit): answered NOT_COORDINATOR at the drop, per group."""
+    """The same for a request that waits for the held append without writing itself (a
+    stable OffsetFetch behind a commit): answered NOT_COORDINATOR at the drop, per group."""
     shared = MemoryRecordStore(partitions=P)
     rt, parts = await leading(shared, 1, GP, 1)
     await rt.create_topics([NewTopic(name="t", num_partitions=1)])
     shared.hold_appends()
     writing = asyncio.ensure_future(rt.offset_commit(commit(G, {("t", 0): 7})))
     await asyncio.sleep(0.05)
-    reading = asyncio.ensure_future(rt.offset_fetch([OffsetFetchGroup(group_id=G)]))
+    reading = asyncio.ensure_future(
+        rt.offset_fetch([OffsetFetchGroup(group_id=G, require_stable=True)])
+    )
     await asyncio.sleep(0.05)
     assert not writing.done() and not reading.done()  # both wait for the held append
     parts.lose_partition(GP)

@@ -96,7 +96,12 @@ async def test_requests_waiting_for_a_held_write_are_answered_at_the_timeout() -
     await asyncio.sleep(0.2)
     sent_later = time.monotonic()
     later = asyncio.ensure_future(rt.offset_commit(commit("g", {("t", 0): 3})))
-    reading = asyncio.ensure_future(rt.offset_fetch([OffsetFetchGroup(group_id="g")]))
+    # A read_committed consumer's fetch (require_stable) waits for the group's writes; a
+    # plain fetch is answered at once from the committed offsets.
+    reading = asyncio.ensure_future(
+        rt.offset_fetch([OffsetFetchGroup(group_id="g", require_stable=True)])
+    )
+    assert await asyncio.wait_for(fetched(rt, "g"), 0.1) == (0, {("t", 0): 1})
     for waiting in (held, joining):
         at, error = await answered_at(waiting)
         assert isinstance(error, WriteTimeoutError), error
@@ -307,7 +312,7 @@ async def test_a_failed_assignment_write_answers_the_follower_and_rebalances() -
 
 
 async def test_one_request_waiting_for_several_writes_is_answered_at_one_timeout() -> None:
-    """An OffsetFetch of three groups whose commits are in a held append waits for that
+    """A stable OffsetFetch of three groups whose commits are in a held append waits for that
     append once per group: the three waits start together, so the request is answered at one
     write timeout, not three after one another (each group NOT_COORDINATOR)."""
     store = MemoryRecordStore(partitions=1)
@@ -317,7 +322,9 @@ async def test_one_request_waiting_for_several_writes_is_answered_at_one_timeout
     held = [asyncio.ensure_future(rt.offset_commit(commit(g, {("t", 0): 1}))) for g in groups]
     await asyncio.sleep(0)
     sent = time.monotonic()
-    reading = asyncio.ensure_future(rt.offset_fetch([OffsetFetchGroup(group_id=g) for g in groups]))
+    reading = asyncio.ensure_future(
+        rt.offset_fetch([OffsetFetchGroup(group_id=g, require_stable=True) for g in groups])
+    )
     at, error = await answered_at(reading)
     assert error is None
     assert [a.error_code for a in reading.result()] == [ErrorCode.NOT_COORDINATOR] * 3  # type: ignore[attr-defined]
