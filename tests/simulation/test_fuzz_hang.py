@@ -76,13 +76,20 @@ def register_when_the_caller_resumes(monkeypatch: pytest.MonkeyPatch) -> None:
     registered — on a later loop step, not in the command's turn."""
 
     def in_turn(
-        self: Driver, key: int, fn: Any, read: bool, park: bool, fut: Any, bound: Any
+        self: Driver,
+        key: int,
+        fn: Any,
+        read: bool,
+        park: bool,
+        fut: Any,
+        bound: Any,
+        group: str | None,
     ) -> None:
         if fut.done():
             return
         try:
             self.check_serving()
-            response, batch = self._execute(key, fn, read)
+            response, batch = self._execute(key, fn, read, group)
         except Exception as exc:  # noqa: BLE001 - to the caller, as the driver does
             fut.set_exception(exc)
             return
