@@ -198,6 +198,9 @@ class ClassicClient:
     join_response: m.JoinGroupResponse | None = None
     rejoin_needed: bool = False
     assigned_snapshot: tuple | None = None  # leader: metadata it assigned with
+    # The generation at which, as a static leader back in a Stable group, it was told to skip
+    # the assignment (KIP-814); None once it assigns or follows.
+    skipped_assignment: int | None = None
     heartbeat_interval_ms: int = 5_000
     progress: dict[tuple[str, int], int] = field(default_factory=dict)
     server_assignor: str | None = None  # unused (KIP-848 only); keeps the simulator generic
@@ -232,6 +235,7 @@ class ClassicClient:
         self.join_response = None
         self.rejoin_needed = False
         self.assigned_snapshot = None
+        self.skipped_assignment = None
 
     def _lose(self) -> None:
         """onPartitionsLost: ownership ends at once."""
@@ -321,21 +325,27 @@ class ClassicClient:
             j = self.join_response
             assert j is not None
             assignments: tuple[tuple[str, bytes], ...] = ()
+            self.skipped_assignment = None
             if j.members:  # the leader of a classic group assigns
                 subs = [(x.member_id, decode_subscription(x.metadata)) for x in j.members]
-                plan = assign(j.protocol_name or RANGE, subs, meta)
-                assignments = tuple(
-                    (
-                        mid,
-                        encode_assignment(
-                            AssignmentMessage(version=3, assigned_partitions=plan[mid])
-                        ),
+                topics = tuple(sorted({t for _mid, s in subs for t in s.topics}))
+                if j.skip_assignment:
+                    # KIP-814: a static leader back in a Stable group keeps the group's
+                    # assignment; Java's onLeaderElected assigns nothing and watches the
+                    # metadata from now on (assignmentSnapshot = the metadata it has now).
+                    self.skipped_assignment = j.generation_id
+                else:
+                    plan = assign(j.protocol_name or RANGE, subs, meta)
+                    assignments = tuple(
+                        (
+                            mid,
+                            encode_assignment(
+                                AssignmentMessage(version=3, assigned_partitions=plan[mid])
+                            ),
+                        )
+                        for mid in sorted(plan)
                     )
-                    for mid in sorted(plan)
-                )
-                self.assigned_snapshot = meta.snapshot(
-                    tuple(sorted({t for _mid, s in subs for t in s.topics}))
-                )
+                self.assigned_snapshot = meta.snapshot(topics)
             else:
                 self.assigned_snapshot = None
             return m.SyncGroup(

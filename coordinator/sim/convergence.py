@@ -75,12 +75,14 @@ def why_not_converged(sim: Any) -> str:
     subscribed = set()
     for c in sim.clients:
         subscribed |= set(c.topics)
+    known = known_topics(sim, group, classic)
     for name in subscribed:
-        topic = sim.coord.registry.topics.get(name)
+        topic = known.get(name)
         if topic is None:
             continue
-        for part in range(topic.num_partitions):
-            expected.add((topic.topic_id, part))
+        topic_id, count = topic
+        for part in range(count):
+            expected.add((topic_id, part))
     doubles = sorted(k for k, v in owners.items() if len(v) > 1)
     if doubles:
         return f"partitions owned twice {doubles[:6]}"
@@ -91,6 +93,45 @@ def why_not_converged(sim: Any) -> str:
     if extra:
         return f"owned partitions of no subscribed topic {extra[:6]}"
     return ""
+
+
+def known_topics(sim: Any, group: Any, classic: Any) -> dict[str, tuple[str, int]]:
+    """The topics (name -> topic id, partitions) whose every partition I5 expects owned: the
+    cluster's, except where Kafka's protocol has nothing that would bring the group to them.
+
+    * A consumer group whose members all speak the classic protocol refreshes its subscription
+      metadata only when a classic JoinGroup (or a ConsumerGroupHeartbeat) runs — Kafka's
+      GroupMetadataManager checks ``hasMetadataExpired`` in consumerGroupHeartbeat and
+      classicGroupJoinToConsumerGroup, never in a classic Heartbeat — and a classic client
+      that is not its group's leader never rejoins for a metadata change (Java's
+      ConsumerCoordinator: only the leader watches the metadata; in a consumer group nobody
+      leads). Until such a request runs after the topics changed, the group's own subscription
+      metadata is what it can converge to.
+    * A static leader back in a Stable classic group skips the assignment (KIP-814: the group
+      keeps the assignment its leader computed before) and watches the metadata from its
+      rejoin on (Java's onLeaderElected takes the metadata it has then as its snapshot): a
+      change between that assignment and the rejoin is seen by nobody until the next
+      rebalance, so the group converges to the metadata that assignment was computed with."""
+    topics = {n: (t.topic_id, t.num_partitions) for n, t in sim.coord.registry.topics.items()}
+    if group is not None:
+        if (
+            group.members
+            and all(x.classic_member_metadata is not None for x in group.members.values())
+            and sim.coord.metadata_asked != sim.coord.shard.topics.version
+        ):
+            return {
+                n: (t.topic_id, t.num_partitions) for n, t in group.subscription_metadata.items()
+            }
+        return topics
+    leader = next((c for c in sim.clients if c.member_id == classic.leader_id), None)
+    plan = sim.classic_plans.get(classic.generation)
+    if (
+        isinstance(leader, ClassicClient)
+        and leader.skipped_assignment == classic.generation
+        and plan is not None
+    ):
+        return {n: v for n, v in plan if v is not None}
+    return topics
 
 
 def _classic_not_converged(c: ClassicClient, group: Any, classic: Any) -> str:

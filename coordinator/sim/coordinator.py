@@ -42,6 +42,7 @@ from coordinator.runtime.engine import append_encoded
 from coordinator.runtime.loader import load_into
 from coordinator.runtime.store import MemoryRecordStore, StoreWriteError
 from coordinator.virtual import VirtualClock, VirtualWorld
+from legacy_bridge.messages import JoinGroup
 
 from . import invariants as inv
 from .report import diff, resp_text
@@ -83,6 +84,9 @@ class SimCoordinator:
     def _boot(self) -> None:
         """A coordinator process: its state machines loaded from the store, its driver."""
         self.shard, self.registry = self._machines()
+        # The topics image version the last request that refreshes a consumer group's
+        # metadata (a ConsumerGroupHeartbeat, a classic JoinGroup) ran against; -1: none yet.
+        self.metadata_asked = -1
         try:
             load_into(self.store, [self.shard], self.registry)
         except IllegalStateError as exc:
@@ -195,7 +199,11 @@ class SimCoordinator:
         join = isinstance(req, ConsumerGroupHeartbeat)
         parked: list[int] = []
 
+        refreshes = join or isinstance(req, JoinGroup)
+
         def run(shard: Any) -> Any:  # the command, as the server's; noting a parked answer
+            if refreshes:  # a request that refreshes a consumer group's metadata (Kafka's)
+                self.metadata_asked = shard.topics.version
             result = cmd.fn(shard)
             if after is not None:
                 after(shard, result)

@@ -15,7 +15,11 @@ partition is given to a new member only once its previous owner has revoked it):
   failed.
 
 Classic clients (:mod:`.classic_client`) are judged the same way. Inside a consumer group a
-classic member is a member like any other. In a *classic* group (legacy bridge) a claim is live
+classic member is a member like any other, fenced by its generation (its member epoch): its
+claim is live at its member's epoch, or while its last JoinGroup was sent from the generation
+it holds (the answer is on its way); a classic client behind its member otherwise (a static
+member a classic rebalance kept without its rejoin, carried into the consumer group by an
+upgrade) is a zombie (:func:`member_claim_live`). In a *classic* group (legacy bridge) a claim is live
 while the member id is in the group and the client is at the group's generation, or one behind
 when its last JoinGroup (subscription ``generation_id``) was sent from that generation — its join
 response is on the way. A client further behind (a static member that missed the rebalance, a
@@ -109,8 +113,12 @@ def classic_claims(member: Any, topic_ids: dict[str, str]) -> dict[str, frozense
 
 
 def classic_join_generation(member: Any) -> int:
+    """The generation a classic member's last JoinGroup was sent from (its subscription's
+    ``generation_id``): a classic group's member, or a classic member of a consumer group."""
+    metadata = getattr(member, "classic_member_metadata", None)
+    protocols = metadata.supported_protocols if metadata is not None else member.protocols
     try:
-        return decode_subscription(member.protocols[0][1]).generation_id
+        return decode_subscription(protocols[0][1]).generation_id
     except (ProtocolError, IndexError):
         return -1
 
@@ -143,6 +151,24 @@ def classic_claim_live(classic: Any, c: Any) -> bool:
     return gen == classic.generation or (
         gen == classic.generation - 1 and classic_join_generation(member) == gen
     )
+
+
+def member_claim_live(group: ConsumerGroup, c: Any) -> bool:
+    """A claim inside a consumer group is live while the coordinator has the member id; a
+    classic client's only while it is also at its member's epoch (its generation), or its last
+    JoinGroup was sent from the generation it holds (the answer is on its way). A classic client
+    behind its member's epoch otherwise — a static member kept through a rebalance it did not
+    rejoin, as Kafka's completeClassicGroupJoin keeps static members, then carried into a
+    consumer group by an upgrade — is fenced by generation (its Heartbeat, SyncGroup and offset
+    commits get ILLEGAL_GENERATION, as Kafka's validateMemberEpoch for classic members): a
+    zombie."""
+    member = group.members.get(c.member_id)
+    if member is None:
+        return False
+    if not is_classic(c):
+        return True
+    gen = c.generation
+    return gen == member.member_epoch or classic_join_generation(member) == gen
 
 
 def note_recreated(
@@ -190,7 +216,7 @@ def live_claims(
             continue
         if (
             group is not None
-            and c.member_id in group.members
+            and member_claim_live(group, c)
             or group is None
             and classic is not None
             and is_classic(c)

@@ -283,6 +283,9 @@ class Simulation:
         )
         self.id_name: dict[str, str] = {}  # every topic id ever created -> name
         self.corr = 0
+        # classic generation -> the metadata snapshot its leader's assignment was computed with
+        # (the last SyncGroup sent with assignments for it; convergence.classic_expected)
+        self.classic_plans: dict[int, tuple] = {}
         self.fifo: dict[int, int] = {}  # client -> time of its last scheduled delivery
         self.committed: dict[tuple[str, int], int] = {}  # (topic id, p) -> last accepted offset
         # client -> (member id, epoch, partitions) of its last commits (a stale commit replays
@@ -599,6 +602,9 @@ class Simulation:
         self.corr += 1
         corr = self.corr
         c.sent(corr, req)
+        if classic and isinstance(req, SyncGroup) and req.assignments:
+            assert c.assigned_snapshot is not None  # taken as it assigned
+            self.classic_plans[req.generation_id] = c.assigned_snapshot
         self._log(f"c{i} sends {req_text(req, self.topic_label)} corr={corr}")
         timeout = (
             c.request_timeout(self.p.request_timeout_ms) if classic else self.p.request_timeout_ms

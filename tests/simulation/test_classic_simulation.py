@@ -30,6 +30,14 @@ def _ok(params: SimParams) -> Simulation:
     return sim
 
 
+def _caught(params: SimParams, name: str, text: str) -> None:
+    """The run fails invariant ``name`` with ``text`` in its report."""
+    s = simulate(params)
+    assert s.violation is not None
+    assert s.violation.name == name
+    assert text in s.violation.report
+
+
 @pytest.mark.parametrize("seed", range(10))
 def test_pure_classic_eager(seed: int) -> None:
     _ok(SimParams(seed=seed, steps=300, members=3, classic=3, protocol="eager", faults=PURE))
@@ -365,12 +373,11 @@ def test_a_coordinator_that_accepts_a_forgotten_generation_is_caught(
 
     monkeypatch.setattr(bridge.ClassicGroups, "_member_at", lenient_member_at)
     monkeypatch.setattr(bridge.ClassicGroups, "check_offset_commit", lenient_commit)
-    s = simulate(SEED_656)
-    assert s.violation is not None
-    assert s.violation.name == inv.EPOCHS_BOUNDED
-    assert (
+    _caught(
+        SEED_656,
+        inv.EPOCHS_BOUNDED,
         "c1-member-4's OffsetCommit carried generation 4, forgotten in a coordinator restart "
-        "(the group is at 3), and was answered error 0" in s.violation.report
+        "(the group is at 3), and was answered error 0",
     )
 
 
@@ -413,3 +420,159 @@ def test_a_fetch_behind_a_write_that_is_lost_is_fetched_again() -> None:
     )
     assert any("the deletion of topic t0 was not written" in t for t in sim.trace)
     assert sim.summary.events["fetch-behind-a-lost-write"] > 0
+
+
+# ------------------------------------ seeds of the --classic 3 sweeps where Kafka is the model
+
+
+def _sweep(seed: int, protocol: str) -> SimParams:
+    """A seed of the sweeps ``kip848 simulate --seed N --steps 300 --classic 3 --protocol P``."""
+    return SimParams(
+        seed=seed, steps=300, members=3, classic=3, protocol=protocol, faults=frozenset(ALL_FAULTS)
+    )
+
+
+SEED_414 = _sweep(414, "mixed")
+
+
+def test_seed_414_a_static_member_that_missed_a_rebalance_is_a_zombie_in_the_upgraded_group() -> (
+    None
+):
+    """Mixed seed 414: c0 (static, eager) is still revoking t0-3 when the classic join phase
+    completes without it; Kafka's completeClassicGroupJoin keeps a static member that did not
+    rejoin, so the leader c2 assigns with c0's old subscription and takes t0-3 itself. Then c1
+    comes back as a KIP-848 client and the group is upgraded: c0's member is carried at the
+    group's generation 2 while c0 still holds generation 1. It is fenced by generation (its
+    commit of t0-3 is refused ILLEGAL_GENERATION, as Kafka's validateMemberEpoch for classic
+    members), so its claim is a zombie's, counted, not live: I1 failed here while a classic
+    member of a consumer group counted as live whatever its generation."""
+    sim = _ok(SEED_414)
+    trace = sim.trace
+    slow = next(i for i, t in enumerate(trace) if "fault: c0 revokes {t0#0:3} slowly" in t)
+    joined = next(i for i, t in enumerate(trace) if "JoinGroup gen=2 member=c2-member-5" in t)
+    upgraded = next(i for i, t in enumerate(trace) if "c1 starts as m1.2" in t)
+    fenced = next(
+        i
+        for i, t in enumerate(trace)
+        if "c0 commit of c0 at epoch 1 rejected: ILLEGAL_GENERATION" in t
+    )
+    assert slow < joined < upgraded < fenced
+    assert "leader=c2-member-5 members=2" in trace[joined]  # c0 kept, not rejoined
+    assigned = next(i for i, t in enumerate(trace) if "corr=19 from c2 -> SyncGroup" in t)
+    assert joined < assigned < upgraded
+    assert "assignment={'t0': (0, 1, 2, 3)" in trace[assigned]  # t0-3 to the leader
+    assert sim.summary.zombie_steps > 0
+
+
+def test_a_coordinator_that_takes_a_classic_members_stale_generation_is_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """What makes the zombie of seed 414 a zombie: a consumer group that accepts a classic
+    member's offset commit at any generation lets c0 commit t0-3, which c2 owns (I6)."""
+    from coordinator.core import offsets
+
+    check = offsets.check_commit_epoch
+
+    def lenient(group, member_id, epoch, partitions):  # type: ignore[no-untyped-def]
+        member = group.members.get(member_id)
+        if member is not None and member.classic_member_metadata is not None:
+            epoch = member.member_epoch
+        return check(group, member_id, epoch, partitions)
+
+    monkeypatch.setattr(offsets, "check_commit_epoch", lenient)
+    _caught(
+        SEED_414,
+        inv.OFFSETS_FENCED,
+        "by inst-0-member-4 (epoch 1) accepted while the coordinator attributes it to c2-member-5",
+    )
+
+
+SEED_801 = _sweep(801, "mixed")
+
+
+def test_seed_801_a_consumer_group_of_classic_members_keeps_its_metadata_until_a_join() -> None:
+    """Mixed seed 801: c0 comes back as a classic static member in place of its KIP-848 self,
+    so every member of the consumer group speaks the classic protocol; then t1 is deleted and
+    re-created under a new id. Kafka refreshes a consumer group's subscription metadata in
+    consumerGroupHeartbeat and classicGroupJoinToConsumerGroup, never in a classic Heartbeat,
+    and a classic follower (nobody leads in a consumer group) does not rejoin for a metadata
+    change: the group stays on t1's old id, and so does ours. I5 failed here while it expected
+    the cluster's topics; it expects the group's own metadata until a join could refresh it."""
+    sim = _ok(SEED_801)
+    trace = sim.trace
+    classic = next(i for i, t in enumerate(trace) if "JoinGroup gen=7 member=member-34" in t)
+    recreated = next(i for i, t in enumerate(trace) if "topic t1 re-created with 4 partitions" in t)
+    assert classic < recreated
+    assert not any("sends JoinGroup" in t or "sends heartbeat" in t for t in trace[recreated:])
+    group = sim.group
+    assert group is not None
+    assert all(x.classic_member_metadata is not None for x in group.members.values())
+    assert group.subscription_metadata["t1"].topic_id != sim.coord.registry.topics["t1"].topic_id
+
+
+def test_a_classic_join_that_does_not_refresh_the_metadata_is_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The exception of seed 801 lasts only until a request that refreshes the metadata runs:
+    a consumer group whose classic JoinGroups never refresh it stays on a topic's old id after
+    a classic member joined (mixed seed 28, which passes on the real bridge: I5)."""
+    from coordinator.core.consumer_groups import ConsumerGroups
+
+    seed = _sweep(28, "mixed")
+    assert simulate(seed).violation is None
+    join = ConsumerGroups.join_as_classic
+
+    def unrefreshed(self, req, classic, now_ms):  # type: ignore[no-untyped-def]
+        subscriptions = self._subscriptions
+        subscriptions.refresh = lambda result, group: False
+        try:
+            return join(self, req, classic, now_ms)
+        finally:
+            del subscriptions.refresh
+
+    monkeypatch.setattr(ConsumerGroups, "join_as_classic", unrefreshed)
+    _caught(seed, inv.LIVENESS, "unowned partitions")
+
+
+SEED_613 = _sweep(613, "eager")
+
+
+def test_seed_613_a_returning_static_leader_keeps_the_assignment_of_older_metadata() -> None:
+    """Eager seed 613: t0 grows to 6 partitions, then the static leader c0 crashes and comes
+    back; the group is Stable, so the coordinator answers its JoinGroup with the group's
+    assignment and skip_assignment (KIP-814, as Kafka). Java's onLeaderElected then assigns
+    nothing and takes the metadata it has now as its snapshot, so a change from before its
+    return is seen by nobody: t0-5 stays unassigned until the next rebalance, in Kafka too.
+    I5 failed here while it expected every partition of the cluster's topics; it expects those
+    of the metadata the group's assignment was computed with while its leader skipped."""
+    sim = _ok(SEED_613)
+    trace = sim.trace
+    grew = next(i for i, t in enumerate(trace) if "fault: topic t0 grows to 6 partitions" in t)
+    back = next(i for i, t in enumerate(trace) if "JoinGroup gen=5 member=inst-0-member-22" in t)
+    assert grew < back
+    assert "leader=inst-0-member-22 members=3" in trace[back]
+    assert "c0 sends SyncGroup(gen=5 assignments=0)" in trace[back + 2]
+    classic = sim.classic_group
+    assert classic is not None and classic.generation == 5
+    assert sim.clients[0].skipped_assignment == 5
+    planned = dict(sim.classic_plans[5])
+    assert planned["t0"][1] == 5 and sim.coord.registry.topics["t0"].num_partitions == 6
+
+
+def test_a_static_leader_whose_assignment_is_ignored_is_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The exception of seed 613 holds only for a leader told to skip the assignment: a bridge
+    that answers the returning static leader without skip_assignment (the leader computes an
+    assignment for the new metadata that the Stable group ignores: KAFKA-13435, which KIP-814
+    fixed) leaves t0-5 unassigned while the leader believes it assigned it (I5)."""
+    import dataclasses
+
+    from legacy_bridge import classic_join
+
+    def without_skip(obj, **changes):  # type: ignore[no-untyped-def]
+        changes.pop("skip_assignment", None)
+        return dataclasses.replace(obj, **changes)
+
+    monkeypatch.setattr(classic_join, "replace", without_skip)
+    _caught(SEED_613, inv.LIVENESS, "unowned partitions [('AAAAAAAAAAAAAAAAAAAAEA', 5)]")
