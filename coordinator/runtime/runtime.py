@@ -277,40 +277,36 @@ class CoordinatorRuntime:
     async def alter_group_configs_each(
         self,
         alters: Sequence[tuple[str, Mapping[str, str | None]]],
-        *,
         validate_only: bool = False,
     ) -> list[CoordinatorError | None]:
         """Several groups' alterations (group id, changes) in one command of the cluster log,
         so one write for them all, as Kafka's controller runs an IncrementalAlterConfigs
-        (``ClusterGroupConfigs.alter_each``): each one's own error (None: altered), in order.
-        The write's error (failed, REQUEST_TIMED_OUT) is each altered one's; one the command
-        did not run for (not serving) is raised."""
+        (``ClusterGroupConfigs.alter_each``): each one's error (None: altered), in order —
+        its own, else the write's (failed, REQUEST_TIMED_OUT), or the runtime's when the
+        command could not run (not serving)."""
         configs = self.group_configs
-        if not validate_only:
-            ran: list[list[CoordinatorError | None]] = []
+        ran: list[list[CoordinatorError | None]] = []
 
-            def alter(_reg: Any) -> Result[list[CoordinatorError | None]]:
+        def alter(reg: Any) -> Any:
+            mark = reg.mark() if validate_only else None
+            try:
                 result = configs.alter_each(alters)
-                ran.append(result.response or [])
-                return result
-
-            try:
-                errors: list[CoordinatorError | None] = await self._submit(REGISTRY, alter)
-            except CoordinatorError as exc:
-                if not ran:
-                    raise
-                return [exc if error is None else error for error in ran[-1]]
-            return errors
-
-        def validate(reg: Any) -> list[CoordinatorError | None]:
-            mark = reg.mark()
-            try:
-                return configs.alter_each(alters).response or []
             finally:
-                reg.rollback(mark)
+                if mark is not None:
+                    reg.rollback(mark)
+            ran.append(result.response or [])
+            return ran[-1] if validate_only else result
 
-        validated: list[CoordinatorError | None] = await self._submit(REGISTRY, validate, read=True)
-        return validated
+        try:
+            errors: list[CoordinatorError | None] = await self._submit(
+                REGISTRY, alter, read=validate_only
+            )
+        except CoordinatorError as exc:
+            return [
+                exc if error is None else error
+                for error in (ran[-1] if ran else [None] * len(alters))
+            ]
+        return errors
 
     async def group_config(self, group_id: str) -> dict[str, str]:
         """A group's effective dynamic configs (any node)."""

@@ -4,10 +4,11 @@ the described entries in Kafka's shape (``ConfigHelper.createGroupConfigEntry``)
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from coordinator.core.errors import ErrorCode, InvalidRequestError
+from coordinator.core.errors import CoordinatorError, ErrorCode, InvalidRequestError
 
 from .api import (
     CONFIG_SOURCE_DEFAULT,
@@ -52,6 +53,34 @@ def resource_error(
 
 config_error = resource_error(ConfigResult)
 alter_error = resource_error(AlterResult)
+
+
+def alter_checks(
+    resources: Sequence[AlterResource],
+    check_name: Callable[[str], None],
+    authorize: Callable[[str], None],
+) -> Callable[[AlterResource], None]:
+    """The checks of one resource of an IncrementalAlterConfigs before it is altered, in
+    order: a GROUP resource with a name (``check_name``: its length), named once in the
+    request, the caller allowed (``authorize``), its changes well-formed."""
+    seen = Counter((res.resource_type, res.resource_name) for res in resources)
+
+    def check(res: AlterResource) -> None:
+        check_config_resource(res.resource_type, res.resource_name)
+        check_name(res.resource_name)
+        if seen[(res.resource_type, res.resource_name)] > 1:
+            raise InvalidRequestError("Each resource must appear at most once.")
+        authorize(res.resource_name)
+        config_changes(res)
+
+    return check
+
+
+def alter_result(res: AlterResource, error: CoordinatorError | None) -> AlterResult:
+    """One resource's answer of IncrementalAlterConfigs: altered (None), or its error."""
+    if error is None:
+        return AlterResult(resource_type=res.resource_type, resource_name=res.resource_name)
+    return alter_error(res, error.code, error.message)
 
 
 def check_config_resource(resource_type: int, name: str) -> None:

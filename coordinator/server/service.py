@@ -98,7 +98,9 @@ from .authorization import (
     topics_denied,
 )
 from .group_configs import (
+    alter_checks,
     alter_error,
+    alter_result,
     check_config_resource,
     config_changes,
     config_error,
@@ -503,38 +505,21 @@ class CoordinatorService:
     async def incremental_alter_configs(
         self, req: IncrementalAlterConfigs, caller: Caller
     ) -> Reply[list[AlterResult]]:
-        """Each resource checked on its own (an error answers it alone, in-band); those that
-        pass are altered in one command of the cluster log, so in one write, as Kafka's
-        controller does (``CoordinatorRuntime.alter_group_configs_each``)."""
+        """Each resource checked on its own (an error answers it alone); those that pass are
+        altered in one command, so one write, as Kafka's controller does."""
         self.limits.groups(len(req.resources))
-        seen = [(res.resource_type, res.resource_name) for res in req.resources]
-
-        def check(res: AlterResource) -> None:
-            check_config_resource(res.resource_type, res.resource_name)
-            self.limits.identifier("The group name", res.resource_name)
-            if seen.count((res.resource_type, res.resource_name)) > 1:
-                raise InvalidRequestError("Each resource must appear at most once.")
-            self.authz.check_group(
-                caller, "IncrementalAlterConfigs", ALTER_CONFIGS, res.resource_name
-            )
-            config_changes(res)
+        check = alter_checks(
+            req.resources,
+            lambda name: self.limits.identifier("The group name", name),
+            lambda group: self.authz.check_group(
+                caller, "IncrementalAlterConfigs", ALTER_CONFIGS, group
+            ),
+        )
 
         async def alter(valid: list[AlterResource]) -> list[AlterResult]:
-            if not valid:
-                return []
             alters = [(res.resource_name, config_changes(res)) for res in valid]
-            try:
-                errors = await self.runtime.alter_group_configs_each(
-                    alters, validate_only=req.validate_only
-                )
-            except CoordinatorError as exc:  # the write's: every resource of it
-                errors = [exc] * len(valid)
-            return [
-                AlterResult(resource_type=res.resource_type, resource_name=res.resource_name)
-                if error is None
-                else alter_error(res, error.code, error.message)
-                for res, error in zip(valid, errors, strict=True)
-            ]
+            errors = await self.runtime.alter_group_configs_each(alters, req.validate_only)
+            return [alter_result(res, e) for res, e in zip(valid, errors, strict=True)]
 
         return Reply(value=await batched(req.resources, check, alter, alter_error))
 
