@@ -13,15 +13,18 @@ cluster node does (``share_partitions``); it loads the four partitions, lets the
 then drops partition 0 (``lose_partition``: its lease ran out, or it is handed over) while a
 callback due every millisecond measures the loop: the longest stall is its longest lateness,
 until the dropped state is gone (its undo log's weak reference dead: every dict of the state
-refers to it) and 0.5 s more. Also timed: each garbage collection in that time
+refers to it) and 0.5 s more (and, *after*, until glibc's ``malloc_trim`` has handed the free
+memory back: ``collector.give_back_memory``). Also timed: each garbage collection in that time
 (``gc.callbacks``), the resident memory and Python's allocated blocks (``sys.getallocatedblocks``)
-before the drop and after it.
+before the drop and after it (*after*: also when freed, just before ``malloc_trim``), and the
+``malloc_trim`` with the loop's longest stall while it ran (on its own thread).
 
 *before*: the drop as it was (the shard replaced, nothing else; the loop's collector's next
 tick unfreezes everything and runs one full collection: ``collector.collect_dropped``; the
 timers of the partition purged in one pass over the table); *after*: the shard closed and freed
 in slices of the loop (``collector.free_dropped``), the timers purged ``timing.PURGE_KEYS`` keys
-a step. The two modes alternate, on the same store.
+a step, then the free memory handed back to the system (``malloc_trim``, off the loop). The
+two modes alternate, on the same store.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import weakref
 from pathlib import Path
@@ -139,8 +143,11 @@ async def _run(path: str, mode: str) -> dict[str, Any]:
     busy: list[float] = []  # the loop thread's CPU time from one tick to the next
     cpu = [time.thread_time()]
 
+    arrived: list[float] = []  # time.monotonic() of each tick (the trim's clock)
+
     def tick(due: float) -> None:
         now, spent = loop.time(), time.thread_time()
+        arrived.append(time.monotonic())
         lateness.append(now - due)
         busy.append(spent - cpu[0])
         cpu[0] = spent
@@ -149,6 +156,19 @@ async def _run(path: str, mode: str) -> dict[str, Any]:
     if mode == "before":  # as it was: the shard replaced, the collector told to collect,
         partitions_module._drop = lambda shard, partition: collector.collect_dropped()
         timing.PURGE_KEYS = 2**62  # the timers purged in one pass
+        collector.give_back_memory = lambda what: None  # nor any malloc_trim
+    trims: list[tuple[float, float, float | None, float]] = []  # start, end, took, RSS at start
+    trimmed = threading.Event()
+    trim_memory = collector.trim_memory
+
+    def timed_trim() -> float | None:  # on the trimming thread (collector.give_back_memory)
+        rss_freed, start = _rss_mib(), time.monotonic()
+        took = trim_memory()
+        trims.append((start, time.monotonic(), took, rss_freed))
+        trimmed.set()
+        return took
+
+    collector.trim_memory = timed_trim
     rss, blocks = _rss_mib(), sys.getallocatedblocks()
     handle_due = loop.time() + 0.001
     loop.call_at(handle_due, tick, handle_due)
@@ -162,6 +182,9 @@ async def _run(path: str, mode: str) -> dict[str, Any]:
         await asyncio.wait_for(freed.wait(), LIMIT_S)
     freed_s = (freed_at[0] if freed_at else time.perf_counter()) - t0
     await asyncio.sleep(AFTER_S)
+    if mode == "after":  # the memory handed back (collector.give_back_memory), bounded
+        await asyncio.to_thread(trimmed.wait, LIMIT_S)
+        await asyncio.sleep(0.05)  # the loop watched past the trim's end
     gc.callbacks.remove(on_gc)
     out = {
         "mode": mode,
@@ -176,6 +199,17 @@ async def _run(path: str, mode: str) -> dict[str, Any]:
         "rss_partition": loaded_rss[DROPPED + 1] - loaded_rss[DROPPED],
         "rss_before": rss,
         "rss_after": _rss_mib(),
+        "trim_ms": None if not trims or trims[0][2] is None else trims[0][2] * 1e3,
+        "rss_freed": trims[0][3] if trims else None,
+        # The loop's longest lateness among the ticks due while the trim ran (or arriving then).
+        "trim_stall_ms": max(
+            (
+                late * 1e3
+                for at, late in zip(arrived, lateness, strict=True)
+                if trims and trims[0][0] <= at and at - late <= trims[0][1]
+            ),
+            default=None,
+        ),
         "blocks_freed": blocks - sys.getallocatedblocks(),
     }
     await rt.close()
@@ -213,7 +247,10 @@ def row(r: dict[str, Any], load: str) -> list[object]:
         f"{len(r['collections'])} / {len(full)}",
         f"{max(full) * 1e3:.0f}" if full else "—",
         f"{r['rss_partition']:,.0f}",
-        f"{r['rss_before']:,.0f} → {r['rss_after']:,.0f}",
+        " → ".join(
+            f"{mib:,.0f}" for mib in (r["rss_before"], r["rss_freed"], r["rss_after"]) if mib
+        ),
+        "—" if r["trim_ms"] is None else f"{r['trim_ms']:.0f} / {r['trim_stall_ms'] or 0:.0f}",
         f"{r['blocks_freed']:,}",
         load,
         f"≤ {TARGET_MS:.0f} ms",
@@ -266,6 +303,15 @@ def main(argv: list[str] | None = None) -> None:
             f"{TARGET_MS:.0f} ms: {met}); as before, in the same run: {stall['before']:,.0f} ms, "
             f"{cpu['before']:,.0f} ms of its CPU."
         )
+        trimmed = [r for r in of_n if r["mode"] == "after" and r["trim_ms"] is not None]
+        if trimmed:
+            summary[-1] += (
+                " Once freed, `malloc_trim` handed "
+                f"{median(r['rss_freed'] - r['rss_after'] for r in trimmed):,.0f} MiB more back "
+                f"to the system in {median(r['trim_ms'] for r in trimmed):.0f} ms on its own "
+                f"thread, the loop's longest stall meanwhile "
+                f"{median(r['trim_stall_ms'] or 0 for r in trimmed):.0f} ms (medians)."
+            )
     cmd = command(
         "bench/drop.py",
         (
@@ -288,14 +334,18 @@ def main(argv: list[str] | None = None) -> None:
         "shard replaced, the loop's collector's next tick unfreezing everything for a full "
         "collection, the partition's timers purged in one pass over the table; *after*: the "
         "shard closed and freed by reference counting, 2 ms of the loop at a time "
-        "(`collector.free_dropped`), the timers purged 2,048 keys a loop step. *frozen*: "
+        "(`collector.free_dropped`), the timers purged 2,048 keys a loop step, then the free "
+        "memory handed back to the system (`malloc_trim`, off the loop). *frozen*: "
         "objects the node had frozen when it dropped the partition; *longest stall*: the "
         "ticker's longest lateness (wall) / the loop thread's longest CPU time from one tick "
         "to the next (what the loop itself spent: the machine taking the CPU away does not "
         "count); *freed after*: from the drop until the state's undo log is dead (every dict "
         "of the state refers to it); *collections*: all / full ones in that time, the longest "
         "full one; *partition MiB*: resident memory its load added; *RSS*: before the drop → "
-        f"after; *blocks freed*: Python's allocated blocks (`sys.getallocatedblocks`).\n\n"
+        "(*after*: once freed, before `malloc_trim` →) after; *malloc_trim*: how long glibc's "
+        "`malloc_trim(0)` took on its own thread (`collector.give_back_memory`, *after* only) / "
+        "the loop's longest stall while it ran; "
+        f"*blocks freed*: Python's allocated blocks (`sys.getallocatedblocks`).\n\n"
         + "\n".join(summary)
         + "\n\n"
         + table(
@@ -310,6 +360,7 @@ def main(argv: list[str] | None = None) -> None:
                 "longest full collection ms",
                 "partition MiB",
                 "RSS MiB",
+                "malloc_trim ms / stall ms",
                 "blocks freed",
                 "load avg",
                 "target",

@@ -39,7 +39,12 @@ stall was 13-24 ms. The safety net: an
 object every part of the dropped state refers to (its undo log) must die with it; alive a loop
 iteration after the last slice (a cycle the state machine does not know to cut), it is logged
 and :func:`collect_dropped` has the next tick unfreeze everything and run one full collection
-(then freeze what survives), as every drop did before.
+(then freeze what survives), as every drop did before. Freed, the state's memory is back in
+the allocators, not all of it with the system: Python unmaps its arenas once empty, but glibc
+keeps the free chunks of its heap. So once the state is gone (or after the full collection),
+:func:`give_back_memory` runs glibc's ``malloc_trim(0)`` on a thread of its own, off the loop
+(a no-op where the C library has none): after 100,000 groups it took 30-45 ms and handed back
+about 200 MiB more (docs/benchmarks.md, "Dropping a coordinator partition").
 
 :func:`no_collections` holds the ticks back (loading a store builds the whole state in one go:
 it is frozen at the end instead, ``loader.py``). A command known to build a lot of long-lived
@@ -57,6 +62,7 @@ job's answer is sent (a full collection every hundred jobs), never in the middle
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import gc
 import logging
 import threading
@@ -155,6 +161,7 @@ class Collector:
             self._dropped = False
             gc.unfreeze()
             self.collect_all()
+            give_back_memory("the dropped state")
             return
         self._ticks += 1
         if self._ticks < YOUNG_TICKS and gc.get_count()[0] < YOUNG:
@@ -238,6 +245,8 @@ class _Freeing:
                 self._what,
             )
             collect_dropped()
+            return
+        give_back_memory(self._what)
 
 
 def freeze_new() -> None:
@@ -245,3 +254,68 @@ def freeze_new() -> None:
     (a running :class:`Collector` only; else nothing)."""
     if _running is not None and not _paused:
         gc.freeze()
+
+
+def _malloc_trim() -> Callable[[int], int] | None:
+    """glibc's ``malloc_trim`` from the process's own C library; None where it has none
+    (musl, macOS: there :func:`give_back_memory` does nothing)."""
+    try:
+        trim = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return None
+    trim.argtypes = [ctypes.c_size_t]
+    trim.restype = ctypes.c_int
+    return trim
+
+
+_MALLOC_TRIM = _malloc_trim()
+
+
+def trim_memory() -> float | None:
+    """``malloc_trim(0)``: glibc hands the free pages of its heaps back to the system (a
+    dropped state's memory otherwise stays the process's: Python gives it back to the C
+    allocator, which keeps it). The seconds it took; None where the C library has none."""
+    if _MALLOC_TRIM is None:
+        return None
+    started = time.perf_counter()
+    _MALLOC_TRIM(0)
+    return time.perf_counter() - started
+
+
+def give_back_memory(what: str) -> None:
+    """Once a dropped state is freed (:func:`free_dropped`): :func:`trim_memory` on a thread of
+    its own, off the loop (ctypes lets go of the GIL for the call, which walks the heaps' free
+    chunks: 30-45 ms after 100,000 groups, docs/benchmarks.md "Dropping a coordinator
+    partition"). Drops while it runs are trimmed once more after it, by the same thread.
+    Nothing where glibc has no ``malloc_trim``."""
+    global _trimming
+    if _MALLOC_TRIM is None:
+        return
+    with _trim_lock:
+        _to_trim.append(what)
+        if _trimming:
+            return
+        _trimming = True
+    threading.Thread(target=_trim_waiting, name="kip848-malloc-trim", daemon=True).start()
+
+
+_trim_lock = threading.Lock()
+_to_trim: list[str] = []  # what was freed since the last trim began
+_trimming = False  # a thread runs _trim_waiting
+
+
+def _trim_waiting() -> None:
+    global _trimming
+    while True:
+        with _trim_lock:
+            if not _to_trim:
+                _trimming = False
+                return
+            what = ", ".join(_to_trim)
+            _to_trim.clear()
+        took = trim_memory()
+        log.info(
+            "The memory %s left free went back to the system (malloc_trim: %.0f ms).",
+            what,
+            (took or 0.0) * 1e3,
+        )
