@@ -43,8 +43,9 @@ and :func:`collect_dropped` has the next tick unfreeze everything and run one fu
 the allocators, not all of it with the system: Python unmaps its arenas once empty, but glibc
 keeps the free chunks of its heap. So once the state is gone (or after the full collection),
 :func:`give_back_memory` runs glibc's ``malloc_trim(0)`` on a thread of its own, off the loop
-(a no-op where the C library has none): after 100,000 groups it took 30-45 ms and handed back
-about 200 MiB more (docs/benchmarks.md, "Dropping a coordinator partition").
+(a no-op where the C library has none): after 100,000 groups it took 41-47 ms and handed back
+211 MiB more, the loop's longest stall meanwhile 5-6 ms (docs/benchmarks.md, "Dropping a
+coordinator partition").
 
 :func:`no_collections` holds the ticks back (loading a store builds the whole state in one go:
 it is frozen at the end instead, ``loader.py``). A command known to build a lot of long-lived
@@ -285,7 +286,7 @@ def trim_memory() -> float | None:
 def give_back_memory(what: str) -> None:
     """Once a dropped state is freed (:func:`free_dropped`): :func:`trim_memory` on a thread of
     its own, off the loop (ctypes lets go of the GIL for the call, which walks the heaps' free
-    chunks: 30-45 ms after 100,000 groups, docs/benchmarks.md "Dropping a coordinator
+    chunks: 41-47 ms after 100,000 groups, docs/benchmarks.md "Dropping a coordinator
     partition"). Drops while it runs are trimmed once more after it, by the same thread.
     Nothing where glibc has no ``malloc_trim``."""
     global _trimming
