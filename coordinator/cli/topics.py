@@ -22,7 +22,7 @@ def add_write_timeout_flag(p: argparse.ArgumentParser) -> None:
         default=None,
         metavar="MS",
         help="how long the coordinator waits for the change to be written to its store; past "
-        "it each topic is answered REQUEST_TIMED_OUT and the change may still land (default: "
+        "it the request is answered REQUEST_TIMED_OUT and the change may still land (default: "
         "the coordinator's offsets.commit.timeout.ms; 0: no wait). Must be below --timeout",
     )
 

@@ -630,8 +630,8 @@ class CreateTopicsRequest(_message.Message):
     TIMEOUT_MS_FIELD_NUMBER: _builtins.int
     timeout_ms: _builtins.int
     """How long the answer waits for the write to the cluster log, in ms (Kafka's timeoutMs),
-    from the request's arrival; past it, each topic is answered REQUEST_TIMED_OUT and the
-    write goes on. Absent: the server's offsets.commit.timeout.ms; 0 or less: no wait.
+    from the request's arrival; past it, the request is answered REQUEST_TIMED_OUT (7, in
+    error_code) and the write goes on. Absent: the server's offsets.commit.timeout.ms; 0 or less: no wait.
     """
     @_builtins.property
     def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___CreateTopicsRequest.CreatableTopic]: ...
@@ -741,8 +741,8 @@ class CreatePartitionsRequest(_message.Message):
     TIMEOUT_MS_FIELD_NUMBER: _builtins.int
     timeout_ms: _builtins.int
     """How long the answer waits for the write to the cluster log, in ms (Kafka's timeoutMs),
-    from the request's arrival; past it, each topic is answered REQUEST_TIMED_OUT and the
-    write goes on. Absent: the server's offsets.commit.timeout.ms; 0 or less: no wait.
+    from the request's arrival; past it, the request is answered REQUEST_TIMED_OUT (7, in
+    error_code) and the write goes on. Absent: the server's offsets.commit.timeout.ms; 0 or less: no wait.
     """
     @_builtins.property
     def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___CreatePartitionsRequest.CreatePartitionsTopic]: ...
@@ -823,8 +823,8 @@ class DeleteTopicsRequest(_message.Message):
     TIMEOUT_MS_FIELD_NUMBER: _builtins.int
     timeout_ms: _builtins.int
     """How long the answer waits for the write to the cluster log, in ms (Kafka's timeoutMs),
-    from the request's arrival; past it, each topic is answered REQUEST_TIMED_OUT and the
-    write goes on. Absent: the server's offsets.commit.timeout.ms; 0 or less: no wait.
+    from the request's arrival; past it, the request is answered REQUEST_TIMED_OUT (7, in
+    error_code) and the write goes on. Absent: the server's offsets.commit.timeout.ms; 0 or less: no wait.
     """
     @_builtins.property
     def names(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
