@@ -197,9 +197,8 @@ class SimCoordinator:
         sim = self.sim
         cmd = requests.command(req, self.clock.now)
         join = isinstance(req, ConsumerGroupHeartbeat)
-        parked: list[int] = []
-
         refreshes = join or isinstance(req, JoinGroup)
+        parked: list[int] = []
 
         def run(shard: Any) -> Any:  # the command, as the server's; noting a parked answer
             if refreshes:  # a request that refreshes a consumer group's metadata (Kafka's)

@@ -19,10 +19,10 @@ classic member is a member like any other, fenced by its generation (its member 
 claim is live at its member's epoch, or while its last JoinGroup was sent from the generation
 it holds (the answer is on its way); a classic client behind its member otherwise (a static
 member a classic rebalance kept without its rejoin, carried into the consumer group by an
-upgrade) is a zombie (:func:`member_claim_live`). In a *classic* group (legacy bridge) a claim is live
-while the member id is in the group and the client is at the group's generation, or one behind
-when its last JoinGroup (subscription ``generation_id``) was sent from that generation — its join
-response is on the way. A client further behind (a static member that missed the rebalance, a
+upgrade) is a zombie (:func:`member_claim_live`). In a *classic* group (legacy bridge) a claim
+is live while the member id is in the group and the client is at the group's generation, or one
+behind when its last JoinGroup (subscription ``generation_id``) was sent from that generation —
+its join response is on the way. A client further behind (a static member that missed the rebalance, a
 member the coordinator already removed) is a zombie: the classic protocol fences it by generation
 (its Heartbeat, SyncGroup and offset commits get ILLEGAL_GENERATION / UNKNOWN_MEMBER_ID). In a
 classic group the coordinator *attributes* to a member its last assignment plus the partitions it

@@ -284,7 +284,7 @@ class Simulation:
         self.id_name: dict[str, str] = {}  # every topic id ever created -> name
         self.corr = 0
         # classic generation -> the metadata snapshot its leader's assignment was computed with
-        # (the last SyncGroup sent with assignments for it; convergence.classic_expected)
+        # (the last SyncGroup sent with assignments for it; convergence.known_topics)
         self.classic_plans: dict[int, tuple] = {}
         self.fifo: dict[int, int] = {}  # client -> time of its last scheduled delivery
         self.committed: dict[tuple[str, int], int] = {}  # (topic id, p) -> last accepted offset
