@@ -5,12 +5,14 @@ changed node — beside the same run on an earlier source tree (``--before``: a 
 holding that commit's ``coordinator`` package, e.g. ``git archive COMMIT coordinator | tar -x
 -C DIR``).
 
-    .venv/bin/python bench/ha_restart.py --before DIR     # ~6 min, writes docs/benchmarks.md
+    .venv/bin/python bench/ha_restart.py --before DIR     # ~4 min, writes docs/benchmarks.md
+    .venv/bin/python bench/ha_restart.py --before DIR --leases 2000,10000 --rounds 1
     .venv/bin/python bench/ha_restart.py --rounds 1 --no-doc  # quick look
 
 Three nodes, 50 coordinator partitions (Kafka's default), ``--groups`` groups of 10 members
 written into the store first (``bench/cluster.py``'s seed), a group committed in each
-partition, ``coordinator.lease.ms`` ``--lease`` (the startup grace is the lease, the default).
+partition, ``coordinator.lease.ms`` each of ``--leases`` (the startup grace is the lease, the
+default).
 Scenarios, each a round from a settled cluster:
 
 * *stopped*: every node sent SIGTERM at once, then the three started again together;
@@ -136,19 +138,30 @@ def one_round(
     return [served_s, commits_s, changed - zero, takes, moved]
 
 
+def window_s(args: argparse.Namespace, lease_ms: int) -> float:
+    """How long a round is polled: ``--window``, else long enough for a killed node's
+    registration to run out, the grace and the moves after (14 s with a 2 s lease)."""
+    return args.window or max(14.0, 3 * lease_ms / 1000 + 4)
+
+
 def run(
-    tree: str, source: Path | None, args: argparse.Namespace, pg: object, tmp: Path
+    tree: str,
+    source: Path | None,
+    lease_ms: int,
+    args: argparse.Namespace,
+    pg: object,
+    tmp: Path,
 ) -> list[list]:
     dsn = pg.fresh_store_dsn()  # type: ignore[attr-defined]
     seed(dsn, args.groups)
     argv = ["--store", dsn, *sessions(SEEDED_SESSION_MS)]
     for name, value in (
-        ("coordinator.lease.ms", args.lease),
-        ("coordinator.heartbeat.interval.ms", args.lease // 10),
+        ("coordinator.lease.ms", lease_ms),
+        ("coordinator.heartbeat.interval.ms", lease_ms // 10),
         ("offsets.topic.num.partitions", PARTITIONS),
     ):
         argv += ["--set", f"{name}={value}"]
-    logs = tmp / tree.replace(" ", "-")
+    logs = tmp / f"{tree.replace(' ', '-')}-{lease_ms}"
     logs.mkdir()
     cluster = Cluster(argv, logs, source)
     rows = []
@@ -160,11 +173,19 @@ def run(
         for scenario in SCENARIOS:
             load = os.getloadavg()[0]
             results = [
-                one_round(cluster, dsn, args.lease, groups, scenario, args.window)
+                one_round(cluster, dsn, lease_ms, groups, scenario, window_s(args, lease_ms))
                 for _ in range(args.rounds)
             ]
-            print(tree, scenario, results, flush=True)
-            rows.append([tree, scenario, *cells(results), f"{load:.1f}→{os.getloadavg()[0]:.1f}"])
+            print(tree, lease_ms, scenario, results, flush=True)
+            rows.append(
+                [
+                    tree,
+                    f"{lease_ms / 1000:g} s",
+                    scenario,
+                    *cells(results),
+                    f"{load:.1f}→{os.getloadavg()[0]:.1f}",
+                ]
+            )
     finally:
         cluster.stop(signal.SIGTERM)
     return rows
@@ -187,10 +208,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--before", type=Path, help="an earlier tree's coordinator package's dir")
     parser.add_argument("--before-label", default="before", help="its name in the table")
-    parser.add_argument("--lease", type=int, default=2000, help="coordinator.lease.ms")
+    parser.add_argument("--leases", default="2000", help="comma-separated coordinator.lease.ms")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--groups", type=int, default=10_000, help="seeded groups")
-    parser.add_argument("--window", type=float, default=14.0, help="seconds polled a round")
+    parser.add_argument(
+        "--window", type=float, default=None, help="seconds polled a round (default by lease)"
+    )
     parser.add_argument("--no-doc", action="store_true", help="print only")
     args = parser.parse_args()
     started = time.monotonic()
@@ -201,12 +224,14 @@ def main() -> int:
             trees: list[tuple[str, Path | None]] = [("this tree", None)]
             if args.before is not None:
                 trees.insert(0, (args.before_label, args.before))
-            for tree, source in trees:
-                rows += run(tree, source, args, pg, Path(tmp))
+            for lease_ms in (int(x) for x in args.leases.split(",") if x):
+                for tree, source in trees:
+                    rows += run(tree, source, lease_ms, args, pg, Path(tmp))
     finally:
         pg.stop()
     headers = [
         "source",
+        "lease",
         "scenario",
         "all served s",
         "commits s",
@@ -219,22 +244,22 @@ def main() -> int:
         "bench/ha_restart.py",
         [
             ("--before", "DIR" if args.before else None, None),
-            ("--lease", args.lease, 2000),
+            ("--leases", args.leases, "2000"),
             ("--rounds", args.rounds, 2),
             ("--groups", args.groups, 10_000),
-            ("--window", args.window, 14.0),
+            ("--window", args.window, None),
         ],
     )
     body = f"""## A whole cluster started again (`{how}`)
 
 {machine()}; PostgreSQL {pg.bin.parent.name} (local, `fsync` off), three nodes, 50 partitions,
 {args.groups:,} groups of 10 members in the store (about {args.groups * 33:,} records) and a group
-committed in each partition, `coordinator.lease.ms` {args.lease} (the startup grace: the same),
+committed in each partition, `coordinator.lease.ms` as the table says (the startup grace: the same),
 everything on the same cores. Every node stopped at once (SIGTERM, or SIGKILL), then started again
 together (node 3 not, in the last scenario); from their start: every partition served (taken
 since the stop, loaded by a live node), a commit
 through node 1 succeeded on every group, the last change of a partition's leader, epoch or load
-(settled; within the {args.window:g} s window polled), leader epochs gone by since the stop (takes:
+(settled; within the window polled: {args.window or "three leases and 4 s, at least 14"} s), leader epochs gone by since the stop (takes:
 50 when each partition is taken once), partitions led by another node than before the stop
 (moved). The earlier commit's rows: its `coordinator` package (`git archive COMMIT coordinator |
 tar -x -C DIR`) run by the same script in the same run. Median of {args.rounds} rounds (each
