@@ -28,7 +28,12 @@ from coordinator.core.commands import (
 )
 from coordinator.core.config import GroupCoordinatorConfig
 from coordinator.core.events import LogEvent
-from coordinator.core.model import Assignment, ConsumerGroupMember, TopicMetadata
+from coordinator.core.model import (
+    Assignment,
+    ClassicMemberMetadata,
+    ConsumerGroupMember,
+    TopicMetadata,
+)
 from coordinator.core.offsets import (
     OffsetCommit,
     OffsetCommitPartition,
@@ -523,10 +528,14 @@ class Harness:
         *,
         group_uid: str = "cgp_seeded",
         racks: Mapping[str, str | None] | None = None,
+        instance_ids: Mapping[str, str] | None = None,
+        classic: Mapping[str, ClassicMemberMetadata] | None = None,
     ) -> None:
         """Install a reconciled group at ``epoch`` by replaying its canonical records (Kafka's
         ConsumerGroupBuilder): every member STABLE at ``epoch`` owning its target; ``racks``:
-        member -> its rack (the topics' partition racks are the registry's). Session timers are
+        member -> its rack (the topics' partition racks are the registry's); ``instance_ids``:
+        member -> its ``group.instance.id`` (a static member); ``classic``: member -> its
+        classic-protocol metadata (a member that joined with JoinGroup). Session timers are
         armed as after a load."""
         recs: list[r.Record] = []
         for mid, (topics, _a) in sorted(members.items()):
@@ -535,9 +544,11 @@ class Harness:
                     group_id,
                     ConsumerGroupMember(
                         member_id=mid,
+                        instance_id=(instance_ids or {}).get(mid),
                         rack_id=(racks or {}).get(mid),
                         subscribed_topic_names=tuple(sorted(topics)),
                         rebalance_timeout_ms=60_000,
+                        classic_member_metadata=(classic or {}).get(mid),
                     ),
                 )
             )

@@ -9,7 +9,8 @@ Requests (each takes ``now_ms`` and returns a core :class:`Result`): :meth:`join
 phase of a classic group is :mod:`.classic_join`'s, composed here), :meth:`sync`,
 :meth:`heartbeat`, :meth:`leave`; the read :meth:`describe`. Routing by group id: a classic group
 -> Kafka's classic state machine (here); a non-empty consumer group -> the classic member is
-translated into a heartbeat of the core (:mod:`.classic_members`); an empty consumer group is
+translated into a heartbeat of the core (:mod:`.classic_members`; a static member that takes the
+place of the last KIP-848 member downgrades the group: :mod:`.migration`); an empty consumer group is
 deleted and replaced by a classic group (:mod:`.migration`). A JoinGroup or SyncGroup that must
 wait at a barrier answers ``Pending(token)``; a later result (another member's request, a timer)
 carries ``completions=[(token, response)]``. A request whose own barrier completes at once gets
@@ -257,7 +258,7 @@ class ClassicGroups(ByGroupId[ClassicGroup]):
         check_join_request(self._ctx.config, req)
         consumer = self._consumer.get(req.group_id)
         if consumer is not None and consumer.members:
-            return self._ctx.run(self.members.join, consumer, req, now_ms)
+            return self._ctx.run(self.migration.join_consumer_group, consumer, req, now_ms)
         return self._ctx.run(self.joins.join, req, now_ms)
 
     # ------------------------------------------------------------------ rebalance

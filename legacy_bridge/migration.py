@@ -6,7 +6,11 @@
   assignment gave it; no partition moves. An empty classic group is simply replaced.
 * Downgrade: when the last consumer-protocol member leaves a consumer group whose remaining
   members all speak the classic protocol, it becomes a classic group (Stable at the group epoch,
-  each member keeping what it may still own) and a rebalance starts.
+  each member keeping what it may still own) and a rebalance starts. Also when a classic static
+  member's JoinGroup takes the place of the last consumer-protocol member (same
+  ``group.instance.id``: a rolling downgrade of a static fleet; Kafka 4.0+, KAFKA-17317): the
+  group becomes a classic group, rebalancing only when the joining member's subscription
+  differs (KAFKA-19546) or the target assignment lags the group epoch (KAFKA-20273).
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from .common import (
     CLASSIC_SESSION,
     MIGRATION_DOWNGRADE,
     MIGRATION_UPGRADE,
+    JoinAnswer,
     encode_member_assignment,
     error_fields,
     topic_ids,
@@ -237,17 +242,100 @@ class Migration:
 
     # ------------------------------------------------------------------ downgrade
 
+    def _may_downgrade(self, group: ConsumerGroup, but: str | None = None) -> bool:
+        """Every member but ``but`` speaks the classic protocol, and the policy and
+        ``group.classic.max.size`` allow a classic group of the group's size (Kafka's
+        validateOnlineDowngradeWith{Fenced,Replaced}Member)."""
+        config = self._ctx.config
+        return (
+            all(
+                x.classic_member_metadata is not None
+                for mid, x in group.members.items()
+                if mid != but
+            )
+            and config.consumer_migration_policy in MIGRATION_DOWNGRADE
+            and len(group.members) <= config.classic_max_size
+        )
+
     def maybe_downgrade(self, result: Result[Any], group: ConsumerGroup, now_ms: int) -> None:
         """Consumer -> classic group once only classic members remain (KIP-848 downgrade)."""
+        if not group.members or not self._may_downgrade(group):
+            return
+        # Kafka converts *instead of* removing the member (no epoch bump): the classic generation
+        # is the group epoch the remaining members were given. The removal that calls this has
+        # bumped it already, hence one less — else each classic member's next Heartbeat (its
+        # generation = its member epoch) is ILLEGAL_GENERATION instead of REBALANCE_IN_PROGRESS
+        # and real clients drop their partitions as lost (tests/e2e/test_kafka_migration.py).
+        classic = self._to_classic(result, group, group.group_epoch - 1, now_ms)
+        self._classic.prepare_rebalance(
+            result, classic, now_ms, "downgraded from a consumer group", RebalanceCause.DOWNGRADED
+        )
+
+    def join_consumer_group(
+        self, group: ConsumerGroup, req: m.JoinGroup, now_ms: int
+    ) -> Result[JoinAnswer]:
+        """A classic member's JoinGroup to a non-empty consumer group. A static member that takes
+        the place of the last consumer-protocol member (its ``group.instance.id``) downgrades the
+        group (Kafka 4.0+ classicGroupJoinToConsumerGroup, KAFKA-17317): the member first takes
+        its place in the consumer group (the same records as any static replacement), then the
+        group becomes a classic group, Stable at the group epoch the replaced member had, the
+        joining member owning what it took over. A rebalance starts only when the join bumped the
+        group epoch (a different subscription, KAFKA-19546; new topic metadata), the target
+        assignment lagged the epoch (KAFKA-20273) or a member is still reconciling; else the
+        members keep their partitions.
+
+        The JoinGroup is answered as Kafka answers it: no leader, no member list, the classic
+        generation; the member's SyncGroup then reads its assignment from the classic group (or
+        learns of the rebalance, REBALANCE_IN_PROGRESS, and joins it)."""
+        instance_id = req.group_instance_id
+        replaced = None if instance_id is None else group.static_members.get(instance_id)
+        downgrade = replaced is not None and self._may_downgrade(group, but=replaced)
+        epoch, stale = group.group_epoch, group.group_epoch > group.assignment_epoch
+        result = self._members.join(group, req, now_ms)
+        joined = result.response
+        if not downgrade or not isinstance(joined, m.JoinGroupResponse) or joined.error_code:
+            return result
+        # Kafka rebalances when the join changed the subscription (KAFKA-19546) or the target
+        # lagged the group epoch (KAFKA-20273). Ours also when the join bumped the epoch for new
+        # topic metadata, or a member is still reconciling (not Stable at the group epoch):
+        # Kafka then keeps a classic group whose generation that member does not have
+        # (ILLEGAL_GENERATION on its next heartbeat) and whose assignments leave partitions
+        # where the target would have moved them, until some later rebalance.
+        rebalance = (
+            stale
+            or group.group_epoch != epoch
+            or group.group_epoch > group.assignment_epoch
+            or any(
+                x.member_epoch != epoch or x.state is not MemberState.STABLE
+                for x in group.members.values()
+            )
+        )
+        classic = self._to_classic(result, group, epoch, now_ms)
+        result.response = m.JoinGroupResponse(
+            generation_id=classic.generation,
+            protocol_type=CONSUMER_PROTOCOL_TYPE,
+            protocol_name=classic.protocol_name,
+            member_id=joined.member_id,
+        )
+        if rebalance:
+            self._classic.prepare_rebalance(
+                result,
+                classic,
+                now_ms,
+                "downgraded from a consumer group by a static member with a new subscription "
+                "or a stale target assignment",
+                RebalanceCause.DOWNGRADED,
+                req.reason,
+            )
+        return result
+
+    def _to_classic(
+        self, result: Result[Any], group: ConsumerGroup, generation: int, now_ms: int
+    ) -> ClassicGroup:
+        """Replace the consumer group, all of whose members speak the classic protocol, by a
+        classic group Stable at ``generation``: in one batch, every consumer-group record's
+        tombstone, then the classic group's GroupMetadata record."""
         ctx = self._ctx
-        if not group.members or any(
-            x.classic_member_metadata is None for x in group.members.values()
-        ):
-            return
-        if ctx.config.consumer_migration_policy not in MIGRATION_DOWNGRADE:
-            return
-        if len(group.members) > ctx.config.classic_max_size:
-            return
         gid = group.group_id
         members = [group.members[mid] for mid in sorted(group.members)]
         # Each member keeps what it may still own: its assigned partitions plus those it has not
@@ -259,12 +347,6 @@ class Migration:
             x.member_id: assignment_union(x.assigned_partitions, x.partitions_pending_revocation)
             for x in members
         }
-        # Kafka converts *instead of* removing the member (no epoch bump): the classic generation
-        # is the group epoch the remaining members were given. The removal that calls this has
-        # bumped it already, hence one less — else each classic member's next Heartbeat (its
-        # generation = its member epoch) is ILLEGAL_GENERATION instead of REBALANCE_IN_PROGRESS
-        # and real clients drop their partitions as lost (tests/e2e/test_kafka_migration.py).
-        generation = group.group_epoch - 1
         for x in members:
             self._consumer.remove_member_records(result, gid, x.member_id)
             self._members.forget(gid, x.member_id)
@@ -307,6 +389,4 @@ class Migration:
         result.events.append(
             LogEvent(event=Event.GROUP_DOWNGRADED, group_id=gid, fields={"group_epoch": generation})
         )
-        self._classic.prepare_rebalance(
-            result, classic, now_ms, "downgraded from a consumer group", RebalanceCause.DOWNGRADED
-        )
+        return classic

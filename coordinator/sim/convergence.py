@@ -111,7 +111,12 @@ def known_topics(sim: Any, group: Any, classic: Any) -> dict[str, tuple[str, int
       keeps the assignment its leader computed before) and watches the metadata from its
       rejoin on (Java's onLeaderElected takes the metadata it has then as its snapshot): a
       change between that assignment and the rejoin is seen by nobody until the next
-      rebalance, so the group converges to the metadata that assignment was computed with."""
+      rebalance, so the group converges to the metadata that assignment was computed with.
+    * A classic group made by a downgrade without a rebalance (a classic static member took
+      the place of the last KIP-848 member, Kafka's KAFKA-17317) has a leader that does not
+      know it leads: every client's last JoinGroup came from the consumer group, where nobody
+      leads, so nobody watches the metadata until the next rebalance; the group converges to
+      the consumer group's subscription metadata its assignments were made with."""
     topics = {n: (t.topic_id, t.num_partitions) for n, t in sim.coord.registry.topics.items()}
     if group is not None:
         if (
@@ -124,6 +129,11 @@ def known_topics(sim: Any, group: Any, classic: Any) -> dict[str, tuple[str, int
             }
         return topics
     leader = next((c for c in sim.clients if c.member_id == classic.leader_id), None)
+    converted = sim.downgraded.get(classic.generation)
+    if converted is not None and (
+        not isinstance(leader, ClassicClient) or leader.assigned_snapshot is None
+    ):
+        return dict(converted)
     plan = sim.classic_plans.get(classic.generation)
     if (
         isinstance(leader, ClassicClient)

@@ -286,6 +286,10 @@ class Simulation:
         # classic generation -> the metadata snapshot its leader's assignment was computed with
         # (the last SyncGroup sent with assignments for it; convergence.known_topics)
         self.classic_plans: dict[int, tuple] = {}
+        # classic generation -> the subscription metadata of the consumer group a downgrade
+        # made it from (convergence.known_topics); the last consumer group's, until then
+        self.downgraded: dict[int, tuple] = {}
+        self._consumer_metadata: tuple | None = None
         self.fifo: dict[int, int] = {}  # client -> time of its last scheduled delivery
         self.committed: dict[tuple[str, int], int] = {}  # (topic id, p) -> last accepted offset
         # client -> (member id, epoch, partitions) of its last commits (a stale commit replays
@@ -801,6 +805,16 @@ class Simulation:
         coord = self.coord
         classic = self.classic_group
         group = self.group
+        if group is not None:
+            self._consumer_metadata = tuple(
+                sorted(
+                    (n, (t.topic_id, t.num_partitions))
+                    for n, t in group.subscription_metadata.items()
+                )
+            )
+        elif classic is not None and self._consumer_metadata is not None:
+            self.downgraded[int(classic.generation)] = self._consumer_metadata
+            self._consumer_metadata = None
         inv.note_recreated(group, self.clients, classic)
         failures = inv.check_safety(
             group, self.clients, self.p.invariants, classic=classic, topic_ids=self._topic_ids()

@@ -490,30 +490,40 @@ def test_a_coordinator_that_takes_a_classic_members_stale_generation_is_caught(
 SEED_801 = _sweep(801, "mixed")
 
 
-def test_seed_801_a_consumer_group_of_classic_members_keeps_its_metadata_until_a_join() -> None:
+def test_seed_801_a_static_member_replacing_the_last_kip848_member_downgrades_the_group() -> None:
     """Mixed seed 801: c0 comes back as a classic static member in place of its KIP-848 self,
-    so every member of the consumer group speaks the classic protocol; then t1 is deleted and
-    re-created under a new id. Kafka refreshes a consumer group's subscription metadata in
-    consumerGroupHeartbeat and classicGroupJoinToConsumerGroup, never in a classic Heartbeat,
-    and a classic follower (nobody leads in a consumer group) does not rejoin for a metadata
-    change: the group stays on t1's old id, and so does ours. I5 failed here while it expected
-    the cluster's topics; it expects the group's own metadata until a join could refresh it."""
+    the group's last KIP-848 member: the consumer group becomes a classic group at once
+    (Kafka 4.0+, KAFKA-17317; before, ours kept a consumer group of classic members), Stable at
+    generation 7 with the same subscription, so without a rebalance. Then t1 is deleted and
+    re-created under a new id. Every client's last JoinGroup came from the consumer group,
+    where nobody leads: no client knows it leads the classic group, so nobody watches the
+    metadata and nobody rejoins (Java's ConsumerCoordinator, as on Kafka): the group keeps
+    the consumer group's metadata it was made with, and I5 expects that (known_topics)."""
     sim = _ok(SEED_801)
     trace = sim.trace
     classic = next(i for i, t in enumerate(trace) if "JoinGroup gen=7 member=member-34" in t)
     recreated = next(i for i, t in enumerate(trace) if "topic t1 re-created with 4 partitions" in t)
     assert classic < recreated
+    assert "leader=- members=0" in trace[classic]
     assert not any("sends JoinGroup" in t or "sends heartbeat" in t for t in trace[recreated:])
-    group = sim.group
-    assert group is not None
-    assert all(x.classic_member_metadata is not None for x in group.members.values())
-    assert group.subscription_metadata["t1"].topic_id != sim.coord.registry.topics["t1"].topic_id
+    assert sim.group is None
+    group = sim.classic_group
+    assert (group.state.value, group.generation) == ("Stable", 7)
+    assert sorted(group.members) == sorted(c.member_id for c in sim.clients)
+    t1 = dict(sim.downgraded[7])["t1"][0]
+    assert t1 != sim.coord.registry.topics["t1"].topic_id
+    assert {c.index: sorted(c.owned) for c in sim.clients} == {
+        0: [dict(sim.downgraded[7])["t0"][0]],
+        1: [t1],
+        2: sorted([t1, dict(sim.downgraded[7])["t0"][0]]),
+    }
 
 
 def test_a_classic_join_that_does_not_refresh_the_metadata_is_caught(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The exception of seed 801 lasts only until a request that refreshes the metadata runs:
+    """The exception for a consumer group of classic members (known_topics) lasts only until a
+    request that refreshes the metadata runs:
     a consumer group whose classic JoinGroups never refresh it stays on a topic's old id after
     a classic member joined (mixed seed 28, which passes on the real bridge: I5)."""
     from coordinator.core.consumer_groups import ConsumerGroups
