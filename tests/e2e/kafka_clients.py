@@ -429,6 +429,29 @@ class GroupView:
     member_types: dict[str, str]  # client id -> "consumer"/"classic" (consumer groups only)
 
 
+def wait_committed_to_end(
+    admin: Any,
+    fleet: Fleet,
+    group: str,
+    written: dict[str, tuple[int, int]],
+    partitions: int,
+    timeout: float,
+) -> None:
+    """Until ``group``'s committed offsets reach the end of every partition of the records
+    ``written`` (value -> (partition, offset), :meth:`BackgroundProducer.stop`); bounded."""
+    from confluent_kafka import ConsumerGroupTopicPartitions
+
+    ends = dict.fromkeys(range(partitions), 0)
+    for partition, offset in written.values():
+        ends[partition] = max(ends[partition], offset + 1)
+
+    def committed() -> dict[int, int]:
+        got = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])
+        return {tp.partition: tp.offset for tp in got[group].result(10).topic_partitions}
+
+    fleet.wait_for(lambda: committed() == ends, timeout, "offsets committed to the end")
+
+
 def describe(admin: Any, channel: Any, group: str) -> GroupView:
     from kip848.v1 import consumer_group_pb2, consumer_group_pb2_grpc
 
