@@ -292,3 +292,19 @@ def test_no_downgrade_beyond_the_classic_group_size_limit() -> None:
     joined = h.join_group(instance_id="i-K")
     assert joined.error_code == 0
     assert "grp" in h.shard.groups and "grp" not in h.shard.classic_groups
+
+
+def test_a_failed_write_of_the_downgrade_leaves_the_consumer_group() -> None:
+    # The replacement and the conversion are one batch: a failed write rolls both back (the
+    # runtime answers the JoinGroup COORDINATOR_NOT_AVAILABLE); the member's next JoinGroup
+    # converts the group.
+    h, _ = fleet()
+    before = (h.shard.snapshot(), len(h.log), h.timers.key_list())
+    h.fail_next_writes(1)
+    h.join_group(instance_id="i-K")
+    assert (h.shard.snapshot(), len(h.log), h.timers.key_list()) == before
+    assert h.shard.groups["grp"].members["K"].classic_member_metadata is None
+    joined = h.join_group(instance_id="i-K")
+    assert (joined.error_code, joined.generation_id) == (0, 3)
+    assert sorted(h.shard.classic_groups["grp"].members) == sorted(["C", joined.member_id])
+    assert h.shard.snapshot() == h.replayed().snapshot()
