@@ -7,7 +7,8 @@ consumer group and every downgrade back, with the mixed phase around it and what
   lasts until the last classic member is gone (replaced by consumers as they restart:
   ``completed``), or the group is downgraded or deleted, or the data ends (``in_progress``).
 * A **downgrade** is the classic group record written with the consumer group's tombstone when
-  its last consumer-protocol member left. Its mixed phase is the one it ends: since the consumer
+  its last consumer-protocol member left (or was replaced by a classic static member: then
+  without a rebalance unless one was needed). Its mixed phase is the one it ends: since the consumer
   group last got a classic member (an upgrade, or a classic member joining it).
 * **Cost**: the unowned partition-seconds (and partitions moved, rebalances) of the group's
   rebalances from the start of the mixed phase to its end, and for a downgrade also of the
