@@ -30,20 +30,21 @@ same decisions. Theory of operation:
 * **Reads** (``reads.py``, Kafka's ``scheduleReadOperation``). A request's read of groups
   (OffsetFetch, DescribeGroups, ConsumerGroupDescribe, ListGroups, the push stream's views:
   :attr:`Driver.reads`) waits for no write: it reads the committed state at once. A failed
-  batch rolls a shard back whole, so the driver notes per shard which groups have a change it
-  would roll back — their records in an outstanding batch, or a change without records made
-  while one was outstanding (a classic rebalance's) — each with that batch, until it is
-  durable. A group with none is read as it is (then its committed state: the groups of a shard
-  are independent); any other read (ListGroups: the shard whole) reads the shard as of the
-  start of its oldest outstanding batch, through the undo log (``UndoLog.as_of``: undone,
-  read, redone). Its topics image is the cluster log's committed one. A stable OffsetFetch
-  (``require_stable``: Kafka runs it as a write without records) reads the latest state and
-  waits for the last batch holding a change of its group only. The pure reads of the cluster
-  log's state (topics, ACLs, SCRAM credentials, group configs) and the authorizer do not run here:
-  they read its committed copy (``committed.py``, Kafka's metadata cache), which replays a
-  batch's cluster records once it is durable (:attr:`Driver.committed`), before any of the
-  batch's answers is released; so they never wait behind a write, and a writer that got its
-  answer reads its change.
+  batch rolls a shard with records in it back whole (to just before its first records there),
+  so the driver notes per shard which groups have a change it would roll back — their records
+  in an outstanding batch, or a change without records made while a batch with the shard's
+  records was outstanding (a classic rebalance's) — each with that batch, until it is durable.
+  A group with none is read as it is (then its committed state: the groups of a shard are
+  independent); any other read (ListGroups: the shard whole) reads the shard as of its mark
+  just before its records in its oldest outstanding batch holding any, through the undo log
+  (``UndoLog.as_of``: undone, read, redone). Its topics image is the cluster log's committed
+  one. A stable OffsetFetch (``require_stable``: Kafka runs it as a write without records)
+  reads the latest state and waits for the last batch holding a change of its group only. The
+  pure reads of the cluster log's state (topics, ACLs, SCRAM credentials, group configs) and
+  the authorizer do not run here: they read its committed copy (``committed.py``, Kafka's
+  metadata cache), which replays a batch's cluster records once it is durable
+  (:attr:`Driver.committed`), before any of the batch's answers is released; so they never
+  wait behind a write, and a writer that got its answer reads its change.
 * **Parked requests.** A command may answer ``Pending(token)``: its caller's future is
   registered under (state machine, token) in the command's own turn, so that a command queued
   behind it in the same turn can answer it (a join that restarts a classic rebalance answers a
@@ -76,9 +77,16 @@ same decisions. Theory of operation:
   at once (``OwnCommands.write_errors``).
 * **Failure.** If an append fails, that batch and every later un-persisted batch fail with
   COORDINATOR_NOT_AVAILABLE in-band (the requests of a partition the append was fenced off
-  from, its lease taken over by another node: NOT_COORDINATOR, as Kafka's); every state machine is rolled back (undo log) to its mark
-  at the start of the failed batch; their timer operations, log events, completions and
-  offloads are dropped; then every write watch of the failed batches is told (on the
+  from, its lease taken over by another node: NOT_COORDINATOR, as Kafka's). Each state machine
+  with records in the failed batches is rolled back (undo log) to its mark just before its
+  first records in the first of them (``Batch.start_marks``: noted when a machine's first
+  records join a batch); the others are not rolled back at all, as Kafka rolls back only the
+  partition whose write failed. That is sound because a command without records on a machine
+  with a write outstanding waits for that write (its answer gets the failure; what it changed
+  is after the mark), while one on a machine without any was answered at once, its timers
+  applied and its parked requests registered: its change is committed. The failed batches'
+  timer operations, log events, completions and offloads (all of the rolled-back machines)
+  are dropped; then every write watch of the failed batches is told (on the
   rolled-back state; again if it had timed out first). An append whose outcome is unknown
   stops the coordinator serving.
 * **Logs after durability.** The core's :class:`~coordinator.core.events.LogEvent` values are
@@ -237,10 +245,12 @@ class Batch:
         "watches",
     )
 
-    def __init__(self, start_marks: list[int]) -> None:
+    def __init__(self, start_marks: dict[int, int]) -> None:
         self.records: list[Record] = []  # encoded by the writer, off the loop
         self.cluster: list[Record] = []  # those of the cluster log, for ``Driver.committed``
         self.timer_ops: list[TimerOp] = []
+        # machine -> its mark just before its first records in this batch: what it rolls back
+        # to if the batch fails (only the machines with records in it)
         self.start_marks = start_marks
         self.end_marks: list[int] | None = None
         self.commands = 0
@@ -434,10 +444,10 @@ class Driver:
         if records:
             batch = self.pending
             if batch is None:
-                marks = [m.mark() for m in self._machines]
-                marks[index] = mark
-                batch = self.pending = Batch(marks)
+                batch = self.pending = Batch({index: mark})
                 self.host.write()
+            else:
+                batch.start_marks.setdefault(index, mark)
             batch.records.extend(records)
             batch.commands += 1
             self._last_batch[index] = batch
@@ -448,11 +458,12 @@ class Driver:
                 self.reads.uncommit(index, batch, {r.group_id for r in records})
         else:
             batch = self._last_batch.get(index)
-            at_risk = self.pending or self.inflight
-            if at_risk is not None and index < self.shard_count and machine.mark() != mark:
-                # changed without records (a classic rebalance's state): rolled back if a
-                # batch outstanding now fails
-                self.reads.uncommit(index, at_risk, (group,))
+            if batch is not None and index < self.shard_count and machine.mark() != mark:
+                # changed without records (a classic rebalance's state) after records of its
+                # machine still outstanding: rolled back if their batch fails (without any,
+                # it is committed at once: a failed write rolls back only the machines with
+                # records in it)
+                self.reads.uncommit(index, batch, (group,))
         if result.timers:
             timers = self.timing.convert(result.timers)
             if batch is None:
@@ -807,8 +818,10 @@ class Driver:
         self.host.changed(r.group_id for r in batch.records if r.group_id is not None)
 
     def write_failed(self, batch: Batch, exc: BaseException) -> list[Batch]:
-        """Roll every state machine back to the start of the failed batch; fail it and every
-        later un-persisted batch (returned)."""
+        """Fail ``batch`` and every later un-persisted batch (returned); roll each state
+        machine with records in them back to just before its first records there. The others
+        keep their state: what they changed without records was answered at once (they had no
+        write outstanding), as Kafka rolls back only the partition whose write failed."""
         self.inflight = None
         self.stats["failed_batches"] += 1
         failed = [batch]
@@ -817,8 +830,12 @@ class Driver:
             self.pending = None
         self._last_batch.clear()
         self.reads.failed()
-        for m, mark in zip(self._machines, batch.start_marks, strict=True):
-            m.rollback(mark)
+        marks: dict[int, int] = {}
+        for b in failed:  # a machine's first records in the first failed batch it is in
+            for machine, mark in b.start_marks.items():
+                marks.setdefault(machine, mark)
+        for machine, mark in marks.items():
+            self._machines[machine].rollback(mark)
         self._publish_topics()
         n = sum(b.commands for b in failed)
         moved = isinstance(exc, StoreFencedError) and CLUSTER_LOG in exc.partitions

@@ -219,8 +219,9 @@ class Partitions:
 
     def _replace(self, index: int, shard: Any) -> None:
         """Put ``shard`` in place of partition ``index``'s state machine; the old one is
-        dropped (:func:`_drop`). Batches still outstanding hold marks of the old one: they
-        become the new one's current mark (nothing of theirs belongs to it)."""
+        dropped (:func:`_drop`). Batches still outstanding hold marks of the old one: dropped
+        (nothing of theirs belongs to the new one; a failure of theirs does not roll it back),
+        their end marks the new one's current mark."""
         driver = self.driver
         _drop(driver._machines[index], index)
         driver._machines[index] = shard
@@ -229,7 +230,7 @@ class Partitions:
         mark = shard.mark()
         for batch in (driver.pending, driver.inflight):
             if batch is not None:
-                batch.start_marks[index] = mark
+                batch.start_marks.pop(index, None)
                 if batch.end_marks is not None:
                     batch.end_marks[index] = mark
 

@@ -3,15 +3,17 @@ they do not depend on (Kafka's ``CoordinatorRuntime.scheduleReadOperation``, whi
 shard's timeline structures as of its last committed offset).
 
 A shard's in-memory state runs ahead of its log: a command's records are applied before they
-are durable, and a failed write rolls the shard back (undo log) to the start of the failed
-batch — every change logged since, records or not, whatever group it belongs to. :class:`Reads`
+are durable, and a failed write with records of the shard rolls it back (undo log) to just
+before its first records in it — every change logged since, records or not, whatever group it
+belongs to (a shard without records in the failed write is not rolled back). :class:`Reads`
 keeps, per shard, which groups have such a change (their records in an outstanding batch, or a
 change made without records — a classic rebalance's state, which Kafka keeps in memory — while
-a batch was outstanding; a command whose group the driver does not know marks the shard as a
-whole), each with the last outstanding batch whose failure would roll it back. A read of a
-group with none reads the current state, which is then its committed state (groups of a shard
-are independent: a rollback restores no entry of theirs); any other read reads the shard as of
-the start of its oldest outstanding batch (``UndoLog.as_of``: undone, read, redone — exactly).
+a batch with the shard's records was outstanding; a command whose group the driver does not
+know marks the shard as a whole), each with the last outstanding batch whose failure would roll
+it back. A read of a group with none reads the current state, which is then its committed
+state (groups of a shard are independent: a rollback restores no entry of theirs); any other
+read reads the shard as of its mark before its records in its oldest outstanding batch holding
+any (``UndoLog.as_of``: undone, read, redone — exactly).
 The topics image of every read is the cluster log's as of its last durable write
 (``committed.py``, when the host keeps one). A batch's durability clears what it marked before
 any of its answers is released, so a writer that got its answer reads its write.
@@ -51,7 +53,7 @@ class Reads:
 
         By default it reads the committed state and is answered at once: ``(answer, None)`` —
         the current state when none of ``groups`` has a change a failed write could roll back,
-        else the shard's state as of the start of its oldest outstanding batch.
+        else the shard's state as of just before its records in its oldest outstanding batch.
 
         ``latest`` (OffsetFetch with ``require_stable``, which Kafka runs as a write without
         records): it reads the current state and returns the batch its answer waits for — the
@@ -74,10 +76,12 @@ class Reads:
             pending = driver.pending
             if latest:  # batches resolve in order: the newest is the one to wait for
                 wait = pending if any(b is pending for b in touched) else driver.inflight
-            else:
-                oldest = driver.inflight or driver.pending
-                assert oldest is not None  # something is outstanding
-                as_of = oldest.start_marks[index]
+            else:  # as of just before the shard's records in its oldest outstanding batch
+                as_of = next(
+                    b.start_marks[index]
+                    for b in (driver.inflight, driver.pending)
+                    if b is not None and index in b.start_marks
+                )
         committed = driver.committed
         image = shard.topics
         if committed is not None and driver.registry_outstanding():
@@ -109,7 +113,8 @@ class Reads:
                     del risky[group]
 
     def failed(self) -> None:
-        """A write failed: every outstanding batch failed, every shard is rolled back."""
+        """A write failed: every outstanding batch failed, every shard with records in them is
+        rolled back (the others' changes were committed)."""
         for risky in self._uncommitted:
             risky.clear()
 
