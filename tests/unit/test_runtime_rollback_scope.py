@@ -3,9 +3,10 @@ as Kafka rolls back only the partition whose write failed (each partition its ow
 
 A change without records on a shard with no write of its own outstanding is answered at once —
 a classic JoinGroup moving its group to PreparingRebalance and parking at the barrier, its
-timers armed — so a failed write of another shard must not undo it: the parked join would wait
-for an answer nothing gives any more (the client hangs until its own timeout) and the group
-would forget the rebalance its members were told of. A shard whose first records join a batch
+timers armed, or a rejoin completing the rebalance and answering the parked joins — so a failed
+write of another shard must not undo it: the parked join would wait for an answer nothing gives
+any more (the client hangs until its own timeout), and the members answered generation 6 would
+sync with a group back at generation 5. A shard whose first records join a batch
 after such a change rolls back to just before those records, not to the batch's start.
 Two coordinator partitions: the classic group ``grp`` is on one, group ``other`` on the other.
 """
@@ -15,7 +16,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from builders import G, classic_join_req, classic_record, commit, make_runtime
+from builders import G, classic_assignment, classic_join_req, classic_record, commit, make_runtime
 
 from coordinator.core import codec
 from coordinator.core.errors import CoordinatorNotAvailableError, ErrorCode
@@ -24,6 +25,7 @@ from coordinator.core.topics import NewTopic
 from coordinator.routing import partition_for
 from coordinator.runtime import CoordinatorRuntime
 from coordinator.runtime.store import MemoryRecordStore, StoredRecord
+from legacy_bridge import messages as cm
 
 OTHER = "other"
 """A group on the other partition than :data:`builders.G`."""
@@ -74,6 +76,10 @@ async def test_a_failed_write_keeps_an_answered_change_of_a_shard_without_record
     await asyncio.sleep(0.05)
     (described,) = await asyncio.wait_for(rt.describe_classic_groups([G]), 0.2)
     assert described.group_state == "PreparingRebalance"  # answered: committed
+    # The partition as a whole: as of just before its own records (SAME's commit), not before
+    # the rejoin.
+    listed = await asyncio.wait_for(rt.list_groups(), 0.2)
+    assert [(g.group_id, g.group_state) for g in listed] == [(G, "PreparingRebalance")]
     store.release_appends()
     for failing in (held, pending) if own is None else (held, pending, own):
         with pytest.raises(CoordinatorNotAvailableError):
@@ -89,3 +95,39 @@ async def test_a_failed_write_keeps_an_answered_change_of_a_shard_without_record
     assert (joined_b.error_code, joined_b.generation_id) == (ErrorCode.NONE, 6)
     assert joined_a.leader == joined_b.leader
     await rt.close()
+
+
+async def test_a_failed_write_keeps_a_classic_rebalance_another_partition_completed() -> None:
+    """Both members rejoin while another partition's commit is held: B's rejoin completes the
+    rebalance and both joins are answered generation 6 at once (no record: nothing of their
+    partition is outstanding). That write fails; the group stays in CompletingRebalance at
+    generation 6, so the SyncGroups of the generation its members were told succeed."""
+    rt, store = await runtime()
+    shard = rt.shards[partition_for(G, 2)]
+    store.hold_appends()
+    store.fail_next_appends(1)
+    held = asyncio.ensure_future(rt.offset_commit(commit(OTHER, {("t", 0): 1})))
+    await asyncio.sleep(0.05)
+    rejoin = asyncio.ensure_future(rt.classic_join(classic_join_req("A")))
+    joined_b = await asyncio.wait_for(rt.classic_join(classic_join_req("B")), 0.2)
+    joined_a = await asyncio.wait_for(rejoin, 0.2)
+    assert [(j.error_code, j.generation_id) for j in (joined_a, joined_b)] == [(0, 6), (0, 6)]
+    store.release_appends()
+    with pytest.raises(CoordinatorNotAvailableError):
+        await asyncio.wait_for(held, 5)
+    (state,) = shard.classic_groups.describe([G])
+    assert (state.group_state, state.generation_id) == ("CompletingRebalance", 6)
+    leader_id = joined_a.leader
+    follower_id = "B" if leader_id == "A" else "A"
+    plan = (("A", classic_assignment(0, 1)), ("B", classic_assignment(2, 3)))
+    follower = asyncio.ensure_future(rt.classic_sync(sync(follower_id)))
+    leader = await asyncio.wait_for(rt.classic_sync(sync(leader_id, *plan)), 5)
+    got = await asyncio.wait_for(follower, 5)
+    assigned = dict(plan)
+    assert (leader.error_code, leader.assignment) == (0, assigned[leader_id])
+    assert (got.error_code, got.assignment) == (0, assigned[follower_id])
+    await rt.close()
+
+
+def sync(member: str, *assignments: tuple[str, bytes]) -> cm.SyncGroup:
+    return cm.SyncGroup(group_id=G, generation_id=6, member_id=member, assignments=assignments)
