@@ -27,24 +27,13 @@ same decisions. Theory of operation:
   command with no records (a steady heartbeat, Kafka's write operation without records) waits
   for the last outstanding batch of its state machine, so it never exposes state that could
   still be lost; with nothing outstanding it is answered at once, without a future.
-* **Reads** (``reads.py``, Kafka's ``scheduleReadOperation``). A request's read of groups
-  (OffsetFetch, DescribeGroups, ConsumerGroupDescribe, ListGroups, the push stream's views:
-  :attr:`Driver.reads`) waits for no write: it reads the committed state at once. A failed
-  batch rolls a shard with records in it back whole (to just before its first records there),
-  so the driver notes per shard which groups have a change it would roll back — their records
-  in an outstanding batch, or a change without records made while a batch with the shard's
-  records was outstanding (a classic rebalance's) — each with that batch, until it is durable.
-  A group with none is read as it is (then its committed state: the groups of a shard are
-  independent); any other read (ListGroups: the shard whole) reads the shard as of its mark
-  just before its records in its oldest outstanding batch holding any, through the undo log
-  (``UndoLog.as_of``: undone, read, redone). Its topics image is the cluster log's committed
-  one. A stable OffsetFetch (``require_stable``: Kafka runs it as a write without records)
-  reads the latest state and waits for the last batch holding a change of its group only. The
-  pure reads of the cluster log's state (topics, ACLs, SCRAM credentials, group configs) and
-  the authorizer do not run here: they read its committed copy (``committed.py``, Kafka's
-  metadata cache), which replays a batch's cluster records once it is durable
-  (:attr:`Driver.committed`), before any of the batch's answers is released; so they never
-  wait behind a write, and a writer that got its answer reads its change.
+* **Reads** (``reads.py``: its doc tells how; Kafka's ``scheduleReadOperation``). A read of
+  groups (OffsetFetch, DescribeGroups, ConsumerGroupDescribe, ListGroups, the push views)
+  waits for no write: it reads the committed state at once, as of before any change a failed
+  write could still roll back; a stable OffsetFetch (Kafka's write without records) waits for
+  its own group's last batch only. The cluster log's reads and the authorizer read its
+  committed copy (``committed.py``, Kafka's metadata cache), fed a batch's cluster records
+  once durable, before any of its answers is released: a writer that got its answer reads it.
 * **Parked requests.** A command may answer ``Pending(token)``: its caller's future is
   registered under (state machine, token) in the command's own turn, so that a command queued
   behind it in the same turn can answer it (a join that restarts a classic rebalance answers a
@@ -77,18 +66,14 @@ same decisions. Theory of operation:
   at once (``OwnCommands.write_errors``).
 * **Failure.** If an append fails, that batch and every later un-persisted batch fail with
   COORDINATOR_NOT_AVAILABLE in-band (the requests of a partition the append was fenced off
-  from, its lease taken over by another node: NOT_COORDINATOR, as Kafka's). Each state machine
-  with records in the failed batches is rolled back (undo log) to its mark just before its
-  first records in the first of them (``Batch.start_marks``: noted when a machine's first
-  records join a batch); the others are not rolled back at all, as Kafka rolls back only the
-  partition whose write failed. That is sound because a command without records on a machine
-  with a write outstanding waits for that write (its answer gets the failure; what it changed
-  is after the mark), while one on a machine without any was answered at once, its timers
-  applied and its parked requests registered: its change is committed. The failed batches'
-  timer operations, log events, completions and offloads (all of the rolled-back machines)
-  are dropped; then every write watch of the failed batches is told (on the
-  rolled-back state; again if it had timed out first). An append whose outcome is unknown
-  stops the coordinator serving.
+  from, its lease taken over by another node: NOT_COORDINATOR, as Kafka's). Only the state
+  machines with records in them roll back (undo log), each to its mark just before its first
+  records there (``Batch.start_marks``), as Kafka rolls back only the failed partition: a
+  command without records on a machine with a write outstanding waited for it (its answer
+  gets the failure), one on a machine without any was answered at once (its change stands).
+  The failed batches' timer operations, log events, completions and offloads are dropped;
+  then each write watch of theirs is told (on the rolled-back state; again if it had timed
+  out first). An append whose outcome is unknown stops the coordinator serving.
 * **Logs after durability.** The core's :class:`~coordinator.core.events.LogEvent` values are
   written once their batch is durable; a batch that fails takes them with it. The host hears of
   the groups a durable batch changed (``Host.changed``: watchers, the push stream).
