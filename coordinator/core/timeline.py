@@ -41,12 +41,7 @@ class UndoLog:
         entries = self._entries
         while len(entries) > mark - self._base:
             target, key, old, is_attr = entries.pop()
-            if is_attr:
-                object.__setattr__(target, key, old)
-            elif old is _MISSING:
-                dict.pop(target, key, None)
-            else:
-                dict.__setitem__(target, key, old)
+            _put(target, key, old, is_attr)
 
     def as_of(self, mark: int, fn: Callable[[], T]) -> T:
         """``fn()`` run on the state as it was at ``mark``: everything logged after it is undone,
@@ -62,27 +57,15 @@ class UndoLog:
         later = entries[n:]
         undone: list[Any] = []  # each later entry's value after it, in reverse order
         for target, key, old, is_attr in reversed(later):
-            if is_attr:
-                undone.append(getattr(target, key))
-                object.__setattr__(target, key, old)
-            else:
-                undone.append(dict.get(target, key, _MISSING))
-                if old is _MISSING:
-                    dict.pop(target, key, None)
-                else:
-                    dict.__setitem__(target, key, old)
+            undone.append(getattr(target, key) if is_attr else dict.get(target, key, _MISSING))
+            _put(target, key, old, is_attr)
         del entries[n:]
         try:
             return fn()
         finally:
             self.rollback(mark)  # what fn logged (derived state)
             for (target, key, _old, is_attr), value in zip(later, reversed(undone), strict=True):
-                if is_attr:
-                    object.__setattr__(target, key, value)
-                elif value is _MISSING:
-                    dict.pop(target, key, None)
-                else:
-                    dict.__setitem__(target, key, value)
+                _put(target, key, value, is_attr)
             entries.extend(later)
 
     def release(self, mark: int) -> None:
@@ -182,3 +165,14 @@ class TDict(dict[Any, Any]):
         raise TypeError("TDict: use item assignment, del, discard or increment")
 
     pop = popitem = setdefault = update = clear = __ior__ = _forbidden
+
+
+def _put(target: Any, key: Any, value: Any, is_attr: bool) -> None:
+    """Set ``target``'s attribute or dict entry ``key`` back to ``value`` (for an entry,
+    ``_MISSING``: none)."""
+    if is_attr:
+        object.__setattr__(target, key, value)
+    elif value is _MISSING:
+        dict.pop(target, key, None)
+    else:
+        dict.__setitem__(target, key, value)

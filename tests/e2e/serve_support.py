@@ -1,6 +1,6 @@
 """Starting a ``kip848 serve`` subprocess in tests: its first stdout lines and its gRPC
 channel, each within a bounded wait, with the server's stderr in the failure. And
-:class:`LoopThread`, for a server run in the test's own process."""
+:class:`LoopThread` and :class:`InProcessServer`, for a server run in the test's own process."""
 
 from __future__ import annotations
 
@@ -15,6 +15,11 @@ from typing import IO, Any, TypeVar
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from coordinator.core.config import parse_config
+from coordinator.runtime import CoordinatorRuntime, ManualClock
+from coordinator.runtime.store import MemoryRecordStore
+from coordinator.server.app import CoordinatorServer, ServeOptions
 
 START_TIMEOUT_S = 20.0
 T = TypeVar("T")
@@ -36,6 +41,50 @@ class LoopThread:
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10)
         self.loop.close()
+
+
+class InProcessServer:
+    """The real gRPC server and runtime (and a Kafka listener with ``kafka``) on 127.0.0.1:0,
+    in this process on a :class:`LoopThread`, over ``store`` (a fresh memory store by default)
+    with ``settings`` on a manual clock: the test decides when the store is loaded (``loaded``
+    False: only at :meth:`load`) and can hold the store's appends."""
+
+    def __init__(
+        self,
+        settings: dict[str, str] | None = None,
+        store: MemoryRecordStore | None = None,
+        *,
+        kafka: bool = False,
+        loaded: bool = True,
+    ) -> None:
+        self.loop_thread = LoopThread()
+        self.store = MemoryRecordStore() if store is None else store
+
+        async def start() -> CoordinatorServer:
+            runtime = CoordinatorRuntime(
+                config=parse_config(settings or {}), store=self.store, clock=ManualClock(0)
+            )
+            options = ServeOptions(
+                listen="127.0.0.1:0", kafka_listen="127.0.0.1:0" if kafka else None
+            )
+            server = CoordinatorServer(runtime, options)
+            await server.start()
+            if loaded:
+                await server.load()
+            return server
+
+        self.server = self.run(start())
+        self.address = self.server.address
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float = START_TIMEOUT_S) -> T:
+        return self.loop_thread.run(coro, timeout)
+
+    def load(self) -> None:
+        self.run(self.server.load())
+
+    def close(self) -> None:
+        self.run(self.server.stop(1.0))
+        self.loop_thread.close()
 
 
 def read_lines(

@@ -8,68 +8,41 @@ chance."""
 from __future__ import annotations
 
 import time
-from collections.abc import Coroutine, Iterator
-from typing import Any, TypeVar
+from collections.abc import Iterator
 
 import grpc
 import pytest
-from serve_support import LoopThread
+from serve_support import InProcessServer
 
 from coordinator.cli import main
-from coordinator.core.config import parse_config
-from coordinator.runtime import CoordinatorRuntime, ManualClock
-from coordinator.runtime.store import MemoryRecordStore
-from coordinator.server.app import CoordinatorServer, ServeOptions
 from kip848.v1 import admin_pb2, admin_pb2_grpc
 
-T = TypeVar("T")
 
-
-class LoadingServer:
-    """A coordinator serving on 127.0.0.1:0 whose store is loaded only when ``load()`` is called."""
-
-    def __init__(self) -> None:
-        self.loop_thread = LoopThread()
-        self.loop = self.loop_thread.loop
-
-        async def start() -> CoordinatorServer:
-            runtime = CoordinatorRuntime(
-                config=parse_config({}), store=MemoryRecordStore(), clock=ManualClock(0)
-            )
-            server = CoordinatorServer(runtime, ServeOptions(listen="127.0.0.1:0"))
-            await server.start()
-            return server
-
-        self.server = self._run(start())
-        self.address = self.server.address
-
-    def _run(self, coro: Coroutine[Any, Any, T], timeout: float = 20.0) -> T:
-        return self.loop_thread.run(coro, timeout)
-
-    def load_after(self, seconds: float) -> None:
-        self.loop.call_later(seconds, lambda: self.loop.create_task(self.server.load()))
-
-    def stop(self) -> None:
-        self._run(self.server.stop(1.0))
-        self.loop_thread.close()
+def load_after(server: InProcessServer, seconds: float) -> None:
+    """Load the server's store ``seconds`` from now."""
+    loop = server.loop_thread.loop
+    loop.call_soon_threadsafe(
+        lambda: loop.call_later(seconds, lambda: loop.create_task(server.server.load()))
+    )
 
 
 @pytest.fixture
-def loading() -> Iterator[LoadingServer]:
-    server = LoadingServer()
+def loading() -> Iterator[InProcessServer]:
+    """A coordinator serving on 127.0.0.1:0 whose store is loaded only when the test says."""
+    server = InProcessServer(loaded=False)
     try:
         yield server
     finally:
-        server.stop()
+        server.close()
 
 
 def test_the_cli_waits_for_the_load_within_its_timeout(
-    loading: LoadingServer, capsys: pytest.CaptureFixture[str]
+    loading: InProcessServer, capsys: pytest.CaptureFixture[str]
 ) -> None:
     with grpc.insecure_channel(loading.address) as channel:
         stub = admin_pb2_grpc.AdminServiceStub(channel)
         assert stub.ListTopics(admin_pb2.ListTopicsRequest(), timeout=5).error_code == 14
-    loading.load_after(0.8)
+    load_after(loading, 0.8)
     started = time.monotonic()
     code = main(
         ["topics", "create", "orders", "--partitions", "3", "--bootstrap-server", loading.address]
@@ -84,7 +57,7 @@ def test_the_cli_waits_for_the_load_within_its_timeout(
 
 
 def test_the_cli_gives_up_when_its_timeout_runs_out(
-    loading: LoadingServer, capsys: pytest.CaptureFixture[str]
+    loading: InProcessServer, capsys: pytest.CaptureFixture[str]
 ) -> None:
     started = time.monotonic()
     code = main(["groups", "list", "--timeout", "0.6", "--bootstrap-server", loading.address])

@@ -15,13 +15,9 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from serve_support import LoopThread
+from serve_support import InProcessServer
 
 from coordinator.cli import main
-from coordinator.core.config import parse_config
-from coordinator.runtime import CoordinatorRuntime, ManualClock
-from coordinator.runtime.store import MemoryRecordStore
-from coordinator.server.app import CoordinatorServer, ServeOptions
 
 SERVER_BOUND_MS = 60_000
 FLAG_MS = 300
@@ -30,39 +26,14 @@ ANSWERED_WITHIN_S = 5.0
 would be 60 s, past the command's --timeout)."""
 
 
-class HoldingServer:
-    """A loaded coordinator on 127.0.0.1:0 whose store's appends the test can hold."""
-
-    def __init__(self) -> None:
-        self.loop_thread = LoopThread()
-        self.store = MemoryRecordStore()
-
-        async def start() -> CoordinatorServer:
-            runtime = CoordinatorRuntime(
-                config=parse_config({"offsets.commit.timeout.ms": str(SERVER_BOUND_MS)}),
-                store=self.store,
-                clock=ManualClock(0),
-            )
-            server = CoordinatorServer(runtime, ServeOptions(listen="127.0.0.1:0"))
-            await server.start()
-            await server.load()
-            return server
-
-        self.server = self.loop_thread.run(start())
-        self.address = self.server.address
-
-    def close(self) -> None:
-        self.store.release_appends()
-        self.loop_thread.run(self.server.stop(1.0))
-        self.loop_thread.close()
-
-
 @pytest.fixture
-def holding() -> Iterator[HoldingServer]:
-    server = HoldingServer()
+def holding() -> Iterator[InProcessServer]:
+    """A loaded coordinator whose store's appends the test can hold."""
+    server = InProcessServer({"offsets.commit.timeout.ms": str(SERVER_BOUND_MS)})
     try:
         yield server
     finally:
+        server.store.release_appends()
         server.close()
 
 
@@ -78,7 +49,7 @@ def kip848(
 
 
 def test_timeout_ms_bounds_the_wait_for_a_held_write(
-    holding: HoldingServer, capsys: pytest.CaptureFixture[str]
+    holding: InProcessServer, capsys: pytest.CaptureFixture[str]
 ) -> None:
     address = holding.address
     for name in ("grown", "gone"):

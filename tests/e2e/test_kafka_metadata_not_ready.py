@@ -10,6 +10,7 @@ decides when the store is loaded (``CoordinatorServer.load``) and when it stops 
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,83 +20,62 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 from kafka import KafkaAdminClient
 from kafka_support import KafkaClient, request
-from serve_support import LoopThread
+from serve_support import InProcessServer
 
 from coordinator.core.config import parse_config
 from coordinator.core.errors import ErrorCode
 from coordinator.core.topics import NewTopic
 from coordinator.runtime import CoordinatorRuntime, ManualClock, RuntimeState
 from coordinator.runtime.store import MemoryRecordStore
-from coordinator.server.app import CoordinatorServer, ServeOptions
 from kip848.v1 import admin_pb2, admin_pb2_grpc
 
 TOPIC = "orders"
 WAIT_S = 10.0
 
 
-class HeldServer:
-    """A coordinator with a Kafka listener whose store (topic ``orders``, 2 partitions,
-    written by an earlier run) is loaded only when :meth:`load` is called."""
+def earlier_run_store() -> MemoryRecordStore:
+    """A memory store an earlier run wrote topic ``orders`` (2 partitions) to."""
 
-    def __init__(self) -> None:
-        self.loop_thread = LoopThread()
+    async def earlier_run() -> Any:
+        store = MemoryRecordStore()
+        rt = CoordinatorRuntime(config=parse_config({}), store=store, clock=ManualClock(0))
+        await rt.start()
+        await rt.create_topics([NewTopic(name=TOPIC, num_partitions=2)])
+        await rt.close()
+        return store._data
 
-        async def earlier_run() -> Any:
-            store = MemoryRecordStore()
-            rt = CoordinatorRuntime(config=parse_config({}), store=store, clock=ManualClock(0))
-            await rt.start()
-            await rt.create_topics([NewTopic(name=TOPIC, num_partitions=2)])
-            await rt.close()
-            return store._data
+    return MemoryRecordStore(_data=asyncio.run(earlier_run()))
 
-        data = self.loop_thread.run(earlier_run())
 
-        async def start() -> CoordinatorServer:
-            runtime = CoordinatorRuntime(
-                config=parse_config({}), store=MemoryRecordStore(_data=data), clock=ManualClock(0)
-            )
-            server = CoordinatorServer(
-                runtime, ServeOptions(listen="127.0.0.1:0", kafka_listen="127.0.0.1:0")
-            )
-            await server.start()
-            return server
+def stop_serving(held: InProcessServer) -> None:
+    """As after a write whose outcome is unknown (driver.py "Failure")."""
 
-        self.server = self.loop_thread.run(start())
+    async def stop() -> None:
+        held.server.runtime.driver.stop_serving("a write's outcome is unknown (test)")
 
-    def load(self) -> None:
-        self.loop_thread.run(self.server.load())
-
-    def stop_serving(self) -> None:
-        """As after a write whose outcome is unknown (driver.py "Failure")."""
-
-        async def stop() -> None:
-            self.server.runtime.driver.stop_serving("a write's outcome is unknown (test)")
-
-        self.loop_thread.run(stop())
-        assert self.server.runtime.state is RuntimeState.FAILED
-
-    def close(self) -> None:
-        self.loop_thread.run(self.server.stop(1.0))
-        self.loop_thread.close()
+    held.run(stop())
+    assert held.server.runtime.state is RuntimeState.FAILED
 
 
 @pytest.fixture
-def held() -> Iterator[HeldServer]:
-    server = HeldServer()
+def held() -> Iterator[InProcessServer]:
+    """A coordinator with a Kafka listener whose store (topic ``orders``, written by an earlier
+    run) is loaded only when the test calls ``load``."""
+    server = InProcessServer(store=earlier_run_store(), kafka=True, loaded=False)
     try:
         yield server
     finally:
         server.close()
 
 
-def grpc_list_topics(held: HeldServer) -> tuple[int, list[str]]:
+def grpc_list_topics(held: InProcessServer) -> tuple[int, list[str]]:
     with grpc.insecure_channel(held.server.address) as channel:
         stub = admin_pb2_grpc.AdminServiceStub(channel)
         resp = stub.ListTopics(admin_pb2.ListTopicsRequest(), timeout=WAIT_S)
     return resp.error_code, [t.name for t in resp.topics]
 
 
-def wire_answers(held: HeldServer) -> dict[str, Any]:
+def wire_answers(held: InProcessServer) -> dict[str, Any]:
     """Metadata at the versions that matter, as the listener answers them: by name (v1, v12,
     v13) and for every topic (v0's empty list, v1's null, v13)."""
     client = KafkaClient(held.server.kafka_address)
@@ -130,7 +110,7 @@ def wire_answers(held: HeldServer) -> dict[str, Any]:
     }
 
 
-def kafka_python_view(held: HeldServer) -> tuple[list[tuple[str, int, int]], list[str]]:
+def kafka_python_view(held: InProcessServer) -> tuple[list[tuple[str, int, int]], list[str]]:
     """kafka-python's admin client: DescribeTopics (Metadata by name) and ListTopics."""
     admin = KafkaAdminClient(
         bootstrap_servers=held.server.kafka_address, request_timeout_ms=int(WAIT_S * 1000)
@@ -145,7 +125,7 @@ def kafka_python_view(held: HeldServer) -> tuple[list[tuple[str, int, int]], lis
         admin.close()
 
 
-def librdkafka_named(held: HeldServer) -> int | tuple[str, int]:
+def librdkafka_named(held: InProcessServer) -> int | tuple[str, int]:
     """confluent-kafka's list_topics of one topic (librdkafka asks Metadata v13): the error
     code when the call fails (v13's top-level error), else (the topic, its partitions)."""
     admin = AdminClient({"bootstrap.servers": held.server.kafka_address})
@@ -176,7 +156,7 @@ SERVED = {
 }
 
 
-def test_metadata_before_the_store_is_loaded_is_retried_not_unknown(held: HeldServer) -> None:
+def test_metadata_before_the_store_is_loaded_is_retried_not_unknown(held: InProcessServer) -> None:
     """Before: the named topic UNKNOWN_TOPIC_OR_PARTITION and an empty topic list with this
     broker in it, which kafka-python's admin answered as the topic not existing."""
     assert wire_answers(held) == not_ready_answers(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
@@ -191,11 +171,11 @@ def test_metadata_before_the_store_is_loaded_is_retried_not_unknown(held: HeldSe
 
 
 def test_metadata_once_the_coordinator_stopped_serving_is_retried_not_unknown(
-    held: HeldServer,
+    held: InProcessServer,
 ) -> None:
     held.load()
     assert wire_answers(held) == SERVED
-    held.stop_serving()
+    stop_serving(held)
     assert wire_answers(held) == not_ready_answers(ErrorCode.COORDINATOR_NOT_AVAILABLE)
     assert kafka_python_view(held) == ([(TOPIC, ErrorCode.LEADER_NOT_AVAILABLE, 0)], [])
     assert librdkafka_named(held) == ErrorCode.COORDINATOR_NOT_AVAILABLE
