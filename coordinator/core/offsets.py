@@ -6,7 +6,8 @@
   STALE_MEMBER_EPOCH for the whole commit, also for a newer epoch); a classic member sends its
   generation (ILLEGAL_GENERATION); an unknown member gets UNKNOWN_MEMBER_ID. Epoch < 0 with no members is an
   admin/manual commit and is accepted; on a missing group it creates a "simple" group (offsets
-  only). Epoch >= 0 on a missing group: GROUP_ID_NOT_FOUND. Metadata longer than
+  only). Epoch >= 0 on a missing group: GROUP_ID_NOT_FOUND (OffsetCommit v8 or older:
+  ILLEGAL_GENERATION, as Kafka). Metadata longer than
   ``offset.metadata.max.bytes``: OFFSET_METADATA_TOO_LARGE for that partition. A topic is named
   or given by id; it must exist (UNKNOWN_TOPIC_OR_PARTITION / UNKNOWN_TOPIC_ID).
 * OffsetFetch: member id None + epoch < 0 → no checks; otherwise the member must exist and the
@@ -268,7 +269,8 @@ class Offsets(ByGroupId[Mapping[tuple[str, int], r.OffsetCommitValue]]):
         self, req: OffsetCommit, now_ms: int, *, legacy_version: bool = False
     ) -> Result[OffsetCommitResponse]:
         """``legacy_version``: the request came as OffsetCommit v8 or older, which a member of
-        the consumer protocol may not use (:func:`check_commit_version`)."""
+        the consumer protocol may not use (:func:`check_commit_version`), and which is answered
+        ILLEGAL_GENERATION rather than GROUP_ID_NOT_FOUND for a missing group."""
         if not req.group_id.strip():
             raise InvalidRequestError("GroupId can't be empty.")
         classic = self.classic
@@ -282,6 +284,10 @@ class Offsets(ByGroupId[Mapping[tuple[str, int], r.OffsetCommitValue]]):
         if group is None:
             if epoch >= 0:
                 if req.group_id not in self._by_group:
+                    if legacy_version:
+                        # Kafka's validateOffsetCommit: GROUP_ID_NOT_FOUND from v9 on; older
+                        # versions keep ILLEGAL_GENERATION, which their clients rejoin on.
+                        raise IllegalGenerationError()
                     raise GroupIdNotFoundError(f"Group {req.group_id} not found.")
                 # A simple group (offsets only) has no members: Kafka's ClassicGroup validates
                 # the member of any commit with a generation >= 0.

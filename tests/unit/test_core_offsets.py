@@ -9,6 +9,7 @@ from coordinator.core.config import GroupCoordinatorConfig
 from coordinator.core.errors import (
     ErrorCode,
     GroupIdNotFoundError,
+    IllegalGenerationError,
     StaleMemberEpochError,
     UnknownMemberIdError,
     UnsupportedVersionError,
@@ -72,6 +73,31 @@ def test_an_old_commit_version_is_refused_to_a_member_of_the_consumer_protocol(h
                             partitions=(PartitionResult(partition_index=0),)),)
     )  # fmt: skip
     h.heartbeat(member_id="A", member_epoch=-1)  # the group is empty
+    admin = h.shard.offset_commit(commit_req(-1, member="", p0=11), 6, legacy_version=True)
+    assert [rec.value.offset for rec in admin.records] == [11]  # type: ignore[union-attr]
+
+
+def test_an_old_commit_version_to_a_missing_group_is_illegal_generation(h: Harness) -> None:
+    """Kafka's OffsetMetadataManager.validateOffsetCommit: a commit with a generation >= 0 to a
+    group that does not exist is GROUP_ID_NOT_FOUND from OffsetCommit v9 on, and
+    ILLEGAL_GENERATION (its default message) for v8 or older, which classic clients rejoin on.
+    Nothing is written either way."""
+    before = h.shard.snapshot()
+    for epoch in (0, 3):
+        with pytest.raises(IllegalGenerationError) as old:
+            h.shard.offset_commit(commit_req(epoch, p0=10), 5, legacy_version=True)
+        assert (old.value.code, old.value.message) == (
+            ErrorCode.ILLEGAL_GENERATION,
+            "Specified group generation id is not valid.",
+        )
+        with pytest.raises(GroupIdNotFoundError) as new:
+            h.shard.offset_commit(commit_req(epoch, p0=10), 5)
+        assert (new.value.code, new.value.message) == (
+            ErrorCode.GROUP_ID_NOT_FOUND,
+            "Group grp not found.",
+        )
+    assert h.shard.snapshot() == before
+    # Generation -1 creates the simple group, in every version.
     admin = h.shard.offset_commit(commit_req(-1, member="", p0=11), 6, legacy_version=True)
     assert [rec.value.offset for rec in admin.records] == [11]  # type: ignore[union-attr]
 
