@@ -186,13 +186,19 @@ class ClassicMembers:
             )
 
     @staticmethod
-    def _needs_rejoin(group: ConsumerGroup, member: ConsumerGroupMember) -> bool:
+    def _newer_target(group: ConsumerGroup, member: ConsumerGroupMember) -> bool:
+        """A target assignment newer than the member's epoch is there to collect. Kafka 4.3
+        (KAFKA-20272) compares with the target's epoch, not the group epoch: while the target
+        lags a bumped group epoch (computed at most once per assignment interval, or off the
+        loop), a rejoin would bring nothing new, and the member would be sent to rejoin again
+        and again until the target is computed."""
+        return group.assignment_epoch > member.member_epoch
+
+    @classmethod
+    def _needs_rejoin(cls, group: ConsumerGroup, member: ConsumerGroupMember) -> bool:
         """KIP-848: a classic member is told to rejoin exactly when it must revoke, or when it
-        can collect partitions (a newer epoch, or withheld partitions that are now free)."""
-        if (
-            group.group_epoch > member.member_epoch
-            or member.state is MemberState.UNREVOKED_PARTITIONS
-        ):
+        can collect partitions (a newer target, or withheld partitions that are now free)."""
+        if cls._newer_target(group, member) or member.state is MemberState.UNREVOKED_PARTITIONS:
             return True
         if member.state is MemberState.UNRELEASED_PARTITIONS:
             withheld = assignment_minus(
@@ -236,7 +242,7 @@ class ClassicMembers:
             ArmTimer((SESSION, gid, member.member_id), now_ms + classic.session_timeout_ms),
         ]
         if (
-            group.group_epoch > member.member_epoch
+            self._newer_target(group, member)
             and member.state is not MemberState.UNREVOKED_PARTITIONS
         ):
             self._arm_rejoin(result, group, member, now_ms)

@@ -1,13 +1,18 @@
 """Classic members inside a consumer group: JoinGroup validation of static members (Kafka's
-validateMember on the consumer-group path)."""
+validateMember on the consumer-group path); when Heartbeat and SyncGroup tell them to rejoin."""
 
 from __future__ import annotations
 
 import pytest
 
 from coordinator.core.errors import FencedInstanceIdError, UnknownMemberIdError
-from coordinator.harness import Harness
+from coordinator.core.model import ClassicMemberMetadata
+from coordinator.harness import Harness, subscription
 from legacy_bridge import messages as m
+
+CLASSIC = ClassicMemberMetadata(
+    session_timeout_ms=10_000, supported_protocols=(("range", subscription(["foo"])),)
+)
 
 
 def test_an_old_static_incarnation_is_fenced_in_a_consumer_group() -> None:
@@ -34,4 +39,45 @@ def test_an_old_static_incarnation_is_fenced_in_a_consumer_group() -> None:
     with pytest.raises(UnknownMemberIdError, match="Instance id s2 is unknown"):
         h.join_group("s2-member-9", instance_id="s2")
     assert (h.shard.snapshot(), len(h.log), h.timers.keys()) == before
+    assert h.shard.snapshot() == h.replayed().snapshot()
+
+
+def test_a_classic_member_rejoins_only_for_a_newer_target_assignment() -> None:
+    # Kafka 4.3 (KAFKA-20272): a classic member of a consumer group is told to rejoin when a
+    # target newer than its epoch is there, not merely when the group epoch moved: a target is
+    # computed at most once per assignment interval (1 s by default), and a rejoin before it
+    # would bring nothing (before: Heartbeat and SyncGroup answered REBALANCE_IN_PROGRESS, and
+    # the member rejoined over and over until the target was computed).
+    h = Harness()
+    foo = h.create_topic("foo", 2)
+    h.create_topic("bar", 2)
+    h.seed_group("grp", 3, {"C": (["foo"], {foo: frozenset({0, 1})})}, classic={"C": CLASSIC})
+    h.sleep(2_000)
+    bar_member = {
+        "member_id": "",
+        "member_epoch": 0,
+        "rebalance_timeout_ms": 60_000,
+        "subscribed_topic_names": ("bar",),
+        "topic_partitions": {},
+    }
+    h.heartbeat(**bar_member)  # the interval is over: the target follows at once
+    group = h.shard.groups["grp"]
+    assert (group.group_epoch, group.assignment_epoch) == (4, 4)
+    assert h.classic_heartbeat("C", 3).error_code == 27  # REBALANCE_IN_PROGRESS
+    rejoined = h.join_group("C")
+    assert rejoined.generation_id == 4
+    assert h.assigned(h.sync_group("C", 4)) == {"foo": [0, 1]}
+    h.heartbeat(**bar_member)  # within the interval: the target waits
+    assert (group.group_epoch, group.assignment_epoch) == (5, 4)
+    assert h.classic_heartbeat("C", 4) == m.HeartbeatResponse()
+    assert h.assigned(h.sync_group("C", 4)) == {"foo": [0, 1]}
+    assert not any(k[0] == "classic-member-join" for k in h.timers.key_list())
+    h.sleep(1_000)  # the target of epoch 5 is computed: now a rejoin brings it
+    assert group.assignment_epoch == 5
+    assert h.classic_heartbeat("C", 4).error_code == 27
+    assert ("classic-member-join", "grp", "C") in h.timers.key_list()
+    rejoined = h.join_group("C")
+    assert rejoined.generation_id == 5
+    assert h.assigned(h.sync_group("C", 5)) == {"foo": [0, 1]}
+    assert h.classic_heartbeat("C", 5) == m.HeartbeatResponse()
     assert h.shard.snapshot() == h.replayed().snapshot()
