@@ -15,6 +15,10 @@ Theory of operation
   whichever heartbeats first computes it). The first message shows the member as it is. A member that is not (or no longer) in
   the group gets UNKNOWN_MEMBER_ID and the stream ends; so does every stream with the load or
   availability error of a read.
+* The stream is authorized like a request, again before each message it sends
+  (``authorized``: GROUP READ): once the caller may no longer read the group (an ACL removed
+  while it watches), its next message is GROUP_AUTHORIZATION_FAILED and the stream ends, so a
+  principal refused at its next heartbeat learns nothing more of the group here either.
 * A message is only a hint: the member heartbeats and takes its assignment from the answer.
   Nothing here changes state, so the protocol is correct whatever the stream does.
 * Shutdown: the runtime closes its watchers; every stream ends with ``ShuttingDown`` (gRPC
@@ -33,6 +37,7 @@ from coordinator.runtime import CoordinatorRuntime, RuntimeState
 from coordinator.runtime.watchers import GROUP_NOT_FOUND
 
 from .api import Caller, WatchEvent, WatchRequest
+from .authorization import group_denied
 
 log = logging.getLogger("kip848.server")
 
@@ -174,7 +179,14 @@ class MemberPush:
         if self._hubs.get(hub.group_id) is hub:
             del self._hubs[hub.group_id]
 
-    async def watch(self, req: WatchRequest, caller: Caller) -> AsyncIterator[WatchEvent]:
+    async def watch(
+        self, req: WatchRequest, caller: Caller, authorized: Callable[[], bool] = lambda: True
+    ) -> AsyncIterator[WatchEvent]:
+        """The stream of ``req``'s member; ``authorized()`` (GROUP READ, reporting a refusal)
+        is asked first and before each message (see the module doc)."""
+        if not authorized():
+            yield _refused(req)
+            return
         if self.runtime.state in (RuntimeState.CLOSING, RuntimeState.CLOSED):
             if caller.abort_when_closing:
                 raise ShuttingDownError(SHUTTING_DOWN)
@@ -209,11 +221,14 @@ class MemberPush:
                     return
                 if isinstance(value, Exception):
                     code, message = to_error_code(value)
-                    yield WatchEvent(error_code=code, error_message=message)
-                    return
-                event = _event_of(value, last)
+                    event: WatchEvent | None = WatchEvent(error_code=code, error_message=message)
+                else:
+                    event = _event_of(value, last)
                 if event is None:
                     continue
+                if not authorized():  # an ACL changed while the stream was open
+                    yield _refused(req)
+                    return
                 yield event
                 if event.error_code != ErrorCode.NONE:
                     return
@@ -221,6 +236,11 @@ class MemberPush:
                 last = value
         finally:
             hub.unsubscribe(req.member_id, box)
+
+
+def _refused(req: WatchRequest) -> WatchEvent:
+    exc = group_denied(req.group_id)
+    return WatchEvent(error_code=exc.code, error_message=exc.message)
 
 
 __all__ = ["MemberPush", "ShuttingDownError"]

@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from dataclasses import replace
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from coordinator.core.commands import ConsumerGroupHeartbeat, ConsumerGroupHeartbeatResponse
@@ -255,13 +256,12 @@ class CoordinatorService:
         self, req: WatchRequest, caller: Caller
     ) -> AsyncIterator[WatchEvent]:
         """ConsumerGroupWatch: the push stream of one member (``push.py``); the only streaming
-        RPC. Errors arrive as a last event; ``ShuttingDown`` as for every RPC."""
-        if not self.authz.allowed(caller, "ConsumerGroupWatch", READ, GROUP, req.group_id):
-            exc = group_denied(req.group_id)
-            yield WatchEvent(error_code=exc.code, error_message=exc.message)
-            return
+        RPC (GROUP READ, also before each message). Errors arrive as a last event."""
+        allowed = partial(
+            self.authz.allowed, caller, "ConsumerGroupWatch", READ, GROUP, req.group_id
+        )
         try:
-            async for event in self.push.watch(req, caller):
+            async for event in self.push.watch(req, caller, allowed):
                 yield event
         except ShuttingDownError as exc:
             raise ShuttingDown(str(exc)) from None

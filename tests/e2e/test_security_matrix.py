@@ -182,7 +182,7 @@ def metadata(principal: KafkaPrincipal | None) -> list[tuple[str, str]]:
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     issuer = TokenIssuer(tmp_path_factory.mktemp("jwks"))
-    for name in ("admin", "alice", "bob"):
+    for name in ("admin", "alice", "bob", "carol"):
         TOKENS[name] = issuer.token(sub=name)
     coordinator = Coordinator(issuer)
     channel = grpc.insecure_channel(coordinator.grpc_address)
@@ -208,15 +208,7 @@ def _set_up(coordinator: Coordinator, channel: grpc.Channel) -> World:
     )
     assert [t.error_code for t in topics.topics] == [0, 0, 0]
     joined = consumer_group_pb2_grpc.ConsumerGroupServiceStub(channel).ConsumerGroupHeartbeat(
-        consumer_group_pb2.ConsumerGroupHeartbeatRequest(
-            group_id="cg",
-            member_epoch=0,
-            rebalance_timeout_ms=30_000,
-            subscribed_topic_names=common_pb2.TopicNames(names=["orders"]),
-            topic_partitions=common_pb2.TopicPartitionsList(),
-        ),
-        metadata=md,
-        timeout=TIMEOUT,
+        _join(None), metadata=md, timeout=TIMEOUT
     )
     assert joined.error_code == 0
     offsets = offsets_pb2_grpc.OffsetServiceStub(channel)
@@ -350,12 +342,12 @@ CLASSIC = classic_group_pb2_grpc.ClassicGroupServiceStub
 TESTING = testing_pb2_grpc.TestingServiceStub
 
 
-def _join(_w: World) -> Any:
+def _join(_w: World | None, group_id: str = "cg", topic: str = "orders") -> Any:
     return consumer_group_pb2.ConsumerGroupHeartbeatRequest(
-        group_id="cg",
+        group_id=group_id,
         member_epoch=0,
         rebalance_timeout_ms=30_000,
-        subscribed_topic_names=common_pb2.TopicNames(names=["orders"]),
+        subscribed_topic_names=common_pb2.TopicNames(names=[topic]),
         topic_partitions=common_pb2.TopicPartitionsList(),
     )
 
@@ -951,3 +943,73 @@ def test_metadata_of_a_named_topic_tells_nothing_to_who_may_not_describe_it(
         assert got == [("orders", 0, 3), ("no-such-topic", 3, 0)]
     else:
         assert got == [("orders", TOPIC_AUTH, 0), ("no-such-topic", TOPIC_AUTH, 0)]
+
+
+def test_a_watch_stream_ends_when_its_reader_may_no_longer_read_the_group(world: World) -> None:
+    """ConsumerGroupWatch is authorized again before each message: once carol's READ on the
+    group is removed, her open stream's next message (alice joins: carol's target shrinks) is
+    GROUP_AUTHORIZATION_FAILED and the stream ends — she is told nothing more of the group, as
+    her next heartbeat is refused."""
+    md, carol = metadata(user("admin")), metadata(user("carol"))
+    admin, groups = ADMIN(world.channel), CG(world.channel)
+    made = admin.CreateTopics(
+        admin_pb2.CreateTopicsRequest(
+            topics=[admin_pb2.CreateTopicsRequest.CreatableTopic(name="watched", num_partitions=2)]
+        ),
+        metadata=md,
+        timeout=TIMEOUT,
+    )
+    assert [t.error_code for t in made.topics] == [0]
+    topic_grant = admin_pb2.AclBinding()
+    topic_grant.CopyFrom(_acl("User:carol", "watched"))
+    topic_grant.resource_type = 2  # the topic, to subscribe to it
+    grants = [_acl("User:carol", "watched"), topic_grant]
+    acls = admin.CreateAcls(admin_pb2.CreateAclsRequest(creations=grants), metadata=md)
+    assert [r.error_code for r in acls.results] == [0, 0]
+
+    def join(who: list[tuple[str, str]]) -> Any:
+        request = _join(world, "watched", "watched")
+        return groups.ConsumerGroupHeartbeat(request, metadata=who, timeout=TIMEOUT)
+
+    member = join(carol)
+    assert member.error_code == 0
+    stream = groups.ConsumerGroupWatch(
+        consumer_group_pb2.ConsumerGroupWatchRequest(
+            group_id="watched", member_id=member.member_id
+        ),
+        metadata=carol,
+        timeout=TIMEOUT,
+    )
+    try:
+        events = iter(stream)
+        first = next(events)  # the member as it is: both partitions
+        assert (first.error_code, [list(t.partitions) for t in first.target_topic_partitions]) == (
+            0,
+            [[0, 1]],
+        )
+        removed = admin.DeleteAcls(
+            admin_pb2.DeleteAclsRequest(
+                filters=[
+                    admin_pb2.AclFilter(
+                        resource_type_filter=3,
+                        resource_name_filter="watched",
+                        pattern_type_filter=3,
+                        principal_filter="User:carol",
+                        operation=1,
+                        permission_type=1,
+                    )
+                ]
+            ),
+            metadata=md,
+        )
+        assert [len(r.matching_acls) for r in removed.filter_results] == [1]
+        assert join(metadata(user("alice"))).error_code == 0  # carol's target shrinks
+        last = next(events)
+        assert (last.error_code, last.error_message, list(last.target_topic_partitions)) == (
+            GROUP_AUTH,
+            "Not authorized to access group: watched",
+            [],
+        )
+        assert list(events) == []  # the stream ended
+    finally:
+        stream.cancel()
