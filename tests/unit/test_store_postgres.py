@@ -177,6 +177,19 @@ def test_unreachable_and_bad_credentials_are_access_errors_without_the_password(
     assert dsn_for_log("postgresql://u:p@[::1]:5/d?x=1") == "postgresql://u:***@[::1]:5/d?x=1"
 
 
+def test_a_password_given_as_a_uri_parameter_is_not_logged() -> None:
+    """libpq also takes the password (and the client key's passphrase) as URI parameters."""
+    assert dsn_for_log("postgresql://u@h/d?sslmode=require&password=s3cret&sslpassword=k3y") == (
+        "postgresql://u@h/d?sslmode=require&password=***&sslpassword=***"
+    )
+    assert dsn_for_log("postgresql://u:p@h/d?pass%77ord=s3cret") == (
+        "postgresql://u:***@h/d?pass%77ord=***"
+    )
+    assert dsn_for_log("postgresql://u@h/d?connect_timeout=3") == (
+        "postgresql://u@h/d?connect_timeout=3"
+    )
+
+
 def test_a_commit_whose_answer_was_lost_is_resolved_by_asking_postgresql(
     pg_dsn: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

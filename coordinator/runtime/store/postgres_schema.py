@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 import uuid
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote_plus, urlsplit, urlunsplit
 
 from .api import StoreCorruptError, log_ids
 from .sqlite_schema import package_version
@@ -144,19 +144,30 @@ def migrate(conn: psycopg.Connection[Any], meta: dict[str, str]) -> dict[str, st
     return dict(conn.execute("SELECT name, value FROM kip848_meta").fetchall())
 
 
+SECRET_PARAMETERS = frozenset({"password", "sslpassword"})
+"""libpq's URI parameters that are secrets (the password, the client key's passphrase)."""
+
+
 def dsn_for_log(dsn: str) -> str:
-    """The URI without its password (for messages and logs)."""
+    """The URI without its secrets (for messages and logs): the password, given in the user
+    part or as a ``password=`` parameter, and ``sslpassword=`` are shown as ``***``."""
     try:
         parts = urlsplit(dsn)
+        port = parts.port if parts.password is not None else None
     except ValueError:
         return "<unparsable PostgreSQL URI>"
-    if parts.password is None:
-        return dsn
-    host = parts.hostname or ""
-    if ":" in host:
-        host = f"[{host}]"
-    netloc = f"{parts.username or ''}:***@{host}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+    netloc = parts.netloc
+    if parts.password is not None:
+        host = parts.hostname or ""
+        if ":" in host:
+            host = f"[{host}]"
+        netloc = f"{parts.username or ''}:***@{host}" + (f":{port}" if port else "")
+    query = "&".join(
+        f"{name}=***" if unquote_plus(name).strip() in SECRET_PARAMETERS else item
+        for item in parts.query.split("&")
+        for name in (item.partition("=")[0],)
+    )
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 
 def read_meta(conn: psycopg.Connection[Any], where: str) -> dict[str, str] | None:
