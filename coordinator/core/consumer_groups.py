@@ -47,6 +47,7 @@ from .membership import (
     LEAVE_GROUP_MEMBER_EPOCH,
     LEAVE_GROUP_STATIC_MEMBER_EPOCH,
     check_heartbeat_request,
+    check_new_regex,
     find_or_create_member,
     leaving_member,
     updated_member,
@@ -159,6 +160,7 @@ class ConsumerGroups(ByGroupId[ConsumerGroup]):
                 f"The consumer group has reached its maximum capacity of {max_size} members."
             )
         member, replaced = find_or_create_member(group, member_id, req)
+        check_new_regex(member, req)
         before_assigned = member.assigned_partitions
         before_pending = (
             pending_partitions(group, member) if group is not None and replaced is None else None

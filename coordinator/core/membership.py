@@ -31,27 +31,25 @@ LEAVE_GROUP_STATIC_MEMBER_EPOCH = -2
 
 
 def check_heartbeat_request(req: ConsumerGroupHeartbeat, assignor_names: Sequence[str]) -> None:
-    """Request validation (KIP-848 "Request Validation", Kafka 4.0 relaxations; Kafka's
-    throwIfConsumerGroupHeartbeatRequestIsInvalid): ``assignor_names``, the server assignors
-    there are."""
+    """Request validation in Kafka's order (GroupCoordinatorService's
+    throwIfConsumerGroupHeartbeatRequestIsInvalid, ConsumerGroupHeartbeat v1): the member id,
+    the group, instance and rack ids, the fields of a join, of a static leave, the epoch, the
+    server assignor. Then ours (docs/proto.md): a rebalance timeout that is neither -1 nor
+    positive and a negative owned partition are INVALID_REQUEST too. ``assignor_names``: the
+    server assignors there are. The regex is checked once the member is known
+    (:func:`check_new_regex`)."""
     invalid = InvalidRequestError
+    epoch = req.member_epoch
+    # Every request names its member; a join may leave it to the coordinator (gRPC, as
+    # ConsumerGroupHeartbeat v0), and the Kafka listener refuses that for v1.
+    if (epoch != 0 or req.member_id) and not req.member_id.strip():
+        raise invalid("MemberId can't be empty.")
     if not req.group_id.strip():
         raise invalid("GroupId can't be empty.")
     if req.instance_id is not None and not req.instance_id.strip():
         raise invalid("InstanceId can't be empty.")
     if req.rack_id is not None and not req.rack_id.strip():
         raise invalid("RackId can't be empty.")
-    epoch = req.member_epoch
-    if epoch < LEAVE_GROUP_STATIC_MEMBER_EPOCH:
-        raise invalid("MemberEpoch is invalid.")
-    if epoch != 0 and not req.member_id.strip():
-        raise invalid("MemberId can't be empty.")
-    if req.member_id and not req.member_id.strip():
-        raise invalid("MemberId can't be blank.")
-    if req.rebalance_timeout_ms != -1 and req.rebalance_timeout_ms <= 0:
-        raise invalid(
-            f"RebalanceTimeoutMs must be larger than zero, got {req.rebalance_timeout_ms}."
-        )
     if epoch == 0:
         if req.rebalance_timeout_ms == -1:
             raise invalid("RebalanceTimeoutMs must be provided in first request.")
@@ -59,24 +57,38 @@ def check_heartbeat_request(req: ConsumerGroupHeartbeat, assignor_names: Sequenc
             raise invalid("TopicPartitions must be empty when (re-)joining.")
         if req.subscribed_topic_names is None and req.subscribed_topic_regex is None:
             raise invalid(
-                "SubscribedTopicNames or SubscribedTopicRegex must be set in first request."
+                "Either SubscribedTopicNames or SubscribedTopicRegex must be non-null when "
+                "(re-)joining."
             )
-    if epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH and req.instance_id is None:
-        raise invalid("InstanceId can't be null.")
+    elif epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+        if req.instance_id is None:
+            raise invalid("InstanceId can't be null.")
+    elif epoch < LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+        raise invalid("MemberEpoch is invalid.")
+    if req.server_assignor is not None and req.server_assignor not in assignor_names:
+        raise UnsupportedAssignorError(
+            f"ServerAssignor {req.server_assignor} is not supported. Supported assignors: "
+            f"{', '.join(assignor_names)}."
+        )
+    if req.rebalance_timeout_ms != -1 and req.rebalance_timeout_ms <= 0:
+        raise invalid(
+            f"RebalanceTimeoutMs must be larger than zero, got {req.rebalance_timeout_ms}."
+        )
     if req.topic_partitions:
         for topic_id, partitions in req.topic_partitions.items():
             if any(p < 0 for p in partitions):
                 raise invalid(
                     f"TopicPartitions has a negative partition index for topic {topic_id}."
                 )
-    if req.server_assignor is not None and req.server_assignor not in assignor_names:
-        raise UnsupportedAssignorError(
-            f"ServerAssignor {req.server_assignor} is not supported. Supported assignors: "
-            f"{', '.join(assignor_names)}."
-        )
-    if req.subscribed_topic_regex:
-        # INVALID_REGULAR_EXPRESSION, before any change
-        compile_regex(req.subscribed_topic_regex)
+
+
+def check_new_regex(member: ConsumerGroupMember, req: ConsumerGroupHeartbeat) -> None:
+    """INVALID_REGULAR_EXPRESSION for a regex the member did not subscribe with yet that does
+    not compile (Kafka's maybeUpdateRegularExpressions: after the member and its epoch are
+    checked, before anything is written; a leave's regex is not looked at)."""
+    regex = req.subscribed_topic_regex
+    if regex and regex != member.subscribed_topic_regex:
+        compile_regex(regex)
 
 
 def find_or_create_member(

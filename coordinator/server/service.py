@@ -131,7 +131,7 @@ JOIN_MEMBER_ID_REQUIRED_VERSION = 4
 DESCRIBE_GROUP_NOT_FOUND_VERSION = 6
 """DescribeGroups v6+ answers GROUP_ID_NOT_FOUND for an unknown group (KIP-1043); older: Dead."""
 MEMBER_ID_REQUIRED_HEARTBEAT_VERSION = 1
-"""ConsumerGroupHeartbeat v1+: the consumer generates its member id (KIP-1082)."""
+"""ConsumerGroupHeartbeat v1+: the consumer names itself (KIP-1082; checked after the ACLs)."""
 OFFSET_COMMIT_KIP848_VERSION = 9
 """OffsetCommit v9+ is required from members of the consumer protocol."""
 TXN_OFFSET_COMMIT_V6 = 6
@@ -291,8 +291,6 @@ class CoordinatorService:
             MEMBER_ID_REQUIRED_HEARTBEAT_VERSION
         )
         self.limits.heartbeat(req, self.runtime.known_partitions)
-        if kafka_v1 and not req.member_id:
-            raise InvalidRequestError("MemberId can't be empty.")
         authz = self.authz
         authz.check_group(caller, "ConsumerGroupHeartbeat", READ, req.group_id)
         if req.subscribed_topic_names:
@@ -301,6 +299,8 @@ class CoordinatorService:
             )
             if denied:
                 raise topics_denied(denied)
+        if kafka_v1 and not req.member_id:
+            raise InvalidRequestError("MemberId can't be empty.")
         if req.principal is not caller.principal:  # the codecs decode it in; others may not
             req = replace(req, principal=caller.principal)
         topics = self.topics

@@ -6,12 +6,19 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import test_kafka_listener
 from kafka_support import KafkaClient, KafkaServer, request
 from kio.schema.errors import ErrorCode as E
 
 server = test_kafka_listener.server  # the fixtures: a coordinator-only listener
 client = test_kafka_listener.client
+
+
+@pytest.fixture(scope="module")
+def topic(server: KafkaServer) -> str:
+    server.create_topic("fid-t", 1)
+    return "fid-t"
 
 
 def commit(c: KafkaClient, version: int, group: str, generation: int) -> list[tuple[int, E]]:
@@ -31,13 +38,71 @@ def commit(c: KafkaClient, version: int, group: str, generation: int) -> list[tu
     return [(p.partition_index, p.error_code) for t in resp.topics for p in t.partitions]
 
 
-def test_commit_to_a_missing_group_by_version(server: KafkaServer, client: KafkaClient) -> None:
+def test_commit_to_a_missing_group_by_version(topic: str, client: KafkaClient) -> None:
     """A generation >= 0 to a group that does not exist: OffsetCommit v9+ answers
     GROUP_ID_NOT_FOUND, older versions ILLEGAL_GENERATION (Kafka keeps it for their clients,
     which rejoin on it); nothing is created."""
-    server.create_topic("fid-t", 1)
     for version in (2, 5, 8):
         assert commit(client, version, "fid-missing", 1) == [(0, E.illegal_generation)]
     assert commit(client, 9, "fid-missing", 1) == [(0, E.group_id_not_found)]
     listed: Any = client.call(request(16, 4, states_filter=[]))
     assert "fid-missing" not in [g.group_id for g in listed.groups]
+
+
+def heartbeat(c: KafkaClient, version: int, **fields: Any) -> tuple[E, str | None, int]:
+    """ConsumerGroupHeartbeat: (error code, message, member epoch)."""
+    body: dict[str, Any] = {
+        "group_id": "fid-g",
+        "member_id": "",
+        "member_epoch": 0,
+        "rebalance_timeout": -1,
+        "subscribed_topic_names": None,
+        "topic_partitions": None,
+    }
+    if version >= 1:
+        body["subscribed_topic_regex"] = None
+    body.update(fields)
+    resp: Any = c.call(request(68, version, **body))
+    return resp.error_code, resp.error_message, resp.member_epoch
+
+
+def test_heartbeat_validation_order_and_messages(topic: str, client: KafkaClient) -> None:
+    """Kafka's throwIfConsumerGroupHeartbeatRequestIsInvalid: the member id is checked before
+    the group id, a join without a subscription has Kafka's message, and a regex is compiled
+    only once the member is known (an unknown member's bad regex is UNKNOWN_MEMBER_ID; a leave
+    never looks at it)."""
+    invalid = E.invalid_request
+    assert heartbeat(client, 0, group_id="", member_epoch=5) == (
+        invalid,
+        "MemberId can't be empty.",
+        0,
+    )
+    assert heartbeat(client, 1, member_id="m1", rebalance_timeout=30_000, topic_partitions=[]) == (
+        invalid,
+        "Either SubscribedTopicNames or SubscribedTopicRegex must be non-null when (re-)joining.",
+        0,
+    )
+    joined = heartbeat(
+        client,
+        1,
+        member_id="m1",
+        rebalance_timeout=30_000,
+        subscribed_topic_names=[topic],
+        topic_partitions=[],
+    )
+    assert joined == (E.none, None, 1)
+    assert heartbeat(client, 1, member_id="zz", member_epoch=1, subscribed_topic_regex="(a") == (
+        E.unknown_member_id,
+        "Member zz is not a member of group fid-g.",
+        0,
+    )
+    assert heartbeat(client, 1, member_id="m1", member_epoch=1, subscribed_topic_regex="(a") == (
+        E.invalid_regular_expression,
+        "SubscribedTopicRegex `(a` is not a valid regular expression: missing ): (a.",
+        0,
+    )
+    assert heartbeat(client, 1, member_id="m1", member_epoch=-1, subscribed_topic_regex="(a") == (
+        E.none,
+        None,
+        -1,
+    )

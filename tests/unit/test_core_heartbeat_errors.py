@@ -162,7 +162,7 @@ VALIDATION_CASES = [
         dict(member_id="", member_epoch=-2, instance_id="i1"),
         "MemberId can't be empty.",
     ),
-    ("blank_member_id_join", join_fields(member_id="  "), "MemberId can't be blank."),
+    ("blank_member_id_join", join_fields(member_id="  "), "MemberId can't be empty."),
     (
         "rebalance_timeout_missing_on_join",
         join_fields(rebalance_timeout_ms=-1),
@@ -196,7 +196,7 @@ VALIDATION_CASES = [
     (
         "neither_names_nor_regex_on_join",
         join_fields(subscribed_topic_names=None),
-        "SubscribedTopicNames or SubscribedTopicRegex must be set in first request.",
+        "Either SubscribedTopicNames or SubscribedTopicRegex must be non-null when (re-)joining.",
     ),
     (
         "static_leave_without_instance_id",
@@ -221,6 +221,66 @@ VALIDATION_CASES = [
 def test_invalid_request(fields: dict[str, Any], message: str) -> None:
     h, _foo = stable_group()
     assert_rejected(h, InvalidRequestError, INVALID, message, **fields)
+
+
+PRECEDENCE_CASES = [
+    # Kafka's order (throwIfConsumerGroupHeartbeatRequestIsInvalid): the member id first ...
+    (
+        "member_id_before_group_id",
+        dict(group_id="", member_id="", member_epoch=5),
+        InvalidRequestError,
+        "MemberId can't be empty.",
+    ),
+    (
+        "member_id_before_epoch",
+        dict(member_id="", member_epoch=-3),
+        InvalidRequestError,
+        "MemberId can't be empty.",
+    ),
+    (
+        "blank_member_id_before_group_id_on_join",
+        join_fields(member_id=" ", group_id=""),
+        InvalidRequestError,
+        "MemberId can't be empty.",
+    ),
+    # ... then the group, instance and rack ids, then the join's fields ...
+    (
+        "rack_id_before_join_fields",
+        join_fields(rack_id="", rebalance_timeout_ms=-1),
+        InvalidRequestError,
+        "RackId can't be empty.",
+    ),
+    # ... then the assignor, and only then our own checks (docs/proto.md).
+    (
+        "assignor_before_our_rebalance_timeout_check",
+        join_fields(rebalance_timeout_ms=0, server_assignor="sticky"),
+        UnsupportedAssignorError,
+        "ServerAssignor sticky is not supported. Supported assignors: rr.",
+    ),
+    (
+        "assignor_before_our_partition_check",
+        dict(
+            member_id="A",
+            member_epoch=5,
+            server_assignor="sticky",
+            topic_partitions={"AAAAAAAAAAAAAAAAAAAAAQ": frozenset({-1})},
+        ),
+        UnsupportedAssignorError,
+        "ServerAssignor sticky is not supported. Supported assignors: rr.",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    "fields,exc_type,message",
+    [c[1:] for c in PRECEDENCE_CASES],
+    ids=[c[0] for c in PRECEDENCE_CASES],
+)
+def test_validation_order_is_kafkas(
+    fields: dict[str, Any], exc_type: type[CoordinatorError], message: str
+) -> None:
+    h, _foo = stable_group()
+    assert_rejected(h, exc_type, exc_type.code, message, **fields)
 
 
 def test_invalid_request_is_checked_before_the_group_is_looked_up() -> None:
@@ -657,6 +717,36 @@ def test_invalid_regular_expression(regex: str, reason: str) -> None:
         f"SubscribedTopicRegex `{regex}` is not a valid regular expression: {reason}.",
         **join_fields("C", subscribed_topic_names=None, subscribed_topic_regex=regex),
     )
+
+
+def test_regex_is_checked_after_the_member() -> None:
+    """Kafka compiles a new regex in maybeUpdateRegularExpressions, once the group, the member
+    and its epoch are known: their errors come first, and a leave never looks at it."""
+    h, _foo = stable_group()
+    bad = dict(subscribed_topic_regex="(a")
+    first: list[tuple[type[CoordinatorError], str, dict[str, Any]]] = [
+        (
+            UnknownMemberIdError,
+            "Member Z is not a member of group grp.",
+            dict(member_id="Z", member_epoch=5),
+        ),
+        (
+            FencedMemberEpochError,
+            "The consumer group member has a greater member epoch (9) than the one known by "
+            "the group coordinator (5). The member must abandon all its partitions and rejoin.",
+            dict(member_id="A", member_epoch=9),
+        ),
+        (
+            GroupIdNotFoundError,
+            "Consumer group other not found.",
+            dict(group_id="other", member_id="A", member_epoch=5),
+        ),
+    ]
+    for exc_type, message, fields in first:
+        assert_rejected(h, exc_type, exc_type.code, message, **fields, **bad)
+    left = h.heartbeat(member_id="A", member_epoch=-1, **bad)
+    assert (left.member_id, left.member_epoch) == ("A", -1)
+    assert sorted(h.shard.groups[G].members) == ["B"]
 
 
 def test_invalid_regular_expression_on_a_heartbeat_of_a_known_member() -> None:
