@@ -148,14 +148,10 @@ class ConsumerGroups(ByGroupId[ConsumerGroup]):
         member_id = req.member_id or ctx.ids.new_member_id()
 
         # 1. Find or create the member, validating its epoch (KIP-848 "Fencing"). A full group
-        # refuses any member id it does not know, except a static member taking its place back.
+        # refuses any member id it does not know, before anything else is looked at — also a
+        # static member coming back under a new member id (Kafka's throwIfConsumerGroupIsFull).
         max_size = ctx.config.consumer_max_size
-        if (
-            group is not None
-            and len(group.members) >= max_size
-            and member_id not in group.members
-            and (req.instance_id is None or req.instance_id not in group.static_members)
-        ):
+        if group is not None and len(group.members) >= max_size and member_id not in group.members:
             raise GroupMaxSizeReachedError(
                 f"The consumer group has reached its maximum capacity of {max_size} members."
             )
