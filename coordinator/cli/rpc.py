@@ -79,9 +79,25 @@ def channel(args: argparse.Namespace, address: str | None = None) -> Any:
         ch = grpc.insecure_channel(address or args.bootstrap_server, options=options)
     if security.token_file is None:
         return ch
+    return grpc.intercept_channel(ch, _bearer_token(_token_source(security.token_file)))
+
+
+def _token_source(path: str) -> Any:
+    """The token file's reader (``kip848.client.token_file``), read once here: a file that
+    cannot be read or holds no token is a clear usage error before any call, not a traceback
+    or a call the server resets (an empty ``Bearer`` header is not a valid HTTP/2 field)."""
     from kip848.client import token_file
 
-    return grpc.intercept_channel(ch, _bearer_token(token_file(security.token_file)))
+    source = token_file(path)
+    try:
+        first = source()
+    except OSError as exc:
+        raise UsageError(f"--token-file: cannot read {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"--token-file: {path} is not a text file (a JWT)") from None
+    if not first:
+        raise UsageError(f"--token-file: {path} is empty (it must hold a JWT)")
+    return source
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,6 +7,7 @@ is the ACLs'. The CLI (``--command-config`` with Kafka's client names, ``--token
 from __future__ import annotations
 
 import asyncio
+import subprocess
 from pathlib import Path
 
 import grpc
@@ -143,16 +144,14 @@ def test_the_cli_authenticates_with_kafka_client_properties(setup, tmp_path: Pat
         "topics", "list", "--bootstrap-server", server.address, "--command-config", str(config)
     )
     assert listed.returncode == 0 and "orders" in listed.stdout, listed.stderr
-    flags = run_cli(
-        "topics",
-        "list",
-        "--bootstrap-server",
-        server.address,
-        "--tls-ca",
-        ca.ca_file,
-        "--token-file",
-        str(token),
-    )
+
+    def with_token_file(path: Path) -> subprocess.CompletedProcess[str]:
+        return run_cli(
+            "topics", "list", "--bootstrap-server", server.address, "--tls-ca", ca.ca_file,
+            "--token-file", str(path),
+        )  # fmt: skip
+
+    flags = with_token_file(token)
     assert flags.returncode == 0 and "orders" in flags.stdout, flags.stderr
     refused = run_cli(
         "topics", "list", "--bootstrap-server", server.address, "--tls-ca", ca.ca_file
@@ -164,6 +163,20 @@ def test_the_cli_authenticates_with_kafka_client_properties(setup, tmp_path: Pat
         "topics", "list", "--bootstrap-server", server.address, "--command-config", str(config)
     )
     assert password.returncode == 2 and "never a password" in password.stderr, password.stderr
+    # A token file that is missing or empty: a clear usage error before any call (was a
+    # traceback, and a call the server reset: an empty Bearer header is no valid HTTP/2 field).
+    missing, empty = tmp_path / "missing.jwt", tmp_path / "empty.jwt"
+    empty.write_text("\n")
+    for path, why in (
+        (missing, f"cannot read {missing}: No such file or directory"),
+        (empty, f"{empty} is empty (it must hold a JWT)"),
+    ):
+        bad = with_token_file(path)
+        assert (bad.returncode, bad.stdout, bad.stderr) == (
+            2,
+            "",
+            f"kip848 topics: --token-file: {why}\n",
+        )
 
 
 def test_kip848_client_with_tls_and_a_token(setup, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
