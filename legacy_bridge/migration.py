@@ -284,17 +284,29 @@ class Migration:
         assignment lagged the epoch (KAFKA-20273) or a member is still reconciling; else the
         members keep their partitions.
 
-        The JoinGroup is answered as Kafka answers it: no leader, no member list, the classic
-        generation; the member's SyncGroup then reads its assignment from the classic group (or
-        learns of the rebalance, REBALANCE_IN_PROGRESS, and joins it)."""
+        The JoinGroup keeps the answer of the join into the consumer group, as Kafka's does: no
+        leader, no member list, the member's epoch as the generation and its first protocol. Its
+        SyncGroup then reads its assignment from the classic group, whose generation and
+        protocol they are unless the join changed something; else the classic group's checks
+        answer it (ILLEGAL_GENERATION, INCONSISTENT_GROUP_PROTOCOL, REBALANCE_IN_PROGRESS) and
+        it rejoins."""
         instance_id = req.group_instance_id
         replaced = None if instance_id is None else group.static_members.get(instance_id)
         downgrade = replaced is not None and self._may_downgrade(group, but=replaced)
         epoch, stale = group.group_epoch, group.group_epoch > group.assignment_epoch
+        target_epoch = group.assignment_epoch
+        topics = None if replaced is None else group.members[replaced].subscribed_topic_names
         result = self._members.join(group, req, now_ms)
         joined = result.response
         if not downgrade or not isinstance(joined, m.JoinGroupResponse) or joined.error_code:
             return result
+        # The generation Kafka answers: the epoch its join reaches, reconciling against the
+        # target from before the join (it computes none while downgrading), or 0 when the join
+        # changed the subscription (it then skips the reconciliation). Ours may have computed a
+        # newer target at the join; that epoch is one the classic group never had.
+        subscription_changed = group.members[joined.member_id].subscribed_topic_names != topics
+        generation = 0 if subscription_changed else min(joined.generation_id, target_epoch)
+        result.response = replace(joined, generation_id=generation)
         # Kafka rebalances when the join changed the subscription (KAFKA-19546) or the target
         # lagged the group epoch (KAFKA-20273). Ours also when the join bumped the epoch for new
         # topic metadata, or a member is still reconciling (not Stable at the group epoch):
@@ -311,12 +323,6 @@ class Migration:
             )
         )
         classic = self._to_classic(result, group, epoch, now_ms)
-        result.response = m.JoinGroupResponse(
-            generation_id=classic.generation,
-            protocol_type=CONSUMER_PROTOCOL_TYPE,
-            protocol_name=classic.protocol_name,
-            member_id=joined.member_id,
-        )
         if rebalance:
             self._classic.prepare_rebalance(
                 result,

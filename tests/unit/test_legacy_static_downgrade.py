@@ -15,7 +15,11 @@ import pytest
 from coordinator.core import records as r
 from coordinator.core.commands import Pending
 from coordinator.core.config import GroupCoordinatorConfig
-from coordinator.core.errors import RebalanceInProgressError
+from coordinator.core.errors import (
+    IllegalGenerationError,
+    InconsistentGroupProtocolError,
+    RebalanceInProgressError,
+)
 from coordinator.core.model import ClassicMemberMetadata, ConsumerGroupMember
 from coordinator.core.offsets import (
     FetchedPartition,
@@ -95,7 +99,8 @@ def test_replacing_the_last_kip848_member_downgrades_without_a_rebalance() -> No
     since = len(h.log)
     joined = h.join_group(instance_id="i-K")
     new = joined.member_id
-    # Kafka answers from the converted group: no leader, no member list, the generation.
+    # As Kafka: no leader, no member list, the member's epoch and its first protocol (the
+    # converted group's generation and protocol here: nothing changed).
     assert joined == m.JoinGroupResponse(
         generation_id=3, protocol_type="consumer", protocol_name="range", member_id=new
     )
@@ -189,19 +194,41 @@ def test_a_replacing_member_with_another_subscription_downgrades_and_rebalances(
     h.create_topic("bar", 2)
     joined = h.join_group(topics=("foo", "bar"), instance_id="i-K")
     new = joined.member_id
-    assert (joined.error_code, joined.generation_id, joined.leader) == (0, 3, "")
+    # Kafka answers generation 0 (it skips the member's reconciliation when the subscription
+    # changed), so its SyncGroup is ILLEGAL_GENERATION, and it rejoins.
+    assert (joined.error_code, joined.generation_id, joined.leader) == (0, 0, "")
     group = h.shard.classic_groups["grp"]
     assert "grp" not in h.shard.groups
     assert (group.state.value, group.generation) == ("PreparingRebalance", 3)
-    # Its SyncGroup and the other member's heartbeat learn of the rebalance, and both rejoin.
-    with pytest.raises(RebalanceInProgressError):
-        h.sync_group(new, 3)
+    with pytest.raises(IllegalGenerationError):
+        h.sync_group(new, 0)
+    # The other member's heartbeat learns of the rebalance, and both rejoin.
     assert h.classic_heartbeat("C", 3).error_code == 27
     assert rebalance(h, new, ["foo", "bar"], 3) == {new: [0, 1], "C": [2, 3]}
     assert (group.state.value, group.generation) == ("Stable", 4)
     assert h.shard.classic_groups["grp"] is group
     assert committed(h, foo).topics[0].partitions[0].committed_offset == 42
     assert h.shard.snapshot() == h.replayed().snapshot()
+
+
+def test_the_join_answers_the_members_first_protocol_as_kafka_does() -> None:
+    # Kafka answers the joining member's first protocol, not the converted group's vote (before:
+    # ours answered the vote, range). Its SyncGroup names that protocol: the classic group,
+    # which voted range (C supports nothing else), refuses it, as Kafka's does.
+    h, _ = fleet()
+    sub = subscription(["foo"])
+    joined = h.join_group(instance_id="i-K", protocols=(("roundrobin", sub), ("range", sub)))
+    assert joined == m.JoinGroupResponse(
+        generation_id=3,
+        protocol_type="consumer",
+        protocol_name="roundrobin",
+        member_id=joined.member_id,
+    )
+    group = h.shard.classic_groups["grp"]
+    assert (group.state.value, group.generation, group.protocol_name) == ("Stable", 3, "range")
+    with pytest.raises(InconsistentGroupProtocolError):
+        h.sync_group(joined.member_id, 3, protocol_type="consumer", protocol_name="roundrobin")
+    assert h.assigned(h.sync_group(joined.member_id, 3)) == {"foo": [0, 2]}
 
 
 def stale_target(h: Harness) -> r.Record:
@@ -216,9 +243,12 @@ def reconciling(h: Harness) -> r.Record:
     return r.current_assignment_record("grp", replace(c, member_epoch=2, previous_member_epoch=1))
 
 
-@pytest.mark.parametrize(("state", "generation"), [(stale_target, 4), (reconciling, 3)])
+@pytest.mark.parametrize(
+    ("state", "generation", "sync_error"),
+    [(stale_target, 4, IllegalGenerationError), (reconciling, 3, RebalanceInProgressError)],
+)
 def test_a_stale_target_or_a_reconciling_member_makes_the_downgrade_rebalance(
-    state: Callable[[Harness], r.Record], generation: int
+    state: Callable[[Harness], r.Record], generation: int, sync_error: type[Exception]
 ) -> None:
     h, foo = fleet()
     rec = state(h)
@@ -226,7 +256,11 @@ def test_a_stale_target_or_a_reconciling_member_makes_the_downgrade_rebalance(
     h.log.append(rec)
     h.shard.release(h.shard.mark())
     joined = h.join_group(instance_id="i-K")
-    assert (joined.error_code, joined.generation_id) == (0, generation)
+    # As Kafka: the epoch of the target from before the join (3), also when the target lagged
+    # the group epoch (the classic group's generation, 4): that SyncGroup is ILLEGAL_GENERATION.
+    assert (joined.error_code, joined.generation_id) == (0, 3)
+    with pytest.raises(sync_error):
+        h.sync_group(joined.member_id, 3)
     group = h.shard.classic_groups["grp"]
     assert (group.state.value, group.generation) == ("PreparingRebalance", generation)
     assert rebalance(h, joined.member_id, ["foo"], generation) == {
