@@ -277,13 +277,16 @@ class ClassicGroup:
         return [n for n in members[0].protocol_names() if n in common]
 
     def supports_protocols(self, protocol_type: str, names: tuple[str, ...]) -> bool:
-        if not protocol_type or not names:
+        """Kafka's ClassicGroup.supportsProtocols: an Empty group takes any; else the group's
+        protocol type and a protocol every member supports (a member that joins again is
+        counted with the protocols it has now)."""
+        if self.state is ClassicGroupState.EMPTY:
+            return bool(protocol_type) and bool(names)
+        if protocol_type != self.protocol_type:
             return False
         if not self.members:
-            return True
-        return protocol_type == self.protocol_type and bool(
-            set(self.candidate_protocols()) & set(names)
-        )
+            return bool(names)
+        return bool(set(self.candidate_protocols()) & set(names))
 
     def select_protocol(self) -> str:
         """Each member votes for its most preferred candidate; most votes wins, ties go to the

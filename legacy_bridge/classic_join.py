@@ -93,6 +93,8 @@ class ClassicJoins:
         self._classic = classic
 
     def join(self, req: m.JoinGroup, now_ms: int) -> Result[JoinAnswer]:
+        """Kafka's classicGroupJoinToClassicGroup, in its order: the group (an unknown group
+        with a member id: UNKNOWN_MEMBER_ID), its size limit, the protocols, then the member."""
         result: Result[JoinAnswer] = Result()
         gid = req.group_id
         if gid in self._consumer:  # an empty consumer group: replaced by a classic group
@@ -103,6 +105,15 @@ class ClassicJoins:
                 raise UnknownMemberIdError(f"Group {gid} has no member {req.member_id}.")
             group = ClassicGroup(self._ctx.undo, gid)
             self._classic.add(group)
+        if self._refused_as_full(result, group, req, now_ms):
+            return result
+        names = tuple(n for n, _m in req.protocols)
+        if not group.supports_protocols(req.protocol_type, names):
+            # Kafka's supportsProtocols: a protocol every member supports, the joining member's
+            # current protocols counted too when it is a member already.
+            raise InconsistentGroupProtocolError(
+                f"Protocol type {req.protocol_type} with protocols {list(names)} is not supported by group {gid}."
+            )
         if req.member_id and not (
             req.member_id in group.pending_members and req.group_instance_id is None
         ):
@@ -113,35 +124,7 @@ class ClassicJoins:
                 raise UnknownMemberIdError(
                     f"Member {req.member_id} is not a member of group {gid}."
                 )
-        names = tuple(n for n, _m in req.protocols)
-        if req.member_id in group.members:
-            member = group.members[req.member_id]
-            others = [x for x in group.members.values() if x.member_id != member.member_id]
-            if others and not self._supported_by(group, others, req.protocol_type, names):
-                raise InconsistentGroupProtocolError(
-                    f"The protocols of member {req.member_id} are not supported by group {gid}."
-                )
-            return self._join_existing(result, group, member, req, now_ms)
-        if not group.supports_protocols(req.protocol_type, names):
-            raise InconsistentGroupProtocolError(
-                f"Protocol type {req.protocol_type} with protocols {list(names)} is not supported by group {gid}."
-            )
-        static_owner = (
-            None
-            if req.group_instance_id is None
-            else group.static_members.get(req.group_instance_id)
-        )
-        max_size = self._ctx.config.classic_max_size
-        if (
-            static_owner is None
-            and len(group.members)
-            + len(group.pending_members)
-            - (req.member_id in group.pending_members)
-            >= max_size
-        ):
-            raise GroupMaxSizeReachedError(
-                f"The classic group {gid} has reached its maximum size of {max_size}."
-            )
+            return self._join_existing(result, group, group.members[req.member_id], req, now_ms)
         if req.member_id:  # a pending dynamic member comes back with its id
             group.pending_members.discard(req.member_id)
             result.timers.append(CancelTimer((CLASSIC_PENDING, gid, req.member_id)))
@@ -162,22 +145,48 @@ class ClassicJoins:
             )
             return result
         new_id = f"{req.group_instance_id}-{self._ctx.ids.new_uuid()}"
+        static_owner = group.static_members.get(req.group_instance_id)
         if static_owner is not None:
             return self._replace_static(
                 result, group, group.members[static_owner], new_id, req, now_ms
             )
         return self._add_member_and_rebalance(result, group, new_id, req, now_ms)
 
-    @staticmethod
-    def _supported_by(
-        group: ClassicGroup, others: list[ClassicMember], protocol_type: str, names: tuple[str, ...]
+    def _refused_as_full(
+        self, result: Result[Any], group: ClassicGroup, req: m.JoinGroup, now_ms: int
     ) -> bool:
-        if protocol_type != group.protocol_type and group.protocol_type is not None:
+        """group.max.size, as Kafka's acceptJoiningMember: Stable or CompletingRebalance admit
+        their members and newcomers while the members are fewer than the limit; a rebalance
+        admits the members waiting in JoinGroup and anyone while fewer than the limit wait
+        (the members that rejoin last are left out when the limit was lowered); an Empty group
+        admits anyone. Member ids handed out by MEMBER_ID_REQUIRED are not counted, and a
+        static member's new incarnation is a newcomer. A newcomer refused gets
+        GROUP_MAX_SIZE_REACHED; a member refused is removed, and answered so (True)."""
+        max_size = self._ctx.config.classic_max_size
+        member = group.members.get(req.member_id) if req.member_id else None
+        if group.state is S.PREPARING_REBALANCE:
+            waiting = sum(x.join_token is not None for x in group.members.values())
+            if (member is not None and member.join_token is not None) or waiting < max_size:
+                return False
+        elif group.state is S.EMPTY or member is not None or len(group.members) < max_size:
             return False
-        common = set(names)
-        for x in others:
-            common &= set(x.protocol_names())
-        return bool(common)
+        if member is None:
+            raise GroupMaxSizeReachedError(
+                f"The classic group {group.group_id} has reached its maximum size of {max_size}."
+            )
+        # A member that rejoins a rebalance after the group filled up (it did not wait in
+        # JoinGroup, so no request of it is parked): Kafka removes it, as one that did not
+        # rejoin in time, and answers without a member id.
+        group.remove_member(member.member_id)
+        group.note_removal(member.member_id, RemovalCause.MEMBER_FENCED_REBALANCE_TIMEOUT, now_ms)
+        result.timers.append(CancelTimer((CLASSIC_SESSION, group.group_id, member.member_id)))
+        self._classic.maybe_complete_join(result, group, now_ms)
+        full = GroupMaxSizeReachedError(
+            f"The classic group {group.group_id} has reached its maximum size of {max_size}:"
+            f" member {member.member_id}, which rejoined after it filled up, was removed."
+        )
+        result.response = m.JoinGroupResponse(**error_fields(full), member_id="")
+        return True
 
     @staticmethod
     def _new_member(member_id: str, req: m.JoinGroup, token: int | None) -> ClassicMember:

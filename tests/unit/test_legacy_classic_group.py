@@ -206,11 +206,105 @@ def test_join_validation() -> None:
         h.join_group(protocols=())
     with pytest.raises(UnknownMemberIdError):
         h.join_group("never-issued")
-    stable_group(h)
-    with pytest.raises(InconsistentGroupProtocolError):
+    leader, _follower = stable_group(h)
+    # Kafka's order: the size limit before the protocols, the protocols before the member.
+    with pytest.raises(GroupMaxSizeReachedError):
         h.join_group(protocols=(("roundrobin", META),))
     with pytest.raises(GroupMaxSizeReachedError):
         h.join_group()
+    with pytest.raises(GroupMaxSizeReachedError):
+        h.join_group("never-issued", protocols=(("roundrobin", META),))
+    # A member's protocols must include one every member supports, its own current protocols
+    # counted (Kafka's supportsProtocols).
+    with pytest.raises(InconsistentGroupProtocolError):
+        h.join_group(leader, protocols=(("roundrobin", META),))
+
+
+def test_protocols_are_checked_before_the_member_and_count_its_own() -> None:
+    h = Harness(config=GroupCoordinatorConfig(classic_initial_rebalance_delay_ms=0))
+    h.create_topic("foo", 4)
+    first = h.join_group(h.join_group().member_id)
+    h.sleep(0)
+    only = h.completions[first.token].member_id
+    # Kafka checks the protocols before the member id (before: UNKNOWN_MEMBER_ID).
+    with pytest.raises(InconsistentGroupProtocolError):
+        h.join_group("never-issued", protocols=(("roundrobin", META),))
+    with pytest.raises(UnknownMemberIdError):
+        h.join_group("never-issued")
+    # The only member cannot switch to a protocol it did not support (before: accepted, as
+    # no *other* member had to support it); adding one first, then dropping the old, can.
+    with pytest.raises(InconsistentGroupProtocolError):
+        h.join_group(only, protocols=(("roundrobin", META),))
+    both = h.join_group(only, protocols=(("roundrobin", META), ("range", META)))
+    assert h.resolve(both).protocol_name == "roundrobin"
+    again = h.join_group(only, protocols=(("roundrobin", META),))
+    assert h.resolve(again).protocol_name == "roundrobin"
+
+
+def full_stable_group(max_size: int, *, instance_id: str | None = None) -> tuple[Harness, str]:
+    """A Stable group of one member (static if ``instance_id``) under group.max.size
+    ``max_size``."""
+    h = Harness(
+        config=GroupCoordinatorConfig(
+            classic_max_size=max_size, classic_initial_rebalance_delay_ms=0
+        )
+    )
+    h.create_topic("foo", 4)
+    first = h.join_group(instance_id=instance_id)
+    if instance_id is None:
+        first = h.join_group(first.member_id)
+    h.sleep(0)
+    joined = h.completions[first.token]
+    assert h.sync_group(joined.member_id, 1, {joined.member_id: asg(0, 1)}).error_code == 0
+    return h, joined.member_id
+
+
+def test_member_ids_handed_out_do_not_count_toward_the_group_size() -> None:
+    # Kafka's acceptJoiningMember counts members only: with one member under a limit of two,
+    # every newcomer gets a member id (before: the second was refused while the first id was
+    # pending); the first to join with it fills the group, the next is refused.
+    h, _a = full_stable_group(2)
+    b, c = h.join_group(), h.join_group()
+    assert (b.error_code, c.error_code) == (79, 79)
+    assert isinstance(h.join_group(b.member_id), Pending)
+    group = h.shard.classic_groups["grp"]
+    assert group.state.value == "PreparingRebalance"
+    # In a rebalance the limit counts the members waiting in JoinGroup: b only, so c is in.
+    assert isinstance(h.join_group(c.member_id), Pending)
+    assert sorted(group.members) == sorted(["client-member-2", b.member_id, c.member_id])
+
+
+def test_a_member_rejoining_after_the_rebalance_filled_up_is_removed() -> None:
+    # Kafka kicks out the members that rejoin last once as many as the limit wait in JoinGroup
+    # (the group was over the limit, e.g. after the limit was lowered): refused with
+    # GROUP_MAX_SIZE_REACHED and no member id, removed, and the join completes without it.
+    h, a = full_stable_group(2)
+    b_id, c_id = h.join_group().member_id, h.join_group().member_id
+    b, c = h.join_group(b_id), h.join_group(c_id)  # the rebalance waits for a, b and c
+    assert isinstance(b, Pending) and isinstance(c, Pending)
+    refused = h.join_group(a)
+    assert refused == m.JoinGroupResponse(
+        error_code=81,
+        error_message=(
+            "The classic group grp has reached its maximum size of 2: member client-member-2,"
+            " which rejoined after it filled up, was removed."
+        ),
+        member_id="",
+    )
+    group = h.shard.classic_groups["grp"]
+    assert sorted(group.members) == sorted([b_id, c_id])
+    assert (group.state.value, group.generation) == ("CompletingRebalance", 2)
+    assert h.resolve(b).generation_id == h.resolve(c).generation_id == 2
+    assert not any(k[2] == a for k in h.timers.key_list())
+
+
+def test_a_static_member_restarting_in_a_full_group_is_refused() -> None:
+    # Kafka counts a static member's new incarnation as a newcomer (its member id is not
+    # known yet): at the limit it is refused (before: it replaced its old incarnation).
+    h, old = full_stable_group(1, instance_id="i1")
+    with pytest.raises(GroupMaxSizeReachedError):
+        h.join_group(instance_id="i1")
+    assert h.shard.classic_groups["grp"].static_members["i1"] == old
 
 
 def test_protocol_vote_picks_the_common_protocol_most_members_prefer() -> None:
