@@ -97,6 +97,14 @@ def topics_denied(names: Iterable[str]) -> CoordinatorError:
     return TopicAuthorizationFailedError(f"Not authorized to access topics: [{', '.join(names)}]")
 
 
+def described_topics_denied() -> CoordinatorError:
+    """ConsumerGroupDescribe of a group whose members use topics the caller may not describe
+    (KAFKA-18813): Kafka's message, which names none of them — the caller may not learn them."""
+    return TopicAuthorizationFailedError(
+        "The described group uses topics that the client is not authorized to describe."
+    )
+
+
 def cluster_denied() -> CoordinatorError:
     return ClusterAuthorizationFailedError("Cluster authorization failed.")
 

@@ -95,6 +95,7 @@ from .authorization import (
     WRITE,
     RequestAuthorizer,
     cluster_denied,
+    described_topics_denied,
     group_denied,
     topics_denied,
 )
@@ -333,11 +334,10 @@ class CoordinatorService:
                         for t in a
                     ),
                 }
-                denied = self.authz.denied_topics(
+                if self.authz.denied_topics(  # KAFKA-18813: the group is not described
                     caller, "ConsumerGroupDescribe", DESCRIBE, sorted(n for n in named if n)
-                )
-                if denied:  # KAFKA-18813: the group is not described
-                    raise topics_denied(denied)
+                ):
+                    raise described_topics_denied()
             return DescribedConsumerGroup(group_id=group_id, description=desc)
 
         return Reply(value=await each(group_ids, describe, _described_error))

@@ -1021,3 +1021,36 @@ def test_a_watch_stream_ends_when_its_reader_may_no_longer_read_the_group(world:
         assert list(events) == []  # the stream ended
     finally:
         stream.cancel()
+
+
+def test_a_group_whose_topics_the_caller_may_not_describe_is_refused_without_naming_them(
+    world: World,
+) -> None:
+    """ConsumerGroupDescribe (KAFKA-18813): carol may describe the group "cg" but not the topic
+    "orders" its member reads, so the group is TOPIC_AUTHORIZATION_FAILED with Kafka's message
+    — which names no topic: the names are what she may not learn. Both protocols."""
+    md = metadata(user("admin"))
+    grant = admin_pb2.AclBinding()
+    grant.CopyFrom(_acl("User:carol", "cg"))
+    grant.operation = 8  # DESCRIBE
+    made = ADMIN(world.channel).CreateAcls(
+        admin_pb2.CreateAclsRequest(creations=[grant]), metadata=md
+    )
+    assert [r.error_code for r in made.results] == [0]
+    refused = (
+        TOPIC_AUTH,
+        "The described group uses topics that the client is not authorized to describe.",
+        0,
+    )
+    described = CG(world.channel).ConsumerGroupDescribe(
+        consumer_group_pb2.ConsumerGroupDescribeRequest(group_ids=["cg"]),
+        metadata=metadata(user("carol")),
+        timeout=TIMEOUT,
+    )
+    assert [(g.error_code, g.error_message, len(g.members)) for g in described.groups] == [refused]
+    client = world.coordinator.kafka_client(user("carol"))
+    try:
+        answer = client.call(request(69, 0, group_ids=["cg"], include_authorized_operations=False))
+    finally:
+        client.close()
+    assert [(g.error_code, g.error_message, len(g.members)) for g in answer.groups] == [refused]
