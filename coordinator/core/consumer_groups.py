@@ -15,7 +15,7 @@ its target) and ``group_descriptions.py`` (describe, list).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Container, Iterable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -94,6 +94,9 @@ class ConsumerGroups(ByGroupId[ConsumerGroup]):
         )
         self.classic: ClassicGroupSupport | None = None
         """Set once by the shard: the classic groups of the same shard (upgrade/downgrade)."""
+        self.other_groups: Container[str] = ()
+        """Set once by the shard: the ids of its groups of another type — classic groups, and
+        simple groups known only through their offsets (Kafka's are classic groups too)."""
         self.topic_filter: TopicFilter | None = None
         """Set by the server: may (principal, client host) describe this topic? A regex resolved
         in a member's heartbeat matches only the topics it allows (KIP-848 with Kafka's
@@ -144,7 +147,7 @@ class ConsumerGroups(ByGroupId[ConsumerGroup]):
         epoch = req.member_epoch
         owned = req.topic_partitions
         if group is None and epoch != 0:
-            raise GroupIdNotFoundError(f"Consumer group {group_id} not found.")
+            self._group_or_raise(group_id, "Consumer group")
         member_id = req.member_id or ctx.ids.new_member_id()
 
         # 1. Find or create the member, validating its epoch (KIP-848 "Fencing"). A full group
@@ -392,9 +395,7 @@ class ConsumerGroups(ByGroupId[ConsumerGroup]):
     def _leave(
         self, req: ConsumerGroupHeartbeat, now_ms: int
     ) -> Result[ConsumerGroupHeartbeatResponse]:
-        group = self._by_group.get(req.group_id)
-        if group is None:
-            raise GroupIdNotFoundError(f"Consumer group {req.group_id} not found.")
+        group = self._group_or_raise(req.group_id)
         member_id = req.member_id
         member = leaving_member(group, req)
         if req.instance_id is not None and req.member_epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
@@ -588,10 +589,18 @@ class ConsumerGroups(ByGroupId[ConsumerGroup]):
     # ------------------------------------------------------------------ reads
 
     def describe(self, group_id: str) -> GroupDescription:
+        return descriptions.describe(self._group_or_raise(group_id), self.assignor_names)
+
+    def _group_or_raise(self, group_id: str, kind: str = "Group") -> ConsumerGroup:
+        """The consumer group ``group_id``, else GROUP_ID_NOT_FOUND with Kafka's messages: for a
+        group of another type, and for none ("Group ... not found." as its consumerGroup lookup
+        for ConsumerGroupDescribe and a leave; ``kind`` "Consumer group" for a heartbeat)."""
         group = self._by_group.get(group_id)
         if group is None:
-            raise GroupIdNotFoundError(f"Group {group_id} not found.")
-        return descriptions.describe(group, self.assignor_names)
+            if group_id in self.other_groups:
+                raise GroupIdNotFoundError(f"Group {group_id} is not a consumer group.")
+            raise GroupIdNotFoundError(f"{kind} {group_id} not found.")
+        return group
 
     def state_of(self, group_id: str) -> GroupState:
         group = self._by_group.get(group_id)

@@ -129,6 +129,7 @@ class GroupCoordinatorShard(Generic[C]):
             ShardParts(self.context, self.groups, self.offsets, self.group_configs)
         )
         self.groups.classic = self.classic_groups
+        self.groups.other_groups = _OtherGroups(self.classic_groups, self.offsets)
         self.offsets.classic = self.classic_groups
         # Records and timers go to the component that owns them. Classic groups come first in
         # records_of_state (as they were written first by the bridged shards of old stores).
@@ -441,3 +442,20 @@ class _Either:
 
     def __contains__(self, group_id: object) -> bool:
         return group_id in self._a or group_id in self._b
+
+
+class _OtherGroups:
+    """Group ids of the shard's groups that are not consumer groups: classic groups, and
+    simple groups (known only through their offsets, committed or pending)."""
+
+    __slots__ = ("_classic", "_offsets")
+
+    def __init__(self, classic: ClassicGroupSupport, offsets: Offsets) -> None:
+        self._classic, self._offsets = classic, offsets
+
+    def __contains__(self, group_id: object) -> bool:
+        return (
+            group_id in self._classic
+            or group_id in self._offsets
+            or (isinstance(group_id, str) and self._offsets.txn.has_transactions(group_id))
+        )

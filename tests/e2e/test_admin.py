@@ -165,7 +165,11 @@ def test_describe_is_complete(manual_server: ServerProcess) -> None:
     ]
 
 
-def test_describe_of_an_offsets_only_group_is_not_found(manual_server: ServerProcess) -> None:
+def test_describe_of_an_offsets_only_group_is_not_a_consumer_group(
+    manual_server: ServerProcess,
+) -> None:
+    """Kafka holds a simple group (offsets only) as a classic group: ConsumerGroupDescribe
+    answers GROUP_ID_NOT_FOUND with its consumerGroup lookup's message for another type."""
     s = manual_server
     s.create_topic("simple-desc", 1)
     admin_commit(s, "g-simple-desc", "simple-desc", 0, 1)
@@ -174,7 +178,7 @@ def test_describe_of_an_offsets_only_group_is_not_found(manual_server: ServerPro
             Described(
                 group_id="g-simple-desc",
                 error_code=69,
-                error_message="Group g-simple-desc not found.",
+                error_message="Group g-simple-desc is not a consumer group.",
                 authorized_operations=NOT_REQUESTED,
             )
         ]

@@ -332,7 +332,7 @@ def test_leave_of_unknown_group() -> None:
         h,
         GroupIdNotFoundError,
         ErrorCode.GROUP_ID_NOT_FOUND,
-        "Consumer group other not found.",
+        "Group other not found.",
         group_id="other",
         member_id="A",
         member_epoch=-1,
@@ -345,12 +345,37 @@ def test_static_leave_of_unknown_group() -> None:
         h,
         GroupIdNotFoundError,
         ErrorCode.GROUP_ID_NOT_FOUND,
-        "Consumer group other not found.",
+        "Group other not found.",
         group_id="other",
         member_id="S",
         member_epoch=-2,
         instance_id="i1",
     )
+
+
+def test_a_group_of_another_type_is_not_a_consumer_group() -> None:
+    """Kafka's consumerGroup / getOrMaybeCreateConsumerGroup: a classic group, or a simple one
+    (offsets only, a classic group in Kafka), answers a heartbeat, a leave and a
+    ConsumerGroupDescribe GROUP_ID_NOT_FOUND "Group ... is not a consumer group."; a group that
+    does not exist "Consumer group ... not found." (heartbeat) or "Group ... not found."."""
+    h, _foo = stable_group()
+    h.join_group(group_id="classic")  # a classic group with a member
+    h.commit("simple", "", -1, {("foo", 0): 5})  # a simple group
+    for gid in ("classic", "simple"):
+        message = f"Group {gid} is not a consumer group."
+        for fields in (
+            dict(member_id="A", member_epoch=5),
+            dict(member_id="A", member_epoch=-1),
+            dict(member_id="A", member_epoch=-2, instance_id="i1"),
+        ):
+            assert_rejected(
+                h, GroupIdNotFoundError, ErrorCode.GROUP_ID_NOT_FOUND, message,
+                group_id=gid, **fields,
+            )  # fmt: skip
+        with pytest.raises(GroupIdNotFoundError, match=f"^{message}$"):
+            h.shard.describe_group(gid)
+    with pytest.raises(GroupIdNotFoundError, match="^Group none not found.$"):
+        h.shard.describe_group("none")
 
 
 # --------------------------------------------------------------------------- UNKNOWN_MEMBER_ID
