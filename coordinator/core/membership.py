@@ -223,14 +223,13 @@ def updated_member(
 
 
 def is_subset(owned: Assignment | None, assigned: Mapping[str, frozenset[int]]) -> bool:
-    """Whether every partition of ``owned`` is in ``assigned`` (None owns nothing known)."""
+    """Whether every topic of ``owned`` is assigned and every partition of it is in
+    ``assigned`` (None owns nothing known). As Kafka's isSubset, a topic named with no
+    partitions counts: it must be one of the member's assigned topics."""
     if owned is None:
         return False
     for topic_id, partitions in owned.items():
         mine = assigned.get(topic_id)
-        if mine is None:
-            if partitions:
-                return False
-        elif not mine.issuperset(partitions):
+        if mine is None or not mine.issuperset(partitions):
             return False
     return True

@@ -340,9 +340,10 @@ class GroupCoordinatorShard(Generic[C]):
     def list_groups(
         self, states: Sequence[str] = (), types: Sequence[str] = ()
     ) -> list[ListedGroup]:
-        """ListGroups with case-insensitive state and type filters (an unknown type matches
-        nothing): consumer groups, classic groups and simple groups (offsets only)."""
-        want_states = {s.lower() for s in states}
+        """ListGroups with case-insensitive state and type filters, states trimmed as Java's
+        String.trim (Kafka's listGroups; an unknown state or type matches nothing): consumer
+        groups, classic groups and simple groups (offsets only)."""
+        want_states = {s.lower().strip(_JAVA_TRIMMED) for s in states}
         want_types = {t.lower() for t in types}
         classic = self.classic_groups
         entries = self.groups.listed() + classic.listed()
@@ -442,6 +443,10 @@ class _Either:
 
     def __contains__(self, group_id: object) -> bool:
         return group_id in self._a or group_id in self._b
+
+
+_JAVA_TRIMMED = "".join(map(chr, range(0x21)))
+"""What Java's String.trim removes from both ends: every character up to the space."""
 
 
 class _OtherGroups:

@@ -106,3 +106,8 @@ def test_heartbeat_validation_order_and_messages(topic: str, client: KafkaClient
         None,
         -1,
     )
+    # The group is Empty now: ListGroups trims and lower-cases state filters, as Kafka.
+    listed: Any = client.call(request(16, 5, states_filter=[" EMPTY\t"], types_filter=["Consumer"]))
+    assert [(g.group_id, g.group_state) for g in listed.groups if g.group_id == "fid-g"] == [
+        ("fid-g", "Empty")
+    ]

@@ -1468,3 +1468,23 @@ def test_group_uid_with_the_default_id_source() -> None:
     value = uid(h)
     assert value.startswith("cgp_") and len(value) > len("cgp_")
     assert h.replayed().groups[G].group_uid == value
+
+
+def test_list_groups_filters_as_kafka() -> None:
+    """Kafka's listGroups: state filters compared in lower case and trimmed, type filters in
+    lower case (GroupType.parse); an unknown state or type matches nothing."""
+    h = Harness(assignors=[RoundRobinAssignor()])
+    h.create_topic("foo", 2)
+    h.join("A", ["foo"])  # "grp": a consumer group, Stable once A has its partitions
+    h.join("B", ["foo"], group_id="other")
+    h.heartbeat(group_id="other", member_id="B", member_epoch=-1)  # "other": Empty
+
+    def listed(states: tuple[str, ...] = (), types: tuple[str, ...] = ()) -> list[str]:
+        return [g.group_id for g in h.shard.list_groups(states, types)]
+
+    assert listed() == ["grp", "other"]
+    assert listed(("  STABLE ",)) == ["grp"]
+    assert listed(("empty\t", "Dead")) == ["other"]
+    assert listed(types=("CONSUMER",)) == ["grp", "other"]
+    assert listed(("stable",), ("Consumer",)) == ["grp"]
+    assert listed(("stabl",)) == listed(types=("classic",)) == listed(types=(" consumer",)) == []
