@@ -618,6 +618,21 @@ def test_unreleased_instance_id_when_the_static_member_is_revoking() -> None:
     )
 
 
+def test_a_static_member_rejoining_under_its_own_member_id_gets_itself_back() -> None:
+    """Deliberately unlike Kafka 4.3 (UNRELEASED_INSTANCE_ID, fatal to its Java client), as the
+    fix proposed upstream (docs/proto.md): the holder of an instance id joining again with
+    epoch 0 — a lost join response, or a rejoin after FENCED_MEMBER_EPOCH — gets its member and
+    assignment back, with no record and no new epoch."""
+    h, foo = static_group()
+    log_len = len(h.log)
+    res = h.join("S", ["foo"], instance_id="i1")
+    assert res.response.member_id == "S" and res.response.member_epoch == 1
+    assert res.response.assignment is not None
+    assert res.response.assignment.assigned == p(foo, 0, 1, 2, 3)
+    assert len(h.log) == log_len
+    assert h.shard.groups[G].static_members == {"i1": "S"}
+
+
 # --------------------------------------------------------------------------- GROUP_MAX_SIZE_REACHED
 
 FULL = "The consumer group has reached its maximum capacity of 2 members."
