@@ -311,8 +311,9 @@ ConsumerGroupService = _servicer(
 async def _consumer_group_watch(
     self: GrpcServicer, request: consumer_group_pb2.ConsumerGroupWatchRequest, context: Any
 ) -> AsyncIterator[consumer_group_pb2.ConsumerGroupWatchResponse]:
-    """The one server-streaming RPC (push.py): each event of the service, converted."""
-    caller = await self.authenticated_caller(context, False)
+    """The one server-streaming RPC (push.py): each event of the service, converted. Its
+    caller carries the client's address and id, as every request's may (host ACLs, audit)."""
+    caller = await self.authenticated_caller(context, True)
     req = WatchRequest(group_id=request.group_id, member_id=request.member_id)
     try:
         async for event in self.service.consumer_group_watch(req, caller):

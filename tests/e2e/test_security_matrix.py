@@ -1054,3 +1054,45 @@ def test_a_group_whose_topics_the_caller_may_not_describe_is_refused_without_nam
     finally:
         client.close()
     assert [(g.error_code, g.error_message, len(g.members)) for g in answer.groups] == [refused]
+
+
+def test_a_host_acl_applies_to_a_watch_stream(world: World) -> None:
+    """An ACL naming the client's host (DENY every user from 127.0.0.1) refuses carol's
+    ConsumerGroupWatch as it refuses her heartbeat, although an ALLOW for any host lets her
+    read the group: the stream is judged with the client's address like every request."""
+    md = metadata(user("admin"))
+    allow = _acl("User:carol", "host-denied")
+    deny = admin_pb2.AclBinding()
+    deny.CopyFrom(_acl("User:*", "host-denied"))
+    deny.host, deny.permission_type = "127.0.0.1", 2  # DENY
+    made = ADMIN(world.channel).CreateAcls(
+        admin_pb2.CreateAclsRequest(creations=[allow, deny]), metadata=md
+    )
+    assert [r.error_code for r in made.results] == [0, 0]
+    refused = (GROUP_AUTH, "Not authorized to access group: host-denied")
+    try:
+        joined = CG(world.channel).ConsumerGroupHeartbeat(
+            _join(world, "host-denied"), metadata=metadata(user("carol")), timeout=TIMEOUT
+        )
+        assert (joined.error_code, joined.error_message) == refused
+        stream = CG(world.channel).ConsumerGroupWatch(
+            consumer_group_pb2.ConsumerGroupWatchRequest(group_id="host-denied", member_id="m"),
+            metadata=metadata(user("carol")),
+            timeout=TIMEOUT,
+        )
+        assert [(e.error_code, e.error_message) for e in stream] == [refused]
+    finally:  # no host-specific ACL left for the other tests
+        ADMIN(world.channel).DeleteAcls(
+            admin_pb2.DeleteAclsRequest(
+                filters=[
+                    admin_pb2.AclFilter(
+                        resource_type_filter=3,
+                        resource_name_filter="host-denied",
+                        pattern_type_filter=3,
+                        operation=1,
+                        permission_type=1,
+                    )
+                ]
+            ),
+            metadata=md,
+        )
