@@ -30,3 +30,6 @@ class OffsetCommit:
     member_id: str = ""
     group_instance_id: str | None = None
     topics: tuple[OffsetCommitTopic, ...] = ()
+    retention_time_ms: int = -1
+    """OffsetCommit v2-v4's RetentionTimeMs: -1 keeps the offsets by ``offsets.retention.minutes``;
+    another value makes them expire that long after the commit (Kafka's expireTimestampMs)."""

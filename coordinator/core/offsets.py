@@ -16,7 +16,8 @@
   the group subscribes to (a classic group: what its members' subscriptions name, unless it is
   Empty); otherwise a tombstone per existing offset.
 * Expiry: offsets of topics the group no longer subscribes to expire ``offsets.retention.minutes``
-  after their commit; an empty group whose offsets are all gone is deleted.
+  after their commit, or at commit time + the RetentionTimeMs of an OffsetCommit v2-v4 that
+  gave one (Kafka's expireTimestampMs); an empty group whose offsets are all gone is deleted.
 * Offsets of a deleted topic are deleted with it (a re-created topic starts fresh).
 
 Offsets are keyed by topic *name*, as in Kafka 4.0's records. The component is a read-only
@@ -387,12 +388,16 @@ class Offsets(ByGroupId[Mapping[tuple[str, int], r.OffsetCommitValue]]):
     def _offset_commit(self, req: OffsetCommit, now_ms: int) -> Result[OffsetCommitResponse]:
         result: Result[OffsetCommitResponse] = Result()
 
+        retention_ms = req.retention_time_ms
+        expire_ms = -1 if retention_ms == -1 else now_ms + retention_ms
+
         def emit(name: str, p: OffsetCommitPartition) -> None:
             value = r.OffsetCommitValue(
                 offset=p.committed_offset,
                 leader_epoch=p.committed_leader_epoch,
                 metadata=p.committed_metadata or "",
                 commit_timestamp_ms=now_ms,
+                expire_timestamp_ms=expire_ms,
             )
             self._ctx.emit(
                 result, r.offset_commit_record(req.group_id, name, p.partition_index, value)

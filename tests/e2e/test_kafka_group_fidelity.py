@@ -4,6 +4,7 @@ error code and message a real client reads on the wire for each case."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -111,3 +112,45 @@ def test_heartbeat_validation_order_and_messages(topic: str, client: KafkaClient
     assert [(g.group_id, g.group_state) for g in listed.groups if g.group_id == "fid-g"] == [
         ("fid-g", "Empty")
     ]
+
+
+def test_commit_retention_time_of_old_versions(
+    topic: str, server: KafkaServer, client: KafkaClient
+) -> None:
+    """OffsetCommit v2-v4's RetentionTimeMs: offsets committed with 1 s expire at the next
+    expiry check (offsets.retention.check.interval.ms, 10 min), those committed with -1 keep
+    the broker's retention (7 days), as Kafka's expireTimestampMs."""
+
+    def commit_v2(group: str, retention_ms: int) -> list[tuple[int, E]]:
+        resp: Any = client.call(
+            request(
+                8,
+                2,
+                group_id=group,
+                generation_id_or_member_epoch=-1,
+                member_id="",
+                retention_time=timedelta(milliseconds=retention_ms),
+                topics=[
+                    {
+                        "name": topic,
+                        "partitions": [
+                            {"partition_index": 0, "committed_offset": 7, "committed_metadata": ""}
+                        ],
+                    }
+                ],
+            )
+        )
+        return [(p.partition_index, p.error_code) for t in resp.topics for p in t.partitions]
+
+    assert commit_v2("fid-ret", 1_000) == [(0, E.none)]
+    assert commit_v2("fid-keep", -1) == [(0, E.none)]
+    server.advance(600_000)
+    fresh = server.client()
+    try:
+        for group, offset in (("fid-ret", -1), ("fid-keep", 7)):
+            resp: Any = fresh.call(
+                request(9, 5, group_id=group, topics=[{"name": topic, "partition_indexes": [0]}])
+            )
+            assert [p.committed_offset for t in resp.topics for p in t.partitions] == [offset]
+    finally:
+        fresh.close()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from coordinator.core import records as r
@@ -332,6 +334,30 @@ def test_retention_expires_unsubscribed_topics_then_deletes_the_empty_group(h: H
     assert res.records[0] == r.offset_commit_tombstone(G, "foo", 0)
     assert res.records[-1] == r.group_epoch_tombstone(G)
     assert G not in h.shard.groups and G not in h.shard.offsets
+    assert h.replayed().snapshot() == h.shard.snapshot()
+
+
+def test_a_commits_own_retention_time_sets_when_its_offsets_expire(h: Harness) -> None:
+    """OffsetCommit v2-v4's RetentionTimeMs (Kafka's expireTimestampMs): the offsets expire at
+    commit time + that retention, whatever offsets.retention.minutes says (10 min here); -1
+    keeps the broker's retention."""
+    kept = replace(commit_req(-1, member="", p0=1), group_id="kept")
+    short = replace(
+        commit_req(-1, member="", p0=2, p1=3), group_id="short", retention_time_ms=1_000
+    )
+    res = h.run(lambda s: s.offset_commit(short, 5))
+    expiries = [rec.value.expire_timestamp_ms for rec in res.records]  # type: ignore[union-attr]
+    assert expiries == [1_005, 1_005]
+    res = h.run(lambda s: s.offset_commit(kept, 5))
+    assert [rec.value.expire_timestamp_ms for rec in res.records] == [-1]  # type: ignore[union-attr]
+    h.now_ms = 1_004
+    assert h.expire_offsets().records == []
+    h.now_ms = 1_005
+    assert h.expire_offsets().records == [
+        r.offset_commit_tombstone("short", "foo", 0),
+        r.offset_commit_tombstone("short", "foo", 1),
+    ]
+    assert "short" not in h.shard.offsets and "kept" in h.shard.offsets
     assert h.replayed().snapshot() == h.shard.snapshot()
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable
+from datetime import timedelta
 from typing import Any
 
 from coordinator.core.commands import ConsumerGroupHeartbeat, ConsumerGroupHeartbeatResponse
@@ -278,7 +279,9 @@ def _commit_topic_id(t: Any) -> str:
 
 
 def offset_commit_in(req: Any, _caller: Caller | None) -> OffsetCommit:
+    retention = getattr(req, "retention_time", None)  # v2-v4 only
     return OffsetCommit(
+        retention_time_ms=-1 if retention is None else retention // timedelta(milliseconds=1),
         group_id=req.group_id,
         generation_id_or_member_epoch=getattr(req, "generation_id_or_member_epoch", -1),
         member_id=getattr(req, "member_id", ""),
