@@ -105,6 +105,11 @@ def described_topics_denied() -> CoordinatorError:
     )
 
 
+def _topic_id_denied(topic_id: str) -> CoordinatorError:
+    """A topic given by id and refused: named by its id (no secret), not by its name."""
+    return TopicAuthorizationFailedError(f"Not authorized to access topic id {topic_id}.")
+
+
 def cluster_denied() -> CoordinatorError:
     return ClusterAuthorizationFailedError("Cluster authorization failed.")
 
@@ -209,6 +214,19 @@ class RequestAuthorizer:
                 bits |= 1 << int(op)
         return bits
 
+    def names(self, caller: Caller, name_of: Callable[[str], str]) -> Callable[[str], str]:
+        """``name_of`` (a topic id's name, for an answer) as ``caller`` may see it: "" for a
+        topic it may not DESCRIBE. Kafka holds a topic id no secret and its name one; a member
+        can be assigned such a topic through a regex another member resolved (KAFKA-19147)."""
+        if self.authorizer.open:
+            return name_of
+
+        def shown(topic_id: str) -> str:
+            name = name_of(topic_id)
+            return name if name and self.may(caller, DESCRIBE, TOPIC, name) else ""
+
+        return shown
+
     def topic_describable(self, principal: object, client_host: str, topic: str) -> bool:
         """May ``principal`` (from ``client_host``) describe ``topic``? The core's filter of a
         regex resolution (``ConsumerGroups.topic_filter``), silent like Kafka's."""
@@ -231,7 +249,7 @@ class RequestAuthorizer:
             if not name or self.allowed(caller, api, READ, TOPIC, name):
                 kept.append(t)
                 continue
-            exc = topics_denied([name])
+            exc = topics_denied([name]) if t.name else _topic_id_denied(t.topic_id)
             refused.append(
                 TopicResult(
                     name=t.name,
@@ -288,6 +306,7 @@ class RequestAuthorizer:
             ]
             return replace(answer, topics=tuple(kept))
         out = []
+        asked = {x.name for x in group.topics if x.name}
         for t in answer.topics:
             name = t.name or name_of(t.topic_id)
             if not name or self.allowed(caller, api, DESCRIBE, TOPIC, name):
@@ -296,6 +315,7 @@ class RequestAuthorizer:
             out.append(
                 replace(
                     t,
+                    name=name if name in asked else "",  # asked by id: its name is not told
                     partitions=tuple(
                         replace(
                             p,

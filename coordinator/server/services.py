@@ -221,7 +221,7 @@ class GrpcServicer:
         except ShuttingDown as exc:
             await context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
             raise  # abort raises; never reached
-        out = self.encode(row, answer)
+        out = self.encode(row, answer, caller)
         if getattr(request, "include_authorized_operations", False):
             authz = self.service.authz  # DescribeGroups, ConsumerGroupDescribe: as Kafka's
             for g in out.groups:
@@ -234,12 +234,13 @@ class GrpcServicer:
                 return too_large(row, size, limit)
         return out
 
-    def encode(self, row: Rpc, answer: Any) -> Any:
-        """The proto response of the service's answer, as the row says (:class:`Rpc`)."""
+    def encode(self, row: Rpc, answer: Any, caller: Caller) -> Any:
+        """The proto response of the service's answer to ``caller``, as the row says
+        (:class:`Rpc`)."""
         if row.whole:
             return row.encode(answer)
         if row.names:
-            name_of = self.service.topic_name
+            name_of = self.service.authz.names(caller, self.service.topic_name)
             return convert.reply_to_proto(
                 row.response_type, answer, lambda value: row.encode(value, name_of)
             )
@@ -315,9 +316,10 @@ async def _consumer_group_watch(
     caller carries the client's address and id, as every request's may (host ACLs, audit)."""
     caller = await self.authenticated_caller(context, True)
     req = WatchRequest(group_id=request.group_id, member_id=request.member_id)
+    name_of = self.service.authz.names(caller, self.service.topic_name)
     try:
         async for event in self.service.consumer_group_watch(req, caller):
-            yield convert.watch_event_to_proto(event, self.service.topic_name)
+            yield convert.watch_event_to_proto(event, name_of)
     except ShuttingDown as exc:
         await context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
 

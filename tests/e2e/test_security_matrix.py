@@ -18,6 +18,8 @@ a resource, only they decide).
 
 from __future__ import annotations
 
+import base64
+import time
 from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -366,12 +368,16 @@ def _commit(_w: World) -> Any:
     )
 
 
-def _watch(w: World, c: Column) -> Any:
-    stream = CG(w.channel).ConsumerGroupWatch(
-        consumer_group_pb2.ConsumerGroupWatchRequest(group_id="cg", member_id="no-such-member"),
-        metadata=metadata(c.principal),
+def _open_watch(w: World, group_id: str, member_id: str, md: list[tuple[str, str]]) -> Any:
+    return CG(w.channel).ConsumerGroupWatch(
+        consumer_group_pb2.ConsumerGroupWatchRequest(group_id=group_id, member_id=member_id),
+        metadata=md,
         timeout=TIMEOUT,
     )
+
+
+def _watch(w: World, c: Column) -> Any:
+    stream = _open_watch(w, "cg", "no-such-member", metadata(c.principal))
     try:
         return next(iter(stream))
     finally:
@@ -981,13 +987,7 @@ def test_a_watch_stream_ends_when_its_reader_may_no_longer_read_the_group(world:
 
     member = join(carol)
     assert member.error_code == 0
-    stream = groups.ConsumerGroupWatch(
-        consumer_group_pb2.ConsumerGroupWatchRequest(
-            group_id="watched", member_id=member.member_id
-        ),
-        metadata=carol,
-        timeout=TIMEOUT,
-    )
+    stream = _open_watch(world, "watched", member.member_id, carol)
     try:
         events = iter(stream)
         first = next(events)  # the member as it is: both partitions
@@ -1075,11 +1075,7 @@ def test_a_host_acl_applies_to_a_watch_stream(world: World) -> None:
             _join(world, "host-denied"), metadata=metadata(user("carol")), timeout=TIMEOUT
         )
         assert (joined.error_code, joined.error_message) == refused
-        stream = CG(world.channel).ConsumerGroupWatch(
-            consumer_group_pb2.ConsumerGroupWatchRequest(group_id="host-denied", member_id="m"),
-            metadata=metadata(user("carol")),
-            timeout=TIMEOUT,
-        )
+        stream = _open_watch(world, "host-denied", "m", metadata(user("carol")))
         assert [(e.error_code, e.error_message) for e in stream] == [refused]
     finally:  # no host-specific ACL left for the other tests
         ADMIN(world.channel).DeleteAcls(
@@ -1096,3 +1092,85 @@ def test_a_host_acl_applies_to_a_watch_stream(world: World) -> None:
             ),
             metadata=md,
         )
+
+
+def test_a_topic_the_caller_may_not_describe_is_never_named_to_it(world: World) -> None:
+    """Kafka holds a topic id no secret and a topic's name one. carol may read the groups
+    "shared-regex" and "simple" but may not describe the topic "orders":
+
+    * alice and carol subscribe to the regex ``^orders$``; alice's heartbeat resolved it, so
+      carol is given partitions of "orders" too (KAFKA-19147): her heartbeat's and her watch
+      stream's assignments carry its id, never its name;
+    * asked by id, OffsetFetch answers "orders" TOPIC_AUTHORIZATION_FAILED without its name,
+      and OffsetCommit refuses it naming its id only (and commits nothing)."""
+    md, carol = metadata(user("admin")), metadata(user("carol"))
+    admin, groups, offsets = ADMIN(world.channel), CG(world.channel), OFFSETS(world.channel)
+    grants = [_acl("User:carol", "shared-regex"), _acl("User:carol", "simple")]
+    made = admin.CreateAcls(admin_pb2.CreateAclsRequest(creations=grants), metadata=md)
+    assert [r.error_code for r in made.results] == [0, 0]
+    orders = world.topic_ids["orders"]
+
+    def join(who: list[tuple[str, str]]) -> Any:
+        request = _join(world, "shared-regex")
+        request.ClearField("subscribed_topic_names")
+        request.subscribed_topic_regex = "^orders$"
+        return groups.ConsumerGroupHeartbeat(request, metadata=who, timeout=TIMEOUT)
+
+    first = join(metadata(user("alice")))
+    assert first.error_code == 0
+    deadline = time.monotonic() + TIMEOUT  # the regex is resolved off the heartbeat path
+    while not first.assignment.assigned_topic_partitions:
+        assert time.monotonic() < deadline, "alice was never assigned the regex's topic"
+        time.sleep(0.02)
+        first = groups.ConsumerGroupHeartbeat(
+            consumer_group_pb2.ConsumerGroupHeartbeatRequest(
+                group_id="shared-regex",
+                member_id=first.member_id,
+                member_epoch=first.member_epoch,
+            ),
+            metadata=metadata(user("alice")),
+            timeout=TIMEOUT,
+        )
+    assert [t.topic_name for t in first.assignment.assigned_topic_partitions] == ["orders"]
+    member = join(carol)
+    assert member.error_code == 0
+    pending = [(t.topic_id, t.topic_name) for t in member.assignment.pending_topic_partitions]
+    assert pending == [(orders, "")]
+    stream = _open_watch(world, "shared-regex", member.member_id, carol)
+    try:
+        event = next(iter(stream))
+    finally:
+        stream.cancel()
+    assert [(t.topic_id, t.topic_name) for t in event.target_topic_partitions] == [(orders, "")]
+
+    fetched = offsets.OffsetFetch(
+        offsets_pb2.OffsetFetchRequest(
+            groups=[
+                offsets_pb2.OffsetFetchRequest.Group(
+                    group_id="simple",
+                    topics=common_pb2.TopicPartitionIndexesList(
+                        items=[
+                            common_pb2.TopicPartitionIndexes(topic_id=orders, partition_indexes=[0])
+                        ]
+                    ),
+                )
+            ]
+        ),
+        metadata=carol,
+        timeout=TIMEOUT,
+    )
+    assert [
+        (t.name, t.topic_id, [(p.committed_offset, p.error_code) for p in t.partitions])
+        for g in fetched.groups
+        for t in g.topics
+    ] == [("", orders, [(-1, TOPIC_AUTH)])]
+    before = world.coordinator.snapshot()
+    by_id = _commit(world)
+    by_id.topics[0].ClearField("name")
+    by_id.topics[0].topic_id = orders
+    committed = offsets.OffsetCommit(by_id, metadata=carol, timeout=TIMEOUT)
+    assert world.coordinator.snapshot() == before
+    text_id = str(base64.urlsafe_b64encode(orders), "ascii").rstrip("=")
+    assert [
+        (t.name, [(p.error_code, p.error_message) for p in t.partitions]) for t in committed.topics
+    ] == [("", [(TOPIC_AUTH, f"Not authorized to access topic id {text_id}.")])]

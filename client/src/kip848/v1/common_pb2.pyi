@@ -147,7 +147,8 @@ Global___ErrorCode: _TypeAlias = ErrorCode  # noqa: Y015
 class TopicPartitions(_message.Message):
     """A topic and some of its partitions.
     In requests the topic is identified by `topic_id`; `topic_name` is ignored.
-    In responses the coordinator fills in `topic_name` as a convenience.
+    In responses the coordinator fills in `topic_name` as a convenience (empty for a topic the
+    caller may not DESCRIBE: its id is no secret, its name is).
     """
 
     DESCRIPTOR: _descriptor.Descriptor
