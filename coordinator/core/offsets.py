@@ -7,8 +7,9 @@
   generation (ILLEGAL_GENERATION); an unknown member gets UNKNOWN_MEMBER_ID. Epoch < 0 with no members is an
   admin/manual commit and is accepted; on a missing group it creates a "simple" group (offsets
   only). Epoch >= 0 on a missing group: GROUP_ID_NOT_FOUND (OffsetCommit v8 or older:
-  ILLEGAL_GENERATION, as Kafka). Metadata longer than
-  ``offset.metadata.max.bytes``: OFFSET_METADATA_TOO_LARGE for that partition. A topic is named
+  ILLEGAL_GENERATION, as Kafka). Metadata longer than ``offset.metadata.max.bytes`` (in
+  UTF-16 code units, Java's string length, as Kafka): OFFSET_METADATA_TOO_LARGE for that
+  partition. A topic is named
   or given by id; it must exist (UNKNOWN_TOPIC_OR_PARTITION / UNKNOWN_TOPIC_ID).
 * OffsetFetch: member id None + epoch < 0 → no checks; otherwise the member must exist and the
   epoch match. Unknown group → every partition answers -1 (Kafka does not fail the fetch).
@@ -222,6 +223,14 @@ def check_commit_epoch(
             )
 
 
+def metadata_too_large(metadata: str | None, max_size: int) -> bool:
+    """Is a commit's metadata over ``offset.metadata.max.bytes``? Kafka compares the length of
+    the Java string — UTF-16 code units, whatever its encoded size — with the setting."""
+    if metadata is None or len(metadata) * 2 <= max_size:
+        return False
+    return len(metadata) > max_size or len(metadata.encode("utf-16-le")) // 2 > max_size
+
+
 def _fetched(partition: int, value: r.OffsetCommitValue | None, unstable: bool) -> FetchedPartition:
     """A partition's OffsetFetch answer: UNSTABLE_OFFSET_COMMIT while a transaction holds a
     pending offset of it and the fetch requires stable offsets (KIP-447), else its committed
@@ -375,14 +384,17 @@ class Offsets(ByGroupId[Mapping[tuple[str, int], r.OffsetCommitValue]]):
         """(topic id, partition) of every partition of the commit the epoch check applies to
         (Kafka validates a partition once its metadata is found to fit; a topic that does not
         resolve is answered with its own error)."""
-        max_bytes = self._ctx.config.offset_metadata_max_bytes
+        max_size = self._ctx.config.offset_metadata_max_bytes
+        by_name = self._ctx.topics.by_name
         for t in topics:
-            _name, topic_id, error = self._resolve_topic(t.name, t.topic_id)
+            name, topic_id, error = self._resolve_topic(t.name, t.topic_id)
             if error is not None:
                 continue
+            count = by_name[name].num_partitions  # Kafka's KafkaApis answers the others first
             for p in t.partitions:
-                metadata = p.committed_metadata
-                if metadata is None or len(metadata.encode()) <= max_bytes:
+                if 0 <= p.partition_index < count and not metadata_too_large(
+                    p.committed_metadata, max_size
+                ):
                     yield topic_id, p.partition_index
 
     def _offset_commit(self, req: OffsetCommit, now_ms: int) -> Result[OffsetCommitResponse]:
@@ -430,10 +442,7 @@ class Offsets(ByGroupId[Mapping[tuple[str, int], r.OffsetCommitValue]]):
                         ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                         f"Partition {name}-{p.partition_index} does not exist.",
                     )
-                elif (
-                    p.committed_metadata is not None
-                    and len(p.committed_metadata.encode()) > max_bytes
-                ):
+                elif metadata_too_large(p.committed_metadata, max_bytes):
                     error = ErrorCode.OFFSET_METADATA_TOO_LARGE
                     message = (
                         f"Offset metadata is larger than offset.metadata.max.bytes ({max_bytes})."

@@ -22,7 +22,9 @@ def topic(server: KafkaServer) -> str:
     return "fid-t"
 
 
-def commit(c: KafkaClient, version: int, group: str, generation: int) -> list[tuple[int, E]]:
+def commit(
+    c: KafkaClient, version: int, group: str, generation: int, metadata: str = ""
+) -> list[tuple[int, E]]:
     """OffsetCommit of partition 0 of "fid-t" by member "m" at ``generation``."""
     resp: Any = c.call(
         request(
@@ -32,7 +34,16 @@ def commit(c: KafkaClient, version: int, group: str, generation: int) -> list[tu
             generation_id_or_member_epoch=generation,
             member_id="m",
             topics=[
-                {"name": "fid-t", "partitions": [{"partition_index": 0, "committed_offset": 1}]}
+                {
+                    "name": "fid-t",
+                    "partitions": [
+                        {
+                            "partition_index": 0,
+                            "committed_offset": 1,
+                            "committed_metadata": metadata,
+                        }
+                    ],
+                }
             ],
         )
     )
@@ -154,3 +165,12 @@ def test_commit_retention_time_of_old_versions(
             assert [p.committed_offset for t in resp.topics for p in t.partitions] == [offset]
     finally:
         fresh.close()
+
+
+def test_commit_metadata_is_measured_in_java_chars(topic: str, client: KafkaClient) -> None:
+    """offset.metadata.max.bytes (4096) against the metadata's UTF-16 length, as Kafka: 2,048
+    emoji (8,192 bytes on the wire) fit, 2,049 do not."""
+    assert commit(client, 9, "fid-meta", -1, "\U0001f600" * 2_048) == [(0, E.none)]
+    assert commit(client, 9, "fid-meta", -1, "\U0001f600" * 2_049) == [
+        (0, E.offset_metadata_too_large)
+    ]

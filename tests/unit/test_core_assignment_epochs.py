@@ -74,6 +74,20 @@ def test_a_new_partition_bumps_the_epoch_but_older_commits_of_kept_partitions_pa
     assert commit_error(h, "A", 1, ("foo", 0), ("bar", 0)) == ErrorCode.STALE_MEMBER_EPOCH
 
 
+def test_partitions_that_do_not_exist_are_not_judged_by_epoch(h: Harness) -> None:
+    """Kafka's KafkaApis answers a partition that does not exist UNKNOWN_TOPIC_OR_PARTITION
+    before the coordinator validates the rest: an older epoch's commit of a kept partition and
+    of foo-5 commits foo-0 (the whole commit was STALE_MEMBER_EPOCH)."""
+    h.create_topic("bar", 1)
+    assert h.heartbeat(member_id="A", member_epoch=1).member_epoch == 2
+    response = h.commit(G, "A", 1, {("foo", 0): 7, ("foo", 5): 7})
+    assert response is not None
+    assert [(x.partition_index, x.error_code) for t in response.topics for x in t.partitions] == [
+        (0, ErrorCode.NONE),
+        (5, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+    ]
+
+
 def test_a_newer_epoch_is_stale(h: Harness) -> None:
     assert commit_error(h, "A", 2, ("foo", 0)) == ErrorCode.STALE_MEMBER_EPOCH
     with pytest.raises(StaleMemberEpochError) as err:

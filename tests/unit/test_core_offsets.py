@@ -43,7 +43,9 @@ def h() -> Harness:
     return h
 
 
-def commit_req(epoch: int, member: str = "A", **parts: int) -> OffsetCommit:
+def commit_req(
+    epoch: int, member: str = "A", *, metadata: str | None = None, **parts: int
+) -> OffsetCommit:
     return OffsetCommit(
         group_id=G,
         generation_id_or_member_epoch=epoch,
@@ -52,7 +54,9 @@ def commit_req(epoch: int, member: str = "A", **parts: int) -> OffsetCommit:
             OffsetCommitTopic(
                 name="foo",
                 partitions=tuple(
-                    OffsetCommitPartition(partition_index=int(k[1:]), committed_offset=v)
+                    OffsetCommitPartition(
+                        partition_index=int(k[1:]), committed_offset=v, committed_metadata=metadata
+                    )
                     for k, v in sorted(parts.items())
                 ),
             ),
@@ -222,6 +226,24 @@ def test_per_partition_errors(h: Harness) -> None:
         [ErrorCode.UNKNOWN_TOPIC_ID],
     ]
     assert len(res.records) == 1
+
+
+def test_metadata_size_is_counted_as_kafka_counts_it(h: Harness) -> None:
+    """offset.metadata.max.bytes (4096) is compared with the metadata's Java string length,
+    UTF-16 code units, as Kafka does — not its UTF-8 size: 3,000 'é' (6,000 bytes) and 2,048
+    emoji (4,096 units, 8,192 bytes) fit; 2,049 emoji (4,098 units) do not."""
+    h.join("A", ["foo"])
+
+    def outcome(metadata: str) -> ErrorCode:
+        req = commit_req(1, metadata=metadata, p0=1)
+        response = h.run(lambda s: s.offset_commit(req, 5)).response
+        return response.topics[0].partitions[0].error_code  # type: ignore[no-any-return]
+
+    assert outcome("\u00e9" * 3_000) == ErrorCode.NONE
+    assert outcome("\U0001f600" * 2_048) == ErrorCode.NONE
+    assert outcome("\U0001f600" * 2_049) == ErrorCode.OFFSET_METADATA_TOO_LARGE
+    assert outcome("x" * 4_096) == ErrorCode.NONE
+    assert outcome("x" * 4_097) == ErrorCode.OFFSET_METADATA_TOO_LARGE
 
 
 def test_topic_addressed_by_id(h: Harness) -> None:
