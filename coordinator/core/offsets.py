@@ -13,7 +13,8 @@
   or given by id; it must exist (UNKNOWN_TOPIC_OR_PARTITION / UNKNOWN_TOPIC_ID).
 * OffsetFetch: member id None + epoch < 0 → no checks; otherwise the member must exist and the
   epoch match. Unknown group → every partition answers -1 (Kafka does not fail the fetch).
-* OffsetDelete: GROUP_ID_NOT_FOUND for an unknown group; GROUP_SUBSCRIBED_TO_TOPIC for topics
+* OffsetDelete: GROUP_ID_NOT_FOUND for an unknown group; NON_EMPTY_GROUP for a classic group
+  with members of another protocol type than "consumer"; GROUP_SUBSCRIBED_TO_TOPIC for topics
   the group subscribes to (a classic group: what its members' subscriptions name, unless it is
   Empty); otherwise a tombstone per existing offset.
 * Expiry: offsets of topics the group no longer subscribes to expire ``offsets.retention.minutes``
@@ -44,6 +45,7 @@ from .errors import (
     IllegalGenerationError,
     IllegalStateError,
     InvalidRequestError,
+    NonEmptyGroupError,
     StaleMemberEpochError,
     UnknownMemberIdError,
     UnsupportedVersionError,
@@ -561,6 +563,13 @@ class Offsets(ByGroupId[Mapping[tuple[str, int], r.OffsetCommitValue]]):
         if group is not None:
             subscribed_topics = group.topic_subscribers
         elif classic is not None and group_id in classic:
+            # Kafka's ClassicGroup.validateOffsetDelete: the offsets of a group with members are
+            # its to keep unless it speaks the consumer protocol (then: by subscription).
+            listed = classic.listed_group(group_id)
+            if not classic.is_empty(group_id) and (
+                listed is None or listed.protocol_type != "consumer"
+            ):
+                raise NonEmptyGroupError()
             subscribed_topics = classic.subscribed_topics(group_id)
         elif group_id not in self._by_group and not self.txn.has_transactions(group_id):
             raise GroupIdNotFoundError(f"Group {group_id} not found.")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
@@ -12,6 +13,7 @@ from coordinator.core.errors import (
     ErrorCode,
     GroupIdNotFoundError,
     IllegalGenerationError,
+    NonEmptyGroupError,
     StaleMemberEpochError,
     UnknownMemberIdError,
     UnsupportedVersionError,
@@ -381,6 +383,30 @@ def test_a_commits_own_retention_time_sets_when_its_offsets_expire(h: Harness) -
     ]
     assert "short" not in h.shard.offsets and "kept" in h.shard.offsets
     assert h.replayed().snapshot() == h.shard.snapshot()
+
+
+def test_offset_delete_of_a_busy_group_of_another_protocol_is_non_empty_group(h: Harness) -> None:
+    """Kafka's ClassicGroup.validateOffsetDelete: a classic group with members whose protocol
+    type is not "consumer" (Connect's, a custom one) keeps its offsets, NON_EMPTY_GROUP with
+    Kafka's default message; nothing is written. Once it is Empty they may go."""
+    h.run(lambda s: s.offset_commit(replace(commit_req(-1, member="", p0=4), group_id="wk"), 1))
+    connect: dict[str, Any] = dict(
+        group_id="wk", protocol_type="connect", protocols=(("v1", b"m"),)
+    )
+    member_id = h.join_group(**connect).member_id  # MEMBER_ID_REQUIRED, then the join
+    h.join_group(member_id, **connect)  # waits in PreparingRebalance: the group has a member
+    before = h.shard.snapshot()
+    with pytest.raises(NonEmptyGroupError) as err:
+        h.shard.offset_delete("wk", [("foo", [0])])
+    assert (err.value.code, err.value.message) == (
+        ErrorCode.NON_EMPTY_GROUP,
+        "The group is not empty.",
+    )
+    assert h.shard.snapshot() == before
+    h.leave_group(member_id, group_id="wk")
+    h.sleep(3_000)  # group.initial.rebalance.delay.ms: the join phase ends, the group Empty
+    res = h.run(lambda s: s.offset_delete("wk", [("foo", [0])]))
+    assert res.records == [r.offset_commit_tombstone("wk", "foo", 0)]
 
 
 def test_delete_groups(h: Harness) -> None:
