@@ -141,9 +141,14 @@ def record_json(record: Any) -> dict[str, Any]:
 
 
 def json_value(value: Any) -> Any:
-    """Dataclasses as objects, sets sorted, tuples as lists, bytes as base64, enums by name."""
+    """Dataclasses as objects, sets sorted, tuples as lists, bytes as base64, enums by name;
+    a secret field (the salted SCRAM keys: ``records.SECRET``) as ``<hidden>``, as the text
+    output hides it."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: json_value(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        return {
+            f.name: "<hidden>" if f.metadata.get("secret") else json_value(getattr(value, f.name))
+            for f in dataclasses.fields(value)
+        }
     if isinstance(value, enum.Enum):
         return value.name
     if isinstance(value, bytes):

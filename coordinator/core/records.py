@@ -389,14 +389,19 @@ class AccessControlEntryValue:
     """An ACL exists (everything is in its key)."""
 
 
+SECRET = {"secret": True}
+"""Metadata of a record field that is a secret: tools that show records (``kip848 dump``) show
+``<hidden>`` instead of its value."""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class UserScramCredentialValue:
     """Kafka's salted credential: never the password. The keys are secrets (they allow an
-    offline guess of the password): never printed, never exported."""
+    offline guess of the password): never printed, never exported (:data:`SECRET`)."""
 
-    salt: bytes
-    stored_key: bytes
-    server_key: bytes
+    salt: bytes = field(metadata=SECRET)
+    stored_key: bytes = field(metadata=SECRET)
+    server_key: bytes = field(metadata=SECRET)
     iterations: int
 
     def __repr__(self) -> str:

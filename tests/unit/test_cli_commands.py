@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 from pathlib import Path
 
@@ -15,6 +16,8 @@ from coordinator.core.topics import NewTopic
 from coordinator.routing import partition_for
 from coordinator.runtime import CoordinatorRuntime, ManualClock
 from coordinator.runtime.store import SqliteRecordStore, StoredRecord
+from coordinator.security import scram
+from coordinator.security.metadata import ScramUpsertion
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -192,6 +195,48 @@ def test_dump_shows_an_undecodable_record(
     assert code == 0
     assert last["error"].startswith('<undecodable: cannot decode record key=b\'[5,"g","x"]\'')
     assert set(last) == {"partition", "offset", "error"}
+
+
+def test_dump_never_shows_the_salted_scram_keys(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The salted keys allow an offline guess of a password: neither output shows them (the
+    JSON one printed them as base64), in the compacted view and the journal alike."""
+    data = tmp_path / "var"
+    salt = b"sixteen-byte-slt"
+    salted = scram.salted_password(scram.ScramMechanism.SCRAM_SHA_256, "pw", salt, 4096)
+    credential = scram.credential_from_salted_password(
+        scram.ScramMechanism.SCRAM_SHA_256, salt, salted, 4096
+    )
+
+    async def build() -> None:
+        rt = CoordinatorRuntime(
+            config=parse_config({}), store=SqliteRecordStore(data), clock=ManualClock(0)
+        )
+        await rt.start()
+        upsert = ScramUpsertion(
+            name="alice", mechanism=1, iterations=4096, salt=salt, salted_password=salted
+        )
+        assert [r.error_code for r in await rt.alter_scram_credentials([], [upsert])] == [0]
+        await rt.close()
+
+    asyncio.run(build())
+    secrets = [
+        base64.b64encode(v).decode() for v in (salt, credential.stored_key, credential.server_key)
+    ]
+    for view in ((), ("--journal",)):
+        code, out, _ = run(capsys, "dump", "--data-dir", str(data), "--output", "json", *view)
+        assert code == 0
+        [record] = [json.loads(line) for line in out.splitlines() if "Scram" in line]
+        assert record["value"] == {
+            "salt": "<hidden>",
+            "stored_key": "<hidden>",
+            "server_key": "<hidden>",
+            "iterations": 4096,
+        }
+        code, text, _ = run(capsys, "dump", "--data-dir", str(data), *view)
+        assert code == 0 and "<salted keys hidden>" in text
+        assert not [s for s in secrets if s in out or s in text]
 
 
 def test_replay_of_a_missing_store(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
