@@ -38,6 +38,7 @@ from .forwarding import (
     FrameConnection,
     set_parent_death_signal,
 )
+from .grpc_auth import certificate_subject
 from .grpc_options import GrpcOptions
 from .grpc_server import (
     DEFAULT_MAX_CONCURRENT_CALLS,
@@ -206,9 +207,9 @@ def _caller(context: grpc.aio.ServicerContext) -> tuple[tuple[tuple[str, Any], .
 
 
 def _subject(context: grpc.aio.ServicerContext) -> str | None:
-    """The verified client certificate's subject (grpc-core's ``x509_subject``), if any."""
-    values = list((context.auth_context() or {}).get("x509_subject", ()))
-    return values[0].decode("utf-8", "replace") if values else None
+    """The verified client certificate's subject, if any, written as the coordinator process
+    writes its own clients' (``grpc_auth.certificate_subject``)."""
+    return certificate_subject(context.auth_context() or {})
 
 
 def _tls_from_environment() -> ServerTls | None:

@@ -17,13 +17,15 @@ Health checks and reflection are not authenticated (load balancers probe them).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import functools
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from coordinator.security.principal import ANONYMOUS, KafkaPrincipal, user
 from coordinator.security.ssl_principal import NoMatchingRule, SslPrincipalMapper
 
 from .oauth import InvalidToken, TokenValidator
+from .tls import subject_of_pem
 
 AUTHORIZATION = "authorization"
 SUBJECT_CACHE = 4096
@@ -35,7 +37,7 @@ class Unauthenticated(Exception):
 
 def subject_of(context: Any) -> str | None:
     """The verified client certificate's subject of the call's connection: our contexts say it
-    (``peer_subject``); grpc.aio's through ``auth_context()``."""
+    (``peer_subject``); grpc.aio's through ``auth_context()`` (:func:`certificate_subject`)."""
     peer_subject = getattr(context, "peer_subject", None)
     if peer_subject is not None:
         subject: str | None = peer_subject()
@@ -43,8 +45,22 @@ def subject_of(context: Any) -> str | None:
     auth_context = getattr(context, "auth_context", None)
     if auth_context is None:
         return None
-    values = list((auth_context() or {}).get("x509_subject", ()))
-    return values[0].decode("utf-8", "replace") if values else None
+    return certificate_subject(auth_context() or {})
+
+
+def certificate_subject(properties: Mapping[str, Iterable[bytes]]) -> str | None:
+    """The subject of the verified client certificate in grpc-core's auth context, written as
+    the h2 server and the Kafka listener write it (``tls.subject_of_pem``, from the certificate
+    itself: ``x509_pem_cert``). grpc-core's own ``x509_subject`` is OpenSSL's rendering
+    (``emailAddress=`` for that OID, non-ASCII letters escaped as ``\\C3\\AB``): with it one
+    certificate was two principals, by the process its connection reached (front ends)."""
+    pems = list(properties.get("x509_pem_cert", ()))
+    return _subject_of_pem(bytes(pems[0])) if pems else None
+
+
+@functools.lru_cache(maxsize=SUBJECT_CACHE)
+def _subject_of_pem(pem: bytes) -> str:
+    return subject_of_pem(pem)
 
 
 class GrpcAuthenticator:

@@ -295,3 +295,47 @@ def test_front_ends_authenticate_the_same_way(setup, tmp_path: Path) -> None:  #
                 assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
     finally:
         assert server.stop() == 0
+
+
+@pytest.mark.parametrize(
+    "transport", [("--grpc-transport", "grpcio"), ("--grpc-processes", "3")], ids=str
+)
+def test_one_certificate_is_one_principal_on_every_grpc_server(
+    tmp_path: Path, transport: tuple[str, str]
+) -> None:
+    """A certificate whose subject has an e-mail address and non-ASCII letters is the same
+    principal however its connection is served: grpc.aio (--grpc-transport grpcio, the front
+    ends) took grpc-core's OpenSSL rendering (``emailAddress=``, ``Zo\\C3\\AB``) where the h2
+    server and the Kafka listener write ``1.2.840.113549.1.9.1=``, ``Zoë`` (documented), so a
+    DENY naming the documented form did not hold on those connections."""
+    ca = TestCa(str(tmp_path))
+    subject = "CN=Zoë,OU=staff,1.2.840.113549.1.9.1=zoe@example.org"
+    zoe = ca.client("zoe", subject)
+    server = ServerProcess(
+        tmp_path / "d",
+        *("--tls-cert", ca.server().both, "--tls-ca", ca.ca_file, "--tls-client-auth", "required"),
+        *transport,
+        credentials=tls_credentials(ca.ca_file, zoe.cert, zoe.key),
+    )
+    try:
+        acl = {"resource_type": 3, "resource_name": "staff", "pattern_type": 3, "host": "*"}
+        acls = [
+            admin_pb2.AclBinding(**acl, principal="User:*", operation=8, permission_type=3),
+            admin_pb2.AclBinding(
+                **acl, principal=f"User:{subject}", operation=2, permission_type=2
+            ),
+        ]
+        made = server.admin.CreateAcls(admin_pb2.CreateAclsRequest(creations=acls), timeout=10)
+        assert [r.error_code for r in made.results] == [0, 0]
+        for _ in range(12):  # with front ends, connections land on any process
+            creds = tls_credentials(ca.ca_file, zoe.cert, zoe.key)
+            with grpc.secure_channel(server.address, creds) as channel:
+                fetched = offsets_pb2_grpc.OffsetServiceStub(channel).OffsetFetch(
+                    offsets_pb2.OffsetFetchRequest(
+                        groups=[offsets_pb2.OffsetFetchRequest.Group(group_id="staff")]
+                    ),
+                    timeout=10,
+                )
+            assert [g.error_code for g in fetched.groups] == [GROUP_AUTHORIZATION_FAILED]
+    finally:
+        assert server.stop() == 0
