@@ -19,6 +19,7 @@ a resource, only they decide).
 from __future__ import annotations
 
 import base64
+import contextlib
 import time
 from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass
@@ -1060,38 +1061,43 @@ def test_a_host_acl_applies_to_a_watch_stream(world: World) -> None:
     """An ACL naming the client's host (DENY every user from 127.0.0.1) refuses carol's
     ConsumerGroupWatch as it refuses her heartbeat, although an ALLOW for any host lets her
     read the group: the stream is judged with the client's address like every request."""
-    md = metadata(user("admin"))
-    allow = _acl("User:carol", "host-denied")
-    deny = admin_pb2.AclBinding()
-    deny.CopyFrom(_acl("User:*", "host-denied"))
-    deny.host, deny.permission_type = "127.0.0.1", 2  # DENY
-    made = ADMIN(world.channel).CreateAcls(
-        admin_pb2.CreateAclsRequest(creations=[allow, deny]), metadata=md
-    )
-    assert [r.error_code for r in made.results] == [0, 0]
     refused = (GROUP_AUTH, "Not authorized to access group: host-denied")
-    try:
+    with _denied_from_loopback(world, "host-denied", "User:carol", 3):  # DENY READ
         joined = CG(world.channel).ConsumerGroupHeartbeat(
             _join(world, "host-denied"), metadata=metadata(user("carol")), timeout=TIMEOUT
         )
         assert (joined.error_code, joined.error_message) == refused
         stream = _open_watch(world, "host-denied", "m", metadata(user("carol")))
         assert [(e.error_code, e.error_message) for e in stream] == [refused]
-    finally:  # no host-specific ACL left for the other tests
-        ADMIN(world.channel).DeleteAcls(
-            admin_pb2.DeleteAclsRequest(
-                filters=[
-                    admin_pb2.AclFilter(
-                        resource_type_filter=3,
-                        resource_name_filter="host-denied",
-                        pattern_type_filter=3,
-                        operation=1,
-                        permission_type=1,
-                    )
-                ]
-            ),
-            metadata=md,
+
+
+@contextlib.contextmanager
+def _denied_from_loopback(
+    world: World, group_id: str, allowed: str, denied_operation: int
+) -> Iterator[None]:
+    """ACLs on ``group_id`` for a block: READ for ``allowed`` from any host, and a DENY of
+    ``denied_operation`` to every user from 127.0.0.1; none are left afterwards (no
+    host-specific ACL for the other tests)."""
+    md = metadata(user("admin"))
+    allow = _acl(allowed, group_id)
+    deny = admin_pb2.AclBinding()
+    deny.CopyFrom(_acl("User:*", group_id))
+    deny.host, deny.operation, deny.permission_type = "127.0.0.1", denied_operation, 2
+    made = ADMIN(world.channel).CreateAcls(
+        admin_pb2.CreateAclsRequest(creations=[allow, deny]), metadata=md
+    )
+    assert [r.error_code for r in made.results] == [0, 0]
+    try:
+        yield
+    finally:
+        any_acl = admin_pb2.AclFilter(
+            resource_type_filter=3,
+            resource_name_filter=group_id,
+            pattern_type_filter=3,
+            operation=1,
+            permission_type=1,
         )
+        ADMIN(world.channel).DeleteAcls(admin_pb2.DeleteAclsRequest(filters=[any_acl]), metadata=md)
 
 
 def test_a_topic_the_caller_may_not_describe_is_never_named_to_it(world: World) -> None:
@@ -1174,3 +1180,24 @@ def test_a_topic_the_caller_may_not_describe_is_never_named_to_it(world: World) 
     assert [
         (t.name, [(p.error_code, p.error_message) for p in t.partitions]) for t in committed.topics
     ] == [("", [(TOPIC_AUTH, f"Not authorized to access topic id {text_id}.")])]
+
+
+def test_a_host_acl_applies_to_ipv4_clients_of_a_dual_stack_port(world: World) -> None:
+    """An IPv6 listening socket takes IPv4 clients too (``::ffff:127.0.0.1``: the listener's
+    ports for the other brokers of an upstream, on an IPv6 host). Their address is the IPv4
+    one, as Kafka (Java) sees it, so an ACL naming 127.0.0.1 applies: every user may read the
+    group but none from 127.0.0.1, so the (anonymous) client there is refused."""
+
+    async def dual_stack_port() -> int:  # only loopback IPv4 clients reach it
+        return world.coordinator.server.kafka.listen_now("::ffff:127.0.0.1")
+
+    with _denied_from_loopback(world, "dual-stack", "User:*", 2):  # DENY ALL
+        port = world.coordinator.run(dual_stack_port())
+        client = KafkaClient(f"127.0.0.1:{port}", client_id="matrix")
+        try:
+            fetched = client.call(
+                request(9, 8, groups=[{"group_id": "dual-stack", "topics": None}])
+            )
+        finally:
+            client.close()
+        assert [int(g.error_code) for g in fetched.groups] == [GROUP_AUTH]

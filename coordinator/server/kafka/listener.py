@@ -320,7 +320,8 @@ class KafkaConnection(asyncio.Protocol):
         sock = transport.get_extra_info("sockname")
         if peer:
             self.peer = f"{peer[0]}:{peer[1]}"
-            self.client_host = "/" + str(peer[0])
+            host = str(peer[0])  # an IPv4 client of an IPv6 socket is its IPv4 address (Java)
+            self.client_host = "/" + (host[7:] if host.startswith("::ffff:") else host)
         if sock:
             self.node = self.listener.nodes.get(sock[1])
             self.security = self.listener.security.get(sock[1])
