@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, replace
 from types import ModuleType
 from typing import Any
+from urllib.parse import unquote
 
 import grpc
 from google.protobuf.descriptor import ServiceDescriptor
@@ -85,14 +86,17 @@ def identity_in(metadata: Any, tracing_on: bool) -> tuple[str, Any]:
 
 
 def client_host_of(context: grpc.aio.ServicerContext) -> str:
-    """The peer address shown like Kafka's ClientHost (``/127.0.0.1``)."""
+    """The peer address shown like Kafka's ClientHost (``/127.0.0.1``, ``/::1``): what ACL
+    hosts are compared with. grpc-core writes an IPv6 peer's brackets URL-encoded
+    (``ipv6:%5B::1%5D:5555``); an IPv4 client of an IPv6 socket is its IPv4 address, as Java
+    sees it."""
     peer = context.peer() or ""
     kind, _, rest = peer.partition(":")
     if kind == "ipv4":
         return "/" + rest.rpartition(":")[0]
     if kind == "ipv6":
-        host = rest.rpartition(":")[0]
-        return "/" + host.strip("[]")
+        host = unquote(rest.rpartition(":")[0]).strip("[]")
+        return "/" + (host[7:] if host.startswith("::ffff:") and "." in host else host)
     return "/" + peer if peer else ""
 
 

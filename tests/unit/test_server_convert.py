@@ -289,6 +289,11 @@ class _Ctx:
     [
         ("ipv4:127.0.0.1:5555", "/127.0.0.1"),
         ("ipv6:[::1]:5555", "/::1"),
+        # grpcio 1.85 (grpc.aio, the front ends): brackets URL-encoded. An ACL naming ::1 must
+        # match it (it did not: "/%5B::1%5D").
+        ("ipv6:%5B::1%5D:5555", "/::1"),
+        ("ipv6:%5Bfe80::1%5D:5555", "/fe80::1"),
+        ("ipv6:%5B::ffff:10.0.0.9%5D:5555", "/10.0.0.9"),  # IPv4 on an IPv6 socket
         ("unix:/tmp/s", "/unix:/tmp/s"),
         ("", ""),
     ],
