@@ -214,6 +214,13 @@ class RequestAuthorizer:
                 bits |= 1 << int(op)
         return bits
 
+    def cluster_operations(self, caller: Caller) -> int:
+        """The cluster's authorized operations as Metadata and DescribeCluster answer them
+        (Kafka): 0 without DESCRIBE on the cluster, else the caller's bit field."""
+        if not self.may(caller, DESCRIBE, CLUSTER, CLUSTER_NAME):
+            return 0
+        return self.authorized_operations(caller, CLUSTER, CLUSTER_NAME)
+
     def names(self, caller: Caller, name_of: Callable[[str], str]) -> Callable[[str], str]:
         """``name_of`` (a topic id's name, for an answer) as ``caller`` may see it: "" for a
         topic it may not DESCRIBE. Kafka holds a topic id no secret and its name one; a member

@@ -21,6 +21,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import time
+import uuid
 from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -1201,3 +1202,54 @@ def test_a_host_acl_applies_to_ipv4_clients_of_a_dual_stack_port(world: World) -
         finally:
             client.close()
         assert [int(g.error_code) for g in fetched.groups] == [GROUP_AUTH]
+
+
+@pytest.mark.parametrize("column", COLUMNS, ids=lambda c: c.name)
+def test_metadata_says_the_callers_operations_and_refuses_an_id_it_may_not_describe(
+    world: World, column: Column
+) -> None:
+    """Coordinator-only Metadata v12, as Kafka answers it: asked for, each topic carries the
+    caller's authorized operations and the cluster its own (0 without DESCRIBE on it); a topic
+    asked by id that the caller may not describe is TOPIC_AUTHORIZATION_FAILED with its id
+    (ids are no secret), not UNKNOWN_TOPIC_ID; an unknown id stays UNKNOWN_TOPIC_ID."""
+    orders = uuid.UUID(bytes=world.topic_ids["orders"])
+    unknown = uuid.UUID(int=7)
+    client = world.coordinator.kafka_client(column.principal)
+    try:
+        listed = client.call(
+            request(
+                3,
+                12,
+                topics=None,
+                allow_auto_topic_creation=False,
+                include_topic_authorized_operations=True,
+            )
+        )
+        by_id = client.call(
+            request(
+                3,
+                10,
+                topics=[{"name": None, "topic_id": orders}, {"name": None, "topic_id": unknown}],
+                allow_auto_topic_creation=False,
+                include_cluster_authorized_operations=True,
+                include_topic_authorized_operations=False,
+            )
+        )
+    finally:
+        client.close()
+    every_topic_op = sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))  # alice: ALL on TOPIC *
+    every_cluster_op = sum(1 << op for op in (5, 7, 8, 9, 10, 11, 12))
+    if column.allowed:
+        assert {int(t.topic_authorized_operations) for t in listed.topics} == {every_topic_op}
+        assert [(t.topic_id, int(t.error_code)) for t in by_id.topics] == [
+            (orders, 0),
+            (unknown, 100),
+        ]
+        assert by_id.cluster_authorized_operations == every_cluster_op
+    else:
+        assert list(listed.topics) == []
+        assert [(t.name or None, t.topic_id, int(t.error_code)) for t in by_id.topics] == [
+            (None, orders, TOPIC_AUTH),
+            (None, unknown, 100),  # UNKNOWN_TOPIC_ID
+        ]
+        assert by_id.cluster_authorized_operations == 0

@@ -572,9 +572,7 @@ def describe_cluster(g: Guard, e: Any) -> Decision:
 
 
 def cluster_operations(g: Guard) -> int:
-    if not g.may(DESCRIBE, CLUSTER, CLUSTER_NAME):
-        return 0
-    return int(g.service.authz.authorized_operations(g.caller, CLUSTER, CLUSTER_NAME))
+    return int(g.service.authz.cluster_operations(g.caller))
 
 
 # ---------------------------------------------------------------- never forwarded when guarded

@@ -336,14 +336,21 @@ class KafkaApis:
                     chosen.append((by_name.get(t.name), t.name, None))
         topics = []
         authz = self.listener.service.authz
+        with_ops = bool(getattr(req, "include_topic_authorized_operations", False))
         for found, name, topic_id in chosen:
             if found is None:
                 # A named topic the caller may not describe is refused whether it exists or
-                # not (Kafka: nothing about it is told); the listing above left it out.
+                # not (Kafka: nothing about it is told); the listing above left it out. One
+                # asked by id that exists is refused with its id (Kafka: ids are no secret).
+                hidden = name or (
+                    self.listener.service.topic_name(convert.topic_id_of(topic_id))
+                    if topic_id is not None
+                    else ""
+                )
                 refused = (
                     readable
-                    and bool(name)
-                    and not authz.allowed(caller, "Metadata", DESCRIBE, TOPIC, name)
+                    and bool(hidden)
+                    and not authz.allowed(caller, "Metadata", DESCRIBE, TOPIC, hidden)
                 )
                 topics.append(
                     {
@@ -366,7 +373,11 @@ class KafkaApis:
                     "name": found.name,
                     "topic_id": convert.uuid_of(found.topic_id),
                     "is_internal": False,
-                    "topic_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+                    "topic_authorized_operations": authz.authorized_operations(
+                        caller, TOPIC, found.name
+                    )
+                    if with_ops
+                    else AUTHORIZED_OPERATIONS_OMITTED,
                     "partitions": [
                         {
                             "error_code": 0,
@@ -386,6 +397,8 @@ class KafkaApis:
             "cluster_id": CLUSTER_ID,
             "controller_id": node.node_id,
             "topics": topics,
-            "cluster_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+            "cluster_authorized_operations": authz.cluster_operations(caller)
+            if getattr(req, "include_cluster_authorized_operations", False)
+            else AUTHORIZED_OPERATIONS_OMITTED,
             "error_code": reply.error_code,
         }
