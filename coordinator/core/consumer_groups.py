@@ -478,6 +478,15 @@ class ConsumerGroups(ByGroupId[ConsumerGroup]):
             result.timers += [CancelTimer((k, gid, member.member_id)) for k in kinds]
         self._subscriptions.refresh(result, group)
         emit(result, r.group_epoch_record(gid, group.group_epoch + 1, group.group_uid))
+        if not group.members:
+            # An empty group keeps no target to catch up with: its assignment epoch follows the
+            # group epoch (Kafka 4.3, KAFKA-20442), the batching timestamp unchanged.
+            emit(
+                result,
+                r.target_assignment_epoch_record(
+                    gid, group.group_epoch, group.assignment_timestamp_ms
+                ),
+            )
         group.set("metadata_checked", (self._ctx.topics.version, group.group_epoch))
         result.events.append(
             epoch_bumped(

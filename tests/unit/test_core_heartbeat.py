@@ -618,8 +618,14 @@ def test_last_member_leaving_clears_the_subscription_metadata() -> None:
         *removed("A"),
         r.partition_metadata_record(G, {}),
         r.group_epoch_record(G, 2, uid(h)),
+        r.target_assignment_epoch_record(G, 2),  # emptied: caught up (KAFKA-20442)
     ]
-    assert h.shard.describe_group(G).group_state == "Empty"
+    described = h.shard.describe_group(G)
+    assert (described.group_state, described.group_epoch, described.assignment_epoch) == (
+        "Empty",
+        2,
+        2,
+    )
     check_replay(h)
 
 
@@ -631,6 +637,7 @@ def test_static_member_leaving_for_good_with_epoch_minus_one() -> None:
         *removed("A"),
         r.partition_metadata_record(G, {}),
         r.group_epoch_record(G, 2, uid(h)),
+        r.target_assignment_epoch_record(G, 2),  # emptied: caught up (KAFKA-20442)
     ]
     assert h.shard.groups[G].static_members == {}
 
@@ -719,6 +726,7 @@ def test_static_member_never_rejoining_is_removed_by_its_session_timeout() -> No
         *removed("A"),
         r.partition_metadata_record(G, {}),
         r.group_epoch_record(G, 2, uid(h)),
+        r.target_assignment_epoch_record(G, 2),  # emptied: caught up (KAFKA-20442)
     ]
     assert h.shard.groups[G].static_members == {}
     # The instance id is free again: a new incarnation is a brand-new member.
@@ -1075,6 +1083,7 @@ def test_regex_tombstone_when_the_last_user_leaves() -> None:
         r.regex_tombstone(G, "f.+"),
         r.partition_metadata_record(G, {}),
         r.group_epoch_record(G, 3, uid(h)),
+        r.target_assignment_epoch_record(G, 3),  # emptied: caught up (KAFKA-20442)
     ]
     check_replay(h)
 
