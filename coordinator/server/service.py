@@ -21,7 +21,7 @@ answer (``caller.abort_when_closing``: gRPC's UNAVAILABLE).
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
+from collections.abc import AsyncGenerator, Iterable, Iterator, Sequence
 from dataclasses import replace
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -255,7 +255,7 @@ class CoordinatorService:
 
     async def consumer_group_watch(
         self, req: WatchRequest, caller: Caller
-    ) -> AsyncIterator[WatchEvent]:
+    ) -> AsyncGenerator[WatchEvent, None]:
         """ConsumerGroupWatch: the push stream of one member (``push.py``); the only streaming
         RPC (GROUP READ, also before each message). Errors arrive as a last event."""
         allowed = partial(

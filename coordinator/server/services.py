@@ -9,6 +9,7 @@ down, calls get the gRPC status UNAVAILABLE (``Caller.abort_when_closing``).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -317,13 +318,18 @@ async def _consumer_group_watch(
     self: GrpcServicer, request: consumer_group_pb2.ConsumerGroupWatchRequest, context: Any
 ) -> AsyncIterator[consumer_group_pb2.ConsumerGroupWatchResponse]:
     """The one server-streaming RPC (push.py): each event of the service, converted. Its
-    caller carries the client's address and id, as every request's may (host ACLs, audit)."""
+    caller carries the client's address and id, as every request's may (host ACLs, audit).
+    Its credentials are checked again before each message, as each unary call's are: once its
+    bearer token has expired the stream ends UNAUTHENTICATED (a client opens it again with its
+    current token)."""
     caller = await self.authenticated_caller(context, True)
     req = WatchRequest(group_id=request.group_id, member_id=request.member_id)
     name_of = self.service.authz.names(caller, self.service.topic_name)
     try:
-        async for event in self.service.consumer_group_watch(req, caller):
-            yield convert.watch_event_to_proto(event, name_of)
+        async with contextlib.aclosing(self.service.consumer_group_watch(req, caller)) as events:
+            async for event in events:
+                await self.authenticated_caller(context, False)
+                yield convert.watch_event_to_proto(event, name_of)
     except ShuttingDown as exc:
         await context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
 

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
+import time
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -64,7 +66,7 @@ def setup(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-
         ),
     )
     server.create_topic("orders", 2)
-    # alice may read her group (and every topic); nobody else has ACLs on it.
+    # alice may read her groups (and the topic); nobody else has ACLs on them.
     acls = [
         admin_pb2.AclBinding(
             resource_type=rtype,
@@ -75,10 +77,15 @@ def setup(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-
             operation=3,  # READ
             permission_type=3,
         )
-        for rtype, name in ((3, "alice-group"), (3, "alice-client"), (2, "orders"))
+        for rtype, name in (
+            (3, "alice-group"),
+            (3, "alice-client"),
+            (3, "alice-watch"),
+            (2, "orders"),
+        )
     ]
     made = server.admin.CreateAcls(admin_pb2.CreateAclsRequest(creations=acls), timeout=10)
-    assert [r.error_code for r in made.results] == [0, 0, 0], made
+    assert [r.error_code for r in made.results] == [0, 0, 0, 0], made
     # Calls with credentials of their own go on a channel without the super user's token.
     with grpc.secure_channel(server.address, tls_credentials(ca.ca_file)) as plain:
         yield server, ca, alice_cert, issuer, directory, plain
@@ -339,3 +346,44 @@ def test_one_certificate_is_one_principal_on_every_grpc_server(
             assert [g.error_code for g in fetched.groups] == [GROUP_AUTHORIZATION_FAILED]
     finally:
         assert server.stop() == 0
+
+
+def test_a_watch_stream_ends_when_its_token_expires(setup) -> None:  # type: ignore[no-untyped-def]
+    """ConsumerGroupWatch is authenticated again before each message, as each unary call is:
+    a stream opened with a token that then expired ends UNAUTHENTICATED at its next message
+    (the client opens it again with its current token) instead of going on with it."""
+    _server, _ca, _alice, issuer, _directory, plain = setup
+    groups = consumer_group_pb2_grpc.ConsumerGroupServiceStub(plain)
+
+    def join() -> Any:
+        return groups.ConsumerGroupHeartbeat(
+            consumer_group_pb2.ConsumerGroupHeartbeatRequest(
+                **join_request("alice-watch", ["orders"])
+            ),
+            metadata=bearer(issuer.token("alice")),
+            timeout=10,
+        )
+
+    first = join()
+    assert first.error_code == 0
+    # Accepted for 3 s more: the validator allows sasl.oauthbearer.clock.skew.seconds (30).
+    issued = time.monotonic()
+    short = issuer.token("alice", lifetime_s=-27)
+    stream = groups.ConsumerGroupWatch(
+        consumer_group_pb2.ConsumerGroupWatchRequest(
+            group_id="alice-watch", member_id=first.member_id
+        ),
+        metadata=bearer(short),
+        timeout=20,
+    )
+    try:
+        events = iter(stream)
+        assert next(events).error_code == 0  # the member as it is, the token still valid
+        time.sleep(max(0.0, issued + 4 - time.monotonic()))
+        assert join().error_code == 0  # a second member: the first one's target shrinks
+        with pytest.raises(grpc.RpcError) as ended:
+            next(events)
+        assert ended.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        assert "the token has expired" in (ended.value.details() or "")
+    finally:
+        stream.cancel()
