@@ -3,6 +3,7 @@
     kip848 simulate --seed N --steps K --members M [--partitions P] [--faults LIST|all|none]
                     [--topics T] [--static S] [--classic N --protocol eager|cooperative|mixed]
                     [--assignment-interval-ms I [--no-park]] [--count C] [--quiet]
+                    [--groups G] [--coordinator-partitions P]
     kip848 simulate --explore --members M --partitions P [--depth D] [--max-states S]
                     [--batching] [--offload [--assignor-failures]] [--restarts] [--park]
 
@@ -18,6 +19,7 @@ import sys
 from collections.abc import Sequence
 
 from coordinator.cli.argtypes import INT32_MAX, INT64_MAX, INT64_MIN, int_in
+from coordinator.routing import MAX_PARTITIONS as MAX_COORDINATOR_PARTITIONS
 from coordinator.sim.simulator import (
     ALL_FAULTS,
     CLASSIC_PROTOCOLS,
@@ -34,6 +36,7 @@ MAX_MEMBERS = 1_000
 MAX_TOPICS = 100
 MAX_PARTITIONS = 10_000
 MAX_DEPTH = 1_000
+MAX_GROUPS = 100
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -116,6 +119,13 @@ NUMBERS: dict[str, tuple[int, int, int, str | None]] = {
         "how many members (the last N) speak the classic protocol through the legacy bridge",
     ),
     "count": (1, INT32_MAX, 1, "run seeds seed..seed+count-1 (soak)"),
+    "groups": (1, MAX_GROUPS, 1, "groups, each of --members clients, on the same topics"),
+    "coordinator-partitions": (
+        1,
+        MAX_COORDINATOR_PARTITIONS,
+        1,
+        "coordinator partitions (offsets.topic.num.partitions) the groups are hashed onto",
+    ),
 }
 """The numeric options: (lowest, highest, default, help)."""
 
@@ -164,6 +174,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             offload_inline_max_changed=args.offload_inline_max_changed,
             parks_joins=not args.no_park,
             fault_rate=args.fault_rate,
+            groups=args.groups,
+            coordinator_partitions=args.coordinator_partitions,
         )
         summary = Simulation(params).run()
         if args.quiet:

@@ -31,7 +31,6 @@ from . import invariants as inv
 from .classic_client import ClassicClient
 from .client import MEMBER
 
-GROUP = "grp"
 STALE_COMMIT_VIEWS = 4
 """A stale commit replays one of a client's last commits (member id, epoch, partitions)."""
 STALE_COMMIT_RATE = 0.2
@@ -65,14 +64,16 @@ def commit_offsets(sim: Any, i: int) -> None:
     if not owned:
         return
     image = sim.coord.registry.image()
+    gid = c.group_id
+    acknowledged = sim.group_of(i).committed
     for t, p in owned:
         if (t, p) not in c.progress:  # newly owned (or a stale commit's): resume from there
             name = image.by_id[t].name if t in image.by_id else None
             fetch = OffsetFetchGroup(
-                group_id=GROUP,
+                group_id=gid,
                 topics=(OffsetFetchTopic(name=name or "", topic_id=t, partition_indexes=(p,)),),
             )
-            got = sim.coord.read(GROUP, partial(_fetch, fetch), lost=partial(_refetch, c, (t, p)))
+            got = sim.coord.read(gid, partial(_fetch, fetch), lost=partial(_refetch, c, (t, p)))
             committed = got.topics[0].partitions[0].committed_offset if got.topics else -1
             c.progress[(t, p)] = max(committed, 0)
         c.progress[(t, p)] += rng.randint(1, 10)
@@ -85,7 +86,7 @@ def commit_offsets(sim: Any, i: int) -> None:
             OffsetCommitPartition(partition_index=p, committed_offset=c.progress[(t, p)])
         )
     req = OffsetCommit(
-        group_id=GROUP,
+        group_id=gid,
         generation_id_or_member_epoch=epoch,
         member_id=c.member_id,
         topics=tuple(
@@ -109,20 +110,20 @@ def commit_offsets(sim: Any, i: int) -> None:
             for part in t.partitions
             if not part.error_code
         ]
-        classic = shard.classic_groups.get(GROUP)
+        classic = shard.classic_groups.get(gid)
         if accepted and forgotten:
             refused.extend(
                 inv.check_forgotten_answer(
-                    shard, GROUP, member_id, epoch, "OffsetCommit", ErrorCode.NONE
+                    shard, gid, member_id, epoch, "OffsetCommit", ErrorCode.NONE
                 )
             )
         problems.extend(
             inv.check_accepted_commit(
-                shard.groups.get(GROUP),
+                shard.groups.get(gid),
                 member_id,
                 epoch,
                 accepted,
-                dict(sim.committed),
+                dict(acknowledged),
                 classic=classic,
                 topic_ids=sim._topic_ids() if classic is not None else None,
                 stale=stale,
@@ -149,9 +150,9 @@ def commit_offsets(sim: Any, i: int) -> None:
                     key = (t.topic_id, part.partition_index)
                     if key in stale:
                         sim.summary.events["commit-of-stale-claim"] += 1
-                        inv.stale_committed(sim.committed, key)
+                        inv.stale_committed(acknowledged, key)
                     else:
-                        sim.committed[key] = offsets[key]
+                        acknowledged[key] = offsets[key]
 
     sim.when_running(lambda: sim.coord.request(req, reply, label, after=judged))
 

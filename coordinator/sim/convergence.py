@@ -14,13 +14,9 @@ from .client import MEMBER
 
 
 def why_not_converged(sim: Any) -> str:
-    """Why the run has not converged yet (I5; "" once it has): no fault follow-up pending, the
-    group Stable with nothing parked, every client a member at the group's epoch, and every
-    subscribed partition owned by exactly one member."""
-    group = sim.group
-    classic = sim.classic_group
-    if group is None and classic is None:
-        return "no group"
+    """Why the run has not converged yet (I5; "" once it has): no fault follow-up pending, and
+    in every group: the group Stable with nothing parked, every client a member at the group's
+    epoch, and every subscribed partition owned by exactly one member."""
     pending = sorted(
         {kind for _t, _s, kind, _p in sim.queue if kind in ("start", "recreate", "resume")}
         | {
@@ -37,6 +33,19 @@ def why_not_converged(sim: Any) -> str:
     )
     if pending:
         return f"fault follow-ups still pending: {pending}"
+    for g in sim.groups:
+        why = group_not_converged(sim, g)
+        if why:
+            return sim._in(g, why)
+    return ""
+
+
+def group_not_converged(sim: Any, g: Any) -> str:
+    """Why group g has not converged yet ("" once it has)."""
+    group = sim.consumer_group(g)
+    classic = sim.classic_of(g)
+    if group is None and classic is None:
+        return "no group"
     if group is not None and group.waiting:
         return f"joins of {sorted(group.waiting)} are still parked"
     if group is None:
@@ -44,8 +53,20 @@ def why_not_converged(sim: Any) -> str:
             return f"classic group is {classic.state.value}"
     elif group.state() is not GroupState.STABLE:
         return f"group is {group.state().value}"
+    known = known_topics(sim, g, group, classic)
+    # A classic group's clients are judged by topic name, as its protocol names topics: a
+    # partition of a topic re-created meanwhile is the same one to a classic consumer (a leader
+    # that skipped the assignment keeps the names of the assignment it computed before), so
+    # it counts as the one of the topic id expected under that name.
+    ids = {n: tid for n, (tid, _count) in known.items()}
+    names = sim.id_name
+
+    def named(t: str) -> str:
+        return ids.get(names.get(t, ""), t) if group is None else t
+
     owners: dict[tuple[str, int], list[str]] = {}
-    for c in sim.clients:
+    clients = sim.clients_of(g)
+    for c in clients:
         if c.phase != MEMBER:
             return f"c{c.index} is {c.phase}"
         if isinstance(c, ClassicClient):
@@ -54,7 +75,7 @@ def why_not_converged(sim: Any) -> str:
                 return why
             for t, ps in c.owned.items():
                 for part in ps:
-                    owners.setdefault((t, part), []).append(c.member_id)
+                    owners.setdefault((named(t), part), []).append(c.member_id)
             continue
         if group is None:
             return f"c{c.index} is a KIP-848 client but the group is classic"
@@ -73,9 +94,8 @@ def why_not_converged(sim: Any) -> str:
                 owners.setdefault((t, part), []).append(c.member_id)
     expected = set()
     subscribed = set()
-    for c in sim.clients:
+    for c in clients:
         subscribed |= set(c.topics)
-    known = known_topics(sim, group, classic)
     for name in subscribed:
         topic = known.get(name)
         if topic is None:
@@ -95,7 +115,7 @@ def why_not_converged(sim: Any) -> str:
     return ""
 
 
-def known_topics(sim: Any, group: Any, classic: Any) -> dict[str, tuple[str, int]]:
+def known_topics(sim: Any, g: Any, group: Any, classic: Any) -> dict[str, tuple[str, int]]:
     """The topics (name -> topic id, partitions) whose every partition I5 expects owned: the
     cluster's, except where Kafka's protocol has nothing that would bring the group to them.
 
@@ -122,19 +142,19 @@ def known_topics(sim: Any, group: Any, classic: Any) -> dict[str, tuple[str, int
         if (
             group.members
             and all(x.classic_member_metadata is not None for x in group.members.values())
-            and sim.coord.metadata_asked != sim.coord.shard.topics.version
+            and sim.coord.metadata_asked.get(g.gid, -1) != sim.coord.shard_of(g.gid).topics.version
         ):
             return {
                 n: (t.topic_id, t.num_partitions) for n, t in group.subscription_metadata.items()
             }
         return topics
-    leader = next((c for c in sim.clients if c.member_id == classic.leader_id), None)
-    converted = sim.downgraded.get(classic.generation)
+    leader = next((c for c in sim.clients_of(g) if c.member_id == classic.leader_id), None)
+    converted = g.downgraded.get(classic.generation)
     if converted is not None and (
         not isinstance(leader, ClassicClient) or leader.assigned_snapshot is None
     ):
         return dict(converted)
-    plan = sim.classic_plans.get(classic.generation)
+    plan = g.classic_plans.get(classic.generation)
     if (
         isinstance(leader, ClassicClient)
         and leader.skipped_assignment == classic.generation

@@ -19,7 +19,12 @@ and the faults only the runtime sees.
   queued behind a parked one in the same turn (the fuzz hang's shape).
 * ``coordinator-restart``: a new driver loaded from the store by the runtime's loader; what was
   not durable, parked, queued or being computed is lost.
-* I4: a replica fed every durable record equals the live shard whenever nothing is in flight.
+* I4: a replica of each coordinator partition, fed every durable record of it, equals the live
+  shard whenever nothing is in flight.
+* Several coordinator partitions (``SimParams.coordinator_partitions``): one shard each, as the
+  server has, groups routed onto them by the driver (``coordinator.routing.partition_for``); a
+  batch spans them. I8 (``isolation.py``): a failed write rolls back exactly the partitions with
+  records in it, answers carry only durable state, acknowledged offsets survive.
 """
 
 from __future__ import annotations
@@ -35,8 +40,9 @@ from coordinator.core.errors import CoordinatorError, ErrorCode, IllegalStateErr
 from coordinator.core.target_assignment import AssignmentJob, run_job
 from coordinator.core.topics import TopicRegistry
 from coordinator.factory import Shard, new_shard
-from coordinator.routing import CLUSTER_LOG
+from coordinator.routing import CLUSTER_LOG, partition_for
 from coordinator.runtime import requests
+from coordinator.runtime.committed import CommittedCluster
 from coordinator.runtime.driver import REGISTRY, Driver
 from coordinator.runtime.engine import append_encoded
 from coordinator.runtime.loader import load_into
@@ -45,6 +51,7 @@ from coordinator.virtual import VirtualClock, VirtualWorld
 from legacy_bridge.messages import JoinGroup
 
 from . import invariants as inv
+from .isolation import Isolation
 from .report import diff, resp_text
 
 Outcome = tuple[Any, ...]  # ("ok", response) or ("error", code, message)
@@ -66,29 +73,41 @@ class SimCoordinator:
         self.ids = ids
         self.parks_joins = parks_joins
         self.clock = VirtualClock(0, manual=False)
-        self.store = MemoryRecordStore(partitions=1)
+        self.partitions = sim.p.coordinator_partitions
+        self.store = MemoryRecordStore(partitions=self.partitions)
         self.gen = 0  # bumps on restart: events of an older coordinator are lost
         self.writing = False
         self.parked_joins: set[int] = set()  # parked joins (id of their note), until answered
         self.unconfirmed: list[Callable[[], None]] = []  # reads behind a write (read's lost)
-        self.replica, self.replica_registry = self._machines()
+        self.replicas = [self._new_shard() for _ in range(self.partitions)]
+        self.replica_registry = TopicRegistry(self.ids)
+        self.isolation = Isolation(self)
         self._boot()
 
     # ------------------------------------------------------------------ the driver
 
-    def _machines(self) -> tuple[Shard, TopicRegistry]:
+    def _new_shard(self) -> Shard:
         shard = new_shard(config=self.config, assignors=self.assignors, ids=self.ids)
         shard.groups.parks_joins = self.parks_joins  # the runtime sets it on every shard
-        return shard, TopicRegistry(self.ids)
+        return shard
 
     def _boot(self) -> None:
         """A coordinator process: its state machines loaded from the store, its driver."""
-        self.shard, self.registry = self._machines()
-        # The topics image version the last request that refreshes a consumer group's
-        # metadata (a ConsumerGroupHeartbeat, a classic JoinGroup) ran against; -1: none yet.
-        self.metadata_asked = -1
+        self.shards = [self._new_shard() for _ in range(self.partitions)]
+        self.registry = TopicRegistry(self.ids)
+        # The cluster log as of its last durable write, which the server's reads see
+        # (committed.py); kept with several groups or partitions (a one-group run reads the
+        # live topics, as it always did: its seeds replay as before).
+        committed = (
+            CommittedCluster(self.ids, default_num_partitions=1, config=self.config)
+            if self.sim.p.multi
+            else None
+        )
+        # Per group: the topics image version the last request that refreshes a consumer
+        # group's metadata (a ConsumerGroupHeartbeat, a classic JoinGroup) ran against.
+        self.metadata_asked: dict[str, int] = {}
         try:
-            load_into(self.store, [self.shard], self.registry)
+            load_into(self.store, self.shards, self.registry, committed=committed)
         except IllegalStateError as exc:
             self.sim._fail(inv.REPLAY_EQUALS_LIVE, f"reloading the store failed: {exc}")
         finally:
@@ -98,11 +117,12 @@ class SimCoordinator:
         )
         p = self.sim.p
         self.driver = Driver(
-            machines=[self.shard, self.registry],
+            machines=[*self.shards, self.registry],
             config=self.config,
             clock=self.clock,
             host=self.world,
             workers=p.offload_min_members > 0,
+            committed=committed,
             trace=self._trace,
         )
         self.world.driver = self.driver
@@ -202,7 +222,7 @@ class SimCoordinator:
 
         def run(shard: Any) -> Any:  # the command, as the server's; noting a parked answer
             if refreshes:  # a request that refreshes a consumer group's metadata (Kafka's)
-                self.metadata_asked = shard.topics.version
+                self.metadata_asked[req.group_id] = shard.topics.version
             result = cmd.fn(shard)
             if after is not None:
                 after(shard, result)
@@ -223,6 +243,7 @@ class SimCoordinator:
             reply(_error(exc))
             return
         if fut is None:
+            self.isolation.answered(req, response)
             reply(("ok", response))
             return
 
@@ -232,6 +253,8 @@ class SimCoordinator:
             if isinstance(error, IllegalStateError):
                 sim._fail(inv.CORE_ILLEGAL_STATE, f"the core raised IllegalStateError: {error}")
             outcome = _error(error) if error is not None else ("ok", f.result())
+            if outcome[0] == "ok":
+                self.isolation.answered(req, outcome[1])
             if parked:  # parked-join-answered, parked-classic-answered, parked-answered-<error>
                 what = "parked-join" if join else "parked-classic"
                 if outcome[0] != "ok":
@@ -248,10 +271,12 @@ class SimCoordinator:
         answer stands only once the writes behind it (the last outstanding batch with a change
         of the group) are durable: ``lost()`` runs if that write fails or the coordinator
         restarts first (the server answers such a fetch with an error, or never)."""
-        response, batch = self.driver.reads.read(0, fn, (group_id,), latest=True)
+        index = self.driver.shard_index(group_id)
+        response, batch = self.driver.reads.read(index, fn, (group_id,), latest=True)
         if batch is None:
             return response
         events = self.sim.summary.events
+        check = self.isolation.stable_read(group_id, response)
 
         def dropped() -> None:
             events["fetch-behind-a-lost-write"] += 1
@@ -262,6 +287,8 @@ class SimCoordinator:
                 self.unconfirmed.remove(dropped)
                 if f.exception() is not None:
                     dropped()
+                else:
+                    check()
 
         self.unconfirmed.append(dropped)
         self.driver.wait(batch).add_done_callback(written)
@@ -305,6 +332,11 @@ class SimCoordinator:
         fails = sim.fault("store-fail")
         if fails:
             sim.summary.faults["store-fail"] += 1
+        if sim.p.multi:
+            spans = {m for m in batch.start_marks if m != self.partitions}
+            sim.summary.events["batch-of-several-partitions"] += len(spans) > 1
+            if fails and not delay:  # it fails once its fsync gave up: later batches gather
+                delay = sim.rng.randint(0, sim.p.slow_fsync_max_ms)
         if delay or fails:
             self.writing = True  # the next batch gathers behind this one
             self._event(self.clock.now + delay, "writes", lambda: self._written(batch, fails))
@@ -316,7 +348,8 @@ class SimCoordinator:
         self.writing = False
         if fails:
             self.sim._log(f"  fault: the write of {len(batch.records)} records fails")
-            self.driver.write_failed(batch, StoreWriteError("injected: no space left on device"))
+            error = StoreWriteError("injected: no space left on device")
+            self.isolation.write_failed(lambda: self.driver.write_failed(batch, error))
         else:
             append_encoded(self.store, batch.records, self.clock.now)
             self._replicate(batch.records)
@@ -330,7 +363,7 @@ class SimCoordinator:
             self.world.run_ready()
 
     def _replicate(self, records: Sequence[Any]) -> None:
-        """Feed the replica (invariant I4) every durable record, through the codec."""
+        """Feed the replicas (invariant I4) every durable record, through the codec."""
         topics = False
         for rec in records:
             k, v = codec.encode(rec)
@@ -339,19 +372,43 @@ class SimCoordinator:
                 self.replica_registry.replay(again)
                 topics = True
             else:
-                self.replica.replay(again)
-        if topics:
-            self.replica.set_topics(self.replica_registry.image())
-        self.replica.release(self.replica.mark())
+                self.replica_of(rec.group_id).replay(again)
+                self.isolation.durable(again)
+        for replica in self.replicas:
+            if topics:
+                replica.set_topics(self.replica_registry.image())
+            replica.release(replica.mark())
         self.replica_registry.release(self.replica_registry.mark())
+
+    def partition_of(self, group_id: str) -> int:
+        """The group's coordinator partition (the driver's routing)."""
+        return partition_for(group_id, self.partitions)
+
+    def shard_of(self, group_id: str) -> Shard:
+        return self.shards[self.partition_of(group_id)]
+
+    def replica_of(self, group_id: str) -> Shard:
+        return self.replicas[self.partition_of(group_id)]
+
+    @property
+    def shard(self) -> Shard:
+        """The first partition's shard (a one-partition run's only one)."""
+        return self.shards[0]
+
+    @property
+    def replica(self) -> Shard:
+        return self.replicas[0]
+
+    def logs(self) -> list[int]:
+        return [CLUSTER_LOG, *range(self.partitions)]
 
     @property
     def records(self) -> int:
-        return sum(self.store.last_offset(log) + 1 for log in (CLUSTER_LOG, 0))
+        return sum(self.store.last_offset(log) + 1 for log in self.logs())
 
     def journal(self) -> list[tuple[bytes, bytes | None]]:
-        """Every record written, encoded: the cluster log's, then the partition's."""
-        return [(e.key, e.value) for log in (CLUSTER_LOG, 0) for e in self.store.journal(log)]
+        """Every record written, encoded: the cluster log's, then each partition's."""
+        return [(e.key, e.value) for log in self.logs() for e in self.store.journal(log)]
 
     # ------------------------------------------------------------------ workers
 
@@ -376,7 +433,7 @@ class SimCoordinator:
     def restart(self) -> None:
         """Reload from the store through the codec; everything in flight is lost."""
         sim = self.sim
-        durable = self.replica.snapshot()
+        durable = [replica.snapshot() for replica in self.replicas]
         sim.summary.events["parked-join-dropped-by-restart"] += len(self.parked_joins)
         self.parked_joins.clear()
         unconfirmed, self.unconfirmed = self.unconfirmed, []
@@ -385,13 +442,15 @@ class SimCoordinator:
         self.gen += 1
         self._boot()
         sim._log(f"fault: coordinator restarts; reloaded {self.records} records")
-        after = self.shard.snapshot()
-        if after != durable:
-            sim._fail(
-                inv.REPLAY_EQUALS_LIVE,
-                "state reloaded from the store differs from the durable state before the "
-                "restart:\n" + diff(durable, after),
-            )
+        for index, shard in enumerate(self.shards):
+            after = shard.snapshot()
+            if after != durable[index]:
+                sim._fail(
+                    inv.REPLAY_EQUALS_LIVE,
+                    f"state of coordinator partition {index} reloaded from the store differs "
+                    "from its durable state before the restart:\n" + diff(durable[index], after),
+                )
+        self.isolation.acknowledged_survive("a coordinator restart")
 
 
 def _error(exc: BaseException) -> Outcome:

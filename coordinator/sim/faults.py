@@ -19,7 +19,6 @@ from coordinator.core.errors import ErrorCode
 from . import invariants as inv
 from .classic_client import COOPERATIVE, EAGER, SYNCING, ClassicClient
 from .client import JOINING, LEAVING, MEMBER
-from .commits import GROUP
 
 ALL_FAULTS = (
     "lose-request",
@@ -202,7 +201,13 @@ class FaultInjector:
         elif kind == "coordinator-restart":
             # A generation not yet written is forgotten by the reload (the replica: every
             # durable record).
-            forgotten = inv.note_restart(sim.coord.replica, GROUP, sim.clients)
+            forgotten = [
+                member
+                for g in sim.groups
+                for member in inv.note_restart(
+                    sim.coord.replica_of(g.gid), g.gid, sim.clients_of(g)
+                )
+            ]
             if forgotten:
                 sim.summary.events["generation-forgotten-by-restart"] += len(forgotten)
                 sim._log(f"  generations never written, forgotten: {', '.join(forgotten)}")

@@ -79,6 +79,12 @@ answered for no one, and joins parked before a first target have something on it
 answer them. Checked on the runtime's driver (:func:`check_parked`) by the simulator and the
 explorer, whose callers never go away."""
 
+GROUPS_ISOLATED = "I8-groups-isolated-from-failed-writes"
+"""Groups and coordinator partitions are isolated from each other's failed writes: a failed
+write rolls back exactly the partitions with records in it, a request is answered with, and a
+read sees, durable state only, and answered commits survive later failures and restarts
+(``isolation.py``)."""
+
 SAFETY = (
     NO_DOUBLE_OWNERSHIP,
     OWNED_KNOWN_TO_COORDINATOR,

@@ -88,8 +88,15 @@ def failure_report(sim: Any, name: str, message: str) -> str:
     ]
     for c in sim.clients:
         lines.append("  " + c.describe(sim.topic_label))
-    lines.append("coordinator:")
-    lines += coordinator_lines(sim.group, sim.classic_group, sim.topic_label, sim._topic_ids())
+    for g in sim.groups:
+        lines.append(
+            "coordinator:"
+            if len(sim.groups) == 1
+            else f"coordinator, group {g.gid} (partition {sim.coord.partition_of(g.gid)}):"
+        )
+        lines += coordinator_lines(
+            sim.consumer_group(g), sim.classic_of(g), sim.topic_label, sim._topic_ids()
+        )
     lines.append(
         "topics: "
         + ", ".join(

@@ -49,7 +49,6 @@ from __future__ import annotations
 import heapq
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from coordinator.core.commands import SequentialIds
@@ -74,6 +73,8 @@ from .faults import (
     FaultInjector,
     parse_faults,
 )
+from .groups import GroupReads, SimGroup, new_groups
+from .params import CLASSIC_PROTOCOLS, FAULT_RATE, GROUP, SimParams
 from .report import (
     InvariantViolation,
     SimSummary,
@@ -89,6 +90,7 @@ __all__ = [
     "CLASSIC_ONLY_FAULTS",
     "CLASSIC_PROTOCOLS",
     "EXTRA_FAULTS",
+    "FAULT_RATE",
     "KNOWN_FAULTS",
     "GROUP",
     "InvariantViolation",
@@ -98,155 +100,6 @@ __all__ = [
     "parse_faults",
     "simulate",
 ]
-
-GROUP = "grp"
-CLASSIC_PROTOCOLS = ("eager", "cooperative", "mixed")
-FAULT_RATE = 0.08
-"""Chance per step that a client or cluster fault is scheduled (``--fault-rate``)."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SimParams:
-    seed: int = 0
-    steps: int = 300
-    members: int = 3
-    partitions: int = 4
-    topics: int = 2
-    faults: frozenset[str] = frozenset(ALL_FAULTS)
-    fault_rate: float = FAULT_RATE  # chance per step that a client/cluster fault is scheduled
-    net_fault_rate: float = 0.05  # chance per message of each enabled network fault
-    static_members: int = 1  # the first N clients are static (have an instance id)
-    session_timeout_ms: int = 45_000
-    heartbeat_interval_ms: int = 5_000
-    rebalance_timeout_ms: int = 20_000
-    request_timeout_ms: int = 15_000
-    retry_backoff_ms: int = 1_000
-    max_latency_ms: int = 20
-    max_revoke_ms: int = 500
-    restart_delay_max_ms: int = 10_000
-    trace_tail: int = 40
-    quiet_steps_max: int = 20_000
-    invariants: frozenset[str] = frozenset(inv.SAFETY)  # safety invariants checked (I4/I5 always)
-    classic: int = 0  # the last N clients speak the classic protocol (JoinGroup/SyncGroup)
-    push: bool = False  # the coordinator pushes (ConsumerGroupWatch) to KIP-848 members
-    protocol: str = "eager"  # classic clients: eager | cooperative | mixed (alternating)
-    initial_rebalance_delay_ms: int = 3_000  # group.initial.rebalance.delay.ms (classic groups)
-    assignment_interval_ms: int = 0  # group.consumer.assignment.interval.ms (0: no batching)
-    offload_min_members: int = 0  # group.consumer.assignor.offload.min.members (0: no offload)
-    # group.consumer.assignor.offload.inline.max.changed.members: a small change computed inline
-    # all the same (0, the simulator's default: every computation of such a group offloaded)
-    offload_inline_max_changed: int = 0
-    offload_delay_max_ms: int = 2_000  # how long a worker may take (virtual time)
-    start_spread_ms: int | None = None  # clients first start within this (None: heartbeat interval)
-    parks_joins: bool = True  # joins wait for a new group's first target (the runtime; batching)
-    store_fault_rate: float = (
-        0.02  # chance per batch of store-fail / slow-fsync, per job late-offload
-    )
-    slow_fsync_max_ms: int = 2_000  # slow-fsync: how long a batch's fsync may take
-    late_offload_ms: int = 10_000  # late-offload: how late a worker's outcome may come back
-    busy_max_ms: int = 2_000  # busy-loop: how long the coordinator's loop may be held up
-
-    def parks(self) -> bool:
-        """Are joins parked (the runtime's default, with batching on)?"""
-        return self.parks_joins and self.assignment_interval_ms > 0
-
-    def liveness_bound_ms(self) -> int:
-        """Virtual time after faults stop within which the group must be Stable with every
-        subscribed partition owned by exactly one member (I5). Derivation (docs/simulation.md):
-
-        * a delayed request still in flight lands within 2 x request timeout (``delay`` bound);
-        * a dead incarnation's session, and a slow revoker's rebalance timeout, expire within
-          max(session timeout, rebalance timeout) of their last heartbeat / of the revocation start;
-          a crashed/bounced client is back within the restart delay, and a deleted topic is
-          re-created within the same delay;
-        * a client whose last request or response was lost retries after the request timeout;
-        * then each member needs a bounded number of heartbeat round trips: revoke and
-          acknowledge, the new owner picks the partition up on its next heartbeat, and a rejoin
-          (fenced member) adds a round: 4 x (heartbeat interval + 2 x max latency + revocation).
-        """
-        settle = max(self.session_timeout_ms, self.rebalance_timeout_ms, self.restart_delay_max_ms)
-        rounds = 4 * (self.heartbeat_interval_ms + 2 * self.max_latency_ms + self.max_revoke_ms)
-        bound = (
-            2 * self.request_timeout_ms
-            + settle
-            + self.request_timeout_ms
-            + self.retry_backoff_ms
-            + rounds
-        )
-        if self.uses_classic():
-            bound += self.classic_extra_ms()
-        # Batching and offloading: each target may wait an interval, then a worker; a change
-        # during a computation waits for it and then one more interval (2 x per round).
-        bound += (
-            2
-            * 4
-            * (
-                self.assignment_interval_ms
-                + self.offload_delay_max_ms * bool(self.offload_min_members)
-            )
-        )
-        if self.parks():  # a first target waits for the burst of joins, at most this long
-            bound += self.initial_rebalance_delay_ms
-        # What only the runtime sees: a write still in its slow fsync, a worker's outcome still
-        # on its way back, a loop held up, when the faults stop.
-        bound += self.slow_fsync_max_ms * ("slow-fsync" in self.faults)
-        bound += self.busy_max_ms * ("busy-loop" in self.faults)
-        if self.offload_min_members and "late-offload" in self.faults:
-            bound += self.late_offload_ms
-        return bound
-
-    def uses_classic(self) -> bool:
-        return self.classic > 0
-
-    def classic_extra_ms(self) -> int:
-        """Classic rebalances on top of the KIP-848 bound (docs/simulation.md):
-
-        * a parked JoinGroup lost in a coordinator restart is resent after the join timeout
-          (rebalance timeout + 5 s) instead of the request timeout: + (R + 5 s - T);
-        * the first generation of an empty group waits the initial rebalance delay, re-armed
-          while members keep arriving but never beyond the rebalance timeout: + R;
-        * a rebalance may wait the join barrier (a member that does not rejoin: R) and the sync
-          barrier (a member that does not sync is removed after R, which starts one more
-          rebalance): + 2R;
-        * a cooperative hand-over needs two generations (revoke, then assign) and a mixed group
-          one more heartbeat round per classic member behind: + 4 x (H + 4L + V).
-        """
-        r = self.rebalance_timeout_ms
-        join_timeout = max(0, r + 5_000 - self.request_timeout_ms)
-        rounds = 4 * (self.heartbeat_interval_ms + 4 * self.max_latency_ms + self.max_revoke_ms)
-        return join_timeout + r + 2 * r + rounds
-
-    def command(self) -> str:
-        faults = ",".join(f for f in KNOWN_FAULTS if f in self.faults) or "none"
-        return (
-            f"kip848 simulate --seed {self.seed} --steps {self.steps} --members {self.members} "
-            f"--partitions {self.partitions} --faults {faults}"
-            + (
-                f" --topics {self.topics} --static {self.static_members} --classic {self.classic} "
-                f"--protocol {self.protocol}"
-                if self.classic
-                else ""
-            )
-            + (" --push" if self.push else "")
-            + (
-                f" --assignment-interval-ms {self.assignment_interval_ms}"
-                if self.assignment_interval_ms
-                else ""
-            )
-            + (
-                f" --offload-min-members {self.offload_min_members} "
-                f"--offload-delay-max-ms {self.offload_delay_max_ms}"
-                + (
-                    f" --offload-inline-max-changed {self.offload_inline_max_changed}"
-                    if self.offload_inline_max_changed
-                    else ""
-                )
-                if self.offload_min_members
-                else ""
-            )
-            + (" --no-park" if self.assignment_interval_ms and not self.parks_joins else "")
-            + (f" --fault-rate {self.fault_rate}" if self.fault_rate != FAULT_RATE else "")
-        )
 
 
 class Simulation:
@@ -283,15 +136,12 @@ class Simulation:
         )
         self.id_name: dict[str, str] = {}  # every topic id ever created -> name
         self.corr = 0
-        # classic generation -> the metadata snapshot its leader's assignment was computed with
-        # (the last SyncGroup sent with assignments for it; convergence.known_topics)
-        self.classic_plans: dict[int, tuple] = {}
-        # classic generation -> the subscription metadata of the consumer group a downgrade
-        # made it from (convergence.known_topics); the last consumer group's, until then
-        self.downgraded: dict[int, tuple] = {}
-        self._consumer_metadata: tuple | None = None
+        # the groups (groups.py): their ids, clients, and what is tracked of each
+        self.groups: list[SimGroup] = new_groups(
+            params.groups, params.coordinator_partitions, params.members
+        )
+        self.reads = GroupReads(self)
         self.fifo: dict[int, int] = {}  # client -> time of its last scheduled delivery
-        self.committed: dict[tuple[str, int], int] = {}  # (topic id, p) -> last accepted offset
         # client -> (member id, epoch, partitions) of its last commits (a stale commit replays
         # one of them)
         self.commit_views: dict[int, list[tuple[str, int, list[tuple[str, int]]]]] = {}
@@ -313,12 +163,12 @@ class Simulation:
             self.create_topic(name, params.partitions)
         self.coord.write_now()
         self.switch_to: dict[int, Any] = {}  # client index -> the client replacing it at restart
-        for i in range(params.members):
-            if i >= params.members - params.classic:
+        for i in range(params.members * params.groups):
+            if i % params.members >= params.members - params.classic:
                 protocol = (
                     params.protocol
                     if params.protocol != "mixed"
-                    else (COOPERATIVE if i % 2 else EAGER)
+                    else (COOPERATIVE if i % params.members % 2 else EAGER)
                 )
                 c = self._new_client(i, classic=True, protocol=protocol)
             else:
@@ -348,12 +198,12 @@ class Simulation:
         self, i: int, *, classic: bool, protocol: str = EAGER, incarnation: int = 0
     ) -> Any:
         p = self.p
-        # Heterogeneous subscriptions: client 0 subscribes to t0 only when there are several
-        # topics; the rest subscribe to everything.
-        topics = (
-            tuple(self.topic_names[:1]) if (i == 0 and p.topics > 1) else tuple(self.topic_names)
-        )
-        instance_id = f"inst-{i}" if i < p.static_members else None
+        # Heterogeneous subscriptions: a group's first client subscribes to t0 only when there
+        # are several topics; the rest subscribe to everything.
+        first = i % p.members == 0
+        topics = tuple(self.topic_names[:1]) if first and p.topics > 1 else tuple(self.topic_names)
+        instance_id = f"inst-{i}" if i % p.members < p.static_members else None
+        group_id = self.group_of(i).gid
         if classic:
             return ClassicClient(
                 index=i,
@@ -363,7 +213,7 @@ class Simulation:
                 also_cooperative_sticky=(p.protocol == "mixed"),
                 rebalance_timeout_ms=p.rebalance_timeout_ms,
                 session_timeout_ms=p.session_timeout_ms,
-                group_id=GROUP,
+                group_id=group_id,
                 incarnation=incarnation,
                 heartbeat_interval_ms=p.heartbeat_interval_ms,
             )
@@ -374,7 +224,7 @@ class Simulation:
             rebalance_timeout_ms=p.rebalance_timeout_ms,
             request_timeout_ms=p.request_timeout_ms,
             retry_backoff_ms=p.retry_backoff_ms,
-            group_id=GROUP,
+            group_id=group_id,
             incarnation=incarnation,
             clock=lambda: self.now,
         )
@@ -416,8 +266,8 @@ class Simulation:
     def _push(self) -> None:
         """The push streams (ConsumerGroupWatch) after a durable change: one message to each
         member whose view calls for it, one network latency later."""
-        group = self.group
         for i, c in enumerate(self.clients):
+            group = self.consumer_group(self.group_of(i))
             if not isinstance(c, SimClient) or c.phase != MEMBER or group is None:
                 self.pushed.pop(i, None)  # no member, no stream
                 continue
@@ -438,13 +288,35 @@ class Simulation:
         self._log(f"c{i} push: target={fmt(view.target, self.topic_label)} actions={actions}")
         self._after(i, actions)
 
+    def group_of(self, i: int) -> SimGroup:
+        """Client i's group."""
+        return self.groups[i // self.p.members]
+
+    def consumer_group(self, g: SimGroup) -> Any:
+        return self.coord.shard_of(g.gid).groups.get(g.gid)
+
+    def classic_of(self, g: SimGroup) -> Any:
+        return self.coord.shard_of(g.gid).classic_groups.get(g.gid)
+
+    def clients_of(self, g: SimGroup) -> list[Any]:
+        return [self.clients[i] for i in g.clients]
+
     @property
     def group(self) -> Any:
-        return self.coord.shard.groups.get(GROUP)
+        """The first group's consumer group (a one-group run's group)."""
+        return self.consumer_group(self.groups[0])
 
     @property
     def classic_group(self) -> Any:
-        return self.coord.shard.classic_groups.get(GROUP)
+        return self.classic_of(self.groups[0])
+
+    @property
+    def classic_plans(self) -> dict[int, tuple]:
+        return self.groups[0].classic_plans
+
+    @property
+    def downgraded(self) -> dict[int, tuple]:
+        return self.groups[0].downgraded
 
     def _topic_ids(self) -> dict[str, str]:
         return {n: t.topic_id for n, t in self.coord.registry.topics.items()}
@@ -517,7 +389,8 @@ class Simulation:
         if g is None and cg is not None:
             s.final_state, s.final_epoch = cg.state.value, cg.generation
         else:
-            s.final_state = self.coord.shard.group_state(GROUP).value
+            gid = self.groups[0].gid
+            s.final_state = self.coord.shard_of(gid).group_state(gid).value
             s.final_epoch = 0 if g is None else g.group_epoch
         s.trace_digest = digest(self.trace)
         return s
@@ -567,6 +440,7 @@ class Simulation:
     def _on_tick(self, i: int, gen: int) -> None:
         c = self.clients[i]
         commit_offsets(self, i)
+        self.reads.maybe_read(i)
         if isinstance(c, ClassicClient):
             actions = c.check_metadata(self.meta())
             if actions:
@@ -608,7 +482,7 @@ class Simulation:
         c.sent(corr, req)
         if classic and isinstance(req, SyncGroup) and req.assignments:
             assert c.assigned_snapshot is not None  # taken as it assigned
-            self.classic_plans[req.generation_id] = c.assigned_snapshot
+            self.group_of(i).classic_plans[req.generation_id] = c.assigned_snapshot
         self._log(f"c{i} sends {req_text(req, self.topic_label)} corr={corr}")
         timeout = (
             c.request_timeout(self.p.request_timeout_ms) if classic else self.p.request_timeout_ms
@@ -659,7 +533,8 @@ class Simulation:
         self.busy_until = 0
         postponed, self.postponed = self.postponed, []
         self._log(f"the coordinator's loop runs again: {len(postponed)} requests queue")
-        self.coord.driver.turns.charge(0, 1.0)
+        for index in range(self.coord.partitions):
+            self.coord.driver.turns.charge(index, 1.0)
         for submit in postponed:
             submit()
 
@@ -698,7 +573,7 @@ class Simulation:
             error = getattr(result.response, "error_code", ErrorCode.NONE)  # Pending: parked
             problems.extend(
                 inv.check_forgotten_answer(
-                    shard, GROUP, member_id, generation, type(req).__name__, error
+                    shard, c.group_id, member_id, generation, type(req).__name__, error
                 )
             )
 
@@ -803,48 +678,60 @@ class Simulation:
 
     def _check(self, *, counted: bool = True) -> None:
         coord = self.coord
-        classic = self.classic_group
-        group = self.group
-        if group is not None:
-            self._consumer_metadata = tuple(
-                sorted(
-                    (n, (t.topic_id, t.num_partitions))
-                    for n, t in group.subscription_metadata.items()
+        zombie = stale = False
+        failures: list[tuple[str, str]] = []
+        for g in self.groups:  # I1, I1b, I2, I3 of each group
+            classic = self.classic_of(g)
+            group = self.consumer_group(g)
+            if group is not None:
+                g.consumer_metadata = tuple(
+                    sorted(
+                        (n, (t.topic_id, t.num_partitions))
+                        for n, t in group.subscription_metadata.items()
+                    )
                 )
+            elif classic is not None and g.consumer_metadata is not None:
+                g.downgraded[int(classic.generation)] = g.consumer_metadata
+                g.consumer_metadata = None
+            clients = self.clients_of(g)
+            inv.note_recreated(group, clients, classic)
+            found = inv.check_safety(
+                group, clients, self.p.invariants, classic=classic, topic_ids=self._topic_ids()
             )
-        elif classic is not None and self._consumer_metadata is not None:
-            self.downgraded[int(classic.generation)] = self._consumer_metadata
-            self._consumer_metadata = None
-        inv.note_recreated(group, self.clients, classic)
-        failures = inv.check_safety(
-            group, self.clients, self.p.invariants, classic=classic, topic_ids=self._topic_ids()
-        )
+            failures += [(n, self._in(g, m)) for n, m in found]
+            _l, zombies = inv.live_claims(group, clients, classic)
+            zombie = zombie or bool(zombies)
+            stale = stale or any(inv.stale_owned(c) for c in zombies)
         failures += [(inv.PARKED_ANSWERED_ONCE, m) for m in inv.check_parked(coord.driver)]
         if failures:
             name = failures[0][0]
             self._fail(name, "\n".join(f"[{n}] {m}" for n, m in failures))
-        for gid, cg in coord.replica.classic_groups.items():  # a replayed group: its last record
-            if cg.durable is not None and cg.to_record_value() != cg.durable:
-                self._fail(
-                    inv.REPLAY_EQUALS_LIVE,
-                    f"the replayed classic group {gid} does not express its last "
-                    f"record: {cg.to_record_value()} != {cg.durable}",
-                )
-        if not coord.busy:
-            live = coord.shard.snapshot()
-            replica = coord.replica.snapshot()
-            if live != replica:
-                self._fail(
-                    inv.REPLAY_EQUALS_LIVE,
-                    "replaying the stored records does not yield the live state:\n"
-                    + diff(live, replica),
-                )
-        _l, zombies = inv.live_claims(group, self.clients, classic)
-        if zombies:
-            self.summary.zombie_steps += 1
-        if any(inv.stale_owned(c) for c in zombies):
-            self.summary.stale_steps += 1
+        for index, replica in enumerate(coord.replicas):  # I4 of each coordinator partition
+            for gid, cg in replica.classic_groups.items():  # a replayed group: its last record
+                if cg.durable is not None and cg.to_record_value() != cg.durable:
+                    self._fail(
+                        inv.REPLAY_EQUALS_LIVE,
+                        f"the replayed classic group {gid} does not express its last "
+                        f"record: {cg.to_record_value()} != {cg.durable}",
+                    )
+            if not coord.busy:
+                live = coord.shards[index].snapshot()
+                durable = replica.snapshot()
+                if live != durable:
+                    self._fail(
+                        inv.REPLAY_EQUALS_LIVE,
+                        "replaying the stored records does not yield the live state"
+                        + (f" of coordinator partition {index}" if self.p.multi else "")
+                        + ":\n"
+                        + diff(live, durable),
+                    )
+        self.summary.zombie_steps += zombie
+        self.summary.stale_steps += stale
         self.summary.checks += counted
+
+    def _in(self, g: SimGroup, message: str) -> str:
+        """A message about group g (named when there are several)."""
+        return f"group {g.gid}: {message}" if self.p.groups > 1 else message
 
     def _converged(self) -> bool:
         return not why_not_converged(self)

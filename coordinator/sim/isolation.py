@@ -1,0 +1,220 @@
+"""Invariant I8 of a simulation: groups and coordinator partitions isolated from each other's
+failed writes (``I8-groups-isolated-from-failed-writes``).
+
+The runtime batches the records of several partitions, and of several groups of a partition,
+into one append (``driver.py``). When that append fails it rolls back exactly the state
+machines with records in the failed batches (``Batch.start_marks``); reads answer from each
+group's committed state (``reads.py``); answers are released only once what they say is
+durable. :class:`Isolation` judges that, on the runtime's own driver:
+
+* **Rollback.** At every failed write, each partition without records in the failed batches
+  keeps exactly the state it had (every group of it, every offset), and each partition with
+  records in them is back at its durable state (its I4 replica), unless the core was told of
+  a watched write failing there (a classic leader's SyncGroup: its reaction is a command of its
+  own, judged by I4 once the coordinator is idle).
+* **Answers carry durable state only.** An accepted offset commit's answer names only offsets
+  a durable record holds; a ConsumerGroupHeartbeat answered with a member epoch names one a
+  durable record gave that member; a stable OffsetFetch's answer (released once the group's
+  write is durable) only durable offsets; a read of a group's committed state (OffsetFetch,
+  ConsumerGroupDescribe) equals the same read of the partition's durable state.
+* **Acknowledged writes survive.** After every failed write and every coordinator restart, each
+  offset a group's commit was answered with still stands (unless its topic is gone since).
+
+Everything durable is seen through the I4 replicas' feed (:meth:`durable`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from coordinator.core import records as r
+from coordinator.core.commands import ConsumerGroupHeartbeat
+from coordinator.core.errors import CoordinatorError
+from coordinator.core.offsets import OffsetCommit
+
+from . import invariants as inv
+from .report import diff
+
+Snapshot = dict[str, Any]
+
+
+def group_part(snapshot: Snapshot, group_id: str) -> dict[str, Any]:
+    """One group's part of a shard's snapshot (consumer group, classic group, offsets)."""
+    return {
+        k: v[group_id]
+        for k in ("groups", "classic_groups", "offsets")
+        if isinstance(v := snapshot.get(k), dict) and group_id in v
+    }
+
+
+def in_memory(shard: Any) -> dict[str, Any]:
+    """What a shard holds besides its records (a snapshot has only what replay determines): the
+    classic groups' rebalance state (Kafka keeps it in memory) and the joins parked in consumer
+    groups."""
+    return {
+        "classic": {
+            gid: (g.state.value, int(g.generation), g.leader_id, g.protocol_name, sorted(g.members))
+            for gid, g in sorted(shard.classic_groups.items())
+        },
+        "parked": {g.group_id: sorted(g.waiting) for g in shard.groups.values() if g.waiting},
+    }
+
+
+class Isolation:
+    """I8 over one simulated coordinator (see the module doc)."""
+
+    def __init__(self, coord: Any) -> None:
+        self.coord = coord
+        self.epochs: set[tuple[str, str, int]] = set()  # (group, member, epoch) ever durable
+        self.offsets: set[tuple[str, str, int, int]] = set()  # (group, topic, p, offset) ditto
+
+    @property
+    def sim(self) -> Any:
+        return self.coord.sim
+
+    def _fail(self, message: str) -> None:
+        self.sim._fail(inv.GROUPS_ISOLATED, message)
+
+    # ------------------------------------------------------------------ what is durable
+
+    def durable(self, record: r.Record) -> None:
+        key, value = record.key, record.value
+        if value is None:
+            return
+        if isinstance(key, r.OffsetCommitKey):
+            self.offsets.add((key.group_id, key.topic, key.partition, value.offset))  # type: ignore[attr-defined]
+        elif isinstance(key, r.ConsumerGroupCurrentMemberAssignmentKey):
+            self.epochs.add((key.group_id, key.member_id, value.member_epoch))  # type: ignore[attr-defined]
+
+    # ------------------------------------------------------------------ answers
+
+    def answered(self, req: Any, response: Any) -> None:
+        """A request of a group answered ``response`` (ok): it names durable state only."""
+        if isinstance(req, ConsumerGroupHeartbeat):
+            epoch = response.member_epoch
+            if epoch > 0 and (req.group_id, req.member_id, epoch) not in self.epochs:
+                self._fail(
+                    f"{req.member_id} of group {req.group_id} was answered member epoch {epoch}, "
+                    "which no durable record gave it (state of a write that was not made "
+                    "durable, or failed)"
+                )
+        elif isinstance(req, OffsetCommit):
+            sent = {
+                (t.topic_id, p.partition_index): p.committed_offset
+                for t in req.topics
+                for p in t.partitions
+            }
+            names = self.sim.id_name
+            for t in response.topics:
+                for p in t.partitions:
+                    offset = sent.get((t.topic_id, p.partition_index))
+                    if p.error_code or offset is None:
+                        continue
+                    key = (req.group_id, names.get(t.topic_id, ""), p.partition_index, offset)
+                    if key not in self.offsets:
+                        self._fail(
+                            f"a commit of group {req.group_id} was answered accepted for "
+                            f"{key[1]}-{key[2]} at offset {offset}, which no durable record "
+                            "holds"
+                        )
+
+    def stable_read(self, group_id: str, response: Any) -> Callable[[], None]:
+        """The check of a stable OffsetFetch's answer, to run once it is released."""
+
+        def check() -> None:
+            for t in response.topics:
+                for p in t.partitions:
+                    got = p.committed_offset
+                    if got >= 0 and (group_id, t.name, p.partition_index, got) not in self.offsets:
+                        self._fail(
+                            f"a stable OffsetFetch of group {group_id} was answered offset {got} "
+                            f"for {t.name}-{p.partition_index}, which no durable record holds"
+                        )
+
+        return check
+
+    def committed_read(self, group_id: str, what: str, fn: Callable[[Any], Any]) -> Any:
+        """A read of ``group_id``'s committed state, as the server runs it (``Reads.read``),
+        judged against the same read of its partition's durable state (the I4 replica)."""
+        coord = self.coord
+        index = coord.partition_of(group_id)
+        got = _outcome(lambda: coord.driver.reads.read(index, fn, (group_id,))[0])
+        want = _outcome(lambda: fn(coord.replicas[index]))
+        if got != want:
+            self._fail(
+                f"{what} of group {group_id} answered from its committed state differs from its "
+                f"durable state:\n  answered: {got!r}\n  durable:  {want!r}"
+            )
+        return got
+
+    # ------------------------------------------------------------------ failures
+
+    def write_failed(self, fail: Callable[[], list[Any]]) -> None:
+        """Run the driver's ``write_failed`` (``fail``) and judge its rollback."""
+        coord = self.coord
+        before = [(shard.snapshot(), in_memory(shard)) for shard in coord.shards]
+        failed = fail()
+        rolled = {m for b in failed for m in b.start_marks if m < coord.partitions}
+        watched = {w.index for b in failed for w in b.watches}
+        if self.sim.p.multi:
+            events = self.sim.summary.events
+            events["failed-write-partitions-rolled-back"] += len(rolled)
+            events["failed-write-partitions-kept"] += coord.partitions - len(rolled)
+            groups = {r.group_id for b in failed for r in b.records if r.group_id is not None}
+            events["failed-write-of-several-groups"] += len(groups) > 1
+        for index, shard in enumerate(coord.shards):
+            after = shard.snapshot()
+            if index not in rolled:
+                want, what = before[index][0], "kept its state"
+                memory = in_memory(shard)
+                if memory != before[index][1]:
+                    self._fail(
+                        f"a failed write with records of partitions {sorted(rolled)} changed "
+                        f"what partition {index} holds in memory (it had no records in it):\n"
+                        + diff(before[index][1], memory)
+                    )
+            elif index not in watched:
+                want, what = coord.replicas[index].snapshot(), "gone back to its durable state"
+            else:
+                continue
+            if after != want:
+                names = sorted(
+                    {g for s in (after, want) for k in ("groups", "offsets") for g in s.get(k, {})}
+                )
+                changed = [g for g in names if group_part(after, g) != group_part(want, g)]
+                self._fail(
+                    f"a failed write with records of partitions {sorted(rolled)} left partition "
+                    f"{index} not as it should be ({what}); groups changed: {changed}\n"
+                    + diff(want, after)
+                )
+        self.acknowledged_survive(f"a failed write of partitions {sorted(rolled)}")
+
+    def acknowledged_survive(self, when: str) -> None:
+        """Every offset a group's commit was answered with still stands (its topic alive)."""
+        coord = self.coord
+        live = {t.topic_id: n for n, t in coord.registry.topics.items()}
+        offsets: dict[int, Any] = {}
+        for g in self.sim.groups:
+            index = coord.partition_of(g.gid)
+            if index not in offsets:
+                offsets[index] = coord.shards[index].snapshot().get("offsets", {})
+            stored = offsets[index].get(g.gid, {})
+            for (topic_id, p), offset in sorted(g.committed.items()):
+                name = live.get(topic_id)
+                if name is None:
+                    continue
+                value = stored.get(f"{name}-{p}")
+                if value is None or value.offset != offset:
+                    self._fail(
+                        f"after {when}, group {g.gid}'s offset of {name}-{p} is "
+                        f"{None if value is None else value.offset}, but a commit of it was "
+                        f"answered accepted at {offset}"
+                    )
+
+
+def _outcome(fn: Callable[[], Any]) -> tuple[str, Any]:
+    try:
+        return ("ok", fn())
+    except CoordinatorError as exc:
+        return ("error", int(exc.code))
