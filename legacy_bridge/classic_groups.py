@@ -413,8 +413,8 @@ class ClassicGroups(ByGroupId[ClassicGroup]):
         group, member = self._member_at(
             req.group_id, req.member_id, req.group_instance_id, req.generation_id
         )
-        if (req.protocol_type is not None and req.protocol_type != group.protocol_type) or (
-            req.protocol_name is not None and req.protocol_name != group.protocol_name
+        if _inconsistent(req.protocol_type, group.protocol_type) or _inconsistent(
+            req.protocol_name, group.protocol_name
         ):
             raise InconsistentGroupProtocolError(
                 "ProtocolType or ProtocolName does not match the group's."
@@ -646,8 +646,9 @@ class ClassicGroups(ByGroupId[ClassicGroup]):
         member = group.members[member_id]
         error = UnknownMemberIdError(f"Member {member_id} was removed from group {gid}: {why}.")
         if member.join_token is not None:
+            # Kafka answers the JoinGroup of a member it removes without a member id.
             result.completions.append(
-                (member.join_token, m.JoinGroupResponse(**error_fields(error), member_id=member_id))
+                (member.join_token, m.JoinGroupResponse(**error_fields(error), member_id=""))
             )
         if member.sync_token is not None:
             result.completions.append(
@@ -828,6 +829,12 @@ class ClassicGroups(ByGroupId[ClassicGroup]):
                     m.DescribedGroup(group_id=gid, group_state="Dead", **error_fields(error))
                 )
         return out
+
+
+def _inconsistent(asked: str | None, held: str | None) -> bool:
+    """Kafka's isProtocolInconsistent: both named, and different (SyncGroup v5+ names them; a
+    group that never completed a join has no protocol name yet)."""
+    return asked is not None and held is not None and asked != held
 
 
 def _listed(group_id: str, group: ClassicGroup) -> ListedGroup:

@@ -237,17 +237,19 @@ class ClassicMembers:
             )
         result: Result[SyncAnswer] = Result()
         gid = group.group_id
-        result.timers += [
-            CancelTimer((MIXED_SYNC, gid, member.member_id)),
-            ArmTimer((SESSION, gid, member.member_id), now_ms + classic.session_timeout_ms),
-        ]
         if (
             self._newer_target(group, member)
             and member.state is not MemberState.UNREVOKED_PARTITIONS
         ):
+            # Kafka's throwIfRebalanceInProgress: the rejoin deadline only; the SyncGroup
+            # deadline and the session stay as they were (the member is to rejoin).
             self._arm_rejoin(result, group, member, now_ms)
             result.response = m.SyncGroupResponse(**error_fields(RebalanceInProgressError()))
             return result
+        result.timers += [
+            CancelTimer((MIXED_SYNC, gid, member.member_id)),
+            ArmTimer((SESSION, gid, member.member_id), now_ms + classic.session_timeout_ms),
+        ]
         result.response = m.SyncGroupResponse(
             protocol_type=CONSUMER_PROTOCOL_TYPE,
             protocol_name=protocols[0][0],
@@ -293,9 +295,10 @@ class ClassicMembers:
                 out.append(leave_error(ident, e))
                 continue
             leaving.append(member)
+            # Kafka answers with the member id it removed (named by instance id or not).
             out.append(
                 m.LeaveMemberResponse(
-                    member_id=ident.member_id, group_instance_id=ident.group_instance_id
+                    member_id=member_id, group_instance_id=ident.group_instance_id
                 )
             )
         if leaving:

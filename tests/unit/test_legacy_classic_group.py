@@ -17,6 +17,7 @@ from coordinator.core.errors import (
     IllegalStateError,
     InconsistentGroupProtocolError,
     InvalidSessionTimeoutError,
+    RebalanceInProgressError,
     UnknownMemberIdError,
 )
 from coordinator.core.offsets import OffsetDeleteResponse, PartitionResult, TopicResult
@@ -220,12 +221,17 @@ def test_join_validation() -> None:
         h.join_group(leader, protocols=(("roundrobin", META),))
 
 
-def test_protocols_are_checked_before_the_member_and_count_its_own() -> None:
+def sole_member() -> tuple[Harness, str]:
+    """A group of one dynamic member, its first generation joined (not synced)."""
     h = Harness(config=GroupCoordinatorConfig(classic_initial_rebalance_delay_ms=0))
     h.create_topic("foo", 4)
     first = h.join_group(h.join_group().member_id)
     h.sleep(0)
-    only = h.completions[first.token].member_id
+    return h, h.completions[first.token].member_id
+
+
+def test_protocols_are_checked_before_the_member_and_count_its_own() -> None:
+    h, only = sole_member()
     # Kafka checks the protocols before the member id (before: UNKNOWN_MEMBER_ID).
     with pytest.raises(InconsistentGroupProtocolError):
         h.join_group("never-issued", protocols=(("roundrobin", META),))
@@ -675,3 +681,31 @@ def test_member_ids_are_kafkas_client_id_or_instance_id_and_a_uuid() -> None:
     assert isinstance(static, Pending)
     (static_id,) = [x for x in h.shard.classic_groups["grp"].members if x.startswith("i1-")]
     assert re.fullmatch(f"i1-{uuid}", static_id), static_id
+
+
+def test_a_sync_before_the_first_generation_is_not_inconsistent() -> None:
+    # Kafka's isProtocolInconsistent compares only names both sides have: during the group's
+    # first rebalance it has no protocol name yet, so a SyncGroup naming one learns of the
+    # rebalance (before: INCONSISTENT_GROUP_PROTOCOL, fatal to Java clients).
+    h = Harness()
+    h.create_topic("foo", 4)
+    first = h.join_group()
+    assert isinstance(h.join_group(first.member_id), Pending)  # the initial delay runs
+    with pytest.raises(RebalanceInProgressError):
+        h.sync_group(first.member_id, 0, protocol_type="consumer", protocol_name="range")
+    h.sleep(3_000)
+    with pytest.raises(InconsistentGroupProtocolError):
+        h.sync_group(first.member_id, 1, protocol_type="consumer", protocol_name="roundrobin")
+
+
+def test_a_removed_members_waiting_join_is_answered_without_a_member_id() -> None:
+    # Kafka completes the JoinGroup of a member it removes (LeaveGroup, session timeout) with
+    # UNKNOWN_MEMBER_ID and no member id (before: its own id).
+    h, leader = sole_member()
+    h.sync_group(leader, 1, {leader: asg(0, 1, 2, 3)})
+    newcomer = h.join_group().member_id
+    waiting = h.join_group(newcomer)  # waits for the leader to rejoin
+    assert isinstance(waiting, Pending)
+    h.leave_group(newcomer)
+    answered = h.resolve(waiting)
+    assert (answered.error_code, answered.member_id, answered.generation_id) == (25, "", -1)

@@ -81,3 +81,45 @@ def test_a_classic_member_rejoins_only_for_a_newer_target_assignment() -> None:
     assert h.assigned(h.sync_group("C", 5)) == {"foo": [0, 1]}
     assert h.classic_heartbeat("C", 5) == m.HeartbeatResponse()
     assert h.shard.snapshot() == h.replayed().snapshot()
+
+
+def test_a_refused_sync_leaves_the_session_and_sync_deadlines_and_a_leave_names_the_member() -> (
+    None
+):
+    # Kafka's classicGroupSyncToConsumerGroup refuses a SyncGroup that must rejoin before it
+    # touches any timer: the SyncGroup deadline and the session stay (before: the sync deadline
+    # was cancelled and the session restarted). Its LeaveGroup by instance id answers the
+    # member id it removed (before: the empty one of the request).
+    h = Harness()
+    foo = h.create_topic("foo", 2)
+    h.create_topic("bar", 2)
+    h.seed_group(
+        "grp",
+        3,
+        {"C": (["foo"], {foo: frozenset({0, 1})})},
+        instance_ids={"C": "iC"},
+        classic={"C": CLASSIC},
+    )
+    h.sleep(2_000)
+    joined = h.join_group("C", instance_id="iC")
+    assert joined.generation_id == 3
+    h.heartbeat(  # another member: a newer target (the interval is over)
+        member_id="",
+        member_epoch=0,
+        rebalance_timeout_ms=60_000,
+        subscribed_topic_names=("bar",),
+        topic_partitions={},
+    )
+    assert h.shard.groups["grp"].assignment_epoch == 4
+    deadlines = {
+        k: h.timers.get(k) for k in (("classic-member-sync", "grp", "C"), ("session", "grp", "C"))
+    }
+    h.sleep(1_000)
+    refused = h.sync_group("C", 3, instance_id="iC")
+    assert refused.error_code == 27
+    assert {k: h.timers.get(k) for k in deadlines} == deadlines
+    assert h.timers.get(("classic-member-join", "grp", "C")) is not None
+    left = h.leave_group(m.LeaveMember(member_id="", group_instance_id="iC"))
+    assert left == m.LeaveGroupResponse(
+        members=(m.LeaveMemberResponse(member_id="C", group_instance_id="iC"),)
+    )
