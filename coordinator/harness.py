@@ -428,9 +428,11 @@ class Harness:
         version: int = 3,
         protocol_type: str = "consumer",
         client_id: str = "client",
+        supports_skip_assignment: bool = True,
     ) -> Any:
         """JoinGroup: the response, or ``Pending`` (see :meth:`resolve`). A dynamic member of a
-        classic group gets ``<client_id>-<uuid>`` (``client-member-N`` with sequential ids)."""
+        classic group gets ``<client_id>-<uuid>`` (``client-member-N`` with sequential ids).
+        ``supports_skip_assignment=False``: a JoinGroup older than v9."""
         if protocols is None:
             protocols = (("range", subscription(topics, version=version, owned=owned)),)
         req = m.JoinGroup(
@@ -442,6 +444,7 @@ class Harness:
             protocol_type=protocol_type,
             protocols=protocols,
             client_id=client_id,
+            supports_skip_assignment=supports_skip_assignment,
         )
         return self._request(requests.classic_join(req, self.now_ms)).response
 

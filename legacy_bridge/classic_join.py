@@ -299,7 +299,10 @@ class ClassicJoins:
         req: m.JoinGroup,
         now_ms: int,
     ) -> Result[Any]:
-        """A static member restarted with a new member id: the old id is fenced."""
+        """A static member restarted with a new member id: the old id is fenced. A Stable
+        group it comes back to with the same protocols is not rebalanced; otherwise the member
+        joins a rebalance (always from CompletingRebalance: the leader may have assigned the old
+        id)."""
         gid = group.group_id
         fenced = FencedInstanceIdError(f"Static member {old.member_id} was replaced by {new_id}.")
         if old.join_token is not None:
@@ -312,26 +315,33 @@ class ClassicJoins:
         if old.sync_token is not None:
             result.completions.append((old.sync_token, m.SyncGroupResponse(**error_fields(fenced))))
         result.timers.append(CancelTimer((CLASSIC_SESSION, gid, old.member_id)))
-        was_leader = group.leader_id == old.member_id
+        leader = group.leader_id
         same = old.protocols == tuple(req.protocols)
         group.remove_member(old.member_id)
-        if not (group.state is S.STABLE and same):
-            group.note_removal(old.member_id, RemovalCause.STATIC_MEMBER_REPLACED, now_ms)
-        new = replace(self._new_member(new_id, req, None), assignment=old.assignment, is_new=False)
+        # Kafka's replaceStaticMember + updateMember: the new incarnation keeps the old one's
+        # client id and host and its assignment, and takes the request's protocols and timeouts.
+        new = replace(
+            self._new_member(new_id, req, None),
+            client_id=old.client_id,
+            client_host=old.client_host,
+            protocol_type=old.protocol_type,
+            assignment=old.assignment,
+            is_new=False,
+        )
         group.put_member(new)
-        if was_leader:
+        if leader == old.member_id:
             group.set("leader_id", new_id)
         result.timers.append(
             ArmTimer((CLASSIC_SESSION, gid, new_id), now_ms + req.session_timeout_ms)
         )
         if group.state is S.STABLE and same:
-            # KIP-345: the same static member is back; no rebalance. Persist the new id.
+            # KIP-345: the same static member is back; no rebalance. Persist the new id. (Kafka
+            # also skips the rebalance when only its protocol metadata changed, as long as the
+            # group's protocol stays: docs/legacy_bridge.md, known gaps.)
             self._ctx.emit(result, r.classic_group_record(gid, group.to_record_value()))
-            response = join_response(group, new)
-            if was_leader:
-                response = replace(response, skip_assignment=True, members=_member_list(group))
-            result.response = response
+            result.response = self._restarted(group, new, leader, req)
             return result
+        group.note_removal(old.member_id, RemovalCause.STATIC_MEMBER_REPLACED, now_ms)
         token = self._ctx.next_token()
         group.put_member(replace(new, join_token=token))
         self._classic.maybe_prepare_rebalance(
@@ -344,6 +354,21 @@ class ClassicJoins:
         )
         self._classic.maybe_complete_join(result, group, now_ms)
         return self._classic.finish(result, token)
+
+    @staticmethod
+    def _restarted(
+        group: ClassicGroup, member: ClassicMember, leader: str | None, req: m.JoinGroup
+    ) -> m.JoinGroupResponse:
+        """The JoinGroup answer of a static member back in a Stable group without a rebalance:
+        a leader gets the member list to check, and is told to skip the assignment (KIP-814,
+        JoinGroup v9+); an older leader is answered as a follower, with the leader it had
+        before (Kafka: the old incarnation's id), so that it only collects its assignment."""
+        response = join_response(group, member)
+        if member.member_id != group.leader_id:
+            return response
+        if req.supports_skip_assignment:
+            return replace(response, skip_assignment=True, members=_member_list(group))
+        return replace(response, leader=leader or "", members=())
 
 
 def _member_list(group: ClassicGroup) -> tuple[m.JoinGroupMember, ...]:

@@ -27,6 +27,8 @@ class JoinGroup:
     reason: str | None = None
     client_id: str = ""
     client_host: str = ""
+    supports_skip_assignment: bool = True
+    """The client knows KIP-814's ``skip_assignment`` (JoinGroup v9+; gRPC: always)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

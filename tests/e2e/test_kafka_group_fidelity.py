@@ -4,6 +4,7 @@ error code and message a real client reads on the wire for each case."""
 
 from __future__ import annotations
 
+import struct
 from datetime import timedelta
 from typing import Any
 
@@ -174,3 +175,80 @@ def test_commit_metadata_is_measured_in_java_chars(topic: str, client: KafkaClie
     assert commit(client, 9, "fid-meta", -1, "\U0001f600" * 2_049) == [
         (0, E.offset_metadata_too_large)
     ]
+
+
+def _subscription(topics: list[str]) -> bytes:
+    """ConsumerProtocolSubscription v0."""
+    out = struct.pack(">hi", 0, len(topics))
+    for t in topics:
+        out += struct.pack(">h", len(t)) + t.encode()
+    return out + struct.pack(">i", -1)
+
+
+def static_join(version: int, group: str, **fields: Any) -> Any:
+    """JoinGroup of the static member ``i1`` (a new incarnation: no member id)."""
+    body: dict[str, Any] = {
+        "group_id": group,
+        "session_timeout": 10_000,
+        "rebalance_timeout": 10_000,
+        "member_id": "",
+        "group_instance_id": "i1",
+        "protocol_type": "consumer",
+        "protocols": [{"name": "range", "metadata": _subscription(["fid-t"])}],
+    }
+    if version >= 8:
+        body["reason"] = None
+    body.update(fields)
+    return request(11, version, **body)
+
+
+def test_a_static_leader_back_in_a_stable_group_by_version(
+    topic: str, server: KafkaServer, client: KafkaClient
+) -> None:
+    """Kafka's classicGroupJoinToClassicGroup for a static leader that restarts while its group
+    is Stable: no rebalance; JoinGroup v9+ answers it as the leader with the member list and
+    skip_assignment (KIP-814), v5-v8 as a follower naming its old incarnation the leader, so
+    that the client only collects its assignment."""
+    group = "fid-static"
+    client.send(static_join(9, group))
+    first: Any = client.receive_advancing(server.advance, 3000)  # the initial rebalance delay
+    old = first.member_id
+    assert (first.error_code, first.generation_id, first.leader) == (E.none, 1, old)
+    assignment = struct.pack(">hih", 0, 1, 5) + b"fid-t" + struct.pack(">ii", 1, 0)
+    assignment += struct.pack(">i", -1)
+    sync = {"group_id": group, "generation_id": 1, "group_instance_id": "i1"}
+    synced: Any = client.call(
+        request(
+            14, 3, **sync, member_id=old, assignments=[{"member_id": old, "assignment": assignment}]
+        )
+    )
+    assert synced.error_code == E.none
+    back: Any = client.call(static_join(5, group))
+    new = back.member_id
+    assert new != old
+    assert (back.error_code, back.generation_id, back.protocol_name, back.leader) == (
+        E.none,
+        1,
+        "range",
+        old,
+    )
+    assert list(back.members) == []
+    synced = client.call(request(14, 3, **sync, member_id=new, assignments=[]))
+    assert (synced.error_code, synced.assignment) == (E.none, assignment)
+    again: Any = client.call(static_join(9, group))
+    assert (again.error_code, again.generation_id, again.leader, again.skip_assignment) == (
+        E.none,
+        1,
+        again.member_id,
+        True,
+    )
+    assert [(x.member_id, x.metadata) for x in again.members] == [
+        (again.member_id, _subscription(["fid-t"]))
+    ]
+    (described,) = client.call(
+        request(15, 5, groups=[group], include_authorized_operations=False)
+    ).groups
+    assert (described.group_state, [x.member_id for x in described.members]) == (
+        "Stable",
+        [again.member_id],
+    )

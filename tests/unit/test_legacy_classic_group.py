@@ -313,6 +313,74 @@ def test_a_static_member_restarting_in_a_full_group_is_refused() -> None:
     assert h.shard.classic_groups["grp"].static_members["i1"] == old
 
 
+def static_pair() -> tuple[Harness, str, str]:
+    """A Stable group of the static leader L (``iL``, client ``cL``) and the static follower F
+    (``iF``, client ``cF``), both on range with foo."""
+    h = Harness(config=GroupCoordinatorConfig(classic_initial_rebalance_delay_ms=0))
+    h.create_topic("foo", 4)
+    h.create_topic("bar", 2)
+    lead = h.join_group(instance_id="iL", client_id="cL")
+    follow = h.join_group(instance_id="iF", client_id="cF")
+    h.sleep(0)
+    leader, follower = h.resolve(lead).member_id, h.resolve(follow).member_id
+    assert h.resolve(lead).leader == leader
+    h.sync_group(leader, 1, {leader: asg(0, 1), follower: asg(2, 3)})
+    return h, leader, follower
+
+
+def follower_answer(leader: str, member_id: str) -> m.JoinGroupResponse:
+    """The JoinGroup answer of a member of generation 1 that is not told it leads."""
+    return m.JoinGroupResponse(
+        generation_id=1,
+        protocol_type="consumer",
+        protocol_name="range",
+        leader=leader,
+        member_id=member_id,
+    )
+
+
+def test_a_static_member_back_keeps_its_client_id_and_host() -> None:
+    # Kafka's replaceStaticMember: the new incarnation keeps the old one's client id and host
+    # (DescribeGroups, the record); before, it took the request's.
+    h, leader, follower = static_pair()
+    since = len(h.log)
+    back = h.join_group(instance_id="iF", client_id="other")
+    new = back.member_id
+    assert new.startswith("iF-") and new != follower
+    assert back == follower_answer(leader, new)
+    (record,) = h.log[since:]
+    assert [(x.member_id, x.client_id) for x in record.value.members] == [
+        (leader, "cL"),
+        (new, "cF"),
+    ]
+    (described,) = h.shard.classic_groups.describe(["grp"])
+    assert [(x.member_id, x.client_id) for x in described.members] == [
+        (leader, "cL"),
+        (new, "cF"),
+    ]
+    assert h.sync_group(new, 1).assignment == asg(2, 3)
+    assert h.shard.snapshot() == h.replayed().snapshot()
+
+
+def test_a_static_leader_back_without_skip_assignment_is_answered_as_a_follower() -> None:
+    # KIP-814: a v9+ leader back in a Stable group gets the member list and skip_assignment;
+    # an older one (JoinGroup v0-v8) is answered as Kafka answers it, as a follower naming the
+    # leader as it was before (its old incarnation), so that it only collects its assignment
+    # (before: the member list, which such a client answers with an assignment of its own).
+    h, leader, follower = static_pair()
+    back = h.join_group(instance_id="iL", supports_skip_assignment=False)
+    new = back.member_id
+    assert back == follower_answer(leader, new)
+    assert h.shard.classic_groups["grp"].leader_id == new != leader
+    assert h.sync_group(new, 1).assignment == asg(0, 1)
+    again = h.join_group(instance_id="iL")
+    assert (again.leader, again.skip_assignment, [x.member_id for x in again.members]) == (
+        again.member_id,
+        True,
+        [follower, again.member_id],
+    )
+
+
 def test_protocol_vote_picks_the_common_protocol_most_members_prefer() -> None:
     h = Harness(config=GroupCoordinatorConfig(classic_initial_rebalance_delay_ms=0))
     h.create_topic("foo", 4)

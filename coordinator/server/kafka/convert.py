@@ -199,6 +199,9 @@ def join_in(req: Any, caller: Caller) -> bridge.JoinGroup:
         reason=getattr(req, "reason", None),
         client_id=caller.client_id,
         client_host=caller.client_host,
+        # JoinGroup v9+ answers carry KIP-814's skip_assignment; an older static leader back
+        # in a Stable group is answered as a follower instead.
+        supports_skip_assignment=not caller.version_below(9),
     )
 
 
