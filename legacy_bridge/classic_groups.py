@@ -686,8 +686,11 @@ class ClassicGroups(ByGroupId[ClassicGroup]):
             member = group.members.get(mid)
             if member is None:
                 return result
-            if member.join_token is not None or member.sync_token is not None:
-                # Waiting at a barrier counts as a heartbeat.
+            if not member.is_new and (
+                member.join_token is not None or member.sync_token is not None
+            ):
+                # Waiting at a barrier counts as a heartbeat (Kafka's hasSatisfiedHeartbeat),
+                # except for a new member: it is removed at the new-member join timeout.
                 result.timers.append(ArmTimer(timer.key, now_ms + member.session_timeout_ms))
                 return result
             self._remove_member(

@@ -37,6 +37,7 @@ from .classic_group import (
 from .common import (
     CLASSIC_PENDING,
     CLASSIC_SESSION,
+    NEW_MEMBER_JOIN_TIMEOUT_MS,
     JoinAnswer,
     check_static_owner,
     error_fields,
@@ -216,8 +217,11 @@ class ClassicJoins:
             group.set("protocol_type", req.protocol_type)
         group.put_member(self._new_member(member_id, req, token))
         group.set("new_member_added", True)
+        # Kafka: a new member's deadline is the new-member join timeout, not its session.
         result.timers.append(
-            ArmTimer((CLASSIC_SESSION, group.group_id, member_id), now_ms + req.session_timeout_ms)
+            ArmTimer(
+                (CLASSIC_SESSION, group.group_id, member_id), now_ms + NEW_MEMBER_JOIN_TIMEOUT_MS
+            )
         )
         self._classic.maybe_prepare_rebalance(
             result,
@@ -274,11 +278,13 @@ class ClassicJoins:
                 is_new=member.is_new,
             )
         )
-        result.timers.append(
-            ArmTimer(
-                (CLASSIC_SESSION, group.group_id, member.member_id), now_ms + req.session_timeout_ms
+        if not member.is_new:  # a new member keeps its join deadline
+            result.timers.append(
+                ArmTimer(
+                    (CLASSIC_SESSION, group.group_id, member.member_id),
+                    now_ms + req.session_timeout_ms,
+                )
             )
-        )
         cause = (
             RebalanceCause.MEMBER_REJOINED
             if _subscribed_topics(member.protocols) == _subscribed_topics(tuple(req.protocols))

@@ -52,6 +52,12 @@ MIXED_JOIN = "classic-member-join"
 MIXED_SYNC = "classic-member-sync"
 
 
+NEW_MEMBER_JOIN_TIMEOUT_MS = 5 * 60 * 1000
+"""How long a new member of a classic group may wait in its first JoinGroup (Kafka's
+classicGroupNewMemberJoinTimeoutMs): it has no member id to heartbeat with, and a client that
+gave up on the request would otherwise stay a member of every rebalance."""
+
+
 def error_fields(error: CoordinatorError) -> dict[str, Any]:
     """``error_code`` and ``error_message`` of a classic response answering ``error``."""
     return {"error_code": int(error.code), "error_message": error.message}

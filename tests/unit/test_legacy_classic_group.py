@@ -777,3 +777,33 @@ def test_a_removed_members_waiting_join_is_answered_without_a_member_id() -> Non
     h.leave_group(newcomer)
     answered = h.resolve(waiting)
     assert (answered.error_code, answered.member_id, answered.generation_id) == (25, "", -1)
+
+
+def test_a_new_member_waiting_in_join_group_is_removed_at_the_new_member_join_timeout() -> None:
+    # Kafka: waiting in JoinGroup counts as heartbeating, except for a new member, which is
+    # removed 5 minutes after it joined if the rebalance has not completed by then (it has no
+    # member id to heartbeat with; a client that gave up would stay in every rebalance). Before:
+    # it waited for as long as the rebalance did.
+    h = Harness(config=GroupCoordinatorConfig(classic_initial_rebalance_delay_ms=0))
+    h.create_topic("foo", 4)
+    slow = {"session_timeout_ms": 1_000_000, "rebalance_timeout_ms": 900_000}
+    first = h.join_group(h.join_group(**slow).member_id, **slow)
+    h.sleep(0)
+    leader = h.completions[first.token].member_id
+    h.sync_group(leader, 1, {leader: asg(0, 1, 2, 3)})
+    newcomer = h.join_group().member_id
+    waiting = h.join_group(newcomer)  # the rebalance waits up to 900 s for the leader
+    again = h.join_group(newcomer)  # its client sends it again: the deadline stays
+    assert isinstance(waiting, Pending) and isinstance(again, Pending)
+    h.sleep(299_999)
+    assert h.resolve(again) is None
+    h.sleep(1)
+    assert h.resolve(again) == m.JoinGroupResponse(
+        error_code=25,
+        error_message=f"Member {newcomer} was removed from group grp: session timeout expired.",
+        member_id="",
+    )
+    group = h.shard.classic_groups["grp"]
+    assert sorted(group.members) == [leader]
+    rejoined = h.resolve(h.join_group(leader, **slow))
+    assert (rejoined.generation_id, [x.member_id for x in rejoined.members]) == (2, [leader])
