@@ -20,6 +20,7 @@ from coordinator.core.context import ShardContext
 from coordinator.core.errors import (
     CoordinatorError,
     ErrorCode,
+    GroupMaxSizeReachedError,
     IllegalGenerationError,
     InconsistentGroupProtocolError,
     RebalanceInProgressError,
@@ -90,21 +91,29 @@ class ClassicMembers:
     def join(self, group: ConsumerGroup, req: m.JoinGroup, now_ms: int) -> Result[JoinAnswer]:
         """JoinGroup becomes a heartbeat of the core (the caller runs it as one command)."""
         ctx, gid = self._ctx, group.group_id
+        # Kafka's classicGroupJoinToConsumerGroup: the group's size, then the protocols, then
+        # the member id.
+        max_size = ctx.config.consumer_max_size
+        if len(group.members) >= max_size and req.member_id not in group.members:
+            raise GroupMaxSizeReachedError(
+                f"The consumer group has reached its maximum capacity of {max_size} members."
+            )
         if req.protocol_type != CONSUMER_PROTOCOL_TYPE:
             raise InconsistentGroupProtocolError(
                 f"Protocol type {req.protocol_type} is not supported by consumer group {gid}."
             )
+        # ConsumerGroup.supportsClassicProtocols: one of them supported by every classic member
+        # (the joining member, if one already, counted with the protocols it has now).
         names = {n for n, _m in req.protocols}
         for x in group.members.values():
             c = x.classic_member_metadata
-            if (
-                c is not None
-                and x.member_id != req.member_id
-                and not names & {n for n, _ in c.supported_protocols}
-            ):
-                raise InconsistentGroupProtocolError(
-                    f"The protocols {sorted(names)} share none with member {x.member_id} of group {gid}."
-                )
+            if c is not None:
+                names &= {n for n, _ in c.supported_protocols}
+        if not names:
+            raise InconsistentGroupProtocolError(
+                f"Member {req.member_id or '(new)'}'s protocols are not supported by the classic"
+                f" members of group {gid}."
+            )
         try:
             sub = decode_subscription(req.protocols[0][1])
         except ProtocolError as e:

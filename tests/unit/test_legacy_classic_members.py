@@ -5,7 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from coordinator.core.errors import FencedInstanceIdError, UnknownMemberIdError
+from coordinator.core.config import GroupCoordinatorConfig
+from coordinator.core.errors import (
+    FencedInstanceIdError,
+    GroupMaxSizeReachedError,
+    InconsistentGroupProtocolError,
+    UnknownMemberIdError,
+)
 from coordinator.core.model import ClassicMemberMetadata
 from coordinator.harness import Harness, subscription
 from legacy_bridge import messages as m
@@ -123,3 +129,31 @@ def test_a_refused_sync_leaves_the_session_and_sync_deadlines_and_a_leave_names_
     assert left == m.LeaveGroupResponse(
         members=(m.LeaveMemberResponse(member_id="C", group_instance_id="iC"),)
     )
+
+
+def test_a_join_needs_a_protocol_every_classic_member_supports_and_room_first() -> None:
+    # Kafka's ConsumerGroup.supportsClassicProtocols: one of the joining member's protocols
+    # must be supported by *every* classic member, itself counted with the protocols it has
+    # now (before: each other member had to share one with it, and its own were left out).
+    # And the group's size comes first (throwIfConsumerGroupIsFull; before: a full group
+    # handed out a member id with MEMBER_ID_REQUIRED first).
+    h = Harness(config=GroupCoordinatorConfig(consumer_max_size=4))
+    h.create_topic("foo", 4)
+    sub = subscription(["foo"])
+    h.join("K", ["foo"])  # a consumer group with one consumer-protocol member
+    a = h.join_group(h.join_group().member_id, protocols=(("range", sub), ("rr", sub)))
+    b = h.join_group(h.join_group().member_id, protocols=(("rr", sub), ("sticky", sub)))
+    assert (a.error_code, b.error_code) == (0, 0)
+    before = (h.shard.snapshot(), len(h.log))
+    with pytest.raises(InconsistentGroupProtocolError):
+        h.join_group(protocols=(("range", sub), ("sticky", sub)))  # a has no sticky, b no range
+    with pytest.raises(InconsistentGroupProtocolError):
+        h.join_group(b.member_id, protocols=(("range", sub),))  # b never had range
+    assert (h.shard.snapshot(), len(h.log)) == before
+    joined = h.join_group(b.member_id, protocols=(("rr", sub),))
+    assert (joined.error_code, joined.protocol_name) == (0, "rr")
+    rr = (("rr", sub),)
+    c = h.join_group(h.join_group(protocols=rr).member_id, protocols=rr)
+    assert (c.error_code, len(h.shard.groups["grp"].members)) == (0, 4)
+    with pytest.raises(GroupMaxSizeReachedError):
+        h.join_group(protocols=rr)
