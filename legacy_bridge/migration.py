@@ -24,7 +24,6 @@ from coordinator.core.consumer_groups import ConsumerGroups
 from coordinator.core.context import ShardContext
 from coordinator.core.errors import (
     GroupIdNotFoundError,
-    InvalidRequestError,
     RebalanceInProgressError,
 )
 from coordinator.core.events import Event, LogEvent
@@ -131,17 +130,18 @@ class Migration:
         generation owning what its last assignment gave it; no partition moves."""
         ctx, gid = self._ctx, group.group_id
         policy = ctx.config.consumer_migration_policy
+        # Kafka's validateOnlineUpgrade and convertToConsumerGroup: every refusal is
+        # GROUP_ID_NOT_FOUND, with these messages.
+        cannot = f"Cannot upgrade classic group {gid} to consumer group because"
         if policy not in MIGRATION_UPGRADE:
-            raise GroupIdNotFoundError(
-                f"Cannot upgrade classic group {gid} to a consumer group: group.consumer.migration.policy is {policy}."
-            )
+            raise GroupIdNotFoundError(f"{cannot} online upgrade is disabled.")
         if group.protocol_type != CONSUMER_PROTOCOL_TYPE:
             raise GroupIdNotFoundError(
-                f"Group {gid} is not a consumer group (protocol type {group.protocol_type})."
+                f"{cannot} the group does not use the consumer embedded protocol."
             )
         if len(group.members) > ctx.config.consumer_max_size:
             raise GroupIdNotFoundError(
-                f"Cannot upgrade classic group {gid}: its {len(group.members)} members exceed group.consumer.max.size."
+                f"{cannot} the group size exceeds the consumer group maximum size."
             )
         decoded: list[tuple[ClassicMember, Subscription, AssignmentMessage]] = []
         for x in group.members.values():
@@ -155,9 +155,9 @@ class Migration:
                 assignment = (
                     decode_assignment(x.assignment) if x.assignment else AssignmentMessage()
                 )
-            except ProtocolError as e:
-                raise InvalidRequestError(
-                    f"Cannot upgrade classic group {gid}: member {x.member_id} has malformed embedded protocol bytes: {e}"
+            except ProtocolError:
+                raise GroupIdNotFoundError(
+                    f"{cannot} the embedded consumer protocol is malformed."
                 ) from None
             decoded.append((x, sub, assignment))
         # Answer whatever waits at the classic barriers; their clients rejoin as members.

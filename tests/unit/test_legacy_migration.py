@@ -48,7 +48,7 @@ def test_upgrade_of_a_non_empty_classic_group_follows_the_policy(policy: str) ->
         with pytest.raises(GroupIdNotFoundError) as info:
             h.join("K", ["foo"])
         assert info.value.message == (
-            f"Cannot upgrade classic group grp to a consumer group: group.consumer.migration.policy is {policy}."
+            "Cannot upgrade classic group grp to consumer group because online upgrade is disabled."
         )
         assert (h.shard.snapshot(), h.log) == before
         assert h.shard.classic_groups["grp"].generation == 5 and "grp" not in h.shard.groups
@@ -304,3 +304,21 @@ def test_upgrade_during_a_rebalance_reads_a_new_members_own_protocol() -> None:
         [a, "K", *(mid for mid in g.members if mid.startswith("b-"))]
     )
     assert g.members[a].assigned_partitions == {foo: frozenset({0, 1})}
+
+
+def test_an_upgrade_of_malformed_embedded_protocol_bytes_is_group_id_not_found() -> None:
+    # Kafka's convertToConsumerGroup: GROUP_ID_NOT_FOUND with its message, as every refusal of
+    # an upgrade (before: INVALID_REQUEST); the classic group stays.
+    h = Harness(config=GroupCoordinatorConfig(classic_initial_rebalance_delay_ms=0))
+    h.create_topic("foo", 2)
+    first = h.join_group(instance_id="a", protocols=(("range", b"\x00\x03garbage"),))
+    h.sleep(0)
+    assert h.completions[first.token].error_code == 0
+    before = (h.shard.snapshot(), list(h.log))
+    with pytest.raises(GroupIdNotFoundError) as info:
+        h.join("K", ["foo"])
+    assert info.value.message == (
+        "Cannot upgrade classic group grp to consumer group because the embedded consumer"
+        " protocol is malformed."
+    )
+    assert (h.shard.snapshot(), h.log) == before
