@@ -255,6 +255,8 @@ class SimCoordinator:
             outcome = _error(error) if error is not None else ("ok", f.result())
             if outcome[0] == "ok":
                 self.isolation.answered(req, outcome[1])
+            else:
+                self.isolation.refused(req.group_id, error)
             if parked:  # parked-join-answered, parked-classic-answered, parked-answered-<error>
                 what = "parked-join" if join else "parked-classic"
                 if outcome[0] != "ok":
@@ -276,7 +278,7 @@ class SimCoordinator:
         if batch is None:
             return response
         events = self.sim.summary.events
-        check = self.isolation.stable_read(group_id, response)
+        check = self.isolation.stable_read(group_id, response, batch)
 
         def dropped() -> None:
             events["fetch-behind-a-lost-write"] += 1

@@ -14,9 +14,10 @@ durable. :class:`Isolation` judges that, on the runtime's own driver:
   own, judged by I4 once the coordinator is idle).
 * **Answers carry durable state only.** An accepted offset commit's answer names only offsets
   a durable record holds; a ConsumerGroupHeartbeat answered with a member epoch names one a
-  durable record gave that member; a stable OffsetFetch's answer (released once the group's
-  write is durable) only durable offsets; a read of a group's committed state (OffsetFetch,
-  ConsumerGroupDescribe) equals the same read of the partition's durable state.
+  durable record gave that member; a stable OffsetFetch waits for a batch with a change of its
+  own group and answers only durable offsets; a read of a group's committed state
+  (OffsetFetch, ConsumerGroupDescribe) equals the same read of the partition's durable state;
+  and only a request of a partition with records in a failed write is answered its failure.
 * **Acknowledged writes survive.** After every failed write and every coordinator restart, each
   offset a group's commit was answered with still stands (unless its topic is gone since).
 
@@ -30,13 +31,15 @@ from typing import Any
 
 from coordinator.core import records as r
 from coordinator.core.commands import ConsumerGroupHeartbeat
-from coordinator.core.errors import CoordinatorError
+from coordinator.core.errors import CoordinatorError, CoordinatorNotAvailableError
 from coordinator.core.offsets import OffsetCommit
 
 from . import invariants as inv
 from .report import diff
 
 Snapshot = dict[str, Any]
+WRITE_FAILED = "The write to the record store failed"
+"""How the driver's answer to a request behind a failed write begins (``Driver.write_failed``)."""
 
 
 def group_part(snapshot: Snapshot, group_id: str) -> dict[str, Any]:
@@ -68,6 +71,7 @@ class Isolation:
         self.coord = coord
         self.epochs: set[tuple[str, str, int]] = set()  # (group, member, epoch) ever durable
         self.offsets: set[tuple[str, str, int, int]] = set()  # (group, topic, p, offset) ditto
+        self.rolled: set[int] = set()  # the partitions the last failed write rolled back
 
     @property
     def sim(self) -> Any:
@@ -119,8 +123,17 @@ class Isolation:
                             "holds"
                         )
 
-    def stable_read(self, group_id: str, response: Any) -> Callable[[], None]:
-        """The check of a stable OffsetFetch's answer, to run once it is released."""
+    def stable_read(self, group_id: str, response: Any, batch: Any) -> Callable[[], None]:
+        """A stable OffsetFetch answered once ``batch`` is durable: a batch with a change of its
+        own group (not merely its partition's last one), and the check of its answer, to run
+        once it is released."""
+        index = self.coord.partition_of(group_id)
+        marked = batch.groups.get(index, ())
+        if group_id not in marked and None not in marked:
+            self._fail(
+                f"a stable OffsetFetch of group {group_id} waits for a batch without any change "
+                f"of it (the batch marked {sorted(map(str, marked))} of partition {index})"
+            )
 
         def check() -> None:
             for t in response.topics:
@@ -133,6 +146,23 @@ class Isolation:
                         )
 
         return check
+
+    def refused(self, group_id: str, error: BaseException | None) -> None:
+        """A request of ``group_id`` failed: when with the failure of a write, its partition had
+        records in the failed batches (a command of a partition without any was answered at
+        once, and keeps its answer)."""
+        if not (
+            isinstance(error, CoordinatorNotAvailableError)
+            and error.message.startswith(WRITE_FAILED)
+        ):
+            return
+        index = self.coord.partition_of(group_id)
+        if index not in self.rolled:
+            self._fail(
+                f"a request of group {group_id} (partition {index}) was answered with the "
+                f"failure of a write with records of partitions {sorted(self.rolled)} only: "
+                f"{error.message}"
+            )
 
     def committed_read(self, group_id: str, what: str, fn: Callable[[Any], Any]) -> Any:
         """A read of ``group_id``'s committed state, as the server runs it (``Reads.read``),
@@ -156,6 +186,7 @@ class Isolation:
         before = [(shard.snapshot(), in_memory(shard)) for shard in coord.shards]
         failed = fail()
         rolled = {m for b in failed for m in b.start_marks if m < coord.partitions}
+        self.rolled = rolled
         watched = {w.index for b in failed for w in b.watches}
         if self.sim.p.multi:
             events = self.sim.summary.events

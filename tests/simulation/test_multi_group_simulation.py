@@ -38,13 +38,6 @@ def _run(**kw: Any) -> Simulation:
     return sim
 
 
-def _caught(name: str, **kw: Any) -> str:
-    summary = Simulation(SimParams(steps=200, **kw)).run()
-    assert summary.violation is not None, "the broken runtime went unnoticed"
-    assert summary.violation.name == name, summary.violation.report
-    return summary.violation.report
-
-
 def test_groups_are_hashed_onto_every_partition_by_kafkas_routing() -> None:
     names = group_names(5, 3)
     assert [partition_for(n, 3) for n in names] == [0, 1, 2, 0, 1]
@@ -119,68 +112,135 @@ def test_a_returning_static_leader_of_a_classic_group_on_a_re_created_topic() ->
     assert old_t0 in sim.clients[7].owned and old_t0 not in leader.owned
 
 
-def test_a_failed_write_that_rolls_back_only_its_first_partition_is_caught(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """A runtime that rolls back only the first partition of a failed write spanning several."""
-    failed = runtime_driver.Driver.write_failed
+# Broken runtimes, each a wrapper of the real function it breaks: (what it does wrong, the
+# class and function, the wrapper, the seed and groups (on 2 partitions) that catch it, what
+# I8's report says).
 
-    def first_only(self: Any, batch: Any, exc: BaseException) -> Any:
+
+def _first_partition_only(failed: Any) -> Any:
+    def write_failed(self: Any, batch: Any, exc: BaseException) -> Any:
         first = next(iter(batch.start_marks))
         batch.start_marks = {first: batch.start_marks[first]}
         return failed(self, batch, exc)
 
-    monkeypatch.setattr(runtime_driver.Driver, "write_failed", first_only)
-    report = _caught(inv.GROUPS_ISOLATED, seed=27, groups=3, coordinator_partitions=2)
-    assert "not as it should be (gone back to its durable state)" in report
+    return write_failed
 
 
-def test_a_failed_write_that_keeps_the_partitions_of_the_batches_behind_it_is_caught(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """A runtime that fails the batch gathered behind the failed one but rolls back only the
-    partitions of the failed one (the later batch's other partitions keep their records)."""
-    failed = runtime_driver.Driver.write_failed
-
-    def failed_only(self: Any, batch: Any, exc: BaseException) -> Any:
+def _not_the_batch_behind(failed: Any) -> Any:
+    def write_failed(self: Any, batch: Any, exc: BaseException) -> Any:
         if self.pending is not None:
             marks = self.pending.start_marks
             self.pending.start_marks = {k: v for k, v in marks.items() if k in batch.start_marks}
         return failed(self, batch, exc)
 
-    monkeypatch.setattr(runtime_driver.Driver, "write_failed", failed_only)
-    report = _caught(inv.GROUPS_ISOLATED, seed=0, groups=3, coordinator_partitions=2)
-    # the offsets of the batch behind it stayed: a commit answered before is overwritten
-    assert "after a failed write of partitions" in report
-    assert "but a commit of it was answered accepted at" in report
+    return write_failed
 
 
-def test_reads_that_see_writes_not_yet_durable_are_caught(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A runtime whose reads of a group's committed state read its latest state instead."""
-    read = runtime_reads.Reads.read
-
-    def latest(self: Any, index: int, fn: Any, groups: Any = None, *, latest: bool = False) -> Any:
-        answer, batch = read(self, index, fn, groups, latest=True)
-        return answer, batch if latest else None
-
-    monkeypatch.setattr(runtime_reads.Reads, "read", latest)
-    report = _caught(inv.GROUPS_ISOLATED, seed=0, groups=3, coordinator_partitions=2)
-    assert "answered from its committed state differs from its durable state" in report
-
-
-def test_answers_of_a_failed_write_are_caught(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A runtime that releases the answers of a batch whose write failed."""
-    failed = runtime_driver.Driver.write_failed
-
-    def answering(self: Any, batch: Any, exc: BaseException) -> Any:
+def _answering_failed(failed: Any) -> Any:
+    def write_failed(self: Any, batch: Any, exc: BaseException) -> Any:
         for fut, response, _index in batch.waiters:
             if not fut.done() and response is not None:
                 fut.set_result(response)
         return failed(self, batch, exc)
 
-    monkeypatch.setattr(runtime_driver.Driver, "write_failed", answering)
-    report = _caught(inv.GROUPS_ISOLATED, seed=0, groups=3, coordinator_partitions=2)
-    assert "which no durable record" in report
+    return write_failed
+
+
+def _latest_for_all(read: Any) -> Any:
+    def latest(self: Any, index: int, fn: Any, groups: Any = None, *, latest: bool = False) -> Any:
+        answer, batch = read(self, index, fn, groups, latest=True)
+        return answer, batch if latest else None
+
+    return latest
+
+
+def _partitions_last(read: Any) -> Any:
+    def shard_last(
+        self: Any, index: int, fn: Any, groups: Any = None, *, latest: bool = False
+    ) -> Any:
+        answer, batch = read(self, index, fn, groups, latest=latest)
+        return answer, self._driver._last_batch.get(index, batch) if latest else batch
+
+    return shard_last
+
+
+def _wait_for_any(execute: Any) -> Any:
+    def wait_any(self: Any, index: int, fn: Any, read: bool, group: Any = None) -> Any:
+        response, batch = execute(self, index, fn, read, group)
+        if batch is None and not read and index < self.shard_count:
+            batch = self.pending or self.inflight
+        return response, batch
+
+    return wait_any
+
+
+Driver = runtime_driver.Driver
+Reads = runtime_reads.Reads
+BROKEN = {
+    "a failed write rolls back only the first of its partitions": (
+        Driver,
+        "write_failed",
+        _first_partition_only,
+        27,
+        3,
+        "not as it should be (gone back to its durable state)",
+    ),
+    # the batch behind it keeps its offsets: a commit answered before is overwritten
+    "a failed write rolls back the failed batch's partitions, not the batch behind it's": (
+        Driver,
+        "write_failed",
+        _not_the_batch_behind,
+        0,
+        3,
+        "but a commit of it was answered accepted at",
+    ),
+    "a failed write's answers are released": (
+        Driver,
+        "write_failed",
+        _answering_failed,
+        0,
+        3,
+        "which no durable record",
+    ),
+    "reads of a group's committed state read its latest state": (
+        Reads,
+        "read",
+        _latest_for_all,
+        0,
+        3,
+        "answered from its committed state differs from its durable state",
+    ),
+    # a write of another group in flight holds the fetch up, and its failure fails it
+    "a stable OffsetFetch waits for its partition's last write, whatever group it changed": (
+        Reads,
+        "read",
+        _partitions_last,
+        2,
+        6,
+        "waits for a batch without any change of it (the batch marked ['g5-2']",
+    ),
+    # a partition without records in a failed write gets its failure
+    "a command without records waits for whatever write is outstanding": (
+        Driver,
+        "_execute",
+        _wait_for_any,
+        1,
+        6,
+        "(partition 1) was answered with the failure of a write with records of ",
+    ),
+}
+
+
+@pytest.mark.parametrize("broken", BROKEN)
+def test_a_broken_runtime_is_caught(monkeypatch: pytest.MonkeyPatch, broken: str) -> None:
+    cls, name, wrap, seed, groups, says = BROKEN[broken]
+    monkeypatch.setattr(cls, name, wrap(getattr(cls, name)))
+    summary = Simulation(
+        SimParams(seed=seed, steps=200, groups=groups, coordinator_partitions=2)
+    ).run()
+    assert summary.violation is not None, "the broken runtime went unnoticed"
+    assert summary.violation.name == inv.GROUPS_ISOLATED, summary.violation.report
+    assert says in summary.violation.report
 
 
 def test_the_cli_runs_groups_over_partitions(capsys: pytest.CaptureFixture[str]) -> None:
