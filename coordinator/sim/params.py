@@ -107,7 +107,9 @@ class SimParams:
             bound += self.initial_rebalance_delay_ms
         # What only the runtime sees: a write still in its slow fsync, a worker's outcome still
         # on its way back, a loop held up, when the faults stop.
-        bound += self.slow_fsync_max_ms * ("slow-fsync" in self.faults)
+        # (with several groups or partitions a failing append takes as long: coordinator.py)
+        slow = "slow-fsync" in self.faults or (self.multi and "store-fail" in self.faults)
+        bound += self.slow_fsync_max_ms * slow
         bound += self.busy_max_ms * ("busy-loop" in self.faults)
         if self.offload_min_members and "late-offload" in self.faults:
             bound += self.late_offload_ms
