@@ -185,7 +185,9 @@ class Isolation:
         coord = self.coord
         before = [(shard.snapshot(), in_memory(shard)) for shard in coord.shards]
         failed = fail()
-        rolled = {m for b in failed for m in b.start_marks if m < coord.partitions}
+        # the partitions with records in the failed batches, from the records themselves (not
+        # from the driver's own bookkeeping, which is what is judged)
+        rolled = {coord.partition_of(r.group_id) for b in failed for r in b.records if r.group_id}
         self.rolled = rolled
         watched = {w.index for b in failed for w in b.watches}
         if self.sim.p.multi:
