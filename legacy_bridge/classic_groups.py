@@ -72,11 +72,9 @@ from .common import (
     SyncAnswer,
     check_join_request,
     check_static_owner,
-    encode_member_assignment,
     error_fields,
     leave_error,
     leaving_member_id,
-    subscription_bytes,
 )
 from .migration import Migration
 from .protocol import CONSUMER_PROTOCOL_TYPE, ProtocolError, decode_subscription
@@ -95,6 +93,7 @@ class ClassicGroups(ByGroupId[ClassicGroup]):
     def __init__(self, parts: ShardParts) -> None:
         self._ctx = ctx = parts.context
         self._consumer = parts.groups
+        self._offsets = parts.offsets
         self._by_group = ctx.undo.new_dict()  # group id -> ClassicGroup
         self.members = ClassicMembers(ctx, consumer=parts.groups)
         self.migration = Migration(ctx, consumer=parts.groups, classic=self, members=self.members)
@@ -764,13 +763,11 @@ class ClassicGroups(ByGroupId[ClassicGroup]):
     # ================================================================== reads
 
     def describe(self, group_ids: Iterable[str]) -> list[m.DescribedGroup]:
-        """DescribeGroups: classic groups as Kafka describes them, consumer groups in the
-        classic vocabulary (their classic members with their own metadata)."""
+        """DescribeGroups as Kafka's describeGroups: classic groups, and simple groups (offsets
+        only: Kafka's are empty classic groups); any other group id is GROUP_ID_NOT_FOUND."""
         out = []
-        image = self._ctx.topics
         for gid in group_ids:
             classic = self._by_group.get(gid)
-            consumer = self._consumer.get(gid)
             if classic is not None:
                 stable = classic.state is S.STABLE
                 out.append(
@@ -795,36 +792,17 @@ class ClassicGroups(ByGroupId[ClassicGroup]):
                         ),
                     )
                 )
-            elif consumer is not None:
-                state = {
-                    "Empty": "Empty",
-                    "Assigning": "PreparingRebalance",
-                    "Reconciling": "CompletingRebalance",
-                    "Stable": "Stable",
-                }[consumer.state().value]
+            elif gid in self._consumer:
+                # Kafka's classicGroup lookup: a consumer group (also one with classic members,
+                # or empty) is not a classic group.
+                error = GroupIdNotFoundError(f"Group {gid} is not a classic group.")
                 out.append(
-                    m.DescribedGroup(
-                        group_id=gid,
-                        group_state=state,
-                        protocol_type=CONSUMER_PROTOCOL_TYPE,
-                        protocol_data=consumer.preferred_assignor(self._consumer.assignor_names),
-                        generation_id=consumer.group_epoch,
-                        members=tuple(
-                            m.DescribedMember(
-                                member_id=x.member_id,
-                                group_instance_id=x.instance_id,
-                                client_id=x.client_id,
-                                client_host=x.client_host,
-                                member_metadata=(
-                                    x.classic_member_metadata.supported_protocols[0][1]
-                                    if x.classic_member_metadata
-                                    else subscription_bytes(x)
-                                ),
-                                member_assignment=encode_member_assignment(image, x),
-                            )
-                            for x in (consumer.members[mid] for mid in sorted(consumer.members))
-                        ),
-                    )
+                    m.DescribedGroup(group_id=gid, group_state="Dead", **error_fields(error))
+                )
+            elif gid in self._offsets.simple_groups():
+                # Offsets only: Kafka's is an empty classic group without a protocol.
+                out.append(
+                    m.DescribedGroup(group_id=gid, group_state=S.EMPTY.value, generation_id=0)
                 )
             else:
                 error = GroupIdNotFoundError(f"Group {gid} not found.")

@@ -24,10 +24,8 @@ from . import messages as m
 from .protocol import (
     AssignmentMessage,
     ProtocolError,
-    Subscription,
     decode_subscription,
     encode_assignment,
-    encode_subscription,
 )
 
 JoinAnswer = m.JoinGroupResponse | Pending
@@ -173,11 +171,4 @@ def encode_member_assignment(image: TopicsImage, member: ConsumerGroupMember) ->
         AssignmentMessage(
             version=version, assigned_partitions=topic_names(image, member.assigned_partitions)
         )
-    )
-
-
-def subscription_bytes(member: ConsumerGroupMember) -> bytes:
-    """A consumer-protocol member's subscription in the embedded consumer protocol."""
-    return encode_subscription(
-        Subscription(version=3, topics=member.subscribed_topic_names, rack_id=member.rack_id)
     )

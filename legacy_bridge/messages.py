@@ -133,5 +133,5 @@ class DescribedGroup:
     protocol_data: str = ""
     members: tuple[DescribedMember, ...] = ()
     generation_id: int = -1
-    """The classic generation (a consumer group's: its group epoch); -1 when there is no group.
+    """The classic generation (0 for a simple group); -1 when there is no classic group.
     Not in Kafka's DescribeGroups: the gRPC answer carries it for the operator tools."""

@@ -361,7 +361,9 @@ def _groups_describe(args: argparse.Namespace, c: GroupClient) -> int:
         group = _group_json(g)
         if g.error_code == 69:  # not a consumer group: a classic or offsets-only group?
             listed = c.listed().get(g.group_id)
-            if listed is not None and listed.group_type == "classic":
+            # A classic group with a protocol is described by DescribeGroups; an offsets-only
+            # (simple) group has none and nothing more to describe than its listing.
+            if listed is not None and listed.group_type == "classic" and listed.protocol_type:
                 described = c.describe_classic(g.group_id)
                 group = (
                     _classic_group_json(described)

@@ -11,7 +11,7 @@ translate their wire messages to these dataclasses and back. Rules that depend o
 version live here, keyed on ``caller.api_version`` (gRPC sends None = Kafka's latest version):
 a ConsumerGroupHeartbeat v1+ must carry the member id the consumer generated; a KIP-848 member
 must commit with OffsetCommit v9+; JoinGroup v0-v3 has no MEMBER_ID_REQUIRED round trip;
-DescribeGroups v0-v5 answers an unknown group as Dead rather than GROUP_ID_NOT_FOUND.
+DescribeGroups v0-v5 answers an unknown or consumer group as Dead, not GROUP_ID_NOT_FOUND.
 
 While the runtime shuts down every RPC answers COORDINATOR_NOT_AVAILABLE (Kafka's clients then
 look the coordinator up again), or raises :class:`ShuttingDown` for a transport with its own
@@ -130,7 +130,7 @@ GROUP_KEY_TYPE = 0
 JOIN_MEMBER_ID_REQUIRED_VERSION = 4
 """JoinGroup v4+: a dynamic member's first join gets MEMBER_ID_REQUIRED (KIP-394)."""
 DESCRIBE_GROUP_NOT_FOUND_VERSION = 6
-"""DescribeGroups v6+ answers GROUP_ID_NOT_FOUND for an unknown group (KIP-1043); older: Dead."""
+"""DescribeGroups v6+: GROUP_ID_NOT_FOUND for an unknown or consumer group (KIP-1043); older: Dead."""
 MEMBER_ID_REQUIRED_HEARTBEAT_VERSION = 1
 """ConsumerGroupHeartbeat v1+: the consumer names itself (KIP-1082; checked after the ACLs)."""
 OFFSET_COMMIT_KIP848_VERSION = 9

@@ -87,6 +87,46 @@ def test_api_versions_v3_refuses_an_invalid_software_name(client: KafkaClient) -
 # ---------------------------------------------------------------- KIP-848 over Kafka, and gRPC
 
 
+def not_classic(c: KafkaClient, group: str) -> list[tuple]:
+    """``group``'s whole DescribeGroups v5 and v6 answers."""
+    answers = []
+    for version in (5, 6):
+        (d,) = c.call(
+            request(15, version, groups=[group], include_authorized_operations=False)
+        ).groups
+        answers.append(
+            (
+                d.error_code,
+                getattr(d, "error_message", None),
+                d.group_id,
+                d.group_state,
+                d.protocol_type,
+                d.protocol_data,
+                d.members,
+                d.authorized_operations,
+            )
+        )
+    return answers
+
+
+def kafka_not_classic(group: str) -> list[tuple]:
+    """Kafka 4.3's DescribeGroups v5 and v6 answers for a group that is not a classic group."""
+    omitted = -(2**31)
+    return [
+        (E.none, None, group, "Dead", "", "", (), omitted),
+        (
+            E.group_id_not_found,
+            f"Group {group} is not a classic group.",
+            group,
+            "Dead",
+            "",
+            "",
+            (),
+            omitted,
+        ),
+    ]
+
+
 def test_consumer_group_heartbeat_join_commit_fetch_describe_leave(server: KafkaServer) -> None:
     raw_id = server.create_topic("k-orders", 3)
     topic = uuid.UUID(bytes=raw_id)
@@ -260,11 +300,16 @@ def test_consumer_group_heartbeat_join_commit_fetch_describe_leave(server: Kafka
     )
     assert "k-g1" in [g.group_id for g in c.call(request(16, 0)).groups]
 
+    # DescribeGroups: a consumer group is not a classic group (Kafka 4.3): v6 says so, older
+    # versions answer it as an unknown group (Dead, no error); so does it once empty.
+    assert not_classic(c, "k-g1") == kafka_not_classic("k-g1")
+
     # Leave (epoch -1), then DeleteGroups.
     leave = c.call(
         request(68, 1, group_id="k-g1", member_id=member, member_epoch=-1, topic_partitions=None)
     )
     assert (leave.error_code, leave.member_epoch) == (E.none, -1)
+    assert not_classic(c, "k-g1") == kafka_not_classic("k-g1")
     deleted = c.call(request(42, 2, groups_names=["k-g1", "", "nope"]))
     assert [(r.group_id, r.error_code) for r in deleted.results] == [
         ("k-g1", E.none),

@@ -39,6 +39,8 @@ from kip848.v1 import (
     classic_group_pb2_grpc,
     consumer_group_pb2,
     consumer_group_pb2_grpc,
+    offsets_pb2,
+    offsets_pb2_grpc,
 )
 
 TOPIC, GROUP, CLUSTER, TXN_ID = 2, 3, 4, 5
@@ -626,16 +628,41 @@ def test_described_groups_carry_the_callers_operations(
     assert [(g.group_id, g.authorized_operations) for g in described.groups] == [
         ("g-ops", all_group_ops)
     ]
+    # Over gRPC (Kafka's latest DescribeGroups): the consumer group is not a classic group, so
+    # it has no operations (Kafka sets them on a group described without error); an
+    # offsets-only group is an empty classic group and gets them.
+    committed = offsets_pb2_grpc.OffsetServiceStub(server.channel).OffsetCommit(
+        offsets_pb2.OffsetCommitRequest(
+            group_id="s-ops",
+            generation_id_or_member_epoch=-1,
+            topics=[
+                offsets_pb2.OffsetCommitRequest.Topic(
+                    name="own-a",
+                    partitions=[
+                        offsets_pb2.OffsetCommitRequest.Partition(
+                            partition_index=0, committed_offset=1
+                        )
+                    ],
+                )
+            ],
+        ),
+        timeout=10,
+    )
+    assert [p.error_code for t in committed.topics for p in t.partitions] == [0]
     classic_groups = classic_group_pb2_grpc.ClassicGroupServiceStub(server.channel)
     for include, expected in ((True, all_group_ops), (False, OMITTED)):
         answer = classic_groups.DescribeGroups(
             classic_group_pb2.DescribeGroupsRequest(
-                group_ids=["d-ops"], include_authorized_operations=include
+                group_ids=["d-ops", "s-ops"], include_authorized_operations=include
             ),
             timeout=10,
         )
-        assert [(g.group_id, g.authorized_operations) for g in answer.groups] == [
-            ("d-ops", expected)
+        assert [
+            (g.group_id, g.error_code, g.error_message, g.group_state, g.authorized_operations)
+            for g in answer.groups
+        ] == [
+            ("d-ops", 69, "Group d-ops is not a classic group.", "Dead", OMITTED),
+            ("s-ops", 0, "", "Empty", expected),
         ]
 
 

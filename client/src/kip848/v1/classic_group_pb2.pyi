@@ -605,7 +605,7 @@ class DescribeGroupsResponse(_message.Message):
         group_id: _builtins.str
         group_state: _builtins.str
         """Classic states ("Empty", "PreparingRebalance", "CompletingRebalance", "Stable",
-        "Dead"), or the consumer group state for consumer groups.
+        "Dead"); "Dead" for an unknown group and for a consumer group (not a classic group).
         """
         protocol_type: _builtins.str
         """The protocol type, or ""."""
@@ -614,7 +614,8 @@ class DescribeGroupsResponse(_message.Message):
         authorized_operations: _builtins.int
         """32-bit bit field; INT32_MIN (-2147483648) when not requested."""
         generation_id: _builtins.int
-        """The group's generation (a consumer group: its group epoch); -1 for an unknown group.
+        """The classic generation (0 for an offsets-only group); -1 when the group is answered
+        with an error.
         Not in Kafka's DescribeGroups (the Kafka listener does not send it): for the operator
         tools (kip848 groups describe).
         """

@@ -194,7 +194,8 @@ class ClassicGroupServiceServicer:
         group.coordinator.identifier.max.bytes (per group)
         42 INVALID_REQUEST               more groups than group.coordinator.request.max.groups,
         or the answer would exceed --max-message-bytes
-        69 GROUP_ID_NOT_FOUND            unknown group (per group)
+        69 GROUP_ID_NOT_FOUND            unknown group, or a consumer group: "not a classic
+        group" (per group)
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -145,7 +145,8 @@ class ClassicGroupServiceStub:
                                        group.coordinator.identifier.max.bytes (per group)
       42 INVALID_REQUEST               more groups than group.coordinator.request.max.groups,
                                        or the answer would exceed --max-message-bytes
-      69 GROUP_ID_NOT_FOUND            unknown group (per group)
+      69 GROUP_ID_NOT_FOUND            unknown group, or a consumer group: "not a classic
+                                       group" (per group)
     """
 
 @_typing.type_check_only
@@ -256,7 +257,8 @@ class ClassicGroupServiceAsyncStub(ClassicGroupServiceStub):
                                        group.coordinator.identifier.max.bytes (per group)
       42 INVALID_REQUEST               more groups than group.coordinator.request.max.groups,
                                        or the answer would exceed --max-message-bytes
-      69 GROUP_ID_NOT_FOUND            unknown group (per group)
+      69 GROUP_ID_NOT_FOUND            unknown group, or a consumer group: "not a classic
+                                       group" (per group)
     """
 
 class ClassicGroupServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -400,7 +402,8 @@ class ClassicGroupServiceServicer(metaclass=_abc_1.ABCMeta):
                                            group.coordinator.identifier.max.bytes (per group)
           42 INVALID_REQUEST               more groups than group.coordinator.request.max.groups,
                                            or the answer would exceed --max-message-bytes
-          69 GROUP_ID_NOT_FOUND            unknown group (per group)
+          69 GROUP_ID_NOT_FOUND            unknown group, or a consumer group: "not a classic
+                                           group" (per group)
         """
 
 def add_ClassicGroupServiceServicer_to_server(servicer: ClassicGroupServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
