@@ -123,8 +123,20 @@ def test_nodes_fail_over_under_real_clients(pg_server, tmp_path: Path) -> None:
             finals[group] = offsets
     # The groups, whole, as their coordinators describe them (the clients have left).
     states = {group: described(server, group, channel_for) for group in finals}
-    for group, (_consumer, classic) in states.items():
-        assert classic.groups[0].generation_id > 0, (group, classic)  # it has a history
+    for group, (consumer, classic) in states.items():
+        (c,), (d,) = consumer.groups, classic.groups
+        if c.error_code == 0:  # a consumer group, which DescribeGroups says is not classic
+            assert c.group_epoch > 0, (group, consumer)  # it has a history
+            not_classic = (69, f"Group {group} is not a classic group.", "Dead", -1, [])
+            assert (
+                d.error_code,
+                d.error_message,
+                d.group_state,
+                d.generation_id,
+                list(d.members),
+            ) == not_classic, (group, classic)
+        else:  # a classic group
+            assert d.error_code == 0 and d.generation_id > 0, (group, classic)
 
     # Every group served again soon after each fault. After kill -9 every group commits again
     # within the lease and its load (milliseconds for a few groups) and the clients'
