@@ -216,6 +216,8 @@ def _set_up(coordinator: Coordinator, channel: grpc.Channel) -> World:
     )
     assert joined.error_code == 0
     offsets = offsets_pb2_grpc.OffsetServiceStub(channel)
+    # Partitions 0 and 1: the OffsetDelete rows delete one each (gRPC 0, Kafka 1), so each
+    # row's allowed call changes the state whatever ran before it (the row alone included).
     for group in ("simple", "doomed", "doomed2"):
         done = offsets.OffsetCommit(
             offsets_pb2.OffsetCommitRequest(
@@ -225,8 +227,9 @@ def _set_up(coordinator: Coordinator, channel: grpc.Channel) -> World:
                         name="orders",
                         partitions=[
                             offsets_pb2.OffsetCommitRequest.Partition(
-                                partition_index=0, committed_offset=7
+                                partition_index=p, committed_offset=7
                             )
+                            for p in (0, 1)
                         ],
                     )
                 ],
@@ -234,7 +237,7 @@ def _set_up(coordinator: Coordinator, channel: grpc.Channel) -> World:
             metadata=md,
             timeout=TIMEOUT,
         )
-        assert [p.error_code for t in done.topics for p in t.partitions] == [0]
+        assert [p.error_code for t in done.topics for p in t.partitions] == [0, 0]
     creations = [
         admin_pb2.AclBinding(
             resource_type=rtype,
@@ -247,15 +250,17 @@ def _set_up(coordinator: Coordinator, channel: grpc.Channel) -> World:
         )
         for rtype, name in ALL_ON
     ] + [
+        # For the DeleteAcls rows (gRPC eve's, Kafka dave's) to delete whatever ran before.
         admin_pb2.AclBinding(
             resource_type=3,
-            resource_name="eve-group",
+            resource_name=name,
             pattern_type=3,
-            principal="User:eve",
+            principal=f"User:{who}",
             host="*",
             operation=3,
             permission_type=3,
         )
+        for who, name in [("eve", "eve-group"), ("dave", "dave-old-group")]
     ]
     made = admin.CreateAcls(admin_pb2.CreateAclsRequest(creations=creations), metadata=md)
     assert [r.error_code for r in made.results] == [0] * len(creations)
