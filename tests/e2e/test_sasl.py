@@ -296,6 +296,9 @@ def test_raw_refusals_close_only_their_connection(server: ServerProcess) -> None
     witness = Raw(address)
     assert witness.handshake("PLAIN") == 0
     assert witness.authenticate(b"\0alice\0alice-secret")[:2] == (0, "")  # type: ignore[index]
+    idle = Raw(address)  # authenticated, then silent until its session has expired
+    assert idle.handshake("PLAIN") == 0
+    assert idle.authenticate(b"\0alice\0alice-secret")[:2] == (0, "")  # type: ignore[index]
 
     early = Raw(address)  # a request before authenticating: closed, no answer
     early.send(*LIST_GROUPS_V0)
@@ -331,7 +334,10 @@ def test_raw_refusals_close_only_their_connection(server: ServerProcess) -> None
     time.sleep(2.2)
     witness.send(*LIST_GROUPS_V0)
     assert witness.receive() is None
-    for conn in (witness, early, mechanism, no_handshake, wrong, huge):
+    # ApiVersions too, as in Kafka: only a SaslHandshake may begin a re-authentication.
+    idle.send(18, 0, b"")
+    assert idle.receive() is None
+    for conn in (witness, idle, early, mechanism, no_handshake, wrong, huge):
         conn.close()
     # Each refusal is counted (and written to the audit trail).
     failures = _failures(server)

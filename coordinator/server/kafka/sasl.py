@@ -540,8 +540,15 @@ def intercept(
     if key in (SASL_HANDSHAKE, SASL_AUTHENTICATE):
         _serve(conn, session, key, version, correlation_id, frame, pos)
         return True
+    if session.authenticated and session.expired(now_ms()):
+        # Any request but a re-authentication closes an expired session, ApiVersions
+        # included (Kafka's SocketServer: only a SaslHandshake may begin one).
+        conn.fail(
+            "its SASL session expired (connections.max.reauth.ms) and it did not re-authenticate"
+        )
+        return True
     if key == API_VERSIONS:
-        return False
+        return False  # (before authenticating: a client learns the SASL versions)
     if not session.authenticated:
         why = (
             f"{wire.api_name(key)} before SASL authentication (ILLEGAL_SASL_STATE: only "
@@ -552,11 +559,6 @@ def intercept(
         return True
     if session.state == NEED_AUTHENTICATE:
         conn.fail(f"{wire.api_name(key)} in the middle of a SASL re-authentication")
-        return True
-    if session.expires_at_ms is not None and session.expired(now_ms()):
-        conn.fail(
-            "its SASL session expired (connections.max.reauth.ms) and it did not re-authenticate"
-        )
         return True
     return False
 
