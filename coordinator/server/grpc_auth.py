@@ -58,9 +58,7 @@ def certificate_subject(properties: Mapping[str, Iterable[bytes]]) -> str | None
     return _subject_of_pem(bytes(pems[0])) if pems else None
 
 
-@functools.lru_cache(maxsize=SUBJECT_CACHE)
-def _subject_of_pem(pem: bytes) -> str:
-    return subject_of_pem(pem)
+_subject_of_pem = functools.lru_cache(maxsize=SUBJECT_CACHE)(subject_of_pem)
 
 
 class GrpcAuthenticator:
