@@ -2,17 +2,19 @@
 
 Pure function of (member, target epoch, target assignment, who owns each partition, what the
 member reports it owns). Kafka's ``CurrentAssignmentBuilder`` semantics (KIP-848 "Member Epoch -
-Reconciliation of the group"), with two later Kafka refinements:
+Reconciliation of the group"), with later Kafka refinements:
 
-* leaving UNREVOKED_PARTITIONS goes to ``min(epoch + 1, target epoch)``;
+* a member keeps its epoch while it revokes, also when a newer target makes it revoke more,
+  and moves to the target epoch once it has revoked everything it must (Kafka 4.2+,
+  KAFKA-19974: no partition is ever held by two members at one epoch, one after the other);
 * a partition held by the member itself (e.g. just acknowledged as revoked) is not treated as
   unreleased, so it can be handed straight back if the target gives it back;
 * with the member's subscribed topic ids given (``subscribed``), a target that lags behind a
   subscription change (batching: the next target is up to an assignment interval away) never
   hands out partitions of topics the member no longer subscribes to, and a member at the
   target epoch whose subscription just dropped topics revokes their partitions at once, at the
-  same epoch (Kafka 4.3, KAFKA-19431: "revoke unsubscribed partitions since the target may
-  lag").
+  same epoch, also one still revoking what an earlier target took away (Kafka 4.3,
+  KAFKA-19431: "revoke unsubscribed partitions since the target may lag").
 
 States: STABLE (at its epoch, nothing pending), UNREVOKED_PARTITIONS (must revoke first; stays at
 its old epoch), UNRELEASED_PARTITIONS (at the target epoch, waiting for partitions others still
@@ -70,9 +72,10 @@ def compute_next_member(
         return _next(member, member.member_epoch, target_epoch, target, owner_of, owned)
     if state is MemberState.UNREVOKED_PARTITIONS:
         if owns_any(owned, member.partitions_pending_revocation):
-            return member
-        epoch = min(member.member_epoch + 1, target_epoch)
-        return _next(member, epoch, target_epoch, target, owner_of, owned)
+            if subscribed is None or subscribed.issuperset(member.assigned_partitions):
+                return member
+            return _drop_unsubscribed(member, subscribed, owned)
+        return _next(member, member.member_epoch, target_epoch, target, owner_of, owned)
     if state is MemberState.UNRELEASED_PARTITIONS:
         return _next(member, member.member_epoch, target_epoch, target, owner_of, owned)
     # UNKNOWN
@@ -145,19 +148,23 @@ def _next(
 def _drop_unsubscribed(
     member: ConsumerGroupMember, subscribed: frozenset[TopicId], owned: Assignment | None
 ) -> ConsumerGroupMember:
-    """At the target epoch, but assigned partitions of topics no longer subscribed: they go,
-    revoked first if the member may still own them; the epoch stays."""
-    kept = {t: ps for t, ps in member.assigned_partitions.items() if t in subscribed}
-    dropped = {t: ps for t, ps in member.assigned_partitions.items() if t not in subscribed}
+    """Assigned partitions of topics no longer subscribed, at the target epoch or while still
+    revoking: they go at once, revoked first if the member may still own them (added to what
+    it is revoking already); the epoch stays (Kafka 4.3's updateCurrentAssignment)."""
+    assigned = member.assigned_partitions
+    kept = {t: ps for t, ps in assigned.items() if t in subscribed}
+    dropped = {t: ps for t, ps in assigned.items() if t not in subscribed}
+    pending = member.partitions_pending_revocation
+    revoke = assignment_union(pending, dropped) if pending else dropped
     epochs = member.assignment_epochs
-    if owns_any(owned, dropped):
+    if owns_any(owned, revoke):
         return _changed(
             member,
             MemberState.UNREVOKED_PARTITIONS,
             member.member_epoch,
             kept,
-            dropped,
-            epochs_restricted(epochs, member.assigned_partitions),
+            revoke,
+            epochs_restricted(epochs, assignment_union(assigned, pending)),
         )
     return _changed(
         member, MemberState.STABLE, member.member_epoch, kept, {}, epochs_restricted(epochs, kept)

@@ -100,6 +100,7 @@ def commit_offsets(sim: Any, i: int) -> None:
     # I2: a generation forgotten in a restart must be refused (invariants.check_forgotten_answer)
     forgotten = isinstance(c, ClassicClient) and inv.holds_forgotten_generation(c)
     refused: list[str] = []
+    released: set[tuple[str, int]] = set()
 
     def judged(shard: Any, result: Any) -> None:
         """I6 as the commit runs: whom the coordinator attributes each accepted partition to
@@ -111,6 +112,13 @@ def commit_offsets(sim: Any, i: int) -> None:
             if not part.error_code
         ]
         classic = shard.classic_groups.get(gid)
+        group = shard.groups.get(gid)
+        if classic is None:  # I6's exception: let go of at this very epoch (KAFKA-19974)
+            released.update(
+                key
+                for key, _offset in accepted
+                if inv.released_at_its_epoch(group, member_id, epoch, key)
+            )
         if accepted and forgotten:
             refused.extend(
                 inv.check_forgotten_answer(
@@ -119,14 +127,14 @@ def commit_offsets(sim: Any, i: int) -> None:
             )
         problems.extend(
             inv.check_accepted_commit(
-                shard.groups.get(gid),
+                group,
                 member_id,
                 epoch,
                 accepted,
                 dict(acknowledged),
                 classic=classic,
                 topic_ids=sim._topic_ids() if classic is not None else None,
-                stale=stale,
+                stale=stale | released,
             )
         )
 
@@ -150,6 +158,9 @@ def commit_offsets(sim: Any, i: int) -> None:
                     key = (t.topic_id, part.partition_index)
                     if key in stale:
                         sim.summary.events["commit-of-stale-claim"] += 1
+                        inv.stale_committed(acknowledged, key)
+                    elif key in released:
+                        sim.summary.events["commit-released-at-its-epoch"] += 1
                         inv.stale_committed(acknowledged, key)
                     else:
                         acknowledged[key] = offsets[key]

@@ -68,7 +68,13 @@ OFFSETS_FENCED = "I6-commits-only-from-owner-and-monotonic"
 member (assigned or pending revocation; in a classic group: its assignment or reported claims) —
 never one owned by another member or by nobody, whatever epoch it carried (KIP-1251 accepts an
 older epoch only for partitions the member owns since then) — and never moves a committed
-offset back. Checked by the driver on every accepted commit (:func:`check_accepted_commit`)."""
+offset back. Checked by the driver on every accepted commit (:func:`check_accepted_commit`).
+One exception, Kafka's own (4.2+, KAFKA-19974): a consumer-protocol member keeps its epoch while
+it revokes, also after letting some partitions go when a newer target makes it revoke more, and
+Kafka checks the partitions of a commit only when its epoch is older than the member's; so a
+commit at the member's current epoch of a partition it let go of at that epoch (a late or
+replayed commit from before it let go) is accepted, and is not judged
+(:func:`released_at_its_epoch`); the offset history of such a partition starts over from it."""
 PARKED_ANSWERED_ONCE = "I7-parked-request-answered-exactly-once"
 """A parked request — a join waiting for its group's first target
 (``ConsumerGroups.parks_joins``), a classic JoinGroup or SyncGroup at its barrier — is answered
@@ -523,6 +529,22 @@ def check_accepted_commit(
             )
         committed[key] = offset
     return out
+
+
+def released_at_its_epoch(
+    group: ConsumerGroup | None, member_id: str, epoch: int, key: tuple[str, int]
+) -> bool:
+    """Is ``key`` one the consumer-protocol member let go of at its current epoch ``epoch``,
+    which its commit at that epoch names (I6's exception, :data:`OFFSETS_FENCED`)? Kafka
+    accepts such a commit: the epoch is the member's, so no partition is checked."""
+    member = None if group is None else group.members.get(member_id)
+    return (
+        member is not None
+        and member.classic_member_metadata is None
+        and member.member_epoch == epoch
+        and group is not None
+        and group.owner_of(*key) != member_id
+    )
 
 
 def stale_committed(committed: dict[tuple[str, int], int], key: tuple[str, int]) -> None:

@@ -166,6 +166,18 @@ def test_stale_commits_are_refused_for_what_the_member_does_not_own() -> None:
     assert stale > 50 and refused > 0
 
 
+def test_commits_of_partitions_let_go_at_the_members_own_epoch_are_kafkas() -> None:
+    """KAFKA-19974: a member keeps its epoch while it revokes, so after letting a partition go
+    (now another member's) and while revoking more at that epoch, its late or replayed commit
+    of it at that very epoch is accepted, as Kafka accepts it (the epoch is the member's: no
+    partition is checked). Seed 1163 reaches it (m4.1 at epoch 2 still revoking t1-3 commits
+    t1-0, which m1.1 holds): I6 does not judge those commits and the run holds; a commit at an
+    older epoch is still judged (the test above with the broken core)."""
+    summary = simulate(SimParams(seed=1163, steps=400, members=6))
+    assert summary.violation is None
+    assert summary.events["commit-released-at-its-epoch"] > 0
+
+
 @pytest.mark.usefixtures("core_hands_out_before_revocation")
 def test_cli_exits_non_zero_with_the_reproduction_command(
     capsys: pytest.CaptureFixture[str],

@@ -193,8 +193,8 @@ def test_unrevoked_to_stable_after_ack() -> None:
 
 
 def test_unrevoked_ack_goes_to_the_target_epoch_when_nothing_more_to_revoke() -> None:
-    """Acknowledging at epoch 10 with the target at 12: epoch min(10+1, 12) = 11 is only the
-    starting point; with nothing left to revoke the member lands on the target epoch."""
+    """Acknowledging at epoch 10 with the target at 12: with nothing left to revoke the member
+    lands on the target epoch at once (Kafka 4.2+, KAFKA-19974)."""
     m = member(UNREVOKED, 10, 10, a((T1, [2, 3])), a((T1, [1])))
     target = a((T1, [2, 3, 4]))
     assert compute_next_member(m, 12, target, free, a((T1, [2, 3]))) == member(
@@ -203,20 +203,58 @@ def test_unrevoked_ack_goes_to_the_target_epoch_when_nothing_more_to_revoke() ->
 
 
 def test_unrevoked_to_unrevoked_when_the_target_moved_on() -> None:
-    """Acknowledged epoch 10's revocation, but epoch 12 revokes more: UNREVOKED at
-    min(10 + 1, 12) = 11 (Kafka: testUnrevokedPartitionsToUnrevokedPartitions)."""
-    m = member(UNREVOKED, 10, 10, a((T1, [2, 3]), (T2, [5, 6])), a((T1, [1]), (T2, [4])))
+    """Acknowledged epoch 10's revocation, but epoch 12 revokes more: UNREVOKED again, still at
+    epoch 10 (Kafka 4.2+, KAFKA-19974: no bump while revoking; before it, 11)."""
+    m = member(UNREVOKED, 10, 9, a((T1, [2, 3]), (T2, [5, 6])), a((T1, [1]), (T2, [4])))
     target = a((T1, [3]), (T2, [6]))
     owned = a((T1, [2, 3]), (T2, [5, 6]))
     # The partitions to revoke keep their epoch (KIP-1251): still committable until revoked.
     assert compute_next_member(m, 12, target, free, owned) == member(
-        UNREVOKED, 11, 10, a((T1, [3]), (T2, [6])), a((T1, [2]), (T2, [5])), epochs={10: owned}
+        UNREVOKED, 10, 10, a((T1, [3]), (T2, [6])), a((T1, [2]), (T2, [5])), epochs={10: owned}
     )
 
 
+def test_revocations_of_three_targets_stay_at_one_epoch_then_jump_to_the_last() -> None:
+    """KAFKA-19974 end to end: STABLE at 10 owning T1-1..3; target 11 takes T1-1 (UNREVOKED at
+    10); target 12 also takes T1-2 while the member still revokes T1-1 (unchanged: it has not
+    acknowledged); it acknowledges T1-1 (UNREVOKED at 10, now revoking T1-2); it acknowledges
+    T1-2: STABLE at 12 with T1-3, whose assignment epoch stays 10. At no step is the member at
+    an epoch where another member could hold what it still holds."""
+    m = member(STABLE, 10, 9, a((T1, [1, 2, 3])))
+    step1 = compute_next_member(m, 11, a((T1, [2, 3])), free, a((T1, [1, 2, 3])))
+    assert step1 == member(
+        UNREVOKED, 10, 10, a((T1, [2, 3])), a((T1, [1])), epochs={10: a((T1, [1, 2, 3]))}
+    )
+    step2 = compute_next_member(step1, 12, a((T1, [3])), free, a((T1, [1, 2, 3])))
+    assert step2 is step1
+    step3 = compute_next_member(step2, 12, a((T1, [3])), free, a((T1, [2, 3])))
+    assert step3 == member(
+        UNREVOKED, 10, 10, a((T1, [3])), a((T1, [2])), epochs={10: a((T1, [2, 3]))}
+    )
+    step4 = compute_next_member(step3, 12, a((T1, [3])), free, a((T1, [3])))
+    assert step4 == member(STABLE, 12, 10, a((T1, [3])), epochs={10: a((T1, [3]))})
+
+
+def test_unrevoked_member_whose_subscription_dropped_a_topic_revokes_it_at_once() -> None:
+    """Still revoking T1-1 for the target, it drops T2 from its subscription (the target lags):
+    T2's partitions join what it revokes at once, at its epoch (Kafka 4.3's
+    updateCurrentAssignment while UNREVOKED_PARTITIONS), not after a second round trip."""
+    m = member(UNREVOKED, 10, 9, a((T1, [2]), (T2, [5, 6])), a((T1, [1])))
+    owned = a((T1, [1, 2]), (T2, [5, 6]))
+    step = compute_next_member(m, 11, a((T1, [2]), (T2, [5, 6])), free, owned, frozenset({T1}))
+    assert step == member(
+        UNREVOKED, 10, 10, a((T1, [2])), a((T1, [1]), (T2, [5, 6])), epochs={10: owned}
+    )
+    # Its subscription unchanged, a heartbeat that has not acknowledged yet changes nothing.
+    assert compute_next_member(step, 11, a((T1, [2])), free, owned, frozenset({T1})) is step
+    # Once it lets everything go: STABLE at the target epoch with what it kept.
+    done = compute_next_member(step, 11, a((T1, [2])), free, a((T1, [2])), frozenset({T1}))
+    assert done == member(STABLE, 11, 10, a((T1, [2])), epochs={10: a((T1, [2]))})
+
+
 def test_unrevoked_epoch_never_exceeds_the_target_epoch() -> None:
-    """min(epoch + 1, target): a member that was revoking at the target epoch itself (e.g. after
-    a static rejoin) stays at the target epoch."""
+    """A member that was revoking at the target epoch itself (e.g. after a static rejoin) stays
+    at the target epoch."""
     m = member(UNREVOKED, 11, 10, a((T1, [2])), a((T1, [1])))
     target = a((T1, [3]))
     step = compute_next_member(m, 11, target, free, a((T1, [2])))
@@ -407,10 +445,8 @@ def test_transition_invariants(
         assert pend and pend.isdisjoint(tgt) and pend <= had
         assert got == had & tgt
         assert owns_any(owned, nxt.partitions_pending_revocation)
-        expected = (
-            m.member_epoch if m.state is not UNREVOKED else min(m.member_epoch + 1, target_epoch)
-        )
-        assert nxt.member_epoch == expected
+        # KAFKA-19974: revoking never moves the epoch, whatever state the member came from.
+        assert nxt.member_epoch == m.member_epoch
     else:
         assert nxt.partitions_pending_revocation == {}
         assert nxt.member_epoch == target_epoch
