@@ -54,17 +54,19 @@ def issuer(tmp_path_factory: pytest.TempPathFactory) -> TokenIssuer:
 def server(
     tmp_path_factory: pytest.TempPathFactory, pki: tuple[TestCa, Pem], issuer: TokenIssuer
 ) -> ServerProcess:
-    """Three Kafka listeners: SASL_SSL (SCRAM, OAUTHBEARER), SASL_PLAINTEXT (PLAIN, SCRAM;
-    sessions of 2 s), and a PLAINTEXT one for the tests' own set-up over gRPC."""
+    """Kafka listeners SASL_SSL (SCRAM, OAUTHBEARER), SASL_PLAINTEXT (PLAIN, SCRAM; sessions
+    of 2 s) and SASL_PLAINTEXT (PLAIN; sessions without an end), and gRPC (PLAINTEXT) for the
+    tests' own set-up."""
     ca, server_pem = pki
     proc = ServerProcess(
         tmp_path_factory.mktemp("sasl") / "d",
         "--set",
-        "listeners=SECURE://127.0.0.1:0,PLAIN://127.0.0.1:0",
+        "listeners=SECURE://127.0.0.1:0,PLAIN://127.0.0.1:0,BARE://127.0.0.1:0",
         "--set",
         f"listener.name.secure.ssl.keystore.location={server_pem.both}",
         "--set",
-        "listener.security.protocol.map=SECURE:SASL_SSL,PLAIN:SASL_PLAINTEXT,GRPC:PLAINTEXT",
+        "listener.security.protocol.map=SECURE:SASL_SSL,PLAIN:SASL_PLAINTEXT,"
+        "BARE:SASL_PLAINTEXT,GRPC:PLAINTEXT",
         "--set",
         "listener.name.secure.sasl.enabled.mechanisms=SCRAM-SHA-512,OAUTHBEARER",
         "--set",
@@ -72,11 +74,13 @@ def server(
         "--set",
         "listener.name.plain.connections.max.reauth.ms=2000",
         "--set",
+        "listener.name.bare.sasl.enabled.mechanisms=PLAIN",
+        "--set",
         f"sasl.oauthbearer.jwks.endpoint.url=file://{issuer.path}",
         "--metrics-listen",
         "127.0.0.1:0",
         clock="system",
-        lines=4,
+        lines=5,
     )
     add_user(proc.channel, "alice", "alice-secret")
     add_user(proc.channel, "bob", "bob-secret")
@@ -384,4 +388,39 @@ def test_apiversions_of_a_sasl_listener_offers_the_sasl_apis(server: ServerProce
         for i in range(count)
     }
     assert keys[17] == (1, 1) and keys[36] == (0, 2)
+    conn.close()
+
+
+def test_sasl_requests_of_an_authenticated_connection_are_answered_in_band(
+    server: ServerProcess,
+) -> None:
+    """As Kafka's KafkaApis: a SaslAuthenticate outside an exchange, and a SaslHandshake that
+    begins no re-authentication (the session has no end, or its last re-authentication began
+    less than a second ago: KafkaChannel.maybeBeginServerReauthentication), are answered
+    ILLEGAL_SASL_STATE and the connection stays; nothing is counted as a failed login."""
+    before = _failures(server).get(("kafka", "none"), 0)
+    after_auth = (34, "SaslAuthenticate request received after successful authentication")
+    # Sessions without an end: no re-authentication at all.
+    bare = Raw(kafka_address(server, 2))
+    assert bare.handshake("PLAIN") == 0
+    assert bare.authenticate(b"\0alice\0alice-secret")[:2] == (0, "")  # type: ignore[index]
+    assert bare.authenticate(b"\0alice\0alice-secret")[:2] == after_auth  # type: ignore[index]
+    assert bare.handshake("PLAIN") == 34
+    bare.send(*LIST_GROUPS_V0)
+    reply = bare.receive()
+    assert reply is not None and struct.unpack_from(">h", reply, 4)[0] == 0
+    # Sessions of 2 s: one re-authentication a second.
+    conn = Raw(kafka_address(server, 1))
+    assert conn.handshake("PLAIN") == 0
+    assert conn.authenticate(b"\0alice\0alice-secret")[:2] == (0, "")  # type: ignore[index]
+    assert conn.authenticate(b"\0alice\0alice-secret")[:2] == after_auth  # type: ignore[index]
+    assert conn.handshake("PLAIN") == 0  # a re-authentication begins
+    answer = conn.authenticate(b"\0alice\0alice-secret")
+    assert answer is not None and answer[0] == 0 and answer[3] == 2000
+    assert conn.handshake("PLAIN") == 34  # less than a second after the last one began
+    conn.send(*LIST_GROUPS_V0)
+    reply = conn.receive()
+    assert reply is not None and struct.unpack_from(">h", reply, 4)[0] == 0
+    assert _failures(server).get(("kafka", "none"), 0) == before
+    bare.close()
     conn.close()

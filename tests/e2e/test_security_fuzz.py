@@ -1,7 +1,8 @@
 """Fuzzed SASL exchanges and TLS garbage against a real ``kip848 serve`` (seeded; the seed is in
 the failure message): truncated and garbage TLS handshakes, plaintext on TLS ports, wrong and
 absurd mechanisms, malformed PLAIN/SCRAM/OAUTHBEARER messages, 1 MB tokens, and a storm of
-re-authentications. Every attempt ends refused (an answer with Kafka's error, or a closed
+re-authentications (one a second per connection, as Kafka allows; the rest answered
+ILLEGAL_SASL_STATE). Every attempt ends refused (an answer with Kafka's error, or a closed
 connection) within a bounded time, never crashes the server, never disturbs an authenticated
 witness connection that keeps being served throughout, and the server's memory stays bounded."""
 
@@ -150,12 +151,31 @@ def sasl_fuzz(rng: random.Random, address: tuple[str, int], issuer: TokenIssuer)
 
 
 def reauthenticate(address: tuple[str, int], times: int) -> None:
+    """Authenticate, then ``times`` SaslHandshakes back to back: as in Kafka, one begins a
+    re-authentication only a second after the last one began (else it is answered
+    ILLEGAL_SASL_STATE and the connection stays); judged by the client's clock, a handshake
+    sent a second after the last begun one's answer begins one, one answered within a second
+    of its sending does not."""
     conn = Raw(f"{address[0]}:{address[1]}")
     try:
+        assert conn.handshake("PLAIN") == 0
+        answer = conn.authenticate(b"\0alice\0alice-secret")
+        assert answer is not None and answer[0] == 0 and answer[3] == 60000, answer
+        last: tuple[float, float] | None = None  # the last begun one: (sent, answered)
         for _ in range(times):
-            assert conn.handshake("PLAIN") == 0
-            answer = conn.authenticate(b"\0alice\0alice-secret")
-            assert answer is not None and answer[0] == 0 and answer[3] == 60000, answer
+            sent = time.monotonic()
+            code = conn.handshake("PLAIN")
+            answered = time.monotonic()
+            if last is not None and answered - last[0] < 1.0:
+                assert code == 34, code
+            elif last is None or sent - last[1] >= 1.0:
+                assert code == 0, code
+            if code == 0:
+                last = (sent, answered)
+                answer = conn.authenticate(b"\0alice\0alice-secret")
+                assert answer is not None and answer[0] == 0 and answer[3] == 60000, answer
+            else:
+                assert code == 34, code
     finally:
         conn.close()
 
@@ -216,7 +236,7 @@ def test_fuzzed_handshakes_and_exchanges_are_refused_and_harmless(target) -> Non
                     future.result(timeout=60)
                 except Exception as exc:
                     raise AssertionError(f"{job}: {exc!r}") from exc
-            # A storm of re-authentications: 16 connections x 25 exchanges.
+            # A storm of re-authentications: 16 connections x 25 handshakes.
             for future in [pool.submit(reauthenticate, plain, 25) for _ in range(16)]:
                 future.result(timeout=60)
         except BaseException as exc:

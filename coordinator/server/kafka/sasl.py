@@ -18,7 +18,10 @@ closes the connection (Kafka: ILLEGAL_SASL_STATE), and a frame larger than
   lifetime and ``connections.max.reauth.ms``, the smaller (0: none). Once it has passed, any
   request but SaslHandshake closes the connection; a client re-authenticates with a new
   SaslHandshake + SaslAuthenticate on the same connection, with the same mechanism and as the
-  same principal (else refused, closed).
+  same principal (else refused, closed). A SaslHandshake that begins no re-authentication (the
+  session has no lifetime, or its last re-authentication began under a second ago) and a
+  SaslAuthenticate outside an exchange are answered ILLEGAL_SASL_STATE on an authenticated
+  connection, which stays open (Kafka's ``KafkaApis``).
 
 Mechanisms (servers are sans-IO: bytes in, bytes out):
 
@@ -76,6 +79,9 @@ MAX_RECEIVE_BYTES = 512 * 1024
 FAILED_AUTHENTICATION_DELAY_MS = 100
 """Kafka's ``connection.failed.authentication.delay.ms``."""
 FAILED = "Authentication failed: Invalid username or password"
+MIN_REAUTH_INTERVAL_MS = 1000
+"""Kafka's KafkaChannel: a connection re-authenticates at most once a second."""
+AFTER_AUTHENTICATION = "SaslAuthenticate request received after successful authentication"
 
 CredentialLookup = Callable[[str, scram.ScramMechanism], "scram.ScramCredential | None"]
 
@@ -367,6 +373,7 @@ class SaslSession:
         self.principal: KafkaPrincipal | None = None  # once authenticated (kept on re-auth)
         self.expires_at_ms: int | None = None  # the session's end (KIP-368); None: no end
         self.reauthenticating = False
+        self.reauth_started_ms: int | None = None  # the last re-authentication's start
         self.steps = 0  # pass-through: SaslAuthenticate answers received
         self.pending_name: str | None = None  # pass-through: who the exchange is for
         self.closing = False  # refused: the connection closes once the answer is out
@@ -378,6 +385,16 @@ class SaslSession:
 
     def expired(self, now_ms: int) -> bool:
         return self.expires_at_ms is not None and now_ms >= self.expires_at_ms
+
+    def may_reauthenticate(self, now_ms: int) -> bool:
+        """Whether a SaslHandshake now begins a re-authentication (KIP-368), as Kafka's
+        ``KafkaChannel.maybeBeginServerReauthentication``: only a session with a lifetime, and
+        not within a second of the last re-authentication's start. Otherwise the handshake is an
+        ordinary request of an authenticated connection (see :func:`_serve`)."""
+        if self.state != AUTHENTICATED or self.expires_at_ms is None:
+            return False
+        last = self.reauth_started_ms
+        return last is None or now_ms - last >= MIN_REAUTH_INTERVAL_MS
 
     def handshake(self, mechanism: str) -> tuple[ErrorCode, str]:
         """A SaslHandshake: NONE, or the error and its message (the connection then closes)."""
@@ -581,6 +598,21 @@ def _serve(
     except wire.WireError as exc:
         conn.fail(str(exc))
         return
+    if session.state == AUTHENTICATED:
+        now = now_ms()
+        if key == SASL_HANDSHAKE and session.may_reauthenticate(now):
+            session.reauth_started_ms = now  # a re-authentication begins
+        elif session.expired(now):
+            conn.fail(
+                "its SASL session expired (connections.max.reauth.ms) and it did not "
+                "re-authenticate"
+            )
+            return
+        else:
+            # Kafka's KafkaApis answers these of an authenticated connection in-band and keeps
+            # it: nothing is refused, no credential was tried.
+            conn.complete(conn.expect(), _after_authentication(key, version, correlation_id))
+            return
     slot = conn.expect()
     authenticator = session.authenticator
     upstream = conn.listener.upstream
@@ -628,6 +660,24 @@ def _serve(
         session_lifetime=lifetime or 0,
     )
     conn.complete(slot, wire.frame(key, version, correlation_id, answer))
+
+
+def _after_authentication(key: int, version: int, correlation_id: int) -> bytes:
+    """ILLEGAL_SASL_STATE for a SaslHandshake that begins no re-authentication, or a
+    SaslAuthenticate outside an exchange, on an authenticated connection (Kafka's
+    ``KafkaApis.handleSaslHandshakeRequest`` / ``handleSaslAuthenticateRequest``)."""
+    cls = wire.response_class(key, version)
+    if key == SASL_HANDSHAKE:
+        answer = wire.build(cls, error_code=ErrorCode.ILLEGAL_SASL_STATE, mechanisms=[])
+    else:
+        answer = wire.build(
+            cls,
+            error_code=ErrorCode.ILLEGAL_SASL_STATE,
+            error_message=AFTER_AUTHENTICATION,
+            auth_bytes=b"",
+            session_lifetime=0,
+        )
+    return wire.frame(key, version, correlation_id, answer)
 
 
 def _no_handshake() -> SaslFailure:
