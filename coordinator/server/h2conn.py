@@ -36,13 +36,14 @@ from .fairness import NOT_READ
 from .grpc_options import GrpcOptions
 from .grpc_server import AbortCall
 from .h2flow import Windows
-from .h2lifetime import NO_ERROR, Lifetime
+from .h2lifetime import INTERNAL_ERROR, NO_ERROR, Lifetime
 from .h2wire import (
     CANCELLED_AT_STOP,
     TRAILERS_ONLY,
     Refused,
     decompress,
     format_peer,
+    malformed,
     over_soft_limit,
     parse_timeout,
     read_headers,
@@ -462,6 +463,12 @@ class H2Connection(asyncio.Protocol):
         server = self.server
         self.last_stream_id = max(self.last_stream_id, stream_id)
         request = read_headers(headers, server.absolute_max_metadata_size)
+        if malformed(request):  # as grpc-core: reset, no status
+            try:
+                self.h2.reset_stream(stream_id, INTERNAL_ERROR)
+            except NGH2Error:
+                pass
+            return
         refused = request.too_large
         if not refused and request.size > server.max_metadata_size:
             refused = over_soft_limit(

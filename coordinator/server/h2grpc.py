@@ -23,7 +23,8 @@ against grpc.aio frame by frame in tests/e2e/test_grpc_conformance.py, the diffe
 docs/operations.md):
 
 * status and message in trailers (``grpc-status``, percent-encoded ``grpc-message``), or a
-  Trailers-Only answer when no message was sent; an unknown method is UNIMPLEMENTED;
+  Trailers-Only answer when no message was sent; an unknown method is UNIMPLEMENTED; a request
+  that is not a POST or lacks ``te: trailers`` is reset (INTERNAL_ERROR) unanswered;
 * ``grpc-timeout`` is a deadline: when it passes the call is answered DEADLINE_EXCEEDED at once
   and its handler cancelled (whether or not it had started), so its slot is free again;
 * a request message larger than ``max_message_bytes`` is refused with RESOURCE_EXHAUSTED as

@@ -76,6 +76,8 @@ class RequestHeaders:
     """What a request's header list says."""
 
     path: str = ""
+    method: bytes = b""
+    te: bytes | None = None
     content_type: bytes = b""
     timeout: bytes | None = None
     encoding: bytes | None = None
@@ -98,6 +100,8 @@ def read_headers(headers: Sequence[tuple[bytes, bytes]], hard_limit: int) -> Req
         if name[:1] == b":":
             if name == b":path":
                 out.path = value.decode("utf-8", "replace")
+            elif name == b":method":
+                out.method = value
             continue
         key = name.decode("latin-1")
         if key == "content-type":
@@ -106,6 +110,8 @@ def read_headers(headers: Sequence[tuple[bytes, bytes]], hard_limit: int) -> Req
             out.timeout = value
         elif key == "grpc-encoding":
             out.encoding = value
+        elif key == "te":
+            out.te = value
         elif key.endswith("-bin"):
             try:
                 metadata.append((key, b64decode(value)))
@@ -115,6 +121,13 @@ def read_headers(headers: Sequence[tuple[bytes, bytes]], hard_limit: int) -> Req
             metadata.append((key, value.decode("latin-1")))
     out.size = size
     return out
+
+
+def malformed(request: RequestHeaders) -> bool:
+    """Not a gRPC request as grpc-core's server takes one: a method other than POST, or no
+    ``te: trailers`` (libnghttp2 already resets a ``te`` of anything else). grpc-core answers it
+    with RST_STREAM INTERNAL_ERROR and no status."""
+    return request.method != b"POST" or request.te != b"trailers"
 
 
 def _over_hard_limit(

@@ -1,0 +1,124 @@
+"""Our gRPC server (``coordinator/server/h2grpc.py``) and grpc.aio (grpc-core 1.85's server) side by
+side, both on 127.0.0.1:0 serving the same raw-bytes methods, sent the same requests by a bare
+HTTP/2 client (``tests/rawh2.py``): what gRPC clients do not send (the request's method and
+``te``), and what grpc-core's clients show of the answers (statuses and their words). Each test
+asserts the answer and that grpc.aio answers the same."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+import pytest
+from rawh2 import Answer, RawConnection, grpc_frame
+
+from coordinator.server.h2grpc import H2GrpcServer
+
+SERVICE = "test.Echo"
+MAX_BYTES = 64 * 1024
+INTERNAL_ERROR = 0x2
+
+
+async def echo(request: bytes, context: Any) -> bytes:
+    return request
+
+
+async def big(request: bytes, context: Any) -> bytes:
+    return b"x" * (MAX_BYTES + 1)
+
+
+def methods() -> grpc.GenericRpcHandler:
+    unary = grpc.unary_unary_rpc_method_handler
+    return grpc.method_handlers_generic_handler(SERVICE, {"Echo": unary(echo), "Big": unary(big)})
+
+
+@pytest.fixture
+async def ports() -> AsyncIterator[dict[str, int]]:
+    """``{"h2": port, "grpc-core": port}``: the two servers, the same methods."""
+    ours = H2GrpcServer(MAX_BYTES)
+    core = grpc.aio.server(
+        options=[
+            ("grpc.max_send_message_length", MAX_BYTES),
+            ("grpc.max_receive_message_length", MAX_BYTES),
+        ]
+    )
+    found = {}
+    for name, server in (("h2", ours), ("grpc-core", core)):
+        server.add_generic_rpc_handlers([methods()])
+        found[name] = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+    try:
+        yield found
+    finally:
+        await ours.stop(None)
+        await core.stop(None)
+
+
+def headers(method: str = "Echo", **changed: bytes | None) -> list[tuple[bytes, bytes]]:
+    """A gRPC request's headers, with ``changed`` ones (``None``: left out; ``_`` for ``-``)."""
+    fields = {
+        ":method": b"POST",
+        ":scheme": b"http",
+        ":path": f"/{SERVICE}/{method}".encode(),
+        ":authority": b"x",
+        "content-type": b"application/grpc",
+        "te": b"trailers",
+    }
+    fields.update({name.replace("_", "-"): value for name, value in changed.items()})
+    return [(name.encode(), value) for name, value in fields.items() if value is not None]
+
+
+async def exchange(port: int, fields: list[tuple[bytes, bytes]], body: bytes) -> Answer:
+    """One request (its stream ended with ``body``) and what the server sent on its stream."""
+    conn = await RawConnection.open(port)
+    try:
+        stream_id = conn.h2.send_request(fields)
+        conn.h2.send_data(stream_id, body, end_stream=True)
+        conn.answers[stream_id] = Answer()
+        conn.flush()
+        assert await conn.until(lambda: conn.answered(stream_id), 5), "no answer"
+        return conn.answers[stream_id]
+    finally:
+        conn.close()
+
+
+async def both(
+    ports: dict[str, int], fields: list[tuple[bytes, bytes]], body: bytes
+) -> dict[str, tuple[list[tuple[bytes, bytes]], int | None]]:
+    """What each server sent: its response headers (and trailers) and its RST_STREAM code."""
+    answers = {name: await exchange(port, fields, body) for name, port in ports.items()}
+    return {name: ([*a.headers, *a.trailers], a.reset) for name, a in answers.items()}
+
+
+@pytest.mark.parametrize(
+    "changed",
+    [{"te": None}, {":method": b"GET"}, {":method": b"PUT"}],
+    ids=["no-te", "GET", "PUT"],
+)
+async def test_a_request_without_te_trailers_or_not_a_post_is_reset(
+    ports: dict[str, int], changed: dict[str, bytes | None]
+) -> None:
+    """grpc-core takes only a POST with ``te: trailers`` (the spec's request headers): anything
+    else is reset (INTERNAL_ERROR) unanswered, its handler never run."""
+    answers = await both(ports, headers(**changed), grpc_frame(b"hi"))
+    assert answers["h2"] == ([], INTERNAL_ERROR)
+    assert answers["grpc-core"] == answers["h2"]
+    # and the same request as it should be is served
+    for sent, reset in (await both(ports, headers(), grpc_frame(b"hi"))).values():
+        assert (dict(sent)[b"grpc-status"], reset) == (b"0", None)
+
+
+async def test_the_connection_goes_on_after_a_reset_request(ports: dict[str, int]) -> None:
+    conn = await RawConnection.open(ports["h2"])
+    try:
+        bad = conn.h2.send_request(headers(te=None))
+        conn.h2.send_data(bad, grpc_frame(b"bad"), end_stream=True)
+        conn.answers[bad] = Answer()
+        good = conn.request(f"/{SERVICE}/Echo", grpc_frame(b"good"))
+        assert await conn.until(lambda: conn.answered(bad, good), 5)
+        assert (conn.answers[bad].reset, conn.answers[bad].headers) == (INTERNAL_ERROR, [])
+        assert conn.answers[good].data == grpc_frame(b"good")
+        assert conn.answers[good].status == b"0"
+    finally:
+        conn.close()
