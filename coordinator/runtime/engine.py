@@ -360,6 +360,7 @@ class Engine:
             wake.clear()
             while (batch := driver.take_batch()) is not None:
                 started = time.monotonic()
+                fence = driver.lead.fence()
                 try:
                     offsets = await loop.run_in_executor(
                         self._executor,
@@ -367,14 +368,14 @@ class Engine:
                         self.store,
                         batch.records,
                         self.clock.now_ms(),
-                        driver.lead.fence(),
+                        fence,
                     )
                 except asyncio.CancelledError:
                     raise
                 except StoreFencedError as exc:
                     driver.write_failed(batch, exc)
                     assert self.partitions is not None  # only appends with a fence are fenced
-                    self.partitions.fenced(exc)
+                    self.partitions.fenced(exc, fence)
                 except BaseException as exc:  # noqa: BLE001 - every write failure fails the batch
                     driver.write_failed(batch, exc)
                     self.watch.write_failed(exc)

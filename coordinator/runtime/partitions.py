@@ -52,7 +52,7 @@ from coordinator.routing import partition_for
 from .collector import free_dropped
 from .leadership import Leadership, PartitionState
 from .loader import LoadStats, ShardLoadStats, load_cluster, load_partition
-from .store import CLUSTER_LOG, StoreFencedError
+from .store import CLUSTER_LOG, Fence, StoreFencedError
 
 if TYPE_CHECKING:
     from .driver import Batch, Driver
@@ -185,15 +185,20 @@ class Partitions:
         await migrate_group_configs(driver, partition)
 
     async def unload_partition(self, partition: int) -> None:
-        """Hand ``partition`` over: refuse new commands, let its writes finish, forget it."""
+        """Hand ``partition`` over: refuse new commands, let its writes finish, forget it.
+        Dropped meanwhile (its lease ran out while a write was held up), the hand-over ends
+        with the drop, and leaves alone the partition taken again at a newer epoch since."""
+        epoch = self.lead.epochs.get(partition)
         if self.lead.states[partition] is not PartitionState.NOT_LED:
             self.lead.set(partition, PartitionState.UNLOADING)
         batch: Batch | None = self.driver._last_batch.get(partition)
         if batch is not None:
             try:
-                await self.driver.wait(batch)
+                await self.driver.wait(batch, index=partition)
             except CoordinatorError:
                 pass
+        if self.lead.epochs.get(partition) != epoch:
+            return  # dropped meanwhile (and perhaps taken again): not this hand-over's
         self.lose_partition(partition)
 
     def lose_partition(self, partition: int) -> None:
@@ -234,12 +239,16 @@ class Partitions:
                 if batch.end_marks is not None:
                     batch.end_marks[index] = mark
 
-    def fenced(self, exc: StoreFencedError) -> None:
+    def fenced(self, exc: StoreFencedError, fence: Fence | None = None) -> None:
         """An append refused: partitions taken over by another node are dropped at once;
-        the cluster log moved on: catch up (the batch failed retriably either way)."""
+        the cluster log moved on: catch up (the batch failed retriably either way).
+        ``fence``: the epochs the append was sent with; a partition this node took again at
+        another epoch since is not the one that was taken over: kept."""
         for p in sorted(exc.partitions):
             if p == CLUSTER_LOG:
                 self.follow_cluster_log(2**62)
+            elif fence is not None and fence.epochs.get(p) != self.lead.epochs.get(p):
+                continue
             elif self.lead.states[p] is not PartitionState.NOT_LED:
                 log.error("Partition %d was taken over by another node: dropped.", p)
                 self.lose_partition(p)

@@ -203,6 +203,40 @@ async def test_unloading_waits_for_the_partitions_writes_and_ends_its_watchers()
     await rt.close()
 
 
+async def test_a_hand_over_cut_short_by_a_drop_leaves_the_partition_taken_again_alone() -> None:
+    """A hand-over waits for a write held up in the store (a COMMIT waiting for PostgreSQL to
+    learn its outcome, or for a synchronous standby) when the node's deadline passes: the
+    partition is dropped, the hand-over ends with the drop (not when the write resolves), and
+    the partition taken again by this node at a newer epoch and loaded meanwhile is not dropped
+    when the old write finally resolves: it serves (before, the late end of the hand-over
+    dropped it while the node held its lease: NOT_COORDINATOR from its leader for good)."""
+    shared = MemoryRecordStore(partitions=P)
+    rt, parts = await leading(shared, 1, GP, 1)
+    await rt.create_topics([NewTopic(name="t", num_partitions=1)])
+    joined = await rt.heartbeat(join(G, member_id="m1"))
+    shared.hold_appends()
+    writing = asyncio.ensure_future(
+        rt.offset_commit(commit(G, {("t", 0): 7}, joined.member_epoch, "m1"))
+    )
+    await asyncio.sleep(0.05)
+    unloading = asyncio.ensure_future(parts.unload_partition(GP))
+    await asyncio.sleep(0.05)
+    assert not unloading.done()  # the write in flight first
+    parts.lose_partition(GP)  # the node's deadline passed
+    await asyncio.wait_for(unloading, 1)  # the drop ended the hand-over
+    with pytest.raises(NotCoordinatorError):
+        await asyncio.wait_for(writing, 1)
+    shared.set_leader(GP, 1, 2)  # taken again by this node
+    await parts.load_partition(GP, 2)
+    shared.release_appends()
+    await asyncio.sleep(0.05)
+    assert parts.lead.states[GP] is PartitionState.SERVING
+    assert parts.lead.epochs[GP] == 2
+    again = await rt.heartbeat(beat(G, "m1", joined.member_epoch))
+    assert again.member_epoch == joined.member_epoch
+    await rt.close()
+
+
 async def test_a_dropped_partitions_requests_waiting_for_a_write_are_answered_at_once() -> None:
     """An append held up in the store (a COMMIT whose connection was lost waits for PostgreSQL
     to come back to learn its outcome) when the node drops a partition (its lease ran out):
