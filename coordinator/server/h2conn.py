@@ -497,7 +497,7 @@ class H2Connection(asyncio.Protocol):
                 stream_id,
                 end,
                 grpc.StatusCode.INTERNAL,
-                f"Invalid base64 in {request.bad_metadata}",
+                f"Error parsing '{request.bad_metadata}' metadata: illegal base64 encoding",
             )
             return
         handler = server.handler(request.path, request.metadata)
@@ -516,7 +516,7 @@ class H2Connection(asyncio.Protocol):
         if request.timeout is not None:
             seconds = parse_timeout(request.timeout)
             if seconds is None:
-                self.finish(call, grpc.StatusCode.INTERNAL, "Invalid grpc-timeout header")
+                self.finish(call, grpc.StatusCode.INTERNAL, "Error parsing 'grpc-timeout' metadata")
                 return
             loop = asyncio.get_running_loop()
             call.deadline = loop.time() + seconds
@@ -563,7 +563,7 @@ class H2Connection(asyncio.Protocol):
                 self.finish(
                     call,
                     grpc.StatusCode.RESOURCE_EXHAUSTED,
-                    f"Received message larger than max ({size} vs. {limit})",
+                    f"SERVER: Received message larger than max ({size} vs. {limit})",
                 )
                 return False
             compressed = body[pos]
@@ -743,7 +743,7 @@ class H2Connection(asyncio.Protocol):
             self.finish(
                 call,
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
-                f"Sent message larger than max ({len(payload)} vs. {limit})",
+                f"SERVER: Sent message larger than max ({len(payload)} vs. {limit})",
             )
             return
         h2 = self.h2

@@ -122,3 +122,47 @@ async def test_the_connection_goes_on_after_a_reset_request(ports: dict[str, int
         assert conn.answers[good].status == b"0"
     finally:
         conn.close()
+
+
+async def client_status(port: int, method: str, body: bytes) -> tuple[grpc.StatusCode, str]:
+    """What a grpc-core client (grpc.aio, no size limits of its own) reports of one call."""
+    async with grpc.aio.insecure_channel(
+        f"127.0.0.1:{port}",
+        options=[("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)],
+    ) as channel:
+        try:
+            await channel.unary_unary(f"/{SERVICE}/{method}")(body, timeout=10)
+        except grpc.aio.AioRpcError as exc:
+            return exc.code(), exc.details() or ""
+    return grpc.StatusCode.OK, ""
+
+
+async def test_message_size_refusals_in_grpc_core_words(ports: dict[str, int]) -> None:
+    """What a grpc-core client shows of a message over the server's limit, either way."""
+    for port in ports.values():
+        assert await client_status(port, "Echo", b"y" * (MAX_BYTES + 1)) == (
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+            f"SERVER: Received message larger than max ({MAX_BYTES + 1} vs. {MAX_BYTES})",
+        )
+        assert await client_status(port, "Big", b"") == (
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+            f"SERVER: Sent message larger than max ({MAX_BYTES + 1} vs. {MAX_BYTES})",
+        )
+
+
+@pytest.mark.parametrize(
+    ("changed", "details"),
+    [
+        ({"grpc_timeout": b"soon"}, b"Error parsing 'grpc-timeout' metadata"),
+        ({"grpc_timeout": b"5"}, b"Error parsing 'grpc-timeout' metadata"),
+        ({"x_bin": b"!!!"}, b"Error parsing 'x-bin' metadata: illegal base64 encoding"),
+        ({"x_bin": b"AA==AA"}, b"Error parsing 'x-bin' metadata: illegal base64 encoding"),
+    ],
+    ids=["timeout-word", "timeout-no-unit", "bin-not-base64", "bin-padding-inside"],
+)
+async def test_unparsable_metadata_in_grpc_core_words(
+    ports: dict[str, int], changed: dict[str, bytes], details: bytes
+) -> None:
+    for name, (sent, _reset) in (await both(ports, headers(**changed), grpc_frame(b"x"))).items():
+        fields = dict(sent)
+        assert (fields[b"grpc-status"], fields[b"grpc-message"]) == (b"13", details), name
