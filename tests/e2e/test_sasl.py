@@ -424,3 +424,47 @@ def test_sasl_requests_of_an_authenticated_connection_are_answered_in_band(
     assert _failures(server).get(("kafka", "none"), 0) == before
     bare.close()
     conn.close()
+
+
+def api_versions(conn: Raw, version: int = 0) -> tuple[int, int] | None:
+    """ApiVersions v0 (or a version with an empty body): (error code, API keys), or None
+    once the server closed."""
+    conn.send(18, version, b"")
+    reply = conn.receive()
+    if reply is None:
+        return None
+    return struct.unpack_from(">h", reply, 4)[0], struct.unpack_from(">i", reply, 6)[0]
+
+
+def test_api_versions_on_a_sasl_connection_as_kafkas_authenticator_reads_it(
+    server: ServerProcess,
+) -> None:
+    """Kafka's SaslServerAuthenticator: one ApiVersions before the handshake (one of an
+    unsupported version may be retried); between the handshake and the exchange's end,
+    re-authentication included, ApiVersions is answered ILLEGAL_SASL_STATE with no API keys
+    and the connection closed; once authenticated, as often as a client likes."""
+    address = kafka_address(server, 1)  # sessions of 2 s
+    twice = Raw(address)
+    answer = api_versions(twice)
+    assert answer is not None and answer[0] == 0 and answer[1] > 10
+    assert api_versions(twice) is None  # closed, unanswered
+    retried = Raw(address)
+    answer = api_versions(retried, 99)
+    assert answer is not None and answer[0] == 35  # UNSUPPORTED_VERSION, v0 body
+    answer = api_versions(retried)
+    assert answer is not None and answer[0] == 0
+    assert retried.handshake("PLAIN") == 0
+    assert retried.authenticate(b"\0alice\0alice-secret")[:2] == (0, "")  # type: ignore[index]
+    for _ in range(3):
+        answer = api_versions(retried)
+        assert answer is not None and answer[0] == 0 and answer[1] > 10
+    mid = Raw(address)
+    assert mid.handshake("PLAIN") == 0
+    assert api_versions(mid) == (34, 0)  # ILLEGAL_SASL_STATE, then closed
+    assert mid.closed()
+    # During a re-authentication too.
+    assert retried.handshake("PLAIN") == 0
+    assert api_versions(retried) == (34, 0)
+    assert retried.closed()
+    for conn in (twice, retried, mid):
+        conn.close()

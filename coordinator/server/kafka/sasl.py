@@ -5,7 +5,8 @@ authenticates its own clients (docs/security.md, "Authentication").
 A connection on a SASL_PLAINTEXT or SASL_SSL listener has a :class:`SaslSession`. Until it has
 authenticated, only ApiVersions, SaslHandshake and SaslAuthenticate are read: any other request
 closes the connection (Kafka: ILLEGAL_SASL_STATE), and a frame larger than
-``sasl.server.max.receive.size`` (512 KiB) too. The exchange, as Kafka's SaslServerAuthenticator:
+``sasl.server.max.receive.size`` (512 KiB) too. ApiVersions: once before the handshake (again
+after an unsupported version only), never during an exchange (:func:`_api_versions`). The exchange, as Kafka's SaslServerAuthenticator:
 
 * SaslHandshake names the mechanism: unknown or not enabled -> UNSUPPORTED_SASL_MECHANISM (33)
   with the enabled ones, connection closed. SaslAuthenticate before it, or a second handshake
@@ -64,6 +65,7 @@ from coordinator.security.principal import KafkaPrincipal, user
 
 from ..oauth import InvalidToken, TokenValidator
 from . import wire
+from .apis import API_VERSIONS_RANGE
 from .upstream.interfaces import ClientConnection, Forwarder
 
 log = logging.getLogger("kip848.kafka")
@@ -377,6 +379,7 @@ class SaslSession:
         self.steps = 0  # pass-through: SaslAuthenticate answers received
         self.pending_name: str | None = None  # pass-through: who the exchange is for
         self.closing = False  # refused: the connection closes once the answer is out
+        self.versions_answered = False  # an ApiVersions was answered before the handshake
         self.failures = 0
 
     @property
@@ -565,7 +568,7 @@ def intercept(
         )
         return True
     if key == API_VERSIONS:
-        return False  # (before authenticating: a client learns the SASL versions)
+        return _api_versions(conn, session, version, correlation_id)
     if not session.authenticated:
         why = (
             f"{wire.api_name(key)} before SASL authentication (ILLEGAL_SASL_STATE: only "
@@ -578,6 +581,42 @@ def intercept(
         conn.fail(f"{wire.api_name(key)} in the middle of a SASL re-authentication")
         return True
     return False
+
+
+def _api_versions(
+    conn: SaslConnection, session: SaslSession, version: int, correlation_id: int
+) -> bool:
+    """An ApiVersions on a SASL connection, as Kafka's SaslServerAuthenticator reads it: before
+    the handshake one is answered as usual (again only after an unsupported version: a second
+    one closes the connection); between the handshake and the exchange's end (also of a
+    re-authentication) it is answered ILLEGAL_SASL_STATE with no API keys and the connection
+    is closed; once authenticated it is answered as usual. True when it was taken care of."""
+    if session.state == NEED_AUTHENTICATE:
+        answer = wire.build(
+            wire.response_class(API_VERSIONS, version if _versions_ok(version) else 0),
+            error_code=ErrorCode.ILLEGAL_SASL_STATE,
+            api_keys=[],
+            throttle_time=0,
+        )
+        conn.complete(
+            conn.expect(), wire.frame_raw(correlation_id, False, wire.encode_body(answer))
+        )
+        _refused(conn, session, "ApiVersions during the SASL exchange (ILLEGAL_SASL_STATE)")
+        return True
+    if not session.authenticated:
+        if session.versions_answered:
+            why = "a second ApiVersions before the SaslHandshake"
+            _observe(conn, "none", why)
+            conn.fail(why)
+            return True
+        # One the client may retry (an unsupported version) does not count.
+        session.versions_answered = _versions_ok(version)
+    return False
+
+
+def _versions_ok(version: int) -> bool:
+    lo, hi = API_VERSIONS_RANGE
+    return lo <= version <= hi
 
 
 def _serve(
