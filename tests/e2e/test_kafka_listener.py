@@ -73,8 +73,9 @@ def test_api_versions_of_an_unknown_version_answers_v0_with_unsupported_version(
     from kio.serial import entity_reader
 
     resp, _ = entity_reader(load_response_schema(18, 0))(frame, 4)
+    # Kafka (KIP-511): only ApiVersions' own range, what the client retries with.
     assert resp.error_code == E.unsupported_version
-    assert {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys} == SERVED
+    assert [(k.api_key, k.min_version, k.max_version) for k in resp.api_keys] == [(18, 0, 4)]
 
 
 def test_api_versions_v3_refuses_an_invalid_software_name(client: KafkaClient) -> None:
@@ -82,6 +83,10 @@ def test_api_versions_v3_refuses_an_invalid_software_name(client: KafkaClient) -
         request(18, 3, client_software_name="bad name!", client_software_version="1")
     )
     assert resp.error_code == E.invalid_request
+    assert resp.api_keys == ()  # Kafka's error answer: no ranges
+    # The connection stays: a valid ApiVersions is answered in full.
+    resp = client.call(request(18, 3, client_software_name="ok", client_software_version="1"))
+    assert resp.error_code == E.none and len(resp.api_keys) == len(SERVED)
 
 
 # ---------------------------------------------------------------- KIP-848 over Kafka, and gRPC

@@ -11,11 +11,11 @@ Forwarded requests (``upstream/broker.py``) go to the upstream at once; their an
 their slots.
 
 Bad input, Kafka's way: an ApiVersions of an unknown version is answered in v0 format with
-UNSUPPORTED_VERSION and our ranges; any other unknown API key or unsupported version, a frame
-whose header or body does not decode, a size below 0 or above ``max_request_bytes``
-(``socket.request.max.bytes``) closes that connection (logged, never a crash); a connection
-with nothing in flight and nothing received for ``idle_ms`` (``connections.max.idle.ms``) is
-closed. Other connections are not affected.
+UNSUPPORTED_VERSION and ApiVersions' own range (Kafka's KIP-511 answer); any other unknown API
+key or unsupported version, a frame whose header or body does not decode, a size below 0 or
+above ``max_request_bytes`` (``socket.request.max.bytes``) closes that connection (logged, never
+a crash); a connection with nothing in flight and nothing received for ``idle_ms``
+(``connections.max.idle.ms``) is closed. Other connections are not affected.
 
 Flow control (``KafkaFlow``), so that no client can take the loop or the memory of all: a
 connection reads frames while it has fewer than ``queued.max.requests`` requests unanswered,

@@ -148,7 +148,8 @@ class KafkaApis:
     def _api_versions_frame(
         self, version: int, code: int, correlation_id: int, sasl: bool = False
     ) -> bytes:
-        """An ApiVersions response (header v0 in every version). Its body is encoded once per
+        """An ApiVersions response (header v0 in every version; an error's lists only what
+        Kafka's does). Its body is encoded once per
         version, code and kind of listener: the ranges only change when the upstream's are read
         again."""
         source = (
@@ -161,9 +162,18 @@ class KafkaApis:
             self._versions_bodies.clear()
         body = self._versions_bodies.get((version, code, sasl))
         if body is None:
+            # Kafka's ApiVersionsRequest.getErrorResponse: an error answer lists ApiVersions'
+            # own range after UNSUPPORTED_VERSION (KIP-511: what to retry with), nothing else.
+            table = (
+                self.advertised(sasl)
+                if code == ErrorCode.NONE
+                else {apis.API_VERSIONS: apis.API_VERSIONS_RANGE}
+                if code == ErrorCode.UNSUPPORTED_VERSION
+                else {}
+            )
             keys = [
                 {"api_key": k, "min_version": lo, "max_version": hi}
-                for k, (lo, hi) in self.advertised(sasl).items()
+                for k, (lo, hi) in table.items()
             ]
             entity = wire.build(
                 wire.response_class(18, version), error_code=code, api_keys=keys, throttle_time=0
