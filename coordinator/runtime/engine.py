@@ -360,7 +360,8 @@ class Engine:
             wake.clear()
             while (batch := driver.take_batch()) is not None:
                 started = time.monotonic()
-                fence = driver.lead.fence()
+                parts = self.partitions
+                fence = driver.lead.fence() if parts is None else parts.fence_of(batch)
                 try:
                     offsets = await loop.run_in_executor(
                         self._executor,

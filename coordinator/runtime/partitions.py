@@ -101,6 +101,8 @@ class Partitions:
         self._loader = ThreadPoolExecutor(LOAD_THREADS, thread_name_prefix="kip848-loader")
         self._catching_up: asyncio.Task[None] | None = None
         self._catch_up_to = -1
+        self._stale: tuple[Batch, set[int]] | None = None
+        """The pending batch and the partitions dropped while it held their records."""
 
     async def close(self) -> None:
         if self._catching_up is not None:
@@ -228,6 +230,13 @@ class Partitions:
         (nothing of theirs belongs to the new one; a failure of theirs does not roll it back),
         their end marks the new one's current mark."""
         driver = self.driver
+        pending = driver.pending
+        if pending is not None and index in pending.start_marks:
+            # Records of the machine dropped here wait in the next batch: written under no
+            # later epoch (:meth:`fence_of`).
+            if self._stale is None or self._stale[0] is not pending:
+                self._stale = (pending, set())
+            self._stale[1].add(index)
         _drop(driver._machines[index], index)
         driver._machines[index] = shard
         driver.shards[index] = shard
@@ -238,6 +247,17 @@ class Partitions:
                 batch.start_marks.pop(index, None)
                 if batch.end_marks is not None:
                     batch.end_marks[index] = mark
+
+    def fence_of(self, batch: Batch) -> Fence | None:
+        """What ``batch`` (the writer's next) is appended under: the epochs of the partitions
+        led here, except that a partition dropped while records of its dropped state machine
+        waited in the batch gets none (-1: refused, even if this node took it again since),
+        so those records never land under a newer tenure."""
+        fence = self.lead.fence()
+        stale, self._stale = self._stale, None
+        if fence is None or stale is None or stale[0] is not batch:
+            return fence
+        return Fence(fence.node_id, {**fence.epochs, **dict.fromkeys(stale[1], -1)})
 
     def fenced(self, exc: StoreFencedError, fence: Fence | None = None) -> None:
         """An append refused: partitions taken over by another node are dropped at once;

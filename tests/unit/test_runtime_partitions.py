@@ -237,6 +237,48 @@ async def test_a_hand_over_cut_short_by_a_drop_leaves_the_partition_taken_again_
     await rt.close()
 
 
+async def test_a_dropped_partitions_queued_records_are_never_written_under_a_newer_epoch() -> None:
+    """Records of a partition waiting in the next batch (behind an append held up in the store)
+    when the partition is dropped were made by the state machine dropped with it: its requests
+    were answered NOT_COORDINATOR. Taken again by this node at a newer epoch and loaded before
+    that batch goes out, the partition's new state does not hold them, so the batch must not
+    write them under the new epoch: it is refused as the earlier epoch's (the other partition's
+    request in it fails retriably and succeeds when sent again), and what this node serves is
+    what the store holds (before, the stale commit was written under epoch 2: the next leader
+    would load an offset this node never served and its client was told was not written)."""
+    shared = MemoryRecordStore(partitions=P)
+    rt, parts, h, hp = await leading_two(shared)
+    await rt.offset_commit(commit(G, {("t", 0): 3}))
+    shared.hold_appends()
+    held = asyncio.ensure_future(rt.offset_commit(commit(h, {("t", 0): 1})))  # hp only
+    await asyncio.sleep(0.05)
+    queued = [
+        asyncio.ensure_future(rt.offset_commit(commit(group, {("t", 0): offset})))
+        for group, offset in ((G, 5), (h, 2))
+    ]
+    await asyncio.sleep(0.05)
+    assert not held.done() and not any(q.done() for q in queued)
+    parts.lose_partition(GP)  # its deadline passed
+    with pytest.raises(NotCoordinatorError):
+        await asyncio.wait_for(queued[0], 1)
+    shared.set_leader(GP, 1, 2)  # taken again by this node
+    await parts.load_partition(GP, 2)
+    shared.release_appends()
+    await asyncio.wait_for(held, 1)
+    with pytest.raises(CoordinatorNotAvailableError):
+        await asyncio.wait_for(queued[1], 1)
+    assert parts.lead.states[GP] is PartitionState.SERVING  # refused as epoch 1's, kept
+    assert await fetched(rt, G) == {("t", 0): 3}
+    assert [e.leader_epoch for e in shared.journal(GP)] == [1]  # nothing under epoch 2
+    fresh, _ = await leading(MemoryRecordStore(_data=shared._data), 2, GP, 3)
+    assert await fetched(fresh, G) == {("t", 0): 3}  # the next leader loads what was served
+    answer = await rt.offset_commit(commit(h, {("t", 0): 2}))
+    assert [p.error_code for t in answer.topics for p in t.partitions] == [0]
+    assert await fetched(rt, h) == {("t", 0): 2}
+    await rt.close()
+    await fresh.close()
+
+
 async def test_a_dropped_partitions_requests_waiting_for_a_write_are_answered_at_once() -> None:
     """An append held up in the store (a COMMIT whose connection was lost waits for PostgreSQL
     to come back to learn its outcome) when the node drops a partition (its lease ran out):
