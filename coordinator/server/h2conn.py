@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import math
 import socket
 from collections.abc import AsyncIterator, Callable, Hashable, Sequence
 from typing import Any, Protocol
@@ -518,9 +519,10 @@ class H2Connection(asyncio.Protocol):
             if seconds is None:
                 self.finish(call, grpc.StatusCode.INTERNAL, "Error parsing 'grpc-timeout' metadata")
                 return
-            loop = asyncio.get_running_loop()
-            call.deadline = loop.time() + seconds
-            call.timer = loop.call_at(call.deadline, self._expire, call)
+            if seconds != math.inf:  # grpc-core: no deadline past its largest value
+                loop = asyncio.get_running_loop()
+                call.deadline = loop.time() + seconds
+                call.timer = loop.call_at(call.deadline, self._expire, call)
         if handler.request_streaming:
             call.requests = asyncio.Queue()
             self._start(call)

@@ -26,7 +26,8 @@ docs/operations.md):
   Trailers-Only answer when no message was sent; an unknown method is UNIMPLEMENTED; a request
   that is not a POST or lacks ``te: trailers`` is reset (INTERNAL_ERROR) unanswered;
 * ``grpc-timeout`` is a deadline: when it passes the call is answered DEADLINE_EXCEEDED at once
-  and its handler cancelled (whether or not it had started), so its slot is free again;
+  and its handler cancelled (whether or not it had started), so its slot is free again; read
+  as grpc-core reads it (values up to 10^9, past the spec's 8 digits; larger: no deadline);
 * a request message larger than ``max_message_bytes`` is refused with RESOURCE_EXHAUSTED as
   soon as its length prefix arrives (never buffered), a larger answer likewise;
 * ``gzip`` and ``deflate`` requests are decompressed (at most ``max_message_bytes`` out of each

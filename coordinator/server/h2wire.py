@@ -7,6 +7,7 @@ I/O, no connection state; the connection (``h2conn.py``) decides what to do with
 from __future__ import annotations
 
 import base64
+import math
 import random
 import zlib
 from collections.abc import Iterable, Sequence
@@ -34,6 +35,9 @@ RESERVED = frozenset(
     }
 )
 """Headers that are the protocol's, not metadata the handler sees."""
+MAX_TIMEOUT_VALUE = 1_000_000_000
+"""grpc-core takes ``grpc-timeout`` values up to this (the spec: 8 digits); larger: no deadline."""
+MAX_TIMEOUT_DIGITS = len(str(MAX_TIMEOUT_VALUE))
 _TIMEOUT_UNITS = {b"H": 3600.0, b"M": 60.0, b"S": 1.0, b"m": 1e-3, b"u": 1e-6, b"n": 1e-9}
 _GRPC_CORE_KEY_ORDER = {
     key: rank
@@ -219,11 +223,23 @@ def status_trailers(code: grpc.StatusCode, details: str) -> tuple[tuple[bytes, b
 
 
 def parse_timeout(value: bytes) -> float | None:
-    """``grpc-timeout`` (``<1-8 digits><H|M|S|m|u|n>``) in seconds; None if malformed."""
-    digits, unit = value[:-1], value[-1:]
-    if not digits.isdigit() or len(digits) > 8 or unit not in _TIMEOUT_UNITS:
+    """``grpc-timeout`` in seconds, read as grpc-core reads it; None if malformed. The spec's
+    ``<1-8 digits><H|M|S|m|u|n>``, with grpc-core's leniency: spaces around the digits, values
+    up to 1,000,000,000, and ``math.inf`` (no deadline) for larger ones, whatever follows
+    (grpc-js sends ``100000000S`` for a deadline just under 10^8 seconds away)."""
+    text = value.lstrip(b" ")
+    end = 0
+    while end < len(text) and 0x30 <= text[end] <= 0x39:
+        end += 1
+    if not end:
         return None
-    return int(digits) * _TIMEOUT_UNITS[unit]
+    digits = text[:end].lstrip(b"0")
+    if len(digits) > MAX_TIMEOUT_DIGITS or int(digits or b"0") > MAX_TIMEOUT_VALUE:
+        return math.inf
+    unit = text[end:].strip(b" ")
+    if unit not in _TIMEOUT_UNITS:
+        return None
+    return int(digits or b"0") * _TIMEOUT_UNITS[unit]
 
 
 def format_peer(address: Any) -> str:

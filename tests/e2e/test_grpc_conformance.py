@@ -277,6 +277,19 @@ def test_deadlines_enforced_by_the_client(server: ServerProcess, js: GrpcJs) -> 
     assert answer["ms"] < 3000
 
 
+def test_a_deadline_years_away_from_grpc_js(server: ServerProcess, js: GrpcJs) -> None:
+    """grpc-js writes a deadline just under 10^8 seconds away as ``100000000S``, nine digits
+    (the spec says eight): grpc-core takes it, and so must we."""
+    answer = js.do(
+        "unary",
+        channel="main",
+        method="kip848.v1.AdminService/ListTopics",
+        request={},
+        deadline_ms=99_999_999_500,
+    )
+    assert (answer["code"], answer["details"]) == (0, "")
+
+
 def test_deadlines_enforced_by_the_server_alone(server: ServerProcess) -> None:
     """A bare client sends ``grpc-timeout`` and does not enforce it: the server answers
     DEADLINE_EXCEEDED itself — a waiting join, a push stream, and 50 push streams at once with

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import gzip
 import logging
+import math
 import random
 import zlib
 from collections import Counter
@@ -313,9 +314,19 @@ def test_timeouts_and_peers_parse_like_grpc() -> None:
     assert parse_timeout(b"2S") == 2.0
     assert parse_timeout(b"1H") == 3600.0
     assert parse_timeout(b"5000000u") == pytest.approx(5.0)
-    assert parse_timeout(b"123456789S") is None  # more than 8 digits
+    # grpc-core's leniency: up to 1,000,000,000 (the spec: 8 digits), larger is no deadline
+    assert parse_timeout(b"123456789S") == 123456789.0
+    assert parse_timeout(b"1000000000m") == pytest.approx(1e6)
+    assert parse_timeout(b"0000000001S") == 1.0
+    assert parse_timeout(b"1000000001S") == math.inf
+    assert parse_timeout(b"9" * 5000 + b"H") == math.inf
+    assert parse_timeout(b"1 S") == 1.0
     assert parse_timeout(b"10x") is None
     assert parse_timeout(b"S") is None
+    assert parse_timeout(b"1") is None
+    assert parse_timeout(b"1.5S") is None
+    assert parse_timeout(b"-1S") is None
+    assert parse_timeout(b"1s") is None
     assert format_peer(("127.0.0.1", 5)) == "ipv4:127.0.0.1:5"
     assert format_peer(("::ffff:10.0.0.1", 6, 0, 0)) == "ipv4:10.0.0.1:6"
     assert format_peer(("::1", 7, 0, 0)) == "ipv6:[::1]:7"
