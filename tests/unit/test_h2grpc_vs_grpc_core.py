@@ -169,15 +169,15 @@ async def test_unparsable_metadata_in_grpc_core_words(
 
 
 @pytest.mark.parametrize(
-    "timeout", [b"123456789m", b"100000000S", b"1000000000n", b"1000000001S", b"99999999999999H"]
+    "value", [b"123456789m", b"100000000S", b"1000000000n", b"1000000001S", b"99999999999999H"]
 )
 async def test_a_grpc_timeout_past_the_specs_eight_digits_is_taken_as_grpc_core_takes_it(
-    ports: dict[str, int], timeout: bytes
+    ports: dict[str, int], value: bytes
 ) -> None:
     """grpc-core takes ``grpc-timeout`` values up to 10^9, and a larger one as no deadline;
     grpc-js sends ``100000000S`` for a deadline just under 10^8 seconds away
     (tests/e2e/test_grpc_conformance.py). Served, not refused."""
     for name, (sent, reset) in (
-        await both(ports, headers(grpc_timeout=timeout), grpc_frame(b"x"))
+        await both(ports, headers(grpc_timeout=value), grpc_frame(b"x"))
     ).items():
         assert (dict(sent)[b"grpc-status"], reset) == (b"0", None), name
