@@ -596,6 +596,68 @@ def test_metadata_from_the_registry(server: KafkaServer, client: KafkaClient) ->
     assert "k-meta" in [t.name for t in everything.topics]
 
 
+def test_metadata_requests_kafka_refuses_or_reads_its_own_way(
+    server: KafkaServer, client: KafkaClient
+) -> None:
+    """Kafka's handleTopicMetadataRequest: a topic asked twice is answered once; asked by id
+    (v12+), the names beside are not looked at; a topic id or a null name before v12 makes the
+    whole request INVALID_REQUEST, each topic asked (MetadataRequest.getErrorResponse)."""
+    raw = server.create_topic("k-meta-twice", 1)
+    topic_id = uuid.UUID(bytes=raw)
+    twice = client.call(
+        request(
+            3,
+            12,
+            topics=[
+                {"name": "k-meta-twice", "topic_id": None},
+                {"name": "k-meta-twice", "topic_id": None},
+                {"name": "k-meta-nope", "topic_id": None},
+                {"name": "k-meta-nope", "topic_id": None},
+            ],
+            include_topic_authorized_operations=False,
+        )
+    )
+    assert [(t.name, t.error_code) for t in twice.topics] == [
+        ("k-meta-twice", E.none),
+        ("k-meta-nope", E.unknown_topic_or_partition),
+    ]
+    by_id = client.call(
+        request(
+            3,
+            12,
+            topics=[
+                {"name": "k-meta-nope", "topic_id": None},
+                {"name": None, "topic_id": topic_id},
+                {"name": None, "topic_id": topic_id},
+            ],
+            include_topic_authorized_operations=False,
+        )
+    )
+    assert [(t.name, t.topic_id, t.error_code) for t in by_id.topics] == [
+        ("k-meta-twice", topic_id, E.none)
+    ]
+    for version in (10, 11):
+        refused = client.call(
+            request(
+                3,
+                version,
+                topics=[
+                    {"name": "k-meta-twice", "topic_id": None},
+                    {"name": None, "topic_id": topic_id},
+                ],
+                include_topic_authorized_operations=False,
+            )
+        )
+        assert refused.brokers == ()
+        assert [(t.name, t.topic_id, t.error_code, t.partitions) for t in refused.topics] == [
+            ("k-meta-twice", None, E.invalid_request, ()),
+            ("", topic_id, E.invalid_request, ()),
+        ]
+    # The connection was not closed: the same topics by name are answered.
+    fine = client.call(request(3, 11, topics=[{"name": "k-meta-twice", "topic_id": None}]))
+    assert [(t.name, t.error_code) for t in fine.topics] == [("k-meta-twice", E.none)]
+
+
 def test_group_configs_describe_and_alter(client: KafkaClient) -> None:
     alter = client.call(
         request(

@@ -336,14 +336,17 @@ class KafkaApis:
             chosen: list[tuple[Any, str, Any]] = [(t, t.name, None) for t in registry]
             if not readable:
                 brokers = []
+        elif version < 12 and any(t.name is None or getattr(t, "topic_id", None) for t in wanted):
+            # Kafka's handleTopicMetadataRequest: no topic ids, no null names before v12;
+            # MetadataRequest.getErrorResponse answers each topic asked INVALID_REQUEST.
+            return _metadata_refused(wanted)
         else:
-            chosen = []
-            for t in wanted:
-                topic_id = getattr(t, "topic_id", None)
-                if t.name is None and topic_id is not None:
-                    chosen.append((by_id.get(convert.topic_id_of(topic_id)), "", topic_id))
-                else:
-                    chosen.append((by_name.get(t.name), t.name, None))
+            # Kafka: each topic once; asked by id, the names are not looked at.
+            ids = dict.fromkeys(t.topic_id for t in wanted if getattr(t, "topic_id", None))
+            if ids:
+                chosen = [(by_id.get(convert.topic_id_of(i)), "", i) for i in ids]
+            else:
+                chosen = [(by_name.get(n), n, None) for n in dict.fromkeys(t.name for t in wanted)]
         topics = []
         authz = self.listener.service.authz
         with_ops = bool(getattr(req, "include_topic_authorized_operations", False))
@@ -412,3 +415,24 @@ class KafkaApis:
             else AUTHORIZED_OPERATIONS_OMITTED,
             "error_code": reply.error_code,
         }
+
+
+def _metadata_refused(wanted: Any) -> dict[str, Any]:
+    """A Metadata request Kafka refuses whole (``MetadataRequest.getErrorResponse``): each topic
+    asked answered INVALID_REQUEST (a null name as ""), no brokers."""
+    return {
+        "brokers": [],
+        "cluster_id": None,
+        "controller_id": -1,
+        "topics": [
+            {
+                "error_code": ErrorCode.INVALID_REQUEST,
+                "name": t.name or "",
+                "topic_id": getattr(t, "topic_id", None),
+                "is_internal": False,
+                "partitions": [],
+            }
+            for t in wanted
+        ],
+        "cluster_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+    }
