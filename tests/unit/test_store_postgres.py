@@ -117,6 +117,25 @@ def test_a_newer_schema_is_refused(pg_dsn: str) -> None:
         PostgresRecordStore(pg_dsn)
 
 
+@pytest.mark.parametrize("name", ["schema_version", "partitions"])
+def test_a_store_whose_meta_is_not_a_number_is_refused_with_a_message(
+    pg_dsn: str, name: str
+) -> None:
+    """A damaged kip848_meta is refused as a corrupt store (``kip848 serve`` says why and exits
+    1), for writers and readers alike, and left as it is: before, int() raised ValueError (a
+    traceback)."""
+    PostgresRecordStore(pg_dsn, partitions=P).close()
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("UPDATE kip848_meta SET value = 'two' WHERE name = %s", (name,))
+    message = f"is corrupt \\(kip848_meta's {name} is 'two', not a number\\); refusing to use it"
+    for read_only in (False, True):
+        with pytest.raises(StoreCorruptError, match=message):
+            PostgresRecordStore(pg_dsn, read_only=read_only)
+    with psycopg.connect(pg_dsn) as conn:
+        row = conn.execute("SELECT value FROM kip848_meta WHERE name = %s", (name,)).fetchone()
+        assert row == ("two",)
+
+
 def test_a_version_1_store_is_migrated_on_open_nothing_lost(pg_dsn: str) -> None:
     """Schema 1 (one node per store: no node incarnations, no controller, no pins, no loaded
     epochs) becomes schema 2 when a writer opens it; its records stay."""

@@ -194,6 +194,14 @@ def read_meta(conn: psycopg.Connection[Any], where: str) -> dict[str, str] | Non
             f"the record store in {where} is incomplete (kip848_meta lacks "
             f"{', '.join(sorted(missing))}); refusing to use it"
         )
+    for name in ("schema_version", "partitions"):
+        try:
+            int(meta[name])
+        except ValueError:
+            raise StoreCorruptError(
+                f"the record store in {where} is corrupt (kip848_meta's {name} is "
+                f"{meta[name][:40]!r}, not a number); refusing to use it"
+            ) from None
     return meta
 
 
