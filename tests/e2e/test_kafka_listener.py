@@ -785,6 +785,32 @@ def test_bad_input_closes_only_that_connection(server: KafkaServer, garbage: byt
     good.close()
 
 
+def test_a_client_id_that_is_not_utf8_is_read_as_kafka_reads_it(server: KafkaServer) -> None:
+    """Kafka reads a header's client id as Java's String(bytes, UTF_8): bytes that are not UTF-8
+    become U+FFFD and the request is served (a client configured with a Latin-1 client.id works
+    against Kafka); it closed every connection of such a client here."""
+    c = server.client()
+    member = "Latin1AAAAAAAAAAAAAAAA"
+    join = request(
+        68,
+        1,
+        group_id="k-latin1",
+        member_id=member,
+        member_epoch=0,
+        rebalance_timeout=300000,
+        subscribed_topic_names=["k-latin1-topic"],
+        subscribed_topic_regex="",
+        topic_partitions=[],
+    )
+    framed = encode_request(join, 41, "caf!")
+    c.send_raw(framed.replace(b"caf!", b"caf\xe9"))  # Latin-1 "café" as the client id
+    frame = c.read_frame()
+    assert struct.unpack_from(">i", frame)[0] == 41
+    (described,) = c.call(request(69, 1, group_ids=["k-latin1"])).groups
+    assert [(m.member_id, m.client_id) for m in described.members] == [(member, "caf\ufffd")]
+    c.close()
+
+
 def test_a_silent_connection_is_closed_after_the_idle_time(server: KafkaServer) -> None:
     silent = server.client()
     silent.send_raw(struct.pack(">i", 100) + b"\0" * 10)  # a frame that never completes

@@ -138,10 +138,9 @@ def parse_header(frame: bytes) -> tuple[int, int, int, str | None, int]:
         end = pos + length
         if end > len(frame):
             raise WireError("truncated client id")
-        try:
-            client_id = frame[pos:end].decode("utf-8")
-        except UnicodeDecodeError:
-            raise WireError("client id is not UTF-8") from None
+        # As Java's String(bytes, UTF_8) reads it in Kafka: bytes that are not UTF-8 become
+        # U+FFFD, the request is served all the same.
+        client_id = frame[pos:end].decode("utf-8", "replace")
         pos = end
     elif length != -1:
         raise WireError(f"bad client id length {length}")
