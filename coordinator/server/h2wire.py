@@ -122,9 +122,17 @@ def read_headers(headers: Sequence[tuple[bytes, bytes]], hard_limit: int) -> Req
             except ValueError:
                 out.bad_metadata = key
         elif key not in RESERVED:
-            metadata.append((key, value.decode("latin-1")))
+            metadata.append((key, metadata_text(value)))
     out.size = size
     return out
+
+
+def metadata_text(value: bytes) -> str:
+    """A metadata value as grpc.aio hands it to a handler: UTF-8, or Latin-1 if it is not."""
+    try:
+        return value.decode("utf-8")
+    except UnicodeDecodeError:
+        return value.decode("latin-1")
 
 
 def malformed(request: RequestHeaders) -> bool:

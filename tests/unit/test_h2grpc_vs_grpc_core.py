@@ -181,3 +181,38 @@ async def test_a_grpc_timeout_past_the_specs_eight_digits_is_taken_as_grpc_core_
         await both(ports, headers(grpc_timeout=value), grpc_frame(b"x"))
     ).items():
         assert (dict(sent)[b"grpc-status"], reset) == (b"0", None), name
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [("é ✓".encode(), "é ✓"), (b"caf\xe9", "café"), (b"plain", "plain")],
+    ids=["utf-8", "latin-1", "ascii"],
+)
+async def test_a_metadata_value_reaches_the_handler_as_grpc_aio_decodes_it(
+    value: bytes, text: str
+) -> None:
+    """grpc.aio hands a handler a metadata value decoded as UTF-8, or as Latin-1 if it is not
+    UTF-8; a client id (the ``client-id`` metadata) is shown back by DescribeGroups."""
+    seen: dict[str, list[tuple[str, Any]]] = {}
+
+    def recording(name: str) -> grpc.GenericRpcHandler:
+        async def meta(request: bytes, context: Any) -> bytes:
+            seen[name] = list(context.invocation_metadata())
+            return request
+
+        return grpc.method_handlers_generic_handler(
+            SERVICE, {"Meta": grpc.unary_unary_rpc_method_handler(meta)}
+        )
+
+    servers: list[Any] = [H2GrpcServer(MAX_BYTES), grpc.aio.server()]
+    try:
+        for name, server in zip(("h2", "grpc-core"), servers, strict=True):
+            server.add_generic_rpc_handlers([recording(name)])
+            port = server.add_insecure_port("127.0.0.1:0")
+            await server.start()
+            answer = await exchange(port, headers("Meta", client_id=value), grpc_frame(b""))
+            assert answer.status == b"0", name
+            assert ("client-id", text) in seen[name], (name, seen[name])
+    finally:
+        for server in servers:
+            await server.stop(None)
