@@ -811,6 +811,35 @@ def test_a_client_id_that_is_not_utf8_is_read_as_kafka_reads_it(server: KafkaSer
     c.close()
 
 
+def test_strings_that_are_not_utf8_are_read_as_kafka_reads_them(server: KafkaServer) -> None:
+    """Kafka's generated readers read every string as Java's String(bytes, UTF_8): a group id
+    or topic name that is not UTF-8 (a Latin-1 "grüppe") is served with U+FFFD in place of each
+    bad sequence; it closed the connection here."""
+    c = server.client()
+    member = "Latin1BBBBBBBBBBBBBBBB"
+    join = request(
+        68,
+        1,
+        group_id="k-gr!ppe",
+        member_id=member,
+        member_epoch=0,
+        rebalance_timeout=300000,
+        subscribed_topic_names=["k-caf!"],
+        subscribed_topic_regex="",
+        topic_partitions=[],
+    )
+    framed = encode_request(join, 42).replace(b"gr!ppe", b"gr\xfcppe")
+    c.send_raw(framed.replace(b"caf!", b"caf\xe9"))  # Latin-1 bytes, each of one byte
+    frame = c.read_frame()
+    assert struct.unpack_from(">i", frame)[0] == 42
+    (described,) = c.call(request(69, 1, group_ids=["k-gr\ufffdppe"])).groups
+    assert described.error_code == E.none
+    assert [(m.member_id, m.subscribed_topic_names) for m in described.members] == [
+        (member, ("k-caf\ufffd",))
+    ]
+    c.close()
+
+
 def test_a_silent_connection_is_closed_after_the_idle_time(server: KafkaServer) -> None:
     silent = server.client()
     silent.send_raw(struct.pack(">i", 100) + b"\0" * 10)  # a frame that never completes

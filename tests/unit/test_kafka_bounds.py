@@ -200,6 +200,40 @@ def test_unknown_tagged_fields_are_skipped_as_kafka_skips_them() -> None:
     assert wire.decode_response(18, 3, mixed, 0) == resp
 
 
+def test_strings_that_are_not_utf8_are_read_as_kafka_reads_them() -> None:
+    """Java's String(bytes, UTF_8), which Kafka's readers use: each bad sequence becomes U+FFFD
+    (kio refuses such a string) — legacy and compact strings, nullable ones, in nested arrays,
+    beside an unknown tagged field; bytes fields are left as they are."""
+    join = wire.build(
+        wire.request_class(11, 5),
+        group_id="g1",
+        session_timeout=10000,
+        rebalance_timeout=10000,
+        member_id="",
+        group_instance_id="i1",
+        protocol_type="consumer",
+        protocols=[{"name": "rr", "metadata": b"\xfc\xfc"}],
+    )
+    data = wire.encode_body(join).replace(b"rr", b"r\xff").replace(b"i1", b"\xc3i")
+    assert wire.decode(11, 5, data, 0) == wire.build(
+        wire.request_class(11, 5),
+        {**wire.as_values(join), "group_instance_id": "\ufffdi"},
+        protocols=[{"name": "r\ufffd", "metadata": b"\xfc\xfc"}],
+    )
+    listed = wire.build(
+        wire.request_class(16, 5), states_filter=["ok", "St\u00e9"], types_filter=[]
+    )
+    data = wire.encode_body(listed).replace("St\u00e9".encode(), b"St\xe9\xe9")
+    unknown_tag = data[:-1] + b"\x01\x05\x02ab"
+    assert wire.decode(16, 5, unknown_tag, 0).states_filter == ("ok", "St\ufffd\ufffd")
+    # Bodies that are UTF-8 come back as they are, and the walk's own refusals still hold.
+    assert bounds.check(wire.request_class(16, 5), wire.encode_body(listed), 0, sanitize=True) == (
+        wire.encode_body(listed)
+    )
+    with pytest.raises(wire.WireError, match="not nullable"):
+        wire.decode(68, 1, b"\x00" + data, 0)
+
+
 @pytest.mark.parametrize(
     ("tail", "why"),
     [

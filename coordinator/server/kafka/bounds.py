@@ -18,7 +18,9 @@ and version), that decodes nothing and allocates nothing per element, and refuse
 
 Tagged fields the schema does not know are skipped, as Kafka skips them: :func:`check`
 returns the body with them cut out (the very same bytes when there are none, the common
-case), so kio never meets a tag it would refuse.
+case), so kio never meets a tag it would refuse. Strings that are not UTF-8, which kio refuses
+too, are read as Kafka reads them (U+FFFD for each bad sequence): a body kio could not read is
+walked again with ``sanitize`` (``wire.py``), which rewrites them.
 
 How: each entity class gets a walker, compiled once from its dataclass fields (``kafka_type``
 and ``tag`` metadata, ``X | None`` for nullable, ``tuple[X, ...]`` for arrays) with kio's own
@@ -111,7 +113,7 @@ class _Field:
     nullable: an int8 marker first, -1 = null), "array" (``item``; compact in flexible entities,
     int32 length otherwise)."""
 
-    __slots__ = ("entity", "flexible", "item", "kind", "name", "nullable", "size")
+    __slots__ = ("entity", "flexible", "item", "kind", "name", "nullable", "size", "text")
 
     def __init__(
         self,
@@ -123,9 +125,12 @@ class _Field:
         entity: Any = None,
         item: _Field | None = None,
         flexible: bool = False,
+        text: bool = False,
     ) -> None:
         self.name, self.kind, self.size, self.nullable = name, kind, size, nullable
         self.entity, self.item, self.flexible = entity, item, flexible
+        self.text = text
+        """A string (UTF-8 text), not bytes."""
 
     def min_size(self) -> int:
         """The fewest bytes a value of this field takes."""
@@ -143,9 +148,10 @@ def _primitive(name: str, kafka_type: str, flexible: bool, nullable: bool) -> _F
         return _Field(name, "fixed", size=size)
     if kafka_type not in VARIABLE:
         raise TypeError(f"{name}: no wire layout for kafka type {kafka_type!r}")
+    text = kafka_type == "string"
     if flexible:
-        return _Field(name, "compact", nullable=nullable)
-    return _Field(name, "string" if kafka_type == "string" else "bytes", nullable=nullable)
+        return _Field(name, "compact", nullable=nullable, text=text)
+    return _Field(name, "string" if text else "bytes", nullable=nullable, text=text)
 
 
 @cache
@@ -190,9 +196,11 @@ def _min_size(cls: Any) -> int:
 class _Source:
     """The Python source of one walker function."""
 
-    def __init__(self) -> None:
+    def __init__(self, sanitize: bool = False) -> None:
         self.lines: list[str] = []
         self.names: dict[str, Any] = {}
+        self.sanitize = sanitize
+        """Also replace strings that are not UTF-8 (:func:`check`'s ``sanitize``)."""
 
     def add(self, indent: int, line: str) -> None:
         self.lines.append("    " * indent + line)
@@ -230,13 +238,18 @@ def _emit(src: _Source, ind: int, f: _Field, skip: int) -> int:
     if skip:
         src.add(ind, f"pos += {skip}")
     if kind in ("compact", "string", "bytes"):
+        sanitize = src.sanitize and f.text
+        if sanitize:
+            src.add(ind, "at = pos")
         _emit_length(src, ind, f, kind == "compact", 2 if kind == "string" else 4)
         src.add(ind, "if n > end - pos:")
         src.add(ind + 1, f"raise WireError(f'{f.name}: {{n}} bytes, {{end - pos}} left')")
         src.add(ind, "if n > 0:")
         src.add(ind + 1, "pos += n")
+        if sanitize:
+            src.add(ind + 1, f"_text(buf, at, pos - n, pos, {kind == 'compact'}, cuts)")
     elif kind == "entity":
-        walker = src.name(walker_of(f.entity), "w")
+        walker = src.name(walker_of(f.entity, src.sanitize), "w")
         if f.nullable:
             src.add(ind, "pos += 1")
             src.add(ind, "if buf[pos - 1] != 0xFF:")
@@ -269,11 +282,12 @@ def _emit(src: _Source, ind: int, f: _Field, skip: int) -> int:
 
 
 @cache
-def walker_of(cls: Any) -> Walker:
+def walker_of(cls: Any, sanitize: bool = False) -> Walker:
     """The walker of an entity class: ``walk(buf, pos, end, cuts)`` -> the position after the
-    entity (unchecked against ``end`` for its trailing fixed fields: the caller checks)."""
+    entity (unchecked against ``end`` for its trailing fixed fields: the caller checks).
+    ``sanitize``: strings that are not UTF-8 are marked to be replaced (:func:`check`)."""
     untagged, tagged = _fields(cls)
-    src = _Source()
+    src = _Source(sanitize)
     skip = 0
     for f in untagged:
         skip = _emit(src, 1, f, skip)
@@ -284,14 +298,14 @@ def walker_of(cls: Any) -> Walker:
         src.add(1, "if buf[pos] == 0:")
         src.add(2, "pos += 1")
         src.add(1, "else:")
-        src.add(2, f"pos = _tags({entity}, buf, pos, end, cuts)")
+        src.add(2, f"pos = _tags({entity}, buf, pos, end, cuts, {sanitize})")
     return _compile(src, f"{cls.__module__}.{cls.__name__}")
 
 
 @cache
-def _field_walker(field: _Field) -> Walker:
+def _field_walker(field: _Field, sanitize: bool = False) -> Walker:
     """A walker for one field's value (a tagged field's, or a top-level field's)."""
-    src = _Source()
+    src = _Source(sanitize)
     rest = _emit(src, 1, field, 0)
     if rest:
         src.add(1, f"pos += {rest}")
@@ -306,6 +320,7 @@ def _compile(src: _Source, name: str) -> Walker:
         "read_uvarint": read_uvarint,
         "_int": _int,
         "_tags": _tags,
+        "_text": _text,
         **src.names,
     }
     exec(compile(code, f"<bounds {name}>", "exec"), scope)  # our own source, from the schema
@@ -313,13 +328,26 @@ def _compile(src: _Source, name: str) -> Walker:
     return walk
 
 
-def _tag_walker(cls: Any, tag: int) -> Walker | None:
+def _tag_walker(cls: Any, tag: int, sanitize: bool = False) -> Walker | None:
     """The walker of one tagged field's value (None for a tag the schema does not know)."""
     field = _fields(cls)[1].get(tag)
-    return None if field is None else _field_walker(field)
+    return None if field is None else _field_walker(field, sanitize)
 
 
-def _tags(cls: Any, buf: Any, pos: int, end: int, cuts: Cuts) -> int:
+def _text(buf: Any, at: int, start: int, end: int, compact: bool, cuts: Cuts) -> None:
+    """A string's bytes (``start:end``, its length at ``at``) that are not UTF-8 are marked to
+    be replaced as Kafka reads them (Java's ``String(bytes, UTF_8)``: U+FFFD for each bad
+    sequence), its length with them."""
+    raw = bytes(buf[start:end])
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        fixed = raw.decode("utf-8", "replace").encode("utf-8")
+        size = uvarint(len(fixed) + 1) if compact else len(fixed).to_bytes(2, "big")
+        cuts.append((at, end, size + fixed))
+
+
+def _tags(cls: Any, buf: Any, pos: int, end: int, cuts: Cuts, sanitize: bool = False) -> int:
     """The position after an entity's tagged fields. Unknown ones are skipped, as Kafka skips
     them: the section is then marked to be replaced by one without them."""
     start = pos
@@ -335,7 +363,7 @@ def _tags(cls: Any, buf: Any, pos: int, end: int, cuts: Cuts) -> int:
         tag_end = pos + size
         if tag_end > end:
             raise WireError(f"tagged field {tag} of {size} bytes, {end - pos} left")
-        walk = _tag_walker(cls, tag)
+        walk = _tag_walker(cls, tag, sanitize)
         if walk is None:
             rewrite = True
         else:
@@ -372,14 +400,15 @@ def _cut(buf: Any, start: int, end: int, cuts: Cuts) -> bytes:
 # ---------------------------------------------------------------- entry points
 
 
-def check(cls: Any, buf: bytes, pos: int) -> bytes:
+def check(cls: Any, buf: bytes, pos: int, sanitize: bool = False) -> bytes:
     """Check the body of an entity of ``cls`` at ``pos`` (to the end of ``buf``); returns
-    ``buf``, or a copy without the tagged fields the schema does not know. Raises
+    ``buf``, or a copy without the tagged fields the schema does not know (``sanitize``: and
+    with each string that is not UTF-8 as Kafka reads it, U+FFFD for each bad sequence). Raises
     :class:`WireError`."""
     cuts: Cuts = []
     end = len(buf)
     try:
-        after = walker_of(cls)(buf, pos, end, cuts)
+        after = walker_of(cls, sanitize)(buf, pos, end, cuts)
     except IndexError:
         after = end + 1
     if after > end:

@@ -187,9 +187,18 @@ def decode_response(api_key: int, version: int, frame: bytes, pos: int) -> Entit
 
 
 def _decode(cls: Any, frame: bytes, pos: int, what: str) -> Entity:
+    reader = _reader(cast(Hashable, cls))
     try:
-        frame = bounds.check(cls, frame, pos)
-        entity, _size = _reader(cast(Hashable, cls))(frame, pos)
+        checked = bounds.check(cls, frame, pos)
+        try:
+            entity, _size = reader(checked, pos)
+        except Exception:  # kio refuses such a string (and anything else it cannot read)
+            # Strings that are not UTF-8 (kio refuses them) are read as Kafka reads them:
+            # U+FFFD for each bad sequence. Only a body that failed is walked again for them.
+            sanitized = bounds.check(cls, frame, pos, sanitize=True)
+            if sanitized is frame or sanitized == checked:
+                raise
+            entity, _size = reader(sanitized, pos)
     except Exception as exc:  # noqa: BLE001 - kio raises DecodeError, ValueError, ...
         name = api_name(int(cls.__api_key__))
         raise WireError(f"{name} v{int(cls.__version__)}{what}: {exc}") from None
