@@ -840,6 +840,34 @@ def test_strings_that_are_not_utf8_are_read_as_kafka_reads_them(server: KafkaSer
     c.close()
 
 
+@pytest.mark.parametrize(("size", "closed"), [(32767, False), (32768, True)])
+def test_a_compact_string_longer_than_kafka_reads_closes_the_connection(
+    server: KafkaServer, size: int, closed: bool
+) -> None:
+    """Kafka's generated readers refuse a string longer than 32767 bytes, compact ones too
+    ("string field ... had invalid length"), and the broker closes the connection; one of 32767
+    bytes is read (here: a group id over the identifier limit, refused in-band)."""
+    c = server.client()
+    c.send(
+        request(
+            68,
+            0,
+            group_id="x" * size,
+            member_id="m",
+            member_epoch=0,
+            rebalance_timeout=300000,
+            subscribed_topic_names=["t"],
+            server_assignor=None,
+            topic_partitions=[],
+        )
+    )
+    if closed:
+        assert c.closed_by_server(timeout=5)
+    else:
+        assert c.receive().error_code == E.invalid_request
+    c.close()
+
+
 def test_a_silent_connection_is_closed_after_the_idle_time(server: KafkaServer) -> None:
     silent = server.client()
     silent.send_raw(struct.pack(">i", 100) + b"\0" * 10)  # a frame that never completes

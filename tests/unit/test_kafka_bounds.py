@@ -200,6 +200,19 @@ def test_unknown_tagged_fields_are_skipped_as_kafka_skips_them() -> None:
     assert wire.decode_response(18, 3, mixed, 0) == resp
 
 
+def test_a_compact_string_is_at_most_32767_bytes() -> None:
+    """As Kafka's generated readers; bytes fields have no such bound."""
+    for size, fits in ((32767, True), (32768, False)):
+        hb = wire.build(wire.request_class(68, 1), group_id="g" * size, member_id="m")
+        if fits:
+            assert wire.decode(68, 1, wire.encode_body(hb), 0) == hb
+        else:
+            with pytest.raises(wire.WireError, match="a string of 32768 bytes"):
+                wire.decode(68, 1, wire.encode_body(hb), 0)
+    sasl = wire.build(wire.request_class(36, 2), auth_bytes=b"a" * 40000)
+    assert wire.decode(36, 2, wire.encode_body(sasl), 0) == sasl
+
+
 def test_strings_that_are_not_utf8_are_read_as_kafka_reads_them() -> None:
     """Java's String(bytes, UTF_8), which Kafka's readers use: each bad sequence becomes U+FFFD
     (kio refuses such a string) — legacy and compact strings, nullable ones, in nested arrays,

@@ -14,6 +14,8 @@ and version), that decodes nothing and allocates nothing per element, and refuse
   generated readers refuse ``length > remaining`` the same way);
 * a null where the schema does not allow one (Kafka: "non-nullable field was serialized as
   null"), a negative length other than -1, a varint longer than 5 bytes, a truncated body;
+* a compact string longer than 32767 bytes (Kafka: "string field had invalid length"; a legacy
+  string's int16 length cannot say more);
 * a tagged field that does not end where its size says, or that runs past its entity.
 
 Tagged fields the schema does not know are skipped, as Kafka skips them: :func:`check`
@@ -242,6 +244,12 @@ def _emit(src: _Source, ind: int, f: _Field, skip: int) -> int:
         if sanitize:
             src.add(ind, "at = pos")
         _emit_length(src, ind, f, kind == "compact", 2 if kind == "string" else 4)
+        if kind == "compact" and f.text:
+            # Kafka's generated readers: a string is at most 32767 bytes, compact ones too.
+            src.add(ind, "if n > 0x7FFF:")
+            src.add(
+                ind + 1, f"raise WireError(f'{f.name}: a string of {{n}} bytes (at most 32767)')"
+            )
         src.add(ind, "if n > end - pos:")
         src.add(ind + 1, f"raise WireError(f'{f.name}: {{n}} bytes, {{end - pos}} left')")
         src.add(ind, "if n > 0:")
