@@ -134,6 +134,7 @@ class _Call:
         "reserved_end",
         "queued",
         "group",
+        "started",
     )
 
     def __init__(
@@ -170,6 +171,7 @@ class _Call:
         self.reserved = 0
         self.reserved_end = 0
         self.group: Hashable | None | object = NOT_READ  # the group its request names
+        self.started = False  # handed to admission (its handler runs, or waits its turn)
         self.queued = 0
 
 
@@ -244,6 +246,7 @@ class H2Connection(asyncio.Protocol):
         self.last_stream_id = 0
         self._flush_scheduled = False
         self._resets: list[int] = []  # streams answered before their request ended
+        self._whole: list[_Call] = []  # unary calls whose message came whole in this slice
         self._paused = False  # the client does not read its answers
         self._backlog: bytearray | None = None  # read, for its next turns (READ_BUDGET)
         self._writable = asyncio.Event()
@@ -373,6 +376,11 @@ class H2Connection(asyncio.Protocol):
                 self.lifetime.ping_acknowledged(event.opaque_data)
             elif kind is ConnectionClosed:
                 self._drop_all()
+        if self._whole:  # a unary call runs once its message is whole, as grpc-core's do,
+            whole, self._whole = self._whole, []  # its END_STREAM read with it or not
+            for call in whole:
+                if not call.finished and not call.started:
+                    self._start(call)
         transport = self.transport
         return not self.closed and transport is not None and not transport.is_closing()
 
@@ -592,8 +600,9 @@ class H2Connection(asyncio.Protocol):
                 call.requests.put_nowait((message, 5 + size))
             elif call.message is None:
                 call.message = message
+                self._whole.append(call)
             else:
-                self.finish(
+                self.abort(
                     call, grpc.StatusCode.INTERNAL, "More than one request message in a unary call"
                 )
                 return False
@@ -615,7 +624,7 @@ class H2Connection(asyncio.Protocol):
     def _end_of_requests(self, call: _Call) -> None:
         call.client_done = True
         if call.body:
-            self.finish(call, grpc.StatusCode.INTERNAL, "Incomplete request message")
+            self.abort(call, grpc.StatusCode.INTERNAL, "Incomplete request message")
             return
         if call.requests is not None:
             call.requests.put_nowait(None)
@@ -626,6 +635,9 @@ class H2Connection(asyncio.Protocol):
         self._start(call)
 
     def _start(self, call: _Call) -> None:
+        if call.started:
+            return
+        call.started = True
         group_of = self.server.group_of
         key = None
         if group_of is not None and call.message is not None:

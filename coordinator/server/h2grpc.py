@@ -22,6 +22,8 @@ What a gRPC client sees is what grpc-core's server answers (the gRPC over HTTP/2
 against grpc.aio frame by frame in tests/e2e/test_grpc_conformance.py, the differences left in
 docs/operations.md):
 
+* a unary or server-streaming call runs once its one request message is whole, whether or not
+  the client has ended its stream (a second message is INTERNAL);
 * status and message in trailers (``grpc-status``, percent-encoded ``grpc-message``), or a
   Trailers-Only answer when no message was sent; an unknown method is UNIMPLEMENTED; a request
   that is not a POST or lacks ``te: trailers`` is reset (INTERNAL_ERROR) unanswered;

@@ -28,9 +28,21 @@ async def big(request: bytes, context: Any) -> bytes:
     return b"x" * (MAX_BYTES + 1)
 
 
+async def count(request: bytes, context: Any) -> AsyncIterator[bytes]:
+    for i in range(int(request)):
+        yield b"%d" % i
+
+
 def methods() -> grpc.GenericRpcHandler:
     unary = grpc.unary_unary_rpc_method_handler
-    return grpc.method_handlers_generic_handler(SERVICE, {"Echo": unary(echo), "Big": unary(big)})
+    return grpc.method_handlers_generic_handler(
+        SERVICE,
+        {
+            "Echo": unary(echo),
+            "Big": unary(big),
+            "Count": grpc.unary_stream_rpc_method_handler(count),
+        },
+    )
 
 
 @pytest.fixture
@@ -216,3 +228,31 @@ async def test_a_metadata_value_reaches_the_handler_as_grpc_aio_decodes_it(
     finally:
         for server in servers:
             await server.stop(None)
+
+
+@pytest.mark.parametrize("server", ["h2", "grpc-core"])
+async def test_a_call_whose_request_never_ends_is_answered_once_its_message_is_whole(
+    ports: dict[str, int], server: str
+) -> None:
+    """A unary or server-streaming call runs once its one message has come, whether or not the
+    client ends its stream (grpc-core's server does not wait for the END_STREAM; a client that
+    never sent it waited here for ever, or for its deadline)."""
+    conn = await RawConnection.open(ports[server])
+    try:
+        unary = conn.request(f"/{SERVICE}/Echo", grpc_frame(b"hi"), end=False)
+        stream = conn.request(f"/{SERVICE}/Count", grpc_frame(b"3"), end=False)
+        assert await conn.until(lambda: conn.answered(unary, stream), 5)
+        assert (conn.answers[unary].outcome, conn.answers[unary].data) == (
+            (b"0", b""),
+            grpc_frame(b"hi"),
+        )
+        assert (conn.answers[stream].outcome, conn.answers[stream].data) == (
+            (b"0", b""),
+            grpc_frame(b"0") + grpc_frame(b"1") + grpc_frame(b"2"),
+        )
+        # the connection goes on
+        after = conn.request(f"/{SERVICE}/Echo", grpc_frame(b"after"))
+        assert await conn.until(lambda: conn.answered(after), 5)
+        assert conn.answers[after].status == b"0"
+    finally:
+        conn.close()
