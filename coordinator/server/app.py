@@ -658,6 +658,8 @@ async def serve(
     elif not stop.is_set():
         await stop_task
     log.info("Shutting down.")
+    if server.cluster is not None:
+        server.cluster.bound_shutdown(SHUTDOWN_GRACE_S)
     if not load_task.done():
         load_task.cancel()
         try:

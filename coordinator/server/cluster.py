@@ -18,6 +18,8 @@ the coordinator's port, and lose them with the coordinator).
 from __future__ import annotations
 
 import logging
+import os
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -148,6 +150,29 @@ class ClusterMember:
             "partitions_lost": stats["lost"],
             "expected_back_ms": node.expected_back_ms(),
         }
+
+    def bound_shutdown(self, grace_s: float) -> None:
+        """The process is stopping: make sure it ends. A write held up in PostgreSQL (a COMMIT
+        that a synchronous standby, gone, never acknowledges) would hold the hand-over and the
+        store's close for as long as PostgreSQL holds it. After ``grace_s`` (the in-flight
+        calls' grace) and two leases (the partitions dropped, the leases run out), the process
+        exits (code 1) without the writes still held up, as if it crashed: their outcome is
+        PostgreSQL's, the next leader loads what it kept, and none of them was acknowledged.
+        A daemon thread: it outlives the loop (the writer's thread is joined at exit)."""
+        after_s = grace_s + 2 * self.settings.lease_ms / 1000
+
+        def give_up() -> None:
+            log.critical(
+                "Shutdown has not finished after %.0f s: writes are held up in PostgreSQL; "
+                "exiting without them (their outcome is PostgreSQL's, none was acknowledged).",
+                after_s,
+            )
+            logging.shutdown()
+            os._exit(1)
+
+        timer = threading.Timer(after_s, give_up)
+        timer.daemon = True
+        timer.start()
 
     async def leave(self) -> None:
         """Hand every partition over now (writes finish; requests meanwhile get

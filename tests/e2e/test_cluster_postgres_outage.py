@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
+import signal
 import threading
 import time
 from collections import Counter
@@ -47,6 +48,7 @@ from cluster_support import (
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from pg import PostgresServer
 
+from coordinator.server.app import SHUTDOWN_GRACE_S
 from kip848.v1 import admin_pb2, common_pb2, offsets_pb2, offsets_pb2_grpc
 
 pytestmark = pytest.mark.slow
@@ -289,6 +291,51 @@ def test_a_commit_held_up_in_postgresql_is_answered_when_its_partition_is_droppe
         assert took < LEASE_MS / 1000 + 2.5, took
         until(lambda: simple_commit(node.channel, "g", 3) == {0}, "the node to serve again", 30)
         assert committed(node, "g", lambda _address: node.channel) == {(TOPIC, 0): 3}
+    finally:
+        nodes.stop_all()
+
+
+def test_a_node_stopped_while_postgresql_holds_its_commit_exits_in_bounded_time(
+    own_pg: PostgresServer, tmp_path: Path
+) -> None:
+    """SIGTERM while PostgreSQL does not acknowledge COMMITs (a synchronous standby gone) and a
+    commit of the node waits in it: the node gives the write up and exits (code 1, said in its
+    log) within the shutdown grace and two leases, as if it crashed — PostgreSQL decides the
+    write's outcome and the next leader loads what it kept. Before, the hand-over waited for
+    the write for as long as PostgreSQL held it (the process outlived the test's 25 s)."""
+    nodes = Nodes(tmp_path, own_pg.fresh_store_dsn(), *SETTINGS)
+    node = nodes.start(1)
+    log_of = node.stderr_path
+    try:
+        node.create_topic(TOPIC, 1)
+        until(lambda: simple_commit(node.channel, "g", 1) == {0}, "a first commit")
+        with commits_held(own_pg):
+            answers: list[set[int] | str] = []
+
+            def commit() -> None:
+                try:
+                    answers.append(simple_commit(node.channel, "g", 2, timeout=30))
+                except grpc.RpcError as exc:
+                    answers.append(str(exc.code()))  # cut off by the exit
+
+            committing = threading.Thread(target=commit, daemon=True)
+            committing.start()
+            time.sleep(0.5)  # the commit's write waits in PostgreSQL
+            started = time.monotonic()
+            node.signal(signal.SIGTERM)
+            code = node.proc.wait(timeout=25)
+            took = time.monotonic() - started
+            committing.join(10)
+        assert code == 1
+        assert took < SHUTDOWN_GRACE_S + 2 * LEASE_MS / 1000 + 3, took
+        # Retriable (COORDINATOR_NOT_AVAILABLE at the write timeout), never acknowledged.
+        assert answers in ([{15}], [{16}], ["StatusCode.UNAVAILABLE"]), answers
+        assert "exiting without them" in log_of.read_text()
+        nodes.procs.pop(1).wait()
+        # PostgreSQL kept the held commit (acknowledged again now): the next node loads it.
+        again = nodes.start(1)
+        until(lambda: simple_commit(again.channel, "g", 3) == {0}, "the node to serve again", 30)
+        assert committed(again, "g", lambda _address: again.channel) == {(TOPIC, 0): 3}
     finally:
         nodes.stop_all()
 
