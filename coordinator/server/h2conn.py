@@ -46,7 +46,6 @@ from .h2wire import (
     format_peer,
     malformed,
     over_soft_limit,
-    parse_timeout,
     read_headers,
     request_wbits,
     status_trailers,
@@ -486,6 +485,9 @@ class H2Connection(asyncio.Protocol):
         if refused:
             self._refuse(stream_id, end, grpc.StatusCode.RESOURCE_EXHAUSTED, refused)
             return
+        if request.unparsable:  # grpc-core refuses it as it parses the headers, before all else
+            self._refuse(stream_id, end, grpc.StatusCode.INTERNAL, request.unparsable)
+            return
         if not request.content_type.startswith(b"application/grpc"):
             self._send(
                 lambda: self.h2.send_response(stream_id, ((b":status", b"415"),), end_stream=True),
@@ -501,14 +503,6 @@ class H2Connection(asyncio.Protocol):
         except Refused as exc:
             self._refuse(stream_id, end, exc.code, exc.details)
             return
-        if request.bad_metadata:
-            self._refuse(
-                stream_id,
-                end,
-                grpc.StatusCode.INTERNAL,
-                f"Error parsing '{request.bad_metadata}' metadata: illegal base64 encoding",
-            )
-            return
         handler = server.handler(request.path, request.metadata)
         if handler is None:
             self._refuse(stream_id, end, grpc.StatusCode.UNIMPLEMENTED, "Method not found!")
@@ -522,15 +516,10 @@ class H2Connection(asyncio.Protocol):
         call.wbits = wbits
         self.calls[stream_id] = call
         server.active += 1
-        if request.timeout is not None:
-            seconds = parse_timeout(request.timeout)
-            if seconds is None:
-                self.finish(call, grpc.StatusCode.INTERNAL, "Error parsing 'grpc-timeout' metadata")
-                return
-            if seconds != math.inf:  # grpc-core: no deadline past its largest value
-                loop = asyncio.get_running_loop()
-                call.deadline = loop.time() + seconds
-                call.timer = loop.call_at(call.deadline, self._expire, call)
+        if request.timeout is not None and request.timeout != math.inf:  # inf: no deadline
+            loop = asyncio.get_running_loop()
+            call.deadline = loop.time() + request.timeout
+            call.timer = loop.call_at(call.deadline, self._expire, call)
         if handler.request_streaming:
             call.requests = asyncio.Queue()
             self._start(call)

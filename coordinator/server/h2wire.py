@@ -22,6 +22,7 @@ ENCODINGS = ("identity", "deflate", "gzip")
 """grpc-core's compression algorithms, in the order of their bits in
 ``grpc.compression_enabled_algorithms_bitset``."""
 WBITS = {"deflate": zlib.MAX_WBITS, "gzip": zlib.MAX_WBITS | 16}  # zlib, gzip framing
+_KNOWN_ENCODINGS = frozenset(name.encode() for name in ENCODINGS)
 CANCELLED_AT_STOP = "Cancelling all calls"  # grpc-core's words for calls past the stop's grace
 RESERVED = frozenset(
     {
@@ -83,10 +84,12 @@ class RequestHeaders:
     method: bytes = b""
     te: bytes | None = None
     content_type: bytes = b""
-    timeout: bytes | None = None
+    timeout: float | None = None  # seconds (math.inf: no deadline)
     encoding: bytes | None = None
     metadata: list[tuple[str, Any]] = field(default_factory=list)
-    bad_metadata: str = ""  # a -bin key whose value is not base64
+    unparsable: str = ""
+    """grpc-core's words for the first field it cannot parse, in their order: a ``grpc-timeout``,
+    a ``grpc-encoding`` it does not know, a ``-bin`` value that is not base64 ("": none)."""
     size: int = 0  # RFC 9113's size of the header list
     too_large: str = ""  # why it is over grpc-core's hard metadata limit ("" if it is not)
 
@@ -111,16 +114,21 @@ def read_headers(headers: Sequence[tuple[bytes, bytes]], hard_limit: int) -> Req
         if key == "content-type":
             out.content_type = value
         elif key == "grpc-timeout":
-            out.timeout = value
+            out.timeout = parse_timeout(value)
+            if out.timeout is None and not out.unparsable:
+                out.unparsable = "Error parsing 'grpc-timeout' metadata"
         elif key == "grpc-encoding":
             out.encoding = value
+            if value not in _KNOWN_ENCODINGS and not out.unparsable:
+                out.unparsable = "Error parsing 'grpc-encoding' metadata"
         elif key == "te":
             out.te = value
         elif key.endswith("-bin"):
             try:
                 metadata.append((key, b64decode(value)))
             except ValueError:
-                out.bad_metadata = key
+                if not out.unparsable:
+                    out.unparsable = f"Error parsing '{key}' metadata: illegal base64 encoding"
         elif key not in RESERVED:
             metadata.append((key, metadata_text(value)))
     out.size = size

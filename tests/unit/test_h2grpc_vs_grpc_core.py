@@ -256,3 +256,46 @@ async def test_a_call_whose_request_never_ends_is_answered_once_its_message_is_w
         assert conn.answers[after].status == b"0"
     finally:
         conn.close()
+
+
+@pytest.mark.parametrize(
+    ("method", "changed", "details"),
+    [
+        ("Nope", {"grpc_timeout": b"soon"}, b"Error parsing 'grpc-timeout' metadata"),
+        ("Nope", {"x_bin": b"!!"}, b"Error parsing 'x-bin' metadata: illegal base64 encoding"),
+        ("Nope", {"grpc_encoding": b"snappy"}, b"Error parsing 'grpc-encoding' metadata"),
+        (
+            "Echo",
+            {"grpc_timeout": b"soon", "x_bin": b"!!"},
+            b"Error parsing 'grpc-timeout' metadata",
+        ),
+        (
+            "Echo",
+            {"x_bin": b"!!", "grpc_timeout": b"soon"},
+            b"Error parsing 'x-bin' metadata: illegal base64 encoding",
+        ),
+        (
+            "Echo",
+            {"content_type": b"text/plain", "x_bin": b"!!"},
+            b"Error parsing 'x-bin' metadata: illegal base64 encoding",
+        ),
+    ],
+    ids=[
+        "timeout+no-method",
+        "bin+no-method",
+        "encoding+no-method",
+        "timeout-first",
+        "bin-first",
+        "bin+not-grpc",
+    ],
+)
+async def test_a_field_that_does_not_parse_is_refused_before_anything_else(
+    ports: dict[str, int], method: str, changed: dict[str, bytes], details: bytes
+) -> None:
+    """grpc-core refuses a request whose headers do not parse as it parses them: the first such
+    field in their order, before it looks for the method or at the content type."""
+    for name, (sent, _reset) in (
+        await both(ports, headers(method, **changed), grpc_frame(b"x"))
+    ).items():
+        fields = dict(sent)
+        assert (fields.get(b"grpc-status"), fields.get(b"grpc-message")) == (b"13", details), name
