@@ -209,6 +209,33 @@ def test_a_password_given_as_a_uri_parameter_is_not_logged() -> None:
     )
 
 
+@pytest.mark.parametrize(
+    "dsn",
+    [
+        "postgresql://kip848:pa%zzsecret@127.0.0.1:1/db",  # a '%' not percent-encoded
+        "postgresql://kip848:50%secret@127.0.0.1:1/db",
+        "postgresql://kip848@127.0.0.1:1/db?password=pa%zzsecret",
+        "postgresql://kip848@127.0.0.1:1/db?sslmode=require&sslpassword=pa%zzsecret",
+    ],
+)
+def test_a_password_libpq_cannot_parse_is_not_echoed_in_the_error(dsn: str) -> None:
+    """libpq refuses a URI whose password holds a '%' that is not percent-encoded by quoting
+    the token, password and all ("invalid percent-encoded token: ..."): the store's and the
+    leases' errors (what ``kip848 serve`` prints and logs) show it as ``***``. Before, the
+    password appeared in them."""
+    from coordinator.runtime.store.postgres_leases import PostgresLeases
+
+    with pytest.raises(StoreAccessError) as info:
+        PostgresRecordStore(dsn, connect_timeout_s=1)
+    message = str(info.value)
+    assert "invalid percent-encoded token" in message and "***" in message, message
+    assert "secret" not in message, message
+    leases = PostgresLeases(dsn, where=dsn_for_log(dsn), connect_timeout_s=1)
+    with pytest.raises(StoreError) as lease_info:
+        leases.state()
+    assert "secret" not in str(lease_info.value) and "***" in str(lease_info.value)
+
+
 def test_a_commit_whose_answer_was_lost_is_resolved_by_asking_postgresql(
     pg_dsn: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

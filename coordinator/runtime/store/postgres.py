@@ -72,6 +72,7 @@ from .postgres_schema import (
     ensure_fence_function,
     migrate,
     read_meta,
+    scrub,
 )
 
 if TYPE_CHECKING:
@@ -191,10 +192,13 @@ class PostgresRecordStore:
             )
         except psycopg.OperationalError as e:
             raise StoreAccessError(
-                f"cannot connect to the PostgreSQL store at {self.where}: {_one_line(e)}"
-            ) from e
+                f"cannot connect to the PostgreSQL store at {self.where}: "
+                f"{scrub(_one_line(e), self.dsn)}"
+            ) from None
         except psycopg.Error as e:
-            raise StoreAccessError(f"PostgreSQL store at {self.where}: {_one_line(e)}") from e
+            raise StoreAccessError(
+                f"PostgreSQL store at {self.where}: {scrub(_one_line(e), self.dsn)}"
+            ) from None
         return conn
 
     def _check_version(self, meta: dict[str, str]) -> None:

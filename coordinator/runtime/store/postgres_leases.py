@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .api import StoreAccessError, StoreError
+from .postgres_schema import scrub
 
 if TYPE_CHECKING:
     import psycopg
@@ -176,8 +177,8 @@ class PostgresLeases:
             except psycopg.Error as e:
                 raise StoreAccessError(
                     f"cannot reach the PostgreSQL store at {self.where} for leases: "
-                    f"{' '.join(str(e).split())}"
-                ) from e
+                    f"{scrub(' '.join(str(e).split()), self.dsn)}"
+                ) from None
         return conn
 
     def _drop(self, conn: psycopg.Connection[Any]) -> None:

@@ -170,6 +170,25 @@ def dsn_for_log(dsn: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 
+def scrub(text: str, dsn: str) -> str:
+    """``text`` (a libpq error) without the URI's secrets: libpq quotes the token it cannot
+    parse ("invalid percent-encoded token: ..."), a password with a stray ``%`` included. Each
+    secret, as written in the URI and decoded, is shown as ``***``."""
+    secrets: set[str] = set()
+    userinfo = dsn.partition("://")[2].partition("/")[0].rpartition("@")[0]
+    if ":" in userinfo:
+        secrets.add(userinfo.partition(":")[2])
+    query = dsn.partition("?")[2].partition("#")[0]
+    for item in query.split("&"):
+        name, _, value = item.partition("=")
+        if unquote_plus(name).strip() in SECRET_PARAMETERS:
+            secrets.add(value)
+    for secret in sorted(secrets | {unquote_plus(x) for x in secrets}, key=len, reverse=True):
+        if secret:
+            text = text.replace(secret, "***")
+    return text
+
+
 def read_meta(conn: psycopg.Connection[Any], where: str) -> dict[str, str] | None:
     """The store's meta rows; None when the database holds no store at all (no ``kip848_``
     table). Raises :class:`StoreCorruptError` for a partial or foreign one."""
