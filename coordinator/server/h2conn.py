@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Callable, Hashable, Sequence
 from typing import Any, Protocol
 
 import grpc
+from google.protobuf import message as pb_message
 from ngh2 import (
     Configuration,
     Connection,
@@ -35,7 +36,7 @@ from . import eager
 from .admission import Admission, ReadTurns
 from .fairness import NOT_READ
 from .grpc_options import GrpcOptions
-from .grpc_server import AbortCall
+from .grpc_server import AbortCall, undecodable
 from .h2flow import Windows
 from .h2lifetime import INTERNAL_ERROR, NO_ERROR, Lifetime
 from .h2wire import (
@@ -228,8 +229,16 @@ def _serialize(handler: grpc.RpcMethodHandler, message: Any) -> bytes:
 
 
 def _deserialize(handler: grpc.RpcMethodHandler, data: bytes) -> Any:
+    """The request message as the handler takes it; one its deserializer cannot read (health's
+    or reflection's: our services read their own) ends the call INVALID_ARGUMENT with the
+    reason, as our services answer, not as an unexpected error with a traceback."""
     deserializer = handler.request_deserializer
-    return data if deserializer is None else deserializer(data)
+    if deserializer is None:
+        return data
+    try:
+        return deserializer(data)
+    except pb_message.DecodeError as exc:
+        raise AbortCall(grpc.StatusCode.INVALID_ARGUMENT, undecodable(exc)) from None
 
 
 class H2Connection(asyncio.Protocol):

@@ -299,3 +299,42 @@ async def test_a_field_that_does_not_parse_is_refused_before_anything_else(
     ).items():
         fields = dict(sent)
         assert (fields.get(b"grpc-status"), fields.get(b"grpc-message")) == (b"13", details), name
+
+
+async def test_a_request_health_cannot_read_is_invalid_argument_without_a_traceback(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A request message health's own deserializer cannot read (our services read theirs and
+    answer INVALID_ARGUMENT): ended INVALID_ARGUMENT with the parser's reason, as our services
+    answer, and no error logged. Here we differ from grpc.aio on purpose, which logs an
+    unexpected error with its traceback and answers UNKNOWN "Unexpected server error." (before
+    the fix, so did ours)."""
+    from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+    from coordinator.server.grpc_server import add_health_and_reflection
+
+    ours = H2GrpcServer(MAX_BYTES)
+    add_health_and_reflection(ours, health.aio.HealthServicer(), [])
+    port = ours.add_insecure_port("127.0.0.1:0")
+    await ours.start()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            check = channel.unary_unary(
+                "/grpc.health.v1.Health/Check",
+                request_serializer=None,
+                response_deserializer=None,
+            )
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await check(b"\xff\xff\xff", timeout=10)
+            assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert err.value.details() == (
+                "Undecodable request: Error parsing message with type "
+                "'grpc.health.v1.HealthCheckRequest': Wire format was corrupt"
+            )
+            # A request it can read is still served.
+            stub = health_pb2_grpc.HealthStub(channel)
+            answer = await stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=10)
+            assert answer.status == health_pb2.HealthCheckResponse.SERVING
+    finally:
+        await ours.stop(None)
+    assert [r for r in caplog.records if r.levelname == "ERROR"] == []
