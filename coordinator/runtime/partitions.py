@@ -322,11 +322,13 @@ class Partitions:
                     continue  # a write of its own began meanwhile: after it
                 if self.cluster_offset + 1 != start:
                     continue  # our own append moved it meanwhile
-                end = self._catch_up_to  # a heartbeat's read, or 2**62: as far as there is
-                if (entries and entries[0].offset > start) or (
-                    not entries and self.cluster_offset < end < 2**62
-                ):
-                    self._missed(start, entries[0].offset if entries else end + 1)
+                if entries and entries[0].offset > start:
+                    log.error(
+                        "The cluster log's journal starts at offset %d, this node applied up "
+                        "to %d (retention removed what it missed): restart it to reload.",
+                        entries[0].offset,
+                        self.cluster_offset,
+                    )
                     return
                 if not entries:
                     self._catch_up_to = self.cluster_offset
@@ -334,20 +336,6 @@ class Partitions:
                 self._apply_cluster_entries(entries)
         finally:
             self._catching_up = None
-
-    def _missed(self, start: int, first: int) -> None:
-        """The journal no longer holds the cluster log from ``start`` (journal retention
-        removed entries this node never applied; it holds them from ``first`` on): its copy
-        of the topics, ACLs and credentials cannot be brought up to date, so it stops serving
-        (its partitions go to the other nodes) rather than serve a stale one."""
-        why = (
-            f"the cluster log's journal holds offsets from {first} on, this node applied up to "
-            f"{start - 1}: journal retention removed entries it never applied (topics, ACLs, "
-            "SCRAM credentials, group configs), so its copy cannot be brought up to date; "
-            "restart it to load the cluster log afresh"
-        )
-        log.critical("%s. The node stops serving.", why)
-        self.driver.stop_serving(why)
 
     def _apply_cluster_entries(self, entries: Sequence[Any]) -> None:
         driver = self.driver
