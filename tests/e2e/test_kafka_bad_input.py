@@ -180,6 +180,79 @@ def test_a_burst_of_bad_connections(stack: KafkaStack, witness: Any) -> None:
     c.close()
 
 
+def rss_mib(stack: KafkaStack) -> float:
+    with open(f"/proc/{stack.server.proc.pid}/status") as f:
+        line = next(line for line in f if line.startswith("VmRSS:"))
+    return int(line.split()[1]) / 1024
+
+
+def test_fetches_pipelined_by_a_client_that_does_not_read_are_not_held_here(
+    stack: KafkaStack, witness: Any
+) -> None:
+    """Kafka answers one request of a connection at a time, so a client that pipelines Fetches
+    and reads nothing makes the broker hold one answer. Here forwarded requests go on at once:
+    the broker's answers must then wait in the broker (the upstream connection stops being
+    read while the client takes nothing), not in this process — 60 answers of 2 MB each grew
+    it by 120 MB before. Once the client reads, every answer comes, in order."""
+    from confluent_kafka import Producer
+
+    c = stack.server.client()
+    create_topics(c, **{"bi-flood": 1})
+    # Batches under this stack's socket.request.max.bytes (64 KiB): one record of 50 KB each.
+    producer = Producer(
+        {"bootstrap.servers": stack.server.kafka_address, "linger.ms": 0, "batch.size": 60_000}
+    )
+    for _ in range(40):
+        producer.produce("bi-flood", b"x" * 50_000, partition=0)
+    assert producer.flush(30) == 0
+    meta = c.call(request(3, 12, topics=[{"name": "bi-flood", "topic_id": None}]))
+    topic_id = meta.topics[0].topic_id
+    c.close()
+    fetch = request(
+        1,
+        13,
+        replica_id=-1,
+        max_wait=100,
+        min_bytes=1,
+        max_bytes=50_000_000,
+        isolation_level=0,
+        session_id=0,
+        session_epoch=-1,
+        topics=[
+            {
+                "topic_id": topic_id,
+                "partitions": [
+                    {
+                        "partition": 0,
+                        "current_leader_epoch": -1,
+                        "fetch_offset": 0,
+                        "last_fetched_epoch": -1,
+                        "log_start_offset": -1,
+                        "partition_max_bytes": 50_000_000,
+                    }
+                ],
+            }
+        ],
+        forgotten_topics_data=[],
+        rack_id="",
+    )
+    flood = stack.server.client()
+    one = flood.call(fetch)  # ~2 MB: every record
+    assert len(one.responses[0].partitions[0].records) > 1_900_000
+    before = rss_mib(stack)
+    for _ in range(60):
+        flood.send(fetch)
+    grown = 0.0
+    deadline = time.monotonic() + 2.5
+    while time.monotonic() < deadline:
+        grown = max(grown, rss_mib(stack) - before)
+        time.sleep(0.05)
+    assert grown < 40, f"{before:.0f} MiB -> +{grown:.0f} MiB"
+    for _ in range(60):  # checks each correlation id in turn
+        assert len(flood.receive().responses[0].partitions[0].records) > 1_900_000
+    flood.close()
+
+
 def test_the_witness_was_never_disturbed(stack: KafkaStack, witness: Any) -> None:
     fleet, producer = witness
     time.sleep(0.5)

@@ -369,12 +369,17 @@ class KafkaConnection(asyncio.Protocol):
             self._read_frames()
 
     def pause_writing(self) -> None:
-        """The client's unsent answers passed ``kafka.connection.max.unsent.bytes``."""
+        """The client's unsent answers passed ``kafka.connection.max.unsent.bytes``: nothing more
+        is read from it, nor from its upstream connection (answers to requests it forwarded)."""
         self.writing_paused = True
+        if self.upstream_conn is not None:
+            self.upstream_conn.pause_reading()
         self._flow()
 
     def resume_writing(self) -> None:
         self.writing_paused = False
+        if self.upstream_conn is not None:
+            self.upstream_conn.resume_reading()
         self._wake_writer()
         self._again()
 

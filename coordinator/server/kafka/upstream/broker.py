@@ -547,6 +547,7 @@ class UpstreamConnection(asyncio.Protocol):
         self.pending: collections.deque[Pending] = collections.deque()
         self.buffer = bytearray()
         self.closed = False
+        self.reading_paused = False  # the client is not taking its answers
         loop = asyncio.get_running_loop()
         self.task = loop.create_task(self._connect(loop, address))
 
@@ -571,6 +572,8 @@ class UpstreamConnection(asyncio.Protocol):
             return
         unsent = self.client.max_unsent_bytes
         transport.set_write_buffer_limits(high=unsent, low=unsent // 4)  # type: ignore[attr-defined]
+        if self.reading_paused:
+            transport.pause_reading()  # type: ignore[attr-defined]
         if self.queue:
             transport.write(b"".join(self.queue))  # type: ignore[attr-defined]
             self.queue.clear()
@@ -598,6 +601,20 @@ class UpstreamConnection(asyncio.Protocol):
     def resume_writing(self) -> None:
         self.writing_paused = False
         self.client.on_upstream_flow(False)
+
+    def pause_reading(self) -> None:
+        """The client is not taking its answers (its write buffer passed
+        ``kafka.connection.max.unsent.bytes``): the broker's answers wait in the kernel and in
+        the broker, not in this process — as Kafka, which answers one request of a connection
+        at a time, never holds more than one answer for a client that does not read."""
+        self.reading_paused = True
+        if self.transport is not None and not self.closed:
+            self.transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        self.reading_paused = False
+        if self.transport is not None and not self.closed:
+            self.transport.resume_reading()
 
     def data_received(self, data: bytes) -> None:
         buf = self.buffer
