@@ -27,6 +27,7 @@ broker: the truststore's CAs (or the system's), the hostname checked unless
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import os
 import re
@@ -477,7 +478,21 @@ class TlsServer:
                 conn, address = sock.accept()
             except (BlockingIOError, InterruptedError):
                 return
-            except OSError as exc:  # out of file descriptors, ...: the next readiness retries
+            except OSError as exc:
+                if exc.errno in ACCEPT_PAUSE_ERRNOS:
+                    # Out of file descriptors or memory: the listening socket stays readable,
+                    # so it is left alone for a while (its connections wait in the backlog),
+                    # as asyncio's own servers do; retried at once, the loop would spin.
+                    log.warning(
+                        "Accepting a connection on the %s listener failed: %s; accepting again "
+                        "in %.0f s",
+                        self.tls.name,
+                        exc,
+                        ACCEPT_RETRY_S,
+                    )
+                    self._loop.remove_reader(sock.fileno())
+                    self._loop.call_later(ACCEPT_RETRY_S, self._accept_again, sock)
+                    return
                 log.warning(
                     "Accepting a connection on the %s listener failed: %s", self.tls.name, exc
                 )
@@ -486,6 +501,10 @@ class TlsServer:
             task = self._loop.create_task(self._handshake(conn, address))
             self.handshakes.add(task)
             task.add_done_callback(self.handshakes.discard)
+
+    def _accept_again(self, sock: socket.socket) -> None:
+        if self._serving:
+            self._loop.add_reader(sock.fileno(), self._accept, sock)
 
     async def _handshake(self, conn: socket.socket, address: Any) -> None:
         tls = self.tls
@@ -518,6 +537,9 @@ class TlsServer:
 
 ACCEPT_BATCH = 128
 """Connections accepted per readiness of the listening socket (asyncio accepts ``backlog``)."""
+ACCEPT_RETRY_S = 1.0
+"""How long accepting pauses when the process is out of descriptors (asyncio's own delay)."""
+ACCEPT_PAUSE_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 
 
 def _hint(exc: BaseException) -> str:

@@ -16,10 +16,13 @@ library's HTTPS), the default h2 gRPC server, grpc.aio and its front ends.
 from __future__ import annotations
 
 import asyncio
+import os
+import resource
 import shutil
 import signal
 import socket
 import ssl
+import struct
 import subprocess
 import time
 import urllib.request
@@ -520,3 +523,55 @@ def test_confluent_kafka_over_mutual_tls_meets_the_acls(tmp_path: Path) -> None:
         assert offsets.value.args[0].code() == KafkaError.GROUP_AUTHORIZATION_FAILED
     finally:
         assert server.stop() == 0
+
+
+def _cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_a_tls_listener_out_of_file_descriptors_waits_instead_of_spinning(
+    tmp_path: Path, pki: tuple[TestCa, Pem, Pem]
+) -> None:
+    """Connections beyond the process's file descriptors wait in the listening socket's backlog
+    while accepting pauses for a second at a time, as asyncio's own servers do: the listening
+    socket stays readable, and retrying it at once made the loop spin (a CPU busy and a log
+    line per loop iteration) until a descriptor came free. Once one does, they are served."""
+    ca, server_pem, _alice = pki
+    server = ServerProcess(
+        tmp_path / "d",
+        *tls_flags(ca, server_pem, "--kafka-listen", "127.0.0.1:0"),
+        "--kafka-security-protocol",
+        "SSL",
+        clock="system",
+        credentials=creds(ca),
+        lines=2,
+    )
+    kafka = server.lines[1].removeprefix("kafka listening on ")
+    pid = server.proc.pid
+    soft, hard = resource.prlimit(pid, resource.RLIMIT_NOFILE)
+    waiting = []
+    try:
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, (len(os.listdir(f"/proc/{pid}/fd")), hard))
+        before = server.stderr_text().count("Accepting a connection")
+        cpu = _cpu_s(pid)
+        waiting = [socket.create_connection(("127.0.0.1", _port(kafka))) for _ in range(20)]
+        time.sleep(3)
+        spent = _cpu_s(pid) - cpu
+        failed = server.stderr_text().count("Accepting a connection") - before
+        assert 1 <= failed <= 5, failed  # about one a second
+        assert spent < 1.0, spent
+    finally:
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, (soft, hard))
+    # Descriptors again: the waiting connections are accepted (and, silent, closed after the
+    # handshake timeout); a TLS client is served.
+    context = ssl.create_default_context(cafile=ca.ca_file)
+    with (
+        socket.create_connection(("127.0.0.1", _port(kafka)), timeout=10) as raw,
+        context.wrap_socket(raw, server_hostname="localhost") as tls,
+    ):
+        tls.sendall(struct.pack(">ihhih", 10, 18, 0, 7, -1))
+        assert struct.unpack(">ii", tls.recv(8))[1] == 7  # ApiVersions answered
+    for s in waiting:
+        s.close()
+    assert server.stop() == 0
