@@ -415,3 +415,50 @@ def test_a_takeover_waits_for_the_append_that_holds_the_lease(pg_dsn: str) -> No
     conn.close()
     store.close()
     leases.close()
+
+
+def _tcp_settings(conn: psycopg.Connection[Any]) -> tuple[int, int, int, int, int]:
+    """What the kernel does about a silent peer on this connection's socket: keepalive on,
+    idle seconds, probe interval, probe count, user timeout (ms)."""
+    import os
+    import socket
+
+    sock = socket.socket(fileno=os.dup(conn.pgconn.socket))
+    try:
+        return (
+            sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE),
+            sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE),
+            sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL),
+            sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT),
+            sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT),
+        )
+    finally:
+        sock.close()
+
+
+def test_every_connection_notices_a_server_gone_silent_within_seconds(pg_dsn: str) -> None:
+    """A PostgreSQL whose machine vanished (a failover that moved its address, a network cut)
+    sends no reset: with the kernel's defaults a connection waits for it for minutes to hours
+    (keepalive probes after 2 hours idle; unacknowledged data retried for about 15 minutes),
+    and the node's writer, reader, lease and LISTEN connections with it. Each of them has
+    keepalive probes after 5 s idle, 3 of them 2 s apart, and a 10 s timeout for data not
+    acknowledged (before: 7200 s, 75 s, 9, no user timeout), unless the URI sets its own
+    (which wins)."""
+    from coordinator.runtime.store.postgres_leases import PostgresLeases
+
+    expected = (1, 5, 2, 3, 10_000)
+    with PostgresRecordStore(pg_dsn, partitions=P) as store:
+        assert _tcp_settings(store._conn) == expected
+        reader = store._connect(read=True)
+        try:
+            assert _tcp_settings(reader) == expected
+        finally:
+            reader.close()
+    leases = PostgresLeases(pg_dsn, where="test")
+    try:
+        assert _tcp_settings(leases._connection()) == expected
+    finally:
+        leases._connection().close()
+    own = pg_dsn + ("&" if "?" in pg_dsn else "?") + "keepalives_idle=30&tcp_user_timeout=0"
+    with PostgresRecordStore(own, partitions=P) as store:
+        assert _tcp_settings(store._conn) == (1, 30, 2, 3, 0)

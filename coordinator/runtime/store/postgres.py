@@ -67,6 +67,7 @@ from .api import (
 from .postgres_schema import (
     FENCED,
     SCHEMA_VERSION,
+    connect_options,
     create_schema,
     dsn_for_log,
     ensure_fence_function,
@@ -189,6 +190,7 @@ class PostgresRecordStore:
                 autocommit=True,
                 connect_timeout=max(1, round(self.connect_timeout_s)),
                 application_name=self.application_name + ("-reader" if read else ""),
+                **connect_options(self.dsn),
             )
         except psycopg.OperationalError as e:
             raise StoreAccessError(

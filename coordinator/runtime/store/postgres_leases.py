@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .api import StoreAccessError, StoreError
-from .postgres_schema import scrub
+from .postgres_schema import connect_options, scrub
 
 if TYPE_CHECKING:
     import psycopg
@@ -169,6 +169,7 @@ class PostgresLeases:
                     autocommit=True,
                     connect_timeout=max(1, round(self.connect_timeout_s)),
                     application_name="kip848-leases",
+                    **connect_options(self.dsn),
                 )
                 # A statement that waits longer than this (a lock held by a stopped process's
                 # transaction) fails instead of stopping the heartbeats. (Not in the options
@@ -547,7 +548,11 @@ class Listener:
         while not self._stop.is_set():
             try:
                 with psycopg.connect(
-                    self.dsn, autocommit=True, connect_timeout=5, application_name="kip848-listen"
+                    self.dsn,
+                    autocommit=True,
+                    connect_timeout=5,
+                    application_name="kip848-listen",
+                    **connect_options(self.dsn),
                 ) as conn:
                     conn.execute(f"LISTEN {CHANNEL}")
                     while not self._stop.is_set():

@@ -170,6 +170,33 @@ def dsn_for_log(dsn: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 
+DEAD_PEER: dict[str, int] = {
+    "keepalives": 1,
+    "keepalives_idle": 5,
+    "keepalives_interval": 2,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 10_000,
+}
+"""libpq's TCP settings of every connection to the store (:func:`connect_options`): a server
+gone without a word (its machine down, a failover that moved its address, a network cut: no
+answer, no reset) is noticed within about 11 s of silence (keepalive probes after 5 s idle, 3
+of them 2 s apart) or 10 s of a write not acknowledged, and the connection fails and is made
+again, where the kernel's defaults wait about 15 minutes; a server that is there but slow (a
+COMMIT held by synchronous replication, a lock) answers the probes and is waited for."""
+
+
+def connect_options(dsn: str) -> dict[str, Any]:
+    """:data:`DEAD_PEER`'s settings the URI does not give itself (the URI's own win)."""
+    import psycopg
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        given = conninfo_to_dict(dsn)
+    except psycopg.Error:  # connect reports what is wrong with it
+        given = {}
+    return {name: value for name, value in DEAD_PEER.items() if name not in given}
+
+
 def scrub(text: str, dsn: str) -> str:
     """``text`` (a libpq error) without the URI's secrets: libpq quotes the token it cannot
     parse ("invalid percent-encoded token: ..."), a password with a stray ``%`` included. Each
