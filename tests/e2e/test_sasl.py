@@ -309,7 +309,9 @@ def test_raw_refusals_close_only_their_connection(server: ServerProcess) -> None
     assert early.receive() is None
 
     mechanism = Raw(address)
+    started = time.monotonic()
     assert mechanism.handshake("GSSAPI") == 33  # UNSUPPORTED_SASL_MECHANISM, then closed
+    assert time.monotonic() - started >= 0.09  # every refusal waits the failure delay
     assert mechanism.closed()
 
     no_handshake = Raw(address)
@@ -460,7 +462,9 @@ def test_api_versions_on_a_sasl_connection_as_kafkas_authenticator_reads_it(
         assert answer is not None and answer[0] == 0 and answer[1] > 10
     mid = Raw(address)
     assert mid.handshake("PLAIN") == 0
+    started = time.monotonic()
     assert api_versions(mid) == (34, 0)  # ILLEGAL_SASL_STATE, then closed
+    assert time.monotonic() - started >= 0.09  # after the failure delay, as Kafka
     assert mid.closed()
     # During a re-authentication too.
     assert retried.handshake("PLAIN") == 0

@@ -9,7 +9,8 @@ closes the connection (Kafka: ILLEGAL_SASL_STATE), and a frame larger than
 after an unsupported version only), never during an exchange (:func:`_api_versions`). The exchange, as Kafka's SaslServerAuthenticator:
 
 * SaslHandshake names the mechanism: unknown or not enabled -> UNSUPPORTED_SASL_MECHANISM (33)
-  with the enabled ones, connection closed. SaslAuthenticate before it, or a second handshake
+  with the enabled ones, connection closed. Every refusal of the exchange is answered after
+  ``connection.failed.authentication.delay.ms``, as Kafka's KafkaChannel delays them all. SaslAuthenticate before it, or a second handshake
   in the middle of an exchange -> ILLEGAL_SASL_STATE (34), closed.
 * SaslAuthenticate carries the mechanism's messages. Bad credentials -> SASL_AUTHENTICATION_FAILED
   (58) with a message, sent after ``connection.failed.authentication.delay.ms`` (100 ms), then
@@ -598,10 +599,9 @@ def _api_versions(
             api_keys=[],
             throttle_time=0,
         )
-        conn.complete(
-            conn.expect(), wire.frame_raw(correlation_id, False, wire.encode_body(answer))
-        )
-        _refused(conn, session, "ApiVersions during the SASL exchange (ILLEGAL_SASL_STATE)")
+        data = wire.frame_raw(correlation_id, False, wire.encode_body(answer))
+        why = "ApiVersions during the SASL exchange (ILLEGAL_SASL_STATE)"
+        _refuse_later(conn, session, conn.expect(), data, why)
         return True
     if not session.authenticated:
         if session.versions_answered:
@@ -666,9 +666,11 @@ def _serve(
             error_code=code,
             mechanisms=list(authenticator.mechanisms),
         )
-        conn.complete(slot, wire.frame(key, version, correlation_id, answer))
+        data = wire.frame(key, version, correlation_id, answer)
         if code != ErrorCode.NONE:
-            _refused(conn, session, f"SaslHandshake {mechanism}: {message}")
+            _refuse_later(conn, session, slot, data, f"SaslHandshake {mechanism}: {message}")
+        else:
+            conn.complete(slot, data)
         return
     auth_bytes = bytes(entity.auth_bytes)
     if authenticator.passthrough and upstream is not None:
@@ -743,7 +745,16 @@ def _fail(
         session_lifetime=0,
     )
     data = wire.frame(SASL_AUTHENTICATE, version, correlation_id, answer)
-    _refused(conn, session, failure.message)
+    _refuse_later(conn, session, slot, data, failure.message)
+
+
+def _refuse_later(
+    conn: SaslConnection, session: SaslSession, slot: object, data: bytes, why: str
+) -> None:
+    """A refusal of the exchange (any of its requests: Kafka's KafkaChannel delays every
+    authentication failure): answered after ``connection.failed.authentication.delay.ms``,
+    then the connection is closed."""
+    _refused(conn, session, why)
     delay = session.authenticator.failure_delay_ms / 1000
     asyncio.get_running_loop().call_later(delay, _answer_and_close, conn, slot, data)
 
