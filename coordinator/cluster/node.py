@@ -89,6 +89,10 @@ DEFAULT_LEASE_MS = 10_000
 DEFAULT_HEARTBEAT_MS = 1_000
 MAX_STARTUP_GRACE_MS = 600_000
 EXPIRY_SLACK_S = 0.005
+LOAD_RETRY_FIRST_S = 1.0
+"""A partition whose load failed is loaded again this long after (:meth:`ClusterNode._load_failed`)."""
+LOAD_RETRY_MAX_S = 30.0
+"""... doubling while it keeps failing, up to this."""
 """A heartbeat timed for another node's lease to have run out comes this much later."""
 
 
@@ -213,10 +217,20 @@ class ClusterNode:
         self.deadline = 0.0
         self.last_heartbeat = 0.0
         """When the last heartbeat that reached PostgreSQL was sent (``monotonic``)."""
-        self.stats = {"heartbeats": 0, "heartbeat_failures": 0, "loads": 0, "moves": 0, "lost": 0}
+        self.stats = {
+            "heartbeats": 0,
+            "heartbeat_failures": 0,
+            "loads": 0,
+            "load_failures": 0,
+            "moves": 0,
+            "lost": 0,
+        }
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="kip848-cluster")
         self._loaded: dict[int, int] = {}  # loaded since the last heartbeat -> epoch
         self._to_load: asyncio.Queue[tuple[int, int]] | None = None
+        self._load_retry: dict[int, float] = {}
+        """Partitions led here whose last load failed -> the wait before the next try after
+        that one fails too (seconds, doubling up to ``LOAD_RETRY_MAX_S``)."""
         self._handing_over: set[int] = set()
         self._tasks: list[asyncio.Task[Any]] = []
         self._deadline_handle: asyncio.TimerHandle | None = None
@@ -641,6 +655,7 @@ class ClusterNode:
             self._health_changed()
 
     def _lose(self, p: int) -> None:
+        self._load_retry.pop(p, None)
         self.led.pop(p, None)
         self.serving.discard(p)
         self._handing_over.discard(p)
@@ -674,17 +689,12 @@ class ClusterNode:
                 await self.host.load_partition(p, epoch)
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # noqa: BLE001 - give it back: taken and loaded again later
-                log.error("Node %d could not load partition %d: %r", self.node_id, p, exc)
-                if self.led.get(p) == epoch:
-                    self._lose(p)
-                    try:
-                        await self._call(self.leases.release, self.node_id, {p: epoch})
-                    except StoreError:
-                        pass
+            except Exception as exc:  # noqa: BLE001 - kept, loaded again after a wait
+                self._load_failed(p, epoch, exc)
                 continue
             if self.led.get(p) != epoch:
                 continue  # lost while loading: the host was told
+            self._load_retry.pop(p, None)
             self.serving.add(p)
             self._loaded[p] = epoch
             self.stats["loads"] += 1
@@ -700,13 +710,59 @@ class ClusterNode:
             if queue.empty():
                 self.wake()
 
+    def _load_failed(self, p: int, epoch: int, exc: Exception) -> None:
+        """A load that failed (the store unreachable or a read that failed, a record this
+        build cannot read): the partition stays led here, loading — its clients are answered
+        COORDINATOR_LOAD_IN_PROGRESS, nobody else serves it meanwhile, its epoch stays — and
+        is loaded again after ``LOAD_RETRY_FIRST_S``, doubling up to ``LOAD_RETRY_MAX_S``
+        while it keeps failing; handed to another node if the controller moves it. (Given
+        back at once, it was taken again by the next heartbeat at a new epoch, read whole
+        and failed again, every heartbeat.)"""
+        if self.led.get(p) != epoch:
+            return  # lost meanwhile: the host was told
+        wait = self._load_retry.get(p, LOAD_RETRY_FIRST_S)
+        self._load_retry[p] = min(wait * 2, LOAD_RETRY_MAX_S)
+        self.stats["load_failures"] += 1
+        log.error(
+            "Node %d could not load partition %d (epoch %d): %r; loading it again in %.0f s.",
+            self.node_id,
+            p,
+            epoch,
+            exc,
+            wait,
+        )
+        asyncio.get_running_loop().call_later(wait, self._load_again, p, epoch)
+
+    def _load_again(self, p: int, epoch: int) -> None:
+        if (
+            self.led.get(p) == epoch
+            and p not in self.serving
+            and p not in self._handing_over
+            and not self._stopping
+            and self._to_load is not None
+        ):
+            self._to_load.put_nowait((p, epoch))
+
     # ------------------------------------------------------------------ hand-overs
 
     def _hand_over(self, state: ClusterState) -> None:
-        """Partitions led here whose target is another live node: unload, then release."""
+        """Partitions led here whose target is another live node: unload, then release (one
+        whose load failed and waits to be loaded again: released at once)."""
         live = set(state.live())
         for lease in state.leases:
             p = lease.partition
+            moved = (
+                lease.target is not None and lease.target != self.node_id and lease.target in live
+            )
+            if moved and p in self._load_retry and p in self.led and p not in self.serving:
+                epoch = self.led[p]
+                self._lose(p)
+                task = asyncio.get_running_loop().create_task(
+                    self._give_back({p: epoch}), name=f"kip848-give-back-{p}"
+                )
+                self._tasks.append(task)
+                task.add_done_callback(self._tasks.remove)
+                continue
             if (
                 p in self.serving
                 and p not in self._handing_over

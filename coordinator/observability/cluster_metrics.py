@@ -15,6 +15,8 @@ NODE_COUNTERS = {
     "heartbeats": "Heartbeats (ticks) of this node that reached PostgreSQL.",
     "heartbeat_failures": "Heartbeats of this node that failed (PostgreSQL unreachable, slow).",
     "partition_loads": "Coordinator partitions this node took and loaded.",
+    "partition_load_failures": "Loads of coordinator partitions that failed on this node (each "
+    "loaded again after a wait that doubles, 1 s to 30 s).",
     "partition_moves": "Coordinator partitions this node handed over gracefully.",
     "partitions_lost": "Coordinator partitions this node lost: taken over after its lease ran "
     "out, or its append fenced off.",

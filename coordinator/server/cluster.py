@@ -146,6 +146,7 @@ class ClusterMember:
             "heartbeats": stats["heartbeats"],
             "heartbeat_failures": stats["heartbeat_failures"],
             "partition_loads": stats["loads"],
+            "partition_load_failures": stats["load_failures"],
             "partition_moves": stats["moves"],
             "partitions_lost": stats["lost"],
             "expected_back_ms": node.expected_back_ms(),

@@ -463,6 +463,71 @@ def test_an_operator_move_is_kept_while_its_node_lives(store_dsn: str) -> None:
     asyncio.run(story())
 
 
+class FailingHost(Host):
+    """A host whose loads of ``failing`` partitions fail (a read error, a record this build
+    cannot read), each attempt noted with its time and epoch, until ``failing`` is emptied."""
+
+    def __init__(self, node: int, ledger: Ledger) -> None:
+        super().__init__(node, ledger)
+        self.failing: set[int] = set()
+        self.attempts: list[tuple[float, int, int]] = []
+
+    async def load_partition(self, partition: int, epoch: int) -> None:
+        if partition in self.failing:
+            self.attempts.append((time.monotonic(), partition, epoch))
+            raise RuntimeError("cannot read record 17 of the partition")
+        await super().load_partition(partition, epoch)
+
+
+def test_a_partition_that_cannot_be_loaded_is_tried_again_after_a_growing_wait(
+    store_dsn: str,
+) -> None:
+    """Node 1 alone, its loads of partition 0 failing: the partition stays led by node 1 at one
+    epoch, loading (nobody serves it), and is loaded again 1 s, then 2 s, 4 s later (before:
+    given back and taken again by the next heartbeat at a new epoch, read and failed every
+    60 ms heartbeat: about 50 attempts in 3 s). Once its loads work, it is served at that
+    epoch. Moved by an operator to node 2 while failing, it is given up at once and node 2
+    serves it."""
+
+    async def story() -> None:
+        ledger = Ledger()
+        host = FailingHost(1, ledger)
+        host.failing = {0}
+        one, _, _ = make_node(store_dsn, 1, ledger, host=host)
+        await one.start()
+        await until(lambda: len(ledger.serving) == P - 1, "the other partitions served")
+        await until(lambda: len(host.attempts) >= 3, "three attempts", 10.0)
+        times = [t for t, _, _ in host.attempts]
+        epochs = {e for _, _, e in host.attempts}
+        assert [p for _, p, _ in host.attempts] == [0, 0, 0]
+        assert len(epochs) == 1 and one.led[0] in epochs
+        assert one.partition_state(0) == "loading" and 0 not in ledger.serving
+        gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+        assert 0.9 < gaps[0] < 1.6 and 1.9 < gaps[1] < 2.8, gaps
+        assert one.stats["load_failures"] == 3
+        host.failing = set()
+        await until(lambda: ledger.serving.get(0) == 1, "partition 0 served", 8.0)
+        assert host.epochs[0] in epochs  # at the epoch it was taken at
+        # Failing again after a move elsewhere is not waited out: given up to the new node.
+        two, _, _ = make_node(store_dsn, 2, ledger)
+        await two.start()
+        await until(lambda: balanced(ledger, [1, 2]), "an even spread")
+        p = next(p for p, n in ledger.serving.items() if n == 2)
+        host.failing = {p}
+        admin = PostgresLeases(store_dsn, where="test")
+        admin.move(p, 1)
+        await until(lambda: len([a for a in host.attempts if a[1] == p]) == 1, "its load fails")
+        admin.move(p, 2)
+        await until(lambda: ledger.serving.get(p) == 2, "node 2 serves it again", 5.0)
+        assert len([a for a in host.attempts if a[1] == p]) == 1
+        admin.close()
+        await one.stop()
+        await two.stop()
+        assert ledger.violations == []
+
+    asyncio.run(story())
+
+
 async def three_settled(dsn: str, ledger: Ledger) -> list[tuple[ClusterNode, Host, Pausable]]:
     """Nodes 1, 2 and 3 started, two partitions each, every lease held, no move under way."""
     nodes = [make_node(dsn, n, ledger) for n in (1, 2, 3)]
