@@ -453,6 +453,10 @@ def test_api_versions_on_a_sasl_connection_as_kafkas_authenticator_reads_it(
     retried = Raw(address)
     answer = api_versions(retried, 99)
     assert answer is not None and answer[0] == 35  # UNSUPPORTED_VERSION, v0 body
+    bad_name = b"\x02!\x021\x00"  # v3: client software name "!" (not Kafka's pattern)
+    retried.send(18, 3, bad_name, flexible=True)
+    reply = retried.receive()
+    assert reply is not None and struct.unpack_from(">h", reply, 4)[0] == 42  # INVALID_REQUEST
     answer = api_versions(retried)
     assert answer is not None and answer[0] == 0
     assert retried.handshake("PLAIN") == 0

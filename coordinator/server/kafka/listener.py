@@ -495,6 +495,11 @@ class KafkaConnection(asyncio.Protocol):
             except wire.WireError as exc:
                 self.fail(str(exc))
                 return
+            if self.sasl is not None and not self.sasl.authenticated:
+                # Kafka's authenticator moves on only after an answer without error (its error
+                # code opens the v0-headed body): an UNSUPPORTED_VERSION or INVALID_REQUEST one
+                # may be retried.
+                self.sasl.versions_answered = data[8:10] == b"\0\0"
             self.complete(slot, data)
             return
         if key == apis.FIND_COORDINATOR and listener.upstream is not None:

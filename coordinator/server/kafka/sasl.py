@@ -588,8 +588,8 @@ def _api_versions(
     conn: SaslConnection, session: SaslSession, version: int, correlation_id: int
 ) -> bool:
     """An ApiVersions on a SASL connection, as Kafka's SaslServerAuthenticator reads it: before
-    the handshake one is answered as usual (again only after an unsupported version: a second
-    one closes the connection); between the handshake and the exchange's end (also of a
+    the handshake one is answered as usual (again only after an error answer, UNSUPPORTED_VERSION
+    or INVALID_REQUEST: a second one closes the connection); between the handshake and the exchange's end (also of a
     re-authentication) it is answered ILLEGAL_SASL_STATE with no API keys and the connection
     is closed; once authenticated it is answered as usual. True when it was taken care of."""
     if session.state == NEED_AUTHENTICATE:
@@ -603,15 +603,12 @@ def _api_versions(
         why = "ApiVersions during the SASL exchange (ILLEGAL_SASL_STATE)"
         _refuse_later(conn, session, conn.expect(), data, why)
         return True
-    if not session.authenticated:
-        if session.versions_answered:
-            why = "a second ApiVersions before the SaslHandshake"
-            _observe(conn, "none", why)
-            conn.fail(why)
-            return True
-        # One the client may retry (an unsupported version) does not count.
-        session.versions_answered = _versions_ok(version)
-    return False
+    if not session.authenticated and session.versions_answered:
+        why = "a second ApiVersions before the SaslHandshake"
+        _observe(conn, "none", why)
+        conn.fail(why)
+        return True
+    return False  # answered by the listener, which marks ``versions_answered``
 
 
 def _versions_ok(version: int) -> bool:
