@@ -417,6 +417,16 @@ class ServerTls:
         return server
 
 
+def keep_alive(transport: asyncio.BaseTransport) -> None:
+    """TCP keepalive on a connection's socket, as Kafka sets it on every accepted socket
+    (SocketServer) and every connection it makes (Selector): a peer that vanished without a word
+    (its machine gone, a cut) is found out by the kernel's probes and the connection closed,
+    rather than held for ever (a client waiting for an answer the upstream never gives)."""
+    sock = transport.get_extra_info("socket")
+    if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+
+
 def listening_sockets(host: str, port: int, backlog: int) -> list[socket.socket]:
     """Listening sockets for ``host`` (every address it resolves to; empty: all interfaces)
     and ``port`` (0: one free port, the same for all), as ``loop.create_server`` binds them."""

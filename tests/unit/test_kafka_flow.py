@@ -231,3 +231,51 @@ def test_the_group_a_request_starts_with() -> None:
     assert wire.group_of(16, 4, payload, pos) is None  # ListGroups names no group
     payload, pos = frame(68, 1, group_id="the-group")
     assert wire.group_of(68, 1, payload[: pos + 3], pos) is None  # truncated
+
+
+async def test_every_connection_has_tcp_keepalive_as_kafka_sets_it() -> None:
+    """Kafka sets SO_KEEPALIVE on every socket it accepts (SocketServer) and every connection
+    it makes (Selector): a peer that vanished without a word — a client gone while its request
+    waits for an upstream that never answers — is found out by the kernel and the connection
+    closed, not held for ever. Ours: the listener's accepted connections, a client's upstream
+    connection and the coordinator's own upstream connections (before: none had it)."""
+    from coordinator.server.kafka.upstream.broker import Upstream, UpstreamConnection
+
+    def keepalive(sock: socket.socket) -> int:
+        return sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE)
+
+    listener, port = await start()
+    broker = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+    broker_port = broker.sockets[0].getsockname()[1]
+    try:
+        _reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        for _ in range(200):
+            if listener.connections:
+                break
+            await asyncio.sleep(0.01)
+        (conn,) = listener.connections
+        assert keepalive(conn.transport.get_extra_info("socket")) == 1
+        writer.close()
+
+        class Client:  # what an upstream connection asks of its client connection
+            max_unsent_bytes = 1 << 20
+            upstream_paused = False
+
+            def fail(self, why: str) -> None:
+                raise AssertionError(why)
+
+            def on_upstream_flow(self, paused: bool) -> None:
+                pass
+
+        upstream = Upstream(f"127.0.0.1:{broker_port}")
+        forwarded = UpstreamConnection(upstream, Client(), ("127.0.0.1", broker_port))  # type: ignore[arg-type]
+        await forwarded.task
+        assert forwarded.transport is not None
+        assert keepalive(forwarded.transport.get_extra_info("socket")) == 1
+        forwarded.transport.close()
+        _r, own = await upstream.transport.open("127.0.0.1", broker_port)
+        assert keepalive(own.transport.get_extra_info("socket")) == 1
+        own.close()
+    finally:
+        broker.close()
+        await listener.close()

@@ -56,7 +56,7 @@ from ..admission import Admission
 from ..api import Caller, Node
 from ..eager import Resume
 from ..service import CoordinatorService
-from ..tls import listening_sockets, peer_subject
+from ..tls import keep_alive, listening_sockets, peer_subject
 from . import admin_guard, apis, fetch_guard, topic_guard, txn_guard, wire
 from . import sasl as sasl_api
 from .security import ListenerSecurity
@@ -316,6 +316,7 @@ class KafkaConnection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        keep_alive(transport)
         peer = transport.get_extra_info("peername")
         sock = transport.get_extra_info("sockname")
         if peer:

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...api import Node
 from ...security_config import UpstreamSecurity
-from ...tls import client_context
+from ...tls import client_context, keep_alive
 from .. import apis, wire
 from ..convert import topic_id_of
 from . import sasl_client
@@ -152,11 +152,19 @@ class UpstreamTransport:
             self.ssl = client_context(security.tls)
 
     async def open(self, host: str, port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """One of the coordinator's own connections (its sign-in is :meth:`sign_in`)."""
         if self.ssl is None:
-            return await asyncio.open_connection(host, port)
-        return await asyncio.open_connection(
-            host, port, ssl=self.ssl, server_hostname=host, ssl_handshake_timeout=CONNECT_TIMEOUT_S
-        )
+            reader, writer = await asyncio.open_connection(host, port)
+        else:
+            reader, writer = await asyncio.open_connection(
+                host,
+                port,
+                ssl=self.ssl,
+                server_hostname=host,
+                ssl_handshake_timeout=CONNECT_TIMEOUT_S,
+            )
+        keep_alive(writer.transport)
+        return reader, writer
 
     async def sign_in(self, request: Callable[[Any], Awaitable[Any]]) -> int:
         """The coordinator's SASL exchange on a new connection of its own; the session's
@@ -563,6 +571,7 @@ class UpstreamConnection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        keep_alive(transport)
         if self.closed:
             # The client went before the connection was made: what it sent goes all the same
             # (a broker processes the requests it has read from a client that left).
