@@ -379,6 +379,32 @@ def test_reauthentication_as_another_user_is_refused(server: ServerProcess) -> N
     conn.close()
 
 
+def test_a_reauthentication_reads_frames_of_at_most_sasl_server_max_receive_size(
+    server: ServerProcess,
+) -> None:
+    """During a re-authentication (KIP-368) as during the first one, a frame over Kafka's
+    ``sasl.server.max.receive.size`` (512 KiB) closes the connection unread, as Kafka's
+    SaslServerAuthenticator reads it; an authenticated connection's frames may be as large as
+    ``socket.request.max.bytes``. (Before: up to socket.request.max.bytes during a
+    re-authentication, read and answered.)"""
+    conn = Raw(kafka_address(server, 1))
+    assert conn.handshake("PLAIN") == 0
+    first = conn.authenticate(b"\0alice\0alice-secret")
+    assert first is not None and first[0] == 0
+    assert conn.handshake("PLAIN") == 0  # a re-authentication begins
+    assert conn.authenticate(b"\0alice\0" + b"x" * (600 * 1024)) is None
+    assert conn.closed()
+    conn.close()
+    # The same size within bounds once more, on a fresh connection: answered, not closed.
+    again = Raw(kafka_address(server, 1))
+    assert again.handshake("PLAIN") == 0
+    assert again.authenticate(b"\0alice\0alice-secret") is not None
+    assert again.handshake("PLAIN") == 0
+    answer = again.authenticate(b"\0alice\0" + b"x" * (400 * 1024))
+    assert answer is not None and answer[0] == 58  # a wrong password, answered in band
+    again.close()
+
+
 def test_apiversions_of_a_sasl_listener_offers_the_sasl_apis(server: ServerProcess) -> None:
     conn = Raw(kafka_address(server, 1))
     conn.send(18, 0, b"")

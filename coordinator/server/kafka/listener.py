@@ -411,15 +411,17 @@ class KafkaConnection(asyncio.Protocol):
         self._next_turn = None
         buf = self.buffer
         pos, end = 0, len(buf)
-        limit = self.listener.options.max_request_bytes
-        if self.sasl is not None and not self.sasl.authenticated:
-            limit = sasl_api.MAX_RECEIVE_BYTES  # Kafka's sasl.server.max.receive.size
         started = time.monotonic()
         served = 0
         while end - pos >= 4 and not self.closed and not self._held():
             if served >= FRAMES_PER_TURN or (served and time.monotonic() - started > TURN_S):
                 self._again()
                 break
+            limit = self.listener.options.max_request_bytes
+            if self.sasl is not None and self.sasl.state != sasl_api.AUTHENTICATED:
+                # Kafka's sasl.server.max.receive.size, during any exchange: before the first
+                # authentication and during a re-authentication (KIP-368) alike.
+                limit = sasl_api.MAX_RECEIVE_BYTES
             size = int.from_bytes(buf[pos : pos + 4], "big", signed=True)
             if size < 0 or size > limit:
                 self.fail(f"request of {size} bytes (socket.request.max.bytes is {limit})")
