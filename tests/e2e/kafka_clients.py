@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 WORKER = Path(__file__).with_name("kafka_client_worker.py")
+KAFKAJS_DIR = Path(__file__).with_name("kafkajs")
 STOP_TIMEOUT_S = 25.0
 DELIVERY_TIMEOUT_S = 20.0
 
@@ -112,14 +113,21 @@ class Fleet:
     def start(self, name: str, kind: str, group: str, **config: Any) -> Consumer:
         """Start a consumer: ``kind`` and the worker's other keys (``topics``/``pattern``,
         ``assignor``, ``instance_id``, ``session_timeout_ms``, ...); returns once it printed
-        ``started`` (bounded)."""
+        ``started`` (bounded). Kind ``kafkajs`` runs ``kafkajs/driver.js`` in Node instead of
+        the Python worker (same keys, commands and events)."""
         full = {"name": name, "kind": kind, "group": group, "bootstrap": self.bootstrap}
         full |= config
         index = len(self.consumers)
         log_path = self.log_dir / f"{group}-{name}-{index}.log"
+        command = [sys.executable, str(WORKER), json.dumps(full)]
+        if kind == "kafkajs":
+            assert (KAFKAJS_DIR / "node_modules" / "kafkajs").is_dir(), (
+                "KafkaJS is not installed: run scripts/bootstrap (npm ci in tests/e2e/kafkajs)"
+            )
+            command = ["node", str(KAFKAJS_DIR / "driver.js"), json.dumps(full)]
         with open(log_path, "wb") as err:
             proc = subprocess.Popen(
-                [sys.executable, str(WORKER), json.dumps(full)],
+                command,
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=err,
