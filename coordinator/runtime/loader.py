@@ -23,6 +23,7 @@ import orjson
 from coordinator.core import codec
 from coordinator.core.errors import IllegalStateError
 from coordinator.core.group_load import load_group
+from coordinator.core.records import Record
 from coordinator.core.timeline import UndoLog
 from coordinator.core.topics import TopicRegistry
 from coordinator.factory import Shard
@@ -90,22 +91,32 @@ def load_cluster(
     store: RecordStore, registry: TopicRegistry, committed: CommittedCluster | None = None
 ) -> tuple[int, int]:
     """Replay the cluster log into ``registry`` (fresh, empty), and into ``committed`` (its
-    copy as of its last durable write, ``committed.py``) when given. Returns (records, last
-    offset)."""
+    copy as of its last durable write, ``committed.py``) when given. Returns (records, the
+    log's last offset as of the view: ``RecordStore.load_snapshot``, past the view's last
+    record when the newest were tombstones)."""
     decode = codec.decode
-    n, last = 0, -1
+    n = 0
+    end, chunks = store.load_snapshot(CLUSTER_LOG)
     with _bulk([registry.undo]):
-        for rows in store.load_rows(CLUSTER_LOG):
+        for rows in chunks:
             records = [decode(key, value) for _offset, key, value, _gid in rows]
             for record in records:
                 registry.replay(record)
             if committed is not None:
                 committed.replay(records)
             n += len(rows)
-            last = rows[-1][0]
     if committed is not None:
         committed.loaded = True
-    return n, last
+    return n, end
+
+
+def read_cluster(store: RecordStore) -> tuple[int, list[Record]]:
+    """The cluster log's compacted view, decoded, and the log's last offset as of it
+    (``RecordStore.load_snapshot``): what a node that fell behind the journal's retention
+    replaces its copy with (``Partitions``)."""
+    decode = codec.decode
+    end, chunks = store.load_snapshot(CLUSTER_LOG)
+    return end, [decode(key, value) for rows in chunks for _offset, key, value, _gid in rows]
 
 
 @dataclass(slots=True)

@@ -32,7 +32,11 @@ Theory of operation:
   journal's new entries are replayed into the registry (between writes of this node's own to
   it: a write decided on the older state is refused by the store and rolled back, which must
   not undo what was applied). Topics others deleted lose their offsets in the partitions
-  served here, as in the deleting node's.
+  served here, as in the deleting node's. The log is loaded with its end as of the loaded
+  view (``RecordStore.load_snapshot``), past the view's last record when the newest entries
+  were tombstones. When the journal no longer holds what this node has not applied (journal
+  retention removed it), the compacted view is loaded again in place of the node's copy
+  (Kafka's broker loading a metadata snapshot), and the journal followed from its end.
 """
 
 from __future__ import annotations
@@ -47,11 +51,12 @@ from typing import TYPE_CHECKING, Any
 
 from coordinator.core import codec
 from coordinator.core.errors import CoordinatorError, NotCoordinatorError
+from coordinator.core.records import Record
 from coordinator.routing import partition_for
 
 from .collector import free_dropped
 from .leadership import Leadership, PartitionState
-from .loader import LoadStats, ShardLoadStats, load_cluster, load_partition
+from .loader import LoadStats, ShardLoadStats, load_cluster, load_partition, read_cluster
 from .store import CLUSTER_LOG, Fence, StoreFencedError
 
 if TYPE_CHECKING:
@@ -315,6 +320,7 @@ class Partitions:
                         pass
                     continue
                 start = self.cluster_offset + 1
+                end = self._catch_up_to  # read before the journal: entries up to it exist
                 entries = await loop.run_in_executor(
                     self._loader, partial(_journal, self.store, CLUSTER_LOG, start)
                 )
@@ -322,14 +328,11 @@ class Partitions:
                     continue  # a write of its own began meanwhile: after it
                 if self.cluster_offset + 1 != start:
                     continue  # our own append moved it meanwhile
-                if entries and entries[0].offset > start:
-                    log.error(
-                        "The cluster log's journal starts at offset %d, this node applied up "
-                        "to %d (retention removed what it missed): restart it to reload.",
-                        entries[0].offset,
-                        self.cluster_offset,
-                    )
-                    return
+                if (entries and entries[0].offset > start) or (
+                    not entries and start <= end < 2**62
+                ):
+                    await self._reload(start)
+                    continue
                 if not entries:
                     self._catch_up_to = self.cluster_offset
                     return
@@ -337,13 +340,48 @@ class Partitions:
         finally:
             self._catching_up = None
 
+    async def _reload(self, start: int) -> None:
+        """The journal no longer holds the cluster log from ``start`` on (journal retention
+        removed entries this node never applied: it was cut off longer than the retention):
+        replace this node's copy with the log's compacted view, as a fresh start loads it, and
+        go on from the view's end (Kafka's broker fetching a metadata snapshot when the log
+        it fell behind on was truncated). The view holds every entry that still counts: what
+        retention removed was superseded by it. The keys the node has and the view lacks
+        (deleted meanwhile) get tombstones; all in one step of the loop: no request sees a
+        mix."""
+        driver = self.driver
+        log.warning(
+            "The cluster log's journal no longer holds offset %d on (journal retention removed "
+            "entries this node never applied): loading the log's compacted view in place of "
+            "this node's topics, ACLs, credentials and group configs.",
+            start,
+        )
+        end, records = await asyncio.get_running_loop().run_in_executor(
+            self._loader, partial(read_cluster, self.store)
+        )
+        if (
+            driver._last_batch.get(driver.shard_count) is not None
+            or not driver.active
+            or self.cluster_offset + 1 != start
+            or end < start
+        ):
+            return  # a write of its own meanwhile: the next round reads again
+        live = {record.key for record in records}
+        kept = {} if driver.committed is None else driver.committed.keys
+        gone = [Record(key, None) for key in kept if key not in live]
+        self._apply_records([*gone, *records], end)
+
     def _apply_cluster_entries(self, entries: Sequence[Any]) -> None:
+        self._apply_records([codec.decode(e.key, e.value) for e in entries], entries[-1].offset)
+
+    def _apply_records(self, records: list[Record], last: int) -> None:
+        """Apply durable cluster-log ``records`` (others' appends, or a compacted view in
+        place of this node's copy) to the registry and its committed copy, up to ``last``."""
         driver = self.driver
         registry = driver.registry
         before = set(registry.image().by_name)
         undo = registry.undo
         undo.enabled = False
-        records = [codec.decode(e.key, e.value) for e in entries]
         try:
             for record in records:
                 registry.replay(record)
@@ -352,11 +390,10 @@ class Partitions:
         if driver.committed is not None:  # durable: another node's appends
             driver.committed.replay(records)
         driver._publish_topics()
-        last = entries[-1].offset
         self.cluster_offset = last
         # On the writer's thread: ordered before this node's later appends.
         self.writer.submit(self._adopt_cluster_log, last)
-        log.info("Applied %d records of the cluster log (up to offset %d).", len(entries), last)
+        log.info("Applied %d records of the cluster log (up to offset %d).", len(records), last)
         gone = sorted(before - set(registry.image().by_name))
         if gone:
             for i in self.lead.served():

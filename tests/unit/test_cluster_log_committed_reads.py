@@ -239,6 +239,98 @@ async def test_another_nodes_appends_are_read_once_followed() -> None:
         await first.close()
 
 
+def names(topics: Any) -> list[str]:
+    return sorted(t.name for t in topics)
+
+
+@pytest.mark.parametrize("appended_since", [False, True])
+async def test_a_node_that_missed_what_retention_removed_loads_the_compacted_view(
+    appended_since: bool,
+) -> None:
+    """A node behind on the cluster log whose missing entries journal retention removed (cut
+    off longer than the retention) replaces its copy with the log's compacted view and goes on
+    from the view's end, serving, as a broker that fell behind loads a metadata snapshot: a
+    topic deleted meanwhile is gone from it, one created is there, and its own appends land.
+    Before, it kept its stale copy for good (the journal empty, it took itself for caught up;
+    the journal starting past what it applied, it logged an error each heartbeat).
+    ``appended_since``: another append after the retention (the journal not empty)."""
+    store = MemoryRecordStore(partitions=1)
+    first, second = make_runtime(store, 1), make_runtime(MemoryRecordStore(_data=store._data), 1)
+    writer, parts = first.share_partitions(1), second.share_partitions(2)
+    await first.start()
+    await second.start()
+    writer.joined()
+    parts.joined()
+    try:
+        await first.create_topics([NewTopic(name="t", num_partitions=1)])
+        parts.follow_cluster_log(store.last_offset(CLUSTER_LOG))
+        await asyncio.wait_for(parts.caught_up(), 5)
+        assert names(await second.list_topics()) == ["t"]
+        # Missed by the second node, then removed from the journal.
+        await first.create_topics([NewTopic(name="u", num_partitions=1)])
+        assert codes_of(await first.delete_topics(["t"])) == [ErrorCode.NONE]
+        store.expire_journal(2**62)
+        if appended_since:
+            await first.create_topics([NewTopic(name="v", num_partitions=1)])
+        parts.follow_cluster_log(store.last_offset(CLUSTER_LOG))
+        await asyncio.wait_for(parts.caught_up(), 5)
+        expected = ["u", "v"] if appended_since else ["u"]
+        assert names(await second.list_topics()) == expected
+        assert names(second.registry.list_topics()) == expected
+        assert second.engine.driver.state is RuntimeState.ACTIVE
+        assert parts.cluster_offset == store.last_offset(CLUSTER_LOG)
+        # Its own appends go after the log's end.
+        fresh_id = first.ids.new_topic_id()  # the nodes' sequential ids would collide
+        made = await second.create_topics([NewTopic(name="w", num_partitions=1, topic_id=fresh_id)])
+        assert codes_of(made) == [ErrorCode.NONE]
+        writer.follow_cluster_log(store.last_offset(CLUSTER_LOG))
+        await asyncio.wait_for(writer.caught_up(), 5)
+        assert names(await first.list_topics()) == [*expected, "w"]
+    finally:
+        await second.close()
+        await first.close()
+
+
+async def test_a_node_started_after_tombstones_expired_appends_to_the_cluster_log() -> None:
+    """The newest cluster-log entries were tombstones (a topic deleted) that retention removed
+    from the journal: a node started then loads the compacted view and its end (past the
+    view's last record), follows the log without reloading, and its appends land. Before, its
+    applied offset was the view's last record: its appends were refused as behind the log and
+    CreateTopics through it answered COORDINATOR_NOT_AVAILABLE."""
+    store = MemoryRecordStore(partitions=1)
+    first = make_runtime(store, 1)
+    first.share_partitions(1).joined()
+    await first.start()
+    try:
+        await first.create_topics([NewTopic(name="t", num_partitions=1)])
+        await first.create_topics([NewTopic(name="u", num_partitions=1)])
+        assert codes_of(await first.delete_topics(["u"])) == [ErrorCode.NONE]
+        store.expire_journal(2**62)
+        later = make_runtime(MemoryRecordStore(_data=store._data), 1)
+        parts = later.share_partitions(2)
+        await later.start()
+        parts.joined()
+        try:
+            assert parts.cluster_offset == store.last_offset(CLUSTER_LOG) == 2
+            parts.follow_cluster_log(store.last_offset(CLUSTER_LOG))
+            await asyncio.wait_for(parts.caught_up(), 5)
+            fresh_id = first.ids.new_topic_id()  # the nodes' sequential ids would collide
+            made = await later.create_topics(
+                [NewTopic(name="w", num_partitions=1, topic_id=fresh_id)]
+            )
+            assert codes_of(made) == [ErrorCode.NONE]
+            assert names(await later.list_topics()) == ["t", "w"]
+            assert later.engine.driver.state is RuntimeState.ACTIVE
+        finally:
+            await later.close()
+    finally:
+        await first.close()
+
+
+def codes_of(results: Any) -> list[int]:
+    return [r.error_code for r in results]
+
+
 async def test_reads_are_answered_once_the_cluster_log_is_loaded_while_partitions_load() -> None:
     """At start the cluster log is loaded first: while a coordinator partition still loads,
     ListTopics and DescribeAcls answer from it (Metadata lists the topics a client has, not

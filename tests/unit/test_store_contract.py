@@ -666,6 +666,61 @@ def test_load_rows_is_the_compacted_view_as_tuples(store: Any) -> None:
     assert all(isinstance(chunk, list) and chunk for chunk in store.load_rows(G))
 
 
+def snapshot(store: Any, log: int = G) -> tuple[int, list[tuple[int, bytes, bytes, Any]]]:
+    end, chunks = store.load_snapshot(log)
+    return end, [row for chunk in chunks for row in chunk]
+
+
+def test_load_snapshot_reports_the_logs_end_past_tombstones_and_expired_entries(
+    store: Any,
+) -> None:
+    """``load_snapshot``: the compacted view and the log's last offset as of it, which is past
+    the view's last record once the newest records were tombstones, and stays so once
+    retention removed them from the journal (a reader then knows the view holds the log up to
+    there, and reads the journal from the next offset)."""
+    assert snapshot(store) == (-1, [])
+    store.append([put(b"t", b"1"), put(b"u", b"1")], 1)
+    assert snapshot(store) == (1, [(0, b"t", b"1", "g"), (1, b"u", b"1", "g")])
+    store.append([tomb(b"u")], 2)
+    store.append([put(b"t", b"2"), tomb(b"t")], 3)  # overwritten, then deleted
+    store.append([tomb(b"never")], 4)  # a tombstone of no live key
+    expected = (5, [])
+    assert snapshot(store) == expected
+    assert store.expire_journal(10) == 6 and journal(store) == []
+    assert snapshot(store) == expected
+    store.append([put(b"v", b"1")], 11)
+    assert snapshot(store) == (6, [(6, b"v", b"1", "g")])
+    assert snapshot(store, (G + 1) % P) == (-1, [])  # each log its own end
+    assert snapshot(store, CLUSTER_LOG) == (-1, [])
+
+
+def test_load_snapshot_is_one_snapshot(store: Any) -> None:
+    """The end and the view are read at the call, together: appends after it are in
+    neither."""
+    store.append([put(b"a", b"1"), put(b"b", b"1")], 1)
+    end, chunks = store.load_snapshot(G)
+    store.append([put(b"c", b"1"), tomb(b"b")], 2)
+    assert (end, [row for chunk in chunks for row in chunk]) == (
+        1,
+        [(0, b"a", b"1", "g"), (1, b"b", b"1", "g")],
+    )
+    assert snapshot(store) == (3, [(0, b"a", b"1", "g"), (2, b"c", b"1", "g")])
+
+
+def test_load_snapshot_after_reopening_keeps_the_end(impl: Any) -> None:
+    """A store opened after the tombstones expired (a node started later) reports the same
+    end: offsets are never reused."""
+    store = impl.open()
+    store.append([put(b"t", b"1"), put(b"u", b"1")], 1)
+    store.append([tomb(b"u")], 2)
+    store.expire_journal(10)
+    store = impl.reopen(store)
+    try:
+        assert snapshot(store) == (2, [(0, b"t", b"1", "g")])
+    finally:
+        store.close()
+
+
 G2 = next(g for g in (f"g{i}" for i in range(100)) if partition_for(g, P) == G)
 """A second group of partition G."""
 ODD = b"\x00\xff\xfe',\\]\n"

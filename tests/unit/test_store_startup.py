@@ -31,6 +31,7 @@ from coordinator.runtime.store import (
     StoreError,
     StoreVersionError,
     log_of,
+    sqlite_files,
 )
 from coordinator.runtime.store import sqlite as sqlite_store
 
@@ -254,7 +255,7 @@ def test_failed_clean_mark_keeps_the_wal(tmp_path: Path, monkeypatch: pytest.Mon
     def cannot_write(*_: object) -> None:
         raise sqlite3.OperationalError("disk I/O error")
 
-    monkeypatch.setattr(sqlite_store, "set_clean_shutdown", cannot_write)
+    monkeypatch.setattr(sqlite_files, "set_clean_shutdown", cannot_write)  # the store's Handles
     store.close()
     monkeypatch.undo()
     assert (tmp_path / "coordinator.db-wal").exists()  # the next open needs it and finds it

@@ -235,6 +235,17 @@ class RecordStore(Protocol):
         records (no per-record object)."""
         ...
 
+    def load_snapshot(
+        self, log: int
+    ) -> tuple[int, Iterator[list[tuple[int, bytes, bytes, str | None]]]]:
+        """:meth:`load_rows`' compacted view and the log's last offset *as of the same
+        snapshot* (-1: nothing appended yet), which is past the view's last record when the
+        newest records were tombstones or overwrote earlier keys. The view holds the log up to
+        that offset as a whole: a reader that applies it in place of its copy, then the
+        journal from the next offset on, misses nothing, whatever retention removed from the
+        journal (Kafka's metadata snapshot with its end offset)."""
+        ...
+
     def load_groups(self, log: int) -> Iterator[list[GroupRecords]]:
         """The same compacted view as :meth:`load`, a group at a time, as chunks of
         :data:`GroupRecords`: the groups in the order of their first record, each group's

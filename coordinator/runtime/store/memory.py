@@ -248,6 +248,19 @@ class MemoryRecordStore:
         ]
         return iter([rows] if rows else [])
 
+    def load_snapshot(
+        self, log: int
+    ) -> tuple[int, Iterator[list[tuple[int, bytes, bytes, str | None]]]]:
+        with self._lock:
+            self._check_open()
+            state = self._log(log)
+            rows = [
+                (offset, rec.key, rec.value, rec.group_id)
+                for offset, rec in state.compacted.values()
+                if rec.value is not None
+            ]
+            return state.next_offset - 1, iter([rows] if rows else [])
+
     def load_groups(self, log: int) -> Iterator[list[GroupRecords]]:
         return groups_of_rows(self.load_rows(log))
 

@@ -64,6 +64,7 @@ from .api import (
     retention_interval_ms,
     split_batch,
 )
+from .postgres_rows import Rows
 from .postgres_schema import (
     FENCED,
     SCHEMA_VERSION,
@@ -324,7 +325,7 @@ class PostgresRecordStore:
             conn = self._writer()
             if not records:
                 return {}
-            rows = _Rows(fence)
+            rows = Rows(fence)
             last: dict[int, int] = {}
             for log_id, recs in split_batch(records, self._partitions).items():
                 offset = self._next_offset[log_id]
@@ -374,7 +375,7 @@ class PostgresRecordStore:
         return last
 
     @staticmethod
-    def _write(conn: psycopg.Connection[Any], rows: _Rows) -> int:
+    def _write(conn: psycopg.Connection[Any], rows: Rows) -> int:
         """Everything of the batch but its COMMIT (one statement: see ``_GATE_FENCE``);
         returns the transaction id."""
         gate = ["SELECT 1"]
@@ -602,17 +603,27 @@ class PostgresRecordStore:
     def _snapshot_cursor(self, sql: str, params: Sequence[Any]) -> Iterator[list[Any]]:
         """Run ``sql`` in a read-only, repeatable-read transaction on a connection of its own,
         now (the snapshot is taken at the call), and iterate its rows in chunks."""
+        return self._snapshot(sql, params, None)[1]
+
+    def _snapshot(
+        self, sql: str, params: Sequence[Any], end_of: int | None
+    ) -> tuple[int, Iterator[list[Any]]]:
+        """:meth:`_snapshot_cursor`, and the last offset of log ``end_of`` in the same
+        snapshot (-1 without one)."""
+        ends = [-1]
 
         def open_cursor(conn: psycopg.Connection[Any]) -> tuple[Any, list[Any]]:
             conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
             conn.execute("SET LOCAL work_mem = '256MB'")  # a log's sort stays in memory
+            if end_of is not None:  # the snapshot's first query: the view below is as of it
+                ends[0] = self._read_next_offsets(conn, [end_of])[end_of] - 1
             cur = conn.cursor(name=f"kip848_{uuid.uuid4().hex}", binary=True)
             cur.itersize = _FETCH
             cur.execute(sql, params)
             return cur, cur.fetchmany(_FETCH)
 
         conn, (cur, first) = self._on_reader(open_cursor)
-        return self._chunks(conn, cur, first)
+        return ends[0], self._chunks(conn, cur, first)
 
     def _on_reader(self, read: Callable[[psycopg.Connection[Any]], T]) -> tuple[Any, T]:
         """``read`` on an idle reader: (the connection, its result); the caller gives the
@@ -690,6 +701,17 @@ class PostgresRecordStore:
             'SELECT "offset", key, value, group_id FROM kip848_compacted WHERE log = %s'
             ' ORDER BY "offset"',
             (log,),
+        )
+
+    def load_snapshot(
+        self, log: int
+    ) -> tuple[int, Iterator[list[tuple[int, bytes, bytes, str | None]]]]:
+        check_log(log, self._partitions)
+        return self._snapshot(
+            'SELECT "offset", key, value, group_id FROM kip848_compacted WHERE log = %s'
+            ' ORDER BY "offset"',
+            (log,),
+            log,
         )
 
     def load(self, log: int) -> Iterator[tuple[int, StoredRecord]]:
@@ -806,66 +828,6 @@ class PostgresRecordStore:
     def __repr__(self) -> str:
         state = "closed" if self._closed else ("read-only" if self.read_only else "open")
         return f"PostgresRecordStore({self.where!r}, {state})"
-
-
-class _Rows:
-    """One batch as the arrays its statements take."""
-
-    __slots__ = ("deletes", "fence", "firsts", "j", "logs", "puts")
-
-    def __init__(self, fence: Fence | None) -> None:
-        self.fence = fence
-        self.logs: list[int] = []
-        self.firsts: dict[int, int] = {}  # log -> the offset of its first record
-        self.j: tuple[list[Any], ...] = ([], [], [], [], [], [], [])
-        self.puts: dict[tuple[int, bytes], tuple[int, str | None, bytes]] = {}
-        self.deletes: set[tuple[int, bytes]] = set()
-
-    def add(self, log: int, first: int, ts: int, records: Sequence[StoredRecord]) -> None:
-        logs, offsets, tss, epochs, gids, keys, values = self.j
-        n = len(records)
-        self.logs.append(log)
-        self.firsts[log] = first
-        epoch = -1 if self.fence is None or log < 0 else self.fence.epochs.get(log, -1)
-        logs.extend([log] * n)
-        offsets.extend(range(first, first + n))
-        tss.extend([ts] * n)
-        epochs.extend([epoch] * n)
-        for offset, rec in enumerate(records, first):
-            gids.append(rec.group_id)
-            keys.append(rec.key)
-            values.append(rec.value)
-            where = (log, rec.key)
-            if rec.value is None:  # the batch's last write of a key decides
-                self.puts.pop(where, None)
-                self.deletes.add(where)
-            else:
-                self.deletes.discard(where)
-                self.puts[where] = (offset, rec.group_id, rec.value)
-
-    def journal(self) -> tuple[list[Any], ...]:
-        return self.j
-
-    def fenced(self) -> tuple[int, list[int], list[int]]:
-        """(node, partitions, epochs) for kip848_fence: every partition the batch writes (the
-        cluster log has no lease)."""
-        assert self.fence is not None
-        parts = [log for log in self.logs if log >= 0]
-        return self.fence.node_id, parts, [self.fence.epochs.get(p, -1) for p in parts]
-
-    def upserts(self) -> tuple[list[Any], ...]:
-        items = list(self.puts.items())
-        return (
-            [log for (log, _), _v in items],
-            [key for (_, key), _v in items],
-            [v[0] for _k, v in items],
-            [v[1] for _k, v in items],
-            [v[2] for _k, v in items],
-        )
-
-    def tombstones(self) -> tuple[list[Any], ...]:
-        items = sorted(self.deletes)
-        return [log for log, _ in items], [key for _, key in items]
 
 
 def _records(chunks: Iterator[list[Any]]) -> Iterator[tuple[int, StoredRecord]]:

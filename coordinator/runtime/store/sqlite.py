@@ -43,7 +43,7 @@ import time
 import weakref
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, BinaryIO, Literal, Self
+from typing import Any, Literal, Self
 
 import orjson
 
@@ -72,6 +72,7 @@ from .sqlite_files import (
     SQLITE_CANTOPEN,
     SQLITE_FULL,
     WAL_HEADER_BYTES,
+    Handles,
     Identity,
     check_location,
     describe_loss,
@@ -85,7 +86,6 @@ from .sqlite_files import (
     set_clean_shutdown,
     sidecar,
     unwritable,
-    wal_keeper,
 )
 from .sqlite_schema import (
     APPLICATION_ID,
@@ -161,7 +161,7 @@ class SqliteRecordStore:
         # Connection and lock file, released by close() or, for a store never closed, when it
         # is collected or the interpreter exits (weakref.finalize): SQLite's own close would
         # otherwise remove the WAL without the clean-shutdown mark (see _check_complete).
-        self._h = _Handles(self.path)
+        self._h = Handles(self.path)
         self._finalizer = weakref.finalize(self, self._h.release)
         self._identity: Identity | None = None
         self._lost: str | None = None
@@ -663,6 +663,18 @@ class SqliteRecordStore:
     def load_rows(self, log: int) -> Iterator[list[tuple[int, bytes, bytes, str | None]]]:
         return self._iter_rows(*self._compacted(log))
 
+    def load_snapshot(self, log: int) -> tuple[int, Iterator[list[Any]]]:
+        check_log(log, self._partitions)
+        base, top = pos_range(log)
+        conn = self._read()
+        try:
+            conn.execute("BEGIN")  # one snapshot, taken by the first read: the log's end
+            end = next_offsets(conn, self._partitions)[log] - 1
+            return end, self._iter_rows(conn, conn.execute(_COMPACTED, (base, base, top)))
+        except sqlite3.Error as e:
+            conn.close()
+            raise StoreError(f"cannot load record store at {self.path}: {e}") from e
+
     def load_groups(self, log: int) -> Iterator[list[GroupRecords]]:
         # Joined by SQLite (in C, without the GIL: in a reader thread it runs beside the
         # loader building the previous partition). group_concat's order is not promised
@@ -840,7 +852,7 @@ class SqliteRecordStore:
             self._release()
 
     def _release(self) -> None:
-        self._finalizer()  # runs _Handles.release once
+        self._finalizer()  # runs Handles.release once
 
     def __enter__(self) -> Self:
         return self
@@ -851,40 +863,3 @@ class SqliteRecordStore:
     def __repr__(self) -> str:
         state = "closed" if self._conn is None else ("read-only" if self.read_only else "open")
         return f"SqliteRecordStore({str(self.path)!r}, sync={self.sync!r}, {state})"
-
-
-class _Handles:
-    """What an open store holds. ``release`` closes it all once: it is the store's finalizer,
-    so it must not refer to the store itself."""
-
-    __slots__ = ("conn", "failed", "lock_file", "mark_clean_on_close", "path")
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.conn: sqlite3.Connection | None = None
-        self.lock_file: BinaryIO | None = None
-        self.failed = False
-        self.mark_clean_on_close = False
-
-    def release(self) -> None:
-        conn, self.conn = self.conn, None
-        if conn is not None:
-            keeper = None
-            if self.mark_clean_on_close:
-                try:
-                    set_clean_shutdown(conn, self.path, True)
-                except sqlite3.Error as e:
-                    # The file still says "open": the WAL must survive this close, or the next
-                    # start would take its absence for a lost log. A reader still open when
-                    # the writer closes keeps SQLite from checkpointing and removing it.
-                    log.warning("could not mark %s cleanly shut down: %s", self.path, e)
-                    keeper = wal_keeper(self.path)
-            try:
-                conn.close()  # the last connection checkpoints and removes the WAL
-            except sqlite3.Error:  # pragma: no cover
-                pass
-            if keeper is not None:
-                keeper.close()  # read-only: cannot checkpoint, leaves the WAL in place
-        lock_file, self.lock_file = self.lock_file, None
-        if lock_file is not None:
-            lock_file.close()  # releases the flock

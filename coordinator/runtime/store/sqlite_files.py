@@ -278,3 +278,40 @@ def fsync_dir(directory: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+class Handles:
+    """What an open store holds. ``release`` closes it all once: it is the store's finalizer,
+    so it must not refer to the store itself."""
+
+    __slots__ = ("conn", "failed", "lock_file", "mark_clean_on_close", "path")
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.conn: sqlite3.Connection | None = None
+        self.lock_file: BinaryIO | None = None
+        self.failed = False
+        self.mark_clean_on_close = False
+
+    def release(self) -> None:
+        conn, self.conn = self.conn, None
+        if conn is not None:
+            keeper = None
+            if self.mark_clean_on_close:
+                try:
+                    set_clean_shutdown(conn, self.path, True)
+                except sqlite3.Error as e:
+                    # The file still says "open": the WAL must survive this close, or the next
+                    # start would take its absence for a lost log. A reader still open when
+                    # the writer closes keeps SQLite from checkpointing and removing it.
+                    log.warning("could not mark %s cleanly shut down: %s", self.path, e)
+                    keeper = wal_keeper(self.path)
+            try:
+                conn.close()  # the last connection checkpoints and removes the WAL
+            except sqlite3.Error:  # pragma: no cover
+                pass
+            if keeper is not None:
+                keeper.close()  # read-only: cannot checkpoint, leaves the WAL in place
+        lock_file, self.lock_file = self.lock_file, None
+        if lock_file is not None:
+            lock_file.close()  # releases the flock
