@@ -160,8 +160,8 @@ class ClassicGroups(ByGroupId[ClassicGroup]):
 
     def prepare_consumer_group(
         self, result: Result[Any], req: ConsumerGroupHeartbeat, now_ms: int
-    ) -> None:
-        self.migration.prepare_consumer_group(result, req, now_ms)
+    ) -> bool:
+        return self.migration.prepare_consumer_group(result, req, now_ms)
 
     def maybe_downgrade(self, result: Result[Any], group: ConsumerGroup, now_ms: int) -> None:
         self.migration.maybe_downgrade(result, group, now_ms)

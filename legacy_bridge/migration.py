@@ -100,20 +100,21 @@ class Migration:
 
     def prepare_consumer_group(
         self, result: Result[Any], req: ConsumerGroupHeartbeat, now_ms: int
-    ) -> None:
+    ) -> bool:
         """Before a ConsumerGroupHeartbeat: a classic group of that id is converted (epoch 0
-        only), replaced if empty, or the request refused."""
+        only; True), replaced if empty, or the request refused."""
         group = self._classic.get(req.group_id)
         if group is None:
-            return
+            return False
         gid = group.group_id
         if req.member_epoch != 0:
             raise GroupIdNotFoundError(f"Group {gid} is not a consumer group.")
         if not group.members:
             # An empty classic group is simply replaced (always allowed).
             self._drop_classic_group(result, group)
-            return
+            return False
         self._upgrade(result, group, now_ms)
+        return True
 
     def _drop_classic_group(self, result: Result[Any], group: ClassicGroup) -> None:
         gid = group.group_id

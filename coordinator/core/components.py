@@ -103,10 +103,11 @@ class ClassicGroupSupport(Component, Protocol):
 
     def prepare_consumer_group(
         self, result: Result[Any], req: ConsumerGroupHeartbeat, now_ms: int
-    ) -> None:
+    ) -> bool:
         """A ConsumerGroupHeartbeat for ``req.group_id`` is about to run: a classic group of that
         id is upgraded to a consumer group, replaced (if empty) or the request refused (KIP-848
-        "Online Migration"). Records go into ``result``."""
+        "Online Migration"). Records go into ``result``. True when a non-empty classic group
+        was upgraded."""
         ...
 
     def maybe_downgrade(self, result: Result[Any], group: ConsumerGroup, now_ms: int) -> None:

@@ -139,9 +139,10 @@ class ConsumerGroups(ByGroupId[ConsumerGroup]):
         legacy bridge); None for a ConsumerGroupHeartbeat."""
         ctx = self._ctx
         result: Result[ConsumerGroupHeartbeatResponse] = Result()
+        upgraded = False
         if classic is None:
             # A classic group of that id is converted, replaced or refused (KIP-848 upgrade).
-            self._classic().prepare_consumer_group(result, req, now_ms)
+            upgraded = self._classic().prepare_consumer_group(result, req, now_ms)
         group_id = req.group_id
         group: ConsumerGroup | None = self._by_group.get(group_id)
         epoch = req.member_epoch
@@ -158,7 +159,7 @@ class ConsumerGroups(ByGroupId[ConsumerGroup]):
             raise GroupMaxSizeReachedError(
                 f"The consumer group has reached its maximum capacity of {max_size} members."
             )
-        member, replaced = find_or_create_member(group, member_id, req)
+        member, replaced = find_or_create_member(group, member_id, req, classic is not None)
         check_new_regex(member, req)
         before_assigned = member.assigned_partitions
         before_pending = (
@@ -205,6 +206,7 @@ class ConsumerGroups(ByGroupId[ConsumerGroup]):
         if (
             causes
             or new_group
+            or upgraded
             or regex_changed
             or group.metadata_checked != (image_version, group.group_epoch)
         ):
@@ -217,6 +219,14 @@ class ConsumerGroups(ByGroupId[ConsumerGroup]):
                 )
             if new_group and not causes:
                 causes.append(Cause.MEMBER_JOINED)  # a new group starts at epoch 1
+            if upgraded and replaced is not None and not causes and group.subscription_metadata:
+                # A static member replacing its classic incarnation (KAFKA-17228) in the group
+                # its heartbeat converted. Kafka's conversion (ConsumerGroup.fromClassicGroup)
+                # leaves the new group without subscription metadata, so that heartbeat finds
+                # the metadata changed and bumps the epoch: a new target from the topics as
+                # they are now, not the classic leader's last assignment (docs/legacy_bridge.md,
+                # "Static upgrade"; a new member bumps it anyway).
+                causes.append(Cause.TOPIC_METADATA_CHANGED)
             if causes or new_group:
                 uid = group.group_uid or ctx.ids.new_group_uid()
                 bumped = group.group_epoch + (1 if causes else 0)

@@ -92,12 +92,19 @@ def check_new_regex(member: ConsumerGroupMember, req: ConsumerGroupHeartbeat) ->
 
 
 def find_or_create_member(
-    group: ConsumerGroup | None, member_id: str, req: ConsumerGroupHeartbeat
+    group: ConsumerGroup | None,
+    member_id: str,
+    req: ConsumerGroupHeartbeat,
+    classic: bool = False,
 ) -> tuple[ConsumerGroupMember, ConsumerGroupMember | None]:
     """The member a heartbeat (not a leave) is from: (member, the static member it replaces or
     None). A new member at epoch 0; a known one with its epoch checked (:func:`check_member_epoch`);
-    a static member re-joining under a new member id takes the old one's place if that one left
-    temporarily (KIP-848 "Static Membership")."""
+    a static member re-joining under a new member id takes the old one's place (KIP-848 "Static
+    Membership"). Only when both speak the consumer protocol must the old one have left
+    temporarily first (else UNRELEASED_INSTANCE_ID); a classic holder — which never sends a
+    leave on a restart — is replaced at once, and so is any holder by a classic joiner
+    (``classic``; Kafka 3.9+, KAFKA-17228: the release is checked only when neither member uses
+    the classic protocol)."""
     epoch = req.member_epoch
     instance_id = req.instance_id
     existing = None if group is None else group.members.get(member_id)
@@ -122,7 +129,11 @@ def find_or_create_member(
             # The same incarnation re-joining (e.g. its join response was lost).
             check_member_epoch(static, epoch, req.topic_partitions)
             return static, None
-        if static.member_epoch != LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+        if (
+            not classic
+            and static.classic_member_metadata is None
+            and static.member_epoch != LEAVE_GROUP_STATIC_MEMBER_EPOCH
+        ):
             raise UnreleasedInstanceIdError(
                 f"Static member {member_id} with instance id {instance_id} cannot join the group "
                 f"because the instance id is owned by {static.member_id} member."

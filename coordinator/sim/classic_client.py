@@ -197,6 +197,9 @@ class ClassicClient:
     inflight_kind: str = ""
     join_response: m.JoinGroupResponse | None = None
     rejoin_needed: bool = False
+    # Reset by an OffsetCommit error while a JoinGroup or SyncGroup was in flight (Java's
+    # state UNJOINED): that request's successful answer is discarded, the client rejoins.
+    unjoined: bool = False
     assigned_snapshot: tuple | None = None  # leader: metadata it assigned with
     # The generation at which, as a static leader back in a Stable group, it was told to skip
     # the assignment (KIP-814); None once it assigns or follows.
@@ -234,6 +237,7 @@ class ClassicClient:
         self.inflight = None
         self.join_response = None
         self.rejoin_needed = False
+        self.unjoined = False
         self.assigned_snapshot = None
         self.skipped_assignment = None
 
@@ -370,13 +374,18 @@ class ClassicClient:
         del req
         self.inflight = corr
 
+    def metadata_changed(self, meta: Meta) -> bool:
+        """A leader whose subscribed topics' metadata differs from what it assigned with
+        (partitions added, topic deleted or re-created): it rejoins at its next check."""
+        if self.phase != MEMBER or self.assigned_snapshot is None:
+            return False
+        topics = tuple(n for n, _v in self.assigned_snapshot)
+        return meta.snapshot(topics) != self.assigned_snapshot
+
     def check_metadata(self, meta: Meta) -> list[str]:
         """The leader rejoins when the metadata of the subscribed topics differs from what it
-        assigned with (partitions added, topic deleted or re-created)."""
-        if self.phase != MEMBER or self.assigned_snapshot is None:
-            return []
-        topics = tuple(n for n, _v in self.assigned_snapshot)
-        if meta.snapshot(topics) != self.assigned_snapshot:
+        assigned with (Kafka's metadata snapshot check)."""
+        if self.metadata_changed(meta):
             self.assigned_snapshot = None
             return self.request_rejoin()
         return []
@@ -432,6 +441,7 @@ class ClassicClient:
     def on_timeout(self) -> None:
         kind = self.inflight_kind
         self.inflight = None
+        self.unjoined = False
         if self.phase == LEAVING:
             self.phase = DOWN
         elif kind == "sync" and self.phase == SYNCING:
@@ -446,8 +456,14 @@ class ClassicClient:
         if self.phase == DOWN:
             return []
         code = getattr(resp, "error_code", 0)
+        unjoined, self.unjoined = self.unjoined, False
         if code:
             return self.on_error(code, resp)
+        if unjoined and kind in ("join", "sync") and self.phase in (JOINING, SYNCING):
+            self.phase = JOINING
+            self.join_response = None
+            self.assigned_snapshot = None
+            return ["rejoin"]
         if kind == "join" and self.phase == JOINING:
             self.member_id = resp.member_id or self.member_id
             self.generation = resp.generation_id
@@ -480,11 +496,20 @@ class ClassicClient:
             ErrorCode.ILLEGAL_GENERATION,
         ) or self.phase in (DOWN, LEAVING):
             return []
-        if code == ErrorCode.UNKNOWN_MEMBER_ID and self.inflight is None:
+        joining = self.inflight is not None and self.inflight_kind in ("join", "sync")
+        if code == ErrorCode.UNKNOWN_MEMBER_ID and (self.inflight is None or joining):
             self.member_id = ""
         self.generation = -1
         self._lose()
         if self.inflight is not None:
+            # Java's resetStateAndRejoin leaves the coordinator UNJOINED: a JoinGroup or
+            # SyncGroup in flight completes, but its successful answer is discarded
+            # (AbstractCoordinator's Join/SyncGroupResponseHandler: UnjoinedGroupException, or
+            # "Generation data was cleared ... retry") and the client joins again, reporting
+            # what it owns now. Taking that answer instead would leave at the coordinator the
+            # subscription sent before the reset, whose owned partitions (lost since) a
+            # cooperative leader withholds for a revocation that never comes.
+            self.unjoined = joining
             return []  # the request in flight completes first; the next one rejoins
         self.phase = JOINING
         self.join_response = None

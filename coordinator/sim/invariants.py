@@ -156,12 +156,22 @@ def classic_attributed(
 
 
 def classic_claim_live(classic: Any, c: Any) -> bool:
+    """A claim in a classic group is live at the group's generation, or one behind while the
+    answer to the client's JoinGroup from that generation is on its way. A JoinGroup from g that
+    still waits at the barrier once the group is at g+1 came in after g+1 completed without it
+    (a static member is kept, Kafka's completeClassicGroupJoin): it will be answered with g+2,
+    never g+1, so its client stays behind its group, fenced by generation (its Heartbeat,
+    SyncGroup and offset commits at g are refused) — a zombie until then (cooperative 175:
+    c0's delayed JoinGroup from 6 arrives after generation 7 gave t0-4 to c1; its commits at 6
+    get ILLEGAL_GENERATION)."""
     member = classic.members.get(c.member_id) if c.member_id else None
     if member is None:
         return False
     gen = c.generation
     return gen == classic.generation or (
-        gen == classic.generation - 1 and classic_join_generation(member) == gen
+        gen == classic.generation - 1
+        and classic_join_generation(member) == gen
+        and member.join_token is None
     )
 
 

@@ -634,3 +634,61 @@ def test_concurrent_joins_on_many_shards_reach_their_callers(start_server) -> No
             member_id=mid,
             members=[J.Member(member_id=mid, metadata=meta)],
         ), c.group_id
+
+
+def test_a_static_consumer_member_replaces_its_classic_incarnation_at_once(
+    manual_server: ServerProcess,
+) -> None:
+    """A rolling upgrade of a static fleet (KAFKA-17228): the restarted instance joins with the
+    consumer protocol under its group.instance.id while its classic incarnation (which sends
+    no LeaveGroup) is still in the group: it is not told UNRELEASED_INSTANCE_ID until that one
+    expires, it takes its place at once (the classic group upgraded on the way), and the old
+    incarnation's next Heartbeat and JoinGroup are fenced (FENCED_INSTANCE_ID)."""
+    s = manual_server
+    s.create_topic("cl-st", 4)
+    c = Classic(s, "g-cl-st", ["cl-st"])
+
+    def static_join(instance: str, member_id: str = "") -> pb.JoinGroupRequest:
+        req = c.join_request(member_id)
+        req.group_instance_id = instance
+        return req
+
+    # Two static classic members, Stable at generation 1 (no MEMBER_ID_REQUIRED for them).
+    fa = c.stub.JoinGroup.future(static_join("i-a"), timeout=WAIT_S, metadata=c.md("a"))
+    wait_until("A at the barrier", lambda: len(c.describe().members) == 1)
+    fb = c.stub.JoinGroup.future(static_join("i-b"), timeout=WAIT_S, metadata=c.md("b"))
+    wait_until("B at the barrier", lambda: len(c.describe().members) == 2)
+    s.advance(3_000)
+    time.sleep(0.1)
+    s.advance(3_000)
+    ja, jb = fa.result(timeout=WAIT_S), fb.result(timeout=WAIT_S)
+    a, b = ja.member_id, jb.member_id
+    leader, follower = (a, b) if ja.leader == a else (b, a)
+    plan = {a: k_assignment({"cl-st": [0, 1]}), b: k_assignment({"cl-st": [2, 3]})}
+    f = c.stub.SyncGroup.future(c.sync_request(follower, 1), timeout=WAIT_S)
+    time.sleep(0.1)
+    assert c.sync(leader, 1, plan).assignment == plan[leader]
+    assert f.result(timeout=WAIT_S).assignment == plan[follower]
+    assert c.state() == "Stable"
+    # A restarts as a KIP-848 client under i-a; its classic incarnation is still there.
+    k = s.heartbeat(
+        client_id="k", **join_request("g-cl-st", ["cl-st"], member_id="K", instance_id="i-a")
+    )
+    # Replaced at once: the group (upgraded) bumps to epoch 2 and K has A's partitions.
+    assigned_k = sorted(p for x in k.assignment.assigned_topic_partitions for p in x.partitions)
+    assert (k.error_code, k.member_id, k.member_epoch, assigned_k) == (0, "K", 2, [0, 1])
+    view = _consumer_view(s, "g-cl-st")
+    assert sorted(view) == sorted([b, "K"]) and view["K"][2] == 1
+    # The old incarnation is fenced on its next requests (Kafka: FENCED_INSTANCE_ID).
+    fenced = f"Static member {a} with instance id i-a was fenced by member K."
+    hb = c.stub.Heartbeat(
+        pb.HeartbeatRequest(
+            group_id="g-cl-st", generation_id=1, member_id=a, group_instance_id="i-a"
+        ),
+        timeout=WAIT_S,
+    )
+    assert hb == pb.HeartbeatResponse(error_code=82, error_message=fenced)
+    rejoin = c.stub.JoinGroup(static_join("i-a", a), timeout=WAIT_S, metadata=c.md("a"))
+    assert (rejoin.error_code, rejoin.error_message) == (82, fenced)
+    # B, still classic, is told to rejoin for the new target.
+    assert c.heartbeat(b, 1) == pb.HeartbeatResponse(error_code=27, error_message=REBALANCE)

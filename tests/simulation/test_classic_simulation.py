@@ -487,36 +487,40 @@ def test_a_coordinator_that_takes_a_classic_members_stale_generation_is_caught(
     )
 
 
-SEED_801 = _sweep(801, "mixed")
-
-
-def test_seed_801_a_static_member_replacing_the_last_kip848_member_downgrades_the_group() -> None:
-    """Mixed seed 801: c0 comes back as a classic static member in place of its KIP-848 self,
-    the group's last KIP-848 member: the consumer group becomes a classic group at once
-    (Kafka 4.0+, KAFKA-17317; before, ours kept a consumer group of classic members), Stable at
-    generation 7 with the same subscription, so without a rebalance. Then t1 is deleted and
+def test_a_group_downgraded_by_a_static_replacement_keeps_the_metadata_it_was_made_with() -> None:
+    """Mixed seed 801 (before the static upgrade changed the sweeps' trajectories; no seed of
+    mixed 1-2000 meets this window since): c0 came back as a classic static member in place of
+    its KIP-848 self, the group's last KIP-848 member, so the consumer group became a classic
+    group at once (Kafka 4.0+, KAFKA-17317), Stable without a rebalance; then t1 was deleted and
     re-created under a new id. Every client's last JoinGroup came from the consumer group,
     where nobody leads: no client knows it leads the classic group, so nobody watches the
-    metadata and nobody rejoins (Java's ConsumerCoordinator, as on Kafka): the group keeps
-    the consumer group's metadata it was made with, and I5 expects that (known_topics)."""
-    sim = _ok(SEED_801)
-    trace = sim.trace
-    classic = next(i for i, t in enumerate(trace) if "JoinGroup gen=7 member=member-34" in t)
-    recreated = next(i for i, t in enumerate(trace) if "topic t1 re-created with 4 partitions" in t)
-    assert classic < recreated
-    assert "leader=- members=0" in trace[classic]
-    assert not any("sends JoinGroup" in t or "sends heartbeat" in t for t in trace[recreated:])
-    assert sim.group is None
-    group = sim.classic_group
-    assert (group.state.value, group.generation) == ("Stable", 7)
-    assert sorted(group.members) == sorted(c.member_id for c in sim.clients)
-    t1 = dict(sim.downgraded[7])["t1"][0]
-    assert t1 != sim.coord.registry.topics["t1"].topic_id
-    assert {c.index: sorted(c.owned) for c in sim.clients} == {
-        0: [dict(sim.downgraded[7])["t0"][0]],
-        1: [t1],
-        2: sorted([t1, dict(sim.downgraded[7])["t0"][0]]),
-    }
+    metadata and nobody rejoins (Java's ConsumerCoordinator, as on Kafka). For the generation a
+    downgrade made, I5 expects the consumer group's metadata it was made with
+    (``convergence.known_topics``) — until its leader has assigned with metadata of its own."""
+    from types import SimpleNamespace
+
+    from coordinator.sim.classic_client import ClassicClient
+    from coordinator.sim.convergence import known_topics
+
+    registry = SimpleNamespace(
+        topics={
+            "t0": SimpleNamespace(topic_id="T0", num_partitions=4),
+            "t1": SimpleNamespace(topic_id="T1-new", num_partitions=4),
+        }
+    )
+    leader = ClassicClient(index=0, topics=("t0", "t1"), member_id="L")
+    g = SimpleNamespace(
+        downgraded={7: (("t0", ("T0", 4)), ("t1", ("T1-old", 4)))}, classic_plans={}
+    )
+    sim = SimpleNamespace(coord=SimpleNamespace(registry=registry), clients_of=lambda _g: [leader])
+    classic = SimpleNamespace(leader_id="L", generation=7)
+    made_with = {"t0": ("T0", 4), "t1": ("T1-old", 4)}
+    assert known_topics(sim, g, None, classic) == made_with
+    # A later generation, or a leader that assigned (and so watches the metadata): the cluster's.
+    current = {"t0": ("T0", 4), "t1": ("T1-new", 4)}
+    assert known_topics(sim, g, None, SimpleNamespace(leader_id="L", generation=8)) == current
+    leader.assigned_snapshot = (("t0", ("T0", 4)),)
+    assert known_topics(sim, g, None, classic) == current
 
 
 def test_a_classic_join_that_does_not_refresh_the_metadata_is_caught(
@@ -525,10 +529,10 @@ def test_a_classic_join_that_does_not_refresh_the_metadata_is_caught(
     """The exception for a consumer group of classic members (known_topics) lasts only until a
     request that refreshes the metadata runs:
     a consumer group whose classic JoinGroups never refresh it stays on a topic's old id after
-    a classic member joined (mixed seed 28, which passes on the real bridge: I5)."""
+    a classic member joined (mixed seed 48, which passes on the real bridge: I5)."""
     from coordinator.core.consumer_groups import ConsumerGroups
 
-    seed = _sweep(28, "mixed")
+    seed = _sweep(48, "mixed")
     assert simulate(seed).violation is None
     join = ConsumerGroups.join_as_classic
 
@@ -586,3 +590,73 @@ def test_a_static_leader_whose_assignment_is_ignored_is_caught(
 
     monkeypatch.setattr(classic_join, "replace", without_skip)
     _caught(SEED_613, inv.LIVENESS, "unowned partitions [('AAAAAAAAAAAAAAAAAAAAEA', 5)]")
+
+
+# ------------------------------------------- a static member upgraded in place (KAFKA-17228)
+
+
+@pytest.mark.parametrize(
+    ("seed", "protocol", "why"),
+    [
+        # Bridge: an upgrade by a static member replacing its classic incarnation kept the
+        # classic leader's stale assignment (Kafka's conversion leaves the metadata to the
+        # converting heartbeat, which bumps the epoch).
+        (1, "mixed", "the upgrade computes a new target"),
+        # Checker: the new member inherits the replaced one's server assignor, as in Kafka.
+        (355, "mixed", "an inherited server assignor"),
+        # Client model: an answer to a JoinGroup sent before a commit's reset is discarded.
+        (1058, "cooperative", "a join answer after a reset is discarded"),
+        # Checker: a leader that has yet to notice a metadata change has not converged.
+        (622, "eager", "a pending metadata check"),
+        # Checker: a JoinGroup from g parked for g+2 does not make the claims at g live.
+        (175, "cooperative", "a static member that missed a rebalance"),
+    ],
+)
+def test_sweep_seeds_judged_after_the_static_upgrade(seed: int, protocol: str, why: str) -> None:
+    """`--classic 3` sweep seeds that failed once a consumer-protocol static member replaced
+    its classic incarnation at once (docs/simulation.md, "A static member upgraded in place")."""
+    del why
+    _ok(_sweep(seed, protocol))
+
+
+def test_a_join_answer_after_a_commit_reset_is_discarded() -> None:
+    """Java's coordinator is UNJOINED after a commit's ILLEGAL_GENERATION: the answer to the
+    JoinGroup in flight is discarded and the client joins again, reporting what it owns now."""
+    from coordinator.sim.classic_client import ClassicClient
+    from coordinator.sim.client import JOINING, MEMBER
+    from legacy_bridge import messages as lm
+
+    meta = Meta(by_name={"t0": ("A", 4)}, name_of={"A": "t0"})
+    c = ClassicClient(index=1, topics=("t0",), protocol="cooperative")
+    c.member_id, c.generation, c.phase, c.owned = "m", 3, MEMBER, {"A": frozenset({1})}
+    assert c.request_rejoin() == ["send"]
+    c.inflight, c.inflight_kind = 7, "join"
+    assert c.on_commit_error(22) == []  # ILLEGAL_GENERATION: reset, the join still in flight
+    assert (c.generation, c.owned, c.member_id) == (-1, {}, "m")
+    joined = lm.JoinGroupResponse(generation_id=4, protocol_name="range", member_id="m")
+    assert c.on_response(joined, meta) == ["rejoin"]
+    assert (c.phase, c.generation, c.join_response) == (JOINING, -1, None)
+    # The next answer is taken.
+    c.inflight, c.inflight_kind = 8, "join"
+    assert c.on_response(joined, meta) == ["send"]
+    assert c.generation == 4
+
+
+def test_a_join_parked_for_the_next_generation_does_not_make_claims_live() -> None:
+    """classic_claim_live: a client one generation behind its classic group is live while the
+    answer to its JoinGroup from that generation is on its way (its member holds no join token),
+    not while that JoinGroup waits at the next barrier (cooperative seed 175)."""
+    from types import SimpleNamespace
+
+    sub = Subscription(topics=("t0",), generation_id=6)
+    from legacy_bridge.protocol import encode_subscription
+
+    member = SimpleNamespace(protocols=(("cooperative-sticky", encode_subscription(sub)),))
+    classic = SimpleNamespace(generation=7, members={"m": member})
+    client = SimpleNamespace(member_id="m", generation=6)
+    member.join_token = None  # answered with generation 7: on its way
+    assert inv.classic_claim_live(classic, client)
+    member.join_token = 12  # came in after 7 completed: waits for generation 8
+    assert not inv.classic_claim_live(classic, client)
+    client.generation = 7
+    assert inv.classic_claim_live(classic, client)

@@ -85,7 +85,8 @@ class ConsumerGroupServiceServicer:
         110 FENCED_MEMBER_EPOCH          member_epoch does not match the member's epoch; the
         member must drop its partitions and rejoin with 0
         82 FENCED_INSTANCE_ID            instance_id is owned by another member id
-        111 UNRELEASED_INSTANCE_ID       instance_id is still held by an active member
+        111 UNRELEASED_INSTANCE_ID       instance_id is still held by an active member of the
+        consumer protocol (a classic holder is replaced)
         112 UNSUPPORTED_ASSIGNOR         server_assignor is not configured
         81 GROUP_MAX_SIZE_REACHED        group.consumer.max.size reached
         128 INVALID_REGULAR_EXPRESSION   subscribed_topic_regex is not valid RE2, longer than
