@@ -48,6 +48,7 @@ SERVED = {8: (2, 10), 9: (1, 10), 10: (0, 6), 11: (0, 9), 12: (0, 4), 13: (0, 5)
 SERVED |= {15: (0, 6), 16: (0, 5), 32: (1, 4), 42: (0, 2), 44: (0, 1), 47: (0, 0)}
 SERVED |= {68: (0, 1), 69: (0, 1), 3: (0, 13), 18: (0, 4)}
 SERVED |= {29: (1, 3), 30: (1, 3), 31: (1, 3), 50: (0, 0), 51: (0, 0)}  # ACLs, SCRAM users
+SERVED |= {17: (1, 1), 36: (0, 2)}  # SASL: ILLEGAL_SASL_STATE without it, as Kafka
 
 
 # ---------------------------------------------------------------- ApiVersions
@@ -87,6 +88,26 @@ def test_api_versions_v3_refuses_an_invalid_software_name(client: KafkaClient) -
     # The connection stays: a valid ApiVersions is answered in full.
     resp = client.call(request(18, 3, client_software_name="ok", client_software_version="1"))
     assert resp.error_code == E.none and len(resp.api_keys) == len(SERVED)
+
+
+def test_sasl_requests_on_a_listener_without_sasl_are_illegal_sasl_state(
+    client: KafkaClient,
+) -> None:
+    """A client set up for SASL against a PLAINTEXT port: Kafka's KafkaApis answers its
+    SaslHandshake and SaslAuthenticate ILLEGAL_SASL_STATE in band (and lists both in
+    ApiVersions), so the client reports the mistake; the connection stays. Before: not
+    advertised, and the connection closed."""
+    hs = client.call(request(17, 1, mechanism="PLAIN"))
+    assert (hs.error_code, hs.mechanisms) == (E.illegal_sasl_state, ())
+    for version in (0, 1, 2):
+        auth = client.call(request(36, version, auth_bytes=b"\0alice\0secret"))
+        assert auth.error_code == E.illegal_sasl_state
+        assert auth.error_message == (
+            "SaslAuthenticate request received after successful authentication"
+        )
+        assert auth.auth_bytes == b""
+    resp = client.call(request(18, 3, client_software_name="ok", client_software_version="1"))
+    assert resp.error_code == E.none  # served as before
 
 
 # ---------------------------------------------------------------- KIP-848 over Kafka, and gRPC

@@ -505,6 +505,9 @@ class KafkaConnection(asyncio.Protocol):
                 self.sasl.versions_answered = data[8:10] == b"\0\0"
             self.complete(slot, data)
             return
+        if self.sasl is None and listener.upstream is None and key in sasl_api.SASL_APIS:
+            self._sasl_without_sasl(key, version, correlation_id, frame, pos)
+            return
         if key == apis.FIND_COORDINATOR and listener.upstream is not None:
             entity = self._decoded(key, version, frame, pos)
             if entity is None:
@@ -553,6 +556,21 @@ class KafkaConnection(asyncio.Protocol):
             "" if listener.upstream is not None else " (coordinator-only mode: no --kafka-upstream)"
         )
         self.fail(f"API key {key} ({wire.api_name(key)}) v{version} is not served{mode}")
+
+    def _sasl_without_sasl(
+        self, key: int, version: int, correlation_id: int, frame: bytes, pos: int
+    ) -> None:
+        """SaslHandshake or SaslAuthenticate on a coordinator-only listener without SASL (a
+        client set up for SASL against a PLAINTEXT or SSL port): answered ILLEGAL_SASL_STATE,
+        as Kafka's KafkaApis answers them there, so the client says what is wrong rather than
+        seeing its connection closed. (With an upstream they go to the broker, as before.)"""
+        lo, hi = sasl_api.SASL_APIS[key]
+        if not lo <= version <= hi:
+            self.fail(f"{wire.api_name(key)} v{version} is not supported (v{lo}-v{hi})")
+            return
+        if self._decoded(key, version, frame, pos) is None:
+            return
+        self.complete(self._slot(), sasl_api.illegal_sasl_state(key, version, correlation_id))
 
     def _forward_guarded(
         self,

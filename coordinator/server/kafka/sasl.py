@@ -85,6 +85,9 @@ FAILED = "Authentication failed: Invalid username or password"
 MIN_REAUTH_INTERVAL_MS = 1000
 """Kafka's KafkaChannel: a connection re-authenticates at most once a second."""
 AFTER_AUTHENTICATION = "SaslAuthenticate request received after successful authentication"
+SASL_APIS = {SASL_HANDSHAKE: HANDSHAKE_VERSIONS, SASL_AUTHENTICATE: AUTHENTICATE_VERSIONS}
+"""The SASL APIs and their versions: a SASL listener serves them; a coordinator-only listener
+without SASL advertises them and answers ILLEGAL_SASL_STATE, as a Kafka broker does."""
 
 CredentialLookup = Callable[[str, scram.ScramMechanism], "scram.ScramCredential | None"]
 
@@ -647,7 +650,7 @@ def _serve(
         else:
             # Kafka's KafkaApis answers these of an authenticated connection in-band and keeps
             # it: nothing is refused, no credential was tried.
-            conn.complete(conn.expect(), _after_authentication(key, version, correlation_id))
+            conn.complete(conn.expect(), illegal_sasl_state(key, version, correlation_id))
             return
     slot = conn.expect()
     authenticator = session.authenticator
@@ -700,10 +703,11 @@ def _serve(
     conn.complete(slot, wire.frame(key, version, correlation_id, answer))
 
 
-def _after_authentication(key: int, version: int, correlation_id: int) -> bytes:
+def illegal_sasl_state(key: int, version: int, correlation_id: int) -> bytes:
     """ILLEGAL_SASL_STATE for a SaslHandshake that begins no re-authentication, or a
-    SaslAuthenticate outside an exchange, on an authenticated connection (Kafka's
-    ``KafkaApis.handleSaslHandshakeRequest`` / ``handleSaslAuthenticateRequest``)."""
+    SaslAuthenticate outside an exchange, on an authenticated connection — or either of them
+    on a listener without SASL (Kafka's ``KafkaApis.handleSaslHandshakeRequest`` /
+    ``handleSaslAuthenticateRequest``, which answer them so wherever they reach it)."""
     cls = wire.response_class(key, version)
     if key == SASL_HANDSHAKE:
         answer = wire.build(cls, error_code=ErrorCode.ILLEGAL_SASL_STATE, mechanisms=[])

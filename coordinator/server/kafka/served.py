@@ -123,9 +123,8 @@ class KafkaApis:
         if self.listener.txn is not None:
             table.update(self.listener.txn.versions())
         table[apis.API_VERSIONS] = apis.API_VERSIONS_RANGE
-        if sasl:
-            table[sasl_api.SASL_HANDSHAKE] = sasl_api.HANDSHAKE_VERSIONS
-            table[sasl_api.SASL_AUTHENTICATE] = sasl_api.AUTHENTICATE_VERSIONS
+        if sasl or self.listener.upstream is None:
+            table.update(sasl_api.SASL_APIS)
         return dict(sorted(table.items()))
 
     def api_versions(
