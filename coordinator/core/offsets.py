@@ -426,8 +426,9 @@ class Offsets(ByGroupId[Mapping[tuple[str, int], r.OffsetCommitValue]]):
         emit: Callable[[str, OffsetCommitPartition], None],
     ) -> OffsetCommitResponse:
         """The per-partition part of OffsetCommit and TxnOffsetCommit: each partition of a
-        topic that resolves, exists, has metadata that fits and an offset >= 0 is ``emit``-ted;
-        the others get their error."""
+        topic that resolves, exists and has metadata that fits is ``emit``-ted, whatever its
+        offset (a negative one too: Kafka stores it, and KafkaJS's resetOffsets commits -2 and
+        -1 as "earliest" and "latest"); the others get their error."""
         max_bytes = self._ctx.config.offset_metadata_max_bytes
         by_name = self._ctx.topics.by_name
         topics_out = []
@@ -448,11 +449,6 @@ class Offsets(ByGroupId[Mapping[tuple[str, int], r.OffsetCommitValue]]):
                     error = ErrorCode.OFFSET_METADATA_TOO_LARGE
                     message = (
                         f"Offset metadata is larger than offset.metadata.max.bytes ({max_bytes})."
-                    )
-                elif p.committed_offset < 0:
-                    error, message = (
-                        ErrorCode.INVALID_REQUEST,
-                        f"Committed offset {p.committed_offset} is negative.",
                     )
                 else:
                     emit(name, p)

@@ -14,16 +14,29 @@ of records consumed, no partition owned by two members at once, offsets committe
 2. The migration persona: a KafkaJS (classic) member and a librdkafka KIP-848 member
    (``group.protocol=consumer``) in one group — a consumer group with a classic member inside —
    split the partitions; the KafkaJS member leaves and the KIP-848 member gets everything.
+3. KafkaJS's ``admin.resetOffsets`` (it commits -2, its "earliest", from a member of the group)
+   takes effect: the group's next consumer reads the topic again from the start.
 """
 
 from __future__ import annotations
 
+import json
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from kafka_clients import STACK_SETTINGS, Fleet, GroupView, Partition, describe, produce, settle
+from kafka_clients import (
+    KAFKAJS_DIR,
+    STACK_SETTINGS,
+    Fleet,
+    GroupView,
+    Partition,
+    describe,
+    produce,
+    settle,
+)
 from kafka_support import KafkaStack, create_topics
 
 pytestmark = pytest.mark.slow
@@ -197,3 +210,41 @@ def test_a_kafkajs_member_and_a_kip848_member_in_one_group(
     assert describe(admin, channel, group) == GroupView(
         type="CONSUMER", state="EMPTY", members={}, partitions={}, member_types={}
     )
+
+
+def test_kafkajs_admin_resets_a_groups_offsets_to_the_earliest(
+    stack: KafkaStack, admin: Any, fleet: Fleet
+) -> None:
+    """KafkaJS's admin.resetOffsets joins the group with a consumer of its own and commits -2
+    to every partition, which Kafka stores as it is; the group's next consumer then reads
+    everything again. The coordinator refused negative offsets (INVALID_REQUEST): KafkaJS's
+    consumer crashed and the reset never ended."""
+    name, group = "kjs-reset", "g-kjs-reset"
+    partitions = topic(stack, name)
+    address = stack.server.kafka_address
+    written = produce(address, name, [f"r{i}" for i in range(40)], PARTITIONS)
+    first = fleet.start("js", "kafkajs", group, topics=[name])
+    fleet.wait_consumed(written, SETTLE_S)
+    wait_committed(admin, fleet, group, dict.fromkeys(partitions, 10))
+    first.stop()
+
+    config = {"name": "reset", "bootstrap": address, "group": group, "topics": [name]}
+    done = subprocess.run(
+        [
+            "node",
+            str(KAFKAJS_DIR / "driver.js"),
+            json.dumps(config | {"admin": "reset-offsets", "earliest": True}),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=40,
+    )
+    assert done.returncode == 0, (done.stdout, done.stderr[-2000:])
+    assert [json.loads(line)["event"] for line in done.stdout.splitlines()] == ["reset", "closed"]
+    assert committed(admin, group) == dict.fromkeys(partitions, -2)
+
+    again = fleet.start("js", "kafkajs", group, topics=[name])
+    wait_committed(admin, fleet, group, dict.fromkeys(partitions, 10))
+    assert fleet.consumed() == dict.fromkeys(written, 2)
+    assert sorted(r[3] for r in again.records()) == sorted(written)
+    fleet.stop_all()

@@ -566,3 +566,36 @@ def test_a_topic_needs_a_name_or_an_id(h: Harness) -> None:
         [ErrorCode.INVALID_REQUEST],
         [ErrorCode.NONE],
     ]
+
+
+def test_a_negative_offset_is_committed_and_fetched_back_as_kafka_stores_it(h: Harness) -> None:
+    """Kafka's OffsetMetadataManager.commitOffset checks the metadata's size and the member, not
+    the offset: a negative one is written and OffsetFetch answers it as committed. KafkaJS's
+    ``admin.resetOffsets`` commits -2 (its EARLIEST sentinel; -1 for LATEST) from a member of
+    the group, and its consumers then start from that end of the log; it was INVALID_REQUEST."""
+    h.join("A", ["foo"])
+    res = h.shard.offset_commit(commit_req(1, p0=-2, p1=-1), 5)
+    assert res.records == [
+        r.offset_commit_record(
+            G, "foo", p, r.OffsetCommitValue(offset=o, leader_epoch=-1, metadata="", commit_timestamp_ms=5)
+        )
+        for p, o in ((0, -2), (1, -1))
+    ]  # fmt: skip
+    assert h.commit(G, "A", 1, {("foo", 0): -2, ("foo", 1): -1}) == OffsetCommitResponse(
+        topics=(
+            TopicResult(
+                name="foo",
+                topic_id=h.topic_id("foo"),
+                partitions=(
+                    PartitionResult(partition_index=0),
+                    PartitionResult(partition_index=1),
+                ),
+            ),
+        )
+    )
+    got = h.shard.offset_fetch(OffsetFetchGroup(group_id=G, member_id="A", member_epoch=1))
+    assert got.topics[0].partitions == (
+        FetchedPartition(partition_index=0, committed_offset=-2, metadata=""),
+        FetchedPartition(partition_index=1, committed_offset=-1, metadata=""),
+    )
+    assert h.replayed().snapshot() == h.shard.snapshot()

@@ -5,7 +5,7 @@
 //   node driver.js '{"name", "bootstrap", "group", "topics", ...}'
 //
 // Optional keys: "client_id" (the name unless given), "session_timeout_ms" (6000),
-// "heartbeat_interval_ms" (500).
+// "heartbeat_interval_ms" (500), "admin" (below).
 //
 // The application is a careful at-least-once consumer (autoCommit off): KafkaJS has no
 // rebalance callbacks, so the consumer owns a group's assignment from its GROUP_JOIN event
@@ -170,7 +170,27 @@ async function stop() {
   process.exit(0);
 }
 
+// "admin": "reset-offsets" (with "earliest"): KafkaJS's admin.resetOffsets of the group's first
+// topic instead of a consumer (it joins the group itself and commits -2, or -1 for the latest,
+// to every partition); prints "reset" and "closed", or "error", and exits.
+async function resetOffsets() {
+  const admin = kafka.admin();
+  await admin.connect();
+  let timer;
+  const timeout = new Promise((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`no reset in ${CLOSE_TIMEOUT_MS} ms`)), CLOSE_TIMEOUT_MS);
+  });
+  const earliest = Boolean(config.earliest);
+  await Promise.race([admin.resetOffsets({ groupId: config.group, topic: config.topics[0], earliest }), timeout]);
+  clearTimeout(timer);
+  emit("reset", {});
+  await admin.disconnect();
+  emit("closed", {});
+  process.exit(0);
+}
+
 async function main() {
+  if (config.admin === "reset-offsets") return resetOffsets();
   await consumer.connect();
   for (const topic of config.topics) {
     await consumer.subscribe({ topic, fromBeginning: true });
@@ -180,15 +200,17 @@ async function main() {
   emit("started", {});
 }
 
-const commands = readline.createInterface({ input: process.stdin });
-commands.on("line", (line) => {
-  if (line.trim() === "stop") void stop();
-  else if (line.trim() === "hold") {
-    held = true;
-    emit("held", {});
-  }
-});
-commands.on("close", () => void stop());
-process.on("SIGTERM", () => void stop());
+if (config.admin === undefined) {
+  const commands = readline.createInterface({ input: process.stdin });
+  commands.on("line", (line) => {
+    if (line.trim() === "stop") void stop();
+    else if (line.trim() === "hold") {
+      held = true;
+      emit("held", {});
+    }
+  });
+  commands.on("close", () => void stop());
+  process.on("SIGTERM", () => void stop());
+}
 process.on("unhandledRejection", (e) => fail(`unhandled rejection: ${e && e.stack}`));
 main().catch((e) => fail(String(e && e.stack)));
