@@ -13,6 +13,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -346,3 +347,38 @@ def kafka_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
         yield stack
     finally:
         assert stack.stop() == 0, stack.server.stderr_text()
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator:
+    """Tansu + ``kip848 serve`` in front of it with the real clients' settings
+    (``kafka_clients.STACK_SETTINGS``), shared by a module's tests; a module that needs other
+    settings defines its own ``stack``."""
+    from kafka_clients import STACK_SETTINGS
+    from kafka_support import KafkaStack
+
+    s = KafkaStack(tmp_path_factory.mktemp(request.module.__name__), *STACK_SETTINGS)
+    try:
+        yield s
+    finally:
+        assert s.stop() == 0, s.server.stderr_text()
+
+
+@pytest.fixture
+def admin(stack: Any) -> Iterator[Any]:
+    """A confluent-kafka AdminClient of ``stack``'s listener."""
+    from confluent_kafka.admin import AdminClient
+
+    client = AdminClient({"bootstrap.servers": stack.server.kafka_address})
+    yield client
+    del client
+
+
+@pytest.fixture
+def fleet(stack: Any, tmp_path: Path) -> Iterator[Any]:
+    """Real Kafka clients in child processes (``kafka_clients.Fleet``), closed after the test."""
+    from kafka_clients import Fleet
+
+    f = Fleet(stack.server.kafka_address, tmp_path)
+    yield f
+    f.close()

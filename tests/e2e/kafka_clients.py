@@ -319,6 +319,25 @@ class Fleet:
 # ---------------------------------------------------------------- producers
 
 
+def new_topic(stack: Any, name: str, partitions: int) -> set[Partition]:
+    """Create ``name`` with ``partitions`` partitions through the stack's coordinator; its
+    partitions."""
+    from kafka_support import create_topics
+
+    c = stack.server.client()
+    create_topics(c, **{name: partitions})
+    c.close()
+    return {(name, p) for p in range(partitions)}
+
+
+def committed(admin: Any, group: str) -> dict[Partition, int]:
+    """``group``'s committed offsets, read with a confluent-kafka AdminClient."""
+    from confluent_kafka import ConsumerGroupTopicPartitions
+
+    got = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])
+    return {(tp.topic, tp.partition): tp.offset for tp in got[group].result(10).topic_partitions}
+
+
 def produce(
     bootstrap: str, topic: str, values: Iterable[str], partitions: int
 ) -> dict[str, tuple[int, int]]:

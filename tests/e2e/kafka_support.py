@@ -37,14 +37,23 @@ def request(api_key: int, version: int, **fields: Any) -> Any:
     return wire.build(wire.request_class(api_key, version), fields)
 
 
-def fetch_request(version: int, topic_id: Any, partition: int, max_wait: int = 0) -> Any:
-    """A Fetch (v13+: the topic by id) of one partition from offset 0, without a session."""
+def fetch_request(
+    version: int,
+    topic_id: Any,
+    partition: int,
+    max_wait: int = 0,
+    max_bytes: int = 1024,
+    **fields: Any,
+) -> Any:
+    """A Fetch (v13+: the topic by id) of one partition from offset 0, without a session, of
+    at most ``max_bytes`` (the request's and the partition's); ``fields``: others set."""
     return request(
         1,
         version,
+        **fields,
         max_wait=max_wait,
         min_bytes=1,
-        max_bytes=1024,
+        max_bytes=max_bytes,
         isolation_level=0,
         session_id=0,
         session_epoch=-1,
@@ -58,7 +67,7 @@ def fetch_request(version: int, topic_id: Any, partition: int, max_wait: int = 0
                         "fetch_offset": 0,
                         "last_fetched_epoch": -1,
                         "log_start_offset": -1,
-                        "partition_max_bytes": 1024,
+                        "partition_max_bytes": max_bytes,
                     }
                 ],
             }

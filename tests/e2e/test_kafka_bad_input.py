@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 from kafka_clients import STACK_SETTINGS, BackgroundProducer, Fleet
-from kafka_support import KafkaStack, create_topics, request
+from kafka_support import KafkaStack, create_topics, fetch_request, request
 from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode as E
 from kio.serial import entity_reader
@@ -208,34 +208,7 @@ def test_fetches_pipelined_by_a_client_that_does_not_read_are_not_held_here(
     meta = c.call(request(3, 12, topics=[{"name": "bi-flood", "topic_id": None}]))
     topic_id = meta.topics[0].topic_id
     c.close()
-    fetch = request(
-        1,
-        13,
-        replica_id=-1,
-        max_wait=100,
-        min_bytes=1,
-        max_bytes=50_000_000,
-        isolation_level=0,
-        session_id=0,
-        session_epoch=-1,
-        topics=[
-            {
-                "topic_id": topic_id,
-                "partitions": [
-                    {
-                        "partition": 0,
-                        "current_leader_epoch": -1,
-                        "fetch_offset": 0,
-                        "last_fetched_epoch": -1,
-                        "log_start_offset": -1,
-                        "partition_max_bytes": 50_000_000,
-                    }
-                ],
-            }
-        ],
-        forgotten_topics_data=[],
-        rack_id="",
-    )
+    fetch = fetch_request(13, topic_id, 0, max_wait=100, max_bytes=50_000_000, replica_id=-1)
     flood = stack.server.client()
     one = flood.call(fetch)  # ~2 MB: every record
     assert len(one.responses[0].partitions[0].records) > 1_900_000

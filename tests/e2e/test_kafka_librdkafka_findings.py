@@ -17,43 +17,17 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from fake_upstream import FakeCluster
-from kafka_clients import STACK_SETTINGS, Fleet
+from kafka_clients import Fleet
 from kafka_support import KafkaClient, KafkaServer, KafkaStack, create_topics, request
 from kio.schema.errors import ErrorCode as E
 
 pytestmark = pytest.mark.slow
 
 UUID = "[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}"
-
-
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaStack]:
-    s = KafkaStack(tmp_path_factory.mktemp("kafka-librdkafka-findings"), *STACK_SETTINGS)
-    try:
-        yield s
-    finally:
-        assert s.stop() == 0, s.server.stderr_text()
-
-
-@pytest.fixture
-def admin(stack: KafkaStack) -> Iterator[Any]:
-    from confluent_kafka.admin import AdminClient
-
-    client = AdminClient({"bootstrap.servers": stack.server.kafka_address})
-    yield client
-    del client
-
-
-@pytest.fixture
-def fleet(stack: KafkaStack, tmp_path: Path) -> Iterator[Fleet]:
-    f = Fleet(stack.server.kafka_address, tmp_path)
-    yield f
-    f.close()
 
 
 @pytest.mark.parametrize(

@@ -11,24 +11,23 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import run_cli
 from kafka_clients import (
-    STACK_SETTINGS,
     Fleet,
     GroupView,
     Partition,
+    committed,
     describe,
+    new_topic,
     produce,
     settle,
     wait_described,
     write_records,
 )
-from kafka_support import KafkaStack, create_topics
+from kafka_support import KafkaStack
 
 pytestmark = pytest.mark.slow
 
@@ -36,43 +35,8 @@ PARTITIONS = 6
 SETTLE_S = 30.0
 
 
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaStack]:
-    s = KafkaStack(tmp_path_factory.mktemp("kafka-real-clients"), *STACK_SETTINGS)
-    try:
-        yield s
-    finally:
-        assert s.stop() == 0, s.server.stderr_text()
-
-
-@pytest.fixture
-def admin(stack: KafkaStack) -> Iterator[Any]:
-    from confluent_kafka.admin import AdminClient
-
-    client = AdminClient({"bootstrap.servers": stack.server.kafka_address})
-    yield client
-    del client
-
-
-@pytest.fixture
-def fleet(stack: KafkaStack, tmp_path: Path) -> Iterator[Fleet]:
-    f = Fleet(stack.server.kafka_address, tmp_path)
-    yield f
-    f.close()
-
-
 def topic(stack: KafkaStack, name: str, partitions: int = PARTITIONS) -> set[Partition]:
-    c = stack.server.client()
-    create_topics(c, **{name: partitions})
-    c.close()
-    return {(name, p) for p in range(partitions)}
-
-
-def committed(admin: Any, group: str) -> dict[Partition, int]:
-    from confluent_kafka import ConsumerGroupTopicPartitions
-
-    got = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])
-    return {(tp.topic, tp.partition): tp.offset for tp in got[group].result(10).topic_partitions}
+    return new_topic(stack, name, partitions)
 
 
 def listed(admin: Any, group: str) -> tuple[str, str] | None:

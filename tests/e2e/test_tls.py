@@ -240,15 +240,8 @@ def test_metrics_over_https(tmp_path: Path, pki: tuple[TestCa, Pem, Pem]) -> Non
         assert server.stop() == 0
 
 
-def test_kafka_listener_over_ssl_with_aiokafka(
-    tmp_path: Path, pki: tuple[TestCa, Pem, Pem]
-) -> None:
-    """aiokafka over SSL (coordinator-only mode): joins a group, commits and reads back its
-    offset; a plaintext Kafka client on the SSL port is closed (one log line)."""
-    from aiokafka import AIOKafkaConsumer, TopicPartition
-    from aiokafka.helpers import create_ssl_context
-
-    ca, server_pem, _alice = pki
+def ssl_listener(tmp_path: Path, ca: TestCa, server_pem: Pem) -> tuple[ServerProcess, str]:
+    """A coordinator-only server whose Kafka listener speaks SSL; its Kafka address."""
     server = ServerProcess(
         tmp_path / "d",
         *tls_flags(ca, server_pem, "--kafka-listen", "127.0.0.1:0"),
@@ -258,7 +251,19 @@ def test_kafka_listener_over_ssl_with_aiokafka(
         credentials=creds(ca),
         lines=2,
     )
-    kafka = server.lines[1].removeprefix("kafka listening on ")
+    return server, server.lines[1].removeprefix("kafka listening on ")
+
+
+def test_kafka_listener_over_ssl_with_aiokafka(
+    tmp_path: Path, pki: tuple[TestCa, Pem, Pem]
+) -> None:
+    """aiokafka over SSL (coordinator-only mode): joins a group, commits and reads back its
+    offset; a plaintext Kafka client on the SSL port is closed (one log line)."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+    from aiokafka.helpers import create_ssl_context
+
+    ca, server_pem, _alice = pki
+    server, kafka = ssl_listener(tmp_path, ca, server_pem)
     context = create_ssl_context(cafile=ca.ca_file)
 
     server.create_topic("tls-topic", 2)
@@ -538,16 +543,7 @@ def test_a_tls_listener_out_of_file_descriptors_waits_instead_of_spinning(
     socket stays readable, and retrying it at once made the loop spin (a CPU busy and a log
     line per loop iteration) until a descriptor came free. Once one does, they are served."""
     ca, server_pem, _alice = pki
-    server = ServerProcess(
-        tmp_path / "d",
-        *tls_flags(ca, server_pem, "--kafka-listen", "127.0.0.1:0"),
-        "--kafka-security-protocol",
-        "SSL",
-        clock="system",
-        credentials=creds(ca),
-        lines=2,
-    )
-    kafka = server.lines[1].removeprefix("kafka listening on ")
+    server, kafka = ssl_listener(tmp_path, ca, server_pem)
     pid = server.proc.pid
     soft, hard = resource.prlimit(pid, resource.RLIMIT_NOFILE)
     waiting = []
