@@ -379,6 +379,37 @@ def test_reauthentication_as_another_user_is_refused(server: ServerProcess) -> N
     conn.close()
 
 
+def test_reauthentication_with_another_mechanism_fails_at_saslauthenticate(
+    server: ServerProcess,
+) -> None:
+    """As Kafka's SaslServerAuthenticator (REAUTH_BAD_MECHANISM): a re-authentication naming
+    another enabled mechanism than the session's gets its SaslHandshake answered without error;
+    its SaslAuthenticate is not answered and the connection is closed after
+    connection.failed.authentication.delay.ms, counted as a failed authentication. (Before: the
+    handshake was answered ILLEGAL_SASL_STATE.)"""
+    address = kafka_address(server, 1)  # SASL_PLAINTEXT: PLAIN, SCRAM-SHA-256; 2 s sessions
+    before = _failures(server).get(("kafka", "PLAIN"), 0)
+    conn = Raw(address)
+    assert conn.handshake("PLAIN") == 0
+    assert conn.authenticate(b"\0alice\0alice-secret")[:2] == (0, "")  # type: ignore[index]
+    assert conn.handshake("SCRAM-SHA-256") == 0  # answered, as Kafka answers it
+    started = time.monotonic()
+    assert conn.authenticate(b"n,,n=alice,r=abcdefgh") is None  # no answer: closed
+    assert time.monotonic() - started >= 0.09  # after the failure delay
+    assert _failures(server).get(("kafka", "PLAIN"), 0) == before + 1
+    conn.close()
+    # The client reconnects and authenticates afresh; the same mechanism re-authenticates.
+    again = Raw(address)
+    assert again.handshake("PLAIN") == 0
+    assert again.authenticate(b"\0alice\0alice-secret")[:2] == (0, "")  # type: ignore[index]
+    assert again.handshake("PLAIN") == 0
+    assert again.authenticate(b"\0alice\0alice-secret")[:2] == (0, "")  # type: ignore[index]
+    again.send(*LIST_GROUPS_V0)
+    reply = again.receive()
+    assert reply is not None and struct.unpack_from(">h", reply, 4)[0] == 0
+    again.close()
+
+
 def test_a_reauthentication_reads_frames_of_at_most_sasl_server_max_receive_size(
     server: ServerProcess,
 ) -> None:

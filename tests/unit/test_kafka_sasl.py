@@ -223,7 +223,6 @@ def test_session_states() -> None:
     assert s.authenticate(b"\0alice\0alice-secret", NOW) == (b"", 0)
     assert s.principal == user("alice") and s.expires_at_ms is None
     # Re-authentication: the same mechanism and principal only.
-    assert s.handshake("SCRAM-SHA-512")[0] == ErrorCode.ILLEGAL_SASL_STATE
     assert s.handshake("PLAIN")[0] == ErrorCode.NONE
     with pytest.raises(SaslFailure, match="Re-authentication as User:we,ird=name"):
         s.authenticate(b"\0we,ird=name\0pw", NOW)
@@ -253,3 +252,28 @@ def test_passthrough_reads_the_principal_of_each_mechanism(issuer: TokenIssuer) 
         ("OAUTHBEARER", b""),
     ):
         assert passthrough_principal(mechanism, message, "sub") is None
+
+
+def test_a_reauthentication_with_another_mechanism_fails_at_its_saslauthenticate() -> None:
+    """Kafka's SaslServerAuthenticator (REAUTH_BAD_MECHANISM): the handshake naming another
+    enabled mechanism than the session's is answered without error, and the re-authentication
+    fails at the SaslAuthenticate after it, whatever it carries. (Before: the handshake was
+    refused ILLEGAL_SASL_STATE.)"""
+    s = session()
+    assert s.handshake("PLAIN") == (ErrorCode.NONE, "")
+    assert s.authenticate(b"\0alice\0alice-secret", NOW) == (b"", 0)
+    assert s.handshake("SCRAM-SHA-512") == (ErrorCode.NONE, "")
+    assert s.mechanism == "PLAIN" and s.principal == user("alice")
+    with pytest.raises(SaslFailure) as failed:
+        s.authenticate(b"\0alice\0alice-secret", NOW)  # valid PLAIN credentials: still refused
+    assert failed.value.code == ErrorCode.SASL_AUTHENTICATION_FAILED
+    assert failed.value.message == (
+        "re-authentication with SASL mechanism SCRAM-SHA-512 of a session authenticated with "
+        "PLAIN: only the session's mechanism may re-authenticate it"
+    )
+    assert s.state == NEED_HANDSHAKE
+    # A mechanism that is not enabled is refused at the handshake, as the first time.
+    t = session()
+    t.handshake("PLAIN")
+    t.authenticate(b"\0alice\0alice-secret", NOW)
+    assert t.handshake("GSSAPI")[0] == ErrorCode.UNSUPPORTED_SASL_MECHANISM

@@ -20,7 +20,10 @@ after an unsupported version only), never during an exchange (:func:`_api_versio
   lifetime and ``connections.max.reauth.ms``, the smaller (0: none). Once it has passed, any
   request but SaslHandshake closes the connection; a client re-authenticates with a new
   SaslHandshake + SaslAuthenticate on the same connection, with the same mechanism and as the
-  same principal (else refused, closed). A SaslHandshake that begins no re-authentication (the
+  same principal. Another principal: SASL_AUTHENTICATION_FAILED with a message, closed. Another
+  enabled mechanism: the handshake is answered without error and the SaslAuthenticate after it
+  is not answered, the connection closed after the failure delay (Kafka's
+  SaslServerAuthenticator, REAUTH_BAD_MECHANISM). A SaslHandshake that begins no re-authentication (the
   session has no lifetime, or its last re-authentication began under a second ago) and a
   SaslAuthenticate outside an exchange are answered ILLEGAL_SASL_STATE on an authenticated
   connection, which stays open (Kafka's ``KafkaApis``).
@@ -385,6 +388,9 @@ class SaslSession:
         self.closing = False  # refused: the connection closes once the answer is out
         self.versions_answered = False  # an ApiVersions was answered before the handshake
         self.failures = 0
+        self.bad_mechanism: str | None = None
+        """A re-authentication's handshake named another mechanism than the session's: why its
+        SaslAuthenticate fails (Kafka's REAUTH_BAD_MECHANISM)."""
 
     @property
     def authenticated(self) -> bool:
@@ -413,16 +419,21 @@ class SaslSession:
                 ErrorCode.UNSUPPORTED_SASL_MECHANISM,
                 f"Unsupported SASL mechanism {mechanism}; enabled: {', '.join(enabled)}",
             )
-        if self.authenticated and mechanism != self.mechanism:
-            return (
-                ErrorCode.ILLEGAL_SASL_STATE,
-                f"Re-authentication must use the same mechanism ({self.mechanism}), not "
-                f"{mechanism}",
-            )
         self.reauthenticating = self.authenticated
-        self.mechanism = mechanism
         self.state = NEED_AUTHENTICATE
         self.steps = 0
+        if self.authenticated and mechanism != self.mechanism:
+            # Kafka's SaslServerAuthenticator (REAUTH_BAD_MECHANISM): the handshake of a
+            # re-authentication with another enabled mechanism is answered without error; the
+            # re-authentication fails at the SaslAuthenticate that follows (:meth:`authenticate`).
+            self.bad_mechanism = (
+                f"re-authentication with SASL mechanism {mechanism} of a session authenticated "
+                f"with {self.mechanism}: only the session's mechanism may re-authenticate it"
+            )
+            self.server = None
+            return ErrorCode.NONE, ""
+        self.bad_mechanism = None
+        self.mechanism = mechanism
         if not self.authenticator.passthrough:
             self.server = self.authenticator.server(mechanism)
         return ErrorCode.NONE, ""
@@ -435,6 +446,9 @@ class SaslSession:
                 ErrorCode.ILLEGAL_SASL_STATE,
                 "Unexpected SaslAuthenticate: no SaslHandshake before it",
             )
+        if self.bad_mechanism is not None:
+            self.state = NEED_HANDSHAKE
+            raise SaslFailure(ErrorCode.SASL_AUTHENTICATION_FAILED, self.bad_mechanism)
         try:
             step = self.server.step(data, now_ms)
         except SaslFailure:
@@ -652,13 +666,30 @@ def _serve(
             # it: nothing is refused, no credential was tried.
             conn.complete(conn.expect(), illegal_sasl_state(key, version, correlation_id))
             return
+    if (
+        key == SASL_AUTHENTICATE
+        and session.bad_mechanism is not None
+        and session.state == NEED_AUTHENTICATE
+    ):
+        # Kafka fails such a re-authentication here, without an answer: the connection is
+        # closed after connection.failed.authentication.delay.ms (the client reconnects and
+        # authenticates afresh, with its mechanism).
+        _refused(conn, session, session.bad_mechanism, close=False)
+        delay = session.authenticator.failure_delay_ms / 1000
+        asyncio.get_running_loop().call_later(delay, conn.close_when_drained)
+        return
     slot = conn.expect()
     authenticator = session.authenticator
     upstream = conn.listener.upstream
     if key == SASL_HANDSHAKE:
         mechanism = str(entity.mechanism)
         code, message = session.handshake(mechanism)
-        if code == ErrorCode.NONE and authenticator.passthrough and upstream is not None:
+        if (
+            code == ErrorCode.NONE
+            and authenticator.passthrough
+            and upstream is not None
+            and session.bad_mechanism is None
+        ):
             _relay(conn, session, slot, key, version, frame, None)
             return
         answer = wire.build(
@@ -766,12 +797,13 @@ def _answer_and_close(conn: SaslConnection, slot: object, data: bytes) -> None:
         conn.close_when_drained()
 
 
-def _refused(conn: SaslConnection, session: SaslSession, why: str) -> None:
+def _refused(conn: SaslConnection, session: SaslSession, why: str, close: bool = True) -> None:
     session.closing = True
     session.failures += 1
     log.info("Failed authentication with %s (%s): %s", conn.peer, session.mechanism, why)
     _observe(conn, session.mechanism or "none", why)
-    conn.close_when_drained()
+    if close:
+        conn.close_when_drained()
 
 
 def _observe(conn: SaslConnection, mechanism: str, why: str) -> None:
