@@ -79,9 +79,9 @@ same decisions. Theory of operation:
   the groups a durable batch changed (``Host.changed``: watchers, the push stream).
 * **Timers** (``timing.py``). Arm/cancel operations apply to one table once their batch is
   durable; a due timer fires as an ordinary command, deferred while a not-yet-durable command
-  touched its key, retried :data:`TIMER_RETRY_MS` later if its command or write failed.
-  Deadlines are in timer time (``clock.monotonic_ms``). With a manual clock nothing fires on
-  its own (:meth:`Driver.fire`).
+  touched its key, retried :data:`TIMER_RETRY_MS` later if its command or write failed; none
+  of a state machine replaced since (its partition dropped or loaded) applies. Deadlines are
+  in timer time (``clock.monotonic_ms``). With a manual clock nothing fires on its own.
 """
 
 from __future__ import annotations
@@ -233,7 +233,7 @@ class Batch:
     def __init__(self, start_marks: dict[int, int]) -> None:
         self.records: list[Record] = []  # encoded by the writer, off the loop
         self.cluster: list[Record] = []  # those of the cluster log, for ``Driver.committed``
-        self.timer_ops: list[TimerOp] = []
+        self.timer_ops: dict[int, list[TimerOp]] = {}  # machine -> its commands' timer ops
         # machine -> its mark just before its first records in this batch: what it rolls back
         # to if the batch fails (only the machines with records in it)
         self.start_marks = start_marks
@@ -454,8 +454,7 @@ class Driver:
             if batch is None:
                 self.timing.apply(timers)
             else:
-                batch.timer_ops.extend(timers)
-                self.timing.touch(timers)
+                self.timing.touch(timers, batch.timer_ops.setdefault(index, []))
         if result.events:
             if batch is None:
                 _write_events(result.events)
@@ -544,8 +543,9 @@ class Driver:
 
     def forget_outstanding(self, index: int) -> None:
         """Shard ``index``'s state machine is replaced (its partition dropped or loaded): the
-        outstanding batches hold nothing of the new one."""
+        outstanding batches hold nothing of the new one (nor their timer operations)."""
         self._last_batch.pop(index, None)
+        self.timing.forget(index, self.pending, self.inflight)
         self.reads.forget(index)
 
     def request(self, cmd: Command) -> tuple[Any, Any]:

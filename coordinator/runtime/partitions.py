@@ -17,8 +17,10 @@ Theory of operation:
   requests of its groups, and requests waiting for a write that holds their records, get
   NOT_COORDINATOR at once (the client finds the new coordinator and retries, as after Kafka's
   unload: an append held up in PostgreSQL — a COMMIT waiting for PostgreSQL to come back to
-  learn its outcome — never holds them past the drop); its timers, first targets, offloads
-  and regex resolutions are forgotten, push streams of its groups end with NOT_COORDINATOR,
+  learn its outcome — never holds them past the drop); its timers (and the timer operations
+  its commands left in batches still outstanding: a batch landing later arms none of them,
+  even once the partition is loaded again), first targets, offloads and regex resolutions
+  are forgotten, push streams of its groups end with NOT_COORDINATOR,
   and an empty shard takes its place. The old shard is closed (nothing is applied to it any
   more) and freed by reference counting a slice per loop iteration, never by a collection of
   the node's state (``collector.free_dropped``; so is a shard loaded for a partition lost

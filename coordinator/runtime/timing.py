@@ -11,6 +11,11 @@ composes it (``driver.py``): wake-ups are the host's ``call_later``.
   :meth:`Timers.settle`); a timer that falls due while a not-yet-durable command touched its
   key is *deferred* until that batch resolves: applied operations supersede it, a failed batch
   puts it back.
+* A state machine replaced while a batch still holds its commands' operations (its partition
+  dropped, or taken again and loaded: ``partitions.py``) takes them out of the batch
+  (:meth:`Timers.forget`): they were the old machine's, and apply neither when the batch is
+  durable (it may land after a newer tenure loaded the partition and armed its own timers,
+  Kafka's onLoaded) nor when it fails. The new state machine arms what its state needs.
 * A timer whose command or write failed fires again :data:`TIMER_RETRY_MS` later, unless its
   key was armed again meanwhile.
 * :data:`EXPIRE_OFFSETS`: every ``offsets.retention.check.interval.ms`` each shard expires
@@ -173,16 +178,20 @@ class Timers:
                 self._reschedule()
                 return
 
-    def touch(self, ops: Sequence[TimerOp]) -> None:
-        """These operations wait for their batch: their keys' firings wait too."""
+    def touch(self, ops: Sequence[TimerOp], held: list[TimerOp]) -> None:
+        """These operations wait for their batch (``held``: its list of their state
+        machine's): their keys' firings wait too."""
+        held.extend(ops)
         pk = self._pending_keys
         for op in ops:
             pk[op.key] = pk.get(op.key, 0) + 1
 
-    def settle(self, ops: Sequence[TimerOp], *, durable: bool) -> None:
-        """The batch of these (touched) operations is resolved; ``durable``: they applied."""
+    def settle(self, held: dict[int, list[TimerOp]], *, durable: bool) -> None:
+        """The batch of these (touched) operations, by state machine, is resolved;
+        ``durable``: they applied."""
+        ops = [op for machine_ops in held.values() for op in machine_ops]
         if durable:
-            self.apply(list(ops))
+            self.apply(ops)
         pk = self._pending_keys
         for op in ops:
             key = op.key
@@ -195,6 +204,21 @@ class Timers:
             if due is not None and not durable and self.table.get(key) is None:
                 # The command that touched the key is gone: the timer it deferred comes back.
                 self.apply([ArmTimer(key, due.deadline_ms, due.payload)])
+
+    def forget(self, index: int, *batches: Any) -> None:
+        """State machine ``index`` was replaced: the operations its commands left in
+        ``batches`` (the outstanding ones; None: no batch) never apply, nor hold its keys'
+        firings; a firing they deferred is dropped (the machine that armed it is gone)."""
+        pk, deferred = self._pending_keys, self._deferred
+        for batch in batches:
+            ops = None if batch is None else batch.timer_ops.pop(index, None)
+            for op in ops or ():
+                left = pk.get(op.key, 0) - 1
+                if left > 0:
+                    pk[op.key] = left
+                else:
+                    pk.pop(op.key, None)
+                    deferred.pop(op.key, None)
 
     def deferred(self, key: Any) -> bool:
         """Is a firing of ``key`` deferred until a command that touched it is durable?"""
