@@ -98,8 +98,9 @@ READ_BUDGET = 64 << 10
 READ_QUANTUM = 1 << 10
 """Bytes a connection with nothing waiting may always handle as it reads them, beyond the
 iteration's ``READ_BUDGET``: a few calls."""
-STREAM_HIGH_WATER_BYTES = 1 << 20
-"""A server-streaming writer waits while more than this is queued on its stream."""
+WRITE_BATCH_BYTES = 64 << 10
+"""A stream's answers its client's windows let through wait for one flush up to this much; past
+it the writer flushes them before its next message."""
 _CONFIG = Configuration(
     # nghttp2's defences against floods stay on; a connection may carry many calls at once.
     peer_max_concurrent_streams=1 << 16,
@@ -772,7 +773,10 @@ class H2Connection(asyncio.Protocol):
         self._schedule_flush()
 
     async def write_message(self, call: _Call, payload: bytes) -> None:
-        """One message of a stream, once the stream and the socket take more."""
+        """One message of a stream; done once it has gone through the client's flow-control
+        windows and the socket takes more, as grpc-core's write is: a client that does not read
+        holds one message of each stream beyond its windows, not a queue (a latest-state
+        stream, the push's, skips the states that came meanwhile)."""
         if call.finished:
             raise asyncio.CancelledError  # the client is gone: stop producing
         self.send_message(call, payload)
@@ -784,11 +788,22 @@ class H2Connection(asyncio.Protocol):
             await self._writable.wait()  # a WINDOW_UPDATE, or the socket drained
 
     def _backed_up(self, call: _Call) -> bool:
-        return (
-            not call.finished
-            and not self.closed
-            and (self._paused or self.h2.queued_body_size(call.stream_id) > STREAM_HIGH_WATER_BYTES)
-        )
+        """The writer must wait: the socket is over its high-water mark, or the stream's queued
+        answers are past what the windows let through (or past ``WRITE_BATCH_BYTES``: flushed
+        first)."""
+        if call.finished or self.closed:
+            return False
+        if self._paused:
+            return True
+        h2 = self.h2
+        queued = h2.queued_body_size(call.stream_id)
+        if not queued:
+            return False
+        try:
+            window = h2.stream_remote_window_size(call.stream_id)
+        except NGH2Error:  # the stream is gone: its handler is being cancelled
+            return False
+        return queued > min(window, h2.remote_window_size, WRITE_BATCH_BYTES)
 
     def finish(self, call: _Call, code: grpc.StatusCode, details: str) -> None:
         """Trailers with the status (Trailers-Only if nothing was sent); the call is done."""

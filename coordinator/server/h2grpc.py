@@ -55,8 +55,12 @@ Memory a client can make a connection hold is bounded: a stream's window (announ
 let past, one message limit per connection at a time; a connection holding more than a message
 limit and 256 windows of requests no handler has read refuses the call whose request is still
 arriving (RESOURCE_EXHAUSTED). A client that does not read its answers is not read either
-(``pause_writing``); server-streaming writers wait while the stream's queued bytes or the
-socket's write buffer are over their high-water marks.
+(``pause_writing``); a server-streaming writer's ``write`` (or ``yield``) is done once its
+message has gone through the client's flow-control windows and while the socket's write buffer
+is under its high-water mark, as grpc-core's is: a client that does not read holds one message
+of each stream beyond its windows (10,000 such streams of 1 KiB answers: 10 MB queued; they
+were 1 MiB each before, 10 GB), and a latest-state stream (the push) skips the states that came
+meanwhile.
 
 This module is the server (binding, starting, stopping, finding a call's handler); a
 connection and its calls are ``h2conn.py``, the request's and answer's headers ``h2wire.py``,
