@@ -29,6 +29,7 @@ from ngh2 import (
 )
 
 Header = tuple[bytes, bytes]
+SETTINGS, ACK, MAX_CONCURRENT_STREAMS = 0x4, 0x1, 0x3
 
 
 def grpc_frame(payload: bytes, compressed: bool = False) -> bytes:
@@ -84,17 +85,36 @@ class RawConnection:
         self.ping_acks: list[bytes] = []
         self.eof = False
         self.eof_at = 0.0
+        self._hidden: bytearray | None = None  # what came before the server's SETTINGS, if hidden
 
     @classmethod
-    async def open(cls, port: int, *, auto_window_update: bool = True) -> RawConnection:
+    async def open(
+        cls,
+        port: int,
+        *,
+        auto_window_update: bool = True,
+        obey_stream_limit: bool = True,
+        read_settings: bool = True,
+    ) -> RawConnection:
         """Connected, its SETTINGS sent, the server's SETTINGS read (nghttp2 opens at most 100
-        streams until it knows the server's limit)."""
+        streams until it knows the server's limit). ``obey_stream_limit`` False: the server's
+        SETTINGS_MAX_CONCURRENT_STREAMS is recorded in ``settings`` (and acknowledged) but not
+        shown to nghttp2, which then opens every stream asked for, as a client over the limit
+        does. ``read_settings`` False: what is sent next goes with the client's preface, before
+        the server's SETTINGS are read (and acknowledged)."""
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        h2 = Connection(Role.CLIENT, Configuration(auto_window_update=auto_window_update))
+        config = Configuration(auto_window_update=auto_window_update)
+        if not obey_stream_limit:
+            config = Configuration(
+                auto_window_update=auto_window_update, peer_max_concurrent_streams=1 << 20
+            )
+        h2 = Connection(Role.CLIENT, config)
         h2.initiate_connection()
         conn = cls(reader, writer, h2)
-        conn.flush()
-        await conn.until(lambda: bool(conn.settings), 10)
+        conn._hidden = None if obey_stream_limit else bytearray()
+        if read_settings:
+            conn.flush()
+            await conn.until(lambda: bool(conn.settings), 10)
         return conn
 
     def now(self) -> float:
@@ -175,6 +195,8 @@ class RawConnection:
             if not chunk:
                 self.eof, self.eof_at = True, self.now()
                 break
+            if self._hidden is not None:
+                chunk = self._without_stream_limit(chunk)
             try:
                 self.h2.receive_data(chunk)
             except NGH2Error:
@@ -183,6 +205,34 @@ class RawConnection:
             self._record(self.h2.events())
             self.flush()
         return done()
+
+    def _without_stream_limit(self, chunk: bytes) -> bytes:
+        """The server's first frames with SETTINGS_MAX_CONCURRENT_STREAMS taken out of its
+        SETTINGS (recorded in ``settings``); once that SETTINGS has passed, everything as is."""
+        assert self._hidden is not None
+        self._hidden += chunk
+        out = bytearray()
+        buf = self._hidden
+        while len(buf) >= 9:
+            length = int.from_bytes(buf[:3], "big")
+            if len(buf) < 9 + length:
+                break
+            frame, payload = bytes(buf[:9]), bytes(buf[9 : 9 + length])
+            del buf[: 9 + length]
+            if frame[3] != SETTINGS or frame[4] & ACK:
+                out += frame + payload
+                continue
+            kept = b""
+            for at in range(0, length, 6):
+                entry = payload[at : at + 6]
+                if int.from_bytes(entry[:2], "big") == MAX_CONCURRENT_STREAMS:
+                    self.settings[MAX_CONCURRENT_STREAMS] = int.from_bytes(entry[2:], "big")
+                else:
+                    kept += entry
+            out += len(kept).to_bytes(3, "big") + frame[3:] + kept + buf
+            self._hidden = None
+            break
+        return bytes(out)
 
     def _record(self, events: Iterable[object]) -> None:
         now = self.now()

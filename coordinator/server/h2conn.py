@@ -26,6 +26,7 @@ from ngh2 import (
     PingReceived,
     RequestReceived,
     Role,
+    SettingsAcknowledged,
     StreamClosed,
     StreamReset,
     TrailersReceived,
@@ -37,7 +38,7 @@ from .admission import Admission, ReadTurns
 from .fairness import NOT_READ
 from .grpc_options import GrpcOptions
 from .grpc_server import AbortCall, undecodable
-from .h2flow import Windows
+from .h2flow import StreamLimit, Windows
 from .h2lifetime import INTERNAL_ERROR, NO_ERROR, Lifetime
 from .h2wire import (
     CANCELLED_AT_STOP,
@@ -50,6 +51,7 @@ from .h2wire import (
     read_headers,
     request_wbits,
     status_trailers,
+    with_stream_limit,
 )
 from .tls import ServerTls, peer_subject
 
@@ -69,6 +71,7 @@ class Host(Protocol):
     compression_enabled: int
     response_headers: tuple[tuple[bytes, bytes], ...]
     max_concurrent_calls: int
+    max_concurrent_streams: int
     max_connection_unread_bytes: int
     connections: set[H2Connection]
     group_of: Callable[[str, bytes], Hashable | None] | None
@@ -267,6 +270,8 @@ class H2Connection(asyncio.Protocol):
         self.windows = Windows(self, options.http2_lookahead_bytes, server.max_message_bytes)
         self._closing = False  # close once the calls are done
         self.lifetime: Lifetime | None = None
+        limit = server.max_concurrent_streams
+        self.streams = StreamLimit(limit) if limit else None
 
     # ----------------------------------------------------------------- transport
 
@@ -280,6 +285,8 @@ class H2Connection(asyncio.Protocol):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.server.connections.add(self)
         self.h2.initiate_connection(self.server.settings)
+        if self.streams is not None and self.transport is not None:  # announce it (h2flow.py)
+            self.transport.write(with_stream_limit(self.h2.data_to_send(), self.streams.limit))
         # Streams' windows bound what a connection holds; the connection's never does.
         self.h2.set_local_window_size(CONNECTION_WINDOW)
         self.lifetime = Lifetime(self, self.server.options)
@@ -374,6 +381,10 @@ class H2Connection(asyncio.Protocol):
                 self._data(event.stream_id, b"", True)
             elif kind is StreamReset or kind is StreamClosed:
                 self._closed(event.stream_id)
+                if self.streams is not None:
+                    self.streams.open.discard(event.stream_id)
+            elif kind is SettingsAcknowledged and self.streams is not None:
+                self.streams.acknowledged = True
             elif kind is WindowUpdated:
                 self._writable.set()
             elif kind is PingReceived:
@@ -480,6 +491,12 @@ class H2Connection(asyncio.Protocol):
     def _request(self, stream_id: int, headers: Sequence[tuple[bytes, bytes]], end: bool) -> None:
         server = self.server
         self.last_stream_id = max(self.last_stream_id, stream_id)
+        if self.streams is not None and (refused_with := self.streams.admit(stream_id)):
+            try:  # over grpc.max_concurrent_streams: that stream alone, before all else
+                self.h2.reset_stream(stream_id, refused_with)
+            except NGH2Error:
+                pass
+            return
         request = read_headers(headers, server.absolute_max_metadata_size)
         if malformed(request):  # as grpc-core: reset, no status
             try:

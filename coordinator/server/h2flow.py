@@ -18,6 +18,8 @@ from __future__ import annotations
 import asyncio
 from typing import Protocol
 
+REFUSED_STREAM = 0x7
+ENHANCE_YOUR_CALM = 0xB
 ARRIVING_WINDOWS = 256
 """A connection may hold this many windows of unread requests besides one message limit."""
 
@@ -143,3 +145,31 @@ class Windows:
             call.reserved = 0
             if self._waiting:
                 self._admit_waiting()
+
+
+class StreamLimit:
+    """``grpc.max_concurrent_streams`` on one connection, as grpc-core's server keeps it (its
+    HTTP/2 parser): a new stream while the limit's worth are open is reset REFUSED_STREAM (the
+    client may retry it), that stream alone, the connection goes on; before the client has
+    acknowledged the SETTINGS that announced the limit, the streams past the limit's number in
+    all are reset ENHANCE_YOUR_CALM. Open: from the request's HEADERS until the stream closes."""
+
+    __slots__ = ("_before_ack", "acknowledged", "limit", "open")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.open: set[int] = set()
+        self.acknowledged = False  # the client acknowledged our SETTINGS
+        self._before_ack = 0  # streams taken before that
+
+    def admit(self, stream_id: int) -> int | None:
+        """The RST_STREAM code refusing a new stream, or None: it is taken (and open)."""
+        if self.acknowledged:
+            if len(self.open) >= self.limit:
+                return REFUSED_STREAM
+        elif self._before_ack >= self.limit:
+            return ENHANCE_YOUR_CALM
+        else:
+            self._before_ack += 1
+        self.open.add(stream_id)
+        return None

@@ -42,6 +42,9 @@ docs/operations.md):
   connection and its other calls go on; a non-gRPC request gets HTTP 415;
 * past ``max_concurrent_calls`` calls at once a new call is refused with RESOURCE_EXHAUSTED
   "Concurrent RPC limit exceeded!", before any work (grpc.aio's ``maximum_concurrent_rpcs``);
+* with ``grpc.max_concurrent_streams``, a stream opened while that many are open is reset
+  REFUSED_STREAM, that stream alone (ENHANCE_YOUR_CALM past that many in all before the client
+  acknowledged the SETTINGS announcing it), as grpc-core's parser refuses it (``h2flow.py``);
 * a client's RST_STREAM, or its connection closing, cancels the call's handler;
 * keepalive, the ping policy, idle and age limits as grpc-core's (``h2lifetime.py``);
 * ``stop(grace)``: no new connections, grpc-core's graceful GOAWAY ("Server shutdown") on every
@@ -136,8 +139,11 @@ class H2GrpcServer:
             Setting.INITIAL_WINDOW_SIZE: options.http2_lookahead_bytes,
             Setting.MAX_HEADER_LIST_SIZE: self.absolute_max_metadata_size,
         }
-        if options.max_concurrent_streams != INFINITE_MS:  # grpc-core announces none by default
-            self.settings[Setting.MAX_CONCURRENT_STREAMS] = options.max_concurrent_streams
+        # announced by each connection, not libnghttp2 (h2flow.StreamLimit; 0: none, grpc-core's
+        # default)
+        self.max_concurrent_streams = (
+            0 if options.max_concurrent_streams == INFINITE_MS else options.max_concurrent_streams
+        )
         self.connections: set[H2Connection] = set()
         # calls start fairly between groups (group_of: the group a call's request names,
         # fairness.GroupKeys.key), those naming none between connections

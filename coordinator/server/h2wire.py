@@ -273,3 +273,20 @@ def format_peer(address: Any) -> str:
 def b64decode(value: bytes) -> bytes:
     """A ``-bin`` metadata value (base64, padding optional)."""
     return base64.b64decode(value + b"=" * (-len(value) % 4), validate=True)
+
+
+SETTINGS_FRAME = 0x4
+SETTINGS_MAX_CONCURRENT_STREAMS = 0x3
+
+
+def with_stream_limit(out: bytes, limit: int) -> bytes:
+    """A server connection's first bytes, its SETTINGS frame first, with
+    SETTINGS_MAX_CONCURRENT_STREAMS ``limit`` added: announced to the client but kept from
+    libnghttp2, which would end the connection on a stream over it, where grpc-core refuses that
+    stream alone (``h2flow.StreamLimit``)."""
+    length = int.from_bytes(out[:3], "big")
+    if len(out) < 9 + length or out[3] != SETTINGS_FRAME or out[4] or any(out[5:9]):
+        raise ValueError("not a SETTINGS frame")
+    entry = SETTINGS_MAX_CONCURRENT_STREAMS.to_bytes(2, "big") + limit.to_bytes(4, "big")
+    end = 9 + length
+    return (length + 6).to_bytes(3, "big") + out[3:end] + entry + out[end:]

@@ -12,13 +12,16 @@ from typing import Any
 
 import grpc
 import pytest
-from rawh2 import Answer, RawConnection, grpc_frame
+from rawh2 import MAX_CONCURRENT_STREAMS, Answer, RawConnection, grpc_frame
 
+from coordinator.server.grpc_options import GrpcOptions
 from coordinator.server.h2grpc import H2GrpcServer
 
 SERVICE = "test.Echo"
 MAX_BYTES = 64 * 1024
 INTERNAL_ERROR = 0x2
+REFUSED_STREAM = 0x7
+ENHANCE_YOUR_CALM = 0xB
 
 
 async def echo(request: bytes, context: Any) -> bytes:
@@ -380,6 +383,80 @@ async def test_a_client_that_does_not_read_holds_one_answer_of_each_stream_beyon
         held = [produced[i] - arrived[i] for i in range(8)]
         assert held == [1] * 8, (held, arrived)
         assert not any(conn.answers[s].closed for s in streams)
+    finally:
+        conn.close()
+        await served.stop(None)
+
+
+@pytest.mark.parametrize("server", ["h2", "grpc-core"])
+async def test_a_stream_over_the_acknowledged_limit_is_refused_alone(server: str) -> None:
+    """``grpc.max_concurrent_streams`` 2, announced and acknowledged; a client that opens a
+    third stream while two are open gets that stream refused (RST_STREAM REFUSED_STREAM, which
+    clients retry), as grpc-core refuses it, and the connection goes on: the two calls are
+    answered and a call started once they are done is served. (Before the fix our server ended
+    the connection: libnghttp2's GOAWAY PROTOCOL_ERROR, the two calls lost.)"""
+    served: Any = (
+        H2GrpcServer(MAX_BYTES, options=GrpcOptions(max_concurrent_streams=2))
+        if server == "h2"
+        else grpc.aio.server(options=[("grpc.max_concurrent_streams", 2)])
+    )
+    served.add_generic_rpc_handlers([methods()])
+    port = served.add_insecure_port("127.0.0.1:0")
+    await served.start()
+    conn = await RawConnection.open(port, obey_stream_limit=False)
+    try:
+        assert conn.settings[MAX_CONCURRENT_STREAMS] == 2
+        first, second = (conn.request(f"/{SERVICE}/Echo", None, end=False) for _ in range(2))
+        third = conn.request(f"/{SERVICE}/Echo", grpc_frame(b"third"))
+        assert await conn.until(lambda: conn.answered(third), 5)
+        assert (conn.answers[third].reset, conn.answers[third].headers) == (REFUSED_STREAM, [])
+        conn.send(first, grpc_frame(b"first"), end=True)
+        conn.send(second, grpc_frame(b"second"), end=True)
+        assert await conn.until(lambda: conn.answered(first, second), 5)
+        later = conn.request(f"/{SERVICE}/Echo", grpc_frame(b"later"))
+        assert await conn.until(lambda: conn.answered(later), 5)
+        for stream_id, body in ((first, b"first"), (second, b"second"), (later, b"later")):
+            answer = conn.answers[stream_id]
+            assert (answer.outcome, answer.data, answer.reset) == (
+                (b"0", b""),
+                grpc_frame(body),
+                None,
+            )
+        assert (conn.goaways, conn.eof) == ([], False)
+    finally:
+        conn.close()
+        await served.stop(None)
+
+
+@pytest.mark.parametrize("server", ["h2", "grpc-core"])
+async def test_streams_past_the_limit_before_it_is_acknowledged_are_reset_enhance_your_calm(
+    server: str,
+) -> None:
+    """Five calls sent with the client's preface, before it has read the server's SETTINGS
+    (``grpc.max_concurrent_streams`` 2): grpc-core takes the limit's number of streams before
+    the acknowledgement and resets the others ENHANCE_YOUR_CALM; the connection goes on."""
+    served: Any = (
+        H2GrpcServer(MAX_BYTES, options=GrpcOptions(max_concurrent_streams=2))
+        if server == "h2"
+        else grpc.aio.server(options=[("grpc.max_concurrent_streams", 2)])
+    )
+    served.add_generic_rpc_handlers([methods()])
+    port = served.add_insecure_port("127.0.0.1:0")
+    await served.start()
+    conn = await RawConnection.open(port, obey_stream_limit=False, read_settings=False)
+    try:
+        calls = [conn.request(f"/{SERVICE}/Echo", grpc_frame(b"%d" % i)) for i in range(5)]
+        assert await conn.until(lambda: conn.answered(*calls), 5)
+        assert [(conn.answers[c].outcome, conn.answers[c].reset) for c in calls] == [
+            ((b"0", b""), None),
+            ((b"0", b""), None),
+            *[((None, b""), ENHANCE_YOUR_CALM)] * 3,
+        ]
+        assert conn.settings[MAX_CONCURRENT_STREAMS] == 2
+        later = conn.request(f"/{SERVICE}/Echo", grpc_frame(b"later"))
+        assert await conn.until(lambda: conn.answered(later), 5)
+        assert conn.answers[later].outcome == (b"0", b"")
+        assert (conn.goaways, conn.eof) == ([], False)
     finally:
         conn.close()
         await served.stop(None)
