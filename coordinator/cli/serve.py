@@ -36,6 +36,7 @@ DEFAULT_MAX_REQUEST_BYTES = 100 * 1024 * 1024  # Kafka's socket.request.max.byte
 DEFAULT_IDLE_MS = 600_000  # Kafka's connections.max.idle.ms
 DEFAULT_METADATA_MAX_AGE_MS = 10_000  # how often the topic registry follows the upstream
 DEFAULT_TXN_CHECK_MS = 30_000  # how often open transactions are checked with the upstream
+DEFAULT_UPSTREAM_REQUEST_TIMEOUT_MS = 30_000  # Kafka's request.timeout.ms
 
 
 def register(commands: Commands) -> None:
@@ -302,12 +303,19 @@ def cmd_serve(args: argparse.Namespace) -> int:
                 "kafka.upstream.transaction.check.interval.ms", DEFAULT_TXN_CHECK_MS
             )
         )
+        upstream_timeout_ms = int(
+            server_settings.get(
+                "kafka.upstream.request.timeout.ms", DEFAULT_UPSTREAM_REQUEST_TIMEOUT_MS
+            )
+        )
     except ValueError as exc:
         raise UsageError(
             "socket.request.max.bytes / connections.max.idle.ms / "
-            "kafka.upstream.metadata.max.age.ms / kafka.upstream.transaction.check.interval.ms: "
-            f"{exc}"
+            "kafka.upstream.metadata.max.age.ms / kafka.upstream.transaction.check.interval.ms / "
+            f"kafka.upstream.request.timeout.ms: {exc}"
         ) from None
+    if upstream_timeout_ms < 1:
+        raise UsageError("kafka.upstream.request.timeout.ms must be >= 1")
     if max_request_bytes < 1024 or idle_ms < 1:
         raise UsageError(
             "socket.request.max.bytes must be >= 1024 and connections.max.idle.ms >= 1"
@@ -426,6 +434,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         kafka_flow=kafka_flow,
         kafka_metadata_max_age_ms=max_age_ms,
         kafka_txn_check_ms=txn_check_ms,
+        kafka_upstream_request_timeout_ms=upstream_timeout_ms,
         authorizer=authorizer,
         security=security,
         cluster=cluster,

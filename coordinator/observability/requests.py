@@ -516,7 +516,8 @@ def _count_offsets(metrics: CoordinatorMetrics, answer: Any, commit: bool) -> No
 # ---------------------------------------------------------------- forwarded Kafka requests
 
 
-ForwardDone = Callable[[bool], None]
+ForwardDone = Callable[[bool, bool], None]
+TIMED_OUT = int(ErrorCode.REQUEST_TIMED_OUT)
 
 
 def forwarded_timer(
@@ -525,10 +526,12 @@ def forwarded_timer(
     """The Kafka listener's hook for the requests it forwards to the upstream broker (Produce,
     Fetch, ListOffsets, Metadata ...; ``api_name``: Kafka's name of an API key, the server's):
     called with the API key as a request is sent, it returns
-    what the request's slot calls once the answer is back (True) or the client's connection
-    closed first (False). Each is one sample of ``kip848_request_duration_seconds{rpc=<Kafka
-    API>, protocol="kafka", route="forwarded"}`` with ``error=""`` (the answer is passed back
-    undecoded) or ``error="ABORTED"``. None (no hook) without metrics."""
+    what the request's slot calls with (answered, timed out): once the answer is back (True,
+    False), the client's connection closed first (False, False), or the upstream did not answer
+    within ``kafka.upstream.request.timeout.ms`` (False, True). Each is one sample of
+    ``kip848_request_duration_seconds{rpc=<Kafka API>, protocol="kafka", route="forwarded"}``
+    with ``error=""`` (the answer is passed back undecoded), ``error="ABORTED"`` or
+    ``error="REQUEST_TIMED_OUT"``. None (no hook) without metrics."""
     if metrics is None:
         return None
     by_key: dict[int, RequestSeries] = {}
@@ -540,8 +543,9 @@ def forwarded_timer(
             series = by_key[api_key] = metrics.request_series(api_name(api_key), "kafka", FORWARDED)
         since = monotonic()
 
-        def done(answered: bool) -> None:
-            series.observe(NOT_DECODED if answered else ABORTED, monotonic() - since)
+        def done(answered: bool, timed_out: bool) -> None:
+            code = NOT_DECODED if answered else TIMED_OUT if timed_out else ABORTED
+            series.observe(code, monotonic() - since)
 
         return done
 

@@ -105,6 +105,7 @@ class ServeOptions:
     kafka_flow: KafkaFlow = KafkaFlow()  # per-connection limits of the Kafka listener
     kafka_metadata_max_age_ms: int = DEFAULT_METADATA_MAX_AGE_MS  # topic feed interval
     kafka_txn_check_ms: int = 30_000  # open transactions checked with the upstream
+    kafka_upstream_request_timeout_ms: int = 30_000  # an upstream answer waited for, at most
     authorizer: AuthorizerConfig = AuthorizerConfig()  # super.users, allow.everyone.if.no.acl.found
     security: Security = field(default_factory=Security)  # TLS and authentication (none: open)
     cluster: ClusterSettings | None = None  # several nodes on a PostgreSQL store (none: one)
@@ -326,7 +327,9 @@ class CoordinatorServer:
         upstream = None
         if options.kafka_upstream:
             upstream = self.kafka_upstream = Upstream(
-                options.kafka_upstream, options.security.upstream
+                options.kafka_upstream,
+                options.security.upstream,
+                request_timeout_ms=options.kafka_upstream_request_timeout_ms,
             )
             await upstream.connect()
         txn = (

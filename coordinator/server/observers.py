@@ -18,10 +18,11 @@ AuthenticationFailed = Callable[[str, str, str, str], None]
 """Called with (listener, mechanism, peer, reason) for each client refused before it
 authenticated (the gRPC servicers, TLS handshakes, the Kafka listener)."""
 
-ForwardTimer = Callable[[int], Callable[[bool], None]]
+ForwardTimer = Callable[[int], Callable[[bool, bool], None]]
 """The Kafka listener's ``on_forward``: called with the API key of a request forwarded to the
-upstream; what it returns is called with True once the answer is back, False if the
-connection closed first."""
+upstream; what it returns is called with (answered, timed out): (True, False) once the answer
+is back, (False, False) if the connection closed first, (False, True) if the upstream did not
+answer in time."""
 
 
 class MetricsEndpoint(Protocol):

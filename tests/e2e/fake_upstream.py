@@ -11,6 +11,10 @@ InitProducerId, AddOffsetsToTxn, EndTxn and DescribeTransactions over a table of
 ids (:class:`FakeTxn`), with what a test needs to make a transaction end behind the listener's
 back (``expire``, ``commit_directly``) or to hold EndTxn's answer (``hold_end``).
 
+``cluster.silent = True`` makes every node a broker that accepts connections and never answers
+clients (the coordinator's own requests still are): a connection with a request left unanswered
+answers nothing any more, even once ``silent`` is False again.
+
 ``FakeCluster(data=True, topics=...)`` is one broker that keeps data instead (Tansu, the real
 broker of the other tests, has no fetch sessions): Produce appends record batches to in-memory
 logs (:class:`FakeLog`), Fetch reads them with KIP-227 fetch sessions (full and incremental
@@ -152,6 +156,7 @@ class FakeNode:
 
     def serve(self, sock: socket.socket) -> None:
         sock.settimeout(30)
+        stuck = False
         with self.cluster.lock:
             self.open.add(sock)
         try:
@@ -162,6 +167,14 @@ class FakeNode:
                 frame = _exact(sock, struct.unpack(">i", head)[0])
                 if frame is None:
                     return
+                if stuck or (
+                    self.cluster.silent and wire.parse_header(frame)[3] != "kip848-coordinator"
+                ):
+                    if not stuck:
+                        with self.cluster.lock:
+                            self.cluster.stuck += 1
+                    stuck = True  # this connection answers nothing any more, as a wedged broker
+                    continue
                 out = self.answer(frame)
                 if out is not None:
                     sock.sendall(out)
@@ -976,6 +989,11 @@ class FakeCluster:
         """Partition -> its replicas' node ids (default: every node)."""
         self.acls: set[tuple[Any, ...]] = set()
         """The broker's ACLs (CreateAcls/DescribeAcls/DeleteAcls)."""
+        self.silent = False
+        """While True, only the coordinator's own requests (client id ``kip848-coordinator``)
+        are answered: clients' forwarded requests are read and never answered."""
+        self.stuck = 0
+        """Connections that left a request unanswered (``silent``)."""
 
     def add_node(
         self, node_id: int, advertised_host: str | None = None, rack: str | None = None

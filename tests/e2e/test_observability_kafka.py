@@ -211,12 +211,16 @@ def test_forwarded_requests_are_counted_and_timed_with_route_forwarded(tmp_path:
     assert value(samples, DURATION, route="served", protocol="kafka") == 0
 
 
-def test_a_forwarded_request_never_answered_is_aborted() -> None:
+def test_a_forwarded_request_never_answered_is_aborted_or_timed_out() -> None:
     metrics = CoordinatorMetrics(process_collectors=False)
     start = forwarded_timer(metrics, kafka_api_name)
     assert start is not None and forwarded_timer(None, kafka_api_name) is None
-    start(0)(False)  # Produce: the client's connection closed before the answer
-    start(1)(True)  # Fetch
+    start(0)(False, False)  # Produce: the client's connection closed before the answer
+    start(1)(True, False)  # Fetch
+    start(3)(False, True)  # Metadata: no answer within kafka.upstream.request.timeout.ms
     samples = registry_samples(metrics)
     assert value(samples, DURATION, rpc="Produce", route="forwarded", error="ABORTED") == 1
     assert value(samples, DURATION, rpc="Fetch", route="forwarded", error="") == 1
+    assert (
+        value(samples, DURATION, rpc="Metadata", route="forwarded", error="REQUEST_TIMED_OUT") == 1
+    )

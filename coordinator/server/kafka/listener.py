@@ -131,7 +131,7 @@ class Slot:
     def __init__(self) -> None:
         self.data: bytes | None = None
         self.done = False
-        self.observed: Callable[[bool], None] | None = None
+        self.observed: Callable[[bool, bool], None] | None = None
         """A forwarded request's metrics hook (``on_forward``): called when it is answered."""
 
 
@@ -172,10 +172,11 @@ class KafkaListener:
         self.authenticates = False
         """True when connections authenticate (SASL, client certificates): the start-up log
         stops calling the listener open to anonymous clients."""
-        self.on_forward: Callable[[int], Callable[[bool], None]] | None = None
+        self.on_forward: Callable[[int], Callable[[bool, bool], None]] | None = None
         """Metrics (``coordinator.observability.requests.forwarded_timer``): called with the API
-        key of each request forwarded to the upstream; what it returns is called with True once
-        the answer is back, False if the connection closed first."""
+        key of each request forwarded to the upstream; what it returns is called with (True,
+        False) once the answer is back, (False, False) if the connection closed first, (False,
+        True) if the upstream did not answer in time (``kafka.upstream.request.timeout.ms``)."""
 
     # ------------------------------------------------------------ lifecycle
 
@@ -302,7 +303,7 @@ class KafkaConnection(asyncio.Protocol):
         self._callers: dict[tuple[str | None, int], Caller] = {}
         self.principal: KafkaPrincipal = ANONYMOUS
         """Who is on this connection (:meth:`set_principal`); ANONYMOUS until authenticated."""
-        self._forwarding: Callable[[bool], None] | None = None  # for the next expect()
+        self._forwarding: Callable[[bool, bool], None] | None = None  # for the next expect()
         # Flow control (the module doc): whether the transport reads, why it may not.
         self.reading = True
         self.queued_bytes = 0  # the frames in self.work
@@ -354,7 +355,7 @@ class KafkaConnection(asyncio.Protocol):
             observed = slot.observed
             if observed is not None and not slot.done:
                 slot.observed = None
-                observed(False)  # a forwarded request never answered
+                observed(False, False)  # a forwarded request never answered
         if self.worker is not None and not self.worker.done():
             self.worker.cancel()
         if self._next_turn is not None:
@@ -759,7 +760,7 @@ class KafkaConnection(asyncio.Protocol):
         observed = slot.observed
         if observed is not None:
             slot.observed = None
-            observed(True)
+            observed(True, False)
         slots = self.slots
         if slots[0] is not slot:
             return
@@ -795,6 +796,14 @@ class KafkaConnection(asyncio.Protocol):
     def fail(self, why: str) -> None:
         log.warning("Closing Kafka connection from %s: %s.", self.peer, why)
         self.close()
+
+    def timed_out(self, slot: Slot) -> None:
+        """A forwarded request of this connection had no answer in time (the connection is
+        closed next): measured as such."""
+        observed = slot.observed
+        if observed is not None and not slot.done:
+            slot.observed = None
+            observed(False, True)
 
     def close(self) -> None:
         if self._tls_out:

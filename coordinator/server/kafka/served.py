@@ -77,7 +77,7 @@ class ServingListener(Protocol):
     """The upstream broker(s); None: coordinator-only mode (Metadata from the registry)."""
     txn: TransactionServer | None
     """Transactions around the upstream's transaction coordinator (``transactions.py``)."""
-    on_forward: Callable[[int], Callable[[bool], None]] | None
+    on_forward: Callable[[int], Callable[[bool, bool], None]] | None
     """Metrics: called with the API key of a request forwarded to the upstream; what it
     returns is called with True once the answer is back, False if it failed."""
 
@@ -246,10 +246,10 @@ class KafkaApis:
                         )
                     except BaseException:
                         if done is not None:
-                            done(False)
+                            done(False, False)
                         raise
                     if done is not None:
-                        done(True)
+                        done(True, False)
                     return wire.I32.pack(len(answer_frame)) + answer_frame
                 serve_ours = partial(self._serve_values, row, version=version)
                 args = (

@@ -18,6 +18,13 @@ serve itself.
   in ``apis.NOT_ADVERTISED`` and the group APIs the upstream may offer are never forwarded.
   APIs whose responses we rewrite are capped at the versions kio knows.
 * Produce with ``acks=0`` has no response: its slot is filled with nothing at once.
+* Every forwarded request is answered within ``kafka.upstream.request.timeout.ms`` (Kafka's
+  ``request.timeout.ms``) plus the time the request itself asks the broker to wait (Fetch's
+  ``max_wait_ms``, Produce's ``timeout_ms``, the admin requests' ``timeout_ms``), or its upstream
+  connection is closed and the client connection that owns it too (logged, counted as
+  REQUEST_TIMED_OUT), as Kafka's NetworkClient drops a connection whose request timed out: the
+  client's own retries reconnect, and no connection waits for ever on a broker that accepts and
+  never answers.
 """
 
 from __future__ import annotations
@@ -48,6 +55,12 @@ log = logging.getLogger("kip848.kafka")
 REWRITTEN = {apis.METADATA, apis.DESCRIBE_CLUSTER, apis.PRODUCE, apis.FETCH}
 CONNECT_TIMEOUT_S = 10.0
 REQUEST_TIMEOUT_S = 30.0  # Kafka's request.timeout.ms
+DEFAULT_REQUEST_TIMEOUT_MS = 30_000
+"""``kafka.upstream.request.timeout.ms``: Kafka's ``request.timeout.ms`` default."""
+WAITS_WITH_TIMEOUT = frozenset({19, 20, 21, 37, 43, 45, 46})
+"""CreateTopics, DeleteTopics, DeleteRecords, CreatePartitions, ElectLeaders,
+Alter/ListPartitionReassignments: requests whose ``timeout_ms`` the broker may wait."""
+MAX_WAIT_MS = 2**31 - 1
 CLIENT_ID = b"kip848-coordinator"
 TOPIC_CHANGING = frozenset({19, 20, 37})
 """CreateTopics, DeleteTopics, CreatePartitions: forwarded, then the topic feed refreshes."""
@@ -203,7 +216,15 @@ class Upstream:
     """The upstream broker(s): what they offer, where each is, and the forwarding of client
     connections' requests to them (the listener's :class:`~.interfaces.Forwarder`)."""
 
-    def __init__(self, address: str, security: UpstreamSecurity | None = None) -> None:
+    def __init__(
+        self,
+        address: str,
+        security: UpstreamSecurity | None = None,
+        request_timeout_ms: int = DEFAULT_REQUEST_TIMEOUT_MS,
+    ) -> None:
+        self.request_timeout_ms = request_timeout_ms
+        """``kafka.upstream.request.timeout.ms``: how long an answer of the upstream is waited
+        for (the coordinator's own requests; forwarded ones, plus their own wait)."""
         self.transport = UpstreamTransport(security)
         self.address = split(address)
         self.versions: dict[int, tuple[int, int]] = {}
@@ -230,7 +251,9 @@ class Upstream:
 
     def new_client(self, address: tuple[str, int]) -> UpstreamClient:
         """A connection of the coordinator's own to the broker at ``address`` (TLS, sign-in)."""
-        return UpstreamClient(*address, security=self.transport)
+        return UpstreamClient(
+            *address, timeout_s=self.request_timeout_ms / 1000, security=self.transport
+        )
 
     def version_for(self, key: int, cap: int | None = None) -> int | None:
         """The highest version of ``key`` both the upstream and the codec know (at most
@@ -395,15 +418,15 @@ class Upstream:
         """Send a client's request frame (without its size) on its upstream connection; the
         answer fills the request's slot, rewritten if it names brokers, then passed through
         ``then`` (the topic guard's merge: the response frame with its size, in and out)."""
-        no_answer = key == apis.PRODUCE and _produce_acks(frame, version) == 0
+        wait_ms = _own_wait_ms(key, version, frame)
         slot = conn.expect()
         upstream = self._connection(conn)
         needs = _names_brokers(key, version) if rewrite is None else rewrite
-        if no_answer:
+        if wait_ms is None:  # Produce with acks=0: no answer
             upstream.send(frame, None)
             conn.complete(slot, None)
             return
-        upstream.send(frame, (slot, key, version, needs, then))
+        upstream.send(frame, (slot, key, version, needs, then), wait_ms)
 
     def forward_future(
         self, conn: ClientConnection, key: int, version: int, frame: bytes
@@ -411,7 +434,8 @@ class Upstream:
         """Send a request frame (without its size) on the client connection's upstream
         connection; the future gets the response frame (without its size, not rewritten)."""
         future: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
-        self._connection(conn).send(frame, (future, key, version, False, None))
+        wait_ms = _own_wait_ms(key, version, frame) or 0
+        self._connection(conn).send(frame, (future, key, version, False, None), wait_ms)
         return future
 
     def _connection(self, conn: ClientConnection) -> UpstreamConnection:
@@ -517,9 +541,34 @@ def _names_brokers(key: int, version: int) -> bool:
     return key in REWRITTEN
 
 
-def _produce_acks(frame: bytes, version: int) -> int:
-    """Produce's ``acks`` (after the header and the nullable transactional id); WireError if
-    the frame is too short to hold them (the broker would close the connection)."""
+def _own_wait_ms(key: int, version: int, frame: bytes) -> int | None:
+    """How long the request asks the broker to wait before answering (Fetch's ``max_wait_ms``,
+    Produce's and the admin requests' ``timeout_ms``; 0 for the others, or one that cannot be
+    read: the broker closes the connection on it anyway); None for a Produce with ``acks=0``,
+    which has no answer. WireError: a Produce too short to hold its ``acks``."""
+    if key == apis.PRODUCE:
+        acks, timeout_ms = _produce_acks(frame, version)
+        return None if acks == 0 else min(max(0, timeout_ms), MAX_WAIT_MS)
+    try:
+        if key == apis.FETCH:
+            _k, _v, _c, _client, pos = wire.parse_header(frame)
+            pos = wire.body_offset(frame, key, version, pos)
+            wait = struct.unpack_from(">i", frame, pos + (4 if version < 15 else 0))[0]
+        elif key in WAITS_WITH_TIMEOUT:
+            _k, _v, _c, _client, pos = wire.parse_header(frame)
+            entity = wire.decode(key, version, frame, wire.body_offset(frame, key, version, pos))
+            wait = wire.to_ms(getattr(entity, "timeout", None))
+        else:
+            return 0
+    except (struct.error, wire.WireError):
+        return 0
+    return min(max(0, int(wait)), MAX_WAIT_MS)
+
+
+def _produce_acks(frame: bytes, version: int) -> tuple[int, int]:
+    """Produce's ``acks`` and ``timeout_ms`` (after the header and the nullable transactional
+    id); WireError if the frame is too short to hold them (the broker would close the
+    connection)."""
     try:
         key, _v, _c, _client, pos = wire.parse_header(frame)
         pos = wire.body_offset(frame, key, version, pos)
@@ -529,7 +578,8 @@ def _produce_acks(frame: bytes, version: int) -> int:
         else:
             (length,) = struct.unpack_from(">h", frame, pos)
             pos += 2 + max(0, length)
-        return int(struct.unpack_from(">h", frame, pos)[0])
+        acks, timeout_ms = struct.unpack_from(">hi", frame, pos)
+        return int(acks), int(timeout_ms)
     except (struct.error, wire.WireError) as exc:
         raise wire.WireError(f"produce v{version}: cannot read acks: {exc}") from None
 
@@ -553,10 +603,15 @@ class UpstreamConnection(asyncio.Protocol):
         self.queued_bytes = 0  # in self.queue, before the connection is made
         self.writing_paused = False
         self.pending: collections.deque[Pending] = collections.deque()
+        self.due: collections.deque[float] = collections.deque()
+        """Each pending request's deadline (loop time), in the order of ``pending``."""
+        self.address = address
         self.buffer = bytearray()
         self.closed = False
         self.reading_paused = False  # the client is not taking its answers
-        loop = asyncio.get_running_loop()
+        self._timer: asyncio.TimerHandle | None = None  # at the earliest deadline, or later
+        self._timer_at = 0.0
+        self.loop = loop = asyncio.get_running_loop()
         self.task = loop.create_task(self._connect(loop, address))
 
     async def _connect(self, loop: asyncio.AbstractEventLoop, address: tuple[str, int]) -> None:
@@ -590,10 +645,17 @@ class UpstreamConnection(asyncio.Protocol):
             if self.client.upstream_paused and not self.writing_paused:
                 self.client.on_upstream_flow(False)  # the queue went out at once
 
-    def send(self, frame: bytes, pending: Pending | None) -> None:
+    def send(self, frame: bytes, pending: Pending | None, wait_ms: int = 0) -> None:
+        """Send a request frame; ``pending``: where its answer goes (None: it has none), due
+        within the request timeout plus ``wait_ms``, the time the request asks the broker to
+        wait."""
         size = wire.I32.pack(len(frame))
         if pending is not None:
             self.pending.append(pending)
+            due = self.loop.time() + (self.upstream.request_timeout_ms + wait_ms) / 1000
+            self.due.append(due)
+            if self._timer is None or due < self._timer_at:
+                self._arm(due)
         if self.transport is None:
             self.queue += (size, frame)
             self.queued_bytes += 4 + len(frame)
@@ -601,6 +663,41 @@ class UpstreamConnection(asyncio.Protocol):
                 self.client.on_upstream_flow(True)  # until the connection is made
         else:
             self.transport.writelines((size, frame))
+
+    def _arm(self, when: float) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer_at = when
+        self._timer = self.loop.call_at(when, self._check_due)
+
+    def _check_due(self) -> None:
+        """The timer: close if a pending request is past its deadline, else wait for the
+        earliest one (answers come in order, so the timer rarely finds anything due)."""
+        self._timer = None
+        if self.closed or not self.due:
+            return
+        earliest = min(self.due)
+        now = self.loop.time()
+        if earliest > now:
+            self._arm(earliest)
+            return
+        late = [p for p, due in zip(self.pending, self.due, strict=True) if due <= now]
+        _sink, key, version, _rewrite, _then = late[0]
+        host, port = self.address
+        why = (
+            f"{wire.api_name(key)} v{version} forwarded to the upstream broker at {host}:{port} "
+            f"had no answer within kafka.upstream.request.timeout.ms "
+            f"({self.upstream.request_timeout_ms} ms) plus its own wait; its upstream connection "
+            "is closed too"
+        )
+        for sink, *_rest in late:
+            if not isinstance(sink, asyncio.Future):
+                self.client.timed_out(sink)
+        self.queue.clear()  # never sent: not sent later either
+        self.close()
+        if self.transport is None:
+            self.task.cancel()
+        self.client.fail(why)
 
     def pause_writing(self) -> None:
         """The upstream is not taking our requests: the client's are not read meanwhile."""
@@ -637,6 +734,7 @@ class UpstreamConnection(asyncio.Protocol):
                 self.client.fail("the upstream sent a response nobody asked for")
                 return
             sink, key, version, rewrite, then = self.pending.popleft()
+            self.due.popleft()
             with memoryview(buf) as view:  # one copy of the frame, not two
                 if rewrite:
                     frame = bytes(view[pos + 4 : pos + 4 + size])
@@ -675,9 +773,12 @@ class UpstreamConnection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         if not self.closed:
             self.client.fail("the upstream broker closed the connection")
-        self.closed = True
+        self.close()
 
     def close(self) -> None:
         self.closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         if self.transport is not None:
             self.transport.close()

@@ -54,6 +54,10 @@ class ClientConnection(Protocol):
     def fail(self, why: str) -> None:
         """Close it, logging why."""
 
+    def timed_out(self, slot: Any) -> None:
+        """A place :meth:`expect` gave whose forwarded request had no answer in time (its
+        connection is closed next): for the metrics."""
+
     def on_upstream_flow(self, paused: bool) -> None:
         """Its upstream connection's write buffer passed (True) or fell below (False) its
         limit."""
