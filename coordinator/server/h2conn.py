@@ -104,13 +104,18 @@ iteration's ``READ_BUDGET``: a few calls."""
 WRITE_BATCH_BYTES = 64 << 10
 """A stream's answers its client's windows let through wait for one flush up to this much; past
 it the writer flushes them before its next message."""
+U64_MAX = (1 << 64) - 1
 _CONFIG = Configuration(
-    # nghttp2's defences against floods stay on; a connection may carry many calls at once.
+    # nghttp2's defences against floods stay on but for its limit on the client's RST_STREAMs
+    # (GOAWAY past 1,000 at once): grpc-core has none, and a client whose calls all pass their
+    # deadline together sends as many; what a read starts is bounded (READ_BUDGET) instead.
+    # A connection may carry many calls at once.
     peer_max_concurrent_streams=1 << 16,
     auto_window_update=False,  # windows are given back as handlers consume (h2flow.py)
     max_inbound_header_list_size=HEADER_LIST_CAP,
     max_inbound_header_count=HEADER_LIST_CAP // 32,  # every field counts 32 bytes more
     max_continuations=MAX_CONTINUATIONS,
+    stream_reset_rate_limit=(U64_MAX, U64_MAX),  # none (docs/operations.md)
 )
 
 

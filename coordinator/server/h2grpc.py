@@ -45,7 +45,8 @@ docs/operations.md):
 * with ``grpc.max_concurrent_streams``, a stream opened while that many are open is reset
   REFUSED_STREAM, that stream alone (ENHANCE_YOUR_CALM past that many in all before the client
   acknowledged the SETTINGS announcing it), as grpc-core's parser refuses it (``h2flow.py``);
-* a client's RST_STREAM, or its connection closing, cancels the call's handler;
+* a client's RST_STREAM, or its connection closing, cancels the call's handler; however many
+  streams a client resets, its connection goes on (grpc-core has no limit on them either);
 * keepalive, the ping policy, idle and age limits as grpc-core's (``h2lifetime.py``);
 * ``stop(grace)``: no new connections, grpc-core's graceful GOAWAY ("Server shutdown") on every
   connection (streams the client opens after the second are refused, so it retries them

@@ -21,6 +21,7 @@ SERVICE = "test.Echo"
 MAX_BYTES = 64 * 1024
 INTERNAL_ERROR = 0x2
 REFUSED_STREAM = 0x7
+CANCEL = 0x8
 ENHANCE_YOUR_CALM = 0xB
 
 
@@ -460,3 +461,37 @@ async def test_streams_past_the_limit_before_it_is_acknowledged_are_reset_enhanc
     finally:
         conn.close()
         await served.stop(None)
+
+
+@pytest.mark.parametrize("server", ["h2", "grpc-core"])
+async def test_many_streams_reset_by_the_client_do_not_end_its_connection(
+    ports: dict[str, int], server: str
+) -> None:
+    """3,000 calls opened and reset (CANCEL) by the client, 500 at a time, as a client whose
+    calls all pass their deadline together does: grpc-core ends no connection for RST_STREAMs
+    (its defences against "rapid reset" floods bound the work a read may start instead), so
+    neither do we, and the next call on the connection is served (once grpc.aio is through
+    the cancellations: a call that comes meanwhile it may answer CANCELLED). (Before,
+    libnghttp2's limit, 1,000 RST_STREAMs at once then 33 a second, ended the connection with
+    GOAWAY.)"""
+    conn = await RawConnection.open(ports[server])
+    try:
+        for _ in range(6):
+            streams = [
+                conn.request(f"/{SERVICE}/Echo", grpc_frame(b"x"), flush=False) for _ in range(500)
+            ]
+            conn.flush()
+            for stream_id in streams:
+                conn.h2.reset_stream(stream_id, CANCEL)
+            conn.flush()
+            await conn.until(lambda: False, 0.01)
+        await conn.until(lambda: False, 0.5)
+        after = conn.request(f"/{SERVICE}/Echo", grpc_frame(b"after"))
+        assert await conn.until(lambda: conn.answered(after), 10)
+        assert (conn.answers[after].outcome, conn.answers[after].data) == (
+            (b"0", b""),
+            grpc_frame(b"after"),
+        )
+        assert (conn.goaways, conn.eof) == ([], False)
+    finally:
+        conn.close()
