@@ -38,6 +38,8 @@ class ErrorCode(IntEnum):
     UNSUPPORTED_VERSION = 35
     TOPIC_ALREADY_EXISTS = 36
     INVALID_PARTITIONS = 37
+    INVALID_REPLICATION_FACTOR = 38
+    INVALID_REPLICA_ASSIGNMENT = 39
     INVALID_REQUEST = 42
     INVALID_CONFIG = 40
     INVALID_PRODUCER_EPOCH = 47
@@ -195,6 +197,18 @@ class InvalidPartitionsError(CoordinatorError):
     default_message = "Number of partitions is below 1."
 
 
+class InvalidReplicationFactorError(CoordinatorError):
+    code = ErrorCode.INVALID_REPLICATION_FACTOR
+    default_message = (
+        "Replication factor is below 1 or larger than the number of available brokers."
+    )
+
+
+class InvalidReplicaAssignmentError(CoordinatorError):
+    code = ErrorCode.INVALID_REPLICA_ASSIGNMENT
+    default_message = "Replica assignment is invalid."
+
+
 class InvalidConfigError(CoordinatorError):
     code = ErrorCode.INVALID_CONFIG
     default_message = "Configuration is invalid."
@@ -346,6 +360,8 @@ ERRORS_BY_CODE: dict[ErrorCode, type[CoordinatorError]] = {
         UnsupportedVersionError,
         TopicAlreadyExistsError,
         InvalidPartitionsError,
+        InvalidReplicationFactorError,
+        InvalidReplicaAssignmentError,
         InvalidConfigError,
         InvalidRequestError,
         InvalidProducerEpochError,

@@ -20,7 +20,7 @@ written and rolled back with it; the registry routes their record types to them.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,7 +31,10 @@ from .errors import (
     CoordinatorError,
     ErrorCode,
     IllegalStateError,
+    InvalidConfigError,
     InvalidPartitionsError,
+    InvalidReplicaAssignmentError,
+    InvalidReplicationFactorError,
     InvalidRequestError,
     InvalidTopicError,
     TopicAlreadyExistsError,
@@ -59,6 +62,16 @@ class NewTopic:
     partition_racks: PartitionRacks = field(default_factory=dict)
     """The racks of each partition's replicas (rack-aware assignment); partitions left out have
     unknown racks."""
+    # What a Kafka CreateTopics may ask besides (the Kafka listener in coordinator-only mode),
+    # checked as Kafka's controller checks them; the registry keeps none of it.
+    replication_factor: int = -1
+    """-1: the default. The registry keeps one replica of each partition (Metadata lists the
+    node answering as its leader): 1 is the only other factor it can honour."""
+    configs: tuple[str, ...] = ()
+    """Names of the topic configs asked for: the registry keeps no topic configs."""
+    assignments: int = 0
+    """Manual partition assignments given (replica broker ids): the registry places no
+    replicas."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -113,6 +126,49 @@ def check_partition_racks(name: str, racks: PartitionRacks, num_partitions: int)
         if any(not rack.strip() for rack in rs):
             raise InvalidRequestError(f"A replica rack of partition {p} of topic {name} is blank.")
     return make_partition_racks(racks.items())
+
+
+_NO_PLACEMENT = (
+    "The coordinator's topic registry places no replicas: give a number of partitions instead"
+    " of a manual assignment."
+)
+
+
+def _check_kafka_extras(t: NewTopic) -> None:
+    """What a Kafka CreateTopics asks besides a name and a count, checked in the order of
+    Kafka's ReplicationControlManager (configs, a manual assignment, the replication factor)
+    against what the registry can hold: no topic configs, no placement, one replica."""
+    if t.configs:
+        raise InvalidConfigError(
+            "The coordinator's topic registry keeps no topic configs; asked: "
+            + ", ".join(t.configs)
+            + "."
+        )
+    if t.assignments:
+        if t.replication_factor != -1:
+            raise InvalidRequestError(
+                "A manual partition assignment was specified, but replication factor was not"
+                " set to -1."
+            )
+        if t.num_partitions != -1:
+            raise InvalidRequestError(
+                "A manual partition assignment was specified, but numPartitions was not set to -1."
+            )
+        raise InvalidReplicaAssignmentError(_NO_PLACEMENT)
+    rf = t.replication_factor
+    if rf < -1 or rf == 0:
+        raise InvalidReplicationFactorError(
+            "Replication factor must be larger than 0, or -1 to use the default value."
+        )
+    if t.num_partitions < -1 or t.num_partitions == 0:
+        raise InvalidPartitionsError(
+            "Number of partitions was set to an invalid non-positive value."
+        )
+    if rf > 1:
+        raise InvalidReplicationFactorError(
+            f"Unable to replicate the partition {rf} time(s): the coordinator's topic registry"
+            " keeps one replica of each partition."
+        )
 
 
 def _duplicates(names: Sequence[str]) -> set[str]:
@@ -206,6 +262,7 @@ class TopicRegistry:
                 check_topic_name(t.name)
                 if t.name in self.topics:
                     raise TopicAlreadyExistsError(f"Topic '{t.name}' already exists.")
+                _check_kafka_extras(t)
                 # -1: the default count, as Kafka's CreateTopics (num.partitions).
                 count = self.default_num_partitions if t.num_partitions == -1 else t.num_partitions
                 if not 1 <= count <= MAX_PARTITIONS:
@@ -228,8 +285,13 @@ class TopicRegistry:
                 out.append(TopicResult(name=t.name, error_code=exc.code, error_message=exc.message))
         return result
 
-    def create_partitions(self, requests: Sequence[tuple[str, int]]) -> Result[list[TopicResult]]:
-        """Raise a topic's partition count to ``count`` (Kafka: the new total)."""
+    def create_partitions(
+        self, requests: Sequence[tuple[str, int]], assignments: Mapping[str, int] | None = None
+    ) -> Result[list[TopicResult]]:
+        """Raise a topic's partition count to ``count`` (Kafka: the new total).
+        ``assignments``: topics whose request gave manual assignments of the new partitions
+        (a Kafka CreatePartitions), with how many: refused once the count is checked, as Kafka's
+        controller checks them there — the registry places no replicas."""
         out: list[TopicResult] = []
         result: Result[list[TopicResult]] = Result(response=out)
         dup = _duplicates([name for name, _c in requests])
@@ -241,11 +303,23 @@ class TopicRegistry:
                 current = self.topics.get(name)
                 if current is None:
                     raise UnknownTopicOrPartitionError(f"The topic '{name}' does not exist.")
-                if count <= current.num_partitions:
+                # Kafka's ReplicationControlManager.createPartitions, in its order.
+                if count == current.num_partitions:
+                    raise InvalidPartitionsError(f"Topic already has {count} partition(s).")
+                if count < current.num_partitions:
                     raise InvalidPartitionsError(
-                        f"Topic currently has {current.num_partitions} partitions, which is higher than or "
-                        f"equal to the requested {count}."
+                        f"The topic {name} currently has {current.num_partitions} partition(s);"
+                        f" {count} would not be an increase."
                     )
+                given = (assignments or {}).get(name)
+                if given is not None:
+                    additional = count - current.num_partitions
+                    if given != additional:
+                        raise InvalidReplicaAssignmentError(
+                            f"Attempted to add {additional} additional partition(s), but only"
+                            f" {given} assignment(s) were specified."
+                        )
+                    raise InvalidReplicaAssignmentError(_NO_PLACEMENT)
                 if count > MAX_PARTITIONS:
                     raise InvalidPartitionsError(
                         f"Number of partitions must be at most {MAX_PARTITIONS}."

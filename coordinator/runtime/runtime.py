@@ -382,18 +382,49 @@ class CoordinatorRuntime:
     # has one (CreateTopics, CreatePartitions, DeleteTopics), else offsets.commit.timeout.ms.
 
     async def create_topics(
-        self, topics: Sequence[NewTopic], *, timeout_ms: int | None = None
+        self,
+        topics: Sequence[NewTopic],
+        *,
+        timeout_ms: int | None = None,
+        validate_only: bool = False,
     ) -> list[TopicResult]:
-        return await self._submit(
-            REGISTRY, lambda r: r.create_topics(topics), timeout_ms=timeout_ms
+        """``validate_only``: each topic answered as it would be, nothing written (Kafka's
+        validateOnly)."""
+        return await self._registry_change(
+            lambda r: r.create_topics(topics), timeout_ms, validate_only
         )
 
     async def create_partitions(
-        self, requests: Sequence[tuple[str, int]], *, timeout_ms: int | None = None
+        self,
+        requests: Sequence[tuple[str, int]],
+        *,
+        timeout_ms: int | None = None,
+        validate_only: bool = False,
+        assignments: Mapping[str, int] | None = None,
     ) -> list[TopicResult]:
-        return await self._submit(
-            REGISTRY, lambda r: r.create_partitions(requests), timeout_ms=timeout_ms
+        """``assignments``: topics given manual assignments (``TopicRegistry.create_partitions``)."""
+        return await self._registry_change(
+            lambda r: r.create_partitions(requests, assignments), timeout_ms, validate_only
         )
+
+    async def _registry_change(
+        self,
+        change: Callable[[Any], Result[list[TopicResult]]],
+        timeout_ms: int | None,
+        validate_only: bool,
+    ) -> list[TopicResult]:
+        if not validate_only:
+            return await self._submit(REGISTRY, change, timeout_ms=timeout_ms)
+
+        def validate(reg: Any) -> list[TopicResult]:
+            mark = reg.mark()
+            try:
+                return change(reg).response or []
+            finally:
+                reg.rollback(mark)
+
+        answer: list[TopicResult] = await self._submit(REGISTRY, validate, read=True)
+        return answer
 
     async def delete_topics(
         self, names: Sequence[str], *, timeout_ms: int | None = None

@@ -8,7 +8,7 @@ entries, and GROUP configs. Frozen, slotted, keyword-only, like the core's.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -80,6 +80,12 @@ class TopicChanges(Generic[T]):
 
     entries: Sequence[T]
     timeout_ms: int | None = None
+    validate_only: bool = False
+    """Each entry answered as it would be, nothing changed (Kafka's validateOnly; CreateTopics
+    and CreatePartitions)."""
+    assignments: Mapping[str, int] = field(default_factory=dict)
+    """CreatePartitions: topics given manual assignments of their new partitions, with how
+    many (a Kafka request's; the registry places no replicas)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

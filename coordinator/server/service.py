@@ -84,7 +84,6 @@ from .authorization import (
     ALTER,
     ALTER_CONFIGS,
     CLUSTER,
-    CREATE,
     DELETE,
     DESCRIBE,
     DESCRIBE_CONFIGS,
@@ -119,6 +118,7 @@ from .log_offsets import (
 )
 from .push import MemberPush, ShuttingDownError
 from .rpc import RpcObserver, ShuttingDown, batched, each, on_each, reply_error, rpc
+from .topic_admin import TopicAdmin
 from .topic_source import RegistryTopics, TopicSource
 
 if TYPE_CHECKING:
@@ -244,6 +244,7 @@ class CoordinatorService:
         runtime.set_topic_filter(self.authz.topic_describable)  # regexes resolved per principal
         self.limits = RequestLimits.of(runtime.config)  # checked first by every RPC
         self.topics: TopicSource = topics if topics is not None else RegistryTopics(runtime)
+        self.topic_admin = TopicAdmin(self)
         self.log_offsets = log_offsets
         """Where ListOffsets goes (the upstream broker); None: no logs (coordinator-only)."""
         self.push = MemberPush(runtime)
@@ -532,52 +533,19 @@ class CoordinatorService:
     async def create_topics(
         self, req: TopicChanges[NewTopic], caller: Caller
     ) -> Reply[list[TopicResult]]:
-        topics = req.entries
-        self.limits.topics(t.name for t in topics)
-        for t in topics:  # replica racks are identifiers too (each distinct set checked once)
-            for racks in set(t.partition_racks.values()):
-                for rack in racks:
-                    self.limits.identifier("ReplicaRack", rack)
-        timeout_ms = req.timeout_ms
-        if self.authz.may(caller, CREATE, CLUSTER, CLUSTER_NAME):
-            return Reply(value=await self.topics.create_topics(topics, timeout_ms=timeout_ms))
-        # Kafka: CLUSTER CREATE, or TOPIC CREATE per topic.
-        denied = set(
-            self.authz.denied_topics(caller, "CreateTopics", CREATE, (t.name for t in topics))
-        )
-        kept = [t for t in topics if t.name not in denied]
-        created = iter(await self.topics.create_topics(kept, timeout_ms=timeout_ms) if kept else [])
-        return Reply(
-            value=[_topic_denied(t.name) if t.name in denied else next(created) for t in topics]
-        )
+        return Reply(value=await self.topic_admin.create_topics(req, caller))
 
     @rpc(reply_error)
     async def create_partitions(
         self, req: TopicChanges[tuple[str, int]], caller: Caller
     ) -> Reply[list[TopicResult]]:
-        requests = req.entries
-        self.limits.topics(name for name, _count in requests)
-        denied = set(
-            self.authz.denied_topics(caller, "CreatePartitions", ALTER, (n for n, _c in requests))
-        )
-        kept = [(n, c) for n, c in requests if n not in denied]
-        grown = iter(
-            await self.topics.create_partitions(kept, timeout_ms=req.timeout_ms) if kept else []
-        )
-        return Reply(value=[_topic_denied(n) if n in denied else next(grown) for n, _c in requests])
+        return Reply(value=await self.topic_admin.create_partitions(req, caller))
 
     @rpc(reply_error)
     async def delete_topics(
         self, req: TopicChanges[str], caller: Caller
     ) -> Reply[list[TopicResult]]:
-        names = req.entries
-        self.limits.topics(names)
-        denied = set(self.authz.denied_topics(caller, "DeleteTopics", DELETE, names))
-        kept = [n for n in names if n not in denied]
-        deleted = iter(
-            await self.topics.delete_topics(kept, timeout_ms=req.timeout_ms) if kept else []
-        )
-        return Reply(value=[_topic_denied(n) if n in denied else next(deleted) for n in names])
+        return Reply(value=await self.topic_admin.delete_topics(req, caller))
 
     @rpc(reply_error)
     async def list_topics(self, _req: None, caller: Caller) -> Reply[list[TopicResult]]:
@@ -853,11 +821,6 @@ def _group_id_of(g: ListedGroup) -> str:
 
 def _topic_name_of(t: TopicResult) -> str:
     return t.name
-
-
-def _topic_denied(name: str) -> TopicResult:
-    exc = topics_denied([name])
-    return TopicResult(name=name, error_code=exc.code, error_message=exc.message)
 
 
 def _coordinator_denied(key: str) -> Coordinator:

@@ -7,7 +7,7 @@ registry follows (``--kafka-upstream``: the upstream package's ``TopicFeed``).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Iterable, Sequence
+from collections.abc import Awaitable, Iterable, Mapping, Sequence
 from typing import Protocol
 
 from coordinator.core.topics import NewTopic, TopicResult
@@ -23,12 +23,23 @@ class TopicSource(Protocol):
     """True: :meth:`subscribed` wants to see the subscriptions (names, regexes) of joins."""
 
     # timeout_ms: how long the change may take (the request's, Kafka's timeoutMs; None: the
-    # source's default).
+    # source's default); validate_only: answered as it would be, nothing changed (Kafka's
+    # validateOnly); assignments: topics given manual assignments of their new partitions, with
+    # how many (a Kafka CreatePartitions).
     async def create_topics(
-        self, topics: Sequence[NewTopic], *, timeout_ms: int | None = None
+        self,
+        topics: Sequence[NewTopic],
+        *,
+        timeout_ms: int | None = None,
+        validate_only: bool = False,
     ) -> list[TopicResult]: ...
     async def create_partitions(
-        self, requests: Sequence[tuple[str, int]], *, timeout_ms: int | None = None
+        self,
+        requests: Sequence[tuple[str, int]],
+        *,
+        timeout_ms: int | None = None,
+        validate_only: bool = False,
+        assignments: Mapping[str, int] | None = None,
     ) -> list[TopicResult]: ...
     async def delete_topics(
         self, names: Sequence[str], *, timeout_ms: int | None = None
@@ -52,14 +63,27 @@ class RegistryTopics:
         self.runtime = runtime
 
     async def create_topics(
-        self, topics: Sequence[NewTopic], *, timeout_ms: int | None = None
+        self,
+        topics: Sequence[NewTopic],
+        *,
+        timeout_ms: int | None = None,
+        validate_only: bool = False,
     ) -> list[TopicResult]:
-        return await self.runtime.create_topics(topics, timeout_ms=timeout_ms)
+        return await self.runtime.create_topics(
+            topics, timeout_ms=timeout_ms, validate_only=validate_only
+        )
 
     async def create_partitions(
-        self, requests: Sequence[tuple[str, int]], *, timeout_ms: int | None = None
+        self,
+        requests: Sequence[tuple[str, int]],
+        *,
+        timeout_ms: int | None = None,
+        validate_only: bool = False,
+        assignments: Mapping[str, int] | None = None,
     ) -> list[TopicResult]:
-        return await self.runtime.create_partitions(requests, timeout_ms=timeout_ms)
+        return await self.runtime.create_partitions(
+            requests, timeout_ms=timeout_ms, validate_only=validate_only, assignments=assignments
+        )
 
     async def delete_topics(
         self, names: Sequence[str], *, timeout_ms: int | None = None

@@ -149,7 +149,9 @@ def test_invalid_partition_counts(count: int) -> None:
             "foo",
             ErrorCode.INVALID_PARTITIONS,
             f"Number of partitions must be between 1 and {MAX_PARTITIONS}"
-            f" (or -1 for the default), got {count}.",
+            f" (or -1 for the default), got {count}."
+            if count > 0
+            else "Number of partitions was set to an invalid non-positive value.",  # Kafka's
         )
     ]
     assert reg.topics == {}
@@ -225,8 +227,7 @@ def test_one_bad_topic_does_not_fail_the_others() -> None:
         error(
             "zero",
             ErrorCode.INVALID_PARTITIONS,
-            f"Number of partitions must be between 1 and {MAX_PARTITIONS}"
-            f" (or -1 for the default), got 0.",
+            "Number of partitions was set to an invalid non-positive value.",
         ),
         TopicResult(name="ok2", topic_id=ID3, num_partitions=1),
     ]
@@ -291,13 +292,13 @@ def test_invalid_replica_racks(racks: dict[int, frozenset[str]], message: str) -
             "foo",
             3,
             ErrorCode.INVALID_PARTITIONS,
-            "Topic currently has 3 partitions, which is higher than or equal to the requested 3.",
+            "Topic already has 3 partition(s).",
         ),
         (
             "foo",
             2,
             ErrorCode.INVALID_PARTITIONS,
-            "Topic currently has 3 partitions, which is higher than or equal to the requested 2.",
+            "The topic foo currently has 3 partition(s); 2 would not be an increase.",
         ),
         (
             "foo",
@@ -455,3 +456,117 @@ def test_rollback_restores_topics_and_invalidates_the_image() -> None:
     assert after.by_name == before.by_name
     assert after.version > before.version  # a new image, never a reused version number
     assert sorted(reg.topics) == ["foo"]
+
+
+# ------------------------------------------------------------ what a Kafka CreateTopics asks besides
+
+NO_PLACEMENT = (
+    "The coordinator's topic registry places no replicas: give a number of partitions instead"
+    " of a manual assignment."
+)
+
+
+def test_a_kafka_create_topics_is_checked_in_the_order_of_kafkas_controller() -> None:
+    """Configs, a manual assignment, the replication factor, the count (Kafka's
+    ReplicationControlManager.createTopic), after the name and "already exists"; the registry
+    keeps one replica of each partition, no configs and no placement."""
+    reg = registry()
+    create(reg, ("exists", 1))
+
+    def t(name: str, count: int = 3, **extra: object) -> NewTopic:
+        return NewTopic(name=name, num_partitions=count, **extra)  # type: ignore[arg-type]
+
+    out = create(
+        reg,
+        t("exists", replication_factor=3, configs=("retention.ms",)),
+        t("bad name!", replication_factor=3),
+        t("configs", configs=("retention.ms", "cleanup.policy"), replication_factor=0),
+        t("manual-rf", -1, assignments=2, replication_factor=1),
+        t("manual-count", 2, assignments=2),
+        t("manual", -1, assignments=2),
+        t("rf0", 0, replication_factor=0),
+        t("rf-2", replication_factor=-2),
+        t("count0", 0, replication_factor=3),
+        t("rf3", replication_factor=3),
+        t("rf1", replication_factor=1),
+        t("default", -1),
+    )
+    assert out == [
+        error("exists", ErrorCode.TOPIC_ALREADY_EXISTS, "Topic 'exists' already exists."),
+        error(
+            "bad name!",
+            ErrorCode.INVALID_TOPIC_EXCEPTION,
+            'Topic name "bad name!" is illegal, it contains a character other than ASCII'
+            " alphanumerics, '.', '_' and '-'",
+        ),
+        error(
+            "configs",
+            ErrorCode.INVALID_CONFIG,
+            "The coordinator's topic registry keeps no topic configs; asked: retention.ms,"
+            " cleanup.policy.",
+        ),
+        error(
+            "manual-rf",
+            ErrorCode.INVALID_REQUEST,
+            "A manual partition assignment was specified, but replication factor was not set"
+            " to -1.",
+        ),
+        error(
+            "manual-count",
+            ErrorCode.INVALID_REQUEST,
+            "A manual partition assignment was specified, but numPartitions was not set to -1.",
+        ),
+        error("manual", ErrorCode.INVALID_REPLICA_ASSIGNMENT, NO_PLACEMENT),
+        error(
+            "rf0",
+            ErrorCode.INVALID_REPLICATION_FACTOR,
+            "Replication factor must be larger than 0, or -1 to use the default value.",
+        ),
+        error(
+            "rf-2",
+            ErrorCode.INVALID_REPLICATION_FACTOR,
+            "Replication factor must be larger than 0, or -1 to use the default value.",
+        ),
+        error(
+            "count0",
+            ErrorCode.INVALID_PARTITIONS,
+            "Number of partitions was set to an invalid non-positive value.",
+        ),
+        error(
+            "rf3",
+            ErrorCode.INVALID_REPLICATION_FACTOR,
+            "Unable to replicate the partition 3 time(s): the coordinator's topic registry"
+            " keeps one replica of each partition.",
+        ),
+        TopicResult(name="rf1", topic_id=ID2, num_partitions=3),
+        TopicResult(name="default", topic_id=ID3, num_partitions=1),
+    ]
+    assert sorted(reg.topics) == ["default", "exists", "rf1"]
+
+
+def test_manual_assignments_of_new_partitions_are_refused_after_the_count() -> None:
+    """Kafka's createPartitions checks the topic and the count first, then the assignments."""
+    reg = registry()
+    create(reg, ("foo", 3), ("bar", 3))
+    image = reg.image()
+    res = reg.create_partitions(
+        [("nope", 5), ("foo", 3), ("bar", 5), ("foo2", 4)], assignments={"nope": 2, "foo": 1}
+    )
+    assert res.response == [
+        error("nope", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "The topic 'nope' does not exist."),
+        error("foo", ErrorCode.INVALID_PARTITIONS, "Topic already has 3 partition(s)."),
+        TopicResult(name="bar", topic_id=ID2, num_partitions=5),
+        error("foo2", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "The topic 'foo2' does not exist."),
+    ]
+    res = reg.create_partitions([("foo", 5), ("bar", 6)], assignments={"foo": 1, "bar": 1})
+    assert res.response == [
+        error(
+            "foo",
+            ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+            "Attempted to add 2 additional partition(s), but only 1 assignment(s) were specified.",
+        ),
+        error("bar", ErrorCode.INVALID_REPLICA_ASSIGNMENT, NO_PLACEMENT),
+    ]
+    assert res.records == []
+    assert reg.image() is not image and reg.topics["bar"].num_partitions == 5
+    assert reg.topics["foo"].num_partitions == 3

@@ -293,9 +293,9 @@ def create_topics(g: Guard, e: Any) -> Decision:
     everything = g.may(CREATE, CLUSTER, CLUSTER_NAME)
     kept, names = judged(e.topics, lambda n: everything or g.allowed(CREATE, TOPIC, n))
     refused = [
-        _created(n, INVALID_REQUEST, DUPLICATE)
+        refused_creation(n, INVALID_REQUEST, DUPLICATE)
         if twice
-        else _created(n, TOPIC_DENIED, "Authorization failed.")
+        else refused_creation(n, TOPIC_DENIED, "Authorization failed.")
         for n, twice in names
     ]
 
@@ -309,7 +309,7 @@ def create_topics(g: Guard, e: Any) -> Decision:
     return narrowed(e, "topics", kept, {"topics": refused}, then)
 
 
-def _created(name: str, code: int, message: str) -> Values:
+def refused_creation(name: str, code: int, message: str) -> Values:
     return {
         "name": name,
         "topic_id": None,

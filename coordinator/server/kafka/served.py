@@ -1,10 +1,11 @@
 """The Kafka listener's served requests, apart from its connections (``listener.py``), as
 Kafka's ``KafkaApis`` is apart from its ``SocketServer``: what is served here and in which
 versions (ApiVersions, advertised ranges), and each served request turned into the service's
-call and its answer's frame — the group APIs (``apis.SERVED``), Metadata in coordinator-only
-mode, the transaction APIs around the upstream's coordinator, the requests split between us and
-the broker (``configs``, ``acl_split``) and, in front of a broker that the listener authorizes
-for, Metadata and DescribeTopicPartitions filtered (``topic_guard``, ``describe_partitions``).
+call and its answer's frame — the group APIs (``apis.SERVED``), Metadata and the topic
+administration (``registry_admin``) in coordinator-only mode, the transaction APIs around the
+upstream's coordinator, the requests split between us and the broker (``configs``,
+``acl_split``) and, in front of a broker that the listener authorizes for, Metadata and
+DescribeTopicPartitions filtered (``topic_guard``, ``describe_partitions``).
 
 Steady ConsumerGroupHeartbeat answers (no assignment, no error) are the same bytes every time
 for a member until its epoch or interval changes: their bodies are encoded once and kept in a
@@ -35,6 +36,7 @@ from . import (
     configs,
     convert,
     describe_partitions,
+    registry_admin,
     topic_guard,
     txn_guard,
     wire,
@@ -105,6 +107,8 @@ class KafkaApis:
             return row.min_version, row.max_version
         if key == apis.METADATA and listener.upstream is None:
             return apis.METADATA_RANGE
+        if key in registry_admin.KEYS and listener.upstream is None:
+            return registry_admin.KEYS[key]  # the topic registry's administration
         if key in GUARDED_SERVED and listener.upstream is not None and topic_guard.guards(conn):
             # Forwarded and its answer filtered (topic_guard, describe_partitions), in order.
             return listener.upstream.forwarded_versions().get(key, (0, -1))
@@ -118,6 +122,7 @@ class KafkaApis:
             table.update(self.listener.upstream.forwarded_versions())
         else:
             table[apis.METADATA] = apis.METADATA_RANGE
+            table.update(registry_admin.KEYS)
         for key, row in apis.SERVED.items():
             table[key] = (row.min_version, row.max_version)
         if self.listener.txn is not None:
@@ -215,6 +220,11 @@ class KafkaApis:
         if key == describe_partitions.KEY:  # guarded
             return await describe_partitions.serve(
                 conn, version, correlation_id, client_id, entity, frame
+            )
+        if key in registry_admin.KEYS:  # coordinator-only mode (served_versions)
+            values = await registry_admin.serve(self.listener.service, key, version, entity, caller)
+            return wire.frame(
+                key, version, correlation_id, wire.build(wire.response_class(key, version), values)
             )
         if key == apis.METADATA:
             values = await self.metadata(entity, version, caller)

@@ -240,9 +240,10 @@ class AdminServiceServicer:
         Errors (per topic in results[].error_code, or request-level):
         0 NONE
         -1 UNKNOWN_SERVER_ERROR
-        29 TOPIC_AUTHORIZATION_FAILED    per topic: no DELETE on it
+        29 TOPIC_AUTHORIZATION_FAILED    per topic: no DELETE on it nor on the cluster
         15 COORDINATOR_NOT_AVAILABLE
-        3 UNKNOWN_TOPIC_OR_PARTITION     unknown topic
+        3 UNKNOWN_TOPIC_OR_PARTITION     unknown topic (also refused DELETE when the caller
+        may DESCRIBE it, as Kafka)
         42 INVALID_REQUEST               duplicate name in the request
         7 REQUEST_TIMED_OUT             the cluster log write did not complete within timeout_ms
         (absent: offsets.commit.timeout.ms);

@@ -31,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, cast
 
 from coordinator.core.errors import (
@@ -350,7 +350,11 @@ class TopicFeed:
     # ------------------------------------------------------------ topic administration
 
     async def create_topics(
-        self, topics: Sequence[NewTopic], *, timeout_ms: int | None = None
+        self,
+        topics: Sequence[NewTopic],
+        *,
+        timeout_ms: int | None = None,
+        validate_only: bool = False,
     ) -> list[TopicResult]:
         dup = _duplicates([t.name for t in topics])
         answers: dict[int, TopicResult] = {}
@@ -394,7 +398,7 @@ class TopicFeed:
                     for _i, t in send
                 ],
                 timeout=ADMIN_TIMEOUT_MS if timeout_ms is None else timeout_ms,
-                validate_only=False,
+                validate_only=validate_only,
             )
             resp = await self._call(req)
             by_name = {r.name: r for r in resp.topics}
@@ -419,12 +423,20 @@ class TopicFeed:
                     topic_id=topic_id_of(getattr(r, "topic_id", None)),
                     num_partitions=max(0, getattr(r, "num_partitions", t.num_partitions)),
                 )
-            await self._settle(answers)
+            if not validate_only:
+                await self._settle(answers)
         return [answers[i] for i in range(len(topics))]
 
     async def create_partitions(
-        self, requests: Sequence[tuple[str, int]], *, timeout_ms: int | None = None
+        self,
+        requests: Sequence[tuple[str, int]],
+        *,
+        timeout_ms: int | None = None,
+        validate_only: bool = False,
+        assignments: Mapping[str, int] | None = None,
     ) -> list[TopicResult]:
+        if assignments:  # only a Kafka request has them, and it goes to the broker whole
+            raise InvalidRequestError("Manual assignments are given to the broker directly.")
         dup = _duplicates([name for name, _c in requests])
         answers: dict[int, TopicResult] = {}
         send: list[tuple[int, str, int]] = []
@@ -445,7 +457,7 @@ class TopicFeed:
                     wire.request_class(CREATE_PARTITIONS, version),
                     topics=[{"name": n, "count": c, "assignments": None} for _i, n, c in send],
                     timeout=ADMIN_TIMEOUT_MS if timeout_ms is None else timeout_ms,
-                    validate_only=False,
+                    validate_only=validate_only,
                 )
             )
             by_name = {r.name: r for r in resp.results}
@@ -460,7 +472,8 @@ class TopicFeed:
                     if code == ErrorCode.NONE
                     else (r.error_message if r is not None else "No answer from the upstream."),
                 )
-            await self._settle(answers)
+            if not validate_only:
+                await self._settle(answers)
         return [answers[i] for i in range(len(requests))]
 
     async def delete_topics(
