@@ -50,6 +50,7 @@ def register(commands: Commands) -> None:
         "separated by ';', each a ','-separated list of racks, given to partitions 0, 1, 2... "
         "in turn and repeating (e.g. 'a,b;b,c;c,a'; an empty entry: unknown racks)",
     )
+    _add_validate_flag(t)
     add_write_timeout_flag(t)
     add_client_flags(t)
     t = tsub.add_parser("list", help="every registered topic: name, id, partitions (racks)")
@@ -69,8 +70,17 @@ def register(commands: Commands) -> None:
         metavar="N",
         help="the new total number of partitions",
     )
+    _add_validate_flag(t)
     add_write_timeout_flag(t)
     add_client_flags(t)
+
+
+def _add_validate_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--validate-only",
+        action="store_true",
+        help="check the change as the coordinator would make it, change nothing",
+    )
 
 
 def write_timeout(args: argparse.Namespace) -> dict[str, int]:
@@ -135,7 +145,11 @@ def cmd_topics(args: argparse.Namespace) -> int:
                 ).items():
                     topic.replica_racks.add(partitions=partitions, racks=racks)
             resp = call(
-                stub.CreateTopics, admin_pb2.CreateTopicsRequest(topics=[topic], **bound), args
+                stub.CreateTopics,
+                admin_pb2.CreateTopicsRequest(
+                    topics=[topic], validate_only=args.validate_only, **bound
+                ),
+                args,
             )
             results = [
                 {
@@ -151,7 +165,11 @@ def cmd_topics(args: argparse.Namespace) -> int:
                 resp,
                 results,
                 lambda r: (
-                    f"Created topic {r['name']} ({r['topic_id']}, {r['num_partitions']} partitions)."
+                    f"Validated topic {r['name']} ({r['num_partitions']} partitions; nothing"
+                    " created)."
+                    if args.validate_only
+                    else f"Created topic {r['name']} ({r['topic_id']}, {r['num_partitions']}"
+                    " partitions)."
                 ),
             )
         if args.topics_command == "delete":
@@ -176,6 +194,7 @@ def cmd_topics(args: argparse.Namespace) -> int:
                         name=args.name, count=args.count
                     )
                 ],
+                validate_only=args.validate_only,
                 **bound,
             )
             resp = call(stub.CreatePartitions, req, args)
@@ -188,7 +207,15 @@ def cmd_topics(args: argparse.Namespace) -> int:
                 for t in resp.results
             ]
             return _results(
-                args, resp, results, lambda r: f"Topic {r['name']} now has {r['count']} partitions."
+                args,
+                resp,
+                results,
+                lambda r: (
+                    f"Validated: topic {r['name']} can have {r['count']} partitions (nothing"
+                    " changed)."
+                    if args.validate_only
+                    else f"Topic {r['name']} now has {r['count']} partitions."
+                ),
             )
     raise UsageError("topics: choose create, list, delete or add-partitions")
 

@@ -231,6 +231,7 @@ def new_topics_from_proto(req: admin_pb2.CreateTopicsRequest) -> TopicChanges[Ne
             for t in req.topics
         ],
         timeout_ms=_timeout_ms(req),
+        validate_only=req.validate_only,
     )
 
 
@@ -263,7 +264,9 @@ def create_partitions_from_proto(
     req: admin_pb2.CreatePartitionsRequest,
 ) -> TopicChanges[tuple[str, int]]:
     return TopicChanges(
-        entries=[(t.name, t.count) for t in req.topics], timeout_ms=_timeout_ms(req)
+        entries=[(t.name, t.count) for t in req.topics],
+        timeout_ms=_timeout_ms(req),
+        validate_only=req.validate_only,
     )
 
 

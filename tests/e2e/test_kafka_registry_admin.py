@@ -452,3 +452,44 @@ def test_real_clients_administer_the_registry(server: KafkaServer) -> None:
         assert "rc-kp" not in registry(server)
     finally:
         kp.close()
+
+
+def test_validate_only_over_grpc_and_the_cli(server: KafkaServer) -> None:
+    """gRPC CreateTopics / CreatePartitions take validate_only too (``kip848 topics create`` and
+    ``add-partitions --validate-only``): answered as the change would be, nothing changed."""
+    from conftest import run_cli
+
+    Topic = admin_pb2.CreateTopicsRequest.CreatableTopic
+    asked = [Topic(name="vo-a", num_partitions=3), Topic(name="vo-b", num_partitions=0)]
+    resp = server.admin.CreateTopics(
+        admin_pb2.CreateTopicsRequest(topics=asked, validate_only=True), timeout=10
+    )
+    assert [(t.name, t.error_code, t.num_partitions) for t in resp.topics] == [
+        ("vo-a", 0, 3),
+        ("vo-b", INVALID_PARTITIONS, 0),
+    ]
+    assert resp.topics[0].topic_id != bytes(16) and resp.topics[1].topic_id == bytes(16)
+    assert "vo-a" not in registry(server)
+    flags = ("--bootstrap-server", server.grpc_address)
+    out = run_cli("topics", "create", "vo-c", "--partitions", "2", "--validate-only", *flags)
+    assert (out.returncode, out.stdout) == (
+        0,
+        "Validated topic vo-c (2 partitions; nothing created).\n",
+    )
+    assert "vo-c" not in registry(server)
+    assert run_cli("topics", "create", "vo-c", "--partitions", "2", *flags).returncode == 0
+    out = run_cli("topics", "add-partitions", "vo-c", "--count", "4", "--validate-only", *flags)
+    assert (out.returncode, out.stdout) == (
+        0,
+        "Validated: topic vo-c can have 4 partitions (nothing changed).\n",
+    )
+    out = run_cli("topics", "add-partitions", "vo-c", "--count", "1", "--validate-only", *flags)
+    assert out.returncode == 1
+    assert "The topic vo-c currently has 2 partition(s); 1 would not be an increase." in out.stderr
+    Grow = admin_pb2.CreatePartitionsRequest.CreatePartitionsTopic
+    resp = server.admin.CreatePartitions(
+        admin_pb2.CreatePartitionsRequest(topics=[Grow(name="vo-c", count=5)], validate_only=True),
+        timeout=10,
+    )
+    assert [(r.name, r.error_code) for r in resp.results] == [("vo-c", 0)]
+    assert registry(server)["vo-c"] == 2

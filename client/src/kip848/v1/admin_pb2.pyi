@@ -628,10 +628,15 @@ class CreateTopicsRequest(_message.Message):
 
     TOPICS_FIELD_NUMBER: _builtins.int
     TIMEOUT_MS_FIELD_NUMBER: _builtins.int
+    VALIDATE_ONLY_FIELD_NUMBER: _builtins.int
     timeout_ms: _builtins.int
     """How long the answer waits for the write to the cluster log, in ms (Kafka's timeoutMs),
     from the request's arrival; past it, the request is answered REQUEST_TIMED_OUT (7, in
     error_code) and the write goes on. Absent: the server's offsets.commit.timeout.ms; 0 or less: no wait.
+    """
+    validate_only: _builtins.bool
+    """Each topic answered as it would be (its id a fresh one), nothing created (Kafka's
+    validateOnly).
     """
     @_builtins.property
     def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___CreateTopicsRequest.CreatableTopic]: ...
@@ -640,10 +645,11 @@ class CreateTopicsRequest(_message.Message):
         *,
         topics: _abc.Iterable[Global___CreateTopicsRequest.CreatableTopic] | None = ...,
         timeout_ms: _builtins.int | None = ...,
+        validate_only: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_timeout_ms", b"_timeout_ms", "timeout_ms", b"timeout_ms"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_timeout_ms", b"_timeout_ms", "timeout_ms", b"timeout_ms", "topics", b"topics"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_timeout_ms", b"_timeout_ms", "timeout_ms", b"timeout_ms", "topics", b"topics", "validate_only", b"validate_only"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__timeout_ms: _TypeAlias = _typing.Literal["timeout_ms"]  # noqa: Y015
     _WhichOneofArgType__timeout_ms: _TypeAlias = _typing.Literal["_timeout_ms", b"_timeout_ms"]  # noqa: Y015
@@ -666,7 +672,7 @@ class CreateTopicsResponse(_message.Message):
         NUM_PARTITIONS_FIELD_NUMBER: _builtins.int
         name: _builtins.str
         topic_id: _builtins.bytes
-        """The id of the created topic (empty on error)."""
+        """The id of the created topic (all-zero on error: no id)."""
         error_code: _builtins.int
         error_message: _builtins.str
         num_partitions: _builtins.int
@@ -739,11 +745,14 @@ class CreatePartitionsRequest(_message.Message):
 
     TOPICS_FIELD_NUMBER: _builtins.int
     TIMEOUT_MS_FIELD_NUMBER: _builtins.int
+    VALIDATE_ONLY_FIELD_NUMBER: _builtins.int
     timeout_ms: _builtins.int
     """How long the answer waits for the write to the cluster log, in ms (Kafka's timeoutMs),
     from the request's arrival; past it, the request is answered REQUEST_TIMED_OUT (7, in
     error_code) and the write goes on. Absent: the server's offsets.commit.timeout.ms; 0 or less: no wait.
     """
+    validate_only: _builtins.bool
+    """Each topic answered as it would be, nothing changed (Kafka's validateOnly)."""
     @_builtins.property
     def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___CreatePartitionsRequest.CreatePartitionsTopic]: ...
     def __init__(
@@ -751,10 +760,11 @@ class CreatePartitionsRequest(_message.Message):
         *,
         topics: _abc.Iterable[Global___CreatePartitionsRequest.CreatePartitionsTopic] | None = ...,
         timeout_ms: _builtins.int | None = ...,
+        validate_only: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_timeout_ms", b"_timeout_ms", "timeout_ms", b"timeout_ms"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_timeout_ms", b"_timeout_ms", "timeout_ms", b"timeout_ms", "topics", b"topics"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_timeout_ms", b"_timeout_ms", "timeout_ms", b"timeout_ms", "topics", b"topics", "validate_only", b"validate_only"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__timeout_ms: _TypeAlias = _typing.Literal["timeout_ms"]  # noqa: Y015
     _WhichOneofArgType__timeout_ms: _TypeAlias = _typing.Literal["_timeout_ms", b"_timeout_ms"]  # noqa: Y015
@@ -858,7 +868,7 @@ class DeleteTopicsResponse(_message.Message):
         ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
         name: _builtins.str
         topic_id: _builtins.bytes
-        """The id of the deleted topic (empty on error)."""
+        """The id of the deleted topic (all-zero on error: no id)."""
         error_code: _builtins.int
         error_message: _builtins.str
         def __init__(
