@@ -15,6 +15,7 @@ any of its answers is released.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from coordinator.core.commands import IdSource
 from coordinator.core.config import GroupCoordinatorConfig
@@ -26,7 +27,7 @@ class CommittedCluster:
     """The cluster-level state machine fed durable records only (see the module doc): its
     ``registry`` (topics), ``security`` (ACLs, SCRAM credentials) and ``group_configs``."""
 
-    __slots__ = ("group_configs", "keys", "loaded", "registry", "security")
+    __slots__ = ("group_configs", "loaded", "records", "registry", "security")
 
     def __init__(
         self, ids: IdSource, *, default_num_partitions: int, config: GroupCoordinatorConfig
@@ -36,10 +37,10 @@ class CommittedCluster:
         )
         self.group_configs = group_configs_of(self.registry)
         self.registry.undo.enabled = False  # durable records only: nothing is ever rolled back
-        self.keys: dict[RecordKey, None] = {}
-        """The key of every live record (its latest one no tombstone), in the order they came:
-        what a compacted view lacking them removes (``Partitions`` reloading the cluster
-        log)."""
+        self.records: dict[RecordKey, Any] = {}
+        """The value of every live record by key (its latest one no tombstone), in the order
+        the keys came: what a compacted view is compared with when ``Partitions`` reloads the
+        cluster log (the keys it lacks removed, the values that differ replayed)."""
         self.loaded = False
         """The cluster log is loaded (``loader.load_cluster``): its reads are answered from
         here, while the coordinator partitions still load."""
@@ -47,10 +48,10 @@ class CommittedCluster:
     def replay(self, records: Iterable[Record]) -> None:
         """Apply durable cluster records, in their log's order."""
         replay = self.registry.replay
-        keys = self.keys
+        live = self.records
         for record in records:
             replay(record)
             if record.value is None:
-                keys.pop(record.key, None)
+                live.pop(record.key, None)
             else:
-                keys[record.key] = None
+                live[record.key] = record.value

@@ -38,7 +38,8 @@ Theory of operation:
   view (``RecordStore.load_snapshot``), past the view's last record when the newest entries
   were tombstones. When the journal no longer holds what this node has not applied (journal
   retention removed it), the compacted view is loaded again in place of the node's copy
-  (Kafka's broker loading a metadata snapshot), and the journal followed from its end.
+  (Kafka's broker loading a metadata snapshot: compared with the copy off the loop, only
+  what changed applied on it), and the journal followed from its end.
 """
 
 from __future__ import annotations
@@ -53,12 +54,13 @@ from typing import TYPE_CHECKING, Any
 
 from coordinator.core import codec
 from coordinator.core.errors import CoordinatorError, NotCoordinatorError
-from coordinator.core.records import Record
+from coordinator.core.model import TopicsImage
+from coordinator.core.records import Record, TopicKey
 from coordinator.routing import partition_for
 
 from .collector import free_dropped
 from .leadership import Leadership, PartitionState
-from .loader import LoadStats, ShardLoadStats, load_cluster, load_partition, read_cluster
+from .loader import LoadStats, ShardLoadStats, cluster_changes, load_cluster, load_partition
 from .store import CLUSTER_LOG, Fence, StoreFencedError
 
 if TYPE_CHECKING:
@@ -348,9 +350,12 @@ class Partitions:
         replace this node's copy with the log's compacted view, as a fresh start loads it, and
         go on from the view's end (Kafka's broker fetching a metadata snapshot when the log
         it fell behind on was truncated). The view holds every entry that still counts: what
-        retention removed was superseded by it. The keys the node has and the view lacks
-        (deleted meanwhile) get tombstones; all in one step of the loop: no request sees a
-        mix."""
+        retention removed was superseded by it. A loader thread reads and decodes the view
+        and compares it with copies of this node's (``loader.cluster_changes``): the keys the
+        node has and the view lacks (deleted meanwhile) get tombstones, the records that are
+        new or differ are replayed, the others are the node's already, and the topics' image
+        is built there too. The loop applies those changes in one step: no request sees a
+        mix, and the loop is held for what changed, not for the whole log."""
         driver = self.driver
         log.warning(
             "The cluster log's journal no longer holds offset %d on (journal retention removed "
@@ -358,9 +363,21 @@ class Partitions:
             "this node's topics, ACLs, credentials and group configs.",
             start,
         )
-        end, records = await asyncio.get_running_loop().run_in_executor(
-            self._loader, partial(read_cluster, self.store)
-        )
+        committed = driver.committed
+        assert committed is not None  # the runtime keeps one (runtime/committed.py)
+        # The loader thread reads the node's copy while the loop goes on (no copy of it made
+        # here: a few tens of milliseconds at 200,000 records). Only a durable write of the
+        # cluster log changes that copy, and it moves ``cluster_offset``: then the changes
+        # found are dropped below (or the read fails, the copy changing under it) and the
+        # next round reads again.
+        try:
+            end, records, image = await asyncio.get_running_loop().run_in_executor(
+                self._loader,
+                partial(cluster_changes, self.store, committed.records, committed.registry.topics),
+            )
+        except RuntimeError as exc:  # "dictionary changed size during iteration"
+            log.info("The cluster log's reload read a copy that changed meanwhile: %s", exc)
+            return
         if (
             driver._last_batch.get(driver.shard_count) is not None
             or not driver.active
@@ -368,20 +385,26 @@ class Partitions:
             or end < start
         ):
             return  # a write of its own meanwhile: the next round reads again
-        live = {record.key for record in records}
-        kept = {} if driver.committed is None else driver.committed.keys
-        gone = [Record(key, None) for key in kept if key not in live]
-        self._apply_records([*gone, *records], end)
+        self._apply_records(records, end, image)
 
     def _apply_cluster_entries(self, entries: Sequence[Any]) -> None:
         self._apply_records([codec.decode(e.key, e.value) for e in entries], entries[-1].offset)
 
-    def _apply_records(self, records: list[Record], last: int) -> None:
-        """Apply durable cluster-log ``records`` (others' appends, or a compacted view in
-        place of this node's copy) to the registry and its committed copy, up to ``last``."""
+    def _apply_records(
+        self, records: Sequence[Record], last: int, image: TopicsImage | None = None
+    ) -> None:
+        """Apply durable cluster-log ``records`` (others' appends, or what a compacted view
+        changes in this node's copy) to the registry and its committed copy, up to ``last``.
+        ``image``: the topics' image once they are applied, built off the loop from the
+        topics both registries hold (None: the registry builds it when asked)."""
         driver = self.driver
         registry = driver.registry
-        before = set(registry.image().by_name)
+        present = registry.topics
+        deleted = {
+            r.key.name
+            for r in records
+            if r.value is None and type(r.key) is TopicKey and r.key.name in present
+        }
         undo = registry.undo
         undo.enabled = False
         try:
@@ -391,12 +414,16 @@ class Partitions:
             undo.enabled = True
         if driver.committed is not None:  # durable: another node's appends
             driver.committed.replay(records)
+            if image is not None:
+                driver.committed.registry.install_image(image)
+        if image is not None:
+            registry.install_image(image)
         driver._publish_topics()
         self.cluster_offset = last
         # On the writer's thread: ordered before this node's later appends.
         self.writer.submit(self._adopt_cluster_log, last)
         log.info("Applied %d records of the cluster log (up to offset %d).", len(records), last)
-        gone = sorted(before - set(registry.image().by_name))
+        gone = sorted(name for name in deleted if name not in present)
         if gone:
             for i in self.lead.served():
                 try:

@@ -8,20 +8,23 @@ On the memory store the HA tests share and on PostgreSQL (``load_snapshot`` ther
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 from builders import make_runtime
 from test_server_authorization import ADMIN, EVERY_ACL
 
+from coordinator.core import topics as topics_module
 from coordinator.core.errors import ErrorCode
 from coordinator.core.topics import NewTopic
 from coordinator.factory import group_configs_of
 from coordinator.routing import CLUSTER_LOG
 from coordinator.runtime import CoordinatorRuntime, RuntimeState
+from coordinator.runtime import partitions as partitions_module
 from coordinator.runtime.store import MemoryRecordStore
 from coordinator.security import scram
 from coordinator.security.acls import AclOperation, ResourceType
@@ -145,7 +148,7 @@ class Node:
         return {
             "committed": registry_state(committed.registry),
             "committed security": committed.security.snapshot(),
-            "committed keys": sorted(map(repr, committed.keys)),
+            "committed records": sorted(map(repr, committed.records.items())),
             "registry": registry_state(self.rt.registry),
             "registry security": self.rt.security.snapshot(),
             "decisions": self.decisions(),
@@ -158,6 +161,7 @@ def registry_state(registry: Any) -> dict[str, Any]:
     """A cluster-level state machine's topics and group configs (its security apart)."""
     return {
         "topics": sorted(map(repr, registry.list_topics())),
+        "image": sorted(map(repr, registry.image().by_name.values())),
         "group configs": group_configs_of(registry).snapshot(),
     }
 
@@ -251,12 +255,13 @@ async def before_the_cut(writer: Node) -> None:
 
 
 async def missed(writer: Node, newest: str) -> None:
-    """What the follower misses: an ACL created (dave on d), one changed (alice on a2 from
-    ALLOW to DENY), one deleted (alice on a1); a credential created (dave), one changed
-    (alice's: another password, salt and iteration count), one deleted (bob's); the session
-    timeout changed. ``newest``: the log ends with the deletions (tombstones: its end past
-    the view's last record) or with a change after them."""
+    """What the follower misses: a topic created (n); an ACL created (dave on d), one changed
+    (alice on a2 from ALLOW to DENY), one deleted (alice on a1); a credential created (dave),
+    one changed (alice's: another password, salt and iteration count), one deleted (bob's);
+    the session timeout changed. ``newest``: the log ends with the deletions (tombstones: its
+    end past the view's last record) or with a change after them."""
     s = writer.service
+    await writer.rt.create_topics([NewTopic(name="n", num_partitions=3)])
     await writer.ok(await s.create_acls([acl("dave", "d", AclOperation.DESCRIBE)], ADMIN))
     await writer.ok(await s.delete_acls([acl("alice", "a2")], ADMIN))
     await writer.ok(await s.create_acls([acl("alice", "a2", permission=DENY)], ADMIN))
@@ -284,23 +289,66 @@ async def missed(writer: Node, newest: str) -> None:
         )
 
 
+@dataclass
+class Seen:
+    """What a reload did: the keys the node's registry replayed (on the loop), and the
+    threads the topics' images were built on."""
+
+    loop_thread: threading.Thread
+    replayed: list[Any] = field(default_factory=list)
+    images: list[threading.Thread] = field(default_factory=list)
+
+
+@contextmanager
+def watching_the_reload(node: Node, monkeypatch: pytest.MonkeyPatch) -> Iterator[Seen]:
+    seen = Seen(threading.current_thread())
+    registry = node.rt.registry
+    replay, image_of = registry.replay, topics_module._image_of
+
+    def replayed(record: Any) -> None:
+        seen.replayed.append(record.key)
+        replay(record)
+
+    def built(*args: Any) -> Any:
+        seen.images.append(threading.current_thread())
+        return image_of(*args)
+
+    monkeypatch.setattr(registry, "replay", replayed)
+    monkeypatch.setattr(topics_module, "_image_of", built)
+    try:
+        yield seen
+    finally:
+        monkeypatch.undo()
+
+
 @pytest.mark.parametrize("newest", ["tombstones", "a change after the deletions"])
 async def test_acls_and_credentials_after_a_reload_equal_a_fresh_nodes(
-    open_store: Callable[[], Any], newest: str, caplog: pytest.LogCaptureFixture
+    open_store: Callable[[], Any],
+    newest: str,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     async with node(open_store, 1) as writer, node(open_store, 2) as behind:
         await before_the_cut(writer)
         await behind.follow(writer)
         assert await behind.state() == await writer.state()
         old = await behind.state()
+        had = dict(behind.rt.committed.records)
 
         await missed(writer, newest)
         writer.store.expire_journal(2**62)  # the follower was cut off past the retention
         assert list(writer.store.journal(CLUSTER_LOG, from_offset=0)) == []
-        await behind.follow(writer)  # the journal lacks what it did not apply: it reloads
+        with watching_the_reload(behind, monkeypatch) as seen:
+            await behind.follow(writer)  # the journal lacks what it did not apply: it reloads
         assert "loading the log's compacted view" in caplog.text
         assert behind.rt.state is RuntimeState.ACTIVE
         assert behind.parts.cluster_offset == writer.store.last_offset(CLUSTER_LOG)
+        # Only what changed was replayed on the loop, the topics' image built off it.
+        now = behind.rt.committed.records
+        changed = {k for k in had.keys() | now.keys() if had.get(k) != now.get(k)}
+        assert len(changed) == (9 if newest == "tombstones" else 10)
+        assert sorted(map(repr, seen.replayed)) == sorted(map(repr, changed))
+        assert seen.images and all(t is not seen.loop_thread for t in seen.images)
 
         async with node(open_store, 3) as fresh:
             expected = await fresh.state()
@@ -379,7 +427,7 @@ async def test_a_reload_of_an_empty_view_leaves_nothing_behind(
             expected = await fresh.state()
         got = await behind.state()
         assert got == expected
-        assert got["committed keys"] == [] and got["described"]["acls"] == []
+        assert got["committed records"] == [] and got["described"]["acls"] == []
         assert got["committed security"] == {"acls": [], "credentials": []}
         assert not any(got["decisions"].values())  # ACLs exist nowhere: everything refused
         assert not any(got["credentials"].values())
@@ -405,3 +453,30 @@ async def test_a_log_never_written_is_followed_without_a_reload(
         await first.follow(second)
         assert await first.state() == await second.state()
         assert first.decisions()[("User:alice", "READ", "TOPIC", "t")] is True
+
+
+async def test_a_reload_whose_read_of_the_nodes_copy_failed_reads_again(
+    open_store: Callable[[], Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The loader thread reads the node's copy while the loop goes on; should a write change
+    it meanwhile, the read may fail ("dictionary changed size during iteration"): the
+    reload's round ends without applying anything and the next round reads again."""
+    async with node(open_store, 1) as writer, node(open_store, 2) as behind:
+        await before_the_cut(writer)
+        await behind.follow(writer)
+        await missed(writer, "tombstones")
+        writer.store.expire_journal(2**62)
+        calls: list[int] = []
+        changes = partitions_module.cluster_changes
+
+        def failing_once(*args: Any) -> Any:
+            calls.append(len(calls))
+            if len(calls) == 1:
+                raise RuntimeError("dictionary changed size during iteration")
+            return changes(*args)
+
+        monkeypatch.setattr(partitions_module, "cluster_changes", failing_once)
+        await behind.follow(writer)
+        assert calls == [0, 1]
+        async with node(open_store, 3) as fresh:
+            assert await behind.state() == await fresh.state()
