@@ -148,8 +148,6 @@ async def _reload_as_it_was(self: Any, start: int) -> None:
 
 
 async def _run(entries: int, mode: str) -> dict[str, Any]:
-    import gc
-
     from assignors.uniform import UniformAssignor
     from coordinator.core.config import parse_config
     from coordinator.routing import CLUSTER_LOG
@@ -193,7 +191,6 @@ async def _run(entries: int, mode: str) -> dict[str, Any]:
     loop.call_at(handle_due, tick, handle_due)
     await asyncio.sleep(0.05)
     base, watched = max(lateness), len(lateness)
-    gc_frozen = gc.get_freeze_count()
     t0 = time.perf_counter()
     parts.follow_cluster_log(store.last_offset(CLUSTER_LOG))
     await parts.caught_up()
@@ -207,7 +204,6 @@ async def _run(entries: int, mode: str) -> dict[str, Any]:
         "stall_cpu_ms": max(busy[watched:]) * 1e3,
         "baseline_ms": base * 1e3,
         "reload_ms": reload_s * 1e3,
-        "frozen": gc_frozen,
         "caught_up": parts.cluster_offset == store.last_offset(CLUSTER_LOG),
     }
     fresh = node()
@@ -241,7 +237,6 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--entries", default="10000,100000", help="topics (and as many ACLs)")
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--label", default="", help="what the rows measure (e.g. a commit)")
     ap.add_argument("--no-doc", action="store_true")
     ap.add_argument("--child", nargs=2, metavar=("ENTRIES", "MODE"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -299,8 +294,7 @@ def main(argv: list[str] | None = None) -> None:
         f"## Reloading the cluster log (`{cmd}`)\n\n"
         f"{machine()}; load average {load_before:.1f} at the start, "
         f"{os.getloadavg()[0]:.1f} at the end, {time.perf_counter() - started:.0f} s in all "
-        "(the 2 cores are shared with other work: the stalls are wall time, rough). "
-        f"{args.label}\n\n"
+        "(the 2 cores are shared with other work: the stalls are wall time, rough).\n\n"
         "A node behind the cluster log past journal retention loads the log's compacted view "
         "in place of its copy (docs/ha.md). The log holds N topics and N ACLs and 100 SCRAM "
         f"credentials; {CHURN:.0%} of the topics and ACLs were deleted and as many created "
