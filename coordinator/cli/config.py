@@ -209,7 +209,8 @@ def gather_settings(
             if name not in known and not is_server_setting(name):
                 raise UsageError(
                     f"{setting.origin}: unknown configuration '{name}' (known: "
-                    f"{', '.join(sorted(known))}; a Kafka server.properties goes to "
+                    f"{', '.join(sorted(known))}, and the listeners' and their security "
+                    "settings of docs/security.md; a Kafka server.properties goes to "
                     "--server-properties, which ignores keys that are not the coordinator's)"
                 )
         _merge(settings, from_file)

@@ -83,9 +83,14 @@ def test_config_file_is_strict(tmp_path: Path, capsys: pytest.CaptureFixture[str
     err = capsys.readouterr().err
     assert err.startswith(f"kip848 serve: {path}:3: unknown configuration 'log.dirs' (known: "), err
     assert err.rstrip().endswith(
-        "a Kafka server.properties goes to --server-properties, which ignores keys that are not "
+        ", and the listeners' and their security settings of docs/security.md; a Kafka "
+        "server.properties goes to --server-properties, which ignores keys that are not "
         "the coordinator's)"
     )
+    # The listeners and their security are the coordinator's settings too (docs/operations.md,
+    # "Configuration"): a file naming them is taken.
+    path.write_text("listeners=PLAINTEXT://127.0.0.1:0\ngroup.coordinator.shards=2\n")
+    assert build_config(str(path), []).offsets_topic_partitions == 2
 
 
 def test_the_servers_own_settings_are_accepted_and_left_to_it(tmp_path: Path) -> None:
