@@ -343,6 +343,14 @@ def _jaas_credentials(text: str) -> tuple[str, str]:
 def parse_security(settings: Mapping[str, str], flags: Flags, *, upstream: bool) -> Security:
     """The listeners' security (see the module doc). ``upstream``: a ``--kafka-upstream`` is
     configured."""
+    for name in settings:
+        prefixed = _PREFIXED.match(name)
+        if prefixed is not None and prefixed.group(2).startswith("sasl.oauthbearer."):
+            raise SecurityConfigError(
+                f"{name}: the sasl.oauthbearer.* settings are one for every listener and for "
+                f"gRPC's bearer tokens: give {prefixed.group(2)} without the "
+                f"listener.name.{prefixed.group(1)}. prefix"
+            )
     s = _Settings(settings, flags)
     protocol_map = _protocol_map(s.get("listener.security.protocol.map"))
 

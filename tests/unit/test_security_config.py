@@ -186,6 +186,19 @@ def test_upstream_security_and_passthrough() -> None:
             False,
             "ssl.principal.mapping.rules (listener GRPC): Invalid rule",
         ),
+        (  # one JWKS for every listener and gRPC: a listener's own would be ignored
+            {
+                "listeners": "CLIENTS://127.0.0.1:0",
+                "listener.security.protocol.map": "CLIENTS:SASL_PLAINTEXT",
+                "listener.name.clients.sasl.enabled.mechanisms": "OAUTHBEARER",
+                "listener.name.clients.sasl.oauthbearer.jwks.endpoint.url": "file:///j.json",
+            },
+            Flags(),
+            False,
+            "listener.name.clients.sasl.oauthbearer.jwks.endpoint.url: the sasl.oauthbearer.* "
+            "settings are one for every listener and for gRPC's bearer tokens: give "
+            "sasl.oauthbearer.jwks.endpoint.url without the listener.name.clients. prefix",
+        ),
         ({"kafka.upstream.security.protocol": "SSL"}, Flags(), False, "no --kafka-upstream"),
         (
             {"kafka.upstream.security.protocol": "SASL_PLAINTEXT"},
