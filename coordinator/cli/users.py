@@ -88,8 +88,13 @@ def read_password(args: argparse.Namespace) -> str:
             raise UsageError(
                 "no terminal to ask the password on: use --password-stdin or --password-file"
             )
-        password = getpass.getpass(f"Password for {args.name}: ")
-        if getpass.getpass("Again: ") != password:
+        try:
+            password = getpass.getpass(f"Password for {args.name}: ")
+            again = getpass.getpass("Again: ")
+        except EOFError:  # Ctrl-D at the prompt: end its line, then say why
+            print(file=sys.stderr)
+            raise UsageError("no password given (end of input at the prompt)") from None
+        if again != password:
             raise UsageError("the two passwords differ")
     if not password:
         raise UsageError("the password must not be empty")

@@ -172,3 +172,62 @@ def test_serve_warns_which_listeners_are_open(tmp_path: Path) -> None:
         assert "allow.everyone.if.no.acl.found=true: no ACLs restrict them" in warning
     finally:
         server.stop()
+
+
+def at_a_terminal(argv: list[str], answers: list[bytes]) -> tuple[int, str]:
+    """``kip848 ARGV`` on a pseudo-terminal, each of ``answers`` typed once its prompt (a line
+    ending in ": ") is shown: its exit code and everything it wrote there. Bounded waits."""
+    import pty
+    import select
+    import time
+
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: the command, this checkout first
+        os.environ["PYTHONPATH"] = str(REPO)
+        os.execv(sys.executable, [sys.executable, "-m", "coordinator.cli", *argv])
+    seen = b""
+    deadline = time.monotonic() + 60
+    pending = list(answers)
+    answered = 0  # how much had been shown when the last prompt was answered
+    while time.monotonic() < deadline:
+        if pending and len(seen) > answered and seen.endswith(b": "):
+            os.write(fd, pending.pop(0))
+            answered = len(seen)
+        if not select.select([fd], [], [], 0.2)[0]:
+            continue
+        try:
+            data = os.read(fd, 4096)
+        except OSError:  # the child exited and closed the terminal
+            break
+        if not data:
+            break
+        seen += data
+    _pid, status = os.waitpid(pid, 0)
+    os.close(fd)
+    return os.waitstatus_to_exitcode(status), seen.decode().replace("\r\n", "\n")
+
+
+def test_the_password_prompt(tmp_path: Path) -> None:
+    """docs/operations.md's ``users add`` at a terminal, and an end of input at its prompt: a
+    refusal (exit 2), never a traceback (it was an EOFError's)."""
+    server = ServerProcess(tmp_path / "data")
+    at = ["--bootstrap-server", server.address]
+    try:
+        argv = ["users", "add", "alice", "--mechanism", "SCRAM-SHA-512", "--iterations", "8192"]
+        assert at_a_terminal([*argv, *at], [b"s3cret\n", b"s3cret\n"]) == (
+            0,
+            "Password for alice: \nAgain: \nUser alice: SCRAM-SHA-512 set.\n",
+        )
+        assert at_a_terminal(["users", "add", "bob", *at], [b"\x04"]) == (
+            2,
+            "Password for bob: \nkip848 users: no password given (end of input at the prompt)\n",
+        )
+        assert at_a_terminal(["users", "add", "bob", *at], [b"pw\n", b"\x04"]) == (
+            2,
+            "Password for bob: \nAgain: \n"
+            "kip848 users: no password given (end of input at the prompt)\n",
+        )
+        listed = run_cli("users", "list", *at)
+        assert listed.stdout.splitlines()[1:] == ["alice  SCRAM-SHA-512  8192"], listed
+    finally:
+        assert server.stop() == 0, server.stderr_text()
