@@ -17,7 +17,8 @@ composes it (``driver.py``): wake-ups are the host's ``call_later``.
   durable (it may land after a newer tenure loaded the partition and armed its own timers,
   Kafka's onLoaded) nor when it fails. The new state machine arms what its state needs.
 * A timer whose command or write failed fires again :data:`TIMER_RETRY_MS` later, unless its
-  key was armed again meanwhile.
+  key was armed again meanwhile, or its partition's state machine was replaced since it fired
+  (a write of the old one failing after the partition was taken again: not the new one's).
 * :data:`EXPIRE_OFFSETS`: every ``offsets.retention.check.interval.ms`` each shard expires
   offsets; the next run is armed before this one runs.
 * Stall watch (the engine, system clock): a loop that did not run for more than
@@ -291,11 +292,16 @@ class Timers:
         except Exception:  # noqa: BLE001 - logged by execute; a timer must not kill the loop
             return None
         if batch is not None:
-            batch.then.append(partial(self._retry_if_failed, due))
+            batch.then.append(partial(self._retry_if_failed, due, driver.shards[index]))
         return batch
 
-    def _retry_if_failed(self, due: DueTimer, error: BaseException | None) -> None:
-        if error is not None:
+    def _retry_if_failed(self, due: DueTimer, machine: Any, error: BaseException | None) -> None:
+        """The write of ``due``'s firing on ``machine`` (its partition's state machine then)
+        resolved. Failed, it is retried, unless the partition's state machine was replaced
+        meanwhile (dropped, perhaps taken again and loaded at a newer epoch): the timer was
+        the old one's, and the new one armed what its state needs (Kafka's onLoaded)."""
+        index = partition_for(due.key[1], self._driver.shard_count)
+        if error is not None and self._driver.shards[index] is machine:
             self._retry(due)
 
     def _retry(self, due: DueTimer) -> None:

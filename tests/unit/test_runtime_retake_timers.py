@@ -32,7 +32,8 @@ from coordinator.routing import partition_for
 from coordinator.runtime import CoordinatorRuntime, ManualClock
 from coordinator.runtime.store import MemoryRecordStore, StoredRecord
 from coordinator.runtime.timing import EXPIRE_OFFSETS
-from legacy_bridge.common import CLASSIC_SESSION
+from legacy_bridge import messages as cm
+from legacy_bridge.common import CLASSIC_SESSION, MIXED_JOIN
 
 P = 4
 G = "g"
@@ -220,4 +221,61 @@ async def test_a_dropped_partitions_timer_operations_in_a_failed_write_are_dropp
     assert timers_of(rt, G, GP) == {}
     assert timers_of(rt, h, hp) == h_before
     assert (REBALANCE, G, "a") not in rt.timers.keys()  # noqa: SIM118 - a TimerTable
+    await rt.close()
+
+
+async def test_a_timer_whose_write_failed_after_the_reload_is_not_retried_there() -> None:
+    """A consumer group upgraded from a classic one (A and B classic members, K a KIP-848 one):
+    A and B are told to rejoin, each within its rebalance timeout (a timer). They do not, the
+    timers fire and fence both; the append of that is held up in the store while the node's
+    deadline passes, the partition is dropped, taken again at epoch 2 and loaded (A and B
+    members still, each with a full session, no rejoin timer: as a fresh node loads them), and
+    then the append is refused as epoch 1's. A failed timer is retried 500 ms later, as Kafka
+    retries a failed timer write — but not into the new tenure: its state machine armed what
+    it needs (before: both rejoin timers came back and fenced A and B half a second after the
+    load)."""
+    shared = MemoryRecordStore(partitions=P)
+    key, value = codec.encode(classic_record())  # A and B, generation 5, topic foo
+    shared.append([StoredRecord(key, value, CG)], 1)
+    rt, parts = await leading(shared, 1, CP, 1)
+    assert isinstance(rt.clock, ManualClock)
+    await rt.create_topics([NewTopic(name="foo", num_partitions=4)])
+    k = await rt.heartbeat(join(CG, ("foo",), member_id="K"))  # the upgrade
+
+    async def classic_beats() -> list[int]:
+        return [
+            (
+                await rt.classic_heartbeat(
+                    cm.Heartbeat(group_id=CG, generation_id=5, member_id=member)
+                )
+            ).error_code
+            for member in ("A", "B")
+        ]
+
+    assert await classic_beats() == [27, 27]  # REBALANCE_IN_PROGRESS: rejoin within 60 s
+    assert {k[0] for k in timers_of(rt, CG, CP)} >= {MIXED_JOIN}
+    await rt.advance_time(40_000)
+    assert await classic_beats() == [27, 27]  # their sessions go on; they do not rejoin
+    await rt.heartbeat(beat(CG, "K", k.member_epoch))
+    shared.hold_appends()
+    now = rt.clock.advance(20_000)
+    fired = []
+    while (due := rt.timers.pop_due(now)) is not None:
+        fired.append(due.key)
+        rt.driver.fire(due, now)
+    assert fired == [(MIXED_JOIN, CG, "A"), (MIXED_JOIN, CG, "B")]
+    await asyncio.sleep(0.05)  # the append of the fencing, held
+    parts.lose_partition(CP)  # the node's deadline passed
+    for _ in range(5):
+        await asyncio.sleep(0)
+    shared.set_leader(CP, 1, 2)
+    await parts.load_partition(CP, 2)
+    shared.release_appends()  # refused: written under epoch 1
+    for _ in range(20):
+        await asyncio.sleep(0.005)
+    expected = await fresh_timers(shared, rt.clock.now_ms(), CG, CP)
+    assert MIXED_JOIN not in {k[0] for k in expected}
+    assert timers_of(rt, CG, CP) == expected
+    await rt.advance_time(1_000)
+    assert await classic_beats() == [27, 27]  # members still, told to rejoin again
     await rt.close()
