@@ -189,14 +189,15 @@ class GrpcServicer:
             raise  # abort raises; never reached
 
     async def run(self, row: Rpc, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        # Audited (admin) RPCs, every RPC while tracing, and every RPC while an ACL names a
-        # host, need the client id and address.
+        # Audited (admin) RPCs, every RPC while tracing, and every RPC while ACLs are in force
+        # (a decision may need the host; a refusal's audit line names the client id and
+        # address, as Kafka's authorizer logs them) need the client id and address.
         observer = self.service.observer
         identity = (
             row.needs_identity
             or row.audit
             or (observer is not None and observer.wants_trace_context())
-            or self.service.authorizer.needs_host
+            or not self.service.authorizer.open
         )
         caller = await self.authenticated_caller(context, identity)
         try:

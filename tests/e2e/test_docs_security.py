@@ -19,6 +19,8 @@ from conftest import ServerProcess
 from jwks import TokenIssuer
 from kafka_support import KafkaClient, request
 
+from kip848.v1 import common_pb2, consumer_group_pb2
+
 ROOT = Path(__file__).resolve().parents[2]
 DOC = (ROOT / "docs" / "security.md").read_text()
 
@@ -90,3 +92,50 @@ def test_the_listener_and_command_config_examples(tmp_path: Path) -> None:
         assert len(audit) == 1 and "principal=User:ops" in audit[0], audit
     finally:
         assert server.stop() == 0, server.stderr_text()
+
+
+def test_a_refusal_over_grpc_is_audited_with_its_client(tmp_path: Path) -> None:
+    """Section 9: every refusal is an audit line naming who was refused, from where. Over gRPC
+    the client id and address were left empty unless some ACL named a host (the server reads
+    a call's metadata only when it needs it)."""
+    server = ServerProcess(tmp_path / "data")
+    try:
+        server.create_topic("orders", 1)
+        acl = "--allow-principal User:alice --operation Read --group payments"
+        done = subprocess.run(
+            [sys.executable, "-m", "coordinator.cli", "acls", "add", *acl.split()]
+            + ["--bootstrap-server", server.address],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=dict(os.environ, PYTHONPATH=str(ROOT)),
+            check=False,
+        )
+        assert done.returncode == 0, done
+        refused = server.heartbeat(
+            "shop-app",
+            group_id="payments",
+            member_id="m1",
+            member_epoch=0,
+            rebalance_timeout_ms=30_000,
+            subscribed_topic_names=common_pb2.TopicNames(names=["orders"]),
+            topic_partitions=common_pb2.TopicPartitionsList(),
+        )
+        assert refused.error_code == 30, refused  # GROUP_AUTHORIZATION_FAILED
+        described = server.groups.ConsumerGroupDescribe(
+            consumer_group_pb2.ConsumerGroupDescribeRequest(group_ids=["payments"]),
+            timeout=10,
+            metadata=(("client-id", "ops-tool"),),
+        )
+        assert described.groups[0].error_code == 30, described
+    finally:
+        assert server.stop() == 0, server.stderr_text()
+    audit = [line for line in server.stderr_text().splitlines() if "authorization_refused" in line]
+    assert [line.partition(" INFO kip848.audit: ")[2] for line in audit] == [
+        "Audit: action=authorization_refused result=GROUP_AUTHORIZATION_FAILED "
+        "client_id=shop-app client_address=127.0.0.1 protocol=grpc principal=User:ANONYMOUS "
+        "rpc=ConsumerGroupHeartbeat operation=READ resource=GROUP:payments",
+        "Audit: action=authorization_refused result=GROUP_AUTHORIZATION_FAILED "
+        "client_id=ops-tool client_address=127.0.0.1 protocol=grpc principal=User:ANONYMOUS "
+        "rpc=ConsumerGroupDescribe operation=DESCRIBE resource=GROUP:payments",
+    ]
