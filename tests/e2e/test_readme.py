@@ -76,3 +76,23 @@ def test_the_readme_main_command_serves_grpc_and_kafka(tmp_path: Path) -> None:
         proc.send_signal(signal.SIGTERM)
         rc = proc.wait(30)
     assert rc == 0, proc.stderr.read().decode() if proc.stderr else rc
+
+
+def test_where_things_are_names_every_package_and_command_module() -> None:
+    """The README's table of the tree names every package of ``coordinator/`` and, in the CLI's
+    row, every sub-command's module (``coordinator/cluster/`` and PostgreSQL, and five of the
+    twelve commands, were missing)."""
+    from coordinator.cli.commands import SUBCOMMANDS
+
+    readme = (ROOT / "README.md").read_text()
+    table = readme.split("## Where things are", 1)[1].split("\n## ", 1)[0]
+    rows = dict(re.findall(r"^\| `([^`]+)` \| (.*) \|$", table, re.M))
+    packages = {
+        f"coordinator/{p.name}/"
+        for p in (ROOT / "coordinator").iterdir()
+        if (p / "__init__.py").is_file()
+    }
+    assert packages - set(rows) == set()
+    cli = rows["coordinator/cli/"]
+    named = set(re.findall(r"`([a-z_]+)`", cli.split("one module per sub-command:", 1)[1]))
+    assert {m.__name__.rpartition(".")[2] for m in SUBCOMMANDS} <= named
