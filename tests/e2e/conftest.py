@@ -17,7 +17,7 @@ from typing import Any
 
 import grpc
 import pytest
-from serve_support import read_lines, ready, wait_serving
+from serve_support import read_lines, ready, release_client_handles, wait_serving
 
 from kip848.v1 import (
     admin_pb2,
@@ -162,6 +162,7 @@ class ServerProcess:
             self._stderr.close()
 
     def stop(self) -> int:
+        release_client_handles()
         if self.proc.poll() is None:
             self.signal(signal.SIGTERM)
         return self.wait()

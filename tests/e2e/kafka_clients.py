@@ -338,6 +338,13 @@ def committed(admin: Any, group: str) -> dict[Partition, int]:
     return {(tp.topic, tp.partition): tp.offset for tp in got[group].result(10).topic_partitions}
 
 
+def close_producer(producer: Any) -> None:
+    """Close a confluent-kafka Producer now, before its broker stops: what it has not delivered
+    (a test that failed) is purged first, so closing never waits for message.timeout.ms."""
+    producer.purge()
+    producer.close()
+
+
 def produce(
     bootstrap: str, topic: str, values: Iterable[str], partitions: int
 ) -> dict[str, tuple[int, int]]:
@@ -356,10 +363,13 @@ def produce(
             delivered[msg.value().decode()] = (msg.partition(), msg.offset())
 
     wanted = list(values)
-    for i, value in enumerate(wanted):
-        producer.produce(topic, value.encode(), partition=i % partitions, on_delivery=report)
-        producer.poll(0)
-    left = producer.flush(DELIVERY_TIMEOUT_S)
+    try:
+        for i, value in enumerate(wanted):
+            producer.produce(topic, value.encode(), partition=i % partitions, on_delivery=report)
+            producer.poll(0)
+        left = producer.flush(DELIVERY_TIMEOUT_S)
+    finally:
+        close_producer(producer)
     assert left == 0 and not failed, (left, failed[:5])
     assert set(delivered) == set(wanted)
     return delivered
@@ -372,11 +382,14 @@ def write_records(address: str, topic: str, counts: dict[int, int]) -> None:
     from confluent_kafka import Producer
 
     producer = Producer({"bootstrap.servers": address, "linger.ms": 5})
-    for last in (False, True):
-        for p, n in counts.items():
-            for i in ([n - 1] if n else []) if last else range(n - 1):
-                producer.produce(topic, f"{topic}-{p}-{i}".encode(), partition=p)
-        assert producer.flush(DELIVERY_TIMEOUT_S) == 0
+    try:
+        for last in (False, True):
+            for p, n in counts.items():
+                for i in ([n - 1] if n else []) if last else range(n - 1):
+                    producer.produce(topic, f"{topic}-{p}-{i}".encode(), partition=p)
+            assert producer.flush(DELIVERY_TIMEOUT_S) == 0
+    finally:
+        close_producer(producer)
 
 
 class BackgroundProducer:
@@ -417,10 +430,16 @@ class BackgroundProducer:
             self.producer.poll(0.02)
 
     def stop(self) -> dict[str, tuple[int, int]]:
-        """Stop, wait for every delivery report (bounded); value -> (partition, offset)."""
+        """Stop, wait for every delivery report (bounded), close the producer; value ->
+        (partition, offset). Again: what it had delivered."""
+        if self._stop.is_set():  # stopped before (a test, then its fixture): closed
+            return dict(self.delivered)
         self._stop.set()
         self.thread.join(timeout=10)
-        left = self.producer.flush(DELIVERY_TIMEOUT_S)
+        try:
+            left = self.producer.flush(DELIVERY_TIMEOUT_S)
+        finally:
+            close_producer(self.producer)  # before its broker stops
         assert left == 0 and not self.failed, (left, self.failed[:5])
         assert len(self.delivered) == self.sent
         return dict(self.delivered)

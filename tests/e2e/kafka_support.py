@@ -22,7 +22,13 @@ from typing import Any
 
 import grpc
 from kio.serial import entity_reader, entity_writer
-from serve_support import START_TIMEOUT_S, read_lines, ready, wait_serving
+from serve_support import (
+    START_TIMEOUT_S,
+    read_lines,
+    ready,
+    release_client_handles,
+    wait_serving,
+)
 
 from kip848.v1 import admin_pb2, admin_pb2_grpc, testing_pb2, testing_pb2_grpc
 
@@ -245,6 +251,7 @@ class KafkaServer:
         return self.stderr_path.read_text(errors="replace")
 
     def stop(self) -> int:
+        release_client_handles()
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
         try:

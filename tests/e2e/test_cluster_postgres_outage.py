@@ -562,6 +562,7 @@ def test_cluster_log_writes_held_up_in_postgresql_are_answered_request_timed_out
         assert "stops serving partitions" not in log, log
         assert "answered REQUEST_TIMED_OUT; the write goes on" in log, log
     finally:
+        admin = None  # librdkafka's handles go before the node they would retry
         nodes.stop_all()
 
 
@@ -639,4 +640,5 @@ def test_metadata_and_cluster_log_reads_are_answered_at_once_behind_a_held_write
             acl_creating.result(timeout=10)
         until(lambda: acls()[0] == [binding], "the held CreateAcls to land")
     finally:
+        admin = writer = None  # librdkafka's handles go before the node they would retry
         nodes.stop_all()

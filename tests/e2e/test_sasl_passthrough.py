@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from certs import TestCa
+from kafka_clients import close_producer
 from kafka_support import KafkaServer, Tansu
 from sasl_upstream import SaslGate
 from test_sasl import auth_error
@@ -99,9 +100,12 @@ def test_confluent_kafka_through_passthrough(stack: Stack) -> None:
     for future in admin.create_topics([NewTopic(TOPIC, 2, 1)], operation_timeout=10).values():
         future.result(timeout=30)
     producer = Producer(scram_config(stack))
-    for i in range(20):
-        producer.produce(TOPIC, value=f"v{i}".encode(), partition=i % 2)
-    assert producer.flush(30) == 0
+    try:
+        for i in range(20):
+            producer.produce(TOPIC, value=f"v{i}".encode(), partition=i % 2)
+        assert producer.flush(30) == 0
+    finally:
+        close_producer(producer)
     consumer = Consumer(
         {
             **scram_config(stack),

@@ -912,6 +912,8 @@ def test_real_clients_refused_as_by_kafka(tmp_path: Path) -> None:
         producer.begin_transaction()
         producer.produce("own-new", b"v", partition=0)
         producer.commit_transaction(30)
-        del refused_producer, producer, admin  # librdkafka's handles go before the listener
     finally:
+        # librdkafka's handles go before the listener, pass or fail (the ExceptionInfos above
+        # keep this frame, and so the handles, alive in a reference cycle).
+        refused_producer = producer = admin = None
         assert stack.stop() == 0, stack.server.stderr_text()

@@ -27,6 +27,7 @@ from typing import Any
 import pytest
 from fake_upstream import FakeCluster
 from kafka.record.memory_records import MemoryRecords, MemoryRecordsBuilder
+from kafka_clients import close_producer
 from kafka_support import KafkaClient, KafkaServer, KafkaStack, create_topics, request
 
 from kip848.v1 import admin_pb2
@@ -594,16 +595,19 @@ def test_producers_get_per_partition_answers(tmp_path: Path) -> None:
         rdkafka = confluent_kafka.Producer(
             {"bootstrap.servers": stack.server.kafka_address, "linger.ms": 200, "retries": 0}
         )
-        for topic, value in [("orders", "r1"), ("audit", "r2"), ("orders", "r3")]:
-            rdkafka.produce(
-                topic,
-                value.encode(),
-                partition=0,
-                on_delivery=lambda err, msg: deliveries.append(
-                    (msg.topic(), msg.value().decode(), err.code() if err else None)
-                ),
-            )
-        assert rdkafka.flush(30) == 0
+        try:
+            for topic, value in [("orders", "r1"), ("audit", "r2"), ("orders", "r3")]:
+                rdkafka.produce(
+                    topic,
+                    value.encode(),
+                    partition=0,
+                    on_delivery=lambda err, msg: deliveries.append(
+                        (msg.topic(), msg.value().decode(), err.code() if err else None)
+                    ),
+                )
+            assert rdkafka.flush(30) == 0
+        finally:
+            close_producer(rdkafka)  # before the stack stops: no handle left retrying it
         assert sorted(deliveries) == [
             ("audit", "r2", confluent_kafka.KafkaError.TOPIC_AUTHORIZATION_FAILED),
             ("orders", "r1", None),
