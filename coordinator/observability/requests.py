@@ -86,8 +86,11 @@ def audit_lines(
     method: str, req: Any, answer: Any, error_code: Callable[[Any], int]
 ) -> list[AuditLine]:
     """(action, details, error code, error message) per resource an administrative RPC acted
-    on; [] for other RPCs (and for a validate-only config change, a member's own commit).
-    ``error_code``: the answer's code (the server's ``RpcInfo.error_code``)."""
+    on; [] for other RPCs (and for a validate-only request — a topic or config change that
+    changes nothing —, a member's own commit). ``error_code``: the answer's code (the
+    server's ``RpcInfo.error_code``)."""
+    if getattr(req, "validate_only", False):
+        return []
     top = int(getattr(answer, "error_code", 0) or 0)
     top_message = getattr(answer, "error_message", None)
     lines: list[AuditLine]
@@ -129,8 +132,6 @@ def audit_lines(
             for name, count in req.entries
         ]
     elif method == "incremental_alter_configs":
-        if req.validate_only:
-            return []
         asked = {(r.resource_type, r.resource_name): r.configs for r in req.resources}
         lines = [
             (

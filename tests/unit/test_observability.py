@@ -681,6 +681,13 @@ def test_audit_lines_of_every_admin_action() -> None:
         Reply(error_code=E.COORDINATOR_LOAD_IN_PROGRESS, error_message="Loading."),
         code,
     ) == [("add_partitions", {"topic": "t", "partitions": 6}, 14, "Loading.")]
+    # A validate-only topic change changes nothing: not audited, as a validate-only config one.
+    for method, entries, result in (
+        ("create_topics", [NewTopic(name="t", num_partitions=3)], TopicResult(name="t")),
+        ("create_partitions", [("t", 6)], TopicResult(name="t")),
+    ):
+        asked = TopicChanges(entries=entries, validate_only=True)
+        assert audit_lines(method, asked, Reply(value=[result]), code) == []
     resource = AlterResource(
         resource_type=16,
         resource_name="g",
