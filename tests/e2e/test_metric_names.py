@@ -82,6 +82,23 @@ def test_a_scrape_passes_promtool_and_sets_export_every_known_value(tmp_path: Pa
     assert samples(text, "kip848_offsets") == {"": 0}
     for old in DEPRECATED_NAMES.values():
         assert not samples(text, old), f"{old} without --metrics-deprecated-names"
+    # docs/operations.md's table lists exactly what a single node exports (the kip848_node_*
+    # and kip848_partition_* series are a node's among several: tests/e2e/test_cluster_*).
+    exported = set(re.findall(r"^# TYPE (kip848_\w+) ", text, re.M))
+    assert documented_metrics() - exported == set()
+    assert exported - documented_metrics() == set()
+
+
+def documented_metrics() -> set[str]:
+    """The metrics of docs/operations.md's table that a single node exports."""
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "operations.md").read_text()
+    table = doc.split("| metric | type | labels | meaning | Kafka |", 1)[1].split("\n\n", 1)[0]
+    names = {
+        name
+        for row in table.splitlines()
+        for name in re.findall(r"`(kip848_\w+)`", row.split(" | ")[0])
+    }
+    return {n for n in names if not n.startswith(("kip848_node_", "kip848_partition_"))}
 
 
 def test_the_deprecated_names_are_aliases_for_one_release(tmp_path: Path) -> None:
