@@ -21,10 +21,10 @@ import pytest
 from coordinator.cli import main
 from coordinator.server.kafka import wire
 from coordinator.server.kafka.listener import KafkaListener
-from coordinator.server.kafka.upstream.broker import Upstream
+from coordinator.server.kafka.upstream.broker import Upstream, UpstreamError
 
-VERSIONS = {0: (3, 9), 1: (4, 13), 3: (1, 12), 19: (2, 7)}
-"""What the silent broker would offer (Produce, Fetch, Metadata, CreateTopics)."""
+VERSIONS = {0: (3, 9), 1: (4, 13), 2: (1, 10), 3: (1, 12), 19: (2, 7)}
+"""What the silent broker would offer (Produce, Fetch, ListOffsets, Metadata, CreateTopics)."""
 
 
 class SilentBroker:
@@ -120,13 +120,15 @@ async def test_a_request_the_upstream_never_answers_closes_both_connections(
 
 
 async def test_a_request_has_its_own_wait_on_top_of_the_timeout() -> None:
-    """A Fetch may wait ``max_wait_ms`` at the broker, a Produce ``timeout_ms``, a CreateTopics
-    ``timeout_ms``: none is cut short before that wait plus the request timeout."""
+    """A Fetch may wait ``max_wait_ms`` at the broker, a Produce, a CreateTopics and a
+    ListOffsets (v10+) ``timeout_ms``: none is cut short before that wait plus the request
+    timeout."""
     cases = [
         (1, 4, {"replica_id": -1, "max_wait": 900, "min_bytes": 1, "max_bytes": 1024}),
         (1, 13, {"replica_id": -1, "max_wait": 900, "min_bytes": 1, "max_bytes": 1024}),
         (0, 9, {"acks": -1, "timeout": 900, "topic_data": []}),
         (19, 5, {"topics": [], "timeout": 900, "validate_only": False}),
+        (2, 10, {"replica_id": -1, "topics": [], "timeout": 900}),
     ]
     for key, version, values in cases:
         broker, listener, port, observed = await start(timeout_ms=200)
@@ -169,3 +171,24 @@ def test_serve_refuses_a_bad_request_timeout(
     err = capsys.readouterr().err
     assert "invalid value 2147483648 for 'kafka.upstream.request.timeout.ms'" in err
     assert "Kafka type INT" in err
+
+
+async def test_the_coordinators_own_requests_wait_as_long_plus_their_own_wait() -> None:
+    """The coordinator's own connection (start-up, the topic feed, gRPC topic administration)
+    waits ``kafka.upstream.request.timeout.ms`` too, plus what the request asks the broker to
+    wait: a CreateTopics of ``timeout_ms`` 900 is not given up after the 200 ms of a Metadata."""
+    broker = SilentBroker()
+    port = await broker.start()
+    client = Upstream(f"127.0.0.1:{port}", request_timeout_ms=200).client
+    try:
+        for entity, least, most in (
+            (wire.build(wire.request_class(3, 1), topics=None), 0.2, 1.0),
+            (wire.build(wire.request_class(19, 5), topics=[], timeout=900), 1.1, 2.5),
+        ):
+            started = time.monotonic()
+            with pytest.raises(UpstreamError, match="to the upstream broker at 127.0.0.1:"):
+                await client.call(entity)
+            assert least <= time.monotonic() - started < most
+    finally:
+        client.close()
+        await broker.stop()

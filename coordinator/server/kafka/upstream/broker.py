@@ -20,7 +20,7 @@ serve itself.
 * Produce with ``acks=0`` has no response: its slot is filled with nothing at once.
 * Every forwarded request is answered within ``kafka.upstream.request.timeout.ms`` (Kafka's
   ``request.timeout.ms``) plus the time the request itself asks the broker to wait (Fetch's
-  ``max_wait_ms``, Produce's ``timeout_ms``, the admin requests' ``timeout_ms``), or its upstream
+  ``max_wait_ms``, Produce's, ListOffsets' and the admin requests' ``timeout_ms``), or its upstream
   connection is closed and the client connection that owns it too (logged, counted as
   REQUEST_TIMED_OUT), as Kafka's NetworkClient drops a connection whose request timed out: the
   client's own retries reconnect, and no connection waits for ever on a broker that accepts and
@@ -57,9 +57,10 @@ CONNECT_TIMEOUT_S = 10.0
 REQUEST_TIMEOUT_S = 30.0  # Kafka's request.timeout.ms
 DEFAULT_REQUEST_TIMEOUT_MS = 30_000
 """``kafka.upstream.request.timeout.ms``: Kafka's ``request.timeout.ms`` default."""
-WAITS_WITH_TIMEOUT = frozenset({19, 20, 21, 37, 43, 45, 46})
-"""CreateTopics, DeleteTopics, DeleteRecords, CreatePartitions, ElectLeaders,
-Alter/ListPartitionReassignments: requests whose ``timeout_ms`` the broker may wait."""
+WAITS_WITH_TIMEOUT = frozenset({2, 19, 20, 21, 37, 43, 45, 46})
+"""ListOffsets (v10+), CreateTopics, DeleteTopics, DeleteRecords, CreatePartitions,
+ElectLeaders, Alter/ListPartitionReassignments: requests whose ``timeout_ms`` the broker may
+wait."""
 MAX_WAIT_MS = 2**31 - 1
 CLIENT_ID = b"kip848-coordinator"
 TOPIC_CHANGING = frozenset({19, 20, 37})
@@ -100,10 +101,13 @@ class UpstreamClient:
         self._session_ends: float | None = None  # KIP-368: sign in again before (monotonic)
 
     async def call(self, entity: Any) -> Any:
-        """Send one request entity; its decoded response."""
+        """Send one request entity; its decoded response. Waited for ``timeout_s`` plus what
+        the request asks the broker to wait (its ``timeout_ms`` or ``max_wait_ms``)."""
         async with self._lock:
             try:
-                return await asyncio.wait_for(self._call(entity), self.timeout_s)
+                return await asyncio.wait_for(
+                    self._call(entity), self.timeout_s + _entity_wait_s(entity)
+                )
             except (OSError, TimeoutError, asyncio.IncompleteReadError, wire.WireError) as exc:
                 self.close()
                 name = wire.api_name(int(type(entity).__api_key__))
@@ -150,6 +154,15 @@ class UpstreamClient:
         if self._writer is not None:
             self._writer.close()
         self._reader = self._writer = None
+
+
+def _entity_wait_s(entity: Any) -> float:
+    """How long a request entity asks the broker to wait (``timeout`` or ``max_wait``), in s."""
+    for name in ("timeout", "max_wait"):
+        value = getattr(entity, name, None)
+        if value is not None and hasattr(value, "total_seconds"):
+            return max(0.0, float(value.total_seconds()))
+    return 0.0
 
 
 class UpstreamTransport:
