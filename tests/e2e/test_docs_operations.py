@@ -182,6 +182,16 @@ def run_examples(s: ServerProcess) -> None:
     assert run_example("kip848 topics create invoices --partitions 12 --validate-only", s) == 0
     assert run_example("kip848 topics add-partitions orders --count 6 --validate-only", s) == 1
     assert run_example("kip848 groups validate-regex pay.*|ord.*", s) == 0
+    # "Each topic command prints ... with --output json, one object per topic": its keys.
+    for argv, keys in (
+        (("create", "t1", "--partitions", "2"), ["name", "topic_id", "num_partitions", "error"]),
+        (("add-partitions", "t1", "--count", "3"), ["name", "count", "error"]),
+        (("delete", "t1", "t2"), ["name", "topic_id", "error"]),
+    ):
+        _code, out = kip848("topics", *argv, "--output", "json", "--bootstrap-server", s.address)
+        shown = json.loads("\n".join(out[: out.index("]") + 1]))
+        assert [list(t) for t in shown] == [keys] * len(shown), shown
+    assert shown[1]["error"] == "UNKNOWN_TOPIC_OR_PARTITION: The topic 't2' does not exist."
 
     # An offsets-only group, and shop's offset 500 on orders-0, then its member A.
     for group, topic, offset in (("audit", "payments:1", "7"), ("shop", "orders:0", "500")):
