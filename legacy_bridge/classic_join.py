@@ -306,9 +306,10 @@ class ClassicJoins:
         now_ms: int,
     ) -> Result[Any]:
         """A static member restarted with a new member id: the old id is fenced. A Stable
-        group it comes back to with the same protocols is not rebalanced; otherwise the member
-        joins a rebalance (always from CompletingRebalance: the leader may have assigned the old
-        id)."""
+        group it comes back to is not rebalanced unless its protocols change the protocol the
+        group would select (Kafka's updateStaticMemberThenRebalanceOrCompleteJoin: other
+        metadata, e.g. another subscription, alone does not); otherwise the member joins a
+        rebalance (always from CompletingRebalance: the leader may have assigned the old id)."""
         gid = group.group_id
         fenced = FencedInstanceIdError(f"Static member {old.member_id} was replaced by {new_id}.")
         if old.join_token is not None:
@@ -322,7 +323,6 @@ class ClassicJoins:
             result.completions.append((old.sync_token, m.SyncGroupResponse(**error_fields(fenced))))
         result.timers.append(CancelTimer((CLASSIC_SESSION, gid, old.member_id)))
         leader = group.leader_id
-        same = old.protocols == tuple(req.protocols)
         group.remove_member(old.member_id)
         # Kafka's replaceStaticMember + updateMember: the new incarnation keeps the old one's
         # client id and host and its assignment, and takes the request's protocols and timeouts.
@@ -340,10 +340,10 @@ class ClassicJoins:
         result.timers.append(
             ArmTimer((CLASSIC_SESSION, gid, new_id), now_ms + req.session_timeout_ms)
         )
-        if group.state is S.STABLE and same:
-            # KIP-345: the same static member is back; no rebalance. Persist the new id. (Kafka
-            # also skips the rebalance when only its protocol metadata changed, as long as the
-            # group's protocol stays: docs/legacy_bridge.md, known gaps.)
+        if group.state is S.STABLE and group.select_protocol() == group.protocol_name:
+            # KIP-345: the same static member is back; no rebalance while the group's protocol
+            # stays (its metadata may differ: a returning leader sees it in the member list,
+            # KIP-814). Persist the new id and the member's protocols.
             self._ctx.emit(result, r.classic_group_record(gid, group.to_record_value()))
             result.response = self._restarted(group, new, leader, req)
             return result

@@ -158,6 +158,21 @@ def assign(protocol: str, members: list[tuple[str, Subscription]], meta: Meta) -
     return out
 
 
+def withheld(
+    members: list[tuple[str, Subscription]], plan: Mapping[str, tuple]
+) -> dict[tuple[str, int], tuple[str, ...]]:
+    """The partitions members claim (``owned_partitions``) that the assignment ``plan`` gives
+    to nobody — held back for their owners' revocation (KIP-429) — each with its claimants."""
+    given = {(name, p) for tps in plan.values() for name, ps in tps for p in ps}
+    out: dict[tuple[str, int], list[str]] = {}
+    for mid, sub in members:
+        for name, ps in sub.owned_partitions:
+            for p in ps:
+                if (name, p) not in given:
+                    out.setdefault((name, p), []).append(mid)
+    return {tp: tuple(sorted(who)) for tp, who in sorted(out.items())}
+
+
 def _one_move(
     target: dict[str, set], eligible: dict[str, list[str]], ids: list[str]
 ) -> tuple | None:
@@ -204,6 +219,9 @@ class ClassicClient:
     # The generation at which, as a static leader back in a Stable group, it was told to skip
     # the assignment (KIP-814); None once it assigns or follows.
     skipped_assignment: int | None = None
+    # Leader, its last assignment: the partitions it gave to nobody because members claimed
+    # them in their subscriptions (KIP-429), (topic name, partition) -> the claimants.
+    withheld: dict[tuple[str, int], tuple[str, ...]] = field(default_factory=dict)
     heartbeat_interval_ms: int = 5_000
     progress: dict[tuple[str, int], int] = field(default_factory=dict)
     server_assignor: str | None = None  # unused (KIP-848 only); keeps the simulator generic
@@ -340,6 +358,7 @@ class ClassicClient:
                     self.skipped_assignment = j.generation_id
                 else:
                     plan = assign(j.protocol_name or RANGE, subs, meta)
+                    self.withheld = withheld(subs, plan)
                     assignments = tuple(
                         (
                             mid,

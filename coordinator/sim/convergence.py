@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from coordinator.core.group import GroupState
+from legacy_bridge.protocol import decode_assignment
 
 from . import invariants as inv
 from .classic_client import ClassicClient
@@ -97,24 +98,34 @@ def group_not_converged(sim: Any, g: Any) -> str:
         for t, ps in c.owned.items():
             for part in ps:
                 owners.setdefault((t, part), []).append(c.member_id)
+    known_partitions = set()
     expected = set()
     subscribed = set()
     for c in clients:
         subscribed |= set(c.topics)
+    live = {n: t.num_partitions for n, t in sim.coord.registry.topics.items()}
     for name in subscribed:
         topic = known.get(name)
         if topic is None:
             continue
         topic_id, count = topic
-        for part in range(count):
-            expected.add((topic_id, part))
+        known_partitions |= {(topic_id, part) for part in range(count)}
+        # A classic group's clients name topics: a partition the metadata it converges to has
+        # but the cluster no longer has (its topic re-created with fewer partitions, or not yet
+        # re-created) is consumed by nobody, in Kafka too. Its owner may still list it (Java's
+        # assignFromSubscribed keeps every assigned partition of a subscribed topic); it is
+        # neither expected nor judged.
+        exists = count if group is not None else min(count, live.get(name, 0))
+        expected |= {(topic_id, part) for part in range(exists)}
+    if group is None:
+        expected -= orphaned_withheld(g, classic, known)
     doubles = sorted(k for k, v in owners.items() if len(v) > 1)
     if doubles:
         return f"partitions owned twice {doubles[:6]}"
     missing = sorted(expected - set(owners))
     if missing:
         return f"unowned partitions {missing[:6]}"
-    extra = sorted(set(owners) - expected)
+    extra = sorted(set(owners) - known_partitions)
     if extra:
         return f"owned partitions of no subscribed topic {extra[:6]}"
     return ""
@@ -167,6 +178,35 @@ def known_topics(sim: Any, g: Any, group: Any, classic: Any) -> dict[str, tuple[
     ):
         return {n: v for n, v in plan if v is not None}
     return topics
+
+
+def orphaned_withheld(
+    g: Any, classic: Any, known: dict[str, tuple[str, int]]
+) -> set[tuple[str, int]]:
+    """The partitions a classic group's generation leaves to nobody for good: its leader's
+    assignment held them back for their claimants' revocation (KIP-429: the owner revokes, then
+    rejoins, and the next generation hands them out), but no claimant is a member any more,
+    while the group is still at that generation — a static member back under a new member id
+    took its place without a rebalance (Kafka's updateStaticMemberThenRebalanceOrCompleteJoin:
+    the group's protocol stays). The new incarnation owns nothing, so it revokes nothing and
+    does not rejoin (Java's onJoinComplete rejoins only after revoking), and the leader sees
+    no metadata change: nobody takes them until the next rebalance, in Kafka too (cooperative
+    1687). Only partitions no member of the group is assigned now."""
+    withheld = g.classic_withheld.get(classic.generation, {})
+    if not withheld:
+        return set()
+    given = set()
+    for x in classic.members.values():
+        if x.assignment:
+            for name, ps in decode_assignment(x.assignment).assigned_partitions:
+                given |= {(name, p) for p in ps}
+    return {
+        (known[name][0], p)
+        for (name, p), claimants in withheld.items()
+        if name in known
+        and (name, p) not in given
+        and not any(mid in classic.members for mid in claimants)
+    }
 
 
 def _classic_not_converged(c: ClassicClient, group: Any, classic: Any) -> str:

@@ -44,6 +44,11 @@ class SimGroup:
     # classic generation -> the metadata snapshot its leader's assignment was computed with
     # (the last SyncGroup sent with assignments for it; convergence.known_topics)
     classic_plans: dict[int, tuple] = field(default_factory=dict)
+    # classic generation -> what its leader's assignment held back for claimants (KIP-429):
+    # (topic name, partition) -> the member ids that claimed it (convergence.orphaned_withheld)
+    classic_withheld: dict[int, dict[tuple[str, int], tuple[str, ...]]] = field(
+        default_factory=dict
+    )
     # classic generation -> the subscription metadata of the consumer group a downgrade made
     # it from (convergence.known_topics); the last consumer group's, until then
     downgraded: dict[int, tuple] = field(default_factory=dict)

@@ -483,6 +483,7 @@ class Simulation:
         if classic and isinstance(req, SyncGroup) and req.assignments:
             assert c.assigned_snapshot is not None  # taken as it assigned
             self.group_of(i).classic_plans[req.generation_id] = c.assigned_snapshot
+            self.group_of(i).classic_withheld[req.generation_id] = dict(c.withheld)
         self._log(f"c{i} sends {req_text(req, self.topic_label)} corr={corr}")
         timeout = (
             c.request_timeout(self.p.request_timeout_ms) if classic else self.p.request_timeout_ms

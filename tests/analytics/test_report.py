@@ -235,10 +235,15 @@ def test_migration_whatif_on_the_workloads_classic_groups(report: Any) -> None:
     eager_kip = [kip848[g] for g in eager]
     assert total(eager_kip, "actual_unowned_partition_seconds") == 3028.6
     assert total(eager_kip, "whatif_unowned_partition_seconds") == 361.557
-    assert total(list(coop.values()), "whatif_unowned_partition_seconds") == 339.799
-    # In total (eager and cooperative groups): 3,345.3 actual, 622.6 as KIP-848 groups.
-    assert total(list(kip848.values()), "actual_unowned_partition_seconds") == 3345.3
-    assert total(list(kip848.values()), "whatif_unowned_partition_seconds") == 622.601
+    assert total(list(coop.values()), "whatif_unowned_partition_seconds") == 305.495
+    # In total (eager and cooperative groups): 3,325.1 actual, 634.6 as KIP-848 groups.
+    assert total(list(kip848.values()), "actual_unowned_partition_seconds") == 3325.1
+    assert total(list(kip848.values()), "whatif_unowned_partition_seconds") == 634.615
+    # (339.799, 3,345.3 and 622.601 while a static member back under a new member id with
+    # other owned partitions rebalanced a Stable classic group: the workload's cooperative
+    # groups, and the what-if's cooperative replays, rebalance less since, as Kafka's
+    # updateStaticMemberThenRebalanceOrCompleteJoin, only a change of the group's protocol
+    # does; docs/legacy_bridge.md.)
     # Rebalances that stopped nobody: every eager rebalance but the first one stops everybody.
     assert sum(r["actual_rebalances_stopping_nobody"] for r in eager_kip) == 5
     assert sum(r["whatif_rebalances_stopping_nobody"] for r in eager_kip) == 19

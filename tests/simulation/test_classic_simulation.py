@@ -12,6 +12,7 @@ import pytest
 from coordinator.cli.simulation import main
 from coordinator.sim import invariants as inv
 from coordinator.sim.classic_client import Meta, assign
+from coordinator.sim.convergence import why_not_converged
 from coordinator.sim.simulator import ALL_FAULTS, SimParams, Simulation, parse_faults, simulate
 from legacy_bridge.protocol import Subscription
 
@@ -548,38 +549,39 @@ def test_a_classic_join_that_does_not_refresh_the_metadata_is_caught(
     _caught(seed, inv.LIVENESS, "unowned partitions")
 
 
-SEED_613 = _sweep(613, "eager")
+SEED_111 = _sweep(111, "eager")
 
 
-def test_seed_613_a_returning_static_leader_keeps_the_assignment_of_older_metadata() -> None:
-    """Eager seed 613: t0 grows to 6 partitions, then the static leader c0 crashes and comes
-    back; the group is Stable, so the coordinator answers its JoinGroup with the group's
-    assignment and skip_assignment (KIP-814, as Kafka). Java's onLeaderElected then assigns
-    nothing and takes the metadata it has now as its snapshot, so a change from before its
-    return is seen by nobody: t0-5 stays unassigned until the next rebalance, in Kafka too.
-    I5 failed here while it expected every partition of the cluster's topics; it expects those
-    of the metadata the group's assignment was computed with while its leader skipped."""
-    sim = _ok(SEED_613)
+def test_seed_111_a_returning_static_leader_keeps_the_assignment_of_older_metadata() -> None:
+    """Eager seed 111 (613 before a static member's return stopped rebalancing a Stable group
+    for its metadata alone): t0 grows to 6 partitions after the leader assigned generation 5
+    with 4, then the static leader c0 crashes and comes back; the group is Stable, so the
+    coordinator answers its JoinGroup with the group's assignment and skip_assignment (KIP-814,
+    as Kafka). Java's onLeaderElected then assigns nothing and takes the metadata it has now as
+    its snapshot, so a change from before its return is seen by nobody: t0-4 and t0-5 stay
+    unassigned until the next rebalance, in Kafka too. I5 expects the partitions of the
+    metadata the group's assignment was computed with while its leader skipped."""
+    sim = _ok(SEED_111)
     trace = sim.trace
-    grew = next(i for i, t in enumerate(trace) if "fault: topic t0 grows to 6 partitions" in t)
-    back = next(i for i, t in enumerate(trace) if "JoinGroup gen=5 member=inst-0-member-22" in t)
+    grew = max(i for i, t in enumerate(trace) if "fault: topic t0 grows to 6 partitions" in t)
+    back = next(i for i, t in enumerate(trace) if "JoinGroup gen=5 member=inst-0-member-19" in t)
     assert grew < back
-    assert "leader=inst-0-member-22 members=3" in trace[back]
-    assert "c0 sends SyncGroup(gen=5 assignments=0)" in trace[back + 2]
+    assert "leader=inst-0-member-19 members=3" in trace[back]
+    assert any("c0 sends SyncGroup(gen=5 assignments=0)" in t for t in trace[back:])
     classic = sim.classic_group
     assert classic is not None and classic.generation == 5
     assert sim.clients[0].skipped_assignment == 5
     planned = dict(sim.classic_plans[5])
-    assert planned["t0"][1] == 5 and sim.coord.registry.topics["t0"].num_partitions == 6
+    assert planned["t0"][1] == 4 and sim.coord.registry.topics["t0"].num_partitions == 6
 
 
 def test_a_static_leader_whose_assignment_is_ignored_is_caught(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The exception of seed 613 holds only for a leader told to skip the assignment: a bridge
+    """The exception of seed 111 holds only for a leader told to skip the assignment: a bridge
     that answers the returning static leader without skip_assignment (the leader computes an
     assignment for the new metadata that the Stable group ignores: KAFKA-13435, which KIP-814
-    fixed) leaves t0-5 unassigned while the leader believes it assigned it (I5)."""
+    fixed) leaves t0-4 and t0-5 unassigned while the leader believes it assigned them (I5)."""
     import dataclasses
 
     from legacy_bridge import classic_join
@@ -589,7 +591,123 @@ def test_a_static_leader_whose_assignment_is_ignored_is_caught(
         return dataclasses.replace(obj, **changes)
 
     monkeypatch.setattr(classic_join, "replace", without_skip)
-    _caught(SEED_613, inv.LIVENESS, "unowned partitions [('AAAAAAAAAAAAAAAAAAAAEA', 5)]")
+    _caught(
+        SEED_111,
+        inv.LIVENESS,
+        "unowned partitions [('AAAAAAAAAAAAAAAAAAAADQ', 4), ('AAAAAAAAAAAAAAAAAAAADQ', 5)]",
+    )
+
+
+# ------------------------ a static member back with other protocol metadata (no rebalance)
+
+
+def _names(sim: Simulation, topic: str) -> list[tuple[str, int]]:
+    """The partitions of ``topic`` the clients own, by name (as classic consumers own them)."""
+    return sorted(
+        (topic, p)
+        for c in sim.clients
+        for t, ps in c.owned.items()
+        if sim.id_name[t] == topic
+        for p in ps
+    )
+
+
+SEED_1402 = _sweep(1402, "cooperative")
+
+
+def test_seed_1402_a_skipped_generation_expects_only_partitions_that_still_exist() -> None:
+    """Cooperative seed 1402: generation 6 was assigned with t0 at 7 partitions; t0 is then
+    deleted and re-created with 4, and the static leader c0 comes back under a new member id
+    with other metadata (it owns nothing now). The group's protocol stays, so it is not
+    rebalanced (Kafka's updateStaticMemberThenRebalanceOrCompleteJoin) and c0 skips the
+    assignment (KIP-814): the group keeps generation 6's assignment, which names t0-4..t0-6,
+    partitions that no longer exist. Every partition t0 has now is owned once, by name; I5
+    failed here while it expected the 7 partitions of the metadata generation 6 was assigned
+    with."""
+    sim = _ok(SEED_1402)
+    trace = sim.trace
+    recreated = max(i for i, t in enumerate(trace) if "topic t0 re-created with 4" in t)
+    back = next(i for i, t in enumerate(trace) if "JoinGroup gen=6 member=inst-0-member-20" in t)
+    assert recreated < back and "leader=inst-0-member-20 members=3" in trace[back]
+    classic = sim.classic_group
+    assert classic is not None and classic.generation == 6
+    assert sim.clients[0].skipped_assignment == 6
+    planned = dict(sim.classic_plans[6])
+    t0 = sim.coord.registry.topics["t0"]
+    assert planned["t0"][1] == 7 and t0.num_partitions == 4 and planned["t0"][0] != t0.topic_id
+    owned = _names(sim, "t0")
+    assert [x for x in owned if x[1] < 4] == [("t0", p) for p in range(4)]
+    assert [x for x in owned if x[1] >= 4] == [("t0", 4), ("t0", 6)]  # listed, not judged
+    # Still caught: an existing partition that nobody owns.
+    c1 = sim.clients[1]
+    held = {t: ps for t, ps in c1.owned.items() if sim.id_name[t] == "t0"}
+    (tid,) = held
+    c1.owned = {**c1.owned, tid: held[tid] - {3}}
+    assert why_not_converged(sim) == f"unowned partitions [('{planned['t0'][0]}', 3)]"
+
+
+SEED_1687 = _sweep(1687, "cooperative")
+
+
+def test_seed_1687_a_partition_held_back_for_a_replaced_static_member_waits() -> None:
+    """Cooperative seed 1687: the leader c1 assigns generation 6 while the static member c0's
+    old incarnation (inst-0-member-8, process gone) still claims t0-0..3 in its subscription;
+    balancing moves t0-0 away and, as KIP-429 has it, holds it back until its owner revokes it
+    and rejoins. c0 comes back under a new member id owning nothing; the group's protocol
+    stays, so there is no rebalance (Kafka's updateStaticMemberThenRebalanceOrCompleteJoin):
+    c0 takes t0-1..3, revokes nothing, so it does not rejoin (Java's onJoinComplete rejoins
+    only after revoking), and the leader sees no metadata change. t0-0 waits for the next
+    rebalance, in Kafka too; I5 failed here while it expected it owned."""
+    sim = _ok(SEED_1687)
+    classic = sim.classic_group
+    assert classic is not None and classic.generation == 6
+    withheld = sim.groups[0].classic_withheld[6]
+    assert withheld == {("t0", 0): ("inst-0-member-8",)}
+    assert "inst-0-member-8" not in classic.members
+    assert sim.clients[0].member_id == "inst-0-member-19"
+    assert "inst-0-member-19" in classic.members
+    assert _names(sim, "t0") == [("t0", 1), ("t0", 2), ("t0", 3)]
+    # Still caught: the same partition while a claimant is still a member (it will revoke and
+    # rejoin), and any other partition nobody owns.
+    t0 = sim.coord.registry.topics["t0"].topic_id
+    sim.groups[0].classic_withheld[6] = {("t0", 0): ("inst-0-member-8", "c1-member-16")}
+    assert why_not_converged(sim) == f"unowned partitions [('{t0}', 0)]"
+    sim.groups[0].classic_withheld[6] = withheld
+    assert why_not_converged(sim) == ""
+    c0 = sim.clients[0]
+    c0.owned = {t0: c0.owned[t0] - {2}}
+    assert why_not_converged(sim) == f"unowned partitions [('{t0}', 2)]"
+
+
+def test_a_static_member_back_without_its_assignment_is_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A bridge whose static member back under a new member id does not take its old
+    incarnation's assignment (Kafka's replaceStaticMember keeps it) leaves what c0 held to
+    nobody: caught on seed 1687 (I5), the held-back t0-0 aside."""
+    import dataclasses
+
+    from legacy_bridge import classic_join
+
+    def without_assignment(obj, **changes):  # type: ignore[no-untyped-def]
+        if "is_new" in changes:
+            changes["assignment"] = b""
+        return dataclasses.replace(obj, **changes)
+
+    monkeypatch.setattr(classic_join, "replace", without_assignment)
+    t0 = "AAAAAAAAAAAAAAAAAAAAEg"
+    _caught(SEED_1687, inv.LIVENESS, f"unowned partitions [('{t0}', 1), ('{t0}', 2), ('{t0}', 3)]")
+
+
+def test_seed_1705_a_deleted_topic_named_by_a_late_assignment() -> None:
+    """Cooperative seed 1705, the window of seed 1402 another way: c1's SyncGroup of
+    generation 6 is answered after t0 was deleted, so it lists t0-4 as nobody's (Java's client
+    would keep it by name; t0 comes back with 4 partitions, 0..4 no longer); the static leader
+    returns and skips. Every partition t0 has now is owned."""
+    sim = _ok(_sweep(1705, "cooperative"))
+    assert sim.clients[0].skipped_assignment == 6
+    assert dict(sim.classic_plans[6])["t0"][1] == 5
+    assert _names(sim, "t0") == [("t0", p) for p in range(4)]
 
 
 # ------------------------------------------- a static member upgraded in place (KAFKA-17228)

@@ -381,6 +381,39 @@ def test_a_static_leader_back_without_skip_assignment_is_answered_as_a_follower(
     )
 
 
+def test_a_static_member_back_with_another_subscription_does_not_rebalance() -> None:
+    """Kafka's updateStaticMemberThenRebalanceOrCompleteJoin: back in a Stable group, a static
+    member's new protocol metadata (another subscription) rebalances only if the protocol the
+    group would select changes; otherwise the new member id and metadata are written at once and
+    the member answered. A returning leader sees the change in the member list (KIP-814)."""
+    h, leader, follower = static_pair()
+    since = len(h.log)
+    both = subscription(["foo", "bar"])
+    back = h.join_group(instance_id="iF", protocols=(("range", both),))
+    new = back.member_id
+    assert back == follower_answer(leader, new)
+    group = h.shard.classic_groups["grp"]
+    assert (group.state.value, group.generation) == ("Stable", 1)
+    (record,) = h.log[since:]
+    assert [(x.member_id, x.subscription) for x in record.value.members] == [
+        (leader, META),
+        (new, both),
+    ]
+    assert h.sync_group(new, 1).assignment == asg(2, 3)
+    again = h.join_group(instance_id="iL")
+    assert (again.generation_id, again.skip_assignment) == (1, True)
+    assert [(x.member_id, x.metadata) for x in again.members] == [
+        (new, both),
+        (again.member_id, META),
+    ]
+    # Preferring a protocol the other member does not support changes nothing either: the
+    # group would still select range (tests/unit/test_legacy_rebalance_record.py: a protocol
+    # change that the vote follows rebalances).
+    other = h.join_group(instance_id="iF", protocols=(("roundrobin", both), ("range", both)))
+    assert (other.generation_id, group.state.value) == (1, "Stable")
+    assert h.shard.snapshot() == h.replayed().snapshot()
+
+
 def test_protocol_vote_picks_the_common_protocol_most_members_prefer() -> None:
     h = Harness(config=GroupCoordinatorConfig(classic_initial_rebalance_delay_ms=0))
     h.create_topic("foo", 4)

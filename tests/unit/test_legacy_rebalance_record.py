@@ -206,10 +206,11 @@ def test_static_restarts_and_downgrades() -> None:
     new = h.join_group(instance_id="i1").member_id
     again = _last(h)
     assert (again.generation, again.members[0].member_id, again.rebalance) == (1, new, gen1)
-    # It restarts with another subscription: a rebalance, its predecessor removed for it.
+    # It restarts preferring another protocol, which the group would now select: a rebalance,
+    # its predecessor removed for it (another subscription alone would not rebalance).
     h.now_ms = 9_000
     both = subscription(["foo", "bar"])
-    restarted = h.join_group(instance_id="i1", protocols=(("range", both),))
+    restarted = h.join_group(instance_id="i1", protocols=(("roundrobin", both), ("range", both)))
     newer = restarted.member_id
     assert restarted.generation_id == 2
     h.sync_group(newer, 2, {newer: asg(0, 1, 2, 3)}, instance_id="i1")
