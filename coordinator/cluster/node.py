@@ -290,11 +290,7 @@ class ClusterNode:
             cfg.heartbeat_ms,
         )
         if self.leases.dsn:
-
-            def notified() -> None:  # on the listener's thread
-                loop.call_soon_threadsafe(self.wake)
-
-            self._listener = Listener(self.leases.dsn, notified)
+            self._listener = Listener(self.leases.dsn, waker(loop, self.wake))
             self._listener.start()
         await self._heartbeat()
         self._tasks = [
@@ -857,3 +853,17 @@ class ClusterNode:
 def _done(fut: asyncio.Future[None]) -> None:
     if not fut.done():
         fut.set_result(None)
+
+
+def waker(loop: asyncio.AbstractEventLoop, wake: Callable[[], None]) -> Callable[[], None]:
+    """What the PostgreSQL listener's thread calls on a notification: ``wake`` on ``loop``;
+    nothing once the loop is closed (the node is gone: a notification arriving as it stops
+    must not end the thread with a traceback)."""
+
+    def notified() -> None:
+        try:
+            loop.call_soon_threadsafe(wake)
+        except RuntimeError:  # the loop is closed
+            pass
+
+    return notified
