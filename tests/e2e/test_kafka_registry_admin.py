@@ -12,21 +12,17 @@ from typing import Any
 
 import pytest
 from kafka_support import KafkaClient, KafkaServer, request
-from test_sasl import add_user
 from test_security_matrix_admin import (
-    ALICE_ACLS,
-    BOB_ACLS,
     DENIED,
     INVALID,
-    PASSWORDS,
     SASL_SETTINGS,
     UNKNOWN,
     UNKNOWN_ID,
     created,
     new_topic,
+    secured,
     signed_in,
 )
-from test_security_matrix_forwarded import grant
 
 from kip848.v1 import admin_pb2
 
@@ -284,11 +280,7 @@ def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaServer]:
         tmp_path_factory.mktemp("registry-acls") / "data", *SASL_SETTINGS, clock="system"
     )
     try:
-        for name, password in PASSWORDS.items():
-            add_user(s.channel, name, password)
-        for principal, acls in (("User:bob", BOB_ACLS), ("User:alice", ALICE_ACLS)):
-            for rtype, name, pattern, op in acls:
-                grant(s, principal, name, op, pattern, rtype)
+        secured(s)  # bob's and alice's ACLs (test_security_matrix_admin)
         made = s.admin.CreateTopics(
             admin_pb2.CreateTopicsRequest(
                 topics=[
