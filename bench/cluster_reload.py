@@ -18,9 +18,10 @@ the catch-up's start to its end and 0.2 s more: the *longest stall* is its longe
 catch-up's wall time. Then the node's state is checked equal to a fresh node's load.
 
 *before*: the reload as it was (the view read and decoded on a loader thread, then replayed
-whole on the loop, the topics' image built there before and after); *after*: the view compared
-with copies of the node's state on the loader thread, the topics' image built there, and only
-the changes applied on the loop (``loader.cluster_changes``). The two modes alternate.
+whole on the loop); *after*: the view compared with copies of the node's state on the loader
+thread, and only the changes applied on the loop (``loader.cluster_changes``). Either way the
+topics' images are built from the last ones and the topics changed (``TopicRegistry.image``).
+The two modes alternate.
 """
 
 from __future__ import annotations

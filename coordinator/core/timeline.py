@@ -43,6 +43,17 @@ class UndoLog:
             target, key, old, is_attr = entries.pop()
             _put(target, key, old, is_attr)
 
+    def keys_after(self, mark: int, target: dict[Any, Any]) -> list[Any]:
+        """The keys of ``target`` (a :class:`TDict` on this log) whose writes were logged
+        after ``mark``: those a ``rollback(mark)`` puts back, in the order they were written."""
+        if mark < self._base:
+            raise ValueError(f"cannot roll back to {mark}: released up to {self._base}")
+        return [
+            key
+            for t, key, _old, is_attr in self._entries[mark - self._base :]
+            if t is target and not is_attr
+        ]
+
     def as_of(self, mark: int, fn: Callable[[], T]) -> T:
         """``fn()`` run on the state as it was at ``mark``: everything logged after it is undone,
         ``fn`` runs, whatever ``fn`` logged is undone, then everything after ``mark`` is done

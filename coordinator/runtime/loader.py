@@ -24,10 +24,9 @@ import orjson
 from coordinator.core import codec
 from coordinator.core.errors import IllegalStateError
 from coordinator.core.group_load import load_group
-from coordinator.core.model import TopicsImage
-from coordinator.core.records import Record, RecordKey, TopicKey, TopicValue
+from coordinator.core.records import Record, RecordKey
 from coordinator.core.timeline import UndoLog
-from coordinator.core.topics import TopicRegistry, image_after
+from coordinator.core.topics import TopicRegistry
 from coordinator.factory import Shard
 from coordinator.routing import CLUSTER_LOG, partition_for
 
@@ -112,20 +111,17 @@ def load_cluster(
     return n, end
 
 
-def cluster_changes(
-    store: RecordStore, live: Mapping[RecordKey, Any], topics: Mapping[str, TopicValue]
-) -> tuple[int, list[Record], TopicsImage | None]:
+def cluster_changes(store: RecordStore, live: Mapping[RecordKey, Any]) -> tuple[int, list[Record]]:
     """What a node that fell behind the journal's retention replaces its copy of the cluster
     log with (``Partitions``), as changes to that copy, whose records' values by key are
-    ``live`` and whose topics are ``topics`` (``CommittedCluster``): the log's last offset as
-    of its compacted view (``RecordStore.load_snapshot``); tombstones of the keys the view
-    lacks, then the view's records whose key is new or whose value differs, in offset order;
-    and the topics' image once they are replayed (None: no topic among them). On a loader
-    thread: the view is read, decoded and compared here, its image built here, so the loop
-    applies only what changed (a view of 100,000 topics and as many ACLs held it for seconds,
-    replayed whole). ``live`` and ``topics`` are the node's own, read while the loop runs:
-    should a write change them meanwhile, the caller drops what this returns (RuntimeError
-    when a mapping changed size while it was read)."""
+    ``live`` (``CommittedCluster.records``): the log's last offset as of its compacted view
+    (``RecordStore.load_snapshot``); tombstones of the keys the view lacks, then the view's
+    records whose key is new or whose value differs, in offset order. On a loader thread: the
+    view is read, decoded and compared here, so the loop applies only what changed (a view of
+    100,000 topics and as many ACLs held it for seconds, replayed whole), the topics' images
+    built from the previous ones and the topics changed (``TopicRegistry.image``). ``live`` is
+    the node's own, read while the loop runs: should a write change it meanwhile, the caller
+    drops what this returns (RuntimeError when the mapping changed size while it was read)."""
     decode = codec.decode
     end, chunks = store.load_snapshot(CLUSTER_LOG)
     seen: set[RecordKey] = set()
@@ -137,13 +133,7 @@ def cluster_changes(
             seen.add(record.key)
             if live.get(record.key, missing) != record.value:
                 changed.append(record)
-    records = [*(Record(key, None) for key in live if key not in seen), *changed]
-    image = (
-        image_after(topics, records)
-        if any(isinstance(record.key, TopicKey) for record in records)
-        else None
-    )
-    return end, records, image
+    return end, [*(Record(key, None) for key in live if key not in seen), *changed]
 
 
 @dataclass(slots=True)

@@ -54,7 +54,6 @@ from typing import TYPE_CHECKING, Any
 
 from coordinator.core import codec
 from coordinator.core.errors import CoordinatorError, NotCoordinatorError
-from coordinator.core.model import TopicsImage
 from coordinator.core.records import Record, TopicKey
 from coordinator.routing import partition_for
 
@@ -353,9 +352,9 @@ class Partitions:
         retention removed was superseded by it. A loader thread reads and decodes the view
         and compares it with copies of this node's (``loader.cluster_changes``): the keys the
         node has and the view lacks (deleted meanwhile) get tombstones, the records that are
-        new or differ are replayed, the others are the node's already, and the topics' image
-        is built there too. The loop applies those changes in one step: no request sees a
-        mix, and the loop is held for what changed, not for the whole log."""
+        new or differ are replayed, the others are the node's already. The loop applies those
+        changes in one step: no request sees a mix, and the loop is held for what changed
+        (the topics' images too: ``TopicRegistry.image``), not for the whole log."""
         driver = self.driver
         log.warning(
             "The cluster log's journal no longer holds offset %d on (journal retention removed "
@@ -371,9 +370,8 @@ class Partitions:
         # found are dropped below (or the read fails, the copy changing under it) and the
         # next round reads again.
         try:
-            end, records, image = await asyncio.get_running_loop().run_in_executor(
-                self._loader,
-                partial(cluster_changes, self.store, committed.records, committed.registry.topics),
+            end, records = await asyncio.get_running_loop().run_in_executor(
+                self._loader, partial(cluster_changes, self.store, committed.records)
             )
         except RuntimeError as exc:  # "dictionary changed size during iteration"
             log.info("The cluster log's reload read a copy that changed meanwhile: %s", exc)
@@ -385,18 +383,16 @@ class Partitions:
             or end < start
         ):
             return  # a write of its own meanwhile: the next round reads again
-        self._apply_records(records, end, image)
+        self._apply_records(records, end)
 
     def _apply_cluster_entries(self, entries: Sequence[Any]) -> None:
         self._apply_records([codec.decode(e.key, e.value) for e in entries], entries[-1].offset)
 
-    def _apply_records(
-        self, records: Sequence[Record], last: int, image: TopicsImage | None = None
-    ) -> None:
+    def _apply_records(self, records: Sequence[Record], last: int) -> None:
         """Apply durable cluster-log ``records`` (others' appends, or what a compacted view
-        changes in this node's copy) to the registry and its committed copy, up to ``last``.
-        ``image``: the topics' image once they are applied, built off the loop from the
-        topics both registries hold (None: the registry builds it when asked)."""
+        changes in this node's copy) to the registry and its committed copy, up to ``last``:
+        each registry's next topics image is its last one with the topics they change
+        (``TopicRegistry.image``), whatever the number of topics."""
         driver = self.driver
         registry = driver.registry
         present = registry.topics
@@ -414,10 +410,6 @@ class Partitions:
             undo.enabled = True
         if driver.committed is not None:  # durable: another node's appends
             driver.committed.replay(records)
-            if image is not None:
-                driver.committed.registry.install_image(image)
-        if image is not None:
-            registry.install_image(image)
         driver._publish_topics()
         self.cluster_offset = last
         # On the writer's thread: ordered before this node's later appends.

@@ -8,7 +8,6 @@ On the memory store the HA tests share and on PostgreSQL (``load_snapshot`` ther
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
@@ -291,30 +290,29 @@ async def missed(writer: Node, newest: str) -> None:
 
 @dataclass
 class Seen:
-    """What a reload did: the keys the node's registry replayed (on the loop), and the
-    threads the topics' images were built on."""
+    """What a reload did: the keys the node's registry replayed (on the loop), and the topics
+    each image was built with from the one before it (``topics.image_changed``)."""
 
-    loop_thread: threading.Thread
     replayed: list[Any] = field(default_factory=list)
-    images: list[threading.Thread] = field(default_factory=list)
+    images: list[list[str]] = field(default_factory=list)
 
 
 @contextmanager
 def watching_the_reload(node: Node, monkeypatch: pytest.MonkeyPatch) -> Iterator[Seen]:
-    seen = Seen(threading.current_thread())
+    seen = Seen()
     registry = node.rt.registry
-    replay, image_of = registry.replay, topics_module._image_of
+    replay, image_changed = registry.replay, topics_module.image_changed
 
     def replayed(record: Any) -> None:
         seen.replayed.append(record.key)
         replay(record)
 
-    def built(*args: Any) -> Any:
-        seen.images.append(threading.current_thread())
-        return image_of(*args)
+    def built(image: Any, topics: Any, names: Any, version: int) -> Any:
+        seen.images.append(list(names))
+        return image_changed(image, topics, names, version)
 
     monkeypatch.setattr(registry, "replay", replayed)
-    monkeypatch.setattr(topics_module, "_image_of", built)
+    monkeypatch.setattr(topics_module, "image_changed", built)
     try:
         yield seen
     finally:
@@ -334,6 +332,7 @@ async def test_acls_and_credentials_after_a_reload_equal_a_fresh_nodes(
         assert await behind.state() == await writer.state()
         old = await behind.state()
         had = dict(behind.rt.committed.records)
+        image = behind.rt.registry.image()
 
         await missed(writer, newest)
         writer.store.expire_journal(2**62)  # the follower was cut off past the retention
@@ -343,12 +342,15 @@ async def test_acls_and_credentials_after_a_reload_equal_a_fresh_nodes(
         assert "loading the log's compacted view" in caplog.text
         assert behind.rt.state is RuntimeState.ACTIVE
         assert behind.parts.cluster_offset == writer.store.last_offset(CLUSTER_LOG)
-        # Only what changed was replayed on the loop, the topics' image built off it.
+        # Only what changed was replayed on the loop, the topics' images built from the ones
+        # before and the topic that changed (n): t's image is the one it had.
         now = behind.rt.committed.records
         changed = {k for k in had.keys() | now.keys() if had.get(k) != now.get(k)}
         assert len(changed) == (9 if newest == "tombstones" else 10)
         assert sorted(map(repr, seen.replayed)) == sorted(map(repr, changed))
-        assert seen.images and all(t is not seen.loop_thread for t in seen.images)
+        assert seen.images and all(names == ["n"] for names in seen.images)
+        assert behind.rt.registry.image().by_name["t"] is image.by_name["t"]
+        assert sorted(behind.rt.registry.image().by_name) == ["n", "t"]
 
         async with node(open_store, 3) as fresh:
             expected = await fresh.state()
