@@ -192,3 +192,24 @@ async def test_the_coordinators_own_requests_wait_as_long_plus_their_own_wait() 
     finally:
         client.close()
         await broker.stop()
+
+
+async def test_a_request_split_with_the_upstream_is_measured_as_timed_out_too() -> None:
+    """A DescribeConfigs of the broker's resources alone goes to the upstream through the
+    listener's own await (served.py, not the connection's answer order): past its deadline
+    it is measured REQUEST_TIMED_OUT, as the other forwarded requests (before: ABORTED, and
+    the request's task waited until the connection's end cancelled it), and both connections
+    close without an error logged."""
+    broker, listener, port, observed = await start(timeout_ms=300)
+    listener.upstream.versions[32] = (1, 4)  # type: ignore[union-attr]
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        broker_config = {"resource_type": 4, "resource_name": "1", "configuration_keys": None}
+        writer.write(request(32, 4, resources=[broker_config], include_synonyms=False))
+        elapsed = await closed_after(reader, 5.0)
+        assert 0.3 <= elapsed < 2.0
+        assert observed == [(32, False, True)]
+        writer.close()
+    finally:
+        await listener.close()
+        await broker.stop()

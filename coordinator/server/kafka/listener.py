@@ -61,7 +61,7 @@ from . import admin_guard, apis, fetch_guard, topic_guard, txn_guard, wire
 from . import sasl as sasl_api
 from .security import ListenerSecurity
 from .served import KafkaApis, TransactionServer
-from .upstream.interfaces import Forwarder
+from .upstream.interfaces import Forwarder, UpstreamTimedOut
 
 log = logging.getLogger("kip848.kafka")
 
@@ -739,6 +739,9 @@ class KafkaConnection(asyncio.Protocol):
             )
         except wire.WireError as exc:
             self.fail(str(exc))
+            return False
+        except UpstreamTimedOut:  # the upstream closed this connection, saying why
+            self.close()
             return False
         except Exception:
             log.exception(

@@ -43,7 +43,7 @@ from . import (
 )
 from . import sasl as sasl_api
 from .topic_guard import GuardedConnection
-from .upstream.interfaces import Forwarder
+from .upstream.interfaces import Forwarder, UpstreamTimedOut
 
 CLUSTER_ID = "kip848-coordinator"
 STEADY_CACHE = 65_536
@@ -254,9 +254,9 @@ class KafkaApis:
                         answer_frame = await self.listener.upstream.forward_future(
                             conn, key, version, frame
                         )
-                    except BaseException:
+                    except BaseException as exc:
                         if done is not None:
-                            done(False, False)
+                            done(False, isinstance(exc, UpstreamTimedOut))
                         raise
                     if done is not None:
                         done(True, False)

@@ -45,7 +45,7 @@ from ...tls import client_context, keep_alive
 from .. import apis, wire
 from ..convert import topic_id_of
 from . import sasl_client
-from .interfaces import ClientConnection, NodePorts
+from .interfaces import ClientConnection, NodePorts, UpstreamTimedOut
 
 if TYPE_CHECKING:
     from ..security import ListenerSecurity
@@ -706,6 +706,8 @@ class UpstreamConnection(asyncio.Protocol):
         for sink, *_rest in late:
             if not isinstance(sink, asyncio.Future):
                 self.client.timed_out(sink)
+            elif not sink.done():  # served here around it (a split request): measured there
+                sink.set_exception(UpstreamTimedOut(why))
         self.queue.clear()  # never sent: not sent later either
         self.close()
         if self.transport is None:

@@ -23,6 +23,12 @@ from ...api import Node
 from ..security import ListenerSecurity
 
 
+class UpstreamTimedOut(TimeoutError):
+    """What a forwarded request's future (``Forwarder.forward_future``) gets when the upstream
+    did not answer within ``kafka.upstream.request.timeout.ms`` plus the request's own wait:
+    its connection and the client's are closed, the reason logged once."""
+
+
 class ClientConnection(Protocol):
     """One client connection, as forwarding sees it."""
 
