@@ -132,7 +132,6 @@ class Authorizer:
         self._open = False
         self._index = _Index(())
         self._cache: dict[Question, bool] = {}
-        self._host_specific = False
 
     # ------------------------------------------------------------ decisions
 
@@ -144,19 +143,11 @@ class Authorizer:
             self._refresh()
         return self._open
 
-    @property
-    def needs_host(self) -> bool:
-        """Some ACL names a host (not ``*``): decisions need the client's address."""
-        if self.metadata.acl_generation != self._generation:
-            self._refresh()
-        return self._host_specific
-
     def _refresh(self) -> None:
         generation = self.metadata.acl_generation
         if generation != self._generation:
             bindings = list(self.metadata.acls())
             self._index = _Index(bindings)
-            self._host_specific = any(b.host != WILDCARD_HOST for b in bindings)
             self._open = self.config.allow_everyone_if_no_acl_found and not bindings
             self._cache.clear()
             self._generation = generation

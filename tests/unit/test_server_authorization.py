@@ -250,7 +250,6 @@ async def test_host_specific_acls_need_the_clients_address(svc) -> None:
         acl(3, "g", OP.ALL),
         acl(3, "g", OP.READ, host="10.0.0.7", permission=2),  # DENY from that host
     )
-    assert service.authorizer.needs_host
     denied = await service.consumer_group_heartbeat(join("g", ("public",)), ALICE)
     assert denied.error_code == ErrorCode.GROUP_AUTHORIZATION_FAILED
     elsewhere = replace(ALICE, client_host="/10.0.0.8")
