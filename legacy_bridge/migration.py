@@ -3,7 +3,9 @@
 
 * Upgrade: a ConsumerGroupHeartbeat (epoch 0) for a non-empty classic group converts it — every
   classic member becomes a consumer-group member at epoch = generation, owning what its last
-  assignment gave it; no partition moves. An empty classic group is simply replaced.
+  assignment gave it; no partition moves. That heartbeat then bumps the epoch (Kafka's
+  conversion writes no subscription metadata; ``ConsumerGroups._heartbeat``). An empty classic
+  group is simply replaced.
 * Downgrade: when the last consumer-protocol member leaves a consumer group whose remaining
   members all speak the classic protocol, it becomes a classic group (Stable at the group epoch,
   each member keeping what it may still own) and a rebalance starts. Also when a classic static

@@ -219,13 +219,15 @@ class ConsumerGroups(ByGroupId[ConsumerGroup]):
                 )
             if new_group and not causes:
                 causes.append(Cause.MEMBER_JOINED)  # a new group starts at epoch 1
-            if upgraded and replaced is not None and not causes and group.subscription_metadata:
-                # A static member replacing its classic incarnation (KAFKA-17228) in the group
-                # its heartbeat converted. Kafka's conversion (ConsumerGroup.fromClassicGroup)
-                # leaves the new group without subscription metadata, so that heartbeat finds
-                # the metadata changed and bumps the epoch: a new target from the topics as
-                # they are now, not the classic leader's last assignment (docs/legacy_bridge.md,
-                # "Static upgrade"; a new member bumps it anyway).
+            if upgraded and not causes and group.subscription_metadata:
+                # The heartbeat that converted a classic group. Kafka's conversion
+                # (ConsumerGroup.fromClassicGroup, createConsumerGroupRecords) leaves the new
+                # group without subscription metadata, so that heartbeat finds the metadata
+                # changed and bumps the epoch, whoever it comes from: a static member replacing
+                # its classic incarnation (KAFKA-17228), or a member joining (epoch 0, accepted
+                # since KAFKA-19233) under the member id of a classic member with the same
+                # subscription; a new member bumps it anyway. A new target from the topics as
+                # they are now, not the classic leader's last assignment (docs/legacy_bridge.md).
                 causes.append(Cause.TOPIC_METADATA_CHANGED)
             if causes or new_group:
                 uid = group.group_uid or ctx.ids.new_group_uid()

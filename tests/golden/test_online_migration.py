@@ -53,10 +53,14 @@ def test_online_migration_case_study() -> None:
     h.timers.apply(h.shard.on_loaded(0))
 
     # A rejoins with the new protocol: the group is converted; the generation becomes the group
-    # epoch; target and member assignments come from the classic assignment. Nothing moves.
+    # epoch; target and member assignments come from the classic assignment. Kafka's conversion
+    # (ConsumerGroup.fromClassicGroup, createConsumerGroupRecords) writes no subscription
+    # metadata, so this very heartbeat finds it changed and bumps the epoch to 23 (Kafka's
+    # updateSubscriptionMetadata; A's epoch 0 under its own member id is accepted since
+    # KAFKA-19233). The target, computed again from the same topics, moves nothing.
     start = len(h.log)
     resp = h.join("A", ["foo"]).response
-    assert (resp.member_epoch, resp.assignment.assigned) == (22, {foo: frozenset({0, 1})})
+    assert (resp.member_epoch, resp.assignment.assigned) == (23, {foo: frozenset({0, 1})})
     assert [type(x.key).__name__ for x in h.log[start:]] == [
         "GroupMetadataKey",
         "ConsumerGroupMemberMetadataKey",
@@ -72,76 +76,79 @@ def test_online_migration_case_study() -> None:
         "ConsumerGroupCurrentMemberAssignmentKey",
         "ConsumerGroupCurrentMemberAssignmentKey",
         "ConsumerGroupMemberMetadataKey",  # A now speaks the consumer protocol
+        "ConsumerGroupMetadataKey",  # epoch 23
+        "ConsumerGroupTargetAssignmentMetadataKey",  # the same target, at 23
+        "ConsumerGroupCurrentMemberAssignmentKey",  # A at 23
     ]
     assert h.log[start].value is None
     assert state(h, foo) == {
-        "epoch": 22,
-        "target": (22, {"A": [0, 1], "B": [3, 4], "C": [2, 5]}),
+        "epoch": 23,
+        "target": (23, {"A": [0, 1], "B": [3, 4], "C": [2, 5]}),
         "members": {
-            "A": (22, "STABLE", [0, 1], "consumer"),
+            "A": (23, "STABLE", [0, 1], "consumer"),
             "B": (22, "STABLE", [3, 4], "classic"),
             "C": (22, "STABLE", [2, 5], "classic"),
         },
     }
 
-    # B leaves (classic LeaveGroup): removed, group epoch 23.
+    # B leaves (classic LeaveGroup): removed, group epoch 24.
     assert h.leave_group("B") == m.LeaveGroupResponse(
         members=(m.LeaveMemberResponse(member_id="B", group_instance_id=None),)
     )
-    assert state(h, foo)["epoch"] == 23
+    assert state(h, foo)["epoch"] == 24
 
     # C heartbeats and is told to rebalance; an eager client revokes everything and rejoins.
     assert h.classic_heartbeat("C", 22).error_code == 27
     joined = h.join_group("C", owned={})
     assert joined == m.JoinGroupResponse(
-        generation_id=23, protocol_type="consumer", protocol_name="range", member_id="C"
+        generation_id=24, protocol_type="consumer", protocol_name="range", member_id="C"
     )
     assert state(h, foo) == {
-        "epoch": 23,
-        "target": (23, {"A": [0, 1, 3], "C": [2, 4, 5]}),
+        "epoch": 24,
+        "target": (24, {"A": [0, 1, 3], "C": [2, 4, 5]}),
         "members": {
-            "A": (22, "STABLE", [0, 1], "consumer"),
-            "C": (23, "STABLE", [2, 4, 5], "classic"),
+            "A": (23, "STABLE", [0, 1], "consumer"),
+            "C": (24, "STABLE", [2, 4, 5], "classic"),
         },
     }
-    # A heartbeats and moves to epoch 23 with foo-3 (free since B left).
+    # A heartbeats and moves to epoch 24 with foo-3 (free since B left).
     hb = h.heartbeat(
-        group_id="grp", member_id="A", member_epoch=22, topic_partitions={foo: frozenset({0, 1})}
+        group_id="grp", member_id="A", member_epoch=23, topic_partitions={foo: frozenset({0, 1})}
     )
-    assert (hb.member_epoch, hb.assignment.assigned) == (23, {foo: frozenset({0, 1, 3})})
+    assert (hb.member_epoch, hb.assignment.assigned) == (24, {foo: frozenset({0, 1, 3})})
     # C's SyncGroup returns its server-computed assignment in its own protocol version.
-    assert h.sync_group("C", 23) == m.SyncGroupResponse(
+    assert h.sync_group("C", 24) == m.SyncGroupResponse(
         protocol_type="consumer", protocol_name="range", assignment=asg(2, 4, 5)
     )
-    assert h.classic_heartbeat("C", 23) == m.HeartbeatResponse()
+    assert h.classic_heartbeat("C", 24) == m.HeartbeatResponse()
 
-    # B rejoins with the new protocol: epoch 24, it waits for partitions still owned by A and C.
+    # B rejoins with the new protocol: epoch 25, it waits for partitions still owned by A and C.
     hb = h.join("B", ["foo"]).response
     assert (hb.member_epoch, hb.assignment.assigned, hb.assignment.pending) == (
-        24,
+        25,
         {},
         {foo: frozenset({3, 5})},
     )
     # A is told to revoke foo-3; C is told to rebalance and rejoins without partitions.
     hb = h.heartbeat(
-        group_id="grp", member_id="A", member_epoch=23, topic_partitions={foo: frozenset({0, 1, 3})}
+        group_id="grp", member_id="A", member_epoch=24, topic_partitions={foo: frozenset({0, 1, 3})}
     )
-    assert (hb.member_epoch, hb.assignment.assigned) == (23, {foo: frozenset({0, 1})})
-    assert h.classic_heartbeat("C", 23).error_code == 27
-    assert h.join_group("C", owned={}).generation_id == 24
-    assert h.sync_group("C", 24).assignment == asg(2, 4)
+    assert (hb.member_epoch, hb.assignment.assigned) == (24, {foo: frozenset({0, 1})})
+    assert h.classic_heartbeat("C", 24).error_code == 27
+    assert h.join_group("C", owned={}).generation_id == 25
+    assert h.sync_group("C", 25).assignment == asg(2, 4)
     h.heartbeat(
-        group_id="grp", member_id="A", member_epoch=23, topic_partitions={foo: frozenset({0, 1})}
+        group_id="grp", member_id="A", member_epoch=24, topic_partitions={foo: frozenset({0, 1})}
     )
-    hb = h.heartbeat(group_id="grp", member_id="B", member_epoch=24, topic_partitions={})
-    assert (hb.member_epoch, hb.assignment.assigned) == (24, {foo: frozenset({3, 5})})
+    hb = h.heartbeat(group_id="grp", member_id="B", member_epoch=25, topic_partitions={})
+    assert (hb.member_epoch, hb.assignment.assigned) == (25, {foo: frozenset({3, 5})})
     assert state(h, foo) == {
-        "epoch": 24,
-        "target": (24, {"A": [0, 1], "B": [3, 5], "C": [2, 4]}),
+        "epoch": 25,
+        "target": (25, {"A": [0, 1], "B": [3, 5], "C": [2, 4]}),
         "members": {
-            "A": (24, "STABLE", [0, 1], "consumer"),
-            "B": (24, "STABLE", [3, 5], "consumer"),
-            "C": (24, "STABLE", [2, 4], "classic"),
+            "A": (25, "STABLE", [0, 1], "consumer"),
+            "B": (25, "STABLE", [3, 5], "consumer"),
+            "C": (25, "STABLE", [2, 4], "classic"),
         },
     }
     assert h.shard.snapshot() == h.replayed().snapshot()

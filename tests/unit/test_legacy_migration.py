@@ -16,6 +16,7 @@ from coordinator.core import records as r
 from coordinator.core.commands import ConsumerGroupHeartbeat, Pending
 from coordinator.core.config import GroupCoordinatorConfig
 from coordinator.core.errors import CoordinatorNotAvailableError, GroupIdNotFoundError
+from coordinator.core.events import Cause, Event
 from coordinator.core.topics import NewTopic
 from coordinator.harness import Harness, subscription
 from coordinator.runtime import CoordinatorRuntime, RuntimeState
@@ -304,6 +305,37 @@ def test_upgrade_during_a_rebalance_reads_a_new_members_own_protocol() -> None:
         [a, "K", *(mid for mid in g.members if mid.startswith("b-"))]
     )
     assert g.members[a].assigned_partitions == {foo: frozenset({0, 1})}
+
+
+def test_a_member_joining_under_a_classic_member_id_bumps_the_converted_groups_epoch() -> None:
+    """A ConsumerGroupHeartbeat (epoch 0) under the member id of a classic member, with the same
+    subscription, converts the group and bumps its epoch, as any converting heartbeat: Kafka's
+    conversion (ConsumerGroup.fromClassicGroup, createConsumerGroupRecords) writes no
+    subscription metadata, so this heartbeat finds it expired and different (updateSubscription
+    Metadata) and bumps; the member's epoch 0 is accepted (KAFKA-19233). The new target is
+    computed from the topics as they are now: foo grew to 6 partitions since the classic
+    leader's last assignment (generation 5), which left foo-4 and foo-5 to nobody."""
+    h, foo = harness("bidirectional", classic_record(generation=5))
+    h.add_partitions("foo", 6)
+    since = len(h.log)
+    res = h.join("A", ["foo"])
+    group = h.shard.groups["grp"]
+    assert (group.group_epoch, group.assignment_epoch) == (6, 6)
+    epochs = [x.value.epoch for x in h.log[since:] if isinstance(x.key, r.ConsumerGroupMetadataKey)]
+    assert epochs == [5, 6]  # the conversion at the classic generation, then the bump
+    bumps = [e for e in res.events if e.event is Event.GROUP_EPOCH_BUMPED]
+    assert [e.fields["causes"] for e in bumps] == [(Cause.TOPIC_METADATA_CHANGED.value,)]
+    assert res.response is not None
+    assert (res.response.member_id, res.response.member_epoch) == ("A", 6)
+    assert res.response.assignment is not None
+    assert res.response.assignment.assigned == {foo: frozenset({0, 1, 4})}
+    assert {x: group.target_of(x) for x in group.members} == {
+        "A": {foo: frozenset({0, 1, 4})},
+        "B": {foo: frozenset({2, 3, 5})},
+    }
+    # B, a classic member at generation 5, is told to rejoin.
+    assert h.classic_heartbeat("B", 5).error_code == 27
+    assert h.shard.snapshot() == h.replayed().snapshot()
 
 
 def test_an_upgrade_of_malformed_embedded_protocol_bytes_is_group_id_not_found() -> None:
