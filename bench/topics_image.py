@@ -10,9 +10,9 @@ coordinator/server/loop.py) whose store (the memory store) holds ``--topics`` to
 * *create*: a node loads it, then ``CREATES`` topics are created one request at a time
   (``CoordinatorRuntime.create_topics``, each answered once durable); after each, the
   committed copy's image is read, as a group's read during a write of the cluster log reads it
-  (``reads.py``). Per creation: the loop thread's CPU time (median), and the longest stall of
-  a callback due every millisecond over all of them (wall / the loop thread's CPU from one
-  tick to the next).
+  (``reads.py``). Per creation: the loop thread's CPU time (median and most), and the longest
+  stall of a callback due every millisecond over all of them (wall / the loop thread's CPU
+  from one tick to the next).
 * *catch-up*: a second node sharing the store (``share_partitions``) follows ``FOLLOWED``
   topics another writer created, from the journal (within retention:
   ``Partitions._apply_cluster_entries``), then reads its committed copy's image: the loop's
@@ -20,7 +20,8 @@ coordinator/server/loop.py) whose store (the memory store) holds ``--topics`` to
 
 *before*: the topics' image built whole from every topic after a change, as it was;
 *after*: the image built from the previous one and the topics changed
-(``topics.image_changed``). The two modes alternate; each run's images are checked equal to
+(``topics.image_changed``), its mappings layered over the last ones
+(``model.mapping_changed``). The two modes alternate; each run's images are checked equal to
 images built whole.
 """
 
@@ -43,11 +44,13 @@ if __package__ in (None, ""):
 
 from bench._report import command, machine, table, write_section  # noqa: E402
 
-TARGET_MS = 5.0
-"""The most the loop may spend on one topic created (its image and the committed copy's
-included), whatever the number of topics."""
+TARGET_MS = 1.0
+"""What the loop may spend on one topic created (its image and the committed copy's
+included; the median), whatever the number of topics."""
 MODES = ("before", "after")
-CREATES = 20
+CREATES = 400
+"""More than a layered image's overlay holds at 100,000 topics (64 + 316): the runs include
+the copies that make its mappings plain dicts again."""
 FOLLOWED = 100
 
 
@@ -165,6 +168,7 @@ async def _run(topics: int, mode: str) -> dict[str, Any]:
         rt.committed.registry.image()
         cpu.append(time.thread_time() - start)
     out["create_cpu_ms"] = median(cpu) * 1e3
+    out["create_cpu_max_ms"] = max(cpu) * 1e3
     out["create_stall_ms"], out["create_stall_cpu_ms"] = ticker.since(at)
     out["equal"] = _equal(rt)
     ticker.handle.cancel()
@@ -239,7 +243,7 @@ def main(argv: list[str] | None = None) -> None:
                     [
                         f"{r['topics']:,}",
                         r["mode"],
-                        f"{r['create_cpu_ms']:.2f}",
+                        f"{r['create_cpu_ms']:.2f} / {r['create_cpu_max_ms']:.1f}",
                         f"{r['create_stall_ms']:.0f} / {r['create_stall_cpu_ms']:.0f}",
                         f"{r['follow_stall_ms']:.0f} / {r['follow_stall_cpu_ms']:.0f}",
                         f"{r['follow_ms']:.0f}",
@@ -259,10 +263,12 @@ def main(argv: list[str] | None = None) -> None:
         met = "met" if cpu <= TARGET_MS else "not met"
         summary.append(
             f"* **{n:,} topics: one topic created holds the loop {cpu:.2f} ms** (median; target "
-            f"≤ {TARGET_MS:.0f} ms: {met}), the longest stall over {CREATES} creations "
+            f"≤ {TARGET_MS:.0f} ms: {met}; at most {med('create_cpu_max_ms', 'after'):.1f} ms), "
+            f"the longest stall over {CREATES} creations "
             f"{med('create_stall_ms', 'after'):.0f} ms; {FOLLOWED} topics caught up from the "
             f"journal: longest stall {med('follow_stall_ms', 'after'):.0f} ms. As before, in "
-            f"the same run: {med('create_cpu_ms', 'before'):.2f} ms, "
+            f"the same run: {med('create_cpu_ms', 'before'):.2f} ms (at most "
+            f"{med('create_cpu_max_ms', 'before'):.1f} ms), "
             f"{med('create_stall_ms', 'before'):.0f} ms; "
             f"{med('follow_stall_ms', 'before'):.0f} ms."
         )
@@ -283,11 +289,13 @@ def main(argv: list[str] | None = None) -> None:
         f"garbage collector). *create*: {CREATES} topics created one request at a time, each "
         "followed by a read of the committed copy's image (what a group's read during a write "
         "of the cluster log reads); *CPU per creation*: the loop thread's CPU time for one "
-        "(median); *longest stall*: the longest lateness of a callback due every millisecond "
+        "(median / most: the most includes the copies that make a layered image's mappings "
+        "plain dicts again); *longest stall*: the longest lateness of a callback due every millisecond "
         "(wall) / the loop thread's longest CPU time from one tick to the next. *catch-up*: "
         f"a second node applies {FOLLOWED} topics another writer created, from the journal. "
         "*before*: the image built whole from every topic after each change, as it was; "
-        "*after*: built from the previous image and the topics changed. *equal*: both "
+        "*after*: built from the previous image and the topics changed, its mappings layered "
+        "over the last ones (a copy of them now and then). *equal*: both "
         "registries' images equal images built whole.\n\n"
         + "\n".join(summary)
         + "\n\n"
@@ -295,7 +303,7 @@ def main(argv: list[str] | None = None) -> None:
             [
                 "topics",
                 "image",
-                "CPU per creation ms",
+                "CPU per creation ms: median / max",
                 "create: longest stall ms, wall / CPU",
                 "catch-up: longest stall ms, wall / CPU",
                 "catch-up ms",

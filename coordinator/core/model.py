@@ -8,19 +8,22 @@ diff them. Topic ids are Kafka UUIDs in base64url text form.
 from __future__ import annotations
 
 import base64
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
+from math import isqrt
 from typing import Any
 
 from assignors.api import TopicId, TopicMetadata
 
 __all__ = [
     "EMPTY_ASSIGNMENT",
+    "REMOVED",
     "ZERO_TOPIC_ID",
     "Assignment",
     "AssignmentEpochs",
     "ConsumerGroupMember",
+    "LayeredMap",
     "MemberState",
     "PartitionRacks",
     "TopicImage",
@@ -36,6 +39,7 @@ __all__ = [
     "epochs_restricted",
     "make_assignment",
     "make_partition_racks",
+    "mapping_changed",
     "partition_racks_groups",
     "topic_id_from_bytes",
     "topic_id_to_bytes",
@@ -314,7 +318,8 @@ class TopicImage:
 @dataclass(frozen=True, slots=True)
 class TopicsImage:
     """The cluster's topics as the coordinator knows them (its topic registry). Immutable:
-    a change produces a new image with a higher ``version``."""
+    a change produces a new image with a higher ``version``, whose mappings may be the last
+    image's under the change (:class:`LayeredMap`); their order means nothing."""
 
     version: int = 0
     by_name: Mapping[str, TopicImage] = field(default_factory=dict)
@@ -327,3 +332,105 @@ class TopicsImage:
 
     def with_topics(self, topics: Iterable[TopicImage]) -> TopicsImage:
         return TopicsImage.of(topics, self.version + 1)
+
+
+class _Removed:
+    """In a :class:`LayeredMap`'s overlay: the key of its base is removed."""
+
+    __slots__ = ()
+
+    def __reduce__(self) -> str:
+        return "REMOVED"  # pickled by name: one instance
+
+    def __repr__(self) -> str:
+        return "REMOVED"
+
+
+REMOVED: Any = _Removed()
+_ABSENT: Any = object()
+
+
+class LayeredMap(Mapping[Any, Any]):
+    """An immutable mapping made from another by a few changes without copying it: a base
+    dict (shared with the mapping it came from; no one writes it) under a small overlay (key
+    -> its value, or :data:`REMOVED` for a key of the base that is gone). Built by
+    :func:`mapping_changed`, which makes it a plain dict again once the overlay grows, so a
+    lookup costs at most two dict lookups. Its order (the base's keys, then the overlay's)
+    means nothing."""
+
+    __slots__ = ("_base", "_len", "_over")
+
+    def __init__(self, base: dict[Any, Any], over: dict[Any, Any], length: int) -> None:
+        self._base = base
+        self._over = over
+        self._len = length
+
+    def __getitem__(self, key: Any) -> Any:
+        value = self._over.get(key, _ABSENT)
+        if value is _ABSENT:
+            return self._base[key]
+        if value is REMOVED:
+            raise KeyError(key)
+        return value
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        value = self._over.get(key, _ABSENT)
+        if value is _ABSENT:
+            return self._base.get(key, default)
+        return default if value is REMOVED else value
+
+    def __contains__(self, key: object) -> bool:
+        value = self._over.get(key, _ABSENT)
+        if value is _ABSENT:
+            return key in self._base
+        return value is not REMOVED
+
+    def __iter__(self) -> Iterator[Any]:
+        over = self._over
+        for key in self._base:
+            if key not in over:
+                yield key
+        for key, value in over.items():
+            if value is not REMOVED:
+                yield key
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __repr__(self) -> str:
+        return f"LayeredMap({dict(self.items())!r})"
+
+
+def mapping_changed(mapping: Mapping[Any, Any], changes: Mapping[Any, Any]) -> Mapping[Any, Any]:
+    """``mapping`` (a dict no one writes, or a :class:`LayeredMap`) with ``changes`` (key ->
+    its new value, or :data:`REMOVED`), left as it is: a :class:`LayeredMap` over its base
+    when the overlay stays under 64 + the square root of the base's size, in time
+    proportional to the overlay; else a new plain dict (the base copied once every so many
+    changes: a change costs about the square root of the size, amortized)."""
+    if isinstance(mapping, LayeredMap):
+        base, over, length = mapping._base, dict(mapping._over), mapping._len
+    else:
+        base = mapping if isinstance(mapping, dict) else dict(mapping)
+        over, length = {}, len(base)
+    for key, value in changes.items():
+        was = over.get(key, _ABSENT)
+        present = key in base if was is _ABSENT else was is not REMOVED
+        if value is REMOVED:
+            if present:
+                length -= 1
+                if key in base:
+                    over[key] = REMOVED
+                else:
+                    del over[key]
+        else:
+            length += not present
+            over[key] = value
+    if len(over) <= 64 + isqrt(len(base)):
+        return LayeredMap(base, over, length) if over else base
+    flat = dict(base)
+    for key, value in over.items():
+        if value is REMOVED:
+            del flat[key]
+        else:
+            flat[key] = value
+    return flat

@@ -2,19 +2,29 @@
 (coordinator/core/topics.py ``image_changed``): always equal to the image built whole from
 every topic, whatever the sequence of creations, partition increases, deletions, broker
 snapshots, rollbacks and durable catch-ups; earlier images never change; a change keeps the
-images of the topics it did not touch."""
+images of the topics it did not touch; the mappings made from the last ones
+(``model.mapping_changed``) equal dicts changed in place."""
 
 from __future__ import annotations
 
+import math
+import pickle
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from coordinator.core import records as r
 from coordinator.core.commands import SequentialIds
 from coordinator.core.errors import CoordinatorError
-from coordinator.core.model import TopicImage, TopicsImage
+from coordinator.core.model import (
+    REMOVED,
+    LayeredMap,
+    TopicImage,
+    TopicsImage,
+    mapping_changed,
+)
 from coordinator.core.topics import NewTopic, TopicRegistry
 
 NAMES = ["a", "b", "c", "d", "e"]
@@ -193,3 +203,66 @@ def test_an_id_freed_in_a_batch_is_given_to_another_topic() -> None:
         [NewTopic(name="x", num_partitions=1, topic_id="vUoHcKbRQRu-E0ATTUX9fA")]
     )
     assert out.response is not None and out.response[0].error_code != 0
+
+
+change = st.dictionaries(
+    st.integers(0, 299), st.one_of(st.just(REMOVED), st.integers(0, 3)), max_size=40
+)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.dictionaries(st.integers(0, 299), st.integers(0, 3)), st.lists(change, max_size=30))
+def test_a_mapping_changed_equals_the_dict_changed(
+    first: dict[int, int], changes: list[dict[int, Any]]
+) -> None:
+    """``mapping_changed`` (what an image's mappings are made with): after any sequence of
+    changes, the mapping equals a dict changed in place — lookups, membership, length,
+    iteration, equality, a pickle's copy — whether it is a layered map or a plain dict again
+    (past 64 + the square root of its base's size); none before it changes."""
+    mapping: Any = dict(first)
+    model = dict(first)
+    kept: list[tuple[Any, dict[int, int]]] = [(mapping, dict(model))]
+    for c in changes:
+        mapping = mapping_changed(mapping, c)
+        for key, value in c.items():
+            if value is REMOVED:
+                model.pop(key, None)
+            else:
+                model[key] = value
+        assert isinstance(mapping, (dict, LayeredMap))
+        if isinstance(mapping, LayeredMap):
+            assert len(mapping._over) <= 64 + math.isqrt(len(mapping._base))
+        assert len(mapping) == len(model)
+        assert sorted(mapping) == sorted(model)
+        assert dict(mapping.items()) == model and mapping == model and model == mapping
+        for key in range(300):
+            assert (key in mapping) == (key in model)
+            assert mapping.get(key) == model.get(key)
+            assert mapping.get(key, "none") == model.get(key, "none")
+            if key in model:
+                assert mapping[key] == model[key]
+            else:
+                with pytest.raises(KeyError):
+                    mapping[key]
+        assert pickle.loads(pickle.dumps(mapping)) == model
+        kept.append((mapping, dict(model)))
+    for earlier, as_it_was in kept:
+        assert dict(earlier.items()) == as_it_was and len(earlier) == len(as_it_was)
+
+
+def test_a_large_registry_changed_one_topic_at_a_time() -> None:
+    """1,000 topics, then 400 creations and 400 deletions one at a time: each image equals
+    the one built whole; the mappings are layered over the last plain dicts and made plain
+    again now and then (at most 64 + 31 topics over a base of 1,000)."""
+    registry = TopicRegistry(SequentialIds())
+    registry.create_topics([NewTopic(name=f"t{i}", num_partitions=1) for i in range(1000)])
+    assert type(check(registry).by_name) is dict
+    kinds: set[type] = set()
+    for i in range(400):
+        registry.create_topics([NewTopic(name=f"n{i}", num_partitions=2)])
+        registry.delete_topics([f"t{i}"])
+        image = check(registry)
+        kinds.add(type(image.by_name))
+        if isinstance(image.by_name, LayeredMap):
+            assert len(image.by_name._over) <= 64 + math.isqrt(len(image.by_name._base))
+    assert kinds == {dict, LayeredMap}
