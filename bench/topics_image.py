@@ -155,7 +155,6 @@ async def _run(topics: int, mode: str) -> dict[str, Any]:
     # create: one topic a request, each then read in the committed copy
     rt = node()
     await rt.start()
-    rt.registry.image(), rt.committed.registry.image()
     await asyncio.sleep(0.3)  # settle (the loop's collector)
     ticker = _Ticker()
     await asyncio.sleep(0.05)
@@ -178,7 +177,6 @@ async def _run(topics: int, mode: str) -> dict[str, Any]:
     parts = follower.share_partitions(2)
     await follower.start()
     parts.joined()
-    follower.registry.image(), follower.committed.registry.image()
     await asyncio.sleep(0.3)
     ticker = _Ticker()
     await asyncio.sleep(0.05)

@@ -92,7 +92,8 @@ def load_cluster(
     store: RecordStore, registry: TopicRegistry, committed: CommittedCluster | None = None
 ) -> tuple[int, int]:
     """Replay the cluster log into ``registry`` (fresh, empty), and into ``committed`` (its
-    copy as of its last durable write, ``committed.py``) when given. Returns (records, the
+    copy as of its last durable write, ``committed.py``) when given, and build their topics
+    images. Returns (records, the
     log's last offset as of the view: ``RecordStore.load_snapshot``, past the view's last
     record when the newest were tombstones)."""
     decode = codec.decode
@@ -106,6 +107,11 @@ def load_cluster(
             if committed is not None:
                 committed.replay(records)
             n += len(rows)
+        # Their first topics images, built whole here with the load (a loader thread's work
+        # when a node starts): the loop builds only the changes after it.
+        registry.image()
+        if committed is not None:
+            committed.registry.image()
     if committed is not None:
         committed.loaded = True
     return n, end

@@ -291,7 +291,8 @@ async def missed(writer: Node, newest: str) -> None:
 @dataclass
 class Seen:
     """What a reload did: the keys the node's registry replayed (on the loop), and the topics
-    each image was built with from the one before it (``topics.image_changed``)."""
+    each of its images (its registry's, its committed copy's) was built with from the one
+    before it (``topics.image_changed``)."""
 
     replayed: list[Any] = field(default_factory=list)
     images: list[list[str]] = field(default_factory=list)
@@ -308,7 +309,8 @@ def watching_the_reload(node: Node, monkeypatch: pytest.MonkeyPatch) -> Iterator
         replay(record)
 
     def built(image: Any, topics: Any, names: Any, version: int) -> Any:
-        seen.images.append(list(names))
+        if topics is registry.topics or topics is node.rt.committed.registry.topics:
+            seen.images.append(list(names))
         return image_changed(image, topics, names, version)
 
     monkeypatch.setattr(registry, "replay", replayed)
@@ -482,3 +484,21 @@ async def test_a_reload_whose_read_of_the_nodes_copy_failed_reads_again(
         assert calls == [0, 1]
         async with node(open_store, 3) as fresh:
             assert await behind.state() == await fresh.state()
+
+
+async def test_a_node_following_the_journal_builds_images_of_what_changed_only(
+    open_store: Callable[[], Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A node builds its first topics images with its load of the cluster log (its registry's
+    and its committed copy's); following the journal afterwards, each image is built from the
+    last one and the topic another node created, never from every topic again."""
+    async with node(open_store, 1) as writer:
+        await writer.rt.create_topics([NewTopic(name=f"t{i}", num_partitions=1) for i in range(5)])
+        async with node(open_store, 2) as behind:
+            with watching_the_reload(behind, monkeypatch) as seen:
+                await writer.rt.create_topics([NewTopic(name="n", num_partitions=2)])
+                await behind.follow(writer)
+                image = behind.rt.committed.registry.image()
+            assert seen.images == [["n"], ["n"]]  # the registry's, its committed copy's
+            assert sorted(image.by_name) == ["n", "t0", "t1", "t2", "t3", "t4"]
+            assert sorted(behind.rt.registry.image().by_name) == sorted(image.by_name)
