@@ -176,14 +176,8 @@ class Partitions:
             if self.lead.epochs.get(partition) == epoch:
                 self.lose_partition(partition)
             raise
-        if self.lead.epochs.get(partition) != epoch or not driver.active:
-            _drop(shard, partition)
+        if not self.install(partition, epoch, shard, stats):
             return  # lost meanwhile (the cluster node knows)
-        self._replace(partition, shard)
-        shard.set_topics(driver.registry.image())
-        self.lead.set(partition, PartitionState.SERVING)
-        self.loads[partition] = stats
-        driver.timing.arm_partition(partition, shard)
         log.info(
             "Loaded shard %d at leader epoch %d: %d records, %d groups in %.1f ms.",
             partition,
@@ -193,6 +187,22 @@ class Partitions:
             stats.seconds * 1e3,
         )
         await migrate_group_configs(driver, partition)
+
+    def install(self, partition: int, epoch: int, shard: Any, stats: ShardLoadStats) -> bool:
+        """The end of a load, on the loop: ``shard`` (``partition``'s log read into it) takes
+        the partition's place and serves at ``epoch``, its members' timers armed anew. False,
+        and the shard dropped, when the partition was lost (or taken again at another epoch)
+        while it loaded. (``load_partition``'s; the simulator's moves load on virtual time.)"""
+        driver = self.driver
+        if self.lead.epochs.get(partition) != epoch or not driver.active:
+            _drop(shard, partition)
+            return False
+        self._replace(partition, shard)
+        shard.set_topics(driver.registry.image())
+        self.lead.set(partition, PartitionState.SERVING)
+        self.loads[partition] = stats
+        driver.timing.arm_partition(partition, shard)
+        return True
 
     async def unload_partition(self, partition: int) -> None:
         """Hand ``partition`` over: refuse new commands, let its writes finish, forget it.

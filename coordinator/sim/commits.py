@@ -74,6 +74,8 @@ def commit_offsets(sim: Any, i: int) -> None:
                 topics=(OffsetFetchTopic(name=name or "", topic_id=t, partition_indexes=(p,)),),
             )
             got = sim.coord.read(gid, partial(_fetch, fetch), lost=partial(_refetch, c, (t, p)))
+            if got is None:  # its coordinator partition moved away (partition-move)
+                return  # the consumer's fetch failed: it commits nothing this time
             committed = got.topics[0].partitions[0].committed_offset if got.topics else -1
             c.progress[(t, p)] = max(committed, 0)
         c.progress[(t, p)] += rng.randint(1, 10)
@@ -101,10 +103,12 @@ def commit_offsets(sim: Any, i: int) -> None:
     forgotten = isinstance(c, ClassicClient) and inv.holds_forgotten_generation(c)
     refused: list[str] = []
     released: set[tuple[str, int]] = set()
+    ran: list[bool] = []
 
     def judged(shard: Any, result: Any) -> None:
         """I6 as the commit runs: whom the coordinator attributes each accepted partition to
         (the committed offsets as durable so far)."""
+        ran.append(True)
         accepted = [
             ((t.topic_id, part.partition_index), offsets[(t.topic_id, part.partition_index)])
             for t in result.response.topics
@@ -144,6 +148,13 @@ def commit_offsets(sim: Any, i: int) -> None:
         if outcome[0] == "error":
             sim.summary.events["commit-rejected"] += 1
             sim._log(f"c{i} {label} rejected: {ErrorCode(outcome[1]).name}")
+            if outcome[1] == ErrorCode.NOT_COORDINATOR and ran:
+                # Its partition moved away while its write was in flight (partition-move): the
+                # write may land all the same (its outcome is unknown to the client, as in
+                # Kafka), so the offsets it carried may be the committed ones from now on.
+                sim.summary.events["commit-of-unknown-outcome"] += 1
+                for key in offsets:
+                    inv.stale_committed(acknowledged, key)
             if isinstance(c, ClassicClient) and sim.clients[i] is c:
                 sim._after(i, c.on_commit_error(outcome[1]))
             return

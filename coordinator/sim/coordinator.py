@@ -46,12 +46,13 @@ from coordinator.runtime.committed import CommittedCluster
 from coordinator.runtime.driver import REGISTRY, Driver
 from coordinator.runtime.engine import append_encoded
 from coordinator.runtime.loader import load_into
-from coordinator.runtime.store import MemoryRecordStore, StoreWriteError
+from coordinator.runtime.store import MemoryRecordStore, StoreFencedError, StoreWriteError
 from coordinator.virtual import VirtualClock, VirtualWorld
 from legacy_bridge.messages import JoinGroup
 
 from . import invariants as inv
 from .isolation import Isolation
+from .moves import PartitionMoves
 from .report import diff, resp_text
 
 Outcome = tuple[Any, ...]  # ("ok", response) or ("error", code, message)
@@ -82,6 +83,8 @@ class SimCoordinator:
         self.replicas = [self._new_shard() for _ in range(self.partitions)]
         self.replica_registry = TopicRegistry(self.ids)
         self.isolation = Isolation(self)
+        # partition-move (moves.py): the node is one of several on the store, its appends fenced
+        self.moves = PartitionMoves(self) if "partition-move" in sim.p.faults else None
         self._boot()
 
     # ------------------------------------------------------------------ the driver
@@ -126,6 +129,9 @@ class SimCoordinator:
             trace=self._trace,
         )
         self.world.driver = self.driver
+        self.shards = self.driver.shards  # the driver's own list: a move replaces its shards
+        if self.moves is not None:
+            self.moves.boot(self.driver)
         self.driver.start()
         self.writing = False
 
@@ -274,7 +280,12 @@ class SimCoordinator:
         of the group) are durable: ``lost()`` runs if that write fails or the coordinator
         restarts first (the server answers such a fetch with an error, or never)."""
         index = self.driver.shard_index(group_id)
-        response, batch = self.driver.reads.read(index, fn, (group_id,), latest=True)
+        try:
+            response, batch = self.driver.reads.read(index, fn, (group_id,), latest=True)
+        except CoordinatorError:  # its partition moved away (partition-move): no answer
+            self.sim.summary.events["fetch-of-a-partition-away"] += 1
+            lost()
+            return None
         if batch is None:
             return response
         events = self.sim.summary.events
@@ -326,6 +337,7 @@ class SimCoordinator:
         if batch is None:
             return False
         sim = self.sim
+        fence = None if self.moves is None else self.moves.fence_of(batch)
         delay = 0
         if sim.fault("slow-fsync"):
             sim.summary.faults["slow-fsync"] += 1
@@ -341,27 +353,58 @@ class SimCoordinator:
                 delay = sim.rng.randint(0, sim.p.slow_fsync_max_ms)
         if delay or fails:
             self.writing = True  # the next batch gathers behind this one
-            self._event(self.clock.now + delay, "writes", lambda: self._written(batch, fails))
+            self._event(
+                self.clock.now + delay, "writes", lambda: self._written(batch, fails, fence)
+            )
+        elif self.moves is not None and self.moves.hold(batch, fence):
+            self.writing = True  # a move decides when, and whether, it lands
         else:
-            self._written(batch, False)
+            self._written(batch, False, fence)
         return True
 
-    def _written(self, batch: Any, fails: bool) -> None:
+    def _written(self, batch: Any, fails: bool, fence: Any = None) -> None:
         self.writing = False
         if fails:
             self.sim._log(f"  fault: the write of {len(batch.records)} records fails")
             error = StoreWriteError("injected: no space left on device")
-            self.isolation.write_failed(lambda: self.driver.write_failed(batch, error))
-        else:
-            append_encoded(self.store, batch.records, self.clock.now)
-            self._replicate(batch.records)
+            self._failed(batch, error)
+            return
+        try:
+            offsets = append_encoded(self.store, batch.records, self.clock.now, fence)
+        except StoreFencedError as exc:  # a lease moved on meanwhile (partition-move)
+            self.sim._log(f"  the write of {len(batch.records)} records is fenced off: {exc}")
+            self.sim.summary.events["write-fenced"] += 1
+            self._failed(batch, exc)
+            assert self.moves is not None and self.moves.parts is not None
+            self.moves.parts.fenced(exc, fence)
+            return
+        self._replicate(batch.records)
+        self._acknowledged(batch, offsets)
+
+    def _acknowledged(self, batch: Any, offsets: dict[int, int]) -> None:
+        """The store's answer that ``batch`` landed reaches the node."""
+        self.writing = False
+        if self.moves is None:
             self.driver.written(batch)
+            return
+        assert self.moves.parts is not None
+        self.moves.parts.written(offsets)
+        self.moves.resolving(batch, lambda: self.driver.written(batch))
+
+    def _failed(self, batch: Any, error: BaseException) -> None:
+        def fail() -> Any:
+            return self.driver.write_failed(batch, error)
+
+        if self.moves is None:
+            self.isolation.write_failed(fail)
+        else:
+            self.isolation.write_failed(lambda: self.moves.resolving(batch, fail, failed=True))  # type: ignore[union-attr]
 
     def write_now(self) -> None:
         """Set-up only: write what is pending at once."""
         self.world.run_ready()
         while (batch := self.driver.take_batch()) is not None:
-            self._written(batch, False)
+            self._written(batch, False, None if self.moves is None else self.moves.fence_of(batch))
             self.world.run_ready()
 
     def _replicate(self, records: Sequence[Any]) -> None:
@@ -381,6 +424,10 @@ class SimCoordinator:
                 replica.set_topics(self.replica_registry.image())
             replica.release(replica.mark())
         self.replica_registry.release(self.replica_registry.mark())
+
+    def serves(self, index: int) -> bool:
+        """Does the node serve coordinator partition ``index`` now (not moved away)?"""
+        return self.moves is None or self.moves.serves(index)
 
     def partition_of(self, group_id: str) -> int:
         """The group's coordinator partition (the driver's routing)."""

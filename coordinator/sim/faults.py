@@ -43,7 +43,10 @@ ALL_FAULTS = (
 STORE_FAULTS = ("store-fail", "slow-fsync", "late-offload")
 """Decided per batch (per job) where the coordinator writes (computes), at their own rate."""
 CLASSIC_ONLY_FAULTS = ("switch-protocol",)  # injected only when the fleet uses the classic protocol
-EXTRA_FAULTS = ("reorder",)
+EXTRA_FAULTS = ("reorder", "partition-move")
+"""Not in ``all``: ``reorder`` (finding F1); ``partition-move`` (``moves.py``: it draws from a
+stream of its own, so a seed's other faults fall where they did until the first move, but the
+seeds the CI set pins for what they meet after it would meet something else)."""
 KNOWN_FAULTS = ALL_FAULTS + EXTRA_FAULTS
 
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from . import invariants as inv
 from .faults import ALL_FAULTS, KNOWN_FAULTS
+from .moves import unavailable_ms as moves_unavailable_ms
 
 GROUP = "grp"
 """The group of a one-group simulation."""
@@ -111,6 +112,10 @@ class SimParams:
         slow = "slow-fsync" in self.faults or (self.multi and "store-fail" in self.faults)
         bound += self.slow_fsync_max_ms * slow
         bound += self.busy_max_ms * ("busy-loop" in self.faults)
+        # A partition moved away (moves.py): its write held, the gap, the load, a late answer;
+        # then its clients find it again after their back-off.
+        if "partition-move" in self.faults:
+            bound += moves_unavailable_ms() + self.retry_backoff_ms
         if self.offload_min_members and "late-offload" in self.faults:
             bound += self.late_offload_ms
         return bound

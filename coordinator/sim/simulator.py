@@ -414,6 +414,8 @@ class Simulation:
                 continue
             if self.faults_on and self.rng.random() < self.p.fault_rate:
                 self.injector.schedule_one()
+            if self.faults_on and self.coord.moves is not None:
+                self.coord.moves.maybe_begin()  # a random stream of its own
             return True
         return False
 
@@ -695,7 +697,8 @@ class Simulation:
                 g.downgraded[int(classic.generation)] = g.consumer_metadata
                 g.consumer_metadata = None
             clients = self.clients_of(g)
-            inv.note_recreated(group, clients, classic)
+            if coord.serves(coord.partition_of(g.gid)):  # away (partition-move): not re-created
+                inv.note_recreated(group, clients, classic)
             found = inv.check_safety(
                 group, clients, self.p.invariants, classic=classic, topic_ids=self._topic_ids()
             )
@@ -715,7 +718,7 @@ class Simulation:
                         f"the replayed classic group {gid} does not express its last "
                         f"record: {cg.to_record_value()} != {cg.durable}",
                     )
-            if not coord.busy:
+            if not coord.busy and coord.serves(index):  # away (partition-move): at its load
                 live = coord.shards[index].snapshot()
                 durable = replica.snapshot()
                 if live != durable:
