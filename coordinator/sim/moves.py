@@ -11,8 +11,10 @@ A move, at a random moment (a random stream of its own, so the other faults' dra
 where they were), one at a time:
 
 1. **begins**: the partition is chosen; the next batch the writer takes with records (or timer
-   operations) of it is *held*: written by no one until the drop decides its fate;
-2. **drop**, up to :data:`HOLD_MAX_MS` later (its lease ran out, or it was handed over):
+   operations) of it — every other move, the next such batch with a timer's firing in it — is
+   *held*: written by no one until the drop decides its fate;
+2. **drop**, up to :data:`HOLD_MAX_MS` (:data:`FIRING_HOLD_MAX_MS` when waiting for a firing)
+   later (its lease ran out, or it was handed over):
    ``Partitions.lose_partition`` — its parked requests and those waiting for a write holding
    their records answered NOT_COORDINATOR, its timers purged, an empty shard in its place.
    The held batch then either *lands* now, before the take (PostgreSQL's take of the lease
@@ -65,6 +67,7 @@ from .report import diff
 MOVE_RATE = 0.02
 """Chance per step that a partition move begins (its own random stream)."""
 HOLD_MAX_MS = 1_000
+FIRING_HOLD_MAX_MS = 10_000
 TAKE_MAX_MS = 500
 GAP_MAX_MS = 3_000
 LOAD_MAX_MS = 500
@@ -75,7 +78,13 @@ FATES = ("landed, answered before the load", "landed, answered after the load", 
 
 def unavailable_ms() -> int:
     """How long a move keeps a partition away, and the writer held, at most (liveness)."""
-    return HOLD_MAX_MS + TAKE_MAX_MS + GAP_MAX_MS + LOAD_MAX_MS + LATE_ACK_MAX_MS
+    return (
+        max(HOLD_MAX_MS, FIRING_HOLD_MAX_MS)
+        + TAKE_MAX_MS
+        + GAP_MAX_MS
+        + LOAD_MAX_MS
+        + LATE_ACK_MAX_MS
+    )
 
 
 class _NoWatchers:
@@ -105,6 +114,7 @@ class PartitionMoves:
         self.parts: Partitions | None = None
         self.moving: int | None = None  # the partition of the move under way
         self.holding = False  # the next write with records of it is held
+        self.firing = False  # only one with a timer's firing in it
         self.held: tuple[Any, Any] | None = None  # (batch, fence) held
         # batches outstanding when a partition was dropped, each with the partitions dropped
         self.old: list[tuple[Any, set[int]]] = []
@@ -153,8 +163,13 @@ class PartitionMoves:
         p = self.rng.choice(served)
         sim.summary.faults["partition-move"] += 1
         self.moving, self.holding = p, True
-        delay = self.rng.randint(1, HOLD_MAX_MS)
-        sim._log(f"fault: coordinator partition {p} moves in {delay} ms (its next write held)")
+        self.firing = self.rng.random() < 0.5
+        delay = self.rng.randint(1, FIRING_HOLD_MAX_MS if self.firing else HOLD_MAX_MS)
+        sim._log(
+            f"fault: coordinator partition {p} moves in {delay} ms (its next write"
+            + (" with a timer's firing" if self.firing else "")
+            + " held)"
+        )
         self.coord._event(sim.now + delay, f"partition {p} dropped", partial(self.drop, p))
 
     def hold(self, batch: Any, fence: Any) -> bool:
@@ -165,6 +180,8 @@ class PartitionMoves:
             return False
         if p not in batch.start_marks and not batch.timer_ops.get(p):
             return False
+        if self.firing and not _fired(batch):
+            return False  # waits for a batch with a timer's firing
         self.held = (batch, fence)
         self.sim.summary.events["partition-move-write-held"] += 1
         self.sim._log(f"  the write of {len(batch.records)} records is held (partition {p} moves)")
