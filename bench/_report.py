@@ -6,12 +6,15 @@ Each benchmark owns one section of docs/benchmarks.md, delimited by
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import re
 import subprocess
-from collections.abc import Sequence
+import sys
+from collections.abc import Coroutine, Sequence
 from pathlib import Path
+from typing import Any
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
 HEADER = "# Benchmarks\n\nEach section is written by the command it shows; re-run it to refresh.\n"
@@ -69,3 +72,24 @@ def publish(name: str, markdown: str, seconds: float, write: bool) -> None:
     if write:
         write_section(name, markdown)
         print(f"wrote the '{name}' section of docs/benchmarks.md")
+
+
+def print_child_result(run: Coroutine[Any, Any, dict[str, Any]]) -> None:
+    """A measurement's child process: run it on the server's loop, print its result as JSON."""
+    from coordinator.server.loop import run as on_loop
+
+    print(json.dumps(on_loop(run)))
+
+
+def in_child(script: str, *args: object, timeout: float = 900) -> dict[str, Any]:
+    """Run ``script --child ARGS...`` in a fresh process (each measurement on a clean heap)
+    and return the JSON result it printed last."""
+    done = subprocess.run(
+        [sys.executable, script, "--child", *(str(a) for a in args)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=timeout,
+    )
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result

@@ -28,9 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -41,7 +39,14 @@ ROOT = Path(__file__).resolve().parent.parent
 if __package__ in (None, ""):
     sys.path.insert(0, str(ROOT))
 
-from bench._report import command, machine, table, write_section  # noqa: E402
+from bench._report import (  # noqa: E402
+    command,
+    in_child,
+    machine,
+    print_child_result,
+    table,
+    write_section,
+)
 
 TARGET_MS = 100.0
 """The longest the reload may hold the loop (a turn of the loop, not a pause a node's lease
@@ -217,21 +222,11 @@ async def _run(entries: int, mode: str) -> dict[str, Any]:
 
 
 def child(entries: int, mode: str) -> None:
-    from coordinator.server.loop import run
-
-    print(json.dumps(run(_run(entries, mode))))
+    print_child_result(_run(entries, mode))
 
 
 def one(entries: int, mode: str) -> dict[str, Any]:
-    done = subprocess.run(
-        [sys.executable, __file__, "--child", str(entries), mode],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=900,
-    )
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return result
+    return in_child(__file__, entries, mode)
 
 
 def main(argv: list[str] | None = None) -> None:

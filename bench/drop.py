@@ -33,10 +33,8 @@ import argparse
 import asyncio
 import contextlib
 import gc
-import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import threading
@@ -50,7 +48,14 @@ ROOT = Path(__file__).resolve().parent.parent
 if __package__ in (None, ""):
     sys.path.insert(0, str(ROOT))
 
-from bench._report import command, machine, table, write_section  # noqa: E402
+from bench._report import (  # noqa: E402
+    command,
+    in_child,
+    machine,
+    print_child_result,
+    table,
+    write_section,
+)
 
 PARTITIONS = 4
 DROPPED = 0
@@ -218,21 +223,11 @@ async def _run(path: str, mode: str) -> dict[str, Any]:
 
 
 def child(path: str, mode: str) -> None:
-    from coordinator.server.loop import run
-
-    print(json.dumps(run(_run(path, mode))))
+    print_child_result(_run(path, mode))
 
 
 def one(path: Path, mode: str) -> dict[str, Any]:
-    done = subprocess.run(
-        [sys.executable, __file__, "--child", str(path), mode],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=600,
-    )
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return result
+    return in_child(__file__, path, mode, timeout=600)
 
 
 def row(r: dict[str, Any], load: str) -> list[object]:

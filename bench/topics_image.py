@@ -29,9 +29,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -42,7 +40,14 @@ ROOT = Path(__file__).resolve().parent.parent
 if __package__ in (None, ""):
     sys.path.insert(0, str(ROOT))
 
-from bench._report import command, machine, table, write_section  # noqa: E402
+from bench._report import (  # noqa: E402
+    command,
+    in_child,
+    machine,
+    print_child_result,
+    table,
+    write_section,
+)
 
 TARGET_MS = 1.0
 """What the loop may spend on one topic created (its image and the committed copy's
@@ -200,21 +205,11 @@ async def _run(topics: int, mode: str) -> dict[str, Any]:
 
 
 def child(topics: int, mode: str) -> None:
-    from coordinator.server.loop import run
-
-    print(json.dumps(run(_run(topics, mode))))
+    print_child_result(_run(topics, mode))
 
 
 def one(topics: int, mode: str) -> dict[str, Any]:
-    done = subprocess.run(
-        [sys.executable, __file__, "--child", str(topics), mode],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=900,
-    )
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return result
+    return in_child(__file__, topics, mode)
 
 
 def main(argv: list[str] | None = None) -> None:
