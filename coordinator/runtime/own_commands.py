@@ -35,7 +35,7 @@ from functools import partial
 from typing import Any
 
 from coordinator.core.commands import Result, WriteWatch
-from coordinator.core.errors import CoordinatorError, CoordinatorNotAvailableError
+from coordinator.core.errors import CoordinatorError, CoordinatorNotAvailableError, ErrorCode
 from coordinator.core.target_assignment import AssignmentJob, AssignmentOutcome
 
 from .timing import TIMER_RETRY_MS
@@ -333,7 +333,16 @@ class OwnCommands:
         try:
             _response, batch = self._driver.execute(index, lambda s: fn(s, now), group=group_id)
         except CoordinatorError as exc:
-            log.warning("[GroupId %s] %s: %s", group_id, failed, exc.message)
+            # NOT_COORDINATOR: the group's partition moved to another node meanwhile (HA),
+            # which finishes what is left: expected, not a warning.
+            moved = exc.code == ErrorCode.NOT_COORDINATOR
+            log.log(
+                logging.INFO if moved else logging.WARNING,
+                "[GroupId %s] %s: %s",
+                group_id,
+                failed,
+                exc.message,
+            )
             then(exc)
             return
         except Exception as exc:  # noqa: BLE001 - logged by the driver

@@ -421,3 +421,40 @@ async def test_a_worker_collects_each_jobs_garbage_and_stays_bounded() -> None:
     assert max(objects) - min(objects) <= 50, (min(objects), max(objects))
     rss = [r["rss_kib"] for r in reports]
     assert max(rss[10:]) - rss[10] <= 4 * 1024, (rss[10], max(rss))  # 2,000 cycles: 125 MiB
+
+
+@pytest.mark.parametrize(
+    ("error", "level"),
+    [
+        ("NotCoordinatorError", "INFO"),  # the partition moved to another node: expected
+        ("CoordinatorNotAvailableError", "WARNING"),
+    ],
+)
+def test_an_offloaded_target_the_node_cannot_apply_is_logged_by_why(
+    caplog: pytest.LogCaptureFixture, error: str, level: str
+) -> None:
+    """A worker's target that comes back once its group's partition went to another node
+    (NOT_COORDINATOR) is expected in a cluster and logged at INFO; any other reason it cannot
+    be applied stays a WARNING. Either way the group is no longer being assigned here."""
+    import logging
+    from types import SimpleNamespace
+
+    from coordinator.core import errors
+    from coordinator.runtime.own_commands import OwnCommands
+
+    def refuse(_index: int, _fn: Any, group: str | None = None) -> Any:
+        raise getattr(errors, error)("no")
+
+    driver = SimpleNamespace(
+        active=True, trace=None, clock=SimpleNamespace(now_ms=lambda: 0), execute=refuse
+    )
+    own = OwnCommands(driver)
+    own.assigning.add("g")
+    applied: list[Any] = []
+    own._applied = lambda _i, _g, exc: applied.append(type(exc).__name__)  # type: ignore[method-assign]
+    with caplog.at_level(logging.INFO, "kip848"):
+        own.job_done(0, "g", outcome=None)  # type: ignore[arg-type]
+    assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
+        (level, "[GroupId g] Target assignment not applied: no")
+    ]
+    assert applied == [error] and own.assigning == set()
