@@ -12,7 +12,7 @@ import platform
 import re
 import subprocess
 import sys
-from collections.abc import Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -93,3 +93,26 @@ def in_child(script: str, *args: object, timeout: float = 900) -> dict[str, Any]
     )
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
+
+
+def alternate(
+    script: str,
+    sizes: Iterable[int],
+    repeat: int,
+    modes: Sequence[str],
+    row: Callable[[dict[str, Any]], list[object]],
+) -> tuple[list[dict[str, Any]], list[list[object]]]:
+    """Each size ``repeat`` times, its modes (before / after) alternating, each in a fresh
+    process (:func:`in_child`): the results, and a table row of each (``row``, then the load
+    average before and after it), printed as it comes."""
+    results: list[dict[str, Any]] = []
+    rows: list[list[object]] = []
+    for n in sizes:
+        for _ in range(repeat):
+            for mode in modes:
+                before = os.getloadavg()[0]
+                r = in_child(script, n, mode)
+                results.append(r)
+                rows.append([*row(r), f"{before:.1f}→{os.getloadavg()[0]:.1f}"])
+                print(rows[-1], flush=True)
+    return results, rows

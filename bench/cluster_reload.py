@@ -40,8 +40,8 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(ROOT))
 
 from bench._report import (  # noqa: E402
+    alternate,
     command,
-    in_child,
     machine,
     print_child_result,
     table,
@@ -221,14 +221,6 @@ async def _run(entries: int, mode: str) -> dict[str, Any]:
     return out
 
 
-def child(entries: int, mode: str) -> None:
-    print_child_result(_run(entries, mode))
-
-
-def one(entries: int, mode: str) -> dict[str, Any]:
-    return in_child(__file__, entries, mode)
-
-
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--entries", default="10000,100000", help="topics (and as many ACLs)")
@@ -237,30 +229,24 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--child", nargs=2, metavar=("ENTRIES", "MODE"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
-        child(int(args.child[0]), args.child[1])
+        print_child_result(_run(int(args.child[0]), args.child[1]))
         return
     started = time.perf_counter()
     load_before = os.getloadavg()[0]
-    rows: list[list[object]] = []
-    results: list[dict[str, Any]] = []
-    for n in (int(e) for e in args.entries.split(",")):
-        for _ in range(args.repeat):
-            for mode in MODES:
-                before = os.getloadavg()[0]
-                r = one(n, mode)
-                results.append(r)
-                rows.append(
-                    [
-                        f"{r['entries']:,}",
-                        r["mode"],
-                        f"{r['records']:,}",
-                        f"{r['stall_ms']:.0f} / {r['stall_cpu_ms']:.0f}",
-                        f"{r['reload_ms']:,.0f}",
-                        "yes" if r["caught_up"] and r["equal"] else "NO",
-                        f"{before:.1f}→{os.getloadavg()[0]:.1f}",
-                    ]
-                )
-                print(rows[-1], flush=True)
+    results, rows = alternate(
+        __file__,
+        (int(e) for e in args.entries.split(",")),
+        args.repeat,
+        MODES,
+        lambda r: [
+            f"{r['entries']:,}",
+            r["mode"],
+            f"{r['records']:,}",
+            f"{r['stall_ms']:.0f} / {r['stall_cpu_ms']:.0f}",
+            f"{r['reload_ms']:,.0f}",
+            "yes" if r["caught_up"] and r["equal"] else "NO",
+        ],
+    )
     summary = []
     for n in sorted({r["entries"] for r in results}):
         of_n = [r for r in results if r["entries"] == n]

@@ -41,8 +41,8 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(ROOT))
 
 from bench._report import (  # noqa: E402
+    alternate,
     command,
-    in_child,
     machine,
     print_child_result,
     table,
@@ -204,14 +204,6 @@ async def _run(topics: int, mode: str) -> dict[str, Any]:
     return out
 
 
-def child(topics: int, mode: str) -> None:
-    print_child_result(_run(topics, mode))
-
-
-def one(topics: int, mode: str) -> dict[str, Any]:
-    return in_child(__file__, topics, mode)
-
-
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--topics", default="1000,10000,100000", help="topics in the registry")
@@ -220,31 +212,25 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--child", nargs=2, metavar=("TOPICS", "MODE"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
-        child(int(args.child[0]), args.child[1])
+        print_child_result(_run(int(args.child[0]), args.child[1]))
         return
     started = time.perf_counter()
     load_before = os.getloadavg()[0]
-    rows: list[list[object]] = []
-    results: list[dict[str, Any]] = []
-    for n in (int(e) for e in args.topics.split(",")):
-        for _ in range(args.repeat):
-            for mode in MODES:
-                before = os.getloadavg()[0]
-                r = one(n, mode)
-                results.append(r)
-                rows.append(
-                    [
-                        f"{r['topics']:,}",
-                        r["mode"],
-                        f"{r['create_cpu_ms']:.2f} / {r['create_cpu_max_ms']:.1f}",
-                        f"{r['create_stall_ms']:.0f} / {r['create_stall_cpu_ms']:.0f}",
-                        f"{r['follow_stall_ms']:.0f} / {r['follow_stall_cpu_ms']:.0f}",
-                        f"{r['follow_ms']:.0f}",
-                        "yes" if r["equal"] else "NO",
-                        f"{before:.1f}→{os.getloadavg()[0]:.1f}",
-                    ]
-                )
-                print(rows[-1], flush=True)
+    results, rows = alternate(
+        __file__,
+        (int(e) for e in args.topics.split(",")),
+        args.repeat,
+        MODES,
+        lambda r: [
+            f"{r['topics']:,}",
+            r["mode"],
+            f"{r['create_cpu_ms']:.2f} / {r['create_cpu_max_ms']:.1f}",
+            f"{r['create_stall_ms']:.0f} / {r['create_stall_cpu_ms']:.0f}",
+            f"{r['follow_stall_ms']:.0f} / {r['follow_stall_cpu_ms']:.0f}",
+            f"{r['follow_ms']:.0f}",
+            "yes" if r["equal"] else "NO",
+        ],
+    )
     summary = []
     for n in sorted({r["topics"] for r in results}):
         of_n = [r for r in results if r["topics"] == n]
