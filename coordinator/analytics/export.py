@@ -1,8 +1,10 @@
 """``kip848 analytics export``: a store's journal -> one Parquet file (schema: :mod:`.schema`).
 
-The store is opened read-only (``SqliteRecordStore(read_only=True)``, like ``kip848 dump``): no
-writer lock is taken and SQLite's WAL snapshot isolation gives each log a consistent view, so
-exporting is safe while a server runs on the same data directory. The cluster log, then each
+The store is opened read-only (``read_only=True``, like ``kip848 dump``): the SQLite store of a
+data directory, or a PostgreSQL store (``store=URI``, where several nodes keep their records).
+No writer lock is taken, and each log is read in one snapshot (SQLite's WAL snapshot isolation;
+a repeatable-read transaction on PostgreSQL), so exporting is safe while servers run on the
+store. The cluster log, then each
 partition's journal, is decoded (:mod:`.export_rows`) and written in row groups as it is read
 (memory stays bounded), first into ``<out>.partial`` and renamed at the end: a failed export
 leaves no half file. A big journal's partition logs are decoded by several processes side by
@@ -89,6 +91,7 @@ def export_journal(
     data_dir: str | os.PathLike[str],
     out: str | os.PathLike[str],
     *,
+    store_uri: str | None = None,
     since_ms: int | None = None,
     until_ms: int | None = None,
     session_timeout_ms: int = 45_000,
@@ -98,26 +101,25 @@ def export_journal(
     row_group_rows: int = ROW_GROUP_ROWS,
     workers: int | None = None,
 ) -> ExportResult:
-    """Write the journals of the store in ``data_dir`` to the Parquet file ``out``: the cluster
-    log's, then each partition's, each in offset order.
+    """Write the journals of the store in ``data_dir`` (or of the PostgreSQL store at
+    ``store_uri``) to the Parquet file ``out``: the cluster log's, then each partition's, each
+    in offset order.
 
     Raises :class:`ExportError` for a missing, foreign or corrupt store (including a record
     that does not decode) and for bad arguments; ``warn`` gets a warning when retention has
     already trimmed a journal inside the range asked for. ``workers``: processes decoding the
     partitions' journals side by side (default: one per CPU, up to 4, for a journal of
     :data:`PARALLEL_FROM` entries or more; 1: all in this process)."""
-    from coordinator.runtime.store import CLUSTER_LOG, SqliteRecordStore, StoreError, log_ids
+    from coordinator.runtime.store import CLUSTER_LOG, StoreError, log_ids
 
+    source = _Source(str(data_dir), store_uri)
     if since_ms is not None and until_ms is not None and until_ms <= since_ms:
         raise ExportError("--until must be later than --since")
     started = time.perf_counter()
     out_path = Path(out)
     if out_path.is_dir():
         raise ExportError(f"{out_path} is a directory; --out names the Parquet file to write")
-    try:
-        store = SqliteRecordStore(data_dir, read_only=True)
-    except StoreError as exc:
-        raise ExportError(str(exc)) from exc
+    store = source.open()
     warnings: list[str] = []
     with store:
         try:
@@ -126,7 +128,7 @@ def export_journal(
         except StoreError as exc:
             raise ExportError(str(exc)) from exc
         except Exception as exc:
-            raise ExportError(f"the store in {data_dir} is corrupt: {exc}") from exc
+            raise ExportError(f"the store in {source.where} is corrupt: {exc}") from exc
         logs = stats["logs"]
         # Over every log, as one log's figures were: records ever written minus one, records
         # retention removed (the first offset a journal still holds).
@@ -207,7 +209,7 @@ def export_journal(
                             since_ms=since_ms,
                             until_ms=until_ms,
                             row_group_rows=row_group_rows,
-                            where=str(data_dir),
+                            where=source.where,
                             advance=advance,
                         )
                     )
@@ -219,7 +221,7 @@ def export_journal(
                         one(log_id)
                 else:
                     done += _export_in_processes(
-                        data_dir,
+                        source,
                         parts,
                         n_workers,
                         decoder,
@@ -235,7 +237,7 @@ def export_journal(
             first_exported = exported[0].first_offset if exported else None
             last_exported = exported[-1].last_offset if exported else None
             info = ExportInfo(
-                store=str(store.path),
+                store=source.where if source.uri else str(store.path),
                 exported_at_ms=int(time.time() * 1000),
                 created_by=_package_version(),
                 shards=store.partitions,
@@ -321,7 +323,7 @@ def _workers(asked: int | None, entries: int, logs: int) -> int:
 
 
 def _export_in_processes(
-    data_dir: str | os.PathLike[str],
+    source: _Source,
     logs: list[int],
     workers: int,
     decoder: Decoder,
@@ -347,7 +349,7 @@ def _export_in_processes(
         futures = {
             log_id: pool.submit(
                 _export_log_file,
-                str(data_dir),
+                source,
                 log_id,
                 decoder.names,
                 decoder.racks,
@@ -378,7 +380,7 @@ def _export_in_processes(
 
 
 def _export_log_file(
-    data_dir: str,
+    source: _Source,
     log_id: int,
     names: dict[str, str],
     racks: dict[str, Mapping[int, frozenset[str]]],
@@ -388,14 +390,14 @@ def _export_log_file(
     row_group_rows: int,
 ) -> LogExport:
     """In an export process: one log's journal into the Arrow file ``path``."""
-    from coordinator.runtime.store import SqliteRecordStore, StoreError
+    from coordinator.runtime.store import StoreError
 
     decoder = Decoder(names)
     decoder.racks.update(racks)
     options = pa.ipc.IpcWriteOptions(compression="lz4")
     try:
         with (
-            SqliteRecordStore(data_dir, read_only=True) as store,
+            source.open() as store,
             pa.OSFile(path, "wb") as sink,
             pa.ipc.new_file(sink, SCHEMA, options=options) as out,
             _no_cyclic_gc(),
@@ -409,10 +411,41 @@ def _export_log_file(
                 since_ms=since_ms,
                 until_ms=until_ms,
                 row_group_rows=row_group_rows,
-                where=data_dir,
+                where=source.where,
             )
     except StoreError as exc:
         raise ExportError(str(exc)) from exc
+
+
+@dataclass(frozen=True, slots=True)
+class _Source:
+    """The store to export (picklable: each export process opens it again): the SQLite store
+    of ``data_dir``, or the PostgreSQL store at ``uri`` when one is given."""
+
+    data_dir: str
+    uri: str | None
+
+    @property
+    def where(self) -> str:
+        """What messages call it: the data directory, or the URI without its password."""
+        if self.uri is None:
+            return self.data_dir
+        from coordinator.runtime.store.postgres_schema import dsn_for_log
+
+        return dsn_for_log(self.uri)
+
+    def open(self) -> Any:
+        """The store, read-only; :class:`ExportError` when it cannot be opened."""
+        from coordinator.runtime.store import PostgresRecordStore, SqliteRecordStore, StoreError
+
+        try:
+            if self.uri is None:
+                return SqliteRecordStore(self.data_dir, read_only=True)
+            return PostgresRecordStore(self.uri, read_only=True, application_name="kip848-export")
+        except StoreError as exc:
+            raise ExportError(str(exc)) from exc
+        except ValueError as exc:  # not a postgresql:// URI
+            raise ExportError(str(exc)) from exc
 
 
 @contextlib.contextmanager

@@ -1,8 +1,9 @@
 """``kip848 analytics``: the record journal as Parquet, rebalance analytics on Spark, and a
 workload generator (docs/analytics.md).
 
-* ``export --data-dir DIR --out PATH [--since T] [--until T]``: offline, read-only (safe while a
-  server runs on the store).
+* ``export --data-dir DIR | --store URI --out PATH [--since T] [--until T]``: offline, read-only
+  (safe while servers run on the store); ``--store postgresql://...`` reads the PostgreSQL store
+  several nodes share.
 * ``report --input PATH --out DIR [--master URL] [--what-if ASSIGNOR] [--conf K=V]``: Spark
   jobs (``local[*]`` by default), one Parquet table per metric, ``DIR/report.html``.
 * ``generate --data-dir DIR [--seed N] [--groups N] [--duration S] ...``: a realistic store
@@ -17,6 +18,7 @@ import argparse
 import sys
 
 from coordinator.cli.config import DEFAULT_DATA_DIR, add_config_flags, build_config
+from coordinator.cli.dump_replay import add_store_flag, check_store_uri
 from coordinator.cli.errors import UsageError
 from coordinator.cli.registry import Commands
 
@@ -32,6 +34,7 @@ def register(commands: Commands) -> None:
 
     e = sub.add_parser("export", help="write a store's journal as Parquet (offline, read-only)")
     e.add_argument("--data-dir", default=DEFAULT_DATA_DIR, metavar="DIR")
+    add_store_flag(e)
     e.add_argument("--out", required=True, metavar="PATH", help="the Parquet file to write")
     e.add_argument("--since", metavar="T", help="first time (epoch ms or ISO 8601, UTC)")
     e.add_argument("--until", metavar="T", help="end time, exclusive (epoch ms or ISO 8601)")
@@ -88,6 +91,7 @@ def _export(args: argparse.Namespace) -> int:
     from coordinator.analytics.export import ExportError, export_journal, parse_time
 
     config = build_config(args.config_file, args.set)
+    check_store_uri(args)
     try:
         since = None if args.since is None else parse_time(args.since)
         until = None if args.until is None else parse_time(args.until)
@@ -98,6 +102,7 @@ def _export(args: argparse.Namespace) -> int:
         result = export_journal(
             args.data_dir,
             args.out,
+            store_uri=args.store,
             since_ms=since,
             until_ms=until,
             session_timeout_ms=config.consumer_session_timeout_ms,

@@ -64,17 +64,23 @@ def store_location(args: argparse.Namespace) -> str:
     return str(args.data_dir)
 
 
+def check_store_uri(args: argparse.Namespace) -> None:
+    """A ``--store`` given must be a ``postgresql://`` URI (:class:`UsageError` otherwise)."""
+    from coordinator.runtime.store.postgres import is_postgres_dsn
+
+    spec = getattr(args, "store", None)
+    if spec and not is_postgres_dsn(spec):
+        raise UsageError(f"--store takes a postgresql:// URI, got {spec!r}")
+
+
 def open_store(args: argparse.Namespace, *, read_only: bool, **options: Any) -> Any:
     """The store the command's flags name: ``--store postgresql://...`` or the SQLite store in
     ``--data-dir`` (``options`` go to its constructor)."""
     from coordinator.runtime.store import PostgresRecordStore, SqliteRecordStore
 
+    check_store_uri(args)
     spec = getattr(args, "store", None)
     if spec:
-        from coordinator.runtime.store.postgres import is_postgres_dsn
-
-        if not is_postgres_dsn(spec):
-            raise UsageError(f"--store takes a postgresql:// URI, got {spec!r}")
         options.pop("sync", None)
         options.pop("accept_lost_wal", None)
         return PostgresRecordStore(spec, read_only=read_only, **options)
