@@ -100,22 +100,37 @@ class RequestLimits:
 
     # -- requests -------------------------------------------------------------------------------
 
-    def owned_partitions(self, n: int, known_partitions: Callable[[], int]) -> None:
+    def owned_partitions(
+        self,
+        n: int,
+        known_partitions: Callable[[], int],
+        authorize: Callable[[], None] | None = None,
+    ) -> None:
         """Partitions a member says it owns. A member may own every partition there is (the
         coordinator may have assigned them all to it), so over ``max_partitions`` the bound is
-        the number of partitions of every topic the coordinator knows (counted only then)."""
+        the number of partitions of every topic the coordinator knows (counted only then).
+        That bound is state: ``authorize`` (the group's READ) is asked first, so a caller
+        refused the group is answered its refusal, as Kafka authorizes before anything, and
+        cannot probe how many partitions exist; the refusal names no count either."""
         if n <= self.max_partitions:
             return
-        known = known_partitions()
-        if n > known:
+        if authorize is not None:
+            authorize()
+        if n > known_partitions():
             raise InvalidRequestError(
-                f"The request names {n} owned partitions; at most {max(self.max_partitions, known)}"
-                f" are allowed in one request ({PARTITIONS}, or every partition of the "
-                f"{known} known)."
+                f"The request names {n} owned partitions; at most {self.max_partitions} are "
+                f"allowed in one request ({PARTITIONS}), or every partition the coordinator "
+                "knows when there are more."
             )
 
-    def heartbeat(self, req: Any, known_partitions: Callable[[], int]) -> None:
-        """A ConsumerGroupHeartbeat: everything a join or heartbeat may store or compute."""
+    def heartbeat(
+        self,
+        req: Any,
+        known_partitions: Callable[[], int],
+        authorize: Callable[[], None] | None = None,
+    ) -> None:
+        """A ConsumerGroupHeartbeat: everything a join or heartbeat may store or compute
+        (``authorize``: see :meth:`owned_partitions`)."""
         self.group_id(req.group_id, heartbeat=True)
         self.identifier("MemberId", req.member_id)
         self.identifier("InstanceId", req.instance_id)
@@ -140,7 +155,7 @@ class RequestLimits:
                 )
         owned = req.topic_partitions
         if owned:
-            self.owned_partitions(sum(len(p) for p in owned.values()), known_partitions)
+            self.owned_partitions(sum(len(p) for p in owned.values()), known_partitions, authorize)
 
     def offset_commit(self, req: Any) -> None:
         self.group_id(req.group_id)
@@ -176,10 +191,17 @@ class RequestLimits:
         for name, _metadata in req.protocols:
             self.identifier("A protocol name", name)
 
-    def precheck_grpc(self, method: str, request: Any, known_partitions: Callable[[], int]) -> None:
+    def precheck_grpc(
+        self,
+        method: str,
+        request: Any,
+        known_partitions: Callable[[], int],
+        authorize: Callable[[], None] | None = None,
+    ) -> None:
         """The partition counts of a gRPC request, taken on the wire message before it is
         converted (converting a million partitions is itself seconds of work); the service
-        layer checks the same again for every codec."""
+        layer checks the same again for every codec. ``authorize``: the heartbeat's group READ
+        (:meth:`owned_partitions`)."""
         if method == "OffsetCommit":
             n = sum(len(t.partitions) for t in request.topics)
         elif method == "OffsetDelete":
@@ -194,7 +216,7 @@ class RequestLimits:
             )
         elif method == "ConsumerGroupHeartbeat" and request.HasField("topic_partitions"):
             n = sum(len(t.partitions) for t in request.topic_partitions.items)
-            self.owned_partitions(n, known_partitions)
+            self.owned_partitions(n, known_partitions, authorize)
             return
         else:
             return

@@ -21,7 +21,7 @@ answer (``caller.abort_when_closing``: gRPC's UNAVAILABLE).
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncGenerator, Iterable, Iterator, Sequence
+from collections.abc import AsyncGenerator, Callable, Iterable, Iterator, Sequence
 from dataclasses import replace
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -292,8 +292,10 @@ class CoordinatorService:
         kafka_v1 = caller.api_version is not None and not caller.version_below(
             MEMBER_ID_REQUIRED_HEARTBEAT_VERSION
         )
-        self.limits.heartbeat(req, self.runtime.known_partitions)
         authz = self.authz
+        self.limits.heartbeat(
+            req, self.runtime.known_partitions, self.heartbeat_authorization(caller, req.group_id)
+        )
         authz.check_group(caller, "ConsumerGroupHeartbeat", READ, req.group_id)
         if req.subscribed_topic_names:
             denied = authz.denied_topics(
@@ -313,6 +315,16 @@ class CoordinatorService:
             if waiting is not None:
                 await waiting
         return Reply(value=await self.runtime.heartbeat(req))
+
+    def heartbeat_authorization(self, caller: Caller, group_id: str) -> Callable[[], None]:
+        """A heartbeat's group READ check, for the limits that depend on state (its owned
+        partitions over the request bound: ``RequestLimits.owned_partitions``)."""
+
+        def check() -> None:
+            self.limits.group_id(group_id, heartbeat=True)
+            self.authz.check_group(caller, "ConsumerGroupHeartbeat", READ, group_id)
+
+        return check
 
     @rpc(on_each(list, _described_error))
     async def consumer_group_describe(

@@ -205,6 +205,7 @@ class GrpcServicer:
                 row.response_type.DESCRIPTOR.name[:-8],
                 request,
                 self.service.runtime.known_partitions,
+                lambda: self.service.heartbeat_authorization(caller, request.group_id)(),
             )
         except CoordinatorError as exc:  # too much in one request: refused before converting
             return convert.with_error(row.response_type, exc.code, exc.message)

@@ -1268,3 +1268,58 @@ def test_metadata_says_the_callers_operations_and_refuses_an_id_it_may_not_descr
             (None, unknown, 100),  # UNKNOWN_TOPIC_ID
         ]
         assert cluster.cluster_authorized_operations == 0
+
+
+OVER_THE_BOUND = 10_001  # group.coordinator.request.max.partitions (10000) + 1
+
+
+@pytest.mark.parametrize("column", COLUMNS, ids=lambda c: c.name)
+def test_the_owned_partitions_bound_tells_nothing_to_who_may_not_read_the_group(
+    world: World, column: Column
+) -> None:
+    """Over group.coordinator.request.max.partitions, a heartbeat's owned partitions are bounded
+    by every partition the coordinator knows: state. A caller refused READ on the group gets
+    GROUP_AUTHORIZATION_FAILED, as Kafka authorizes before anything, the very answer it gets
+    for one owned partition: it cannot count the partitions of topics it may not describe (the
+    refusal named the count: "every partition of the 5 known"). Who may read the group is
+    told the bound, without the count. Nothing changes either way, on both listeners."""
+    orders = world.topic_ids["orders"]
+
+    def grpc_call(n: int) -> Any:
+        req = _join(world)
+        req.topic_partitions.items.add(topic_id=orders, partitions=range(n))
+        return CG(world.channel).ConsumerGroupHeartbeat(
+            req, metadata=metadata(column.principal), timeout=TIMEOUT
+        )
+
+    def kafka_call(n: int) -> Any:
+        client = world.coordinator.kafka_client(column.principal)
+        try:
+            fields = {
+                **_kafka_join(),
+                "topic_partitions": [
+                    {"topic_id": uuid.UUID(bytes=orders), "partitions": list(range(n))}
+                ],
+            }
+            return client.call(request(68, 0, **fields))
+        finally:
+            client.close()
+
+    bound = (
+        f"The request names {OVER_THE_BOUND} owned partitions; at most 10000 are allowed in one "
+        "request (group.coordinator.request.max.partitions), or every partition the coordinator "
+        "knows when there are more."
+    )
+    for call in (grpc_call, kafka_call):
+        before = world.coordinator.snapshot()
+        over = call(OVER_THE_BOUND)
+        assert world.coordinator.snapshot() == before, call.__name__
+        if column.allowed:
+            assert (over.error_code, over.error_message) == (42, bound), call.__name__
+        else:
+            assert (over.error_code, over.error_message) == (
+                GROUP_AUTH,
+                "Not authorized to access group: cg",
+            ), call.__name__
+            assert over == call(1), call.__name__  # the whole answer: as for one partition
+            assert world.coordinator.snapshot() == before, call.__name__

@@ -225,8 +225,9 @@ async def test_owned_partitions_are_bounded_by_what_exists() -> None:
     )
     assert (resp.error_code, resp.error_message) == (
         42,
-        "The request names 9 owned partitions; at most 8 are allowed in one request "
-        "(group.coordinator.request.max.partitions, or every partition of the 8 known).",
+        "The request names 9 owned partitions; at most 5 are allowed in one request "
+        "(group.coordinator.request.max.partitions), or every partition the coordinator knows "
+        "when there are more.",
     )
     assert rt.snapshot() == before
     await rt.close()
