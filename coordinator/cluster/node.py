@@ -389,10 +389,14 @@ class ClusterNode:
 
     def leader_of(self, partition: int) -> int | None:
         """Who leads ``partition``: this node when it holds the lease (loading or serving),
-        else the view's leader (None: nobody known)."""
+        else the view's leader (None: nobody known). Never this node from the view: what it
+        leads itself is current, the view may be older — a node that dropped its partitions
+        at its deadline (paused, cut off from PostgreSQL) still reads itself there until its
+        next heartbeat, and would send clients back to itself, to NOT_COORDINATOR."""
         if partition in self.led:
             return self.node_id
-        return self.view.leader(partition)
+        leader = self.view.leader(partition)
+        return None if leader == self.node_id else leader
 
     def partition_state(self, partition: int) -> str:
         """``serving``, ``loading``, ``unloading`` (handed over), or ``none`` (not led here)."""

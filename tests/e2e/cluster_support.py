@@ -71,14 +71,23 @@ def until(cond: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
 class Nodes:
     """The coordinator nodes of one store."""
 
-    def __init__(self, root: Path, dsn: str, *settings: str) -> None:
+    def __init__(self, root: Path, dsn: str, *settings: str, same_ports: bool = False) -> None:
+        """``same_ports``: a node started again listens where it did before (as an operator's
+        nodes do: clients are given fixed addresses), else on new ports (0)."""
         self.root = root
         self.dsn = dsn
         self.settings = settings
+        self.same_ports = same_ports
         self.procs: dict[int, ServerProcess] = {}
         self.logs: dict[int, list[Path]] = {}
+        self.addresses: dict[int, tuple[str, str]] = {}  # node -> (gRPC, Kafka) last listened on
 
     def start(self, node_id: int) -> ServerProcess:
+        grpc_at, kafka_at = (
+            self.addresses[node_id]
+            if self.same_ports and node_id in self.addresses
+            else ("127.0.0.1:0", "127.0.0.1:0")
+        )
         server = ServerProcess(
             self.root / f"node{node_id}",
             "--store",
@@ -86,13 +95,18 @@ class Nodes:
             "--node-id",
             str(node_id),
             "--kafka-listen",
-            "127.0.0.1:0",
+            kafka_at,
             *self.settings,
             clock="system",
+            listen=grpc_at,
             lines=3 if "--metrics-listen" in self.settings else 2,
         )
         assert server.lines[1].startswith("kafka listening on "), server.lines
         self.procs[node_id] = server
+        self.addresses[node_id] = (
+            server.address,
+            server.lines[1].removeprefix("kafka listening on "),
+        )
         self.logs.setdefault(node_id, []).append(server.stderr_path)
         return server
 

@@ -6,14 +6,17 @@ coordinator nodes (tests/e2e/test_cluster_failover.py).
 ``kind``: ``kip848`` (``kip848.client.GroupMember`` over gRPC; ``target`` is a gRPC target
 naming every node, ``ipv4:HOST:PORT,HOST:PORT,...``), ``librdkafka`` (confluent-kafka,
 ``group.protocol=consumer``: KIP-848), ``kafka-python`` or ``aiokafka`` (classic) over the Kafka listeners
-(``bootstrap``: every node's). One member per group. Each member owns every partition of
-``topic`` (the coordinators serve no records: the partitions are paused), and commits them,
+(``bootstrap``: every node's). One member per group, or ``members`` (``kip848`` and
+``librdkafka``): the group's partitions are shared among them, each event names its member
+(``member``: ``GROUP#i``). Each member owns the partitions of
+``topic`` assigned to it (the coordinators serve no records: the partitions are paused), and commits them,
 one synchronous commit after another, with offsets that only grow: ``time.monotonic_ns() //
 1000`` when the commit is sent (one clock for every process of the machine).
 
 Events on stdout, one JSON object per line, ``t`` = ``time.monotonic()``: ``started``;
 ``assign`` / ``revoke`` / ``lost`` (``group``, ``partitions``); ``ack`` (``group``,
-``offset``: every owned partition committed at ``offset``, acknowledged); ``sent``
+``offset``, ``partitions``: every owned partition committed at ``offset``, acknowledged;
+a ``kip848`` member's also ``epoch``: its member epoch then); ``sent``
 (``group``, ``offset``: a commit about to be sent — it may be applied though not
 acknowledged); ``commit-error`` (``group``, ``error``, ``took``: seconds since it was sent);
 ``request-timeout`` (``message``: kafka-python gave up waiting for the answer to a request,
@@ -67,11 +70,14 @@ async def run_kip848(spec: dict[str, Any], stop: threading.Event) -> None:
     from kip848.client import CommitFailedError, GroupMember
 
     members = []
-    for group in spec["groups"]:
+    for group, name in member_names(spec):
 
-        def callback(kind: str, group: str = group) -> Any:
+        def callback(kind: str, group: str = group, name: str = name) -> Any:
             return lambda parts: emit(
-                kind, group=group, partitions=sorted([tp.topic, tp.partition] for tp in parts)
+                kind,
+                group=group,
+                member=name,
+                partitions=sorted([tp.topic, tp.partition] for tp in parts),
             )
 
         members.append(
@@ -82,7 +88,7 @@ async def run_kip848(spec: dict[str, Any], stop: threading.Event) -> None:
                 on_assigned=callback("assign"),
                 on_revoked=callback("revoke"),
                 on_lost=callback("lost"),
-                client_id=f"worker-{group}",
+                client_id=f"worker-{name}",
                 retry_backoff_max_ms=500,
                 request_timeout_ms=5_000,
                 # Lookups spread over every node named: one that hangs (SIGSTOP) holds up a
@@ -95,35 +101,57 @@ async def run_kip848(spec: dict[str, Any], stop: threading.Event) -> None:
         logging.info("group %s: member %s", m.group_id, m.member_id)
     emit("started")
 
-    async def commits(member: GroupMember) -> None:
+    async def commits(member: GroupMember, name: str) -> None:
         while not stop.is_set():
             owned = member.assignment
             if not owned:
                 await asyncio.sleep(PAUSE_S)
                 continue
             offset = offset_now()
-            emit("sent", group=member.group_id, offset=offset)
+            emit("sent", group=member.group_id, member=name, offset=offset)
             try:
                 await member.commit(dict.fromkeys(owned, offset), timeout=10)
             except CommitFailedError as exc:
-                emit("commit-error", group=member.group_id, error=str(exc))
+                emit("commit-error", group=member.group_id, member=name, error=str(exc))
             else:
-                emit("ack", group=member.group_id, offset=offset)
+                emit(
+                    "ack",
+                    group=member.group_id,
+                    member=name,
+                    offset=offset,
+                    epoch=member.member_epoch,
+                    partitions=sorted([tp.topic, tp.partition] for tp in owned),
+                )
             await asyncio.sleep(PAUSE_S)
 
-    await asyncio.gather(*(commits(m) for m in members))  # until stop
+    names = [name for _, name in member_names(spec)]
+    await asyncio.gather(*(commits(m, n) for m, n in zip(members, names, strict=True)))
     await asyncio.gather(*(m.close() for m in members))
+
+
+def member_names(spec: dict[str, Any]) -> list[tuple[str, str]]:
+    """(group, member name) of every member: ``spec["members"]`` per group (default 1), named
+    ``GROUP#i``."""
+    count = int(spec.get("members", 1))
+    return [(group, f"{group}#{i}") for group in spec["groups"] for i in range(count)]
 
 
 # ---------------------------------------------------------------------------- Kafka clients
 
 
 def in_threads(spec: dict[str, Any], stop: threading.Event, run: Any) -> None:
-    """``run(group, stop)`` for every group, each in a thread of its own (a synchronous commit
-    that waits for a fail-over holds up its own group only)."""
-    threads = [
-        threading.Thread(target=run, args=(group, stop), name=group) for group in spec["groups"]
-    ]
+    """``run(group, stop)`` (or ``run(group, stop, member)`` when ``spec`` has ``members``)
+    for every member, each in a thread of its own (a synchronous commit that waits for a
+    fail-over holds up its own member only)."""
+    if "members" in spec:
+        threads = [
+            threading.Thread(target=run, args=(group, stop, name), name=name)
+            for group, name in member_names(spec)
+        ]
+    else:
+        threads = [
+            threading.Thread(target=run, args=(group, stop), name=group) for group in spec["groups"]
+        ]
     for t in threads:
         t.start()
     emit("started")
@@ -131,8 +159,11 @@ def in_threads(spec: dict[str, Any], stop: threading.Event, run: Any) -> None:
         t.join()
 
 
-def commit_loop(group: str, stop: threading.Event, poll: Any, owned: Any, commit: Any) -> None:
+def commit_loop(
+    group: str, stop: threading.Event, poll: Any, owned: Any, commit: Any, member: str = ""
+) -> None:
     """Poll, and commit every owned partition at a growing offset, until ``stop``."""
+    who = {"member": member} if member else {}
     next_commit = 0.0
     while not stop.is_set():
         poll()
@@ -142,29 +173,45 @@ def commit_loop(group: str, stop: threading.Event, poll: Any, owned: Any, commit
         if not parts:
             continue
         offset = offset_now()
-        emit("sent", group=group, offset=offset)
+        emit("sent", group=group, offset=offset, **who)
         sent = time.monotonic()
         try:
             commit(parts, offset)
         except Exception as exc:  # noqa: BLE001 - every client raises its own kind
-            emit("commit-error", group=group, error=repr(exc), took=time.monotonic() - sent)
+            emit("commit-error", group=group, error=repr(exc), took=time.monotonic() - sent, **who)
             next_commit = time.monotonic() + 0.2
         else:
-            emit("ack", group=group, offset=offset)
+            partitions = sorted([p.topic, p.partition] for p in parts)
+            emit("ack", group=group, offset=offset, partitions=partitions, **who)
             next_commit = time.monotonic() + PAUSE_S
+
+
+class PartitionErrors(Exception):
+    """Some partitions of a synchronous commit failed (librdkafka raises only when all did)."""
+
+
+def checked(result: Any) -> Any:
+    """``result`` of confluent-kafka's synchronous commit, or :class:`PartitionErrors` naming
+    each partition that failed: librdkafka gives a request's error only when every partition
+    failed, and the others' errors in the list it returns."""
+    failed = [f"{p.topic}[{p.partition}]: {p.error!r}" for p in result or () if p.error]
+    if failed:
+        raise PartitionErrors("; ".join(failed))
+    return result
 
 
 def run_librdkafka(spec: dict[str, Any], stop: threading.Event) -> None:
     from confluent_kafka import Consumer, TopicPartition
 
-    def run(group: str, stop: threading.Event) -> None:
+    def run(group: str, stop: threading.Event, member: str = "") -> None:
+        who = {"member": member} if member else {}
         c = Consumer(
             {
                 "bootstrap.servers": spec["bootstrap"],
                 "group.id": group,
                 "group.protocol": "consumer",
                 "enable.auto.commit": False,
-                "client.id": f"worker-{group}",
+                "client.id": f"worker-{member or group}",
                 "log_level": 0,
                 "reconnect.backoff.max.ms": 500,
                 "socket.timeout.ms": 5_000,  # a node that hangs (SIGSTOP) is given up on
@@ -173,13 +220,13 @@ def run_librdkafka(spec: dict[str, Any], stop: threading.Event) -> None:
 
         def on_assign(c: Any, parts: list[Any]) -> None:
             c.pause(parts)  # no records to fetch from a coordinator-only listener
-            emit("assign", group=group, partitions=[[p.topic, p.partition] for p in parts])
+            emit("assign", group=group, partitions=[[p.topic, p.partition] for p in parts], **who)
 
         def on_revoke(_c: Any, parts: list[Any]) -> None:
-            emit("revoke", group=group, partitions=[[p.topic, p.partition] for p in parts])
+            emit("revoke", group=group, partitions=[[p.topic, p.partition] for p in parts], **who)
 
         def on_lost(_c: Any, parts: list[Any]) -> None:
-            emit("lost", group=group, partitions=[[p.topic, p.partition] for p in parts])
+            emit("lost", group=group, partitions=[[p.topic, p.partition] for p in parts], **who)
 
         c.subscribe([spec["topic"]], on_assign=on_assign, on_revoke=on_revoke, on_lost=on_lost)
         commit_loop(
@@ -187,10 +234,13 @@ def run_librdkafka(spec: dict[str, Any], stop: threading.Event) -> None:
             stop,
             lambda: c.poll(0.02),
             c.assignment,
-            lambda parts, offset: c.commit(
-                offsets=[TopicPartition(p.topic, p.partition, offset) for p in parts],
-                asynchronous=False,
+            lambda parts, offset: checked(
+                c.commit(
+                    offsets=[TopicPartition(p.topic, p.partition, offset) for p in parts],
+                    asynchronous=False,
+                )
             ),
+            member,
         )
         c.close()
 

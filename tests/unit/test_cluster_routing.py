@@ -90,6 +90,24 @@ def test_find_coordinator_names_each_partitions_leader(node: ClusterNode) -> Non
     ]
 
 
+def test_a_node_that_lost_its_partitions_never_names_itself(node: ClusterNode) -> None:
+    """Node 1 stopped (SIGSTOP, a VM pause) or cut off from PostgreSQL past its lease: at its
+    deadline it dropped every partition, but its view is still the one read before — naming
+    it as partition 0's leader. It names nobody (COORDINATOR_NOT_AVAILABLE: ask again) until
+    a heartbeat reads who leads it now, rather than send its clients back to itself, where
+    they get NOT_COORDINATOR (a loop for as long as it cannot reach PostgreSQL). What it
+    knows of other nodes it still names."""
+    routing = ClusterRouting(node)
+    node.led.clear()  # what ClusterNode._lose_all does at the deadline
+    no_leader = (
+        "Coordinator partition 0 has no leader right now (a fail-over is in progress): ask again."
+    )
+    assert named(routing, 0, GRPC) == no_leader
+    assert named(routing, 0, KAFKA) == no_leader
+    assert node.leader_of(0) is None
+    assert named(routing, 1, KAFKA) == Node(node_id=2, host="n2.example", port=9092)
+
+
 def test_in_front_of_an_upstream_coordinators_have_ids_of_their_own(node: ClusterNode) -> None:
     routing = ClusterRouting(node, upstream=True)
     assert [named(routing, p, KAFKA) for p in (0, 1)] == [

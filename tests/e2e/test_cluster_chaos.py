@@ -1,0 +1,435 @@
+"""An HA chaos rehearsal (docs/ha.md "How it is tested"): three nodes on a PostgreSQL of the
+test's own, groups of two members each — KIP-848 consumers of confluent-kafka through the
+nodes' Kafka listeners and ``kip848.client`` members over gRPC — committing without pause,
+while faults come one after another, each bounded: ``kill -9`` of the node leading the most
+partitions, a node paused (SIGSTOP) past its lease then resumed (a zombie, asked over both
+listeners while stopped), a node's writer connection cut by ``pg_terminate_backend`` while it
+appends, PostgreSQL restarted (fast shutdown) and crashed (``kill -9`` of the postmaster),
+and a rolling restart of every node.
+
+What must hold, after each fault and at the end: every group commits again within a bound
+(measured, printed); no partition of a group is owned by two members at once (the members'
+own assign/revoke callbacks, on the machine's one monotonic clock); every acknowledged commit
+is in its partition's journal and each partition's final offset is its last acknowledged
+commit or a later one sent; group epochs never go down as clients see them (the members'
+epochs, and each group's epoch described through FindCoordinator, polled throughout) nor in a
+partition's journal (leader epochs); the zombie answers what it was asked while stopped
+NOT_COORDINATOR and writes none of it; no node serves a partition it does not lead; no
+traceback in any node's log.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import random
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import grpc
+import psycopg
+import pytest
+from cluster_support import (
+    LEASE_MS,
+    Nodes,
+    Workers,
+    commit_answer,
+    commit_epochs,
+    committed,
+    describe_cluster,
+    journal_epochs,
+    served,
+    settings,
+    until,
+)
+from kafka_support import KafkaClient, request
+from pg import PostgresServer
+
+from coordinator.routing import partition_for
+from kip848.v1 import (
+    classic_group_pb2,
+    classic_group_pb2_grpc,
+    consumer_group_pb2,
+    consumer_group_pb2_grpc,
+)
+
+pytestmark = pytest.mark.slow
+
+P = 12
+SETTINGS = settings(
+    P, group_consumer_min_heartbeat_interval_ms=500, group_consumer_heartbeat_interval_ms=500
+)
+TOPIC = "events"
+KAFKA_GROUPS = [f"r{i}" for i in range(4)]
+GRPC_GROUPS = [f"k{i}" for i in range(6)]
+EVENTS = ("assign", "revoke", "lost", "ack", "sent", "commit-error", "error")
+CONVERGE_S = LEASE_MS / 1000 + 8.0
+"""Every group commits again within the lease, a load, and a few of the clients' retries."""
+
+
+@pytest.fixture
+def own_pg() -> Iterator[PostgresServer]:
+    """A PostgreSQL of this test alone: it is restarted and crashed."""
+    server = PostgresServer().start()
+    yield server
+    server.stop()
+
+
+def tcp_ports(pid: int) -> set[int]:
+    """Local ports of the TCP sockets process ``pid`` has open (from /proc)."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    ports = set()
+    for table in ("tcp", "tcp6"):
+        for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[9] in inodes:
+                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
+def cut_writer(admin_dsn: str, pid: int) -> int:
+    """``pg_terminate_backend`` of the writer connections (``application_name`` kip848) of
+    node process ``pid``; how many were ended."""
+    with psycopg.connect(admin_dsn, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE application_name = 'kip848' AND client_port = ANY(%s)",
+            (sorted(tcp_ports(pid)),),
+        ).fetchall()
+    return sum(1 for (ok,) in rows if ok)
+
+
+class EpochPoller:
+    """Describes every group through FindCoordinator, asked of a node drawn at random, as a
+    monitoring client would, from start to stop: (t, group epoch, address) per group."""
+
+    def __init__(self, nodes: Nodes, groups: list[str]) -> None:
+        self.nodes = nodes
+        self.groups = groups
+        self.seen: dict[str, list[tuple[float, int, str]]] = defaultdict(list)
+        self.channels: dict[str, grpc.Channel] = {}
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def channel(self, address: str) -> grpc.Channel:
+        return self.channels.setdefault(address, grpc.insecure_channel(address))
+
+    def _run(self) -> None:
+        rng = random.Random(7)
+        while not self.stopped.wait(0.1):
+            addresses = [s.address for s in list(self.nodes.procs.values())]
+            for group in self.groups:
+                with_node = rng.choice(addresses)
+                try:
+                    found = classic_group_pb2_grpc.ClassicGroupServiceStub(
+                        self.channel(with_node)
+                    ).FindCoordinator(
+                        classic_group_pb2.FindCoordinatorRequest(
+                            key_type=0, coordinator_keys=[group]
+                        ),
+                        timeout=1,
+                    )
+                    c = found.coordinators[0]
+                    if c.error_code:
+                        continue
+                    address = f"{c.host}:{c.port}"
+                    resp = consumer_group_pb2_grpc.ConsumerGroupServiceStub(
+                        self.channel(address)
+                    ).ConsumerGroupDescribe(
+                        consumer_group_pb2.ConsumerGroupDescribeRequest(group_ids=[group]),
+                        timeout=1,
+                    )
+                except grpc.RpcError:
+                    continue
+                (g,) = resp.groups
+                if resp.error_code == 0 and g.error_code == 0:
+                    self.seen[group].append((time.monotonic(), g.group_epoch, address))
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.thread.join(10)
+        for ch in self.channels.values():
+            ch.close()
+
+
+def leaders(dsn: str) -> dict[int, int]:
+    """partition -> its leading node (partitions nobody leads left out)."""
+    return {
+        p["partition"]: p["leader"]
+        for p in describe_cluster(dsn)["partitions"]
+        if p["leader"] is not None
+    }
+
+
+def ownership_overlaps(events: list[dict[str, Any]], until_t: float) -> list[tuple]:
+    """(group, partition, member, other member, when) for every moment two members of a group
+    held one partition at once, from their assign/revoke/lost callbacks (in time order)."""
+    owner: dict[tuple[str, tuple], tuple[str, float]] = {}
+    overlaps = []
+    for e in events:
+        if e["t"] > until_t:
+            break
+        for tp in map(tuple, e["partitions"]):
+            key = (e["group"], tp)
+            if e["event"] == "assign":
+                if key in owner and owner[key][0] != e["member"]:
+                    overlaps.append((*key, owner[key][0], e["member"], e["t"]))
+                owner[key] = (e["member"], e["t"])
+            elif key in owner and owner[key][0] == e["member"]:
+                del owner[key]
+    return overlaps
+
+
+def test_ha_chaos_rehearsal(own_pg: PostgresServer, tmp_path: Path) -> None:
+    dsn = own_pg.fresh_store_dsn()
+    nodes = Nodes(tmp_path, dsn, *SETTINGS, same_ports=True)
+    for n in (1, 2, 3):
+        nodes.start(n)
+    assert nodes.procs[1].create_topic(TOPIC, 4)
+    kafka = ",".join(nodes.kafka_address(n) for n in (1, 2, 3))
+    grpc_target = "ipv4:" + ",".join(nodes.procs[n].address for n in (1, 2, 3))
+    workers = Workers(tmp_path)
+    workers.start(
+        "librdkafka",
+        kind="librdkafka",
+        topic=TOPIC,
+        groups=KAFKA_GROUPS,
+        members=2,
+        bootstrap=kafka,
+    )
+    workers.start(
+        "kip848", kind="kip848", topic=TOPIC, groups=GRPC_GROUPS, members=2, target=grpc_target
+    )
+    groups = KAFKA_GROUPS + GRPC_GROUPS
+    assert len({partition_for(g, P) for g in groups}) >= 6  # spread over partitions
+    poller = EpochPoller(nodes, groups)
+    converged: dict[str, float] = {}
+    zombie_answers: dict[str, Any] = {}
+    t0 = time.monotonic()
+
+    faults: dict[str, float] = {}
+
+    def converge(name: str, since: float) -> None:
+        """Every group has a commit acknowledged after ``since``; how long it took, kept."""
+        faults[name] = since
+        workers.wait_acked_after(since, timeout=CONVERGE_S + 20)
+        converged[name] = time.monotonic() - since
+
+    def all_served() -> None:
+        until(lambda: served(dsn) is not None, "every partition served", timeout=30)
+
+    try:
+        workers.wait_acked_after(t0, timeout=60)
+        all_served()
+
+        # 1. kill -9 of the node leading the most of the groups' partitions.
+        count: dict[int, int] = defaultdict(int)
+        lead = leaders(dsn)
+        for group in groups:
+            count[lead[partition_for(group, P)]] += 1
+        victim = max(count, key=lambda n: count[n])
+        at = time.monotonic()
+        nodes.kill9(victim)
+        converge(f"kill -9 of node {victim} (leading {count[victim]} of the groups)", at)
+        nodes.start(victim)
+        all_served()
+
+        # 2. A zombie: SIGSTOP past the lease; asked over both listeners while stopped.
+        lead = leaders(dsn)
+        zombie = max(
+            (n for n in nodes.procs if n != victim),
+            key=lambda n: sum(lead[partition_for(g, P)] == n for g in groups),
+        )
+        led = {p for p, n in leaders(dsn).items() if n == zombie}
+        assert led, "the zombie leads nothing"
+        lost_groups = [g for g in groups if partition_for(g, P) in led]
+        own_group = next(f"z{i}" for i in itertools.count() if partition_for(f"z{i}", P) in led)
+        server = nodes.procs[zombie]
+        client = KafkaClient(nodes.kafka_address(zombie))
+        at = time.monotonic()
+        nodes.pause(zombie)
+        time.sleep(2 * LEASE_MS / 1000)
+        until(
+            lambda: all(leaders(dsn).get(p) not in (None, zombie) for p in led),
+            "the zombie's partitions taken over",
+        )
+        # Sent while it is stopped: read on its first steps once it runs again.
+        client.send(
+            request(
+                8,
+                8,
+                group_id=own_group,
+                generation_id_or_member_epoch=-1,
+                member_id="",
+                topics=[
+                    {"name": TOPIC, "partitions": [{"partition_index": 0, "committed_offset": 7}]}
+                ],
+            )
+        )
+        client.send(request(10, 4, key_type=0, coordinator_keys=[own_group, *lost_groups]))
+        with ThreadPoolExecutor(2) as pool:
+            grpc_commit = pool.submit(commit_answer, server.channel, own_group, 7, 10)
+            time.sleep(0.3)
+            nodes.resume(zombie)
+            kafka_commit = client.receive()
+            kafka_find = client.receive()
+            zombie_answers = {
+                "kafka commit": [
+                    (p.error_code, "") for t in kafka_commit.topics for p in t.partitions
+                ],
+                "kafka find": [(c.key, c.error_code, c.node_id) for c in kafka_find.coordinators],
+                "grpc commit": [
+                    (p.error_code, p.error_message)
+                    for t in grpc_commit.result().topics
+                    for p in t.partitions
+                ],
+            }
+        client.close()
+        converge(f"SIGSTOP of node {zombie} past the lease, SIGCONT", at)
+        all_served()
+
+        # 3. A node's writer connection cut while it appends, five times over a second.
+        busiest = max(nodes.procs, key=lambda n: list(leaders(dsn).values()).count(n))
+        at = time.monotonic()
+        cut = 0
+        for _ in range(5):
+            cut += cut_writer(own_pg.admin_dsn(), nodes.procs[busiest].proc.pid)
+            time.sleep(0.2)
+        assert cut, "no writer connection of the node to cut"
+        converge(f"writer connection of node {busiest} cut {cut} times", at)
+
+        # 4. PostgreSQL restarted (fast shutdown), then crashed and started again.
+        at = time.monotonic()
+        own_pg.restart()
+        converge("PostgreSQL restarted (fast shutdown)", at)
+        at = time.monotonic()
+        own_pg.restart(crash=True)
+        converge("PostgreSQL killed -9 and started again", at)
+        all_served()
+
+        # 5. A rolling restart: each node stopped (SIGTERM) and started again in turn.
+        rolled = time.monotonic()
+        for n in (1, 2, 3):
+            at = time.monotonic()
+            assert nodes.stop(n) == 0
+            nodes.start(n)
+            all_served()
+            converge(f"node {n} stopped and started again (rolling restart)", at)
+        time.sleep(1.0)
+        stop_at = time.monotonic()
+    except BaseException:
+        poller.stop()
+        workers.kill_all()
+        nodes.stop_all()
+        raise
+    poller.stop()
+    workers.stop_all()
+    # Kept with the test's files: every client event, and when each fault began.
+    (tmp_path / "events.json").write_text(
+        json.dumps({"faults": faults, "events": workers.events(*EVENTS)})
+    )
+    for name, took in converged.items():
+        print(f"{name}: every group committing again after {took:.1f} s")
+    gaps = []
+    for group in groups:
+        times = [e["t"] for e in workers.events("ack") if e["group"] == group and e["t"] > rolled]
+        gaps += [b - a for a, b in itertools.pairwise(times)]
+    print(f"rolling restart: largest gap between a group's commits {max(gaps):.1f} s")
+    print(f"zombie answered {zombie_answers}")
+    channels: dict[str, grpc.Channel] = {}
+
+    def channel_for(address: str) -> grpc.Channel:
+        return channels.setdefault(address, grpc.insecure_channel(address))
+
+    try:
+        # The zombie answered what it was asked while stopped as a node that leads nothing.
+        assert [code for code, _ in zombie_answers["kafka commit"]] == [16], zombie_answers
+        assert [code for code, _ in zombie_answers["grpc commit"]] == [16], zombie_answers
+        # FindCoordinator names no node for the partitions it lost (its view still names itself:
+        # it has not read the cluster since) or the new leader, never itself.
+        assert all(node != zombie for _, _, node in zombie_answers["kafka find"]), zombie_answers
+
+        # No member saw an error it could not retry, nor lost its partitions.
+        assert workers.events("lost") == [] and workers.events("error") == []
+
+        # No partition of a group owned by two members at once.
+        callbacks = workers.events("assign", "revoke", "lost")
+        assert ownership_overlaps(callbacks, stop_at) == []
+        # (Not vacuous: partitions moved between the members of every group.)
+        assert {e["group"] for e in callbacks if e["event"] == "revoke"} == set(groups)
+
+        # Every acknowledged commit is in the journal; each partition's final offset is its last
+        # acknowledged commit or a later one sent.
+        written = commit_epochs(dsn)
+        assert (own_group, 7) not in written  # the zombie wrote nothing
+        for group in groups:
+            acks = [e for e in workers.events("ack") if e["group"] == group]
+            sent = {e["offset"] for e in workers.events("sent") if e["group"] == group}
+            missing = [e["offset"] for e in acks if (group, e["offset"]) not in written]
+            assert missing == [], (group, missing)
+            last: dict[tuple, int] = {}
+            for e in acks:
+                for tp in map(tuple, e["partitions"]):
+                    last[tp] = e["offset"]
+            final = committed(nodes.any(), group, channel_for)
+            for tp, offset in last.items():
+                assert final[tp] >= offset and final[tp] in sent, (group, tp, final[tp], offset)
+
+        # Epochs never go down: leader epochs in each partition's journal; each member's epoch in
+        # its acknowledged commits; each group's epoch as described through FindCoordinator.
+        for log, epochs in journal_epochs(dsn).items():
+            assert epochs == sorted(epochs), (log, epochs)
+        by_member: dict[str, list[int]] = defaultdict(list)
+        for e in workers.events("ack"):
+            if "epoch" in e:
+                by_member[e["member"]].append(e["epoch"])
+        for member, epochs in by_member.items():
+            assert epochs == sorted(epochs), (member, epochs)
+        for group, seen in poller.seen.items():
+            epochs = [epoch for _, epoch, _ in seen]
+            backwards = [(a, b) for a, b in itertools.pairwise(seen) if b[1] < a[1]]
+            assert backwards == [], (group, backwards)
+            assert epochs, group
+
+        # No node serves a partition it does not lead: each answers a group's fetch only if it
+        # leads the group's partition, NOT_COORDINATOR otherwise.
+        lead = leaders(dsn)
+        for n, server in nodes.procs.items():
+            for group in groups:
+                code = committed_code(server.channel, group)
+                want = 0 if lead[partition_for(group, P)] == n else 16
+                assert code == want, (n, group, code)
+
+        # No traceback in any node's log.
+        for n in nodes.logs:
+            assert "Traceback" not in nodes.log_text(n), nodes.log_text(n)[-5000:]
+    finally:
+        nodes.stop_all()
+        for ch in channels.values():
+            ch.close()
+
+
+def committed_code(channel: grpc.Channel, group: str) -> int:
+    from kip848.v1 import offsets_pb2, offsets_pb2_grpc
+
+    resp = offsets_pb2_grpc.OffsetServiceStub(channel).OffsetFetch(
+        offsets_pb2.OffsetFetchRequest(
+            groups=[offsets_pb2.OffsetFetchRequest.Group(group_id=group)]
+        ),
+        timeout=5,
+    )
+    return resp.groups[0].error_code
