@@ -1,4 +1,6 @@
-"""``kip848 store migrate``: bring a store to this build's schema, offline.
+"""``kip848 store migrate``: bring a store to this build's schema, offline. ``kip848 store
+copy``: a SQLite store copied into a PostgreSQL store no node has used, offline — one node's
+deployment moving to several nodes (docs/ha.md).
 
 A store of schema version 1 (one log, before coordinator partitions) becomes partitioned logs:
 every group's records go to its coordinator partition (``offsets.topic.num.partitions``, from
@@ -36,9 +38,74 @@ def register(commands: Commands) -> None:
     )
     add_config_flags(m)
     m.add_argument("--output", choices=("text", "json"), default="text")
+    c = sub.add_parser(
+        "copy",
+        help="copy the SQLite store of --data-dir into a PostgreSQL store no node has used",
+    )
+    c.add_argument("--data-dir", default=DEFAULT_DATA_DIR, metavar="DIR")
+    c.add_argument(
+        "--store",
+        required=True,
+        metavar="URI",
+        help="the PostgreSQL store to copy into (postgresql://user:password@host:port/db)",
+    )
+    add_config_flags(c)
+    c.add_argument("--output", choices=("text", "json"), default="text")
+    c.add_argument(
+        "--accept-lost-wal",
+        action="store_true",
+        help="copy a store whose write-ahead log went missing after an unclean shutdown, as its "
+        "main file holds it (the log's commits are lost; refused without this flag)",
+    )
 
 
 def cmd_store(args: argparse.Namespace) -> int:
+    if args.store_command == "copy":
+        return _copy(args)
+    return _migrate(args)
+
+
+def _copy(args: argparse.Namespace) -> int:
+    from coordinator.cli.dump_replay import check_store_uri
+    from coordinator.runtime.store import SqliteRecordStore, StoreError
+    from coordinator.runtime.store.postgres_copy import copy_to_postgres
+
+    check_store_uri(args)
+    config = build_config(args.config_file, args.set, args.server_properties)
+    try:
+        # For writing: its lock keeps a server off the store while it is copied (one running
+        # on it is refused), and a store of an older schema is migrated first, as serve would.
+        with SqliteRecordStore.in_data_dir(
+            args.data_dir,
+            partitions=config.offsets_topic_partitions,
+            accept_lost_wal=args.accept_lost_wal,
+        ) as store:
+            result = copy_to_postgres(store, args.store)
+    except StoreError as exc:
+        print(f"kip848 store copy: {exc}", file=sys.stderr)
+        return 1
+    if args.output == "json":
+        print(
+            json.dumps(
+                {
+                    "data_dir": args.data_dir,
+                    "store": result.where,
+                    "partitions": result.partitions,
+                    "journal_entries": result.journal_entries,
+                    "compacted_records": result.compacted_records,
+                }
+            )
+        )
+    else:
+        print(
+            f"Copied the store in {args.data_dir} into {result.where}: {result.partitions} "
+            f"partitions and the cluster log, {result.compacted_records} compacted records and "
+            f"{result.journal_entries} journal entries. Start the nodes with --store."
+        )
+    return 0
+
+
+def _migrate(args: argparse.Namespace) -> int:
     from coordinator.runtime.store import SqliteRecordStore, StoreError, StoreVersionError
 
     config = build_config(args.config_file, args.set, args.server_properties)
