@@ -3,7 +3,7 @@ own, for tests/e2e/test_kafka_transactions.py:
 
     python tests/e2e/eos_app.py '{"bootstrap": ..., "group": ..., "input": ..., "output": ...,
                                   "transactional_id": ..., "protocol": "consumer"|"classic",
-                                  "idle_s": 8}'
+                                  "idle_s": 8, "delay_s": 0}'
 
 A read_committed consumer (no auto-commit) and a transactional producer: for each batch it
 polled, one transaction writes every record's output (value ``<partition>:<offset>:<input>``,
@@ -11,7 +11,9 @@ to the same partition of the output topic) and commits the inputs' next offsets 
 ``send_offsets_to_transaction`` — the canonical loop of Kafka's exactly-once semantics. An
 abortable error aborts the transaction and rewinds to the committed offsets; a fatal one (the
 producer fenced) ends the process with exit code 3. It exits 0 after ``idle_s`` without input.
-Each committed transaction is printed as a JSON line (``{"committed": n}``).
+Each committed transaction is printed as a JSON line (``{"committed": n}``). ``delay_s``: how
+long each transaction waits between sending its offsets and committing (so that kills and
+rebalances land inside transactions, with offsets pending).
 """
 
 from __future__ import annotations
@@ -65,10 +67,17 @@ def main(config: dict[str, Any]) -> int:
                 for m in batch:
                     value = f"{m.partition()}:{m.offset()}:{m.value().decode()}"
                     producer.produce(config["output"], value.encode(), partition=m.partition())
-                positions = consumer.position(consumer.assignment())
+                # The batch's own next offsets: a partition revoked since it was polled is
+                # committed with the rest, and the group refuses it if it is no longer ours
+                # (an abortable error: the transaction, its output too, is aborted).
+                nexts: dict[tuple[str, int], int] = {}
+                for m in batch:
+                    nexts[(m.topic(), m.partition())] = m.offset() + 1
+                positions = [TopicPartition(t, p, o) for (t, p), o in sorted(nexts.items())]
                 producer.send_offsets_to_transaction(
                     positions, consumer.consumer_group_metadata(), TIMEOUT_S
                 )
+                time.sleep(config.get("delay_s", 0))
                 producer.commit_transaction(TIMEOUT_S)
                 print(json.dumps({"committed": len(batch)}), flush=True)
             except KafkaException as exc:

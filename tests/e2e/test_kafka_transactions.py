@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import random
+import signal
 import subprocess
 import sys
 import threading
@@ -244,6 +245,10 @@ class App:
         finally:
             self.log.close()
 
+    def signal(self, sig: int) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(sig)
+
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
@@ -376,3 +381,85 @@ def test_an_aborted_transaction_leaves_the_offsets_and_pending_ones_are_unstable
     ]
     assert markers == [0, 1]
     assert committed_log(stack.tansu.address, "tx-out", 0) == [b"x"]
+
+
+def test_exactly_once_across_a_consumer_crash_and_rebalances(stack: Stack, tmp_path: Path) -> None:
+    """KIP-447's setup: two instances of the application in one KIP-848 group, each with a
+    transactional id of its own, so that only the group's member epochs (carried by
+    ``consumer_group_metadata`` into TxnOffsetCommit) fence a zombie. One instance is killed
+    (SIGKILL) mid-stream: its partitions move to the other after its session times out, whose
+    stable OffsetFetch waits for the killed one's open transaction to be settled; it is started
+    again (a rebalance that gives partitions back) and later the other is killed too. Every
+    input's output is committed exactly once (counted), and the committed offsets are never
+    ahead of the committed output."""
+    rng = random.Random("eos-rebalance")
+    topic_in, topic_out, group = "eosr-in", "eosr-out", "eosr"
+    partitions, count = 4, 400
+    client = stack.server.client()
+    create_topics(client, **{topic_in: partitions, topic_out: partitions})
+    client.close()
+    values = [f"r{i}" for i in range(count)]
+    produce(stack.address, topic_in, values, partitions)
+
+    def config(n: int) -> dict[str, Any]:
+        return {
+            "bootstrap": stack.address,
+            "group": group,
+            "input": topic_in,
+            "output": topic_out,
+            "transactional_id": f"eosr-app-{n}",
+            "protocol": "consumer",
+            "idle_s": 15,
+            "delay_s": 0.3,
+        }
+
+    apps = [App(stack, config(n), tmp_path / f"app{n}.log") for n in range(2)]
+
+    def check_prefix() -> None:
+        offsets = committed_offsets(stack.address, group, topic_in, partitions)
+        for p in range(partitions):
+            outputs = {
+                v.decode().split(":")[1] for v in committed_log(stack.tansu.address, topic_out, p)
+            }
+            for offset in range(max(offsets[p], 0)):
+                assert str(offset) in outputs, (p, offset, offsets, sorted(outputs))
+
+    done = [count // partitions] * partitions
+    deadline = time.monotonic() + 180
+    for how, victim in (("kill", 0), ("pause", 1), ("kill", 1), ("pause", 0)):
+        time.sleep(rng.uniform(1.0, 3.0))
+        if how == "kill":
+            apps[victim].kill()
+            time.sleep(rng.uniform(7.0, 9.0))  # past the session timeout: a rebalance
+            # The killed one's transaction is open upstream until its transactional id's next
+            # InitProducerId (Tansu neither times it out nor describes it): its offsets stay
+            # pending — UNSTABLE_OFFSET_COMMIT to the survivor — until the restart.
+            apps[victim].start()
+        else:
+            # A zombie: paused past its session timeout (its partitions move to the other),
+            # then it runs on with its old member epoch and producer.
+            apps[victim].signal(signal.SIGSTOP)
+            time.sleep(rng.uniform(7.0, 9.0))
+            apps[victim].signal(signal.SIGCONT)
+        check_prefix()
+    while time.monotonic() < deadline:
+        if committed_offsets(stack.address, group, topic_in, partitions) == done:
+            break
+        for app in apps:
+            if not app.alive():
+                app.start()
+        time.sleep(0.5)
+    assert committed_offsets(stack.address, group, topic_in, partitions) == done, [
+        a.lines[-10:] for a in apps
+    ]
+    check_prefix()
+    seen: dict[str, int] = {}
+    for p in range(partitions):
+        for v in committed_log(stack.tansu.address, topic_out, p):
+            part, _offset, value = v.decode().split(":")
+            assert int(part) == p
+            seen[value] = seen.get(value, 0) + 1
+    assert seen == dict.fromkeys(values, 1), {k: n for k, n in seen.items() if n != 1}
+    for app in apps:
+        if app.alive():
+            app.kill()
