@@ -11,10 +11,11 @@ Kafka listener, which tells this component what it saw (docs/kafka.md, "Transact
   record (``GroupTransaction``: transactional id, producer epoch, state);
 * ``end_transaction`` in two steps around the EndTxn the listener forwards: *prepare* (the
   record says PREPARE_COMMIT or PREPARE_ABORT: an end may have reached the transaction
-  coordinator), then *complete* once it answered: a commit turns each pending offset into an
-  ordinary OffsetCommit record — unless a plain commit of that partition came after it (Kafka
-  keeps the most recent, by log offset) — an abort drops them; either way the pending records
-  and the transaction record are tombstoned, in the same batch;
+  coordinator; the first end forwarded stays recorded, as the other one forwarded after it
+  cannot undo what the first may have done), then *complete* once it answered: a commit turns
+  each pending offset into an ordinary OffsetCommit record — unless a plain commit of that
+  partition came after it (Kafka keeps the most recent, by log offset) — an abort drops them;
+  either way the pending records and the transaction record are tombstoned, in one batch;
 * ``producer_initialized`` (an InitProducerId answered for a transactional id): an ongoing
   transaction of an older epoch (or another producer id) of that id was aborted by it — it
   never had an end forwarded, so it cannot have committed;
@@ -236,7 +237,11 @@ class TransactionalOffsets:
                 continue
             moved.append(group_id)
             if state is not None:
-                if txn.state is not state:
+                # Only an ongoing transaction moves: once one end was forwarded the transaction
+                # coordinator may have acted on it (Kafka's moves PrepareCommit/CompleteCommit
+                # to nothing but a commit, answering an abort INVALID_TXN_STATE), so the other
+                # end forwarded after it does not replace it; its answer alone decides.
+                if txn.state is S.ONGOING:
                     self._ctx.emit(
                         result,
                         r.group_transaction_record(

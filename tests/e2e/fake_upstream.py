@@ -204,6 +204,8 @@ class FakeNode:
     def api_18(self, _req: Any, _version: int) -> dict[str, Any]:
         keys = []
         caps = {**CAPS, **TXN_CAPS} if self.cluster.transactions else CAPS
+        if not self.cluster.describe_transactions:
+            caps = {k: v for k, v in caps.items() if k != 65}
         if self.cluster.data:
             caps = {**caps, **DATA_CAPS, **ADMIN_CAPS}
         for key, hi in sorted(caps.items()):
@@ -980,6 +982,8 @@ class FakeCluster:
         self.idempotent = 0
         """Idempotent producers given a producer id."""
         """Transactional id -> its producer and transaction (``transactions=True``)."""
+        self.describe_transactions = True
+        """False: DescribeTransactions is not offered (as Tansu offers none)."""
         self.hold_end = False
         self.end_held = threading.Event()
         self.end_released = threading.Event()

@@ -150,6 +150,57 @@ def test_an_end_the_upstream_completed_is_completed_at_start(
         assert server.stop() == 0, server.stderr_text()
 
 
+def test_an_abort_sent_after_a_commit_does_not_replace_it(
+    cluster: FakeCluster, tmp_path: Path
+) -> None:
+    """A commit forwarded, completed upstream, its answer held; an abort of the same
+    transaction forwarded meanwhile is refused (INVALID_TXN_STATE: Kafka's transaction
+    coordinator takes nothing but a commit after one); the coordinator killed. Started again
+    in front of an upstream without DescribeTransactions (as Tansu), it sends the commit again
+    — the end that may have acted, the one recorded — and the offsets are committed. (Before,
+    the abort replaced the recorded commit: sent again at start and refused, the transaction
+    stayed pending, UNSTABLE_OFFSET_COMMIT, for good.)"""
+    cluster.describe_transactions = False
+    server = serve(cluster, tmp_path / "data")
+    try:
+        c = server.client()
+        pid, epoch = begin(c, "t-both", "g-both", 5)
+        producer = {"transactional_id": "t-both", "producer_id": pid, "producer_epoch": epoch}
+        cluster.hold_end = True
+        c.send(request(26, 3, committed=True, **producer))
+        assert cluster.end_held.wait(10), "EndTxn never reached the upstream"
+        assert cluster.txns["t-both"].state == "CompleteCommit"
+        cluster.hold_end = False
+        other = server.client()
+        refused: Any = other.call(request(26, 3, committed=False, **producer))
+        assert refused.error_code == E.invalid_txn_state
+        assert fetch(other, "g-both") == (-1, E.unstable_offset_commit)
+        other.close()
+        server.proc.kill()  # the commit's answer never comes back to the listener
+        server.proc.wait(10)
+        c.close()
+    finally:
+        server.stop()
+    cluster.end_released.set()
+    ends_before = len(cluster.requests(26))
+    server = serve(cluster, tmp_path / "data")
+    try:
+        c = server.client()
+        deadline = time.monotonic() + 15
+        while (answer := fetch(c, "g-both"))[1] == E.unstable_offset_commit:
+            assert time.monotonic() < deadline, server.stderr_text()
+            time.sleep(0.1)
+        assert answer == (5, E.none)
+        assert len(cluster.requests(26)) == ends_before + 1  # the commit, sent again
+        assert len(cluster.requests(65)) == 0
+        c.close()
+        assert f"Transaction t-both (producer {pid} epoch {epoch}) completed: committed" in (
+            server.stderr_text()
+        )
+    finally:
+        assert server.stop() == 0, server.stderr_text()
+
+
 def test_transactions_that_ended_upstream_are_settled_by_the_check(
     cluster: FakeCluster, tmp_path: Path
 ) -> None:

@@ -194,6 +194,32 @@ def test_a_later_plain_commit_wins_over_the_transaction(h: Harness) -> None:
     replays(h)
 
 
+def test_an_end_once_forwarded_is_not_replaced_by_the_other(h: Harness) -> None:
+    """Once a commit was forwarded (PREPARE_COMMIT) the transaction coordinator may have
+    committed — Kafka's moves PrepareCommit and CompleteCommit to nothing but a commit, and
+    answers an abort INVALID_TXN_STATE — so an abort forwarded after it does not overwrite the
+    record: only the answer to it decides (NONE: the commit never arrived, aborted). Likewise
+    an abort once forwarded. What a restart or an InitProducerId sends again is the first end."""
+    txn_commit(h, {("in", 0): 10})
+    end(h, S.PREPARE_COMMIT, True)
+    again = end(h, S.PREPARE_ABORT, False)
+    assert again.records == [] and again.response.groups == (G,)
+    assert h.shard.transactions()[0].state is S.PREPARE_COMMIT
+    replays(h)
+    # The abort answered NONE: the commit never reached the transaction coordinator.
+    done = end(h, None, False)
+    assert done.records == [
+        r.txn_offset_commit_record(G, "in", 0, PID, None),
+        r.group_transaction_record(G, PID, None),
+    ]
+    assert fetch(h, 0, stable=True) == [(-1, ErrorCode.NONE)]
+    txn_commit(h, {("in", 0): 20})
+    end(h, S.PREPARE_ABORT, False)
+    assert end(h, S.PREPARE_COMMIT, True).records == []
+    assert h.shard.transactions()[0].state is S.PREPARE_ABORT
+    replays(h)
+
+
 def test_end_of_another_epoch_changes_nothing(h: Harness) -> None:
     txn_commit(h, {("in", 0): 10}, epoch=3)
     assert end(h, None, True, epoch=2).records == []
