@@ -286,6 +286,45 @@ def test_a_commit_that_never_reached_the_server_is_a_known_failure(
     store.close()
 
 
+def test_a_transaction_id_given_out_again_after_a_crash_is_not_taken_for_the_batch(
+    pg_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PostgreSQL crashed during the batch's COMMIT before any of the transaction reached its
+    write-ahead log: crash recovery gives its transaction id out again, and another
+    transaction, committed since, has it — ``txid_status`` says "committed". The batch did
+    not commit (its rows are not there): the append fails, as any batch whose COMMIT did not
+    land, and the next batch takes its offset. Before, the append counted as committed: its
+    requests were acknowledged and their records lost (the HA chaos rehearsal's acknowledged
+    commits missing after PostgreSQL was killed -9)."""
+    store = PostgresRecordStore(pg_dsn, partitions=P)
+    store.append([put(b"a")], 1)
+    with psycopg.connect(pg_dsn, autocommit=True) as other, other.transaction():
+        (reused,) = other.execute("SELECT txid_current()").fetchone()  # committed
+    conn = store._conn
+    assert conn is not None
+    real_write, real_execute = store._write, conn.execute
+
+    def write_with_a_reused_id(c: Any, rows: Any) -> int:
+        real_write(c, rows)
+        return int(reused)
+
+    def lost_before_commit(query: Any, *args: Any, **kw: Any) -> Any:
+        if query == "COMMIT":
+            conn.pgconn.finish()  # the server aborts the open transaction
+            raise psycopg.OperationalError("server closed the connection unexpectedly")
+        return real_execute(query, *args, **kw)
+
+    monkeypatch.setattr(store, "_write", write_with_a_reused_id)
+    monkeypatch.setattr(conn, "execute", lost_before_commit)
+    with pytest.raises(StoreWriteError, match="did not commit") as info:
+        store.append([put(b"b")], 2)
+    assert info.value.outcome_unknown is False
+    monkeypatch.undo()
+    assert store.append([put(b"c")], 3) == {G: 1}  # the offset the failed batch would have had
+    assert keys(store) == [b"a", b"c"]
+    store.close()
+
+
 def test_appends_go_on_after_postgresql_restarts(own_server: PostgresServer) -> None:
     dsn = own_server.fresh_store_dsn()
     store = PostgresRecordStore(dsn, partitions=P, connect_timeout_s=2)

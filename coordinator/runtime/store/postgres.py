@@ -27,7 +27,8 @@ once the standby has it too). Offsets are the writer's: a log has one writer at 
 leader), and the journal's primary key refuses an offset written twice.
 
 A connection lost during ``COMMIT`` does not leave the outcome unknown: the transaction's id is
-read at its start, and after reconnecting ``txid_status`` tells whether it committed. Only when
+read at its start, and after reconnecting ``txid_status`` tells whether it committed (checked
+against the batch's first row: after a crash an id can name another transaction). Only when
 PostgreSQL cannot tell (it is unreachable for the whole retry window) is the outcome unknown
 (``StoreWriteError.outcome_unknown``). Reads (``load``, ``journal``, ``stats``) use their own
 connection in a read-only, repeatable-read transaction: a snapshot taken when they are called.
@@ -64,7 +65,7 @@ from .api import (
     retention_interval_ms,
     split_batch,
 )
-from .postgres_rows import Rows
+from .postgres_rows import Rows, landed
 from .postgres_schema import (
     FENCED,
     SCHEMA_VERSION,
@@ -361,7 +362,7 @@ class PostgresRecordStore:
                     raise StoreWriteError(
                         f"commit to {self.where} failed, rolled back: {_one_line(e)}"
                     ) from e
-                if not self._committed(txid, e):
+                if not self._committed(txid, e, rows):
                     raise StoreWriteError(
                         f"append to {self.where} failed, rolled back (the connection was lost "
                         f"while committing; PostgreSQL says transaction {txid} did not "
@@ -427,11 +428,14 @@ class PostgresRecordStore:
         conn.close()
         self._conn = None
 
-    def _committed(self, txid: int, cause: Exception) -> bool:
-        """After the connection was lost during COMMIT: did transaction ``txid`` commit? Asks
-        PostgreSQL (``txid_status``) on a new connection, for up to ``_RESOLVE_WINDOW_S``;
-        raises ``StoreWriteError(outcome_unknown=True)`` (and refuses every later append) if
-        it cannot tell."""
+    def _committed(self, txid: int, cause: Exception, rows: Rows) -> bool:
+        """After the connection was lost during COMMIT: did transaction ``txid`` (writing
+        ``rows``) commit? Asks PostgreSQL (``txid_status``) on a new connection, for up to
+        ``_RESOLVE_WINDOW_S``; raises ``StoreWriteError(outcome_unknown=True)`` (and refuses
+        every later append) if it cannot tell. "committed" counts only with the batch's first
+        row in the journal: a transaction id is given out again after PostgreSQL crashed
+        before any of the transaction reached its write-ahead log, and then names another
+        transaction (a committed one, after a crash during our COMMIT)."""
         import psycopg
 
         self._abandon_quietly()
@@ -446,6 +450,8 @@ class PostgresRecordStore:
                 continue
             try:
                 status = conn.execute("SELECT txid_status(%s)", (txid,)).fetchone()
+                state = None if status is None else status[0]
+                reused = state == "committed" and not landed(conn, rows)
                 self._limit_idle(conn)
             except (psycopg.Error, StoreAccessError) as e:
                 conn.close()
@@ -453,7 +459,14 @@ class PostgresRecordStore:
                 time.sleep(0.5)
                 continue
             self._conn = conn
-            state = None if status is None else status[0]
+            if reused:
+                log.warning(
+                    "The connection to %s was lost while committing and PostgreSQL restarted: "
+                    "transaction id %d names another transaction now; the batch did not commit.",
+                    self.where,
+                    txid,
+                )
+                return False
             if state == "committed":
                 log.warning(
                     "The connection to %s was lost while committing; transaction %d committed.",

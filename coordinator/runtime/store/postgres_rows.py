@@ -48,6 +48,11 @@ class Rows:
     def journal(self) -> tuple[list[Any], ...]:
         return self.j
 
+    def first_row(self) -> tuple[int, int, int, bytes, bytes | None]:
+        """(log, offset, timestamp, key, value) of the batch's first journal row."""
+        logs, offsets, tss, _epochs, _gids, keys, values = self.j
+        return logs[0], offsets[0], tss[0], keys[0], values[0]
+
     def fenced(self) -> tuple[int, list[int], list[int]]:
         """(node, partitions, epochs) for kip848_fence: every partition the batch writes (the
         cluster log has no lease)."""
@@ -68,3 +73,18 @@ class Rows:
     def tombstones(self) -> tuple[list[Any], ...]:
         items = sorted(self.deletes)
         return [log for log, _ in items], [key for _, key in items]
+
+
+def landed(conn: Any, rows: Rows) -> bool:
+    """The batch's first journal row is in PostgreSQL, as the batch wrote it (``conn``: a
+    connection of the store)."""
+    log, offset, ts, key, value = rows.first_row()
+    found = conn.execute(
+        'SELECT timestamp_ms, key, value FROM kip848_journal WHERE log = %s AND "offset" = %s',
+        (log, offset),
+    ).fetchone()
+    return found is not None and (found[0], bytes(found[1]), _bytes(found[2])) == (ts, key, value)
+
+
+def _bytes(value: Any) -> bytes | None:
+    return None if value is None else bytes(value)
