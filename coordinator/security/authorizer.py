@@ -12,6 +12,12 @@ Kafka's StandardAuthorizer rules (StandardAuthorizerData), over the ACLs of
    ALLOW of the operation, of ALL, or of an operation that implies it (READ, WRITE, DELETE,
    ALTER imply DESCRIBE; ALTER_CONFIGS implies DESCRIBE_CONFIGS) allows. Otherwise refused.
 
+Until the ACLs are loaded (``ready``: the cluster log replayed at start-up, on a loader thread)
+nothing is decided on them — an empty or half-replayed set would open every resource or refuse
+every one: only super users are allowed, and :attr:`Authorizer.open` is False (Kafka's
+StandardAuthorizer before its initial load, KIP-801). Whoever asks then says "not yet"
+(COORDINATOR_LOAD_IN_PROGRESS, or the Kafka listener waits before reading its connections).
+
 Decisions are cached per (principal, host, operation, resource type, name) and the cache is
 dropped whenever the ACLs change (:attr:`SecurityMetadata.acl_generation`): a steady heartbeat
 costs one dict lookup. Without any ACL and with ``allow.everyone.if.no.acl.found`` (the
@@ -122,9 +128,16 @@ class _Index:
 class Authorizer:
     """Decides over ``metadata``'s ACLs with ``config`` (see the module doc)."""
 
-    def __init__(self, metadata: SecurityMetadata, config: AuthorizerConfig | None = None) -> None:
+    def __init__(
+        self,
+        metadata: SecurityMetadata,
+        config: AuthorizerConfig | None = None,
+        ready: Callable[[], bool] | None = None,
+    ) -> None:
         self.metadata = metadata
         self.config = config or AuthorizerConfig()
+        self._ready = ready
+        """Whether ``metadata`` holds the ACLs yet (None: from the start); see the module doc."""
         self.on_refused: Callable[[Refusal], None] | None = None
         """Told of every refusal a request reports (:meth:`refused`): the audit trail and the
         metrics (installed by the server)."""
@@ -136,9 +149,25 @@ class Authorizer:
     # ------------------------------------------------------------ decisions
 
     @property
+    def ready(self) -> bool:
+        """The ACLs are loaded: decisions are made on them (see the module doc)."""
+        ready = self._ready
+        if ready is None:
+            return True
+        if not ready():
+            return False
+        self._ready = None  # loaded once, loaded for good
+        return True
+
+    def is_super_user(self, principal: KafkaPrincipal) -> bool:
+        return str(principal) in self.config.super_users
+
+    @property
     def open(self) -> bool:
         """True while every request is allowed without looking: no ACL exists and
-        ``allow.everyone.if.no.acl.found`` is on."""
+        ``allow.everyone.if.no.acl.found`` is on (never before the ACLs are loaded)."""
+        if self._ready is not None and not self.ready:
+            return False
         if self.metadata.acl_generation != self._generation:
             self._refresh()
         return self._open
@@ -163,7 +192,10 @@ class Authorizer:
         """May ``principal`` from ``host`` (an IP address, ``/``-prefixed as the listeners show
         it, or "" when unknown) perform ``operation`` (an :class:`AclOperation` number) on the
         resource (a :class:`ResourceType` number and a name)? Cached (see the module doc); with
-        no ACL and ``allow.everyone.if.no.acl.found``, allowed at once."""
+        no ACL and ``allow.everyone.if.no.acl.found``, allowed at once. Before the ACLs are
+        loaded: super users only."""
+        if self._ready is not None and not self.ready:
+            return self.is_super_user(principal)
         if self.metadata.acl_generation != self._generation:
             self._refresh()
         if self._open:
@@ -219,6 +251,8 @@ class Authorizer:
         prefix it begins. Not cached (rare: producers ask once)."""
         if self.authorize(principal, host, operation, resource_type, "hardcode"):
             return True
+        if not self.ready:
+            return False
         rtype = ResourceType(resource_type)
         who, host = str(principal), host.lstrip("/")
         deny_literal: set[str] = set()

@@ -43,6 +43,7 @@ from typing import TypeVar
 from coordinator.core.errors import (
     ClusterAuthorizationFailedError,
     CoordinatorError,
+    CoordinatorLoadInProgressError,
     ErrorCode,
     GroupAuthorizationFailedError,
     TopicAuthorizationFailedError,
@@ -144,11 +145,16 @@ class RequestAuthorizer:
     def allowed(
         self, caller: Caller, api: str, operation: int, resource_type: int, name: str
     ) -> bool:
-        """:meth:`may`, reporting a refusal (for the audit trail and the metrics)."""
+        """:meth:`may`, reporting a refusal (for the audit trail and the metrics). Before the
+        ACLs are loaded, COORDINATOR_LOAD_IN_PROGRESS (raised) for all but super users: the
+        caller retries, as it retries what the runtime answers while loading, instead of a
+        refusal decided on no ACLs (or an allowance: ``Authorizer.ready``)."""
         if self.authorizer.authorize(
             caller.principal, caller.client_host, operation, resource_type, name
         ):
             return True
+        if not self.authorizer.ready:
+            raise CoordinatorLoadInProgressError()  # the runtime's own answer while loading
         self.authorizer.refused(
             Refusal(
                 principal=caller.principal,

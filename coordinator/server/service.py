@@ -236,7 +236,8 @@ class CoordinatorService:
         authorizer: AuthorizerConfig | None = None,
     ) -> None:
         self.runtime = runtime
-        self.authorizer = Authorizer(runtime.committed.security, authorizer)
+        committed = runtime.committed
+        self.authorizer = Authorizer(committed.security, authorizer, lambda: committed.loaded)
         """Kafka's authorizer over the ACL records (``coordinator/security``) once durable
         (``runtime/committed.py``, as Kafka's follows the committed metadata): always on; with
         no ACL and ``allow.everyone.if.no.acl.found`` (the default) it allows everything."""

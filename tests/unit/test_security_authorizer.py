@@ -254,3 +254,31 @@ def test_authorize_by_resource_type_as_kafkas_default_implementation() -> None:
     # With allow.everyone.if.no.acl.found, Kafka asks about a topic named "hardcode" first.
     assert by_type(authorizer(acl("orders", OP.READ, **bob)), BOB)
     assert not by_type(authorizer(acl("*", OP.READ, **bob)), BOB)
+
+
+@pytest.mark.parametrize("allow_everyone", [True, False])
+def test_before_the_acls_are_loaded_only_super_users_are_allowed(allow_everyone: bool) -> None:
+    """Kafka's StandardAuthorizer before its initial load (KIP-801): nothing is decided on
+    ACLs not loaded yet — neither "no ACL: open" nor "no ACL: refused" —, super users are
+    allowed; once loaded (for good), the ACLs decide."""
+    loaded = [False]
+    _reg, sec = new_cluster(SequentialIds())
+    az = Authorizer(
+        sec,
+        AuthorizerConfig(
+            super_users=frozenset({"User:root"}), allow_everyone_if_no_acl_found=allow_everyone
+        ),
+        ready=lambda: loaded[0],
+    )
+    assert (az.ready, az.open) == (False, False)
+    assert [may(az, who, OP.READ) for who in (ALICE, ANONYMOUS, user("root"))] == [
+        False,
+        False,
+        True,
+    ]
+    assert not az.authorize_by_resource_type(ALICE, "10.0.0.1", OP.WRITE, RT.TOPIC)
+    loaded[0] = True
+    assert (az.ready, az.open) == (True, allow_everyone)
+    assert [may(az, who, OP.READ) for who in (ALICE, ANONYMOUS)] == [allow_everyone] * 2
+    loaded[0] = False  # never asked again
+    assert az.ready

@@ -71,6 +71,8 @@ DEFAULT_QUEUED_MAX_REQUESTS = 500  # Kafka's queued.max.requests (per connection
 DEFAULT_MAX_UNSENT_BYTES = 1024 * 1024  # kafka.connection.max.unsent.bytes
 FRAMES_PER_TURN = 64
 TURN_S = 0.002
+ACL_WAIT_S = 0.01
+"""While the ACLs load at start-up, how often a held connection looks again (``_awaiting_acls``)."""
 """One connection's share of a loop iteration: at most this many requests read, or this long
 (the runtime's turn), before the others get theirs."""
 GUARD_RULES = {**admin_guard.RULES, **txn_guard.RULES}
@@ -395,7 +397,8 @@ class KafkaConnection(asyncio.Protocol):
 
     def _held(self) -> bool:
         """Whether this connection may read no more requests for now: too many unanswered,
-        too many bytes waiting their turn, or answers (or forwarded requests) not taken."""
+        too many bytes waiting their turn, answers (or forwarded requests) not taken, or the
+        ACLs not loaded yet (:meth:`_awaiting_acls`)."""
         flow = self.listener.options.flow
         return (
             len(self.slots) >= flow.queued_max_requests
@@ -403,7 +406,23 @@ class KafkaConnection(asyncio.Protocol):
             or self.writing_paused
             or self.upstream_paused
             or self._drain_then_close
+            or self._awaiting_acls()
         )
+
+    def _awaiting_acls(self) -> bool:
+        """In front of a broker (whose data requests the listener authorizes, or forwards
+        unread when no ACL exists) and on a SASL listener (credentials), the connection's
+        requests are decided on the cluster log's ACLs and credentials: until they are loaded
+        at start-up, nothing is read — as a Kafka broker serves its clients once its metadata
+        is loaded — and the connection looks again every ``ACL_WAIT_S``. Coordinator-only
+        PLAINTEXT and SSL listeners read on: the service layer answers their requests
+        COORDINATOR_LOAD_IN_PROGRESS meanwhile (``Authorizer.ready``)."""
+        listener = self.listener
+        if listener.service.authorizer.ready or (listener.upstream is None and self.sasl is None):
+            return False
+        if self._next_turn is None and not self.closed:
+            self._next_turn = asyncio.get_running_loop().call_later(ACL_WAIT_S, self._read_frames)
+        return True
 
     def _read_frames(self) -> None:
         """Serve the complete frames in the buffer while the limits allow, for at most one
