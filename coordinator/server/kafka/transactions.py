@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any
 
 from coordinator.core.errors import CoordinatorError, ErrorCode
@@ -74,6 +75,7 @@ INVALID_PRODUCER_EPOCH, PRODUCER_FENCED = 47, 90
 FENCED = frozenset({INVALID_PRODUCER_EPOCH, PRODUCER_FENCED})
 
 START_TIMEOUT_S = 10.0
+WARN_ELSEWHERE_S = 60.0
 
 
 class TransactionBridge:
@@ -88,6 +90,7 @@ class TransactionBridge:
         self.ready = asyncio.Event()
         self._clients: dict[tuple[str, int], UpstreamClient] = {}
         self._task: asyncio.Task[None] | None = None
+        self._warned_at = -WARN_ELSEWHERE_S
 
     # ------------------------------------------------------------ versions
 
@@ -201,8 +204,25 @@ class TransactionBridge:
         try:
             await self.runtime.add_offsets_to_txn(cmd)
         except CoordinatorError as exc:
+            if exc.code is ErrorCode.NOT_COORDINATOR:
+                self._warn_elsewhere(req.group_id, req.transactional_id)
             return self._answer(ADD_OFFSETS_TO_TXN, version, frame, _client_code(exc))
         return out
+
+    def _warn_elsewhere(self, group_id: str, transactional_id: str) -> None:
+        """AddOffsetsToTxn for a group another node coordinates (several nodes): the client
+        retries it until it gives up; say why, at most once a minute."""
+        now = time.monotonic()
+        if now - self._warned_at < WARN_ELSEWHERE_S:
+            return
+        self._warned_at = now
+        log.warning(
+            "AddOffsetsToTxn of transactional id %s for group %s, which another node "
+            "coordinates: refused (CONCURRENT_TRANSACTIONS) — transactions are not supported "
+            "across coordinator nodes (docs/kafka.md, Transactions).",
+            transactional_id,
+            group_id,
+        )
 
     async def _end_txn(self, conn: Any, version: int, frame: bytes, req: Any) -> bytes:
         pid, epoch, commit = int(req.producer_id), int(req.producer_epoch), bool(req.committed)
