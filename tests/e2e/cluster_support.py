@@ -81,6 +81,8 @@ class Nodes:
         self.procs: dict[int, ServerProcess] = {}
         self.logs: dict[int, list[Path]] = {}
         self.addresses: dict[int, tuple[str, str]] = {}  # node -> (gRPC, Kafka) last listened on
+        self.prefix: dict[int, tuple[str, ...]] = {}
+        """A command a node runs under (``unshare --time ...``: a monotonic clock of its own)."""
 
     def start(self, node_id: int) -> ServerProcess:
         grpc_at, kafka_at = (
@@ -100,6 +102,7 @@ class Nodes:
             clock="system",
             listen=grpc_at,
             lines=3 if "--metrics-listen" in self.settings else 2,
+            prefix=self.prefix.get(node_id, ()),
         )
         assert server.lines[1].startswith("kafka listening on "), server.lines
         self.procs[node_id] = server

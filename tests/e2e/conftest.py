@@ -48,13 +48,16 @@ class ServerProcess:
         batching: bool = False,
         credentials: grpc.ChannelCredentials | None = None,
         lines: int | None = None,
+        prefix: tuple[str, ...] = (),
     ) -> None:
+        """``prefix``: a command the server runs under (``unshare ...``)."""
         self.data_dir = data_dir
         self.stderr_path = data_dir.parent / f"{data_dir.name}-serve-{time.monotonic_ns()}.log"
         self._stderr = open(self.stderr_path, "wb")  # noqa: SIM115 - closed in wait()
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         self.proc = subprocess.Popen(
             [
+                *prefix,
                 sys.executable,
                 "-m",
                 "coordinator.cli",
