@@ -8,6 +8,7 @@ connection closed, while other connections are served."""
 from __future__ import annotations
 
 import socket
+import ssl
 import struct
 import time
 
@@ -365,6 +366,50 @@ def _failures(server: ServerProcess) -> dict[tuple[str, str], float]:
         for s in families.get("kip848_authentication_failures", [])
         if s.name.endswith("_total")
     }
+
+
+def _oauth_conn(server: ServerProcess, ca: TestCa, token: str) -> tuple[Raw, int]:
+    """A raw connection to the SASL_SSL listener (OAUTHBEARER; no connections.max.reauth.ms)
+    authenticated with ``token``: (it, the session lifetime answered)."""
+    conn = Raw(kafka_address(server, 0))
+    context = ssl.create_default_context(cafile=ca.ca_file)
+    conn.sock = context.wrap_socket(conn.sock, server_hostname="localhost")
+    assert conn.handshake("OAUTHBEARER") == 0
+    answer = conn.authenticate(b"n,,\x01auth=Bearer " + token.encode() + b"\x01\x01")
+    assert answer is not None and answer[:2] == (0, ""), answer
+    return conn, answer[3]
+
+
+def test_an_oauthbearer_session_ends_with_its_token(
+    server: ServerProcess, pki: tuple[TestCa, Pem], issuer: TokenIssuer
+) -> None:
+    """KIP-368 as Kafka's SaslServerAuthenticator computes a session's lifetime: a token's
+    remaining lifetime, connections.max.reauth.ms set or not (this listener has none). The
+    client is told it (SaslAuthenticate's session lifetime) and re-authenticates with a fresh
+    token before it ends; a connection that does not is closed at its next request once the
+    token has expired. Before: the lifetime was 0 without connections.max.reauth.ms, and a
+    connection went on being served as the token's principal after the token expired."""
+    ca, _server_pem = pki
+    expiring, lifetime = _oauth_conn(server, ca, issuer.token("carol", lifetime_s=3))
+    assert 1000 <= lifetime <= 3000
+    renewed, _ = _oauth_conn(server, ca, issuer.token("carol", lifetime_s=3))
+    for conn in (expiring, renewed):
+        conn.send(*LIST_GROUPS_V0)
+        reply = conn.receive()
+        assert reply is not None and struct.unpack_from(">h", reply, 4)[0] == 0
+    time.sleep(1.1)  # re-authentications are at least a second apart (Kafka's)
+    assert renewed.handshake("OAUTHBEARER") == 0  # a re-authentication, with a fresh token
+    fresh = issuer.token("carol", lifetime_s=600)
+    answer = renewed.authenticate(b"n,,\x01auth=Bearer " + fresh.encode() + b"\x01\x01")
+    assert answer is not None and answer[0] == 0 and answer[3] > 500_000
+    time.sleep(lifetime / 1000 + 0.2)  # the first token has expired
+    expiring.send(*LIST_GROUPS_V0)
+    assert expiring.receive() is None  # closed: its session ended with its token
+    renewed.send(*LIST_GROUPS_V0)
+    reply = renewed.receive()
+    assert reply is not None and struct.unpack_from(">h", reply, 4)[0] == 0
+    for conn in (expiring, renewed):
+        conn.close()
 
 
 def test_reauthentication_as_another_user_is_refused(server: ServerProcess) -> None:

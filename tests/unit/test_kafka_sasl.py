@@ -230,7 +230,11 @@ def test_session_states() -> None:
 
 
 def test_kip368_session_lifetimes() -> None:
-    assert session_lifetime_ms(0, NOW + 5000, NOW) == 0  # no connections.max.reauth.ms
+    # Without connections.max.reauth.ms a token still ends its session (Kafka's
+    # SaslServerAuthenticator); a credential without an end gives a session without one.
+    assert session_lifetime_ms(0, NOW + 5000, NOW) == 5000
+    assert session_lifetime_ms(0, NOW - 5, NOW) == 1
+    assert session_lifetime_ms(0, None, NOW) == 0
     assert session_lifetime_ms(60_000, None, NOW) == 60_000
     assert session_lifetime_ms(60_000, NOW + 5000, NOW) == 5000  # the token ends first
     assert session_lifetime_ms(60_000, NOW - 5, NOW) == 1

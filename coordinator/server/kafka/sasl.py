@@ -477,13 +477,15 @@ class SaslSession:
 
 
 def session_lifetime_ms(reauth_ms: int, expires_ms: int | None, now_ms: int) -> int:
-    """KIP-368: with ``connections.max.reauth.ms`` set, the smaller of it and the credential's
-    remaining lifetime (at least 1 ms); without it, no re-authentication (0)."""
-    if reauth_ms <= 0:
-        return 0
+    """KIP-368 as Kafka's SaslServerAuthenticator computes it: the credential's remaining
+    lifetime (a token's ``exp``; at least 1 ms), bounded by ``connections.max.reauth.ms`` when
+    that is set — a session never outlives its token, re-authentication configured or not;
+    ``connections.max.reauth.ms`` alone for a credential without an end (SCRAM, PLAIN); 0 (no
+    end) when neither applies."""
     if expires_ms is None:
-        return reauth_ms
-    return max(1, min(reauth_ms, expires_ms - now_ms))
+        return max(0, reauth_ms)
+    remaining = max(1, expires_ms - now_ms)
+    return remaining if reauth_ms <= 0 else min(reauth_ms, remaining)
 
 
 def passthrough_principal(mechanism: str, message: bytes, sub_claim: str) -> str | None:
