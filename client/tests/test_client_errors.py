@@ -157,3 +157,27 @@ def test_committed_raises_the_coordinators_in_band_error() -> None:
             await server.stop(None)
 
     asyncio.run(story())
+
+
+def test_tls_credentials_name_the_file_that_is_not_what_it_should_be(tmp_path: Any) -> None:
+    from kip848.client import tls_credentials
+
+    notes = tmp_path / "notes.txt"
+    notes.write_text("not a certificate\n")
+    with pytest.raises(ValueError) as bad:
+        tls_credentials(str(notes))
+    assert str(bad.value) == (
+        f"{notes} holds no PEM certificate to trust (NO_CERTIFICATE_OR_CRL_FOUND)"
+    )
+    with pytest.raises(ValueError) as bad:
+        tls_credentials(None, None, str(notes))
+    assert str(bad.value) == f"a private key ({notes}) was given without its certificate"
+    with pytest.raises(ValueError) as bad:
+        tls_credentials(None, str(notes))
+    assert str(bad.value) == (
+        f"{notes}: not a PEM certificate chain with its private key (the key may be in the "
+        "certificate's file or apart)"
+    )
+    with pytest.raises(FileNotFoundError):
+        tls_credentials(str(tmp_path / "missing.pem"))
+    assert isinstance(tls_credentials(), grpc.ChannelCredentials)  # the system's CAs

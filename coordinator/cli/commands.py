@@ -7,6 +7,7 @@ Adding a sub-command: a module in this package with ``register(commands)`` (see
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from coordinator.cli import (
@@ -78,6 +79,11 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
         return 2
+    if args.command != "serve":
+        # A client command reports a failed call itself (rpc.rpc_failed); grpc-core's own log
+        # lines on stderr (a failed TLS handshake, ...) would only repeat it. GRPC_VERBOSITY
+        # set by the caller wins.
+        os.environ.setdefault("GRPC_VERBOSITY", "NONE")
     try:
         return int(args.func(args))
     except UsageError as exc:
@@ -86,7 +92,5 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:  # e.g. `kip848 dump | head`
-        import os
-
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0

@@ -74,6 +74,8 @@ def channel(args: argparse.Namespace, address: str | None = None) -> Any:
             credentials = tls_credentials(security.ca, security.cert, security.key)
         except OSError as exc:
             raise UsageError(f"cannot read {exc.filename}: {exc.strerror}") from None
+        except ValueError as exc:  # not PEM, an encrypted key, a key of another certificate
+            raise UsageError(f"TLS: {exc}") from None
         ch = grpc.secure_channel(address or args.bootstrap_server, credentials, options=options)
     else:
         ch = grpc.insecure_channel(address or args.bootstrap_server, options=options)
@@ -216,6 +218,28 @@ def nothing_done(message: Any, codes: tuple[int, ...]) -> bool:
     return bool(entries) and all(nothing_done(e, codes) for e in entries)
 
 
+def _unavailable_hint(args: argparse.Namespace, details: str) -> str:
+    """What to check when no connection could be made, by what gRPC says went wrong."""
+    where = args.bootstrap_server
+    if "WRONG_VERSION_NUMBER" in details:
+        return (
+            f"the server at {where} does not speak TLS: leave out --tls-ca/--tls-cert "
+            "(and security.protocol=SSL in --command-config) for a plaintext server"
+        )
+    if "CERTIFICATE_VERIFY_FAILED" in details or "handshake" in details.lower():
+        return (
+            f"the TLS handshake with {where} failed: --tls-ca (ssl.truststore.location) must "
+            "hold the CA the server's certificate chains to, for the address you connect to; "
+            "with --tls-cert, the server must trust its CA"
+        )
+    if "Socket closed" in details and not security_of(args).tls:
+        return (
+            f"{where} closed the connection: if it serves TLS, give --tls-ca (or "
+            "security.protocol=SSL in --command-config); else is it a kip848 gRPC port?"
+        )
+    return f"is `kip848 serve` running and listening on {where}? (--bootstrap-server HOST:PORT)"
+
+
 def rpc_failed(args: argparse.Namespace, exc: Any) -> int:
     import grpc
 
@@ -228,11 +252,7 @@ def rpc_failed(args: argparse.Namespace, exc: Any) -> int:
             file=sys.stderr,
         )
     elif exc.code() == grpc.StatusCode.UNAVAILABLE:
-        print(
-            f"  hint: is `kip848 serve` running and listening on {args.bootstrap_server}? "
-            "(--bootstrap-server HOST:PORT)",
-            file=sys.stderr,
-        )
+        print(f"  hint: {_unavailable_hint(args, exc.details() or '')}", file=sys.stderr)
     elif exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
         print(
             f"  hint: no answer within {args.timeout} s; raise --timeout or check the server",

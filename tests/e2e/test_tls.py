@@ -574,3 +574,85 @@ def test_a_tls_listener_out_of_file_descriptors_waits_instead_of_spinning(
     for s in waiting:
         s.close()
     assert server.stop() == 0
+
+
+def test_cli_tls_mistakes_are_named_before_any_call_and_by_what_went_wrong(
+    tmp_path: Path, pki: tuple[TestCa, Pem, Pem]
+) -> None:
+    """``kip848`` client commands: TLS files that are not what they should be are usage errors
+    naming the file (before, grpc-core's log lines and "is kip848 serve running?"), a failed
+    connection is explained by what failed (plaintext to TLS, TLS to plaintext, a certificate of
+    another CA), and grpc-core's own log lines stay off stderr."""
+    ca, server_pem, alice = pki
+    (tmp_path / "other").mkdir()
+    other = TestCa(str(tmp_path / "other"), name="CN=another CA,O=elsewhere")
+    stranger = other.client("stranger", "CN=stranger")
+    encrypted = ca.issue("locked", "CN=locked", password="secret")
+    (tmp_path / "notes.txt").write_text("not a certificate\n")
+    notes = str(tmp_path / "notes.txt")
+    tls = ServerProcess(tmp_path / "tls", *tls_flags(ca, server_pem), credentials=creds(ca))
+    plain = ServerProcess(tmp_path / "plain")
+    try:
+        usage = {
+            (
+                "--tls-ca",
+                notes,
+            ): f"kip848 groups: TLS: {notes} holds no PEM certificate to trust "
+            "(NO_CERTIFICATE_OR_CRL_FOUND)",
+            (
+                "--tls-ca",
+                ca.ca_file,
+                "--tls-cert",
+                alice.cert,
+                "--tls-key",
+                stranger.key,
+            ): f"kip848 groups: TLS: the private key in {stranger.key} is not the key of the "
+            f"certificate in {alice.cert}",
+            (
+                "--tls-ca",
+                ca.ca_file,
+                "--tls-cert",
+                encrypted.both,
+            ): f"kip848 groups: TLS: the private key in {encrypted.both} is encrypted: give an "
+            "unencrypted PEM key (gRPC reads no encrypted keys)",
+            (
+                "--tls-ca",
+                ca.ca_file,
+                "--tls-cert",
+                alice.cert,
+            ): f"kip848 groups: TLS: {alice.cert}: not a PEM certificate chain with its private "
+            "key (the key may be in the certificate's file or apart)",
+            (
+                "--tls-ca",
+                ca.ca_file,
+                "--tls-key",
+                alice.key,
+            ): f"kip848 groups: TLS: a private key ({alice.key}) was given without its certificate",
+        }
+        for flags, message in usage.items():
+            p = run_cli("groups", "list", "--bootstrap-server", tls.address, *flags)
+            assert (p.returncode, p.stdout) == (2, ""), (flags, p.stderr)
+            assert p.stderr.splitlines()[-1] == message, flags
+        failed = {
+            (tls.address, ()): f"  hint: {tls.address} closed the connection: if it serves "
+            "TLS, give --tls-ca (or security.protocol=SSL in --command-config); else is it a "
+            "kip848 gRPC port?",
+            (plain.address, ("--tls-ca", ca.ca_file)): f"  hint: the server at {plain.address} "
+            "does not speak TLS: leave out --tls-ca/--tls-cert (and security.protocol=SSL in "
+            "--command-config) for a plaintext server",
+            (tls.address, ("--tls-ca", other.ca_file)): f"  hint: the TLS handshake with "
+            f"{tls.address} failed: --tls-ca (ssl.truststore.location) must hold the CA the "
+            "server's certificate chains to, for the address you connect to; with --tls-cert, "
+            "the server must trust its CA",
+        }
+        for (address, flags), hint in failed.items():
+            p = run_cli("groups", "list", "--bootstrap-server", address, "--timeout", "3", *flags)
+            assert (p.returncode, p.stdout) == (1, ""), (flags, p.stderr)
+            lines = p.stderr.splitlines()
+            assert len(lines) == 2 and lines[0].startswith(f"kip848: {address}: UNAVAILABLE: ")
+            assert lines[1] == hint
+        p = run_cli("groups", "list", "--bootstrap-server", tls.address, "--tls-ca", ca.ca_file)
+        assert (p.returncode, p.stderr) == (0, "")
+    finally:
+        assert tls.stop() == 0
+        assert plain.stop() == 0
