@@ -6,8 +6,8 @@ coordinator nodes (tests/e2e/test_cluster_failover.py).
 ``kind``: ``kip848`` (``kip848.client.GroupMember`` over gRPC; ``target`` is a gRPC target
 naming every node, ``ipv4:HOST:PORT,HOST:PORT,...``), ``librdkafka`` (confluent-kafka,
 ``group.protocol=consumer``: KIP-848), ``kafka-python`` or ``aiokafka`` (classic) over the Kafka listeners
-(``bootstrap``: every node's). One member per group, or ``members`` (``kip848`` and
-``librdkafka``): the group's partitions are shared among them, each event names its member
+(``bootstrap``: every node's). One member per group, or ``members`` (``kip848``,
+``librdkafka`` and ``kafka-python``): the group's partitions are shared among them, each event names its member
 (``member``: ``GROUP#i``). Each member owns the partitions of
 ``topic`` assigned to it (the coordinators serve no records: the partitions are paused), and commits them,
 one synchronous commit after another, with offsets that only grow: ``time.monotonic_ns() //
@@ -266,11 +266,12 @@ def run_kafka_python(spec: dict[str, Any], stop: threading.Event) -> None:
 
     logging.getLogger("kafka").addHandler(RequestTimeouts())
 
-    def run(group: str, stop: threading.Event) -> None:
+    def run(group: str, stop: threading.Event, member: str = "") -> None:
+        who = {"member": member} if member else {}
         c = KafkaConsumer(
             bootstrap_servers=spec["bootstrap"].split(","),
             group_id=group,
-            client_id=f"worker-{group}",
+            client_id=f"worker-{member or group}",
             enable_auto_commit=False,
             session_timeout_ms=10_000,
             heartbeat_interval_ms=500,
@@ -281,16 +282,16 @@ def run_kafka_python(spec: dict[str, Any], stop: threading.Event) -> None:
         class Listener(ConsumerRebalanceListener):  # type: ignore[misc]
             def on_partitions_revoked(self, revoked: Any) -> None:
                 if revoked:
-                    emit("revoke", group=group, partitions=sorted(map(list, revoked)))
+                    emit("revoke", group=group, partitions=sorted(map(list, revoked)), **who)
 
             def on_partitions_assigned(self, assigned: Any) -> None:
                 for tp in assigned:  # no offsets to look up nor records to fetch from a
                     c.seek(tp, 0)  # coordinator-only listener
                 c.pause(*assigned)
-                emit("assign", group=group, partitions=sorted(map(list, assigned)))
+                emit("assign", group=group, partitions=sorted(map(list, assigned)), **who)
 
             def on_partitions_lost(self, lost: Any) -> None:
-                emit("lost", group=group, partitions=sorted(map(list, lost)))
+                emit("lost", group=group, partitions=sorted(map(list, lost)), **who)
 
         c.subscribe([spec["topic"]], listener=Listener())
         commit_loop(
@@ -299,6 +300,7 @@ def run_kafka_python(spec: dict[str, Any], stop: threading.Event) -> None:
             lambda: c.poll(timeout_ms=20),
             c.assignment,
             lambda parts, offset: c.commit({tp: OffsetAndMetadata(offset, "", -1) for tp in parts}),
+            member,
         )
         c.close()
 

@@ -70,6 +70,7 @@ SETTINGS = settings(
 )
 TOPIC = "events"
 KAFKA_GROUPS = [f"r{i}" for i in range(4)]
+CLASSIC_GROUPS = [f"p{i}" for i in range(2)]
 GRPC_GROUPS = [f"k{i}" for i in range(6)]
 EVENTS = ("assign", "revoke", "lost", "ack", "sent", "commit-error", "error")
 CONVERGE_S = LEASE_MS / 1000 + 8.0
@@ -151,17 +152,26 @@ class EpochPoller:
                     if c.error_code:
                         continue
                     address = f"{c.host}:{c.port}"
-                    resp = consumer_group_pb2_grpc.ConsumerGroupServiceStub(
-                        self.channel(address)
-                    ).ConsumerGroupDescribe(
-                        consumer_group_pb2.ConsumerGroupDescribeRequest(group_ids=[group]),
-                        timeout=1,
-                    )
+                    epoch = self._epoch(group, self.channel(address))
                 except grpc.RpcError:
                     continue
-                (g,) = resp.groups
-                if resp.error_code == 0 and g.error_code == 0:
-                    self.seen[group].append((time.monotonic(), g.group_epoch, address))
+                if epoch is not None:
+                    self.seen[group].append((time.monotonic(), epoch, address))
+
+    @staticmethod
+    def _epoch(group: str, channel: grpc.Channel) -> int | None:
+        """A consumer group's epoch, or a classic group's generation (None: not answered)."""
+        if group in CLASSIC_GROUPS:
+            classic = classic_group_pb2_grpc.ClassicGroupServiceStub(channel).DescribeGroups(
+                classic_group_pb2.DescribeGroupsRequest(group_ids=[group]), timeout=1
+            )
+            (d,) = classic.groups
+            return d.generation_id if classic.error_code == 0 and d.error_code == 0 else None
+        resp = consumer_group_pb2_grpc.ConsumerGroupServiceStub(channel).ConsumerGroupDescribe(
+            consumer_group_pb2.ConsumerGroupDescribeRequest(group_ids=[group]), timeout=1
+        )
+        (g,) = resp.groups
+        return g.group_epoch if resp.error_code == 0 and g.error_code == 0 else None
 
     def stop(self) -> None:
         self.stopped.set()
@@ -238,7 +248,15 @@ def test_ha_chaos_rehearsal(own_pg: PostgresServer, tmp_path: Path) -> None:
     workers.start(
         "kip848", kind="kip848", topic=TOPIC, groups=GRPC_GROUPS, members=2, target=grpc_target
     )
-    groups = KAFKA_GROUPS + GRPC_GROUPS
+    workers.start(
+        "kafka-python",
+        kind="kafka-python",
+        topic=TOPIC,
+        groups=CLASSIC_GROUPS,
+        members=2,
+        bootstrap=kafka,
+    )
+    groups = KAFKA_GROUPS + GRPC_GROUPS + CLASSIC_GROUPS
     assert len({partition_for(g, P) for g in groups}) >= 6  # spread over partitions
     poller = EpochPoller(nodes, groups)
     zombie_answers: dict[str, Any] = {}
@@ -445,6 +463,7 @@ def test_ha_chaos_rehearsal(own_pg: PostgresServer, tmp_path: Path) -> None:
                 by_member[e["member"]].append(e["epoch"])
         for member, epochs in by_member.items():
             assert epochs == sorted(epochs), (member, epochs)
+        assert sorted(poller.seen) == sorted(groups)
         for group, seen in poller.seen.items():
             epochs = [epoch for _, epoch, _ in seen]
             backwards = [(a, b) for a, b in itertools.pairwise(seen) if b[1] < a[1]]
