@@ -255,8 +255,8 @@ class GroupCoordinatorShard(Generic[C]):
     def end_transaction(self, cmd: EndTxn, now_ms: int) -> Result[Ended]:
         return self.offsets.txn.end_transaction(cmd, now_ms)
 
-    def producer_initialized(self, cmd: ProducerInitialized) -> Result[Ended]:
-        return self.offsets.txn.producer_initialized(cmd)
+    def producer_initialized(self, cmd: ProducerInitialized, now_ms: int) -> Result[Ended]:
+        return self.offsets.txn.producer_initialized(cmd, now_ms)
 
     def transactions(self) -> list[GroupTransaction]:
         return self.offsets.txn.transactions()

@@ -18,7 +18,9 @@ Kafka listener, which tells this component what it saw (docs/kafka.md, "Transact
   either way the pending records and the transaction record are tombstoned, in one batch;
 * ``producer_initialized`` (an InitProducerId answered for a transactional id): an ongoing
   transaction of an older epoch (or another producer id) of that id was aborted by it — it
-  never had an end forwarded, so it cannot have committed;
+  never had an end forwarded, so it cannot have committed — unless the request asked to keep
+  it (KIP-939's KeepPreparedTxn) and the answer names it as kept: that one goes on under the
+  new producer id and epoch, with which its EndTxn will come;
 * a TxnOffsetCommit or AddOffsetsToTxn of a newer epoch of the same producer id finds the older
   ongoing transaction aborted for the same reason.
 
@@ -75,6 +77,10 @@ class ProducerInitialized:
     transactional_id: str
     producer_id: int
     producer_epoch: int
+    kept: tuple[int, int] | None = None
+    """KIP-939 (InitProducerId v6 with KeepPreparedTxn): the producer id and epoch of the
+    ongoing transaction the transaction coordinator kept (its OngoingTxnProducerId/Epoch),
+    now continued under ``producer_id``/``producer_epoch``, which its EndTxn will carry."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -262,15 +268,16 @@ class TransactionalOffsets:
         result.response = Ended(groups=tuple(moved))
         return result
 
-    def producer_initialized(self, cmd: ProducerInitialized) -> Result[Ended]:
+    def producer_initialized(self, cmd: ProducerInitialized, now_ms: int) -> Result[Ended]:
         """An InitProducerId for ``transactional_id`` was answered (``producer_id``,
         ``producer_epoch``): the transaction coordinator aborted any transaction of an older
         epoch or another producer id of that transactional id that was still ongoing. Only
         ongoing ones are dropped here: one whose end was forwarded (PREPARE_*) is resolved by
-        the listener before it forwards the InitProducerId."""
-        return self._ctx.run(self._initialized, cmd)
+        the listener before it forwards the InitProducerId. The transaction the coordinator
+        kept (``cmd.kept``, KIP-939) is not aborted: it moves to the new producer id and epoch."""
+        return self._ctx.run(self._initialized, cmd, now_ms)
 
-    def _initialized(self, cmd: ProducerInitialized) -> Result[Ended]:
+    def _initialized(self, cmd: ProducerInitialized, now_ms: int) -> Result[Ended]:
         result: Result[Ended] = Result()
         transactional_id, producer_id, producer_epoch = (
             cmd.transactional_id,
@@ -283,10 +290,49 @@ class TransactionalOffsets:
                 continue
             if pid == producer_id and txn.producer_epoch >= producer_epoch:
                 continue
+            if cmd.kept == (pid, txn.producer_epoch):
+                self._move(result, group_id, pid, txn, producer_id, producer_epoch, now_ms)
+                continue
             dropped.append(group_id)
             self._close(result, group_id, pid, "aborted: the transactional id was initialized")
         result.response = Ended(groups=tuple(dropped))
         return result
+
+    def _move(
+        self,
+        result: Result[Any],
+        group_id: str,
+        old_pid: int,
+        txn: r.GroupTransactionValue,
+        producer_id: int,
+        producer_epoch: int,
+        now_ms: int,
+    ) -> None:
+        """The group's ongoing transaction of ``old_pid`` goes on under ``producer_id`` at
+        ``producer_epoch`` (KIP-939: kept by an InitProducerId). Under another producer id
+        (the old one's epochs ran out) its pending offsets move to the new id — those a later
+        plain commit superseded are dropped: they would never be materialized."""
+        moved = r.GroupTransactionValue(
+            transactional_id=txn.transactional_id,
+            producer_epoch=producer_epoch,
+            state=txn.state,
+            updated_ms=now_ms,
+        )
+        if producer_id != old_pid:
+            pending = self._pending.get(old_pid, {})
+            for (g, topic, partition), entry in sorted(pending.items()):
+                if g != group_id:
+                    continue
+                self._ctx.emit(
+                    result, r.txn_offset_commit_record(g, topic, partition, old_pid, None)
+                )
+                if not entry.superseded:
+                    self._ctx.emit(
+                        result,
+                        r.txn_offset_commit_record(g, topic, partition, producer_id, entry.value),
+                    )
+            self._ctx.emit(result, r.group_transaction_record(group_id, old_pid, None))
+        self._ctx.emit(result, r.group_transaction_record(group_id, producer_id, moved))
 
     def _commit(self, result: Result[Any], group_id: str, producer_id: int) -> None:
         """Materialize the producer's pending offsets of the group (those no later plain commit

@@ -522,8 +522,9 @@ class CoordinatorRuntime:
     async def producer_initialized(self, cmd: ProducerInitialized) -> list[str]:
         """An InitProducerId answered for a transactional id: the ongoing transactions of an
         older producer epoch (or id) it aborted, on every shard; the groups, once durable."""
+        now = self.clock.now_ms()
         ended = await self._on_shards(
-            lambda s: s.producer_initialized(cmd),
+            lambda s: s.producer_initialized(cmd, now),
             concerned=lambda s: any(
                 t.transactional_id == cmd.transactional_id for t in s.transactions()
             ),

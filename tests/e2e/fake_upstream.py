@@ -43,7 +43,7 @@ PARTITIONS = 4
 NOT_LEADER_OR_FOLLOWER = 6
 CAPS = {0: 10, 1: 16, 2: 7, 3: 12, 10: 4, 18: 3, 29: 3, 30: 3, 31: 3, 32: 4, 44: 1, 60: 1}
 """The APIs each node offers, with their highest version (the lowest is kio's)."""
-TXN_CAPS = {22: 4, 25: 3, 26: 3, 65: 0}
+TXN_CAPS = {22: 6, 25: 3, 26: 3, 65: 0}
 """What a cluster with ``transactions=True`` offers besides."""
 DATA_CAPS = {0: 13, 1: 17, 21: 2, 23: 4, 61: 0}
 """What a cluster with ``data=True`` offers besides (and Produce, Fetch up to v13, v17)."""
@@ -823,8 +823,9 @@ class FakeNode:
 
     def api_22(self, req: Any, _version: int) -> dict[str, Any]:
         """InitProducerId: a new producer id, or the next epoch of a known transactional id
-        (whose ongoing transaction is aborted, as Kafka's transaction coordinator does); an
-        idempotent producer (no transactional id) gets a producer id of its own."""
+        (whose ongoing transaction is aborted, as Kafka's transaction coordinator does — or,
+        v6 with KeepPreparedTxn (KIP-939), kept, to be ended with the new epoch: the answer
+        names it); an idempotent producer (no transactional id) gets a producer id of its own."""
         cluster = self.cluster
         with cluster.lock:
             if req.transactional_id is None:
@@ -838,6 +839,18 @@ class FakeNode:
             if t is None:
                 t = FakeTxn(producer_id=1000 + len(cluster.txns))
                 cluster.txns[req.transactional_id] = t
+            elif getattr(req, "keep_prepared_txn", False) and t.state == "Ongoing":
+                ongoing = {
+                    "ongoing_txn_producer_id": t.producer_id,
+                    "ongoing_txn_producer_epoch": t.producer_epoch,
+                }
+                t.producer_epoch += 1
+                return {
+                    "error_code": 0,
+                    "producer_id": t.producer_id,
+                    "producer_epoch": t.producer_epoch,
+                    **ongoing,
+                }
             else:
                 if t.state == "Ongoing":
                     t.state = "CompleteAbort"

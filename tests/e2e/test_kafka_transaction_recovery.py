@@ -201,6 +201,51 @@ def test_an_abort_sent_after_a_commit_does_not_replace_it(
         assert server.stop() == 0, server.stderr_text()
 
 
+def test_a_transaction_kept_by_init_producer_id_commits_with_the_new_epoch(
+    cluster: FakeCluster, tmp_path: Path
+) -> None:
+    """KIP-939: InitProducerId v6 with KeepPreparedTxn keeps the ongoing transaction (the
+    answer names it: OngoingTxnProducerId/Epoch) under the bumped epoch; its offsets stay
+    pending, and the EndTxn of the new epoch commits them. (Before, the listener took the
+    initialization for an abort: the offsets were dropped, and the commit that followed
+    committed the output without them.)"""
+    server = serve(cluster, tmp_path / "data")
+    try:
+        c = server.client()
+        pid, epoch = begin(c, "t-kept", "g-kept", 5)
+        init: Any = c.call(
+            request(
+                22,
+                6,
+                transactional_id="t-kept",
+                transaction_timeout=60_000,
+                producer_id=pid,
+                producer_epoch=epoch,
+                enable2_pc=True,
+                keep_prepared_txn=True,
+            )
+        )
+        assert (init.error_code, init.producer_id, init.producer_epoch) == (E.none, pid, epoch + 1)
+        assert (init.ongoing_txn_producer_id, init.ongoing_txn_producer_epoch) == (pid, epoch)
+        assert fetch(c, "g-kept") == (-1, E.unstable_offset_commit)
+        ended: Any = c.call(
+            request(
+                26,
+                3,
+                transactional_id="t-kept",
+                producer_id=pid,
+                producer_epoch=epoch + 1,
+                committed=True,
+            )
+        )
+        assert ended.error_code == E.none
+        assert cluster.txns["t-kept"].state == "CompleteCommit"
+        assert fetch(c, "g-kept") == (5, E.none)
+        c.close()
+    finally:
+        assert server.stop() == 0, server.stderr_text()
+
+
 def test_transactions_that_ended_upstream_are_settled_by_the_check(
     cluster: FakeCluster, tmp_path: Path
 ) -> None:

@@ -260,15 +260,61 @@ def test_a_newer_epoch_finds_the_older_transaction_aborted(h: Harness) -> None:
 def test_init_producer_id_aborts_ongoing_but_not_ending_transactions(h: Harness) -> None:
     txn_commit(h, {("in", 0): 10}, epoch=3)
     txn_commit(h, {("in", 1): 20}, epoch=0, pid=PID + 1)  # an earlier producer id of T
-    res = h.run(lambda s: s.producer_initialized(initialized(4)))
+    res = h.run(lambda s: s.producer_initialized(initialized(4), h.now_ms))
     # Both transactions belong to transactional id T: the one of another producer id and the
     # one of an older epoch were aborted by the initialization.
     assert res.response.groups == (G, G)
     assert fetch(h, 0, 1, stable=True) == [(-1, ErrorCode.NONE), (-1, ErrorCode.NONE)]
     txn_commit(h, {("in", 0): 11}, epoch=4)
     end(h, S.PREPARE_COMMIT, True, epoch=4)
-    res = h.run(lambda s: s.producer_initialized(initialized(5)))
+    res = h.run(lambda s: s.producer_initialized(initialized(5), h.now_ms))
     assert res.records == [] and res.response.groups == ()
+    replays(h)
+
+
+def test_a_transaction_kept_by_init_producer_id_goes_on_under_the_new_epoch(h: Harness) -> None:
+    """KIP-939: an InitProducerId with KeepPreparedTxn bumps the epoch but keeps the ongoing
+    transaction (the answer's OngoingTxnProducerId/Epoch name it); its EndTxn comes with the
+    new epoch. Its offsets stay pending and are committed by that EndTxn — not aborted as an
+    InitProducerId's older ongoing transaction otherwise is."""
+    txn_commit(h, {("in", 0): 10}, epoch=3)
+    h.now_ms = 40
+    kept = ProducerInitialized(transactional_id=T, producer_id=PID, producer_epoch=4, kept=(PID, 3))
+    res = h.run(lambda s: s.producer_initialized(kept, h.now_ms))
+    assert res.records == [r.group_transaction_record(G, PID, txn(epoch=4, at=40))]
+    assert res.response.groups == ()
+    assert fetch(h, 0, stable=True) == [(-1, ErrorCode.UNSTABLE_OFFSET_COMMIT)]
+    replays(h)
+    end(h, S.PREPARE_COMMIT, True, epoch=4)
+    assert end(h, None, True, epoch=4).records[:1] == [
+        r.offset_commit_record(G, "in", 0, committed(10))
+    ]
+    assert fetch(h, 0, stable=True) == [(10, ErrorCode.NONE)]
+    # Kept under another producer id (the old one's epochs ran out): the pending offsets move
+    # to it, but one a later plain commit superseded (never to be materialized) is dropped.
+    txn_commit(h, {("in", 0): 20, ("in", 1): 30}, epoch=5)
+    h.commit(G, "", -1, {("in", 1): 31})
+    other = PID + 7
+    kept = ProducerInitialized(
+        transactional_id=T, producer_id=other, producer_epoch=0, kept=(PID, 5)
+    )
+    res = h.run(lambda s: s.producer_initialized(kept, h.now_ms))
+    assert res.records == [
+        r.txn_offset_commit_record(G, "in", 0, PID, None),
+        r.txn_offset_commit_record(G, "in", 0, other, pending(20, epoch=5, at=40)),
+        r.txn_offset_commit_record(G, "in", 1, PID, None),
+        r.group_transaction_record(G, PID, None),
+        r.group_transaction_record(G, other, txn(epoch=0, at=40)),
+    ]
+    replays(h)
+    end(h, S.PREPARE_COMMIT, True, epoch=0, pid=other)
+    end(h, None, True, epoch=0, pid=other)
+    assert fetch(h, 0, 1, stable=True) == [(20, ErrorCode.NONE), (31, ErrorCode.NONE)]
+    # Without KeepPreparedTxn (or a transaction it did not keep), the ongoing one is aborted.
+    txn_commit(h, {("in", 0): 40}, epoch=1, pid=other)
+    init = ProducerInitialized(transactional_id=T, producer_id=other, producer_epoch=2, kept=None)
+    assert h.run(lambda s: s.producer_initialized(init, h.now_ms)).response.groups == (G,)
+    assert fetch(h, 0, stable=True) == [(20, ErrorCode.NONE)]
     replays(h)
 
 

@@ -254,12 +254,18 @@ class TransactionBridge:
             await self._complete_prepared(transactional_id)
         out, answer = await self._forward(conn, INIT_PRODUCER_ID, version, frame)
         if transactional_id and int(answer.error_code) == 0:
+            kept = None  # KIP-939: the ongoing transaction goes on under the new epoch
+            if getattr(req, "keep_prepared_txn", False):
+                ongoing = int(getattr(answer, "ongoing_txn_producer_id", -1))
+                if ongoing >= 0:
+                    kept = (ongoing, int(answer.ongoing_txn_producer_epoch))
             try:
                 await self.runtime.producer_initialized(
                     ProducerInitialized(
                         transactional_id=transactional_id,
                         producer_id=int(answer.producer_id),
                         producer_epoch=int(answer.producer_epoch),
+                        kept=kept,
                     )
                 )
             except CoordinatorError as exc:
