@@ -107,7 +107,7 @@ from coordinator.core.target_assignment import AssignmentJob
 from coordinator.core.timers import DueTimer, TimerOp
 from coordinator.routing import CLUSTER_LOG, partition_for
 
-from .leadership import Leadership
+from .leadership import ClusterLogMovedError, Leadership
 from .own_commands import OwnCommands
 from .reads import Reads
 from .requests import Command
@@ -131,13 +131,6 @@ ANSWERS_PER_STEP = 128
 order. Each answer resumes its caller (the response encoded and sent, 15-20 µs on the gRPC
 server): the batch that makes a 10,000-member storm's answers durable resumed all of them in
 one step, 160 ms of CPU ahead of anything read meanwhile (another group's heartbeat)."""
-
-
-class ClusterLogMovedError(CoordinatorNotAvailableError):
-    """A batch was refused because another node appended to the cluster log since this node
-    last applied it (nothing was written; the node catches up). The cluster log's own commands
-    are run again once it has (``Engine.cluster_log_command``): decided on the newer state, as
-    Kafka's controller decides every metadata change on the latest one."""
 
 
 __all__ = [

@@ -260,11 +260,15 @@ class Engine:
         released. Each caller awaits a future of its own: one that goes away (a deadline, a
         reset stream: grpc.aio cancels its task) cancels only its own. A command that writes
         to the cluster log (``REGISTRY``, not ``read``) is run again when another node wrote to
-        it first (:meth:`cluster_log_command`)."""
-        if index == REGISTRY and not flags.get("read"):
-            return await self.cluster_log_command(
-                lambda: self._submit(index, fn, flags, timeout_ms)
-            )
+        it first (:meth:`cluster_log_command`); a read of it waits while this node applies
+        other nodes' appends to it (``Partitions.applied``)."""
+        if index == REGISTRY:
+            if not flags.get("read"):
+                return await self.cluster_log_command(
+                    lambda: self._submit(index, fn, flags, timeout_ms)
+                )
+            if self.partitions is not None:
+                await self.partitions.applied()
         return await self._submit(index, fn, flags, timeout_ms)
 
     async def _submit(
@@ -282,9 +286,13 @@ class Engine:
     async def cluster_log_command(self, run: Callable[[], Awaitable[T]]) -> T:
         """``run()``, run again when the cluster log refused its write because another node
         wrote to it first, once this node has caught up (:data:`CLUSTER_LOG_ATTEMPTS` in all;
-        nothing of a refused run was written, its state was rolled back)."""
+        nothing of a refused run was written, its state was rolled back). Each run waits while
+        this node applies other nodes' appends to the cluster log (``Partitions.applied``: the
+        registry is held between their steps)."""
         attempt = 1
         while True:
+            if self.partitions is not None:
+                await self.partitions.applied()
             try:
                 return await run()
             except ClusterLogMovedError:

@@ -9,8 +9,11 @@ store (docs/ha.md) a partition is this node's only while it holds the partition'
 moment the node's leases could have expired (``coordinator/cluster/node.py``), checked on
 every command with the host's monotonic clock. While the node is *joining* (from its start
 until it has loaded its first share) every request, the topic registry's included, gets
-COORDINATOR_LOAD_IN_PROGRESS, as a single node's do while it loads its store. Sans-IO: the
-clock is given.
+COORDINATOR_LOAD_IN_PROGRESS, as a single node's do while it loads its store. While the node
+applies other nodes' appends to the cluster log in several steps of the loop
+(``Partitions``' catch-up), the topic registry is *held*: a command of it is refused with
+:class:`ClusterLogMovedError` (run again once the node has caught up), so none decides on, or
+writes between, a catch-up's steps. Sans-IO: the clock is given.
 """
 
 from __future__ import annotations
@@ -18,11 +21,23 @@ from __future__ import annotations
 from collections.abc import Callable
 from enum import Enum
 
-from coordinator.core.errors import CoordinatorLoadInProgressError, NotCoordinatorError
+from coordinator.core.errors import (
+    CoordinatorLoadInProgressError,
+    CoordinatorNotAvailableError,
+    NotCoordinatorError,
+)
 
 from .store.api import Fence
 
-__all__ = ["Leadership", "PartitionState"]
+__all__ = ["ClusterLogMovedError", "Leadership", "PartitionState"]
+
+
+class ClusterLogMovedError(CoordinatorNotAvailableError):
+    """A batch was refused because another node appended to the cluster log since this node
+    last applied it (nothing was written; the node catches up), or a command of the cluster
+    log came while this node applies such appends (nothing was run). The cluster log's own
+    commands are run again once it has caught up (``Engine.cluster_log_command``): decided on
+    the newer state, as Kafka's controller decides every metadata change on the latest one."""
 
 
 class PartitionState(Enum):
@@ -55,6 +70,9 @@ class Leadership:
         self.epochs: dict[int, int] = {}
         self.joining = self.shared
         """Until the node has loaded its first share: everything is loading."""
+        self.cluster_held = False
+        """The node is applying other nodes' appends to the cluster log in several steps:
+        no command of the topic registry runs meanwhile."""
         self.deadline: float | None = None
         """No command runs after this ``monotonic()`` reading (None: no deadline)."""
         self.monotonic = monotonic
@@ -69,6 +87,11 @@ class Leadership:
                 "This coordinator node is joining the cluster and loading its partitions."
             )
         if index >= self.partitions:
+            if self.cluster_held:
+                raise ClusterLogMovedError(
+                    "This node is applying other nodes' writes to the cluster log: run again "
+                    "once applied."
+                )
             return
         state = self.states[index]
         if state is SERVING:

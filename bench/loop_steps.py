@@ -1,0 +1,348 @@
+"""The longest step of a node's event loop while it follows other nodes' work
+(docs/ha.md "The cluster log", "Loading"; docs/benchmarks.md "The loop's longest step").
+
+    .venv/bin/python bench/loop_steps.py                        # every case; doc
+    .venv/bin/python bench/loop_steps.py --cases catchup --sizes 10000 --repeat 1 --no-doc
+
+A node's loop serves every group of every partition it leads and both listeners: a step that
+holds it stalls them all. Each run is a fresh process on a server's event loop (uvloop, the
+loop's garbage collector: coordinator/server/loop.py), a node sharing a memory store
+(``share_partitions``; the reads are on loader threads whatever the store, the loop's part is
+what is measured). A callback due every millisecond measures the loop: the *longest step* is
+its longest lateness (wall) / the loop thread's longest CPU time from one tick to the next.
+
+* *catchup-topics*, *catchup-acls*, *catchup-scram*: another writer appends N topics (or ACLs,
+  or SCRAM credentials) to the cluster log, in appends of :data:`PER_APPEND` records (a
+  request's worth each), and the node catches up from the journal
+  (``Partitions._catch_up``).
+* *takeover*: the node takes over a coordinator partition whose log holds one group of N
+  members (each member's metadata, target and current assignment): read and built on a loader
+  thread, then installed on the loop with its members' timers armed (``Partitions.install``,
+  ``Timing.arm_partition``).
+* *list*: ``CoordinatorRuntime.list_topics`` at N topics (the loop's CPU per call, the most
+  of 5); *snapshot*: ``apply_topic_snapshot`` of the same N topics (a refresh from an upstream
+  broker that changes nothing).
+
+*before*: as it was (a catch-up's journal decoded and applied in one step); *after*: decoded
+on the loader thread and applied at most :data:`~coordinator.runtime.partitions.STEP_RECORDS`
+records per step, at an append's end. The modes alternate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import os
+import sys
+import time
+from pathlib import Path
+from statistics import median
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if __package__ in (None, ""):
+    sys.path.insert(0, str(ROOT))
+
+from bench._report import (  # noqa: E402
+    command,
+    in_child,
+    machine,
+    print_child_result,
+    table,
+    write_section,
+)
+
+TARGET_MS = 20.0
+"""The longest a step may hold the loop (a heartbeat of any group waits no longer)."""
+PER_APPEND = 100
+CASES = ("catchup-topics", "catchup-acls", "catchup-scram", "takeover", "list", "snapshot")
+MODES = ("before", "after")
+
+
+def _cluster_records(case: str, n: int) -> list[Any]:
+    from coordinator.core import records as r
+    from coordinator.core.records import AccessControlEntryKey
+
+    if case == "catchup-topics":
+        return [r.topic_record(f"t-{i:07d}", f"id-{i:07d}", 3) for i in range(n)]
+    if case == "catchup-acls":
+        return [
+            r.acl_record(AccessControlEntryKey(2, f"t-{i:07d}", 3, f"User:u{i}", "*", 3, 3), True)
+            for i in range(n)
+        ]
+    value = r.UserScramCredentialValue(
+        salt=b"s" * 16, stored_key=b"k" * 32, server_key=b"v" * 32, iterations=4096
+    )
+    return [r.scram_credential_record(f"user-{i}", 1, value) for i in range(n)]
+
+
+def _group_records(members: int) -> list[Any]:
+    """One consumer group of ``members`` members, each assigned one partition of topic t."""
+    from coordinator.core import records as r
+    from coordinator.core.model import ConsumerGroupMember, MemberState
+
+    gid = "big"
+    out = [r.group_epoch_record(gid, 5, "uid"), r.target_assignment_epoch_record(gid, 5, 0)]
+    for i in range(members):
+        m = ConsumerGroupMember(
+            member_id=f"member-{i:06d}",
+            member_epoch=5,
+            previous_member_epoch=4,
+            state=MemberState.STABLE,
+            subscribed_topic_names=("t",),
+            rebalance_timeout_ms=60_000,
+            assigned_partitions={"tid": frozenset([i])},
+        )
+        out += [
+            r.member_metadata_record(gid, m),
+            r.target_assignment_record(gid, m.member_id, {"tid": frozenset([i])}),
+            r.current_assignment_record(gid, m),
+        ]
+    return out
+
+
+def _append(store: Any, records: list[Any], timestamp_ms: int, per_append: int) -> None:
+    from coordinator.core import codec
+    from coordinator.runtime.store import StoredRecord
+
+    for at in range(0, len(records), per_append):
+        stored = [
+            StoredRecord(*codec.encode(rec), rec.group_id) for rec in records[at : at + per_append]
+        ]
+        store.append(stored, timestamp_ms + at // per_append)
+
+
+def _as_it_was() -> None:
+    """*before*: a catch-up's journal read raw, then decoded and applied in one step."""
+    from coordinator.core import codec
+    from coordinator.runtime import partitions
+
+    def journal(store: Any, log_id: int, start: int) -> list[Any]:
+        return [(e.offset, e, None) for e in store.journal(log_id, from_offset=start)]
+
+    async def apply_entries(self: Any, entries: Any) -> None:
+        records = [codec.decode(e.key, e.value) for _o, e, _r in entries]
+        self._apply_records(records, entries[-1][0])
+
+    partitions._journal = journal
+    partitions.Partitions._apply_entries = apply_entries  # type: ignore[method-assign]
+
+
+BEFORE = {
+    "catchup-topics": _as_it_was,
+    "catchup-acls": _as_it_was,
+    "catchup-scram": _as_it_was,
+}
+"""The cases whose *before* is measured, and how it is brought back; the others run once a
+repeat, as the code is ("as is")."""
+
+
+class _Ticker:
+    def __init__(self) -> None:
+        self.lateness: list[float] = []
+        self.busy: list[float] = []
+        self._cpu = time.thread_time()
+        self._loop = asyncio.get_running_loop()
+        due = self._loop.time() + 0.001
+        self._loop.call_at(due, self._tick, due)
+
+    def _tick(self, due: float) -> None:
+        now, spent = self._loop.time(), time.thread_time()
+        self.lateness.append(now - due)
+        self.busy.append(spent - self._cpu)
+        self._cpu = spent
+        self._loop.call_at(now + 0.001, self._tick, now + 0.001)
+
+    def since(self, mark: int) -> tuple[float, float]:
+        return max(self.lateness[mark:]) * 1e3, max(self.busy[mark:]) * 1e3
+
+
+async def _run(case: str, n: int, mode: str) -> dict[str, Any]:
+    from assignors.uniform import UniformAssignor
+    from coordinator.core.config import parse_config
+    from coordinator.core.topics import NewTopic
+    from coordinator.routing import CLUSTER_LOG
+    from coordinator.runtime import CoordinatorRuntime
+    from coordinator.runtime.store import MemoryRecordStore
+
+    if mode == "before":
+        BEFORE[case]()
+    store = MemoryRecordStore(partitions=1)
+    if case in ("list", "snapshot"):
+        _append(store, _cluster_records("catchup-topics", n), 1_000, 10_000)
+
+    rt = CoordinatorRuntime(
+        config=parse_config({"group.coordinator.shards": "1"}),
+        store=MemoryRecordStore(_data=store._data),
+        assignors=[UniformAssignor()],
+    )
+    parts = rt.share_partitions(2)
+    await rt.start()
+    parts.joined()
+    if case.startswith("catchup"):  # after the node's start: it catches up on them
+        _append(store, _cluster_records(case, n), 2_000, PER_APPEND)
+    elif case == "takeover":
+        _append(store, _group_records(n), 2_000, 10_000)
+    if case == "snapshot":  # what the upstream broker has: the same topics
+        wanted = [NewTopic(name=t.name, num_partitions=3) for t in await rt.list_topics()]
+    # The memory store keeps what was appended in this process (PostgreSQL: in its own): not
+    # the node's, out of the loop's collections.
+    gc.collect()
+    gc.freeze()
+    await asyncio.sleep(0.3)  # settle (the loop's collector)
+    ticker = _Ticker()
+    await asyncio.sleep(0.05)
+    mark = len(ticker.lateness)
+    out: dict[str, Any] = {"case": case, "n": n, "mode": mode}
+    t0 = time.perf_counter()
+    if case.startswith("catchup"):
+        parts.follow_cluster_log(store.last_offset(CLUSTER_LOG))
+        await parts.caught_up()
+        out["ok"] = parts.cluster_offset == store.last_offset(CLUSTER_LOG) and (
+            len(rt.committed.records) == n
+        )
+    elif case == "takeover":
+        install = parts.install
+
+        def timed(*args: Any) -> bool:
+            c0 = time.thread_time()
+            try:
+                return install(*args)
+            finally:
+                out["per_call_ms"] = (time.thread_time() - c0) * 1e3
+
+        parts.install = timed  # type: ignore[method-assign,assignment]
+        await parts.load_partition(0, 1)
+        group = rt.driver.shards[0].groups.get("big")
+        out["ok"] = group is not None and len(group.members) == n
+        out["loader_ms"] = parts.loads[0].seconds * 1e3
+    else:
+        per_call = []
+        for _ in range(5):
+            c0 = time.thread_time()
+            if case == "list":
+                listed = await rt.list_topics()
+            else:
+                changes = await rt.apply_topic_snapshot(wanted)
+            per_call.append((time.thread_time() - c0) * 1e3)
+            await asyncio.sleep(0.01)
+        out["per_call_ms"] = max(per_call)
+        out["ok"] = (
+            len(listed) == n
+            if case == "list"
+            else not (changes.created or changes.deleted or changes.updated)
+        )
+    out["wall_ms"] = (time.perf_counter() - t0) * 1e3
+    await asyncio.sleep(0.2)
+    out["step_ms"], out["step_cpu_ms"] = ticker.since(mark)
+    await rt.close()
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--cases", default=",".join(CASES))
+    ap.add_argument("--sizes", default="10000,100000")
+    ap.add_argument("--modes", default=",".join(MODES))
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--no-doc", action="store_true")
+    ap.add_argument("--child", nargs=3, metavar=("CASE", "N", "MODE"), help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.child:
+        print_child_result(_run(args.child[0], int(args.child[1]), args.child[2]))
+        return
+    started = time.perf_counter()
+    load_before = os.getloadavg()[0]
+    sizes = [int(s) for s in args.sizes.split(",")]
+    modes = args.modes.split(",")
+    results: list[dict[str, Any]] = []
+    rows: list[list[object]] = []
+    for case in args.cases.split(","):
+        for n in [s for s in sizes if case != "takeover" or s <= 10_000] or [10_000]:
+            for _ in range(args.repeat):
+                for mode in modes if case in BEFORE else ["as is"]:
+                    before = os.getloadavg()[0]
+                    r = in_child(__file__, case, n, mode)
+                    results.append(r)
+                    rows.append(
+                        [
+                            r["case"],
+                            f"{r['n']:,}",
+                            r["mode"],
+                            f"{r['step_ms']:.0f} / {r['step_cpu_ms']:.0f}",
+                            f"{r['per_call_ms']:.0f}" if "per_call_ms" in r else "",
+                            f"{r['loader_ms']:,.0f}" if "loader_ms" in r else "",
+                            f"{r['wall_ms']:,.0f}",
+                            "yes" if r["ok"] else "NO",
+                            f"{before:.1f}→{os.getloadavg()[0]:.1f}",
+                        ]
+                    )
+                    print(rows[-1], flush=True)
+    summary = []
+    for case in dict.fromkeys(r["case"] for r in results):
+        for n in sorted({r["n"] for r in results if r["case"] == case}):
+            of = [r for r in results if r["case"] == case and r["n"] == n]
+            parts = []
+            for mode in [*modes, "as is"]:
+                mine = [r for r in of if r["mode"] == mode]
+                if mine:
+                    wall = median(r["step_ms"] for r in mine)
+                    cpu = median(r["step_cpu_ms"] for r in mine)
+                    parts.append(f"{mode} {wall:,.0f} ms ({cpu:,.0f} ms of its CPU)")
+            summary.append(
+                f"* **{case}, {n:,}**: the longest step " + ", ".join(parts) + " (median of "
+                f"{args.repeat}; target ≤ {TARGET_MS:.0f} ms)."
+            )
+    print("\n".join(summary))
+    if args.no_doc:
+        return
+    cmd = command(
+        "bench/loop_steps.py",
+        (
+            ("--cases", args.cases, ",".join(CASES)),
+            ("--sizes", args.sizes, "10000,100000"),
+            ("--modes", args.modes, ",".join(MODES)),
+            ("--repeat", args.repeat, 3),
+        ),
+    )
+    body = (
+        f"## The loop's longest step while a node follows the others (`{cmd}`)\n\n"
+        f"{machine()}; load average {load_before:.1f} at the start, "
+        f"{os.getloadavg()[0]:.1f} at the end, {time.perf_counter() - started:.0f} s in all "
+        "(the 2 cores are shared with other work: wall times are rough, the CPU times less).\n\n"
+        "A node's loop serves every group of every partition it leads: its longest step is "
+        "the longest any heartbeat on the node waits behind it (docs/ha.md). *catchup-X*: "
+        f"another node appended N topics, ACLs or SCRAM credentials ({PER_APPEND:,} records an "
+        "append) and this node catches up from the journal; *takeover*: this node takes over "
+        "a partition holding one group of N members; *list*, *snapshot*: ListTopics and a "
+        "refresh from an upstream broker that changes nothing, at N topics (*per call*: the "
+        "loop's CPU, the most of 5; *takeover*: the install on the loop, its members' timers "
+        "armed, while the read and the build of the group took *loader ms* on a loader thread). "
+        "*longest step*: a callback due every millisecond, its "
+        "longest lateness (wall) / the loop thread's CPU from one tick to the next. *before*: "
+        "a catch-up's journal decoded and applied in one step, as it was; *after*: decoded on "
+        "the loader thread, applied a bounded number of records a step; *as is*: a case whose "
+        "code did not change.\n\n"
+        + "\n".join(summary)
+        + "\n\n"
+        + table(
+            [
+                "case",
+                "N",
+                "mode",
+                "longest step ms: wall / CPU",
+                "per call ms",
+                "loader ms",
+                "wall ms",
+                "ok",
+                "load avg",
+            ],
+            rows,
+        )
+    )
+    write_section("loop-steps", body)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,144 @@
+"""A node catching up on other nodes' appends to the cluster log applies them in steps of its
+loop (``Partitions._apply_entries``, docs/ha.md "The cluster log"): whole appends, at least
+``STEP_RECORDS`` records a step, the loop serving what came meanwhile. Every state a read sees
+between two steps is one the cluster log had after an append; a command of the topic
+registry waits for the end of the catch-up and decides on the state caught up. On the memory
+store the HA tests share and on PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import test_cluster_log_reload
+from builders import LoopSteps
+from test_cluster_log_reload import Node, acl, node
+from test_server_authorization import ADMIN
+
+from coordinator.core.errors import ErrorCode
+from coordinator.core.topics import NewTopic
+from coordinator.routing import CLUSTER_LOG
+from coordinator.runtime import partitions as partitions_module
+
+STEP = 3
+open_store = test_cluster_log_reload.open_store  # the fixture: memory and PostgreSQL
+
+
+def seen_by_reads(n: Node) -> tuple[tuple[str, ...], int, tuple[str, ...]]:
+    """What a read on node ``n`` is answered from: its committed copy's topics and records
+    (ListTopics, DescribeAcls, the authorizer), and the topics its partition's groups see."""
+    committed = n.rt.committed
+    return (
+        tuple(sorted(t.name for t in committed.registry.list_topics())),
+        len(committed.records),
+        tuple(sorted(n.rt.driver.shards[0].context.topics.by_name)),
+    )
+
+
+async def appends(writer: Node) -> list[tuple[tuple[str, ...], int, tuple[str, ...]]]:
+    """Five appends of the writer, a millisecond apart (of 2, 1 and 4 topics, 2 ACLs, 1
+    topic): what a node that applied them, and none after, is answered (after each)."""
+    states = [seen_by_reads(writer)]
+    await writer.rt.create_topics([NewTopic(name=n, num_partitions=1) for n in ("a", "b")])
+    states.append(seen_by_reads(writer))
+    for batch in (["c"], ["d", "e", "f", "g"], None, ["h"]):
+        await writer.rt.advance_time(1)  # an append's records share its timestamp
+        if batch is None:
+            await writer.ok(await writer.service.create_acls([acl("u", "a"), acl("u", "b")], ADMIN))
+        else:
+            await writer.rt.create_topics([NewTopic(name=n, num_partitions=1) for n in batch])
+        states.append(seen_by_reads(writer))
+    return states
+
+
+async def test_a_catch_up_applies_whole_appends_a_step_of_the_loop_at_a_time(
+    open_store: Callable[[], Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Three steps of at least three records each, ending at an append's end: (a b)(c) is
+    three records, (d e f g) one append of four, (2 ACLs)(h) three. Reads between the steps
+    (every loop step, as a heartbeat or ListTopics would come) see the state after the first
+    two appends, then after the third, never part of an append; the partition's groups see
+    the topics the committed copy has. Before, all nine records were applied in one step:
+    no read saw anything between the state before and the state after."""
+    monkeypatch.setattr(partitions_module, "STEP_RECORDS", STEP, raising=False)
+    async with node(open_store, 1) as writer, node(open_store, 2) as behind:
+        states = await appends(writer)
+        applied: list[tuple[int, int]] = []
+        apply = partitions_module.Partitions._apply_records
+
+        def watched(self: Any, records: Any, last: int) -> None:
+            applied.append((steps.now, len(records)))
+            apply(self, records, last)
+
+        monkeypatch.setattr(partitions_module.Partitions, "_apply_records", watched)
+        seen = [seen_by_reads(behind)]
+        with LoopSteps() as steps:
+            behind.parts.follow_cluster_log(writer.store.last_offset(CLUSTER_LOG))
+            catching_up = asyncio.ensure_future(behind.parts.caught_up())
+            while not catching_up.done():
+                state = seen_by_reads(behind)
+                if state != seen[-1]:
+                    seen.append(state)
+                await asyncio.sleep(0)
+        if seen_by_reads(behind) != seen[-1]:
+            seen.append(seen_by_reads(behind))
+        assert [n for _step, n in applied] == [3, 4, 3]
+        assert len({step for step, _n in applied}) == 3  # each in a loop step of its own
+        assert seen == [states[0], states[2], states[3], states[5]]
+        assert all(names == shard for names, _n, shard in seen)
+        assert behind.parts.cluster_offset == writer.store.last_offset(CLUSTER_LOG)
+        assert not behind.rt.driver.lead.cluster_held
+
+
+async def test_a_registry_command_during_a_catch_up_decides_on_the_state_caught_up(
+    open_store: Callable[[], Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Commands of the topic registry sent to the follower between two steps of its catch-up
+    (a CreateTopics of a topic a later step brings, one of a new topic, a validation, an ACL)
+    run once it has caught up: the first is refused TOPIC_ALREADY_EXISTS, the others land
+    after the log's end, and both nodes then equal a fresh node's load. Run between the steps,
+    a command would decide on a state the cluster log never had, and its write, refused
+    (the log moved on), would roll back what a later step applied."""
+    monkeypatch.setattr(partitions_module, "STEP_RECORDS", STEP, raising=False)
+    async with node(open_store, 1) as writer, node(open_store, 2) as behind:
+        await appends(writer)
+        rt = behind.rt
+        rt.ids._n = 100  # type: ignore[attr-defined]  # its topic ids apart from the writer's
+        answers: dict[str, Any] = {}
+        apply = partitions_module.Partitions._apply_records
+        steps: list[tuple[str, ...]] = []
+
+        async def commands() -> None:
+            create = [NewTopic(name=n, num_partitions=2) for n in ("g", "x")]
+            answers["validated"], answers["created"], answers["acl"] = await asyncio.gather(
+                rt.create_topics([NewTopic(name="h", num_partitions=1)], validate_only=True),
+                rt.create_topics(create),
+                behind.service.create_acls([acl("v", "x")], ADMIN),
+            )
+
+        def watched(self: Any, records: Any, last: int) -> None:
+            apply(self, records, last)
+            steps.append(seen_by_reads(behind)[0])
+            if len(steps) == 1:  # they come between the first step and the next
+                answers["task"] = asyncio.ensure_future(commands())
+
+        monkeypatch.setattr(partitions_module.Partitions, "_apply_records", watched)
+        await behind.follow(writer)
+        await answers["task"]
+        assert len(steps) == 3 and "h" not in steps[1]
+        assert [(t.name, t.error_code) for t in answers["validated"]] == [
+            ("h", ErrorCode.TOPIC_ALREADY_EXISTS)
+        ]
+        assert [(t.name, t.error_code) for t in answers["created"]] == [
+            ("g", ErrorCode.TOPIC_ALREADY_EXISTS),
+            ("x", ErrorCode.NONE),
+        ]
+        await behind.ok(answers["acl"])
+        await writer.follow(behind)
+        async with node(open_store, 3) as fresh:
+            expected = await fresh.state()
+        assert await behind.state() == expected
+        assert await writer.state() == expected
+        assert [t.name for t in rt.committed.registry.list_topics()] == [*"abcdefghx"]
