@@ -31,7 +31,10 @@ open transactions is not deleted by it (Kafka).
 Records: ``TxnOffsetCommit`` (group, topic, partition, producer id) and ``GroupTransaction``
 (group, producer id), this coordinator's own types (Kafka writes OffsetCommit records in the
 producer's transaction instead). Whether a pending offset was superseded by a later plain
-commit follows from the order of the records, as in Kafka.
+commit follows from the order of the records, as in Kafka. A committed transaction's offset
+keeps the age of its pending record, as Kafka's keeps the record's log offset: another
+producer's offset of the partition pending since then is newer, and is written again after
+the materialized one so that the log says so.
 """
 
 from __future__ import annotations
@@ -88,6 +91,9 @@ class PendingOffset:
     value: r.TxnOffsetCommitValue
     superseded: bool = False
     """A plain commit of the partition came after it: it will not be materialized."""
+    order: int = 0
+    """When its record was replayed, among all pending records (only the order counts: Kafka
+    compares the log offsets of the records)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -123,6 +129,7 @@ class TransactionalOffsets:
         self._txns = undo.new_dict()
         # producer id -> frozenset of groups with a transaction of it (derived)
         self._groups_of = undo.new_dict()
+        self._order = 0  # pending records replayed so far (PendingOffset.order)
 
     # ------------------------------------------------------------------ reads
 
@@ -336,29 +343,42 @@ class TransactionalOffsets:
 
     def _commit(self, result: Result[Any], group_id: str, producer_id: int) -> None:
         """Materialize the producer's pending offsets of the group (those no later plain commit
-        superseded), then tombstone them and the transaction record."""
+        superseded), then tombstone them and the transaction record. Another producer's
+        offset of the same partition pending since (newer than the materialized one, which
+        Kafka dates by its pending record) is written again after it: still newer."""
         pending = self._pending.get(producer_id, {})
+        open_ = self._open.get(group_id, {})
         count = 0
         for (g, topic, partition), entry in sorted(pending.items()):
-            if g != group_id:
+            if g != group_id or entry.superseded:
                 continue
-            if not entry.superseded:
-                v = entry.value
-                self._ctx.emit(
-                    result,
-                    r.offset_commit_record(
-                        group_id,
-                        topic,
-                        partition,
-                        r.OffsetCommitValue(
-                            offset=v.offset,
-                            leader_epoch=v.leader_epoch,
-                            metadata=v.metadata,
-                            commit_timestamp_ms=v.commit_timestamp_ms,
-                        ),
+            # Read before the materialized record is replayed (it supersedes them all).
+            newer = []
+            for other in open_.get((topic, partition), ()):
+                later = self._pending[other][(g, topic, partition)]
+                if other != producer_id and not later.superseded and later.order > entry.order:
+                    newer.append((later.order, other, later.value))
+            newer.sort()
+            v = entry.value
+            self._ctx.emit(
+                result,
+                r.offset_commit_record(
+                    group_id,
+                    topic,
+                    partition,
+                    r.OffsetCommitValue(
+                        offset=v.offset,
+                        leader_epoch=v.leader_epoch,
+                        metadata=v.metadata,
+                        commit_timestamp_ms=v.commit_timestamp_ms,
                     ),
+                ),
+            )
+            count += 1
+            for _order, other, value in newer:
+                self._ctx.emit(
+                    result, r.txn_offset_commit_record(g, topic, partition, other, value)
                 )
-                count += 1
         self._close(result, group_id, producer_id, f"committed ({count} offsets)")
 
     def _close(self, result: Result[Any], group_id: str, producer_id: int, outcome: str) -> None:
@@ -460,7 +480,8 @@ class TransactionalOffsets:
         if pending is None:
             pending = self._ctx.undo.new_dict()
             self._pending[pid] = pending
-        pending[(g, *tp)] = PendingOffset(value=value)
+        self._order += 1
+        pending[(g, *tp)] = PendingOffset(value=value, order=self._order)
         if open_ is None:
             open_ = self._ctx.undo.new_dict()
             self._open[g] = open_
@@ -497,16 +518,22 @@ class TransactionalOffsets:
     def records_of_state(
         self, committed: Callable[[str, str, int], r.OffsetCommitValue | None]
     ) -> list[r.Record]:
-        """The transaction records, then the pending offsets; a superseded one is followed by
-        the partition's committed offset again (``committed``), so that replay marks it
-        superseded as before."""
+        """The transaction records, then the pending offsets in the order they came; the last
+        superseded one of a partition (those superseded came before the others) is followed by
+        its committed offset again (``committed``), so that replay marks them superseded as
+        before and leaves the newer ones as they were."""
         out = [r.group_transaction_record(g, pid, v) for (g, pid), v in sorted(self._txns.items())]
-        for pid, pending in sorted(self._pending.items()):
-            for (g, t, p), entry in sorted(pending.items()):
-                out.append(r.txn_offset_commit_record(g, t, p, pid, entry.value))
-                current = committed(g, t, p) if entry.superseded else None
-                if current is not None:
-                    out.append(r.offset_commit_record(g, t, p, current))
+        entries = sorted(
+            (entry.order, pid, key, entry)
+            for pid, pending in self._pending.items()
+            for key, entry in pending.items()
+        )
+        last_superseded = {key: order for order, _pid, key, entry in entries if entry.superseded}
+        for order, pid, (g, t, p), entry in entries:
+            out.append(r.txn_offset_commit_record(g, t, p, pid, entry.value))
+            current = committed(g, t, p) if last_superseded.get((g, t, p)) == order else None
+            if current is not None:
+                out.append(r.offset_commit_record(g, t, p, current))
         return out
 
 

@@ -220,6 +220,54 @@ def test_an_end_once_forwarded_is_not_replaced_by_the_other(h: Harness) -> None:
     replays(h)
 
 
+def test_the_most_recent_offset_wins_between_two_producers(h: Harness) -> None:
+    """Kafka keeps the most recent offset by the position of its record in the log, the
+    materialized one keeping its pending record's: two producers' transactions pending on one
+    partition, the first written (10, producer A) committed first, then the later one (20,
+    B) — B's is kept, being the newer; materializing A's does not make it newer than B's
+    (its pending record is written again after it, so that the order stays in the log).
+    Written the other way round, the later one (A's 30) stays."""
+    a, b = PID, PID + 1
+    txn_commit(h, {("in", 0): 10}, pid=a)
+    txn_commit(h, {("in", 0): 20}, pid=b)
+    done = end(h, None, True, pid=a)
+    assert done.records == [
+        r.offset_commit_record(G, "in", 0, committed(10)),
+        r.txn_offset_commit_record(G, "in", 0, b, pending(20)),
+        r.txn_offset_commit_record(G, "in", 0, a, None),
+        r.group_transaction_record(G, a, None),
+    ]
+    assert fetch(h, 0) == [(10, ErrorCode.NONE)]
+    assert fetch(h, 0, stable=True) == [(-1, ErrorCode.UNSTABLE_OFFSET_COMMIT)]
+    replays(h)
+    end(h, None, True, pid=b)
+    assert fetch(h, 0, stable=True) == [(20, ErrorCode.NONE)]
+    replays(h)
+    txn_commit(h, {("in", 0): 25}, pid=b)
+    txn_commit(h, {("in", 0): 30}, pid=a)
+    assert end(h, None, True, pid=a).records[:2] == [
+        r.offset_commit_record(G, "in", 0, committed(30)),
+        r.txn_offset_commit_record(G, "in", 0, a, None),
+    ]
+    end(h, None, True, pid=b)
+    assert fetch(h, 0, stable=True) == [(30, ErrorCode.NONE)]
+    replays(h)
+
+
+def test_the_state_written_again_keeps_the_order_of_two_producers(h: Harness) -> None:
+    """A snapshot of the state (``records_of_state``) writes pending offsets in the order they
+    came: producer B's (older than a plain commit, superseded by it), the commit, then A's
+    (newer than it) — each stays as it was."""
+    a, b = PID, PID + 1
+    txn_commit(h, {("in", 0): 10}, pid=b)
+    h.commit(G, "", -1, {("in", 0): 11})
+    txn_commit(h, {("in", 0): 12}, pid=a)
+    replays(h)
+    end(h, None, True, pid=b)
+    end(h, None, True, pid=a)
+    assert fetch(h, 0, stable=True) == [(12, ErrorCode.NONE)]
+
+
 def test_end_of_another_epoch_changes_nothing(h: Harness) -> None:
     txn_commit(h, {("in", 0): 10}, epoch=3)
     assert end(h, None, True, epoch=2).records == []
