@@ -95,7 +95,6 @@ from .authorization import (
     RequestAuthorizer,
     cluster_denied,
     described_topics_denied,
-    group_denied,
     topics_denied,
 )
 from .group_configs import (
@@ -127,6 +126,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("kip848.server")
 
 GROUP_KEY_TYPE = 0
+_KEY_RESOURCES = {GROUP_KEY_TYPE: GROUP, 1: TRANSACTIONAL_ID}
+"""FindCoordinator's key types and the resource a key names (Kafka: DESCRIBE on it)."""
 JOIN_MEMBER_ID_REQUIRED_VERSION = 4
 """JoinGroup v4+: a dynamic member's first join gets MEMBER_ID_REQUIRED (KIP-394)."""
 DESCRIBE_GROUP_NOT_FOUND_VERSION = 6
@@ -640,18 +641,29 @@ class CoordinatorService:
             exc = CoordinatorNotAvailableError(f"The coordinator is {self.runtime.state.value}.")
         elif caller.node is None:
             exc = CoordinatorNotAvailableError("The coordinator's address is not known yet.")
-        if exc is not None:
+        # Kafka (KafkaApis.getCoordinator) authorizes each key first — DESCRIBE on the group, or
+        # on the transactional id — and only then looks for its coordinator: a key the caller
+        # may not describe is refused whatever the coordinator's state (before the ACLs are
+        # loaded nothing can be decided: the state's error).
+        resource = _KEY_RESOURCES.get(key_type)
+        if exc is not None and (not keys or resource is None or not self.authorizer.ready):
             if not keys:
                 return Reply(value=[], error_code=exc.code, error_message=exc.message)
             return Reply(value=[_coordinator_error(k, exc) for k in keys])
+        assert resource is not None
         node = caller.node
-        assert node is not None
         routing = self.routing
         answers = []
         for k in keys:
-            if not self.authz.allowed(caller, "FindCoordinator", DESCRIBE, GROUP, k):
-                answers.append(_coordinator_denied(k))
+            try:
+                self.authz.check(caller, "FindCoordinator", DESCRIBE, resource, k)
+            except CoordinatorError as refused:
+                answers.append(_coordinator_error(k, refused))
                 continue
+            if exc is not None:
+                answers.append(_coordinator_error(k, exc))
+                continue
+            assert node is not None
             found = node if routing is None else routing.coordinator(k, caller)
             if isinstance(found, CoordinatorError):
                 answers.append(_coordinator_error(k, found))
@@ -834,10 +846,6 @@ def _group_id_of(g: ListedGroup) -> str:
 
 def _topic_name_of(t: TopicResult) -> str:
     return t.name
-
-
-def _coordinator_denied(key: str) -> Coordinator:
-    return _coordinator_error(key, group_denied(key))
 
 
 def _coordinator_error(key: str, exc: CoordinatorError) -> Coordinator:

@@ -45,7 +45,13 @@ from coordinator.security.acls import (
 from coordinator.security.authorizer import AuthorizerConfig
 from coordinator.security.metadata import AclCreation
 from coordinator.server.app import CoordinatorServer, ServeOptions
-from kip848.v1 import common_pb2, consumer_group_pb2, consumer_group_pb2_grpc
+from kip848.v1 import (
+    classic_group_pb2,
+    classic_group_pb2_grpc,
+    common_pb2,
+    consumer_group_pb2,
+    consumer_group_pb2_grpc,
+)
 
 SECRET_ID = uuid.UUID("00000000-0000-4000-8000-0000000000b2")
 TIMEOUT = 10.0
@@ -87,24 +93,35 @@ def earlier_run() -> Any:
 
 
 class GatedStore(MemoryRecordStore):
-    """The cluster log is read (the loader thread's first step) only once ``gate`` is set."""
+    """The cluster log (the loader thread's first step) is read only once ``gate`` is set —
+    or, ``groups``: the cluster log at once, the coordinator partitions once ``gate`` is set."""
 
-    def __init__(self, data: Any) -> None:
+    def __init__(self, data: Any, groups: bool = False) -> None:
         super().__init__(_data=data)
+        self.groups = groups
         self.gate = threading.Event()
         self.reading = threading.Event()
 
-    def load_snapshot(self, log: int) -> Any:
+    def _wait(self) -> None:
         self.reading.set()
         assert self.gate.wait(TIMEOUT), "the test never opened the gate"
+
+    def load_snapshot(self, log: int) -> Any:
+        if not self.groups:
+            self._wait()
         return super().load_snapshot(log)
+
+    def load_groups(self, partition: int) -> Any:
+        if self.groups:
+            self._wait()
+        return super().load_groups(partition)
 
 
 class Restarting:
     """The coordinator started over the earlier run's store, its load held at the gate."""
 
-    def __init__(self, cluster: FakeCluster, allow_everyone: bool) -> None:
-        self.store = GatedStore(earlier_run())
+    def __init__(self, cluster: FakeCluster, allow_everyone: bool, groups: bool = False) -> None:
+        self.store = GatedStore(earlier_run(), groups)
         self.thread = LoopThread()
 
         async def start() -> CoordinatorServer:
@@ -244,6 +261,34 @@ def test_a_group_request_during_the_load_is_retried_not_refused(cluster: FakeClu
             30,
             "Not authorized to access group: payments",
         )
+    finally:
+        channel.close()
+        restarting.close()
+
+
+def test_find_coordinator_refuses_a_key_before_saying_the_coordinator_loads(
+    cluster: FakeCluster,
+) -> None:
+    """Kafka's FindCoordinator authorizes each key (DESCRIBE on the group) before it looks for
+    the key's coordinator. The ACLs loaded, the coordinator partitions still loading: the
+    anonymous caller's key ``payments`` (alice's) is GROUP_AUTHORIZATION_FAILED, a key it may
+    describe (no ACL names ``other``) COORDINATOR_NOT_AVAILABLE. Before: both were
+    COORDINATOR_NOT_AVAILABLE ("The coordinator is loading"), the refusal only once loaded."""
+    restarting = Restarting(cluster, allow_everyone=True, groups=True)
+    channel = grpc.insecure_channel(restarting.server.address)
+    try:
+        stub = classic_group_pb2_grpc.ClassicGroupServiceStub(channel)
+        find = classic_group_pb2.FindCoordinatorRequest(
+            key_type=0, coordinator_keys=["payments", "other"]
+        )
+        answer = stub.FindCoordinator(find, timeout=TIMEOUT)
+        assert [
+            (c.key, c.node_id, c.host, c.port, c.error_code, c.error_message)
+            for c in answer.coordinators
+        ] == [
+            ("payments", -1, "", -1, 30, "Not authorized to access group: payments"),
+            ("other", -1, "", -1, 15, "The coordinator is loading."),
+        ]
     finally:
         channel.close()
         restarting.close()

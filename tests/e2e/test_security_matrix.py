@@ -1323,3 +1323,58 @@ def test_the_owned_partitions_bound_tells_nothing_to_who_may_not_read_the_group(
             ), call.__name__
             assert over == call(1), call.__name__  # the whole answer: as for one partition
             assert world.coordinator.snapshot() == before, call.__name__
+
+
+@pytest.mark.parametrize("column", COLUMNS, ids=lambda c: c.name)
+def test_find_coordinator_authorizes_a_transactional_id_before_anything(
+    world: World, column: Column
+) -> None:
+    """FindCoordinator of a transactional id (key type 1): Kafka checks DESCRIBE on it first
+    (TRANSACTIONAL_ID_AUTHORIZATION_FAILED, node -1); this coordinator-only mode serves no
+    transaction coordinator, which only a caller that may describe the id is told
+    (INVALID_REQUEST). Before: INVALID_REQUEST to everybody, the refusal never checked."""
+    md = metadata(user("admin"))
+    grant = _acl("User:alice", "pay-txn")
+    grant.resource_type = 5  # TRANSACTIONAL_ID
+    made = ADMIN(world.channel).CreateAcls(
+        admin_pb2.CreateAclsRequest(creations=[grant]), metadata=md, timeout=TIMEOUT
+    )
+    assert [r.error_code for r in made.results] == [0]
+    if column.allowed:
+        expected = (
+            "pay-txn",
+            -1,
+            "",
+            -1,
+            42,
+            "Key type 1 is not served: this coordinator serves only groups (key type 0).",
+        )
+    else:
+        expected = (
+            "pay-txn",
+            -1,
+            "",
+            -1,
+            53,
+            "Not authorized to access transactional id: pay-txn",
+        )
+    answer = CLASSIC(world.channel).FindCoordinator(
+        classic_group_pb2.FindCoordinatorRequest(key_type=1, coordinator_keys=["pay-txn"]),
+        metadata=metadata(column.principal),
+        timeout=TIMEOUT,
+    )
+    got = [
+        (c.key, c.node_id, c.host, c.port, c.error_code, c.error_message)
+        for c in answer.coordinators
+    ]
+    assert got == [expected]
+    client = world.coordinator.kafka_client(column.principal)
+    try:
+        wire = client.call(request(10, 4, key_type=1, coordinator_keys=["pay-txn"]))
+    finally:
+        client.close()
+    got = [
+        (c.key, c.node_id, c.host, c.port, int(c.error_code), c.error_message)
+        for c in wire.coordinators
+    ]
+    assert got == [expected]
