@@ -81,6 +81,8 @@ class Nodes:
         self.procs: dict[int, ServerProcess] = {}
         self.logs: dict[int, list[Path]] = {}
         self.addresses: dict[int, tuple[str, str]] = {}  # node -> (gRPC, Kafka) last listened on
+        self.dsns: dict[int, str] = {}
+        """A node's own ``--store`` (through a :class:`CutProxy`), else ``dsn``."""
         self.prefix: dict[int, tuple[str, ...]] = {}
         """A command a node runs under (``unshare --time ...``: a monotonic clock of its own)."""
 
@@ -93,7 +95,7 @@ class Nodes:
         server = ServerProcess(
             self.root / f"node{node_id}",
             "--store",
-            self.dsn,
+            self.dsns.get(node_id, self.dsn),
             "--node-id",
             str(node_id),
             "--kafka-listen",
@@ -473,3 +475,77 @@ def commits_held(pg: PostgresServer) -> Iterator[None]:
         admin.close()
         for probe in held:
             probe.join(30)
+
+
+class CutProxy:
+    """A TCP proxy to ``target`` (``HOST:PORT``) on 127.0.0.1 (``port``): a node given
+    PostgreSQL through it is cut off from PostgreSQL alone by :meth:`cut` (every connection
+    reset, new ones refused at once) until :meth:`heal`, while the other nodes reach it."""
+
+    def __init__(self, target: tuple[str, int]) -> None:
+        import socket
+
+        self.target = target
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
+        self.is_cut = threading.Event()
+        self.closing = threading.Event()
+        self.lock = threading.Lock()
+        self.open: set[Any] = set()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        import socket
+
+        while not self.closing.is_set():
+            try:
+                client, _ = self.server.accept()
+            except OSError:
+                return
+            if self.is_cut.is_set():
+                client.close()
+                continue
+            try:
+                upstream = socket.create_connection(self.target, timeout=5)
+            except OSError:
+                client.close()
+                continue
+            upstream.settimeout(None)
+            with self.lock:
+                self.open |= {client, upstream}
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    def _pump(self, src: Any, dst: Any) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            self._close(src, dst)
+
+    def _close(self, *socks: Any) -> None:
+        import socket
+
+        for s in socks:
+            with self.lock:
+                self.open.discard(s)
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+            with contextlib.suppress(OSError):
+                s.close()
+
+    def cut(self) -> None:
+        self.is_cut.set()
+        with self.lock:
+            socks = list(self.open)
+        self._close(*socks)
+
+    def heal(self) -> None:
+        self.is_cut.clear()
+
+    def close(self) -> None:
+        self.closing.set()
+        self.cut()
+        self.server.close()

@@ -5,7 +5,8 @@ confluent-kafka and classic ones of kafka-python through the nodes' Kafka listen
 another, each bounded: ``kill -9`` of the node leading the most groups, the controller paused
 (SIGSTOP) past its lease then resumed (a zombie, asked over both listeners while stopped), a
 node's writer connection cut by ``pg_terminate_backend`` while it appends, then every
-connection it has, PostgreSQL restarted (fast shutdown) and crashed (``kill -9`` of the
+connection it has, another node alone cut off from PostgreSQL past its lease (a proxy between
+them resets and refuses its connections) then healed, PostgreSQL restarted (fast shutdown) and crashed (``kill -9`` of the
 postmaster), and a rolling restart of every node. One node runs with a monotonic clock of its
 own (a time namespace, 58 days ahead): nothing compares clocks between nodes.
 
@@ -42,6 +43,7 @@ import psycopg
 import pytest
 from cluster_support import (
     LEASE_MS,
+    CutProxy,
     Nodes,
     Workers,
     commit_answer,
@@ -53,6 +55,7 @@ from cluster_support import (
     settings,
     until,
 )
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 from kafka_support import KafkaClient, request
 from pg import PostgresServer
 
@@ -243,6 +246,10 @@ def test_ha_chaos_rehearsal(own_pg: PostgresServer, tmp_path: Path) -> None:
     # it (leases are timed by PostgreSQL's clock, a node's deadline by its own clock alone).
     nodes.prefix[3] = other_monotonic_clock()
     print(f"node 3 runs under {nodes.prefix[3] or 'the machine clock (no time namespace)'}")
+    # Node 2 reaches PostgreSQL through a proxy: it alone can be cut off from it.
+    proxy = CutProxy(("127.0.0.1", own_pg.port))
+    nodes.dsns[2] = dsn.replace(f"127.0.0.1:{own_pg.port}/", f"127.0.0.1:{proxy.port}/")
+    assert nodes.dsns[2] != dsn
     for n in (1, 2, 3):
         nodes.start(n)
     assert nodes.procs[1].create_topic(TOPIC, 4)
@@ -366,7 +373,8 @@ def test_ha_chaos_rehearsal(own_pg: PostgresServer, tmp_path: Path) -> None:
         all_served()
 
         # 3. A node's writer connection cut while it appends, five times over a second.
-        busiest = max(nodes.procs, key=lambda n: list(leaders(dsn).values()).count(n))
+        # (Not node 2: PostgreSQL sees its proxy's connections, not its own.)
+        busiest = max((1, 3), key=lambda n: list(leaders(dsn).values()).count(n))
         at = time.monotonic()
         cut = 0
         for _ in range(5):
@@ -380,6 +388,28 @@ def test_ha_chaos_rehearsal(own_pg: PostgresServer, tmp_path: Path) -> None:
         cut = cut_connections(own_pg.admin_dsn(), nodes.procs[busiest].proc.pid, *names)
         assert cut >= 3, cut
         converge(f"every connection of node {busiest} cut ({cut})", at)
+
+        # Node 2 cut off from PostgreSQL (its connections reset, new ones refused) past its
+        # lease while it serves clients: at its deadline it drops its partitions, answers
+        # NOT_COORDINATOR, reports NOT_SERVING, and names itself for none of them; the others
+        # take them; healed, it gets a share again.
+        at = time.monotonic()
+        proxy.cut()
+        cut_off = nodes.procs[2]
+        until(
+            lambda: 2 not in leaders(dsn).values() and served(dsn) is not None,
+            "node 2's partitions taken over",
+        )
+        time.sleep(0.5)  # past its own deadline (the lease less a tenth, from its last tick)
+        cut_off_answers = {
+            "fetch": {committed_code(cut_off.channel, g) for g in groups},
+            "find": {find_code_and_node(cut_off.channel, g) for g in groups},
+            "health": health_status(cut_off.channel),
+        }
+        proxy.heal()
+        converge("node 2 cut off from PostgreSQL past its lease, then back", at)
+        until(lambda: 2 in leaders(dsn).values(), "node 2 leading again", timeout=30)
+        all_served()
 
         # 4. PostgreSQL restarted (fast shutdown), then crashed and started again.
         at = time.monotonic()
@@ -442,6 +472,12 @@ def test_ha_chaos_rehearsal(own_pg: PostgresServer, tmp_path: Path) -> None:
         # it has not read the cluster since) or the new leader, never itself.
         assert all(node != zombie for _, _, node in zombie_answers["kafka find"]), zombie_answers
 
+        # The node cut off from PostgreSQL served nothing and sent no client back to itself.
+        print(f"node 2 cut off answered {cut_off_answers}")
+        assert cut_off_answers["fetch"] == {16}, cut_off_answers
+        assert all(node != 2 for _, node in cut_off_answers["find"]), cut_off_answers
+        assert cut_off_answers["health"] == health_pb2.HealthCheckResponse.NOT_SERVING
+
         # No member saw an error it could not retry, nor lost its partitions.
         assert workers.events("lost") == [] and workers.events("error") == []
 
@@ -499,8 +535,22 @@ def test_ha_chaos_rehearsal(own_pg: PostgresServer, tmp_path: Path) -> None:
             assert "Traceback" not in nodes.log_text(n), nodes.log_text(n)[-5000:]
     finally:
         nodes.stop_all()
+        proxy.close()
         for ch in channels.values():
             ch.close()
+
+
+def find_code_and_node(channel: grpc.Channel, group: str) -> tuple[int, int]:
+    """(error code, node id) of ``group``'s coordinator as FindCoordinator names it."""
+    resp = classic_group_pb2_grpc.ClassicGroupServiceStub(channel).FindCoordinator(
+        classic_group_pb2.FindCoordinatorRequest(key_type=0, coordinator_keys=[group]), timeout=5
+    )
+    return resp.coordinators[0].error_code, resp.coordinators[0].node_id
+
+
+def health_status(channel: grpc.Channel) -> int:
+    stub = health_pb2_grpc.HealthStub(channel)
+    return stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=5).status
 
 
 def read_codes(channel: grpc.Channel, group: str) -> tuple[int, int]:
