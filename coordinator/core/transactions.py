@@ -71,6 +71,11 @@ class EndTxn:
     producer_epoch: int
     commit: bool
     state: r.TransactionState | None = None
+    seen: tuple[r.TransactionState, int] | None = None
+    """The state and update time of the transaction as the caller saw it before asking the
+    upstream (a restart's or InitProducerId's EndTxn sent again, the periodic check): only a
+    transaction still so is moved — with transaction version 1 the producer's next transaction
+    has the same epoch, and may have begun while the answer was on its way."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -248,6 +253,8 @@ class TransactionalOffsets:
             txn = self._txns[(group_id, producer_id)]
             if txn.producer_epoch != producer_epoch:
                 continue
+            if cmd.seen is not None and cmd.seen != (txn.state, txn.updated_ms):
+                continue  # not the transaction the caller asked about
             moved.append(group_id)
             if state is not None:
                 # Only an ongoing transaction moves: once one end was forwarded the transaction

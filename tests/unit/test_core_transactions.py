@@ -268,6 +268,26 @@ def test_the_state_written_again_keeps_the_order_of_two_producers(h: Harness) ->
     assert fetch(h, 0, stable=True) == [(12, ErrorCode.NONE)]
 
 
+def test_an_answer_about_a_transaction_moves_only_that_one(h: Harness) -> None:
+    """An outcome learned from the upstream about the transaction as it was seen (its state
+    and update time: the periodic check, an EndTxn sent again) does not move the producer's
+    next transaction of the same epoch (transaction version 1) begun meanwhile."""
+    txn_commit(h, {("in", 0): 10})
+    seen = (S.ONGOING, 0)
+    end(h, S.PREPARE_COMMIT, True)
+    h.now_ms = 30
+    end(h, None, True)  # the producer's own EndTxn, through the listener
+    txn_commit(h, {("in", 0): 20})  # the next transaction, same epoch
+    late = EndTxn(producer_id=PID, producer_epoch=0, commit=True, seen=seen)
+    res = h.run(lambda s: s.end_transaction(late, h.now_ms))
+    assert res.records == [] and res.response.groups == ()
+    assert fetch(h, 0, stable=True) == [(-1, ErrorCode.UNSTABLE_OFFSET_COMMIT)]
+    assert fetch(h, 0) == [(10, ErrorCode.NONE)]
+    now = EndTxn(producer_id=PID, producer_epoch=0, commit=False, seen=(S.ONGOING, 30))
+    assert h.run(lambda s: s.end_transaction(now, h.now_ms)).response.groups == (G,)
+    assert fetch(h, 0, stable=True) == [(10, ErrorCode.NONE)]
+
+
 def test_end_of_another_epoch_changes_nothing(h: Harness) -> None:
     txn_commit(h, {("in", 0): 10}, epoch=3)
     assert end(h, None, True, epoch=2).records == []

@@ -1,6 +1,7 @@
 """The transaction bridge's reading of DescribeTransactions (coordinator/server/kafka/
 transactions.py ``settled``): what settles a transaction the listener saw no outcome of, and
-what leaves it to be asked about again — never a guess."""
+what leaves it to be asked about again — never a guess; and that an answer moves only the
+transaction it was asked about."""
 
 from __future__ import annotations
 
@@ -77,3 +78,91 @@ ANY = (S.ONGOING, S.PREPARE_COMMIT, S.PREPARE_ABORT)
 )
 def test_settled(ours_in: S, upstream: object, outcome: bool | None) -> None:
     assert settled(ours(ours_in), upstream) is outcome
+
+
+class _Upstream:
+    """What the bridge reads of an upstream (only its offered versions here)."""
+
+    versions = {65: (0, 0)}
+
+
+async def test_a_late_answer_does_not_move_the_next_transaction_of_the_same_epoch() -> None:
+    """The periodic check asks about a transaction that has not moved for a while; while the
+    answer (CompleteCommit) is on its way, the producer ends it through the listener and
+    begins its next one with the same epoch (transaction version 1). The answer is about the
+    first: the second stays pending (before, it was committed with the first's outcome)."""
+    from builders import START_MS, make_runtime
+
+    from coordinator.core.offsets import (
+        OffsetCommitPartition,
+        OffsetCommitTopic,
+        OffsetFetchGroup,
+        OffsetFetchTopic,
+        TxnOffsetCommit,
+    )
+    from coordinator.core.topics import NewTopic
+    from coordinator.core.transactions import EndTxn
+    from coordinator.server.kafka.transactions import TransactionBridge
+
+    rt = make_runtime()
+    await rt.start()
+    await rt.create_topics([NewTopic(name="in", num_partitions=1)])
+
+    def txn_commit(offset: int) -> TxnOffsetCommit:
+        partition = OffsetCommitPartition(partition_index=0, committed_offset=offset)
+        return TxnOffsetCommit(
+            transactional_id="t",
+            group_id="g",
+            producer_id=PID,
+            producer_epoch=EPOCH,
+            topics=(OffsetCommitTopic(name="in", partitions=(partition,)),),
+        )
+
+    async def fetch(stable: bool) -> tuple[int, int]:
+        (answer,) = await rt.offset_fetch(
+            [
+                OffsetFetchGroup(
+                    group_id="g",
+                    topics=(OffsetFetchTopic(name="in", partition_indexes=(0,)),),
+                    require_stable=stable,
+                )
+            ]
+        )
+        (p,) = answer.topics[0].partitions
+        return p.committed_offset, int(p.error_code)
+
+    await rt.txn_offset_commit(txn_commit(10))
+    await rt.advance_time(40_000)
+    bridge = TransactionBridge(rt, _Upstream(), check_ms=30_000)  # type: ignore[arg-type]
+
+    class _Client:
+        async def call(self, _request: object) -> object:
+            # Meanwhile, through the listener: the end of the first, then the second begins.
+            for state in (S.PREPARE_COMMIT, None):
+                await rt.end_transaction(
+                    EndTxn(producer_id=PID, producer_epoch=EPOCH, commit=True, state=state)
+                )
+            await rt.txn_offset_commit(txn_commit(20))
+            return wire.build(
+                wire.response_class(65, 0),
+                transaction_states=[
+                    {
+                        "error_code": 0,
+                        "transactional_id": "t",
+                        "transaction_state": "CompleteCommit",
+                        "producer_id": PID,
+                        "producer_epoch": EPOCH,
+                    }
+                ],
+            )
+
+    async def coordinator(_transactional_id: str) -> _Client:
+        return _Client()
+
+    bridge._coordinator = coordinator  # type: ignore[method-assign]
+    await bridge.check(START_MS + 40_000)
+    assert await fetch(False) == (10, 0)
+    assert await fetch(True) == (-1, 88)  # the second still pending: UNSTABLE_OFFSET_COMMIT
+    [t] = rt.transactions()
+    assert (t.state, t.updated_ms) == (S.ONGOING, START_MS + 40_000)
+    await rt.close()

@@ -300,6 +300,7 @@ class TransactionBridge:
                         producer_id=t.producer_id,
                         producer_epoch=t.producer_epoch,
                         commit=commit and code == 0,
+                        seen=(t.state, t.updated_ms),
                     )
                 )
                 log.info(
@@ -414,7 +415,12 @@ class TransactionBridge:
             if outcome is None:
                 continue
             await self.runtime.end_transaction(
-                EndTxn(producer_id=t.producer_id, producer_epoch=t.producer_epoch, commit=outcome)
+                EndTxn(
+                    producer_id=t.producer_id,
+                    producer_epoch=t.producer_epoch,
+                    commit=outcome,
+                    seen=(t.state, t.updated_ms),
+                )
             )
             log.info(
                 "Transaction %s (producer %d epoch %d) %s upstream.",
