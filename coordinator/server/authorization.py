@@ -90,6 +90,11 @@ GROUP, TOPIC, CLUSTER = int(ResourceType.GROUP), int(ResourceType.TOPIC), int(Re
 TRANSACTIONAL_ID = int(ResourceType.TRANSACTIONAL_ID)
 
 
+_TOPIC_CONFIGS = 2
+_CLUSTER_CONFIGS = frozenset({4, 8, 16})
+"""Kafka's ConfigResource types TOPIC; BROKER, BROKER_LOGGER, CLIENT_METRICS."""
+
+
 def group_denied(group_id: str) -> CoordinatorError:
     return GroupAuthorizationFailedError(f"Not authorized to access group: {group_id}")
 
@@ -239,6 +244,22 @@ class RequestAuthorizer:
             return name if name and self.may(caller, DESCRIBE, TOPIC, name) else ""
 
         return shown
+
+    def other_config_resource(
+        self, caller: Caller, api: str, operation: int
+    ) -> Callable[[int, str], None]:
+        """Kafka's authorization of a config resource that is not a group's (raises its
+        refusal; ConfigHelper, ControllerApis.authorizeAlterResource): TOPIC on the topic,
+        BROKER, BROKER_LOGGER and CLIENT_METRICS on the cluster (``operation``:
+        DESCRIBE_CONFIGS or ALTER_CONFIGS)."""
+
+        def check(resource_type: int, name: str) -> None:
+            if resource_type == _TOPIC_CONFIGS:
+                self.check(caller, api, operation, TOPIC, name)
+            elif resource_type in _CLUSTER_CONFIGS:
+                self.check_cluster(caller, api, operation)
+
+        return check
 
     def topic_describable(self, principal: object, client_host: str, topic: str) -> bool:
         """May ``principal`` (from ``client_host``) describe ``topic``? The core's filter of a

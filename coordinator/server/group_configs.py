@@ -59,14 +59,17 @@ def alter_checks(
     resources: Sequence[AlterResource],
     check_name: Callable[[str], None],
     authorize: Callable[[str], None],
+    kafka: bool = False,
+    authorize_other: Callable[[int, str], None] | None = None,
 ) -> Callable[[AlterResource], None]:
     """The checks of one resource of an IncrementalAlterConfigs before it is altered, in
-    order: a GROUP resource with a name (``check_name``: its length), named once in the
-    request, the caller allowed (``authorize``), its changes well-formed."""
+    order: a GROUP resource (another is authorized as Kafka authorizes it, ``authorize_other``,
+    then refused: :func:`check_config_resource`) with a name (``check_name``: its length),
+    named once in the request, the caller allowed (``authorize``), its changes well-formed."""
     seen = Counter((res.resource_type, res.resource_name) for res in resources)
 
     def check(res: AlterResource) -> None:
-        check_config_resource(res.resource_type, res.resource_name)
+        check_config_resource(res.resource_type, res.resource_name, kafka, authorize_other)
         check_name(res.resource_name)
         if seen[(res.resource_type, res.resource_name)] > 1:
             raise InvalidRequestError("Each resource must appear at most once.")
@@ -83,10 +86,32 @@ def alter_result(res: AlterResource, error: CoordinatorError | None) -> AlterRes
     return alter_error(res, error.code, error.message)
 
 
-def check_config_resource(resource_type: int, name: str) -> None:
-    if resource_type not in GROUP_RESOURCES:
+def is_group_resource(resource_type: int, kafka: bool) -> bool:
+    """A GROUP config resource: Kafka's type 32, and over gRPC the wire contract's 16 too —
+    over the Kafka protocol 16 is CLIENT_METRICS, which Kafka authorizes on the cluster."""
+    if kafka:
+        return resource_type == KAFKA_GROUP_RESOURCE
+    return resource_type in GROUP_RESOURCES
+
+
+def check_config_resource(
+    resource_type: int,
+    name: str,
+    kafka: bool = False,
+    authorize_other: Callable[[int, str], None] | None = None,
+) -> None:
+    """A GROUP resource with a name, or INVALID_REQUEST: this coordinator keeps no other
+    configs. Another resource is first authorized as Kafka authorizes it
+    (``authorize_other``: ConfigHelper, ControllerApis.authorizeAlterResource), so a caller
+    that may not touch it is refused as Kafka refuses it."""
+    if not is_group_resource(resource_type, kafka):
+        if authorize_other is not None:
+            authorize_other(resource_type, name)
         raise InvalidRequestError(
-            f"Only GROUP resources ({GROUP_RESOURCE}, or Kafka's {KAFKA_GROUP_RESOURCE}) are supported."
+            f"Only GROUP resources ({KAFKA_GROUP_RESOURCE}) are supported."
+            if kafka
+            else f"Only GROUP resources ({GROUP_RESOURCE}, or Kafka's {KAFKA_GROUP_RESOURCE}) "
+            "are supported."
         )
     if not name.strip():
         raise InvalidRequestError("Group name must not be empty.")

@@ -505,8 +505,11 @@ class CoordinatorService:
     ) -> Reply[list[ConfigResult]]:
         self.limits.groups(len(req.resources))
 
+        kafka = caller.api_version is not None
+        other = self.authz.other_config_resource(caller, "DescribeConfigs", DESCRIBE_CONFIGS)
+
         async def describe(res: ConfigResource) -> ConfigResult:
-            check_config_resource(res.resource_type, res.resource_name)
+            check_config_resource(res.resource_type, res.resource_name, kafka, other)
             self.limits.identifier("The group name", res.resource_name)
             self.authz.check_group(caller, "DescribeConfigs", DESCRIBE_CONFIGS, res.resource_name)
             configs, overrides = await self.runtime.describe_group_config(res.resource_name)
@@ -529,6 +532,8 @@ class CoordinatorService:
             lambda group: self.authz.check_group(
                 caller, "IncrementalAlterConfigs", ALTER_CONFIGS, group
             ),
+            caller.api_version is not None,
+            self.authz.other_config_resource(caller, "IncrementalAlterConfigs", ALTER_CONFIGS),
         )
 
         async def alter(valid: list[AlterResource]) -> list[AlterResult]:

@@ -1378,3 +1378,84 @@ def test_find_coordinator_authorizes_a_transactional_id_before_anything(
         for c in wire.coordinators
     ]
     assert got == [expected]
+
+
+def _alter_config(resource_type: int, name: str) -> Any:
+    return request(
+        44,
+        1,
+        resources=[
+            {
+                "resource_type": resource_type,
+                "resource_name": name,
+                "configs": [
+                    {
+                        "name": "consumer.heartbeat.interval.ms",
+                        "config_operation": 0,
+                        "value": "7000",
+                    }
+                ],
+            }
+        ],
+        validate_only=False,
+    )
+
+
+def test_config_resource_16_over_kafka_is_client_metrics_not_a_group(world: World) -> None:
+    """Over the Kafka protocol ConfigResource type 16 is CLIENT_METRICS (GROUP is 32; 16 is
+    GROUP only in the gRPC wire contract). Kafka authorizes CLIENT_METRICS on the cluster
+    (DESCRIBE_CONFIGS / ALTER_CONFIGS): carol, who may alter group ``carol-cfg``'s configs
+    and nothing on the cluster, is refused CLUSTER_AUTHORIZATION_FAILED and nothing changes;
+    alice, who may do everything, is told this coordinator keeps no such configs. Before: type
+    16 was read as the group, so carol's client-metrics request altered the group's config
+    (and alice's too), authorized on the group."""
+    md = metadata(user("admin"))
+    grant = _acl("User:carol", "carol-cfg")
+    grant.operation = 11  # ALTER_CONFIGS (implies DESCRIBE_CONFIGS)
+    made = ADMIN(world.channel).CreateAcls(
+        admin_pb2.CreateAclsRequest(creations=[grant]), metadata=md, timeout=TIMEOUT
+    )
+    assert [r.error_code for r in made.results] == [0]
+    coordinator = world.coordinator
+    for who, expected in [
+        ("carol", (31, "Cluster authorization failed.")),
+        ("bob", (31, "Cluster authorization failed.")),
+        ("alice", (42, "Only GROUP resources (32) are supported.")),
+    ]:
+        client = coordinator.kafka_client(user(who))
+        try:
+            before = coordinator.snapshot()
+            altered = client.call(_alter_config(16, "carol-cfg"))
+            assert coordinator.snapshot() == before, who
+            described = client.call(
+                request(
+                    32,
+                    4,
+                    resources=[
+                        {
+                            "resource_type": 16,
+                            "resource_name": "carol-cfg",
+                            "configuration_keys": None,
+                        }
+                    ],
+                )
+            )
+        finally:
+            client.close()
+        assert [
+            (int(r.error_code), r.error_message, r.resource_type, r.resource_name)
+            for r in altered.responses
+        ] == [(*expected, 16, "carol-cfg")], who
+        assert [
+            (int(r.error_code), r.error_message, r.resource_type, len(r.configs))
+            for r in described.results
+        ] == [(*expected, 16, 0)], who
+    # As a GROUP resource (32) carol may alter it: the control.
+    client = coordinator.kafka_client(user("carol"))
+    try:
+        before = coordinator.snapshot()
+        altered = client.call(_alter_config(32, "carol-cfg"))
+    finally:
+        client.close()
+    assert [int(r.error_code) for r in altered.responses] == [0]
+    assert coordinator.snapshot() != before
