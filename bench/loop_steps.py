@@ -56,6 +56,8 @@ from bench._report import (  # noqa: E402
 TARGET_MS = 20.0
 """The longest a step may hold the loop (a heartbeat of any group waits no longer)."""
 PER_APPEND = 100
+LISTS = 6
+"""ListTopics calls of a *list* run, every other one after a topic was created."""
 CASES = ("catchup-topics", "catchup-acls", "catchup-scram", "takeover", "list", "snapshot")
 MODES = ("before", "after")
 
@@ -113,6 +115,16 @@ def _append(store: Any, records: list[Any], timestamp_ms: int, per_append: int) 
         store.append(stored, timestamp_ms + at // per_append)
 
 
+def _list_as_it_was() -> None:
+    """*before*: ListTopics listed the committed registry whole, in one step, every call."""
+    from coordinator.runtime import CoordinatorRuntime
+
+    async def list_topics(self: Any) -> Any:
+        return self._committed().registry.list_topics()
+
+    CoordinatorRuntime.list_topics = list_topics  # type: ignore[method-assign]
+
+
 def _as_it_was() -> None:
     """*before*: a catch-up's journal read raw, then decoded and applied in one step."""
     from coordinator.core import codec
@@ -133,6 +145,7 @@ BEFORE = {
     "catchup-topics": _as_it_was,
     "catchup-acls": _as_it_was,
     "catchup-scram": _as_it_was,
+    "list": _list_as_it_was,
 }
 """The cases whose *before* is measured, and how it is brought back; the others run once a
 repeat, as the code is ("as is")."""
@@ -219,7 +232,10 @@ async def _run(case: str, n: int, mode: str) -> dict[str, Any]:
         out["loader_ms"] = parts.loads[0].seconds * 1e3
     else:
         per_call = []
-        for _ in range(5):
+        for i in range(LISTS):
+            if case == "list" and i % 2 == 0:  # a topic created first: listed anew
+                await rt.create_topics([NewTopic(name=f"u-{i}", num_partitions=1)])
+                await asyncio.sleep(0.01)
             c0 = time.thread_time()
             if case == "list":
                 listed = await rt.list_topics()
@@ -227,9 +243,10 @@ async def _run(case: str, n: int, mode: str) -> dict[str, Any]:
                 changes = await rt.apply_topic_snapshot(wanted)
             per_call.append((time.thread_time() - c0) * 1e3)
             await asyncio.sleep(0.01)
+        out["median_call_ms"] = median(per_call)
         out["per_call_ms"] = max(per_call)
         out["ok"] = (
-            len(listed) == n
+            len(listed) == n + (LISTS + 1) // 2
             if case == "list"
             else not (changes.created or changes.deleted or changes.updated)
         )
@@ -238,6 +255,12 @@ async def _run(case: str, n: int, mode: str) -> dict[str, Any]:
     out["step_ms"], out["step_cpu_ms"] = ticker.since(mark)
     await rt.close()
     return out
+
+
+def _per_call(r: dict[str, Any]) -> str:
+    if "median_call_ms" in r:
+        return f"{r['per_call_ms']:.0f} / {r['median_call_ms']:.1f}"
+    return f"{r['per_call_ms']:.0f}" if "per_call_ms" in r else ""
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -271,7 +294,7 @@ def main(argv: list[str] | None = None) -> None:
                             f"{r['n']:,}",
                             r["mode"],
                             f"{r['step_ms']:.0f} / {r['step_cpu_ms']:.0f}",
-                            f"{r['per_call_ms']:.0f}" if "per_call_ms" in r else "",
+                            _per_call(r),
                             f"{r['loader_ms']:,.0f}" if "loader_ms" in r else "",
                             f"{r['wall_ms']:,.0f}",
                             "yes" if r["ok"] else "NO",
@@ -284,15 +307,17 @@ def main(argv: list[str] | None = None) -> None:
         for n in sorted({r["n"] for r in results if r["case"] == case}):
             of = [r for r in results if r["case"] == case and r["n"] == n]
             parts = []
+            cpu = 0.0
             for mode in [*modes, "as is"]:
                 mine = [r for r in of if r["mode"] == mode]
                 if mine:
                     wall = median(r["step_ms"] for r in mine)
                     cpu = median(r["step_cpu_ms"] for r in mine)
                     parts.append(f"{mode} {wall:,.0f} ms ({cpu:,.0f} ms of its CPU)")
+            met = "met in the loop's CPU time" if cpu <= TARGET_MS else "not met"
             summary.append(
                 f"* **{case}, {n:,}**: the longest step " + ", ".join(parts) + " (median of "
-                f"{args.repeat}; target ≤ {TARGET_MS:.0f} ms)."
+                f"{args.repeat}; target ≤ {TARGET_MS:.0f} ms: {met})."
             )
     print("\n".join(summary))
     if args.no_doc:
@@ -317,13 +342,16 @@ def main(argv: list[str] | None = None) -> None:
         "append) and this node catches up from the journal; *takeover*: this node takes over "
         "a partition holding one group of N members; *list*, *snapshot*: ListTopics and a "
         "refresh from an upstream broker that changes nothing, at N topics (*per call*: the "
-        "loop's CPU, the most of 5; *takeover*: the install on the loop, its members' timers "
+        f"loop's CPU, the most / the median of {LISTS} calls, a topic created before every "
+        "other ListTopics; *takeover*: the install on the loop, its members' timers "
         "armed, while the read and the build of the group took *loader ms* on a loader thread). "
         "*longest step*: a callback due every millisecond, its "
         "longest lateness (wall) / the loop thread's CPU from one tick to the next. *before*: "
-        "a catch-up's journal decoded and applied in one step, as it was; *after*: decoded on "
-        "the loader thread, applied a bounded number of records a step; *as is*: a case whose "
-        "code did not change.\n\n"
+        "a catch-up's journal decoded and applied in one step, ListTopics built whole in one "
+        "step every call, as they were; *after*: the journal decoded on the loader thread and "
+        "applied a bounded number of records a step; ListTopics built a bounded number of "
+        "topics a step from the committed topics image and kept until it changes; *as is*: a "
+        "case whose code did not change.\n\n"
         + "\n".join(summary)
         + "\n\n"
         + table(

@@ -34,6 +34,7 @@ from coordinator.core.commands import (
 from coordinator.core.config import GroupCoordinatorConfig
 from coordinator.core.errors import CoordinatorError, ErrorCode
 from coordinator.core.group_configs import effective_configs
+from coordinator.core.model import TopicsImage
 from coordinator.core.offsets import (
     OffsetCommit,
     OffsetCommitResponse,
@@ -93,6 +94,11 @@ __all__ = [
 
 
 _R = TypeVar("_R")
+
+LIST_STEP = 5000
+"""ListTopics builds this many topics of its answer a step of the loop (3-5 ms), the loop
+serving the others in between: at 100,000 topics one step built it whole, 95-100 ms of the
+loop's CPU, every call."""
 
 
 class CoordinatorRuntime:
@@ -161,6 +167,8 @@ class CoordinatorRuntime:
         self._submit = self.engine.submit
         self._request = self.engine.request
         self._durable = self.engine.durable
+        self._listed: tuple[TopicsImage, list[TopicResult]] | None = None
+        """The last ListTopics answer and the topics image it lists (:meth:`list_topics`)."""
 
     def new_shard(self) -> Shard:
         """An empty state machine for one coordinator partition."""
@@ -438,8 +446,32 @@ class CoordinatorRuntime:
         )
 
     async def list_topics(self) -> list[TopicResult]:
-        """Every topic, as of the cluster log's last durable write (:meth:`_committed`)."""
-        return self._committed().registry.list_topics()
+        """Every topic by name, as of the cluster log's last durable write (:meth:`_committed`):
+        its topics image when called (immutable: a change meanwhile makes another), listed
+        :data:`LIST_STEP` topics a step of the loop, and kept for the next calls while the
+        topics stay as they are (Metadata of every topic, polled by every client, lists them
+        once per change; each caller gets a list of its own)."""
+        image = self._committed().registry.image()
+        listed = self._listed
+        if listed is None or listed[0] is not image:
+            by_name = image.by_name
+            names = sorted(by_name)
+            answer: list[TopicResult] = []
+            for start in range(0, len(names), LIST_STEP):
+                if start:
+                    await asyncio.sleep(0)  # the loop serves the others meanwhile
+                for name in names[start : start + LIST_STEP]:
+                    t = by_name[name]
+                    answer.append(
+                        TopicResult(
+                            name=name,
+                            topic_id=t.topic_id,
+                            num_partitions=t.num_partitions,
+                            partition_racks=t.partition_racks,
+                        )
+                    )
+            listed = self._listed = (image, answer)
+        return list(listed[1])
 
     async def apply_topic_snapshot(
         self, topics: Sequence[NewTopic], keep: Sequence[str] = ()
