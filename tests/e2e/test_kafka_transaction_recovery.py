@@ -143,9 +143,10 @@ def test_an_end_the_upstream_completed_is_completed_at_start(
         assert len(cluster.requests(26)) == ends_before + 1  # the recorded EndTxn, sent again
         c.close()
         outcome = "committed" if commit else "aborted"
-        assert f"Transaction t-held (producer {pid} epoch {epoch}) completed: {outcome}" in (
-            server.stderr_text()
-        )
+        line = f"Transaction t-held (producer {pid} epoch {epoch}) completed: {outcome}"
+        while line not in server.stderr_text():  # logged once the outcome is durable: after
+            assert time.monotonic() < deadline, server.stderr_text()  # a fetch may see it
+            time.sleep(0.05)
     finally:
         assert server.stop() == 0, server.stderr_text()
 
@@ -194,9 +195,10 @@ def test_an_abort_sent_after_a_commit_does_not_replace_it(
         assert len(cluster.requests(26)) == ends_before + 1  # the commit, sent again
         assert len(cluster.requests(65)) == 0
         c.close()
-        assert f"Transaction t-both (producer {pid} epoch {epoch}) completed: committed" in (
-            server.stderr_text()
-        )
+        line = f"Transaction t-both (producer {pid} epoch {epoch}) completed: committed"
+        while line not in server.stderr_text():  # logged after the outcome is visible
+            assert time.monotonic() < deadline, server.stderr_text()
+            time.sleep(0.05)
     finally:
         assert server.stop() == 0, server.stderr_text()
 

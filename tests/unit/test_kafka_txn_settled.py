@@ -61,6 +61,12 @@ ANY = (S.ONGOING, S.PREPARE_COMMIT, S.PREPARE_ABORT)
             for s in ANY
             for u in ("Ongoing", "PrepareCommit", "PrepareAbort")
         ),
+        # kept by an InitProducerId (KIP-939): described at its own epoch, ours the new one
+        *(
+            (s, described(u, epoch=EPOCH - 1), None)
+            for s in ANY
+            for u in ("Ongoing", "PrepareCommit")
+        ),
         # over without an end through us: only an EndTxn commits, so an ongoing one was aborted
         (S.ONGOING, described("Ongoing", epoch=EPOCH + 1), False),  # timed out, fenced
         (S.ONGOING, described("Empty", epoch=EPOCH + 1), False),

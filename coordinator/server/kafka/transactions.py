@@ -439,6 +439,8 @@ def settled(t: GroupTransaction, described: Any) -> bool | None:
       end) in CompleteCommit: committed; in CompleteAbort: aborted;
     * the same producer id and epoch, Ongoing or preparing: still running (None) — for one we
       never forwarded an end of, Ongoing is itself; PrepareCommit/PrepareAbort finish soon;
+      likewise at an older epoch than ours: a transaction an InitProducerId with
+      KeepPreparedTxn kept (KIP-939) is described at its own epoch, ours being the new one;
     * anything else (another producer id, a later epoch, Empty, Dead, an unknown id): the
       transaction we know is over. One with no end forwarded (ONGOING) was aborted — only an
       EndTxn commits, and they pass through the listener; one whose end was forwarded stays
@@ -455,8 +457,8 @@ def settled(t: GroupTransaction, described: Any) -> bool | None:
             return True
         if state == "CompleteAbort":
             return False
-    if same and epoch == t.producer_epoch and state in ("Ongoing", "PrepareCommit", "PrepareAbort"):
-        return None
+    if same and epoch <= t.producer_epoch and state in ("Ongoing", "PrepareCommit", "PrepareAbort"):
+        return None  # an older epoch: the transaction an InitProducerId kept (KIP-939)
     if t.state is TransactionState.ONGOING:
         return False
     return None
