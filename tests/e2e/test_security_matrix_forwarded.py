@@ -18,6 +18,7 @@ next fetch.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import uuid
 from collections.abc import Iterator
@@ -34,6 +35,7 @@ from kip848.v1 import admin_pb2
 
 TOPIC, CLUSTER, LITERAL, PREFIXED, ANY = 2, 4, 3, 4, 1
 ALL, READ, ALTER, DESCRIBE, ALLOW = 2, 3, 7, 8, 3
+CLUSTER_ACTION = 9
 CLUSTER_NAME = "kafka-cluster"
 DENIED, UNKNOWN_TOPIC_ID, SESSION_NOT_FOUND, ILLEGAL_SASL_STATE = 29, 100, 70, 34
 OPEN_ID = uuid.UUID("00000000-0000-4000-8000-0000000000a1")
@@ -135,6 +137,25 @@ def revoke(server: KafkaServer, principal: str, topic: str, op: int) -> None:
                     pattern_type_filter=LITERAL,
                     principal_filter=principal,
                     operation=op,
+                    permission_type=ANY,
+                )
+            ]
+        ),
+        timeout=10,
+    )
+    assert [len(r.matching_acls) for r in gone.filter_results] == [1]
+
+
+def revoke_cluster_action(server: KafkaServer) -> None:
+    gone = server.admin.DeleteAcls(
+        admin_pb2.DeleteAclsRequest(
+            filters=[
+                admin_pb2.AclFilter(
+                    resource_type_filter=CLUSTER,
+                    resource_name_filter=CLUSTER_NAME,
+                    pattern_type_filter=LITERAL,
+                    principal_filter="User:ANONYMOUS",
+                    operation=CLUSTER_ACTION,
                     permission_type=ANY,
                 )
             ]
@@ -440,6 +461,46 @@ def test_sessionless_fetch_answers_allowed_partitions(
     resp = client.call(fetch(version, 0, -1, [(secret, 1, 0)]))
     assert fetched(resp) == [(secret, 1, DENIED, [])]
     assert len(cluster.asked(1)) == seen + 1
+
+
+@pytest.mark.parametrize("version", [12, 15])
+def test_a_followers_fetch_needs_cluster_action(
+    cluster: FakeCluster, server: KafkaServer, client: KafkaClient, version: int
+) -> None:
+    """A fetch with a replica id (before v15 ``replica_id``, from v15 ``replica_state``) is a
+    follower's: Kafka requires CLUSTER_ACTION on the cluster for it (not READ on its topics),
+    else every partition is TOPIC_AUTHORIZATION_FAILED. ANONYMOUS, who may do everything on
+    ``open`` but not CLUSTER_ACTION, is refused and the broker is never asked: it would take
+    the coordinator's connection for replica 1's (records past the high watermark, the
+    partition's ISR and high watermark moved). Before: the fetch went to the broker, judged as
+    a consumer's (READ on ``open``). Once granted CLUSTER_ACTION, it goes as it came."""
+    by_id = version >= 13
+    open_ = OPEN_ID if by_id else "open"
+    follower = fetch(version, 0, -1, [(open_, 0, 0)])
+    if version >= 15:
+        follower = dataclasses.replace(
+            follower,
+            replica_state=dataclasses.replace(
+                follower.replica_state, replica_id=1, replica_epoch=3
+            ),
+        )
+    else:
+        follower = dataclasses.replace(follower, replica_id=1)
+    seen = len(cluster.asked(1))
+    resp = client.call(follower)
+    assert (int(resp.error_code), resp.session_id, fetched(resp)) == (
+        0,
+        0,
+        [(open_, 0, DENIED, [])],
+    )
+    assert new_asked(cluster, 1, seen) == []
+    grant(server, "User:ANONYMOUS", CLUSTER_NAME, CLUSTER_ACTION, resource_type=CLUSTER)
+    try:
+        resp = client.call(follower)
+        assert [e for _t, _p, e, _r in fetched(resp)] == [0]
+        assert len(new_asked(cluster, 1, seen)) == 1
+    finally:
+        revoke_cluster_action(server)
 
 
 @pytest.mark.parametrize("version", [12, 13])

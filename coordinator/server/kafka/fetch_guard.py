@@ -26,6 +26,12 @@ front of an upstream that cannot tell its clients apart, does the same:
   fetches in full next time).
 * A request the guard does not change goes as it came, and its answer too (an answer that
   creates a session is only peeked at, for its id).
+* A follower's fetch (a replica id of 0 or more: ``replica_id``, from v15 ``replica_state``)
+  needs CLUSTER_ACTION on the cluster and no topic READ, as Kafka's: a client without it gets
+  TOPIC_AUTHORIZATION_FAILED on every partition it names, answered here — the upstream, which
+  cannot tell the coordinator's connection from a broker's, would take it for a replica's
+  (data past the high watermark, the partition's ISR and high watermark moved by it); with it,
+  the fetch goes as it came.
 * An incremental fetch of a session this connection did not see start (made while there were
   no ACLs, or on another connection) is answered FETCH_SESSION_ID_NOT_FOUND here: the client
   starts a new session, followed from its start. The upstream answering a top-level error (an
@@ -39,6 +45,9 @@ from collections.abc import Iterable
 from functools import partial
 from typing import Any
 
+from coordinator.security.acls import CLUSTER_NAME, AclOperation
+
+from ..authorization import CLUSTER
 from . import admin_guard, apis, topic_guard, wire
 from .topic_guard import GuardedConnection
 
@@ -80,6 +89,21 @@ def forward(
     by_id = version >= IDS_SINCE
     epoch = entity.session_epoch if version >= SESSIONS_SINCE else -1
     requested = _keyed(entity.topics, by_id, lambda t: ((p.partition, p) for p in t.partitions))
+    if replica_id(entity) >= 0:
+        caller = conn.caller(client_id, version)
+        authz = conn.listener.service.authz
+        if authz.allowed(caller, "Fetch", int(AclOperation.CLUSTER_ACTION), CLUSTER, CLUSTER_NAME):
+            conn.forward(apis.FETCH, version, frame)  # a replica's fetch: the broker's to judge
+            return
+        values = {
+            "throttle_time": 0,
+            "error_code": 0,
+            "session_id": 0,
+            "responses": _refused([(k, topic_guard.DENIED) for k in requested], by_id),
+        }
+        body = wire.build(wire.response_class(apis.FETCH, version), values)
+        conn.answer(wire.frame(apis.FETCH, version, correlation_id, body))
+        return
     forgotten = list(_keyed(getattr(entity, "forgotten_topics_data", None) or (), by_id, _bare))
     full = epoch in (0, -1)
     if full:
@@ -189,6 +213,16 @@ def _refused(erroneous: list[tuple[Key, int]], by_id: bool) -> list[dict[str, An
         }
         for topic, keys in _runs([k for k, _ in erroneous])
     ]
+
+
+def replica_id(entity: Any) -> int:
+    """The fetching replica's id (Kafka's FetchRequest.replicaId): ``replica_id`` before v15,
+    ``replica_state.replica_id`` from v15; -1 for a consumer."""
+    state = getattr(entity, "replica_state", None)
+    found = getattr(state, "replica_id", None) if state is not None else None
+    if found is None:
+        found = getattr(entity, "replica_id", None)
+    return -1 if found is None else int(found)
 
 
 def _error(version: int, correlation_id: int, code: int) -> bytes:
