@@ -383,17 +383,21 @@ def test_an_aborted_transaction_leaves_the_offsets_and_pending_ones_are_unstable
     assert committed_log(stack.tansu.address, "tx-out", 0) == [b"x"]
 
 
-def test_exactly_once_across_a_consumer_crash_and_rebalances(stack: Stack, tmp_path: Path) -> None:
-    """KIP-447's setup: two instances of the application in one KIP-848 group, each with a
-    transactional id of its own, so that only the group's member epochs (carried by
-    ``consumer_group_metadata`` into TxnOffsetCommit) fence a zombie. One instance is killed
-    (SIGKILL) mid-stream: its partitions move to the other after its session times out, whose
-    stable OffsetFetch waits for the killed one's open transaction to be settled; it is started
-    again (a rebalance that gives partitions back) and later the other is killed too. Every
-    input's output is committed exactly once (counted), and the committed offsets are never
-    ahead of the committed output."""
-    rng = random.Random("eos-rebalance")
-    topic_in, topic_out, group = "eosr-in", "eosr-out", "eosr"
+@pytest.mark.parametrize("protocol", ["consumer", "classic"])
+def test_exactly_once_across_a_consumer_crash_and_rebalances(
+    stack: Stack, tmp_path: Path, protocol: str
+) -> None:
+    """KIP-447's setup: two instances of the application in one group (KIP-848's protocol, or
+    the classic one through the legacy bridge), each with a transactional id of its own, so
+    that only the member epochs (generations) that ``consumer_group_metadata`` carries into
+    TxnOffsetCommit fence a zombie. In turn each instance is killed (SIGKILL) inside a
+    transaction — its partitions move to the other after its session times out, whose stable
+    OffsetFetch waits until the restart's InitProducerId aborts the open transaction — and
+    paused (SIGSTOP) past its session timeout, then let run on as a zombie with its old
+    member: its TxnOffsetCommit is refused, it aborts. Every input's output is committed exactly
+    once (counted), and the committed offsets are never ahead of the committed output."""
+    rng = random.Random(f"eos-rebalance-{protocol}")
+    topic_in, topic_out, group = f"eosr-in-{protocol}", f"eosr-out-{protocol}", f"eosr-{protocol}"
     partitions, count = 4, 400
     client = stack.server.client()
     create_topics(client, **{topic_in: partitions, topic_out: partitions})
@@ -408,7 +412,7 @@ def test_exactly_once_across_a_consumer_crash_and_rebalances(stack: Stack, tmp_p
             "input": topic_in,
             "output": topic_out,
             "transactional_id": f"eosr-app-{n}",
-            "protocol": "consumer",
+            "protocol": protocol,
             "idle_s": 15,
             "delay_s": 0.3,
         }
