@@ -478,74 +478,38 @@ def commits_held(pg: PostgresServer) -> Iterator[None]:
 
 
 class CutProxy:
-    """A TCP proxy to ``target`` (``HOST:PORT``) on 127.0.0.1 (``port``): a node given
-    PostgreSQL through it is cut off from PostgreSQL alone by :meth:`cut` (every connection
-    reset, new ones refused at once) until :meth:`heal`, while the other nodes reach it."""
+    """A TCP proxy to ``target`` (``HOST:PORT``) on 127.0.0.1 (``port``), in a process of its
+    own (``cut_proxy.py``): a node given PostgreSQL through it is cut off from PostgreSQL
+    alone by :meth:`cut` (every connection reset, new ones closed at once) until
+    :meth:`heal`, while the other nodes reach it."""
 
     def __init__(self, target: tuple[str, int]) -> None:
-        import socket
+        self.proc = subprocess.Popen(
+            [sys.executable, str(Path(__file__).with_name("cut_proxy.py")), *map(str, target)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+        )
+        assert self.proc.stdout is not None
+        self.port = int(self.proc.stdout.readline())
 
-        self.target = target
-        self.server = socket.create_server(("127.0.0.1", 0))
-        self.port = self.server.getsockname()[1]
-        self.is_cut = threading.Event()
-        self.closing = threading.Event()
-        self.lock = threading.Lock()
-        self.open: set[Any] = set()
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        import socket
-
-        while not self.closing.is_set():
-            try:
-                client, _ = self.server.accept()
-            except OSError:
-                return
-            if self.is_cut.is_set():
-                client.close()
-                continue
-            try:
-                upstream = socket.create_connection(self.target, timeout=5)
-            except OSError:
-                client.close()
-                continue
-            upstream.settimeout(None)
-            with self.lock:
-                self.open |= {client, upstream}
-            for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
-
-    def _pump(self, src: Any, dst: Any) -> None:
-        try:
-            while data := src.recv(65536):
-                dst.sendall(data)
-        except OSError:
-            pass
-        finally:
-            self._close(src, dst)
-
-    def _close(self, *socks: Any) -> None:
-        import socket
-
-        for s in socks:
-            with self.lock:
-                self.open.discard(s)
-            with contextlib.suppress(OSError):
-                s.shutdown(socket.SHUT_RDWR)
-            with contextlib.suppress(OSError):
-                s.close()
+    def _command(self, what: bytes) -> None:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(what + b"\n")
+        self.proc.stdin.flush()
+        assert self.proc.stdout.readline() == b"ok\n"
 
     def cut(self) -> None:
-        self.is_cut.set()
-        with self.lock:
-            socks = list(self.open)
-        self._close(*socks)
+        self._command(b"cut")
 
     def heal(self) -> None:
-        self.is_cut.clear()
+        self._command(b"heal")
 
     def close(self) -> None:
-        self.closing.set()
-        self.cut()
-        self.server.close()
+        if self.proc.poll() is None:
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
