@@ -176,15 +176,27 @@ def test_serve_warns_which_listeners_are_open(tmp_path: Path) -> None:
 
 def at_a_terminal(argv: list[str], answers: list[bytes]) -> tuple[int, str]:
     """``kip848 ARGV`` on a pseudo-terminal, each of ``answers`` typed once its prompt (a line
-    ending in ": ") is shown: its exit code and everything it wrote there. Bounded waits."""
+    ending in ": ") is shown: its exit code and everything it wrote there. Bounded waits.
+
+    The child is started by ``subprocess`` (no Python code runs between its fork and exec:
+    ``pty.fork`` ran the interpreter's after-fork hooks in a copy of this multi-threaded test
+    process, which once crashed there) through util-linux ``setsid --ctty``, which makes the
+    terminal its controlling one, so ``getpass`` reads ``/dev/tty`` as at a real prompt."""
     import pty
     import select
+    import subprocess
     import time
 
-    pid, fd = pty.fork()
-    if pid == 0:  # the child: the command, this checkout first
-        os.environ["PYTHONPATH"] = str(REPO)
-        os.execv(sys.executable, [sys.executable, "-m", "coordinator.cli", *argv])
+    fd, tty = pty.openpty()
+    child = subprocess.Popen(
+        ["setsid", "--ctty", sys.executable, "-m", "coordinator.cli", *argv],
+        stdin=tty,
+        stdout=tty,
+        stderr=tty,
+        env=dict(os.environ, PYTHONPATH=str(REPO)),  # this checkout first
+        close_fds=True,
+    )
+    os.close(tty)  # the child's now: its exit closes the terminal (EIO on our side)
     seen = b""
     deadline = time.monotonic() + 60
     pending = list(answers)
@@ -202,9 +214,9 @@ def at_a_terminal(argv: list[str], answers: list[bytes]) -> tuple[int, str]:
         if not data:
             break
         seen += data
-    _pid, status = os.waitpid(pid, 0)
+    code = child.wait(timeout=30)
     os.close(fd)
-    return os.waitstatus_to_exitcode(status), seen.decode().replace("\r\n", "\n")
+    return code, seen.decode().replace("\r\n", "\n")
 
 
 def test_the_password_prompt(tmp_path: Path) -> None:
