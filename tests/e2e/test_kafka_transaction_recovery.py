@@ -203,6 +203,39 @@ def test_an_abort_sent_after_a_commit_does_not_replace_it(
         assert server.stop() == 0, server.stderr_text()
 
 
+def test_an_abort_answered_fenced_after_a_commit_leaves_the_commit_to_decide(
+    cluster: FakeCluster, tmp_path: Path
+) -> None:
+    """A commit forwarded and completed upstream, which bumped the producer's epoch as
+    transaction version 2 does, its answer held; an abort of the same transaction sent
+    meanwhile is answered INVALID_PRODUCER_EPOCH — which says nothing of the commit: the offsets
+    stay pending (before, they were dropped as aborted), and the commit's answer, released,
+    commits them."""
+    server = serve(cluster, tmp_path / "data")
+    try:
+        c = server.client()
+        pid, epoch = begin(c, "t-fence", "g-fence", 5)
+        producer = {"transactional_id": "t-fence", "producer_id": pid, "producer_epoch": epoch}
+        cluster.hold_end = True
+        c.send(request(26, 3, committed=True, **producer))
+        assert cluster.end_held.wait(10), "EndTxn never reached the upstream"
+        cluster.hold_end = False
+        with cluster.lock:
+            assert cluster.txns["t-fence"].state == "CompleteCommit"
+            cluster.txns["t-fence"].producer_epoch += 1  # as transaction version 2 ends it
+        other = server.client()
+        fenced: Any = other.call(request(26, 3, committed=False, **producer))
+        assert fenced.error_code == E.invalid_producer_epoch
+        assert fetch(other, "g-fence") == (-1, E.unstable_offset_commit)
+        cluster.end_released.set()
+        assert c.receive().error_code == E.none
+        assert fetch(other, "g-fence") == (5, E.none)
+        other.close()
+        c.close()
+    finally:
+        assert server.stop() == 0, server.stderr_text()
+
+
 def test_a_transaction_kept_by_init_producer_id_commits_with_the_new_epoch(
     cluster: FakeCluster, tmp_path: Path
 ) -> None:

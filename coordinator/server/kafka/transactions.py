@@ -19,7 +19,8 @@ The listener serves four APIs around the upstream's transaction coordinator:
   transaction record that its end is on its way (PREPARE_COMMIT/PREPARE_ABORT, durable), then
   the upstream's answer decides: NONE commits or aborts the pending offsets (records); a fenced
   producer (INVALID_PRODUCER_EPOCH, PRODUCER_FENCED) means the transaction was aborted by
-  whoever fenced it; any other error leaves it prepared (the client retries EndTxn). If the
+  whoever fenced it (unless it answers an abort sent after a commit was forwarded); any other
+  error leaves it prepared (the client retries EndTxn). If the
   outcome cannot be recorded, the client gets CONCURRENT_TRANSACTIONS and retries: it never
   hears of a commit the offsets do not have yet.
 * **InitProducerId (22)** for a transactional id — the transaction coordinator aborts an
@@ -235,9 +236,13 @@ class TransactionBridge:
                 )
             except CoordinatorError as exc:
                 return self._answer(END_TXN, version, frame, _client_code(exc))
+        # An abort forwarded after a commit, answered fenced, does not say that the commit did
+        # not happen (transaction version 2 bumps the epoch as it commits): left prepared, the
+        # commit sent again decides.
+        after_commit = known and not commit and self._committing(pid, epoch)
         out, answer = await self._forward(conn, END_TXN, version, frame)
         code = int(answer.error_code)
-        if not known or (code != 0 and code not in FENCED):
+        if not known or (code != 0 and (code not in FENCED or after_commit)):
             return out  # not ours, or left prepared: the client retries, a restart completes it
         try:
             await self.runtime.end_transaction(
@@ -278,6 +283,15 @@ class TransactionBridge:
 
     def _knows(self, producer_id: int) -> bool:
         return any(t.producer_id == producer_id for t in self.runtime.transactions())
+
+    def _committing(self, producer_id: int, producer_epoch: int) -> bool:
+        """Was a commit of this transaction forwarded (PREPARE_COMMIT recorded)?"""
+        return any(
+            t.producer_id == producer_id
+            and t.producer_epoch == producer_epoch
+            and t.state is TransactionState.PREPARE_COMMIT
+            for t in self.runtime.transactions()
+        )
 
     # ------------------------------------------------------------ completing and checking
 
