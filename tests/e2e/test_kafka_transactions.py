@@ -467,3 +467,52 @@ def test_exactly_once_across_a_consumer_crash_and_rebalances(
     for app in apps:
         if app.alive():
             app.kill()
+
+
+def test_kafka_pythons_transactional_producer(stack: Stack) -> None:
+    """kafka-python's transactional producer (send_offsets_to_transaction with a group id:
+    TxnOffsetCommit naming no member) through the listener: the offsets are pending —
+    UNSTABLE_OFFSET_COMMIT to a stable fetch, invisible to a plain one — until the commit,
+    then committed; an abort leaves them where they were."""
+    from kafka import KafkaProducer
+    from kafka.structs import OffsetAndMetadata
+    from kafka.structs import TopicPartition as KTP
+
+    client = stack.server.client()
+    create_topics(client, **{"kp-in": 1, "kp-out": 1})
+    client.close()
+
+    def fetch(stable: bool) -> list[tuple[int, int]]:
+        c = stack.server.client()
+        try:
+            resp: Any = c.call(
+                request(
+                    9,
+                    7,
+                    group_id="kp-g",
+                    topics=[{"name": "kp-in", "partition_indexes": [0]}],
+                    require_stable=stable,
+                )
+            )
+        finally:
+            c.close()
+        return [(p.committed_offset, p.error_code) for p in resp.topics[0].partitions]
+
+    producer = KafkaProducer(bootstrap_servers=stack.address, transactional_id="kp-t")
+    try:
+        producer.init_transactions()
+        for commit, offset in ((True, 11), (False, 12)):
+            producer.begin_transaction()
+            producer.send("kp-out", b"v", partition=0)
+            producer.send_offsets_to_transaction(
+                {KTP("kp-in", 0): OffsetAndMetadata(offset, "", -1)}, "kp-g"
+            )
+            assert fetch(True) == [(-1, E.unstable_offset_commit)]
+            assert fetch(False) == [(-1 if commit else 11, E.none)]
+            if commit:
+                producer.commit_transaction()
+            else:
+                producer.abort_transaction()
+            assert fetch(True) == [(11, E.none)]
+    finally:
+        producer.close()
