@@ -239,6 +239,44 @@ def other_monotonic_clock() -> tuple[str, ...]:
     return OTHER_CLOCK if float(out.stdout) - time.monotonic() > 4_000_000 else ()
 
 
+def journal_overlaps(dsn: str) -> tuple[int, list[tuple]]:
+    """From the coordinator partitions' journals, in order: every consumer group's members'
+    current assignments (assigned partitions and those pending revocation: still owned). How
+    many records were read, and (group, partition, member, other member) for every moment two
+    members owned one partition at once."""
+    from coordinator.core import codec
+    from coordinator.core.records import ConsumerGroupCurrentMemberAssignmentKey
+
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute(
+            'SELECT key, value FROM kip848_journal WHERE log >= 0 ORDER BY log, "offset"'
+        ).fetchall()
+    owned: dict[str, dict[str, set[tuple]]] = defaultdict(dict)
+    overlaps, read = [], 0
+    for key, value in rows:
+        record = codec.decode(bytes(key), None if value is None else bytes(value))
+        k = record.key
+        if not isinstance(k, ConsumerGroupCurrentMemberAssignmentKey):
+            continue
+        read += 1
+        v = record.value
+        if v is None:  # the member left, or was fenced
+            owned[k.group_id].pop(k.member_id, None)
+            continue
+        mine = {
+            (t, p)
+            for a in (v.assigned_partitions, v.partitions_pending_revocation)
+            for t, ps in a.items()
+            for p in ps
+        }
+        members = owned[k.group_id]
+        members[k.member_id] = mine
+        for other, theirs in members.items():
+            if other != k.member_id and mine & theirs:
+                overlaps.append((k.group_id, sorted(mine & theirs), k.member_id, other))
+    return read, overlaps
+
+
 def test_ha_chaos_rehearsal(own_pg: PostgresServer, tmp_path: Path) -> None:
     dsn = own_pg.fresh_store_dsn()
     nodes = Nodes(tmp_path, dsn, *SETTINGS, same_ports=True)
@@ -484,6 +522,9 @@ def test_ha_chaos_rehearsal(own_pg: PostgresServer, tmp_path: Path) -> None:
         # No partition of a group owned by two members at once.
         callbacks = workers.events("assign", "revoke", "lost")
         assert ownership_overlaps(callbacks, stop_at) == []
+        # Nor in the coordinator's own records of the members' assignments.
+        read, overlaps = journal_overlaps(dsn)
+        assert read and overlaps == [], overlaps
         # (Not vacuous: partitions moved between the members of every group.)
         assert {e["group"] for e in callbacks if e["event"] == "revoke"} == set(groups)
 
