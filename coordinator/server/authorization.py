@@ -304,21 +304,14 @@ class RequestAuthorizer:
 
     @staticmethod
     def merge_commit(
-        req: OffsetCommit | TxnOffsetCommit,
-        answered: OffsetCommitResponse,
-        refused: list[TopicResult],
+        answered: OffsetCommitResponse, refused: list[TopicResult]
     ) -> OffsetCommitResponse:
-        """The answers of the kept topics and the refusals, in the order of the request."""
+        """The refusals, then the answers of the kept topics: Kafka's order
+        (KafkaApis.handleOffsetCommitRequest answers the refused topics first and merges the
+        coordinator's answer after them), each part in the order of the request."""
         if not refused:
             return answered
-        served = iter(answered.topics)
-        denied = iter(refused)
-        refused_keys = {(t.name, t.topic_id) for t in refused}
-        out = [
-            next(denied) if (t.name, t.topic_id) in refused_keys else next(served)
-            for t in req.topics
-        ]
-        return OffsetCommitResponse(topics=tuple(out))
+        return OffsetCommitResponse(topics=(*refused, *answered.topics))
 
     def filter_fetch(
         self,
@@ -329,7 +322,9 @@ class RequestAuthorizer:
         name_of: Callable[[str], str],
     ) -> OffsetFetchGroupResponse:
         """OffsetFetch's topic rule: named topics the caller may not DESCRIBE answer
-        TOPIC_AUTHORIZATION_FAILED on each partition; a fetch of every topic omits them."""
+        TOPIC_AUTHORIZATION_FAILED on each partition, after the others (Kafka's order:
+        KafkaApis appends them to the coordinator's answer); a fetch of every topic omits
+        them."""
         if self.authorizer.open or answer.error_code:
             return answer
         if group.topics is None:
@@ -339,14 +334,14 @@ class RequestAuthorizer:
                 if self.may(caller, DESCRIBE, TOPIC, t.name or name_of(t.topic_id))
             ]
             return replace(answer, topics=tuple(kept))
-        out = []
+        out, denied = [], []
         asked = {x.name for x in group.topics if x.name}
         for t in answer.topics:
             name = t.name or name_of(t.topic_id)
             if not name or self.allowed(caller, api, DESCRIBE, TOPIC, name):
                 out.append(t)
                 continue
-            out.append(
+            denied.append(
                 replace(
                     t,
                     name=name if name in asked else "",  # asked by id: its name is not told
@@ -362,4 +357,4 @@ class RequestAuthorizer:
                     ),
                 )
             )
-        return replace(answer, topics=tuple(out))
+        return replace(answer, topics=(*out, *denied))

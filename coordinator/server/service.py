@@ -365,7 +365,6 @@ class CoordinatorService:
         self.limits.offset_commit(req)
         self.authz.check_group(caller, "OffsetCommit", READ, req.group_id)
         await self._look_up(req.topics)
-        whole = req
         req, refused = self.authz.split_commit(caller, "OffsetCommit", req, self.topic_name)
         legacy = caller.version_below(OFFSET_COMMIT_KIP848_VERSION)
         if refused and not req.topics:
@@ -374,7 +373,7 @@ class CoordinatorService:
             answered = await self.runtime.offset_commit(req, legacy_version=True)
         else:
             answered = await self.runtime.offset_commit(req)
-        return Reply(value=self.authz.merge_commit(whole, answered, refused))
+        return Reply(value=self.authz.merge_commit(answered, refused))
 
     @rpc(_commit_error)
     async def txn_offset_commit(
@@ -388,7 +387,6 @@ class CoordinatorService:
         self.limits.offset_commit(req)
         self.check_transaction(caller, "TxnOffsetCommit", req.transactional_id, req.group_id)
         await self._look_up(req.topics)
-        whole = req
         req, refused = self.authz.split_commit(caller, "TxnOffsetCommit", req, self.topic_name)
         if refused and not req.topics:
             answered = OffsetCommitResponse(topics=())
@@ -399,7 +397,7 @@ class CoordinatorService:
                 if caller.version_below(TXN_OFFSET_COMMIT_V6):
                     raise IllegalGenerationError(exc.message) from None
                 raise
-        return Reply(value=self.authz.merge_commit(whole, answered, refused))
+        return Reply(value=self.authz.merge_commit(answered, refused))
 
     def check_transaction(
         self, caller: Caller, api: str, transactional_id: str, group_id: str
@@ -866,7 +864,8 @@ def _with_denied_topics(
     denied: set[str],
 ) -> OffsetDeleteResponse:
     """OffsetDelete's answer with TOPIC_AUTHORIZATION_FAILED on the partitions of ``denied``
-    topics, in the order of the request."""
+    topics, in Kafka's order (KafkaApis.handleOffsetDeleteRequest: the refused topics, in the
+    order of the request, then the coordinator's answer)."""
     served = {t.name: t for t in answer.topics}
     out = []
     for name, partitions in asked:
@@ -884,6 +883,5 @@ def _with_denied_topics(
                     ),
                 )
             )
-        elif name in served:
-            out.append(served.pop(name))
+    out += [served.pop(name) for name, _partitions in asked if name in served]
     return replace(answer, topics=tuple(out))

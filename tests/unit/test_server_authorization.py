@@ -161,12 +161,14 @@ async def test_offsets_are_authorized_per_topic(svc) -> None:
     )
     reply = await service.offset_commit(commit("g", {("public", 0): 5, ("secret", 1): 9}), ALICE)
     assert reply.value is not None
+    # Kafka's order (KafkaApis.handleOffsetCommitRequest): the refused topics first, then the
+    # coordinator's answer (before: the order of the request).
     assert [
         (t.name, [(p.partition_index, p.error_code) for p in t.partitions])
         for t in reply.value.topics
     ] == [
-        ("public", [(0, ErrorCode.NONE)]),
         ("secret", [(1, ErrorCode.TOPIC_AUTHORIZATION_FAILED)]),
+        ("public", [(0, ErrorCode.NONE)]),
     ]
     await service.offset_commit(commit("g", {("secret", 0): 3}), ADMIN)
     # "All topics": the topics alice may not describe are left out, silently.
@@ -174,12 +176,13 @@ async def test_offsets_are_authorized_per_topic(svc) -> None:
     assert [(t.name, [p.committed_offset for p in t.partitions]) for t in fetched.topics] == [
         ("public", [5])
     ]
-    # Named topics: TOPIC_AUTHORIZATION_FAILED on each partition of the hidden one.
+    # Named topics: TOPIC_AUTHORIZATION_FAILED on each partition of the hidden one, after the
+    # others (Kafka's order: KafkaApis appends them to the coordinator's answer).
     named = OffsetFetchGroup(
         group_id="g",
         topics=(
-            OffsetFetchTopic(name="public", partition_indexes=(0,)),
             OffsetFetchTopic(name="secret", partition_indexes=(0,)),
+            OffsetFetchTopic(name="public", partition_indexes=(0,)),
         ),
     )
     (fetched,) = (await service.offset_fetch([named], ALICE)).value or []
@@ -189,9 +192,20 @@ async def test_offsets_are_authorized_per_topic(svc) -> None:
         ("public", [(5, ErrorCode.NONE)]),
         ("secret", [(-1, ErrorCode.TOPIC_AUTHORIZATION_FAILED)]),
     ]
+    # OffsetDelete (Kafka: GROUP DELETE, then READ per topic): the refused topics first.
+    await grant(service, acl(3, "g", OP.DELETE))
+    deleted = (await service.offset_delete(("g", [("public", [0]), ("secret", [0])]), ALICE)).value
+    assert deleted is not None
+    assert [
+        (t.name, [(p.partition_index, p.error_code) for p in t.partitions]) for t in deleted.topics
+    ] == [
+        ("secret", [(0, ErrorCode.TOPIC_AUTHORIZATION_FAILED)]),
+        ("public", [(0, ErrorCode.NONE)]),
+    ]
     assert {(r.api, r.resource_name) for r in refusals} == {
         ("OffsetCommit", "secret"),
         ("OffsetFetch", "secret"),
+        ("OffsetDelete", "secret"),
     }
 
 
