@@ -4,6 +4,7 @@ the described entries in Kafka's shape (``ConfigHelper.createGroupConfigEntry``)
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import TypeVar
@@ -53,6 +54,29 @@ def resource_error(
 
 config_error = resource_error(ConfigResult)
 alter_error = resource_error(AlterResult)
+
+_REFUSED = {
+    ErrorCode.TOPIC_AUTHORIZATION_FAILED: "Topic authorization failed.",
+    ErrorCode.GROUP_AUTHORIZATION_FAILED: "Group authorization failed.",
+    ErrorCode.CLUSTER_AUTHORIZATION_FAILED: "Cluster authorization failed.",
+}
+"""A refused config resource's message: Kafka's (its error's own, ``Errors.message()``:
+ConfigHelper and ControllerApis answer a refusal with no message of their own)."""
+
+
+def in_kafka_order(results: list[RES], refused_first: bool) -> list[RES]:
+    """Per-resource answers as Kafka gives them: each refusal with Kafka's message, the refused
+    resources after the others (DescribeConfigs: ConfigHelper appends them) or before them
+    (IncrementalAlterConfigs: ControllerApis answers them before its controller's results),
+    each part in the order of the request."""
+    refused, served = [], []
+    for r in results:
+        code = ErrorCode(r.error_code)
+        if code in _REFUSED:
+            refused.append(dataclasses.replace(r, error_message=_REFUSED[code]))
+        else:
+            served.append(r)
+    return refused + served if refused_first else served + refused
 
 
 def alter_checks(

@@ -105,6 +105,7 @@ from .group_configs import (
     config_changes,
     config_error,
     config_result,
+    in_kafka_order,
 )
 from .limits import GROUPS as GROUPS_LIMIT
 from .limits import RequestLimits
@@ -515,7 +516,8 @@ class CoordinatorService:
                 res, configs, overrides, req.include_synonyms, req.include_documentation
             )
 
-        return Reply(value=await each(req.resources, describe, config_error))
+        answers = await each(req.resources, describe, config_error)
+        return Reply(value=in_kafka_order(answers, refused_first=False))
 
     @rpc(on_each(_resources, alter_error))
     async def incremental_alter_configs(
@@ -539,7 +541,8 @@ class CoordinatorService:
             errors = await self.runtime.alter_group_configs_each(alters, req.validate_only)
             return [alter_result(res, e) for res, e in zip(valid, errors, strict=True)]
 
-        return Reply(value=await batched(req.resources, check, alter, alter_error))
+        answers = await batched(req.resources, check, alter, alter_error)
+        return Reply(value=in_kafka_order(answers, refused_first=True))
 
     # ------------------------------------------------------------ topic registry
 

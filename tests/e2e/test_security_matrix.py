@@ -1459,3 +1459,79 @@ def test_config_resource_16_over_kafka_is_client_metrics_not_a_group(world: Worl
         client.close()
     assert [int(r.error_code) for r in altered.responses] == [0]
     assert coordinator.snapshot() != before
+
+
+def test_config_refusals_in_kafkas_order_and_words(world: World) -> None:
+    """A config request naming a group the caller may not touch next to one it may: Kafka
+    answers the refusal with its error's own message (``Group authorization failed.``),
+    after the others in DescribeConfigs (ConfigHelper appends the refused resources) and
+    before them in IncrementalAlterConfigs (ControllerApis answers them before its
+    controller's results), on both listeners. Before: in the order of the request, with
+    ``Not authorized to access group: cg``."""
+    md = metadata(user("admin"))
+    grant = _acl("User:carol", "carol-cfg2")
+    grant.operation = 11  # ALTER_CONFIGS (implies DESCRIBE_CONFIGS)
+    made = ADMIN(world.channel).CreateAcls(
+        admin_pb2.CreateAclsRequest(creations=[grant]), metadata=md, timeout=TIMEOUT
+    )
+    assert [r.error_code for r in made.results] == [0]
+    refusal = (30, "Group authorization failed.")
+    client = world.coordinator.kafka_client(user("carol"))
+    try:
+        described = client.call(
+            request(
+                32,
+                4,
+                resources=[
+                    {"resource_type": 32, "resource_name": n, "configuration_keys": None}
+                    for n in ("cg", "carol-cfg2")
+                ],
+            )
+        )
+        altered = client.call(
+            request(
+                44,
+                1,
+                resources=[
+                    {
+                        "resource_type": 32,
+                        "resource_name": n,
+                        "configs": [
+                            {
+                                "name": "consumer.heartbeat.interval.ms",
+                                "config_operation": 0,
+                                "value": "6500",
+                            }
+                        ],
+                    }
+                    for n in ("carol-cfg2", "cg")
+                ],
+                validate_only=True,
+            )
+        )
+    finally:
+        client.close()
+    assert [
+        (r.resource_name, int(r.error_code), r.error_message, bool(r.configs))
+        for r in described.results
+    ] == [("carol-cfg2", 0, None, True), ("cg", *refusal, False)]
+    assert [(r.resource_name, int(r.error_code), r.error_message) for r in altered.responses] == [
+        ("cg", *refusal),
+        ("carol-cfg2", 0, None),
+    ]
+    # The same over gRPC (its GROUP type, 16).
+    carol = metadata(user("carol"))
+    grpc_described = ADMIN(world.channel).DescribeConfigs(
+        admin_pb2.DescribeConfigsRequest(
+            resources=[
+                admin_pb2.DescribeConfigsRequest.Resource(resource_type=16, resource_name=n)
+                for n in ("cg", "carol-cfg2")
+            ]
+        ),
+        metadata=carol,
+        timeout=TIMEOUT,
+    )
+    assert [(r.resource_name, r.error_code, r.error_message) for r in grpc_described.results] == [
+        ("carol-cfg2", 0, ""),
+        ("cg", *refusal),
+    ]
