@@ -130,6 +130,18 @@ _ERRORS: dict[int, Callable[[str], CoordinatorError]] = {
 }
 
 
+def refused_groups_apart(answers: list[T], code_of: Callable[[T], int], first: bool) -> list[T]:
+    """Per-group answers in Kafka's order: KafkaApis answers the groups it refuses
+    (GROUP_AUTHORIZATION_FAILED) apart from the coordinator's answer — before it
+    (DescribeGroups, ConsumerGroupDescribe) or after it (DeleteGroups) —, each part in the
+    order of the request."""
+    refused = [a for a in answers if code_of(a) == ErrorCode.GROUP_AUTHORIZATION_FAILED]
+    if not refused:
+        return answers
+    served = [a for a in answers if code_of(a) != ErrorCode.GROUP_AUTHORIZATION_FAILED]
+    return refused + served if first else served + refused
+
+
 def host_of(caller: Caller) -> str:
     """The client's address as ACLs name hosts (``/10.0.0.1`` -> ``10.0.0.1``)."""
     return caller.client_host.lstrip("/")

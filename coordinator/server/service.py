@@ -95,6 +95,7 @@ from .authorization import (
     RequestAuthorizer,
     cluster_denied,
     described_topics_denied,
+    refused_groups_apart,
     topics_denied,
 )
 from .group_configs import (
@@ -356,7 +357,8 @@ class CoordinatorService:
                     raise described_topics_denied()
             return DescribedConsumerGroup(group_id=group_id, description=desc)
 
-        return Reply(value=await each(group_ids, describe, _described_error))
+        described = await each(group_ids, describe, _described_error)
+        return Reply(value=refused_groups_apart(described, lambda g: g.error_code, first=True))
 
     # ------------------------------------------------------------ offsets
 
@@ -495,7 +497,11 @@ class CoordinatorService:
             self.authz.check_group(caller, "DeleteGroups", DELETE, group_id)
 
         return Reply(
-            value=await batched(group_ids, check, self.runtime.delete_groups, _not_deleted)
+            value=refused_groups_apart(
+                await batched(group_ids, check, self.runtime.delete_groups, _not_deleted),
+                lambda g: g[1],
+                first=False,
+            )
         )
 
     @rpc(on_each(_resources, config_error))
@@ -732,7 +738,8 @@ class CoordinatorService:
                 return m.DescribedGroup(group_id=group_id, group_state="Dead")
             return g
 
-        return Reply(value=await each(group_ids, describe, _classic_described_error))
+        described = await each(group_ids, describe, _classic_described_error)
+        return Reply(value=refused_groups_apart(described, lambda g: g.error_code, first=True))
 
     # ------------------------------------------------------------ security administration
 

@@ -1535,3 +1535,67 @@ def test_config_refusals_in_kafkas_order_and_words(world: World) -> None:
         ("carol-cfg2", 0, ""),
         ("cg", *refusal),
     ]
+
+
+def test_refused_groups_are_answered_apart_in_kafkas_order(world: World) -> None:
+    """KafkaApis answers the groups it refuses apart from the coordinator's answer: before it
+    in DescribeGroups and ConsumerGroupDescribe, after it in DeleteGroups. carol may describe
+    and delete ``carol-g`` (which does not exist), not ``nobody-g``; on both listeners. Before: in
+    the order of the request."""
+    md = metadata(user("admin"))
+    grants = []
+    for op in (8, 6):  # DESCRIBE, DELETE
+        grant = _acl("User:carol", "carol-g")
+        grant.operation = op
+        grants.append(grant)
+    made = ADMIN(world.channel).CreateAcls(
+        admin_pb2.CreateAclsRequest(creations=grants), metadata=md, timeout=TIMEOUT
+    )
+    assert [r.error_code for r in made.results] == [0, 0]
+    client = world.coordinator.kafka_client(user("carol"))
+    try:
+        described = client.call(request(15, 5, groups=["carol-g", "nobody-g"]))
+        consumer = client.call(request(69, 0, group_ids=["carol-g", "nobody-g"]))
+        deleted = client.call(request(42, 2, groups_names=["nobody-g", "carol-g"]))
+    finally:
+        client.close()
+    assert [(g.group_id, int(g.error_code)) for g in described.groups] == [
+        ("nobody-g", GROUP_AUTH),
+        ("carol-g", 0),
+    ]
+    assert [(g.group_id, int(g.error_code)) for g in consumer.groups] == [
+        ("nobody-g", GROUP_AUTH),
+        ("carol-g", 69),
+    ]
+    assert [(g.group_id, int(g.error_code)) for g in deleted.results] == [
+        ("carol-g", 69),
+        ("nobody-g", GROUP_AUTH),
+    ]
+    carol = metadata(user("carol"))
+    grpc_described = CLASSIC(world.channel).DescribeGroups(
+        classic_group_pb2.DescribeGroupsRequest(group_ids=["carol-g", "nobody-g"]),
+        metadata=carol,
+        timeout=TIMEOUT,
+    )
+    grpc_consumer = CG(world.channel).ConsumerGroupDescribe(
+        consumer_group_pb2.ConsumerGroupDescribeRequest(group_ids=["carol-g", "nobody-g"]),
+        metadata=carol,
+        timeout=TIMEOUT,
+    )
+    grpc_deleted = ADMIN(world.channel).DeleteGroups(
+        admin_pb2.DeleteGroupsRequest(group_ids=["nobody-g", "carol-g"]),
+        metadata=carol,
+        timeout=TIMEOUT,
+    )
+    assert [(g.group_id, g.error_code) for g in grpc_described.groups] == [
+        ("nobody-g", GROUP_AUTH),
+        ("carol-g", 69),
+    ]
+    assert [(g.group_id, g.error_code) for g in grpc_consumer.groups] == [
+        ("nobody-g", GROUP_AUTH),
+        ("carol-g", 69),
+    ]
+    assert [(g.group_id, g.error_code) for g in grpc_deleted.results] == [
+        ("carol-g", 69),
+        ("nobody-g", GROUP_AUTH),
+    ]
