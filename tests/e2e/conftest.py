@@ -75,6 +75,27 @@ class ServerProcess:
             stderr=self._stderr,
             env=env,
         )
+        try:
+            self._start(lines, extra, credentials)
+        except BaseException:
+            # A server that did not start in time (or whose start failed a check) is not left
+            # running: nothing would stop it, and it would load the machine for the rest of
+            # the run.
+            self.proc.kill()
+            self.proc.wait(timeout=15)
+            if getattr(self, "channel", None) is not None:
+                self.channel.close()
+            if self.proc.stdout:
+                self.proc.stdout.close()
+            self._stderr.close()
+            raise
+
+    def _start(
+        self,
+        lines: int | None,
+        extra: tuple[str, ...],
+        credentials: grpc.ChannelCredentials | None,
+    ) -> None:
         # `metrics on HOST:PORT` follows `listening on` when --metrics-listen is given
         # (`kafka listening on` lines come between: ``lines`` says how many lines to read).
         self.lines = self._read_lines(lines or (2 if "--metrics-listen" in extra else 1))
