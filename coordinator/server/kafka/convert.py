@@ -464,7 +464,9 @@ def list_groups_out(reply: Reply[list[ListedGroup]], _version: int) -> dict[str,
 
 
 def delete_groups_in(req: Any, _caller: Caller) -> list[str]:
-    return list(req.groups_names)
+    # Each group once, in the order first named, as Kafka's KafkaApis takes them (distinct):
+    # a name given twice is answered once.
+    return list(dict.fromkeys(req.groups_names))
 
 
 def delete_groups_out(
