@@ -66,7 +66,7 @@ async def start(
     port = await broker.start()
     upstream = Upstream(f"127.0.0.1:{port}", request_timeout_ms=timeout_ms)
     upstream.versions = dict(VERSIONS)
-    service: Any = SimpleNamespace(authorizer=SimpleNamespace(open=True))
+    service: Any = SimpleNamespace(authorizer=SimpleNamespace(open=True, ready=True))
     listener = KafkaListener(service, upstream=upstream)
     observed: list[tuple[int, bool, bool]] = []
     listener.on_forward = lambda key: lambda answered, late: observed.append((key, answered, late))

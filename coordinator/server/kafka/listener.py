@@ -418,7 +418,7 @@ class KafkaConnection(asyncio.Protocol):
         PLAINTEXT and SSL listeners read on: the service layer answers their requests
         COORDINATOR_LOAD_IN_PROGRESS meanwhile (``Authorizer.ready``)."""
         listener = self.listener
-        if listener.service.authorizer.ready or (listener.upstream is None and self.sasl is None):
+        if (listener.upstream is None and self.sasl is None) or listener.service.authorizer.ready:
             return False
         if self._next_turn is None and not self.closed:
             self._next_turn = asyncio.get_running_loop().call_later(ACL_WAIT_S, self._read_frames)
