@@ -144,7 +144,9 @@ that does not exist GROUP_ID_NOT_FOUND; before, Kafka answers ILLEGAL_GENERATION
 
 
 def check_group_id(group_id: str, message: str = "Group id can't be empty.") -> None:
-    """Kafka answers INVALID_GROUP_ID for an empty group id."""
+    """Kafka answers INVALID_GROUP_ID for an empty group id — once the caller is authorized on
+    it (KafkaApis authorizes first, the group coordinator validates the id): a caller refused
+    the group gets GROUP_AUTHORIZATION_FAILED for "" as for any other name."""
     if not group_id.strip():
         raise InvalidGroupIdError(message)
 
@@ -337,9 +339,9 @@ class CoordinatorService:
         self.limits.groups(len(group_ids))
 
         async def describe(group_id: str) -> DescribedConsumerGroup:
-            check_group_id(group_id)
             self.limits.group_id(group_id)
             self.authz.check_group(caller, "ConsumerGroupDescribe", DESCRIBE, group_id)
+            check_group_id(group_id)
             desc = await self.runtime.describe_group(group_id)
             if not self.authorizer.open:
                 named = {
@@ -364,9 +366,9 @@ class CoordinatorService:
 
     @rpc(_commit_error)
     async def offset_commit(self, req: OffsetCommit, caller: Caller) -> Reply[OffsetCommitResponse]:
-        check_group_id(req.group_id)
         self.limits.offset_commit(req)
         self.authz.check_group(caller, "OffsetCommit", READ, req.group_id)
+        check_group_id(req.group_id)
         await self._look_up(req.topics)
         req, refused = self.authz.split_commit(caller, "OffsetCommit", req, self.topic_name)
         legacy = caller.version_below(OFFSET_COMMIT_KIP848_VERSION)
@@ -406,12 +408,12 @@ class CoordinatorService:
         self, caller: Caller, api: str, transactional_id: str, group_id: str
     ) -> None:
         """What Kafka checks before a group's offsets join a producer's transaction
-        (TxnOffsetCommit, AddOffsetsToTxn): the group id, then TRANSACTIONAL_ID WRITE, then
-        GROUP READ; raises the first that fails."""
-        check_group_id(group_id)
+        (TxnOffsetCommit, AddOffsetsToTxn): TRANSACTIONAL_ID WRITE, then GROUP READ, then the
+        group id; raises the first that fails."""
         self.limits.identifier("TransactionalId", transactional_id)
         self.authz.check(caller, api, WRITE, TRANSACTIONAL_ID, transactional_id)
         self.authz.check_group(caller, api, READ, group_id)
+        check_group_id(group_id)
 
     async def _look_up(self, topics: Iterable[Any]) -> None:
         """Topics an offset commit names (by name or id) that the registry lacks are looked up
@@ -432,9 +434,9 @@ class CoordinatorService:
         def check(g: OffsetFetchGroup | GroupError) -> None:
             if isinstance(g, GroupError):  # its part of the request did not decode
                 raise _Err(g.error_code, g.error_message)
-            check_group_id(g.group_id)
             self.limits.group_id(g.group_id)
             self.authz.check_group(caller, "OffsetFetch", DESCRIBE, g.group_id)
+            check_group_id(g.group_id)
 
         async def fetch(
             valid: list[OffsetFetchGroup | GroupError],
@@ -456,9 +458,9 @@ class CoordinatorService:
     ) -> Reply[OffsetDeleteResponse]:
         """``req``: (group id, [(topic name, partitions)])."""
         group_id, topics = req
-        check_group_id(group_id)
         self.limits.offset_delete(group_id, topics)
         self.authz.check_group(caller, "OffsetDelete", DELETE, group_id)
+        check_group_id(group_id)
         denied = set(
             self.authz.denied_topics(caller, "OffsetDelete", READ, (n for n, _p in topics))
         )
@@ -492,9 +494,9 @@ class CoordinatorService:
         self.limits.groups(len(group_ids))
 
         def check(group_id: str) -> None:
-            check_group_id(group_id)
             self.limits.group_id(group_id)
             self.authz.check_group(caller, "DeleteGroups", DELETE, group_id)
+            check_group_id(group_id)
 
         return Reply(
             value=refused_groups_apart(
@@ -706,20 +708,20 @@ class CoordinatorService:
 
     @rpc(_sync_error)
     async def sync_group(self, req: m.SyncGroup, caller: Caller) -> m.SyncGroupResponse:
-        _check_classic_group_id(req.group_id)
         self.authz.check_group(caller, "SyncGroup", READ, req.group_id)
+        _check_classic_group_id(req.group_id)
         return await self.runtime.classic_sync(req)
 
     @rpc(_heartbeat_error)
     async def heartbeat(self, req: m.Heartbeat, caller: Caller) -> m.HeartbeatResponse:
-        _check_classic_group_id(req.group_id)
         self.authz.check_group(caller, "Heartbeat", READ, req.group_id)
+        _check_classic_group_id(req.group_id)
         return await self.runtime.classic_heartbeat(req)
 
     @rpc(_leave_error)
     async def leave_group(self, req: m.LeaveGroup, caller: Caller) -> m.LeaveGroupResponse:
-        _check_classic_group_id(req.group_id)
         self.authz.check_group(caller, "LeaveGroup", READ, req.group_id)
+        _check_classic_group_id(req.group_id)
         return await self.runtime.classic_leave(req)
 
     @rpc(on_each(list, _classic_described_error))
@@ -730,9 +732,9 @@ class CoordinatorService:
         old = caller.version_below(DESCRIBE_GROUP_NOT_FOUND_VERSION)
 
         async def describe(group_id: str) -> m.DescribedGroup:
-            _check_classic_group_id(group_id)
             self.limits.group_id(group_id)
             self.authz.check_group(caller, "DescribeGroups", DESCRIBE, group_id)
+            _check_classic_group_id(group_id)
             (g,) = await self.runtime.describe_classic_groups([group_id])  # one per group id
             if old and g.error_code == ErrorCode.GROUP_ID_NOT_FOUND:
                 return m.DescribedGroup(group_id=group_id, group_state="Dead")

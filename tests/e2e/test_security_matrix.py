@@ -1599,3 +1599,51 @@ def test_refused_groups_are_answered_apart_in_kafkas_order(world: World) -> None
         ("carol-g", 69),
         ("nobody-g", GROUP_AUTH),
     ]
+
+
+def test_an_empty_group_id_is_authorized_before_it_is_validated(world: World) -> None:
+    """KafkaApis authorizes the group first and the group coordinator validates its id after:
+    a caller refused the group gets GROUP_AUTHORIZATION_FAILED for "" as for any name, an
+    allowed one INVALID_GROUP_ID (over the coordinator-only listener; TxnOffsetCommit, served
+    in front of a broker, checks its transactional id, then the group, then the id). Before,
+    every caller got INVALID_GROUP_ID."""
+    invalid_group_id = 24
+    asks = {
+        "OffsetCommit": request(8, 8, **{**_kafka_commit(world), "group_id": ""}),
+        "OffsetFetch": request(9, 8, groups=[{"group_id": "", "topics": None}]),
+        "OffsetDelete": request(47, 0, group_id="", topics=[]),
+        "DeleteGroups": request(42, 2, groups_names=[""]),
+        "DescribeGroups": request(15, 5, groups=[""]),
+        "ConsumerGroupDescribe": request(69, 0, group_ids=[""]),
+        "SyncGroup": request(14, 5, group_id="", generation_id=1, member_id="m", assignments=[]),
+        "Heartbeat": request(12, 4, group_id="", generation_id=1, member_id="m"),
+        "LeaveGroup": request(13, 4, group_id="", members=[{"member_id": "m"}]),
+    }
+
+    def answers(client: KafkaClient) -> dict[str, int]:
+        out = {}
+        for api, req in asks.items():
+            resp = client.call(req)
+            if api == "OffsetCommit":  # per partition (the one named)
+                out[api] = int(resp.topics[0].partitions[0].error_code)
+            elif api == "OffsetFetch":
+                out[api] = int(resp.groups[0].error_code)
+            elif api == "DeleteGroups":
+                out[api] = int(resp.results[0].error_code)
+            elif api in ("DescribeGroups", "ConsumerGroupDescribe"):
+                out[api] = int(resp.groups[0].error_code)
+            else:
+                out[api] = int(resp.error_code)
+        return out
+
+    for principal, refused in ((user("bob"), True), (None, True), (user("alice"), False)):
+        client = world.coordinator.kafka_client(principal)
+        try:
+            got = answers(client)
+        finally:
+            client.close()
+        if refused:
+            want = dict.fromkeys(asks, GROUP_AUTH)
+        else:
+            want = dict.fromkeys(asks, invalid_group_id)
+        assert got == want, (principal, got)
