@@ -4,6 +4,7 @@ test_store_contract.py."""
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -501,3 +502,28 @@ def test_every_connection_notices_a_server_gone_silent_within_seconds(pg_dsn: st
     own = pg_dsn + ("&" if "?" in pg_dsn else "?") + "keepalives_idle=30&tcp_user_timeout=0"
     with PostgresRecordStore(own, partitions=P) as store:
         assert _tcp_settings(store._conn) == (1, 30, 2, 3, 0)
+
+
+def test_a_pipeline_on_a_dropped_connection_leaves_no_psycopg_warning(
+    pg_dsn: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A connection dropped inside a pipeline block (the leases' and the offsets' reads use
+    them): the block's error is the store's to report (a StoreError with its cause); psycopg's
+    own "error ignored terminating <psycopg.Pipeline [BAD]>" WARNING, which only repeats it, is
+    filtered out (it was logged on every lease connection cut). Other psycopg lines stay."""
+    import coordinator.runtime.store.postgres_schema  # noqa: F401 - installs the filter
+
+    with (
+        psycopg.connect(pg_dsn, autocommit=True) as conn,
+        psycopg.connect(pg_dsn, autocommit=True) as admin,
+    ):
+        pid = conn.info.backend_pid
+        with caplog.at_level(logging.WARNING, logger="psycopg"):
+            with pytest.raises(psycopg.OperationalError), conn.pipeline():
+                conn.execute("SELECT 1")
+                admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+                conn.execute("SELECT pg_sleep(0)").fetchall()
+            logging.getLogger("psycopg").warning("another psycopg warning")
+    assert [r.getMessage() for r in caplog.records if r.name == "psycopg"] == [
+        "another psycopg warning"
+    ]

@@ -9,6 +9,7 @@ records are a table of their own, read, cut and loaded without touching the othe
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from typing import TYPE_CHECKING, Any
@@ -16,6 +17,19 @@ from urllib.parse import unquote_plus, urlsplit, urlunsplit
 
 from .api import StoreCorruptError, log_ids
 from .sqlite_schema import package_version
+
+
+class _PipelineExitNoise(logging.Filter):
+    """psycopg logs a WARNING ("error ignored terminating <psycopg.Pipeline [BAD]>") when a
+    pipeline block raised and closing the pipeline failed too — a connection PostgreSQL or the
+    network dropped. The store raises the block's error as a ``StoreError`` with its cause, and
+    the node logs that: the second line only repeats it, without saying what was going on."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("error ignored terminating")
+
+
+logging.getLogger("psycopg").addFilter(_PipelineExitNoise())
 
 if TYPE_CHECKING:
     import psycopg
