@@ -102,7 +102,9 @@ def copy_to_postgres(source: SqliteRecordStore, dsn: str) -> CopyResult:
                     "UPDATE kip848_logs SET expired_through = %s WHERE log = %s", (expired, log)
                 )
             _check_copied(conn, where, journal_tally, compacted_tally)
-            next_offsets = _next_offsets(conn, partitions)
+            # The store's own reckoning (journal, compacted view, expired prefix; it reads only
+            # through ``conn``), in this uncommitted transaction: where a node would go on.
+            next_offsets = target._read_next_offsets(conn)
             wanted = {log: logs[log]["last_offset"] + 1 for log in log_ids(partitions)}
             if next_offsets != wanted:
                 raise StoreError(
@@ -180,17 +182,3 @@ def _check_copied(
                 f"the copy into {where} does not check out ({table}: rows, last offset and "
                 f"bytes per log {found}, read from SQLite {wanted}); nothing was committed"
             )
-
-
-def _next_offsets(conn: Any, partitions: int) -> dict[int, int]:
-    expired = dict(conn.execute("SELECT log, expired_through FROM kip848_logs").fetchall())
-    found = {}
-    for log in log_ids(partitions):
-        row = conn.execute(
-            'SELECT greatest((SELECT max("offset") FROM kip848_journal WHERE log = %s),'
-            ' (SELECT max("offset") FROM kip848_compacted WHERE log = %s))',
-            (log, log),
-        ).fetchone()
-        last = -1 if row is None or row[0] is None else int(row[0])
-        found[log] = max(last, int(expired[log])) + 1
-    return found
