@@ -34,8 +34,9 @@ Theory of operation:
   journal's new entries are read and decoded on a loader thread and replayed into the registry
   (between writes of this node's own to it: a write decided on the older state is refused by
   the store and rolled back, which must not undo what was applied), in steps of the loop
-  that end at an append's end (:data:`STEP_RECORDS`), the registry's commands held until the
-  last (``Leadership.cluster_held``, :meth:`Partitions.applied`). Topics others deleted lose their offsets in the partitions
+  that end at an append's end (:data:`STEP_RECORDS`; the committed copy a loop step after
+  the registry), the registry's commands held until the last (``Leadership.cluster_held``,
+  :meth:`Partitions.applied`). Topics others deleted lose their offsets in the partitions
   served here, as in the deleting node's. The log is loaded with its end as of the loaded
   view (``RecordStore.load_snapshot``), past the view's last record when the newest entries
   were tombstones. When the journal no longer holds what this node has not applied (journal
@@ -416,17 +417,34 @@ class Partitions:
         the loader thread) in steps of the loop (:data:`STEP_RECORDS`), each ending at the end
         of an append: every state a read sees between two steps is one the cluster log had
         after an append (its committed copy, the topics' images the shards have), never part
-        of one. The topic registry is held meanwhile (``Leadership.cluster_held``): no command
-        of this node decides on a state between two steps, nor writes there (its undo entries
-        would be interleaved with what a later step applies, below its undo log). Stops at a
-        step's end when the runtime stops."""
+        of one. A read that fits one step is applied in one (the registry and its committed
+        copy); a longer one applies each step's records to the registry (the shards' topics
+        images with it) in one loop step and to the committed copy in the next, so no loop
+        step holds both copies' work (at 100,000 topics their five dicts grow past the same
+        size in the same step: 15 ms of resizes at once). Meanwhile the committed copy is a
+        step behind the registry — as it is while a write of this node's is in flight — and
+        each of them is at an append's end. The topic registry is held meanwhile
+        (``Leadership.cluster_held``): no command of this node decides on a state between two
+        steps, nor writes there (its undo entries would be interleaved with what a later step
+        applies, below its undo log; its durable records would reach the committed copy before
+        the step's). Stops at a step's end when the runtime stops."""
         n, i = len(entries), 0
         lead, loop = self.lead, asyncio.get_running_loop()
+        committed = self.driver.committed
         try:
             while i < n:
                 j = _step_end(entries, i)
-                self._apply_records([e[2] for e in entries[i:j]], entries[j - 1][0])
+                records = [e[2] for e in entries[i:j]]
+                stepped = j < n or i > 0
+                if stepped and self._applying is None:
+                    self._applying = loop.create_future()
+                    lead.cluster_held = True
+                self._apply_records(records, entries[j - 1][0], committed=not stepped)
                 i = j
+                if stepped:
+                    await asyncio.sleep(0)  # the loop serves what came meanwhile
+                    if committed is not None:
+                        committed.replay(records)  # the records are durable
                 if n > STEP_RECORDS:
                     # What a step built is long-lived state: frozen, not scanned again by
                     # the loop's collections (``collector.py``; a full one over 100,000
@@ -434,9 +452,6 @@ class Partitions:
                     freeze_new()
                 if i == n or not self.driver.active:
                     break
-                if self._applying is None:
-                    self._applying = loop.create_future()
-                    lead.cluster_held = True
                 await asyncio.sleep(0)  # the loop serves what came meanwhile
         finally:
             applying, self._applying = self._applying, None
@@ -445,9 +460,10 @@ class Partitions:
                 applying.set_result(None)
         log.info("Applied %d records of the cluster log (up to offset %d).", i, self.cluster_offset)
 
-    def _apply_records(self, records: Sequence[Record], last: int) -> None:
+    def _apply_records(self, records: Sequence[Record], last: int, committed: bool = True) -> None:
         """Apply durable cluster-log ``records`` (others' appends, or what a compacted view
-        changes in this node's copy) to the registry and its committed copy, up to ``last``:
+        changes in this node's copy) to the registry and (``committed``: else the caller does,
+        in the next step) its committed copy, up to ``last``:
         each registry's next topics image is its last one with the topics they change
         (``TopicRegistry.image``), whatever the number of topics."""
         driver = self.driver
@@ -465,7 +481,7 @@ class Partitions:
                 registry.replay(record)
         finally:
             undo.enabled = True
-        if driver.committed is not None:  # durable: another node's appends
+        if committed and driver.committed is not None:  # durable: another node's appends
             driver.committed.replay(records)
         driver._publish_topics()
         self.cluster_offset = last
