@@ -15,10 +15,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import TYPE_CHECKING
 
 from coordinator.cli.argtypes import int_in
 from coordinator.cli.config import DEFAULT_DATA_DIR, add_config_flags, build_config
 from coordinator.cli.registry import Commands
+
+if TYPE_CHECKING:
+    from coordinator.runtime.store.postgres_copy import CopyResult
 
 
 def register(commands: Commands) -> None:
@@ -40,14 +44,23 @@ def register(commands: Commands) -> None:
     m.add_argument("--output", choices=("text", "json"), default="text")
     c = sub.add_parser(
         "copy",
-        help="copy the SQLite store of --data-dir into a PostgreSQL store no node has used",
+        help="copy the SQLite store of --data-dir into a PostgreSQL store no node has used "
+        "(--to sqlite: the PostgreSQL store of stopped nodes into a new SQLite store)",
     )
     c.add_argument("--data-dir", default=DEFAULT_DATA_DIR, metavar="DIR")
     c.add_argument(
         "--store",
         required=True,
         metavar="URI",
-        help="the PostgreSQL store to copy into (postgresql://user:password@host:port/db)",
+        help="the PostgreSQL store (postgresql://user:password@host:port/db)",
+    )
+    c.add_argument(
+        "--to",
+        choices=("postgresql", "sqlite"),
+        default="postgresql",
+        help="postgresql (default): the SQLite store of --data-dir into --store, a store no "
+        "node has used (one node -> several); sqlite: --store, every node stopped, into a new "
+        "SQLite store in --data-dir (several nodes -> one)",
     )
     add_config_flags(c)
     c.add_argument("--output", choices=("text", "json"), default="text")
@@ -69,8 +82,30 @@ def _copy(args: argparse.Namespace) -> int:
     from coordinator.cli.dump_replay import check_store_uri
     from coordinator.runtime.store import SqliteRecordStore, StoreError
     from coordinator.runtime.store.postgres_copy import copy_to_postgres
+    from coordinator.runtime.store.postgres_schema import dsn_for_log
+    from coordinator.runtime.store.sqlite_copy import copy_to_sqlite
 
     check_store_uri(args)
+    if args.to == "sqlite":
+        if args.accept_lost_wal:
+            print(
+                "kip848 store copy: --accept-lost-wal is for a SQLite store copied from "
+                "(--to postgresql)",
+                file=sys.stderr,
+            )
+            return 2
+        try:
+            result = copy_to_sqlite(args.store, args.data_dir)
+        except StoreError as exc:
+            print(f"kip848 store copy: {exc}", file=sys.stderr)
+            return 1
+        _copied(
+            args,
+            result,
+            f"Copied the store at {dsn_for_log(args.store)} into {args.data_dir}",
+            "Start the one node with --data-dir; do not start nodes on the PostgreSQL store again.",
+        )
+        return 0
     config = build_config(args.config_file, args.set, args.server_properties)
     try:
         # For writing: its lock keeps a server off the store while it is copied (one running
@@ -84,12 +119,25 @@ def _copy(args: argparse.Namespace) -> int:
     except StoreError as exc:
         print(f"kip848 store copy: {exc}", file=sys.stderr)
         return 1
+    _copied(
+        args,
+        result,
+        f"Copied the store in {args.data_dir} into {result.where}",
+        "Start the nodes with --store.",
+    )
+    return 0
+
+
+def _copied(args: argparse.Namespace, result: CopyResult, what: str, then: str) -> None:
+    from coordinator.runtime.store.postgres_schema import dsn_for_log
+
     if args.output == "json":
         print(
             json.dumps(
                 {
                     "data_dir": args.data_dir,
-                    "store": result.where,
+                    "store": dsn_for_log(args.store),
+                    "to": args.to,
                     "partitions": result.partitions,
                     "journal_entries": result.journal_entries,
                     "compacted_records": result.compacted_records,
@@ -98,11 +146,10 @@ def _copy(args: argparse.Namespace) -> int:
         )
     else:
         print(
-            f"Copied the store in {args.data_dir} into {result.where}: {result.partitions} "
-            f"partitions and the cluster log, {result.compacted_records} compacted records and "
-            f"{result.journal_entries} journal entries. Start the nodes with --store."
+            f"{what}: {result.partitions} partitions and the cluster log, "
+            f"{result.compacted_records} compacted records and {result.journal_entries} "
+            f"journal entries. {then}"
         )
-    return 0
 
 
 def _migrate(args: argparse.Namespace) -> int:

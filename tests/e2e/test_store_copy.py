@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -108,34 +109,11 @@ def test_a_copied_store_holds_every_record_and_nodes_serve_it(
     ):
         server = start()
         try:
-            p = run_cli("groups", "list", "--bootstrap-server", server.address, "--output", "json")
-            assert p.returncode == 0, p.stderr
-            groups = json.loads(p.stdout)
-            described = []
-            for group in sorted(g["group_id"] for g in groups):
-                q = run_cli(
-                    "groups",
-                    "describe",
-                    group,
-                    "--offsets",
-                    "--members",
-                    "--bootstrap-server",
-                    server.address,
-                    "--output",
-                    "json",
-                )
-                assert q.returncode == 0, q.stderr
-                described.append(json.loads(q.stdout))
-            acls = run_cli("acls", "list", "--bootstrap-server", server.address, "--output", "json")
-            assert acls.returncode == 0, acls.stderr
-            users = run_cli(
-                "users", "list", "--bootstrap-server", server.address, "--output", "json"
-            )
-            assert users.returncode == 0, users.stderr
-            views.append((groups, described, json.loads(acls.stdout), json.loads(users.stdout)))
+            views.append(_views(server))
         finally:
             assert server.stop() == 0, server.stderr_text()
-    assert len(views[0][0]) == 6 and views[0][2] and views[0][3]
+    groups, _topics, acls, users = views[0][:4]
+    assert len(groups) == 6 and acls and users
     assert views[1] == views[0]
 
 
@@ -163,8 +141,8 @@ def _records(dsn: str) -> list[Any]:
         return [(log, list(pg.journal(log)), list(pg.load(log))) for log in pg.stats()["logs"]]
 
 
-def _copy(data: Path, dsn: str) -> tuple[int, str, str]:
-    p = run_cli("store", "copy", "--data-dir", str(data), "--store", dsn, timeout=120)
+def _copy(data: Path, dsn: str, *more: str) -> tuple[int, str, str]:
+    p = run_cli("store", "copy", "--data-dir", str(data), "--store", dsn, *more, timeout=120)
     assert SECRET not in p.stdout + p.stderr and "Traceback" not in p.stderr
     return p.returncode, p.stdout, p.stderr
 
@@ -243,3 +221,168 @@ def test_a_copy_that_fails_midway_commits_nothing_and_can_be_run_again(
         conn.execute("DROP TRIGGER fail_copy ON kip848_compacted")
     assert _copy(data, dsn)[0] == 0
     assert _dumps("--store", dsn) == _dumps("--data-dir", str(data))
+
+
+def _views(server: ServerProcess) -> tuple[Any, ...]:
+    """What a node serves of the store: groups (described with offsets and members), topics,
+    ACLs and SCRAM users."""
+    views: list[Any] = []
+    for command in (("groups", "list"), ("topics", "list"), ("acls", "list"), ("users", "list")):
+        p = run_cli(*command, "--bootstrap-server", server.address, "--output", "json")
+        assert p.returncode == 0, p.stderr
+        views.append(json.loads(p.stdout))
+    for group in sorted(g["group_id"] for g in views[0]):
+        q = run_cli(
+            "groups", "describe", group, "--offsets", "--members",
+            "--bootstrap-server", server.address, "--output", "json",
+        )  # fmt: skip
+        assert q.returncode == 0, q.stderr
+        views.append(json.loads(q.stdout))
+    return tuple(views)
+
+
+def _copy_back(dsn: str, data: Path) -> tuple[int, str, str]:
+    return _copy(data, dsn, "--to", "sqlite")
+
+
+def test_several_nodes_store_copied_back_into_sqlite_serves_the_same_and_goes_on(
+    source: Path, pg_server: Any, tmp_path: Path
+) -> None:
+    # One node's store copied into PostgreSQL, where a node then writes records of its own
+    # (a topic, a group's offsets: the cluster log and a partition, with leader epochs).
+    data = tmp_path / "one-node"
+    shutil.copytree(source, data)
+    dsn = pg_server.fresh_store_dsn()
+    assert _copy(data, dsn)[0] == 0
+    node = ServerProcess(tmp_path / "node1", "--store", dsn, "--node-id", "1", *PG_LEASE)
+    try:
+        p = run_cli("topics", "create", "added-on-pg", "--partitions", "3",
+                    "--bootstrap-server", node.address)  # fmt: skip
+        assert p.returncode == 0, p.stderr
+        p = run_cli("groups", "reset-offsets", "made-on-pg", "--topic", "added-on-pg",
+                    "--to-offset", "7", "--execute", "--bootstrap-server", node.address)  # fmt: skip
+        assert p.returncode == 0, p.stderr
+        on_pg = _views(node)
+    finally:
+        assert node.stop() == 0, node.stderr_text()
+    assert any(t["name"] == "added-on-pg" for t in on_pg[1])
+    assert "made-on-pg" in {g["group_id"] for g in on_pg[0]}
+    back = tmp_path / "back"
+    code, out, err = _copy_back(dsn, back)
+    assert (code, err) == (0, ""), err
+    before = _dumps("--store", dsn)
+    journal, compacted = len(before[0]), len(before[1])
+    assert out == (
+        f"Copied the store at {dsn_for_log(dsn)} into {back}: 4 partitions and the cluster "
+        f"log, {compacted} compacted records and {journal} journal entries. Start the one "
+        "node with --data-dir; do not start nodes on the PostgreSQL store again.\n"
+    )
+    # Record for record, the expired prefix included, and each log goes on where it would
+    # have on PostgreSQL; the store is only read.
+    assert _dumps("--data-dir", str(back)) == before
+    with (
+        SqliteRecordStore.in_data_dir(back, read_only=True) as one,
+        PostgresRecordStore(dsn, read_only=True) as pg,
+    ):
+        logs = one.stats()["logs"]
+        assert logs.keys() == pg.stats()["logs"].keys()
+        for log, info in logs.items():
+            assert one.last_offset(log) == pg.last_offset(log)
+            assert info["journal_first_offset"] == pg.stats()["logs"][log]["journal_first_offset"]
+        assert logs[1]["journal_first_offset"] > 0  # the retention-trimmed prefix came along
+    assert _dumps("--store", dsn) == before
+    # One node on the copy serves what the PostgreSQL node served, and appends after it.
+    server = ServerProcess(back)
+    try:
+        assert _views(server) == on_pg
+        p = run_cli("topics", "create", "added-after", "--partitions", "1",
+                    "--bootstrap-server", server.address)  # fmt: skip
+        assert p.returncode == 0, p.stderr
+    finally:
+        assert server.stop() == 0, server.stderr_text()
+    with SqliteRecordStore.in_data_dir(back, read_only=True) as one:
+        added = list(one.journal(-1))[-1]
+        assert added.offset == logs[-1]["last_offset"] + 1
+        assert b"added-after" in added.key and added.value
+
+
+def test_a_copy_back_that_could_lose_or_mix_records_is_refused_and_changes_nothing(
+    source: Path, pg_server: Any, tmp_path: Path
+) -> None:
+    data = tmp_path / "one-node"
+    shutil.copytree(source, data)
+    dsn = pg_server.fresh_store_dsn()
+    assert _copy(data, dsn)[0] == 0
+    copied = _records(dsn)
+    back = tmp_path / "back"
+    # A node running on the store: it could append while the copy reads.
+    node = ServerProcess(tmp_path / "node1", "--store", dsn, "--node-id", "1", *PG_LEASE)
+    try:
+        code, out, err = _copy_back(dsn, back)
+    finally:
+        assert node.stop() == 0, node.stderr_text()
+    assert (code, out) == (1, "")
+    assert err.startswith(
+        f"kip848 store copy: the PostgreSQL store at {dsn_for_log(dsn)} is in use by node 1 "
+        "(registered or leading partitions): stop every node first (a node killed without "
+        "stopping holds the store for its lease, here "
+    )
+    assert err.endswith(" s more); nothing was changed\n")
+    assert not back.exists()
+    assert _records(dsn) == copied
+    # Into a data directory whose store holds records (here: the one node's own).
+    code, out, err = _copy_back(dsn, data)
+    assert (code, out) == (1, "")
+    assert err == (
+        f"kip848 store copy: the SQLite store at {data / 'coordinator.db'} holds records: a "
+        "store is copied only into a data directory that holds none; nothing was changed\n"
+    )
+    assert _dumps("--data-dir", str(data)) == _dumps("--store", dsn)
+    # A database that holds no store; PostgreSQL out of reach; not a PostgreSQL URI.
+    empty = pg_server.fresh_store_dsn()
+    code, out, err = _copy_back(empty, back)
+    assert (code, out, len(err.splitlines())) == (1, "", 1)
+    assert err.startswith("kip848 store copy: ") and "no record store" in err
+    assert _tables(empty) == {} and not back.exists()
+    code, out, err = _copy_back(f"postgresql://kip848:{SECRET}@127.0.0.1:1/none", back)
+    assert (code, out, len(err.splitlines())) == (1, "", 1)
+    assert err.startswith("kip848 store copy: cannot connect to the PostgreSQL store at ")
+    p = run_cli("store", "copy", "--to", "sqlite", "--store", "sqlite:///x", "--data-dir", "d")
+    assert (p.returncode, p.stdout) == (2, "")
+    assert "--store takes a postgresql:// URI, got 'sqlite:///x'" in p.stderr
+    p = run_cli("store", "copy", "--to", "sqlite", "--store", dsn, "--data-dir", str(back),
+                "--accept-lost-wal")  # fmt: skip
+    assert (p.returncode, p.stdout) == (2, "")
+    assert p.stderr == (
+        "kip848 store copy: --accept-lost-wal is for a SQLite store copied from (--to postgresql)\n"
+    )
+    # Into an empty store of another partition count: its groups would hash elsewhere.
+    other = tmp_path / "other"
+    SqliteRecordStore.in_data_dir(other, partitions=8).close()
+    code, out, err = _copy_back(dsn, other)
+    assert (code, out) == (1, "")
+    assert err == (
+        f"kip848 store copy: the SQLite store at {other / 'coordinator.db'} has 8 coordinator "
+        "partitions and the PostgreSQL store 4: a group's records would be in another "
+        "partition than the one it hashes to; copy into a new data directory\n"
+    )
+    # A copy that fails midway (an injected SQLite failure) commits nothing; run again, it
+    # copies everything.
+    SqliteRecordStore.in_data_dir(back, partitions=4).close()
+    with sqlite3.connect(back / "coordinator.db") as conn:
+        conn.execute(
+            "CREATE TRIGGER fail_copy BEFORE INSERT ON compacted WHEN NEW.log = 3"
+            " BEGIN SELECT RAISE(ABORT, 'injected failure'); END"
+        )
+    code, out, err = _copy_back(dsn, back)
+    assert (code, out) == (1, "")
+    assert err == (
+        f"kip848 store copy: copying into the SQLite store at {back / 'coordinator.db'} failed "
+        "(nothing was committed): injected failure\n"
+    )
+    with sqlite3.connect(back / "coordinator.db") as conn:
+        assert conn.execute("SELECT count(*) FROM journal").fetchone() == (0,)
+        assert conn.execute("SELECT count(*) FROM compacted").fetchone() == (0,)
+        conn.execute("DROP TRIGGER fail_copy")
+    assert _copy_back(dsn, back)[0] == 0
+    assert _dumps("--data-dir", str(back)) == _dumps("--store", dsn)

@@ -212,7 +212,7 @@ def test_a_failed_migration_leaves_the_store_as_it_was(
     path = tmp_path / DATA_FILE_NAME
     make_v1_store(path, 3)
     before = v1_rows(path)
-    real = sqlite_schema._insert_chunks
+    real = sqlite_schema.insert_chunks
     calls = []
 
     def fail_on_the_journal(conn: sqlite3.Connection, sql: str, rows: Any) -> None:
@@ -222,7 +222,7 @@ def test_a_failed_migration_leaves_the_store_as_it_was(
             raise StoreCorruptError("the disk went away in the middle of the migration")
         real(conn, sql, rows)
 
-    monkeypatch.setattr(sqlite_schema, "_insert_chunks", fail_on_the_journal)
+    monkeypatch.setattr(sqlite_schema, "insert_chunks", fail_on_the_journal)
     with pytest.raises(StoreCorruptError, match="went away"):
         SqliteRecordStore(tmp_path, partitions=3)
     assert len(calls) == 2

@@ -24,14 +24,22 @@ from .postgres import PostgresRecordStore
 from .postgres_schema import connect_options, dsn_for_log, scrub
 from .sqlite import SqliteRecordStore
 
-__all__ = ["CopyResult", "copy_to_postgres"]
+__all__ = ["CopyResult", "Tally", "connect", "copy_to_postgres", "line"]
 
 
 @dataclass(slots=True)
-class _Tally:
+class Tally:
+    """One log's rows of one table as they are copied: how many, the last offset, the bytes of
+    their keys and values (what the copy checks the target against)."""
+
     rows: int = 0
     last: int = -1
     nbytes: int = 0
+
+    def add(self, offset: int, key: bytes, value: bytes | None) -> None:
+        self.rows += 1
+        self.last = max(self.last, offset)
+        self.nbytes += len(key) + (0 if value is None else len(value))
 
     def figures(self) -> tuple[int, int, int]:
         return (self.rows, self.last, self.nbytes)
@@ -64,16 +72,9 @@ def copy_to_postgres(source: SqliteRecordStore, dsn: str) -> CopyResult:
             )
     stats = source.stats()
     logs = stats["logs"]
-    try:
-        conn = psycopg.connect(
-            dsn, autocommit=True, application_name="kip848-copy", **connect_options(dsn)
-        )
-    except psycopg.Error as e:
-        raise StoreAccessError(
-            f"cannot connect to the PostgreSQL store at {where}: {_line(e, dsn)}"
-        ) from None
-    journal_tally = {log: _Tally() for log in log_ids(partitions)}
-    compacted_tally = {log: _Tally() for log in log_ids(partitions)}
+    conn = connect(dsn)
+    journal_tally = {log: Tally() for log in log_ids(partitions)}
+    compacted_tally = {log: Tally() for log in log_ids(partitions)}
     try:
         with conn:
             conn.execute("BEGIN")
@@ -86,7 +87,7 @@ def copy_to_postgres(source: SqliteRecordStore, dsn: str) -> CopyResult:
                     copy.set_types(["int4", "int8", "int8", "int8", "text", "bytea", "bytea"])
                     for offset, ts, group_id, key, value in _rows(source.journal_rows(log)):
                         copy.write_row((log, offset, ts, 0, group_id, key, value))
-                        _add(journal_tally[log], offset, key, value)
+                        journal_tally[log].add(offset, key, value)
                 with conn.cursor().copy(
                     'COPY kip848_compacted (log, key, "offset", group_id, value)'
                     " FROM STDIN (FORMAT BINARY)"
@@ -94,7 +95,7 @@ def copy_to_postgres(source: SqliteRecordStore, dsn: str) -> CopyResult:
                     copy.set_types(["int4", "bytea", "int8", "text", "bytea"])
                     for offset, key, value, group_id in _rows(source.load_rows(log)):
                         copy.write_row((log, key, offset, group_id, value))
-                        _add(compacted_tally[log], offset, key, value)
+                        compacted_tally[log].add(offset, key, value)
                 info = logs[log]
                 first = info["journal_first_offset"]
                 expired = info["last_offset"] if first is None else first - 1
@@ -115,7 +116,7 @@ def copy_to_postgres(source: SqliteRecordStore, dsn: str) -> CopyResult:
     except psycopg.Error as e:
         raise StoreError(
             f"copying into the PostgreSQL store at {where} failed (nothing was committed): "
-            f"{_line(e, dsn)}"
+            f"{line(e, dsn)}"
         ) from None
     finally:
         conn.close()
@@ -128,19 +129,28 @@ def copy_to_postgres(source: SqliteRecordStore, dsn: str) -> CopyResult:
     )
 
 
-def _line(e: BaseException, dsn: str) -> str:
+def connect(dsn: str) -> Any:
+    """The copy's own connection (autocommit: it runs its transaction itself). Raises
+    :class:`StoreAccessError`."""
+    import psycopg
+
+    try:
+        return psycopg.connect(
+            dsn, autocommit=True, application_name="kip848-copy", **connect_options(dsn)
+        )
+    except psycopg.Error as e:
+        raise StoreAccessError(
+            f"cannot connect to the PostgreSQL store at {dsn_for_log(dsn)}: {line(e, dsn)}"
+        ) from None
+
+
+def line(e: BaseException, dsn: str) -> str:
     return scrub(" ".join(str(e).split()), dsn) or type(e).__name__
 
 
 def _rows(chunks: Iterable[list[Any]]) -> Iterator[Any]:
     for chunk in chunks:
         yield from chunk
-
-
-def _add(tally: _Tally, offset: int, key: bytes, value: bytes | None) -> None:
-    tally.rows += 1
-    tally.last = max(tally.last, offset)
-    tally.nbytes += len(key) + (0 if value is None else len(value))
 
 
 def _check_unused(conn: Any, where: str) -> None:
@@ -166,7 +176,7 @@ def _check_unused(conn: Any, where: str) -> None:
 
 
 def _check_copied(
-    conn: Any, where: str, journal: dict[int, _Tally], compacted: dict[int, _Tally]
+    conn: Any, where: str, journal: dict[int, Tally], compacted: dict[int, Tally]
 ) -> None:
     for table, tally in (("kip848_journal", journal), ("kip848_compacted", compacted)):
         found = {

@@ -71,6 +71,17 @@ _SCHEMA_V2 = (
     ),
 )
 
+COMPACT_TRIGGERS = ("journal_compact_put", "journal_compact_delete")
+"""The triggers that keep ``compacted`` in step with the journal: dropped by a copy that writes
+both tables as they are, then made again (:func:`create_compact_triggers`)."""
+
+
+def create_compact_triggers(conn: sqlite3.Connection) -> None:
+    for stmt in _SCHEMA_V2:
+        if stmt.startswith("CREATE TRIGGER"):
+            conn.execute(stmt)
+
+
 SCHEMA_V1 = (
     "CREATE TABLE meta (name TEXT PRIMARY KEY NOT NULL, value NOT NULL)",
     (
@@ -222,7 +233,7 @@ def migrate_v1(conn: sqlite3.Connection, path: Path, partitions: int) -> dict[st
         + " ORDER BY offset",
         () if first is None else (first,),
     )
-    _insert_chunks(
+    insert_chunks(
         conn,
         "INSERT INTO compacted (pos, log, key, group_id, value) VALUES (?, ?, ?, ?, ?)",
         (
@@ -239,7 +250,7 @@ def migrate_v1(conn: sqlite3.Connection, path: Path, partitions: int) -> dict[st
     journal = conn.execute(
         "SELECT timestamp_ms, group_id, key, value FROM journal_v1 ORDER BY offset"
     )
-    _insert_chunks(
+    insert_chunks(
         conn,
         "INSERT INTO journal (pos, timestamp_ms, group_id, key, value) VALUES (?, ?, ?, ?, ?)",
         ((place(gid), ts, gid, key, value) for ts, gid, key, value in journal),
@@ -277,6 +288,6 @@ def _counts(conn: sqlite3.Connection, journal: str, compacted: str) -> dict[str,
     }
 
 
-def _insert_chunks(conn: sqlite3.Connection, sql: str, rows: Iterator[Any]) -> None:
+def insert_chunks(conn: sqlite3.Connection, sql: str, rows: Iterator[Any]) -> None:
     while chunk := list(islice(rows, _CHUNK)):
         conn.executemany(sql, chunk)
