@@ -1,7 +1,8 @@
 """``kip848 store copy``: how long a one-node SQLite store takes to copy into PostgreSQL (the
 coordinator is down meanwhile: the copy is offline), beside what follows it anyway — a node's
 load of the same records (``kip848 replay``: the store read and every group rebuilt, as a node
-loads its partitions), from the copy and from the SQLite store — measured in the same run.
+loads its partitions), from the copy and from the SQLite store — measured in the same run; then
+the way back (``--to sqlite``: the PostgreSQL copy into a new SQLite store).
 
     .venv/bin/python bench/store_copy.py                 # 10^5 and 10^6 records, docs/benchmarks.md
     .venv/bin/python bench/store_copy.py --sizes 100000 --no-doc
@@ -9,15 +10,18 @@ loads its partitions), from the copy and from the SQLite store — measured in t
 Stores: the analytics benchmark's (bench/analytics.py: the workload generator's store, then
 copies of it with renamed groups, cached under ``--work``). PostgreSQL: a server of the tests'
 (tests/pg.py) with fsync on, on this machine. Target: 10^6 records copied in <= 60 s on the
-2-core machine (an operator's maintenance window for moving one node to several).
+2-core machine (an operator's maintenance window for moving one node to several), and the same
+for the way back.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -47,9 +51,10 @@ def _replay(*where: str) -> float:
     return time.perf_counter() - t
 
 
-def measure(store_dir: Path, dsn: str) -> list[object]:
+def measure(store_dir: Path, dsn: str, work: Path) -> list[object]:
     from coordinator.runtime.store import SqliteRecordStore
     from coordinator.runtime.store.postgres_copy import copy_to_postgres
+    from coordinator.runtime.store.sqlite_copy import copy_to_sqlite
 
     with SqliteRecordStore.in_data_dir(store_dir) as src:
         wall, cpu = time.perf_counter(), time.process_time()
@@ -58,6 +63,19 @@ def measure(store_dir: Path, dsn: str) -> list[object]:
     records = result.journal_entries + result.compacted_records
     replay_pg = _replay("--store", dsn)
     replay_sqlite = _replay("--data-dir", str(store_dir))
+    back = Path(tempfile.mkdtemp(prefix="copy-back-", dir=work))
+    try:
+        back_wall = time.perf_counter()
+        returned = copy_to_sqlite(dsn, back)
+        back_wall = time.perf_counter() - back_wall
+        if (returned.journal_entries, returned.compacted_records) != (
+            result.journal_entries,
+            result.compacted_records,
+        ):
+            raise SystemExit(f"the copy back holds other records: {returned} vs {result}")
+        replay_back = _replay("--data-dir", str(back))
+    finally:
+        shutil.rmtree(back)
     return [
         f"{result.journal_entries:,}",
         f"{result.compacted_records:,}",
@@ -67,6 +85,8 @@ def measure(store_dir: Path, dsn: str) -> list[object]:
         f"{replay_pg:.1f}",
         f"{replay_sqlite:.1f}",
         f"{wall + replay_pg:.1f}",
+        f"{back_wall:.1f}",
+        f"{back_wall + replay_back:.1f}",
     ]
 
 
@@ -86,16 +106,19 @@ def main() -> int:
     rows, verdicts = [], []
     try:
         for size, store_dir in stores.items():
-            row = measure(store_dir, server.fresh_store_dsn())
+            row = measure(store_dir, server.fresh_store_dsn(), args.work)
             rows.append([f"{size:,}", *row])
             print(rows[-1], flush=True)
             if size in TARGET_S:
-                seconds = float(str(row[2]))
+                seconds, back_s = float(str(row[2])), float(str(row[8]))
                 verdicts.append(
                     f"* {size:,} records: copied in {seconds:.1f} s (target <= "
                     f"{TARGET_S[size]:.0f} s: {'yes' if seconds <= TARGET_S[size] else 'no'}); "
                     f"with the first node's load of the copy, {row[7]} s of downtime, against "
-                    f"{row[6]} s for the one node's own load of its SQLite store."
+                    f"{row[6]} s for the one node's own load of its SQLite store. Copied back "
+                    f"(`--to sqlite`) in {back_s:.1f} s (target <= {TARGET_S[size]:.0f} s: "
+                    f"{'yes' if back_s <= TARGET_S[size] else 'no'}); with the one node's load "
+                    f"of it, {row[9]} s of downtime."
                 )
     finally:
         server.stop()
@@ -109,7 +132,9 @@ def main() -> int:
             "by `kip848 store copy`'s code in this process (*copy s*: wall, *CPU s*: this "
             "process), then *replay* (`kip848 replay` in a fresh process: the store read and "
             "every group rebuilt, as a node loads its partitions) of the copy and, its peer, of "
-            "the SQLite store. *downtime*: the copy and the first load from PostgreSQL.",
+            "the SQLite store. *downtime*: the copy and the first load from PostgreSQL. *back s*: "
+            "the PostgreSQL copy copied back into a new SQLite store (`--to sqlite`, every node "
+            "stopped), *back downtime*: that and the one node's load of it (`kip848 replay`).",
             "",
             table(
                 [
@@ -122,6 +147,8 @@ def main() -> int:
                     "replay from PostgreSQL s",
                     "replay from SQLite s",
                     "downtime s",
+                    "back s",
+                    "back downtime s",
                 ],
                 rows,
             ),
@@ -131,7 +158,7 @@ def main() -> int:
     )
     print(body)
     if not args.no_doc:
-        write_section("store-copy", "## Store copy: one node to several\n\n" + body)
+        write_section("store-copy", "## Store copy: one node to several and back\n\n" + body)
     return 0
 
 
