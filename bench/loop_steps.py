@@ -21,11 +21,17 @@ its longest lateness (wall) / the loop thread's longest CPU time from one tick t
   ``Timing.arm_partition``).
 * *list*: ``CoordinatorRuntime.list_topics`` at N topics (the loop's CPU per call, the most
   of 5); *snapshot*: ``apply_topic_snapshot`` of the same N topics (a refresh from an upstream
-  broker that changes nothing).
+  broker that changes nothing); *feed*: the same refresh through the Kafka listener's topic
+  feed (``TopicFeed._refresh_once``), a stand-in upstream answering its Metadata request with
+  the N topics (3 partitions each, on 3 brokers with racks) — the answer decoded and turned
+  into a snapshot too; *snapshot-new*: a refresh that creates the N topics (a node starting in
+  front of a broker that has them).
 
-*before*: as it was (a catch-up's journal decoded and applied in one step); *after*: decoded
-on the loader thread and applied at most :data:`~coordinator.runtime.partitions.STEP_RECORDS`
-records per step, at an append's end. The modes alternate.
+*before*: as it was (a catch-up's journal decoded and applied in one step; a refresh decoded,
+compared and applied in one step); *after*: decoded on the loader thread and applied at most
+:data:`~coordinator.runtime.partitions.STEP_RECORDS` records per step, at an append's end (a
+refresh: compared on a thread, applied
+:data:`~coordinator.runtime.runtime.SNAPSHOT_STEP` changes a step). The modes alternate.
 """
 
 from __future__ import annotations
@@ -58,7 +64,17 @@ TARGET_MS = 20.0
 PER_APPEND = 100
 LISTS = 6
 """ListTopics calls of a *list* run, every other one after a topic was created."""
-CASES = ("catchup-topics", "catchup-acls", "catchup-scram", "takeover", "list", "snapshot")
+CASES = (
+    "catchup-topics",
+    "catchup-acls",
+    "catchup-scram",
+    "takeover",
+    "list",
+    "snapshot",
+    "feed",
+    "snapshot-new",
+)
+SNAPSHOTS = ("snapshot", "feed", "snapshot-new")
 MODES = ("before", "after")
 
 
@@ -141,14 +157,107 @@ def _as_it_was() -> None:
     partitions.Partitions._apply_entries = apply_entries  # type: ignore[method-assign]
 
 
+def _snapshot_as_it_was() -> None:
+    """*before*: a refresh planned and applied whole in one command on the loop; the topic
+    feed's Metadata answer decoded, and turned into a snapshot, on the loop."""
+    from coordinator.runtime import CoordinatorRuntime
+    from coordinator.server.kafka.upstream import topic_feed
+
+    async def apply_topic_snapshot(self: Any, topics: Any, keep: Any = ()) -> Any:
+        return await self._deleting_topics(
+            lambda r: r.apply_snapshot(topics, keep), lambda changes: changes.deleted_names
+        )
+
+    async def refresh_once(self: Any) -> None:
+        meta = await self.client.call(None)
+        self.upstream.update_brokers(meta)
+        await self.runtime.apply_topic_snapshot(*topic_feed.snapshot_of(meta))
+
+    CoordinatorRuntime.apply_topic_snapshot = apply_topic_snapshot  # type: ignore[method-assign]
+    topic_feed.TopicFeed._refresh_once = refresh_once  # type: ignore[method-assign]
+
+
 BEFORE = {
     "catchup-topics": _as_it_was,
     "catchup-acls": _as_it_was,
     "catchup-scram": _as_it_was,
     "list": _list_as_it_was,
+    "snapshot": _snapshot_as_it_was,
+    "feed": _snapshot_as_it_was,
+    "snapshot-new": _snapshot_as_it_was,
 }
 """The cases whose *before* is measured, and how it is brought back; the others run once a
 repeat, as the code is ("as is")."""
+
+
+def _metadata_frame(n: int) -> bytes:
+    """A Metadata v12 answer listing N topics ``t-0000000``... (the ids the *snapshot* cases'
+    registry has), 3 partitions each on 3 brokers with racks: its frame (correlation id and
+    header's tagged fields, then the body)."""
+    import uuid
+
+    from coordinator.server.kafka import wire
+
+    partitions = [
+        {
+            "error_code": 0,
+            "partition_index": p,
+            "leader_id": p,
+            "leader_epoch": 0,
+            "replica_nodes": [p],
+            "isr_nodes": [p],
+            "offline_replicas": [],
+        }
+        for p in range(3)
+    ]
+    answer = wire.build(
+        wire.response_class(3, 12),
+        throttle_time_ms=0,
+        brokers=[{"node_id": b, "host": "h", "port": 9092, "rack": f"r{b}"} for b in range(3)],
+        cluster_id="c",
+        controller_id=0,
+        topics=[
+            {
+                "error_code": 0,
+                "name": f"t-{i:07d}",
+                "topic_id": uuid.UUID(int=i + 1),
+                "is_internal": False,
+                "partitions": partitions,
+                "topic_authorized_operations": -(2**31),
+            }
+            for i in range(n)
+        ],
+    )
+    return b"\0\0\0\1\0" + wire.encode_body(answer)
+
+
+class _Upstream:
+    """A stand-in upstream for the topic feed: its client answers every call with ``frame``."""
+
+    def __init__(self, frame: bytes) -> None:
+        self.on_topics_changed = self.on_topics_named = None
+        self.brokers: list[int] = []
+        outer = self
+
+        class Client:
+            async def call(self, entity: Any, *, decode: bool = True) -> Any:
+                from coordinator.server.kafka import wire
+
+                if decode:
+                    return wire.decode_response(3, 12, frame, 5)
+                return frame, 5
+
+            def close(self) -> None:
+                pass
+
+        self.client = Client()
+        self.outer = outer
+
+    def version_for(self, key: int, cap: int | None = None) -> int:
+        return 12
+
+    def update_brokers(self, meta: Any) -> None:
+        self.brokers = [int(b.node_id) for b in meta.brokers]
 
 
 class _Ticker:
@@ -199,6 +308,13 @@ async def _run(case: str, n: int, mode: str) -> dict[str, Any]:
         _append(store, _group_records(n), 2_000, 10_000)
     if case == "snapshot":  # what the upstream broker has: the same topics
         wanted = [NewTopic(name=t.name, num_partitions=3) for t in await rt.list_topics()]
+    elif case == "snapshot-new":  # the broker has N topics, the registry none
+        wanted = [NewTopic(name=f"t-{i:07d}", num_partitions=3) for i in range(n)]
+    elif case == "feed":
+        from coordinator.server.kafka.upstream.topic_feed import TopicFeed
+
+        feed = TopicFeed(rt, _Upstream(_metadata_frame(n)))  # type: ignore[arg-type]
+        await feed._refresh_once()  # the registry follows the broker's N topics
     # The memory store keeps what was appended in this process (PostgreSQL: in its own): not
     # the node's, out of the loop's collections.
     gc.collect()
@@ -230,26 +346,38 @@ async def _run(case: str, n: int, mode: str) -> dict[str, Any]:
         group = rt.driver.shards[0].groups.get("big")
         out["ok"] = group is not None and len(group.members) == n
         out["loader_ms"] = parts.loads[0].seconds * 1e3
+    elif case == "snapshot-new":
+        c0 = time.thread_time()
+        changes = await rt.apply_topic_snapshot(wanted)
+        out["per_call_ms"] = (time.thread_time() - c0) * 1e3
+        out["ok"] = len(changes.created) == n and len(rt.committed.registry.topics) == n
     else:
         per_call = []
-        for i in range(LISTS):
+        for i in range(LISTS if case != "feed" else 3):
             if case == "list" and i % 2 == 0:  # a topic created first: listed anew
                 await rt.create_topics([NewTopic(name=f"u-{i}", num_partitions=1)])
                 await asyncio.sleep(0.01)
             c0 = time.thread_time()
             if case == "list":
                 listed = await rt.list_topics()
+            elif case == "feed":
+                await feed._refresh_once()
             else:
                 changes = await rt.apply_topic_snapshot(wanted)
             per_call.append((time.thread_time() - c0) * 1e3)
             await asyncio.sleep(0.01)
         out["median_call_ms"] = median(per_call)
         out["per_call_ms"] = max(per_call)
-        out["ok"] = (
-            len(listed) == n + (LISTS + 1) // 2
-            if case == "list"
-            else not (changes.created or changes.deleted or changes.updated)
-        )
+        if case == "list":
+            out["ok"] = len(listed) == n + (LISTS + 1) // 2
+        elif case == "feed":
+            image = rt.registry.image()
+            out["ok"] = len(image.by_name) == n and all(
+                t.num_partitions == 3 and len(t.partition_racks) == 3
+                for t in image.by_name.values()
+            )
+        else:
+            out["ok"] = not (changes.created or changes.deleted or changes.updated)
     out["wall_ms"] = (time.perf_counter() - t0) * 1e3
     await asyncio.sleep(0.2)
     out["step_ms"], out["step_cpu_ms"] = ticker.since(mark)
@@ -341,16 +469,23 @@ def main(argv: list[str] | None = None) -> None:
         f"another node appended N topics, ACLs or SCRAM credentials ({PER_APPEND:,} records an "
         "append) and this node catches up from the journal; *takeover*: this node takes over "
         "a partition holding one group of N members; *list*, *snapshot*: ListTopics and a "
-        "refresh from an upstream broker that changes nothing, at N topics (*per call*: the "
-        f"loop's CPU, the most / the median of {LISTS} calls, a topic created before every "
-        "other ListTopics; *takeover*: the install on the loop, its members' timers "
+        "refresh from an upstream broker that changes nothing, at N topics; *feed*: that "
+        "refresh through the Kafka listener's topic feed, the broker's Metadata answer (N "
+        "topics of 3 partitions, with racks) decoded too; *snapshot-new*: a refresh creating "
+        "N topics (*per call*: the "
+        f"loop's CPU, the most / the median of {LISTS} calls (*feed*: 3), a topic created "
+        "before every other ListTopics; *takeover*: the install on the loop, its members' timers "
         "armed, while the read and the build of the group took *loader ms* on a loader thread). "
         "*longest step*: a callback due every millisecond, its "
         "longest lateness (wall) / the loop thread's CPU from one tick to the next. *before*: "
         "a catch-up's journal decoded and applied in one step, ListTopics built whole in one "
-        "step every call, as they were; *after*: the journal decoded on the loader thread and "
-        "applied a bounded number of records a step; ListTopics built a bounded number of "
-        "topics a step from the committed topics image and kept until it changes; *as is*: a "
+        "step every call, a refresh decoded, compared and applied whole in one step, as they "
+        "were; *after*: the journal decoded on the loader thread and "
+        "applied a bounded number of records a step (the committed copy a step after the "
+        "registry); ListTopics built a bounded number of "
+        "topics a step from the committed topics image and kept until it changes; a refresh "
+        "decoded and compared with the registry's topics image on a thread, its changes "
+        "applied a bounded number a step; *as is*: a "
         "case whose code did not change.\n\n"
         + "\n".join(summary)
         + "\n\n"

@@ -239,6 +239,108 @@ def _duplicate_result(name: str) -> TopicResult:
     return TopicResult(name=name, error_code=exc.code, error_message=exc.message)
 
 
+_DELETED, _UPDATED, _CREATED = "deleted", "updated", "created"
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedChange:
+    """One topic's change of a :class:`SnapshotPlan`: ``kind`` deleted (a tombstone; the id
+    and partition count it had), updated (its id, the new count or racks) or created (the id
+    the broker gives; None: minted when applied)."""
+
+    kind: str
+    name: str
+    topic_id: str | None
+    num_partitions: int
+    partition_racks: PartitionRacks
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotPlan:
+    """What makes a registry whose topics image is ``image`` equal to a broker's snapshot
+    (:func:`plan_snapshot`): ``changes`` in the order their records are written — the
+    tombstones by name, then the updates and creations by name; ``given_ids``: the ids the
+    snapshot gives (a minted id avoids them)."""
+
+    image: TopicsImage
+    changes: tuple[PlannedChange, ...]
+    given_ids: frozenset[str]
+
+
+def plan_snapshot(
+    image: TopicsImage, topics: Sequence[NewTopic], keep: Collection[str] = ()
+) -> SnapshotPlan:
+    """The changes that make a registry whose topics are ``image`` equal to a broker's
+    complete topic metadata (a pure function of an immutable image: computed off the loop,
+    applied on it by :meth:`TopicRegistry.apply_plan`).
+
+    ``topics``: every topic the broker has (a ``topic_id`` of None: the broker gives no ids
+    — a topic keeps the id it has here, a new one gets a new id). ``keep``: topics the
+    broker listed without usable metadata (an error, no partitions): left as they are.
+    A registry topic the broker no longer has is deleted (tombstone); one whose id changed
+    was re-created there: tombstone, then the new topic (offsets on it must go, as for a
+    deleted topic). A new partition count, or new replica racks, with the same id is an
+    update. A snapshot giving one id to two topics, a duplicate name or a partition count
+    below 1 is refused whole (INVALID_REQUEST), as is one giving a topic the id of a
+    registry topic that stays."""
+    seen: set[str] = set()
+    ids: dict[str, str] = {}
+    for t in topics:
+        if t.name in seen or t.name in keep:
+            raise InvalidRequestError(f"Topic {t.name} appears twice in the snapshot.")
+        seen.add(t.name)
+        if t.num_partitions < 1:
+            raise InvalidRequestError(
+                f"Topic {t.name} has {t.num_partitions} partitions in the snapshot."
+            )
+        check_partition_racks(t.name, t.partition_racks, t.num_partitions)
+        if t.topic_id is not None and (
+            t.topic_id == ZERO_TOPIC_ID or ids.setdefault(t.topic_id, t.name) != t.name
+        ):
+            raise InvalidRequestError(
+                f"Topic id {t.topic_id} of {t.name} is reserved or used twice in the snapshot."
+            )
+    wanted = {t.name: t for t in topics}
+    present = image.by_name
+    held = {  # ids of the registry topics that stay
+        v.topic_id: name
+        for name, v in present.items()
+        if name in keep or (name in wanted and wanted[name].topic_id in (None, v.topic_id))
+    }
+    for topic_id, name in ids.items():
+        if held.get(topic_id, name) != name:
+            raise InvalidRequestError(
+                f"Topic id {topic_id} of {name} is still held by topic {held[topic_id]}."
+            )
+    # Only what changes is sorted (a sort of every name holds a thread's GIL for its whole
+    # length: the loop would wait on it).
+    deleted: list[PlannedChange] = []
+    for name, value in present.items():
+        if name in keep:
+            continue
+        new = wanted.get(name)
+        if new is None or (new.topic_id is not None and new.topic_id != value.topic_id):
+            deleted.append(PlannedChange(_DELETED, name, value.topic_id, value.num_partitions, {}))
+    gone = {d.name for d in deleted}
+    changed: list[PlannedChange] = []
+    for name, new in wanted.items():
+        racks = make_partition_racks(new.partition_racks.items())
+        current = None if name in gone else present.get(name)
+        if current is None:
+            changed.append(PlannedChange(_CREATED, name, new.topic_id, new.num_partitions, racks))
+        elif current.num_partitions != new.num_partitions or current.partition_racks != racks:
+            changed.append(
+                PlannedChange(_UPDATED, name, current.topic_id, new.num_partitions, racks)
+            )
+    deleted.sort(key=_name_of)
+    changed.sort(key=_name_of)
+    return SnapshotPlan(image, (*deleted, *changed), frozenset(ids))
+
+
+def _name_of(change: PlannedChange) -> str:
+    return change.name
+
+
 class TopicRegistry:
     def __init__(self, ids: IdSource, *, default_num_partitions: int = 1) -> None:
         self.ids = ids
@@ -436,99 +538,54 @@ class TopicRegistry:
     def apply_snapshot(
         self, topics: Sequence[NewTopic], keep: Collection[str] = ()
     ) -> Result[SnapshotChanges]:
-        """Make the registry equal to a broker's complete topic metadata.
+        """Make the registry equal to a broker's complete topic metadata, in one command:
+        :func:`plan_snapshot` against the registry's image (what it checks and changes is
+        said there), then every change of the plan (:meth:`apply_plan`). Nothing is written
+        when nothing changed."""
+        image = self.image()
+        plan = plan_snapshot(image, topics, keep)
+        result = self.apply_plan(plan, 0, len(plan.changes), image)
+        assert result is not None  # planned on this very image
+        return result[0]
 
-        ``topics``: every topic the broker has (a ``topic_id`` of None: the broker gives no ids
-        — a topic keeps the id it has here, a new one gets a new id). ``keep``: topics the
-        broker listed without usable metadata (an error, no partitions): left as they are.
-        A registry topic the broker no longer has is deleted (tombstone); one whose id changed
-        was re-created there: tombstone, then the new topic (offsets on it must go, as for a
-        deleted topic). A new partition count, or new replica racks, with the same id is an
-        update. Nothing is written when nothing changed. A snapshot giving one id to two topics, a duplicate name
-        or a partition count below 1 is refused whole (INVALID_REQUEST), as is one giving a
-        topic the id of a registry topic that stays."""
-        seen: set[str] = set()
-        ids: dict[str, str] = {}
-        for t in topics:
-            if t.name in seen or t.name in keep:
-                raise InvalidRequestError(f"Topic {t.name} appears twice in the snapshot.")
-            seen.add(t.name)
-            if t.num_partitions < 1:
-                raise InvalidRequestError(
-                    f"Topic {t.name} has {t.num_partitions} partitions in the snapshot."
-                )
-            check_partition_racks(t.name, t.partition_racks, t.num_partitions)
-            if t.topic_id is not None and (
-                t.topic_id == ZERO_TOPIC_ID or ids.setdefault(t.topic_id, t.name) != t.name
-            ):
-                raise InvalidRequestError(
-                    f"Topic id {t.topic_id} of {t.name} is reserved or used twice in the snapshot."
-                )
-        wanted = {t.name: t for t in topics}
-        held = {  # ids of the registry topics that stay
-            v.topic_id: name
-            for name, v in self.topics.items()
-            if name in keep or (name in wanted and wanted[name].topic_id in (None, v.topic_id))
-        }
-        for topic_id, name in ids.items():
-            if held.get(topic_id, name) != name:
-                raise InvalidRequestError(
-                    f"Topic id {topic_id} of {name} is still held by topic {held[topic_id]}."
-                )
+    def apply_plan(
+        self, plan: SnapshotPlan, start: int, stop: int, expected: TopicsImage
+    ) -> tuple[Result[SnapshotChanges], TopicsImage] | None:
+        """Apply ``plan.changes[start:stop]`` (:func:`plan_snapshot`) when the registry's image
+        is ``expected`` — the plan's own image for its first changes, the image the previous
+        part left for the next ones: what the plan's changes were decided on — else nothing
+        (None: a change came meanwhile, plan again). Its result, and the image it leaves.
+        Applied part by part, the records are those of one application of the whole plan, in
+        its order (a new topic's id is minted here, in that order: not one in use, nor one
+        the snapshot gives)."""
+        if self.image() is not expected:
+            return None
         result: Result[SnapshotChanges] = Result(
             response=SnapshotChanges(created=[], updated=[], deleted=[])
         )
         changes = result.response
         assert changes is not None
-        for name, value in sorted(self.topics.items()):
-            if name in keep:
-                continue
-            new = wanted.get(name)
-            if new is None or (new.topic_id is not None and new.topic_id != value.topic_id):
+        for change in plan.changes[start:stop]:
+            name, count, racks = change.name, change.num_partitions, change.partition_racks
+            if change.kind == _DELETED:
+                assert change.topic_id is not None  # the id it had
                 self._emit(result, r.topic_record(name, None))
                 changes.deleted.append(
-                    TopicResult(
-                        name=name, topic_id=value.topic_id, num_partitions=value.num_partitions
-                    )
-                )
-        used_ids = {v.topic_id for v in self.topics.values()}
-        for name in sorted(wanted):
-            new = wanted[name]
-            racks = make_partition_racks(new.partition_racks.items())
-            current = self.topics.get(name)
-            if current is not None:
-                if (
-                    current.num_partitions == new.num_partitions
-                    and current.partition_racks == racks
-                ):
-                    continue
-                self._emit(
-                    result, r.topic_record(name, current.topic_id, new.num_partitions, racks)
-                )
-                changes.updated.append(
-                    TopicResult(
-                        name=name,
-                        topic_id=current.topic_id,
-                        num_partitions=new.num_partitions,
-                        partition_racks=racks,
-                    )
+                    TopicResult(name=name, topic_id=change.topic_id, num_partitions=count)
                 )
                 continue
-            topic_id = new.topic_id or self.ids.new_topic_id()
-            if new.topic_id is None:
-                while topic_id in used_ids or topic_id in ids:
+            topic_id = change.topic_id
+            if topic_id is None:
+                topic_id = self.ids.new_topic_id()
+                while topic_id in self._ids or topic_id in plan.given_ids:
                     topic_id = self.ids.new_topic_id()
-            used_ids.add(topic_id)
-            self._emit(result, r.topic_record(name, topic_id, new.num_partitions, racks))
-            changes.created.append(
+            self._emit(result, r.topic_record(name, topic_id, count, racks))
+            (changes.updated if change.kind == _UPDATED else changes.created).append(
                 TopicResult(
-                    name=name,
-                    topic_id=topic_id,
-                    num_partitions=new.num_partitions,
-                    partition_racks=racks,
+                    name=name, topic_id=topic_id, num_partitions=count, partition_racks=racks
                 )
             )
-        return result
+        return result, self.image()
 
     def list_topics(self) -> list[TopicResult]:
         return [

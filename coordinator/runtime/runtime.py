@@ -44,7 +44,13 @@ from coordinator.core.offsets import (
     TxnOffsetCommit,
 )
 from coordinator.core.shard import DeleteGroupResult, GroupDescription
-from coordinator.core.topics import NewTopic, SnapshotChanges, TopicResult
+from coordinator.core.topics import (
+    NewTopic,
+    SnapshotChanges,
+    SnapshotPlan,
+    TopicResult,
+    plan_snapshot,
+)
 from coordinator.core.transactions import (
     AddOffsetsToTxn,
     EndTxn,
@@ -66,6 +72,7 @@ from legacy_bridge import messages as cm
 from . import requests
 from .assignors import make_assignors
 from .clock import ManualClock, SystemClock
+from .collector import freeze_new, no_collections
 from .committed import CommittedCluster
 from .driver import (
     EXPIRE_OFFSETS,
@@ -99,6 +106,17 @@ LIST_STEP = 5000
 """ListTopics builds this many topics of its answer a step of the loop (3-5 ms), the loop
 serving the others in between: at 100,000 topics one step built it whole, 95-100 ms of the
 loop's CPU, every call."""
+
+SNAPSHOT_INLINE = 2000
+"""A refresh from an upstream broker plans its changes on the loop up to this many topics
+(the snapshot's or the registry's; 2-4 ms), on a thread beyond (:meth:`apply_topic_snapshot`:
+at 100,000 topics planning on the loop held it 190-260 ms of its CPU, every refresh)."""
+SNAPSHOT_STEP = 500
+"""A refresh from an upstream broker applies this many topic changes a step of the loop, each
+part a write of the cluster log of its own (as a catch-up applies others' appends: at most
+14-15 ms of the loop at 100,000 topics; one step for all of them took 1.4 s)."""
+SNAPSHOT_REPLANS = 5
+"""A refresh plans again when the registry changed under it, at most this many times."""
 
 
 class CoordinatorRuntime:
@@ -476,12 +494,107 @@ class CoordinatorRuntime:
     async def apply_topic_snapshot(
         self, topics: Sequence[NewTopic], keep: Sequence[str] = ()
     ) -> SnapshotChanges:
-        """Make the registry follow a broker's metadata (``TopicRegistry.apply_snapshot``).
-        Topics gone from the broker or re-created there (a new id) lose their committed
-        offsets in the same durable batch, as :meth:`delete_topics` does."""
-        return await self._deleting_topics(
-            lambda r: r.apply_snapshot(topics, keep), lambda changes: changes.deleted_names
+        """Make the registry follow a broker's metadata (``TopicRegistry.apply_snapshot``):
+        :meth:`follow_topic_snapshot` of these topics, planned on the loop when there are at
+        most :data:`SNAPSHOT_INLINE` of them and in the registry (2-4 ms), else on a thread."""
+        return await self.follow_topic_snapshot(
+            lambda: (topics, keep), inline=len(topics) <= SNAPSHOT_INLINE
         )
+
+    async def follow_topic_snapshot(
+        self,
+        snapshot: Callable[[], tuple[Sequence[NewTopic], Sequence[str]]],
+        *,
+        inline: bool = False,
+    ) -> SnapshotChanges:
+        """Make the registry follow a broker's metadata: ``snapshot()`` gives its topics and
+        the topics to keep (``TopicRegistry.apply_snapshot``). Topics gone from the broker or
+        re-created there (a new id) lose their committed offsets in the same durable batch,
+        as :meth:`delete_topics` does.
+
+        ``snapshot()`` is called, and the changes planned against the registry's topics
+        image as it is (immutable: ``plan_snapshot``), on a thread (``inline``: on the loop
+        while the registry holds at most :data:`SNAPSHOT_INLINE` topics): the loop only
+        checks that nothing changed meanwhile — a refresh that changes nothing costs it no
+        more — then applies the changes, :data:`SNAPSHOT_STEP` a step of the loop, each part
+        a command of the cluster log durable before the next (``TopicRegistry.apply_plan``):
+        the records of one application of the whole plan, in its order. A reader between two
+        parts sees the registry with the plan's first parts applied: each topic as it was or
+        as the broker has it (a re-created one absent between its tombstone and its new
+        record, as on the broker). A change of the registry that came meanwhile (another
+        command, another node's append caught up) is kept in its place, and the rest planned
+        again against the registry with it (``snapshot()`` called again; at most
+        :data:`SNAPSHOT_REPLANS` times, then the snapshot is applied whole, in one step)."""
+        self.driver.check_serving()
+        total = SnapshotChanges(created=[], updated=[], deleted=[])
+        for _attempt in range(SNAPSHOT_REPLANS):
+            plan = await self._plan_snapshot(snapshot, inline)
+            expected: TopicsImage | None = plan.image
+            done, count = 0, len(plan.changes)
+            if not count and self.registry.image() is expected:
+                return total
+            while expected is not None and done < count:
+                if done:
+                    await asyncio.sleep(0)  # the loop serves the others meanwhile
+                part = await self._apply_plan_part(plan, done, done + SNAPSHOT_STEP, expected)
+                if part is None:
+                    expected = None  # a change came meanwhile: plan the rest again
+                    continue
+                changes, expected = part
+                total.created.extend(changes.created)
+                total.updated.extend(changes.updated)
+                total.deleted.extend(changes.deleted)
+                done += SNAPSHOT_STEP
+            if expected is not None:
+                return total
+        whole = await self._deleting_topics(
+            lambda r: r.apply_snapshot(*snapshot()), lambda changes: changes.deleted_names
+        )
+        total.created.extend(whole.created)
+        total.updated.extend(whole.updated)
+        total.deleted.extend(whole.deleted)
+        return total
+
+    async def _plan_snapshot(
+        self, snapshot: Callable[[], tuple[Sequence[NewTopic], Sequence[str]]], inline: bool
+    ) -> SnapshotPlan:
+        """``plan_snapshot`` of ``snapshot()`` against the registry's image now: on a thread
+        unless ``inline`` and the registry is small (:meth:`follow_topic_snapshot`)."""
+        image = self.registry.image()
+        if inline and len(image.by_name) <= SNAPSHOT_INLINE:
+            return plan_snapshot(image, *snapshot())
+
+        def plan() -> SnapshotPlan:
+            with no_collections():  # the snapshot is freed here, never scanned
+                planned = plan_snapshot(image, *snapshot())
+            if len(planned.changes) > SNAPSHOT_STEP:
+                freeze_new()  # what a large plan brings is long-lived (the new topics')
+            return planned
+
+        return await asyncio.get_running_loop().run_in_executor(None, plan)
+
+    async def _apply_plan_part(
+        self, plan: SnapshotPlan, start: int, stop: int, expected: TopicsImage
+    ) -> tuple[SnapshotChanges, TopicsImage] | None:
+        """``plan.changes[start:stop]`` applied in one command of the cluster log, durable
+        with the offsets of the topics it deletes (:meth:`_deleting_topics`): what it changed
+        and the image it left; None when the registry is not at ``expected`` (nothing done)."""
+
+        def deleted(part: tuple[SnapshotChanges, TopicsImage] | None) -> list[str]:
+            return [] if part is None else part[0].deleted_names
+
+        def apply(reg: Any) -> Any:
+            part = reg.apply_plan(plan, start, stop, expected)
+            if part is None:
+                return Result(response=None)
+            result, left = part
+            result.response = (result.response, left)
+            return result
+
+        part: tuple[SnapshotChanges, TopicsImage] | None = await self._deleting_topics(
+            apply, deleted
+        )
+        return part
 
     async def _deleting_topics(
         self,

@@ -100,13 +100,15 @@ class UpstreamClient:
         self._correlation_id = 0
         self._session_ends: float | None = None  # KIP-368: sign in again before (monotonic)
 
-    async def call(self, entity: Any) -> Any:
-        """Send one request entity; its decoded response. Waited for ``timeout_s`` plus what
-        the request asks the broker to wait (its ``timeout_ms`` or ``max_wait_ms``)."""
+    async def call(self, entity: Any, *, decode: bool = True) -> Any:
+        """Send one request entity; its decoded response (``decode`` false: the response's
+        frame and the position of its body, for :func:`wire.decode_response` — the caller
+        decodes a large one off the loop). Waited for ``timeout_s`` plus what the request
+        asks the broker to wait (its ``timeout_ms`` or ``max_wait_ms``)."""
         async with self._lock:
             try:
                 return await asyncio.wait_for(
-                    self._call(entity), self.timeout_s + _entity_wait_s(entity)
+                    self._call(entity, decode), self.timeout_s + _entity_wait_s(entity)
                 )
             except (OSError, TimeoutError, asyncio.IncompleteReadError, wire.WireError) as exc:
                 self.close()
@@ -120,7 +122,7 @@ class UpstreamClient:
                 self.close()
                 raise
 
-    async def _call(self, entity: Any) -> Any:
+    async def _call(self, entity: Any, decode: bool = True) -> Any:
         if self._session_ends is not None and time.monotonic() >= self._session_ends:
             self.close()  # the broker would close it at the next request: a new session
         if self._writer is None:
@@ -129,9 +131,9 @@ class UpstreamClient:
             lifetime_ms = await self.security.sign_in(self._request)
             if lifetime_ms > 0:
                 self._session_ends = time.monotonic() + lifetime_ms * 0.85 / 1000
-        return await self._request(entity)
+        return await self._request(entity, decode)
 
-    async def _request(self, entity: Any) -> Any:
+    async def _request(self, entity: Any, decode: bool = True) -> Any:
         reader, writer = self._reader, self._writer
         assert reader is not None and writer is not None
         cls = type(entity)
@@ -148,7 +150,7 @@ class UpstreamClient:
         if got != correlation_id:
             raise wire.WireError(f"correlation id {got} in answer to {correlation_id}")
         pos = 4 + (1 if wire.response_header_flexible(key, version) else 0)
-        return wire.decode_response(key, version, frame, pos)
+        return wire.decode_response(key, version, frame, pos) if decode else (frame, pos)
 
     def close(self) -> None:
         if self._writer is not None:

@@ -3,8 +3,10 @@ from the broker's Metadata — names, partition counts, topic ids, and each part
 racks (its replicas' node ids resolved to the racks of the brokers the same answer lists; for
 rack-aware assignment); Kafka's metadata image.
 
-* **Refresh**: a Metadata request for every topic, applied with
-  ``CoordinatorRuntime.apply_topic_snapshot`` (ordinary topic records: replay is unchanged).
+* **Refresh**: a Metadata request for every topic, its answer decoded and planned against
+  the registry on a thread and the changes applied on the loop a bounded number a step
+  (``CoordinatorRuntime.follow_topic_snapshot``; ordinary topic records: replay is
+  unchanged).
   Topics gone from the broker, or re-created there with a new id, are deleted here with their
   committed offsets; a topic the broker lists with an error is left as it is. Refreshes run
   every ``kafka.upstream.metadata.max.age.ms``, at start (before health says SERVING), and on
@@ -312,39 +314,37 @@ class TopicFeed:
                         w.set_exception(error)
 
     async def _refresh_once(self) -> None:
+        """One refresh: the upstream's Metadata of every topic, decoded, turned into a
+        snapshot (:func:`snapshot_of`) and planned against the registry on a thread, where
+        all of it is freed (``CoordinatorRuntime.follow_topic_snapshot``): only the plan
+        comes back to the loop, nothing when nothing changed. At 100,000 topics the decoding
+        took the loop 0.7-1 s, the snapshot 0.9 s, their freeing 70 ms."""
         if self.runtime.state is not RuntimeState.ACTIVE:
             raise CoordinatorError(f"the coordinator is {self.runtime.state.value}")
         version = self.upstream.version_for(3, METADATA_VERSION_CAP)
         assert version is not None  # checked when the upstream was connected
-        meta = await self.client.call(
+        frame, pos = await self.client.call(
             wire.build(
                 wire.request_class(3, version),
                 topics=None,
                 allow_auto_topic_creation=False,
                 include_topic_authorized_operations=False,
-            )
+            ),
+            decode=False,
         )
         self.refreshes += 1
-        self.upstream.update_brokers(meta)
-        rack_of = {int(b.node_id): b.rack for b in meta.brokers if getattr(b, "rack", None)}
-        topics: list[NewTopic] = []
-        keep: list[str] = []
-        for t in meta.topics:
-            if not t.name:
-                continue
-            if t.error_code or not t.partitions:
-                keep.append(t.name)
-                continue
-            topic_id = getattr(t, "topic_id", None)
-            topics.append(
-                NewTopic(
-                    name=t.name,
-                    num_partitions=max(p.partition_index for p in t.partitions) + 1,
-                    topic_id=None if topic_id is None else topic_id_of(topic_id),
-                    partition_racks=replica_racks(t.partitions, rack_of),
-                )
-            )
-        changes = await self.runtime.apply_topic_snapshot(topics, keep)
+        brokers: list[Any] = []
+
+        def snapshot() -> tuple[list[NewTopic], list[str]]:
+            meta = wire.decode_response(3, version, frame, pos)
+            brokers[:] = meta.brokers
+            return snapshot_of(meta)
+
+        try:
+            changes = await self.runtime.follow_topic_snapshot(snapshot)
+        finally:
+            if brokers:
+                self.upstream.update_brokers(_Brokers(brokers))
         _log_changes(changes)
 
     # ------------------------------------------------------------ topic administration
@@ -550,6 +550,40 @@ class TopicFeed:
                 answers[i] = TopicResult(
                     name=a.name, topic_id=t.topic_id, num_partitions=t.num_partitions
                 )
+
+
+class _Brokers:
+    """The brokers of a Metadata answer (``Upstream.update_brokers``)."""
+
+    __slots__ = ("brokers",)
+
+    def __init__(self, brokers: list[Any]) -> None:
+        self.brokers = brokers
+
+
+def snapshot_of(meta: Any) -> tuple[list[NewTopic], list[str]]:
+    """A Metadata answer of every topic as the registry follows it: its topics (their ids,
+    partition counts and replica racks), and the topics to keep as they are (listed with an
+    error, or without partitions)."""
+    rack_of = {int(b.node_id): b.rack for b in meta.brokers if getattr(b, "rack", None)}
+    topics: list[NewTopic] = []
+    keep: list[str] = []
+    for t in meta.topics:
+        if not t.name:
+            continue
+        if t.error_code or not t.partitions:
+            keep.append(t.name)
+            continue
+        topic_id = getattr(t, "topic_id", None)
+        topics.append(
+            NewTopic(
+                name=t.name,
+                num_partitions=max(p.partition_index for p in t.partitions) + 1,
+                topic_id=None if topic_id is None else topic_id_of(topic_id),
+                partition_racks=replica_racks(t.partitions, rack_of),
+            )
+        )
+    return topics, keep
 
 
 def replica_racks(partitions: Sequence[Any], rack_of: dict[int, str]) -> PartitionRacks:
