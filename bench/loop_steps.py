@@ -25,7 +25,9 @@ its longest lateness (wall) / the loop thread's longest CPU time from one tick t
   feed (``TopicFeed._refresh_once``), a stand-in upstream answering its Metadata request with
   the N topics (3 partitions each, on 3 brokers with racks) — the answer decoded and turned
   into a snapshot too; *snapshot-new*: a refresh that creates the N topics (a node starting in
-  front of a broker that has them).
+  front of a broker that has them); *metadata*: the Kafka listener's Metadata answer of every
+  topic in coordinator-only mode (``KafkaApis.metadata_frame``: listed, built and encoded) at
+  N topics.
 
 *before*: as it was (a catch-up's journal decoded and applied in one step; a refresh decoded,
 compared and applied in one step); *after*: decoded on the loader thread and applied at most
@@ -73,6 +75,7 @@ CASES = (
     "snapshot",
     "feed",
     "snapshot-new",
+    "metadata",
 )
 SNAPSHOTS = ("snapshot", "feed", "snapshot-new")
 MODES = ("before", "after")
@@ -177,6 +180,13 @@ def _snapshot_as_it_was() -> None:
     topic_feed.TopicFeed._refresh_once = refresh_once  # type: ignore[method-assign]
 
 
+def _metadata_as_it_was() -> None:
+    """*before*: a Metadata answer of every topic built and encoded on the loop."""
+    from coordinator.server.kafka import served
+
+    served.ENCODE_INLINE = 2**62
+
+
 BEFORE = {
     "catchup-topics": _as_it_was,
     "catchup-acls": _as_it_was,
@@ -185,9 +195,24 @@ BEFORE = {
     "snapshot": _snapshot_as_it_was,
     "feed": _snapshot_as_it_was,
     "snapshot-new": _snapshot_as_it_was,
+    "metadata": _metadata_as_it_was,
 }
 """The cases whose *before* is measured, and how it is brought back; the others run once a
 repeat, as the code is ("as is")."""
+
+
+def _feed_records(n: int) -> list[Any]:
+    """The topic records of the N topics :func:`_metadata_frame` lists, racks and all."""
+    import uuid
+
+    from coordinator.core import records as r
+    from coordinator.core.model import make_partition_racks
+    from coordinator.server.kafka.convert import topic_id_of
+
+    racks = make_partition_racks([(p, [f"r{p}"]) for p in range(3)])
+    return [
+        r.topic_record(f"t-{i:07d}", topic_id_of(uuid.UUID(int=i + 1)), 3, racks) for i in range(n)
+    ]
 
 
 def _metadata_frame(n: int) -> bytes:
@@ -293,6 +318,8 @@ async def _run(case: str, n: int, mode: str) -> dict[str, Any]:
     store = MemoryRecordStore(partitions=1)
     if case in ("list", "snapshot"):
         _append(store, _cluster_records("catchup-topics", n), 1_000, 10_000)
+    elif case in ("feed", "metadata"):  # as a refresh from the stand-in upstream makes them
+        _append(store, _feed_records(n), 1_000, 10_000)
 
     rt = CoordinatorRuntime(
         config=parse_config({"group.coordinator.shards": "1"}),
@@ -310,11 +337,26 @@ async def _run(case: str, n: int, mode: str) -> dict[str, Any]:
         wanted = [NewTopic(name=t.name, num_partitions=3) for t in await rt.list_topics()]
     elif case == "snapshot-new":  # the broker has N topics, the registry none
         wanted = [NewTopic(name=f"t-{i:07d}", num_partitions=3) for i in range(n)]
+    elif case == "metadata":
+        from types import SimpleNamespace
+
+        from coordinator.server.api import Caller, Node
+        from coordinator.server.kafka import wire
+        from coordinator.server.kafka.served import KafkaApis
+        from coordinator.server.service import CoordinatorService
+
+        served = KafkaApis(SimpleNamespace(service=CoordinatorService(rt), upstream=None, txn=None))
+        every_topic = wire.build(
+            wire.request_class(3, 12),
+            topics=None,
+            allow_auto_topic_creation=False,
+            include_topic_authorized_operations=False,
+        )
+        caller = Caller(node=Node(node_id=0, host="h", port=9092), api_version=12)
     elif case == "feed":
         from coordinator.server.kafka.upstream.topic_feed import TopicFeed
 
         feed = TopicFeed(rt, _Upstream(_metadata_frame(n)))  # type: ignore[arg-type]
-        await feed._refresh_once()  # the registry follows the broker's N topics
     # The memory store keeps what was appended in this process (PostgreSQL: in its own): not
     # the node's, out of the loop's collections.
     gc.collect()
@@ -353,7 +395,8 @@ async def _run(case: str, n: int, mode: str) -> dict[str, Any]:
         out["ok"] = len(changes.created) == n and len(rt.committed.registry.topics) == n
     else:
         per_call = []
-        for i in range(LISTS if case != "feed" else 3):
+        sizes = set()
+        for i in range(LISTS if case not in ("feed", "metadata") else 3):
             if case == "list" and i % 2 == 0:  # a topic created first: listed anew
                 await rt.create_topics([NewTopic(name=f"u-{i}", num_partitions=1)])
                 await asyncio.sleep(0.01)
@@ -362,6 +405,8 @@ async def _run(case: str, n: int, mode: str) -> dict[str, Any]:
                 listed = await rt.list_topics()
             elif case == "feed":
                 await feed._refresh_once()
+            elif case == "metadata":
+                sizes.add(len(await served.metadata_frame(every_topic, 12, i, caller)))
             else:
                 changes = await rt.apply_topic_snapshot(wanted)
             per_call.append((time.thread_time() - c0) * 1e3)
@@ -370,6 +415,8 @@ async def _run(case: str, n: int, mode: str) -> dict[str, Any]:
         out["per_call_ms"] = max(per_call)
         if case == "list":
             out["ok"] = len(listed) == n + (LISTS + 1) // 2
+        elif case == "metadata":  # 113 bytes a topic of 3 partitions, the same every call
+            out["ok"] = len(sizes) == 1 and sizes.pop() > 113 * n
         elif case == "feed":
             image = rt.registry.image()
             out["ok"] = len(image.by_name) == n and all(
@@ -472,8 +519,10 @@ def main(argv: list[str] | None = None) -> None:
         "refresh from an upstream broker that changes nothing, at N topics; *feed*: that "
         "refresh through the Kafka listener's topic feed, the broker's Metadata answer (N "
         "topics of 3 partitions, with racks) decoded too; *snapshot-new*: a refresh creating "
-        "N topics (*per call*: the "
-        f"loop's CPU, the most / the median of {LISTS} calls (*feed*: 3), a topic created "
+        "N topics; *metadata*: the Kafka listener's Metadata answer of every topic "
+        "(coordinator-only mode), listed, built and encoded, at N topics (*per call*: the "
+        f"loop's CPU, the most / the median of {LISTS} calls (*feed*, *metadata*: 3), a topic "
+        "created "
         "before every other ListTopics; *takeover*: the install on the loop, its members' timers "
         "armed, while the read and the build of the group took *loader ms* on a loader thread). "
         "*longest step*: a callback due every millisecond, its "
@@ -485,7 +534,8 @@ def main(argv: list[str] | None = None) -> None:
         "registry); ListTopics built a bounded number of "
         "topics a step from the committed topics image and kept until it changes; a refresh "
         "decoded and compared with the registry's topics image on a thread, its changes "
-        "applied a bounded number a step; *as is*: a "
+        "applied a bounded number a step; a Metadata answer of many topics built and "
+        "encoded on a thread; *as is*: a "
         "case whose code did not change.\n\n"
         + "\n".join(summary)
         + "\n\n"

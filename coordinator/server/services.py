@@ -9,6 +9,7 @@ down, calls get the gRPC status UNAVAILABLE (``Caller.abort_when_closing``).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import re
@@ -23,6 +24,7 @@ from google.protobuf.descriptor import ServiceDescriptor
 
 from coordinator.core.errors import CoordinatorError, ErrorCode
 from coordinator.runtime import CoordinatorRuntime
+from coordinator.runtime.collector import no_collections
 from coordinator.security.principal import ANONYMOUS, KafkaPrincipal
 from kip848.v1 import (
     admin_pb2,
@@ -47,6 +49,8 @@ from .service import CoordinatorService
 
 log = logging.getLogger("kip848.server")
 
+ENCODE_INLINE = 1000
+"""A ListTopics answer of more topics than this is converted off the loop."""
 CLIENT_ID_KEY = "client-id"
 TRACEPARENT_KEY = "traceparent"
 NODE_ID = 0
@@ -228,7 +232,14 @@ class GrpcServicer:
         except ShuttingDown as exc:
             await context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
             raise  # abort raises; never reached
-        out = self.encode(row, answer, caller)
+        if row.method == "list_topics" and len(answer.value or ()) > ENCODE_INLINE:
+            # A long list of topics (Reply of immutable TopicResults) is converted off the
+            # loop: 336 ms of its CPU at 100,000 topics.
+            out = await asyncio.get_running_loop().run_in_executor(
+                None, self.encode_off_loop, row, answer, caller
+            )
+        else:
+            out = self.encode(row, answer, caller)
         if getattr(request, "include_authorized_operations", False):
             authz = self.service.authz  # DescribeGroups, ConsumerGroupDescribe: as Kafka's
             for g in out.groups:
@@ -240,6 +251,11 @@ class GrpcServicer:
             if size > limit:
                 return too_large(row, size, limit)
         return out
+
+    def encode_off_loop(self, row: Rpc, answer: Any, caller: Caller) -> Any:
+        """:meth:`encode` on a thread (its garbage freed there, never scanned)."""
+        with no_collections():
+            return self.encode(row, answer, caller)
 
     def encode(self, row: Rpc, answer: Any, caller: Caller) -> Any:
         """The proto response of the service's answer to ``caller``, as the row says
