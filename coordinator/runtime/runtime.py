@@ -531,8 +531,10 @@ class CoordinatorRuntime:
             plan = await self._plan_snapshot(snapshot, inline)
             expected: TopicsImage | None = plan.image
             done, count = 0, len(plan.changes)
-            if not count and self.registry.image() is expected:
-                return total
+            if not count:
+                if self.registry.image() is expected:
+                    return total
+                continue  # nothing to do on what it planned on, which changed meanwhile
             while expected is not None and done < count:
                 if done:
                     await asyncio.sleep(0)  # the loop serves the others meanwhile

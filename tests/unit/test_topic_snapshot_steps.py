@@ -203,3 +203,34 @@ async def test_a_change_during_a_stepped_refresh_is_kept_and_the_rest_planned_ag
     ]
     await asyncio.sleep(0)
     await rt.close()
+
+
+async def test_a_change_while_a_refresh_is_planned_is_planned_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A command creates x while the refresh is planned (off the loop) against the registry
+    as it was, where the snapshot changes nothing: the refresh plans again against the
+    registry with x and deletes it, as the broker has no x. Before, a refresh that found
+    nothing to change returned even though the registry had changed meanwhile: x stayed."""
+    store = MemoryRecordStore(partitions=1)
+    rt = make_runtime(store)
+    await rt.start()
+    wanted = topics(("f", 1, None), ("g", 2, None))
+    await rt.apply_topic_snapshot(wanted)
+    plan = rt._plan_snapshot
+    planned = 0
+
+    async def planning(*args: Any) -> Any:
+        nonlocal planned
+        out = await plan(*args)
+        planned += 1
+        if planned == 1:
+            created = await rt.create_topics(topics(("x", 1, None)))
+            assert [t.error_code for t in created] == [0]
+        return out
+
+    rt._plan_snapshot = planning  # type: ignore[method-assign]
+    changes = await rt.apply_topic_snapshot(wanted)
+    assert (planned, [t.name for t in changes.deleted], changes.created) == (2, ["x"], [])
+    assert [name for name, _id, _n in rt.snapshot()["topics"]] == ["f", "g"]
+    await rt.close()
