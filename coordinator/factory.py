@@ -2,7 +2,8 @@
 plugged in. The runtime, ``kip848 replay``/``dump``, the simulator, the explorer, the benchmarks
 and the tests all build their shards here, so every one of them can load any store. Likewise
 the cluster-level state machine (:func:`new_cluster`): the topic registry with the security
-metadata (ACLs, SCRAM credentials) and the groups' dynamic configs plugged in.
+metadata (ACLs, SCRAM credentials), the groups' dynamic configs and the transactional ids'
+groups plugged in.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from coordinator.core.group_configs import ClusterGroupConfigs
 from coordinator.core.model import TopicsImage
 from coordinator.core.shard import GroupCoordinatorShard
 from coordinator.core.topics import TopicRegistry
+from coordinator.core.transactional_ids import ClusterTransactionalIds
 from coordinator.security.metadata import SecurityMetadata
 from legacy_bridge.classic_groups import ClassicGroups
 
@@ -47,6 +49,9 @@ def new_cluster(
     security = SecurityMetadata(registry.undo)
     registry.plug(security)
     plug_group_configs(registry, config or GroupCoordinatorConfig())
+    ids_groups = ClusterTransactionalIds(registry.undo)
+    registry.plug(ids_groups)
+    registry.components[ClusterTransactionalIds] = ids_groups
     return registry, security
 
 
@@ -61,4 +66,11 @@ def group_configs_of(registry: TopicRegistry) -> ClusterGroupConfigs:
     """The groups' dynamic configs plugged into ``registry`` (:func:`plug_group_configs`)."""
     found = registry.components[ClusterGroupConfigs]
     assert isinstance(found, ClusterGroupConfigs)
+    return found
+
+
+def transactional_ids_of(registry: TopicRegistry) -> ClusterTransactionalIds:
+    """The transactional ids' groups plugged into ``registry`` (:func:`new_cluster`)."""
+    found = registry.components[ClusterTransactionalIds]
+    assert isinstance(found, ClusterTransactionalIds)
     return found

@@ -146,6 +146,7 @@ _KEY_CLASSES: tuple[type[r.RecordKey], ...] = (
     r.ConfigKey,
     r.AccessControlEntryKey,
     r.UserScramCredentialKey,
+    r.TransactionalIdGroupKey,
 )
 
 _KEY_FIELDS: dict[r.RecordType, tuple[type[r.RecordKey], tuple[str, ...]]] = {
@@ -424,6 +425,12 @@ def _value_encoders() -> dict[
             updated_ms=f[3],
         )
 
+    def tig_enc(v: r.TransactionalIdGroupValue) -> list[Any]:
+        return [v.group_id]
+
+    def tig_dec(f: list[Any]) -> r.TransactionalIdGroupValue:
+        return r.TransactionalIdGroupValue(group_id=f[0])
+
     t = r.RecordType
     return {
         t.OFFSET_COMMIT: (oc_enc, oc_dec),
@@ -442,6 +449,7 @@ def _value_encoders() -> dict[
         t.CONFIG: (cf_enc, cf_dec),
         t.ACCESS_CONTROL_ENTRY: (acl_enc, acl_dec),
         t.USER_SCRAM_CREDENTIAL: (scram_enc, scram_dec),
+        t.TRANSACTIONAL_ID_GROUP: (tig_enc, tig_dec),
     }
 
 

@@ -40,7 +40,10 @@ class RecordType(IntEnum):
     transaction, pending until its marker — group configs as earlier versions kept them in the
     group's partition, topics, configs, ACLs and SCRAM credentials, which Kafka keeps in the
     controller's metadata log: 1104, 1106 and 1111 after its ConfigRecord (4),
-    AccessControlEntryRecord (6) and UserScramCredentialRecord (11))."""
+    AccessControlEntryRecord (6) and UserScramCredentialRecord (11); and 1120, cluster-level,
+    the group a transactional id commits offsets to, which routes its transaction APIs to the
+    node leading that group among several nodes: Kafka has no such record, its group and
+    transaction coordinators send each other requests)"""
 
     OFFSET_COMMIT = 1
     GROUP_METADATA = 2
@@ -58,6 +61,7 @@ class RecordType(IntEnum):
     CONFIG = 1104
     ACCESS_CONTROL_ENTRY = 1106
     USER_SCRAM_CREDENTIAL = 1111
+    TRANSACTIONAL_ID_GROUP = 1120
 
 
 # ---------------------------------------------------------------- keys
@@ -205,6 +209,16 @@ class UserScramCredentialKey:
     TYPE: ClassVar[RecordType] = RecordType.USER_SCRAM_CREDENTIAL
     name: str
     mechanism: int
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionalIdGroupKey:
+    """The group a transactional id's transactions commit offsets to (cluster-level): among
+    several nodes its transaction APIs are served by the node leading that group's coordinator
+    partition (``core/transactional_ids.py``)."""
+
+    TYPE: ClassVar[RecordType] = RecordType.TRANSACTIONAL_ID_GROUP
+    transactional_id: str
 
 
 # ---------------------------------------------------------------- values
@@ -408,6 +422,11 @@ class UserScramCredentialValue:
         return f"UserScramCredentialValue(iterations={self.iterations}, <salted keys hidden>)"
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TransactionalIdGroupValue:
+    group_id: str
+
+
 RecordKey = (
     OffsetCommitKey
     | TxnOffsetCommitKey
@@ -425,6 +444,7 @@ RecordKey = (
     | ConfigKey
     | AccessControlEntryKey
     | UserScramCredentialKey
+    | TransactionalIdGroupKey
 )
 
 
@@ -641,3 +661,9 @@ def group_transaction_record(
     group_id: str, producer_id: int, value: GroupTransactionValue | None
 ) -> Record:
     return Record(GroupTransactionKey(group_id, producer_id), value)
+
+
+def transactional_id_group_record(transactional_id: str, group_id: str | None) -> Record:
+    """``transactional_id`` commits offsets to ``group_id`` (None: a tombstone)."""
+    value = None if group_id is None else TransactionalIdGroupValue(group_id=group_id)
+    return Record(TransactionalIdGroupKey(transactional_id), value)

@@ -20,14 +20,22 @@ from typing import Any
 from coordinator.core.commands import IdSource
 from coordinator.core.config import GroupCoordinatorConfig
 from coordinator.core.records import Record, RecordKey
-from coordinator.factory import group_configs_of, new_cluster
+from coordinator.factory import group_configs_of, new_cluster, transactional_ids_of
 
 
 class CommittedCluster:
     """The cluster-level state machine fed durable records only (see the module doc): its
-    ``registry`` (topics), ``security`` (ACLs, SCRAM credentials) and ``group_configs``."""
+    ``registry`` (topics), ``security`` (ACLs, SCRAM credentials), ``group_configs`` and
+    ``transactional_ids`` (the group each transactional id commits offsets to)."""
 
-    __slots__ = ("group_configs", "loaded", "records", "registry", "security")
+    __slots__ = (
+        "group_configs",
+        "loaded",
+        "records",
+        "registry",
+        "security",
+        "transactional_ids",
+    )
 
     def __init__(
         self, ids: IdSource, *, default_num_partitions: int, config: GroupCoordinatorConfig
@@ -36,6 +44,7 @@ class CommittedCluster:
             ids, default_num_partitions=default_num_partitions, config=config
         )
         self.group_configs = group_configs_of(self.registry)
+        self.transactional_ids = transactional_ids_of(self.registry)
         self.registry.undo.enabled = False  # durable records only: nothing is ever rolled back
         self.records: dict[RecordKey, Any] = {}
         """The value of every live record by key (its latest one no tombstone), in the order

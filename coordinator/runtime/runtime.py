@@ -57,7 +57,13 @@ from coordinator.core.transactions import (
     GroupTransaction,
     ProducerInitialized,
 )
-from coordinator.factory import Shard, group_configs_of, new_cluster, new_shard
+from coordinator.factory import (
+    Shard,
+    group_configs_of,
+    new_cluster,
+    new_shard,
+    transactional_ids_of,
+)
 from coordinator.routing import partition_for
 from coordinator.security.acls import AclBinding, AclBindingFilter
 from coordinator.security.metadata import (
@@ -155,6 +161,7 @@ class CoordinatorRuntime:
             self.ids, default_num_partitions=config.num_partitions, config=config
         )
         self.group_configs = group_configs_of(self.registry)
+        self.transactional_ids = transactional_ids_of(self.registry)
         # The same state as of the cluster log's last durable write (committed.py): what its
         # pure reads and the authorizer read, at once, never behind a write in flight.
         self.committed = CommittedCluster(
@@ -677,6 +684,32 @@ class CoordinatorRuntime:
             ),
         )
         return [g for e in ended for g in e.groups]
+
+    async def map_transactional_id(self, transactional_id: str, group_id: str) -> bool:
+        """Record in the cluster log that ``transactional_id`` commits offsets to ``group_id``
+        (``core/transactional_ids.py``), once durable; False when it already was so (nothing
+        written)."""
+        ids = self.transactional_ids
+        mapped: bool = await self._submit(REGISTRY, lambda _r: ids.map(transactional_id, group_id))
+        return mapped
+
+    def transactional_id_group(self, transactional_id: str) -> str | None:
+        """The group ``transactional_id`` commits offsets to, as of the cluster log's last
+        durable write this node applied (:meth:`_committed`); None: none known."""
+        return self._committed().transactional_ids.group_of(transactional_id)
+
+    async def latest_transactional_id_group(self, transactional_id: str) -> str | None:
+        """:meth:`transactional_id_group` once this node has applied the cluster log up to its
+        end in the store as of now (among several nodes another node may have mapped the id a
+        moment ago; one node has nothing to catch up with). Raises TimeoutError if that takes
+        longer than the write timeout (``offsets.commit.timeout.ms``)."""
+        partitions = self.engine.partitions
+        if partitions is not None:
+            partitions.follow_cluster_log(2**62)  # the journal as far as it goes
+            await asyncio.wait_for(
+                partitions.caught_up(), self.config.offsets_commit_timeout_ms / 1000
+            )
+        return self.transactional_id_group(transactional_id)
 
     def transactions(self) -> list[GroupTransaction]:
         """Every group's open or ending transaction (a read of the loaded state, on the loop)."""

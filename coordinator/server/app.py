@@ -439,6 +439,8 @@ class CoordinatorServer:
                 lambda: self._runtime_health(True),
                 upstream=self.kafka_upstream is not None,
             )
+            if self.kafka_upstream is not None:  # Metadata lists the coordinator nodes too
+                self.kafka_upstream.coordinator_brokers = self.service.routing.coordinator_brokers
         warn_open_listeners(self)  # once the ACLs are loaded
         if self.topic_feed is not None:
             await self.topic_feed.start()  # the upstream's topics before SERVING (bounded)

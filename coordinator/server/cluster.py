@@ -26,6 +26,7 @@ from typing import Any
 
 from coordinator.cluster import ClusterConfig, ClusterNode
 from coordinator.cluster.node import DEFAULT_HEARTBEAT_MS, DEFAULT_LEASE_MS
+from coordinator.cluster.view import split_address
 from coordinator.core.errors import CoordinatorError, CoordinatorNotAvailableError
 from coordinator.routing import partition_for
 from coordinator.runtime import CoordinatorRuntime
@@ -45,6 +46,10 @@ coordinator as node ``2**31 - 1 - id``, then never confuses it with a broker eit
 SETTLE_MIN_S = 30.0
 """A starting node answers COORDINATOR_LOAD_IN_PROGRESS until it has its first share, at most
 this long (or three leases, if longer): then it serves what it has."""
+
+GONE_LISTED_MS = 60_000
+"""How long Metadata in front of an upstream still lists a coordinator node after its
+registration expired (:meth:`ClusterRouting.coordinator_brokers`)."""
 
 IDLE_TRANSACTION_MIN_MS = 50
 """PostgreSQL ends a node's writer session whose transaction waits for the node longer than a
@@ -232,6 +237,29 @@ class ClusterRouting:
         if caller.api_version is None or not self.upstream:
             return node_id
         return UPSTREAM_COORDINATOR_ID_BASE + node_id
+
+    def coordinator_brokers(self, here: Node) -> list[Node]:
+        """In front of an upstream: the coordinator nodes as FindCoordinator names them
+        (:data:`UPSTREAM_COORDINATOR_ID_BASE` + ``--node-id``, this node at ``here``), which
+        Metadata lists after the upstream's brokers: librdkafka takes a transaction
+        coordinator only among the brokers Metadata listed (``kafka/txn_routing.py``). Every
+        live node, and a node gone less than :data:`GONE_LISTED_MS` ago: librdkafka drops a
+        broker Metadata no longer lists, and a request waiting for a coordinator it dropped
+        waits for good (its issue 5511: ``send_offsets_to_transaction`` hangs), while one it
+        still lists is looked up again once its connection keeps failing. They lead no
+        partition; by id."""
+        me = self.node.node_id
+        out = [Node(node_id=UPSTREAM_COORDINATOR_ID_BASE + me, host=here.host, port=here.port)]
+        state = self.node.view.state
+        for row in [] if state is None else state.nodes.values():
+            kafka = split_address(row.kafka_address)
+            if row.node_id == me or kafka is None or row.expires_in_ms < -GONE_LISTED_MS:
+                continue
+            host, port = kafka
+            out.append(
+                Node(node_id=UPSTREAM_COORDINATOR_ID_BASE + row.node_id, host=host, port=port)
+            )
+        return sorted(out, key=lambda n: n.node_id)
 
     def grpc_nodes(self, here: Node) -> tuple[int, list[Node]]:
         """(the controller, -1 when none is known; every live node's gRPC address, this node's

@@ -3,7 +3,7 @@ own, for tests/e2e/test_kafka_transactions.py:
 
     python tests/e2e/eos_app.py '{"bootstrap": ..., "group": ..., "input": ..., "output": ...,
                                   "transactional_id": ..., "protocol": "consumer"|"classic",
-                                  "idle_s": 8, "delay_s": 0}'
+                                  "idle_s": 8, "delay_s": 0, "producer": {...}}'
 
 A read_committed consumer (no auto-commit) and a transactional producer: for each batch it
 polled, one transaction writes every record's output (value ``<partition>:<offset>:<input>``,
@@ -13,7 +13,8 @@ abortable error aborts the transaction and rewinds to the committed offsets; a f
 producer fenced) ends the process with exit code 3. It exits 0 after ``idle_s`` without input.
 Each committed transaction is printed as a JSON line (``{"committed": n}``). ``delay_s``: how
 long each transaction waits between sending its offsets and committing (so that kills and
-rebalances land inside transactions, with offsets pending).
+rebalances land inside transactions, with offsets pending). ``producer``: more of the producer's
+settings (librdkafka's names).
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ def main(config: dict[str, Any]) -> int:
             "transactional.id": config["transactional_id"],
             "linger.ms": 5,
             "client.id": "eos-producer",
+            **config.get("producer", {}),
         }
     )
     producer.init_transactions(TIMEOUT_S)

@@ -5,8 +5,8 @@ coordinates — the id of Tansu's broker too; node 111 is killed (``kill -9``). 
 client learns for a broker id must reach that broker — FindCoordinator names a coordinator
 with an id no upstream broker has (2**30 + its node id) — so the consumers fetch on through
 node 2, find their groups' new coordinator there and consume every record produced after the
-kill, without losing their partitions. A transactional producer whose group another node
-coordinates is refused, not served half-way (transactions need one node)."""
+kill, without losing their partitions. Metadata lists the coordinator nodes after the
+upstream's brokers, by those ids (transactions across nodes: test_cluster_transactions.py)."""
 
 from __future__ import annotations
 
@@ -49,15 +49,20 @@ def test_consumers_follow_their_groups_to_the_surviving_node(pg_server, tmp_path
                 groups.append(g)
         assert len(groups) == 2
         bootstrap = nodes.kafka_address(2)
-        # On the wire: node 2's Metadata lists the upstream's broker at node 2's own port, and
-        # its FindCoordinator (batched) names node 111 by an id of its own at its listener.
+        # On the wire: node 2's Metadata lists the upstream's broker at node 2's own port, then
+        # the coordinator nodes by ids of their own, and its FindCoordinator (batched) names
+        # node 111 by its id at its listener.
         client = KafkaClient(bootstrap)
         try:
             metadata = client.call(request(3, 12, topics=None, allow_auto_topic_creation=False))
             found = client.call(request(10, 4, key_type=0, coordinator_keys=groups))
         finally:
             client.close()
-        assert [(b.node_id, f"{b.host}:{b.port}") for b in metadata.brokers] == [(111, bootstrap)]
+        assert [(b.node_id, f"{b.host}:{b.port}") for b in metadata.brokers] == [
+            (111, bootstrap),
+            (UPSTREAM_COORDINATOR_ID_BASE + 2, bootstrap),
+            (UPSTREAM_COORDINATOR_ID_BASE + 111, nodes.kafka_address(111)),
+        ]
         assert [
             (c.key, c.node_id, f"{c.host}:{c.port}", c.error_code) for c in found.coordinators
         ] == [(g, UPSTREAM_COORDINATOR_ID_BASE + 111, nodes.kafka_address(111), 0) for g in groups]
@@ -112,68 +117,3 @@ def seen_by(fleet: Fleet, name: str) -> set[str]:
         for e in c.events("records")
         for _t, _p, _o, v in e["records"]
     }
-
-
-def test_transactions_across_nodes_are_refused_not_guessed(pg_server, tmp_path: Path) -> None:
-    """docs/kafka.md, Transactions, "Not supported": a transactional producer bootstrapped at
-    node 2 finds its transaction coordinator through node 2, whose port then carries its
-    AddOffsetsToTxn; the group is node 111's. Node 2 cannot add the group's offsets to the
-    transaction: CONCURRENT_TRANSACTIONS until confluent-kafka's send_offsets_to_transaction
-    gives up, nothing pending or committed for the group, and node 2 says why."""
-    from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
-
-    tansu = Tansu(tmp_path)
-    nodes = Nodes(
-        tmp_path,
-        pg_server.fresh_store_dsn(),
-        "--kafka-upstream",
-        tansu.address,
-        *STACK_SETTINGS,
-        *settings(6),
-    )
-    try:
-        one, two = nodes.start(111), nodes.start(2)
-        broker = KafkaClient(tansu.address)
-        create_topics(broker, **{"tx-in": 1, "tx-out": 1})
-        broker.close()
-        group = next(
-            g for g in (f"g{i}" for i in range(200)) if find_coordinator(two, g) == (0, one.address)
-        )
-        bootstrap = nodes.kafka_address(2)
-        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
-        producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": "tx-across"})
-        producer.init_transactions(20)
-        producer.begin_transaction()
-        producer.produce("tx-out", b"x", partition=0)
-        with pytest.raises(KafkaException) as refused:
-            producer.send_offsets_to_transaction(
-                [TopicPartition("tx-in", 0, 7)], consumer.consumer_group_metadata(), 5
-            )
-        assert refused.value.args[0].name() == "CONCURRENT_TRANSACTIONS"
-        producer.abort_transaction(20)
-        consumer.close()
-        del producer  # destroyed before the nodes stop
-        c = KafkaClient(nodes.kafka_address(111))
-        try:
-            resp = c.call(
-                request(
-                    9,
-                    7,
-                    group_id=group,
-                    topics=[{"name": "tx-in", "partition_indexes": [0]}],
-                    require_stable=True,
-                )
-            )
-        finally:
-            c.close()
-        assert [(p.committed_offset, p.error_code) for p in resp.topics[0].partitions] == [(-1, 0)]
-        warnings = [
-            line
-            for line in nodes.log_text(2).splitlines()
-            if "transactions are not supported across coordinator nodes" in line
-        ]
-        assert len(warnings) == 1, warnings  # once a minute, however often the client retried
-        assert f"transactional id tx-across for group {group}" in warnings[0]
-    finally:
-        nodes.stop_all()
-        tansu.stop()

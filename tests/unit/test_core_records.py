@@ -217,6 +217,8 @@ ALL_RECORDS: list[tuple[str, r.Record]] = [
         ),
     ),
     ("scram_credential_tombstone", r.scram_credential_record("bob", 1, None)),
+    ("transactional_id_group", r.transactional_id_group_record("app-1", "copier")),
+    ("transactional_id_group_tombstone", r.transactional_id_group_record("app-1", None)),
     (
         "unicode_ids",
         r.member_metadata_record(
@@ -266,6 +268,7 @@ def test_record_types_are_kafkas() -> None:
         "CONFIG": 1104,
         "ACCESS_CONTROL_ENTRY": 1106,
         "USER_SCRAM_CREDENTIAL": 1111,
+        "TRANSACTIONAL_ID_GROUP": 1120,
     }
     for _, record in ALL_RECORDS:
         assert codec.encode_key(record.key).startswith(f"[{int(record.key.TYPE)},".encode())

@@ -175,17 +175,29 @@ def forward(
     frame: bytes,
     *,
     rewrite: bool | None = None,
+    after: Callable[[bytes], bytes] | None = None,
 ) -> None:
     """Judge a guarded forwarded request (decoded as ``entity``) by its ``rule``, then answer
-    it or forward it (``rewrite``: as ``Upstream.forward`` takes it)."""
+    it or forward it (``rewrite``: as ``Upstream.forward`` takes it; ``after``: a change of
+    the answer, with its size, after the rule's own)."""
     decision = rule(guard(conn, key, version, client_id), entity)
     if decision.answer is not None:
         conn.answer(answer_frame(key, version, correlation_id, decision.answer))
         return
     if decision.request is not None:
         frame = wire.request_frame(decision.request, correlation_id, client_id)
-    then = None if decision.then is None else partial(amend, key, version, decision.then)
+    then: Callable[[bytes], bytes] | None = (
+        None if decision.then is None else partial(amend, key, version, decision.then)
+    )
+    if after is not None:
+        then = after if then is None else _chain(then, after)
     conn.forward(key, version, frame, then=then, rewrite=rewrite)
+
+
+def _chain(
+    first: Callable[[bytes], bytes], second: Callable[[bytes], bytes]
+) -> Callable[[bytes], bytes]:
+    return lambda out: second(first(out))
 
 
 def guard(conn: GuardedConnection, key: int, version: int, client_id: str | None) -> Guard:

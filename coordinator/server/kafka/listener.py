@@ -533,7 +533,13 @@ class KafkaConnection(asyncio.Protocol):
             if entity is None:
                 return
             if getattr(entity, "key_type", 0) != 0 and key in listener.upstream.versions:
-                # Transaction (and other) coordinators stay upstream; the answer names ours.
+                # Transaction (and other) coordinators stay upstream; the answer names ours —
+                # among several nodes, the node serving a transactional id (txn_routing.py).
+                routed = None
+                if listener.txn is not None and entity.key_type == txn_guard.TRANSACTION:
+                    routed = listener.txn.found(
+                        version, entity, self.caller(client_id, version), listener.service
+                    )
                 if topic_guard.guards(self):
                     rule = txn_guard.RULES[key]
                     admin_guard.forward(
@@ -546,9 +552,10 @@ class KafkaConnection(asyncio.Protocol):
                         entity,
                         frame,
                         rewrite=True,
+                        after=routed,
                     )
                     return
-                self.forward(key, version, frame, rewrite=True)
+                self.forward(key, version, frame, rewrite=True, then=routed)
                 return
         served = listener.served.served_versions(self, key)
         if served is not None:

@@ -75,6 +75,10 @@ class TransactionServer(Protocol):
         service: Any,
     ) -> bytes | Any: ...
 
+    def found(
+        self, version: int, request: Any, caller: Caller, service: Any
+    ) -> Callable[[bytes], bytes] | None: ...
+
 
 class ServingListener(Protocol):
     """The Kafka listener, as its served requests see it (``listener.KafkaListener``)."""

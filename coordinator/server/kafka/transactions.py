@@ -45,10 +45,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
+from collections.abc import Callable
 from typing import Any
 
-from coordinator.core.errors import CoordinatorError, ErrorCode
+from coordinator.core.errors import CoordinatorError, CoordinatorNotAvailableError, ErrorCode
 from coordinator.core.offsets import commit_error_response
 from coordinator.core.records import TransactionState
 from coordinator.core.transactions import (
@@ -63,6 +63,7 @@ from ..api import Caller, Reply
 from . import wire
 from .apis import ADD_OFFSETS_TO_TXN, END_TXN, FIND_COORDINATOR, INIT_PRODUCER_ID, TXN_OFFSET_COMMIT
 from .convert import txn_offset_commit_in
+from .txn_routing import NOT_COORDINATOR, TxnRouting, routed_answer
 from .upstream import Upstream, UpstreamClient, UpstreamError
 
 log = logging.getLogger("kip848.kafka")
@@ -76,7 +77,6 @@ INVALID_PRODUCER_EPOCH, PRODUCER_FENCED = 47, 90
 FENCED = frozenset({INVALID_PRODUCER_EPOCH, PRODUCER_FENCED})
 
 START_TIMEOUT_S = 10.0
-WARN_ELSEWHERE_S = 60.0
 
 
 class TransactionBridge:
@@ -91,7 +91,7 @@ class TransactionBridge:
         self.ready = asyncio.Event()
         self._clients: dict[tuple[str, int], UpstreamClient] = {}
         self._task: asyncio.Task[None] | None = None
-        self._warned_at = -WARN_ELSEWHERE_S
+        self._routing: TxnRouting | None = None
 
     # ------------------------------------------------------------ versions
 
@@ -150,15 +150,24 @@ class TransactionBridge:
         """The answer frame (with its size) of a transaction API, or — TxnOffsetCommit — the
         service's reply for the listener to encode."""
         await self.ready.wait()
+        routing = self._routing_of(service)
         if key == TXN_OFFSET_COMMIT:
             if version >= ADD_OFFSETS_ON_BEHALF_SINCE:
                 try:  # authorized before the offsets join the transaction upstream
                     service.check_transaction(
                         caller, "TxnOffsetCommit", entity.transactional_id, entity.group_id
                     )
-                except CoordinatorError as exc:
+                    if routing is not None:  # the id mapped to the group, durably, first
+                        refusal = await routing.txn_offset_commit(
+                            entity.transactional_id, entity.group_id
+                        )
+                        if refusal is not None:
+                            raise refusal
+                except (CoordinatorError, TimeoutError) as exc:
                     return Reply(
-                        value=commit_error_response(txn_offset_commit_in(entity, None), exc)
+                        value=commit_error_response(
+                            txn_offset_commit_in(entity, None), _coordinator_error(exc)
+                        )
                     )
                 refused = await self._add_offsets_on_behalf(entity)
                 if refused is not None:
@@ -169,12 +178,46 @@ class TransactionBridge:
                 service.check_transaction(
                     caller, "AddOffsetsToTxn", entity.transactional_id, entity.group_id
                 )
-            except CoordinatorError as exc:
-                return self._answer(ADD_OFFSETS_TO_TXN, version, frame, int(exc.code))
+                code = (
+                    None
+                    if routing is None
+                    else await routing.add_offsets(entity.transactional_id, entity.group_id)
+                )
+            except (CoordinatorError, TimeoutError) as exc:
+                return self._answer(
+                    ADD_OFFSETS_TO_TXN, version, frame, _client_code(_coordinator_error(exc))
+                )
+            if code is not None:
+                return self._answer(ADD_OFFSETS_TO_TXN, version, frame, code)
             return await self._add_offsets(conn, version, frame, entity)
+        if routing is not None and entity.transactional_id:
+            try:
+                code = await routing.serves(entity.transactional_id)
+            except (CoordinatorError, TimeoutError) as exc:
+                code = _client_code(_coordinator_error(exc))
+            if code is not None:
+                return self._answer(key, version, frame, code)
         if key == END_TXN:
             return await self._end_txn(conn, version, frame, entity)
         return await self._init_producer_id(conn, version, frame, entity)
+
+    def found(
+        self, version: int, request: Any, caller: Caller, service: Any
+    ) -> Callable[[bytes], bytes] | None:
+        """FindCoordinator for transactional ids among several nodes: what changes the
+        upstream's answer to name the node serving each (``txn_routing.routed_answer``);
+        None with one node, or when every id is served here."""
+        routing = self._routing_of(service)
+        return None if routing is None else routed_answer(routing, version, request, caller)
+
+    def _routing_of(self, service: Any) -> TxnRouting | None:
+        """Among several nodes, the routing of transactional ids (``txn_routing.py``)."""
+        routing = getattr(service, "routing", None)
+        if routing is None:
+            return None
+        if self._routing is None or self._routing.routing is not routing:
+            self._routing = TxnRouting(self.runtime, routing)
+        return self._routing
 
     async def _forward(self, conn: Any, key: int, version: int, frame: bytes) -> tuple[bytes, Any]:
         """Forward the client's frame on its upstream connection: (answer frame with its size,
@@ -188,8 +231,9 @@ class TransactionBridge:
         """An answer of ours to the client's request (``frame``): ``code``, nothing else."""
         correlation_id = wire.I32.unpack_from(frame, 4)[0]
         cls = wire.response_class(key, version)
+        extra = {"producer_id": -1, "producer_epoch": -1} if key == INIT_PRODUCER_ID else {}
         return wire.frame(
-            key, version, correlation_id, wire.build(cls, error_code=code, throttle_time=0)
+            key, version, correlation_id, wire.build(cls, error_code=code, throttle_time=0, **extra)
         )
 
     async def _add_offsets(self, conn: Any, version: int, frame: bytes, req: Any) -> bytes:
@@ -205,25 +249,11 @@ class TransactionBridge:
         try:
             await self.runtime.add_offsets_to_txn(cmd)
         except CoordinatorError as exc:
-            if exc.code is ErrorCode.NOT_COORDINATOR:
-                self._warn_elsewhere(req.group_id, req.transactional_id)
+            if exc.code is ErrorCode.NOT_COORDINATOR and self._routing is not None:
+                # the group moved meanwhile: the client finds the id's node again
+                return self._answer(ADD_OFFSETS_TO_TXN, version, frame, NOT_COORDINATOR)
             return self._answer(ADD_OFFSETS_TO_TXN, version, frame, _client_code(exc))
         return out
-
-    def _warn_elsewhere(self, group_id: str, transactional_id: str) -> None:
-        """AddOffsetsToTxn for a group another node coordinates (several nodes): the client
-        retries it until it gives up; say why, at most once a minute."""
-        now = time.monotonic()
-        if now - self._warned_at < WARN_ELSEWHERE_S:
-            return
-        self._warned_at = now
-        log.warning(
-            "AddOffsetsToTxn of transactional id %s for group %s, which another node "
-            "coordinates: refused (CONCURRENT_TRANSACTIONS) — transactions are not supported "
-            "across coordinator nodes (docs/kafka.md, Transactions).",
-            transactional_id,
-            group_id,
-        )
 
     async def _end_txn(self, conn: Any, version: int, frame: bytes, req: Any) -> bytes:
         pid, epoch, commit = int(req.producer_id), int(req.producer_epoch), bool(req.committed)
@@ -495,6 +525,16 @@ def _client_code(exc: CoordinatorError) -> int:
     ):
         return int(ErrorCode.CONCURRENT_TRANSACTIONS)
     return int(exc.code)
+
+
+def _coordinator_error(exc: CoordinatorError | TimeoutError) -> CoordinatorError:
+    """A routing step that did not finish in time (the cluster log not caught up) as the
+    coordinator error it answers."""
+    if isinstance(exc, CoordinatorError):
+        return exc
+    return CoordinatorNotAvailableError(
+        "This node has not caught up with the cluster log in time: ask again."
+    )
 
 
 def _name(code: int) -> str:

@@ -259,6 +259,10 @@ class Upstream:
         id) pairs) and the answer's delivery: the topic feed delivers it once the registry has
         looked up the ones it lacks (bounded), so a commit right after a producer's Metadata
         auto-created a topic finds it here, as on Kafka."""
+        self.coordinator_brokers: Callable[[Node], list[Node]] | None = None
+        """Among several coordinator nodes: the coordinator nodes a Metadata answer lists after
+        the upstream's brokers, given this node on the client's listener
+        (``ClusterRouting.coordinator_brokers``)."""
         self.on_topics_changed: Callable[[Callable[[], None]], None] | None = None
         """Called with the delivery of a forwarded answer that changes topics: the topic feed
         refreshes and delivers it once the registry has the change (bounded), so a client that
@@ -487,6 +491,12 @@ class Upstream:
         changed = False
         if key == apis.METADATA:
             values["brokers"] = [self._broker(b, "node_id", ours) for b in values["brokers"]]
+            here = ours.get(self.bootstrap_node)
+            if self.coordinator_brokers is not None and here is not None:
+                values["brokers"] += [
+                    {"node_id": n.node_id, "host": n.host, "port": n.port, "rack": None}
+                    for n in self.coordinator_brokers(here)
+                ]
             changed = True
             if named is not None:
                 named += [
