@@ -10,6 +10,8 @@ served by the node leading the group its transactions commit offsets to
   Metadata) and ends its transactions there; then that node is killed (``kill -9``) mid-run
   and the survivor takes the group and the id over. Every input's output committed exactly
   once, the committed offsets never ahead of the committed output.
+* kafka-python's transactional producer, bootstrapped at the other node too: committed and
+  aborted at the group's node.
 * Transaction version 2 (TxnOffsetCommit v5, no AddOffsetsToTxn; no client here sends it
   through the listener, which advertises no ``transaction.version`` feature), by hand: the
   commit at the group's node maps the id, and an EndTxn or InitProducerId at the other node is
@@ -272,6 +274,64 @@ def test_transaction_version_2_ends_at_the_groups_node(pg_server: Any, tmp_path:
         finally:
             one.close()
             two.close()
+    finally:
+        nodes.stop_all()
+        tansu.stop()
+
+
+def test_kafka_pythons_producer_is_sent_to_the_groups_node(pg_server: Any, tmp_path: Path) -> None:
+    """kafka-python's transactional producer (transaction version 1, send_offsets_to_transaction
+    with a group id) bootstrapped at node 2, the group node 1's: its AddOffsetsToTxn at node 2
+    is NOT_COORDINATOR, it finds node 1 and ends its transactions there — a commit commits
+    the offset, an abort leaves it."""
+    from kafka import KafkaProducer
+    from kafka.structs import OffsetAndMetadata
+    from kafka.structs import TopicPartition as KTP
+
+    tansu = Tansu(tmp_path)
+    nodes = _nodes(pg_server, tmp_path, tansu)
+    try:
+        nodes.start(1), nodes.start(2)
+        broker = KafkaClient(tansu.address)
+        create_topics(broker, **{"kp-in": 1, "kp-out": 1})
+        broker.close()
+        group = _group_of(nodes, 1, "kpg")
+        at_one, at_two = nodes.kafka_address(1), nodes.kafka_address(2)
+
+        def fetch(stable: bool) -> list[tuple[int, int]]:
+            c = KafkaClient(at_one)
+            try:
+                resp: Any = c.call(
+                    request(
+                        9,
+                        7,
+                        group_id=group,
+                        topics=[{"name": "kp-in", "partition_indexes": [0]}],
+                        require_stable=stable,
+                    )
+                )
+            finally:
+                c.close()
+            return [(p.committed_offset, p.error_code) for p in resp.topics[0].partitions]
+
+        producer = KafkaProducer(bootstrap_servers=at_two, transactional_id="kp-across")
+        try:
+            producer.init_transactions()
+            for commit, offset in ((True, 11), (False, 12)):
+                producer.begin_transaction()
+                producer.send("kp-out", b"v", partition=0)
+                producer.send_offsets_to_transaction(
+                    {KTP("kp-in", 0): OffsetAndMetadata(offset, "", -1)}, group
+                )
+                assert fetch(True) == [(-1, E.unstable_offset_commit)]
+                if commit:
+                    producer.commit_transaction()
+                else:
+                    producer.abort_transaction()
+                assert fetch(True) == [(11, E.none)]
+        finally:
+            producer.close()
+        assert txn_coordinator(at_two, "kp-across") == (0, UPSTREAM_COORDINATOR_ID_BASE + 1, at_one)
     finally:
         nodes.stop_all()
         tansu.stop()
