@@ -126,6 +126,18 @@ _FILLS: dict[int, tuple[str, ...]] = {
         "acl_permission_type",
     ),
     1111: ("scram_user", "scram_mechanism", "scram_iterations"),
+    1001: (
+        "topic",
+        "partition",
+        "committed_offset",
+        "committed_leader_epoch",
+        "commit_metadata",
+        "commit_timestamp",
+        "producer_id",
+        "producer_epoch",
+    ),
+    1002: ("producer_id", "producer_epoch", "transactional_id", "transaction_state"),
+    1120: ("transactional_id", "transaction_group_id"),
 }
 
 
@@ -152,6 +164,9 @@ class Decoder:
             r.ConfigKey: self._config,
             r.AccessControlEntryKey: self._acl,
             r.UserScramCredentialKey: self._scram_credential,
+            r.TxnOffsetCommitKey: self._txn_offset_commit,
+            r.GroupTransactionKey: self._group_transaction,
+            r.TransactionalIdGroupKey: self._transactional_id_group,
         }
 
     def fill(self, cols: dict[str, list[Any]], i: int, record: r.Record) -> None:
@@ -333,6 +348,36 @@ class Decoder:
         if v is not None:
             cols["scram_iterations"][i] = v.iterations
 
+    @staticmethod
+    def _txn_offset_commit(cols: dict[str, list[Any]], i: int, key: Any, v: Any) -> None:
+        cols["producer_id"][i] = key.producer_id
+        fields = None
+        if v is not None:
+            cols["producer_epoch"][i] = v.producer_epoch
+            fields = (v.offset, v.leader_epoch, v.metadata, v.commit_timestamp_ms, -1)
+        _put_commit(cols, i, key.topic, key.partition, fields)
+
+    @staticmethod
+    def _group_transaction(cols: dict[str, list[Any]], i: int, key: Any, v: Any) -> None:
+        cols["producer_id"][i] = key.producer_id
+        if v is not None:
+            cols["producer_epoch"][i] = v.producer_epoch
+            cols["transactional_id"][i] = v.transactional_id
+            cols["transaction_state"][i] = _TRANSACTION_STATES[v.state]
+
+    @staticmethod
+    def _transactional_id_group(cols: dict[str, list[Any]], i: int, key: Any, v: Any) -> None:
+        cols["transactional_id"][i] = key.transactional_id
+        if v is not None:
+            cols["transaction_group_id"][i] = v.group_id
+
+
+_TRANSACTION_STATES = {
+    r.TransactionState.ONGOING: "Ongoing",
+    r.TransactionState.PREPARE_COMMIT: "PrepareCommit",
+    r.TransactionState.PREPARE_ABORT: "PrepareAbort",
+}
+"""Kafka's names of the transaction states (TransactionState in its transaction coordinator)."""
 
 COMMIT = RECORD_TYPES[1]
 _COMMIT_VALUE_TYPES = (int, int, str, int, int)

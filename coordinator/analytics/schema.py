@@ -76,6 +76,11 @@ RECORD_TYPES: dict[int, str] = {
     1104: "Config",
     1106: "AccessControlEntry",
     1111: "UserScramCredential",
+    # This coordinator's own (Kafka writes transactional offsets as OffsetCommit records inside
+    # the producer's transaction and keeps transactions in its transaction coordinator's log).
+    1001: "TxnOffsetCommit",
+    1002: "GroupTransaction",
+    1120: "TransactionalIdGroup",
 }
 
 
@@ -240,14 +245,29 @@ COLUMNS: tuple[Column, ...] = (
     Column(
         "topic",
         pa.string(),
-        "OffsetCommit, Topic",
-        "the committed topic (OffsetCommit) or the topic (Topic)",
+        "OffsetCommit, TxnOffsetCommit, Topic",
+        "the committed topic (OffsetCommit, TxnOffsetCommit) or the topic (Topic)",
     ),
-    Column("partition", pa.int32(), "OffsetCommit", "the committed partition"),
-    Column("committed_offset", pa.int64(), "OffsetCommit", "the committed offset"),
-    Column("committed_leader_epoch", pa.int32(), "OffsetCommit", "its leader epoch (-1: none)"),
-    Column("commit_metadata", pa.string(), "OffsetCommit", "the commit's metadata string"),
-    Column("commit_timestamp", TIMESTAMP, "OffsetCommit", "when it was committed"),
+    Column("partition", pa.int32(), "OffsetCommit, TxnOffsetCommit", "the committed partition"),
+    Column(
+        "committed_offset",
+        pa.int64(),
+        "OffsetCommit, TxnOffsetCommit",
+        "the committed offset (TxnOffsetCommit: pending until its transaction commits)",
+    ),
+    Column(
+        "committed_leader_epoch",
+        pa.int32(),
+        "OffsetCommit, TxnOffsetCommit",
+        "its leader epoch (-1: none)",
+    ),
+    Column(
+        "commit_metadata",
+        pa.string(),
+        "OffsetCommit, TxnOffsetCommit",
+        "the commit's metadata string",
+    ),
+    Column("commit_timestamp", TIMESTAMP, "OffsetCommit, TxnOffsetCommit", "when it was committed"),
     Column("expire_timestamp", TIMESTAMP, "OffsetCommit", "when it expires (null: by retention)"),
     Column("topic_id", pa.string(), "Topic", "the topic's id (base64url UUID)"),
     Column("num_partitions", pa.int32(), "Topic", "the topic's partition count"),
@@ -354,6 +374,39 @@ COLUMNS: tuple[Column, ...] = (
         TIMESTAMP,
         "OffsetCommit",
         "the time of that previous commit's record (its `timestamp`)",
+    ),
+    Column(
+        "producer_id",
+        pa.int64(),
+        "TxnOffsetCommit, GroupTransaction",
+        "the transactional producer whose transaction holds the offset or the group",
+    ),
+    Column(
+        "producer_epoch",
+        pa.int16(),
+        "TxnOffsetCommit, GroupTransaction",
+        "its epoch (null on a tombstone)",
+    ),
+    Column(
+        "transactional_id",
+        pa.string(),
+        "GroupTransaction, TransactionalIdGroup",
+        "the producer's transactional id (null on a GroupTransaction tombstone: the transaction"
+        " ended)",
+    ),
+    Column(
+        "transaction_state",
+        pa.string(),
+        "GroupTransaction",
+        "Ongoing, PrepareCommit or PrepareAbort (an end forwarded to the transaction"
+        " coordinator, its answer not seen yet)",
+    ),
+    Column(
+        "transaction_group_id",
+        pa.string(),
+        "TransactionalIdGroup",
+        "the group the transactional id commits offsets to, whose node serves its transaction"
+        " APIs among several nodes (null: the mapping was removed)",
     ),
 )
 

@@ -377,3 +377,102 @@ def test_partitions_decoded_in_several_processes_give_the_same_file(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["one.parquet", "s", "two.parquet"]
     with pytest.raises(ExportError, match="workers must be 1 or more"):
         export_journal(tmp_path / "s", tmp_path / "x.parquet", workers=0)
+
+
+def test_transaction_records_are_exported_with_their_columns(tmp_path: Path) -> None:
+    """The records the core writes for transactional offsets (a transaction committed, one
+    aborted) and the cluster-level transactional id mapping: one row each, typed."""
+    from coordinator.core import records as r
+    from coordinator.core.offsets import OffsetCommitPartition, OffsetCommitTopic, TxnOffsetCommit
+    from coordinator.core.records import TransactionState
+    from coordinator.core.transactions import EndTxn
+    from coordinator.harness import Harness
+    from coordinator.runtime.store import StoredRecord
+
+    h = Harness()
+    h.create_topic("in", 2)
+    written: list[r.Record] = [
+        r.transactional_id_group_record("app-1", "grp"),
+        r.transactional_id_group_record("app-1", None),
+    ]
+    for epoch, offset, commit in ((0, 10, True), (1, 20, False)):
+        req = TxnOffsetCommit(
+            transactional_id="app-1",
+            group_id="grp",
+            producer_id=4000,
+            producer_epoch=epoch,
+            generation_id=-1,
+            member_id="",
+            topics=(
+                OffsetCommitTopic(
+                    name="in",
+                    partitions=(OffsetCommitPartition(partition_index=1, committed_offset=offset),),
+                ),
+            ),
+        )
+        written += h.run(lambda s, req=req: s.txn_offset_commit(req, h.now_ms)).records
+        state = TransactionState.PREPARE_COMMIT if commit else TransactionState.PREPARE_ABORT
+        for step in (state, None):
+            cmd = EndTxn(producer_id=4000, producer_epoch=epoch, commit=commit, state=step)
+            written += h.run(lambda s, cmd=cmd: s.end_transaction(cmd, h.now_ms)).records
+    store_dir = tmp_path / "store"
+    with SqliteRecordStore(store_dir) as store:
+        encoded = [StoredRecord(*codec.encode(rec), rec.group_id) for rec in written]
+        store.append(encoded, timestamp_ms=1_000)
+    export_journal(store_dir, tmp_path / "txn.parquet")
+    rows = pq.read_table(tmp_path / "txn.parquet").to_pylist()
+    wanted = (
+        "record_type",
+        "group_id",
+        "tombstone",
+        "topic",
+        "partition",
+        "committed_offset",
+        "producer_id",
+        "producer_epoch",
+        "transactional_id",
+        "transaction_state",
+        "transaction_group_id",
+    )
+    assert [tuple(row[k] for k in wanted) for row in rows] == [
+        ("TransactionalIdGroup", None, False, None, None, None, None, None, "app-1", None, "grp"),
+        ("TransactionalIdGroup", None, True, None, None, None, None, None, "app-1", None, None),
+        # The committed transaction: pending, its end forwarded, committed.
+        ("GroupTransaction", "grp", False, None, None, None, 4000, 0, "app-1", "Ongoing", None),
+        ("TxnOffsetCommit", "grp", False, "in", 1, 10, 4000, 0, None, None, None),
+        (
+            "GroupTransaction",
+            "grp",
+            False,
+            None,
+            None,
+            None,
+            4000,
+            0,
+            "app-1",
+            "PrepareCommit",
+            None,
+        ),
+        ("OffsetCommit", "grp", False, "in", 1, 10, None, None, None, None, None),
+        ("TxnOffsetCommit", "grp", True, "in", 1, None, 4000, None, None, None, None),
+        ("GroupTransaction", "grp", True, None, None, None, 4000, None, None, None, None),
+        # The aborted one: its pending offset dropped, the committed one stays.
+        ("GroupTransaction", "grp", False, None, None, None, 4000, 1, "app-1", "Ongoing", None),
+        ("TxnOffsetCommit", "grp", False, "in", 1, 20, 4000, 1, None, None, None),
+        (
+            "GroupTransaction",
+            "grp",
+            False,
+            None,
+            None,
+            None,
+            4000,
+            1,
+            "app-1",
+            "PrepareAbort",
+            None,
+        ),
+        ("TxnOffsetCommit", "grp", True, "in", 1, None, 4000, None, None, None, None),
+        ("GroupTransaction", "grp", True, None, None, None, 4000, None, None, None, None),
+    ]
+    assert [row["record_type_id"] for row in rows] == [rec.key.TYPE for rec in written]
