@@ -383,7 +383,10 @@ def test_ha_chaos_rehearsal(own_pg: PostgresServer, tmp_path: Path) -> None:
         )
         client.send(request(10, 4, key_type=0, coordinator_keys=[own_group, *lost_groups]))
         client.send(request(9, 8, groups=[{"group_id": g, "topics": None} for g in lost_groups]))
-        with ThreadPoolExecutor(3) as pool:
+        # A worker per call: every call is sent while the node is stopped (with fewer, a call
+        # waited for a worker and went out after the resume, to a node that may have been
+        # given the group's partition back and answered COORDINATOR_LOAD_IN_PROGRESS).
+        with ThreadPoolExecutor(1 + len(lost_groups)) as pool:
             grpc_commit = pool.submit(commit_answer, server.channel, own_group, 7, 10)
             grpc_reads = [pool.submit(read_codes, server.channel, g) for g in lost_groups]
             time.sleep(0.3)
