@@ -12,6 +12,9 @@ tracing together, bench/observability.py):
   recording is a dict or list lookup plus ``observe``/``inc``, never ``labels(**dict)``;
 * a histogram observation on the loop is one list append (:class:`LoopHistogram`); values are
   bucketed in bulk off the request path, by a folder thread every second and by each scrape;
+* an event that yields several samples or a label worked out from its answer is one append of
+  its raw timestamps (:class:`_Feed`: a request's latency by error code, a command's queue and
+  processing times), turned into samples by the same folder before any histogram is folded;
 * values the coordinator already holds (group and member counts, offsets, load times, shard
   states) are read at scrape time by :class:`StateCollector`, on the event loop, never counted
   on every request;
@@ -21,18 +24,9 @@ tracing together, bench/observability.py):
 
 from __future__ import annotations
 
-import collections
 import logging
-import os
-import threading
-import time
-import weakref
-from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import partial
-from itertools import filterfalse
-from operator import ge
 from typing import Any
 
 from prometheus_client import (
@@ -47,7 +41,6 @@ from prometheus_client import (
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
-    HistogramMetricFamily,
     Metric,
 )
 from prometheus_client.registry import Collector
@@ -55,6 +48,7 @@ from prometheus_client.registry import Collector
 from coordinator.core.events import Cause
 
 from .cluster_metrics import cluster_families
+from .histograms import CommandTimes, LoopHistogram, _Feed, _LoopChild
 
 log = logging.getLogger("kip848.metrics")
 
@@ -317,188 +311,25 @@ class StateCollector(Collector):
         ]
 
 
-class _LoopChild:
-    """One labelled series of a :class:`LoopHistogram`: ``observe`` appends to ``pending``
-    (the only thing the event loop does); :meth:`fold` counts what is pending into the
-    buckets."""
-
-    __slots__ = ("bounds", "counts", "observe", "pending", "sum")
-
-    def __init__(self, bounds: tuple[float, ...]) -> None:
-        self.bounds = bounds
-        self.counts = [0] * (len(bounds) + 1)  # the last one: +Inf
-        self.sum = 0.0
-        self.pending: list[float] = []
-        self.observe = self.pending.append
-        """Record one value (on the thread that observes: the event loop)."""
-
-    def fold(self) -> None:
-        """Count the values observed so far into the buckets. Called under ``_FOLD_LOCK`` (one
-        folder at a time) while the loop may append: the values taken are a prefix of
-        ``pending`` (a copy and a deletion, each atomic under the GIL), later appends stay."""
-        pending = self.pending
-        n = len(pending)
-        if not n:
-            return
-        taken = pending[:n]
-        del pending[:n]
-        counts = self.counts
-        bounds = self.bounds
-        # Most values fall in the first bucket (a request's, a command's times: microseconds):
-        # one C-level pass sets them apart (bisect_left's bucket 0 is exactly ``v <= bounds[0]``)
-        # and only the others are bisected.
-        rest = list(filterfalse(partial(ge, bounds[0]), taken)) if bounds else taken
-        counts[0] += n - len(rest)
-        if rest:
-            tally = collections.Counter(map(partial(bisect_left, bounds), rest))
-            for index, times in tally.items():
-                counts[index] += times
-        self.sum += sum(taken)
-
-
-class ShardTimes:
-    """A state machine's queue-time and processing-time series
-    (``kip848_event_queue_time_seconds``, ``kip848_event_processing_time_seconds``), bound
-    once: ``queue(seconds)`` and ``processing(seconds)`` record one value each (the
-    ``RuntimeObserver.run_command`` of every command)."""
-
-    __slots__ = ("processing", "queue")
-
-    def __init__(self, queue: _LoopChild, processing: _LoopChild) -> None:
-        self.queue = queue.observe
-        self.processing = processing.observe
-
-
-FOLD_INTERVAL_S = 1.0
-"""How often the folder thread counts every histogram's pending values into its buckets: the
-memory they take is at most about this many seconds of observations."""
-
-_FOLD_LOCK = threading.Lock()
-_LIVE: weakref.WeakSet[LoopHistogram] = weakref.WeakSet()
-_folder: threading.Thread | None = None
-
-
-def _fold_forever() -> None:
-    while True:
-        time.sleep(FOLD_INTERVAL_S)
-        with _FOLD_LOCK:
-            for histogram in list(_LIVE):
-                histogram.fold()
-
-
-def _track(histogram: LoopHistogram) -> None:
-    """Fold ``histogram`` every :data:`FOLD_INTERVAL_S` from then on (one daemon thread for
-    every histogram of the process, started with the first)."""
-    global _folder
-    with _FOLD_LOCK:
-        _LIVE.add(histogram)
-        if _folder is None:
-            _folder = threading.Thread(
-                target=_fold_forever, name="kip848-metrics-fold", daemon=True
-            )
-            _folder.start()
-
-
-def _forget_folder() -> None:
-    """In a forked child (our own workers are spawned; an embedding application may fork):
-    the parent's folder thread is not there and its lock may have been held at the fork."""
-    global _folder, _FOLD_LOCK
-    _folder = None
-    _FOLD_LOCK = threading.Lock()
-    _LIVE.clear()
-
-
-os.register_at_fork(after_in_child=_forget_folder)
-
-
-class LoopHistogram(Collector):
-    """A histogram observed from one thread only (the event loop: every observation of the
-    coordinator happens there) for the price of one list append: values are bucketed later,
-    in bulk, by a background thread every :data:`FOLD_INTERVAL_S` and by every scrape before
-    it reads the buckets (under one lock; the loop never takes it). Observations are on every
-    request several times; bucketing them where they happen cost the loop several times more
-    (``prometheus_client.Histogram`` adds a lock per observation). Exposed through the
-    official client like any other family. A scrape sees every value observed before it
-    began, and counts that never go down."""
-
-    def __init__(
-        self,
-        name: str,
-        documentation: str,
-        labelnames: Sequence[str] = (),
-        *,
-        buckets: Sequence[float],
-        registry: CollectorRegistry,
-    ) -> None:
-        self.name = name
-        self.documentation = documentation
-        self.labelnames = tuple(labelnames)
-        self.bounds = tuple(float(b) for b in buckets)
-        self._children: dict[tuple[str, ...], _LoopChild] = {}
-        self._unlabelled = None if self.labelnames else self.labels()
-        registry.register(self)
-        _track(self)
-
-    def labels(self, *values: str) -> _LoopChild:
-        key = tuple(str(v) for v in values)
-        child = self._children.get(key)
-        if child is None:
-            if len(key) != len(self.labelnames):
-                raise ValueError(f"{self.name}: expected labels {self.labelnames}, got {key}")
-            child = self._children[key] = _LoopChild(self.bounds)
-        return child
-
-    def observe(self, value: float) -> None:
-        """Observe on the unlabelled series."""
-        assert self._unlabelled is not None, f"{self.name} has labels"
-        self._unlabelled.observe(value)
-
-    def fold(self) -> None:
-        """Bucket every child's pending values (the caller holds ``_FOLD_LOCK``)."""
-        for child in list(self._children.values()):
-            child.fold()
-
-    def describe(self) -> Iterable[Metric]:
-        return [HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)]
-
-    def collect(self) -> Iterable[Metric]:
-        family = HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
-        les = [_le(b) for b in self.bounds] + ["+Inf"]
-        with _FOLD_LOCK:
-            self.fold()
-            read = [(key, list(c.counts), c.sum) for key, c in list(self._children.items())]
-        for key, counts, total in read:
-            cumulative = []
-            running = 0
-            for le, n in zip(les, counts, strict=True):
-                running += n
-                cumulative.append((le, running))
-            family.add_metric(list(key), cumulative, total)
-        return [family]
-
-
-def _le(bound: float) -> str:
-    from prometheus_client.utils import floatToGoString
-
-    return floatToGoString(bound)
-
-
 SERVED = "served"
 FORWARDED = "forwarded"
 """Values of the ``route`` label of kip848_request_duration_seconds: answered by the
 coordinator, or forwarded to the upstream broker (``--kafka-upstream``) and passed back."""
 
 
-class RequestSeries:
+class RequestSeries(_Feed):
     """The latency series of one RPC on one protocol, children bound per error code on first
-    use (a dict lookup per request afterwards; the service layer's wrapper keeps the bound
-    ``observe`` of each child it uses)."""
+    use. The service layer's wrapper records each request as one event, ``record((arrival,
+    end, error code))`` (``time.monotonic()`` both), turned into a sample of its error code's
+    child off the loop (:class:`_Feed`); :meth:`observe` records a sample at once (forwarded
+    Kafka requests)."""
 
     __slots__ = ("_histogram", "_protocol", "_route", "_rpc", "children")
 
     def __init__(
         self, histogram: LoopHistogram, rpc: str, protocol: str, route: str = SERVED
     ) -> None:
+        super().__init__()
         self._histogram = histogram
         self._rpc = rpc
         self._protocol = protocol
@@ -506,11 +337,15 @@ class RequestSeries:
         self.children: dict[int, _LoopChild] = {}
 
     def child(self, error_code: int) -> _LoopChild:
-        """The series of answers with ``error_code`` (bound on first use)."""
+        """The series of answers with ``error_code`` (bound on first use, on either thread:
+        ``setdefault`` keeps the first one bound)."""
         child = self.children.get(error_code)
         if child is None:
-            child = self.children[error_code] = self._histogram.labels(
-                self._rpc, self._protocol, self._route, error_name(error_code)
+            child = self.children.setdefault(
+                error_code,
+                self._histogram.labels(
+                    self._rpc, self._protocol, self._route, error_name(error_code)
+                ),
             )
         return child
 
@@ -519,6 +354,14 @@ class RequestSeries:
         if child is None:
             child = self.child(error_code)
         child.observe(seconds)
+
+    def samples(self, events: list[tuple[Any, ...]]) -> None:
+        children = self.children
+        for arrival, end, code in events:
+            child = children.get(code)
+            if child is None:
+                child = self.child(code)
+            child.pending.append(end - arrival)
 
 
 ABORTED = -1000
@@ -719,6 +562,7 @@ class CoordinatorMetrics:
         self._queue: list[_LoopChild] = []
         self._processing: list[_LoopChild] = []
         self._purgatory: list[_LoopChild] = []
+        self._command_times: list[CommandTimes] = []
         self._rebalance_children = {c: self.rebalances.labels(c) for c in REBALANCE_CAUSES}
         self._timeout_children = {k: self.timeouts.labels(k) for k in TIMEOUT_KINDS}
         self._commit_children: dict[int, Any] = {}
@@ -734,15 +578,20 @@ class CoordinatorMetrics:
         """Create the per-shard children (at 0) for shards ``0..count-1`` and the topic
         registry, the runtime's state machine number ``count`` (label ``shard="registry"``)."""
         del self._queue[count:], self._processing[count:], self._purgatory[count:]
+        del self._command_times[count:]
         for s in range(len(self._queue), count + 1):
             label = "registry" if s == count else str(s)
             self._queue.append(self.event_queue_time.labels(label))
             self._processing.append(self.event_processing_time.labels(label))
             self._purgatory.append(self.event_purgatory_time.labels(label))
 
-    def shard_times(self) -> list[ShardTimes]:
-        """Per state machine (bound by :meth:`bind_shards`): its queue and processing series."""
-        return [ShardTimes(q, p) for q, p in zip(self._queue, self._processing, strict=True)]
+    def shard_times(self) -> list[Callable[[tuple[float, float, float | None]], None]]:
+        """Per state machine (bound by :meth:`bind_shards`): the ``record`` of its
+        :class:`CommandTimes` (one append per command)."""
+        times = self._command_times
+        for s in range(len(times), len(self._queue)):
+            times.append(CommandTimes(self._queue[s], self._processing[s]))
+        return [t.record for t in times[: len(self._queue)]]
 
     def _grow(self, count: int) -> None:
         for s in range(len(self._queue), count):

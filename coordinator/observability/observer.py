@@ -31,7 +31,7 @@ from typing import Any
 from coordinator.core.target_assignment import incremental_method
 
 from . import tracing
-from .metrics import CoordinatorMetrics, ShardTimes, StateCounts
+from .metrics import CoordinatorMetrics, StateCounts
 from .racks import RackLocality
 from .rebalances import RebalanceTracker
 from .requests import ARRIVAL
@@ -82,7 +82,8 @@ class RuntimeObserver:
         """The last traced command's span context (tracing on), until :meth:`ran` takes it.
         The runtime calls :meth:`ran` for a command that left no records and no events and
         waits for no batch only while this is set: there is nothing else to do for it."""
-        self._times: list[ShardTimes] = []  # per state machine, bound by attach() (metrics on)
+        # per state machine, bound by attach() (metrics on): CommandTimes.record
+        self._times: list[Callable[[tuple[float, float, float | None]], None]] = []
 
     # ------------------------------------------------------------------ commands
 
@@ -96,13 +97,9 @@ class RuntimeObserver:
         try:
             return fn(machine)
         finally:
-            # Two samples (LoopHistogram: appended, bucketed later); on every command.
-            end = monotonic()
-            series = times[shard]
-            series.processing(end - start)
-            arrival = _ARRIVAL_GET()
-            if arrival is not None:
-                series.queue(start - arrival if start > arrival else 0.0)
+            # On every command: one append of its times (CommandTimes: its queue and processing
+            # samples are worked out off the loop).
+            times[shard]((start, monotonic(), _ARRIVAL_GET()))
 
     def _traced_command(self, shard: int, fn: Callable[[Any], Any], machine: Any) -> Any:
         metrics = self.metrics

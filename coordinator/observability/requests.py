@@ -356,10 +356,11 @@ class RequestHook:
 
 def request_hook(rpc: Any, metrics: CoordinatorMetrics | None) -> RequestHook:
     """The observation of one RPC (``rpc``: the server's ``RpcInfo``). ``begin`` starts the
-    clock and the sampled span, ``end`` stops them, counts one sample by the answer's code and
-    writes the audit lines: on the way of a steady heartbeat it reads the clock twice, sets
-    :data:`ARRIVAL` once and counts one sample, and with tracing on draws one random number —
-    nothing else."""
+    clock and the sampled span, ``end`` stops them, records the request and writes the audit
+    lines. On the way of a steady heartbeat with metrics on: two clock reads, :data:`ARRIVAL`
+    set, read and reset, and one append of ``(arrival, end, error code)`` to its series
+    (:class:`~.metrics.RequestSeries`: the sample is worked out off the loop); tracing on, the
+    sampling decision (one random draw) — nothing else."""
     name = rpc.method
     counts_offsets = metrics is not None and name in ("offset_commit", "offset_delete")
     after = rpc.audited or counts_offsets
@@ -378,60 +379,61 @@ def request_hook(rpc: Any, metrics: CoordinatorMetrics | None) -> RequestHook:
         except Exception:  # observing never fails the request it observes
             log.exception("Observing %s failed", rpc.name)
 
-    timed = metrics is not None  # metrics on: every request timed, counted by its code
-    grpc_series: Any = None
-    kafka_series: Any = None
-    if metrics is not None:
-        grpc_series = metrics.request_series(rpc.name, "grpc")
-        kafka_series = metrics.request_series(rpc.kafka_name, "kafka")
-    # error code -> the ``observe`` of its series (RequestSeries.child's, bound once here)
-    grpc_observe: dict[int, Callable[[float], None]] = {}
-    kafka_observe: dict[int, Callable[[float], None]] = {}
+    if metrics is None:  # tracing and the audit only
+
+        def begin_untimed(req: Any, caller: Any) -> Any:
+            # The sampling decision, once per request (tracing.sampled): a caller's trace
+            # context is followed (_open_span decides), anything else drawn at the ratio.
+            if state.enabled and (
+                caller.trace_metadata is not None
+                or (ratio := state.ratio) is None
+                or (random() < ratio and state.admit())
+            ):
+                return _open_span(rpc, req, caller)
+            return None
+
+        def end_untimed(began: Any, req: Any, caller: Any, answer: Any) -> None:
+            if began is not None:
+                _close_span(began, answer, error_code)
+            if after and answer is not None:
+                observe_after(req, caller, answer)
+
+        return RequestHook(begin_untimed, end_untimed)
+
+    record_grpc = metrics.request_series(rpc.name, "grpc").record
+    record_kafka = metrics.request_series(rpc.kafka_name, "kafka").record
     monotonic = time.monotonic
     set_arrival = ARRIVAL.set
+    get_arrival = ARRIVAL.get
     reset_arrival = ARRIVAL.reset
 
     def begin(req: Any, caller: Any) -> Any:
-        arrival = token = span = None
-        if timed:
-            # A forwarded call's clock started in its front end; any other request's starts
-            # here, when its codec hands it to the service layer. ARRIVAL: the runtime's
-            # queue time.
-            arrival = caller.received
-            if arrival is None:
-                arrival = monotonic()
-            token = set_arrival(arrival)
-        # The sampling decision, once per request (tracing.sampled): a caller's trace
-        # context is followed (_open_span decides), anything else drawn at the ratio.
+        # A forwarded call's clock started in its front end; any other request's starts here,
+        # when its codec hands it to the service layer. ARRIVAL: the runtime's queue time.
+        received = caller.received
+        token = set_arrival(monotonic() if received is None else received)
         if state.enabled and (
             caller.trace_metadata is not None
             or (ratio := state.ratio) is None
             or (random() < ratio and state.admit())
         ):
             span = _open_span(rpc, req, caller)
-        if token is None and span is None:
-            return None
-        return arrival, token, span
+            if span is not None:
+                return token, span
+        return token
 
     def end(began: Any, req: Any, caller: Any, answer: Any) -> None:
-        if began is not None:
-            arrival, token, span = began
-            if span is not None:
-                _close_span(span, answer, error_code)
-            if token is not None:
-                reset_arrival(token)
-                # RequestSeries.observe, inlined: this runs on every request.
-                seconds = monotonic() - arrival
-                code = ABORTED if answer is None else error_code(answer)
-                if caller.api_version is None:
-                    observe = grpc_observe.get(code)
-                    if observe is None:
-                        observe = grpc_observe[code] = grpc_series.child(code).observe
-                else:
-                    observe = kafka_observe.get(code)
-                    if observe is None:
-                        observe = kafka_observe[code] = kafka_series.child(code).observe
-                observe(seconds)
+        if type(began) is tuple:  # traced
+            began, span = began
+            _close_span(span, answer, error_code)
+        (record_grpc if caller.api_version is None else record_kafka)(
+            (
+                get_arrival(),
+                monotonic(),
+                ABORTED if answer is None else error_code(answer),
+            )
+        )
+        reset_arrival(began)
         if after and answer is not None:
             observe_after(req, caller, answer)
 

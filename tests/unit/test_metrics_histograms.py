@@ -10,8 +10,9 @@ import time
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from coordinator.observability import metrics as m
-from coordinator.observability.metrics import LoopHistogram, parse_families
+from coordinator.observability import histograms as m
+from coordinator.observability.histograms import LoopHistogram
+from coordinator.observability.metrics import parse_families
 
 
 def histogram(registry: CollectorRegistry) -> LoopHistogram:
