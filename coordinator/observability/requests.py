@@ -21,8 +21,9 @@ imports nothing from the server:
   time). A Kafka request starts its clock when the listener hands it to the service layer.
 * The sampling decision is made once per request, in the service layer's wrapper: a caller's
   trace context is followed (:func:`_open_span` extracts it and its sampled flag decides), any
-  other request is drawn at the ratio (one ``random()`` call, inlined: a request left out makes
-  no further call, allocates nothing and touches no context variable for tracing).
+  other request is drawn at the ratio (``tracing.STATE.draw()``, the next decision of a schedule
+  drawn in blocks: a request left out makes no further call, allocates nothing and touches no
+  context variable for tracing).
 
 What one request records:
 
@@ -360,14 +361,13 @@ def request_hook(rpc: Any, metrics: CoordinatorMetrics | None) -> RequestHook:
     lines. On the way of a steady heartbeat with metrics on: two clock reads, :data:`ARRIVAL`
     set, read and reset, and one append of ``(arrival, end, error code)`` to its series
     (:class:`~.metrics.RequestSeries`: the sample is worked out off the loop); tracing on, the
-    sampling decision (one random draw) — nothing else."""
+    sampling decision (``STATE.draw()``: one C call) — nothing else."""
     name = rpc.method
     counts_offsets = metrics is not None and name in ("offset_commit", "offset_delete")
     after = rpc.audited or counts_offsets
     is_commit = name == "offset_commit"
     error_code = rpc.error_code
     state = tracing.STATE
-    random = tracing.draw
 
     def observe_after(req: Any, caller: Any, answer: Any) -> None:
         try:
@@ -385,9 +385,7 @@ def request_hook(rpc: Any, metrics: CoordinatorMetrics | None) -> RequestHook:
             # The sampling decision, once per request (tracing.sampled): a caller's trace
             # context is followed (_open_span decides), anything else drawn at the ratio.
             if state.enabled and (
-                caller.trace_metadata is not None
-                or (ratio := state.ratio) is None
-                or (random() < ratio and state.admit())
+                caller.trace_metadata is not None or (state.draw() and state.admit())
             ):
                 return _open_span(rpc, req, caller)
             return None
@@ -413,9 +411,7 @@ def request_hook(rpc: Any, metrics: CoordinatorMetrics | None) -> RequestHook:
         received = caller.received
         token = set_arrival(monotonic() if received is None else received)
         if state.enabled and (
-            caller.trace_metadata is not None
-            or (ratio := state.ratio) is None
-            or (random() < ratio and state.admit())
+            caller.trace_metadata is not None or (state.draw() and state.admit())
         ):
             span = _open_span(rpc, req, caller)
             if span is not None:

@@ -39,10 +39,12 @@ Kafka conventions name it), ``kip848.member.id``, ``kip848.member.epoch``,
 
 from __future__ import annotations
 
+import itertools
 import logging
+import math
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from contextvars import ContextVar
 from random import random as _random
@@ -121,22 +123,70 @@ def trace_budget(max_traces_per_second: float | None) -> TraceBudget | None:
     return TraceBudget(limit) if limit > 0 else None
 
 
+ROOT_BLOCK = 4096
+"""Requests whose root decisions :func:`root_schedule` draws at once."""
+
+
+def root_schedule(
+    ratio: float | None, draw: Callable[[], float] | None = None, block: int = ROOT_BLOCK
+) -> Iterator[bool]:
+    """The root sampling decisions, one per request: each True with probability ``ratio``,
+    independently (None: always True, the SDK's sampler decides on a span). Drawn a block of
+    ``block`` decisions at a time, lazily: the gaps between two Trues are geometric (the
+    inverse transform of one ``draw()`` in [0, 1) per True), the law of one ``draw() <
+    ratio`` per request, for about one draw per traced request instead of one per request.
+    ``draw``: ``random.random`` unless given (tests)."""
+    if ratio is None or ratio >= 1.0:
+        return itertools.repeat(True)
+    if ratio <= 0.0:
+        return itertools.repeat(False)
+    return itertools.chain.from_iterable(_root_blocks(ratio, draw or _random, block))
+
+
+def _root_blocks(ratio: float, draw: Callable[[], float], size: int) -> Iterator[list[bool]]:
+    log_q = math.log1p(-ratio)
+
+    def gap() -> int:  # requests left out before the next traced one: geometric(ratio)
+        return int(math.log(1.0 - draw()) / log_q)
+
+    at = gap()
+    while True:
+        decisions = [False] * size
+        while at < size:
+            decisions[at] = True
+            at += 1 + gap()
+        at -= size
+        yield decisions
+
+
 class _State:
     """Module state: read on the hot path as ``STATE.enabled`` (one attribute load)."""
 
-    __slots__ = ("budget", "enabled", "provider", "ratio", "tracer")
+    __slots__ = ("_ratio", "budget", "draw", "enabled", "provider", "tracer")
 
     def __init__(self) -> None:
         self.enabled = False
         self.provider: Any = None
         self.tracer: Any = None
-        self.ratio: float | None = None
-        """The root sampling ratio, decided per request by :func:`sampled` before any
-        OpenTelemetry call; None: the SDK's sampler (``OTEL_TRACES_SAMPLER``) decides on a
-        span made for every request."""
+        self._ratio: float | None = None
+        self.draw: Callable[[], bool] = root_schedule(None).__next__
+        """The next root sampling decision (:func:`root_schedule` at :attr:`ratio`): one C
+        call per request."""
         self.budget: TraceBudget | None = None
         """The limit on root traces a second (None: none): asked only for a request the
         ratio drew (:meth:`admit`)."""
+
+    @property
+    def ratio(self) -> float | None:
+        """The root sampling ratio, decided per request by :func:`sampled` before any
+        OpenTelemetry call; None: the SDK's sampler (``OTEL_TRACES_SAMPLER``) decides on a
+        span made for every request. Setting it draws a new :attr:`draw` schedule."""
+        return self._ratio
+
+    @ratio.setter
+    def ratio(self, ratio: float | None) -> None:
+        self._ratio = ratio
+        self.draw = root_schedule(ratio).__next__
 
     def admit(self) -> bool:
         """Whether a root the ratio drew is traced: the budget has room (always, without)."""
@@ -148,11 +198,6 @@ STATE = _State()
 
 ACTIVE: ContextVar[bool] = ContextVar("kip848_trace_active", default=False)
 """True inside a recorded (sampled) RPC span: only then are command and assignor spans made."""
-
-draw = _random
-"""The root sampling draw (``random.random``, in [0, 1)): a root request is traced when
-``STATE.ratio is None or draw() < STATE.ratio`` (:func:`sampled`, inlined by the service
-layer)."""
 
 
 def normalize_endpoint(endpoint: str) -> str:
@@ -275,7 +320,7 @@ def sampled(parent: Any = None) -> bool:
         ctx = trace.get_current_span(parent).get_span_context()
         if ctx.is_valid:
             return bool(ctx.trace_flags.sampled)
-    return draw() < ratio and STATE.admit()  # draw() in [0, 1): below 1, never below 0
+    return STATE.draw() and STATE.admit()
 
 
 def extract(metadata: Any) -> Any:

@@ -6,7 +6,9 @@ method table, as a forwarded call does."""
 
 from __future__ import annotations
 
+import itertools
 import random
+import types
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -22,7 +24,8 @@ from coordinator.observability.observer import RuntimeObserver, make_observer
 from coordinator.observability.requests import RequestObserver
 from coordinator.runtime import CoordinatorRuntime, ManualClock
 from coordinator.runtime.store import MemoryRecordStore
-from coordinator.server.catalog import observe_rpcs
+from coordinator.server.api import Caller, Reply
+from coordinator.server.catalog import observe_rpcs, rpc_infos
 from coordinator.server.forwarding import ForwardedContext
 from coordinator.server.grpc_server import method_table
 from coordinator.server.service import CoordinatorService
@@ -246,3 +249,78 @@ async def test_streaming_rpcs_keep_streaming_with_metrics_and_tracing_on(table: 
         )
     ]
     assert events == [ErrorCode.INVALID_GROUP_ID]
+
+
+# ---------------------------------------------------------------- the root decisions
+
+
+def test_root_decisions_leave_out_geometric_gaps_drawn_one_per_traced_request() -> None:
+    """Each draw u gives the requests left out before the next traced one, the inverse of the
+    geometric law: 1 - u = (1 - p) ** (k + 0.5) leaves out exactly k. Gaps cross the blocks
+    the decisions are drawn in."""
+    p = 0.01
+    gaps = [0, 3, 250, 1, 1023, 1500, 0]
+    draws = iter([1 - (1 - p) ** (k + 0.5) for k in [*gaps, 2000]])
+    decisions = tracing.root_schedule(p, draw=lambda: next(draws), block=1024)
+    got = list(itertools.islice(decisions, sum(gaps) + len(gaps)))
+    traced_at = [i for i, traced in enumerate(got) if traced]
+    assert traced_at == [end - 1 for end in itertools.accumulate(k + 1 for k in gaps)]
+    assert next(draws, None) is None  # one draw per traced request (and the gap after it)
+
+
+def test_root_decisions_are_the_ratio_in_law() -> None:
+    """A million decisions at 1% (a seeded generator): 1% traced within three standard
+    deviations, and the share of requests traced right after a traced one is the ratio too
+    (independent decisions, no schedule the traffic could fall into step with)."""
+    decisions = list(
+        itertools.islice(tracing.root_schedule(0.01, draw=random.Random(848).random), 1_000_000)
+    )
+    assert 9_700 <= sum(decisions) <= 10_300  # mean 10,000, standard deviation 99.5
+    after_traced = [b for a, b in itertools.pairwise(decisions) if a]
+    assert (
+        0
+        <= sum(after_traced)
+        <= 0.01 * len(after_traced) + 3 * (0.01 * len(after_traced)) ** 0.5 + 1
+    )
+    for ratio, expected in ((0.0, False), (1.0, True), (None, True)):
+        assert set(itertools.islice(tracing.root_schedule(ratio), 10_000)) == {expected}
+
+
+def test_setting_the_ratio_draws_a_new_schedule() -> None:
+    tracing.STATE.ratio = 0.0
+    assert not any(tracing.STATE.draw() for _ in range(1000))
+    tracing.STATE.ratio = 1.0
+    assert all(tracing.STATE.draw() for _ in range(1000))
+    tracing.STATE.ratio = None
+    assert tracing.STATE.draw() is True
+
+
+def test_at_the_default_exactly_the_drawn_roots_the_limit_admits_are_traced() -> None:
+    """10,000 requests a second for three seconds (an injected clock) at 1% and at most 10
+    root traces a second: the traced requests are exactly those the schedule drew and a token
+    bucket of 10 a second admits, in order — 40 of about 300 drawn, whatever the request rate."""
+    exporter = InMemorySpanExporter()
+    traced(exporter, None, limit=None)  # the defaults: 1%, 10 a second
+    assert tracing.STATE.ratio == 0.01
+    now = [0.0]
+    tracing.STATE.budget = tracing.TraceBudget(10, clock=lambda: now[0])
+    drawn = itertools.tee(tracing.root_schedule(0.01, draw=random.Random(848).random))
+    tracing.STATE.draw = drawn[0].__next__
+    reference = tracing.TraceBudget(10, clock=lambda: now[0])
+    hook = RequestObserver(None).hook(rpc_infos()["consumer_group_describe"])
+    assert hook is not None
+    caller = Caller(client_id="app", client_host="/127.0.0.1")
+    expected = []
+    drawn_count = 0
+    for i in range(30_000):
+        now[0] = i / 10_000
+        if next(drawn[1]):
+            drawn_count += 1
+            if reference.take():
+                expected.append(i)
+        began = hook.begin(types.SimpleNamespace(group_id=str(i)), caller)
+        hook.end(began, None, caller, Reply(value=[]))
+    spans = [s for s in exporter.get_finished_spans() if s.name == SPAN]
+    assert [int((s.attributes or {})[tracing.GROUP_ID]) for s in spans] == expected
+    assert 250 <= drawn_count <= 350  # about 1%
+    assert 39 <= len(expected) <= 40  # 10 at once, then 10 a second
