@@ -60,19 +60,18 @@ class _Chunk:
 
 
 _ALWAYS = ("offset", "timestamp", "shard", "group_id", "record_type", "record_type_id", "tombstone")
+# An offset's columns: of an OffsetCommit record and of a TxnOffsetCommit (pending) one.
+_OFFSET = (
+    "topic",
+    "partition",
+    "committed_offset",
+    "committed_leader_epoch",
+    "commit_metadata",
+    "commit_timestamp",
+)
 # The columns each record type may fill (besides _ALWAYS).
 _FILLS: dict[int, tuple[str, ...]] = {
-    1: (
-        "topic",
-        "partition",
-        "committed_offset",
-        "committed_leader_epoch",
-        "commit_metadata",
-        "commit_timestamp",
-        "expire_timestamp",
-        "previous_committed_offset",
-        "previous_commit_at",
-    ),
+    1: (*_OFFSET, "expire_timestamp", "previous_committed_offset", "previous_commit_at"),
     2: (
         "protocol_type",
         "generation",
@@ -126,16 +125,7 @@ _FILLS: dict[int, tuple[str, ...]] = {
         "acl_permission_type",
     ),
     1111: ("scram_user", "scram_mechanism", "scram_iterations"),
-    1001: (
-        "topic",
-        "partition",
-        "committed_offset",
-        "committed_leader_epoch",
-        "commit_metadata",
-        "commit_timestamp",
-        "producer_id",
-        "producer_epoch",
-    ),
+    1001: (*_OFFSET, "producer_id", "producer_epoch"),
     1002: ("producer_id", "producer_epoch", "transactional_id", "transaction_state"),
     1120: ("transactional_id", "transaction_group_id"),
 }
